@@ -1,0 +1,32 @@
+# Two commands set everything up on a fresh machine:
+#   make run    create .venv, install pinned dependencies, run the embedded default
+#   make test   create .venv, install pinned dependencies, run the test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SNAKEMAKE_ARGS ?=
+
+.PHONY: run test lint dry-run clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+dry-run: $(STAMP)
+	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
+
+clean:
+	rm -rf results logs .snakemake report.html

@@ -1,0 +1,249 @@
+"""The experiment described by a (schema-validated) config: registry, runs, schedules.
+
+The Snakefile imports this module to enumerate jobs; nothing here imports torch,
+so planning stays fast.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names the offending key."""
+
+
+def load_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as fh:
+        try:
+            return yaml.safe_load(fh)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+
+
+def deep_merge(base: dict, over: dict | None) -> dict:
+    """A copy of ``base`` with ``over`` merged in; nested dicts merge, all else replaces."""
+    out = copy.deepcopy(base)
+    for k, v in (over or {}).items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finetuning run: model x in-domain set x n_train x data seed."""
+
+    model: str
+    in_domain: str
+    n_train: int
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
+
+    @property
+    def wildcards(self) -> dict:
+        return {"model": self.model, "indomain": self.in_domain,
+                "ntrain": str(self.n_train), "seed": str(self.seed)}
+
+
+class Experiment:
+    """Read-only view of a validated config, resolved against dataset registries."""
+
+    def __init__(self, config: dict, basedir: str | Path = "."):
+        self.config = config
+        self.basedir = Path(basedir)
+        self.datasets = self._load_datasets()
+        self.models = {m["name"]: m for m in config["models"]}
+        self.in_domain = {d["name"]: d for d in config["in_domain"]}
+        self.validate()
+
+    # ---- registry --------------------------------------------------------------------
+    def _load_datasets(self) -> dict[str, dict]:
+        reg: dict[str, dict] = {}
+        for rel in self.config.get("registries", []):
+            path = self.resolve_path(rel)
+            doc = load_yaml(path) or {}
+            entries = doc.get("datasets", doc) if isinstance(doc, dict) else None
+            if not isinstance(entries, dict):
+                raise ConfigError(f"registries: {path} must map dataset names to entries")
+            for name, entry in entries.items():
+                if not isinstance(entry, dict):
+                    raise ConfigError(f"registries: {path}: dataset {name!r} must be a mapping")
+                reg[name] = dict(entry, _registry=str(path))
+        for name, entry in (self.config.get("datasets") or {}).items():
+            # an inline entry overrides (merges over) a registry entry of the same name
+            reg[name] = deep_merge(reg.get(name, {}), entry)
+        return reg
+
+    def resolve_path(self, p: str | Path) -> Path:
+        p = Path(p)
+        return p if p.is_absolute() else self.basedir / p
+
+    def dataset(self, name: str) -> dict:
+        try:
+            return self.datasets[name]
+        except KeyError:
+            raise ConfigError(f"dataset {name!r} is not defined in `datasets` or any file in `registries`") from None
+
+    # ---- validation beyond the JSON schema ----------------------------------------------
+    def validate(self) -> None:
+        cfg = self.config
+        _unique([m["name"] for m in cfg["models"]], "models[].name")
+        _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
+        _unique(cfg["ood_testsets"], "ood_testsets")
+        for key, names in (("models[].name", self.models), ("in_domain[].name", self.in_domain)):
+            for n in names:
+                if not NAME_RE.match(n):
+                    raise ConfigError(f"{key}: {n!r} must match {NAME_RE.pattern} (it becomes a path component)")
+        for d in cfg["in_domain"]:
+            self.dataset(d["train"])
+            self.dataset(d["test"])
+        for t in cfg["ood_testsets"]:
+            if not NAME_RE.match(t):
+                raise ConfigError(f"ood_testsets: {t!r} must match {NAME_RE.pattern}")
+            self.dataset(t)
+        prompt = self.config["prompt"]
+        for field in ("{premise}", "{hypothesis}"):
+            if field not in prompt["template"]:
+                raise ConfigError(f"prompt.template must contain {field}: {prompt['template']!r}")
+        missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
+        if missing:
+            raise ConfigError(f"prompt.verbalisers: no verbaliser for label(s) {missing}")
+        for m in cfg["models"]:
+            sources = [k for k in ("tiny", "hub", "path") if m.get(k)]
+            if len(sources) != 1:
+                raise ConfigError(f"models[{m['name']}]: give exactly one of `tiny`, `hub`, `path` (got {sources or 'none'})")
+            for run in self.runs_for_model(m["name"]):
+                self.checkpoint_steps(run)
+
+    # ---- enumeration -------------------------------------------------------------------
+    @property
+    def labels(self) -> list[str]:
+        return list(self.config["labels"])
+
+    def finetune_cfg(self, model: str) -> dict:
+        return deep_merge(self.config["finetune"], self.models[model].get("finetune"))
+
+    def runs_for_model(self, model: str) -> list[Run]:
+        ft = self.finetune_cfg(model)
+        return [Run(model, d, int(n), int(s))
+                for d in self.in_domain for n in ft["n_train"] for s in ft["seeds"]]
+
+    @property
+    def runs(self) -> list[Run]:
+        return [r for m in self.models for r in self.runs_for_model(m)]
+
+    def run_from_wildcards(self, wc) -> Run:
+        return Run(wc.model, wc.indomain, int(wc.ntrain), int(wc.seed))
+
+    def max_steps(self, run: Run) -> int:
+        ft = self.finetune_cfg(run.model)
+        if ft.get("max_steps"):
+            return int(ft["max_steps"])
+        if not ft.get("epochs"):
+            raise ConfigError(f"finetune (model {run.model}): give max_steps or epochs")
+        per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
+        return int(math.ceil(run.n_train / per_step) * ft["epochs"])
+
+    def checkpoint_steps(self, run: Run) -> list[int]:
+        """Steps at which the model is saved and evaluated, step 0 (the start) included."""
+        ft = self.finetune_cfg(run.model)
+        sched = ft["checkpoints"]
+        total = self.max_steps(run)
+        where = f"finetune.checkpoints (model {run.model}, n_train {run.n_train})"
+        if "steps" in sched:
+            steps = [int(s) for s in sched["steps"]]
+            if any(b <= a for a, b in zip(steps, steps[1:])):
+                raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
+            if steps and steps[-1] > total:
+                raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {total} training steps")
+        else:
+            every = int(sched["every"])
+            steps = list(range(every, total + 1, every))
+            if not steps or steps[-1] != total:
+                steps.append(total)
+        if not steps or steps[0] != 0:
+            steps = [0] + steps
+        return steps
+
+    def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
+        """(testset, role) pairs evaluated for runs trained on ``in_domain``.
+
+        The in-domain test set comes first with role ``in-domain``; an OOD list
+        entry equal to it (natural when several in-domain sets share one OOD
+        list) is evaluated once, as in-domain.
+        """
+        test = self.in_domain[in_domain]["test"]
+        return [(test, "in-domain")] + [(t, "ood") for t in self.config["ood_testsets"] if t != test]
+
+    def eval_targets(self, pattern: str) -> list[str]:
+        """Every evaluation output path, formatted from ``pattern``."""
+        out = []
+        for run in self.runs:
+            for step in self.checkpoint_steps(run):
+                for ts, _ in self.testsets_for(run.in_domain):
+                    out.append(pattern.format(**run.wildcards, step=step, testset=ts))
+        return out
+
+    def tokenize_pairs(self) -> list[tuple[str, str]]:
+        pairs = []
+        for m in self.models:
+            for d in self.in_domain:
+                for ts, _ in self.testsets_for(d):
+                    if (m, ts) not in pairs:
+                        pairs.append((m, ts))
+        return pairs
+
+    def all_datasets(self) -> list[str]:
+        names = []
+        for d in self.in_domain.values():
+            names += [d["train"], d["test"]]
+        names += list(self.config["ood_testsets"])
+        return list(dict.fromkeys(names))
+
+    # ---- per-rule params ---------------------------------------------------------------
+    def eval_provenance(self, wc) -> dict:
+        """What an evaluation result records about where it came from (no testset list)."""
+        run = self.run_from_wildcards(wc)
+        role = dict(self.testsets_for(run.in_domain)).get(wc.testset)
+        if role is None:
+            raise ConfigError(f"testset {wc.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
+        m = self.models[run.model]
+        source = {k: m[k] for k in ("hub", "revision", "path") if m.get(k)} or {"tiny": m["tiny"]["model_type"]}
+        return {"experiment": self.config.get("experiment", ""), "model": run.model, "model_source": source,
+                "in_domain": run.in_domain, "n_train": run.n_train, "seed": run.seed, "run_id": run.id,
+                "role": role, "finetune_lora": bool(self.finetune_cfg(run.model).get("lora"))}
+
+    def model_spec(self, model: str) -> dict:
+        return copy.deepcopy(self.models[model])
+
+    def prompt_for(self, model: str) -> dict:
+        return deep_merge(self.config["prompt"], self.models[model].get("prompt"))
+
+    def resources(self, model: str, rule: str) -> dict:
+        base = self.config.get("resources", {}).get(rule, {})
+        return deep_merge(base, (self.models[model].get("resources") or {}).get(rule))
+
+
+def _unique(items, key):
+    seen = set()
+    for x in items:
+        if x in seen:
+            raise ConfigError(f"{key}: duplicate name {x!r}")
+        seen.add(x)

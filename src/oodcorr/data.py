@@ -1,0 +1,151 @@
+"""Datasets: from a registry entry to normalised records, and few-shot training samples.
+
+A record is ``{"premise": str, "hypothesis": str, "label": str, "meta": dict}``:
+the same format for synthetic data, local files and (later) hub datasets.
+"""
+from __future__ import annotations
+
+import csv
+import random
+from collections import Counter
+from pathlib import Path
+from typing import Callable
+
+from . import synthetic
+from .io import DataError, read_jsonl, sha256_file, sha256_json
+
+DEFAULT_FIELDS = {"premise": "premise", "hypothesis": "hypothesis", "label": "label"}
+
+
+def _load_synthetic(spec: dict, base: Path) -> tuple[list[dict], dict]:
+    recs = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
+    prov = {"source": "synthetic", "shift": spec["shift"], "n": int(spec["n"]),
+            "seed": int(spec.get("seed", 0)), "split": spec.get("split", "test"),
+            "fingerprint": "synthetic:" + sha256_json(recs)[:16]}
+    return recs, prov
+
+
+def _read_table(path: Path, fmt: str) -> list[dict]:
+    if fmt == "jsonl":
+        return read_jsonl(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if fmt in ("csv", "tsv"):
+        with open(path, encoding="utf-8", newline="") as fh:
+            reader = csv.DictReader(fh, delimiter="," if fmt == "csv" else "\t")
+            # header is line 1, so data row i is line i+1
+            return [dict(row, _line=i + 2) for i, row in enumerate(reader)]
+    if fmt == "parquet":
+        import pandas as pd
+
+        df = pd.read_parquet(path)
+        return [dict(r, _line=i + 1) for i, r in enumerate(df.to_dict("records"))]
+    raise DataError(f"{path}: unknown format {fmt!r} (jsonl, csv, tsv, parquet)")
+
+
+def _load_local(spec: dict, base: Path) -> tuple[list[dict], dict]:
+    path = Path(spec["path"])
+    if not path.is_absolute():
+        path = base / path
+    fmt = spec.get("format") or path.suffix.lstrip(".").lower()
+    rows = _read_table(path, fmt)
+    fields = {**DEFAULT_FIELDS, **(spec.get("fields") or {})}
+    recs = []
+    for row in rows:
+        line = row.pop("_line", None)
+        try:
+            rec = {k: row[src] for k, src in fields.items()}
+        except KeyError as e:
+            raise DataError(f"{path}:{line}: missing field {e.args[0]!r} (fields mapping: {fields})") from None
+        meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
+        rec["meta"] = dict(meta, line=line)
+        recs.append(rec)
+    prov = {"source": "local", "path": str(path), "format": fmt, "fingerprint": "sha256:" + sha256_file(path)}
+    return recs, prov
+
+
+LOADERS: dict[str, Callable[[dict, Path], tuple[list[dict], dict]]] = {
+    "synthetic": _load_synthetic,
+    "local": _load_local,
+}
+
+
+def map_labels(recs: list[dict], label_map: dict | None, labels: list[str], where: str) -> list[dict]:
+    """Apply ``label_map`` (a value of null drops the example) and check every label."""
+    label_map = {str(k): v for k, v in (label_map or {}).items()}
+    out = []
+    for r in recs:
+        raw = str(r["label"])
+        lab = label_map.get(raw, raw)
+        if lab is None:  # mapped to null: dropped on purpose (e.g. neutral in binary mode)
+            continue
+        if lab not in labels:
+            line = r.get("meta", {}).get("line")
+            loc = f"{where}:{line}" if line else where
+            raise DataError(f"{loc}: unknown label {raw!r}; expected one of {labels} "
+                            f"or a `label_map` entry for it")
+        out.append(dict(r, label=lab))
+    return out
+
+
+def stratified_sample(recs: list[dict], n: int, seed: int) -> list[dict]:
+    """At most ``n`` records keeping label proportions (largest remainder), seeded.
+
+    The original order of the kept records is preserved.
+    """
+    if n >= len(recs):
+        return list(recs)
+    rng = random.Random(seed)
+    by_label: dict[str, list[int]] = {}
+    for i, r in enumerate(recs):
+        by_label.setdefault(r["label"], []).append(i)
+    total = len(recs)
+    quotas = {lab: n * len(ix) / total for lab, ix in by_label.items()}
+    take = {lab: int(q) for lab, q in quotas.items()}
+    rest = n - sum(take.values())
+    for lab in sorted(quotas, key=lambda k: (-(quotas[k] - take[k]), k))[:rest]:
+        take[lab] += 1
+    keep = []
+    for lab in sorted(by_label):
+        keep += rng.sample(by_label[lab], take[lab])
+    return [recs[i] for i in sorted(keep)]
+
+
+def balanced_sample(recs: list[dict], n: int, labels: list[str], seed: int) -> list[dict]:
+    """``n`` training examples, ``n / len(labels)`` per label, drawn with ``seed``, shuffled."""
+    per = n // len(labels)
+    if per * len(labels) != n:
+        raise DataError(f"n_train={n} is not divisible by the {len(labels)} labels")
+    rng = random.Random(seed)
+    out = []
+    for lab in labels:
+        pool = [r for r in recs if r["label"] == lab]
+        if len(pool) < per:
+            raise DataError(f"n_train={n} needs {per} examples of label {lab!r}, the training set has {len(pool)}")
+        out += rng.sample(pool, per)
+    rng.shuffle(out)
+    return out
+
+
+def prepare(name: str, spec: dict, labels: list[str], base: Path | str = ".") -> tuple[list[dict], dict]:
+    """Load dataset ``name`` from its registry ``spec``; return (records, provenance)."""
+    source = spec.get("source")
+    if source not in LOADERS:
+        raise DataError(f"dataset {name!r}: unknown source {source!r}; known: {', '.join(LOADERS)}")
+    recs, prov = LOADERS[source](spec, Path(base))
+    where = prov.get("path", f"dataset {name!r}")
+    recs = map_labels(recs, spec.get("label_map"), labels, where)
+    if not recs:
+        raise DataError(f"dataset {name!r}: no examples left after label mapping ({where})")
+    n_before = len(recs)
+    if spec.get("max_examples"):
+        recs = stratified_sample(recs, int(spec["max_examples"]), int(spec.get("sample_seed", 0)))
+    counts = Counter(r["label"] for r in recs)
+    prov.update({"name": name, "n": len(recs), "n_before_cap": n_before,
+                 "label_counts": dict(sorted(counts.items()))})
+    if len(counts) < 2:
+        prov["warning"] = (f"dataset {name!r} has a single class ({next(iter(counts))}); "
+                           "accuracy is still defined but says little")
+    for i, r in enumerate(recs):
+        r["meta"] = dict(r.get("meta") or {}, dataset=name, index=i)
+    return recs, prov

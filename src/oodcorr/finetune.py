@@ -1,0 +1,242 @@
+"""Pattern-based finetuning with checkpoints on a schedule, resumable after a kill.
+
+Layout of a run's folder (``run_dir``)::
+
+    checkpoints/checkpoint-<step>/   weights (safetensors) or a LoRA adapter, plus
+                                     oodcorr_manifest.json: size and sha256 of
+                                     every file, written last, atomically
+    manifest.json                    the job's declared output: every step and its
+                                     folder, written when all checkpoints exist
+
+Only ``manifest.json`` is a Snakemake output, so a failed or killed job's
+checkpoints survive (Snakemake deletes only declared outputs) and the rerun
+resumes from the newest checkpoint whose manifest verifies and that still has
+its optimizer state. Older checkpoints keep their weights (they are evaluated)
+but drop optimizer state to save disk.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from .io import read_jsonl, sha256_file, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "oodcorr_manifest.json"
+RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json")
+
+
+# ---- checkpoint manifests ------------------------------------------------------------------
+
+def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
+    files = {}
+    for f in sorted(ckpt.rglob("*")):
+        if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
+            files[str(f.relative_to(ckpt))] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+    man = {"step": step, "resumable": resumable, "files": files}
+    write_json_atomic(ckpt / MANIFEST, man)
+    return man
+
+
+def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
+    """Whether ``ckpt`` is complete: its manifest exists and every file matches it."""
+    mpath = ckpt / MANIFEST
+    if not mpath.exists():
+        return False, f"{ckpt}: no {MANIFEST} (save did not finish)"
+    try:
+        man = json.loads(mpath.read_text())
+    except json.JSONDecodeError:
+        return False, f"{mpath}: unreadable manifest"
+    for rel, meta in man["files"].items():
+        f = ckpt / rel
+        if not f.exists():
+            return False, f"{f}: missing"
+        if f.stat().st_size != meta["size"]:
+            return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
+        if full and sha256_file(f) != meta["sha256"]:
+            return False, f"{f}: sha256 differs from the manifest"
+    return True, "ok"
+
+
+def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
+    out = []
+    for d in ckpt_root.glob("checkpoint-*"):
+        try:
+            out.append((int(d.name.split("-", 1)[1]), d))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def find_resume_point(ckpt_root: Path) -> Path | None:
+    """Newest verified, resumable checkpoint; incomplete ones are moved aside, not trusted."""
+    best = None
+    for step, d in _ckpt_dirs(ckpt_root):
+        ok, why = verify_checkpoint(d)
+        if not ok:
+            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+            log.warning("ignoring incomplete checkpoint %s (%s); moved to %s", d, why, bad)
+            d.rename(bad)
+            continue
+        man = json.loads((d / MANIFEST).read_text())
+        if man.get("resumable") and step > 0:
+            best = d
+    return best
+
+
+def prune_resume_state(ckpt_root: Path, keep: Path) -> None:
+    """Drop optimizer/RNG state from every checkpoint but ``keep``; weights stay."""
+    for step, d in _ckpt_dirs(ckpt_root):
+        if d == keep or not (d / MANIFEST).exists():
+            continue
+        man = json.loads((d / MANIFEST).read_text())
+        if not man.get("resumable"):
+            continue
+        for name in RESUME_FILES:
+            (d / name).unlink(missing_ok=True)
+        write_ckpt_manifest(d, step, resumable=False)
+
+
+# ---- training ------------------------------------------------------------------------------
+
+def _make_trainer_classes():
+    import torch
+    from transformers import Trainer, TrainerCallback
+
+    from .prompting import verbaliser_logits
+
+    class VerbaliserTrainer(Trainer):
+        """Cross-entropy over the verbaliser logits at the last real prompt token."""
+
+        def __init__(self, *a, verb_ids=None, **kw):
+            super().__init__(*a, **kw)
+            self.verb_ids = torch.tensor(verb_ids)
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            labels = inputs["labels"]
+            logits = verbaliser_logits(model, inputs["input_ids"], inputs["attention_mask"], self.verb_ids)
+            loss = torch.nn.functional.cross_entropy(logits, labels.to(logits.device))
+            return (loss, {"logits": logits}) if return_outputs else loss
+
+    class ScheduleCallback(TrainerCallback):
+        """Save exactly at the scheduled steps; write a manifest after each save."""
+
+        def __init__(self, steps, ckpt_root):
+            self.steps = set(steps)
+            self.ckpt_root = ckpt_root
+
+        def on_step_end(self, args, state, control, **kw):
+            control.should_save = state.global_step in self.steps
+            return control
+
+        def on_save(self, args, state, control, **kw):
+            d = self.ckpt_root / f"checkpoint-{state.global_step}"
+            write_ckpt_manifest(d, state.global_step, resumable=True)
+            prune_resume_state(self.ckpt_root, keep=d)
+            return control
+
+    return VerbaliserTrainer, ScheduleCallback
+
+
+class _Collator:
+    def __init__(self, pad_id):
+        self.pad_id = pad_id
+
+    def __call__(self, feats):
+        import torch
+
+        from .prompting import pad_batch
+
+        ids, mask = pad_batch([f["input_ids"] for f in feats], self.pad_id, side="right")
+        return {"input_ids": ids, "attention_mask": mask,
+                "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long)}
+
+
+def apply_lora(model, lora: dict):
+    from peft import LoraConfig, get_peft_model
+
+    cfg = LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora.get("dropout", 0.0)),
+                     target_modules=lora.get("target_modules") or None, task_type="CAUSAL_LM", bias="none")
+    return get_peft_model(model, cfg)
+
+
+def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str], prompt: dict,
+             ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int, run_dir: str,
+             manifest_path: str, device: str = "cpu", threads: int = 1) -> dict:
+    import torch
+    from transformers import TrainingArguments, set_seed
+
+    from .data import balanced_sample
+    from .models import load_causal_lm, load_tokenizer
+    from .prompting import encode_prompts, verbaliser_ids
+
+    t0 = time.time()
+    torch.set_num_threads(threads)
+    run_dir = Path(run_dir)
+    ckpt_root = run_dir / "checkpoints"
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+
+    tok = load_tokenizer(model_spec, tiny_dir)
+    verb = verbaliser_ids(tok, prompt["verbalisers"], labels, model_spec["name"])
+    train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
+    ids, n_trunc = encode_prompts(tok, train, prompt["template"], int(ft["max_length"]))
+    label_idx = {lab: i for i, lab in enumerate(labels)}
+    dataset = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
+
+    set_seed(seed)
+    model = load_causal_lm(model_spec, tiny_dir, device)
+    if ft.get("lora"):
+        model = apply_lora(model, ft["lora"])
+
+    # step 0: the model before any update (for LoRA: the fresh adapter, equal to the base model)
+    c0 = ckpt_root / "checkpoint-0"
+    if not verify_checkpoint(c0)[0]:
+        shutil.rmtree(c0, ignore_errors=True)
+        model.save_pretrained(c0)
+        write_ckpt_manifest(c0, 0, resumable=False)
+
+    resume = find_resume_point(ckpt_root)
+    if resume is not None:
+        log.info("resuming from %s", resume)
+
+    VerbaliserTrainer, ScheduleCallback = _make_trainer_classes()
+    bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
+    args = TrainingArguments(
+        output_dir=str(ckpt_root), max_steps=max_steps,
+        per_device_train_batch_size=int(ft["batch_size"]),
+        gradient_accumulation_steps=int(ft.get("gradient_accumulation_steps", 1)),
+        learning_rate=float(ft["learning_rate"]), weight_decay=float(ft.get("weight_decay", 0.0)),
+        warmup_steps=float(ft.get("warmup_ratio", 0.0)), lr_scheduler_type=ft.get("lr_scheduler", "linear"),
+        max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
+        seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no", logging_steps=max(1, max_steps // 20),
+        report_to="none", disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0,
+        use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
+    )
+    trainer = VerbaliserTrainer(model=model, args=args, train_dataset=dataset, data_collator=_Collator(tok.pad_token_id),
+                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)], verb_ids=verb)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+
+    missing = []
+    entries = []
+    for step in steps:
+        d = ckpt_root / f"checkpoint-{step}"
+        ok, why = verify_checkpoint(d, full=False)
+        if not ok:
+            missing.append(why)
+        entries.append({"step": step, "path": str(d)})
+    if missing:
+        raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
+    # the final checkpoint's optimizer state is no longer needed for resuming
+    prune_resume_state(ckpt_root, keep=None)
+    history = [h for h in trainer.state.log_history if "loss" in h]
+    info = {"model": model_spec["name"], "n_train": n_train, "seed": seed, "max_steps": max_steps,
+            "checkpoints": entries, "resumed_from": str(resume) if resume else None,
+            "n_truncated_prompts": n_trunc, "train_loss": result.training_loss,
+            "loss_history": [{"step": h["step"], "loss": h["loss"]} for h in history],
+            "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2)}
+    write_json_atomic(manifest_path, info)
+    return info

@@ -1,0 +1,104 @@
+"""Pattern-based scoring: prompt, verbaliser tokens, and the logits at the last real token.
+
+The score of an example is the vector of next-token logits of the label
+verbalisers (e.g. " Yes" / " No") read at the last real token of the prompt.
+Whatever the padding side, the position is gathered from the attention mask,
+so a pad position is never read; special tokens that a tokenizer appends
+(an EOS, say) are stripped from the prompt before scoring.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from .config import ConfigError
+
+
+def format_prompt(template: str, premise: str, hypothesis: str) -> str:
+    return template.format(premise=premise.strip(), hypothesis=hypothesis.strip())
+
+
+def verbaliser_ids(tokenizer, verbalisers: dict, labels: list[str], model_name: str = "") -> list[int]:
+    """Token id per label, in ``labels`` order; each verbaliser must be exactly one token."""
+    ids = []
+    for lab in labels:
+        word = verbalisers[lab]
+        toks = tokenizer.encode(word, add_special_tokens=False)
+        if len(toks) != 1:
+            pieces = tokenizer.convert_ids_to_tokens(toks)
+            raise ConfigError(
+                f"prompt.verbalisers.{lab}: {word!r} is {len(toks)} tokens {pieces} for the tokenizer of "
+                f"model {model_name!r}; a verbaliser must be a single token (mind the leading space)")
+        ids.append(toks[0])
+    if len(set(ids)) != len(ids):
+        raise ConfigError(f"prompt.verbalisers: two labels share one token for model {model_name!r}: {verbalisers}")
+    return ids
+
+
+def encode_prompts(tokenizer, records: list[dict], template: str, max_length: int) -> tuple[list[list[int]], int]:
+    """Token ids per record, trailing special tokens stripped, left-truncated to ``max_length``.
+
+    Left truncation keeps the end of the prompt (the hypothesis and the question),
+    which the score is read from; a leading special token (BOS) is kept.
+    Returns (ids, number of truncated prompts).
+    """
+    texts = [format_prompt(template, r["premise"], r["hypothesis"]) for r in records]
+    enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    special = set(tokenizer.all_special_ids)
+    out, n_trunc = [], 0
+    for ids in enc:
+        ids = list(ids)
+        while len(ids) > 1 and ids[-1] in special:
+            ids.pop()
+        if len(ids) > max_length:
+            n_trunc += 1
+            head = ids[:1] if ids[0] in special else []
+            ids = head + ids[len(ids) - (max_length - len(head)):]
+        out.append(ids)
+    return out, n_trunc
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        if side == "right":
+            ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+        else:
+            ids[i, width - len(s):] = torch.tensor(s)
+            mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last non-pad position in each row (left or right padding)."""
+    width = attention_mask.shape[1]
+    pos = torch.arange(width, device=attention_mask.device).expand_as(attention_mask)
+    return torch.where(attention_mask.bool(), pos, torch.full_like(pos, -1)).max(dim=1).values
+
+
+def _forward_params(model) -> set[str]:
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return set(inspect.signature(base.forward).parameters)
+
+
+def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                      verb_ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """(batch, n_labels) logits of the verbaliser tokens at each row's last real token."""
+    params = _forward_params(model)
+    last = last_positions(attention_mask)
+    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if "position_ids" in params:
+        # positions count real tokens only, so left padding scores like right padding
+        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    if "logits_to_keep" in params:
+        # project only the gathered position onto the vocabulary
+        logits = model(**kwargs, logits_to_keep=last[:, None]).logits[:, -1, :]
+    else:
+        logits = model(**kwargs).logits
+        logits = logits[torch.arange(logits.shape[0], device=logits.device), last]
+    verb = torch.as_tensor(verb_ids, device=logits.device)
+    return logits.index_select(-1, verb).float()

@@ -1,0 +1,276 @@
+"""A seeded, deterministic synthetic NLI task with documented distribution shifts.
+
+The task: a premise describes one event ("the old fox chased the cow in the
+park."); the hypothesis restates part of it. Entailment when every stated fact
+holds, non-entailment otherwise. Labels are ``entailment`` / ``non-entailment``.
+
+Shifts (``SHIFTS``), each a recipe for a testset:
+
+``in-domain``        the training distribution. Entailments drop the adjective
+                     and/or the place; non-entailments change one of subject,
+                     verb, object or place to a word absent from the premise.
+``lexical-overlap``  in the spirit of HANS: every non-entailment is a
+                     subject/object swap, so all hypothesis words occur in the
+                     premise. A model that reads "high overlap => entailment"
+                     fails the non-entailed half.
+``negation``         premises and/or hypotheses carry "did not": a negated
+                     premise entails its negated restatement and does not entail
+                     the positive one, and vice versa.
+``heldout-vocab``    in-domain templates over nouns, verbs and adjectives that
+                     never occur in finetuning data (they do occur in the
+                     unlabelled pretraining text, as new words would for a real
+                     pretrained model).
+``distractor``       a longer premise with a second, unrelated clause; some
+                     non-entailments mix the two clauses' words.
+``passive``          a different sentence template: the premise is in the
+                     passive voice ("the cow was chased by the old fox"), the
+                     hypothesis in the active.
+
+Every example's ``meta`` records the shift and the construction ``kind``.
+"""
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+LABELS = ("entailment", "non-entailment")
+
+NOUNS = ["cat", "dog", "bird", "fox", "horse", "cow", "lion", "tiger", "bear", "wolf",
+         "rabbit", "mouse", "duck", "goat", "sheep", "frog", "pig", "owl"]
+HELDOUT_NOUNS = ["otter", "zebra", "camel", "eagle", "panda", "moose", "llama", "badger"]
+# (past, base) forms
+VERBS = [("chased", "chase"), ("saw", "see"), ("followed", "follow"), ("helped", "help"),
+         ("pushed", "push"), ("watched", "watch"), ("visited", "visit"), ("called", "call"),
+         ("found", "find"), ("kicked", "kick"), ("carried", "carry"), ("bit", "bite")]
+HELDOUT_VERBS = [("greeted", "greet"), ("admired", "admire"), ("ignored", "ignore"),
+                 ("warned", "warn"), ("hugged", "hug")]
+ADJECTIVES = ["big", "small", "red", "old", "young", "happy", "angry", "quiet", "brown", "tall"]
+HELDOUT_ADJECTIVES = ["sleepy", "clever", "shy", "grey"]
+PLACES = ["park", "garden", "forest", "house", "river", "field", "barn", "city", "lake", "hill"]
+HELDOUT_PLACES = ["desert", "valley", "harbour"]
+PASSIVE = {"saw": "seen", "bit": "bitten"}  # irregular participles; the rest use the past form
+
+
+class Vocab:
+    def __init__(self, nouns, verbs, adjectives, places):
+        self.nouns, self.verbs, self.adjectives, self.places = nouns, verbs, adjectives, places
+
+
+TRAIN_VOCAB = Vocab(NOUNS, VERBS, ADJECTIVES, PLACES)
+HELDOUT_VOCAB = Vocab(HELDOUT_NOUNS, HELDOUT_VERBS, HELDOUT_ADJECTIVES, HELDOUT_PLACES)
+
+
+def _event(rng: random.Random, v: Vocab) -> dict:
+    s, o = rng.sample(v.nouns, 2)
+    return {
+        "s": s, "o": o, "v": rng.choice(v.verbs),
+        "adj": rng.choice(v.adjectives) if rng.random() < 0.7 else None,
+        "place": rng.choice(v.places) if rng.random() < 0.7 else None,
+    }
+
+
+def _np(noun: str, adj: str | None = None) -> str:
+    return f"the {adj} {noun}" if adj else f"the {noun}"
+
+
+def _clause(e: dict, negated: bool = False, with_adj=True, with_place=True) -> str:
+    verb = f"did not {e['v'][1]}" if negated else e["v"][0]
+    out = f"{_np(e['s'], e['adj'] if with_adj else None)} {verb} {_np(e['o'])}"
+    if with_place and e["place"]:
+        out += f" in the {e['place']}"
+    return out
+
+
+def _sentence(clause: str) -> str:
+    return clause[0].upper() + clause[1:] + "."
+
+
+def _other(rng: random.Random, pool: list, exclude) -> object:
+    choices = [x for x in pool if x not in exclude]
+    return rng.choice(choices)
+
+
+def _detail(rng: random.Random, e: dict) -> tuple[bool, bool, str]:
+    """Which optional details (adjective, place) a hypothesis keeps.
+
+    Drawn the same way for both labels, so hypothesis length and the presence of
+    a place phrase carry no information about the label.
+    """
+    options = [(True, True, "identical")]
+    if e["adj"]:
+        options.append((False, True, "drop-adjective"))
+    if e["place"]:
+        options.append((True, False, "drop-place"))
+        if e["adj"]:
+            options.append((False, False, "drop-both"))
+    return rng.choice(options)
+
+
+def _entailed(rng: random.Random, e: dict, negated: bool = False) -> tuple[str, str]:
+    """A restatement that may drop optional detail; returns (hypothesis, kind)."""
+    keep_adj, keep_place, kind = _detail(rng, e)
+    return _sentence(_clause(e, negated, keep_adj, keep_place)), kind
+
+
+def _changed(rng: random.Random, e: dict, v: Vocab, negated: bool = False) -> tuple[str, str]:
+    """One visible fact changed to a word absent from the premise; returns (hypothesis, kind).
+
+    The kept details are drawn exactly as for entailments, then the fact to change
+    is chosen among those the hypothesis shows.
+    """
+    keep_adj, keep_place, _ = _detail(rng, e)
+    h = dict(e)
+    options = ["change-subject", "change-verb", "change-object"]
+    if e["place"] and keep_place:
+        options.append("change-place")
+    kind = rng.choice(options)
+    if kind == "change-subject":
+        h["s"] = _other(rng, v.nouns, (e["s"], e["o"]))
+    elif kind == "change-object":
+        h["o"] = _other(rng, v.nouns, (e["s"], e["o"]))
+    elif kind == "change-verb":
+        h["v"] = _other(rng, v.verbs, (e["v"],))
+    else:
+        h["place"] = _other(rng, v.places, (e["place"],))
+    return _sentence(_clause(h, negated, keep_adj, keep_place)), kind
+
+
+def _swapped(rng: random.Random, e: dict, negated: bool = False) -> str:
+    """Subject and object exchanged: every word still occurs in the premise."""
+    _, keep_place, _ = _detail(rng, e)
+    h = dict(e, s=e["o"], o=e["s"], adj=None)
+    return _sentence(_clause(h, negated, False, keep_place))
+
+
+# ---- one function per shift: (rng, label) -> (premise, hypothesis, kind) -------------
+
+def _in_domain(rng, label, v=TRAIN_VOCAB):
+    e = _event(rng, v)
+    p = _sentence(_clause(e))
+    h, kind = _entailed(rng, e) if label == "entailment" else _changed(rng, e, v)
+    return p, h, kind
+
+
+def _heldout_vocab(rng, label):
+    return _in_domain(rng, label, HELDOUT_VOCAB)
+
+
+def _lexical_overlap(rng, label):
+    e = _event(rng, TRAIN_VOCAB)
+    p = _sentence(_clause(e))
+    if label == "entailment":
+        h, kind = _entailed(rng, e)
+    else:
+        h, kind = _swapped(rng, e), "swap-roles"
+    return p, h, kind
+
+
+def _negation(rng, label):
+    e = _event(rng, TRAIN_VOCAB)
+    p_neg = rng.random() < 0.5
+    p = _sentence(_clause(e, negated=p_neg))
+    if label == "entailment":
+        h, kind = _entailed(rng, e, negated=p_neg)
+        kind = ("neg-" if p_neg else "pos-") + kind
+    else:
+        # the same event with the opposite polarity
+        keep_adj, keep_place, _ = _detail(rng, e)
+        h = _sentence(_clause(e, negated=not p_neg, with_adj=keep_adj, with_place=keep_place))
+        kind = "neg-premise-pos-hypothesis" if p_neg else "pos-premise-neg-hypothesis"
+    return p, h, kind
+
+
+def _distractor(rng, label):
+    e = _event(rng, TRAIN_VOCAB)
+    d = _event(rng, TRAIN_VOCAB)
+    while d["s"] in (e["s"], e["o"]) or d["o"] in (e["s"], e["o"]):
+        d = _event(rng, TRAIN_VOCAB)
+    d["place"] = d["place"] or _other(rng, PLACES, (e["place"],))
+    p = _sentence(f"{_clause(e)}, while {_np(d['s'])} {d['v'][0]} {_np(d['o'])} near the {d['place']}")
+    if label == "entailment":
+        h, kind = _entailed(rng, e)
+    elif rng.random() < 0.5:
+        # words from both clauses: subject from the first, verb and object from the second
+        h = _sentence(_clause(dict(e, v=d["v"] if d["v"] != e["v"] else _other(rng, VERBS, (e["v"],)),
+                                   o=d["o"]), with_adj=False, with_place=False))
+        kind = "mix-clauses"
+    else:
+        h, kind = _changed(rng, e, TRAIN_VOCAB)
+    return p, h, kind
+
+
+def _passive(rng, label):
+    e = _event(rng, TRAIN_VOCAB)
+    participle = PASSIVE.get(e["v"][0], e["v"][0])
+    p = f"{_np(e['o'])} was {participle} by {_np(e['s'], e['adj'])}"
+    if e["place"]:
+        p += f" in the {e['place']}"
+    p = _sentence(p)
+    if label == "entailment":
+        h, kind = _entailed(rng, e)
+    elif rng.random() < 0.5:
+        h, kind = _swapped(rng, e), "swap-roles"
+    else:
+        h, kind = _changed(rng, e, TRAIN_VOCAB)
+    return p, h, kind
+
+
+SHIFTS: dict[str, Callable] = {
+    "in-domain": _in_domain,
+    "lexical-overlap": _lexical_overlap,
+    "negation": _negation,
+    "heldout-vocab": _heldout_vocab,
+    "distractor": _distractor,
+    "passive": _passive,
+}
+
+
+def _seed_for(seed: int, shift: str, split: str) -> int:
+    # stable across Python processes (no hash randomisation)
+    return seed * 1_000_003 + sum((i + 1) * ord(c) for i, c in enumerate(f"{shift}/{split}"))
+
+
+def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
+    """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment).
+
+    The same (shift, n, seed, split) always gives the same records, in the same order.
+    Different splits of one shift use independent random streams.
+    """
+    if shift not in SHIFTS:
+        raise ValueError(f"unknown synthetic shift {shift!r}; known: {', '.join(SHIFTS)}")
+    if n < 2:
+        raise ValueError(f"synthetic set needs n >= 2 (got {n})")
+    rng = random.Random(_seed_for(seed, shift, split))
+    labels = [LABELS[i % 2] for i in range(n)]
+    rng.shuffle(labels)
+    make = SHIFTS[shift]
+    out = []
+    for i, label in enumerate(labels):
+        p, h, kind = make(rng, label)
+        out.append({"premise": p, "hypothesis": h, "label": label,
+                    "meta": {"shift": shift, "kind": kind, "split": split, "idx": i}})
+    return out
+
+
+def pretraining_corpus(n_lines: int, seed: int, template: str = "{premise} Question: {hypothesis} Yes or No?",
+                       answers: tuple[str, ...] = ("Yes", "No")) -> list[str]:
+    """Unlabelled text for the tiny models' causal-LM pretraining and tokenizer training.
+
+    Plain sentences from every template and every vocabulary (held-out words
+    included), plus prompt-shaped lines whose answer is drawn at random, so the
+    model knows the words and the prompt format but learns nothing of the task.
+    """
+    rng = random.Random(seed * 7919 + 17)
+    shifts = list(SHIFTS)
+    lines = []
+    for _ in range(n_lines):
+        shift = rng.choice(shifts)
+        p, h, _ = SHIFTS[shift](rng, rng.choice(LABELS))
+        r = rng.random()
+        if r < 0.4:
+            lines.append(p)
+        elif r < 0.6:
+            lines.append(f"{p} {h}")
+        else:
+            lines.append(template.format(premise=p, hypothesis=h) + " " + rng.choice(answers))
+    return lines

@@ -1,0 +1,51 @@
+"""Shared fixtures: tiny tokenizers and models built in a second, no download."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+LABELS = ["entailment", "non-entailment"]
+PROMPT = {"template": "{premise} Question: {hypothesis} Yes or No?",
+          "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
+
+TINY_CONFIGS = {
+    "opt": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ffn_dim": 64,
+            "word_embed_proj_dim": 32, "max_position_embeddings": 128},
+    "olmo2": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+              "max_position_embeddings": 128},
+}
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    from oodcorr.synthetic import pretraining_corpus
+
+    return pretraining_corpus(2000, 0)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory, corpus):
+    """{model_type: directory} of randomly initialised tiny models with trained tokenizers."""
+    import torch
+
+    from oodcorr.tiny import build_model, train_tokenizer
+
+    out = {}
+    for mt, cfg in TINY_CONFIGS.items():
+        d = tmp_path_factory.mktemp(f"tiny-{mt}")
+        tok = train_tokenizer(corpus, 400, d)
+        model = build_model({"model_type": mt, "config": cfg}, tok, seed=0)
+        with torch.no_grad():  # make logits vary visibly between positions
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 0.05)
+        model.save_pretrained(d)
+        out[mt] = d
+    return out

@@ -1,0 +1,33 @@
+# Input functions shared by the rules (no rules here, so --lint stays quiet).
+
+RUN_DIR = "results/finetune/{model}/{indomain}/n{ntrain}/seed{seed}"
+EVAL_DIR = "results/eval/{model}/{indomain}/n{ntrain}/seed{seed}/step{step}"
+
+
+def tiny_model_dir(wildcards):
+    """The built tiny model a job needs, or nothing for hub/local models."""
+    if EXP.models[wildcards.model].get("tiny"):
+        return f"results/models/{wildcards.model}"
+    return []
+
+
+def tiny_dir_param(wildcards, input):
+    return input.model if EXP.models[wildcards.model].get("tiny") else None
+
+
+def model_resource(rule, key, default):
+    """A resource callable: the model's per-rule value, else the config's, else ``default``."""
+
+    def get(wildcards, attempt):
+        value = EXP.resources(wildcards.model, rule).get(key, default)
+        # retries scale memory and time with the attempt number
+        return value * attempt if key in ("mem_mb", "runtime") else value
+
+    return get
+
+
+def model_threads(rule, default=1):
+    def get(wildcards):
+        return EXP.resources(wildcards.model, rule).get("threads", default)
+
+    return get

@@ -1,0 +1,50 @@
+rule tokenize_testset:
+    """Tokenise a testset once per model's tokenizer; every checkpoint reuses it."""
+    input:
+        data="results/data/{testset}.jsonl",
+        meta="results/data/{testset}.meta.json",
+        model=tiny_model_dir,
+    output:
+        "results/cache/tokenized/{model}/{testset}.pt",
+    params:
+        tiny_dir=tiny_dir_param,
+        model_spec=lambda wc: EXP.model_spec(wc.model),
+        prompt=lambda wc: EXP.prompt_for(wc.model),
+        labels=EXP.labels,
+        max_length=config["evaluation"]["max_length"],
+    log:
+        "logs/tokenize/{model}/{testset}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/tokenize_testset.py"
+
+
+rule evaluate:
+    """Score one checkpoint on one testset: accuracy JSON + per-example predictions."""
+    input:
+        manifest=f"{RUN_DIR}/manifest.json",
+        tokenized="results/cache/tokenized/{model}/{testset}.pt",
+        model=tiny_model_dir,
+    output:
+        json=f"{EVAL_DIR}/{{testset}}.json",
+        predictions=f"{EVAL_DIR}/{{testset}}.predictions.parquet",
+    params:
+        checkpoint=lambda wc, input: os.path.join(os.path.dirname(input.manifest), "checkpoints",
+                                                  f"checkpoint-{wc.step}"),
+        tiny_dir=tiny_dir_param,
+        model_spec=lambda wc: EXP.model_spec(wc.model),
+        batch_size=config["evaluation"]["batch_size"],
+        max_tokens=config["evaluation"]["max_tokens"],
+        provenance=lambda wc: EXP.eval_provenance(wc),
+    threads: model_threads("evaluate")
+    resources:
+        gpu=model_resource("evaluate", "gpu", 0),
+        mem_mb=model_resource("evaluate", "mem_mb", 2000),
+        runtime=model_resource("evaluate", "runtime", 30),
+    log:
+        f"logs/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/evaluate.py"

@@ -1,0 +1,13 @@
+"""Rule prepare_dataset: registry entry -> normalised JSONL + provenance JSON."""
+from oodcorr.data import prepare
+from oodcorr.io import write_json_atomic, write_jsonl_atomic
+from oodcorr.runtime import setup_logging
+
+sm = snakemake  # noqa: F821
+setup_logging(sm.log[0])
+records, provenance = prepare(sm.wildcards.dataset, sm.params.spec, sm.params.labels, sm.params.basedir)
+if "warning" in provenance:
+    print("WARNING:", provenance["warning"])
+write_jsonl_atomic(sm.output.data, records)
+write_json_atomic(sm.output.meta, provenance)
+print(provenance)
