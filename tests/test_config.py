@@ -17,7 +17,7 @@ def default_config():
 
 def test_default_config_expands(default_config):
     exp = Experiment(default_config, REPO)
-    assert [r.id for r in exp.runs] == ["tiny-opt/synth/n2048/seed0", "tiny-olmo2/synth/n2048/seed0"]
+    assert [r.id for r in exp.runs] == ["tiny-opt/synth/n4096/seed0", "tiny-olmo2/synth/n4096/seed0"]
     steps = exp.checkpoint_steps(exp.runs[0])
     assert steps[0] == 0 and len(steps) >= 9 and steps == sorted(set(steps))
     roles = exp.testsets_for("synth")
@@ -38,14 +38,14 @@ def test_schema_fills_defaults_and_rejects_unknown_keys(default_config):
 
 def test_explicit_schedule_and_errors(default_config):
     cfg = copy.deepcopy(default_config)
-    cfg["finetune"]["checkpoints"] = {"steps": [10, 20, 400]}
+    cfg["finetune"]["checkpoints"] = {"steps": [10, 20, 3200]}
     exp = Experiment(cfg, REPO)
-    assert exp.checkpoint_steps(exp.runs[0]) == [0, 10, 20, 400]
+    assert exp.checkpoint_steps(exp.runs[0]) == [0, 10, 20, 3200]
     cfg["finetune"]["checkpoints"] = {"steps": [10, 5]}
     with pytest.raises(ConfigError, match="strictly increasing"):
         Experiment(cfg, REPO)
-    cfg["finetune"]["checkpoints"] = {"steps": [10, 500]}
-    with pytest.raises(ConfigError, match="beyond the run's 400 training steps"):
+    cfg["finetune"]["checkpoints"] = {"steps": [10, 5000]}
+    with pytest.raises(ConfigError, match="beyond the run's 3200 training steps"):
         Experiment(cfg, REPO)
 
 
@@ -55,8 +55,8 @@ def test_every_k_includes_last_step(default_config):
     exp = Experiment(cfg, REPO)
     assert exp.checkpoint_steps(exp.runs[0]) == [0, 10, 20, 25]
     del cfg["finetune"]["max_steps"]
-    cfg["finetune"]["epochs"] = 2  # 2048 examples / batch 16 = 128 steps per epoch
-    assert Experiment(cfg, REPO).max_steps(exp.runs[0]) == 256
+    cfg["finetune"]["epochs"] = 2  # 4096 examples / batch 16 = 256 steps per epoch
+    assert Experiment(cfg, REPO).max_steps(exp.runs[0]) == 512
 
 
 @pytest.mark.parametrize("mutate, message", [

@@ -256,20 +256,24 @@ def pretraining_corpus(n_lines: int, seed: int, template: str = "{premise} Quest
                        answers: tuple[str, ...] = ("Yes", "No")) -> list[str]:
     """Unlabelled text for the tiny models' causal-LM pretraining and tokenizer training.
 
-    Plain sentences from every template and every vocabulary (held-out words
-    included), plus prompt-shaped lines whose answer is drawn at random, so the
-    model knows the words and the prompt format but learns nothing of the task.
+    Sentences from every template and every vocabulary (held-out words included):
+    30 % single sentences, 40 % a sentence followed by a faithful restatement of
+    it (as running text often restates itself; this is what teaches the model to
+    compare a statement with what came before), and 30 % prompt-shaped lines whose
+    answer is drawn at random, so the model knows the prompt format but learns
+    nothing of the labels from it.
     """
     rng = random.Random(seed * 7919 + 17)
     shifts = list(SHIFTS)
     lines = []
     for _ in range(n_lines):
         shift = rng.choice(shifts)
-        p, h, _ = SHIFTS[shift](rng, rng.choice(LABELS))
         r = rng.random()
-        if r < 0.4:
+        label = "entailment" if r < 0.7 else rng.choice(LABELS)
+        p, h, _ = SHIFTS[shift](rng, label)
+        if r < 0.3:
             lines.append(p)
-        elif r < 0.6:
+        elif r < 0.7:
             lines.append(f"{p} {h}")
         else:
             lines.append(template.format(premise=p, hypothesis=h) + " " + rng.choice(answers))
