@@ -27,7 +27,8 @@ from .io import read_jsonl, sha256_file, write_json_atomic
 log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
-RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json")
+RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json",
+                "training_args.bin")
 
 
 # ---- checkpoint manifests ------------------------------------------------------------------

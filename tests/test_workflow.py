@@ -1,0 +1,100 @@
+"""The workflow end to end through Snakemake, on the micro config, in a temporary folder."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def smk(workdir, configfile, *args):
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
+           "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def job_counts(dry_run_stdout: str) -> dict:
+    block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
+            if m.group(1) != "total"}
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("micro")
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg_path = wd / "micro.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    res = smk(wd, cfg_path)
+    assert res.returncode == 0, res.stderr[-5000:]
+    return wd, cfg, cfg_path
+
+
+def test_end_to_end_outputs(micro_run):
+    wd, cfg, _ = micro_run
+    scores = pd.read_csv(wd / "results/scores.csv")
+    steps = [0, 4, 8, 12, 16]
+    assert sorted(scores["step"].unique()) == steps
+    assert len(scores) == len(steps) * 3  # one run x steps x (in-domain + 2 OOD)
+    assert set(scores["role"]) == {"in-domain", "ood"}
+    assert scores.loc[scores.role == "in-domain", "testset"].unique().tolist() == ["synth-test"]
+    assert scores["accuracy"].between(0, 1).all() and (scores["n"] == 60).all()
+    assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
+    pd.testing.assert_frame_equal(pd.read_parquet(wd / "results/scores.parquet"), scores, check_dtype=False)
+
+    # every evaluation left its per-example predictions, consistent with its accuracy
+    one = json.loads((wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.json").read_text())
+    pred = pd.read_parquet(wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.predictions.parquet")
+    assert len(pred) == one["n"] == 60 and pred["correct"].mean() == pytest.approx(one["accuracy"])
+    assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == "micro-opt/synth/n64/seed0"
+
+    pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    assert len(pairs) == 1 and {pairs.x[0], pairs.y[0]} == {"synth-overlap", "synth-negation"}
+    assert pairs.n[0] == len(steps)
+    png = (wd / "results/analysis/heatmaps/micro-opt.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    for log in ("logs/finetune/micro-opt/synth/n64/seed0.log", "logs/models/micro-opt.log"):
+        assert (wd / log).stat().st_size > 0
+
+
+def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
+    wd, cfg, _ = micro_run
+    before = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*.json")}
+    cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
+    cfg2_path = wd / "micro_plus.yaml"
+    cfg2_path.write_text(yaml.safe_dump(cfg2))
+
+    dry = smk(wd, cfg2_path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert "finetune" not in counts and "build_tiny_model" not in counts
+    assert counts["evaluate"] == 5  # one per checkpoint, for the new testset only
+    assert counts["tokenize_testset"] == 1 and counts["prepare_dataset"] == 1
+    evals = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+wildcards: ([^\n]*)", dry.stdout)
+    assert len(evals) == 5 and all("testset=synth-passive" in w for w in evals)
+
+    run = smk(wd, cfg2_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    after = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*.json")}
+    assert all(after[p] == t for p, t in before.items())  # nothing re-evaluated
+    scores = pd.read_csv(wd / "results/scores.csv")
+    assert len(scores) == 5 * 4
+    pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    assert len(pairs) == 3
+
+
+def test_lint_is_clean():
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--lint"],
+                         capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "Lints for" not in out, out[-3000:]
