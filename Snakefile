@@ -53,3 +53,10 @@ rule all:
         "results/analysis/partial_correlations.csv",
         "results/analysis/model_summary.csv",
         expand("results/analysis/heatmaps/{model}.png", model=list(EXP.models)),
+
+
+onsuccess:
+    print(
+        "oodcorr: scores in results/scores.csv, partial correlations in "
+        "results/analysis/partial_correlations.csv, heatmaps in results/analysis/heatmaps/"
+    )

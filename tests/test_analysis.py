@@ -100,3 +100,20 @@ def test_fisher_mean():
     assert fisher_mean([0.5, np.nan]) == pytest.approx(0.5)
     assert math.isnan(fisher_mean([np.nan]))
     assert fisher_mean([0.2, 0.6]) == pytest.approx(np.tanh((np.arctanh(0.2) + np.arctanh(0.6)) / 2))
+
+
+def test_heatmap_marks_nan_cells_and_handles_no_pairs(tmp_path):
+    from oodcorr.plots import heatmap
+
+    rng = np.random.default_rng(2)
+    summary = model_summary(run_pairs(_scores(rng)))
+    summary.loc[(summary.x == "a") & (summary.y == "b"), "r_mean"] = np.nan
+    out = tmp_path / "h.png"
+    cells = heatmap(summary, "m1", str(out))
+    assert out.read_bytes()[:4] == b"\x89PNG"
+    assert set(cells) == {("d", "b", "a"), ("d", "c", "a"), ("d", "c", "b")}  # strict lower triangle
+    assert cells[("d", "b", "a")] == "n/a"
+    r_bc = summary[(summary.model == "m1") & (summary.x == "b") & (summary.y == "c")]["r_mean"].iloc[0]
+    assert cells[("d", "c", "b")].startswith(f"{r_bc:+.2f}")
+    assert heatmap(summary.iloc[0:0], "m1", str(tmp_path / "e.png")) == {}
+    assert (tmp_path / "e.png").stat().st_size > 1000
