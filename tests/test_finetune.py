@@ -127,3 +127,18 @@ def test_truncated_checkpoint_is_detected_and_skipped(tmp_path, tiny_models):
     assert find_resume_point(ckroot) == ckroot / "checkpoint-5"
     assert not (ckroot / "checkpoint-10").exists()
     assert list(ckroot.glob(".incomplete-checkpoint-10-*"))  # moved aside, not deleted
+
+
+def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_models):
+    kw = _kwargs(tmp_path, tiny_models["opt"], "changed")
+    finetune(**kw)
+    run = Path(kw["run_dir"])
+    # pretend the first attempt died after checkpoint 10, with its optimizer state kept
+    man = json.loads((run / "checkpoints/checkpoint-10" / MANIFEST).read_text())
+    man["resumable"] = True
+    (run / "checkpoints/checkpoint-10" / MANIFEST).write_text(json.dumps(man))
+    kw2 = dict(kw, ft=dict(kw["ft"], learning_rate=1e-4))
+    info = finetune(**kw2)
+    assert info["resumed_from"] is None
+    stale = list(run.glob("checkpoints.stale-*"))
+    assert len(stale) == 1 and (stale[0] / "checkpoint-20" / "model.safetensors").exists()  # kept, not deleted

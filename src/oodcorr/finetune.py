@@ -22,7 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .io import read_jsonl, sha256_file, write_json_atomic
+from .io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +102,34 @@ def prune_resume_state(ckpt_root: Path, keep: Path) -> None:
         write_ckpt_manifest(d, step, resumable=False)
 
 
+def guard_run_identity(run_dir: Path, identity: dict) -> None:
+    """Never resume from checkpoints made with other settings or data.
+
+    The settings that shape training are hashed into ``run_identity.json``. If a
+    previous attempt left checkpoints under different settings, they are moved
+    aside to ``checkpoints.stale-<time>`` (kept, not deleted) and training starts
+    afresh.
+    """
+    path = run_dir / "run_identity.json"
+    digest = sha256_json(identity)
+    ckpt_root = run_dir / "checkpoints"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text()).get("sha256")
+        except json.JSONDecodeError:
+            old = None
+        if old != digest and ckpt_root.exists():
+            stale = run_dir / f"checkpoints.stale-{int(time.time())}"
+            log.warning("settings changed since the checkpoints in %s were made; moved them to %s",
+                        ckpt_root, stale)
+            ckpt_root.rename(stale)
+    elif ckpt_root.exists() and any(ckpt_root.iterdir()):
+        stale = run_dir / f"checkpoints.stale-{int(time.time())}"
+        log.warning("checkpoints in %s have no run_identity.json; moved them to %s", ckpt_root, stale)
+        ckpt_root.rename(stale)
+    write_json_atomic(path, {"sha256": digest, "identity": identity})
+
+
 # ---- training ------------------------------------------------------------------------------
 
 def _make_trainer_classes():
@@ -179,6 +207,10 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     torch.set_num_threads(threads)
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
+    # what shapes the trained weights (resources do not)
+    identity = {"model": {k: v for k, v in model_spec.items() if k != "resources"}, "finetune": ft, "prompt": prompt, "labels": labels, "n_train": n_train,
+                "seed": seed, "steps": steps, "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
+    guard_run_identity(run_dir, identity)
     ckpt_root.mkdir(parents=True, exist_ok=True)
 
     tok = load_tokenizer(model_spec, tiny_dir)
