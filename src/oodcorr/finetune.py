@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
@@ -43,16 +44,26 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
     return man
 
 
-def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
-    """Whether ``ckpt`` is complete: its manifest exists and every file matches it."""
-    mpath = ckpt / MANIFEST
-    if not mpath.exists():
-        return False, f"{ckpt}: no {MANIFEST} (save did not finish)"
+def _read_manifest(ckpt: Path) -> dict | None:
     try:
-        man = json.loads(mpath.read_text())
-    except json.JSONDecodeError:
-        return False, f"{mpath}: unreadable manifest"
+        return json.loads((ckpt / MANIFEST).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
+    """Whether ``ckpt``'s weights are complete: manifest present, every weight file matches it.
+
+    Optimizer/RNG state (``RESUME_FILES``) is not needed for evaluation, so its
+    absence does not make a checkpoint incomplete; ``is_resumable`` checks it.
+    ``full`` also compares sha256 (else sizes only).
+    """
+    man = _read_manifest(ckpt)
+    if man is None:
+        return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
     for rel, meta in man["files"].items():
+        if Path(rel).name in RESUME_FILES:
+            continue
         f = ckpt / rel
         if not f.exists():
             return False, f"{f}: missing"
@@ -61,6 +72,17 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
         if full and sha256_file(f) != meta["sha256"]:
             return False, f"{f}: sha256 differs from the manifest"
     return True, "ok"
+
+
+def is_resumable(ckpt: Path) -> bool:
+    """The manifest says so and every listed optimizer/RNG file is intact."""
+    man = _read_manifest(ckpt)
+    if not man or not man.get("resumable"):
+        return False
+    listed = [rel for rel in man["files"] if Path(rel).name in RESUME_FILES]
+    return bool(listed) and all(
+        (ckpt / rel).exists() and (ckpt / rel).stat().st_size == man["files"][rel]["size"] and
+        sha256_file(ckpt / rel) == man["files"][rel]["sha256"] for rel in listed)
 
 
 def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
@@ -73,33 +95,56 @@ def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
     return sorted(out)
 
 
-def find_resume_point(ckpt_root: Path) -> Path | None:
-    """Newest verified, resumable checkpoint; incomplete ones are moved aside, not trusted."""
-    best = None
+def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
+    """Newest checkpoint to resume from, or None to start from scratch.
+
+    A checkpoint whose weights do not verify is moved aside (``.incomplete-…``),
+    kept but never trusted. The resume point must have intact optimizer state,
+    and every scheduled step before it must still have verified weights (else
+    those steps could never be produced, so training restarts from scratch).
+    """
+    good = {}
     for step, d in _ckpt_dirs(ckpt_root):
-        ok, why = verify_checkpoint(d)
+        ok, why = verify_checkpoint(d, full=False)
         if not ok:
             bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
             log.warning("ignoring incomplete checkpoint %s (%s); moved to %s", d, why, bad)
             d.rename(bad)
             continue
-        man = json.loads((d / MANIFEST).read_text())
-        if man.get("resumable") and step > 0:
-            best = d
-    return best
+        good[step] = d
+    for step in sorted(good, reverse=True):
+        d = good[step]
+        if step == 0 or not is_resumable(d):
+            continue
+        ok, why = verify_checkpoint(d, full=True)
+        if not ok:
+            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+            log.warning("resume candidate %s failed its sha256 check (%s); moved to %s", d, why, bad)
+            d.rename(bad)
+            continue
+        missing = [s for s in (steps or []) if s < step and s not in good]
+        if missing:
+            log.warning("checkpoints for steps %s are gone; training again from scratch", missing)
+            return None
+        return d
+    return None
 
 
-def prune_resume_state(ckpt_root: Path, keep: Path) -> None:
-    """Drop optimizer/RNG state from every checkpoint but ``keep``; weights stay."""
+def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
+    """Drop optimizer/RNG state from every checkpoint but ``keep``; weights stay.
+
+    The manifest is rewritten first (reusing the stored hashes), then the files
+    are deleted, so a kill in between leaves a checkpoint that is still valid
+    for evaluation and merely not resumable.
+    """
     for step, d in _ckpt_dirs(ckpt_root):
-        if d == keep or not (d / MANIFEST).exists():
+        man = _read_manifest(d)
+        if d == keep or man is None or not man.get("resumable"):
             continue
-        man = json.loads((d / MANIFEST).read_text())
-        if not man.get("resumable"):
-            continue
+        files = {rel: meta for rel, meta in man["files"].items() if Path(rel).name not in RESUME_FILES}
+        write_json_atomic(d / MANIFEST, dict(man, resumable=False, files=files))
         for name in RESUME_FILES:
             (d / name).unlink(missing_ok=True)
-        write_ckpt_manifest(d, step, resumable=False)
 
 
 def guard_run_identity(run_dir: Path, identity: dict) -> None:
@@ -140,6 +185,9 @@ def _make_trainer_classes():
 
     class VerbaliserTrainer(Trainer):
         """Cross-entropy over the verbaliser logits at the last real prompt token."""
+
+        # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
+        loss_is_scaled_for_ga = False
 
         def __init__(self, *a, verb_ids=None, **kw):
             super().__init__(*a, **kw)
@@ -193,6 +241,19 @@ def apply_lora(model, lora: dict):
     return get_peft_model(model, cfg)
 
 
+def base_weights_fingerprint(model_spec: dict, tiny_dir: str | None) -> str:
+    """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
+    if model_spec.get("hub"):
+        return f"hub:{model_spec['hub']}@{model_spec.get('revision') or 'unpinned'}"
+    d = Path(tiny_dir if model_spec.get("tiny") else model_spec["path"])
+    files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
+    return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+
+
+def _history(trainer) -> list[dict]:
+    return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
+
+
 def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str], prompt: dict,
              ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int, run_dir: str,
              manifest_path: str, device: str = "cpu", threads: int = 1) -> dict:
@@ -207,9 +268,12 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     torch.set_num_threads(threads)
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
-    # what shapes the trained weights (resources do not)
-    identity = {"model": {k: v for k, v in model_spec.items() if k != "resources"}, "finetune": ft, "prompt": prompt, "labels": labels, "n_train": n_train,
-                "seed": seed, "steps": steps, "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
+    # what shapes the trained weights (resources and batch-independent settings do not)
+    identity = {"model": {k: v for k, v in model_spec.items() if k != "resources"},
+                "base_weights": base_weights_fingerprint(model_spec, tiny_dir),
+                "finetune": {k: v for k, v in ft.items() if k not in ("n_train", "seeds")},
+                "prompt": prompt, "labels": labels, "n_train": n_train, "seed": seed, "steps": steps,
+                "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
     guard_run_identity(run_dir, identity)
     ckpt_root.mkdir(parents=True, exist_ok=True)
 
@@ -232,26 +296,34 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
         model.save_pretrained(c0)
         write_ckpt_manifest(c0, 0, resumable=False)
 
-    resume = find_resume_point(ckpt_root)
-    if resume is not None:
-        log.info("resuming from %s", resume)
-
-    VerbaliserTrainer, ScheduleCallback = _make_trainer_classes()
-    bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
-    args = TrainingArguments(
-        output_dir=str(ckpt_root), max_steps=max_steps,
-        per_device_train_batch_size=int(ft["batch_size"]),
-        gradient_accumulation_steps=int(ft.get("gradient_accumulation_steps", 1)),
-        learning_rate=float(ft["learning_rate"]), weight_decay=float(ft.get("weight_decay", 0.0)),
-        warmup_steps=float(ft.get("warmup_ratio", 0.0)), lr_scheduler_type=ft.get("lr_scheduler", "linear"),
-        max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
-        seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no", logging_steps=max(1, max_steps // 20),
-        report_to="none", disable_tqdm=True, remove_unused_columns=False, dataloader_num_workers=0,
-        use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
-    )
-    trainer = VerbaliserTrainer(model=model, args=args, train_dataset=dataset, data_collator=_Collator(tok.pad_token_id),
-                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)], verb_ids=verb)
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=False)[0] for s in steps)
+    resume = None if done else find_resume_point(ckpt_root, steps)
+    history: list[dict] = []
+    if done:
+        # every scheduled checkpoint exists under these exact settings: nothing to train
+        log.info("all %d scheduled checkpoints already exist in %s; not training again", len(steps), ckpt_root)
+    else:
+        if resume is not None:
+            log.info("resuming from %s", resume)
+        VerbaliserTrainer, ScheduleCallback = _make_trainer_classes()
+        bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
+        args = TrainingArguments(
+            output_dir=str(ckpt_root), max_steps=max_steps,
+            per_device_train_batch_size=int(ft["batch_size"]),
+            gradient_accumulation_steps=int(ft.get("gradient_accumulation_steps", 1)),
+            learning_rate=float(ft["learning_rate"]), weight_decay=float(ft.get("weight_decay", 0.0)),
+            warmup_steps=int(math.ceil(float(ft.get("warmup_ratio", 0.0)) * max_steps)),
+            lr_scheduler_type=ft.get("lr_scheduler", "linear"), max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
+            seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
+            logging_steps=max(1, max_steps // 20), report_to="none", disable_tqdm=True,
+            remove_unused_columns=False, dataloader_num_workers=0,
+            use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
+        )
+        trainer = VerbaliserTrainer(model=model, args=args, train_dataset=dataset,
+                                    data_collator=_Collator(tok.pad_token_id), verb_ids=verb,
+                                    callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        history = _history(trainer)
 
     missing = []
     entries = []
@@ -265,11 +337,10 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
-    history = [h for h in trainer.state.log_history if "loss" in h]
     info = {"model": model_spec["name"], "n_train": n_train, "seed": seed, "max_steps": max_steps,
-            "checkpoints": entries, "resumed_from": str(resume) if resume else None,
-            "n_truncated_prompts": n_trunc, "train_loss": result.training_loss,
-            "loss_history": [{"step": h["step"], "loss": h["loss"]} for h in history],
-            "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2)}
+            "checkpoints": entries, "resumed_from": str(resume) if resume else None, "trained": not done,
+            "n_truncated_prompts": n_trunc,
+            "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
+            "loss_history": history, "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2)}
     write_json_atomic(manifest_path, info)
     return info
