@@ -78,3 +78,27 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
     exp = Experiment(cfg, REPO)
     names = [t for t, _ in exp.testsets_for("synth")]
     assert names.count("synth-test") == 1 and len(names) == 6
+
+
+def test_model_overrides_replace_schedule_and_epochs(default_config):
+    cfg = copy.deepcopy(default_config)
+    cfg["finetune"]["checkpoints"] = {"steps": [4, 16]}
+    cfg["models"][0]["finetune"] = {"checkpoints": {"every": 800}}
+    cfg["models"][1]["finetune"] = {"epochs": 1}
+    exp = Experiment(cfg, REPO)
+    opt, olmo = exp.runs
+    assert exp.checkpoint_steps(opt) == [0, 800, 1600, 2400, 3200]
+    assert exp.max_steps(olmo) == 256 and exp.checkpoint_steps(olmo) == [0, 4, 16]
+
+
+def test_params_ignore_bookkeeping_and_key_order(default_config):
+    exp = Experiment(default_config, REPO)
+    spec = exp.model_spec("tiny-opt")
+    assert "resources" not in spec and list(spec) == sorted(spec)
+    assert "n_train" not in exp.finetune_params("tiny-opt") and "seeds" not in exp.finetune_params("tiny-opt")
+    ds = exp.dataset_params("synth-overlap")
+    assert "description" not in ds and "_registry" not in ds
+    reordered = copy.deepcopy(default_config)
+    reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
+    assert Experiment(reordered, REPO).model_spec("tiny-opt") == spec
+    assert repr(Experiment(reordered, REPO).model_spec("tiny-opt")) == repr(spec)

@@ -97,3 +97,13 @@ def test_balanced_training_sample():
         balanced_sample(recs, 300, LABELS, seed=0)
     with pytest.raises(DataError, match="not divisible"):
         balanced_sample(recs, 63, LABELS, seed=0)
+
+
+def test_csv_line_numbers_survive_multiline_fields_and_empty_text_is_named(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text('premise,hypothesis,label\n"two\nlines",h,entailment\np,h,maybe\n')
+    with pytest.raises(DataError, match=r"m\.csv:4: unknown label 'maybe'"):
+        prepare("m", {"source": "local", "path": str(path)}, LABELS)
+    path.write_text("premise,hypothesis,label\np,h,entailment\n,h,entailment\n")
+    with pytest.raises(DataError, match=r"m\.csv:3: field 'premise' \(premise\) is empty"):
+        prepare("m", {"source": "local", "path": str(path)}, LABELS)

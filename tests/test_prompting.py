@@ -86,3 +86,10 @@ def test_multi_token_verbaliser_is_refused(tiny_models):
     tok = AutoTokenizer.from_pretrained(tiny_models["opt"])
     with pytest.raises(ConfigError, match=r"prompt.verbalisers.entailment: ' Absolutely' is \d+ tokens"):
         verbaliser_ids(tok, {"entailment": " Absolutely", "non-entailment": " No"}, LABELS, "tiny")
+
+
+def test_template_ending_in_a_special_token_keeps_it(tiny_models):
+    tok = AutoTokenizer.from_pretrained(tiny_models["opt"])
+    template = "{premise} Question: {hypothesis} Answer:" + tok.eos_token
+    ids, _ = encode_prompts(tok, synthetic.generate("in-domain", 2, 0), template, 128)
+    assert all(x[-1] == tok.eos_token_id for x in ids)

@@ -98,3 +98,23 @@ def test_lint_is_clean():
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     assert "Lints for" not in out, out[-3000:]
+
+
+def test_bookkeeping_changes_rerun_nothing(micro_run):
+    wd, cfg, _ = micro_run
+    import copy
+
+    cfg2 = copy.deepcopy(cfg)
+    cfg2["ood_testsets"] = cfg["ood_testsets"] + ["synth-passive"]
+    base = wd / "micro_plus.yaml"
+    base.write_text(yaml.safe_dump(cfg2))
+    assert smk(wd, base).returncode == 0  # a no-op after the previous test
+    cfg2["evaluation"]["batch_size"] = 7
+    cfg2["models"][0]["resources"] = {"evaluate": {"mem_mb": 1234}}
+    cfg2["datasets"]["synth-overlap"]["description"] = "edited"
+    cfg2["models"][0] = dict(reversed(list(cfg2["models"][0].items())))  # key order
+    path = wd / "micro_bookkeeping.yaml"
+    path.write_text(yaml.safe_dump(cfg2, sort_keys=False))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]

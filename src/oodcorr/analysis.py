@@ -122,11 +122,15 @@ def run_pairs(scores: pd.DataFrame, methods=("pearson",), residualisers=("linear
 
 
 def fisher_mean(rs) -> float:
-    """Mean correlation via Fisher's z (NaNs ignored); NaN if none is finite."""
+    """Mean correlation via Fisher's z (NaNs ignored); NaN if none is finite.
+
+    |r| is clipped at 0.9999 (z = 4.95) so a single perfect correlation from a
+    very short series cannot dominate the mean.
+    """
     rs = np.asarray([r for r in rs if np.isfinite(r)], dtype=float)
     if not len(rs):
         return math.nan
-    return float(np.tanh(np.mean(np.arctanh(np.clip(rs, -0.999999, 0.999999)))))
+    return float(np.tanh(np.mean(np.arctanh(np.clip(rs, -0.9999, 0.9999)))))
 
 
 def model_summary(pairs: pd.DataFrame) -> pd.DataFrame:

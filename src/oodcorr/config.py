@@ -112,8 +112,10 @@ class Experiment:
                 if not NAME_RE.match(n):
                     raise ConfigError(f"{key}: {n!r} must match {NAME_RE.pattern} (it becomes a path component)")
         for d in cfg["in_domain"]:
-            self.dataset(d["train"])
-            self.dataset(d["test"])
+            for key in ("train", "test"):
+                if not NAME_RE.match(d[key]):
+                    raise ConfigError(f"in_domain[{d['name']}].{key}: {d[key]!r} must match {NAME_RE.pattern}")
+                self.dataset(d[key])
         for t in cfg["ood_testsets"]:
             if not NAME_RE.match(t):
                 raise ConfigError(f"ood_testsets: {t!r} must match {NAME_RE.pattern}")
@@ -138,7 +140,25 @@ class Experiment:
         return list(self.config["labels"])
 
     def finetune_cfg(self, model: str) -> dict:
-        return deep_merge(self.config["finetune"], self.models[model].get("finetune"))
+        """The global finetune block with the model's overrides merged in.
+
+        A model's ``checkpoints`` or ``lora`` block replaces the global one whole,
+        and a model-level ``epochs`` (without ``max_steps``) drops the global
+        ``max_steps``, so an override always means what it says.
+        """
+        over = self.models[model].get("finetune") or {}
+        out = deep_merge(self.config["finetune"], over)
+        for whole in ("checkpoints", "lora"):
+            if whole in over:
+                out[whole] = copy.deepcopy(over[whole])
+        if "epochs" in over and "max_steps" not in over:
+            out.pop("max_steps", None)
+        return out
+
+    def finetune_params(self, model: str) -> dict:
+        """The finetune settings a run needs (not the n_train/seeds lists), canonically ordered."""
+        ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds")}
+        return canonical(ft)
 
     def runs_for_model(self, model: str) -> list[Run]:
         ft = self.finetune_cfg(model)
@@ -226,19 +246,40 @@ class Experiment:
             raise ConfigError(f"testset {wc.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
         m = self.models[run.model]
         source = {k: m[k] for k in ("hub", "revision", "path") if m.get(k)} or {"tiny": m["tiny"]["model_type"]}
-        return {"experiment": self.config.get("experiment", ""), "model": run.model, "model_source": source,
+        return {"model": run.model, "model_source": canonical(source),
                 "in_domain": run.in_domain, "n_train": run.n_train, "seed": run.seed, "run_id": run.id,
                 "role": role, "finetune_lora": bool(self.finetune_cfg(run.model).get("lora"))}
 
     def model_spec(self, model: str) -> dict:
-        return copy.deepcopy(self.models[model])
+        """The model entry minus what does not change results (resources, finetune overrides)."""
+        return canonical({k: v for k, v in self.models[model].items() if k not in ("resources", "finetune")})
+
+    def dataset_params(self, name: str) -> dict:
+        """A dataset entry minus bookkeeping (description, where it was defined)."""
+        return canonical({k: v for k, v in self.dataset(name).items() if k not in ("description", "_registry")})
+
+    def dataset_input(self, name: str) -> list[str]:
+        """A local dataset's file, so Snakemake reruns preparation when the file changes."""
+        spec = self.dataset(name)
+        if spec.get("source") == "local" and spec.get("path"):
+            return [str(self.resolve_path(spec["path"]))]
+        return []
 
     def prompt_for(self, model: str) -> dict:
-        return deep_merge(self.config["prompt"], self.models[model].get("prompt"))
+        return canonical(deep_merge(self.config["prompt"], self.models[model].get("prompt")))
 
     def resources(self, model: str, rule: str) -> dict:
         base = self.config.get("resources", {}).get(rule, {})
         return deep_merge(base, (self.models[model].get("resources") or {}).get(rule))
+
+
+def canonical(obj):
+    """A copy with every mapping's keys sorted, so reordering YAML keys changes no params."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(x) for x in obj]
+    return obj
 
 
 def _unique(items, key):

@@ -33,8 +33,12 @@ def _read_table(path: Path, fmt: str) -> list[dict]:
     if fmt in ("csv", "tsv"):
         with open(path, encoding="utf-8", newline="") as fh:
             reader = csv.DictReader(fh, delimiter="," if fmt == "csv" else "\t")
-            # header is line 1, so data row i is line i+1
-            return [dict(row, _line=i + 2) for i, row in enumerate(reader)]
+            rows = []
+            start = 2  # the header is line 1
+            for row in reader:
+                rows.append(dict(row, _line=start))  # the line the record starts on
+                start = reader.line_num + 1
+            return rows
     if fmt == "parquet":
         import pandas as pd
 
@@ -57,6 +61,9 @@ def _load_local(spec: dict, base: Path) -> tuple[list[dict], dict]:
             rec = {k: row[src] for k, src in fields.items()}
         except KeyError as e:
             raise DataError(f"{path}:{line}: missing field {e.args[0]!r} (fields mapping: {fields})") from None
+        for k in ("premise", "hypothesis"):
+            if not isinstance(rec[k], str) or not rec[k].strip():
+                raise DataError(f"{path}:{line}: field {fields[k]!r} ({k}) is empty or not text: {rec[k]!r}")
         meta = row.get("meta") if isinstance(row.get("meta"), dict) else {}
         rec["meta"] = dict(meta, line=line)
         recs.append(rec)

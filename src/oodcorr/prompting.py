@@ -36,21 +36,34 @@ def verbaliser_ids(tokenizer, verbalisers: dict, labels: list[str], model_name: 
     return ids
 
 
-def encode_prompts(tokenizer, records: list[dict], template: str, max_length: int) -> tuple[list[list[int]], int]:
-    """Token ids per record, trailing special tokens stripped, left-truncated to ``max_length``.
+def _appended_specials(with_special: list[int], without: list[int]) -> int:
+    """How many tokens ``add_special_tokens=True`` appended after the text's own tokens."""
+    n = len(without)
+    for start in range(len(with_special) - n + 1):
+        if with_special[start:start + n] == without:
+            return len(with_special) - start - n
+    return 0
 
-    Left truncation keeps the end of the prompt (the hypothesis and the question),
-    which the score is read from; a leading special token (BOS) is kept.
+
+def encode_prompts(tokenizer, records: list[dict], template: str, max_length: int) -> tuple[list[list[int]], int]:
+    """Token ids per record, left-truncated to ``max_length``.
+
+    Only what the tokenizer itself appends (an EOS or SEP) is stripped, so the
+    score is read at the prompt's own last token; a template that ends in a
+    special cue token keeps it. Left truncation keeps the end of the prompt (the
+    hypothesis and the question) and a leading special token (BOS).
     Returns (ids, number of truncated prompts).
     """
     texts = [format_prompt(template, r["premise"], r["hypothesis"]) for r in records]
     enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
+    bare = tokenizer(texts, add_special_tokens=False)["input_ids"]
     special = set(tokenizer.all_special_ids)
     out, n_trunc = [], 0
-    for ids in enc:
+    for ids, plain in zip(enc, bare):
         ids = list(ids)
-        while len(ids) > 1 and ids[-1] in special:
-            ids.pop()
+        tail = _appended_specials(ids, list(plain))
+        if tail:
+            ids = ids[:-tail]
         if len(ids) > max_length:
             n_trunc += 1
             head = ids[:1] if ids[0] in special else []
@@ -82,7 +95,11 @@ def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 
 def _forward_params(model) -> set[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return set(inspect.signature(base.forward).parameters)
+    params = set(inspect.signature(base.forward).parameters)
+    if not type(base).__module__.startswith("transformers."):
+        # remote code may treat logits_to_keep differently: compute every position's logits
+        params.discard("logits_to_keep")
+    return params
 
 
 def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,

@@ -1,12 +1,13 @@
 rule prepare_dataset:
     """Load a dataset from its registry entry into normalised JSONL (+ provenance)."""
+    input:
+        lambda wc: EXP.dataset_input(wc.dataset),
     output:
         data="results/data/{dataset}.jsonl",
         meta="results/data/{dataset}.meta.json",
     params:
-        spec=lambda wc: EXP.dataset(wc.dataset),
+        spec=lambda wc: EXP.dataset_params(wc.dataset),
         labels=EXP.labels,
-        basedir=workflow.basedir,
     log:
         "logs/data/{dataset}.log",
     conda:
@@ -38,7 +39,7 @@ rule build_tiny_model:
     output:
         directory("results/models/{model}"),
     params:
-        spec=lambda wc: EXP.models[wc.model]["tiny"],
+        spec=lambda wc: EXP.model_spec(wc.model)["tiny"],
         seed=config["pretraining_corpus"]["seed"],
     threads: model_threads("build_tiny_model")
     resources:

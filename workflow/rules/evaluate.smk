@@ -34,8 +34,6 @@ rule evaluate:
                                                   f"checkpoint-{wc.step}"),
         tiny_dir=tiny_dir_param,
         model_spec=lambda wc: EXP.model_spec(wc.model),
-        batch_size=config["evaluation"]["batch_size"],
-        max_tokens=config["evaluation"]["max_tokens"],
         provenance=lambda wc: EXP.eval_provenance(wc),
     threads: model_threads("evaluate")
     resources:

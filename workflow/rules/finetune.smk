@@ -13,7 +13,7 @@ rule finetune:
         run_dir=lambda wc, output: os.path.dirname(output.manifest),
         tiny_dir=tiny_dir_param,
         model_spec=lambda wc: EXP.model_spec(wc.model),
-        finetune=lambda wc: EXP.finetune_cfg(wc.model),
+        finetune=lambda wc: EXP.finetune_params(wc.model),
         prompt=lambda wc: EXP.prompt_for(wc.model),
         labels=EXP.labels,
         steps=lambda wc: EXP.checkpoint_steps(EXP.run_from_wildcards(wc)),

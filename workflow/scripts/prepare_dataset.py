@@ -5,7 +5,10 @@ from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-records, provenance = prepare(sm.wildcards.dataset, sm.params.spec, sm.params.labels, sm.params.basedir)
+spec = dict(sm.params.spec)
+if len(sm.input):  # a local file, resolved by the workflow
+    spec["path"] = sm.input[0]
+records, provenance = prepare(sm.wildcards.dataset, spec, sm.params.labels)
 if "warning" in provenance:
     print("WARNING:", provenance["warning"])
 write_jsonl_atomic(sm.output.data, records)
