@@ -106,21 +106,18 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
     good = {}
     for step, d in _ckpt_dirs(ckpt_root):
         ok, why = verify_checkpoint(d, full=False)
-        if not ok:
-            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
-            log.warning("ignoring incomplete checkpoint %s (%s); moved to %s", d, why, bad)
-            d.rename(bad)
-            continue
-        good[step] = d
+        if ok:
+            good[step] = d
+        else:
+            _move_aside(d, why)
     for step in sorted(good, reverse=True):
         d = good[step]
         if step == 0 or not is_resumable(d):
             continue
         ok, why = verify_checkpoint(d, full=True)
         if not ok:
-            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
-            log.warning("resume candidate %s failed its sha256 check (%s); moved to %s", d, why, bad)
-            d.rename(bad)
+            _move_aside(d, why)
+            del good[step]
             continue
         missing = [s for s in (steps or []) if s < step and s not in good]
         if missing:
@@ -128,6 +125,12 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
             return None
         return d
     return None
+
+
+def _move_aside(d: Path, why: str) -> None:
+    bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+    log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
+    d.rename(bad)
 
 
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
