@@ -118,3 +118,42 @@ def test_bookkeeping_changes_rerun_nothing(micro_run):
     dry = smk(wd, path, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_finetune_killed_under_snakemake_resumes(tmp_path):
+    """SIGKILL the finetune job's process: Snakemake fails the job and deletes its declared
+    output (the manifest) but not the checkpoints, and the rerun resumes from them."""
+    import os
+    import signal
+    import time
+
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
+    cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+           "--cores", "1", "results/finetune/micro-opt/synth/n64/seed0/manifest.json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = tmp_path / "results/finetune/micro-opt/synth/n64/seed0"
+    marker = run / "checkpoints/checkpoint-200/oodcorr_manifest.json"
+    deadline = time.time() + 600
+    while not marker.exists():
+        assert proc.poll() is None, "snakemake ended before checkpoint 200"
+        assert time.time() < deadline
+        time.sleep(0.1)
+    # the job's own Python process (not Snakemake) dies, as under an OOM killer
+    pids = subprocess.run(["pgrep", "-f", "finetune.py"], capture_output=True, text=True).stdout.split()
+    victims = [int(p) for p in pids if os.getpgid(int(p)) == proc.pid]
+    assert victims
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0
+    assert not (run / "manifest.json").exists()
+    assert (run / "checkpoints/checkpoint-200/model.safetensors").exists()
+
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = json.loads((run / "manifest.json").read_text())
+    resumed = int(info["resumed_from"].rsplit("-", 1)[1])
+    assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
