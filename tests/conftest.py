@@ -13,6 +13,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 LABELS = ["entailment", "non-entailment"]
+
+
+def label_mode(name: str = "binary") -> dict:
+    """A label mode from resources/label_modes.yaml, as the workflow passes it to the package."""
+    import yaml
+
+    modes = yaml.safe_load((REPO / "resources" / "label_modes.yaml").read_text())
+    return dict(modes[name], name=name)
+
+
+BINARY = label_mode("binary")
 PROMPT = {"template": "{premise} Question: {hypothesis} Yes or No?",
           "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
 

@@ -6,7 +6,7 @@ import pytest
 from oodcorr.data import balanced_sample, prepare, stratified_sample
 from oodcorr.io import DataError, read_jsonl, write_jsonl_atomic
 
-LABELS = ["entailment", "non-entailment"]
+from conftest import BINARY, LABELS
 
 
 def _recs(n_e, n_n):
@@ -16,10 +16,10 @@ def _recs(n_e, n_n):
 
 def test_synthetic_source_and_fingerprint():
     spec = {"source": "synthetic", "shift": "negation", "n": 50, "seed": 1}
-    recs, prov = prepare("neg", spec, LABELS)
-    recs2, prov2 = prepare("neg", spec, LABELS)
+    recs, prov = prepare("neg", spec, BINARY)
+    recs2, prov2 = prepare("neg", spec, BINARY)
     assert recs == recs2 and prov["fingerprint"] == prov2["fingerprint"]
-    _, prov3 = prepare("neg", dict(spec, seed=2), LABELS)
+    _, prov3 = prepare("neg", dict(spec, seed=2), BINARY)
     assert prov3["fingerprint"] != prov["fingerprint"]
     assert prov["label_counts"] == {"entailment": 25, "non-entailment": 25}
     assert all(set(r) == {"premise", "hypothesis", "label", "meta"} for r in recs)
@@ -41,7 +41,7 @@ def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
     spec = {"source": "local", "path": str(path),
             "fields": {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold"},
             "label_map": {"entails": "entailment", "contradiction": "non-entailment", "neutral": None}}
-    recs, prov = prepare("x", spec, LABELS)
+    recs, prov = prepare("x", spec, BINARY)
     assert [r["premise"] for r in recs] == ["a", "c", "d"]  # neutral dropped
     assert [r["label"] for r in recs] == ["entailment", "non-entailment", "entailment"]
     assert prov["fingerprint"].startswith("sha256:") and prov["n_before_cap"] == 3
@@ -52,7 +52,7 @@ def test_unknown_label_names_file_and_line(tmp_path):
     write_jsonl_atomic(path, [{"premise": "a", "hypothesis": "b", "label": "entailment"},
                               {"premise": "a", "hypothesis": "b", "label": "maybe"}])
     with pytest.raises(DataError, match=r"d\.jsonl:2: unknown label 'maybe'"):
-        prepare("x", {"source": "local", "path": str(path)}, LABELS)
+        prepare("x", {"source": "local", "path": str(path)}, BINARY)
 
 
 def test_malformed_jsonl_line_is_named(tmp_path):
@@ -64,17 +64,17 @@ def test_malformed_jsonl_line_is_named(tmp_path):
 
 def test_missing_file_and_empty_after_mapping(tmp_path):
     with pytest.raises(DataError, match="file not found"):
-        prepare("x", {"source": "local", "path": str(tmp_path / "nope.jsonl")}, LABELS)
+        prepare("x", {"source": "local", "path": str(tmp_path / "nope.jsonl")}, BINARY)
     path = tmp_path / "n.jsonl"
     write_jsonl_atomic(path, [{"premise": "a", "hypothesis": "b", "label": "neutral"}])
     with pytest.raises(DataError, match="no examples left"):
-        prepare("x", {"source": "local", "path": str(path), "label_map": {"neutral": None}}, LABELS)
+        prepare("x", {"source": "local", "path": str(path), "label_map": {"neutral": None}}, BINARY)
 
 
 def test_single_class_is_a_warning_not_an_error(tmp_path):
     path = tmp_path / "one.jsonl"
     write_jsonl_atomic(path, [{"premise": "a", "hypothesis": "b", "label": "entailment"}] * 3)
-    recs, prov = prepare("one", {"source": "local", "path": str(path)}, LABELS)
+    recs, prov = prepare("one", {"source": "local", "path": str(path)}, BINARY)
     assert len(recs) == 3 and "single class" in prov["warning"]
 
 
@@ -103,7 +103,7 @@ def test_csv_line_numbers_survive_multiline_fields_and_empty_text_is_named(tmp_p
     path = tmp_path / "m.csv"
     path.write_text('premise,hypothesis,label\n"two\nlines",h,entailment\np,h,maybe\n')
     with pytest.raises(DataError, match=r"m\.csv:4: unknown label 'maybe'"):
-        prepare("m", {"source": "local", "path": str(path)}, LABELS)
+        prepare("m", {"source": "local", "path": str(path)}, BINARY)
     path.write_text("premise,hypothesis,label\np,h,entailment\n,h,entailment\n")
     with pytest.raises(DataError, match=r"m\.csv:3: field 'premise' \(premise\) is empty"):
-        prepare("m", {"source": "local", "path": str(path)}, LABELS)
+        prepare("m", {"source": "local", "path": str(path)}, BINARY)

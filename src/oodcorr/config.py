@@ -15,6 +15,10 @@ from typing import Any
 import yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+LABEL_MODES = "resources/label_modes.yaml"
+SCHEMA = "config/schema.yaml"
+DATASET_SOURCES = ("synthetic", "local", "hub")
+MODEL_SOURCES = ("tiny", "hub", "path", "package")
 
 
 class ConfigError(ValueError):
@@ -68,12 +72,34 @@ class Experiment:
     def __init__(self, config: dict, basedir: str | Path = "."):
         self.config = config
         self.basedir = Path(basedir)
+        self.label_mode = self._load_label_mode()
         self.datasets = self._load_datasets()
         self.models = {m["name"]: m for m in config["models"]}
         self.in_domain = {d["name"]: d for d in config["in_domain"]}
         self.validate()
 
-    # ---- registry --------------------------------------------------------------------
+    # ---- registries --------------------------------------------------------------------
+    def _load_label_mode(self) -> dict:
+        """The experiment's label mode: resources/label_modes.yaml plus the config's ``label_modes``."""
+        modes = dict(load_yaml(self.basedir / LABEL_MODES) or {})
+        modes.update(self.config.get("label_modes") or {})
+        name = self.config.get("label_mode", "binary")
+        if name not in modes:
+            raise ConfigError(f"label_mode: {name!r} is not defined in {LABEL_MODES} or `label_modes` "
+                              f"(known: {', '.join(sorted(modes))})")
+        mode = modes[name]
+        _check_schema(mode, "label_mode", f"label_modes.{name}", self.basedir)
+        targets = set(mode["labels"])
+        for raw, lab in (mode.get("map") or {}).items():
+            if lab is not None and lab not in targets:
+                raise ConfigError(f"label_modes.{name}.map.{raw}: {lab!r} is not one of its labels {mode['labels']}")
+        for coarse, preds in (mode.get("coarse") or {}).items():
+            bad = [x for x in preds if x not in targets]
+            if bad or coarse in targets:
+                raise ConfigError(f"label_modes.{name}.coarse.{coarse}: must be a label the model does not "
+                                  f"output, collapsing labels among {mode['labels']} (got {preds})")
+        return canonical(dict(mode, name=name))
+
     def _load_datasets(self) -> dict[str, dict]:
         reg: dict[str, dict] = {}
         for rel in self.config.get("registries", []):
@@ -85,7 +111,9 @@ class Experiment:
             for name, entry in entries.items():
                 if not isinstance(entry, dict):
                     raise ConfigError(f"registries: {path}: dataset {name!r} must be a mapping")
-                reg[name] = dict(entry, _registry=str(path))
+                _check_schema(entry, "dataset", f"{path}: dataset {name!r}", self.basedir)
+                # a later registry refines an earlier one's entry (e.g. a local-file override)
+                reg[name] = dict(deep_merge(reg.get(name, {}), entry), _registry=str(path))
         for name, entry in (self.config.get("datasets") or {}).items():
             # an inline entry overrides (merges over) a registry entry of the same name
             reg[name] = deep_merge(reg.get(name, {}), entry)
@@ -120,24 +148,39 @@ class Experiment:
             if not NAME_RE.match(t):
                 raise ConfigError(f"ood_testsets: {t!r} must match {NAME_RE.pattern}")
             self.dataset(t)
-        prompt = self.config["prompt"]
-        for field in ("{premise}", "{hypothesis}"):
-            if field not in prompt["template"]:
-                raise ConfigError(f"prompt.template must contain {field}: {prompt['template']!r}")
-        missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
-        if missing:
-            raise ConfigError(f"prompt.verbalisers: no verbaliser for label(s) {missing}")
+        for name in self.all_datasets():
+            spec = self.dataset(name)
+            if spec.get("source") not in DATASET_SOURCES:
+                where = spec.get("_registry", "datasets")
+                raise ConfigError(f"{where}: dataset {name!r}: source must be one of {', '.join(DATASET_SOURCES)} "
+                                  f"(got {spec.get('source')!r})")
         for m in cfg["models"]:
-            sources = [k for k in ("tiny", "hub", "path") if m.get(k)]
+            sources = [k for k in MODEL_SOURCES if m.get(k)]
             if len(sources) != 1:
-                raise ConfigError(f"models[{m['name']}]: give exactly one of `tiny`, `hub`, `path` (got {sources or 'none'})")
+                raise ConfigError(f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
+                                  f"(got {sources or 'none'})")
+            if self.method(m["name"]) == "pattern":
+                prompt = self.prompt_for(m["name"])
+                where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
+                for field in ("{premise}", "{hypothesis}"):
+                    if field not in prompt["template"]:
+                        raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
+                missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
+                if missing:
+                    raise ConfigError(f"{where}.verbalisers: no verbaliser for label(s) {missing} "
+                                      f"(label_mode {self.label_mode['name']!r} predicts {self.labels})")
             for run in self.runs_for_model(m["name"]):
                 self.checkpoint_steps(run)
 
     # ---- enumeration -------------------------------------------------------------------
     @property
     def labels(self) -> list[str]:
-        return list(self.config["labels"])
+        """The labels every model predicts, in order (from the label mode)."""
+        return list(self.label_mode["labels"])
+
+    def method(self, model: str) -> str:
+        """How a model is adapted and scored: ``pattern`` (prompt + verbaliser) or ``head``."""
+        return self.models[model].get("method", "pattern")
 
     def finetune_cfg(self, model: str) -> dict:
         """The global finetune block with the model's overrides merged in.
@@ -245,8 +288,9 @@ class Experiment:
         if role is None:
             raise ConfigError(f"testset {wc.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
         m = self.models[run.model]
-        source = {k: m[k] for k in ("hub", "revision", "path") if m.get(k)} or {"tiny": m["tiny"]["model_type"]}
-        return {"model": run.model, "model_source": canonical(source),
+        source = {k: m[k] for k in ("hub", "revision", "path", "package") if m.get(k)} or {"tiny": m["tiny"]["model_type"]}
+        return {"model": run.model, "model_source": canonical(source), "method": self.method(run.model),
+                "label_mode": self.label_mode["name"],
                 "in_domain": run.in_domain, "n_train": run.n_train, "seed": run.seed, "run_id": run.id,
                 "role": role, "finetune_lora": bool(self.finetune_cfg(run.model).get("lora"))}
 
@@ -256,7 +300,11 @@ class Experiment:
 
     def dataset_params(self, name: str) -> dict:
         """A dataset entry minus bookkeeping (description, where it was defined)."""
-        return canonical({k: v for k, v in self.dataset(name).items() if k not in ("description", "_registry")})
+        spec = self.dataset(name)
+        # keys of another source (left by a local override of a hub entry) change nothing
+        unused = {"hub"} if spec.get("source") != "hub" else {"path", "format"}
+        return canonical({k: v for k, v in spec.items()
+                          if k not in ("description", "citation", "_registry", *unused)})
 
     def dataset_input(self, name: str) -> list[str]:
         """A local dataset's file, so Snakemake reruns preparation when the file changes."""
@@ -265,12 +313,33 @@ class Experiment:
             return [str(self.resolve_path(spec["path"]))]
         return []
 
-    def prompt_for(self, model: str) -> dict:
+    def prompt_for(self, model: str) -> dict | None:
+        """The model's prompt (global prompt with its overrides); None for head models, which use none."""
+        if self.method(model) != "pattern":
+            return None
         return canonical(deep_merge(self.config["prompt"], self.models[model].get("prompt")))
 
     def resources(self, model: str, rule: str) -> dict:
         base = self.config.get("resources", {}).get(rule, {})
         return deep_merge(base, (self.models[model].get("resources") or {}).get(rule))
+
+
+_SCHEMAS: dict[str, dict] = {}
+
+
+def _check_schema(obj, definition: str, where: str, basedir: Path) -> None:
+    """Validate ``obj`` against ``$defs/<definition>`` of config/schema.yaml; the error names ``where``."""
+    import jsonschema
+
+    key = str(basedir)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = load_yaml(basedir / SCHEMA)
+    schema = _SCHEMAS[key]
+    sub = {"$defs": schema["$defs"], **schema["$defs"][definition]}
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(sub).iter_errors(obj))
+    if err is not None:
+        path = ".".join(str(x) for x in err.absolute_path)
+        raise ConfigError(f"{where}{'.' + path if path else ''}: {err.message}")
 
 
 def canonical(obj):

@@ -8,28 +8,36 @@ from pathlib import Path
 
 from .io import atomic_path, read_jsonl, write_json_atomic
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 
 
 def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, data_path: str, data_meta: str,
-                     labels: list[str], prompt: dict, max_length: int, out_path: str) -> dict:
-    """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it."""
+                     labels: list[str], prompt: dict | None, max_length: int, out_path: str,
+                     coarse: dict | None = None) -> dict:
+    """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it.
+
+    ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
+    gold labels it cannot predict and the predictions that count as right for them.
+    """
     import torch
 
+    from . import methods
     from .models import load_tokenizer
-    from .prompting import encode_prompts, verbaliser_ids
 
+    method = methods.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
-    verb = verbaliser_ids(tok, prompt["verbalisers"], labels, model_spec["name"])
     recs = read_jsonl(data_path)
-    ids, n_trunc = encode_prompts(tok, recs, prompt["template"], max_length)
-    lab = {l: i for i, l in enumerate(labels)}
+    ids, n_trunc, extra = method.encode(tok, recs, labels=labels, prompt=prompt, max_length=max_length,
+                                        model_name=model_spec["name"])
+    gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
+    lab = {l: i for i, l in enumerate(gold_names)}
     meta = json.loads(Path(data_meta).read_text())
-    cache = {"format": CACHE_FORMAT, "testset": testset, "input_ids": ids,
-             "labels": [lab[r["label"]] for r in recs], "label_names": labels,
-             "verbaliser_ids": verb, "pad_id": int(tok.pad_token_id), "n_truncated": n_trunc,
-             "fingerprint": meta["fingerprint"], "template": prompt["template"],
-             "verbalisers": [prompt["verbalisers"][l] for l in labels]}
+    cache = {"format": CACHE_FORMAT, "testset": testset, "method": method.name, "input_ids": ids,
+             "labels": [lab[r["label"]] for r in recs], "label_names": list(labels), "gold_names": gold_names,
+             "coarse": dict(coarse or {}), "extra": extra, "pad_id": int(tok.pad_token_id), "n_truncated": n_trunc,
+             "fingerprint": meta["fingerprint"], "records_sha256": meta.get("records_sha256"),
+             "template": prompt["template"] if prompt else None,
+             "verbalisers": [prompt["verbalisers"][l] for l in labels] if prompt else None}
     with atomic_path(out_path) as tmp:
         torch.save(cache, tmp)
     return {"n": len(ids), "n_truncated": n_trunc}
@@ -52,17 +60,19 @@ def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[
 
 
 def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu"):
-    """Verbaliser logits for every example of a tokenised testset, in the cache's order."""
+    """One score per label for every example of a tokenised testset, in the cache's order."""
     import torch
 
-    from .prompting import pad_batch, verbaliser_logits
+    from . import methods
+    from .prompting import pad_batch
 
+    method = methods.get(cache["method"])
     ids = cache["input_ids"]
-    out = torch.empty((len(ids), len(cache["verbaliser_ids"])), dtype=torch.float32)
+    out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
     with torch.inference_mode():
         for batch in length_batches([len(x) for x in ids], max_tokens, batch_size):
             inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
-            logits = verbaliser_logits(model, inp.to(device), mask.to(device), cache["verbaliser_ids"])
+            logits = method.label_logits(model, inp.to(device), mask.to(device), cache["extra"])
             out[torch.tensor(batch)] = logits.cpu()
     return out
 
@@ -74,6 +84,7 @@ def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: i
     import torch
 
     from .finetune import verify_checkpoint
+    from .methods import correct_mask
     from .models import load_checkpoint
 
     t0 = time.time()
@@ -83,14 +94,14 @@ def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: i
         raise RuntimeError(f"checkpoint not usable: {why}")
     cache = torch.load(tokenized, weights_only=True)
     t_load = time.time()
-    model = load_checkpoint(model_spec, checkpoint, tiny_dir, device)
+    model = load_checkpoint(model_spec, checkpoint, tiny_dir, device, cache["label_names"], cache["pad_id"])
     t_model = time.time()
     logits = score(model, cache, batch_size, max_tokens, device)
     t_fwd = time.time()
     pred = logits.argmax(-1)
     gold = torch.tensor(cache["labels"])
-    correct = (pred == gold)
-    names = cache["label_names"]
+    correct = correct_mask(pred, gold, cache["gold_names"], cache["coarse"])
+    names = cache["gold_names"]
     n = len(gold)
     result = {
         "accuracy": int(correct.sum()) / n if n else float("nan"), "n": n,
@@ -98,6 +109,7 @@ def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: i
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold.tolist()).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred.tolist()).items())},
         "step": step, "testset": cache["testset"], "fingerprint": cache["fingerprint"],
+        "records_sha256": cache["records_sha256"], "method": cache["method"],
         "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
         "checkpoint": str(checkpoint),
         "timing_s": {"cache": round(t_load - t0, 3), "model": round(t_model - t_load, 3),
@@ -106,7 +118,7 @@ def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: i
     }
     df = pd.DataFrame({"index": range(n), "label": [names[g] for g in gold.tolist()],
                        "pred": [names[p] for p in pred.tolist()], "correct": correct.numpy()})
-    for j, name in enumerate(names):
+    for j, name in enumerate(cache["label_names"]):
         df[f"logit_{name}"] = logits[:, j].numpy()
     with atomic_path(out_predictions) as tmp:
         df.to_parquet(tmp, index=False)

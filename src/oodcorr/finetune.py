@@ -1,4 +1,4 @@
-"""Pattern-based finetuning with checkpoints on a schedule, resumable after a kill.
+"""Finetuning (pattern or classification head) with checkpoints on a schedule, resumable after a kill.
 
 Layout of a run's folder (``run_dir``)::
 
@@ -184,21 +184,20 @@ def _make_trainer_classes():
     import torch
     from transformers import Trainer, TrainerCallback
 
-    from .prompting import verbaliser_logits
-
-    class VerbaliserTrainer(Trainer):
-        """Cross-entropy over the verbaliser logits at the last real prompt token."""
+    class LabelTrainer(Trainer):
+        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits)."""
 
         # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
         loss_is_scaled_for_ga = False
 
-        def __init__(self, *a, verb_ids=None, **kw):
+        def __init__(self, *a, method=None, extra=None, **kw):
             super().__init__(*a, **kw)
-            self.verb_ids = torch.tensor(verb_ids)
+            self.method = method
+            self.extra = extra or {}
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             labels = inputs["labels"]
-            logits = verbaliser_logits(model, inputs["input_ids"], inputs["attention_mask"], self.verb_ids)
+            logits = self.method.label_logits(model, inputs["input_ids"], inputs["attention_mask"], self.extra)
             loss = torch.nn.functional.cross_entropy(logits, labels.to(logits.device))
             return (loss, {"logits": logits}) if return_outputs else loss
 
@@ -219,7 +218,7 @@ def _make_trainer_classes():
             prune_resume_state(self.ckpt_root, keep=d)
             return control
 
-    return VerbaliserTrainer, ScheduleCallback
+    return LabelTrainer, ScheduleCallback
 
 
 class _Collator:
@@ -236,11 +235,12 @@ class _Collator:
                 "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long)}
 
 
-def apply_lora(model, lora: dict):
+def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
+    """LoRA adapters; for a classification head (``SEQ_CLS``) peft also trains and saves the head."""
     from peft import LoraConfig, get_peft_model
 
     cfg = LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora.get("dropout", 0.0)),
-                     target_modules=lora.get("target_modules") or None, task_type="CAUSAL_LM", bias="none")
+                     target_modules=lora.get("target_modules") or None, task_type=task_type, bias="none")
     return get_peft_model(model, cfg)
 
 
@@ -248,7 +248,9 @@ def base_weights_fingerprint(model_spec: dict, tiny_dir: str | None) -> str:
     """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
     if model_spec.get("hub"):
         return f"hub:{model_spec['hub']}@{model_spec.get('revision') or 'unpinned'}"
-    d = Path(tiny_dir if model_spec.get("tiny") else model_spec["path"])
+    from .models import model_source
+
+    d = Path(model_source(model_spec, tiny_dir)[0])
     files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
     return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
 
@@ -257,15 +259,15 @@ def _history(trainer) -> list[dict]:
     return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
 
 
-def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str], prompt: dict,
+def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str], prompt: dict | None,
              ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int, run_dir: str,
              manifest_path: str, device: str = "cpu", threads: int = 1) -> dict:
     import torch
     from transformers import TrainingArguments, set_seed
 
+    from . import methods
     from .data import balanced_sample
-    from .models import load_causal_lm, load_tokenizer
-    from .prompting import encode_prompts, verbaliser_ids
+    from .models import load_model, load_tokenizer
 
     t0 = time.time()
     torch.set_num_threads(threads)
@@ -280,17 +282,18 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     guard_run_identity(run_dir, identity)
     ckpt_root.mkdir(parents=True, exist_ok=True)
 
+    method = methods.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
-    verb = verbaliser_ids(tok, prompt["verbalisers"], labels, model_spec["name"])
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
-    ids, n_trunc = encode_prompts(tok, train, prompt["template"], int(ft["max_length"]))
+    ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
+                                        model_name=model_spec["name"])
     label_idx = {lab: i for i, lab in enumerate(labels)}
     dataset = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
 
     set_seed(seed)
-    model = load_causal_lm(model_spec, tiny_dir, device)
+    model = load_model(model_spec, tiny_dir, device, labels, tok.pad_token_id)
     if ft.get("lora"):
-        model = apply_lora(model, ft["lora"])
+        model = apply_lora(model, ft["lora"], method.peft_task)
 
     # step 0: the model before any update (for LoRA: the fresh adapter, equal to the base model)
     c0 = ckpt_root / "checkpoint-0"
@@ -308,7 +311,7 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     else:
         if resume is not None:
             log.info("resuming from %s", resume)
-        VerbaliserTrainer, ScheduleCallback = _make_trainer_classes()
+        LabelTrainer, ScheduleCallback = _make_trainer_classes()
         bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
         args = TrainingArguments(
             output_dir=str(ckpt_root), max_steps=max_steps,
@@ -322,9 +325,9 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
             remove_unused_columns=False, dataloader_num_workers=0,
             use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
         )
-        trainer = VerbaliserTrainer(model=model, args=args, train_dataset=dataset,
-                                    data_collator=_Collator(tok.pad_token_id), verb_ids=verb,
-                                    callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
+        trainer = LabelTrainer(model=model, args=args, train_dataset=dataset,
+                               data_collator=_Collator(tok.pad_token_id), method=method, extra=extra,
+                               callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         history = _history(trainer)
 
@@ -340,7 +343,7 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
-    info = {"model": model_spec["name"], "n_train": n_train, "seed": seed, "max_steps": max_steps,
+    info = {"model": model_spec["name"], "method": method.name, "n_train": n_train, "seed": seed, "max_steps": max_steps,
             "checkpoints": entries, "resumed_from": str(resume) if resume else None, "trained": not done,
             "n_truncated_prompts": n_trunc,
             "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,

@@ -9,6 +9,21 @@ from .config import ConfigError
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
 
 
+def package_dir(spec: dict) -> Path:
+    """The folder ``<package>/<sub/folder>`` inside an installed Python package (nothing is imported)."""
+    import importlib.util
+
+    pkg, _, sub = spec["package"].partition("/")
+    found = importlib.util.find_spec(pkg)
+    if found is None or not found.submodule_search_locations:
+        raise ConfigError(f"models[{spec['name']}].package: Python package {pkg!r} is not installed "
+                          f"(e.g. pip install {pkg.replace('_', '-')})")
+    d = Path(list(found.submodule_search_locations)[0]) / sub
+    if not d.is_dir():
+        raise ConfigError(f"models[{spec['name']}].package: {d} does not exist")
+    return d
+
+
 def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
     if spec.get("tiny"):
@@ -17,6 +32,8 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
         return str(tiny_dir), {}
     if spec.get("path"):
         return str(spec["path"]), {}
+    if spec.get("package"):
+        return str(package_dir(spec)), {}
     kwargs = {}
     if spec.get("revision"):
         kwargs["revision"] = spec["revision"]
@@ -51,29 +68,44 @@ def _check_local_weights(src: str, spec: dict) -> None:
                           "set trust_remote_code: true on this model to opt in")
 
 
-def load_causal_lm(spec: dict, tiny_dir=None, device: str = "cpu"):
+def load_model(spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str] | None = None,
+               pad_token_id: int | None = None):
+    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
     import torch
-    from transformers import AutoModelForCausalLM
+    import transformers
 
+    from . import methods
+
+    method = methods.get(spec.get("method"))
     src, kw = model_source(spec, tiny_dir)
     _check_local_weights(src, spec)
+    if method.name != "pattern":
+        if not labels:
+            raise ConfigError(f"models[{spec['name']}]: method {method.name!r} needs the label list")
+        kw.update(method.model_kwargs(labels, pad_token_id))
     dtype = spec.get("dtype", "float32")
-    model = AutoModelForCausalLM.from_pretrained(
+    model = getattr(transformers, method.auto_class).from_pretrained(
         src, trust_remote_code=bool(spec.get("trust_remote_code", False)),
         use_safetensors=None if spec.get("allow_pickle_weights") else True,
         dtype=getattr(torch, dtype) if dtype != "auto" else "auto", **kw)
     return model.to(device)
 
 
-def load_checkpoint(spec: dict, ckpt_dir: str | Path, tiny_dir=None, device: str = "cpu"):
+def load_causal_lm(spec: dict, tiny_dir=None, device: str = "cpu"):
+    return load_model(dict(spec, method="pattern"), tiny_dir, device)
+
+
+def load_checkpoint(spec: dict, ckpt_dir: str | Path, tiny_dir=None, device: str = "cpu",
+                    labels: list[str] | None = None, pad_token_id: int | None = None):
     """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
         from peft import PeftModel
 
-        base = load_causal_lm(spec, tiny_dir, device)
+        base = load_model(spec, tiny_dir, device, labels, pad_token_id)
         model = PeftModel.from_pretrained(base, str(ckpt_dir))
     else:
-        model = load_causal_lm(dict(spec, tiny=None, hub=None, path=str(ckpt_dir), revision=None), None, device)
+        own = dict(spec, tiny=None, hub=None, package=None, path=str(ckpt_dir), revision=None)
+        model = load_model(own, None, device, labels, pad_token_id)
     model.eval()
     return model

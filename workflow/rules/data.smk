@@ -7,7 +7,7 @@ rule prepare_dataset:
         meta="results/data/{dataset}.meta.json",
     params:
         spec=lambda wc: EXP.dataset_params(wc.dataset),
-        labels=EXP.labels,
+        mode=EXP.label_mode,
     log:
         "logs/data/{dataset}.log",
     conda:

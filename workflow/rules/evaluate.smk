@@ -11,6 +11,7 @@ rule tokenize_testset:
         model_spec=lambda wc: EXP.model_spec(wc.model),
         prompt=lambda wc: EXP.prompt_for(wc.model),
         labels=EXP.labels,
+        coarse=EXP.label_mode.get("coarse", {}),
         max_length=config["evaluation"]["max_length"],
     log:
         "logs/tokenize/{model}/{testset}.log",

@@ -8,7 +8,7 @@ setup_logging(sm.log[0])
 spec = dict(sm.params.spec)
 if len(sm.input):  # a local file, resolved by the workflow
     spec["path"] = sm.input[0]
-records, provenance = prepare(sm.wildcards.dataset, spec, sm.params.labels)
+records, provenance = prepare(sm.wildcards.dataset, spec, sm.params.mode)
 if "warning" in provenance:
     print("WARNING:", provenance["warning"])
 write_jsonl_atomic(sm.output.data, records)

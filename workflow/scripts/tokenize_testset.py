@@ -7,5 +7,5 @@ setup_logging(sm.log[0])
 info = tokenize_testset(model_spec=sm.params.model_spec, tiny_dir=sm.params.tiny_dir,
                         testset=sm.wildcards.testset, data_path=sm.input.data, data_meta=sm.input.meta,
                         labels=sm.params.labels, prompt=sm.params.prompt, max_length=sm.params.max_length,
-                        out_path=sm.output[0])
+                        coarse=sm.params.coarse, out_path=sm.output[0])
 print(info)

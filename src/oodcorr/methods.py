@@ -1,0 +1,103 @@
+"""Adaptation methods: how a model reads an NLI example and gives one score per label.
+
+A model entry picks its method with ``method:``:
+
+``pattern`` (default; the paper's)
+    A causal LM reads the prompt template; the score of each label is the
+    next-token logit of its verbaliser token, read at the last real prompt token.
+``head``
+    ``AutoModelForSequenceClassification`` reads the (premise, hypothesis) pair
+    the way the tokenizer encodes sentence pairs; the scores are the
+    classification head's logits. Works for encoders (BERT-like: a new head on
+    the pooled output) and decoders (transformers pools at the last non-pad
+    token).
+
+Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
+evaluation (argmax) are the same code for every method. To add a method, add a
+class with the same four members to ``METHODS``.
+"""
+from __future__ import annotations
+
+from .config import ConfigError
+
+
+class Pattern:
+    name = "pattern"
+    auto_class = "AutoModelForCausalLM"
+    peft_task = "CAUSAL_LM"
+
+    @staticmethod
+    def model_kwargs(labels: list[str], pad_token_id: int | None) -> dict:
+        return {}
+
+    @staticmethod
+    def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
+               model_name: str) -> tuple[list[list[int]], int, dict]:
+        """(token ids per record, number truncated, what scoring needs: the verbaliser ids)."""
+        from .prompting import encode_prompts, verbaliser_ids
+
+        if not prompt:
+            raise ConfigError(f"models[{model_name}]: the pattern method needs a prompt")
+        verb = verbaliser_ids(tokenizer, prompt["verbalisers"], labels, model_name)
+        ids, n_trunc = encode_prompts(tokenizer, records, prompt["template"], max_length)
+        return ids, n_trunc, {"verbaliser_ids": verb}
+
+    @staticmethod
+    def label_logits(model, input_ids, attention_mask, extra: dict):
+        from .prompting import verbaliser_logits
+
+        return verbaliser_logits(model, input_ids, attention_mask, extra["verbaliser_ids"])
+
+
+class Head:
+    name = "head"
+    auto_class = "AutoModelForSequenceClassification"
+    peft_task = "SEQ_CLS"
+
+    @staticmethod
+    def model_kwargs(labels: list[str], pad_token_id: int | None) -> dict:
+        kw = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+              "label2id": {lab: i for i, lab in enumerate(labels)}}
+        if pad_token_id is not None:
+            # decoders pool at the last token that is not padding: they must know the pad id
+            kw["pad_token_id"] = int(pad_token_id)
+        return kw
+
+    @staticmethod
+    def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
+               model_name: str) -> tuple[list[list[int]], int, dict]:
+        premises = [r["premise"].strip() for r in records]
+        hypotheses = [r["hypothesis"].strip() for r in records]
+        full = tokenizer(premises, hypotheses)["input_ids"]
+        ids = tokenizer(premises, hypotheses, truncation="longest_first", max_length=max_length)["input_ids"]
+        n_trunc = sum(len(a) != len(b) for a, b in zip(full, ids))
+        return [list(x) for x in ids], n_trunc, {}
+
+    @staticmethod
+    def label_logits(model, input_ids, attention_mask, extra: dict):
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+
+
+METHODS = {m.name: m for m in (Pattern, Head)}
+
+
+def get(name: str | None):
+    try:
+        return METHODS[name or "pattern"]
+    except KeyError:
+        raise ConfigError(f"method {name!r} is unknown; known: {', '.join(METHODS)}") from None
+
+
+def correct_mask(pred, gold, label_names: list[str], coarse: dict | None):
+    """Which predictions are right: equal to the gold label, or (for a coarse gold
+    label, such as non-entailment under a 3-way mode) one of the labels it collapses."""
+    import torch
+
+    ok = pred == gold
+    for gold_name, preds in (coarse or {}).items():
+        if gold_name not in label_names:
+            continue
+        g = label_names.index(gold_name)
+        allowed = torch.tensor([label_names.index(p) for p in preds])
+        ok |= (gold == g) & torch.isin(pred, allowed)
+    return ok
