@@ -66,16 +66,40 @@ class Head:
     @staticmethod
     def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
                model_name: str) -> tuple[list[list[int]], int, dict]:
+        """Sentence-pair token ids; segment ids (BERT's token_type_ids) are rebuilt at scoring time
+        from the separator token, and checked here against the tokenizer's own."""
         premises = [r["premise"].strip() for r in records]
         hypotheses = [r["hypothesis"].strip() for r in records]
         full = tokenizer(premises, hypotheses)["input_ids"]
-        ids = tokenizer(premises, hypotheses, truncation="longest_first", max_length=max_length)["input_ids"]
+        enc = tokenizer(premises, hypotheses, truncation="longest_first", max_length=max_length)
+        ids = [list(x) for x in enc["input_ids"]]
         n_trunc = sum(len(a) != len(b) for a, b in zip(full, ids))
-        return [list(x) for x in ids], n_trunc, {}
+        extra = {}
+        types = enc.get("token_type_ids")
+        if types is not None and any(any(t) for t in types):
+            extra["sep_id"] = tokenizer.sep_token_id
+            import torch
+
+            for x, t in zip(ids, types):
+                got = _segments(torch.tensor([x]), torch.ones(1, len(x), dtype=torch.long), extra["sep_id"])
+                if got[0].tolist() != list(t):
+                    raise ConfigError(f"models[{model_name}]: the tokenizer's segment ids for sentence pairs "
+                                      "do not follow the [CLS] A [SEP] B [SEP] layout this method rebuilds")
+        return ids, n_trunc, extra
 
     @staticmethod
     def label_logits(model, input_ids, attention_mask, extra: dict):
-        return model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if extra.get("sep_id") is not None:
+            kwargs["token_type_ids"] = _segments(input_ids, attention_mask, extra["sep_id"])
+        return model(**kwargs).logits.float()
+
+
+def _segments(input_ids, attention_mask, sep_id: int):
+    """Segment ids: 1 from the token after the first separator on (padding stays 0)."""
+    is_sep = (input_ids == sep_id).long()
+    before = is_sep.cumsum(-1) - is_sep
+    return (before >= 1).long() * attention_mask
 
 
 METHODS = {m.name: m for m in (Pattern, Head)}
