@@ -25,6 +25,8 @@ if not workflow.overwrite_configfiles:
 
 validate(config, "config/schema.yaml", set_default=True)
 EXP = Experiment(config, workflow.basedir)
+for _warning in EXP.warnings:
+    print(f"oodcorr warning: {_warning}", file=sys.stderr)
 ENV = "envs/oodcorr.yaml"
 
 wildcard_constraints:

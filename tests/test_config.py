@@ -102,3 +102,82 @@ def test_params_ignore_bookkeeping_and_key_order(default_config):
     reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
     assert Experiment(reordered, REPO).model_spec("tiny-opt") == spec
     assert repr(Experiment(reordered, REPO).model_spec("tiny-opt")) == repr(spec)
+
+
+def _load(name):
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    return cfg
+
+
+def test_paper_grid_plans_the_whole_grid_offline():
+    """config/paper.yaml: 8 models x {MNLI, SNLI} x n_train x seeds, each checkpoint on 8 testsets."""
+    cfg = _load("paper.yaml")
+    exp = Experiment(cfg, REPO)
+    hubs = sorted(m["hub"] for m in cfg["models"])
+    assert hubs == sorted(["allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B", "allenai/OLMo-2-0325-32B",
+                           "facebook/opt-2.7b", "facebook/opt-6.7b", "facebook/opt-13b", "facebook/opt-30b",
+                           "HuggingFaceTB/SmolLM3-3B"])
+    assert set(exp.in_domain) == {"mnli", "snli"}
+    for d in exp.in_domain:  # its own test set once as in-domain, the other seven as OOD
+        roles = exp.testsets_for(d)
+        assert len(roles) == 8 and roles[0] == (d, "in-domain")
+        assert {t for t, _ in roles} == {"snli", "mnli", "scitail", "rte", "hans", "anli", "wnli", "paws"}
+    ft = cfg["finetune"]
+    runs = exp.runs
+    assert len(runs) == 8 * 2 * len(ft["n_train"]) * len(ft["seeds"])
+    n_eval = len(exp.eval_targets("{model}/{indomain}/{ntrain}/{seed}/{step}/{testset}"))
+    assert n_eval == len(runs) * len(exp.checkpoint_steps(runs[0])) * 8
+    for m in cfg["models"]:  # LoRA r=8, alpha=32, dropout 0.1 on attention projections, bf16
+        lora = exp.finetune_cfg(m["name"])["lora"]
+        assert (lora["r"], lora["alpha"], lora["dropout"]) == (8, 32, 0.1)
+        assert {"q_proj", "k_proj", "v_proj"} <= set(lora["target_modules"])
+        assert m["dtype"] == "bfloat16" and exp.finetune_cfg(m["name"])["bf16"]
+    # resources grow with model size
+    gpus = {m["name"]: exp.resources(m["name"], "finetune") for m in cfg["models"]}
+    assert gpus["opt-30b"]["gpu"] > gpus["opt-2.7b"]["gpu"]
+    assert gpus["olmo2-13b"]["mem_mb"] > gpus["olmo2-7b"]["mem_mb"] > gpus["smollm3-3b"]["mem_mb"]
+    # unpinned revisions are named, not silently accepted
+    assert any("olmo2-32b" in w for w in exp.warnings)
+    assert not any("olmo2-7b" in w for w in exp.warnings)
+
+
+def test_real_cpu_config_is_offline_and_head_based():
+    cfg = _load("real-cpu.yaml")
+    exp = Experiment(cfg, REPO)
+    assert [exp.method(m) for m in exp.models] == ["head"]
+    assert exp.prompt_for("minilm-l6") is None  # a head model reads no prompt
+    used = exp.all_datasets()
+    assert len(used) == 8
+    for name in used:
+        spec = exp.dataset_params(name)
+        assert spec["source"] == "local" and "hub" not in spec
+        assert spec["path"].startswith("../shared/data/nli/")
+    assert all(exp.dataset(t)["max_examples"] == 500 for t in used if t != "snli-train")
+
+
+def test_size_class_and_label_mode_errors(default_config):
+    cfg = copy.deepcopy(default_config)
+    cfg["models"][0]["size_class"] = "huge"
+    with pytest.raises(ConfigError, match=r"models\[tiny-opt\]\.size_class: 'huge'"):
+        Experiment(cfg, REPO)
+    cfg["size_classes"] = {"huge": {"finetune": {"mem_mb": 9000}}}
+    cfg["models"][0]["resources"] = {"finetune": {"runtime": 7}}
+    res = Experiment(cfg, REPO).resources("tiny-opt", "finetune")
+    assert res == {"mem_mb": 9000, "runtime": 7}
+    cfg = copy.deepcopy(default_config)
+    cfg["label_mode"] = "four-way"
+    with pytest.raises(ConfigError, match="label_mode: 'four-way'.*binary-merge"):
+        Experiment(cfg, REPO)
+    cfg["label_mode"] = "three-way"  # the default verbalisers have no word for neutral
+    with pytest.raises(ConfigError, match=r"prompt\.verbalisers: no verbaliser for label\(s\) \['neutral', 'contradiction'\]"):
+        Experiment(cfg, REPO)
+
+
+def test_registry_entries_are_schema_checked(tmp_path, default_config):
+    bad = tmp_path / "reg.yaml"
+    bad.write_text("datasets:\n  x:\n    source: hub\n    hub: {id: a/b, split: test}\n")
+    cfg = copy.deepcopy(default_config)
+    cfg["registries"] = cfg["registries"] + [str(bad)]
+    with pytest.raises(ConfigError, match=r"reg\.yaml: dataset 'x'\.hub: 'revision' is a required property"):
+        Experiment(cfg, REPO)

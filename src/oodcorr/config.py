@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
 SCHEMA = "config/schema.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
@@ -72,6 +73,7 @@ class Experiment:
     def __init__(self, config: dict, basedir: str | Path = "."):
         self.config = config
         self.basedir = Path(basedir)
+        self.warnings: list[str] = []  # printed by the Snakefile when planning
         self.label_mode = self._load_label_mode()
         self.datasets = self._load_datasets()
         self.models = {m["name"]: m for m in config["models"]}
@@ -159,6 +161,12 @@ class Experiment:
             if len(sources) != 1:
                 raise ConfigError(f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
                                   f"(got {sources or 'none'})")
+            if m.get("size_class") and m["size_class"] not in (cfg.get("size_classes") or {}):
+                raise ConfigError(f"models[{m['name']}].size_class: {m['size_class']!r} is not a key of size_classes "
+                                  f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})")
+            if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
+                self.warnings.append(f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
+                                     "commit hash, so what loads may change; pin a 40-hex commit")
             if self.method(m["name"]) == "pattern":
                 prompt = self.prompt_for(m["name"])
                 where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
@@ -320,8 +328,12 @@ class Experiment:
         return canonical(deep_merge(self.config["prompt"], self.models[model].get("prompt")))
 
     def resources(self, model: str, rule: str) -> dict:
-        base = self.config.get("resources", {}).get(rule, {})
-        return deep_merge(base, (self.models[model].get("resources") or {}).get(rule))
+        """A job's resources: the config's for the rule, then the model's size class, then the model's own."""
+        m = self.models[model]
+        out = dict(self.config.get("resources", {}).get(rule, {}))
+        if m.get("size_class"):
+            out = deep_merge(out, self.config["size_classes"][m["size_class"]].get(rule))
+        return deep_merge(out, (m.get("resources") or {}).get(rule))
 
 
 _SCHEMAS: dict[str, dict] = {}
