@@ -153,7 +153,7 @@ def test_real_cpu_config_is_offline_and_head_based():
         spec = exp.dataset_params(name)
         assert spec["source"] == "local" and "hub" not in spec
         assert spec["path"].startswith("../shared/data/nli/")
-    assert all(exp.dataset(t)["max_examples"] == 500 for t in used if t != "snli-train")
+    assert all(exp.dataset(t)["max_examples"] == 300 for t in used if t != "snli-train")
 
 
 def test_size_class_and_label_mode_errors(default_config):
