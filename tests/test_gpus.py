@@ -108,3 +108,12 @@ def test_lock_folder_is_per_user_and_per_slurm_job():
     assert gpus.default_lock_dir({}).name == f"oodcorr-gpus-{uid}"
     assert gpus.default_lock_dir({"SLURM_JOB_ID": "42"}).name == f"oodcorr-gpus-{uid}-slurm42"
     assert str(gpus.default_lock_dir({"OODCORR_GPU_LOCK_DIR": "/x/y"})) == "/x/y"
+
+
+def test_asking_again_in_the_same_process_reuses_the_claim(tmp_path, monkeypatch):
+    env = {"CUDA_VISIBLE_DEVICES": "0,1", "OODCORR_GPU_LOCK_DIR": str(tmp_path)}
+    monkeypatch.setattr(gpus, "_HELD", [])
+    first = gpus.claim_for_job(1, env)
+    assert gpus.claim_for_job(1, env) == first and env["CUDA_VISIBLE_DEVICES"] == first[0]
+    for c in gpus._HELD:
+        c.release()

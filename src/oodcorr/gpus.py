@@ -161,6 +161,9 @@ def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     device is visible at all (a CPU machine): the job then runs on the CPU.
     """
     env = os.environ if env is None else env
+    held = [d for c in _HELD for d in c.devices]
+    if len(held) >= n:  # asked again in the same process: what it holds already
+        return held[:n]
     devices = visible_devices(env)
     if not devices:
         return []
