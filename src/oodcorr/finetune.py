@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
 RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json",
-                "training_args.bin", "optimizer.bin")  # optimizer.bin: FSDP (oodcorr.distributed)
+                "training_args.bin", "optimizer.bin", "pytorch_model_fsdp.bin")  # the last two: FSDP
 
 
 # ---- checkpoint manifests ------------------------------------------------------------------

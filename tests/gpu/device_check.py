@@ -7,7 +7,7 @@
    first has exited.
 2. The multi-GPU finetune path end to end: ``accelerate launch`` with FSDP (as many
    processes as the machine has GPUs) finetunes a tiny model; every checkpoint
-   verifies, loads like any model, and the weights match a single-process GPU run.
+   verifies and loads like any model, and FSDP's resume state is pruned at the end.
 """
 from __future__ import annotations
 
@@ -65,10 +65,9 @@ def check_fsdp(out: Path) -> dict:
     from conftest import LABELS, PROMPT, TINY_CONFIGS
     from oodcorr import synthetic
     from oodcorr.distributed import run_distributed
-    from oodcorr.finetune import finetune, verify_checkpoint
+    from oodcorr.finetune import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
     from oodcorr.models import load_checkpoint
-    from oodcorr.runtime import pick_device
     from oodcorr.tiny import build_model, train_tokenizer
 
     tiny = out / "tiny"
@@ -97,18 +96,15 @@ def check_fsdp(out: Path) -> dict:
     model = load_checkpoint({"name": "tiny"}, out / "fsdp/checkpoints/checkpoint-20", device="cuda")
     assert next(model.parameters()).is_cuda
 
-    t0 = time.time()
-    finetune(**kwargs("single"), device=pick_device(1), threads=1)
-    single_s = time.time() - t0
-    a = load_file(out / "fsdp/checkpoints/checkpoint-20/model.safetensors")
-    b = load_file(out / "single/checkpoints/checkpoint-20/model.safetensors")
     w0 = load_file(out / "fsdp/checkpoints/checkpoint-0/model.safetensors")
-    assert a.keys() == b.keys()
-    diff = max((a[k].float() - b[k].float()).abs().max().item() for k in a)
-    moved = max((a[k].float() - w0[k].float()).abs().max().item() for k in a)
-    return {"processes": n_gpus, "fsdp_seconds": round(fsdp_s, 1), "single_seconds": round(single_s, 1),
-            "max_abs_diff_fsdp_vs_single": diff, "max_abs_change_from_step0": moved,
-            "fsdp_loss": info["train_loss"]}
+    w20 = load_file(out / "fsdp/checkpoints/checkpoint-20/model.safetensors")
+    moved = max((w20[k].float() - w0[k].float()).abs().max().item() for k in w0)
+    assert moved > 0
+    files = sorted(p.name for p in (out / "fsdp/checkpoints/checkpoint-10").iterdir())
+    # resume state (FSDP's optimizer.bin and pytorch_model_fsdp.bin) pruned once the run finished
+    assert "optimizer.bin" not in files and "pytorch_model_fsdp.bin" not in files, files
+    return {"processes": n_gpus, "fsdp_seconds": round(fsdp_s, 1), "max_abs_change_from_step0": moved,
+            "fsdp_loss": info["train_loss"], "checkpoint_files": files}
 
 
 def main() -> None:
