@@ -47,6 +47,10 @@ include: "workflow/rules/analyse.smk"
 include: "workflow/rules/report.smk"
 
 
+localrules:
+    all,
+
+
 rule all:
     default_target: True
     input:

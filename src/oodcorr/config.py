@@ -303,8 +303,9 @@ class Experiment:
                 "role": role, "finetune_lora": bool(self.finetune_cfg(run.model).get("lora"))}
 
     def model_spec(self, model: str) -> dict:
-        """The model entry minus what does not change results (resources, finetune overrides)."""
-        return canonical({k: v for k, v in self.models[model].items() if k not in ("resources", "finetune")})
+        """The model entry minus what does not change results (resources, finetune overrides, sharding)."""
+        return canonical({k: v for k, v in self.models[model].items()
+                          if k not in ("resources", "finetune", "distributed")})
 
     def dataset_params(self, name: str) -> dict:
         """A dataset entry minus bookkeeping (description, where it was defined)."""

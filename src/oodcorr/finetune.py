@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
 RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json",
-                "training_args.bin")
+                "training_args.bin", "optimizer.bin", "pytorch_model_fsdp.bin")  # the last two: FSDP
 
 
 # ---- checkpoint manifests ------------------------------------------------------------------
@@ -213,6 +213,8 @@ def _make_trainer_classes():
             return control
 
         def on_save(self, args, state, control, **kw):
+            if not state.is_world_process_zero:  # several processes (oodcorr.distributed): rank 0 writes
+                return control
             d = self.ckpt_root / f"checkpoint-{state.global_step}"
             write_ckpt_manifest(d, state.global_step, resumable=True)
             prune_resume_state(self.ckpt_root, keep=d)
@@ -267,10 +269,12 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
 
     from . import methods
     from .data import balanced_sample
+    from .distributed import is_main_process, launched, main_first_begin, main_first_end
     from .models import load_model, load_tokenizer
 
     t0 = time.time()
     torch.set_num_threads(threads)
+    main_first_begin()  # several processes: the others wait while rank 0 checks and repairs the run folder
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     # what shapes the trained weights (resources and batch-independent settings do not)
@@ -291,7 +295,8 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     dataset = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
 
     set_seed(seed)
-    model = load_model(model_spec, tiny_dir, device, labels, tok.pad_token_id)
+    # several processes: every rank loads on the CPU and FSDP/DeepSpeed places the shards
+    model = load_model(model_spec, tiny_dir, "cpu" if launched() else device, labels, tok.pad_token_id)
     if ft.get("lora"):
         model = apply_lora(model, ft["lora"], method.peft_task)
 
@@ -304,6 +309,7 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
 
     done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=False)[0] for s in steps)
     resume = None if done else find_resume_point(ckpt_root, steps)
+    main_first_end()
     history: list[dict] = []
     if done:
         # every scheduled checkpoint exists under these exact settings: nothing to train
@@ -330,6 +336,8 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         history = _history(trainer)
+    if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
+        return {}
 
     missing = []
     entries = []

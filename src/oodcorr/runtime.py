@@ -17,8 +17,15 @@ def setup_logging(log_path: str | None) -> None:
 
 
 def pick_device(gpus: int) -> str:
-    """``cuda`` when the job asked for a GPU and one is visible, else ``cpu``."""
+    """``cuda`` when the job asked for a GPU and one is visible, else ``cpu``.
+
+    A GPU job first claims its own device(s) from the machine's pool (see
+    oodcorr.gpus), so jobs running side by side never share a GPU.
+    """
     if gpus and gpus > 0:
+        from .gpus import claim_for_job
+
+        claim_for_job(int(gpus))
         import torch
 
         if torch.cuda.is_available():

@@ -1,3 +1,10 @@
+# Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.
+localrules:
+    aggregate_scores,
+    partial_correlations,
+    heatmap,
+
+
 rule aggregate_scores:
     """One long table: a row per run x checkpoint x testset."""
     input:

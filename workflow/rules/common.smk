@@ -2,6 +2,8 @@
 
 RUN_DIR = "results/finetune/{model}/{indomain}/n{ntrain}/seed{seed}"
 EVAL_DIR = "results/eval/{model}/{indomain}/n{ntrain}/seed{seed}/step{step}"
+# one group per checkpoint; profiles/slurm names this exact string in --group-components
+EVAL_GROUP = "eval-{model}-{indomain}-n{ntrain}-seed{seed}-step{step}"
 
 
 def tiny_model_dir(wildcards):
@@ -22,6 +24,25 @@ def model_resource(rule, key, default):
         value = EXP.resources(wildcards.model, rule).get(key, default)
         # retries scale memory and time with the attempt number
         return value * attempt if key in ("mem_mb", "runtime") else value
+
+    return get
+
+
+def finetune_gpus(wildcards):
+    """GPUs of a finetune job: the model's `distributed.gpus` when it trains on several."""
+    dist = EXP.models[wildcards.model].get("distributed")
+    if dist:
+        return int(dist["gpus"])
+    return EXP.resources(wildcards.model, "finetune").get("gpu", 0)
+
+
+def gpu_model(rule):
+    """A resource callable: the GPU type asked of SLURM (`gpu_model`); None (no such resource) if unset."""
+
+    def get(wildcards):
+        res = EXP.resources(wildcards.model, rule)
+        gpus = finetune_gpus(wildcards) if rule == "finetune" else res.get("gpu", 0)
+        return res.get("gpu_model") if gpus else None
 
     return get
 

@@ -1,3 +1,9 @@
+# Light jobs run on the submitting (login) node under a cluster executor.
+localrules:
+    prepare_dataset,
+    pretraining_corpus,
+
+
 rule prepare_dataset:
     """Load a dataset from its registry entry into normalised JSONL (+ provenance)."""
     input:
@@ -43,6 +49,7 @@ rule build_tiny_model:
         seed=config["pretraining_corpus"]["seed"],
     threads: model_threads("build_tiny_model")
     resources:
+        cpus_per_task=model_threads("build_tiny_model"),
         mem_mb=model_resource("build_tiny_model", "mem_mb", 2000),
         runtime=model_resource("build_tiny_model", "runtime", 30),
     log:

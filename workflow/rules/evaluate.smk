@@ -39,8 +39,18 @@ rule evaluate:
     threads: model_threads("evaluate")
     resources:
         gpu=model_resource("evaluate", "gpu", 0),
+        # the same count under a name only evaluations use: profiles/slurm caps it per
+        # group job (how many of a checkpoint's evaluations share the job's GPUs at once)
+        # without capping a multi-GPU finetune's `gpu`
+        eval_gpus=model_resource("evaluate", "gpu", 0),
+        gpu_model=gpu_model("evaluate"),
+        cpus_per_task=model_threads("evaluate"),
         mem_mb=model_resource("evaluate", "mem_mb", 2000),
         runtime=model_resource("evaluate", "runtime", 30),
+    # On a cluster a checkpoint's evaluations go out as one job; profiles/slurm sets
+    # --group-components for this name. Ignored when running locally.
+    group:
+        EVAL_GROUP
     log:
         f"logs/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
     conda:

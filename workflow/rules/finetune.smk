@@ -20,7 +20,9 @@ rule finetune:
         max_steps=lambda wc: EXP.max_steps(EXP.run_from_wildcards(wc)),
     threads: model_threads("finetune")
     resources:
-        gpu=model_resource("finetune", "gpu", 0),
+        gpu=finetune_gpus,
+        gpu_model=gpu_model("finetune"),
+        cpus_per_task=model_threads("finetune"),
         mem_mb=model_resource("finetune", "mem_mb", 4000),
         runtime=model_resource("finetune", "runtime", 60),
     log:

@@ -1,0 +1,163 @@
+"""Finetuning on several GPUs of one node, for models that do not fit one GPU.
+
+A model entry opts in with ``distributed: {strategy: fsdp|deepspeed, gpus: N, ...}``.
+The finetune job then claims N devices (oodcorr.gpus), writes its arguments to a
+JSON file, and runs ``accelerate launch`` as a subprocess with an argument list
+(never a shell string), one process per GPU, each running this module's entry
+point: the same ``oodcorr.finetune.finetune`` call as the single-process path.
+The Hugging Face Trainer takes FSDP or DeepSpeed from the environment the launcher
+sets. Rank 0 alone writes the run folder (checkpoint manifests, the job's
+manifest); the other ranks wait while it checks and repairs the folder, then see
+the same resume point.
+
+    python -m oodcorr.distributed ARGS.json    # what each launched process runs
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from .io import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+ENTRY_MODULE = "oodcorr.distributed"
+# a rank that waits for rank 0 to load a large model and write step 0 must not time out
+BARRIER_TIMEOUT = timedelta(hours=3)
+
+
+# ---- inside a launched process --------------------------------------------------------
+
+def launched() -> bool:
+    """Whether this process was started by a distributed launcher (accelerate/torchrun)."""
+    return "LOCAL_RANK" in os.environ
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _barrier() -> None:
+    from accelerate import PartialState
+
+    PartialState(timeout=BARRIER_TIMEOUT).wait_for_everyone()
+
+
+def main_first_begin() -> None:
+    """Ranks other than 0 wait here until rank 0 reaches ``main_first_end`` (no-op unless launched)."""
+    if launched() and not is_main_process():
+        _barrier()
+
+
+def main_first_end() -> None:
+    if launched() and is_main_process():
+        _barrier()
+
+
+# ---- the finetune job: building and running the launch ---------------------------------
+
+def mixed_precision(model_spec: dict, ft: dict) -> str:
+    """The same rule as the single-process path: bf16 for a bf16 model or ``finetune.bf16``."""
+    return "bf16" if model_spec.get("dtype") == "bfloat16" or ft.get("bf16") else "no"
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def launch_argv(dist: dict, args_file: str | Path, *, mixed_precision: str = "no", threads: int = 1,
+                port: int = 29500, python: str = sys.executable) -> list[str]:
+    """The ``accelerate launch`` command for a model's ``distributed`` block, as an argument list."""
+    gpus = int(dist["gpus"])
+    argv = [python, "-m", "accelerate.commands.launch",
+            "--num_machines", "1", "--num_processes", str(gpus), "--main_process_port", str(port),
+            "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
+            "--num_cpu_threads_per_process", str(threads)]
+    strategy = dist["strategy"]
+    if strategy == "fsdp":
+        f = dist.get("fsdp") or {}
+        argv += ["--use_fsdp", "--fsdp_version", "1",
+                 "--fsdp_sharding_strategy", f.get("sharding_strategy", "FULL_SHARD"),
+                 "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
+        if f.get("transformer_layer_cls_to_wrap"):
+            argv += ["--fsdp_transformer_layer_cls_to_wrap", f["transformer_layer_cls_to_wrap"]]
+        # full (unsharded) weights at every checkpoint, so evaluation loads them like any model
+        argv += ["--fsdp_state_dict_type", "FULL_STATE_DICT", "--fsdp_use_orig_params", "true",
+                 "--fsdp_sync_module_states", "true",
+                 "--fsdp_offload_params", _flag(f.get("offload_params", False)),
+                 "--fsdp_activation_checkpointing", _flag(f.get("activation_checkpointing", False))]
+    elif strategy == "deepspeed":
+        d = dist.get("deepspeed") or {}
+        argv += ["--use_deepspeed", "--zero_stage", str(d.get("zero_stage", 3)),
+                 "--offload_optimizer_device", d.get("offload_optimizer_device", "none"),
+                 "--offload_param_device", d.get("offload_param_device", "none"),
+                 "--zero3_init_flag", "false", "--zero3_save_16bit_model", "true"]
+        if d.get("gradient_clipping") is not None:
+            argv += ["--gradient_clipping", str(d["gradient_clipping"])]
+    else:
+        raise ValueError(f"distributed.strategy: {strategy!r} is not one of fsdp, deepspeed")
+    return argv + ["--module", ENTRY_MODULE, str(args_file)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: int = 1) -> dict:
+    """Run ``finetune(**kwargs)`` under ``accelerate launch``; return rank 0's manifest."""
+    from .gpus import claim_for_job
+
+    name = kwargs["model_spec"]["name"]
+    if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise RuntimeError(f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
+                           "not installed (it is not in requirements.txt); install it or use strategy: fsdp")
+    devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
+    if not devices:
+        raise RuntimeError(f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
+                           "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)")
+    run_dir = Path(kwargs["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    args_file = run_dir / "distributed_args.json"
+    write_json_atomic(args_file, kwargs)
+    argv = launch_argv(dist, args_file, mixed_precision=mixed_precision(kwargs["model_spec"], kwargs["ft"]),
+                       threads=threads, port=_free_port())
+    log.info("launching %d processes on GPU(s) %s: %s", int(dist["gpus"]), ",".join(devices), argv)
+    out = open(log_path, "a", buffering=1) if log_path else None
+    try:
+        res = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT if out else None)
+    finally:
+        if out:
+            out.close()
+    if res.returncode != 0:
+        raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
+    return json.loads(Path(kwargs["manifest_path"]).read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of each launched process: the single-process finetune, on its own GPU."""
+    from .finetune import finetune
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
+    logging.basicConfig(level=logging.INFO if is_main_process() else logging.WARNING, stream=sys.stderr,
+                        format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s")
+    kwargs = json.loads(Path(argv[0]).read_text())
+    import torch
+
+    # the CPU only where there is no GPU at all (tests: several processes over gloo)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    finetune(**kwargs, device=device, threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Checks that need a real NVIDIA GPU (not collected by pytest; run by hand on a GPU machine).
+
+    PYTHONPATH=src python3 tests/gpu/device_check.py OUTDIR
+
+1. The device pool on real hardware: two GPU jobs started together on a one-GPU
+   machine; each sees exactly one CUDA device, and the second starts only after the
+   first has exited.
+2. The multi-GPU finetune path end to end: ``accelerate launch`` with FSDP (as many
+   processes as the machine has GPUs) finetunes a tiny model; every checkpoint
+   verifies and loads like any model, and FSDP's resume state is pruned at the end.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "tests"))
+
+JOB = """
+import json, os, sys, time
+from oodcorr.runtime import pick_device
+t0 = time.time()
+device = pick_device(1)
+import torch
+x = torch.ones(1024, 1024, device=device) @ torch.ones(1024, 1024, device=device)
+print(json.dumps({"claimed_at": t0, "ready_at": time.time(), "device": device,
+                  "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), "count": torch.cuda.device_count(),
+                  "name": torch.cuda.get_device_name(0)}), flush=True)
+time.sleep(3)
+print(json.dumps({"exit_at": time.time()}), flush=True)
+"""
+
+
+def check_pool(out: Path) -> dict:
+    env = dict(os.environ, OODCORR_GPU_LOCK_DIR=str(out / "locks"))
+    env.pop("CUDA_VISIBLE_DEVICES", None)  # the pool reads nvidia-smi
+    procs = [subprocess.Popen([sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(2)]
+    reports = []
+    for p in procs:
+        lines = [json.loads(x) for x in p.communicate(timeout=300)[0].splitlines() if x.startswith("{")]
+        assert p.returncode == 0 and len(lines) == 2, lines
+        reports.append({**lines[0], **lines[1]})
+    first, second = sorted(reports, key=lambda r: r["ready_at"])
+    n_gpus = len(subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.splitlines())
+    for r in reports:
+        assert r["device"] == "cuda" and r["count"] == 1, r
+    if n_gpus == 1:  # one device: the second job waited for the first to exit
+        assert second["ready_at"] >= first["exit_at"], reports
+    else:
+        assert first["cvd"] != second["cvd"], reports
+    return {"gpus": n_gpus, "jobs": reports}
+
+
+def check_fsdp(out: Path) -> dict:
+    import torch
+    from safetensors.torch import load_file
+
+    from conftest import LABELS, PROMPT, TINY_CONFIGS
+    from oodcorr import synthetic
+    from oodcorr.distributed import run_distributed
+    from oodcorr.finetune import verify_checkpoint
+    from oodcorr.io import write_jsonl_atomic
+    from oodcorr.models import load_checkpoint
+    from oodcorr.tiny import build_model, train_tokenizer
+
+    tiny = out / "tiny"
+    tiny.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer(synthetic.pretraining_corpus(2000, 0), 400, tiny)
+    build_model({"model_type": "opt", "config": TINY_CONFIGS["opt"]}, tok, seed=0).save_pretrained(tiny)
+    train = out / "train.jsonl"
+    write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
+    steps = [0, 10, 20]
+
+    def kwargs(name):
+        run = out / name
+        return dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny),
+                    train_path=str(train), labels=LABELS, prompt=PROMPT,
+                    ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64}, n_train=64, seed=0,
+                    steps=steps, max_steps=20, run_dir=str(run), manifest_path=str(run / "manifest.json"))
+
+    n_gpus = torch.cuda.device_count()
+    t0 = time.time()
+    info = run_distributed({"strategy": "fsdp", "gpus": n_gpus}, kwargs("fsdp"), log_path=str(out / "fsdp.log"))
+    fsdp_s = time.time() - t0
+    for step in steps:
+        ok, why = verify_checkpoint(out / "fsdp" / "checkpoints" / f"checkpoint-{step}")
+        assert ok, why
+    assert info["trained"] and [c["step"] for c in info["checkpoints"]] == steps
+    model = load_checkpoint({"name": "tiny"}, out / "fsdp/checkpoints/checkpoint-20", device="cuda")
+    assert next(model.parameters()).is_cuda
+
+    w0 = load_file(out / "fsdp/checkpoints/checkpoint-0/model.safetensors")
+    w20 = load_file(out / "fsdp/checkpoints/checkpoint-20/model.safetensors")
+    moved = max((w20[k].float() - w0[k].float()).abs().max().item() for k in w0)
+    assert moved > 0
+    files = sorted(p.name for p in (out / "fsdp/checkpoints/checkpoint-10").iterdir())
+    # resume state (FSDP's optimizer.bin and pytorch_model_fsdp.bin) pruned once the run finished
+    assert "optimizer.bin" not in files and "pytorch_model_fsdp.bin" not in files, files
+    return {"processes": n_gpus, "fsdp_seconds": round(fsdp_s, 1), "max_abs_change_from_step0": moved,
+            "fsdp_loss": info["train_loss"], "checkpoint_files": files}
+
+
+def main() -> None:
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "device_check_out").resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
+    result = {"pool": check_pool(out), "fsdp": check_fsdp(out)}
+    (out / "result.json").write_text(json.dumps(result, indent=1))
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

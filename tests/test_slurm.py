@@ -1,0 +1,209 @@
+"""profiles/slurm on a real (single-node) SLURM cluster, against a local run of the same config.
+
+The cluster test needs root and apt (tests/slurm/cluster.py installs slurm-wlm and
+munge when missing); it is skipped, with the reason, only where neither is available.
+"""
+import importlib.metadata
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "tests" / "slurm"))
+import cluster as slurm_cluster  # noqa: E402
+
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+PROFILE = REPO / "profiles/slurm/config.yaml"
+PLUGINS = ("snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep")
+
+
+def eval_group_pattern() -> str:
+    text = (REPO / "workflow/rules/common.smk").read_text()
+    return re.search(r'^EVAL_GROUP = "([^"]+)"', text, re.M).group(1)
+
+
+# ---- the profile itself (fast) ---------------------------------------------------------
+
+def test_plugin_is_pinned_alike_and_installed():
+    reqs = (REPO / "requirements.txt").read_text().splitlines()
+    env = yaml.safe_load((REPO / "envs/oodcorr.yaml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    for name in PLUGINS:
+        pins = [r for r in reqs if r.split("==")[0] == name]
+        assert len(pins) == 1 and pins == [p for p in pip if p.split("==")[0] == name], name
+        assert importlib.metadata.version(name) == pins[0].split("==")[1]
+    assert importlib.metadata.version(PLUGINS[0]).startswith("2.")
+
+
+def test_profile_keys_a_user_edits_and_packing():
+    prof = yaml.safe_load(PROFILE.read_text())
+    assert prof["executor"] == "slurm"
+    # partition and account: one place, the profile's default resources
+    assert {"slurm_partition", "slurm_account"} <= set(prof["default-resources"])
+    # retries scale memory and time with the attempt
+    assert prof["retries"] >= 1 and "attempt" in str(prof["default-resources"]["mem_mb"])
+    # the profile packs exactly the evaluate rule's group, per checkpoint
+    name, n = prof["group-components"][0].rsplit("=", 1)
+    assert name == eval_group_pattern() and int(n) >= 100
+    assert "eval_gpus=local" in prof["set-resource-scopes"] and "eval_gpus=1" in prof["resources"]
+    # GPUs come from the `gpu` resource: the plugin refuses --gres/--gpus in slurm_extra
+    assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
+
+
+def test_retry_scales_memory_and_runtime(tmp_path):
+    """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["resources"] = {"finetune": {"mem_mb": 3000, "runtime": 20}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    got = {}
+    for attempt in (1, 2):
+        res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+                              "-n", "--cores", "1", "--attempt", str(attempt), "--forceall",
+                              "results/finetune/micro-opt/synth/n64/seed0/manifest.json"],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        block = res.stdout.split("rule finetune:", 1)[1]
+        got[attempt] = {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime)=(\d+)", block.split("\n\n", 1)[0])}
+    assert got[1] == {"mem_mb": 3000, "runtime": 20}
+    assert got[2] == {"mem_mb": 6000, "runtime": 40}
+
+
+# ---- the real cluster (minutes) -----------------------------------------------------------
+
+def _config(path: Path) -> dict:
+    """config/micro.yaml, evaluations declared as GPU jobs (a resource: results do not change)."""
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["resources"] = {"evaluate": {"gpu": 1}}
+    path.write_text(yaml.safe_dump(cfg))
+    return cfg
+
+
+def _test_profile(dest: Path) -> Path:
+    """profiles/slurm with the edits README tells a user to make, for this test cluster."""
+    prof = yaml.safe_load(PROFILE.read_text())
+    prof["default-resources"]["slurm_partition"] = slurm_cluster.PARTITION
+    del prof["default-resources"]["slurm_account"]
+    prof.update({
+        "slurm-no-account": True,  # no accounts here
+        "slurm-status-command": "squeue",  # no accounting: sacct knows no jobs
+        "slurm-init-seconds-before-status-checks": 2,
+        "slurm-keep-successful-logs": True,
+        "cores": 4, "jobs": 20, "latency-wait": 10, "retries": 0, "verbose": True,
+    })
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "config.yaml").write_text(yaml.safe_dump(prof))
+    return dest
+
+
+def _results(wd: Path) -> tuple[pd.DataFrame, dict]:
+    scores = pd.read_csv(wd / "results/scores.csv").sort_values(["run_id", "step", "testset"], ignore_index=True)
+    preds = {p.relative_to(wd): pd.read_parquet(p) for p in sorted((wd / "results/eval").rglob("*.predictions.parquet"))}
+    return scores, preds
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    try:
+        slurm_cluster.ensure_installed()
+    except slurm_cluster.Unavailable as e:
+        pytest.skip(f"no SLURM test cluster on this machine: {e}")
+    base = tmp_path_factory.mktemp("slurm")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+
+    # the reference: a local run, 2 simulated GPUs shared by GPU jobs through the device pool
+    local = base / "local"
+    local.mkdir()
+    _config(local / "micro.yaml")
+    t0 = time.time()
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(local), "--configfile",
+                          str(local / "micro.yaml"), "--cores", "2", "--resources", "gpu=2"],
+                         capture_output=True, text=True, timeout=900,
+                         env=dict(env, CUDA_VISIBLE_DEVICES="0,1", OODCORR_GPU_LOCK_DIR=str(base / "gpulocks")))
+    local_s = time.time() - t0
+    assert res.returncode == 0, res.stderr[-5000:]
+
+    wd = base / "cluster-run"
+    wd.mkdir()
+    _config(wd / "micro.yaml")
+    profile = _test_profile(base / "profile")
+    # a short root: the munge socket path must fit a unix socket name
+    root = Path(tempfile.mkdtemp(prefix="oodslurm-"))
+    c = slurm_cluster.Cluster(root, gpus=8)
+    try:
+        c.start()
+        t0 = time.time()
+        smk = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile",
+                              str(wd / "micro.yaml"), "--workflow-profile", str(profile)],
+                             capture_output=True, text=True, timeout=900, env=env)
+        slurm_s = time.time() - t0
+        ctld_log = c.ctld_log.read_text(errors="replace")
+        pids = [p.pid for p in c.procs.values()]
+    finally:
+        c.stop()
+    print(f"\nSLURM test cluster idle after {c.startup_s:.1f} s; local run {local_s:.0f} s; "
+          f"SLURM run {slurm_s:.0f} s")
+    assert smk.returncode == 0, (smk.stdout + smk.stderr)[-8000:] + ctld_log[-3000:]
+    return {"local": local, "slurm": wd, "log": smk.stdout + smk.stderr, "ctld": ctld_log, "pids": pids,
+            "startup_s": c.startup_s}
+
+
+@pytest.mark.slow
+def test_scores_through_slurm_equal_local(runs):
+    s_local, p_local = _results(runs["local"])
+    s_slurm, p_slurm = _results(runs["slurm"])
+    assert len(s_slurm) == 5 * 3  # 5 checkpoints x (in-domain + 2 OOD)
+    pd.testing.assert_frame_equal(s_slurm, s_local)
+    assert sorted(p_slurm) == sorted(p_local) and len(p_slurm) == 15
+    for k in p_local:  # every per-example prediction and logit, bit for bit
+        pd.testing.assert_frame_equal(p_slurm[k], p_local[k])
+
+
+@pytest.mark.slow
+def test_jobs_went_through_slurm(runs):
+    log = runs["log"]
+    ids = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
+    # build + finetune + 3 tokenisations + one job per checkpoint for its 3 evaluations
+    assert len(ids) == len(set(ids)) == 10, log[-5000:]
+    for i in ids:  # slurmctld scheduled and finished every one of them
+        assert re.search(rf"sched: Allocate JobId={i}\b", runs["ctld"]), i
+        assert re.search(rf"_job_complete: JobId={i} WEXITSTATUS 0", runs["ctld"]), i
+    comments = re.findall(r"sbatch call: sbatch .*?--comment (\S+)", log)
+    groups = [c for c in comments if c.startswith("rule_eval-")]
+    assert len(groups) == 5 and not any(c.startswith("rule_evaluate") for c in comments)
+    # a checkpoint's 3 GPU evaluations: one SLURM job, one GPU, taking turns (eval_gpus=1)
+    for call in re.findall(r"sbatch call: (sbatch .*?--comment rule_eval-.*)", log):
+        assert "--gpus=1" in call and "--cpus-per-task=1" in call and " -t 90 " in call, call
+        assert call.count("evaluate:model=") == 3
+    assert " -p oodtest " in log and " -A " not in log
+    # aggregation and plots stayed on the submitting node
+    for rule in ("aggregate_scores", "partial_correlations", "heatmap", "prepare_dataset"):
+        assert f"localrule {rule}:" in log and f"rule_{rule}" not in " ".join(comments), rule
+
+
+@pytest.mark.slow
+def test_cluster_daemons_are_gone(runs):
+    assert runs["startup_s"] < 60
+    for pid in runs["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not (slurm_cluster.CONF_DIR / "slurm.conf").exists() or \
+        slurm_cluster.MARKER not in (slurm_cluster.CONF_DIR / "slurm.conf").read_text()
+
+
+@pytest.mark.slow
+def test_local_gpu_jobs_spread_over_the_devices(runs):
+    """In the local run (--resources gpu=2, two simulated devices) the evaluations used both."""
+    claimed = []
+    for log in (runs["local"] / "logs/eval").rglob("*.log"):
+        claimed += re.findall(r"claimed GPU (\S+) of 0,1", log.read_text())
+    assert len(claimed) == 15 and set(claimed) == {"0", "1"}
