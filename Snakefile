@@ -57,8 +57,10 @@ rule all:
         "results/scores.parquet",
         "results/scores.csv",
         "results/analysis/partial_correlations.csv",
-        "results/analysis/model_summary.csv",
-        expand("results/analysis/heatmaps/{model}.png", model=list(EXP.models)),
+        "results/analysis/agreement.csv",
+        "results/analysis/heatmap_grid.png",
+        expand("results/analysis/{kind}/{model}.png", kind=["heatmaps", "learning_curves", "scatter"],
+               model=list(EXP.models)),
 
 
 onsuccess:

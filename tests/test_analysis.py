@@ -1,99 +1,193 @@
+"""The statistics: residualisers, correlation methods, resampling, corrections, pooling."""
 import math
 
 import numpy as np
 import pandas as pd
 import pingouin as pg
 import pytest
+from scipy import stats
 
-from oodcorr.analysis import fisher_mean, model_summary, partial_corr, run_pairs
+from oodcorr.analysis import (Options, adjust, agreement, bh, block_permutation_p, bootstrap_ci, fisher_mean, holm,
+                              moving_block_indices, partial_corr, pool_runs, residual_pair)
+from oodcorr.analysis.simulate import coverage
 
 
-def _ols_residuals(y, z):
-    X = np.column_stack([np.ones_like(z), z])
+def _ols_residuals(y, Z):
+    X = np.column_stack([np.ones(len(y)), Z])
     return y - X @ np.linalg.solve(X.T @ X, X.T @ y)
 
 
+# ---- residualisers and methods --------------------------------------------------------------
+
+
 @pytest.mark.parametrize("seed", range(5))
-def test_linear_partial_corr_equals_numpy_ols_and_pingouin(seed):
+def test_linear_partial_corr_equals_pingouin(seed):
     rng = np.random.default_rng(seed)
-    n = 12 + seed * 5
+    n = 12 + seed * 7
     z = rng.normal(size=n)
     x = 0.8 * z + rng.normal(size=n)
     y = -0.5 * z + 0.3 * x + rng.normal(size=n)
     got = partial_corr(x, y, z)
-    rx, ry = _ols_residuals(x, z), _ols_residuals(y, z)
-    want = np.corrcoef(rx, ry)[0, 1]
-    assert got["r"] == pytest.approx(want, abs=1e-10)
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z")
-    assert got["r"] == pytest.approx(ref["r"].iloc[0], abs=1e-10)
+    assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
     assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
-    assert got["n"] == n
+    assert got["n"] == n and got["dof"] == n - 3
 
 
-def test_spearman_matches_pingouin():
+def test_linear_with_step_equals_pingouin_with_two_covariates():
+    rng = np.random.default_rng(11)
+    n = 40
+    step = np.arange(n) * 100.0
+    z = np.log1p(step) / 10 + 0.05 * rng.normal(size=n)
+    x = 0.5 * z + 1e-4 * step + rng.normal(size=n) * 0.1
+    y = -0.2 * z + 2e-4 * step + 0.4 * x + rng.normal(size=n) * 0.1
+    got = partial_corr(x, y, np.column_stack([z, step]), residualiser="linear+step")
+    ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z, "s": step}), x="x", y="y", covar=["z", "s"])
+    assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
+    assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
+
+
+def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
     rng = np.random.default_rng(7)
     z = rng.normal(size=30)
     x = np.exp(z) + rng.normal(size=30)
     y = z ** 3 + rng.normal(size=30)
     got = partial_corr(x, y, z, method="spearman")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z", method="spearman")
-    assert got["r"] == pytest.approx(ref["r"].iloc[0], abs=1e-10)
+    assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
+    tau = stats.kendalltau(_ols_residuals(x, z), _ols_residuals(y, z))
+    k = partial_corr(x, y, z, method="kendall")
+    assert k["r"] == pytest.approx(tau.statistic, abs=1e-12) and k["p"] == pytest.approx(tau.pvalue)
+    # the three differ on this nonlinear data: the methods are not aliases
+    assert len({round(partial_corr(x, y, z, method=m)["r"], 6) for m in ("pearson", "spearman", "kendall")}) == 3
 
 
-@pytest.mark.parametrize("x, y, z, note", [
-    ([1, 1, 1, 1, 1], [1, 2, 3, 4, 6], [1, 3, 2, 5, 4], "x is constant"),
-    ([1, 2, 3, 4, 6], [1, 3, 2, 5, 4], [7, 7, 7, 7, 7], "covariate (in-domain score) is constant"),
-    ([1, 2, 3], [3, 1, 2], [1, 2, 4], "only 3 complete points"),
-    ([1, 2, np.nan, 4, 5], [2, 1, 4, 3, np.nan], [1, 2, 3, 4, 5], "only 3 complete points"),
-    ([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], [1, 2, 3, 4, 5], "zero residual"),
+def _quadratic(seed, n=150, rho=0.6):
+    rng = np.random.default_rng(seed)
+    z = rng.uniform(0.5, 0.9, size=n)
+    f = 25 * (z - 0.7) ** 2  # a U shape: OOD score depends nonlinearly on in-domain score
+    e = rng.multivariate_normal([0, 0], [[1, rho], [rho, 1]], size=n) * 0.1
+    return f + e[:, 0], f + e[:, 1], z, rho
+
+
+def test_gam_recovers_noise_correlation_where_linear_is_biased():
+    gam_err, lin_err = [], []
+    for seed in range(3):
+        x, y, z, rho = _quadratic(seed)
+        g = partial_corr(x, y, z, residualiser="gam")
+        lin = partial_corr(x, y, z, residualiser="linear")
+        assert g["note"] == "" and lin["note"] == ""
+        gam_err.append(g["r"] - rho)
+        lin_err.append(lin["r"] - rho)
+    # the GAM removes f(z); OLS leaves its curvature in both residuals, a shared positive part
+    assert max(abs(e) for e in gam_err) < 0.08, gam_err
+    assert min(lin_err) > 0.2, lin_err
+
+
+def test_gam_with_step_removes_a_shared_trend_in_training_step():
+    rng = np.random.default_rng(3)
+    n, rho = 120, 0.3
+    step = np.arange(n, dtype=float)
+    z = rng.uniform(0.5, 0.9, size=n)  # in-domain score unrelated to the step trend
+    trend = np.sin(step / n * 3 * np.pi) * 0.3  # both OOD testsets drift together with training
+    e = rng.multivariate_normal([0, 0], [[1, rho], [rho, 1]], size=n) * 0.1
+    x, y = 0.5 * z + trend + e[:, 0], -0.3 * z + trend + e[:, 1]
+    only_z = partial_corr(x, y, z, residualiser="gam")
+    with_step = partial_corr(x, y, np.column_stack([z, step]), residualiser="gam+step")
+    assert abs(with_step["r"] - rho) < 0.12, with_step
+    assert only_z["r"] - rho > 0.3, only_z
+
+
+@pytest.mark.parametrize("x, y, z, res, note", [
+    ([1, 1, 1, 1, 1], [1, 2, 3, 4, 6], [1, 3, 2, 5, 4], "linear", "x is constant"),
+    ([1, 2, 3, 4, 6], [1, 3, 2, 5, 4], [7, 7, 7, 7, 7], "linear", "covariate (in-domain score) is constant"),
+    ([1, 2, 3], [3, 1, 2], [1, 2, 4], "linear", "only 3 complete points"),
+    ([1, 2, np.nan, 4, 5], [2, 1, 4, 3, np.nan], [1, 2, 3, 4, 5], "linear", "only 3 complete points of 5"),
+    ([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], [1, 2, 3, 4, 5], "linear", "zero residual"),
+    ([1, 3, 2, 5, 4, 6, 7], [2, 1, 4, 3, 6, 5, 7], [1, 2, 3, 4, 5, 6, 7], "gam", "only 7 complete points; the gam residualiser needs at least 8"),
 ])
-def test_degenerate_inputs_give_nan_with_a_reason(x, y, z, note):
-    got = partial_corr(x, y, z)
+def test_degenerate_inputs_give_nan_with_a_reason(x, y, z, res, note):
+    got = partial_corr(x, y, z, residualiser=res)
     assert math.isnan(got["r"]) and math.isnan(got["p"])
-    assert note in got["note"]
+    assert note in got["note"], got["note"]
 
 
-def _scores(rng, n_steps=10, runs=(("m1", 0), ("m1", 1), ("m2", 0))):
-    rows = []
-    for model, seed in runs:
-        for step in range(n_steps):
-            for ts, role in (("id", "in-domain"), ("a", "ood"), ("b", "ood"), ("c", "ood")):
-                rows.append({"model": model, "in_domain": "d", "n_train": 8, "seed": seed,
-                             "run_id": f"{model}/d/n8/seed{seed}", "step": step, "testset": ts, "role": role,
-                             "accuracy": rng.uniform(0.4, 0.9)})
-    return pd.DataFrame(rows)
+def test_unknown_names_raise_naming_them():
+    with pytest.raises(ValueError, match="'loess'"):
+        partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], residualiser="loess")
+    with pytest.raises(ValueError, match="'distance'"):
+        partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], method="distance")
 
 
-def test_run_pairs_one_row_per_run_pair_method():
-    rng = np.random.default_rng(0)
-    df = _scores(rng)
-    pairs = run_pairs(df, methods=("pearson", "spearman"))
-    assert len(pairs) == 3 * 3 * 2  # runs x pairs (ab, ac, bc) x methods
-    assert set(zip(pairs.x, pairs.y)) == {("a", "b"), ("a", "c"), ("b", "c")}
-    one = df[df.run_id == "m1/d/n8/seed1"].pivot(index="step", columns="testset", values="accuracy")
-    want = partial_corr(one["a"], one["c"], one["id"])["r"]
-    row = pairs[(pairs.run_id == "m1/d/n8/seed1") & (pairs.x == "a") & (pairs.y == "c") & (pairs.method == "pearson")]
-    assert row["r"].iloc[0] == pytest.approx(want)
-    summary = model_summary(pairs)
-    m1 = summary[(summary.model == "m1") & (summary.x == "a") & (summary.y == "b") & (summary.method == "pearson")]
-    rs = pairs[(pairs.model == "m1") & (pairs.x == "a") & (pairs.y == "b") & (pairs.method == "pearson")]["r"]
-    assert m1["r_mean"].iloc[0] == pytest.approx(np.tanh(np.arctanh(rs).mean()))
-    assert m1["n_runs"].iloc[0] == 2
+# ---- resampling ------------------------------------------------------------------------------
 
 
-def test_missing_steps_and_duplicates_are_reported():
-    rng = np.random.default_rng(1)
-    df = _scores(rng, runs=(("m", 0),))
-    # testset c evaluated at only 3 steps
-    df = df[~((df.testset == "c") & (df.step > 2))]
-    pairs = run_pairs(df)
-    c = pairs[pairs.y == "c"]
-    assert c["r"].isna().all() and c["note"].str.contains("only 3 complete points").all()
-    ab = pairs[(pairs.x == "a") & (pairs.y == "b")]
-    assert ab["r"].notna().all()
-    dup = pd.concat([df, df.iloc[:1]])
-    pairs = run_pairs(dup)
-    assert pairs["r"].isna().all() and pairs["note"].str.contains("duplicate").all()
+def test_moving_blocks_are_consecutive_runs_of_units():
+    idx = moving_block_indices(10, 3, 200, np.random.default_rng(0))
+    assert idx.shape == (200, 10) and idx.min() >= 0 and idx.max() <= 9
+    for row in idx:
+        for start in (0, 3, 6):  # blocks 0-2, 3-5, 6-8 and the first unit of the fourth
+            assert np.all(np.diff(row[start:start + 3]) == 1)
+    # every start position 0..7 occurs (uniform over the n - b + 1 starts)
+    assert set(idx[:, 0]) == set(range(8))
+
+
+def test_exact_block_permutation_p_by_hand():
+    rx = np.array([-2.0, -1.0, 0.0, 0.5, 1.0, 1.5])
+    ry = np.array([-1.5, -1.0, 0.2, 0.1, 1.2, 1.0])
+    p, exact = block_permutation_p(rx, ry, "pearson", 2, 2000, np.random.default_rng(0))
+    # 3 blocks -> 6 orderings of ry's blocks; count those at least as extreme by hand
+    blocks = [ry[0:2], ry[2:4], ry[4:6]]
+    import itertools
+    r0 = abs(np.corrcoef(rx, ry)[0, 1])
+    rs = [abs(np.corrcoef(rx, np.concatenate([blocks[i] for i in o]))[0, 1])
+          for o in itertools.permutations(range(3))]
+    assert exact and p == pytest.approx(sum(r >= r0 - 1e-12 for r in rs) / 6)
+    assert p >= 1 / 6  # with three blocks no p-value can be smaller: the honest floor
+
+
+def test_block_bootstrap_interval_covers_at_roughly_the_nominal_rate_on_ar1():
+    # 120 checkpoints, AR(1) noise with phi = 0.5, true partial correlation 0.4; the larger
+    # study in benchmarks/analysis_coverage.py (1000 runs per cell) is quoted in the README.
+    block = coverage(120, 0.5, 0.4, reps=300, n_boot=499, n_perm=199, seed=1)
+    iid = coverage(120, 0.5, 0.4, reps=300, n_boot=499, n_perm=199, block_length=1, seed=1)
+    assert block["block_length"] == 5
+    assert 0.86 <= block["coverage"] <= 0.99, block
+    assert block["size"] < iid["size"], (block, iid)  # i.i.d. permutation rejects too often
+    # strong autocorrelation (phi = 0.8): blocks undercover too, i.i.d. resampling far more so
+    block8 = coverage(60, 0.8, 0.4, reps=150, n_boot=499, n_perm=199, seed=1)
+    iid8 = coverage(60, 0.8, 0.4, reps=150, n_boot=499, n_perm=199, block_length=1, seed=1)
+    assert block8["coverage"] > iid8["coverage"] + 0.08, (block8, iid8)
+    assert block8["size"] < iid8["size"] - 0.1, (block8, iid8)
+
+
+def test_bootstrap_interval_is_nan_when_resamples_are_degenerate():
+    rx = np.array([1.0, 0, 0, 0, 0, 0, 0, 0])
+    ry = np.array([-1.0, 0, 0, 0, 0, 0, 0, 0])
+    # blocks of 4: only a block starting at unit 0 holds the one informative unit, so
+    # about 64% of resamples have constant residuals and no correlation at all
+    lo, hi, used = bootstrap_ci(rx, ry, "pearson", 4, 400, 0.95, np.random.default_rng(0))
+    assert math.isnan(lo) and math.isnan(hi) and 100 < used < 200
+    lo, hi, used = bootstrap_ci(rx + np.arange(8) * 0.1, ry - np.arange(8) * 0.1, "pearson", 4, 400, 0.95, np.random.default_rng(0))
+    assert lo < hi and used == 400
+
+
+# ---- corrections, pooling, agreement -----------------------------------------------------------
+
+
+def test_holm_and_bh_match_statsmodels_and_skip_nans():
+    multipletests = pytest.importorskip("statsmodels.stats.multitest").multipletests
+    rng = np.random.default_rng(4)
+    p = np.concatenate([rng.uniform(0, 0.05, 6), rng.uniform(0, 1, 14)])
+    for mine, theirs in ((holm, "holm"), (bh, "fdr_bh")):
+        assert np.allclose(mine(p), multipletests(p, method=theirs)[1], atol=1e-12)
+    with_nan = np.array([0.01, np.nan, 0.04, 0.03])
+    got = adjust(with_nan, "holm")
+    assert math.isnan(got[1])
+    assert np.allclose(got[[0, 2, 3]], multipletests(with_nan[[0, 2, 3]], method="holm")[1])
+    # a hand-computed example: Holm (0.01, 0.04, 0.03) -> (0.03, 0.06, 0.06); BH -> (0.03, 0.04, 0.04)
+    assert np.allclose(holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
+    assert np.allclose(bh([0.01, 0.04, 0.03]), [0.03, 0.04, 0.04])
 
 
 def test_fisher_mean():
@@ -102,18 +196,72 @@ def test_fisher_mean():
     assert fisher_mean([0.2, 0.6]) == pytest.approx(np.tanh((np.arctanh(0.2) + np.arctanh(0.6)) / 2))
 
 
-def test_heatmap_marks_nan_cells_and_handles_no_pairs(tmp_path):
-    from oodcorr.plots import heatmap
+def _run_rows(model, rs, notes=None):
+    return pd.DataFrame({"model": model, "in_domain": "d", "run": [f"{model}/{i}" for i in range(len(rs))],
+                         "x": "a", "y": "b", "method": "pearson", "residualiser": "linear", "r": rs,
+                         "ci_low": -0.1, "ci_high": 0.1, "p": 0.5, "p_param": 0.4, "p_perm": 0.5, "n": 9,
+                         "n_units": 9, "block_length": 2, "p_method": "block-permutation",
+                         "note": notes or [""] * len(rs)})
 
-    rng = np.random.default_rng(2)
-    summary = model_summary(run_pairs(_scores(rng)))
-    summary.loc[(summary.x == "a") & (summary.y == "b"), "r_mean"] = np.nan
-    out = tmp_path / "h.png"
-    cells = heatmap(summary, "m1", str(out))
-    assert out.read_bytes()[:4] == b"\x89PNG"
-    assert set(cells) == {("d", "b", "a"), ("d", "c", "a"), ("d", "c", "b")}  # strict lower triangle
-    assert cells[("d", "b", "a")] == "n/a"
-    r_bc = summary[(summary.model == "m1") & (summary.x == "b") & (summary.y == "c")]["r_mean"].iloc[0]
-    assert cells[("d", "c", "b")].startswith(f"{r_bc:+.2f}")
-    assert heatmap(summary.iloc[0:0], "m1", str(tmp_path / "e.png")) == {}
-    assert (tmp_path / "e.png").stat().st_size > 1000
+
+def test_pooling_is_fisher_mean_with_a_t_test_across_runs():
+    rows = pd.concat([_run_rows("m", [0.3, 0.5, 0.7, np.nan], ["", "", "", "x is constant"]),
+                      _run_rows("one", [0.2]), _run_rows("none", [np.nan], ["too few"])])
+    pooled = pool_runs(rows).set_index("model")
+    z = np.arctanh([0.3, 0.5, 0.7])
+    m = pooled.loc["m"]
+    assert m["r"] == pytest.approx(np.tanh(z.mean())) and m["n_runs"] == 4 and m["n_runs_finite"] == 3
+    assert m["p"] == pytest.approx(stats.ttest_1samp(z, 0).pvalue)
+    half = stats.t.ppf(0.975, 2) * z.std(ddof=1) / np.sqrt(3)
+    assert (m["ci_low"], m["ci_high"]) == pytest.approx((np.tanh(z.mean() - half), np.tanh(z.mean() + half)))
+    one = pooled.loc["one"]  # a single run: its own interval and p-value
+    assert (one["r"], one["ci_low"], one["p"]) == (0.2, -0.1, 0.5) and "single run" in one["p_method"]
+    none = pooled.loc["none"]
+    assert math.isnan(none["r"]) and "too few" in none["note"]
+
+
+def test_agreement_verdicts():
+    def pooled(model, x, r, p_adj):
+        return {"model": model, "in_domain": "d", "x": x, "y": "z", "method": "pearson", "residualiser": "linear",
+                "r": r, "p_adj": p_adj}
+    rows = pd.DataFrame([
+        pooled("A", "conflict", 0.6, 0.01), pooled("B", "conflict", -0.5, 0.02), pooled("C", "conflict", 0.1, 0.9),
+        pooled("A", "agree", 0.6, 0.01), pooled("B", "agree", 0.5, 0.02), pooled("C", "agree", 0.7, 0.001),
+        pooled("A", "same", 0.6, 0.01), pooled("B", "same", 0.1, 0.5), pooled("C", "same", np.nan, np.nan),
+        pooled("A", "opposite", 0.6, 0.01), pooled("B", "opposite", -0.1, 0.5), pooled("C", "opposite", 0.2, 0.3),
+        pooled("A", "single", 0.6, 0.01), pooled("B", "single", np.nan, np.nan),
+        pooled("A", "nodata", np.nan, np.nan), pooled("B", "nodata", np.nan, np.nan),
+    ])
+    a = agreement(rows, 0.05).set_index("x")
+    assert a.loc["conflict", "verdict"] == "conflict"
+    assert (a.loc["conflict", "n_sig_positive"], a.loc["conflict", "n_sig_negative"]) == (1, 1)
+    assert a.loc["conflict", "by_model"] == "A: +0.60*; B: -0.50*; C: +0.10"
+    assert a.loc["agree", "verdict"] == "agree"
+    assert a.loc["same", "verdict"] == "same sign" and a.loc["same", "n_finite"] == 2
+    assert a.loc["opposite", "verdict"] == "opposite sign"
+    assert a.loc["single", "verdict"] == "single model"
+    assert a.loc["nodata", "verdict"] == "no data"
+
+
+def test_options_defaults_equal_the_schema_defaults_and_unknown_keys_are_named():
+    import yaml
+    from snakemake.utils import validate
+
+    from conftest import REPO
+
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["analysis"] = {}
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    assert Options.from_mapping(cfg["analysis"]) == Options()
+    with pytest.raises(ValueError, match="analysis.bootstrap.blocks"):
+        Options.from_mapping({"bootstrap": {"blocks": 3}})
+
+
+def test_residual_pair_reuses_cached_residuals():
+    rng = np.random.default_rng(0)
+    z, x, y, w = (rng.normal(size=20) for _ in range(4))
+    cache = {}
+    first = residual_pair(x, y, z, cache=cache, names=("x", "y"))
+    assert len(cache) == 2
+    second = residual_pair(x, w, z, cache=cache, names=("x", "w"))
+    assert len(cache) == 3 and second["rx"] is first["rx"]

@@ -58,12 +58,26 @@ def test_end_to_end_outputs(micro_run):
     assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == "micro-opt/synth/n64/seed0"
 
     pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    assert (pairs.run == "pooled").sum() == 1  # one pooled row per model and pair
+    pairs = pairs[pairs.run != "pooled"].reset_index(drop=True)
     assert len(pairs) == 1 and {pairs.x[0], pairs.y[0]} == {"synth-overlap", "synth-negation"}
     assert pairs.n[0] == len(steps)
+    assert pairs.ex_note.isna().all() and pairs.ex_ci_low.notna().all()  # example-level bootstrap ran
     png = (wd / "results/analysis/heatmaps/micro-opt.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    for f in ("agreement.csv", "heatmap_grid.png", "learning_curves/micro-opt.png", "scatter/micro-opt.png"):
+        assert (wd / "results/analysis" / f).stat().st_size > 0, f
     for log in ("logs/finetune/micro-opt/synth/n64/seed0.log", "logs/models/micro-opt.log"):
         assert (wd / log).stat().st_size > 0
+
+
+def test_report_renders(micro_run):
+    wd, _, cfg_path = micro_run
+    res = smk(wd, cfg_path, "--report", str(wd / "report.html"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    html = (wd / "report.html").read_text(encoding="utf-8", errors="replace")
+    for text in ("made measurable", "Learning curves", "Residualiser fits", "Heatmaps"):
+        assert text in html, text
 
 
 def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
@@ -89,7 +103,7 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
     scores = pd.read_csv(wd / "results/scores.csv")
     assert len(scores) == 5 * 4
     pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
-    assert len(pairs) == 3
+    assert len(pairs[pairs.run != "pooled"]) == 3
 
 
 def test_lint_is_clean():

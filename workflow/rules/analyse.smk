@@ -1,8 +1,19 @@
+# Analysis: the scores table -> partial correlations, agreement across models, figures.
+# All statistics live in oodcorr.analysis (the same code as `oodcorr analyse`).
+
+ANALYSIS = config["analysis"]
+# the heatmaps show the first method and the first residualiser of the config
+PLOT_METHOD = ANALYSIS["methods"][0]
+PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
+
 # Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.
 localrules:
     aggregate_scores,
     partial_correlations,
     heatmap,
+    heatmap_grid,
+    learning_curves,
+    scatter,
 
 
 rule aggregate_scores:
@@ -21,17 +32,19 @@ rule aggregate_scores:
 
 
 rule partial_correlations:
-    """Per run and OOD pair: partial correlation across checkpoints, in-domain regressed out."""
+    """Per run and pooled per model: partial correlations of every OOD pair, with
+    block-bootstrap intervals, permutation p-values, corrections; the agreement table."""
     input:
-        "results/scores.parquet",
+        scores="results/scores.parquet",
+        evals=EXP.eval_targets(f"{EVAL_DIR}/{{testset}}.json"),
+        predictions=EXP.eval_targets(f"{EVAL_DIR}/{{testset}}.predictions.parquet"),
     output:
         pairs=report("results/analysis/partial_correlations.csv", category="Tables",
                      caption="../report/partial_correlations.rst"),
-        summary=report("results/analysis/model_summary.csv", category="Tables",
-                       caption="../report/model_summary.rst"),
+        agreement=report("results/analysis/agreement.csv", category="Tables",
+                         caption="../report/agreement.rst"),
     params:
-        methods=config["analysis"]["methods"],
-        residualisers=config["analysis"]["residualisers"],
+        analysis=ANALYSIS,
     log:
         "logs/analyse/partial_correlations.log",
     conda:
@@ -41,18 +54,73 @@ rule partial_correlations:
 
 
 rule heatmap:
-    """Heatmap of the model's partial correlations (Fisher-z mean over runs)."""
+    """Heatmap of one model's pooled partial correlations."""
     input:
-        "results/analysis/model_summary.csv",
+        "results/analysis/partial_correlations.csv",
     output:
         report("results/analysis/heatmaps/{model}.png", category="Heatmaps",
                caption="../report/heatmap.rst", labels={"model": "{model}"}),
     params:
-        method=config["analysis"]["methods"][0],
-        residualiser=config["analysis"]["residualisers"][0],
+        kind="heatmap",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
     log:
         "logs/analyse/heatmap_{model}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
-        "../scripts/heatmap.py"
+        "../scripts/plot.py"
+
+
+rule heatmap_grid:
+    """Every model's heatmap side by side, on one colour scale and testset order."""
+    input:
+        "results/analysis/partial_correlations.csv",
+    output:
+        report("results/analysis/heatmap_grid.png", category="Heatmaps",
+               caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
+    params:
+        kind="heatmap_grid",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
+    log:
+        "logs/analyse/heatmap_grid.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/plot.py"
+
+
+rule learning_curves:
+    """Score vs training step for every testset of one model."""
+    input:
+        "results/scores.parquet",
+    output:
+        report("results/analysis/learning_curves/{model}.png", category="Learning curves",
+               caption="../report/learning_curves.rst", labels={"model": "{model}"}),
+    params:
+        kind="learning_curves",
+    log:
+        "logs/analyse/learning_curves_{model}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/plot.py"
+
+
+rule scatter:
+    """In-domain vs OOD score for one model, with the fitted residualiser curves."""
+    input:
+        "results/scores.parquet",
+    output:
+        report("results/analysis/scatter/{model}.png", category="Residualiser fits",
+               caption="../report/scatter.rst", labels={"model": "{model}"}),
+    params:
+        kind="scatter",
+        analysis=ANALYSIS,
+    log:
+        "logs/analyse/scatter_{model}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/plot.py"

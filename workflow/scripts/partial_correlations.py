@@ -1,15 +1,23 @@
-"""Rule partial_correlations: scores table -> per-run pairs and per-model summary."""
+"""Rule partial_correlations: scores + per-example predictions -> pairs table, agreement table."""
+import logging
+from pathlib import Path
+
 import pandas as pd
 
-from oodcorr.analysis import model_summary, run_pairs
-from oodcorr.io import atomic_path
+from oodcorr.analysis import Options, agreement, analyse
+from oodcorr.analysis.tables import examples_from_predictions, from_scores
+from oodcorr.cli import summarise, write_tables
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-pairs = run_pairs(pd.read_parquet(sm.input[0]), sm.params.methods, sm.params.residualisers)
-summary = model_summary(pairs)
-for df, path in ((pairs, sm.output.pairs), (summary, sm.output.summary)):
-    with atomic_path(path) as tmp:
-        df.to_csv(tmp, index=False)
-print(summary.to_string())
+log = logging.getLogger("partial_correlations")
+opts = Options.from_mapping(sm.params.analysis)
+long, info = from_scores(pd.read_parquet(sm.input.scores))
+examples = examples_from_predictions(list(zip(sm.input.evals, sm.input.predictions))) if opts.example_boot > 1 else None
+pc = analyse(long, opts, examples, ordered=True)
+# n_train and seed beside each run's rows (empty for pooled rows)
+pc = pc.merge(info.astype({c: "Int64" for c in info.columns if c != "run"}), on="run", how="left")
+agree = agreement(pc[pc["run"] == "pooled"], opts.alpha)
+write_tables(pc, agree, Path(sm.output.pairs).parent)
+summarise(pc, agree, opts, log)

@@ -1,0 +1,172 @@
+"""Partial correlation of two score series given covariates, by residualising.
+
+Method semantics (documented in the README):
+
+* ``pearson``  -- residualise the scores, Pearson correlation of the residuals.
+* ``spearman`` -- rank every variable first, then as Pearson (this is pingouin's
+  partial Spearman; with the linear residualiser the two agree exactly).
+* ``kendall``  -- residualise the scores, Kendall's tau-b of the residuals.
+
+The parametric p-value (``p_param``) is the i.i.d. one: a t-test with
+``n - 1 - (dof_x + dof_y) / 2`` degrees of freedom, which for the linear
+residualiser with k covariates is pingouin's ``n - 2 - k``; for Kendall it is
+scipy's test of tau on the residuals. Checkpoints of one run are autocorrelated,
+so this p-value is optimistic there; see :mod:`oodcorr.analysis.resample`.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from .residualise import Degenerate, GamSettings, Spec, parse, residualise
+
+METHODS = ("pearson", "spearman", "kendall")
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
+    return method
+
+
+def transform(method: str, a: np.ndarray) -> np.ndarray:
+    """What every variable goes through before residualising: ranks for Spearman."""
+    return stats.rankdata(a) if method == "spearman" else a
+
+
+def corr(rx: np.ndarray, ry: np.ndarray, method: str) -> float:
+    """Correlation of two residual series (Pearson, or Kendall's tau-b)."""
+    if method == "kendall":
+        return float(stats.kendalltau(rx, ry).statistic)
+    a, b = rx - rx.mean(), ry - ry.mean()
+    return float(np.clip((a @ b) / math.sqrt((a @ a) * (b @ b)), -1.0, 1.0))
+
+
+def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) -> np.ndarray:
+    """Row-wise correlations of two (B, n) arrays; NaN for a row where either is constant."""
+    RX = np.asarray(RX, dtype=float)
+    RY = np.asarray(RY, dtype=float)
+    if method == "kendall":
+        n = RX.shape[1]
+        i, j = np.triu_indices(n, 1)
+        out = np.empty(len(RX))
+        for s in range(0, len(RX), chunk):
+            dx = np.sign(RX[s:s + chunk, i] - RX[s:s + chunk, j])
+            dy = np.sign(RY[s:s + chunk, i] - RY[s:s + chunk, j])
+            den = np.sqrt(np.count_nonzero(dx, axis=1) * np.count_nonzero(dy, axis=1).astype(float))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[s:s + chunk] = (dx * dy).sum(1) / den
+        out[~np.isfinite(out)] = np.nan
+        return out
+    A = RX - RX.mean(1, keepdims=True)
+    Bm = RY - RY.mean(1, keepdims=True)
+    sa, sb = (A * A).sum(1), (Bm * Bm).sum(1)
+    scale = np.maximum(np.abs(RX).max(1), np.abs(RY).max(1)) ** 2 * RX.shape[1] + 1e-300
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (A * Bm).sum(1) / np.sqrt(sa * sb)
+    r[(sa <= 1e-24 * scale) | (sb <= 1e-24 * scale)] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def p_param(r: float, rx: np.ndarray, ry: np.ndarray, method: str, dof: float) -> float:
+    if method == "kendall":
+        return float(stats.kendalltau(rx, ry).pvalue)
+    if not dof >= 1:
+        return math.nan
+    if abs(r) >= 1.0:
+        return 0.0
+    t = r * math.sqrt(dof / (1 - r * r))
+    return float(2 * stats.t.sf(abs(t), dof))
+
+
+def min_points(spec: Spec, gam: GamSettings) -> int:
+    """Complete points a pair needs: k + 3 for OLS with k covariates (one residual dof
+    left for the correlation), and the GAM's ``min_points`` for the GAM."""
+    need = spec.n_covariates + 3
+    return max(need, gam.min_points) if spec.kind == "gam" else need
+
+
+def complete_mask(x, y, Z) -> np.ndarray:
+    return np.isfinite(x) & np.isfinite(y) & np.all(np.isfinite(Z), axis=1)
+
+
+def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "linear",
+                  gam: GamSettings | None = None, cache: dict | None = None, names=("x", "y"),
+                  lams: tuple | None = None) -> dict:
+    """Residuals of x and y given the covariates, on the complete rows.
+
+    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y"}``; raises
+    :class:`Degenerate` with the reason when the pair cannot be computed. ``cache``
+    (a dict) reuses a series' residuals across pairs with the same complete rows;
+    ``names`` identify x and y in it. ``lams`` fixes the GAM penalties (no GCV).
+    """
+    spec = parse(residualiser)
+    check_method(method)
+    gam = gam or GamSettings()
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    Z = np.asarray(covars, dtype=float)
+    if Z.ndim == 1:
+        Z = Z[:, None]
+    if Z.shape[1] != spec.n_covariates:
+        raise ValueError(f"residualiser {residualiser!r} needs {spec.n_covariates} covariate column(s), got {Z.shape[1]}")
+    mask = complete_mask(x, y, Z)
+    n = int(mask.sum())
+    need = min_points(spec, gam)
+    if n < need:
+        what = "" if n == len(x) else f" of {len(x)} (the others have a missing value)"
+        raise Degenerate(f"only {n} complete points{what}; the {residualiser} residualiser needs at least {need}")
+    x, y, Z = x[mask], y[mask], Z[mask]
+    for label, v in ((names[0], x), (names[1], y)):
+        if np.ptp(v) == 0:
+            raise Degenerate(f"{label} is constant across the {n} points")
+    for j in range(Z.shape[1]):
+        if np.ptp(Z[:, j]) == 0:
+            raise Degenerate("the covariate (in-domain score) is constant" if j == 0
+                             else "the training step is constant")
+    Zt = np.column_stack([transform(method, Z[:, j]) for j in range(Z.shape[1])])
+    out = {"mask": mask, "n": n}
+    key_mask = mask.tobytes()
+    for label, name, v, lam in (("x", names[0], x, lams[0] if lams else None),
+                                ("y", names[1], y, lams[1] if lams else None)):
+        key = (name, method, spec.name, key_mask, repr(lam))
+        if cache is not None and key in cache:
+            res = cache[key]
+        else:
+            vt = transform(method, v)
+            res = residualise(vt, Zt, spec, gam, lam)
+            scale = max(float(np.abs(vt).max()), 1e-300)
+            if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
+                res = Degenerate(f"the covariate explains {name} exactly (zero residual)")
+            if cache is not None:
+                cache[key] = res
+        if isinstance(res, Degenerate):
+            raise res
+        out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"] = res
+    return out
+
+
+def partial_corr(x, y, covars, method: str = "pearson", residualiser: str = "linear",
+                 gam: GamSettings | None = None) -> dict:
+    """Partial correlation of x and y given covars (in-domain score, optionally step).
+
+    Returns ``r``, ``p`` (the parametric i.i.d. p-value, see the module doc), ``n``
+    (complete points used), ``dof`` and ``note`` (why r is NaN; empty otherwise).
+    """
+    out = {"r": math.nan, "p": math.nan, "n": 0, "dof": math.nan, "note": ""}
+    try:
+        rp = residual_pair(x, y, covars, method, residualiser, gam)
+    except Degenerate as e:
+        out["note"] = str(e)
+        x = np.asarray(x, dtype=float)
+        Z = np.asarray(covars, dtype=float)
+        out["n"] = int(complete_mask(x, np.asarray(y, dtype=float), Z.reshape(len(x), -1)).sum())
+        return out
+    r = corr(rp["rx"], rp["ry"], method)
+    dof = rp["n"] - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
+    out.update(r=r, n=rp["n"], dof=dof, p=p_param(r, rp["rx"], rp["ry"], method, dof))
+    if not math.isfinite(r):
+        out["note"] = "the residuals have no variation in rank order"
+    return out

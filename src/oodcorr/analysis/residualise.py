@@ -1,0 +1,121 @@
+"""Residualisers: remove what the covariates (in-domain score, optionally the training
+step) explain from one score series.
+
+A residualiser is named by a spec: ``linear`` or ``gam``, optionally followed by
+``+step`` to add the training step as a second covariate (``gam+step``). Each
+returns the residuals and the effective degrees of freedom it used (the
+intercept included), or raises :class:`Degenerate` with the reason, which the
+caller turns into a NaN cell with that reason in ``note``.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+KINDS = ("linear", "gam")
+RESIDUALISERS = ("linear", "linear+step", "gam", "gam+step")
+
+
+class Degenerate(ValueError):
+    """A cell cannot be computed; the message says why and becomes its ``note``."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # "linear" | "gam"
+    step: bool  # training step as a second covariate
+
+    @property
+    def name(self) -> str:
+        return self.kind + ("+step" if self.step else "")
+
+    @property
+    def n_covariates(self) -> int:
+        return 2 if self.step else 1
+
+
+def parse(name: str) -> Spec:
+    """``gam+step`` -> Spec("gam", True); an unknown name raises ValueError naming it."""
+    kind, _, extra = name.partition("+")
+    if kind not in KINDS or extra not in ("", "step"):
+        raise ValueError(f"unknown residualiser {name!r}; choose from {', '.join(RESIDUALISERS)}")
+    return Spec(kind, extra == "step")
+
+
+@dataclass(frozen=True)
+class GamSettings:
+    """Penalised regression splines (pygam ``LinearGAM``), smoothness chosen by GCV.
+
+    ``n_splines`` is the basis size per covariate, capped at half the points (and at
+    least 4, the minimum for cubic splines); ``lam_grid`` is the GCV grid of the
+    smoothing penalty. The penalty is on the second derivative, so a large penalty
+    shrinks towards a straight line: the GAM can only add flexibility to the linear
+    fit, never less than it. Below ``min_points`` complete points the GAM is not
+    fitted (NaN with a note): GCV over a handful of points is noise.
+    """
+
+    n_splines: int = 10
+    min_points: int = 8
+    lam_grid: tuple[float, ...] = tuple(np.logspace(-3, 5, 17))
+
+    def basis_size(self, n: int) -> int:
+        return max(4, min(self.n_splines, n // 2))
+
+
+def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
+    """OLS of ``y`` on an intercept plus the columns of ``Z``: (residuals, dof used)."""
+    X = np.column_stack([np.ones(len(y)), Z])
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return y - X @ beta, float(X.shape[1])
+
+
+def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
+    """Fit a LinearGAM with one spline term per column of ``Z``.
+
+    With ``lam`` None the penalty is chosen by GCV over ``settings.lam_grid`` (the same
+    penalty for every term: a diagonal grid, which keeps two-covariate fits cheap);
+    otherwise it is fitted at the given penalty. Returns the fitted model.
+    """
+    from pygam import LinearGAM, s
+
+    n, k = Z.shape
+    ns = settings.basis_size(n)
+    terms = s(0, n_splines=ns)
+    for j in range(1, k):
+        terms = terms + s(j, n_splines=ns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if lam is None:
+            gam = LinearGAM(terms).gridsearch(Z, y, lam=np.asarray(settings.lam_grid), progress=False)
+        else:
+            gam = LinearGAM(terms, lam=lam).fit(Z, y)
+    if not getattr(gam, "_is_fitted", False):
+        raise Degenerate("the GAM could not be fitted at any smoothing penalty")
+    return gam
+
+
+def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None) -> tuple[np.ndarray, float, object]:
+    """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty)."""
+    n = len(y)
+    if n < settings.min_points:
+        raise Degenerate(f"only {n} complete points; the GAM residualiser needs at least {settings.min_points}")
+    try:
+        fitted = gam_fit(y, Z, settings, lam)
+    except Degenerate:
+        raise
+    except Exception as e:  # pygam raises assorted errors on singular or diverging fits
+        raise Degenerate(f"the GAM fit failed: {type(e).__name__}: {e}") from None
+    res = y - fitted.predict(Z)
+    if not np.all(np.isfinite(res)):
+        raise Degenerate("the GAM fit gave non-finite residuals")
+    return res, float(fitted.statistics_["edof"]), fitted.lam
+
+
+def residualise(y: np.ndarray, Z: np.ndarray, spec: Spec, gam_settings: GamSettings, lam=None):
+    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None)."""
+    if spec.kind == "linear":
+        r, dof = linear(y, Z)
+        return r, dof, None
+    return gam(y, Z, gam_settings, lam)

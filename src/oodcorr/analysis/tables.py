@@ -1,0 +1,229 @@
+"""Reading score tables into the canonical long form the analysis uses.
+
+* :func:`read_table` -- CSV/TSV (a UTF-8 byte-order mark is ignored) or parquet;
+* :func:`from_wide` -- one row per unit, one column per testset;
+* :func:`from_long` -- one row per unit x testset;
+* :func:`from_scores` -- the workflow's ``results/scores.parquet``;
+* :func:`examples_from_predictions` -- the workflow's per-example predictions.
+
+Summary rows. Tables published with papers often end with rows such as ``Mean``,
+``Standard deviation``, ``Minimum``, ``Maximum``: they are not units and would
+corrupt every correlation. A row whose unit label is one of :data:`SUMMARY_LABELS`
+(case-insensitive, ignoring surrounding spaces, a trailing ``:`` or ``.``, and a
+parenthesised suffix such as ``Mean (all runs)``) is excluded, and so is a row with
+no value at all; each exclusion is logged at WARNING level with its line number,
+never done silently. A row with scores but no unit label is an error naming its line.
+"""
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..io import DataError
+
+log = logging.getLogger(__name__)
+
+SUMMARY_LABELS = frozenset({
+    "mean", "average", "avg", "median", "mode", "std", "sd", "stdev", "std dev", "std. dev", "standard deviation",
+    "var", "variance", "se", "sem", "standard error", "min", "minimum", "max", "maximum", "range", "iqr",
+    "sum", "total", "count", "q1", "q3",
+})
+
+
+def read_table(path: str | Path) -> tuple[pd.DataFrame, str]:
+    """The table and how to name its rows in messages (``line`` for text, ``row`` for parquet).
+
+    For text tables the DataFrame's index is the 1-based file line of each row."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        df = pd.read_parquet(path)
+        df.index = pd.RangeIndex(1, len(df) + 1)
+        return df, "row"
+    if suffix not in (".csv", ".tsv", ".txt"):
+        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file")
+    try:
+        df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", encoding="utf-8-sig",
+                         skip_blank_lines=False)
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot be read as a table ({e})") from None
+    df.index = pd.RangeIndex(2, len(df) + 2)  # line 1 is the header
+    df.columns = [str(c).strip() for c in df.columns]
+    return df, "line"
+
+
+def _norm_label(v) -> str:
+    s = re.sub(r"\s+", " ", str(v)).strip().lower()
+    s = re.sub(r"\s*\(.*\)\s*$", "", s)
+    return s.rstrip(":.").strip()
+
+
+def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "line",
+                      labels=SUMMARY_LABELS) -> pd.DataFrame:
+    """Drop empty rows and summary-statistic rows (logged); error on unlabelled data rows."""
+    if unit not in df.columns:
+        raise DataError(f"{source}: no unit column {unit!r}; columns are {list(df.columns)}")
+    others = [c for c in df.columns if c != unit]
+    empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
+    if empty.any():
+        log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where,
+                    _ranges(df.index[empty]))
+    df = df[~empty]
+    no_label = df[unit].isna() | (df[unit].astype(str).str.strip() == "")
+    if no_label.any():
+        raise DataError(f"{source}: {where} {df.index[no_label][0]} has scores but no value in the unit "
+                        f"column {unit!r}")
+    labels = {_norm_label(x) for x in labels}
+    summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
+    for idx, v in df.loc[summary, unit].items():
+        log.warning("%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of "
+                    "observation", source, where, idx, v)
+    return df[~summary]
+
+
+def _ranges(idx) -> str:
+    idx = sorted(int(i) for i in idx)
+    parts, start = [], None
+    for i, v in enumerate(idx):
+        if start is None:
+            start = v
+        if i + 1 == len(idx) or idx[i + 1] != v + 1:
+            parts.append(f"{start}" if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(parts)
+
+
+def _numeric_units(s: pd.Series) -> pd.Series:
+    """Units as numbers when every one parses as a number (then they are ordered)."""
+    num = pd.to_numeric(s, errors="coerce")
+    return num if num.notna().all() else s.astype(str)
+
+
+def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
+    v = pd.to_numeric(df[col], errors="coerce")
+    bad = v.isna() & df[col].notna()
+    if bad.any():
+        i = df.index[bad][0]
+        raise DataError(f"{source}: column {col!r} is not numeric ({where} {i}: {df.at[i, col]!r}); "
+                        "exclude it or name it as the model/run column")
+    return v.astype(float)
+
+
+def from_wide(df: pd.DataFrame, *, unit: str, in_domain: str, source: str = "table", where: str = "line",
+              model: str | None = None, run: str | None = None, model_name: str = "model",
+              testsets: list[str] | None = None, exclude: tuple[str, ...] = (),
+              summary_labels=SUMMARY_LABELS) -> pd.DataFrame:
+    """One row per unit, one column per testset -> canonical long table."""
+    df = drop_summary_rows(df, unit, source, where, summary_labels)
+    ids = [c for c in (unit, model, run) if c]
+    for c in ids[1:] + list(exclude) + list(testsets or []):
+        if c not in df.columns:
+            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    if in_domain not in df.columns:
+        raise DataError(f"{source}: the in-domain testset {in_domain!r} is not a column; columns are "
+                        f"{list(df.columns)}")
+    cols = list(testsets) if testsets else [c for c in df.columns if c not in ids and c not in exclude]
+    if in_domain not in cols:
+        cols.append(in_domain)
+    if len(cols) < 3:
+        raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
+    values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
+    long = values.assign(unit=_numeric_units(df[unit]),
+                         model=df[model].astype(str) if model else model_name,
+                         run=df[run].astype(str) if run else "all")
+    long = long.melt(id_vars=["model", "run", "unit"], var_name="testset", value_name="score")
+    long["in_domain"] = in_domain
+    return long[["model", "in_domain", "run", "unit", "testset", "score"]]
+
+
+def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domain: str,
+              source: str = "table", where: str = "line", model: str | None = None, run: str | None = None,
+              model_name: str = "model", testsets: list[str] | None = None, exclude: tuple[str, ...] = (),
+              summary_labels=SUMMARY_LABELS) -> pd.DataFrame:
+    """One row per unit x testset -> canonical long table."""
+    df = drop_summary_rows(df, unit, source, where, summary_labels)
+    for c in [testset, score] + [c for c in (model, run) if c]:
+        if c not in df.columns:
+            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    names = set(df[testset].astype(str))
+    if in_domain not in names:
+        raise DataError(f"{source}: the in-domain testset {in_domain!r} does not occur in column "
+                        f"{testset!r}; testsets are {sorted(names)}")
+    keep = df[testset].astype(str).isin(set(testsets) | {in_domain}) if testsets else \
+        ~df[testset].astype(str).isin(exclude)
+    df = df[keep]
+    out = pd.DataFrame({
+        "model": df[model].astype(str) if model else model_name,
+        "in_domain": in_domain,
+        "run": df[run].astype(str) if run else "all",
+        "unit": _numeric_units(df[unit]),
+        "testset": df[testset].astype(str),
+        "score": _numeric(df, score, source, where),
+    }, index=df.index)
+    return out.reset_index(drop=True)
+
+
+def from_scores(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The workflow's scores table -> (canonical long table, run info: run, n_train, seed).
+
+    Each run's in-domain testset is the one with role ``in-domain``; a run with none or
+    several gets an empty name, and the analysis notes it in every cell."""
+    need = ["model", "run_id", "step", "testset", "role", "accuracy"]
+    missing = [c for c in need if c not in scores.columns]
+    if missing:
+        raise DataError(f"scores table lacks column(s) {missing}")
+    ind = scores[scores["role"] == "in-domain"].groupby("run_id")["testset"].unique()
+    zname = {r: (v[0] if len(v) == 1 else "") for r, v in ind.items()}
+    long = pd.DataFrame({
+        "model": scores["model"].astype(str), "in_domain": scores["run_id"].map(zname).fillna(""),
+        "run": scores["run_id"].astype(str), "unit": scores["step"].astype(int),
+        "testset": scores["testset"].astype(str), "score": scores["accuracy"].astype(float)})
+    info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
+    info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
+    return long, info
+
+
+def examples_from_predictions(pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """Per-example correctness from (evaluation JSON, predictions parquet) path pairs.
+
+    The JSON beside each predictions file names its model, run, step and testset."""
+    import json
+
+    frames = []
+    for js, pq in pairs:
+        with open(js, encoding="utf-8") as fh:
+            meta = json.load(fh)
+        pred = pd.read_parquet(pq, columns=["index", "correct"])
+        frames.append(pd.DataFrame({"model": str(meta["model"]), "run": str(meta["run_id"]),
+                                    "unit": int(meta["step"]), "testset": str(meta["testset"]),
+                                    "example": pred["index"].to_numpy(), "correct": pred["correct"].to_numpy(float)}))
+    if not frames:
+        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: str, correct: str,
+                        model: str | None = None, run: str | None = None, model_name: str = "model",
+                        source: str = "predictions") -> pd.DataFrame:
+    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical."""
+    for c in [unit, testset, example, correct] + [c for c in (model, run) if c]:
+        if c not in df.columns:
+            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    corr = pd.to_numeric(df[correct], errors="coerce")
+    if not corr.dropna().isin([0, 1]).all():
+        raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
+    return pd.DataFrame({"model": df[model].astype(str) if model else model_name,
+                         "run": df[run].astype(str) if run else "all",
+                         "unit": _numeric_units(df[unit]), "testset": df[testset].astype(str),
+                         "example": df[example], "correct": corr.astype(float)}).reset_index(drop=True)
+
+
+def finite_scores(long: pd.DataFrame) -> pd.DataFrame:
+    """Rows with a missing score dropped (a missing value is treated as 'not evaluated')."""
+    return long[np.isfinite(long["score"].astype(float))]

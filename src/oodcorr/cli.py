@@ -1,0 +1,250 @@
+"""Command line: ``oodcorr analyse TABLE --in-domain NAME [...]``.
+
+Runs the same analysis as the workflow's rules on any scores table (CSV, TSV or
+parquet; long or wide) and writes the tables and figures into ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+log = logging.getLogger("oodcorr")
+
+EPILOG = """\
+outputs (in --out):
+  partial_correlations.csv  one row per model x run (or 'pooled') x pair x method x residualiser
+  agreement.csv             per OOD pair: each model's sign and significance, and a verdict
+  heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
+  heatmap_grid.png          the models side by side (with more than one model)
+  scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
+  learning_curves/<model>.png  score vs step (only when the unit column is numeric)
+  settings.json             the settings used and the input's sha256
+
+examples:
+  oodcorr analyse results/scores.csv --in-domain synth-test --model model --run run_id
+  oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+
+Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
+Maximum, ...) and empty rows are excluded with a logged warning naming each line.
+"""
+
+
+def _block_length(v: str):
+    if v == "auto":
+        return v
+    try:
+        n = int(v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--block-length must be 'auto' or a positive integer, got {v!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--block-length must be at least 1, got {n}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .analysis.correlate import METHODS
+    from .analysis.multitest import CORRECTIONS
+    from .analysis.pipeline import P_METHODS, Options
+    from .analysis.resample import INTERVALS
+    from .analysis.residualise import RESIDUALISERS
+
+    d = Options()
+    p = argparse.ArgumentParser(prog="oodcorr", description="oodcorr: do OOD results generalise?")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser(
+        "analyse", help="partial correlations between OOD testsets of any scores table",
+        description="Partial correlations between every pair of OOD testsets, in-domain score regressed "
+                    "out, with block-bootstrap intervals, permutation p-values, multiple-comparison "
+                    "correction, pooling over runs, agreement across models, and plots.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    a.add_argument("table", help="scores table: .csv, .tsv or .parquet")
+    g = a.add_argument_group("input layout")
+    g.add_argument("--format", choices=("long", "wide"), default="long",
+                   help="long: one row per unit x testset; wide: one row per unit, one column per testset "
+                        "(default: long)")
+    g.add_argument("--in-domain", required=True, metavar="TESTSET",
+                   help="the in-domain testset (a column in wide format, a value of --testset-column in long)")
+    g.add_argument("--unit", default="step", metavar="COLUMN",
+                   help="column with the unit of observation, e.g. the training step or a run label "
+                        "(default: step). Numeric units are ordered (blocks of consecutive units are "
+                        "resampled); other units are exchangeable")
+    g.add_argument("--testset-column", default="testset", metavar="COLUMN",
+                   help="long format: column naming the testset (default: testset)")
+    g.add_argument("--score", default="accuracy", metavar="COLUMN",
+                   help="long format: column with the score (default: accuracy)")
+    g.add_argument("--model", metavar="COLUMN",
+                   help="column naming the model (default: 'model' if the table has it, else one model)")
+    g.add_argument("--run", metavar="COLUMN",
+                   help="column naming the run within a model (default: 'run_id' or 'run' if present, else "
+                        "one run)")
+    g.add_argument("--model-name", metavar="NAME",
+                   help="model name when there is no model column (default: the table's file name)")
+    g.add_argument("--testsets", nargs="+", metavar="TESTSET", help="analyse only these OOD testsets")
+    g.add_argument("--exclude", nargs="+", default=[], metavar="NAME",
+                   help="columns (wide) or testsets (long) to leave out")
+    g.add_argument("--summary-label", action="append", default=[], metavar="LABEL",
+                   help="another unit label that marks a summary row to exclude (repeatable)")
+    g.add_argument("--examples", metavar="FILE",
+                   help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
+                        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap")
+    s = a.add_argument_group("statistics")
+    s.add_argument("--methods", nargs="+", choices=METHODS, default=list(d.methods),
+                   help=f"correlation methods (default: {' '.join(d.methods)})")
+    s.add_argument("--residualisers", nargs="+", choices=RESIDUALISERS, default=list(d.residualisers),
+                   help=f"residualisers; '+step' adds the training step as a covariate "
+                        f"(default: {' '.join(d.residualisers)})")
+    s.add_argument("--n-boot", type=int, default=d.n_boot, help=f"block-bootstrap resamples (default: {d.n_boot})")
+    s.add_argument("--n-perm", type=int, default=d.n_perm, help=f"block permutations (default: {d.n_perm})")
+    s.add_argument("--block-length", type=_block_length, default=d.block_length,
+                   help="block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise "
+                        "(default: auto)")
+    s.add_argument("--interval", choices=INTERVALS, default=d.interval,
+                   help=f"bootstrap interval (default: {d.interval})")
+    s.add_argument("--level", type=float, default=d.level, help=f"confidence level (default: {d.level})")
+    s.add_argument("--p-method", choices=P_METHODS, default=d.p_method,
+                   help="which p-value is 'p': auto = block permutation when blocks are longer than 1, "
+                        "else the t-test (default: auto)")
+    s.add_argument("--correction", choices=CORRECTIONS, default=d.correction,
+                   help=f"multiple-comparison correction across the pairs of a heatmap (default: {d.correction})")
+    s.add_argument("--alpha", type=float, default=d.alpha, help=f"significance level for p_adj (default: {d.alpha})")
+    s.add_argument("--seed", type=int, default=d.seed, help=f"seed of every resampling (default: {d.seed})")
+    s.add_argument("--example-boot", type=int, default=d.example_boot,
+                   help=f"example-level bootstrap resamples with --examples (default: {d.example_boot})")
+    s.add_argument("--gam-n-splines", type=int, default=d.gam.n_splines,
+                   help=f"GAM basis size per covariate (default: {d.gam.n_splines})")
+    s.add_argument("--gam-min-points", type=int, default=d.gam.min_points,
+                   help=f"fewest points the GAM is fitted to (default: {d.gam.min_points})")
+    o = a.add_argument_group("output")
+    o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
+    o.add_argument("--no-plots", action="store_true", help="write the tables only")
+    o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
+    o.add_argument("--plot-residualiser", metavar="NAME",
+                   help="residualiser the heatmaps show (default: the first)")
+    o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    return p
+
+
+def safe_name(name: str) -> str:
+    """A model name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"
+
+
+def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    from .analysis import tables
+
+    df, where = tables.read_table(args.table)
+    src = str(args.table)
+    model = args.model or ("model" if "model" in df.columns else None)
+    run = args.run or next((c for c in ("run_id", "run") if c in df.columns and c != args.unit), None)
+    labels = tables.SUMMARY_LABELS | set(args.summary_label)
+    common = dict(source=src, where=where, model=model, run=run,
+                  model_name=args.model_name or Path(args.table).stem, testsets=args.testsets,
+                  exclude=tuple(args.exclude), summary_labels=labels)
+    if args.format == "wide":
+        long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
+    else:
+        long = tables.from_long(df, unit=args.unit, testset=args.testset_column, score=args.score,
+                                in_domain=args.in_domain, **common)
+    log.info("%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)", src, long["model"].nunique(),
+             long.groupby(["model", "run"]).ngroups, long["unit"].nunique(), long["testset"].nunique(),
+             args.in_domain)
+    examples = None
+    if args.examples:
+        ex, _ = tables.read_table(args.examples)
+        examples = tables.from_examples_table(
+            ex, unit=args.unit, testset=args.testset_column, example="example", correct="correct",
+            model=model if model in ex.columns else None, run=run if run in ex.columns else None,
+            model_name=common["model_name"], source=str(args.examples))
+    return long, examples
+
+
+def analyse_command(args) -> int:
+    from .analysis import Options, agreement, analyse
+    from .analysis.residualise import GamSettings
+    from .io import sha256_file, write_json_atomic
+
+    opts = Options(methods=tuple(args.methods), residualisers=tuple(args.residualisers), n_boot=args.n_boot,
+                   n_perm=args.n_perm, level=args.level, interval=args.interval, block_length=args.block_length,
+                   p_method=args.p_method, correction=args.correction, alpha=args.alpha, seed=args.seed,
+                   example_boot=args.example_boot,
+                   gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points))
+    long, examples = _load(args)
+    out = Path(args.out)
+    pc = analyse(long, opts, examples)
+    agree = agreement(pc[pc["run"] == "pooled"], opts.alpha)
+    write_tables(pc, agree, out)
+    write_json_atomic(out / "settings.json", {"input": str(args.table), "sha256": sha256_file(args.table),
+                                              "format": args.format, "unit": args.unit,
+                                              "in_domain": args.in_domain, "options": opts.describe()})
+    log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
+    summarise(pc, agree, opts, log)
+    if not args.no_plots:
+        method = args.plot_method or opts.methods[0]
+        res = args.plot_residualiser or opts.residualisers[0]
+        if method not in opts.methods or res not in opts.residualisers:
+            raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
+        make_plots(pc, long, out, method, res, opts)
+    return 0
+
+
+def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
+    from .io import atomic_path
+
+    for df, name in ((pc, "partial_correlations.csv"), (agree, "agreement.csv")):
+        with atomic_path(out / name) as tmp:
+            df.to_csv(tmp, index=False)
+
+
+def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
+    """Log the headline numbers: finite and significant cells, agreement verdicts."""
+    pooled = pc[pc["run"] == "pooled"]
+    for (m, r), g in pooled.groupby(["method", "residualiser"]):
+        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d", m, r, len(g),
+                    int(g["r"].notna().sum()), opts.correction, opts.alpha, int(g["significant"].sum()))
+    if not agree.empty:
+        counts = agree.groupby(["method", "residualiser", "verdict"]).size()
+        for (m, r, v), k in counts.items():
+            logger.info("agreement %s/%s: %s %d", m, r, v, k)
+
+
+def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> None:
+    from . import plots
+
+    models = sorted(pc["model"].unique())
+    for m in models:
+        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser)
+        plots.scatter(long, m, str(out / "scatter" / f"{safe_name(m)}.png"),
+                      residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
+                      gam_settings=opts.gam)
+        if pd.api.types.is_numeric_dtype(long["unit"]):
+            plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
+    if len(models) > 1:
+        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser)
+    else:
+        log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
+    log.info("wrote figures under %s", out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    # a no-op when logging is already configured (e.g. under pytest); the level is ours either way
+    logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("oodcorr").setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+    from .io import DataError
+
+    try:
+        if args.command == "analyse":
+            return analyse_command(args)
+    except (DataError, ValueError) as e:
+        log.error("%s", e)
+        return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""`oodcorr analyse`: the real McCoy et al. (2020) table, long tables with examples, errors."""
+import csv
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pingouin as pg
+import pytest
+
+from conftest import SHARED
+from oodcorr.cli import main
+
+BERTS = SHARED / "data/external/berts_of_a_feather/accuracies_by_run.csv"
+
+
+@pytest.mark.skipif(not BERTS.exists(), reason=f"needs the shared data beside the checkout: {BERTS} is absent")
+def test_berts_of_a_feather_wide_table(tmp_path, caplog):
+    out = tmp_path / "berts"
+    with caplog.at_level(logging.INFO):
+        rc = main(["analyse", str(BERTS), "--format", "wide", "--unit", "Run", "--in-domain", "MNLI dev acc.",
+                   "--out", str(out)])
+    assert rc == 0, caplog.text
+    # the four summary rows at the bottom are named and excluded, never silently
+    for line, label in ((102, "Minimum"), (103, "Maximum"), (104, "Mean"), (105, "Standard deviation")):
+        assert f"excluded line {line}, unit '{label}': a summary row" in caplog.text
+    pc = pd.read_csv(out / "partial_correlations.csv")
+    with open(BERTS, encoding="utf-8-sig", newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["Run"].startswith("Run ")]
+    assert len(rows) == 100
+    ood = [c for c in rows[0] if c not in ("Run", "MNLI dev acc.")]
+    assert len(ood) == 37 and len(pc) == 2 * 37 * 36 // 2  # the run ("all") and the pooled row per pair
+    assert "MNLI dev acc." not in set(pc.x) | set(pc.y)
+    fin = pc[pc.r.notna()]
+    assert (fin.n == 100).all() and (fin.block_length == 1).all() and (fin.p_method.str.startswith("t-test")).all()
+    # columns with the same accuracy in all 100 runs: NaN with the reason
+    const = pc[(pc.x == "ce_adverb") | (pc.y == "ce_adverb")]
+    assert const.r.isna().all() and const.note.str.contains("ce_adverb is constant across the 100 points").all()
+    # one cell against pingouin on the file read independently
+    data = pd.DataFrame({c: [float(r[c]) for r in rows] for c in ("MNLI dev acc.", "Lexical (nonent)", "Subseq (nonent)")})
+    ref = pg.partial_corr(data, x="Lexical (nonent)", y="Subseq (nonent)", covar="MNLI dev acc.")
+    cell = pc[(pc.run == "all") & (pc.x == "Lexical (nonent)") & (pc.y == "Subseq (nonent)")].iloc[0]
+    assert abs(cell.r - ref["r"].iloc[0]) < 1e-10 and cell.p == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
+    # Lexical (nonent) is the mean of the five ln_* subcases: each part correlates
+    # positively and significantly with the whole, after Holm over all 666 pairs
+    part = pc[(pc.run == "pooled") & (pc.x == "Lexical (nonent)") & pc.y.str.startswith("ln_")]
+    assert len(part) == 5 and (part.r > 0.4).all() and part.significant.all()
+    assert (part.ci_low > 0).all()
+    agree = pd.read_csv(out / "agreement.csv")
+    assert len(agree) == 666 and set(agree.verdict) == {"single model", "no data"}
+    png = (out / "heatmaps/accuracies_by_run.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 100_000
+    assert (out / "scatter/accuracies_by_run.png").exists()
+    assert not (out / "heatmap_grid.png").exists()  # one model: nothing to put side by side
+    assert not (out / "learning_curves").exists()  # runs are not training steps
+
+
+def _long_table(tmp_path):
+    """Two models x two runs x 14 steps; model B's pair (a, b) moves in the opposite direction."""
+    rng = np.random.default_rng(0)
+    rows, ex = [], []
+    for model, sign in (("A", 1), ("B", -1)):
+        for run in ("r0", "r1"):
+            shared = rng.normal(size=14)
+            for step in range(14):
+                z = 0.5 + 0.02 * step
+                accs = {"mnli": z, "a": 0.3 + 0.5 * z + 0.03 * shared[step] + 0.005 * rng.normal(),
+                        "b": 0.2 + 0.3 * z + sign * 0.03 * shared[step] + 0.005 * rng.normal(),
+                        "c": 0.4 + 0.2 * z + 0.02 * rng.normal()}
+                for ts, acc in accs.items():
+                    correct = (rng.uniform(size=200) < acc).astype(int)
+                    rows.append({"model": model, "run": run, "step": step * 50, "testset": ts, "accuracy": acc})
+                    ex += [{"model": model, "run": run, "step": step * 50, "testset": ts, "example": i,
+                            "correct": c} for i, c in enumerate(correct)]
+    rows.append({"model": "A", "run": "r0", "step": "mean", "testset": "a", "accuracy": 0.5})
+    scores, examples = tmp_path / "scores.csv", tmp_path / "examples.parquet"
+    pd.DataFrame(rows).to_csv(scores, index=False)
+    pd.DataFrame(ex).to_parquet(examples)
+    return scores, examples
+
+
+def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
+    scores, examples = _long_table(tmp_path)
+    out = tmp_path / "out"
+    with caplog.at_level(logging.INFO):
+        rc = main(["analyse", str(scores), "--in-domain", "mnli", "--run", "run", "--examples", str(examples),
+                   "--methods", "pearson", "spearman", "--n-boot", "300", "--n-perm", "300",
+                   "--example-boot", "50", "--out", str(out)])
+    assert rc == 0, caplog.text
+    assert "unit 'mean': a summary row" in caplog.text
+    pc = pd.read_csv(out / "partial_correlations.csv")
+    assert set(pc.run) == {"r0", "r1", "pooled"} and set(pc.model) == {"A", "B"}
+    ab = pc[(pc.run == "pooled") & (pc.x == "a") & (pc.y == "b") & (pc.method == "pearson")].set_index("model")
+    assert ab.loc["A", "r"] > 0.7 and ab.loc["B", "r"] < -0.7 and (ab.n_runs == 2).all()
+    runs = pc[(pc.run != "pooled") & (pc.method == "pearson")]
+    assert runs.ex_ci_low.notna().all() and (runs.ex_ci_low <= runs.r).all() and (runs.r <= runs.ex_ci_high).all()
+    agree = pd.read_csv(out / "agreement.csv")
+    row = agree[(agree.x == "a") & (agree.y == "b") & (agree.method == "pearson")].iloc[0]
+    assert row.n_positive == 1 and row.n_negative == 1 and row.verdict in ("conflict", "opposite sign")
+    for f in ("heatmaps/A.png", "heatmaps/B.png", "heatmap_grid.png", "learning_curves/A.png", "scatter/B.png",
+              "settings.json"):
+        assert (out / f).stat().st_size > 0, f
+
+
+def test_errors_name_the_problem_and_exit_2(tmp_path, caplog):
+    scores, _ = _long_table(tmp_path)
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(scores), "--in-domain", "snli", "--out", str(tmp_path / "o")]) == 2
+    assert "'snli' does not occur in column 'testset'" in caplog.text
+    assert not (tmp_path / "o" / "partial_correlations.csv").exists()
+    assert main(["analyse", str(tmp_path / "nope.csv"), "--in-domain", "x"]) == 2
+    assert "nope.csv: file not found" in caplog.text
+
+
+def test_console_script_help_documents_the_flags():
+    exe = Path(sys.executable).with_name("oodcorr")
+    assert exe.exists(), "pip install -e . creates the oodcorr command ([project.scripts])"
+    res = subprocess.run([str(exe), "analyse", "--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0
+    for flag in ("--format", "--unit", "--in-domain", "--residualisers", "--block-length", "--correction",
+                 "--examples", "summary row"):
+        assert flag in res.stdout, flag

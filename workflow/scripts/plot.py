@@ -1,0 +1,25 @@
+"""Rules heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
+import pandas as pd
+
+from oodcorr import plots
+from oodcorr.analysis import Options
+from oodcorr.analysis.tables import from_scores
+from oodcorr.runtime import setup_logging
+
+sm = snakemake  # noqa: F821
+setup_logging(sm.log[0])
+kind = sm.params.kind
+if kind in ("heatmap", "heatmap_grid"):
+    pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
+    if kind == "heatmap":
+        print(plots.heatmap(pc, sm.wildcards.model, sm.output[0], sm.params.method, sm.params.residualiser))
+    else:
+        print(plots.heatmap_grid(pc, sm.output[0], sm.params.method, sm.params.residualiser))
+else:
+    long, _ = from_scores(pd.read_parquet(sm.input[0]))
+    if kind == "learning_curves":
+        print(plots.learning_curves(long, sm.wildcards.model, sm.output[0]))
+    else:
+        opts = Options.from_mapping(sm.params.analysis)
+        fits = [r for r in opts.residualisers if "+" not in r] or ["linear"]
+        print(plots.scatter(long, sm.wildcards.model, sm.output[0], residualisers=fits, gam_settings=opts.gam))
