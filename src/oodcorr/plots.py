@@ -58,7 +58,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     present = _matrix(rows.assign(_one=1.0), names, "_one")[1:, :-1]
     rnames, cnames = names[1:], names[:-1]
     im = ax.imshow(np.ma.masked_invalid(m), cmap=CMAP, vmin=-1, vmax=1)
-    fs = max(3.5, min(9.0, 110 / len(names)))
+    fs = max(4.5, min(9.0, 130 / len(names)))
     for i in range(len(rnames)):
         for j in range(i + 1):
             v = m[i, j]
@@ -72,8 +72,8 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                                            edgecolor="grey", lw=0))
                 cells[key] = "n/a"
                 ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
-    ax.set_xticks(range(len(cnames)), cnames, rotation=45, ha="right", fontsize=max(4.0, fs))
-    ax.set_yticks(range(len(rnames)), rnames, fontsize=max(4.0, fs))
+    ax.set_xticks(range(len(cnames)), cnames, rotation=45, ha="right", fontsize=max(5.0, fs))
+    ax.set_yticks(range(len(rnames)), rnames, fontsize=max(5.0, fs))
     ax.set_title(title, fontsize=9)
     for spine in ax.spines.values():
         spine.set_visible(False)
@@ -97,13 +97,14 @@ def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualise
     panels = sorted(sub["in_domain"].unique()) or [""]
     n_names = max([len(set(sub.loc[sub.in_domain == d, "x"]) | set(sub.loc[sub.in_domain == d, "y"]))
                    for d in panels] + [2])
-    size = max(3.5, 0.42 * n_names + 1.5)
-    fig, axes = plt.subplots(1, len(panels), figsize=(size * len(panels) + 1, size), squeeze=False)
+    size = max(3.5, 0.5 * n_names + 1.5)
+    fig, axes = plt.subplots(1, len(panels), figsize=((size + 1.5) * len(panels) + 1, size + 0.6), squeeze=False,
+                             layout="constrained")
     cells, im = {}, None
     for ax, dom in zip(axes[0], panels):
         rows = sub[sub["in_domain"] == dom]
         names = sorted(set(rows["x"]) | set(rows["y"]))
-        title = f"{model}: {method}, {residualiser} residualiser\nin-domain {dom}; {_describe(rows)}"
+        title = f"{model}: {method}, {residualiser} residualiser\nin-domain {dom}\n{_describe(rows)}"
         got, c = _panel(ax, rows, names, title, plt)
         im = got or im
         cells.update({(dom, *k): v for k, v in c.items()})
@@ -120,12 +121,13 @@ def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str,
     sub = select(pc, method, residualiser, run)
     keys = sorted({(m, d) for m, d in zip(sub["model"], sub["in_domain"])}) or [("", "")]
     names = sorted(set(sub["x"]) | set(sub["y"]))
-    size = max(3.5, 0.42 * len(names) + 1.5)
-    fig, axes = plt.subplots(1, len(keys), figsize=(size * len(keys) + 1, size), squeeze=False)
+    size = max(3.5, 0.5 * len(names) + 1.5)
+    fig, axes = plt.subplots(1, len(keys), figsize=((size + 1.5) * len(keys) + 1, size + 0.6), squeeze=False,
+                             layout="constrained")
     out, im = {}, None
     for ax, (model, dom) in zip(axes[0], keys):
         rows = sub[(sub["model"] == model) & (sub["in_domain"] == dom)]
-        got, c = _panel(ax, rows, names, f"{model}\nin-domain {dom}; {_describe(rows)}", plt)
+        got, c = _panel(ax, rows, names, f"{model}\nin-domain {dom}\n{_describe(rows)}", plt)
         im = got or im
         out[(model, dom)] = len(c)
     if im is not None:
@@ -239,6 +241,6 @@ def scatter(long: pd.DataFrame, model: str, out_png: str, residualisers=("linear
     legend = ", ".join(f"{r}: {'solid' if r == 'linear' else 'dashed'}" for r in kinds)
     extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
-    fig.subplots_adjust(hspace=0.75, wspace=0.35, top=1 - 0.9 / (2.5 * nrow))  # tight_layout is slow for many panels
+    fig.subplots_adjust(hspace=0.75, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
     _save(fig, out_png)
     return drawn

@@ -232,9 +232,11 @@ def _cell(wide, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         p, how = pp, ("kendall-test" if method == "kendall" else "t-test")
     out = {"r": r, "ci_low": lo, "ci_high": hi, "p": p, "p_param": pp, "p_perm": pperm, "n": n, "note": "",
            "p_method": how, "block_length": bl, "ex_ci_low": math.nan, "ex_ci_high": math.nan, "ex_note": ""}
-    if rex is None:
+    if opts.example_boot < 2:
+        out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
+    elif rex is None:
         out["ex_note"] = "no per-example predictions given"
-    elif opts.example_boot > 1:
+    else:
         out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = _example_ci(
             rex, zname, a, b, steps, method, res, rp, opts, ex_cache)
     return out
