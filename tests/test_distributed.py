@@ -97,6 +97,9 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4")
     monkeypatch.setenv("OODCORR_GPU_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(distributed, "_free_port", lambda: 29999)
+    from oodcorr import gpus
+
+    monkeypatch.setattr(gpus, "_HELD", [])  # this process's claims end with the test
     seen = {}
 
     def fake_run(argv, stdout=None, stderr=None):
@@ -116,6 +119,8 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
     assert seen["argv"] == distributed.launch_argv(dist, args_file, mixed_precision="bf16", threads=3, port=29999)
     assert json.loads(args_file.read_text()) == kwargs
     assert seen["argv"][0] == sys.executable
+    for claim in gpus._HELD:
+        claim.release()
 
 
 def test_deepspeed_without_the_package_is_a_clear_error(tmp_path, monkeypatch):

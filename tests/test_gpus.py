@@ -98,7 +98,7 @@ def test_visible_devices_follow_cuda_visible_devices(cvd, expect):
 
 def test_no_devices_means_cpu_and_no_lock(monkeypatch, tmp_path):
     monkeypatch.setattr(gpus.shutil, "which", lambda name: None)  # no nvidia-smi
-    monkeypatch.setattr(gpus, "_HELD", [])  # claims another test's process-wide pool left behind
+    monkeypatch.setattr(gpus, "_HELD", [])  # nothing claimed earlier in this process
     env = {"OODCORR_GPU_LOCK_DIR": str(tmp_path / "locks")}
     assert gpus.visible_devices(env) == [] and gpus.claim_for_job(1, env) == []
     assert "CUDA_VISIBLE_DEVICES" not in env and not (tmp_path / "locks").exists()
