@@ -41,6 +41,7 @@ rule evaluate:
         gpu=model_resource("evaluate", "gpu", 0),
         mem_mb=model_resource("evaluate", "mem_mb", 2000),
         runtime=model_resource("evaluate", "runtime", 30),
+        attempt=attempt_number,  # the script halves its batch size on each retry
     log:
         f"logs/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
     conda:
