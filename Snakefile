@@ -30,6 +30,7 @@ check_config(config, Path(workflow.basedir) / "config/schema.yaml",
              sources=workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"])
 validate(config, "config/schema.yaml", set_default=True)
 EXP = Experiment(config, workflow.basedir)
+EXP.check_inputs_exist()
 for _warning in EXP.warnings:
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 ENV = "envs/oodcorr.yaml"

@@ -159,14 +159,11 @@ class Experiment:
                 where = spec.get("_registry", "datasets")
                 raise ConfigError(f"{where}: dataset {name!r}: source must be one of {', '.join(DATASET_SOURCES)} "
                                   f"(got {spec.get('source')!r})")
-            self._check_local_file(name)
         for m in cfg["models"]:
             sources = [k for k in MODEL_SOURCES if m.get(k)]
             if len(sources) != 1:
                 raise ConfigError(f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
                                   f"(got {sources or 'none'})")
-            if m.get("path") or m.get("package"):
-                self._check_local_model(m)
             if m.get("size_class") and m["size_class"] not in (cfg.get("size_classes") or {}):
                 raise ConfigError(f"models[{m['name']}].size_class: {m['size_class']!r} is not a key of size_classes "
                                   f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})")
@@ -208,6 +205,19 @@ class Experiment:
             d = self.config["in_domain"][0]
             raise ConfigError(f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
                               "(it is evaluated as in-domain already); remove it from ood_testsets")
+
+    def check_inputs_exist(self) -> None:
+        """What the config points at on disk: local dataset files and local or packaged models.
+
+        The Snakefile calls this when planning, so a missing file or an unusable model
+        stops the run before any job starts. (Experiment itself stays a pure view of
+        the config, usable without those files.)
+        """
+        for name in self.all_datasets():
+            self._check_local_file(name)
+        for m in self.config["models"]:
+            if m.get("path") or m.get("package"):
+                self._check_local_model(m)
 
     def _check_local_file(self, name: str) -> None:
         """A local dataset's file must exist when planning.
