@@ -15,6 +15,7 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
 from oodcorr.config import Experiment  # noqa: E402
+from oodcorr.schema import check_config  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
@@ -23,8 +24,13 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+# first our own check, which names every offending key with its file and line (Snakemake's
+# message buries the key under a dump of the schema); then Snakemake's, which fills defaults
+check_config(config, Path(workflow.basedir) / "config/schema.yaml",
+             sources=workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"])
 validate(config, "config/schema.yaml", set_default=True)
 EXP = Experiment(config, workflow.basedir)
+EXP.check_inputs_exist()
 for _warning in EXP.warnings:
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 ENV = "envs/oodcorr.yaml"
@@ -64,6 +70,9 @@ rule all:
 
 
 onsuccess:
+    # warnings that do not stop a run (a testset with one class, say) are repeated here
+    for line in EXP.dataset_warnings("results/data"):
+        print(f"oodcorr: WARNING: {line}")
     print(
         "oodcorr: scores in results/scores.csv, partial correlations in "
         "results/analysis/partial_correlations.csv, heatmaps in results/analysis/heatmaps/"

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def smk(workdir, configfile, *args, timeout=900, env=None):
+    """Run the real workflow (this checkout's Snakefile) in ``workdir`` with ``configfile``."""
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
+           "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 LABELS = ["entailment", "non-entailment"]
 

@@ -73,11 +73,19 @@ def test_semantic_errors_name_the_key(default_config, mutate, message):
 
 
 def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
+    # several in-domain sets share one OOD list: each run evaluates its own test set once, as in-domain
     cfg = copy.deepcopy(default_config)
+    cfg["in_domain"].append({"name": "synth2", "train": "synth-train", "test": "synth-overlap"})
     cfg["ood_testsets"].insert(0, "synth-test")
     exp = Experiment(cfg, REPO)
     names = [t for t, _ in exp.testsets_for("synth")]
     assert names.count("synth-test") == 1 and len(names) == 6
+    assert exp.testsets_for("synth2")[0] == ("synth-overlap", "in-domain")
+    assert ("synth-test", "ood") in exp.testsets_for("synth2")
+    # with a single in-domain set, listing its own test set as OOD is a mistake
+    del cfg["in_domain"][1]
+    with pytest.raises(ConfigError, match="ood_testsets: 'synth-test' is the in-domain test set of in_domain"):
+        Experiment(cfg, REPO)
 
 
 def test_model_overrides_replace_schedule_and_epochs(default_config):

@@ -2,24 +2,14 @@
 import json
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, SNAKEMAKE, smk
 
 pytestmark = pytest.mark.slow
-
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
-
-
-def smk(workdir, configfile, *args):
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
-           "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=900)
 
 
 def job_counts(dry_run_stdout: str) -> dict:

@@ -6,6 +6,8 @@ so planning stays fast.
 from __future__ import annotations
 
 import copy
+import difflib
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -145,11 +147,12 @@ class Experiment:
             for key in ("train", "test"):
                 if not NAME_RE.match(d[key]):
                     raise ConfigError(f"in_domain[{d['name']}].{key}: {d[key]!r} must match {NAME_RE.pattern}")
-                self.dataset(d[key])
+                self._known_dataset(d[key], f"in_domain[{d['name']}].{key}")
         for t in cfg["ood_testsets"]:
             if not NAME_RE.match(t):
                 raise ConfigError(f"ood_testsets: {t!r} must match {NAME_RE.pattern}")
-            self.dataset(t)
+            self._known_dataset(t, "ood_testsets")
+        self._check_ood_overlap()
         for name in self.all_datasets():
             spec = self.dataset(name)
             if spec.get("source") not in DATASET_SOURCES:
@@ -179,6 +182,83 @@ class Experiment:
                                       f"(label_mode {self.label_mode['name']!r} predicts {self.labels})")
             for run in self.runs_for_model(m["name"]):
                 self.checkpoint_steps(run)
+
+    def _known_dataset(self, name: str, key: str) -> None:
+        if name not in self.datasets:
+            near = difflib.get_close_matches(name, list(self.datasets), n=3)
+            hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+            raise ConfigError(f"{key}: dataset {name!r} is not defined in `datasets` or any file in "
+                              f"`registries`{hint}")
+
+    def _check_ood_overlap(self) -> None:
+        """An OOD testset may never be a training set, nor (with one in-domain set) its test set.
+
+        With several in-domain sets one OOD list is shared, so an entry equal to a run's
+        own in-domain test set is evaluated once for that run, as in-domain (testsets_for).
+        """
+        ood = self.config["ood_testsets"]
+        for d in self.config["in_domain"]:
+            if d["train"] in ood:
+                raise ConfigError(f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
+                                  "a model cannot be tested out of distribution on its own training data")
+        if len(self.config["in_domain"]) == 1 and self.config["in_domain"][0]["test"] in ood:
+            d = self.config["in_domain"][0]
+            raise ConfigError(f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
+                              "(it is evaluated as in-domain already); remove it from ood_testsets")
+
+    def check_inputs_exist(self) -> None:
+        """What the config points at on disk: local dataset files and local or packaged models.
+
+        The Snakefile calls this when planning, so a missing file or an unusable model
+        stops the run before any job starts. (Experiment itself stays a pure view of
+        the config, usable without those files.)
+        """
+        for name in self.all_datasets():
+            self._check_local_file(name)
+        for m in self.config["models"]:
+            if m.get("path") or m.get("package"):
+                self._check_local_model(m)
+
+    def _check_local_file(self, name: str) -> None:
+        """A local dataset's file must exist when planning.
+
+        Otherwise Snakemake would quietly leave the testset out once results/scores.*
+        exist (it ignores a missing input of a job whose output is not needed anew).
+        """
+        spec = self.dataset(name)
+        if spec.get("source") != "local":
+            return
+        where = f"datasets.{name}.path" + (f" (from {spec['_registry']})" if spec.get("_registry") else "")
+        if not spec.get("path"):
+            raise ConfigError(f"{where}: a local dataset needs a `path`")
+        path = self.resolve_path(spec["path"])
+        if not path.is_file():
+            rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {self.basedir})"
+            raise ConfigError(f"{where}: file not found: {path}{rel}")
+
+    def _check_local_model(self, m: dict) -> None:
+        """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+        from .models import _check_local_weights, package_dir
+
+        if m.get("package"):
+            p = package_dir(m)
+        else:
+            p = Path(m["path"])
+            if not p.exists():
+                raise ConfigError(f"models[{m['name']}].path: {p} does not exist "
+                                  f"(a relative path starts at the working directory {Path.cwd()})")
+        _check_local_weights(str(p), m)
+
+    def dataset_warnings(self, data_dir: str | Path) -> list[str]:
+        """Warnings that preparation recorded in this experiment's dataset meta files."""
+        out = []
+        for name in self.all_datasets():
+            meta = Path(data_dir) / f"{name}.meta.json"
+            if meta.exists():
+                warning = json.loads(meta.read_text(encoding="utf-8")).get("warning")
+                if warning:
+                    out.append(f"{warning} (see {meta})")
+        return out
 
     # ---- enumeration -------------------------------------------------------------------
     @property

@@ -283,14 +283,14 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
                 "finetune": {k: v for k, v in ft.items() if k not in ("n_train", "seeds")},
                 "prompt": prompt, "labels": labels, "n_train": n_train, "seed": seed, "steps": steps,
                 "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
-    guard_run_identity(run_dir, identity)
-    ckpt_root.mkdir(parents=True, exist_ok=True)
-
     method = methods.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
     ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
                                         model_name=model_spec["name"])
+    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir written to
+    guard_run_identity(run_dir, identity)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
     label_idx = {lab: i for i, lab in enumerate(labels)}
     dataset = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
 

@@ -80,7 +80,7 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: malformed JSON ({e.msg})") from None
+                raise DataError(f"{path}:{lineno}: malformed JSON at column {e.colno} ({e.msg})") from None
             if not isinstance(rec, dict):
                 raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
             rec.setdefault("_line", lineno)

@@ -32,3 +32,40 @@ def pick_device(gpus: int) -> str:
             return "cuda"
         logging.getLogger(__name__).warning("job asked for %s GPU(s) but none is visible; running on CPU", gpus)
     return "cpu"
+
+
+def retry_sizes(batch_size: int, max_tokens: int, attempt: int) -> tuple[int, int]:
+    """Evaluation batch bounds for Snakemake's ``attempt``: halved on every retry, never below 1.
+
+    A retry after an out-of-memory failure thus runs smaller batches. Batching never
+    changes an example's score (each row is read at its own last real token), so the
+    result is the same.
+    """
+    shrink = 2 ** (max(1, int(attempt)) - 1)
+    return max(1, int(batch_size) // shrink), max(1, int(max_tokens) // shrink)
+
+
+SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
+
+
+def simulate_oom_from_env() -> None:
+    """TEST HOOK, off unless the environment variable ``OODCORR_TEST_SIMULATE_OOM_ABOVE=N`` is set.
+
+    Then any forward pass over a batch of more than N rows raises torch.OutOfMemoryError,
+    as an oversized batch does on a GPU, so the retry path can be tested on a CPU. Unset,
+    nothing is installed and nothing is checked.
+    """
+    limit = os.environ.get(SIMULATE_OOM_ENV)
+    if not limit:
+        return
+    import torch
+
+    def hook(module, args):
+        # every model embeds its (batch, length) token ids first: one check per forward pass
+        if isinstance(module, torch.nn.Embedding) and args and getattr(args[0], "dim", lambda: 0)() == 2 \
+                and args[0].shape[0] > int(limit):
+            raise torch.OutOfMemoryError(
+                f"simulated by {SIMULATE_OOM_ENV}={limit}: a batch of {args[0].shape[0]} rows")
+
+    torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    logging.getLogger(__name__).warning("%s=%s: simulating out-of-memory errors (test hook)", SIMULATE_OOM_ENV, limit)

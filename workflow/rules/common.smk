@@ -52,3 +52,11 @@ def model_threads(rule, default=1):
         return EXP.resources(wildcards.model, rule).get("threads", default)
 
     return get
+
+
+def attempt_number(wildcards, attempt):
+    """Snakemake's attempt (1, then 2, ... on --retries), as a resource a script can read.
+
+    A resource, not a param: resources never make Snakemake rerun a finished job.
+    """
+    return attempt

@@ -47,6 +47,7 @@ rule evaluate:
         cpus_per_task=model_threads("evaluate"),
         mem_mb=model_resource("evaluate", "mem_mb", 2000),
         runtime=model_resource("evaluate", "runtime", 30),
+        attempt=attempt_number,  # the script halves its batch size on each retry
     # On a cluster a checkpoint's evaluations go out as one job; profiles/slurm sets
     # --group-components for this name. Ignored when running locally.
     group:
