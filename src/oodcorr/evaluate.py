@@ -1,7 +1,14 @@
-"""Scoring a checkpoint on a testset: one forward pass per example, length-sorted batches."""
+"""Scoring a checkpoint on a testset: one forward pass per example, length-bucketed batches.
+
+Where the time goes in one evaluation job is recorded in its JSON (``timing_s``):
+``startup`` (interpreter start and the job script's preamble, before ``evaluate``
+is called), ``imports`` (torch, transformers), ``cache`` (the tokenised testset),
+``model`` (loading the checkpoint), ``forward`` (scoring) and ``write`` (the outputs).
+"""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import Counter
 from pathlib import Path
@@ -9,6 +16,7 @@ from pathlib import Path
 from .io import atomic_path, read_jsonl, write_json_atomic
 
 CACHE_FORMAT = 2
+log = logging.getLogger(__name__)
 
 
 def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, data_path: str, data_meta: str,
@@ -44,84 +52,190 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
 
 
 def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length (sorted), bounded by padded tokens and size."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches, cur, cur_max = [], [], 0
+    """Indices grouped into batches of similar length, longest batch first.
+
+    Examples are sorted by length and cut into runs whose padded size (rows x
+    longest row) stays within ``max_tokens`` and whose row count stays within
+    ``max_batch``; an example longer than ``max_tokens`` gets a batch of its own.
+    Longest first: a batch that does not fit in memory fails at once, before any
+    work is spent on the others.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches, cur, width = [], [], 0
     for i in order:
-        new_max = max(cur_max, lengths[i])
-        if cur and (new_max * (len(cur) + 1) > max_tokens or len(cur) >= max_batch):
+        # sorted longest first, so the first row of a batch sets its width
+        if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
             batches.append(cur)
-            cur, new_max = [], lengths[i]
+            cur = []
+        if not cur:
+            width = lengths[i]
         cur.append(i)
-        cur_max = new_max
     if cur:
         batches.append(cur)
     return batches
 
 
-def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu"):
-    """One score per label for every example of a tokenised testset, in the cache's order."""
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an accelerator (or host) allocation failure worth retrying smaller."""
+    import torch
+
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    # MPS and some backends raise a plain RuntimeError
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def _release_memory(device) -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()
+
+
+def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu",
+          stats: dict | None = None):
+    """One score per label for every example of a tokenised testset, in the cache's order.
+
+    Each example is read in exactly one forward pass. ``batch_size`` and
+    ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
+    runs out of memory, both are halved and the examples not yet scored are
+    batched again, down to one example per batch (whose failure is raised).
+    ``stats``, if given, receives the batch size that worked, the number of
+    batches and of memory failures, and the real and padded token counts.
+    """
     import torch
 
     from . import methods
     from .prompting import pad_batch
 
     method = methods.get(cache["method"])
+    dev = torch.device(device)
     ids = cache["input_ids"]
+    lengths = [len(x) for x in ids]
     out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
-    with torch.inference_mode():
-        for batch in length_batches([len(x) for x in ids], max_tokens, batch_size):
-            inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
-            logits = method.label_logits(model, inp.to(device), mask.to(device), cache["extra"])
-            out[torch.tensor(batch)] = logits.cpu()
+    todo = list(range(len(ids)))
+    n_batches = n_oom = padded = 0
+    while todo:
+        failed = None
+        done: list[int] = []
+        try:
+            with torch.inference_mode():
+                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size):
+                    batch = [todo[j] for j in local]
+                    inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
+                    logits = method.label_logits(model, inp.to(dev, non_blocking=True),
+                                                 mask.to(dev, non_blocking=True), cache["extra"])
+                    out[batch] = logits.cpu()
+                    done += batch
+                    n_batches += 1
+                    padded += inp.numel()
+        except Exception as err:  # noqa: BLE001 -- only memory failures are retried
+            if not is_out_of_memory(err):
+                raise
+            failed = (len(batch), repr(err))
+        if failed is None:
+            break
+        # outside the except block, so the failed batch's tensors can be freed
+        n_oom += 1
+        if failed[0] <= 1:
+            raise RuntimeError(f"out of memory on a single example of {max(lengths)} tokens at most "
+                               f"(device {dev}): {failed[1]}")
+        _release_memory(dev)
+        batch_size = max(1, min(batch_size, failed[0]) // 2)
+        max_tokens = max(1, max_tokens // 2)
+        gone = set(done)
+        todo = [i for i in todo if i not in gone]
+        log.warning("out of memory in a batch of %d; retrying the %d examples left with batch_size %d, "
+                    "max_tokens %d", failed[0], len(todo), batch_size, max_tokens)
+    if stats is not None:
+        stats.update(batch_size=batch_size, max_tokens=max_tokens, n_batches=n_batches, n_oom=n_oom,
+                     tokens=sum(lengths), padded_tokens=padded)
     return out
+
+
+def eval_dtype(model_spec: dict, device: str) -> str:
+    """The dtype to evaluate in: the model entry's ``dtype`` if set, else bf16 on a CUDA
+    device that supports it (half the memory, tensor cores), else float32."""
+    if model_spec.get("dtype"):
+        return model_spec["dtype"]
+    import torch
+
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+def _write_predictions(path: str, gold: list[int], pred: list[int], correct: list[bool], logits,
+                       gold_names: list[str], label_names: list[str]) -> None:
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {"index": pa.array(range(len(gold)), pa.int64()),
+            "label": pa.array([gold_names[g] for g in gold], pa.string()),
+            "pred": pa.array([gold_names[p] for p in pred], pa.string()),
+            "correct": pa.array(correct, pa.bool_())}
+    arr = logits.numpy()
+    for j, name in enumerate(label_names):
+        cols[f"logit_{name}"] = pa.array(arr[:, j], pa.float32())
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(cols), tmp)
 
 
 def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: int, tokenized: str,
              batch_size: int, max_tokens: int, out_json: str, out_predictions: str, provenance: dict,
              device: str = "cpu", threads: int = 1) -> dict:
-    import pandas as pd
+    t0 = time.time()
     import torch
 
     from .finetune import verify_checkpoint
     from .methods import correct_mask
     from .models import load_checkpoint
 
-    t0 = time.time()
+    t_imp = time.time()
     torch.set_num_threads(threads)
     ok, why = verify_checkpoint(Path(checkpoint), full=False)
     if not ok:
         raise RuntimeError(f"checkpoint not usable: {why}")
     cache = torch.load(tokenized, weights_only=True)
     t_load = time.time()
-    model = load_checkpoint(model_spec, checkpoint, tiny_dir, device, cache["label_names"], cache["pad_id"])
+    dtype = eval_dtype(model_spec, device)
+    model = load_checkpoint(dict(model_spec, dtype=dtype), checkpoint, tiny_dir, device, cache["label_names"],
+                            cache["pad_id"])
     t_model = time.time()
-    logits = score(model, cache, batch_size, max_tokens, device)
+    stats: dict = {}
+    logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
     t_fwd = time.time()
-    pred = logits.argmax(-1)
-    gold = torch.tensor(cache["labels"])
-    correct = correct_mask(pred, gold, cache["gold_names"], cache["coarse"])
+    pred_t = logits.argmax(-1)
+    gold_t = torch.tensor(cache["labels"], dtype=torch.long)
+    correct = correct_mask(pred_t, gold_t, cache["gold_names"], cache["coarse"]).tolist()
+    pred, gold = pred_t.tolist(), gold_t.tolist()
     names = cache["gold_names"]
     n = len(gold)
+    n_correct = sum(correct)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
     result = {
-        "accuracy": int(correct.sum()) / n if n else float("nan"), "n": n,
-        "n_correct": int(correct.sum()),
-        "gold_counts": {names[k]: v for k, v in sorted(Counter(gold.tolist()).items())},
-        "pred_counts": {names[k]: v for k, v in sorted(Counter(pred.tolist()).items())},
+        "accuracy": n_correct / n if n else float("nan"), "n": n, "n_correct": n_correct,
+        "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
+        "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
         "step": step, "testset": cache["testset"], "fingerprint": cache["fingerprint"],
         "records_sha256": cache["records_sha256"], "method": cache["method"],
         "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
         "checkpoint": str(checkpoint),
-        "timing_s": {"cache": round(t_load - t0, 3), "model": round(t_model - t_load, 3),
-                     "forward": round(t_fwd - t_model, 3)},
+        "device": str(device), "dtype": dtype,
+        "attn_implementation": getattr(base.config, "_attn_implementation", None),
+        "batching": stats,
         **provenance,
     }
-    df = pd.DataFrame({"index": range(n), "label": [names[g] for g in gold.tolist()],
-                       "pred": [names[p] for p in pred.tolist()], "correct": correct.numpy()})
-    for j, name in enumerate(cache["label_names"]):
-        df[f"logit_{name}"] = logits[:, j].numpy()
-    with atomic_path(out_predictions) as tmp:
-        df.to_parquet(tmp, index=False)
+    _write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"])
+    t_write = time.time()
+    result["timing_s"] = {"imports": round(t_imp - t0, 3), "cache": round(t_load - t_imp, 3),
+                          "model": round(t_model - t_load, 3), "forward": round(t_fwd - t_model, 3),
+                          "write": round(t_write - t_fwd, 3)}
     write_json_atomic(out_json, result)
     return result
-

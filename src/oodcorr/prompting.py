@@ -73,17 +73,17 @@ def encode_prompts(tokenizer, records: list[dict], template: str, max_length: in
 
 
 def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right") -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of ``seqs`` padded to the longest, built in one tensor call each."""
+    if side not in ("left", "right"):
+        raise ValueError(f"padding side must be 'left' or 'right', not {side!r}")
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, s in enumerate(seqs):
-        if side == "right":
-            ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
-        else:
-            ids[i, width - len(s):] = torch.tensor(s)
-            mask[i, width - len(s):] = 1
-    return ids, mask
+    if side == "right":
+        rows = [list(s) + [pad_id] * (width - len(s)) for s in seqs]
+        mask = [[1] * len(s) + [0] * (width - len(s)) for s in seqs]
+    else:
+        rows = [[pad_id] * (width - len(s)) + list(s) for s in seqs]
+        mask = [[0] * (width - len(s)) + [1] * len(s) for s in seqs]
+    return torch.tensor(rows, dtype=torch.long), torch.tensor(mask, dtype=torch.long)
 
 
 def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
