@@ -200,6 +200,9 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
                          run="run_id")
     a, b = analyse(canon, FAST), analyse(via_long, FAST)
     pd.testing.assert_frame_equal(a, b)
+    two = pd.concat([scores, scores[scores.testset == "a"].assign(testset="a2", role="in-domain")])
+    notes = analyse(from_scores(two)[0], FAST)["note"]
+    assert notes.str.contains("no unique in-domain testset for this run").all()
     with pytest.raises(DataError, match="'mnli' does not occur in column 'testset'"):
         from_long(scores, unit="step", testset="testset", score="accuracy", in_domain="mnli")
 

@@ -263,6 +263,8 @@ def analyse_run(g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = 
 
     if len(zs) != 1:
         return all_nan(f"need one in-domain testset per run, found {zs}")
+    if zname == "":
+        return all_nan("no unique in-domain testset for this run (none, or several with role in-domain)")
     if zname not in set(g["testset"]):
         return all_nan(f"the in-domain testset {zname!r} has no scores in this run")
     dup = g[g.duplicated(["unit", "testset"], keep=False)]
