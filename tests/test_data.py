@@ -107,3 +107,20 @@ def test_csv_line_numbers_survive_multiline_fields_and_empty_text_is_named(tmp_p
     path.write_text("premise,hypothesis,label\np,h,entailment\n,h,entailment\n")
     with pytest.raises(DataError, match=r"m\.csv:3: field 'premise' \(premise\) is empty"):
         prepare("m", {"source": "local", "path": str(path)}, BINARY)
+
+
+def test_atomic_writes_get_the_umask_mode_not_mkstemps_private_one(tmp_path):
+    import os
+
+    from oodcorr.io import write_json_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "r.json", {"a": 1})
+        os.umask(0o077)
+        write_json_atomic(tmp_path / "s.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "s.json").stat().st_mode & 0o777 == 0o600
+    assert json.loads((tmp_path / "r.json").read_text()) == {"a": 1}

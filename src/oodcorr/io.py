@@ -32,6 +32,11 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp makes the file private (0600); results get the usual umask-based mode
+        umask = os.umask(0)
+        os.umask(umask)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
