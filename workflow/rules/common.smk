@@ -17,6 +17,27 @@ def tiny_dir_param(wildcards, input):
     return input.model if EXP.models[wildcards.model].get("tiny") else None
 
 
+# Planning cost at 10^5 evaluation jobs: Snakemake expands every job's params while it
+# plans (its conda-env and script look-ups read them), and each callable costs it
+# signature inspections and containers besides the call. So rule evaluate has one
+# params callable, and its value is computed once per run x testset and shared by
+# that run's checkpoints (benchmarks/README.md has the numbers).
+_EVAL_PARAMS = {}
+
+
+def eval_params(wildcards):
+    """model_spec, tiny_dir and provenance of an evaluation job (the same for every checkpoint)."""
+    key = (wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset)
+    got = _EVAL_PARAMS.get(key)
+    if got is None:
+        got = _EVAL_PARAMS[key] = {
+            "model_spec": EXP.model_spec(wildcards.model),
+            "tiny_dir": f"results/models/{wildcards.model}" if EXP.models[wildcards.model].get("tiny") else None,
+            "provenance": EXP.eval_provenance(wildcards),
+        }
+    return got
+
+
 def model_resource(rule, key, default):
     """A resource callable: the model's per-rule value, else the config's, else ``default``."""
 

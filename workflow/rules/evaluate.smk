@@ -31,11 +31,9 @@ rule evaluate:
         json=f"{EVAL_DIR}/{{testset}}.json",
         predictions=f"{EVAL_DIR}/{{testset}}.predictions.parquet",
     params:
-        checkpoint=lambda wc, input: os.path.join(os.path.dirname(input.manifest), "checkpoints",
-                                                  f"checkpoint-{wc.step}"),
-        tiny_dir=tiny_dir_param,
-        model_spec=lambda wc: EXP.model_spec(wc.model),
-        provenance=lambda wc: EXP.eval_provenance(wc),
+        checkpoint=f"{RUN_DIR}/checkpoints/checkpoint-{{step}}",
+        # model_spec, tiny_dir, provenance: one callable, see eval_params in common.smk
+        job=eval_params,
     threads: model_threads("evaluate")
     resources:
         gpu=model_resource("evaluate", "gpu", 0),
