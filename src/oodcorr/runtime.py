@@ -49,23 +49,35 @@ SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
 
 
 def simulate_oom_from_env() -> None:
-    """TEST HOOK, off unless the environment variable ``OODCORR_TEST_SIMULATE_OOM_ABOVE=N`` is set.
+    """TEST HOOK, off unless the environment variable ``OODCORR_TEST_SIMULATE_OOM_ABOVE`` is set.
 
-    Then any forward pass over a batch of more than N rows raises torch.OutOfMemoryError,
-    as an oversized batch does on a GPU, so the retry path can be tested on a CPU. Unset,
-    nothing is installed and nothing is checked.
+    ``N``: any forward pass over a batch of more than N rows raises torch.OutOfMemoryError,
+    as an oversized batch does on a GPU (the evaluator then halves its batch within the job).
+    ``kill:N``: such a forward pass SIGKILLs the process instead, as the operating system's
+    out-of-memory killer does; nothing in the job can catch that, so only Snakemake's retry
+    (which halves the batch per attempt) recovers. Either way the retry paths can be tested
+    on a CPU. Unset, nothing is installed and nothing is checked.
     """
-    limit = os.environ.get(SIMULATE_OOM_ENV)
-    if not limit:
+    spec = os.environ.get(SIMULATE_OOM_ENV)
+    if not spec:
         return
+    import signal
+
     import torch
+
+    kill = spec.startswith("kill:")
+    limit = int(spec.removeprefix("kill:"))
+    log = logging.getLogger(__name__)
 
     def hook(module, args):
         # every model embeds its (batch, length) token ids first: one check per forward pass
         if isinstance(module, torch.nn.Embedding) and args and getattr(args[0], "dim", lambda: 0)() == 2 \
-                and args[0].shape[0] > int(limit):
-            raise torch.OutOfMemoryError(
-                f"simulated by {SIMULATE_OOM_ENV}={limit}: a batch of {args[0].shape[0]} rows")
+                and args[0].shape[0] > limit:
+            what = f"simulated by {SIMULATE_OOM_ENV}={spec}: a batch of {args[0].shape[0]} rows"
+            if kill:
+                log.warning("%s; the process is killed now", what)
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise torch.OutOfMemoryError(what)
 
     torch.nn.modules.module.register_module_forward_pre_hook(hook)
-    logging.getLogger(__name__).warning("%s=%s: simulating out-of-memory errors (test hook)", SIMULATE_OOM_ENV, limit)
+    log.warning("%s=%s: simulating out-of-memory failures (test hook)", SIMULATE_OOM_ENV, spec)
