@@ -1,0 +1,1 @@
+"""Never run: benchmarks/dag_floor plans only (snakemake -n)."""
