@@ -19,35 +19,29 @@ import numpy as np
 CORRECTIONS = ("holm", "bh", "none")
 
 
-def holm(p) -> np.ndarray:
+def _adjust(p, sorted_adjust) -> np.ndarray:
+    """Adjusted p-values: NaN stays NaN; ``sorted_adjust`` maps the m finite p-values,
+    sorted ascending, to their adjusted values (capped at 1 here)."""
     p = np.asarray(p, dtype=float)
     out = np.full_like(p, np.nan)
     ok = np.isfinite(p)
     q = p[ok]
-    m = len(q)
-    if m:
+    if len(q):
         order = np.argsort(q, kind="stable")
-        adj = np.maximum.accumulate((m - np.arange(m)) * q[order])
-        res = np.empty(m)
-        res[order] = np.minimum(adj, 1.0)
+        res = np.empty(len(q))
+        res[order] = np.minimum(sorted_adjust(q[order]), 1.0)
         out[ok] = res
     return out
+
+
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment (controls the family-wise error rate)."""
+    return _adjust(p, lambda q: np.maximum.accumulate((len(q) - np.arange(len(q))) * q))
 
 
 def bh(p) -> np.ndarray:
-    p = np.asarray(p, dtype=float)
-    out = np.full_like(p, np.nan)
-    ok = np.isfinite(p)
-    q = p[ok]
-    m = len(q)
-    if m:
-        order = np.argsort(q, kind="stable")
-        ranked = q[order] * m / np.arange(1, m + 1)
-        adj = np.minimum.accumulate(ranked[::-1])[::-1]
-        res = np.empty(m)
-        res[order] = np.minimum(adj, 1.0)
-        out[ok] = res
-    return out
+    """Benjamini-Hochberg step-up adjustment (controls the false discovery rate)."""
+    return _adjust(p, lambda q: np.minimum.accumulate((q * len(q) / np.arange(1, len(q) + 1))[::-1])[::-1])
 
 
 def adjust(p, method: str) -> np.ndarray:
