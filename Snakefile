@@ -2,6 +2,7 @@
 # Finetune -> evaluate every checkpoint on every testset -> partial correlations.
 # The logic lives in src/oodcorr; the rules below only wire files together.
 import os
+import re
 import sys
 from pathlib import Path
 

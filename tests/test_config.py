@@ -189,3 +189,36 @@ def test_registry_entries_are_schema_checked(tmp_path, default_config):
     cfg["registries"] = cfg["registries"] + [str(bad)]
     with pytest.raises(ConfigError, match=r"reg\.yaml: dataset 'x'\.hub: 'revision' is a required property"):
         Experiment(cfg, REPO)
+
+
+def test_one_evaluate_rule_per_checkpoint_schedule(default_config):
+    """An evaluation job scores all of a run's checkpoints on one testset, so its outputs
+    are a fixed list of steps: runs with different schedules need different rules, whose
+    (model, n_train) sets must not overlap and must cover every run."""
+    exp = Experiment(default_config, REPO)
+    (only,) = exp.eval_rules()  # one shared schedule: one rule, unrestricted
+    assert only == {"name": "evaluate", "steps": exp.checkpoint_steps(exp.runs[0]), "models": None, "ntrain": None}
+    assert len(exp.eval_summary_targets("{model}/{indomain}/{ntrain}/{seed}/{testset}")) == 2 * 6
+
+    cfg = copy.deepcopy(default_config)
+    # tiny-opt: by epochs, so its schedule depends on n_train; tiny-olmo2: its own fixed steps
+    cfg["finetune"].update(n_train=[64, 128, 256], max_steps=None, epochs=1, batch_size=32,
+                           checkpoints={"every": 2})
+    del cfg["finetune"]["max_steps"]
+    cfg["models"][1]["finetune"] = {"checkpoints": {"steps": [1, 2]}}
+    cfg["models"].append(dict(copy.deepcopy(cfg["models"][0]), name="tiny-opt-2"))
+    exp = Experiment(cfg, REPO)
+    rules = exp.eval_rules()
+    assert [r["name"] for r in rules] == ["evaluate"] + [f"evaluate_{i}" for i in range(2, len(rules) + 1)]
+    owner = {}
+    for r in rules:
+        for m in r["models"]:
+            for n in r["ntrain"]:
+                assert (m, n) not in owner, (m, n)  # disjoint
+                owner[m, n] = r["steps"]
+    assert {(run.model, run.n_train): exp.checkpoint_steps(run) for run in exp.runs} == owner  # exact cover
+    assert owner["tiny-opt", 64] == [0, 2] and owner["tiny-opt", 256] == [0, 2, 4, 6, 8]
+    assert owner["tiny-olmo2", 64] == owner["tiny-olmo2", 256] == [0, 1, 2]
+    # models sharing schedules share rules: tiny-opt and tiny-opt-2 are in the same ones
+    assert all(("tiny-opt" in r["models"]) == ("tiny-opt-2" in r["models"]) for r in rules)
+    assert len(rules) == 4

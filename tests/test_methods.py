@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from oodcorr import synthetic
-from oodcorr.evaluate import evaluate, tokenize_testset
+from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
 from oodcorr.finetune import finetune
 from oodcorr.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.methods import correct_mask
@@ -42,9 +42,15 @@ def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
 
 def _evaluate(tmp_path, spec, tiny_dir, run, step, cache, batch_size=7):
     out = tmp_path / f"eval{step}-{batch_size}.json"
-    return evaluate(model_spec=spec, tiny_dir=tiny_dir, checkpoint=str(run / "checkpoints" / f"checkpoint-{step}"),
-                    step=step, tokenized=str(cache), batch_size=batch_size, max_tokens=10_000, out_json=str(out),
-                    out_predictions=str(out.with_suffix(".parquet")), provenance={})
+    ck = {"step": step, "checkpoint": str(run / "checkpoints" / f"checkpoint-{step}"),
+          "predictions": str(out.with_suffix(".parquet"))}
+    summary = evaluate_run(model_spec=spec, tiny_dir=tiny_dir, checkpoints=[ck], tokenized=str(cache),
+                           batch_size=batch_size, max_tokens=10_000, out_summary=str(out), provenance={})
+    (record,) = summary["checkpoints"]
+    # the predictions file carries the same record (all but its own write time)
+    stored = read_result(ck["predictions"])
+    assert stored["accuracy"] == record["accuracy"] and stored["n_correct"] == record["n_correct"]
+    return record
 
 
 def _manual_logits(spec, tiny_dir, ckpt, test_path):

@@ -41,11 +41,27 @@ def test_end_to_end_outputs(micro_run):
     assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
     pd.testing.assert_frame_equal(pd.read_parquet(wd / "results/scores.parquet"), scores, check_dtype=False)
 
-    # every evaluation left its per-example predictions, consistent with its accuracy
-    one = json.loads((wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.json").read_text())
-    pred = pd.read_parquet(wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.predictions.parquet")
+    # one evaluation job per run x testset: its summary lists every checkpoint, and each
+    # checkpoint x testset has its own predictions file, whose metadata repeats its record
+    from oodcorr.evaluate import read_result
+
+    summary = json.loads((wd / "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json").read_text())
+    assert summary["steps"] == steps and [r["step"] for r in summary["checkpoints"]] == steps
+    assert summary["run_id"] == "micro-opt/synth/n64/seed0" and summary["testset"] == "synth-overlap"
+    one = summary["checkpoints"][2]
+    path = wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.predictions.parquet"
+    assert one["predictions"] == str(path.relative_to(wd))
+    pred = pd.read_parquet(path)
     assert len(pred) == one["n"] == 60 and pred["correct"].mean() == pytest.approx(one["accuracy"])
     assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == "micro-opt/synth/n64/seed0"
+    stored = read_result(path)
+    assert {k: stored[k] for k in ("step", "accuracy", "n_correct", "testset")} == \
+        {k: one[k] for k in ("step", "accuracy", "n_correct", "testset")}
+    row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
+    assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
+    # the fixed costs are paid once per job: imports and the cache are timed once, in the summary
+    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints"}
+    assert all(set(r["timing_s"]) == {"model", "forward", "write"} for r in summary["checkpoints"])
 
     pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
     assert (pairs.run == "pooled").sum() == 1  # one pooled row per model and pair
@@ -72,7 +88,7 @@ def test_report_renders(micro_run):
 
 def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
     wd, cfg, _ = micro_run
-    before = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*.json")}
+    before = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*") if p.is_file()}
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"
     cfg2_path.write_text(yaml.safe_dump(cfg2))
@@ -81,19 +97,51 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
     assert dry.returncode == 0, dry.stderr[-3000:]
     counts = job_counts(dry.stdout)
     assert "finetune" not in counts and "build_tiny_model" not in counts
-    assert counts["evaluate"] == 5  # one per checkpoint, for the new testset only
+    assert counts["evaluate"] == 1  # one job (all 5 checkpoints), for the new testset only
     assert counts["tokenize_testset"] == 1 and counts["prepare_dataset"] == 1
     evals = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+wildcards: ([^\n]*)", dry.stdout)
-    assert len(evals) == 5 and all("testset=synth-passive" in w for w in evals)
+    assert len(evals) == 1 and all("testset=synth-passive" in w for w in evals)
 
     run = smk(wd, cfg2_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    after = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*.json")}
+    after = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*") if p.is_file()}
     assert all(after[p] == t for p, t in before.items())  # nothing re-evaluated
+    new = sorted(str(p.relative_to(wd / "results/eval")) for p in set(after) - set(before))
+    assert new == sorted([f"micro-opt/synth/n64/seed0/step{k}/synth-passive.predictions.parquet"
+                          for k in (0, 4, 8, 12, 16)] + ["micro-opt/synth/n64/seed0/synth-passive.json"])
     scores = pd.read_csv(wd / "results/scores.csv")
     assert len(scores) == 5 * 4
     pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
     assert len(pairs[pairs.run != "pooled"]) == 3
+
+
+def test_runs_with_different_checkpoint_schedules_get_their_own_evaluate_rule(tmp_path):
+    """A second model saving at other steps: its evaluation jobs come from rule evaluate_2,
+    whose outputs are exactly its steps, and a real job of that rule writes them all."""
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
+    cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 16]}}))
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    dry = smk(tmp_path, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert counts["evaluate"] == counts["evaluate_2"] == 2  # a job per run x testset
+    jobs = re.findall(r"rule (evaluate(?:_2)?):\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
+                      r"([^\n]*)", dry.stdout)
+    assert len(jobs) == 4
+    for rule, outputs, wildcards in jobs:
+        steps = sorted(int(m) for m in re.findall(r"/step(\d+)/", outputs))
+        model = re.search(r"model=([^,]+)", wildcards).group(1)
+        assert (rule, steps) == (("evaluate", [0, 4, 8, 12, 16]) if model == "micro-opt" else ("evaluate_2", [0, 6, 16]))
+
+    target = "results/eval/micro-opt-b/synth/n64/seed0/synth-overlap.json"
+    res = smk(tmp_path, path, target)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((tmp_path / target).read_text())
+    assert [r["step"] for r in summary["checkpoints"]] == [0, 6, 16]
+    for r in summary["checkpoints"]:
+        assert len(pd.read_parquet(tmp_path / r["predictions"])) == r["n"] == 60
 
 
 def test_lint_is_clean():

@@ -352,6 +352,40 @@ class Experiment:
                     out.append(pattern.format(**run.wildcards, step=step, testset=ts))
         return out
 
+    def eval_summary_targets(self, pattern: str) -> list[str]:
+        """Every evaluation job's summary path (one per run x testset), formatted from ``pattern``."""
+        return [pattern.format(**run.wildcards, testset=ts)
+                for run in self.runs for ts, _ in self.testsets_for(run.in_domain)]
+
+    def eval_rules(self) -> list[dict]:
+        """How evaluation jobs split into Snakemake rules: one rule per checkpoint schedule.
+
+        An evaluation job scores every checkpoint of one run on one testset, and a
+        Snakemake rule's outputs are a fixed list of patterns, so runs whose
+        checkpoint steps differ need different rules. Each entry holds the rule's
+        ``name`` (``evaluate``, then ``evaluate_2``, ...), its ``steps`` and the
+        ``models`` and ``ntrain`` values it is restricted to (None: no restriction,
+        when every run shares one schedule, as in most configs). The schedule of a
+        run depends only on its model and n_train, so grouping by (steps, a model's
+        n_train values) gives rules whose (model, n_train) sets never overlap.
+        """
+        by_model: dict[str, dict[tuple[int, ...], list[int]]] = {}
+        for run in self.runs:
+            steps = tuple(self.checkpoint_steps(run))
+            ntrains = by_model.setdefault(run.model, {}).setdefault(steps, [])
+            if run.n_train not in ntrains:
+                ntrains.append(run.n_train)
+        groups: dict[tuple, list[str]] = {}
+        for model, scheds in by_model.items():
+            for steps, ntrains in scheds.items():
+                groups.setdefault((steps, tuple(sorted(ntrains))), []).append(model)
+        if len(groups) == 1:
+            ((steps, _),) = groups
+            return [{"name": "evaluate", "steps": list(steps), "models": None, "ntrain": None}]
+        return [{"name": "evaluate" if i == 0 else f"evaluate_{i + 1}", "steps": list(steps),
+                 "models": models, "ntrain": list(ntrains)}
+                for i, ((steps, ntrains), models) in enumerate(groups.items())]
+
     def tokenize_pairs(self) -> list[tuple[str, str]]:
         pairs = []
         for m in self.models:

@@ -1,9 +1,11 @@
 """Scoring a checkpoint on a testset: one forward pass per example, length-bucketed batches.
 
-Where the time goes in one evaluation job is recorded in its JSON (``timing_s``):
-``startup`` (interpreter start and the job script's preamble, before ``evaluate``
-is called), ``imports`` (torch, transformers), ``cache`` (the tokenised testset),
-``model`` (loading the checkpoint), ``forward`` (scoring) and ``write`` (the outputs).
+An evaluation job scores every checkpoint of one run on one testset (:func:`evaluate_run`)
+and writes one predictions parquet per checkpoint plus a summary JSON. Where its time
+goes is recorded (``timing_s``): in the summary, ``startup`` (interpreter start and the
+job script's preamble), ``imports`` (torch), ``cache`` (the tokenised testset) and
+``checkpoints`` (all of them); per checkpoint, ``model`` (loading it, including the
+first load's transformers imports), ``forward`` (scoring) and ``write``.
 """
 from __future__ import annotations
 
@@ -170,9 +172,16 @@ def eval_dtype(model_spec: dict, device: str) -> str:
     return "float32"
 
 
+META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
+
+
 def _write_predictions(path: str, gold: list[int], pred: list[int], correct: list[bool], logits,
-                       gold_names: list[str], label_names: list[str]) -> None:
-    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import)."""
+                       gold_names: list[str], label_names: list[str], record: dict) -> None:
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
+
+    The checkpoint's result record (accuracy, counts, provenance) rides in the file's
+    metadata, so the one file per checkpoint x testset describes itself (:func:`read_result`).
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -183,8 +192,19 @@ def _write_predictions(path: str, gold: list[int], pred: list[int], correct: lis
     arr = logits.numpy()
     for j, name in enumerate(label_names):
         cols[f"logit_{name}"] = pa.array(arr[:, j], pa.float32())
+    table = pa.table(cols).replace_schema_metadata({META_KEY: json.dumps(record, sort_keys=True).encode()})
     with atomic_path(path) as tmp:
-        pq.write_table(pa.table(cols), tmp)
+        pq.write_table(table, tmp)
+
+
+def read_result(path: str | Path) -> dict:
+    """The result record stored in a predictions parquet's metadata (without reading its rows)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    if META_KEY not in meta:
+        raise ValueError(f"{path}: not an oodcorr predictions file (no {META_KEY.decode()!r} metadata)")
+    return json.loads(meta[META_KEY])
 
 
 def _process_start() -> float | None:
@@ -197,24 +217,59 @@ def _process_start() -> float | None:
         return None
 
 
-def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: int, tokenized: str,
-             batch_size: int, max_tokens: int, out_json: str, out_predictions: str, provenance: dict,
-             device: str = "cpu", threads: int = 1) -> dict:
+def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[dict], tokenized: str,
+                 batch_size: int, max_tokens: int, out_summary: str, provenance: dict,
+                 device: str = "cpu", threads: int = 1) -> dict:
+    """Score every checkpoint of one run on one testset, in one process.
+
+    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint
+    is loaded in turn, scored, and written to its own predictions parquet (whose
+    metadata holds the result record); the summary JSON, written last, lists every
+    checkpoint's record. The fixed costs of a job (interpreter, imports, the
+    tokenised testset) are paid once per run x testset, not once per checkpoint.
+    A batch size that had to be halved for memory stays halved for the checkpoints
+    after it.
+    """
     t0 = time.time()
     started = _process_start()
+    import torch
+
+    t_imp = time.time()
+    torch.set_num_threads(threads)
+    cache = torch.load(tokenized, weights_only=True)
+    t_cache = time.time()
+    records = []
+    for ck in checkpoints:
+        rec = _evaluate_checkpoint(model_spec=model_spec, tiny_dir=tiny_dir, checkpoint=ck["checkpoint"],
+                                   step=int(ck["step"]), cache=cache, batch_size=batch_size,
+                                   max_tokens=max_tokens, out_predictions=ck["predictions"],
+                                   provenance=provenance, device=device)
+        batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
+        log.info("step %d: accuracy %.4f on %d examples (%s)", rec["step"], rec["accuracy"], rec["n"],
+                 ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()))
+        records.append(rec)
+    summary = {"testset": cache["testset"], "fingerprint": cache["fingerprint"], **provenance,
+               "steps": [r["step"] for r in records], "checkpoints": records,
+               "timing_s": {"startup": round(t0 - started, 3) if started else None,
+                            "imports": round(t_imp - t0, 3), "cache": round(t_cache - t_imp, 3),
+                            "checkpoints": round(time.time() - t_cache, 3)}}
+    write_json_atomic(out_summary, summary)
+    return summary
+
+
+def _evaluate_checkpoint(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: int, cache: dict,
+                         batch_size: int, max_tokens: int, out_predictions: str, provenance: dict,
+                         device: str) -> dict:
     import torch
 
     from .finetune import verify_checkpoint
     from .methods import correct_mask
     from .models import load_checkpoint
 
-    t_imp = time.time()
-    torch.set_num_threads(threads)
+    t0 = time.time()
     ok, why = verify_checkpoint(Path(checkpoint), full=False)
     if not ok:
         raise RuntimeError(f"checkpoint not usable: {why}")
-    cache = torch.load(tokenized, weights_only=True)
-    t_load = time.time()
     dtype = eval_dtype(model_spec, device)
     model = load_checkpoint(dict(model_spec, dtype=dtype), checkpoint, tiny_dir, device, cache["label_names"],
                             cache["pad_id"])
@@ -237,17 +292,16 @@ def evaluate(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: i
         "step": step, "testset": cache["testset"], "fingerprint": cache["fingerprint"],
         "records_sha256": cache["records_sha256"], "method": cache["method"],
         "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
-        "checkpoint": str(checkpoint),
+        "checkpoint": str(checkpoint), "predictions": str(out_predictions),
         "device": str(device), "dtype": dtype,
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         **provenance,
     }
-    _write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"])
+    del model, base
+    _release_memory(torch.device(device))
     t_write = time.time()
-    result["timing_s"] = {"startup": round(t0 - started, 3) if started else None,
-                          "imports": round(t_imp - t0, 3), "cache": round(t_load - t_imp, 3),
-                          "model": round(t_model - t_load, 3), "forward": round(t_fwd - t_model, 3),
-                          "write": round(t_write - t_fwd, 3)}
-    write_json_atomic(out_json, result)
+    result["timing_s"] = {"model": round(t_model - t0, 3), "forward": round(t_fwd - t_model, 3)}
+    _write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"], result)
+    result["timing_s"]["write"] = round(time.time() - t_write, 3)
     return result

@@ -17,9 +17,9 @@ localrules:
 
 
 rule aggregate_scores:
-    """One long table: a row per run x checkpoint x testset."""
+    """One long table: a row per run x checkpoint x testset (from each evaluation job's summary)."""
     input:
-        EXP.eval_targets(f"{EVAL_DIR}/{{testset}}.json"),
+        EXP.eval_summary_targets(f"{RUN_EVAL_DIR}/{{testset}}.json"),
     output:
         parquet="results/scores.parquet",
         csv="results/scores.csv",
@@ -35,9 +35,9 @@ rule partial_correlations:
     """Per run and pooled per model: partial correlations of every OOD pair, with
     block-bootstrap intervals, permutation p-values, corrections; the agreement table."""
     input:
+        # the per-example predictions files are named in the scores table (column
+        # `predictions`); they are outputs of the evaluation jobs the table depends on
         scores="results/scores.parquet",
-        evals=EXP.eval_targets(f"{EVAL_DIR}/{{testset}}.json"),
-        predictions=EXP.eval_targets(f"{EVAL_DIR}/{{testset}}.predictions.parquet"),
     output:
         pairs=report("results/analysis/partial_correlations.csv", category="Tables",
                      caption="../report/partial_correlations.rst"),

@@ -1,9 +1,8 @@
 # Input functions shared by the rules (no rules here, so --lint stays quiet).
 
 RUN_DIR = "results/finetune/{model}/{indomain}/n{ntrain}/seed{seed}"
-EVAL_DIR = "results/eval/{model}/{indomain}/n{ntrain}/seed{seed}/step{step}"
-# one group per checkpoint; profiles/slurm names this exact string in --group-components
-EVAL_GROUP = "eval-{model}-{indomain}-n{ntrain}-seed{seed}-step{step}"
+# an evaluation job: one run x one testset, all of the run's checkpoints
+RUN_EVAL_DIR = "results/eval/{model}/{indomain}/n{ntrain}/seed{seed}"
 
 
 def tiny_model_dir(wildcards):
@@ -17,25 +16,26 @@ def tiny_dir_param(wildcards, input):
     return input.model if EXP.models[wildcards.model].get("tiny") else None
 
 
-# Planning cost at 10^5 evaluation jobs: Snakemake expands every job's params while it
-# plans (its conda-env and script look-ups read them), and each callable costs it
-# signature inspections and containers besides the call. So rule evaluate has one
-# params callable, and its value is computed once per run x testset and shared by
-# that run's checkpoints (benchmarks/README.md has the numbers).
-_EVAL_PARAMS = {}
-
-
+# Planning cost: Snakemake expands every job's params while it plans (its conda-env and
+# script look-ups read them), and each callable costs it signature inspections and
+# containers besides the call. So rule evaluate has one params callable, its value
+# computed once per run x testset (benchmarks/README.md has the numbers).
 def eval_params(wildcards):
-    """model_spec, tiny_dir and provenance of an evaluation job (the same for every checkpoint)."""
-    key = (wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset)
-    got = _EVAL_PARAMS.get(key)
-    if got is None:
-        got = _EVAL_PARAMS[key] = {
-            "model_spec": EXP.model_spec(wildcards.model),
-            "tiny_dir": f"results/models/{wildcards.model}" if EXP.models[wildcards.model].get("tiny") else None,
-            "provenance": EXP.eval_provenance(wildcards),
-        }
-    return got
+    """model_spec, tiny_dir and provenance of an evaluation job (one run x one testset)."""
+    return {
+        "model_spec": EXP.model_spec(wildcards.model),
+        "tiny_dir": f"results/models/{wildcards.model}" if EXP.models[wildcards.model].get("tiny") else None,
+        "provenance": EXP.eval_provenance(wildcards),
+    }
+
+
+def eval_runtime(n_checkpoints):
+    """Minutes of an evaluation job: the config's `runtime` is per checkpoint."""
+
+    def get(wildcards, attempt):
+        return EXP.resources(wildcards.model, "evaluate").get("runtime", 10) * n_checkpoints * attempt
+
+    return get
 
 
 def model_resource(rule, key, default):

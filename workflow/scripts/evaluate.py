@@ -1,7 +1,8 @@
-"""Rule evaluate: one checkpoint x one testset."""
+"""Rule evaluate: every checkpoint of one run x one testset (a predictions file per checkpoint)."""
 import logging
+from pathlib import Path
 
-from oodcorr.evaluate import evaluate
+from oodcorr.evaluate import evaluate_run
 from oodcorr.runtime import pick_device, retry_sizes, setup_logging, simulate_oom_from_env
 
 sm = snakemake  # noqa: F821
@@ -14,8 +15,12 @@ job = sm.params.job
 attempt = int(getattr(sm.resources, "attempt", 1))
 batch_size, max_tokens = retry_sizes(ev["batch_size"], ev["max_tokens"], attempt)
 logging.info("attempt %d: batch_size %d, max_tokens %d", attempt, batch_size, max_tokens)
-result = evaluate(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoint=sm.params.checkpoint,
-                  step=int(sm.wildcards.step), tokenized=sm.input.tokenized, batch_size=batch_size,
-                  max_tokens=max_tokens, out_json=sm.output.json, out_predictions=sm.output.predictions,
-                  provenance=job["provenance"], device=pick_device(sm.resources.gpu), threads=sm.threads)
-print({k: result[k] for k in ("testset", "step", "accuracy", "n", "timing_s")})
+ckpt_root = Path(sm.input.manifest).parent / "checkpoints"
+checkpoints = [{"step": step, "checkpoint": str(ckpt_root / f"checkpoint-{step}"), "predictions": out}
+               for step, out in zip(sm.params.steps, sm.output.checkpoints, strict=True)]
+summary = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
+                       tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
+                       out_summary=sm.output.summary, provenance=job["provenance"],
+                       device=pick_device(sm.resources.gpu), threads=sm.threads)
+print({"testset": summary["testset"], "accuracy": [r["accuracy"] for r in summary["checkpoints"]],
+       "timing_s": summary["timing_s"]})

@@ -13,8 +13,9 @@ sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
-long, info = from_scores(pd.read_parquet(sm.input.scores))
-examples = examples_from_predictions(list(zip(sm.input.evals, sm.input.predictions))) if opts.example_boot > 1 else None
+scores = pd.read_parquet(sm.input.scores)
+long, info = from_scores(scores)
+examples = examples_from_predictions(scores) if opts.example_boot > 1 else None
 pc = analyse(long, opts, examples, ordered=True)
 # n_train and seed beside each run's rows (empty for pooled rows)
 pc = pc.merge(info.astype({c: "Int64" for c in info.columns if c != "run"}), on="run", how="left")

@@ -189,19 +189,16 @@ def from_scores(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return long, info
 
 
-def examples_from_predictions(pairs: list[tuple[str, str]]) -> pd.DataFrame:
-    """Per-example correctness from (evaluation JSON, predictions parquet) path pairs.
+def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per-example correctness from the workflow's scores table.
 
-    The JSON beside each predictions file names its model, run, step and testset."""
-    import json
-
+    Each row names its model, run, step and testset, and (column ``predictions``)
+    the parquet file of that checkpoint x testset's per-example predictions."""
     frames = []
-    for js, pq in pairs:
-        with open(js, encoding="utf-8") as fh:
-            meta = json.load(fh)
-        pred = pd.read_parquet(pq, columns=["index", "correct"])
-        frames.append(pd.DataFrame({"model": str(meta["model"]), "run": str(meta["run_id"]),
-                                    "unit": int(meta["step"]), "testset": str(meta["testset"]),
+    for row in scores[["model", "run_id", "step", "testset", "predictions"]].itertuples(index=False):
+        pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
+        frames.append(pd.DataFrame({"model": str(row.model), "run": str(row.run_id),
+                                    "unit": int(row.step), "testset": str(row.testset),
                                     "example": pred["index"].to_numpy(), "correct": pred["correct"].to_numpy(float)}))
     if not frames:
         return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct"])
