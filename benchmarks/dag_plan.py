@@ -2,8 +2,10 @@
 
 Runs `snakemake -n` on the repository's Snakefile with --configfile CONFIG in an
 empty working directory (so every job is planned: the worst case, a first run),
-under /usr/bin/time -v, and prints the wall time, the peak resident memory and
-the job counts from Snakemake's own job-stats table.
+under /usr/bin/time -v, and prints the wall time, the peak resident memory, the
+job counts from Snakemake's own job-stats table and the number of checkpoint x
+testset evaluations those jobs make (an evaluation job scores every checkpoint of
+one run on one testset).
 
     .venv/bin/python benchmarks/dag_plan.py --configfile benchmarks/dag_grid.yaml
     .venv/bin/python benchmarks/dag_plan.py --configfile config/paper.yaml --reps 3
@@ -72,17 +74,32 @@ def plan_once(args, workdir: str) -> dict:
     return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_gib": round(rss_kb / 2**20, 3), "jobs": job_counts(text)}
 
 
+def count_evaluations(configfile: str) -> int:
+    """Checkpoint x testset evaluations the config asks for (one output file each)."""
+    import yaml
+    from snakemake.utils import validate
+
+    sys.path.insert(0, str(REPO / "src"))
+    from oodcorr.config import Experiment
+
+    cfg = yaml.safe_load(Path(configfile).read_text())
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    return len(Experiment(cfg, REPO).eval_targets("{model}/{indomain}/{ntrain}/{seed}/{step}/{testset}"))
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    evaluations = count_evaluations(args.configfile)
     runs = []
     for _ in range(args.reps):
         with tempfile.TemporaryDirectory(prefix="oodcorr-dag-") as wd:
             r = plan_once(args, wd)
         runs.append(r)
         print(f"{r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU, {r['peak_rss_gib']:.2f} GiB peak RSS, "
-              f"{r['jobs'].get('evaluate', 0)} evaluate jobs, {r['jobs']['total']} jobs in all", flush=True)
+              f"{sum(n for k, n in r['jobs'].items() if k.startswith('evaluate'))} evaluation jobs making "
+              f"{evaluations} checkpoint x testset evaluations, {r['jobs']['total']} jobs in all", flush=True)
     summary = {"configfile": args.configfile, "print_jobs": args.print_jobs, "cpus": os.cpu_count(),
-               "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": runs[-1]["jobs"],
+               "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": runs[-1]["jobs"], "evaluations": evaluations,
                "wall_s": [r["wall_s"] for r in runs], "cpu_s": [r["cpu_s"] for r in runs],
                "peak_rss_gib": [r["peak_rss_gib"] for r in runs],
                "wall_s_median": statistics.median(r["wall_s"] for r in runs)}

@@ -162,8 +162,9 @@ def test_unsafe_models_plan_once_opted_in(planned):
 def test_several_in_domain_sets_may_share_an_ood_list_with_their_test_sets(planned):
     res = planned["shared_ood"]
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
-    # each run: its own test set once, as in-domain, + the 3 other sets; 2 runs x 4 checkpoints x 4
-    assert re.search(r"^evaluate\s+32$", res.stdout, re.M), res.stdout[-2000:]
+    # each run: its own test set once, as in-domain, + the 3 other sets; an evaluation job per
+    # run x testset (each scoring the run's 4 checkpoints): 2 runs x 4
+    assert re.search(r"^evaluate\s+8$", res.stdout, re.M), res.stdout[-2000:]
 
 
 # ---- one real run of the healthy base ---------------------------------------------------
@@ -209,8 +210,9 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
     assert warning in (wd / "logs/data/one-class.log").read_text()
     meta = json.loads((wd / "results/data/one-class.meta.json").read_text())
     assert meta["warning"] == warning and meta["label_counts"] == {"entailment": 6}
-    for step in (0, 4, 8, 12):
-        ev = json.loads((wd / f"results/eval/{RUN_ID}/step{step}/one-class.json").read_text())
+    summary = json.loads((wd / f"results/eval/{RUN_ID}/one-class.json").read_text())
+    assert [ev["step"] for ev in summary["checkpoints"]] == [0, 4, 8, 12]
+    for ev in summary["checkpoints"]:
         assert ev["gold_counts"] == {"entailment": 6}
         assert ev["accuracy"] == ev["n_correct"] / 6  # defined: the share predicted "entailment"
 
@@ -305,7 +307,7 @@ write_json_atomic(sys.argv[1], json.loads(sys.argv[2]))
 def _result(acc):
     return {"model": "m", "in_domain": "d", "n_train": 4, "seed": 0, "run_id": "m/d/n4/seed0", "step": 1,
             "testset": "t", "role": "ood", "accuracy": acc, "n": 4, "n_correct": int(acc * 4),
-            "fingerprint": "f", "checkpoint": "c", "padding": "x" * 100_000}
+            "fingerprint": "f", "checkpoint": "c", "predictions": "p", "padding": "x" * 100_000}
 
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
@@ -373,24 +375,27 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     from oodcorr.runtime import SIMULATE_OOM_ENV
 
     wd = base_run["wd"]
-    target = f"results/eval/{RUN_ID}/step12/synth-test"
-    ref = json.loads((wd / f"{target}.json").read_text())
-    ref_pred = pd.read_parquet(wd / f"{target}.predictions.parquet")
-    assert BASE["evaluation"]["batch_size"] == 32 and ref["n"] == 60  # so the first batch has 32 rows
-    res = smk(wd, base_run["config"], "--retries", "1", "--force", f"{target}.json",
+    target = f"results/eval/{RUN_ID}/synth-test.json"  # the job: every checkpoint on synth-test
+    ref = json.loads((wd / target).read_text())["checkpoints"]
+    ref_pred = [pd.read_parquet(wd / r["predictions"]) for r in ref]
+    assert BASE["evaluation"]["batch_size"] == 32 and ref[0]["n"] == 60  # so the first batch has 32 rows
+    res = smk(wd, base_run["config"], "--retries", "1", "--force", target,
               env={SIMULATE_OOM_ENV: "kill:16"}, timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     # the first attempt was killed (Snakemake printed its log), the retry ran with half the batch
     assert out.index("attempt 1: batch_size 32, max_tokens 4096") \
         < out.index("a batch of 32 rows; the process is killed")
-    log = (wd / f"logs/eval/{RUN_ID}/step12/synth-test.log").read_text()
+    log = (wd / f"logs/eval/{RUN_ID}/synth-test.log").read_text()
     assert "attempt 2: batch_size 16, max_tokens 2048" in log and "killed" not in log
-    new = json.loads((wd / f"{target}.json").read_text())
-    for key in ("accuracy", "n", "n_correct", "gold_counts", "pred_counts", "fingerprint"):
-        assert new[key] == ref[key], key
-    new_pred = pd.read_parquet(wd / f"{target}.predictions.parquet")
-    assert (new_pred["pred"] == ref_pred["pred"]).all()
-    logits = [c for c in ref_pred.columns if c.startswith("logit_")]
-    # batching changes only the float rounding of the forward pass
-    assert max(abs(new_pred[c] - ref_pred[c]).max() for c in logits) < 1e-5
+    new = json.loads((wd / target).read_text())["checkpoints"]
+    assert [r["step"] for r in new] == [r["step"] for r in ref] == [0, 4, 8, 12]
+    for old_r, new_r, old_p in zip(ref, new, ref_pred, strict=True):
+        for key in ("accuracy", "n", "n_correct", "gold_counts", "pred_counts", "fingerprint", "predictions"):
+            assert new_r[key] == old_r[key], key
+        assert new_r["batching"]["batch_size"] == 16
+        new_p = pd.read_parquet(wd / new_r["predictions"])
+        assert (new_p["pred"] == old_p["pred"]).all()
+        logits = [c for c in old_p.columns if c.startswith("logit_")]
+        # batching changes only the float rounding of the forward pass
+        assert max(abs(new_p[c] - old_p[c]).max() for c in logits) < 1e-5

