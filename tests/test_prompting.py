@@ -24,8 +24,15 @@ def test_last_positions_left_and_right():
     assert last_positions(left).tolist() == [3, 3, 3]
 
 
+@pytest.mark.parametrize("per_row_keep", [True, False], ids=["logits_to_keep", "all-positions"])
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_verbaliser_score_equals_manual_logits(lm, side):
+def test_verbaliser_score_equals_manual_logits(lm, side, per_row_keep, monkeypatch):
+    """Both paths: projecting only each row's last position (transformers 5.2x) and, where
+    transformers cannot keep one position per row, projecting all and gathering."""
+    import oodcorr.prompting as prompting
+
+    assert prompting._per_row_logits_to_keep()  # the pinned transformers has it
+    monkeypatch.setattr(prompting, "_per_row_logits_to_keep", lambda: per_row_keep)
     tok, model = lm
     recs = synthetic.generate("distractor", 3, 0) + synthetic.generate("in-domain", 3, 0)
     ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)

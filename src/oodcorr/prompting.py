@@ -8,6 +8,7 @@ so a pad position is never read; special tokens that a tokenizer appends
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -102,6 +103,17 @@ def _forward_params(model) -> set[str]:
     return params
 
 
+@functools.cache
+def _per_row_logits_to_keep() -> bool:
+    """Whether this transformers reads a (batch, 1) integer ``logits_to_keep`` as one position
+    per row (``modeling_utils.slice_logits_to_keep``, transformers 5.2x). Older releases index
+    every row with every row's position ([batch, batch, 1, hidden]), which is wrong here; with
+    them every position's logits are computed and the last real one gathered."""
+    import transformers.modeling_utils as mu
+
+    return hasattr(mu, "slice_logits_to_keep")
+
+
 def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       verb_ids: list[int] | torch.Tensor) -> torch.Tensor:
     """(batch, n_labels) logits of the verbaliser tokens at each row's last real token."""
@@ -111,7 +123,7 @@ def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     if "position_ids" in params:
         # positions count real tokens only, so left padding scores like right padding
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    if "logits_to_keep" in params:
+    if "logits_to_keep" in params and _per_row_logits_to_keep():
         # project only the gathered position onto the vocabulary
         logits = model(**kwargs, logits_to_keep=last[:, None]).logits[:, -1, :]
     else:
