@@ -126,3 +126,60 @@ def test_out_of_memory_on_one_example_and_other_errors_are_raised(tiny_models):
 def test_eval_dtype_follows_the_model_entry_else_float32_on_cpu():
     assert eval_dtype({"name": "m"}, "cpu") == "float32"
     assert eval_dtype({"name": "m", "dtype": "bfloat16"}, "cpu") == "bfloat16"
+
+
+def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_models):
+    """evaluate_run over two checkpoints: the first runs out of memory twice (16 -> 8 -> 4),
+    the second starts at 4 and never does; both score like an unconstrained run."""
+    import json
+
+    from oodcorr.data import prepare
+    from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
+    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.models import load_causal_lm
+
+    from conftest import BINARY
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    raw = tmp_path / "raw.jsonl"
+    write_jsonl_atomic(raw, synthetic.generate("negation", 40, 3))
+    recs, prov = prepare("neg", {"source": "local", "path": str(raw)}, BINARY)
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, recs)
+    write_json_atomic(meta, prov)
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
+                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    cks = []
+    for step in (0, 5):
+        ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
+        load_causal_lm(spec, tiny).save_pretrained(ck)
+        write_ckpt_manifest(ck, step, resumable=False)
+        cks.append({"step": step, "checkpoint": str(ck), "predictions": str(tmp_path / f"p{step}.parquet")})
+
+    def run(name):
+        out = [dict(c, predictions=str(tmp_path / f"{name}{c['step']}.parquet")) for c in cks]
+        return evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=out, tokenized=str(cache), batch_size=16,
+                            max_tokens=10**6, out_summary=str(tmp_path / f"{name}.json"), provenance={"run_id": "r"})
+
+    free = run("free")
+
+    def oom_above_4(module, args):
+        if isinstance(module, torch.nn.Embedding) and args and args[0].dim() == 2 and args[0].shape[0] > 4:
+            raise torch.OutOfMemoryError(f"simulated: {args[0].shape[0]} rows")
+
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(oom_above_4)
+    try:
+        tight = run("tight")
+    finally:
+        handle.remove()
+    first, second = tight["checkpoints"]
+    assert (first["batching"]["n_oom"], first["batching"]["batch_size"]) == (2, 4)
+    assert (second["batching"]["n_oom"], second["batching"]["batch_size"]) == (0, 4)
+    assert free["checkpoints"][1]["batching"]["batch_size"] == 16
+    for a, b in zip(free["checkpoints"], tight["checkpoints"], strict=True):
+        assert (a["step"], a["n_correct"], a["pred_counts"]) == (b["step"], b["n_correct"], b["pred_counts"])
+        assert read_result(b["predictions"])["batching"] == b["batching"]
+    assert json.loads((tmp_path / "tight.json").read_text())["steps"] == [0, 5]

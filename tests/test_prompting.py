@@ -100,3 +100,37 @@ def test_template_ending_in_a_special_token_keeps_it(tiny_models):
     template = "{premise} Question: {hypothesis} Answer:" + tok.eos_token
     ids, _ = encode_prompts(tok, synthetic.generate("in-domain", 2, 0), template, 128)
     assert all(x[-1] == tok.eos_token_id for x in ids)
+
+
+def test_a_model_that_slices_logits_to_keep_its_own_way_falls_back(lm, monkeypatch):
+    """A model class whose forward takes logits_to_keep but indexes every row with every
+    row's position (as transformers before 5.2x did) is detected by the logits' shape and
+    scored on all positions; the class is remembered."""
+    import oodcorr.prompting as prompting
+
+    tok, model = lm
+    recs = synthetic.generate("negation", 4, 0)
+    ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)
+    verb = verbaliser_ids(tok, PROMPT["verbalisers"], LABELS)
+    inp, mask = pad_batch(ids, tok.pad_token_id, "right")
+    with torch.no_grad():
+        want = verbaliser_logits(model, inp, mask, verb)
+    real_forward = type(model).forward
+    calls = []
+
+    def old_style(self, *args, logits_to_keep=0, **kwargs):
+        calls.append(logits_to_keep if isinstance(logits_to_keep, int) else tuple(logits_to_keep.shape))
+        out = real_forward(self, *args, **kwargs)
+        if not isinstance(logits_to_keep, int):
+            out.logits = out.logits[:, logits_to_keep, :]  # [batch, batch, 1, vocab]
+        return out
+
+    monkeypatch.setattr(type(model), "forward", old_style)
+    monkeypatch.setattr(prompting, "_SLICES_OWN_WAY", set())
+    with torch.no_grad():
+        got = verbaliser_logits(model, inp, mask, verb)
+        again = verbaliser_logits(model, inp, mask, verb)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(again, want, atol=1e-4, rtol=1e-4)
+    assert calls == [(4, 1), 0, 0]  # one try with per-row positions, then all positions only
+    assert prompting._SLICES_OWN_WAY == {type(model)}

@@ -39,7 +39,7 @@ def test_plugin_is_pinned_alike_and_installed():
     assert importlib.metadata.version(PLUGINS[0]).startswith("2.")
 
 
-def test_profile_keys_a_user_edits_and_packing():
+def test_profile_keys_a_user_edits_and_no_packing():
     prof = yaml.safe_load(PROFILE.read_text())
     assert prof["executor"] == "slurm"
     # partition and account: one place, the profile's default resources
@@ -69,6 +69,26 @@ def test_retry_scales_memory_and_runtime(tmp_path):
         got[attempt] = {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime)=(\d+)", block.split("\n\n", 1)[0])}
     assert got[1] == {"mem_mb": 3000, "runtime": 20}
     assert got[2] == {"mem_mb": 6000, "runtime": 40}
+
+
+def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path):
+    """An evaluation job scores all 5 checkpoints of the micro run: it asks for 5 x the
+    configured minutes per checkpoint, and twice that on its second attempt."""
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["resources"] = {"evaluate": {"runtime": 7, "mem_mb": 1500}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    got = {}
+    for attempt in (1, 2):
+        res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+                              "-n", "--cores", "1", "--attempt", str(attempt), "--forceall",
+                              "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json"],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        block = res.stdout.split("rule evaluate:", 1)[1].split("\n\n", 1)[0]
+        got[attempt] = {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime|attempt)=(\d+)", block)}
+    assert got[1] == {"mem_mb": 1500, "runtime": 5 * 7, "attempt": 1}
+    assert got[2] == {"mem_mb": 3000, "runtime": 2 * 5 * 7, "attempt": 2}
 
 
 # ---- the real cluster (minutes) -----------------------------------------------------------

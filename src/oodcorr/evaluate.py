@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .io import atomic_path, read_jsonl, write_json_atomic
+from .io import _json_default, atomic_path, read_jsonl, write_json_atomic
 
 CACHE_FORMAT = 2
 log = logging.getLogger(__name__)
@@ -192,7 +192,8 @@ def _write_predictions(path: str, gold: list[int], pred: list[int], correct: lis
     arr = logits.numpy()
     for j, name in enumerate(label_names):
         cols[f"logit_{name}"] = pa.array(arr[:, j], pa.float32())
-    table = pa.table(cols).replace_schema_metadata({META_KEY: json.dumps(record, sort_keys=True).encode()})
+    meta = json.dumps(record, sort_keys=True, default=_json_default).encode()
+    table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 

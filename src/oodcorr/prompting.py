@@ -114,6 +114,10 @@ def _per_row_logits_to_keep() -> bool:
     return hasattr(mu, "slice_logits_to_keep")
 
 
+# model classes whose forward takes logits_to_keep but does not keep one position per row
+_SLICES_OWN_WAY: set[type] = set()
+
+
 def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                       verb_ids: list[int] | torch.Tensor) -> torch.Tensor:
     """(batch, n_labels) logits of the verbaliser tokens at each row's last real token."""
@@ -123,10 +127,16 @@ def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     if "position_ids" in params:
         # positions count real tokens only, so left padding scores like right padding
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    if "logits_to_keep" in params and _per_row_logits_to_keep():
+    logits = None
+    kind = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+    if "logits_to_keep" in params and _per_row_logits_to_keep() and kind not in _SLICES_OWN_WAY:
         # project only the gathered position onto the vocabulary
-        logits = model(**kwargs, logits_to_keep=last[:, None]).logits[:, -1, :]
-    else:
+        out = model(**kwargs, logits_to_keep=last[:, None]).logits
+        if out.dim() == 3 and tuple(out.shape[:2]) == (input_ids.shape[0], 1):
+            logits = out[:, -1, :]
+        else:  # a model class that slices logits_to_keep its own way: never ask it again
+            _SLICES_OWN_WAY.add(kind)
+    if logits is None:
         logits = model(**kwargs).logits
         logits = logits[torch.arange(logits.shape[0], device=logits.device), last]
     verb = torch.as_tensor(verb_ids, device=logits.device)

@@ -194,8 +194,13 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
 
     Each row names its model, run, step and testset, and (column ``predictions``)
     the parquet file of that checkpoint x testset's per-example predictions."""
+    need = ["model", "run_id", "step", "testset", "predictions"]
+    missing = [c for c in need if c not in scores.columns]
+    if missing:
+        raise DataError(f"scores table: no column(s) {missing} (a table from before per-run evaluation jobs? "
+                        "rerun the workflow to rebuild it)")
     frames = []
-    for row in scores[["model", "run_id", "step", "testset", "predictions"]].itertuples(index=False):
+    for row in scores[need].itertuples(index=False):
         pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
         frames.append(pd.DataFrame({"model": str(row.model), "run": str(row.run_id),
                                     "unit": int(row.step), "testset": str(row.testset),
