@@ -52,43 +52,35 @@ def test_profile_keys_a_user_edits_and_no_packing():
     assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
 
 
-def test_retry_scales_memory_and_runtime(tmp_path):
-    """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
+def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: int) -> dict:
+    """mem_mb, runtime and attempt of ``rule``'s job for ``target`` in a dry run at ``attempt``."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["resources"] = {"finetune": {"mem_mb": 3000, "runtime": 20}}
+    cfg["resources"] = resources
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    got = {}
-    for attempt in (1, 2):
-        res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                              "-n", "--cores", "1", "--attempt", str(attempt), "--forceall",
-                              "results/finetune/micro-opt/synth/n64/seed0/manifest.json"],
-                             capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
-        block = res.stdout.split("rule finetune:", 1)[1]
-        got[attempt] = {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime)=(\d+)", block.split("\n\n", 1)[0])}
-    assert got[1] == {"mem_mb": 3000, "runtime": 20}
-    assert got[2] == {"mem_mb": 6000, "runtime": 40}
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+                          "-n", "--cores", "1", "--attempt", str(attempt), "--forceall", target],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    block = res.stdout.split(f"rule {rule}:", 1)[1].split("\n\n", 1)[0]
+    return {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime|attempt)=(\d+)", block)}
 
 
-def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path):
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_retry_scales_memory_and_runtime(tmp_path, attempt):
+    """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
+    got = _dry_resources(tmp_path, {"finetune": {"mem_mb": 3000, "runtime": 20}},
+                         "results/finetune/micro-opt/synth/n64/seed0/manifest.json", "finetune", attempt)
+    assert got == {"mem_mb": 3000 * attempt, "runtime": 20 * attempt}
+
+
+@pytest.mark.parametrize("attempt", [1, 2])
+def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path, attempt):
     """An evaluation job scores all 5 checkpoints of the micro run: it asks for 5 x the
     configured minutes per checkpoint, and twice that on its second attempt."""
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["resources"] = {"evaluate": {"runtime": 7, "mem_mb": 1500}}
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    got = {}
-    for attempt in (1, 2):
-        res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                              "-n", "--cores", "1", "--attempt", str(attempt), "--forceall",
-                              "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json"],
-                             capture_output=True, text=True, timeout=300)
-        assert res.returncode == 0, res.stderr[-3000:]
-        block = res.stdout.split("rule evaluate:", 1)[1].split("\n\n", 1)[0]
-        got[attempt] = {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime|attempt)=(\d+)", block)}
-    assert got[1] == {"mem_mb": 1500, "runtime": 5 * 7, "attempt": 1}
-    assert got[2] == {"mem_mb": 3000, "runtime": 2 * 5 * 7, "attempt": 2}
+    got = _dry_resources(tmp_path, {"evaluate": {"runtime": 7, "mem_mb": 1500}},
+                         "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json", "evaluate", attempt)
+    assert got == {"mem_mb": 1500 * attempt, "runtime": 5 * 7 * attempt, "attempt": attempt}
 
 
 # ---- the real cluster (minutes) -----------------------------------------------------------
