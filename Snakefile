@@ -1,8 +1,8 @@
 # oodcorr: do out-of-distribution results generalise?
 # Finetune -> evaluate every checkpoint on every testset -> partial correlations.
-# The logic lives in src/oodcorr; the rules below only wire files together.
+# The logic lives in src/oodcorr; the plan (oodcorr.plan) enumerates the jobs, and the
+# rules below only wire its paths, params and resources together.
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -15,7 +15,7 @@ sys.path.insert(0, SRC)
 # job processes (scripts, SLURM steps) import the same package
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
-from oodcorr.config import Experiment  # noqa: E402
+from oodcorr.plan import build_plan  # noqa: E402
 from oodcorr.schema import check_config  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
@@ -25,16 +25,20 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+CONFIG_FILES = workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"]
+# Everything an experiment produces lives in results/<experiment>/: a config without an
+# `experiment:` key is named after its file (my-grid.yaml -> results/my-grid/).
+config.setdefault("experiment", Path(CONFIG_FILES[-1]).stem)
 # first our own check, which names every offending key with its file and line (Snakemake's
 # message buries the key under a dump of the schema); then Snakemake's, which fills defaults
-check_config(config, Path(workflow.basedir) / "config/schema.yaml",
-             sources=workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"])
+check_config(config, Path(workflow.basedir) / "config/schema.yaml", sources=CONFIG_FILES)
 validate(config, "config/schema.yaml", set_default=True)
-EXP = Experiment(config, workflow.basedir)
-EXP.check_inputs_exist()
-for _warning in EXP.warnings:
+PLAN = build_plan(config, workflow.basedir)
+PLAN.exp.check_inputs_exist()
+for _warning in PLAN.warnings:
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
-ENV = "envs/oodcorr.yaml"
+P = PLAN.paths
+LOGS = P.logs
 
 wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -46,7 +50,6 @@ wildcard_constraints:
     step=r"\d+",
 
 
-include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/finetune.smk"
 include: "workflow/rules/evaluate.smk"
@@ -61,20 +64,14 @@ localrules:
 rule all:
     default_target: True
     input:
-        "results/scores.parquet",
-        "results/scores.csv",
-        "results/analysis/partial_correlations.csv",
-        "results/analysis/agreement.csv",
-        "results/analysis/heatmap_grid.png",
-        expand("results/analysis/{kind}/{model}.png", kind=["heatmaps", "learning_curves", "scatter"],
-               model=list(EXP.models)),
+        PLAN.targets(),
 
 
 onsuccess:
     # warnings that do not stop a run (a testset with one class, say) are repeated here
-    for line in EXP.dataset_warnings("results/data"):
+    for line in PLAN.exp.dataset_warnings(P.data_meta.rsplit("/", 1)[0]):
         print(f"oodcorr: WARNING: {line}")
     print(
-        "oodcorr: scores in results/scores.csv, partial correlations in "
-        "results/analysis/partial_correlations.csv, heatmaps in results/analysis/heatmaps/"
+        f"oodcorr: scores in {P.scores_csv}, partial correlations in "
+        f"{P.analysis}/partial_correlations.csv, heatmaps in {P.analysis}/heatmaps/"
     )

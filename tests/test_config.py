@@ -6,6 +6,7 @@ from snakemake.utils import validate
 
 from conftest import REPO
 from oodcorr.config import ConfigError, Experiment
+from oodcorr.plan import build_plan
 
 
 @pytest.fixture
@@ -16,15 +17,20 @@ def default_config():
 
 
 def test_default_config_expands(default_config):
-    exp = Experiment(default_config, REPO)
-    assert [r.id for r in exp.runs] == ["tiny-opt/synth/n4096/seed0", "tiny-olmo2/synth/n4096/seed0"]
-    steps = exp.checkpoint_steps(exp.runs[0])
-    assert steps[0] == 0 and len(steps) >= 9 and steps == sorted(set(steps))
-    roles = exp.testsets_for("synth")
+    plan = build_plan(default_config, REPO)
+    assert [r.id for r in plan.runs] == ["tiny-opt/synth/n4096/seed0", "tiny-olmo2/synth/n4096/seed0"]
+    steps = plan.runs[0].steps
+    assert steps[0] == 0 and len(steps) >= 9 and list(steps) == sorted(set(steps))
+    roles = plan.testsets["synth"]
     assert roles[0] == ("synth-test", "in-domain")
     assert [r for _, r in roles[1:]] == ["ood"] * 5
-    targets = exp.eval_targets("{model}/{step}/{testset}")
-    assert len(targets) == 2 * len(steps) * 6
+    assert plan.unit == "checkpoint" and plan.paths.root == "results/default"
+    # one evaluation job per run x checkpoint x testset, each with its own predictions file
+    assert len(plan.eval_jobs) == plan.n_evaluations == 2 * len(steps) * 6
+    assert all(len(j.steps) == 1 for j in plan.eval_jobs)
+    outputs = plan.eval_outputs()
+    assert len(set(outputs)) == len(outputs) == 2 * len(steps) * 6
+    assert outputs[0] == "results/default/eval/tiny-opt/synth/n4096/seed0/step0/synth-test.predictions.parquet"
 
 
 def test_schema_fills_defaults_and_rejects_unknown_keys(default_config):
@@ -39,24 +45,23 @@ def test_schema_fills_defaults_and_rejects_unknown_keys(default_config):
 def test_explicit_schedule_and_errors(default_config):
     cfg = copy.deepcopy(default_config)
     cfg["finetune"]["checkpoints"] = {"steps": [10, 20, 3200]}
-    exp = Experiment(cfg, REPO)
-    assert exp.checkpoint_steps(exp.runs[0]) == [0, 10, 20, 3200]
+    plan = build_plan(cfg, REPO)
+    assert plan.runs[0].steps == (0, 10, 20, 3200)
     cfg["finetune"]["checkpoints"] = {"steps": [10, 5]}
     with pytest.raises(ConfigError, match="strictly increasing"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
     cfg["finetune"]["checkpoints"] = {"steps": [10, 5000]}
     with pytest.raises(ConfigError, match="beyond the run's 3200 training steps"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_every_k_includes_last_step(default_config):
     cfg = copy.deepcopy(default_config)
     cfg["finetune"].update(max_steps=25, checkpoints={"every": 10})
-    exp = Experiment(cfg, REPO)
-    assert exp.checkpoint_steps(exp.runs[0]) == [0, 10, 20, 25]
+    assert build_plan(cfg, REPO).runs[0].steps == (0, 10, 20, 25)
     del cfg["finetune"]["max_steps"]
     cfg["finetune"]["epochs"] = 2  # 4096 examples / batch 16 = 256 steps per epoch
-    assert Experiment(cfg, REPO).max_steps(exp.runs[0]) == 512
+    assert build_plan(cfg, REPO).runs[0].max_steps == 512
 
 
 @pytest.mark.parametrize("mutate, message", [
@@ -77,11 +82,11 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
     cfg = copy.deepcopy(default_config)
     cfg["in_domain"].append({"name": "synth2", "train": "synth-train", "test": "synth-overlap"})
     cfg["ood_testsets"].insert(0, "synth-test")
-    exp = Experiment(cfg, REPO)
-    names = [t for t, _ in exp.testsets_for("synth")]
+    plan = build_plan(cfg, REPO)
+    names = [t for t, _ in plan.testsets["synth"]]
     assert names.count("synth-test") == 1 and len(names) == 6
-    assert exp.testsets_for("synth2")[0] == ("synth-overlap", "in-domain")
-    assert ("synth-test", "ood") in exp.testsets_for("synth2")
+    assert plan.testsets["synth2"][0] == ("synth-overlap", "in-domain")
+    assert ("synth-test", "ood") in plan.testsets["synth2"]
     # with a single in-domain set, listing its own test set as OOD is a mistake
     del cfg["in_domain"][1]
     with pytest.raises(ConfigError, match="ood_testsets: 'synth-test' is the in-domain test set of in_domain"):
@@ -93,23 +98,23 @@ def test_model_overrides_replace_schedule_and_epochs(default_config):
     cfg["finetune"]["checkpoints"] = {"steps": [4, 16]}
     cfg["models"][0]["finetune"] = {"checkpoints": {"every": 800}}
     cfg["models"][1]["finetune"] = {"epochs": 1}
-    exp = Experiment(cfg, REPO)
-    opt, olmo = exp.runs
-    assert exp.checkpoint_steps(opt) == [0, 800, 1600, 2400, 3200]
-    assert exp.max_steps(olmo) == 256 and exp.checkpoint_steps(olmo) == [0, 4, 16]
+    opt, olmo = build_plan(cfg, REPO).runs
+    assert opt.steps == (0, 800, 1600, 2400, 3200)
+    assert olmo.max_steps == 256 and olmo.steps == (0, 4, 16)
 
 
 def test_params_ignore_bookkeeping_and_key_order(default_config):
-    exp = Experiment(default_config, REPO)
-    spec = exp.model_spec("tiny-opt")
+    plan = build_plan(default_config, REPO)
+    spec = plan.models["tiny-opt"].entry
     assert "resources" not in spec and list(spec) == sorted(spec)
-    assert "n_train" not in exp.finetune_params("tiny-opt") and "seeds" not in exp.finetune_params("tiny-opt")
-    ds = exp.dataset_params("synth-overlap")
+    ft = plan.models["tiny-opt"].finetune
+    assert "n_train" not in ft and "seeds" not in ft
+    ds = plan.dataset_params["synth-overlap"]
     assert "description" not in ds and "_registry" not in ds
     reordered = copy.deepcopy(default_config)
     reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
-    assert Experiment(reordered, REPO).model_spec("tiny-opt") == spec
-    assert repr(Experiment(reordered, REPO).model_spec("tiny-opt")) == repr(spec)
+    assert build_plan(reordered, REPO).models["tiny-opt"].entry == spec
+    assert repr(build_plan(reordered, REPO).models["tiny-opt"].entry) == repr(spec)
 
 
 def _load(name):
@@ -122,29 +127,30 @@ def test_paper_grid_plans_the_whole_grid_offline():
     """config/paper.yaml: 8 models x {MNLI, SNLI} x n_train x seeds, each checkpoint on 8 testsets."""
     cfg = _load("paper.yaml")
     exp = Experiment(cfg, REPO)
+    plan = build_plan(cfg, REPO, exp)
     hubs = sorted(m["hub"] for m in cfg["models"])
     assert hubs == sorted(["allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B", "allenai/OLMo-2-0325-32B",
                            "facebook/opt-2.7b", "facebook/opt-6.7b", "facebook/opt-13b", "facebook/opt-30b",
                            "HuggingFaceTB/SmolLM3-3B"])
     assert set(exp.in_domain) == {"mnli", "snli"}
     for d in exp.in_domain:  # its own test set once as in-domain, the other seven as OOD
-        roles = exp.testsets_for(d)
+        roles = plan.testsets[d]
         assert len(roles) == 8 and roles[0] == (d, "in-domain")
         assert {t for t, _ in roles} == {"snli", "mnli", "scitail", "rte", "hans", "anli", "wnli", "paws"}
     ft = cfg["finetune"]
-    runs = exp.runs
-    assert len(runs) == 8 * 2 * len(ft["n_train"]) * len(ft["seeds"])
-    n_eval = len(exp.eval_targets("{model}/{indomain}/{ntrain}/{seed}/{step}/{testset}"))
-    assert n_eval == len(runs) * len(exp.checkpoint_steps(runs[0])) * 8
+    runs = plan.runs
+    assert len(runs) == 8 * 2 * len(ft["n_train"]) * len(ft["seeds"]) == 96
+    # a job per checkpoint x testset: 96 runs x 21 checkpoints x 8 testsets
+    assert len(plan.eval_jobs) == plan.n_evaluations == len(runs) * len(runs[0].steps) * 8 == 16128
     for m in cfg["models"]:  # LoRA r=8, alpha=32, dropout 0.1 on attention projections, bf16
         lora = exp.finetune_cfg(m["name"])["lora"]
         assert (lora["r"], lora["alpha"], lora["dropout"]) == (8, 32, 0.1)
         assert {"q_proj", "k_proj", "v_proj"} <= set(lora["target_modules"])
         assert m["dtype"] == "bfloat16" and exp.finetune_cfg(m["name"])["bf16"]
     # resources grow with model size
-    gpus = {m["name"]: exp.resources(m["name"], "finetune") for m in cfg["models"]}
-    assert gpus["opt-30b"]["gpu"] > gpus["opt-2.7b"]["gpu"]
-    assert gpus["olmo2-13b"]["mem_mb"] > gpus["olmo2-7b"]["mem_mb"] > gpus["smollm3-3b"]["mem_mb"]
+    res = {m["name"]: plan.job_resources("finetune", m["name"]) for m in cfg["models"]}
+    assert res["opt-30b"].gpu == 2 > res["opt-2.7b"].gpu == 1  # opt-30b: FSDP over 2 GPUs
+    assert res["olmo2-13b"].mem_mb > res["olmo2-7b"].mem_mb > res["smollm3-3b"].mem_mb
     # unpinned revisions are named, not silently accepted
     assert any("olmo2-32b" in w for w in exp.warnings)
     assert not any("olmo2-7b" in w for w in exp.warnings)
@@ -171,8 +177,9 @@ def test_size_class_and_label_mode_errors(default_config):
         Experiment(cfg, REPO)
     cfg["size_classes"] = {"huge": {"finetune": {"mem_mb": 9000}}}
     cfg["models"][0]["resources"] = {"finetune": {"runtime": 7}}
-    res = Experiment(cfg, REPO).resources("tiny-opt", "finetune")
-    assert res == {"mem_mb": 9000, "runtime": 7}
+    res = build_plan(cfg, REPO).job_resources("finetune", "tiny-opt")
+    # the rule's defaults, then the size class, then the model's own
+    assert (res.mem_mb, res.runtime, res.gpu, res.threads) == (9000, 7, 0, 1)
     cfg = copy.deepcopy(default_config)
     cfg["label_mode"] = "four-way"
     with pytest.raises(ConfigError, match="label_mode: 'four-way'.*binary-merge"):
@@ -191,34 +198,66 @@ def test_registry_entries_are_schema_checked(tmp_path, default_config):
         Experiment(cfg, REPO)
 
 
-def test_one_evaluate_rule_per_checkpoint_schedule(default_config):
-    """An evaluation job scores all of a run's checkpoints on one testset, so its outputs
-    are a fixed list of steps: runs with different schedules need different rules, whose
-    (model, n_train) sets must not overlap and must cover every run."""
-    exp = Experiment(default_config, REPO)
-    (only,) = exp.eval_rules()  # one shared schedule: one rule, unrestricted
-    assert only == {"name": "evaluate", "steps": exp.checkpoint_steps(exp.runs[0]), "models": None, "ntrain": None}
-    assert len(exp.eval_summary_targets("{model}/{indomain}/{ntrain}/{seed}/{testset}")) == 2 * 6
-
+def test_one_evaluate_rule_whatever_the_schedules(default_config):
+    """Runs with different checkpoint schedules (a model's own `checkpoints`, or `epochs` with
+    several n_train) are all planned by one rule: unit `checkpoint` has a job per run x step x
+    testset, unit `run` a job per run x testset whose steps are its run's."""
     cfg = copy.deepcopy(default_config)
-    # tiny-opt: by epochs, so its schedule depends on n_train; tiny-olmo2: its own fixed steps
-    cfg["finetune"].update(n_train=[64, 128, 256], max_steps=None, epochs=1, batch_size=32,
-                           checkpoints={"every": 2})
+    cfg["finetune"].update(n_train=[64, 128, 256], epochs=1, batch_size=32, checkpoints={"every": 2})
     del cfg["finetune"]["max_steps"]
     cfg["models"][1]["finetune"] = {"checkpoints": {"steps": [1, 2]}}
-    cfg["models"].append(dict(copy.deepcopy(cfg["models"][0]), name="tiny-opt-2"))
-    exp = Experiment(cfg, REPO)
-    rules = exp.eval_rules()
-    assert [r["name"] for r in rules] == ["evaluate"] + [f"evaluate_{i}" for i in range(2, len(rules) + 1)]
-    owner = {}
-    for r in rules:
-        for m in r["models"]:
-            for n in r["ntrain"]:
-                assert (m, n) not in owner, (m, n)  # disjoint
-                owner[m, n] = r["steps"]
-    assert {(run.model, run.n_train): exp.checkpoint_steps(run) for run in exp.runs} == owner  # exact cover
-    assert owner["tiny-opt", 64] == [0, 2] and owner["tiny-opt", 256] == [0, 2, 4, 6, 8]
-    assert owner["tiny-olmo2", 64] == owner["tiny-olmo2", 256] == [0, 1, 2]
-    # models sharing schedules share rules: tiny-opt and tiny-opt-2 are in the same ones
-    assert all(("tiny-opt" in r["models"]) == ("tiny-opt-2" in r["models"]) for r in rules)
-    assert len(rules) == 4
+    plan = build_plan(cfg, REPO)
+    steps = {(r.model, r.n_train): r.steps for r in plan.runs}
+    assert steps["tiny-opt", 64] == (0, 2) and steps["tiny-opt", 256] == (0, 2, 4, 6, 8)
+    assert steps["tiny-olmo2", 64] == steps["tiny-olmo2", 256] == (0, 1, 2)
+    n = sum(len(r.steps) for r in plan.runs) * 6
+    assert len(plan.eval_jobs) == len(set(plan.eval_outputs())) == n
+    cfg["evaluation"]["unit"] = "run"
+    plan = build_plan(cfg, REPO)
+    assert len(plan.eval_jobs) == len(plan.runs) * 6 and plan.n_evaluations == n
+    assert all(j.steps == j.run.steps for j in plan.eval_jobs)
+    assert plan.eval_outputs()[0] == "results/default/eval/tiny-opt/synth/n64/seed0/synth-test.json"
+    job = plan.eval_params(_wc(plan.runs[0], testset="synth-overlap"))
+    assert job["steps"] == [0, 2] and job["predictions"] == [
+        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in (0, 2)]
+
+
+def _wc(run, **extra):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**run.wildcards, **extra)
+
+
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_resource_factory(default_config, unit):
+    """Every per-model rule's resources come from one factory: per model (size class, own
+    resources), memory and runtime times the attempt, evaluate's runtime per checkpoint."""
+    cfg = copy.deepcopy(default_config)
+    cfg["evaluation"]["unit"] = unit
+    cfg["size_classes"] = {"big": {"evaluate": {"gpu": 1, "gpu_model": "a100", "mem_mb": 8000, "runtime": 3}}}
+    cfg["models"][1]["size_class"] = "big"
+    cfg["resources"] = {"evaluate": {"threads": 2}}
+    plan = build_plan(cfg, REPO)
+    res = plan.rule_resources("evaluate")
+    opt, olmo = plan.runs
+    wo, wb = _wc(opt, step="0", testset="synth-test"), _wc(olmo, step="0", testset="synth-test")
+    assert res["gpu"](wo) == 0 and res["gpu"](wb) == 1
+    assert res["gpu_model"](wo) is None and res["gpu_model"](wb) == "a100"
+    assert res["cpus_per_task"] == plan.threads("evaluate") == 2  # the same for both: a constant
+    assert res["mem_mb"](wo, 1) == 2000 and res["mem_mb"](wb, 2) == 16000
+    per_job = len(olmo.steps) if unit == "run" else 1
+    assert res["runtime"](wo, 1) == 10 * per_job and res["runtime"](wb, 3) == 3 * per_job * 3
+    assert res["attempt"](wo, 2) == 2
+    for rule in ("build_tiny_model", "tokenize_testset", "finetune"):
+        assert {"gpu", "cpus_per_task", "mem_mb", "runtime"} <= set(plan.rule_resources(rule))
+
+
+def test_experiment_names_the_results_folder(default_config):
+    cfg = copy.deepcopy(default_config)
+    cfg["experiment"] = "my-grid"
+    plan = build_plan(cfg, REPO)
+    assert plan.paths.scores == "results/my-grid/scores.parquet"
+    assert all(t.startswith("results/my-grid/") for t in plan.targets() + plan.eval_outputs())
+    cfg["experiment"] = "../elsewhere"
+    with pytest.raises(ConfigError, match="experiment: '../elsewhere' must match"):
+        build_plan(cfg, REPO)

@@ -170,7 +170,7 @@ def test_dry_run_gives_the_finetune_job_the_models_gpus(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
     res = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"),
                           "-d", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n", "--cores", "1",
-                          "results/finetune/micro-opt/synth/n64/seed0/manifest.json"],
+                          "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     block = res.stdout.split("rule finetune:", 1)[1].split("\n\n", 1)[0]

@@ -183,3 +183,111 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
         assert (a["step"], a["n_correct"], a["pred_counts"]) == (b["step"], b["n_correct"], b["pred_counts"])
         assert read_result(b["predictions"])["batching"] == b["batching"]
     assert json.loads((tmp_path / "tight.json").read_text())["steps"] == [0, 5]
+
+
+def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
+    """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
+    each perturbed differently (so every checkpoint scores differently), with manifests."""
+    from oodcorr.finetune import apply_lora, write_ckpt_manifest
+    from oodcorr.methods import get
+    from oodcorr.models import load_model
+
+    method = get(spec.get("method"))
+    tok_pad = 1
+    out = []
+    for step in range(n_ckpt):
+        torch.manual_seed(100 + step)
+        model = load_model(spec, tiny_dir, "cpu", labels, tok_pad)
+        if lora:
+            model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
+            trained = [p for n, p in model.named_parameters() if p.requires_grad]
+        else:
+            trained = list(model.parameters())
+        with torch.no_grad():
+            for p in trained:
+                p.add_(torch.randn_like(p) * 0.05)
+        ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step * 10}"
+        model.save_pretrained(ck)
+        write_ckpt_manifest(ck, step * 10, resumable=False)
+        out.append({"step": step * 10, "checkpoint": str(ck)})
+    return out
+
+
+@pytest.mark.parametrize("kind, method, lora", [("opt", "pattern", False), ("opt", "pattern", True),
+                                                ("olmo2", "pattern", True), ("opt", "head", True)])
+def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models, kind, method, lora):
+    """Unit `run` (one process: the model loaded once, each checkpoint's weights or adapter
+    swapped in) and unit `checkpoint` (a fresh load per checkpoint) write the same files:
+    every prediction and logit bit for bit, and the same scores."""
+    import pandas as pd
+
+    from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
+    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+
+    tiny = str(tiny_models[kind])
+    spec = {"name": "tiny", "tiny": {"model_type": kind}, "method": method}
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, [dict(r, label="entailment" if r["label"] == "entailment" else "non-entailment")
+                              for r in synthetic.generate("negation", 40, 3)])
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
+                     labels=LABELS, prompt=PROMPT if method == "pattern" else None, max_length=128,
+                     out_path=str(cache))
+    cks = _series(tmp_path, tiny, spec, lora, LABELS)
+    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6,
+                  provenance={"run_id": "r"})
+    one_job = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet"))
+                                        for c in cks], out_summary=str(tmp_path / "summary.json"), **common)
+    assert [r["load"] for r in one_job["checkpoints"]] == \
+        ["fresh"] + ["adapter swap" if lora else "in place"] * (len(cks) - 1)
+    per_ckpt = [evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
+                for c in cks]
+    assert all(r["checkpoints"][0]["load"] == "fresh" for r in per_ckpt)
+    accuracies = set()
+    for c in cks:
+        a, b = (pd.read_parquet(tmp_path / f"{u}{c['step']}.parquet") for u in ("run", "ck"))
+        pd.testing.assert_frame_equal(a, b)  # predictions and float32 logits, exactly
+        ra, rb = read_result(tmp_path / f"run{c['step']}.parquet"), read_result(tmp_path / f"ck{c['step']}.parquet")
+        assert ra["eval_key"] == rb["eval_key"] and ra["n_correct"] == rb["n_correct"]
+        accuracies.add(tuple(a["logit_entailment"].round(4)))
+    assert len(accuracies) == len(cks)  # the checkpoints really differ: a swap that did nothing would fail
+
+
+def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, tiny_models):
+    """Resuming (or switching units): a predictions file whose record has this evaluation's key is
+    kept; one made from other weights is computed again."""
+    import os
+
+    from oodcorr.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.models import load_causal_lm
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
+                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    cks = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+    cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
+    common = dict(model_spec=spec, tiny_dir=tiny, checkpoints=cks, tokenized=str(cache), batch_size=8,
+                  max_tokens=10**6, provenance={"run_id": "r"})
+    first = evaluate_run(**common)
+    mtimes = [os.stat(c["predictions"]).st_mtime_ns for c in cks]
+    again = evaluate_run(**common)
+    assert [os.stat(c["predictions"]).st_mtime_ns for c in cks] == mtimes  # nothing rewritten
+    assert [r["accuracy"] for r in again["checkpoints"]] == [r["accuracy"] for r in first["checkpoints"]]
+    # checkpoint 10 is retrained (other weights): its predictions are computed again
+    model = load_causal_lm(spec, tiny)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    model.save_pretrained(cks[1]["checkpoint"])
+    write_ckpt_manifest(__import__("pathlib").Path(cks[1]["checkpoint"]), 10, resumable=False)
+    evaluate_run(**common)
+    after = [os.stat(c["predictions"]).st_mtime_ns for c in cks]
+    assert after[0] == mtimes[0] and after[1] != mtimes[1]

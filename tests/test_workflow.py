@@ -12,16 +12,21 @@ from conftest import REPO, SNAKEMAKE, smk
 pytestmark = pytest.mark.slow
 
 
+R = "results/micro"  # config/micro.yaml's experiment folder
+RUN = "micro-opt/synth/n64/seed0"
+STEPS = [0, 4, 8, 12, 16]
+
+
 def job_counts(dry_run_stdout: str) -> dict:
     block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
             if m.group(1) != "total"}
 
 
-@pytest.fixture(scope="module")
-def micro_run(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("micro")
+def _micro(tmp_path_factory, name, unit):
+    wd = tmp_path_factory.mktemp(name)
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["evaluation"]["unit"] = unit
     cfg_path = wd / "micro.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     res = smk(wd, cfg_path)
@@ -29,52 +34,105 @@ def micro_run(tmp_path_factory):
     return wd, cfg, cfg_path
 
 
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    """config/micro.yaml as shipped: evaluation.unit checkpoint."""
+    return _micro(tmp_path_factory, "micro", "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def micro_run_unit(tmp_path_factory):
+    """config/micro.yaml with evaluation.unit run."""
+    return _micro(tmp_path_factory, "micro-run-unit", "run")
+
+
 def test_end_to_end_outputs(micro_run):
     wd, cfg, _ = micro_run
-    scores = pd.read_csv(wd / "results/scores.csv")
-    steps = [0, 4, 8, 12, 16]
-    assert sorted(scores["step"].unique()) == steps
-    assert len(scores) == len(steps) * 3  # one run x steps x (in-domain + 2 OOD)
+    scores = pd.read_csv(wd / R / "scores.csv")
+    assert sorted(scores["step"].unique()) == STEPS
+    assert len(scores) == len(STEPS) * 3  # one run x steps x (in-domain + 2 OOD)
     assert set(scores["role"]) == {"in-domain", "ood"}
     assert scores.loc[scores.role == "in-domain", "testset"].unique().tolist() == ["synth-test"]
     assert scores["accuracy"].between(0, 1).all() and (scores["n"] == 60).all()
     assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
-    pd.testing.assert_frame_equal(pd.read_parquet(wd / "results/scores.parquet"), scores, check_dtype=False)
+    pd.testing.assert_frame_equal(pd.read_parquet(wd / R / "scores.parquet"), scores, check_dtype=False)
 
-    # one evaluation job per run x testset: its summary lists every checkpoint, and each
-    # checkpoint x testset has its own predictions file, whose metadata repeats its record
+    # one evaluation job per checkpoint x testset: its predictions file holds its record
     from oodcorr.evaluate import read_result
 
-    summary = json.loads((wd / "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json").read_text())
-    assert summary["steps"] == steps and [r["step"] for r in summary["checkpoints"]] == steps
-    assert summary["run_id"] == "micro-opt/synth/n64/seed0" and summary["testset"] == "synth-overlap"
-    one = summary["checkpoints"][2]
-    path = wd / "results/eval/micro-opt/synth/n64/seed0/step8/synth-overlap.predictions.parquet"
-    assert one["predictions"] == str(path.relative_to(wd))
+    path = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    one = read_result(path)
+    assert one["predictions"] == str(path.relative_to(wd)) and one["step"] == 8
     pred = pd.read_parquet(path)
     assert len(pred) == one["n"] == 60 and pred["correct"].mean() == pytest.approx(one["accuracy"])
-    assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == "micro-opt/synth/n64/seed0"
-    stored = read_result(path)
-    assert {k: stored[k] for k in ("step", "accuracy", "n_correct", "testset")} == \
-        {k: one[k] for k in ("step", "accuracy", "n_correct", "testset")}
+    assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == RUN
+    assert one["load"] == "fresh" and set(one["job_timing_s"]) == {"startup", "imports", "cache"}
+    assert set(one["timing_s"]) == {"model", "forward"}  # (the write is timed after the record is stored)
     row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
     assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
-    # the fixed costs are paid once per job: imports and the cache are timed once, in the summary
-    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints"}
-    assert all(set(r["timing_s"]) == {"model", "forward", "write"} for r in summary["checkpoints"])
+    assert not list((wd / R / "eval").rglob("*.json"))  # no job summaries in unit checkpoint
+    logs = sorted((wd / R / "logs/eval").rglob("*.log"))
+    assert len(logs) == 15 and all(p.stat().st_size > 0 for p in logs)  # a log per evaluation job
 
-    pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
     assert (pairs.run == "pooled").sum() == 1  # one pooled row per model and pair
     pairs = pairs[pairs.run != "pooled"].reset_index(drop=True)
     assert len(pairs) == 1 and {pairs.x[0], pairs.y[0]} == {"synth-overlap", "synth-negation"}
-    assert pairs.n[0] == len(steps)
+    assert pairs.n[0] == len(STEPS)
     assert pairs.ex_note.isna().all() and pairs.ex_ci_low.notna().all()  # example-level bootstrap ran
-    png = (wd / "results/analysis/heatmaps/micro-opt.png").read_bytes()
+    png = (wd / R / "analysis/heatmaps/micro-opt.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     for f in ("agreement.csv", "heatmap_grid.png", "learning_curves/micro-opt.png", "scatter/micro-opt.png"):
-        assert (wd / "results/analysis" / f).stat().st_size > 0, f
-    for log in ("logs/finetune/micro-opt/synth/n64/seed0.log", "logs/models/micro-opt.log"):
-        assert (wd / log).stat().st_size > 0
+        assert (wd / R / "analysis" / f).stat().st_size > 0, f
+    for log in (f"logs/finetune/{RUN}.log", "logs/models/micro-opt.log"):
+        assert (wd / R / log).stat().st_size > 0
+    assert not (wd / "results/scores.csv").exists() and not (wd / "logs").exists()  # all under results/micro
+
+
+def _predictions(wd):
+    return {p.relative_to(wd): pd.read_parquet(p) for p in sorted((wd / R / "eval").rglob("*.predictions.parquet"))}
+
+
+def test_both_units_write_the_same_files(micro_run, micro_run_unit):
+    """Unit run (a job per run x testset, the model loaded once) writes the same predictions
+    files, bit for bit, and the same scores as unit checkpoint; and its job summaries."""
+    a, b = _predictions(micro_run[0]), _predictions(micro_run_unit[0])
+    assert sorted(a) == sorted(b) and len(a) == 15
+    for k in a:
+        pd.testing.assert_frame_equal(a[k], b[k])
+    sa, sb = (pd.read_csv(wd / R / "scores.csv") for wd in (micro_run[0], micro_run_unit[0]))
+    pd.testing.assert_frame_equal(sa, sb)
+    wd = micro_run_unit[0]
+    summary = json.loads((wd / R / f"eval/{RUN}/synth-overlap.json").read_text())
+    assert summary["steps"] == STEPS and summary["run_id"] == RUN
+    assert [r["load"] for r in summary["checkpoints"]] == ["fresh"] + ["in place"] * 4
+    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints"}
+    assert len(list((wd / R / "logs/eval").rglob("*.log"))) == 3  # a job per testset
+
+
+def test_switching_units_recomputes_no_evaluation(micro_run_unit, tmp_path):
+    """A finished unit-run experiment planned in unit checkpoint: every predictions file is
+    there, so no evaluation job runs (the aggregation reads other files, so it and the
+    analysis are redone); and back in unit run the jobs keep every predictions file."""
+    import shutil
+
+    wd = tmp_path / "switch"
+    shutil.copytree(micro_run_unit[0], wd, symlinks=True)
+    cfg = dict(micro_run_unit[1], evaluation=dict(micro_run_unit[1]["evaluation"], unit="checkpoint"))
+    path = wd / "micro-checkpoint.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert "evaluate" not in counts and "finetune" not in counts and counts["aggregate_scores"] == 1
+    before = {p: p.stat().st_mtime_ns for p in (wd / R / "eval").rglob("*.parquet")}
+    summaries = sorted((wd / R / "eval").rglob("*.json"))
+    for f in summaries:  # back to unit run with its summaries gone: its jobs run...
+        f.unlink()
+    res = smk(wd, micro_run_unit[2], *[str(f.relative_to(wd)) for f in summaries])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in (wd / R / "eval").rglob("*.parquet")} == before  # ...and keep all
+    assert "already holds this evaluation; kept" in (wd / R / f"logs/eval/{RUN}/synth-test.log").read_text()
 
 
 def test_report_renders(micro_run):
@@ -86,9 +144,11 @@ def test_report_renders(micro_run):
         assert text in html, text
 
 
-def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
-    wd, cfg, _ = micro_run
-    before = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*") if p.is_file()}
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
+    wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
+    before = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file() and "/analysis/" not in str(p)
+              and not p.name.startswith("scores.") and "/logs/analyse/" not in str(p)}
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"
     cfg2_path.write_text(yaml.safe_dump(cfg2))
@@ -97,27 +157,29 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run):
     assert dry.returncode == 0, dry.stderr[-3000:]
     counts = job_counts(dry.stdout)
     assert "finetune" not in counts and "build_tiny_model" not in counts
-    assert counts["evaluate"] == 1  # one job (all 5 checkpoints), for the new testset only
+    # unit checkpoint: a job per checkpoint of the run; unit run: one job (all 5 checkpoints)
+    assert counts["evaluate"] == (5 if unit == "checkpoint" else 1)
     assert counts["tokenize_testset"] == 1 and counts["prepare_dataset"] == 1
     evals = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+wildcards: ([^\n]*)", dry.stdout)
-    assert len(evals) == 1 and all("testset=synth-passive" in w for w in evals)
+    assert len(evals) == counts["evaluate"] and all("testset=synth-passive" in w for w in evals)
 
     run = smk(wd, cfg2_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    after = {p: p.stat().st_mtime_ns for p in (wd / "results/eval").rglob("*") if p.is_file()}
-    assert all(after[p] == t for p, t in before.items())  # nothing re-evaluated
-    new = sorted(str(p.relative_to(wd / "results/eval")) for p in set(after) - set(before))
-    assert new == sorted([f"micro-opt/synth/n64/seed0/step{k}/synth-passive.predictions.parquet"
-                          for k in (0, 4, 8, 12, 16)] + ["micro-opt/synth/n64/seed0/synth-passive.json"])
-    scores = pd.read_csv(wd / "results/scores.csv")
+    after = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
+    assert all(after[p] == t for p, t in before.items())  # nothing but the aggregation and analysis rewritten
+    new = sorted(str(p.relative_to(wd / R / "eval")) for p in set(after) - set(before)
+                 if p.is_relative_to(wd / R / "eval"))
+    assert new == sorted([f"{RUN}/step{k}/synth-passive.predictions.parquet" for k in STEPS] +
+                         ([f"{RUN}/synth-passive.json"] if unit == "run" else []))
+    scores = pd.read_csv(wd / R / "scores.csv")
     assert len(scores) == 5 * 4
-    pairs = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
     assert len(pairs[pairs.run != "pooled"]) == 3
 
 
-def test_runs_with_different_checkpoint_schedules_get_their_own_evaluate_rule(tmp_path):
-    """A second model saving at other steps: its evaluation jobs come from rule evaluate_2,
-    whose outputs are exactly its steps, and a real job of that rule writes them all."""
+def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_path):
+    """A second model saving at other steps: still the one rule `evaluate`, a job per
+    checkpoint of each run (5 + 3), each writing exactly its step's file."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["ood_testsets"] = cfg["ood_testsets"][:1]
     cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 16]}}))
@@ -126,22 +188,44 @@ def test_runs_with_different_checkpoint_schedules_get_their_own_evaluate_rule(tm
     dry = smk(tmp_path, path, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
     counts = job_counts(dry.stdout)
-    assert counts["evaluate"] == counts["evaluate_2"] == 2  # a job per run x testset
-    jobs = re.findall(r"rule (evaluate(?:_2)?):\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
+    assert counts["evaluate"] == (5 + 3) * 2 and not any(k.startswith("evaluate_") for k in counts)
+    jobs = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
                       r"([^\n]*)", dry.stdout)
-    assert len(jobs) == 4
-    for rule, outputs, wildcards in jobs:
-        steps = sorted(int(m) for m in re.findall(r"/step(\d+)/", outputs))
+    steps = {}
+    for output, wildcards in jobs:
         model = re.search(r"model=([^,]+)", wildcards).group(1)
-        assert (rule, steps) == (("evaluate", [0, 4, 8, 12, 16]) if model == "micro-opt" else ("evaluate_2", [0, 6, 16]))
-
-    target = "results/eval/micro-opt-b/synth/n64/seed0/synth-overlap.json"
+        step = re.search(r"step=(\d+)", wildcards).group(1)
+        assert output.endswith(f"/step{step}/" + re.search(r"testset=(\S+)", wildcards).group(1) + ".predictions.parquet")
+        steps.setdefault(model, set()).add(int(step))
+    assert steps == {"micro-opt": set(STEPS), "micro-opt-b": {0, 6, 16}}
+    target = "results/micro/eval/micro-opt-b/synth/n64/seed0/step6/synth-overlap.predictions.parquet"
     res = smk(tmp_path, path, target)
     assert res.returncode == 0, res.stderr[-3000:]
-    summary = json.loads((tmp_path / target).read_text())
-    assert [r["step"] for r in summary["checkpoints"]] == [0, 6, 16]
-    for r in summary["checkpoints"]:
-        assert len(pd.read_parquet(tmp_path / r["predictions"])) == r["n"] == 60
+    assert len(pd.read_parquet(tmp_path / target)) == 60
+
+
+def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_path):
+    """micro, then a second config reusing the model name with other settings: each lives in its
+    own results/<experiment>/, so the second moves none of the first's checkpoints aside and
+    the first's tables, figures and predictions are untouched; rerunning the first does nothing."""
+    import shutil
+
+    wd = tmp_path / "two"
+    shutil.copytree(micro_run[0], wd, symlinks=True)
+    assert smk(wd, micro_run[2]).returncode == 0  # the first experiment, finished (whatever ran before)
+    first = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg.pop("experiment")  # named after its file: results/micro-lr/
+    cfg["finetune"].update(learning_rate=0.01, max_steps=8)
+    path = wd / "micro-lr.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = smk(wd, path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()} == first
+    assert sorted(pd.read_csv(wd / "results/micro-lr/scores.csv")["step"].unique()) == [0, 4, 8]
+    assert not list((wd / R / "finetune").rglob("checkpoints.stale-*"))
+    again = smk(wd, micro_run[2], "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
 
 
 def test_lint_is_clean():
@@ -160,7 +244,7 @@ def test_bookkeeping_changes_rerun_nothing(micro_run):
     cfg2["ood_testsets"] = cfg["ood_testsets"] + ["synth-passive"]
     base = wd / "micro_plus.yaml"
     base.write_text(yaml.safe_dump(cfg2))
-    assert smk(wd, base).returncode == 0  # a no-op after the previous test
+    assert smk(wd, base).returncode == 0  # a no-op after the adding-a-testset test
     cfg2["evaluation"]["batch_size"] = 7
     cfg2["models"][0]["resources"] = {"evaluate": {"mem_mb": 1234}}
     cfg2["datasets"]["synth-overlap"]["description"] = "edited"
@@ -185,9 +269,9 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(cfg))
     cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-           "--cores", "1", "results/finetune/micro-opt/synth/n64/seed0/manifest.json"]
+           "--cores", "1", f"{R}/finetune/{RUN}/manifest.json"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    run = tmp_path / "results/finetune/micro-opt/synth/n64/seed0"
+    run = tmp_path / R / f"finetune/{RUN}"
     marker = run / "checkpoints/checkpoint-200/oodcorr_manifest.json"
     deadline = time.time() + 600
     while not marker.exists():

@@ -1,16 +1,17 @@
-"""The experiment described by a (schema-validated) config: registry, runs, schedules.
+"""The experiment described by a (schema-validated) config: registries, label mode, checks.
 
-The Snakefile imports this module to enumerate jobs; nothing here imports torch,
-so planning stays fast.
+:class:`Experiment` resolves a config against its dataset registries and label
+modes and checks what the schema cannot (names, overlaps, prompts, files on
+disk). What the workflow runs -- runs, schedules, jobs, params, resources -- is
+enumerated from it by :mod:`oodcorr.plan`. Nothing here imports torch, so
+planning stays fast.
 """
 from __future__ import annotations
 
 import copy
 import difflib
 import json
-import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,25 +49,6 @@ def deep_merge(base: dict, over: dict | None) -> dict:
         else:
             out[k] = copy.deepcopy(v)
     return out
-
-
-@dataclass(frozen=True)
-class Run:
-    """One finetuning run: model x in-domain set x n_train x data seed."""
-
-    model: str
-    in_domain: str
-    n_train: int
-    seed: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
-
-    @property
-    def wildcards(self) -> dict:
-        return {"model": self.model, "indomain": self.in_domain,
-                "ntrain": str(self.n_train), "seed": str(self.seed)}
 
 
 class Experiment:
@@ -180,8 +162,6 @@ class Experiment:
                 if missing:
                     raise ConfigError(f"{where}.verbalisers: no verbaliser for label(s) {missing} "
                                       f"(label_mode {self.label_mode['name']!r} predicts {self.labels})")
-            for run in self.runs_for_model(m["name"]):
-                self.checkpoint_steps(run)
 
     def _known_dataset(self, name: str, key: str) -> None:
         if name not in self.datasets:
@@ -260,7 +240,7 @@ class Experiment:
                     out.append(f"{warning} (see {meta})")
         return out
 
-    # ---- enumeration -------------------------------------------------------------------
+    # ---- the resolved config (oodcorr.plan turns it into typed specs) --------------------
     @property
     def labels(self) -> list[str]:
         """The labels every model predicts, in order (from the label mode)."""
@@ -291,48 +271,6 @@ class Experiment:
         ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds")}
         return canonical(ft)
 
-    def runs_for_model(self, model: str) -> list[Run]:
-        ft = self.finetune_cfg(model)
-        return [Run(model, d, int(n), int(s))
-                for d in self.in_domain for n in ft["n_train"] for s in ft["seeds"]]
-
-    @property
-    def runs(self) -> list[Run]:
-        return [r for m in self.models for r in self.runs_for_model(m)]
-
-    def run_from_wildcards(self, wc) -> Run:
-        return Run(wc.model, wc.indomain, int(wc.ntrain), int(wc.seed))
-
-    def max_steps(self, run: Run) -> int:
-        ft = self.finetune_cfg(run.model)
-        if ft.get("max_steps"):
-            return int(ft["max_steps"])
-        if not ft.get("epochs"):
-            raise ConfigError(f"finetune (model {run.model}): give max_steps or epochs")
-        per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
-        return int(math.ceil(run.n_train / per_step) * ft["epochs"])
-
-    def checkpoint_steps(self, run: Run) -> list[int]:
-        """Steps at which the model is saved and evaluated, step 0 (the start) included."""
-        ft = self.finetune_cfg(run.model)
-        sched = ft["checkpoints"]
-        total = self.max_steps(run)
-        where = f"finetune.checkpoints (model {run.model}, n_train {run.n_train})"
-        if "steps" in sched:
-            steps = [int(s) for s in sched["steps"]]
-            if any(b <= a for a, b in zip(steps, steps[1:])):
-                raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
-            if steps and steps[-1] > total:
-                raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {total} training steps")
-        else:
-            every = int(sched["every"])
-            steps = list(range(every, total + 1, every))
-            if not steps or steps[-1] != total:
-                steps.append(total)
-        if not steps or steps[0] != 0:
-            steps = [0] + steps
-        return steps
-
     def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
         """(testset, role) pairs evaluated for runs trained on ``in_domain``.
 
@@ -343,78 +281,12 @@ class Experiment:
         test = self.in_domain[in_domain]["test"]
         return [(test, "in-domain")] + [(t, "ood") for t in self.config["ood_testsets"] if t != test]
 
-    def eval_targets(self, pattern: str) -> list[str]:
-        """Every evaluation output path, formatted from ``pattern``."""
-        out = []
-        for run in self.runs:
-            for step in self.checkpoint_steps(run):
-                for ts, _ in self.testsets_for(run.in_domain):
-                    out.append(pattern.format(**run.wildcards, step=step, testset=ts))
-        return out
-
-    def eval_summary_targets(self, pattern: str) -> list[str]:
-        """Every evaluation job's summary path (one per run x testset), formatted from ``pattern``."""
-        return [pattern.format(**run.wildcards, testset=ts)
-                for run in self.runs for ts, _ in self.testsets_for(run.in_domain)]
-
-    def eval_rules(self) -> list[dict]:
-        """How evaluation jobs split into Snakemake rules: one rule per checkpoint schedule.
-
-        An evaluation job scores every checkpoint of one run on one testset, and a
-        Snakemake rule's outputs are a fixed list of patterns, so runs whose
-        checkpoint steps differ need different rules. Each entry holds the rule's
-        ``name`` (``evaluate``, then ``evaluate_2``, ...), its ``steps`` and the
-        ``models`` and ``ntrain`` values it is restricted to (None: no restriction,
-        when every run shares one schedule, as in most configs). The schedule of a
-        run depends only on its model and n_train, so grouping by (steps, a model's
-        n_train values) gives rules whose (model, n_train) sets never overlap.
-        """
-        by_model: dict[str, dict[tuple[int, ...], list[int]]] = {}
-        for run in self.runs:
-            steps = tuple(self.checkpoint_steps(run))
-            ntrains = by_model.setdefault(run.model, {}).setdefault(steps, [])
-            if run.n_train not in ntrains:
-                ntrains.append(run.n_train)
-        groups: dict[tuple, list[str]] = {}
-        for model, scheds in by_model.items():
-            for steps, ntrains in scheds.items():
-                groups.setdefault((steps, tuple(sorted(ntrains))), []).append(model)
-        if len(groups) == 1:
-            ((steps, _),) = groups
-            return [{"name": "evaluate", "steps": list(steps), "models": None, "ntrain": None}]
-        return [{"name": "evaluate" if i == 0 else f"evaluate_{i + 1}", "steps": list(steps),
-                 "models": models, "ntrain": list(ntrains)}
-                for i, ((steps, ntrains), models) in enumerate(groups.items())]
-
-    def tokenize_pairs(self) -> list[tuple[str, str]]:
-        pairs = []
-        for m in self.models:
-            for d in self.in_domain:
-                for ts, _ in self.testsets_for(d):
-                    if (m, ts) not in pairs:
-                        pairs.append((m, ts))
-        return pairs
-
     def all_datasets(self) -> list[str]:
         names = []
         for d in self.in_domain.values():
             names += [d["train"], d["test"]]
         names += list(self.config["ood_testsets"])
         return list(dict.fromkeys(names))
-
-    # ---- per-rule params ---------------------------------------------------------------
-    def eval_provenance(self, wc) -> dict:
-        """What an evaluation result records about where it came from (no testset list)."""
-        run = self.run_from_wildcards(wc)
-        role = dict(self.testsets_for(run.in_domain)).get(wc.testset)
-        if role is None:
-            raise ConfigError(f"testset {wc.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
-        m = self.models[run.model]
-        source = {k: m[k] for k in ("hub", "revision", "path", "package") if m.get(k)} or {"tiny": m["tiny"]["model_type"]}
-        return {"model": run.model, "model_source": canonical(source), "method": self.method(run.model),
-                "label_mode": self.label_mode["name"],
-                "in_domain": run.in_domain, "n_train": run.n_train, "seed": run.seed, "run_id": run.id,
-                "role": role, "finetune_lora": bool(self.finetune_cfg(run.model).get("lora"))}
 
     def model_spec(self, model: str) -> dict:
         """The model entry minus what does not change results (resources, finetune overrides, sharding)."""

@@ -208,72 +208,196 @@ def read_result(path: str | Path) -> dict:
     return json.loads(meta[META_KEY])
 
 
-def _process_start() -> float | None:
-    """When this process started (so a job's interpreter start-up and preamble can be timed)."""
-    try:
-        import psutil
+def _process_age() -> float | None:
+    """Seconds since this process started (interpreter start-up and the job script's preamble),
+    from /proc to the clock tick; None where /proc is not there. (psutil's create_time rounds the
+    boot time to whole seconds, which made a fixed 0.5 s error.)"""
+    import os
 
-        return psutil.Process().create_time()
-    except Exception:  # noqa: BLE001 -- timing is informative only
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
         return None
 
 
-def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[dict], tokenized: str,
-                 batch_size: int, max_tokens: int, out_summary: str, provenance: dict,
-                 device: str = "cpu", threads: int = 1) -> dict:
-    """Score every checkpoint of one run on one testset, in one process.
+def eval_key(checkpoint: str | Path, cache: dict, provenance: dict, dtype: str, device: str) -> str:
+    """What determines a checkpoint x testset's predictions: the checkpoint's weights (their sha256s
+    from its manifest), the tokenised testset, the provenance, dtype and device type. A predictions
+    file with the same key is not computed again (a resumed or re-planned job reuses it)."""
+    import torch
 
-    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint
-    is loaded in turn, scored, and written to its own predictions parquet (whose
-    metadata holds the result record); the summary JSON, written last, lists every
-    checkpoint's record. The fixed costs of a job (interpreter, imports, the
-    tokenised testset) are paid once per run x testset, not once per checkpoint.
-    A batch size that had to be halved for memory stays halved for the checkpoints
-    after it.
+    from .finetune import weights_digest
+    from .io import sha256_json
+
+    return sha256_json({"weights": weights_digest(Path(checkpoint)), "fingerprint": cache["fingerprint"],
+                        "records_sha256": cache["records_sha256"], "method": cache["method"],
+                        "template": cache["template"], "verbalisers": cache["verbalisers"],
+                        "n": len(cache["labels"]), "provenance": provenance, "dtype": dtype,
+                        "device": torch.device(device).type})
+
+
+class CheckpointLoader:
+    """Loads a run's checkpoints one after another, reusing what does not change.
+
+    The first checkpoint loads as usual (:func:`oodcorr.models.load_checkpoint`). After it,
+    a LoRA checkpoint whose adapter has the same configuration only swaps the adapter's
+    weights into the loaded model (the base model is read once per job), and a checkpoint of
+    full weights is copied into the loaded model in place (no new model is built). Anything
+    else, or a swap that does not fit exactly, loads afresh. Either way the model computes
+    exactly what a fresh load of that checkpoint computes (tests compare them bit for bit).
+    """
+
+    def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
+        self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
+        self.labels, self.pad_id = labels, pad_id
+        self.model = None
+        self.kind = None  # "adapter" or "full": what the loaded model holds
+        self.adapter_config = None
+        self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def load(self, checkpoint: str | Path):
+        ckpt = Path(checkpoint)
+        adapter_cfg = ckpt / "adapter_config.json"
+        if self.model is not None:
+            if adapter_cfg.exists() and self.kind == "adapter" and adapter_cfg.read_text() == self.adapter_config:
+                if self._swap_adapter(ckpt):
+                    self.last_load = "adapter swap"
+                    return self.model
+            elif not adapter_cfg.exists() and self.kind == "full":
+                if self._load_in_place(ckpt):
+                    self.last_load = "in place"
+                    return self.model
+        self.close()
+        from .models import load_checkpoint
+
+        self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        self.kind = "adapter" if adapter_cfg.exists() else "full"
+        self.adapter_config = adapter_cfg.read_text() if adapter_cfg.exists() else None
+        self.last_load = "fresh"
+        return self.model
+
+    def _swap_adapter(self, ckpt: Path) -> bool:
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+        weights = load_peft_weights(str(ckpt), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        unset = [k for k in result.missing_keys if "lora_" in k or ".modules_to_save." in k]
+        if result.unexpected_keys or unset:
+            log.warning("%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
+                        ckpt, result.unexpected_keys[:3], unset[:3])
+            return False
+        self.model.eval()
+        return True
+
+    def _load_in_place(self, ckpt: Path) -> bool:
+        import torch
+        from safetensors.torch import load_file
+
+        files = sorted(ckpt.glob("*.safetensors"))
+        if not files:
+            return False
+        state = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(self.device)))
+        own = dict(self.model.state_dict())
+        unexpected = [k for k in state if k not in own]
+        wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
+        ptrs = {own[k].data_ptr() for k in state if k in own}
+        # a key the file lacks must be tied to one it has (e.g. an LM head tied to the embeddings)
+        untied = [k for k in own if k not in state and own[k].data_ptr() not in ptrs]
+        if unexpected or wrong or untied:
+            log.info("%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
+                     ckpt, unexpected[:3], wrong[:3], untied[:3])
+            return False
+        with torch.no_grad():
+            self.model.load_state_dict(state, strict=False)
+        self.model.eval()
+        return True
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model = None
+            _release_memory(__import__("torch").device(self.device))
+
+
+def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[dict], tokenized: str,
+                 batch_size: int, max_tokens: int, provenance: dict, out_summary: str | None = None,
+                 device: str = "cpu", threads: int = 1) -> dict:
+    """Score checkpoints of one run on one testset, in one process.
+
+    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint is
+    loaded in turn (:class:`CheckpointLoader` reads a LoRA run's base model once), scored,
+    and written to its own predictions parquet, whose metadata holds the result record. A
+    predictions file that already holds this exact evaluation (same :func:`eval_key`) is
+    kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
+    every checkpoint's record. A batch size that had to be halved for memory stays halved
+    for the checkpoints after it. Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
     """
     t0 = time.time()
-    started = _process_start()
+    age = _process_age()
     import torch
 
     t_imp = time.time()
     torch.set_num_threads(threads)
     cache = torch.load(tokenized, weights_only=True)
     t_cache = time.time()
+    dtype = eval_dtype(model_spec, device)
+    loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
+    job_timing = {"startup": round(age, 3) if age is not None else None, "imports": round(t_imp - t0, 3),
+                  "cache": round(t_cache - t_imp, 3)}
     records = []
     for ck in checkpoints:
-        rec = _evaluate_checkpoint(model_spec=model_spec, tiny_dir=tiny_dir, checkpoint=ck["checkpoint"],
-                                   step=int(ck["step"]), cache=cache, batch_size=batch_size,
-                                   max_tokens=max_tokens, out_predictions=ck["predictions"],
-                                   provenance=provenance, device=device)
+        key = eval_key(ck["checkpoint"], cache, provenance, dtype, device)
+        old = _reusable(ck["predictions"], key)
+        if old is not None:
+            log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
+            records.append(old)
+            continue
+        rec = _evaluate_checkpoint(loader=loader, checkpoint=ck["checkpoint"], step=int(ck["step"]), cache=cache,
+                                   batch_size=batch_size, max_tokens=max_tokens, out_predictions=ck["predictions"],
+                                   provenance=provenance, device=device, dtype=dtype, key=key,
+                                   job_timing=job_timing)
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
-        log.info("step %d: accuracy %.4f on %d examples (%s)", rec["step"], rec["accuracy"], rec["n"],
-                 ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()))
+        log.info("step %d: accuracy %.4f on %d examples (%s; %s)", rec["step"], rec["accuracy"], rec["n"],
+                 rec["load"], ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()))
         records.append(rec)
-    summary = {"testset": cache["testset"], "fingerprint": cache["fingerprint"], **provenance,
-               "steps": [r["step"] for r in records], "checkpoints": records,
-               "timing_s": {"startup": round(t0 - started, 3) if started else None,
-                            "imports": round(t_imp - t0, 3), "cache": round(t_cache - t_imp, 3),
-                            "checkpoints": round(time.time() - t_cache, 3)}}
-    write_json_atomic(out_summary, summary)
-    return summary
+    loader.close()
+    job_timing["checkpoints"] = round(time.time() - t_cache, 3)
+    result = {"testset": cache["testset"], "fingerprint": cache["fingerprint"], **provenance,
+              "steps": [r["step"] for r in records], "checkpoints": records, "timing_s": job_timing}
+    if out_summary:
+        write_json_atomic(out_summary, result)
+    return result
 
 
-def _evaluate_checkpoint(*, model_spec: dict, tiny_dir: str | None, checkpoint: str, step: int, cache: dict,
-                         batch_size: int, max_tokens: int, out_predictions: str, provenance: dict,
-                         device: str) -> dict:
+def _reusable(path: str, key: str) -> dict | None:
+    """The record of an existing predictions file made by exactly this evaluation, else None."""
+    if not Path(path).exists():
+        return None
+    try:
+        rec = read_result(path)
+    except Exception:  # noqa: BLE001 -- unreadable: compute it again
+        return None
+    return rec if rec.get("eval_key") == key else None
+
+
+def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, step: int, cache: dict, batch_size: int,
+                         max_tokens: int, out_predictions: str, provenance: dict, device: str, dtype: str,
+                         key: str, job_timing: dict) -> dict:
     import torch
 
     from .finetune import verify_checkpoint
     from .methods import correct_mask
-    from .models import load_checkpoint
 
     t0 = time.time()
     ok, why = verify_checkpoint(Path(checkpoint), full=False)
     if not ok:
         raise RuntimeError(f"checkpoint not usable: {why}")
-    dtype = eval_dtype(model_spec, device)
-    model = load_checkpoint(dict(model_spec, dtype=dtype), checkpoint, tiny_dir, device, cache["label_names"],
-                            cache["pad_id"])
+    model = loader.load(checkpoint)
     t_model = time.time()
     stats: dict = {}
     logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
@@ -294,13 +418,11 @@ def _evaluate_checkpoint(*, model_spec: dict, tiny_dir: str | None, checkpoint: 
         "records_sha256": cache["records_sha256"], "method": cache["method"],
         "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
         "checkpoint": str(checkpoint), "predictions": str(out_predictions),
-        "device": str(device), "dtype": dtype,
+        "device": str(device), "dtype": dtype, "eval_key": key, "load": loader.last_load,
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
-        "batching": stats,
+        "batching": stats, "job_timing_s": job_timing,
         **provenance,
     }
-    del model, base
-    _release_memory(torch.device(device))
     t_write = time.time()
     result["timing_s"] = {"model": round(t_model - t0, 3), "forward": round(t_fwd - t_model, 3)}
     _write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"], result)

@@ -74,6 +74,15 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
     return True, "ok"
 
 
+def weights_digest(ckpt: Path) -> str:
+    """A hash of a checkpoint's weight files (names and sha256s from its manifest; optimizer
+    state, which pruning removes, left out): what identifies the model it holds."""
+    man = _read_manifest(ckpt) or {}
+    files = {rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items()
+             if Path(rel).name not in RESUME_FILES}
+    return sha256_json(files)
+
+
 def is_resumable(ckpt: Path) -> bool:
     """The manifest says so and every listed optimizer/RNG file is intact."""
     man = _read_manifest(ckpt)

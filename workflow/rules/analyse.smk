@@ -1,10 +1,11 @@
 # Analysis: the scores table -> partial correlations, agreement across models, figures.
 # All statistics live in oodcorr.analysis (the same code as `oodcorr analyse`).
 
-ANALYSIS = config["analysis"]
+ANALYSIS = PLAN.analysis
 # the heatmaps show the first method and the first residualiser of the config
 PLOT_METHOD = ANALYSIS["methods"][0]
 PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
+A = P.analysis
 
 # Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.
 localrules:
@@ -17,14 +18,15 @@ localrules:
 
 
 rule aggregate_scores:
-    """One long table: a row per run x checkpoint x testset (from each evaluation job's summary)."""
+    """One long table: a row per run x checkpoint x testset (from every predictions file's
+    record, or with `evaluation.unit: run` from each job's summary)."""
     input:
-        EXP.eval_summary_targets(f"{RUN_EVAL_DIR}/{{testset}}.json"),
+        PLAN.eval_outputs(),
     output:
-        parquet="results/scores.parquet",
-        csv="results/scores.csv",
+        parquet=P.scores,
+        csv=P.scores_csv,
     log:
-        "logs/analyse/aggregate_scores.log",
+        f"{LOGS}/analyse/aggregate_scores.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -37,16 +39,16 @@ rule partial_correlations:
     input:
         # the per-example predictions files are named in the scores table (column
         # `predictions`); they are outputs of the evaluation jobs the table depends on
-        scores="results/scores.parquet",
+        scores=P.scores,
     output:
-        pairs=report("results/analysis/partial_correlations.csv", category="Tables",
+        pairs=report(f"{A}/partial_correlations.csv", category="Tables",
                      caption="../report/partial_correlations.rst"),
-        agreement=report("results/analysis/agreement.csv", category="Tables",
+        agreement=report(f"{A}/agreement.csv", category="Tables",
                          caption="../report/agreement.rst"),
     params:
         analysis=ANALYSIS,
     log:
-        "logs/analyse/partial_correlations.log",
+        f"{LOGS}/analyse/partial_correlations.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -56,16 +58,16 @@ rule partial_correlations:
 rule heatmap:
     """Heatmap of one model's pooled partial correlations."""
     input:
-        "results/analysis/partial_correlations.csv",
+        f"{A}/partial_correlations.csv",
     output:
-        report("results/analysis/heatmaps/{model}.png", category="Heatmaps",
+        report(f"{A}/heatmaps/{{model}}.png", category="Heatmaps",
                caption="../report/heatmap.rst", labels={"model": "{model}"}),
     params:
         kind="heatmap",
         method=PLOT_METHOD,
         residualiser=PLOT_RESIDUALISER,
     log:
-        "logs/analyse/heatmap_{model}.log",
+        f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -75,16 +77,16 @@ rule heatmap:
 rule heatmap_grid:
     """Every model's heatmap side by side, on one colour scale and testset order."""
     input:
-        "results/analysis/partial_correlations.csv",
+        f"{A}/partial_correlations.csv",
     output:
-        report("results/analysis/heatmap_grid.png", category="Heatmaps",
+        report(f"{A}/heatmap_grid.png", category="Heatmaps",
                caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
     params:
         kind="heatmap_grid",
         method=PLOT_METHOD,
         residualiser=PLOT_RESIDUALISER,
     log:
-        "logs/analyse/heatmap_grid.log",
+        f"{LOGS}/analyse/heatmap_grid.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -94,14 +96,14 @@ rule heatmap_grid:
 rule learning_curves:
     """Score vs training step for every testset of one model."""
     input:
-        "results/scores.parquet",
+        P.scores,
     output:
-        report("results/analysis/learning_curves/{model}.png", category="Learning curves",
+        report(f"{A}/learning_curves/{{model}}.png", category="Learning curves",
                caption="../report/learning_curves.rst", labels={"model": "{model}"}),
     params:
         kind="learning_curves",
     log:
-        "logs/analyse/learning_curves_{model}.log",
+        f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -111,15 +113,15 @@ rule learning_curves:
 rule scatter:
     """In-domain vs OOD score for one model, with the fitted residualiser curves."""
     input:
-        "results/scores.parquet",
+        P.scores,
     output:
-        report("results/analysis/scatter/{model}.png", category="Residualiser fits",
+        report(f"{A}/scatter/{{model}}.png", category="Residualiser fits",
                caption="../report/scatter.rst", labels={"model": "{model}"}),
     params:
         kind="scatter",
         analysis=ANALYSIS,
     log:
-        "logs/analyse/scatter_{model}.log",
+        f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:

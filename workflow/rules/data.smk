@@ -7,15 +7,15 @@ localrules:
 rule prepare_dataset:
     """Load a dataset from its registry entry into normalised JSONL (+ provenance)."""
     input:
-        lambda wc: EXP.dataset_input(wc.dataset),
+        lambda wc: PLAN.dataset_inputs[wc.dataset],
     output:
-        data="results/data/{dataset}.jsonl",
-        meta="results/data/{dataset}.meta.json",
+        data=P.data,
+        meta=P.data_meta,
     params:
-        spec=lambda wc: EXP.dataset_params(wc.dataset),
-        mode=EXP.label_mode,
+        spec=lambda wc: PLAN.dataset_params[wc.dataset],
+        mode=PLAN.label_mode,
     log:
-        "logs/data/{dataset}.log",
+        f"{LOGS}/data/{{dataset}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -25,13 +25,14 @@ rule prepare_dataset:
 rule pretraining_corpus:
     """Unlabelled synthetic text for the tiny models' tokenizer and LM pretraining."""
     output:
-        "results/data/pretraining_corpus.txt",
+        P.corpus,
     params:
-        cfg=config["pretraining_corpus"],
-        template=lambda wc: config["prompt"]["template"],
-        answers=[v.strip() for v in config["prompt"]["verbalisers"].values()],
+        cfg=PLAN.pretraining["corpus"],
+        # a function: a plain string's {premise} would be read as a wildcard
+        template=lambda wc: PLAN.pretraining["template"],
+        answers=PLAN.pretraining["answers"],
     log:
-        "logs/data/pretraining_corpus.log",
+        f"{LOGS}/data/pretraining_corpus.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
@@ -41,19 +42,17 @@ rule pretraining_corpus:
 rule build_tiny_model:
     """Train a tokenizer, build a small causal LM and pretrain it (nothing is downloaded)."""
     input:
-        corpus="results/data/pretraining_corpus.txt",
+        corpus=P.corpus,
     output:
-        directory("results/models/{model}"),
+        directory(P.tiny_model),
     params:
-        spec=lambda wc: EXP.model_spec(wc.model)["tiny"],
-        seed=config["pretraining_corpus"]["seed"],
-    threads: model_threads("build_tiny_model")
+        spec=lambda wc: PLAN.models[wc.model].entry["tiny"],
+        seed=PLAN.pretraining["corpus"]["seed"],
+    threads: PLAN.threads("build_tiny_model")
     resources:
-        cpus_per_task=model_threads("build_tiny_model"),
-        mem_mb=model_resource("build_tiny_model", "mem_mb", 2000),
-        runtime=model_resource("build_tiny_model", "runtime", 30),
+        **PLAN.rule_resources("build_tiny_model"),
     log:
-        "logs/models/{model}.log",
+        f"{LOGS}/models/{{model}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:

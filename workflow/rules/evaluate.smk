@@ -1,61 +1,71 @@
 rule tokenize_testset:
     """Tokenise a testset once per model's tokenizer; every checkpoint reuses it."""
     input:
-        data="results/data/{testset}.jsonl",
-        meta="results/data/{testset}.meta.json",
-        model=tiny_model_dir,
+        data=P.data.replace("{dataset}", "{testset}"),
+        meta=P.data_meta.replace("{dataset}", "{testset}"),
+        model=PLAN.model_input,
     output:
-        "results/cache/tokenized/{model}/{testset}.pt",
+        P.tokenized,
     params:
-        tiny_dir=tiny_dir_param,
-        model_spec=lambda wc: EXP.model_spec(wc.model),
-        prompt=lambda wc: EXP.prompt_for(wc.model),
-        labels=EXP.labels,
-        coarse=EXP.label_mode.get("coarse", {}),
-        max_length=config["evaluation"]["max_length"],
+        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.plan)
+        job=PLAN.tokenize_params,
+    threads: PLAN.threads("tokenize_testset")
+    resources:
+        **PLAN.rule_resources("tokenize_testset"),
     log:
-        "logs/tokenize/{model}/{testset}.log",
+        f"{LOGS}/tokenize/{{model}}/{{testset}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:
         "../scripts/tokenize_testset.py"
 
 
-# One evaluation job scores every checkpoint of one run on one testset and writes one
-# predictions file per checkpoint x testset, plus the job's summary JSON. A job per
-# checkpoint x testset would pay a fresh Python process (imports, first model load:
-# ~95 % of such a job) each time, and 10^5 of them take Snakemake minutes to plan.
-# A rule's outputs are a fixed list, so each checkpoint schedule gets its own rule
-# (`evaluate`, then `evaluate_2`, ...; one in most configs): EXP.eval_rules().
-for _ev in EXP.eval_rules():
+# Rule evaluate, in the config's `evaluation.unit`:
+#   checkpoint (default): one job per run x checkpoint x testset, writing that checkpoint's
+#                         predictions file (its record in the file's metadata);
+#   run:                  one job per run x testset, loading the model once and swapping in
+#                         each checkpoint's weights (a LoRA adapter: only the adapter), writing
+#                         the same predictions files plus a summary of the job's records.
+# Both write identical predictions files, so switching units recomputes nothing.
+if PLAN.unit == "checkpoint":
 
-    rule:
-        name:
-            _ev["name"]
+    rule evaluate:
+        """One checkpoint of one run, scored on one testset."""
         input:
-            manifest=f"{RUN_DIR}/manifest.json",
-            tokenized="results/cache/tokenized/{model}/{testset}.pt",
-            model=tiny_model_dir,
+            manifest=P.manifest,
+            tokenized=P.tokenized,
         output:
-            summary=f"{RUN_EVAL_DIR}/{{testset}}.json",
-            checkpoints=[f"{RUN_EVAL_DIR}/step{s}/{{testset}}.predictions.parquet" for s in _ev["steps"]],
-        wildcard_constraints:
-            **({"model": "|".join(re.escape(m) for m in _ev["models"]),
-                "ntrain": "|".join(str(n) for n in _ev["ntrain"])} if _ev["models"] else {}),
+            P.predictions,
         params:
-            steps=_ev["steps"],
-            # model_spec, tiny_dir, provenance: one callable, see eval_params in common.smk
-            job=eval_params,
-        threads: model_threads("evaluate")
+            # model_spec, tiny_dir, provenance: one callable, its value shared by a run x testset
+            job=PLAN.eval_params,
+        threads: PLAN.threads("evaluate")
         resources:
-            gpu=model_resource("evaluate", "gpu", 0),
-            gpu_model=gpu_model("evaluate"),
-            cpus_per_task=model_threads("evaluate"),
-            mem_mb=model_resource("evaluate", "mem_mb", 2000),
-            runtime=eval_runtime(len(_ev["steps"])),
-            attempt=attempt_number,  # the script halves its batch size on each retry
+            **PLAN.rule_resources("evaluate"),
         log:
-            f"logs/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/{{testset}}.log",
+            f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
+        conda:
+            "../../envs/oodcorr.yaml"
+        script:
+            "../scripts/evaluate.py"
+
+else:
+
+    rule evaluate:
+        """Every checkpoint of one run, scored on one testset in one process."""
+        input:
+            manifest=P.manifest,
+            tokenized=P.tokenized,
+        output:
+            summary=P.eval_summary,
+        params:
+            # model_spec, tiny_dir, provenance, steps and their predictions files
+            job=PLAN.eval_params,
+        threads: PLAN.threads("evaluate")
+        resources:
+            **PLAN.rule_resources("evaluate"),
+        log:
+            f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/{{testset}}.log",
         conda:
             "../../envs/oodcorr.yaml"
         script:

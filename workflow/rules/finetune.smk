@@ -5,28 +5,18 @@ rule finetune:
     killed job, and the rerun resumes from the last complete one.
     """
     input:
-        train=lambda wc: f"results/data/{EXP.in_domain[wc.indomain]['train']}.jsonl",
-        model=tiny_model_dir,
+        train=PLAN.finetune_train_input,
+        model=PLAN.model_input,
     output:
-        manifest=f"{RUN_DIR}/manifest.json",
+        manifest=P.manifest,
     params:
-        run_dir=lambda wc, output: os.path.dirname(output.manifest),
-        tiny_dir=tiny_dir_param,
-        model_spec=lambda wc: EXP.model_spec(wc.model),
-        finetune=lambda wc: EXP.finetune_params(wc.model),
-        prompt=lambda wc: EXP.prompt_for(wc.model),
-        labels=EXP.labels,
-        steps=lambda wc: EXP.checkpoint_steps(EXP.run_from_wildcards(wc)),
-        max_steps=lambda wc: EXP.max_steps(EXP.run_from_wildcards(wc)),
-    threads: model_threads("finetune")
+        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.plan)
+        run=PLAN.finetune_params,
+    threads: PLAN.threads("finetune")
     resources:
-        gpu=finetune_gpus,
-        gpu_model=gpu_model("finetune"),
-        cpus_per_task=model_threads("finetune"),
-        mem_mb=model_resource("finetune", "mem_mb", 4000),
-        runtime=model_resource("finetune", "runtime", 60),
+        **PLAN.rule_resources("finetune"),
     log:
-        f"logs/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}.log",
+        f"{LOGS}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}.log",
     conda:
         "../../envs/oodcorr.yaml"
     script:

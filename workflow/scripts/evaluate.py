@@ -1,4 +1,8 @@
-"""Rule evaluate: every checkpoint of one run x one testset (a predictions file per checkpoint)."""
+"""Rule evaluate: checkpoints of one run scored on one testset, a predictions file each.
+
+Unit `checkpoint`: the step is a wildcard and the output is its predictions file.
+Unit `run`: every step of the run, then the job's summary (its declared output).
+"""
 import logging
 from pathlib import Path
 
@@ -15,12 +19,16 @@ job = sm.params.job
 attempt = int(getattr(sm.resources, "attempt", 1))
 batch_size, max_tokens = retry_sizes(ev["batch_size"], ev["max_tokens"], attempt)
 logging.info("attempt %d: batch_size %d, max_tokens %d", attempt, batch_size, max_tokens)
+if "step" in sm.wildcards.keys():
+    steps, outputs, summary = [int(sm.wildcards.step)], [sm.output[0]], None
+else:
+    steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
 ckpt_root = Path(sm.input.manifest).parent / "checkpoints"
 checkpoints = [{"step": step, "checkpoint": str(ckpt_root / f"checkpoint-{step}"), "predictions": out}
-               for step, out in zip(sm.params.steps, sm.output.checkpoints, strict=True)]
-summary = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
-                       tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
-                       out_summary=sm.output.summary, provenance=job["provenance"],
-                       device=pick_device(sm.resources.gpu), threads=sm.threads)
-print({"testset": summary["testset"], "accuracy": [r["accuracy"] for r in summary["checkpoints"]],
-       "timing_s": summary["timing_s"]})
+               for step, out in zip(steps, outputs, strict=True)]
+result = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
+                      tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
+                      out_summary=summary, provenance=job["provenance"],
+                      device=pick_device(sm.resources.gpu), threads=sm.threads)
+print({"testset": result["testset"], "accuracy": [r["accuracy"] for r in result["checkpoints"]],
+       "timing_s": result["timing_s"]})

@@ -1,0 +1,443 @@
+"""The plan: every job an experiment asks for, as typed, frozen objects built once.
+
+:func:`build_plan` takes a schema-validated config, checks it
+(:class:`oodcorr.config.Experiment`) and enumerates what the workflow will run:
+
+* :class:`ModelSpec` -- a model entry resolved against the global settings (its
+  finetune block, prompt, method and per-rule :class:`Resources`);
+* :class:`Run` -- one finetuning run (model x in-domain set x n_train x seed) with
+  its checkpoint schedule;
+* :class:`EvalJob` -- one evaluation job: a run x a testset x its steps (one step
+  with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
+* :class:`Paths` -- where everything lives, all under ``results/<experiment>/``.
+
+The Snakefile builds one :class:`Plan` and the rules read only it: targets, params
+(through one callable per rule, cached per job), threads and resources (through one
+factory, :meth:`Plan.rule_resources`). Nothing here imports torch, so planning
+stays fast.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Mapping
+
+from .config import NAME_RE, ConfigError, Experiment, canonical
+
+UNITS = ("checkpoint", "run")
+DEFAULT_UNIT = "checkpoint"
+
+# What a job asks for when neither the config's `resources`, a size class nor the
+# model's own `resources` say otherwise. Evaluate's runtime is minutes per checkpoint.
+RULE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
+    "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
+    "finetune": {"mem_mb": 4000, "runtime": 60},
+    "evaluate": {"mem_mb": 2000, "runtime": 10},
+}
+MODEL_RULES = tuple(RULE_DEFAULTS)
+# resources that grow with Snakemake's attempt number on retries
+SCALED = ("mem_mb", "runtime")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a rule asks for (before retries scale memory and time)."""
+
+    gpu: int = 0
+    gpu_model: str | None = None
+    mem_mb: int = 2000
+    runtime: int = 30  # minutes
+    threads: int = 1
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> "Resources":
+        return cls(**{k: values[k] for k in ("gpu", "gpu_model", "mem_mb", "runtime", "threads") if k in values})
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model entry resolved against the global config."""
+
+    name: str
+    source: str  # tiny | hub | path | package
+    method: str  # pattern | head
+    entry: dict  # the entry minus what does not change results (resources, finetune, distributed)
+    finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
+    prompt: dict | None  # None for methods that read no prompt
+    distributed: dict | None
+    resources: Mapping[str, Resources]  # per rule in MODEL_RULES
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.source == "tiny"
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.finetune.get("lora"))
+
+    @property
+    def source_record(self) -> dict:
+        """Where the weights come from, as recorded with every result."""
+        src = {k: self.entry[k] for k in ("hub", "revision", "path", "package") if self.entry.get(k)}
+        return canonical(src or {"tiny": self.entry["tiny"]["model_type"]})
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finetuning run: model x in-domain set x n_train x data seed."""
+
+    model: str
+    in_domain: str
+    n_train: int
+    seed: int
+    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first
+    max_steps: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train),
+                "seed": str(self.seed)}
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation job: a run's checkpoints ``steps`` scored on one testset."""
+
+    run: Run
+    testset: str
+    role: str  # in-domain | ood
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path of an experiment, as Snakemake patterns, under ``results/<experiment>``."""
+
+    root: str
+
+    @property
+    def data(self) -> str:
+        return f"{self.root}/data/{{dataset}}.jsonl"
+
+    @property
+    def data_meta(self) -> str:
+        return f"{self.root}/data/{{dataset}}.meta.json"
+
+    @property
+    def corpus(self) -> str:
+        return f"{self.root}/data/pretraining_corpus.txt"
+
+    @property
+    def tiny_model(self) -> str:
+        return f"{self.root}/models/{{model}}"
+
+    @property
+    def tokenized(self) -> str:
+        return f"{self.root}/cache/tokenized/{{model}}/{{testset}}.pt"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.root}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
+
+    @property
+    def manifest(self) -> str:
+        return f"{self.run_dir}/manifest.json"
+
+    @property
+    def eval_dir(self) -> str:
+        return f"{self.root}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
+
+    @property
+    def predictions(self) -> str:
+        """One checkpoint x testset: per-example predictions, its record in the metadata."""
+        return f"{self.eval_dir}/step{{step}}/{{testset}}.predictions.parquet"
+
+    @property
+    def eval_summary(self) -> str:
+        """``evaluation.unit: run`` only: one job's records (a run x a testset)."""
+        return f"{self.eval_dir}/{{testset}}.json"
+
+    @property
+    def scores(self) -> str:
+        return f"{self.root}/scores.parquet"
+
+    @property
+    def scores_csv(self) -> str:
+        return f"{self.root}/scores.csv"
+
+    @property
+    def analysis(self) -> str:
+        return f"{self.root}/analysis"
+
+    @property
+    def logs(self) -> str:
+        return f"{self.root}/logs"
+
+
+def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
+    """Steps at which a run is saved and evaluated, step 0 (the start) included."""
+    sched = ft["checkpoints"]
+    if "steps" in sched:
+        steps = [int(s) for s in sched["steps"]]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
+        if steps and steps[-1] > max_steps:
+            raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
+    else:
+        every = int(sched["every"])
+        steps = list(range(every, max_steps + 1, every))
+        if not steps or steps[-1] != max_steps:
+            steps.append(max_steps)
+    if not steps or steps[0] != 0:
+        steps = [0] + steps
+    return tuple(steps)
+
+
+def run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
+    """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
+    if ft.get("max_steps"):
+        return int(ft["max_steps"])
+    if not ft.get("epochs"):
+        raise ConfigError(f"finetune (model {model}): give max_steps or epochs")
+    per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
+    return int(math.ceil(n_train / per_step) * ft["epochs"])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the rules need, computed once from the validated config."""
+
+    experiment: str
+    unit: str
+    paths: Paths
+    labels: tuple[str, ...]
+    label_mode: dict
+    models: Mapping[str, ModelSpec]
+    runs: tuple[Run, ...]
+    testsets: Mapping[str, tuple[tuple[str, str], ...]]  # in-domain set -> ((testset, role), ...)
+    train_set: Mapping[str, str]  # in-domain set -> its training dataset
+    datasets: tuple[str, ...]  # every dataset a job prepares
+    dataset_params: Mapping[str, dict]
+    dataset_inputs: Mapping[str, tuple[str, ...]]  # a local dataset's file (so an edit reruns preparation)
+    pretraining: dict  # the pretraining corpus's settings, template and answers (tiny models)
+    analysis: dict
+    warnings: tuple[str, ...]
+    exp: Experiment = field(repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- enumeration -----------------------------------------------------------------
+    @cached_property
+    def _runs_by_key(self) -> dict[tuple, Run]:
+        return {(r.model, r.in_domain, str(r.n_train), str(r.seed)): r for r in self.runs}
+
+    def run(self, wildcards) -> Run:
+        """The run a job's wildcards name."""
+        return self._runs_by_key[(wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed)]
+
+    @cached_property
+    def eval_jobs(self) -> tuple[EvalJob, ...]:
+        """Every evaluation job: a run x testset x step (unit ``checkpoint``) or x all steps (``run``)."""
+        out = []
+        for run in self.runs:
+            for testset, role in self.testsets[run.in_domain]:
+                if self.unit == "run":
+                    out.append(EvalJob(run, testset, role, run.steps))
+                else:
+                    out += [EvalJob(run, testset, role, (s,)) for s in run.steps]
+        return tuple(out)
+
+    @property
+    def n_evaluations(self) -> int:
+        """Checkpoint x testset evaluations, whichever the unit."""
+        return sum(len(j.steps) for j in self.eval_jobs)
+
+    def eval_outputs(self) -> list[str]:
+        """What the aggregation reads: every predictions file (``checkpoint``) or job summary (``run``)."""
+        if self.unit == "run":
+            pattern = self.paths.eval_summary
+            return [pattern.format(**j.run.wildcards, testset=j.testset) for j in self.eval_jobs]
+        pattern = self.paths.predictions
+        return [pattern.format(**j.run.wildcards, testset=j.testset, step=j.steps[0]) for j in self.eval_jobs]
+
+    def predictions_path(self, run: Run, step: int, testset: str) -> str:
+        return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
+
+    def figure_targets(self) -> list[str]:
+        a = self.paths.analysis
+        return [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+
+    def targets(self) -> list[str]:
+        """What rule ``all`` asks for: the scores, the tables and every figure."""
+        a = self.paths.analysis
+        return [self.paths.scores, self.paths.scores_csv, f"{a}/partial_correlations.csv", f"{a}/agreement.csv",
+                f"{a}/heatmap_grid.png", *self.figure_targets()]
+
+    # ---- per-job params (one callable per rule, values cached per job) ----------------
+    def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = make()
+            return value
+
+    def tiny_dir(self, model: str) -> str | None:
+        return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
+
+    def model_input(self, wildcards) -> list[str]:
+        """The built tiny model a job reads, or nothing for hub, local and packaged models."""
+        d = self.tiny_dir(wildcards.model)
+        return [d] if d else []
+
+    def tokenize_params(self, wildcards) -> dict:
+        def make():
+            spec = self.models[wildcards.model]
+            return {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name), "prompt": spec.prompt,
+                    "labels": list(self.labels), "coarse": dict(self.label_mode.get("coarse") or {}),
+                    "max_length": self.exp.config["evaluation"]["max_length"]}
+        return self._cached(("tokenize", wildcards.model), make)
+
+    def finetune_params(self, wildcards) -> dict:
+        def make():
+            run = self.run(wildcards)
+            spec = self.models[run.model]
+            return {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name), "finetune": spec.finetune,
+                    "prompt": spec.prompt, "labels": list(self.labels), "steps": list(run.steps),
+                    "max_steps": run.max_steps}
+        return self._cached(("finetune", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed), make)
+
+    def finetune_train_input(self, wildcards) -> str:
+        return self.paths.data.format(dataset=self.train_set[wildcards.indomain])
+
+    def eval_params(self, wildcards) -> dict:
+        """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
+
+        In unit ``checkpoint`` the step is a wildcard, and the value is shared by all the
+        checkpoints of a run x testset (planning cost: Snakemake expands every job's params).
+        """
+        def make():
+            run = self.run(wildcards)
+            spec = self.models[run.model]
+            role = dict(self.testsets[run.in_domain]).get(wildcards.testset)
+            if role is None:
+                raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set "
+                                  f"{run.in_domain!r}")
+            job = {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name),
+                   "provenance": {"model": run.model, "model_source": spec.source_record, "method": spec.method,
+                                  "label_mode": self.label_mode["name"], "in_domain": run.in_domain,
+                                  "n_train": run.n_train, "seed": run.seed, "run_id": run.id, "role": role,
+                                  "finetune_lora": spec.lora}}
+            if self.unit == "run":
+                job["steps"] = list(run.steps)
+                job["predictions"] = [self.predictions_path(run, s, wildcards.testset) for s in run.steps]
+            return job
+        return self._cached(("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed,
+                             wildcards.testset), make)
+
+    # ---- resources: one factory for every rule ----------------------------------------
+    def job_resources(self, rule: str, model: str) -> Resources:
+        """What one job of ``rule`` for ``model`` asks for (a finetune on several GPUs asks for them all)."""
+        return self.models[model].resources[rule]
+
+    def threads(self, rule: str):
+        """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
+        per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
+        if len(set(per.values())) == 1:
+            return next(iter(per.values()))
+        return lambda wildcards: per[wildcards.model]
+
+    def rule_resources(self, rule: str) -> dict[str, Any]:
+        """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
+        one), ``cpus_per_task``, ``mem_mb`` and ``runtime`` (both times the attempt on retries;
+        evaluate's runtime is per checkpoint, times the job's checkpoints), and, for evaluate,
+        ``attempt`` (the script halves its batch size on each retry).
+
+        A value every model shares is a constant: each callable costs Snakemake work per job
+        while it plans (benchmarks/README.md)."""
+        per = {m: spec.resources[rule] for m, spec in self.models.items()}
+
+        def pick(name: str):
+            values = {m: getattr(r, name) for m, r in per.items()}
+            if len(set(values.values())) == 1:
+                return next(iter(values.values()))
+            return lambda wildcards: values[wildcards.model]
+
+        out: dict[str, Any] = {"gpu": pick("gpu"), "cpus_per_task": pick("threads")}
+        if any(r.gpu_model and r.gpu for r in per.values()):
+            models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
+            out["gpu_model"] = lambda wildcards: models[wildcards.model]
+        mem = {m: r.mem_mb for m, r in per.items()}
+        out["mem_mb"] = lambda wildcards, attempt: mem[wildcards.model] * attempt
+        minutes = {m: r.runtime for m, r in per.items()}
+        if rule == "evaluate" and self.unit == "run":
+            out["runtime"] = lambda wildcards, attempt: \
+                minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt
+        else:
+            out["runtime"] = lambda wildcards, attempt: minutes[wildcards.model] * attempt
+        if rule == "evaluate":
+            out["attempt"] = _attempt
+        return out
+
+
+def _attempt(wildcards, attempt):
+    """Snakemake's attempt (1, then 2, ... on --retries), as a resource the script reads.
+    A resource, not a param: resources never make Snakemake rerun a finished job."""
+    return attempt
+
+
+def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
+    """Per rule: the defaults, then the config's `resources`, the model's size class, its own."""
+    out = {}
+    for rule, default in RULE_DEFAULTS.items():
+        values = dict(default, **exp.resources(entry["name"], rule))
+        if rule == "finetune" and entry.get("distributed"):
+            values["gpu"] = int(entry["distributed"]["gpus"])  # one process per GPU
+        out[rule] = Resources.from_mapping(values)
+    return out
+
+
+def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
+    """The plan of a schema-validated config (defaults filled in); raises ConfigError naming the key."""
+    exp = exp or Experiment(config, basedir)
+    name = str(config.get("experiment") or "default")
+    if not NAME_RE.match(name):
+        raise ConfigError(f"experiment: {name!r} must match {NAME_RE.pattern} (it names the folder "
+                          "results/<experiment>)")
+    unit = (config.get("evaluation") or {}).get("unit", DEFAULT_UNIT)
+    if unit not in UNITS:
+        raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
+    models = {}
+    for entry in config["models"]:
+        m = entry["name"]
+        source = next(k for k in ("tiny", "hub", "path", "package") if entry.get(k))
+        models[m] = ModelSpec(
+            name=m, source=source, method=exp.method(m), entry=exp.model_spec(m),
+            finetune=exp.finetune_params(m), prompt=exp.prompt_for(m),
+            distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
+            resources=_model_resources(exp, entry))
+    runs = []
+    for m, spec in models.items():
+        ft = exp.finetune_cfg(m)
+        for d in exp.in_domain:
+            for n in ft["n_train"]:
+                total = run_length(ft, int(n), m)
+                steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
+                runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
+    testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
+    datasets = tuple(exp.all_datasets())
+    return Plan(
+        experiment=name, unit=unit, paths=Paths(f"results/{name}"), labels=tuple(exp.labels),
+        label_mode=exp.label_mode, models=models, runs=tuple(runs), testsets=testsets,
+        train_set={d: spec["train"] for d, spec in exp.in_domain.items()}, datasets=datasets,
+        dataset_params={n: exp.dataset_params(n) for n in datasets},
+        dataset_inputs={n: tuple(exp.dataset_input(n)) for n in datasets},
+        pretraining={"corpus": dict(config.get("pretraining_corpus") or {}),
+                     "template": config["prompt"]["template"],
+                     "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()]},
+        analysis=dict(config.get("analysis") or {}),
+        warnings=tuple(exp.warnings), exp=exp)
