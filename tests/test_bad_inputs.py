@@ -42,6 +42,7 @@ CASES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((BAD / "config").
 PLAN = [name for name, c in CASES.items() if c["stage"] == "plan"]
 RUN = [name for name, c in CASES.items() if c["stage"] == "run"]
 RUN_ID = "micro-opt/synth/n64/seed0"
+R = "results/micro"  # the base experiment's folder (config/micro.yaml names it)
 
 
 def _merge(base: dict, over: dict) -> dict:
@@ -75,9 +76,11 @@ def write_config(folder: Path, name: str, cfg: dict) -> Path:
 
 
 def results_snapshot(wd: Path) -> dict:
+    """Every result file (the failing job's own log, under results/<experiment>/logs/, aside)."""
     root = wd / "results"
     return {str(p.relative_to(wd)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file()} if root.exists() else {}
+            for p in root.rglob("*") if p.is_file() and "logs" not in p.relative_to(root).parts[1:2]} \
+        if root.exists() else {}
 
 
 def assert_clear_message(case: dict, out: str) -> None:
@@ -163,8 +166,8 @@ def test_several_in_domain_sets_may_share_an_ood_list_with_their_test_sets(plann
     res = planned["shared_ood"]
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     # each run: its own test set once, as in-domain, + the 3 other sets; an evaluation job per
-    # run x testset (each scoring the run's 4 checkpoints): 2 runs x 4
-    assert re.search(r"^evaluate\s+8$", res.stdout, re.M), res.stdout[-2000:]
+    # run x checkpoint x testset: 2 runs x 4 checkpoints x 4
+    assert re.search(r"^evaluate\s+32$", res.stdout, re.M), res.stdout[-2000:]
 
 
 # ---- one real run of the healthy base ---------------------------------------------------
@@ -196,9 +199,11 @@ def test_second_invocation_is_refused_by_the_lock(base_run):
     assert base_run["out"].count("localrule finetune:") == 1
     # and nothing it might have touched was corrupted: the first run's files are complete
     wd = base_run["wd"]
-    for p in (wd / "results/eval").rglob("*.json"):
-        json.loads(p.read_text())
-    scores = pd.read_csv(wd / "results/scores.csv")
+    from oodcorr.evaluate import read_result
+
+    for p in (wd / R / "eval").rglob("*.parquet"):
+        read_result(p)
+    scores = pd.read_csv(wd / R / "scores.csv")
     assert len(scores) == 4 * 3  # 4 checkpoints x (in-domain + 2 OOD)
     assert scores["accuracy"].between(0, 1).all()
 
@@ -207,12 +212,13 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
     wd = base_run["wd"]
     warning = "dataset 'one-class' has a single class (entailment); accuracy is still defined but says little"
     assert f"oodcorr: WARNING: {warning}" in base_run["out"]  # repeated at the end of the run
-    assert warning in (wd / "logs/data/one-class.log").read_text()
-    meta = json.loads((wd / "results/data/one-class.meta.json").read_text())
+    assert warning in (wd / R / "logs/data/one-class.log").read_text()
+    meta = json.loads((wd / R / "data/one-class.meta.json").read_text())
     assert meta["warning"] == warning and meta["label_counts"] == {"entailment": 6}
-    summary = json.loads((wd / f"results/eval/{RUN_ID}/one-class.json").read_text())
-    assert [ev["step"] for ev in summary["checkpoints"]] == [0, 4, 8, 12]
-    for ev in summary["checkpoints"]:
+    from oodcorr.evaluate import read_result
+
+    for step in (0, 4, 8, 12):
+        ev = read_result(wd / R / f"eval/{RUN_ID}/step{step}/one-class.predictions.parquet")
         assert ev["gold_counts"] == {"entailment": 6}
         assert ev["accuracy"] == ev["n_correct"] / 6  # defined: the share predicted "entailment"
 
@@ -221,10 +227,10 @@ def test_constant_testset_gives_nan_with_reason_and_hatched_cell(base_run):
     from oodcorr.plots import heatmap
 
     wd = base_run["wd"]
-    scores = pd.read_csv(wd / "results/scores.csv")
+    scores = pd.read_csv(wd / R / "scores.csv")
     const = scores[scores.testset == "contradictory-duplicates"]
     assert list(const.step) == [0, 4, 8, 12] and (const.accuracy == 0.5).all()
-    pc = pd.read_csv(wd / "results/analysis/partial_correlations.csv")
+    pc = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
     hit = pc[(pc.x == "contradictory-duplicates") | (pc.y == "contradictory-duplicates")]
     # the one pair, (contradictory-duplicates, one-class), for the run and pooled over runs
     assert sorted(hit["run"]) == sorted([RUN_ID, "pooled"])
@@ -233,7 +239,7 @@ def test_constant_testset_gives_nan_with_reason_and_hatched_cell(base_run):
     cells = heatmap(pc, "micro-opt", str(wd / "check.png"), method="pearson", residualiser="linear")
     const_cells = {k: v for k, v in cells.items() if "contradictory-duplicates" in k}
     assert len(const_cells) == 1 and set(const_cells.values()) == {"n/a"}
-    assert (wd / "results/analysis/heatmaps/micro-opt.png").read_bytes()[:4] == b"\x89PNG"
+    assert (wd / R / "analysis/heatmaps/micro-opt.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ---- run cases: data and tokenizer errors, in the finished base folder ------------------
@@ -245,7 +251,7 @@ def test_run_fails_clearly_and_writes_no_result(name, base_run):
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-3000:]
     assert_clear_message(case, out)
-    assert re.search(r"Error in rule \w+:", out) and "log: logs/" in out  # Snakemake names the job's log
+    assert re.search(r"Error in rule \w+:", out) and f"log: {R}/logs/" in out  # Snakemake names the job's log
     assert results_snapshot(wd) == before  # no new, partial or changed result
 
 
@@ -304,10 +310,12 @@ write_json_atomic(sys.argv[1], json.loads(sys.argv[2]))
 """
 
 
-def _result(acc):
-    return {"model": "m", "in_domain": "d", "n_train": 4, "seed": 0, "run_id": "m/d/n4/seed0", "step": 1,
-            "testset": "t", "role": "ood", "accuracy": acc, "n": 4, "n_correct": int(acc * 4),
-            "fingerprint": "f", "checkpoint": "c", "predictions": "p", "padding": "x" * 100_000}
+def _result(acc, predictions=__file__):
+    """An evaluation job's summary (unit run) with one record; its predictions file must exist."""
+    return {"checkpoints": [{"model": "m", "in_domain": "d", "n_train": 4, "seed": 0, "run_id": "m/d/n4/seed0",
+                             "step": 1, "testset": "t", "role": "ood", "accuracy": acc, "n": 4,
+                             "n_correct": int(acc * 4), "fingerprint": "f", "checkpoint": "c",
+                             "predictions": str(predictions), "padding": "x" * 100_000}]}
 
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
@@ -351,6 +359,11 @@ def test_aggregation_refuses_a_truncated_result(tmp_path):
     path.write_text(text[: len(text) // 2])
     with pytest.raises(ValueError, match=r"torn\.json: unreadable evaluation result .*delete it and rerun"):
         collect([str(path)])
+    # a summary that lists a predictions file no longer there: named, with the way to rebuild it
+    path.write_text(json.dumps(_result(0.5, predictions=tmp_path / "gone.parquet")))
+    with pytest.raises(ValueError, match=r"gone\.parquet is missing \(listed in .*torn\.json\); delete .*torn\.json"
+                                         r" and rerun"):
+        collect([str(path)])
 
 
 def test_snakemake_removes_the_outputs_of_a_failed_job(tmp_path):
@@ -374,10 +387,12 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     attempt 2 runs with half the batch size."""
     from oodcorr.runtime import SIMULATE_OOM_ENV
 
+    from oodcorr.evaluate import read_result
+
     wd = base_run["wd"]
-    target = f"results/eval/{RUN_ID}/synth-test.json"  # the job: every checkpoint on synth-test
-    ref = json.loads((wd / target).read_text())["checkpoints"]
-    ref_pred = [pd.read_parquet(wd / r["predictions"]) for r in ref]
+    target = f"{R}/eval/{RUN_ID}/step8/synth-test.predictions.parquet"  # the job: checkpoint 8 on synth-test
+    ref = [read_result(wd / target)]
+    ref_pred = [pd.read_parquet(wd / target)]
     assert BASE["evaluation"]["batch_size"] == 32 and ref[0]["n"] == 60  # so the first batch has 32 rows
     res = smk(wd, base_run["config"], "--retries", "1", "--force", target,
               env={SIMULATE_OOM_ENV: "kill:16"}, timeout=600)
@@ -386,10 +401,10 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     # the first attempt was killed (Snakemake printed its log), the retry ran with half the batch
     assert out.index("attempt 1: batch_size 32, max_tokens 4096") \
         < out.index("a batch of 32 rows; the process is killed")
-    log = (wd / f"logs/eval/{RUN_ID}/synth-test.log").read_text()
+    log = (wd / R / f"logs/eval/{RUN_ID}/step8/synth-test.log").read_text()
     assert "attempt 2: batch_size 16, max_tokens 2048" in log and "killed" not in log
-    new = json.loads((wd / target).read_text())["checkpoints"]
-    assert [r["step"] for r in new] == [r["step"] for r in ref] == [0, 4, 8, 12]
+    new = [read_result(wd / target)]
+    assert [r["step"] for r in new] == [r["step"] for r in ref] == [8]
     for old_r, new_r, old_p in zip(ref, new, ref_pred, strict=True):
         for key in ("accuracy", "n", "n_correct", "gold_counts", "pred_counts", "fingerprint", "predictions"):
             assert new_r[key] == old_r[key], key

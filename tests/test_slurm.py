@@ -24,6 +24,7 @@ import cluster as slurm_cluster  # noqa: E402
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PROFILE = REPO / "profiles/slurm/config.yaml"
 PLUGINS = ("snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep")
+R = "results/micro"
 
 
 # ---- the profile itself (fast) ---------------------------------------------------------
@@ -39,23 +40,33 @@ def test_plugin_is_pinned_alike_and_installed():
     assert importlib.metadata.version(PLUGINS[0]).startswith("2.")
 
 
-def test_profile_keys_a_user_edits_and_no_packing():
+def packing_block() -> dict:
+    """The profile's optional PACKING block (commented out), as a user uncommenting it gets it."""
+    text = PROFILE.read_text().split("# ---- PACKING", 1)[1].split("# ---- end of PACKING", 1)[0]
+    keys = [line[2:] for line in text.splitlines() if re.match(r"# [a-z-]+: ", line)]
+    return yaml.safe_load("\n".join(keys))
+
+
+def test_profile_keys_a_user_edits_and_optional_packing():
     prof = yaml.safe_load(PROFILE.read_text())
     assert prof["executor"] == "slurm"
     # partition and account: one place, the profile's default resources
     assert {"slurm_partition", "slurm_account"} <= set(prof["default-resources"])
     # retries scale memory and time with the attempt
     assert prof["retries"] >= 1 and "attempt" in str(prof["default-resources"]["mem_mb"])
-    # an evaluation job is already one run x testset over all checkpoints: nothing to pack
+    # evaluations are a SLURM job each unless the user uncomments the packing block
     assert "group-components" not in prof and "groups" not in prof
+    assert packing_block() == {"groups": {"evaluate": "evaluate"}, "group-components": {"evaluate": 21},
+                               "set-resource-scopes": {"gpu": "local"}, "resources": {"gpu": 1}}
     # GPUs come from the `gpu` resource: the plugin refuses --gres/--gpus in slurm_extra
     assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
 
 
-def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: int) -> dict:
+def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: int, unit="checkpoint") -> dict:
     """mem_mb, runtime and attempt of ``rule``'s job for ``target`` in a dry run at ``attempt``."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["resources"] = resources
+    cfg["evaluation"]["unit"] = unit
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
@@ -70,17 +81,20 @@ def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: i
 def test_retry_scales_memory_and_runtime(tmp_path, attempt):
     """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
     got = _dry_resources(tmp_path, {"finetune": {"mem_mb": 3000, "runtime": 20}},
-                         "results/finetune/micro-opt/synth/n64/seed0/manifest.json", "finetune", attempt)
+                         "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json", "finetune", attempt)
     assert got == {"mem_mb": 3000 * attempt, "runtime": 20 * attempt}
 
 
 @pytest.mark.parametrize("attempt", [1, 2])
-def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path, attempt):
-    """An evaluation job scores all 5 checkpoints of the micro run: it asks for 5 x the
-    configured minutes per checkpoint, and twice that on its second attempt."""
-    got = _dry_resources(tmp_path, {"evaluate": {"runtime": 7, "mem_mb": 1500}},
-                         "results/eval/micro-opt/synth/n64/seed0/synth-overlap.json", "evaluate", attempt)
-    assert got == {"mem_mb": 1500 * attempt, "runtime": 5 * 7 * attempt, "attempt": attempt}
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path, attempt, unit):
+    """The configured evaluate runtime is minutes per checkpoint: a unit-checkpoint job asks for
+    it, a unit-run job (all 5 checkpoints of the micro run) for 5 times it; twice on attempt 2."""
+    ev = "results/micro/eval/micro-opt/synth/n64/seed0"
+    target = f"{ev}/step8/synth-overlap.predictions.parquet" if unit == "checkpoint" else f"{ev}/synth-overlap.json"
+    got = _dry_resources(tmp_path, {"evaluate": {"runtime": 7, "mem_mb": 1500}}, target, "evaluate", attempt, unit)
+    per_job = 1 if unit == "checkpoint" else 5
+    assert got == {"mem_mb": 1500 * attempt, "runtime": per_job * 7 * attempt, "attempt": attempt}
 
 
 # ---- the real cluster (minutes) -----------------------------------------------------------
@@ -94,8 +108,11 @@ def _config(path: Path) -> dict:
 
 
 def _test_profile(dest: Path) -> Path:
-    """profiles/slurm with the edits README tells a user to make, for this test cluster."""
+    """profiles/slurm with the edits README tells a user to make, for this test cluster, and its
+    PACKING block uncommented: 5 evaluation jobs (a run's checkpoints here) per SLURM job."""
     prof = yaml.safe_load(PROFILE.read_text())
+    prof.update(packing_block())
+    prof["group-components"] = {"evaluate": 5}
     prof["default-resources"]["slurm_partition"] = slurm_cluster.PARTITION
     del prof["default-resources"]["slurm_account"]
     prof.update({
@@ -111,8 +128,8 @@ def _test_profile(dest: Path) -> Path:
 
 
 def _results(wd: Path) -> tuple[pd.DataFrame, dict]:
-    scores = pd.read_csv(wd / "results/scores.csv").sort_values(["run_id", "step", "testset"], ignore_index=True)
-    preds = {p.relative_to(wd): pd.read_parquet(p) for p in sorted((wd / "results/eval").rglob("*.predictions.parquet"))}
+    scores = pd.read_csv(wd / R / "scores.csv").sort_values(["run_id", "step", "testset"], ignore_index=True)
+    preds = {p.relative_to(wd): pd.read_parquet(p) for p in sorted((wd / R / "eval").rglob("*.predictions.parquet"))}
     return scores, preds
 
 
@@ -133,7 +150,7 @@ def runs(tmp_path_factory):
     cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(local), "--configfile", str(local / "micro.yaml"),
            "--cores", "2", "--resources", "gpu=2"]
     local_env = dict(env, CUDA_VISIBLE_DEVICES="0,1", OODCORR_GPU_LOCK_DIR=str(base / "gpulocks"))
-    # first everything the evaluations need, so that all three are ready at once and two
+    # first everything the evaluations need, so that they are all ready at once and two
     # start side by side (2 cores, gpu=2)
     for extra in (["--until", "finetune", "tokenize_testset"], []):
         res = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=900, env=local_env)
@@ -160,6 +177,8 @@ def runs(tmp_path_factory):
         c.stop()
     print(f"\nSLURM test cluster idle after {c.startup_s:.1f} s; local run {local_s:.0f} s; "
           f"SLURM run {slurm_s:.0f} s")
+    (base / "snakemake-slurm.log").write_text(smk.stdout + smk.stderr)  # kept for a failing assertion
+    print(f"Snakemake's log of the SLURM run: {base / 'snakemake-slurm.log'}")
     assert smk.returncode == 0, (smk.stdout + smk.stderr)[-8000:] + ctld_log[-3000:]
     return {"local": local, "slurm": wd, "log": smk.stdout + smk.stderr, "ctld": ctld_log, "pids": pids,
             "startup_s": c.startup_s}
@@ -180,17 +199,25 @@ def test_scores_through_slurm_equal_local(runs):
 def test_jobs_went_through_slurm(runs):
     log = runs["log"]
     ids = re.findall(r"has been submitted with SLURM jobid (\d+)", log)
-    # build + finetune + 3 tokenisations + one evaluation job per testset (5 checkpoints each)
+    # build + finetune + 3 tokenisations + the 15 evaluation jobs (5 checkpoints x 3 testsets)
+    # packed 5 to a SLURM job by the profile's PACKING block
     assert len(ids) == len(set(ids)) == 8, log[-5000:]
     for i in ids:  # slurmctld scheduled and finished every one of them
         assert re.search(rf"sched: Allocate JobId={i}\b", runs["ctld"]), i
         assert re.search(rf"_job_complete: JobId={i} WEXITSTATUS 0", runs["ctld"]), i
     comments = re.findall(r"sbatch call: sbatch .*?--comment (\S+)", log)
-    evals = re.findall(r"sbatch call: (sbatch .*?--comment rule_evaluate_wildcards_(\S+).*)", log)
-    assert sorted(w.rsplit("_", 1)[-1] for _, w in evals) == ["synth-negation", "synth-overlap", "synth-test"]
-    # each asks for one GPU and 5 checkpoints x the default 10 minutes per checkpoint
-    for call, _ in evals:
+    groups = re.findall(r"sbatch call: (sbatch .*?--comment rule_evaluate_evaluate .*)", log)
+    assert len(groups) == 3, log[-5000:]
+    packed = []
+    for call in groups:
+        jobs = re.findall(r"'evaluate:model=micro-opt,indomain=synth,ntrain=64,seed=0,step=(\d+),testset=([\w-]+)'",
+                          call)
+        assert len(jobs) == 5, call
+        packed += jobs
+        # one GPU, the 5 jobs one after another: 5 x the default 10 minutes per checkpoint
         assert "--gpus=1" in call and "--cpus-per-task=1" in call and " -t 50 " in call, call
+    assert sorted(packed) == sorted((str(k), t) for k in (0, 4, 8, 12, 16)
+                                    for t in ("synth-test", "synth-overlap", "synth-negation"))
     assert " -p oodtest " in log and " -A " not in log
     # aggregation and plots stayed on the submitting node
     for rule in ("aggregate_scores", "partial_correlations", "heatmap", "prepare_dataset"):
@@ -209,9 +236,9 @@ def test_cluster_daemons_are_gone(runs):
 
 @pytest.mark.slow
 def test_local_gpu_jobs_spread_over_the_devices(runs):
-    """In the local run (--resources gpu=2, two simulated devices) the three evaluation jobs
-    (one per testset), two of them started together, used both devices."""
+    """In the local run (--resources gpu=2, two simulated devices) the 15 evaluation jobs,
+    started two at a time, used both devices."""
     claimed = []
-    for log in (runs["local"] / "logs/eval").rglob("*.log"):
+    for log in (runs["local"] / R / "logs/eval").rglob("*.log"):
         claimed += re.findall(r"claimed GPU (\S+) of 0,1", log.read_text())
-    assert len(claimed) == 3 and set(claimed) == {"0", "1"}
+    assert len(claimed) == 15 and set(claimed) == {"0", "1"}
