@@ -4,8 +4,9 @@ Runs `snakemake -n` on the repository's Snakefile with --configfile CONFIG in an
 empty working directory (so every job is planned: the worst case, a first run),
 under /usr/bin/time -v, and prints the wall time, the peak resident memory, the
 job counts from Snakemake's own job-stats table and the number of checkpoint x
-testset evaluations those jobs make (an evaluation job scores every checkpoint of
-one run on one testset).
+testset evaluations those jobs make (one per evaluation job in `evaluation.unit:
+checkpoint`; a run's checkpoints per job in unit `run`). `--unit` plans a copy of
+the config in that unit.
 
     .venv/bin/python benchmarks/dag_plan.py --configfile benchmarks/dag_grid.yaml
     .venv/bin/python benchmarks/dag_plan.py --configfile config/paper.yaml --reps 3
@@ -37,6 +38,7 @@ def parse_args(argv=None):
     p.add_argument("--snakemake", default=str(Path(sys.executable).with_name("snakemake")))
     p.add_argument("--print-jobs", action="store_true", help="print every job (to /dev/null), as plain -n does")
     p.add_argument("--profile", metavar="FILE", help="write a cProfile of one planning run here")
+    p.add_argument("--unit", choices=("checkpoint", "run"), help="plan the config in this evaluation unit")
     p.add_argument("--out", help="write the numbers to this JSON file")
     return p.parse_args(argv)
 
@@ -80,15 +82,30 @@ def count_evaluations(configfile: str) -> int:
     from snakemake.utils import validate
 
     sys.path.insert(0, str(REPO / "src"))
-    from oodcorr.config import Experiment
+    from oodcorr.plan import build_plan
 
     cfg = yaml.safe_load(Path(configfile).read_text())
     validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
-    return len(Experiment(cfg, REPO).eval_targets("{model}/{indomain}/{ntrain}/{seed}/{step}/{testset}"))
+    return build_plan(cfg, REPO).n_evaluations
+
+
+def with_unit(configfile: str, unit: str, folder: str) -> str:
+    """A copy of the config with `evaluation.unit` set (paths in it stay relative to the repository)."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(configfile).read_text())
+    cfg.setdefault("experiment", Path(configfile).stem)
+    cfg.setdefault("evaluation", {})["unit"] = unit
+    out = Path(folder) / f"{Path(configfile).stem}-{unit}.yaml"
+    out.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return str(out)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.unit:
+        tmp = tempfile.mkdtemp(prefix="oodcorr-unit-")
+        args.configfile = with_unit(args.configfile, args.unit, tmp)
     evaluations = count_evaluations(args.configfile)
     runs = []
     for _ in range(args.reps):
@@ -98,7 +115,7 @@ def main(argv=None) -> dict:
         print(f"{r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU, {r['peak_rss_gib']:.2f} GiB peak RSS, "
               f"{sum(n for k, n in r['jobs'].items() if k.startswith('evaluate'))} evaluation jobs making "
               f"{evaluations} checkpoint x testset evaluations, {r['jobs']['total']} jobs in all", flush=True)
-    summary = {"configfile": args.configfile, "print_jobs": args.print_jobs, "cpus": os.cpu_count(),
+    summary = {"configfile": args.configfile, "unit": args.unit, "print_jobs": args.print_jobs, "cpus": os.cpu_count(),
                "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": runs[-1]["jobs"], "evaluations": evaluations,
                "wall_s": [r["wall_s"] for r in runs], "cpu_s": [r["cpu_s"] for r in runs],
                "peak_rss_gib": [r["peak_rss_gib"] for r in runs],

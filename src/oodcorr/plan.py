@@ -353,9 +353,10 @@ class Plan:
 
     def rule_resources(self, rule: str) -> dict[str, Any]:
         """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
-        one), ``cpus_per_task``, ``mem_mb`` and ``runtime`` (both times the attempt on retries;
-        evaluate's runtime is per checkpoint, times the job's checkpoints), and, for evaluate,
-        ``attempt`` (the script halves its batch size on each retry).
+        one), ``mem_mb`` and ``runtime`` (both times the attempt on retries; evaluate's runtime is
+        per checkpoint, times the job's checkpoints), and, for evaluate, ``attempt`` (the script
+        halves its batch size on each retry). CPUs are the rule's :meth:`threads` (the SLURM
+        executor asks for them as ``--cpus-per-task``).
 
         A value every model shares is a constant: each callable costs Snakemake work per job
         while it plans (benchmarks/README.md)."""
@@ -367,7 +368,7 @@ class Plan:
                 return next(iter(values.values()))
             return lambda wildcards: values[wildcards.model]
 
-        out: dict[str, Any] = {"gpu": pick("gpu"), "cpus_per_task": pick("threads")}
+        out: dict[str, Any] = {"gpu": pick("gpu")}
         if any(r.gpu_model and r.gpu for r in per.values()):
             models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
             out["gpu_model"] = lambda wildcards: models[wildcards.model]
