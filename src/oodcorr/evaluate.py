@@ -175,6 +175,24 @@ def eval_dtype(model_spec: dict, device: str) -> str:
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 
 
+def _arrow_column(values, kind: str):
+    """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
+    about a second per evaluation process, for nothing.) ``kind``: int64, float32, bool, string."""
+    import numpy as np
+    import pyarrow as pa
+
+    if kind == "string":
+        data = [str(v).encode("utf-8") for v in values]
+        offsets = np.zeros(len(data) + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum([len(d) for d in data])
+        return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+    if kind == "bool":
+        bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    arr = np.ascontiguousarray(values, dtype={"int64": np.int64, "float32": np.float32}[kind])
+    return pa.Array.from_buffers(getattr(pa, kind)(), len(arr), [None, pa.py_buffer(arr)])
+
+
 def _write_predictions(path: str, gold: list[int], pred: list[int], correct: list[bool], logits,
                        gold_names: list[str], label_names: list[str], record: dict) -> None:
     """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
@@ -185,13 +203,13 @@ def _write_predictions(path: str, gold: list[int], pred: list[int], correct: lis
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols = {"index": pa.array(range(len(gold)), pa.int64()),
-            "label": pa.array([gold_names[g] for g in gold], pa.string()),
-            "pred": pa.array([gold_names[p] for p in pred], pa.string()),
-            "correct": pa.array(correct, pa.bool_())}
+    cols = {"index": _arrow_column(range(len(gold)), "int64"),
+            "label": _arrow_column([gold_names[g] for g in gold], "string"),
+            "pred": _arrow_column([gold_names[p] for p in pred], "string"),
+            "correct": _arrow_column(correct, "bool")}
     arr = logits.numpy()
     for j, name in enumerate(label_names):
-        cols[f"logit_{name}"] = pa.array(arr[:, j], pa.float32())
+        cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
     meta = json.dumps(record, sort_keys=True, default=_json_default).encode()
     table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
     with atomic_path(path) as tmp:
