@@ -1,0 +1,62 @@
+"""The rules read only the plan layer (oodcorr.plan), and the paper grid plans as asked."""
+import re
+import subprocess
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from conftest import REPO, SNAKEMAKE
+from oodcorr.plan import build_plan
+
+RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
+
+
+def test_rules_read_only_the_plan():
+    """No rule file reads the raw config or builds paths of its own: params, inputs, outputs,
+    threads and resources all come from PLAN (its paths P, its log folder LOGS)."""
+    assert RULE_FILES
+    for f in RULE_FILES:
+        text = f.read_text()
+        assert not re.search(r"\bconfig\b\s*[\[.]", text), f"{f.name} reads the config directly"
+        assert "EXP." not in text and '"results/' not in text and "'results/" not in text, f.name
+        for line in re.findall(r"^\s+resources:\n(.*)\n", text, re.M):
+            assert re.fullmatch(r'\s+\*\*PLAN\.rule_resources\("\w+"\),', line), (f.name, line)
+        for rule in re.findall(r"^\s*rule (\w+):", text, re.M):
+            body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
+            if "threads:" in body:
+                assert re.search(r"threads: PLAN\.threads\(\"\w+\"\)", body), (f.name, rule)
+
+
+def test_one_evaluate_rule_in_either_unit():
+    names = [r for f in RULE_FILES for r in re.findall(r"^\s*rule (\w+):", f.read_text(), re.M)]
+    assert names.count("evaluate") == 2  # one per unit, behind `if PLAN.unit == ...`
+    assert not any(re.fullmatch(r"evaluate_\d+", n) for n in names)
+
+
+def _paper(unit=None):
+    cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
+    if unit:
+        cfg["evaluation"]["unit"] = unit
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    return build_plan(cfg, REPO)
+
+
+def test_paper_grid_in_both_units():
+    ck, run = _paper(), _paper("run")
+    assert ck.unit == "checkpoint" and len(ck.eval_jobs) == 16128 == ck.n_evaluations
+    assert run.unit == "run" and len(run.eval_jobs) == 768 and run.n_evaluations == 16128
+    assert len(set(ck.eval_outputs())) == 16128 and len(set(run.eval_outputs())) == 768
+    assert all(p.startswith("results/paper-grid/eval/") for p in ck.eval_outputs())
+
+
+@pytest.mark.slow
+def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
+    """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs."""
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile",
+                          str(REPO / "config/paper.yaml"), "-n", "--quiet", "rules"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
+    assert table["evaluate"] == "16128" and table["finetune"] == "96"
+    assert not [k for k in table if k.startswith("evaluate_")]
