@@ -1,6 +1,7 @@
 """Reading score tables into the canonical long form the analysis uses.
 
-* :func:`read_table` -- CSV/TSV (a UTF-8 byte-order mark is ignored) or parquet;
+* :func:`read_table` -- CSV/TSV or parquet, optionally gzip/bzip2/xz-compressed; text in
+  UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.io`);
 * :func:`from_wide` -- one row per unit, one column per testset;
 * :func:`from_long` -- one row per unit x testset;
 * :func:`from_scores` -- the workflow's ``results/scores.parquet``;
@@ -16,14 +17,17 @@ never done silently. A row with scores but no unit label is an error naming its 
 """
 from __future__ import annotations
 
+import csv
+import io
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..io import DataError
+from ..io import DataError, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -34,25 +38,46 @@ SUMMARY_LABELS = frozenset({
 })
 
 
-def read_table(path: str | Path) -> tuple[pd.DataFrame, str]:
+ENCODING_FIX = "pass --encoding {encoding}"
+
+
+def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
     """The table and how to name its rows in messages (``line`` for text, ``row`` for parquet).
 
-    For text tables the DataFrame's index is the 1-based file line of each row."""
+    For text tables the DataFrame's index is the 1-based file line of each row.
+    ``encoding`` is the text's encoding when it is neither UTF-8 nor marked by a
+    byte-order mark. An empty file, a header without rows and a header that names a
+    column twice are refused."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    suffix = path.suffix.lower()
+    suffix = format_suffix(path)
     if suffix in (".parquet", ".pq"):
-        df = pd.read_parquet(path)
+        raw = read_bytes(path)
+        try:
+            df = pd.read_parquet(io.BytesIO(raw))
+        except Exception as e:  # pyarrow raises several types for a file that is not parquet
+            raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+        if df.empty:
+            raise DataError(f"{path}: has columns ({', '.join(map(str, df.columns))}) but no rows")
         df.index = pd.RangeIndex(1, len(df) + 1)
+        df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
     if suffix not in (".csv", ".tsv", ".txt"):
-        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file")
+        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file "
+                        "(compressed: .csv.gz, ...)")
+    text = read_text(path, encoding, ENCODING_FIX)
+    sep = "\t" if suffix == ".tsv" else ","
+    if not text.strip():
+        raise DataError(f"{path}: the file is empty (no header, no rows)")
     try:
-        df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", encoding="utf-8-sig",
-                         skip_blank_lines=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot be read as a table ({e})") from None
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep))]
+        df = pd.read_csv(io.StringIO(text, newline=""), sep=sep, skip_blank_lines=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError, OverflowError) as e:
+        raise DataError(f"{path}: cannot be read as a table ({str(e).strip()})") from None
+    dup = sorted(h for h, k in Counter(header).items() if k > 1)
+    if dup:
+        raise DataError(f"{path}:1: the header names column(s) {dup} more than once")
+    if df.empty:
+        raise DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
     df.index = pd.RangeIndex(2, len(df) + 2)  # line 1 is the header
     df.columns = [str(c).strip() for c in df.columns]
     return df, "line"
@@ -84,7 +109,10 @@ def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "li
     for idx, v in df.loc[summary, unit].items():
         log.warning("%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of "
                     "observation", source, where, idx, v)
-    return df[~summary]
+    df = df[~summary]
+    if df.empty:
+        raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
+    return df
 
 
 def _ranges(idx) -> str:
