@@ -128,6 +128,24 @@ def _field(row: dict, dotted: str):
     return cur
 
 
+def _plain(v):
+    """A value as JSON holds it (records are written as JSON): mappings with text keys, lists, text,
+    numbers, true/false, null. Bytes, dates and other objects (parquet and hub columns) become text."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, str):
+        return v.encode("utf-8", "backslashreplace").decode("utf-8")  # an unpaired surrogate, escaped
+    if hasattr(v, "item") and not isinstance(v, (bytes, bytearray)):  # numpy scalars
+        return _plain(v.item())
+    if isinstance(v, (bytes, bytearray)):
+        return v.decode("utf-8", "backslashreplace")
+    return str(v)
+
+
 def _is_empty(v) -> bool:
     """No text: null, NaN, or only white space."""
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
@@ -162,11 +180,16 @@ def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict | No
         for k in ("premise", "hypothesis"):
             if not isinstance(rec[k], str):
                 raise DataError(f"{loc}: field {fields[k]!r} ({k}) is not text: {rec[k]!r}")
+            try:
+                rec[k].encode("utf-8")
+            except UnicodeEncodeError as e:  # "\ud83d" in JSON: half of an emoji, cut
+                raise DataError(f"{loc}: field {fields[k]!r} ({k}) holds an unpaired UTF-16 surrogate "
+                                f"({rec[k][e.start]!r}): the text is damaged; repair or remove the row") from None
         meta = dict(row["meta"]) if isinstance(row.get("meta"), dict) else {}
         for k in spec.get("meta_fields") or []:
             if k in row:
                 meta[k] = row[k]
-        rec["meta"] = dict(meta, line=line)
+        rec["meta"] = _plain(dict(meta, line=line))
         recs.append(rec)
     return recs
 
