@@ -290,6 +290,8 @@ def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
         assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
     assert (folder / LOCK_FILE).read_text() == ""  # a clean release leaves no name behind
     check_free(folder)
+    check_free(tmp_path / "not-yet")  # a run folder that does not exist is free, and checking creates nothing
+    assert not (tmp_path / "not-yet").exists()
 
 
 def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):

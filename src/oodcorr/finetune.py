@@ -15,8 +15,9 @@ its optimizer state. Older checkpoints keep their weights (they are evaluated)
 but drop optimizer state to save disk; the resume point's state is never dropped
 while training runs.
 
-One writer: a finetune holds ``finetune.lock`` in the run folder for its whole
-life (:mod:`oodcorr.locks`); a second finetune of the same run is refused.
+One writer: a finetune holds ``finetune.lock`` in the run folder from the moment
+it first reads or writes the folder until its manifest is written
+(:mod:`oodcorr.locks`); a second finetune of the same run is refused.
 
 Verification compares sizes and sha256 hashes with each checkpoint's manifest.
 A file's hash is computed once: ``.oodcorr_verified.json`` in the checkpoint
@@ -344,21 +345,26 @@ def _history(trainer) -> list[dict]:
 def finetune(*, run_dir: str, **kwargs) -> dict:
     """Train one run into ``run_dir`` (see :func:`_finetune` for the arguments), holding its lock.
 
-    The lock (:mod:`oodcorr.locks`) is held from before anything in the run folder
-    is read or written until the job's manifest is written; a second finetune of the
-    same run folder raises :class:`oodcorr.locks.FolderInUse` at once. Under several
-    processes rank 0, which alone writes the folder, holds it.
+    The lock (:mod:`oodcorr.locks`) is taken once the inputs have been checked,
+    before anything in the run folder is read or written, and held until the job's
+    manifest is written; a second finetune of the same run folder raises
+    :class:`oodcorr.locks.FolderInUse` at once. Under several processes rank 0,
+    which alone writes the folder, holds it.
     """
     from .distributed import is_main_process
     from .locks import hold
 
-    with hold(run_dir) if is_main_process() else contextlib.nullcontext():
-        return _finetune(run_dir=run_dir, **kwargs)
+    with contextlib.ExitStack() as held:
+        def lock() -> None:
+            if is_main_process():
+                held.enter_context(hold(run_dir))
+
+        return _finetune(run_dir=run_dir, lock=lock, **kwargs)
 
 
 def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str],
               prompt: dict | None, ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int,
-              run_dir: str, manifest_path: str, device: str = "cpu", threads: int = 1) -> dict:
+              run_dir: str, manifest_path: str, lock, device: str = "cpu", threads: int = 1) -> dict:
     import torch
     from transformers import TrainingArguments, set_seed
 
@@ -383,7 +389,9 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
     ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
                                         model_name=model_spec["name"])
-    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir written to
+    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
+    # by one process at a time
+    lock()
     guard_run_identity(run_dir, identity)
     ckpt_root.mkdir(parents=True, exist_ok=True)
     label_idx = {lab: i for i, lab in enumerate(labels)}

@@ -1,7 +1,8 @@
 """One writer per run folder: an exclusive lock that the kernel releases when its holder dies.
 
 A finetune holds ``<run folder>/finetune.lock`` (``fcntl.flock``) from before it
-touches the folder until its manifest is written. The kernel drops the lock when
+first reads or writes the folder until its manifest is written (the checks of its
+inputs come first, so a job refused for a bad input leaves no folder behind). The kernel drops the lock when
 the holding process ends in any way, SIGKILL included, so there is never a stale
 lock to delete by hand. The file itself stays; it names the last holder (PID,
 host, start time, SLURM job) for the message a second writer gets.
@@ -13,7 +14,8 @@ GPUs idle all that time without saying why. Refused, the user sees which process
 to stop or wait for, and reruns.
 
 Under several processes (:mod:`oodcorr.distributed`) rank 0, which alone writes
-the run folder, holds the lock; the launching job only checks that it is free.
+the run folder, holds the lock; the launching job only checks that it is free
+(:func:`check_free`) before it starts them.
 ``flock`` works across hosts on NFSv4 and on Lustre/GPFS mounted with locking
 (Linux maps it onto POSIX locks there); on a file system without locking it
 raises, and the finetune stops with that error rather than running unguarded.
@@ -146,6 +148,13 @@ def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
 
 
 def check_free(folder: str | os.PathLike) -> None:
-    """Raise :class:`FolderInUse` if another process holds ``folder``'s lock (nothing is kept held)."""
+    """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing.
+
+    A folder (or lock file) that does not exist is free. Nothing is kept held: the
+    writer takes the lock itself with :func:`hold`.
+    """
+    folder = Path(folder)
+    if str((folder / LOCK_FILE).resolve()) in _HELD or not (folder / LOCK_FILE).exists():
+        return
     with hold(folder):
         pass

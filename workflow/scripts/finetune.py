@@ -1,10 +1,9 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
-import contextlib
 import sys
 
 from oodcorr.distributed import run_distributed
 from oodcorr.finetune import finetune
-from oodcorr.locks import FolderInUse, check_free, hold
+from oodcorr.locks import FolderInUse
 from oodcorr.runtime import pick_device, setup_logging
 
 sm = snakemake  # noqa: F821
@@ -14,16 +13,13 @@ kwargs = dict(model_spec=sm.params.model_spec, tiny_dir=sm.params.tiny_dir, trai
               max_steps=sm.params.max_steps, run_dir=sm.params.run_dir, manifest_path=sm.output.manifest)
 # how a model is sharded over GPUs changes no result: read from the config, not a param
 dist = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model).get("distributed")
+setup_logging(sm.log[0])
 try:
-    # the run folder's lock comes before the log is opened: a refused job must leave the log of the
-    # finetune that holds the run alone. Several processes: rank 0 takes it; here it is only checked.
+    # the finetune (rank 0 under several processes) holds the run folder's lock while it reads and
+    # writes the folder; a second one is refused at once, with one line naming the holder
     if dist:
-        check_free(sm.params.run_dir)
-    with contextlib.nullcontext() if dist else hold(sm.params.run_dir):
-        setup_logging(sm.log[0])
-        if dist:
-            run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
-        else:
-            finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
+        run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
+    else:
+        finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
 except FolderInUse as e:
     sys.exit(f"oodcorr: {e}")
