@@ -198,9 +198,12 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, caplog):
 
 def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
     exe = Path(sys.executable).with_name("oodcorr")
+    scores, _ = _long_table(tmp_path)
     (tmp_path / "h.csv").write_text("step,testset,accuracy\n")
     (tmp_path / "file").write_text("")
-    for args in (["h.csv", "--in-domain", "a"], ["h.csv", "--in-domain", "a", "--out", "file"]):
+    (tmp_path / "l.csv").write_bytes("step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"))
+    for args in (["h.csv", "--in-domain", "a"], [str(scores), "--in-domain", "mnli", "--out", "file"],
+                 ["l.csv", "--in-domain", "a"]):
         res = subprocess.run([str(exe), "analyse", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.startswith("ERROR oodcorr: ") and res.stderr.count("\n") == 1, res.stderr
