@@ -231,7 +231,8 @@ def test_one_evaluate_rule_per_checkpoint_schedule(default_config):
      r"block mapping that starts at line 2\); check this line's indentation.*\n       label_map: \{a: b\}\n       \^"),
     ("datasets:\n  x:\n\tsource: local\n", r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
                                           r"any token .*; indent with spaces, never tabs"),
-    ("datasets:\n  x: {source: local, path: [a.jsonl}\n", r"reg\.yaml:2:36: not valid YAML: expected ',' or ']', but got '}'"),
+    ("datasets:\n  x: {source: local, path: [a.jsonl}\n",
+     r"reg\.yaml:2:36: not valid YAML: expected ',' or ']', but got '}'"),
     ("datasets:\n  x:\n    description: caf\xe9\n", r"reg\.yaml: not valid YAML: invalid continuation byte "
                                                     r"\(byte 0xe9 at offset \d+\); YAML files must be UTF-8"),
 ])

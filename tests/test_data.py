@@ -240,7 +240,8 @@ def test_damaged_and_empty_files_say_what_is_wrong(tmp_path):
     refused("e.jsonl", b"\n\n", r"e\.jsonl: the file has no records")
     refused("f.csv", b"premise,hypothesis,label\na,b,entailment\na, b, c,entailment\n",
             r"f\.csv:3: 4 field\(s\), but the header has 3; a field that holds a comma must be quoted")
-    refused("d.csv", b"premise,premise,label\na,b,entailment\n", r"d\.csv:1: the header names column\(s\) \['premise'\]")
+    refused("d.csv", b"premise,premise,label\na,b,entailment\n",
+            r"d\.csv:1: the header names column\(s\) \['premise'\]")
     refused("p.parquet", b"PAR1 not really", r"p\.parquet: not a readable parquet file")
     refused("x.xlsx", b"PK", r"x\.xlsx: unknown format 'xlsx'; name the file \.jsonl, \.csv")
     refused("n.jsonl", b'{"premise": "a", "hypothesis": "b", "label": ' + b"9" * 5000 + b"}\n",

@@ -301,7 +301,8 @@ def duplicates(recs: list[dict]) -> dict:
             first = {}
             for lab, line in rows:
                 first.setdefault(lab, []).append(line)
-            exact_lines += [lines for lines in first.values() if len(lines) > 1][: DUPLICATE_EXAMPLES - len(exact_lines)]
+            repeated = [lines for lines in first.values() if len(lines) > 1]
+            exact_lines += repeated[: DUPLICATE_EXAMPLES - len(exact_lines)]
         if len(by_label) > 1:
             conflicting += 1
             conflicting_rows += len(rows)
