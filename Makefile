@@ -1,13 +1,17 @@
 # Two commands set everything up on a fresh machine:
 #   make run    create .venv, install pinned dependencies, run the embedded default
 #   make test   create .venv, install pinned dependencies, run the test suite
+# and one more for the readers:
+#   make fuzz   the property-based tests of every file reader, with many random examples
+#               (FUZZ_EXAMPLES per test; `make test` runs a short, fixed set of them)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SNAKEMAKE_ARGS ?=
+FUZZ_EXAMPLES ?= 5000
 
-.PHONY: run test lint dry-run clean
+.PHONY: run test fuzz lint dry-run clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +26,10 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+fuzz: $(STAMP)
+	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz \
+		--hypothesis-show-statistics $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
@@ -29,4 +37,4 @@ dry-run: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)
 
 clean:
-	rm -rf results logs .snakemake report.html
+	rm -rf results logs .snakemake report.html .hypothesis

@@ -11,6 +11,18 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# Property-based tests (tests/test_fuzz.py): a short, repeatable run in `make test` ("quick": the
+# same examples every time), a long random one in `make fuzz` (--hypothesis-profile=fuzz). No
+# deadline: other sessions share the CPU, and a slow example is not a failure.
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile("quick", max_examples=60, deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("fuzz", max_examples=int(os.environ.get("OODCORR_FUZZ_EXAMPLES", "5000")),
+                          deadline=None, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.load_profile("quick")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))

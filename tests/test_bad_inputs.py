@@ -3,8 +3,12 @@
 Each file in tests/bad_inputs/config/ is one bad input, written as a change to a healthy
 experiment (config/micro.yaml with tests/bad_inputs/base.yaml merged in):
 
-    stage:  plan -> `snakemake -n` must refuse it; run -> the real run must fail
+    stage:  plan -> `snakemake -n` must refuse it; run -> the real run must fail;
+            prepare -> files that must be read as they are: each dataset the case adds is
+            prepared (its target alone) and must succeed
     expect: regexes that must all appear in what Snakemake prints
+    meta, first_premise, log (prepare): per dataset, expected keys of its meta.json
+            (dotted: nested), its first record's premise, regexes in its job log
     patch:  merged into the base (mappings merge, anything else replaces)
     append: list items added to the base's lists
     delete: dotted paths removed from the base
@@ -41,6 +45,8 @@ BAD = REPO / "tests/bad_inputs"
 CASES = {p.stem: yaml.safe_load(p.read_text()) for p in sorted((BAD / "config").glob("*.yaml"))}
 PLAN = [name for name, c in CASES.items() if c["stage"] == "plan"]
 RUN = [name for name, c in CASES.items() if c["stage"] == "run"]
+PREPARE = [name for name, c in CASES.items() if c["stage"] == "prepare"]
+assert set(PLAN) | set(RUN) | set(PREPARE) == set(CASES), "every case has a known stage"
 RUN_ID = "micro-opt/synth/n64/seed0"
 R = "results/micro"  # the base experiment's folder (config/micro.yaml names it)
 
@@ -253,6 +259,74 @@ def test_run_fails_clearly_and_writes_no_result(name, base_run):
     assert_clear_message(case, out)
     assert re.search(r"Error in rule \w+:", out) and f"log: {R}/logs/" in out  # Snakemake names the job's log
     assert results_snapshot(wd) == before  # no new, partial or changed result
+
+
+# ---- prepare cases: files as people have them, read as they are ------------------------
+def _dotted(d: dict, key: str):
+    for part in key.split("."):
+        d = d[part]
+    return d
+
+
+@pytest.mark.parametrize("name", PREPARE)
+def test_data_files_people_have_are_prepared(name, base_run):
+    wd, case = base_run["wd"], CASES[name]
+    datasets = list(case["patch"]["datasets"])
+    res = smk(wd, write_config(wd, name, apply_case(BASE, case)), *[f"{R}/data/{d}.jsonl" for d in datasets],
+              timeout=600)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    for d in datasets:
+        meta = json.loads((wd / R / f"data/{d}.meta.json").read_text())
+        for key, want in (case.get("meta") or {}).get(d, {}).items():
+            assert _dotted(meta, key) == want, (d, key, _dotted(meta, key))
+        first = json.loads((wd / R / f"data/{d}.jsonl").read_text(encoding="utf-8").splitlines()[0])
+        if d in (case.get("first_premise") or {}):
+            assert first["premise"] == case["first_premise"][d], d
+        log = (wd / R / f"logs/data/{d}.log").read_text()
+        for rx in (case.get("log") or {}).get(d, []):
+            assert re.search(rx, log), f"expected /{rx}/ in logs/data/{d}.log:\n{log[-3000:]}"
+
+
+def test_conflicting_duplicates_are_warned_at_the_end_of_the_run(base_run):
+    """The base's constant testset holds every example twice, once per label."""
+    wd = base_run["wd"]
+    meta = json.loads((wd / R / "data/contradictory-duplicates.meta.json").read_text())
+    assert meta["duplicates"]["conflicting"] == 6 and meta["duplicates"]["conflicting_rows"] == 12
+    warning = ("dataset 'contradictory-duplicates' has 6 premise/hypothesis pair(s) that occur with different "
+               "labels (12 rows, e.g. lines [1, 2]); they are kept, so no model can get all of them right")
+    assert meta["warning"] == warning
+    assert f"oodcorr: WARNING: {warning}" in base_run["out"]  # repeated at the end of the run
+    assert warning in (wd / R / "logs/data/contradictory-duplicates.log").read_text()
+
+
+# ---- a finetune left running: the second one is refused ---------------------------------
+def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_run):
+    """What a killed Snakemake leaves behind (its finetune still running), seen by the next run:
+    the job stops at once, and its log (shown by Snakemake) names the holder and what to do."""
+    from oodcorr.locks import hold
+
+    wd = base_run["wd"]
+    cfg = apply_case(BASE, {"patch": {"finetune": {"seeds": [0, 1]}}})
+    run_dir = f"{R}/finetune/micro-opt/synth/n64/seed1"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom oodcorr.locks import hold\n"
+                               "with hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
+                               str(wd / run_dir)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = smk(wd, write_config(wd, "seed1", cfg), f"{run_dir}/manifest.json", timeout=600)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "Error in rule finetune" in out
+    message = (rf"oodcorr: run folder \S*{run_dir} is in use by another finetune \(it holds \S+finetune\.lock\): "
+               rf"PID {holder.pid} on host \S+, started \S+\. .*kill {holder.pid}")
+    assert re.search(message, out), out[-3000:]
+    log = (wd / R / "logs/finetune/micro-opt/synth/n64/seed1.log").read_text()
+    assert re.search(message, log.splitlines()[-1]) and "Traceback" not in log  # the log's last line
+    assert sorted(p.name for p in (wd / run_dir).iterdir()) == ["finetune.lock"]  # nothing else written
+    with hold(wd / run_dir):  # and the run is free again once its holder is gone
+        pass
 
 
 # ---- a checkpoint half-written when the job died ----------------------------------------

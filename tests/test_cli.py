@@ -1,6 +1,7 @@
 """`oodcorr analyse`: the real McCoy et al. (2020) table, long tables with examples, errors."""
 import csv
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -122,3 +123,87 @@ def test_console_script_help_documents_the_flags():
     for flag in ("--format", "--unit", "--in-domain", "--residualisers", "--block-length", "--correction",
                  "--examples", "summary row"):
         assert flag in res.stdout, flag
+
+
+def _analysed(args, out):
+    """The partial correlations a run of `oodcorr analyse` wrote (sorted, for comparison)."""
+    assert main(["analyse", *args, "--out", str(out), "--no-plots", "--n-boot", "50", "--n-perm", "50", "-q"]) == 0
+    pc = pd.read_csv(out / "partial_correlations.csv")
+    return pc.sort_values(["model", "run", "x", "y"]).reset_index(drop=True)
+
+
+def test_tables_as_people_have_them_give_the_same_analysis(tmp_path):
+    """gzip (by name and by content), a byte-order mark, CRLF, Latin-1 with --encoding: one answer."""
+    import gzip
+
+    scores, _ = _long_table(tmp_path)
+    text = scores.read_text().replace("mnli", "mnli-é")  # a testset name outside ASCII
+    args = ["--in-domain", "mnli-é", "--run", "run"]
+    (tmp_path / "utf8.csv").write_text(text, encoding="utf-8")
+    ref = _analysed([str(tmp_path / "utf8.csv"), *args], tmp_path / "ref")
+    variants = {
+        "t.csv.gz": (gzip.compress(text.encode()), []),
+        "gz-named-plain.csv": (gzip.compress(text.encode()), []),
+        "bom.csv": (text.encode("utf-8-sig"), []),
+        "crlf.csv": (text.replace("\n", "\r\n").encode(), []),
+        "latin1.csv": (text.encode("latin-1"), ["--encoding", "latin-1"]),
+        "utf16.csv": (text.encode("utf-16"), []),
+    }
+    for name, (data, extra) in variants.items():
+        (tmp_path / name).write_bytes(data)
+        got = _analysed([str(tmp_path / name), *args, *extra], tmp_path / name.replace(".", "_"))
+        pd.testing.assert_frame_equal(got, ref, obj=name)
+
+
+@pytest.mark.parametrize("name, data, extra, message", [
+    ("empty.csv", b"", [], r"empty\.csv: the file is empty \(no header, no rows\)"),
+    ("header.csv", b"step,testset,accuracy\n", [], r"header\.csv: has a header \(step, testset, accuracy\) but no "
+                                                   r"rows"),
+    ("header.tsv", b"step\ttestset\taccuracy\r\n", [], r"header\.tsv: has a header .* but no rows"),
+    ("blank.csv", b"step,testset,accuracy\n,,\n\n", [], r"blank\.csv: no rows left once empty rows and summary rows"),
+    ("summary.csv", b"step,testset,accuracy\nMean,a,0.5\nStd,a,0.1\n", [],
+     r"summary\.csv: no rows left once empty rows and summary rows \(mean, std, \.\.\.\) are excluded"),
+    ("latin.csv", "step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"), [],
+     r"latin\.csv:2: not UTF-8 \(byte 0xe9 at offset \d+\); if the file is in another encoding, pass --encoding "
+     r"latin-1"),
+    ("dup.csv", b"step,testset,accuracy,accuracy\n1,a,0.5,0.6\n", [],
+     r"dup\.csv:1: the header names column\(s\) \['accuracy'\] more than once"),
+    ("ragged.csv", b"step,testset,accuracy\n1,a,0.5\n2,a,0.5,9\n", [], r"ragged\.csv: cannot be read as a table "
+                                                                     r"\(.*line 3"),
+    ("trunc.csv.gz", None, [], r"trunc\.csv\.gz: a damaged or truncated gzip file"),
+    ("bad.parquet", b"PAR1 nothing", [], r"bad\.parquet: not a readable parquet file"),
+    ("x.csv", b"step,testset,accuracy\n1,a,0.5\n", ["--encoding", "klingon"], r"x\.csv: unknown encoding 'klingon'"),
+])
+def test_bad_tables_are_refused_with_the_file_and_what_is_wrong(tmp_path, caplog, name, data, extra, message):
+    import gzip
+
+    if data is None:
+        data = gzip.compress(b"step,testset,accuracy\n" + b"1,a,0.5\n" * 1000)[:60]
+    (tmp_path / name).write_bytes(data)
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(tmp_path / name), "--in-domain", "a", "--out", str(tmp_path / "o"), *extra]) == 2
+    assert re.search(message, caplog.text), caplog.text
+    assert "Traceback" not in caplog.text and not (tmp_path / "o").exists()
+
+
+def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, caplog):
+    scores, _ = _long_table(tmp_path)
+    out = tmp_path / "analysis"
+    out.write_text("my notes")
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(scores), "--in-domain", "mnli", "--run", "run", "--out", str(out)]) == 2
+    assert f"--out {out}: is an existing file; give a folder (it is created if missing)" in caplog.text
+    assert out.read_text() == "my notes"
+
+
+def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
+    exe = Path(sys.executable).with_name("oodcorr")
+    scores, _ = _long_table(tmp_path)
+    (tmp_path / "h.csv").write_text("step,testset,accuracy\n")
+    (tmp_path / "file").write_text("")
+    (tmp_path / "l.csv").write_bytes("step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"))
+    for args in (["h.csv", "--in-domain", "a"], [str(scores), "--in-domain", "mnli", "--out", "file"],
+                 ["l.csv", "--in-domain", "a"]):
+        res = subprocess.run([str(exe), "analyse", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr.startswith("ERROR oodcorr: ") and res.stderr.count("\n") == 1, res.stderr

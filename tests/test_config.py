@@ -1,4 +1,5 @@
 import copy
+import re
 
 import pytest
 import yaml
@@ -109,7 +110,7 @@ def test_params_ignore_bookkeeping_and_key_order(default_config):
     assert "resources" not in spec and list(spec) == sorted(spec)
     ft = plan.models["tiny-opt"].finetune
     assert "n_train" not in ft and "seeds" not in ft
-    ds = plan.dataset_params["synth-overlap"]
+    ds = plan.dataset_params(_wc_of(dataset="synth-overlap"))
     assert "description" not in ds and "_registry" not in ds
     reordered = copy.deepcopy(default_config)
     reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
@@ -222,6 +223,12 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
         f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in (0, 2)]
 
 
+def _wc_of(**wildcards):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**wildcards)
+
+
 def _wc(run, **extra):
     from types import SimpleNamespace
 
@@ -261,3 +268,57 @@ def test_experiment_names_the_results_folder(default_config):
     cfg["experiment"] = "../elsewhere"
     with pytest.raises(ConfigError, match="experiment: '../elsewhere' must match"):
         build_plan(cfg, REPO)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("datasets:\n  x:\n    source: local\n    path: a.jsonl\n   label_map: {a: b}\n",
+     r"reg\.yaml:5:4: not valid YAML: expected <block end>, but found '<block mapping start>' \(while parsing a "
+     r"block mapping that starts at line 2\); check this line's indentation.*\n       label_map: \{a: b\}\n       \^"),
+    ("datasets:\n  x:\n\tsource: local\n", r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
+                                          r"any token .*; indent with spaces, never tabs"),
+    ("datasets:\n  x: {source: local, path: [a.jsonl}\n",
+     r"reg\.yaml:2:36: not valid YAML: expected ',' or ']', but got '}'"),
+    ("datasets:\n  x:\n    description: caf\xe9\n", r"reg\.yaml: not valid YAML: invalid continuation byte "
+                                                    r"\(byte 0xe9 at offset \d+\); YAML files must be UTF-8"),
+])
+def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config, text, message):
+    bad = tmp_path / "reg.yaml"
+    bad.write_bytes(text.encode("latin-1"))
+    cfg = copy.deepcopy(default_config)
+    cfg["registries"] = cfg["registries"] + [str(bad)]
+    with pytest.raises(ConfigError, match=message):
+        Experiment(cfg, REPO)
+
+
+def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config):
+    import shutil
+
+    shutil.copytree(REPO / "config", tmp_path / "config")
+    (tmp_path / "resources").mkdir()
+    text = (REPO / "resources/label_modes.yaml").read_text().replace("  labels: [entailment, non-entailment]",
+                                                                      "  labels: [entailment, non-entailment", 1)
+    (tmp_path / "resources/label_modes.yaml").write_text(text)
+    line = text.splitlines().index("  labels: [entailment, non-entailment") + 1
+    with pytest.raises(ConfigError, match=rf"label_modes\.yaml:{line + 1}:\d+: not valid YAML: expected ',' or ']'"
+                                          rf".*that starts at line {line}\)"):
+        Experiment(default_config, tmp_path)
+
+
+def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
+    """Snakemake parses --configfile itself and buries the line: its message names neither file nor
+    line; --verbose shows PyYAML's error, with both (the README's error table says so). If an
+    upgrade changes this, update the README."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("experiment: x\nmodels:\n  - name: m\n   tiny: {}\n")
+    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+           "--configfile", str(cfg), "-n"]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "Config file is not valid JSON or YAML" in out and "line 4" not in out and "broken.yaml" not in out
+    res = subprocess.run(cmd + ["--verbose"], capture_output=True, text=True, timeout=120)
+    assert re.search(r'in ".*broken\.yaml", line 4, column 4', res.stdout + res.stderr), res.stderr[-2000:]

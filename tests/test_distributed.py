@@ -175,3 +175,62 @@ def test_dry_run_gives_the_finetune_job_the_models_gpus(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     block = res.stdout.split("rule finetune:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"\bgpu=2\b", block) and "gpu_model=h100" in block, block
+
+
+HOLDER = """
+import sys, time
+from oodcorr.locks import hold
+with hold(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(300)
+"""
+
+
+def _hold_in_another_process(folder):
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkeypatch):
+    from oodcorr.locks import FolderInUse
+
+    monkeypatch.setattr(distributed.subprocess, "run", lambda *a, **k: pytest.fail("launched anyway"))
+    holder = _hold_in_another_process(tmp_path / "run")
+    try:
+        with pytest.raises(FolderInUse, match=rf"PID {holder.pid} on host"):
+            distributed.run_distributed({"strategy": "fsdp", "gpus": 2},
+                                        {"model_spec": {"name": "big"}, "run_dir": str(tmp_path / "run")},
+                                        log_path=None)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / "run/distributed_args.json").exists()
+
+
+def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
+    """Launched directly (no launching job to check first), rank 0 itself refuses a held run folder."""
+    from conftest import LABELS, PROMPT
+    from oodcorr import synthetic
+    from oodcorr.io import write_jsonl_atomic
+
+    write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))
+    run = tmp_path / "run"
+    kwargs = dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny_models["opt"]),
+                  train_path=str(tmp_path / "train.jsonl"), labels=LABELS, prompt=PROMPT,
+                  ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64}, n_train=64, seed=0,
+                  steps=[0, 10], max_steps=10, run_dir=str(run), manifest_path=str(run / "manifest.json"))
+    (tmp_path / "args.json").write_text(json.dumps(kwargs))
+    holder = _hold_in_another_process(run)
+    env = dict(distributed.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    try:
+        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                              "--master_port", str(distributed._free_port()), "-m", distributed.ENTRY_MODULE,
+                              str(tmp_path / "args.json")], capture_output=True, text=True, timeout=600, env=env)
+    finally:
+        holder.kill()
+        holder.wait()
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"is in use by another finetune (it holds {run / 'finetune.lock'}): PID {holder.pid}" in out, out[-3000:]
+    assert not (run / "checkpoints").exists() and not (run / "run_identity.json").exists()

@@ -1,6 +1,7 @@
 """Finetuning: schedule, manifests, and resuming after a SIGKILL."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -217,3 +218,181 @@ def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_model
     assert info["resumed_from"] is None
     stale = list(run.glob("checkpoints.stale-*"))
     assert len(stale) == 1 and (stale[0] / "checkpoint-20" / "model.safetensors").exists()  # kept, not deleted
+
+
+# ---- one writer per run folder ------------------------------------------------------------
+
+def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_killed(tmp_path, tiny_models):
+    """Two processes on one run folder: the second stops at once naming the first; after a SIGKILL
+    of the first (the kernel drops its lock) the second resumes from its last checkpoint."""
+    import socket
+
+    from oodcorr.locks import LOCK_FILE, FolderInUse
+
+    kw = _kwargs(tmp_path, tiny_models["opt"], "two")
+    first = subprocess.Popen([sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = Path(kw["run_dir"])
+    marker = run / "checkpoints" / "checkpoint-10" / MANIFEST
+    deadline = time.time() + 120
+    while not marker.exists():
+        assert first.poll() is None, "finetune exited before checkpoint 10"
+        assert time.time() < deadline, "checkpoint 10 never appeared"
+        time.sleep(0.05)
+    before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p.name != LOCK_FILE}
+    t0 = time.time()
+    with pytest.raises(FolderInUse) as err:
+        finetune(**kw)
+    msg = str(err.value)
+    assert time.time() - t0 < 5  # at once, no waiting
+    assert f"run folder {run} is in use by another finetune" in msg
+    assert f"PID {first.pid} on host {socket.gethostname()}" in msg and f"kill {first.pid}" in msg
+    assert first.poll() is None  # the first one runs on, untouched
+    # the refused one wrote nothing: every file the first had is as it was (only the first writes on)
+    assert all(p.stat().st_mtime_ns == m for p, m in before.items() if p.exists() and "checkpoint-10" in str(p))
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    info = finetune(**kw)  # the kernel released the dead holder's lock
+    assert info["resumed_from"].endswith(("checkpoint-10", "checkpoint-15"))
+    assert [c["step"] for c in info["checkpoints"]] == STEPS
+    assert all(verify_checkpoint(run / "checkpoints" / f"checkpoint-{s}")[0] for s in STEPS)
+
+
+HOLDER = """
+import sys, time
+from oodcorr.locks import hold
+with hold(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
+    import socket
+
+    from oodcorr.locks import LOCK_FILE, FolderInUse, check_free, hold
+
+    folder = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        with pytest.raises(FolderInUse, match=rf"PID {proc.pid} on host {re.escape(socket.gethostname())}, "
+                                              r"started \d{4}-\d\d-\d\dT"):
+            check_free(folder)
+        lock = json.loads((folder / LOCK_FILE).read_text())
+        assert lock["pid"] == proc.pid and lock["host"] == socket.gethostname()
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    with hold(folder):  # free once its holder died, SIGKILL and all
+        with hold(folder):  # the same process may ask again (a script, then the library it calls)
+            pass
+        assert json.loads((folder / LOCK_FILE).read_text())["pid"] == os.getpid()
+    assert (folder / LOCK_FILE).read_text() == ""  # a clean release leaves no name behind
+    check_free(folder)
+    check_free(tmp_path / "not-yet")  # a run folder that does not exist is free, and checking creates nothing
+    assert not (tmp_path / "not-yet").exists()
+
+
+def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
+    """The recorded PID is gone, yet the lock is held (a process it started inherited it)."""
+    from oodcorr.locks import FolderInUse, check_free
+
+    folder = tmp_path / "run"
+    spawner = ("import os, sys, time\nfrom oodcorr.locks import hold\n"
+               "with hold(sys.argv[1]):\n"
+               "    child = os.fork()\n"  # the child shares the open lock file, and so the lock
+               "    if child == 0:\n        time.sleep(120)\n        os._exit(0)\n"
+               "    print(child, flush=True)\n    os._exit(0)\n")
+    proc = subprocess.Popen([sys.executable, "-c", spawner, str(folder)], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    proc.wait()
+    try:
+        with pytest.raises(FolderInUse, match=rf"PID {proc.pid} .*which has exited, but a process it started "
+                                              r"still holds the lock \(`fuser -v .*finetune\.lock` shows it\)"):
+            check_free(folder)
+    finally:
+        os.kill(child, signal.SIGKILL)
+    deadline = time.time() + 30
+    while True:
+        try:
+            check_free(folder)
+            break
+        except FolderInUse:
+            assert time.time() < deadline
+            time.sleep(0.1)
+
+
+# ---- verified checkpoints: hashes, once -----------------------------------------------------
+
+def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp_path, tiny_models):
+    """`--forcerun finetune` (the job's manifest deleted, every checkpoint present): a checkpoint whose
+    bytes changed (same size, mtime set back) must not let the run count as complete."""
+    kw = _kwargs(tmp_path, tiny_models["opt"], "forcerun")
+    finetune(**kw)
+    ckroot = Path(kw["run_dir"]) / "checkpoints"
+    good = {k: v.clone() for k, v in _weights(kw["run_dir"], 10).items()}  # not a view of the file
+    w = ckroot / "checkpoint-10" / "model.safetensors"
+    st = w.stat()
+    data = bytearray(w.read_bytes())
+    data[-100] ^= 0xFF  # one byte of the weights flipped, size unchanged
+    w.write_bytes(bytes(data))
+    os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the mtime put back
+    assert w.stat().st_size == st.st_size and w.stat().st_mtime_ns == st.st_mtime_ns
+    Path(kw["manifest_path"]).unlink()
+    info = finetune(**kw)
+    assert info["trained"] is True
+    assert len(list(ckroot.glob(".incomplete-checkpoint-10-*"))) == 1  # kept aside, never trusted
+    assert all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in STEPS)
+    again = _weights(kw["run_dir"], 10)
+    for k in good:  # trained again to the same weights (CPU determinism)
+        torch.testing.assert_close(again[k], good[k], atol=1e-6, rtol=0)
+
+
+def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, tiny_models, monkeypatch):
+    import oodcorr.finetune as f
+
+    kw = _kwargs(tmp_path, tiny_models["opt"], "cache")
+    kw.update(steps=[0, 5], max_steps=5)
+    finetune(**kw)
+    ckpt = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-5"
+    calls = []
+    real = f.sha256_file
+    monkeypatch.setattr(f, "sha256_file",
+                        lambda p, *a: ("checkpoints" in Path(p).parts and calls.append(Path(p).name)) or real(p, *a))
+    assert verify_checkpoint(ckpt, full=True) == (True, "ok")
+    assert calls == []  # hashed when saved: not again
+    Path(kw["manifest_path"]).unlink()
+    assert finetune(**kw)["trained"] is False and calls == []  # a rerun of a complete run hashes nothing
+    w = ckpt / "model.safetensors"
+    w.write_bytes(w.read_bytes())  # rewritten with the same bytes: a new ctime
+    assert verify_checkpoint(ckpt, full=True) == (True, "ok") and calls == ["model.safetensors"]
+    assert verify_checkpoint(ckpt, full=True) == (True, "ok") and calls == ["model.safetensors"]
+
+
+def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch):
+    """A checkpoint saved without intact optimizer state must not take the older resume point's away."""
+    import shutil
+
+    import oodcorr.finetune as f
+
+    kw = _kwargs(tmp_path, tiny_models["opt"], "keep")
+    ckroot = Path(kw["run_dir"]) / "checkpoints"
+    _interrupted(monkeypatch, kw, after_step=12)
+    assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
+    c15 = ckroot / "checkpoint-15"  # saved, but its optimizer state did not make it whole
+    shutil.copytree(ckroot / "checkpoint-10", c15)
+    (c15 / MANIFEST).unlink()
+    f.write_ckpt_manifest(c15, 15, resumable=True)
+    opt = c15 / "optimizer.pt"
+    opt.write_bytes(bytes(b ^ 0xFF for b in opt.read_bytes()))
+    f.prune_resume_state(ckroot, keep=c15)
+    assert f.is_resumable(ckroot / "checkpoint-10")
+    assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
+    # a healthy newer save does take over, and the older state goes
+    shutil.rmtree(c15)
+    shutil.copytree(ckroot / "checkpoint-10", c15)
+    (c15 / MANIFEST).unlink()
+    f.write_ckpt_manifest(c15, 15, resumable=True)
+    f.prune_resume_state(ckroot, keep=c15)
+    assert not (ckroot / "checkpoint-10" / "optimizer.pt").exists() and f.is_resumable(c15)

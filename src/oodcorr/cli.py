@@ -26,8 +26,9 @@ outputs (in --out):
   settings.json             the settings used and the input's sha256
 
 examples:
-  oodcorr analyse results/scores.csv --in-domain synth-test --model model --run run_id
+  oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+  oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
 
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
@@ -89,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="columns (wide) or testsets (long) to leave out")
     g.add_argument("--summary-label", action="append", default=[], metavar="LABEL",
                    help="another unit label that marks a summary row to exclude (repeatable)")
+    g.add_argument("--encoding", metavar="NAME",
+                   help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
+                        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are")
     g.add_argument("--examples", metavar="FILE",
                    help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
                         "plus 'example' and 'correct' (0/1); enables the example-level bootstrap")
@@ -137,7 +141,7 @@ def safe_name(name: str) -> str:
 def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     from .analysis import tables
 
-    df, where = tables.read_table(args.table)
+    df, where = tables.read_table(args.table, args.encoding)
     src = str(args.table)
     model = args.model or ("model" if "model" in df.columns else None)
     run = args.run or next((c for c in ("run_id", "run") if c in df.columns and c != args.unit), None)
@@ -155,7 +159,7 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
              args.in_domain)
     examples = None
     if args.examples:
-        ex, _ = tables.read_table(args.examples)
+        ex, _ = tables.read_table(args.examples, args.encoding)
         examples = tables.from_examples_table(
             ex, unit=args.unit, testset=args.testset_column, example="example", correct="correct",
             model=model if model in ex.columns else None, run=run if run in ex.columns else None,
@@ -166,15 +170,17 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
 def analyse_command(args) -> int:
     from .analysis import Options, agreement, analyse
     from .analysis.residualise import GamSettings
-    from .io import sha256_file, write_json_atomic
+    from .io import DataError, sha256_file, write_json_atomic
 
     opts = Options(methods=tuple(args.methods), residualisers=tuple(args.residualisers), n_boot=args.n_boot,
                    n_perm=args.n_perm, level=args.level, interval=args.interval, block_length=args.block_length,
                    p_method=args.p_method, correction=args.correction, alpha=args.alpha, seed=args.seed,
                    example_boot=args.example_boot,
                    gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points))
-    long, examples = _load(args)
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
+    long, examples = _load(args)
     pc = analyse(long, opts, examples)
     agree = agreement(pc[pc["run"] == "pooled"], opts.alpha)
     write_tables(pc, agree, out)
@@ -242,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
             return analyse_command(args)
     except (DataError, ValueError) as e:
         log.error("%s", e)
+        return 2
+    except OSError as e:  # a folder that cannot be written, a disk that is full...
+        log.error("%s", f"{e.filename}: {e.strerror}" if e.filename and e.strerror else e)
         return 2
     return 1
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from .io import describe_yaml_error
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
@@ -33,11 +35,11 @@ def load_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as fh:
+    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
         try:
             return yaml.safe_load(fh)
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML: {e}") from None
+            raise ConfigError(describe_yaml_error(path, e)) from None
 
 
 def deep_merge(base: dict, over: dict | None) -> dict:

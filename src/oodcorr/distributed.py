@@ -7,8 +7,9 @@ JSON file, and runs ``accelerate launch`` as a subprocess with an argument list
 point: the same ``oodcorr.finetune.finetune`` call as the single-process path.
 The Hugging Face Trainer takes FSDP or DeepSpeed from the environment the launcher
 sets. Rank 0 alone writes the run folder (checkpoint manifests, the job's
-manifest); the other ranks wait while it checks and repairs the folder, then see
-the same resume point.
+manifest) and holds its lock (oodcorr.locks) for its whole life; the launching
+job only checks the lock is free before it starts. The other ranks wait while
+rank 0 checks and repairs the folder, then see the same resume point.
 
     python -m oodcorr.distributed ARGS.json    # what each launched process runs
 """
@@ -115,17 +116,18 @@ def _free_port() -> int:
 def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: int = 1) -> dict:
     """Run ``finetune(**kwargs)`` under ``accelerate launch``; return rank 0's manifest."""
     from .gpus import claim_for_job
+    from .locks import check_free
 
     name = kwargs["model_spec"]["name"]
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
                            "not installed (it is not in requirements.txt); install it or use strategy: fsdp")
+    run_dir = Path(kwargs["run_dir"])
+    check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
     devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
     if not devices:
         raise RuntimeError(f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
                            "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)")
-    run_dir = Path(kwargs["run_dir"])
-    run_dir.mkdir(parents=True, exist_ok=True)
     args_file = run_dir / "distributed_args.json"
     write_json_atomic(args_file, kwargs)
     argv = launch_argv(dist, args_file, mixed_precision=mixed_precision(kwargs["model_spec"], kwargs["ft"]),

@@ -12,10 +12,24 @@ Only ``manifest.json`` is a Snakemake output, so a failed or killed job's
 checkpoints survive (Snakemake deletes only declared outputs) and the rerun
 resumes from the newest checkpoint whose manifest verifies and that still has
 its optimizer state. Older checkpoints keep their weights (they are evaluated)
-but drop optimizer state to save disk.
+but drop optimizer state to save disk; the resume point's state is never dropped
+while training runs.
+
+One writer: a finetune holds ``finetune.lock`` in the run folder from the moment
+it first reads or writes the folder until its manifest is written
+(:mod:`oodcorr.locks`); a second finetune of the same run is refused.
+
+Verification compares sizes and sha256 hashes with each checkpoint's manifest.
+A file's hash is computed once: ``.oodcorr_verified.json`` in the checkpoint
+records, per file, the sha256 it matched and the file's size, mtime, ctime and
+inode at that moment, and a file whose stat is unchanged is not hashed again. Any
+write to a file changes its ctime (which no user call can set back), so an edit,
+even one that restores the mtime, is hashed anew; only damage below the file
+system (a failing disk) goes unseen until the cache is deleted.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -28,27 +42,82 @@ from .io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
+VERIFIED = ".oodcorr_verified.json"  # hashes already checked, keyed by each file's stat (see above)
 RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json",
                 "training_args.bin", "optimizer.bin", "pytorch_model_fsdp.bin")  # the last two: FSDP
 
 
 # ---- checkpoint manifests ------------------------------------------------------------------
 
+def _stat_key(f: Path) -> list[int]:
+    st = f.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _read_verified(ckpt: Path) -> dict:
+    try:
+        cache = json.loads((ckpt / VERIFIED).read_text())
+        return cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_verified(ckpt: Path, cache: dict) -> None:
+    try:
+        write_json_atomic(ckpt / VERIFIED, cache)
+    except OSError:  # a read-only copy of a run: verification still works, just without the cache
+        pass
+
+
 def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
-    files = {}
+    files, verified = {}, {}
     for f in sorted(ckpt.rglob("*")):
         if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
-            files[str(f.relative_to(ckpt))] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+            rel = str(f.relative_to(ckpt))
+            files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+            verified[rel] = {"sha256": files[rel]["sha256"], "stat": _stat_key(f)}
     man = {"step": step, "resumable": resumable, "files": files}
+    _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
     return man
 
 
 def _read_manifest(ckpt: Path) -> dict | None:
     try:
-        return json.loads((ckpt / MANIFEST).read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        man = json.loads((ckpt / MANIFEST).read_text())
+    except (OSError, ValueError):
         return None
+    return man if isinstance(man, dict) and isinstance(man.get("files"), dict) else None
+
+
+def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bool, str]:
+    """Whether the files ``rels`` match ``man``: present, same size, and (``full``) same sha256.
+
+    A file whose sha256 was verified before and whose stat has not changed since is
+    not hashed again (see the module docstring)."""
+    for rel in rels:
+        f, meta = ckpt / rel, man["files"][rel]
+        if not f.exists():
+            return False, f"{f}: missing"
+        if f.stat().st_size != meta["size"]:
+            return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
+    if not full:
+        return True, "ok"
+    cache = _read_verified(ckpt)
+    changed = False
+    for rel in rels:
+        f, want = ckpt / rel, man["files"][rel]["sha256"]
+        seen = cache.get(rel)
+        key = _stat_key(f)
+        if isinstance(seen, dict) and seen.get("sha256") == want and seen.get("stat") == key:
+            continue
+        if sha256_file(f) != want:
+            return False, f"{f}: sha256 differs from the manifest (the file changed after it was saved)"
+        cache[rel] = {"sha256": want, "stat": key}
+        changed = True
+    if changed:
+        _write_verified(ckpt, cache)
+    return True, "ok"
 
 
 def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
@@ -56,22 +125,13 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
 
     Optimizer/RNG state (``RESUME_FILES``) is not needed for evaluation, so its
     absence does not make a checkpoint incomplete; ``is_resumable`` checks it.
-    ``full`` also compares sha256 (else sizes only).
+    ``full`` also compares sha256, each file's once (cached), else sizes only.
     """
     man = _read_manifest(ckpt)
     if man is None:
         return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
-    for rel, meta in man["files"].items():
-        if Path(rel).name in RESUME_FILES:
-            continue
-        f = ckpt / rel
-        if not f.exists():
-            return False, f"{f}: missing"
-        if f.stat().st_size != meta["size"]:
-            return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
-        if full and sha256_file(f) != meta["sha256"]:
-            return False, f"{f}: sha256 differs from the manifest"
-    return True, "ok"
+    weights = [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES]
+    return _check_files(ckpt, man, weights, full)
 
 
 def weights_digest(ckpt: Path) -> str:
@@ -84,14 +144,16 @@ def weights_digest(ckpt: Path) -> str:
 
 
 def is_resumable(ckpt: Path) -> bool:
-    """The manifest says so and every listed optimizer/RNG file is intact."""
+    """The manifest says so and every listed optimizer/RNG file is intact (sha256, cached)."""
     man = _read_manifest(ckpt)
     if not man or not man.get("resumable"):
         return False
     listed = [rel for rel in man["files"] if Path(rel).name in RESUME_FILES]
-    return bool(listed) and all(
-        (ckpt / rel).exists() and (ckpt / rel).stat().st_size == man["files"][rel]["size"] and
-        sha256_file(ckpt / rel) == man["files"][rel]["sha256"] for rel in listed)
+    return bool(listed) and _check_files(ckpt, man, listed, full=True)[0]
+
+
+def _step_of(ckpt: Path) -> int:
+    return int(ckpt.name.split("-", 1)[1])
 
 
 def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
@@ -107,14 +169,15 @@ def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
 def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
     """Newest checkpoint to resume from, or None to start from scratch.
 
-    A checkpoint whose weights do not verify is moved aside (``.incomplete-…``),
-    kept but never trusted. The resume point must have intact optimizer state,
-    and every scheduled step before it must still have verified weights (else
-    those steps could never be produced, so training restarts from scratch).
+    A checkpoint whose weights do not verify (sizes and sha256) is moved aside
+    (``.incomplete-…``), kept but never trusted. The resume point must have intact
+    optimizer state, and every scheduled step before it must still have verified
+    weights (else those steps could never be produced, so training restarts from
+    scratch).
     """
     good = {}
     for step, d in _ckpt_dirs(ckpt_root):
-        ok, why = verify_checkpoint(d, full=False)
+        ok, why = verify_checkpoint(d, full=True)
         if ok:
             good[step] = d
         else:
@@ -122,11 +185,6 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
     for step in sorted(good, reverse=True):
         d = good[step]
         if step == 0 or not is_resumable(d):
-            continue
-        ok, why = verify_checkpoint(d, full=True)
-        if not ok:
-            _move_aside(d, why)
-            del good[step]
             continue
         missing = [s for s in (steps or []) if s < step and s not in good]
         if missing:
@@ -142,13 +200,36 @@ def _move_aside(d: Path, why: str) -> None:
     d.rename(bad)
 
 
+def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
+    for step, d in reversed(_ckpt_dirs(ckpt_root)):
+        if step <= up_to and is_resumable(d):
+            return d
+    return None
+
+
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
-    """Drop optimizer/RNG state from every checkpoint but ``keep``; weights stay.
+    """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay.
+
+    ``keep`` is the checkpoint just saved while training runs, or None once the run
+    is complete (then every checkpoint's state goes). While training, the state
+    kept is that of the newest resumable checkpoint (:func:`is_resumable`) up to
+    ``keep``: ``keep`` itself when its state was saved whole, else the older one a
+    rerun would resume from (with a warning); with none, nothing is pruned. A newer
+    checkpoint's state is left from an earlier attempt that training has gone
+    behind; it goes.
 
     The manifest is rewritten first (reusing the stored hashes), then the files
     are deleted, so a kill in between leaves a checkpoint that is still valid
     for evaluation and merely not resumable.
     """
+    if keep is not None:
+        point = _newest_resumable(ckpt_root, up_to=_step_of(keep))
+        if point is None:
+            log.warning("no checkpoint in %s has intact optimizer state; nothing pruned", ckpt_root)
+            return
+        if point != keep:
+            log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
+        keep = point
     for step, d in _ckpt_dirs(ckpt_root):
         man = _read_manifest(d)
         if d == keep or man is None or not man.get("resumable"):
@@ -270,9 +351,29 @@ def _history(trainer) -> list[dict]:
     return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
 
 
-def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str], prompt: dict | None,
-             ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int, run_dir: str,
-             manifest_path: str, device: str = "cpu", threads: int = 1) -> dict:
+def finetune(*, run_dir: str, **kwargs) -> dict:
+    """Train one run into ``run_dir`` (see :func:`_finetune` for the arguments), holding its lock.
+
+    The lock (:mod:`oodcorr.locks`) is taken once the inputs have been checked,
+    before anything in the run folder is read or written, and held until the job's
+    manifest is written; a second finetune of the same run folder raises
+    :class:`oodcorr.locks.FolderInUse` at once. Under several processes rank 0,
+    which alone writes the folder, holds it.
+    """
+    from .distributed import is_main_process
+    from .locks import hold
+
+    with contextlib.ExitStack() as held:
+        def lock() -> None:
+            if is_main_process():
+                held.enter_context(hold(run_dir))
+
+        return _finetune(run_dir=run_dir, lock=lock, **kwargs)
+
+
+def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str],
+              prompt: dict | None, ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int,
+              run_dir: str, manifest_path: str, lock, device: str = "cpu", threads: int = 1) -> dict:
     import torch
     from transformers import TrainingArguments, set_seed
 
@@ -297,7 +398,9 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
     ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
                                         model_name=model_spec["name"])
-    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir written to
+    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
+    # by one process at a time
+    lock()
     guard_run_identity(run_dir, identity)
     ckpt_root.mkdir(parents=True, exist_ok=True)
     label_idx = {lab: i for i, lab in enumerate(labels)}
@@ -316,7 +419,8 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
         model.save_pretrained(c0)
         write_ckpt_manifest(c0, 0, resumable=False)
 
-    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=False)[0] for s in steps)
+    # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
+    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in steps)
     resume = None if done else find_resume_point(ckpt_root, steps)
     main_first_end()
     history: list[dict] = []
@@ -352,7 +456,7 @@ def finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels:
     entries = []
     for step in steps:
         d = ckpt_root / f"checkpoint-{step}"
-        ok, why = verify_checkpoint(d, full=False)
+        ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
         if not ok:
             missing.append(why)
         entries.append({"step": step, "path": str(d)})

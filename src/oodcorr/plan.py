@@ -222,9 +222,7 @@ class Plan:
     runs: tuple[Run, ...]
     testsets: Mapping[str, tuple[tuple[str, str], ...]]  # in-domain set -> ((testset, role), ...)
     train_set: Mapping[str, str]  # in-domain set -> its training dataset
-    datasets: tuple[str, ...]  # every dataset a job prepares
-    dataset_params: Mapping[str, dict]
-    dataset_inputs: Mapping[str, tuple[str, ...]]  # a local dataset's file (so an edit reruns preparation)
+    datasets: tuple[str, ...]  # every dataset the experiment uses (any registry entry can be prepared)
     pretraining: dict  # the pretraining corpus's settings, template and answers (tiny models)
     analysis: dict
     warnings: tuple[str, ...]
@@ -285,6 +283,14 @@ class Plan:
         except KeyError:
             value = self._cache[key] = make()
             return value
+
+    def dataset_params(self, wildcards) -> dict:
+        """A dataset entry minus bookkeeping; any entry of the registries can be prepared."""
+        return self._cached(("dataset", wildcards.dataset), lambda: self.exp.dataset_params(wildcards.dataset))
+
+    def dataset_input(self, wildcards) -> list[str]:
+        """A local dataset's file, so that editing the file reruns its preparation."""
+        return self.exp.dataset_input(wildcards.dataset)
 
     def tiny_dir(self, model: str) -> str | None:
         return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
@@ -435,8 +441,6 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
         experiment=name, unit=unit, paths=Paths(f"results/{name}"), labels=tuple(exp.labels),
         label_mode=exp.label_mode, models=models, runs=tuple(runs), testsets=testsets,
         train_set={d: spec["train"] for d, spec in exp.in_domain.items()}, datasets=datasets,
-        dataset_params={n: exp.dataset_params(n) for n in datasets},
-        dataset_inputs={n: tuple(exp.dataset_input(n)) for n in datasets},
         pretraining={"corpus": dict(config.get("pretraining_corpus") or {}),
                      "template": config["prompt"]["template"],
                      "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()]},

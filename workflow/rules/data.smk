@@ -7,12 +7,12 @@ localrules:
 rule prepare_dataset:
     """Load a dataset from its registry entry into normalised JSONL (+ provenance)."""
     input:
-        lambda wc: PLAN.dataset_inputs[wc.dataset],
+        PLAN.dataset_input,
     output:
         data=P.data,
         meta=P.data_meta,
     params:
-        spec=lambda wc: PLAN.dataset_params[wc.dataset],
+        spec=PLAN.dataset_params,
         mode=PLAN.label_mode,
     log:
         f"{LOGS}/data/{{dataset}}.log",

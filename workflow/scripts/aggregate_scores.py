@@ -1,4 +1,4 @@
-"""Rule aggregate_scores: every evaluation job's summary JSON -> results/scores.{parquet,csv}."""
+"""Rule aggregate_scores: every evaluation's record -> results/<experiment>/scores.{parquet,csv}."""
 from oodcorr.aggregate import collect, write_scores
 from oodcorr.runtime import setup_logging
 

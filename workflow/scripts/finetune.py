@@ -1,10 +1,12 @@
-"""Rule finetune: one run, checkpoints on the schedule, resumable."""
+"""Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
+import sys
+
 from oodcorr.distributed import run_distributed
 from oodcorr.finetune import finetune
+from oodcorr.locks import FolderInUse
 from oodcorr.runtime import pick_device, setup_logging
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
 run = sm.params.run
 kwargs = dict(model_spec=run["model_spec"], tiny_dir=run["tiny_dir"], train_path=sm.input.train,
               labels=run["labels"], prompt=run["prompt"], ft=run["finetune"],
@@ -13,7 +15,13 @@ kwargs = dict(model_spec=run["model_spec"], tiny_dir=run["tiny_dir"], train_path
               manifest_path=sm.output.manifest)
 # how a model is sharded over GPUs changes no result: read from the config, not a param
 dist = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model).get("distributed")
-if dist:
-    run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
-else:
-    finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
+setup_logging(sm.log[0])
+try:
+    # the finetune (rank 0 under several processes) holds the run folder's lock while it reads and
+    # writes the folder; a second one is refused at once, with one line naming the holder
+    if dist:
+        run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
+    else:
+        finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
+except FolderInUse as e:
+    sys.exit(f"oodcorr: {e}")

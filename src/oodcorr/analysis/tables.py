@@ -1,9 +1,10 @@
 """Reading score tables into the canonical long form the analysis uses.
 
-* :func:`read_table` -- CSV/TSV (a UTF-8 byte-order mark is ignored) or parquet;
+* :func:`read_table` -- CSV/TSV or parquet, optionally gzip/bzip2/xz-compressed; text in
+  UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.io`);
 * :func:`from_wide` -- one row per unit, one column per testset;
 * :func:`from_long` -- one row per unit x testset;
-* :func:`from_scores` -- the workflow's ``results/scores.parquet``;
+* :func:`from_scores` -- the workflow's ``results/<experiment>/scores.parquet``;
 * :func:`examples_from_predictions` -- the workflow's per-example predictions.
 
 Summary rows. Tables published with papers often end with rows such as ``Mean``,
@@ -16,14 +17,17 @@ never done silently. A row with scores but no unit label is an error naming its 
 """
 from __future__ import annotations
 
+import csv
+import io
 import logging
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..io import DataError
+from ..io import DataError, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -34,27 +38,56 @@ SUMMARY_LABELS = frozenset({
 })
 
 
-def read_table(path: str | Path) -> tuple[pd.DataFrame, str]:
+ENCODING_FIX = "pass --encoding {encoding}"
+# what a score cell may say for "no value" (pandas' defaults); in a name column these are names
+MISSING = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
+                     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+
+
+def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
     """The table and how to name its rows in messages (``line`` for text, ``row`` for parquet).
 
-    For text tables the DataFrame's index is the 1-based file line of each row."""
+    For text tables the DataFrame's index is the 1-based file line of each row, and
+    every cell is text as written (surrounding spaces stripped, an empty cell
+    missing): a model, run or testset called ``NA`` or ``001`` keeps its name; the
+    columns that must be numbers are converted where they are used (``NA``, ``nan``
+    and the like are missing scores there). ``encoding`` is the text's encoding when
+    it is neither UTF-8 nor marked by a byte-order mark. An empty file, a header
+    without rows and a header that names a column twice are refused."""
     path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    suffix = path.suffix.lower()
+    suffix = format_suffix(path)
     if suffix in (".parquet", ".pq"):
-        df = pd.read_parquet(path)
+        raw = read_bytes(path)
+        try:
+            df = pd.read_parquet(io.BytesIO(raw))
+        except Exception as e:  # pyarrow raises several types for a file that is not parquet
+            raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+        if df.empty:
+            raise DataError(f"{path}: has columns ({', '.join(map(str, df.columns))}) but no rows")
         df.index = pd.RangeIndex(1, len(df) + 1)
+        df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
     if suffix not in (".csv", ".tsv", ".txt"):
-        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file")
+        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file "
+                        "(compressed: .csv.gz, ...)")
+    text = read_text(path, encoding, ENCODING_FIX)
+    sep = "\t" if suffix == ".tsv" else ","
+    if not text.strip():
+        raise DataError(f"{path}: the file is empty (no header, no rows)")
     try:
-        df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", encoding="utf-8-sig",
-                         skip_blank_lines=False)
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot be read as a table ({e})") from None
+        header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep))]
+        df = pd.read_csv(io.StringIO(text, newline=""), sep=sep, skip_blank_lines=False, dtype=str,
+                         keep_default_na=False, na_values=[""])
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError, OverflowError) as e:
+        raise DataError(f"{path}: cannot be read as a table ({str(e).strip()})") from None
+    dup = sorted(h for h, k in Counter(header).items() if k > 1)
+    if dup:
+        raise DataError(f"{path}:1: the header names column(s) {dup} more than once")
+    if df.empty:
+        raise DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
     df.index = pd.RangeIndex(2, len(df) + 2)  # line 1 is the header
     df.columns = [str(c).strip() for c in df.columns]
+    df = df.apply(lambda col: col.str.strip().replace("", np.nan))
     return df, "line"
 
 
@@ -84,7 +117,10 @@ def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "li
     for idx, v in df.loc[summary, unit].items():
         log.warning("%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of "
                     "observation", source, where, idx, v)
-    return df[~summary]
+    df = df[~summary]
+    if df.empty:
+        raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
+    return df
 
 
 def _ranges(idx) -> str:
@@ -99,6 +135,14 @@ def _ranges(idx) -> str:
     return ", ".join(parts)
 
 
+def _names(df: pd.DataFrame, col: str, what: str, source: str, where: str) -> pd.Series:
+    """A column of names (model, run, testset) as text; an empty cell is an error naming its row."""
+    missing = df[col].isna()
+    if missing.any():
+        raise DataError(f"{source}: {where} {df.index[missing][0]} has no {what} (column {col!r} is empty there)")
+    return df[col].astype(str)
+
+
 def _numeric_units(s: pd.Series) -> pd.Series:
     """Units as numbers when every one parses as a number (then they are ordered)."""
     num = pd.to_numeric(s, errors="coerce")
@@ -106,8 +150,12 @@ def _numeric_units(s: pd.Series) -> pd.Series:
 
 
 def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
-    v = pd.to_numeric(df[col], errors="coerce")
-    bad = v.isna() & df[col].notna()
+    """A score column as floats; ``NA``, ``nan``, ... and empty cells are missing, other text an error."""
+    s = df[col]
+    if s.dtype == object or pd.api.types.is_string_dtype(s):
+        s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
+    v = pd.to_numeric(s, errors="coerce")
+    bad = v.isna() & s.notna()
     if bad.any():
         i = df.index[bad][0]
         raise DataError(f"{source}: column {col!r} is not numeric ({where} {i}: {df.at[i, col]!r}); "
@@ -135,8 +183,8 @@ def from_wide(df: pd.DataFrame, *, unit: str, in_domain: str, source: str = "tab
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
     long = values.assign(unit=_numeric_units(df[unit]),
-                         model=df[model].astype(str) if model else model_name,
-                         run=df[run].astype(str) if run else "all")
+                         model=_names(df, model, "model", source, where) if model else model_name,
+                         run=_names(df, run, "run", source, where) if run else "all")
     long = long.melt(id_vars=["model", "run", "unit"], var_name="testset", value_name="score")
     long["in_domain"] = in_domain
     return long[["model", "in_domain", "run", "unit", "testset", "score"]]
@@ -151,7 +199,7 @@ def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domai
     for c in [testset, score] + [c for c in (model, run) if c]:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
-    names = set(df[testset].astype(str))
+    names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
         raise DataError(f"{source}: the in-domain testset {in_domain!r} does not occur in column "
                         f"{testset!r}; testsets are {sorted(names)}")
@@ -159,9 +207,9 @@ def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domai
         ~df[testset].astype(str).isin(exclude)
     df = df[keep]
     out = pd.DataFrame({
-        "model": df[model].astype(str) if model else model_name,
+        "model": _names(df, model, "model", source, where) if model else model_name,
         "in_domain": in_domain,
-        "run": df[run].astype(str) if run else "all",
+        "run": _names(df, run, "run", source, where) if run else "all",
         "unit": _numeric_units(df[unit]),
         "testset": df[testset].astype(str),
         "score": _numeric(df, score, source, where),
@@ -217,8 +265,9 @@ def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: s
     for c in [unit, testset, example, correct] + [c for c in (model, run) if c]:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
-    corr = pd.to_numeric(df[correct], errors="coerce")
-    if not corr.dropna().isin([0, 1]).all():
+    raw = df[correct].map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
+    corr = pd.to_numeric(raw, errors="coerce")
+    if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
         raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
     return pd.DataFrame({"model": df[model].astype(str) if model else model_name,
                          "run": df[run].astype(str) if run else "all",
