@@ -214,7 +214,7 @@ INFERENCES = ("modified-t", "iid", "block")
 
 def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inference: str = "modified-t", *,
            deps: tuple[Dependence, Dependence] | None = None, rng: np.random.Generator | None = None,
-           block_length: int = 1, n_boot: int = 2000, n_perm: int = 2000, interval: str = "fisher-z",
+           block_length: int = 0, n_boot: int = 2000, n_perm: int = 2000, interval: str = "fisher-z",
            defer: bool = False) -> dict:
     """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
     (:func:`.correlate.residual_pair`).
@@ -224,7 +224,8 @@ def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inferenc
     autocorrelated checkpoints) or ``block`` (the earlier default, kept for comparison:
     moving-block bootstrap interval and block-permutation p-value, which need not agree).
     ``pos``: the units' checkpoint positions, None for exchangeable units. ``deps``: the two
-    series' :class:`Dependence`, when the caller caches them.
+    series' :class:`Dependence`, when the caller caches them. ``block_length`` (``block``
+    only): 0 for the automatic rule, ``ceil(n^(1/3))`` for ordered units and 1 otherwise.
 
     Returns ``r, p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
     ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``

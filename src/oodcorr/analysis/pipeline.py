@@ -29,7 +29,7 @@ import pandas as pd
 from scipy import stats
 
 from . import multitest
-from .correlate import METHODS, check_method, corr, p_param, residual_pair
+from .correlate import check_method, corr, p_param, residual_pair
 from .inference import INFERENCES, assess, dependence, modified_tests
 from .pooling import TWO_RUNS, pool_runs
 from .resample import INTERVALS, cell_rng, interval

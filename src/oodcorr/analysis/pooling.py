@@ -201,6 +201,10 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
             src = np.array([parts[i][0] for i in single])
             for c in cols:
                 res[c][single] = rows[c + sfx].to_numpy(float)[src]
+            if sfx == "":  # a single run's effective sample size and autocorrelations are the pool's
+                for c in ("n_eff", "phi_x", "phi_y"):
+                    if c in rows:
+                        out.loc[single, c] = rows[c].to_numpy(float)[src]
             if "p_method" in rows:
                 how[single] = [f"{m} (single run)" for m in rows["p_method"].to_numpy()[src]]
         done = np.zeros(len(parts), bool)
