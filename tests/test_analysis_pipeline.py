@@ -1,5 +1,5 @@
-"""The analysis of whole tables: per-run and pooled rows, degenerate input, the
-example-level bootstrap, reading long/wide tables, and the figures."""
+"""The analysis of whole tables: per-run and pooled rows, degenerate input, the residualiser
+and step-0 checks, the example-level bootstrap, reading long/wide tables, and the figures."""
 import logging
 import math
 
@@ -12,7 +12,7 @@ from oodcorr.analysis.simulate import ar1_series
 from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
 from oodcorr.io import DataError
 
-FAST = Options(n_boot=300, n_perm=300, example_boot=60)
+FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
 
 def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a", "b", "c")):
@@ -46,12 +46,18 @@ def test_one_row_per_run_or_pooled_pair_method_residualiser():
     one = long[long.run == "m1/s1"].pivot(index="unit", columns="testset", values="score")
     row = _cell(out, "m1/s1", "a", "c")
     assert row["r"] == pytest.approx(partial_corr(one["a"], one["c"], one["id"])["r"], abs=1e-12)
-    assert row["ci_low"] <= row["r"] <= row["ci_high"] and row["n"] == 12 and row["block_length"] == 3
-    assert row["p_method"] == "exact block-permutation" and row["p"] == row["p_perm"]  # 4 blocks: 24 orderings
+    assert row["ci_low"] <= row["r"] <= row["ci_high"] and row["n"] == 12 and 2 < row["n_eff"] <= 11
+    assert row["p_method"] == "modified t-test (AR(1) effective n)" and math.isnan(row["block_length"])
+    assert row["conclusion"] in ("positive", "negative", "unresolved", "near zero") and row["pool_group"] == "all runs"
     pooled = _cell(out, "pooled", "a", "c", model="m1")
-    rs = [_cell(out, r, "a", "c")["r"] for r in ("m1/s0", "m1/s1")]
-    assert pooled["model"] == "m1" and pooled["n_runs"] == 2
-    assert pooled["r"] == pytest.approx(np.tanh(np.arctanh(rs).mean()))
+    runs = [_cell(out, r, "a", "c") for r in ("m1/s0", "m1/s1")]
+    z = np.arctanh([r["r"] for r in runs])
+    w = 1 / np.array([r["se_z"] for r in runs]) ** 2
+    assert pooled["model"] == "m1" and pooled["n_runs"] == 2 and pooled["n_runs_finite"] == 2
+    assert pooled["r"] == pytest.approx(np.tanh((w * z).sum() / w.sum()))  # inverse-variance weights
+    assert math.isnan(pooled["p"]) and "2 runs" in pooled["note"]  # no pooled test from two runs
+    single = _cell(out, "pooled", "a", "c", model="m2")  # one run: the run's own row
+    assert (single["r"], single["ci_low"], single["p"]) == tuple(_cell(out, "m2/s0", "a", "c")[["r", "ci_low", "p"]])
     # p_adj: Holm within each (model, run, method, residualiser) family of 3 pairs
     fam = out[(out.run == "m1/s0") & (out.method == "pearson") & (out.residualiser == "linear")]
     p = np.sort(fam["p"].to_numpy())
@@ -63,10 +69,11 @@ def test_cells_do_not_change_when_a_testset_or_run_is_added():
     rng = np.random.default_rng(1)
     long = _long(rng, testsets=("a", "b", "c", "d"))
     small = long[(long.testset != "d") & (long.run != "m2/s0")]
-    full, part = analyse(long, FAST), analyse(small, FAST)
-    a, b = _cell(full, "m1/s0", "a", "b"), _cell(part, "m1/s0", "a", "b")
-    for col in ("r", "ci_low", "ci_high", "p", "p_perm"):
-        assert a[col] == b[col], col
+    for opts in (FAST, Options(inference="block", n_boot=300, n_perm=300, example_boot=0, pool_by=())):
+        full, part = analyse(long, opts), analyse(small, opts)
+        a, b = _cell(full, "m1/s0", "a", "b"), _cell(part, "m1/s0", "a", "b")
+        for col in ("r", "ci_low", "ci_high", "p", "p_perm", "n_eff", "se_z", "r_no_step0", "ci_low_no_step0"):
+            assert a[col] == b[col] or (math.isnan(a[col]) and math.isnan(b[col])), col
 
 
 def test_every_degenerate_case_is_nan_with_a_reason_and_never_a_crash(caplog):
@@ -145,12 +152,16 @@ def test_example_level_bootstrap_widens_with_fewer_examples():
     assert math.isfinite(row["r"])  # the score-level analysis is unaffected
 
 
-def test_exchangeable_units_use_the_t_test_and_iid_resampling():
+def test_exchangeable_units_use_the_ordinary_t_test():
     rng = np.random.default_rng(6)
     long = _long(rng, runs=(("m", 0),))
     long["unit"] = "seed-" + long["unit"].astype(str)
     row = _cell(analyse(long, FAST), "m/s0", "a", "b")
-    assert row["block_length"] == 1 and row["p_method"] == "t-test" and row["p"] == row["p_param"]
+    assert row["p_method"] == "t-test (exchangeable units)" and row["n_eff"] == pytest.approx(11)
+    assert row["p"] == pytest.approx(row["p_param"], rel=1e-10) and math.isnan(row["phi_x"])
+    assert math.isnan(row["r_no_step0"])  # no step 0 among labels
+    block = _cell(analyse(long, Options(inference="block", n_boot=300, example_boot=0, pool_by=())), "m/s0", "a", "b")
+    assert block["block_length"] == 1 and block["p_method"] == "t-test" and block["p"] == pytest.approx(row["p"])
 
 
 # ---- reading tables --------------------------------------------------------------------------
@@ -230,6 +241,50 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
     assert grid == {("m1", "id"): 3, ("m2", "id"): 3}
     assert heatmap(out.iloc[0:0], "m1", str(tmp_path / "e.png"), "pearson", "linear") == {}
     assert (tmp_path / "e.png").stat().st_size > 1000
+    # marks: a dagger where the residualisers disagree in sign
+    flagged = out.copy()
+    sel = (flagged.model == "m1") & (flagged.run == "pooled") & (flagged.x == "a") & (flagged.y == "c")
+    flagged.loc[sel, "curvature"] = True
+    cells3 = heatmap(flagged, "m1", str(tmp_path / "h3.png"), "pearson", "linear")
+    assert cells3[("id", "c", "a")].endswith("†")
+
+
+def test_heatmap_titles_say_numbers_not_names():
+    from oodcorr.plots import describe
+
+    rng = np.random.default_rng(9)
+    long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
+    out = analyse(long, Options(example_boot=0, pool_by=()))
+    rows = out[(out.model == "m1") & (out.run == "pooled") & (out.method == "pearson")]
+    title = describe(rows, alpha=0.05, level=0.95, near_zero=0.3)
+    assert "3 runs; *: p_adj < 0.05 (Holm across 6 pairs)" in title
+    assert "faded: 95% interval spans 0; boxed: interval within ±0.3" in title
+    assert "alpha" not in title and "holm)" not in title
+    two = describe(out[(out.model == "m2") & (out.run == "pooled")], alpha=0.05, level=0.95, near_zero=0.3)
+    assert two.startswith("2 runs; no p-values (the table's note column says why)")
+
+
+def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
+    from oodcorr.plots import TEXT_LIMIT, cluster_order, heatmap
+
+    rng = np.random.default_rng(10)
+    n, k = 25, 36
+    t = np.arange(n)
+    z = 0.5 + 0.3 * (1 - np.exp(-t / 6)) + 0.005 * rng.normal(size=n)
+    shared = rng.normal(size=(n, 2)) * 0.02
+    series = {"id": z}
+    for j in range(k):  # even testsets follow one hidden factor, odd ones the other
+        series[f"t{j:02d}"] = 0.4 * z + shared[:, j % 2] + 0.005 * rng.normal(size=n)
+    out = analyse(_series_table(series, n), Options(example_boot=0, pool_by=(), step0_check=False))
+    names = sorted(f"t{j:02d}" for j in range(k))
+    pooled = out[out.run == "pooled"]
+    order = cluster_order(pooled, names)
+    assert sorted(order) == names
+    groups = [int(name[1:]) % 2 for name in order]
+    assert sum(a != b for a, b in zip(groups, groups[1:])) == 1  # the two families sit in two blocks
+    cells = heatmap(out, "m", str(tmp_path / "big.png"), "pearson", "linear", alpha=0.05, level=0.95, near_zero=0.3)
+    assert k > TEXT_LIMIT and len(cells) == k * (k - 1) // 2
+    assert (tmp_path / "big.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
@@ -247,3 +302,62 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
     assert learning_curves(words, "m", str(tmp_path / "lc2.png")) == {}
     for f in ("lc.png", "sc.png", "sc2.png", "lc2.png"):
         assert (tmp_path / f).read_bytes()[:4] == b"\x89PNG"
+
+
+# ---- checks: residualiser, step 0 ----------------------------------------------------------
+
+
+def _series_table(series: dict, n: int, run="r", model="m") -> pd.DataFrame:
+    return pd.DataFrame([{"model": model, "in_domain": "id", "run": run, "unit": step, "testset": ts,
+                          "score": float(v[step])} for step in range(n) for ts, v in series.items()])
+
+
+def test_a_curve_the_line_leaves_behind_is_flagged_as_curvature():
+    # OOD scores depend on in-domain score in a U shape; their noises correlate +0.3. The line
+    # leaves the shared U in both residuals (strongly negative r), the GAM removes it.
+    rng = np.random.default_rng(2)
+    n = 40
+    z = np.sort(rng.uniform(0.5, 0.9, n))
+    u = 25 * (z - 0.7) ** 2
+    e = rng.multivariate_normal([0, 0], [[1, 0.3], [0.3, 1]], size=n) * 0.05
+    long = _series_table({"id": z, "a": u + e[:, 0], "b": -u + e[:, 1], "c": z + 0.05 * rng.normal(size=n)}, n)
+    out = analyse(long, Options(residualisers=("linear", "gam"), example_boot=0, pool_by=()))
+    lin, gam = _cell(out, "r", "a", "b", residualiser="linear"), _cell(out, "r", "a", "b", residualiser="gam")
+    assert lin["r"] < -0.8 and lin["conclusion"] == "negative" and gam["r"] > 0
+    assert lin["curvature"] is True and gam["curvature"] is True
+    assert lin["residualiser_check"] == gam["residualiser_check"]
+    assert lin["residualiser_check"].startswith(f"sign differs: linear {lin['r']:+.2f} [")
+    assert f", gam {gam['r']:+.2f} [" in lin["residualiser_check"]
+    other = _cell(out, "r", "a", "c", residualiser="linear")
+    assert other["curvature"] in (True, False) and (other["curvature"] is True) == (other["residualiser_check"] != "")
+    pooled = _cell(out, "pooled", "a", "b", residualiser="linear")
+    assert pooled["curvature"] is True  # the pooled rows are compared too
+    only = analyse(long, Options(example_boot=0, pool_by=()))  # one residualiser: nothing to compare
+    assert only["curvature"].isna().all() and (only["residualiser_check"] == "").all()
+
+
+def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclusion():
+    # independent noise everywhere but at step 0, where both OOD scores sit far above the line
+    rng = np.random.default_rng(4)
+    n = 16
+    t = np.arange(n)
+    z = 0.5 + 0.3 * (1 - np.exp(-t / 4)) + 0.005 * rng.normal(size=n)
+    a, b = 0.5 * z + 0.01 * rng.normal(size=n), -0.2 * z + 0.01 * rng.normal(size=n)
+    a[0] += 0.08
+    b[0] += 0.08
+    long = _series_table({"id": z, "a": a, "b": b, "c": 0.3 * z + 0.01 * rng.normal(size=n)}, n)
+    long["unit"] *= 50
+    out = analyse(long, Options(example_boot=0, pool_by=()))
+    row = _cell(out, "r", "a", "b")
+    assert row["conclusion"] == "positive" and row["step0_changes"] is True
+    assert row["ci_low_no_step0"] < 0 < row["ci_high_no_step0"] and abs(row["r_no_step0"]) < 0.5
+    steady = _cell(out, "r", "a", "c")
+    assert steady["step0_changes"] is False and math.isfinite(steady["r_no_step0"])
+    assert _cell(out, "pooled", "a", "b")["step0_changes"] is True  # the single-run pool too
+    dropped = analyse(long, Options(example_boot=0, pool_by=(), drop_step0=True))
+    d = _cell(dropped, "r", "a", "b")
+    assert d["n"] == d["n_units"] == n - 1 and math.isnan(d["r_no_step0"]) and d["step0_changes"] is None
+    assert (d["r"], d["ci_low"], d["ci_high"]) == pytest.approx((row["r_no_step0"], row["ci_low_no_step0"],
+                                                                 row["ci_high_no_step0"]), abs=1e-9)
+    off = analyse(long, Options(example_boot=0, pool_by=(), step0_check=False))
+    assert off["r_no_step0"].isna().all() and off["step0_changes"].isna().all()

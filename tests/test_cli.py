@@ -12,6 +12,7 @@ import pingouin as pg
 import pytest
 
 from conftest import SHARED
+from oodcorr.analysis.simulate import ar1_series
 from oodcorr.cli import main
 
 BERTS = SHARED / "data/external/berts_of_a_feather/accuracies_by_run.csv"
@@ -35,22 +36,32 @@ def test_berts_of_a_feather_wide_table(tmp_path, caplog):
     assert len(ood) == 37 and len(pc) == 2 * 37 * 36 // 2  # the run ("all") and the pooled row per pair
     assert "MNLI dev acc." not in set(pc.x) | set(pc.y)
     fin = pc[pc.r.notna()]
-    assert (fin.n == 100).all() and (fin.block_length == 1).all() and (fin.p_method.str.startswith("t-test")).all()
-    # columns with the same accuracy in all 100 runs: NaN with the reason
+    # the runs are exchangeable units: the ordinary partial-correlation t-test on n - 3 = 97 df
+    assert (fin.n == 100).all() and fin.block_length.isna().all() and fin.phi_x.isna().all()
+    assert (fin.loc[fin.run == "all", "n_eff"].round(9) == 99).all()
+    assert (fin.p_method.str.startswith("t-test (exchangeable units)")).all()  # pooled: "... (single run)"
+    assert ((fin.p < 0.05) == ((fin.ci_low > 0) | (fin.ci_high < 0))).all()  # interval and p agree
+    # constant columns (the same accuracy in all 100 runs): NaN with the reason
     const = pc[(pc.x == "ce_adverb") | (pc.y == "ce_adverb")]
     assert const.r.isna().all() and const.note.str.contains("ce_adverb is constant across the 100 points").all()
-    # one cell against pingouin on the file read independently
-    data = pd.DataFrame({c: [float(r[c]) for r in rows] for c in ("MNLI dev acc.", "Lexical (nonent)", "Subseq (nonent)")})
+    # every r is the OLS partial correlation, computed here from the file read independently
+    data = pd.DataFrame({c: [float(r[c]) for r in rows] for c in rows[0] if c != "Run"})
+    X = np.column_stack([np.ones(100), data["MNLI dev acc."]])
+    res = data - X @ np.linalg.lstsq(X, data.to_numpy(), rcond=None)[0]
+    run_rows = pc[(pc.run == "all") & pc.r.notna()]
+    want = [np.corrcoef(res[x], res[y])[0, 1] for x, y in zip(run_rows.x, run_rows.y)]
+    assert len(run_rows) == 595 and np.abs(run_rows.r.to_numpy() - want).max() < 1e-10
+    # ... and one cell's r and p against pingouin's
     ref = pg.partial_corr(data, x="Lexical (nonent)", y="Subseq (nonent)", covar="MNLI dev acc.")
     cell = pc[(pc.run == "all") & (pc.x == "Lexical (nonent)") & (pc.y == "Subseq (nonent)")].iloc[0]
     assert abs(cell.r - ref["r"].iloc[0]) < 1e-10 and cell.p == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
     # Lexical (nonent) is the mean of the five ln_* subcases: each part correlates
-    # positively and significantly with the whole, after Holm over all 666 pairs
+    # positively and significantly with the whole, after Holm over all 595 tested pairs
     part = pc[(pc.run == "pooled") & (pc.x == "Lexical (nonent)") & pc.y.str.startswith("ln_")]
     assert len(part) == 5 and (part.r > 0.4).all() and part.significant.all()
-    assert (part.ci_low > 0).all()
+    assert (part.ci_low > 0).all() and (part.conclusion == "positive").all()
     agree = pd.read_csv(out / "agreement.csv")
-    assert len(agree) == 666 and set(agree.verdict) == {"single model", "no data"}
+    assert len(agree) == 666 and set(agree.verdict) == {"fewer than 2 models tested", "no data"}
     png = (out / "heatmaps/accuracies_by_run.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 100_000
     assert (out / "scatter/accuracies_by_run.png").exists()
@@ -59,11 +70,11 @@ def test_berts_of_a_feather_wide_table(tmp_path, caplog):
 
 
 def _long_table(tmp_path):
-    """Two models x two runs x 14 steps; model B's pair (a, b) moves in the opposite direction."""
+    """Two models x three runs x 14 steps; model B's pair (a, b) moves in the opposite direction."""
     rng = np.random.default_rng(0)
     rows, ex = [], []
     for model, sign in (("A", 1), ("B", -1)):
-        for run in ("r0", "r1"):
+        for run in ("r0", "r1", "r2"):
             shared = rng.normal(size=14)
             for step in range(14):
                 z = 0.5 + 0.02 * step
@@ -92,14 +103,19 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
     assert rc == 0, caplog.text
     assert "unit 'mean': a summary row" in caplog.text
     pc = pd.read_csv(out / "partial_correlations.csv")
-    assert set(pc.run) == {"r0", "r1", "pooled"} and set(pc.model) == {"A", "B"}
+    assert set(pc.run) == {"r0", "r1", "r2", "pooled"} and set(pc.model) == {"A", "B"}
     ab = pc[(pc.run == "pooled") & (pc.x == "a") & (pc.y == "b") & (pc.method == "pearson")].set_index("model")
-    assert ab.loc["A", "r"] > 0.7 and ab.loc["B", "r"] < -0.7 and (ab.n_runs == 2).all()
+    assert ab.loc["A", "r"] > 0.7 and ab.loc["B", "r"] < -0.7 and (ab.n_runs == 3).all()
+    assert ab.loc["A", "conclusion"] == "positive" and ab.loc["B", "conclusion"] == "negative"
+    assert ab.p_method.str.startswith("random effects across 3 runs").all() and ab.i2.notna().all()
     runs = pc[(pc.run != "pooled") & (pc.method == "pearson")]
     assert runs.ex_ci_low.notna().all() and (runs.ex_ci_low <= runs.r).all() and (runs.r <= runs.ex_ci_high).all()
+    assert runs.n_eff.between(2, 13 + 1e-9).all() and runs.p_method.str.startswith("modified t-test").all()
     agree = pd.read_csv(out / "agreement.csv")
     row = agree[(agree.x == "a") & (agree.y == "b") & (agree.method == "pearson")].iloc[0]
-    assert row.n_positive == 1 and row.n_negative == 1 and row.verdict in ("conflict", "opposite sign")
+    assert row.n_positive == 1 and row.n_negative == 1 and row.verdict == "sign reversal"
+    assert row.reversal.startswith("A +0.") and " vs B -0." in row.reversal and row.family_size == 3
+    assert "agreement pearson/linear: sign reversal 1" in caplog.text
     for f in ("heatmaps/A.png", "heatmaps/B.png", "heatmap_grid.png", "learning_curves/A.png", "scatter/B.png",
               "settings.json"):
         assert (out / f).stat().st_size > 0, f
@@ -121,7 +137,8 @@ def test_console_script_help_documents_the_flags():
     res = subprocess.run([str(exe), "analyse", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0
     for flag in ("--format", "--unit", "--in-domain", "--residualisers", "--block-length", "--correction",
-                 "--examples", "summary row"):
+                 "--examples", "summary row", "--inference", "--pool-by", "--pool-two-runs", "--drop-step0",
+                 "--no-step0-check", "--near-zero", "--min-n-eff"):
         assert flag in res.stdout, flag
 
 
@@ -207,3 +224,59 @@ def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
         res = subprocess.run([str(exe), "analyse", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.startswith("ERROR oodcorr: ") and res.stderr.count("\n") == 1, res.stderr
+
+
+def _scores_like(tmp_path):
+    """The workflow's scores table: two n_train values x three seeds, one model."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for n_train in (64, 512):
+        for seed in range(3):
+            run = f"m/synth/n{n_train}/seed{seed}"
+            x_, y_, z_ = ar1_series(rng, 11, 0.4, 0.5)
+            for step in range(11):
+                for ts, role, v in (("synth", "in-domain", z_), ("a", "ood", x_), ("b", "ood", y_),
+                                    ("c", "ood", z_ * 0.3 + 0.01 * rng.normal())):
+                    rows.append({"model": "m", "in_domain": "synth", "n_train": n_train, "seed": seed,
+                                 "run_id": run, "step": step * 10, "testset": ts, "role": role,
+                                 "accuracy": float(v[step]) if hasattr(v, "__len__") else float(v)})
+    scores = pd.DataFrame(rows)
+    path = tmp_path / "scores.csv"
+    scores.to_csv(path, index=False)
+    return scores, path
+
+
+def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
+    from oodcorr.analysis import Options, analyse
+    from oodcorr.analysis.tables import from_scores
+
+    scores, path = _scores_like(tmp_path)
+    out = tmp_path / "out"
+    assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(out), "--no-plots"]) == 0, caplog.text
+    cli = pd.read_csv(out / "partial_correlations.csv")
+    pooled = cli[cli.run == "pooled"]
+    assert sorted(pooled.n_train.unique()) == [64, 512] and set(pooled.pool_group) == {"n_train=64", "n_train=512"}
+    assert list(cli.columns[-2:]) == ["n_train", "seed"]
+    # the workflow's path (scores table -> from_scores -> analyse with run information) gives the same cells
+    long, info = from_scores(scores)
+    wf = analyse(long, Options(), ordered=True, run_info=info)
+    for col in ("r", "ci_low", "ci_high", "p", "p_adj", "n_eff", "tau2", "r_no_step0"):
+        assert np.allclose(cli[col].to_numpy(float), wf[col].to_numpy(float), equal_nan=True, rtol=1e-9), col
+    # --pool-by with no column pools all six runs
+    assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "all"), "--no-plots",
+                 "--pool-by"]) == 0
+    across = pd.read_csv(tmp_path / "all" / "partial_correlations.csv")
+    assert set(across.loc[across.run == "pooled", "n_runs"]) == {6}
+
+
+def test_pool_by_errors_name_the_column(tmp_path, caplog):
+    scores, path = _scores_like(tmp_path)
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "o"),
+                     "--pool-by", "lr"]) == 2
+    assert "no column 'lr' to pool by" in caplog.text
+    assert not (tmp_path / "o" / "partial_correlations.csv").exists()
+    scores.loc[(scores.run_id == "m/synth/n64/seed0") & (scores.step == 50), "n_train"] = 65
+    scores.to_csv(path, index=False)
+    assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "o")]) == 2
+    assert "column 'n_train' is not constant within run 'm/synth/n64/seed0'" in caplog.text

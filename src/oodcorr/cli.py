@@ -17,8 +17,10 @@ log = logging.getLogger("oodcorr")
 
 EPILOG = """\
 outputs (in --out):
-  partial_correlations.csv  one row per model x run (or 'pooled') x pair x method x residualiser
-  agreement.csv             per OOD pair: each model's sign and significance, and a verdict
+  partial_correlations.csv  one row per model x run (or 'pooled' per pool group) x pair x method x
+                            residualiser: r, interval, p, effective sample size, checks
+  agreement.csv             per OOD pair: do the models differ, does the sign reverse (corrected
+                            across pairs), each model's pooled r and interval
   heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
   heatmap_grid.png          the models side by side (with more than one model)
   scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
@@ -29,6 +31,7 @@ examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
   oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
+  oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
 
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
@@ -50,7 +53,9 @@ def _block_length(v: str):
 def build_parser() -> argparse.ArgumentParser:
     from .analysis.correlate import METHODS
     from .analysis.multitest import CORRECTIONS
-    from .analysis.pipeline import P_METHODS, Options
+    from .analysis.inference import INFERENCES
+    from .analysis.pipeline import Options
+    from .analysis.pooling import TWO_RUNS
     from .analysis.resample import INTERVALS
     from .analysis.residualise import RESIDUALISERS
 
@@ -60,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "analyse", help="partial correlations between OOD testsets of any scores table",
         description="Partial correlations between every pair of OOD testsets, in-domain score regressed "
-                    "out, with block-bootstrap intervals, permutation p-values, multiple-comparison "
-                    "correction, pooling over runs, agreement across models, and plots.",
+                    "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
+                    "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
+                    "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
+                    "residualiser and step-0 checks, and plots.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("table", help="scores table: .csv, .tsv or .parquet")
     g = a.add_argument_group("input layout")
@@ -102,19 +109,41 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--residualisers", nargs="+", choices=RESIDUALISERS, default=list(d.residualisers),
                    help=f"residualisers; '+step' adds the training step as a covariate "
                         f"(default: {' '.join(d.residualisers)})")
-    s.add_argument("--n-boot", type=int, default=d.n_boot, help=f"block-bootstrap resamples (default: {d.n_boot})")
-    s.add_argument("--n-perm", type=int, default=d.n_perm, help=f"block permutations (default: {d.n_perm})")
-    s.add_argument("--block-length", type=_block_length, default=d.block_length,
-                   help="block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise "
-                        "(default: auto)")
-    s.add_argument("--interval", choices=INTERVALS, default=d.interval,
-                   help=f"bootstrap interval (default: {d.interval})")
+    s.add_argument("--inference", choices=INFERENCES, default=d.inference,
+                   help="how intervals and p-values are computed: modified-t = t-test on the effective sample "
+                        "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
+                        "inverting it; iid = the same with independent units; block = the earlier moving-block "
+                        f"bootstrap interval and block-permutation p (default: {d.inference})")
     s.add_argument("--level", type=float, default=d.level, help=f"confidence level (default: {d.level})")
-    s.add_argument("--p-method", choices=P_METHODS, default=d.p_method,
-                   help="which p-value is 'p': auto = block permutation when blocks are longer than 1, "
-                        "else the t-test (default: auto)")
+    s.add_argument("--min-n-eff", type=float, default=d.min_n_eff,
+                   help="a cell whose effective sample size is below this says so in its note "
+                        f"(default: {d.min_n_eff:g})")
+    s.add_argument("--near-zero", type=float, default=d.near_zero,
+                   help="an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved' "
+                        f"(default: {d.near_zero:g})")
+    s.add_argument("--pool-by", nargs="*", metavar="COLUMN",
+                   help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
+                        "give the flag with no column to pool all runs of a model (default: n_train when the "
+                        "table has that column, else all runs)")
+    s.add_argument("--pool-two-runs", choices=TWO_RUNS, default=d.pool_two_runs,
+                   help="a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a "
+                        f"fixed-effect combination (default: {d.pool_two_runs})")
+    s.add_argument("--drop-step0", action="store_true",
+                   help="leave out unit 0 (the pre-finetuning checkpoint) everywhere")
+    s.add_argument("--no-step0-check", action="store_true",
+                   help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)")
+    s.add_argument("--n-boot", type=int, default=d.n_boot,
+                   help=f"--inference block: bootstrap resamples (default: {d.n_boot})")
+    s.add_argument("--n-perm", type=int, default=d.n_perm,
+                   help=f"--inference block: block permutations (default: {d.n_perm})")
+    s.add_argument("--block-length", type=_block_length, default=d.block_length,
+                   help="--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, "
+                        "1 otherwise (default: auto)")
+    s.add_argument("--interval", choices=INTERVALS, default=d.interval,
+                   help=f"bootstrap interval of --inference block and of --examples (default: {d.interval})")
     s.add_argument("--correction", choices=CORRECTIONS, default=d.correction,
-                   help=f"multiple-comparison correction across the pairs of a heatmap (default: {d.correction})")
+                   help="multiple-comparison correction across the pairs of a heatmap, and across the pairs of the "
+                        f"agreement table (default: {d.correction})")
     s.add_argument("--alpha", type=float, default=d.alpha, help=f"significance level for p_adj (default: {d.alpha})")
     s.add_argument("--seed", type=int, default=d.seed, help=f"seed of every resampling (default: {d.seed})")
     s.add_argument("--example-boot", type=int, default=d.example_boot,
@@ -138,17 +167,29 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"
 
 
-def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
+    """(canonical long table, examples or None, run information, columns to pool by)."""
     from .analysis import tables
 
     df, where = tables.read_table(args.table, args.encoding)
     src = str(args.table)
     model = args.model or ("model" if "model" in df.columns else None)
     run = args.run or next((c for c in ("run_id", "run") if c in df.columns and c != args.unit), None)
+    if args.pool_by is None:
+        pool_by = ("n_train",) if "n_train" in df.columns and "n_train" != args.unit else ()
+    else:
+        pool_by = tuple(args.pool_by)
     labels = tables.SUMMARY_LABELS | set(args.summary_label)
+    exclude = tuple(args.exclude) + (pool_by if args.format == "wide" else ())
     common = dict(source=src, where=where, model=model, run=run,
                   model_name=args.model_name or Path(args.table).stem, testsets=args.testsets,
-                  exclude=tuple(args.exclude), summary_labels=labels)
+                  exclude=exclude, summary_labels=labels)
+    # run information: the columns to pool by, and (long tables) the workflow's n_train and seed
+    info_cols = [c for c in ("n_train", "seed") if args.format == "long" and c in df.columns
+                 and c not in (args.unit, model, run)]
+    info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
+    body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
+    info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
     if args.format == "wide":
         long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
     else:
@@ -164,7 +205,7 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None]:
             ex, unit=args.unit, testset=args.testset_column, example="example", correct="correct",
             model=model if model in ex.columns else None, run=run if run in ex.columns else None,
             model_name=common["model_name"], source=str(args.examples))
-    return long, examples
+    return long, examples, info, pool_by
 
 
 def analyse_command(args) -> int:
@@ -172,17 +213,19 @@ def analyse_command(args) -> int:
     from .analysis.residualise import GamSettings
     from .io import DataError, sha256_file, write_json_atomic
 
-    opts = Options(methods=tuple(args.methods), residualisers=tuple(args.residualisers), n_boot=args.n_boot,
-                   n_perm=args.n_perm, level=args.level, interval=args.interval, block_length=args.block_length,
-                   p_method=args.p_method, correction=args.correction, alpha=args.alpha, seed=args.seed,
-                   example_boot=args.example_boot,
-                   gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points))
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
-    long, examples = _load(args)
-    pc = analyse(long, opts, examples)
-    agree = agreement(pc[pc["run"] == "pooled"], opts.alpha)
+    long, examples, info, pool_by = _load(args)
+    opts = Options(methods=tuple(args.methods), residualisers=tuple(args.residualisers), inference=args.inference,
+                   level=args.level, correction=args.correction, alpha=args.alpha, min_n_eff=args.min_n_eff,
+                   near_zero=args.near_zero, pool_by=pool_by, pool_two_runs=args.pool_two_runs,
+                   drop_step0=args.drop_step0, step0_check=not args.no_step0_check, seed=args.seed,
+                   n_boot=args.n_boot, n_perm=args.n_perm, interval=args.interval, block_length=args.block_length,
+                   example_boot=args.example_boot,
+                   gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points))
+    pc = analyse(long, opts, examples, run_info=info)
+    agree = agreement(pc[pc["run"] == "pooled"], opts.alpha, opts.correction)
     write_tables(pc, agree, out)
     write_json_atomic(out / "settings.json", {"input": str(args.table), "sha256": sha256_file(args.table),
                                               "format": args.format, "unit": args.unit,
@@ -207,11 +250,21 @@ def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
 
 
 def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
-    """Log the headline numbers: finite and significant cells, agreement verdicts."""
+    """Log the headline numbers: finite, significant and unresolved cells, checks, verdicts."""
     pooled = pc[pc["run"] == "pooled"]
     for (m, r), g in pooled.groupby(["method", "residualiser"]):
-        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d", m, r, len(g),
-                    int(g["r"].notna().sum()), opts.correction, opts.alpha, int(g["significant"].sum()))
+        conc = g["conclusion"].value_counts()
+        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
+                    "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
+                    "without step 0 %d", m, r, len(g), int(g["r"].notna().sum()), opts.correction, opts.alpha,
+                    int(g["significant"].sum()), conc.get("positive", 0), conc.get("negative", 0),
+                    conc.get("near zero", 0), conc.get("unresolved", 0), int((g["curvature"] == True).sum()),  # noqa: E712
+                    int((g["step0_changes"] == True).sum()))  # noqa: E712
+    runs = pc[pc["run"] != "pooled"]
+    low = runs["note"].astype(str).str.startswith("effective sample size")
+    if low.any():
+        logger.info("%d of %d run cells have too little effective information (n_eff < %g): see their note",
+                    int(low.sum()), len(runs), opts.min_n_eff)
     if not agree.empty:
         counts = agree.groupby(["method", "residualiser", "verdict"]).size()
         for (m, r, v), k in counts.items():
@@ -223,14 +276,16 @@ def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> Non
 
     models = sorted(pc["model"].unique())
     for m in models:
-        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser)
+        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser,
+                      alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
         plots.scatter(long, m, str(out / "scatter" / f"{safe_name(m)}.png"),
                       residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
                       gam_settings=opts.gam)
         if pd.api.types.is_numeric_dtype(long["unit"]):
             plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
     if len(models) > 1:
-        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser)
+        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser, alpha=opts.alpha,
+                           level=opts.level, near_zero=opts.near_zero)
     else:
         log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
     log.info("wrote figures under %s", out)

@@ -5,19 +5,27 @@ For one run, each unit (checkpoint) has an in-domain score z and OOD scores x, y
 training step) explains from x and from y; the correlation of the residuals is
 the partial correlation. Degenerate cells are NaN with the reason in ``note``.
 
-Modules: :mod:`.residualise` (linear, GAM), :mod:`.correlate` (methods, one pair),
-:mod:`.resample` (block bootstrap, block permutation), :mod:`.multitest` (Holm,
-BH), :mod:`.pooling` (runs -> model, agreement across models), :mod:`.tables`
-(reading long/wide tables, summary rows), :mod:`.pipeline` (everything together).
+Modules (imports go down this list, never up; nothing here imports torch or the
+workflow's modules): :mod:`.residualise` (linear, GAM, their residual-maker
+matrices), :mod:`.correlate` (methods, one pair), :mod:`.resample` (block bootstrap,
+block permutation: the ``block`` inference), :mod:`.inference` (effective sample
+size, the modified t-test and its interval: one procedure per cell),
+:mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
+meta-analysis; heterogeneity and sign reversal across models), :mod:`.tables`
+(reading long/wide tables, summary rows), :mod:`.pipeline` (everything together),
+:mod:`.simulate` (simulated runs and the calibration loop the tests and
+``benchmarks/analysis_coverage.py`` use).
 """
 from .correlate import METHODS, corr, partial_corr, residual_pair
+from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
-from .pipeline import CANON, COLUMNS, Options, analyse, analyse_run
-from .pooling import agreement, fisher_mean, pool_runs
+from .pipeline import CANON, COLUMNS, CONCLUSIONS, Options, analyse, analyse_run
+from .pooling import AGREEMENT_COLUMNS, VERDICTS, agreement, combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
 
-__all__ = ["METHODS", "RESIDUALISERS", "CANON", "COLUMNS", "Degenerate", "GamSettings", "Options", "adjust",
-           "agreement", "analyse", "analyse_run", "auto_block_length", "bh", "block_permutation_p",
-           "bootstrap_ci", "corr", "fisher_mean", "holm", "moving_block_indices", "partial_corr",
-           "pool_runs", "residual_pair"]
+__all__ = ["AGREEMENT_COLUMNS", "CANON", "COLUMNS", "CONCLUSIONS", "INFERENCES", "METHODS", "RESIDUALISERS",
+           "VERDICTS", "Degenerate", "GamSettings", "Options", "adjust", "agreement", "analyse", "analyse_run",
+           "assess", "auto_block_length", "bh", "block_permutation_p", "bootstrap_ci", "combine", "corr",
+           "dependence", "effective_n", "fisher_mean", "holm", "moving_block_indices", "partial_corr", "pool_runs",
+           "residual_pair"]

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from .residualise import Degenerate, GamSettings, Spec, parse, residualise
+from .residualise import Degenerate, GamSettings, Spec, linear, linear_maker, parse, residualise
 
 METHODS = ("pearson", "spearman", "kendall")
 
@@ -41,7 +41,8 @@ def corr(rx: np.ndarray, ry: np.ndarray, method: str) -> float:
     if method == "kendall":
         return float(stats.kendalltau(rx, ry).statistic)
     a, b = rx - rx.mean(), ry - ry.mean()
-    return float(np.clip((a @ b) / math.sqrt((a @ a) * (b @ b)), -1.0, 1.0))
+    den = math.sqrt(float(a @ a) * float(b @ b))
+    return min(max(float(a @ b) / den, -1.0), 1.0) if den > 0 else math.nan
 
 
 def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) -> np.ndarray:
@@ -97,7 +98,8 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
                   lams: tuple | None = None) -> dict:
     """Residuals of x and y given the covariates, on the complete rows.
 
-    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y"}``; raises
+    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y", "Rx", "Ry"}``
+    (``R*``: the residual-maker matrices, see :mod:`.residualise`); raises
     :class:`Degenerate` with the reason when the pair cannot be computed. ``cache``
     (a dict) reuses a series' residuals across pairs with the same complete rows;
     ``names`` identify x and y in it. ``lams`` fixes the GAM penalties (no GCV).
@@ -118,25 +120,42 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
     if n < need:
         what = "" if n == len(x) else f" of {len(x)} (the others have a missing value)"
         raise Degenerate(f"only {n} complete points{what}; the {residualiser} residualiser needs at least {need}")
-    x, y, Z = x[mask], y[mask], Z[mask]
-    for label, v in ((names[0], x), (names[1], y)):
-        if np.ptp(v) == 0:
+    all_rows = n == len(x)
+    xm, ym = (x, y) if all_rows else (x[mask], y[mask])
+    for label, v in ((names[0], xm), (names[1], ym)):
+        if v.max() == v.min():
             raise Degenerate(f"{label} is constant across the {n} points")
-    for j in range(Z.shape[1]):
-        if np.ptp(Z[:, j]) == 0:
-            raise Degenerate("the covariate (in-domain score) is constant" if j == 0
-                             else "the training step is constant")
-    Zt = np.column_stack([transform(method, Z[:, j]) for j in range(Z.shape[1])])
-    out = {"mask": mask, "n": n}
     key_mask = mask.tobytes()
-    for label, name, v, lam in (("x", names[0], x, lams[0] if lams else None),
-                                ("y", names[1], y, lams[1] if lams else None)):
+    zkey = ("covariates", method, spec.name, key_mask, Z.tobytes())
+    Zt = cache.get(zkey) if cache is not None else None
+    if Zt is None:
+        Zm = Z if all_rows else Z[mask]
+        Zt = None
+        for j in range(Zm.shape[1]):
+            if np.ptp(Zm[:, j]) == 0:
+                Zt = Degenerate("the covariate (in-domain score) is constant" if j == 0
+                                else "the training step is constant")
+                break
+        if Zt is None:
+            Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
+            Zt = (Zt, linear_maker(Zt) if spec.kind == "linear" else None)
+        if cache is not None:
+            cache[zkey] = Zt
+    if isinstance(Zt, Degenerate):
+        raise Zt
+    Zt, maker = Zt
+    out = {"mask": mask, "n": n}
+    for label, name, v, lam in (("x", names[0], xm, lams[0] if lams else None),
+                                ("y", names[1], ym, lams[1] if lams else None)):
         key = (name, method, spec.name, key_mask, repr(lam))
         if cache is not None and key in cache:
             res = cache[key]
         else:
             vt = transform(method, v)
-            res = residualise(vt, Zt, spec, gam, lam)
+            if maker is not None:  # OLS: the residual maker is shared by every series with these rows
+                res = (*linear(vt, Zt), None, maker)
+            else:
+                res = residualise(vt, Zt, spec, gam, lam)
             scale = max(float(np.abs(vt).max()), 1e-300)
             if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
                 res = Degenerate(f"the covariate explains {name} exactly (zero residual)")
@@ -144,7 +163,7 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
                 cache[key] = res
         if isinstance(res, Degenerate):
             raise res
-        out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"] = res
+        out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"], out[f"R{label}"] = res
     return out
 
 

@@ -1,17 +1,39 @@
-"""Pooling runs of one model, and the agreement table across models.
+"""Pooling runs of one model (a meta-analysis), and the test of the paper's claim across models.
 
-Pooling: the per-run partial correlations of one model (same in-domain set, all
-seeds and training sizes) are averaged in Fisher-z space, with equal weight per
-run. Why this and not pooled residuals with run fixed effects: each run is its own
-trajectory with its own in-domain curve, so a residualiser fitted per run is the
-estimand the paper defines; pooling residuals would let long runs (more
-checkpoints) and runs with large score swings dominate, and would treat
-checkpoints from different runs as one autocorrelated series. Runs are the
-replicates of the experiment (random seeds), so they get equal weight, and the
-spread *between* runs measures the uncertainty of the mean honestly, whatever the
-autocorrelation within runs: the pooled interval and p-value are a t-interval and
-one-sample t-test on the runs' z values (k - 1 degrees of freedom). With a single
-run the pooled row repeats that run's interval and p-value.
+Pooling. Each run of a model is a replicate of the experiment (a seed); its partial
+correlation r_i comes with a within-run standard error ``se_z`` of Fisher's
+z = atanh(r_i) from the per-run procedure (:mod:`.inference`). The pooled row is a
+random-effects meta-analysis of the runs' z values (Paule-Mandel between-run
+variance tau^2; weights 1 / (se_z^2 + tau^2)):
+
+* 3 or more runs: the Hartung-Knapp(-Sidik-Jonkman) interval on k - 1 degrees of
+  freedom, but never narrower than the normal random-effects interval (so runs that
+  happen to agree closely cannot shrink the interval below what their own
+  uncertainty allows), and the p-value of the same rule (the larger of the two),
+  so interval and p agree. ``tau2`` and ``i2`` (the share of the spread between
+  runs not explained by their within-run uncertainty) are columns.
+* 2 runs: between-run variation cannot be estimated, and a t-test on 1 degree of
+  freedom is meaningless (two runs that happen to agree give any p-value at all).
+  By default (``two_runs="none"``) the row has no interval and no p-value: ``r`` is
+  the inverse-variance mean of the two runs, descriptive only, and the note says
+  so. ``two_runs="fixed-effect"`` gives the fixed-effect combination with a normal
+  interval instead, which assumes both runs share one correlation (measured: its
+  size grows with the between-run spread, see the README).
+* 1 run: the run's own r, interval and p-value.
+
+Runs with no value, or with too little effective information for an interval, are
+left out of the weights and counted in the note. Why per-run correlations and not
+pooled residuals: each run has its own trajectory and in-domain curve, so a
+residualiser fitted per run is the estimand the paper defines; pooling residuals
+would let long runs dominate and treat checkpoints of different runs as one series.
+The measured calibration is in ``benchmarks/analysis_coverage.py`` (README).
+
+Agreement across models (:func:`agreement`): per OOD pair, Cochran's Q on the
+models' pooled z values (do the models' effects differ?), and a sign-reversal test:
+an intersection-union test of "some model's correlation is positive AND some
+model's is negative", each part a Bonferroni combination over the models of their
+one-sided pooled p-values. Both p-values are corrected across the pairs of one
+table with ``correction`` (Holm: family-wise error rate; BH: false discovery rate).
 """
 from __future__ import annotations
 
@@ -19,9 +41,15 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
+
+from . import multitest
 
 Z_CLIP = 0.9999  # |r| cap before arctanh (z = 4.95): one perfect r from a short run cannot dominate
+
+
+def fisher_z(r) -> np.ndarray:
+    return np.arctanh(np.clip(np.asarray(r, dtype=float), -Z_CLIP, Z_CLIP))
 
 
 def fisher_mean(rs) -> float:
@@ -29,87 +57,273 @@ def fisher_mean(rs) -> float:
     rs = np.asarray([r for r in rs if np.isfinite(r)], dtype=float)
     if not len(rs):
         return math.nan
-    return float(np.tanh(np.mean(np.arctanh(np.clip(rs, -Z_CLIP, Z_CLIP)))))
+    return float(np.tanh(np.mean(fisher_z(rs))))
 
 
-POOL_KEYS = ["model", "in_domain", "x", "y", "method", "residualiser"]
+def tau2_paule_mandel(z: np.ndarray, v: np.ndarray) -> float:
+    """Between-study variance: the tau^2 >= 0 at which the generalised Q equals k - 1."""
+    k = len(z)
+
+    def excess(t2):
+        w = 1 / (v + t2)
+        m = (w * z).sum() / w.sum()
+        return float((w * (z - m) ** 2).sum()) - (k - 1)
+
+    if k < 2 or excess(0.0) <= 0:
+        return 0.0
+    hi = max(float(np.var(z)), 1e-8)
+    while excess(hi) > 0:
+        hi *= 4
+    return float(optimize.brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-10))
 
 
-def pool_runs(rows: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
-    """One ``run == "pooled"`` row per model, in-domain set, pair, method and residualiser."""
-    out = []
-    for key, g in rows.groupby(POOL_KEYS, sort=True, dropna=False):
-        fin = g[np.isfinite(g["r"].astype(float))]
-        k = len(fin)
-        row = {**dict(zip(POOL_KEYS, key)), "run": "pooled", "r": math.nan, "ci_low": math.nan,
-               "ci_high": math.nan, "p": math.nan, "p_param": math.nan, "p_perm": math.nan,
-               "n": int(fin["n"].sum()), "n_units": int(g["n_units"].sum()), "n_runs": len(g),
-               "n_runs_finite": k, "block_length": math.nan, "note": "", "p_method": ""}
-        if k == 0:
-            notes = sorted({n for n in g["note"] if n})
-            row["note"] = "no run gave a value: " + "; ".join(notes)
-        elif k == 1:
-            one = fin.iloc[0]
-            row.update(r=float(one["r"]), ci_low=one["ci_low"], ci_high=one["ci_high"], p=one["p"],
-                       p_param=one["p_param"], p_perm=one["p_perm"], block_length=one["block_length"],
-                       p_method=f"{one['p_method']} (single run)")
+def combine(z, v, level: float = 0.95) -> dict:
+    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see the module doc.
+
+    Returns ``z, lo, hi, p, se_z, tau2, i2, q, how``; ``lo``/``hi`` on the z scale."""
+    z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
+    k = len(z)
+    qn = float(stats.norm.ppf(0.5 + level / 2))
+    w = 1 / v
+    m_fe = float((w * z).sum() / w.sum())
+    q = float((w * (z - m_fe) ** 2).sum())
+    i2 = max(0.0, (q - (k - 1)) / q) if k > 1 and q > 0 else (0.0 if k > 1 else math.nan)
+    if k == 1:
+        se = math.sqrt(v[0])
+        return {"z": z[0], "lo": z[0] - qn * se, "hi": z[0] + qn * se, "p": float(2 * stats.norm.sf(abs(z[0]) / se)),
+                "se_z": se, "tau2": math.nan, "i2": math.nan, "q": math.nan, "how": "single run"}
+    if k == 2:
+        se = 1 / math.sqrt(w.sum())
+        return {"z": m_fe, "lo": m_fe - qn * se, "hi": m_fe + qn * se, "p": float(2 * stats.norm.sf(abs(m_fe) / se)),
+                "se_z": se, "tau2": math.nan, "i2": i2, "q": q, "how": "fixed effect across 2 runs"}
+    t2 = tau2_paule_mandel(z, v)
+    ws = 1 / (v + t2)
+    m = float((ws * z).sum() / ws.sum())
+    se_re = 1 / math.sqrt(ws.sum())
+    q_hk = float((ws * (z - m) ** 2).sum()) / (k - 1)
+    tq = float(stats.t.ppf(0.5 + level / 2, k - 1))
+    half = max(tq * math.sqrt(q_hk) * se_re, qn * se_re)
+    p_hk = float(2 * stats.t.sf(abs(m) / (math.sqrt(q_hk) * se_re), k - 1)) if q_hk > 0 else 0.0
+    p = max(p_hk, float(2 * stats.norm.sf(abs(m) / se_re)))
+    return {"z": m, "lo": m - half, "hi": m + half, "p": p, "se_z": half / qn, "tau2": t2, "i2": i2, "q": q,
+            "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
+
+
+POOL_KEYS = ["model", "in_domain", "pool_group", "x", "y", "method", "residualiser"]
+
+
+TWO_RUNS = ("none", "fixed-effect")
+
+
+def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "none") -> tuple[dict, str]:
+    """Pooled r, ci_low, ci_high, p, se_z, tau2, i2, p_method, n_runs_finite of one group of run
+    rows, read from the columns ``r<sfx>``, ``se_z<sfx>``, ...; and a note."""
+    r = g["r" + sfx].to_numpy(float)
+    se = g["se_z" + sfx].to_numpy(float)
+    fin = np.isfinite(r)
+    use = fin & np.isfinite(se) & (se > 0)
+    k, k_fin = int(use.sum()), int(fin.sum())
+    nan = {"r": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan, "se_z": math.nan,
+           "tau2": math.nan, "i2": math.nan, "p_method": "", "n_runs_finite": k}
+    left = k_fin - k
+    note = (f"{left} of {k_fin} runs with a value left out: too little effective information for an interval"
+            if left else "")
+    if k == 0:
+        if k_fin:
+            return {**nan, "r": fisher_mean(r)}, (f"no run had enough effective information for an interval "
+                                                 f"({k_fin} with a value; r is their Fisher-z mean, descriptive only)")
+        notes = sorted({n for n in g["note"] if isinstance(n, str) and n}) if "note" in g else []
+        return nan, "no run gave a value" + (": " + "; ".join(notes) if notes else "")
+    if k == 1:
+        one = g[use].iloc[0]
+        how = one["p_method"] if "p_method" in g else ""
+        return {**nan, "r": float(one["r" + sfx]), "ci_low": float(one["ci_low" + sfx]),
+                "ci_high": float(one["ci_high" + sfx]), "p": float(one["p" + sfx]), "se_z": float(one["se_z" + sfx]),
+                "p_method": f"{how} (single run)".strip(), "n_runs_finite": 1}, note
+    res = combine(fisher_z(r[use]), se[use] ** 2, level)
+    out = {"r": math.tanh(res["z"]), "ci_low": math.tanh(res["lo"]), "ci_high": math.tanh(res["hi"]), "p": res["p"],
+           "se_z": res["se_z"], "tau2": res["tau2"], "i2": res["i2"], "p_method": res["how"], "n_runs_finite": k}
+    if k == 2 and two_runs == "fixed-effect":
+        note = "; ".join(x for x in (note, "2 runs: a fixed-effect combination, which assumes both runs share one "
+                                           "correlation (between-run variation cannot be estimated from 2 runs)") if x)
+    elif k == 2:
+        out.update(ci_low=math.nan, ci_high=math.nan, p=math.nan, se_z=math.nan, p_method="")
+        note = "; ".join(x for x in (note, "2 runs: no pooled interval or p-value (between-run variation cannot be "
+                                           "estimated from 2 runs); r is their inverse-variance mean, descriptive "
+                                           "only; see the run rows, or add a third run") if x)
+    return out, note
+
+
+def _groups(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(first row of each group, the row positions of each group), groups sorted by ``keys``."""
+    codes = df.groupby(keys, sort=True, dropna=False).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    parts = np.split(order, bounds) if len(order) else []
+    return np.array([p[0] for p in parts], dtype=int), parts
+
+
+def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -> pd.DataFrame:
+    """One ``run == "pooled"`` row per model, in-domain set, pool group, pair, method and residualiser.
+
+    ``rows`` are run rows with ``r``, ``se_z``, ``ci_low``, ``ci_high``, ``p``, ``n``,
+    ``n_units``, ``note``, ``p_method`` (and the same with the suffix ``_no_step0`` for the
+    step-0 check, when present)."""
+    rows = rows if "pool_group" in rows.columns else rows.assign(pool_group="all runs")
+    rows = rows.reset_index(drop=True)
+    if rows.empty:
+        return pd.DataFrame()
+    firsts, parts = _groups(rows, POOL_KEYS)
+    out = rows.loc[firsts, POOL_KEYS].reset_index(drop=True)
+    out["run"] = "pooled"
+    r_all = rows["r"].to_numpy(float)
+    fin_all = np.isfinite(r_all)
+    n_all, units_all = rows["n"].to_numpy(float), rows["n_units"].to_numpy(float)
+    out["n"] = [int(n_all[p][fin_all[p]].sum()) for p in parts]
+    out["n_units"] = [int(units_all[p].sum()) for p in parts]
+    out["n_runs"] = [len(p) for p in parts]
+    for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
+        out[c] = math.nan
+    sfxs = [""] + (["_no_step0"] if "r_no_step0" in rows.columns else [])
+    cols = ("r", "ci_low", "ci_high", "p", "se_z")
+    for sfx in sfxs:
+        r = rows["r" + sfx].to_numpy(float)
+        se = rows["se_z" + sfx].to_numpy(float)
+        use = np.isfinite(r) & np.isfinite(se) & (se > 0)
+        k_use = np.array([int(use[p].sum()) for p in parts])
+        k_fin = np.array([int(np.isfinite(r[p]).sum()) for p in parts])
+        res = {c: np.full(len(parts), np.nan) for c in cols + ("tau2", "i2")}
+        how = np.full(len(parts), "", dtype=object)
+        notes = np.full(len(parts), "", dtype=object)
+        # the common case, one run with an interval and no other run with a value: that run's own row
+        single = np.flatnonzero((k_use == 1) & (k_fin == 1) & (np.array([len(p) for p in parts]) == 1))
+        if len(single):
+            src = np.array([parts[i][0] for i in single])
+            for c in cols:
+                res[c][single] = rows[c + sfx].to_numpy(float)[src]
+            if sfx == "":  # a single run's effective sample size and autocorrelations are the pool's
+                for c in ("n_eff", "phi_x", "phi_y"):
+                    if c in rows:
+                        out.loc[single, c] = rows[c].to_numpy(float)[src]
+            if "p_method" in rows:
+                how[single] = [f"{m} (single run)" for m in rows["p_method"].to_numpy()[src]]
+        done = np.zeros(len(parts), bool)
+        done[single] = True
+        for i in np.flatnonzero(~done):
+            got, note = _pool_one(rows.iloc[parts[i]], level, sfx, two_runs)
+            for c in cols + ("tau2", "i2"):
+                res[c][i] = got[c]
+            how[i], notes[i] = got["p_method"], note
+            if sfx == "":
+                out.loc[i, "n_runs_finite"] = got["n_runs_finite"]
+        if sfx == "":
+            for c in cols + ("tau2", "i2"):
+                out[c] = res[c]
+            out["p_method"] = how
+            out["note"] = notes
+            if "n_runs_finite" not in out:
+                out["n_runs_finite"] = 1
+            out.loc[single, "n_runs_finite"] = 1
         else:
-            z = np.arctanh(np.clip(fin["r"].to_numpy(float), -Z_CLIP, Z_CLIP))
-            m, sd = float(z.mean()), float(z.std(ddof=1))
-            row["r"] = math.tanh(m)
-            row["p_method"] = f"t-test across {k} runs (Fisher z)"
-            if sd > 0:
-                half = stats.t.ppf(0.5 + level / 2, k - 1) * sd / math.sqrt(k)
-                row.update(ci_low=math.tanh(m - half), ci_high=math.tanh(m + half),
-                           p=float(stats.ttest_1samp(z, 0.0).pvalue))
-            else:
-                row["note"] = f"all {k} runs gave the same r; no spread to test against"
-        out.append(row)
-    return pd.DataFrame(out)
+            for c in cols:
+                out[c + sfx] = res[c]
+    out["n_runs_finite"] = out["n_runs_finite"].fillna(1).astype(int)
+    return out
 
 
-VERDICTS = ("conflict", "agree", "same sign", "opposite sign", "single model", "no data")
+VERDICTS = ("sign reversal", "models differ", "no evidence of difference", "fewer than 2 models tested", "no data")
+AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
+AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
+    "verdict", "n_models", "n_finite", "n_positive", "n_negative", "n_sig_positive", "n_sig_negative",
+    "q_models", "df_models", "i2_models", "p_heterogeneity", "p_heterogeneity_adj", "p_reversal", "p_reversal_adj",
+    "reversal", "correction", "family_size", "by_model"]
 
 
-def agreement(pooled: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Per OOD pair (and in-domain set, method, residualiser): each model's sign and
-    significance, and a verdict on whether the models agree.
+def _fmt(v: float) -> str:
+    return f"{v:+.2f}" if np.isfinite(v) else "n/a"
 
-    ``verdict`` is one of: ``conflict`` (at least one model significantly positive and
-    one significantly negative: the paper's phenomenon), ``agree`` (every model
-    significant with the same sign), ``same sign`` (all point estimates share a sign,
-    not all significant), ``opposite sign`` (point estimates differ in sign, not both
-    significantly), ``single model`` (fewer than two models with a value), ``no data``.
-    Significance is ``p_adj < alpha`` of the pooled row.
+
+def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm") -> pd.DataFrame:
+    """Per OOD pair (and in-domain set, pool group, method, residualiser): do the models differ,
+    and does the sign reverse between models? See the module doc; the README explains the columns.
+
+    ``verdict``: ``sign reversal`` (``p_reversal_adj < alpha``: at least one model's pooled
+    correlation is significantly positive and another's significantly negative, with the
+    error rate controlled across the table's pairs), ``models differ`` (the heterogeneity
+    test across models is significant after correction, no reversal), ``no evidence of
+    difference``, ``fewer than 2 models tested`` (fewer than two models with a pooled p-value),
+    ``no data``.
     """
-    keys = ["in_domain", "x", "y", "method", "residualiser"]
+    pooled = pooled if "pool_group" in pooled.columns else pooled.assign(pool_group="all runs")
+    pooled = pooled.sort_values("model", kind="stable").reset_index(drop=True)
+    if pooled.empty:
+        return pd.DataFrame(columns=AGREEMENT_COLUMNS)
+
+    def col(name):
+        return pooled[name].to_numpy(float) if name in pooled else np.full(len(pooled), np.nan)
+
+    R, P, LO, HI, SE = col("r"), col("p"), col("ci_low"), col("ci_high"), col("se_z")
+    SIG = np.array([v is True or v == 1 for v in pooled["significant"]]) if "significant" in pooled \
+        else np.zeros(len(pooled), bool)
+    MODELS = pooled["model"].astype(str).to_numpy()
+    firsts, parts = _groups(pooled, AGREEMENT_KEYS)
     rows = []
-    for key, g in pooled.groupby(keys, sort=True, dropna=False):
-        g = g.sort_values("model")
-        r = g["r"].to_numpy(float)
+    for first, idx in zip(firsts, parts):
+        r, p, lo, hi, se, names = R[idx], P[idx], LO[idx], HI[idx], SE[idx], MODELS[idx]
         fin = np.isfinite(r)
-        sig = fin & (g["p_adj"].to_numpy(float) < alpha)
+        sig = fin & SIG[idx]
         pos, neg = fin & (r > 0), fin & (r < 0)
-        n_fin = int(fin.sum())
-        if n_fin == 0:
-            verdict = "no data"
-        elif (sig & pos).any() and (sig & neg).any():
-            verdict = "conflict"
-        elif n_fin < 2:
-            verdict = "single model"
-        elif sig[fin].all() and (pos[fin].all() or neg[fin].all()):
-            verdict = "agree"
-        elif pos[fin].all() or neg[fin].all():
-            verdict = "same sign"
+        tested = fin & np.isfinite(p)
+        M = int(tested.sum())
+        row = {"n_models": len(idx), "n_finite": int(fin.sum()), "n_positive": int(pos.sum()),
+               "n_negative": int(neg.sum()), "n_sig_positive": int((sig & pos).sum()),
+               "n_sig_negative": int((sig & neg).sum()), "q_models": math.nan, "df_models": math.nan,
+               "i2_models": math.nan, "p_heterogeneity": math.nan, "p_reversal": math.nan, "reversal": "",
+               "n_tested": M, "_first": first}
+        het = fin & np.isfinite(se) & (se > 0)
+        if het.sum() >= 2:
+            z, w = fisher_z(r[het]), 1 / se[het] ** 2
+            q = float((w * (z - (w * z).sum() / w.sum()) ** 2).sum())
+            df = int(het.sum()) - 1
+            row.update(q_models=q, df_models=df, i2_models=max(0.0, (q - df) / q) if q > 0 else 0.0,
+                       p_heterogeneity=float(stats.chi2.sf(q, df)))
+        if M >= 2:
+            one_pos = np.where(r[tested] > 0, p[tested] / 2, 1 - p[tested] / 2)
+            one_neg = 1 - one_pos
+            row["p_reversal"] = max(min(1.0, M * one_pos.min()), min(1.0, M * one_neg.min()))
+            a, b = int(np.argmin(one_pos)), int(np.argmin(one_neg))
+            if r[tested][a] > 0 and r[tested][b] < 0:
+                row["reversal"] = (f"{names[tested][a]} {_fmt(r[tested][a])} vs "
+                                   f"{names[tested][b]} {_fmt(r[tested][b])}")
+        row["by_model"] = "; ".join(
+            f"{m}: {_fmt(v)}{'*' if s_ else ''}" + (f" [{l:+.2f}, {h:+.2f}]" if np.isfinite(l) and np.isfinite(h)
+                                                   else "")
+            for m, v, s_, l, h in zip(names, r, sig, lo, hi))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    keys = pooled.loc[df["_first"].to_numpy(), AGREEMENT_KEYS].reset_index(drop=True)
+    df = pd.concat([keys, df.drop(columns="_first")], axis=1)
+    df["correction"] = correction
+    df["p_heterogeneity_adj"] = math.nan
+    df["p_reversal_adj"] = math.nan
+    df["family_size"] = 0
+    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
+    for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
+        for col in ("p_heterogeneity", "p_reversal"):
+            df.loc[idx, f"{col}_adj"] = multitest.adjust(df.loc[idx, col].to_numpy(float), correction)
+        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
+    verdict = []
+    for row in df.itertuples(index=False):
+        if row.n_finite == 0:
+            verdict.append("no data")
+        elif row.n_tested < 2:
+            verdict.append("fewer than 2 models tested")
+        elif row.p_reversal_adj < alpha:
+            verdict.append("sign reversal")
+        elif row.p_heterogeneity_adj < alpha:
+            verdict.append("models differ")
         else:
-            verdict = "opposite sign"
-        detail = "; ".join(
-            f"{m}: " + (f"{v:+.2f}{'*' if s else ''}" if np.isfinite(v) else "n/a")
-            for m, v, s in zip(g["model"], r, sig))
-        rows.append({**dict(zip(keys, key)), "n_models": len(g), "n_finite": n_fin,
-                     "n_positive": int(pos.sum()), "n_negative": int(neg.sum()),
-                     "n_sig_positive": int((sig & pos).sum()), "n_sig_negative": int((sig & neg).sum()),
-                     "verdict": verdict, "by_model": detail})
-    cols = keys + ["n_models", "n_finite", "n_positive", "n_negative", "n_sig_positive", "n_sig_negative",
-                   "verdict", "by_model"]
-    return pd.DataFrame(rows, columns=cols)
+            verdict.append("no evidence of difference")
+    df["verdict"] = verdict
+    df.loc[df["verdict"] != "sign reversal", "reversal"] = ""
+    return df[AGREEMENT_COLUMNS]

@@ -86,14 +86,15 @@ def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> 
 
 
 def bootstrap_ci(rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_boot: int, level: float,
-                 rng: np.random.Generator, kind: str = "fisher-z") -> tuple[float, float, int]:
+                 rng: np.random.Generator, kind: str = "fisher-z") -> tuple[float, float, int, float]:
     """Interval for the residual correlation under the moving-block bootstrap.
 
     Resamples whose residuals are constant (possible for tiny n) are dropped; if more
-    than half are, the interval is NaN. Returns (low, high, resamples used).
+    than half are, the interval is NaN. Returns (low, high, resamples used, standard
+    deviation of the resampled Fisher z).
     """
     if n_boot <= 1:
-        return math.nan, math.nan, 0
+        return math.nan, math.nan, 0, math.nan
     n = len(rx)
     idx = moving_block_indices(n, b, n_boot, rng)
     if method == "kendall":
@@ -110,9 +111,10 @@ def bootstrap_ci(rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_boot: in
         rs[ok] = np.clip(sxy[ok] / np.sqrt(sxx[ok] * syy[ok]), -1.0, 1.0)
     rs = rs[np.isfinite(rs)]
     if len(rs) < max(2, n_boot / 2):
-        return math.nan, math.nan, len(rs)
+        return math.nan, math.nan, len(rs), math.nan
     lo, hi = interval(corr(rx, ry, method), rs, level, kind)
-    return lo, hi, len(rs)
+    se = float(np.arctanh(np.clip(rs, -1 + 1e-9, 1 - 1e-9)).std(ddof=1))
+    return lo, hi, len(rs), se
 
 
 def _blocks(n: int, b: int) -> list[np.ndarray]:

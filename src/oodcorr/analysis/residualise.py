@@ -3,9 +3,12 @@ step) explain from one score series.
 
 A residualiser is named by a spec: ``linear`` or ``gam``, optionally followed by
 ``+step`` to add the training step as a second covariate (``gam+step``). Each
-returns the residuals and the effective degrees of freedom it used (the
-intercept included), or raises :class:`Degenerate` with the reason, which the
-caller turns into a NaN cell with that reason in ``note``.
+returns the residuals, the effective degrees of freedom it used (the intercept
+included) and its *residual-maker* matrix ``R`` (residuals = ``R @ y``: ``I - H``
+for OLS, ``I - S`` for the GAM's smoother matrix at the chosen penalty), which
+:mod:`.inference` needs to know how the residualiser shapes the residuals'
+dependence; or it raises :class:`Degenerate` with the reason, which the caller
+turns into a NaN cell with that reason in ``note``.
 """
 from __future__ import annotations
 
@@ -71,6 +74,25 @@ def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
     return y - X @ beta, float(X.shape[1])
 
 
+def linear_maker(Z: np.ndarray) -> np.ndarray:
+    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix."""
+    X = np.column_stack([np.ones(len(Z)), Z])
+    return np.eye(len(Z)) - X @ np.linalg.pinv(X)
+
+
+def gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
+    """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty.
+
+    pygam solves the penalised least squares ``(B'B + P + sqrt(eps) I) b = B'y`` in one
+    step for the identity link (its PIRLS loop converges at once), so
+    ``S = B (B'B + P + sqrt(eps) I)^-1 B'``; the caller checks ``S y`` against the
+    fitted values."""
+    B = fitted._modelmat(Z).toarray()
+    P = fitted._P().toarray()
+    A = B.T @ B + P + np.sqrt(np.finfo(float).eps) * np.eye(B.shape[1])
+    return np.eye(len(Z)) - B @ np.linalg.solve(A, B.T)
+
+
 def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     """Fit a LinearGAM with one spline term per column of ``Z``.
 
@@ -96,8 +118,8 @@ def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     return gam
 
 
-def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None) -> tuple[np.ndarray, float, object]:
-    """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty)."""
+def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
+    """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty, residual maker)."""
     n = len(y)
     if n < settings.min_points:
         raise Degenerate(f"only {n} complete points; the GAM residualiser needs at least {settings.min_points}")
@@ -110,12 +132,16 @@ def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None) -> tuple[
     res = y - fitted.predict(Z)
     if not np.all(np.isfinite(res)):
         raise Degenerate("the GAM fit gave non-finite residuals")
-    return res, float(fitted.statistics_["edof"]), fitted.lam
+    R = gam_maker(fitted, Z)
+    scale = max(float(np.abs(y).max()), 1e-300)
+    if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
+        raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")
+    return res, float(fitted.statistics_["edof"]), fitted.lam, R
 
 
 def residualise(y: np.ndarray, Z: np.ndarray, spec: Spec, gam_settings: GamSettings, lam=None):
-    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None)."""
+    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None, residual maker)."""
     if spec.kind == "linear":
         r, dof = linear(y, Z)
-        return r, dof, None
+        return r, dof, None, linear_maker(Z)
     return gam(y, Z, gam_settings, lam)

@@ -5,7 +5,9 @@
 * :func:`from_wide` -- one row per unit, one column per testset;
 * :func:`from_long` -- one row per unit x testset;
 * :func:`from_scores` -- the workflow's ``results/<experiment>/scores.parquet``;
-* :func:`examples_from_predictions` -- the workflow's per-example predictions.
+* :func:`examples_from_predictions` -- the workflow's per-example predictions;
+* :func:`run_info` -- per-run columns of a table (e.g. ``n_train``), checked to be
+  constant within each run, for pooling by them.
 
 Summary rows. Tables published with papers often end with rows such as ``Mean``,
 ``Standard deviation``, ``Minimum``, ``Maximum``: they are not units and would
@@ -98,13 +100,14 @@ def _norm_label(v) -> str:
 
 
 def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "line",
-                      labels=SUMMARY_LABELS) -> pd.DataFrame:
-    """Drop empty rows and summary-statistic rows (logged); error on unlabelled data rows."""
+                      labels=SUMMARY_LABELS, quiet: bool = False) -> pd.DataFrame:
+    """Drop empty rows and summary-statistic rows (logged unless ``quiet``, for a second pass over
+    a table already reported); error on unlabelled data rows."""
     if unit not in df.columns:
         raise DataError(f"{source}: no unit column {unit!r}; columns are {list(df.columns)}")
     others = [c for c in df.columns if c != unit]
     empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
-    if empty.any():
+    if empty.any() and not quiet:
         log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where,
                     _ranges(df.index[empty]))
     df = df[~empty]
@@ -114,7 +117,7 @@ def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "li
                         f"column {unit!r}")
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
-    for idx, v in df.loc[summary, unit].items():
+    for idx, v in df.loc[summary, unit].items() if not quiet else ():
         log.warning("%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of "
                     "observation", source, where, idx, v)
     df = df[~summary]
@@ -215,6 +218,31 @@ def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domai
         "score": _numeric(df, score, source, where),
     }, index=df.index)
     return out.reset_index(drop=True)
+
+
+def run_info(df: pd.DataFrame, columns, *, source: str = "table", model: str | None = None,
+             run: str | None = None, model_name: str = "model") -> pd.DataFrame:
+    """One row per (model, run) with ``columns``, each of which must be constant within a run
+    (missing values ignored); a column that is absent or varies within a run is an error
+    naming it."""
+    columns = list(columns)
+    for c in columns:
+        if c not in df.columns:
+            raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
+    out = pd.DataFrame({"model": df[model].astype(str) if model else model_name,
+                        "run": df[run].astype(str) if run else "all"}, index=df.index)
+    for c in columns:
+        out[c] = df[c]
+    for c in columns:
+        counts = out.dropna(subset=[c]).groupby(["model", "run"])[c].nunique()
+        bad = counts[counts > 1]
+        if len(bad):
+            m, r = bad.index[0]
+            vals = sorted(out.loc[(out.model == m) & (out.run == r), c].dropna().unique().tolist())[:5]
+            raise DataError(f"{source}: column {c!r} is not constant within run {r!r} of model {m!r} "
+                            f"(values {vals}); pool by a column that names one value per run")
+    first = out.groupby(["model", "run"], sort=True).first()
+    return first.reset_index()
 
 
 def from_scores(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

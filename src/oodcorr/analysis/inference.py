@@ -1,0 +1,269 @@
+"""Interval and p-value of one cell from one procedure: a modified t-test whose
+effective sample size comes from the residuals' autocorrelation.
+
+Consecutive checkpoints of a run are dependent, so two OOD series carry less
+independent information than their length suggests. Following Dutilleul (1993;
+also Clifford, Richardson and Hemon 1989, Pyper and Peterman 1998), the variance
+of the correlation of two independent series with covariance matrices ``Sx`` and
+``Sy`` is ``tr(Cx Cy) / (tr Cx tr Cy)``, where ``C = R S R'`` is the covariance of
+the *residuals* (``R`` the residualiser's residual-maker matrix: ``I - H`` for OLS
+with hat matrix ``H``, ``I - S`` for the GAM's smoother ``S``). The effective
+sample size is
+
+    n_eff = 1 + tr(Cx) tr(Cy) / tr(Cx Cy),
+
+which for independent units and the linear residualiser with one covariate is
+exactly ``n - 1``, so the test below is then the ordinary partial-correlation
+t-test (pingouin's, to 1e-10).
+
+Each residual series' dependence is modelled as AR(1) over the checkpoint order,
+``corr(e_s, e_t) = phi ** |s - t|``. Its lag-1 autocorrelation estimated from
+a short residual series is strongly biased towards 0 (and more so after a trend
+like the in-domain learning curve has been regressed out: with 21 checkpoints and
+phi = 0.7 the median estimate is about 0.44), so the estimate is *corrected for the
+design*: ``phi`` is the value at which the ratio of the expected lag-1 sum to the
+expected sum of squares of the residuals, ``tr(R'AR S_phi) / tr(R'R S_phi)`` (A:
+neighbouring units), equals the observed lag-1 autocorrelation (the example's median
+becomes 0.64; a ratio of expectations is a first-order correction, and the
+calibration study measures what is left). Negative estimates count as 0
+(conservative), and ``phi`` is capped at :data:`PHI_MAX`. Exchangeable units (not
+ordered) have ``phi = 0``.
+
+The test and the interval are one procedure, so they always agree:
+
+* Pearson and Spearman: ``p`` from ``t = r sqrt((n_eff - 2) / (1 - r^2))`` on
+  ``n_eff - 2`` degrees of freedom; the interval is ``tanh(atanh r +- atanh r_c)``
+  with ``r_c`` the critical correlation of that t-test at the interval's level.
+  So the interval excludes 0 exactly when ``p < 1 - level``.
+* Kendall: ``p`` from the normal approximation of tau with the variance
+  ``2 (2 m + 5) / (9 m (m - 1))`` at ``m = n_eff``; interval as above with the
+  critical tau.
+
+Calibration (size, coverage, power on simulated learning-curve runs) is measured
+by ``benchmarks/analysis_coverage.py`` and quoted in the README.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
+_GRID = np.linspace(0.0, PHI_MAX, 100)
+
+
+def lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``out[d]`` = sum of ``M[i, j]`` over units i, j that are ``d`` checkpoints apart."""
+    d = np.abs(pos[:, None] - pos[None, :]).ravel()
+    return np.bincount(d, weights=M.ravel(), minlength=int(d.max()) + 1 if len(d) else 1)
+
+
+def ar1_corr(phi: float, pos: np.ndarray) -> np.ndarray:
+    """AR(1) correlation matrix of units at checkpoint positions ``pos``."""
+    return phi ** np.abs(pos[:, None] - pos[None, :]).astype(float)
+
+
+def neighbours(pos: np.ndarray) -> np.ndarray:
+    """Symmetric matrix with 1/2 where two units are consecutive checkpoints: r'Ar = sum r_t r_{t+1}."""
+    return (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0
+
+
+def lag1(resid: np.ndarray, pos: np.ndarray) -> float:
+    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped)."""
+    nxt = np.flatnonzero(np.diff(pos) == 1)
+    den = float(resid @ resid)
+    return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
+
+
+def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> np.ndarray:
+    """Expected lag-1 autocorrelation of the residuals ``R e`` when ``e`` is AR(1) with
+    each coefficient in ``phis`` (ratio of expectations of numerator and denominator)."""
+    num = lag_sums(R.T @ neighbours(pos) @ R, pos)
+    den = lag_sums(R.T @ R, pos)
+    powers = phis[:, None] ** np.arange(len(num))[None, :]
+    return (powers @ num) / (powers @ den)
+
+
+def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
+    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX])."""
+    raw = lag1(resid, pos)
+    if len(pos) < 3 or not np.any(np.diff(pos) == 1):
+        return raw, 0.0
+    psi = expected_lag1(R, pos)
+    if raw <= psi[0]:
+        return raw, 0.0
+    above = np.flatnonzero(psi >= raw)
+    if not len(above):
+        return raw, PHI_MAX
+    j = int(above[0])
+    t = (raw - psi[j - 1]) / (psi[j] - psi[j - 1])
+    return raw, float(_GRID[j - 1] + t * (_GRID[j] - _GRID[j - 1]))
+
+
+@dataclass(frozen=True)
+class Dependence:
+    """One residual series' dependence: the observed and corrected AR(1) coefficients and
+    the residuals' covariance matrix ``C = R S_phi R'`` (up to scale)."""
+
+    phi_raw: float
+    phi: float
+    C: np.ndarray
+    C0: np.ndarray  # R R': the residuals' covariance if the units were independent
+
+    @property
+    def traces(self) -> tuple[float, float]:
+        t = self.__dict__.get("_traces")
+        if t is None:
+            t = (float(np.trace(self.C)), float(np.trace(self.C0)))
+            object.__setattr__(self, "_traces", t)
+        return t
+
+
+def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Dependence:
+    """``pos``: checkpoint positions of the units (None: exchangeable units, phi = 0)."""
+    C0 = R @ R.T
+    if pos is None:
+        return Dependence(math.nan, 0.0, C0, C0)
+    raw, phi = corrected_phi(resid, R, pos)
+    C = C0 if phi == 0 else R @ ar1_corr(phi, pos) @ R.T
+    return Dependence(raw, phi, C, C0)
+
+
+def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
+    cross = float(np.vdot(Cx, Cy))  # tr(Cx Cy) for symmetric matrices
+    return 1.0 + tx * ty / cross if cross > 0 else math.nan
+
+
+def effective_n(dx: Dependence, dy: Dependence) -> float:
+    """Dutilleul's effective sample size of the pair, never above :func:`iid_effective_n`."""
+    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), iid_effective_n(dx, dy))
+
+
+def iid_effective_n(dx: Dependence, dy: Dependence) -> float:
+    """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
+    return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
+
+
+def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(2 * (2 * n_eff + 5) / (9 * n_eff * (n_eff - 1)))
+
+
+def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised :func:`modified_test` over arrays of r and n_eff (one method): (p, ci_low, ci_high, se_z)."""
+    r = np.asarray(r, dtype=float)
+    n_eff = np.asarray(n_eff, dtype=float)
+    q = 0.5 + level / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if method == "kendall":
+            ok = np.isfinite(r) & (n_eff > 1)
+            sd = _kendall_sd(np.where(ok, n_eff, 2.0))
+            p = 2 * stats.norm.sf(np.abs(r) / sd)
+            c = np.minimum(stats.norm.ppf(q) * sd, 1.0)
+        else:
+            dof = n_eff - 2
+            ok = np.isfinite(r) & (dof >= 1)
+            d = np.where(ok, dof, 1.0)
+            rr = np.clip(r, -1.0, 1.0)
+            t = np.abs(rr) * np.sqrt(d / np.maximum(1 - rr * rr, 1e-300))
+            p = np.where(np.abs(rr) >= 1, 0.0, 2 * stats.t.sf(t, d))
+            tc = stats.t.ppf(q, d)
+            c = tc / np.sqrt(d + tc * tc)
+        h = np.arctanh(np.minimum(c, 1 - 1e-16))
+        z = np.arctanh(np.clip(r, -1 + 1e-15, 1 - 1e-15))
+        full = c >= 1
+        lo = np.where(full, -1.0, np.tanh(z - h))
+        hi = np.where(full, 1.0, np.tanh(z + h))
+        se = np.where(full, np.inf, h / stats.norm.ppf(q))
+    nan = np.full(r.shape, np.nan)
+    return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
+
+
+def critical(method: str, n_eff: float, level: float) -> float:
+    """The |r| (or |tau|) at which the test's two-sided p equals ``1 - level``; NaN if no test."""
+    q = 0.5 + level / 2
+    if method == "kendall":
+        return min(float(stats.norm.ppf(q) * _kendall_sd(np.float64(n_eff))), 1.0) if n_eff > 1 else math.nan
+    dof = n_eff - 2
+    if not dof >= 1:
+        return math.nan
+    tc = float(stats.t.ppf(q, dof))
+    return tc / math.sqrt(dof + tc * tc)
+
+
+def p_value(method: str, r: float, n_eff: float) -> float:
+    return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
+
+
+def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[float, float, float, float]:
+    """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it.
+
+    The interval is symmetric in Fisher-z space with half-width ``atanh(critical)``, so it
+    excludes 0 exactly when ``p < 1 - level``; ``se_z`` is that half-width over the normal
+    quantile (the within-run standard error of atanh r that pooling uses). With a critical
+    value of 1 or more the interval is [-1, 1] and ``se_z`` infinite; with fewer than 3
+    effective points (Pearson, Spearman) there is no test: all NaN.
+    """
+    return tuple(float(v[0]) for v in modified_tests(method, [r], [n_eff], level))
+
+
+INFERENCES = ("modified-t", "iid", "block")
+
+
+def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inference: str = "modified-t", *,
+           deps: tuple[Dependence, Dependence] | None = None, rng: np.random.Generator | None = None,
+           block_length: int = 0, n_boot: int = 2000, n_perm: int = 2000, interval: str = "fisher-z",
+           defer: bool = False) -> dict:
+    """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
+    (:func:`.correlate.residual_pair`).
+
+    ``inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
+    with the units taken as independent: today's parametric test, too liberal on
+    autocorrelated checkpoints) or ``block`` (the earlier default, kept for comparison:
+    moving-block bootstrap interval and block-permutation p-value, which need not agree).
+    ``pos``: the units' checkpoint positions, None for exchangeable units. ``deps``: the two
+    series' :class:`Dependence`, when the caller caches them. ``block_length`` (``block``
+    only): 0 for the automatic rule, ``ceil(n^(1/3))`` for ordered units and 1 otherwise.
+
+    Returns ``r, p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
+    ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``
+    (the caller computes them for many cells at once with :func:`modified_tests`).
+    """
+    from .correlate import corr
+    from .resample import auto_block_length, block_permutation_p, bootstrap_ci
+
+    rx, ry = rp["rx"], rp["ry"]
+    r = corr(rx, ry, method)
+    out = {"r": r, "p_perm": math.nan, "block_length": math.nan}
+    if inference == "block":
+        n = len(rx)
+        b = min(block_length, n) if block_length else auto_block_length(n, pos is not None)
+        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, n_boot, level, rng, interval)
+        pperm, exact = block_permutation_p(rx, ry, method, b, n_perm, rng)
+        dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
+        n_iid = iid_effective_n(dx, dy)
+        if b > 1:
+            p, how = pperm, ("exact " if exact else "") + "block-permutation"
+        else:
+            p, how = p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
+        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, n_eff=math.nan, phi_x=math.nan, phi_y=math.nan,
+                   p_method=how, p_perm=pperm, block_length=b)
+        return out
+    if inference not in INFERENCES:
+        raise ValueError(f"unknown inference {inference!r}; choose from {', '.join(INFERENCES)}")
+    dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
+    if inference == "iid":
+        n_eff, how = iid_effective_n(dx, dy), "t-test (units independent)"
+    else:
+        n_eff = effective_n(dx, dy)
+        how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
+    if method == "kendall":
+        how = how.replace("t-test", "Kendall z-test")
+    out.update(n_eff=n_eff, phi_x=dx.phi if pos is not None else math.nan,
+               phi_y=dy.phi if pos is not None else math.nan, p_method=how)
+    if not defer:
+        p, lo, hi, se = modified_test(method, r, n_eff, level)
+        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
+    return out
