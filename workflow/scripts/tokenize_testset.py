@@ -1,6 +1,6 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
 from oodcorr.evaluate import tokenize_testset
-from oodcorr.runtime import setup_logging
+from oodcorr.runtime import end_job, setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
@@ -10,3 +10,4 @@ info = tokenize_testset(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], 
                         prompt=job["prompt"], max_length=job["max_length"], coarse=job["coarse"],
                         out_path=sm.output[0])
 print(info)
+end_job()  # skip the interpreter's teardown: about a second per job
