@@ -79,6 +79,9 @@ def parse_args(argv=None):
     p.add_argument("--max-wait", type=float, default=1800, help="seconds to wait for --max-load at most")
     p.add_argument("--workdir", default="/tmp/oodcorr-bench")
     p.add_argument("--out", help="write every repetition's numbers to this JSON file")
+    p.add_argument("--fit", nargs="+", metavar="JSON",
+                   help="measure nothing: fit fixed + per-example costs to the --out files of two or more "
+                        "testset sizes (same K) and print where lm-eval / run unit reaches 3x")
     return p.parse_args(argv)
 
 
@@ -298,6 +301,8 @@ def wait_for_quiet(max_load: float | None, max_wait: float) -> tuple[float, floa
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    if args.fit:
+        return fit_sizes(args.fit)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     env = child_env(args, workdir)
@@ -426,6 +431,63 @@ def print_table(s: dict) -> None:
               f"{c['median']:.1f} ({c['min']:.1f}–{c['max']:.1f}) | {w['median'] / k:.1f} / {c['median'] / k:.1f} | "
               f"{fmt(sw)} | {fmt(sc)} | {ld['min']:.1f}–{ld['max']:.1f} |")
     print("\nagreement:", json.dumps(s["agreement"], indent=1))
+
+
+def fit_sizes(paths: list[str], target: float = 3.0) -> dict:
+    """Each side's cost as fixed + per-example, from the medians at two or more testset sizes.
+
+    Per checkpoint, time = f + n c (least squares over the sizes); the run unit's fixed cost
+    is paid once per job (F = K f), the checkpoint unit's and lm-eval's once per checkpoint.
+    So lm-eval / run unit = K (F_lm + n c_lm) / (F_run + K n c_run): it tends to c_lm / c_run
+    as n grows, and reaches ``target`` up to n* = (K F_lm - target F_run) / (K (target c_run - c_lm)).
+    """
+    runs = sorted((json.loads(Path(p).read_text()) for p in paths), key=lambda r: r["n"])
+    ks = {r["k"] for r in runs}
+    if len(ks) != 1 or len(runs) < 2:
+        raise SystemExit("--fit needs the files of at least two testset sizes measured with the same --k")
+    k = ks.pop()
+    ns = [r["n"] for r in runs]
+    out = {"k": k, "sizes": ns, "files": paths}
+    for what in ("cpu", "wall"):
+        fits = {}
+        for side in SIDES:
+            if not all(side in r["summary"] for r in runs):
+                continue
+            ys = [r["summary"][side][what]["median"] / k for r in runs]
+            mx, my = statistics.mean(ns), statistics.mean(ys)
+            c = sum((x - mx) * (y - my) for x, y in zip(ns, ys)) / sum((x - mx) ** 2 for x in ns)
+            f = my - c * mx
+            fits[side] = {"per_example_s": c, "fixed_s": f * k if side == "run" else f,
+                          "fixed_paid": "once per job" if side == "run" else "once per checkpoint",
+                          "per_checkpoint_s": dict(zip(map(str, ns), ys))}
+        res = {"sides": fits}
+        if "run" in fits and "lmeval" in fits:
+            a, lm = fits["run"], fits["lmeval"]
+            res["per_example_ratio_lmeval_run"] = lm["per_example_s"] / a["per_example_s"]
+            denom = k * (target * a["per_example_s"] - lm["per_example_s"])
+            res[f"n_max_for_{target:g}x"] = ((k * lm["fixed_s"] - target * a["fixed_s"]) / denom
+                                            if denom > 0 else float("inf"))
+            res[f"n_max_for_{target:g}x_any_k"] = (lm["fixed_s"] / (target * a["per_example_s"] - lm["per_example_s"])
+                                                  if denom > 0 else float("inf"))
+            res["predicted_ratio"] = {str(n): k * (lm["fixed_s"] + n * lm["per_example_s"]) /
+                                      (a["fixed_s"] + k * n * a["per_example_s"]) for n in ns}
+            res["measured_ratio"] = {str(r["n"]): r["summary"]["run"][f"speedup_{what}"]["median"] for r in runs}
+        out[what] = res
+    print(f"K = {k}, sizes {ns}")
+    for what in ("cpu", "wall"):
+        print(f"\n{what} seconds:")
+        print("| side | fixed s | paid | per example s | per checkpoint at each n |")
+        print("| --- | --- | --- | --- | --- |")
+        for side, v in out[what]["sides"].items():
+            per = ", ".join(f"{n}: {y:.1f}" for n, y in v["per_checkpoint_s"].items())
+            print(f"| {SIDES[side]} | {v['fixed_s']:.2f} | {v['fixed_paid']} | {v['per_example_s']:.4f} | {per} |")
+        r = out[what]
+        if "predicted_ratio" in r:
+            print(f"per-example cost lm-eval / ours: {r['per_example_ratio_lmeval_run']:.2f}; lm-eval / run unit "
+                  f"predicted {r['predicted_ratio']}, measured {r['measured_ratio']}; reaches {target:g}x up to "
+                  f"n = {r[f'n_max_for_{target:g}x']:.1f} at K = {k} "
+                  f"(up to n = {r[f'n_max_for_{target:g}x_any_k']:.1f} for any K)")
+    return out
 
 
 if __name__ == "__main__":
