@@ -24,31 +24,23 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
-
-# architecture presets: OPT configs (hidden, layers, heads, ffn)
-ARCHS = {
-    "small": {"hidden_size": 512, "num_hidden_layers": 4, "num_attention_heads": 8, "ffn_dim": 2048},
-    # the shape of facebook/opt-1.3b
-    "1b": {"hidden_size": 2048, "num_hidden_layers": 24, "num_attention_heads": 32, "ffn_dim": 8192},
-}
-LABELS = ["entailment", "non-entailment"]
+from lmeval_common import (ARCHS, DEFAULT_TEMPLATE, DEFAULT_TESTSET, DEFAULT_VERBALISERS, LABELS, build_model,
+                           lmeval_choice_scores, load_records, median_spread, write_lmeval_task)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", default=str(REPO.parent / "shared/data/nli/rte/validation.jsonl"),
+    p.add_argument("--data", default=str(DEFAULT_TESTSET),
                    help="a JSONL testset in the oodcorr record format (premise, hypothesis, label)")
     p.add_argument("--synthetic", metavar="SHIFT", help="use a synthetic testset of this shift instead of --data")
     p.add_argument("--n", type=int, default=600, help="examples of --synthetic")
     p.add_argument("--limit", type=int, help="use only the first LIMIT examples")
-    p.add_argument("--template", default="{premise} Question: {hypothesis} Yes or No?")
-    p.add_argument("--verbalisers", nargs=2, default=[" Yes", " No"], metavar=("ENTAILMENT", "NON_ENTAILMENT"))
+    p.add_argument("--template", default=DEFAULT_TEMPLATE)
+    p.add_argument("--verbalisers", nargs=2, default=list(DEFAULT_VERBALISERS),
+                   metavar=("ENTAILMENT", "NON_ENTAILMENT"))
     p.add_argument("--arch", choices=sorted(ARCHS), default="small")
     p.add_argument("--tokenizer-vocab", type=int, default=8000, help="BPE vocabulary trained for the tokenizer")
     p.add_argument("--model-vocab", type=int, default=50272,
@@ -67,77 +59,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def build_model(args, workdir: Path) -> Path:
-    """A randomly initialised OPT built with oodcorr.tiny (tokenizer trained here); cached in workdir."""
-    from oodcorr import synthetic
-    from oodcorr.io import read_jsonl
-    from oodcorr.tiny import build_model as tiny_build, train_tokenizer
-
-    d = workdir / f"opt-{args.arch}-v{args.tokenizer_vocab}-m{args.model_vocab}-p{args.max_length}"
-    if (d / "model.safetensors").exists() or (d / "model.safetensors.index.json").exists():
-        return d
-    d.mkdir(parents=True, exist_ok=True)
-    corpus = synthetic.pretraining_corpus(20000, 0)
-    rte_train = REPO.parent / "shared/data/nli/rte/train.jsonl"
-    if rte_train.exists():  # real English for the BPE merges
-        corpus += [f"{r['premise']} {r['hypothesis']}" for r in read_jsonl(rte_train)]
-    tok = train_tokenizer(corpus, args.tokenizer_vocab, d)
-    cfg = dict(ARCHS[args.arch], word_embed_proj_dim=ARCHS[args.arch]["hidden_size"],
-               max_position_embeddings=args.max_length + 8, dropout=0.0, attention_dropout=0.0)
-    model = tiny_build({"model_type": "opt", "config": cfg}, tok, seed=0)
-    if args.model_vocab > len(tok):
-        model.resize_token_embeddings(args.model_vocab, mean_resizing=False)
-    model.save_pretrained(d)
-    return d
-
-
-def load_records(args) -> tuple[str, list[dict]]:
-    from oodcorr import data, synthetic
-
-    if args.synthetic:
-        name, recs = f"synthetic-{args.synthetic}", synthetic.generate(args.synthetic, args.n, 0)
-    else:
-        path = Path(args.data)
-        name = f"{path.parent.name}/{path.stem}"
-        import yaml
-
-        mode = dict(yaml.safe_load((REPO / "resources/label_modes.yaml").read_text())["binary"], name="binary")
-        recs, _ = data.prepare(name, {"source": "local", "path": str(path), "format": "jsonl"}, mode)
-    return name, recs[: args.limit] if args.limit else recs
-
-
-def write_lmeval_task(workdir: Path, prompts: list[str], gold: list[int], verbalisers: list[str]) -> Path:
-    """A local lm-eval task: YAML over a JSONL of already formatted prompts (doc_to_text = our prompt)."""
-    import yaml
-
-    tdir = workdir / "lmeval_task"
-    tdir.mkdir(parents=True, exist_ok=True)
-    docs = tdir / "docs.jsonl"
-    with open(docs, "w", encoding="utf-8") as fh:
-        for i, (p, g) in enumerate(zip(prompts, gold)):
-            fh.write(json.dumps({"idx": i, "prompt": p, "label": g}) + "\n")
-    task = {
-        "task": "oodcorr_bench",
-        "dataset_path": "json",
-        "dataset_kwargs": {"data_files": {"test": str(docs)}},
-        "test_split": "test",
-        "output_type": "multiple_choice",
-        "doc_to_text": "{{prompt}}",
-        # the verbalisers carry their own leading space, so no delimiter is added
-        "target_delimiter": "",
-        "doc_to_choice": list(verbalisers),
-        "doc_to_target": "label",
-        "metric_list": [{"metric": "acc"}],
-        "num_fewshot": 0,
-    }
-    (tdir / "oodcorr_bench.yaml").write_text(yaml.safe_dump(task, sort_keys=False))
-    return tdir
-
-
-def median_spread(xs: list[float]) -> dict:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "all": xs}
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     workdir = Path(args.workdir)
@@ -152,8 +73,9 @@ def main(argv=None) -> dict:
     from oodcorr.prompting import encode_prompts, format_prompt, verbaliser_ids
 
     torch.set_num_threads(args.threads)
-    model_dir = build_model(args, workdir)
-    name, recs = load_records(args)
+    model_dir = build_model(workdir, arch=args.arch, tokenizer_vocab=args.tokenizer_vocab,
+                            model_vocab=args.model_vocab, max_length=args.max_length)
+    name, recs = load_records(args.data, args.limit, args.synthetic, args.n)
     spec = {"name": "bench-opt", "path": str(model_dir), "dtype": args.dtype}
     tok = load_tokenizer(spec)
     model = load_causal_lm(spec, None, args.device).eval()
@@ -223,7 +145,7 @@ def main(argv=None) -> dict:
             samples = sorted(out["samples"]["oodcorr_bench"], key=lambda s: s["doc_id"])
             if [s["doc_id"] for s in samples] != list(range(limit or len(recs))):
                 raise RuntimeError("lm-eval returned a different set of documents")
-            lls = [[float(r[0]) for r in s["filtered_resps"]] for s in samples]
+            lls = [lmeval_choice_scores(s) for s in samples]
             pred = [max(range(len(x)), key=x.__getitem__) for x in lls]
             return {"s": t1 - t0, "core_s": core["s"], "pred": pred, "margin": [x[0] - x[1] for x in lls]}
 

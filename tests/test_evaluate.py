@@ -254,6 +254,53 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     assert len(accuracies) == len(cks)  # the checkpoints really differ: a swap that did nothing would fail
 
 
+def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(tmp_path, tiny_models):
+    """peft writes target_modules (a set) in an order that changes between processes, so one run's
+    checkpoints can differ in that order (a finetuning job resumed after a kill). Such an adapter is
+    still swapped in, not loaded afresh with its base model; one whose settings really differ
+    (lora_alpha) is loaded afresh. Either way the predictions equal a fresh load's, bit for bit."""
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+
+    from oodcorr.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, synthetic.generate("negation", 30, 5))
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
+                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    cks = _series(tmp_path, tiny, spec, True, LABELS, n_ckpt=3)
+
+    def rewrite_config(ck: dict, change) -> None:
+        path = Path(ck["checkpoint"]) / "adapter_config.json"
+        cfg = json.loads(path.read_text())
+        change(cfg)
+        path.write_text(json.dumps(cfg, indent=2))
+        write_ckpt_manifest(Path(ck["checkpoint"]), ck["step"], resumable=False)
+
+    first = json.loads((Path(cks[0]["checkpoint"]) / "adapter_config.json").read_text())["target_modules"]
+    assert len(first) == 2
+    rewrite_config(cks[1], lambda c: c.update(target_modules=first[::-1]))  # the same set, the other order
+    rewrite_config(cks[2], lambda c: c.update(lora_alpha=2 * c["lora_alpha"]))  # really another adapter
+    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6,
+                  provenance={"run_id": "r"})
+    one_job = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet"))
+                                        for c in cks], **common)
+    assert [r["load"] for r in one_job["checkpoints"]] == ["fresh", "adapter swap", "fresh"]
+    for c in cks:
+        fresh = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
+        assert fresh["checkpoints"][0]["load"] == "fresh"
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"run{c['step']}.parquet"),
+                                      pd.read_parquet(tmp_path / f"ck{c['step']}.parquet"))
+
+
 def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, tiny_models):
     """Resuming (or switching units): a predictions file whose record has this evaluation's key is
     kept; one made from other weights is computed again."""

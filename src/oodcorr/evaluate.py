@@ -258,12 +258,22 @@ def eval_key(checkpoint: str | Path, cache: dict, provenance: dict, dtype: str, 
                         "device": torch.device(device).type})
 
 
+def _adapter_config(ckpt: Path):
+    """A peft checkpoint's adapter configuration as peft reads it (a dataclass whose set-valued
+    fields, such as ``target_modules``, compare without regard to the order written)."""
+    from peft import PeftConfig
+
+    return PeftConfig.from_pretrained(str(ckpt))
+
+
 class CheckpointLoader:
     """Loads a run's checkpoints one after another, reusing what does not change.
 
     The first checkpoint loads as usual (:func:`oodcorr.models.load_checkpoint`). After it,
-    a LoRA checkpoint whose adapter has the same configuration only swaps the adapter's
-    weights into the loaded model (the base model is read once per job), and a checkpoint of
+    a LoRA checkpoint whose adapter has the same configuration (as peft reads it: peft writes
+    sets such as ``target_modules`` in an order that changes from process to process, e.g.
+    after a resumed finetuning job) only swaps the adapter's weights into the loaded model
+    (the base model is read once per job), and a checkpoint of
     full weights is copied into the loaded model in place (no new model is built). Anything
     else, or a swap that does not fit exactly, loads afresh. Either way the model computes
     exactly what a fresh load of that checkpoint computes (tests compare them bit for bit).
@@ -281,7 +291,7 @@ class CheckpointLoader:
         ckpt = Path(checkpoint)
         adapter_cfg = ckpt / "adapter_config.json"
         if self.model is not None:
-            if adapter_cfg.exists() and self.kind == "adapter" and adapter_cfg.read_text() == self.adapter_config:
+            if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
                 if self._swap_adapter(ckpt):
                     self.last_load = "adapter swap"
                     return self.model
@@ -294,7 +304,7 @@ class CheckpointLoader:
 
         self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
         self.kind = "adapter" if adapter_cfg.exists() else "full"
-        self.adapter_config = adapter_cfg.read_text() if adapter_cfg.exists() else None
+        self.adapter_config = _adapter_config(ckpt) if adapter_cfg.exists() else None
         self.last_load = "fresh"
         return self.model
 
