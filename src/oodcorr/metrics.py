@@ -100,11 +100,12 @@ def confidence(logits: np.ndarray, pred: np.ndarray, names: list[str], label_nam
     prob = softmax(logits)  # columns follow label_names, the model's outputs
     pred = np.asarray(pred)
     out = np.empty(len(pred))
-    for i, p in enumerate(pred):
-        name = names[p]
+    for p in np.unique(pred):
+        name = names[int(p)]
         members = (coarse or {}).get(name)
         cols = [label_names.index(m) for m in members] if members else [label_names.index(name)]
-        out[i] = prob[i, cols].sum()
+        rows = pred == p
+        out[rows] = prob[np.ix_(rows, cols)].sum(axis=1)
     return out
 
 
