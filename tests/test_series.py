@@ -257,6 +257,10 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     a = steps.sort_values(["step", "testset"]).accuracy.to_numpy()
     b = tokens.sort_values(["step", "testset"]).accuracy.to_numpy()
     assert (a == b).all() and scores.checkpoint.str.contains("checkpoint-").all()
+    # unit run: one process per run x testset, the later local checkpoints loaded in place
+    summary = json.loads((out / "eval/pre-steps/synth/n0/seed0/synth-overlap.json").read_text())
+    assert [r["load"] for r in summary["checkpoints"]] == ["fresh"] + ["in place"] * (len(STEPS) - 1)
+    assert summary["checkpoints"][0]["x_unit"] == "step" and summary["checkpoints"][0]["n_train"] == 0
     man = json.loads((out / "series/pre-steps/step8.json").read_text())
     assert man["digest"] and man["source"] == {"path": str(series_dirs[8])}
     pc = pd.read_csv(out / "analysis/partial_correlations.csv")

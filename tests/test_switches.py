@@ -207,3 +207,14 @@ def test_the_vocabulary_loss_on_a_head_model_is_refused_when_planning():
     cfg["models"][0]["method"] = "head"
     with pytest.raises(ConfigError, match=r"finetune.loss: vocabulary .* needs method pattern"):
         build_plan(cfg, REPO)
+
+
+def test_a_models_own_prompt_switch_is_checked():
+    """A model's `prompt` override is not covered by the schema's prompt block: its switches are
+    checked when planning, naming the model."""
+    cfg = _micro()
+    cfg["models"][0]["prompt"] = {"scored_position": "first-token"}
+    with pytest.raises(ConfigError, match=r"models\[micro-opt\].prompt.scored_position: 'first-token' is not one"):
+        build_plan(cfg, REPO)
+    cfg["models"][0]["prompt"] = {"truncation": "right"}
+    assert build_plan(cfg, REPO).models["micro-opt"].prompt["truncation"] == "right"

@@ -30,6 +30,8 @@ MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 # at its default is left out of every param and identity, so spelling the default out, or
 # upgrading from a version without the switch, reruns nothing.
 READING_DEFAULTS = {"strip_fields": True, "truncation": "left", "scored_position": "last-token"}  # prompt.*
+READING_CHOICES = {"strip_fields": (True, False), "truncation": ("left", "right"),
+                   "scored_position": ("last-token", "padded-end")}
 FINETUNE_DEFAULTS = {"loss": "verbalisers"}  # finetune.*
 DEFAULT_SCORE = "accuracy"  # analysis.score
 
@@ -196,6 +198,10 @@ class Experiment:
                 for field in ("{premise}", "{hypothesis}"):
                     if field not in prompt["template"]:
                         raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
+                for key, choices in READING_CHOICES.items():  # a model's own prompt is not schema-checked
+                    if key in prompt and prompt[key] not in choices:
+                        raise ConfigError(f"{where}.{key}: {prompt[key]!r} is not one of "
+                                          f"{', '.join(map(str, choices))}")
                 missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
                 if missing:
                     raise ConfigError(f"{where}.verbalisers: no verbaliser for label(s) {missing} "
