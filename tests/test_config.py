@@ -157,6 +157,46 @@ def test_paper_grid_plans_the_whole_grid_offline():
     assert not any("olmo2-7b" in w for w in exp.warnings)
 
 
+def test_paper_authors_grid_has_the_authors_settings_and_plans_offline():
+    """config/paper-authors.yaml: the paper grid (as config/paper.yaml: models, in-domain sets,
+    testsets) with the settings of the authors' code, each of which it cites."""
+    cfg, ours = _load("paper-authors.yaml"), _load("paper.yaml")
+    exp = Experiment(cfg, REPO)
+    plan = build_plan(cfg, REPO, exp)
+    assert [(m["name"], m["hub"], m["revision"]) for m in cfg["models"]] == \
+        [(m["name"], m["hub"], m["revision"]) for m in ours["models"]]
+    assert [d["name"] for d in cfg["in_domain"]] == ["mnli", "snli"]
+    # MNLI scored as the authors' code scores it (neutral as " Yes"), under its own name
+    assert plan.testsets["mnli"][0] == ("mnli-neutral-yes", "in-domain")
+    assert exp.dataset("mnli-neutral-yes")["label_map"]["1"] == "entailment"
+    assert {t for t, _ in plan.testsets["snli"]} == {"snli", "mnli-neutral-yes", "scitail", "rte", "hans", "anli",
+                                                    "wnli", "paws"}
+    for m in cfg["models"]:
+        prompt, ft = exp.prompt_for(m["name"]), exp.finetune_params(m["name"])
+        assert prompt == {"template": "{premise}Question: {hypothesis} Yes or No?", "strip_fields": False,
+                          "truncation": "right", "scored_position": "padded-end",
+                          "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
+        assert (ft["loss"], ft["learning_rate"], ft["epochs"], ft["warmup_ratio"], ft["weight_decay"]) == \
+            ("vocabulary", 1e-5, 40, 0.1, 0.01)
+        assert ft["batch_size"] * ft["gradient_accumulation_steps"] == 64 and ft["max_length"] == 128
+        lora = ft["lora"]
+        assert (lora["r"], lora["alpha"], lora["dropout"]) == (8, 32, 0.1)
+        want = ["k_proj", "v_proj", "q_proj", "out_proj"] if m["name"].startswith("opt") else \
+            ["q_proj", "k_proj", "v_proj", "o_proj"]
+        assert lora["target_modules"] == want
+    assert cfg["evaluation"]["max_length"] == 128 and cfg["label_mode"] == "binary"
+    # 40 epochs of 260,000 at batch 64; evaluated at 0, every 2000 steps, and the last step
+    run = plan.runs[0]
+    assert (run.n_train, run.seed, run.max_steps) == (260000, 42, 40 * -(-260000 // 64))
+    assert run.steps[:3] == (0, 2000, 4000) and run.steps[-1] == run.max_steps
+    assert len(plan.runs) == 8 * 2 and plan.n_evaluations == 16 * len(run.steps) * 8
+    # every file:line the header cites exists in the authors' code as quoted (see the comments)
+    header = (REPO / "config/paper-authors.yaml").read_text().split("\nexperiment:")[0]
+    assert "d382ab19319db65acce2cf678638905a78fc825f" in header
+    for cite in ("opt.toml:6", "NLIDataset.py:22-23", "OPTModel.py:22", "utils.py:40-41", "opt.toml:31"):
+        assert cite in header, cite
+
+
 def test_real_cpu_config_is_offline_and_head_based():
     cfg = _load("real-cpu.yaml")
     exp = Experiment(cfg, REPO)

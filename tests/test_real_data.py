@@ -20,6 +20,7 @@ EXPECTED_CALLS = {
     "snli": ("stanfordnlp/snli", "plain_text", "test"),
     "snli-train": ("stanfordnlp/snli", "plain_text", "train"),
     "mnli": ("nyu-mll/multi_nli", None, "validation_matched"),
+    "mnli-neutral-yes": ("nyu-mll/multi_nli", None, "validation_matched"),
     "mnli-mismatched": ("nyu-mll/multi_nli", None, "validation_mismatched"),
     "mnli-train": ("nyu-mll/multi_nli", None, "train"),
     "scitail": ("allenai/scitail", "dgem_format", "test"),
@@ -36,6 +37,8 @@ EXPECTED_CALLS = {
 # raw hub label -> canonical label, per dataset card
 EXPECTED_LABELS = {
     "snli": {0: "entailment", 1: "neutral", 2: "contradiction", -1: None},
+    # the authors' slip, reproducible on request: neutral counts as entailment (" Yes")
+    "mnli-neutral-yes": {0: "entailment", 1: "entailment", 2: "contradiction"},
     "mnli": {0: "entailment", 1: "neutral", 2: "contradiction"},
     "scitail": {"entails": "entailment", "neutral": "non-entailment"},
     "rte": {0: "entailment", 1: "non-entailment"},

@@ -293,3 +293,85 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     info = json.loads((run / "manifest.json").read_text())
     resumed = int(info["resumed_from"].rsplit("-", 1)[1])
     assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
+
+
+AUTHORS_SWITCHES = {"prompt.strip_fields": False, "prompt.truncation": "right",
+                    "prompt.scored_position": "padded-end", "finetune.loss": "vocabulary"}
+DEFAULTS_SPELLED_OUT = {"prompt.strip_fields": True, "prompt.truncation": "left",
+                        "prompt.scored_position": "last-token", "finetune.loss": "verbalisers",
+                        "analysis.score": "accuracy"}
+ANALYSIS_JOBS = {"partial_correlations", "heatmap", "heatmap_grid", "learning_curves", "scatter", "all"}
+
+
+def _switched(cfg, changes):
+    import copy
+
+    out = copy.deepcopy(cfg)
+    out.setdefault("prompt", {"template": "{premise} Question: {hypothesis} Yes or No?",
+                              "verbalisers": {"entailment": " Yes", "non-entailment": " No"}})
+    for key, value in changes.items():
+        block, _, leaf = key.partition(".")
+        out[block][leaf] = value
+    return out
+
+
+def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path):
+    """On the finished micro experiment: a prompt switch reruns the tokenisation, the finetune and
+    the evaluations; finetune.loss the finetune and the evaluations; analysis.score the analysis
+    only; every switch spelled out at its default reruns nothing. Then the micro config with the
+    authors' switches runs for real, and its records and manifest say what they did."""
+    import shutil
+
+    wd = tmp_path / "switches"
+    shutil.copytree(micro_run[0], wd, symlinks=True)
+    assert smk(wd, micro_run[2]).returncode == 0  # micro as shipped, finished (whatever ran before)
+    cfg = micro_run[1]
+    expect = {
+        "prompt.strip_fields": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
+        "prompt.truncation": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
+        "prompt.scored_position": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
+        "finetune.loss": {"finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
+        "analysis.score": ANALYSIS_JOBS,
+    }
+    values = dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"})
+    for key, rules in expect.items():
+        path = wd / f"switch-{key}.yaml"
+        path.write_text(yaml.safe_dump(_switched(cfg, {key: values[key]})))
+        dry = smk(wd, path, "-n")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert set(job_counts(dry.stdout)) == rules, key
+    path = wd / "defaults.yaml"
+    path.write_text(yaml.safe_dump(_switched(cfg, DEFAULTS_SPELLED_OUT)))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
+
+    from oodcorr.evaluate import read_result
+
+    before = _predictions(wd)
+    path = wd / "authors.yaml"
+    path.write_text(yaml.safe_dump(_switched(cfg, dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"}))))
+    res = smk(wd, path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())["loss"] == "vocabulary"
+    rec = read_result(wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet")
+    assert rec["reading"] == {"strip_fields": False, "truncation": "right", "scored_position": "padded-end"}
+    after = _predictions(wd)
+    step0 = [k for k in after if "/step0/" in str(k)]
+    later = [k for k in after if "/step0/" not in str(k)]
+    # step 0 is the pretrained model read another way; later steps also differ in training
+    assert all(not after[k]["logit_entailment"].equals(before[k]["logit_entailment"]) for k in step0 + later)
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
+    assert pairs.ex_note.str.contains("not run for analysis.score macro_f1").all()
+    assert "score analysed: macro_f1" in (wd / R / "logs/analyse/partial_correlations.log").read_text()
+    scores = pd.read_csv(wd / R / "scores.csv")
+    # the analysis read macro_f1: the same r as oodcorr analyse --score macro_f1 on this table
+    from oodcorr.cli import main
+
+    rc = main(["analyse", str(wd / R / "scores.csv"), "--in-domain", "synth-test", "--score", "macro_f1",
+               "--methods", "pearson", "--residualisers", "linear", "--out", str(tmp_path / "cli"), "--no-plots"])
+    assert rc == 0 and scores.macro_f1.notna().all()
+    cli = pd.read_csv(tmp_path / "cli/partial_correlations.csv")
+    key = ["run", "x", "y"]
+    got = pairs[pairs.run != "pooled"].set_index(key).r
+    want = cli[cli.run != "pooled"].set_index(key).r
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())

@@ -84,7 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--testset-column", default="testset", metavar="COLUMN",
                    help="long format: column naming the testset (default: testset)")
     g.add_argument("--score", default="accuracy", metavar="COLUMN",
-                   help="long format: column with the score (default: accuracy)")
+                   help="long format: column with the score (default: accuracy); the workflow's scores table "
+                        "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high")
     g.add_argument("--model", metavar="COLUMN",
                    help="column naming the model (default: 'model' if the table has it, else one model)")
     g.add_argument("--run", metavar="COLUMN",
@@ -162,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# the workflow's scores-table metrics (oodcorr.metrics) that are not accuracy
+NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+
+
 def safe_name(name: str) -> str:
     """A model name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"
@@ -199,6 +204,11 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
              long.groupby(["model", "run"]).ngroups, long["unit"].nunique(), long["testset"].nunique(),
              args.in_domain)
     examples = None
+    if args.examples and args.score in NOT_ACCURACY:
+        from .io import DataError
+
+        raise DataError(f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
+                        f"not --score {args.score}; leave --examples out")
     if args.examples:
         ex, _ = tables.read_table(args.examples, args.encoding)
         examples = tables.from_examples_table(

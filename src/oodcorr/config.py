@@ -24,7 +24,34 @@ HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
 SCHEMA = "config/schema.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
-MODEL_SOURCES = ("tiny", "hub", "path", "package")
+MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
+
+# Switches whose defaults are today's behaviour (config/schema.yaml explains each). A switch
+# at its default is left out of every param and identity, so spelling the default out, or
+# upgrading from a version without the switch, reruns nothing.
+READING_DEFAULTS = {"strip_fields": True, "truncation": "left", "scored_position": "last-token"}  # prompt.*
+READING_CHOICES = {"strip_fields": (True, False), "truncation": ("left", "right"),
+                   "scored_position": ("last-token", "padded-end")}
+FINETUNE_DEFAULTS = {"loss": "verbalisers"}  # finetune.*
+DEFAULT_SCORE = "accuracy"  # analysis.score
+
+
+def without_defaults(block: dict | None, defaults: dict) -> dict | None:
+    """``block`` without the keys that equal their default in ``defaults``."""
+    if block is None:
+        return None
+    return {k: v for k, v in block.items() if not (k in defaults and v == defaults[k])}
+
+
+def analysis_options(analysis: dict | None) -> dict:
+    """The config's ``analysis`` section as the statistics read it (oodcorr.analysis.Options):
+    without ``score``, which chooses the column analysed, not how."""
+    return {k: v for k, v in (analysis or {}).items() if k != "score"}
+
+
+def changed_reading(prompt: dict | None) -> dict:
+    """The prompt switches that differ from their defaults (empty for a default or absent prompt)."""
+    return {k: prompt[k] for k in READING_DEFAULTS if prompt and k in prompt and prompt[k] != READING_DEFAULTS[k]}
 
 
 class ConfigError(ValueError):
@@ -127,8 +154,17 @@ class Experiment:
             for n in names:
                 if not NAME_RE.match(n):
                     raise ConfigError(f"{key}: {n!r} must match {NAME_RE.pattern} (it becomes a path component)")
+        finetuned = self.finetuned_models()
+        if finetuned and not cfg.get("finetune"):
+            raise ConfigError(f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models, which "
+                              "are evaluated as they are, need no finetune block)")
         for d in cfg["in_domain"]:
+            if "train" not in d and finetuned:
+                raise ConfigError(f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on "
+                                  "every in-domain set's training data")
             for key in ("train", "test"):
+                if key not in d:
+                    continue
                 if not NAME_RE.match(d[key]):
                     raise ConfigError(f"in_domain[{d['name']}].{key}: {d[key]!r} must match {NAME_RE.pattern}")
                 self._known_dataset(d[key], f"in_domain[{d['name']}].{key}")
@@ -154,16 +190,70 @@ class Experiment:
             if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
                 self.warnings.append(f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
                                      "commit hash, so what loads may change; pin a 40-hex commit")
+            if m.get("series"):
+                self._check_series(m)
             if self.method(m["name"]) == "pattern":
                 prompt = self.prompt_for(m["name"])
                 where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
                 for field in ("{premise}", "{hypothesis}"):
                     if field not in prompt["template"]:
                         raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
+                for key, choices in READING_CHOICES.items():  # a model's own prompt is not schema-checked
+                    if key in prompt and prompt[key] not in choices:
+                        raise ConfigError(f"{where}.{key}: {prompt[key]!r} is not one of "
+                                          f"{', '.join(map(str, choices))}")
                 missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
                 if missing:
                     raise ConfigError(f"{where}.verbalisers: no verbaliser for label(s) {missing} "
                                       f"(label_mode {self.label_mode['name']!r} predicts {self.labels})")
+            elif not m.get("series") and self.finetune_cfg(m["name"]).get("loss") == "vocabulary":
+                own = "loss" in (m.get("finetune") or {})
+                where = f"models[{m['name']}].finetune.loss" if own else "finetune.loss"
+                raise ConfigError(f"{where}: vocabulary scores the whole vocabulary at the prompt's scored "
+                                  f"position, which needs method pattern; model {m['name']!r} has method "
+                                  f"{self.method(m['name'])!r} (use loss: verbalisers)")
+
+    def _check_series(self, m: dict) -> None:
+        """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
+        revision of ``series.hub``; nothing that only finetuning reads; in-domain sets that exist."""
+        name, series = m["name"], m["series"]
+        where = f"models[{name}].series"
+        for key in ("finetune", "distributed"):
+            if m.get(key):
+                raise ConfigError(f"models[{name}].{key}: a series is evaluated as it is, never finetuned; "
+                                  f"remove `{key}`")
+        if self.method(name) != "pattern":
+            raise ConfigError(f"models[{name}].method: a series is scored with the prompt (method pattern); a "
+                              "classification head's label order is its own, so method head is not supported")
+        kinds = set()
+        for i, ck in enumerate(series["checkpoints"]):
+            at = f"{where}.checkpoints[{i}]"
+            x = [k for k in ("step", "tokens") if k in ck]
+            if len(x) != 1:
+                raise ConfigError(f"{at}: give exactly one of `step` or `tokens` (its x-axis value), got {x or 'none'}")
+            kinds.add(x[0])
+            src = [k for k in ("path", "revision") if k in ck]
+            if len(src) != 1:
+                raise ConfigError(f"{at}: give exactly one of `path` (a local directory) or `revision` (of "
+                                  f"{where}.hub), got {src or 'none'}")
+            if src[0] == "revision" and not series.get("hub"):
+                raise ConfigError(f"{at}.revision: needs {where}.hub, the repository it is a revision of")
+            if src[0] == "path" and series.get("hub"):
+                raise ConfigError(f"{at}.path: {where}.hub is set, so every checkpoint is a revision of it; "
+                                  "give `revision`, or drop `hub` for local directories")
+            if src[0] == "revision" and not HASH_RE.match(str(ck["revision"])):
+                self.warnings.append(f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash, "
+                                     "so what loads may change; pin a 40-hex commit")
+        if len(kinds) > 1:
+            raise ConfigError(f"{where}.checkpoints: mixes `step` and `tokens`; one x-axis per series")
+        xs = self.series_x(name)
+        if any(b <= a for a, b in zip(xs, xs[1:])):
+            raise ConfigError(f"{where}.checkpoints: the {next(iter(kinds))} values must be strictly increasing, "
+                              f"got {xs}")
+        for d in series.get("in_domain") or []:
+            if d not in self.in_domain:
+                raise ConfigError(f"{where}.in_domain: {d!r} is not an in_domain name "
+                                  f"(known: {', '.join(self.in_domain)})")
 
     def _known_dataset(self, name: str, key: str) -> None:
         if name not in self.datasets:
@@ -180,7 +270,7 @@ class Experiment:
         """
         ood = self.config["ood_testsets"]
         for d in self.config["in_domain"]:
-            if d["train"] in ood:
+            if d.get("train") in ood:
                 raise ConfigError(f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
                                   "a model cannot be tested out of distribution on its own training data")
         if len(self.config["in_domain"]) == 1 and self.config["in_domain"][0]["test"] in ood:
@@ -200,6 +290,9 @@ class Experiment:
         for m in self.config["models"]:
             if m.get("path") or m.get("package"):
                 self._check_local_model(m)
+            for ck in (m.get("series") or {}).get("checkpoints", []):
+                if ck.get("path"):
+                    self._check_local_model(dict(m, path=ck["path"]), f"models[{m['name']}].series.checkpoints")
 
     def _check_local_file(self, name: str) -> None:
         """A local dataset's file must exist when planning.
@@ -218,7 +311,7 @@ class Experiment:
             rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {self.basedir})"
             raise ConfigError(f"{where}: file not found: {path}{rel}")
 
-    def _check_local_model(self, m: dict) -> None:
+    def _check_local_model(self, m: dict, key: str | None = None) -> None:
         """A local or packaged model must exist and load under the safety defaults, before any job runs."""
         from .models import _check_local_weights, package_dir
 
@@ -227,7 +320,8 @@ class Experiment:
         else:
             p = Path(m["path"])
             if not p.exists():
-                raise ConfigError(f"models[{m['name']}].path: {p} does not exist "
+                where = key or f"models[{m['name']}].path"
+                raise ConfigError(f"{where}: {p} does not exist "
                                   f"(a relative path starts at the working directory {Path.cwd()})")
         _check_local_weights(str(p), m)
 
@@ -247,6 +341,35 @@ class Experiment:
     def labels(self) -> list[str]:
         """The labels every model predicts, in order (from the label mode)."""
         return list(self.label_mode["labels"])
+
+    def is_series(self, model: str) -> bool:
+        """Whether a model is a series of existing checkpoints (evaluated as it is, never finetuned)."""
+        return bool(self.models[model].get("series"))
+
+    def finetuned_models(self) -> list[str]:
+        return [m for m in self.models if not self.is_series(m)]
+
+    def series_x(self, model: str) -> list[int]:
+        """A series' x-axis values (steps or token counts), in the order given."""
+        return [int(ck.get("step", ck.get("tokens", -1))) for ck in self.models[model]["series"]["checkpoints"]]
+
+    def series_unit(self, model: str) -> str:
+        """``step`` or ``tokens``: what a series' x-axis counts (``step`` for finetuned models)."""
+        cks = (self.models[model].get("series") or {}).get("checkpoints") or [{}]
+        return "tokens" if "tokens" in cks[0] else "step"
+
+    def series_checkpoints(self, model: str) -> dict[int, dict]:
+        """x value -> ``{"path"}`` or ``{"hub", "revision"}``: where each checkpoint of a series is."""
+        series = self.models[model]["series"]
+        out = {}
+        for x, ck in zip(self.series_x(model), series["checkpoints"]):
+            out[x] = {"path": ck["path"]} if ck.get("path") else {"hub": series["hub"], "revision": ck["revision"]}
+        return out
+
+    def in_domain_of(self, model: str) -> list[str]:
+        """The in-domain sets a model's runs belong to: all of them, or those its series names."""
+        chosen = (self.models[model].get("series") or {}).get("in_domain")
+        return [d for d in self.in_domain if not chosen or d in chosen]
 
     def method(self, model: str) -> str:
         """How a model is adapted and scored: ``pattern`` (prompt + verbaliser) or ``head``."""
@@ -269,9 +392,10 @@ class Experiment:
         return out
 
     def finetune_params(self, model: str) -> dict:
-        """The finetune settings a run needs (not the n_train/seeds lists), canonically ordered."""
+        """The finetune settings a run needs (not the n_train/seeds lists; switches at their
+        defaults left out), canonically ordered."""
         ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds")}
-        return canonical(ft)
+        return canonical(without_defaults(ft, FINETUNE_DEFAULTS))
 
     def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
         """(testset, role) pairs evaluated for runs trained on ``in_domain``.
@@ -284,16 +408,27 @@ class Experiment:
         return [(test, "in-domain")] + [(t, "ood") for t in self.config["ood_testsets"] if t != test]
 
     def all_datasets(self) -> list[str]:
+        """Every dataset a job reads: the in-domain test sets, the OOD testsets, and the training
+        sets when any model is finetuned."""
         names = []
+        train = bool(self.finetuned_models())
         for d in self.in_domain.values():
-            names += [d["train"], d["test"]]
+            names += ([d["train"]] if train and d.get("train") else []) + [d["test"]]
         names += list(self.config["ood_testsets"])
         return list(dict.fromkeys(names))
 
     def model_spec(self, model: str) -> dict:
-        """The model entry minus what does not change results (resources, finetune overrides, sharding)."""
-        return canonical({k: v for k, v in self.models[model].items()
-                          if k not in ("resources", "finetune", "distributed")})
+        """The model entry minus what does not change results (resources, finetune overrides, sharding).
+
+        A series keeps ``hub`` and gains ``tokenizer`` (its first checkpoint, where the tokenizer
+        is read) but not its checkpoint list: each checkpoint reaches its evaluation through its
+        own manifest, so adding a checkpoint changes no other job's params."""
+        spec = {k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed")}
+        if spec.get("series"):
+            first = next(iter(self.series_checkpoints(model).values()))
+            spec["series"] = {k: v for k, v in spec["series"].items() if k not in ("checkpoints", "in_domain")}
+            spec["series"]["tokenizer"] = first
+        return canonical(spec)
 
     def dataset_params(self, name: str) -> dict:
         """A dataset entry minus bookkeeping (description, where it was defined)."""
@@ -311,10 +446,12 @@ class Experiment:
         return []
 
     def prompt_for(self, model: str) -> dict | None:
-        """The model's prompt (global prompt with its overrides); None for head models, which use none."""
+        """The model's prompt (global prompt with its overrides; switches at their defaults left
+        out); None for head models, which use none."""
         if self.method(model) != "pattern":
             return None
-        return canonical(deep_merge(self.config["prompt"], self.models[model].get("prompt")))
+        merged = deep_merge(self.config["prompt"], self.models[model].get("prompt"))
+        return canonical(without_defaults(merged, READING_DEFAULTS))
 
     def resources(self, model: str, rule: str) -> dict:
         """A job's resources: the config's for the rule, then the model's size class, then the model's own."""

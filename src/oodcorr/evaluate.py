@@ -32,6 +32,7 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
     import torch
 
     from . import methods
+    from .config import changed_reading
     from .models import load_tokenizer
 
     method = methods.get(model_spec.get("method"))
@@ -47,7 +48,9 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
              "coarse": dict(coarse or {}), "extra": extra, "pad_id": int(tok.pad_token_id), "n_truncated": n_trunc,
              "fingerprint": meta["fingerprint"], "records_sha256": meta.get("records_sha256"),
              "template": prompt["template"] if prompt else None,
-             "verbalisers": [prompt["verbalisers"][l] for l in labels] if prompt else None}
+             "verbalisers": [prompt["verbalisers"][l] for l in labels] if prompt else None,
+             # the prompt switches that differ from the defaults (empty for the defaults and for head models)
+             "reading": changed_reading(prompt)}
     with atomic_path(out_path) as tmp:
         torch.save(cache, tmp)
     return {"n": len(ids), "n_truncated": n_trunc}
@@ -242,20 +245,58 @@ def _process_age() -> float | None:
         return None
 
 
-def eval_key(checkpoint: str | Path, cache: dict, provenance: dict, dtype: str, device: str) -> str:
-    """What determines a checkpoint x testset's predictions: the checkpoint's weights (their sha256s
-    from its manifest), the tokenised testset, the provenance, dtype and device type. A predictions
-    file with the same key is not computed again (a resumed or re-planned job reuses it)."""
+def weights_of(ck: dict) -> str:
+    """What identifies a checkpoint's weights: the sha256s in its finetune manifest, or a series
+    checkpoint's digest (its files' sha256s, or the hub repository and revision)."""
+    if ck.get("series"):
+        return ck["series"]["digest"]
+    from .finetune import weights_digest
+
+    return weights_digest(Path(ck["checkpoint"]))
+
+
+def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
+    """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
+    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it) or the manifests
+    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it)."""
+    from .series import read_manifest
+
+    given, root = {}, None
+    for m in manifests:
+        doc = read_manifest(m)
+        if doc is None:
+            root = Path(m).parent / "checkpoints"
+        else:
+            given[int(doc["step"])] = dict(doc, manifest=str(m))
+    out = []
+    for step, pred in zip(steps, outputs, strict=True):
+        if step in given:
+            src = given[step]["source"]
+            where = src.get("path") or f"{src['hub']}@{src['revision']}"
+            out.append({"step": step, "checkpoint": where, "predictions": pred, "series": given[step]})
+        elif root is not None:
+            out.append({"step": step, "checkpoint": str(root / f"checkpoint-{step}"), "predictions": pred})
+        else:
+            raise ValueError(f"step {step}: none of {manifests} lists this checkpoint")
+    return out
+
+
+def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
+    """What determines a checkpoint x testset's predictions: the checkpoint's weights (:func:`weights_of`),
+    the tokenised testset, the provenance, dtype and device type. A predictions file with the same
+    key is not computed again (a resumed or re-planned job reuses it)."""
     import torch
 
-    from .finetune import weights_digest
     from .io import sha256_json
 
-    return sha256_json({"weights": weights_digest(Path(checkpoint)), "fingerprint": cache["fingerprint"],
-                        "records_sha256": cache["records_sha256"], "method": cache["method"],
-                        "template": cache["template"], "verbalisers": cache["verbalisers"],
-                        "n": len(cache["labels"]), "provenance": provenance, "dtype": dtype,
-                        "device": torch.device(device).type})
+    key = {"weights": weights, "fingerprint": cache["fingerprint"],
+           "records_sha256": cache["records_sha256"], "method": cache["method"],
+           "template": cache["template"], "verbalisers": cache["verbalisers"],
+           "n": len(cache["labels"]), "provenance": provenance, "dtype": dtype,
+           "device": torch.device(device).type}
+    if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
+        key["reading"] = cache["reading"]
+    return sha256_json(key)
 
 
 def _adapter_config(ckpt: Path):
@@ -287,7 +328,17 @@ class CheckpointLoader:
         self.adapter_config = None
         self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
 
-    def load(self, checkpoint: str | Path):
+    def load(self, checkpoint: str | Path, source: dict | None = None):
+        """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
+        series checkpoint on the hub instead, always loaded afresh."""
+        if source and source.get("hub"):
+            from .models import load_model
+
+            self.close()
+            own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id).eval()
+            self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
+            return self.model
         ckpt = Path(checkpoint)
         adapter_cfg = ckpt / "adapter_config.json"
         if self.model is not None:
@@ -379,13 +430,14 @@ def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[di
                   "cache": round(t_cache - t_imp, 3)}
     records = []
     for ck in checkpoints:
-        key = eval_key(ck["checkpoint"], cache, provenance, dtype, device)
+        key = eval_key(weights_of(ck), cache, provenance, dtype, device)
         old = _reusable(ck["predictions"], key)
         if old is not None:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
             records.append(old)
             continue
-        rec = _evaluate_checkpoint(loader=loader, checkpoint=ck["checkpoint"], step=int(ck["step"]), cache=cache,
+        rec = _evaluate_checkpoint(loader=loader, checkpoint=ck["checkpoint"], series=ck.get("series"),
+                                   step=int(ck["step"]), cache=cache,
                                    batch_size=batch_size, max_tokens=max_tokens, out_predictions=ck["predictions"],
                                    provenance=provenance, device=device, dtype=dtype, key=key,
                                    job_timing=job_timing)
@@ -413,19 +465,28 @@ def _reusable(path: str, key: str) -> dict | None:
     return rec if rec.get("eval_key") == key else None
 
 
-def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, step: int, cache: dict, batch_size: int,
-                         max_tokens: int, out_predictions: str, provenance: dict, device: str, dtype: str,
-                         key: str, job_timing: dict) -> dict:
+def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: dict | None, step: int, cache: dict,
+                         batch_size: int, max_tokens: int, out_predictions: str, provenance: dict, device: str,
+                         dtype: str, key: str, job_timing: dict) -> dict:
     import torch
 
+    from . import metrics
     from .finetune import verify_checkpoint
     from .methods import correct_mask
 
     t0 = time.time()
-    ok, why = verify_checkpoint(Path(checkpoint), full=False)
+    if series is None:
+        ok, why = verify_checkpoint(Path(checkpoint), full=False)
+    else:
+        from .series import verify
+
+        ok, why = verify(series)
+        if not ok:
+            why += (f"; {series.get('manifest', 'its manifest')} no longer matches the checkpoint: delete that "
+                    "manifest and rerun to accept the new files")
     if not ok:
         raise RuntimeError(f"checkpoint not usable: {why}")
-    model = loader.load(checkpoint)
+    model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
     logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
@@ -440,11 +501,14 @@ def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, step: int
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     result = {
         "accuracy": n_correct / n if n else float("nan"), "n": n, "n_correct": n_correct,
+        **metrics.compute(gold, pred, correct, logits.numpy(), names, cache["label_names"], cache["coarse"]),
+        "coarse": cache["coarse"],
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
         "step": step, "testset": cache["testset"], "fingerprint": cache["fingerprint"],
         "records_sha256": cache["records_sha256"], "method": cache["method"],
         "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
+        "reading": cache.get("reading") or {},
         "checkpoint": str(checkpoint), "predictions": str(out_predictions),
         "device": str(device), "dtype": dtype, "eval_key": key, "load": loader.last_load,
         "attn_implementation": getattr(base.config, "_attn_implementation", None),

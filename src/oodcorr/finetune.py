@@ -275,20 +275,21 @@ def _make_trainer_classes():
     from transformers import Trainer, TrainerCallback
 
     class LabelTrainer(Trainer):
-        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits)."""
+        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits),
+        or, with ``loss="vocabulary"``, over the whole vocabulary at the scored position with the
+        gold label's verbaliser token as the target (:func:`training_loss`)."""
 
         # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
         loss_is_scaled_for_ga = False
 
-        def __init__(self, *a, method=None, extra=None, **kw):
+        def __init__(self, *a, method=None, extra=None, loss="verbalisers", **kw):
             super().__init__(*a, **kw)
             self.method = method
             self.extra = extra or {}
+            self.loss_kind = loss
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            labels = inputs["labels"]
-            logits = self.method.label_logits(model, inputs["input_ids"], inputs["attention_mask"], self.extra)
-            loss = torch.nn.functional.cross_entropy(logits, labels.to(logits.device))
+            loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
             return (loss, {"logits": logits}) if return_outputs else loss
 
     class ScheduleCallback(TrainerCallback):
@@ -311,6 +312,36 @@ def _make_trainer_classes():
             return control
 
     return LabelTrainer, ScheduleCallback
+
+
+LOSSES = ("verbalisers", "vocabulary")
+
+
+def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbalisers"):
+    """(mean cross-entropy of a batch, the logits it is computed over).
+
+    ``verbalisers`` (default): over the method's per-label scores (the verbaliser tokens'
+    logits, or a head's logits), the gold label's index as the target. ``vocabulary`` (the
+    authors' code; pattern method only): over every token of the vocabulary at the scored
+    position, the gold label's verbaliser token as the target, so training also pushes down
+    every other token, not only the other labels' verbalisers."""
+    import torch
+
+    labels = inputs["labels"]
+    if loss == "vocabulary":
+        if not hasattr(method, "vocab_logits"):
+            from .config import ConfigError
+
+            raise ConfigError(f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), "
+                              f"not {method.name!r}")
+        logits = method.vocab_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
+        target = torch.as_tensor(extra["verbaliser_ids"], device=logits.device)[labels.to(logits.device)]
+    elif loss == "verbalisers":
+        logits = method.label_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
+        target = labels.to(logits.device)
+    else:
+        raise ValueError(f"finetune.loss: {loss!r} is not one of {', '.join(LOSSES)}")
+    return torch.nn.functional.cross_entropy(logits, target), logits
 
 
 class _Collator:
@@ -378,6 +409,7 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
     from transformers import TrainingArguments, set_seed
 
     from . import methods
+    from .config import ConfigError
     from .data import balanced_sample
     from .distributed import is_main_process, launched, main_first_begin, main_first_end
     from .models import load_model, load_tokenizer
@@ -394,6 +426,9 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
                 "prompt": prompt, "labels": labels, "n_train": n_train, "seed": seed, "steps": steps,
                 "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
     method = methods.get(model_spec.get("method"))
+    if ft.get("loss", "verbalisers") == "vocabulary" and not hasattr(method, "vocab_logits"):
+        raise ConfigError(f"models[{model_spec['name']}]: finetune.loss: vocabulary needs the pattern method, "
+                          f"not {method.name!r}")
     tok = load_tokenizer(model_spec, tiny_dir)
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
     ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
@@ -446,6 +481,7 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         )
         trainer = LabelTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=_Collator(tok.pad_token_id), method=method, extra=extra,
+                               loss=ft.get("loss", "verbalisers"),
                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         history = _history(trainer)
@@ -464,7 +500,8 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
-    info = {"model": model_spec["name"], "method": method.name, "n_train": n_train, "seed": seed, "max_steps": max_steps,
+    info = {"model": model_spec["name"], "method": method.name, "loss": ft.get("loss", "verbalisers"),
+            "n_train": n_train, "seed": seed, "max_steps": max_steps,
             "checkpoints": entries, "resumed_from": str(resume) if resume else None, "trained": not done,
             "n_truncated_prompts": n_trunc,
             "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,

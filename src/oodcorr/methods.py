@@ -14,7 +14,9 @@ A model entry picks its method with ``method:``:
 
 Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
 evaluation (argmax) are the same code for every method. To add a method, add a
-class with the same four members to ``METHODS``.
+class with the same four members to ``METHODS``. ``pattern`` has a fifth,
+``vocab_logits``: the whole vocabulary's logits at the scored position, for
+``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
 """
 from __future__ import annotations
 
@@ -33,20 +35,36 @@ class Pattern:
     @staticmethod
     def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
                model_name: str) -> tuple[list[list[int]], int, dict]:
-        """(token ids per record, number truncated, what scoring needs: the verbaliser ids)."""
-        from .prompting import encode_prompts, verbaliser_ids
+        """(token ids per record, number truncated, what scoring needs: the verbaliser ids and,
+        for ``scored_position: padded-end``, how to pad: to ``max_length``, on the tokenizer's side)."""
+        from .prompting import encode_prompts, reading, verbaliser_ids
 
         if not prompt:
             raise ConfigError(f"models[{model_name}]: the pattern method needs a prompt")
+        how = reading(prompt)
         verb = verbaliser_ids(tokenizer, prompt["verbalisers"], labels, model_name)
-        ids, n_trunc = encode_prompts(tokenizer, records, prompt["template"], max_length)
-        return ids, n_trunc, {"verbaliser_ids": verb}
+        padded_end = how["scored_position"] == "padded-end"
+        ids, n_trunc = encode_prompts(tokenizer, records, prompt["template"], max_length,
+                                      strip_fields=how["strip_fields"], truncation=how["truncation"],
+                                      keep_appended=padded_end)
+        extra = {"verbaliser_ids": verb}
+        if padded_end:
+            extra.update(position="padded-end", pad_to=int(max_length), padding_side=tokenizer.padding_side,
+                         pad_id=int(tokenizer.pad_token_id))
+        return ids, n_trunc, extra
 
     @staticmethod
     def label_logits(model, input_ids, attention_mask, extra: dict):
         from .prompting import verbaliser_logits
 
-        return verbaliser_logits(model, input_ids, attention_mask, extra["verbaliser_ids"])
+        return verbaliser_logits(model, input_ids, attention_mask, extra["verbaliser_ids"], extra)
+
+    @staticmethod
+    def vocab_logits(model, input_ids, attention_mask, extra: dict):
+        """(batch, vocab) logits at the scored position: what ``finetune.loss: vocabulary`` trains."""
+        from .prompting import scored_logits
+
+        return scored_logits(model, input_ids, attention_mask, extra).float()
 
 
 class Head:

@@ -34,6 +34,12 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
         return str(spec["path"]), {}
     if spec.get("package"):
         return str(package_dir(spec)), {}
+    if spec.get("series"):
+        # a series as a whole (its tokenizer, say): its first checkpoint (oodcorr.config.model_spec)
+        first = spec["series"]["tokenizer"]
+        if first.get("path"):
+            return str(first["path"]), {}
+        return str(first["hub"]), {"revision": first["revision"]}
     kwargs = {}
     if spec.get("revision"):
         kwargs["revision"] = spec["revision"]

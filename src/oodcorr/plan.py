@@ -6,7 +6,8 @@
 * :class:`ModelSpec` -- a model entry resolved against the global settings (its
   finetune block, prompt, method and per-rule :class:`Resources`);
 * :class:`Run` -- one finetuning run (model x in-domain set x n_train x seed) with
-  its checkpoint schedule;
+  its checkpoint schedule, or a series model's run (model x in-domain set; n_train and
+  seed 0): its given checkpoints, no finetune job;
 * :class:`EvalJob` -- one evaluation job: a run x a testset x its steps (one step
   with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
 * :class:`Paths` -- where everything lives, all under ``results/<experiment>/``.
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping
 
-from .config import NAME_RE, ConfigError, Experiment, canonical
+from .config import DEFAULT_SCORE, NAME_RE, ConfigError, Experiment, analysis_options, canonical
 
 UNITS = ("checkpoint", "run")
 DEFAULT_UNIT = "checkpoint"
@@ -68,10 +69,16 @@ class ModelSpec:
     prompt: dict | None  # None for methods that read no prompt
     distributed: dict | None
     resources: Mapping[str, Resources]  # per rule in MODEL_RULES
+    checkpoints: Mapping[int, dict] | None = None  # series only: x value -> {"path"} or {"hub", "revision"}
+    x_unit: str = "step"  # what the x-axis counts: step (finetuned, or a series' steps) or tokens
 
     @property
     def is_tiny(self) -> bool:
         return self.source == "tiny"
+
+    @property
+    def is_series(self) -> bool:
+        return self.source == "series"
 
     @property
     def lora(self) -> bool:
@@ -81,6 +88,9 @@ class ModelSpec:
     def source_record(self) -> dict:
         """Where the weights come from, as recorded with every result."""
         src = {k: self.entry[k] for k in ("hub", "revision", "path", "package") if self.entry.get(k)}
+        if self.is_series:
+            # the series as a whole; each record also holds its checkpoint's own location
+            return canonical({"series": self.entry["series"].get("hub") or "local directories"})
         return canonical(src or {"tiny": self.entry["tiny"]["model_type"]})
 
 
@@ -92,8 +102,9 @@ class Run:
     in_domain: str
     n_train: int
     seed: int
-    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first
+    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first; a series' x values
     max_steps: int
+    series: bool = False  # the model's checkpoints are given (no finetune job), n_train and seed are 0
 
     @property
     def id(self) -> str:
@@ -148,6 +159,11 @@ class Paths:
     @property
     def manifest(self) -> str:
         return f"{self.run_dir}/manifest.json"
+
+    @property
+    def series_manifest(self) -> str:
+        """A series checkpoint's manifest: where it is and, for a local directory, its files' sha256s."""
+        return f"{self.root}/series/{{model}}/step{{step}}.json"
 
     @property
     def eval_dir(self) -> str:
@@ -224,7 +240,8 @@ class Plan:
     train_set: Mapping[str, str]  # in-domain set -> its training dataset
     datasets: tuple[str, ...]  # every dataset the experiment uses (any registry entry can be prepared)
     pretraining: dict  # the pretraining corpus's settings, template and answers (tiny models)
-    analysis: dict
+    analysis: dict  # the statistics' settings (oodcorr.analysis.Options), without `score`
+    score: str  # the scores-table column the analysis correlates and plots (analysis.score)
     warnings: tuple[str, ...]
     exp: Experiment = field(repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
@@ -320,6 +337,52 @@ class Plan:
     def finetune_train_input(self, wildcards) -> str:
         return self.paths.data.format(dataset=self.train_set[wildcards.indomain])
 
+    # ---- where an evaluation's checkpoints come from ----------------------------------
+    def checkpoints_input(self, wildcards) -> list[str]:
+        """What an evaluation job reads its checkpoints through: the run's finetune manifest, or for
+        a series run the manifest of each checkpoint it scores (its step, or all of the run's)."""
+        run = self.run(wildcards)
+        if not run.series:
+            return [self.paths.manifest.format(**run.wildcards)]
+        steps = [int(wildcards.step)] if "step" in wildcards.keys() else run.steps
+        return [self.paths.series_manifest.format(model=run.model, step=s) for s in steps]
+
+    def _series_checkpoint(self, wildcards) -> dict:
+        spec = self.models[wildcards.model]
+        try:
+            return spec.checkpoints[int(wildcards.step)]
+        except (KeyError, TypeError):
+            raise ConfigError(f"models[{wildcards.model}]: no series checkpoint at "
+                              f"{spec.x_unit} {wildcards.step}") from None
+
+    def series_params(self, wildcards) -> dict:
+        """Rule series_checkpoint: one checkpoint of a series, and the entry's safety opt-ins."""
+        spec = self.models[wildcards.model]
+        return {"model": spec.name, "x_unit": spec.x_unit, "checkpoint": self._series_checkpoint(wildcards),
+                "entry": {k: spec.entry[k] for k in ("trust_remote_code", "allow_pickle_weights") if k in spec.entry}}
+
+    def series_files(self, wildcards) -> list[str]:
+        """A local series checkpoint's files (a changed file rewrites its manifest); none for a hub one."""
+        from .series import model_files
+
+        ck = self._series_checkpoint(wildcards)
+        if not ck.get("path"):
+            return []
+        pickle = bool(self.models[wildcards.model].entry.get("allow_pickle_weights"))
+        return [str(f) for f in model_files(ck["path"], pickle)]
+
+    def x_label(self, wildcards) -> str:
+        """The learning curves' x-axis of a model: training step, step, or tokens."""
+        spec = self.models[wildcards.model]
+        if not spec.is_series:
+            return "training step"
+        return "tokens" if spec.x_unit == "tokens" else "step"
+
+    @property
+    def coarse(self) -> dict:
+        """The label mode's collapse rule (gold label -> predictions that count as right for it)."""
+        return dict(self.label_mode.get("coarse") or {})
+
     def eval_params(self, wildcards) -> dict:
         """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
 
@@ -338,6 +401,8 @@ class Plan:
                                   "label_mode": self.label_mode["name"], "in_domain": run.in_domain,
                                   "n_train": run.n_train, "seed": run.seed, "run_id": run.id, "role": role,
                                   "finetune_lora": spec.lora}}
+            if run.series:  # (finetuned runs' provenance stays as it was: their eval keys are unchanged)
+                job["provenance"]["x_unit"] = spec.x_unit
             if self.unit == "run":
                 job["steps"] = list(run.steps)
                 job["predictions"] = [self.predictions_path(run, s, wildcards.testset) for s in run.steps]
@@ -421,14 +486,20 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     models = {}
     for entry in config["models"]:
         m = entry["name"]
-        source = next(k for k in ("tiny", "hub", "path", "package") if entry.get(k))
+        source = next(k for k in ("tiny", "hub", "path", "package", "series") if entry.get(k))
+        series = source == "series"
         models[m] = ModelSpec(
             name=m, source=source, method=exp.method(m), entry=exp.model_spec(m),
-            finetune=exp.finetune_params(m), prompt=exp.prompt_for(m),
+            finetune={} if series else exp.finetune_params(m), prompt=exp.prompt_for(m),
             distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
-            resources=_model_resources(exp, entry))
+            resources=_model_resources(exp, entry),
+            checkpoints=exp.series_checkpoints(m) if series else None, x_unit=exp.series_unit(m))
     runs = []
     for m, spec in models.items():
+        if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
+            xs = tuple(spec.checkpoints)
+            runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain_of(m)]
+            continue
         ft = exp.finetune_cfg(m)
         for d in exp.in_domain:
             for n in ft["n_train"]:
@@ -440,9 +511,10 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     return Plan(
         experiment=name, unit=unit, paths=Paths(f"results/{name}"), labels=tuple(exp.labels),
         label_mode=exp.label_mode, models=models, runs=tuple(runs), testsets=testsets,
-        train_set={d: spec["train"] for d, spec in exp.in_domain.items()}, datasets=datasets,
+        train_set={d: spec["train"] for d, spec in exp.in_domain.items() if spec.get("train")}, datasets=datasets,
         pretraining={"corpus": dict(config.get("pretraining_corpus") or {}),
                      "template": config["prompt"]["template"],
                      "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()]},
-        analysis=dict(config.get("analysis") or {}),
+        analysis=analysis_options(config.get("analysis")),
+        score=(config.get("analysis") or {}).get("score", DEFAULT_SCORE),
         warnings=tuple(exp.warnings), exp=exp)

@@ -252,7 +252,8 @@ def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str,
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 
-def learning_curves(long: pd.DataFrame, model: str, out_png: str) -> dict:
+def learning_curves(long: pd.DataFrame, model: str, out_png: str, x_label: str = "training step",
+                    y_label: str = "score") -> dict:
     """Score vs step per testset: one thin line per run, the mean over runs bold; the
     in-domain testset in black. One panel per in-domain set. Returns {in_domain: testsets}."""
     plt = _plt()
@@ -281,7 +282,7 @@ def learning_curves(long: pd.DataFrame, model: str, out_png: str) -> dict:
         n_runs = rows["run"].nunique()
         legend = len(names) <= LEGEND_LIMIT
         extra = "" if legend else f"; {len(names) - 1} OOD testsets, too many to label: see the scores table"
-        ax.set(xlabel="training step", ylabel="score",
+        ax.set(xlabel=x_label, ylabel=y_label,
                title=f"{model}, in-domain {dom} ({n_runs} run{'s' if n_runs != 1 else ''}; bold: mean{extra})")
         ax.grid(alpha=0.3)
         if legend:

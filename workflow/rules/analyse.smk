@@ -25,6 +25,9 @@ rule aggregate_scores:
     output:
         parquet=P.scores,
         csv=P.scores_csv,
+    params:
+        # the label mode's collapse rule, for records that predate macro-F1 and ECE
+        coarse=PLAN.coarse,
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
@@ -47,6 +50,7 @@ rule partial_correlations:
                          caption="../report/agreement.rst"),
     params:
         analysis=ANALYSIS,
+        score=PLAN.score,
     log:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
@@ -94,7 +98,7 @@ rule heatmap_grid:
 
 
 rule learning_curves:
-    """Score vs training step for every testset of one model."""
+    """Score vs training step (or a series' steps or tokens) for every testset of one model."""
     input:
         P.scores,
     output:
@@ -102,6 +106,8 @@ rule learning_curves:
                caption="../report/learning_curves.rst", labels={"model": "{model}"}),
     params:
         kind="learning_curves",
+        score=PLAN.score,
+        x_label=PLAN.x_label,
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
@@ -120,6 +126,7 @@ rule scatter:
     params:
         kind="scatter",
         analysis=ANALYSIS,
+        score=PLAN.score,
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:

@@ -32,7 +32,8 @@ if PLAN.unit == "checkpoint":
     rule evaluate:
         """One checkpoint of one run, scored on one testset."""
         input:
-            manifest=P.manifest,
+            # the run's finetune manifest, or a series' checkpoint manifests
+            manifest=PLAN.checkpoints_input,
             tokenized=P.tokenized,
         output:
             P.predictions,
@@ -54,7 +55,8 @@ else:
     rule evaluate:
         """Every checkpoint of one run, scored on one testset in one process."""
         input:
-            manifest=P.manifest,
+            # the run's finetune manifest, or a series' checkpoint manifests
+            manifest=PLAN.checkpoints_input,
             tokenized=P.tokenized,
         output:
             summary=P.eval_summary,

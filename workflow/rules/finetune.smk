@@ -21,3 +21,30 @@ rule finetune:
         "../../envs/oodcorr.yaml"
     script:
         "../scripts/finetune.py"
+
+
+# A series model's checkpoints exist already (models[].series): each gets a manifest instead
+# of a finetune, and its evaluations read that. Light (it hashes a local checkpoint's files
+# once), so it runs on the submitting node.
+localrules:
+    series_checkpoint,
+
+
+rule series_checkpoint:
+    """One given checkpoint: where it is and, for a local directory, its files' sizes and sha256s.
+
+    A local checkpoint's files are the input, so changing one rewrites this manifest and
+    reruns that checkpoint's evaluations (and nothing else)."""
+    input:
+        PLAN.series_files,
+    output:
+        P.series_manifest,
+    params:
+        # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.plan)
+        job=PLAN.series_params,
+    log:
+        f"{LOGS}/series/{{model}}/step{{step}}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/series_checkpoint.py"

@@ -4,9 +4,8 @@ Unit `checkpoint`: the step is a wildcard and the output is its predictions file
 Unit `run`: every step of the run, then the job's summary (its declared output).
 """
 import logging
-from pathlib import Path
 
-from oodcorr.evaluate import evaluate_run
+from oodcorr.evaluate import checkpoints_to_score, evaluate_run
 from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging, simulate_oom_from_env
 
 sm = snakemake  # noqa: F821
@@ -23,9 +22,8 @@ if "step" in sm.wildcards.keys():
     steps, outputs, summary = [int(sm.wildcards.step)], [sm.output[0]], None
 else:
     steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
-ckpt_root = Path(sm.input.manifest).parent / "checkpoints"
-checkpoints = [{"step": step, "checkpoint": str(ckpt_root / f"checkpoint-{step}"), "predictions": out}
-               for step, out in zip(steps, outputs, strict=True)]
+manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
+checkpoints = checkpoints_to_score(manifests, steps, outputs)
 result = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
                       tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
                       out_summary=summary, provenance=job["provenance"],

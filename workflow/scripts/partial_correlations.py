@@ -14,10 +14,16 @@ setup_logging(sm.log[0])
 log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
 scores = pd.read_parquet(sm.input.scores)
-long, info = from_scores(scores)
-examples = examples_from_predictions(scores) if opts.example_boot > 1 else None
+score = sm.params.score  # analysis.score: the metric column analysed
+long, info = from_scores(scores, score)
+# the example-level bootstrap resamples per-example correctness: it recomputes accuracy only
+by_example = opts.example_boot > 1 and score == "accuracy"
+examples = examples_from_predictions(scores) if by_example else None
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info)
+if opts.example_boot > 1 and not by_example:
+    pc["ex_note"] = f"example-level bootstrap resamples correctness (accuracy); not run for analysis.score {score}"
+log.info("score analysed: %s", score)
 agree = agreement(pc[pc["run"] == "pooled"], opts.alpha, opts.correction)
 write_tables(pc, agree, Path(sm.output.pairs).parent)
 summarise(pc, agree, opts, log)

@@ -4,13 +4,14 @@ import pandas as pd
 from oodcorr import plots
 from oodcorr.analysis import Options
 from oodcorr.analysis.tables import from_scores
+from oodcorr.config import analysis_options
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 kind = sm.params.kind
 # the heatmap rules pass no params.analysis: the (validated) config's analysis section is the same
-opts = Options.from_mapping(getattr(sm.params, "analysis", None) or sm.config.get("analysis", {}))
+opts = Options.from_mapping(getattr(sm.params, "analysis", None) or analysis_options(sm.config.get("analysis", {})))
 if kind in ("heatmap", "heatmap_grid"):
     pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
     marks = dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
@@ -19,9 +20,10 @@ if kind in ("heatmap", "heatmap_grid"):
     else:
         print(plots.heatmap_grid(pc, sm.output[0], sm.params.method, sm.params.residualiser, **marks))
 else:
-    long, _ = from_scores(pd.read_parquet(sm.input[0]))
+    long, _ = from_scores(pd.read_parquet(sm.input[0]), sm.params.score)
     if kind == "learning_curves":
-        print(plots.learning_curves(long, sm.wildcards.model, sm.output[0]))
+        print(plots.learning_curves(long, sm.wildcards.model, sm.output[0], x_label=sm.params.x_label,
+                                    y_label=sm.params.score))
     else:
         fits = [r for r in opts.residualisers if "+" not in r] or ["linear"]
         print(plots.scatter(long, sm.wildcards.model, sm.output[0], residualisers=fits, gam_settings=opts.gam))

@@ -245,21 +245,24 @@ def run_info(df: pd.DataFrame, columns, *, source: str = "table", model: str | N
     return first.reset_index()
 
 
-def from_scores(scores: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The workflow's scores table -> (canonical long table, run info: run, n_train, seed).
 
-    Each run's in-domain testset is the one with role ``in-domain``; a run with none or
-    several gets an empty name, and the analysis notes it in every cell."""
-    need = ["model", "run_id", "step", "testset", "role", "accuracy"]
+    ``score`` names the metric column analysed (``analysis.score``). Each run's in-domain
+    testset is the one with role ``in-domain``; a run with none or several gets an empty
+    name, and the analysis notes it in every cell."""
+    need = ["model", "run_id", "step", "testset", "role", score]
     missing = [c for c in need if c not in scores.columns]
     if missing:
-        raise DataError(f"scores table lacks column(s) {missing}")
+        hint = ("; a scores table written before that metric existed gets it when the aggregation reruns "
+                "(snakemake --forcerun aggregate_scores)" if score in missing else "")
+        raise DataError(f"scores table lacks column(s) {missing}{hint}")
     ind = scores[scores["role"] == "in-domain"].groupby("run_id")["testset"].unique()
     zname = {r: (v[0] if len(v) == 1 else "") for r, v in ind.items()}
     long = pd.DataFrame({
         "model": scores["model"].astype(str), "in_domain": scores["run_id"].map(zname).fillna(""),
         "run": scores["run_id"].astype(str), "unit": scores["step"].astype(int),
-        "testset": scores["testset"].astype(str), "score": scores["accuracy"].astype(float)})
+        "testset": scores["testset"].astype(str), "score": scores[score].astype(float)})
     info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
     info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
     return long, info

@@ -1,0 +1,140 @@
+"""Per checkpoint x testset metrics beyond accuracy: macro-F1, ECE and a Wilson interval.
+
+One home for how each is defined, used by the evaluation (every new record) and by the
+aggregation (records written before these metrics existed are recomputed from their
+per-example predictions file). Plain numpy; no torch, no pandas.
+
+* **Labels compared.** Gold labels are those of the testset; a prediction is first
+  collapsed the way the label mode scores it (``coarse``: a 3-way model's ``neutral`` or
+  ``contradiction`` on a 2-way set is the prediction ``non-entailment``), so that F1 and
+  ECE judge exactly what accuracy judges.
+* **macro-F1** (:func:`macro_f1`): the unweighted mean over classes of per-class
+  F1 = 2 TP / (2 TP + FP + FN), over the classes that occur in the gold labels or the
+  (collapsed) predictions, as scikit-learn's ``f1_score(average="macro",
+  zero_division=0)``. A class that is predicted but never gold has F1 0; on a testset
+  with a single gold class the mean therefore includes such a class when the model
+  predicts it.
+* **ECE** (:func:`ece`): expected calibration error of the top label. The model's
+  probabilities are the softmax of its label scores (verbaliser logits or a head's
+  logits); the confidence of an example is the probability of its (collapsed) predicted
+  label, summed over the labels a coarse gold label collapses. Confidences fall into
+  :data:`ECE_BINS` equal-width bins over [0, 1], bin b holding (b/15, (b+1)/15] (0 in the
+  first), and ECE = sum over bins of (examples in bin / n) x |accuracy in bin - mean
+  confidence in bin| (Naeini et al. 2015; Guo et al. 2017).
+* **Wilson interval** (:func:`wilson`): the score interval of a binomial proportion at
+  :data:`CI_LEVEL`, for accuracy = n_correct / n. Unlike the normal (Wald) interval it
+  stays inside [0, 1] and covers close to nominal at accuracies near 0 or 1 and at small n.
+"""
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+ECE_BINS = 15
+CI_LEVEL = 0.95
+# the scores table's metric columns, in order (accuracy and its counts are listed separately)
+COLUMNS = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+
+
+def wilson(n_correct: int, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Wilson score interval of ``n_correct / n``; (nan, nan) for n = 0."""
+    if n <= 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    p = n_correct / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    # exactly 0 (1) when no (every) example is right; rounding would leave a few 1e-17
+    low = 0.0 if n_correct == 0 else max(0.0, centre - half)
+    high = 1.0 if n_correct == n else min(1.0, centre + half)
+    return low, high
+
+
+def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
+    """Predictions (indices into ``names``) as the label mode scores them: on a testset whose
+    gold labels never use the labels a coarse label collapses (a 2-way set under a 3-way
+    mode), a prediction of one of them (neutral, contradiction) becomes the coarse label
+    (non-entailment)."""
+    out = np.asarray(pred).copy()
+    present = set(np.asarray(gold).tolist())
+    for c, members in (coarse or {}).items():
+        idx = [names.index(m) for m in members if m in names]
+        if c not in names or present & set(idx):
+            continue
+        out[np.isin(out, idx)] = names.index(c)
+    return out
+
+
+def per_class_f1(gold: np.ndarray, pred: np.ndarray) -> dict[int, float]:
+    """F1 = 2 TP / (2 TP + FP + FN) of every class (label index) in ``gold`` or ``pred``."""
+    gold, pred = np.asarray(gold), np.asarray(pred)
+    out = {}
+    for c in np.union1d(gold, pred):
+        tp = int(np.sum((gold == c) & (pred == c)))
+        fp = int(np.sum((gold != c) & (pred == c)))
+        fn = int(np.sum((gold == c) & (pred != c)))
+        out[int(c)] = 2 * tp / (2 * tp + fp + fn)
+    return out
+
+
+def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
+    """Unweighted mean of per-class F1 over the classes in ``gold`` or ``pred`` (label indices)."""
+    f1 = per_class_f1(gold, pred)
+    return float(np.mean(list(f1.values()))) if f1 else math.nan
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.asarray(logits, dtype=np.float64)
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def confidence(logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str],
+               coarse: dict | None) -> np.ndarray:
+    """Probability of each example's (collapsed) predicted label under the softmax of its
+    label scores; for a coarse prediction, the summed probability of the labels it collapses."""
+    prob = softmax(logits)  # columns follow label_names, the model's outputs
+    pred = np.asarray(pred)
+    out = np.empty(len(pred))
+    for p in np.unique(pred):
+        name = names[int(p)]
+        members = (coarse or {}).get(name)
+        cols = [label_names.index(m) for m in members] if members else [label_names.index(name)]
+        rows = pred == p
+        out[rows] = prob[np.ix_(rows, cols)].sum(axis=1)
+    return out
+
+
+def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
+    """Expected calibration error over ``n_bins`` equal-width confidence bins (see the module)."""
+    conf, correct = np.asarray(conf, dtype=float), np.asarray(correct, dtype=float)
+    if conf.size == 0:
+        return math.nan
+    bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
+    total = 0.0
+    for b in np.unique(bins):
+        sel = bins == b
+        total += sel.sum() / conf.size * abs(correct[sel].mean() - conf[sel].mean())
+    return float(total)
+
+
+def compute(gold, pred, correct, logits, names: list[str], label_names: list[str], coarse: dict | None) -> dict:
+    """Every metric of one checkpoint x testset.
+
+    ``gold`` and ``pred`` index ``names`` (the model's labels, then any coarse gold labels);
+    ``logits`` is (n, len(label_names)); ``correct`` says which predictions the label mode
+    counts as right."""
+    gold, pred = np.asarray(gold), np.asarray(pred)
+    correct = np.asarray(correct, dtype=bool)
+    n, k = int(gold.size), int(correct.sum())
+    low, high = wilson(k, n)
+    shown = collapse(pred, gold, names, coarse)
+    conf = confidence(np.asarray(logits), shown, names, label_names, coarse) if n else np.empty(0)
+    return {"macro_f1": macro_f1(gold, shown), "ece": ece(conf, correct), "accuracy_ci_low": low,
+            "accuracy_ci_high": high, "ece_bins": ECE_BINS, "ci_level": CI_LEVEL,
+            "f1_per_label": {names[c]: v for c, v in per_class_f1(gold, shown).items()}}
+
