@@ -19,6 +19,7 @@ stays fast.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,6 +39,22 @@ RULE_DEFAULTS: dict[str, dict[str, Any]] = {
     "evaluate": {"mem_mb": 2000, "runtime": 10},
 }
 MODEL_RULES = tuple(RULE_DEFAULTS)
+
+# Snakemake reads a callable's parameters (inspect.signature) each time it calls it: about
+# twenty times per job while it plans, a third of planning the paper grid. It looks first for
+# this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
+# every callable the rules get carries its parameters, worked out once.
+SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
+
+
+def rule_callable(func: Callable) -> Callable:
+    """``func`` with its parameters stored where Snakemake looks first. On a method, the
+    parameters after ``self`` (a bound method reads its function's attributes)."""
+    params = dict(inspect.signature(func).parameters)
+    if next(iter(params), None) == "self":
+        del params["self"]
+    setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
+    return func
 # resources that grow with Snakemake's attempt number on retries
 SCALED = ("mem_mb", "runtime")
 
@@ -301,10 +318,12 @@ class Plan:
             value = self._cache[key] = make()
             return value
 
+    @rule_callable
     def dataset_params(self, wildcards) -> dict:
         """A dataset entry minus bookkeeping; any entry of the registries can be prepared."""
         return self._cached(("dataset", wildcards.dataset), lambda: self.exp.dataset_params(wildcards.dataset))
 
+    @rule_callable
     def dataset_input(self, wildcards) -> list[str]:
         """A local dataset's file, so that editing the file reruns its preparation."""
         return self.exp.dataset_input(wildcards.dataset)
@@ -312,11 +331,13 @@ class Plan:
     def tiny_dir(self, model: str) -> str | None:
         return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
 
+    @rule_callable
     def model_input(self, wildcards) -> list[str]:
         """The built tiny model a job reads, or nothing for hub, local and packaged models."""
         d = self.tiny_dir(wildcards.model)
         return [d] if d else []
 
+    @rule_callable
     def tokenize_params(self, wildcards) -> dict:
         def make():
             spec = self.models[wildcards.model]
@@ -325,6 +346,7 @@ class Plan:
                     "max_length": self.exp.config["evaluation"]["max_length"]}
         return self._cached(("tokenize", wildcards.model), make)
 
+    @rule_callable
     def finetune_params(self, wildcards) -> dict:
         def make():
             run = self.run(wildcards)
@@ -334,10 +356,12 @@ class Plan:
                     "max_steps": run.max_steps}
         return self._cached(("finetune", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed), make)
 
+    @rule_callable
     def finetune_train_input(self, wildcards) -> str:
         return self.paths.data.format(dataset=self.train_set[wildcards.indomain])
 
     # ---- where an evaluation's checkpoints come from ----------------------------------
+    @rule_callable
     def checkpoints_input(self, wildcards) -> list[str]:
         """What an evaluation job reads its checkpoints through: the run's finetune manifest, or for
         a series run the manifest of each checkpoint it scores (its step, or all of the run's)."""
@@ -355,6 +379,7 @@ class Plan:
             raise ConfigError(f"models[{wildcards.model}]: no series checkpoint at "
                               f"{spec.x_unit} {wildcards.step}") from None
 
+    @rule_callable
     def series_params(self, wildcards) -> dict:
         """Rule series_checkpoint: one checkpoint of a series, and the entry's safety opt-ins."""
         spec = self.models[wildcards.model]
@@ -383,6 +408,7 @@ class Plan:
         """The label mode's collapse rule (gold label -> predictions that count as right for it)."""
         return dict(self.label_mode.get("coarse") or {})
 
+    @rule_callable
     def eval_params(self, wildcards) -> dict:
         """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
 
@@ -420,7 +446,7 @@ class Plan:
         per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
         if len(set(per.values())) == 1:
             return next(iter(per.values()))
-        return lambda wildcards: per[wildcards.model]
+        return rule_callable(lambda wildcards: per[wildcards.model])
 
     def rule_resources(self, rule: str) -> dict[str, Any]:
         """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
@@ -437,25 +463,26 @@ class Plan:
             values = {m: getattr(r, name) for m, r in per.items()}
             if len(set(values.values())) == 1:
                 return next(iter(values.values()))
-            return lambda wildcards: values[wildcards.model]
+            return rule_callable(lambda wildcards: values[wildcards.model])
 
         out: dict[str, Any] = {"gpu": pick("gpu")}
         if any(r.gpu_model and r.gpu for r in per.values()):
             models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
-            out["gpu_model"] = lambda wildcards: models[wildcards.model]
+            out["gpu_model"] = rule_callable(lambda wildcards: models[wildcards.model])
         mem = {m: r.mem_mb for m, r in per.items()}
-        out["mem_mb"] = lambda wildcards, attempt: mem[wildcards.model] * attempt
+        out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
         minutes = {m: r.runtime for m, r in per.items()}
         if rule == "evaluate" and self.unit == "run":
-            out["runtime"] = lambda wildcards, attempt: \
-                minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt
+            out["runtime"] = rule_callable(
+                lambda wildcards, attempt: minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt)
         else:
-            out["runtime"] = lambda wildcards, attempt: minutes[wildcards.model] * attempt
+            out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * attempt)
         if rule == "evaluate":
             out["attempt"] = _attempt
         return out
 
 
+@rule_callable
 def _attempt(wildcards, attempt):
     """Snakemake's attempt (1, then 2, ... on --retries), as a resource the script reads.
     A resource, not a param: resources never make Snakemake rerun a finished job."""
