@@ -153,7 +153,8 @@ class Experiment:
                                   f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})")
             if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
                 self.warnings.append(f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
-                                     "commit hash, so what loads may change; pin a 40-hex commit")
+                                     "commit hash, so what loads may change; pin a 40-hex commit, or let "
+                                     "`oodcorr prefetch` pin it in the lock file")
             if self.method(m["name"]) == "pattern":
                 prompt = self.prompt_for(m["name"])
                 where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
@@ -269,8 +270,11 @@ class Experiment:
         return out
 
     def finetune_params(self, model: str) -> dict:
-        """The finetune settings a run needs (not the n_train/seeds lists), canonically ordered."""
-        ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds")}
+        """The finetune settings a run needs (not the n_train/seeds lists), canonically ordered.
+
+        ``report_to`` (where the loss is logged while training) changes no weights: left out,
+        so editing it reruns nothing (the finetune script reads it from the config)."""
+        ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds", "report_to")}
         return canonical(ft)
 
     def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
@@ -291,9 +295,10 @@ class Experiment:
         return list(dict.fromkeys(names))
 
     def model_spec(self, model: str) -> dict:
-        """The model entry minus what does not change results (resources, finetune overrides, sharding)."""
+        """The model entry minus what does not change results (resources, finetune overrides, sharding,
+        the parameter count given for planning)."""
         return canonical({k: v for k, v in self.models[model].items()
-                          if k not in ("resources", "finetune", "distributed")})
+                          if k not in ("resources", "finetune", "distributed", "params_b")})
 
     def dataset_params(self, name: str) -> dict:
         """A dataset entry minus bookkeeping (description, where it was defined)."""
@@ -316,13 +321,23 @@ class Experiment:
             return None
         return canonical(deep_merge(self.config["prompt"], self.models[model].get("prompt")))
 
-    def resources(self, model: str, rule: str) -> dict:
-        """A job's resources: the config's for the rule, then the model's size class, then the model's own."""
+    def resource_layers(self, model: str) -> list[tuple[str, dict]]:
+        """Where a model's job resources come from, least specific first: (config key, mapping of
+        rule -> resources) for the config's ``resources``, the model's size class, its own ``resources``."""
         m = self.models[model]
-        out = dict(self.config.get("resources", {}).get(rule, {}))
+        layers = [("resources", dict(self.config.get("resources") or {}))]
         if m.get("size_class"):
-            out = deep_merge(out, self.config["size_classes"][m["size_class"]].get(rule))
-        return deep_merge(out, (m.get("resources") or {}).get(rule))
+            layers.append((f"size_classes.{m['size_class']}", dict(self.config["size_classes"][m["size_class"]] or {})))
+        layers.append((f"models[{model}].resources", dict(m.get("resources") or {})))
+        return layers
+
+    def resources(self, model: str, rule: str) -> dict:
+        """A job's own resources for ``rule``: the config's, then the model's size class, then the model's
+        own (placement sets ``default``/``cpu`` not applied: see :func:`oodcorr.plan.job_resources`)."""
+        out: dict = {}
+        for _, layer in self.resource_layers(model):
+            out = deep_merge(out, layer.get(rule))
+        return out
 
 
 _SCHEMAS: dict[str, dict] = {}

@@ -19,7 +19,7 @@ stays fast.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Callable, Mapping
 
@@ -39,21 +39,36 @@ RULE_DEFAULTS: dict[str, dict[str, Any]] = {
 MODEL_RULES = tuple(RULE_DEFAULTS)
 # resources that grow with Snakemake's attempt number on retries
 SCALED = ("mem_mb", "runtime")
+# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
+PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
 
 
 @dataclass(frozen=True)
 class Resources:
-    """What one job of a rule asks for (before retries scale memory and time)."""
+    """What one job of a rule asks for (before retries scale memory and time), and where it goes."""
 
     gpu: int = 0
     gpu_model: str | None = None
+    gpu_mem_gb: float | None = None  # memory of each GPU, GiB: planning checks the model fits (oodcorr.sizing)
     mem_mb: int = 2000
     runtime: int = 30  # minutes
     threads: int = 1
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    slurm_extra: str | None = None
+    # resource name -> the config key that set it (for messages), e.g. "size_classes.30b.evaluate.gpu_mem_gb"
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "Resources":
-        return cls(**{k: values[k] for k in ("gpu", "gpu_model", "mem_mb", "runtime", "threads") if k in values})
+    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> "Resources":
+        names = [f.name for f in fields(cls) if f.name != "origin"]
+        return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
+
+    def where(self, name: str) -> str:
+        """The config key that set resource ``name`` (or where to set it)."""
+        return self.origin.get(name, f"resources.<rule>.{name}")
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,7 @@ class ModelSpec:
     prompt: dict | None  # None for methods that read no prompt
     distributed: dict | None
     resources: Mapping[str, Resources]  # per rule in MODEL_RULES
+    params_b: float | None = None  # the entry's parameter count for planning (oodcorr.sizing), if given
 
     @property
     def is_tiny(self) -> bool:
@@ -172,6 +188,15 @@ class Paths:
         return f"{self.root}/scores.csv"
 
     @property
+    def accuracy_html(self) -> str:
+        """The accuracy table (a run x checkpoint per row, a testset per column) for the report."""
+        return f"{self.root}/accuracy.html"
+
+    @property
+    def accuracy_csv(self) -> str:
+        return f"{self.root}/accuracy.csv"
+
+    @property
     def analysis(self) -> str:
         return f"{self.root}/analysis"
 
@@ -268,13 +293,19 @@ class Plan:
 
     def figure_targets(self) -> list[str]:
         a = self.paths.analysis
-        return [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+        return [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter", "training_loss")
+                for m in self.models]
 
     def targets(self) -> list[str]:
         """What rule ``all`` asks for: the scores, the tables and every figure."""
         a = self.paths.analysis
-        return [self.paths.scores, self.paths.scores_csv, f"{a}/partial_correlations.csv", f"{a}/agreement.csv",
-                f"{a}/heatmap_grid.png", *self.figure_targets()]
+        return [self.paths.scores, self.paths.scores_csv, self.paths.accuracy_html, self.paths.accuracy_csv,
+                f"{a}/partial_correlations.csv", f"{a}/agreement.csv", f"{a}/heatmap_grid.png",
+                *self.figure_targets()]
+
+    def manifests(self, wildcards) -> list[str]:
+        """The manifests of every run of the model ``wildcards.model`` (their loss histories)."""
+        return [self.paths.manifest.format(**r.wildcards) for r in self.runs if r.model == wildcards.model]
 
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -378,6 +409,11 @@ class Plan:
         if any(r.gpu_model and r.gpu for r in per.values()):
             models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
             out["gpu_model"] = lambda wildcards: models[wildcards.model]
+        # SLURM placement: only where the config sets it (else the profile's default-resources
+        # apply); set for every model of the rule or for none (build_plan checks)
+        for key in PLACEMENT:
+            if any(getattr(r, key) is not None for r in per.values()):
+                out[key] = pick(key)
         mem = {m: r.mem_mb for m, r in per.items()}
         out["mem_mb"] = lambda wildcards, attempt: mem[wildcards.model] * attempt
         minutes = {m: r.runtime for m, r in per.items()}
@@ -398,14 +434,47 @@ def _attempt(wildcards, attempt):
 
 
 def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
-    """Per rule: the defaults, then the config's `resources`, the model's size class, its own."""
+    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
+    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
+    asks for no GPU) and the rule's own keys, the last winning."""
+    layers = exp.resource_layers(entry["name"])
     out = {}
     for rule, default in RULE_DEFAULTS.items():
-        values = dict(default, **exp.resources(entry["name"], rule))
+        values, origin = dict(default), {}
+        gpu = values.get("gpu", 0)
+        for where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
+            own = layer.get(rule) or {}
+            if "gpu" in own:
+                gpu = own["gpu"]
         if rule == "finetune" and entry.get("distributed"):
-            values["gpu"] = int(entry["distributed"]["gpus"])  # one process per GPU
-        out[rule] = Resources.from_mapping(values)
+            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
+        for where, layer in layers:
+            for part in ("default", *(("cpu",) if not gpu else ()), rule):
+                for key, value in (layer.get(part) or {}).items():
+                    values[key], origin[key] = value, f"{where}.{part}.{key}"
+        if rule == "finetune" and entry.get("distributed"):
+            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
+        out[rule] = Resources.from_mapping(values, origin)
     return out
+
+
+def _check_placement(models: Mapping[str, ModelSpec]) -> None:
+    """A placement key is set for all of a rule's jobs or for none of them.
+
+    Snakemake takes a rule's resource from the rule, for every job: a job whose model has no
+    partition would get none at all -- not the profile's -- so a half-set key is an error."""
+    for rule in MODEL_RULES:
+        for key in PLACEMENT:
+            have = {m: spec.resources[rule] for m, spec in models.items()
+                    if getattr(spec.resources[rule], key) is not None}
+            if have and len(have) < len(models):
+                missing = sorted(set(models) - set(have))
+                first = next(iter(have.values())).where(key)
+                raise ConfigError(
+                    f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
+                    f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
+                    f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
+                    f"or resources.{rule}.{key}")
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
@@ -426,7 +495,8 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             name=m, source=source, method=exp.method(m), entry=exp.model_spec(m),
             finetune=exp.finetune_params(m), prompt=exp.prompt_for(m),
             distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
-            resources=_model_resources(exp, entry))
+            resources=_model_resources(exp, entry), params_b=entry.get("params_b"))
+    _check_placement(models)
     runs = []
     for m, spec in models.items():
         ft = exp.finetune_cfg(m)
