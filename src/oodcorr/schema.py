@@ -132,3 +132,21 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
         lines.append(f"  {loc}{msg}")
     head = f"the config does not match {Path(schema_path).name} ({len(lines)} problem{'s' * (len(lines) > 1)}):"
     raise ConfigError("\n".join([head, *dict.fromkeys(lines)]))
+
+
+def load_config(configfile: str | Path, basedir: str | Path) -> dict:
+    """A config file as the Snakefile sees it: named after its file unless it says `experiment:`,
+    checked against the schema (readable errors first), schema defaults filled in.
+
+    For the commands that plan without Snakemake running (``oodcorr prefetch``, ``oodcorr budget``)."""
+    from snakemake.utils import validate
+
+    configfile = Path(configfile)
+    config = load_yaml(configfile)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{configfile}: a config must be a mapping of keys to values")
+    config.setdefault("experiment", configfile.stem)
+    schema = Path(basedir) / "config" / "schema.yaml"
+    check_config(config, schema, sources=[configfile])
+    validate(config, str(schema), set_default=True)
+    return config
