@@ -458,13 +458,18 @@ def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
     return out
 
 
+# placement keys that a profile's default-resources set (profiles/slurm does): all of a rule's jobs or none
+PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
+
+
 def _check_placement(models: Mapping[str, ModelSpec]) -> None:
-    """A placement key is set for all of a rule's jobs or for none of them.
+    """A partition or account is set for all of a rule's jobs or for none of them.
 
     Snakemake takes a rule's resource from the rule, for every job: a job whose model has no
-    partition would get none at all -- not the profile's -- so a half-set key is an error."""
+    partition would get none at all -- not the profile's -- so a half-set key is an error. (A
+    constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
     for rule in MODEL_RULES:
-        for key in PLACEMENT:
+        for key in PROFILE_PLACEMENT:
             have = {m: spec.resources[rule] for m, spec in models.items()
                     if getattr(spec.resources[rule], key) is not None}
             if have and len(have) < len(models):

@@ -91,7 +91,11 @@ def _describe(err, config) -> list[tuple[list, str]]:
     if kind == "enum":
         return [(parts, f"{where}: {inst!r} is not one of {', '.join(map(repr, val))}")]
     if kind == "pattern":
-        return [(parts, f"{where}: {inst!r} must match {val} (it becomes a path component)")]
+        why = "it becomes a path component" if val.startswith("^[A-Za-z0-9][") else \
+            err.schema.get("description") or "the characters allowed here"
+        return [(parts, f"{where}: {inst!r} must match {val} ({why})")]
+    if kind == "not":
+        return [(parts, f"{where}: {inst!r} is not allowed ({err.schema.get('description') or err.message})")]
     if kind in ("oneOf", "anyOf"):
         forms = " or ".join("{" + ", ".join(alt.get("required", [])) + ": ...}" for alt in val)
         inner = [m for e in (err.context or []) for _, m in _describe(e, config)]

@@ -182,7 +182,7 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
                                  f"sharding over several GPUs (models[{name}].distributed: FSDP or DeepSpeed)")
                     if not spec.lora:
                         fixes.append(f"LoRA (models[{name}].finetune.lora)")
-                errors.append(f"models[{name}]: a {rule} job needs at least {need.gib:.1f} GiB on each GPU "
+                errors.append(f"models[{name}]: its {rule} jobs need at least {need.gib:.1f} GiB on each GPU "
                               f"({need.explain}) but asks for GPUs of {res.gpu_mem_gb:g} GiB "
                               f"({res.where('gpu_mem_gb')}). Use " + ", or ".join(fixes))
     if errors:
