@@ -73,16 +73,16 @@ class Budget:
     @property
     def totals(self) -> dict:
         return {"jobs": sum(r.jobs for r in self.rules), "submitted": sum(r.submitted for r in self.rules),
-                "gpu_hours": round(sum(r.gpu_hours for r in self.rules), 2),
-                "gpu_hours_expected": round(sum(r.gpu_hours_expected for r in self.rules), 2),
-                "cpu_core_hours": round(sum(r.cpu_core_hours for r in self.rules), 2)}
+                "gpu_hours": round(sum(r.gpu_hours for r in self.rules), 6),
+                "gpu_hours_expected": round(sum(r.gpu_hours_expected for r in self.rules), 6),
+                "cpu_core_hours": round(sum(r.cpu_core_hours for r in self.rules), 6)}
 
     def to_json(self) -> dict:
         out = asdict(self)
         out["totals"] = self.totals
         for r in out["rules"]:
-            r["gpu_hours"], r["gpu_hours_expected"] = round(r["gpu_hours"], 2), round(r["gpu_hours_expected"], 2)
-            r["cpu_core_hours"] = round(r["cpu_core_hours"], 2)
+            for k in ("gpu_hours", "gpu_hours_expected", "cpu_core_hours"):
+                r[k] = round(r[k], 6)
         return out
 
 
@@ -178,23 +178,27 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
         cost = RuleCost(rule, n, 0 if rule in LOCAL_RULES else n)
         if rule in MODEL_RULES:
             gpus_seen, parts = set(), set()
+            gpu_min = cpu_min = 0  # whole minutes: sums without rounding error
+            expected_s = 0.0
             for model, minutes, testset in _model_jobs(plan, rule):
                 res = plan.models[model].resources[rule]
                 gpus_seen.add(res.gpu)
                 parts.add(res.slurm_partition or (profile.get("default_partition") or "(SLURM's default)"
                                                   if profile else "(the profile's)"))
                 if res.gpu:
-                    cost.gpu_hours += res.gpu * minutes / 60
+                    gpu_min += res.gpu * minutes
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
                     secs = measured.get((rule, model, testset if rule == "evaluate" else None, "gpu"))
                     if secs is not None:
-                        steps = minutes / res.runtime if rule == "evaluate" else 1
-                        cost.gpu_hours_expected += res.gpu * secs * steps / 3600
+                        steps = minutes // res.runtime if rule == "evaluate" else 1
+                        expected_s += res.gpu * secs * steps
                         cost.measured_jobs += 1
                     else:
-                        cost.gpu_hours_expected += res.gpu * minutes / 60
+                        expected_s += res.gpu * minutes * 60
                 else:
-                    cost.cpu_core_hours += res.threads * minutes / 60
+                    cpu_min += res.threads * minutes
+            cost.gpu_hours, cost.cpu_core_hours = gpu_min / 60, cpu_min / 60
+            cost.gpu_hours_expected = expected_s / 3600
             cost.gpus_per_job = sorted(gpus_seen)
             cost.partitions = sorted(parts)
         if rule == "evaluate" and cost.submitted:
