@@ -323,3 +323,25 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     out = dry.stdout + dry.stderr
     assert "models[hubby]: revision 'main' in the config, 'v1' in the lock file" in out
     assert f"oodcorr prefetch --configfile {cfg}" in out and "rule finetune" not in out
+
+
+def test_budget_takes_sizes_and_downloads_from_the_lock(fake_hub, tmp_path, capsys):
+    import json
+
+    cfg = hub_config(tmp_path / "exp.yaml")
+    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+    lock = yaml.safe_load((tmp_path / "exp.lock.yaml").read_text())
+    params = lock["models"]["hubby"]["parameters"]
+    assert main(["budget", "--configfile", str(cfg), "--out", str(tmp_path / "b")]) == 0
+    b = json.loads((tmp_path / "b.json").read_text())
+    # one run, checkpoints at steps 0, 4, 8, 12, 16: five full float32 copies of the weights
+    assert b["checkpoint_bytes"] == 5 * params * 4
+    assert b["optimizer_state_bytes"] == 2 * params * 4
+    assert b["download_bytes"] == lock["models"]["hubby"]["bytes"] + 500  # the weights and the Arrow file
+    # with LoRA on q_proj and v_proj (r=4; one layer, 32 x 32 each): 4 x (32 + 32) x 2 = 512 fp32 parameters
+    c = yaml.safe_load(cfg.read_text())
+    c["finetune"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    cfg.write_text(yaml.safe_dump(c))
+    assert main(["budget", "--configfile", str(cfg), "--out", str(tmp_path / "b")]) == 0
+    assert json.loads((tmp_path / "b.json").read_text())["checkpoint_bytes"] == 5 * 512 * 4
+    assert "hubby: 5 checkpoints x 2.0 KiB (LoRA adapter: 512 parameters x 4 bytes)" in capsys.readouterr().out
