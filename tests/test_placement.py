@@ -199,3 +199,21 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     assert max(m["data_offsets"][1] for m in tensors.values()) == predicted * 4 == checkpoint_bytes(
         plan(micro(finetune=dict(micro()["finetune"], lora=lora))).models["micro-opt"],
         ModelSize(params, "test", linear))[0]
+
+
+def test_snakemake_planning_stops_on_a_model_too_large_for_its_gpus(tmp_path):
+    """The check runs when the Snakefile plans, before any job: one message, naming the model and the key."""
+    cfg = big_model(80)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+                          "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "rule finetune" not in res.stdout
+    assert "models[big]: its evaluate jobs need at least 158.5 GiB on each GPU" in out
+    assert "size_classes.huge.evaluate.gpu_mem_gb" in out
+    path.write_text(yaml.safe_dump(big_model(160)))  # the same config on 160 GiB GPUs plans
+    ok = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
+                         "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    assert "rule finetune:" in ok.stdout
