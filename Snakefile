@@ -15,14 +15,18 @@ sys.path.insert(0, SRC)
 # job processes (scripts, SLURM steps) import the same package
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
+from oodcorr.hub import use_lock  # noqa: E402
 from oodcorr.plan import build_plan  # noqa: E402
+from oodcorr.report import check_report_inputs  # noqa: E402
 from oodcorr.schema import check_config  # noqa: E402
+from oodcorr.sizing import check_gpu_memory  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
 if not workflow.overwrite_configfiles:
 
-    configfile: "config/config.yaml"
+    # by its full path: `snakemake -d <elsewhere>` finds it too
+    configfile: str(Path(workflow.basedir) / "config/config.yaml")
 
 
 CONFIG_FILES = workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"]
@@ -35,8 +39,16 @@ check_config(config, Path(workflow.basedir) / "config/schema.yaml", sources=CONF
 validate(config, "config/schema.yaml", set_default=True)
 PLAN = build_plan(config, workflow.basedir)
 PLAN.exp.check_inputs_exist()
-for _warning in PLAN.warnings:
+# the hub lock beside the config (`oodcorr prefetch`): checked against the plan and this machine's
+# cache; with it every job loads the locked commits, offline
+HUB_LOCK, _hub_warnings = use_lock(config, CONFIG_FILES[-1], PLAN)
+# every GPU job's model fits its GPUs' memory (gpu_mem_gb), where the parameter count is known
+_fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
+for _warning in (*_hub_warnings, *_fit_warnings):
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
+# `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
+# at once when that experiment has not run, instead of a line per missing file and a failure
+check_report_inputs(PLAN, CONFIG_FILES[-1], sys.argv)
 P = PLAN.paths
 LOGS = P.logs
 

@@ -263,6 +263,8 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     assert summary["checkpoints"][0]["x_unit"] == "step" and summary["checkpoints"][0]["n_train"] == 0
     man = json.loads((out / "series/pre-steps/step8.json").read_text())
     assert man["digest"] and man["source"] == {"path": str(series_dirs[8])}
+    # nothing was trained: no training-loss figure is asked for (nor a finetune job planned)
+    assert not (out / "analysis/training_loss").exists()
     pc = pd.read_csv(out / "analysis/partial_correlations.csv")
     run_rows = pc[pc.run != "pooled"]
     assert set(run_rows.model) == {"pre-steps", "pre-tokens"} and (run_rows.n == len(STEPS)).all()

@@ -100,9 +100,12 @@ def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_pa
 # ---- the real cluster (minutes) -----------------------------------------------------------
 
 def _config(path: Path) -> dict:
-    """config/micro.yaml, evaluations declared as GPU jobs (a resource: results do not change)."""
+    """config/micro.yaml, evaluations declared as GPU jobs, and per-rule placement: every job that asks
+    for no GPU (tiny-model build, tokenisation, this CPU finetune) to the CPU partition, the
+    tokenisations with an extra sbatch option (resources: results do not change)."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["resources"] = {"evaluate": {"gpu": 1}}
+    cfg["resources"] = {"evaluate": {"gpu": 1}, "cpu": {"slurm_partition": slurm_cluster.CPU_PARTITION},
+                        "tokenize_testset": {"slurm_extra": "--nice=5"}}
     path.write_text(yaml.safe_dump(cfg))
     return cfg
 
@@ -219,6 +222,18 @@ def test_jobs_went_through_slurm(runs):
     assert sorted(packed) == sorted((str(k), t) for k in (0, 4, 8, 12, 16)
                                     for t in ("synth-test", "synth-overlap", "synth-negation"))
     assert " -p oodtest " in log and " -A " not in log
+    # per-rule placement from the config's resources: CPU-only jobs in the CPU partition, the GPU
+    # jobs in the profile's; an extra sbatch option only where the config sets it
+    placed, extra = {}, {}
+    for call in re.findall(r"sbatch call: (sbatch .*)", log):
+        rule = re.search(r"--comment rule_([a-z_]+?)(?:_wildcards_|_evaluate\b|\s)", call).group(1)
+        placed.setdefault(rule, set()).add(re.search(r" -p (\S+)", call).group(1))
+        extra.setdefault(rule, set()).add("--nice=5" in call)
+    cpu = slurm_cluster.CPU_PARTITION
+    assert placed == {"build_tiny_model": {cpu}, "tokenize_testset": {cpu}, "finetune": {cpu},
+                      "evaluate": {slurm_cluster.PARTITION}}, placed
+    assert extra == {"build_tiny_model": {False}, "tokenize_testset": {True}, "finetune": {False},
+                     "evaluate": {False}}, extra
     # aggregation and plots stayed on the submitting node
     for rule in ("aggregate_scores", "partial_correlations", "heatmap", "prepare_dataset"):
         assert f"localrule {rule}:" in log and f"rule_{rule}" not in " ".join(comments), rule

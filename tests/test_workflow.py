@@ -1,6 +1,8 @@
 """The workflow end to end through Snakemake, on the micro config, in a temporary folder."""
 import json
+import os
 import re
+import statistics
 import subprocess
 
 import pandas as pd
@@ -137,18 +139,112 @@ def test_switching_units_recomputes_no_evaluation(micro_run_unit, tmp_path):
 
 def test_report_renders(micro_run):
     wd, _, cfg_path = micro_run
-    res = smk(wd, cfg_path, "--report", str(wd / "report.html"))
+    res = smk(wd, cfg_path, "--report", str(wd / R / "report.html"))
     assert res.returncode == 0, res.stderr[-3000:]
-    html = (wd / "report.html").read_text(encoding="utf-8", errors="replace")
-    for text in ("made measurable", "Learning curves", "Residualiser fits", "Heatmaps"):
+    assert "Missing metadata" not in res.stderr + res.stdout
+    html = (wd / R / "report.html").read_text(encoding="utf-8", errors="replace")
+    # numbered categories: the report's menu sorts them, so learning curves come first
+    for text in ("made measurable", "1 Learning curves", "2 Accuracy", "3 Training loss", "4 Heatmaps",
+                 "5 Tables", "6 Residualiser fits", "accuracy.html"):
         assert text in html, text
+
+
+def test_accuracy_table_is_the_scores_per_checkpoint_and_testset(micro_run):
+    wd = micro_run[0]
+    scores = pd.read_csv(wd / R / "scores.csv")
+    table = pd.read_csv(wd / R / "accuracy.csv")
+    assert list(table.columns) == ["model", "in_domain", "n_train", "seed", "step", "synth-test", "synth-negation",
+                                   "synth-overlap"]  # the in-domain set first
+    assert table["step"].tolist() == STEPS
+    for _, row in scores.iterrows():
+        assert table.loc[table.step == row.step, row.testset].item() == row.accuracy
+    page = (wd / R / "accuracy.html").read_text()
+    assert "micro-opt, in-domain synth, n_train 64, seed 0" in page and "in-domain, n=60" in page
+    assert all(f"<td>{a:.3f}</td>" in page for a in scores["accuracy"])
+
+
+def test_report_of_an_experiment_that_has_not_run_says_which_config_to_pass(micro_run):
+    """Without --configfile the report is the embedded default's, which has not run here: one error
+    naming the experiments that have, instead of a line per missing file and a failure."""
+    wd = micro_run[0]
+    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--report", str(wd / "r.html")],
+                         capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and not (wd / "r.html").exists()
+    assert "--report: experiment 'default'" in out and "experiments with results here: micro" in out
+    assert "--configfile" in out and "Missing metadata" not in out
+
+
+def _tensorboard_scalars(folder) -> dict:
+    """{tag: [(step, value)]} from the TensorBoard event files in ``folder`` (TFRecord framing)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out = {}
+    for f in sorted(folder.glob("events.out.tfevents.*")):
+        raw = f.read_bytes()
+        pos = 0
+        while pos < len(raw):
+            (n,) = struct.unpack("<Q", raw[pos:pos + 8])
+            event = event_pb2.Event.FromString(raw[pos + 12:pos + 12 + n])
+            pos += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return out
+
+
+def test_training_loss_goes_to_tensorboard_in_the_run_folder(micro_run):
+    """finetune.report_to is `auto` by default: with tensorboardX installed, the Trainer's logged
+    losses are TensorBoard scalars under the run's folder, the same as the manifest's history."""
+    wd = micro_run[0]
+    run_dir = wd / R / "finetune" / RUN
+    scalars = _tensorboard_scalars(run_dir / "tensorboard")
+    history = json.loads((run_dir / "manifest.json").read_text())["loss_history"]
+    assert len(history) == 16  # 16 steps, logged every max(1, 16 // 20) = 1
+    assert [s for s, _ in scalars["train/loss"]] == [h["step"] for h in history]
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([h["loss"] for h in history], rel=1e-6)
+    assert not list((run_dir / "checkpoints").glob("runs"))  # not in the checkpoints' folder
+    png = (wd / R / "analysis/training_loss/micro-opt.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_editing_report_to_reruns_nothing(micro_run, tmp_path):
+    wd, cfg, _ = micro_run
+    path = tmp_path / "micro.yaml"
+    path.write_text(yaml.safe_dump(dict(cfg, experiment="micro", finetune=dict(cfg["finetune"], report_to="none"))))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule finetune:" not in dry.stdout and "rule evaluate:" not in dry.stdout
+
+
+def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
+    """The budget's measurements: the finetune's seconds and each evaluation's timing, by device."""
+    from oodcorr.budget import measured_costs
+    from oodcorr.evaluate import read_result
+    from oodcorr.plan import build_plan
+    from oodcorr.schema import load_config
+
+    wd, _, cfg_path = micro_run
+    here = os.getcwd()
+    os.chdir(wd)
+    try:
+        measured = measured_costs(build_plan(load_config(cfg_path, REPO), REPO))
+    finally:
+        os.chdir(here)
+    man = json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())
+    assert man["device"] == "cpu" and measured[("finetune", "micro-opt", None, "cpu")] == man["seconds"]
+    recs = [read_result(wd / R / f"eval/{RUN}/step{k}/synth-negation.predictions.parquet") for k in STEPS]
+    want = statistics.median(sum(r["timing_s"].values()) + sum(r["job_timing_s"].values()) for r in recs)
+    assert measured[("evaluate", "micro-opt", "synth-negation", "cpu")] == pytest.approx(want)
+    assert not any(k[3] == "gpu" for k in measured)  # CPU jobs never count as GPU measurements
 
 
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
 def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
     wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
     before = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file() and "/analysis/" not in str(p)
-              and not p.name.startswith("scores.") and "/logs/analyse/" not in str(p)}
+              and not p.name.startswith(("scores.", "accuracy.")) and "/logs/analyse/" not in str(p)}
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"
     cfg2_path.write_text(yaml.safe_dump(cfg2))

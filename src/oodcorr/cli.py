@@ -1,7 +1,14 @@
-"""Command line: ``oodcorr analyse TABLE --in-domain NAME [...]``.
+"""Command line.
 
-Runs the same analysis as the workflow's rules on any scores table (CSV, TSV or
-parquet; long or wide) and writes the tables and figures into ``--out``.
+``oodcorr analyse TABLE --in-domain NAME [...]``
+    The same analysis as the workflow's rules on any scores table (CSV, TSV or
+    parquet; long or wide); the tables and figures go into ``--out``.
+``oodcorr prefetch --configfile X``
+    On a login node: download every hub model and dataset of a config into the
+    Hugging Face cache and pin them in the lock file beside it (:mod:`oodcorr.hub`).
+``oodcorr budget --configfile X [--profile DIR]``
+    Jobs, GPU-hours, checkpoint disk, download size and the longest path of a config,
+    printed and written as markdown and JSON (:mod:`oodcorr.budget`).
 """
 from __future__ import annotations
 
@@ -160,11 +167,97 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--plot-residualiser", metavar="NAME",
                    help="residualiser the heatmaps show (default: the first)")
     o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+
+    f = sub.add_parser(
+        "prefetch", help="download a config's hub models and datasets and pin them in a lock file",
+        description="Run on a machine with hub access (a login node), with HF_HOME on the shared file system the "
+                    "jobs see: resolves every hub model's and dataset's revision to a commit, downloads what the "
+                    "jobs load into the Hugging Face cache (safetensors only unless the entry opts in to pickle "
+                    "weights) and writes the lock file. Jobs then load exactly those commits, offline.")
+    f.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
+    f.add_argument("--lock", metavar="FILE",
+                   help="where to write the lock (default: hub.lock of the config, else <config>.lock.yaml)")
+    f.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
+
+    b = sub.add_parser(
+        "budget", help="jobs, GPU-hours, checkpoint disk, download size and longest path of a config",
+        description="What a config will cost before it is submitted, for a compute-time request. GPU-hours are "
+                    "GPUs x time limits (the config's runtime), and expected where finished jobs of this "
+                    "experiment measured their cost on a GPU.")
+    b.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
+    b.add_argument("--profile", metavar="DIR", help="the Snakemake profile to submit with (e.g. profiles/slurm)")
+    b.add_argument("--gpus", type=int, metavar="N", help="GPUs available at once: also print the wall time on them")
+    b.add_argument("--out", metavar="PREFIX",
+                   help="write PREFIX.md and PREFIX.json (default: results/<experiment>/budget)")
+    b.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
     return p
 
 
 # the workflow's scores-table metrics (oodcorr.metrics) that are not accuracy
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+
+
+def workflow_dir(given: str | None) -> Path:
+    """The workflow folder (config/schema.yaml, resources/): given, else this checkout, else the current one."""
+    if given:
+        return Path(given)
+    here = Path(__file__).resolve().parents[2]
+    return here if (here / "Snakefile").exists() else Path.cwd()
+
+
+def _plan(configfile: str, workflow: str | None):
+    from .plan import build_plan
+    from .schema import load_config
+
+    base = workflow_dir(workflow)
+    config = load_config(configfile, base)
+    return config, build_plan(config, base)
+
+
+def prefetch_command(args) -> int:
+    from . import hub
+    from .sizing import check_gpu_memory
+
+    config, plan = _plan(args.configfile, args.workflow)
+    dirs = hub.cache_dirs()
+    log.info("Hugging Face cache: %s (hub), %s (datasets)", dirs["hub"], dirs["datasets"])
+    for w in hub.cache_warnings():
+        log.warning("%s", w)
+    if not hub.hub_models(plan) and not hub.hub_datasets(plan):
+        log.info("%s names no hub model or dataset: nothing to fetch, no lock written", args.configfile)
+        return 0
+    path = Path(args.lock) if args.lock else hub.lock_path(args.configfile, config)
+    lock = hub.prefetch(plan, args.configfile, path, say=log.info)
+    for line in hub.describe(lock):
+        log.info("%s", line)
+    log.info("wrote %s; jobs now load these commits offline (keep HF_HOME as it is now for them)", path)
+    try:
+        for w in check_gpu_memory(plan, hub.HubLock.read(path)):
+            log.warning("%s", w)
+    except ValueError as e:
+        log.error("the lock is written, but planning will stop: %s", e)
+        return 2
+    return 0
+
+
+def budget_command(args) -> int:
+    from . import budget, hub
+
+    config, plan = _plan(args.configfile, args.workflow)
+    path = hub.lock_path(args.configfile, config)
+    lock = hub.HubLock.read(path) if path.exists() else None
+    if lock is not None:
+        try:
+            hub.check_lock(plan, lock)
+        except ValueError as e:
+            log.warning("%s (sizes from it may be out of date)", e)
+    b = budget.compute(plan, configfile=args.configfile, lock=lock, profile=budget.read_profile(args.profile),
+                       gpus=args.gpus, measured=budget.measured_costs(plan))
+    text = budget.markdown(b)
+    print(text, end="")
+    md, js = budget.write(b, args.out or f"{plan.paths.root}/budget")
+    log.info("wrote %s and %s", md, js)
+    return 0
 
 
 def safe_name(name: str) -> str:
@@ -311,6 +404,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "analyse":
             return analyse_command(args)
+        if args.command == "prefetch":
+            return prefetch_command(args)
+        if args.command == "budget":
+            return budget_command(args)
     except (DataError, ValueError) as e:
         log.error("%s", e)
         return 2

@@ -189,7 +189,8 @@ class Experiment:
                                   f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})")
             if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
                 self.warnings.append(f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
-                                     "commit hash, so what loads may change; pin a 40-hex commit")
+                                     "commit hash, so what loads may change; pin a 40-hex commit, or let "
+                                     "`oodcorr prefetch` pin it in the lock file")
             if m.get("series"):
                 self._check_series(m)
             if self.method(m["name"]) == "pattern":
@@ -393,8 +394,11 @@ class Experiment:
 
     def finetune_params(self, model: str) -> dict:
         """The finetune settings a run needs (not the n_train/seeds lists; switches at their
-        defaults left out), canonically ordered."""
-        ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds")}
+        defaults left out), canonically ordered.
+
+        ``report_to`` (where the loss is logged while training) changes no weights: left out,
+        so editing it reruns nothing (the finetune script reads it from the config)."""
+        ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds", "report_to")}
         return canonical(without_defaults(ft, FINETUNE_DEFAULTS))
 
     def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
@@ -418,12 +422,13 @@ class Experiment:
         return list(dict.fromkeys(names))
 
     def model_spec(self, model: str) -> dict:
-        """The model entry minus what does not change results (resources, finetune overrides, sharding).
+        """The model entry minus what does not change results (resources, finetune overrides, sharding,
+        the parameter count given for planning).
 
         A series keeps ``hub`` and gains ``tokenizer`` (its first checkpoint, where the tokenizer
         is read) but not its checkpoint list: each checkpoint reaches its evaluation through its
         own manifest, so adding a checkpoint changes no other job's params."""
-        spec = {k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed")}
+        spec = {k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed", "params_b")}
         if spec.get("series"):
             first = next(iter(self.series_checkpoints(model).values()))
             spec["series"] = {k: v for k, v in spec["series"].items() if k not in ("checkpoints", "in_domain")}
@@ -453,13 +458,23 @@ class Experiment:
         merged = deep_merge(self.config["prompt"], self.models[model].get("prompt"))
         return canonical(without_defaults(merged, READING_DEFAULTS))
 
-    def resources(self, model: str, rule: str) -> dict:
-        """A job's resources: the config's for the rule, then the model's size class, then the model's own."""
+    def resource_layers(self, model: str) -> list[tuple[str, dict]]:
+        """Where a model's job resources come from, least specific first: (config key, mapping of
+        rule -> resources) for the config's ``resources``, the model's size class, its own ``resources``."""
         m = self.models[model]
-        out = dict(self.config.get("resources", {}).get(rule, {}))
+        layers = [("resources", dict(self.config.get("resources") or {}))]
         if m.get("size_class"):
-            out = deep_merge(out, self.config["size_classes"][m["size_class"]].get(rule))
-        return deep_merge(out, (m.get("resources") or {}).get(rule))
+            layers.append((f"size_classes.{m['size_class']}", dict(self.config["size_classes"][m["size_class"]] or {})))
+        layers.append((f"models[{model}].resources", dict(m.get("resources") or {})))
+        return layers
+
+    def resources(self, model: str, rule: str) -> dict:
+        """A job's own resources for ``rule``: the config's, then the model's size class, then the model's
+        own (placement sets ``default``/``cpu`` not applied: see :func:`oodcorr.plan.job_resources`)."""
+        out: dict = {}
+        for _, layer in self.resource_layers(model):
+            out = deep_merge(out, layer.get(rule))
+        return out
 
 
 _SCHEMAS: dict[str, dict] = {}

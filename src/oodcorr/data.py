@@ -221,17 +221,28 @@ def hub_load_kwargs(spec: dict) -> dict:
 def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
     import datasets  # imported here: planning and local data never need it
 
+    from .hub import check_loaded_dataset, pinned_dataset
+
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"
+    # under a hub lock (oodcorr prefetch): the locked commit, from the cache; a revision other than
+    # the lock's is refused
+    call, commit = pinned_dataset(kwargs)
     try:
-        ds = datasets.load_dataset(**kwargs)
+        ds = datasets.load_dataset(**call)
     except Exception as e:  # offline, unknown revision, gated...: say which entry and how to go local
-        raise DataError(f"{where}: could not load ({type(e).__name__}: {e}). Without hub access, point the "
-                        "entry at a local file (source: local, path: ...)") from None
+        hint = ("The lock pins it: run oodcorr prefetch again, with HF_HOME as for the jobs" if commit else
+                "Without hub access, point the entry at a local file (source: local, path: ...), or run "
+                "oodcorr prefetch on a machine with access")
+        raise DataError(f"{where}: could not load ({type(e).__name__}: {e}). {hint}") from None
+    if commit:
+        check_loaded_dataset(ds, commit, where)
     rows = [dict(r, _line=i + 1) for i, r in enumerate(ds)]
     recs = rows_to_records(rows, spec, where, dropped)
     prov = {"source": "hub", "hub": kwargs, "n_rows": len(rows),
-            "fingerprint": f"hub:{kwargs['path']}@{kwargs['revision']}:{kwargs['name']}/{kwargs['split']}"}
+            "fingerprint": f"hub:{kwargs['path']}@{commit or kwargs['revision']}:{kwargs['name']}/{kwargs['split']}"}
+    if commit:
+        prov["commit"] = commit
     return recs, prov
 
 

@@ -370,12 +370,41 @@ def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
 def base_weights_fingerprint(model_spec: dict, tiny_dir: str | None) -> str:
     """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
     if model_spec.get("hub"):
-        return f"hub:{model_spec['hub']}@{model_spec.get('revision') or 'unpinned'}"
+        from .hub import pinned_model_revision
+
+        # under a hub lock the commit the branch or tag resolved to (the same string for a commit)
+        return f"hub:{model_spec['hub']}@{pinned_model_revision(model_spec) or 'unpinned'}"
     from .models import model_source
 
     d = Path(model_source(model_spec, tiny_dir)[0])
     files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
     return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+
+
+def reporting(report_to, run_dir: Path) -> list[str]:
+    """The Trainer's ``report_to`` for ``finetune.report_to``: ``auto`` is TensorBoard when a writer
+    (tensorboardX or tensorboard) is installed, else nothing; a list names integrations. Never a
+    network service unless the config names one. W&B writes under the run's folder (WANDB_DIR)."""
+    import importlib.util
+    import os
+
+    from transformers.integrations import is_tensorboard_available
+
+    if report_to in (None, "auto"):
+        return ["tensorboard"] if is_tensorboard_available() else []
+    if report_to == "none":
+        return []
+    wanted = list(report_to)
+    if "tensorboard" in wanted and not is_tensorboard_available():
+        raise RuntimeError("finetune.report_to: tensorboard needs tensorboardX (pinned in requirements.txt) or "
+                           "tensorboard installed")
+    for name, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("comet_ml", "comet_ml"), ("trackio", "trackio")):
+        if name in wanted and importlib.util.find_spec(module) is None:
+            raise RuntimeError(f"finetune.report_to: {name} is not installed (pip install {module}); it is opt-in "
+                               "and not pinned here")
+    if "wandb" in wanted:
+        os.environ.setdefault("WANDB_DIR", str(run_dir))
+    return wanted
 
 
 def _history(trainer) -> list[dict]:
@@ -404,7 +433,8 @@ def finetune(*, run_dir: str, **kwargs) -> dict:
 
 def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str],
               prompt: dict | None, ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int,
-              run_dir: str, manifest_path: str, lock, device: str = "cpu", threads: int = 1) -> dict:
+              run_dir: str, manifest_path: str, lock, device: str = "cpu", threads: int = 1,
+              report_to=None) -> dict:
     import torch
     from transformers import TrainingArguments, set_seed
 
@@ -466,6 +496,8 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         if resume is not None:
             log.info("resuming from %s", resume)
         LabelTrainer, ScheduleCallback = _make_trainer_classes()
+        # where the loss goes while training runs (finetune.report_to; changes no weights)
+        report = reporting(report_to, run_dir)
         bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
         args = TrainingArguments(
             output_dir=str(ckpt_root), max_steps=max_steps,
@@ -475,7 +507,8 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
             warmup_steps=int(math.ceil(float(ft.get("warmup_ratio", 0.0)) * max_steps)),
             lr_scheduler_type=ft.get("lr_scheduler", "linear"), max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
             seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
-            logging_steps=max(1, max_steps // 20), report_to="none", disable_tqdm=True,
+            logging_steps=max(1, max_steps // 20), report_to=report or "none", disable_tqdm=True,
+            run_name=f"{model_spec['name']}/n{n_train}/seed{seed}",
             remove_unused_columns=False, dataloader_num_workers=0,
             use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
         )
@@ -483,6 +516,9 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
                                data_collator=_Collator(tok.pad_token_id), method=method, extra=extra,
                                loss=ft.get("loss", "verbalisers"),
                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
+        for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
+            if type(cb).__name__ == "TensorBoardCallback":
+                cb.logging_dir = str(run_dir / "tensorboard")
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         history = _history(trainer)
     if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
@@ -505,6 +541,7 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
             "checkpoints": entries, "resumed_from": str(resume) if resume else None, "trained": not done,
             "n_truncated_prompts": n_trunc,
             "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
-            "loss_history": history, "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2)}
+            "loss_history": history, "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2),
+            "device": str(device)}
     write_json_atomic(manifest_path, info)
     return info

@@ -40,9 +40,14 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
         if first.get("path"):
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
+
+    from .hub import pinned_model_revision
+
     kwargs = {}
-    if spec.get("revision"):
-        kwargs["revision"] = spec["revision"]
+    # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
+    revision = pinned_model_revision(spec)
+    if revision:
+        kwargs["revision"] = revision
     return str(spec["hub"]), kwargs
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Callable, Mapping
 
@@ -55,23 +55,40 @@ def rule_callable(func: Callable) -> Callable:
         del params["self"]
     setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
     return func
+
+
 # resources that grow with Snakemake's attempt number on retries
 SCALED = ("mem_mb", "runtime")
+# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
+PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
 
 
 @dataclass(frozen=True)
 class Resources:
-    """What one job of a rule asks for (before retries scale memory and time)."""
+    """What one job of a rule asks for (before retries scale memory and time), and where it goes."""
 
     gpu: int = 0
     gpu_model: str | None = None
+    gpu_mem_gb: float | None = None  # memory of each GPU, GiB: planning checks the model fits (oodcorr.sizing)
     mem_mb: int = 2000
     runtime: int = 30  # minutes
     threads: int = 1
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    slurm_extra: str | None = None
+    # resource name -> the config key that set it (for messages), e.g. "size_classes.30b.evaluate.gpu_mem_gb"
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "Resources":
-        return cls(**{k: values[k] for k in ("gpu", "gpu_model", "mem_mb", "runtime", "threads") if k in values})
+    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> "Resources":
+        names = [f.name for f in fields(cls) if f.name != "origin"]
+        return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
+
+    def where(self, name: str) -> str:
+        """The config key that set resource ``name`` (or where to set it)."""
+        return self.origin.get(name, f"resources.<rule>.{name}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,7 @@ class ModelSpec:
     resources: Mapping[str, Resources]  # per rule in MODEL_RULES
     checkpoints: Mapping[int, dict] | None = None  # series only: x value -> {"path"} or {"hub", "revision"}
     x_unit: str = "step"  # what the x-axis counts: step (finetuned, or a series' steps) or tokens
+    params_b: float | None = None  # the entry's parameter count for planning (oodcorr.sizing), if given
 
     @property
     def is_tiny(self) -> bool:
@@ -205,6 +223,15 @@ class Paths:
         return f"{self.root}/scores.csv"
 
     @property
+    def accuracy_html(self) -> str:
+        """The accuracy table (a run x checkpoint per row, a testset per column) for the report."""
+        return f"{self.root}/accuracy.html"
+
+    @property
+    def accuracy_csv(self) -> str:
+        return f"{self.root}/accuracy.csv"
+
+    @property
     def analysis(self) -> str:
         return f"{self.root}/analysis"
 
@@ -302,13 +329,21 @@ class Plan:
 
     def figure_targets(self) -> list[str]:
         a = self.paths.analysis
-        return [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+        figures = [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+        # a training-loss figure for each model that is trained (a series has no loss history)
+        return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
 
     def targets(self) -> list[str]:
         """What rule ``all`` asks for: the scores, the tables and every figure."""
         a = self.paths.analysis
-        return [self.paths.scores, self.paths.scores_csv, f"{a}/partial_correlations.csv", f"{a}/agreement.csv",
-                f"{a}/heatmap_grid.png", *self.figure_targets()]
+        return [self.paths.scores, self.paths.scores_csv, self.paths.accuracy_html, self.paths.accuracy_csv,
+                f"{a}/partial_correlations.csv", f"{a}/agreement.csv", f"{a}/heatmap_grid.png",
+                *self.figure_targets()]
+
+    def manifests(self, wildcards) -> list[str]:
+        """The manifests of every run of the model ``wildcards.model`` (their loss histories)."""
+        return [self.paths.manifest.format(**r.wildcards) for r in self.runs
+                if r.model == wildcards.model and not r.series]
 
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -469,6 +504,11 @@ class Plan:
         if any(r.gpu_model and r.gpu for r in per.values()):
             models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
             out["gpu_model"] = rule_callable(lambda wildcards: models[wildcards.model])
+        # SLURM placement: only where the config sets it (else the profile's default-resources
+        # apply); set for every model of the rule or for none (build_plan checks)
+        for key in PLACEMENT:
+            if any(getattr(r, key) is not None for r in per.values()):
+                out[key] = pick(key)
         mem = {m: r.mem_mb for m, r in per.items()}
         out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
         minutes = {m: r.runtime for m, r in per.items()}
@@ -490,14 +530,52 @@ def _attempt(wildcards, attempt):
 
 
 def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
-    """Per rule: the defaults, then the config's `resources`, the model's size class, its own."""
+    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
+    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
+    asks for no GPU) and the rule's own keys, the last winning."""
+    layers = exp.resource_layers(entry["name"])
     out = {}
     for rule, default in RULE_DEFAULTS.items():
-        values = dict(default, **exp.resources(entry["name"], rule))
+        values, origin = dict(default), {}
+        gpu = values.get("gpu", 0)
+        for where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
+            own = layer.get(rule) or {}
+            if "gpu" in own:
+                gpu = own["gpu"]
         if rule == "finetune" and entry.get("distributed"):
-            values["gpu"] = int(entry["distributed"]["gpus"])  # one process per GPU
-        out[rule] = Resources.from_mapping(values)
+            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
+        for where, layer in layers:
+            for part in ("default", *(("cpu",) if not gpu else ()), rule):
+                for key, value in (layer.get(part) or {}).items():
+                    values[key], origin[key] = value, f"{where}.{part}.{key}"
+        if rule == "finetune" and entry.get("distributed"):
+            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
+        out[rule] = Resources.from_mapping(values, origin)
     return out
+
+
+# placement keys that a profile's default-resources set (profiles/slurm does): all of a rule's jobs or none
+PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
+
+
+def _check_placement(models: Mapping[str, ModelSpec]) -> None:
+    """A partition or account is set for all of a rule's jobs or for none of them.
+
+    Snakemake takes a rule's resource from the rule, for every job: a job whose model has no
+    partition would get none at all -- not the profile's -- so a half-set key is an error. (A
+    constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
+    for rule in MODEL_RULES:
+        for key in PROFILE_PLACEMENT:
+            have = {m: spec.resources[rule] for m, spec in models.items()
+                    if getattr(spec.resources[rule], key) is not None}
+            if have and len(have) < len(models):
+                missing = sorted(set(models) - set(have))
+                first = next(iter(have.values())).where(key)
+                raise ConfigError(
+                    f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
+                    f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
+                    f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
+                    f"or resources.{rule}.{key}")
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
@@ -520,7 +598,9 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             finetune={} if series else exp.finetune_params(m), prompt=exp.prompt_for(m),
             distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
             resources=_model_resources(exp, entry),
-            checkpoints=exp.series_checkpoints(m) if series else None, x_unit=exp.series_unit(m))
+            checkpoints=exp.series_checkpoints(m) if series else None, x_unit=exp.series_unit(m),
+            params_b=entry.get("params_b"))
+    _check_placement(models)
     runs = []
     for m, spec in models.items():
         if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained

@@ -91,7 +91,11 @@ def _describe(err, config) -> list[tuple[list, str]]:
     if kind == "enum":
         return [(parts, f"{where}: {inst!r} is not one of {', '.join(map(repr, val))}")]
     if kind == "pattern":
-        return [(parts, f"{where}: {inst!r} must match {val} (it becomes a path component)")]
+        why = "it becomes a path component" if val.startswith("^[A-Za-z0-9][") else \
+            err.schema.get("description") or "the characters allowed here"
+        return [(parts, f"{where}: {inst!r} must match {val} ({why})")]
+    if kind == "not":
+        return [(parts, f"{where}: {inst!r} is not allowed ({err.schema.get('description') or err.message})")]
     if kind in ("oneOf", "anyOf"):
         forms = " or ".join("{" + ", ".join(alt.get("required", [])) + ": ...}" for alt in val)
         inner = [m for e in (err.context or []) for _, m in _describe(e, config)]
@@ -132,3 +136,21 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
         lines.append(f"  {loc}{msg}")
     head = f"the config does not match {Path(schema_path).name} ({len(lines)} problem{'s' * (len(lines) > 1)}):"
     raise ConfigError("\n".join([head, *dict.fromkeys(lines)]))
+
+
+def load_config(configfile: str | Path, basedir: str | Path) -> dict:
+    """A config file as the Snakefile sees it: named after its file unless it says `experiment:`,
+    checked against the schema (readable errors first), schema defaults filled in.
+
+    For the commands that plan without Snakemake running (``oodcorr prefetch``, ``oodcorr budget``)."""
+    from snakemake.utils import validate
+
+    configfile = Path(configfile)
+    config = load_yaml(configfile)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{configfile}: a config must be a mapping of keys to values")
+    config.setdefault("experiment", configfile.stem)
+    schema = Path(basedir) / "config" / "schema.yaml"
+    check_config(config, schema, sources=[configfile])
+    validate(config, str(schema), set_default=True)
+    return config

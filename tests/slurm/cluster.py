@@ -35,6 +35,7 @@ CONF_DIR = Path("/etc/slurm")
 MARKER = "# written by oodcorr tests/slurm/cluster.py"
 LOCK = Path("/run/lock/oodcorr-slurm-test.lock")
 PARTITION = "oodtest"
+CPU_PARTITION = "oodcpu"  # a second partition on the same node: where a config sends its CPU-only jobs
 NODE = "oodnode"
 
 
@@ -160,6 +161,7 @@ class Cluster:
             f"NodeName={NODE} NodeHostname={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
             f"RealMemory={self.mem_mb} Gres=gpu:{self.gpus} State=UNKNOWN",
             f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+            f"PartitionName={CPU_PARTITION} Nodes={NODE} MaxTime=INFINITE State=UP",
             "",
         ]))
         # fake GPUs: one file per device, which only has to exist (/dev/null for a single one)

@@ -44,9 +44,9 @@ rule partial_correlations:
         # `predictions`); they are outputs of the evaluation jobs the table depends on
         scores=P.scores,
     output:
-        pairs=report(f"{A}/partial_correlations.csv", category="Tables",
+        pairs=report(f"{A}/partial_correlations.csv", category="5 Tables",
                      caption="../report/partial_correlations.rst"),
-        agreement=report(f"{A}/agreement.csv", category="Tables",
+        agreement=report(f"{A}/agreement.csv", category="5 Tables",
                          caption="../report/agreement.rst"),
     params:
         analysis=ANALYSIS,
@@ -64,7 +64,7 @@ rule heatmap:
     input:
         f"{A}/partial_correlations.csv",
     output:
-        report(f"{A}/heatmaps/{{model}}.png", category="Heatmaps",
+        report(f"{A}/heatmaps/{{model}}.png", category="4 Heatmaps",
                caption="../report/heatmap.rst", labels={"model": "{model}"}),
     params:
         kind="heatmap",
@@ -83,7 +83,7 @@ rule heatmap_grid:
     input:
         f"{A}/partial_correlations.csv",
     output:
-        report(f"{A}/heatmap_grid.png", category="Heatmaps",
+        report(f"{A}/heatmap_grid.png", category="4 Heatmaps",
                caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
     params:
         kind="heatmap_grid",
@@ -102,7 +102,7 @@ rule learning_curves:
     input:
         P.scores,
     output:
-        report(f"{A}/learning_curves/{{model}}.png", category="Learning curves",
+        report(f"{A}/learning_curves/{{model}}.png", category="1 Learning curves",
                caption="../report/learning_curves.rst", labels={"model": "{model}"}),
     params:
         kind="learning_curves",
@@ -121,7 +121,7 @@ rule scatter:
     input:
         P.scores,
     output:
-        report(f"{A}/scatter/{{model}}.png", category="Residualiser fits",
+        report(f"{A}/scatter/{{model}}.png", category="6 Residualiser fits",
                caption="../report/scatter.rst", labels={"model": "{model}"}),
     params:
         kind="scatter",

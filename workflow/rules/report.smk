@@ -1,3 +1,40 @@
-# `snakemake --report report.html` gathers every output wrapped in report() with its
-# caption (workflow/report/*.rst) and this overview.
+# `snakemake --configfile X --report results/<experiment>/report.html` gathers every output
+# wrapped in report() with its caption (workflow/report/*.rst) and this overview. Categories
+# are numbered: the report's menu lists them in that order, learning curves first.
 report: "../report/workflow.rst"
+
+
+# Light: they run on the submitting (login) node under a cluster executor.
+localrules:
+    accuracy_table,
+    training_loss,
+
+
+rule accuracy_table:
+    """The scores as a table: accuracy per run x checkpoint (rows) x testset (columns)."""
+    input:
+        P.scores,
+    output:
+        html=report(P.accuracy_html, category="2 Accuracy", caption="../report/accuracy.rst"),
+        csv=P.accuracy_csv,
+    log:
+        f"{LOGS}/analyse/accuracy_table.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/report_tables.py"
+
+
+rule training_loss:
+    """The training loss of every run of one model, from the runs' manifests."""
+    input:
+        PLAN.manifests,
+    output:
+        report(f"{P.analysis}/training_loss/{{model}}.png", category="3 Training loss",
+               caption="../report/training_loss.rst", labels={"model": "{model}"}),
+    log:
+        f"{LOGS}/analyse/training_loss_{{model}}.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/report_tables.py"

@@ -13,8 +13,11 @@ kwargs = dict(model_spec=run["model_spec"], tiny_dir=run["tiny_dir"], train_path
               n_train=int(sm.wildcards.ntrain), seed=int(sm.wildcards.seed), steps=run["steps"],
               max_steps=run["max_steps"], run_dir=str(sm.output.manifest).rsplit("/", 1)[0],
               manifest_path=sm.output.manifest)
-# how a model is sharded over GPUs changes no result: read from the config, not a param
-dist = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model).get("distributed")
+# how a model is sharded over GPUs, and where the loss is logged while it trains, change no
+# result: read from the config, not params (editing them reruns nothing)
+entry = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model)
+dist = entry.get("distributed")
+kwargs["report_to"] = (entry.get("finetune") or {}).get("report_to", sm.config["finetune"].get("report_to", "auto"))
 setup_logging(sm.log[0])
 try:
     # the finetune (rank 0 under several processes) holds the run folder's lock while it reads and
