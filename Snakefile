@@ -38,13 +38,14 @@ config.setdefault("experiment", Path(CONFIG_FILES[-1]).stem)
 check_config(config, Path(workflow.basedir) / "config/schema.yaml", sources=CONFIG_FILES)
 validate(config, "config/schema.yaml", set_default=True)
 PLAN = build_plan(config, workflow.basedir)
-PLAN.exp.check_inputs_exist()
+# what the config points at and what earlier runs left (tokenizers, data files, summaries)
+_disk_warnings = PLAN.check_on_disk()
 # the hub lock beside the config (`oodcorr prefetch`): checked against the plan and this machine's
 # cache; with it every job loads the locked commits, offline
 HUB_LOCK, _hub_warnings = use_lock(config, CONFIG_FILES[-1], PLAN)
 # every GPU job's model fits its GPUs' memory (gpu_mem_gb), where the parameter count is known
 _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
-for _warning in (*_hub_warnings, *_fit_warnings):
+for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings):
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 # `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
 # at once when that experiment has not run, instead of a line per missing file and a failure
@@ -77,13 +78,30 @@ rule all:
     default_target: True
     input:
         PLAN.targets(),
+        # asked for directly, not only through their consumers: Snakemake does not rebuild a
+        # missing file whose consumers are up to date, so a deleted predictions file (or unit-run
+        # summary) would stay gone and the analysis that reads it fail later, and the staging
+        # outputs of a failed analysis step (deleted by Snakemake) would never be made again
+        PLAN.staged_targets(),
+        PLAN.eval_outputs(),
 
 
 onsuccess:
-    # warnings that do not stop a run (a testset with one class, say) are repeated here
-    for line in PLAN.exp.dataset_warnings(P.data_meta.rsplit("/", 1)[0]):
+    # everything allowed but suspicious (a testset with one class, prompts cut short, ...), once
+    for line in PLAN.end_of_run_warnings():
         print(f"oodcorr: WARNING: {line}")
     print(
         f"oodcorr: scores in {P.scores_csv}, partial correlations in "
         f"{P.analysis}/partial_correlations.csv, heatmaps in {P.analysis}/heatmaps/"
     )
+
+
+onerror:
+    for line in PLAN.end_of_run_warnings():
+        print(f"oodcorr: WARNING: {line}")
+    if any(os.path.exists(t) for t in PLAN.targets()):
+        # the published set is replaced only as a whole, once every step after the evaluations succeeded
+        print(
+            f"oodcorr: the run failed (see above); {P.scores_csv} and {P.analysis}/ still hold the "
+            "previous results, as a whole, until a run succeeds"
+        )

@@ -3,7 +3,8 @@
 Each file in tests/bad_inputs/config/ is one bad input, written as a change to a healthy
 experiment (config/micro.yaml with tests/bad_inputs/base.yaml merged in):
 
-    stage:  plan -> `snakemake -n` must refuse it; run -> the real run must fail;
+    stage:  plan -> `snakemake -n` must refuse it; run -> the real run must fail (found: plan ->
+            in the base folder, whose files it needs, planning itself refuses it);
             prepare -> files that must be read as they are: each dataset the case adds is
             prepared (its target alone) and must succeed
     expect: regexes that must all appear in what Snakemake prints
@@ -257,7 +258,10 @@ def test_run_fails_clearly_and_writes_no_result(name, base_run):
     out = res.stdout + res.stderr
     assert res.returncode != 0, out[-3000:]
     assert_clear_message(case, out)
-    assert re.search(r"Error in rule \w+:", out) and f"log: {R}/logs/" in out  # Snakemake names the job's log
+    if case.get("found") == "plan":  # refused while planning in this folder: no job ran, no job log
+        assert "Error in rule" not in out and re.search(r"^\w+Error in file .*Snakefile", out, re.M), out[-3000:]
+    else:
+        assert re.search(r"Error in rule \w+:", out) and f"log: {R}/logs/" in out  # Snakemake names the job's log
     assert results_snapshot(wd) == before  # no new, partial or changed result
 
 

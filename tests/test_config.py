@@ -96,12 +96,12 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
 
 def test_model_overrides_replace_schedule_and_epochs(default_config):
     cfg = copy.deepcopy(default_config)
-    cfg["finetune"]["checkpoints"] = {"steps": [4, 16]}
+    cfg["finetune"]["checkpoints"] = {"steps": [4, 16, 64]}
     cfg["models"][0]["finetune"] = {"checkpoints": {"every": 800}}
     cfg["models"][1]["finetune"] = {"epochs": 1}
     opt, olmo = build_plan(cfg, REPO).runs
     assert opt.steps == (0, 800, 1600, 2400, 3200)
-    assert olmo.max_steps == 256 and olmo.steps == (0, 4, 16)
+    assert olmo.max_steps == 256 and olmo.steps == (0, 4, 16, 64)
 
 
 def test_params_ignore_bookkeeping_and_key_order(default_config):
@@ -244,13 +244,13 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     several n_train) are all planned by one rule: unit `checkpoint` has a job per run x step x
     testset, unit `run` a job per run x testset whose steps are its run's."""
     cfg = copy.deepcopy(default_config)
-    cfg["finetune"].update(n_train=[64, 128, 256], epochs=1, batch_size=32, checkpoints={"every": 2})
+    cfg["finetune"].update(n_train=[64, 128, 256], epochs=1, batch_size=16, checkpoints={"every": 1})
     del cfg["finetune"]["max_steps"]
-    cfg["models"][1]["finetune"] = {"checkpoints": {"steps": [1, 2]}}
+    cfg["models"][1]["finetune"] = {"checkpoints": {"steps": [1, 2, 3]}}
     plan = build_plan(cfg, REPO)
     steps = {(r.model, r.n_train): r.steps for r in plan.runs}
-    assert steps["tiny-opt", 64] == (0, 2) and steps["tiny-opt", 256] == (0, 2, 4, 6, 8)
-    assert steps["tiny-olmo2", 64] == steps["tiny-olmo2", 256] == (0, 1, 2)
+    assert steps["tiny-opt", 64] == (0, 1, 2, 3, 4) and steps["tiny-opt", 256] == tuple(range(17))
+    assert steps["tiny-olmo2", 64] == steps["tiny-olmo2", 256] == (0, 1, 2, 3)
     n = sum(len(r.steps) for r in plan.runs) * 6
     assert len(plan.eval_jobs) == len(set(plan.eval_outputs())) == n
     cfg["evaluation"]["unit"] = "run"
@@ -259,8 +259,8 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     assert all(j.steps == j.run.steps for j in plan.eval_jobs)
     assert plan.eval_outputs()[0] == "results/default/eval/tiny-opt/synth/n64/seed0/synth-test.json"
     job = plan.eval_params(_wc(plan.runs[0], testset="synth-overlap"))
-    assert job["steps"] == [0, 2] and job["predictions"] == [
-        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in (0, 2)]
+    assert job["steps"] == [0, 1, 2, 3, 4] and job["predictions"] == [
+        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in range(5)]
 
 
 def _wc_of(**wildcards):

@@ -338,3 +338,90 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     evaluate_run(**common)
     after = [os.stat(c["predictions"]).st_mtime_ns for c in cks]
     assert after[0] == mtimes[0] and after[1] != mtimes[1]
+
+
+def _one_testset(tmp_path, tiny, spec):
+    from oodcorr.evaluate import tokenize_testset
+    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
+                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    return str(cache)
+
+
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit):
+    """Same size, same modification time, other bytes: the sha256 check (cached per file by its
+    stat, which any write changes) refuses it, naming the checkpoint and the way out; nothing
+    is written for it. (Before: sizes only, so it was evaluated.)"""
+    import os
+
+    from oodcorr.evaluate import EvaluationRefused, evaluate_run
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
+           for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)]
+    weights = tmp_path / "run/checkpoints/checkpoint-10/model.safetensors"
+    st = os.stat(weights)
+    raw = bytearray(weights.read_bytes())
+    raw[-100] ^= 0xFF
+    weights.write_bytes(bytes(raw))
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(weights).st_size == st.st_size
+    todo = cks if unit == "run" else cks[1:]
+    with pytest.raises(EvaluationRefused) as e:
+        evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=todo, tokenized=cache, batch_size=8,
+                     max_tokens=10**6, provenance={"run_id": "r"},
+                     out_summary=str(tmp_path / "s.json") if unit == "run" else None)
+    msg = str(e.value)
+    assert "checkpoint-10" in msg and "model.safetensors" in msg and "manifest.json" in msg
+    assert not os.path.exists(cks[1]["predictions"]) and not os.path.exists(tmp_path / "s.json")
+
+
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
+    """A checkpoint whose weights are NaN: argmax would still name a class (an accuracy near
+    0.5); the evaluation stops with the checkpoint and the cause, and writes no predictions."""
+    import os
+
+    from oodcorr.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.models import load_causal_lm
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
+           for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)]
+    model = load_causal_lm(spec, tiny)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+    model.save_pretrained(cks[1]["checkpoint"])
+    write_ckpt_manifest(__import__("pathlib").Path(cks[1]["checkpoint"]), 10, resumable=False)
+    todo = cks if unit == "run" else cks[1:]
+    with pytest.raises(EvaluationRefused) as e:
+        evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=todo, tokenized=cache, batch_size=8,
+                     max_tokens=10**6, provenance={"run_id": "r"},
+                     out_summary=str(tmp_path / "s.json") if unit == "run" else None)
+    msg = str(e.value)
+    assert "checkpoint-10" in msg and "not finite" in msg and "20 of 20" in msg and "learning_rate" in msg
+    assert not os.path.exists(cks[1]["predictions"])
+
+
+def test_non_finite_scores_from_finite_weights_point_at_the_dtype():
+    from oodcorr.evaluate import EvaluationRefused, check_finite
+
+    model = torch.nn.Linear(2, 2)
+    ok = torch.zeros(3, 2)
+    check_finite(ok, model, checkpoint="ck", testset="t", dtype="float32")  # finite: nothing
+    bad = ok.clone()
+    bad[1, 0] = float("inf")
+    with pytest.raises(EvaluationRefused, match=r"1 of 3 examples.*example 1.*float32"):
+        check_finite(bad, model, checkpoint="ck", testset="t", dtype="bfloat16")

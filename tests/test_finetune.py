@@ -396,3 +396,28 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
     f.write_ckpt_manifest(c15, 15, resumable=True)
     f.prune_resume_state(ckroot, keep=c15)
     assert not (ckroot / "checkpoint-10" / "optimizer.pt").exists() and f.is_resumable(c15)
+
+
+def test_a_non_finite_loss_stops_the_run_before_the_next_checkpoint(tmp_path, tiny_models, monkeypatch):
+    """Label scores that turn NaN at step 8 (as a diverged run's do): the run stops with the step
+    and what to change; checkpoints 0 and 5 stay, no later one is saved. (Before: the Trainer's
+    logging filters NaN losses out, and the run saved checkpoints 10..20.)"""
+    from oodcorr.finetune import NonFiniteLoss
+    from oodcorr.methods import Pattern
+
+    calls = {"n": 0}
+    orig = Pattern.label_logits
+
+    def label_logits(model, input_ids, attention_mask, extra):
+        out = orig(model, input_ids, attention_mask, extra)
+        calls["n"] += 1
+        return out * float("nan") if calls["n"] >= 8 and model.training else out
+
+    monkeypatch.setattr(Pattern, "label_logits", staticmethod(label_logits))
+    kw = _kwargs(tmp_path, tiny_models["opt"], "nan")
+    with pytest.raises(NonFiniteLoss) as e:
+        finetune(**kw)
+    msg = str(e.value)
+    assert "step 8 of 20" in msg and "learning_rate" in msg and "up to step 5" in msg
+    ckroot = Path(kw["run_dir"]) / "checkpoints"
+    assert sorted(p.name for p in ckroot.glob("checkpoint-*")) == ["checkpoint-0", "checkpoint-5"]

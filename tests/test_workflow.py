@@ -275,16 +275,15 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
 
 def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_path):
     """A second model saving at other steps: still the one rule `evaluate`, a job per
-    checkpoint of each run (5 + 3), each writing exactly its step's file."""
+    checkpoint of each run (5 + 4), each writing exactly its step's file."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
-    cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 16]}}))
+    cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 10, 16]}}))
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(cfg))
     dry = smk(tmp_path, path, "-n")
     assert dry.returncode == 0, dry.stderr[-3000:]
     counts = job_counts(dry.stdout)
-    assert counts["evaluate"] == (5 + 3) * 2 and not any(k.startswith("evaluate_") for k in counts)
+    assert counts["evaluate"] == (5 + 4) * 3 and not any(k.startswith("evaluate_") for k in counts)
     jobs = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
                       r"([^\n]*)", dry.stdout)
     steps = {}
@@ -293,7 +292,7 @@ def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_pa
         step = re.search(r"step=(\d+)", wildcards).group(1)
         assert output.endswith(f"/step{step}/" + re.search(r"testset=(\S+)", wildcards).group(1) + ".predictions.parquet")
         steps.setdefault(model, set()).add(int(step))
-    assert steps == {"micro-opt": set(STEPS), "micro-opt-b": {0, 6, 16}}
+    assert steps == {"micro-opt": set(STEPS), "micro-opt-b": {0, 6, 10, 16}}
     target = "results/micro/eval/micro-opt-b/synth/n64/seed0/step6/synth-overlap.predictions.parquet"
     res = smk(tmp_path, path, target)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -312,13 +311,13 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     first = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg.pop("experiment")  # named after its file: results/micro-lr/
-    cfg["finetune"].update(learning_rate=0.01, max_steps=8)
+    cfg["finetune"].update(learning_rate=0.01, max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough
     path = wd / "micro-lr.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = smk(wd, path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()} == first
-    assert sorted(pd.read_csv(wd / "results/micro-lr/scores.csv")["step"].unique()) == [0, 4, 8]
+    assert sorted(pd.read_csv(wd / "results/micro-lr/scores.csv")["step"].unique()) == [0, 2, 4, 6, 8]
     assert not list((wd / R / "finetune").rglob("checkpoints.stale-*"))
     again = smk(wd, micro_run[2], "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
@@ -360,7 +359,6 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     import time
 
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
     cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -471,3 +469,70 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     got = pairs[pairs.run != "pooled"].set_index(key).r
     want = cli[cli.run != "pooled"].set_index(key).r
     pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+
+
+def _copy(run, tmp_path, name):
+    import shutil
+
+    wd = tmp_path / name
+    shutil.copytree(run[0], wd, symlinks=True)
+    return wd
+
+
+def test_a_deleted_predictions_file_is_rebuilt_by_the_next_run(micro_run, tmp_path):
+    """Unit checkpoint: the predictions file is a declared output that rule all asks for, so
+    deleting it reruns its evaluation alone. (Before: "Nothing to be done", then the analysis
+    failed on the missing file.)"""
+    wd = _copy(micro_run, tmp_path, "deleted")
+    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    before, scores = pd.read_parquet(gone), pd.read_csv(wd / R / "scores.csv")
+    gone.unlink()
+    dry = smk(wd, micro_run[2], "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert job_counts(dry.stdout).get("evaluate") == 1
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    pd.testing.assert_frame_equal(pd.read_parquet(gone), before)
+    pd.testing.assert_frame_equal(pd.read_csv(wd / R / "scores.csv"), scores)
+
+
+def test_unit_run_summary_listing_a_deleted_predictions_file_is_refused_at_planning(micro_run_unit, tmp_path):
+    """Unit run: the job declares only its summary, so Snakemake alone would not rerun it;
+    planning names the summary and the command, and that command restores the file."""
+    wd = _copy(micro_run_unit, tmp_path, "deleted-unit")
+    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    gone.unlink()
+    dry = smk(wd, micro_run_unit[2], "-n")
+    assert dry.returncode != 0
+    summary = f"{R}/eval/{RUN}/synth-overlap.json"
+    assert f"rm {summary}" in dry.stdout + dry.stderr
+    (wd / summary).unlink()
+    res = smk(wd, micro_run_unit[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert gone.exists()
+
+
+def test_a_failed_analysis_leaves_the_previous_results_in_place(micro_run, tmp_path):
+    """The staged scores table truncated: the analysis stops with a message naming it, the
+    published scores, tables and figures stay byte for byte; deleting it as the message says
+    and running again publishes a full set. (Before: the analysis read results/.../scores.parquet
+    itself and Snakemake had already deleted partial_correlations.csv when it crashed.)"""
+    wd = _copy(micro_run, tmp_path, "truncated")
+    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+    staged = wd / R / ".staging/scores.parquet"
+    published_scores = tmp_path / "published.parquet"
+    published_scores.write_bytes((wd / R / "scores.parquet").read_bytes())
+    published = {p: p.read_bytes() for p in [wd / R / "scores.parquet", wd / R / "scores.csv",
+                                              *sorted((wd / R / "analysis").rglob("*.*"))]}
+    assert wd / R / "analysis/partial_correlations.csv" in published
+    staged.write_bytes(staged.read_bytes()[:300])
+    res = smk(wd, micro_run[2])
+    assert res.returncode != 0
+    assert "not a readable scores table" in res.stdout + res.stderr + "".join(
+        p.read_text() for p in (wd / R / "logs/analyse").rglob("*.log"))
+    assert {p: p.read_bytes() for p in published} == published
+    staged.unlink()
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert pd.read_parquet(wd / R / "scores.parquet").equals(pd.read_parquet(published_scores))

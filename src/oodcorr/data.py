@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import synthetic
-from .io import DataError, format_suffix, read_bytes, read_jsonl, read_text, sha256_file, sha256_json
+from .io import DataError, format_suffix, read_bytes, read_jsonl, read_text, sha256_file, sha256_json, stat_key
 
 log = logging.getLogger(__name__)
 
@@ -202,11 +202,33 @@ def _load_local(spec: dict, base: Path, dropped: dict | None = None) -> tuple[li
     rows = _read_table(path, fmt, spec.get("encoding"))
     n_rows = len(rows)
     recs = rows_to_records(rows, spec, str(path), dropped)
+    stat = stat_key(path)  # before hashing: a write during the hash changes the ctime, so it is hashed again
     prov = {"source": "local", "path": str(path), "format": fmt, "fingerprint": "sha256:" + sha256_file(path),
-            "n_rows": n_rows}
+            "source_stat": stat, "n_rows": n_rows}
     if spec.get("encoding"):
         prov["encoding"] = spec["encoding"]
     return recs, prov
+
+
+def local_source_changed(meta: dict) -> str | None:
+    """Whether the local file a dataset was prepared from (its meta.json) now holds other bytes.
+
+    Returns a sentence naming the file, or None when it is unchanged, is not a local file,
+    or is gone (planning names a missing file itself). The file's stat recorded when it was
+    prepared (:func:`oodcorr.io.stat_key`) saves hashing a file nobody touched; an edit,
+    even one that restores the modification time, changes the stat, and the sha256 decides.
+    """
+    fingerprint = str(meta.get("fingerprint") or "")
+    if meta.get("source") != "local" or not fingerprint.startswith("sha256:") or not meta.get("path"):
+        return None
+    path = Path(meta["path"])
+    if not path.is_file() or meta.get("source_stat") == stat_key(path):
+        return None
+    now = "sha256:" + sha256_file(path)
+    if now == fingerprint:
+        return None
+    return (f"{path} changed after dataset {meta.get('name')!r} was prepared from it (its sha256 is now "
+            f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)")
 
 
 def hub_load_kwargs(spec: dict) -> dict:

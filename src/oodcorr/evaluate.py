@@ -21,6 +21,16 @@ CACHE_FORMAT = 2
 log = logging.getLogger(__name__)
 
 
+class EvaluationRefused(RuntimeError):
+    """An evaluation that must not give a score; the message names the file and what to do.
+
+    Raised for a checkpoint whose files do not match its manifest (sizes, sha256) and for
+    label scores that are not finite (NaN or inf), whose argmax would still pick a class
+    and so make up an accuracy. The job script prints the message as its last line, with
+    no traceback; nothing is written for that checkpoint.
+    """
+
+
 def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, data_path: str, data_meta: str,
                      labels: list[str], prompt: dict | None, max_length: int, out_path: str,
                      coarse: dict | None = None) -> dict:
@@ -51,9 +61,21 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
              "verbalisers": [prompt["verbalisers"][l] for l in labels] if prompt else None,
              # the prompt switches that differ from the defaults (empty for the defaults and for head models)
              "reading": changed_reading(prompt)}
+    info = {"testset": testset, "model": model_spec["name"], "n": len(ids), "n_truncated": n_trunc,
+            "max_length": max_length, "fingerprint": meta["fingerprint"]}
+    # beside the cache, readable without torch (planning warns about truncation from it); written first,
+    # so a cache never lacks its sidecar
+    write_json_atomic(cache_info_path(out_path), info)
     with atomic_path(out_path) as tmp:
         torch.save(cache, tmp)
     return {"n": len(ids), "n_truncated": n_trunc}
+
+
+def cache_info_path(cache_path: str | Path) -> Path:
+    """The small JSON beside a tokenised cache (``<testset>.info.json``): its size and how many
+    prompts were cut to ``max_length``."""
+    p = Path(cache_path)
+    return p.with_name(p.name.removesuffix(".pt") + ".info.json")
 
 
 def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
@@ -465,6 +487,38 @@ def _reusable(path: str, key: str) -> dict | None:
     return rec if rec.get("eval_key") == key else None
 
 
+def _damaged_checkpoint(ckpt: Path, why: str) -> str:
+    run_dir = ckpt.parent.parent
+    return (f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
+            f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
+            "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun")
+
+
+def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
+    """Refuse label scores that are not all finite: argmax over NaN still names a class
+    (accuracy 0.5 on a balanced set), so such a checkpoint gets no score at all."""
+    import torch
+
+    bad = ~torch.isfinite(logits).all(dim=-1)
+    if not bool(bad.any()):
+        return
+    n_bad, n = int(bad.sum()), int(bad.numel())
+    first = int(bad.nonzero()[0, 0])
+    params = model.parameters() if hasattr(model, "parameters") else []
+    weights_bad = any(not bool(torch.isfinite(p).all()) for p in params)
+    if weights_bad:
+        cause = ("the checkpoint's weights hold NaN or inf (training diverged): see the loss in its finetune log, "
+                 "lower finetune.learning_rate and run again")
+    else:
+        cause = (f"its weights are finite, so the forward pass in {dtype} overflowed: evaluate in float32 "
+                 "(`dtype: float32` on the model entry)" if dtype != "float32" else
+                 "its weights are finite, yet the model computes NaN or inf (a model whose own code or "
+                 "configuration is broken?)")
+    raise EvaluationRefused(f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores "
+                            f"that are not finite (NaN or inf; the first is example {first}), so no accuracy "
+                            f"is computed; {cause}")
+
+
 def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: dict | None, step: int, cache: dict,
                          batch_size: int, max_tokens: int, out_predictions: str, provenance: dict, device: str,
                          dtype: str, key: str, job_timing: dict) -> dict:
@@ -476,21 +530,24 @@ def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: d
 
     t0 = time.time()
     if series is None:
-        ok, why = verify_checkpoint(Path(checkpoint), full=False)
+        # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
+        ok, why = verify_checkpoint(Path(checkpoint), full=True)
+        if not ok:
+            raise EvaluationRefused(_damaged_checkpoint(Path(checkpoint), why))
     else:
         from .series import verify
 
         ok, why = verify(series)
         if not ok:
-            why += (f"; {series.get('manifest', 'its manifest')} no longer matches the checkpoint: delete that "
-                    "manifest and rerun to accept the new files")
-    if not ok:
-        raise RuntimeError(f"checkpoint not usable: {why}")
+            raise EvaluationRefused(
+                f"checkpoint not usable: {why}; {series.get('manifest', 'its manifest')} no longer matches the "
+                "checkpoint: delete that manifest and rerun to accept the new files")
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
     logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
     t_fwd = time.time()
+    check_finite(logits, model, checkpoint=str(checkpoint), testset=cache["testset"], dtype=dtype)
     pred_t = logits.argmax(-1)
     gold_t = torch.tensor(cache["labels"], dtype=torch.long)
     correct = correct_mask(pred_t, gold_t, cache["gold_names"], cache["coarse"]).tolist()

@@ -37,7 +37,7 @@ import shutil
 import time
 from pathlib import Path
 
-from .io import read_jsonl, sha256_file, sha256_json, write_json_atomic
+from .io import read_jsonl, sha256_file, sha256_json, stat_key, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,15 @@ RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "t
                 "training_args.bin", "optimizer.bin", "pytorch_model_fsdp.bin")  # the last two: FSDP
 
 
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or inf: the run diverged, and no later checkpoint is saved.
+
+    (The Trainer's own logging filters such losses out of the logged average by default,
+    so without this check a diverged run would go on and save checkpoints of NaN weights.)
+    """
+
+
 # ---- checkpoint manifests ------------------------------------------------------------------
-
-def _stat_key(f: Path) -> list[int]:
-    st = f.stat()
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
 
 def _read_verified(ckpt: Path) -> dict:
     try:
@@ -75,7 +78,7 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
         if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
             rel = str(f.relative_to(ckpt))
             files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
-            verified[rel] = {"sha256": files[rel]["sha256"], "stat": _stat_key(f)}
+            verified[rel] = {"sha256": files[rel]["sha256"], "stat": stat_key(f)}
     man = {"step": step, "resumable": resumable, "files": files}
     _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
@@ -108,7 +111,7 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
     for rel in rels:
         f, want = ckpt / rel, man["files"][rel]["sha256"]
         seen = cache.get(rel)
-        key = _stat_key(f)
+        key = stat_key(f)
         if isinstance(seen, dict) and seen.get("sha256") == want and seen.get("stat") == key:
             continue
         if sha256_file(f) != want:
@@ -282,15 +285,32 @@ def _make_trainer_classes():
         # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
         loss_is_scaled_for_ga = False
 
-        def __init__(self, *a, method=None, extra=None, loss="verbalisers", **kw):
+        def __init__(self, *a, method=None, extra=None, loss="verbalisers", schedule=(), **kw):
             super().__init__(*a, **kw)
             self.method = method
             self.extra = extra or {}
             self.loss_kind = loss
+            self.schedule = tuple(schedule)  # the steps saved, for the divergence message
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
+            # one device sync per step, which the Trainer pays anyway (logging_nan_inf_filter)
+            if not bool(torch.isfinite(loss)):
+                self._diverged(float(loss.detach()), logits)
             return (loss, {"logits": logits}) if return_outputs else loss
+
+        def _diverged(self, loss: float, logits) -> None:
+            step = self.state.global_step + 1
+            saved = sorted(s for s in self.schedule if s < step)
+            weights_ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+            where = ("the weights are still finite, so the scores overflowed" if weights_ok
+                     else "the weights already hold NaN or inf")
+            raise NonFiniteLoss(
+                f"the training loss is {loss} at step {step} of {self.args.max_steps} ({where}): the run "
+                f"diverged, so it stops here and no later checkpoint is saved (checkpoints up to step "
+                f"{saved[-1] if saved else 0} are kept). Lower finetune.learning_rate (now {self.args.learning_rate}) "
+                "or finetune.max_grad_norm, or train in float32, and run again; checkpoints made with other "
+                "settings are moved aside, never reused")
 
     class ScheduleCallback(TrainerCallback):
         """Save exactly at the scheduled steps; write a manifest after each save."""
@@ -514,7 +534,7 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         )
         trainer = LabelTrainer(model=model, args=args, train_dataset=dataset,
                                data_collator=_Collator(tok.pad_token_id), method=method, extra=extra,
-                               loss=ft.get("loss", "verbalisers"),
+                               loss=ft.get("loss", "verbalisers"), schedule=steps,
                                callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
         for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
             if type(cb).__name__ == "TensorBoardCallback":

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import Any, Callable, Mapping
 
+from . import checks
 from .config import DEFAULT_SCORE, NAME_RE, ConfigError, Experiment, analysis_options, canonical
 
 UNITS = ("checkpoint", "run")
@@ -215,6 +216,18 @@ class Paths:
         return f"{self.eval_dir}/{{testset}}.json"
 
     @property
+    def staging(self) -> str:
+        """Where the aggregation and the analysis write; ``publish_results`` copies the whole
+        set into place (:meth:`staged`), so a failed step leaves the previous set whole."""
+        return f"{self.root}/.staging"
+
+    def staged(self, path: str) -> str:
+        """The staging copy of a published result (the scores, a table, a figure)."""
+        if not path.startswith(self.root + "/"):
+            raise ValueError(f"{path} is not under {self.root}")
+        return f"{self.staging}/{path[len(self.root) + 1:]}"
+
+    @property
     def scores(self) -> str:
         return f"{self.root}/scores.parquet"
 
@@ -334,7 +347,7 @@ class Plan:
         return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
 
     def targets(self) -> list[str]:
-        """What rule ``all`` asks for: the scores, the tables and every figure."""
+        """What rule ``all`` asks for: the scores, the tables and every figure (the published set)."""
         a = self.paths.analysis
         return [self.paths.scores, self.paths.scores_csv, self.paths.accuracy_html, self.paths.accuracy_csv,
                 f"{a}/partial_correlations.csv", f"{a}/agreement.csv", f"{a}/heatmap_grid.png",
@@ -344,6 +357,32 @@ class Plan:
         """The manifests of every run of the model ``wildcards.model`` (their loss histories)."""
         return [self.paths.manifest.format(**r.wildcards) for r in self.runs
                 if r.model == wildcards.model and not r.series]
+
+    def staged_targets(self) -> list[str]:
+        """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
+        return [self.paths.staged(t) for t in self.targets()]
+
+    # ---- planning-time checks of what is on disk; warnings at the end -----------------
+    def check_on_disk(self) -> list[str]:
+        """What the config points at, and what earlier runs left, checked before any job runs.
+
+        Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
+        missing input file or an unusable model (:meth:`Experiment.check_inputs_exist`), a
+        verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
+        with its time kept, and (unit ``run``) a summary whose predictions files are gone.
+        Returns warnings about what is on disk (prompts cut to ``max_length``)."""
+        self.exp.check_inputs_exist()
+        checks.check_verbalisers_on_disk(self)
+        checks.check_sources_unchanged(self)
+        checks.check_summaries_complete(self)
+        return checks.truncation_warnings(self)
+
+    def end_of_run_warnings(self) -> list[str]:
+        """Everything allowed but suspicious, gathered once at the end of a run: the planning
+        warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
+        data_dir = self.paths.data_meta.rsplit("/", 1)[0]
+        out = list(self.warnings) + self.exp.dataset_warnings(data_dir) + checks.truncation_warnings(self)
+        return list(dict.fromkeys(out))
 
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -613,6 +652,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 total = run_length(ft, int(n), m)
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
+    warnings = list(exp.warnings) + plan_time_checks(exp, runs, dict(config.get("analysis") or {}))
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     datasets = tuple(exp.all_datasets())
     return Plan(
@@ -624,4 +664,17 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                      "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()]},
         analysis=analysis_options(config.get("analysis")),
         score=(config.get("analysis") or {}).get("score", DEFAULT_SCORE),
-        warnings=tuple(exp.warnings), exp=exp)
+        warnings=tuple(warnings), exp=exp)
+
+
+def plan_time_checks(exp: Experiment, runs: list[Run], analysis: dict) -> list[str]:
+    """What the config decides and could not work, refused before any job (oodcorr.checks):
+    templates, verbaliser words, duplicate grid values, fewer than two OOD testsets, test
+    data drawn from the training pool, schedules too short for the analysis. Returns the
+    warnings (allowed but suspicious)."""
+    checks.check_templates(exp)
+    checks.check_verbaliser_words(exp)
+    checks.check_grid(exp)
+    checks.check_ood_count(exp)
+    checks.check_data_sources(exp)
+    return checks.check_schedules(runs, analysis)

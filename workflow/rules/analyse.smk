@@ -1,11 +1,17 @@
 # Analysis: the scores table -> partial correlations, agreement across models, figures.
 # All statistics live in oodcorr.analysis (the same code as `oodcorr analyse`).
+#
+# Results are replaced as a set. Snakemake deletes a job's outputs before it runs, so every
+# step below writes into results/<experiment>/.staging/ (P.staged), and publish_results, once
+# every step has succeeded, copies the whole set into place: a failed aggregation or analysis
+# leaves the previous scores, tables and figures as they were, and its staging outputs are
+# gone, so the next run runs it again.
 
 ANALYSIS = PLAN.analysis
 # the heatmaps show the first method and the first residualiser of the config
 PLOT_METHOD = ANALYSIS["methods"][0]
 PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
-A = P.analysis
+A = P.staged(P.analysis)  # where the analysis writes
 
 # Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.
 localrules:
@@ -15,6 +21,7 @@ localrules:
     heatmap_grid,
     learning_curves,
     scatter,
+    publish_results,
 
 
 rule aggregate_scores:
@@ -23,11 +30,13 @@ rule aggregate_scores:
     input:
         PLAN.eval_outputs(),
     output:
-        parquet=P.scores,
-        csv=P.scores_csv,
+        parquet=P.staged(P.scores),
+        csv=P.staged(P.scores_csv),
     params:
         # the label mode's collapse rule, for records that predate macro-F1 and ECE
         coarse=PLAN.coarse,
+        # every record's data is checked against the prepared testset (and its local file)
+        data=lambda wc: {"records": P.data, "meta": P.data_meta},
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
@@ -42,7 +51,7 @@ rule partial_correlations:
     input:
         # the per-example predictions files are named in the scores table (column
         # `predictions`); they are outputs of the evaluation jobs the table depends on
-        scores=P.scores,
+        scores=P.staged(P.scores),
     output:
         pairs=report(f"{A}/partial_correlations.csv", category="5 Tables",
                      caption="../report/partial_correlations.rst"),
@@ -100,7 +109,7 @@ rule heatmap_grid:
 rule learning_curves:
     """Score vs training step (or a series' steps or tokens) for every testset of one model."""
     input:
-        P.scores,
+        P.staged(P.scores),
     output:
         report(f"{A}/learning_curves/{{model}}.png", category="1 Learning curves",
                caption="../report/learning_curves.rst", labels={"model": "{model}"}),
@@ -119,7 +128,7 @@ rule learning_curves:
 rule scatter:
     """In-domain vs OOD score for one model, with the fitted residualiser curves."""
     input:
-        P.scores,
+        P.staged(P.scores),
     output:
         report(f"{A}/scatter/{{model}}.png", category="6 Residualiser fits",
                caption="../report/scatter.rst", labels={"model": "{model}"}),
@@ -133,3 +142,17 @@ rule scatter:
         "../../envs/oodcorr.yaml"
     script:
         "../scripts/plot.py"
+
+
+rule publish_results:
+    """The scores, tables and figures, copied into place together once every step succeeded."""
+    input:
+        PLAN.staged_targets(),
+    output:
+        PLAN.targets(),
+    log:
+        f"{LOGS}/analyse/publish_results.log",
+    conda:
+        "../../envs/oodcorr.yaml"
+    script:
+        "../scripts/publish_results.py"

@@ -1,9 +1,16 @@
-"""Rule aggregate_scores: every evaluation's record -> results/<experiment>/scores.{parquet,csv}."""
-from oodcorr.aggregate import collect, write_scores
+"""Rule aggregate_scores: every evaluation's record -> results/<experiment>/.staging/scores.{parquet,csv}."""
+import sys
+
+from oodcorr.aggregate import ResultError, collect, write_scores
+from oodcorr.io import DataError
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-df = collect(list(sm.input), coarse=sm.params.coarse)
+try:
+    # every record's data is checked against the testset as prepared now (and its local file)
+    df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data)
+except (ResultError, DataError) as e:  # the message (file, the way out) is the log's last line
+    sys.exit(f"oodcorr: {e}")
 write_scores(df, sm.output.parquet, sm.output.csv)
 print(f"{len(df)} rows")

@@ -4,8 +4,10 @@ Unit `checkpoint`: the step is a wildcard and the output is its predictions file
 Unit `run`: every step of the run, then the job's summary (its declared output).
 """
 import logging
+import sys
 
-from oodcorr.evaluate import checkpoints_to_score, evaluate_run
+from oodcorr.config import ConfigError
+from oodcorr.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging, simulate_oom_from_env
 
 sm = snakemake  # noqa: F821
@@ -24,10 +26,14 @@ else:
     steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
 manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
 checkpoints = checkpoints_to_score(manifests, steps, outputs)
-result = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
-                      tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
-                      out_summary=summary, provenance=job["provenance"],
-                      device=pick_device(sm.resources.gpu), threads=sm.threads)
+try:
+    result = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
+                          tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
+                          out_summary=summary, provenance=job["provenance"],
+                          device=pick_device(sm.resources.gpu), threads=sm.threads)
+except (EvaluationRefused, ConfigError) as e:
+    # a damaged checkpoint, scores that are not finite: the message is the log's last line, no traceback
+    sys.exit(f"oodcorr: {e}")
 print({"testset": result["testset"], "accuracy": [r["accuracy"] for r in result["checkpoints"]],
        "timing_s": result["timing_s"]})
 end_job()  # skip the interpreter's teardown: about a second per job

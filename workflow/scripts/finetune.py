@@ -1,8 +1,9 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
 import sys
 
+from oodcorr.config import ConfigError
 from oodcorr.distributed import run_distributed
-from oodcorr.finetune import finetune
+from oodcorr.finetune import NonFiniteLoss, finetune
 from oodcorr.locks import FolderInUse
 from oodcorr.runtime import pick_device, setup_logging
 
@@ -26,5 +27,6 @@ try:
         run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
     else:
         finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
-except FolderInUse as e:
+except (FolderInUse, NonFiniteLoss, ConfigError) as e:
+    # the message (a held run folder, a diverged run, a verbaliser the tokenizer splits) is the log's last line
     sys.exit(f"oodcorr: {e}")

@@ -1,24 +1,28 @@
 """Rule partial_correlations: scores + per-example predictions -> pairs table, agreement table."""
 import logging
+import sys
 from pathlib import Path
 
-import pandas as pd
-
+from oodcorr.aggregate import ResultError, read_scores
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.tables import examples_from_predictions, from_scores
 from oodcorr.cli import summarise, write_tables
+from oodcorr.io import DataError
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
-scores = pd.read_parquet(sm.input.scores)
 score = sm.params.score  # analysis.score: the metric column analysed
-long, info = from_scores(scores, score)
 # the example-level bootstrap resamples per-example correctness: it recomputes accuracy only
 by_example = opts.example_boot > 1 and score == "accuracy"
-examples = examples_from_predictions(scores) if by_example else None
+try:
+    scores = read_scores(sm.input.scores)
+    long, info = from_scores(scores, score)
+    examples = examples_from_predictions(scores) if by_example else None
+except (ResultError, DataError) as e:  # a damaged scores table or predictions file: named, with the way out
+    sys.exit(f"oodcorr: {e}")
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info)
 if opts.example_boot > 1 and not by_example:

@@ -1,7 +1,10 @@
 """Rules heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
+import sys
+
 import pandas as pd
 
 from oodcorr import plots
+from oodcorr.aggregate import ResultError, read_scores
 from oodcorr.analysis import Options
 from oodcorr.analysis.tables import from_scores
 from oodcorr.config import analysis_options
@@ -20,7 +23,10 @@ if kind in ("heatmap", "heatmap_grid"):
     else:
         print(plots.heatmap_grid(pc, sm.output[0], sm.params.method, sm.params.residualiser, **marks))
 else:
-    long, _ = from_scores(pd.read_parquet(sm.input[0]), sm.params.score)
+    try:
+        long, _ = from_scores(read_scores(sm.input[0]), sm.params.score)
+    except ResultError as e:
+        sys.exit(f"oodcorr: {e}")
     if kind == "learning_curves":
         print(plots.learning_curves(long, sm.wildcards.model, sm.output[0], x_label=sm.params.x_label,
                                     y_label=sm.params.score))

@@ -1,13 +1,19 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
+import sys
+
+from oodcorr.config import ConfigError
 from oodcorr.evaluate import tokenize_testset
 from oodcorr.runtime import end_job, setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 job = sm.params.job
-info = tokenize_testset(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], testset=sm.wildcards.testset,
-                        data_path=sm.input.data, data_meta=sm.input.meta, labels=job["labels"],
-                        prompt=job["prompt"], max_length=job["max_length"], coarse=job["coarse"],
-                        out_path=sm.output[0])
+try:
+    info = tokenize_testset(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], testset=sm.wildcards.testset,
+                            data_path=sm.input.data, data_meta=sm.input.meta, labels=job["labels"],
+                            prompt=job["prompt"], max_length=job["max_length"], coarse=job["coarse"],
+                            out_path=sm.output[0])
+except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
+    sys.exit(f"oodcorr: {e}")
 print(info)
 end_job()  # skip the interpreter's teardown: about a second per job

@@ -280,7 +280,11 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
                         "rerun the workflow to rebuild it)")
     frames = []
     for row in scores[need].itertuples(index=False):
-        pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
+        try:
+            pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
+        except Exception as e:  # noqa: BLE001 -- gone or damaged: name the file and the way out
+            raise DataError(f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
+                            f"{e}); delete it (if it is still there) and run again: that evaluation runs again")
         frames.append(pd.DataFrame({"model": str(row.model), "run": str(row.run_id),
                                     "unit": int(row.step), "testset": str(row.testset),
                                     "example": pred["index"].to_numpy(), "correct": pred["correct"].to_numpy(float)}))
