@@ -13,10 +13,11 @@ localrules:
 rule accuracy_table:
     """The scores as a table: accuracy per run x checkpoint (rows) x testset (columns)."""
     input:
-        P.scores,
+        P.staged(P.scores),
     output:
-        html=report(P.accuracy_html, category="2 Accuracy", caption="../report/accuracy.rst"),
-        csv=P.accuracy_csv,
+        # staged, like the analysis: publish_results puts them in place with the rest of the set
+        html=report(P.staged(P.accuracy_html), category="2 Accuracy", caption="../report/accuracy.rst"),
+        csv=P.staged(P.accuracy_csv),
     log:
         f"{LOGS}/analyse/accuracy_table.log",
     conda:
@@ -30,7 +31,7 @@ rule training_loss:
     input:
         PLAN.manifests,
     output:
-        report(f"{P.analysis}/training_loss/{{model}}.png", category="3 Training loss",
+        report(f"{A}/training_loss/{{model}}.png", category="3 Training loss",
                caption="../report/training_loss.rst", labels={"model": "{model}"}),
     log:
         f"{LOGS}/analyse/training_loss_{{model}}.log",
