@@ -214,7 +214,35 @@ def test_slugs_are_githubs():
     assert slug("Reading `agreement.csv`") == "reading-agreementcsv"
     assert slug("Columns of `partial_correlations.csv`") == "columns-of-partial_correlationscsv"
     assert slug("The authors' settings: `config/paper-authors.yaml`") == "the-authors-settings-configpaper-authorsyaml"
-    assert slug("5. Analysis at scale: 149 testsets × 30 checkpoints") == "5-analysis-at-scale-149-testsets--30-checkpoints"
+    assert slug("5. Analysis at scale: 149 testsets × 30 checkpoints") == (
+        "5-analysis-at-scale-149-testsets--30-checkpoints"
+    )
+
+
+# A reference to the docs from code, a config or a registry: path#anchor.
+DOC_REFERENCE = re.compile(r"(?<![\w/.-])((?:docs/[\w-]+|README|config/README|benchmarks/README)\.md)#([\w-]+)")
+REFERRING = ("src", "workflow", "config", "profiles", "resources", "benchmarks", "tests", "envs")
+
+
+def doc_references() -> list[tuple[str, str, str]]:
+    out = []
+    for root in REFERRING:
+        for f in sorted((REPO / root).rglob("*")):
+            if f.suffix not in {".py", ".yaml", ".yml", ".smk", ".rst", ".md", ""} or not f.is_file():
+                continue
+            if f == Path(__file__).resolve() or "latest" in f.parts:
+                continue
+            for doc, anchor in DOC_REFERENCE.findall(f.read_text(encoding="utf-8", errors="replace")):
+                out.append((str(f.relative_to(REPO)), doc, anchor))
+    return out
+
+
+def test_references_to_the_docs_from_code_and_configs_resolve():
+    """Comments, docstrings, messages and report captions cite docs as path#anchor; each must exist."""
+    refs = doc_references()
+    assert len(refs) >= 10
+    bad = [f"{f}: {d}#{a}" for f, d, a in refs if not (REPO / d).exists() or a not in anchors(REPO / d)]
+    assert bad == []
 
 
 def dry_run_total(config: str, workdir: Path) -> int:
