@@ -148,6 +148,12 @@ def cli_verbs() -> set[str]:
     return set(sub.choices)
 
 
+def test_readme_is_a_front_page():
+    """The README stays short (issue 17: at most 12 KB); the rest lives in config/README.md and docs/."""
+    size = (REPO / "README.md").stat().st_size
+    assert size <= 12 * 1024, f"README.md is {size} bytes: move sections to docs/"
+
+
 @pytest.mark.parametrize("doc", DOCS)
 def test_relative_links_resolve(doc):
     assert broken_links(doc) == []
