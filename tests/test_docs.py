@@ -266,8 +266,6 @@ def dry_run_total(config: str, workdir: Path) -> int:
 @pytest.mark.slow
 @pytest.mark.parametrize("config", DRY_RUN_CONFIGS)
 def test_stated_job_counts_equal_a_dry_run(config, tmp_path):
-    stated = {
-        int(n.replace(",", "")) for d in DOCS for c, n in JOB_COUNT.findall(read(d)) if c == config
-    }
+    stated = {int(n.replace(",", "")) for d in DOCS for c, n in JOB_COUNT.findall(read(d)) if c == config}
     assert stated, f"no doc states how many jobs {config} plans"
     assert stated == {dry_run_total(config, tmp_path)}
