@@ -36,7 +36,8 @@ simulated runs.
     .venv/bin/python benchmarks/analysis_coverage.py --out benchmarks/latest/analysis_coverage.json
     .venv/bin/python benchmarks/analysis_coverage.py --reps 200 --quick    # a smoke run
 
-Prints Markdown tables (the README quotes them) and writes every number to --out.
+Prints Markdown tables (quoted in
+benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values) and writes every number to --out.
 """
 import argparse
 import json

@@ -11,7 +11,7 @@ requests. The "core" columns time only the scoring call on each side
 
 lm-eval runs offline from a local YAML task over a local JSONL file, without its
 response cache (use_cache=None) or request cache (cache_requests=False), and with
-its datasets cache in --workdir. Run it from the benchmark venv (README.md):
+its datasets cache in --workdir. Run it from the benchmark venv (benchmarks/README.md):
 
     /tmp/bench-venv/bin/python benchmarks/evaluator_vs_lmeval.py --reps 5
 

@@ -151,7 +151,8 @@ def test_exact_block_permutation_p_by_hand():
 def test_block_option_undercovers_short_strongly_dependent_runs():
     # the earlier default, kept as inference "block": with 21 checkpoints and phi = 0.8 its
     # bootstrap interval undercovers and its permutation test rejects a true null too often,
-    # which is why it is no longer the default (benchmarks/analysis_coverage.py, README)
+    # which is why it is no longer the default (benchmarks/analysis_coverage.py,
+    # benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values)
     alt = calibrate(21, 0.8, 0.4, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)
     assert alt["block"]["coverage"] < 0.85 < alt["modified-t"]["coverage"], alt
     null = calibrate(21, 0.8, 0.0, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)

@@ -346,8 +346,8 @@ def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, def
 
 def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     """Snakemake parses --configfile itself and buries the line: its message names neither file nor
-    line; --verbose shows PyYAML's error, with both (the README's error table says so). If an
-    upgrade changes this, update the README."""
+    line; --verbose shows PyYAML's error, with both (docs/troubleshooting.md#what-each-error-means says so). If an
+    upgrade changes this, update that table."""
     import subprocess
     import sys
     from pathlib import Path

@@ -111,8 +111,8 @@ def _config(path: Path) -> dict:
 
 
 def _test_profile(dest: Path) -> Path:
-    """profiles/slurm with the edits README tells a user to make, for this test cluster, and its
-    PACKING block uncommented: 5 evaluation jobs (a run's checkpoints here) per SLURM job."""
+    """profiles/slurm with the edits docs/gpus-and-slurm.md#run-on-a-slurm-cluster tells a user to make,
+    for this test cluster, and its PACKING block uncommented: 5 evaluation jobs (a run's checkpoints here) per SLURM job."""
     prof = yaml.safe_load(PROFILE.read_text())
     prof.update(packing_block())
     prof["group-components"] = {"evaluate": 5}

@@ -20,7 +20,7 @@ def end_job() -> None:
     """End a job's process now that its outputs are written: flush the log, skip teardown.
 
     A process that imported torch and transformers spends about a second at exit tearing
-    its modules down (`benchmarks/README.md`, section 2), for nothing: every output is
+    its modules down (benchmarks/README.md#2-where-one-evaluation-jobs-time-goes), for nothing: every output is
     already written atomically and closed. Called as the last line of the scripts of
     the rules with many jobs (tokenisation, evaluation); a job that fails raises before.
     """

@@ -1,6 +1,6 @@
 """Partial correlation of two score series given covariates, by residualising.
 
-Method semantics (documented in the README):
+Method semantics (documented in docs/analysis.md#what-is-computed-and-the-defaults):
 
 * ``pearson``  -- residualise the scores, Pearson correlation of the residuals.
 * ``spearman`` -- rank every variable first, then as Pearson (this is pingouin's

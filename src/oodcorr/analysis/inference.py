@@ -40,7 +40,8 @@ The test and the interval are one procedure, so they always agree:
   critical tau.
 
 Calibration (size, coverage, power on simulated learning-curve runs) is measured
-by ``benchmarks/analysis_coverage.py`` and quoted in the README.
+by ``benchmarks/analysis_coverage.py``, with the numbers in
+benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values.
 """
 from __future__ import annotations
 

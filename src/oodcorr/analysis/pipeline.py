@@ -14,7 +14,8 @@ columns, e.g. ``n_train``, ``seed``) adds those columns to the output and names 
 groups within which runs are pooled (``Options.pool_by``).
 
 Output: one row per (model, in_domain, run or "pooled", pool group, x, y, method,
-residualiser) with the columns in :data:`COLUMNS` (documented in the README), then
+residualiser) with the columns in :data:`COLUMNS` (documented in
+docs/analysis.md#columns-of-partial_correlationscsv), then
 the run information columns.
 """
 from __future__ import annotations
@@ -103,7 +104,8 @@ class Options:
         cfg = dict(cfg or {})
         if "p_method" in cfg:
             raise ValueError("analysis.p_method was replaced by analysis.inference (modified-t, iid or block; "
-                             "block is the earlier block-permutation/bootstrap pair): see the README, section Analysis")
+                             "block is the earlier block-permutation/bootstrap pair): see "
+                             "docs/analysis.md#what-is-computed-and-the-defaults")
         kw = {}
         flat = ("methods", "residualisers", "inference", "correction", "alpha", "seed", "level", "min_n_eff",
                 "near_zero")

@@ -18,7 +18,7 @@ variance tau^2; weights 1 / (se_z^2 + tau^2)):
   the inverse-variance mean of the two runs, descriptive only, and the note says
   so. ``two_runs="fixed-effect"`` gives the fixed-effect combination with a normal
   interval instead, which assumes both runs share one correlation (measured: its
-  size grows with the between-run spread, see the README).
+  size grows with the between-run spread, see benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values).
 * 1 run: the run's own r, interval and p-value.
 
 Runs with no value, or with too little effective information for an interval, are
@@ -26,7 +26,8 @@ left out of the weights and counted in the note. Why per-run correlations and no
 pooled residuals: each run has its own trajectory and in-domain curve, so a
 residualiser fitted per run is the estimand the paper defines; pooling residuals
 would let long runs dominate and treat checkpoints of different runs as one series.
-The measured calibration is in ``benchmarks/analysis_coverage.py`` (README).
+The measured calibration is in ``benchmarks/analysis_coverage.py``
+(benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values).
 
 Agreement across models (:func:`agreement`): per OOD pair, Cochran's Q on the
 models' pooled z values (do the models' effects differ?), and a sign-reversal test:
@@ -245,7 +246,8 @@ def _fmt(v: float) -> str:
 
 def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm") -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): do the models differ,
-    and does the sign reverse between models? See the module doc; the README explains the columns.
+    and does the sign reverse between models? See the module doc;
+    docs/analysis.md#reading-agreementcsv explains the columns.
 
     ``verdict``: ``sign reversal`` (``p_reversal_adj < alpha``: at least one model's pooled
     correlation is significantly positive and another's significantly negative, with the
