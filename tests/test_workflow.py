@@ -396,7 +396,10 @@ AUTHORS_SWITCHES = {"prompt.strip_fields": False, "prompt.truncation": "right",
 DEFAULTS_SPELLED_OUT = {"prompt.strip_fields": True, "prompt.truncation": "left",
                         "prompt.scored_position": "last-token", "finetune.loss": "verbalisers",
                         "analysis.score": "accuracy"}
-ANALYSIS_JOBS = {"partial_correlations", "heatmap", "heatmap_grid", "learning_curves", "scatter", "all"}
+ANALYSIS_JOBS = {"partial_correlations", "heatmap", "heatmap_grid", "learning_curves", "scatter",
+                 "publish_results", "all"}
+# what a change of the scores or of the training reruns besides: the accuracy table, the loss figure
+NEW_SCORES = {"aggregate_scores", "accuracy_table"}
 
 
 def _switched(cfg, changes):
@@ -423,10 +426,11 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     assert smk(wd, micro_run[2]).returncode == 0  # micro as shipped, finished (whatever ran before)
     cfg = micro_run[1]
     expect = {
-        "prompt.strip_fields": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
-        "prompt.truncation": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
-        "prompt.scored_position": {"tokenize_testset", "finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
-        "finetune.loss": {"finetune", "evaluate", "aggregate_scores"} | ANALYSIS_JOBS,
+        "prompt.strip_fields": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
+        "prompt.truncation": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
+        "prompt.scored_position": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES
+        | ANALYSIS_JOBS,
+        "finetune.loss": {"finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
         "analysis.score": ANALYSIS_JOBS,
     }
     values = dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"})

@@ -36,7 +36,7 @@ from .sizing import checkpoint_bytes, human_bytes, model_size
 
 # rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
 LOCAL_RULES = ("prepare_dataset", "pretraining_corpus", "aggregate_scores", "accuracy_table", "partial_correlations",
-               "heatmap", "heatmap_grid", "learning_curves", "scatter", "training_loss", "all")
+               "heatmap", "heatmap_grid", "learning_curves", "scatter", "training_loss", "publish_results", "all")
 
 
 @dataclass
@@ -142,11 +142,13 @@ def job_counts(plan) -> dict[str, int]:
     tokenize = sum(len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
                    for m in plan.models)
     n_models = len(plan.models)
+    trained = len([m for m, s in plan.models.items() if not s.is_series])  # a series has no finetune, no loss
     counts = {"prepare_dataset": len(plan.datasets), "pretraining_corpus": 1 if tiny else 0,
-              "build_tiny_model": len(tiny), "tokenize_testset": tokenize, "finetune": len(plan.runs),
+              "build_tiny_model": len(tiny), "tokenize_testset": tokenize,
+              "finetune": len([r for r in plan.runs if not r.series]),
               "evaluate": len(plan.eval_jobs), "aggregate_scores": 1, "accuracy_table": 1,
               "partial_correlations": 1, "heatmap": n_models, "heatmap_grid": 1, "learning_curves": n_models,
-              "scatter": n_models, "training_loss": n_models, "all": 1}
+              "scatter": n_models, "training_loss": trained, "publish_results": 1, "all": 1}
     return {k: v for k, v in counts.items() if v}
 
 
