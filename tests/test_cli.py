@@ -11,7 +11,7 @@ import pandas as pd
 import pingouin as pg
 import pytest
 
-from conftest import SHARED
+from helpers import SHARED
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.cli import main
 

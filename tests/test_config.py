@@ -5,7 +5,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO
+from helpers import REPO
 from oodcorr.config import ConfigError, Experiment
 from oodcorr.plan import build_plan
 

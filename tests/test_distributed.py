@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO
+from helpers import REPO
 from oodcorr import distributed
 from oodcorr.config import Experiment
 
@@ -136,7 +136,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     The ranks share the run folder: rank 0 prepares it while the other waits, only rank 0
     writes checkpoint manifests and the job's manifest, and both train one model together.
     """
-    from conftest import LABELS, PROMPT
+    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.finetune import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
@@ -210,7 +210,7 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
 
 def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
     """Launched directly (no launching job to check first), rank 0 itself refuses a held run folder."""
-    from conftest import LABELS, PROMPT
+    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.io import write_jsonl_atomic
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import LABELS, PROMPT
+from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.finetune import MANIFEST, find_resume_point, finetune, verify_checkpoint
 from oodcorr.io import write_jsonl_atomic

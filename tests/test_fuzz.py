@@ -31,7 +31,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from conftest import BINARY
+from helpers import BINARY
 from oodcorr.analysis import tables
 from oodcorr.data import prepare, rows_to_records
 from oodcorr.io import DataError

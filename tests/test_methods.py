@@ -12,7 +12,7 @@ from oodcorr.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.methods import correct_mask
 from oodcorr.models import load_checkpoint, load_tokenizer
 
-from conftest import LABELS
+from helpers import LABELS
 
 
 def _minilm():
@@ -128,7 +128,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     of the model's non-entailment answers; the result reports the coarse label."""
     from oodcorr.data import prepare
 
-    from conftest import PROMPT, label_mode
+    from helpers import PROMPT, label_mode
 
     mode = label_mode("three-way")
     tiny = str(tiny_models["opt"])

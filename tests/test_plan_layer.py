@@ -7,7 +7,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 from oodcorr.plan import build_plan
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))

@@ -16,12 +16,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers import REPO, SNAKEMAKE
 
 sys.path.insert(0, str(REPO / "tests" / "slurm"))
 import cluster as slurm_cluster  # noqa: E402
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PROFILE = REPO / "profiles/slurm/config.yaml"
 PLUGINS = ("snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep")
 R = "results/micro"
