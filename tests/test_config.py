@@ -344,6 +344,7 @@ def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, def
         Experiment(default_config, tmp_path)
 
 
+@pytest.mark.slow
 def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     """Snakemake parses --configfile itself and buries the line: its message names neither file nor
     line; --verbose shows PyYAML's error, with both (the README's error table says so). If an

@@ -126,6 +126,7 @@ def _check_records(recs: list[dict], prov: dict) -> None:
     assert prov["n"] == len(recs) == sum(prov["label_counts"].values())
 
 
+@pytest.mark.slow
 @given(dataset_files())
 def test_dataset_files_round_trip(f):
     data, name, extra, rows = f

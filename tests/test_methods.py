@@ -84,6 +84,7 @@ def test_head_on_a_decoder_scores_like_unpadded_single_examples(tmp_path, tiny_m
     assert not torch.allclose(torch.tensor(before).float(), batched[:, 0].float(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_head_on_a_real_pretrained_encoder_learns_and_reloads(tmp_path):
     spec = _minilm()
     ft = {"batch_size": 16, "learning_rate": 1e-4, "max_length": 64, "warmup_ratio": 0.1}
