@@ -313,7 +313,8 @@ def test_experiment_names_the_results_folder(default_config):
 @pytest.mark.parametrize("text, message", [
     ("datasets:\n  x:\n    source: local\n    path: a.jsonl\n   label_map: {a: b}\n",
      r"reg\.yaml:5:4: not valid YAML: expected <block end>, but found '<block mapping start>' \(while parsing a "
-     r"block mapping that starts at line 2\); check this line's indentation.*\n       label_map: \{a: b\}\n       \^"),
+     r"block mapping that starts at line 2\); check this line's indentation.*"
+     r"\n       label_map: \{a: b\}\n       \^"),
     ("datasets:\n  x:\n\tsource: local\n", r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
                                           r"any token .*; indent with spaces, never tabs"),
     ("datasets:\n  x: {source: local, path: [a.jsonl}\n",
