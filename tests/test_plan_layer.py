@@ -74,3 +74,18 @@ def test_paper_authors_grid_dry_run_plans_offline(tmp_path):
     table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
     assert table["finetune"] == "16" and table["evaluate"] == str(16 * 83 * 8) and table["prepare_dataset"] == "10"
     assert "series_checkpoint" not in table
+
+
+def test_rules_name_their_conda_env_and_wildcards_once():
+    """Every rule's conda: is the Snakefile's ENV, and name wildcards use NAME (from oodcorr.config.NAME_RE)."""
+    snakefile = (REPO / "Snakefile").read_text()
+    assert re.search(r'^ENV = "\.\./\.\./envs/oodcorr\.yaml"$', snakefile, re.M)
+    assert (REPO / "workflow/rules" / "../../envs/oodcorr.yaml").resolve() == REPO / "envs/oodcorr.yaml"
+    for f in RULE_FILES:
+        text = f.read_text()
+        assert re.findall(r"^\s+conda:\n\s+(.*)\n", text, re.M) == ["ENV"] * text.count("conda:"), f.name
+        assert text.count("conda:") == len(re.findall(r"^\s+script:", text, re.M)), f.name
+    constraints = snakefile.split("wildcard_constraints:\n", 1)[1].split("\n\n", 1)[0]
+    for name in ("model", "indomain", "dataset", "testset"):
+        assert f"    {name}=NAME," in constraints.splitlines(), name
+    assert "[A-Za-z0-9]" not in snakefile

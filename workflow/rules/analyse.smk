@@ -31,7 +31,7 @@ rule aggregate_scores:
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/aggregate_scores.py"
 
@@ -54,7 +54,7 @@ rule partial_correlations:
     log:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/partial_correlations.py"
 
@@ -62,7 +62,7 @@ rule partial_correlations:
 rule heatmap:
     """Heatmap of one model's pooled partial correlations."""
     input:
-        f"{A}/partial_correlations.csv",
+        rules.partial_correlations.output.pairs,
     output:
         report(f"{A}/heatmaps/{{model}}.png", category="Heatmaps",
                caption="../report/heatmap.rst", labels={"model": "{model}"}),
@@ -73,7 +73,7 @@ rule heatmap:
     log:
         f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -81,7 +81,7 @@ rule heatmap:
 rule heatmap_grid:
     """Every model's heatmap side by side, on one colour scale and testset order."""
     input:
-        f"{A}/partial_correlations.csv",
+        rules.partial_correlations.output.pairs,
     output:
         report(f"{A}/heatmap_grid.png", category="Heatmaps",
                caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
@@ -92,7 +92,7 @@ rule heatmap_grid:
     log:
         f"{LOGS}/analyse/heatmap_grid.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -111,7 +111,7 @@ rule learning_curves:
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -130,6 +130,6 @@ rule scatter:
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
