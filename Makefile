@@ -1,17 +1,25 @@
 # Two commands set everything up on a fresh machine:
 #   make run    create .venv, install pinned dependencies, run the embedded default
 #   make test   create .venv, install pinned dependencies, run the test suite
-# and one more for the readers:
+# and for the inner loop:
+#   make test-fast  the suite without the tests marked slow (real Snakemake, SLURM, finetune
+#                   processes): a couple of minutes; `make test` still runs everything
+# and one more for the file readers:
 #   make fuzz   the property-based tests of every file reader, with many random examples
 #               (FUZZ_EXAMPLES per test; `make test` runs a short, fixed set of them)
+# and for whoever changes the code (linters pinned in requirements-dev.txt):
+#   make lint    ruff check, ruff format --check, snakefmt --check, snakemake --lint
+#   make format  apply ruff format, ruff's automatic fixes and snakefmt
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.dev-installed
+SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
 FUZZ_EXAMPLES ?= 5000
 
-.PHONY: run test fuzz lint dry-run clean
+.PHONY: run test test-fast fuzz lint format dry-run clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,18 +28,33 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
 run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
 fuzz: $(STAMP)
 	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/snakefmt --check $(SNAKE_FILES)
 	$(BIN)/snakemake --lint
+
+format: $(DEV_STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+	$(BIN)/snakefmt $(SNAKE_FILES)
 
 dry-run: $(STAMP)
 	$(BIN)/snakemake -n $(SNAKEMAKE_ARGS)

@@ -10,11 +10,13 @@ from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
+# kept though `make` installs the package: envs/oodcorr.yaml does not, so with --sdm conda both
+# this process and its jobs import it from src/
 SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
-# job processes (scripts, SLURM steps) import the same package
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
+from oodcorr.config import NAME_RE  # noqa: E402
 from oodcorr.hub import use_lock  # noqa: E402
 from oodcorr.plan import build_plan  # noqa: E402
 from oodcorr.report import check_report_inputs  # noqa: E402
@@ -52,12 +54,16 @@ for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings
 check_report_inputs(PLAN, CONFIG_FILES[-1], sys.argv)
 P = PLAN.paths
 LOGS = P.logs
+# every rule's conda environment; the path is relative to workflow/rules/, where the rules live
+ENV = "../../envs/oodcorr.yaml"
+# a model, dataset or testset name as the config checks it (oodcorr.config.NAME_RE), unanchored
+NAME = NAME_RE.pattern.removeprefix("^").removesuffix("$")
 
 wildcard_constraints:
-    model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    indomain=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    testset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    model=NAME,
+    indomain=NAME,
+    dataset=NAME,
+    testset=NAME,
     ntrain=r"\d+",
     seed=r"\d+",
     step=r"\d+",
@@ -92,7 +98,7 @@ onsuccess:
         print(f"oodcorr: WARNING: {line}")
     print(
         f"oodcorr: scores in {P.scores_csv}, partial correlations in "
-        f"{P.analysis}/partial_correlations.csv, heatmaps in {P.analysis}/heatmaps/"
+        f"{rules.partial_correlations.output.pairs}, heatmaps in {P.analysis}/heatmaps/"
     )
 
 

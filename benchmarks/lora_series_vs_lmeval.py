@@ -416,6 +416,10 @@ def summarise(info: dict, reps: list[dict], sides: list[str]) -> dict:
     return out
 
 
+def _speedup(x: dict | None) -> str:
+    return f"**{x['median']:.2f}×** ({x['min']:.2f}–{x['max']:.2f})" if x else "1"
+
+
 def print_table(s: dict) -> None:
     k = s["k"]
     print(f"\n{s['testset']}, n = {s['n']} ({s['tokens']} tokens), K = {k} LoRA checkpoints, "
@@ -426,10 +430,9 @@ def print_table(s: dict) -> None:
     for side, v in s["summary"].items():
         w, c, ld = v["wall"], v["cpu"], v["load_1min"]
         sw, sc = v.get("speedup_wall"), v.get("speedup_cpu")
-        fmt = (lambda x: f"**{x['median']:.2f}×** ({x['min']:.2f}–{x['max']:.2f})" if x else "1")
         print(f"| {SIDES[side]} | {w['median']:.1f} ({w['min']:.1f}–{w['max']:.1f}) | "
               f"{c['median']:.1f} ({c['min']:.1f}–{c['max']:.1f}) | {w['median'] / k:.1f} / {c['median'] / k:.1f} | "
-              f"{fmt(sw)} | {fmt(sc)} | {ld['min']:.1f}–{ld['max']:.1f} |")
+              f"{_speedup(sw)} | {_speedup(sc)} | {ld['min']:.1f}–{ld['max']:.1f} |")
     print("\nagreement:", json.dumps(s["agreement"], indent=1))
 
 

@@ -19,6 +19,7 @@ import platform
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -59,7 +60,7 @@ def main() -> None:
                 pred = rng.integers(0, 3, n)
                 correct = (gold == pred) | ((gold == 3) & (pred > 0))
             logits = rng.normal(size=(n, len(label_names))).astype(np.float32)
-            times = _time(lambda: metrics.compute(gold, pred, correct, logits, names, label_names, coarse), args.reps)
+            times = _time(partial(metrics.compute, gold, pred, correct, logits, names, label_names, coarse), args.reps)
             rows.append({"what": "metrics_s", "n": n, "kind": kind, "times": times,
                          "median": statistics.median(times)})
             print(f"metrics.compute  n={n:>6}  {kind:<24} median {statistics.median(times) * 1e3:8.2f} ms")

@@ -193,7 +193,7 @@ def test_options_defaults_equal_the_schema_defaults_and_unknown_keys_are_named()
     import yaml
     from snakemake.utils import validate
 
-    from conftest import REPO
+    from helpers import REPO
 
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["analysis"] = {}

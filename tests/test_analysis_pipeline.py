@@ -169,7 +169,8 @@ def test_exchangeable_units_use_the_ordinary_t_test():
 
 WIDE = "\ufeffRun,ID acc,A,B,C,notes\nRun 0,0.80,0.5,0.6,0.1,x\nRun 1,0.82,0.4,0.7,0.2,y\n" \
        "Run 2,0.81,0.45,0.65,0.3,\nRun 3,0.83,0.41,0.69,0.35,\nRun 4,0.84,0.43,0.62,0.2,\n" \
-       "Mean,0.82,0.44,0.65,0.23,\nStandard deviation:,0.01,0.03,0.04,0.1,\nmin (all runs),0.8,0.4,0.6,0.1,\n,,,,,\n,,,,,\n"
+       "Mean,0.82,0.44,0.65,0.23,\nStandard deviation:,0.01,0.03,0.04,0.1,\n" \
+       "min (all runs),0.8,0.4,0.6,0.1,\n,,,,,\n,,,,,\n"
 
 
 def test_wide_table_summary_rows_are_excluded_with_a_logged_message(tmp_path, caplog):

@@ -38,7 +38,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE, smk
+from helpers import REPO, SNAKEMAKE, smk
 
 pytestmark = pytest.mark.slow
 

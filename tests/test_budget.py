@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 from oodcorr import budget
 from oodcorr.cli import main
 from oodcorr.plan import build_plan

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO
+from helpers import REPO
 from oodcorr import checks
 from oodcorr.config import ConfigError
 from oodcorr.io import DataError

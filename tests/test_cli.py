@@ -11,13 +11,14 @@ import pandas as pd
 import pingouin as pg
 import pytest
 
-from conftest import SHARED
+from helpers import SHARED
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.cli import main
 
 BERTS = SHARED / "data/external/berts_of_a_feather/accuracies_by_run.csv"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BERTS.exists(), reason=f"needs the shared data beside the checkout: {BERTS} is absent")
 def test_berts_of_a_feather_wide_table(tmp_path, caplog):
     out = tmp_path / "berts"
@@ -131,6 +132,7 @@ def test_errors_name_the_problem_and_exit_2(tmp_path, caplog):
     assert "nope.csv: file not found" in caplog.text
 
 
+@pytest.mark.slow
 def test_console_script_help_documents_the_flags():
     exe = Path(sys.executable).with_name("oodcorr")
     assert exe.exists(), "pip install -e . creates the oodcorr command ([project.scripts])"
@@ -213,6 +215,7 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, caplog):
     assert out.read_text() == "my notes"
 
 
+@pytest.mark.slow
 def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
     exe = Path(sys.executable).with_name("oodcorr")
     scores, _ = _long_table(tmp_path)

@@ -5,7 +5,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO
+from helpers import REPO
 from oodcorr.config import ConfigError, Experiment
 from oodcorr.plan import build_plan
 
@@ -313,7 +313,8 @@ def test_experiment_names_the_results_folder(default_config):
 @pytest.mark.parametrize("text, message", [
     ("datasets:\n  x:\n    source: local\n    path: a.jsonl\n   label_map: {a: b}\n",
      r"reg\.yaml:5:4: not valid YAML: expected <block end>, but found '<block mapping start>' \(while parsing a "
-     r"block mapping that starts at line 2\); check this line's indentation.*\n       label_map: \{a: b\}\n       \^"),
+     r"block mapping that starts at line 2\); check this line's indentation.*"
+     r"\n       label_map: \{a: b\}\n       \^"),
     ("datasets:\n  x:\n\tsource: local\n", r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
                                           r"any token .*; indent with spaces, never tabs"),
     ("datasets:\n  x: {source: local, path: [a.jsonl}\n",
@@ -344,6 +345,7 @@ def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, def
         Experiment(default_config, tmp_path)
 
 
+@pytest.mark.slow
 def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     """Snakemake parses --configfile itself and buries the line: its message names neither file nor
     line; --verbose shows PyYAML's error, with both (docs/troubleshooting.md#what-each-error-means says so). If an

@@ -6,7 +6,7 @@ import pytest
 from oodcorr.data import balanced_sample, prepare, stratified_sample
 from oodcorr.io import DataError, read_jsonl, write_jsonl_atomic
 
-from conftest import BINARY, LABELS
+from helpers import BINARY, LABELS
 
 
 def _recs(n_e, n_n):

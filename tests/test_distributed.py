@@ -10,7 +10,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO
+from helpers import REPO
 from oodcorr import distributed
 from oodcorr.config import Experiment
 
@@ -130,13 +130,14 @@ def test_deepspeed_without_the_package_is_a_clear_error(tmp_path, monkeypatch):
                                     log_path=None)
 
 
+@pytest.mark.slow
 def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     """The module entry point under torch's launcher, 2 processes over gloo on the CPU (DDP).
 
     The ranks share the run folder: rank 0 prepares it while the other waits, only rank 0
     writes checkpoint manifests and the job's manifest, and both train one model together.
     """
-    from conftest import LABELS, PROMPT
+    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.finetune import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
@@ -163,6 +164,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     assert not list(run.glob("checkpoints.stale-*")) and not list((run / "checkpoints").glob(".incomplete-*"))
 
 
+@pytest.mark.slow
 def test_dry_run_gives_the_finetune_job_the_models_gpus(tmp_path):
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["models"][0]["distributed"] = {"strategy": "fsdp", "gpus": 2}
@@ -208,9 +210,10 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
     assert not (tmp_path / "run/distributed_args.json").exists()
 
 
+@pytest.mark.slow
 def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
     """Launched directly (no launching job to check first), rank 0 itself refuses a held run folder."""
-    from conftest import LABELS, PROMPT
+    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.io import write_jsonl_atomic
 

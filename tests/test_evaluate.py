@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import LABELS, PROMPT
+from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.evaluate import eval_dtype, length_batches, score
 from oodcorr.prompting import encode_prompts, verbaliser_ids
@@ -139,7 +139,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.models import load_causal_lm
 
-    from conftest import BINARY
+    from helpers import BINARY
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import LABELS, PROMPT
+from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.finetune import MANIFEST, find_resume_point, finetune, verify_checkpoint
 from oodcorr.io import write_jsonl_atomic
@@ -83,6 +83,7 @@ f.finetune(**json.loads(sys.argv[1]))
 """
 
 
+@pytest.mark.slow
 def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models):
     ref = _kwargs(tmp_path, tiny_models["opt"], "ref")
     finetune(**ref)
@@ -164,6 +165,7 @@ def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_mod
     assert (ckroot / "checkpoint-10").exists()
 
 
+@pytest.mark.slow
 def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, monkeypatch):
     from oodcorr import finetune as f
 
@@ -222,6 +224,7 @@ def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_model
 
 # ---- one writer per run folder ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_killed(tmp_path, tiny_models):
     """Two processes on one run folder: the second stops at once naming the first; after a SIGKILL
     of the first (the kernel drops its lock) the second resumes from its last checkpoint."""

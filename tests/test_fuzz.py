@@ -31,7 +31,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from conftest import BINARY
+from helpers import BINARY
 from oodcorr.analysis import tables
 from oodcorr.data import prepare, rows_to_records
 from oodcorr.io import DataError
@@ -126,6 +126,7 @@ def _check_records(recs: list[dict], prov: dict) -> None:
     assert prov["n"] == len(recs) == sum(prov["label_counts"].values())
 
 
+@pytest.mark.slow
 @given(dataset_files())
 def test_dataset_files_round_trip(f):
     data, name, extra, rows = f

@@ -38,6 +38,7 @@ def env(tmp_path):
     return dict(os.environ, CUDA_VISIBLE_DEVICES="0,1", OODCORR_GPU_LOCK_DIR=str(tmp_path / "locks"))
 
 
+@pytest.mark.slow
 def test_two_concurrent_jobs_get_different_devices_and_a_killed_one_frees_its_own(env):
     procs = [_job(env), _job(env)]
     try:
@@ -56,6 +57,7 @@ def test_two_concurrent_jobs_get_different_devices_and_a_killed_one_frees_its_ow
             p.wait()
 
 
+@pytest.mark.slow
 def test_a_two_gpu_job_waits_for_two_free_devices(env):
     one = _job(env)
     try:

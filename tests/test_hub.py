@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from conftest import REPO, TINY_CONFIGS, smk
+from helpers import REPO, TINY_CONFIGS, smk
 from oodcorr import hub
 from oodcorr.cli import main
 from oodcorr.config import ConfigError
@@ -243,7 +243,7 @@ def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monk
     from oodcorr.data import prepare
     from oodcorr.models import model_source
 
-    from conftest import BINARY
+    from helpers import BINARY
 
     cfg = hub_config(tmp_path / "exp.yaml")
     assert main(["prefetch", "--configfile", str(cfg)]) == 0

@@ -12,7 +12,7 @@ from oodcorr.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.methods import correct_mask
 from oodcorr.models import load_checkpoint, load_tokenizer
 
-from conftest import LABELS
+from helpers import LABELS
 
 
 def _minilm():
@@ -84,6 +84,7 @@ def test_head_on_a_decoder_scores_like_unpadded_single_examples(tmp_path, tiny_m
     assert not torch.allclose(torch.tensor(before).float(), batched[:, 0].float(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_head_on_a_real_pretrained_encoder_learns_and_reloads(tmp_path):
     spec = _minilm()
     ft = {"batch_size": 16, "learning_rate": 1e-4, "max_length": 64, "warmup_ratio": 0.1}
@@ -128,7 +129,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     of the model's non-entailment answers; the result reports the coarse label."""
     from oodcorr.data import prepare
 
-    from conftest import PROMPT, label_mode
+    from helpers import PROMPT, label_mode
 
     mode = label_mode("three-way")
     tiny = str(tiny_models["opt"])

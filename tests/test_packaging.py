@@ -3,7 +3,7 @@ import re
 
 import yaml
 
-from conftest import REPO
+from helpers import REPO
 
 
 def _pins():

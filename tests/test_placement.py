@@ -6,7 +6,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 from oodcorr.config import ConfigError
 from oodcorr.plan import build_plan
 from oodcorr.schema import check_config

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE
 from oodcorr.plan import build_plan
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
@@ -93,3 +93,18 @@ def test_every_rule_callable_carries_its_parameters_where_snakemake_looks():
                           plan.finetune_params, plan.model_input, plan.dataset_params]:
         assert hasattr(f, SNAKEMAKE_PARAMS_ATTR), f
         assert list(get_function_params(f)) == list(inspect.signature(f).parameters), f
+
+
+def test_rules_name_their_conda_env_and_wildcards_once():
+    """Every rule's conda: is the Snakefile's ENV, and name wildcards use NAME (from oodcorr.config.NAME_RE)."""
+    snakefile = (REPO / "Snakefile").read_text()
+    assert re.search(r'^ENV = "\.\./\.\./envs/oodcorr\.yaml"$', snakefile, re.M)
+    assert (REPO / "workflow/rules" / "../../envs/oodcorr.yaml").resolve() == REPO / "envs/oodcorr.yaml"
+    for f in RULE_FILES:
+        text = f.read_text()
+        assert re.findall(r"^\s+conda:\n\s+(.*)\n", text, re.M) == ["ENV"] * text.count("conda:"), f.name
+        assert text.count("conda:") == len(re.findall(r"^\s+script:", text, re.M)), f.name
+    constraints = snakefile.split("wildcard_constraints:\n", 1)[1].split("\n\n", 1)[0]
+    for name in ("model", "indomain", "dataset", "testset"):
+        assert f"    {name}=NAME," in constraints.splitlines(), name
+    assert "[A-Za-z0-9]" not in snakefile

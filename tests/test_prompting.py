@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import LABELS, PROMPT
+from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.config import ConfigError
 from oodcorr.prompting import (encode_prompts, last_positions, pad_batch, verbaliser_ids,

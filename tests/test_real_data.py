@@ -7,7 +7,7 @@ import pytest
 from oodcorr.config import Experiment
 from oodcorr.data import hub_load_kwargs, prepare
 
-from conftest import REPO, SHARED, label_mode
+from helpers import REPO, SHARED, label_mode
 
 NLI = SHARED / "data" / "nli"
 needs_shared = pytest.mark.skipif(not (NLI / "SOURCES.md").exists(),

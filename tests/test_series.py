@@ -11,7 +11,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from conftest import REPO, smk
+from helpers import REPO, smk
 from oodcorr.config import ConfigError, Experiment
 from oodcorr.plan import build_plan
 from oodcorr.series import model_files, read_manifest, verify, write_manifest

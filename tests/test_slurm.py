@@ -16,12 +16,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers import REPO, SNAKEMAKE
 
 sys.path.insert(0, str(REPO / "tests" / "slurm"))
 import cluster as slurm_cluster  # noqa: E402
 
-SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 PROFILE = REPO / "profiles/slurm/config.yaml"
 PLUGINS = ("snakemake-executor-plugin-slurm", "snakemake-executor-plugin-slurm-jobstep")
 R = "results/micro"
@@ -77,6 +76,7 @@ def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: i
     return {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime|attempt)=(\d+)", block)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt", [1, 2])
 def test_retry_scales_memory_and_runtime(tmp_path, attempt):
     """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
@@ -85,6 +85,7 @@ def test_retry_scales_memory_and_runtime(tmp_path, attempt):
     assert got == {"mem_mb": 3000 * attempt, "runtime": 20 * attempt}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attempt", [1, 2])
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
 def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_path, attempt, unit):

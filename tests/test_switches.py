@@ -9,7 +9,7 @@ import yaml
 from snakemake.utils import validate
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from conftest import LABELS, PROMPT, REPO
+from helpers import LABELS, PROMPT, REPO
 from oodcorr import methods, synthetic
 from oodcorr.config import ConfigError
 from oodcorr.finetune import _Collator, training_loss

@@ -361,8 +361,8 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
                     "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
                     "without step 0 %d", m, r, len(g), int(g["r"].notna().sum()), opts.correction, opts.alpha,
                     int(g["significant"].sum()), conc.get("positive", 0), conc.get("negative", 0),
-                    conc.get("near zero", 0), conc.get("unresolved", 0), int((g["curvature"] == True).sum()),  # noqa: E712
-                    int((g["step0_changes"] == True).sum()))  # noqa: E712
+                    conc.get("near zero", 0), conc.get("unresolved", 0), int(g["curvature"].eq(True).sum()),
+                    int(g["step0_changes"].eq(True).sum()))
     runs = pc[pc["run"] != "pooled"]
     low = runs["note"].astype(str).str.startswith("effective sample size")
     if low.any():

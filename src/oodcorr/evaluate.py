@@ -51,14 +51,14 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
     ids, n_trunc, extra = method.encode(tok, recs, labels=labels, prompt=prompt, max_length=max_length,
                                         model_name=model_spec["name"])
     gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
-    lab = {l: i for i, l in enumerate(gold_names)}
+    lab = {name: i for i, name in enumerate(gold_names)}
     meta = json.loads(Path(data_meta).read_text())
     cache = {"format": CACHE_FORMAT, "testset": testset, "method": method.name, "input_ids": ids,
              "labels": [lab[r["label"]] for r in recs], "label_names": list(labels), "gold_names": gold_names,
              "coarse": dict(coarse or {}), "extra": extra, "pad_id": int(tok.pad_token_id), "n_truncated": n_trunc,
              "fingerprint": meta["fingerprint"], "records_sha256": meta.get("records_sha256"),
              "template": prompt["template"] if prompt else None,
-             "verbalisers": [prompt["verbalisers"][l] for l in labels] if prompt else None,
+             "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
              # the prompt switches that differ from the defaults (empty for the defaults and for head models)
              "reading": changed_reading(prompt)}
     info = {"testset": testset, "model": model_spec["name"], "n": len(ids), "n_truncated": n_trunc,

@@ -233,7 +233,7 @@ def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
         if point != keep:
             log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
         keep = point
-    for step, d in _ckpt_dirs(ckpt_root):
+    for _step, d in _ckpt_dirs(ckpt_root):
         man = _read_manifest(d)
         if d == keep or man is None or not man.get("resumable"):
             continue

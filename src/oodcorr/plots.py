@@ -239,7 +239,8 @@ def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str,
     for ax, key in zip(axes[0], keys):
         rows = _rows(sub, key)
         big = len(names) > TEXT_LIMIT
-        title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n{describe(rows, big, alpha, level, near_zero)}"
+        title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
+            rows, big, alpha, level, near_zero)
         got, c = _panel(ax, rows, names, title, plt)
         im = got or im
         out[(key.get("model", ""), key.get("in_domain", ""))] = out.get((key.get("model", ""), key.get("in_domain", "")), 0) + len(c)

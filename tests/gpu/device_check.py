@@ -62,7 +62,7 @@ def check_fsdp(out: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from conftest import LABELS, PROMPT, TINY_CONFIGS
+    from helpers import LABELS, PROMPT, TINY_CONFIGS
     from oodcorr import synthetic
     from oodcorr.distributed import run_distributed
     from oodcorr.finetune import verify_checkpoint

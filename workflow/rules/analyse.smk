@@ -40,7 +40,7 @@ rule aggregate_scores:
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/aggregate_scores.py"
 
@@ -63,7 +63,7 @@ rule partial_correlations:
     log:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/partial_correlations.py"
 
@@ -71,7 +71,7 @@ rule partial_correlations:
 rule heatmap:
     """Heatmap of one model's pooled partial correlations."""
     input:
-        f"{A}/partial_correlations.csv",
+        rules.partial_correlations.output.pairs,
     output:
         report(f"{A}/heatmaps/{{model}}.png", category="4 Heatmaps",
                caption="../report/heatmap.rst", labels={"model": "{model}"}),
@@ -82,7 +82,7 @@ rule heatmap:
     log:
         f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -90,7 +90,7 @@ rule heatmap:
 rule heatmap_grid:
     """Every model's heatmap side by side, on one colour scale and testset order."""
     input:
-        f"{A}/partial_correlations.csv",
+        rules.partial_correlations.output.pairs,
     output:
         report(f"{A}/heatmap_grid.png", category="4 Heatmaps",
                caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
@@ -101,7 +101,7 @@ rule heatmap_grid:
     log:
         f"{LOGS}/analyse/heatmap_grid.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -120,7 +120,7 @@ rule learning_curves:
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -139,7 +139,7 @@ rule scatter:
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/plot.py"
 
@@ -153,6 +153,6 @@ rule publish_results:
     log:
         f"{LOGS}/analyse/publish_results.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/publish_results.py"

@@ -17,7 +17,7 @@ rule prepare_dataset:
     log:
         f"{LOGS}/data/{{dataset}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/prepare_dataset.py"
 
@@ -34,7 +34,7 @@ rule pretraining_corpus:
     log:
         f"{LOGS}/data/pretraining_corpus.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/pretraining_corpus.py"
 
@@ -54,6 +54,6 @@ rule build_tiny_model:
     log:
         f"{LOGS}/models/{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/build_tiny_model.py"

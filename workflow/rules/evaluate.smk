@@ -15,7 +15,7 @@ rule tokenize_testset:
     log:
         f"{LOGS}/tokenize/{{model}}/{{testset}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/tokenize_testset.py"
 
@@ -46,7 +46,7 @@ if PLAN.unit == "checkpoint":
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
         conda:
-            "../../envs/oodcorr.yaml"
+            ENV
         script:
             "../scripts/evaluate.py"
 
@@ -69,6 +69,6 @@ else:
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/{{testset}}.log",
         conda:
-            "../../envs/oodcorr.yaml"
+            ENV
         script:
             "../scripts/evaluate.py"

@@ -18,7 +18,7 @@ rule finetune:
     log:
         f"{LOGS}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/finetune.py"
 
@@ -45,6 +45,6 @@ rule series_checkpoint:
     log:
         f"{LOGS}/series/{{model}}/step{{step}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/series_checkpoint.py"

@@ -21,7 +21,7 @@ rule accuracy_table:
     log:
         f"{LOGS}/analyse/accuracy_table.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/report_tables.py"
 
@@ -36,6 +36,6 @@ rule training_loss:
     log:
         f"{LOGS}/analyse/training_loss_{{model}}.log",
     conda:
-        "../../envs/oodcorr.yaml"
+        ENV
     script:
         "../scripts/report_tables.py"

@@ -298,9 +298,9 @@ def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm
                 row["reversal"] = (f"{names[tested][a]} {_fmt(r[tested][a])} vs "
                                    f"{names[tested][b]} {_fmt(r[tested][b])}")
         row["by_model"] = "; ".join(
-            f"{m}: {_fmt(v)}{'*' if s_ else ''}" + (f" [{l:+.2f}, {h:+.2f}]" if np.isfinite(l) and np.isfinite(h)
+            f"{m}: {_fmt(v)}{'*' if s_ else ''}" + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high)
                                                    else "")
-            for m, v, s_, l, h in zip(names, r, sig, lo, hi))
+            for m, v, s_, low, high in zip(names, r, sig, lo, hi))
         rows.append(row)
     df = pd.DataFrame(rows)
     keys = pooled.loc[df["_first"].to_numpy(), AGREEMENT_KEYS].reset_index(drop=True)

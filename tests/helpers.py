@@ -1,0 +1,47 @@
+"""Constants and helpers the tests share (imported as ``from helpers import ...``).
+
+conftest.py keeps only pytest's own business (fixtures, profiles, environment); anything a
+test module imports by name lives here, so a reader finds it and a script outside pytest
+(tests/gpu/device_check.py) can import it too.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+
+
+def smk(workdir, configfile, *args, timeout=900, env=None):
+    """Run the real workflow (this checkout's Snakefile) in ``workdir`` with ``configfile``."""
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
+           "--cores", "2", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
+
+
+LABELS = ["entailment", "non-entailment"]
+
+
+def label_mode(name: str = "binary") -> dict:
+    """A label mode from resources/label_modes.yaml, as the workflow passes it to the package."""
+    modes = yaml.safe_load((REPO / "resources" / "label_modes.yaml").read_text())
+    return dict(modes[name], name=name)
+
+
+BINARY = label_mode("binary")
+PROMPT = {"template": "{premise} Question: {hypothesis} Yes or No?",
+          "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
+
+TINY_CONFIGS = {
+    "opt": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ffn_dim": 64,
+            "word_embed_proj_dim": 32, "max_position_embeddings": 128},
+    "olmo2": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
+              "max_position_embeddings": 128},
+}
