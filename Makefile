@@ -17,6 +17,9 @@ STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.dev-installed
 SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
+# pytest-xdist workers for `make test`: a test file's tests stay in one worker (--dist loadfile),
+# so a module's fixtures are built once and the SLURM test has its cluster to itself
+TEST_WORKERS ?= 2
 FUZZ_EXAMPLES ?= 5000
 
 .PHONY: run test test-fast fuzz lint format dry-run clean
@@ -36,7 +39,7 @@ run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -314,6 +314,7 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg.pop("experiment")  # named after its file: results/micro-lr/
     cfg["finetune"].update(learning_rate=0.01, max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough
+    cfg["evaluation"]["unit"] = "run"  # 3 evaluation processes, not 15: the folders are what is tested here
     path = wd / "micro-lr.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = smk(wd, path)
