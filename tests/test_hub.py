@@ -300,8 +300,8 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     wd.mkdir()
     cfg = hub_config(wd / "exp.yaml", with_dataset=False)
     c = yaml.safe_load(cfg.read_text())
-    c["ood_testsets"] = ["synth-overlap"]
-    c["finetune"].update(max_steps=8, checkpoints={"every": 4})
+    c["ood_testsets"] = ["synth-overlap", "synth-negation"]  # two: the fewest the analysis pairs
+    c["finetune"].update(max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough to analyse
     cfg.write_text(yaml.safe_dump(c))
     assert main(["prefetch", "--configfile", str(cfg)]) == 0
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
@@ -314,7 +314,7 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     import pandas as pd
 
     scores = pd.read_csv(wd / "results/hubrun/scores.csv")
-    assert len(scores) == 3 * 2 and set(scores["testset"]) == {"synth-test", "synth-overlap"}
+    assert len(scores) == 5 * 3 and set(scores["testset"]) == {"synth-test", "synth-overlap", "synth-negation"}
 
     c["models"][0]["revision"] = "main"
     cfg.write_text(yaml.safe_dump(c))

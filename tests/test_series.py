@@ -148,13 +148,14 @@ def test_a_series_is_never_finetuned_nor_headed_and_finetuned_models_need_their_
 def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["models"] = [{"name": "pythia", "series": {"hub": "EleutherAI/pythia-70m", "checkpoints": [
-        {"step": 1000, "revision": "step1000"}, {"step": 2000, "revision": "b" * 40}]}}]
+        {"step": 1000, "revision": "step1000"}, {"step": 2000, "revision": "b" * 40},
+        {"step": 3000, "revision": "c" * 40}, {"step": 4000, "revision": "d" * 40}]}}]  # 4: what linear needs
     cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
     cfg.pop("finetune")
     validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
     exp = Experiment(cfg, REPO)
     assert any("checkpoints[0]: revision 'step1000'" in w for w in exp.warnings)
-    assert not any("checkpoints[1]" in w for w in exp.warnings)
+    assert not any(f"checkpoints[{i}]" in w for w in exp.warnings for i in (1, 2, 3))
     plan = build_plan(cfg, REPO, exp)
     assert plan.models["pythia"].entry["series"]["tokenizer"] == {"hub": "EleutherAI/pythia-70m",
                                                                   "revision": "step1000"}
@@ -299,3 +300,14 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     got = f1[f1.run != "pooled"].set_index(["model", "x", "y"]).r
     both = got.notna() & acc.reindex(got.index).notna()
     assert both.any() and (got[both] != acc.reindex(got.index)[both]).any()  # another metric, other r
+
+
+def test_a_series_too_short_for_the_analysis_is_refused_naming_its_key():
+    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg["models"] = [{"name": "pythia", "series": {"hub": "EleutherAI/pythia-70m", "checkpoints": [
+        {"step": 1000, "revision": "a" * 40}, {"step": 2000, "revision": "b" * 40}]}}]
+    cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
+    cfg.pop("finetune")
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    with pytest.raises(ConfigError, match=r"models\[pythia\].series.checkpoints: .* 2 checkpoint\(s\) .*list more"):
+        build_plan(cfg, REPO)

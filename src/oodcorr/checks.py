@@ -109,7 +109,7 @@ def _duplicates(values: Iterable, key: str, what: str) -> None:
 def check_grid(exp: Experiment) -> None:
     """A value listed twice in a grid list would plan its runs twice (duplicate score rows) or
     compute its analysis twice."""
-    blocks = [("finetune", exp.config["finetune"])]
+    blocks = [("finetune", exp.config.get("finetune") or {})]
     blocks += [(f"models[{n}].finetune", m["finetune"]) for n, m in exp.models.items() if m.get("finetune")]
     for key, ft in blocks:
         for grid in ("n_train", "seeds"):
@@ -162,7 +162,9 @@ def check_data_sources(exp: Experiment) -> None:
     """An in-domain test set must not be the training set, nor read the same data as it
     (its examples would be drawn from the training pool); nor may an OOD testset."""
     for d, entry in exp.in_domain.items():
-        train, test = entry["train"], entry["test"]
+        train, test = entry.get("train"), entry["test"]
+        if train is None:  # only series models: nothing is trained, no pool to keep apart
+            continue
         if test == train:
             raise ConfigError(f"in_domain[{d}].test: {test!r} is also its training set (in_domain[{d}].train); "
                               "a run would be tested on the pool it was trained from. Give a held-out test set")
@@ -199,15 +201,16 @@ def check_schedules(runs: "Iterable[Run]", analysis: dict) -> list[str]:
     warnings, seen = [], set()
     for run in runs:
         n = len(run.steps) - (1 if drop0 and 0 in run.steps else 0)
-        key = f"finetune.checkpoints (model {run.model}, n_train {run.n_train})"
+        key = (f"models[{run.model}].series.checkpoints" if run.series
+               else f"finetune.checkpoints (model {run.model}, n_train {run.n_train})")
         counted = f"{n} checkpoint(s) {list(run.steps)}" + (" without step 0 (analysis.step0.drop)" if drop0 else "")
         if n < min(need.values()):
             fewest = min(need.values())
             every = run.max_steps // (fewest - (0 if drop0 else 1))
-            hint = f" (`every: {every}` gives {fewest})" if every >= 1 else ""
+            hint = f" (`every: {every}` gives {fewest})" if every >= 1 and not run.series else ""
             raise ConfigError(f"{key}: a run of {run.max_steps} steps saves {counted}, but the analysis needs at "
                               f"least {fewest} per run ({', '.join(f'{r}: {k}' for r, k in need.items())}), so "
-                              f"every cell would be NaN; save checkpoints more often{hint}")
+                              f"every cell would be NaN; {'list more checkpoints' if run.series else 'save checkpoints more often'}{hint}")
         short = [r for r, k in need.items() if n < k]
         if short and (run.model, run.n_train) not in seen:
             seen.add((run.model, run.n_train))
