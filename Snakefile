@@ -15,6 +15,7 @@ sys.path.insert(0, SRC)
 # job processes (scripts, SLURM steps) import the same package
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
+from oodcorr.disk_checks import check_on_disk, end_of_run_warnings  # noqa: E402
 from oodcorr.hub import use_lock  # noqa: E402
 from oodcorr.plan import build_plan  # noqa: E402
 from oodcorr.report import check_report_inputs  # noqa: E402
@@ -39,7 +40,7 @@ check_config(config, Path(workflow.basedir) / "config/schema.yaml", sources=CONF
 validate(config, "config/schema.yaml", set_default=True)
 PLAN = build_plan(config, workflow.basedir)
 # what the config points at and what earlier runs left (tokenizers, data files, summaries)
-_disk_warnings = PLAN.check_on_disk()
+_disk_warnings = check_on_disk(PLAN)
 # the hub lock beside the config (`oodcorr prefetch`): checked against the plan and this machine's
 # cache; with it every job loads the locked commits, offline
 HUB_LOCK, _hub_warnings = use_lock(config, CONFIG_FILES[-1], PLAN)
@@ -88,7 +89,7 @@ rule all:
 
 onsuccess:
     # everything allowed but suspicious (a testset with one class, prompts cut short, ...), once
-    for line in PLAN.end_of_run_warnings():
+    for line in end_of_run_warnings(PLAN):
         print(f"oodcorr: WARNING: {line}")
     print(
         f"oodcorr: scores in {P.scores_csv}, partial correlations in "
@@ -97,7 +98,7 @@ onsuccess:
 
 
 onerror:
-    for line in PLAN.end_of_run_warnings():
+    for line in end_of_run_warnings(PLAN):
         print(f"oodcorr: WARNING: {line}")
     if any(os.path.exists(t) for t in PLAN.targets()):
         # the published set is replaced only as a whole, once every step after the evaluations succeeded

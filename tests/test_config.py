@@ -6,7 +6,8 @@ import yaml
 from snakemake.utils import validate
 
 from conftest import REPO
-from oodcorr.config import ConfigError, Experiment
+from oodcorr.config import Experiment
+from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
 
 

@@ -13,7 +13,7 @@ import yaml
 from conftest import REPO, TINY_CONFIGS, smk
 from oodcorr import hub
 from oodcorr.cli import main
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"

@@ -26,7 +26,8 @@ from functools import cached_property
 from typing import Any, Callable, Mapping
 
 from . import checks
-from .config import DEFAULT_SCORE, NAME_RE, ConfigError, Experiment, analysis_options, canonical
+from .config import DEFAULT_SCORE, NAME_RE, Experiment, analysis_options, canonical, model_files
+from .errors import ConfigError
 
 UNITS = ("checkpoint", "run")
 DEFAULT_UNIT = "checkpoint"
@@ -362,28 +363,6 @@ class Plan:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
         return [self.paths.staged(t) for t in self.targets()]
 
-    # ---- planning-time checks of what is on disk; warnings at the end -----------------
-    def check_on_disk(self) -> list[str]:
-        """What the config points at, and what earlier runs left, checked before any job runs.
-
-        Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
-        missing input file or an unusable model (:meth:`Experiment.check_inputs_exist`), a
-        verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
-        with its time kept, and (unit ``run``) a summary whose predictions files are gone.
-        Returns warnings about what is on disk (prompts cut to ``max_length``)."""
-        self.exp.check_inputs_exist()
-        checks.check_verbalisers_on_disk(self)
-        checks.check_sources_unchanged(self)
-        checks.check_summaries_complete(self)
-        return checks.truncation_warnings(self)
-
-    def end_of_run_warnings(self) -> list[str]:
-        """Everything allowed but suspicious, gathered once at the end of a run: the planning
-        warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
-        data_dir = self.paths.data_meta.rsplit("/", 1)[0]
-        out = list(self.warnings) + self.exp.dataset_warnings(data_dir) + checks.truncation_warnings(self)
-        return list(dict.fromkeys(out))
-
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         try:
@@ -462,8 +441,6 @@ class Plan:
 
     def series_files(self, wildcards) -> list[str]:
         """A local series checkpoint's files (a changed file rewrites its manifest); none for a hub one."""
-        from .series import model_files
-
         ck = self._series_checkpoint(wildcards)
         if not ck.get("path"):
             return []

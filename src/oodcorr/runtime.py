@@ -5,6 +5,8 @@ import logging
 import os
 import sys
 
+from .gpus import claim_for_job
+
 
 def setup_logging(log_path: str | None) -> None:
     """Send this job's stdout, stderr and logging records to its Snakemake log file."""
@@ -40,10 +42,8 @@ def pick_device(gpus: int) -> str:
     oodcorr.gpus), so jobs running side by side never share a GPU.
     """
     if gpus and gpus > 0:
-        from .gpus import claim_for_job
-
         claim_for_job(int(gpus))
-        import torch
+        import torch  # torch stack: planning and the CLI never import it
 
         if torch.cuda.is_available():
             return "cuda"
@@ -80,7 +80,7 @@ def simulate_oom_from_env() -> None:
         return
     import signal
 
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     kill = spec.startswith("kill:")
     limit = int(spec.removeprefix("kill:"))

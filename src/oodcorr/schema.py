@@ -3,7 +3,7 @@
 ``snakemake.utils.validate`` reports the first violation with the whole schema
 dumped around it, which buries the key. The Snakefile runs :func:`check_config`
 first; it lists every violation as ``file:line: key.path: what is wrong`` and
-raises :class:`~oodcorr.config.ConfigError`. Only a config that passes reaches
+raises :class:`~oodcorr.errors.ConfigError`. Only a config that passes reaches
 Snakemake's own validation, which then fills in the schema defaults.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from .config import ConfigError, load_yaml
+from .config import load_yaml
+from .errors import ConfigError
 
 YAML_TYPES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
               "number": "a number", "boolean": "true or false", "null": "null"}

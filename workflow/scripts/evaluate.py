@@ -6,7 +6,7 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging, simulate_oom_from_env
 

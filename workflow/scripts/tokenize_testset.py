@@ -1,7 +1,7 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
 import sys
 
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.evaluate import tokenize_testset
 from oodcorr.runtime import end_job, setup_logging
 
