@@ -23,8 +23,8 @@ import pandas as pd
 from . import budget, hub
 from .errors import DataError
 from .io import sha256_file, write_json_atomic
-from .plan import build_plan
-from .schema import load_config
+from .plan import load
+from .schema import read_config
 from .sizing import check_gpu_memory
 
 log = logging.getLogger("oodcorr")
@@ -214,8 +214,8 @@ def workflow_dir(given: str | None) -> Path:
 
 def _plan(configfile: str, workflow: str | None):
     base = workflow_dir(workflow)
-    config = load_config(configfile, base)
-    return config, build_plan(config, base)
+    config = read_config(configfile)
+    return config, load(config, base, sources=[configfile])
 
 
 def prefetch_command(args) -> int:

@@ -23,9 +23,10 @@ import inspect
 import math
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
-from . import checks
+from . import checks, schema
 from .config import DEFAULT_SCORE, NAME_RE, Experiment, analysis_options, canonical, model_files
 from .errors import ConfigError
 
@@ -42,8 +43,8 @@ RULE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 MODEL_RULES = tuple(RULE_DEFAULTS)
 
-# Snakemake reads a callable's parameters (inspect.signature) each time it calls it: about
-# twenty times per job while it plans, a third of planning the paper grid. It looks first for
+# Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
+# per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
 # this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
 # every callable the rules get carries its parameters, worked out once.
 SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
@@ -592,6 +593,24 @@ def _check_placement(models: Mapping[str, ModelSpec]) -> None:
                     f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
                     f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
                     f"or resources.{rule}.{key}")
+
+
+def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
+    """The one way from a config to its plan: the Snakefile and every CLI command call it.
+
+    ``config`` is completed in place, as Snakemake's own ``config`` is: named after its last
+    source file unless it says ``experiment:``; checked against ``config/schema.yaml``, every
+    problem named with its file and line (:func:`oodcorr.schema.check_config`); the schema's
+    defaults filled in (:func:`oodcorr.schema.fill_defaults`); then the semantic checks of
+    :func:`build_plan` (registries, label modes, grid, schedules). Raises ConfigError naming
+    the key. What is on disk is checked after, by :func:`oodcorr.disk_checks.check_on_disk`."""
+    sources = [Path(s) for s in sources]
+    if sources:
+        config.setdefault("experiment", sources[-1].stem)
+    schema_path = Path(basedir) / "config" / "schema.yaml"
+    schema.check_config(config, schema_path, sources=sources)
+    schema.fill_defaults(config, schema_path)
+    return build_plan(config, basedir)
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
