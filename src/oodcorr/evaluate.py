@@ -204,7 +204,8 @@ META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a resul
 
 def _arrow_column(values, kind: str):
     """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
-    about a second per evaluation process, for nothing.) ``kind``: int64, float32, bool, string."""
+    a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
+    bool, string."""
     import numpy as np
     import pyarrow as pa
 

@@ -8,8 +8,6 @@ from .config import check_local_weights, package_dir
 from .errors import ConfigError
 from .hub import pinned_model_revision
 
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
-
 
 def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""

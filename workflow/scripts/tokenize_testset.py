@@ -16,4 +16,4 @@ try:
 except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)
-end_job()  # skip the interpreter's teardown: about a second per job
+end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)
