@@ -380,7 +380,8 @@ class CheckpointLoader:
         return self.model
 
     def _swap_adapter(self, ckpt: Path) -> bool:
-        from peft.utils import load_peft_weights, set_peft_model_state_dict  # torch stack: planning and the CLI never import it
+        # torch stack: planning and the CLI never import it
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
 
         weights = load_peft_weights(str(ckpt), device=str(self.device))
         result = set_peft_model_state_dict(self.model, weights)

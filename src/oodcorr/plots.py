@@ -292,7 +292,8 @@ def learning_curves(long: pd.DataFrame, model: str, out_png: str, x_label: str =
 
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
-    from .analysis.residualise import Degenerate, gam_fit, parse  # pandas/scipy: only the analysis commands pay their start-up
+    # scipy via the analysis package: only the figures that draw a fit need it
+    from .analysis.residualise import Degenerate, gam_fit, parse
 
     spec = parse(residualiser)
     if spec.step:

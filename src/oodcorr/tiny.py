@@ -23,7 +23,8 @@ def train_tokenizer(lines: list[str], vocab_size: int, out_dir: Path):
 
     It prepends BOS to every encoded text, as OPT's does; it appends nothing.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # tokenizers: only when a tokenizer is already on disk
+    # tokenizers: only when the tiny model is built
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast  # torch stack: planning and the CLI never import it
 
     tok = Tokenizer(models.BPE(unk_token=SPECIALS["unk_token"]))
