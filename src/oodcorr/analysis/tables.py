@@ -311,11 +311,6 @@ def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: s
                          "example": df[example], "correct": corr.astype(float)}).reset_index(drop=True)
 
 
-def finite_scores(long: pd.DataFrame) -> pd.DataFrame:
-    """Rows with a missing score dropped (a missing value is treated as 'not evaluated')."""
-    return long[np.isfinite(long["score"].astype(float))]
-
-
 # ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----
 def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
     """The analysis' two tables, ``partial_correlations.csv`` and ``agreement.csv``, each written atomically."""
