@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -17,10 +17,10 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
 from oodcorr.config import NAME_RE  # noqa: E402
+from oodcorr.disk_checks import check_on_disk, end_of_run_warnings  # noqa: E402
 from oodcorr.hub import use_lock  # noqa: E402
-from oodcorr.plan import build_plan  # noqa: E402
+from oodcorr.plan import load  # noqa: E402
 from oodcorr.report import check_report_inputs  # noqa: E402
-from oodcorr.schema import check_config  # noqa: E402
 from oodcorr.sizing import check_gpu_memory  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
@@ -32,16 +32,12 @@ if not workflow.overwrite_configfiles:
 
 
 CONFIG_FILES = workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"]
-# Everything an experiment produces lives in results/<experiment>/: a config without an
-# `experiment:` key is named after its file (my-grid.yaml -> results/my-grid/).
-config.setdefault("experiment", Path(CONFIG_FILES[-1]).stem)
-# first our own check, which names every offending key with its file and line (Snakemake's
-# message buries the key under a dump of the schema); then Snakemake's, which fills defaults
-check_config(config, Path(workflow.basedir) / "config/schema.yaml", sources=CONFIG_FILES)
-validate(config, "config/schema.yaml", set_default=True)
-PLAN = build_plan(config, workflow.basedir)
+# The one entry point (oodcorr.plan.load): names the experiment after its file unless it says
+# `experiment:` (my-grid.yaml -> results/my-grid/), checks the schema naming every offending key
+# with its file and line, fills the schema's defaults into `config`, runs the semantic checks.
+PLAN = load(config, workflow.basedir, CONFIG_FILES)
 # what the config points at and what earlier runs left (tokenizers, data files, summaries)
-_disk_warnings = PLAN.check_on_disk()
+_disk_warnings = check_on_disk(PLAN)
 # the hub lock beside the config (`oodcorr prefetch`): checked against the plan and this machine's
 # cache; with it every job loads the locked commits, offline
 HUB_LOCK, _hub_warnings = use_lock(config, CONFIG_FILES[-1], PLAN)
@@ -94,7 +90,7 @@ rule all:
 
 onsuccess:
     # everything allowed but suspicious (a testset with one class, prompts cut short, ...), once
-    for line in PLAN.end_of_run_warnings():
+    for line in end_of_run_warnings(PLAN):
         print(f"oodcorr: WARNING: {line}")
     print(
         f"oodcorr: scores in {P.scores_csv}, partial correlations in "
@@ -103,7 +99,7 @@ onsuccess:
 
 
 onerror:
-    for line in PLAN.end_of_run_warnings():
+    for line in end_of_run_warnings(PLAN):
         print(f"oodcorr: WARNING: {line}")
     if any(os.path.exists(t) for t in PLAN.targets()):
         # the published set is replaced only as a whole, once every step after the evaluations succeeded

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from oodcorr.finetune import VERIFIED, verify_checkpoint, write_ckpt_manifest
+from oodcorr.checkpoints import VERIFIED, verify_checkpoint, write_ckpt_manifest
 
 
 def main() -> None:

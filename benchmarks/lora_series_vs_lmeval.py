@@ -99,7 +99,7 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
     adapter configuration, each checkpoint with its own random adapter weights. Cached in workdir."""
     import hashlib
 
-    from oodcorr.finetune import verify_checkpoint
+    from oodcorr.checkpoints import verify_checkpoint
 
     tag = hashlib.sha256(json.dumps([lora, std], sort_keys=True).encode()).hexdigest()[:8]
     root = workdir / f"lora-{model_dir.name}-{tag}" / "checkpoints"
@@ -109,7 +109,8 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
         return cks
     import torch
 
-    from oodcorr.finetune import apply_lora, write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
+    from oodcorr.finetune import apply_lora
     from oodcorr.models import load_causal_lm
 
     model = apply_lora(load_causal_lm({"name": "bench-opt", "path": str(model_dir)}), lora, "CAUSAL_LM")

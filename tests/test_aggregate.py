@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from oodcorr.aggregate import ResultError, collect, read_scores, write_scores
+from oodcorr.aggregate import collect, read_scores, write_scores
+from oodcorr.errors import ResultError
 from oodcorr.evaluate import _write_predictions
 from oodcorr.io import publish, write_json_atomic
 

@@ -10,7 +10,7 @@ import pytest
 from oodcorr.analysis import COLUMNS, Options, analyse, partial_corr
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
-from oodcorr.io import DataError
+from oodcorr.errors import DataError
 
 FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())
 

@@ -459,11 +459,14 @@ def test_snakemake_removes_the_outputs_of_a_failed_job(tmp_path):
 def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run):
     """Defined last: it re-evaluates one result of the shared folder.
 
+    The failure is simulated by tests/hooks/sitecustomize.py, put on the jobs' PYTHONPATH.
     The evaluator halves its batch within the job when a batch raises OutOfMemoryError
     (src/oodcorr/evaluate.py); here the process is killed outright at a batch of more than
     16 rows, as the operating system's OOM killer does, so only Snakemake's retry can help:
     attempt 2 runs with half the batch size."""
-    from oodcorr.runtime import SIMULATE_OOM_ENV
+    import os
+
+    from hooks.sitecustomize import PYTHONPATH_ENTRY, SIMULATE_OOM_ENV
 
     from oodcorr.evaluate import read_result
 
@@ -473,7 +476,9 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     ref_pred = [pd.read_parquet(wd / target)]
     assert BASE["evaluation"]["batch_size"] == 32 and ref[0]["n"] == 60  # so the first batch has 32 rows
     res = smk(wd, base_run["config"], "--retries", "1", "--force", target,
-              env={SIMULATE_OOM_ENV: "kill:16"}, timeout=600)
+              env={SIMULATE_OOM_ENV: "kill:16",  # read by tests/hooks/sitecustomize.py in the evaluate job
+                   "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p)},
+              timeout=600)
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     # the first attempt was killed (Snakemake printed its log), the retry ran with half the batch

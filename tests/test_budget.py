@@ -9,15 +9,15 @@ import yaml
 from helpers import REPO, SNAKEMAKE
 from oodcorr import budget
 from oodcorr.cli import main
-from oodcorr.plan import build_plan
-from oodcorr.schema import load_config
+from oodcorr.plan import load
+from oodcorr.schema import read_config
 
 PAPER = REPO / "config/paper.yaml"
 
 
 @pytest.fixture(scope="module")
 def paper_plan():
-    return build_plan(load_config(PAPER, REPO), REPO)
+    return load(read_config(PAPER), REPO, [PAPER])
 
 
 def test_paper_budget_printed_and_checked_by_hand(tmp_path, capsys):
@@ -63,9 +63,9 @@ def test_paper_budget_printed_and_checked_by_hand(tmp_path, capsys):
 def test_packing_and_a_cpu_partition_change_the_submissions(paper_plan):
     prof = budget.read_profile(REPO / "profiles/slurm")
     prof.update(groups={"evaluate": "evaluate"}, group_components={"evaluate": 21})
-    cfg = load_config(PAPER, REPO)
+    cfg = read_config(PAPER)
     cfg["resources"] = {"cpu": {"slurm_partition": "cpu"}}
-    b = budget.compute(build_plan(cfg, REPO), profile=prof)
+    b = budget.compute(load(cfg, REPO, [PAPER]), profile=prof)
     rules = {r.rule: r for r in b.rules}
     assert rules["evaluate"].submitted == 16128 // 21 == 768 and rules["evaluate"].gpu_hours == 3091.2
     assert rules["tokenize_testset"].partitions == ["cpu"] and rules["finetune"].partitions == ["gpu"]
@@ -98,4 +98,4 @@ def test_job_counts_equal_snakemakes(tmp_path, unit):
                           "-n", "--quiet", "rules"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     table = {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M) if k != "total"}
-    assert budget.job_counts(build_plan(load_config(path, REPO), REPO)) == table
+    assert budget.job_counts(load(read_config(path), REPO, [path])) == table

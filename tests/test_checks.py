@@ -12,9 +12,8 @@ import yaml
 from snakemake.utils import validate
 
 from helpers import REPO
-from oodcorr import checks
-from oodcorr.config import ConfigError
-from oodcorr.io import DataError
+from oodcorr import checks, disk_checks
+from oodcorr.errors import ConfigError, DataError
 from oodcorr.plan import build_plan
 
 
@@ -144,11 +143,11 @@ def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, mon
     info = cache_info_path(plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation"))
     info.parent.mkdir(parents=True)
     info.write_text(json.dumps({"n": 600, "n_truncated": 60, "max_length": 96}))
-    warned = checks.truncation_warnings(plan)
+    warned = disk_checks.truncation_warnings(plan)
     assert len(warned) == 1 and "synth-negation" in warned[0] and "60 of 600" in warned[0]
-    assert any("60 of 600" in w for w in plan.end_of_run_warnings())
+    assert any("60 of 600" in w for w in disk_checks.end_of_run_warnings(plan))
     info.write_text(json.dumps({"n": 600, "n_truncated": 6, "max_length": 96}))  # 1%: below the threshold
-    assert checks.truncation_warnings(plan) == []
+    assert disk_checks.truncation_warnings(plan) == []
 
 
 def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path, monkeypatch):
@@ -169,11 +168,11 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     meta_path.parent.mkdir(parents=True)
     data_path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     write_json_atomic(meta_path, {"name": "local-ood", **prov})
-    checks.check_sources_unchanged(plan)  # unchanged: nothing to say
+    disk_checks.check_sources_unchanged(plan)  # unchanged: nothing to say
     st = os.stat(src)
     rows[3]["label"] = "entailment" if rows[3]["label"] != "entailment" else "non-entailment"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     os.utime(src, ns=(st.st_atime_ns, st.st_mtime_ns))  # the edit keeps the old modification time
     with pytest.raises(DataError) as e:
-        checks.check_sources_unchanged(plan)
+        disk_checks.check_sources_unchanged(plan)
     assert str(src) in str(e.value) and "touch" in str(e.value)

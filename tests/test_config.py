@@ -6,7 +6,8 @@ import yaml
 from snakemake.utils import validate
 
 from helpers import REPO
-from oodcorr.config import ConfigError, Experiment
+from oodcorr.config import Experiment
+from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
 
 
@@ -364,3 +365,37 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     assert "Config file is not valid JSON or YAML" in out and "line 4" not in out and "broken.yaml" not in out
     res = subprocess.run(cmd + ["--verbose"], capture_output=True, text=True, timeout=120)
     assert re.search(r'in ".*broken\.yaml", line 4, column 4', res.stdout + res.stderr), res.stderr[-2000:]
+
+
+# ---- the one entry point: oodcorr.plan.load ---------------------------------------------------
+def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
+    from oodcorr.plan import load
+    from oodcorr.schema import read_config
+
+    src = tmp_path / "my-grid.yaml"
+    text = (REPO / "config/micro.yaml").read_text()
+    cfg = yaml.safe_load(text)
+    cfg.pop("experiment", None)
+    cfg.pop("analysis", None)
+    src.write_text(yaml.safe_dump(cfg))
+    config = read_config(src)
+    plan = load(config, REPO, [src])
+    # named after its file, defaults filled in place (as Snakemake's own config is), planned
+    assert config["experiment"] == "my-grid" and plan.paths.root == "results/my-grid"
+    assert config["analysis"]["correction"] == "holm" and config["analysis"]["alpha"] == 0.05
+    assert plan.runs
+    # a schema violation is named with its file and line, before Snakemake's validator sees it
+    bad = dict(cfg, evaluation=dict(cfg["evaluation"], batch_size="many"))
+    src.write_text(yaml.safe_dump(bad, sort_keys=False))
+    line = next(i for i, t in enumerate(src.read_text().splitlines(), 1) if "batch_size: many" in t)
+    with pytest.raises(ConfigError, match=rf"{re.escape(str(src))}:{line}: .*batch_size"):
+        load(read_config(src), REPO, [src])
+
+
+def test_the_snakefile_and_the_cli_reach_the_config_only_through_load():
+    snakefile = (REPO / "Snakefile").read_text()
+    assert "load(config, workflow.basedir, CONFIG_FILES)" in snakefile
+    cli = (REPO / "src/oodcorr/cli.py").read_text()
+    for text in (snakefile, cli):
+        for other in ("check_config(", "validate(", "build_plan(", "fill_defaults(", "Experiment("):
+            assert other not in text, other

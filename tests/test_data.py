@@ -4,7 +4,8 @@ from collections import Counter
 import pytest
 
 from oodcorr.data import balanced_sample, prepare, stratified_sample
-from oodcorr.io import DataError, read_jsonl, write_jsonl_atomic
+from oodcorr.io import read_jsonl, write_jsonl_atomic
+from oodcorr.errors import DataError
 
 from helpers import BINARY, LABELS
 

@@ -139,7 +139,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     """
     from helpers import LABELS, PROMPT
     from oodcorr import synthetic
-    from oodcorr.finetune import verify_checkpoint
+    from oodcorr.checkpoints import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
 
     write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))

@@ -135,7 +135,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 
     from oodcorr.data import prepare
     from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
-    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.models import load_causal_lm
 
@@ -188,7 +188,8 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
     """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
     each perturbed differently (so every checkpoint scores differently), with manifests."""
-    from oodcorr.finetune import apply_lora, write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
+    from oodcorr.finetune import apply_lora
     from oodcorr.methods import get
     from oodcorr.models import load_model
 
@@ -265,7 +266,7 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     import pandas as pd
 
     from oodcorr.evaluate import evaluate_run, tokenize_testset
-    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
 
     tiny = str(tiny_models["opt"])
@@ -307,7 +308,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     import os
 
     from oodcorr.evaluate import evaluate_run, tokenize_testset
-    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.models import load_causal_lm
 
@@ -391,7 +392,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     import os
 
     from oodcorr.evaluate import EvaluationRefused, evaluate_run
-    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.models import load_causal_lm
 
     tiny = str(tiny_models["opt"])

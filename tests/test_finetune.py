@@ -14,7 +14,8 @@ from safetensors.torch import load_file
 
 from helpers import LABELS, PROMPT
 from oodcorr import synthetic
-from oodcorr.finetune import MANIFEST, find_resume_point, finetune, verify_checkpoint
+from oodcorr.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
+from oodcorr.finetune import finetune
 from oodcorr.io import write_jsonl_atomic
 
 STEPS = [0, 5, 10, 15, 20]
@@ -167,7 +168,7 @@ def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_mod
 
 @pytest.mark.slow
 def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, monkeypatch):
-    from oodcorr import finetune as f
+    from oodcorr import checkpoints
 
     kw = _kwargs(tmp_path, tiny_models["opt"], "prune")
     ckroot = Path(kw["run_dir"]) / "checkpoints"
@@ -176,7 +177,7 @@ def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, mon
     real_unlink = Path.unlink
     monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(_Stop()))
     with pytest.raises(_Stop):
-        f.prune_resume_state(ckroot, keep=None)
+        checkpoints.prune_resume_state(ckroot, keep=None)
     monkeypatch.setattr(Path, "unlink", real_unlink)
     assert verify_checkpoint(ckroot / "checkpoint-10")[0]
     info = finetune(**kw)  # reruns cleanly (from scratch: no resumable state is left)
@@ -353,15 +354,15 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
 
 
 def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, tiny_models, monkeypatch):
-    import oodcorr.finetune as f
+    import oodcorr.checkpoints as ck_module
 
     kw = _kwargs(tmp_path, tiny_models["opt"], "cache")
     kw.update(steps=[0, 5], max_steps=5)
     finetune(**kw)
     ckpt = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-5"
     calls = []
-    real = f.sha256_file
-    monkeypatch.setattr(f, "sha256_file",
+    real = ck_module.sha256_file
+    monkeypatch.setattr(ck_module, "sha256_file",
                         lambda p, *a: ("checkpoints" in Path(p).parts and calls.append(Path(p).name)) or real(p, *a))
     assert verify_checkpoint(ckpt, full=True) == (True, "ok")
     assert calls == []  # hashed when saved: not again
@@ -377,7 +378,7 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
     """A checkpoint saved without intact optimizer state must not take the older resume point's away."""
     import shutil
 
-    import oodcorr.finetune as f
+    import oodcorr.checkpoints as checkpoints
 
     kw = _kwargs(tmp_path, tiny_models["opt"], "keep")
     ckroot = Path(kw["run_dir"]) / "checkpoints"
@@ -386,19 +387,19 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
     c15 = ckroot / "checkpoint-15"  # saved, but its optimizer state did not make it whole
     shutil.copytree(ckroot / "checkpoint-10", c15)
     (c15 / MANIFEST).unlink()
-    f.write_ckpt_manifest(c15, 15, resumable=True)
+    checkpoints.write_ckpt_manifest(c15, 15, resumable=True)
     opt = c15 / "optimizer.pt"
     opt.write_bytes(bytes(b ^ 0xFF for b in opt.read_bytes()))
-    f.prune_resume_state(ckroot, keep=c15)
-    assert f.is_resumable(ckroot / "checkpoint-10")
+    checkpoints.prune_resume_state(ckroot, keep=c15)
+    assert checkpoints.is_resumable(ckroot / "checkpoint-10")
     assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
     # a healthy newer save does take over, and the older state goes
     shutil.rmtree(c15)
     shutil.copytree(ckroot / "checkpoint-10", c15)
     (c15 / MANIFEST).unlink()
-    f.write_ckpt_manifest(c15, 15, resumable=True)
-    f.prune_resume_state(ckroot, keep=c15)
-    assert not (ckroot / "checkpoint-10" / "optimizer.pt").exists() and f.is_resumable(c15)
+    checkpoints.write_ckpt_manifest(c15, 15, resumable=True)
+    checkpoints.prune_resume_state(ckroot, keep=c15)
+    assert not (ckroot / "checkpoint-10" / "optimizer.pt").exists() and checkpoints.is_resumable(c15)
 
 
 def test_a_non_finite_loss_stops_the_run_before_the_next_checkpoint(tmp_path, tiny_models, monkeypatch):

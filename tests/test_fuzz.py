@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from helpers import BINARY
 from oodcorr.analysis import tables
 from oodcorr.data import prepare, rows_to_records
-from oodcorr.io import DataError
+from oodcorr.errors import DataError
 
 LABELS3 = ["entailment", "neutral", "contradiction"]
 COMPRESS = {"gzip": (gzip.compress, ".gz"), "bzip2": (bz2.compress, ".bz2"), "xz": (lzma.compress, ".xz")}

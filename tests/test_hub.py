@@ -13,7 +13,7 @@ import yaml
 from helpers import REPO, TINY_CONFIGS, smk
 from oodcorr import hub
 from oodcorr.cli import main
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"
@@ -137,11 +137,11 @@ def hub_config(path: Path, revision="v1", data_revision="refs/convert/parquet", 
 
 
 def plan_of(cfg_path):
-    from oodcorr.plan import build_plan
-    from oodcorr.schema import load_config
+    from oodcorr.plan import load
+    from oodcorr.schema import read_config
 
-    config = load_config(cfg_path, REPO)
-    return config, build_plan(config, REPO)
+    config = read_config(cfg_path)
+    return config, load(config, REPO, [cfg_path])
 
 
 def test_prefetch_writes_a_lock_with_commits_and_only_safe_files(fake_hub, tmp_path):

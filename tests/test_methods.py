@@ -149,7 +149,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="two", data_path=str(data), data_meta=str(meta),
                      labels=mode["labels"], prompt=prompt, max_length=64, out_path=str(cache), coarse=mode["coarse"])
     # a step-0 checkpoint of the base model
-    from oodcorr.finetune import write_ckpt_manifest
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.models import load_causal_lm
 
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0"

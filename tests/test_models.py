@@ -5,7 +5,7 @@ import shutil
 import pytest
 import torch
 
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.models import load_causal_lm, load_checkpoint, model_source
 
 

@@ -7,7 +7,7 @@ import yaml
 from snakemake.utils import validate
 
 from helpers import REPO, SNAKEMAKE
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
 from oodcorr.schema import check_config
 from oodcorr.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_bytes, gpu_memory, lora_parameters

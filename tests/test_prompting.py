@@ -4,7 +4,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from helpers import LABELS, PROMPT
 from oodcorr import synthetic
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.prompting import (encode_prompts, last_positions, pad_batch, verbaliser_ids,
                                verbaliser_logits)
 

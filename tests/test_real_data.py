@@ -5,7 +5,8 @@ from collections import Counter
 import pytest
 
 from oodcorr.config import Experiment
-from oodcorr.data import hub_load_kwargs, prepare
+from oodcorr.data import prepare
+from oodcorr.hub import hub_load_kwargs
 
 from helpers import REPO, SHARED, label_mode
 

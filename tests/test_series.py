@@ -12,9 +12,11 @@ import yaml
 from snakemake.utils import validate
 
 from helpers import REPO, smk
-from oodcorr.config import ConfigError, Experiment
+from oodcorr.config import Experiment
+from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
-from oodcorr.series import model_files, read_manifest, verify, write_manifest
+from oodcorr.config import model_files
+from oodcorr.series import read_manifest, verify, write_manifest
 
 STEPS = [0, 4, 8, 16, 24]
 TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ffn_dim": 64,

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from helpers import LABELS, PROMPT, REPO
 from oodcorr import methods, synthetic
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.finetune import _Collator, training_loss
 from oodcorr.plan import build_plan
 from oodcorr.prompting import encode_prompts, pad_batch, verbaliser_ids

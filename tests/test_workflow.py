@@ -224,14 +224,14 @@ def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
     """The budget's measurements: the finetune's seconds and each evaluation's timing, by device."""
     from oodcorr.budget import measured_costs
     from oodcorr.evaluate import read_result
-    from oodcorr.plan import build_plan
-    from oodcorr.schema import load_config
+    from oodcorr.plan import load
+    from oodcorr.schema import read_config
 
     wd, _, cfg_path = micro_run
     here = os.getcwd()
     os.chdir(wd)
     try:
-        measured = measured_costs(build_plan(load_config(cfg_path, REPO), REPO))
+        measured = measured_costs(load(read_config(cfg_path), REPO, [cfg_path]))
     finally:
         os.chdir(here)
     man = json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())

@@ -25,6 +25,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import metrics
+from .data import local_source_changed
+from .errors import ResultError
+from .evaluate import read_result
 from .io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -38,15 +41,9 @@ COLUMNS = ["model", "in_domain", "n_train", "seed", "run_id", "step", "x_unit", 
 RECOMPUTED = "macro_f1 and ece recomputed from the predictions file (its record predates them)"
 
 
-class ResultError(ValueError):
-    """An evaluation result the aggregation cannot use; the message names the file and the way out."""
-
-
 def _records(path: str) -> tuple[list[dict], bool]:
     """(records, whether the file is a summary) of a predictions parquet or a job summary JSON."""
     if str(path).endswith(".parquet"):
-        from .evaluate import read_result
-
         try:
             return [read_result(path)], False
         except Exception as e:  # noqa: BLE001 -- any damage: name the file and the way out
@@ -136,8 +133,6 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
     gives; the aggregation itself cannot run evaluations, so it stops rather than write
     scores with an old fingerprint.
     """
-    from .data import local_source_changed
-
     by_testset: dict[str, list[tuple[str, dict]]] = {}
     for where, r in records:
         by_testset.setdefault(str(r["testset"]), []).append((where, r))

@@ -31,8 +31,11 @@ from pathlib import Path
 
 import yaml
 
+from .evaluate import read_result
+from .hub import cache_warnings
+from .io import human_bytes, write_json_atomic, write_text_atomic
 from .plan import MODEL_RULES
-from .sizing import checkpoint_bytes, human_bytes, model_size
+from .sizing import checkpoint_bytes, model_size
 
 # rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
 LOCAL_RULES = ("prepare_dataset", "pretraining_corpus", "aggregate_scores", "accuracy_table", "partial_correlations",
@@ -105,8 +108,6 @@ def read_profile(folder: str | Path | None) -> dict:
 
 def measured_costs(plan) -> dict:
     """Seconds finished jobs of this experiment took, by (rule, model, testset or None, device kind)."""
-    from .evaluate import read_result
-
     out: dict[tuple, list[float]] = {}
     for run in plan.runs:
         man = Path(plan.paths.manifest.format(**run.wildcards))
@@ -248,8 +249,6 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
     gpu_hours = sum(r.gpu_hours for r in rules)
     wall = max(longest / 60, gpu_hours / gpus) if gpus else None
     if slurm:
-        from .hub import cache_warnings
-
         notes += cache_warnings()
         gpu_parts = {p for r in rules if r.rule in MODEL_RULES and any(r.gpus_per_job) for p in r.partitions}
         for r in rules:
@@ -307,8 +306,6 @@ def markdown(b: Budget) -> str:
 
 def write(b: Budget, prefix: str | Path) -> tuple[Path, Path]:
     """``<prefix>.md`` and ``<prefix>.json``, atomically."""
-    from .io import write_json_atomic, write_text_atomic
-
     prefix = Path(prefix)
     md, js = prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".json")
     write_text_atomic(md, markdown(b))

@@ -20,6 +20,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import budget, hub
+from .errors import DataError
+from .io import sha256_file, write_json_atomic
+from .plan import load
+from .schema import read_config
+from .sizing import check_gpu_memory
+
 log = logging.getLogger("oodcorr")
 
 EPILOG = """\
@@ -58,13 +65,13 @@ def _block_length(v: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .analysis.correlate import METHODS
-    from .analysis.multitest import CORRECTIONS
-    from .analysis.inference import INFERENCES
-    from .analysis.pipeline import Options
-    from .analysis.pooling import TWO_RUNS
-    from .analysis.resample import INTERVALS
-    from .analysis.residualise import RESIDUALISERS
+    from .analysis.correlate import METHODS  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.multitest import CORRECTIONS  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.inference import INFERENCES  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.pipeline import Options  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.pooling import TWO_RUNS  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.resample import INTERVALS  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.residualise import RESIDUALISERS  # pandas/scipy: only the analysis commands pay their start-up
 
     d = Options()
     p = argparse.ArgumentParser(prog="oodcorr", description="oodcorr: do OOD results generalise?")
@@ -206,18 +213,12 @@ def workflow_dir(given: str | None) -> Path:
 
 
 def _plan(configfile: str, workflow: str | None):
-    from .plan import build_plan
-    from .schema import load_config
-
     base = workflow_dir(workflow)
-    config = load_config(configfile, base)
-    return config, build_plan(config, base)
+    config = read_config(configfile)
+    return config, load(config, base, sources=[configfile])
 
 
 def prefetch_command(args) -> int:
-    from . import hub
-    from .sizing import check_gpu_memory
-
     config, plan = _plan(args.configfile, args.workflow)
     dirs = hub.cache_dirs()
     log.info("Hugging Face cache: %s (hub), %s (datasets)", dirs["hub"], dirs["datasets"])
@@ -241,8 +242,6 @@ def prefetch_command(args) -> int:
 
 
 def budget_command(args) -> int:
-    from . import budget, hub
-
     config, plan = _plan(args.configfile, args.workflow)
     path = hub.lock_path(args.configfile, config)
     lock = hub.HubLock.read(path) if path.exists() else None
@@ -267,7 +266,7 @@ def safe_name(name: str) -> str:
 
 def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
     """(canonical long table, examples or None, run information, columns to pool by)."""
-    from .analysis import tables
+    from .analysis import tables  # pandas/scipy: only the analysis commands pay their start-up
 
     df, where = tables.read_table(args.table, args.encoding)
     src = str(args.table)
@@ -298,8 +297,6 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
              args.in_domain)
     examples = None
     if args.examples and args.score in NOT_ACCURACY:
-        from .io import DataError
-
         raise DataError(f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
                         f"not --score {args.score}; leave --examples out")
     if args.examples:
@@ -312,9 +309,9 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
 
 
 def analyse_command(args) -> int:
-    from .analysis import Options, agreement, analyse
+    from .analysis import Options, agreement, analyse  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.residualise import GamSettings
-    from .io import DataError, sha256_file, write_json_atomic
+    from .analysis.tables import summarise, write_tables
 
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -344,38 +341,8 @@ def analyse_command(args) -> int:
     return 0
 
 
-def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
-    from .io import atomic_path
-
-    for df, name in ((pc, "partial_correlations.csv"), (agree, "agreement.csv")):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False)
-
-
-def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
-    """Log the headline numbers: finite, significant and unresolved cells, checks, verdicts."""
-    pooled = pc[pc["run"] == "pooled"]
-    for (m, r), g in pooled.groupby(["method", "residualiser"]):
-        conc = g["conclusion"].value_counts()
-        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
-                    "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
-                    "without step 0 %d", m, r, len(g), int(g["r"].notna().sum()), opts.correction, opts.alpha,
-                    int(g["significant"].sum()), conc.get("positive", 0), conc.get("negative", 0),
-                    conc.get("near zero", 0), conc.get("unresolved", 0), int(g["curvature"].eq(True).sum()),
-                    int(g["step0_changes"].eq(True).sum()))
-    runs = pc[pc["run"] != "pooled"]
-    low = runs["note"].astype(str).str.startswith("effective sample size")
-    if low.any():
-        logger.info("%d of %d run cells have too little effective information (n_eff < %g): see their note",
-                    int(low.sum()), len(runs), opts.min_n_eff)
-    if not agree.empty:
-        counts = agree.groupby(["method", "residualiser", "verdict"]).size()
-        for (m, r, v), k in counts.items():
-            logger.info("agreement %s/%s: %s %d", m, r, v, k)
-
-
 def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> None:
-    from . import plots
+    from . import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
     for m in models:
@@ -399,7 +366,6 @@ def main(argv: list[str] | None = None) -> int:
     # a no-op when logging is already configured (e.g. under pytest); the level is ours either way
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("oodcorr").setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
-    from .io import DataError
 
     try:
         if args.command == "analyse":

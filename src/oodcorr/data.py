@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Callable
 
 from . import synthetic
-from .io import DataError, format_suffix, read_bytes, read_jsonl, read_text, sha256_file, sha256_json, stat_key
+from .errors import DataError
+from .hub import check_loaded_dataset, hub_load_kwargs, pinned_dataset
+from .io import format_suffix, read_bytes, read_jsonl, read_text, sha256_file, sha256_json, stat_key
 
 log = logging.getLogger(__name__)
 
@@ -231,19 +233,9 @@ def local_source_changed(meta: dict) -> str | None:
             f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)")
 
 
-def hub_load_kwargs(spec: dict) -> dict:
-    """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
-    hub = spec.get("hub") or {}
-    missing = [k for k in ("id", "split", "revision") if not hub.get(k)]
-    if missing:
-        raise DataError(f"hub dataset entry needs hub.{', hub.'.join(missing)} (got {hub})")
-    return {"path": hub["id"], "name": hub.get("config"), "split": hub["split"], "revision": hub["revision"]}
-
-
 def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
     import datasets  # imported here: planning and local data never need it
 
-    from .hub import check_loaded_dataset, pinned_dataset
 
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"

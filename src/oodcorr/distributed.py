@@ -22,45 +22,20 @@ import os
 import socket
 import subprocess
 import sys
-from datetime import timedelta
 from pathlib import Path
 
+from .finetune import finetune
+from .gpus import claim_for_job
 from .io import write_json_atomic
+from .locks import check_free
+from .ranks import is_main_process
 
 log = logging.getLogger(__name__)
 
 ENTRY_MODULE = "oodcorr.distributed"
-# a rank that waits for rank 0 to load a large model and write step 0 must not time out
-BARRIER_TIMEOUT = timedelta(hours=3)
 
 
 # ---- inside a launched process --------------------------------------------------------
-
-def launched() -> bool:
-    """Whether this process was started by a distributed launcher (accelerate/torchrun)."""
-    return "LOCAL_RANK" in os.environ
-
-
-def is_main_process() -> bool:
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-def _barrier() -> None:
-    from accelerate import PartialState
-
-    PartialState(timeout=BARRIER_TIMEOUT).wait_for_everyone()
-
-
-def main_first_begin() -> None:
-    """Ranks other than 0 wait here until rank 0 reaches ``main_first_end`` (no-op unless launched)."""
-    if launched() and not is_main_process():
-        _barrier()
-
-
-def main_first_end() -> None:
-    if launched() and is_main_process():
-        _barrier()
-
 
 # ---- the finetune job: building and running the launch ---------------------------------
 
@@ -115,9 +90,6 @@ def _free_port() -> int:
 
 def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: int = 1) -> dict:
     """Run ``finetune(**kwargs)`` under ``accelerate launch``; return rank 0's manifest."""
-    from .gpus import claim_for_job
-    from .locks import check_free
-
     name = kwargs["model_spec"]["name"]
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
@@ -146,15 +118,13 @@ def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point of each launched process: the single-process finetune, on its own GPU."""
-    from .finetune import finetune
-
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
     logging.basicConfig(level=logging.INFO if is_main_process() else logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s")
     kwargs = json.loads(Path(argv[0]).read_text())
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     # the CPU only where there is no GPU at all (tests: several processes over gloo)
     device = "cuda" if torch.cuda.is_available() else "cpu"

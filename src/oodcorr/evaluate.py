@@ -15,7 +15,13 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from .io import _json_default, atomic_path, read_jsonl, write_json_atomic
+from . import methods
+from .checkpoints import verify_checkpoint, weights_digest
+from .config import changed_reading
+from .io import atomic_path, json_default, read_jsonl, sha256_json, write_json_atomic
+from .methods import correct_mask
+from .models import load_checkpoint, load_tokenizer
+from .series import read_manifest, verify
 
 CACHE_FORMAT = 2
 log = logging.getLogger(__name__)
@@ -39,11 +45,8 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
     ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
     gold labels it cannot predict and the predictions that count as right for them.
     """
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
-    from . import methods
-    from .config import changed_reading
-    from .models import load_tokenizer
 
     method = methods.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
@@ -104,7 +107,7 @@ def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[
 
 def is_out_of_memory(err: BaseException) -> bool:
     """Whether ``err`` is an accelerator (or host) allocation failure worth retrying smaller."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
         return True
@@ -115,7 +118,7 @@ def is_out_of_memory(err: BaseException) -> bool:
 def _release_memory(device) -> None:
     import gc
 
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     gc.collect()
     if device.type == "cuda":
@@ -135,10 +138,9 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
     ``stats``, if given, receives the batch size that worked, the number of
     batches and of memory failures, and the real and padded token counts.
     """
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
-    from . import methods
-    from .prompting import pad_batch
+    from .prompting import pad_batch  # prompting imports torch: kept out of planning
 
     method = methods.get(cache["method"])
     dev = torch.device(device)
@@ -190,7 +192,7 @@ def eval_dtype(model_spec: dict, device: str) -> str:
     device that supports it (half the memory, tensor cores), else float32."""
     if model_spec.get("dtype"):
         return model_spec["dtype"]
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
         return "bfloat16"
@@ -202,7 +204,8 @@ META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a resul
 
 def _arrow_column(values, kind: str):
     """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
-    about a second per evaluation process, for nothing.) ``kind``: int64, float32, bool, string."""
+    a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
+    bool, string."""
     import numpy as np
     import pyarrow as pa
 
@@ -235,7 +238,7 @@ def _write_predictions(path: str, gold: list[int], pred: list[int], correct: lis
     arr = logits.numpy()
     for j, name in enumerate(label_names):
         cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
-    meta = json.dumps(record, sort_keys=True, default=_json_default).encode()
+    meta = json.dumps(record, sort_keys=True, default=json_default).encode()
     table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
@@ -272,7 +275,6 @@ def weights_of(ck: dict) -> str:
     checkpoint's digest (its files' sha256s, or the hub repository and revision)."""
     if ck.get("series"):
         return ck["series"]["digest"]
-    from .finetune import weights_digest
 
     return weights_digest(Path(ck["checkpoint"]))
 
@@ -281,8 +283,6 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
     """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
     finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it) or the manifests
     of a series' checkpoints (``"series"``: the manifest, for verifying and loading it)."""
-    from .series import read_manifest
-
     given, root = {}, None
     for m in manifests:
         doc = read_manifest(m)
@@ -307,9 +307,8 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
     """What determines a checkpoint x testset's predictions: the checkpoint's weights (:func:`weights_of`),
     the tokenised testset, the provenance, dtype and device type. A predictions file with the same
     key is not computed again (a resumed or re-planned job reuses it)."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
-    from .io import sha256_json
 
     key = {"weights": weights, "fingerprint": cache["fingerprint"],
            "records_sha256": cache["records_sha256"], "method": cache["method"],
@@ -324,7 +323,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
 def _adapter_config(ckpt: Path):
     """A peft checkpoint's adapter configuration as peft reads it (a dataclass whose set-valued
     fields, such as ``target_modules``, compare without regard to the order written)."""
-    from peft import PeftConfig
+    from peft import PeftConfig  # torch stack: planning and the CLI never import it
 
     return PeftConfig.from_pretrained(str(ckpt))
 
@@ -354,7 +353,7 @@ class CheckpointLoader:
         """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
         series checkpoint on the hub instead, always loaded afresh."""
         if source and source.get("hub"):
-            from .models import load_model
+            from .models import load_model  # looked up at call time: tests replace oodcorr.models.load_model
 
             self.close()
             own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
@@ -373,7 +372,6 @@ class CheckpointLoader:
                     self.last_load = "in place"
                     return self.model
         self.close()
-        from .models import load_checkpoint
 
         self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
         self.kind = "adapter" if adapter_cfg.exists() else "full"
@@ -382,6 +380,7 @@ class CheckpointLoader:
         return self.model
 
     def _swap_adapter(self, ckpt: Path) -> bool:
+        # torch stack: planning and the CLI never import it
         from peft.utils import load_peft_weights, set_peft_model_state_dict
 
         weights = load_peft_weights(str(ckpt), device=str(self.device))
@@ -395,7 +394,7 @@ class CheckpointLoader:
         return True
 
     def _load_in_place(self, ckpt: Path) -> bool:
-        import torch
+        import torch  # torch stack: planning and the CLI never import it
         from safetensors.torch import load_file
 
         files = sorted(ckpt.glob("*.safetensors"))
@@ -440,7 +439,7 @@ def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[di
     """
     t0 = time.time()
     age = _process_age()
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     t_imp = time.time()
     torch.set_num_threads(threads)
@@ -497,7 +496,7 @@ def _damaged_checkpoint(ckpt: Path, why: str) -> str:
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
     """Refuse label scores that are not all finite: argmax over NaN still names a class
     (accuracy 0.5 on a balanced set), so such a checkpoint gets no score at all."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     bad = ~torch.isfinite(logits).all(dim=-1)
     if not bool(bad.any()):
@@ -522,11 +521,9 @@ def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) ->
 def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: dict | None, step: int, cache: dict,
                          batch_size: int, max_tokens: int, out_predictions: str, provenance: dict, device: str,
                          dtype: str, key: str, job_timing: dict) -> dict:
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
-    from . import metrics
-    from .finetune import verify_checkpoint
-    from .methods import correct_mask
+    from . import metrics  # numpy/pandas: kept out of planning
 
     t0 = time.time()
     if series is None:
@@ -535,8 +532,6 @@ def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: d
         if not ok:
             raise EvaluationRefused(_damaged_checkpoint(Path(checkpoint), why))
     else:
-        from .series import verify
-
         ok, why = verify(series)
         if not ok:
             raise EvaluationRefused(

@@ -21,7 +21,7 @@ model and dataset is there, at the revision the config asks for), checks that th
 cache holds the locked commits, and sets ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``
 and ``OODCORR_HUB_LOCK`` for every job (config key ``hub.offline``). In the jobs,
 :func:`pinned_model_revision` (called by :func:`oodcorr.models.model_source`) and
-:func:`pinned_dataset` (by :func:`oodcorr.data.hub_load_kwargs`) load the locked
+:func:`pinned_dataset` (by :func:`hub_load_kwargs`) load the locked
 commit, and refuse a revision that differs from the lock with the command to rerun.
 
 Without a lock nothing changes: jobs download from the hub, as before.
@@ -42,7 +42,9 @@ from typing import Callable
 
 import yaml
 
-from .config import ConfigError
+from . import methods
+from .errors import ConfigError, DataError
+from .io import human_bytes, write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +119,6 @@ def lock_path(configfile: str | Path, config: dict) -> Path:
 
 
 def write_lock(path: Path, lock: dict) -> None:
-    from .io import write_text_atomic
-
     head = (f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
             "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
             "# after changing a revision in the config, run that command again.\n")
@@ -127,6 +127,15 @@ def write_lock(path: Path, lock: dict) -> None:
 
 # ---- what a plan fetches -------------------------------------------------------------------
 
+def hub_load_kwargs(spec: dict) -> dict:
+    """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
+    hub = spec.get("hub") or {}
+    missing = [k for k in ("id", "split", "revision") if not hub.get(k)]
+    if missing:
+        raise DataError(f"hub dataset entry needs hub.{', hub.'.join(missing)} (got {hub})")
+    return {"path": hub["id"], "name": hub.get("config"), "split": hub["split"], "revision": hub["revision"]}
+
+
 def hub_models(plan) -> list:
     """The plan's model specs that come from the hub."""
     return [spec for spec in plan.models.values() if spec.source == "hub"]
@@ -134,8 +143,6 @@ def hub_models(plan) -> list:
 
 def hub_datasets(plan) -> dict[str, dict]:
     """Dataset name -> its exact ``datasets.load_dataset`` call, for the plan's hub datasets."""
-    from .data import hub_load_kwargs
-
     out = {}
     for name in plan.datasets:
         spec = plan.exp.dataset_params(name)
@@ -393,10 +400,9 @@ def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
 def meta_shapes(folder: str | Path, entry: dict) -> tuple[int, dict[str, list[list[int]]]]:
     """The same from the model's config alone (pickle-only weights are never unpickled here): the
     architecture built on PyTorch's meta device, which allocates nothing."""
-    import torch
-    import transformers
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
 
-    from . import methods
 
     cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(entry.get("trust_remote_code")))
     auto = getattr(transformers, methods.get(entry.get("method")).auto_class)
@@ -452,7 +458,7 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
     datasets_: dict[str, dict] = {}
     calls = hub_datasets(plan)
     if calls:
-        import datasets
+        import datasets  # datasets: only a hub dataset needs it
 
         for name, call in calls.items():
             where = f"datasets.{name}: {call['path']}@{call['revision']}"
@@ -479,8 +485,6 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
 
 def describe(lock: dict) -> list[str]:
     """One line per pinned model and dataset, for the console."""
-    from .sizing import human_bytes
-
     out = []
     for name, e in lock["models"].items():
         out.append(f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "

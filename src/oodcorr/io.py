@@ -27,9 +27,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-
-class DataError(ValueError):
-    """Bad input data; the message names the file and, where there is one, the line."""
+from .errors import DataError
 
 
 @contextlib.contextmanager
@@ -63,10 +61,10 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=json_default) + "\n")
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
     # numpy scalars and paths appear in provenance dicts
     if hasattr(o, "item"):
         return o.item()
@@ -314,4 +312,14 @@ def stat_key(path: str | os.PathLike) -> list[int]:
 
 
 def sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=_json_default).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=json_default).encode()).hexdigest()
+
+
+def human_bytes(n: float | None) -> str:
+    """A byte count for people: ``1.5 GiB``; ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"

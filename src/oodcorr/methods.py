@@ -20,7 +20,7 @@ class with the same four members to ``METHODS``. ``pattern`` has a fifth,
 """
 from __future__ import annotations
 
-from .config import ConfigError
+from .errors import ConfigError
 
 
 class Pattern:
@@ -37,7 +37,7 @@ class Pattern:
                model_name: str) -> tuple[list[list[int]], int, dict]:
         """(token ids per record, number truncated, what scoring needs: the verbaliser ids and,
         for ``scored_position: padded-end``, how to pad: to ``max_length``, on the tokenizer's side)."""
-        from .prompting import encode_prompts, reading, verbaliser_ids
+        from .prompting import encode_prompts, reading, verbaliser_ids  # prompting imports torch: kept out of planning
 
         if not prompt:
             raise ConfigError(f"models[{model_name}]: the pattern method needs a prompt")
@@ -55,14 +55,14 @@ class Pattern:
 
     @staticmethod
     def label_logits(model, input_ids, attention_mask, extra: dict):
-        from .prompting import verbaliser_logits
+        from .prompting import verbaliser_logits  # prompting imports torch: kept out of planning
 
         return verbaliser_logits(model, input_ids, attention_mask, extra["verbaliser_ids"], extra)
 
     @staticmethod
     def vocab_logits(model, input_ids, attention_mask, extra: dict):
         """(batch, vocab) logits at the scored position: what ``finetune.loss: vocabulary`` trains."""
-        from .prompting import scored_logits
+        from .prompting import scored_logits  # prompting imports torch: kept out of planning
 
         return scored_logits(model, input_ids, attention_mask, extra).float()
 
@@ -96,7 +96,7 @@ class Head:
         types = enc.get("token_type_ids")
         if types is not None and any(any(t) for t in types):
             extra["sep_id"] = tokenizer.sep_token_id
-            import torch
+            import torch  # torch stack: planning and the CLI never import it
 
             for x, t in zip(ids, types):
                 got = _segments(torch.tensor([x]), torch.ones(1, len(x), dtype=torch.long), extra["sep_id"])
@@ -133,7 +133,7 @@ def get(name: str | None):
 def correct_mask(pred, gold, label_names: list[str], coarse: dict | None):
     """Which predictions are right: equal to the gold label, or (for a coarse gold
     label, such as non-entailment under a 3-way mode) one of the labels it collapses."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     ok = pred == gold
     for gold_name, preds in (coarse or {}).items():

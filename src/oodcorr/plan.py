@@ -23,10 +23,12 @@ import inspect
 import math
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import Any, Callable, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
 
-from . import checks
-from .config import DEFAULT_SCORE, NAME_RE, ConfigError, Experiment, analysis_options, canonical
+from . import checks, schema
+from .config import DEFAULT_SCORE, NAME_RE, Experiment, analysis_options, canonical, model_files
+from .errors import ConfigError
 
 UNITS = ("checkpoint", "run")
 DEFAULT_UNIT = "checkpoint"
@@ -41,8 +43,8 @@ RULE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 MODEL_RULES = tuple(RULE_DEFAULTS)
 
-# Snakemake reads a callable's parameters (inspect.signature) each time it calls it: about
-# twenty times per job while it plans, a third of planning the paper grid. It looks first for
+# Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
+# per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
 # this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
 # every callable the rules get carries its parameters, worked out once.
 SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
@@ -362,28 +364,6 @@ class Plan:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
         return [self.paths.staged(t) for t in self.targets()]
 
-    # ---- planning-time checks of what is on disk; warnings at the end -----------------
-    def check_on_disk(self) -> list[str]:
-        """What the config points at, and what earlier runs left, checked before any job runs.
-
-        Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
-        missing input file or an unusable model (:meth:`Experiment.check_inputs_exist`), a
-        verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
-        with its time kept, and (unit ``run``) a summary whose predictions files are gone.
-        Returns warnings about what is on disk (prompts cut to ``max_length``)."""
-        self.exp.check_inputs_exist()
-        checks.check_verbalisers_on_disk(self)
-        checks.check_sources_unchanged(self)
-        checks.check_summaries_complete(self)
-        return checks.truncation_warnings(self)
-
-    def end_of_run_warnings(self) -> list[str]:
-        """Everything allowed but suspicious, gathered once at the end of a run: the planning
-        warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
-        data_dir = self.paths.data_meta.rsplit("/", 1)[0]
-        out = list(self.warnings) + self.exp.dataset_warnings(data_dir) + checks.truncation_warnings(self)
-        return list(dict.fromkeys(out))
-
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         try:
@@ -462,8 +442,6 @@ class Plan:
 
     def series_files(self, wildcards) -> list[str]:
         """A local series checkpoint's files (a changed file rewrites its manifest); none for a hub one."""
-        from .series import model_files
-
         ck = self._series_checkpoint(wildcards)
         if not ck.get("path"):
             return []
@@ -615,6 +593,24 @@ def _check_placement(models: Mapping[str, ModelSpec]) -> None:
                     f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
                     f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
                     f"or resources.{rule}.{key}")
+
+
+def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
+    """The one way from a config to its plan: the Snakefile and every CLI command call it.
+
+    ``config`` is completed in place, as Snakemake's own ``config`` is: named after its last
+    source file unless it says ``experiment:``; checked against ``config/schema.yaml``, every
+    problem named with its file and line (:func:`oodcorr.schema.check_config`); the schema's
+    defaults filled in (:func:`oodcorr.schema.fill_defaults`); then the semantic checks of
+    :func:`build_plan` (registries, label modes, grid, schedules). Raises ConfigError naming
+    the key. What is on disk is checked after, by :func:`oodcorr.disk_checks.check_on_disk`."""
+    sources = [Path(s) for s in sources]
+    if sources:
+        config.setdefault("experiment", sources[-1].stem)
+    schema_path = Path(basedir) / "config" / "schema.yaml"
+    schema.check_config(config, schema_path, sources=sources)
+    schema.fill_defaults(config, schema_path)
+    return build_plan(config, basedir)
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:

@@ -293,6 +293,7 @@ def learning_curves(long: pd.DataFrame, model: str, out_png: str, x_label: str =
 
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
+    # scipy via the analysis package: only the figures that draw a fit need it
     from .analysis.residualise import Degenerate, gam_fit, parse
 
     spec = parse(residualiser)
@@ -314,7 +315,7 @@ def scatter(long: pd.DataFrame, model: str, out_png: str, residualisers=("linear
     """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
     with each run's fitted residualiser curve(s) (the residuals are the vertical
     distances to it). Returns {testset: number of curves drawn}."""
-    from .analysis.residualise import GamSettings
+    from .analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = _plt()
     gam_settings = gam_settings or GamSettings()

@@ -25,7 +25,8 @@ import inspect
 
 import torch
 
-from .config import READING_DEFAULTS, ConfigError
+from .config import READING_DEFAULTS
+from .errors import ConfigError
 
 
 def reading(prompt: dict | None) -> dict:
@@ -137,7 +138,7 @@ def _per_row_logits_to_keep() -> bool:
     per row (``modeling_utils.slice_logits_to_keep``, transformers 5.2x). Older releases index
     every row with every row's position ([batch, batch, 1, hidden]), which is wrong here; with
     them every position's logits are computed and the last real one gathered."""
-    import transformers.modeling_utils as mu
+    import transformers.modeling_utils as mu  # torch stack: planning and the CLI never import it
 
     return hasattr(mu, "slice_logits_to_keep")
 

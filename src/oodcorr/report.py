@@ -15,7 +15,7 @@ import html
 import json
 from pathlib import Path
 
-from .config import ConfigError
+from .errors import ConfigError
 from .io import atomic_path, write_text_atomic
 
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]

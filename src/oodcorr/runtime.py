@@ -5,6 +5,8 @@ import logging
 import os
 import sys
 
+from .gpus import claim_for_job
+
 
 def setup_logging(log_path: str | None) -> None:
     """Send this job's stdout, stderr and logging records to its Snakemake log file."""
@@ -19,8 +21,8 @@ def setup_logging(log_path: str | None) -> None:
 def end_job() -> None:
     """End a job's process now that its outputs are written: flush the log, skip teardown.
 
-    A process that imported torch and transformers spends about a second at exit tearing
-    its modules down (benchmarks/README.md#2-where-one-evaluation-jobs-time-goes), for nothing: every output is
+    A process that imported torch and transformers spends time at exit tearing its
+    modules down (not yet measured in `benchmarks/README.md`), for nothing: every output is
     already written atomically and closed. Called as the last line of the scripts of
     the rules with many jobs (tokenisation, evaluation); a job that fails raises before.
     """
@@ -40,10 +42,8 @@ def pick_device(gpus: int) -> str:
     oodcorr.gpus), so jobs running side by side never share a GPU.
     """
     if gpus and gpus > 0:
-        from .gpus import claim_for_job
-
         claim_for_job(int(gpus))
-        import torch
+        import torch  # torch stack: planning and the CLI never import it
 
         if torch.cuda.is_available():
             return "cuda"
@@ -62,39 +62,3 @@ def retry_sizes(batch_size: int, max_tokens: int, attempt: int) -> tuple[int, in
     return max(1, int(batch_size) // shrink), max(1, int(max_tokens) // shrink)
 
 
-SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
-
-
-def simulate_oom_from_env() -> None:
-    """TEST HOOK, off unless the environment variable ``OODCORR_TEST_SIMULATE_OOM_ABOVE`` is set.
-
-    ``N``: any forward pass over a batch of more than N rows raises torch.OutOfMemoryError,
-    as an oversized batch does on a GPU (the evaluator then halves its batch within the job).
-    ``kill:N``: such a forward pass SIGKILLs the process instead, as the operating system's
-    out-of-memory killer does; nothing in the job can catch that, so only Snakemake's retry
-    (which halves the batch per attempt) recovers. Either way the retry paths can be tested
-    on a CPU. Unset, nothing is installed and nothing is checked.
-    """
-    spec = os.environ.get(SIMULATE_OOM_ENV)
-    if not spec:
-        return
-    import signal
-
-    import torch
-
-    kill = spec.startswith("kill:")
-    limit = int(spec.removeprefix("kill:"))
-    log = logging.getLogger(__name__)
-
-    def hook(module, args):
-        # every model embeds its (batch, length) token ids first: one check per forward pass
-        if isinstance(module, torch.nn.Embedding) and args and getattr(args[0], "dim", lambda: 0)() == 2 \
-                and args[0].shape[0] > limit:
-            what = f"simulated by {SIMULATE_OOM_ENV}={spec}: a batch of {args[0].shape[0]} rows"
-            if kill:
-                log.warning("%s; the process is killed now", what)
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise torch.OutOfMemoryError(what)
-
-    torch.nn.modules.module.register_module_forward_pre_hook(hook)
-    log.warning("%s=%s: simulating out-of-memory failures (test hook)", SIMULATE_OOM_ENV, spec)

@@ -1,10 +1,11 @@
 """Readable config validation: every schema violation as one line naming its key.
 
 ``snakemake.utils.validate`` reports the first violation with the whole schema
-dumped around it, which buries the key. The Snakefile runs :func:`check_config`
-first; it lists every violation as ``file:line: key.path: what is wrong`` and
-raises :class:`~oodcorr.config.ConfigError`. Only a config that passes reaches
-Snakemake's own validation, which then fills in the schema defaults.
+dumped around it, which buries the key. :func:`oodcorr.plan.load` (the one entry
+point from a config to its plan) runs :func:`check_config` first; it lists every
+violation as ``file:line: key.path: what is wrong`` and raises
+:class:`~oodcorr.errors.ConfigError`. Only a config that passes reaches Snakemake's
+own validation (:func:`fill_defaults`), which then fills in the schema defaults.
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from .config import ConfigError, load_yaml
+from .config import load_yaml
+from .errors import ConfigError
 
 YAML_TYPES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
               "number": "a number", "boolean": "true or false", "null": "null"}
@@ -138,19 +140,19 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
     raise ConfigError("\n".join([head, *dict.fromkeys(lines)]))
 
 
-def load_config(configfile: str | Path, basedir: str | Path) -> dict:
-    """A config file as the Snakefile sees it: named after its file unless it says `experiment:`,
-    checked against the schema (readable errors first), schema defaults filled in.
-
-    For the commands that plan without Snakemake running (``oodcorr prefetch``, ``oodcorr budget``)."""
-    from snakemake.utils import validate
-
+def read_config(configfile: str | Path) -> dict:
+    """A config file's mapping as written: nothing checked, nothing filled in (that is
+    :func:`oodcorr.plan.load`, for the commands that plan without Snakemake running)."""
     configfile = Path(configfile)
     config = load_yaml(configfile)
     if not isinstance(config, dict):
         raise ConfigError(f"{configfile}: a config must be a mapping of keys to values")
-    config.setdefault("experiment", configfile.stem)
-    schema = Path(basedir) / "config" / "schema.yaml"
-    check_config(config, schema, sources=[configfile])
-    validate(config, str(schema), set_default=True)
     return config
+
+
+def fill_defaults(config: dict, schema_path: str | Path) -> None:
+    """The schema's defaults written into ``config`` in place, by Snakemake's validator
+    (``set_default``); run after :func:`check_config`, whose messages are the readable ones."""
+    from snakemake.utils import validate  # snakemake: only where a config is loaded, not for the job modules
+
+    validate(config, str(schema_path), set_default=True)

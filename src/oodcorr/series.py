@@ -8,7 +8,7 @@ run's intermediate revisions). Its runs have no finetune job: each checkpoint ge
 manifest, written by the light local rule ``series_checkpoint``, which the evaluation
 reads instead of a finetune's manifest.
 
-The manifest of a local checkpoint lists every file that loading reads (:func:`model_files`)
+The manifest of a local checkpoint lists every file that loading reads (:func:`oodcorr.config.model_files`)
 with its size and sha256, and the file's stat when it was hashed. The evaluation
 verifies the directory against it before loading (:func:`verify`): sizes always, and the
 sha256 of any file whose stat has changed since; a file that no longer matches stops the
@@ -23,34 +23,14 @@ of them changes.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
+from .config import check_local_weights, model_files
+from .errors import ConfigError
 from .io import sha256_file, sha256_json, write_json_atomic
 
 KIND = "series-checkpoint"
 X_UNITS = ("step", "tokens")
-# training state a Trainer saves beside the weights: never read when loading a model
-TRAINING_STATE = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|"
-                            r"training_args\.bin|pytorch_model_fsdp\.bin)$")
-PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
-
-
-def model_files(directory: str | Path, allow_pickle_weights: bool = False) -> list[Path]:
-    """The files of a checkpoint directory that loading the model and its tokenizer reads: its
-    top-level files, without a Trainer's training state, hidden files, and (unless opted in)
-    pickle weights, which are never loaded."""
-    d = Path(directory)
-    out = []
-    for f in sorted(d.iterdir()):
-        if not f.is_file() or f.name.startswith(".") or TRAINING_STATE.match(f.name):
-            continue
-        if f.suffix in PICKLE_SUFFIXES and not allow_pickle_weights:
-            continue
-        out.append(f)
-    return out
-
-
 def _stat(f: Path) -> list[int]:
     st = f.stat()
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
@@ -62,9 +42,6 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
     A local directory is checked first as any local model is (a model directory, safetensors
     weights unless ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a
     LoRA adapter is refused, as a series has no base model), then hashed."""
-    from .config import ConfigError
-    from .models import _check_local_weights
-
     doc = {"kind": KIND, "model": model, "step": int(x), "x_unit": x_unit}
     if checkpoint.get("path"):
         d = Path(checkpoint["path"])
@@ -74,7 +51,7 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
         if (d / "adapter_config.json").exists():
             raise ConfigError(f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
                               "(merge the adapter into its base model and save that)")
-        _check_local_weights(str(d), dict(entry, name=model))
+        check_local_weights(str(d), dict(entry, name=model))
         files = {}
         for f in model_files(d, bool(entry.get("allow_pickle_weights"))):
             files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": _stat(f)}

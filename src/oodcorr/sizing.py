@@ -35,7 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ConfigError
+from .config import package_dir
+from .errors import ConfigError
+from .hub import weight_shapes
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 4}
@@ -66,8 +68,6 @@ def model_size(spec, lock=None) -> ModelSize:
         return ModelSize(int(e["parameters"]), f"the lock file {lock.path}", e.get("linear"))
     folder = _local_folder(entry)
     if folder is not None and any(folder.glob("*.safetensors")):
-        from .hub import weight_shapes
-
         params, linear = weight_shapes(folder)
         return ModelSize(params, f"the safetensors headers in {folder}", linear)
     if spec.params_b:
@@ -84,8 +84,6 @@ def _local_folder(entry: dict) -> Path | None:
         p = Path(entry["path"])
         return p if p.is_dir() else None
     if entry.get("package"):
-        from .models import package_dir
-
         try:
             return package_dir(entry)
         except ConfigError:
@@ -210,12 +208,3 @@ def checkpoint_bytes(spec, size: ModelSize) -> tuple[int | None, str]:
         return None, f"full weights, size unknown ({size.source})"
     b = DTYPE_BYTES.get(spec.entry.get("dtype", "float32"), 4)
     return size.parameters * b, f"full weights: {size.parameters / 1e9:.3f} B parameters x {b} bytes"
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= f:
-            return f"{n / f:.1f} {unit}"
-    return f"{int(n)} B"

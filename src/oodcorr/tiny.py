@@ -23,8 +23,9 @@ def train_tokenizer(lines: list[str], vocab_size: int, out_dir: Path):
 
     It prepends BOS to every encoded text, as OPT's does; it appends nothing.
     """
+    # tokenizers: only when the tiny model is built
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # torch stack: planning and the CLI never import it
 
     tok = Tokenizer(models.BPE(unk_token=SPECIALS["unk_token"]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -42,8 +43,8 @@ def train_tokenizer(lines: list[str], vocab_size: int, out_dir: Path):
 
 def build_model(spec: dict, tokenizer, seed: int):
     """A freshly initialised causal LM from ``spec = {"model_type": ..., "config": {...}}``."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import torch  # torch stack: planning and the CLI never import it
+    from transformers import AutoConfig, AutoModelForCausalLM  # torch stack: planning and the CLI never import it
 
     torch.manual_seed(seed)
     kwargs = dict(spec.get("config") or {})
@@ -56,9 +57,9 @@ def build_model(spec: dict, tokenizer, seed: int):
 def pretrain(model, tokenizer, lines: list[str], steps: int, batch_size: int, lr: float, seed: int,
              max_length: int = 64) -> list[float]:
     """Plain causal-LM pretraining on ``lines``; returns the loss every step."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
-    from .prompting import pad_batch
+    from .prompting import pad_batch  # prompting imports torch: kept out of planning
 
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -89,7 +90,7 @@ def pretrain(model, tokenizer, lines: list[str], steps: int, batch_size: int, lr
 
 def build_pretrained(name: str, spec: dict, corpus: list[str], out_dir: Path, seed: int) -> dict:
     """Tokenizer + model + pretraining, saved with ``save_pretrained`` (safetensors)."""
-    import torch
+    import torch  # torch stack: planning and the CLI never import it
 
     t0 = time.time()
     out_dir = Path(out_dir)

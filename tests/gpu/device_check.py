@@ -65,7 +65,7 @@ def check_fsdp(out: Path) -> dict:
     from helpers import LABELS, PROMPT, TINY_CONFIGS
     from oodcorr import synthetic
     from oodcorr.distributed import run_distributed
-    from oodcorr.finetune import verify_checkpoint
+    from oodcorr.checkpoints import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
     from oodcorr.models import load_checkpoint
     from oodcorr.tiny import build_model, train_tokenizer

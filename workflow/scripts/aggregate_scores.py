@@ -1,8 +1,8 @@
 """Rule aggregate_scores: every evaluation's record -> results/<experiment>/.staging/scores.{parquet,csv}."""
 import sys
 
-from oodcorr.aggregate import ResultError, collect, write_scores
-from oodcorr.io import DataError
+from oodcorr.aggregate import collect, write_scores
+from oodcorr.errors import DataError, ResultError
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821

@@ -6,13 +6,12 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
-from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging, simulate_oom_from_env
+from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-simulate_oom_from_env()  # a test hook; does nothing unless its environment variable is set
 # batch sizes change speed, not results: read from the config so changing them reruns nothing;
 # each retry (after an out-of-memory failure, say) halves them
 ev = sm.config["evaluation"]
@@ -36,4 +35,4 @@ except (EvaluationRefused, ConfigError) as e:
     sys.exit(f"oodcorr: {e}")
 print({"testset": result["testset"], "accuracy": [r["accuracy"] for r in result["checkpoints"]],
        "timing_s": result["timing_s"]})
-end_job()  # skip the interpreter's teardown: about a second per job
+end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)

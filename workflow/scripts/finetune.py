@@ -1,8 +1,8 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
 import sys
 
-from oodcorr.config import ConfigError
 from oodcorr.distributed import run_distributed
+from oodcorr.errors import ConfigError
 from oodcorr.finetune import NonFiniteLoss, finetune
 from oodcorr.locks import FolderInUse
 from oodcorr.runtime import pick_device, setup_logging

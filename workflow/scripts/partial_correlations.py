@@ -3,11 +3,10 @@ import logging
 import sys
 from pathlib import Path
 
-from oodcorr.aggregate import ResultError, read_scores
+from oodcorr.aggregate import read_scores
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.tables import examples_from_predictions, from_scores
-from oodcorr.cli import summarise, write_tables
-from oodcorr.io import DataError
+from oodcorr.analysis.tables import examples_from_predictions, from_scores, summarise, write_tables
+from oodcorr.errors import DataError, ResultError
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821

@@ -4,10 +4,11 @@ import sys
 import pandas as pd
 
 from oodcorr import plots
-from oodcorr.aggregate import ResultError, read_scores
+from oodcorr.aggregate import read_scores
 from oodcorr.analysis import Options
 from oodcorr.analysis.tables import from_scores
 from oodcorr.config import analysis_options
+from oodcorr.errors import ResultError
 from oodcorr.runtime import setup_logging
 
 sm = snakemake  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
 import sys
 
-from oodcorr.config import ConfigError
+from oodcorr.errors import ConfigError
 from oodcorr.evaluate import tokenize_testset
 from oodcorr.runtime import end_job, setup_logging
 
@@ -16,4 +16,4 @@ try:
 except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)
-end_job()  # skip the interpreter's teardown: about a second per job
+end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)

@@ -51,6 +51,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from .correlate import corr
+from .resample import auto_block_length, block_permutation_p, bootstrap_ci
+
 PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
 _GRID = np.linspace(0.0, PHI_MAX, 100)
 
@@ -232,9 +235,6 @@ def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inferenc
     ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``
     (the caller computes them for many cells at once with :func:`modified_tests`).
     """
-    from .correlate import corr
-    from .resample import auto_block_length, block_permutation_p, bootstrap_ci
-
     rx, ry = rp["rx"], rp["ry"]
     r = corr(rx, ry, method)
     out = {"r": r, "p_perm": math.nan, "block_length": math.nan}

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..io import DataError, format_suffix, read_bytes, read_text
+from ..errors import DataError
+from ..io import atomic_path, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +311,31 @@ def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: s
                          "example": df[example], "correct": corr.astype(float)}).reset_index(drop=True)
 
 
-def finite_scores(long: pd.DataFrame) -> pd.DataFrame:
-    """Rows with a missing score dropped (a missing value is treated as 'not evaluated')."""
-    return long[np.isfinite(long["score"].astype(float))]
+# ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----
+def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
+    """The analysis' two tables, ``partial_correlations.csv`` and ``agreement.csv``, each written atomically."""
+    for df, name in ((pc, "partial_correlations.csv"), (agree, "agreement.csv")):
+        with atomic_path(out / name) as tmp:
+            df.to_csv(tmp, index=False)
+
+
+def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
+    """Log the headline numbers: finite, significant and unresolved cells, checks, verdicts."""
+    pooled = pc[pc["run"] == "pooled"]
+    for (m, r), g in pooled.groupby(["method", "residualiser"]):
+        conc = g["conclusion"].value_counts()
+        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
+                    "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
+                    "without step 0 %d", m, r, len(g), int(g["r"].notna().sum()), opts.correction, opts.alpha,
+                    int(g["significant"].sum()), conc.get("positive", 0), conc.get("negative", 0),
+                    conc.get("near zero", 0), conc.get("unresolved", 0), int((g["curvature"] == True).sum()),  # noqa: E712
+                    int((g["step0_changes"] == True).sum()))  # noqa: E712
+    runs = pc[pc["run"] != "pooled"]
+    low = runs["note"].astype(str).str.startswith("effective sample size")
+    if low.any():
+        logger.info("%d of %d run cells have too little effective information (n_eff < %g): see their note",
+                    int(low.sum()), len(runs), opts.min_n_eff)
+    if not agree.empty:
+        counts = agree.groupby(["method", "residualiser", "verdict"]).size()
+        for (m, r, v), k in counts.items():
+            logger.info("agreement %s/%s: %s %d", m, r, v, k)

@@ -1,0 +1,23 @@
+"""The errors a user sees, in one place (the lowest layer: every module may raise them).
+
+Each message names the key, file or line and what to do. Errors that belong to one job
+(``EvaluationRefused``, ``NonFiniteLoss``, ``FolderInUse``, ``LockMismatch``...) stay beside it.
+"""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names the offending key."""
+
+
+class DataError(ValueError):
+    """Bad input data; the message names the file and, where there is one, the line."""
+
+
+class ResultError(ValueError):
+    """An evaluation result the aggregation cannot use; the message names the file and the way out."""
+
+
+class StaleResult(RuntimeError):
+    """A result on disk that no longer matches what it lists or was made from, which Snakemake
+    would not rebuild by itself; the message names it and the command that rebuilds it."""
