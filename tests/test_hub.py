@@ -92,6 +92,19 @@ class FakeHub:
         return Rows(e["rows"])
 
 
+@pytest.fixture(autouse=True)
+def _hub_environment_restored():
+    """use_lock sets the lock and offline variables in this process: every test here leaves them
+    as it found them (monkeypatch.delenv of an unset variable would not undo a later set)."""
+    saved = {k: os.environ.get(k) for k in (hub.LOCK_ENV, *hub.OFFLINE_ENV)}
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 def fake_hub(monkeypatch, tmp_path, tiny_models):
     import datasets
@@ -100,7 +113,7 @@ def fake_hub(monkeypatch, tmp_path, tiny_models):
     for k in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_DATASETS_CACHE", "XDG_CACHE_HOME"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    for k in (hub.LOCK_ENV, *hub.OFFLINE_ENV):  # use_lock sets them: restored after the test
+    for k in (hub.LOCK_ENV, *hub.OFFLINE_ENV):  # unset for the test; _hub_environment_restored puts them back
         monkeypatch.delenv(k, raising=False)
     fake = FakeHub()
     remote = {p.name: p for p in sorted(tiny_models["opt"].iterdir()) if p.is_file()}
