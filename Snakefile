@@ -55,6 +55,7 @@ ENV = "../../envs/oodcorr.yaml"
 # a model, dataset or testset name as the config checks it (oodcorr.config.NAME_RE), unanchored
 NAME = NAME_RE.pattern.removeprefix("^").removesuffix("$")
 
+
 wildcard_constraints:
     model=NAME,
     indomain=NAME,

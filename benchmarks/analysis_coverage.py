@@ -39,6 +39,7 @@ simulated runs.
 Prints Markdown tables (quoted in
 benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values) and writes every number to --out.
 """
+
 import argparse
 import json
 import math
@@ -99,8 +100,8 @@ def _yule_walker(v, order):
     if order == 0 or g[0] <= 0:
         return np.zeros(0), g[0]
     T = np.array([[g[abs(i - j)] for j in range(order)] for i in range(order)])
-    a = np.linalg.solve(T, g[1:order + 1])
-    return a, g[0] - a @ g[1:order + 1]
+    a = np.linalg.solve(T, g[1 : order + 1])
+    return a, g[0] - a @ g[1 : order + 1]
 
 
 def _ar_fit(v):
@@ -167,14 +168,26 @@ def per_run(args) -> list[dict]:
     for n in args.n:
         for phi in args.phi:
             t0 = time.time()
-            cells = {rho: calibrate(n, phi, rho, args.reps, shipped, extra=extra, seed=args.seed)
-                     for rho in (0.0, 0.3, 0.6)}
+            cells = {
+                rho: calibrate(n, phi, rho, args.reps, shipped, extra=extra, seed=args.seed) for rho in (0.0, 0.3, 0.6)
+            }
             for name in shipped + list(extra):
-                out.append({"n": n, "phi": phi, "procedure": name, "size": cells[0.0][name]["reject"],
-                            "coverage_0.3": cells[0.3][name]["coverage"], "coverage_0.6": cells[0.6][name]["coverage"],
-                            "power_0.3": cells[0.3][name]["reject"], "power_0.6": cells[0.6][name]["reject"],
-                            "median_width_0.3": cells[0.3][name]["width"], "median_n_eff": cells[0.0][name]["n_eff"],
-                            "low_info": cells[0.0][name]["low_info"], "reps": args.reps})
+                out.append(
+                    {
+                        "n": n,
+                        "phi": phi,
+                        "procedure": name,
+                        "size": cells[0.0][name]["reject"],
+                        "coverage_0.3": cells[0.3][name]["coverage"],
+                        "coverage_0.6": cells[0.6][name]["coverage"],
+                        "power_0.3": cells[0.3][name]["reject"],
+                        "power_0.6": cells[0.6][name]["reject"],
+                        "median_width_0.3": cells[0.3][name]["width"],
+                        "median_n_eff": cells[0.0][name]["n_eff"],
+                        "low_info": cells[0.0][name]["low_info"],
+                        "reps": args.reps,
+                    }
+                )
             print(f"  per-run n={n} phi={phi}: {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     return out
 
@@ -192,15 +205,25 @@ def robustness(args) -> list[dict]:
     for phi in (0.0, 0.5, 0.8):
         c0 = calibrate(21, phi, 0.0, gam_reps, residualiser="gam", seed=args.seed)["modified-t"]
         c6 = calibrate(21, phi, 0.6, gam_reps, residualiser="gam", seed=args.seed)["modified-t"]
-        out.append({"case": "gam residualiser", "n": 21, "phi": phi, "size": c0["reject"],
-                    "coverage_0.6": c6["coverage"], "power_0.6": c6["reject"], "reps": gam_reps})
+        out.append(
+            {
+                "case": "gam residualiser",
+                "n": 21,
+                "phi": phi,
+                "size": c0["reject"],
+                "coverage_0.6": c6["coverage"],
+                "power_0.6": c6["reject"],
+                "reps": gam_reps,
+            }
+        )
         print(f"  robustness gam phi={phi} done", file=sys.stderr, flush=True)
     for method in ("spearman", "kendall"):
         for phi in (0.0, 0.5, 0.8):
             c0 = calibrate(21, phi, 0.0, reps, method=method, seed=args.seed)["modified-t"]
             c6 = calibrate(21, phi, 0.6, reps, method=method, seed=args.seed)["modified-t"]
-            out.append({"case": method, "n": 21, "phi": phi, "size": c0["reject"], "power_0.6": c6["reject"],
-                        "reps": reps})
+            out.append(
+                {"case": method, "n": 21, "phi": phi, "size": c0["reject"], "power_0.6": c6["reject"], "reps": reps}
+            )
     return out
 
 
@@ -229,8 +252,17 @@ def pooling(args) -> list[dict]:
                     acc["t-test across runs"][0] += stats.ttest_1samp(zs, 0).pvalue < 0.05
                     acc["t-test across runs"][1] += zs.mean() - half <= mu <= zs.mean() + half
                 for name, (rej, cov) in acc.items():
-                    out.append({"k": k, "tau": tau, "rbar": rbar, "procedure": name, "reject": rej / args.reps,
-                                "coverage": cov / args.reps, "reps": args.reps})
+                    out.append(
+                        {
+                            "k": k,
+                            "tau": tau,
+                            "rbar": rbar,
+                            "procedure": name,
+                            "reject": rej / args.reps,
+                            "coverage": cov / args.reps,
+                            "reps": args.reps,
+                        }
+                    )
             print(f"  pooling k={k} tau={tau} done", file=sys.stderr, flush=True)
     return out
 
@@ -246,46 +278,79 @@ def markdown(res: dict) -> str:
     lines = []
     rows = [r for r in res["per_run"] if r["procedure"] == "modified-t"]
     if rows:
-        lines += ["Default (`modified-t`), 95 % intervals, tests at 5 %:", "",
-                  "| n | φ | size | coverage ρ=0.3 | coverage ρ=0.6 | power ρ=0.3 | power ρ=0.6 "
-                  "| median n_eff (ρ=0) | n_eff < 5 |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "Default (`modified-t`), 95 % intervals, tests at 5 %:",
+            "",
+            "| n | φ | size | coverage ρ=0.3 | coverage ρ=0.6 | power ρ=0.3 | power ρ=0.6 "
+            "| median n_eff (ρ=0) | n_eff < 5 |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in rows:
-            lines.append(f"| {r['n']} | {r['phi']} | {_f(r['size'])} | {_f(r['coverage_0.3'])} | "
-                         f"{_f(r['coverage_0.6'])} | {_f(r['power_0.3'])} | {_f(r['power_0.6'])} | "
-                         f"{r['median_n_eff']:.1f} | {_f(r['low_info'])} |")
+            lines.append(
+                f"| {r['n']} | {r['phi']} | {_f(r['size'])} | {_f(r['coverage_0.3'])} | "
+                f"{_f(r['coverage_0.6'])} | {_f(r['power_0.3'])} | {_f(r['power_0.6'])} | "
+                f"{r['median_n_eff']:.1f} | {_f(r['low_info'])} |"
+            )
         lines.append("")
     procs = list(dict.fromkeys(r["procedure"] for r in res["per_run"]))
     if procs:
-        lines += ["All procedures: size / coverage at ρ = 0.6 / power at ρ = 0.6:", "",
-                  "| n | φ | " + " | ".join(procs) + " |", "| --- | --- | " + " | ".join("---" for _ in procs) + " |"]
+        lines += [
+            "All procedures: size / coverage at ρ = 0.6 / power at ρ = 0.6:",
+            "",
+            "| n | φ | " + " | ".join(procs) + " |",
+            "| --- | --- | " + " | ".join("---" for _ in procs) + " |",
+        ]
         cells = {}
         for r in res["per_run"]:
             cells.setdefault((r["n"], r["phi"]), {})[r["procedure"]] = r
         for (n, phi), d in cells.items():
-            lines.append(f"| {n} | {phi} | " + " | ".join(
-                f"{_f(d[p]['size'])} / {_f(d[p]['coverage_0.6'])} / {_f(d[p]['power_0.6'])}" for p in procs) + " |")
+            lines.append(
+                f"| {n} | {phi} | "
+                + " | ".join(
+                    f"{_f(d[p]['size'])} / {_f(d[p]['coverage_0.6'])} / {_f(d[p]['power_0.6'])}" for p in procs
+                )
+                + " |"
+            )
         lines.append("")
     if res.get("robustness"):
-        lines += ["Robustness of the default:", "", "| case | n | φ | size | coverage ρ=0.6 | power ρ=0.6 | runs |",
-                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "Robustness of the default:",
+            "",
+            "| case | n | φ | size | coverage ρ=0.6 | power ρ=0.6 | runs |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for r in res["robustness"]:
-            lines.append(f"| {r['case']} | {r['n']} | {r.get('phi', '–')} | {_f(r['size'])} | "
-                         f"{_f(r.get('coverage_0.6'))} | {_f(r.get('power_0.6'))} | {r['reps']} |")
+            lines.append(
+                f"| {r['case']} | {r['n']} | {r.get('phi', '–')} | {_f(r['size'])} | "
+                f"{_f(r.get('coverage_0.6'))} | {_f(r.get('power_0.6'))} | {r['reps']} |"
+            )
         lines.append("")
     if res.get("pooling"):
-        lines += ["Pooling k runs (n = 21, φ = 0.5; between-run sd τ of Fisher z): rejection rate / coverage of the "
-                  "mean correlation:", "", "| k | τ | shipped, ρ̄=0 | shipped, ρ̄=0.3 | t-test across runs, ρ̄=0 "
-                  "| t-test across runs, ρ̄=0.3 |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "Pooling k runs (n = 21, φ = 0.5; between-run sd τ of Fisher z): rejection rate / coverage of the "
+            "mean correlation:",
+            "",
+            "| k | τ | shipped, ρ̄=0 | shipped, ρ̄=0.3 | t-test across runs, ρ̄=0 | t-test across runs, ρ̄=0.3 |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         cells = {}
         for r in res["pooling"]:
             cells.setdefault((r["k"], r["tau"]), {})[(r["procedure"], r["rbar"])] = r
         for (k, tau), d in cells.items():
-            lines.append(f"| {k} | {tau} | " + " | ".join(
-                f"{_f(d[(p, rb)]['reject'])} / {_f(d[(p, rb)]['coverage'])}"
-                for p in ("shipped", "t-test across runs") for rb in (0.0, 0.3)) + " |")
+            lines.append(
+                f"| {k} | {tau} | "
+                + " | ".join(
+                    f"{_f(d[(p, rb)]['reject'])} / {_f(d[(p, rb)]['coverage'])}"
+                    for p in ("shipped", "t-test across runs")
+                    for rb in (0.0, 0.3)
+                )
+                + " |"
+            )
         lines.append("")
-    lines.append(f"{res['reps']} simulated runs per cell (GAM rows: fewer, see the runs column), seed {res['seed']}, "
-                 f"{res['seconds']:.0f} s, {res['date']}.")
+    lines.append(
+        f"{res['reps']} simulated runs per cell (GAM rows: fewer, see the runs column), seed {res['seed']}, "
+        f"{res['seconds']:.0f} s, {res['date']}."
+    )
     return "\n".join(lines)
 
 
@@ -294,16 +359,27 @@ def main():
     ap.add_argument("--reps", type=int, default=2000)
     ap.add_argument("--n", type=int, nargs="+", default=[9, 21, 41])
     ap.add_argument("--phi", type=float, nargs="+", default=[0.0, 0.5, 0.8, 0.95])
-    ap.add_argument("--candidates", nargs="+", default=list(SHIPPED) + list(EXTRA),
-                    choices=list(SHIPPED) + list(EXTRA))
-    ap.add_argument("--sections", nargs="+", default=["per-run", "robustness", "pooling"],
-                    choices=["per-run", "robustness", "pooling"])
+    ap.add_argument("--candidates", nargs="+", default=list(SHIPPED) + list(EXTRA), choices=list(SHIPPED) + list(EXTRA))
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        default=["per-run", "robustness", "pooling"],
+        choices=["per-run", "robustness", "pooling"],
+    )
     ap.add_argument("--seed", type=int, default=2026)
     ap.add_argument("--out", help="write every number as JSON here")
     args = ap.parse_args()
     t0 = time.time()
-    res = {"reps": args.reps, "seed": args.seed, "date": date.today().isoformat(), "python": platform.python_version(),
-           "command": " ".join(sys.argv), "per_run": [], "robustness": [], "pooling": []}
+    res = {
+        "reps": args.reps,
+        "seed": args.seed,
+        "date": date.today().isoformat(),
+        "python": platform.python_version(),
+        "command": " ".join(sys.argv),
+        "per_run": [],
+        "robustness": [],
+        "pooling": [],
+    }
     if "per-run" in args.sections:
         res["per_run"] = per_run(args)
     if "robustness" in args.sections:

@@ -10,6 +10,7 @@ default options, ``--reps`` times, with plots and with ``--no-plots``.
 
 Target (issue 13): at most 15 s and 1 GiB with plots on the 2-core machine.
 """
+
 import argparse
 import json
 import platform
@@ -31,8 +32,9 @@ def wide_table(path: Path, n_ood: int, n_steps: int, seed: int = 0) -> None:
     latent = np.cumsum(rng.normal(size=(n_steps, 6)), axis=0) * 0.01
     cols = {"step": t * 100, "in-domain": z}
     for j in range(n_ood):
-        cols[f"ood_{j:03d}"] = (0.4 + 0.3 * rng.uniform() * z + 0.5 * latent @ rng.normal(size=6)
-                                + 0.01 * rng.normal(size=n_steps))
+        cols[f"ood_{j:03d}"] = (
+            0.4 + 0.3 * rng.uniform() * z + 0.5 * latent @ rng.normal(size=6) + 0.01 * rng.normal(size=n_steps)
+        )
     pd.DataFrame(cols).to_csv(path, index=False)
 
 
@@ -45,8 +47,7 @@ def timed(cmd: list[str]) -> dict:
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", res.stderr).group(1))
     user = float(re.search(r"User time \(seconds\): ([\d.]+)", res.stderr).group(1))
     system = float(re.search(r"System time \(seconds\): ([\d.]+)", res.stderr).group(1))
-    return {"wall_s": int(h or 0) * 3600 + int(m) * 60 + float(s), "max_rss_gib": rss / 2**20,
-            "cpu_s": user + system}
+    return {"wall_s": int(h or 0) * 3600 + int(m) * 60 + float(s), "max_rss_gib": rss / 2**20, "cpu_s": user + system}
 
 
 def main():
@@ -57,8 +58,14 @@ def main():
     ap.add_argument("--out", help="write the measurements as JSON here")
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("oodcorr"))
-    res = {"date": date.today().isoformat(), "python": platform.python_version(), "n_ood": args.n_ood,
-           "n_steps": args.n_steps, "pairs": args.n_ood * (args.n_ood - 1) // 2, "runs": []}
+    res = {
+        "date": date.today().isoformat(),
+        "python": platform.python_version(),
+        "n_ood": args.n_ood,
+        "n_steps": args.n_steps,
+        "pairs": args.n_ood * (args.n_ood - 1) // 2,
+        "runs": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         table = Path(tmp) / "wide.csv"
         wide_table(table, args.n_ood, args.n_steps)
@@ -76,12 +83,17 @@ def main():
                         got["heatmap_pixels"] = list(im.size)
                     got["heatmap_bytes"] = png.stat().st_size
                 res["runs"].append(got)
-                print(f"{label:12s} rep {rep}: {got['wall_s']:.1f} s wall, {got['cpu_s']:.1f} s CPU, "
-                      f"{got['max_rss_gib']:.2f} GiB", flush=True)
+                print(
+                    f"{label:12s} rep {rep}: {got['wall_s']:.1f} s wall, {got['cpu_s']:.1f} s CPU, "
+                    f"{got['max_rss_gib']:.2f} GiB",
+                    flush=True,
+                )
     for label in ("with plots", "tables only"):
         rows = [r for r in res["runs"] if r["what"] == label]
-        print(f"{label}: wall {min(r['wall_s'] for r in rows):.1f}-{max(r['wall_s'] for r in rows):.1f} s, "
-              f"peak {max(r['max_rss_gib'] for r in rows):.2f} GiB over {len(rows)} runs")
+        print(
+            f"{label}: wall {min(r['wall_s'] for r in rows):.1f}-{max(r['wall_s'] for r in rows):.1f} s, "
+            f"peak {max(r['max_rss_gib'] for r in rows):.2f} GiB over {len(rows)} runs"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1) + "\n")
 

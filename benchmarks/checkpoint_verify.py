@@ -12,6 +12,7 @@ and cached beside it, keyed by its stat. This measures, on a fake checkpoint of
 
     .venv/bin/python benchmarks/checkpoint_verify.py --mib 1024 --reps 3 --out benchmarks/latest/checkpoint_verify.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,11 +49,17 @@ def main() -> None:
             t3 = time.perf_counter()
             assert verify_checkpoint(ckpt, full=True)[0]
             t4 = time.perf_counter()
-            reps.append({"manifest_s": round(t1 - t0, 3), "uncached_s": round(t3 - t2, 3),
-                         "cached_s": round(t4 - t3, 5)})
+            reps.append(
+                {"manifest_s": round(t1 - t0, 3), "uncached_s": round(t3 - t2, 3), "cached_s": round(t4 - t3, 5)}
+            )
             print(reps[-1], flush=True)
-    result = {"mib": args.mib, "reps": reps, "machine": platform.processor() or platform.machine(),
-              "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    result = {
+        "mib": args.mib,
+        "reps": reps,
+        "machine": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 

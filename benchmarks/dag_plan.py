@@ -15,6 +15,7 @@ the config in that unit.
 /dev/null) instead of `--quiet rules`; --profile FILE writes a cProfile of one
 planning run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,17 +53,29 @@ def job_counts(text: str) -> dict[str, int]:
 
 
 def plan_once(args, workdir: str) -> dict:
-    cmd = [args.snakemake, "-n", "--snakefile", str(REPO / "Snakefile"), "--directory", workdir,
-           "--configfile", str(Path(args.configfile).resolve())]
+    cmd = [
+        args.snakemake,
+        "-n",
+        "--snakefile",
+        str(REPO / "Snakefile"),
+        "--directory",
+        workdir,
+        "--configfile",
+        str(Path(args.configfile).resolve()),
+    ]
     if args.profile:
         cmd = [sys.executable, "-m", "cProfile", "-o", args.profile] + cmd
     cmd_counts = cmd + ["--quiet", "rules"]
     timed = cmd if args.print_jobs else cmd_counts
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         t0 = time.perf_counter()
-        out = subprocess.run(["/usr/bin/time", "-v", "-o", tf.name] + timed, cwd=REPO, text=True,
-                             stdout=subprocess.DEVNULL if args.print_jobs else subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
+        out = subprocess.run(
+            ["/usr/bin/time", "-v", "-o", tf.name] + timed,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.DEVNULL if args.print_jobs else subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         wall = time.perf_counter() - t0
         rusage = tf.read()
     if out.returncode:
@@ -73,7 +86,12 @@ def plan_once(args, workdir: str) -> dict:
         text = subprocess.run(cmd_counts, cwd=REPO, text=True, capture_output=True, check=True).stdout
     else:
         text = out.stdout
-    return {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_gib": round(rss_kb / 2**20, 3), "jobs": job_counts(text)}
+    return {
+        "wall_s": round(wall, 2),
+        "cpu_s": round(cpu, 2),
+        "peak_rss_gib": round(rss_kb / 2**20, 3),
+        "jobs": job_counts(text),
+    }
 
 
 def count_evaluations(configfile: str) -> int:
@@ -112,14 +130,25 @@ def main(argv=None) -> dict:
         with tempfile.TemporaryDirectory(prefix="oodcorr-dag-") as wd:
             r = plan_once(args, wd)
         runs.append(r)
-        print(f"{r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU, {r['peak_rss_gib']:.2f} GiB peak RSS, "
-              f"{sum(n for k, n in r['jobs'].items() if k.startswith('evaluate'))} evaluation jobs making "
-              f"{evaluations} checkpoint x testset evaluations, {r['jobs']['total']} jobs in all", flush=True)
-    summary = {"configfile": args.configfile, "unit": args.unit, "print_jobs": args.print_jobs, "cpus": os.cpu_count(),
-               "date": time.strftime("%Y-%m-%d %H:%M"), "jobs": runs[-1]["jobs"], "evaluations": evaluations,
-               "wall_s": [r["wall_s"] for r in runs], "cpu_s": [r["cpu_s"] for r in runs],
-               "peak_rss_gib": [r["peak_rss_gib"] for r in runs],
-               "wall_s_median": statistics.median(r["wall_s"] for r in runs)}
+        print(
+            f"{r['wall_s']:7.1f} s wall, {r['cpu_s']:7.1f} s CPU, {r['peak_rss_gib']:.2f} GiB peak RSS, "
+            f"{sum(n for k, n in r['jobs'].items() if k.startswith('evaluate'))} evaluation jobs making "
+            f"{evaluations} checkpoint x testset evaluations, {r['jobs']['total']} jobs in all",
+            flush=True,
+        )
+    summary = {
+        "configfile": args.configfile,
+        "unit": args.unit,
+        "print_jobs": args.print_jobs,
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "jobs": runs[-1]["jobs"],
+        "evaluations": evaluations,
+        "wall_s": [r["wall_s"] for r in runs],
+        "cpu_s": [r["cpu_s"] for r in runs],
+        "peak_rss_gib": [r["peak_rss_gib"] for r in runs],
+        "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+    }
     print(json.dumps(summary))
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

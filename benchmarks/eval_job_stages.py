@@ -9,6 +9,7 @@ checkpoint x testset records of one finished experiment:
 
 Nothing is run: it reads what `make run` (or any experiment) left behind.
 """
+
 import argparse
 import json
 import statistics
@@ -19,8 +20,12 @@ from oodcorr.evaluate import read_result
 
 
 def spread(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "max": round(max(values), 3), "n": len(values)}
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "n": len(values),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,14 +48,24 @@ def main(argv: list[str] | None = None) -> int:
         for stage, s in (rec.get("timing_s") or {}).items():
             per_record.setdefault(stage, []).append(float(s))
         loads[rec.get("load", "?")] = loads.get(rec.get("load", "?"), 0) + 1
-    per_job = {stage: spread([float(j[stage]) for j in jobs.values() if j.get(stage) is not None])
-               for stage in ("startup", "imports", "cache") if any(j.get(stage) is not None for j in jobs.values())}
-    summary = {"experiment": args.experiment, "records": len(files), "jobs": len(jobs),
-               "per_job_s": per_job, "per_record_s": {k: spread(v) for k, v in per_record.items()},
-               "loads": loads}
+    per_job = {
+        stage: spread([float(j[stage]) for j in jobs.values() if j.get(stage) is not None])
+        for stage in ("startup", "imports", "cache")
+        if any(j.get(stage) is not None for j in jobs.values())
+    }
+    summary = {
+        "experiment": args.experiment,
+        "records": len(files),
+        "jobs": len(jobs),
+        "per_job_s": per_job,
+        "per_record_s": {k: spread(v) for k, v in per_record.items()},
+        "loads": loads,
+    }
     for scope in ("per_job_s", "per_record_s"):
         for stage, s in summary[scope].items():
-            print(f"{scope[:-2]:<11} {stage:<8} median {s['median']:7.3f} s  ({s['min']:.3f}-{s['max']:.3f}, n={s['n']})")
+            print(
+                f"{scope[:-2]:<11} {stage:<8} median {s['median']:7.3f} s  ({s['min']:.3f}-{s['max']:.3f}, n={s['n']})"
+            )
     print(f"{len(files)} records from {len(jobs)} jobs; model loads: {loads}")
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")

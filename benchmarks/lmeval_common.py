@@ -4,6 +4,7 @@ Used by ``evaluator_vs_lmeval.py`` (one model, scoring calls in one process) and
 ``lora_series_vs_lmeval.py`` (a LoRA run's checkpoints, whole processes). Nothing here
 imports torch or transformers at module level, so a script can import it cheaply.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -48,14 +49,23 @@ def corpus_files(corpus: str, exclude: Path | None = None) -> list[Path]:
     return [f for f in files if f.exists() and f.resolve() != skip]
 
 
-def build_model(workdir: Path, *, arch: str, tokenizer_vocab: int, model_vocab: int, max_length: int,
-                corpus: str = "rte-train", exclude: Path | None = None) -> Path:
+def build_model(
+    workdir: Path,
+    *,
+    arch: str,
+    tokenizer_vocab: int,
+    model_vocab: int,
+    max_length: int,
+    corpus: str = "rte-train",
+    exclude: Path | None = None,
+) -> Path:
     """A randomly initialised OPT built with oodcorr.tiny (seed 0), a byte-level BPE tokenizer trained
     here on the synthetic corpus and ``corpus``; the embedding / LM head resized to ``model_vocab``
     rows if the tokenizer has fewer. Cached in ``workdir`` under a name that says all of that."""
     from oodcorr import synthetic
     from oodcorr.io import read_jsonl
-    from oodcorr.tiny import build_model as tiny_build, train_tokenizer
+    from oodcorr.tiny import build_model as tiny_build
+    from oodcorr.tiny import train_tokenizer
 
     files = corpus_files(corpus, exclude)
     name = f"opt-{arch}-v{tokenizer_vocab}-m{model_vocab}-p{max_length}"
@@ -70,8 +80,13 @@ def build_model(workdir: Path, *, arch: str, tokenizer_vocab: int, model_vocab: 
     for f in files:  # real English for the BPE merges
         corpus_lines += [f"{r['premise']} {r['hypothesis']}" for r in read_jsonl(f)]
     tok = train_tokenizer(corpus_lines, tokenizer_vocab, d)
-    cfg = dict(ARCHS[arch], word_embed_proj_dim=ARCHS[arch]["hidden_size"],
-               max_position_embeddings=max_length + 8, dropout=0.0, attention_dropout=0.0)
+    cfg = dict(
+        ARCHS[arch],
+        word_embed_proj_dim=ARCHS[arch]["hidden_size"],
+        max_position_embeddings=max_length + 8,
+        dropout=0.0,
+        attention_dropout=0.0,
+    )
     model = tiny_build({"model_type": "opt", "config": cfg}, tok, seed=0)
     if model_vocab > len(tok):
         model.resize_token_embeddings(model_vocab, mean_resizing=False)
@@ -79,10 +94,12 @@ def build_model(workdir: Path, *, arch: str, tokenizer_vocab: int, model_vocab: 
     return d
 
 
-def load_records(data: str | Path, limit: int | None = None, synthetic_shift: str | None = None,
-                 n_synthetic: int = 600) -> tuple[str, list[dict]]:
+def load_records(
+    data: str | Path, limit: int | None = None, synthetic_shift: str | None = None, n_synthetic: int = 600
+) -> tuple[str, list[dict]]:
     """(testset name, records in the oodcorr format) via oodcorr.data.prepare, binary label mode."""
-    from oodcorr import data as oodcorr_data, synthetic
+    from oodcorr import data as oodcorr_data
+    from oodcorr import synthetic
 
     if synthetic_shift:
         name, recs = f"synthetic-{synthetic_shift}", synthetic.generate(synthetic_shift, n_synthetic, 0)

@@ -10,6 +10,7 @@
 
     .venv/bin/python benchmarks/metrics_cost.py --reps 5 --mib 1024 --out benchmarks/latest/metrics_cost.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,7 @@ def main() -> None:
                 correct = (gold == pred) | ((gold == 3) & (pred > 0))
             logits = rng.normal(size=(n, len(label_names))).astype(np.float32)
             times = _time(partial(metrics.compute, gold, pred, correct, logits, names, label_names, coarse), args.reps)
-            rows.append({"what": "metrics_s", "n": n, "kind": kind, "times": times,
-                         "median": statistics.median(times)})
+            rows.append({"what": "metrics_s", "n": n, "kind": kind, "times": times, "median": statistics.median(times)})
             print(f"metrics.compute  n={n:>6}  {kind:<24} median {statistics.median(times) * 1e3:8.2f} ms")
     with tempfile.TemporaryDirectory(prefix="oodcorr-series-") as tmp:
         d = Path(tmp) / "checkpoint-1000"
@@ -72,16 +72,17 @@ def main() -> None:
             for _ in range(args.mib):
                 fh.write(os.urandom(1 << 20))
         man = Path(tmp) / "step1000.json"
-        times = _time(lambda: write_manifest(man, model="m", x=1000, x_unit="step", checkpoint={"path": str(d)},
-                                             entry={}), args.reps)
+        times = _time(
+            lambda: write_manifest(man, model="m", x=1000, x_unit="step", checkpoint={"path": str(d)}, entry={}),
+            args.reps,
+        )
         rows.append({"what": "series_manifest_s", "mib": args.mib, "times": times, "median": statistics.median(times)})
         print(f"series manifest  {args.mib} MiB  median {statistics.median(times):.3f} s")
         doc = json.loads(man.read_text())
         times = _time(lambda: verify(doc), args.reps)
         rows.append({"what": "series_verify_s", "mib": args.mib, "times": times, "median": statistics.median(times)})
         print(f"series verify    {args.mib} MiB  median {statistics.median(times) * 1e3:.3f} ms (no file changed)")
-    info = {"machine": platform.platform(), "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(), "rows": rows}
+    info = {"machine": platform.platform(), "cpus": os.cpu_count(), "load_average": os.getloadavg(), "rows": rows}
     if args.out:
         Path(args.out).write_text(json.dumps(info, indent=2))
 

@@ -1,4 +1,5 @@
 """Fixtures and test-session settings only; names tests import live in tests/helpers.py."""
+
 from __future__ import annotations
 
 import os
@@ -13,11 +14,21 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 # deadline: other sessions share the CPU, and a slow example is not a failure.
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-settings.register_profile("quick", max_examples=60, deadline=None, derandomize=True, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("fuzz", max_examples=int(os.environ.get("OODCORR_FUZZ_EXAMPLES", "5000")),
-                          deadline=None, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+settings.register_profile(
+    "quick",
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "fuzz",
+    max_examples=int(os.environ.get("OODCORR_FUZZ_EXAMPLES", "5000")),
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 settings.load_profile("quick")
 
 from helpers import TINY_CONFIGS  # noqa: E402

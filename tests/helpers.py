@@ -4,6 +4,7 @@ conftest.py keeps only pytest's own business (fixtures, profiles, environment); 
 test module imports by name lives here, so a reader finds it and a script outside pytest
 (tests/gpu/device_check.py) can import it too.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,21 @@ SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 
 def smk(workdir, configfile, *args, timeout=900, env=None):
     """Run the real workflow (this checkout's Snakefile) in ``workdir`` with ``configfile``."""
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile),
-           "--cores", "2", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=None if env is None else {**os.environ, **env})
+    cmd = [
+        SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--cores",
+        "2",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout, env=None if env is None else {**os.environ, **env}
+    )
 
 
 LABELS = ["entailment", "non-entailment"]
@@ -36,12 +48,25 @@ def label_mode(name: str = "binary") -> dict:
 
 
 BINARY = label_mode("binary")
-PROMPT = {"template": "{premise} Question: {hypothesis} Yes or No?",
-          "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
+PROMPT = {
+    "template": "{premise} Question: {hypothesis} Yes or No?",
+    "verbalisers": {"entailment": " Yes", "non-entailment": " No"},
+}
 
 TINY_CONFIGS = {
-    "opt": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ffn_dim": 64,
-            "word_embed_proj_dim": 32, "max_position_embeddings": 128},
-    "olmo2": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 64,
-              "max_position_embeddings": 128},
+    "opt": {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "ffn_dim": 64,
+        "word_embed_proj_dim": 32,
+        "max_position_embeddings": 128,
+    },
+    "olmo2": {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "max_position_embeddings": 128,
+    },
 }

@@ -1,8 +1,8 @@
 """Aggregation: records checked against the data as prepared now; damaged tables named;
 results published as a set."""
+
 import json
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,24 +14,46 @@ from oodcorr.io import publish, write_json_atomic
 
 
 def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=0):
-    return {"model": "m", "in_domain": "d", "n_train": 8, "seed": 0, "run_id": "m/d/n8/seed0", "step": step,
-            "testset": testset, "role": "ood", "accuracy": 0.5, "n": 2, "n_correct": 1,
-            "fingerprint": fingerprint, "records_sha256": records_sha256, "checkpoint": "ck",
-            "predictions": str(path)}
+    return {
+        "model": "m",
+        "in_domain": "d",
+        "n_train": 8,
+        "seed": 0,
+        "run_id": "m/d/n8/seed0",
+        "step": step,
+        "testset": testset,
+        "role": "ood",
+        "accuracy": 0.5,
+        "n": 2,
+        "n_correct": 1,
+        "fingerprint": fingerprint,
+        "records_sha256": records_sha256,
+        "checkpoint": "ck",
+        "predictions": str(path),
+    }
 
 
 def _predictions(tmp_path, testset, **kw):
     path = tmp_path / f"{testset}{kw.get('step', 0)}.predictions.parquet"
-    _write_predictions(str(path), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"],
-                       _record(path, testset, **kw))
+    _write_predictions(
+        str(path),
+        [0, 1],
+        [0, 0],
+        [True, False],
+        torch.zeros(2, 2),
+        ["a", "b"],
+        ["a", "b"],
+        _record(path, testset, **kw),
+    )
     return str(path)
 
 
 def _prepared(tmp_path, testset, fingerprint="synthetic:a", records_sha256="r1"):
     (tmp_path / "data").mkdir(exist_ok=True)
-    write_json_atomic(tmp_path / f"data/{testset}.meta.json",
-                      {"name": testset, "source": "synthetic", "fingerprint": fingerprint,
-                       "records_sha256": records_sha256})
+    write_json_atomic(
+        tmp_path / f"data/{testset}.meta.json",
+        {"name": testset, "source": "synthetic", "fingerprint": fingerprint, "records_sha256": records_sha256},
+    )
     return {"records": str(tmp_path / "data/{dataset}.jsonl"), "meta": str(tmp_path / "data/{dataset}.meta.json")}
 
 
@@ -110,12 +132,14 @@ def test_publish_replaces_the_set_or_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "copyfile", failing)
     with pytest.raises(OSError):
         publish(pairs)
-    assert [p.read_text() for _, p in pairs] == [f"old {n}" for n in ("scores.csv", "analysis/a.csv",
-                                                                        "analysis/fig/m.png")]
+    assert [p.read_text() for _, p in pairs] == [
+        f"old {n}" for n in ("scores.csv", "analysis/a.csv", "analysis/fig/m.png")
+    ]
     assert not [f for f in root.rglob(".*.tmp")]  # no copies left behind
     monkeypatch.setattr(shutil, "copyfile", real)
     publish(pairs)
-    assert [p.read_text() for _, p in pairs] == [f"new {n}" for n in ("scores.csv", "analysis/a.csv",
-                                                                        "analysis/fig/m.png")]
+    assert [p.read_text() for _, p in pairs] == [
+        f"new {n}" for n in ("scores.csv", "analysis/a.csv", "analysis/fig/m.png")
+    ]
     with pytest.raises(ValueError, match="not the staging copy"):
         publish([(root / "scores.csv", root / "analysis/a.csv")])

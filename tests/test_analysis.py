@@ -1,6 +1,7 @@
 """The statistics: residualisers, correlation methods, resampling (the ``block`` inference),
 corrections, options. Per-run inference: test_analysis_inference.py; pooling and agreement:
 test_analysis_pooling.py."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,17 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import (Options, adjust, bh, block_permutation_p, bootstrap_ci, holm, moving_block_indices,
-                              partial_corr, residual_pair)
+from oodcorr.analysis import (
+    Options,
+    adjust,
+    bh,
+    block_permutation_p,
+    bootstrap_ci,
+    holm,
+    moving_block_indices,
+    partial_corr,
+    residual_pair,
+)
 from oodcorr.analysis.simulate import calibrate
 
 
@@ -53,7 +63,7 @@ def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
     rng = np.random.default_rng(7)
     z = rng.normal(size=30)
     x = np.exp(z) + rng.normal(size=30)
-    y = z ** 3 + rng.normal(size=30)
+    y = z**3 + rng.normal(size=30)
     got = partial_corr(x, y, z, method="spearman")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z", method="spearman")
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
@@ -100,14 +110,23 @@ def test_gam_with_step_removes_a_shared_trend_in_training_step():
     assert only_z["r"] - rho > 0.3, only_z
 
 
-@pytest.mark.parametrize("x, y, z, res, note", [
-    ([1, 1, 1, 1, 1], [1, 2, 3, 4, 6], [1, 3, 2, 5, 4], "linear", "x is constant"),
-    ([1, 2, 3, 4, 6], [1, 3, 2, 5, 4], [7, 7, 7, 7, 7], "linear", "covariate (in-domain score) is constant"),
-    ([1, 2, 3], [3, 1, 2], [1, 2, 4], "linear", "only 3 complete points"),
-    ([1, 2, np.nan, 4, 5], [2, 1, 4, 3, np.nan], [1, 2, 3, 4, 5], "linear", "only 3 complete points of 5"),
-    ([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], [1, 2, 3, 4, 5], "linear", "zero residual"),
-    ([1, 3, 2, 5, 4, 6, 7], [2, 1, 4, 3, 6, 5, 7], [1, 2, 3, 4, 5, 6, 7], "gam", "only 7 complete points; the gam residualiser needs at least 8"),
-])
+@pytest.mark.parametrize(
+    "x, y, z, res, note",
+    [
+        ([1, 1, 1, 1, 1], [1, 2, 3, 4, 6], [1, 3, 2, 5, 4], "linear", "x is constant"),
+        ([1, 2, 3, 4, 6], [1, 3, 2, 5, 4], [7, 7, 7, 7, 7], "linear", "covariate (in-domain score) is constant"),
+        ([1, 2, 3], [3, 1, 2], [1, 2, 4], "linear", "only 3 complete points"),
+        ([1, 2, np.nan, 4, 5], [2, 1, 4, 3, np.nan], [1, 2, 3, 4, 5], "linear", "only 3 complete points of 5"),
+        ([1, 2, 3, 4, 5], [2, 4, 6, 8, 10], [1, 2, 3, 4, 5], "linear", "zero residual"),
+        (
+            [1, 3, 2, 5, 4, 6, 7],
+            [2, 1, 4, 3, 6, 5, 7],
+            [1, 2, 3, 4, 5, 6, 7],
+            "gam",
+            "only 7 complete points; the gam residualiser needs at least 8",
+        ),
+    ],
+)
 def test_degenerate_inputs_give_nan_with_a_reason(x, y, z, res, note):
     got = partial_corr(x, y, z, residualiser=res)
     assert math.isnan(got["r"]) and math.isnan(got["p"])
@@ -129,7 +148,7 @@ def test_moving_blocks_are_consecutive_runs_of_units():
     assert idx.shape == (200, 10) and idx.min() >= 0 and idx.max() <= 9
     for row in idx:
         for start in (0, 3, 6):  # blocks 0-2, 3-5, 6-8 and the first unit of the fourth
-            assert np.all(np.diff(row[start:start + 3]) == 1)
+            assert np.all(np.diff(row[start : start + 3]) == 1)
     # every start position 0..7 occurs (uniform over the n - b + 1 starts)
     assert set(idx[:, 0]) == set(range(8))
 
@@ -141,9 +160,9 @@ def test_exact_block_permutation_p_by_hand():
     # 3 blocks -> 6 orderings of ry's blocks; count those at least as extreme by hand
     blocks = [ry[0:2], ry[2:4], ry[4:6]]
     import itertools
+
     r0 = abs(np.corrcoef(rx, ry)[0, 1])
-    rs = [abs(np.corrcoef(rx, np.concatenate([blocks[i] for i in o]))[0, 1])
-          for o in itertools.permutations(range(3))]
+    rs = [abs(np.corrcoef(rx, np.concatenate([blocks[i] for i in o]))[0, 1]) for o in itertools.permutations(range(3))]
     assert exact and p == pytest.approx(sum(r >= r0 - 1e-12 for r in rs) / 6)
     assert p >= 1 / 6  # with three blocks no p-value can be smaller: the honest floor
 
@@ -166,8 +185,9 @@ def test_bootstrap_interval_is_nan_when_resamples_are_degenerate():
     # about 64% of resamples have constant residuals and no correlation at all
     lo, hi, used, se = bootstrap_ci(rx, ry, "pearson", 4, 400, 0.95, np.random.default_rng(0))
     assert math.isnan(lo) and math.isnan(hi) and math.isnan(se) and 100 < used < 200
-    lo, hi, used, se = bootstrap_ci(rx + np.arange(8) * 0.1, ry - np.arange(8) * 0.1, "pearson", 4, 400, 0.95,
-                                    np.random.default_rng(0))
+    lo, hi, used, se = bootstrap_ci(
+        rx + np.arange(8) * 0.1, ry - np.arange(8) * 0.1, "pearson", 4, 400, 0.95, np.random.default_rng(0)
+    )
     assert lo < hi and used == 400 and se > 0
 
 
@@ -206,10 +226,22 @@ def test_options_defaults_equal_the_schema_defaults_and_unknown_keys_are_named()
     # the setting the new inference replaced is named, with what replaced it
     with pytest.raises(ValueError, match="p_method was replaced by analysis.inference"):
         Options.from_mapping({"p_method": "auto"})
-    got = Options.from_mapping({"inference": "block", "pooling": {"by": [], "two_runs": "fixed-effect"},
-                                "step0": {"drop": True, "check": False}, "near_zero": 0.2})
-    assert (got.inference, got.pool_by, got.pool_two_runs, got.drop_step0, got.step0_check, got.near_zero) == \
-        ("block", (), "fixed-effect", True, False, 0.2)
+    got = Options.from_mapping(
+        {
+            "inference": "block",
+            "pooling": {"by": [], "two_runs": "fixed-effect"},
+            "step0": {"drop": True, "check": False},
+            "near_zero": 0.2,
+        }
+    )
+    assert (got.inference, got.pool_by, got.pool_two_runs, got.drop_step0, got.step0_check, got.near_zero) == (
+        "block",
+        (),
+        "fixed-effect",
+        True,
+        False,
+        0.2,
+    )
     with pytest.raises(ValueError, match="unknown inference 'bootstrap'"):
         Options(inference="bootstrap")
 

@@ -1,5 +1,6 @@
 """Per-run inference: the effective sample size, the modified t-test and its interval, and their
 calibration on simulated learning-curve runs (the full study: benchmarks/analysis_coverage.py)."""
+
 import math
 
 import numpy as np
@@ -9,8 +10,18 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, analyse, residual_pair
-from oodcorr.analysis.inference import (Dependence, ar1_corr, assess, corrected_phi, dependence, effective_n,
-                                        expected_lag1, lag1, modified_test, modified_tests)
+from oodcorr.analysis.inference import (
+    Dependence,
+    ar1_corr,
+    assess,
+    corrected_phi,
+    dependence,
+    effective_n,
+    expected_lag1,
+    lag1,
+    modified_test,
+    modified_tests,
+)
 from oodcorr.analysis.residualise import linear_maker
 from oodcorr.analysis.simulate import ar1_series, calibrate
 
@@ -48,8 +59,13 @@ def test_independent_units_reproduce_the_ordinary_partial_correlation_t_test(see
 
 def test_interval_and_p_value_agree_on_every_cell():
     # the interval excludes 0 exactly when p < 1 - level, for every method, level and n_eff
-    grid = [(m, r, ne, lv) for m in ("pearson", "spearman", "kendall") for r in np.linspace(-0.99, 0.99, 45)
-            for ne in (2.5, 3.2, 4.0, 5.5, 8.7, 21.0, 99.0) for lv in (0.8, 0.9, 0.95, 0.99)]
+    grid = [
+        (m, r, ne, lv)
+        for m in ("pearson", "spearman", "kendall")
+        for r in np.linspace(-0.99, 0.99, 45)
+        for ne in (2.5, 3.2, 4.0, 5.5, 8.7, 21.0, 99.0)
+        for lv in (0.8, 0.9, 0.95, 0.99)
+    ]
     checked = 0
     for method, r, ne, level in grid:
         p, lo, hi, se = modified_test(method, r, ne, level)
@@ -78,8 +94,16 @@ def test_pipeline_rows_have_agreeing_intervals_and_p_values():
             w = 0.3 * z + 0.02 * rng.normal(size=21)
             for step in range(21):
                 for ts, v in (("id", z), ("a", x), ("b", y), ("c", w), ("d", x + y)):
-                    rows.append({"model": model, "in_domain": "id", "run": f"{model}{run}", "unit": step,
-                                 "testset": ts, "score": v[step]})
+                    rows.append(
+                        {
+                            "model": model,
+                            "in_domain": "id",
+                            "run": f"{model}{run}",
+                            "unit": step,
+                            "testset": ts,
+                            "score": v[step],
+                        }
+                    )
     out = analyse(pd.DataFrame(rows), Options(methods=("pearson", "kendall"), example_boot=0))
     fin = out[np.isfinite(out["p"])]
     assert len(fin) > 60 and (fin["run"] == "pooled").sum() > 10
@@ -181,12 +205,17 @@ def test_a_cell_with_too_little_information_says_so_and_its_interval_is_wide():
     n = 12
     t = np.arange(n)
     z = 0.5 + 0.3 * (1 - np.exp(-t / 3)) + 0.01 * rng.normal(size=n)
-    drift = {"a": 0.5 * z + 0.05 * np.cos(2 * np.pi * t / n) + 0.002 * rng.normal(size=n),
-             "b": -0.3 * z + 0.05 * np.sin(2 * np.pi * t / n + 1) + 0.002 * rng.normal(size=n)}
+    drift = {
+        "a": 0.5 * z + 0.05 * np.cos(2 * np.pi * t / n) + 0.002 * rng.normal(size=n),
+        "b": -0.3 * z + 0.05 * np.sin(2 * np.pi * t / n + 1) + 0.002 * rng.normal(size=n),
+    }
     noise = {"a": 0.5 * z + 0.01 * rng.normal(size=n), "b": -0.3 * z + 0.01 * rng.normal(size=n)}
-    rows = [{"model": "m", "in_domain": "id", "run": run, "unit": s, "testset": ts, "score": v[s]}
-            for run, series in (("smooth", drift), ("rough", noise)) for s in range(n)
-            for ts, v in (("id", z), *series.items())]
+    rows = [
+        {"model": "m", "in_domain": "id", "run": run, "unit": s, "testset": ts, "score": v[s]}
+        for run, series in (("smooth", drift), ("rough", noise))
+        for s in range(n)
+        for ts, v in (("id", z), *series.items())
+    ]
     out = analyse(pd.DataFrame(rows), Options(example_boot=0, pool_by=())).set_index("run")
     smooth, rough = out.loc["smooth"], out.loc["rough"]
     assert smooth["r"] > 0.75 and smooth["p_param"] < 0.01

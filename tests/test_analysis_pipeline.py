@@ -1,5 +1,6 @@
 """The analysis of whole tables: per-run and pooled rows, degenerate input, the residualiser
 and step-0 checks, the example-level bootstrap, reading long/wide tables, and the figures."""
+
 import logging
 import math
 
@@ -20,17 +21,39 @@ def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a"
     for model, seed in runs:
         for step in range(n_steps):
             z = 0.5 + 0.03 * step + rng.normal(0, 0.01)
-            rows.append({"model": model, "in_domain": "id", "run": f"{model}/s{seed}", "unit": step * 10,
-                         "testset": "id", "score": z})
+            rows.append(
+                {
+                    "model": model,
+                    "in_domain": "id",
+                    "run": f"{model}/s{seed}",
+                    "unit": step * 10,
+                    "testset": "id",
+                    "score": z,
+                }
+            )
             for ts in testsets:
-                rows.append({"model": model, "in_domain": "id", "run": f"{model}/s{seed}", "unit": step * 10,
-                             "testset": ts, "score": 0.4 * z + rng.normal(0, 0.02)})
+                rows.append(
+                    {
+                        "model": model,
+                        "in_domain": "id",
+                        "run": f"{model}/s{seed}",
+                        "unit": step * 10,
+                        "testset": ts,
+                        "score": 0.4 * z + rng.normal(0, 0.02),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 def _cell(out, run, x, y, method="pearson", residualiser="linear", model=None):
-    sel = out[(out.run == run) & (out.x == x) & (out.y == y) & (out.method == method)
-              & (out.residualiser == residualiser) & ((out.model == model) if model else True)]
+    sel = out[
+        (out.run == run)
+        & (out.x == x)
+        & (out.y == y)
+        & (out.method == method)
+        & (out.residualiser == residualiser)
+        & ((out.model == model) if model else True)
+    ]
     assert len(sel) == 1, sel
     return sel.iloc[0]
 
@@ -95,7 +118,10 @@ def test_every_degenerate_case_is_nan_with_a_reason_and_never_a_crash(caplog):
         return row["note"]
 
     assert note("a", "const") == "const is constant across the 10 points"
-    assert note("a", "gappy") == "only 3 complete points of 10 (the others have a missing value); the linear residualiser needs at least 4"
+    assert (
+        note("a", "gappy")
+        == "only 3 complete points of 10 (the others have a missing value); the linear residualiser needs at least 4"
+    )
     assert note("a", "dup") == "duplicate units for dup: [30]"
     # missing values: 7 complete points are enough for OLS but too few for the GAM
     assert math.isfinite(_cell(run, "m/s0", "a", "nan")["r"]) and _cell(run, "m/s0", "a", "nan")["n"] == 7
@@ -131,10 +157,21 @@ def test_example_level_bootstrap_widens_with_fewer_examples():
             acc = np.clip(acc, 0.05, 0.95)
             for step, p in enumerate(acc):
                 correct = (rng.uniform(size=n_ex) < p).astype(float)
-                rows.append({"model": "m", "in_domain": "id", "run": "r", "unit": step, "testset": ts,
-                             "score": correct.mean()})
-                ex.append(pd.DataFrame({"model": "m", "run": "r", "unit": step, "testset": ts,
-                                        "example": np.arange(n_ex), "correct": correct}))
+                rows.append(
+                    {"model": "m", "in_domain": "id", "run": "r", "unit": step, "testset": ts, "score": correct.mean()}
+                )
+                ex.append(
+                    pd.DataFrame(
+                        {
+                            "model": "m",
+                            "run": "r",
+                            "unit": step,
+                            "testset": ts,
+                            "example": np.arange(n_ex),
+                            "correct": correct,
+                        }
+                    )
+                )
         return pd.DataFrame(rows), pd.concat(ex, ignore_index=True)
 
     widths = {}
@@ -167,10 +204,12 @@ def test_exchangeable_units_use_the_ordinary_t_test():
 # ---- reading tables --------------------------------------------------------------------------
 
 
-WIDE = "\ufeffRun,ID acc,A,B,C,notes\nRun 0,0.80,0.5,0.6,0.1,x\nRun 1,0.82,0.4,0.7,0.2,y\n" \
-       "Run 2,0.81,0.45,0.65,0.3,\nRun 3,0.83,0.41,0.69,0.35,\nRun 4,0.84,0.43,0.62,0.2,\n" \
-       "Mean,0.82,0.44,0.65,0.23,\nStandard deviation:,0.01,0.03,0.04,0.1,\n" \
-       "min (all runs),0.8,0.4,0.6,0.1,\n,,,,,\n,,,,,\n"
+WIDE = (
+    "\ufeffRun,ID acc,A,B,C,notes\nRun 0,0.80,0.5,0.6,0.1,x\nRun 1,0.82,0.4,0.7,0.2,y\n"
+    "Run 2,0.81,0.45,0.65,0.3,\nRun 3,0.83,0.41,0.69,0.35,\nRun 4,0.84,0.43,0.62,0.2,\n"
+    "Mean,0.82,0.44,0.65,0.23,\nStandard deviation:,0.01,0.03,0.04,0.1,\n"
+    "min (all runs),0.8,0.4,0.6,0.1,\n,,,,,\n,,,,,\n"
+)
 
 
 def test_wide_table_summary_rows_are_excluded_with_a_logged_message(tmp_path, caplog):
@@ -208,8 +247,9 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
     scores["n_train"], scores["seed"] = 8, 0
     canon, info = from_scores(scores)
     assert info.to_dict("records") == [{"run": "m/s0", "n_train": 8, "seed": 0}]
-    via_long = from_long(scores, unit="step", testset="testset", score="accuracy", in_domain="id", model="model",
-                         run="run_id")
+    via_long = from_long(
+        scores, unit="step", testset="testset", score="accuracy", in_domain="id", model="model", run="run_id"
+    )
     a, b = analyse(canon, FAST), analyse(via_long, FAST)
     pd.testing.assert_frame_equal(a, b)
     two = pd.concat([scores, scores[scores.testset == "a"].assign(testset="a2", role="in-domain")])
@@ -309,8 +349,13 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
 
 
 def _series_table(series: dict, n: int, run="r", model="m") -> pd.DataFrame:
-    return pd.DataFrame([{"model": model, "in_domain": "id", "run": run, "unit": step, "testset": ts,
-                          "score": float(v[step])} for step in range(n) for ts, v in series.items()])
+    return pd.DataFrame(
+        [
+            {"model": model, "in_domain": "id", "run": run, "unit": step, "testset": ts, "score": float(v[step])}
+            for step in range(n)
+            for ts, v in series.items()
+        ]
+    )
 
 
 def test_a_curve_the_line_leaves_behind_is_flagged_as_curvature():
@@ -358,7 +403,8 @@ def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclus
     dropped = analyse(long, Options(example_boot=0, pool_by=(), drop_step0=True))
     d = _cell(dropped, "r", "a", "b")
     assert d["n"] == d["n_units"] == n - 1 and math.isnan(d["r_no_step0"]) and d["step0_changes"] is None
-    assert (d["r"], d["ci_low"], d["ci_high"]) == pytest.approx((row["r_no_step0"], row["ci_low_no_step0"],
-                                                                 row["ci_high_no_step0"]), abs=1e-9)
+    assert (d["r"], d["ci_low"], d["ci_high"]) == pytest.approx(
+        (row["r_no_step0"], row["ci_low_no_step0"], row["ci_high_no_step0"]), abs=1e-9
+    )
     off = analyse(long, Options(example_boot=0, pool_by=(), step0_check=False))
     assert off["r_no_step0"].isna().all() and off["step0_changes"].isna().all()

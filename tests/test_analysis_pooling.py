@@ -1,4 +1,5 @@
 """Pooling runs (a random-effects meta-analysis) and the test of the paper's claim across models."""
+
 import math
 
 import numpy as np
@@ -20,8 +21,16 @@ def _run_table(specs, n=21, phi=0.3, seed=0, testsets=("a", "b")):
             x, y, z = ar1_series(rng, n, phi, rho)
             for step in range(n):
                 for ts, v in (("id", z), ("a", x), ("b", y)):
-                    rows.append({"model": model, "in_domain": "id", "run": f"{model}/{i}", "unit": step,
-                                 "testset": ts, "score": v[step]})
+                    rows.append(
+                        {
+                            "model": model,
+                            "in_domain": "id",
+                            "run": f"{model}/{i}",
+                            "unit": step,
+                            "testset": ts,
+                            "score": v[step],
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -93,13 +102,27 @@ def test_two_near_identical_runs_do_not_produce_a_significant_pooled_cell():
 
 
 def test_single_run_empty_runs_and_runs_without_information():
-    rows = pd.DataFrame({
-        "model": ["one", "none", "m", "m", "m", "m"], "in_domain": "d", "pool_group": "all runs",
-        "run": ["o/0", "n/0", "m/0", "m/1", "m/2", "m/3"], "x": "a", "y": "b", "method": "pearson",
-        "residualiser": "linear", "r": [0.2, np.nan, 0.3, 0.5, 0.4, 0.9], "ci_low": [-0.1, np.nan, 0, 0, 0, np.nan],
-        "ci_high": [0.5, np.nan, 0.6, 0.7, 0.6, np.nan], "p": [0.2, np.nan, 0.1, 0.1, 0.1, np.nan],
-        "se_z": [0.2, np.nan, 0.2, 0.25, 0.2, np.nan], "n": 9, "n_units": 9, "p_method": "modified t-test",
-        "note": ["", "x is constant", "", "", "", "effective sample size 2.1 of 9 units"]})
+    rows = pd.DataFrame(
+        {
+            "model": ["one", "none", "m", "m", "m", "m"],
+            "in_domain": "d",
+            "pool_group": "all runs",
+            "run": ["o/0", "n/0", "m/0", "m/1", "m/2", "m/3"],
+            "x": "a",
+            "y": "b",
+            "method": "pearson",
+            "residualiser": "linear",
+            "r": [0.2, np.nan, 0.3, 0.5, 0.4, 0.9],
+            "ci_low": [-0.1, np.nan, 0, 0, 0, np.nan],
+            "ci_high": [0.5, np.nan, 0.6, 0.7, 0.6, np.nan],
+            "p": [0.2, np.nan, 0.1, 0.1, 0.1, np.nan],
+            "se_z": [0.2, np.nan, 0.2, 0.25, 0.2, np.nan],
+            "n": 9,
+            "n_units": 9,
+            "p_method": "modified t-test",
+            "note": ["", "x is constant", "", "", "", "effective sample size 2.1 of 9 units"],
+        }
+    )
     pooled = pool_runs(rows).set_index("model")
     one = pooled.loc["one"]  # a single run: its own interval and p-value
     assert (one["r"], one["ci_low"], one["ci_high"], one["p"]) == (0.2, -0.1, 0.5, 0.2)
@@ -114,8 +137,9 @@ def test_single_run_empty_runs_and_runs_without_information():
 
 def test_runs_are_pooled_within_n_train_by_default():
     long = _run_table({"m": [0.3] * 6}, seed=3)
-    info = pd.DataFrame({"run": [f"m/{i}" for i in range(6)], "n_train": [64, 64, 64, 512, 512, 512],
-                         "seed": [0, 1, 2, 0, 1, 2]})
+    info = pd.DataFrame(
+        {"run": [f"m/{i}" for i in range(6)], "n_train": [64, 64, 64, 512, 512, 512], "seed": [0, 1, 2, 0, 1, 2]}
+    )
     out = analyse(long, Options(example_boot=0), run_info=info)
     pooled = out[out.run == "pooled"].set_index("n_train")
     assert sorted(pooled.index) == [64, 512] and (pooled["n_runs"] == 3).all()
@@ -136,21 +160,41 @@ def test_runs_are_pooled_within_n_train_by_default():
 
 
 def _pooled(model, x, r, p, se, lo=np.nan, hi=np.nan, sig=False):
-    return {"model": model, "in_domain": "d", "pool_group": "all runs", "x": x, "y": "z", "method": "pearson",
-            "residualiser": "linear", "r": r, "p": p, "se_z": se, "ci_low": lo, "ci_high": hi, "significant": sig}
+    return {
+        "model": model,
+        "in_domain": "d",
+        "pool_group": "all runs",
+        "x": x,
+        "y": "z",
+        "method": "pearson",
+        "residualiser": "linear",
+        "r": r,
+        "p": p,
+        "se_z": se,
+        "ci_low": lo,
+        "ci_high": hi,
+        "significant": sig,
+    }
 
 
 def test_agreement_tests_by_hand():
-    rows = pd.DataFrame([
-        _pooled("A", "rev", 0.6, 0.001, 0.15, 0.3, 0.8, True), _pooled("B", "rev", -0.55, 0.002, 0.15),
-        _pooled("C", "rev", 0.05, 0.8, 0.18),
-        _pooled("A", "diff", 0.6, 0.001, 0.15), _pooled("B", "diff", 0.05, 0.7, 0.15),
-        _pooled("C", "diff", 0.05, 0.8, 0.15),
-        _pooled("A", "null", 0.05, 0.8, 0.18), _pooled("B", "null", -0.05, 0.8, 0.18),
-        _pooled("C", "null", 0.0, 1.0, 0.18),
-        _pooled("A", "one", 0.6, 0.001, 0.15), _pooled("B", "one", np.nan, np.nan, np.nan),
-        _pooled("A", "nodata", np.nan, np.nan, np.nan), _pooled("B", "nodata", np.nan, np.nan, np.nan),
-    ])
+    rows = pd.DataFrame(
+        [
+            _pooled("A", "rev", 0.6, 0.001, 0.15, 0.3, 0.8, True),
+            _pooled("B", "rev", -0.55, 0.002, 0.15),
+            _pooled("C", "rev", 0.05, 0.8, 0.18),
+            _pooled("A", "diff", 0.6, 0.001, 0.15),
+            _pooled("B", "diff", 0.05, 0.7, 0.15),
+            _pooled("C", "diff", 0.05, 0.8, 0.15),
+            _pooled("A", "null", 0.05, 0.8, 0.18),
+            _pooled("B", "null", -0.05, 0.8, 0.18),
+            _pooled("C", "null", 0.0, 1.0, 0.18),
+            _pooled("A", "one", 0.6, 0.001, 0.15),
+            _pooled("B", "one", np.nan, np.nan, np.nan),
+            _pooled("A", "nodata", np.nan, np.nan, np.nan),
+            _pooled("B", "nodata", np.nan, np.nan, np.nan),
+        ]
+    )
     a = agreement(rows, 0.05, "holm").set_index("x")
     rev = a.loc["rev"]
     # intersection-union test: some model positive (Bonferroni over 3 models) and some negative
@@ -176,9 +220,11 @@ def test_three_models_with_opposite_true_signs_and_one_null_get_the_right_verdic
     rng = np.random.default_rng(12)
     rows = []
     n = 41
-    corr = {"A": [[1, 0.7, 0], [0.7, 1, 0.5], [0, 0.5, 1]],  # noise correlations of (a, b, c)
-            "B": [[1, -0.7, 0], [-0.7, 1, 0], [0, 0, 1]],
-            "C": [[1, 0, 0], [0, 1, 0.5], [0, 0.5, 1]]}
+    corr = {
+        "A": [[1, 0.7, 0], [0.7, 1, 0.5], [0, 0.5, 1]],  # noise correlations of (a, b, c)
+        "B": [[1, -0.7, 0], [-0.7, 1, 0], [0, 0, 1]],
+        "C": [[1, 0, 0], [0, 1, 0.5], [0, 0.5, 1]],
+    }
     for model, C in corr.items():
         L = np.linalg.cholesky(C)
         for i in range(5):
@@ -188,10 +234,22 @@ def test_three_models_with_opposite_true_signs_and_one_null_get_the_right_verdic
             t = np.arange(n)
             z = 0.5 + 0.3 * (1 - np.exp(-t / 10)) + 0.02 * rng.normal(size=n)
             for step in range(n):
-                for ts, v in (("id", z[step]), ("a", 0.8 * z[step] + 0.02 * e[step, 0]),
-                              ("b", -0.4 * z[step] + 0.02 * e[step, 1]), ("c", 0.3 * z[step] + 0.02 * e[step, 2])):
-                    rows.append({"model": model, "in_domain": "id", "run": f"{model}/{i}", "unit": step,
-                                 "testset": ts, "score": v})
+                for ts, v in (
+                    ("id", z[step]),
+                    ("a", 0.8 * z[step] + 0.02 * e[step, 0]),
+                    ("b", -0.4 * z[step] + 0.02 * e[step, 1]),
+                    ("c", 0.3 * z[step] + 0.02 * e[step, 2]),
+                ):
+                    rows.append(
+                        {
+                            "model": model,
+                            "in_domain": "id",
+                            "run": f"{model}/{i}",
+                            "unit": step,
+                            "testset": ts,
+                            "score": v,
+                        }
+                    )
     out = analyse(pd.DataFrame(rows), Options(example_boot=0, pool_by=()))
     pooled = out[out.run == "pooled"]
     ab = pooled[(pooled.x == "a") & (pooled.y == "b")].set_index("model")

@@ -21,6 +21,7 @@ changed. The same real run also serves the two-invocations lock test, the one-cl
 warning, the constant testset's NaN, and (last, since it rewrites one result) the
 out-of-memory retry.
 """
+
 from __future__ import annotations
 
 import copy
@@ -72,8 +73,9 @@ def apply_case(base: dict, case: dict) -> dict:
     return cfg
 
 
-BASE = apply_case(yaml.safe_load((REPO / "config/micro.yaml").read_text()),
-                  yaml.safe_load((BAD / "base.yaml").read_text()))
+BASE = apply_case(
+    yaml.safe_load((REPO / "config/micro.yaml").read_text()), yaml.safe_load((BAD / "base.yaml").read_text())
+)
 
 
 def write_config(folder: Path, name: str, cfg: dict) -> Path:
@@ -85,9 +87,15 @@ def write_config(folder: Path, name: str, cfg: dict) -> Path:
 def results_snapshot(wd: Path) -> dict:
     """Every result file (the failing job's own log, under results/<experiment>/logs/, aside)."""
     root = wd / "results"
-    return {str(p.relative_to(wd)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in root.rglob("*") if p.is_file() and "logs" not in p.relative_to(root).parts[1:2]} \
-        if root.exists() else {}
+    return (
+        {
+            str(p.relative_to(wd)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in root.rglob("*")
+            if p.is_file() and "logs" not in p.relative_to(root).parts[1:2]
+        }
+        if root.exists()
+        else {}
+    )
 
 
 def assert_clear_message(case: dict, out: str) -> None:
@@ -114,8 +122,11 @@ def plan_dir(tmp_path_factory, tiny_models):
     wd = tmp_path_factory.mktemp("plan")
     models = wd / "bad-models"
     # a folder with a tokenizer but no model (no config.json)
-    shutil.copytree(tiny_models["opt"], models / "not-a-model",
-                    ignore=lambda d, names: [n for n in names if n == "config.json" or n.endswith(".safetensors")])
+    shutil.copytree(
+        tiny_models["opt"],
+        models / "not-a-model",
+        ignore=lambda d, names: [n for n in names if n == "config.json" or n.endswith(".safetensors")],
+    )
     remote = models / "remote-code"
     shutil.copytree(tiny_models["opt"], remote)
     cfg = json.loads((remote / "config.json").read_text())
@@ -133,11 +144,20 @@ def plan_dir(tmp_path_factory, tiny_models):
 # healthy variants planned in the same folder: the unsafe models once opted in, and two
 # in-domain sets sharing one OOD list that holds their test sets
 GOOD = {
-    "opted_in": {"append": {"models": [
-        {"name": "remote-code", "path": "bad-models/remote-code", "trust_remote_code": True},
-        {"name": "pickle-only", "path": "bad-models/pickle-only", "allow_pickle_weights": True}]}},
-    "shared_ood": {"append": {"in_domain": [{"name": "synth2", "train": "synth-train", "test": "synth-overlap"}],
-                              "ood_testsets": ["synth-test", "synth-overlap"]}},
+    "opted_in": {
+        "append": {
+            "models": [
+                {"name": "remote-code", "path": "bad-models/remote-code", "trust_remote_code": True},
+                {"name": "pickle-only", "path": "bad-models/pickle-only", "allow_pickle_weights": True},
+            ]
+        }
+    },
+    "shared_ood": {
+        "append": {
+            "in_domain": [{"name": "synth2", "train": "synth-train", "test": "synth-overlap"}],
+            "ood_testsets": ["synth-test", "synth-overlap"],
+        }
+    },
 }
 
 
@@ -149,8 +169,9 @@ def planned(plan_dir):
     todo = {name: apply_case(BASE, CASES[name]) for name in PLAN}
     todo.update({name: apply_case(BASE, change) for name, change in GOOD.items()})
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {name: pool.submit(smk, plan_dir, write_config(plan_dir, name, cfg), "-n")
-                   for name, cfg in todo.items()}
+        futures = {
+            name: pool.submit(smk, plan_dir, write_config(plan_dir, name, cfg), "-n") for name, cfg in todo.items()
+        }
         return {name: f.result() for name, f in futures.items()}
 
 
@@ -276,8 +297,9 @@ def _dotted(d: dict, key: str):
 def test_data_files_people_have_are_prepared(name, base_run):
     wd, case = base_run["wd"], CASES[name]
     datasets = list(case["patch"]["datasets"])
-    res = smk(wd, write_config(wd, name, apply_case(BASE, case)), *[f"{R}/data/{d}.jsonl" for d in datasets],
-              timeout=600)
+    res = smk(
+        wd, write_config(wd, name, apply_case(BASE, case)), *[f"{R}/data/{d}.jsonl" for d in datasets], timeout=600
+    )
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     for d in datasets:
         meta = json.loads((wd / R / f"data/{d}.meta.json").read_text())
@@ -296,8 +318,10 @@ def test_conflicting_duplicates_are_warned_at_the_end_of_the_run(base_run):
     wd = base_run["wd"]
     meta = json.loads((wd / R / "data/contradictory-duplicates.meta.json").read_text())
     assert meta["duplicates"]["conflicting"] == 6 and meta["duplicates"]["conflicting_rows"] == 12
-    warning = ("dataset 'contradictory-duplicates' has 6 premise/hypothesis pair(s) that occur with different "
-               "labels (12 rows, e.g. lines [1, 2]); they are kept, so no model can get all of them right")
+    warning = (
+        "dataset 'contradictory-duplicates' has 6 premise/hypothesis pair(s) that occur with different "
+        "labels (12 rows, e.g. lines [1, 2]); they are kept, so no model can get all of them right"
+    )
     assert meta["warning"] == warning
     assert f"oodcorr: WARNING: {warning}" in base_run["out"]  # repeated at the end of the run
     assert warning in (wd / R / "logs/data/contradictory-duplicates.log").read_text()
@@ -312,9 +336,17 @@ def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_r
     wd = base_run["wd"]
     cfg = apply_case(BASE, {"patch": {"finetune": {"seeds": [0, 1]}}})
     run_dir = f"{R}/finetune/micro-opt/synth/n64/seed1"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom oodcorr.locks import hold\n"
-                               "with hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
-                               str(wd / run_dir)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom oodcorr.locks import hold\n"
+            "with hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
+            str(wd / run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         res = smk(wd, write_config(wd, "seed1", cfg), f"{run_dir}/manifest.json", timeout=600)
@@ -323,8 +355,10 @@ def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_r
         holder.wait()
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "Error in rule finetune" in out
-    message = (rf"oodcorr: run folder \S*{run_dir} is in use by another finetune \(it holds \S+finetune\.lock\): "
-               rf"PID {holder.pid} on host \S+, started \S+\. .*kill {holder.pid}")
+    message = (
+        rf"oodcorr: run folder \S*{run_dir} is in use by another finetune \(it holds \S+finetune\.lock\): "
+        rf"PID {holder.pid} on host \S+, started \S+\. .*kill {holder.pid}"
+    )
     assert re.search(message, out), out[-3000:]
     log = (wd / R / "logs/finetune/micro-opt/synth/n64/seed1.log").read_text()
     assert re.search(message, log.splitlines()[-1]) and "Traceback" not in log  # the log's last line
@@ -335,7 +369,8 @@ def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_r
 
 # ---- a checkpoint half-written when the job died ----------------------------------------
 def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last_good_one(
-        tmp_path, tiny_models, monkeypatch):
+    tmp_path, tiny_models, monkeypatch
+):
     """tests/test_finetune.py covers a kill between checkpoints and a damaged newest checkpoint;
     here the job dies while saving checkpoint 15 (weights half on disk, no manifest yet)."""
     import torch
@@ -390,10 +425,27 @@ write_json_atomic(sys.argv[1], json.loads(sys.argv[2]))
 
 def _result(acc, predictions=__file__):
     """An evaluation job's summary (unit run) with one record; its predictions file must exist."""
-    return {"checkpoints": [{"model": "m", "in_domain": "d", "n_train": 4, "seed": 0, "run_id": "m/d/n4/seed0",
-                             "step": 1, "testset": "t", "role": "ood", "accuracy": acc, "n": 4,
-                             "n_correct": int(acc * 4), "fingerprint": "f", "checkpoint": "c",
-                             "predictions": str(predictions), "padding": "x" * 100_000}]}
+    return {
+        "checkpoints": [
+            {
+                "model": "m",
+                "in_domain": "d",
+                "n_train": 4,
+                "seed": 0,
+                "run_id": "m/d/n4/seed0",
+                "step": 1,
+                "testset": "t",
+                "role": "ood",
+                "accuracy": acc,
+                "n": 4,
+                "n_correct": int(acc * 4),
+                "fingerprint": "f",
+                "checkpoint": "c",
+                "predictions": str(predictions),
+                "padding": "x" * 100_000,
+            }
+        ]
+    }
 
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
@@ -402,8 +454,9 @@ def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
 
     path = tmp_path / "t.json"
     write_json_atomic(path, _result(0.25))
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(path), json.dumps(_result(0.75))],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(path), json.dumps(_result(0.75))], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "half"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -439,8 +492,11 @@ def test_aggregation_refuses_a_truncated_result(tmp_path):
         collect([str(path)])
     # a summary that lists a predictions file no longer there: named, with the way to rebuild it
     path.write_text(json.dumps(_result(0.5, predictions=tmp_path / "gone.parquet")))
-    with pytest.raises(ValueError, match=r"gone\.parquet is missing \(listed in .*torn\.json\); delete .*torn\.json"
-                                         r" and rerun"):
+    with pytest.raises(
+        ValueError,
+        match=r"gone\.parquet is missing \(listed in .*torn\.json\); delete .*torn\.json"
+        r" and rerun",
+    ):
         collect([str(path)])
 
 
@@ -448,9 +504,14 @@ def test_snakemake_removes_the_outputs_of_a_failed_job(tmp_path):
     """What the workflow relies on: a job that wrote one output and then failed leaves none."""
     (tmp_path / "Snakefile").write_text(
         'rule half:\n    output: "a.txt", "b.txt"\n    log: "half.log"\n'
-        '    run:\n        open(output[0], "w").write("written")\n        raise RuntimeError("died")\n')
-    res = subprocess.run([SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path), "--cores", "1"],
-                         capture_output=True, text=True, timeout=120)
+        '    run:\n        open(output[0], "w").write("written")\n        raise RuntimeError("died")\n'
+    )
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(tmp_path / "Snakefile"), "-d", str(tmp_path), "--cores", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode != 0 and "died" in res.stdout + res.stderr
     assert not (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
 
@@ -475,15 +536,25 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     ref = [read_result(wd / target)]
     ref_pred = [pd.read_parquet(wd / target)]
     assert BASE["evaluation"]["batch_size"] == 32 and ref[0]["n"] == 60  # so the first batch has 32 rows
-    res = smk(wd, base_run["config"], "--retries", "1", "--force", target,
-              env={SIMULATE_OOM_ENV: "kill:16",  # read by tests/hooks/sitecustomize.py in the evaluate job
-                   "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p)},
-              timeout=600)
+    res = smk(
+        wd,
+        base_run["config"],
+        "--retries",
+        "1",
+        "--force",
+        target,
+        env={
+            SIMULATE_OOM_ENV: "kill:16",  # read by tests/hooks/sitecustomize.py in the evaluate job
+            "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+        },
+        timeout=600,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-4000:]
     # the first attempt was killed (Snakemake printed its log), the retry ran with half the batch
-    assert out.index("attempt 1: batch_size 32, max_tokens 4096") \
-        < out.index("a batch of 32 rows; the process is killed")
+    assert out.index("attempt 1: batch_size 32, max_tokens 4096") < out.index(
+        "a batch of 32 rows; the process is killed"
+    )
     log = (wd / R / f"logs/eval/{RUN_ID}/step8/synth-test.log").read_text()
     assert "attempt 2: batch_size 16, max_tokens 2048" in log and "killed" not in log
     new = [read_result(wd / target)]

@@ -1,4 +1,5 @@
 """oodcorr budget: the paper grid's costs against a hand computation, and job counts against Snakemake."""
+
 import json
 import re
 import subprocess
@@ -6,11 +7,12 @@ import subprocess
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE
 from oodcorr import budget
 from oodcorr.cli import main
 from oodcorr.plan import load
 from oodcorr.schema import read_config
+
+from helpers import REPO, SNAKEMAKE
 
 PAPER = REPO / "config/paper.yaml"
 
@@ -22,8 +24,22 @@ def paper_plan():
 
 def test_paper_budget_printed_and_checked_by_hand(tmp_path, capsys):
     out = tmp_path / "paper-budget"
-    assert main(["budget", "--configfile", str(PAPER), "--profile", str(REPO / "profiles/slurm"), "--gpus", "64",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "budget",
+                "--configfile",
+                str(PAPER),
+                "--profile",
+                str(REPO / "profiles/slurm"),
+                "--gpus",
+                "64",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert printed == (tmp_path / "paper-budget.md").read_text()
     b = json.loads((tmp_path / "paper-budget.json").read_text())
@@ -33,8 +49,12 @@ def test_paper_budget_printed_and_checked_by_hand(tmp_path, capsys):
     # every 50 plus step 0: 21 checkpoints; each run evaluated on 8 testsets (its in-domain test set
     # and 7 OOD sets): 96 x 21 x 8 = 16,128 evaluation jobs. 10 datasets (2 training pools + 8 test
     # sets); 8 models x 8 testsets = 64 tokenisations.
-    assert {r: rules[r]["jobs"] for r in ("prepare_dataset", "tokenize_testset", "finetune", "evaluate")} == \
-        {"prepare_dataset": 10, "tokenize_testset": 64, "finetune": 96, "evaluate": 16128}
+    assert {r: rules[r]["jobs"] for r in ("prepare_dataset", "tokenize_testset", "finetune", "evaluate")} == {
+        "prepare_dataset": 10,
+        "tokenize_testset": 64,
+        "finetune": 96,
+        "evaluate": 16128,
+    }
     assert rules["prepare_dataset"]["submitted"] == 0 and rules["evaluate"]["submitted"] == 16128
     # Finetune GPU-hours: 12 runs per model; two models per size class:
     #   3b 1 GPU x 4 h, 7b 1 x 8 h, 13b 1 x 12 h, 30b 2 x 24 h -> 12 x 2 x (4 + 8 + 12 + 48) = 1,728
@@ -74,8 +94,11 @@ def test_packing_and_a_cpu_partition_change_the_submissions(paper_plan):
 
 def test_measured_gpu_costs_replace_the_limits_of_the_same_model_and_testset(paper_plan):
     # opt-2.7b evaluated on HANS took 90 s per checkpoint on a GPU; on RTE only on a CPU
-    measured = {("evaluate", "opt-2.7b", "hans", "gpu"): 90.0, ("evaluate", "opt-2.7b", "rte", "cpu"): 5.0,
-                ("finetune", "smollm3-3b", None, "gpu"): 3600.0}
+    measured = {
+        ("evaluate", "opt-2.7b", "hans", "gpu"): 90.0,
+        ("evaluate", "opt-2.7b", "rte", "cpu"): 5.0,
+        ("finetune", "smollm3-3b", None, "gpu"): 3600.0,
+    }
     b = budget.compute(paper_plan, measured=measured)
     rules = {r.rule: r for r in b.rules}
     # 12 runs x 21 checkpoints = 252 HANS jobs of opt-2.7b: 252 x 90 s = 6.3 h instead of 252 x 6 min = 25.2 h
@@ -94,8 +117,23 @@ def test_job_counts_equal_snakemakes(tmp_path, unit):
     cfg["models"].append(dict(cfg["models"][0], name="micro-b", finetune={"checkpoints": {"steps": [4, 8, 16]}}))
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                          "-n", "--quiet", "rules"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "-n",
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     table = {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M) if k != "total"}
     assert budget.job_counts(load(read_config(path), REPO, [path])) == table

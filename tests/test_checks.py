@@ -3,6 +3,7 @@ ConfigError naming the key before any job runs; what is allowed but suspicious a
 
 Each test fails on the code before these checks (build_plan accepted every one of these
 configs; the job failed later, or the analysis produced NaN or duplicated rows)."""
+
 import copy
 import json
 import os
@@ -11,10 +12,11 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO
 from oodcorr import checks, disk_checks
 from oodcorr.errors import ConfigError, DataError
 from oodcorr.plan import build_plan
+
+from helpers import REPO
 
 
 @pytest.fixture
@@ -32,19 +34,23 @@ def refused(c, *needles):
     return str(e.value)
 
 
-@pytest.mark.parametrize("template, shown", [
-    ("{premise} {question} {hypothesis}", "{question}"),
-    ("{premise} {hypothesis} {0}", "{0}"),
-    ("{premise} {hypothesis} {hypothesis!r}", "{hypothesis!r}"),
-    ("{premise} {hypothesis} {premise:>10}", "{premise:>10}"),
-])
+@pytest.mark.parametrize(
+    "template, shown",
+    [
+        ("{premise} {question} {hypothesis}", "{question}"),
+        ("{premise} {hypothesis} {0}", "{0}"),
+        ("{premise} {hypothesis} {hypothesis!r}", "{hypothesis!r}"),
+        ("{premise} {hypothesis} {premise:>10}", "{premise:>10}"),
+    ],
+)
 def test_unknown_placeholder_is_refused_naming_it(cfg, template, shown):
     cfg["prompt"]["template"] = template
     refused(cfg, "prompt.template", shown, "{{")
 
 
-@pytest.mark.parametrize("template", ["{premise} {hypothesis} {", "{premise} } {hypothesis}",
-                                      '{premise} {"label": {hypothesis}}'])
+@pytest.mark.parametrize(
+    "template", ["{premise} {hypothesis} {", "{premise} } {hypothesis}", '{premise} {"label": {hypothesis}}']
+)
 def test_literal_braces_are_refused(cfg, template):
     cfg["prompt"]["template"] = template
     refused(cfg, "prompt.template", "{{ or }}")
@@ -88,8 +94,13 @@ def test_in_domain_test_equal_to_training_set_is_refused(cfg):
 
 def test_test_set_reading_the_training_data_is_refused(cfg):
     # another name, the same synthetic stream as the training pool
-    cfg.setdefault("datasets", {})["synth-copy"] = {"source": "synthetic", "shift": "in-domain", "split": "train",
-                                                   "n": 100, "seed": 0}
+    cfg.setdefault("datasets", {})["synth-copy"] = {
+        "source": "synthetic",
+        "shift": "in-domain",
+        "split": "train",
+        "n": 100,
+        "seed": 0,
+    }
     cfg["in_domain"][0]["test"] = "synth-copy"
     refused(cfg, "in_domain[synth].test", "synth-copy", "same data")
 
@@ -153,8 +164,9 @@ def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, mon
 def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "ood.jsonl"
-    rows = [{"premise": f"p{i}", "hypothesis": f"h{i}", "label": ["entailment", "non-entailment"][i % 2]}
-            for i in range(20)]
+    rows = [
+        {"premise": f"p{i}", "hypothesis": f"h{i}", "label": ["entailment", "non-entailment"][i % 2]} for i in range(20)
+    ]
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]

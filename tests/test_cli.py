@@ -1,4 +1,5 @@
 """`oodcorr analyse`: the real McCoy et al. (2020) table, long tables with examples, errors."""
+
 import csv
 import logging
 import re
@@ -11,9 +12,10 @@ import pandas as pd
 import pingouin as pg
 import pytest
 
-from helpers import SHARED
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.cli import main
+
+from helpers import SHARED
 
 BERTS = SHARED / "data/external/berts_of_a_feather/accuracies_by_run.csv"
 
@@ -23,8 +25,20 @@ BERTS = SHARED / "data/external/berts_of_a_feather/accuracies_by_run.csv"
 def test_berts_of_a_feather_wide_table(tmp_path, caplog):
     out = tmp_path / "berts"
     with caplog.at_level(logging.INFO):
-        rc = main(["analyse", str(BERTS), "--format", "wide", "--unit", "Run", "--in-domain", "MNLI dev acc.",
-                   "--out", str(out)])
+        rc = main(
+            [
+                "analyse",
+                str(BERTS),
+                "--format",
+                "wide",
+                "--unit",
+                "Run",
+                "--in-domain",
+                "MNLI dev acc.",
+                "--out",
+                str(out),
+            ]
+        )
     assert rc == 0, caplog.text
     # the four summary rows at the bottom are named and excluded, never silently
     for line, label in ((102, "Minimum"), (103, "Maximum"), (104, "Mean"), (105, "Standard deviation")):
@@ -79,14 +93,19 @@ def _long_table(tmp_path):
             shared = rng.normal(size=14)
             for step in range(14):
                 z = 0.5 + 0.02 * step
-                accs = {"mnli": z, "a": 0.3 + 0.5 * z + 0.03 * shared[step] + 0.005 * rng.normal(),
-                        "b": 0.2 + 0.3 * z + sign * 0.03 * shared[step] + 0.005 * rng.normal(),
-                        "c": 0.4 + 0.2 * z + 0.02 * rng.normal()}
+                accs = {
+                    "mnli": z,
+                    "a": 0.3 + 0.5 * z + 0.03 * shared[step] + 0.005 * rng.normal(),
+                    "b": 0.2 + 0.3 * z + sign * 0.03 * shared[step] + 0.005 * rng.normal(),
+                    "c": 0.4 + 0.2 * z + 0.02 * rng.normal(),
+                }
                 for ts, acc in accs.items():
                     correct = (rng.uniform(size=200) < acc).astype(int)
                     rows.append({"model": model, "run": run, "step": step * 50, "testset": ts, "accuracy": acc})
-                    ex += [{"model": model, "run": run, "step": step * 50, "testset": ts, "example": i,
-                            "correct": c} for i, c in enumerate(correct)]
+                    ex += [
+                        {"model": model, "run": run, "step": step * 50, "testset": ts, "example": i, "correct": c}
+                        for i, c in enumerate(correct)
+                    ]
     rows.append({"model": "A", "run": "r0", "step": "mean", "testset": "a", "accuracy": 0.5})
     scores, examples = tmp_path / "scores.csv", tmp_path / "examples.parquet"
     pd.DataFrame(rows).to_csv(scores, index=False)
@@ -98,9 +117,29 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
     scores, examples = _long_table(tmp_path)
     out = tmp_path / "out"
     with caplog.at_level(logging.INFO):
-        rc = main(["analyse", str(scores), "--in-domain", "mnli", "--run", "run", "--examples", str(examples),
-                   "--methods", "pearson", "spearman", "--n-boot", "300", "--n-perm", "300",
-                   "--example-boot", "50", "--out", str(out)])
+        rc = main(
+            [
+                "analyse",
+                str(scores),
+                "--in-domain",
+                "mnli",
+                "--run",
+                "run",
+                "--examples",
+                str(examples),
+                "--methods",
+                "pearson",
+                "spearman",
+                "--n-boot",
+                "300",
+                "--n-perm",
+                "300",
+                "--example-boot",
+                "50",
+                "--out",
+                str(out),
+            ]
+        )
     assert rc == 0, caplog.text
     assert "unit 'mean': a summary row" in caplog.text
     pc = pd.read_csv(out / "partial_correlations.csv")
@@ -117,8 +156,14 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
     assert row.n_positive == 1 and row.n_negative == 1 and row.verdict == "sign reversal"
     assert row.reversal.startswith("A +0.") and " vs B -0." in row.reversal and row.family_size == 3
     assert "agreement pearson/linear: sign reversal 1" in caplog.text
-    for f in ("heatmaps/A.png", "heatmaps/B.png", "heatmap_grid.png", "learning_curves/A.png", "scatter/B.png",
-              "settings.json"):
+    for f in (
+        "heatmaps/A.png",
+        "heatmaps/B.png",
+        "heatmap_grid.png",
+        "learning_curves/A.png",
+        "scatter/B.png",
+        "settings.json",
+    ):
         assert (out / f).stat().st_size > 0, f
 
 
@@ -138,9 +183,23 @@ def test_console_script_help_documents_the_flags():
     assert exe.exists(), "pip install -e . creates the oodcorr command ([project.scripts])"
     res = subprocess.run([str(exe), "analyse", "--help"], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0
-    for flag in ("--format", "--unit", "--in-domain", "--residualisers", "--block-length", "--correction",
-                 "--examples", "summary row", "--inference", "--pool-by", "--pool-two-runs", "--drop-step0",
-                 "--no-step0-check", "--near-zero", "--min-n-eff"):
+    for flag in (
+        "--format",
+        "--unit",
+        "--in-domain",
+        "--residualisers",
+        "--block-length",
+        "--correction",
+        "--examples",
+        "summary row",
+        "--inference",
+        "--pool-by",
+        "--pool-two-runs",
+        "--drop-step0",
+        "--no-step0-check",
+        "--near-zero",
+        "--min-n-eff",
+    ):
         assert flag in res.stdout, flag
 
 
@@ -174,25 +233,60 @@ def test_tables_as_people_have_them_give_the_same_analysis(tmp_path):
         pd.testing.assert_frame_equal(got, ref, obj=name)
 
 
-@pytest.mark.parametrize("name, data, extra, message", [
-    ("empty.csv", b"", [], r"empty\.csv: the file is empty \(no header, no rows\)"),
-    ("header.csv", b"step,testset,accuracy\n", [], r"header\.csv: has a header \(step, testset, accuracy\) but no "
-                                                   r"rows"),
-    ("header.tsv", b"step\ttestset\taccuracy\r\n", [], r"header\.tsv: has a header .* but no rows"),
-    ("blank.csv", b"step,testset,accuracy\n,,\n\n", [], r"blank\.csv: no rows left once empty rows and summary rows"),
-    ("summary.csv", b"step,testset,accuracy\nMean,a,0.5\nStd,a,0.1\n", [],
-     r"summary\.csv: no rows left once empty rows and summary rows \(mean, std, \.\.\.\) are excluded"),
-    ("latin.csv", "step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"), [],
-     r"latin\.csv:2: not UTF-8 \(byte 0xe9 at offset \d+\); if the file is in another encoding, pass --encoding "
-     r"latin-1"),
-    ("dup.csv", b"step,testset,accuracy,accuracy\n1,a,0.5,0.6\n", [],
-     r"dup\.csv:1: the header names column\(s\) \['accuracy'\] more than once"),
-    ("ragged.csv", b"step,testset,accuracy\n1,a,0.5\n2,a,0.5,9\n", [], r"ragged\.csv: cannot be read as a table "
-                                                                     r"\(.*line 3"),
-    ("trunc.csv.gz", None, [], r"trunc\.csv\.gz: a damaged or truncated gzip file"),
-    ("bad.parquet", b"PAR1 nothing", [], r"bad\.parquet: not a readable parquet file"),
-    ("x.csv", b"step,testset,accuracy\n1,a,0.5\n", ["--encoding", "klingon"], r"x\.csv: unknown encoding 'klingon'"),
-])
+@pytest.mark.parametrize(
+    "name, data, extra, message",
+    [
+        ("empty.csv", b"", [], r"empty\.csv: the file is empty \(no header, no rows\)"),
+        (
+            "header.csv",
+            b"step,testset,accuracy\n",
+            [],
+            r"header\.csv: has a header \(step, testset, accuracy\) but no "
+            r"rows",
+        ),
+        ("header.tsv", b"step\ttestset\taccuracy\r\n", [], r"header\.tsv: has a header .* but no rows"),
+        (
+            "blank.csv",
+            b"step,testset,accuracy\n,,\n\n",
+            [],
+            r"blank\.csv: no rows left once empty rows and summary rows",
+        ),
+        (
+            "summary.csv",
+            b"step,testset,accuracy\nMean,a,0.5\nStd,a,0.1\n",
+            [],
+            r"summary\.csv: no rows left once empty rows and summary rows \(mean, std, \.\.\.\) are excluded",
+        ),
+        (
+            "latin.csv",
+            "step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"),
+            [],
+            r"latin\.csv:2: not UTF-8 \(byte 0xe9 at offset \d+\); if the file is in another encoding, pass --encoding "
+            r"latin-1",
+        ),
+        (
+            "dup.csv",
+            b"step,testset,accuracy,accuracy\n1,a,0.5,0.6\n",
+            [],
+            r"dup\.csv:1: the header names column\(s\) \['accuracy'\] more than once",
+        ),
+        (
+            "ragged.csv",
+            b"step,testset,accuracy\n1,a,0.5\n2,a,0.5,9\n",
+            [],
+            r"ragged\.csv: cannot be read as a table "
+            r"\(.*line 3",
+        ),
+        ("trunc.csv.gz", None, [], r"trunc\.csv\.gz: a damaged or truncated gzip file"),
+        ("bad.parquet", b"PAR1 nothing", [], r"bad\.parquet: not a readable parquet file"),
+        (
+            "x.csv",
+            b"step,testset,accuracy\n1,a,0.5\n",
+            ["--encoding", "klingon"],
+            r"x\.csv: unknown encoding 'klingon'",
+        ),
+    ],
+)
 def test_bad_tables_are_refused_with_the_file_and_what_is_wrong(tmp_path, caplog, name, data, extra, message):
     import gzip
 
@@ -222,8 +316,11 @@ def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
     (tmp_path / "h.csv").write_text("step,testset,accuracy\n")
     (tmp_path / "file").write_text("")
     (tmp_path / "l.csv").write_bytes("step,testset,accuracy\n1,caf\u00e9,0.5\n".encode("latin-1"))
-    for args in (["h.csv", "--in-domain", "a"], [str(scores), "--in-domain", "mnli", "--out", "file"],
-                 ["l.csv", "--in-domain", "a"]):
+    for args in (
+        ["h.csv", "--in-domain", "a"],
+        [str(scores), "--in-domain", "mnli", "--out", "file"],
+        ["l.csv", "--in-domain", "a"],
+    ):
         res = subprocess.run([str(exe), "analyse", *args], capture_output=True, text=True, timeout=120, cwd=tmp_path)
         assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
         assert res.stderr.startswith("ERROR oodcorr: ") and res.stderr.count("\n") == 1, res.stderr
@@ -238,11 +335,25 @@ def _scores_like(tmp_path):
             run = f"m/synth/n{n_train}/seed{seed}"
             x_, y_, z_ = ar1_series(rng, 11, 0.4, 0.5)
             for step in range(11):
-                for ts, role, v in (("synth", "in-domain", z_), ("a", "ood", x_), ("b", "ood", y_),
-                                    ("c", "ood", z_ * 0.3 + 0.01 * rng.normal())):
-                    rows.append({"model": "m", "in_domain": "synth", "n_train": n_train, "seed": seed,
-                                 "run_id": run, "step": step * 10, "testset": ts, "role": role,
-                                 "accuracy": float(v[step]) if hasattr(v, "__len__") else float(v)})
+                for ts, role, v in (
+                    ("synth", "in-domain", z_),
+                    ("a", "ood", x_),
+                    ("b", "ood", y_),
+                    ("c", "ood", z_ * 0.3 + 0.01 * rng.normal()),
+                ):
+                    rows.append(
+                        {
+                            "model": "m",
+                            "in_domain": "synth",
+                            "n_train": n_train,
+                            "seed": seed,
+                            "run_id": run,
+                            "step": step * 10,
+                            "testset": ts,
+                            "role": role,
+                            "accuracy": float(v[step]) if hasattr(v, "__len__") else float(v),
+                        }
+                    )
     scores = pd.DataFrame(rows)
     path = tmp_path / "scores.csv"
     scores.to_csv(path, index=False)
@@ -266,8 +377,10 @@ def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
     for col in ("r", "ci_low", "ci_high", "p", "p_adj", "n_eff", "tau2", "r_no_step0"):
         assert np.allclose(cli[col].to_numpy(float), wf[col].to_numpy(float), equal_nan=True, rtol=1e-9), col
     # --pool-by with no column pools all six runs
-    assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "all"), "--no-plots",
-                 "--pool-by"]) == 0
+    assert (
+        main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "all"), "--no-plots", "--pool-by"])
+        == 0
+    )
     across = pd.read_csv(tmp_path / "all" / "partial_correlations.csv")
     assert set(across.loc[across.run == "pooled", "n_runs"]) == {6}
 
@@ -275,8 +388,9 @@ def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
 def test_pool_by_errors_name_the_column(tmp_path, caplog):
     scores, path = _scores_like(tmp_path)
     with caplog.at_level(logging.ERROR):
-        assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "o"),
-                     "--pool-by", "lr"]) == 2
+        assert (
+            main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "o"), "--pool-by", "lr"]) == 2
+        )
     assert "no column 'lr' to pool by" in caplog.text
     assert not (tmp_path / "o" / "partial_correlations.csv").exists()
     scores.loc[(scores.run_id == "m/synth/n64/seed0") & (scores.step == 50), "n_train"] = 65

@@ -5,10 +5,11 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO
 from oodcorr.config import Experiment
 from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
+
+from helpers import REPO
 
 
 @pytest.fixture
@@ -66,12 +67,15 @@ def test_every_k_includes_last_step(default_config):
     assert build_plan(cfg, REPO).runs[0].max_steps == 512
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c: c["ood_testsets"].append("nope"), "dataset 'nope' is not defined"),
-    (lambda c: c["models"].append(copy.deepcopy(c["models"][0])), "duplicate name 'tiny-opt'"),
-    (lambda c: c["prompt"].update(template="{premise} Yes or No?"), "must contain {hypothesis}"),
-    (lambda c: c["models"][0].update(hub="facebook/opt-125m"), "exactly one of `tiny`, `hub`, `path`"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["ood_testsets"].append("nope"), "dataset 'nope' is not defined"),
+        (lambda c: c["models"].append(copy.deepcopy(c["models"][0])), "duplicate name 'tiny-opt'"),
+        (lambda c: c["prompt"].update(template="{premise} Yes or No?"), "must contain {hypothesis}"),
+        (lambda c: c["models"][0].update(hub="facebook/opt-125m"), "exactly one of `tiny`, `hub`, `path`"),
+    ],
+)
 def test_semantic_errors_name_the_key(default_config, mutate, message):
     cfg = copy.deepcopy(default_config)
     mutate(cfg)
@@ -131,9 +135,18 @@ def test_paper_grid_plans_the_whole_grid_offline():
     exp = Experiment(cfg, REPO)
     plan = build_plan(cfg, REPO, exp)
     hubs = sorted(m["hub"] for m in cfg["models"])
-    assert hubs == sorted(["allenai/OLMo-2-1124-7B", "allenai/OLMo-2-1124-13B", "allenai/OLMo-2-0325-32B",
-                           "facebook/opt-2.7b", "facebook/opt-6.7b", "facebook/opt-13b", "facebook/opt-30b",
-                           "HuggingFaceTB/SmolLM3-3B"])
+    assert hubs == sorted(
+        [
+            "allenai/OLMo-2-1124-7B",
+            "allenai/OLMo-2-1124-13B",
+            "allenai/OLMo-2-0325-32B",
+            "facebook/opt-2.7b",
+            "facebook/opt-6.7b",
+            "facebook/opt-13b",
+            "facebook/opt-30b",
+            "HuggingFaceTB/SmolLM3-3B",
+        ]
+    )
     assert set(exp.in_domain) == {"mnli", "snli"}
     for d in exp.in_domain:  # its own test set once as in-domain, the other seven as OOD
         roles = plan.testsets[d]
@@ -164,26 +177,47 @@ def test_paper_authors_grid_has_the_authors_settings_and_plans_offline():
     cfg, ours = _load("paper-authors.yaml"), _load("paper.yaml")
     exp = Experiment(cfg, REPO)
     plan = build_plan(cfg, REPO, exp)
-    assert [(m["name"], m["hub"], m["revision"]) for m in cfg["models"]] == \
-        [(m["name"], m["hub"], m["revision"]) for m in ours["models"]]
+    assert [(m["name"], m["hub"], m["revision"]) for m in cfg["models"]] == [
+        (m["name"], m["hub"], m["revision"]) for m in ours["models"]
+    ]
     assert [d["name"] for d in cfg["in_domain"]] == ["mnli", "snli"]
     # MNLI scored as the authors' code scores it (neutral as " Yes"), under its own name
     assert plan.testsets["mnli"][0] == ("mnli-neutral-yes", "in-domain")
     assert exp.dataset("mnli-neutral-yes")["label_map"]["1"] == "entailment"
-    assert {t for t, _ in plan.testsets["snli"]} == {"snli", "mnli-neutral-yes", "scitail", "rte", "hans", "anli",
-                                                    "wnli", "paws"}
+    assert {t for t, _ in plan.testsets["snli"]} == {
+        "snli",
+        "mnli-neutral-yes",
+        "scitail",
+        "rte",
+        "hans",
+        "anli",
+        "wnli",
+        "paws",
+    }
     for m in cfg["models"]:
         prompt, ft = exp.prompt_for(m["name"]), exp.finetune_params(m["name"])
-        assert prompt == {"template": "{premise}Question: {hypothesis} Yes or No?", "strip_fields": False,
-                          "truncation": "right", "scored_position": "padded-end",
-                          "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
-        assert (ft["loss"], ft["learning_rate"], ft["epochs"], ft["warmup_ratio"], ft["weight_decay"]) == \
-            ("vocabulary", 1e-5, 40, 0.1, 0.01)
+        assert prompt == {
+            "template": "{premise}Question: {hypothesis} Yes or No?",
+            "strip_fields": False,
+            "truncation": "right",
+            "scored_position": "padded-end",
+            "verbalisers": {"entailment": " Yes", "non-entailment": " No"},
+        }
+        assert (ft["loss"], ft["learning_rate"], ft["epochs"], ft["warmup_ratio"], ft["weight_decay"]) == (
+            "vocabulary",
+            1e-5,
+            40,
+            0.1,
+            0.01,
+        )
         assert ft["batch_size"] * ft["gradient_accumulation_steps"] == 64 and ft["max_length"] == 128
         lora = ft["lora"]
         assert (lora["r"], lora["alpha"], lora["dropout"]) == (8, 32, 0.1)
-        want = ["k_proj", "v_proj", "q_proj", "out_proj"] if m["name"].startswith("opt") else \
-            ["q_proj", "k_proj", "v_proj", "o_proj"]
+        want = (
+            ["k_proj", "v_proj", "q_proj", "out_proj"]
+            if m["name"].startswith("opt")
+            else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        )
         assert lora["target_modules"] == want
     assert cfg["evaluation"]["max_length"] == 128 and cfg["label_mode"] == "binary"
     # 40 epochs of 260,000 at batch 64; evaluated at 0, every 2000 steps, and the last step
@@ -227,7 +261,9 @@ def test_size_class_and_label_mode_errors(default_config):
     with pytest.raises(ConfigError, match="label_mode: 'four-way'.*binary-merge"):
         Experiment(cfg, REPO)
     cfg["label_mode"] = "three-way"  # the default verbalisers have no word for neutral
-    with pytest.raises(ConfigError, match=r"prompt\.verbalisers: no verbaliser for label\(s\) \['neutral', 'contradiction'\]"):
+    with pytest.raises(
+        ConfigError, match=r"prompt\.verbalisers: no verbaliser for label\(s\) \['neutral', 'contradiction'\]"
+    ):
         Experiment(cfg, REPO)
 
 
@@ -261,7 +297,8 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     assert plan.eval_outputs()[0] == "results/default/eval/tiny-opt/synth/n64/seed0/synth-test.json"
     job = plan.eval_params(_wc(plan.runs[0], testset="synth-overlap"))
     assert job["steps"] == [0, 1, 2, 3, 4] and job["predictions"] == [
-        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in range(5)]
+        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in range(5)
+    ]
 
 
 def _wc_of(**wildcards):
@@ -311,18 +348,31 @@ def test_experiment_names_the_results_folder(default_config):
         build_plan(cfg, REPO)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("datasets:\n  x:\n    source: local\n    path: a.jsonl\n   label_map: {a: b}\n",
-     r"reg\.yaml:5:4: not valid YAML: expected <block end>, but found '<block mapping start>' \(while parsing a "
-     r"block mapping that starts at line 2\); check this line's indentation.*"
-     r"\n       label_map: \{a: b\}\n       \^"),
-    ("datasets:\n  x:\n\tsource: local\n", r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
-                                          r"any token .*; indent with spaces, never tabs"),
-    ("datasets:\n  x: {source: local, path: [a.jsonl}\n",
-     r"reg\.yaml:2:36: not valid YAML: expected ',' or ']', but got '}'"),
-    ("datasets:\n  x:\n    description: caf\xe9\n", r"reg\.yaml: not valid YAML: invalid continuation byte "
-                                                    r"\(byte 0xe9 at offset \d+\); YAML files must be UTF-8"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "datasets:\n  x:\n    source: local\n    path: a.jsonl\n   label_map: {a: b}\n",
+            r"reg\.yaml:5:4: not valid YAML: expected <block end>, but found '<block mapping start>' \(while parsing a "
+            r"block mapping that starts at line 2\); check this line's indentation.*"
+            r"\n       label_map: \{a: b\}\n       \^",
+        ),
+        (
+            "datasets:\n  x:\n\tsource: local\n",
+            r"reg\.yaml:3:1: not valid YAML: found character '\\t' that cannot start "
+            r"any token .*; indent with spaces, never tabs",
+        ),
+        (
+            "datasets:\n  x: {source: local, path: [a.jsonl}\n",
+            r"reg\.yaml:2:36: not valid YAML: expected ',' or ']', but got '}'",
+        ),
+        (
+            "datasets:\n  x:\n    description: caf\xe9\n",
+            r"reg\.yaml: not valid YAML: invalid continuation byte "
+            r"\(byte 0xe9 at offset \d+\); YAML files must be UTF-8",
+        ),
+    ],
+)
 def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config, text, message):
     bad = tmp_path / "reg.yaml"
     bad.write_bytes(text.encode("latin-1"))
@@ -337,12 +387,18 @@ def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, def
 
     shutil.copytree(REPO / "config", tmp_path / "config")
     (tmp_path / "resources").mkdir()
-    text = (REPO / "resources/label_modes.yaml").read_text().replace("  labels: [entailment, non-entailment]",
-                                                                      "  labels: [entailment, non-entailment", 1)
+    text = (
+        (REPO / "resources/label_modes.yaml")
+        .read_text()
+        .replace("  labels: [entailment, non-entailment]", "  labels: [entailment, non-entailment", 1)
+    )
     (tmp_path / "resources/label_modes.yaml").write_text(text)
     line = text.splitlines().index("  labels: [entailment, non-entailment") + 1
-    with pytest.raises(ConfigError, match=rf"label_modes\.yaml:{line + 1}:\d+: not valid YAML: expected ',' or ']'"
-                                          rf".*that starts at line {line}\)"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"label_modes\.yaml:{line + 1}:\d+: not valid YAML: expected ',' or ']'"
+        rf".*that starts at line {line}\)",
+    ):
         Experiment(default_config, tmp_path)
 
 
@@ -357,8 +413,16 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
 
     cfg = tmp_path / "broken.yaml"
     cfg.write_text("experiment: x\nmodels:\n  - name: m\n   tiny: {}\n")
-    cmd = [str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-           "--configfile", str(cfg), "-n"]
+    cmd = [
+        str(Path(sys.executable).with_name("snakemake")),
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(cfg),
+        "-n",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     out = res.stdout + res.stderr
     assert res.returncode != 0

@@ -4,15 +4,16 @@ from collections import Counter
 import pytest
 
 from oodcorr.data import balanced_sample, prepare, stratified_sample
-from oodcorr.io import read_jsonl, write_jsonl_atomic
 from oodcorr.errors import DataError
+from oodcorr.io import read_jsonl, write_jsonl_atomic
 
 from helpers import BINARY, LABELS
 
 
 def _recs(n_e, n_n):
-    return ([{"premise": f"p{i}", "hypothesis": "h", "label": "entailment"} for i in range(n_e)] +
-            [{"premise": f"q{i}", "hypothesis": "h", "label": "non-entailment"} for i in range(n_n)])
+    return [{"premise": f"p{i}", "hypothesis": "h", "label": "entailment"} for i in range(n_e)] + [
+        {"premise": f"q{i}", "hypothesis": "h", "label": "non-entailment"} for i in range(n_n)
+    ]
 
 
 def test_synthetic_source_and_fingerprint():
@@ -30,8 +31,13 @@ def test_synthetic_source_and_fingerprint():
 def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
     import pandas as pd
 
-    df = pd.DataFrame({"sentence1": ["a", "b", "c", "d"], "sentence2": ["w", "x", "y", "z"],
-                       "gold": ["entails", "neutral", "contradiction", "entails"]})
+    df = pd.DataFrame(
+        {
+            "sentence1": ["a", "b", "c", "d"],
+            "sentence2": ["w", "x", "y", "z"],
+            "gold": ["entails", "neutral", "contradiction", "entails"],
+        }
+    )
     path = tmp_path / f"d.{fmt}"
     if fmt == "jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in df.to_dict("records")))
@@ -39,9 +45,12 @@ def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
         df.to_parquet(path)
     else:
         df.to_csv(path, sep="," if fmt == "csv" else "\t", index=False)
-    spec = {"source": "local", "path": str(path),
-            "fields": {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold"},
-            "label_map": {"entails": "entailment", "contradiction": "non-entailment", "neutral": None}}
+    spec = {
+        "source": "local",
+        "path": str(path),
+        "fields": {"premise": "sentence1", "hypothesis": "sentence2", "label": "gold"},
+        "label_map": {"entails": "entailment", "contradiction": "non-entailment", "neutral": None},
+    }
     recs, prov = prepare("x", spec, BINARY)
     assert [r["premise"] for r in recs] == ["a", "c", "d"]  # neutral dropped
     assert [r["label"] for r in recs] == ["entailment", "non-entailment", "entailment"]
@@ -50,8 +59,13 @@ def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
 
 def test_unknown_label_names_file_and_line(tmp_path):
     path = tmp_path / "d.jsonl"
-    write_jsonl_atomic(path, [{"premise": "a", "hypothesis": "b", "label": "entailment"},
-                              {"premise": "a", "hypothesis": "b", "label": "maybe"}])
+    write_jsonl_atomic(
+        path,
+        [
+            {"premise": "a", "hypothesis": "b", "label": "entailment"},
+            {"premise": "a", "hypothesis": "b", "label": "maybe"},
+        ],
+    )
     with pytest.raises(DataError, match=r"d\.jsonl:2: unknown label 'maybe'"):
         prepare("x", {"source": "local", "path": str(path)}, BINARY)
 
@@ -126,9 +140,11 @@ def test_atomic_writes_get_the_umask_mode_not_mkstemps_private_one(tmp_path):
 
 # ---- files as people have them: compression, byte-order marks, line ends, encodings -------
 
-ROWS = [{"premise": "Un café à Paris.", "hypothesis": "Il y a un café.", "label": "entailment"},
-        {"premise": "Ein Bär schläft.", "hypothesis": "Kein Tier schläft.", "label": "contradiction"},
-        {"premise": "Smart “quotes” – and a dash.", "hypothesis": "Plain text.", "label": "neutral"}]
+ROWS = [
+    {"premise": "Un café à Paris.", "hypothesis": "Il y a un café.", "label": "entailment"},
+    {"premise": "Ein Bär schläft.", "hypothesis": "Kein Tier schläft.", "label": "contradiction"},
+    {"premise": "Smart “quotes” – and a dash.", "hypothesis": "Plain text.", "label": "neutral"},
+]
 
 
 def _csv_text(rows, sep=",", eol="\n"):
@@ -148,28 +164,32 @@ def _jsonl_text(rows, eol="\n"):
 
 def _expected(rows):
     keep = [r for r in rows if r["label"] != "neutral"]
-    return [(r["premise"], r["hypothesis"], "entailment" if r["label"] == "entailment" else "non-entailment")
-            for r in keep]
+    return [
+        (r["premise"], r["hypothesis"], "entailment" if r["label"] == "entailment" else "non-entailment") for r in keep
+    ]
 
 
 def _got(recs):
     return [(r["premise"], r["hypothesis"], r["label"]) for r in recs]
 
 
-@pytest.mark.parametrize("name, make", [
-    ("d.jsonl.gz", lambda: __import__("gzip").compress(_jsonl_text(ROWS).encode())),
-    ("d.csv.gz", lambda: __import__("gzip").compress(_csv_text(ROWS).encode())),
-    ("d.tsv.bz2", lambda: __import__("bz2").compress(_csv_text(ROWS, "\t").encode())),
-    ("d.jsonl.xz", lambda: __import__("lzma").compress(_jsonl_text(ROWS).encode())),
-    ("d.jsonl", lambda: __import__("gzip").compress(_jsonl_text(ROWS).encode())),  # gzip under a plain name
-    ("d.csv", lambda: _csv_text(ROWS).encode("utf-8-sig")),  # byte-order mark: the header's first name intact
-    ("d.jsonl", lambda: _jsonl_text(ROWS).encode("utf-8-sig")),
-    ("d.csv", lambda: _csv_text(ROWS, eol="\r\n").encode()),  # Windows line ends
-    ("d.jsonl", lambda: _jsonl_text(ROWS, eol="\r\n").encode()),
-    ("d.jsonl", lambda: _jsonl_text(ROWS, eol="\r").encode()),  # classic Mac line ends
-    ("d.csv", lambda: _csv_text(ROWS).encode("utf-16")),  # UTF-16 with its byte-order mark
-    ("d.tsv.gz", lambda: __import__("gzip").compress(_csv_text(ROWS, "\t", "\r\n").encode("utf-8-sig"))),
-])
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("d.jsonl.gz", lambda: __import__("gzip").compress(_jsonl_text(ROWS).encode())),
+        ("d.csv.gz", lambda: __import__("gzip").compress(_csv_text(ROWS).encode())),
+        ("d.tsv.bz2", lambda: __import__("bz2").compress(_csv_text(ROWS, "\t").encode())),
+        ("d.jsonl.xz", lambda: __import__("lzma").compress(_jsonl_text(ROWS).encode())),
+        ("d.jsonl", lambda: __import__("gzip").compress(_jsonl_text(ROWS).encode())),  # gzip under a plain name
+        ("d.csv", lambda: _csv_text(ROWS).encode("utf-8-sig")),  # byte-order mark: the header's first name intact
+        ("d.jsonl", lambda: _jsonl_text(ROWS).encode("utf-8-sig")),
+        ("d.csv", lambda: _csv_text(ROWS, eol="\r\n").encode()),  # Windows line ends
+        ("d.jsonl", lambda: _jsonl_text(ROWS, eol="\r\n").encode()),
+        ("d.jsonl", lambda: _jsonl_text(ROWS, eol="\r").encode()),  # classic Mac line ends
+        ("d.csv", lambda: _csv_text(ROWS).encode("utf-16")),  # UTF-16 with its byte-order mark
+        ("d.tsv.gz", lambda: __import__("gzip").compress(_csv_text(ROWS, "\t", "\r\n").encode("utf-8-sig"))),
+    ],
+)
 def test_files_people_have_are_read_as_they_are(tmp_path, name, make):
     path = tmp_path / name
     path.write_bytes(make())
@@ -182,8 +202,11 @@ def test_files_people_have_are_read_as_they_are(tmp_path, name, make):
 def test_an_undeclared_8_bit_encoding_is_refused_with_the_line_byte_and_fix(tmp_path):
     path = tmp_path / "latin.csv"
     path.write_bytes(_csv_text(ROWS).encode("latin-1", errors="replace"))
-    with pytest.raises(DataError, match=r"latin\.csv:2: not UTF-8 \(byte 0xe9 at offset \d+\); if the file is in "
-                                        r"another encoding, set `encoding: latin-1` on the dataset entry"):
+    with pytest.raises(
+        DataError,
+        match=r"latin\.csv:2: not UTF-8 \(byte 0xe9 at offset \d+\); if the file is in "
+        r"another encoding, set `encoding: latin-1` on the dataset entry",
+    ):
         prepare("x", {"source": "local", "path": str(path)}, BINARY)
     rows = [dict(r, premise=r["premise"].replace("à", "a")) for r in ROWS]
     path.write_bytes(_csv_text(rows).encode("cp1252"))  # curly quotes: bytes 0x93/0x94, only in Windows-1252
@@ -193,8 +216,11 @@ def test_an_undeclared_8_bit_encoding_is_refused_with_the_line_byte_and_fix(tmp_
 
 @pytest.mark.parametrize("encoding", ["latin-1", "cp1252", "utf-16-le"])
 def test_a_declared_encoding_is_used(tmp_path, encoding):
-    rows = ROWS if encoding != "latin-1" else [dict(r, premise=r["premise"].replace("“", '"').replace("”", '"')
-                                                    .replace("–", "-")) for r in ROWS]
+    rows = (
+        ROWS
+        if encoding != "latin-1"
+        else [dict(r, premise=r["premise"].replace("“", '"').replace("”", '"').replace("–", "-")) for r in ROWS]
+    )
     path = tmp_path / "d.csv"
     path.write_bytes(_csv_text(rows).encode(encoding))
     recs, prov = prepare("x", {"source": "local", "path": str(path), "encoding": encoding}, BINARY)
@@ -204,23 +230,32 @@ def test_a_declared_encoding_is_used(tmp_path, encoding):
 def test_encoding_problems_that_are_not_guessed(tmp_path):
     path = tmp_path / "d.csv"
     path.write_bytes(_csv_text(ROWS).encode("utf-8-sig"))
-    with pytest.raises(DataError, match=r"d\.csv: starts with a UTF-8 byte-order mark, but the encoding 'latin-1' "
-                                        r"is declared; remove the declared encoding"):
+    with pytest.raises(
+        DataError,
+        match=r"d\.csv: starts with a UTF-8 byte-order mark, but the encoding 'latin-1' "
+        r"is declared; remove the declared encoding",
+    ):
         prepare("x", {"source": "local", "path": str(path), "encoding": "latin-1"}, BINARY)
     with pytest.raises(DataError, match=r"d\.csv: unknown encoding 'latin-9000'"):
         prepare("x", {"source": "local", "path": str(path), "encoding": "latin-9000"}, BINARY)
     for codec in ("utf-16-le", "utf-16-be"):
         for rows in (ROWS, [{k: "ascii" for k in r} for r in ROWS]):  # invalid UTF-8, or valid with NULs
             path.write_bytes(_csv_text(rows).encode(codec))  # no byte-order mark
-            with pytest.raises(DataError, match=r"d\.csv: looks like UTF-16 without a byte-order mark \(NUL bytes "
-                                                rf"in every other position\); set `encoding: {codec}` on the"):
+            with pytest.raises(
+                DataError,
+                match=r"d\.csv: looks like UTF-16 without a byte-order mark \(NUL bytes "
+                rf"in every other position\); set `encoding: {codec}` on the",
+            ):
                 prepare("x", {"source": "local", "path": str(path)}, BINARY)
     path.write_bytes(b"premise,hypothesis,label\na\x00,b,entailment\n")
     with pytest.raises(DataError, match=r"d\.csv:2: contains a NUL character, which text never holds"):
         prepare("x", {"source": "local", "path": str(path)}, BINARY)
     path.write_bytes(_csv_text(ROWS).encode("latin-1", errors="replace"))
-    with pytest.raises(DataError, match=r"d\.csv:2: not valid ascii at byte \d+ \(0xe9\); the file is damaged or in "
-                                        r"another encoding"):
+    with pytest.raises(
+        DataError,
+        match=r"d\.csv:2: not valid ascii at byte \d+ \(0xe9\); the file is damaged or in "
+        r"another encoding",
+    ):
         prepare("x", {"source": "local", "path": str(path), "encoding": "ascii"}, BINARY)
 
 
@@ -239,30 +274,46 @@ def test_damaged_and_empty_files_say_what_is_wrong(tmp_path):
     refused("h.tsv", b"premise\thypothesis\tlabel\r\n\r\n", r"h\.tsv: has a header .* but no rows")
     refused("e.csv", b"", r"e\.csv: the file is empty \(no header, no rows\)")
     refused("e.jsonl", b"\n\n", r"e\.jsonl: the file has no records")
-    refused("f.csv", b"premise,hypothesis,label\na,b,entailment\na, b, c,entailment\n",
-            r"f\.csv:3: 4 field\(s\), but the header has 3; a field that holds a comma must be quoted")
-    refused("d.csv", b"premise,premise,label\na,b,entailment\n",
-            r"d\.csv:1: the header names column\(s\) \['premise'\]")
+    refused(
+        "f.csv",
+        b"premise,hypothesis,label\na,b,entailment\na, b, c,entailment\n",
+        r"f\.csv:3: 4 field\(s\), but the header has 3; a field that holds a comma must be quoted",
+    )
+    refused(
+        "d.csv", b"premise,premise,label\na,b,entailment\n", r"d\.csv:1: the header names column\(s\) \['premise'\]"
+    )
     refused("p.parquet", b"PAR1 not really", r"p\.parquet: not a readable parquet file")
     refused("x.xlsx", b"PK", r"x\.xlsx: unknown format 'xlsx'; name the file \.jsonl, \.csv")
-    refused("n.jsonl", b'{"premise": "a", "hypothesis": "b", "label": ' + b"9" * 5000 + b"}\n",
-            r"n\.jsonl:1: unreadable JSON")
+    refused(
+        "n.jsonl",
+        b'{"premise": "a", "hypothesis": "b", "label": ' + b"9" * 5000 + b"}\n",
+        r"n\.jsonl:1: unreadable JSON",
+    )
     refused("deep.jsonl", b"[" * 100_000 + b"]" * 100_000 + b"\n", r"deep\.jsonl:1: ")
-    refused("text.jsonl", json.dumps({"premise": 3, "hypothesis": "b", "label": "entailment"}).encode() + b"\n",
-            r"text\.jsonl:1: field 'premise' \(premise\) is not text: 3")
+    refused(
+        "text.jsonl",
+        json.dumps({"premise": 3, "hypothesis": "b", "label": "entailment"}).encode() + b"\n",
+        r"text\.jsonl:1: field 'premise' \(premise\) is not text: 3",
+    )
 
 
 # ---- data hygiene: what is dropped, and why, is counted and said -------------------------
 
+
 def test_dropped_rows_are_counted_per_reason_logged_and_recorded(tmp_path, caplog):
-    rows = ([{"premise": f"p{i}", "hypothesis": "h", "label": "entailment"} for i in range(5)]
-            + [{"premise": f"q{i}", "hypothesis": "h", "label": "neutral"} for i in range(3)]
-            + [{"premise": f"r{i}", "hypothesis": "h", "label": "contradiction"} for i in range(4)]
-            + [{"premise": "", "hypothesis": "h", "label": "entailment"},
-               {"premise": "s", "hypothesis": "  ", "label": "contradiction"},
-               {"premise": None, "hypothesis": "h", "label": "entailment"},
-               {"premise": "t", "hypothesis": "h", "label": "-1"}, {"premise": "u", "hypothesis": "h", "label": "-1"},
-               {"premise": "v", "hypothesis": "h", "label": None}])
+    rows = (
+        [{"premise": f"p{i}", "hypothesis": "h", "label": "entailment"} for i in range(5)]
+        + [{"premise": f"q{i}", "hypothesis": "h", "label": "neutral"} for i in range(3)]
+        + [{"premise": f"r{i}", "hypothesis": "h", "label": "contradiction"} for i in range(4)]
+        + [
+            {"premise": "", "hypothesis": "h", "label": "entailment"},
+            {"premise": "s", "hypothesis": "  ", "label": "contradiction"},
+            {"premise": None, "hypothesis": "h", "label": "entailment"},
+            {"premise": "t", "hypothesis": "h", "label": "-1"},
+            {"premise": "u", "hypothesis": "h", "label": "-1"},
+            {"premise": "v", "hypothesis": "h", "label": None},
+        ]
+    )
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
     spec = {"source": "local", "path": str(path), "label_map": {"-1": None, "": None}}
@@ -271,17 +322,22 @@ def test_dropped_rows_are_counted_per_reason_logged_and_recorded(tmp_path, caplo
     assert len(recs) == 9 and prov["n_rows"] == 18 and prov["n"] == 9
     assert prov["dropped"] == {"empty_text": 3, "label_map": {"-1": 2, "": 1}, "label_mode": {"neutral": 3}}
     line = next(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
-    assert line == ("dataset 'd': dropped 9 row(s) of 18: 3 with an empty premise or hypothesis, "
-                    "1 with raw label '' (mapped to null by the entry's label_map), 2 with raw label '-1' (mapped "
-                    "to null by the entry's label_map), 3 labelled 'neutral' (label mode 'binary' leaves it out)")
+    assert line == (
+        "dataset 'd': dropped 9 row(s) of 18: 3 with an empty premise or hypothesis, "
+        "1 with raw label '' (mapped to null by the entry's label_map), 2 with raw label '-1' (mapped "
+        "to null by the entry's label_map), 3 labelled 'neutral' (label mode 'binary' leaves it out)"
+    )
     assert "warning" not in prov  # drops are said in the log and recorded; only conflicts are loud
 
 
 def test_a_missing_label_is_an_error_unless_the_entry_maps_it_to_null(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text("premise,hypothesis,label\na,b,entailment\nc,d,\n")
-    with pytest.raises(DataError, match=r"d\.csv:3: the label is empty; to skip rows without a label, add "
-                                        r"`'': null` to the dataset's `label_map`"):
+    with pytest.raises(
+        DataError,
+        match=r"d\.csv:3: the label is empty; to skip rows without a label, add "
+        r"`'': null` to the dataset's `label_map`",
+    ):
         prepare("d", {"source": "local", "path": str(path)}, BINARY)
     recs, prov = prepare("d", {"source": "local", "path": str(path), "label_map": {"": None}}, BINARY)
     assert len(recs) == 1 and prov["dropped"] == {"label_map": {"": 1}}
@@ -289,30 +345,48 @@ def test_a_missing_label_is_an_error_unless_the_entry_maps_it_to_null(tmp_path):
 
 def test_nothing_left_says_what_took_the_rows(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text(_jsonl_text([{"premise": "a", "hypothesis": "b", "label": "neutral"},
-                                 {"premise": " ", "hypothesis": "b", "label": "entailment"}]))
-    with pytest.raises(DataError, match=r"no examples left after label mapping \(.*d\.jsonl\): 1 with an empty "
-                                        r"premise or hypothesis, 1 labelled 'neutral'"):
+    path.write_text(
+        _jsonl_text(
+            [
+                {"premise": "a", "hypothesis": "b", "label": "neutral"},
+                {"premise": " ", "hypothesis": "b", "label": "entailment"},
+            ]
+        )
+    )
+    with pytest.raises(
+        DataError,
+        match=r"no examples left after label mapping \(.*d\.jsonl\): 1 with an empty "
+        r"premise or hypothesis, 1 labelled 'neutral'",
+    ):
         prepare("d", {"source": "local", "path": str(path)}, BINARY)
 
 
 def test_duplicates_are_counted_and_kept_and_conflicts_warned_loudly(tmp_path, caplog):
-    rows = [{"premise": "a", "hypothesis": "b", "label": "entailment"},     # 1
-            {"premise": "c", "hypothesis": "d", "label": "contradiction"},  # 2
-            {"premise": "a", "hypothesis": "b", "label": "entailment"},     # 3: exact duplicate of 1
-            {"premise": "a", "hypothesis": "b", "label": "entailment"},     # 4: and again
-            {"premise": "c", "hypothesis": "d", "label": "entailment"},     # 5: conflicts with 2
-            {"premise": "e", "hypothesis": "f", "label": "neutral"},        # 6: dropped (binary)
-            {"premise": "e", "hypothesis": "f", "label": "entailment"}]     # 7: no conflict once 6 is dropped
+    rows = [
+        {"premise": "a", "hypothesis": "b", "label": "entailment"},  # 1
+        {"premise": "c", "hypothesis": "d", "label": "contradiction"},  # 2
+        {"premise": "a", "hypothesis": "b", "label": "entailment"},  # 3: exact duplicate of 1
+        {"premise": "a", "hypothesis": "b", "label": "entailment"},  # 4: and again
+        {"premise": "c", "hypothesis": "d", "label": "entailment"},  # 5: conflicts with 2
+        {"premise": "e", "hypothesis": "f", "label": "neutral"},  # 6: dropped (binary)
+        {"premise": "e", "hypothesis": "f", "label": "entailment"},
+    ]  # 7: no conflict once 6 is dropped
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
     with caplog.at_level("WARNING", logger="oodcorr.data"):
         recs, prov = prepare("d", {"source": "local", "path": str(path)}, BINARY)
     assert len(recs) == 6  # duplicates kept: a published testset is what it is
-    assert prov["duplicates"] == {"exact": 2, "exact_lines": [[1, 3, 4]], "conflicting": 1,
-                                  "conflicting_rows": 2, "conflicting_lines": [[2, 5]]}
-    assert prov["warning"] == ("dataset 'd' has 1 premise/hypothesis pair(s) that occur with different labels "
-                               "(2 rows, e.g. lines [2, 5]); they are kept, so no model can get all of them right")
+    assert prov["duplicates"] == {
+        "exact": 2,
+        "exact_lines": [[1, 3, 4]],
+        "conflicting": 1,
+        "conflicting_rows": 2,
+        "conflicting_lines": [[2, 5]],
+    }
+    assert prov["warning"] == (
+        "dataset 'd' has 1 premise/hypothesis pair(s) that occur with different labels "
+        "(2 rows, e.g. lines [2, 5]); they are kept, so no model can get all of them right"
+    )
     assert "2 row(s) repeat an earlier row exactly" in caplog.text
     _, prov1 = prepare("d1", {"source": "local", "path": str(path), "max_examples": 2}, BINARY)
     assert prov1["duplicates"] == prov["duplicates"]  # counted on the whole set, before the cap
@@ -320,9 +394,14 @@ def test_duplicates_are_counted_and_kept_and_conflicts_warned_loudly(tmp_path, c
 
 def test_single_class_and_conflicts_share_the_warning(tmp_path):
     path = tmp_path / "d.jsonl"
-    path.write_text(_jsonl_text([{"premise": "a", "hypothesis": "b", "label": "entailment"},
-                                 {"premise": "a", "hypothesis": "b", "label": "neutral"}]))
-    _, prov = prepare("d", {"source": "local", "path": str(path), "label_map": {"neutral": "entailment"}},
-                      BINARY)
+    path.write_text(
+        _jsonl_text(
+            [
+                {"premise": "a", "hypothesis": "b", "label": "entailment"},
+                {"premise": "a", "hypothesis": "b", "label": "neutral"},
+            ]
+        )
+    )
+    _, prov = prepare("d", {"source": "local", "path": str(path), "label_map": {"neutral": "entailment"}}, BINARY)
     assert prov["warning"].startswith("dataset 'd' has a single class (entailment)")  # exact duplicates once mapped
     assert prov["duplicates"]["exact"] == 1 and prov["duplicates"]["conflicting"] == 0

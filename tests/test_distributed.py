@@ -1,7 +1,8 @@
 """Multi-GPU finetuning: the `accelerate launch` command built for a model entry (dry run)."""
+
 import copy
-import re
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,14 +11,22 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO
 from oodcorr import distributed
 from oodcorr.config import Experiment
 
-FSDP_MODEL = {"name": "big", "hub": "org/big-model", "revision": "abc123", "dtype": "bfloat16",
-              "distributed": {"strategy": "fsdp", "gpus": 4,
-                              "fsdp": {"transformer_layer_cls_to_wrap": "LlamaDecoderLayer",
-                                       "activation_checkpointing": True}}}
+from helpers import REPO
+
+FSDP_MODEL = {
+    "name": "big",
+    "hub": "org/big-model",
+    "revision": "abc123",
+    "dtype": "bfloat16",
+    "distributed": {
+        "strategy": "fsdp",
+        "gpus": 4,
+        "fsdp": {"transformer_layer_cls_to_wrap": "LlamaDecoderLayer", "activation_checkpointing": True},
+    },
+}
 
 
 def _config(model):
@@ -30,36 +39,103 @@ def _config(model):
 def test_fsdp_launch_command_exact():
     cfg = _config(FSDP_MODEL)
     entry = next(m for m in cfg["models"] if m["name"] == "big")
-    argv = distributed.launch_argv(entry["distributed"], "/runs/big/distributed_args.json",
-                                   mixed_precision=distributed.mixed_precision(entry, {}), threads=8, port=29811,
-                                   python="/venv/bin/python")
+    argv = distributed.launch_argv(
+        entry["distributed"],
+        "/runs/big/distributed_args.json",
+        mixed_precision=distributed.mixed_precision(entry, {}),
+        threads=8,
+        port=29811,
+        python="/venv/bin/python",
+    )
     assert argv == [
-        "/venv/bin/python", "-m", "accelerate.commands.launch",
-        "--num_machines", "1", "--num_processes", "4", "--main_process_port", "29811",
-        "--mixed_precision", "bf16", "--dynamo_backend", "no", "--num_cpu_threads_per_process", "8",
-        "--use_fsdp", "--fsdp_version", "1", "--fsdp_sharding_strategy", "FULL_SHARD",
-        "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP",
-        "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer",
-        "--fsdp_state_dict_type", "FULL_STATE_DICT", "--fsdp_use_orig_params", "true",
-        "--fsdp_sync_module_states", "true", "--fsdp_offload_params", "false",
-        "--fsdp_activation_checkpointing", "true",
-        "--module", "oodcorr.distributed", "/runs/big/distributed_args.json"]
+        "/venv/bin/python",
+        "-m",
+        "accelerate.commands.launch",
+        "--num_machines",
+        "1",
+        "--num_processes",
+        "4",
+        "--main_process_port",
+        "29811",
+        "--mixed_precision",
+        "bf16",
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        "8",
+        "--use_fsdp",
+        "--fsdp_version",
+        "1",
+        "--fsdp_sharding_strategy",
+        "FULL_SHARD",
+        "--fsdp_auto_wrap_policy",
+        "TRANSFORMER_BASED_WRAP",
+        "--fsdp_transformer_layer_cls_to_wrap",
+        "LlamaDecoderLayer",
+        "--fsdp_state_dict_type",
+        "FULL_STATE_DICT",
+        "--fsdp_use_orig_params",
+        "true",
+        "--fsdp_sync_module_states",
+        "true",
+        "--fsdp_offload_params",
+        "false",
+        "--fsdp_activation_checkpointing",
+        "true",
+        "--module",
+        "oodcorr.distributed",
+        "/runs/big/distributed_args.json",
+    ]
 
 
 def test_deepspeed_launch_command_exact():
-    dist = {"strategy": "deepspeed", "gpus": 2,
-            "deepspeed": {"zero_stage": 2, "offload_optimizer_device": "cpu", "gradient_clipping": 1.0}}
+    dist = {
+        "strategy": "deepspeed",
+        "gpus": 2,
+        "deepspeed": {"zero_stage": 2, "offload_optimizer_device": "cpu", "gradient_clipping": 1.0},
+    }
     cfg = _config(dict(FSDP_MODEL, dtype="float32", distributed=dist))
     entry = next(m for m in cfg["models"] if m["name"] == "big")
-    argv = distributed.launch_argv(entry["distributed"], "a.json", port=1234, python="py",
-                                   mixed_precision=distributed.mixed_precision(entry, {"bf16": False}))
+    argv = distributed.launch_argv(
+        entry["distributed"],
+        "a.json",
+        port=1234,
+        python="py",
+        mixed_precision=distributed.mixed_precision(entry, {"bf16": False}),
+    )
     assert argv == [
-        "py", "-m", "accelerate.commands.launch",
-        "--num_machines", "1", "--num_processes", "2", "--main_process_port", "1234",
-        "--mixed_precision", "no", "--dynamo_backend", "no", "--num_cpu_threads_per_process", "1",
-        "--use_deepspeed", "--zero_stage", "2", "--offload_optimizer_device", "cpu",
-        "--offload_param_device", "none", "--zero3_init_flag", "false", "--zero3_save_16bit_model", "true",
-        "--gradient_clipping", "1.0", "--module", "oodcorr.distributed", "a.json"]
+        "py",
+        "-m",
+        "accelerate.commands.launch",
+        "--num_machines",
+        "1",
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "1234",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        "1",
+        "--use_deepspeed",
+        "--zero_stage",
+        "2",
+        "--offload_optimizer_device",
+        "cpu",
+        "--offload_param_device",
+        "none",
+        "--zero3_init_flag",
+        "false",
+        "--zero3_save_16bit_model",
+        "true",
+        "--gradient_clipping",
+        "1.0",
+        "--module",
+        "oodcorr.distributed",
+        "a.json",
+    ]
 
 
 def test_launcher_accepts_every_flag_we_pass():
@@ -67,8 +143,10 @@ def test_launcher_accepts_every_flag_we_pass():
     from accelerate.commands.launch import launch_command_parser
 
     parser = launch_command_parser()
-    for dist in (FSDP_MODEL["distributed"], {"strategy": "deepspeed", "gpus": 2,
-                                             "deepspeed": {"gradient_clipping": 1.0}}):
+    for dist in (
+        FSDP_MODEL["distributed"],
+        {"strategy": "deepspeed", "gpus": 2, "deepspeed": {"gradient_clipping": 1.0}},
+    ):
         argv = distributed.launch_argv(dist, "a.json", threads=2)
         args = parser.parse_args(argv[3:])
         assert args.num_processes == dist["gpus"] and args.module is True
@@ -79,8 +157,12 @@ def test_schema_refuses_unknown_strategy_and_flag_injection():
     with pytest.raises(Exception, match="strategy"):
         _config(dict(FSDP_MODEL, distributed={"strategy": "megatron", "gpus": 2}))
     with pytest.raises(Exception, match="pattern|does not match"):
-        _config(dict(FSDP_MODEL, distributed={"strategy": "fsdp", "gpus": 2,
-                                              "fsdp": {"transformer_layer_cls_to_wrap": "X --use_cpu"}}))
+        _config(
+            dict(
+                FSDP_MODEL,
+                distributed={"strategy": "fsdp", "gpus": 2, "fsdp": {"transformer_layer_cls_to_wrap": "X --use_cpu"}},
+            )
+        )
 
 
 def test_sharding_settings_rerun_nothing_and_set_the_jobs_gpus():
@@ -109,9 +191,20 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
         return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(distributed.subprocess, "run", fake_run)
-    kwargs = {"model_spec": {"name": "big", "dtype": "float32"}, "tiny_dir": None, "train_path": "t.jsonl",
-              "labels": ["a", "b"], "prompt": {}, "ft": {"bf16": True}, "n_train": 8, "seed": 0, "steps": [0, 4],
-              "max_steps": 4, "run_dir": str(tmp_path / "run"), "manifest_path": str(tmp_path / "run/manifest.json")}
+    kwargs = {
+        "model_spec": {"name": "big", "dtype": "float32"},
+        "tiny_dir": None,
+        "train_path": "t.jsonl",
+        "labels": ["a", "b"],
+        "prompt": {},
+        "ft": {"bf16": True},
+        "n_train": 8,
+        "seed": 0,
+        "steps": [0, 4],
+        "max_steps": 4,
+        "run_dir": str(tmp_path / "run"),
+        "manifest_path": str(tmp_path / "run/manifest.json"),
+    }
     dist = {"strategy": "fsdp", "gpus": 4}
     info = distributed.run_distributed(dist, kwargs, log_path=str(tmp_path / "ft.log"), threads=3)
     args_file = tmp_path / "run/distributed_args.json"
@@ -126,8 +219,9 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
 def test_deepspeed_without_the_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="deepspeed package is not installed"):
-        distributed.run_distributed({"strategy": "deepspeed", "gpus": 2}, {"model_spec": {"name": "big"}},
-                                    log_path=None)
+        distributed.run_distributed(
+            {"strategy": "deepspeed", "gpus": 2}, {"model_spec": {"name": "big"}}, log_path=None
+        )
 
 
 @pytest.mark.slow
@@ -137,22 +231,48 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     The ranks share the run folder: rank 0 prepares it while the other waits, only rank 0
     writes checkpoint manifests and the job's manifest, and both train one model together.
     """
-    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.checkpoints import verify_checkpoint
     from oodcorr.io import write_jsonl_atomic
 
+    from helpers import LABELS, PROMPT
+
     write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))
     run = tmp_path / "run"
-    kwargs = dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny_models["opt"]),
-                  train_path=str(tmp_path / "train.jsonl"), labels=LABELS, prompt=PROMPT,
-                  ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64}, n_train=64, seed=0,
-                  steps=[0, 10, 20], max_steps=20, run_dir=str(run), manifest_path=str(run / "manifest.json"))
+    kwargs = dict(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_models["opt"]),
+        train_path=str(tmp_path / "train.jsonl"),
+        labels=LABELS,
+        prompt=PROMPT,
+        ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
+        n_train=64,
+        seed=0,
+        steps=[0, 10, 20],
+        max_steps=20,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+    )
     (tmp_path / "args.json").write_text(json.dumps(kwargs))
     env = dict(distributed.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_port", str(distributed._free_port()), "-m", distributed.ENTRY_MODULE,
-                          str(tmp_path / "args.json")], capture_output=True, text=True, timeout=600, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(distributed._free_port()),
+            "-m",
+            distributed.ENTRY_MODULE,
+            str(tmp_path / "args.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     out = res.stdout + res.stderr
     # 64 examples, 8 per process per step, 2 processes: 4 steps an epoch, so 20 steps are 5 epochs
@@ -170,10 +290,24 @@ def test_dry_run_gives_the_finetune_job_the_models_gpus(tmp_path):
     cfg["models"][0]["distributed"] = {"strategy": "fsdp", "gpus": 2}
     cfg["models"][0]["resources"] = {"finetune": {"gpu_model": "h100"}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([str(Path(sys.executable).with_name("snakemake")), "-s", str(REPO / "Snakefile"),
-                          "-d", str(tmp_path), "--configfile", str(tmp_path / "c.yaml"), "-n", "--cores", "1",
-                          "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("snakemake")),
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "c.yaml"),
+            "-n",
+            "--cores",
+            "1",
+            "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     block = res.stdout.split("rule finetune:", 1)[1].split("\n\n", 1)[0]
     assert re.search(r"\bgpu=2\b", block) and "gpu_model=h100" in block, block
@@ -201,9 +335,11 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
     holder = _hold_in_another_process(tmp_path / "run")
     try:
         with pytest.raises(FolderInUse, match=rf"PID {holder.pid} on host"):
-            distributed.run_distributed({"strategy": "fsdp", "gpus": 2},
-                                        {"model_spec": {"name": "big"}, "run_dir": str(tmp_path / "run")},
-                                        log_path=None)
+            distributed.run_distributed(
+                {"strategy": "fsdp", "gpus": 2},
+                {"model_spec": {"name": "big"}, "run_dir": str(tmp_path / "run")},
+                log_path=None,
+            )
     finally:
         holder.kill()
         holder.wait()
@@ -213,23 +349,49 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
 @pytest.mark.slow
 def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
     """Launched directly (no launching job to check first), rank 0 itself refuses a held run folder."""
-    from helpers import LABELS, PROMPT
     from oodcorr import synthetic
     from oodcorr.io import write_jsonl_atomic
 
+    from helpers import LABELS, PROMPT
+
     write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))
     run = tmp_path / "run"
-    kwargs = dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny_models["opt"]),
-                  train_path=str(tmp_path / "train.jsonl"), labels=LABELS, prompt=PROMPT,
-                  ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64}, n_train=64, seed=0,
-                  steps=[0, 10], max_steps=10, run_dir=str(run), manifest_path=str(run / "manifest.json"))
+    kwargs = dict(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_models["opt"]),
+        train_path=str(tmp_path / "train.jsonl"),
+        labels=LABELS,
+        prompt=PROMPT,
+        ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
+        n_train=64,
+        seed=0,
+        steps=[0, 10],
+        max_steps=10,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+    )
     (tmp_path / "args.json").write_text(json.dumps(kwargs))
     holder = _hold_in_another_process(run)
     env = dict(distributed.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     try:
-        res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                              "--master_port", str(distributed._free_port()), "-m", distributed.ENTRY_MODULE,
-                              str(tmp_path / "args.json")], capture_output=True, text=True, timeout=600, env=env)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                str(distributed._free_port()),
+                "-m",
+                distributed.ENTRY_MODULE,
+                str(tmp_path / "args.json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
     finally:
         holder.kill()
         holder.wait()

@@ -1,4 +1,5 @@
 """The evaluator: batching, one forward pass per example, and retrying smaller on out-of-memory."""
+
 import functools
 import random
 
@@ -6,10 +7,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.evaluate import eval_dtype, length_batches, score
 from oodcorr.prompting import encode_prompts, verbaliser_ids
+
+from helpers import LABELS, PROMPT
 
 
 @pytest.mark.parametrize("max_tokens,max_batch", [(64, 8), (200, 64), (10, 4), (10**6, 5)])
@@ -34,8 +36,13 @@ def _model_and_cache(tiny_models, kind, n=23):
     model = AutoModelForCausalLM.from_pretrained(d).eval()
     recs = synthetic.generate("distractor", n // 2, 0) + synthetic.generate("in-domain", n - n // 2, 1)
     ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)
-    cache = {"input_ids": ids, "method": "pattern", "label_names": LABELS, "pad_id": tok.pad_token_id,
-             "extra": {"verbaliser_ids": verbaliser_ids(tok, PROMPT["verbalisers"], LABELS)}}
+    cache = {
+        "input_ids": ids,
+        "method": "pattern",
+        "label_names": LABELS,
+        "pad_id": tok.pad_token_id,
+        "extra": {"verbaliser_ids": verbaliser_ids(tok, PROMPT["verbalisers"], LABELS)},
+    }
     return model, cache
 
 
@@ -133,9 +140,9 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     the second starts at 4 and never does; both score like an unconstrained run."""
     import json
 
+    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.data import prepare
     from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
-    from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.models import load_causal_lm
 
@@ -150,8 +157,17 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     write_jsonl_atomic(data, recs)
     write_json_atomic(meta, prov)
     cache = tmp_path / "neg.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
-                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
     cks = []
     for step in (0, 5):
         ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
@@ -161,8 +177,16 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 
     def run(name):
         out = [dict(c, predictions=str(tmp_path / f"{name}{c['step']}.parquet")) for c in cks]
-        return evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=out, tokenized=str(cache), batch_size=16,
-                            max_tokens=10**6, out_summary=str(tmp_path / f"{name}.json"), provenance={"run_id": "r"})
+        return evaluate_run(
+            model_spec=spec,
+            tiny_dir=tiny,
+            checkpoints=out,
+            tokenized=str(cache),
+            batch_size=16,
+            max_tokens=10**6,
+            out_summary=str(tmp_path / f"{name}.json"),
+            provenance={"run_id": "r"},
+        )
 
     free = run("free")
 
@@ -214,8 +238,10 @@ def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
     return out
 
 
-@pytest.mark.parametrize("kind, method, lora", [("opt", "pattern", False), ("opt", "pattern", True),
-                                                ("olmo2", "pattern", True), ("opt", "head", True)])
+@pytest.mark.parametrize(
+    "kind, method, lora",
+    [("opt", "pattern", False), ("opt", "pattern", True), ("olmo2", "pattern", True), ("opt", "head", True)],
+)
 def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models, kind, method, lora):
     """Unit `run` (one process: the model loaded once, each checkpoint's weights or adapter
     swapped in) and unit `checkpoint` (a fresh load per checkpoint) write the same files:
@@ -228,22 +254,41 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     tiny = str(tiny_models[kind])
     spec = {"name": "tiny", "tiny": {"model_type": kind}, "method": method}
     data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, [dict(r, label="entailment" if r["label"] == "entailment" else "non-entailment")
-                              for r in synthetic.generate("negation", 40, 3)])
+    write_jsonl_atomic(
+        data,
+        [
+            dict(r, label="entailment" if r["label"] == "entailment" else "non-entailment")
+            for r in synthetic.generate("negation", 40, 3)
+        ],
+    )
     write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
     cache = tmp_path / "neg.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
-                     labels=LABELS, prompt=PROMPT if method == "pattern" else None, max_length=128,
-                     out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT if method == "pattern" else None,
+        max_length=128,
+        out_path=str(cache),
+    )
     cks = _series(tmp_path, tiny, spec, lora, LABELS)
-    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6,
-                  provenance={"run_id": "r"})
-    one_job = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet"))
-                                        for c in cks], out_summary=str(tmp_path / "summary.json"), **common)
-    assert [r["load"] for r in one_job["checkpoints"]] == \
-        ["fresh"] + ["adapter swap" if lora else "in place"] * (len(cks) - 1)
-    per_ckpt = [evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
-                for c in cks]
+    common = dict(
+        model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
+    )
+    one_job = evaluate_run(
+        checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks],
+        out_summary=str(tmp_path / "summary.json"),
+        **common,
+    )
+    assert [r["load"] for r in one_job["checkpoints"]] == ["fresh"] + ["adapter swap" if lora else "in place"] * (
+        len(cks) - 1
+    )
+    per_ckpt = [
+        evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common) for c in cks
+    ]
     assert all(r["checkpoints"][0]["load"] == "fresh" for r in per_ckpt)
     accuracies = set()
     for c in cks:
@@ -265,8 +310,8 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
 
     import pandas as pd
 
-    from oodcorr.evaluate import evaluate_run, tokenize_testset
     from oodcorr.checkpoints import write_ckpt_manifest
+    from oodcorr.evaluate import evaluate_run, tokenize_testset
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
 
     tiny = str(tiny_models["opt"])
@@ -275,8 +320,17 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     write_jsonl_atomic(data, synthetic.generate("negation", 30, 5))
     write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
     cache = tmp_path / "neg.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
-                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
     cks = _series(tmp_path, tiny, spec, True, LABELS, n_ckpt=3)
 
     def rewrite_config(ck: dict, change) -> None:
@@ -290,16 +344,19 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     assert len(first) == 2
     rewrite_config(cks[1], lambda c: c.update(target_modules=first[::-1]))  # the same set, the other order
     rewrite_config(cks[2], lambda c: c.update(lora_alpha=2 * c["lora_alpha"]))  # really another adapter
-    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6,
-                  provenance={"run_id": "r"})
-    one_job = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet"))
-                                        for c in cks], **common)
+    common = dict(
+        model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
+    )
+    one_job = evaluate_run(
+        checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks], **common
+    )
     assert [r["load"] for r in one_job["checkpoints"]] == ["fresh", "adapter swap", "fresh"]
     for c in cks:
         fresh = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
         assert fresh["checkpoints"][0]["load"] == "fresh"
-        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / f"run{c['step']}.parquet"),
-                                      pd.read_parquet(tmp_path / f"ck{c['step']}.parquet"))
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / f"run{c['step']}.parquet"), pd.read_parquet(tmp_path / f"ck{c['step']}.parquet")
+        )
 
 
 def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, tiny_models):
@@ -307,8 +364,8 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     kept; one made from other weights is computed again."""
     import os
 
-    from oodcorr.evaluate import evaluate_run, tokenize_testset
     from oodcorr.checkpoints import write_ckpt_manifest
+    from oodcorr.evaluate import evaluate_run, tokenize_testset
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.models import load_causal_lm
 
@@ -318,12 +375,28 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
     write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
     cache = tmp_path / "neg.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
-                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
     cks = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
-    common = dict(model_spec=spec, tiny_dir=tiny, checkpoints=cks, tokenized=str(cache), batch_size=8,
-                  max_tokens=10**6, provenance={"run_id": "r"})
+    common = dict(
+        model_spec=spec,
+        tiny_dir=tiny,
+        checkpoints=cks,
+        tokenized=str(cache),
+        batch_size=8,
+        max_tokens=10**6,
+        provenance={"run_id": "r"},
+    )
     first = evaluate_run(**common)
     mtimes = [os.stat(c["predictions"]).st_mtime_ns for c in cks]
     again = evaluate_run(**common)
@@ -349,8 +422,17 @@ def _one_testset(tmp_path, tiny, spec):
     write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
     write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
     cache = tmp_path / "neg.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="neg", data_path=str(data), data_meta=str(meta),
-                     labels=LABELS, prompt=PROMPT, max_length=128, out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
     return str(cache)
 
 
@@ -366,8 +448,10 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     cache = _one_testset(tmp_path, tiny, spec)
-    cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
-           for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)]
+    cks = [
+        dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
+        for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+    ]
     weights = tmp_path / "run/checkpoints/checkpoint-10/model.safetensors"
     st = os.stat(weights)
     raw = bytearray(weights.read_bytes())
@@ -377,9 +461,16 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     assert os.stat(weights).st_size == st.st_size
     todo = cks if unit == "run" else cks[1:]
     with pytest.raises(EvaluationRefused) as e:
-        evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=todo, tokenized=cache, batch_size=8,
-                     max_tokens=10**6, provenance={"run_id": "r"},
-                     out_summary=str(tmp_path / "s.json") if unit == "run" else None)
+        evaluate_run(
+            model_spec=spec,
+            tiny_dir=tiny,
+            checkpoints=todo,
+            tokenized=cache,
+            batch_size=8,
+            max_tokens=10**6,
+            provenance={"run_id": "r"},
+            out_summary=str(tmp_path / "s.json") if unit == "run" else None,
+        )
     msg = str(e.value)
     assert "checkpoint-10" in msg and "model.safetensors" in msg and "manifest.json" in msg
     assert not os.path.exists(cks[1]["predictions"]) and not os.path.exists(tmp_path / "s.json")
@@ -391,15 +482,17 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     0.5); the evaluation stops with the checkpoint and the cause, and writes no predictions."""
     import os
 
-    from oodcorr.evaluate import EvaluationRefused, evaluate_run
     from oodcorr.checkpoints import write_ckpt_manifest
+    from oodcorr.evaluate import EvaluationRefused, evaluate_run
     from oodcorr.models import load_causal_lm
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     cache = _one_testset(tmp_path, tiny, spec)
-    cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
-           for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)]
+    cks = [
+        dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
+        for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+    ]
     model = load_causal_lm(spec, tiny)
     with torch.no_grad():
         for p in model.parameters():
@@ -408,9 +501,16 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     write_ckpt_manifest(__import__("pathlib").Path(cks[1]["checkpoint"]), 10, resumable=False)
     todo = cks if unit == "run" else cks[1:]
     with pytest.raises(EvaluationRefused) as e:
-        evaluate_run(model_spec=spec, tiny_dir=tiny, checkpoints=todo, tokenized=cache, batch_size=8,
-                     max_tokens=10**6, provenance={"run_id": "r"},
-                     out_summary=str(tmp_path / "s.json") if unit == "run" else None)
+        evaluate_run(
+            model_spec=spec,
+            tiny_dir=tiny,
+            checkpoints=todo,
+            tokenized=cache,
+            batch_size=8,
+            max_tokens=10**6,
+            provenance={"run_id": "r"},
+            out_summary=str(tmp_path / "s.json") if unit == "run" else None,
+        )
     msg = str(e.value)
     assert "checkpoint-10" in msg and "not finite" in msg and "20 of 20" in msg and "learning_rate" in msg
     assert not os.path.exists(cks[1]["predictions"])

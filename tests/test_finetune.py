@@ -1,4 +1,5 @@
 """Finetuning: schedule, manifests, and resuming after a SIGKILL."""
+
 import json
 import os
 import re
@@ -12,11 +13,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
 from oodcorr.finetune import finetune
 from oodcorr.io import write_jsonl_atomic
+
+from helpers import LABELS, PROMPT
 
 STEPS = [0, 5, 10, 15, 20]
 
@@ -29,9 +31,21 @@ def _kwargs(tmp_path, tiny_dir, name, lora=None):
     if lora:
         ft["lora"] = lora
     run = tmp_path / name
-    return dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny_dir),
-                train_path=str(train), labels=LABELS, prompt=PROMPT, ft=ft, n_train=64, seed=0,
-                steps=STEPS, max_steps=20, run_dir=str(run), manifest_path=str(run / "manifest.json"), threads=1)
+    return dict(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_dir),
+        train_path=str(train),
+        labels=LABELS,
+        prompt=PROMPT,
+        ft=ft,
+        n_train=64,
+        seed=0,
+        steps=STEPS,
+        max_steps=20,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+        threads=1,
+    )
 
 
 def _weights(run_dir, step):
@@ -57,8 +71,12 @@ def test_schedule_manifest_and_learning(tmp_path, tiny_models):
 
 
 def test_lora_saves_adapters_only(tmp_path, tiny_models):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "lora",
-                 lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]})
+    kw = _kwargs(
+        tmp_path,
+        tiny_models["opt"],
+        "lora",
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+    )
     finetune(**kw)
     d = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-20"
     assert (d / "adapter_model.safetensors").exists() and (d / "adapter_config.json").exists()
@@ -89,8 +107,9 @@ def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models
     ref = _kwargs(tmp_path, tiny_models["opt"], "ref")
     finetune(**ref)
     kw = _kwargs(tmp_path, tiny_models["opt"], "killed")
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     marker = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-10" / MANIFEST
     deadline = time.time() + 120
     while not marker.exists():
@@ -199,8 +218,7 @@ def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
     a = _kwargs(tmp_path, tiny_models["opt"], "bs8")
     a.update(steps=[0, 1], max_steps=1, ft=dict(a["ft"], batch_size=8, warmup_ratio=0.0))
     b = _kwargs(tmp_path, tiny_models["opt"], "bs4x2")
-    b.update(steps=[0, 1], max_steps=1, ft=dict(b["ft"], batch_size=4, gradient_accumulation_steps=2,
-                                                 warmup_ratio=0.0))
+    b.update(steps=[0, 1], max_steps=1, ft=dict(b["ft"], batch_size=4, gradient_accumulation_steps=2, warmup_ratio=0.0))
     ia, ib = finetune(**a), finetune(**b)
     # the logged loss is a per-example mean either way (near ln 2 at the start); before the fix the
     # accumulated loss was not divided by the accumulation steps and came out near 2 ln 2
@@ -225,6 +243,7 @@ def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_model
 
 # ---- one writer per run folder ------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_killed(tmp_path, tiny_models):
     """Two processes on one run folder: the second stops at once naming the first; after a SIGKILL
@@ -234,8 +253,9 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
     from oodcorr.locks import LOCK_FILE, FolderInUse
 
     kw = _kwargs(tmp_path, tiny_models["opt"], "two")
-    first = subprocess.Popen([sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     run = Path(kw["run_dir"])
     marker = run / "checkpoints" / "checkpoint-10" / MANIFEST
     deadline = time.time() + 120
@@ -280,8 +300,11 @@ def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "held"
-        with pytest.raises(FolderInUse, match=rf"PID {proc.pid} on host {re.escape(socket.gethostname())}, "
-                                              r"started \d{4}-\d\d-\d\dT"):
+        with pytest.raises(
+            FolderInUse,
+            match=rf"PID {proc.pid} on host {re.escape(socket.gethostname())}, "
+            r"started \d{4}-\d\d-\d\dT",
+        ):
             check_free(folder)
         lock = json.loads((folder / LOCK_FILE).read_text())
         assert lock["pid"] == proc.pid and lock["host"] == socket.gethostname()
@@ -303,17 +326,22 @@ def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
     from oodcorr.locks import FolderInUse, check_free
 
     folder = tmp_path / "run"
-    spawner = ("import os, sys, time\nfrom oodcorr.locks import hold\n"
-               "with hold(sys.argv[1]):\n"
-               "    child = os.fork()\n"  # the child shares the open lock file, and so the lock
-               "    if child == 0:\n        time.sleep(120)\n        os._exit(0)\n"
-               "    print(child, flush=True)\n    os._exit(0)\n")
+    spawner = (
+        "import os, sys, time\nfrom oodcorr.locks import hold\n"
+        "with hold(sys.argv[1]):\n"
+        "    child = os.fork()\n"  # the child shares the open lock file, and so the lock
+        "    if child == 0:\n        time.sleep(120)\n        os._exit(0)\n"
+        "    print(child, flush=True)\n    os._exit(0)\n"
+    )
     proc = subprocess.Popen([sys.executable, "-c", spawner, str(folder)], stdout=subprocess.PIPE, text=True)
     child = int(proc.stdout.readline())
     proc.wait()
     try:
-        with pytest.raises(FolderInUse, match=rf"PID {proc.pid} .*which has exited, but a process it started "
-                                              r"still holds the lock \(`fuser -v .*finetune\.lock` shows it\)"):
+        with pytest.raises(
+            FolderInUse,
+            match=rf"PID {proc.pid} .*which has exited, but a process it started "
+            r"still holds the lock \(`fuser -v .*finetune\.lock` shows it\)",
+        ):
             check_free(folder)
     finally:
         os.kill(child, signal.SIGKILL)
@@ -328,6 +356,7 @@ def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
 
 
 # ---- verified checkpoints: hashes, once -----------------------------------------------------
+
 
 def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp_path, tiny_models):
     """`--forcerun finetune` (the job's manifest deleted, every checkpoint present): a checkpoint whose
@@ -362,8 +391,11 @@ def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, t
     ckpt = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-5"
     calls = []
     real = ck_module.sha256_file
-    monkeypatch.setattr(ck_module, "sha256_file",
-                        lambda p, *a: ("checkpoints" in Path(p).parts and calls.append(Path(p).name)) or real(p, *a))
+    monkeypatch.setattr(
+        ck_module,
+        "sha256_file",
+        lambda p, *a: ("checkpoints" in Path(p).parts and calls.append(Path(p).name)) or real(p, *a),
+    )
     assert verify_checkpoint(ckpt, full=True) == (True, "ok")
     assert calls == []  # hashed when saved: not again
     Path(kw["manifest_path"]).unlink()

@@ -13,6 +13,7 @@ Two properties, for the dataset readers (``oodcorr.data.prepare`` on a local fil
 `make test` runs the "quick" profile (tests/conftest.py: a few dozen examples each, the same
 every time); `make fuzz` the "fuzz" profile (thousands each, random; OODCORR_FUZZ_EXAMPLES).
 """
+
 from __future__ import annotations
 
 import bz2
@@ -31,16 +32,23 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from helpers import BINARY
 from oodcorr.analysis import tables
 from oodcorr.data import prepare, rows_to_records
 from oodcorr.errors import DataError
 
+from helpers import BINARY
+
 LABELS3 = ["entailment", "neutral", "contradiction"]
 COMPRESS = {"gzip": (gzip.compress, ".gz"), "bzip2": (bz2.compress, ".bz2"), "xz": (lzma.compress, ".xz")}
 # (codec the bytes are in, encoding declared in the entry / on the command line)
-ENCODINGS = [("utf-8", None), ("utf-8-sig", None), ("utf-16", None), ("utf-16-le", "utf-16-le"),
-             ("latin-1", "latin-1"), ("cp1252", "cp1252")]
+ENCODINGS = [
+    ("utf-8", None),
+    ("utf-8-sig", None),
+    ("utf-16", None),
+    ("utf-16-le", "utf-16-le"),
+    ("latin-1", "latin-1"),
+    ("cp1252", "cp1252"),
+]
 
 
 def _workdir() -> Path:
@@ -54,6 +62,7 @@ def texts(codec: str = "utf-8", min_size: int = 1):
 
 
 # ---- writing known data in every supported form ---------------------------------------------
+
 
 def _encode(text: str, codec: str) -> bytes:
     return text.encode(codec)
@@ -75,8 +84,13 @@ def _dataset_bytes(rows: list[dict], fmt: str, codec: str, eol: str, ascii_json:
         text = "".join(json.dumps(r, ensure_ascii=ascii_json) + eol for r in rows)
     else:
         buf = io.StringIO(newline="")
-        w = csv.DictWriter(buf, ["premise", "hypothesis", "label"], delimiter="," if fmt == "csv" else "\t",
-                           lineterminator=eol, quoting=_quoting(str(rows)))
+        w = csv.DictWriter(
+            buf,
+            ["premise", "hypothesis", "label"],
+            delimiter="," if fmt == "csv" else "\t",
+            lineterminator=eol,
+            quoting=_quoting(str(rows)),
+        )
         w.writeheader()
         w.writerows(rows)
         text = buf.getvalue()
@@ -89,13 +103,28 @@ def dataset_files(draw):
     fmt = draw(st.sampled_from(["jsonl", "csv", "tsv", "parquet"]))
     codec, declared = draw(st.sampled_from(ENCODINGS)) if fmt != "parquet" else ("utf-8", None)
     numeric = draw(st.booleans())  # raw labels 0/1/2 through a label_map, or the words
-    rows = draw(st.lists(st.fixed_dictionaries({
-        "premise": texts(codec), "hypothesis": texts(codec),
-        "label": st.sampled_from([0, 1, 2] if numeric else LABELS3)}), min_size=1, max_size=8))
+    rows = draw(
+        st.lists(
+            st.fixed_dictionaries(
+                {
+                    "premise": texts(codec),
+                    "hypothesis": texts(codec),
+                    "label": st.sampled_from([0, 1, 2] if numeric else LABELS3),
+                }
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
     if fmt in ("csv", "tsv") and numeric:
         rows = [dict(r, label=str(r["label"])) for r in rows]
-    data = _dataset_bytes(rows, fmt, codec, draw(st.sampled_from(["\n", "\r\n", "\r"] if fmt == "jsonl"
-                                                                  else ["\n", "\r\n"])), draw(st.booleans()))
+    data = _dataset_bytes(
+        rows,
+        fmt,
+        codec,
+        draw(st.sampled_from(["\n", "\r\n", "\r"] if fmt == "jsonl" else ["\n", "\r\n"])),
+        draw(st.booleans()),
+    )
     name = f"d.{fmt}"
     comp = draw(st.sampled_from([None, *COMPRESS]))
     if comp:
@@ -148,6 +177,7 @@ def test_dataset_files_round_trip(f):
 
 # ---- anything else: a read, or a DataError naming the file ------------------------------------
 
+
 @st.composite
 def mutated(draw, valid):
     """A valid file's bytes with a few bytes flipped, cut, inserted or deleted."""
@@ -162,7 +192,7 @@ def mutated(draw, valid):
         elif op == "insert":
             data[i:i] = draw(st.binary(min_size=1, max_size=8))
         elif data:
-            del data[i:i + draw(st.integers(1, 16))]
+            del data[i : i + draw(st.integers(1, 16))]
     return bytes(data)
 
 
@@ -171,13 +201,30 @@ TEXT = st.text(max_size=8) | st.sampled_from(["\ud83d", "a\udfff", "\ufeff", "\u
 JSON_VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 FIELDS = st.sampled_from(["premise", "hypothesis", "label", "meta", "round", "_line"]) | st.text(max_size=4)
 
 
 ANY_VALUE = JSON_VALUES | st.binary(max_size=6) | st.datetimes()
-LABEL_VALUES = st.sampled_from(["entailment", "neutral", "contradiction", "non-entailment", " entailment ", "-1",
-                                "", "0", "1", 0, 1, True, None, float("nan")])
+LABEL_VALUES = st.sampled_from(
+    [
+        "entailment",
+        "neutral",
+        "contradiction",
+        "non-entailment",
+        " entailment ",
+        "-1",
+        "",
+        "0",
+        "1",
+        0,
+        1,
+        True,
+        None,
+        float("nan"),
+    ]
+)
 
 
 def row_dicts(values=JSON_VALUES):
@@ -186,8 +233,12 @@ def row_dicts(values=JSON_VALUES):
     text = st.one_of(texts(), texts(), texts(), TEXT, values)
     row = st.fixed_dictionaries(
         {"premise": text, "hypothesis": text, "label": LABEL_VALUES | values},
-        optional={"meta": st.dictionaries(st.text(max_size=4), values, max_size=3) | values, "round": values,
-                  "_line": values})
+        optional={
+            "meta": st.dictionaries(st.text(max_size=4), values, max_size=3) | values,
+            "round": values,
+            "_line": values,
+        },
+    )
     extra = st.dictionaries(FIELDS, values, max_size=2)
     return st.tuples(row, extra).map(lambda r: {**r[1], **r[0]}) | st.dictionaries(FIELDS, values, max_size=6)
 
@@ -199,18 +250,29 @@ def odd_jsonl(draw):
     return "".join(json.dumps(x) + "\n" for x in lines).encode()
 
 
-SPECS = st.fixed_dictionaries({}, optional={
-    "fields": st.sampled_from([{"premise": "meta.p"}, {"label": "round"}, {"hypothesis": "premise"}]),
-    "where": st.sampled_from([{"round": "R3"}, {"meta.round": 1}, {"label": "entailment"}]),
-    "label_map": st.sampled_from([{"-1": None, "": None}, {"0": "entailment", "1": "neutral"}, {"True": None}]),
-    "max_examples": st.integers(1, 5),
-    "encoding": st.sampled_from(["latin-1", "utf-16", "cp1252"]),
-})
+SPECS = st.fixed_dictionaries(
+    {},
+    optional={
+        "fields": st.sampled_from([{"premise": "meta.p"}, {"label": "round"}, {"hypothesis": "premise"}]),
+        "where": st.sampled_from([{"round": "R3"}, {"meta.round": 1}, {"label": "entailment"}]),
+        "label_map": st.sampled_from([{"-1": None, "": None}, {"0": "entailment", "1": "neutral"}, {"True": None}]),
+        "max_examples": st.integers(1, 5),
+        "encoding": st.sampled_from(["latin-1", "utf-16", "cp1252"]),
+    },
+)
 
 
-COLUMN_VALUES = [st.none(), st.booleans(), st.integers(-2**63, 2**63 - 1), st.floats(), TEXT,
-                 st.binary(max_size=6), st.datetimes(), st.lists(st.integers(0, 9), max_size=3),
-                 st.fixed_dictionaries({"round": TEXT, "raw": st.binary(max_size=3)})]
+COLUMN_VALUES = [
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(),
+    TEXT,
+    st.binary(max_size=6),
+    st.datetimes(),
+    st.lists(st.integers(0, 9), max_size=3),
+    st.fixed_dictionaries({"round": TEXT, "raw": st.binary(max_size=3)}),
+]
 
 
 @st.composite
@@ -221,8 +283,11 @@ def odd_parquet(draw):
     n = draw(st.integers(0, 5))
     values = {}
     for c in dict.fromkeys(columns):
-        kind = draw(st.sampled_from([texts(), texts(), *COLUMN_VALUES])) if c != "label" else \
-            draw(st.sampled_from([LABEL_VALUES.filter(lambda v: isinstance(v, str)), *COLUMN_VALUES]))
+        kind = (
+            draw(st.sampled_from([texts(), texts(), *COLUMN_VALUES]))
+            if c != "label"
+            else draw(st.sampled_from([LABEL_VALUES.filter(lambda v: isinstance(v, str)), *COLUMN_VALUES]))
+        )
         values[c] = draw(st.lists(kind, min_size=n, max_size=n))
     buf = io.BytesIO()
     try:
@@ -242,9 +307,11 @@ def _as_written(recs: list[dict], prov: dict) -> None:
     json.dumps(prov, sort_keys=True)
 
 
-@given(data=st.one_of(st.binary(max_size=600), mutated(dataset_files()), odd_jsonl(), odd_parquet()),
-       name=st.sampled_from(["d.jsonl", "d.csv", "d.tsv", "d.parquet", "d.jsonl.gz", "d.csv.bz2"]),
-       spec=SPECS.map(lambda s: dict(s, meta_fields=["round", "meta", "_line"])))
+@given(
+    data=st.one_of(st.binary(max_size=600), mutated(dataset_files()), odd_jsonl(), odd_parquet()),
+    name=st.sampled_from(["d.jsonl", "d.csv", "d.tsv", "d.parquet", "d.jsonl.gz", "d.csv.bz2"]),
+    spec=SPECS.map(lambda s: dict(s, meta_fields=["round", "meta", "_line"])),
+)
 def test_any_dataset_file_reads_or_raises_a_data_error_naming_it(data, name, spec):
     path = _workdir() / name
     path.write_bytes(data)
@@ -266,8 +333,7 @@ def test_any_hub_rows_become_records_or_a_data_error_naming_the_source(rows, spe
     rows = [dict(r, _line=i + 1) for i, r in enumerate(rows)]
     dropped: dict = {}
     try:
-        recs = map_labels(rows_to_records(rows, spec, where, dropped), spec.get("label_map"), BINARY, where,
-                          dropped)
+        recs = map_labels(rows_to_records(rows, spec, where, dropped), spec.get("label_map"), BINARY, where, dropped)
     except DataError as e:
         assert str(e).startswith(where), e
         return
@@ -280,10 +346,29 @@ def test_any_hub_rows_become_records_or_a_data_error_naming_the_source(rows, spe
 # ---- oodcorr analyse's table reader ------------------------------------------------------------
 
 # names a table may really hold, among them the words pandas reads as "missing" by default
-NA_WORDS = ["#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
-            "NA", "NULL", "NaN", "None", "n/a", "nan", "null"]
-NAMES = st.sampled_from(NA_WORDS + ["1", "001", "1e3", "Mean (all)", "a,b", 'say "hi"']) \
-    | texts().map(str.strip).filter(bool)
+NA_WORDS = [
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+]
+NAMES = st.sampled_from(NA_WORDS + ["1", "001", "1e3", "Mean (all)", "a,b", 'say "hi"']) | texts().map(
+    str.strip
+).filter(bool)
 
 
 @st.composite
@@ -292,14 +377,29 @@ def score_tables(draw):
     models = draw(st.lists(NAMES, min_size=1, max_size=2, unique=True))
     runs = draw(st.lists(NAMES, min_size=1, max_size=2, unique=True))
     numeric_units = draw(st.booleans())
-    units = draw(st.lists(st.integers(0, 10**6), min_size=1, max_size=4, unique=True)) if numeric_units else \
-        ["u-" + u for u in draw(st.lists(texts(), min_size=1, max_size=4, unique=True).map(
-            lambda us: list(dict.fromkeys(u.strip() for u in us))))]
-    testsets = draw(st.lists(NAMES, min_size=3, max_size=4, unique=True)
-                    .filter(lambda ts: not {"model", "run", "step"} & set(ts)))
+    units = (
+        draw(st.lists(st.integers(0, 10**6), min_size=1, max_size=4, unique=True))
+        if numeric_units
+        else [
+            "u-" + u
+            for u in draw(
+                st.lists(texts(), min_size=1, max_size=4, unique=True).map(
+                    lambda us: list(dict.fromkeys(u.strip() for u in us))
+                )
+            )
+        ]
+    )
+    testsets = draw(
+        st.lists(NAMES, min_size=3, max_size=4, unique=True).filter(lambda ts: not {"model", "run", "step"} & set(ts))
+    )
     score = st.floats(0, 1, allow_nan=False) | st.just(float("nan"))
-    rows = [{"model": m, "run": r, "step": u, "testset": t, "accuracy": draw(score)}
-            for m in models for r in runs for u in units for t in testsets]
+    rows = [
+        {"model": m, "run": r, "step": u, "testset": t, "accuracy": draw(score)}
+        for m in models
+        for r in runs
+        for u in units
+        for t in testsets
+    ]
     return pd.DataFrame(rows), testsets[0], numeric_units
 
 
@@ -308,25 +408,41 @@ def _table_bytes(df: pd.DataFrame, suffix: str, codec: str, eol: str) -> bytes:
         buf = io.BytesIO()
         df.to_parquet(buf)
         return buf.getvalue()
-    text = df.to_csv(index=False, sep="\t" if suffix == ".tsv" else ",", lineterminator=eol,
-                     quoting=_quoting(df.to_csv(index=False) + "".join(map(str, df.columns))))
+    text = df.to_csv(
+        index=False,
+        sep="\t" if suffix == ".tsv" else ",",
+        lineterminator=eol,
+        quoting=_quoting(df.to_csv(index=False) + "".join(map(str, df.columns))),
+    )
     return text.encode(codec)
 
 
 def _expected(long: pd.DataFrame, in_domain: str, numeric_units: bool) -> pd.DataFrame:
-    out = pd.DataFrame({"model": long["model"].astype(str), "in_domain": in_domain, "run": long["run"].astype(str),
-                        "unit": long["step"].astype("int64") if numeric_units else long["step"].astype(str),
-                        "testset": long["testset"].astype(str), "score": long["accuracy"].astype(float)})
+    out = pd.DataFrame(
+        {
+            "model": long["model"].astype(str),
+            "in_domain": in_domain,
+            "run": long["run"].astype(str),
+            "unit": long["step"].astype("int64") if numeric_units else long["step"].astype(str),
+            "testset": long["testset"].astype(str),
+            "score": long["accuracy"].astype(float),
+        }
+    )
     return _sorted(out)
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
-    df = df.assign(model=df["model"].astype(object), run=df["run"].astype(object),
-                   testset=df["testset"].astype(object), in_domain=df["in_domain"].astype(object))
+    df = df.assign(
+        model=df["model"].astype(object),
+        run=df["run"].astype(object),
+        testset=df["testset"].astype(object),
+        in_domain=df["in_domain"].astype(object),
+    )
     if df["unit"].dtype != np.int64:
         df["unit"] = df["unit"].astype(object)
     return df.sort_values(["model", "run", "unit", "testset"]).reset_index(drop=True)[
-        ["model", "in_domain", "run", "unit", "testset", "score"]]
+        ["model", "in_domain", "run", "unit", "testset", "score"]
+    ]
 
 
 @st.composite
@@ -370,8 +486,17 @@ def test_long_tables_round_trip(t, form):
     assume(_codec_holds(long, form[1]))
     path, encoding = _write_table(long, form)
     df, where = _read_table(path, encoding)
-    got = tables.from_long(df, unit="step", testset="testset", score="accuracy", in_domain=in_domain,
-                           source=str(path), where=where, model="model", run="run")
+    got = tables.from_long(
+        df,
+        unit="step",
+        testset="testset",
+        score="accuracy",
+        in_domain=in_domain,
+        source=str(path),
+        where=where,
+        model="model",
+        run="run",
+    )
     pd.testing.assert_frame_equal(_sorted(got), _expected(long, in_domain, numeric_units), check_dtype=False)
 
 
@@ -383,8 +508,9 @@ def test_wide_tables_round_trip(t, form):
     assume(_codec_holds(wide, form[1]))
     path, encoding = _write_table(wide, form)
     df, where = _read_table(path, encoding)
-    got = tables.from_wide(df, unit="step", in_domain=in_domain, source=str(path), where=where, model="model",
-                           run="run")
+    got = tables.from_wide(
+        df, unit="step", in_domain=in_domain, source=str(path), where=where, model="model", run="run"
+    )
     pd.testing.assert_frame_equal(_sorted(got), _expected(long, in_domain, numeric_units), check_dtype=False)
 
 
@@ -398,10 +524,16 @@ def valid_table_bytes(draw):
     return (COMPRESS[comp][0](data) if comp else data), suffix
 
 
-@given(data=st.one_of(st.binary(max_size=600), mutated(valid_table_bytes()),
-                      st.text(st.sampled_from("ab1.,\t\n\r\" ;NA-"), max_size=200).map(str.encode)),
-       suffix=st.sampled_from([".csv", ".tsv", ".parquet", ".csv.gz"]), wide=st.booleans(),
-       encoding=st.sampled_from([None, "latin-1"]))
+@given(
+    data=st.one_of(
+        st.binary(max_size=600),
+        mutated(valid_table_bytes()),
+        st.text(st.sampled_from('ab1.,\t\n\r" ;NA-'), max_size=200).map(str.encode),
+    ),
+    suffix=st.sampled_from([".csv", ".tsv", ".parquet", ".csv.gz"]),
+    wide=st.booleans(),
+    encoding=st.sampled_from([None, "latin-1"]),
+)
 def test_any_table_reads_or_raises_a_data_error_naming_it(data, suffix, wide, encoding):
     path = _workdir() / ("t" + suffix)
     path.write_bytes(data)
@@ -410,8 +542,9 @@ def test_any_table_reads_or_raises_a_data_error_naming_it(data, suffix, wide, en
         if wide:
             got = tables.from_wide(df, unit="step", in_domain="a", source=str(path), where=where)
         else:
-            got = tables.from_long(df, unit="step", testset="testset", score="accuracy", in_domain="a",
-                                   source=str(path), where=where)
+            got = tables.from_long(
+                df, unit="step", testset="testset", score="accuracy", in_domain="a", source=str(path), where=where
+            )
     except DataError as e:
         assert str(path) in str(e), e
         return

@@ -1,4 +1,5 @@
 """The local GPU pool: concurrent GPU jobs get different devices, a killed holder frees its device."""
+
 import os
 import signal
 import subprocess
@@ -92,8 +93,10 @@ def test_more_gpus_than_visible_is_a_clear_error(tmp_path):
         gpus.claim(3, devices=["0", "1"], lock_dir=tmp_path)
 
 
-@pytest.mark.parametrize("cvd, expect", [("0,1", ["0", "1"]), ("3", ["3"]), ("", []), ("2,-1,5", ["2"]),
-                                         ("GPU-8a1f,GPU-77c2", ["GPU-8a1f", "GPU-77c2"])])
+@pytest.mark.parametrize(
+    "cvd, expect",
+    [("0,1", ["0", "1"]), ("3", ["3"]), ("", []), ("2,-1,5", ["2"]), ("GPU-8a1f,GPU-77c2", ["GPU-8a1f", "GPU-77c2"])],
+)
 def test_visible_devices_follow_cuda_visible_devices(cvd, expect):
     assert gpus.visible_devices({"CUDA_VISIBLE_DEVICES": cvd}) == expect
 

@@ -1,5 +1,6 @@
 """Prefetch and pin (oodcorr.hub), offline against a fake hub: a folder of repositories whose
 revisions resolve to commits, downloaded into a real Hugging Face cache layout."""
+
 import hashlib
 import os
 import re
@@ -10,10 +11,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from helpers import REPO, TINY_CONFIGS, smk
 from oodcorr import hub
 from oodcorr.cli import main
 from oodcorr.errors import ConfigError
+
+from helpers import REPO, TINY_CONFIGS, smk
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"
@@ -79,8 +81,9 @@ class FakeHub:
         e = self.datasets[path]
         if revision not in e["refs"].values():
             raise FileNotFoundError(f"{path}@{revision} is not cached")
-        folder = (Path(hub.cache_dirs()["datasets"]) / path.replace("/", "___") / (name or "default") / "0.0.0" /
-                  revision)
+        folder = (
+            Path(hub.cache_dirs()["datasets"]) / path.replace("/", "___") / (name or "default") / "0.0.0" / revision
+        )
         folder.mkdir(parents=True, exist_ok=True)
         arrow = folder / f"nli-{split}.arrow"
         if not arrow.exists():
@@ -118,13 +121,18 @@ def fake_hub(monkeypatch, tmp_path, tiny_models):
     fake = FakeHub()
     remote = {p.name: p for p in sorted(tiny_models["opt"].iterdir()) if p.is_file()}
     # what a job must not download: pickle weights, another format, a subfolder, code
-    junk = {"pytorch_model.bin": b"pickle", "model.onnx": b"onnx", "onnx/decoder.onnx": b"onnx",
-            "modeling_custom.py": b"import os"}
+    junk = {
+        "pytorch_model.bin": b"pickle",
+        "model.onnx": b"onnx",
+        "onnx/decoder.onnx": b"onnx",
+        "modeling_custom.py": b"import os",
+    }
     fake.add_model(REPO_ID, {"main": sha("main"), "v1": sha("v1"), "refs/pr/7": sha("pr7")}, {**remote, **junk})
-    fake.add_model("fake-org/pickle-only",
-                   {"main": sha("pickle")},
-                   {**{n: p for n, p in remote.items() if not n.endswith(".safetensors")},
-                    "pytorch_model.bin": b"pickle"})
+    fake.add_model(
+        "fake-org/pickle-only",
+        {"main": sha("pickle")},
+        {**{n: p for n, p in remote.items() if not n.endswith(".safetensors")}, "pytorch_model.bin": b"pickle"},
+    )
     rows = [{"s1": f"premise {i}", "s2": f"hypothesis {i}", "gold": i % 2} for i in range(20)]
     fake.add_dataset(DATA_ID, {"main": sha("data-main"), "refs/convert/parquet": sha("parquet")}, rows)
     monkeypatch.setattr(huggingface_hub, "HfApi", lambda *a, **k: fake)
@@ -141,9 +149,11 @@ def hub_config(path: Path, revision="v1", data_revision="refs/convert/parquet", 
     cfg["models"] = [{"name": "hubby", "hub": REPO_ID, "revision": revision}]
     if with_dataset:
         cfg["datasets"]["hub-nli"] = {
-            "source": "hub", "fields": {"premise": "s1", "hypothesis": "s2", "label": "gold"},
+            "source": "hub",
+            "fields": {"premise": "s1", "hypothesis": "s2", "label": "gold"},
             "label_map": {"1": "entailment", "0": "non-entailment"},
-            "hub": {"id": DATA_ID, "config": None, "split": "test", "revision": data_revision}}
+            "hub": {"id": DATA_ID, "config": None, "split": "test", "revision": data_revision},
+        }
         cfg["ood_testsets"] = ["synth-overlap", "hub-nli"]
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -166,8 +176,13 @@ def test_prefetch_writes_a_lock_with_commits_and_only_safe_files(fake_hub, tmp_p
     assert re.fullmatch(r"[0-9a-f]{40}", m["commit"])
     snap = Path(lock["cache"]["hub"]) / "models--fake-org--tiny-opt" / "snapshots" / sha("v1")
     # config, tokenizer and safetensors weights; no pickle, other formats, subfolders or code
-    assert set(m["files"]) == {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                               "tokenizer_config.json"}
+    assert set(m["files"]) == {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
     assert sorted(fake_hub.downloads) == sorted(m["files"])
     assert {f: (snap / f).stat().st_size for f in m["files"]} == m["files"]
     assert m["bytes"] == sum(m["files"].values())
@@ -182,7 +197,7 @@ def test_prefetch_writes_a_lock_with_commits_and_only_safe_files(fake_hub, tmp_p
     d = lock["datasets"]["hub-nli"]
     assert d["hub"]["revision"] == "refs/convert/parquet" and d["commit"] == sha("parquet")
     assert fake_hub.loads == [{"path": DATA_ID, "name": None, "split": "test", "revision": sha("parquet")}]
-    (arrow, size), = d["files"].items()
+    ((arrow, size),) = d["files"].items()
     assert arrow.endswith(f"{sha('parquet')}/nli-test.arrow") and size == 500 and d["rows"] == 20
 
 
@@ -191,8 +206,11 @@ def test_pickle_weights_only_with_the_opt_in_and_counted_without_unpickling(fake
     text = cfg.read_text().replace(REPO_ID, "fake-org/pickle-only")
     cfg.write_text(text)
     _, plan = plan_of(cfg)
-    with pytest.raises(ConfigError, match=r"models\[hubby\]: fake-org/pickle-only has no safetensors.*"
-                                          r"allow_pickle_weights: true"):
+    with pytest.raises(
+        ConfigError,
+        match=r"models\[hubby\]: fake-org/pickle-only has no safetensors.*"
+        r"allow_pickle_weights: true",
+    ):
         hub.prefetch(plan, cfg, tmp_path / "p.lock.yaml", say=lambda s: None)
     assert not (tmp_path / "p.lock.yaml").exists()  # nothing half-written
     cfg.write_text(text.replace("name: hubby", "name: hubby\n  allow_pickle_weights: true"))
@@ -206,13 +224,25 @@ def test_pickle_weights_only_with_the_opt_in_and_counted_without_unpickling(fake
 
 
 def test_model_files_follow_the_entry_opt_ins():
-    files = ["config.json", "model.safetensors", "pytorch_model.bin", "modeling_x.py", "tokenizer.model",
-             "onnx/model.onnx", "original/consolidated.pth", "flax_model.msgpack"]
+    files = [
+        "config.json",
+        "model.safetensors",
+        "pytorch_model.bin",
+        "modeling_x.py",
+        "tokenizer.model",
+        "onnx/model.onnx",
+        "original/consolidated.pth",
+        "flax_model.msgpack",
+    ]
     base = {"name": "m", "hub": "o/m"}
     assert hub.model_patterns(base, files) == ["config.json", "model.safetensors", "tokenizer.model"]
     # safetensors win even with the pickle opt-in; code only with trust_remote_code
-    assert hub.model_patterns(dict(base, allow_pickle_weights=True, trust_remote_code=True), files) == \
-        ["config.json", "model.safetensors", "modeling_x.py", "tokenizer.model"]
+    assert hub.model_patterns(dict(base, allow_pickle_weights=True, trust_remote_code=True), files) == [
+        "config.json",
+        "model.safetensors",
+        "modeling_x.py",
+        "tokenizer.model",
+    ]
 
 
 def _activate(cfg):
@@ -235,8 +265,11 @@ def test_planning_refuses_a_revision_that_differs_from_the_lock(fake_hub, tmp_pa
     assert "models[hubby]: revision 'refs/pr/7' in the config, 'v1' in the lock file" in msg
     assert sha("v1") in msg and f"oodcorr prefetch --configfile {cfg}" in msg
     hub_config(tmp_path / "exp.yaml", data_revision="main")
-    with pytest.raises(hub.LockMismatch, match=r"datasets\.hub-nli: revision 'main' in the config, "
-                                               r"'refs/convert/parquet' in the lock file"):
+    with pytest.raises(
+        hub.LockMismatch,
+        match=r"datasets\.hub-nli: revision 'main' in the config, "
+        r"'refs/convert/parquet' in the lock file",
+    ):
         _activate(cfg)
 
 

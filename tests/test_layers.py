@@ -7,6 +7,7 @@ kept inside a function (of an oodcorr module or a heavy library) says why on its
 line above, so a reader can tell "keeps torch out of planning" from "hides a cycle".
 Imports under ``if TYPE_CHECKING:`` (names for annotations only, never run) are not edges.
 """
+
 from __future__ import annotations
 
 import ast
@@ -45,8 +46,21 @@ LAYERS: list[tuple[str, list[str]]] = [
 ]
 
 HEAVY = ("torch", "transformers", "peft", "datasets", "accelerate", "tokenizers")
-TORCH_SIDE = {"models", "methods", "prompting", "tiny", "checkpoints", "data", "finetune", "distributed",
-              "evaluate", "series", "hub", "sizing", "runtime"}
+TORCH_SIDE = {
+    "models",
+    "methods",
+    "prompting",
+    "tiny",
+    "checkpoints",
+    "data",
+    "finetune",
+    "distributed",
+    "evaluate",
+    "series",
+    "hub",
+    "sizing",
+    "runtime",
+}
 
 # Imports that still go upward, each with why it is not fixed yet. The test fails if one is
 # fixed (remove it here) or a new one appears. Keep this list shrinking.
@@ -61,7 +75,7 @@ def _module_name(path: Path) -> str:
 
 
 def _short(mod: str) -> str:
-    return mod[len("oodcorr."):] if mod.startswith("oodcorr.") else mod
+    return mod[len("oodcorr.") :] if mod.startswith("oodcorr.") else mod
 
 
 def _layer_of(short: str) -> int:
@@ -96,8 +110,15 @@ def _imports(path: Path) -> list[tuple[int, bool, str]]:
             else:
                 pkg = node.module or ""
             # "from oodcorr import metrics" imports the module oodcorr.metrics
-            subs = [f"{pkg}.{a.name}" for a in node.names if (PKG / a.name).with_suffix(".py").exists()
-                    or (PKG / a.name).is_dir()] if pkg == "oodcorr" else []
+            subs = (
+                [
+                    f"{pkg}.{a.name}"
+                    for a in node.names
+                    if (PKG / a.name).with_suffix(".py").exists() or (PKG / a.name).is_dir()
+                ]
+                if pkg == "oodcorr"
+                else []
+            )
             if pkg == "oodcorr.analysis":
                 subs = [f"{pkg}.{a.name}" for a in node.names if (PKG / "analysis" / f"{a.name}.py").exists()]
             targets = subs or [pkg]
@@ -138,8 +159,9 @@ def test_no_module_imports_a_higher_layer():
             if _layer_of(t) > _layer_of(src):
                 found[(src, t)] = f"{LAYERS[_layer_of(src)][0]} -> {LAYERS[_layer_of(t)][0]}"
     new = {k: v for k, v in found.items() if k not in KNOWN_UPWARD}
-    assert not new, "imports that go up a layer:\n" + "\n".join(f"  oodcorr.{a} -> oodcorr.{b} ({v})"
-                                                            for (a, b), v in sorted(new.items()))
+    assert not new, "imports that go up a layer:\n" + "\n".join(
+        f"  oodcorr.{a} -> oodcorr.{b} ({v})" for (a, b), v in sorted(new.items())
+    )
     fixed = sorted(set(KNOWN_UPWARD) - set(found))
     assert not fixed, f"fixed, remove from KNOWN_UPWARD: {fixed}"
 
@@ -156,7 +178,7 @@ def test_no_import_cycles():
             if m == n or m.startswith(n + "."):
                 continue  # a package importing its own submodules
             if state.get(m) == 1:
-                cyc = stack[stack.index(m):] + [m]
+                cyc = stack[stack.index(m) :] + [m]
                 pytest.fail("import cycle: " + " -> ".join(cyc))
             if not state.get(m):
                 visit(m)

@@ -1,4 +1,5 @@
 """Adaptation methods: classification-head finetuning (decoder and encoder) and 3-way scoring."""
+
 import json
 from pathlib import Path
 
@@ -31,21 +32,53 @@ def _data(tmp_path):
 def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
     train, test, meta = _data(tmp_path)
     run = tmp_path / "run"
-    info = finetune(model_spec=spec, tiny_dir=tiny_dir, train_path=str(train), labels=LABELS, prompt=None, ft=ft,
-                    n_train=64, seed=0, steps=steps, max_steps=max_steps, run_dir=str(run),
-                    manifest_path=str(run / "manifest.json"), threads=1)
+    info = finetune(
+        model_spec=spec,
+        tiny_dir=tiny_dir,
+        train_path=str(train),
+        labels=LABELS,
+        prompt=None,
+        ft=ft,
+        n_train=64,
+        seed=0,
+        steps=steps,
+        max_steps=max_steps,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+        threads=1,
+    )
     cache = tmp_path / "tok.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny_dir, testset="neg", data_path=str(test), data_meta=str(meta),
-                     labels=LABELS, prompt=None, max_length=64, out_path=str(cache))
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny_dir,
+        testset="neg",
+        data_path=str(test),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=None,
+        max_length=64,
+        out_path=str(cache),
+    )
     return info, run, test, cache
 
 
 def _evaluate(tmp_path, spec, tiny_dir, run, step, cache, batch_size=7):
     out = tmp_path / f"eval{step}-{batch_size}.json"
-    ck = {"step": step, "checkpoint": str(run / "checkpoints" / f"checkpoint-{step}"),
-          "predictions": str(out.with_suffix(".parquet"))}
-    summary = evaluate_run(model_spec=spec, tiny_dir=tiny_dir, checkpoints=[ck], tokenized=str(cache),
-                           batch_size=batch_size, max_tokens=10_000, out_summary=str(out), provenance={})
+    ck = {
+        "step": step,
+        "checkpoint": str(run / "checkpoints" / f"checkpoint-{step}"),
+        "predictions": str(out.with_suffix(".parquet")),
+    }
+    summary = evaluate_run(
+        model_spec=spec,
+        tiny_dir=tiny_dir,
+        checkpoints=[ck],
+        tokenized=str(cache),
+        batch_size=batch_size,
+        max_tokens=10_000,
+        out_summary=str(out),
+        provenance={},
+    )
     (record,) = summary["checkpoints"]
     # the predictions file carries the same record (all but its own write time)
     stored = read_result(ck["predictions"])
@@ -96,15 +129,20 @@ def test_head_on_a_real_pretrained_encoder_learns_and_reloads(tmp_path):
     assert res["n_correct"] == res_big["n_correct"]  # batching changes nothing
     manual = _manual_logits(spec, None, run / "checkpoints" / "checkpoint-40", test)
     pred = __import__("pandas").read_parquet(tmp_path / "eval40-5.parquet")
-    assert torch.allclose(torch.tensor(pred[["logit_entailment", "logit_non-entailment"]].to_numpy()).float(),
-                          manual, atol=1e-4)
+    assert torch.allclose(
+        torch.tensor(pred[["logit_entailment", "logit_non-entailment"]].to_numpy()).float(), manual, atol=1e-4
+    )
 
 
 def test_head_with_lora_saves_the_trained_head_in_the_adapter(tmp_path, tiny_models):
     spec = {"name": "tiny-head", "tiny": {"model_type": "olmo2"}, "method": "head"}
     tiny = str(tiny_models["olmo2"])
-    ft = {"batch_size": 8, "learning_rate": 1e-2, "max_length": 64,
-          "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    ft = {
+        "batch_size": 8,
+        "learning_rate": 1e-2,
+        "max_length": 64,
+        "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+    }
     info, run, test, cache = _run(tmp_path, spec, tiny, ft, [0, 5], 5)
     ckpt = run / "checkpoints" / "checkpoint-5"
     assert (ckpt / "adapter_config.json").exists()
@@ -141,13 +179,26 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     data, meta = tmp_path / "prep.jsonl", tmp_path / "prep.meta.json"
     write_jsonl_atomic(data, recs)
     write_json_atomic(meta, prov)
-    prompt = {"template": PROMPT["template"], "verbalisers": {"entailment": " Yes", "neutral": " Maybe", "contradiction": " No"}}
+    prompt = {
+        "template": PROMPT["template"],
+        "verbalisers": {"entailment": " Yes", "neutral": " Maybe", "contradiction": " No"},
+    }
     tok = load_tokenizer(spec, tiny)
     if len(tok.encode(" Maybe", add_special_tokens=False)) != 1:
         prompt["verbalisers"]["neutral"] = " the"
     cache = tmp_path / "c.pt"
-    tokenize_testset(model_spec=spec, tiny_dir=tiny, testset="two", data_path=str(data), data_meta=str(meta),
-                     labels=mode["labels"], prompt=prompt, max_length=64, out_path=str(cache), coarse=mode["coarse"])
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="two",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=mode["labels"],
+        prompt=prompt,
+        max_length=64,
+        out_path=str(cache),
+        coarse=mode["coarse"],
+    )
     # a step-0 checkpoint of the base model
     from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.models import load_causal_lm
@@ -159,7 +210,8 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     df = __import__("pandas").read_parquet(tmp_path / "eval0-7.parquet")
     assert set(df["label"]) == {"entailment", "non-entailment"}
     assert set(df["pred"]) <= set(mode["labels"])
-    expect = ((df["label"] == df["pred"]) |
-              ((df["label"] == "non-entailment") & df["pred"].isin(["neutral", "contradiction"])))
+    expect = (df["label"] == df["pred"]) | (
+        (df["label"] == "non-entailment") & df["pred"].isin(["neutral", "contradiction"])
+    )
     assert (df["correct"] == expect).all()
     assert res["n_correct"] == int(expect.sum())

@@ -1,4 +1,5 @@
 """Metrics beyond accuracy (macro-F1, ECE, Wilson interval) and the scores table that holds them."""
+
 import json
 import math
 
@@ -92,13 +93,32 @@ def test_old_records_are_completed_from_their_predictions_file(tmp_path):
     gold = rng.choice(["entailment", "non-entailment"], 50)
     pred = np.where(rng.random(50) < 0.7, gold, rng.choice(["entailment", "non-entailment"], 50))
     logits = rng.normal(size=(50, 2)).astype(np.float32)
-    frame = pd.DataFrame({"index": range(50), "label": gold, "pred": pred, "correct": gold == pred,
-                          "logit_entailment": logits[:, 0], "logit_non-entailment": logits[:, 1]})
+    frame = pd.DataFrame(
+        {
+            "index": range(50),
+            "label": gold,
+            "pred": pred,
+            "correct": gold == pred,
+            "logit_entailment": logits[:, 0],
+            "logit_non-entailment": logits[:, 1],
+        }
+    )
     good = tmp_path / "old.predictions.parquet"
     gone = tmp_path / "gone.predictions.parquet"
-    base = {"model": "m", "in_domain": "d", "n_train": 8, "seed": 0, "run_id": "m/d/n8/seed0", "testset": "t",
-            "role": "ood", "accuracy": float((gold == pred).mean()), "n": 50, "n_correct": int((gold == pred).sum()),
-            "fingerprint": "x", "checkpoint": "c"}
+    base = {
+        "model": "m",
+        "in_domain": "d",
+        "n_train": 8,
+        "seed": 0,
+        "run_id": "m/d/n8/seed0",
+        "testset": "t",
+        "role": "ood",
+        "accuracy": float((gold == pred).mean()),
+        "n": 50,
+        "n_correct": int((gold == pred).sum()),
+        "fingerprint": "x",
+        "checkpoint": "c",
+    }
     _write_old_predictions(good, dict(base, step=0, predictions=str(good)), frame)
     summary = tmp_path / "t.json"  # a unit-run summary whose second record's predictions file is unreadable
     gone.write_bytes(b"not parquet")

@@ -1,4 +1,5 @@
 """Model loading: local paths, hub ids with pinned revisions, and the safety defaults."""
+
 import json
 import shutil
 
@@ -59,8 +60,12 @@ def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
 
     from oodcorr.finetune import finetune
 
-    kw = _kwargs(tmp_path, tiny_models["opt"], "lora",
-                 lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]})
+    kw = _kwargs(
+        tmp_path,
+        tiny_models["opt"],
+        "lora",
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+    )
     finetune(**kw)
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     base = load_causal_lm(spec, tiny_models["opt"]).eval()

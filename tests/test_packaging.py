@@ -1,4 +1,5 @@
 """The set-up promises: pinned installs, a conda env equal to the pins, CI calling `make test`."""
+
 import re
 
 import yaml
@@ -7,8 +8,11 @@ from helpers import REPO
 
 
 def _pins():
-    return [line.strip() for line in (REPO / "requirements.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")]
+    return [
+        line.strip()
+        for line in (REPO / "requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def test_every_requirement_is_pinned_and_torch_is_2_13():

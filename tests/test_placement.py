@@ -1,4 +1,5 @@
 """Per-rule placement on a cluster and the planning-time GPU-memory check (oodcorr.plan, oodcorr.sizing)."""
+
 import re
 import subprocess
 
@@ -6,11 +7,12 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO, SNAKEMAKE
 from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
 from oodcorr.schema import check_config
 from oodcorr.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_bytes, gpu_memory, lora_parameters
+
+from helpers import REPO, SNAKEMAKE
 
 SCHEMA = REPO / "config/schema.yaml"
 
@@ -36,11 +38,14 @@ def two_models(**extra):
 
 def test_placement_precedence_default_cpu_rule_and_layers():
     cfg = two_models(
-        resources={"default": {"slurm_partition": "gpu", "slurm_account": "lab"},
-                   "cpu": {"slurm_partition": "cpu"},
-                   "evaluate": {"gpu": 1},
-                   "finetune": {"gpu": 1, "slurm_partition": "gpu-long", "slurm_extra": "--nice=10"}},
-        size_classes={"big": {"default": {"slurm_partition": "bigmem"}, "evaluate": {"constraint": "a100|h100"}}})
+        resources={
+            "default": {"slurm_partition": "gpu", "slurm_account": "lab"},
+            "cpu": {"slurm_partition": "cpu"},
+            "evaluate": {"gpu": 1},
+            "finetune": {"gpu": 1, "slurm_partition": "gpu-long", "slurm_extra": "--nice=10"},
+        },
+        size_classes={"big": {"default": {"slurm_partition": "bigmem"}, "evaluate": {"constraint": "a100|h100"}}},
+    )
     cfg["models"][0]["resources"] = {"evaluate": {"qos": "high"}}
     cfg["models"][1]["resources"] = {"evaluate": {"qos": "low"}}
     p = plan(cfg)
@@ -68,18 +73,23 @@ def test_a_placement_key_set_for_some_models_of_a_rule_only_is_an_error():
     with pytest.raises(ConfigError) as e:
         plan(cfg)
     msg = str(e.value)
-    assert msg.startswith("size_classes.big.finetune.slurm_partition: slurm_partition is set for the finetune "
-                          "jobs of micro-big but not for those of micro-opt")
+    assert msg.startswith(
+        "size_classes.big.finetune.slurm_partition: slurm_partition is set for the finetune "
+        "jobs of micro-big but not for those of micro-opt"
+    )
     assert "resources.default.slurm_partition" in msg
 
 
-@pytest.mark.parametrize("bad, where", [
-    ({"finetune": {"slurm_extra": "--nice=1; rm -rf ~"}}, "resources.finetune.slurm_extra"),
-    ({"finetune": {"slurm_extra": "--gres=gpu:2"}}, "resources.finetune.slurm_extra"),
-    ({"cpu": {"slurm_partition": "$(whoami)"}}, "resources.cpu.slurm_partition"),
-    ({"cpu": {"gpu": 1}}, "resources.cpu"),  # placement-only sets
-    ({"evalute": {"gpu": 1}}, "resources"),  # a rule that does not exist
-])
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        ({"finetune": {"slurm_extra": "--nice=1; rm -rf ~"}}, "resources.finetune.slurm_extra"),
+        ({"finetune": {"slurm_extra": "--gres=gpu:2"}}, "resources.finetune.slurm_extra"),
+        ({"cpu": {"slurm_partition": "$(whoami)"}}, "resources.cpu.slurm_partition"),
+        ({"cpu": {"gpu": 1}}, "resources.cpu"),  # placement-only sets
+        ({"evalute": {"gpu": 1}}, "resources"),  # a rule that does not exist
+    ],
+)
 def test_schema_refuses_unsafe_or_unknown_resources(bad, where):
     with pytest.raises(ConfigError) as e:
         check_config(micro(resources=bad), SCHEMA)
@@ -91,8 +101,23 @@ def test_dry_run_shows_each_rules_partition(tmp_path):
     cfg = micro(resources={"cpu": {"slurm_partition": "cpuq"}, "evaluate": {"gpu": 1, "slurm_partition": "gpuq"}})
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                          "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "-n",
+            "--cores",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     seen = {}
     for rule, block in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", res.stdout, re.M | re.S):
@@ -105,11 +130,24 @@ def test_dry_run_shows_each_rules_partition(tmp_path):
 
 # ---- the GPU-memory check ---------------------------------------------------------------------
 
+
 def big_model(gpu_mem_gb, **entry):
-    cfg = micro(size_classes={"huge": {"finetune": {"gpu": 1, "gpu_mem_gb": gpu_mem_gb},
-                                       "evaluate": {"gpu": 1, "gpu_mem_gb": gpu_mem_gb}}})
-    cfg["models"] = [{"name": "big", "hub": "org/big", "revision": "a" * 40, "dtype": "bfloat16", "params_b": 70,
-                      "size_class": "huge", **entry}]
+    cfg = micro(
+        size_classes={
+            "huge": {"finetune": {"gpu": 1, "gpu_mem_gb": gpu_mem_gb}, "evaluate": {"gpu": 1, "gpu_mem_gb": gpu_mem_gb}}
+        }
+    )
+    cfg["models"] = [
+        {
+            "name": "big",
+            "hub": "org/big",
+            "revision": "a" * 40,
+            "dtype": "bfloat16",
+            "params_b": 70,
+            "size_class": "huge",
+            **entry,
+        }
+    ]
     cfg["finetune"]["lora"] = {"r": 8, "alpha": 16, "target_modules": ["q_proj"]}
     return cfg
 
@@ -122,8 +160,10 @@ def test_a_model_too_large_for_its_gpus_fails_planning_naming_model_and_key():
     need = 70e9 * 2 / GiB * 1.2 + 2
     assert f"{need:.1f}" == "158.5"
     for rule in ("finetune", "evaluate"):
-        assert (f"models[big]: its {rule} jobs need at least 158.5 GiB on each GPU (70.00 B parameters (from "
-                f"models[big].params_b) x 2 bytes (bfloat16)") in msg
+        assert (
+            f"models[big]: its {rule} jobs need at least 158.5 GiB on each GPU (70.00 B parameters (from "
+            f"models[big].params_b) x 2 bytes (bfloat16)"
+        ) in msg
         assert f"asks for GPUs of 80 GiB (size_classes.huge.{rule}.gpu_mem_gb)" in msg
     assert "models[big].distributed" in msg and "models[big].dtype" in msg
     assert check_gpu_memory(plan(big_model(160))) == []  # it fits on 160 GiB GPUs
@@ -142,8 +182,9 @@ def test_gpu_memory_by_training_mode_and_sharding():
     sharded = plan(big_model(1000, distributed={"strategy": "fsdp", "gpus": 4})).models["big"]
     raw = (7e9 * 2 + 2_097_152 * 16) / 4
     assert gpu_memory(sharded, "finetune", size).gib == pytest.approx(raw / GiB * 1.2 + 2)
-    zero2 = plan(big_model(1000, distributed={"strategy": "deepspeed", "gpus": 4,
-                                              "deepspeed": {"zero_stage": 2}})).models["big"]
+    zero2 = plan(
+        big_model(1000, distributed={"strategy": "deepspeed", "gpus": 4, "deepspeed": {"zero_stage": 2}})
+    ).models["big"]
     assert gpu_memory(zero2, "finetune", size).gib == pytest.approx((7e9 * 2 + 2_097_152 * 16 / 4) / GiB * 1.2 + 2)
     # checkpoints: the fp32 adapter (LoRA), the weights in the model's dtype (full)
     assert checkpoint_bytes(spec, size)[0] == 2_097_152 * 4
@@ -154,12 +195,15 @@ def test_unknown_sizes_are_said_not_guessed():
     cfg = big_model(80)
     del cfg["models"][0]["params_b"]
     warnings = check_gpu_memory(plan(cfg))
-    assert warnings == ["GPU memory check skipped for models[big] (no lock entry (run oodcorr prefetch) and no "
-                        "params_b on the entry): parameter count unknown (run oodcorr prefetch, or set params_b on "
-                        "the model entry)"]
+    assert warnings == [
+        "GPU memory check skipped for models[big] (no lock entry (run oodcorr prefetch) and no "
+        "params_b on the entry): parameter count unknown (run oodcorr prefetch, or set params_b on "
+        "the model entry)"
+    ]
     cfg = micro(resources={"evaluate": {"gpu": 1}})
-    assert check_gpu_memory(plan(cfg)) == ["GPU memory not checked for micro-opt (evaluate): set gpu_mem_gb (GiB per "
-                                           "GPU) in their size class or resources"]
+    assert check_gpu_memory(plan(cfg)) == [
+        "GPU memory not checked for micro-opt (evaluate): set gpu_mem_gb (GiB per GPU) in their size class or resources"
+    ]
 
 
 def test_paper_grid_fits_its_80_gib_gpus():
@@ -196,9 +240,14 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     f = tmp_path / "adapter" / "adapter_model.safetensors"
     tensors = {k: m for k, m in safetensors_header(f).items() if k != "__metadata__"}
     assert {m["dtype"] for m in tensors.values()} == {"F32"}  # 4 bytes a parameter
-    assert max(m["data_offsets"][1] for m in tensors.values()) == predicted * 4 == checkpoint_bytes(
-        plan(micro(finetune=dict(micro()["finetune"], lora=lora))).models["micro-opt"],
-        ModelSize(params, "test", linear))[0]
+    assert (
+        max(m["data_offsets"][1] for m in tensors.values())
+        == predicted * 4
+        == checkpoint_bytes(
+            plan(micro(finetune=dict(micro()["finetune"], lora=lora))).models["micro-opt"],
+            ModelSize(params, "test", linear),
+        )[0]
+    )
 
 
 def test_snakemake_planning_stops_on_a_model_too_large_for_its_gpus(tmp_path):
@@ -206,14 +255,44 @@ def test_snakemake_planning_stops_on_a_model_too_large_for_its_gpus(tmp_path):
     cfg = big_model(80)
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                          "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "-n",
+            "--cores",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "rule finetune" not in res.stdout
     assert "models[big]: its evaluate jobs need at least 158.5 GiB on each GPU" in out
     assert "size_classes.huge.evaluate.gpu_mem_gb" in out
     path.write_text(yaml.safe_dump(big_model(160)))  # the same config on 160 GiB GPUs plans
-    ok = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                         "-n", "--cores", "1"], capture_output=True, text=True, timeout=300)
+    ok = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "-n",
+            "--cores",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "rule finetune:" in ok.stdout

@@ -1,4 +1,5 @@
 """The rules read only the plan layer (oodcorr.plan), and the paper grid plans as asked."""
+
 import inspect
 import os
 import re
@@ -8,8 +9,9 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO, SNAKEMAKE
 from oodcorr.plan import build_plan
+
+from helpers import REPO, SNAKEMAKE
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
 
@@ -55,9 +57,23 @@ def test_paper_grid_in_both_units():
 @pytest.mark.slow
 def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
     """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs."""
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile",
-                          str(REPO / "config/paper.yaml"), "-n", "--quiet", "rules"],
-                         capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config/paper.yaml"),
+            "-n",
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
     assert table["evaluate"] == "16128" and table["finetune"] == "96"
@@ -67,10 +83,24 @@ def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
 @pytest.mark.slow
 def test_paper_authors_grid_dry_run_plans_offline(tmp_path):
     """`snakemake -n --configfile config/paper-authors.yaml`: plans with no network."""
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile",
-                          str(REPO / "config/paper-authors.yaml"), "-n", "--quiet", "rules"],
-                         capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(REPO / "config/paper-authors.yaml"),
+            "-n",
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
     assert table["finetune"] == "16" and table["evaluate"] == str(16 * 83 * 8) and table["prepare_dataset"] == "10"
@@ -89,8 +119,14 @@ def test_every_rule_callable_carries_its_parameters_where_snakemake_looks():
     resources = plan.rule_resources("evaluate")
     callables = [v for v in resources.values() if callable(v)]
     assert len(callables) >= 3  # mem_mb, runtime, attempt: the paper's models differ in size
-    for f in callables + [plan.eval_params, plan.checkpoints_input, plan.tokenize_params,
-                          plan.finetune_params, plan.model_input, plan.dataset_params]:
+    for f in callables + [
+        plan.eval_params,
+        plan.checkpoints_input,
+        plan.tokenize_params,
+        plan.finetune_params,
+        plan.model_input,
+        plan.dataset_params,
+    ]:
         assert hasattr(f, SNAKEMAKE_PARAMS_ATTR), f
         assert list(get_function_params(f)) == list(inspect.signature(f).parameters), f
 

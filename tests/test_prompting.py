@@ -2,11 +2,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import LABELS, PROMPT
 from oodcorr import synthetic
 from oodcorr.errors import ConfigError
-from oodcorr.prompting import (encode_prompts, last_positions, pad_batch, verbaliser_ids,
-                               verbaliser_logits)
+from oodcorr.prompting import encode_prompts, last_positions, pad_batch, verbaliser_ids, verbaliser_logits
+
+from helpers import LABELS, PROMPT
 
 
 @pytest.fixture(params=["opt", "olmo2"])
@@ -74,7 +74,8 @@ def test_appended_eos_is_stripped(tiny_models):
     eos = tok.eos_token
     # a tokenizer that appends EOS, as some do
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"$A {eos}", special_tokens=[(eos, tok.eos_token_id)])
+        single=f"$A {eos}", special_tokens=[(eos, tok.eos_token_id)]
+    )
     recs = synthetic.generate("in-domain", 2, 0)
     assert tok(PROMPT["template"].format(**recs[0]))["input_ids"][-1] == tok.eos_token_id
     ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)

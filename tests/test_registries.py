@@ -6,15 +6,17 @@ before the anchors), and an experiment resolved against the old and the new file
 dataset the same params. When a registry's content changes on purpose, move BEFORE to that
 commit (or delete this test once the anchored form is the only one anyone remembers).
 """
+
 from __future__ import annotations
 
 import shutil
 import subprocess
 
 import pytest
-from helpers import REPO
 
 from oodcorr.config import Experiment, load_yaml
+
+from helpers import REPO
 
 BEFORE = "272e8f74a22326679d3942a6f170e706bcd80633"
 REGISTRIES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "resources").rglob("*.yaml"))
@@ -42,8 +44,12 @@ def _no_merge_keys(obj) -> bool:
 
 
 def test_registries_are_the_ones_this_test_knows():
-    assert REGISTRIES == ["resources/datasets/nli-shared.yaml", "resources/datasets/nli.yaml",
-                          "resources/datasets/synthetic.yaml", "resources/label_modes.yaml"]
+    assert REGISTRIES == [
+        "resources/datasets/nli-shared.yaml",
+        "resources/datasets/nli.yaml",
+        "resources/datasets/synthetic.yaml",
+        "resources/label_modes.yaml",
+    ]
 
 
 @pytest.mark.parametrize("rel", REGISTRIES)
@@ -66,15 +72,27 @@ def test_an_experiment_resolves_every_dataset_the_same_from_the_old_and_the_new_
     shutil.copy(REPO / "config/schema.yaml", tmp_path / "config/schema.yaml")
 
     def experiment(basedir):
-        cfg = {"registries": ["resources/datasets/synthetic.yaml", "resources/datasets/nli.yaml",
-                              "resources/datasets/nli-shared.yaml"],
-               "datasets": {}, "label_mode": "binary",
-               "in_domain": [{"name": "snli", "train": "snli-train", "test": "snli"}],
-               "ood_testsets": ["mnli", "scitail", "rte", "hans", "anli", "wnli", "paws", "synth-overlap"],
-               "models": [{"name": "m", "path": "/nonexistent", "method": "head"}],
-               "prompt": {"template": "{premise} {hypothesis}", "verbalisers": {}},
-               "finetune": {"n_train": [8], "seeds": [0], "max_steps": 4, "batch_size": 2,
-                            "learning_rate": 1e-3, "checkpoints": {"every": 2}}}
+        cfg = {
+            "registries": [
+                "resources/datasets/synthetic.yaml",
+                "resources/datasets/nli.yaml",
+                "resources/datasets/nli-shared.yaml",
+            ],
+            "datasets": {},
+            "label_mode": "binary",
+            "in_domain": [{"name": "snli", "train": "snli-train", "test": "snli"}],
+            "ood_testsets": ["mnli", "scitail", "rte", "hans", "anli", "wnli", "paws", "synth-overlap"],
+            "models": [{"name": "m", "path": "/nonexistent", "method": "head"}],
+            "prompt": {"template": "{premise} {hypothesis}", "verbalisers": {}},
+            "finetune": {
+                "n_train": [8],
+                "seeds": [0],
+                "max_steps": 4,
+                "batch_size": 2,
+                "learning_rate": 1e-3,
+                "checkpoints": {"every": 2},
+            },
+        }
         return Experiment(cfg, basedir)
 
     old, new = experiment(tmp_path), experiment(REPO)

@@ -1,5 +1,6 @@
 """Checkpoint series that already exist (models[].series): planned without finetuning, verified,
 evaluated, aggregated and analysed on their own x-axis (steps or tokens)."""
+
 import copy
 import json
 import os
@@ -11,16 +12,22 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from helpers import REPO, smk
-from oodcorr.config import Experiment
+from oodcorr.config import Experiment, model_files
 from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
-from oodcorr.config import model_files
 from oodcorr.series import read_manifest, verify, write_manifest
 
+from helpers import REPO, smk
+
 STEPS = [0, 4, 8, 16, 24]
-TINY = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "ffn_dim": 64,
-        "word_embed_proj_dim": 32, "max_position_embeddings": 128}
+TINY = {
+    "hidden_size": 32,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "ffn_dim": 64,
+    "word_embed_proj_dim": 32,
+    "max_position_embeddings": 128,
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +57,12 @@ def _config(dirs, *, unit="checkpoint", tokens=False, finetuned=False):
     cfg["experiment"] = "series"
     models = [{"name": "pre-steps", "series": {"checkpoints": [{"step": s, "path": str(d)} for s, d in dirs.items()]}}]
     if tokens:  # the same checkpoints on a token axis (16 sequences of at most 64 tokens a step)
-        models.append({"name": "pre-tokens", "series": {"checkpoints": [
-            {"tokens": s * 1024, "path": str(d)} for s, d in dirs.items()]}})
+        models.append(
+            {
+                "name": "pre-tokens",
+                "series": {"checkpoints": [{"tokens": s * 1024, "path": str(d)} for s, d in dirs.items()]},
+            }
+        )
     if finetuned:
         models += cfg["models"]
     else:
@@ -87,8 +98,11 @@ def test_a_series_is_planned_without_finetuning(series_dirs):
     assert plan.checkpoints_input(wc) == ["results/series/series/pre-steps/step8.json"]
     wc_fin = WC(wc, model="micro-opt", ntrain="64")
     assert plan.checkpoints_input(wc_fin) == ["results/series/finetune/micro-opt/synth/n64/seed0/manifest.json"]
-    assert [plan.x_label(WC(model=m)) for m in ("pre-steps", "pre-tokens", "micro-opt")] == \
-        ["step", "tokens", "training step"]
+    assert [plan.x_label(WC(model=m)) for m in ("pre-steps", "pre-tokens", "micro-opt")] == [
+        "step",
+        "tokens",
+        "training step",
+    ]
     # the manifest rule's input: the files loading reads, so a changed file rewrites the manifest
     files = plan.series_files(WC(model="pre-steps", step="8"))
     assert sorted(os.path.basename(f) for f in files) == sorted(f.name for f in model_files(series_dirs[8]))
@@ -112,15 +126,20 @@ def test_adding_a_checkpoint_changes_no_other_job_params(series_dirs):
     assert b.runs[0].steps == (*STEPS, 32)
 
 
-@pytest.mark.parametrize("edit,message", [
-    (lambda s: s["checkpoints"][1].update(tokens=5), r"checkpoints\[1\]: give exactly one of `step` or `tokens`"),
-    (lambda s: s["checkpoints"][1].update(step=0), r"step values must be strictly increasing, got \[0, 0, 8"),
-    (lambda s: s["checkpoints"][2].update(revision="abc"), r"checkpoints\[2\]: give exactly one of `path`"),
-    (lambda s: (s["checkpoints"][2].pop("path"), s["checkpoints"][2].update(revision="a" * 40)),
-     r"checkpoints\[2\].revision: needs models\[pre-steps\].series.hub"),
-    (lambda s: s.update(hub="org/repo"), r"checkpoints\[0\].path: models\[pre-steps\].series.hub is set"),
-    (lambda s: s.update(in_domain=["mnli"]), r"series.in_domain: 'mnli' is not an in_domain name"),
-])
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda s: s["checkpoints"][1].update(tokens=5), r"checkpoints\[1\]: give exactly one of `step` or `tokens`"),
+        (lambda s: s["checkpoints"][1].update(step=0), r"step values must be strictly increasing, got \[0, 0, 8"),
+        (lambda s: s["checkpoints"][2].update(revision="abc"), r"checkpoints\[2\]: give exactly one of `path`"),
+        (
+            lambda s: (s["checkpoints"][2].pop("path"), s["checkpoints"][2].update(revision="a" * 40)),
+            r"checkpoints\[2\].revision: needs models\[pre-steps\].series.hub",
+        ),
+        (lambda s: s.update(hub="org/repo"), r"checkpoints\[0\].path: models\[pre-steps\].series.hub is set"),
+        (lambda s: s.update(in_domain=["mnli"]), r"series.in_domain: 'mnli' is not an in_domain name"),
+    ],
+)
 def test_series_entries_are_checked(series_dirs, edit, message):
     cfg = _config(series_dirs)
     edit(cfg["models"][0]["series"])
@@ -149,9 +168,20 @@ def test_a_series_is_never_finetuned_nor_headed_and_finetuned_models_need_their_
 
 def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["models"] = [{"name": "pythia", "series": {"hub": "EleutherAI/pythia-70m", "checkpoints": [
-        {"step": 1000, "revision": "step1000"}, {"step": 2000, "revision": "b" * 40},
-        {"step": 3000, "revision": "c" * 40}, {"step": 4000, "revision": "d" * 40}]}}]  # 4: what linear needs
+    cfg["models"] = [
+        {
+            "name": "pythia",
+            "series": {
+                "hub": "EleutherAI/pythia-70m",
+                "checkpoints": [
+                    {"step": 1000, "revision": "step1000"},
+                    {"step": 2000, "revision": "b" * 40},
+                    {"step": 3000, "revision": "c" * 40},
+                    {"step": 4000, "revision": "d" * 40},
+                ],
+            },
+        }
+    ]  # 4: what linear needs
     cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
     cfg.pop("finetune")
     validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
@@ -159,11 +189,15 @@ def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
     assert any("checkpoints[0]: revision 'step1000'" in w for w in exp.warnings)
     assert not any(f"checkpoints[{i}]" in w for w in exp.warnings for i in (1, 2, 3))
     plan = build_plan(cfg, REPO, exp)
-    assert plan.models["pythia"].entry["series"]["tokenizer"] == {"hub": "EleutherAI/pythia-70m",
-                                                                  "revision": "step1000"}
+    assert plan.models["pythia"].entry["series"]["tokenizer"] == {
+        "hub": "EleutherAI/pythia-70m",
+        "revision": "step1000",
+    }
     assert plan.series_files(WC(model="pythia", step="2000")) == []  # nothing local to hash
-    assert plan.series_params(WC(model="pythia", step="2000"))["checkpoint"] == \
-        {"hub": "EleutherAI/pythia-70m", "revision": "b" * 40}
+    assert plan.series_params(WC(model="pythia", step="2000"))["checkpoint"] == {
+        "hub": "EleutherAI/pythia-70m",
+        "revision": "b" * 40,
+    }
 
 
 def test_local_checkpoints_are_checked_when_planning(series_dirs, tmp_path):
@@ -205,8 +239,14 @@ def test_manifest_lists_what_loading_reads_and_verification_sees_a_changed_file(
     (d / "adapter_config.json").write_text("{}")
     with pytest.raises(ConfigError, match="holds a LoRA adapter"):
         write_manifest(tmp_path / "a.json", model="m", x=8, x_unit="step", checkpoint={"path": str(d)}, entry={})
-    hub = write_manifest(tmp_path / "h.json", model="m", x=5, x_unit="tokens",
-                         checkpoint={"hub": "org/repo", "revision": "c" * 40}, entry={})
+    hub = write_manifest(
+        tmp_path / "h.json",
+        model="m",
+        x=5,
+        x_unit="tokens",
+        checkpoint={"hub": "org/repo", "revision": "c" * 40},
+        entry={},
+    )
     assert hub["digest"] == f"hub:org/repo@{'c' * 40}" and verify(hub) == (True, "hub revision")
 
 
@@ -221,13 +261,18 @@ def test_a_hub_checkpoint_loads_its_revision_afresh(monkeypatch):
             return self
 
     monkeypatch.setattr(models, "load_model", lambda spec, *a, **k: calls.append(spec) or Fake())
-    spec = {"name": "pythia", "series": {"hub": "org/repo", "tokenizer": {"hub": "org/repo", "revision": "r1"}},
-            "dtype": "float32"}
+    spec = {
+        "name": "pythia",
+        "series": {"hub": "org/repo", "tokenizer": {"hub": "org/repo", "revision": "r1"}},
+        "dtype": "float32",
+    }
     loader = CheckpointLoader(spec, None, "cpu", ["entailment", "non-entailment"], 0)
     loader.load("org/repo@r1", {"hub": "org/repo", "revision": "r1"})
     loader.load("org/repo@r2", {"hub": "org/repo", "revision": "r2"})
-    assert [(c["hub"], c["revision"], c["series"]) for c in calls] == [("org/repo", "r1", None),
-                                                                      ("org/repo", "r2", None)]
+    assert [(c["hub"], c["revision"], c["series"]) for c in calls] == [
+        ("org/repo", "r1", None),
+        ("org/repo", "r2", None),
+    ]
     assert loader.last_load == "fresh"
 
 
@@ -271,8 +316,12 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     pc = pd.read_csv(out / "analysis/partial_correlations.csv")
     run_rows = pc[pc.run != "pooled"]
     assert set(run_rows.model) == {"pre-steps", "pre-tokens"} and (run_rows.n == len(STEPS)).all()
-    for f in ("heatmaps/pre-steps.png", "heatmaps/pre-tokens.png", "heatmap_grid.png",
-              "learning_curves/pre-tokens.png"):
+    for f in (
+        "heatmaps/pre-steps.png",
+        "heatmaps/pre-tokens.png",
+        "heatmap_grid.png",
+        "learning_curves/pre-tokens.png",
+    ):
         assert (out / "analysis" / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f
 
     # unit checkpoint: every predictions file is there already
@@ -294,8 +343,19 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     assert dry.stdout.count("rule series_checkpoint:") == 1 and "rule tokenize_testset:" not in dry.stdout
 
     # oodcorr analyse on the workflow's scores table, on another metric
-    rc = main(["analyse", str(out / "scores.csv"), "--in-domain", "synth-test", "--score", "macro_f1",
-               "--out", str(tmp_path / "f1"), "--no-plots"])
+    rc = main(
+        [
+            "analyse",
+            str(out / "scores.csv"),
+            "--in-domain",
+            "synth-test",
+            "--score",
+            "macro_f1",
+            "--out",
+            str(tmp_path / "f1"),
+            "--no-plots",
+        ]
+    )
     assert rc == 0
     f1 = pd.read_csv(tmp_path / "f1/partial_correlations.csv")
     acc = run_rows.set_index(["model", "x", "y"]).r
@@ -306,8 +366,15 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
 
 def test_a_series_too_short_for_the_analysis_is_refused_naming_its_key():
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["models"] = [{"name": "pythia", "series": {"hub": "EleutherAI/pythia-70m", "checkpoints": [
-        {"step": 1000, "revision": "a" * 40}, {"step": 2000, "revision": "b" * 40}]}}]
+    cfg["models"] = [
+        {
+            "name": "pythia",
+            "series": {
+                "hub": "EleutherAI/pythia-70m",
+                "checkpoints": [{"step": 1000, "revision": "a" * 40}, {"step": 2000, "revision": "b" * 40}],
+            },
+        }
+    ]
     cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
     cfg.pop("finetune")
     validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)

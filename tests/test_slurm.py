@@ -3,6 +3,7 @@
 The cluster test needs root and apt (tests/slurm/cluster.py installs slurm-wlm and
 munge when missing); it is skipped, with the reason, only where neither is available.
 """
+
 import importlib.metadata
 import os
 import re
@@ -27,6 +28,7 @@ R = "results/micro"
 
 
 # ---- the profile itself (fast) ---------------------------------------------------------
+
 
 def test_plugin_is_pinned_alike_and_installed():
     reqs = (REPO / "requirements.txt").read_text().splitlines()
@@ -55,8 +57,12 @@ def test_profile_keys_a_user_edits_and_optional_packing():
     assert prof["retries"] >= 1 and "attempt" in str(prof["default-resources"]["mem_mb"])
     # evaluations are a SLURM job each unless the user uncomments the packing block
     assert "group-components" not in prof and "groups" not in prof
-    assert packing_block() == {"groups": {"evaluate": "evaluate"}, "group-components": {"evaluate": 21},
-                               "set-resource-scopes": {"gpu": "local"}, "resources": {"gpu": 1}}
+    assert packing_block() == {
+        "groups": {"evaluate": "evaluate"},
+        "group-components": {"evaluate": 21},
+        "set-resource-scopes": {"gpu": "local"},
+        "resources": {"gpu": 1},
+    }
     # GPUs come from the `gpu` resource: the plugin refuses --gres/--gpus in slurm_extra
     assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
 
@@ -68,9 +74,27 @@ def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: i
     cfg["evaluation"]["unit"] = unit
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-                          "-n", "--cores", "1", "--attempt", str(attempt), "--forceall", target],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(path),
+            "-n",
+            "--cores",
+            "1",
+            "--attempt",
+            str(attempt),
+            "--forceall",
+            target,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     block = res.stdout.split(f"rule {rule}:", 1)[1].split("\n\n", 1)[0]
     return {k: int(v) for k, v in re.findall(r"\b(mem_mb|runtime|attempt)=(\d+)", block)}
@@ -80,8 +104,13 @@ def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: i
 @pytest.mark.parametrize("attempt", [1, 2])
 def test_retry_scales_memory_and_runtime(tmp_path, attempt):
     """A second attempt asks for twice the memory and time (dry-run of one finetune job)."""
-    got = _dry_resources(tmp_path, {"finetune": {"mem_mb": 3000, "runtime": 20}},
-                         "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json", "finetune", attempt)
+    got = _dry_resources(
+        tmp_path,
+        {"finetune": {"mem_mb": 3000, "runtime": 20}},
+        "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json",
+        "finetune",
+        attempt,
+    )
     assert got == {"mem_mb": 3000 * attempt, "runtime": 20 * attempt}
 
 
@@ -100,32 +129,43 @@ def test_evaluation_runtime_is_per_checkpoint_and_scales_with_the_attempt(tmp_pa
 
 # ---- the real cluster (minutes) -----------------------------------------------------------
 
+
 def _config(path: Path) -> dict:
     """config/micro.yaml, evaluations declared as GPU jobs, and per-rule placement: every job that asks
     for no GPU (tiny-model build, tokenisation, this CPU finetune) to the CPU partition, the
     tokenisations with an extra sbatch option (resources: results do not change)."""
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg["resources"] = {"evaluate": {"gpu": 1}, "cpu": {"slurm_partition": slurm_cluster.CPU_PARTITION},
-                        "tokenize_testset": {"slurm_extra": "--nice=5"}}
+    cfg["resources"] = {
+        "evaluate": {"gpu": 1},
+        "cpu": {"slurm_partition": slurm_cluster.CPU_PARTITION},
+        "tokenize_testset": {"slurm_extra": "--nice=5"},
+    }
     path.write_text(yaml.safe_dump(cfg))
     return cfg
 
 
 def _test_profile(dest: Path) -> Path:
     """profiles/slurm with the edits docs/gpus-and-slurm.md#run-on-a-slurm-cluster tells a user to make,
-    for this test cluster, and its PACKING block uncommented: 5 evaluation jobs (a run's checkpoints here) per SLURM job."""
+    for this test cluster, and its PACKING block uncommented: 5 evaluation jobs (a run's checkpoints here)
+    per SLURM job."""
     prof = yaml.safe_load(PROFILE.read_text())
     prof.update(packing_block())
     prof["group-components"] = {"evaluate": 5}
     prof["default-resources"]["slurm_partition"] = slurm_cluster.PARTITION
     del prof["default-resources"]["slurm_account"]
-    prof.update({
-        "slurm-no-account": True,  # no accounts here
-        "slurm-status-command": "squeue",  # no accounting: sacct knows no jobs
-        "slurm-init-seconds-before-status-checks": 2,
-        "slurm-keep-successful-logs": True,
-        "cores": 4, "jobs": 20, "latency-wait": 10, "retries": 0, "verbose": True,
-    })
+    prof.update(
+        {
+            "slurm-no-account": True,  # no accounts here
+            "slurm-status-command": "squeue",  # no accounting: sacct knows no jobs
+            "slurm-init-seconds-before-status-checks": 2,
+            "slurm-keep-successful-logs": True,
+            "cores": 4,
+            "jobs": 20,
+            "latency-wait": 10,
+            "retries": 0,
+            "verbose": True,
+        }
+    )
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "config.yaml").write_text(yaml.safe_dump(prof))
     return dest
@@ -151,8 +191,19 @@ def runs(tmp_path_factory):
     local.mkdir()
     _config(local / "micro.yaml")
     t0 = time.time()
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(local), "--configfile", str(local / "micro.yaml"),
-           "--cores", "2", "--resources", "gpu=2"]
+    cmd = [
+        SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(local),
+        "--configfile",
+        str(local / "micro.yaml"),
+        "--cores",
+        "2",
+        "--resources",
+        "gpu=2",
+    ]
     local_env = dict(env, CUDA_VISIBLE_DEVICES="0,1", OODCORR_GPU_LOCK_DIR=str(base / "gpulocks"))
     # first everything the evaluations need, so that they are all ready at once and two
     # start side by side (2 cores, gpu=2)
@@ -171,21 +222,40 @@ def runs(tmp_path_factory):
     try:
         c.start()
         t0 = time.time()
-        smk = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile",
-                              str(wd / "micro.yaml"), "--workflow-profile", str(profile)],
-                             capture_output=True, text=True, timeout=900, env=env)
+        smk = subprocess.run(
+            [
+                SNAKEMAKE,
+                "-s",
+                str(REPO / "Snakefile"),
+                "-d",
+                str(wd),
+                "--configfile",
+                str(wd / "micro.yaml"),
+                "--workflow-profile",
+                str(profile),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
         slurm_s = time.time() - t0
         ctld_log = c.ctld_log.read_text(errors="replace")
         pids = [p.pid for p in c.procs.values()]
     finally:
         c.stop()
-    print(f"\nSLURM test cluster idle after {c.startup_s:.1f} s; local run {local_s:.0f} s; "
-          f"SLURM run {slurm_s:.0f} s")
+    print(f"\nSLURM test cluster idle after {c.startup_s:.1f} s; local run {local_s:.0f} s; SLURM run {slurm_s:.0f} s")
     (base / "snakemake-slurm.log").write_text(smk.stdout + smk.stderr)  # kept for a failing assertion
     print(f"Snakemake's log of the SLURM run: {base / 'snakemake-slurm.log'}")
     assert smk.returncode == 0, (smk.stdout + smk.stderr)[-8000:] + ctld_log[-3000:]
-    return {"local": local, "slurm": wd, "log": smk.stdout + smk.stderr, "ctld": ctld_log, "pids": pids,
-            "startup_s": c.startup_s}
+    return {
+        "local": local,
+        "slurm": wd,
+        "log": smk.stdout + smk.stderr,
+        "ctld": ctld_log,
+        "pids": pids,
+        "startup_s": c.startup_s,
+    }
 
 
 @pytest.mark.slow
@@ -214,14 +284,16 @@ def test_jobs_went_through_slurm(runs):
     assert len(groups) == 3, log[-5000:]
     packed = []
     for call in groups:
-        jobs = re.findall(r"'evaluate:model=micro-opt,indomain=synth,ntrain=64,seed=0,step=(\d+),testset=([\w-]+)'",
-                          call)
+        jobs = re.findall(
+            r"'evaluate:model=micro-opt,indomain=synth,ntrain=64,seed=0,step=(\d+),testset=([\w-]+)'", call
+        )
         assert len(jobs) == 5, call
         packed += jobs
         # one GPU, the 5 jobs one after another: 5 x the default 10 minutes per checkpoint
         assert "--gpus=1" in call and "--cpus-per-task=1" in call and " -t 50 " in call, call
-    assert sorted(packed) == sorted((str(k), t) for k in (0, 4, 8, 12, 16)
-                                    for t in ("synth-test", "synth-overlap", "synth-negation"))
+    assert sorted(packed) == sorted(
+        (str(k), t) for k in (0, 4, 8, 12, 16) for t in ("synth-test", "synth-overlap", "synth-negation")
+    )
     assert " -p oodtest " in log and " -A " not in log
     # per-rule placement from the config's resources: CPU-only jobs in the CPU partition, the GPU
     # jobs in the profile's; an extra sbatch option only where the config sets it
@@ -231,10 +303,18 @@ def test_jobs_went_through_slurm(runs):
         placed.setdefault(rule, set()).add(re.search(r" -p (\S+)", call).group(1))
         extra.setdefault(rule, set()).add("--nice=5" in call)
     cpu = slurm_cluster.CPU_PARTITION
-    assert placed == {"build_tiny_model": {cpu}, "tokenize_testset": {cpu}, "finetune": {cpu},
-                      "evaluate": {slurm_cluster.PARTITION}}, placed
-    assert extra == {"build_tiny_model": {False}, "tokenize_testset": {True}, "finetune": {False},
-                     "evaluate": {False}}, extra
+    assert placed == {
+        "build_tiny_model": {cpu},
+        "tokenize_testset": {cpu},
+        "finetune": {cpu},
+        "evaluate": {slurm_cluster.PARTITION},
+    }, placed
+    assert extra == {
+        "build_tiny_model": {False},
+        "tokenize_testset": {True},
+        "finetune": {False},
+        "evaluate": {False},
+    }, extra
     # aggregation and plots stayed on the submitting node
     for rule in ("aggregate_scores", "partial_correlations", "heatmap", "prepare_dataset"):
         assert f"localrule {rule}:" in log and f"rule_{rule}" not in " ".join(comments), rule
@@ -246,8 +326,10 @@ def test_cluster_daemons_are_gone(runs):
     for pid in runs["pids"]:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert not (slurm_cluster.CONF_DIR / "slurm.conf").exists() or \
-        slurm_cluster.MARKER not in (slurm_cluster.CONF_DIR / "slurm.conf").read_text()
+    assert (
+        not (slurm_cluster.CONF_DIR / "slurm.conf").exists()
+        or slurm_cluster.MARKER not in (slurm_cluster.CONF_DIR / "slurm.conf").read_text()
+    )
 
 
 @pytest.mark.slow

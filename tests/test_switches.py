@@ -1,6 +1,7 @@
 """The switches that reproduce the authors' code (prompt.strip_fields, prompt.truncation,
 prompt.scored_position, finetune.loss): each does exactly what it says, checked against a
 hand computation or the tokenizer's own behaviour; at their defaults nothing changes."""
+
 import copy
 
 import pytest
@@ -9,15 +10,21 @@ import yaml
 from snakemake.utils import validate
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from helpers import LABELS, PROMPT, REPO
 from oodcorr import methods, synthetic
 from oodcorr.errors import ConfigError
 from oodcorr.finetune import _Collator, training_loss
 from oodcorr.plan import build_plan
 from oodcorr.prompting import encode_prompts, pad_batch, verbaliser_ids
 
-AUTHORS = {"template": "{premise}Question: {hypothesis} Yes or No?", "verbalisers": PROMPT["verbalisers"],
-           "strip_fields": False, "truncation": "right", "scored_position": "padded-end"}
+from helpers import LABELS, PROMPT, REPO
+
+AUTHORS = {
+    "template": "{premise}Question: {hypothesis} Yes or No?",
+    "verbalisers": PROMPT["verbalisers"],
+    "strip_fields": False,
+    "truncation": "right",
+    "scored_position": "padded-end",
+}
 
 
 @pytest.fixture(params=["opt", "olmo2"])
@@ -31,8 +38,9 @@ def _records(n=6):
 
 
 def _batch(tok, prompt, recs, max_length=64):
-    ids, _, extra = methods.Pattern.encode(tok, recs, labels=LABELS, prompt=prompt, max_length=max_length,
-                                           model_name="tiny")
+    ids, _, extra = methods.Pattern.encode(
+        tok, recs, labels=LABELS, prompt=prompt, max_length=max_length, model_name="tiny"
+    )
     feats = [{"input_ids": x, "labels": LABELS.index(r["label"])} for x, r in zip(ids, recs)]
     return _Collator(tok.pad_token_id)(feats), ids, extra
 
@@ -71,8 +79,11 @@ def test_vocabulary_loss_needs_a_vocabulary():
 
 
 def _long_record():
-    return {"premise": " ".join(["the big cat saw the dog in the park."] * 12), "hypothesis": "The cat saw the dog.",
-            "label": "entailment"}
+    return {
+        "premise": " ".join(["the big cat saw the dog in the park."] * 12),
+        "hypothesis": "The cat saw the dog.",
+        "label": "entailment",
+    }
 
 
 def test_right_truncation_loses_the_question_as_the_tokenizer_does(tiny_models):
@@ -95,7 +106,8 @@ def test_right_truncation_keeps_an_appended_special_token_where_the_authors_read
     tok = AutoTokenizer.from_pretrained(tiny_models["opt"])
     bos, eos = tok.bos_token, tok.eos_token
     tok.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A {eos}", special_tokens=[(bos, tok.bos_token_id), (eos, tok.eos_token_id)])
+        single=f"{bos} $A {eos}", special_tokens=[(bos, tok.bos_token_id), (eos, tok.eos_token_id)]
+    )
     rec = _long_record()
     text = PROMPT["template"].format(**rec)
     kept, _ = encode_prompts(tok, [rec], PROMPT["template"], 24, truncation="right", keep_appended=True)
@@ -132,8 +144,9 @@ def test_padded_end_reads_what_the_authors_code_reads(lm, room):
     with torch.no_grad():
         want = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, -1, verb]
         got = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
-        default = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"],
-                                               {"verbaliser_ids": verb})
+        default = methods.Pattern.label_logits(
+            model, batch["input_ids"], batch["attention_mask"], {"verbaliser_ids": verb}
+        )
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
     pad = enc["attention_mask"][:, -1] == 0  # position -1 is a pad: the authors' score is not the last token's
     assert pad.any() and (pad.all() or room < 0)
@@ -153,8 +166,9 @@ def test_padded_end_under_left_padding_is_the_last_token(tiny_models):
     assert extra["padding_side"] == "left"
     with torch.no_grad():
         got = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
-        default = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"],
-                                               {"verbaliser_ids": extra["verbaliser_ids"]})
+        default = methods.Pattern.label_logits(
+            model, batch["input_ids"], batch["attention_mask"], {"verbaliser_ids": extra["verbaliser_ids"]}
+        )
     torch.testing.assert_close(got, default, atol=1e-4, rtol=1e-4)
 
 
@@ -182,20 +196,30 @@ def _params(cfg):
     return plan.tokenize_params(WC()), plan.finetune_params(WC()), plan.eval_params(WC())
 
 
-@pytest.mark.parametrize("key,value", [("prompt.strip_fields", True), ("prompt.truncation", "left"),
-                                       ("prompt.scored_position", "last-token"), ("finetune.loss", "verbalisers")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("prompt.strip_fields", True),
+        ("prompt.truncation", "left"),
+        ("prompt.scored_position", "last-token"),
+        ("finetune.loss", "verbalisers"),
+    ],
+)
 def test_a_switch_spelled_out_at_its_default_changes_no_param(key, value):
     """Params are what Snakemake compares to decide on reruns: spelling a default out (or
     upgrading from a version without the switch) must leave every one as it was."""
     assert _params(_micro(**{key: value})) == _params(_micro())
 
 
-@pytest.mark.parametrize("key,value,changes", [
-    ("prompt.strip_fields", False, {"tokenize", "finetune"}),
-    ("prompt.truncation", "right", {"tokenize", "finetune"}),
-    ("prompt.scored_position", "padded-end", {"tokenize", "finetune"}),
-    ("finetune.loss", "vocabulary", {"finetune"}),
-])
+@pytest.mark.parametrize(
+    "key,value,changes",
+    [
+        ("prompt.strip_fields", False, {"tokenize", "finetune"}),
+        ("prompt.truncation", "right", {"tokenize", "finetune"}),
+        ("prompt.scored_position", "padded-end", {"tokenize", "finetune"}),
+        ("finetune.loss", "vocabulary", {"finetune"}),
+    ],
+)
 def test_a_switch_changes_the_params_of_what_it_changes_and_no_other(key, value, changes):
     base = dict(zip(("tokenize", "finetune", "eval"), _params(_micro())))
     got = dict(zip(("tokenize", "finetune", "eval"), _params(_micro(**{key: value}))))

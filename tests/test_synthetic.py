@@ -57,8 +57,10 @@ def test_heldout_vocab_is_unseen_in_training_data():
 
 
 def test_negation_and_passive_and_distractor_are_marked():
-    assert all("did not" in r["premise"] + r["hypothesis"] or r["meta"]["kind"].startswith("pos-")
-               for r in synthetic.generate("negation", 200, 0))
+    assert all(
+        "did not" in r["premise"] + r["hypothesis"] or r["meta"]["kind"].startswith("pos-")
+        for r in synthetic.generate("negation", 200, 0)
+    )
     assert all(" was " in r["premise"] and " by " in r["premise"] for r in synthetic.generate("passive", 100, 0))
     assert all(", while " in r["premise"] for r in synthetic.generate("distractor", 100, 0))
 
@@ -66,11 +68,16 @@ def test_negation_and_passive_and_distractor_are_marked():
 def test_no_length_shortcut_in_domain():
     # hypothesis length must not give the label away (it did in an early version)
     recs = synthetic.generate("in-domain", 4000, 0, split="train")
-    mean = {lab: sum(len(r["hypothesis"].split()) for r in recs if r["label"] == lab) /
-            sum(r["label"] == lab for r in recs) for lab in synthetic.LABELS}
+    mean = {
+        lab: sum(len(r["hypothesis"].split()) for r in recs if r["label"] == lab) / sum(r["label"] == lab for r in recs)
+        for lab in synthetic.LABELS
+    }
     assert abs(mean["entailment"] - mean["non-entailment"]) < 0.2, mean
-    has_place = {lab: sum(" in the " in r["hypothesis"] for r in recs if r["label"] == lab) /
-                 sum(r["label"] == lab for r in recs) for lab in synthetic.LABELS}
+    has_place = {
+        lab: sum(" in the " in r["hypothesis"] for r in recs if r["label"] == lab)
+        / sum(r["label"] == lab for r in recs)
+        for lab in synthetic.LABELS
+    }
     assert abs(has_place["entailment"] - has_place["non-entailment"]) < 0.03, has_place
 
 

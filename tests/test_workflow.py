@@ -1,4 +1,5 @@
 """The workflow end to end through Snakemake, on the micro config, in a temporary folder."""
+
 import json
 import os
 import re
@@ -21,8 +22,9 @@ STEPS = [0, 4, 8, 12, 16]
 
 def job_counts(dry_run_stdout: str) -> dict:
     block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
-    return {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M)
-            if m.group(1) != "total"}
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
 
 
 def _micro(tmp_path_factory, name, unit):
@@ -58,8 +60,9 @@ def test_end_to_end_outputs(micro_run):
     assert scores["accuracy"].between(0, 1).all() and (scores["n"] == 60).all()
     assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
     # the CSV holds the same table (an empty metrics_note reads back as NaN from a CSV)
-    pd.testing.assert_frame_equal(pd.read_parquet(wd / R / "scores.parquet"),
-                                  scores.fillna({"metrics_note": ""}), check_dtype=False)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(wd / R / "scores.parquet"), scores.fillna({"metrics_note": ""}), check_dtype=False
+    )
 
     # one evaluation job per checkpoint x testset: its predictions file holds its record
     from oodcorr.evaluate import read_result
@@ -146,8 +149,16 @@ def test_report_renders(micro_run):
     assert "Missing metadata" not in res.stderr + res.stdout
     html = (wd / R / "report.html").read_text(encoding="utf-8", errors="replace")
     # numbered categories: the report's menu sorts them, so learning curves come first
-    for text in ("made measurable", "1 Learning curves", "2 Accuracy", "3 Training loss", "4 Heatmaps",
-                 "5 Tables", "6 Residualiser fits", "accuracy.html"):
+    for text in (
+        "made measurable",
+        "1 Learning curves",
+        "2 Accuracy",
+        "3 Training loss",
+        "4 Heatmaps",
+        "5 Tables",
+        "6 Residualiser fits",
+        "accuracy.html",
+    ):
         assert text in html, text
 
 
@@ -155,8 +166,16 @@ def test_accuracy_table_is_the_scores_per_checkpoint_and_testset(micro_run):
     wd = micro_run[0]
     scores = pd.read_csv(wd / R / "scores.csv")
     table = pd.read_csv(wd / R / "accuracy.csv")
-    assert list(table.columns) == ["model", "in_domain", "n_train", "seed", "step", "synth-test", "synth-negation",
-                                   "synth-overlap"]  # the in-domain set first
+    assert list(table.columns) == [
+        "model",
+        "in_domain",
+        "n_train",
+        "seed",
+        "step",
+        "synth-test",
+        "synth-negation",
+        "synth-overlap",
+    ]  # the in-domain set first
     assert table["step"].tolist() == STEPS
     for _, row in scores.iterrows():
         assert table.loc[table.step == row.step, row.testset].item() == row.accuracy
@@ -169,8 +188,12 @@ def test_report_of_an_experiment_that_has_not_run_says_which_config_to_pass(micr
     """Without --configfile the report is the embedded default's, which has not run here: one error
     naming the experiments that have, instead of a line per missing file and a failure."""
     wd = micro_run[0]
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--report", str(wd / "r.html")],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--report", str(wd / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = res.stdout + res.stderr
     assert res.returncode != 0 and not (wd / "r.html").exists()
     assert "--report: experiment 'default'" in out and "experiments with results here: micro" in out
@@ -188,8 +211,8 @@ def _tensorboard_scalars(folder) -> dict:
         raw = f.read_bytes()
         pos = 0
         while pos < len(raw):
-            (n,) = struct.unpack("<Q", raw[pos:pos + 8])
-            event = event_pb2.Event.FromString(raw[pos + 12:pos + 12 + n])
+            (n,) = struct.unpack("<Q", raw[pos : pos + 8])
+            event = event_pb2.Event.FromString(raw[pos + 12 : pos + 12 + n])
             pos += 12 + n + 4
             for v in event.summary.value:
                 out.setdefault(v.tag, []).append((event.step, v.simple_value))
@@ -245,8 +268,14 @@ def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
 def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
     wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
-    before = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file() and "/analysis/" not in str(p)
-              and not p.name.startswith(("scores.", "accuracy.")) and "/logs/analyse/" not in str(p)}
+    before = {
+        p: p.stat().st_mtime_ns
+        for p in (wd / R).rglob("*")
+        if p.is_file()
+        and "/analysis/" not in str(p)
+        and not p.name.startswith(("scores.", "accuracy."))
+        and "/logs/analyse/" not in str(p)
+    }
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"
     cfg2_path.write_text(yaml.safe_dump(cfg2))
@@ -265,10 +294,13 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
     assert run.returncode == 0, run.stderr[-3000:]
     after = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
     assert all(after[p] == t for p, t in before.items())  # nothing but the aggregation and analysis rewritten
-    new = sorted(str(p.relative_to(wd / R / "eval")) for p in set(after) - set(before)
-                 if p.is_relative_to(wd / R / "eval"))
-    assert new == sorted([f"{RUN}/step{k}/synth-passive.predictions.parquet" for k in STEPS] +
-                         ([f"{RUN}/synth-passive.json"] if unit == "run" else []))
+    new = sorted(
+        str(p.relative_to(wd / R / "eval")) for p in set(after) - set(before) if p.is_relative_to(wd / R / "eval")
+    )
+    assert new == sorted(
+        [f"{RUN}/step{k}/synth-passive.predictions.parquet" for k in STEPS]
+        + ([f"{RUN}/synth-passive.json"] if unit == "run" else [])
+    )
     scores = pd.read_csv(wd / R / "scores.csv")
     assert len(scores) == 5 * 4
     pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
@@ -286,13 +318,18 @@ def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_pa
     assert dry.returncode == 0, dry.stderr[-3000:]
     counts = job_counts(dry.stdout)
     assert counts["evaluate"] == (5 + 4) * 3 and not any(k.startswith("evaluate_") for k in counts)
-    jobs = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
-                      r"([^\n]*)", dry.stdout)
+    jobs = re.findall(
+        r"rule evaluate:\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
+        r"([^\n]*)",
+        dry.stdout,
+    )
     steps = {}
     for output, wildcards in jobs:
         model = re.search(r"model=([^,]+)", wildcards).group(1)
         step = re.search(r"step=(\d+)", wildcards).group(1)
-        assert output.endswith(f"/step{step}/" + re.search(r"testset=(\S+)", wildcards).group(1) + ".predictions.parquet")
+        assert output.endswith(
+            f"/step{step}/" + re.search(r"testset=(\S+)", wildcards).group(1) + ".predictions.parquet"
+        )
         steps.setdefault(model, set()).add(int(step))
     assert steps == {"micro-opt": set(STEPS), "micro-opt-b": {0, 6, 10, 16}}
     target = "results/micro/eval/micro-opt-b/synth/n64/seed0/step6/synth-overlap.predictions.parquet"
@@ -327,8 +364,12 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
 
 
 def test_lint_is_clean():
-    res = subprocess.run([SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--lint"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--lint"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-3000:]
     assert "Lints for" not in out, out[-3000:]
@@ -365,8 +406,18 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "--configfile", str(path),
-           "--cores", "1", f"{R}/finetune/{RUN}/manifest.json"]
+    cmd = [
+        SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(path),
+        "--cores",
+        "1",
+        f"{R}/finetune/{RUN}/manifest.json",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     run = tmp_path / R / f"finetune/{RUN}"
     marker = run / "checkpoints/checkpoint-200/oodcorr_manifest.json"
@@ -392,13 +443,28 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
 
 
-AUTHORS_SWITCHES = {"prompt.strip_fields": False, "prompt.truncation": "right",
-                    "prompt.scored_position": "padded-end", "finetune.loss": "vocabulary"}
-DEFAULTS_SPELLED_OUT = {"prompt.strip_fields": True, "prompt.truncation": "left",
-                        "prompt.scored_position": "last-token", "finetune.loss": "verbalisers",
-                        "analysis.score": "accuracy"}
-ANALYSIS_JOBS = {"partial_correlations", "heatmap", "heatmap_grid", "learning_curves", "scatter",
-                 "publish_results", "all"}
+AUTHORS_SWITCHES = {
+    "prompt.strip_fields": False,
+    "prompt.truncation": "right",
+    "prompt.scored_position": "padded-end",
+    "finetune.loss": "vocabulary",
+}
+DEFAULTS_SPELLED_OUT = {
+    "prompt.strip_fields": True,
+    "prompt.truncation": "left",
+    "prompt.scored_position": "last-token",
+    "finetune.loss": "verbalisers",
+    "analysis.score": "accuracy",
+}
+ANALYSIS_JOBS = {
+    "partial_correlations",
+    "heatmap",
+    "heatmap_grid",
+    "learning_curves",
+    "scatter",
+    "publish_results",
+    "all",
+}
 # what a change of the scores or of the training reruns besides: the accuracy table, the loss figure
 NEW_SCORES = {"aggregate_scores", "accuracy_table"}
 
@@ -407,8 +473,13 @@ def _switched(cfg, changes):
     import copy
 
     out = copy.deepcopy(cfg)
-    out.setdefault("prompt", {"template": "{premise} Question: {hypothesis} Yes or No?",
-                              "verbalisers": {"entailment": " Yes", "non-entailment": " No"}})
+    out.setdefault(
+        "prompt",
+        {
+            "template": "{premise} Question: {hypothesis} Yes or No?",
+            "verbalisers": {"entailment": " Yes", "non-entailment": " No"},
+        },
+    )
     for key, value in changes.items():
         block, _, leaf = key.partition(".")
         out[block][leaf] = value
@@ -427,9 +498,12 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     assert smk(wd, micro_run[2]).returncode == 0  # micro as shipped, finished (whatever ran before)
     cfg = micro_run[1]
     expect = {
-        "prompt.strip_fields": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
+        "prompt.strip_fields": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
+        | NEW_SCORES
+        | ANALYSIS_JOBS,
         "prompt.truncation": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
-        "prompt.scored_position": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES
+        "prompt.scored_position": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
+        | NEW_SCORES
         | ANALYSIS_JOBS,
         "finetune.loss": {"finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
         "analysis.score": ANALYSIS_JOBS,
@@ -470,8 +544,23 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     # the analysis read macro_f1: the same r as oodcorr analyse --score macro_f1 on this table
     from oodcorr.cli import main
 
-    rc = main(["analyse", str(wd / R / "scores.csv"), "--in-domain", "synth-test", "--score", "macro_f1",
-               "--methods", "pearson", "--residualisers", "linear", "--out", str(tmp_path / "cli"), "--no-plots"])
+    rc = main(
+        [
+            "analyse",
+            str(wd / R / "scores.csv"),
+            "--in-domain",
+            "synth-test",
+            "--score",
+            "macro_f1",
+            "--methods",
+            "pearson",
+            "--residualisers",
+            "linear",
+            "--out",
+            str(tmp_path / "cli"),
+            "--no-plots",
+        ]
+    )
     assert rc == 0 and scores.macro_f1.notna().all()
     cli = pd.read_csv(tmp_path / "cli/partial_correlations.csv")
     key = ["run", "x", "y"]
@@ -532,14 +621,17 @@ def test_a_failed_analysis_leaves_the_previous_results_in_place(micro_run, tmp_p
     staged = wd / R / ".staging/scores.parquet"
     published_scores = tmp_path / "published.parquet"
     published_scores.write_bytes((wd / R / "scores.parquet").read_bytes())
-    published = {p: p.read_bytes() for p in [wd / R / "scores.parquet", wd / R / "scores.csv",
-                                              *sorted((wd / R / "analysis").rglob("*.*"))]}
+    published = {
+        p: p.read_bytes()
+        for p in [wd / R / "scores.parquet", wd / R / "scores.csv", *sorted((wd / R / "analysis").rglob("*.*"))]
+    }
     assert wd / R / "analysis/partial_correlations.csv" in published
     staged.write_bytes(staged.read_bytes()[:300])
     res = smk(wd, micro_run[2])
     assert res.returncode != 0
     assert "not a readable scores table" in res.stdout + res.stderr + "".join(
-        p.read_text() for p in (wd / R / "logs/analyse").rglob("*.log"))
+        p.read_text() for p in (wd / R / "logs/analyse").rglob("*.log")
+    )
     assert {p: p.read_bytes() for p in published} == published
     staged.unlink()
     res = smk(wd, micro_run[2])

@@ -16,6 +16,7 @@ now, and a testset prepared from a local file must still match that file's sha25
 mismatch stops the aggregation with the file and the command that evaluates the data
 as it is now; the scores are never written with an old fingerprint.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,11 +34,41 @@ from .io import atomic_path
 log = logging.getLogger(__name__)
 
 # what every record has (records of every version)
-REQUIRED = ["model", "in_domain", "n_train", "seed", "run_id", "step", "testset", "role",
-            "accuracy", "n", "n_correct", "fingerprint", "checkpoint", "predictions"]
-COLUMNS = ["model", "in_domain", "n_train", "seed", "run_id", "step", "x_unit", "testset", "role",
-           "accuracy", "n", "n_correct", *metrics.COLUMNS, "metrics_note", "fingerprint", "checkpoint",
-           "predictions"]
+REQUIRED = [
+    "model",
+    "in_domain",
+    "n_train",
+    "seed",
+    "run_id",
+    "step",
+    "testset",
+    "role",
+    "accuracy",
+    "n",
+    "n_correct",
+    "fingerprint",
+    "checkpoint",
+    "predictions",
+]
+COLUMNS = [
+    "model",
+    "in_domain",
+    "n_train",
+    "seed",
+    "run_id",
+    "step",
+    "x_unit",
+    "testset",
+    "role",
+    "accuracy",
+    "n",
+    "n_correct",
+    *metrics.COLUMNS,
+    "metrics_note",
+    "fingerprint",
+    "checkpoint",
+    "predictions",
+]
 RECOMPUTED = "macro_f1 and ece recomputed from the predictions file (its record predates them)"
 
 
@@ -47,8 +78,10 @@ def _records(path: str) -> tuple[list[dict], bool]:
         try:
             return [read_result(path)], False
         except Exception as e:  # noqa: BLE001 -- any damage: name the file and the way out
-            raise ResultError(f"{path}: unreadable predictions file ({type(e).__name__}: {e}); delete it and "
-                              "rerun: only that evaluation runs again") from None
+            raise ResultError(
+                f"{path}: unreadable predictions file ({type(e).__name__}: {e}); delete it and "
+                "rerun: only that evaluation runs again"
+            ) from None
     with open(path, encoding="utf-8") as fh:
         try:
             doc = json.load(fh)
@@ -75,21 +108,25 @@ def collect(paths: list[str], coarse: dict | None = None, data: dict | None = No
             if missing:
                 raise ResultError(f"{p}{f': checkpoints[{i}]' if summary else ''}: evaluation result lacks {missing}")
             if summary and not Path(r["predictions"]).exists():
-                raise ResultError(f"{r['predictions']} is missing (listed in {p}); delete {p} and rerun: that "
-                                  "evaluation job scores only the checkpoints whose predictions are missing")
+                raise ResultError(
+                    f"{r['predictions']} is missing (listed in {p}); delete {p} and rerun: that "
+                    "evaluation job scores only the checkpoints whose predictions are missing"
+                )
             checked.append((r["predictions"] if summary else p, r))
             if "macro_f1" not in r:
                 n_old += 1
                 r = dict(r, **_metrics_from_predictions(r, coarse))
             rows.append({c: r.get(c, _DEFAULTS.get(c)) for c in COLUMNS})
     if n_old:
-        log.warning("%d record(s) predate macro-F1/ECE: completed from their predictions files where readable "
-                    "(column metrics_note)", n_old)
+        log.warning(
+            "%d record(s) predate macro-F1/ECE: completed from their predictions files where readable "
+            "(column metrics_note)",
+            n_old,
+        )
     if data:
         check_data(checked, data["records"], data["meta"])
     df = pd.DataFrame(rows, columns=COLUMNS)
-    return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"],
-                          ignore_index=True)
+    return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"], ignore_index=True)
 
 
 _DEFAULTS = {"x_unit": "step", "metrics_note": ""}
@@ -104,18 +141,29 @@ def _metrics_from_predictions(rec: dict, coarse: dict | None) -> dict:
     try:
         pred = pd.read_parquet(rec["predictions"])
     except Exception as e:  # noqa: BLE001 -- any damage: the metrics stay empty, and the note says why
-        return dict(out, metrics_note=f"macro_f1 and ece not available: {rec['predictions']} unreadable "
-                                      f"({type(e).__name__})")
-    label_names = [c[len("logit_"):] for c in pred.columns if c.startswith("logit_")]
+        return dict(
+            out, metrics_note=f"macro_f1 and ece not available: {rec['predictions']} unreadable ({type(e).__name__})"
+        )
+    label_names = [c[len("logit_") :] for c in pred.columns if c.startswith("logit_")]
     if not label_names or not {"label", "pred", "correct"} <= set(pred.columns):
-        return dict(out, metrics_note=f"macro_f1 and ece not available: {rec['predictions']} lacks the label, "
-                                      "prediction or score columns")
+        return dict(
+            out,
+            metrics_note=f"macro_f1 and ece not available: {rec['predictions']} lacks the label, "
+            "prediction or score columns",
+        )
     coarse = rec.get("coarse", coarse) or {}
     names = label_names + sorted((set(pred["label"]) | set(coarse)) - set(label_names))
     index = {name: i for i, name in enumerate(names)}
     logits = pred[[f"logit_{n}" for n in label_names]].to_numpy(np.float64)
-    got = metrics.compute(pred["label"].map(index).to_numpy(), pred["pred"].map(index).to_numpy(),
-                          pred["correct"].to_numpy(bool), logits, names, label_names, coarse)
+    got = metrics.compute(
+        pred["label"].map(index).to_numpy(),
+        pred["pred"].map(index).to_numpy(),
+        pred["correct"].to_numpy(bool),
+        logits,
+        names,
+        label_names,
+        coarse,
+    )
     return dict(out, macro_f1=got["macro_f1"], ece=got["ece"], metrics_note=RECOMPUTED)
 
 
@@ -142,9 +190,11 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise ResultError(f"{meta_path}: cannot read the prepared testset's description ({e}), so the "
-                              f"evaluations on {testset!r} cannot be checked against it; delete {data_path} and "
-                              "rerun: the testset is prepared again and evaluated on") from None
+            raise ResultError(
+                f"{meta_path}: cannot read the prepared testset's description ({e}), so the "
+                f"evaluations on {testset!r} cannot be checked against it; delete {data_path} and "
+                "rerun: the testset is prepared again and evaluated on"
+            ) from None
         want = (meta.get("fingerprint"), meta.get("records_sha256"))
         stale = [(w, r) for w, r in recs if (r.get("fingerprint"), r.get("records_sha256")) != want]
         if stale:
@@ -154,12 +204,15 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
                 f"records {_short(r.get('records_sha256'))}), but {meta_path} now says fingerprint {want[0]}, records "
                 f"{_short(want[1])}: {len(stale)} of {len(recs)} evaluations on it are of other data than the "
                 f"testset now. Run `touch {data_path}` and run again: its tokenisation and every evaluation on it "
-                "run again")
+                "run again"
+            )
         changed = local_source_changed(meta)
         if changed:
-            raise ResultError(f"{changed}, and its modification time did not change, so the workflow kept the "
-                              f"evaluations of the old file. Run `touch {meta['path']}` and run again: the testset is "
-                              "prepared, tokenised and evaluated again")
+            raise ResultError(
+                f"{changed}, and its modification time did not change, so the workflow kept the "
+                f"evaluations of the old file. Run `touch {meta['path']}` and run again: the testset is "
+                "prepared, tokenised and evaluated again"
+            )
 
 
 def read_scores(path: str) -> pd.DataFrame:
@@ -167,18 +220,24 @@ def read_scores(path: str) -> pd.DataFrame:
     try:
         df = pd.read_parquet(path)
     except Exception as e:  # noqa: BLE001 -- truncated, overwritten, not parquet: name it and the way out
-        raise ResultError(f"{path}: not a readable scores table ({type(e).__name__}: {e}); delete it and run "
-                          "again: the aggregation rebuilds it from the evaluation results") from None
+        raise ResultError(
+            f"{path}: not a readable scores table ({type(e).__name__}: {e}); delete it and run "
+            "again: the aggregation rebuilds it from the evaluation results"
+        ) from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ResultError(f"{path}: the scores table lacks column(s) {missing}; delete it and run again: the "
-                          "aggregation rebuilds it from the evaluation results")
+        raise ResultError(
+            f"{path}: the scores table lacks column(s) {missing}; delete it and run again: the "
+            "aggregation rebuilds it from the evaluation results"
+        )
     return df
 
 
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
-    for path, writer in ((parquet, lambda t: df.to_parquet(t, index=False)),
-                         (csv, lambda t: df.to_csv(t, index=False))):
+    for path, writer in (
+        (parquet, lambda t: df.to_parquet(t, index=False)),
+        (csv, lambda t: df.to_csv(t, index=False)),
+    ):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             writer(tmp)

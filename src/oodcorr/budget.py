@@ -21,6 +21,7 @@ experiment's own finished jobs:
 
 Written as markdown (to print, and to attach to a compute-time request) and JSON.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,20 @@ from .plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size
 
 # rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
-LOCAL_RULES = ("prepare_dataset", "pretraining_corpus", "aggregate_scores", "accuracy_table", "partial_correlations",
-               "heatmap", "heatmap_grid", "learning_curves", "scatter", "training_loss", "publish_results", "all")
+LOCAL_RULES = (
+    "prepare_dataset",
+    "pretraining_corpus",
+    "aggregate_scores",
+    "accuracy_table",
+    "partial_correlations",
+    "heatmap",
+    "heatmap_grid",
+    "learning_curves",
+    "scatter",
+    "training_loss",
+    "publish_results",
+    "all",
+)
 
 
 @dataclass
@@ -75,10 +88,13 @@ class Budget:
 
     @property
     def totals(self) -> dict:
-        return {"jobs": sum(r.jobs for r in self.rules), "submitted": sum(r.submitted for r in self.rules),
-                "gpu_hours": round(sum(r.gpu_hours for r in self.rules), 6),
-                "gpu_hours_expected": round(sum(r.gpu_hours_expected for r in self.rules), 6),
-                "cpu_core_hours": round(sum(r.cpu_core_hours for r in self.rules), 6)}
+        return {
+            "jobs": sum(r.jobs for r in self.rules),
+            "submitted": sum(r.submitted for r in self.rules),
+            "gpu_hours": round(sum(r.gpu_hours for r in self.rules), 6),
+            "gpu_hours_expected": round(sum(r.gpu_hours_expected for r in self.rules), 6),
+            "cpu_core_hours": round(sum(r.cpu_core_hours for r in self.rules), 6),
+        }
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -91,6 +107,7 @@ class Budget:
 
 # ---- inputs -------------------------------------------------------------------------------------
 
+
 def read_profile(folder: str | Path | None) -> dict:
     """What of a Snakemake profile shapes the budget: executor, concurrent jobs, packing, default partition."""
     if folder is None:
@@ -100,10 +117,15 @@ def read_profile(folder: str | Path | None) -> dict:
         raise FileNotFoundError(f"--profile {folder}: no config.yaml in it")
     prof = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     defaults = prof.get("default-resources") or {}
-    return {"path": str(folder), "executor": prof.get("executor", "local"), "jobs": prof.get("jobs"),
-            "group_components": dict(prof.get("group-components") or {}),
-            "groups": dict(prof.get("groups") or {}),
-            "default_partition": defaults.get("slurm_partition"), "default_account": defaults.get("slurm_account")}
+    return {
+        "path": str(folder),
+        "executor": prof.get("executor", "local"),
+        "jobs": prof.get("jobs"),
+        "group_components": dict(prof.get("group-components") or {}),
+        "groups": dict(prof.get("groups") or {}),
+        "default_partition": defaults.get("slurm_partition"),
+        "default_account": defaults.get("slurm_account"),
+    }
 
 
 def measured_costs(plan) -> dict:
@@ -137,19 +159,34 @@ def measured_costs(plan) -> dict:
 
 # ---- the budget ------------------------------------------------------------------------------------
 
+
 def job_counts(plan) -> dict[str, int]:
     """Jobs per rule, as Snakemake schedules them for the whole experiment."""
     tiny = [m for m, s in plan.models.items() if s.is_tiny]
-    tokenize = sum(len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
-                   for m in plan.models)
+    tokenize = sum(
+        len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
+        for m in plan.models
+    )
     n_models = len(plan.models)
     trained = len([m for m, s in plan.models.items() if not s.is_series])  # a series has no finetune, no loss
-    counts = {"prepare_dataset": len(plan.datasets), "pretraining_corpus": 1 if tiny else 0,
-              "build_tiny_model": len(tiny), "tokenize_testset": tokenize,
-              "finetune": len([r for r in plan.runs if not r.series]),
-              "evaluate": len(plan.eval_jobs), "aggregate_scores": 1, "accuracy_table": 1,
-              "partial_correlations": 1, "heatmap": n_models, "heatmap_grid": 1, "learning_curves": n_models,
-              "scatter": n_models, "training_loss": trained, "publish_results": 1, "all": 1}
+    counts = {
+        "prepare_dataset": len(plan.datasets),
+        "pretraining_corpus": 1 if tiny else 0,
+        "build_tiny_model": len(tiny),
+        "tokenize_testset": tokenize,
+        "finetune": len([r for r in plan.runs if not r.series]),
+        "evaluate": len(plan.eval_jobs),
+        "aggregate_scores": 1,
+        "accuracy_table": 1,
+        "partial_correlations": 1,
+        "heatmap": n_models,
+        "heatmap_grid": 1,
+        "learning_curves": n_models,
+        "scatter": n_models,
+        "training_loss": trained,
+        "publish_results": 1,
+        "all": 1,
+    }
     return {k: v for k, v in counts.items() if v}
 
 
@@ -169,8 +206,15 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
     return jobs
 
 
-def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = None, gpus: int | None = None,
-            measured: dict | None = None) -> Budget:
+def compute(
+    plan,
+    *,
+    configfile: str = "",
+    lock=None,
+    profile: dict | None = None,
+    gpus: int | None = None,
+    measured: dict | None = None,
+) -> Budget:
     profile = profile or {}
     measured = measured or {}
     counts = job_counts(plan)
@@ -186,8 +230,10 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
             for model, minutes, testset in _model_jobs(plan, rule):
                 res = plan.models[model].resources[rule]
                 gpus_seen.add(res.gpu)
-                parts.add(res.slurm_partition or (profile.get("default_partition") or "(SLURM's default)"
-                                                  if profile else "(the profile's)"))
+                parts.add(
+                    res.slurm_partition
+                    or (profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)")
+                )
                 if res.gpu:
                     gpu_min += res.gpu * minutes
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
@@ -208,8 +254,10 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
             k = int((profile.get("group_components") or {}).get("evaluate", 1) or 1)
             if k > 1 and "evaluate" in (profile.get("groups") or {}):
                 cost.submitted = math.ceil(n / k)
-                notes.append(f"evaluations are packed {k} per SLURM job (the profile's PACKING block): "
-                             f"{cost.submitted} submissions")
+                notes.append(
+                    f"evaluations are packed {k} per SLURM job (the profile's PACKING block): "
+                    f"{cost.submitted} submissions"
+                )
         rules.append(cost)
 
     # checkpoints: every run's saved steps, plus one checkpoint's optimizer state while it trains
@@ -231,8 +279,9 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
         ck_notes.append(f"{m}: {n_ckpt} checkpoints x {human_bytes(per)} ({how})")
     if lock is not None:
         download, dnote = lock.download_bytes, f"from the lock file {lock.path}"
-    elif any(s.source == "hub" for s in plan.models.values()) or \
-            any(plan.exp.dataset(d).get("source") == "hub" for d in plan.datasets):
+    elif any(s.source == "hub" for s in plan.models.values()) or any(
+        plan.exp.dataset(d).get("source") == "hub" for d in plan.datasets
+    ):
         download, dnote = None, "run oodcorr prefetch: the lock lists every file and its size"
     else:
         download, dnote = 0, "nothing to download (no hub models or datasets)"
@@ -253,18 +302,36 @@ def compute(plan, *, configfile: str = "", lock=None, profile: dict | None = Non
         gpu_parts = {p for r in rules if r.rule in MODEL_RULES and any(r.gpus_per_job) for p in r.partitions}
         for r in rules:
             if r.rule in MODEL_RULES and r.gpus_per_job == [0] and set(r.partitions) & gpu_parts:
-                notes.append(f"the {r.jobs:,} {r.rule} jobs ask for no GPU but go to partition "
-                             f"{', '.join(sorted(set(r.partitions) & gpu_parts))}, like the GPU jobs: set "
-                             "resources.cpu.slurm_partition in the config to send them to a CPU partition")
-    notes.append("not counted: data preparation, aggregation and analysis on the submitting node; tokenised "
-                 "testsets and predictions files on disk (small next to checkpoints)")
-    return Budget(experiment=plan.experiment, config=str(configfile), unit=plan.unit, profile=profile, rules=rules,
-                  checkpoint_bytes=total, checkpoint_notes=ck_notes, optimizer_state_bytes=opt,
-                  download_bytes=download, download_note=dnote, longest_path_min=longest, longest_path_run=which,
-                  gpus=gpus, wall_hours_at_least=wall, notes=notes)
+                notes.append(
+                    f"the {r.jobs:,} {r.rule} jobs ask for no GPU but go to partition "
+                    f"{', '.join(sorted(set(r.partitions) & gpu_parts))}, like the GPU jobs: set "
+                    "resources.cpu.slurm_partition in the config to send them to a CPU partition"
+                )
+    notes.append(
+        "not counted: data preparation, aggregation and analysis on the submitting node; tokenised "
+        "testsets and predictions files on disk (small next to checkpoints)"
+    )
+    return Budget(
+        experiment=plan.experiment,
+        config=str(configfile),
+        unit=plan.unit,
+        profile=profile,
+        rules=rules,
+        checkpoint_bytes=total,
+        checkpoint_notes=ck_notes,
+        optimizer_state_bytes=opt,
+        download_bytes=download,
+        download_note=dnote,
+        longest_path_min=longest,
+        longest_path_run=which,
+        gpus=gpus,
+        wall_hours_at_least=wall,
+        notes=notes,
+    )
 
 
 # ---- output --------------------------------------------------------------------------------------------
+
 
 def _h(x: float) -> str:
     return f"{x:,.1f}"
@@ -272,34 +339,62 @@ def _h(x: float) -> str:
 
 def markdown(b: Budget) -> str:
     prof = b.profile
-    where = (f"profile {prof['path']} (executor {prof['executor']}" +
-             (f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else "") + ")") if prof else "no profile"
-    lines = [f"# Budget: experiment {b.experiment}", "",
-             f"Config {b.config}, evaluation unit `{b.unit}`, {where}. Written by `oodcorr budget`; GPU-hours "
-             "are GPUs x time limits (`runtime`), the most the jobs may use; *expected* replaces a job's limit "
-             "by what finished jobs of the same model and testset took on a GPU, where there are any.", "",
-             "| rule | jobs | submitted | GPUs/job | GPU-hours (limits) | GPU-hours (expected) | measured jobs "
-             "| CPU core-hours | partition |",
-             "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    where = (
+        (
+            f"profile {prof['path']} (executor {prof['executor']}"
+            + (f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else "")
+            + ")"
+        )
+        if prof
+        else "no profile"
+    )
+    lines = [
+        f"# Budget: experiment {b.experiment}",
+        "",
+        f"Config {b.config}, evaluation unit `{b.unit}`, {where}. Written by `oodcorr budget`; GPU-hours "
+        "are GPUs x time limits (`runtime`), the most the jobs may use; *expected* replaces a job's limit "
+        "by what finished jobs of the same model and testset took on a GPU, where there are any.",
+        "",
+        "| rule | jobs | submitted | GPUs/job | GPU-hours (limits) | GPU-hours (expected) | measured jobs "
+        "| CPU core-hours | partition |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     for r in b.rules:
-        lines.append(f"| {r.rule} | {r.jobs:,} | {r.submitted:,} | {'/'.join(map(str, r.gpus_per_job)) or '-'} | "
-                     f"{_h(r.gpu_hours)} | {_h(r.gpu_hours_expected)} | {r.measured_jobs:,} | "
-                     f"{_h(r.cpu_core_hours)} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |")
+        lines.append(
+            f"| {r.rule} | {r.jobs:,} | {r.submitted:,} | {'/'.join(map(str, r.gpus_per_job)) or '-'} | "
+            f"{_h(r.gpu_hours)} | {_h(r.gpu_hours_expected)} | {r.measured_jobs:,} | "
+            f"{_h(r.cpu_core_hours)} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
+        )
     t = b.totals
-    lines += [f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{_h(t['gpu_hours'])}** | "
-              f"**{_h(t['gpu_hours_expected'])}** | | **{_h(t['cpu_core_hours'])}** | |", ""]
-    lines.append(f"* **Checkpoint disk**: {human_bytes(b.checkpoint_bytes)}"
-                 + (f", plus up to {human_bytes(b.optimizer_state_bytes)} of optimizer state while runs train "
-                    "(one checkpoint per run keeps it)" if b.optimizer_state_bytes else ""))
+    lines += [
+        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{_h(t['gpu_hours'])}** | "
+        f"**{_h(t['gpu_hours_expected'])}** | | **{_h(t['cpu_core_hours'])}** | |",
+        "",
+    ]
+    lines.append(
+        f"* **Checkpoint disk**: {human_bytes(b.checkpoint_bytes)}"
+        + (
+            f", plus up to {human_bytes(b.optimizer_state_bytes)} of optimizer state while runs train "
+            "(one checkpoint per run keeps it)"
+            if b.optimizer_state_bytes
+            else ""
+        )
+    )
     lines += [f"  * {n}" for n in b.checkpoint_notes]
-    lines.append(f"* **Download**: {human_bytes(b.download_bytes) if b.download_bytes is not None else 'unknown'} "
-                 f"({b.download_note})")
-    lines.append(f"* **Longest path**: {b.longest_path_min / 60:,.1f} h ({b.longest_path_min:,.0f} min, run "
-                 f"{b.longest_path_run}: its finetune, or tokenisation, then one evaluation job, at their time "
-                 "limits): the wall time with a free GPU for every job")
+    lines.append(
+        f"* **Download**: {human_bytes(b.download_bytes) if b.download_bytes is not None else 'unknown'} "
+        f"({b.download_note})"
+    )
+    lines.append(
+        f"* **Longest path**: {b.longest_path_min / 60:,.1f} h ({b.longest_path_min:,.0f} min, run "
+        f"{b.longest_path_run}: its finetune, or tokenisation, then one evaluation job, at their time "
+        "limits): the wall time with a free GPU for every job"
+    )
     if b.gpus:
-        lines.append(f"* **Wall time on {b.gpus} GPUs**: at least {b.wall_hours_at_least:,.1f} h "
-                     "(the larger of the longest path and GPU-hours / GPUs)")
+        lines.append(
+            f"* **Wall time on {b.gpus} GPUs**: at least {b.wall_hours_at_least:,.1f} h "
+            "(the larger of the longest path and GPU-hours / GPUs)"
+        )
     lines += [f"* {n}" for n in b.notes]
     return "\n".join(lines) + "\n"
 

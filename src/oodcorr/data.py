@@ -10,6 +10,7 @@ cannot be scored are dropped and counted per reason, never silently (see
 entry's ``label_map`` or the label mode maps to null, and rows ``where`` does not
 select. Duplicates are counted and kept.
 """
+
 from __future__ import annotations
 
 import csv
@@ -18,8 +19,8 @@ import logging
 import math
 import random
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from . import synthetic
 from .errors import DataError
@@ -47,9 +48,15 @@ def _count(dropped: dict | None, reason: str, key: str | None = None) -> None:
 
 def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
     recs = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
-    prov = {"source": "synthetic", "shift": spec["shift"], "n": int(spec["n"]),
-            "seed": int(spec.get("seed", 0)), "split": spec.get("split", "test"),
-            "fingerprint": "synthetic:" + sha256_json(recs)[:16], "n_rows": len(recs)}
+    prov = {
+        "source": "synthetic",
+        "shift": spec["shift"],
+        "n": int(spec["n"]),
+        "seed": int(spec.get("seed", 0)),
+        "split": spec.get("split", "test"),
+        "fingerprint": "synthetic:" + sha256_json(recs)[:16],
+        "n_rows": len(recs),
+    }
     return recs, prov
 
 
@@ -57,8 +64,10 @@ def file_format(path: str | Path, declared: str | None = None) -> str:
     """A local file's format: the entry's ``format``, else its name (past a compression suffix)."""
     fmt = declared or format_suffix(path).lstrip(".")
     if fmt not in FORMATS:
-        raise DataError(f"{path}: unknown format {fmt!r}; name the file .jsonl, .csv, .tsv or .parquet "
-                        "(compressed: .jsonl.gz, ...) or set `format:` on the dataset entry")
+        raise DataError(
+            f"{path}: unknown format {fmt!r}; name the file .jsonl, .csv, .tsv or .parquet "
+            "(compressed: .jsonl.gz, ...) or set `format:` on the dataset entry"
+        )
     return fmt
 
 
@@ -82,8 +91,10 @@ def _read_delimited(path: Path, text: str, fmt: str) -> list[dict]:
                     raise DataError(f"{path}:{line}: the header names column(s) {dup} more than once")
                 continue
             if len(fields) != len(header):
-                raise DataError(f"{path}:{line}: {len(fields)} field(s), but the header has {len(header)}; "
-                                f"a field that holds a {name} must be quoted")
+                raise DataError(
+                    f"{path}:{line}: {len(fields)} field(s), but the header has {len(header)}; "
+                    f"a field that holds a {name} must be quoted"
+                )
             rows.append(dict(zip(header, fields), _line=line))
     except csv.Error as e:
         raise DataError(f"{path}:{reader.line_num}: not readable as {fmt.upper()} ({e})") from None
@@ -185,8 +196,10 @@ def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict | No
             try:
                 rec[k].encode("utf-8")
             except UnicodeEncodeError as e:  # "\ud83d" in JSON: half of an emoji, cut
-                raise DataError(f"{loc}: field {fields[k]!r} ({k}) holds an unpaired UTF-16 surrogate "
-                                f"({rec[k][e.start]!r}): the text is damaged; repair or remove the row") from None
+                raise DataError(
+                    f"{loc}: field {fields[k]!r} ({k}) holds an unpaired UTF-16 surrogate "
+                    f"({rec[k][e.start]!r}): the text is damaged; repair or remove the row"
+                ) from None
         meta = dict(row["meta"]) if isinstance(row.get("meta"), dict) else {}
         for k in spec.get("meta_fields") or []:
             if k in row:
@@ -205,8 +218,14 @@ def _load_local(spec: dict, base: Path, dropped: dict | None = None) -> tuple[li
     n_rows = len(rows)
     recs = rows_to_records(rows, spec, str(path), dropped)
     stat = stat_key(path)  # before hashing: a write during the hash changes the ctime, so it is hashed again
-    prov = {"source": "local", "path": str(path), "format": fmt, "fingerprint": "sha256:" + sha256_file(path),
-            "source_stat": stat, "n_rows": n_rows}
+    prov = {
+        "source": "local",
+        "path": str(path),
+        "format": fmt,
+        "fingerprint": "sha256:" + sha256_file(path),
+        "source_stat": stat,
+        "n_rows": n_rows,
+    }
     if spec.get("encoding"):
         prov["encoding"] = spec["encoding"]
     return recs, prov
@@ -229,13 +248,14 @@ def local_source_changed(meta: dict) -> str | None:
     now = "sha256:" + sha256_file(path)
     if now == fingerprint:
         return None
-    return (f"{path} changed after dataset {meta.get('name')!r} was prepared from it (its sha256 is now "
-            f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)")
+    return (
+        f"{path} changed after dataset {meta.get('name')!r} was prepared from it (its sha256 is now "
+        f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)"
+    )
 
 
 def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
     import datasets  # imported here: planning and local data never need it
-
 
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"
@@ -245,16 +265,23 @@ def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list
     try:
         ds = datasets.load_dataset(**call)
     except Exception as e:  # offline, unknown revision, gated...: say which entry and how to go local
-        hint = ("The lock pins it: run oodcorr prefetch again, with HF_HOME as for the jobs" if commit else
-                "Without hub access, point the entry at a local file (source: local, path: ...), or run "
-                "oodcorr prefetch on a machine with access")
+        hint = (
+            "The lock pins it: run oodcorr prefetch again, with HF_HOME as for the jobs"
+            if commit
+            else "Without hub access, point the entry at a local file (source: local, path: ...), or run "
+            "oodcorr prefetch on a machine with access"
+        )
         raise DataError(f"{where}: could not load ({type(e).__name__}: {e}). {hint}") from None
     if commit:
         check_loaded_dataset(ds, commit, where)
     rows = [dict(r, _line=i + 1) for i, r in enumerate(ds)]
     recs = rows_to_records(rows, spec, where, dropped)
-    prov = {"source": "hub", "hub": kwargs, "n_rows": len(rows),
-            "fingerprint": f"hub:{kwargs['path']}@{commit or kwargs['revision']}:{kwargs['name']}/{kwargs['split']}"}
+    prov = {
+        "source": "hub",
+        "hub": kwargs,
+        "n_rows": len(rows),
+        "fingerprint": f"hub:{kwargs['path']}@{commit or kwargs['revision']}:{kwargs['name']}/{kwargs['split']}",
+    }
     if commit:
         prov["commit"] = commit
     return recs, prov
@@ -267,8 +294,9 @@ LOADERS: dict[str, Callable[[dict, Path, dict | None], tuple[list[dict], dict]]]
 }
 
 
-def map_labels(recs: list[dict], label_map: dict | None, mode: dict, where: str,
-               dropped: dict | None = None) -> list[dict]:
+def map_labels(
+    recs: list[dict], label_map: dict | None, mode: dict, where: str, dropped: dict | None = None
+) -> list[dict]:
     """Raw label -> dataset label (``label_map``) -> experiment label (the label mode's ``map``).
 
     A value of null at either stage drops the example on purpose (e.g. SNLI's
@@ -297,10 +325,14 @@ def map_labels(recs: list[dict], label_map: dict | None, mode: dict, where: str,
             line = r.get("meta", {}).get("line")
             loc = f"{where}:{line}" if line else where
             if raw == "":
-                raise DataError(f"{loc}: the label is empty; to skip rows without a label, add `'': null` to the "
-                                "dataset's `label_map`")
-            raise DataError(f"{loc}: unknown label {raw!r}; label mode {mode.get('name', '?')!r} expects one of "
-                            f"{allowed} (add a `label_map` entry for {raw!r} to the dataset's registry entry)")
+                raise DataError(
+                    f"{loc}: the label is empty; to skip rows without a label, add `'': null` to the "
+                    "dataset's `label_map`"
+                )
+            raise DataError(
+                f"{loc}: unknown label {raw!r}; label mode {mode.get('name', '?')!r} expects one of "
+                f"{allowed} (add a `label_map` entry for {raw!r} to the dataset's registry entry)"
+            )
         out.append(dict(r, label=lab))
     return out
 
@@ -333,8 +365,13 @@ def duplicates(recs: list[dict]) -> dict:
             conflicting_rows += len(rows)
             if len(conflict_lines) < DUPLICATE_EXAMPLES:
                 conflict_lines.append([line for _, line in rows])
-    return {"exact": exact, "exact_lines": exact_lines, "conflicting": conflicting,
-            "conflicting_rows": conflicting_rows, "conflicting_lines": conflict_lines}
+    return {
+        "exact": exact,
+        "exact_lines": exact_lines,
+        "conflicting": conflicting,
+        "conflicting_rows": conflicting_rows,
+        "conflicting_lines": conflict_lines,
+    }
 
 
 def _describe_drops(dropped: dict, mode_name: str | None) -> str:
@@ -375,8 +412,10 @@ def balanced_sample(recs: list[dict], n: int, labels: list[str], seed: int) -> l
     """``n`` training examples, ``n / len(labels)`` per label, drawn with ``seed``, shuffled."""
     stray = sorted({r["label"] for r in recs} - set(labels))
     if stray:
-        raise DataError(f"the training set has label(s) {stray} that the model does not predict ({labels}); "
-                        "train on a set whose labels the label mode maps onto these")
+        raise DataError(
+            f"the training set has label(s) {stray} that the model does not predict ({labels}); "
+            "train on a set whose labels the label mode maps onto these"
+        )
     per = n // len(labels)
     if per * len(labels) != n:
         raise DataError(f"n_train={n} is not divisible by the {len(labels)} labels")
@@ -415,33 +454,54 @@ def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[
             detail += f"{'; ' if detail else ': '}{dropped['where']} not selected by `where`"
         raise DataError(f"dataset {name!r}: no examples left after label mapping ({where}){detail}")
     if dropped.get("where"):
-        log.info("dataset %r: %d of %d rows are not selected by `where` %s", name, dropped["where"],
-                 prov.get("n_rows"), spec.get("where"))
+        log.info(
+            "dataset %r: %d of %d rows are not selected by `where` %s",
+            name,
+            dropped["where"],
+            prov.get("n_rows"),
+            spec.get("where"),
+        )
     if described:
         n_dropped = sum(v if isinstance(v, int) else sum(v.values()) for k, v in dropped.items() if k != "where")
         log.warning("dataset %r: dropped %d row(s) of %d: %s", name, n_dropped, prov.get("n_rows"), described)
     dups = duplicates(recs)
     warnings = []
     if dups["exact"]:
-        log.warning("dataset %r: %d row(s) repeat an earlier row exactly (same premise, hypothesis and label), "
-                    "e.g. lines %s; kept, so they weigh more in the accuracy", name, dups["exact"],
-                    dups["exact_lines"][:3])
+        log.warning(
+            "dataset %r: %d row(s) repeat an earlier row exactly (same premise, hypothesis and label), "
+            "e.g. lines %s; kept, so they weigh more in the accuracy",
+            name,
+            dups["exact"],
+            dups["exact_lines"][:3],
+        )
     if dups["conflicting"]:
-        msg = (f"dataset {name!r} has {dups['conflicting']} premise/hypothesis pair(s) that occur with different "
-               f"labels ({dups['conflicting_rows']} rows, e.g. lines {dups['conflicting_lines'][0]}); they are "
-               "kept, so no model can get all of them right")
+        msg = (
+            f"dataset {name!r} has {dups['conflicting']} premise/hypothesis pair(s) that occur with different "
+            f"labels ({dups['conflicting_rows']} rows, e.g. lines {dups['conflicting_lines'][0]}); they are "
+            "kept, so no model can get all of them right"
+        )
         log.warning("%s", msg)
         warnings.append(msg)
     n_before = len(recs)
     if spec.get("max_examples"):
         recs = stratified_sample(recs, int(spec["max_examples"]), int(spec.get("sample_seed", 0)))
     counts = Counter(r["label"] for r in recs)
-    prov.update({"name": name, "n": len(recs), "n_before_cap": n_before, "label_mode": mode.get("name"),
-                 "label_counts": dict(sorted(counts.items())), "records_sha256": sha256_json(recs),
-                 "dropped": dropped, "duplicates": dups})
+    prov.update(
+        {
+            "name": name,
+            "n": len(recs),
+            "n_before_cap": n_before,
+            "label_mode": mode.get("name"),
+            "label_counts": dict(sorted(counts.items())),
+            "records_sha256": sha256_json(recs),
+            "dropped": dropped,
+            "duplicates": dups,
+        }
+    )
     if len(counts) < 2:
-        warnings.insert(0, f"dataset {name!r} has a single class ({next(iter(counts))}); "
-                           "accuracy is still defined but says little")
+        warnings.insert(
+            0, f"dataset {name!r} has a single class ({next(iter(counts))}); accuracy is still defined but says little"
+        )
     if warnings:
         prov["warning"] = "; ".join(warnings)
     for i, r in enumerate(recs):

@@ -13,6 +13,7 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
   whose predictions files are gone;
 * :func:`truncation_warnings` -- testsets and training sets whose prompts were cut.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .plan import Plan
 
 
-def check_on_disk(plan: "Plan") -> list[str]:
+def check_on_disk(plan: Plan) -> list[str]:
     """What the config points at, and what earlier runs left, checked before any job runs.
 
     Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
@@ -46,7 +47,7 @@ def check_on_disk(plan: "Plan") -> list[str]:
     return truncation_warnings(plan)
 
 
-def end_of_run_warnings(plan: "Plan") -> list[str]:
+def end_of_run_warnings(plan: Plan) -> list[str]:
     """Everything allowed but suspicious, gathered once at the end of a run: the planning
     warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
@@ -55,7 +56,7 @@ def end_of_run_warnings(plan: "Plan") -> list[str]:
 
 
 # ---- what is on disk -----------------------------------------------------------------------
-def tokenizer_dir(plan: "Plan", model: str) -> Path | None:
+def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
@@ -82,7 +83,7 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
     return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
 
 
-def check_verbalisers_on_disk(plan: "Plan") -> None:
+def check_verbalisers_on_disk(plan: Plan) -> None:
     """Each verbaliser must be one token, and the labels' tokens distinct, for every tokenizer:
     checked while planning for every tokenizer already on disk, so that a bad word stops the
     run before any job (and not in the first job that loads the tokenizer, after the tiny
@@ -99,11 +100,12 @@ def check_verbalisers_on_disk(plan: "Plan") -> None:
         from .prompting import verbaliser_ids  # prompting imports torch: kept out of planning
 
         # the jobs' own code (transformers, seconds): raises the jobs' ConfigError naming the label and model
-        verbaliser_ids(load_tokenizer(spec.entry, plan.tiny_dir(name)), spec.prompt["verbalisers"],
-                       list(plan.labels), name)
+        verbaliser_ids(
+            load_tokenizer(spec.entry, plan.tiny_dir(name)), spec.prompt["verbalisers"], list(plan.labels), name
+        )
 
 
-def check_sources_unchanged(plan: "Plan") -> None:
+def check_sources_unchanged(plan: Plan) -> None:
     """A local dataset file whose bytes changed since it was prepared, while its modification
     time is not newer than the prepared copy, would keep its old evaluations: Snakemake
     reruns a job only when an input is newer. Refused, with the command that reruns them."""
@@ -123,12 +125,14 @@ def check_sources_unchanged(plan: "Plan") -> None:
             continue  # newer than the prepared copy: Snakemake prepares it again
         changed = local_source_changed(meta)
         if changed:
-            raise DataError(f"{changed}, but its modification time is older than the prepared copy "
-                            f"{data_path}, so Snakemake would keep the results of the old file. Run `touch "
-                            f"{source[0]}` and run again: the testset is prepared, tokenised and evaluated again")
+            raise DataError(
+                f"{changed}, but its modification time is older than the prepared copy "
+                f"{data_path}, so Snakemake would keep the results of the old file. Run `touch "
+                f"{source[0]}` and run again: the testset is prepared, tokenised and evaluated again"
+            )
 
 
-def check_summaries_complete(plan: "Plan") -> None:
+def check_summaries_complete(plan: Plan) -> None:
     """``evaluation.unit: run``: a job summary whose predictions files are gone.
 
     The job declares only its summary (Snakemake deletes a job's declared outputs before it
@@ -147,8 +151,10 @@ def check_summaries_complete(plan: "Plan") -> None:
         wanted = [plan.predictions_path(job.run, s, job.testset) for s in job.steps]
         if all(os.path.exists(p) for p in wanted):
             continue
-        inputs = [plan.paths.manifest.format(**job.run.wildcards),
-                  plan.paths.tokenized.format(model=job.run.model, testset=job.testset)]
+        inputs = [
+            plan.paths.manifest.format(**job.run.wildcards),
+            plan.paths.tokenized.format(model=job.run.model, testset=job.testset),
+        ]
         t_summary = os.stat(summary).st_mtime
         if any(not os.path.exists(p) or os.stat(p).st_mtime > t_summary for p in inputs):
             continue  # Snakemake runs the job again anyway
@@ -163,17 +169,21 @@ def check_summaries_complete(plan: "Plan") -> None:
         if gone:
             stale[summary] = gone
     if stale:
-        lines = [f"{s}: lists {len(g)} predictions file(s) that are gone ({', '.join(g[:2])}"
-                 f"{', ...' if len(g) > 2 else ''})" for s, g in sorted(stale.items())]
+        lines = [
+            f"{s}: lists {len(g)} predictions file(s) that are gone ({', '.join(g[:2])}{', ...' if len(g) > 2 else ''})"
+            for s, g in sorted(stale.items())
+        ]
         shown = lines[:5] + ([f"... and {len(lines) - 5} more summaries"] if len(lines) > 5 else [])
         raise StaleResult(
             "evaluation summaries list predictions files that are gone, and Snakemake would not run their "
-            "jobs again (a job of evaluation.unit run declares only its summary):\n  " + "\n  ".join(shown) +
-            f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
-            "predictions files it finds and scores only the missing checkpoints")
+            "jobs again (a job of evaluation.unit run declares only its summary):\n  "
+            + "\n  ".join(shown)
+            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
+            "predictions files it finds and scores only the missing checkpoints"
+        )
 
 
-def truncation_warnings(plan: "Plan") -> list[str]:
+def truncation_warnings(plan: Plan) -> list[str]:
     """Testsets (per model's tokenizer) and training samples with more than
     ``TRUNCATION_WARNING`` of their prompts cut to ``max_length``: from each tokenised
     cache's sidecar (``<testset>.info.json``) and each finished run's manifest, as far as
@@ -188,9 +198,11 @@ def truncation_warnings(plan: "Plan") -> list[str]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if n and cut / n > TRUNCATION_WARNING:
-                out.append(f"testset {testset!r}, model {model!r}: {cut} of {n} prompts ({cut / n:.0%}) are longer "
-                           f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
-                           "their end; raise evaluation.max_length to score whole examples")
+                out.append(
+                    f"testset {testset!r}, model {model!r}: {cut} of {n} prompts ({cut / n:.0%}) are longer "
+                    f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
+                    "their end; raise evaluation.max_length to score whole examples"
+                )
     for run in plan.runs:
         manifest = Path(plan.paths.manifest.format(**run.wildcards))
         try:
@@ -199,7 +211,9 @@ def truncation_warnings(plan: "Plan") -> list[str]:
         except (OSError, ValueError, TypeError):
             continue
         if run.n_train and cut / run.n_train > TRUNCATION_WARNING:
-            out.append(f"run {run.id}: {cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are longer "
-                       f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
-                       "were cut; raise finetune.max_length")
+            out.append(
+                f"run {run.id}: {cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are longer "
+                f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
+                "were cut; raise finetune.max_length"
+            )
     return out

@@ -13,6 +13,7 @@ rank 0 checks and repairs the folder, then see the same resume point.
 
     python -m oodcorr.distributed ARGS.json    # what each launched process runs
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,6 +40,7 @@ ENTRY_MODULE = "oodcorr.distributed"
 
 # ---- the finetune job: building and running the launch ---------------------------------
 
+
 def mixed_precision(model_spec: dict, ft: dict) -> str:
     """The same rule as the single-process path: bf16 for a bf16 model or ``finetune.bf16``."""
     return "bf16" if model_spec.get("dtype") == "bfloat16" or ft.get("bf16") else "no"
@@ -48,33 +50,76 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def launch_argv(dist: dict, args_file: str | Path, *, mixed_precision: str = "no", threads: int = 1,
-                port: int = 29500, python: str = sys.executable) -> list[str]:
+def launch_argv(
+    dist: dict,
+    args_file: str | Path,
+    *,
+    mixed_precision: str = "no",
+    threads: int = 1,
+    port: int = 29500,
+    python: str = sys.executable,
+) -> list[str]:
     """The ``accelerate launch`` command for a model's ``distributed`` block, as an argument list."""
     gpus = int(dist["gpus"])
-    argv = [python, "-m", "accelerate.commands.launch",
-            "--num_machines", "1", "--num_processes", str(gpus), "--main_process_port", str(port),
-            "--mixed_precision", mixed_precision, "--dynamo_backend", "no",
-            "--num_cpu_threads_per_process", str(threads)]
+    argv = [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_machines",
+        "1",
+        "--num_processes",
+        str(gpus),
+        "--main_process_port",
+        str(port),
+        "--mixed_precision",
+        mixed_precision,
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        str(threads),
+    ]
     strategy = dist["strategy"]
     if strategy == "fsdp":
         f = dist.get("fsdp") or {}
-        argv += ["--use_fsdp", "--fsdp_version", "1",
-                 "--fsdp_sharding_strategy", f.get("sharding_strategy", "FULL_SHARD"),
-                 "--fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"]
+        argv += [
+            "--use_fsdp",
+            "--fsdp_version",
+            "1",
+            "--fsdp_sharding_strategy",
+            f.get("sharding_strategy", "FULL_SHARD"),
+            "--fsdp_auto_wrap_policy",
+            "TRANSFORMER_BASED_WRAP",
+        ]
         if f.get("transformer_layer_cls_to_wrap"):
             argv += ["--fsdp_transformer_layer_cls_to_wrap", f["transformer_layer_cls_to_wrap"]]
         # full (unsharded) weights at every checkpoint, so evaluation loads them like any model
-        argv += ["--fsdp_state_dict_type", "FULL_STATE_DICT", "--fsdp_use_orig_params", "true",
-                 "--fsdp_sync_module_states", "true",
-                 "--fsdp_offload_params", _flag(f.get("offload_params", False)),
-                 "--fsdp_activation_checkpointing", _flag(f.get("activation_checkpointing", False))]
+        argv += [
+            "--fsdp_state_dict_type",
+            "FULL_STATE_DICT",
+            "--fsdp_use_orig_params",
+            "true",
+            "--fsdp_sync_module_states",
+            "true",
+            "--fsdp_offload_params",
+            _flag(f.get("offload_params", False)),
+            "--fsdp_activation_checkpointing",
+            _flag(f.get("activation_checkpointing", False)),
+        ]
     elif strategy == "deepspeed":
         d = dist.get("deepspeed") or {}
-        argv += ["--use_deepspeed", "--zero_stage", str(d.get("zero_stage", 3)),
-                 "--offload_optimizer_device", d.get("offload_optimizer_device", "none"),
-                 "--offload_param_device", d.get("offload_param_device", "none"),
-                 "--zero3_init_flag", "false", "--zero3_save_16bit_model", "true"]
+        argv += [
+            "--use_deepspeed",
+            "--zero_stage",
+            str(d.get("zero_stage", 3)),
+            "--offload_optimizer_device",
+            d.get("offload_optimizer_device", "none"),
+            "--offload_param_device",
+            d.get("offload_param_device", "none"),
+            "--zero3_init_flag",
+            "false",
+            "--zero3_save_16bit_model",
+            "true",
+        ]
         if d.get("gradient_clipping") is not None:
             argv += ["--gradient_clipping", str(d["gradient_clipping"])]
     else:
@@ -92,18 +137,27 @@ def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: 
     """Run ``finetune(**kwargs)`` under ``accelerate launch``; return rank 0's manifest."""
     name = kwargs["model_spec"]["name"]
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-        raise RuntimeError(f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
-                           "not installed (it is not in requirements.txt); install it or use strategy: fsdp")
+        raise RuntimeError(
+            f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
+            "not installed (it is not in requirements.txt); install it or use strategy: fsdp"
+        )
     run_dir = Path(kwargs["run_dir"])
     check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
     devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
     if not devices:
-        raise RuntimeError(f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
-                           "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)")
+        raise RuntimeError(
+            f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
+            "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)"
+        )
     args_file = run_dir / "distributed_args.json"
     write_json_atomic(args_file, kwargs)
-    argv = launch_argv(dist, args_file, mixed_precision=mixed_precision(kwargs["model_spec"], kwargs["ft"]),
-                       threads=threads, port=_free_port())
+    argv = launch_argv(
+        dist,
+        args_file,
+        mixed_precision=mixed_precision(kwargs["model_spec"], kwargs["ft"]),
+        threads=threads,
+        port=_free_port(),
+    )
     log.info("launching %d processes on GPU(s) %s: %s", int(dist["gpus"]), ",".join(devices), argv)
     out = open(log_path, "a", buffering=1) if log_path else None
     try:
@@ -121,8 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
-    logging.basicConfig(level=logging.INFO if is_main_process() else logging.WARNING, stream=sys.stderr,
-                        format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if is_main_process() else logging.WARNING,
+        stream=sys.stderr,
+        format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
+    )
     kwargs = json.loads(Path(argv[0]).read_text())
     import torch  # torch stack: planning and the CLI never import it
 

@@ -3,6 +3,7 @@
 Each message names the key, file or line and what to do. Errors that belong to one job
 (``EvaluationRefused``, ``NonFiniteLoss``, ``FolderInUse``, ``LockMismatch``...) stay beside it.
 """
+
 from __future__ import annotations
 
 

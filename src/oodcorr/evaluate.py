@@ -7,6 +7,7 @@ job script's preamble), ``imports`` (torch), ``cache`` (the tokenised testset) a
 ``checkpoints`` (all of them); per checkpoint, ``model`` (loading it, including the
 first load's transformers imports), ``forward`` (scoring) and ``write``.
 """
+
 from __future__ import annotations
 
 import json
@@ -37,9 +38,19 @@ class EvaluationRefused(RuntimeError):
     """
 
 
-def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, data_path: str, data_meta: str,
-                     labels: list[str], prompt: dict | None, max_length: int, out_path: str,
-                     coarse: dict | None = None) -> dict:
+def tokenize_testset(
+    *,
+    model_spec: dict,
+    tiny_dir: str | None,
+    testset: str,
+    data_path: str,
+    data_meta: str,
+    labels: list[str],
+    prompt: dict | None,
+    max_length: int,
+    out_path: str,
+    coarse: dict | None = None,
+) -> dict:
     """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it.
 
     ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
@@ -47,25 +58,42 @@ def tokenize_testset(*, model_spec: dict, tiny_dir: str | None, testset: str, da
     """
     import torch  # torch stack: planning and the CLI never import it
 
-
     method = methods.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
     recs = read_jsonl(data_path)
-    ids, n_trunc, extra = method.encode(tok, recs, labels=labels, prompt=prompt, max_length=max_length,
-                                        model_name=model_spec["name"])
+    ids, n_trunc, extra = method.encode(
+        tok, recs, labels=labels, prompt=prompt, max_length=max_length, model_name=model_spec["name"]
+    )
     gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
     lab = {name: i for i, name in enumerate(gold_names)}
     meta = json.loads(Path(data_meta).read_text())
-    cache = {"format": CACHE_FORMAT, "testset": testset, "method": method.name, "input_ids": ids,
-             "labels": [lab[r["label"]] for r in recs], "label_names": list(labels), "gold_names": gold_names,
-             "coarse": dict(coarse or {}), "extra": extra, "pad_id": int(tok.pad_token_id), "n_truncated": n_trunc,
-             "fingerprint": meta["fingerprint"], "records_sha256": meta.get("records_sha256"),
-             "template": prompt["template"] if prompt else None,
-             "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
-             # the prompt switches that differ from the defaults (empty for the defaults and for head models)
-             "reading": changed_reading(prompt)}
-    info = {"testset": testset, "model": model_spec["name"], "n": len(ids), "n_truncated": n_trunc,
-            "max_length": max_length, "fingerprint": meta["fingerprint"]}
+    cache = {
+        "format": CACHE_FORMAT,
+        "testset": testset,
+        "method": method.name,
+        "input_ids": ids,
+        "labels": [lab[r["label"]] for r in recs],
+        "label_names": list(labels),
+        "gold_names": gold_names,
+        "coarse": dict(coarse or {}),
+        "extra": extra,
+        "pad_id": int(tok.pad_token_id),
+        "n_truncated": n_trunc,
+        "fingerprint": meta["fingerprint"],
+        "records_sha256": meta.get("records_sha256"),
+        "template": prompt["template"] if prompt else None,
+        "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
+        # the prompt switches that differ from the defaults (empty for the defaults and for head models)
+        "reading": changed_reading(prompt),
+    }
+    info = {
+        "testset": testset,
+        "model": model_spec["name"],
+        "n": len(ids),
+        "n_truncated": n_trunc,
+        "max_length": max_length,
+        "fingerprint": meta["fingerprint"],
+    }
     # beside the cache, readable without torch (planning warns about truncation from it); written first,
     # so a cache never lacks its sidecar
     write_json_atomic(cache_info_path(out_path), info)
@@ -127,8 +155,7 @@ def _release_memory(device) -> None:
         torch.mps.empty_cache()
 
 
-def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu",
-          stats: dict | None = None):
+def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu", stats: dict | None = None):
     """One score per label for every example of a tokenised testset, in the cache's order.
 
     Each example is read in exactly one forward pass. ``batch_size`` and
@@ -157,8 +184,9 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
                 for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size):
                     batch = [todo[j] for j in local]
                     inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
-                    logits = method.label_logits(model, inp.to(dev, non_blocking=True),
-                                                 mask.to(dev, non_blocking=True), cache["extra"])
+                    logits = method.label_logits(
+                        model, inp.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), cache["extra"]
+                    )
                     out[batch] = logits.cpu()
                     done += batch
                     n_batches += 1
@@ -172,18 +200,30 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
         # outside the except block, so the failed batch's tensors can be freed
         n_oom += 1
         if failed[0] <= 1:
-            raise RuntimeError(f"out of memory on a single example of {max(lengths)} tokens at most "
-                               f"(device {dev}): {failed[1]}")
+            raise RuntimeError(
+                f"out of memory on a single example of {max(lengths)} tokens at most (device {dev}): {failed[1]}"
+            )
         _release_memory(dev)
         batch_size = max(1, min(batch_size, failed[0]) // 2)
         max_tokens = max(1, max_tokens // 2)
         gone = set(done)
         todo = [i for i in todo if i not in gone]
-        log.warning("out of memory in a batch of %d; retrying the %d examples left with batch_size %d, "
-                    "max_tokens %d", failed[0], len(todo), batch_size, max_tokens)
+        log.warning(
+            "out of memory in a batch of %d; retrying the %d examples left with batch_size %d, max_tokens %d",
+            failed[0],
+            len(todo),
+            batch_size,
+            max_tokens,
+        )
     if stats is not None:
-        stats.update(batch_size=batch_size, max_tokens=max_tokens, n_batches=n_batches, n_oom=n_oom,
-                     tokens=sum(lengths), padded_tokens=padded)
+        stats.update(
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            n_batches=n_batches,
+            n_oom=n_oom,
+            tokens=sum(lengths),
+            padded_tokens=padded,
+        )
     return out
 
 
@@ -213,7 +253,9 @@ def _arrow_column(values, kind: str):
         data = [str(v).encode("utf-8") for v in values]
         offsets = np.zeros(len(data) + 1, dtype=np.int32)
         offsets[1:] = np.cumsum([len(d) for d in data])
-        return pa.Array.from_buffers(pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))])
+        return pa.Array.from_buffers(
+            pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+        )
     if kind == "bool":
         bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
         return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
@@ -221,8 +263,16 @@ def _arrow_column(values, kind: str):
     return pa.Array.from_buffers(getattr(pa, kind)(), len(arr), [None, pa.py_buffer(arr)])
 
 
-def _write_predictions(path: str, gold: list[int], pred: list[int], correct: list[bool], logits,
-                       gold_names: list[str], label_names: list[str], record: dict) -> None:
+def _write_predictions(
+    path: str,
+    gold: list[int],
+    pred: list[int],
+    correct: list[bool],
+    logits,
+    gold_names: list[str],
+    label_names: list[str],
+    record: dict,
+) -> None:
     """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
 
     The checkpoint's result record (accuracy, counts, provenance) rides in the file's
@@ -231,10 +281,12 @@ def _write_predictions(path: str, gold: list[int], pred: list[int], correct: lis
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    cols = {"index": _arrow_column(range(len(gold)), "int64"),
-            "label": _arrow_column([gold_names[g] for g in gold], "string"),
-            "pred": _arrow_column([gold_names[p] for p in pred], "string"),
-            "correct": _arrow_column(correct, "bool")}
+    cols = {
+        "index": _arrow_column(range(len(gold)), "int64"),
+        "label": _arrow_column([gold_names[g] for g in gold], "string"),
+        "pred": _arrow_column([gold_names[p] for p in pred], "string"),
+        "correct": _arrow_column(correct, "bool"),
+    }
     arr = logits.numpy()
     for j, name in enumerate(label_names):
         cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
@@ -309,12 +361,18 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
     key is not computed again (a resumed or re-planned job reuses it)."""
     import torch  # torch stack: planning and the CLI never import it
 
-
-    key = {"weights": weights, "fingerprint": cache["fingerprint"],
-           "records_sha256": cache["records_sha256"], "method": cache["method"],
-           "template": cache["template"], "verbalisers": cache["verbalisers"],
-           "n": len(cache["labels"]), "provenance": provenance, "dtype": dtype,
-           "device": torch.device(device).type}
+    key = {
+        "weights": weights,
+        "fingerprint": cache["fingerprint"],
+        "records_sha256": cache["records_sha256"],
+        "method": cache["method"],
+        "template": cache["template"],
+        "verbalisers": cache["verbalisers"],
+        "n": len(cache["labels"]),
+        "provenance": provenance,
+        "dtype": dtype,
+        "device": torch.device(device).type,
+    }
     if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
         key["reading"] = cache["reading"]
     return sha256_json(key)
@@ -387,8 +445,12 @@ class CheckpointLoader:
         result = set_peft_model_state_dict(self.model, weights)
         unset = [k for k in result.missing_keys if "lora_" in k or ".modules_to_save." in k]
         if result.unexpected_keys or unset:
-            log.warning("%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
-                        ckpt, result.unexpected_keys[:3], unset[:3])
+            log.warning(
+                "%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
+                ckpt,
+                result.unexpected_keys[:3],
+                unset[:3],
+            )
             return False
         self.model.eval()
         return True
@@ -410,8 +472,13 @@ class CheckpointLoader:
         # a key the file lacks must be tied to one it has (e.g. an LM head tied to the embeddings)
         untied = [k for k in own if k not in state and own[k].data_ptr() not in ptrs]
         if unexpected or wrong or untied:
-            log.info("%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
-                     ckpt, unexpected[:3], wrong[:3], untied[:3])
+            log.info(
+                "%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
+                ckpt,
+                unexpected[:3],
+                wrong[:3],
+                untied[:3],
+            )
             return False
         with torch.no_grad():
             self.model.load_state_dict(state, strict=False)
@@ -424,9 +491,19 @@ class CheckpointLoader:
             _release_memory(__import__("torch").device(self.device))
 
 
-def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[dict], tokenized: str,
-                 batch_size: int, max_tokens: int, provenance: dict, out_summary: str | None = None,
-                 device: str = "cpu", threads: int = 1) -> dict:
+def evaluate_run(
+    *,
+    model_spec: dict,
+    tiny_dir: str | None,
+    checkpoints: list[dict],
+    tokenized: str,
+    batch_size: int,
+    max_tokens: int,
+    provenance: dict,
+    out_summary: str | None = None,
+    device: str = "cpu",
+    threads: int = 1,
+) -> dict:
     """Score checkpoints of one run on one testset, in one process.
 
     ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint is
@@ -447,8 +524,11 @@ def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[di
     t_cache = time.time()
     dtype = eval_dtype(model_spec, device)
     loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
-    job_timing = {"startup": round(age, 3) if age is not None else None, "imports": round(t_imp - t0, 3),
-                  "cache": round(t_cache - t_imp, 3)}
+    job_timing = {
+        "startup": round(age, 3) if age is not None else None,
+        "imports": round(t_imp - t0, 3),
+        "cache": round(t_cache - t_imp, 3),
+    }
     records = []
     for ck in checkpoints:
         key = eval_key(weights_of(ck), cache, provenance, dtype, device)
@@ -457,19 +537,41 @@ def evaluate_run(*, model_spec: dict, tiny_dir: str | None, checkpoints: list[di
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
             records.append(old)
             continue
-        rec = _evaluate_checkpoint(loader=loader, checkpoint=ck["checkpoint"], series=ck.get("series"),
-                                   step=int(ck["step"]), cache=cache,
-                                   batch_size=batch_size, max_tokens=max_tokens, out_predictions=ck["predictions"],
-                                   provenance=provenance, device=device, dtype=dtype, key=key,
-                                   job_timing=job_timing)
+        rec = _evaluate_checkpoint(
+            loader=loader,
+            checkpoint=ck["checkpoint"],
+            series=ck.get("series"),
+            step=int(ck["step"]),
+            cache=cache,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            out_predictions=ck["predictions"],
+            provenance=provenance,
+            device=device,
+            dtype=dtype,
+            key=key,
+            job_timing=job_timing,
+        )
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
-        log.info("step %d: accuracy %.4f on %d examples (%s; %s)", rec["step"], rec["accuracy"], rec["n"],
-                 rec["load"], ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()))
+        log.info(
+            "step %d: accuracy %.4f on %d examples (%s; %s)",
+            rec["step"],
+            rec["accuracy"],
+            rec["n"],
+            rec["load"],
+            ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()),
+        )
         records.append(rec)
     loader.close()
     job_timing["checkpoints"] = round(time.time() - t_cache, 3)
-    result = {"testset": cache["testset"], "fingerprint": cache["fingerprint"], **provenance,
-              "steps": [r["step"] for r in records], "checkpoints": records, "timing_s": job_timing}
+    result = {
+        "testset": cache["testset"],
+        "fingerprint": cache["fingerprint"],
+        **provenance,
+        "steps": [r["step"] for r in records],
+        "checkpoints": records,
+        "timing_s": job_timing,
+    }
     if out_summary:
         write_json_atomic(out_summary, result)
     return result
@@ -488,9 +590,11 @@ def _reusable(path: str, key: str) -> dict | None:
 
 def _damaged_checkpoint(ckpt: Path, why: str) -> str:
     run_dir = ckpt.parent.parent
-    return (f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
-            f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
-            "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun")
+    return (
+        f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
+        f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
+        "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
+    )
 
 
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
@@ -506,21 +610,41 @@ def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) ->
     params = model.parameters() if hasattr(model, "parameters") else []
     weights_bad = any(not bool(torch.isfinite(p).all()) for p in params)
     if weights_bad:
-        cause = ("the checkpoint's weights hold NaN or inf (training diverged): see the loss in its finetune log, "
-                 "lower finetune.learning_rate and run again")
+        cause = (
+            "the checkpoint's weights hold NaN or inf (training diverged): see the loss in its finetune log, "
+            "lower finetune.learning_rate and run again"
+        )
     else:
-        cause = (f"its weights are finite, so the forward pass in {dtype} overflowed: evaluate in float32 "
-                 "(`dtype: float32` on the model entry)" if dtype != "float32" else
-                 "its weights are finite, yet the model computes NaN or inf (a model whose own code or "
-                 "configuration is broken?)")
-    raise EvaluationRefused(f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores "
-                            f"that are not finite (NaN or inf; the first is example {first}), so no accuracy "
-                            f"is computed; {cause}")
+        cause = (
+            f"its weights are finite, so the forward pass in {dtype} overflowed: evaluate in float32 "
+            "(`dtype: float32` on the model entry)"
+            if dtype != "float32"
+            else "its weights are finite, yet the model computes NaN or inf (a model whose own code or "
+            "configuration is broken?)"
+        )
+    raise EvaluationRefused(
+        f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores "
+        f"that are not finite (NaN or inf; the first is example {first}), so no accuracy "
+        f"is computed; {cause}"
+    )
 
 
-def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: dict | None, step: int, cache: dict,
-                         batch_size: int, max_tokens: int, out_predictions: str, provenance: dict, device: str,
-                         dtype: str, key: str, job_timing: dict) -> dict:
+def _evaluate_checkpoint(
+    *,
+    loader: CheckpointLoader,
+    checkpoint: str,
+    series: dict | None,
+    step: int,
+    cache: dict,
+    batch_size: int,
+    max_tokens: int,
+    out_predictions: str,
+    provenance: dict,
+    device: str,
+    dtype: str,
+    key: str,
+    job_timing: dict,
+) -> dict:
     import torch  # torch stack: planning and the CLI never import it
 
     from . import metrics  # numpy/pandas: kept out of planning
@@ -536,7 +660,8 @@ def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: d
         if not ok:
             raise EvaluationRefused(
                 f"checkpoint not usable: {why}; {series.get('manifest', 'its manifest')} no longer matches the "
-                "checkpoint: delete that manifest and rerun to accept the new files")
+                "checkpoint: delete that manifest and rerun to accept the new files"
+            )
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
@@ -552,19 +677,31 @@ def _evaluate_checkpoint(*, loader: CheckpointLoader, checkpoint: str, series: d
     n_correct = sum(correct)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     result = {
-        "accuracy": n_correct / n if n else float("nan"), "n": n, "n_correct": n_correct,
+        "accuracy": n_correct / n if n else float("nan"),
+        "n": n,
+        "n_correct": n_correct,
         **metrics.compute(gold, pred, correct, logits.numpy(), names, cache["label_names"], cache["coarse"]),
         "coarse": cache["coarse"],
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
-        "step": step, "testset": cache["testset"], "fingerprint": cache["fingerprint"],
-        "records_sha256": cache["records_sha256"], "method": cache["method"],
-        "n_truncated": cache["n_truncated"], "template": cache["template"], "verbalisers": cache["verbalisers"],
+        "step": step,
+        "testset": cache["testset"],
+        "fingerprint": cache["fingerprint"],
+        "records_sha256": cache["records_sha256"],
+        "method": cache["method"],
+        "n_truncated": cache["n_truncated"],
+        "template": cache["template"],
+        "verbalisers": cache["verbalisers"],
         "reading": cache.get("reading") or {},
-        "checkpoint": str(checkpoint), "predictions": str(out_predictions),
-        "device": str(device), "dtype": dtype, "eval_key": key, "load": loader.last_load,
+        "checkpoint": str(checkpoint),
+        "predictions": str(out_predictions),
+        "device": str(device),
+        "dtype": dtype,
+        "eval_key": key,
+        "load": loader.last_load,
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
-        "batching": stats, "job_timing_s": job_timing,
+        "batching": stats,
+        "job_timing_s": job_timing,
         **provenance,
     }
     t_write = time.time()

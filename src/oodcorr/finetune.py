@@ -22,6 +22,7 @@ it first reads or writes the folder until its manifest is written
 Checkpoint manifests, verification, resume points and the run identity live in
 :mod:`oodcorr.checkpoints` (evaluation reads them too).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,6 +50,7 @@ from .ranks import is_main_process, launched, main_first_begin, main_first_end
 
 log = logging.getLogger(__name__)
 
+
 class NonFiniteLoss(RuntimeError):
     """The training loss became NaN or inf: the run diverged, and no later checkpoint is saved.
 
@@ -58,6 +60,7 @@ class NonFiniteLoss(RuntimeError):
 
 
 # ---- training ------------------------------------------------------------------------------
+
 
 def _make_trainer_classes():
     import torch  # torch stack: planning and the CLI never import it
@@ -89,14 +92,18 @@ def _make_trainer_classes():
             step = self.state.global_step + 1
             saved = sorted(s for s in self.schedule if s < step)
             weights_ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
-            where = ("the weights are still finite, so the scores overflowed" if weights_ok
-                     else "the weights already hold NaN or inf")
+            where = (
+                "the weights are still finite, so the scores overflowed"
+                if weights_ok
+                else "the weights already hold NaN or inf"
+            )
             raise NonFiniteLoss(
                 f"the training loss is {loss} at step {step} of {self.args.max_steps} ({where}): the run "
                 f"diverged, so it stops here and no later checkpoint is saved (checkpoints up to step "
                 f"{saved[-1] if saved else 0} are kept). Lower finetune.learning_rate (now {self.args.learning_rate}) "
                 "or finetune.max_grad_norm, or train in float32, and run again; checkpoints made with other "
-                "settings are moved aside, never reused")
+                "settings are moved aside, never reused"
+            )
 
     class ScheduleCallback(TrainerCallback):
         """Save exactly at the scheduled steps; write a manifest after each save."""
@@ -136,8 +143,9 @@ def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbali
     labels = inputs["labels"]
     if loss == "vocabulary":
         if not hasattr(method, "vocab_logits"):
-            raise ConfigError(f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), "
-                              f"not {method.name!r}")
+            raise ConfigError(
+                f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), not {method.name!r}"
+            )
         logits = method.vocab_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
         target = torch.as_tensor(extra["verbaliser_ids"], device=logits.device)[labels.to(logits.device)]
     elif loss == "verbalisers":
@@ -158,16 +166,25 @@ class _Collator:
         from .prompting import pad_batch  # prompting imports torch: kept out of planning
 
         ids, mask = pad_batch([f["input_ids"] for f in feats], self.pad_id, side="right")
-        return {"input_ids": ids, "attention_mask": mask,
-                "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long)}
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long),
+        }
 
 
 def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
     """LoRA adapters; for a classification head (``SEQ_CLS``) peft also trains and saves the head."""
     from peft import LoraConfig, get_peft_model  # torch stack: planning and the CLI never import it
 
-    cfg = LoraConfig(r=int(lora["r"]), lora_alpha=float(lora["alpha"]), lora_dropout=float(lora.get("dropout", 0.0)),
-                     target_modules=lora.get("target_modules") or None, task_type=task_type, bias="none")
+    cfg = LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=float(lora["alpha"]),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=lora.get("target_modules") or None,
+        task_type=task_type,
+        bias="none",
+    )
     return get_peft_model(model, cfg)
 
 
@@ -197,12 +214,14 @@ def reporting(report_to, run_dir: Path) -> list[str]:
         return []
     wanted = list(report_to)
     if "tensorboard" in wanted and not is_tensorboard_available():
-        raise RuntimeError("finetune.report_to: tensorboard needs tensorboardX (pinned in requirements.txt) or "
-                           "tensorboard installed")
+        raise RuntimeError(
+            "finetune.report_to: tensorboard needs tensorboardX (pinned in requirements.txt) or tensorboard installed"
+        )
     for name, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("comet_ml", "comet_ml"), ("trackio", "trackio")):
         if name in wanted and importlib.util.find_spec(module) is None:
-            raise RuntimeError(f"finetune.report_to: {name} is not installed (pip install {module}); it is opt-in "
-                               "and not pinned here")
+            raise RuntimeError(
+                f"finetune.report_to: {name} is not installed (pip install {module}); it is opt-in and not pinned here"
+            )
     if "wandb" in wanted:
         os.environ.setdefault("WANDB_DIR", str(run_dir))
     return wanted
@@ -222,6 +241,7 @@ def finetune(*, run_dir: str, **kwargs) -> dict:
     which alone writes the folder, holds it.
     """
     with contextlib.ExitStack() as held:
+
         def lock() -> None:
             if is_main_process():
                 held.enter_context(hold(run_dir))
@@ -229,13 +249,27 @@ def finetune(*, run_dir: str, **kwargs) -> dict:
         return _finetune(run_dir=run_dir, lock=lock, **kwargs)
 
 
-def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels: list[str],
-              prompt: dict | None, ft: dict, n_train: int, seed: int, steps: list[int], max_steps: int,
-              run_dir: str, manifest_path: str, lock, device: str = "cpu", threads: int = 1,
-              report_to=None) -> dict:
+def _finetune(
+    *,
+    model_spec: dict,
+    tiny_dir: str | None,
+    train_path: str,
+    labels: list[str],
+    prompt: dict | None,
+    ft: dict,
+    n_train: int,
+    seed: int,
+    steps: list[int],
+    max_steps: int,
+    run_dir: str,
+    manifest_path: str,
+    lock,
+    device: str = "cpu",
+    threads: int = 1,
+    report_to=None,
+) -> dict:
     import torch  # torch stack: planning and the CLI never import it
     from transformers import TrainingArguments, set_seed  # torch stack: planning and the CLI never import it
-
 
     t0 = time.time()
     torch.set_num_threads(threads)
@@ -243,19 +277,28 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
     run_dir = Path(run_dir)
     ckpt_root = run_dir / "checkpoints"
     # what shapes the trained weights (resources and batch-independent settings do not)
-    identity = {"model": {k: v for k, v in model_spec.items() if k != "resources"},
-                "base_weights": base_weights_fingerprint(model_spec, tiny_dir),
-                "finetune": {k: v for k, v in ft.items() if k not in ("n_train", "seeds")},
-                "prompt": prompt, "labels": labels, "n_train": n_train, "seed": seed, "steps": steps,
-                "max_steps": max_steps, "train_sha256": sha256_file(train_path)}
+    identity = {
+        "model": {k: v for k, v in model_spec.items() if k != "resources"},
+        "base_weights": base_weights_fingerprint(model_spec, tiny_dir),
+        "finetune": {k: v for k, v in ft.items() if k not in ("n_train", "seeds")},
+        "prompt": prompt,
+        "labels": labels,
+        "n_train": n_train,
+        "seed": seed,
+        "steps": steps,
+        "max_steps": max_steps,
+        "train_sha256": sha256_file(train_path),
+    }
     method = methods.get(model_spec.get("method"))
     if ft.get("loss", "verbalisers") == "vocabulary" and not hasattr(method, "vocab_logits"):
-        raise ConfigError(f"models[{model_spec['name']}]: finetune.loss: vocabulary needs the pattern method, "
-                          f"not {method.name!r}")
+        raise ConfigError(
+            f"models[{model_spec['name']}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
+        )
     tok = load_tokenizer(model_spec, tiny_dir)
     train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
-    ids, n_trunc, extra = method.encode(tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]),
-                                        model_name=model_spec["name"])
+    ids, n_trunc, extra = method.encode(
+        tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]), model_name=model_spec["name"]
+    )
     # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
     # by one process at a time
     lock()
@@ -293,22 +336,39 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         report = reporting(report_to, run_dir)
         bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
         args = TrainingArguments(
-            output_dir=str(ckpt_root), max_steps=max_steps,
+            output_dir=str(ckpt_root),
+            max_steps=max_steps,
             per_device_train_batch_size=int(ft["batch_size"]),
             gradient_accumulation_steps=int(ft.get("gradient_accumulation_steps", 1)),
-            learning_rate=float(ft["learning_rate"]), weight_decay=float(ft.get("weight_decay", 0.0)),
+            learning_rate=float(ft["learning_rate"]),
+            weight_decay=float(ft.get("weight_decay", 0.0)),
             warmup_steps=int(math.ceil(float(ft.get("warmup_ratio", 0.0)) * max_steps)),
-            lr_scheduler_type=ft.get("lr_scheduler", "linear"), max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
-            seed=seed, data_seed=seed, save_strategy="no", eval_strategy="no",
-            logging_steps=max(1, max_steps // 20), report_to=report or "none", disable_tqdm=True,
+            lr_scheduler_type=ft.get("lr_scheduler", "linear"),
+            max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
+            seed=seed,
+            data_seed=seed,
+            save_strategy="no",
+            eval_strategy="no",
+            logging_steps=max(1, max_steps // 20),
+            report_to=report or "none",
+            disable_tqdm=True,
             run_name=f"{model_spec['name']}/n{n_train}/seed{seed}",
-            remove_unused_columns=False, dataloader_num_workers=0,
-            use_cpu=(device == "cpu"), bf16=bf16 and device != "cpu",
+            remove_unused_columns=False,
+            dataloader_num_workers=0,
+            use_cpu=(device == "cpu"),
+            bf16=bf16 and device != "cpu",
         )
-        trainer = LabelTrainer(model=model, args=args, train_dataset=dataset,
-                               data_collator=_Collator(tok.pad_token_id), method=method, extra=extra,
-                               loss=ft.get("loss", "verbalisers"), schedule=steps,
-                               callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)])
+        trainer = LabelTrainer(
+            model=model,
+            args=args,
+            train_dataset=dataset,
+            data_collator=_Collator(tok.pad_token_id),
+            method=method,
+            extra=extra,
+            loss=ft.get("loss", "verbalisers"),
+            schedule=steps,
+            callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)],
+        )
         for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
             if type(cb).__name__ == "TensorBoardCallback":
                 cb.logging_dir = str(run_dir / "tensorboard")
@@ -329,12 +389,22 @@ def _finetune(*, model_spec: dict, tiny_dir: str | None, train_path: str, labels
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
-    info = {"model": model_spec["name"], "method": method.name, "loss": ft.get("loss", "verbalisers"),
-            "n_train": n_train, "seed": seed, "max_steps": max_steps,
-            "checkpoints": entries, "resumed_from": str(resume) if resume else None, "trained": not done,
-            "n_truncated_prompts": n_trunc,
-            "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
-            "loss_history": history, "lora": ft.get("lora"), "seconds": round(time.time() - t0, 2),
-            "device": str(device)}
+    info = {
+        "model": model_spec["name"],
+        "method": method.name,
+        "loss": ft.get("loss", "verbalisers"),
+        "n_train": n_train,
+        "seed": seed,
+        "max_steps": max_steps,
+        "checkpoints": entries,
+        "resumed_from": str(resume) if resume else None,
+        "trained": not done,
+        "n_truncated_prompts": n_trunc,
+        "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
+        "loss_history": history,
+        "lora": ft.get("lora"),
+        "seconds": round(time.time() - t0, 2),
+        "device": str(device),
+    }
     write_json_atomic(manifest_path, info)
     return info

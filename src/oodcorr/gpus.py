@@ -16,6 +16,7 @@ lock folder is per user and, inside a SLURM job, per job (each allocation
 numbers its own devices); ``OODCORR_GPU_LOCK_DIR`` overrides it, for example to
 share one pool between users of a workstation.
 """
+
 from __future__ import annotations
 
 import errno
@@ -114,8 +115,14 @@ def _try_lock(path: Path) -> int | None:
     return fd
 
 
-def claim(n: int = 1, *, devices: list[str] | None = None, lock_dir: str | Path | None = None,
-          timeout: float | None = None, poll: float = 0.5) -> Claim:
+def claim(
+    n: int = 1,
+    *,
+    devices: list[str] | None = None,
+    lock_dir: str | Path | None = None,
+    timeout: float | None = None,
+    poll: float = 0.5,
+) -> Claim:
     """Claim ``n`` devices nobody else holds, waiting for them if all are taken.
 
     A job that needs several devices gets all of them or none in each pass (so
@@ -125,9 +132,11 @@ def claim(n: int = 1, *, devices: list[str] | None = None, lock_dir: str | Path 
     if n < 1:
         raise ValueError(f"claim: n must be at least 1, got {n}")
     if n > len(devices):
-        raise GpuPoolError(f"the job needs {n} GPU(s) but only {len(devices)} are visible "
-                           f"({','.join(devices) or 'none'}); lower the rule's `gpu` resource or "
-                           "make more devices visible (CUDA_VISIBLE_DEVICES)")
+        raise GpuPoolError(
+            f"the job needs {n} GPU(s) but only {len(devices)} are visible "
+            f"({','.join(devices) or 'none'}); lower the rule's `gpu` resource or "
+            "make more devices visible (CUDA_VISIBLE_DEVICES)"
+        )
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
     lock_dir.mkdir(parents=True, exist_ok=True)
     start = last_note = time.monotonic()

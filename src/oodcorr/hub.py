@@ -26,6 +26,7 @@ commit, and refuse a revision that differs from the lock with the command to rer
 
 Without a lock nothing changes: jobs download from the hub, as before.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -35,10 +36,10 @@ import math
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
@@ -65,6 +66,7 @@ class LockMismatch(ConfigError):
 
 # ---- the lock file -------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class HubLock:
     """A parsed lock file (see the module docstring)."""
@@ -81,19 +83,26 @@ class HubLock:
         return f"oodcorr prefetch --configfile {self.config}"
 
     @classmethod
-    def read(cls, path: str | Path) -> "HubLock":
+    def read(cls, path: str | Path) -> HubLock:
         path = Path(path)
         try:
             doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as e:
-            raise ConfigError(f"{path}: not a readable lock file ({e}); delete it and run oodcorr prefetch "
-                              "again") from None
+            raise ConfigError(
+                f"{path}: not a readable lock file ({e}); delete it and run oodcorr prefetch again"
+            ) from None
         if not isinstance(doc, dict) or doc.get("version") != LOCK_VERSION:
-            raise ConfigError(f"{path}: not an oodcorr lock file of version {LOCK_VERSION}; delete it and run "
-                              "oodcorr prefetch again")
-        return cls(path=path, config=str(doc.get("config") or "<config>"), models=dict(doc.get("models") or {}),
-                   datasets=dict(doc.get("datasets") or {}), cache=dict(doc.get("cache") or {}),
-                   written=str(doc.get("written") or ""))
+            raise ConfigError(
+                f"{path}: not an oodcorr lock file of version {LOCK_VERSION}; delete it and run oodcorr prefetch again"
+            )
+        return cls(
+            path=path,
+            config=str(doc.get("config") or "<config>"),
+            models=dict(doc.get("models") or {}),
+            datasets=dict(doc.get("datasets") or {}),
+            cache=dict(doc.get("cache") or {}),
+            written=str(doc.get("written") or ""),
+        )
 
     def dataset_for(self, call: dict) -> tuple[str, dict] | None:
         """The locked dataset with this ``load_dataset`` call's id, config and split (any revision)."""
@@ -119,13 +128,16 @@ def lock_path(configfile: str | Path, config: dict) -> Path:
 
 
 def write_lock(path: Path, lock: dict) -> None:
-    head = (f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
-            "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
-            "# after changing a revision in the config, run that command again.\n")
+    head = (
+        f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
+        "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
+        "# after changing a revision in the config, run that command again.\n"
+    )
     write_text_atomic(path, head + yaml.safe_dump(lock, sort_keys=False, width=120))
 
 
 # ---- what a plan fetches -------------------------------------------------------------------
+
 
 def hub_load_kwargs(spec: dict) -> dict:
     """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
@@ -163,13 +175,17 @@ def check_lock(plan, lock: HubLock) -> None:
     for name, call in hub_datasets(plan).items():
         found = lock.dataset_for(call)
         if found is None:
-            problems.append(f"datasets.{name}: {call['path']} ({call['name'] or 'default'}/{call['split']}) is "
-                            "not in the lock file")
+            problems.append(
+                f"datasets.{name}: {call['path']} ({call['name'] or 'default'}/{call['split']}) is not in the lock file"
+            )
         elif found[1]["hub"].get("revision") != call["revision"]:
             problems.append(_revision_message(f"datasets.{name}", call["revision"], found[1]))
     if problems:
-        raise LockMismatch(f"{lock.path} does not match the config:\n  " + "\n  ".join(problems) +
-                           f"\nDownload and pin what the config asks for: {lock.command}")
+        raise LockMismatch(
+            f"{lock.path} does not match the config:\n  "
+            + "\n  ".join(problems)
+            + f"\nDownload and pin what the config asks for: {lock.command}"
+        )
 
 
 def _model_mismatch(spec: dict, entry: dict) -> list[str]:
@@ -183,11 +199,11 @@ def _model_mismatch(spec: dict, entry: dict) -> list[str]:
 
 def _revision_message(where: str, asked, entry: dict) -> str:
     locked = entry.get("revision") if "revision" in entry else (entry.get("hub") or {}).get("revision")
-    return (f"{where}: revision {asked!r} in the config, {locked!r} in the lock file "
-            f"(commit {entry.get('commit')})")
+    return f"{where}: revision {asked!r} in the config, {locked!r} in the lock file (commit {entry.get('commit')})"
 
 
 # ---- the workflow side (Snakefile) ---------------------------------------------------------
+
 
 def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None, list[str]]:
     """Read, check and activate the config's lock; returns (the lock or None, the planning warnings:
@@ -204,9 +220,11 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
             raise ConfigError(f"hub.lock: {path} does not exist; run oodcorr prefetch --configfile {configfile}")
         warnings = list(plan.warnings)
         if needs:
-            warnings.append(f"no hub lock file ({path}): every job that loads a hub model or dataset downloads it "
-                            f"itself; on a cluster run `oodcorr prefetch --configfile {configfile}` on the login "
-                            "node first (it also pins branch and pull-request revisions to commits)")
+            warnings.append(
+                f"no hub lock file ({path}): every job that loads a hub model or dataset downloads it "
+                f"itself; on a cluster run `oodcorr prefetch --configfile {configfile}` on the login "
+                "node first (it also pins branch and pull-request revisions to commits)"
+            )
         if offline is True:
             os.environ.update({k: "1" for k in OFFLINE_ENV})
         return None, warnings
@@ -214,8 +232,12 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
     check_lock(plan, lock)
     missing = missing_from_cache(lock)
     if missing:
-        raise ConfigError(f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  " +
-                          "\n  ".join(missing) + "\n" + _cache_hint(lock))
+        raise ConfigError(
+            f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
+            + "\n  ".join(missing)
+            + "\n"
+            + _cache_hint(lock)
+        )
     os.environ[LOCK_ENV] = str(path.resolve())
     if offline in ("auto", True):
         os.environ.update({k: "1" for k in OFFLINE_ENV})
@@ -225,8 +247,9 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
 
 def cache_dirs() -> dict[str, str]:
     """This process's Hugging Face caches (hub files, datasets' Arrow files), from the environment."""
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                                                     os.path.expanduser("~/.cache"), "huggingface")
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
     hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
     data = os.environ.get("HF_DATASETS_CACHE") or os.path.join(home, "datasets")
     return {"home": os.path.expanduser(home), "hub": os.path.expanduser(hub), "datasets": os.path.expanduser(data)}
@@ -240,21 +263,27 @@ def cache_warnings() -> list[str]:
     for kind in ("hub", "datasets"):
         p = os.path.realpath(dirs[kind])
         if any(t and (p == t or p.startswith(t.rstrip("/") + "/")) for t in tmp):
-            out.append(f"the Hugging Face {kind} cache is {dirs[kind]}, a node-local temporary folder: other "
-                       "nodes do not see it and it may be wiped; set HF_HOME to a folder on the shared file system")
+            out.append(
+                f"the Hugging Face {kind} cache is {dirs[kind]}, a node-local temporary folder: other "
+                "nodes do not see it and it may be wiped; set HF_HOME to a folder on the shared file system"
+            )
     if not os.environ.get("HF_HOME") and not out:
-        out.append(f"HF_HOME is not set, so the Hugging Face cache is {dirs['home']}; on a cluster, set HF_HOME "
-                   "to a folder on a shared file system that every node sees (the same value for prefetch and "
-                   "for the jobs)")
+        out.append(
+            f"HF_HOME is not set, so the Hugging Face cache is {dirs['home']}; on a cluster, set HF_HOME "
+            "to a folder on a shared file system that every node sees (the same value for prefetch and "
+            "for the jobs)"
+        )
     return out
 
 
 def _cache_hint(lock: HubLock) -> str:
     now = cache_dirs()
-    return (f"This machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
-            f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
-            f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
-            f"`{lock.command}` again.")
+    return (
+        f"This machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
+        f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
+        f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
+        f"`{lock.command}` again."
+    )
 
 
 def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path:
@@ -272,8 +301,9 @@ def missing_from_cache(lock: HubLock) -> list[str]:
         snap = model_snapshot(e["hub"], e["commit"], dirs["hub"])
         gone = [f for f in (e.get("files") or {}) if not (snap / f).exists()]
         if gone:
-            out.append(f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} "
-                       f"(e.g. {gone[0]})")
+            out.append(
+                f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} (e.g. {gone[0]})"
+            )
     for name, e in lock.datasets.items():
         gone = [f for f in (e.get("files") or {}) if not (Path(dirs["datasets"]) / f).exists()]
         if gone:
@@ -282,6 +312,7 @@ def missing_from_cache(lock: HubLock) -> list[str]:
 
 
 # ---- the job side --------------------------------------------------------------------------
+
 
 @lru_cache(maxsize=4)
 def _job_lock(path: str, mtime_ns: int) -> HubLock:
@@ -312,8 +343,10 @@ def pinned_model_revision(spec: dict) -> str | None:
         raise LockMismatch(f"models[{spec['name']}]: not in the lock file {lock.path}; run `{lock.command}`")
     problems = _model_mismatch(spec, entry)
     if problems:
-        raise LockMismatch(f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
-                           f"pins. Run `{lock.command}` to pin the config's revision")
+        raise LockMismatch(
+            f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
+            f"pins. Run `{lock.command}` to pin the config's revision"
+        )
     return entry["commit"]
 
 
@@ -328,8 +361,10 @@ def pinned_dataset(call: dict) -> tuple[dict, str | None]:
         raise LockMismatch(f"{where}: not in the lock file {lock.path}; run `{lock.command}`")
     name, entry = found
     if entry["hub"].get("revision") != call["revision"]:
-        raise LockMismatch(_revision_message(f"datasets.{name}", call["revision"], entry) +
-                           f" ({lock.path}); refusing to load another revision. Run `{lock.command}`")
+        raise LockMismatch(
+            _revision_message(f"datasets.{name}", call["revision"], entry)
+            + f" ({lock.path}); refusing to load another revision. Run `{lock.command}`"
+        )
     return dict(call, revision=entry["commit"]), entry["commit"]
 
 
@@ -339,11 +374,14 @@ def check_loaded_dataset(ds, commit: str, where: str) -> None:
     files = [f.get("filename", "") for f in (getattr(ds, "cache_files", None) or [])]
     wrong = [f for f in files if commit not in Path(f).parts]
     if wrong:
-        raise LockMismatch(f"{where}: the cached copy that loaded ({wrong[0]}) is not the locked commit {commit}; "
-                           "run oodcorr prefetch again so that the cache holds it")
+        raise LockMismatch(
+            f"{where}: the cached copy that loaded ({wrong[0]}) is not the locked commit {commit}; "
+            "run oodcorr prefetch again so that the cache holds it"
+        )
 
 
 # ---- prefetch (login node, network) ---------------------------------------------------------
+
 
 def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
     """The files of a model repository that a job loads: root-level config/tokenizer files and the
@@ -357,9 +395,11 @@ def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
     weights = match(SAFE_WEIGHTS)
     if not weights:
         if not entry.get("allow_pickle_weights"):
-            raise ConfigError(f"models[{entry['name']}]: {entry['hub']} has no safetensors weights at this revision "
-                              "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
-                              "true on the entry to opt in, or pick a revision with safetensors")
+            raise ConfigError(
+                f"models[{entry['name']}]: {entry['hub']} has no safetensors weights at this revision "
+                "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
+                "true on the entry to opt in, or pick a revision with safetensors"
+            )
         weights = match(PICKLE_WEIGHTS)
     code = match(REMOTE_CODE) if entry.get("trust_remote_code") else []
     return sorted(set(match(MODEL_FILES) + weights + code))
@@ -403,7 +443,6 @@ def meta_shapes(folder: str | Path, entry: dict) -> tuple[int, dict[str, list[li
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
-
     cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(entry.get("trust_remote_code")))
     auto = getattr(transformers, methods.get(entry.get("method")).auto_class)
     with torch.device("meta"):
@@ -426,8 +465,9 @@ def _files(folder: Path, names: list[str] | None = None) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_size for p in paths}
 
 
-def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
-             say: Callable[[str], None] = print) -> dict:
+def prefetch(
+    plan, configfile: str | Path, lock_file: str | Path, *, api=None, say: Callable[[str], None] = print
+) -> dict:
     """Download every hub model and dataset of ``plan`` into the cache, resolve each revision to a
     commit and write the lock file (atomically, once everything is there). Returns the lock."""
     import huggingface_hub
@@ -442,8 +482,10 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
         try:
             info = api.model_info(e["hub"], revision=asked)
         except Exception as err:  # offline, no such repo or revision, gated: say which entry
-            raise ConfigError(f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id "
-                              "and revision, and for a gated model log in (hf auth login) or set HF_TOKEN") from None
+            raise ConfigError(
+                f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id "
+                "and revision, and for a gated model log in (hf auth login) or set HF_TOKEN"
+            ) from None
         commit = info.sha
         names = model_patterns(e, [s.rfilename for s in (info.siblings or [])])
         say(f"{spec.name}: {e['hub']}@{asked or 'main'} -> {commit}; downloading {len(names)} file(s)")
@@ -453,8 +495,15 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
             params, linear = weight_shapes(folder)
         else:
             params, linear = meta_shapes(folder, e)
-        models[spec.name] = {"hub": e["hub"], "revision": asked, "commit": commit, "parameters": int(params),
-                             "bytes": sum(files.values()), "files": files, "linear": linear}
+        models[spec.name] = {
+            "hub": e["hub"],
+            "revision": asked,
+            "commit": commit,
+            "parameters": int(params),
+            "bytes": sum(files.values()),
+            "files": files,
+            "linear": linear,
+        }
     datasets_: dict[str, dict] = {}
     calls = hub_datasets(plan)
     if calls:
@@ -474,11 +523,21 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, api=None,
                 p = Path(f["filename"])
                 rel = str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
                 files[rel] = p.stat().st_size
-            datasets_[name] = {"hub": dict(call), "commit": commit, "bytes": sum(files.values()), "files": files,
-                               "rows": len(ds)}
-    lock = {"version": LOCK_VERSION, "config": str(configfile),
-            "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "cache": {"hub": dirs["hub"], "datasets": dirs["datasets"]}, "models": models, "datasets": datasets_}
+            datasets_[name] = {
+                "hub": dict(call),
+                "commit": commit,
+                "bytes": sum(files.values()),
+                "files": files,
+                "rows": len(ds),
+            }
+    lock = {
+        "version": LOCK_VERSION,
+        "config": str(configfile),
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cache": {"hub": dirs["hub"], "datasets": dirs["datasets"]},
+        "models": models,
+        "datasets": datasets_,
+    }
     write_lock(Path(lock_file), lock)
     return lock
 
@@ -487,9 +546,13 @@ def describe(lock: dict) -> list[str]:
     """One line per pinned model and dataset, for the console."""
     out = []
     for name, e in lock["models"].items():
-        out.append(f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "
-                   f"{len(e['files'])} files, {human_bytes(e['bytes'])}, {e['parameters']:,} parameters")
+        out.append(
+            f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "
+            f"{len(e['files'])} files, {human_bytes(e['bytes'])}, {e['parameters']:,} parameters"
+        )
     for name, e in lock["datasets"].items():
-        out.append(f"dataset {name}: {e['hub']['path']} {e['hub']['revision']} = {e['commit']}, {e['rows']} rows, "
-                   f"{human_bytes(e['bytes'])}")
+        out.append(
+            f"dataset {name}: {e['hub']['path']} {e['hub']['revision']} = {e['commit']}, {e['rows']} rows, "
+            f"{human_bytes(e['bytes'])}"
+        )
     return out

@@ -11,6 +11,7 @@ recognised by their first bytes (whatever the name says), a byte-order mark
 other encoding must be declared. A file that is none of these is refused with
 its name, line and byte, and the setting that fixes it.
 """
+
 from __future__ import annotations
 
 import bz2
@@ -24,8 +25,9 @@ import lzma
 import os
 import tempfile
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from .errors import DataError
 
@@ -83,8 +85,9 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return n
 
 
-def read_jsonl(path: str | os.PathLike, encoding: str | None = None,
-               fix: str = "set `encoding: {encoding}` on the dataset entry") -> list[dict]:
+def read_jsonl(
+    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
+) -> list[dict]:
     """Read a JSONL file (compressed or not, see :func:`read_text`); each record gets ``_line``.
 
     A malformed line raises DataError naming file and line. ``_line`` is the file
@@ -116,8 +119,13 @@ COMPRESSION_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00",
 COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bzip2", ".xz": "xz"}
 _DECOMPRESS = {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}
 # longest first: a UTF-32 LE mark starts with the UTF-16 LE one
-BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
-        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 def format_suffix(path: str | os.PathLike) -> str:
@@ -145,8 +153,9 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     try:
         return _DECOMPRESS[kind](raw)
     except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
-        raise DataError(f"{path}: a damaged or truncated {kind} file ({e}); compress it again, or give the "
-                        "file uncompressed") from None
+        raise DataError(
+            f"{path}: a damaged or truncated {kind} file ({e}); compress it again, or give the file uncompressed"
+        ) from None
 
 
 def _line_of(raw: bytes, pos: int, codec: str) -> int:
@@ -177,8 +186,12 @@ def _utf16_without_bom(raw: bytes) -> str | None:
     return "utf-16-be" if even > odd else "utf-16-le"
 
 
-def decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None = None,
-                fix: str = "set `encoding: {encoding}` on the dataset entry") -> str:
+def decode_text(
+    raw: bytes,
+    path: str | os.PathLike,
+    encoding: str | None = None,
+    fix: str = "set `encoding: {encoding}` on the dataset entry",
+) -> str:
     """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8.
 
     ``fix`` says how a user declares an encoding (``{encoding}`` is filled in with
@@ -194,8 +207,10 @@ def decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None = None
             raise DataError(f"{path}: unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252, utf-16)") from None
         family = bom[1].removesuffix("-sig") if bom else None
         if family and not codec.startswith(family):
-            raise DataError(f"{path}: starts with a {family.upper()} byte-order mark, but the encoding "
-                            f"{encoding!r} is declared; remove the declared encoding")
+            raise DataError(
+                f"{path}: starts with a {family.upper()} byte-order mark, but the encoding "
+                f"{encoding!r} is declared; remove the declared encoding"
+            )
     else:
         codec = bom[1] if bom else "utf-8"
     try:
@@ -203,28 +218,37 @@ def decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None = None
     except UnicodeDecodeError as e:
         line, byte = _line_of(raw, e.start, codec), raw[e.start]
         if encoding or bom:
-            raise DataError(f"{path}:{line}: not valid {encoding or codec} at byte {e.start} (0x{byte:02x}); "
-                            "the file is damaged or in another encoding") from None
+            raise DataError(
+                f"{path}:{line}: not valid {encoding or codec} at byte {e.start} (0x{byte:02x}); "
+                "the file is damaged or in another encoding"
+            ) from None
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                            f"position); {fix.format(encoding=utf16)}") from None
-        raise DataError(f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
-                        f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}") from None
+            raise DataError(
+                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+                f"position); {fix.format(encoding=utf16)}"
+            ) from None
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
+            f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
+        ) from None
     if codec.startswith("utf"):  # a mark the codec kept (utf-8, utf-16-le, ... declared)
         text = text.removeprefix("\ufeff")
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                            f"position); {fix.format(encoding=utf16)}")
+            raise DataError(
+                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+                f"position); {fix.format(encoding=utf16)}"
+            )
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
 
 
-def read_text(path: str | os.PathLike, encoding: str | None = None,
-              fix: str = "set `encoding: {encoding}` on the dataset entry") -> str:
+def read_text(
+    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
+) -> str:
     """:func:`read_bytes` then :func:`decode_text`."""
     return decode_text(read_bytes(path), path, encoding, fix)
 
@@ -240,8 +264,10 @@ def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
         if hasattr(e, "position") and hasattr(e, "reason"):  # yaml.reader.ReaderError: not UTF-8/16
             char = getattr(e, "character", None)
             what = f"byte 0x{char:02x}" if isinstance(char, int) else repr(char)
-            return (f"{path}: not valid YAML: {e.reason} ({what} at offset {e.position}); YAML files must be "
-                    "UTF-8 (or UTF-16 with a byte-order mark)")
+            return (
+                f"{path}: not valid YAML: {e.reason} ({what} at offset {e.position}); YAML files must be "
+                "UTF-8 (or UTF-16 with a byte-order mark)"
+            )
         return f"{path}: not valid YAML: {e}"
     line, col = mark.line + 1, mark.column + 1
     out = f"{path}:{line}:{col}: not valid YAML: {problem}"

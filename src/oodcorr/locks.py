@@ -20,6 +20,7 @@ the run folder, holds the lock; the launching job only checks that it is free
 (Linux maps it onto POSIX locks there); on a file system without locking it
 raises, and the finetune stops with that error rather than running unguarded.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,9 +30,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 LOCK_FILE = "finetune.lock"
 
@@ -51,8 +52,11 @@ _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-
 
 
 def _holder() -> dict:
-    info = {"pid": os.getpid(), "host": socket.gethostname(),
-            "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
     if os.environ.get("SLURM_JOB_ID"):
         info["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
     return info
@@ -87,17 +91,23 @@ def _alive_here(info: dict) -> bool | None:
 def _refusal(folder: Path, path: Path, info: dict | None) -> str:
     head = f"run folder {folder} is in use by another finetune (it holds {path})"
     if info is None:
-        return (f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
-                f"`fuser -v {path}`, then run again")
+        return (
+            f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
+            f"`fuser -v {path}`, then run again"
+        )
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
     if _alive_here(info) is False:
-        return (f"{head}: {who}, which has exited, but a process it started still holds the lock "
-                f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again")
-    return (f"{head}: {who}. Two finetunes in one run folder would overwrite each other's checkpoints. "
-            f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
-            "again: the lock goes with the process, there is nothing to delete")
+        return (
+            f"{head}: {who}, which has exited, but a process it started still holds the lock "
+            f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
+        )
+    return (
+        f"{head}: {who}. Two finetunes in one run folder would overwrite each other's checkpoints. "
+        f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
+        "again: the lock goes with the process, there is nothing to delete"
+    )
 
 
 def _open(folder: Path) -> tuple[Path, int]:

@@ -18,6 +18,7 @@ class with the same four members to ``METHODS``. ``pattern`` has a fifth,
 ``vocab_logits``: the whole vocabulary's logits at the scored position, for
 ``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
 """
+
 from __future__ import annotations
 
 from .errors import ConfigError
@@ -33,8 +34,9 @@ class Pattern:
         return {}
 
     @staticmethod
-    def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
-               model_name: str) -> tuple[list[list[int]], int, dict]:
+    def encode(
+        tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int, model_name: str
+    ) -> tuple[list[list[int]], int, dict]:
         """(token ids per record, number truncated, what scoring needs: the verbaliser ids and,
         for ``scored_position: padded-end``, how to pad: to ``max_length``, on the tokenizer's side)."""
         from .prompting import encode_prompts, reading, verbaliser_ids  # prompting imports torch: kept out of planning
@@ -44,13 +46,23 @@ class Pattern:
         how = reading(prompt)
         verb = verbaliser_ids(tokenizer, prompt["verbalisers"], labels, model_name)
         padded_end = how["scored_position"] == "padded-end"
-        ids, n_trunc = encode_prompts(tokenizer, records, prompt["template"], max_length,
-                                      strip_fields=how["strip_fields"], truncation=how["truncation"],
-                                      keep_appended=padded_end)
+        ids, n_trunc = encode_prompts(
+            tokenizer,
+            records,
+            prompt["template"],
+            max_length,
+            strip_fields=how["strip_fields"],
+            truncation=how["truncation"],
+            keep_appended=padded_end,
+        )
         extra = {"verbaliser_ids": verb}
         if padded_end:
-            extra.update(position="padded-end", pad_to=int(max_length), padding_side=tokenizer.padding_side,
-                         pad_id=int(tokenizer.pad_token_id))
+            extra.update(
+                position="padded-end",
+                pad_to=int(max_length),
+                padding_side=tokenizer.padding_side,
+                pad_id=int(tokenizer.pad_token_id),
+            )
         return ids, n_trunc, extra
 
     @staticmethod
@@ -74,16 +86,20 @@ class Head:
 
     @staticmethod
     def model_kwargs(labels: list[str], pad_token_id: int | None) -> dict:
-        kw = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-              "label2id": {lab: i for i, lab in enumerate(labels)}}
+        kw = {
+            "num_labels": len(labels),
+            "id2label": dict(enumerate(labels)),
+            "label2id": {lab: i for i, lab in enumerate(labels)},
+        }
         if pad_token_id is not None:
             # decoders pool at the last token that is not padding: they must know the pad id
             kw["pad_token_id"] = int(pad_token_id)
         return kw
 
     @staticmethod
-    def encode(tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int,
-               model_name: str) -> tuple[list[list[int]], int, dict]:
+    def encode(
+        tokenizer, records: list[dict], *, labels: list[str], prompt: dict | None, max_length: int, model_name: str
+    ) -> tuple[list[list[int]], int, dict]:
         """Sentence-pair token ids; segment ids (BERT's token_type_ids) are rebuilt at scoring time
         from the separator token, and checked here against the tokenizer's own."""
         premises = [r["premise"].strip() for r in records]
@@ -101,8 +117,10 @@ class Head:
             for x, t in zip(ids, types):
                 got = _segments(torch.tensor([x]), torch.ones(1, len(x), dtype=torch.long), extra["sep_id"])
                 if got[0].tolist() != list(t):
-                    raise ConfigError(f"models[{model_name}]: the tokenizer's segment ids for sentence pairs "
-                                      "do not follow the [CLS] A [SEP] B [SEP] layout this method rebuilds")
+                    raise ConfigError(
+                        f"models[{model_name}]: the tokenizer's segment ids for sentence pairs "
+                        "do not follow the [CLS] A [SEP] B [SEP] layout this method rebuilds"
+                    )
         return ids, n_trunc, extra
 
     @staticmethod

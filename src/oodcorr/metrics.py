@@ -25,6 +25,7 @@ per-example predictions file). Plain numpy; no torch, no pandas.
   :data:`CI_LEVEL`, for accuracy = n_correct / n. Unlike the normal (Wald) interval it
   stays inside [0, 1] and covers close to nominal at accuracies near 0 or 1 and at small n.
 """
+
 from __future__ import annotations
 
 import math
@@ -93,8 +94,9 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def confidence(logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str],
-               coarse: dict | None) -> np.ndarray:
+def confidence(
+    logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str], coarse: dict | None
+) -> np.ndarray:
     """Probability of each example's (collapsed) predicted label under the softmax of its
     label scores; for a coarse prediction, the summed probability of the labels it collapses."""
     prob = softmax(logits)  # columns follow label_names, the model's outputs
@@ -134,7 +136,12 @@ def compute(gold, pred, correct, logits, names: list[str], label_names: list[str
     low, high = wilson(k, n)
     shown = collapse(pred, gold, names, coarse)
     conf = confidence(np.asarray(logits), shown, names, label_names, coarse) if n else np.empty(0)
-    return {"macro_f1": macro_f1(gold, shown), "ece": ece(conf, correct), "accuracy_ci_low": low,
-            "accuracy_ci_high": high, "ece_bins": ECE_BINS, "ci_level": CI_LEVEL,
-            "f1_per_label": {names[c]: v for c, v in per_class_f1(gold, shown).items()}}
-
+    return {
+        "macro_f1": macro_f1(gold, shown),
+        "ece": ece(conf, correct),
+        "accuracy_ci_low": low,
+        "accuracy_ci_high": high,
+        "ece_bins": ECE_BINS,
+        "ci_level": CI_LEVEL,
+        "f1_per_label": {names[c]: v for c, v in per_class_f1(gold, shown).items()},
+    }

@@ -1,4 +1,5 @@
 """Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,7 +27,6 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
 
-
     kwargs = {}
     # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
     revision = pinned_model_revision(spec)
@@ -46,12 +46,12 @@ def load_tokenizer(spec: dict, tiny_dir=None):
     return tok
 
 
-def load_model(spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str] | None = None,
-               pad_token_id: int | None = None):
+def load_model(
+    spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str] | None = None, pad_token_id: int | None = None
+):
     """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
-
 
     method = methods.get(spec.get("method"))
     src, kw = model_source(spec, tiny_dir)
@@ -62,9 +62,12 @@ def load_model(spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str]
         kw.update(method.model_kwargs(labels, pad_token_id))
     dtype = spec.get("dtype", "float32")
     model = getattr(transformers, method.auto_class).from_pretrained(
-        src, trust_remote_code=bool(spec.get("trust_remote_code", False)),
+        src,
+        trust_remote_code=bool(spec.get("trust_remote_code", False)),
         use_safetensors=None if spec.get("allow_pickle_weights") else True,
-        dtype=getattr(torch, dtype) if dtype != "auto" else "auto", **kw)
+        dtype=getattr(torch, dtype) if dtype != "auto" else "auto",
+        **kw,
+    )
     return model.to(device)
 
 
@@ -72,8 +75,14 @@ def load_causal_lm(spec: dict, tiny_dir=None, device: str = "cpu"):
     return load_model(dict(spec, method="pattern"), tiny_dir, device)
 
 
-def load_checkpoint(spec: dict, ckpt_dir: str | Path, tiny_dir=None, device: str = "cpu",
-                    labels: list[str] | None = None, pad_token_id: int | None = None):
+def load_checkpoint(
+    spec: dict,
+    ckpt_dir: str | Path,
+    tiny_dir=None,
+    device: str = "cpu",
+    labels: list[str] | None = None,
+    pad_token_id: int | None = None,
+):
     """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():

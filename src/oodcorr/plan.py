@@ -17,14 +17,16 @@ The Snakefile builds one :class:`Plan` and the rules read only it: targets, para
 factory, :meth:`Plan.rule_resources`). Nothing here imports torch, so planning
 stays fast.
 """
+
 from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from . import checks, schema
 from .config import DEFAULT_SCORE, NAME_RE, Experiment, analysis_options, canonical, model_files
@@ -85,7 +87,7 @@ class Resources:
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> "Resources":
+    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> Resources:
         names = [f.name for f in fields(cls) if f.name != "origin"]
         return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
 
@@ -150,8 +152,7 @@ class Run:
 
     @property
     def wildcards(self) -> dict[str, str]:
-        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train),
-                "seed": str(self.seed)}
+        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train), "seed": str(self.seed)}
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ class Paths:
         """The staging copy of a published result (the scores, a table, a figure)."""
         if not path.startswith(self.root + "/"):
             raise ValueError(f"{path} is not under {self.root}")
-        return f"{self.staging}/{path[len(self.root) + 1:]}"
+        return f"{self.staging}/{path[len(self.root) + 1 :]}"
 
     @property
     def scores(self) -> str:
@@ -351,14 +352,22 @@ class Plan:
     def targets(self) -> list[str]:
         """What rule ``all`` asks for: the scores, the tables and every figure (the published set)."""
         a = self.paths.analysis
-        return [self.paths.scores, self.paths.scores_csv, self.paths.accuracy_html, self.paths.accuracy_csv,
-                f"{a}/partial_correlations.csv", f"{a}/agreement.csv", f"{a}/heatmap_grid.png",
-                *self.figure_targets()]
+        return [
+            self.paths.scores,
+            self.paths.scores_csv,
+            self.paths.accuracy_html,
+            self.paths.accuracy_csv,
+            f"{a}/partial_correlations.csv",
+            f"{a}/agreement.csv",
+            f"{a}/heatmap_grid.png",
+            *self.figure_targets(),
+        ]
 
     def manifests(self, wildcards) -> list[str]:
         """The manifests of every run of the model ``wildcards.model`` (their loss histories)."""
-        return [self.paths.manifest.format(**r.wildcards) for r in self.runs
-                if r.model == wildcards.model and not r.series]
+        return [
+            self.paths.manifest.format(**r.wildcards) for r in self.runs if r.model == wildcards.model and not r.series
+        ]
 
     def staged_targets(self) -> list[str]:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
@@ -395,9 +404,15 @@ class Plan:
     def tokenize_params(self, wildcards) -> dict:
         def make():
             spec = self.models[wildcards.model]
-            return {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name), "prompt": spec.prompt,
-                    "labels": list(self.labels), "coarse": dict(self.label_mode.get("coarse") or {}),
-                    "max_length": self.exp.config["evaluation"]["max_length"]}
+            return {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "prompt": spec.prompt,
+                "labels": list(self.labels),
+                "coarse": dict(self.label_mode.get("coarse") or {}),
+                "max_length": self.exp.config["evaluation"]["max_length"],
+            }
+
         return self._cached(("tokenize", wildcards.model), make)
 
     @rule_callable
@@ -405,9 +420,16 @@ class Plan:
         def make():
             run = self.run(wildcards)
             spec = self.models[run.model]
-            return {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name), "finetune": spec.finetune,
-                    "prompt": spec.prompt, "labels": list(self.labels), "steps": list(run.steps),
-                    "max_steps": run.max_steps}
+            return {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "finetune": spec.finetune,
+                "prompt": spec.prompt,
+                "labels": list(self.labels),
+                "steps": list(run.steps),
+                "max_steps": run.max_steps,
+            }
+
         return self._cached(("finetune", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed), make)
 
     @rule_callable
@@ -430,15 +452,20 @@ class Plan:
         try:
             return spec.checkpoints[int(wildcards.step)]
         except (KeyError, TypeError):
-            raise ConfigError(f"models[{wildcards.model}]: no series checkpoint at "
-                              f"{spec.x_unit} {wildcards.step}") from None
+            raise ConfigError(
+                f"models[{wildcards.model}]: no series checkpoint at {spec.x_unit} {wildcards.step}"
+            ) from None
 
     @rule_callable
     def series_params(self, wildcards) -> dict:
         """Rule series_checkpoint: one checkpoint of a series, and the entry's safety opt-ins."""
         spec = self.models[wildcards.model]
-        return {"model": spec.name, "x_unit": spec.x_unit, "checkpoint": self._series_checkpoint(wildcards),
-                "entry": {k: spec.entry[k] for k in ("trust_remote_code", "allow_pickle_weights") if k in spec.entry}}
+        return {
+            "model": spec.name,
+            "x_unit": spec.x_unit,
+            "checkpoint": self._series_checkpoint(wildcards),
+            "entry": {k: spec.entry[k] for k in ("trust_remote_code", "allow_pickle_weights") if k in spec.entry},
+        }
 
     def series_files(self, wildcards) -> list[str]:
         """A local series checkpoint's files (a changed file rewrites its manifest); none for a hub one."""
@@ -467,26 +494,39 @@ class Plan:
         In unit ``checkpoint`` the step is a wildcard, and the value is shared by all the
         checkpoints of a run x testset (planning cost: Snakemake expands every job's params).
         """
+
         def make():
             run = self.run(wildcards)
             spec = self.models[run.model]
             role = dict(self.testsets[run.in_domain]).get(wildcards.testset)
             if role is None:
-                raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set "
-                                  f"{run.in_domain!r}")
-            job = {"model_spec": spec.entry, "tiny_dir": self.tiny_dir(spec.name),
-                   "provenance": {"model": run.model, "model_source": spec.source_record, "method": spec.method,
-                                  "label_mode": self.label_mode["name"], "in_domain": run.in_domain,
-                                  "n_train": run.n_train, "seed": run.seed, "run_id": run.id, "role": role,
-                                  "finetune_lora": spec.lora}}
+                raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
+            job = {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "provenance": {
+                    "model": run.model,
+                    "model_source": spec.source_record,
+                    "method": spec.method,
+                    "label_mode": self.label_mode["name"],
+                    "in_domain": run.in_domain,
+                    "n_train": run.n_train,
+                    "seed": run.seed,
+                    "run_id": run.id,
+                    "role": role,
+                    "finetune_lora": spec.lora,
+                },
+            }
             if run.series:  # (finetuned runs' provenance stays as it was: their eval keys are unchanged)
                 job["provenance"]["x_unit"] = spec.x_unit
             if self.unit == "run":
                 job["steps"] = list(run.steps)
                 job["predictions"] = [self.predictions_path(run, s, wildcards.testset) for s in run.steps]
             return job
-        return self._cached(("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed,
-                             wildcards.testset), make)
+
+        return self._cached(
+            ("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset), make
+        )
 
     # ---- resources: one factory for every rule ----------------------------------------
     def job_resources(self, rule: str, model: str) -> Resources:
@@ -531,7 +571,8 @@ class Plan:
         minutes = {m: r.runtime for m, r in per.items()}
         if rule == "evaluate" and self.unit == "run":
             out["runtime"] = rule_callable(
-                lambda wildcards, attempt: minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt)
+                lambda wildcards, attempt: minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt
+            )
         else:
             out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * attempt)
         if rule == "evaluate":
@@ -555,7 +596,7 @@ def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
     for rule, default in RULE_DEFAULTS.items():
         values, origin = dict(default), {}
         gpu = values.get("gpu", 0)
-        for where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
+        for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
             own = layer.get(rule) or {}
             if "gpu" in own:
                 gpu = own["gpu"]
@@ -583,8 +624,9 @@ def _check_placement(models: Mapping[str, ModelSpec]) -> None:
     constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
     for rule in MODEL_RULES:
         for key in PROFILE_PLACEMENT:
-            have = {m: spec.resources[rule] for m, spec in models.items()
-                    if getattr(spec.resources[rule], key) is not None}
+            have = {
+                m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
+            }
             if have and len(have) < len(models):
                 missing = sorted(set(models) - set(have))
                 first = next(iter(have.values())).where(key)
@@ -592,7 +634,8 @@ def _check_placement(models: Mapping[str, ModelSpec]) -> None:
                     f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
                     f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
                     f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
-                    f"or resources.{rule}.{key}")
+                    f"or resources.{rule}.{key}"
+                )
 
 
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
@@ -618,8 +661,9 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     exp = exp or Experiment(config, basedir)
     name = str(config.get("experiment") or "default")
     if not NAME_RE.match(name):
-        raise ConfigError(f"experiment: {name!r} must match {NAME_RE.pattern} (it names the folder "
-                          "results/<experiment>)")
+        raise ConfigError(
+            f"experiment: {name!r} must match {NAME_RE.pattern} (it names the folder results/<experiment>)"
+        )
     unit = (config.get("evaluation") or {}).get("unit", DEFAULT_UNIT)
     if unit not in UNITS:
         raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
@@ -629,12 +673,18 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
         source = next(k for k in ("tiny", "hub", "path", "package", "series") if entry.get(k))
         series = source == "series"
         models[m] = ModelSpec(
-            name=m, source=source, method=exp.method(m), entry=exp.model_spec(m),
-            finetune={} if series else exp.finetune_params(m), prompt=exp.prompt_for(m),
+            name=m,
+            source=source,
+            method=exp.method(m),
+            entry=exp.model_spec(m),
+            finetune={} if series else exp.finetune_params(m),
+            prompt=exp.prompt_for(m),
             distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
             resources=_model_resources(exp, entry),
-            checkpoints=exp.series_checkpoints(m) if series else None, x_unit=exp.series_unit(m),
-            params_b=entry.get("params_b"))
+            checkpoints=exp.series_checkpoints(m) if series else None,
+            x_unit=exp.series_unit(m),
+            params_b=entry.get("params_b"),
+        )
     _check_placement(models)
     runs = []
     for m, spec in models.items():
@@ -652,15 +702,26 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     datasets = tuple(exp.all_datasets())
     return Plan(
-        experiment=name, unit=unit, paths=Paths(f"results/{name}"), labels=tuple(exp.labels),
-        label_mode=exp.label_mode, models=models, runs=tuple(runs), testsets=testsets,
-        train_set={d: spec["train"] for d, spec in exp.in_domain.items() if spec.get("train")}, datasets=datasets,
-        pretraining={"corpus": dict(config.get("pretraining_corpus") or {}),
-                     "template": config["prompt"]["template"],
-                     "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()]},
+        experiment=name,
+        unit=unit,
+        paths=Paths(f"results/{name}"),
+        labels=tuple(exp.labels),
+        label_mode=exp.label_mode,
+        models=models,
+        runs=tuple(runs),
+        testsets=testsets,
+        train_set={d: spec["train"] for d, spec in exp.in_domain.items() if spec.get("train")},
+        datasets=datasets,
+        pretraining={
+            "corpus": dict(config.get("pretraining_corpus") or {}),
+            "template": config["prompt"]["template"],
+            "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()],
+        },
         analysis=analysis_options(config.get("analysis")),
         score=(config.get("analysis") or {}).get("score", DEFAULT_SCORE),
-        warnings=tuple(warnings), exp=exp)
+        warnings=tuple(warnings),
+        exp=exp,
+    )
 
 
 def plan_time_checks(exp: Experiment, runs: list[Run], analysis: dict) -> list[str]:

@@ -4,6 +4,7 @@ curves, and in-domain vs OOD scatter plots with the fitted residualiser curves.
 Every function takes the analysis tables, writes one PNG atomically, and returns a
 small dict describing what it drew (used by the tests).
 """
+
 from __future__ import annotations
 
 import math
@@ -116,8 +117,9 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
         ax.scatter(jj, ii, s=max(2.0, 900 / k), c="black", marker="x", linewidths=0.5)
         for i, j in zip(*np.nonzero(np.tril(np.ones((k, k), bool)) & present)):
             v = m[i, j]
-            cells[(rnames[i], cnames[j])] = (f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}"
-                                             if math.isfinite(v) else "n/a")
+            cells[(rnames[i], cnames[j])] = (
+                f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}" if math.isfinite(v) else "n/a"
+            )
     else:
         for i in range(k):
             for j in range(i + 1):
@@ -126,14 +128,24 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                 if math.isfinite(v):
                     cells[key] = f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}"
                     colour = "dimgrey" if unresolved[i, j] else ("white" if abs(v) > 0.6 else "black")
-                    ax.text(j, i, cells[key], ha="center", va="center", fontsize=fs, color=colour,
-                            fontweight="bold" if sig[i, j] else "normal")
+                    ax.text(
+                        j,
+                        i,
+                        cells[key],
+                        ha="center",
+                        va="center",
+                        fontsize=fs,
+                        color=colour,
+                        fontweight="bold" if sig[i, j] else "normal",
+                    )
                     if near[i, j]:
-                        ax.add_patch(plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8,
-                                                   edgecolor="dimgrey"))
+                        ax.add_patch(
+                            plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, edgecolor="dimgrey")
+                        )
                 elif present[i, j]:
-                    ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///",
-                                               edgecolor="grey", lw=0))
+                    ax.add_patch(
+                        plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0)
+                    )
                     cells[key] = "n/a"
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
     side = min(MAX_INCHES, max(3.5, 0.5 * len(names) + 1.5))
@@ -148,8 +160,13 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     return im, cells
 
 
-def describe(rows: pd.DataFrame, big: bool = False, alpha: float | None = None, level: float | None = None,
-             near_zero: float | None = None) -> str:
+def describe(
+    rows: pd.DataFrame,
+    big: bool = False,
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> str:
     """The panel's legend in numbers: runs, the correction and its family size, the marks."""
     if rows.empty:
         return ""
@@ -195,9 +212,17 @@ def _names(rows: pd.DataFrame) -> list[str]:
     return cluster_order(rows, names) if len(names) > TEXT_LIMIT else names
 
 
-def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualiser: str,
-            run: str = "pooled", alpha: float | None = None, level: float | None = None,
-            near_zero: float | None = None) -> dict:
+def heatmap(
+    pc: pd.DataFrame,
+    model: str,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
     """One panel per in-domain set and pool group for ``model``. Returns
     {(in_domain, row, col): label}."""
     plt = _plt()
@@ -206,15 +231,17 @@ def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualise
     per = [(key, _rows(sub, key)) for key in keys]
     n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
     size = min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
-    fig, axes = plt.subplots(1, len(per), figsize=((size + 1.5) * len(per) + 1, size + 1.0), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(per), figsize=((size + 1.5) * len(per) + 1, size + 1.0), squeeze=False, layout="constrained"
+    )
     cells, im = {}, None
     for ax, (key, rows) in zip(axes[0], per):
         names = _names(rows)
         big = len(names) > TEXT_LIMIT
         where = f"in-domain {key.get('in_domain', '')}"
-        title = (f"{model}: {method}, {residualiser} residualiser, {where}\n"
-                 f"{describe(rows, big, alpha, level, near_zero)}")
+        title = (
+            f"{model}: {method}, {residualiser} residualiser, {where}\n{describe(rows, big, alpha, level, near_zero)}"
+        )
         got, c = _panel(ax, rows, names, title, plt)
         im = got or im
         cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
@@ -224,8 +251,16 @@ def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualise
     return cells
 
 
-def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str, run: str = "pooled",
-                 alpha: float | None = None, level: float | None = None, near_zero: float | None = None) -> dict:
+def heatmap_grid(
+    pc: pd.DataFrame,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
     """Side by side: one panel per model (and in-domain set, pool group), the same testset order
     in every panel, one shared colour scale. Returns {(model, in_domain): n cells drawn}."""
     plt = _plt()
@@ -233,17 +268,21 @@ def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str,
     keys = _panel_keys(sub, by_model=True)
     names = _names(sub.drop_duplicates(["x", "y"])) if len(sub) else []
     size = min(MAX_INCHES, max(3.5, 0.5 * len(names) + 1.5))
-    fig, axes = plt.subplots(1, len(keys), figsize=((size + 1.5) * len(keys) + 1, size + 1.0), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=((size + 1.5) * len(keys) + 1, size + 1.0), squeeze=False, layout="constrained"
+    )
     out, im = {}, None
     for ax, key in zip(axes[0], keys):
         rows = _rows(sub, key)
         big = len(names) > TEXT_LIMIT
         title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
-            rows, big, alpha, level, near_zero)
+            rows, big, alpha, level, near_zero
+        )
         got, c = _panel(ax, rows, names, title, plt)
         im = got or im
-        out[(key.get("model", ""), key.get("in_domain", ""))] = out.get((key.get("model", ""), key.get("in_domain", "")), 0) + len(c)
+        out[(key.get("model", ""), key.get("in_domain", ""))] = out.get(
+            (key.get("model", ""), key.get("in_domain", "")), 0
+        ) + len(c)
     if im is not None:
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"partial r ({method}, {residualiser})")
     _save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
@@ -253,8 +292,9 @@ def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str,
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 
-def learning_curves(long: pd.DataFrame, model: str, out_png: str, x_label: str = "training step",
-                    y_label: str = "score") -> dict:
+def learning_curves(
+    long: pd.DataFrame, model: str, out_png: str, x_label: str = "training step", y_label: str = "score"
+) -> dict:
     """Score vs step per testset: one thin line per run, the mean over runs bold; the
     in-domain testset in black. One panel per in-domain set. Returns {in_domain: testsets}."""
     plt = _plt()
@@ -277,14 +317,24 @@ def learning_curves(long: pd.DataFrame, model: str, out_png: str, x_label: str =
                 run = run.sort_values("unit")
                 ax.plot(run["unit"], run["score"], color=col, alpha=0.25, lw=0.8)
             mean = g.groupby("unit")["score"].mean()
-            ax.plot(mean.index, mean.to_numpy(), color=col, lw=2.6 if ts == dom else 1.6,
-                    label=f"{ts} (in-domain)" if ts == dom else ts, marker="o", ms=2.5)
+            ax.plot(
+                mean.index,
+                mean.to_numpy(),
+                color=col,
+                lw=2.6 if ts == dom else 1.6,
+                label=f"{ts} (in-domain)" if ts == dom else ts,
+                marker="o",
+                ms=2.5,
+            )
         drawn[dom] = names
         n_runs = rows["run"].nunique()
         legend = len(names) <= LEGEND_LIMIT
         extra = "" if legend else f"; {len(names) - 1} OOD testsets, too many to label: see the scores table"
-        ax.set(xlabel=x_label, ylabel=y_label,
-               title=f"{model}, in-domain {dom} ({n_runs} run{'s' if n_runs != 1 else ''}; bold: mean{extra})")
+        ax.set(
+            xlabel=x_label,
+            ylabel=y_label,
+            title=f"{model}, in-domain {dom} ({n_runs} run{'s' if n_runs != 1 else ''}; bold: mean{extra})",
+        )
         ax.grid(alpha=0.3)
         if legend:
             ax.legend(fontsize=7, loc="best", ncol=1 + len(names) // 12)
@@ -310,8 +360,14 @@ def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, gr
         return None
 
 
-def scatter(long: pd.DataFrame, model: str, out_png: str, residualisers=("linear", "gam"),
-            gam_settings=None, max_panels: int = 48) -> dict:
+def scatter(
+    long: pd.DataFrame,
+    model: str,
+    out_png: str,
+    residualisers=("linear", "gam"),
+    gam_settings=None,
+    max_panels: int = 48,
+) -> dict:
     """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
     with each run's fitted residualiser curve(s) (the residuals are the vertical
     distances to it). Returns {testset: number of curves drawn}."""
@@ -334,9 +390,13 @@ def scatter(long: pd.DataFrame, model: str, out_png: str, residualisers=("linear
     runs = sorted(sub["run"].unique())
     colours = dict(zip(runs, plt.get_cmap("tab10")(np.linspace(0, 1, max(len(runs), 1)))))
     drawn = {}
-    wides = {dom: {run: g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
-                   for run, g in sub[sub["in_domain"] == dom].groupby("run")}
-             for dom in {d for d, _ in shown}}
+    wides = {
+        dom: {
+            run: g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
+            for run, g in sub[sub["in_domain"] == dom].groupby("run")
+        }
+        for dom in {d for d, _ in shown}
+    }
     for k, (ax, (dom, ts)) in enumerate(zip(axes.flat, shown)):
         n_curves = 0
         for run, w in wides[dom].items():
@@ -361,7 +421,7 @@ def scatter(long: pd.DataFrame, model: str, out_png: str, residualisers=("linear
         if not share or k + ncol >= len(shown):
             ax.xaxis.set_tick_params(labelbottom=True)
             ax.set_xlabel(f"{dom} (in-domain)", fontsize=6)
-    for ax in list(axes.flat)[len(shown):]:
+    for ax in list(axes.flat)[len(shown) :]:
         ax.set_axis_off()
     kinds = [r for r in residualisers if "+" not in r]
     legend = ", ".join(f"{r}: {'solid' if r == 'linear' else 'dashed'}" for r in kinds)

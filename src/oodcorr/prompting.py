@@ -18,6 +18,7 @@ prompt is read is set by the prompt's switches (:data:`oodcorr.config.READING_DE
 * ``strip_fields``: premise and hypothesis are stripped of surrounding white space
   before they fill the template (default), or inserted as they are.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,7 +51,8 @@ def verbaliser_ids(tokenizer, verbalisers: dict, labels: list[str], model_name: 
             pieces = tokenizer.convert_ids_to_tokens(toks)
             raise ConfigError(
                 f"prompt.verbalisers.{lab}: {word!r} is {len(toks)} tokens {pieces} for the tokenizer of "
-                f"model {model_name!r}; a verbaliser must be a single token (mind the leading space)")
+                f"model {model_name!r}; a verbaliser must be a single token (mind the leading space)"
+            )
         ids.append(toks[0])
     if len(set(ids)) != len(ids):
         raise ConfigError(f"prompt.verbalisers: two labels share one token for model {model_name!r}: {verbalisers}")
@@ -62,13 +64,21 @@ def _text_span(with_special: list[int], without: list[int]) -> tuple[int, int] |
     where the two encodings differ in more than added tokens."""
     n = len(without)
     for start in range(len(with_special) - n + 1):
-        if with_special[start:start + n] == without:
+        if with_special[start : start + n] == without:
             return start, start + n
     return None
 
 
-def encode_prompts(tokenizer, records: list[dict], template: str, max_length: int, *, strip_fields: bool = True,
-                   truncation: str = "left", keep_appended: bool = False) -> tuple[list[list[int]], int]:
+def encode_prompts(
+    tokenizer,
+    records: list[dict],
+    template: str,
+    max_length: int,
+    *,
+    strip_fields: bool = True,
+    truncation: str = "left",
+    keep_appended: bool = False,
+) -> tuple[list[list[int]], int]:
     """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts).
 
     Special tokens the tokenizer puts before the text (a BOS) are always kept. Those it
@@ -90,19 +100,20 @@ def encode_prompts(tokenizer, records: list[dict], template: str, max_length: in
         span = _text_span(ids, list(plain))
         if span is None:  # the encodings differ inside the text: keep a leading special token only
             span = (1 if ids and ids[0] in special else 0, len(ids))
-        head_ids, body, tail_ids = ids[:span[0]], ids[span[0]:span[1]], ids[span[1]:]
+        head_ids, body, tail_ids = ids[: span[0]], ids[span[0] : span[1]], ids[span[1] :]
         if not keep_appended:
             tail_ids = []
         budget = max_length - len(head_ids) - len(tail_ids)
         if len(body) > budget:
             n_trunc += 1
-            body = body[len(body) - budget:] if truncation == "left" else body[:budget]
+            body = body[len(body) - budget :] if truncation == "left" else body[:budget]
         out.append(head_ids + body + tail_ids)
     return out, n_trunc
 
 
-def pad_batch(seqs: list[list[int]], pad_id: int, side: str = "right",
-              width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_batch(
+    seqs: list[list[int]], pad_id: int, side: str = "right", width: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, attention mask) of ``seqs`` padded to the longest (or to ``width``), one tensor call each."""
     if side not in ("left", "right"):
         raise ValueError(f"padding side must be 'left' or 'right', not {side!r}")
@@ -166,8 +177,9 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     return logits[torch.arange(logits.shape[0], device=logits.device), last]
 
 
-def padded_end_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, pad_to: int,
-                      side: str, pad_id: int) -> torch.Tensor:
+def padded_end_logits(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, pad_to: int, side: str, pad_id: int
+) -> torch.Tensor:
     """(batch, vocab) next-token logits at the last position of every prompt padded to ``pad_to``
     tokens on ``side``, the model called with ids and mask only (its own position ids): what a
     model reads that is handed ``tokenizer(..., padding="max_length")`` and scored at ``[:, -1]``.
@@ -184,13 +196,19 @@ def scored_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     """(batch, vocab) logits at the scored position that ``extra`` (from encoding) names."""
     extra = extra or {}
     if extra.get("position") == "padded-end":
-        return padded_end_logits(model, input_ids, attention_mask, pad_to=extra["pad_to"],
-                                 side=extra["padding_side"], pad_id=extra["pad_id"])
+        return padded_end_logits(
+            model, input_ids, attention_mask, pad_to=extra["pad_to"], side=extra["padding_side"], pad_id=extra["pad_id"]
+        )
     return last_token_logits(model, input_ids, attention_mask)
 
 
-def verbaliser_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      verb_ids: list[int] | torch.Tensor, extra: dict | None = None) -> torch.Tensor:
+def verbaliser_logits(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    verb_ids: list[int] | torch.Tensor,
+    extra: dict | None = None,
+) -> torch.Tensor:
     """(batch, n_labels) logits of the verbaliser tokens at each row's scored position."""
     logits = scored_logits(model, input_ids, attention_mask, extra)
     verb = torch.as_tensor(verb_ids, device=logits.device)

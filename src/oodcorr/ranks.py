@@ -5,6 +5,7 @@ is rank 0 (which alone writes the run folder), and a "rank 0 first" barrier. Kep
 :mod:`oodcorr.distributed` (which builds and runs the launch, and calls finetune) so that
 finetune can use them without importing its own launcher.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Glue shared by the workflow scripts: logging to the rule's log file, device choice."""
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,9 @@ def setup_logging(log_path: str | None) -> None:
         os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
         fh = open(log_path, "w", buffering=1, encoding="utf-8")
         sys.stdout = sys.stderr = fh
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def end_job() -> None:
@@ -60,5 +62,3 @@ def retry_sizes(batch_size: int, max_tokens: int, attempt: int) -> tuple[int, in
     """
     shrink = 2 ** (max(1, int(attempt)) - 1)
     return max(1, int(batch_size) // shrink), max(1, int(max_tokens) // shrink)
-
-

@@ -7,19 +7,28 @@ violation as ``file:line: key.path: what is wrong`` and raises
 :class:`~oodcorr.errors.ConfigError`. Only a config that passes reaches Snakemake's
 own validation (:func:`fill_defaults`), which then fills in the schema defaults.
 """
+
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 
 from .config import load_yaml
 from .errors import ConfigError
 
-YAML_TYPES = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
-              "number": "a number", "boolean": "true or false", "null": "null"}
+YAML_TYPES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
 
 
 def key_path(parts: Iterable, config: Any = None) -> str:
@@ -59,8 +68,14 @@ def yaml_line(path: Path, parts: list) -> int | None:
 
 
 def _type_name(value: Any) -> str:
-    for name, t in (("true/false", bool), ("an integer", int), ("a number", float), ("a string", str),
-                    ("a list", list), ("a mapping", dict)):
+    for name, t in (
+        ("true/false", bool),
+        ("an integer", int),
+        ("a number", float),
+        ("a string", str),
+        ("a list", list),
+        ("a mapping", dict),
+    ):
         if isinstance(value, t):
             return name
     return "null" if value is None else type(value).__name__
@@ -77,8 +92,9 @@ def _describe(err, config) -> list[tuple[list, str]]:
         for k in sorted(set(inst) - set(allowed)):
             near = difflib.get_close_matches(k, allowed, n=1)
             hint = f"did you mean {near[0]!r}? " if near else ""
-            out.append((parts + [k], f"{key_path(parts + [k], config)}: unknown key; {hint}"
-                                     f"allowed here: {', '.join(allowed)}"))
+            out.append(
+                (parts + [k], f"{key_path(parts + [k], config)}: unknown key; {hint}allowed here: {', '.join(allowed)}")
+            )
         return out
     if kind == "required":
         missing = [k for k in val if k not in inst]
@@ -93,8 +109,11 @@ def _describe(err, config) -> list[tuple[list, str]]:
     if kind == "enum":
         return [(parts, f"{where}: {inst!r} is not one of {', '.join(map(repr, val))}")]
     if kind == "pattern":
-        why = "it becomes a path component" if val.startswith("^[A-Za-z0-9][") else \
-            err.schema.get("description") or "the characters allowed here"
+        why = (
+            "it becomes a path component"
+            if val.startswith("^[A-Za-z0-9][")
+            else err.schema.get("description") or "the characters allowed here"
+        )
         return [(parts, f"{where}: {inst!r} must match {val} ({why})")]
     if kind == "not":
         return [(parts, f"{where}: {inst!r} is not allowed ({err.schema.get('description') or err.message})")]

@@ -20,6 +20,7 @@ Nothing here imports torch: the plan lists a local checkpoint's files when plann
 that Snakemake rewrites the manifest (and reruns that checkpoint's evaluations) when one
 of them changes.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,8 @@ from .io import sha256_file, sha256_json, write_json_atomic
 
 KIND = "series-checkpoint"
 X_UNITS = ("step", "tokens")
+
+
 def _stat(f: Path) -> list[int]:
     st = f.stat()
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
@@ -49,17 +52,21 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
         if not d.is_dir():
             raise ConfigError(f"{where}: {d} is not a directory")
         if (d / "adapter_config.json").exists():
-            raise ConfigError(f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
-                              "(merge the adapter into its base model and save that)")
+            raise ConfigError(
+                f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
+                "(merge the adapter into its base model and save that)"
+            )
         check_local_weights(str(d), dict(entry, name=model))
         files = {}
         for f in model_files(d, bool(entry.get("allow_pickle_weights"))):
             files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": _stat(f)}
-        doc.update(source={"path": str(d)}, files=files,
-                   digest=sha256_json({k: v["sha256"] for k, v in files.items()}))
+        doc.update(source={"path": str(d)}, files=files, digest=sha256_json({k: v["sha256"] for k, v in files.items()}))
     else:
-        doc.update(source={"hub": checkpoint["hub"], "revision": checkpoint["revision"]}, files={},
-                   digest=f"hub:{checkpoint['hub']}@{checkpoint['revision']}")
+        doc.update(
+            source={"hub": checkpoint["hub"], "revision": checkpoint["revision"]},
+            files={},
+            digest=f"hub:{checkpoint['hub']}@{checkpoint['revision']}",
+        )
     write_json_atomic(out, doc)
     return doc
 

@@ -30,6 +30,7 @@ the check therefore catches a job that cannot fit, not every one that will not.
 **Checkpoint sizes** (:func:`checkpoint_bytes`): a LoRA checkpoint holds the adapter
 (A x 4 bytes: peft keeps adapters in float32), a full one the weights (P x b).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -139,17 +140,26 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
         if spec.lora:
             adapter = lora_parameters(size, spec.finetune["lora"]) or 0
             weights, states = p * b, adapter * ADAPTER_TRAIN_BYTES
-            parts = "frozen weights + the LoRA adapter's training state" if adapter else \
-                "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
+            parts = (
+                "frozen weights + the LoRA adapter's training state"
+                if adapter
+                else "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
+            )
         else:
             weights, states = 2 * p * b, 2 * p * b
             parts = "weights and gradients + two Adam states"
     raw = weights / w_shard + states / s_shard
     gib = raw / GiB * MARGIN_FACTOR + MARGIN_GIB
-    shard = f", split over {w_shard} GPUs" if w_shard > 1 else (f", optimizer state split over {s_shard} GPUs"
-                                                                 if s_shard > 1 else "")
-    return GpuNeed(gib, f"{what}: {raw / GiB:.1f} GiB of {parts}{shard}, x {MARGIN_FACTOR} + {MARGIN_GIB:g} GiB; "
-                        "activations not counted")
+    shard = (
+        f", split over {w_shard} GPUs"
+        if w_shard > 1
+        else (f", optimizer state split over {s_shard} GPUs" if s_shard > 1 else "")
+    )
+    return GpuNeed(
+        gib,
+        f"{what}: {raw / GiB:.1f} GiB of {parts}{shard}, x {MARGIN_FACTOR} + {MARGIN_GIB:g} GiB; "
+        "activations not counted",
+    )
 
 
 def check_gpu_memory(plan, lock=None) -> list[str]:
@@ -173,25 +183,38 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
                 unknown.append(f"models[{name}] ({size.source})")
                 break
             if need.gib > res.gpu_mem_gb:
-                fixes = [f"GPUs with more memory ({res.where('gpu_mem_gb')}, and gpu_model or constraint to get "
-                         f"them)", f"a smaller dtype (models[{name}].dtype)"]
+                fixes = [
+                    f"GPUs with more memory ({res.where('gpu_mem_gb')}, and gpu_model or constraint to get them)",
+                    f"a smaller dtype (models[{name}].dtype)",
+                ]
                 if rule == "finetune":
-                    fixes.append(f"sharding over more GPUs (models[{name}].distributed)" if spec.distributed else
-                                 f"sharding over several GPUs (models[{name}].distributed: FSDP or DeepSpeed)")
+                    fixes.append(
+                        f"sharding over more GPUs (models[{name}].distributed)"
+                        if spec.distributed
+                        else f"sharding over several GPUs (models[{name}].distributed: FSDP or DeepSpeed)"
+                    )
                     if not spec.lora:
                         fixes.append(f"LoRA (models[{name}].finetune.lora)")
-                errors.append(f"models[{name}]: its {rule} jobs need at least {need.gib:.1f} GiB on each GPU "
-                              f"({need.explain}) but asks for GPUs of {res.gpu_mem_gb:g} GiB "
-                              f"({res.where('gpu_mem_gb')}). Use " + ", or ".join(fixes))
+                errors.append(
+                    f"models[{name}]: its {rule} jobs need at least {need.gib:.1f} GiB on each GPU "
+                    f"({need.explain}) but asks for GPUs of {res.gpu_mem_gb:g} GiB "
+                    f"({res.where('gpu_mem_gb')}). Use " + ", or ".join(fixes)
+                )
     if errors:
         raise ConfigError("a model does not fit the GPUs its jobs ask for:\n  " + "\n  ".join(errors))
     warnings = []
     if unknown:
-        warnings.append("GPU memory check skipped for " + "; ".join(dict.fromkeys(unknown)) +
-                        ": parameter count unknown (run oodcorr prefetch, or set params_b on the model entry)")
+        warnings.append(
+            "GPU memory check skipped for "
+            + "; ".join(dict.fromkeys(unknown))
+            + ": parameter count unknown (run oodcorr prefetch, or set params_b on the model entry)"
+        )
     if unset:
-        warnings.append("GPU memory not checked for " + ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
-                        + ": set gpu_mem_gb (GiB per GPU) in their size class or resources")
+        warnings.append(
+            "GPU memory not checked for "
+            + ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
+            + ": set gpu_mem_gb (GiB per GPU) in their size class or resources"
+        )
     return warnings
 
 
@@ -200,8 +223,11 @@ def checkpoint_bytes(spec, size: ModelSize) -> tuple[int | None, str]:
     if spec.lora:
         a = lora_parameters(size, spec.finetune["lora"])
         if a is None:
-            why = ("no target_modules given" if not spec.finetune["lora"].get("target_modules") else
-                   "it needs the model's layer shapes, which oodcorr prefetch reads from the safetensors headers")
+            why = (
+                "no target_modules given"
+                if not spec.finetune["lora"].get("target_modules")
+                else "it needs the model's layer shapes, which oodcorr prefetch reads from the safetensors headers"
+            )
             return None, f"LoRA adapter size unknown: {why}"
         return a * ADAPTER_SAVE_BYTES, f"LoRA adapter: {a:,} parameters x {ADAPTER_SAVE_BYTES} bytes"
     if not size.known:

@@ -28,22 +28,57 @@ Shifts (``SHIFTS``), each a recipe for a testset:
 
 Every example's ``meta`` records the shift and the construction ``kind``.
 """
+
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 LABELS = ("entailment", "non-entailment")
 
-NOUNS = ["cat", "dog", "bird", "fox", "horse", "cow", "lion", "tiger", "bear", "wolf",
-         "rabbit", "mouse", "duck", "goat", "sheep", "frog", "pig", "owl"]
+NOUNS = [
+    "cat",
+    "dog",
+    "bird",
+    "fox",
+    "horse",
+    "cow",
+    "lion",
+    "tiger",
+    "bear",
+    "wolf",
+    "rabbit",
+    "mouse",
+    "duck",
+    "goat",
+    "sheep",
+    "frog",
+    "pig",
+    "owl",
+]
 HELDOUT_NOUNS = ["otter", "zebra", "camel", "eagle", "panda", "moose", "llama", "badger"]
 # (past, base) forms
-VERBS = [("chased", "chase"), ("saw", "see"), ("followed", "follow"), ("helped", "help"),
-         ("pushed", "push"), ("watched", "watch"), ("visited", "visit"), ("called", "call"),
-         ("found", "find"), ("kicked", "kick"), ("carried", "carry"), ("bit", "bite")]
-HELDOUT_VERBS = [("greeted", "greet"), ("admired", "admire"), ("ignored", "ignore"),
-                 ("warned", "warn"), ("hugged", "hug")]
+VERBS = [
+    ("chased", "chase"),
+    ("saw", "see"),
+    ("followed", "follow"),
+    ("helped", "help"),
+    ("pushed", "push"),
+    ("watched", "watch"),
+    ("visited", "visit"),
+    ("called", "call"),
+    ("found", "find"),
+    ("kicked", "kick"),
+    ("carried", "carry"),
+    ("bit", "bite"),
+]
+HELDOUT_VERBS = [
+    ("greeted", "greet"),
+    ("admired", "admire"),
+    ("ignored", "ignore"),
+    ("warned", "warn"),
+    ("hugged", "hug"),
+]
 ADJECTIVES = ["big", "small", "red", "old", "young", "happy", "angry", "quiet", "brown", "tall"]
 HELDOUT_ADJECTIVES = ["sleepy", "clever", "shy", "grey"]
 PLACES = ["park", "garden", "forest", "house", "river", "field", "barn", "city", "lake", "hill"]
@@ -63,7 +98,9 @@ HELDOUT_VOCAB = Vocab(HELDOUT_NOUNS, HELDOUT_VERBS, HELDOUT_ADJECTIVES, HELDOUT_
 def _event(rng: random.Random, v: Vocab) -> dict:
     s, o = rng.sample(v.nouns, 2)
     return {
-        "s": s, "o": o, "v": rng.choice(v.verbs),
+        "s": s,
+        "o": o,
+        "v": rng.choice(v.verbs),
         "adj": rng.choice(v.adjectives) if rng.random() < 0.7 else None,
         "place": rng.choice(v.places) if rng.random() < 0.7 else None,
     }
@@ -144,6 +181,7 @@ def _swapped(rng: random.Random, e: dict, negated: bool = False) -> str:
 
 # ---- one function per shift: (rng, label) -> (premise, hypothesis, kind) -------------
 
+
 def _in_domain(rng, label, v=TRAIN_VOCAB):
     e = _event(rng, v)
     p = _sentence(_clause(e))
@@ -191,8 +229,13 @@ def _distractor(rng, label):
         h, kind = _entailed(rng, e)
     elif rng.random() < 0.5:
         # words from both clauses: subject from the first, verb and object from the second
-        h = _sentence(_clause(dict(e, v=d["v"] if d["v"] != e["v"] else _other(rng, VERBS, (e["v"],)),
-                                   o=d["o"]), with_adj=False, with_place=False))
+        h = _sentence(
+            _clause(
+                dict(e, v=d["v"] if d["v"] != e["v"] else _other(rng, VERBS, (e["v"],)), o=d["o"]),
+                with_adj=False,
+                with_place=False,
+            )
+        )
         kind = "mix-clauses"
     else:
         h, kind = _changed(rng, e, TRAIN_VOCAB)
@@ -247,13 +290,23 @@ def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
     out = []
     for i, label in enumerate(labels):
         p, h, kind = make(rng, label)
-        out.append({"premise": p, "hypothesis": h, "label": label,
-                    "meta": {"shift": shift, "kind": kind, "split": split, "idx": i}})
+        out.append(
+            {
+                "premise": p,
+                "hypothesis": h,
+                "label": label,
+                "meta": {"shift": shift, "kind": kind, "split": split, "idx": i},
+            }
+        )
     return out
 
 
-def pretraining_corpus(n_lines: int, seed: int, template: str = "{premise} Question: {hypothesis} Yes or No?",
-                       answers: tuple[str, ...] = ("Yes", "No")) -> list[str]:
+def pretraining_corpus(
+    n_lines: int,
+    seed: int,
+    template: str = "{premise} Question: {hypothesis} Yes or No?",
+    answers: tuple[str, ...] = ("Yes", "No"),
+) -> list[str]:
     """Unlabelled text for the tiny models' causal-LM pretraining and tokenizer training.
 
     Sentences from every template and every vocabulary (held-out words included):

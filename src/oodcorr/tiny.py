@@ -4,6 +4,7 @@ A model entry's ``tiny`` block names a transformers ``model_type`` (``opt``,
 ``olmo2``, or any causal-LM type transformers knows) and its config kwargs;
 nothing here depends on which one it is.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,12 +31,17 @@ def train_tokenizer(lines: list[str], vocab_size: int, out_dir: Path):
     tok = Tokenizer(models.BPE(unk_token=SPECIALS["unk_token"]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIALS.values()),
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(SPECIALS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(lines, trainer=trainer)
     bos = SPECIALS["bos_token"]
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.token_to_id(bos))])
+        single=f"{bos} $A", pair=f"{bos} $A $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, **SPECIALS)
     fast.save_pretrained(out_dir)
     return fast
@@ -48,14 +54,19 @@ def build_model(spec: dict, tokenizer, seed: int):
 
     torch.manual_seed(seed)
     kwargs = dict(spec.get("config") or {})
-    kwargs.update(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    kwargs.update(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     cfg = AutoConfig.for_model(spec["model_type"], **kwargs)
     return AutoModelForCausalLM.from_config(cfg)
 
 
-def pretrain(model, tokenizer, lines: list[str], steps: int, batch_size: int, lr: float, seed: int,
-             max_length: int = 64) -> list[float]:
+def pretrain(
+    model, tokenizer, lines: list[str], steps: int, batch_size: int, lr: float, seed: int, max_length: int = 64
+) -> list[float]:
     """Plain causal-LM pretraining on ``lines``; returns the loss every step."""
     import torch  # torch stack: planning and the CLI never import it
 
@@ -67,7 +78,8 @@ def pretrain(model, tokenizer, lines: list[str], steps: int, batch_size: int, lr
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     model.train()
     losses = []
     order: list[int] = []
@@ -99,16 +111,28 @@ def build_pretrained(name: str, spec: dict, corpus: list[str], out_dir: Path, se
     tokenizer = train_tokenizer(corpus, int(spec.get("vocab_size", 1000)), out_dir)
     model = build_model(spec, tokenizer, seed)
     pt = spec.get("pretrain") or {}
-    losses = pretrain(model, tokenizer, corpus, steps=int(pt.get("steps", 300)),
-                      batch_size=int(pt.get("batch_size", 32)), lr=float(pt.get("learning_rate", 3e-3)),
-                      seed=seed, max_length=int(pt.get("max_length", 64)))
+    losses = pretrain(
+        model,
+        tokenizer,
+        corpus,
+        steps=int(pt.get("steps", 300)),
+        batch_size=int(pt.get("batch_size", 32)),
+        lr=float(pt.get("learning_rate", 3e-3)),
+        seed=seed,
+        max_length=int(pt.get("max_length", 64)),
+    )
     model.save_pretrained(out_dir)
     n_params = sum(p.numel() for p in model.parameters())
-    info = {"name": name, "model_type": spec["model_type"], "n_params": n_params,
-            "vocab_size": len(tokenizer), "pretrain_steps": len(losses),
-            "loss_first": losses[0] if losses else None,
-            "loss_last10": sum(losses[-10:]) / max(1, len(losses[-10:])) if losses else None,
-            "seconds": round(time.time() - t0, 2)}
+    info = {
+        "name": name,
+        "model_type": spec["model_type"],
+        "n_params": n_params,
+        "vocab_size": len(tokenizer),
+        "pretrain_steps": len(losses),
+        "loss_first": losses[0] if losses else None,
+        "loss_last10": sum(losses[-10:]) / max(1, len(losses[-10:])) if losses else None,
+        "seconds": round(time.time() - t0, 2),
+    }
     (out_dir / "oodcorr_build.json").write_text(json.dumps(info, indent=2))
     log.info("built %s: %s", name, info)
     return info

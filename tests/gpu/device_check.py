@@ -9,6 +9,7 @@
    processes as the machine has GPUs) finetunes a tiny model; every checkpoint
    verifies and loads like any model, and FSDP's resume state is pruned at the end.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ print(json.dumps({"exit_at": time.time()}), flush=True)
 def check_pool(out: Path) -> dict:
     env = dict(os.environ, OODCORR_GPU_LOCK_DIR=str(out / "locks"))
     env.pop("CUDA_VISIBLE_DEVICES", None)  # the pool reads nvidia-smi
-    procs = [subprocess.Popen([sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", JOB], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     reports = []
     for p in procs:
         lines = [json.loads(x) for x in p.communicate(timeout=300)[0].splitlines() if x.startswith("{")]
@@ -62,13 +64,14 @@ def check_fsdp(out: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from helpers import LABELS, PROMPT, TINY_CONFIGS
     from oodcorr import synthetic
-    from oodcorr.distributed import run_distributed
     from oodcorr.checkpoints import verify_checkpoint
+    from oodcorr.distributed import run_distributed
     from oodcorr.io import write_jsonl_atomic
     from oodcorr.models import load_checkpoint
     from oodcorr.tiny import build_model, train_tokenizer
+
+    from helpers import LABELS, PROMPT, TINY_CONFIGS
 
     tiny = out / "tiny"
     tiny.mkdir(parents=True, exist_ok=True)
@@ -80,10 +83,20 @@ def check_fsdp(out: Path) -> dict:
 
     def kwargs(name):
         run = out / name
-        return dict(model_spec={"name": "tiny", "tiny": {"model_type": "opt"}}, tiny_dir=str(tiny),
-                    train_path=str(train), labels=LABELS, prompt=PROMPT,
-                    ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64}, n_train=64, seed=0,
-                    steps=steps, max_steps=20, run_dir=str(run), manifest_path=str(run / "manifest.json"))
+        return dict(
+            model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+            tiny_dir=str(tiny),
+            train_path=str(train),
+            labels=LABELS,
+            prompt=PROMPT,
+            ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
+            n_train=64,
+            seed=0,
+            steps=steps,
+            max_steps=20,
+            run_dir=str(run),
+            manifest_path=str(run / "manifest.json"),
+        )
 
     n_gpus = torch.cuda.device_count()
     t0 = time.time()
@@ -103,8 +116,13 @@ def check_fsdp(out: Path) -> dict:
     files = sorted(p.name for p in (out / "fsdp/checkpoints/checkpoint-10").iterdir())
     # resume state (FSDP's optimizer.bin and pytorch_model_fsdp.bin) pruned once the run finished
     assert "optimizer.bin" not in files and "pytorch_model_fsdp.bin" not in files, files
-    return {"processes": n_gpus, "fsdp_seconds": round(fsdp_s, 1), "max_abs_change_from_step0": moved,
-            "fsdp_loss": info["train_loss"], "checkpoint_files": files}
+    return {
+        "processes": n_gpus,
+        "fsdp_seconds": round(fsdp_s, 1),
+        "max_abs_change_from_step0": moved,
+        "fsdp_loss": info["train_loss"],
+        "checkpoint_files": files,
+    }
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ oversized batch does on a GPU (the evaluator then halves its batch within the jo
 out-of-memory killer does; nothing in the job can catch that, so only Snakemake's retry (which
 halves the batch per attempt) recovers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,12 @@ def install() -> None:
 
     def hook(module, args):
         # every model embeds its (batch, length) token ids first: one check per forward pass
-        if isinstance(module, torch.nn.Embedding) and args and getattr(args[0], "dim", lambda: 0)() == 2 \
-                and args[0].shape[0] > limit:
+        if (
+            isinstance(module, torch.nn.Embedding)
+            and args
+            and getattr(args[0], "dim", lambda: 0)() == 2
+            and args[0].shape[0] > limit
+        ):
             what = f"simulated by {SIMULATE_OOM_ENV}={spec}: a batch of {args[0].shape[0]} rows"
             if kill:
                 log.warning("%s; the process is killed now", what)

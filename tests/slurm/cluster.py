@@ -17,6 +17,7 @@ Use it from Python (``with Cluster(workdir) as c: ...``) or from the shell:
 
     python tests/slurm/cluster.py -- sinfo        # start, run a command, stop
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -70,16 +71,21 @@ def ensure_installed(log=print) -> None:
         policy.chmod(0o755)
     try:
         upd = subprocess.run(["apt-get", "update"], env=env, capture_output=True, text=True)
-        inst = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"],
-                              env=env, capture_output=True, text=True)
+        inst = subprocess.run(
+            ["apt-get", "install", "-y", "--no-install-recommends", "slurm-wlm", "munge"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
     finally:
         if own_policy:
             policy.unlink()
     if inst.returncode != 0:
         cand = subprocess.run(["apt-cache", "policy", "slurm-wlm"], capture_output=True, text=True).stdout
         if "Candidate: (none)" in cand or not cand.strip():
-            raise Unavailable("apt cannot reach a mirror with slurm-wlm: "
-                              + (upd.stderr.strip() or inst.stderr.strip())[-500:])
+            raise Unavailable(
+                "apt cannot reach a mirror with slurm-wlm: " + (upd.stderr.strip() or inst.stderr.strip())[-500:]
+            )
         raise RuntimeError(f"apt-get install slurm-wlm munge failed:\n{inst.stdout[-2000:]}\n{inst.stderr[-2000:]}")
     still = _missing()
     if still:
@@ -89,8 +95,15 @@ def ensure_installed(log=print) -> None:
 class Cluster:
     """munged + slurmctld + slurmd for one node, state under ``root``."""
 
-    def __init__(self, root: str | Path, cpus: int = 16, mem_mb: int = 64000, gpus: int = 2,
-                 ports: tuple[int, int] = (16817, 16818), log=print):
+    def __init__(
+        self,
+        root: str | Path,
+        cpus: int = 16,
+        mem_mb: int = 64000,
+        gpus: int = 2,
+        ports: tuple[int, int] = (16817, 16818),
+        log=print,
+    ):
         self.root = Path(root).resolve()
         self.cpus, self.mem_mb, self.gpus, self.ports = cpus, mem_mb, gpus, ports
         self.log = log
@@ -120,50 +133,56 @@ class Cluster:
         conf = CONF_DIR / "slurm.conf"
         for f in (conf, CONF_DIR / "gres.conf"):
             if f.exists() and MARKER not in f.read_text(errors="replace"):
-                raise Unavailable(f"{f} exists and was not written by this test: refusing to replace "
-                                  "the configuration of a real SLURM installation")
+                raise Unavailable(
+                    f"{f} exists and was not written by this test: refusing to replace "
+                    "the configuration of a real SLURM installation"
+                )
         CONF_DIR.mkdir(parents=True, exist_ok=True)
-        conf.write_text("\n".join([
-            MARKER,
-            "ClusterName=oodcorrtest",
-            f"SlurmctldHost={self.host}(127.0.0.1)",
-            f"SlurmctldPort={self.ports[0]}",
-            f"SlurmdPort={self.ports[1]}",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
-            f"StateSaveLocation={s / 'state'}",
-            f"SlurmdSpoolDir={s / 'spool'}",
-            f"SlurmctldPidFile={s / 'slurmctld.pid'}",
-            f"SlurmdPidFile={s / 'slurmd.pid'}",
-            f"SlurmctldLogFile={self.ctld_log}",
-            f"SlurmdLogFile={self.slurmd_log}",
-            "SlurmctldDebug=info",
-            "SlurmdDebug=info",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "MpiDefault=none",
-            "SchedulerType=sched/backfill",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core_Memory",
-            "GresTypes=gpu",
-            "AccountingStorageType=accounting_storage/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "JobCompType=jobcomp/none",
-            # finished jobs stay visible to squeue this long (the executor's status check needs it)
-            "MinJobAge=600",
-            "DefMemPerCPU=500",
-            "ReturnToService=2",
-            "SlurmdParameters=config_overrides",
-            "SchedulerParameters=sched_interval=1",
-            f"NodeName={NODE} NodeHostname={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
-            f"RealMemory={self.mem_mb} Gres=gpu:{self.gpus} State=UNKNOWN",
-            f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
-            f"PartitionName={CPU_PARTITION} Nodes={NODE} MaxTime=INFINITE State=UP",
-            "",
-        ]))
+        conf.write_text(
+            "\n".join(
+                [
+                    MARKER,
+                    "ClusterName=oodcorrtest",
+                    f"SlurmctldHost={self.host}(127.0.0.1)",
+                    f"SlurmctldPort={self.ports[0]}",
+                    f"SlurmdPort={self.ports[1]}",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={self.munge_socket}",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"StateSaveLocation={s / 'state'}",
+                    f"SlurmdSpoolDir={s / 'spool'}",
+                    f"SlurmctldPidFile={s / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={s / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={self.ctld_log}",
+                    f"SlurmdLogFile={self.slurmd_log}",
+                    "SlurmctldDebug=info",
+                    "SlurmdDebug=info",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "MpiDefault=none",
+                    "SchedulerType=sched/backfill",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core_Memory",
+                    "GresTypes=gpu",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "JobCompType=jobcomp/none",
+                    # finished jobs stay visible to squeue this long (the executor's status check needs it)
+                    "MinJobAge=600",
+                    "DefMemPerCPU=500",
+                    "ReturnToService=2",
+                    "SlurmdParameters=config_overrides",
+                    "SchedulerParameters=sched_interval=1",
+                    f"NodeName={NODE} NodeHostname={self.host} NodeAddr=127.0.0.1 CPUs={self.cpus} "
+                    f"RealMemory={self.mem_mb} Gres=gpu:{self.gpus} State=UNKNOWN",
+                    f"PartitionName={PARTITION} Nodes={NODE} Default=YES MaxTime=INFINITE State=UP",
+                    f"PartitionName={CPU_PARTITION} Nodes={NODE} MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
         # fake GPUs: one file per device, which only has to exist (/dev/null for a single one)
         if self.gpus == 1:
             files = "/dev/null"
@@ -184,15 +203,23 @@ class Cluster:
         if not key.exists():
             key.write_bytes(os.urandom(1024))
         os.chmod(key, 0o600)
-        return [_which("munged"), "--foreground", f"--key-file={key}", f"--socket={self.munge_socket}",
-                f"--pid-file={m / 'munged.pid'}", f"--log-file={m / 'munged.log'}",
-                f"--seed-file={m / 'munged.seed'}", "--force"]
+        return [
+            _which("munged"),
+            "--foreground",
+            f"--key-file={key}",
+            f"--socket={self.munge_socket}",
+            f"--pid-file={m / 'munged.pid'}",
+            f"--log-file={m / 'munged.log'}",
+            f"--seed-file={m / 'munged.seed'}",
+            "--force",
+        ]
 
     # ---- lifecycle --------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
         out = open(self.root / f"{name}.out", "ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         self.log(f"started {name} (pid {self.procs[name].pid})")
 
     def _wait(self, what: str, ok, timeout: float) -> None:
@@ -200,17 +227,19 @@ class Cluster:
         while time.time() < end:
             for name, p in self.procs.items():
                 if p.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {p.returncode} while waiting for {what}; "
-                                       f"see {self.root / (name + '.out')}\n{self.tail(name)}")
+                    raise RuntimeError(
+                        f"{name} exited with {p.returncode} while waiting for {what}; "
+                        f"see {self.root / (name + '.out')}\n{self.tail(name)}"
+                    )
             if ok():
                 return
             time.sleep(0.1)
-        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}\n"
-                           + "\n".join(self.tail(n) for n in self.procs))
+        raise RuntimeError(
+            f"timed out after {timeout:.0f} s waiting for {what}\n" + "\n".join(self.tail(n) for n in self.procs)
+        )
 
     def tail(self, name: str, n: int = 3000) -> str:
-        logs = {"slurmctld": self.ctld_log, "slurmd": self.slurmd_log,
-                "munged": self.root / "munge" / "munged.log"}
+        logs = {"slurmctld": self.ctld_log, "slurmd": self.slurmd_log, "munged": self.root / "munge" / "munged.log"}
         text = ""
         for f in (self.root / f"{name}.out", logs.get(name)):
             if f and f.exists():
@@ -233,8 +262,11 @@ class Cluster:
             self._spawn("munged", self._write_munge())
             self._wait("the munge socket", self.munge_socket.exists, 30)
             self._spawn("slurmctld", [_which("slurmctld"), "-D", "-i"])
-            self._wait("slurmctld", lambda: subprocess.run(["scontrol", "ping"], capture_output=True,
-                                                           text=True).stdout.count("UP") > 0, timeout)
+            self._wait(
+                "slurmctld",
+                lambda: subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") > 0,
+                timeout,
+            )
             self._spawn("slurmd", [_which("slurmd"), "-D", "-N", NODE])
             self._wait(f"node {NODE} idle", lambda: self.node_state() == "idle", timeout)
         except BaseException:
@@ -275,7 +307,7 @@ class Cluster:
 def main(argv: list[str]) -> int:
     import tempfile
 
-    cmd = argv[argv.index("--") + 1:] if "--" in argv else ["sinfo"]
+    cmd = argv[argv.index("--") + 1 :] if "--" in argv else ["sinfo"]
     ensure_installed()
     with tempfile.TemporaryDirectory(prefix="oodcorr-slurm-") as d, Cluster(d) as c:
         print(f"cluster up in {c.startup_s:.1f} s; running {cmd}", flush=True)

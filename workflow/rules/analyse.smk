@@ -13,6 +13,7 @@ PLOT_METHOD = ANALYSIS["methods"][0]
 PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
 A = P.staged(P.analysis)  # where the analysis writes
 
+
 # Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.
 localrules:
     aggregate_scores,
@@ -32,15 +33,15 @@ rule aggregate_scores:
     output:
         parquet=P.staged(P.scores),
         csv=P.staged(P.scores_csv),
+    log:
+        f"{LOGS}/analyse/aggregate_scores.log",
+    conda:
+        ENV
     params:
         # the label mode's collapse rule, for records that predate macro-F1 and ECE
         coarse=PLAN.coarse,
         # every record's data is checked against the prepared testset (and its local file)
         data=lambda wc: {"records": P.data, "meta": P.data_meta},
-    log:
-        f"{LOGS}/analyse/aggregate_scores.log",
-    conda:
-        ENV
     script:
         "../scripts/aggregate_scores.py"
 
@@ -53,17 +54,15 @@ rule partial_correlations:
         # `predictions`); they are outputs of the evaluation jobs the table depends on
         scores=P.staged(P.scores),
     output:
-        pairs=report(f"{A}/partial_correlations.csv", category="5 Tables",
-                     caption="../report/partial_correlations.rst"),
-        agreement=report(f"{A}/agreement.csv", category="5 Tables",
-                         caption="../report/agreement.rst"),
-    params:
-        analysis=ANALYSIS,
-        score=PLAN.score,
+        pairs=report(f"{A}/partial_correlations.csv", category="5 Tables", caption="../report/partial_correlations.rst"),
+        agreement=report(f"{A}/agreement.csv", category="5 Tables", caption="../report/agreement.rst"),
     log:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
         ENV
+    params:
+        analysis=ANALYSIS,
+        score=PLAN.score,
     script:
         "../scripts/partial_correlations.py"
 
@@ -73,16 +72,20 @@ rule heatmap:
     input:
         rules.partial_correlations.output.pairs,
     output:
-        report(f"{A}/heatmaps/{{model}}.png", category="4 Heatmaps",
-               caption="../report/heatmap.rst", labels={"model": "{model}"}),
-    params:
-        kind="heatmap",
-        method=PLOT_METHOD,
-        residualiser=PLOT_RESIDUALISER,
+        report(
+            f"{A}/heatmaps/{{model}}.png",
+            category="4 Heatmaps",
+            caption="../report/heatmap.rst",
+            labels={"model": "{model}"},
+        ),
     log:
         f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
         ENV
+    params:
+        kind="heatmap",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
     script:
         "../scripts/plot.py"
 
@@ -92,16 +95,20 @@ rule heatmap_grid:
     input:
         rules.partial_correlations.output.pairs,
     output:
-        report(f"{A}/heatmap_grid.png", category="4 Heatmaps",
-               caption="../report/heatmap_grid.rst", labels={"model": "all models"}),
-    params:
-        kind="heatmap_grid",
-        method=PLOT_METHOD,
-        residualiser=PLOT_RESIDUALISER,
+        report(
+            f"{A}/heatmap_grid.png",
+            category="4 Heatmaps",
+            caption="../report/heatmap_grid.rst",
+            labels={"model": "all models"},
+        ),
     log:
         f"{LOGS}/analyse/heatmap_grid.log",
     conda:
         ENV
+    params:
+        kind="heatmap_grid",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
     script:
         "../scripts/plot.py"
 
@@ -111,16 +118,20 @@ rule learning_curves:
     input:
         P.staged(P.scores),
     output:
-        report(f"{A}/learning_curves/{{model}}.png", category="1 Learning curves",
-               caption="../report/learning_curves.rst", labels={"model": "{model}"}),
-    params:
-        kind="learning_curves",
-        score=PLAN.score,
-        x_label=PLAN.x_label,
+        report(
+            f"{A}/learning_curves/{{model}}.png",
+            category="1 Learning curves",
+            caption="../report/learning_curves.rst",
+            labels={"model": "{model}"},
+        ),
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
         ENV
+    params:
+        kind="learning_curves",
+        score=PLAN.score,
+        x_label=PLAN.x_label,
     script:
         "../scripts/plot.py"
 
@@ -130,16 +141,20 @@ rule scatter:
     input:
         P.staged(P.scores),
     output:
-        report(f"{A}/scatter/{{model}}.png", category="6 Residualiser fits",
-               caption="../report/scatter.rst", labels={"model": "{model}"}),
-    params:
-        kind="scatter",
-        analysis=ANALYSIS,
-        score=PLAN.score,
+        report(
+            f"{A}/scatter/{{model}}.png",
+            category="6 Residualiser fits",
+            caption="../report/scatter.rst",
+            labels={"model": "{model}"},
+        ),
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
         ENV
+    params:
+        kind="scatter",
+        analysis=ANALYSIS,
+        score=PLAN.score,
     script:
         "../scripts/plot.py"
 

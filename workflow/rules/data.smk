@@ -11,13 +11,13 @@ rule prepare_dataset:
     output:
         data=P.data,
         meta=P.data_meta,
-    params:
-        spec=PLAN.dataset_params,
-        mode=PLAN.label_mode,
     log:
         f"{LOGS}/data/{{dataset}}.log",
     conda:
         ENV
+    params:
+        spec=PLAN.dataset_params,
+        mode=PLAN.label_mode,
     script:
         "../scripts/prepare_dataset.py"
 
@@ -26,15 +26,15 @@ rule pretraining_corpus:
     """Unlabelled synthetic text for the tiny models' tokenizer and LM pretraining."""
     output:
         P.corpus,
+    log:
+        f"{LOGS}/data/pretraining_corpus.log",
+    conda:
+        ENV
     params:
         cfg=PLAN.pretraining["corpus"],
         # a function: a plain string's {premise} would be read as a wildcard
         template=lambda wc: PLAN.pretraining["template"],
         answers=PLAN.pretraining["answers"],
-    log:
-        f"{LOGS}/data/pretraining_corpus.log",
-    conda:
-        ENV
     script:
         "../scripts/pretraining_corpus.py"
 
@@ -45,15 +45,15 @@ rule build_tiny_model:
         corpus=P.corpus,
     output:
         directory(P.tiny_model),
-    params:
-        spec=lambda wc: PLAN.models[wc.model].entry["tiny"],
-        seed=PLAN.pretraining["corpus"]["seed"],
-    threads: PLAN.threads("build_tiny_model")
-    resources:
-        **PLAN.rule_resources("build_tiny_model"),
     log:
         f"{LOGS}/models/{{model}}.log",
     conda:
         ENV
+    threads: PLAN.threads("build_tiny_model")
+    resources:
+        **PLAN.rule_resources("build_tiny_model"),
+    params:
+        spec=lambda wc: PLAN.models[wc.model].entry["tiny"],
+        seed=PLAN.pretraining["corpus"]["seed"],
     script:
         "../scripts/build_tiny_model.py"

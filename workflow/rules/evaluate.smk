@@ -6,16 +6,16 @@ rule tokenize_testset:
         model=PLAN.model_input,
     output:
         P.tokenized,
-    params:
-        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.plan)
-        job=PLAN.tokenize_params,
-    threads: PLAN.threads("tokenize_testset")
-    resources:
-        **PLAN.rule_resources("tokenize_testset"),
     log:
         f"{LOGS}/tokenize/{{model}}/{{testset}}.log",
     conda:
         ENV
+    threads: PLAN.threads("tokenize_testset")
+    resources:
+        **PLAN.rule_resources("tokenize_testset"),
+    params:
+        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.plan)
+        job=PLAN.tokenize_params,
     script:
         "../scripts/tokenize_testset.py"
 
@@ -37,16 +37,16 @@ if PLAN.unit == "checkpoint":
             tokenized=P.tokenized,
         output:
             P.predictions,
-        params:
-            # model_spec, tiny_dir, provenance: one callable, its value shared by a run x testset
-            job=PLAN.eval_params,
-        threads: PLAN.threads("evaluate")
-        resources:
-            **PLAN.rule_resources("evaluate"),
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
         conda:
             ENV
+        threads: PLAN.threads("evaluate")
+        resources:
+            **PLAN.rule_resources("evaluate"),
+        params:
+            # model_spec, tiny_dir, provenance: one callable, its value shared by a run x testset
+            job=PLAN.eval_params,
         script:
             "../scripts/evaluate.py"
 
@@ -60,15 +60,15 @@ else:
             tokenized=P.tokenized,
         output:
             summary=P.eval_summary,
-        params:
-            # model_spec, tiny_dir, provenance, steps and their predictions files
-            job=PLAN.eval_params,
-        threads: PLAN.threads("evaluate")
-        resources:
-            **PLAN.rule_resources("evaluate"),
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/{{testset}}.log",
         conda:
             ENV
+        threads: PLAN.threads("evaluate")
+        resources:
+            **PLAN.rule_resources("evaluate"),
+        params:
+            # model_spec, tiny_dir, provenance, steps and their predictions files
+            job=PLAN.eval_params,
         script:
             "../scripts/evaluate.py"

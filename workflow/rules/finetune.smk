@@ -9,16 +9,16 @@ rule finetune:
         model=PLAN.model_input,
     output:
         manifest=P.manifest,
-    params:
-        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.plan)
-        run=PLAN.finetune_params,
-    threads: PLAN.threads("finetune")
-    resources:
-        **PLAN.rule_resources("finetune"),
     log:
         f"{LOGS}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}.log",
     conda:
         ENV
+    threads: PLAN.threads("finetune")
+    resources:
+        **PLAN.rule_resources("finetune"),
+    params:
+        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.plan)
+        run=PLAN.finetune_params,
     script:
         "../scripts/finetune.py"
 
@@ -39,12 +39,12 @@ rule series_checkpoint:
         PLAN.series_files,
     output:
         P.series_manifest,
-    params:
-        # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.plan)
-        job=PLAN.series_params,
     log:
         f"{LOGS}/series/{{model}}/step{{step}}.log",
     conda:
         ENV
+    params:
+        # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.plan)
+        job=PLAN.series_params,
     script:
         "../scripts/series_checkpoint.py"

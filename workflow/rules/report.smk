@@ -31,8 +31,12 @@ rule training_loss:
     input:
         PLAN.manifests,
     output:
-        report(f"{A}/training_loss/{{model}}.png", category="3 Training loss",
-               caption="../report/training_loss.rst", labels={"model": "{model}"}),
+        report(
+            f"{A}/training_loss/{{model}}.png",
+            category="3 Training loss",
+            caption="../report/training_loss.rst",
+            labels={"model": "{model}"},
+        ),
     log:
         f"{LOGS}/analyse/training_loss_{{model}}.log",
     conda:

@@ -1,4 +1,5 @@
 """Rule aggregate_scores: every evaluation's record -> results/<experiment>/.staging/scores.{parquet,csv}."""
+
 import sys
 
 from oodcorr.aggregate import collect, write_scores

@@ -1,4 +1,5 @@
 """Rule build_tiny_model: tokenizer + small causal LM + short pretraining, saved locally."""
+
 from pathlib import Path
 
 from oodcorr.runtime import setup_logging

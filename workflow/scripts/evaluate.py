@@ -3,6 +3,7 @@
 Unit `checkpoint`: the step is a wildcard and the output is its predictions file.
 Unit `run`: every step of the run, then the job's summary (its declared output).
 """
+
 import logging
 import sys
 
@@ -26,13 +27,26 @@ else:
 manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
 checkpoints = checkpoints_to_score(manifests, steps, outputs)
 try:
-    result = evaluate_run(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], checkpoints=checkpoints,
-                          tokenized=sm.input.tokenized, batch_size=batch_size, max_tokens=max_tokens,
-                          out_summary=summary, provenance=job["provenance"],
-                          device=pick_device(sm.resources.gpu), threads=sm.threads)
+    result = evaluate_run(
+        model_spec=job["model_spec"],
+        tiny_dir=job["tiny_dir"],
+        checkpoints=checkpoints,
+        tokenized=sm.input.tokenized,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        out_summary=summary,
+        provenance=job["provenance"],
+        device=pick_device(sm.resources.gpu),
+        threads=sm.threads,
+    )
 except (EvaluationRefused, ConfigError) as e:
     # a damaged checkpoint, scores that are not finite: the message is the log's last line, no traceback
     sys.exit(f"oodcorr: {e}")
-print({"testset": result["testset"], "accuracy": [r["accuracy"] for r in result["checkpoints"]],
-       "timing_s": result["timing_s"]})
+print(
+    {
+        "testset": result["testset"],
+        "accuracy": [r["accuracy"] for r in result["checkpoints"]],
+        "timing_s": result["timing_s"],
+    }
+)
 end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)

@@ -1,4 +1,5 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
+
 import sys
 
 from oodcorr.distributed import run_distributed
@@ -9,11 +10,20 @@ from oodcorr.runtime import pick_device, setup_logging
 
 sm = snakemake  # noqa: F821
 run = sm.params.run
-kwargs = dict(model_spec=run["model_spec"], tiny_dir=run["tiny_dir"], train_path=sm.input.train,
-              labels=run["labels"], prompt=run["prompt"], ft=run["finetune"],
-              n_train=int(sm.wildcards.ntrain), seed=int(sm.wildcards.seed), steps=run["steps"],
-              max_steps=run["max_steps"], run_dir=str(sm.output.manifest).rsplit("/", 1)[0],
-              manifest_path=sm.output.manifest)
+kwargs = dict(
+    model_spec=run["model_spec"],
+    tiny_dir=run["tiny_dir"],
+    train_path=sm.input.train,
+    labels=run["labels"],
+    prompt=run["prompt"],
+    ft=run["finetune"],
+    n_train=int(sm.wildcards.ntrain),
+    seed=int(sm.wildcards.seed),
+    steps=run["steps"],
+    max_steps=run["max_steps"],
+    run_dir=str(sm.output.manifest).rsplit("/", 1)[0],
+    manifest_path=sm.output.manifest,
+)
 # how a model is sharded over GPUs, and where the loss is logged while it trains, change no
 # result: read from the config, not params (editing them reruns nothing)
 entry = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model)

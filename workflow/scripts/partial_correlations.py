@@ -1,4 +1,5 @@
 """Rule partial_correlations: scores + per-example predictions -> pairs table, agreement table."""
+
 import logging
 import sys
 from pathlib import Path

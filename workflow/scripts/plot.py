@@ -1,4 +1,5 @@
 """Rules heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
+
 import sys
 
 import pandas as pd
@@ -29,8 +30,11 @@ else:
     except ResultError as e:
         sys.exit(f"oodcorr: {e}")
     if kind == "learning_curves":
-        print(plots.learning_curves(long, sm.wildcards.model, sm.output[0], x_label=sm.params.x_label,
-                                    y_label=sm.params.score))
+        print(
+            plots.learning_curves(
+                long, sm.wildcards.model, sm.output[0], x_label=sm.params.x_label, y_label=sm.params.score
+            )
+        )
     else:
         fits = [r for r in opts.residualisers if "+" not in r] or ["linear"]
         print(plots.scatter(long, sm.wildcards.model, sm.output[0], residualisers=fits, gam_settings=opts.gam))

@@ -1,4 +1,5 @@
 """Rule prepare_dataset: registry entry -> normalised JSONL + provenance JSON."""
+
 from oodcorr.data import prepare
 from oodcorr.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.runtime import setup_logging

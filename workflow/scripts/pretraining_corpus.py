@@ -1,11 +1,13 @@
 """Rule pretraining_corpus: unlabelled synthetic text for tokenizer and LM pretraining."""
+
 from oodcorr.io import write_text_atomic
 from oodcorr.runtime import setup_logging
 from oodcorr.synthetic import pretraining_corpus
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-lines = pretraining_corpus(int(sm.params.cfg["n_lines"]), int(sm.params.cfg["seed"]),
-                           sm.params.template, tuple(sm.params.answers))
+lines = pretraining_corpus(
+    int(sm.params.cfg["n_lines"]), int(sm.params.cfg["seed"]), sm.params.template, tuple(sm.params.answers)
+)
 write_text_atomic(sm.output[0], "\n".join(lines) + "\n")
 print(f"{len(lines)} lines")

@@ -1,4 +1,5 @@
 """Rule publish_results: the staged scores, tables and figures, copied into place as one set."""
+
 import sys
 
 from oodcorr.io import publish

@@ -1,4 +1,5 @@
 """Rules accuracy_table and training_loss: what the report shows beyond the analysis figures."""
+
 import pandas as pd
 
 from oodcorr import report
@@ -7,7 +8,6 @@ from oodcorr.runtime import setup_logging
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 if sm.rule == "accuracy_table":
-    print(report.write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv,
-                                sm.config["experiment"]))
+    print(report.write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
 else:
     print(report.training_loss(list(sm.input), sm.wildcards.model, sm.output[0]))

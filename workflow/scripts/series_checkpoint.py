@@ -1,10 +1,17 @@
 """Rule series_checkpoint: one given checkpoint's manifest (its location; a local one's files and sha256s)."""
+
 from oodcorr.runtime import setup_logging
 from oodcorr.series import write_manifest
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 job = sm.params.job
-doc = write_manifest(sm.output[0], model=job["model"], x=int(sm.wildcards.step), x_unit=job["x_unit"],
-                     checkpoint=job["checkpoint"], entry=job["entry"])
+doc = write_manifest(
+    sm.output[0],
+    model=job["model"],
+    x=int(sm.wildcards.step),
+    x_unit=job["x_unit"],
+    checkpoint=job["checkpoint"],
+    entry=job["entry"],
+)
 print({"model": doc["model"], job["x_unit"]: doc["step"], "source": doc["source"], "files": len(doc["files"])})

@@ -1,4 +1,5 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
+
 import sys
 
 from oodcorr.errors import ConfigError
@@ -9,10 +10,18 @@ sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 job = sm.params.job
 try:
-    info = tokenize_testset(model_spec=job["model_spec"], tiny_dir=job["tiny_dir"], testset=sm.wildcards.testset,
-                            data_path=sm.input.data, data_meta=sm.input.meta, labels=job["labels"],
-                            prompt=job["prompt"], max_length=job["max_length"], coarse=job["coarse"],
-                            out_path=sm.output[0])
+    info = tokenize_testset(
+        model_spec=job["model_spec"],
+        tiny_dir=job["tiny_dir"],
+        testset=sm.wildcards.testset,
+        data_path=sm.input.data,
+        data_meta=sm.input.meta,
+        labels=job["labels"],
+        prompt=job["prompt"],
+        max_length=job["max_length"],
+        coarse=job["coarse"],
+        out_path=sm.output[0],
+    )
 except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)

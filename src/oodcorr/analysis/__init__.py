@@ -16,6 +16,7 @@ meta-analysis; heterogeneity and sign reversal across models), :mod:`.tables`
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use).
 """
+
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
@@ -24,8 +25,35 @@ from .pooling import AGREEMENT_COLUMNS, VERDICTS, agreement, combine, fisher_mea
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
 
-__all__ = ["AGREEMENT_COLUMNS", "CANON", "COLUMNS", "CONCLUSIONS", "INFERENCES", "METHODS", "RESIDUALISERS",
-           "VERDICTS", "Degenerate", "GamSettings", "Options", "adjust", "agreement", "analyse", "analyse_run",
-           "assess", "auto_block_length", "bh", "block_permutation_p", "bootstrap_ci", "combine", "corr",
-           "dependence", "effective_n", "fisher_mean", "holm", "moving_block_indices", "partial_corr", "pool_runs",
-           "residual_pair"]
+__all__ = [
+    "AGREEMENT_COLUMNS",
+    "CANON",
+    "COLUMNS",
+    "CONCLUSIONS",
+    "INFERENCES",
+    "METHODS",
+    "RESIDUALISERS",
+    "VERDICTS",
+    "Degenerate",
+    "GamSettings",
+    "Options",
+    "adjust",
+    "agreement",
+    "analyse",
+    "analyse_run",
+    "assess",
+    "auto_block_length",
+    "bh",
+    "block_permutation_p",
+    "bootstrap_ci",
+    "combine",
+    "corr",
+    "dependence",
+    "effective_n",
+    "fisher_mean",
+    "holm",
+    "moving_block_indices",
+    "partial_corr",
+    "pool_runs",
+    "residual_pair",
+]

@@ -13,6 +13,7 @@ residualiser with k covariates is pingouin's ``n - 2 - k``; for Kendall it is
 scipy's test of tau on the residuals. Checkpoints of one run are autocorrelated,
 so this p-value is optimistic there; see :mod:`oodcorr.analysis.resample`.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,11 +55,11 @@ def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) ->
         i, j = np.triu_indices(n, 1)
         out = np.empty(len(RX))
         for s in range(0, len(RX), chunk):
-            dx = np.sign(RX[s:s + chunk, i] - RX[s:s + chunk, j])
-            dy = np.sign(RY[s:s + chunk, i] - RY[s:s + chunk, j])
+            dx = np.sign(RX[s : s + chunk, i] - RX[s : s + chunk, j])
+            dy = np.sign(RY[s : s + chunk, i] - RY[s : s + chunk, j])
             den = np.sqrt(np.count_nonzero(dx, axis=1) * np.count_nonzero(dy, axis=1).astype(float))
             with np.errstate(invalid="ignore", divide="ignore"):
-                out[s:s + chunk] = (dx * dy).sum(1) / den
+                out[s : s + chunk] = (dx * dy).sum(1) / den
         out[~np.isfinite(out)] = np.nan
         return out
     A = RX - RX.mean(1, keepdims=True)
@@ -93,9 +94,17 @@ def complete_mask(x, y, Z) -> np.ndarray:
     return np.isfinite(x) & np.isfinite(y) & np.all(np.isfinite(Z), axis=1)
 
 
-def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "linear",
-                  gam: GamSettings | None = None, cache: dict | None = None, names=("x", "y"),
-                  lams: tuple | None = None) -> dict:
+def residual_pair(
+    x,
+    y,
+    covars,
+    method: str = "pearson",
+    residualiser: str = "linear",
+    gam: GamSettings | None = None,
+    cache: dict | None = None,
+    names=("x", "y"),
+    lams: tuple | None = None,
+) -> dict:
     """Residuals of x and y given the covariates, on the complete rows.
 
     Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y", "Rx", "Ry"}``
@@ -113,7 +122,9 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
     if Z.ndim == 1:
         Z = Z[:, None]
     if Z.shape[1] != spec.n_covariates:
-        raise ValueError(f"residualiser {residualiser!r} needs {spec.n_covariates} covariate column(s), got {Z.shape[1]}")
+        raise ValueError(
+            f"residualiser {residualiser!r} needs {spec.n_covariates} covariate column(s), got {Z.shape[1]}"
+        )
     mask = complete_mask(x, y, Z)
     n = int(mask.sum())
     need = min_points(spec, gam)
@@ -133,8 +144,9 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
         Zt = None
         for j in range(Zm.shape[1]):
             if np.ptp(Zm[:, j]) == 0:
-                Zt = Degenerate("the covariate (in-domain score) is constant" if j == 0
-                                else "the training step is constant")
+                Zt = Degenerate(
+                    "the covariate (in-domain score) is constant" if j == 0 else "the training step is constant"
+                )
                 break
         if Zt is None:
             Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
@@ -145,8 +157,10 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
         raise Zt
     Zt, maker = Zt
     out = {"mask": mask, "n": n}
-    for label, name, v, lam in (("x", names[0], xm, lams[0] if lams else None),
-                                ("y", names[1], ym, lams[1] if lams else None)):
+    for label, name, v, lam in (
+        ("x", names[0], xm, lams[0] if lams else None),
+        ("y", names[1], ym, lams[1] if lams else None),
+    ):
         key = (name, method, spec.name, key_mask, repr(lam))
         if cache is not None and key in cache:
             res = cache[key]
@@ -167,8 +181,9 @@ def residual_pair(x, y, covars, method: str = "pearson", residualiser: str = "li
     return out
 
 
-def partial_corr(x, y, covars, method: str = "pearson", residualiser: str = "linear",
-                 gam: GamSettings | None = None) -> dict:
+def partial_corr(
+    x, y, covars, method: str = "pearson", residualiser: str = "linear", gam: GamSettings | None = None
+) -> dict:
     """Partial correlation of x and y given covars (in-domain score, optionally step).
 
     Returns ``r``, ``p`` (the parametric i.i.d. p-value, see the module doc), ``n``

@@ -43,6 +43,7 @@ Calibration (size, coverage, power on simulated learning-curve runs) is measured
 by ``benchmarks/analysis_coverage.py``, with the numbers in
 benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values.
 """
+
 from __future__ import annotations
 
 import math
@@ -216,10 +217,21 @@ def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[fl
 INFERENCES = ("modified-t", "iid", "block")
 
 
-def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inference: str = "modified-t", *,
-           deps: tuple[Dependence, Dependence] | None = None, rng: np.random.Generator | None = None,
-           block_length: int = 0, n_boot: int = 2000, n_perm: int = 2000, interval: str = "fisher-z",
-           defer: bool = False) -> dict:
+def assess(
+    rp: dict,
+    method: str,
+    level: float,
+    pos: np.ndarray | None,
+    inference: str = "modified-t",
+    *,
+    deps: tuple[Dependence, Dependence] | None = None,
+    rng: np.random.Generator | None = None,
+    block_length: int = 0,
+    n_boot: int = 2000,
+    n_perm: int = 2000,
+    interval: str = "fisher-z",
+    defer: bool = False,
+) -> dict:
     """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
     (:func:`.correlate.residual_pair`).
 
@@ -249,8 +261,18 @@ def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inferenc
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
             p, how = p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
-        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, n_eff=math.nan, phi_x=math.nan, phi_y=math.nan,
-                   p_method=how, p_perm=pperm, block_length=b)
+        out.update(
+            p=p,
+            ci_low=lo,
+            ci_high=hi,
+            se_z=se,
+            n_eff=math.nan,
+            phi_x=math.nan,
+            phi_y=math.nan,
+            p_method=how,
+            p_perm=pperm,
+            block_length=b,
+        )
         return out
     if inference not in INFERENCES:
         raise ValueError(f"unknown inference {inference!r}; choose from {', '.join(INFERENCES)}")
@@ -262,8 +284,12 @@ def assess(rp: dict, method: str, level: float, pos: np.ndarray | None, inferenc
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
     if method == "kendall":
         how = how.replace("t-test", "Kendall z-test")
-    out.update(n_eff=n_eff, phi_x=dx.phi if pos is not None else math.nan,
-               phi_y=dy.phi if pos is not None else math.nan, p_method=how)
+    out.update(
+        n_eff=n_eff,
+        phi_x=dx.phi if pos is not None else math.nan,
+        phi_y=dy.phi if pos is not None else math.nan,
+        p_method=how,
+    )
     if not defer:
         p, lo, hi, se = modified_test(method, r, n_eff, level)
         out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)

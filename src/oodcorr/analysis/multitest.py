@@ -12,6 +12,7 @@ p-values are not tests and are left out of the family (their p_adj stays NaN).
 * ``bh`` (Benjamini-Hochberg) controls the false discovery rate, assuming
   independence or positive dependence; more powerful for screening many pairs.
 """
+
 from __future__ import annotations
 
 import numpy as np

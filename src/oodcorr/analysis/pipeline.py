@@ -18,6 +18,7 @@ residualiser) with the columns in :data:`COLUMNS` (documented in
 docs/analysis.md#columns-of-partial_correlationscsv), then
 the run information columns.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,11 +42,48 @@ log = logging.getLogger(__name__)
 CANON = ["model", "in_domain", "run", "unit", "testset", "score"]
 EXAMPLE_CANON = ["model", "run", "unit", "testset", "example", "correct"]
 
-COLUMNS = ["model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high",
-           "p", "p_adj", "significant", "conclusion", "n", "n_eff", "phi_x", "phi_y", "se_z", "note", "p_method",
-           "p_param", "p_perm", "block_length", "correction", "n_units", "n_runs", "n_runs_finite", "tau2", "i2",
-           "curvature", "residualiser_check", "r_no_step0", "ci_low_no_step0", "ci_high_no_step0", "step0_changes",
-           "ex_ci_low", "ex_ci_high", "ex_note"]
+COLUMNS = [
+    "model",
+    "in_domain",
+    "run",
+    "pool_group",
+    "x",
+    "y",
+    "method",
+    "residualiser",
+    "r",
+    "ci_low",
+    "ci_high",
+    "p",
+    "p_adj",
+    "significant",
+    "conclusion",
+    "n",
+    "n_eff",
+    "phi_x",
+    "phi_y",
+    "se_z",
+    "note",
+    "p_method",
+    "p_param",
+    "p_perm",
+    "block_length",
+    "correction",
+    "n_units",
+    "n_runs",
+    "n_runs_finite",
+    "tau2",
+    "i2",
+    "curvature",
+    "residualiser_check",
+    "r_no_step0",
+    "ci_low_no_step0",
+    "ci_high_no_step0",
+    "step0_changes",
+    "ex_ci_low",
+    "ex_ci_high",
+    "ex_note",
+]
 
 CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
 
@@ -97,25 +135,40 @@ class Options:
             raise ValueError(f"pool_by must be a list of column names, got the string {self.pool_by!r}")
 
     @classmethod
-    def from_mapping(cls, cfg: dict) -> "Options":
+    def from_mapping(cls, cfg: dict) -> Options:
         """From the config's ``analysis`` section (nested ``pooling``, ``step0``, ``bootstrap``,
         ``permutation``, ``gam`` and ``example_bootstrap`` blocks); unknown keys raise
         naming the key."""
         cfg = dict(cfg or {})
         if "p_method" in cfg:
-            raise ValueError("analysis.p_method was replaced by analysis.inference (modified-t, iid or block; "
-                             "block is the earlier block-permutation/bootstrap pair): see "
-                             "docs/analysis.md#what-is-computed-and-the-defaults")
+            raise ValueError(
+                "analysis.p_method was replaced by analysis.inference (modified-t, iid or block; "
+                "block is the earlier block-permutation/bootstrap pair): see "
+                "docs/analysis.md#what-is-computed-and-the-defaults"
+            )
         kw = {}
-        flat = ("methods", "residualisers", "inference", "correction", "alpha", "seed", "level", "min_n_eff",
-                "near_zero")
+        flat = (
+            "methods",
+            "residualisers",
+            "inference",
+            "correction",
+            "alpha",
+            "seed",
+            "level",
+            "min_n_eff",
+            "near_zero",
+        )
         for k in flat:
             if k in cfg:
                 v = cfg.pop(k)
                 kw[k] = tuple(v) if isinstance(v, list) else v
-        nested = {"pooling": {"by": "pool_by", "two_runs": "pool_two_runs"}, "step0": {"drop": "drop_step0", "check": "step0_check"},
-                  "bootstrap": {"n_boot": "n_boot", "block_length": "block_length", "interval": "interval"},
-                  "permutation": {"n_perm": "n_perm"}, "example_bootstrap": {"n_boot": "example_boot"}}
+        nested = {
+            "pooling": {"by": "pool_by", "two_runs": "pool_two_runs"},
+            "step0": {"drop": "drop_step0", "check": "step0_check"},
+            "bootstrap": {"n_boot": "n_boot", "block_length": "block_length", "interval": "interval"},
+            "permutation": {"n_perm": "n_perm"},
+            "example_bootstrap": {"n_boot": "example_boot"},
+        }
         leftover = []
         for block, keys in nested.items():
             sub = dict(cfg.pop(block, {}) or {})
@@ -151,9 +204,26 @@ def _py(v):
     return v.item() if hasattr(v, "item") else v
 
 
-_CELL_NAN = ("r", "ci_low", "ci_high", "p", "p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y", "se_z",
-             "r_no_step0", "ci_low_no_step0", "ci_high_no_step0", "p_no_step0", "se_z_no_step0", "ex_ci_low",
-             "ex_ci_high")
+_CELL_NAN = (
+    "r",
+    "ci_low",
+    "ci_high",
+    "p",
+    "p_param",
+    "p_perm",
+    "block_length",
+    "n_eff",
+    "phi_x",
+    "phi_y",
+    "se_z",
+    "r_no_step0",
+    "ci_low_no_step0",
+    "ci_high_no_step0",
+    "p_no_step0",
+    "se_z_no_step0",
+    "ex_ci_low",
+    "ex_ci_high",
+)
 
 
 def _nan_row(note: str) -> dict:
@@ -186,7 +256,8 @@ class _RunExamples:
                     mat[pos[u]] = vals
             self.mats[ts] = mat
             counts = cell_rng(opts.seed, model, run, ts, "examples").multinomial(
-                mat.shape[1], np.full(mat.shape[1], 1 / mat.shape[1]), size=opts.example_boot)
+                mat.shape[1], np.full(mat.shape[1], 1 / mat.shape[1]), size=opts.example_boot
+            )
             # (units x examples) @ (examples x B) / n = accuracies under each resample
             self.boot[ts] = (np.nan_to_num(mat) @ counts.T) / mat.shape[1]
             self.boot[ts][~np.isfinite(mat[:, 0])] = np.nan
@@ -213,9 +284,17 @@ def _example_ci(rex: _RunExamples, zname, a, b, steps, method, res, rp, opts, ca
         z = rex.boot[zname][:, i]
         covars = np.column_stack([z, steps]) if parse(res).step else z
         try:
-            q = residual_pair(np.where(mask, rex.boot[a][:, i], np.nan), rex.boot[b][:, i], covars, method, res,
-                              opts.gam, cache, names=(f"{a}#{i}", f"{b}#{i}"),
-                              lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind == "gam" else None)
+            q = residual_pair(
+                np.where(mask, rex.boot[a][:, i], np.nan),
+                rex.boot[b][:, i],
+                covars,
+                method,
+                res,
+                opts.gam,
+                cache,
+                names=(f"{a}#{i}", f"{b}#{i}"),
+                lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind == "gam" else None,
+            )
         except Degenerate:
             continue
         rs.append(corr(q["rx"], q["ry"], method))
@@ -238,8 +317,20 @@ def _infer(rp: dict, names, method: str, res: str, opts: Options, cache: dict, o
         deps.append(cache[key])
     rng = cell_rng(opts.seed, *rng_parts) if opts.inference == "block" else None
     bl = 0 if opts.block_length == "auto" else int(opts.block_length)
-    return assess(rp, method, opts.level, pos, opts.inference, deps=tuple(deps), rng=rng, block_length=bl,
-                  n_boot=opts.n_boot, n_perm=opts.n_perm, interval=opts.interval, defer=True)
+    return assess(
+        rp,
+        method,
+        opts.level,
+        pos,
+        opts.inference,
+        deps=tuple(deps),
+        rng=rng,
+        block_length=bl,
+        n_boot=opts.n_boot,
+        n_perm=opts.n_perm,
+        interval=opts.interval,
+        defer=True,
+    )
 
 
 def _finish_tests(rows: list[dict], opts: Options) -> None:
@@ -255,7 +346,9 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
                 ne = np.array([rows[i]["_defer" + sfx] for i in idx], dtype=float)
                 p, lo, hi, se = modified_tests(m, r, ne, opts.level)
                 for j, i in enumerate(idx):
-                    rows[i].update({"p" + sfx: p[j], "ci_low" + sfx: lo[j], "ci_high" + sfx: hi[j], "se_z" + sfx: se[j]})
+                    rows[i].update(
+                        {"p" + sfx: p[j], "ci_low" + sfx: lo[j], "ci_high" + sfx: hi[j], "se_z" + sfx: se[j]}
+                    )
     idx = [i for i, row in enumerate(rows) if "_dof" in row]
     if idx:
         r = np.array([rows[i]["r"] for i in idx], dtype=float)
@@ -277,10 +370,16 @@ def _information_note(a: dict, n: int, opts: Options) -> str:
     ne = a["n_eff"]
     if not math.isfinite(ne) or ne >= opts.min_n_eff:
         return ""
-    ar = (f" (AR(1) coefficients {a['phi_x']:.2f} and {a['phi_y']:.2f} after correction)"
-          if math.isfinite(a["phi_x"]) else "")
-    what = ("fewer than 3 effective points, so no test or interval" if not math.isfinite(a["p"])
-            else "too little independent information, so the interval is wide")
+    ar = (
+        f" (AR(1) coefficients {a['phi_x']:.2f} and {a['phi_y']:.2f} after correction)"
+        if math.isfinite(a["phi_x"])
+        else ""
+    )
+    what = (
+        "fewer than 3 effective points, so no test or interval"
+        if not math.isfinite(a["p"])
+        else "too little independent information, so the interval is wide"
+    )
     return f"effective sample size {ne:.1f} of {n} units{ar}: {what}"
 
 
@@ -305,9 +404,11 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         out["n"] = n
         return out
     dof = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
-    out = {**_nan_row(""), **{k: got[k] for k in (
-        "r", "n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
-        "n": n}
+    out = {
+        **_nan_row(""),
+        **{k: got[k] for k in ("r", "n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
+        "n": n,
+    }
     if method == "kendall":
         out["p_param"] = p_param(r, rp["rx"], rp["ry"], method, dof)
     else:
@@ -334,12 +435,14 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         out["ex_note"] = "no per-example predictions given"
     else:
         out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = _example_ci(
-            rex, zname, a, b, steps, method, res, rp, opts, ex_cache)
+            rex, zname, a, b, steps, method, res, rp, opts, ex_cache
+        )
     return out
 
 
-def analyse_run(g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = None,
-                ordered: bool | None = None) -> list[dict]:
+def analyse_run(
+    g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = None, ordered: bool | None = None
+) -> list[dict]:
     """Every (pair, method, residualiser) cell of one run (rows of one model and run)."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = _ordered(g["unit"]) if ordered is None else ordered
@@ -353,8 +456,9 @@ def analyse_run(g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = 
 
     def all_nan(note):
         for (a, b), m, res in combos:
-            rows.append({**base, "x": a, "y": b, "method": m, "residualiser": res, **_nan_row(note),
-                         "n_units": len(units)})
+            rows.append(
+                {**base, "x": a, "y": b, "method": m, "residualiser": res, **_nan_row(note), "n_units": len(units)}
+            )
         return rows
 
     if len(zs) != 1:
@@ -396,8 +500,7 @@ def analyse_run(g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = 
         if bad:
             row.update(_nan_row("; ".join(f"duplicate units for {t}: {dup_sets[t]}" for t in bad)))
         else:
-            row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache,
-                             step0))
+            row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
         rows.append(row)
     _finish_tests(rows, opts)
     return rows
@@ -423,17 +526,23 @@ def run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd
         dup = run_info[run_info.duplicated(keys, keep=False)]
         if len(dup):
             first = dup.iloc[0]
-            raise ValueError(f"the run information has several rows for run {tuple(first[k] for k in keys)}; "
-                             "a column to pool by must be constant within a run")
+            raise ValueError(
+                f"the run information has several rows for run {tuple(first[k] for k in keys)}; "
+                "a column to pool by must be constant within a run"
+            )
         info = runs.merge(run_info, on=keys, how="left")
     missing = [c for c in pool_by if c not in info.columns]
     if missing:
-        log.warning("pooling: no run information column(s) %s; runs of a model are pooled together whatever "
-                    "their %s", missing, ", ".join(missing))
+        log.warning(
+            "pooling: no run information column(s) %s; runs of a model are pooled together whatever their %s",
+            missing,
+            ", ".join(missing),
+        )
     by = [c for c in pool_by if c in info.columns]
     if by:
-        info["pool_group"] = [", ".join(f"{c}={_value(v)}" for c, v in zip(by, vals))
-                              for vals in info[by].itertuples(index=False)]
+        info["pool_group"] = [
+            ", ".join(f"{c}={_value(v)}" for c, v in zip(by, vals)) for vals in info[by].itertuples(index=False)
+        ]
     else:
         info["pool_group"] = "all runs"
     return info
@@ -442,8 +551,11 @@ def run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd
 def _conclusions(r, lo, hi, near: float) -> np.ndarray:
     r, lo, hi = (np.asarray(v, dtype=float) for v in (r, lo, hi))
     ok = np.isfinite(lo) & np.isfinite(hi)
-    return np.select([~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -near) & (hi < near)],
-                     ["", "unresolved", "positive", "negative", "near zero"], "unresolved")
+    return np.select(
+        [~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -near) & (hi < near)],
+        ["", "unresolved", "positive", "negative", "near zero"],
+        "unresolved",
+    )
 
 
 def _sign(lo, hi) -> np.ndarray:
@@ -477,13 +589,20 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
             out.loc[m.loc[both, f"index_{side}"], "curvature"] = flag[both]
         for i in np.flatnonzero(flag):
             row = m.iloc[i]
-            text = (f"sign differs: {lin} {_interval_text(row.r_a, row.ci_low_a, row.ci_high_a)}, "
-                    f"{gam} {_interval_text(row.r_b, row.ci_low_b, row.ci_high_b)}")
+            text = (
+                f"sign differs: {lin} {_interval_text(row.r_a, row.ci_low_a, row.ci_high_a)}, "
+                f"{gam} {_interval_text(row.r_b, row.ci_low_b, row.ci_high_b)}"
+            )
             out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 
 
-def analyse(long: pd.DataFrame, opts: Options | None = None, examples: pd.DataFrame | None = None,
-            ordered: bool | None = None, run_info: pd.DataFrame | None = None) -> pd.DataFrame:
+def analyse(
+    long: pd.DataFrame,
+    opts: Options | None = None,
+    examples: pd.DataFrame | None = None,
+    ordered: bool | None = None,
+    run_info: pd.DataFrame | None = None,
+) -> pd.DataFrame:
     """Per-run rows plus pooled rows (``run == "pooled"``), with ``p_adj``, ``significant`` and
     the checks.
 
@@ -497,8 +616,11 @@ def analyse(long: pd.DataFrame, opts: Options | None = None, examples: pd.DataFr
     missing = [c for c in CANON if c not in long.columns]
     if missing:
         raise ValueError(f"scores table lacks column(s) {missing}")
-    long = long.assign(score=pd.to_numeric(long["score"], errors="coerce").replace([np.inf, -np.inf], np.nan),
-                       model=long["model"].astype(str), run=long["run"].astype(str))
+    long = long.assign(
+        score=pd.to_numeric(long["score"], errors="coerce").replace([np.inf, -np.inf], np.nan),
+        model=long["model"].astype(str),
+        run=long["run"].astype(str),
+    )
     ordered = _ordered(long["unit"]) if ordered is None else ordered
     if opts.drop_step0:
         if ordered:
@@ -540,14 +662,18 @@ def analyse(long: pd.DataFrame, opts: Options | None = None, examples: pd.DataFr
         by = [c for c in opts.pool_by if c in extra]
         group_vals = info.drop_duplicates(["model", "pool_group"]).set_index(["model", "pool_group"])[by]
         pooled_rows = out["run"] == "pooled"
-        gv = group_vals.reindex(pd.MultiIndex.from_arrays([out.loc[pooled_rows, "model"],
-                                                           out.loc[pooled_rows, "pool_group"]]))
+        gv = group_vals.reindex(
+            pd.MultiIndex.from_arrays([out.loc[pooled_rows, "model"], out.loc[pooled_rows, "pool_group"]])
+        )
         for c in by:
             out.loc[pooled_rows, c] = gv[c].to_numpy()
         for c in extra:
             if pd.api.types.is_integer_dtype(info[c]):
                 out[c] = pd.array(out[c], dtype="Int64")
     out["_pooled"] = (out["run"] == "pooled").astype(int)
-    out = out.sort_values(["model", "in_domain", "pool_group", "_pooled", "run", "method", "residualiser", "x", "y"],
-                          kind="stable", ignore_index=True)
+    out = out.sort_values(
+        ["model", "in_domain", "pool_group", "_pooled", "run", "method", "residualiser", "x", "y"],
+        kind="stable",
+        ignore_index=True,
+    )
     return out[COLUMNS + extra]

@@ -36,6 +36,7 @@ model's is negative", each part a Bonferroni combination over the models of thei
 one-sided pooled p-values. Both p-values are corrected across the pairs of one
 table with ``correction`` (Holm: family-wise error rate; BH: false discovery rate).
 """
+
 from __future__ import annotations
 
 import math
@@ -91,12 +92,30 @@ def combine(z, v, level: float = 0.95) -> dict:
     i2 = max(0.0, (q - (k - 1)) / q) if k > 1 and q > 0 else (0.0 if k > 1 else math.nan)
     if k == 1:
         se = math.sqrt(v[0])
-        return {"z": z[0], "lo": z[0] - qn * se, "hi": z[0] + qn * se, "p": float(2 * stats.norm.sf(abs(z[0]) / se)),
-                "se_z": se, "tau2": math.nan, "i2": math.nan, "q": math.nan, "how": "single run"}
+        return {
+            "z": z[0],
+            "lo": z[0] - qn * se,
+            "hi": z[0] + qn * se,
+            "p": float(2 * stats.norm.sf(abs(z[0]) / se)),
+            "se_z": se,
+            "tau2": math.nan,
+            "i2": math.nan,
+            "q": math.nan,
+            "how": "single run",
+        }
     if k == 2:
         se = 1 / math.sqrt(w.sum())
-        return {"z": m_fe, "lo": m_fe - qn * se, "hi": m_fe + qn * se, "p": float(2 * stats.norm.sf(abs(m_fe) / se)),
-                "se_z": se, "tau2": math.nan, "i2": i2, "q": q, "how": "fixed effect across 2 runs"}
+        return {
+            "z": m_fe,
+            "lo": m_fe - qn * se,
+            "hi": m_fe + qn * se,
+            "p": float(2 * stats.norm.sf(abs(m_fe) / se)),
+            "se_z": se,
+            "tau2": math.nan,
+            "i2": i2,
+            "q": q,
+            "how": "fixed effect across 2 runs",
+        }
     t2 = tau2_paule_mandel(z, v)
     ws = 1 / (v + t2)
     m = float((ws * z).sum() / ws.sum())
@@ -106,8 +125,17 @@ def combine(z, v, level: float = 0.95) -> dict:
     half = max(tq * math.sqrt(q_hk) * se_re, qn * se_re)
     p_hk = float(2 * stats.t.sf(abs(m) / (math.sqrt(q_hk) * se_re), k - 1)) if q_hk > 0 else 0.0
     p = max(p_hk, float(2 * stats.norm.sf(abs(m) / se_re)))
-    return {"z": m, "lo": m - half, "hi": m + half, "p": p, "se_z": half / qn, "tau2": t2, "i2": i2, "q": q,
-            "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
+    return {
+        "z": m,
+        "lo": m - half,
+        "hi": m + half,
+        "p": p,
+        "se_z": half / qn,
+        "tau2": t2,
+        "i2": i2,
+        "q": q,
+        "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)",
+    }
 
 
 POOL_KEYS = ["model", "in_domain", "pool_group", "x", "y", "method", "residualiser"]
@@ -124,34 +152,78 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
     fin = np.isfinite(r)
     use = fin & np.isfinite(se) & (se > 0)
     k, k_fin = int(use.sum()), int(fin.sum())
-    nan = {"r": math.nan, "ci_low": math.nan, "ci_high": math.nan, "p": math.nan, "se_z": math.nan,
-           "tau2": math.nan, "i2": math.nan, "p_method": "", "n_runs_finite": k}
+    nan = {
+        "r": math.nan,
+        "ci_low": math.nan,
+        "ci_high": math.nan,
+        "p": math.nan,
+        "se_z": math.nan,
+        "tau2": math.nan,
+        "i2": math.nan,
+        "p_method": "",
+        "n_runs_finite": k,
+    }
     left = k_fin - k
-    note = (f"{left} of {k_fin} runs with a value left out: too little effective information for an interval"
-            if left else "")
+    note = (
+        f"{left} of {k_fin} runs with a value left out: too little effective information for an interval"
+        if left
+        else ""
+    )
     if k == 0:
         if k_fin:
-            return {**nan, "r": fisher_mean(r)}, (f"no run had enough effective information for an interval "
-                                                 f"({k_fin} with a value; r is their Fisher-z mean, descriptive only)")
+            return {**nan, "r": fisher_mean(r)}, (
+                f"no run had enough effective information for an interval "
+                f"({k_fin} with a value; r is their Fisher-z mean, descriptive only)"
+            )
         notes = sorted({n for n in g["note"] if isinstance(n, str) and n}) if "note" in g else []
         return nan, "no run gave a value" + (": " + "; ".join(notes) if notes else "")
     if k == 1:
         one = g[use].iloc[0]
         how = one["p_method"] if "p_method" in g else ""
-        return {**nan, "r": float(one["r" + sfx]), "ci_low": float(one["ci_low" + sfx]),
-                "ci_high": float(one["ci_high" + sfx]), "p": float(one["p" + sfx]), "se_z": float(one["se_z" + sfx]),
-                "p_method": f"{how} (single run)".strip(), "n_runs_finite": 1}, note
+        return {
+            **nan,
+            "r": float(one["r" + sfx]),
+            "ci_low": float(one["ci_low" + sfx]),
+            "ci_high": float(one["ci_high" + sfx]),
+            "p": float(one["p" + sfx]),
+            "se_z": float(one["se_z" + sfx]),
+            "p_method": f"{how} (single run)".strip(),
+            "n_runs_finite": 1,
+        }, note
     res = combine(fisher_z(r[use]), se[use] ** 2, level)
-    out = {"r": math.tanh(res["z"]), "ci_low": math.tanh(res["lo"]), "ci_high": math.tanh(res["hi"]), "p": res["p"],
-           "se_z": res["se_z"], "tau2": res["tau2"], "i2": res["i2"], "p_method": res["how"], "n_runs_finite": k}
+    out = {
+        "r": math.tanh(res["z"]),
+        "ci_low": math.tanh(res["lo"]),
+        "ci_high": math.tanh(res["hi"]),
+        "p": res["p"],
+        "se_z": res["se_z"],
+        "tau2": res["tau2"],
+        "i2": res["i2"],
+        "p_method": res["how"],
+        "n_runs_finite": k,
+    }
     if k == 2 and two_runs == "fixed-effect":
-        note = "; ".join(x for x in (note, "2 runs: a fixed-effect combination, which assumes both runs share one "
-                                           "correlation (between-run variation cannot be estimated from 2 runs)") if x)
+        note = "; ".join(
+            x
+            for x in (
+                note,
+                "2 runs: a fixed-effect combination, which assumes both runs share one "
+                "correlation (between-run variation cannot be estimated from 2 runs)",
+            )
+            if x
+        )
     elif k == 2:
         out.update(ci_low=math.nan, ci_high=math.nan, p=math.nan, se_z=math.nan, p_method="")
-        note = "; ".join(x for x in (note, "2 runs: no pooled interval or p-value (between-run variation cannot be "
-                                           "estimated from 2 runs); r is their inverse-variance mean, descriptive "
-                                           "only; see the run rows, or add a third run") if x)
+        note = "; ".join(
+            x
+            for x in (
+                note,
+                "2 runs: no pooled interval or p-value (between-run variation cannot be "
+                "estimated from 2 runs); r is their inverse-variance mean, descriptive "
+                "only; see the run rows, or add a third run",
+            )
+            if x
+        )
     return out, note
 
 
@@ -235,9 +307,25 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
 VERDICTS = ("sign reversal", "models differ", "no evidence of difference", "fewer than 2 models tested", "no data")
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
-    "verdict", "n_models", "n_finite", "n_positive", "n_negative", "n_sig_positive", "n_sig_negative",
-    "q_models", "df_models", "i2_models", "p_heterogeneity", "p_heterogeneity_adj", "p_reversal", "p_reversal_adj",
-    "reversal", "correction", "family_size", "by_model"]
+    "verdict",
+    "n_models",
+    "n_finite",
+    "n_positive",
+    "n_negative",
+    "n_sig_positive",
+    "n_sig_negative",
+    "q_models",
+    "df_models",
+    "i2_models",
+    "p_heterogeneity",
+    "p_heterogeneity_adj",
+    "p_reversal",
+    "p_reversal_adj",
+    "reversal",
+    "correction",
+    "family_size",
+    "by_model",
+]
 
 
 def _fmt(v: float) -> str:
@@ -265,8 +353,11 @@ def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm
         return pooled[name].to_numpy(float) if name in pooled else np.full(len(pooled), np.nan)
 
     R, P, LO, HI, SE = col("r"), col("p"), col("ci_low"), col("ci_high"), col("se_z")
-    SIG = np.array([v is True or v == 1 for v in pooled["significant"]]) if "significant" in pooled \
+    SIG = (
+        np.array([v is True or v == 1 for v in pooled["significant"]])
+        if "significant" in pooled
         else np.zeros(len(pooled), bool)
+    )
     MODELS = pooled["model"].astype(str).to_numpy()
     firsts, parts = _groups(pooled, AGREEMENT_KEYS)
     rows = []
@@ -277,30 +368,45 @@ def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm
         pos, neg = fin & (r > 0), fin & (r < 0)
         tested = fin & np.isfinite(p)
         M = int(tested.sum())
-        row = {"n_models": len(idx), "n_finite": int(fin.sum()), "n_positive": int(pos.sum()),
-               "n_negative": int(neg.sum()), "n_sig_positive": int((sig & pos).sum()),
-               "n_sig_negative": int((sig & neg).sum()), "q_models": math.nan, "df_models": math.nan,
-               "i2_models": math.nan, "p_heterogeneity": math.nan, "p_reversal": math.nan, "reversal": "",
-               "n_tested": M, "_first": first}
+        row = {
+            "n_models": len(idx),
+            "n_finite": int(fin.sum()),
+            "n_positive": int(pos.sum()),
+            "n_negative": int(neg.sum()),
+            "n_sig_positive": int((sig & pos).sum()),
+            "n_sig_negative": int((sig & neg).sum()),
+            "q_models": math.nan,
+            "df_models": math.nan,
+            "i2_models": math.nan,
+            "p_heterogeneity": math.nan,
+            "p_reversal": math.nan,
+            "reversal": "",
+            "n_tested": M,
+            "_first": first,
+        }
         het = fin & np.isfinite(se) & (se > 0)
         if het.sum() >= 2:
             z, w = fisher_z(r[het]), 1 / se[het] ** 2
             q = float((w * (z - (w * z).sum() / w.sum()) ** 2).sum())
             df = int(het.sum()) - 1
-            row.update(q_models=q, df_models=df, i2_models=max(0.0, (q - df) / q) if q > 0 else 0.0,
-                       p_heterogeneity=float(stats.chi2.sf(q, df)))
+            row.update(
+                q_models=q,
+                df_models=df,
+                i2_models=max(0.0, (q - df) / q) if q > 0 else 0.0,
+                p_heterogeneity=float(stats.chi2.sf(q, df)),
+            )
         if M >= 2:
             one_pos = np.where(r[tested] > 0, p[tested] / 2, 1 - p[tested] / 2)
             one_neg = 1 - one_pos
             row["p_reversal"] = max(min(1.0, M * one_pos.min()), min(1.0, M * one_neg.min()))
             a, b = int(np.argmin(one_pos)), int(np.argmin(one_neg))
             if r[tested][a] > 0 and r[tested][b] < 0:
-                row["reversal"] = (f"{names[tested][a]} {_fmt(r[tested][a])} vs "
-                                   f"{names[tested][b]} {_fmt(r[tested][b])}")
+                row["reversal"] = f"{names[tested][a]} {_fmt(r[tested][a])} vs {names[tested][b]} {_fmt(r[tested][b])}"
         row["by_model"] = "; ".join(
-            f"{m}: {_fmt(v)}{'*' if s_ else ''}" + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high)
-                                                   else "")
-            for m, v, s_, low, high in zip(names, r, sig, lo, hi))
+            f"{m}: {_fmt(v)}{'*' if s_ else ''}"
+            + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
+            for m, v, s_, low, high in zip(names, r, sig, lo, hi)
+        )
         rows.append(row)
     df = pd.DataFrame(rows)
     keys = pooled.loc[df["_first"].to_numpy(), AGREEMENT_KEYS].reset_index(drop=True)

@@ -26,6 +26,7 @@ Randomness: every cell draws from its own generator seeded by (seed, a stable ha
 of the cell's model, run, testsets, method and residualiser), so a cell's interval
 does not change when testsets or runs are added or the order of rows changes.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -85,8 +86,16 @@ def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> 
     return min(math.tanh(z0 - half), r), max(math.tanh(z0 + half), r)
 
 
-def bootstrap_ci(rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_boot: int, level: float,
-                 rng: np.random.Generator, kind: str = "fisher-z") -> tuple[float, float, int, float]:
+def bootstrap_ci(
+    rx: np.ndarray,
+    ry: np.ndarray,
+    method: str,
+    b: int,
+    n_boot: int,
+    level: float,
+    rng: np.random.Generator,
+    kind: str = "fisher-z",
+) -> tuple[float, float, int, float]:
     """Interval for the residual correlation under the moving-block bootstrap.
 
     Resamples whose residuals are constant (possible for tiny n) are dropped; if more
@@ -121,8 +130,9 @@ def _blocks(n: int, b: int) -> list[np.ndarray]:
     return [np.arange(s, min(s + b, n)) for s in range(0, n, b)]
 
 
-def block_permutation_p(rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_perm: int,
-                        rng: np.random.Generator) -> tuple[float, bool]:
+def block_permutation_p(
+    rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_perm: int, rng: np.random.Generator
+) -> tuple[float, bool]:
     """Two-sided p-value of "no correlation" by permuting blocks of ``ry`` against ``rx``.
 
     The series is cut into consecutive blocks of length b (the last may be shorter).
@@ -150,7 +160,7 @@ def block_permutation_p(rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_p
     else:  # blocks padded to length b with -1, so one fancy-index builds every ordering at once
         pad = np.full((k, b), -1)
         for i, blk in enumerate(blocks):
-            pad[i, :len(blk)] = blk
+            pad[i, : len(blk)] = blk
         idx = pad[orders].reshape(len(orders), -1)
         idx = idx[idx >= 0].reshape(len(orders), len(rx))
     if method == "kendall":

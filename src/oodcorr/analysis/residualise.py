@@ -10,6 +10,7 @@ for OLS, ``I - S`` for the GAM's smoother matrix at the chosen penalty), which
 dependence; or it raises :class:`Degenerate` with the reason, which the caller
 turns into a NaN cell with that reason in ``note``.
 """
+
 from __future__ import annotations
 
 import warnings

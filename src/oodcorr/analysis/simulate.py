@@ -17,6 +17,7 @@ sampling error): not AR(1), a check of the procedure's robustness.
 on many simulated runs and counts rejections (p < 1 - level) and how often the
 interval covers the truth.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,9 +65,22 @@ def drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.
     return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
 
 
-def calibrate(n: int, phi, rho: float, reps: int, inferences=("modified-t",), *, method: str = "pearson",
-              residualiser: str = "linear", level: float = 0.95, seed: int = 0, series: str = "ar1",
-              extra: dict | None = None, n_boot: int = 999, n_perm: int = 999) -> dict:
+def calibrate(
+    n: int,
+    phi,
+    rho: float,
+    reps: int,
+    inferences=("modified-t",),
+    *,
+    method: str = "pearson",
+    residualiser: str = "linear",
+    level: float = 0.95,
+    seed: int = 0,
+    series: str = "ar1",
+    extra: dict | None = None,
+    n_boot: int = 999,
+    n_perm: int = 999,
+) -> dict:
     """Rejection rate and coverage of each procedure on ``reps`` simulated runs.
 
     Every procedure sees the same simulated runs. ``extra`` maps a name to a callable
@@ -89,8 +103,7 @@ def calibrate(n: int, phi, rho: float, reps: int, inferences=("modified-t",), *,
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
         results = {}
         for k in inferences:
-            a = assess(rp, method, level, pos, k, deps=deps, rng=cell_rng(seed, n, i, k), n_boot=n_boot,
-                       n_perm=n_perm)
+            a = assess(rp, method, level, pos, k, deps=deps, rng=cell_rng(seed, n, i, k), n_boot=n_boot, n_perm=n_perm)
             results[k] = (a["p"], a["ci_low"], a["ci_high"], a["n_eff"])
         for k, f in (extra or {}).items():
             results[k] = (*f(rp, pos, cell_rng(seed, n, i, k)), math.nan)
@@ -105,7 +118,14 @@ def calibrate(n: int, phi, rho: float, reps: int, inferences=("modified-t",), *,
             s["widths"].append(hi - lo)
             s["neffs"].append(ne)
             s["low"] += bool(ne < 5)
-    return {k: {"reject": s["reject"] / reps, "coverage": s["cover"] / reps,
-                "width": float(np.median(s["widths"])), "n_eff": float(np.nanmedian(s["neffs"]))
-                if np.isfinite(s["neffs"]).any() else math.nan,
-                "low_info": s["low"] / reps, "valid": s["valid"] / reps} for k, s in acc.items()}
+    return {
+        k: {
+            "reject": s["reject"] / reps,
+            "coverage": s["cover"] / reps,
+            "width": float(np.median(s["widths"])),
+            "n_eff": float(np.nanmedian(s["neffs"])) if np.isfinite(s["neffs"]).any() else math.nan,
+            "low_info": s["low"] / reps,
+            "valid": s["valid"] / reps,
+        }
+        for k, s in acc.items()
+    }

@@ -17,6 +17,7 @@ parenthesised suffix such as ``Mean (all runs)``) is excluded, and so is a row w
 no value at all; each exclusion is logged at WARNING level with its line number,
 never done silently. A row with scores but no unit label is an error naming its line.
 """
+
 from __future__ import annotations
 
 import csv
@@ -34,17 +35,64 @@ from ..io import atomic_path, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
-SUMMARY_LABELS = frozenset({
-    "mean", "average", "avg", "median", "mode", "std", "sd", "stdev", "std dev", "std. dev", "standard deviation",
-    "var", "variance", "se", "sem", "standard error", "min", "minimum", "max", "maximum", "range", "iqr",
-    "sum", "total", "count", "q1", "q3",
-})
+SUMMARY_LABELS = frozenset(
+    {
+        "mean",
+        "average",
+        "avg",
+        "median",
+        "mode",
+        "std",
+        "sd",
+        "stdev",
+        "std dev",
+        "std. dev",
+        "standard deviation",
+        "var",
+        "variance",
+        "se",
+        "sem",
+        "standard error",
+        "min",
+        "minimum",
+        "max",
+        "maximum",
+        "range",
+        "iqr",
+        "sum",
+        "total",
+        "count",
+        "q1",
+        "q3",
+    }
+)
 
 
 ENCODING_FIX = "pass --encoding {encoding}"
 # what a score cell may say for "no value" (pandas' defaults); in a name column these are names
-MISSING = frozenset({"", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN",
-                     "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null"})
+MISSING = frozenset(
+    {
+        "",
+        "#N/A",
+        "#N/A N/A",
+        "#NA",
+        "-1.#IND",
+        "-1.#QNAN",
+        "-NaN",
+        "-nan",
+        "1.#IND",
+        "1.#QNAN",
+        "<NA>",
+        "N/A",
+        "NA",
+        "NULL",
+        "NaN",
+        "None",
+        "n/a",
+        "nan",
+        "null",
+    }
+)
 
 
 def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
@@ -71,16 +119,23 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
     if suffix not in (".csv", ".tsv", ".txt"):
-        raise DataError(f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file "
-                        "(compressed: .csv.gz, ...)")
+        raise DataError(
+            f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file (compressed: .csv.gz, ...)"
+        )
     text = read_text(path, encoding, ENCODING_FIX)
     sep = "\t" if suffix == ".tsv" else ","
     if not text.strip():
         raise DataError(f"{path}: the file is empty (no header, no rows)")
     try:
         header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep))]
-        df = pd.read_csv(io.StringIO(text, newline=""), sep=sep, skip_blank_lines=False, dtype=str,
-                         keep_default_na=False, na_values=[""])
+        df = pd.read_csv(
+            io.StringIO(text, newline=""),
+            sep=sep,
+            skip_blank_lines=False,
+            dtype=str,
+            keep_default_na=False,
+            na_values=[""],
+        )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError, OverflowError) as e:
         raise DataError(f"{path}: cannot be read as a table ({str(e).strip()})") from None
     dup = sorted(h for h, k in Counter(header).items() if k > 1)
@@ -100,8 +155,9 @@ def _norm_label(v) -> str:
     return s.rstrip(":.").strip()
 
 
-def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "line",
-                      labels=SUMMARY_LABELS, quiet: bool = False) -> pd.DataFrame:
+def drop_summary_rows(
+    df: pd.DataFrame, unit: str, source: str, where: str = "line", labels=SUMMARY_LABELS, quiet: bool = False
+) -> pd.DataFrame:
     """Drop empty rows and summary-statistic rows (logged unless ``quiet``, for a second pass over
     a table already reported); error on unlabelled data rows."""
     if unit not in df.columns:
@@ -109,18 +165,23 @@ def drop_summary_rows(df: pd.DataFrame, unit: str, source: str, where: str = "li
     others = [c for c in df.columns if c != unit]
     empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
     if empty.any() and not quiet:
-        log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where,
-                    _ranges(df.index[empty]))
+        log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where, _ranges(df.index[empty]))
     df = df[~empty]
     no_label = df[unit].isna() | (df[unit].astype(str).str.strip() == "")
     if no_label.any():
-        raise DataError(f"{source}: {where} {df.index[no_label][0]} has scores but no value in the unit "
-                        f"column {unit!r}")
+        raise DataError(
+            f"{source}: {where} {df.index[no_label][0]} has scores but no value in the unit column {unit!r}"
+        )
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
     for idx, v in df.loc[summary, unit].items() if not quiet else ():
-        log.warning("%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of "
-                    "observation", source, where, idx, v)
+        log.warning(
+            "%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of observation",
+            source,
+            where,
+            idx,
+            v,
+        )
     df = df[~summary]
     if df.empty:
         raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
@@ -162,15 +223,27 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     bad = v.isna() & s.notna()
     if bad.any():
         i = df.index[bad][0]
-        raise DataError(f"{source}: column {col!r} is not numeric ({where} {i}: {df.at[i, col]!r}); "
-                        "exclude it or name it as the model/run column")
+        raise DataError(
+            f"{source}: column {col!r} is not numeric ({where} {i}: {df.at[i, col]!r}); "
+            "exclude it or name it as the model/run column"
+        )
     return v.astype(float)
 
 
-def from_wide(df: pd.DataFrame, *, unit: str, in_domain: str, source: str = "table", where: str = "line",
-              model: str | None = None, run: str | None = None, model_name: str = "model",
-              testsets: list[str] | None = None, exclude: tuple[str, ...] = (),
-              summary_labels=SUMMARY_LABELS) -> pd.DataFrame:
+def from_wide(
+    df: pd.DataFrame,
+    *,
+    unit: str,
+    in_domain: str,
+    source: str = "table",
+    where: str = "line",
+    model: str | None = None,
+    run: str | None = None,
+    model_name: str = "model",
+    testsets: list[str] | None = None,
+    exclude: tuple[str, ...] = (),
+    summary_labels=SUMMARY_LABELS,
+) -> pd.DataFrame:
     """One row per unit, one column per testset -> canonical long table."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     ids = [c for c in (unit, model, run) if c]
@@ -178,26 +251,41 @@ def from_wide(df: pd.DataFrame, *, unit: str, in_domain: str, source: str = "tab
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
     if in_domain not in df.columns:
-        raise DataError(f"{source}: the in-domain testset {in_domain!r} is not a column; columns are "
-                        f"{list(df.columns)}")
+        raise DataError(
+            f"{source}: the in-domain testset {in_domain!r} is not a column; columns are {list(df.columns)}"
+        )
     cols = list(testsets) if testsets else [c for c in df.columns if c not in ids and c not in exclude]
     if in_domain not in cols:
         cols.append(in_domain)
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
-    long = values.assign(unit=_numeric_units(df[unit]),
-                         model=_names(df, model, "model", source, where) if model else model_name,
-                         run=_names(df, run, "run", source, where) if run else "all")
+    long = values.assign(
+        unit=_numeric_units(df[unit]),
+        model=_names(df, model, "model", source, where) if model else model_name,
+        run=_names(df, run, "run", source, where) if run else "all",
+    )
     long = long.melt(id_vars=["model", "run", "unit"], var_name="testset", value_name="score")
     long["in_domain"] = in_domain
     return long[["model", "in_domain", "run", "unit", "testset", "score"]]
 
 
-def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domain: str,
-              source: str = "table", where: str = "line", model: str | None = None, run: str | None = None,
-              model_name: str = "model", testsets: list[str] | None = None, exclude: tuple[str, ...] = (),
-              summary_labels=SUMMARY_LABELS) -> pd.DataFrame:
+def from_long(
+    df: pd.DataFrame,
+    *,
+    unit: str,
+    testset: str,
+    score: str,
+    in_domain: str,
+    source: str = "table",
+    where: str = "line",
+    model: str | None = None,
+    run: str | None = None,
+    model_name: str = "model",
+    testsets: list[str] | None = None,
+    exclude: tuple[str, ...] = (),
+    summary_labels=SUMMARY_LABELS,
+) -> pd.DataFrame:
     """One row per unit x testset -> canonical long table."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     for c in [testset, score] + [c for c in (model, run) if c]:
@@ -205,24 +293,39 @@ def from_long(df: pd.DataFrame, *, unit: str, testset: str, score: str, in_domai
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
     names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
-        raise DataError(f"{source}: the in-domain testset {in_domain!r} does not occur in column "
-                        f"{testset!r}; testsets are {sorted(names)}")
-    keep = df[testset].astype(str).isin(set(testsets) | {in_domain}) if testsets else \
-        ~df[testset].astype(str).isin(exclude)
+        raise DataError(
+            f"{source}: the in-domain testset {in_domain!r} does not occur in column "
+            f"{testset!r}; testsets are {sorted(names)}"
+        )
+    keep = (
+        df[testset].astype(str).isin(set(testsets) | {in_domain})
+        if testsets
+        else ~df[testset].astype(str).isin(exclude)
+    )
     df = df[keep]
-    out = pd.DataFrame({
-        "model": _names(df, model, "model", source, where) if model else model_name,
-        "in_domain": in_domain,
-        "run": _names(df, run, "run", source, where) if run else "all",
-        "unit": _numeric_units(df[unit]),
-        "testset": df[testset].astype(str),
-        "score": _numeric(df, score, source, where),
-    }, index=df.index)
+    out = pd.DataFrame(
+        {
+            "model": _names(df, model, "model", source, where) if model else model_name,
+            "in_domain": in_domain,
+            "run": _names(df, run, "run", source, where) if run else "all",
+            "unit": _numeric_units(df[unit]),
+            "testset": df[testset].astype(str),
+            "score": _numeric(df, score, source, where),
+        },
+        index=df.index,
+    )
     return out.reset_index(drop=True)
 
 
-def run_info(df: pd.DataFrame, columns, *, source: str = "table", model: str | None = None,
-             run: str | None = None, model_name: str = "model") -> pd.DataFrame:
+def run_info(
+    df: pd.DataFrame,
+    columns,
+    *,
+    source: str = "table",
+    model: str | None = None,
+    run: str | None = None,
+    model_name: str = "model",
+) -> pd.DataFrame:
     """One row per (model, run) with ``columns``, each of which must be constant within a run
     (missing values ignored); a column that is absent or varies within a run is an error
     naming it."""
@@ -230,8 +333,10 @@ def run_info(df: pd.DataFrame, columns, *, source: str = "table", model: str | N
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
-    out = pd.DataFrame({"model": df[model].astype(str) if model else model_name,
-                        "run": df[run].astype(str) if run else "all"}, index=df.index)
+    out = pd.DataFrame(
+        {"model": df[model].astype(str) if model else model_name, "run": df[run].astype(str) if run else "all"},
+        index=df.index,
+    )
     for c in columns:
         out[c] = df[c]
     for c in columns:
@@ -240,8 +345,10 @@ def run_info(df: pd.DataFrame, columns, *, source: str = "table", model: str | N
         if len(bad):
             m, r = bad.index[0]
             vals = sorted(out.loc[(out.model == m) & (out.run == r), c].dropna().unique().tolist())[:5]
-            raise DataError(f"{source}: column {c!r} is not constant within run {r!r} of model {m!r} "
-                            f"(values {vals}); pool by a column that names one value per run")
+            raise DataError(
+                f"{source}: column {c!r} is not constant within run {r!r} of model {m!r} "
+                f"(values {vals}); pool by a column that names one value per run"
+            )
     first = out.groupby(["model", "run"], sort=True).first()
     return first.reset_index()
 
@@ -255,15 +362,25 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
     need = ["model", "run_id", "step", "testset", "role", score]
     missing = [c for c in need if c not in scores.columns]
     if missing:
-        hint = ("; a scores table written before that metric existed gets it when the aggregation reruns "
-                "(snakemake --forcerun aggregate_scores)" if score in missing else "")
+        hint = (
+            "; a scores table written before that metric existed gets it when the aggregation reruns "
+            "(snakemake --forcerun aggregate_scores)"
+            if score in missing
+            else ""
+        )
         raise DataError(f"scores table lacks column(s) {missing}{hint}")
     ind = scores[scores["role"] == "in-domain"].groupby("run_id")["testset"].unique()
     zname = {r: (v[0] if len(v) == 1 else "") for r, v in ind.items()}
-    long = pd.DataFrame({
-        "model": scores["model"].astype(str), "in_domain": scores["run_id"].map(zname).fillna(""),
-        "run": scores["run_id"].astype(str), "unit": scores["step"].astype(int),
-        "testset": scores["testset"].astype(str), "score": scores[score].astype(float)})
+    long = pd.DataFrame(
+        {
+            "model": scores["model"].astype(str),
+            "in_domain": scores["run_id"].map(zname).fillna(""),
+            "run": scores["run_id"].astype(str),
+            "unit": scores["step"].astype(int),
+            "testset": scores["testset"].astype(str),
+            "score": scores[score].astype(float),
+        }
+    )
     info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
     info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
     return long, info
@@ -277,26 +394,48 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
     need = ["model", "run_id", "step", "testset", "predictions"]
     missing = [c for c in need if c not in scores.columns]
     if missing:
-        raise DataError(f"scores table: no column(s) {missing} (a table from before per-run evaluation jobs? "
-                        "rerun the workflow to rebuild it)")
+        raise DataError(
+            f"scores table: no column(s) {missing} (a table from before per-run evaluation jobs? "
+            "rerun the workflow to rebuild it)"
+        )
     frames = []
     for row in scores[need].itertuples(index=False):
         try:
             pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
         except Exception as e:  # noqa: BLE001 -- gone or damaged: name the file and the way out
-            raise DataError(f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
-                            f"{e}); delete it (if it is still there) and run again: that evaluation runs again")
-        frames.append(pd.DataFrame({"model": str(row.model), "run": str(row.run_id),
-                                    "unit": int(row.step), "testset": str(row.testset),
-                                    "example": pred["index"].to_numpy(), "correct": pred["correct"].to_numpy(float)}))
+            raise DataError(
+                f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
+                f"{e}); delete it (if it is still there) and run again: that evaluation runs again"
+            ) from None
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": str(row.model),
+                    "run": str(row.run_id),
+                    "unit": int(row.step),
+                    "testset": str(row.testset),
+                    "example": pred["index"].to_numpy(),
+                    "correct": pred["correct"].to_numpy(float),
+                }
+            )
+        )
     if not frames:
         return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct"])
     return pd.concat(frames, ignore_index=True)
 
 
-def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: str, correct: str,
-                        model: str | None = None, run: str | None = None, model_name: str = "model",
-                        source: str = "predictions") -> pd.DataFrame:
+def from_examples_table(
+    df: pd.DataFrame,
+    *,
+    unit: str,
+    testset: str,
+    example: str,
+    correct: str,
+    model: str | None = None,
+    run: str | None = None,
+    model_name: str = "model",
+    source: str = "predictions",
+) -> pd.DataFrame:
     """A long per-example table (unit, testset, example id, correct 0/1) -> canonical."""
     for c in [unit, testset, example, correct] + [c for c in (model, run) if c]:
         if c not in df.columns:
@@ -305,10 +444,16 @@ def from_examples_table(df: pd.DataFrame, *, unit: str, testset: str, example: s
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
         raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
-    return pd.DataFrame({"model": df[model].astype(str) if model else model_name,
-                         "run": df[run].astype(str) if run else "all",
-                         "unit": _numeric_units(df[unit]), "testset": df[testset].astype(str),
-                         "example": df[example], "correct": corr.astype(float)}).reset_index(drop=True)
+    return pd.DataFrame(
+        {
+            "model": df[model].astype(str) if model else model_name,
+            "run": df[run].astype(str) if run else "all",
+            "unit": _numeric_units(df[unit]),
+            "testset": df[testset].astype(str),
+            "example": df[example],
+            "correct": corr.astype(float),
+        }
+    ).reset_index(drop=True)
 
 
 # ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----
@@ -324,17 +469,33 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
     pooled = pc[pc["run"] == "pooled"]
     for (m, r), g in pooled.groupby(["method", "residualiser"]):
         conc = g["conclusion"].value_counts()
-        logger.info("%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
-                    "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
-                    "without step 0 %d", m, r, len(g), int(g["r"].notna().sum()), opts.correction, opts.alpha,
-                    int(g["significant"].sum()), conc.get("positive", 0), conc.get("negative", 0),
-                    conc.get("near zero", 0), conc.get("unresolved", 0), int((g["curvature"] == True).sum()),  # noqa: E712
-                    int((g["step0_changes"] == True).sum()))  # noqa: E712
+        logger.info(
+            "%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
+            "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
+            "without step 0 %d",
+            m,
+            r,
+            len(g),
+            int(g["r"].notna().sum()),
+            opts.correction,
+            opts.alpha,
+            int(g["significant"].sum()),
+            conc.get("positive", 0),
+            conc.get("negative", 0),
+            conc.get("near zero", 0),
+            conc.get("unresolved", 0),
+            int(g["curvature"].eq(True).sum()),
+            int(g["step0_changes"].eq(True).sum()),
+        )
     runs = pc[pc["run"] != "pooled"]
     low = runs["note"].astype(str).str.startswith("effective sample size")
     if low.any():
-        logger.info("%d of %d run cells have too little effective information (n_eff < %g): see their note",
-                    int(low.sum()), len(runs), opts.min_n_eff)
+        logger.info(
+            "%d of %d run cells have too little effective information (n_eff < %g): see their note",
+            int(low.sum()),
+            len(runs),
+            opts.min_n_eff,
+        )
     if not agree.empty:
         counts = agree.groupby(["method", "residualiser", "verdict"]).size()
         for (m, r, v), k in counts.items():
