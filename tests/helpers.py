@@ -8,6 +8,7 @@ test module imports by name lives here, so a reader finds it and a script outsid
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,13 @@ def smk(workdir, configfile, *args, timeout=900, env=None):
     return subprocess.run(
         cmd, capture_output=True, text=True, timeout=timeout, env=None if env is None else {**os.environ, **env}
     )
+
+
+def planned_jobs(workdir, configfile, timeout=600, env=None) -> dict[str, int]:
+    """Jobs per rule (and ``total``) in ``snakemake -n --quiet rules`` of ``configfile`` in ``workdir``."""
+    res = smk(workdir, configfile, "-n", "--quiet", "rules", timeout=timeout, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M)}
 
 
 LABELS = ["entailment", "non-entailment"]

@@ -1,9 +1,7 @@
 """The rules read only the plan layer (oodcorr.plan), and the paper grid plans as asked."""
 
 import inspect
-import os
 import re
-import subprocess
 
 import pytest
 import yaml
@@ -11,7 +9,7 @@ from snakemake.utils import validate
 
 from oodcorr.plan import build_plan
 
-from helpers import REPO, SNAKEMAKE
+from helpers import REPO, planned_jobs
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
 
@@ -57,53 +55,17 @@ def test_paper_grid_in_both_units():
 @pytest.mark.slow
 def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
     """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs."""
-    res = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(REPO / "config/paper.yaml"),
-            "-n",
-            "--quiet",
-            "rules",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
-    assert table["evaluate"] == "16128" and table["finetune"] == "96"
+    table = planned_jobs(tmp_path, REPO / "config/paper.yaml")
+    assert table["evaluate"] == 16128 and table["finetune"] == 96
     assert not [k for k in table if k.startswith("evaluate_")]
 
 
 @pytest.mark.slow
 def test_paper_authors_grid_dry_run_plans_offline(tmp_path):
     """`snakemake -n --configfile config/paper-authors.yaml`: plans with no network."""
-    res = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(REPO / "config/paper-authors.yaml"),
-            "-n",
-            "--quiet",
-            "rules",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    table = dict(re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M))
-    assert table["finetune"] == "16" and table["evaluate"] == str(16 * 83 * 8) and table["prepare_dataset"] == "10"
+    offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    table = planned_jobs(tmp_path, REPO / "config/paper-authors.yaml", env=offline)
+    assert table["finetune"] == 16 and table["evaluate"] == 16 * 83 * 8 and table["prepare_dataset"] == 10
     assert "series_checkpoint" not in table
 
 
