@@ -26,13 +26,10 @@ import json
 import string
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .config import Experiment
 from .errors import ConfigError
-
-if TYPE_CHECKING:
-    from .plan import Run
 
 PLACEHOLDERS = ("premise", "hypothesis")
 # a testset (or training sample) with more than this share of its prompts cut to max_length is a warning
@@ -190,9 +187,12 @@ def analysis_min_points(residualiser: str, gam_min_points: int = GAM_MIN_POINTS)
     return max(need, gam_min_points) if residualiser.startswith("gam") else need
 
 
-def check_schedules(runs: Iterable[Run], analysis: dict) -> list[str]:
+def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
     """Fewer checkpoints than every residualiser needs: every cell of the run would be NaN, an
-    error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning."""
+    error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning.
+
+    ``runs`` are the plan's runs (:class:`oodcorr.plan.Run`: model, n_train, steps, max_steps,
+    series); not imported here, since the plan imports this module."""
     residualisers = list(analysis.get("residualisers") or ["linear"])
     gam_min = int((analysis.get("gam") or {}).get("min_points", GAM_MIN_POINTS))
     drop0 = bool((analysis.get("step0") or {}).get("drop", False))
