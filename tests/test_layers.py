@@ -5,7 +5,8 @@ source with ``ast`` (nothing is imported) and checked against :data:`LAYERS`: a 
 its own layer or a lower one, never a higher one, and the module graph has no cycle. An import
 kept inside a function (of an oodcorr module or a heavy library) says why on its line or the
 line above, so a reader can tell "keeps torch out of planning" from "hides a cycle".
-Imports under ``if TYPE_CHECKING:`` (names for annotations only, never run) are not edges.
+Imports under ``if TYPE_CHECKING:`` count as edges too: a name needed only for annotations still
+couples the two modules, and an upward one would hide a cycle the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PKG = SRC / "oodcorr"
 LAYERS: list[tuple[str, list[str]]] = [
     # stdlib-only helpers everything may use: the error types users see, atomic/verified file IO,
     # folder locks, GPU claims. They import no other oodcorr module.
-    ("base", ["errors", "io", "locks", "gpus", "ranks"]),
+    ("base", ["errors", "io", "defaults", "model_dirs", "locks", "gpus", "ranks"]),
     # the statistics: pandas/numpy/scipy only, reads tables through io; never torch-side code
     ("analysis", ["analysis", "analysis.*"]),
     # the validated config and the plan built from it: what runs, on what, with which params.
@@ -91,16 +92,11 @@ def _imports(path: Path) -> list[tuple[int, bool, str]]:
     mod = _module_name(path)
     tree = ast.parse(path.read_text(), str(path))
     in_fn: set[int] = set()
-    type_only: set[int] = set()  # under "if TYPE_CHECKING:": names for annotations, never run
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             in_fn.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            type_only.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom)))
     out = []
     for node in ast.walk(tree):
-        if id(node) in type_only:
-            continue
         targets: list[str] = []
         if isinstance(node, ast.ImportFrom):
             if node.level:
