@@ -97,14 +97,14 @@ def plan_once(args, workdir: str) -> dict:
 def count_evaluations(configfile: str) -> int:
     """Checkpoint x testset evaluations the config asks for (one output file each)."""
     import yaml
-    from snakemake.utils import validate
 
     sys.path.insert(0, str(REPO / "src"))
     from oodcorr.plan import build_plan
+    from oodcorr.schema import fill_defaults
 
     cfg = yaml.safe_load(Path(configfile).read_text())
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
-    return build_plan(cfg, REPO).n_evaluations
+    fill_defaults(cfg, REPO / "config/schema.yaml")
+    return sum(len(job.steps) for job in build_plan(cfg, REPO).eval_jobs)
 
 
 def with_unit(configfile: str, unit: str, folder: str) -> str:

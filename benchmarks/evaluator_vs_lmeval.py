@@ -93,7 +93,7 @@ def main(argv=None) -> dict:
     import torch
 
     from oodcorr.evaluate import score
-    from oodcorr.models import load_causal_lm, load_tokenizer
+    from oodcorr.models import load_model, load_tokenizer
     from oodcorr.prompting import encode_prompts, format_prompt, verbaliser_ids
 
     torch.set_num_threads(args.threads)
@@ -107,7 +107,7 @@ def main(argv=None) -> dict:
     name, recs = load_records(args.data, args.limit, args.synthetic, args.n)
     spec = {"name": "bench-opt", "path": str(model_dir), "dtype": args.dtype}
     tok = load_tokenizer(spec)
-    model = load_causal_lm(spec, None, args.device).eval()
+    model = load_model(spec, None, args.device).eval()
     n_params = sum(p.numel() for p in model.parameters())
     verbs = dict(zip(LABELS, args.verbalisers))
     verb = verbaliser_ids(tok, verbs, LABELS, "bench-opt")

@@ -149,9 +149,9 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
 
     from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.finetune import apply_lora
-    from oodcorr.models import load_causal_lm
+    from oodcorr.models import load_model
 
-    model = apply_lora(load_causal_lm({"name": "bench-opt", "path": str(model_dir)}), lora, "CAUSAL_LM")
+    model = apply_lora(load_model({"name": "bench-opt", "path": str(model_dir)}), lora, "CAUSAL_LM")
     adapter = [p for n, p in model.named_parameters() if "lora_" in n]
     for i, c in enumerate(cks):
         ck = Path(c["checkpoint"])

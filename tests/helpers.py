@@ -78,3 +78,9 @@ TINY_CONFIGS = {
         "max_position_embeddings": 128,
     },
 }
+
+
+def n_evaluations(plan) -> int:
+    """Checkpoint x testset evaluations a plan asks for, whichever its unit (a run-unit job
+    evaluates every checkpoint of its run)."""
+    return sum(len(job.steps) for job in plan.eval_jobs)

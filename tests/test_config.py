@@ -8,14 +8,15 @@ from snakemake.utils import validate
 from oodcorr.config import Experiment
 from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
+from oodcorr.schema import fill_defaults
 
-from helpers import REPO
+from helpers import REPO, n_evaluations
 
 
 @pytest.fixture
 def default_config():
     cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
 
 
@@ -29,7 +30,7 @@ def test_default_config_expands(default_config):
     assert [r for _, r in roles[1:]] == ["ood"] * 5
     assert plan.unit == "checkpoint" and plan.paths.root == "results/default"
     # one evaluation job per run x checkpoint x testset, each with its own predictions file
-    assert len(plan.eval_jobs) == plan.n_evaluations == 2 * len(steps) * 6
+    assert len(plan.eval_jobs) == n_evaluations(plan) == 2 * len(steps) * 6
     assert all(len(j.steps) == 1 for j in plan.eval_jobs)
     outputs = plan.eval_outputs()
     assert len(set(outputs)) == len(outputs) == 2 * len(steps) * 6
@@ -80,7 +81,7 @@ def test_semantic_errors_name_the_key(default_config, mutate, message):
     cfg = copy.deepcopy(default_config)
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
@@ -96,7 +97,7 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
     # with a single in-domain set, listing its own test set as OOD is a mistake
     del cfg["in_domain"][1]
     with pytest.raises(ConfigError, match="ood_testsets: 'synth-test' is the in-domain test set of in_domain"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_model_overrides_replace_schedule_and_epochs(default_config):
@@ -125,7 +126,7 @@ def test_params_ignore_bookkeeping_and_key_order(default_config):
 
 def _load(name):
     cfg = yaml.safe_load((REPO / "config" / name).read_text())
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
 
 
@@ -156,19 +157,19 @@ def test_paper_grid_plans_the_whole_grid_offline():
     runs = plan.runs
     assert len(runs) == 8 * 2 * len(ft["n_train"]) * len(ft["seeds"]) == 96
     # a job per checkpoint x testset: 96 runs x 21 checkpoints x 8 testsets
-    assert len(plan.eval_jobs) == plan.n_evaluations == len(runs) * len(runs[0].steps) * 8 == 16128
+    assert len(plan.eval_jobs) == n_evaluations(plan) == len(runs) * len(runs[0].steps) * 8 == 16128
     for m in cfg["models"]:  # LoRA r=8, alpha=32, dropout 0.1 on attention projections, bf16
         lora = exp.finetune_cfg(m["name"])["lora"]
         assert (lora["r"], lora["alpha"], lora["dropout"]) == (8, 32, 0.1)
         assert {"q_proj", "k_proj", "v_proj"} <= set(lora["target_modules"])
         assert m["dtype"] == "bfloat16" and exp.finetune_cfg(m["name"])["bf16"]
     # resources grow with model size
-    res = {m["name"]: plan.job_resources("finetune", m["name"]) for m in cfg["models"]}
+    res = {m["name"]: plan.models[m["name"]].resources["finetune"] for m in cfg["models"]}
     assert res["opt-30b"].gpu == 2 > res["opt-2.7b"].gpu == 1  # opt-30b: FSDP over 2 GPUs
     assert res["olmo2-13b"].mem_mb > res["olmo2-7b"].mem_mb > res["smollm3-3b"].mem_mb
     # unpinned revisions are named, not silently accepted
-    assert any("olmo2-32b" in w for w in exp.warnings)
-    assert not any("olmo2-7b" in w for w in exp.warnings)
+    assert any("olmo2-32b" in w for w in plan.warnings)
+    assert not any("olmo2-7b" in w for w in plan.warnings)
 
 
 def test_paper_authors_grid_has_the_authors_settings_and_plans_offline():
@@ -224,7 +225,7 @@ def test_paper_authors_grid_has_the_authors_settings_and_plans_offline():
     run = plan.runs[0]
     assert (run.n_train, run.seed, run.max_steps) == (260000, 42, 40 * -(-260000 // 64))
     assert run.steps[:3] == (0, 2000, 4000) and run.steps[-1] == run.max_steps
-    assert len(plan.runs) == 8 * 2 and plan.n_evaluations == 16 * len(run.steps) * 8
+    assert len(plan.runs) == 8 * 2 and n_evaluations(plan) == 16 * len(run.steps) * 8
     # every file:line the header cites exists in the authors' code as quoted (see the comments)
     header = (REPO / "config/paper-authors.yaml").read_text().split("\nexperiment:")[0]
     assert "d382ab19319db65acce2cf678638905a78fc825f" in header
@@ -250,21 +251,21 @@ def test_size_class_and_label_mode_errors(default_config):
     cfg = copy.deepcopy(default_config)
     cfg["models"][0]["size_class"] = "huge"
     with pytest.raises(ConfigError, match=r"models\[tiny-opt\]\.size_class: 'huge'"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
     cfg["size_classes"] = {"huge": {"finetune": {"mem_mb": 9000}}}
     cfg["models"][0]["resources"] = {"finetune": {"runtime": 7}}
-    res = build_plan(cfg, REPO).job_resources("finetune", "tiny-opt")
+    res = build_plan(cfg, REPO).models["tiny-opt"].resources["finetune"]
     # the rule's defaults, then the size class, then the model's own
     assert (res.mem_mb, res.runtime, res.gpu, res.threads) == (9000, 7, 0, 1)
     cfg = copy.deepcopy(default_config)
     cfg["label_mode"] = "four-way"
     with pytest.raises(ConfigError, match="label_mode: 'four-way'.*binary-merge"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
     cfg["label_mode"] = "three-way"  # the default verbalisers have no word for neutral
     with pytest.raises(
         ConfigError, match=r"prompt\.verbalisers: no verbaliser for label\(s\) \['neutral', 'contradiction'\]"
     ):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_registry_entries_are_schema_checked(tmp_path, default_config):
@@ -273,7 +274,7 @@ def test_registry_entries_are_schema_checked(tmp_path, default_config):
     cfg = copy.deepcopy(default_config)
     cfg["registries"] = cfg["registries"] + [str(bad)]
     with pytest.raises(ConfigError, match=r"reg\.yaml: dataset 'x'\.hub: 'revision' is a required property"):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_one_evaluate_rule_whatever_the_schedules(default_config):
@@ -292,7 +293,7 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     assert len(plan.eval_jobs) == len(set(plan.eval_outputs())) == n
     cfg["evaluation"]["unit"] = "run"
     plan = build_plan(cfg, REPO)
-    assert len(plan.eval_jobs) == len(plan.runs) * 6 and plan.n_evaluations == n
+    assert len(plan.eval_jobs) == len(plan.runs) * 6 and n_evaluations(plan) == n
     assert all(j.steps == j.run.steps for j in plan.eval_jobs)
     assert plan.eval_outputs()[0] == "results/default/eval/tiny-opt/synth/n64/seed0/synth-test.json"
     job = plan.eval_params(_wc(plan.runs[0], testset="synth-overlap"))
@@ -379,7 +380,7 @@ def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, default_co
     cfg = copy.deepcopy(default_config)
     cfg["registries"] = cfg["registries"] + [str(bad)]
     with pytest.raises(ConfigError, match=message):
-        Experiment(cfg, REPO)
+        build_plan(cfg, REPO)
 
 
 def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config):
@@ -463,3 +464,60 @@ def test_the_snakefile_and_the_cli_reach_the_config_only_through_load():
     for text in (snakefile, cli):
         for other in ("check_config(", "validate(", "build_plan(", "fill_defaults(", "Experiment("):
             assert other not in text, other
+
+
+# ---- defaults written once -------------------------------------------------------------------
+def _with_analysis_defaults(node, defaults):
+    """A copy of the schema's analysis node with ``default:`` values put back from ``defaults``,
+    as the schema held them before they moved to oodcorr.defaults (each block defaulting to {})."""
+    node = copy.deepcopy(node)
+    for key, value in defaults.items():
+        if isinstance(value, dict):
+            node["properties"][key] = _with_analysis_defaults(node["properties"][key], value)
+            node["properties"][key]["default"] = {}
+        else:
+            node["properties"][key]["default"] = value
+    return node
+
+
+def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path):
+    import jsonschema
+
+    from oodcorr.config import analysis_options
+    from oodcorr.defaults import ANALYSIS
+
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    node = schema["properties"]["analysis"]
+
+    def no_default(n, where):  # the schema holds no default for an analysis key: one home
+        assert "default" not in n, where
+        for k, sub in (n.get("properties") or {}).items():
+            no_default(sub, f"{where}.{k}")
+
+    no_default(node, "analysis")
+    # every key of the schema has a default, and each default is an allowed value
+    assert set(ANALYSIS) == set(node["properties"])
+    for block, sub in node["properties"].items():
+        if "properties" in sub:
+            assert set(ANALYSIS[block]) == set(sub["properties"]), block
+    jsonschema.validate(ANALYSIS, node)
+    # filling gives the analysis params that Snakemake's set_default gave when the schema held the
+    # defaults (it had none for `score`, which the params leave out), key order included: upgrading
+    # reruns no analysis job
+    before = {k: v for k, v in ANALYSIS.items() if k != "score"}
+    old = dict(schema, properties=dict(schema["properties"], analysis=_with_analysis_defaults(node, before)))
+    old["properties"]["analysis"]["default"] = {}
+    old_path = tmp_path / "schema-with-analysis-defaults.yaml"
+    old_path.write_text(yaml.safe_dump(old, sort_keys=False))
+    base = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    sections = [None, {}, {"pooling": {"two_runs": "fixed-effect"}, "methods": ["spearman"]}, {"gam": {}, "seed": 3}]
+    for section in sections:
+        a, b = copy.deepcopy(base), copy.deepcopy(base)
+        for cfg in (a, b):
+            cfg.pop("analysis", None)
+            if section is not None:
+                cfg["analysis"] = copy.deepcopy(section)
+        validate(a, str(old_path), set_default=True)
+        fill_defaults(b, REPO / "config/schema.yaml")
+        assert repr(analysis_options(b["analysis"])) == repr(analysis_options(a["analysis"])), section
+        assert b["analysis"]["score"] == "accuracy"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from oodcorr import distributed
 from oodcorr.config import Experiment
+from oodcorr.schema import fill_defaults
 
 from helpers import REPO
 
@@ -32,7 +32,7 @@ FSDP_MODEL = {
 def _config(model):
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
     cfg["models"].append(copy.deepcopy(model))
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
 
 

@@ -144,7 +144,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     from oodcorr.data import prepare
     from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.models import load_causal_lm
+    from oodcorr.models import load_model
 
     from helpers import BINARY
 
@@ -171,7 +171,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     cks = []
     for step in (0, 5):
         ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
-        load_causal_lm(spec, tiny).save_pretrained(ck)
+        load_model(spec, tiny).save_pretrained(ck)
         write_ckpt_manifest(ck, step, resumable=False)
         cks.append({"step": step, "checkpoint": str(ck), "predictions": str(tmp_path / f"p{step}.parquet")})
 
@@ -367,7 +367,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.evaluate import evaluate_run, tokenize_testset
     from oodcorr.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.models import load_causal_lm
+    from oodcorr.models import load_model
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -403,7 +403,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     assert [os.stat(c["predictions"]).st_mtime_ns for c in cks] == mtimes  # nothing rewritten
     assert [r["accuracy"] for r in again["checkpoints"]] == [r["accuracy"] for r in first["checkpoints"]]
     # checkpoint 10 is retrained (other weights): its predictions are computed again
-    model = load_causal_lm(spec, tiny)
+    model = load_model(spec, tiny)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.5)
@@ -484,7 +484,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
 
     from oodcorr.checkpoints import write_ckpt_manifest
     from oodcorr.evaluate import EvaluationRefused, evaluate_run
-    from oodcorr.models import load_causal_lm
+    from oodcorr.models import load_model
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -493,7 +493,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
         dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
         for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     ]
-    model = load_causal_lm(spec, tiny)
+    model = load_model(spec, tiny)
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(float("nan"))

@@ -201,10 +201,10 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     )
     # a step-0 checkpoint of the base model
     from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.models import load_causal_lm
+    from oodcorr.models import load_model
 
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0"
-    load_causal_lm(spec, tiny).save_pretrained(ck)
+    load_model(spec, tiny).save_pretrained(ck)
     write_ckpt_manifest(ck, 0, resumable=False)
     res = _evaluate(tmp_path, spec, tiny, tmp_path / "run", 0, cache)
     df = __import__("pandas").read_parquet(tmp_path / "eval0-7.parquet")

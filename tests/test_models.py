@@ -7,12 +7,12 @@ import pytest
 import torch
 
 from oodcorr.errors import ConfigError
-from oodcorr.models import load_causal_lm, load_checkpoint, model_source
+from oodcorr.models import load_checkpoint, load_model, model_source
 
 
 def test_local_path_entry_loads_with_safetensors(tiny_models):
     spec = {"name": "local", "path": str(tiny_models["olmo2"])}
-    model = load_causal_lm(spec)
+    model = load_model(spec)
     assert type(model).__name__ == "Olmo2ForCausalLM"
     assert next(model.parameters()).dtype == torch.float32
 
@@ -30,7 +30,7 @@ def test_hub_entry_passes_revision_and_no_remote_code(monkeypatch):
     spec = {"name": "opt", "hub": "facebook/opt-125m", "revision": "27dcfa74d334bc871f3234de431e71c6eeba5dd6"}
     assert model_source(spec) == ("facebook/opt-125m", {"revision": spec["revision"]})
     with pytest.raises(RuntimeError, match="stop before"):
-        load_causal_lm(spec)
+        load_model(spec)
     assert seen["src"] == "facebook/opt-125m" and seen["revision"] == spec["revision"]
     assert seen["trust_remote_code"] is False and seen["use_safetensors"] is True
 
@@ -42,17 +42,17 @@ def test_remote_code_and_pickle_weights_are_refused_without_opt_in(tmp_path, tin
     cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="needs remote code.*trust_remote_code: true"):
-        load_causal_lm({"name": "remote", "path": str(d)})
+        load_model({"name": "remote", "path": str(d)})
 
     p = tmp_path / "pickled"
     shutil.copytree(tiny_models["opt"], p)
     (p / "model.safetensors").unlink()
     torch.save({}, p / "pytorch_model.bin")
     with pytest.raises(ConfigError, match="only in a pickle format"):
-        load_causal_lm({"name": "pickled", "path": str(p)})
+        load_model({"name": "pickled", "path": str(p)})
 
     with pytest.raises(ConfigError, match="not a model directory"):
-        load_causal_lm({"name": "empty", "path": str(tmp_path)})
+        load_model({"name": "empty", "path": str(tmp_path)})
 
 
 def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
@@ -68,7 +68,7 @@ def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
     )
     finetune(**kw)
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    base = load_causal_lm(spec, tiny_models["opt"]).eval()
+    base = load_model(spec, tiny_models["opt"]).eval()
     ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
     ck = f"{kw['run_dir']}/checkpoints/checkpoint-"
     with torch.no_grad():

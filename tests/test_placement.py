@@ -5,11 +5,10 @@ import subprocess
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from oodcorr.errors import ConfigError
 from oodcorr.plan import build_plan
-from oodcorr.schema import check_config
+from oodcorr.schema import check_config, fill_defaults
 from oodcorr.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_bytes, gpu_memory, lora_parameters
 
 from helpers import REPO, SNAKEMAKE
@@ -25,7 +24,7 @@ def micro(**extra) -> dict:
 
 def plan(cfg):
     check_config(cfg, SCHEMA)
-    validate(cfg, str(SCHEMA), set_default=True)
+    fill_defaults(cfg, SCHEMA)
     return build_plan(cfg, REPO)
 
 

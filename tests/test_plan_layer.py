@@ -5,11 +5,11 @@ import re
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from oodcorr.plan import build_plan
+from oodcorr.schema import fill_defaults
 
-from helpers import REPO, planned_jobs
+from helpers import REPO, n_evaluations, planned_jobs
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
 
@@ -40,14 +40,14 @@ def _paper(unit=None):
     cfg = yaml.safe_load((REPO / "config/paper.yaml").read_text())
     if unit:
         cfg["evaluation"]["unit"] = unit
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return build_plan(cfg, REPO)
 
 
 def test_paper_grid_in_both_units():
     ck, run = _paper(), _paper("run")
-    assert ck.unit == "checkpoint" and len(ck.eval_jobs) == 16128 == ck.n_evaluations
-    assert run.unit == "run" and len(run.eval_jobs) == 768 and run.n_evaluations == 16128
+    assert ck.unit == "checkpoint" and len(ck.eval_jobs) == 16128 == n_evaluations(ck)
+    assert run.unit == "run" and len(run.eval_jobs) == 768 and n_evaluations(run) == 16128
     assert len(set(ck.eval_outputs())) == 16128 and len(set(run.eval_outputs())) == 768
     assert all(p.startswith("results/paper-grid/eval/") for p in ck.eval_outputs())
 

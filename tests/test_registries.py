@@ -14,7 +14,8 @@ import subprocess
 
 import pytest
 
-from oodcorr.config import Experiment, load_yaml
+from oodcorr.config import Experiment
+from oodcorr.io import load_yaml
 
 from helpers import REPO
 

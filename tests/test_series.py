@@ -10,11 +10,13 @@ import shutil
 import pandas as pd
 import pytest
 import yaml
-from snakemake.utils import validate
 
-from oodcorr.config import Experiment, model_files
+from oodcorr.config import Experiment
+from oodcorr.disk_checks import check_inputs_exist
 from oodcorr.errors import ConfigError
+from oodcorr.model_dirs import model_files
 from oodcorr.plan import build_plan
+from oodcorr.schema import fill_defaults
 from oodcorr.series import read_manifest, verify, write_manifest
 
 from helpers import REPO, smk
@@ -77,7 +79,7 @@ def _config(dirs, *, unit="checkpoint", tokens=False, finetuned=False):
 
 def _plan(cfg):
     cfg = copy.deepcopy(cfg)
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return build_plan(cfg, REPO)
 
 
@@ -184,11 +186,10 @@ def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
     ]  # 4: what linear needs
     cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
     cfg.pop("finetune")
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
-    exp = Experiment(cfg, REPO)
-    assert any("checkpoints[0]: revision 'step1000'" in w for w in exp.warnings)
-    assert not any(f"checkpoints[{i}]" in w for w in exp.warnings for i in (1, 2, 3))
-    plan = build_plan(cfg, REPO, exp)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
+    plan = build_plan(cfg, REPO)
+    assert any("checkpoints[0]: revision 'step1000'" in w for w in plan.warnings)
+    assert not any(f"checkpoints[{i}]" in w for w in plan.warnings for i in (1, 2, 3))
     assert plan.models["pythia"].entry["series"]["tokenizer"] == {
         "hub": "EleutherAI/pythia-70m",
         "revision": "step1000",
@@ -203,15 +204,15 @@ def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
 def test_local_checkpoints_are_checked_when_planning(series_dirs, tmp_path):
     cfg = _config(series_dirs)
     cfg["models"][0]["series"]["checkpoints"][1]["path"] = str(tmp_path / "missing")
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     with pytest.raises(ConfigError, match=r"models\[pre-steps\].series.checkpoints: .*missing does not exist"):
-        Experiment(cfg, REPO).check_inputs_exist()
+        check_inputs_exist(Experiment(cfg, REPO))
     pickled = tmp_path / "pickled"
     shutil.copytree(series_dirs[4], pickled)
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
     cfg["models"][0]["series"]["checkpoints"][1]["path"] = str(pickled)
     with pytest.raises(ConfigError, match="pickle format"):
-        Experiment(cfg, REPO).check_inputs_exist()
+        check_inputs_exist(Experiment(cfg, REPO))
 
 
 def test_manifest_lists_what_loading_reads_and_verification_sees_a_changed_file(series_dirs, tmp_path):
@@ -377,6 +378,6 @@ def test_a_series_too_short_for_the_analysis_is_refused_naming_its_key():
     ]
     cfg["in_domain"] = [{"name": "synth", "test": "synth-test"}]
     cfg.pop("finetune")
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     with pytest.raises(ConfigError, match=r"models\[pythia\].series.checkpoints: .* 2 checkpoint\(s\) .*list more"):
         build_plan(cfg, REPO)

@@ -7,7 +7,6 @@ import copy
 import pytest
 import torch
 import yaml
-from snakemake.utils import validate
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oodcorr import methods, synthetic
@@ -15,6 +14,7 @@ from oodcorr.errors import ConfigError
 from oodcorr.finetune import _Collator, training_loss
 from oodcorr.plan import build_plan
 from oodcorr.prompting import encode_prompts, pad_batch, verbaliser_ids
+from oodcorr.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO
 
@@ -178,7 +178,7 @@ def _micro(**changes):
     for key, value in changes.items():
         block, _, leaf = key.partition(".")
         cfg.setdefault(block, {})[leaf] = value
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
 
 

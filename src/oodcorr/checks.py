@@ -1,9 +1,23 @@
-"""Planning-time checks of what a config decides, and of what is on disk before any job runs.
+"""Every check of what a config decides that its schema cannot state, refused before any job.
 
-Each check is a function of its own. Those of the config alone are called by
-:func:`oodcorr.plan.build_plan`; they raise :class:`~oodcorr.errors.ConfigError`
-naming the key, or return warnings for what is allowed but suspicious:
+A config's checks have one home by kind: its shape and defaults are ``config/schema.yaml``
+(:mod:`oodcorr.schema`); what is on disk is :mod:`oodcorr.disk_checks` (they read tokenizers
+and what jobs wrote, so they sit above the job modules); everything else is here. Each check
+is a function of its own, raising :class:`~oodcorr.errors.ConfigError` naming the key, or
+returning warnings for what is allowed but suspicious. :func:`oodcorr.plan.build_plan` calls
+:func:`check_config` on the resolved experiment, then :func:`check_placement` on the models'
+resources and :func:`check_schedules` on the runs, once it has built them:
 
+* :func:`check_names` -- names listed twice, names that cannot be path components, the
+  experiment's name;
+* :func:`check_label_mode` -- a label map or coarse label outside the mode's labels;
+* :func:`check_datasets` -- in-domain and OOD sets that no registry defines, unknown sources,
+  training sets missing where a model is finetuned;
+* :func:`check_ood_overlap` -- an OOD testset that is a training set or the in-domain test set;
+* :func:`check_models` -- one source per model, size classes, unpinned hub revisions
+  (warning), prompts and reading switches, the vocabulary loss; :func:`check_series` for a
+  series of existing checkpoints;
+* :func:`check_evaluation` -- the evaluation unit;
 * :func:`check_templates` -- prompt templates: placeholders other than ``{premise}``
   and ``{hypothesis}``, unbalanced (literal) braces;
 * :func:`check_verbaliser_words` -- two labels with the same verbaliser;
@@ -12,34 +26,273 @@ naming the key, or return warnings for what is allowed but suspicious:
 * :func:`check_ood_count` -- fewer than two OOD testsets for a run (no pair to correlate);
 * :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
   training set's data;
+* :func:`check_placement` -- a partition or account set for some of a rule's jobs only;
 * :func:`check_schedules` -- fewer checkpoints per run than the analysis needs.
-
-Those that look at files are in :mod:`oodcorr.disk_checks` (they read tokenizers and
-what jobs wrote, so they sit above the job modules).
 
 Nothing here imports torch, transformers or pandas: planning stays fast.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .config import Experiment
+from .config import DATASET_SOURCES, HASH_RE, MODEL_SOURCES, NAME_RE, READING_CHOICES, Experiment
+from .defaults import ANALYSIS, filled
 from .errors import ConfigError
 
 PLACEHOLDERS = ("premise", "hypothesis")
 # a testset (or training sample) with more than this share of its prompts cut to max_length is a warning
 TRUNCATION_WARNING = 0.05
-# oodcorr.analysis.residualise.GamSettings.min_points (not imported: the analysis package imports
-# pandas and scipy, seconds at every planning; tests/test_checks.py checks that the two agree)
-GAM_MIN_POINTS = 8
+UNITS = ("checkpoint", "run")  # evaluation.unit: one job per checkpoint x testset, or per run x testset
+# placement keys that a profile's default-resources set (profiles/slurm does): all of a rule's jobs or none
+PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
 
 
 # ---- the config alone ---------------------------------------------------------------------
+def check_config(exp: Experiment) -> list[str]:
+    """Every check of the config alone, in the order a reader fixes them (names, then what they
+    point at, then the models, then what the runs would do). Returns the warnings."""
+    check_names(exp)
+    check_label_mode(exp)
+    check_datasets(exp)
+    check_ood_overlap(exp)
+    warnings = check_models(exp)
+    check_evaluation(exp)
+    check_templates(exp)
+    check_verbaliser_words(exp)
+    check_grid(exp)
+    check_ood_count(exp)
+    check_data_sources(exp)
+    return warnings
+
+
+def _unique(items: Iterable, key: str) -> None:
+    seen = set()
+    for x in items:
+        if x in seen:
+            raise ConfigError(f"{key}: duplicate name {x!r}")
+        seen.add(x)
+
+
+def _path_component(name: str, key: str, also: str = "it becomes a path component") -> None:
+    if not NAME_RE.match(name):
+        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern} ({also})")
+
+
+def check_names(exp: Experiment) -> None:
+    """Names are listed once and can be path components (models, in-domain sets, the datasets
+    they name, OOD testsets, the experiment)."""
+    cfg = exp.config
+    _unique([m["name"] for m in cfg["models"]], "models[].name")
+    _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
+    _unique(cfg["ood_testsets"], "ood_testsets")
+    for key, names in (("models[].name", exp.models), ("in_domain[].name", exp.in_domain)):
+        for n in names:
+            _path_component(n, key)
+    for d in cfg["in_domain"]:
+        for key in ("train", "test"):
+            if key in d:
+                _path_component(d[key], f"in_domain[{d['name']}].{key}")
+    for t in cfg["ood_testsets"]:
+        _path_component(t, "ood_testsets")
+    _path_component(str(cfg.get("experiment") or "default"), "experiment", "it names the folder results/<experiment>")
+
+
+def check_label_mode(exp: Experiment) -> None:
+    """A label mode maps dataset labels onto its own labels, and a coarse label collapses some of
+    them into one the model does not output."""
+    mode, name = exp.label_mode, exp.label_mode["name"]
+    targets = set(mode["labels"])
+    for raw, lab in (mode.get("map") or {}).items():
+        if lab is not None and lab not in targets:
+            raise ConfigError(f"label_modes.{name}.map.{raw}: {lab!r} is not one of its labels {mode['labels']}")
+    for coarse, preds in (mode.get("coarse") or {}).items():
+        bad = [x for x in preds if x not in targets]
+        if bad or coarse in targets:
+            raise ConfigError(
+                f"label_modes.{name}.coarse.{coarse}: must be a label the model does not "
+                f"output, collapsing labels among {mode['labels']} (got {preds})"
+            )
+
+
+def _known_dataset(exp: Experiment, name: str, key: str) -> None:
+    if name not in exp.datasets:
+        near = difflib.get_close_matches(name, list(exp.datasets), n=3)
+        hint = f"; did you mean {', '.join(map(repr, near))}?" if near else ""
+        raise ConfigError(f"{key}: dataset {name!r} is not defined in `datasets` or any file in `registries`{hint}")
+
+
+def check_datasets(exp: Experiment) -> None:
+    """Every dataset named is defined, with a known source; a finetuned model needs the
+    finetune block and every in-domain set's training data."""
+    cfg = exp.config
+    finetuned = exp.finetuned_models()
+    if finetuned and not cfg.get("finetune"):
+        raise ConfigError(
+            f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models, which "
+            "are evaluated as they are, need no finetune block)"
+        )
+    for d in cfg["in_domain"]:
+        if "train" not in d and finetuned:
+            raise ConfigError(
+                f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on "
+                "every in-domain set's training data"
+            )
+        for key in ("train", "test"):
+            if key in d:
+                _known_dataset(exp, d[key], f"in_domain[{d['name']}].{key}")
+    for t in cfg["ood_testsets"]:
+        _known_dataset(exp, t, "ood_testsets")
+    for name in exp.all_datasets():
+        spec = exp.dataset(name)
+        if spec.get("source") not in DATASET_SOURCES:
+            where = spec.get("_registry", "datasets")
+            raise ConfigError(
+                f"{where}: dataset {name!r}: source must be one of {', '.join(DATASET_SOURCES)} "
+                f"(got {spec.get('source')!r})"
+            )
+
+
+def check_ood_overlap(exp: Experiment) -> None:
+    """An OOD testset may never be a training set, nor (with one in-domain set) its test set.
+
+    With several in-domain sets one OOD list is shared, so an entry equal to a run's
+    own in-domain test set is evaluated once for that run, as in-domain (testsets_for).
+    """
+    ood = exp.config["ood_testsets"]
+    in_domain = exp.config["in_domain"]
+    for d in in_domain:
+        if d.get("train") in ood:
+            raise ConfigError(
+                f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
+                "a model cannot be tested out of distribution on its own training data"
+            )
+    if len(in_domain) == 1 and in_domain[0]["test"] in ood:
+        d = in_domain[0]
+        raise ConfigError(
+            f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
+            "(it is evaluated as in-domain already); remove it from ood_testsets"
+        )
+
+
+def check_models(exp: Experiment) -> list[str]:
+    """Each model: one source, a known size class, a pinned hub revision (else a warning), a
+    usable prompt (pattern models) or no vocabulary loss (head models); series checked by
+    :func:`check_series`. Returns the warnings."""
+    cfg, warnings = exp.config, []
+    for m in cfg["models"]:
+        sources = [k for k in MODEL_SOURCES if m.get(k)]
+        if len(sources) != 1:
+            raise ConfigError(
+                f"models[{m['name']}]: give exactly one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)} "
+                f"(got {sources or 'none'})"
+            )
+        if m.get("size_class") and m["size_class"] not in (cfg.get("size_classes") or {}):
+            raise ConfigError(
+                f"models[{m['name']}].size_class: {m['size_class']!r} is not a key of size_classes "
+                f"(known: {', '.join(sorted(cfg.get('size_classes') or {})) or 'none'})"
+            )
+        if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
+            warnings.append(
+                f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
+                "commit hash, so what loads may change; pin a 40-hex commit, or let "
+                "`oodcorr prefetch` pin it in the lock file"
+            )
+        if m.get("series"):
+            warnings += check_series(exp, m)
+        if exp.method(m["name"]) == "pattern":
+            _check_prompt(exp, m)
+        elif not m.get("series") and exp.finetune_cfg(m["name"]).get("loss") == "vocabulary":
+            own = "loss" in (m.get("finetune") or {})
+            where = f"models[{m['name']}].finetune.loss" if own else "finetune.loss"
+            raise ConfigError(
+                f"{where}: vocabulary scores the whole vocabulary at the prompt's scored "
+                f"position, which needs method pattern; model {m['name']!r} has method "
+                f"{exp.method(m['name'])!r} (use loss: verbalisers)"
+            )
+    return warnings
+
+
+def _check_prompt(exp: Experiment, m: dict) -> None:
+    """A pattern model's prompt (the global one with its overrides): both fields in the template,
+    known reading switches (a model's own prompt is not schema-checked), a verbaliser per label."""
+    prompt = exp.prompt_for(m["name"])
+    where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
+    for field in ("{premise}", "{hypothesis}"):
+        if field not in prompt["template"]:
+            raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
+    for key, choices in READING_CHOICES.items():
+        if key in prompt and prompt[key] not in choices:
+            raise ConfigError(f"{where}.{key}: {prompt[key]!r} is not one of {', '.join(map(str, choices))}")
+    missing = [lab for lab in exp.labels if lab not in prompt["verbalisers"]]
+    if missing:
+        raise ConfigError(
+            f"{where}.verbalisers: no verbaliser for label(s) {missing} "
+            f"(label_mode {exp.label_mode['name']!r} predicts {exp.labels})"
+        )
+
+
+def check_series(exp: Experiment, m: dict) -> list[str]:
+    """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
+    revision of ``series.hub`` (unpinned: a warning); nothing that only finetuning reads; in-domain
+    sets that exist. Returns the warnings."""
+    name, series = m["name"], m["series"]
+    where, warnings = f"models[{name}].series", []
+    for key in ("finetune", "distributed"):
+        if m.get(key):
+            raise ConfigError(f"models[{name}].{key}: a series is evaluated as it is, never finetuned; remove `{key}`")
+    if exp.method(name) != "pattern":
+        raise ConfigError(
+            f"models[{name}].method: a series is scored with the prompt (method pattern); a "
+            "classification head's label order is its own, so method head is not supported"
+        )
+    kinds = set()
+    for i, ck in enumerate(series["checkpoints"]):
+        at = f"{where}.checkpoints[{i}]"
+        x = [k for k in ("step", "tokens") if k in ck]
+        if len(x) != 1:
+            raise ConfigError(f"{at}: give exactly one of `step` or `tokens` (its x-axis value), got {x or 'none'}")
+        kinds.add(x[0])
+        src = [k for k in ("path", "revision") if k in ck]
+        if len(src) != 1:
+            raise ConfigError(
+                f"{at}: give exactly one of `path` (a local directory) or `revision` (of "
+                f"{where}.hub), got {src or 'none'}"
+            )
+        if src[0] == "revision" and not series.get("hub"):
+            raise ConfigError(f"{at}.revision: needs {where}.hub, the repository it is a revision of")
+        if src[0] == "path" and series.get("hub"):
+            raise ConfigError(
+                f"{at}.path: {where}.hub is set, so every checkpoint is a revision of it; "
+                "give `revision`, or drop `hub` for local directories"
+            )
+        if src[0] == "revision" and not HASH_RE.match(str(ck["revision"])):
+            warnings.append(
+                f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash, "
+                "so what loads may change; pin a 40-hex commit"
+            )
+    if len(kinds) > 1:
+        raise ConfigError(f"{where}.checkpoints: mixes `step` and `tokens`; one x-axis per series")
+    xs = exp.series_x(name)
+    if any(b <= a for a, b in zip(xs, xs[1:])):
+        raise ConfigError(f"{where}.checkpoints: the {next(iter(kinds))} values must be strictly increasing, got {xs}")
+    for d in series.get("in_domain") or []:
+        if d not in exp.in_domain:
+            raise ConfigError(f"{where}.in_domain: {d!r} is not an in_domain name (known: {', '.join(exp.in_domain)})")
+    return warnings
+
+
+def check_evaluation(exp: Experiment) -> None:
+    unit = exp.config["evaluation"]["unit"]
+    if unit not in UNITS:
+        raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
+
+
 def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
     """(key, prompt) of the global prompt and of every pattern model's own prompt."""
     out = [("prompt", exp.config["prompt"])]
@@ -179,7 +432,32 @@ def check_data_sources(exp: Experiment) -> None:
                 )
 
 
-def analysis_min_points(residualiser: str, gam_min_points: int = GAM_MIN_POINTS) -> int:
+# ---- what the plan built from it: the models' resources, the runs ----------------------------
+def check_placement(models: Mapping[str, Any]) -> None:
+    """A partition or account is set for all of a rule's jobs or for none of them.
+
+    ``models`` are the plan's :class:`oodcorr.plan.ModelSpec` by name (their per-rule
+    ``resources``). Snakemake takes a rule's resource from the rule, for every job: a job whose
+    model has no partition would get none at all -- not the profile's -- so a half-set key is an
+    error. (A constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
+    rules = next(iter(models.values())).resources if models else {}
+    for rule in rules:
+        for key in PROFILE_PLACEMENT:
+            have = {
+                m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
+            }
+            if have and len(have) < len(models):
+                missing = sorted(set(models) - set(have))
+                first = next(iter(have.values())).where(key)
+                raise ConfigError(
+                    f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
+                    f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
+                    f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
+                    f"or resources.{rule}.{key}"
+                )
+
+
+def analysis_min_points(residualiser: str, gam_min_points: int = ANALYSIS["gam"]["min_points"]) -> int:
     """Checkpoints a run needs for one residualiser's cells to be computed: k + 3 with k
     covariates (in-domain score, plus the step with ``+step``) for OLS, at least
     ``gam.min_points`` for a GAM (the rule of oodcorr.analysis.correlate.min_points)."""
@@ -193,9 +471,10 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
 
     ``runs`` are the plan's runs (:class:`oodcorr.plan.Run`: model, n_train, steps, max_steps,
     series); not imported here, since the plan imports this module."""
-    residualisers = list(analysis.get("residualisers") or ["linear"])
-    gam_min = int((analysis.get("gam") or {}).get("min_points", GAM_MIN_POINTS))
-    drop0 = bool((analysis.get("step0") or {}).get("drop", False))
+    analysis = filled(analysis, ANALYSIS)
+    residualisers = list(analysis["residualisers"])
+    gam_min = int(analysis["gam"]["min_points"])
+    drop0 = bool(analysis["step0"]["drop"])
     need = {r: analysis_min_points(r, gam_min) for r in residualisers}
     warnings, seen = [], set()
     for run in runs:

@@ -5,6 +5,8 @@ sit above the job modules; the checks of the config alone are in :mod:`oodcorr.c
 Called by the Snakefile while planning (:func:`check_on_disk`) and when the run ends
 (:func:`end_of_run_warnings`):
 
+* :func:`check_inputs_exist` -- local dataset files and local or packaged models (they exist,
+  and load under the safety defaults);
 * :func:`check_verbalisers_on_disk` -- verbalisers against every tokenizer already on
   disk (local, packaged and built models);
 * :func:`check_sources_unchanged` -- a local dataset file edited in place with its
@@ -19,28 +21,26 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .checks import TRUNCATION_WARNING
-from .config import package_dir
+from .config import Experiment
 from .data import local_source_changed
-from .errors import DataError, StaleResult
+from .errors import ConfigError, DataError, StaleResult
 from .evaluate import cache_info_path
+from .model_dirs import check_local_weights, package_dir
 from .models import load_tokenizer
-
-if TYPE_CHECKING:
-    from .plan import Plan
+from .plan import Plan
 
 
 def check_on_disk(plan: Plan) -> list[str]:
     """What the config points at, and what earlier runs left, checked before any job runs.
 
     Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
-    missing input file or an unusable model (:meth:`Experiment.check_inputs_exist`), a
+    missing input file or an unusable model (:func:`check_inputs_exist`), a
     verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
     with its time kept, and (unit ``run``) a summary whose predictions files are gone.
     Returns warnings about what is on disk (prompts cut to ``max_length``)."""
-    plan.exp.check_inputs_exist()
+    check_inputs_exist(plan.exp)
     check_verbalisers_on_disk(plan)
     check_sources_unchanged(plan)
     check_summaries_complete(plan)
@@ -51,11 +51,68 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
     """Everything allowed but suspicious, gathered once at the end of a run: the planning
     warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
-    out = list(plan.warnings) + plan.exp.dataset_warnings(data_dir) + truncation_warnings(plan)
+    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan)
     return list(dict.fromkeys(out))
 
 
+def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
+    """Warnings that preparation recorded in this experiment's dataset meta files."""
+    out = []
+    for name in exp.all_datasets():
+        meta = Path(data_dir) / f"{name}.meta.json"
+        if meta.exists():
+            warning = json.loads(meta.read_text(encoding="utf-8")).get("warning")
+            if warning:
+                out.append(f"{warning} (see {meta})")
+    return out
+
+
 # ---- what is on disk -----------------------------------------------------------------------
+def check_inputs_exist(exp: Experiment) -> None:
+    """What the config points at on disk: local dataset files and local or packaged models
+    (their folders, and that they load under the safety defaults)."""
+    for name in exp.all_datasets():
+        _check_local_file(exp, name)
+    for m in exp.config["models"]:
+        if m.get("path") or m.get("package"):
+            _check_local_model(m)
+        for ck in (m.get("series") or {}).get("checkpoints", []):
+            if ck.get("path"):
+                _check_local_model(dict(m, path=ck["path"]), f"models[{m['name']}].series.checkpoints")
+
+
+def _check_local_file(exp: Experiment, name: str) -> None:
+    """A local dataset's file must exist when planning.
+
+    Otherwise Snakemake would quietly leave the testset out once results/scores.*
+    exist (it ignores a missing input of a job whose output is not needed anew).
+    """
+    spec = exp.dataset(name)
+    if spec.get("source") != "local":
+        return
+    where = f"datasets.{name}.path" + (f" (from {spec['_registry']})" if spec.get("_registry") else "")
+    if not spec.get("path"):
+        raise ConfigError(f"{where}: a local dataset needs a `path`")
+    path = exp.resolve_path(spec["path"])
+    if not path.is_file():
+        rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {exp.basedir})"
+        raise ConfigError(f"{where}: file not found: {path}{rel}")
+
+
+def _check_local_model(m: dict, key: str | None = None) -> None:
+    """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+    if m.get("package"):
+        p = package_dir(m)
+    else:
+        p = Path(m["path"])
+        if not p.exists():
+            where = key or f"models[{m['name']}].path"
+            raise ConfigError(
+                f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
+            )
+    check_local_weights(str(p), m)
+
+
 def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""

@@ -29,7 +29,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import DataError
+import yaml
+
+from .errors import ConfigError, DataError
 
 
 @contextlib.contextmanager
@@ -251,6 +253,19 @@ def read_text(
 ) -> str:
     """:func:`read_bytes` then :func:`decode_text`."""
     return decode_text(read_bytes(path), path, encoding, fix)
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
+    the file, line and column."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+        try:
+            return yaml.safe_load(fh)
+        except yaml.YAMLError as e:
+            raise ConfigError(describe_yaml_error(path, e)) from None
 
 
 def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import methods
-from .config import check_local_weights, package_dir
 from .errors import ConfigError
 from .hub import pinned_model_revision
+from .model_dirs import check_local_weights, package_dir
 
 
 def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
@@ -69,10 +69,6 @@ def load_model(
         **kw,
     )
     return model.to(device)
-
-
-def load_causal_lm(spec: dict, tiny_dir=None, device: str = "cpu"):
-    return load_model(dict(spec, method="pattern"), tiny_dir, device)
 
 
 def load_checkpoint(

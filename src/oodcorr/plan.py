@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from . import checks, schema
-from .config import DEFAULT_SCORE, NAME_RE, Experiment, analysis_options, canonical, model_files
+from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .errors import ConfigError
-
-UNITS = ("checkpoint", "run")
-DEFAULT_UNIT = "checkpoint"
+from .model_dirs import model_files
 
 # What a job asks for when neither the config's `resources`, a size class nor the
 # model's own `resources` say otherwise. Evaluate's runtime is minutes per checkpoint.
@@ -327,11 +325,6 @@ class Plan:
                     out += [EvalJob(run, testset, role, (s,)) for s in run.steps]
         return tuple(out)
 
-    @property
-    def n_evaluations(self) -> int:
-        """Checkpoint x testset evaluations, whichever the unit."""
-        return sum(len(j.steps) for j in self.eval_jobs)
-
     def eval_outputs(self) -> list[str]:
         """What the aggregation reads: every predictions file (``checkpoint``) or job summary (``run``)."""
         if self.unit == "run":
@@ -529,10 +522,6 @@ class Plan:
         )
 
     # ---- resources: one factory for every rule ----------------------------------------
-    def job_resources(self, rule: str, model: str) -> Resources:
-        """What one job of ``rule`` for ``model`` asks for (a finetune on several GPUs asks for them all)."""
-        return self.models[model].resources[rule]
-
     def threads(self, rule: str):
         """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
         per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
@@ -612,41 +601,16 @@ def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
     return out
 
 
-# placement keys that a profile's default-resources set (profiles/slurm does): all of a rule's jobs or none
-PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
-
-
-def _check_placement(models: Mapping[str, ModelSpec]) -> None:
-    """A partition or account is set for all of a rule's jobs or for none of them.
-
-    Snakemake takes a rule's resource from the rule, for every job: a job whose model has no
-    partition would get none at all -- not the profile's -- so a half-set key is an error. (A
-    constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
-    for rule in MODEL_RULES:
-        for key in PROFILE_PLACEMENT:
-            have = {
-                m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
-            }
-            if have and len(have) < len(models):
-                missing = sorted(set(models) - set(have))
-                first = next(iter(have.values())).where(key)
-                raise ConfigError(
-                    f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
-                    f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
-                    f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
-                    f"or resources.{rule}.{key}"
-                )
-
-
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
     """The one way from a config to its plan: the Snakefile and every CLI command call it.
 
     ``config`` is completed in place, as Snakemake's own ``config`` is: named after its last
     source file unless it says ``experiment:``; checked against ``config/schema.yaml``, every
     problem named with its file and line (:func:`oodcorr.schema.check_config`); the schema's
-    defaults filled in (:func:`oodcorr.schema.fill_defaults`); then the semantic checks of
-    :func:`build_plan` (registries, label modes, grid, schedules). Raises ConfigError naming
-    the key. What is on disk is checked after, by :func:`oodcorr.disk_checks.check_on_disk`."""
+    defaults filled in (:func:`oodcorr.schema.fill_defaults`); then every check of the config
+    alone (:mod:`oodcorr.checks`, run by :func:`build_plan`). Raises ConfigError naming the key.
+    What is on disk is checked after, by :func:`oodcorr.disk_checks.check_on_disk`, which reads
+    tokenizers and job outputs and so sits above the job modules."""
     sources = [Path(s) for s in sources]
     if sources:
         config.setdefault("experiment", sources[-1].stem)
@@ -657,20 +621,17 @@ def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] 
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
-    """The plan of a schema-validated config (defaults filled in); raises ConfigError naming the key."""
+    """The plan of a schema-validated config (defaults filled in), after the checks of the config
+    alone (:func:`oodcorr.checks.check_config`, then those of the models' resources and the runs
+    once they are built); raises ConfigError naming the key."""
     exp = exp or Experiment(config, basedir)
+    warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
-    if not NAME_RE.match(name):
-        raise ConfigError(
-            f"experiment: {name!r} must match {NAME_RE.pattern} (it names the folder results/<experiment>)"
-        )
-    unit = (config.get("evaluation") or {}).get("unit", DEFAULT_UNIT)
-    if unit not in UNITS:
-        raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
+    unit = config["evaluation"]["unit"]
     models = {}
     for entry in config["models"]:
         m = entry["name"]
-        source = next(k for k in ("tiny", "hub", "path", "package", "series") if entry.get(k))
+        source = next(k for k in MODEL_SOURCES if entry.get(k))
         series = source == "series"
         models[m] = ModelSpec(
             name=m,
@@ -685,7 +646,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             x_unit=exp.series_unit(m),
             params_b=entry.get("params_b"),
         )
-    _check_placement(models)
+    checks.check_placement(models)
     runs = []
     for m, spec in models.items():
         if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
@@ -698,7 +659,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 total = run_length(ft, int(n), m)
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
-    warnings = list(exp.warnings) + plan_time_checks(exp, runs, dict(config.get("analysis") or {}))
+    warnings += checks.check_schedules(runs, config["analysis"])
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     datasets = tuple(exp.all_datasets())
     return Plan(
@@ -718,20 +679,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()],
         },
         analysis=analysis_options(config.get("analysis")),
-        score=(config.get("analysis") or {}).get("score", DEFAULT_SCORE),
+        score=config["analysis"]["score"],
         warnings=tuple(warnings),
         exp=exp,
     )
-
-
-def plan_time_checks(exp: Experiment, runs: list[Run], analysis: dict) -> list[str]:
-    """What the config decides and could not work, refused before any job (oodcorr.checks):
-    templates, verbaliser words, duplicate grid values, fewer than two OOD testsets, test
-    data drawn from the training pool, schedules too short for the analysis. Returns the
-    warnings (allowed but suspicious)."""
-    checks.check_templates(exp)
-    checks.check_verbaliser_words(exp)
-    checks.check_grid(exp)
-    checks.check_ood_count(exp)
-    checks.check_data_sources(exp)
-    return checks.check_schedules(runs, analysis)

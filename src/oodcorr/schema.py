@@ -1,4 +1,9 @@
-"""Readable config validation: every schema violation as one line naming its key.
+"""The config's schema: every violation as one line naming its key, and the defaults filled in.
+
+``config/schema.yaml`` states what each key may be and (except the analysis section's, which
+are :data:`oodcorr.defaults.ANALYSIS`) its default. This module is the one place that applies
+it: to the config (:func:`check_config`, :func:`fill_defaults`) and to the entries a config
+pulls in from other files, dataset registries and label modes (:func:`check_entry`).
 
 ``snakemake.utils.validate`` reports the first violation with the whole schema
 dumped around it, which buries the key. :func:`oodcorr.plan.load` (the one entry
@@ -15,10 +20,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
-from .config import load_yaml
+from .defaults import ANALYSIS, filled
 from .errors import ConfigError
+from .io import load_yaml
 
 YAML_TYPES = {
     "object": "a mapping",
@@ -126,9 +133,7 @@ def _describe(err, config) -> list[tuple[list, str]]:
 
 
 def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
-    from jsonschema import Draft202012Validator
-
-    validator = Draft202012Validator(schema)
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     out = []
     for e in errors:
@@ -170,8 +175,27 @@ def read_config(configfile: str | Path) -> dict:
 
 
 def fill_defaults(config: dict, schema_path: str | Path) -> None:
-    """The schema's defaults written into ``config`` in place, by Snakemake's validator
-    (``set_default``); run after :func:`check_config`, whose messages are the readable ones."""
+    """The defaults written into ``config`` in place: the schema's, by Snakemake's validator
+    (``set_default``), then the analysis section's (:data:`oodcorr.defaults.ANALYSIS`). Run
+    after :func:`check_config`, whose messages are the readable ones."""
     from snakemake.utils import validate  # snakemake: only where a config is loaded, not for the job modules
 
     validate(config, str(schema_path), set_default=True)
+    config["analysis"] = filled(config.get("analysis"), ANALYSIS)
+
+
+_SCHEMAS: dict[str, dict] = {}
+
+
+def check_entry(entry: Any, definition: str, where: str, basedir: str | Path) -> None:
+    """Check a dataset registry entry or a label mode against ``$defs/<definition>`` of the
+    schema in ``basedir``; the ConfigError names ``where`` and the key inside it."""
+    key = str(basedir)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = load_yaml(Path(basedir) / "config" / "schema.yaml")
+    schema = _SCHEMAS[key]
+    sub = {"$defs": schema["$defs"], **schema["$defs"][definition]}
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(sub).iter_errors(entry))
+    if err is not None:
+        path = ".".join(str(x) for x in err.absolute_path)
+        raise ConfigError(f"{where}{'.' + path if path else ''}: {err.message}")

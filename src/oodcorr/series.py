@@ -8,7 +8,7 @@ run's intermediate revisions). Its runs have no finetune job: each checkpoint ge
 manifest, written by the light local rule ``series_checkpoint``, which the evaluation
 reads instead of a finetune's manifest.
 
-The manifest of a local checkpoint lists every file that loading reads (:func:`oodcorr.config.model_files`)
+The manifest of a local checkpoint lists every file that loading reads (:func:`oodcorr.model_dirs.model_files`)
 with its size and sha256, and the file's stat when it was hashed. The evaluation
 verifies the directory against it before loading (:func:`verify`): sizes always, and the
 sha256 of any file whose stat has changed since; a file that no longer matches stops the
@@ -26,9 +26,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .config import check_local_weights, model_files
 from .errors import ConfigError
 from .io import sha256_file, sha256_json, write_json_atomic
+from .model_dirs import check_local_weights, model_files
 
 KIND = "series-checkpoint"
 X_UNITS = ("step", "tokens")

@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import package_dir
 from .errors import ConfigError
 from .hub import weight_shapes
+from .model_dirs import package_dir
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 4}

@@ -186,18 +186,6 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
 
 
-def critical(method: str, n_eff: float, level: float) -> float:
-    """The |r| (or |tau|) at which the test's two-sided p equals ``1 - level``; NaN if no test."""
-    q = 0.5 + level / 2
-    if method == "kendall":
-        return min(float(stats.norm.ppf(q) * _kendall_sd(np.float64(n_eff))), 1.0) if n_eff > 1 else math.nan
-    dof = n_eff - 2
-    if not dof >= 1:
-        return math.nan
-    tc = float(stats.t.ppf(q, dof))
-    return tc / math.sqrt(dof + tc * tc)
-
-
 def p_value(method: str, r: float, n_eff: float) -> float:
     return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
 

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .correlate import check_method, corr, p_param, residual_pair
 from .inference import INFERENCES, assess, dependence, modified_tests
@@ -90,26 +91,43 @@ CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
 
 @dataclass(frozen=True)
 class Options:
-    """Every analysis setting, with the defaults used by the workflow and the CLI."""
+    """Every analysis setting. The defaults are the config's (:data:`oodcorr.defaults.ANALYSIS`,
+    written once there), so the workflow, the CLI and a call from Python agree."""
 
-    methods: tuple[str, ...] = ("pearson",)
-    residualisers: tuple[str, ...] = ("linear",)
-    inference: str = "modified-t"  # or "iid", "block" (see oodcorr.analysis.inference)
-    level: float = 0.95  # confidence level of every interval
-    correction: str = "holm"  # or "bh", "none"
-    alpha: float = 0.05  # significance threshold on p_adj (stars, agreement)
-    min_n_eff: float = 5.0  # below this effective sample size a cell's note says its interval is uninformative
-    near_zero: float = 0.3  # an interval inside (-near_zero, near_zero) reads "near zero", not "unresolved"
-    pool_by: tuple[str, ...] = ("n_train",)  # run-information columns; runs are pooled within their groups
-    pool_two_runs: str = "none"  # a model with 2 runs: "none" (no pooled test) or "fixed-effect"
-    drop_step0: bool = False  # leave out unit 0 (the pre-finetuning checkpoint) everywhere
-    step0_check: bool = True  # recompute every cell without unit 0 and say whether its conclusion changes
-    seed: int = 0
-    n_boot: int = 2000  # inference "block": moving-block bootstrap resamples per cell
-    n_perm: int = 2000  # inference "block": block permutations per cell (all orderings when fewer)
-    interval: str = "fisher-z"  # inference "block": or "percentile"; also the example-level bootstrap's
-    block_length: int | str = "auto"  # inference "block": "auto" is ceil(n^(1/3)) for ordered units, 1 otherwise
-    example_boot: int = 200  # example-level bootstrap resamples (0: off)
+    methods: tuple[str, ...] = tuple(DEFAULTS["methods"])
+    residualisers: tuple[str, ...] = tuple(DEFAULTS["residualisers"])
+    inference: str = DEFAULTS["inference"]  # or "iid", "block" (see oodcorr.analysis.inference)
+    level: float = DEFAULTS["level"]  # confidence level of every interval
+    correction: str = DEFAULTS["correction"]  # or "bh", "none"
+    alpha: float = DEFAULTS["alpha"]  # significance threshold on p_adj (stars, agreement)
+    min_n_eff: float = DEFAULTS[
+        "min_n_eff"
+    ]  # below this effective sample size a cell's note says its interval is uninformative
+    near_zero: float = DEFAULTS[
+        "near_zero"
+    ]  # an interval inside (-near_zero, near_zero) reads "near zero", not "unresolved"
+    pool_by: tuple[str, ...] = tuple(
+        DEFAULTS["pooling"]["by"]
+    )  # run-information columns; runs are pooled within their groups
+    pool_two_runs: str = DEFAULTS["pooling"][
+        "two_runs"
+    ]  # a model with 2 runs: "none" (no pooled test) or "fixed-effect"
+    drop_step0: bool = DEFAULTS["step0"]["drop"]  # leave out unit 0 (the pre-finetuning checkpoint) everywhere
+    step0_check: bool = DEFAULTS["step0"][
+        "check"
+    ]  # recompute every cell without unit 0 and say whether its conclusion changes
+    seed: int = DEFAULTS["seed"]
+    n_boot: int = DEFAULTS["bootstrap"]["n_boot"]  # inference "block": moving-block bootstrap resamples per cell
+    n_perm: int = DEFAULTS["permutation"][
+        "n_perm"
+    ]  # inference "block": block permutations per cell (all orderings when fewer)
+    interval: str = DEFAULTS["bootstrap"][
+        "interval"
+    ]  # inference "block": or "percentile"; also the example-level bootstrap's
+    block_length: int | str = DEFAULTS["bootstrap"][
+        "block_length"
+    ]  # inference "block": "auto" is ceil(n^(1/3)) for ordered units, 1 otherwise
+    example_boot: int = DEFAULTS["example_bootstrap"]["n_boot"]  # example-level bootstrap resamples (0: off)
     gam: GamSettings = field(default_factory=GamSettings)
 
     def __post_init__(self):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..defaults import ANALYSIS as DEFAULTS
+
 KINDS = ("linear", "gam")
 RESIDUALISERS = ("linear", "linear+step", "gam", "gam+step")
 
@@ -60,8 +62,8 @@ class GamSettings:
     fitted (NaN with a note): GCV over a handful of points is noise.
     """
 
-    n_splines: int = 10
-    min_points: int = 8
+    n_splines: int = DEFAULTS["gam"]["n_splines"]
+    min_points: int = DEFAULTS["gam"]["min_points"]
     lam_grid: tuple[float, ...] = tuple(np.logspace(-3, 5, 17))
 
     def basis_size(self, n: int) -> int:
