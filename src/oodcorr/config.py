@@ -166,7 +166,7 @@ class Experiment:
 
     def method(self, model: str) -> str:
         """How a model is adapted and scored: ``pattern`` (prompt + verbaliser) or ``head``."""
-        return self.models[model].get("method", "pattern")
+        return self.models[model]["method"]  # the schema's default, filled in when planning
 
     def finetune_cfg(self, model: str) -> dict:
         """The global finetune block with the model's overrides merged in.
