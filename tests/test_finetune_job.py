@@ -1,5 +1,5 @@
-"""One run's finetuning as an object (oodcorr.finetune_job): its JSON round trip and its typed view
-of the finetune block."""
+"""One run's finetuning as an object (oodcorr.finetune_job): its JSON round trip, its typed view of
+the finetune block, and that neither changes the run identity a finetune writes."""
 
 import json
 from dataclasses import fields, replace
@@ -12,6 +12,7 @@ from snakemake.utils import validate
 from oodcorr.config import Experiment
 from oodcorr.errors import ConfigError
 from oodcorr.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
+from oodcorr.io import sha256_json
 
 from helpers import LABELS, PROMPT, REPO
 
@@ -139,3 +140,26 @@ def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
         assert job.bf16 is want and trains_in_bf16(job.model_spec, job.finetune) is want
         assert mixed_precision(job.model_spec, job.finetune) == ("bf16" if want else "no")
 
+
+def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_path, monkeypatch):
+    """The identity hashes the finetune block as planned (not the typed view, so runs trained before
+    the job object existed keep their identity), lists for labels and steps, and is the same for a
+    job that went through JSON to a launched process."""
+    import oodcorr.finetune as f
+
+    (tmp_path / "train.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n')
+    monkeypatch.setattr(f, "base_weights_fingerprint", lambda spec, tiny: f"weights of {spec['name']} in {tiny}")
+    job = _job(tmp_path, finetune=dict(_job(tmp_path).finetune, n_train=[64], seeds=[3]))
+    ident = f.run_identity(job)
+    assert ident["finetune"] == {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")}
+    assert "max_steps" in ident["finetune"] and "checkpoints" in ident["finetune"]  # as before: kept
+    assert ident["model"] == {"name": "tiny", "tiny": {"model_type": "opt"}}  # resources left out
+    assert ident["labels"] == list(LABELS) and ident["steps"] == [0, 5, 10, 15, 20]
+    assert (ident["n_train"], ident["seed"], ident["max_steps"], ident["prompt"]) == (64, 3, 20, PROMPT)
+    assert ident["base_weights"] == f"weights of tiny in {tmp_path / 'tiny'}"
+    assert len(ident["train_sha256"]) == 64
+    back = FinetuneJob.from_json(job.to_json())
+    assert sha256_json(f.run_identity(back)) == sha256_json(ident)
+    # a setting training does not read still changes the identity (a changed block is a new run)
+    other = replace(job, finetune=dict(job.finetune, checkpoints={"every": 10}))
+    assert sha256_json(f.run_identity(other)) != sha256_json(ident)
