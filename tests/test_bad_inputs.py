@@ -374,13 +374,13 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
     """tests/test_finetune.py covers a kill between checkpoints and a damaged newest checkpoint;
     here the job dies while saving checkpoint 15 (weights half on disk, no manifest yet)."""
     import torch
-    from test_finetune import _kwargs, _weights
+    from test_finetune import _job, _weights
 
     import oodcorr.finetune as f
 
-    ref = _kwargs(tmp_path, tiny_models["opt"], "ref")
-    f.finetune(**ref)
-    kw = _kwargs(tmp_path, tiny_models["opt"], "torn")
+    ref = _job(tmp_path, tiny_models["opt"], "ref")
+    f.finetune(ref)
+    job = _job(tmp_path, tiny_models["opt"], "torn")
     real = f.write_ckpt_manifest
 
     class Killed(Exception):
@@ -395,15 +395,15 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
 
     monkeypatch.setattr(f, "write_ckpt_manifest", dies_at_15)
     with pytest.raises(Killed):
-        f.finetune(**kw)
+        f.finetune(job)
     monkeypatch.setattr(f, "write_ckpt_manifest", real)
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
+    ckroot = job.run_dir / "checkpoints"
     assert not f.verify_checkpoint(ckroot / "checkpoint-15")[0]
 
-    info = f.finetune(**kw)
+    info = f.finetune(job)
     assert info["resumed_from"].endswith("checkpoint-10")
     assert len(list(ckroot.glob(".incomplete-checkpoint-15-*"))) == 1  # kept aside, not trusted
-    a, b = _weights(ref["run_dir"], 20), _weights(kw["run_dir"], 20)
+    a, b = _weights(ref.run_dir, 20), _weights(job.run_dir, 20)
     for k in a:  # the same final weights as an uninterrupted run, to 1e-6 (CPU determinism)
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
 

@@ -12,6 +12,7 @@ import yaml
 
 from oodcorr import distributed
 from oodcorr.config import Experiment
+from oodcorr.finetune_job import FinetuneJob
 from oodcorr.schema import fill_defaults
 
 from helpers import REPO
@@ -174,6 +175,25 @@ def test_sharding_settings_rerun_nothing_and_set_the_jobs_gpus():
     assert Experiment(plain, REPO).model_spec("big") == exp.model_spec("big")
 
 
+def _job(tmp_path, **over) -> FinetuneJob:
+    """A job for the launching side (nothing is trained): model ``big``, run folder ``tmp_path/run``."""
+    kw = {
+        "model_spec": {"name": "big", "dtype": "float32"},
+        "tiny_dir": None,
+        "train_path": "t.jsonl",
+        "labels": ["a", "b"],
+        "prompt": {},
+        "finetune": {"batch_size": 8, "learning_rate": 1e-4, "max_length": 64, "bf16": True},
+        "n_train": 8,
+        "seed": 0,
+        "steps": [0, 4],
+        "max_steps": 4,
+        "run_dir": str(tmp_path / "run"),
+        "manifest_path": str(tmp_path / "run/manifest.json"),
+    }
+    return FinetuneJob(**(kw | over))
+
+
 def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch):
     """run_distributed on 4 simulated GPUs: narrows CUDA_VISIBLE_DEVICES, writes the args, runs the argv."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4")
@@ -191,26 +211,16 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
         return subprocess.CompletedProcess(argv, 0)
 
     monkeypatch.setattr(distributed.subprocess, "run", fake_run)
-    kwargs = {
-        "model_spec": {"name": "big", "dtype": "float32"},
-        "tiny_dir": None,
-        "train_path": "t.jsonl",
-        "labels": ["a", "b"],
-        "prompt": {},
-        "ft": {"bf16": True},
-        "n_train": 8,
-        "seed": 0,
-        "steps": [0, 4],
-        "max_steps": 4,
-        "run_dir": str(tmp_path / "run"),
-        "manifest_path": str(tmp_path / "run/manifest.json"),
-    }
+    job = _job(tmp_path, report_to=["tensorboard"], threads=5)
     dist = {"strategy": "fsdp", "gpus": 4}
-    info = distributed.run_distributed(dist, kwargs, log_path=str(tmp_path / "ft.log"), threads=3)
+    info = distributed.run_distributed(dist, job, log_path=str(tmp_path / "ft.log"), threads=3)
     args_file = tmp_path / "run/distributed_args.json"
     assert info == {"trained": True} and seen["cvd"] == "0,1,2,3"
+    # bf16 from finetune.bf16 (the model is float32)
     assert seen["argv"] == distributed.launch_argv(dist, args_file, mixed_precision="bf16", threads=3, port=29999)
-    assert json.loads(args_file.read_text()) == kwargs
+    shipped = json.loads(args_file.read_text())
+    assert shipped["finetune"] == job.finetune and shipped["report_to"] == ["tensorboard"]
+    assert FinetuneJob.from_json(args_file.read_text()) == job  # each launched process reads the same job
     assert seen["argv"][0] == sys.executable
     for claim in gpus._HELD:
         claim.release()
@@ -219,9 +229,7 @@ def test_finetune_job_dry_run_claims_devices_and_launches(tmp_path, monkeypatch)
 def test_deepspeed_without_the_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(distributed.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(RuntimeError, match="deepspeed package is not installed"):
-        distributed.run_distributed(
-            {"strategy": "deepspeed", "gpus": 2}, {"model_spec": {"name": "big"}}, log_path=None
-        )
+        distributed.run_distributed({"strategy": "deepspeed", "gpus": 2}, _job(tmp_path), log_path=None)
 
 
 @pytest.mark.slow
@@ -239,13 +247,13 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
 
     write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))
     run = tmp_path / "run"
-    kwargs = dict(
+    job = FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
         tiny_dir=str(tiny_models["opt"]),
         train_path=str(tmp_path / "train.jsonl"),
         labels=LABELS,
         prompt=PROMPT,
-        ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
+        finetune={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
         n_train=64,
         seed=0,
         steps=[0, 10, 20],
@@ -253,7 +261,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
         run_dir=str(run),
         manifest_path=str(run / "manifest.json"),
     )
-    (tmp_path / "args.json").write_text(json.dumps(kwargs))
+    (tmp_path / "args.json").write_text(job.to_json())
     env = dict(distributed.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     res = subprocess.run(
         [
@@ -335,11 +343,7 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
     holder = _hold_in_another_process(tmp_path / "run")
     try:
         with pytest.raises(FolderInUse, match=rf"PID {holder.pid} on host"):
-            distributed.run_distributed(
-                {"strategy": "fsdp", "gpus": 2},
-                {"model_spec": {"name": "big"}, "run_dir": str(tmp_path / "run")},
-                log_path=None,
-            )
+            distributed.run_distributed({"strategy": "fsdp", "gpus": 2}, _job(tmp_path), log_path=None)
     finally:
         holder.kill()
         holder.wait()
@@ -356,13 +360,13 @@ def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
 
     write_jsonl_atomic(tmp_path / "train.jsonl", synthetic.generate("in-domain", 200, 0, split="train"))
     run = tmp_path / "run"
-    kwargs = dict(
+    job = FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
         tiny_dir=str(tiny_models["opt"]),
         train_path=str(tmp_path / "train.jsonl"),
         labels=LABELS,
         prompt=PROMPT,
-        ft={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
+        finetune={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64},
         n_train=64,
         seed=0,
         steps=[0, 10],
@@ -370,7 +374,7 @@ def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
         run_dir=str(run),
         manifest_path=str(run / "manifest.json"),
     )
-    (tmp_path / "args.json").write_text(json.dumps(kwargs))
+    (tmp_path / "args.json").write_text(job.to_json())
     holder = _hold_in_another_process(run)
     env = dict(distributed.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
     try:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from safetensors.torch import load_file
 from oodcorr import synthetic
 from oodcorr.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
 from oodcorr.finetune import finetune
+from oodcorr.finetune_job import FinetuneJob
 from oodcorr.io import write_jsonl_atomic
 
 from helpers import LABELS, PROMPT
@@ -23,7 +25,7 @@ from helpers import LABELS, PROMPT
 STEPS = [0, 5, 10, 15, 20]
 
 
-def _kwargs(tmp_path, tiny_dir, name, lora=None):
+def _job(tmp_path, tiny_dir, name, lora=None) -> FinetuneJob:
     train = tmp_path / "train.jsonl"
     if not train.exists():
         write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
@@ -31,13 +33,13 @@ def _kwargs(tmp_path, tiny_dir, name, lora=None):
     if lora:
         ft["lora"] = lora
     run = tmp_path / name
-    return dict(
+    return FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
         tiny_dir=str(tiny_dir),
         train_path=str(train),
         labels=LABELS,
         prompt=PROMPT,
-        ft=ft,
+        finetune=ft,
         n_train=64,
         seed=0,
         steps=STEPS,
@@ -56,29 +58,29 @@ def _weights(run_dir, step):
 
 
 def test_schedule_manifest_and_learning(tmp_path, tiny_models):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "a")
-    info = finetune(**kw)
+    job = _job(tmp_path, tiny_models["opt"], "a")
+    info = finetune(job)
     assert [c["step"] for c in info["checkpoints"]] == STEPS
     for step in STEPS:
-        d = Path(kw["run_dir"]) / "checkpoints" / f"checkpoint-{step}"
+        d = job.run_dir / "checkpoints" / f"checkpoint-{step}"
         assert verify_checkpoint(d)[0]
         assert (d / "model.safetensors").exists()
         assert not list(d.glob("*.bin")) and not (d / "optimizer.pt").exists()  # pruned after the run
-    w0, w20 = _weights(kw["run_dir"], 0), _weights(kw["run_dir"], 20)
+    w0, w20 = _weights(job.run_dir, 0), _weights(job.run_dir, 20)
     assert any(not torch.equal(w0[k], w20[k]) for k in w0)  # training changed the weights
     assert info["resumed_from"] is None
-    assert json.loads(Path(kw["manifest_path"]).read_text())["max_steps"] == 20
+    assert json.loads(job.manifest_path.read_text())["max_steps"] == 20
 
 
 def test_lora_saves_adapters_only(tmp_path, tiny_models):
-    kw = _kwargs(
+    job = _job(
         tmp_path,
         tiny_models["opt"],
         "lora",
         lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
     )
-    finetune(**kw)
-    d = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-20"
+    finetune(job)
+    d = job.run_dir / "checkpoints" / "checkpoint-20"
     assert (d / "adapter_model.safetensors").exists() and (d / "adapter_config.json").exists()
     assert not (d / "model.safetensors").exists()
     w = load_file(d / "adapter_model.safetensors")
@@ -88,6 +90,7 @@ def test_lora_saves_adapters_only(tmp_path, tiny_models):
 SLOW_RUNNER = """
 import json, sys, time
 import oodcorr.finetune as f
+from oodcorr.finetune_job import FinetuneJob
 orig = f._make_trainer_classes
 def patched():
     T, S = orig()
@@ -98,19 +101,19 @@ def patched():
             return super().on_step_end(args, state, control, **kw)
     return T, Slow
 f._make_trainer_classes = patched
-f.finetune(**json.loads(sys.argv[1]))
+f.finetune(FinetuneJob.from_json(sys.argv[1]))
 """
 
 
 @pytest.mark.slow
 def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models):
-    ref = _kwargs(tmp_path, tiny_models["opt"], "ref")
-    finetune(**ref)
-    kw = _kwargs(tmp_path, tiny_models["opt"], "killed")
+    ref = _job(tmp_path, tiny_models["opt"], "ref")
+    finetune(ref)
+    job = _job(tmp_path, tiny_models["opt"], "killed")
     proc = subprocess.Popen(
-        [sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-c", SLOW_RUNNER, job.to_json()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    marker = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-10" / MANIFEST
+    marker = job.run_dir / "checkpoints" / "checkpoint-10" / MANIFEST
     deadline = time.time() + 120
     while not marker.exists():
         assert proc.poll() is None, "finetune exited before checkpoint 10"
@@ -119,12 +122,12 @@ def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models
     time.sleep(0.8)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    assert not Path(kw["manifest_path"]).exists()
-    assert not (Path(kw["run_dir"]) / "checkpoints" / "checkpoint-20").exists()
+    assert not job.manifest_path.exists()
+    assert not (job.run_dir / "checkpoints" / "checkpoint-20").exists()
 
-    info = finetune(**kw)
+    info = finetune(job)
     assert info["resumed_from"].endswith("checkpoint-10")
-    a, b = _weights(ref["run_dir"], 20), _weights(kw["run_dir"], 20)
+    a, b = _weights(ref.run_dir, 20), _weights(job.run_dir, 20)
     for k in a:  # CPU training is deterministic; resumed == uninterrupted to 1e-6
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
 
@@ -133,7 +136,7 @@ class _Stop(Exception):
     pass
 
 
-def _interrupted(monkeypatch, kw, after_step):
+def _interrupted(monkeypatch, job, after_step):
     """Run finetune in-process and make it die right after ``after_step`` (a crash, not a clean stop)."""
     import oodcorr.finetune as f
 
@@ -153,14 +156,14 @@ def _interrupted(monkeypatch, kw, after_step):
 
     monkeypatch.setattr(f, "_make_trainer_classes", patched)
     with pytest.raises(_Stop):
-        finetune(**kw)
+        finetune(job)
     monkeypatch.setattr(f, "_make_trainer_classes", orig)
 
 
 def test_truncated_checkpoint_is_detected_and_skipped(tmp_path, tiny_models, monkeypatch):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "trunc")
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
-    _interrupted(monkeypatch, kw, after_step=12)
+    job = _job(tmp_path, tiny_models["opt"], "trunc")
+    ckroot = job.run_dir / "checkpoints"
+    _interrupted(monkeypatch, job, after_step=12)
     assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
     w = ckroot / "checkpoint-10" / "model.safetensors"
     w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
@@ -170,14 +173,14 @@ def test_truncated_checkpoint_is_detected_and_skipped(tmp_path, tiny_models, mon
     assert find_resume_point(ckroot, STEPS) is None
     assert not (ckroot / "checkpoint-10").exists()
     assert list(ckroot.glob(".incomplete-checkpoint-10-*"))  # moved aside, not deleted
-    info = finetune(**kw)
+    info = finetune(job)
     assert info["resumed_from"] is None and all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in STEPS)
 
 
 def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_models, monkeypatch):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "optim")
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
-    _interrupted(monkeypatch, kw, after_step=12)
+    job = _job(tmp_path, tiny_models["opt"], "optim")
+    ckroot = job.run_dir / "checkpoints"
+    _interrupted(monkeypatch, job, after_step=12)
     opt = ckroot / "checkpoint-10" / "optimizer.pt"
     opt.write_bytes(opt.read_bytes()[:10])
     assert verify_checkpoint(ckroot / "checkpoint-10")[0]  # still fine for evaluation
@@ -189,9 +192,9 @@ def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_mod
 def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, monkeypatch):
     from oodcorr import checkpoints
 
-    kw = _kwargs(tmp_path, tiny_models["opt"], "prune")
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
-    _interrupted(monkeypatch, kw, after_step=12)
+    job = _job(tmp_path, tiny_models["opt"], "prune")
+    ckroot = job.run_dir / "checkpoints"
+    _interrupted(monkeypatch, job, after_step=12)
     # the manifest is rewritten before any file goes: simulate a kill right after it
     real_unlink = Path.unlink
     monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(_Stop()))
@@ -199,27 +202,32 @@ def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, mon
         checkpoints.prune_resume_state(ckroot, keep=None)
     monkeypatch.setattr(Path, "unlink", real_unlink)
     assert verify_checkpoint(ckroot / "checkpoint-10")[0]
-    info = finetune(**kw)  # reruns cleanly (from scratch: no resumable state is left)
+    info = finetune(job)  # reruns cleanly (from scratch: no resumable state is left)
     assert [c["step"] for c in info["checkpoints"]] == STEPS
 
 
 def test_completed_run_is_not_trained_again(tmp_path, tiny_models):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "again")
-    finetune(**kw)
-    before = _weights(kw["run_dir"], 20)
-    Path(kw["manifest_path"]).unlink()
-    info = finetune(**kw)
+    job = _job(tmp_path, tiny_models["opt"], "again")
+    finetune(job)
+    before = _weights(job.run_dir, 20)
+    job.manifest_path.unlink()
+    info = finetune(job)
     assert info["trained"] is False
-    after = _weights(kw["run_dir"], 20)
+    after = _weights(job.run_dir, 20)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
-    a = _kwargs(tmp_path, tiny_models["opt"], "bs8")
-    a.update(steps=[0, 1], max_steps=1, ft=dict(a["ft"], batch_size=8, warmup_ratio=0.0))
-    b = _kwargs(tmp_path, tiny_models["opt"], "bs4x2")
-    b.update(steps=[0, 1], max_steps=1, ft=dict(b["ft"], batch_size=4, gradient_accumulation_steps=2, warmup_ratio=0.0))
-    ia, ib = finetune(**a), finetune(**b)
+    a = _job(tmp_path, tiny_models["opt"], "bs8")
+    a = replace(a, steps=[0, 1], max_steps=1, finetune=dict(a.finetune, batch_size=8, warmup_ratio=0.0))
+    b = _job(tmp_path, tiny_models["opt"], "bs4x2")
+    b = replace(
+        b,
+        steps=[0, 1],
+        max_steps=1,
+        finetune=dict(b.finetune, batch_size=4, gradient_accumulation_steps=2, warmup_ratio=0.0),
+    )
+    ia, ib = finetune(a), finetune(b)
     # the logged loss is a per-example mean either way (near ln 2 at the start); before the fix the
     # accumulated loss was not divided by the accumulation steps and came out near 2 ln 2
     la, lb = ia["loss_history"][0]["loss"], ib["loss_history"][0]["loss"]
@@ -227,15 +235,15 @@ def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
 
 
 def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_models):
-    kw = _kwargs(tmp_path, tiny_models["opt"], "changed")
-    finetune(**kw)
-    run = Path(kw["run_dir"])
+    job = _job(tmp_path, tiny_models["opt"], "changed")
+    finetune(job)
+    run = job.run_dir
     # pretend the first attempt died after checkpoint 10, with its optimizer state kept
     man = json.loads((run / "checkpoints/checkpoint-10" / MANIFEST).read_text())
     man["resumable"] = True
     (run / "checkpoints/checkpoint-10" / MANIFEST).write_text(json.dumps(man))
-    kw2 = dict(kw, ft=dict(kw["ft"], learning_rate=1e-4))
-    info = finetune(**kw2)
+    job2 = replace(job, finetune=dict(job.finetune, learning_rate=1e-4))
+    info = finetune(job2)
     assert info["resumed_from"] is None
     stale = list(run.glob("checkpoints.stale-*"))
     assert len(stale) == 1 and (stale[0] / "checkpoint-20" / "model.safetensors").exists()  # kept, not deleted
@@ -252,11 +260,11 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
 
     from oodcorr.locks import LOCK_FILE, FolderInUse
 
-    kw = _kwargs(tmp_path, tiny_models["opt"], "two")
+    job = _job(tmp_path, tiny_models["opt"], "two")
     first = subprocess.Popen(
-        [sys.executable, "-c", SLOW_RUNNER, json.dumps(kw)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-c", SLOW_RUNNER, job.to_json()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    run = Path(kw["run_dir"])
+    run = job.run_dir
     marker = run / "checkpoints" / "checkpoint-10" / MANIFEST
     deadline = time.time() + 120
     while not marker.exists():
@@ -266,7 +274,7 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
     before = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file() and p.name != LOCK_FILE}
     t0 = time.time()
     with pytest.raises(FolderInUse) as err:
-        finetune(**kw)
+        finetune(job)
     msg = str(err.value)
     assert time.time() - t0 < 5  # at once, no waiting
     assert f"run folder {run} is in use by another finetune" in msg
@@ -276,7 +284,7 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
     assert all(p.stat().st_mtime_ns == m for p, m in before.items() if p.exists() and "checkpoint-10" in str(p))
     os.kill(first.pid, signal.SIGKILL)
     first.wait()
-    info = finetune(**kw)  # the kernel released the dead holder's lock
+    info = finetune(job)  # the kernel released the dead holder's lock
     assert info["resumed_from"].endswith(("checkpoint-10", "checkpoint-15"))
     assert [c["step"] for c in info["checkpoints"]] == STEPS
     assert all(verify_checkpoint(run / "checkpoints" / f"checkpoint-{s}")[0] for s in STEPS)
@@ -361,10 +369,10 @@ def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
 def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp_path, tiny_models):
     """`--forcerun finetune` (the job's manifest deleted, every checkpoint present): a checkpoint whose
     bytes changed (same size, mtime set back) must not let the run count as complete."""
-    kw = _kwargs(tmp_path, tiny_models["opt"], "forcerun")
-    finetune(**kw)
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
-    good = {k: v.clone() for k, v in _weights(kw["run_dir"], 10).items()}  # not a view of the file
+    job = _job(tmp_path, tiny_models["opt"], "forcerun")
+    finetune(job)
+    ckroot = job.run_dir / "checkpoints"
+    good = {k: v.clone() for k, v in _weights(job.run_dir, 10).items()}  # not a view of the file
     w = ckroot / "checkpoint-10" / "model.safetensors"
     st = w.stat()
     data = bytearray(w.read_bytes())
@@ -372,12 +380,12 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
     w.write_bytes(bytes(data))
     os.utime(w, ns=(st.st_atime_ns, st.st_mtime_ns))  # and the mtime put back
     assert w.stat().st_size == st.st_size and w.stat().st_mtime_ns == st.st_mtime_ns
-    Path(kw["manifest_path"]).unlink()
-    info = finetune(**kw)
+    job.manifest_path.unlink()
+    info = finetune(job)
     assert info["trained"] is True
     assert len(list(ckroot.glob(".incomplete-checkpoint-10-*"))) == 1  # kept aside, never trusted
     assert all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in STEPS)
-    again = _weights(kw["run_dir"], 10)
+    again = _weights(job.run_dir, 10)
     for k in good:  # trained again to the same weights (CPU determinism)
         torch.testing.assert_close(again[k], good[k], atol=1e-6, rtol=0)
 
@@ -385,10 +393,10 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
 def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, tiny_models, monkeypatch):
     import oodcorr.checkpoints as ck_module
 
-    kw = _kwargs(tmp_path, tiny_models["opt"], "cache")
-    kw.update(steps=[0, 5], max_steps=5)
-    finetune(**kw)
-    ckpt = Path(kw["run_dir"]) / "checkpoints" / "checkpoint-5"
+    job = _job(tmp_path, tiny_models["opt"], "cache")
+    job = replace(job, steps=[0, 5], max_steps=5)
+    finetune(job)
+    ckpt = job.run_dir / "checkpoints" / "checkpoint-5"
     calls = []
     real = ck_module.sha256_file
     monkeypatch.setattr(
@@ -398,8 +406,8 @@ def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, t
     )
     assert verify_checkpoint(ckpt, full=True) == (True, "ok")
     assert calls == []  # hashed when saved: not again
-    Path(kw["manifest_path"]).unlink()
-    assert finetune(**kw)["trained"] is False and calls == []  # a rerun of a complete run hashes nothing
+    job.manifest_path.unlink()
+    assert finetune(job)["trained"] is False and calls == []  # a rerun of a complete run hashes nothing
     w = ckpt / "model.safetensors"
     w.write_bytes(w.read_bytes())  # rewritten with the same bytes: a new ctime
     assert verify_checkpoint(ckpt, full=True) == (True, "ok") and calls == ["model.safetensors"]
@@ -412,9 +420,9 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
 
     import oodcorr.checkpoints as checkpoints
 
-    kw = _kwargs(tmp_path, tiny_models["opt"], "keep")
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
-    _interrupted(monkeypatch, kw, after_step=12)
+    job = _job(tmp_path, tiny_models["opt"], "keep")
+    ckroot = job.run_dir / "checkpoints"
+    _interrupted(monkeypatch, job, after_step=12)
     assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
     c15 = ckroot / "checkpoint-15"  # saved, but its optimizer state did not make it whole
     shutil.copytree(ckroot / "checkpoint-10", c15)
@@ -450,10 +458,10 @@ def test_a_non_finite_loss_stops_the_run_before_the_next_checkpoint(tmp_path, ti
         return out * float("nan") if calls["n"] >= 8 and model.training else out
 
     monkeypatch.setattr(Pattern, "label_logits", staticmethod(label_logits))
-    kw = _kwargs(tmp_path, tiny_models["opt"], "nan")
+    job = _job(tmp_path, tiny_models["opt"], "nan")
     with pytest.raises(NonFiniteLoss) as e:
-        finetune(**kw)
+        finetune(job)
     msg = str(e.value)
     assert "step 8 of 20" in msg and "learning_rate" in msg and "up to step 5" in msg
-    ckroot = Path(kw["run_dir"]) / "checkpoints"
+    ckroot = job.run_dir / "checkpoints"
     assert sorted(p.name for p in ckroot.glob("checkpoint-*")) == ["checkpoint-0", "checkpoint-5"]

@@ -29,7 +29,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     # the validated config and the plan built from it: what runs, on what, with which params.
     # checks are the plan's semantic checks of the config alone (plan calls them while building);
     # those that read tokenizers or job outputs are disk_checks, in the launch layer.
-    ("plan", ["config", "schema", "checks", "plan"]),
+    # finetune_job: one run's finetuning as a typed object (the rule builds it from the plan's params)
+    ("plan", ["config", "schema", "checks", "plan", "finetune_job"]),
     # how a model is loaded, scored and prompted; tiny and synthetic build the offline stand-ins;
     # hub: which commit a model or dataset loads (the lock) and prefetching it, which sizes a
     # model on the meta device through its method (so above methods, below data and finetune)

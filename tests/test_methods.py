@@ -9,6 +9,7 @@ import torch
 from oodcorr import synthetic
 from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
 from oodcorr.finetune import finetune
+from oodcorr.finetune_job import FinetuneJob
 from oodcorr.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.methods import correct_mask
 from oodcorr.models import load_checkpoint, load_tokenizer
@@ -33,19 +34,21 @@ def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
     train, test, meta = _data(tmp_path)
     run = tmp_path / "run"
     info = finetune(
-        model_spec=spec,
-        tiny_dir=tiny_dir,
-        train_path=str(train),
-        labels=LABELS,
-        prompt=None,
-        ft=ft,
-        n_train=64,
-        seed=0,
-        steps=steps,
-        max_steps=max_steps,
-        run_dir=str(run),
-        manifest_path=str(run / "manifest.json"),
-        threads=1,
+        FinetuneJob(
+            model_spec=spec,
+            tiny_dir=tiny_dir,
+            train_path=str(train),
+            labels=LABELS,
+            prompt=None,
+            finetune=ft,
+            n_train=64,
+            seed=0,
+            steps=steps,
+            max_steps=max_steps,
+            run_dir=str(run),
+            manifest_path=str(run / "manifest.json"),
+            threads=1,
+        )
     )
     cache = tmp_path / "tok.pt"
     tokenize_testset(

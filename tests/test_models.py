@@ -56,21 +56,21 @@ def test_remote_code_and_pickle_weights_are_refused_without_opt_in(tmp_path, tin
 
 
 def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
-    from test_finetune import _kwargs
+    from test_finetune import _job
 
     from oodcorr.finetune import finetune
 
-    kw = _kwargs(
+    job = _job(
         tmp_path,
         tiny_models["opt"],
         "lora",
         lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
     )
-    finetune(**kw)
+    finetune(job)
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     base = load_model(spec, tiny_models["opt"]).eval()
     ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
-    ck = f"{kw['run_dir']}/checkpoints/checkpoint-"
+    ck = f"{job.run_dir}/checkpoints/checkpoint-"
     with torch.no_grad():
         ref = base(input_ids=ids).logits
         at0 = load_checkpoint(spec, ck + "0", tiny_models["opt"])(input_ids=ids).logits

@@ -1,10 +1,11 @@
 """Finetuning on several GPUs of one node, for models that do not fit one GPU.
 
 A model entry opts in with ``distributed: {strategy: fsdp|deepspeed, gpus: N, ...}``.
-The finetune job then claims N devices (oodcorr.gpus), writes its arguments to a
-JSON file, and runs ``accelerate launch`` as a subprocess with an argument list
-(never a shell string), one process per GPU, each running this module's entry
-point: the same ``oodcorr.finetune.finetune`` call as the single-process path.
+The finetune job then claims N devices (oodcorr.gpus), writes the job
+(oodcorr.finetune_job.FinetuneJob) to a JSON file, and runs ``accelerate launch``
+as a subprocess with an argument list (never a shell string), one process per GPU,
+each running this module's entry point: the same ``oodcorr.finetune.finetune`` call
+as the single-process path.
 The Hugging Face Trainer takes FSDP or DeepSpeed from the environment the launcher
 sets. Rank 0 alone writes the run folder (checkpoint manifests, the job's
 manifest) and holds its lock (oodcorr.locks) for its whole life; the launching
@@ -26,6 +27,7 @@ import sys
 from pathlib import Path
 
 from .finetune import finetune
+from .finetune_job import FinetuneJob, trains_in_bf16
 from .gpus import claim_for_job
 from .io import write_json_atomic
 from .locks import check_free
@@ -34,6 +36,7 @@ from .ranks import is_main_process
 log = logging.getLogger(__name__)
 
 ENTRY_MODULE = "oodcorr.distributed"
+ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what each launched process reads
 
 
 # ---- inside a launched process --------------------------------------------------------
@@ -42,8 +45,9 @@ ENTRY_MODULE = "oodcorr.distributed"
 
 
 def mixed_precision(model_spec: dict, ft: dict) -> str:
-    """The same rule as the single-process path: bf16 for a bf16 model or ``finetune.bf16``."""
-    return "bf16" if model_spec.get("dtype") == "bfloat16" or ft.get("bf16") else "no"
+    """The same rule as the single-process path (:func:`oodcorr.finetune_job.trains_in_bf16`):
+    bf16 for a bf16 model or ``finetune.bf16``."""
+    return "bf16" if trains_in_bf16(model_spec, ft) else "no"
 
 
 def _flag(value: bool) -> str:
@@ -133,15 +137,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: int = 1) -> dict:
-    """Run ``finetune(**kwargs)`` under ``accelerate launch``; return rank 0's manifest."""
-    name = kwargs["model_spec"]["name"]
+def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threads: int = 1) -> dict:
+    """Run ``finetune(job)`` under ``accelerate launch``; return rank 0's manifest.
+
+    Each launched process reads the job from ``distributed_args.json`` in the run folder and
+    runs it on its own device with ``OMP_NUM_THREADS`` threads (the job's ``device`` and
+    ``threads`` are the launching job's, and not used there)."""
+    name = job.name
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(
             f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
             "not installed (it is not in requirements.txt); install it or use strategy: fsdp"
         )
-    run_dir = Path(kwargs["run_dir"])
+    run_dir = job.run_dir
     check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
     devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
     if not devices:
@@ -149,12 +157,12 @@ def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: 
             f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
             "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)"
         )
-    args_file = run_dir / "distributed_args.json"
-    write_json_atomic(args_file, kwargs)
+    args_file = run_dir / ARGS_FILE
+    write_json_atomic(args_file, job.to_dict())
     argv = launch_argv(
         dist,
         args_file,
-        mixed_precision=mixed_precision(kwargs["model_spec"], kwargs["ft"]),
+        mixed_precision=mixed_precision(job.model_spec, job.finetune),
         threads=threads,
         port=_free_port(),
     )
@@ -167,7 +175,7 @@ def run_distributed(dist: dict, kwargs: dict, *, log_path: str | None, threads: 
             out.close()
     if res.returncode != 0:
         raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
-    return json.loads(Path(kwargs["manifest_path"]).read_text())
+    return json.loads(job.manifest_path.read_text())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -180,12 +188,12 @@ def main(argv: list[str] | None = None) -> None:
         stream=sys.stderr,
         format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
     )
-    kwargs = json.loads(Path(argv[0]).read_text())
+    job = FinetuneJob.from_json(Path(argv[0]).read_text())
     import torch  # torch stack: planning and the CLI never import it
 
     # the CPU only where there is no GPU at all (tests: several processes over gloo)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    finetune(**kwargs, device=device, threads=int(os.environ.get("OMP_NUM_THREADS", "1")))
+    finetune(job.on(device=device, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import methods
@@ -42,6 +42,7 @@ from .checkpoints import (
 )
 from .data import balanced_sample
 from .errors import ConfigError
+from .finetune_job import FinetuneJob
 from .hub import pinned_model_revision
 from .io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 from .locks import hold
@@ -231,8 +232,9 @@ def _history(trainer) -> list[dict]:
     return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
 
 
-def finetune(*, run_dir: str, **kwargs) -> dict:
-    """Train one run into ``run_dir`` (see :func:`_finetune` for the arguments), holding its lock.
+def finetune(job: FinetuneJob) -> dict:
+    """Train one run (:class:`~oodcorr.finetune_job.FinetuneJob`) into its ``run_dir``, holding its
+    lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes.
 
     The lock (:mod:`oodcorr.locks`) is taken once the inputs have been checked,
     before anything in the run folder is read or written, and held until the job's
@@ -244,74 +246,116 @@ def finetune(*, run_dir: str, **kwargs) -> dict:
 
         def lock() -> None:
             if is_main_process():
-                held.enter_context(hold(run_dir))
+                held.enter_context(hold(job.run_dir))
 
-        return _finetune(run_dir=run_dir, lock=lock, **kwargs)
+        return _finetune(job, lock)
 
 
-def _finetune(
-    *,
-    model_spec: dict,
-    tiny_dir: str | None,
-    train_path: str,
-    labels: list[str],
-    prompt: dict | None,
-    ft: dict,
-    n_train: int,
-    seed: int,
-    steps: list[int],
-    max_steps: int,
-    run_dir: str,
-    manifest_path: str,
-    lock,
-    device: str = "cpu",
-    threads: int = 1,
-    report_to=None,
-) -> dict:
+def _finetune(job: FinetuneJob, lock) -> dict:
+    """The steps of one run: check the inputs, take the lock (``lock()``), prepare the run folder,
+    train unless every checkpoint exists, verify the checkpoints and write the manifest."""
     import torch  # torch stack: planning and the CLI never import it
-    from transformers import TrainingArguments, set_seed  # torch stack: planning and the CLI never import it
 
     t0 = time.time()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(job.threads)
     main_first_begin()  # several processes: the others wait while rank 0 checks and repairs the run folder
-    run_dir = Path(run_dir)
-    ckpt_root = run_dir / "checkpoints"
-    # what shapes the trained weights (resources and batch-independent settings do not)
-    identity = {
-        "model": {k: v for k, v in model_spec.items() if k != "resources"},
-        "base_weights": base_weights_fingerprint(model_spec, tiny_dir),
-        "finetune": {k: v for k, v in ft.items() if k not in ("n_train", "seeds")},
-        "prompt": prompt,
-        "labels": labels,
-        "n_train": n_train,
-        "seed": seed,
-        "steps": steps,
-        "max_steps": max_steps,
-        "train_sha256": sha256_file(train_path),
-    }
-    method = methods.get(model_spec.get("method"))
-    if ft.get("loss", "verbalisers") == "vocabulary" and not hasattr(method, "vocab_logits"):
-        raise ConfigError(
-            f"models[{model_spec['name']}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
-        )
-    tok = load_tokenizer(model_spec, tiny_dir)
-    train = balanced_sample(read_jsonl(train_path), n_train, labels, seed)
-    ids, n_trunc, extra = method.encode(
-        tok, train, labels=labels, prompt=prompt, max_length=int(ft["max_length"]), model_name=model_spec["name"]
-    )
+    identity = run_identity(job)
+    method = _training_method(job)
+    train = _training_set(job, method)
     # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
     # by one process at a time
     lock()
-    guard_run_identity(run_dir, identity)
-    ckpt_root.mkdir(parents=True, exist_ok=True)
-    label_idx = {lab: i for i, lab in enumerate(labels)}
-    dataset = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
+    model, done, resume = _prepare_run_folder(job, identity, method, train)
+    main_first_end()
+    history: list[dict] = []
+    if done:
+        # every scheduled checkpoint exists under these exact settings: nothing to train
+        log.info(
+            "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
+        )
+    else:
+        history = _train(job, method, model, train, resume)
+    if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
+        return {}
+    return _write_manifest(job, method, train, done=done, resume=resume, history=history, t0=t0)
 
-    set_seed(seed)
+
+def _ckpt_root(job: FinetuneJob) -> Path:
+    return job.run_dir / "checkpoints"
+
+
+def run_identity(job: FinetuneJob) -> dict:
+    """What shapes the trained weights (resources and batch-independent settings do not): hashed
+    into the run folder's ``run_identity.json``; checkpoints made under another identity are
+    never resumed from (:func:`oodcorr.checkpoints.guard_run_identity`)."""
+    return {
+        "model": {k: v for k, v in job.model_spec.items() if k != "resources"},
+        "base_weights": base_weights_fingerprint(job.model_spec, job.tiny_dir),
+        "finetune": {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")},
+        "prompt": job.prompt,
+        "labels": list(job.labels),
+        "n_train": job.n_train,
+        "seed": job.seed,
+        "steps": list(job.steps),
+        "max_steps": job.max_steps,
+        "train_sha256": sha256_file(job.train_path),
+    }
+
+
+def _training_method(job: FinetuneJob):
+    """The model's method (:mod:`oodcorr.methods`), checked against the loss it is to train on."""
+    method = methods.get(job.model_spec.get("method"))
+    if job.training.loss == "vocabulary" and not hasattr(method, "vocab_logits"):
+        raise ConfigError(
+            f"models[{job.name}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
+        )
+    return method
+
+
+@dataclass(frozen=True)
+class _TrainingSet:
+    """The run's training examples, encoded for its model and method."""
+
+    tokenizer: object
+    examples: list  # [{"input_ids": ..., "labels": label index}]
+    extra: dict  # what the method scores with (verbaliser token ids, ...)
+    n_truncated: int  # prompts cut to finetune.max_length
+
+
+def _training_set(job: FinetuneJob, method) -> _TrainingSet:
+    """The balanced sample of ``n_train`` examples for ``seed``, encoded (a bad verbaliser fails here)."""
+    tok = load_tokenizer(job.model_spec, job.tiny_dir)
+    labels = list(job.labels)
+    train = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
+    ids, n_trunc, extra = method.encode(
+        tok, train, labels=labels, prompt=job.prompt, max_length=job.training.max_length, model_name=job.name
+    )
+    label_idx = {lab: i for i, lab in enumerate(labels)}
+    examples = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
+    return _TrainingSet(tok, examples, extra, n_trunc)
+
+
+def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
+    """Under the lock: set aside checkpoints of another identity, load the model, save step 0,
+    and find out whether every checkpoint exists (``done``) or from where to resume.
+    Returns (model, done, resume point or None)."""
+    from transformers import set_seed  # torch stack: planning and the CLI never import it
+
+    ckpt_root = _ckpt_root(job)
+    guard_run_identity(job.run_dir, identity)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+
+    set_seed(job.seed)
     # several processes: every rank loads on the CPU and FSDP/DeepSpeed places the shards
-    model = load_model(model_spec, tiny_dir, "cpu" if launched() else device, labels, tok.pad_token_id)
-    if ft.get("lora"):
-        model = apply_lora(model, ft["lora"], method.peft_task)
+    model = load_model(
+        job.model_spec,
+        job.tiny_dir,
+        "cpu" if launched() else job.device,
+        list(job.labels),
+        train.tokenizer.pad_token_id,
+    )
+    if job.training.lora:
+        model = apply_lora(model, job.training.lora, method.peft_task)
 
     # step 0: the model before any update (for LoRA: the fresh adapter, equal to the base model)
     c0 = ckpt_root / "checkpoint-0"
@@ -321,65 +365,76 @@ def _finetune(
         write_ckpt_manifest(c0, 0, resumable=False)
 
     # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
-    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in steps)
-    resume = None if done else find_resume_point(ckpt_root, steps)
-    main_first_end()
-    history: list[dict] = []
-    if done:
-        # every scheduled checkpoint exists under these exact settings: nothing to train
-        log.info("all %d scheduled checkpoints already exist in %s; not training again", len(steps), ckpt_root)
-    else:
-        if resume is not None:
-            log.info("resuming from %s", resume)
-        LabelTrainer, ScheduleCallback = _make_trainer_classes()
-        # where the loss goes while training runs (finetune.report_to; changes no weights)
-        report = reporting(report_to, run_dir)
-        bf16 = model_spec.get("dtype") == "bfloat16" or bool(ft.get("bf16"))
-        args = TrainingArguments(
-            output_dir=str(ckpt_root),
-            max_steps=max_steps,
-            per_device_train_batch_size=int(ft["batch_size"]),
-            gradient_accumulation_steps=int(ft.get("gradient_accumulation_steps", 1)),
-            learning_rate=float(ft["learning_rate"]),
-            weight_decay=float(ft.get("weight_decay", 0.0)),
-            warmup_steps=int(math.ceil(float(ft.get("warmup_ratio", 0.0)) * max_steps)),
-            lr_scheduler_type=ft.get("lr_scheduler", "linear"),
-            max_grad_norm=float(ft.get("max_grad_norm", 1.0)),
-            seed=seed,
-            data_seed=seed,
-            save_strategy="no",
-            eval_strategy="no",
-            logging_steps=max(1, max_steps // 20),
-            report_to=report or "none",
-            disable_tqdm=True,
-            run_name=f"{model_spec['name']}/n{n_train}/seed{seed}",
-            remove_unused_columns=False,
-            dataloader_num_workers=0,
-            use_cpu=(device == "cpu"),
-            bf16=bf16 and device != "cpu",
-        )
-        trainer = LabelTrainer(
-            model=model,
-            args=args,
-            train_dataset=dataset,
-            data_collator=_Collator(tok.pad_token_id),
-            method=method,
-            extra=extra,
-            loss=ft.get("loss", "verbalisers"),
-            schedule=steps,
-            callbacks=[ScheduleCallback([s for s in steps if s > 0], ckpt_root)],
-        )
-        for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
-            if type(cb).__name__ == "TensorBoardCallback":
-                cb.logging_dir = str(run_dir / "tensorboard")
-        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-        history = _history(trainer)
-    if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
-        return {}
+    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
+    resume = None if done else find_resume_point(ckpt_root, list(job.steps))
+    return model, done, resume
 
+
+def _training_arguments(job: FinetuneJob, report: list[str]):
+    from transformers import TrainingArguments  # torch stack: planning and the CLI never import it
+
+    t = job.training
+    return TrainingArguments(
+        output_dir=str(_ckpt_root(job)),
+        max_steps=job.max_steps,
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps(job.max_steps),
+        lr_scheduler_type=t.lr_scheduler,
+        max_grad_norm=t.max_grad_norm,
+        seed=job.seed,
+        data_seed=job.seed,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=max(1, job.max_steps // 20),
+        report_to=report or "none",
+        disable_tqdm=True,
+        run_name=f"{job.name}/n{job.n_train}/seed{job.seed}",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        use_cpu=(job.device == "cpu"),
+        bf16=job.bf16 and job.device != "cpu",
+    )
+
+
+def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | None) -> list[dict]:
+    """Train to ``max_steps``, saving the scheduled checkpoints (from ``resume`` if given);
+    return the logged loss history."""
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    LabelTrainer, ScheduleCallback = _make_trainer_classes()
+    # where the loss goes while training runs (finetune.report_to; changes no weights)
+    report = reporting(job.report_to, job.run_dir)
+    steps = list(job.steps)
+    trainer = LabelTrainer(
+        model=model,
+        args=_training_arguments(job, report),
+        train_dataset=train.examples,
+        data_collator=_Collator(train.tokenizer.pad_token_id),
+        method=method,
+        extra=train.extra,
+        loss=job.training.loss,
+        schedule=steps,
+        callbacks=[ScheduleCallback([s for s in steps if s > 0], _ckpt_root(job))],
+    )
+    for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
+        if type(cb).__name__ == "TensorBoardCallback":
+            cb.logging_dir = str(job.run_dir / "tensorboard")
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return _history(trainer)
+
+
+def _write_manifest(
+    job: FinetuneJob, method, train: _TrainingSet, *, done: bool, resume: Path | None, history: list[dict], t0: float
+) -> dict:
+    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's
+    manifest (its declared output), atomically; return it."""
+    ckpt_root = _ckpt_root(job)
     missing = []
     entries = []
-    for step in steps:
+    for step in job.steps:
         d = ckpt_root / f"checkpoint-{step}"
         ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
         if not ok:
@@ -390,21 +445,21 @@ def _finetune(
     # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
     info = {
-        "model": model_spec["name"],
+        "model": job.name,
         "method": method.name,
-        "loss": ft.get("loss", "verbalisers"),
-        "n_train": n_train,
-        "seed": seed,
-        "max_steps": max_steps,
+        "loss": job.training.loss,
+        "n_train": job.n_train,
+        "seed": job.seed,
+        "max_steps": job.max_steps,
         "checkpoints": entries,
         "resumed_from": str(resume) if resume else None,
         "trained": not done,
-        "n_truncated_prompts": n_trunc,
+        "n_truncated_prompts": train.n_truncated,
         "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
         "loss_history": history,
-        "lora": ft.get("lora"),
+        "lora": job.finetune.get("lora"),
         "seconds": round(time.time() - t0, 2),
-        "device": str(device),
+        "device": str(job.device),
     }
-    write_json_atomic(manifest_path, info)
+    write_json_atomic(job.manifest_path, info)
     return info

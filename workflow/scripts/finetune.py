@@ -1,42 +1,47 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
 
 import sys
+from pathlib import Path
 
 from oodcorr.distributed import run_distributed
 from oodcorr.errors import ConfigError
 from oodcorr.finetune import NonFiniteLoss, finetune
+from oodcorr.finetune_job import FinetuneJob
 from oodcorr.locks import FolderInUse
 from oodcorr.runtime import pick_device, setup_logging
 
 sm = snakemake  # noqa: F821
 run = sm.params.run
-kwargs = dict(
-    model_spec=run["model_spec"],
-    tiny_dir=run["tiny_dir"],
-    train_path=sm.input.train,
-    labels=run["labels"],
-    prompt=run["prompt"],
-    ft=run["finetune"],
-    n_train=int(sm.wildcards.ntrain),
-    seed=int(sm.wildcards.seed),
-    steps=run["steps"],
-    max_steps=run["max_steps"],
-    run_dir=str(sm.output.manifest).rsplit("/", 1)[0],
-    manifest_path=sm.output.manifest,
-)
 # how a model is sharded over GPUs, and where the loss is logged while it trains, change no
 # result: read from the config, not params (editing them reruns nothing)
 entry = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model)
 dist = entry.get("distributed")
-kwargs["report_to"] = (entry.get("finetune") or {}).get("report_to", sm.config["finetune"].get("report_to", "auto"))
 setup_logging(sm.log[0])
 try:
+    job = FinetuneJob(
+        model_spec=run["model_spec"],
+        tiny_dir=run["tiny_dir"],
+        train_path=sm.input.train,
+        labels=run["labels"],
+        prompt=run["prompt"],
+        finetune=run["finetune"],
+        n_train=int(sm.wildcards.ntrain),
+        seed=int(sm.wildcards.seed),
+        steps=run["steps"],
+        max_steps=run["max_steps"],
+        run_dir=Path(sm.output.manifest).parent,
+        manifest_path=sm.output.manifest,
+        report_to=(entry.get("finetune") or {}).get("report_to", sm.config["finetune"].get("report_to", "auto")),
+        # several processes: the launch claims its GPUs and each process picks its own device
+        device="cpu" if dist else pick_device(sm.resources.gpu),
+        threads=sm.threads,
+    )
     # the finetune (rank 0 under several processes) holds the run folder's lock while it reads and
     # writes the folder; a second one is refused at once, with one line naming the holder
     if dist:
-        run_distributed(dist, kwargs, log_path=sm.log[0], threads=sm.threads)
+        run_distributed(dist, job, log_path=sm.log[0], threads=sm.threads)
     else:
-        finetune(**kwargs, device=pick_device(sm.resources.gpu), threads=sm.threads)
+        finetune(job)
 except (FolderInUse, NonFiniteLoss, ConfigError) as e:
     # the message (a held run folder, a diverged run, a verbaliser the tokenizer splits) is the log's last line
     sys.exit(f"oodcorr: {e}")

@@ -1,0 +1,165 @@
+"""One run's finetuning as an object (oodcorr.finetune_job): its JSON round trip, its typed view of
+the finetune block, and that neither changes the run identity a finetune writes."""
+
+import json
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from oodcorr.config import Experiment
+from oodcorr.errors import ConfigError
+from oodcorr.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
+from oodcorr.io import sha256_json
+
+from helpers import LABELS, PROMPT, REPO
+
+
+def _job(tmp_path, **over) -> FinetuneJob:
+    kw = dict(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}, "resources": {"finetune": {"gpu": 0}}},
+        tiny_dir=str(tmp_path / "tiny"),
+        train_path=str(tmp_path / "train.jsonl"),
+        labels=list(LABELS),
+        prompt=PROMPT,
+        finetune={
+            "batch_size": 8,
+            "learning_rate": 3e-3,
+            "max_length": 64,
+            "max_steps": 20,
+            "checkpoints": {"every": 5},
+            "lora": {"r": 4, "alpha": 8},
+        },
+        n_train=64,
+        seed=3,
+        steps=[0, 5, 10, 15, 20],
+        max_steps=20,
+        run_dir=str(tmp_path / "run"),
+        manifest_path=str(tmp_path / "run" / "manifest.json"),
+    )
+    return FinetuneJob(**(kw | over))
+
+
+def test_json_round_trip_gives_the_same_job_in_one_form(tmp_path):
+    job = _job(tmp_path, report_to=["tensorboard", "wandb"], device="cuda", threads=4)
+    back = FinetuneJob.from_json(job.to_json())
+    assert back == job
+    # lists, str subclasses and strings come back as the job's own types
+    assert back.labels == tuple(LABELS) and back.steps == (0, 5, 10, 15, 20)
+    assert back.report_to == ("tensorboard", "wandb")
+    assert isinstance(back.run_dir, Path) and back.manifest_path == tmp_path / "run" / "manifest.json"
+    assert back.training == job.training
+    # the JSON has one key per field a caller sets (not the derived `training`)
+    assert set(json.loads(job.to_json())) == {f.name for f in fields(FinetuneJob) if f.init}
+    # to_dict shares nothing with the job
+    d = job.to_dict()
+    d["finetune"]["learning_rate"] = 1.0
+    d["model_spec"]["name"] = "other"
+    assert job.finetune["learning_rate"] == 3e-3 and job.name == "tiny"
+
+
+def test_a_job_from_json_names_an_unknown_or_missing_field(tmp_path):
+    d = _job(tmp_path).to_dict()
+    with pytest.raises(ValueError, match=r"unknown field\(s\) ft\b"):
+        FinetuneJob.from_mapping(d | {"ft": {}})
+    del d["manifest_path"], d["seed"]
+    with pytest.raises(ValueError, match=r"missing field\(s\) seed, manifest_path"):
+        FinetuneJob.from_mapping(d)
+    # the fields with defaults (how it runs) may be left out
+    d = _job(tmp_path).to_dict()
+    for k in ("report_to", "device", "threads"):
+        del d[k]
+    job = FinetuneJob.from_mapping(d)
+    assert (job.report_to, job.device, job.threads) == ("auto", "cpu", 1)
+
+
+def test_on_changes_only_where_the_job_runs(tmp_path):
+    job = _job(tmp_path)
+    there = job.on(device="cuda", threads=8)
+    assert (there.device, there.threads) == ("cuda", 8)
+    assert replace(there, device=job.device, threads=job.threads) == job
+
+
+def test_training_settings_read_the_block_with_its_defaults():
+    t = TrainingSettings.from_mapping({"batch_size": 4, "learning_rate": 1, "max_length": 32, "epochs": 3})
+    assert (t.batch_size, t.learning_rate, t.max_length) == (4, 1.0, 32)
+    assert isinstance(t.learning_rate, float)
+    assert t.gradient_accumulation_steps == 1 and t.weight_decay == 0.0 and t.max_grad_norm == 1.0
+    assert t.lr_scheduler == "linear" and t.loss == "verbalisers" and t.lora is None and t.bf16 is False
+    assert t.warmup_steps(20) == 0
+    # warm-up rounds up to whole steps: 0.1 of 15 steps is 1.5, so 2
+    assert (
+        TrainingSettings.from_mapping(
+            {"batch_size": 4, "learning_rate": 1, "max_length": 32, "warmup_ratio": 0.1}
+        ).warmup_steps(15)
+        == 2
+    )
+
+
+def test_a_bad_finetune_block_is_refused_when_the_job_is_built_naming_the_key(tmp_path):
+    job = _job(tmp_path)
+    with pytest.raises(ConfigError, match=r"unknown finetune setting\(s\): finetune\.lerning_rate"):
+        replace(job, finetune=dict(job.finetune, lerning_rate=1e-3))
+    block = {k: v for k, v in job.finetune.items() if k != "batch_size"}
+    with pytest.raises(ConfigError, match=r"finetune\.batch_size missing"):
+        replace(job, finetune=block)
+    assert not (tmp_path / "run").exists()  # nothing was written
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml") if p.name != "schema.yaml"))
+def test_every_shipped_configs_planned_block_reads_as_it_is(name):
+    """Each finetuned model's planned finetune block (Plan.finetune_params) reads into the typed
+    view, and every value the block sets is the value training uses."""
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
+    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    exp = Experiment(cfg, REPO)
+    for m in exp.finetuned_models():
+        block = exp.finetune_params(m)
+        t = TrainingSettings.from_mapping(block)
+        for k, v in block.items():
+            if k not in PLANNING_KEYS:
+                assert getattr(t, k) == v, (name, m, k)
+
+
+def test_every_key_of_the_schemas_finetune_block_is_read_by_training_or_planning():
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    keys = set(schema["$defs"]["finetune"]["properties"])
+    read = {f.name for f in fields(TrainingSettings)} | set(PLANNING_KEYS)
+    assert keys == read, f"schema only: {sorted(keys - read)}; typed view only: {sorted(read - keys)}"
+
+
+def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
+    from oodcorr.distributed import mixed_precision
+
+    for dtype, flag, want in [("bfloat16", False, True), ("float32", True, True), ("float32", False, False)]:
+        job = _job(
+            tmp_path, model_spec={"name": "m", "dtype": dtype}, finetune=dict(_job(tmp_path).finetune, bf16=flag)
+        )
+        assert job.bf16 is want and trains_in_bf16(job.model_spec, job.finetune) is want
+        assert mixed_precision(job.model_spec, job.finetune) == ("bf16" if want else "no")
+
+
+def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_path, monkeypatch):
+    """The identity hashes the finetune block as planned (not the typed view, so runs trained before
+    the job object existed keep their identity), lists for labels and steps, and is the same for a
+    job that went through JSON to a launched process."""
+    import oodcorr.finetune as f
+
+    (tmp_path / "train.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n')
+    monkeypatch.setattr(f, "base_weights_fingerprint", lambda spec, tiny: f"weights of {spec['name']} in {tiny}")
+    job = _job(tmp_path, finetune=dict(_job(tmp_path).finetune, n_train=[64], seeds=[3]))
+    ident = f.run_identity(job)
+    assert ident["finetune"] == {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")}
+    assert "max_steps" in ident["finetune"] and "checkpoints" in ident["finetune"]  # as before: kept
+    assert ident["model"] == {"name": "tiny", "tiny": {"model_type": "opt"}}  # resources left out
+    assert ident["labels"] == list(LABELS) and ident["steps"] == [0, 5, 10, 15, 20]
+    assert (ident["n_train"], ident["seed"], ident["max_steps"], ident["prompt"]) == (64, 3, 20, PROMPT)
+    assert ident["base_weights"] == f"weights of tiny in {tmp_path / 'tiny'}"
+    assert len(ident["train_sha256"]) == 64
+    back = FinetuneJob.from_json(job.to_json())
+    assert sha256_json(f.run_identity(back)) == sha256_json(ident)
+    # a setting training does not read still changes the identity (a changed block is a new run)
+    other = replace(job, finetune=dict(job.finetune, checkpoints={"every": 10}))
+    assert sha256_json(f.run_identity(other)) != sha256_json(ident)
