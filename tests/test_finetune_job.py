@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
 
 from oodcorr.config import Experiment
 from oodcorr.errors import ConfigError
 from oodcorr.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
 from oodcorr.io import sha256_json
+from oodcorr.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO
 
@@ -113,7 +113,7 @@ def test_every_shipped_configs_planned_block_reads_as_it_is(name):
     """Each finetuned model's planned finetune block (Plan.finetune_params) reads into the typed
     view, and every value the block sets is the value training uses."""
     cfg = yaml.safe_load((REPO / "config" / name).read_text())
-    validate(cfg, str(REPO / "config/schema.yaml"), set_default=True)
+    fill_defaults(cfg, REPO / "config/schema.yaml")
     exp = Experiment(cfg, REPO)
     for m in exp.finetuned_models():
         block = exp.finetune_params(m)
