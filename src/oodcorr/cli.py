@@ -489,36 +489,20 @@ def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> Non
     from . import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
+    marks = plots.heatmap_marks(opts)
     for m in models:
-        plots.heatmap(
-            pc,
-            m,
-            str(out / "heatmaps" / f"{safe_name(m)}.png"),
-            method,
-            residualiser,
-            alpha=opts.alpha,
-            level=opts.level,
-            near_zero=opts.near_zero,
-        )
+        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser, **marks)
         plots.scatter(
             long,
             m,
             str(out / "scatter" / f"{safe_name(m)}.png"),
-            residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
+            residualisers=plots.scatter_fits(opts.residualisers),
             gam_settings=opts.gam,
         )
         if pd.api.types.is_numeric_dtype(long["unit"]):
             plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
     if len(models) > 1:
-        plots.heatmap_grid(
-            pc,
-            str(out / "heatmap_grid.png"),
-            method,
-            residualiser,
-            alpha=opts.alpha,
-            level=opts.level,
-            near_zero=opts.near_zero,
-        )
+        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser, **marks)
     else:
         log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
     log.info("wrote figures under %s", out)
