@@ -1,8 +1,10 @@
 """Figures (matplotlib, Agg): heatmaps, a grid of heatmaps across models, learning
 curves, and in-domain vs OOD scatter plots with the fitted residualiser curves.
 
-Every function takes the analysis tables, writes one PNG atomically, and returns a
-small dict describing what it drew (used by the tests).
+Every drawing function takes the analysis tables, writes one PNG atomically, and returns a
+small dict describing what it drew (used by the tests). :func:`heatmap_marks` and
+:func:`scatter_fits` turn an analysis's options into their arguments, for the command line
+and the workflow alike.
 """
 
 from __future__ import annotations
