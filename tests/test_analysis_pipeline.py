@@ -328,6 +328,15 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
     assert (tmp_path / "big.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_figures_take_marks_and_fits_from_the_analysis_options():
+    from oodcorr.plots import heatmap_marks, scatter_fits
+
+    opts = Options(alpha=0.01, level=0.9, near_zero=0.2, residualisers=("gam+step", "linear", "gam"))
+    assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
+    assert scatter_fits(opts.residualisers) == ["linear", "gam"]  # '+step' fits need the step: not a curve
+    assert scatter_fits(("linear+step",)) == ["linear"]
+
+
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
     from oodcorr.plots import learning_curves, scatter
 

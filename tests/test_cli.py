@@ -13,7 +13,7 @@ import pingouin as pg
 import pytest
 
 from oodcorr.analysis.simulate import ar1_series
-from oodcorr.cli import main
+from oodcorr.cli import build_parser, main
 
 from helpers import SHARED
 
@@ -201,6 +201,38 @@ def test_console_script_help_documents_the_flags():
         "--min-n-eff",
     ):
         assert flag in res.stdout, flag
+
+
+def test_analyse_defaults_are_the_analysis_defaults_and_its_help_shows_them(capsys, monkeypatch):
+    from oodcorr.analysis import Options
+
+    d = Options()
+    args = build_parser().parse_args(["analyse", "scores.csv", "--in-domain", "mnli"])
+    same_name = ("inference", "level", "min_n_eff", "near_zero", "pool_two_runs", "n_boot", "n_perm")
+    same_name += ("block_length", "interval", "correction", "alpha", "seed", "example_boot")
+    for name in same_name:
+        assert getattr(args, name) == getattr(d, name), name
+    assert (tuple(args.methods), tuple(args.residualisers)) == (d.methods, d.residualisers)
+    assert (args.gam_n_splines, args.gam_min_points) == (d.gam.n_splines, d.gam.min_points)
+    monkeypatch.setenv("COLUMNS", "1000")  # one line per option: no wrap inside a "(default: ...)"
+    with pytest.raises(SystemExit):
+        main(["analyse", "--help"])
+    entries = {}  # flag -> its help entry (a long invocation puts the help on the next line)
+    for line in capsys.readouterr().out.splitlines():
+        if line.startswith("  -"):
+            flag = line.split()[0]
+            entries[flag] = line
+        elif line.startswith("   ") and entries:
+            entries[flag] += " " + line.strip()
+    for flag, shown in {
+        "--methods": " ".join(d.methods),
+        "--min-n-eff": f"{d.min_n_eff:g}",
+        "--block-length": "auto",
+        "--level": str(d.level),
+        "--pool-two-runs": d.pool_two_runs,
+        "--gam-min-points": str(d.gam.min_points),
+    }.items():
+        assert entries[flag].endswith(f"(default: {shown})"), entries[flag]
 
 
 def _analysed(args, out):

@@ -33,42 +33,15 @@ from .io import atomic_path
 
 log = logging.getLogger(__name__)
 
+# a record's fields, in the scores table's order: which checkpoint it scores, what it scored, where it came from
+_CHECKPOINT = ["model", "in_domain", "n_train", "seed", "run_id", "step"]
+_SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
+_PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
 # what every record has (records of every version)
-REQUIRED = [
-    "model",
-    "in_domain",
-    "n_train",
-    "seed",
-    "run_id",
-    "step",
-    "testset",
-    "role",
-    "accuracy",
-    "n",
-    "n_correct",
-    "fingerprint",
-    "checkpoint",
-    "predictions",
-]
-COLUMNS = [
-    "model",
-    "in_domain",
-    "n_train",
-    "seed",
-    "run_id",
-    "step",
-    "x_unit",
-    "testset",
-    "role",
-    "accuracy",
-    "n",
-    "n_correct",
-    *metrics.COLUMNS,
-    "metrics_note",
-    "fingerprint",
-    "checkpoint",
-    "predictions",
-]
+REQUIRED = [*_CHECKPOINT, *_SCORE, *_PROVENANCE]
+# the scores table: those fields and what later record versions added (an older record gets
+# _DEFAULTS and metrics recomputed from its predictions file)
+COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, "metrics_note", *_PROVENANCE]
 RECOMPUTED = "macro_f1 and ece recomputed from the predictions file (its record predates them)"
 
 

@@ -65,6 +65,13 @@ def _block_length(v: str):
     return n
 
 
+def _add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
+    """An option whose help is ``text`` and then "(default: D)", D written from ``default`` itself
+    (a list: its items, space-separated; else formatted with ``spec``), so the two cannot differ."""
+    shown = " ".join(default) if isinstance(default, list) else format(default, spec)
+    group.add_argument(flag, default=default, help=f"{text} (default: {shown})", **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .analysis.correlate import METHODS  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.inference import INFERENCES  # pandas/scipy: only the analysis commands pay their start-up
@@ -160,41 +167,41 @@ def build_parser() -> argparse.ArgumentParser:
         "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
     )
     s = a.add_argument_group("statistics")
-    s.add_argument(
-        "--methods",
-        nargs="+",
-        choices=METHODS,
-        default=list(d.methods),
-        help=f"correlation methods (default: {' '.join(d.methods)})",
-    )
-    s.add_argument(
+    _add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
+    _add_showing_default(
+        s,
         "--residualisers",
+        list(d.residualisers),
+        "residualisers; '+step' adds the training step as a covariate",
         nargs="+",
         choices=RESIDUALISERS,
-        default=list(d.residualisers),
-        help=f"residualisers; '+step' adds the training step as a covariate (default: {' '.join(d.residualisers)})",
     )
-    s.add_argument(
+    _add_showing_default(
+        s,
         "--inference",
-        choices=INFERENCES,
-        default=d.inference,
-        help="how intervals and p-values are computed: modified-t = t-test on the effective sample "
+        d.inference,
+        "how intervals and p-values are computed: modified-t = t-test on the effective sample "
         "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
         "inverting it; iid = the same with independent units; block = the earlier moving-block "
-        f"bootstrap interval and block-permutation p (default: {d.inference})",
+        "bootstrap interval and block-permutation p",
+        choices=INFERENCES,
     )
-    s.add_argument("--level", type=float, default=d.level, help=f"confidence level (default: {d.level})")
-    s.add_argument(
+    _add_showing_default(s, "--level", d.level, "confidence level", type=float)
+    _add_showing_default(
+        s,
         "--min-n-eff",
+        d.min_n_eff,
+        "a cell whose effective sample size is below this says so in its note",
+        spec="g",
         type=float,
-        default=d.min_n_eff,
-        help=f"a cell whose effective sample size is below this says so in its note (default: {d.min_n_eff:g})",
     )
-    s.add_argument(
+    _add_showing_default(
+        s,
         "--near-zero",
+        d.near_zero,
+        "an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved'",
+        spec="g",
         type=float,
-        default=d.near_zero,
-        help=f"an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved' (default: {d.near_zero:g})",
     )
     s.add_argument(
         "--pool-by",
@@ -204,12 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
         "give the flag with no column to pool all runs of a model (default: n_train when the "
         "table has that column, else all runs)",
     )
-    s.add_argument(
+    _add_showing_default(
+        s,
         "--pool-two-runs",
+        d.pool_two_runs,
+        "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
         choices=TWO_RUNS,
-        default=d.pool_two_runs,
-        help="a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a "
-        f"fixed-effect combination (default: {d.pool_two_runs})",
     )
     s.add_argument(
         "--drop-step0", action="store_true", help="leave out unit 0 (the pre-finetuning checkpoint) everywhere"
@@ -219,52 +226,32 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
     )
-    s.add_argument(
-        "--n-boot", type=int, default=d.n_boot, help=f"--inference block: bootstrap resamples (default: {d.n_boot})"
-    )
-    s.add_argument(
-        "--n-perm", type=int, default=d.n_perm, help=f"--inference block: block permutations (default: {d.n_perm})"
-    )
-    s.add_argument(
+    _add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
+    _add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
+    _add_showing_default(
+        s,
         "--block-length",
+        d.block_length,
+        "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
         type=_block_length,
-        default=d.block_length,
-        help="--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, "
-        "1 otherwise (default: auto)",
     )
-    s.add_argument(
-        "--interval",
-        choices=INTERVALS,
-        default=d.interval,
-        help=f"bootstrap interval of --inference block and of --examples (default: {d.interval})",
+    _add_showing_default(
+        s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
     )
-    s.add_argument(
+    _add_showing_default(
+        s,
         "--correction",
+        d.correction,
+        "multiple-comparison correction across the pairs of a heatmap, and across the pairs of the agreement table",
         choices=CORRECTIONS,
-        default=d.correction,
-        help="multiple-comparison correction across the pairs of a heatmap, and across the pairs of the "
-        f"agreement table (default: {d.correction})",
     )
-    s.add_argument("--alpha", type=float, default=d.alpha, help=f"significance level for p_adj (default: {d.alpha})")
-    s.add_argument("--seed", type=int, default=d.seed, help=f"seed of every resampling (default: {d.seed})")
-    s.add_argument(
-        "--example-boot",
-        type=int,
-        default=d.example_boot,
-        help=f"example-level bootstrap resamples with --examples (default: {d.example_boot})",
+    _add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
+    _add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
+    _add_showing_default(
+        s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
     )
-    s.add_argument(
-        "--gam-n-splines",
-        type=int,
-        default=d.gam.n_splines,
-        help=f"GAM basis size per covariate (default: {d.gam.n_splines})",
-    )
-    s.add_argument(
-        "--gam-min-points",
-        type=int,
-        default=d.gam.min_points,
-        help=f"fewest points the GAM is fitted to (default: {d.gam.min_points})",
-    )
+    _add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
+    _add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
     o = a.add_argument_group("output")
     o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
     o.add_argument("--no-plots", action="store_true", help="write the tables only")
@@ -502,36 +489,20 @@ def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> Non
     from . import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
+    marks = plots.heatmap_marks(opts)
     for m in models:
-        plots.heatmap(
-            pc,
-            m,
-            str(out / "heatmaps" / f"{safe_name(m)}.png"),
-            method,
-            residualiser,
-            alpha=opts.alpha,
-            level=opts.level,
-            near_zero=opts.near_zero,
-        )
+        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser, **marks)
         plots.scatter(
             long,
             m,
             str(out / "scatter" / f"{safe_name(m)}.png"),
-            residualisers=[r for r in opts.residualisers if "+" not in r] or ["linear"],
+            residualisers=plots.scatter_fits(opts.residualisers),
             gam_settings=opts.gam,
         )
         if pd.api.types.is_numeric_dtype(long["unit"]):
             plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
     if len(models) > 1:
-        plots.heatmap_grid(
-            pc,
-            str(out / "heatmap_grid.png"),
-            method,
-            residualiser,
-            alpha=opts.alpha,
-            level=opts.level,
-            near_zero=opts.near_zero,
-        )
+        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser, **marks)
     else:
         log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
     log.info("wrote figures under %s", out)

@@ -1,8 +1,10 @@
 """Figures (matplotlib, Agg): heatmaps, a grid of heatmaps across models, learning
 curves, and in-domain vs OOD scatter plots with the fitted residualiser curves.
 
-Every function takes the analysis tables, writes one PNG atomically, and returns a
-small dict describing what it drew (used by the tests).
+Every drawing function takes the analysis tables, writes one PNG atomically, and returns a
+small dict describing what it drew (used by the tests). :func:`heatmap_marks` and
+:func:`scatter_fits` turn an analysis's options into their arguments, for the command line
+and the workflow alike.
 """
 
 from __future__ import annotations
@@ -41,6 +43,20 @@ def select(pc: pd.DataFrame, method: str, residualiser: str, run: str = "pooled"
 
 TEXT_LIMIT = 30  # more testsets than this: no numbers in the cells, marks instead, clustered order
 MAX_INCHES = 24.0  # a heatmap panel's side never exceeds this (about 2,900 pixels at 120 dpi)
+
+
+def _panel_inches(n_names: int) -> float:
+    """A heatmap panel's side for ``n_names`` testsets: half an inch each plus margins, 3.5 to MAX_INCHES."""
+    return min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
+
+
+def _heatmap_figure(plt, n_names: int, n_panels: int):
+    """(figure, axes) of ``n_panels`` heatmap panels in a row, each sized for ``n_names`` testsets,
+    with room for the shared colour bar."""
+    size = _panel_inches(n_names)
+    return plt.subplots(
+        1, n_panels, figsize=((size + 1.5) * n_panels + 1, size + 1.0), squeeze=False, layout="constrained"
+    )
 
 
 def _matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
@@ -148,7 +164,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                     )
                     cells[key] = "n/a"
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
-    side = min(MAX_INCHES, max(3.5, 0.5 * len(names) + 1.5))
+    side = _panel_inches(len(names))
     label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
     ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
     ax.set_yticks(range(k), rnames, fontsize=label_fs)
@@ -212,6 +228,12 @@ def _names(rows: pd.DataFrame) -> list[str]:
     return cluster_order(rows, names) if len(names) > TEXT_LIMIT else names
 
 
+def heatmap_marks(opts) -> dict:
+    """The keyword arguments of :func:`heatmap` and :func:`heatmap_grid` that an analysis's options
+    (:class:`oodcorr.analysis.Options`) set: the significance level, confidence level and near-zero band."""
+    return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
+
+
 def heatmap(
     pc: pd.DataFrame,
     model: str,
@@ -230,10 +252,7 @@ def heatmap(
     keys = _panel_keys(sub, by_model=False)
     per = [(key, _rows(sub, key)) for key in keys]
     n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
-    size = min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
-    fig, axes = plt.subplots(
-        1, len(per), figsize=((size + 1.5) * len(per) + 1, size + 1.0), squeeze=False, layout="constrained"
-    )
+    fig, axes = _heatmap_figure(plt, n_names, len(per))
     cells, im = {}, None
     for ax, (key, rows) in zip(axes[0], per):
         names = _names(rows)
@@ -267,10 +286,7 @@ def heatmap_grid(
     sub = select(pc, method, residualiser, run)
     keys = _panel_keys(sub, by_model=True)
     names = _names(sub.drop_duplicates(["x", "y"])) if len(sub) else []
-    size = min(MAX_INCHES, max(3.5, 0.5 * len(names) + 1.5))
-    fig, axes = plt.subplots(
-        1, len(keys), figsize=((size + 1.5) * len(keys) + 1, size + 1.0), squeeze=False, layout="constrained"
-    )
+    fig, axes = _heatmap_figure(plt, len(names), len(keys))
     out, im = {}, None
     for ax, key in zip(axes[0], keys):
         rows = _rows(sub, key)
@@ -358,6 +374,12 @@ def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, gr
         return gam_fit(v, z[:, None], gam_settings).predict(grid[:, None])
     except (Degenerate, Exception):
         return None
+
+
+def scatter_fits(residualisers) -> list[str]:
+    """The residualisers :func:`scatter` draws as curves: those of the in-domain score alone (a '+step'
+    one needs the step as well); linear when that leaves none."""
+    return [r for r in residualisers if "+" not in r] or ["linear"]
 
 
 def scatter(

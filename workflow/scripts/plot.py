@@ -19,7 +19,7 @@ kind = sm.params.kind
 opts = Options.from_mapping(getattr(sm.params, "analysis", None) or analysis_options(sm.config.get("analysis", {})))
 if kind in ("heatmap", "heatmap_grid"):
     pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
-    marks = dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
+    marks = plots.heatmap_marks(opts)
     if kind == "heatmap":
         print(plots.heatmap(pc, sm.wildcards.model, sm.output[0], sm.params.method, sm.params.residualiser, **marks))
     else:
@@ -36,5 +36,5 @@ else:
             )
         )
     else:
-        fits = [r for r in opts.residualisers if "+" not in r] or ["linear"]
+        fits = plots.scatter_fits(opts.residualisers)
         print(plots.scatter(long, sm.wildcards.model, sm.output[0], residualisers=fits, gam_settings=opts.gam))

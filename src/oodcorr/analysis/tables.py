@@ -230,6 +230,13 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     return v.astype(float)
 
 
+def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
+    """Error naming the first of ``columns`` that ``df`` lacks, and the columns it has."""
+    for c in columns:
+        if c not in df.columns:
+            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+
+
 def from_wide(
     df: pd.DataFrame,
     *,
@@ -247,9 +254,7 @@ def from_wide(
     """One row per unit, one column per testset -> canonical long table."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     ids = [c for c in (unit, model, run) if c]
-    for c in ids[1:] + list(exclude) + list(testsets or []):
-        if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    _require_columns(df, ids[1:] + list(exclude) + list(testsets or []), source)
     if in_domain not in df.columns:
         raise DataError(
             f"{source}: the in-domain testset {in_domain!r} is not a column; columns are {list(df.columns)}"
@@ -288,9 +293,7 @@ def from_long(
 ) -> pd.DataFrame:
     """One row per unit x testset -> canonical long table."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
-    for c in [testset, score] + [c for c in (model, run) if c]:
-        if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    _require_columns(df, [testset, score] + [c for c in (model, run) if c], source)
     names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
         raise DataError(
@@ -437,9 +440,7 @@ def from_examples_table(
     source: str = "predictions",
 ) -> pd.DataFrame:
     """A long per-example table (unit, testset, example id, correct 0/1) -> canonical."""
-    for c in [unit, testset, example, correct] + [c for c in (model, run) if c]:
-        if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+    _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
     raw = df[correct].map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
