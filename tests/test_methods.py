@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from oodcorr import synthetic
+from oodcorr.errors import ConfigError
 from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
 from oodcorr.finetune import finetune
 from oodcorr.finetune_job import FinetuneJob
 from oodcorr.io import write_json_atomic, write_jsonl_atomic
-from oodcorr.methods import correct_mask
+from oodcorr.methods import METHODS, Method, correct_mask, get
 from oodcorr.models import load_checkpoint, load_tokenizer
 
 from helpers import LABELS
@@ -154,6 +155,29 @@ def test_head_with_lora_saves_the_trained_head_in_the_adapter(tmp_path, tiny_mod
     b = _manual_logits(spec, tiny, run / "checkpoints" / "checkpoint-0", test)
     assert not torch.allclose(a, b, atol=1e-4)  # the adapter (with its head) was trained and restored
     assert torch.allclose(a, _manual_logits(spec, tiny, ckpt, test))  # and reloads identically
+
+
+def test_every_method_has_the_members_of_the_interface():
+    assert set(METHODS) == {"pattern", "head"}
+    for name, method in METHODS.items():
+        assert isinstance(method, Method), name
+        assert method.name == name and get(name) is method
+    assert get(None) is METHODS["pattern"]
+
+    class NoScores:  # a method without label_logits could train but never be scored
+        name, auto_class, peft_task = "no-scores", "AutoModelForCausalLM", "CAUSAL_LM"
+
+        @staticmethod
+        def model_kwargs(labels, pad_token_id):
+            return {}
+
+        @staticmethod
+        def encode(tokenizer, records, **kw):
+            return [], 0, {}
+
+    assert not isinstance(NoScores, Method)
+    with pytest.raises(ConfigError, match="method 'prompt' is unknown; known: pattern, head"):
+        get("prompt")
 
 
 def test_three_way_model_on_two_way_gold_collapses_neutral_and_contradiction():

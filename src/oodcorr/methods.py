@@ -13,15 +13,49 @@ A model entry picks its method with ``method:``:
     token).
 
 Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
-evaluation (argmax) are the same code for every method. To add a method, add a
-class with the same four members to ``METHODS``. ``pattern`` has a fifth,
-``vocab_logits``: the whole vocabulary's logits at the scored position, for
+evaluation (argmax) are the same code for every method. To add a method, write a
+class with the members of :class:`Method` and add it to ``METHODS``
+(``tests/test_methods.py`` checks every entry against :class:`Method`). ``pattern`` has
+one more, ``vocab_logits``: the whole vocabulary's logits at the scored position, for
 ``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
 """
 
 from __future__ import annotations
 
+from typing import Any, Protocol, runtime_checkable
+
 from .errors import ConfigError
+
+
+@runtime_checkable
+class Method(Protocol):
+    """What every method provides. A method is a class used as it is (its members are class
+    attributes and static methods), never instantiated."""
+
+    name: str  # the config's `method:` value
+    auto_class: str  # the transformers Auto class that loads its model
+    peft_task: str  # the peft TaskType of its LoRA adapters
+
+    def model_kwargs(self, labels: list[str], pad_token_id: int | None) -> dict:
+        """Extra from_pretrained arguments (a head's label count and names)."""
+        ...
+
+    def encode(
+        self,
+        tokenizer,
+        records: list[dict],
+        *,
+        labels: list[str],
+        prompt: dict | None,
+        max_length: int,
+        model_name: str,
+    ) -> tuple[list[list[int]], int, dict]:
+        """(token ids per record, number truncated, what scoring needs)."""
+        ...
+
+    def label_logits(self, model, input_ids, attention_mask, extra: dict) -> Any:
+        """(batch, n_labels) scores, one per label in the label mode's order."""
+        ...
 
 
 class Pattern:
@@ -141,7 +175,9 @@ def _segments(input_ids, attention_mask, sep_id: int):
 METHODS = {m.name: m for m in (Pattern, Head)}
 
 
-def get(name: str | None):
+def get(name: str | None) -> Method:
+    """The method called ``name``; ``None`` (an entry built without the schema, which fills in
+    ``pattern``) is ``pattern``."""
     try:
         return METHODS[name or "pattern"]
     except KeyError:
