@@ -61,7 +61,9 @@ def test_end_to_end_outputs(micro_run):
     assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
     # the CSV holds the same table (an empty metrics_note reads back as NaN from a CSV)
     pd.testing.assert_frame_equal(
-        pd.read_parquet(wd / R / "scores.parquet"), scores.fillna({"metrics_note": ""}), check_dtype=False
+        pd.read_parquet(wd / R / "scores.parquet"),
+        scores.assign(metrics_note=scores["metrics_note"].astype(object).fillna("")),
+        check_dtype=False,
     )
 
     # one evaluation job per checkpoint x testset: its predictions file holds its record
