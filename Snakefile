@@ -34,7 +34,8 @@ if not workflow.overwrite_configfiles:
 CONFIG_FILES = workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"]
 # The one entry point (oodcorr.plan.load): names the experiment after its file unless it says
 # `experiment:` (my-grid.yaml -> results/my-grid/), checks the schema naming every offending key
-# with its file and line, fills the schema's defaults into `config`, runs the semantic checks.
+# with its file and line, fills the schema's defaults and the analysis defaults (oodcorr.defaults)
+# into `config`, runs the checks of the config alone (oodcorr.checks).
 PLAN = load(config, workflow.basedir, CONFIG_FILES)
 # what the config points at and what earlier runs left (tokenizers, data files, summaries)
 _disk_warnings = check_on_disk(PLAN)

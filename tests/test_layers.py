@@ -226,3 +226,18 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
         assert _imports(pkg / "x.py") == [(4, True, "oodcorr.config"), (5, True, "torch")]
     finally:
         SRC = old
+
+
+def test_job_modules_import_nothing_only_planning_needs():
+    """An evaluation or finetune process pays for every module its imports load, once per job
+    (benchmarks/README.md, section 9). Importing the job modules must not load what only
+    planning uses (the schema validator, Snakemake) or the tables library; torch comes lazily."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, oodcorr.evaluate, oodcorr.finetune, oodcorr.finetune_job, oodcorr.series; "
+        "print(' '.join(m for m in ('jsonschema', 'snakemake', 'pandas', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SRC)
+    assert out.stdout.split() == [], out.stdout

@@ -55,10 +55,10 @@ PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
 
 # ---- the config alone ---------------------------------------------------------------------
 def check_config(exp: Experiment) -> list[str]:
-    """Every check of the config alone, in the order a reader fixes them (names, then what they
-    point at, then the models, then what the runs would do). Returns the warnings."""
-    check_names(exp)
+    """Every check of the config alone, in the order a reader fixes them (the label mode, names,
+    then what they point at, then the models, then what the runs would do). Returns the warnings."""
     check_label_mode(exp)
+    check_names(exp)
     check_datasets(exp)
     check_ood_overlap(exp)
     warnings = check_models(exp)
@@ -79,9 +79,9 @@ def _unique(items: Iterable, key: str) -> None:
         seen.add(x)
 
 
-def _path_component(name: str, key: str, also: str = "it becomes a path component") -> None:
+def _path_component(name: str, key: str, why: str | None = None) -> None:
     if not NAME_RE.match(name):
-        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern} ({also})")
+        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern}" + (f" ({why})" if why else ""))
 
 
 def check_names(exp: Experiment) -> None:
@@ -93,7 +93,7 @@ def check_names(exp: Experiment) -> None:
     _unique(cfg["ood_testsets"], "ood_testsets")
     for key, names in (("models[].name", exp.models), ("in_domain[].name", exp.in_domain)):
         for n in names:
-            _path_component(n, key)
+            _path_component(n, key, "it becomes a path component")
     for d in cfg["in_domain"]:
         for key in ("train", "test"):
             if key in d:

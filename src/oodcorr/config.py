@@ -29,7 +29,6 @@ from .schema import check_entry
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
-SCHEMA = "config/schema.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
 MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 

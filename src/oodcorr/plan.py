@@ -1,7 +1,8 @@
 """The plan: every job an experiment asks for, as typed, frozen objects built once.
 
-:func:`build_plan` takes a schema-validated config, checks it
-(:class:`oodcorr.config.Experiment`) and enumerates what the workflow will run:
+:func:`build_plan` takes a schema-validated config with its defaults filled in
+(:func:`oodcorr.schema.fill_defaults`), resolves it (:class:`oodcorr.config.Experiment`),
+checks it (:func:`oodcorr.checks.check_config`) and enumerates what the workflow will run:
 
 * :class:`ModelSpec` -- a model entry resolved against the global settings (its
   finetune block, prompt, method and per-rule :class:`Resources`);
@@ -30,6 +31,7 @@ from typing import Any
 
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
+from .defaults import ANALYSIS, filled
 from .errors import ConfigError
 from .model_dirs import model_files
 
@@ -659,7 +661,8 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 total = run_length(ft, int(n), m)
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
-    warnings += checks.check_schedules(runs, config["analysis"])
+    analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
+    warnings += checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     datasets = tuple(exp.all_datasets())
     return Plan(
@@ -678,8 +681,8 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             "template": config["prompt"]["template"],
             "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()],
         },
-        analysis=analysis_options(config.get("analysis")),
-        score=config["analysis"]["score"],
+        analysis=analysis_options(analysis),
+        score=analysis["score"],
         warnings=tuple(warnings),
         exp=exp,
     )

@@ -20,7 +20,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from .defaults import ANALYSIS, filled
@@ -133,6 +132,8 @@ def _describe(err, config) -> list[tuple[list, str]]:
 
 
 def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
+    import jsonschema  # only where a config is checked: job processes import this module, never call it
+
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     out = []
@@ -190,6 +191,8 @@ _SCHEMAS: dict[str, dict] = {}
 def check_entry(entry: Any, definition: str, where: str, basedir: str | Path) -> None:
     """Check a dataset registry entry or a label mode against ``$defs/<definition>`` of the
     schema in ``basedir``; the ConfigError names ``where`` and the key inside it."""
+    import jsonschema  # only where a config is checked: job processes import this module, never call it
+
     key = str(basedir)
     if key not in _SCHEMAS:
         _SCHEMAS[key] = load_yaml(Path(basedir) / "config" / "schema.yaml")

@@ -100,34 +100,29 @@ class Options:
     level: float = DEFAULTS["level"]  # confidence level of every interval
     correction: str = DEFAULTS["correction"]  # or "bh", "none"
     alpha: float = DEFAULTS["alpha"]  # significance threshold on p_adj (stars, agreement)
-    min_n_eff: float = DEFAULTS[
-        "min_n_eff"
-    ]  # below this effective sample size a cell's note says its interval is uninformative
-    near_zero: float = DEFAULTS[
-        "near_zero"
-    ]  # an interval inside (-near_zero, near_zero) reads "near zero", not "unresolved"
-    pool_by: tuple[str, ...] = tuple(
-        DEFAULTS["pooling"]["by"]
-    )  # run-information columns; runs are pooled within their groups
-    pool_two_runs: str = DEFAULTS["pooling"][
-        "two_runs"
-    ]  # a model with 2 runs: "none" (no pooled test) or "fixed-effect"
-    drop_step0: bool = DEFAULTS["step0"]["drop"]  # leave out unit 0 (the pre-finetuning checkpoint) everywhere
-    step0_check: bool = DEFAULTS["step0"][
-        "check"
-    ]  # recompute every cell without unit 0 and say whether its conclusion changes
+    # below this effective sample size a cell's note says its interval is uninformative
+    min_n_eff: float = float(DEFAULTS["min_n_eff"])
+    # an interval inside (-near_zero, near_zero) reads "near zero", not "unresolved"
+    near_zero: float = DEFAULTS["near_zero"]
+    # run-information columns; runs are pooled within their groups
+    pool_by: tuple[str, ...] = tuple(DEFAULTS["pooling"]["by"])
+    # a model with 2 runs: "none" (no pooled test) or "fixed-effect"
+    pool_two_runs: str = DEFAULTS["pooling"]["two_runs"]
+    # leave out unit 0 (the pre-finetuning checkpoint) everywhere
+    drop_step0: bool = DEFAULTS["step0"]["drop"]
+    # recompute every cell without unit 0 and say whether its conclusion changes
+    step0_check: bool = DEFAULTS["step0"]["check"]
     seed: int = DEFAULTS["seed"]
-    n_boot: int = DEFAULTS["bootstrap"]["n_boot"]  # inference "block": moving-block bootstrap resamples per cell
-    n_perm: int = DEFAULTS["permutation"][
-        "n_perm"
-    ]  # inference "block": block permutations per cell (all orderings when fewer)
-    interval: str = DEFAULTS["bootstrap"][
-        "interval"
-    ]  # inference "block": or "percentile"; also the example-level bootstrap's
-    block_length: int | str = DEFAULTS["bootstrap"][
-        "block_length"
-    ]  # inference "block": "auto" is ceil(n^(1/3)) for ordered units, 1 otherwise
-    example_boot: int = DEFAULTS["example_bootstrap"]["n_boot"]  # example-level bootstrap resamples (0: off)
+    # inference "block": moving-block bootstrap resamples per cell
+    n_boot: int = DEFAULTS["bootstrap"]["n_boot"]
+    # inference "block": block permutations per cell (all orderings when fewer)
+    n_perm: int = DEFAULTS["permutation"]["n_perm"]
+    # inference "block": or "percentile"; also the example-level bootstrap's
+    interval: str = DEFAULTS["bootstrap"]["interval"]
+    # inference "block": "auto" is ceil(n^(1/3)) for ordered units, 1 otherwise
+    block_length: int | str = DEFAULTS["bootstrap"]["block_length"]
+    # example-level bootstrap resamples (0: off)
+    example_boot: int = DEFAULTS["example_bootstrap"]["n_boot"]
     gam: GamSettings = field(default_factory=GamSettings)
 
     def __post_init__(self):
