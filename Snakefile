@@ -1,6 +1,6 @@
 # oodcorr: do out-of-distribution results generalise?
 # Finetune -> evaluate every checkpoint on every testset -> partial correlations.
-# The logic lives in src/oodcorr; the plan (oodcorr.plan) enumerates the jobs, and the
+# The logic lives in src/oodcorr; the plan (oodcorr.planning.plan) enumerates the jobs, and the
 # rules below only wire its paths, params and resources together.
 import os
 import sys
@@ -16,12 +16,12 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
-from oodcorr.config import NAME_RE  # noqa: E402
-from oodcorr.disk_checks import check_on_disk, end_of_run_warnings  # noqa: E402
-from oodcorr.hub import use_lock  # noqa: E402
-from oodcorr.plan import load  # noqa: E402
-from oodcorr.report import check_report_inputs  # noqa: E402
-from oodcorr.sizing import check_gpu_memory  # noqa: E402
+from oodcorr.planning.config import NAME_RE  # noqa: E402
+from oodcorr.launch.disk_checks import check_on_disk, end_of_run_warnings  # noqa: E402
+from oodcorr.modeling.hub import use_lock  # noqa: E402
+from oodcorr.planning.plan import load  # noqa: E402
+from oodcorr.launch.report import check_report_inputs  # noqa: E402
+from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
@@ -32,10 +32,10 @@ if not workflow.overwrite_configfiles:
 
 
 CONFIG_FILES = workflow.overwrite_configfiles or [Path(workflow.basedir) / "config/config.yaml"]
-# The one entry point (oodcorr.plan.load): names the experiment after its file unless it says
+# The one entry point (oodcorr.planning.plan.load): names the experiment after its file unless it says
 # `experiment:` (my-grid.yaml -> results/my-grid/), checks the schema naming every offending key
-# with its file and line, fills the schema's defaults and the analysis defaults (oodcorr.defaults)
-# into `config`, runs the checks of the config alone (oodcorr.checks).
+# with its file and line, fills the schema's defaults and the analysis defaults (oodcorr.core.defaults)
+# into `config`, runs the checks of the config alone (oodcorr.planning.checks).
 PLAN = load(config, workflow.basedir, CONFIG_FILES)
 # what the config points at and what earlier runs left (tokenizers, data files, summaries)
 _disk_warnings = check_on_disk(PLAN)
@@ -53,7 +53,7 @@ P = PLAN.paths
 LOGS = P.logs
 # every rule's conda environment; the path is relative to workflow/rules/, where the rules live
 ENV = "../../envs/oodcorr.yaml"
-# a model, dataset or testset name as the config checks it (oodcorr.config.NAME_RE), unanchored
+# a model, dataset or testset name as the config checks it (oodcorr.planning.config.NAME_RE), unanchored
 NAME = NAME_RE.pattern.removeprefix("^").removesuffix("$")
 
 

@@ -2,7 +2,7 @@
 
 The finetune's "every scheduled checkpoint exists" shortcut and its resume search
 compare each weight file's sha256 with the checkpoint's manifest
-(``oodcorr.finetune.verify_checkpoint(full=True)``). A file's hash is computed once
+(``oodcorr.jobs.finetune.verify_checkpoint(full=True)``). A file's hash is computed once
 and cached beside it, keyed by its stat. This measures, on a fake checkpoint of
 ``--mib`` MiB of random bytes (no model needed):
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from oodcorr.checkpoints import VERIFIED, verify_checkpoint, write_ckpt_manifest
+from oodcorr.jobs.checkpoints import VERIFIED, verify_checkpoint, write_ckpt_manifest
 
 
 def main() -> None:

@@ -99,8 +99,8 @@ def count_evaluations(configfile: str) -> int:
     import yaml
 
     sys.path.insert(0, str(REPO / "src"))
-    from oodcorr.plan import build_plan
-    from oodcorr.schema import fill_defaults
+    from oodcorr.planning.plan import build_plan
+    from oodcorr.planning.schema import fill_defaults
 
     cfg = yaml.safe_load(Path(configfile).read_text())
     fill_defaults(cfg, REPO / "config/schema.yaml")

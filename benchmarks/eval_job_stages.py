@@ -1,6 +1,6 @@
 """Where an experiment's evaluation jobs spent their time, from the records they wrote.
 
-Every predictions file carries its record (``oodcorr.evaluate.read_result``); each record
+Every predictions file carries its record (``oodcorr.jobs.evaluate.read_result``); each record
 holds the job's stage times (``job_timing_s``: startup, imports, cache) and its own
 (``timing_s``: model, forward, write). This prints medians (min-max) over the jobs and the
 checkpoint x testset records of one finished experiment:
@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from oodcorr.evaluate import read_result
+from oodcorr.jobs.evaluate import read_result
 
 
 def spread(values: list[float]) -> dict:

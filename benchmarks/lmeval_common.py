@@ -59,13 +59,13 @@ def build_model(
     corpus: str = "rte-train",
     exclude: Path | None = None,
 ) -> Path:
-    """A randomly initialised OPT built with oodcorr.tiny (seed 0), a byte-level BPE tokenizer trained
+    """A randomly initialised OPT built with oodcorr.modeling.tiny (seed 0), a byte-level BPE tokenizer trained
     here on the synthetic corpus and ``corpus``; the embedding / LM head resized to ``model_vocab``
     rows if the tokenizer has fewer. Cached in ``workdir`` under a name that says all of that."""
-    from oodcorr import synthetic
-    from oodcorr.io import read_jsonl
-    from oodcorr.tiny import build_model as tiny_build
-    from oodcorr.tiny import train_tokenizer
+    from oodcorr.core.io import read_jsonl
+    from oodcorr.modeling import synthetic
+    from oodcorr.modeling.tiny import build_model as tiny_build
+    from oodcorr.modeling.tiny import train_tokenizer
 
     files = corpus_files(corpus, exclude)
     name = f"opt-{arch}-v{tokenizer_vocab}-m{model_vocab}-p{max_length}"
@@ -97,9 +97,9 @@ def build_model(
 def load_records(
     data: str | Path, limit: int | None = None, synthetic_shift: str | None = None, n_synthetic: int = 600
 ) -> tuple[str, list[dict]]:
-    """(testset name, records in the oodcorr format) via oodcorr.data.prepare, binary label mode."""
-    from oodcorr import data as oodcorr_data
-    from oodcorr import synthetic
+    """(testset name, records in the oodcorr format) via oodcorr.jobs.data.prepare, binary label mode."""
+    from oodcorr.jobs import data as oodcorr_data
+    from oodcorr.modeling import synthetic
 
     if synthetic_shift:
         name, recs = f"synthetic-{synthetic_shift}", synthetic.generate(synthetic_shift, n_synthetic, 0)

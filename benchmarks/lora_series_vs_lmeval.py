@@ -4,7 +4,7 @@ Three ways to score the same K LoRA checkpoints of one run on one tokenised test
 each timed as a user pays it (fresh processes: interpreter, imports, model loads,
 scoring, writing predictions), wall clock and the children's user + sys CPU seconds:
 
-  (a) run unit: ONE process calls oodcorr.evaluate.evaluate_run over all K checkpoints
+  (a) run unit: ONE process calls oodcorr.jobs.evaluate.evaluate_run over all K checkpoints
       (the base model read once, each adapter swapped in);
   (b) checkpoint unit: K processes, evaluate_run over one checkpoint each;
   (c) lm-eval: K invocations of ``lm-eval run --model hf --model_args
@@ -62,7 +62,9 @@ SIDES = {
     "lmeval": "(c) lm-eval, peft=: K processes",
 }
 # what one of our evaluation processes runs: evaluate_run on a job written as JSON
-CHILD = "import json, sys\nfrom oodcorr.evaluate import evaluate_run\nevaluate_run(**json.load(open(sys.argv[1])))\n"
+CHILD = (
+    "import json, sys\nfrom oodcorr.jobs.evaluate import evaluate_run\nevaluate_run(**json.load(open(sys.argv[1])))\n"
+)
 
 
 def parse_args(argv=None):
@@ -137,7 +139,7 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
     adapter configuration, each checkpoint with its own random adapter weights. Cached in workdir."""
     import hashlib
 
-    from oodcorr.checkpoints import verify_checkpoint
+    from oodcorr.jobs.checkpoints import verify_checkpoint
 
     tag = hashlib.sha256(json.dumps([lora, std], sort_keys=True).encode()).hexdigest()[:8]
     root = workdir / f"lora-{model_dir.name}-{tag}" / "checkpoints"
@@ -147,9 +149,9 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
         return cks
     import torch
 
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.finetune import apply_lora
-    from oodcorr.models import load_model
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.finetune import apply_lora
+    from oodcorr.modeling.loading import load_model
 
     model = apply_lora(load_model({"name": "bench-opt", "path": str(model_dir)}), lora, "CAUSAL_LM")
     adapter = [p for n, p in model.named_parameters() if "lora_" in n]
@@ -167,12 +169,12 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
 
 
 def tokenised_testset(args, workdir: Path, model_spec: dict) -> dict:
-    """Our cache of the testset (oodcorr.evaluate.tokenize_testset), built once; returns its facts."""
+    """Our cache of the testset (oodcorr.jobs.evaluate.tokenize_testset), built once; returns its facts."""
     import torch
 
-    from oodcorr.evaluate import tokenize_testset
-    from oodcorr.io import sha256_json, write_json_atomic, write_jsonl_atomic
-    from oodcorr.prompting import format_prompt
+    from oodcorr.core.io import sha256_json, write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.evaluate import tokenize_testset
+    from oodcorr.modeling.prompting import format_prompt
 
     name, recs = load_records(args.data, args.limit)
     tdir = workdir / f"testset-{name.replace('/', '-')}-n{len(recs)}"
@@ -429,7 +431,7 @@ def main(argv=None) -> dict:
     )
     import torch
 
-    from oodcorr.models import load_tokenizer
+    from oodcorr.modeling.loading import load_tokenizer
 
     torch.set_num_threads(2)  # set-up only; the timed children run with --threads
     model_dir = build_model(

@@ -1,6 +1,6 @@
 """What the metrics beyond accuracy and a series checkpoint's verification cost.
 
-* ``metrics_s``: ``oodcorr.metrics.compute`` (macro-F1, ECE, Wilson interval, per-label F1)
+* ``metrics_s``: ``oodcorr.jobs.metrics.compute`` (macro-F1, ECE, Wilson interval, per-label F1)
   on ``n`` random predictions, as every evaluation computes it once per checkpoint x testset;
   600 examples (the embedded default's testsets), 9,815 (MNLI matched) and 30,000 (HANS),
   with 2 labels and with a 3-way model on a 2-way set (predictions collapsed).
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from oodcorr import metrics
-from oodcorr.series import verify, write_manifest
+from oodcorr.jobs import metrics
+from oodcorr.jobs.series import verify, write_manifest
 
 
 def _time(fn, reps: int) -> list[float]:

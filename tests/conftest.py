@@ -36,7 +36,7 @@ from helpers import TINY_CONFIGS  # noqa: E402
 
 @pytest.fixture(scope="session")
 def corpus():
-    from oodcorr.synthetic import pretraining_corpus
+    from oodcorr.modeling.synthetic import pretraining_corpus
 
     return pretraining_corpus(2000, 0)
 
@@ -46,7 +46,7 @@ def tiny_models(tmp_path_factory, corpus):
     """{model_type: directory} of randomly initialised tiny models with trained tokenizers."""
     import torch
 
-    from oodcorr.tiny import build_model, train_tokenizer
+    from oodcorr.modeling.tiny import build_model, train_tokenizer
 
     out = {}
     for mt, cfg in TINY_CONFIGS.items():

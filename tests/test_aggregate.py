@@ -7,10 +7,10 @@ import os
 import pytest
 import torch
 
-from oodcorr.aggregate import collect, read_scores, write_scores
-from oodcorr.errors import ResultError
-from oodcorr.evaluate import _write_predictions
-from oodcorr.io import publish, write_json_atomic
+from oodcorr.core.errors import ResultError
+from oodcorr.core.io import publish, write_json_atomic
+from oodcorr.jobs.aggregate import collect, read_scores, write_scores
+from oodcorr.jobs.evaluate import _write_predictions
 
 
 def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=0):
@@ -77,7 +77,7 @@ def test_records_of_other_data_stop_the_aggregation(tmp_path):
 
 
 def test_a_local_file_changed_since_preparation_stops_the_aggregation(tmp_path):
-    from oodcorr.io import sha256_file, stat_key
+    from oodcorr.core.io import sha256_file, stat_key
 
     src = tmp_path / "t1.csv"
     src.write_text("premise,hypothesis,label\na,b,entailment\n")

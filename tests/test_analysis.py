@@ -212,8 +212,8 @@ def test_holm_and_bh_match_statsmodels_and_skip_nans():
 def test_options_defaults_equal_the_filled_config_and_unknown_keys_are_named():
     import yaml
 
-    from oodcorr.config import analysis_options
-    from oodcorr.schema import fill_defaults
+    from oodcorr.planning.config import analysis_options
+    from oodcorr.planning.schema import fill_defaults
 
     from helpers import REPO
 

@@ -11,7 +11,7 @@ import pytest
 from oodcorr.analysis import COLUMNS, Options, analyse, partial_corr
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
-from oodcorr.errors import DataError
+from oodcorr.core.errors import DataError
 
 FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
@@ -263,7 +263,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
 
 
 def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
-    from oodcorr.plots import heatmap, heatmap_grid
+    from oodcorr.jobs.plots import heatmap, heatmap_grid
 
     rng = np.random.default_rng(9)
     long = _long(rng, testsets=("a", "b", "c"))
@@ -291,7 +291,7 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
 
 
 def test_heatmap_titles_say_numbers_not_names():
-    from oodcorr.plots import describe
+    from oodcorr.jobs.plots import describe
 
     rng = np.random.default_rng(9)
     long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
@@ -306,7 +306,7 @@ def test_heatmap_titles_say_numbers_not_names():
 
 
 def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
-    from oodcorr.plots import TEXT_LIMIT, cluster_order, heatmap
+    from oodcorr.jobs.plots import TEXT_LIMIT, cluster_order, heatmap
 
     rng = np.random.default_rng(10)
     n, k = 25, 36
@@ -329,7 +329,7 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
 
 
 def test_figures_take_marks_and_fits_from_the_analysis_options():
-    from oodcorr.plots import heatmap_marks, scatter_fits
+    from oodcorr.jobs.plots import heatmap_marks, scatter_fits
 
     opts = Options(alpha=0.01, level=0.9, near_zero=0.2, residualisers=("gam+step", "linear", "gam"))
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
@@ -338,7 +338,7 @@ def test_figures_take_marks_and_fits_from_the_analysis_options():
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
-    from oodcorr.plots import learning_curves, scatter
+    from oodcorr.jobs.plots import learning_curves, scatter
 
     rng = np.random.default_rng(10)
     long = _long(rng, runs=(("m", 0), ("m", 1)))

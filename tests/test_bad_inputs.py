@@ -227,7 +227,7 @@ def test_second_invocation_is_refused_by_the_lock(base_run):
     assert base_run["out"].count("localrule finetune:") == 1
     # and nothing it might have touched was corrupted: the first run's files are complete
     wd = base_run["wd"]
-    from oodcorr.evaluate import read_result
+    from oodcorr.jobs.evaluate import read_result
 
     for p in (wd / R / "eval").rglob("*.parquet"):
         read_result(p)
@@ -243,7 +243,7 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
     assert warning in (wd / R / "logs/data/one-class.log").read_text()
     meta = json.loads((wd / R / "data/one-class.meta.json").read_text())
     assert meta["warning"] == warning and meta["label_counts"] == {"entailment": 6}
-    from oodcorr.evaluate import read_result
+    from oodcorr.jobs.evaluate import read_result
 
     for step in (0, 4, 8, 12):
         ev = read_result(wd / R / f"eval/{RUN_ID}/step{step}/one-class.predictions.parquet")
@@ -252,7 +252,7 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
 
 
 def test_constant_testset_gives_nan_with_reason_and_hatched_cell(base_run):
-    from oodcorr.plots import heatmap
+    from oodcorr.jobs.plots import heatmap
 
     wd = base_run["wd"]
     scores = pd.read_csv(wd / R / "scores.csv")
@@ -331,7 +331,7 @@ def test_conflicting_duplicates_are_warned_at_the_end_of_the_run(base_run):
 def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_run):
     """What a killed Snakemake leaves behind (its finetune still running), seen by the next run:
     the job stops at once, and its log (shown by Snakemake) names the holder and what to do."""
-    from oodcorr.locks import hold
+    from oodcorr.core.locks import hold
 
     wd = base_run["wd"]
     cfg = apply_case(BASE, {"patch": {"finetune": {"seeds": [0, 1]}}})
@@ -340,7 +340,7 @@ def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_r
         [
             sys.executable,
             "-c",
-            "import sys, time\nfrom oodcorr.locks import hold\n"
+            "import sys, time\nfrom oodcorr.core.locks import hold\n"
             "with hold(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(600)\n",
             str(wd / run_dir),
         ],
@@ -376,7 +376,7 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
     import torch
     from test_finetune import _job, _weights
 
-    import oodcorr.finetune as f
+    import oodcorr.jobs.finetune as f
 
     ref = _job(tmp_path, tiny_models["opt"], "ref")
     f.finetune(ref)
@@ -411,7 +411,7 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
 # ---- atomic result files ---------------------------------------------------------------
 KILLED_WRITER = """
 import json, pathlib, sys, time
-from oodcorr.io import write_json_atomic
+from oodcorr.core.io import write_json_atomic
 real = pathlib.Path.write_text
 def slow(self, text, *a, **k):
     with open(self, "w") as fh:
@@ -449,8 +449,8 @@ def _result(acc, predictions=__file__):
 
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
-    from oodcorr.aggregate import collect
-    from oodcorr.io import write_json_atomic
+    from oodcorr.core.io import write_json_atomic
+    from oodcorr.jobs.aggregate import collect
 
     path = tmp_path / "t.json"
     write_json_atomic(path, _result(0.25))
@@ -466,7 +466,7 @@ def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
 
 
 def test_a_failed_rename_changes_nothing(tmp_path, monkeypatch):
-    from oodcorr.io import write_json_atomic
+    from oodcorr.core.io import write_json_atomic
 
     path = tmp_path / "t.json"
     write_json_atomic(path, {"a": 1})
@@ -483,7 +483,7 @@ def test_a_failed_rename_changes_nothing(tmp_path, monkeypatch):
 
 def test_aggregation_refuses_a_truncated_result(tmp_path):
     """Were a result ever torn (written by hand, say), aggregation stops and names it."""
-    from oodcorr.aggregate import collect
+    from oodcorr.jobs.aggregate import collect
 
     path = tmp_path / "torn.json"
     text = json.dumps(_result(0.5))
@@ -522,14 +522,14 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
 
     The failure is simulated by tests/hooks/sitecustomize.py, put on the jobs' PYTHONPATH.
     The evaluator halves its batch within the job when a batch raises OutOfMemoryError
-    (src/oodcorr/evaluate.py); here the process is killed outright at a batch of more than
+    (src/oodcorr/jobs/evaluate.py); here the process is killed outright at a batch of more than
     16 rows, as the operating system's OOM killer does, so only Snakemake's retry can help:
     attempt 2 runs with half the batch size."""
     import os
 
     from hooks.sitecustomize import PYTHONPATH_ENTRY, SIMULATE_OOM_ENV
 
-    from oodcorr.evaluate import read_result
+    from oodcorr.jobs.evaluate import read_result
 
     wd = base_run["wd"]
     target = f"{R}/eval/{RUN_ID}/step8/synth-test.predictions.parquet"  # the job: checkpoint 8 on synth-test

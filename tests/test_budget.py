@@ -6,10 +6,10 @@ import re
 import pytest
 import yaml
 
-from oodcorr import budget
 from oodcorr.cli import main
-from oodcorr.plan import load
-from oodcorr.schema import read_config
+from oodcorr.launch import budget
+from oodcorr.planning.plan import load
+from oodcorr.planning.schema import read_config
 
 from helpers import REPO, planned_jobs
 

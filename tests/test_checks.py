@@ -1,4 +1,4 @@
-"""Planning-time checks (oodcorr.checks): what the config decides and could not work is a
+"""Planning-time checks (oodcorr.planning.checks): what the config decides and could not work is a
 ConfigError naming the key before any job runs; what is allowed but suspicious a warning.
 
 Each test fails on the code before these checks (build_plan accepted every one of these
@@ -11,10 +11,11 @@ import os
 import pytest
 import yaml
 
-from oodcorr import checks, disk_checks
-from oodcorr.errors import ConfigError, DataError
-from oodcorr.plan import build_plan
-from oodcorr.schema import fill_defaults
+from oodcorr.core.errors import ConfigError, DataError
+from oodcorr.launch import disk_checks
+from oodcorr.planning import checks
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import REPO
 
@@ -126,7 +127,7 @@ def test_min_points_agree_with_the_analysis():
     from oodcorr.analysis.correlate import min_points
     from oodcorr.analysis.residualise import GamSettings, parse
 
-    # the planning check and the analysis read one default (oodcorr.defaults.ANALYSIS)
+    # the planning check and the analysis read one default (oodcorr.core.defaults.ANALYSIS)
     assert checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())
     for name in ("linear", "linear+step", "gam", "gam+step"):
         for gam_min in (5, 8, 12):
@@ -150,7 +151,7 @@ def _plan_in(tmp_path, cfg, **patch):
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
-    from oodcorr.evaluate import cache_info_path
+    from oodcorr.jobs.evaluate import cache_info_path
 
     info = cache_info_path(plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation"))
     info.parent.mkdir(parents=True)
@@ -172,8 +173,8 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    from oodcorr.data import _load_local
-    from oodcorr.io import write_json_atomic
+    from oodcorr.core.io import write_json_atomic
+    from oodcorr.jobs.data import _load_local
 
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)
     meta_path = tmp_path / plan.paths.data_meta.format(dataset="local-ood")

@@ -5,10 +5,10 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from oodcorr.config import Experiment
-from oodcorr.errors import ConfigError
-from oodcorr.plan import build_plan
-from oodcorr.schema import fill_defaults
+from oodcorr.core.errors import ConfigError
+from oodcorr.planning.config import Experiment
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import REPO, n_evaluations
 
@@ -432,10 +432,10 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     assert re.search(r'in ".*broken\.yaml", line 4, column 4', res.stdout + res.stderr), res.stderr[-2000:]
 
 
-# ---- the one entry point: oodcorr.plan.load ---------------------------------------------------
+# ---- the one entry point: oodcorr.planning.plan.load ---------------------------------------------------
 def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
-    from oodcorr.plan import load
-    from oodcorr.schema import read_config
+    from oodcorr.planning.plan import load
+    from oodcorr.planning.schema import read_config
 
     src = tmp_path / "my-grid.yaml"
     text = (REPO / "config/micro.yaml").read_text()
@@ -469,7 +469,7 @@ def test_the_snakefile_and_the_cli_reach_the_config_only_through_load():
 # ---- defaults written once -------------------------------------------------------------------
 def _with_analysis_defaults(node, defaults):
     """A copy of the schema's analysis node with ``default:`` values put back from ``defaults``,
-    as the schema held them before they moved to oodcorr.defaults (each block defaulting to {})."""
+    as the schema held them before they moved to oodcorr.core.defaults (each block defaulting to {})."""
     node = copy.deepcopy(node)
     for key, value in defaults.items():
         if isinstance(value, dict):
@@ -483,8 +483,8 @@ def _with_analysis_defaults(node, defaults):
 def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path):
     import jsonschema
 
-    from oodcorr.config import analysis_options
-    from oodcorr.defaults import ANALYSIS
+    from oodcorr.core.defaults import ANALYSIS
+    from oodcorr.planning.config import analysis_options
 
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     node = schema["properties"]["analysis"]

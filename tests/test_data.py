@@ -3,9 +3,9 @@ from collections import Counter
 
 import pytest
 
-from oodcorr.data import balanced_sample, prepare, stratified_sample
-from oodcorr.errors import DataError
-from oodcorr.io import read_jsonl, write_jsonl_atomic
+from oodcorr.core.errors import DataError
+from oodcorr.core.io import read_jsonl, write_jsonl_atomic
+from oodcorr.jobs.data import balanced_sample, prepare, stratified_sample
 
 from helpers import BINARY, LABELS
 
@@ -124,7 +124,7 @@ def test_csv_line_numbers_survive_multiline_fields(tmp_path):
 def test_atomic_writes_get_the_umask_mode_not_mkstemps_private_one(tmp_path):
     import os
 
-    from oodcorr.io import write_json_atomic
+    from oodcorr.core.io import write_json_atomic
 
     old = os.umask(0o022)
     try:
@@ -317,7 +317,7 @@ def test_dropped_rows_are_counted_per_reason_logged_and_recorded(tmp_path, caplo
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
     spec = {"source": "local", "path": str(path), "label_map": {"-1": None, "": None}}
-    with caplog.at_level("INFO", logger="oodcorr.data"):
+    with caplog.at_level("INFO", logger="oodcorr.jobs.data"):
         recs, prov = prepare("d", spec, dict(BINARY, name="binary"))
     assert len(recs) == 9 and prov["n_rows"] == 18 and prov["n"] == 9
     assert prov["dropped"] == {"empty_text": 3, "label_map": {"-1": 2, "": 1}, "label_mode": {"neutral": 3}}
@@ -373,7 +373,7 @@ def test_duplicates_are_counted_and_kept_and_conflicts_warned_loudly(tmp_path, c
     ]  # 7: no conflict once 6 is dropped
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
-    with caplog.at_level("WARNING", logger="oodcorr.data"):
+    with caplog.at_level("WARNING", logger="oodcorr.jobs.data"):
         recs, prov = prepare("d", {"source": "local", "path": str(path)}, BINARY)
     assert len(recs) == 6  # duplicates kept: a published testset is what it is
     assert prov["duplicates"] == {

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr import synthetic
-from oodcorr.evaluate import eval_dtype, length_batches, score
-from oodcorr.prompting import encode_prompts, verbaliser_ids
+from oodcorr.jobs.evaluate import eval_dtype, length_batches, score
+from oodcorr.modeling import synthetic
+from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 
 from helpers import LABELS, PROMPT
 
@@ -140,11 +140,11 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     the second starts at 4 and never does; both score like an unconstrained run."""
     import json
 
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.data import prepare
-    from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
-    from oodcorr.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.models import load_model
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.evaluate import evaluate_run, read_result, tokenize_testset
+    from oodcorr.modeling.loading import load_model
 
     from helpers import BINARY
 
@@ -212,10 +212,10 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
     """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
     each perturbed differently (so every checkpoint scores differently), with manifests."""
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.finetune import apply_lora
-    from oodcorr.methods import get
-    from oodcorr.models import load_model
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.finetune import apply_lora
+    from oodcorr.modeling.adaptation import get
+    from oodcorr.modeling.loading import load_model
 
     method = get(spec.get("method"))
     tok_pad = 1
@@ -248,8 +248,8 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     every prediction and logit bit for bit, and the same scores."""
     import pandas as pd
 
-    from oodcorr.evaluate import evaluate_run, read_result, tokenize_testset
-    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.evaluate import evaluate_run, read_result, tokenize_testset
 
     tiny = str(tiny_models[kind])
     spec = {"name": "tiny", "tiny": {"model_type": kind}, "method": method}
@@ -310,9 +310,9 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
 
     import pandas as pd
 
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.evaluate import evaluate_run, tokenize_testset
-    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -364,10 +364,10 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     kept; one made from other weights is computed again."""
     import os
 
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.evaluate import evaluate_run, tokenize_testset
-    from oodcorr.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.models import load_model
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -415,8 +415,8 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
 
 
 def _one_testset(tmp_path, tiny, spec):
-    from oodcorr.evaluate import tokenize_testset
-    from oodcorr.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.evaluate import tokenize_testset
 
     data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
     write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
@@ -443,7 +443,7 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     is written for it. (Before: sizes only, so it was evaluated.)"""
     import os
 
-    from oodcorr.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -482,9 +482,9 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     0.5); the evaluation stops with the checkpoint and the cause, and writes no predictions."""
     import os
 
-    from oodcorr.checkpoints import write_ckpt_manifest
-    from oodcorr.evaluate import EvaluationRefused, evaluate_run
-    from oodcorr.models import load_model
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -517,7 +517,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
 
 
 def test_non_finite_scores_from_finite_weights_point_at_the_dtype():
-    from oodcorr.evaluate import EvaluationRefused, check_finite
+    from oodcorr.jobs.evaluate import EvaluationRefused, check_finite
 
     model = torch.nn.Linear(2, 2)
     ok = torch.zeros(3, 2)

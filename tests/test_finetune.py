@@ -14,11 +14,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from oodcorr import synthetic
-from oodcorr.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
-from oodcorr.finetune import finetune
-from oodcorr.finetune_job import FinetuneJob
-from oodcorr.io import write_jsonl_atomic
+from oodcorr.core.io import write_jsonl_atomic
+from oodcorr.jobs.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
+from oodcorr.jobs.finetune import finetune
+from oodcorr.modeling import synthetic
+from oodcorr.planning.finetune_job import FinetuneJob
 
 from helpers import LABELS, PROMPT
 
@@ -89,8 +89,8 @@ def test_lora_saves_adapters_only(tmp_path, tiny_models):
 
 SLOW_RUNNER = """
 import json, sys, time
-import oodcorr.finetune as f
-from oodcorr.finetune_job import FinetuneJob
+import oodcorr.jobs.finetune as f
+from oodcorr.planning.finetune_job import FinetuneJob
 orig = f._make_trainer_classes
 def patched():
     T, S = orig()
@@ -138,7 +138,7 @@ class _Stop(Exception):
 
 def _interrupted(monkeypatch, job, after_step):
     """Run finetune in-process and make it die right after ``after_step`` (a crash, not a clean stop)."""
-    import oodcorr.finetune as f
+    import oodcorr.jobs.finetune as f
 
     orig = f._make_trainer_classes
 
@@ -190,7 +190,7 @@ def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_mod
 
 @pytest.mark.slow
 def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, monkeypatch):
-    from oodcorr import checkpoints
+    from oodcorr.jobs import checkpoints
 
     job = _job(tmp_path, tiny_models["opt"], "prune")
     ckroot = job.run_dir / "checkpoints"
@@ -258,7 +258,7 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
     of the first (the kernel drops its lock) the second resumes from its last checkpoint."""
     import socket
 
-    from oodcorr.locks import LOCK_FILE, FolderInUse
+    from oodcorr.core.locks import LOCK_FILE, FolderInUse
 
     job = _job(tmp_path, tiny_models["opt"], "two")
     first = subprocess.Popen(
@@ -292,7 +292,7 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
 
 HOLDER = """
 import sys, time
-from oodcorr.locks import hold
+from oodcorr.core.locks import hold
 with hold(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -302,7 +302,7 @@ with hold(sys.argv[1]):
 def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
     import socket
 
-    from oodcorr.locks import LOCK_FILE, FolderInUse, check_free, hold
+    from oodcorr.core.locks import LOCK_FILE, FolderInUse, check_free, hold
 
     folder = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(folder)], stdout=subprocess.PIPE, text=True)
@@ -331,11 +331,11 @@ def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
 
 def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
     """The recorded PID is gone, yet the lock is held (a process it started inherited it)."""
-    from oodcorr.locks import FolderInUse, check_free
+    from oodcorr.core.locks import FolderInUse, check_free
 
     folder = tmp_path / "run"
     spawner = (
-        "import os, sys, time\nfrom oodcorr.locks import hold\n"
+        "import os, sys, time\nfrom oodcorr.core.locks import hold\n"
         "with hold(sys.argv[1]):\n"
         "    child = os.fork()\n"  # the child shares the open lock file, and so the lock
         "    if child == 0:\n        time.sleep(120)\n        os._exit(0)\n"
@@ -391,7 +391,7 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
 
 
 def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, tiny_models, monkeypatch):
-    import oodcorr.checkpoints as ck_module
+    import oodcorr.jobs.checkpoints as ck_module
 
     job = _job(tmp_path, tiny_models["opt"], "cache")
     job = replace(job, steps=[0, 5], max_steps=5)
@@ -418,7 +418,7 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
     """A checkpoint saved without intact optimizer state must not take the older resume point's away."""
     import shutil
 
-    import oodcorr.checkpoints as checkpoints
+    import oodcorr.jobs.checkpoints as checkpoints
 
     job = _job(tmp_path, tiny_models["opt"], "keep")
     ckroot = job.run_dir / "checkpoints"
@@ -446,8 +446,8 @@ def test_a_non_finite_loss_stops_the_run_before_the_next_checkpoint(tmp_path, ti
     """Label scores that turn NaN at step 8 (as a diverged run's do): the run stops with the step
     and what to change; checkpoints 0 and 5 stay, no later one is saved. (Before: the Trainer's
     logging filters NaN losses out, and the run saved checkpoints 10..20.)"""
-    from oodcorr.finetune import NonFiniteLoss
-    from oodcorr.methods import Pattern
+    from oodcorr.jobs.finetune import NonFiniteLoss
+    from oodcorr.modeling.adaptation import Pattern
 
     calls = {"n": 0}
     orig = Pattern.label_logits

@@ -1,4 +1,4 @@
-"""One run's finetuning as an object (oodcorr.finetune_job): its JSON round trip, its typed view of
+"""One run's finetuning as an object (oodcorr.planning.finetune_job): its JSON round trip, its typed view of
 the finetune block, and that neither changes the run identity a finetune writes."""
 
 import json
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from oodcorr.config import Experiment
-from oodcorr.errors import ConfigError
-from oodcorr.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
-from oodcorr.io import sha256_json
-from oodcorr.schema import fill_defaults
+from oodcorr.core.errors import ConfigError
+from oodcorr.core.io import sha256_json
+from oodcorr.planning.config import Experiment
+from oodcorr.planning.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO
 
@@ -131,7 +131,7 @@ def test_every_key_of_the_schemas_finetune_block_is_read_by_training_or_planning
 
 
 def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
-    from oodcorr.distributed import mixed_precision
+    from oodcorr.jobs.multi_gpu import mixed_precision
 
     for dtype, flag, want in [("bfloat16", False, True), ("float32", True, True), ("float32", False, False)]:
         job = _job(
@@ -145,7 +145,7 @@ def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_pa
     """The identity hashes the finetune block as planned (not the typed view, so runs trained before
     the job object existed keep their identity), lists for labels and steps, and is the same for a
     job that went through JSON to a launched process."""
-    import oodcorr.finetune as f
+    import oodcorr.jobs.finetune as f
 
     (tmp_path / "train.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n')
     monkeypatch.setattr(f, "base_weights_fingerprint", lambda spec, tiny: f"weights of {spec['name']} in {tiny}")

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from oodcorr import gpus
+from oodcorr.core import gpus
 
 # what a workflow script does: pick_device(), then report what it may see, then keep running
 JOB = """
 import os, sys, time
-from oodcorr.runtime import pick_device
+from oodcorr.launch.runtime import pick_device
 device = pick_device(int(sys.argv[1]))
 print(device, os.environ["CUDA_VISIBLE_DEVICES"], flush=True)
 time.sleep(600)

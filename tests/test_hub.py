@@ -1,4 +1,4 @@
-"""Prefetch and pin (oodcorr.hub), offline against a fake hub: a folder of repositories whose
+"""Prefetch and pin (oodcorr.modeling.hub), offline against a fake hub: a folder of repositories whose
 revisions resolve to commits, downloaded into a real Hugging Face cache layout."""
 
 import hashlib
@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from oodcorr import hub
 from oodcorr.cli import main
-from oodcorr.errors import ConfigError
+from oodcorr.core.errors import ConfigError
+from oodcorr.modeling import hub
 
 from helpers import REPO, TINY_CONFIGS, smk
 
@@ -160,8 +160,8 @@ def hub_config(path: Path, revision="v1", data_revision="refs/convert/parquet", 
 
 
 def plan_of(cfg_path):
-    from oodcorr.plan import load
-    from oodcorr.schema import read_config
+    from oodcorr.planning.plan import load
+    from oodcorr.planning.schema import read_config
 
     config = read_config(cfg_path)
     return config, load(config, REPO, [cfg_path])
@@ -286,8 +286,8 @@ def test_planning_stops_when_this_machines_cache_lacks_the_locked_files(fake_hub
 
 
 def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch):
-    from oodcorr.data import prepare
-    from oodcorr.models import model_source
+    from oodcorr.jobs.data import prepare
+    from oodcorr.modeling.loading import model_source
 
     from helpers import BINARY
 

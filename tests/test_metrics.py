@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from oodcorr import metrics
-from oodcorr.aggregate import COLUMNS, RECOMPUTED, collect
+from oodcorr.jobs import metrics
+from oodcorr.jobs.aggregate import COLUMNS, RECOMPUTED, collect
 
 
 @pytest.mark.parametrize("seed", range(5))

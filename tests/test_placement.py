@@ -1,4 +1,5 @@
-"""Per-rule placement on a cluster and the planning-time GPU-memory check (oodcorr.plan, oodcorr.sizing)."""
+"""Per-rule placement on a cluster and the planning-time GPU-memory check
+(oodcorr.planning.plan, oodcorr.launch.sizing)."""
 
 import re
 import subprocess
@@ -6,10 +7,10 @@ import subprocess
 import pytest
 import yaml
 
-from oodcorr.errors import ConfigError
-from oodcorr.plan import build_plan
-from oodcorr.schema import check_config, fill_defaults
-from oodcorr.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_bytes, gpu_memory, lora_parameters
+from oodcorr.core.errors import ConfigError
+from oodcorr.launch.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_bytes, gpu_memory, lora_parameters
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import check_config, fill_defaults
 
 from helpers import REPO, SNAKEMAKE
 
@@ -210,7 +211,7 @@ def test_paper_grid_fits_its_80_gib_gpus():
     assert check_gpu_memory(p) == []
     # the tightest: OLMo-2 32B evaluated in bf16 on one GPU, 32.23e9 x 2 bytes x 1.2 + 2 GiB = 74.0 GiB
     olmo = p.models["olmo2-32b"]
-    from oodcorr.sizing import model_size
+    from oodcorr.launch.sizing import model_size
 
     assert gpu_memory(olmo, "evaluate", model_size(olmo)).gib == pytest.approx(32.23e9 * 2 / GiB * 1.2 + 2)
     assert round(gpu_memory(olmo, "evaluate", model_size(olmo)).gib, 1) == 74.0
@@ -226,8 +227,8 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     """The adapter parameter count from the safetensors shapes equals what peft builds and saves."""
     from transformers import AutoModelForCausalLM
 
-    from oodcorr.finetune import apply_lora
-    from oodcorr.hub import safetensors_header, weight_shapes
+    from oodcorr.jobs.finetune import apply_lora
+    from oodcorr.modeling.hub import safetensors_header, weight_shapes
 
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "fc1"]}
     params, linear = weight_shapes(tiny_models["opt"])

@@ -1,4 +1,4 @@
-"""The rules read only the plan layer (oodcorr.plan), and the paper grid plans as asked."""
+"""The rules read only the plan layer (oodcorr.planning.plan), and the paper grid plans as asked."""
 
 import inspect
 import re
@@ -6,8 +6,8 @@ import re
 import pytest
 import yaml
 
-from oodcorr.plan import build_plan
-from oodcorr.schema import fill_defaults
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import REPO, n_evaluations, planned_jobs
 
@@ -74,7 +74,7 @@ def test_every_rule_callable_carries_its_parameters_where_snakemake_looks():
     renamed attribute would silently bring back the per-call inspection (a third of planning)."""
     from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, get_function_params
 
-    from oodcorr.plan import SNAKEMAKE_PARAMS_ATTR
+    from oodcorr.planning.plan import SNAKEMAKE_PARAMS_ATTR
 
     assert SNAKEMAKE_PARAMS_ATTR == FUNC_OVERWRITE_PARAMS_ATTR
     plan = _paper()
@@ -94,7 +94,8 @@ def test_every_rule_callable_carries_its_parameters_where_snakemake_looks():
 
 
 def test_rules_name_their_conda_env_and_wildcards_once():
-    """Every rule's conda: is the Snakefile's ENV, and name wildcards use NAME (from oodcorr.config.NAME_RE)."""
+    """Every rule's conda: is the Snakefile's ENV, and name wildcards use NAME
+    (from oodcorr.planning.config.NAME_RE)."""
     snakefile = (REPO / "Snakefile").read_text()
     assert re.search(r'^ENV = "\.\./\.\./envs/oodcorr\.yaml"$', snakefile, re.M)
     assert (REPO / "workflow/rules" / "../../envs/oodcorr.yaml").resolve() == REPO / "envs/oodcorr.yaml"

@@ -5,9 +5,9 @@ from collections import Counter
 
 import pytest
 
-from oodcorr.config import Experiment
-from oodcorr.data import prepare
-from oodcorr.hub import hub_load_kwargs
+from oodcorr.jobs.data import prepare
+from oodcorr.modeling.hub import hub_load_kwargs
+from oodcorr.planning.config import Experiment
 
 from helpers import REPO, SHARED, label_mode
 
@@ -209,7 +209,7 @@ def test_local_override_in_other_formats_uses_the_hub_fields_and_label_map(tmp_p
     through the hub entry's own `fields` and `label_map`: only `source` and `path` change."""
     import pandas as pd
 
-    from oodcorr.io import read_jsonl
+    from oodcorr.core.io import read_jsonl
 
     rows = read_jsonl(NLI / "rte" / "validation.jsonl")
     df = pd.DataFrame(
@@ -261,7 +261,7 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     for name, rel in (("rte", "rte/train.jsonl"), ("wnli", "wnli/train.jsonl"), ("snli", "snli/test.jsonl")):
         sha = hashlib.sha256((NLI / rel).read_bytes()).hexdigest()
         assert set(scores.loc[scores.testset == name, "fingerprint"]) == {f"sha256:{sha}"}
-    from oodcorr.evaluate import read_result
+    from oodcorr.jobs.evaluate import read_result
 
     # the report of a non-default config, by its --configfile, in the experiment's folder
     rep = smk(tmp_path, path, "--report", str(tmp_path / "results/real-cpu/report.html"))

@@ -14,8 +14,8 @@ import subprocess
 
 import pytest
 
-from oodcorr.config import Experiment
-from oodcorr.io import load_yaml
+from oodcorr.core.io import load_yaml
+from oodcorr.planning.config import Experiment
 
 from helpers import REPO
 

@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from oodcorr.config import Experiment
-from oodcorr.disk_checks import check_inputs_exist
-from oodcorr.errors import ConfigError
-from oodcorr.model_dirs import model_files
-from oodcorr.plan import build_plan
-from oodcorr.schema import fill_defaults
-from oodcorr.series import read_manifest, verify, write_manifest
+from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_dirs import model_files
+from oodcorr.jobs.series import read_manifest, verify, write_manifest
+from oodcorr.launch.disk_checks import check_inputs_exist
+from oodcorr.planning.config import Experiment
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import REPO, smk
 
@@ -35,8 +35,8 @@ TINY = {
 @pytest.fixture(scope="module")
 def series_dirs(tmp_path_factory):
     """A tiny OPT pretrained here, saved (weights and tokenizer) as a local directory at each of STEPS."""
-    from oodcorr.synthetic import pretraining_corpus
-    from oodcorr.tiny import build_model, pretrain, train_tokenizer
+    from oodcorr.modeling.synthetic import pretraining_corpus
+    from oodcorr.modeling.tiny import build_model, pretrain, train_tokenizer
 
     root = tmp_path_factory.mktemp("series")
     corpus = pretraining_corpus(1000, 0)
@@ -252,8 +252,8 @@ def test_manifest_lists_what_loading_reads_and_verification_sees_a_changed_file(
 
 
 def test_a_hub_checkpoint_loads_its_revision_afresh(monkeypatch):
-    import oodcorr.models as models
-    from oodcorr.evaluate import CheckpointLoader
+    import oodcorr.modeling.loading as models
+    from oodcorr.jobs.evaluate import CheckpointLoader
 
     calls = []
 

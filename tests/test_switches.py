@@ -9,12 +9,12 @@ import torch
 import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr import methods, synthetic
-from oodcorr.errors import ConfigError
-from oodcorr.finetune import _Collator, training_loss
-from oodcorr.plan import build_plan
-from oodcorr.prompting import encode_prompts, pad_batch, verbaliser_ids
-from oodcorr.schema import fill_defaults
+from oodcorr.core.errors import ConfigError
+from oodcorr.jobs.finetune import _Collator, training_loss
+from oodcorr.modeling import adaptation, synthetic
+from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids
+from oodcorr.planning.plan import build_plan
+from oodcorr.planning.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO
 
@@ -38,7 +38,7 @@ def _records(n=6):
 
 
 def _batch(tok, prompt, recs, max_length=64):
-    ids, _, extra = methods.Pattern.encode(
+    ids, _, extra = adaptation.Pattern.encode(
         tok, recs, labels=LABELS, prompt=prompt, max_length=max_length, model_name="tiny"
     )
     feats = [{"input_ids": x, "labels": LABELS.index(r["label"])} for x, r in zip(ids, recs)]
@@ -55,8 +55,8 @@ def test_vocabulary_loss_equals_a_hand_computation(lm, prompt):
     batch, ids, extra = _batch(tok, prompt, recs)
     verb = extra["verbaliser_ids"]
     with torch.no_grad():
-        got_vocab, _ = training_loss(methods.Pattern, model, batch, extra, "vocabulary")
-        got_verb, _ = training_loss(methods.Pattern, model, batch, extra, "verbalisers")
+        got_vocab, _ = training_loss(adaptation.Pattern, model, batch, extra, "vocabulary")
+        got_verb, _ = training_loss(adaptation.Pattern, model, batch, extra, "verbalisers")
         vocab_terms, verb_terms = [], []
         for x, r in zip(ids, recs):
             if prompt.get("scored_position") == "padded-end":  # the authors' reading: pad to 64, read [-1]
@@ -75,7 +75,7 @@ def test_vocabulary_loss_equals_a_hand_computation(lm, prompt):
 
 def test_vocabulary_loss_needs_a_vocabulary():
     with pytest.raises(ConfigError, match="vocabulary needs the pattern method"):
-        training_loss(methods.Head, None, {"labels": torch.tensor([0])}, {}, "vocabulary")
+        training_loss(adaptation.Head, None, {"labels": torch.tensor([0])}, {}, "vocabulary")
 
 
 def _long_record():
@@ -143,8 +143,8 @@ def test_padded_end_reads_what_the_authors_code_reads(lm, room):
     verb = verbaliser_ids(tok, PROMPT["verbalisers"], LABELS)
     with torch.no_grad():
         want = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).logits[:, -1, verb]
-        got = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
-        default = methods.Pattern.label_logits(
+        got = adaptation.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
+        default = adaptation.Pattern.label_logits(
             model, batch["input_ids"], batch["attention_mask"], {"verbaliser_ids": verb}
         )
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
@@ -165,8 +165,8 @@ def test_padded_end_under_left_padding_is_the_last_token(tiny_models):
     batch, _, extra = _batch(tok, dict(AUTHORS, strip_fields=True, truncation="left"), recs)
     assert extra["padding_side"] == "left"
     with torch.no_grad():
-        got = methods.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
-        default = methods.Pattern.label_logits(
+        got = adaptation.Pattern.label_logits(model, batch["input_ids"], batch["attention_mask"], extra)
+        default = adaptation.Pattern.label_logits(
             model, batch["input_ids"], batch["attention_mask"], {"verbaliser_ids": extra["verbaliser_ids"]}
         )
     torch.testing.assert_close(got, default, atol=1e-4, rtol=1e-4)

@@ -3,7 +3,7 @@ from collections import Counter
 
 import pytest
 
-from oodcorr import synthetic
+from oodcorr.modeling import synthetic
 
 
 @pytest.mark.parametrize("shift", list(synthetic.SHIFTS))

@@ -5,10 +5,10 @@
     parquet; long or wide); the tables and figures go into ``--out``.
 ``oodcorr prefetch --configfile X``
     On a login node: download every hub model and dataset of a config into the
-    Hugging Face cache and pin them in the lock file beside it (:mod:`oodcorr.hub`).
+    Hugging Face cache and pin them in the lock file beside it (:mod:`oodcorr.modeling.hub`).
 ``oodcorr budget --configfile X [--profile DIR]``
     Jobs, GPU-hours, checkpoint disk, download size and the longest path of a config,
-    printed and written as markdown and JSON (:mod:`oodcorr.budget`).
+    printed and written as markdown and JSON (:mod:`oodcorr.launch.budget`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import budget, hub
-from .errors import DataError
-from .io import sha256_file, write_json_atomic
-from .plan import load
-from .schema import read_config
-from .sizing import check_gpu_memory
+from .core.errors import DataError
+from .core.io import sha256_file, write_json_atomic
+from .launch import budget
+from .launch.sizing import check_gpu_memory
+from .modeling import hub
+from .planning.plan import load
+from .planning.schema import read_config
 
 log = logging.getLogger("oodcorr")
 
@@ -292,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# the workflow's scores-table metrics (oodcorr.metrics) that are not accuracy
+# the workflow's scores-table metrics (oodcorr.jobs.metrics) that are not accuracy
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
 
 
@@ -486,7 +487,7 @@ def analyse_command(args) -> int:
 
 
 def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> None:
-    from . import plots  # numpy/pandas: kept out of planning
+    from .jobs import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
     marks = plots.heatmap_marks(opts)

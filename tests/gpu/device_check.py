@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 JOB = """
 import json, os, sys, time
-from oodcorr.runtime import pick_device
+from oodcorr.launch.runtime import pick_device
 t0 = time.time()
 device = pick_device(1)
 import torch
@@ -64,12 +64,12 @@ def check_fsdp(out: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from oodcorr import synthetic
-    from oodcorr.checkpoints import verify_checkpoint
-    from oodcorr.distributed import run_distributed
-    from oodcorr.io import write_jsonl_atomic
-    from oodcorr.models import load_checkpoint
-    from oodcorr.tiny import build_model, train_tokenizer
+    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.jobs.checkpoints import verify_checkpoint
+    from oodcorr.jobs.multi_gpu import run_distributed
+    from oodcorr.modeling import synthetic
+    from oodcorr.modeling.loading import load_checkpoint
+    from oodcorr.modeling.tiny import build_model, train_tokenizer
 
     from helpers import LABELS, PROMPT, TINY_CONFIGS
 

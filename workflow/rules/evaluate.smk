@@ -14,7 +14,7 @@ rule tokenize_testset:
     resources:
         **PLAN.rule_resources("tokenize_testset"),
     params:
-        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.plan)
+        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.planning.plan)
         job=PLAN.tokenize_params,
     script:
         "../scripts/tokenize_testset.py"

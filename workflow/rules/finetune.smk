@@ -17,7 +17,7 @@ rule finetune:
     resources:
         **PLAN.rule_resources("finetune"),
     params:
-        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.plan)
+        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.planning.plan)
         run=PLAN.finetune_params,
     script:
         "../scripts/finetune.py"
@@ -44,7 +44,7 @@ rule series_checkpoint:
     conda:
         ENV
     params:
-        # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.plan)
+        # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.planning.plan)
         job=PLAN.series_params,
     script:
         "../scripts/series_checkpoint.py"

@@ -2,9 +2,9 @@
 
 import sys
 
-from oodcorr.aggregate import collect, write_scores
-from oodcorr.errors import DataError, ResultError
-from oodcorr.runtime import setup_logging
+from oodcorr.core.errors import DataError, ResultError
+from oodcorr.jobs.aggregate import collect, write_scores
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

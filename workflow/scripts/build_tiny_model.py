@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from oodcorr.runtime import setup_logging
-from oodcorr.tiny import build_pretrained
+from oodcorr.launch.runtime import setup_logging
+from oodcorr.modeling.tiny import build_pretrained
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

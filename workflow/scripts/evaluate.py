@@ -7,9 +7,9 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.errors import ConfigError
-from oodcorr.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
-from oodcorr.runtime import end_job, pick_device, retry_sizes, setup_logging
+from oodcorr.core.errors import ConfigError
+from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
+from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
@@ -49,4 +49,4 @@ print(
         "timing_s": result["timing_s"],
     }
 )
-end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)
+end_job()  # skip the interpreter's teardown (oodcorr.launch.runtime.end_job says why)

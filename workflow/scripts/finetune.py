@@ -3,12 +3,12 @@
 import sys
 from pathlib import Path
 
-from oodcorr.distributed import run_distributed
-from oodcorr.errors import ConfigError
-from oodcorr.finetune import NonFiniteLoss, finetune
-from oodcorr.finetune_job import FinetuneJob
-from oodcorr.locks import FolderInUse
-from oodcorr.runtime import pick_device, setup_logging
+from oodcorr.core.errors import ConfigError
+from oodcorr.core.locks import FolderInUse
+from oodcorr.jobs.finetune import NonFiniteLoss, finetune
+from oodcorr.jobs.multi_gpu import run_distributed
+from oodcorr.launch.runtime import pick_device, setup_logging
+from oodcorr.planning.finetune_job import FinetuneJob
 
 sm = snakemake  # noqa: F821
 run = sm.params.run

@@ -4,11 +4,11 @@ import logging
 import sys
 from pathlib import Path
 
-from oodcorr.aggregate import read_scores
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.tables import examples_from_predictions, from_scores, summarise, write_tables
-from oodcorr.errors import DataError, ResultError
-from oodcorr.runtime import setup_logging
+from oodcorr.core.errors import DataError, ResultError
+from oodcorr.jobs.aggregate import read_scores
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

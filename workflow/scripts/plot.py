@@ -4,13 +4,13 @@ import sys
 
 import pandas as pd
 
-from oodcorr import plots
-from oodcorr.aggregate import read_scores
 from oodcorr.analysis import Options
 from oodcorr.analysis.tables import from_scores
-from oodcorr.config import analysis_options
-from oodcorr.errors import ResultError
-from oodcorr.runtime import setup_logging
+from oodcorr.core.errors import ResultError
+from oodcorr.jobs import plots
+from oodcorr.jobs.aggregate import read_scores
+from oodcorr.launch.runtime import setup_logging
+from oodcorr.planning.config import analysis_options
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

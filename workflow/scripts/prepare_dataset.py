@@ -1,8 +1,8 @@
 """Rule prepare_dataset: registry entry -> normalised JSONL + provenance JSON."""
 
-from oodcorr.data import prepare
-from oodcorr.io import write_json_atomic, write_jsonl_atomic
-from oodcorr.runtime import setup_logging
+from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+from oodcorr.jobs.data import prepare
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

@@ -1,8 +1,8 @@
 """Rule pretraining_corpus: unlabelled synthetic text for tokenizer and LM pretraining."""
 
-from oodcorr.io import write_text_atomic
-from oodcorr.runtime import setup_logging
-from oodcorr.synthetic import pretraining_corpus
+from oodcorr.core.io import write_text_atomic
+from oodcorr.launch.runtime import setup_logging
+from oodcorr.modeling.synthetic import pretraining_corpus
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

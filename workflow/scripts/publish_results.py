@@ -2,8 +2,8 @@
 
 import sys
 
-from oodcorr.io import publish
-from oodcorr.runtime import setup_logging
+from oodcorr.core.io import publish
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from oodcorr import report
-from oodcorr.runtime import setup_logging
+from oodcorr.launch import report
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

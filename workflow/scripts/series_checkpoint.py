@@ -1,7 +1,7 @@
 """Rule series_checkpoint: one given checkpoint's manifest (its location; a local one's files and sha256s)."""
 
-from oodcorr.runtime import setup_logging
-from oodcorr.series import write_manifest
+from oodcorr.jobs.series import write_manifest
+from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])

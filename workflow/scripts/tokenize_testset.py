@@ -2,9 +2,9 @@
 
 import sys
 
-from oodcorr.errors import ConfigError
-from oodcorr.evaluate import tokenize_testset
-from oodcorr.runtime import end_job, setup_logging
+from oodcorr.core.errors import ConfigError
+from oodcorr.jobs.evaluate import tokenize_testset
+from oodcorr.launch.runtime import end_job, setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
@@ -25,4 +25,4 @@ try:
 except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)
-end_job()  # skip the interpreter's teardown (oodcorr.runtime.end_job says why)
+end_job()  # skip the interpreter's teardown (oodcorr.launch.runtime.end_job says why)

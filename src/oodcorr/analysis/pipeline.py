@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ..defaults import ANALYSIS as DEFAULTS
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .correlate import check_method, corr, p_param, residual_pair
 from .inference import INFERENCES, assess, dependence, modified_tests
@@ -91,7 +91,7 @@ CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
 
 @dataclass(frozen=True)
 class Options:
-    """Every analysis setting. The defaults are the config's (:data:`oodcorr.defaults.ANALYSIS`,
+    """Every analysis setting. The defaults are the config's (:data:`oodcorr.core.defaults.ANALYSIS`,
     written once there), so the workflow, the CLI and a call from Python agree."""
 
     methods: tuple[str, ...] = tuple(DEFAULTS["methods"])

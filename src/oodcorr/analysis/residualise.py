@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..defaults import ANALYSIS as DEFAULTS
+from ..core.defaults import ANALYSIS as DEFAULTS
 
 KINDS = ("linear", "gam")
 RESIDUALISERS = ("linear", "linear+step", "gam", "gam+step")

@@ -1,7 +1,7 @@
 """Reading score tables into the canonical long form the analysis uses.
 
 * :func:`read_table` -- CSV/TSV or parquet, optionally gzip/bzip2/xz-compressed; text in
-  UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.io`);
+  UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.core.io`);
 * :func:`from_wide` -- one row per unit, one column per testset;
 * :func:`from_long` -- one row per unit x testset;
 * :func:`from_scores` -- the workflow's ``results/<experiment>/scores.parquet``;
@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import DataError
-from ..io import atomic_path, format_suffix, read_bytes, read_text
+from ..core.errors import DataError
+from ..core.io import atomic_path, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 

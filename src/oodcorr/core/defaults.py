@@ -1,0 +1,54 @@
+"""The analysis settings' defaults, written once for the two layers that read them.
+
+:data:`ANALYSIS` is the config's ``analysis`` section as it stands when nothing is given,
+in the config's own shape and key order. Two layers read it, so it sits below both:
+
+* the statistics (:class:`oodcorr.analysis.Options`, :class:`oodcorr.analysis.GamSettings`)
+  take their field defaults from it, for whoever calls them from Python;
+* planning (:func:`oodcorr.planning.schema.fill_defaults`) fills it into the config's ``analysis``
+  section, where the analysis jobs' params, the report's captions and the planning checks
+  read it, without importing the statistics (pandas and scipy cost seconds at every planning).
+
+``config/schema.yaml`` states what each key may be; it gives no default for these keys.
+Nothing here imports another oodcorr module.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+ANALYSIS: dict[str, Any] = {
+    "methods": ["pearson"],
+    "score": "accuracy",
+    "residualisers": ["linear"],
+    "inference": "modified-t",
+    "correction": "holm",
+    "alpha": 0.05,
+    "level": 0.95,
+    "min_n_eff": 5,
+    "near_zero": 0.3,
+    "seed": 0,
+    "pooling": {"by": ["n_train"], "two_runs": "none"},
+    "step0": {"drop": False, "check": True},
+    "bootstrap": {"n_boot": 2000, "block_length": "auto", "interval": "fisher-z"},
+    "permutation": {"n_perm": 2000},
+    "example_bootstrap": {"n_boot": 200},
+    "gam": {"n_splines": 10, "min_points": 8},
+}
+
+
+def filled(given: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``given`` with every key it lacks taken from ``defaults``, nested mappings filled in turn.
+
+    Keys keep their places: the given ones first, in their order, then the missing ones in the
+    defaults' order (as a JSON-schema validator's ``set_default`` fills them), so the filled
+    section, and every param built from it, is the same whichever of the two filled it."""
+    out = dict(given or {})
+    for key, default in defaults.items():
+        if key not in out:
+            out[key] = copy.deepcopy(default)
+        elif isinstance(default, Mapping) and isinstance(out[key], Mapping):
+            out[key] = filled(out[key], default)
+    return out

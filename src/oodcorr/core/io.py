@@ -1,0 +1,366 @@
+"""Small, careful file helpers: atomic writes, reading what people have, JSONL records, fingerprints.
+
+Every result file the workflow writes goes through an atomic helper (write a
+temporary file in the same folder, then rename), so a job killed half-way never
+leaves a truncated file that a later step would read as complete.
+
+Every text file the workflow reads from a user (datasets, score tables) goes
+through :func:`read_bytes` and :func:`decode_text`: gzip, bzip2 and xz are
+recognised by their first bytes (whatever the name says), a byte-order mark
+(UTF-8, UTF-16, UTF-32) decides the encoding, CRLF line ends are fine, and any
+other encoding must be declared. A file that is none of these is refused with
+its name, line and byte, and the setting that fixes it.
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import lzma
+import os
+import tempfile
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError, DataError
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
+
+    On any exception the temporary file is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        # mkstemp makes the file private (0600); results get the usual umask-based mode
+        umask = os.umask(0)
+        os.umask(umask)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(tmp_path, 0o666 & ~umask)
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=json_default) + "\n")
+
+
+def json_default(o: Any) -> Any:
+    # numpy scalars and paths appear in provenance dicts
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    n = 0
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            for rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
+                n += 1
+    return n
+
+
+def read_jsonl(
+    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
+) -> list[dict]:
+    """Read a JSONL file (compressed or not, see :func:`read_text`); each record gets ``_line``.
+
+    A malformed line raises DataError naming file and line. ``_line`` is the file
+    line the record was read from (it replaces a field of that name).
+    """
+    path = Path(path)
+    text = read_text(path, encoding, fix)
+    out = []
+    # universal newlines: LF, CRLF or CR (a JSON string cannot hold a raw CR or LF)
+    for lineno, line in enumerate(io.StringIO(text, newline=None), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{lineno}: malformed JSON at column {e.colno} ({e.msg})") from None
+        except (ValueError, RecursionError) as e:  # a 5000-digit integer, arrays nested 10^5 deep
+            raise DataError(f"{path}:{lineno}: unreadable JSON ({type(e).__name__}: {str(e)[:200]})") from None
+        if not isinstance(rec, dict):
+            raise DataError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        rec["_line"] = lineno
+        out.append(rec)
+    return out
+
+
+# ---- reading what people have: compression and encodings ----------------------------------
+
+COMPRESSION_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
+COMPRESSION_SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bzip2", ".xz": "xz"}
+_DECOMPRESS = {"gzip": gzip.decompress, "bzip2": bz2.decompress, "xz": lzma.decompress}
+# longest first: a UTF-32 LE mark starts with the UTF-16 LE one
+BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def format_suffix(path: str | os.PathLike) -> str:
+    """The suffix that names a file's format, past a compression suffix: ``a.csv.gz`` -> ``.csv``."""
+    p = Path(path)
+    if p.suffix.lower() in COMPRESSION_SUFFIXES:
+        p = p.with_suffix("")
+    return p.suffix.lower()
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """A file's bytes, decompressed when its first bytes say gzip, bzip2 or xz (whatever its name)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except IsADirectoryError:
+        raise DataError(f"{path}: is a folder, not a file") from None
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e})") from None
+    kind = next((k for magic, k in COMPRESSION_MAGIC if raw.startswith(magic)), None)
+    if kind is None:
+        return raw
+    try:
+        return _DECOMPRESS[kind](raw)
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
+        raise DataError(
+            f"{path}: a damaged or truncated {kind} file ({e}); compress it again, or give the file uncompressed"
+        ) from None
+
+
+def _line_of(raw: bytes, pos: int, codec: str) -> int:
+    return raw[:pos].decode(codec, errors="replace").count("\n") + 1
+
+
+def _suggest_encoding(raw: bytes) -> str:
+    """A likely 8-bit encoding for bytes that are not UTF-8 (a suggestion, never applied unasked).
+
+    Bytes 0x80-0x9f are control characters in Latin-1 but letters and quotes in
+    Windows-1252 (the usual "Latin-1" of spreadsheets), so their presence points there.
+    """
+    if any(0x80 <= b <= 0x9F for b in raw):
+        try:
+            raw.decode("cp1252")
+            return "cp1252"
+        except UnicodeDecodeError:
+            pass
+    return "latin-1"
+
+
+def _utf16_without_bom(raw: bytes) -> str | None:
+    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs (text in UTF-16 without its mark)."""
+    head = raw[:4096]
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    if max(even, odd) < len(head) // 4:
+        return None
+    return "utf-16-be" if even > odd else "utf-16-le"
+
+
+def decode_text(
+    raw: bytes,
+    path: str | os.PathLike,
+    encoding: str | None = None,
+    fix: str = "set `encoding: {encoding}` on the dataset entry",
+) -> str:
+    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8.
+
+    ``fix`` says how a user declares an encoding (``{encoding}`` is filled in with
+    a suggestion). Nothing is guessed silently: a file that is not valid in the
+    encoding used is refused naming its line and byte.
+    """
+    path = Path(path)
+    bom = next(((m, c) for m, c in BOMS if raw.startswith(m)), None)
+    if encoding:
+        try:
+            codec = codecs.lookup(encoding).name
+        except LookupError:
+            raise DataError(f"{path}: unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252, utf-16)") from None
+        family = bom[1].removesuffix("-sig") if bom else None
+        if family and not codec.startswith(family):
+            raise DataError(
+                f"{path}: starts with a {family.upper()} byte-order mark, but the encoding "
+                f"{encoding!r} is declared; remove the declared encoding"
+            )
+    else:
+        codec = bom[1] if bom else "utf-8"
+    try:
+        text = raw.decode(codec)
+    except UnicodeDecodeError as e:
+        line, byte = _line_of(raw, e.start, codec), raw[e.start]
+        if encoding or bom:
+            raise DataError(
+                f"{path}:{line}: not valid {encoding or codec} at byte {e.start} (0x{byte:02x}); "
+                "the file is damaged or in another encoding"
+            ) from None
+        utf16 = _utf16_without_bom(raw)
+        if utf16:
+            raise DataError(
+                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+                f"position); {fix.format(encoding=utf16)}"
+            ) from None
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
+            f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
+        ) from None
+    if codec.startswith("utf"):  # a mark the codec kept (utf-8, utf-16-le, ... declared)
+        text = text.removeprefix("\ufeff")
+    if "\x00" in text:
+        line = text[: text.index("\x00")].count("\n") + 1
+        utf16 = _utf16_without_bom(raw)
+        if utf16:
+            raise DataError(
+                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+                f"position); {fix.format(encoding=utf16)}"
+            )
+        raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
+    return text
+
+
+def read_text(
+    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
+) -> str:
+    """:func:`read_bytes` then :func:`decode_text`."""
+    return decode_text(read_bytes(path), path, encoding, fix)
+
+
+def load_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
+    the file, line and column."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: file not found")
+    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+        try:
+            return yaml.safe_load(fh)
+        except yaml.YAMLError as e:
+            raise ConfigError(describe_yaml_error(path, e)) from None
+
+
+def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
+    """A YAML parse error as ``file:line:column: not valid YAML: what``, with the line and a caret.
+
+    PyYAML's own message names the file and line twice, context first, inside a
+    multi-line text that buries the problem; this leads with the location.
+    """
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None:
+        if hasattr(e, "position") and hasattr(e, "reason"):  # yaml.reader.ReaderError: not UTF-8/16
+            char = getattr(e, "character", None)
+            what = f"byte 0x{char:02x}" if isinstance(char, int) else repr(char)
+            return (
+                f"{path}: not valid YAML: {e.reason} ({what} at offset {e.position}); YAML files must be "
+                "UTF-8 (or UTF-16 with a byte-order mark)"
+            )
+        return f"{path}: not valid YAML: {e}"
+    line, col = mark.line + 1, mark.column + 1
+    out = f"{path}:{line}:{col}: not valid YAML: {problem}"
+    ctx, ctx_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if ctx:
+        out += f" ({ctx}" + (f" that starts at line {ctx_mark.line + 1}" if ctx_mark is not None else "") + ")"
+    if "'\\t'" in str(problem):
+        out += "; indent with spaces, never tabs"
+    elif "<block end>" in str(problem) or "mapping values are not allowed" in str(problem):
+        out += "; check this line's indentation, and quote a value that holds ': '"
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        if 0 <= mark.line < len(text):
+            out += f"\n    {text[mark.line]}\n    {' ' * mark.column}^"
+    except OSError:
+        pass
+    return out
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def publish(pairs: Iterable[tuple[str | os.PathLike, str | os.PathLike]]) -> None:
+    """Copy each ``(staged, published)`` file into place, as one set: every copy is made beside
+    its target first, then all are renamed onto their targets, so the set is never left half
+    old and half new by a failed copy (a full disk, say). A staged path must be its published
+    path with ``.staging/`` inserted (the layout of ``oodcorr.planning.plan.Paths.staged``)."""
+    import shutil
+
+    pairs = [(Path(a), Path(b)) for a, b in pairs]
+    for src, dst in pairs:
+        if ".staging" not in src.parts or Path(*[x for x in src.parts if x != ".staging"]) != dst:
+            raise ValueError(f"{src} is not the staging copy of {dst}")
+    umask = os.umask(0)
+    os.umask(umask)
+    tmps: list[tuple[Path, Path]] = []
+    try:
+        for src, dst in pairs:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+            os.close(fd)
+            tmps.append((Path(tmp), dst))
+            shutil.copyfile(src, tmp)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); results get the usual mode
+    except BaseException:
+        for tmp, _ in tmps:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, dst in tmps:
+        os.replace(tmp, dst)
+
+
+def stat_key(path: str | os.PathLike) -> list[int]:
+    """What says a file is unchanged since it was hashed: size, mtime, ctime and inode.
+
+    Any write changes the ctime, which no user call can set back, so an edit that
+    restores the mtime still changes the key; a copy (a new inode) does too."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=json_default).encode()).hexdigest()
+
+
+def human_bytes(n: float | None) -> str:
+    """A byte count for people: ``1.5 GiB``; ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"

@@ -1,0 +1,170 @@
+"""One writer per run folder: an exclusive lock that the kernel releases when its holder dies.
+
+A finetune holds ``<run folder>/finetune.lock`` (``fcntl.flock``) from before it
+first reads or writes the folder until its manifest is written (the checks of its
+inputs come first, so a job refused for a bad input leaves no folder behind). The kernel drops the lock when
+the holding process ends in any way, SIGKILL included, so there is never a stale
+lock to delete by hand. The file itself stays; it names the last holder (PID,
+host, start time, SLURM job) for the message a second writer gets.
+
+A second finetune of the same run stops at once with that message instead of
+waiting for the lock: a finetune left running by a killed Snakemake (or a lost
+login session) may train for hours, and a job that waits for it would hold its
+GPUs idle all that time without saying why. Refused, the user sees which process
+to stop or wait for, and reruns.
+
+Under several processes (:mod:`oodcorr.jobs.multi_gpu`) rank 0, which alone writes
+the run folder, holds the lock; the launching job only checks that it is free
+(:func:`check_free`) before it starts them.
+``flock`` works across hosts on NFSv4 and on Lustre/GPFS mounted with locking
+(Linux maps it onto POSIX locks there); on a file system without locking it
+raises, and the finetune stops with that error rather than running unguarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+LOCK_FILE = "finetune.lock"
+
+
+class FolderInUse(RuntimeError):
+    """Another process holds the folder's lock; the message names it and what to do."""
+
+
+@dataclass
+class HeldLock:
+    path: Path
+    fd: int
+    depth: int = 1
+
+
+_HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
+
+
+def _holder() -> dict:
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    if os.environ.get("SLURM_JOB_ID"):
+        info["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    return info
+
+
+def _read_holder(fd: int) -> dict | None:
+    # the holder writes its details just after taking the lock: give it a moment
+    for _ in range(20):
+        try:
+            info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+            if isinstance(info, dict) and "pid" in info:
+                return info
+        except (ValueError, OSError):
+            pass
+        time.sleep(0.05)
+    return None
+
+
+def _alive_here(info: dict) -> bool | None:
+    """Whether the holder's PID runs on this host (None: another host, cannot tell)."""
+    if info.get("host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, ValueError, TypeError):
+        return True
+    return True
+
+
+def _refusal(folder: Path, path: Path, info: dict | None) -> str:
+    head = f"run folder {folder} is in use by another finetune (it holds {path})"
+    if info is None:
+        return (
+            f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
+            f"`fuser -v {path}`, then run again"
+        )
+    who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
+    if info.get("slurm_job_id"):
+        who += f", SLURM job {info['slurm_job_id']}"
+    if _alive_here(info) is False:
+        return (
+            f"{head}: {who}, which has exited, but a process it started still holds the lock "
+            f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
+        )
+    return (
+        f"{head}: {who}. Two finetunes in one run folder would overwrite each other's checkpoints. "
+        f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
+        "again: the lock goes with the process, there is nothing to delete"
+    )
+
+
+def _open(folder: Path) -> tuple[Path, int]:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = (folder / LOCK_FILE).resolve()
+    return path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+
+
+@contextlib.contextmanager
+def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
+    """Hold ``folder``'s lock for the ``with`` block; raise :class:`FolderInUse` at once if another has it.
+
+    Re-entrant within a process (an inner ``hold`` of a folder this process holds
+    is a no-op), so a workflow script and the library it calls can both ask.
+    """
+    folder = Path(folder)
+    key = str((folder / LOCK_FILE).resolve())
+    held = _HELD.get(key)
+    if held is not None:
+        held.depth += 1
+        try:
+            yield held
+        finally:
+            held.depth -= 1
+        return
+    path, fd = _open(folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        info = _read_holder(fd)
+        os.close(fd)
+        raise FolderInUse(_refusal(folder, path, info)) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    data = json.dumps(_holder()).encode("utf-8")
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    held = _HELD[key] = HeldLock(path, fd)
+    try:
+        yield held
+    finally:
+        del _HELD[key]
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)  # a clean release leaves no name behind for the next contender to misread
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def check_free(folder: str | os.PathLike) -> None:
+    """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing.
+
+    A folder (or lock file) that does not exist is free. Nothing is kept held: the
+    writer takes the lock itself with :func:`hold`.
+    """
+    folder = Path(folder)
+    if str((folder / LOCK_FILE).resolve()) in _HELD or not (folder / LOCK_FILE).exists():
+        return
+    with hold(folder):
+        pass

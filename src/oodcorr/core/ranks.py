@@ -1,0 +1,41 @@
+"""Which process am I, under a distributed launcher (accelerate/torchrun)?
+
+The few facts finetuning needs inside a launched process: whether it was launched, whether it
+is rank 0 (which alone writes the run folder), and a "rank 0 first" barrier. Kept apart from
+:mod:`oodcorr.jobs.multi_gpu` (which builds and runs the launch, and calls finetune) so that
+finetune can use them without importing its own launcher.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+# a rank that waits for rank 0 to load a large model and write step 0 must not time out
+BARRIER_TIMEOUT = timedelta(hours=3)
+
+
+def launched() -> bool:
+    """Whether this process was started by a distributed launcher (accelerate/torchrun)."""
+    return "LOCAL_RANK" in os.environ
+
+
+def is_main_process() -> bool:
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _barrier() -> None:
+    from accelerate import PartialState  # heavy; only a launched process gets here
+
+    PartialState(timeout=BARRIER_TIMEOUT).wait_for_everyone()
+
+
+def main_first_begin() -> None:
+    """Ranks other than 0 wait here until rank 0 reaches ``main_first_end`` (no-op unless launched)."""
+    if launched() and not is_main_process():
+        _barrier()
+
+
+def main_first_end() -> None:
+    if launched() and is_main_process():
+        _barrier()

@@ -1,0 +1,216 @@
+"""Collect evaluation results into one long scores table, a row per checkpoint x testset.
+
+The records come from the predictions files themselves (each holds its record in its
+parquet metadata; ``evaluation.unit: checkpoint``) or from the summary JSON that an
+evaluation job of ``evaluation.unit: run`` writes beside the predictions files it lists.
+
+Besides accuracy, each row has the metrics of :mod:`oodcorr.jobs.metrics` (macro-F1, ECE and
+accuracy's Wilson interval). A record written before those existed is completed from its
+per-example predictions file (gold label, prediction, correctness and label scores are
+all there), and ``metrics_note`` says so; where that file cannot be read, macro-F1 and ECE
+stay empty and ``metrics_note`` says why (the interval needs only the counts).
+
+Before a row is written, its data is checked (:func:`check_data`): every record of a
+testset must carry the fingerprint and records hash of the testset as it is prepared
+now, and a testset prepared from a local file must still match that file's sha256. A
+mismatch stops the aggregation with the file and the command that evaluates the data
+as it is now; the scores are never written with an old fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.errors import ResultError
+from ..core.io import atomic_path
+from . import metrics
+from .data import local_source_changed
+from .evaluate import read_result
+
+log = logging.getLogger(__name__)
+
+# a record's fields, in the scores table's order: which checkpoint it scores, what it scored, where it came from
+_CHECKPOINT = ["model", "in_domain", "n_train", "seed", "run_id", "step"]
+_SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
+_PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
+# what every record has (records of every version)
+REQUIRED = [*_CHECKPOINT, *_SCORE, *_PROVENANCE]
+# the scores table: those fields and what later record versions added (an older record gets
+# _DEFAULTS and metrics recomputed from its predictions file)
+COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, "metrics_note", *_PROVENANCE]
+RECOMPUTED = "macro_f1 and ece recomputed from the predictions file (its record predates them)"
+
+
+def _records(path: str) -> tuple[list[dict], bool]:
+    """(records, whether the file is a summary) of a predictions parquet or a job summary JSON."""
+    if str(path).endswith(".parquet"):
+        try:
+            return [read_result(path)], False
+        except Exception as e:  # noqa: BLE001 -- any damage: name the file and the way out
+            raise ResultError(
+                f"{path}: unreadable predictions file ({type(e).__name__}: {e}); delete it and "
+                "rerun: only that evaluation runs again"
+            ) from None
+    with open(path, encoding="utf-8") as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as e:
+            raise ResultError(f"{path}: unreadable evaluation result ({e.msg}); delete it and rerun") from None
+    if not (isinstance(doc, dict) and isinstance(doc.get("checkpoints"), list)):
+        raise ResultError(f"{path}: not an evaluation summary (no 'checkpoints' list); delete it and rerun")
+    return doc["checkpoints"], True
+
+
+def collect(paths: list[str], coarse: dict | None = None, data: dict | None = None) -> pd.DataFrame:
+    """Rows from predictions files (their metadata records) and evaluation job summaries.
+
+    ``coarse`` is the experiment's label mode's collapse rule (its ``coarse`` map), used
+    for records that predate the metrics and do not carry it themselves. ``data``
+    (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
+    ``{dataset}`` field) turns on :func:`check_data`."""
+    rows, checked = [], []
+    n_old = 0
+    for p in paths:
+        records, summary = _records(p)
+        for i, r in enumerate(records):
+            missing = [c for c in REQUIRED if c not in r]
+            if missing:
+                raise ResultError(f"{p}{f': checkpoints[{i}]' if summary else ''}: evaluation result lacks {missing}")
+            if summary and not Path(r["predictions"]).exists():
+                raise ResultError(
+                    f"{r['predictions']} is missing (listed in {p}); delete {p} and rerun: that "
+                    "evaluation job scores only the checkpoints whose predictions are missing"
+                )
+            checked.append((r["predictions"] if summary else p, r))
+            if "macro_f1" not in r:
+                n_old += 1
+                r = dict(r, **_metrics_from_predictions(r, coarse))
+            rows.append({c: r.get(c, _DEFAULTS.get(c)) for c in COLUMNS})
+    if n_old:
+        log.warning(
+            "%d record(s) predate macro-F1/ECE: completed from their predictions files where readable "
+            "(column metrics_note)",
+            n_old,
+        )
+    if data:
+        check_data(checked, data["records"], data["meta"])
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"], ignore_index=True)
+
+
+_DEFAULTS = {"x_unit": "step", "metrics_note": ""}
+
+
+def _metrics_from_predictions(rec: dict, coarse: dict | None) -> dict:
+    """The metrics of a record that predates them, from its per-example predictions file."""
+    import numpy as np
+
+    low, high = metrics.wilson(int(rec["n_correct"]), int(rec["n"]))
+    out = {"accuracy_ci_low": low, "accuracy_ci_high": high, "macro_f1": float("nan"), "ece": float("nan")}
+    try:
+        pred = pd.read_parquet(rec["predictions"])
+    except Exception as e:  # noqa: BLE001 -- any damage: the metrics stay empty, and the note says why
+        return dict(
+            out, metrics_note=f"macro_f1 and ece not available: {rec['predictions']} unreadable ({type(e).__name__})"
+        )
+    label_names = [c[len("logit_") :] for c in pred.columns if c.startswith("logit_")]
+    if not label_names or not {"label", "pred", "correct"} <= set(pred.columns):
+        return dict(
+            out,
+            metrics_note=f"macro_f1 and ece not available: {rec['predictions']} lacks the label, "
+            "prediction or score columns",
+        )
+    coarse = rec.get("coarse", coarse) or {}
+    names = label_names + sorted((set(pred["label"]) | set(coarse)) - set(label_names))
+    index = {name: i for i, name in enumerate(names)}
+    logits = pred[[f"logit_{n}" for n in label_names]].to_numpy(np.float64)
+    got = metrics.compute(
+        pred["label"].map(index).to_numpy(),
+        pred["pred"].map(index).to_numpy(),
+        pred["correct"].to_numpy(bool),
+        logits,
+        names,
+        label_names,
+        coarse,
+    )
+    return dict(out, macro_f1=got["macro_f1"], ece=got["ece"], metrics_note=RECOMPUTED)
+
+
+def _short(h) -> str:
+    return f"{str(h)[:12]}..." if h else "none"
+
+
+def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern: str) -> None:
+    """Every ``(file, record)`` was evaluated on its testset as prepared now, and a local testset's
+    file still holds what was prepared from it; else :class:`ResultError` with the way out.
+
+    Snakemake decides what reruns from modification times: a testset file edited in place
+    with its time kept, or a prepared copy put back by hand, leaves evaluations of other
+    data behind. Running them again is one command (``touch`` the file), which the message
+    gives; the aggregation itself cannot run evaluations, so it stops rather than write
+    scores with an old fingerprint.
+    """
+    by_testset: dict[str, list[tuple[str, dict]]] = {}
+    for where, r in records:
+        by_testset.setdefault(str(r["testset"]), []).append((where, r))
+    for testset, recs in sorted(by_testset.items()):
+        meta_path = Path(meta_pattern.format(dataset=testset))
+        data_path = Path(data_pattern.format(dataset=testset))
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ResultError(
+                f"{meta_path}: cannot read the prepared testset's description ({e}), so the "
+                f"evaluations on {testset!r} cannot be checked against it; delete {data_path} and "
+                "rerun: the testset is prepared again and evaluated on"
+            ) from None
+        want = (meta.get("fingerprint"), meta.get("records_sha256"))
+        stale = [(w, r) for w, r in recs if (r.get("fingerprint"), r.get("records_sha256")) != want]
+        if stale:
+            w, r = stale[0]
+            raise ResultError(
+                f"{w}: evaluated on testset {testset!r} as it was prepared before (fingerprint {r.get('fingerprint')}, "
+                f"records {_short(r.get('records_sha256'))}), but {meta_path} now says fingerprint {want[0]}, records "
+                f"{_short(want[1])}: {len(stale)} of {len(recs)} evaluations on it are of other data than the "
+                f"testset now. Run `touch {data_path}` and run again: its tokenisation and every evaluation on it "
+                "run again"
+            )
+        changed = local_source_changed(meta)
+        if changed:
+            raise ResultError(
+                f"{changed}, and its modification time did not change, so the workflow kept the "
+                f"evaluations of the old file. Run `touch {meta['path']}` and run again: the testset is "
+                "prepared, tokenised and evaluated again"
+            )
+
+
+def read_scores(path: str) -> pd.DataFrame:
+    """The scores table the analysis reads; a damaged one is a :class:`ResultError` with the way out."""
+    try:
+        df = pd.read_parquet(path)
+    except Exception as e:  # noqa: BLE001 -- truncated, overwritten, not parquet: name it and the way out
+        raise ResultError(
+            f"{path}: not a readable scores table ({type(e).__name__}: {e}); delete it and run "
+            "again: the aggregation rebuilds it from the evaluation results"
+        ) from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultError(
+            f"{path}: the scores table lacks column(s) {missing}; delete it and run again: the "
+            "aggregation rebuilds it from the evaluation results"
+        )
+    return df
+
+
+def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
+    for path, writer in (
+        (parquet, lambda t: df.to_parquet(t, index=False)),
+        (csv, lambda t: df.to_csv(t, index=False)),
+    ):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp:
+            writer(tmp)

@@ -1,0 +1,258 @@
+"""Checkpoints on disk: manifests, verification, resume points, run identity.
+
+Written by finetuning (:mod:`oodcorr.jobs.finetune`), read by evaluation (:mod:`oodcorr.jobs.evaluate`):
+its own module so that evaluation does not import the trainer.
+
+Each ``checkpoints/checkpoint-<step>/`` folder holds ``oodcorr_manifest.json``: size and sha256
+of every file, written last, atomically. A checkpoint counts only if its manifest verifies;
+a resume point is the newest one that also still has its optimizer state.
+
+Verification compares sizes and sha256 hashes with each checkpoint's manifest.
+A file's hash is computed once: ``.oodcorr_verified.json`` in the checkpoint
+records, per file, the sha256 it matched and the file's size, mtime, ctime and
+inode at that moment, and a file whose stat is unchanged is not hashed again. Any
+write to a file changes its ctime (which no user call can set back), so an edit,
+even one that restores the mtime, is hashed anew; only damage below the file
+system (a failing disk) goes unseen until the cache is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from ..core.io import sha256_file, sha256_json, stat_key, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "oodcorr_manifest.json"
+VERIFIED = ".oodcorr_verified.json"  # hashes already checked, keyed by each file's stat (see above)
+RESUME_FILES = (
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "scaler.pt",
+    "trainer_state.json",
+    "training_args.bin",
+    "optimizer.bin",
+    "pytorch_model_fsdp.bin",
+)  # the last two: FSDP
+
+
+# ---- checkpoint manifests ------------------------------------------------------------------
+
+
+def _read_verified(ckpt: Path) -> dict:
+    try:
+        cache = json.loads((ckpt / VERIFIED).read_text())
+        return cache if isinstance(cache, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_verified(ckpt: Path, cache: dict) -> None:
+    try:
+        write_json_atomic(ckpt / VERIFIED, cache)
+    except OSError:  # a read-only copy of a run: verification still works, just without the cache
+        pass
+
+
+def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
+    files, verified = {}, {}
+    for f in sorted(ckpt.rglob("*")):
+        if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):
+            rel = str(f.relative_to(ckpt))
+            files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
+            verified[rel] = {"sha256": files[rel]["sha256"], "stat": stat_key(f)}
+    man = {"step": step, "resumable": resumable, "files": files}
+    _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
+    write_json_atomic(ckpt / MANIFEST, man)
+    return man
+
+
+def _read_manifest(ckpt: Path) -> dict | None:
+    try:
+        man = json.loads((ckpt / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return man if isinstance(man, dict) and isinstance(man.get("files"), dict) else None
+
+
+def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bool, str]:
+    """Whether the files ``rels`` match ``man``: present, same size, and (``full``) same sha256.
+
+    A file whose sha256 was verified before and whose stat has not changed since is
+    not hashed again (see the module docstring)."""
+    for rel in rels:
+        f, meta = ckpt / rel, man["files"][rel]
+        if not f.exists():
+            return False, f"{f}: missing"
+        if f.stat().st_size != meta["size"]:
+            return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
+    if not full:
+        return True, "ok"
+    cache = _read_verified(ckpt)
+    changed = False
+    for rel in rels:
+        f, want = ckpt / rel, man["files"][rel]["sha256"]
+        seen = cache.get(rel)
+        key = stat_key(f)
+        if isinstance(seen, dict) and seen.get("sha256") == want and seen.get("stat") == key:
+            continue
+        if sha256_file(f) != want:
+            return False, f"{f}: sha256 differs from the manifest (the file changed after it was saved)"
+        cache[rel] = {"sha256": want, "stat": key}
+        changed = True
+    if changed:
+        _write_verified(ckpt, cache)
+    return True, "ok"
+
+
+def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
+    """Whether ``ckpt``'s weights are complete: manifest present, every weight file matches it.
+
+    Optimizer/RNG state (``RESUME_FILES``) is not needed for evaluation, so its
+    absence does not make a checkpoint incomplete; ``is_resumable`` checks it.
+    ``full`` also compares sha256, each file's once (cached), else sizes only.
+    """
+    man = _read_manifest(ckpt)
+    if man is None:
+        return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
+    weights = [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES]
+    return _check_files(ckpt, man, weights, full)
+
+
+def weights_digest(ckpt: Path) -> str:
+    """A hash of a checkpoint's weight files (names and sha256s from its manifest; optimizer
+    state, which pruning removes, left out): what identifies the model it holds."""
+    man = _read_manifest(ckpt) or {}
+    files = {
+        rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items() if Path(rel).name not in RESUME_FILES
+    }
+    return sha256_json(files)
+
+
+def is_resumable(ckpt: Path) -> bool:
+    """The manifest says so and every listed optimizer/RNG file is intact (sha256, cached)."""
+    man = _read_manifest(ckpt)
+    if not man or not man.get("resumable"):
+        return False
+    listed = [rel for rel in man["files"] if Path(rel).name in RESUME_FILES]
+    return bool(listed) and _check_files(ckpt, man, listed, full=True)[0]
+
+
+def _step_of(ckpt: Path) -> int:
+    return int(ckpt.name.split("-", 1)[1])
+
+
+def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
+    out = []
+    for d in ckpt_root.glob("checkpoint-*"):
+        try:
+            out.append((int(d.name.split("-", 1)[1]), d))
+        except ValueError:
+            continue
+    return sorted(out)
+
+
+def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
+    """Newest checkpoint to resume from, or None to start from scratch.
+
+    A checkpoint whose weights do not verify (sizes and sha256) is moved aside
+    (``.incomplete-…``), kept but never trusted. The resume point must have intact
+    optimizer state, and every scheduled step before it must still have verified
+    weights (else those steps could never be produced, so training restarts from
+    scratch).
+    """
+    good = {}
+    for step, d in _ckpt_dirs(ckpt_root):
+        ok, why = verify_checkpoint(d, full=True)
+        if ok:
+            good[step] = d
+        else:
+            _move_aside(d, why)
+    for step in sorted(good, reverse=True):
+        d = good[step]
+        if step == 0 or not is_resumable(d):
+            continue
+        missing = [s for s in (steps or []) if s < step and s not in good]
+        if missing:
+            log.warning("checkpoints for steps %s are gone; training again from scratch", missing)
+            return None
+        return d
+    return None
+
+
+def _move_aside(d: Path, why: str) -> None:
+    bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+    log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
+    d.rename(bad)
+
+
+def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
+    for step, d in reversed(_ckpt_dirs(ckpt_root)):
+        if step <= up_to and is_resumable(d):
+            return d
+    return None
+
+
+def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
+    """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay.
+
+    ``keep`` is the checkpoint just saved while training runs, or None once the run
+    is complete (then every checkpoint's state goes). While training, the state
+    kept is that of the newest resumable checkpoint (:func:`is_resumable`) up to
+    ``keep``: ``keep`` itself when its state was saved whole, else the older one a
+    rerun would resume from (with a warning); with none, nothing is pruned. A newer
+    checkpoint's state is left from an earlier attempt that training has gone
+    behind; it goes.
+
+    The manifest is rewritten first (reusing the stored hashes), then the files
+    are deleted, so a kill in between leaves a checkpoint that is still valid
+    for evaluation and merely not resumable.
+    """
+    if keep is not None:
+        point = _newest_resumable(ckpt_root, up_to=_step_of(keep))
+        if point is None:
+            log.warning("no checkpoint in %s has intact optimizer state; nothing pruned", ckpt_root)
+            return
+        if point != keep:
+            log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
+        keep = point
+    for _step, d in _ckpt_dirs(ckpt_root):
+        man = _read_manifest(d)
+        if d == keep or man is None or not man.get("resumable"):
+            continue
+        files = {rel: meta for rel, meta in man["files"].items() if Path(rel).name not in RESUME_FILES}
+        write_json_atomic(d / MANIFEST, dict(man, resumable=False, files=files))
+        for name in RESUME_FILES:
+            (d / name).unlink(missing_ok=True)
+
+
+def guard_run_identity(run_dir: Path, identity: dict) -> None:
+    """Never resume from checkpoints made with other settings or data.
+
+    The settings that shape training are hashed into ``run_identity.json``. If a
+    previous attempt left checkpoints under different settings, they are moved
+    aside to ``checkpoints.stale-<time>`` (kept, not deleted) and training starts
+    afresh.
+    """
+    path = run_dir / "run_identity.json"
+    digest = sha256_json(identity)
+    ckpt_root = run_dir / "checkpoints"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text()).get("sha256")
+        except json.JSONDecodeError:
+            old = None
+        if old != digest and ckpt_root.exists():
+            stale = run_dir / f"checkpoints.stale-{int(time.time())}"
+            log.warning("settings changed since the checkpoints in %s were made; moved them to %s", ckpt_root, stale)
+            ckpt_root.rename(stale)
+    elif ckpt_root.exists() and any(ckpt_root.iterdir()):
+        stale = run_dir / f"checkpoints.stale-{int(time.time())}"
+        log.warning("checkpoints in %s have no run_identity.json; moved them to %s", ckpt_root, stale)
+        ckpt_root.rename(stale)
+    write_json_atomic(path, {"sha256": digest, "identity": identity})

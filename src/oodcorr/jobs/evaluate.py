@@ -1,0 +1,712 @@
+"""Scoring a checkpoint on a testset: one forward pass per example, length-bucketed batches.
+
+An evaluation job scores every checkpoint of one run on one testset (:func:`evaluate_run`)
+and writes one predictions parquet per checkpoint plus a summary JSON. Where its time
+goes is recorded (``timing_s``): in the summary, ``startup`` (interpreter start and the
+job script's preamble), ``imports`` (torch), ``cache`` (the tokenised testset) and
+``checkpoints`` (all of them); per checkpoint, ``model`` (loading it, including the
+first load's transformers imports), ``forward`` (scoring) and ``write``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+
+from ..core.io import atomic_path, json_default, read_jsonl, sha256_json, write_json_atomic
+from ..modeling import adaptation
+from ..modeling.adaptation import correct_mask
+from ..modeling.loading import load_checkpoint, load_tokenizer
+from ..planning.config import changed_reading
+from .checkpoints import verify_checkpoint, weights_digest
+from .series import read_manifest, verify
+
+CACHE_FORMAT = 2
+log = logging.getLogger(__name__)
+
+
+class EvaluationRefused(RuntimeError):
+    """An evaluation that must not give a score; the message names the file and what to do.
+
+    Raised for a checkpoint whose files do not match its manifest (sizes, sha256) and for
+    label scores that are not finite (NaN or inf), whose argmax would still pick a class
+    and so make up an accuracy. The job script prints the message as its last line, with
+    no traceback; nothing is written for that checkpoint.
+    """
+
+
+def tokenize_testset(
+    *,
+    model_spec: dict,
+    tiny_dir: str | None,
+    testset: str,
+    data_path: str,
+    data_meta: str,
+    labels: list[str],
+    prompt: dict | None,
+    max_length: int,
+    out_path: str,
+    coarse: dict | None = None,
+) -> dict:
+    """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it.
+
+    ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
+    gold labels it cannot predict and the predictions that count as right for them.
+    """
+    import torch  # torch stack: planning and the CLI never import it
+
+    method = adaptation.get(model_spec.get("method"))
+    tok = load_tokenizer(model_spec, tiny_dir)
+    recs = read_jsonl(data_path)
+    ids, n_trunc, extra = method.encode(
+        tok, recs, labels=labels, prompt=prompt, max_length=max_length, model_name=model_spec["name"]
+    )
+    gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
+    lab = {name: i for i, name in enumerate(gold_names)}
+    meta = json.loads(Path(data_meta).read_text())
+    cache = {
+        "format": CACHE_FORMAT,
+        "testset": testset,
+        "method": method.name,
+        "input_ids": ids,
+        "labels": [lab[r["label"]] for r in recs],
+        "label_names": list(labels),
+        "gold_names": gold_names,
+        "coarse": dict(coarse or {}),
+        "extra": extra,
+        "pad_id": int(tok.pad_token_id),
+        "n_truncated": n_trunc,
+        "fingerprint": meta["fingerprint"],
+        "records_sha256": meta.get("records_sha256"),
+        "template": prompt["template"] if prompt else None,
+        "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
+        # the prompt switches that differ from the defaults (empty for the defaults and for head models)
+        "reading": changed_reading(prompt),
+    }
+    info = {
+        "testset": testset,
+        "model": model_spec["name"],
+        "n": len(ids),
+        "n_truncated": n_trunc,
+        "max_length": max_length,
+        "fingerprint": meta["fingerprint"],
+    }
+    # beside the cache, readable without torch (planning warns about truncation from it); written first,
+    # so a cache never lacks its sidecar
+    write_json_atomic(cache_info_path(out_path), info)
+    with atomic_path(out_path) as tmp:
+        torch.save(cache, tmp)
+    return {"n": len(ids), "n_truncated": n_trunc}
+
+
+def cache_info_path(cache_path: str | Path) -> Path:
+    """The small JSON beside a tokenised cache (``<testset>.info.json``): its size and how many
+    prompts were cut to ``max_length``."""
+    p = Path(cache_path)
+    return p.with_name(p.name.removesuffix(".pt") + ".info.json")
+
+
+def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest batch first.
+
+    Examples are sorted by length and cut into runs whose padded size (rows x
+    longest row) stays within ``max_tokens`` and whose row count stays within
+    ``max_batch``; an example longer than ``max_tokens`` gets a batch of its own.
+    Longest first: a batch that does not fit in memory fails at once, before any
+    work is spent on the others.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches, cur, width = [], [], 0
+    for i in order:
+        # sorted longest first, so the first row of a batch sets its width
+        if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+            batches.append(cur)
+            cur = []
+        if not cur:
+            width = lengths[i]
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an accelerator (or host) allocation failure worth retrying smaller."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    # MPS and some backends raise a plain RuntimeError
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def _release_memory(device) -> None:
+    import gc
+
+    import torch  # torch stack: planning and the CLI never import it
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()
+
+
+def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu", stats: dict | None = None):
+    """One score per label for every example of a tokenised testset, in the cache's order.
+
+    Each example is read in exactly one forward pass. ``batch_size`` and
+    ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
+    runs out of memory, both are halved and the examples not yet scored are
+    batched again, down to one example per batch (whose failure is raised).
+    ``stats``, if given, receives the batch size that worked, the number of
+    batches and of memory failures, and the real and padded token counts.
+    """
+    import torch  # torch stack: planning and the CLI never import it
+
+    from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning
+
+    method = adaptation.get(cache["method"])
+    dev = torch.device(device)
+    ids = cache["input_ids"]
+    lengths = [len(x) for x in ids]
+    out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
+    todo = list(range(len(ids)))
+    n_batches = n_oom = padded = 0
+    while todo:
+        failed = None
+        done: list[int] = []
+        try:
+            with torch.inference_mode():
+                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size):
+                    batch = [todo[j] for j in local]
+                    inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
+                    logits = method.label_logits(
+                        model, inp.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), cache["extra"]
+                    )
+                    out[batch] = logits.cpu()
+                    done += batch
+                    n_batches += 1
+                    padded += inp.numel()
+        except Exception as err:  # noqa: BLE001 -- only memory failures are retried
+            if not is_out_of_memory(err):
+                raise
+            failed = (len(batch), repr(err))
+        if failed is None:
+            break
+        # outside the except block, so the failed batch's tensors can be freed
+        n_oom += 1
+        if failed[0] <= 1:
+            raise RuntimeError(
+                f"out of memory on a single example of {max(lengths)} tokens at most (device {dev}): {failed[1]}"
+            )
+        _release_memory(dev)
+        batch_size = max(1, min(batch_size, failed[0]) // 2)
+        max_tokens = max(1, max_tokens // 2)
+        gone = set(done)
+        todo = [i for i in todo if i not in gone]
+        log.warning(
+            "out of memory in a batch of %d; retrying the %d examples left with batch_size %d, max_tokens %d",
+            failed[0],
+            len(todo),
+            batch_size,
+            max_tokens,
+        )
+    if stats is not None:
+        stats.update(
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            n_batches=n_batches,
+            n_oom=n_oom,
+            tokens=sum(lengths),
+            padded_tokens=padded,
+        )
+    return out
+
+
+def eval_dtype(model_spec: dict, device: str) -> str:
+    """The dtype to evaluate in: the model entry's ``dtype`` if set, else bf16 on a CUDA
+    device that supports it (half the memory, tensor cores), else float32."""
+    if model_spec.get("dtype"):
+        return model_spec["dtype"]
+    import torch  # torch stack: planning and the CLI never import it
+
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
+
+
+def _arrow_column(values, kind: str):
+    """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
+    a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
+    bool, string."""
+    import numpy as np
+    import pyarrow as pa
+
+    if kind == "string":
+        data = [str(v).encode("utf-8") for v in values]
+        offsets = np.zeros(len(data) + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum([len(d) for d in data])
+        return pa.Array.from_buffers(
+            pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+        )
+    if kind == "bool":
+        bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    arr = np.ascontiguousarray(values, dtype={"int64": np.int64, "float32": np.float32}[kind])
+    return pa.Array.from_buffers(getattr(pa, kind)(), len(arr), [None, pa.py_buffer(arr)])
+
+
+def _write_predictions(
+    path: str,
+    gold: list[int],
+    pred: list[int],
+    correct: list[bool],
+    logits,
+    gold_names: list[str],
+    label_names: list[str],
+    record: dict,
+) -> None:
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
+
+    The checkpoint's result record (accuracy, counts, provenance) rides in the file's
+    metadata, so the one file per checkpoint x testset describes itself (:func:`read_result`).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {
+        "index": _arrow_column(range(len(gold)), "int64"),
+        "label": _arrow_column([gold_names[g] for g in gold], "string"),
+        "pred": _arrow_column([gold_names[p] for p in pred], "string"),
+        "correct": _arrow_column(correct, "bool"),
+    }
+    arr = logits.numpy()
+    for j, name in enumerate(label_names):
+        cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
+    meta = json.dumps(record, sort_keys=True, default=json_default).encode()
+    table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_result(path: str | Path) -> dict:
+    """The result record stored in a predictions parquet's metadata (without reading its rows)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.read_schema(path).metadata or {}
+    if META_KEY not in meta:
+        raise ValueError(f"{path}: not an oodcorr predictions file (no {META_KEY.decode()!r} metadata)")
+    return json.loads(meta[META_KEY])
+
+
+def _process_age() -> float | None:
+    """Seconds since this process started (interpreter start-up and the job script's preamble),
+    from /proc to the clock tick; None where /proc is not there. (psutil's create_time rounds the
+    boot time to whole seconds, which made a fixed 0.5 s error.)"""
+    import os
+
+    try:
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as fh:
+            uptime = float(fh.read().split()[0])
+        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def weights_of(ck: dict) -> str:
+    """What identifies a checkpoint's weights: the sha256s in its finetune manifest, or a series
+    checkpoint's digest (its files' sha256s, or the hub repository and revision)."""
+    if ck.get("series"):
+        return ck["series"]["digest"]
+
+    return weights_digest(Path(ck["checkpoint"]))
+
+
+def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
+    """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
+    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it) or the manifests
+    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it)."""
+    given, root = {}, None
+    for m in manifests:
+        doc = read_manifest(m)
+        if doc is None:
+            root = Path(m).parent / "checkpoints"
+        else:
+            given[int(doc["step"])] = dict(doc, manifest=str(m))
+    out = []
+    for step, pred in zip(steps, outputs, strict=True):
+        if step in given:
+            src = given[step]["source"]
+            where = src.get("path") or f"{src['hub']}@{src['revision']}"
+            out.append({"step": step, "checkpoint": where, "predictions": pred, "series": given[step]})
+        elif root is not None:
+            out.append({"step": step, "checkpoint": str(root / f"checkpoint-{step}"), "predictions": pred})
+        else:
+            raise ValueError(f"step {step}: none of {manifests} lists this checkpoint")
+    return out
+
+
+def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
+    """What determines a checkpoint x testset's predictions: the checkpoint's weights (:func:`weights_of`),
+    the tokenised testset, the provenance, dtype and device type. A predictions file with the same
+    key is not computed again (a resumed or re-planned job reuses it)."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    key = {
+        "weights": weights,
+        "fingerprint": cache["fingerprint"],
+        "records_sha256": cache["records_sha256"],
+        "method": cache["method"],
+        "template": cache["template"],
+        "verbalisers": cache["verbalisers"],
+        "n": len(cache["labels"]),
+        "provenance": provenance,
+        "dtype": dtype,
+        "device": torch.device(device).type,
+    }
+    if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
+        key["reading"] = cache["reading"]
+    return sha256_json(key)
+
+
+def _adapter_config(ckpt: Path):
+    """A peft checkpoint's adapter configuration as peft reads it (a dataclass whose set-valued
+    fields, such as ``target_modules``, compare without regard to the order written)."""
+    from peft import PeftConfig  # torch stack: planning and the CLI never import it
+
+    return PeftConfig.from_pretrained(str(ckpt))
+
+
+class CheckpointLoader:
+    """Loads a run's checkpoints one after another, reusing what does not change.
+
+    The first checkpoint loads as usual (:func:`oodcorr.modeling.loading.load_checkpoint`). After it,
+    a LoRA checkpoint whose adapter has the same configuration (as peft reads it: peft writes
+    sets such as ``target_modules`` in an order that changes from process to process, e.g.
+    after a resumed finetuning job) only swaps the adapter's weights into the loaded model
+    (the base model is read once per job), and a checkpoint of
+    full weights is copied into the loaded model in place (no new model is built). Anything
+    else, or a swap that does not fit exactly, loads afresh. Either way the model computes
+    exactly what a fresh load of that checkpoint computes (tests compare them bit for bit).
+    """
+
+    def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
+        self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
+        self.labels, self.pad_id = labels, pad_id
+        self.model = None
+        self.kind = None  # "adapter" or "full": what the loaded model holds
+        self.adapter_config = None
+        self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def load(self, checkpoint: str | Path, source: dict | None = None):
+        """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
+        series checkpoint on the hub instead, always loaded afresh."""
+        if source and source.get("hub"):
+            # looked up at call time: tests replace oodcorr.modeling.loading.load_model
+            from ..modeling.loading import load_model
+
+            self.close()
+            own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id).eval()
+            self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
+            return self.model
+        ckpt = Path(checkpoint)
+        adapter_cfg = ckpt / "adapter_config.json"
+        if self.model is not None:
+            if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
+                if self._swap_adapter(ckpt):
+                    self.last_load = "adapter swap"
+                    return self.model
+            elif not adapter_cfg.exists() and self.kind == "full":
+                if self._load_in_place(ckpt):
+                    self.last_load = "in place"
+                    return self.model
+        self.close()
+
+        self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        self.kind = "adapter" if adapter_cfg.exists() else "full"
+        self.adapter_config = _adapter_config(ckpt) if adapter_cfg.exists() else None
+        self.last_load = "fresh"
+        return self.model
+
+    def _swap_adapter(self, ckpt: Path) -> bool:
+        # torch stack: planning and the CLI never import it
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+        weights = load_peft_weights(str(ckpt), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        unset = [k for k in result.missing_keys if "lora_" in k or ".modules_to_save." in k]
+        if result.unexpected_keys or unset:
+            log.warning(
+                "%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
+                ckpt,
+                result.unexpected_keys[:3],
+                unset[:3],
+            )
+            return False
+        self.model.eval()
+        return True
+
+    def _load_in_place(self, ckpt: Path) -> bool:
+        import torch  # torch stack: planning and the CLI never import it
+        from safetensors.torch import load_file
+
+        files = sorted(ckpt.glob("*.safetensors"))
+        if not files:
+            return False
+        state = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(self.device)))
+        own = dict(self.model.state_dict())
+        unexpected = [k for k in state if k not in own]
+        wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
+        ptrs = {own[k].data_ptr() for k in state if k in own}
+        # a key the file lacks must be tied to one it has (e.g. an LM head tied to the embeddings)
+        untied = [k for k in own if k not in state and own[k].data_ptr() not in ptrs]
+        if unexpected or wrong or untied:
+            log.info(
+                "%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
+                ckpt,
+                unexpected[:3],
+                wrong[:3],
+                untied[:3],
+            )
+            return False
+        with torch.no_grad():
+            self.model.load_state_dict(state, strict=False)
+        self.model.eval()
+        return True
+
+    def close(self) -> None:
+        if self.model is not None:
+            self.model = None
+            _release_memory(__import__("torch").device(self.device))
+
+
+def evaluate_run(
+    *,
+    model_spec: dict,
+    tiny_dir: str | None,
+    checkpoints: list[dict],
+    tokenized: str,
+    batch_size: int,
+    max_tokens: int,
+    provenance: dict,
+    out_summary: str | None = None,
+    device: str = "cpu",
+    threads: int = 1,
+) -> dict:
+    """Score checkpoints of one run on one testset, in one process.
+
+    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint is
+    loaded in turn (:class:`CheckpointLoader` reads a LoRA run's base model once), scored,
+    and written to its own predictions parquet, whose metadata holds the result record. A
+    predictions file that already holds this exact evaluation (same :func:`eval_key`) is
+    kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
+    every checkpoint's record. A batch size that had to be halved for memory stays halved
+    for the checkpoints after it. Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
+    """
+    t0 = time.time()
+    age = _process_age()
+    import torch  # torch stack: planning and the CLI never import it
+
+    t_imp = time.time()
+    torch.set_num_threads(threads)
+    cache = torch.load(tokenized, weights_only=True)
+    t_cache = time.time()
+    dtype = eval_dtype(model_spec, device)
+    loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
+    job_timing = {
+        "startup": round(age, 3) if age is not None else None,
+        "imports": round(t_imp - t0, 3),
+        "cache": round(t_cache - t_imp, 3),
+    }
+    records = []
+    for ck in checkpoints:
+        key = eval_key(weights_of(ck), cache, provenance, dtype, device)
+        old = _reusable(ck["predictions"], key)
+        if old is not None:
+            log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
+            records.append(old)
+            continue
+        rec = _evaluate_checkpoint(
+            loader=loader,
+            checkpoint=ck["checkpoint"],
+            series=ck.get("series"),
+            step=int(ck["step"]),
+            cache=cache,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            out_predictions=ck["predictions"],
+            provenance=provenance,
+            device=device,
+            dtype=dtype,
+            key=key,
+            job_timing=job_timing,
+        )
+        batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
+        log.info(
+            "step %d: accuracy %.4f on %d examples (%s; %s)",
+            rec["step"],
+            rec["accuracy"],
+            rec["n"],
+            rec["load"],
+            ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()),
+        )
+        records.append(rec)
+    loader.close()
+    job_timing["checkpoints"] = round(time.time() - t_cache, 3)
+    result = {
+        "testset": cache["testset"],
+        "fingerprint": cache["fingerprint"],
+        **provenance,
+        "steps": [r["step"] for r in records],
+        "checkpoints": records,
+        "timing_s": job_timing,
+    }
+    if out_summary:
+        write_json_atomic(out_summary, result)
+    return result
+
+
+def _reusable(path: str, key: str) -> dict | None:
+    """The record of an existing predictions file made by exactly this evaluation, else None."""
+    if not Path(path).exists():
+        return None
+    try:
+        rec = read_result(path)
+    except Exception:  # noqa: BLE001 -- unreadable: compute it again
+        return None
+    return rec if rec.get("eval_key") == key else None
+
+
+def _damaged_checkpoint(ckpt: Path, why: str) -> str:
+    run_dir = ckpt.parent.parent
+    return (
+        f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
+        f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
+        "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
+    )
+
+
+def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
+    """Refuse label scores that are not all finite: argmax over NaN still names a class
+    (accuracy 0.5 on a balanced set), so such a checkpoint gets no score at all."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    bad = ~torch.isfinite(logits).all(dim=-1)
+    if not bool(bad.any()):
+        return
+    n_bad, n = int(bad.sum()), int(bad.numel())
+    first = int(bad.nonzero()[0, 0])
+    params = model.parameters() if hasattr(model, "parameters") else []
+    weights_bad = any(not bool(torch.isfinite(p).all()) for p in params)
+    if weights_bad:
+        cause = (
+            "the checkpoint's weights hold NaN or inf (training diverged): see the loss in its finetune log, "
+            "lower finetune.learning_rate and run again"
+        )
+    else:
+        cause = (
+            f"its weights are finite, so the forward pass in {dtype} overflowed: evaluate in float32 "
+            "(`dtype: float32` on the model entry)"
+            if dtype != "float32"
+            else "its weights are finite, yet the model computes NaN or inf (a model whose own code or "
+            "configuration is broken?)"
+        )
+    raise EvaluationRefused(
+        f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores "
+        f"that are not finite (NaN or inf; the first is example {first}), so no accuracy "
+        f"is computed; {cause}"
+    )
+
+
+def _evaluate_checkpoint(
+    *,
+    loader: CheckpointLoader,
+    checkpoint: str,
+    series: dict | None,
+    step: int,
+    cache: dict,
+    batch_size: int,
+    max_tokens: int,
+    out_predictions: str,
+    provenance: dict,
+    device: str,
+    dtype: str,
+    key: str,
+    job_timing: dict,
+) -> dict:
+    import torch  # torch stack: planning and the CLI never import it
+
+    from . import metrics  # numpy/pandas: kept out of planning
+
+    t0 = time.time()
+    if series is None:
+        # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
+        ok, why = verify_checkpoint(Path(checkpoint), full=True)
+        if not ok:
+            raise EvaluationRefused(_damaged_checkpoint(Path(checkpoint), why))
+    else:
+        ok, why = verify(series)
+        if not ok:
+            raise EvaluationRefused(
+                f"checkpoint not usable: {why}; {series.get('manifest', 'its manifest')} no longer matches the "
+                "checkpoint: delete that manifest and rerun to accept the new files"
+            )
+    model = loader.load(checkpoint, (series or {}).get("source"))
+    t_model = time.time()
+    stats: dict = {}
+    logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
+    t_fwd = time.time()
+    check_finite(logits, model, checkpoint=str(checkpoint), testset=cache["testset"], dtype=dtype)
+    pred_t = logits.argmax(-1)
+    gold_t = torch.tensor(cache["labels"], dtype=torch.long)
+    correct = correct_mask(pred_t, gold_t, cache["gold_names"], cache["coarse"]).tolist()
+    pred, gold = pred_t.tolist(), gold_t.tolist()
+    names = cache["gold_names"]
+    n = len(gold)
+    n_correct = sum(correct)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    result = {
+        "accuracy": n_correct / n if n else float("nan"),
+        "n": n,
+        "n_correct": n_correct,
+        **metrics.compute(gold, pred, correct, logits.numpy(), names, cache["label_names"], cache["coarse"]),
+        "coarse": cache["coarse"],
+        "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
+        "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
+        "step": step,
+        "testset": cache["testset"],
+        "fingerprint": cache["fingerprint"],
+        "records_sha256": cache["records_sha256"],
+        "method": cache["method"],
+        "n_truncated": cache["n_truncated"],
+        "template": cache["template"],
+        "verbalisers": cache["verbalisers"],
+        "reading": cache.get("reading") or {},
+        "checkpoint": str(checkpoint),
+        "predictions": str(out_predictions),
+        "device": str(device),
+        "dtype": dtype,
+        "eval_key": key,
+        "load": loader.last_load,
+        "attn_implementation": getattr(base.config, "_attn_implementation", None),
+        "batching": stats,
+        "job_timing_s": job_timing,
+        **provenance,
+    }
+    t_write = time.time()
+    result["timing_s"] = {"model": round(t_model - t0, 3), "forward": round(t_fwd - t_model, 3)}
+    _write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"], result)
+    result["timing_s"]["write"] = round(time.time() - t_write, 3)
+    return result

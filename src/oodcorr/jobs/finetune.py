@@ -1,0 +1,465 @@
+"""Finetuning (pattern or classification head) with checkpoints on a schedule, resumable after a kill.
+
+Layout of a run's folder (``run_dir``)::
+
+    checkpoints/checkpoint-<step>/   weights (safetensors) or a LoRA adapter, plus
+                                     oodcorr_manifest.json: size and sha256 of
+                                     every file, written last, atomically
+    manifest.json                    the job's declared output: every step and its
+                                     folder, written when all checkpoints exist
+
+Only ``manifest.json`` is a Snakemake output, so a failed or killed job's
+checkpoints survive (Snakemake deletes only declared outputs) and the rerun
+resumes from the newest checkpoint whose manifest verifies and that still has
+its optimizer state. Older checkpoints keep their weights (they are evaluated)
+but drop optimizer state to save disk; the resume point's state is never dropped
+while training runs.
+
+One writer: a finetune holds ``finetune.lock`` in the run folder from the moment
+it first reads or writes the folder until its manifest is written
+(:mod:`oodcorr.core.locks`); a second finetune of the same run is refused.
+
+Checkpoint manifests, verification, resume points and the run identity live in
+:mod:`oodcorr.jobs.checkpoints` (evaluation reads them too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
+from ..core.locks import hold
+from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
+from ..modeling import adaptation
+from ..modeling.hub import pinned_model_revision
+from ..modeling.loading import load_model, load_tokenizer, model_source
+from ..planning.finetune_job import FinetuneJob
+from .checkpoints import (
+    find_resume_point,
+    guard_run_identity,
+    prune_resume_state,
+    verify_checkpoint,
+    write_ckpt_manifest,
+)
+from .data import balanced_sample
+
+log = logging.getLogger(__name__)
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or inf: the run diverged, and no later checkpoint is saved.
+
+    (The Trainer's own logging filters such losses out of the logged average by default,
+    so without this check a diverged run would go on and save checkpoints of NaN weights.)
+    """
+
+
+# ---- training ------------------------------------------------------------------------------
+
+
+def _make_trainer_classes():
+    import torch  # torch stack: planning and the CLI never import it
+    from transformers import Trainer, TrainerCallback  # torch stack: planning and the CLI never import it
+
+    class LabelTrainer(Trainer):
+        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits),
+        or, with ``loss="vocabulary"``, over the whole vocabulary at the scored position with the
+        gold label's verbaliser token as the target (:func:`training_loss`)."""
+
+        # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
+        loss_is_scaled_for_ga = False
+
+        def __init__(self, *a, method=None, extra=None, loss="verbalisers", schedule=(), **kw):
+            super().__init__(*a, **kw)
+            self.method = method
+            self.extra = extra or {}
+            self.loss_kind = loss
+            self.schedule = tuple(schedule)  # the steps saved, for the divergence message
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
+            # one device sync per step, which the Trainer pays anyway (logging_nan_inf_filter)
+            if not bool(torch.isfinite(loss)):
+                self._diverged(float(loss.detach()), logits)
+            return (loss, {"logits": logits}) if return_outputs else loss
+
+        def _diverged(self, loss: float, logits) -> None:
+            step = self.state.global_step + 1
+            saved = sorted(s for s in self.schedule if s < step)
+            weights_ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
+            where = (
+                "the weights are still finite, so the scores overflowed"
+                if weights_ok
+                else "the weights already hold NaN or inf"
+            )
+            raise NonFiniteLoss(
+                f"the training loss is {loss} at step {step} of {self.args.max_steps} ({where}): the run "
+                f"diverged, so it stops here and no later checkpoint is saved (checkpoints up to step "
+                f"{saved[-1] if saved else 0} are kept). Lower finetune.learning_rate (now {self.args.learning_rate}) "
+                "or finetune.max_grad_norm, or train in float32, and run again; checkpoints made with other "
+                "settings are moved aside, never reused"
+            )
+
+    class ScheduleCallback(TrainerCallback):
+        """Save exactly at the scheduled steps; write a manifest after each save."""
+
+        def __init__(self, steps, ckpt_root):
+            self.steps = set(steps)
+            self.ckpt_root = ckpt_root
+
+        def on_step_end(self, args, state, control, **kw):
+            control.should_save = state.global_step in self.steps
+            return control
+
+        def on_save(self, args, state, control, **kw):
+            if not state.is_world_process_zero:  # several processes (oodcorr.jobs.multi_gpu): rank 0 writes
+                return control
+            d = self.ckpt_root / f"checkpoint-{state.global_step}"
+            write_ckpt_manifest(d, state.global_step, resumable=True)
+            prune_resume_state(self.ckpt_root, keep=d)
+            return control
+
+    return LabelTrainer, ScheduleCallback
+
+
+LOSSES = ("verbalisers", "vocabulary")
+
+
+def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbalisers"):
+    """(mean cross-entropy of a batch, the logits it is computed over).
+
+    ``verbalisers`` (default): over the method's per-label scores (the verbaliser tokens'
+    logits, or a head's logits), the gold label's index as the target. ``vocabulary`` (the
+    authors' code; pattern method only): over every token of the vocabulary at the scored
+    position, the gold label's verbaliser token as the target, so training also pushes down
+    every other token, not only the other labels' verbalisers."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    labels = inputs["labels"]
+    if loss == "vocabulary":
+        if not hasattr(method, "vocab_logits"):
+            raise ConfigError(
+                f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), not {method.name!r}"
+            )
+        logits = method.vocab_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
+        target = torch.as_tensor(extra["verbaliser_ids"], device=logits.device)[labels.to(logits.device)]
+    elif loss == "verbalisers":
+        logits = method.label_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
+        target = labels.to(logits.device)
+    else:
+        raise ValueError(f"finetune.loss: {loss!r} is not one of {', '.join(LOSSES)}")
+    return torch.nn.functional.cross_entropy(logits, target), logits
+
+
+class _Collator:
+    def __init__(self, pad_id):
+        self.pad_id = pad_id
+
+    def __call__(self, feats):
+        import torch  # torch stack: planning and the CLI never import it
+
+        from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning
+
+        ids, mask = pad_batch([f["input_ids"] for f in feats], self.pad_id, side="right")
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long),
+        }
+
+
+def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
+    """LoRA adapters; for a classification head (``SEQ_CLS``) peft also trains and saves the head."""
+    from peft import LoraConfig, get_peft_model  # torch stack: planning and the CLI never import it
+
+    cfg = LoraConfig(
+        r=int(lora["r"]),
+        lora_alpha=float(lora["alpha"]),
+        lora_dropout=float(lora.get("dropout", 0.0)),
+        target_modules=lora.get("target_modules") or None,
+        task_type=task_type,
+        bias="none",
+    )
+    return get_peft_model(model, cfg)
+
+
+def base_weights_fingerprint(model_spec: dict, tiny_dir: str | None) -> str:
+    """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
+    if model_spec.get("hub"):
+        # under a hub lock the commit the branch or tag resolved to (the same string for a commit)
+        return f"hub:{model_spec['hub']}@{pinned_model_revision(model_spec) or 'unpinned'}"
+
+    d = Path(model_source(model_spec, tiny_dir)[0])
+    files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
+    return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+
+
+def reporting(report_to, run_dir: Path) -> list[str]:
+    """The Trainer's ``report_to`` for ``finetune.report_to``: ``auto`` is TensorBoard when a writer
+    (tensorboardX or tensorboard) is installed, else nothing; a list names integrations. Never a
+    network service unless the config names one. W&B writes under the run's folder (WANDB_DIR)."""
+    import importlib.util
+    import os
+
+    from transformers.integrations import is_tensorboard_available  # torch stack: planning and the CLI never import it
+
+    if report_to in (None, "auto"):
+        return ["tensorboard"] if is_tensorboard_available() else []
+    if report_to == "none":
+        return []
+    wanted = list(report_to)
+    if "tensorboard" in wanted and not is_tensorboard_available():
+        raise RuntimeError(
+            "finetune.report_to: tensorboard needs tensorboardX (pinned in requirements.txt) or tensorboard installed"
+        )
+    for name, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("comet_ml", "comet_ml"), ("trackio", "trackio")):
+        if name in wanted and importlib.util.find_spec(module) is None:
+            raise RuntimeError(
+                f"finetune.report_to: {name} is not installed (pip install {module}); it is opt-in and not pinned here"
+            )
+    if "wandb" in wanted:
+        os.environ.setdefault("WANDB_DIR", str(run_dir))
+    return wanted
+
+
+def _history(trainer) -> list[dict]:
+    return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
+
+
+def finetune(job: FinetuneJob) -> dict:
+    """Train one run (:class:`~oodcorr.planning.finetune_job.FinetuneJob`) into its ``run_dir``, holding its
+    lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes.
+
+    The lock (:mod:`oodcorr.core.locks`) is taken once the inputs have been checked,
+    before anything in the run folder is read or written, and held until the job's
+    manifest is written; a second finetune of the same run folder raises
+    :class:`oodcorr.core.locks.FolderInUse` at once. Under several processes rank 0,
+    which alone writes the folder, holds it.
+    """
+    with contextlib.ExitStack() as held:
+
+        def lock() -> None:
+            if is_main_process():
+                held.enter_context(hold(job.run_dir))
+
+        return _finetune(job, lock)
+
+
+def _finetune(job: FinetuneJob, lock) -> dict:
+    """The steps of one run: check the inputs, take the lock (``lock()``), prepare the run folder,
+    train unless every checkpoint exists, verify the checkpoints and write the manifest."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    t0 = time.time()
+    torch.set_num_threads(job.threads)
+    main_first_begin()  # several processes: the others wait while rank 0 checks and repairs the run folder
+    identity = run_identity(job)
+    method = _training_method(job)
+    train = _training_set(job, method)
+    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
+    # by one process at a time
+    lock()
+    model, done, resume = _prepare_run_folder(job, identity, method, train)
+    main_first_end()
+    history: list[dict] = []
+    if done:
+        # every scheduled checkpoint exists under these exact settings: nothing to train
+        log.info(
+            "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
+        )
+    else:
+        history = _train(job, method, model, train, resume)
+    if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
+        return {}
+    return _write_manifest(job, method, train, done=done, resume=resume, history=history, t0=t0)
+
+
+def _ckpt_root(job: FinetuneJob) -> Path:
+    return job.run_dir / "checkpoints"
+
+
+def run_identity(job: FinetuneJob) -> dict:
+    """What shapes the trained weights (resources and batch-independent settings do not): hashed
+    into the run folder's ``run_identity.json``; checkpoints made under another identity are
+    never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
+    return {
+        "model": {k: v for k, v in job.model_spec.items() if k != "resources"},
+        "base_weights": base_weights_fingerprint(job.model_spec, job.tiny_dir),
+        "finetune": {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")},
+        "prompt": job.prompt,
+        "labels": list(job.labels),
+        "n_train": job.n_train,
+        "seed": job.seed,
+        "steps": list(job.steps),
+        "max_steps": job.max_steps,
+        "train_sha256": sha256_file(job.train_path),
+    }
+
+
+def _training_method(job: FinetuneJob):
+    """The model's method (:mod:`oodcorr.modeling.adaptation`), checked against the loss it is to train on."""
+    method = adaptation.get(job.model_spec.get("method"))
+    if job.training.loss == "vocabulary" and not hasattr(method, "vocab_logits"):
+        raise ConfigError(
+            f"models[{job.name}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
+        )
+    return method
+
+
+@dataclass(frozen=True)
+class _TrainingSet:
+    """The run's training examples, encoded for its model and method."""
+
+    tokenizer: object
+    examples: list  # [{"input_ids": ..., "labels": label index}]
+    extra: dict  # what the method scores with (verbaliser token ids, ...)
+    n_truncated: int  # prompts cut to finetune.max_length
+
+
+def _training_set(job: FinetuneJob, method) -> _TrainingSet:
+    """The balanced sample of ``n_train`` examples for ``seed``, encoded (a bad verbaliser fails here)."""
+    tok = load_tokenizer(job.model_spec, job.tiny_dir)
+    labels = list(job.labels)
+    train = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
+    ids, n_trunc, extra = method.encode(
+        tok, train, labels=labels, prompt=job.prompt, max_length=job.training.max_length, model_name=job.name
+    )
+    label_idx = {lab: i for i, lab in enumerate(labels)}
+    examples = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
+    return _TrainingSet(tok, examples, extra, n_trunc)
+
+
+def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
+    """Under the lock: set aside checkpoints of another identity, load the model, save step 0,
+    and find out whether every checkpoint exists (``done``) or from where to resume.
+    Returns (model, done, resume point or None)."""
+    from transformers import set_seed  # torch stack: planning and the CLI never import it
+
+    ckpt_root = _ckpt_root(job)
+    guard_run_identity(job.run_dir, identity)
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+
+    set_seed(job.seed)
+    # several processes: every rank loads on the CPU and FSDP/DeepSpeed places the shards
+    model = load_model(
+        job.model_spec,
+        job.tiny_dir,
+        "cpu" if launched() else job.device,
+        list(job.labels),
+        train.tokenizer.pad_token_id,
+    )
+    if job.training.lora:
+        model = apply_lora(model, job.training.lora, method.peft_task)
+
+    # step 0: the model before any update (for LoRA: the fresh adapter, equal to the base model)
+    c0 = ckpt_root / "checkpoint-0"
+    if not verify_checkpoint(c0)[0]:
+        shutil.rmtree(c0, ignore_errors=True)
+        model.save_pretrained(c0)
+        write_ckpt_manifest(c0, 0, resumable=False)
+
+    # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
+    done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
+    resume = None if done else find_resume_point(ckpt_root, list(job.steps))
+    return model, done, resume
+
+
+def _training_arguments(job: FinetuneJob, report: list[str]):
+    from transformers import TrainingArguments  # torch stack: planning and the CLI never import it
+
+    t = job.training
+    return TrainingArguments(
+        output_dir=str(_ckpt_root(job)),
+        max_steps=job.max_steps,
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation_steps,
+        learning_rate=t.learning_rate,
+        weight_decay=t.weight_decay,
+        warmup_steps=t.warmup_steps(job.max_steps),
+        lr_scheduler_type=t.lr_scheduler,
+        max_grad_norm=t.max_grad_norm,
+        seed=job.seed,
+        data_seed=job.seed,
+        save_strategy="no",
+        eval_strategy="no",
+        logging_steps=max(1, job.max_steps // 20),
+        report_to=report or "none",
+        disable_tqdm=True,
+        run_name=f"{job.name}/n{job.n_train}/seed{job.seed}",
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        use_cpu=(job.device == "cpu"),
+        bf16=job.bf16 and job.device != "cpu",
+    )
+
+
+def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | None) -> list[dict]:
+    """Train to ``max_steps``, saving the scheduled checkpoints (from ``resume`` if given);
+    return the logged loss history."""
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    LabelTrainer, ScheduleCallback = _make_trainer_classes()
+    # where the loss goes while training runs (finetune.report_to; changes no weights)
+    report = reporting(job.report_to, job.run_dir)
+    steps = list(job.steps)
+    trainer = LabelTrainer(
+        model=model,
+        args=_training_arguments(job, report),
+        train_dataset=train.examples,
+        data_collator=_Collator(train.tokenizer.pad_token_id),
+        method=method,
+        extra=train.extra,
+        loss=job.training.loss,
+        schedule=steps,
+        callbacks=[ScheduleCallback([s for s in steps if s > 0], _ckpt_root(job))],
+    )
+    for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
+        if type(cb).__name__ == "TensorBoardCallback":
+            cb.logging_dir = str(job.run_dir / "tensorboard")
+    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    return _history(trainer)
+
+
+def _write_manifest(
+    job: FinetuneJob, method, train: _TrainingSet, *, done: bool, resume: Path | None, history: list[dict], t0: float
+) -> dict:
+    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's
+    manifest (its declared output), atomically; return it."""
+    ckpt_root = _ckpt_root(job)
+    missing = []
+    entries = []
+    for step in job.steps:
+        d = ckpt_root / f"checkpoint-{step}"
+        ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
+        if not ok:
+            missing.append(why)
+        entries.append({"step": step, "path": str(d)})
+    if missing:
+        raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
+    # the final checkpoint's optimizer state is no longer needed for resuming
+    prune_resume_state(ckpt_root, keep=None)
+    info = {
+        "model": job.name,
+        "method": method.name,
+        "loss": job.training.loss,
+        "n_train": job.n_train,
+        "seed": job.seed,
+        "max_steps": job.max_steps,
+        "checkpoints": entries,
+        "resumed_from": str(resume) if resume else None,
+        "trained": not done,
+        "n_truncated_prompts": train.n_truncated,
+        "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
+        "loss_history": history,
+        "lora": job.finetune.get("lora"),
+        "seconds": round(time.time() - t0, 2),
+        "device": str(job.device),
+    }
+    write_json_atomic(job.manifest_path, info)
+    return info

@@ -1,0 +1,200 @@
+"""Finetuning on several GPUs of one node, for models that do not fit one GPU.
+
+A model entry opts in with ``distributed: {strategy: fsdp|deepspeed, gpus: N, ...}``.
+The finetune job then claims N devices (oodcorr.core.gpus), writes the job
+(oodcorr.planning.finetune_job.FinetuneJob) to a JSON file, and runs ``accelerate launch``
+as a subprocess with an argument list (never a shell string), one process per GPU,
+each running this module's entry point: the same ``oodcorr.jobs.finetune.finetune`` call
+as the single-process path.
+The Hugging Face Trainer takes FSDP or DeepSpeed from the environment the launcher
+sets. Rank 0 alone writes the run folder (checkpoint manifests, the job's
+manifest) and holds its lock (oodcorr.core.locks) for its whole life; the launching
+job only checks the lock is free before it starts. The other ranks wait while
+rank 0 checks and repairs the folder, then see the same resume point.
+
+    python -m oodcorr.jobs.multi_gpu ARGS.json    # what each launched process runs
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from ..core.gpus import claim_for_job
+from ..core.io import write_json_atomic
+from ..core.locks import check_free
+from ..core.ranks import is_main_process
+from ..planning.finetune_job import FinetuneJob, trains_in_bf16
+from .finetune import finetune
+
+log = logging.getLogger(__name__)
+
+ENTRY_MODULE = "oodcorr.jobs.multi_gpu"
+ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what each launched process reads
+
+
+# ---- inside a launched process --------------------------------------------------------
+
+# ---- the finetune job: building and running the launch ---------------------------------
+
+
+def mixed_precision(model_spec: dict, ft: dict) -> str:
+    """The same rule as the single-process path (:func:`oodcorr.planning.finetune_job.trains_in_bf16`):
+    bf16 for a bf16 model or ``finetune.bf16``."""
+    return "bf16" if trains_in_bf16(model_spec, ft) else "no"
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def launch_argv(
+    dist: dict,
+    args_file: str | Path,
+    *,
+    mixed_precision: str = "no",
+    threads: int = 1,
+    port: int = 29500,
+    python: str = sys.executable,
+) -> list[str]:
+    """The ``accelerate launch`` command for a model's ``distributed`` block, as an argument list."""
+    gpus = int(dist["gpus"])
+    argv = [
+        python,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_machines",
+        "1",
+        "--num_processes",
+        str(gpus),
+        "--main_process_port",
+        str(port),
+        "--mixed_precision",
+        mixed_precision,
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        str(threads),
+    ]
+    strategy = dist["strategy"]
+    if strategy == "fsdp":
+        f = dist.get("fsdp") or {}
+        argv += [
+            "--use_fsdp",
+            "--fsdp_version",
+            "1",
+            "--fsdp_sharding_strategy",
+            f.get("sharding_strategy", "FULL_SHARD"),
+            "--fsdp_auto_wrap_policy",
+            "TRANSFORMER_BASED_WRAP",
+        ]
+        if f.get("transformer_layer_cls_to_wrap"):
+            argv += ["--fsdp_transformer_layer_cls_to_wrap", f["transformer_layer_cls_to_wrap"]]
+        # full (unsharded) weights at every checkpoint, so evaluation loads them like any model
+        argv += [
+            "--fsdp_state_dict_type",
+            "FULL_STATE_DICT",
+            "--fsdp_use_orig_params",
+            "true",
+            "--fsdp_sync_module_states",
+            "true",
+            "--fsdp_offload_params",
+            _flag(f.get("offload_params", False)),
+            "--fsdp_activation_checkpointing",
+            _flag(f.get("activation_checkpointing", False)),
+        ]
+    elif strategy == "deepspeed":
+        d = dist.get("deepspeed") or {}
+        argv += [
+            "--use_deepspeed",
+            "--zero_stage",
+            str(d.get("zero_stage", 3)),
+            "--offload_optimizer_device",
+            d.get("offload_optimizer_device", "none"),
+            "--offload_param_device",
+            d.get("offload_param_device", "none"),
+            "--zero3_init_flag",
+            "false",
+            "--zero3_save_16bit_model",
+            "true",
+        ]
+        if d.get("gradient_clipping") is not None:
+            argv += ["--gradient_clipping", str(d["gradient_clipping"])]
+    else:
+        raise ValueError(f"distributed.strategy: {strategy!r} is not one of fsdp, deepspeed")
+    return argv + ["--module", ENTRY_MODULE, str(args_file)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threads: int = 1) -> dict:
+    """Run ``finetune(job)`` under ``accelerate launch``; return rank 0's manifest.
+
+    Each launched process reads the job from ``distributed_args.json`` in the run folder and
+    runs it on its own device with ``OMP_NUM_THREADS`` threads (the job's ``device`` and
+    ``threads`` are the launching job's, and not used there)."""
+    name = job.name
+    if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise RuntimeError(
+            f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
+            "not installed (it is not in requirements.txt); install it or use strategy: fsdp"
+        )
+    run_dir = job.run_dir
+    check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
+    devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
+    if not devices:
+        raise RuntimeError(
+            f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
+            "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)"
+        )
+    args_file = run_dir / ARGS_FILE
+    write_json_atomic(args_file, job.to_dict())
+    argv = launch_argv(
+        dist,
+        args_file,
+        mixed_precision=mixed_precision(job.model_spec, job.finetune),
+        threads=threads,
+        port=_free_port(),
+    )
+    log.info("launching %d processes on GPU(s) %s: %s", int(dist["gpus"]), ",".join(devices), argv)
+    out = open(log_path, "a", buffering=1) if log_path else None
+    try:
+        res = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT if out else None)
+    finally:
+        if out:
+            out.close()
+    if res.returncode != 0:
+        raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
+    return json.loads(job.manifest_path.read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of each launched process: the single-process finetune, on its own GPU."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
+    logging.basicConfig(
+        level=logging.INFO if is_main_process() else logging.WARNING,
+        stream=sys.stderr,
+        format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
+    )
+    job = FinetuneJob.from_json(Path(argv[0]).read_text())
+    import torch  # torch stack: planning and the CLI never import it
+
+    # the CPU only where there is no GPU at all (tests: several processes over gloo)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    finetune(job.on(device=device, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""Figures (matplotlib, Agg): heatmaps, a grid of heatmaps across models, learning
+curves, and in-domain vs OOD scatter plots with the fitted residualiser curves.
+
+Every drawing function takes the analysis tables, writes one PNG atomically, and returns a
+small dict describing what it drew (used by the tests). :func:`heatmap_marks` and
+:func:`scatter_fits` turn an analysis's options into their arguments, for the command line
+and the workflow alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..core.io import atomic_path
+
+CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out_png: str, tight: bool = True) -> None:
+    """Write the figure atomically; ``tight`` trims the margins (a second layout pass, which
+    costs seconds on a figure with dozens of panels)."""
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight" if tight else None, format="png")
+    _plt().close(fig)
+
+
+def select(pc: pd.DataFrame, method: str, residualiser: str, run: str = "pooled") -> pd.DataFrame:
+    """The rows one heatmap shows: one method, one residualiser, pooled (or one run)."""
+    return pc[(pc["method"] == method) & (pc["residualiser"] == residualiser) & (pc["run"] == run)]
+
+
+TEXT_LIMIT = 30  # more testsets than this: no numbers in the cells, marks instead, clustered order
+MAX_INCHES = 24.0  # a heatmap panel's side never exceeds this (about 2,900 pixels at 120 dpi)
+
+
+def _panel_inches(n_names: int) -> float:
+    """A heatmap panel's side for ``n_names`` testsets: half an inch each plus margins, 3.5 to MAX_INCHES."""
+    return min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
+
+
+def _heatmap_figure(plt, n_names: int, n_panels: int):
+    """(figure, axes) of ``n_panels`` heatmap panels in a row, each sized for ``n_names`` testsets,
+    with room for the shared colour bar."""
+    size = _panel_inches(n_names)
+    return plt.subplots(
+        1, n_panels, figsize=((size + 1.5) * n_panels + 1, size + 1.0), squeeze=False, layout="constrained"
+    )
+
+
+def _matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
+    m = np.full((len(names), len(names)), np.nan)
+    idx = {n: i for i, n in enumerate(names)}
+    i = np.array([idx[x] for x in rows["x"]], dtype=int)
+    j = np.array([idx[y] for y in rows["y"]], dtype=int)
+    m[np.maximum(i, j), np.minimum(i, j)] = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
+    return m
+
+
+def cluster_order(rows: pd.DataFrame, names: list[str]) -> list[str]:
+    """Testsets ordered by average-linkage clustering on 1 - r (missing r counts as 0), so
+    testsets that move together sit together; the leaves' order is optimal (scipy)."""
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import squareform
+
+    if len(names) < 3:
+        return list(names)
+    m = _matrix(rows, names, "r")
+    m = np.where(np.isfinite(m), m, 0.0)
+    sim = m + m.T
+    np.fill_diagonal(sim, 1.0)
+    d = np.clip(1.0 - sim, 0.0, 2.0)
+    order = leaves_list(linkage(squareform(d, checks=False), method="average", optimal_ordering=len(names) <= 400))
+    return [names[i] for i in order]
+
+
+def _flag(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
+    return rows.assign(_f=(rows[column] == value).astype(float)) if column in rows else rows.assign(_f=0.0)
+
+
+def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[object, dict]:
+    """Strict lower triangle of r. Marks: '*' significant after correction; faded: the interval
+    spans 0 (unresolved); boxed: the interval lies within +-near_zero (near zero); dagger: the
+    sign differs between the linear and the GAM residualiser; hatched 'n/a': no value.
+    With more than TEXT_LIMIT testsets no numbers are written: a dot marks significance."""
+    cells = {}
+    if len(names) < 2:
+        ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")
+        ax.set_axis_off()
+        ax.set_title(title, fontsize=9)
+        return None, cells
+    m = _matrix(rows, names, "r")[1:, :-1]
+    sig = _matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
+    unresolved = _matrix(_flag(rows, "conclusion", "unresolved"), names, "_f")[1:, :-1] == 1
+    near = _matrix(_flag(rows, "conclusion", "near zero"), names, "_f")[1:, :-1] == 1
+    curved = _matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
+    present = np.isfinite(_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
+    rnames, cnames = names[1:], names[:-1]
+    k = len(rnames)
+    # one RGBA image (a single resampling when drawn): the colour of r, faded where unresolved,
+    # light grey where there is no value, transparent above the diagonal
+    import matplotlib as mpl
+
+    norm = mpl.colors.Normalize(vmin=-1, vmax=1)
+    cmap = mpl.colormaps[CMAP]
+    finite = np.isfinite(m)
+    rgba = cmap(norm(np.where(finite, m, 0.0)))
+    fade = unresolved & finite
+    rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
+    rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
+    rgba[~present] = (1, 1, 1, 0)
+    ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
+    im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
+    big = len(names) > TEXT_LIMIT
+    fs = max(4.5, min(9.0, 130 / len(names)))
+    if big:
+        ii, jj = np.nonzero(sig & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(1.0, 400 / k), c="black", marker="o", linewidths=0)
+        ii, jj = np.nonzero(near & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(2.0, 900 / k), facecolors="none", edgecolors="dimgrey", marker="s", linewidths=0.4)
+        ii, jj = np.nonzero(curved & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(2.0, 900 / k), c="black", marker="x", linewidths=0.5)
+        for i, j in zip(*np.nonzero(np.tril(np.ones((k, k), bool)) & present)):
+            v = m[i, j]
+            cells[(rnames[i], cnames[j])] = (
+                f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}" if math.isfinite(v) else "n/a"
+            )
+    else:
+        for i in range(k):
+            for j in range(i + 1):
+                v = m[i, j]
+                key = (rnames[i], cnames[j])
+                if math.isfinite(v):
+                    cells[key] = f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}"
+                    colour = "dimgrey" if unresolved[i, j] else ("white" if abs(v) > 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        cells[key],
+                        ha="center",
+                        va="center",
+                        fontsize=fs,
+                        color=colour,
+                        fontweight="bold" if sig[i, j] else "normal",
+                    )
+                    if near[i, j]:
+                        ax.add_patch(
+                            plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, edgecolor="dimgrey")
+                        )
+                elif present[i, j]:
+                    ax.add_patch(
+                        plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0)
+                    )
+                    cells[key] = "n/a"
+                    ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
+    side = _panel_inches(len(names))
+    label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
+    ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
+    ax.set_yticks(range(k), rnames, fontsize=label_fs)
+    ax.set_xlim(-0.5, k - 0.5)
+    ax.set_ylim(k - 0.5, -0.5)
+    ax.set_title(title, fontsize=9)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    return im, cells
+
+
+def describe(
+    rows: pd.DataFrame,
+    big: bool = False,
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> str:
+    """The panel's legend in numbers: runs, the correction and its family size, the marks."""
+    if rows.empty:
+        return ""
+    n_runs = int(pd.to_numeric(rows["n_runs"], errors="coerce").max())
+    runs = f"{n_runs} run{'s' if n_runs != 1 else ''}"
+    group = rows["pool_group"].iloc[0] if "pool_group" in rows else ""
+    if group and group != "all runs":
+        runs += f" ({group})"
+    corr = rows["correction"].iloc[0]
+    tested = int(np.isfinite(pd.to_numeric(rows["p"], errors="coerce")).sum())
+    a = f"{alpha:g}" if alpha is not None else "alpha"
+    how = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}.get(corr, corr)
+    star = "dot" if big else "*"
+    if tested:
+        lines = [f"{runs}; {star}: p_adj < {a} ({how} across {tested} pairs)"]
+    else:
+        lines = [f"{runs}; no p-values (the table's note column says why)"]
+    lv = f"{100 * level:g}% " if level is not None else ""
+    nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
+    marks = [f"faded: {lv}interval spans 0", f"{'square' if big else 'boxed'}: interval within ±{nz}"]
+    if "curvature" in rows and (rows["curvature"] == True).any():  # noqa: E712
+        marks.append(f"{'x' if big else '†'}: sign differs linear vs GAM")
+    lines.append("; ".join(marks))
+    return "\n".join(lines)
+
+
+def _panel_keys(sub: pd.DataFrame, by_model: bool) -> list[tuple]:
+    cols = (["model"] if by_model else []) + ["in_domain", "pool_group"]
+    cols = [c for c in cols if c in sub.columns]
+    keys = sorted({tuple(v) for v in sub[cols].astype(str).itertuples(index=False)})
+    return [dict(zip(cols, k)) for k in keys] or [dict.fromkeys(cols, "")]
+
+
+def _rows(sub: pd.DataFrame, key: dict) -> pd.DataFrame:
+    mask = np.ones(len(sub), bool)
+    for c, v in key.items():
+        mask &= sub[c].astype(str).to_numpy() == v
+    return sub[mask]
+
+
+def _names(rows: pd.DataFrame) -> list[str]:
+    names = sorted(set(rows["x"]) | set(rows["y"]))
+    return cluster_order(rows, names) if len(names) > TEXT_LIMIT else names
+
+
+def heatmap_marks(opts) -> dict:
+    """The keyword arguments of :func:`heatmap` and :func:`heatmap_grid` that an analysis's options
+    (:class:`oodcorr.analysis.Options`) set: the significance level, confidence level and near-zero band."""
+    return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
+
+
+def heatmap(
+    pc: pd.DataFrame,
+    model: str,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
+    """One panel per in-domain set and pool group for ``model``. Returns
+    {(in_domain, row, col): label}."""
+    plt = _plt()
+    sub = select(pc[pc["model"] == model], method, residualiser, run)
+    keys = _panel_keys(sub, by_model=False)
+    per = [(key, _rows(sub, key)) for key in keys]
+    n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
+    fig, axes = _heatmap_figure(plt, n_names, len(per))
+    cells, im = {}, None
+    for ax, (key, rows) in zip(axes[0], per):
+        names = _names(rows)
+        big = len(names) > TEXT_LIMIT
+        where = f"in-domain {key.get('in_domain', '')}"
+        title = (
+            f"{model}: {method}, {residualiser} residualiser, {where}\n{describe(rows, big, alpha, level, near_zero)}"
+        )
+        got, c = _panel(ax, rows, names, title, plt)
+        im = got or im
+        cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="partial r (in-domain regressed out)")
+    _save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
+    return cells
+
+
+def heatmap_grid(
+    pc: pd.DataFrame,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
+    """Side by side: one panel per model (and in-domain set, pool group), the same testset order
+    in every panel, one shared colour scale. Returns {(model, in_domain): n cells drawn}."""
+    plt = _plt()
+    sub = select(pc, method, residualiser, run)
+    keys = _panel_keys(sub, by_model=True)
+    names = _names(sub.drop_duplicates(["x", "y"])) if len(sub) else []
+    fig, axes = _heatmap_figure(plt, len(names), len(keys))
+    out, im = {}, None
+    for ax, key in zip(axes[0], keys):
+        rows = _rows(sub, key)
+        big = len(names) > TEXT_LIMIT
+        title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
+            rows, big, alpha, level, near_zero
+        )
+        got, c = _panel(ax, rows, names, title, plt)
+        im = got or im
+        out[(key.get("model", ""), key.get("in_domain", ""))] = out.get(
+            (key.get("model", ""), key.get("in_domain", "")), 0
+        ) + len(c)
+    if im is not None:
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"partial r ({method}, {residualiser})")
+    _save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
+    return out
+
+
+LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
+
+
+def learning_curves(
+    long: pd.DataFrame, model: str, out_png: str, x_label: str = "training step", y_label: str = "score"
+) -> dict:
+    """Score vs step per testset: one thin line per run, the mean over runs bold; the
+    in-domain testset in black. One panel per in-domain set. Returns {in_domain: testsets}."""
+    plt = _plt()
+    sub = long[long["model"] == model]
+    panels = sorted(sub["in_domain"].unique()) or [""]
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
+    drawn = {}
+    for ax, dom in zip(axes[0], panels):
+        rows = sub[sub["in_domain"] == dom]
+        if rows.empty or not pd.api.types.is_numeric_dtype(rows["unit"]):
+            ax.text(0.5, 0.5, "units are not training steps:\nno learning curve", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        names = sorted(set(rows["testset"]) - {dom}) + [dom]
+        colours = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names) - 1, 1)))
+        for k, ts in enumerate(names):
+            g = rows[rows["testset"] == ts]
+            col = "black" if ts == dom else colours[k]
+            for _, run in g.groupby("run"):
+                run = run.sort_values("unit")
+                ax.plot(run["unit"], run["score"], color=col, alpha=0.25, lw=0.8)
+            mean = g.groupby("unit")["score"].mean()
+            ax.plot(
+                mean.index,
+                mean.to_numpy(),
+                color=col,
+                lw=2.6 if ts == dom else 1.6,
+                label=f"{ts} (in-domain)" if ts == dom else ts,
+                marker="o",
+                ms=2.5,
+            )
+        drawn[dom] = names
+        n_runs = rows["run"].nunique()
+        legend = len(names) <= LEGEND_LIMIT
+        extra = "" if legend else f"; {len(names) - 1} OOD testsets, too many to label: see the scores table"
+        ax.set(
+            xlabel=x_label,
+            ylabel=y_label,
+            title=f"{model}, in-domain {dom} ({n_runs} run{'s' if n_runs != 1 else ''}; bold: mean{extra})",
+        )
+        ax.grid(alpha=0.3)
+        if legend:
+            ax.legend(fontsize=7, loc="best", ncol=1 + len(names) // 12)
+    _save(fig, out_png)
+    return drawn
+
+
+def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
+    # scipy via the analysis package: only the figures that draw a fit need it
+    from ..analysis.residualise import Degenerate, gam_fit, parse
+
+    spec = parse(residualiser)
+    if spec.step:
+        return None  # a two-covariate fit is not one curve over the in-domain score
+    if spec.kind == "linear":
+        beta = np.polyfit(z, v, 1)
+        return np.polyval(beta, grid)
+    if len(z) < gam_settings.min_points:
+        return None
+    try:
+        return gam_fit(v, z[:, None], gam_settings).predict(grid[:, None])
+    except (Degenerate, Exception):
+        return None
+
+
+def scatter_fits(residualisers) -> list[str]:
+    """The residualisers :func:`scatter` draws as curves: those of the in-domain score alone (a '+step'
+    one needs the step as well); linear when that leaves none."""
+    return [r for r in residualisers if "+" not in r] or ["linear"]
+
+
+def scatter(
+    long: pd.DataFrame,
+    model: str,
+    out_png: str,
+    residualisers=("linear", "gam"),
+    gam_settings=None,
+    max_panels: int = 48,
+) -> dict:
+    """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
+    with each run's fitted residualiser curve(s) (the residuals are the vertical
+    distances to it). Returns {testset: number of curves drawn}."""
+    from ..analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
+
+    plt = _plt()
+    gam_settings = gam_settings or GamSettings()
+    sub = long[long["model"] == model]
+    panels = []
+    for dom in sorted(sub["in_domain"].unique()):
+        for ts in sorted(set(sub.loc[sub.in_domain == dom, "testset"]) - {dom}):
+            panels.append((dom, ts))
+    shown = panels[:max_panels]
+    ncol = min(6, max(1, len(shown)))
+    nrow = max(1, math.ceil(len(shown) / ncol))
+    # one in-domain set: one x axis for every panel, its tick labels only at the bottom of each column
+    share = len({d for d, _ in shown}) == 1
+    fig, axes = plt.subplots(nrow, ncol, figsize=(2.8 * ncol, 2.5 * nrow), squeeze=False, sharex=share)
+    styles = {"linear": ("-", 1.2), "gam": ("--", 1.4)}
+    runs = sorted(sub["run"].unique())
+    colours = dict(zip(runs, plt.get_cmap("tab10")(np.linspace(0, 1, max(len(runs), 1)))))
+    drawn = {}
+    wides = {
+        dom: {
+            run: g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
+            for run, g in sub[sub["in_domain"] == dom].groupby("run")
+        }
+        for dom in {d for d, _ in shown}
+    }
+    for k, (ax, (dom, ts)) in enumerate(zip(axes.flat, shown)):
+        n_curves = 0
+        for run, w in wides[dom].items():
+            if dom not in w or ts not in w:
+                continue
+            pts = w[[dom, ts]].dropna()
+            z, v = pts[dom].to_numpy(float), pts[ts].to_numpy(float)
+            ax.scatter(z, v, s=8, color=colours[run], alpha=0.7)
+            if len(z) < 3 or np.ptp(z) == 0:
+                continue
+            grid = np.linspace(z.min(), z.max(), 60)
+            for res in residualisers:
+                curve = _fit_curve(z, v, res, gam_settings, grid)
+                if curve is not None:
+                    ls, lw = styles.get(res.split("+")[0], ("-", 1))
+                    ax.plot(grid, curve, ls=ls, lw=lw, color=colours[run])
+                    n_curves += 1
+        drawn[ts] = n_curves
+        ax.set_title(ts, fontsize=8)
+        ax.tick_params(labelsize=6)
+        ax.locator_params(nbins=4)
+        if not share or k + ncol >= len(shown):
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel(f"{dom} (in-domain)", fontsize=6)
+    for ax in list(axes.flat)[len(shown) :]:
+        ax.set_axis_off()
+    kinds = [r for r in residualisers if "+" not in r]
+    legend = ", ".join(f"{r}: {'solid' if r == 'linear' else 'dashed'}" for r in kinds)
+    extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
+    fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
+    fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
+    _save(fig, out_png, tight=False)
+    return drawn

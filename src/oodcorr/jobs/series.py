@@ -1,0 +1,94 @@
+"""Checkpoint series that already exist: evaluated as they are, without finetuning.
+
+A model entry with ``series:`` lists its checkpoints directly, each with its x-axis
+value (``step:`` or ``tokens:``) and either a local directory (``path:``, a
+``save_pretrained`` folder such as a Trainer's ``checkpoint-<k>``) or a revision of one
+hub repository (``series.hub`` plus ``revision:`` per checkpoint, e.g. a pretraining
+run's intermediate revisions). Its runs have no finetune job: each checkpoint gets a
+manifest, written by the light local rule ``series_checkpoint``, which the evaluation
+reads instead of a finetune's manifest.
+
+The manifest of a local checkpoint lists every file that loading reads (:func:`oodcorr.core.model_dirs.model_files`)
+with its size and sha256, and the file's stat when it was hashed. The evaluation
+verifies the directory against it before loading (:func:`verify`): sizes always, and the
+sha256 of any file whose stat has changed since; a file that no longer matches stops the
+evaluation with a message naming it. Nothing is written into the user's directory. A
+hub checkpoint's manifest records the repository and revision (what identifies its
+weights); the hub's own download checks apply.
+
+Nothing here imports torch: the plan lists a local checkpoint's files when planning, so
+that Snakemake rewrites the manifest (and reruns that checkpoint's evaluations) when one
+of them changes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..core.io import sha256_file, sha256_json, write_json_atomic
+from ..core.model_dirs import check_local_weights, model_files
+
+KIND = "series-checkpoint"
+X_UNITS = ("step", "tokens")
+
+
+def _stat(f: Path) -> list[int]:
+    st = f.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoint: dict, entry: dict) -> dict:
+    """The manifest of one series checkpoint (``checkpoint``: ``{"path"}`` or ``{"hub", "revision"}``).
+
+    A local directory is checked first as any local model is (a model directory, safetensors
+    weights unless ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a
+    LoRA adapter is refused, as a series has no base model), then hashed."""
+    doc = {"kind": KIND, "model": model, "step": int(x), "x_unit": x_unit}
+    if checkpoint.get("path"):
+        d = Path(checkpoint["path"])
+        where = f"models[{model}].series.checkpoints ({x_unit} {x})"
+        if not d.is_dir():
+            raise ConfigError(f"{where}: {d} is not a directory")
+        if (d / "adapter_config.json").exists():
+            raise ConfigError(
+                f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
+                "(merge the adapter into its base model and save that)"
+            )
+        check_local_weights(str(d), dict(entry, name=model))
+        files = {}
+        for f in model_files(d, bool(entry.get("allow_pickle_weights"))):
+            files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": _stat(f)}
+        doc.update(source={"path": str(d)}, files=files, digest=sha256_json({k: v["sha256"] for k, v in files.items()}))
+    else:
+        doc.update(
+            source={"hub": checkpoint["hub"], "revision": checkpoint["revision"]},
+            files={},
+            digest=f"hub:{checkpoint['hub']}@{checkpoint['revision']}",
+        )
+    write_json_atomic(out, doc)
+    return doc
+
+
+def read_manifest(path: str | Path) -> dict | None:
+    """A series checkpoint's manifest, or None if the file is another kind (a finetune's manifest)."""
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    return doc if isinstance(doc, dict) and doc.get("kind") == KIND else None
+
+
+def verify(doc: dict) -> tuple[bool, str]:
+    """Whether a local series checkpoint still holds the files its manifest lists: each present,
+    of the same size, and of the same sha256 where its stat changed since it was hashed."""
+    path = doc["source"].get("path")
+    if not path:
+        return True, "hub revision"
+    for name, meta in doc["files"].items():
+        f = Path(path) / name
+        if not f.is_file():
+            return False, f"{f}: missing"
+        if f.stat().st_size != meta["size"]:
+            return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest"
+        if _stat(f) != meta["stat"] and sha256_file(f) != meta["sha256"]:
+            return False, f"{f}: sha256 differs from the manifest (the file changed after it was listed)"
+    return True, "ok"

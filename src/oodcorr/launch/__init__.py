@@ -1,0 +1,10 @@
+"""What runs when a person or Snakemake starts the workflow, before and around the jobs.
+
+``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings),
+``sizing`` (parameter counts, GPU memory, checkpoint sizes), ``budget`` (what a config will
+cost), ``runtime`` (a job's logging and device, set up by the rule scripts) and ``report``
+(``snakemake --report`` asked of an experiment that has not run).
+
+May import: ``core``, ``planning``, ``modeling``; never ``jobs``, since the Snakefile imports
+this folder while it plans.
+"""

@@ -1,0 +1,408 @@
+"""What an experiment will cost, before it is submitted: ``oodcorr budget --configfile X``.
+
+From the plan (:mod:`oodcorr.planning.plan`), and optionally a profile, the hub lock and the
+experiment's own finished jobs:
+
+* **jobs per rule**, and which run on the submitting node (``localrules``) and which are
+  submitted (with a profile's PACKING block: evaluations per SLURM job);
+* **GPU-hours** as requested: every job's GPUs x its time limit (``runtime``; for
+  evaluate minutes per checkpoint), the upper bound a compute-time request must cover;
+  and **expected** GPU-hours where finished jobs of the same model measured their cost on
+  the same kind of device (finetune: the manifest's ``seconds``; evaluate: the record's
+  ``timing_s`` plus, for a freshly started job, its start-up ``job_timing_s``),
+  per model and testset; the other jobs count at their limits;
+* **checkpoint disk**: every run's checkpoints (LoRA: the adapter; full finetuning: the
+  weights; :func:`oodcorr.launch.sizing.checkpoint_bytes`), plus the optimizer state one
+  checkpoint per run holds while it trains;
+* **download size**: the hub files and datasets the lock lists (``oodcorr prefetch``);
+* **the longest path**: the longest chain of submitted jobs (build, then finetune or
+  tokenise, then one evaluation job) at their time limits -- the wall time with enough
+  GPUs; with ``--gpus N`` also the wall time on N GPUs at least.
+
+Written as markdown (to print, and to attach to a compute-time request) and JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..core.io import human_bytes, write_json_atomic, write_text_atomic
+from ..jobs.evaluate import read_result
+from ..modeling.hub import cache_warnings
+from ..planning.plan import MODEL_RULES
+from .sizing import checkpoint_bytes, model_size
+
+# rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
+LOCAL_RULES = (
+    "prepare_dataset",
+    "pretraining_corpus",
+    "aggregate_scores",
+    "accuracy_table",
+    "partial_correlations",
+    "heatmap",
+    "heatmap_grid",
+    "learning_curves",
+    "scatter",
+    "training_loss",
+    "publish_results",
+    "all",
+)
+
+
+@dataclass
+class RuleCost:
+    rule: str
+    jobs: int
+    submitted: int  # SLURM submissions (0: runs on the submitting node)
+    gpus_per_job: list[int] = field(default_factory=list)
+    gpu_hours: float = 0.0  # GPUs x time limits
+    gpu_hours_expected: float = 0.0  # measured where known, else the limits
+    measured_jobs: int = 0  # jobs whose expected cost is a measurement
+    cpu_core_hours: float = 0.0  # threads x time limits, jobs without a GPU
+    partitions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Budget:
+    experiment: str
+    config: str
+    unit: str
+    profile: dict
+    rules: list[RuleCost]
+    checkpoint_bytes: int | None
+    checkpoint_notes: list[str]
+    optimizer_state_bytes: int | None
+    download_bytes: int | None
+    download_note: str
+    longest_path_min: float
+    longest_path_run: str
+    gpus: int | None
+    wall_hours_at_least: float | None
+    notes: list[str]
+
+    @property
+    def totals(self) -> dict:
+        return {
+            "jobs": sum(r.jobs for r in self.rules),
+            "submitted": sum(r.submitted for r in self.rules),
+            "gpu_hours": round(sum(r.gpu_hours for r in self.rules), 6),
+            "gpu_hours_expected": round(sum(r.gpu_hours_expected for r in self.rules), 6),
+            "cpu_core_hours": round(sum(r.cpu_core_hours for r in self.rules), 6),
+        }
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["totals"] = self.totals
+        for r in out["rules"]:
+            for k in ("gpu_hours", "gpu_hours_expected", "cpu_core_hours"):
+                r[k] = round(r[k], 6)
+        return out
+
+
+# ---- inputs -------------------------------------------------------------------------------------
+
+
+def read_profile(folder: str | Path | None) -> dict:
+    """What of a Snakemake profile shapes the budget: executor, concurrent jobs, packing, default partition."""
+    if folder is None:
+        return {}
+    path = Path(folder) / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"--profile {folder}: no config.yaml in it")
+    prof = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    defaults = prof.get("default-resources") or {}
+    return {
+        "path": str(folder),
+        "executor": prof.get("executor", "local"),
+        "jobs": prof.get("jobs"),
+        "group_components": dict(prof.get("group-components") or {}),
+        "groups": dict(prof.get("groups") or {}),
+        "default_partition": defaults.get("slurm_partition"),
+        "default_account": defaults.get("slurm_account"),
+    }
+
+
+def measured_costs(plan) -> dict:
+    """Seconds finished jobs of this experiment took, by (rule, model, testset or None, device kind)."""
+    out: dict[tuple, list[float]] = {}
+    for run in plan.runs:
+        man = Path(plan.paths.manifest.format(**run.wildcards))
+        try:
+            info = json.loads(man.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if info.get("trained") and info.get("seconds") and info.get("device"):
+            kind = "gpu" if str(info["device"]).startswith("cuda") else "cpu"
+            out.setdefault(("finetune", run.model, None, kind), []).append(float(info["seconds"]))
+    for job in plan.eval_jobs:
+        for step in job.steps:
+            path = Path(plan.predictions_path(job.run, step, job.testset))
+            if not path.exists():
+                continue
+            try:
+                rec = read_result(path)
+            except (OSError, ValueError):
+                continue
+            secs = sum((rec.get("timing_s") or {}).values())
+            if rec.get("load") == "fresh":
+                secs += sum((rec.get("job_timing_s") or {}).values())
+            kind = "gpu" if str(rec.get("device", "")).startswith("cuda") else "cpu"
+            out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(secs)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+# ---- the budget ------------------------------------------------------------------------------------
+
+
+def job_counts(plan) -> dict[str, int]:
+    """Jobs per rule, as Snakemake schedules them for the whole experiment."""
+    tiny = [m for m, s in plan.models.items() if s.is_tiny]
+    tokenize = sum(
+        len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
+        for m in plan.models
+    )
+    n_models = len(plan.models)
+    trained = len([m for m, s in plan.models.items() if not s.is_series])  # a series has no finetune, no loss
+    counts = {
+        "prepare_dataset": len(plan.datasets),
+        "pretraining_corpus": 1 if tiny else 0,
+        "build_tiny_model": len(tiny),
+        "tokenize_testset": tokenize,
+        "finetune": len([r for r in plan.runs if not r.series]),
+        "evaluate": len(plan.eval_jobs),
+        "aggregate_scores": 1,
+        "accuracy_table": 1,
+        "partial_correlations": 1,
+        "heatmap": n_models,
+        "heatmap_grid": 1,
+        "learning_curves": n_models,
+        "scatter": n_models,
+        "training_loss": trained,
+        "publish_results": 1,
+        "all": 1,
+    }
+    return {k: v for k, v in counts.items() if v}
+
+
+def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
+    """(model, minutes, testset) for every job of a per-model rule."""
+    if rule == "evaluate":
+        per = {m: s.resources["evaluate"].runtime for m, s in plan.models.items()}
+        return [(j.run.model, per[j.run.model] * len(j.steps), j.testset) for j in plan.eval_jobs]
+    if rule == "finetune":
+        return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
+    if rule == "build_tiny_model":
+        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.is_tiny]
+    jobs = []
+    for m, s in plan.models.items():
+        testsets = {t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]}
+        jobs += [(m, s.resources[rule].runtime, t) for t in sorted(testsets)]
+    return jobs
+
+
+def compute(
+    plan,
+    *,
+    configfile: str = "",
+    lock=None,
+    profile: dict | None = None,
+    gpus: int | None = None,
+    measured: dict | None = None,
+) -> Budget:
+    profile = profile or {}
+    measured = measured or {}
+    counts = job_counts(plan)
+    slurm = profile.get("executor") == "slurm"
+    notes: list[str] = []
+    rules = []
+    for rule, n in counts.items():
+        cost = RuleCost(rule, n, 0 if rule in LOCAL_RULES else n)
+        if rule in MODEL_RULES:
+            gpus_seen, parts = set(), set()
+            gpu_min = cpu_min = 0  # whole minutes: sums without rounding error
+            expected_s = 0.0
+            for model, minutes, testset in _model_jobs(plan, rule):
+                res = plan.models[model].resources[rule]
+                gpus_seen.add(res.gpu)
+                parts.add(
+                    res.slurm_partition
+                    or (profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)")
+                )
+                if res.gpu:
+                    gpu_min += res.gpu * minutes
+                    # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
+                    secs = measured.get((rule, model, testset if rule == "evaluate" else None, "gpu"))
+                    if secs is not None:
+                        steps = minutes // res.runtime if rule == "evaluate" else 1
+                        expected_s += res.gpu * secs * steps
+                        cost.measured_jobs += 1
+                    else:
+                        expected_s += res.gpu * minutes * 60
+                else:
+                    cpu_min += res.threads * minutes
+            cost.gpu_hours, cost.cpu_core_hours = gpu_min / 60, cpu_min / 60
+            cost.gpu_hours_expected = expected_s / 3600
+            cost.gpus_per_job = sorted(gpus_seen)
+            cost.partitions = sorted(parts)
+        if rule == "evaluate" and cost.submitted:
+            k = int((profile.get("group_components") or {}).get("evaluate", 1) or 1)
+            if k > 1 and "evaluate" in (profile.get("groups") or {}):
+                cost.submitted = math.ceil(n / k)
+                notes.append(
+                    f"evaluations are packed {k} per SLURM job (the profile's PACKING block): "
+                    f"{cost.submitted} submissions"
+                )
+        rules.append(cost)
+
+    # checkpoints: every run's saved steps, plus one checkpoint's optimizer state while it trains
+    total: int | None = 0
+    opt: int | None = 0
+    ck_notes = []
+    for m, spec in plan.models.items():
+        runs = [r for r in plan.runs if r.model == m]
+        per, how = checkpoint_bytes(spec, model_size(spec, lock))
+        n_ckpt = sum(len(r.steps) for r in runs)
+        if per is None:
+            total = opt = None  # one unknown model makes the sum unknown: never a partial total
+            ck_notes.append(f"{m}: {n_ckpt} checkpoints, {how}")
+            continue
+        if total is not None and opt is not None:
+            total += per * n_ckpt
+            # Adam's two states of what trains (LoRA: the fp32 adapter; full: the weights, same dtype)
+            opt += 2 * per * len(runs)
+        ck_notes.append(f"{m}: {n_ckpt} checkpoints x {human_bytes(per)} ({how})")
+    if lock is not None:
+        download, dnote = lock.download_bytes, f"from the lock file {lock.path}"
+    elif any(s.source == "hub" for s in plan.models.values()) or any(
+        plan.exp.dataset(d).get("source") == "hub" for d in plan.datasets
+    ):
+        download, dnote = None, "run oodcorr prefetch: the lock lists every file and its size"
+    else:
+        download, dnote = 0, "nothing to download (no hub models or datasets)"
+
+    # the longest chain of submitted jobs, at their limits
+    longest, which = 0.0, ""
+    for run in plan.runs:
+        res = plan.models[run.model].resources
+        build = res["build_tiny_model"].runtime if plan.models[run.model].is_tiny else 0
+        ev = res["evaluate"].runtime * (len(run.steps) if plan.unit == "run" else 1)
+        t = build + max(res["finetune"].runtime, res["tokenize_testset"].runtime) + ev
+        if t > longest:
+            longest, which = t, run.id
+    gpu_hours = sum(r.gpu_hours for r in rules)
+    wall = max(longest / 60, gpu_hours / gpus) if gpus else None
+    if slurm:
+        notes += cache_warnings()
+        gpu_parts = {p for r in rules if r.rule in MODEL_RULES and any(r.gpus_per_job) for p in r.partitions}
+        for r in rules:
+            if r.rule in MODEL_RULES and r.gpus_per_job == [0] and set(r.partitions) & gpu_parts:
+                notes.append(
+                    f"the {r.jobs:,} {r.rule} jobs ask for no GPU but go to partition "
+                    f"{', '.join(sorted(set(r.partitions) & gpu_parts))}, like the GPU jobs: set "
+                    "resources.cpu.slurm_partition in the config to send them to a CPU partition"
+                )
+    notes.append(
+        "not counted: data preparation, aggregation and analysis on the submitting node; tokenised "
+        "testsets and predictions files on disk (small next to checkpoints)"
+    )
+    return Budget(
+        experiment=plan.experiment,
+        config=str(configfile),
+        unit=plan.unit,
+        profile=profile,
+        rules=rules,
+        checkpoint_bytes=total,
+        checkpoint_notes=ck_notes,
+        optimizer_state_bytes=opt,
+        download_bytes=download,
+        download_note=dnote,
+        longest_path_min=longest,
+        longest_path_run=which,
+        gpus=gpus,
+        wall_hours_at_least=wall,
+        notes=notes,
+    )
+
+
+# ---- output --------------------------------------------------------------------------------------------
+
+
+def _h(x: float) -> str:
+    return f"{x:,.1f}"
+
+
+def markdown(b: Budget) -> str:
+    prof = b.profile
+    where = (
+        (
+            f"profile {prof['path']} (executor {prof['executor']}"
+            + (f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else "")
+            + ")"
+        )
+        if prof
+        else "no profile"
+    )
+    lines = [
+        f"# Budget: experiment {b.experiment}",
+        "",
+        f"Config {b.config}, evaluation unit `{b.unit}`, {where}. Written by `oodcorr budget`; GPU-hours "
+        "are GPUs x time limits (`runtime`), the most the jobs may use; *expected* replaces a job's limit "
+        "by what finished jobs of the same model and testset took on a GPU, where there are any.",
+        "",
+        "| rule | jobs | submitted | GPUs/job | GPU-hours (limits) | GPU-hours (expected) | measured jobs "
+        "| CPU core-hours | partition |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in b.rules:
+        lines.append(
+            f"| {r.rule} | {r.jobs:,} | {r.submitted:,} | {'/'.join(map(str, r.gpus_per_job)) or '-'} | "
+            f"{_h(r.gpu_hours)} | {_h(r.gpu_hours_expected)} | {r.measured_jobs:,} | "
+            f"{_h(r.cpu_core_hours)} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
+        )
+    t = b.totals
+    lines += [
+        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{_h(t['gpu_hours'])}** | "
+        f"**{_h(t['gpu_hours_expected'])}** | | **{_h(t['cpu_core_hours'])}** | |",
+        "",
+    ]
+    lines.append(
+        f"* **Checkpoint disk**: {human_bytes(b.checkpoint_bytes)}"
+        + (
+            f", plus up to {human_bytes(b.optimizer_state_bytes)} of optimizer state while runs train "
+            "(one checkpoint per run keeps it)"
+            if b.optimizer_state_bytes
+            else ""
+        )
+    )
+    lines += [f"  * {n}" for n in b.checkpoint_notes]
+    lines.append(
+        f"* **Download**: {human_bytes(b.download_bytes) if b.download_bytes is not None else 'unknown'} "
+        f"({b.download_note})"
+    )
+    lines.append(
+        f"* **Longest path**: {b.longest_path_min / 60:,.1f} h ({b.longest_path_min:,.0f} min, run "
+        f"{b.longest_path_run}: its finetune, or tokenisation, then one evaluation job, at their time "
+        "limits): the wall time with a free GPU for every job"
+    )
+    if b.gpus:
+        lines.append(
+            f"* **Wall time on {b.gpus} GPUs**: at least {b.wall_hours_at_least:,.1f} h "
+            "(the larger of the longest path and GPU-hours / GPUs)"
+        )
+    lines += [f"* {n}" for n in b.notes]
+    return "\n".join(lines) + "\n"
+
+
+def write(b: Budget, prefix: str | Path) -> tuple[Path, Path]:
+    """``<prefix>.md`` and ``<prefix>.json``, atomically."""
+    prefix = Path(prefix)
+    md, js = prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".json")
+    write_text_atomic(md, markdown(b))
+    write_json_atomic(js, b.to_json())
+    return md, js

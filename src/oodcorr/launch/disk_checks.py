@@ -1,0 +1,276 @@
+"""Planning-time checks of what is on disk, before any job runs, and the warnings at the end.
+
+They read tokenizers (models, prompting) and what earlier jobs wrote (data, evaluate), so they
+sit above the job modules; the checks of the config alone are in :mod:`oodcorr.planning.checks`.
+Called by the Snakefile while planning (:func:`check_on_disk`) and when the run ends
+(:func:`end_of_run_warnings`):
+
+* :func:`check_inputs_exist` -- local dataset files and local or packaged models (they exist,
+  and load under the safety defaults);
+* :func:`check_verbalisers_on_disk` -- verbalisers against every tokenizer already on
+  disk (local, packaged and built models);
+* :func:`check_sources_unchanged` -- a local dataset file edited in place with its
+  modification time kept (Snakemake would keep evaluations of the old file);
+* :func:`check_summaries_complete` -- with ``evaluation.unit: run``, a job summary
+  whose predictions files are gone;
+* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..core.errors import ConfigError, DataError, StaleResult
+from ..core.model_dirs import check_local_weights, package_dir
+from ..jobs.data import local_source_changed
+from ..jobs.evaluate import cache_info_path
+from ..modeling.loading import load_tokenizer
+from ..planning.checks import TRUNCATION_WARNING
+from ..planning.config import Experiment
+from ..planning.plan import Plan
+
+
+def check_on_disk(plan: Plan) -> list[str]:
+    """What the config points at, and what earlier runs left, checked before any job runs.
+
+    Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
+    missing input file or an unusable model (:func:`check_inputs_exist`), a
+    verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
+    with its time kept, and (unit ``run``) a summary whose predictions files are gone.
+    Returns warnings about what is on disk (prompts cut to ``max_length``)."""
+    check_inputs_exist(plan.exp)
+    check_verbalisers_on_disk(plan)
+    check_sources_unchanged(plan)
+    check_summaries_complete(plan)
+    return truncation_warnings(plan)
+
+
+def end_of_run_warnings(plan: Plan) -> list[str]:
+    """Everything allowed but suspicious, gathered once at the end of a run: the planning
+    warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
+    data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
+    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan)
+    return list(dict.fromkeys(out))
+
+
+def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
+    """Warnings that preparation recorded in this experiment's dataset meta files."""
+    out = []
+    for name in exp.all_datasets():
+        meta = Path(data_dir) / f"{name}.meta.json"
+        if meta.exists():
+            warning = json.loads(meta.read_text(encoding="utf-8")).get("warning")
+            if warning:
+                out.append(f"{warning} (see {meta})")
+    return out
+
+
+# ---- what is on disk -----------------------------------------------------------------------
+def check_inputs_exist(exp: Experiment) -> None:
+    """What the config points at on disk: local dataset files and local or packaged models
+    (their folders, and that they load under the safety defaults)."""
+    for name in exp.all_datasets():
+        _check_local_file(exp, name)
+    for m in exp.config["models"]:
+        if m.get("path") or m.get("package"):
+            _check_local_model(m)
+        for ck in (m.get("series") or {}).get("checkpoints", []):
+            if ck.get("path"):
+                _check_local_model(dict(m, path=ck["path"]), f"models[{m['name']}].series.checkpoints")
+
+
+def _check_local_file(exp: Experiment, name: str) -> None:
+    """A local dataset's file must exist when planning.
+
+    Otherwise Snakemake would quietly leave the testset out once results/scores.*
+    exist (it ignores a missing input of a job whose output is not needed anew).
+    """
+    spec = exp.dataset(name)
+    if spec.get("source") != "local":
+        return
+    where = f"datasets.{name}.path" + (f" (from {spec['_registry']})" if spec.get("_registry") else "")
+    if not spec.get("path"):
+        raise ConfigError(f"{where}: a local dataset needs a `path`")
+    path = exp.resolve_path(spec["path"])
+    if not path.is_file():
+        rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {exp.basedir})"
+        raise ConfigError(f"{where}: file not found: {path}{rel}")
+
+
+def _check_local_model(m: dict, key: str | None = None) -> None:
+    """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+    if m.get("package"):
+        p = package_dir(m)
+    else:
+        p = Path(m["path"])
+        if not p.exists():
+            where = key or f"models[{m['name']}].path"
+            raise ConfigError(
+                f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
+            )
+    check_local_weights(str(p), m)
+
+
+def tokenizer_dir(plan: Plan, model: str) -> Path | None:
+    """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
+    tiny model's once built; None for hub models and tiny models not built yet."""
+    spec = plan.models[model]
+    if spec.source == "path":
+        return Path(spec.entry["path"])
+    if spec.source == "package":
+        return package_dir(spec.entry)
+    if spec.is_tiny:
+        return Path(plan.tiny_dir(model))
+    return None
+
+
+def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: list[str]) -> bool:
+    """Whether the tokenizer file, read by the `tokenizers` library alone (milliseconds), splits a
+    verbaliser or maps two to one token. Only a hint: transformers may set the tokenizer up
+    differently, so a problem found here is confirmed with the jobs' own code."""
+    from tokenizers import Tokenizer  # tokenizers: only when a tokenizer is already on disk
+
+    try:
+        tok = Tokenizer.from_file(str(tokenizer_json))
+        ids = [tok.encode(verbalisers[lab], add_special_tokens=False).ids for lab in labels]
+    except Exception:  # noqa: BLE001 -- unreadable here: let the exact check decide
+        return True
+    return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
+
+
+def check_verbalisers_on_disk(plan: Plan) -> None:
+    """Each verbaliser must be one token, and the labels' tokens distinct, for every tokenizer:
+    checked while planning for every tokenizer already on disk, so that a bad word stops the
+    run before any job (and not in the first job that loads the tokenizer, after the tiny
+    model was rebuilt). Models with their own code (``trust_remote_code``) are left to their
+    jobs: planning runs no model's code."""
+    for name, spec in plan.models.items():
+        if spec.method != "pattern" or not spec.prompt or spec.entry.get("trust_remote_code"):
+            continue
+        d = tokenizer_dir(plan, name)
+        if d is None or not (d / "tokenizer.json").is_file():
+            continue
+        if not _quick_verbaliser_problem(d / "tokenizer.json", spec.prompt["verbalisers"], list(plan.labels)):
+            continue
+        from ..modeling.prompting import verbaliser_ids  # prompting imports torch: kept out of planning
+
+        # the jobs' own code (transformers, seconds): raises the jobs' ConfigError naming the label and model
+        verbaliser_ids(
+            load_tokenizer(spec.entry, plan.tiny_dir(name)), spec.prompt["verbalisers"], list(plan.labels), name
+        )
+
+
+def check_sources_unchanged(plan: Plan) -> None:
+    """A local dataset file whose bytes changed since it was prepared, while its modification
+    time is not newer than the prepared copy, would keep its old evaluations: Snakemake
+    reruns a job only when an input is newer. Refused, with the command that reruns them."""
+    for name in plan.datasets:
+        meta_path = Path(plan.paths.data_meta.format(dataset=name))
+        data_path = Path(plan.paths.data.format(dataset=name))
+        if plan.exp.dataset(name).get("source") != "local" or not (meta_path.is_file() and data_path.is_file()):
+            continue
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # a damaged meta file: its preparation is redone when an input changes; nothing to compare
+        source = plan.exp.dataset_input(name)
+        if not source or str(meta.get("path")) != source[0] or not os.path.isfile(source[0]):
+            continue  # the entry points at another file: the changed input reruns the preparation
+        if os.stat(source[0]).st_mtime > min(meta_path.stat().st_mtime, data_path.stat().st_mtime):
+            continue  # newer than the prepared copy: Snakemake prepares it again
+        changed = local_source_changed(meta)
+        if changed:
+            raise DataError(
+                f"{changed}, but its modification time is older than the prepared copy "
+                f"{data_path}, so Snakemake would keep the results of the old file. Run `touch "
+                f"{source[0]}` and run again: the testset is prepared, tokenised and evaluated again"
+            )
+
+
+def check_summaries_complete(plan: Plan) -> None:
+    """``evaluation.unit: run``: a job summary whose predictions files are gone.
+
+    The job declares only its summary (Snakemake deletes a job's declared outputs before it
+    runs, and the job keeps the predictions files it finds, so they cannot be outputs), and
+    Snakemake reruns a job only for its outputs, inputs and params: a deleted predictions
+    file alone never reruns it. Refused while planning with the one command that does,
+    unless the job runs again anyway (a newer checkpoint manifest or tokenised testset, or
+    another schedule)."""
+    if plan.unit != "run":
+        return
+    stale: dict[str, list[str]] = {}
+    for job in plan.eval_jobs:
+        summary = plan.paths.eval_summary.format(**job.run.wildcards, testset=job.testset)
+        if not os.path.exists(summary):
+            continue
+        wanted = [plan.predictions_path(job.run, s, job.testset) for s in job.steps]
+        if all(os.path.exists(p) for p in wanted):
+            continue
+        inputs = [
+            plan.paths.manifest.format(**job.run.wildcards),
+            plan.paths.tokenized.format(model=job.run.model, testset=job.testset),
+        ]
+        t_summary = os.stat(summary).st_mtime
+        if any(not os.path.exists(p) or os.stat(p).st_mtime > t_summary for p in inputs):
+            continue  # Snakemake runs the job again anyway
+        try:
+            doc = json.loads(Path(summary).read_text(encoding="utf-8"))
+            listed = [(int(r["step"]), str(r["predictions"])) for r in doc["checkpoints"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # unreadable: the aggregation names it
+        if [s for s, _ in listed] != list(job.steps):
+            continue  # another schedule: its params changed, so it runs again
+        gone = [p for _, p in listed if not os.path.exists(p)]
+        if gone:
+            stale[summary] = gone
+    if stale:
+        lines = [
+            f"{s}: lists {len(g)} predictions file(s) that are gone ({', '.join(g[:2])}{', ...' if len(g) > 2 else ''})"
+            for s, g in sorted(stale.items())
+        ]
+        shown = lines[:5] + ([f"... and {len(lines) - 5} more summaries"] if len(lines) > 5 else [])
+        raise StaleResult(
+            "evaluation summaries list predictions files that are gone, and Snakemake would not run their "
+            "jobs again (a job of evaluation.unit run declares only its summary):\n  "
+            + "\n  ".join(shown)
+            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
+            "predictions files it finds and scores only the missing checkpoints"
+        )
+
+
+def truncation_warnings(plan: Plan) -> list[str]:
+    """Testsets (per model's tokenizer) and training samples with more than
+    ``TRUNCATION_WARNING`` of their prompts cut to ``max_length``: from each tokenised
+    cache's sidecar (``<testset>.info.json``) and each finished run's manifest, as far as
+    they exist (at planning: from earlier runs; at the end of a run: all of them)."""
+    out = []
+    for model in plan.models:
+        for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
+            info_path = cache_info_path(plan.paths.tokenized.format(model=model, testset=testset))
+            try:
+                info = json.loads(Path(info_path).read_text(encoding="utf-8"))
+                n, cut = int(info["n"]), int(info["n_truncated"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if n and cut / n > TRUNCATION_WARNING:
+                out.append(
+                    f"testset {testset!r}, model {model!r}: {cut} of {n} prompts ({cut / n:.0%}) are longer "
+                    f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
+                    "their end; raise evaluation.max_length to score whole examples"
+                )
+    for run in plan.runs:
+        manifest = Path(plan.paths.manifest.format(**run.wildcards))
+        try:
+            info = json.loads(manifest.read_text(encoding="utf-8"))
+            cut = int(info.get("n_truncated_prompts") or 0)
+        except (OSError, ValueError, TypeError):
+            continue
+        if run.n_train and cut / run.n_train > TRUNCATION_WARNING:
+            out.append(
+                f"run {run.id}: {cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are longer "
+                f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
+                "were cut; raise finetune.max_length"
+            )
+    return out

@@ -1,0 +1,10 @@
+"""Models: how one is loaded, adapted to NLI and scored, built offline, or fetched from the hub.
+
+``loading`` (models and tokenizers under the safety defaults), ``adaptation`` (the adaptation
+methods: pattern or head), ``prompting`` (prompt, verbalisers, the scored position), ``tiny`` and
+``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task) and ``hub``
+(the hub lock, prefetching, pinned revisions). torch and transformers are imported inside the
+functions that need them, so planning can ask a model's size or tokenizer without them.
+
+May import: ``core``.
+"""

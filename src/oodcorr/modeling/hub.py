@@ -1,0 +1,558 @@
+"""The Hugging Face hub: prefetch into a shared cache, pin each revision to a commit, run offline.
+
+Compute nodes often have no internet, and 96 finetunes must not race to download the
+same weights. So, once, on a login node::
+
+    oodcorr prefetch --configfile config/paper.yaml
+
+resolves every hub model's and hub dataset's revision (a commit, branch, tag or
+``refs/pr/N``) to a commit, downloads what a job loads into the Hugging Face cache
+(``HF_HOME``; models: config, tokenizer and safetensors weights -- pickle weights only
+where the entry sets ``allow_pickle_weights``, a model's own ``*.py`` only with
+``trust_remote_code``; datasets: ``datasets.load_dataset`` at that commit) and writes
+the **lock file** beside the config (``config/paper.lock.yaml``; ``hub.lock`` names
+another): per model and dataset the revision asked for, the commit, the files and
+their sizes, and (models) the parameter count and the shapes of the linear layers,
+read from the safetensors headers (for the GPU-memory check and the budget,
+:mod:`oodcorr.launch.sizing`).
+
+With a lock, the Snakefile (:func:`use_lock`) checks it against the plan (every hub
+model and dataset is there, at the revision the config asks for), checks that the
+cache holds the locked commits, and sets ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``
+and ``OODCORR_HUB_LOCK`` for every job (config key ``hub.offline``). In the jobs,
+:func:`pinned_model_revision` (called by :func:`oodcorr.modeling.loading.model_source`) and
+:func:`pinned_dataset` (by :func:`hub_load_kwargs`) load the locked
+commit, and refuse a revision that differs from the lock with the command to rerun.
+
+Without a lock nothing changes: jobs download from the hub, as before.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import logging
+import math
+import os
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from ..core.errors import ConfigError, DataError
+from ..core.io import human_bytes, write_text_atomic
+from . import adaptation
+
+log = logging.getLogger(__name__)
+
+LOCK_VERSION = 1
+LOCK_ENV = "OODCORR_HUB_LOCK"  # the lock file the jobs' hub loads are pinned to
+OFFLINE_ENV = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+# files a job reads from a model repository (its root folder only): config, tokenizer, weights
+MODEL_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+SAFE_WEIGHTS = ("*.safetensors",)
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
+REMOTE_CODE = ("*.py",)
+TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+class LockMismatch(ConfigError):
+    """A job asked for a revision that the lock file does not pin."""
+
+
+# ---- the lock file -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubLock:
+    """A parsed lock file (see the module docstring)."""
+
+    path: Path
+    config: str  # the config file prefetch read
+    models: dict[str, dict] = field(default_factory=dict)  # model name -> entry
+    datasets: dict[str, dict] = field(default_factory=dict)  # dataset name -> entry
+    cache: dict = field(default_factory=dict)  # {"hub": ..., "datasets": ...} as prefetch saw them
+    written: str = ""
+
+    @property
+    def command(self) -> str:
+        return f"oodcorr prefetch --configfile {self.config}"
+
+    @classmethod
+    def read(cls, path: str | Path) -> HubLock:
+        path = Path(path)
+        try:
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:
+            raise ConfigError(
+                f"{path}: not a readable lock file ({e}); delete it and run oodcorr prefetch again"
+            ) from None
+        if not isinstance(doc, dict) or doc.get("version") != LOCK_VERSION:
+            raise ConfigError(
+                f"{path}: not an oodcorr lock file of version {LOCK_VERSION}; delete it and run oodcorr prefetch again"
+            )
+        return cls(
+            path=path,
+            config=str(doc.get("config") or "<config>"),
+            models=dict(doc.get("models") or {}),
+            datasets=dict(doc.get("datasets") or {}),
+            cache=dict(doc.get("cache") or {}),
+            written=str(doc.get("written") or ""),
+        )
+
+    def dataset_for(self, call: dict) -> tuple[str, dict] | None:
+        """The locked dataset with this ``load_dataset`` call's id, config and split (any revision)."""
+        for name, entry in self.datasets.items():
+            hub = entry.get("hub") or {}
+            if (hub.get("path"), hub.get("name"), hub.get("split")) == (call["path"], call.get("name"), call["split"]):
+                return name, entry
+        return None
+
+    @property
+    def download_bytes(self) -> int:
+        return sum(int(e.get("bytes") or 0) for e in (*self.models.values(), *self.datasets.values()))
+
+
+def lock_path(configfile: str | Path, config: dict) -> Path:
+    """Where a config's lock lives: ``hub.lock`` (relative to the working folder), else beside the
+    config file, named after it (``config/paper.yaml`` -> ``config/paper.lock.yaml``)."""
+    given = (config.get("hub") or {}).get("lock")
+    if given:
+        return Path(given)
+    configfile = Path(configfile)
+    return configfile.with_name(f"{configfile.stem}.lock.yaml")
+
+
+def write_lock(path: Path, lock: dict) -> None:
+    head = (
+        f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
+        "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
+        "# after changing a revision in the config, run that command again.\n"
+    )
+    write_text_atomic(path, head + yaml.safe_dump(lock, sort_keys=False, width=120))
+
+
+# ---- what a plan fetches -------------------------------------------------------------------
+
+
+def hub_load_kwargs(spec: dict) -> dict:
+    """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
+    hub = spec.get("hub") or {}
+    missing = [k for k in ("id", "split", "revision") if not hub.get(k)]
+    if missing:
+        raise DataError(f"hub dataset entry needs hub.{', hub.'.join(missing)} (got {hub})")
+    return {"path": hub["id"], "name": hub.get("config"), "split": hub["split"], "revision": hub["revision"]}
+
+
+def hub_models(plan) -> list:
+    """The plan's model specs that come from the hub."""
+    return [spec for spec in plan.models.values() if spec.source == "hub"]
+
+
+def hub_datasets(plan) -> dict[str, dict]:
+    """Dataset name -> its exact ``datasets.load_dataset`` call, for the plan's hub datasets."""
+    out = {}
+    for name in plan.datasets:
+        spec = plan.exp.dataset_params(name)
+        if spec.get("source") == "hub":
+            out[name] = hub_load_kwargs(spec)
+    return out
+
+
+def check_lock(plan, lock: HubLock) -> None:
+    """Every hub model and dataset of the plan is in the lock, at the revision the config asks for."""
+    problems = []
+    for spec in hub_models(plan):
+        entry = lock.models.get(spec.name)
+        if entry is None:
+            problems.append(f"models[{spec.name}]: not in the lock file")
+        else:
+            problems += _model_mismatch(spec.entry, entry)
+    for name, call in hub_datasets(plan).items():
+        found = lock.dataset_for(call)
+        if found is None:
+            problems.append(
+                f"datasets.{name}: {call['path']} ({call['name'] or 'default'}/{call['split']}) is not in the lock file"
+            )
+        elif found[1]["hub"].get("revision") != call["revision"]:
+            problems.append(_revision_message(f"datasets.{name}", call["revision"], found[1]))
+    if problems:
+        raise LockMismatch(
+            f"{lock.path} does not match the config:\n  "
+            + "\n  ".join(problems)
+            + f"\nDownload and pin what the config asks for: {lock.command}"
+        )
+
+
+def _model_mismatch(spec: dict, entry: dict) -> list[str]:
+    where = f"models[{spec['name']}]"
+    if entry.get("hub") != spec.get("hub"):
+        return [f"{where}: hub id {spec.get('hub')!r} in the config, {entry.get('hub')!r} in the lock file"]
+    if entry.get("revision") != spec.get("revision"):
+        return [_revision_message(where, spec.get("revision"), entry)]
+    return []
+
+
+def _revision_message(where: str, asked, entry: dict) -> str:
+    locked = entry.get("revision") if "revision" in entry else (entry.get("hub") or {}).get("revision")
+    return f"{where}: revision {asked!r} in the config, {locked!r} in the lock file (commit {entry.get('commit')})"
+
+
+# ---- the workflow side (Snakefile) ---------------------------------------------------------
+
+
+def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None, list[str]]:
+    """Read, check and activate the config's lock; returns (the lock or None, the planning warnings:
+    the plan's own, less those about unpinned revisions that the lock pins, and the cache's).
+
+    With a lock the jobs' environment pins their hub loads to it (``OODCORR_HUB_LOCK``) and,
+    unless ``hub.offline: false``, takes the hub offline. A lock that does not match the plan,
+    or whose commits are not in this machine's cache, stops planning with what to run."""
+    path = lock_path(configfile, config)
+    offline = (config.get("hub") or {}).get("offline", "auto")
+    needs = bool(hub_models(plan) or hub_datasets(plan))
+    if not path.exists():
+        if (config.get("hub") or {}).get("lock"):
+            raise ConfigError(f"hub.lock: {path} does not exist; run oodcorr prefetch --configfile {configfile}")
+        warnings = list(plan.warnings)
+        if needs:
+            warnings.append(
+                f"no hub lock file ({path}): every job that loads a hub model or dataset downloads it "
+                f"itself; on a cluster run `oodcorr prefetch --configfile {configfile}` on the login "
+                "node first (it also pins branch and pull-request revisions to commits)"
+            )
+        if offline is True:
+            os.environ.update({k: "1" for k in OFFLINE_ENV})
+        return None, warnings
+    lock = HubLock.read(path)
+    check_lock(plan, lock)
+    missing = missing_from_cache(lock)
+    if missing:
+        raise ConfigError(
+            f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
+            + "\n  ".join(missing)
+            + "\n"
+            + _cache_hint(lock)
+        )
+    os.environ[LOCK_ENV] = str(path.resolve())
+    if offline in ("auto", True):
+        os.environ.update({k: "1" for k in OFFLINE_ENV})
+    pinned = tuple(f"models[{m}]: hub revision" for m in lock.models)  # oodcorr.planning.config's warning, now moot
+    return lock, [w for w in plan.warnings if not w.startswith(pinned)] + cache_warnings()
+
+
+def cache_dirs() -> dict[str, str]:
+    """This process's Hugging Face caches (hub files, datasets' Arrow files), from the environment."""
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface"
+    )
+    hub = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    data = os.environ.get("HF_DATASETS_CACHE") or os.path.join(home, "datasets")
+    return {"home": os.path.expanduser(home), "hub": os.path.expanduser(hub), "datasets": os.path.expanduser(data)}
+
+
+def cache_warnings() -> list[str]:
+    """Where the cache is, when a cluster's nodes would not all see it."""
+    dirs = cache_dirs()
+    out = []
+    tmp = [os.environ.get("TMPDIR") or "", *TEMP_ROOTS]
+    for kind in ("hub", "datasets"):
+        p = os.path.realpath(dirs[kind])
+        if any(t and (p == t or p.startswith(t.rstrip("/") + "/")) for t in tmp):
+            out.append(
+                f"the Hugging Face {kind} cache is {dirs[kind]}, a node-local temporary folder: other "
+                "nodes do not see it and it may be wiped; set HF_HOME to a folder on the shared file system"
+            )
+    if not os.environ.get("HF_HOME") and not out:
+        out.append(
+            f"HF_HOME is not set, so the Hugging Face cache is {dirs['home']}; on a cluster, set HF_HOME "
+            "to a folder on a shared file system that every node sees (the same value for prefetch and "
+            "for the jobs)"
+        )
+    return out
+
+
+def _cache_hint(lock: HubLock) -> str:
+    now = cache_dirs()
+    return (
+        f"This machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
+        f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
+        f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
+        f"`{lock.command}` again."
+    )
+
+
+def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path:
+    """A model commit's folder in the hub cache (``models--org--name/snapshots/<commit>``)."""
+    root = Path(hub_cache or cache_dirs()["hub"])
+    return root / ("models--" + repo.replace("/", "--")) / "snapshots" / commit
+
+
+def missing_from_cache(lock: HubLock) -> list[str]:
+    """What the lock pins that this machine's cache does not hold (file names only; sizes are checked
+    by the loaders)."""
+    dirs = cache_dirs()
+    out = []
+    for name, e in lock.models.items():
+        snap = model_snapshot(e["hub"], e["commit"], dirs["hub"])
+        gone = [f for f in (e.get("files") or {}) if not (snap / f).exists()]
+        if gone:
+            out.append(
+                f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} (e.g. {gone[0]})"
+            )
+    for name, e in lock.datasets.items():
+        gone = [f for f in (e.get("files") or {}) if not (Path(dirs["datasets"]) / f).exists()]
+        if gone:
+            out.append(f"datasets.{name}: {len(gone)} Arrow file(s) not in {dirs['datasets']} (e.g. {gone[0]})")
+    return out
+
+
+# ---- the job side --------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def _job_lock(path: str, mtime_ns: int) -> HubLock:
+    return HubLock.read(path)
+
+
+def active_lock() -> HubLock | None:
+    """The lock this job runs under (``OODCORR_HUB_LOCK``, set by the Snakefile), or None."""
+    path = os.environ.get(LOCK_ENV)
+    if not path:
+        return None
+    try:
+        mtime = os.stat(path).st_mtime_ns
+    except OSError:
+        raise ConfigError(f"{LOCK_ENV}={path}: the lock file is gone; run oodcorr prefetch again") from None
+    return _job_lock(path, mtime)
+
+
+def pinned_model_revision(spec: dict) -> str | None:
+    """The revision a job loads a hub model at: the lock's commit under a lock, else the entry's own.
+
+    Raises :class:`LockMismatch` when the entry asks for another revision (or id) than the lock."""
+    lock = active_lock()
+    if lock is None:
+        return spec.get("revision")
+    entry = lock.models.get(spec["name"])
+    if entry is None:
+        raise LockMismatch(f"models[{spec['name']}]: not in the lock file {lock.path}; run `{lock.command}`")
+    problems = _model_mismatch(spec, entry)
+    if problems:
+        raise LockMismatch(
+            f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
+            f"pins. Run `{lock.command}` to pin the config's revision"
+        )
+    return entry["commit"]
+
+
+def pinned_dataset(call: dict) -> tuple[dict, str | None]:
+    """(the ``load_dataset`` call a job makes, the locked commit or None) for a hub dataset's call."""
+    lock = active_lock()
+    if lock is None:
+        return call, None
+    found = lock.dataset_for(call)
+    where = f"hub dataset {call['path']} ({call.get('name') or 'default'}/{call['split']})"
+    if found is None:
+        raise LockMismatch(f"{where}: not in the lock file {lock.path}; run `{lock.command}`")
+    name, entry = found
+    if entry["hub"].get("revision") != call["revision"]:
+        raise LockMismatch(
+            _revision_message(f"datasets.{name}", call["revision"], entry)
+            + f" ({lock.path}); refusing to load another revision. Run `{lock.command}`"
+        )
+    return dict(call, revision=entry["commit"]), entry["commit"]
+
+
+def check_loaded_dataset(ds, commit: str, where: str) -> None:
+    """Offline, ``datasets`` reads the newest cached copy of a dataset whatever the revision asked for:
+    its Arrow files must lie in the locked commit's folder."""
+    files = [f.get("filename", "") for f in (getattr(ds, "cache_files", None) or [])]
+    wrong = [f for f in files if commit not in Path(f).parts]
+    if wrong:
+        raise LockMismatch(
+            f"{where}: the cached copy that loaded ({wrong[0]}) is not the locked commit {commit}; "
+            "run oodcorr prefetch again so that the cache holds it"
+        )
+
+
+# ---- prefetch (login node, network) ---------------------------------------------------------
+
+
+def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
+    """The files of a model repository that a job loads: root-level config/tokenizer files and the
+    weights -- safetensors when there are any; pickle files only with ``allow_pickle_weights``;
+    a model's own code only with ``trust_remote_code``."""
+    root = [f for f in repo_files if "/" not in f]
+
+    def match(patterns):
+        return [f for f in root if any(fnmatch.fnmatch(f, p) for p in patterns)]
+
+    weights = match(SAFE_WEIGHTS)
+    if not weights:
+        if not entry.get("allow_pickle_weights"):
+            raise ConfigError(
+                f"models[{entry['name']}]: {entry['hub']} has no safetensors weights at this revision "
+                "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
+                "true on the entry to opt in, or pick a revision with safetensors"
+            )
+        weights = match(PICKLE_WEIGHTS)
+    code = match(REMOTE_CODE) if entry.get("trust_remote_code") else []
+    return sorted(set(match(MODEL_FILES) + weights + code))
+
+
+def safetensors_header(path: str | Path) -> dict:
+    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}."""
+    with open(path, "rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        if n > 100 * 2**20:
+            raise ValueError(f"{path}: implausible safetensors header size {n}")
+        return json.loads(fh.read(n))
+
+
+def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
+    """(parameters, linear layers) of the safetensors weights in ``folder``, from the headers alone.
+
+    Linear layers are 2-D ``*.weight`` tensors grouped by module name (``q_proj``: ``[[out, in,
+    count], ...]``): what a LoRA adapter on those modules holds (:mod:`oodcorr.launch.sizing`)."""
+    total = 0
+    linear: dict[tuple[str, int, int], int] = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        for name, meta in safetensors_header(f).items():
+            if name == "__metadata__":
+                continue
+            shape = [int(x) for x in meta["shape"]]
+            total += math.prod(shape)
+            parts = name.split(".")
+            if len(shape) == 2 and len(parts) >= 2 and parts[-1] == "weight":
+                key = (parts[-2], shape[0], shape[1])
+                linear[key] = linear.get(key, 0) + 1
+    out: dict[str, list[list[int]]] = {}
+    for (module, o, i), count in sorted(linear.items()):
+        out.setdefault(module, []).append([o, i, count])
+    return total, out
+
+
+def meta_shapes(folder: str | Path, entry: dict) -> tuple[int, dict[str, list[list[int]]]]:
+    """The same from the model's config alone (pickle-only weights are never unpickled here): the
+    architecture built on PyTorch's meta device, which allocates nothing."""
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
+
+    cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(entry.get("trust_remote_code")))
+    auto = getattr(transformers, adaptation.get(entry.get("method")).auto_class)
+    with torch.device("meta"):
+        model = auto.from_config(cfg, trust_remote_code=bool(entry.get("trust_remote_code")))
+    total = sum(p.numel() for p in model.parameters())
+    linear: dict[tuple[str, int, int], int] = {}
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if isinstance(w, torch.nn.Parameter) and w.dim() == 2 and name:
+            key = (name.rsplit(".", 1)[-1], int(w.shape[0]), int(w.shape[1]))
+            linear[key] = linear.get(key, 0) + 1
+    out: dict[str, list[list[int]]] = {}
+    for (module, o, i), count in sorted(linear.items()):
+        out.setdefault(module, []).append([o, i, count])
+    return total, out
+
+
+def _files(folder: Path, names: list[str] | None = None) -> dict[str, int]:
+    paths = [folder / n for n in names] if names is not None else sorted(p for p in folder.rglob("*") if p.is_file())
+    return {str(p.relative_to(folder)): p.stat().st_size for p in paths}
+
+
+def prefetch(
+    plan, configfile: str | Path, lock_file: str | Path, *, api=None, say: Callable[[str], None] = print
+) -> dict:
+    """Download every hub model and dataset of ``plan`` into the cache, resolve each revision to a
+    commit and write the lock file (atomically, once everything is there). Returns the lock."""
+    import huggingface_hub
+
+    api = api or huggingface_hub.HfApi()
+    dirs = cache_dirs()
+    models: dict[str, dict] = {}
+    for spec in hub_models(plan):
+        e = spec.entry
+        asked = e.get("revision")
+        where = f"models[{spec.name}]: {e['hub']}@{asked or 'main'}"
+        try:
+            info = api.model_info(e["hub"], revision=asked)
+        except Exception as err:  # offline, no such repo or revision, gated: say which entry
+            raise ConfigError(
+                f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id "
+                "and revision, and for a gated model log in (hf auth login) or set HF_TOKEN"
+            ) from None
+        commit = info.sha
+        names = model_patterns(e, [s.rfilename for s in (info.siblings or [])])
+        say(f"{spec.name}: {e['hub']}@{asked or 'main'} -> {commit}; downloading {len(names)} file(s)")
+        folder = Path(huggingface_hub.snapshot_download(e["hub"], revision=commit, allow_patterns=names))
+        files = _files(folder, [n for n in names if (folder / n).exists()])
+        if any(n.endswith(".safetensors") for n in files):
+            params, linear = weight_shapes(folder)
+        else:
+            params, linear = meta_shapes(folder, e)
+        models[spec.name] = {
+            "hub": e["hub"],
+            "revision": asked,
+            "commit": commit,
+            "parameters": int(params),
+            "bytes": sum(files.values()),
+            "files": files,
+            "linear": linear,
+        }
+    datasets_: dict[str, dict] = {}
+    calls = hub_datasets(plan)
+    if calls:
+        import datasets  # datasets: only a hub dataset needs it
+
+        for name, call in calls.items():
+            where = f"datasets.{name}: {call['path']}@{call['revision']}"
+            try:
+                commit = api.dataset_info(call["path"], revision=call["revision"]).sha
+            except Exception as err:
+                raise ConfigError(f"{where}: could not resolve on the hub ({type(err).__name__}: {err})") from None
+            say(f"{name}: {call['path']} ({call['name'] or 'default'}/{call['split']})@{call['revision']} -> {commit}")
+            ds = datasets.load_dataset(**dict(call, revision=commit))
+            root = Path(dirs["datasets"])
+            files = {}
+            for f in getattr(ds, "cache_files", None) or []:
+                p = Path(f["filename"])
+                rel = str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
+                files[rel] = p.stat().st_size
+            datasets_[name] = {
+                "hub": dict(call),
+                "commit": commit,
+                "bytes": sum(files.values()),
+                "files": files,
+                "rows": len(ds),
+            }
+    lock = {
+        "version": LOCK_VERSION,
+        "config": str(configfile),
+        "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cache": {"hub": dirs["hub"], "datasets": dirs["datasets"]},
+        "models": models,
+        "datasets": datasets_,
+    }
+    write_lock(Path(lock_file), lock)
+    return lock
+
+
+def describe(lock: dict) -> list[str]:
+    """One line per pinned model and dataset, for the console."""
+    out = []
+    for name, e in lock["models"].items():
+        out.append(
+            f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "
+            f"{len(e['files'])} files, {human_bytes(e['bytes'])}, {e['parameters']:,} parameters"
+        )
+    for name, e in lock["datasets"].items():
+        out.append(
+            f"dataset {name}: {e['hub']['path']} {e['hub']['revision']} = {e['commit']}, {e['rows']} rows, "
+            f"{human_bytes(e['bytes'])}"
+        )
+    return out

@@ -1,0 +1,10 @@
+"""From a config to the plan of every job, without loading a model or running a job.
+
+``schema`` (config/schema.yaml: shape, defaults, file:line messages), ``config`` (the
+experiment resolved against its registries and label modes), ``checks`` (what the schema cannot
+say), ``plan`` (runs, schedules, jobs, params, resources; ``plan.load`` is the one entry point)
+and ``finetune_job`` (one finetune as a typed object the job receives).
+
+May import: ``core``. Never a model (``modeling``) or a job (``jobs``): planning stays fast and
+torch-free.
+"""

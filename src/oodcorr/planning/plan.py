@@ -1,0 +1,688 @@
+"""The plan: every job an experiment asks for, as typed, frozen objects built once.
+
+:func:`build_plan` takes a schema-validated config with its defaults filled in
+(:func:`oodcorr.planning.schema.fill_defaults`), resolves it (:class:`oodcorr.planning.config.Experiment`),
+checks it (:func:`oodcorr.planning.checks.check_config`) and enumerates what the workflow will run:
+
+* :class:`ModelSpec` -- a model entry resolved against the global settings (its
+  finetune block, prompt, method and per-rule :class:`Resources`);
+* :class:`Run` -- one finetuning run (model x in-domain set x n_train x seed) with
+  its checkpoint schedule, or a series model's run (model x in-domain set; n_train and
+  seed 0): its given checkpoints, no finetune job;
+* :class:`EvalJob` -- one evaluation job: a run x a testset x its steps (one step
+  with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
+* :class:`Paths` -- where everything lives, all under ``results/<experiment>/``.
+
+The Snakefile builds one :class:`Plan` and the rules read only it: targets, params
+(through one callable per rule, cached per job), threads and resources (through one
+factory, :meth:`Plan.rule_resources`). Nothing here imports torch, so planning
+stays fast.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..core.defaults import ANALYSIS, filled
+from ..core.errors import ConfigError
+from ..core.model_dirs import model_files
+from . import checks, schema
+from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
+
+# What a job asks for when neither the config's `resources`, a size class nor the
+# model's own `resources` say otherwise. Evaluate's runtime is minutes per checkpoint.
+RULE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
+    "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
+    "finetune": {"mem_mb": 4000, "runtime": 60},
+    "evaluate": {"mem_mb": 2000, "runtime": 10},
+}
+MODEL_RULES = tuple(RULE_DEFAULTS)
+
+# Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
+# per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
+# this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
+# every callable the rules get carries its parameters, worked out once.
+SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
+
+
+def rule_callable(func: Callable) -> Callable:
+    """``func`` with its parameters stored where Snakemake looks first. On a method, the
+    parameters after ``self`` (a bound method reads its function's attributes)."""
+    params = dict(inspect.signature(func).parameters)
+    if next(iter(params), None) == "self":
+        del params["self"]
+    setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
+    return func
+
+
+# resources that grow with Snakemake's attempt number on retries
+SCALED = ("mem_mb", "runtime")
+# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
+PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a rule asks for (before retries scale memory and time), and where it goes."""
+
+    gpu: int = 0
+    gpu_model: str | None = None
+    gpu_mem_gb: float | None = None  # memory of each GPU, GiB: planning checks the model fits (oodcorr.launch.sizing)
+    mem_mb: int = 2000
+    runtime: int = 30  # minutes
+    threads: int = 1
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    slurm_extra: str | None = None
+    # resource name -> the config key that set it (for messages), e.g. "size_classes.30b.evaluate.gpu_mem_gb"
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> Resources:
+        names = [f.name for f in fields(cls) if f.name != "origin"]
+        return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
+
+    def where(self, name: str) -> str:
+        """The config key that set resource ``name`` (or where to set it)."""
+        return self.origin.get(name, f"resources.<rule>.{name}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model entry resolved against the global config."""
+
+    name: str
+    source: str  # tiny | hub | path | package
+    method: str  # pattern | head
+    entry: dict  # the entry minus what does not change results (resources, finetune, distributed)
+    finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
+    prompt: dict | None  # None for methods that read no prompt
+    distributed: dict | None
+    resources: Mapping[str, Resources]  # per rule in MODEL_RULES
+    checkpoints: Mapping[int, dict] | None = None  # series only: x value -> {"path"} or {"hub", "revision"}
+    x_unit: str = "step"  # what the x-axis counts: step (finetuned, or a series' steps) or tokens
+    params_b: float | None = None  # the entry's parameter count for planning (oodcorr.launch.sizing), if given
+
+    @property
+    def is_tiny(self) -> bool:
+        return self.source == "tiny"
+
+    @property
+    def is_series(self) -> bool:
+        return self.source == "series"
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.finetune.get("lora"))
+
+    @property
+    def source_record(self) -> dict:
+        """Where the weights come from, as recorded with every result."""
+        src = {k: self.entry[k] for k in ("hub", "revision", "path", "package") if self.entry.get(k)}
+        if self.is_series:
+            # the series as a whole; each record also holds its checkpoint's own location
+            return canonical({"series": self.entry["series"].get("hub") or "local directories"})
+        return canonical(src or {"tiny": self.entry["tiny"]["model_type"]})
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finetuning run: model x in-domain set x n_train x data seed."""
+
+    model: str
+    in_domain: str
+    n_train: int
+    seed: int
+    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first; a series' x values
+    max_steps: int
+    series: bool = False  # the model's checkpoints are given (no finetune job), n_train and seed are 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train), "seed": str(self.seed)}
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation job: a run's checkpoints ``steps`` scored on one testset."""
+
+    run: Run
+    testset: str
+    role: str  # in-domain | ood
+    steps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Every path of an experiment, as Snakemake patterns, under ``results/<experiment>``."""
+
+    root: str
+
+    @property
+    def data(self) -> str:
+        return f"{self.root}/data/{{dataset}}.jsonl"
+
+    @property
+    def data_meta(self) -> str:
+        return f"{self.root}/data/{{dataset}}.meta.json"
+
+    @property
+    def corpus(self) -> str:
+        return f"{self.root}/data/pretraining_corpus.txt"
+
+    @property
+    def tiny_model(self) -> str:
+        return f"{self.root}/models/{{model}}"
+
+    @property
+    def tokenized(self) -> str:
+        return f"{self.root}/cache/tokenized/{{model}}/{{testset}}.pt"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.root}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
+
+    @property
+    def manifest(self) -> str:
+        return f"{self.run_dir}/manifest.json"
+
+    @property
+    def series_manifest(self) -> str:
+        """A series checkpoint's manifest: where it is and, for a local directory, its files' sha256s."""
+        return f"{self.root}/series/{{model}}/step{{step}}.json"
+
+    @property
+    def eval_dir(self) -> str:
+        return f"{self.root}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
+
+    @property
+    def predictions(self) -> str:
+        """One checkpoint x testset: per-example predictions, its record in the metadata."""
+        return f"{self.eval_dir}/step{{step}}/{{testset}}.predictions.parquet"
+
+    @property
+    def eval_summary(self) -> str:
+        """``evaluation.unit: run`` only: one job's records (a run x a testset)."""
+        return f"{self.eval_dir}/{{testset}}.json"
+
+    @property
+    def staging(self) -> str:
+        """Where the aggregation and the analysis write; ``publish_results`` copies the whole
+        set into place (:meth:`staged`), so a failed step leaves the previous set whole."""
+        return f"{self.root}/.staging"
+
+    def staged(self, path: str) -> str:
+        """The staging copy of a published result (the scores, a table, a figure)."""
+        if not path.startswith(self.root + "/"):
+            raise ValueError(f"{path} is not under {self.root}")
+        return f"{self.staging}/{path[len(self.root) + 1 :]}"
+
+    @property
+    def scores(self) -> str:
+        return f"{self.root}/scores.parquet"
+
+    @property
+    def scores_csv(self) -> str:
+        return f"{self.root}/scores.csv"
+
+    @property
+    def accuracy_html(self) -> str:
+        """The accuracy table (a run x checkpoint per row, a testset per column) for the report."""
+        return f"{self.root}/accuracy.html"
+
+    @property
+    def accuracy_csv(self) -> str:
+        return f"{self.root}/accuracy.csv"
+
+    @property
+    def analysis(self) -> str:
+        return f"{self.root}/analysis"
+
+    @property
+    def logs(self) -> str:
+        return f"{self.root}/logs"
+
+
+def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
+    """Steps at which a run is saved and evaluated, step 0 (the start) included."""
+    sched = ft["checkpoints"]
+    if "steps" in sched:
+        steps = [int(s) for s in sched["steps"]]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
+        if steps and steps[-1] > max_steps:
+            raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
+    else:
+        every = int(sched["every"])
+        steps = list(range(every, max_steps + 1, every))
+        if not steps or steps[-1] != max_steps:
+            steps.append(max_steps)
+    if not steps or steps[0] != 0:
+        steps = [0] + steps
+    return tuple(steps)
+
+
+def run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
+    """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
+    if ft.get("max_steps"):
+        return int(ft["max_steps"])
+    if not ft.get("epochs"):
+        raise ConfigError(f"finetune (model {model}): give max_steps or epochs")
+    per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
+    return int(math.ceil(n_train / per_step) * ft["epochs"])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the rules need, computed once from the validated config."""
+
+    experiment: str
+    unit: str
+    paths: Paths
+    labels: tuple[str, ...]
+    label_mode: dict
+    models: Mapping[str, ModelSpec]
+    runs: tuple[Run, ...]
+    testsets: Mapping[str, tuple[tuple[str, str], ...]]  # in-domain set -> ((testset, role), ...)
+    train_set: Mapping[str, str]  # in-domain set -> its training dataset
+    datasets: tuple[str, ...]  # every dataset the experiment uses (any registry entry can be prepared)
+    pretraining: dict  # the pretraining corpus's settings, template and answers (tiny models)
+    analysis: dict  # the statistics' settings (oodcorr.analysis.Options), without `score`
+    score: str  # the scores-table column the analysis correlates and plots (analysis.score)
+    warnings: tuple[str, ...]
+    exp: Experiment = field(repr=False, compare=False)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- enumeration -----------------------------------------------------------------
+    @cached_property
+    def _runs_by_key(self) -> dict[tuple, Run]:
+        return {(r.model, r.in_domain, str(r.n_train), str(r.seed)): r for r in self.runs}
+
+    def run(self, wildcards) -> Run:
+        """The run a job's wildcards name."""
+        return self._runs_by_key[(wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed)]
+
+    @cached_property
+    def eval_jobs(self) -> tuple[EvalJob, ...]:
+        """Every evaluation job: a run x testset x step (unit ``checkpoint``) or x all steps (``run``)."""
+        out = []
+        for run in self.runs:
+            for testset, role in self.testsets[run.in_domain]:
+                if self.unit == "run":
+                    out.append(EvalJob(run, testset, role, run.steps))
+                else:
+                    out += [EvalJob(run, testset, role, (s,)) for s in run.steps]
+        return tuple(out)
+
+    def eval_outputs(self) -> list[str]:
+        """What the aggregation reads: every predictions file (``checkpoint``) or job summary (``run``)."""
+        if self.unit == "run":
+            pattern = self.paths.eval_summary
+            return [pattern.format(**j.run.wildcards, testset=j.testset) for j in self.eval_jobs]
+        pattern = self.paths.predictions
+        return [pattern.format(**j.run.wildcards, testset=j.testset, step=j.steps[0]) for j in self.eval_jobs]
+
+    def predictions_path(self, run: Run, step: int, testset: str) -> str:
+        return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
+
+    def figure_targets(self) -> list[str]:
+        a = self.paths.analysis
+        figures = [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+        # a training-loss figure for each model that is trained (a series has no loss history)
+        return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
+
+    def targets(self) -> list[str]:
+        """What rule ``all`` asks for: the scores, the tables and every figure (the published set)."""
+        a = self.paths.analysis
+        return [
+            self.paths.scores,
+            self.paths.scores_csv,
+            self.paths.accuracy_html,
+            self.paths.accuracy_csv,
+            f"{a}/partial_correlations.csv",
+            f"{a}/agreement.csv",
+            f"{a}/heatmap_grid.png",
+            *self.figure_targets(),
+        ]
+
+    def manifests(self, wildcards) -> list[str]:
+        """The manifests of every run of the model ``wildcards.model`` (their loss histories)."""
+        return [
+            self.paths.manifest.format(**r.wildcards) for r in self.runs if r.model == wildcards.model and not r.series
+        ]
+
+    def staged_targets(self) -> list[str]:
+        """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
+        return [self.paths.staged(t) for t in self.targets()]
+
+    # ---- per-job params (one callable per rule, values cached per job) ----------------
+    def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
+        try:
+            return self._cache[key]
+        except KeyError:
+            value = self._cache[key] = make()
+            return value
+
+    @rule_callable
+    def dataset_params(self, wildcards) -> dict:
+        """A dataset entry minus bookkeeping; any entry of the registries can be prepared."""
+        return self._cached(("dataset", wildcards.dataset), lambda: self.exp.dataset_params(wildcards.dataset))
+
+    @rule_callable
+    def dataset_input(self, wildcards) -> list[str]:
+        """A local dataset's file, so that editing the file reruns its preparation."""
+        return self.exp.dataset_input(wildcards.dataset)
+
+    def tiny_dir(self, model: str) -> str | None:
+        return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
+
+    @rule_callable
+    def model_input(self, wildcards) -> list[str]:
+        """The built tiny model a job reads, or nothing for hub, local and packaged models."""
+        d = self.tiny_dir(wildcards.model)
+        return [d] if d else []
+
+    @rule_callable
+    def tokenize_params(self, wildcards) -> dict:
+        def make():
+            spec = self.models[wildcards.model]
+            return {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "prompt": spec.prompt,
+                "labels": list(self.labels),
+                "coarse": dict(self.label_mode.get("coarse") or {}),
+                "max_length": self.exp.config["evaluation"]["max_length"],
+            }
+
+        return self._cached(("tokenize", wildcards.model), make)
+
+    @rule_callable
+    def finetune_params(self, wildcards) -> dict:
+        def make():
+            run = self.run(wildcards)
+            spec = self.models[run.model]
+            return {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "finetune": spec.finetune,
+                "prompt": spec.prompt,
+                "labels": list(self.labels),
+                "steps": list(run.steps),
+                "max_steps": run.max_steps,
+            }
+
+        return self._cached(("finetune", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed), make)
+
+    @rule_callable
+    def finetune_train_input(self, wildcards) -> str:
+        return self.paths.data.format(dataset=self.train_set[wildcards.indomain])
+
+    # ---- where an evaluation's checkpoints come from ----------------------------------
+    @rule_callable
+    def checkpoints_input(self, wildcards) -> list[str]:
+        """What an evaluation job reads its checkpoints through: the run's finetune manifest, or for
+        a series run the manifest of each checkpoint it scores (its step, or all of the run's)."""
+        run = self.run(wildcards)
+        if not run.series:
+            return [self.paths.manifest.format(**run.wildcards)]
+        steps = [int(wildcards.step)] if "step" in wildcards.keys() else run.steps
+        return [self.paths.series_manifest.format(model=run.model, step=s) for s in steps]
+
+    def _series_checkpoint(self, wildcards) -> dict:
+        spec = self.models[wildcards.model]
+        try:
+            return spec.checkpoints[int(wildcards.step)]
+        except (KeyError, TypeError):
+            raise ConfigError(
+                f"models[{wildcards.model}]: no series checkpoint at {spec.x_unit} {wildcards.step}"
+            ) from None
+
+    @rule_callable
+    def series_params(self, wildcards) -> dict:
+        """Rule series_checkpoint: one checkpoint of a series, and the entry's safety opt-ins."""
+        spec = self.models[wildcards.model]
+        return {
+            "model": spec.name,
+            "x_unit": spec.x_unit,
+            "checkpoint": self._series_checkpoint(wildcards),
+            "entry": {k: spec.entry[k] for k in ("trust_remote_code", "allow_pickle_weights") if k in spec.entry},
+        }
+
+    def series_files(self, wildcards) -> list[str]:
+        """A local series checkpoint's files (a changed file rewrites its manifest); none for a hub one."""
+        ck = self._series_checkpoint(wildcards)
+        if not ck.get("path"):
+            return []
+        pickle = bool(self.models[wildcards.model].entry.get("allow_pickle_weights"))
+        return [str(f) for f in model_files(ck["path"], pickle)]
+
+    def x_label(self, wildcards) -> str:
+        """The learning curves' x-axis of a model: training step, step, or tokens."""
+        spec = self.models[wildcards.model]
+        if not spec.is_series:
+            return "training step"
+        return "tokens" if spec.x_unit == "tokens" else "step"
+
+    @property
+    def coarse(self) -> dict:
+        """The label mode's collapse rule (gold label -> predictions that count as right for it)."""
+        return dict(self.label_mode.get("coarse") or {})
+
+    @rule_callable
+    def eval_params(self, wildcards) -> dict:
+        """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
+
+        In unit ``checkpoint`` the step is a wildcard, and the value is shared by all the
+        checkpoints of a run x testset (planning cost: Snakemake expands every job's params).
+        """
+
+        def make():
+            run = self.run(wildcards)
+            spec = self.models[run.model]
+            role = dict(self.testsets[run.in_domain]).get(wildcards.testset)
+            if role is None:
+                raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
+            job = {
+                "model_spec": spec.entry,
+                "tiny_dir": self.tiny_dir(spec.name),
+                "provenance": {
+                    "model": run.model,
+                    "model_source": spec.source_record,
+                    "method": spec.method,
+                    "label_mode": self.label_mode["name"],
+                    "in_domain": run.in_domain,
+                    "n_train": run.n_train,
+                    "seed": run.seed,
+                    "run_id": run.id,
+                    "role": role,
+                    "finetune_lora": spec.lora,
+                },
+            }
+            if run.series:  # (finetuned runs' provenance stays as it was: their eval keys are unchanged)
+                job["provenance"]["x_unit"] = spec.x_unit
+            if self.unit == "run":
+                job["steps"] = list(run.steps)
+                job["predictions"] = [self.predictions_path(run, s, wildcards.testset) for s in run.steps]
+            return job
+
+        return self._cached(
+            ("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset), make
+        )
+
+    # ---- resources: one factory for every rule ----------------------------------------
+    def threads(self, rule: str):
+        """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
+        per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
+        if len(set(per.values())) == 1:
+            return next(iter(per.values()))
+        return rule_callable(lambda wildcards: per[wildcards.model])
+
+    def rule_resources(self, rule: str) -> dict[str, Any]:
+        """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
+        one), ``mem_mb`` and ``runtime`` (both times the attempt on retries; evaluate's runtime is
+        per checkpoint, times the job's checkpoints), and, for evaluate, ``attempt`` (the script
+        halves its batch size on each retry). CPUs are the rule's :meth:`threads` (the SLURM
+        executor asks for them as ``--cpus-per-task``).
+
+        A value every model shares is a constant: each callable costs Snakemake work per job
+        while it plans (benchmarks/README.md)."""
+        per = {m: spec.resources[rule] for m, spec in self.models.items()}
+
+        def pick(name: str):
+            values = {m: getattr(r, name) for m, r in per.items()}
+            if len(set(values.values())) == 1:
+                return next(iter(values.values()))
+            return rule_callable(lambda wildcards: values[wildcards.model])
+
+        out: dict[str, Any] = {"gpu": pick("gpu")}
+        if any(r.gpu_model and r.gpu for r in per.values()):
+            models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
+            out["gpu_model"] = rule_callable(lambda wildcards: models[wildcards.model])
+        # SLURM placement: only where the config sets it (else the profile's default-resources
+        # apply); set for every model of the rule or for none (build_plan checks)
+        for key in PLACEMENT:
+            if any(getattr(r, key) is not None for r in per.values()):
+                out[key] = pick(key)
+        mem = {m: r.mem_mb for m, r in per.items()}
+        out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
+        minutes = {m: r.runtime for m, r in per.items()}
+        if rule == "evaluate" and self.unit == "run":
+            out["runtime"] = rule_callable(
+                lambda wildcards, attempt: minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt
+            )
+        else:
+            out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * attempt)
+        if rule == "evaluate":
+            out["attempt"] = _attempt
+        return out
+
+
+@rule_callable
+def _attempt(wildcards, attempt):
+    """Snakemake's attempt (1, then 2, ... on --retries), as a resource the script reads.
+    A resource, not a param: resources never make Snakemake rerun a finished job."""
+    return attempt
+
+
+def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
+    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
+    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
+    asks for no GPU) and the rule's own keys, the last winning."""
+    layers = exp.resource_layers(entry["name"])
+    out = {}
+    for rule, default in RULE_DEFAULTS.items():
+        values, origin = dict(default), {}
+        gpu = values.get("gpu", 0)
+        for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
+            own = layer.get(rule) or {}
+            if "gpu" in own:
+                gpu = own["gpu"]
+        if rule == "finetune" and entry.get("distributed"):
+            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
+        for where, layer in layers:
+            for part in ("default", *(("cpu",) if not gpu else ()), rule):
+                for key, value in (layer.get(part) or {}).items():
+                    values[key], origin[key] = value, f"{where}.{part}.{key}"
+        if rule == "finetune" and entry.get("distributed"):
+            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
+        out[rule] = Resources.from_mapping(values, origin)
+    return out
+
+
+def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
+    """The one way from a config to its plan: the Snakefile and every CLI command call it.
+
+    ``config`` is completed in place, as Snakemake's own ``config`` is: named after its last
+    source file unless it says ``experiment:``; checked against ``config/schema.yaml``, every
+    problem named with its file and line (:func:`oodcorr.planning.schema.check_config`); the schema's
+    defaults filled in (:func:`oodcorr.planning.schema.fill_defaults`); then every check of the config
+    alone (:mod:`oodcorr.planning.checks`, run by :func:`build_plan`). Raises ConfigError naming the key.
+    What is on disk is checked after, by :func:`oodcorr.launch.disk_checks.check_on_disk`, which reads
+    tokenizers and job outputs and so sits above the job modules."""
+    sources = [Path(s) for s in sources]
+    if sources:
+        config.setdefault("experiment", sources[-1].stem)
+    schema_path = Path(basedir) / "config" / "schema.yaml"
+    schema.check_config(config, schema_path, sources=sources)
+    schema.fill_defaults(config, schema_path)
+    return build_plan(config, basedir)
+
+
+def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
+    """The plan of a schema-validated config (defaults filled in), after the checks of the config
+    alone (:func:`oodcorr.planning.checks.check_config`, then those of the models' resources and the runs
+    once they are built); raises ConfigError naming the key."""
+    exp = exp or Experiment(config, basedir)
+    warnings = checks.check_config(exp)
+    name = str(config.get("experiment") or "default")
+    unit = config["evaluation"]["unit"]
+    models = {}
+    for entry in config["models"]:
+        m = entry["name"]
+        source = next(k for k in MODEL_SOURCES if entry.get(k))
+        series = source == "series"
+        models[m] = ModelSpec(
+            name=m,
+            source=source,
+            method=exp.method(m),
+            entry=exp.model_spec(m),
+            finetune={} if series else exp.finetune_params(m),
+            prompt=exp.prompt_for(m),
+            distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
+            resources=_model_resources(exp, entry),
+            checkpoints=exp.series_checkpoints(m) if series else None,
+            x_unit=exp.series_unit(m),
+            params_b=entry.get("params_b"),
+        )
+    checks.check_placement(models)
+    runs = []
+    for m, spec in models.items():
+        if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
+            xs = tuple(spec.checkpoints)
+            runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain_of(m)]
+            continue
+        ft = exp.finetune_cfg(m)
+        for d in exp.in_domain:
+            for n in ft["n_train"]:
+                total = run_length(ft, int(n), m)
+                steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
+                runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
+    analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
+    warnings += checks.check_schedules(runs, analysis)
+    testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
+    datasets = tuple(exp.all_datasets())
+    return Plan(
+        experiment=name,
+        unit=unit,
+        paths=Paths(f"results/{name}"),
+        labels=tuple(exp.labels),
+        label_mode=exp.label_mode,
+        models=models,
+        runs=tuple(runs),
+        testsets=testsets,
+        train_set={d: spec["train"] for d, spec in exp.in_domain.items() if spec.get("train")},
+        datasets=datasets,
+        pretraining={
+            "corpus": dict(config.get("pretraining_corpus") or {}),
+            "template": config["prompt"]["template"],
+            "answers": [v.strip() for v in config["prompt"]["verbalisers"].values()],
+        },
+        analysis=analysis_options(analysis),
+        score=analysis["score"],
+        warnings=tuple(warnings),
+        exp=exp,
+    )

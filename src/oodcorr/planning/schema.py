@@ -1,0 +1,204 @@
+"""The config's schema: every violation as one line naming its key, and the defaults filled in.
+
+``config/schema.yaml`` states what each key may be and (except the analysis section's, which
+are :data:`oodcorr.core.defaults.ANALYSIS`) its default. This module is the one place that applies
+it: to the config (:func:`check_config`, :func:`fill_defaults`) and to the entries a config
+pulls in from other files, dataset registries and label modes (:func:`check_entry`).
+
+``snakemake.utils.validate`` reports the first violation with the whole schema
+dumped around it, which buries the key. :func:`oodcorr.planning.plan.load` (the one entry
+point from a config to its plan) runs :func:`check_config` first; it lists every
+violation as ``file:line: key.path: what is wrong`` and raises
+:class:`~oodcorr.core.errors.ConfigError`. Only a config that passes reaches Snakemake's
+own validation (:func:`fill_defaults`), which then fills in the schema defaults.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.defaults import ANALYSIS, filled
+from ..core.errors import ConfigError
+from ..core.io import load_yaml
+
+YAML_TYPES = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def key_path(parts: Iterable, config: Any = None) -> str:
+    """``models[micro-opt].tiny.model_type``: list items by their ``name`` where they have one."""
+    out, node = "", config
+    for p in parts:
+        if isinstance(p, int):
+            item = node[p] if isinstance(node, list) and p < len(node) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            out += f"[{name}]" if isinstance(name, str) and name else f"[{p}]"
+            node = item
+        else:
+            out += f".{p}" if out else str(p)
+            node = node.get(p) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+def yaml_line(path: Path, parts: list) -> int | None:
+    """The line of the key (or list item) at ``parts`` in a YAML file, or None if it is not there."""
+    try:
+        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, yaml.YAMLError):
+        return None
+    line = None
+    for p in parts:
+        if isinstance(node, yaml.MappingNode):
+            hit = next(((k, v) for k, v in node.value if k.value == p), None)
+            if hit is None:
+                return line
+            line, node = hit[0].start_mark.line + 1, hit[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(p, int) and p < len(node.value):
+            node = node.value[p]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _type_name(value: Any) -> str:
+    for name, t in (
+        ("true/false", bool),
+        ("an integer", int),
+        ("a number", float),
+        ("a string", str),
+        ("a list", list),
+        ("a mapping", dict),
+    ):
+        if isinstance(value, t):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _describe(err, config) -> list[tuple[list, str]]:
+    """(path parts, message) for one jsonschema error; an unknown-keys error gives one per key."""
+    parts = list(err.absolute_path)
+    where = key_path(parts, config)
+    kind, inst, val = err.validator, err.instance, err.validator_value
+    if kind == "additionalProperties" and isinstance(inst, dict):
+        allowed = sorted(err.schema.get("properties", {}))
+        out = []
+        for k in sorted(set(inst) - set(allowed)):
+            near = difflib.get_close_matches(k, allowed, n=1)
+            hint = f"did you mean {near[0]!r}? " if near else ""
+            out.append(
+                (parts + [k], f"{key_path(parts + [k], config)}: unknown key; {hint}allowed here: {', '.join(allowed)}")
+            )
+        return out
+    if kind == "required":
+        missing = [k for k in val if k not in inst]
+        return [(parts, f"{key_path(parts + [k], config)}: required key is missing") for k in missing]
+    if kind == "type":
+        types = [val] if isinstance(val, str) else list(val)
+        want = " or ".join(YAML_TYPES.get(t, t) for t in types)
+        return [(parts, f"{where}: must be {want}, got {_type_name(inst)} {inst!r}")]
+    if kind == "minItems":
+        what = "must not be empty" if val == 1 else f"needs at least {val} entries"
+        return [(parts, f"{where}: {what} (got {len(inst)})")]
+    if kind == "enum":
+        return [(parts, f"{where}: {inst!r} is not one of {', '.join(map(repr, val))}")]
+    if kind == "pattern":
+        why = (
+            "it becomes a path component"
+            if val.startswith("^[A-Za-z0-9][")
+            else err.schema.get("description") or "the characters allowed here"
+        )
+        return [(parts, f"{where}: {inst!r} must match {val} ({why})")]
+    if kind == "not":
+        return [(parts, f"{where}: {inst!r} is not allowed ({err.schema.get('description') or err.message})")]
+    if kind in ("oneOf", "anyOf"):
+        forms = " or ".join("{" + ", ".join(alt.get("required", [])) + ": ...}" for alt in val)
+        inner = [m for e in (err.context or []) for _, m in _describe(e, config)]
+        detail = f" ({inner[0]})" if inner else ""
+        return [(parts, f"{where}: must take one of the forms {forms}{detail}")]
+    return [(parts, f"{where}: {err.message}")]
+
+
+def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
+    import jsonschema  # only where a config is checked: job processes import this module, never call it
+
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    out = []
+    for e in errors:
+        out += _describe(e, config)
+    return out
+
+
+def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | Path] = ()) -> None:
+    """Raise ConfigError listing every violation of the schema, each as ``file:line: key: problem``.
+
+    ``sources`` are the YAML files the config came from (the last that holds a key
+    gives its line); without them a message names the key only.
+    """
+    problems = schema_errors(config, load_yaml(schema_path))
+    if not problems:
+        return
+    files = [Path(s) for s in sources]
+    lines = []
+    for parts, msg in problems:
+        loc = ""
+        for f in reversed(files):
+            n = yaml_line(f, parts)
+            if n is not None:
+                loc = f"{f}:{n}: "
+                break
+        lines.append(f"  {loc}{msg}")
+    head = f"the config does not match {Path(schema_path).name} ({len(lines)} problem{'s' * (len(lines) > 1)}):"
+    raise ConfigError("\n".join([head, *dict.fromkeys(lines)]))
+
+
+def read_config(configfile: str | Path) -> dict:
+    """A config file's mapping as written: nothing checked, nothing filled in (that is
+    :func:`oodcorr.planning.plan.load`, for the commands that plan without Snakemake running)."""
+    configfile = Path(configfile)
+    config = load_yaml(configfile)
+    if not isinstance(config, dict):
+        raise ConfigError(f"{configfile}: a config must be a mapping of keys to values")
+    return config
+
+
+def fill_defaults(config: dict, schema_path: str | Path) -> None:
+    """The defaults written into ``config`` in place: the schema's, by Snakemake's validator
+    (``set_default``), then the analysis section's (:data:`oodcorr.core.defaults.ANALYSIS`). Run
+    after :func:`check_config`, whose messages are the readable ones."""
+    from snakemake.utils import validate  # snakemake: only where a config is loaded, not for the job modules
+
+    validate(config, str(schema_path), set_default=True)
+    config["analysis"] = filled(config.get("analysis"), ANALYSIS)
+
+
+_SCHEMAS: dict[str, dict] = {}
+
+
+def check_entry(entry: Any, definition: str, where: str, basedir: str | Path) -> None:
+    """Check a dataset registry entry or a label mode against ``$defs/<definition>`` of the
+    schema in ``basedir``; the ConfigError names ``where`` and the key inside it."""
+    import jsonschema  # only where a config is checked: job processes import this module, never call it
+
+    key = str(basedir)
+    if key not in _SCHEMAS:
+        _SCHEMAS[key] = load_yaml(Path(basedir) / "config" / "schema.yaml")
+    schema = _SCHEMAS[key]
+    sub = {"$defs": schema["$defs"], **schema["$defs"][definition]}
+    err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(sub).iter_errors(entry))
+    if err is not None:
+        path = ".".join(str(x) for x in err.absolute_path)
+        raise ConfigError(f"{where}{'.' + path if path else ''}: {err.message}")
