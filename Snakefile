@@ -51,6 +51,7 @@ for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings
 check_report_inputs(PLAN, CONFIG_FILES[-1], sys.argv)
 P = PLAN.paths
 LOGS = P.logs
+A = P.staged(P.analysis)  # where the analysis and the report's figures are written, then published
 # every rule's conda environment; the path is relative to workflow/rules/, where the rules live
 ENV = "../../envs/oodcorr.yaml"
 # a model, dataset or testset name as the config checks it (oodcorr.planning.config.NAME_RE), unanchored

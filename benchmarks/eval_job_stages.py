@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from oodcorr.jobs.evaluate import read_result
+from oodcorr.core.records import read_result
 
 
 def spread(values: list[float]) -> dict:

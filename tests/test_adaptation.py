@@ -8,10 +8,11 @@ import torch
 
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-from oodcorr.jobs.evaluate import evaluate_run, read_result, tokenize_testset
+from oodcorr.core.records import read_result
+from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
 from oodcorr.jobs.finetune import finetune
 from oodcorr.modeling import synthetic
-from oodcorr.modeling.adaptation import METHODS, Method, correct_mask, get
+from oodcorr.modeling.adaptation import ADAPTATIONS, Method, correct_mask, get
 from oodcorr.modeling.loading import load_checkpoint, load_tokenizer
 from oodcorr.planning.finetune_job import FinetuneJob
 
@@ -158,11 +159,11 @@ def test_head_with_lora_saves_the_trained_head_in_the_adapter(tmp_path, tiny_mod
 
 
 def test_every_method_has_the_members_of_the_interface():
-    assert set(METHODS) == {"pattern", "head"}
-    for name, method in METHODS.items():
+    assert set(ADAPTATIONS) == {"pattern", "head"}
+    for name, method in ADAPTATIONS.items():
         assert isinstance(method, Method), name
         assert method.name == name and get(name) is method
-    assert get(None) is METHODS["pattern"]
+    assert get(None) is ADAPTATIONS["pattern"]
 
     class NoScores:  # a method without label_logits could train but never be scored
         name, auto_class, peft_task = "no-scores", "AutoModelForCausalLM", "CAUSAL_LM"

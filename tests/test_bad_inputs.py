@@ -227,7 +227,7 @@ def test_second_invocation_is_refused_by_the_lock(base_run):
     assert base_run["out"].count("localrule finetune:") == 1
     # and nothing it might have touched was corrupted: the first run's files are complete
     wd = base_run["wd"]
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     for p in (wd / R / "eval").rglob("*.parquet"):
         read_result(p)
@@ -243,7 +243,7 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
     assert warning in (wd / R / "logs/data/one-class.log").read_text()
     meta = json.loads((wd / R / "data/one-class.meta.json").read_text())
     assert meta["warning"] == warning and meta["label_counts"] == {"entailment": 6}
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     for step in (0, 4, 8, 12):
         ev = read_result(wd / R / f"eval/{RUN_ID}/step{step}/one-class.predictions.parquet")
@@ -529,7 +529,7 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
 
     from hooks.sitecustomize import PYTHONPATH_ENTRY, SIMULATE_OOM_ENV
 
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     wd = base_run["wd"]
     target = f"{R}/eval/{RUN_ID}/step8/synth-test.predictions.parquet"  # the job: checkpoint 8 on synth-test

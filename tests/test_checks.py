@@ -151,7 +151,7 @@ def _plan_in(tmp_path, cfg, **patch):
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
-    from oodcorr.jobs.evaluate import cache_info_path
+    from oodcorr.core.records import cache_info_path
 
     info = cache_info_path(plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation"))
     info.parent.mkdir(parents=True)

@@ -521,3 +521,73 @@ def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path)
         fill_defaults(b, REPO / "config/schema.yaml")
         assert repr(analysis_options(b["analysis"])) == repr(analysis_options(a["analysis"])), section
         assert b["analysis"]["score"] == "accuracy"
+
+
+def _schema_enum(path: str) -> list:
+    """The allowed values at ``path`` in config/schema.yaml (a '/'-separated path of schema keys)."""
+    node = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    for key in path.split("/"):
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    return node["enum"]
+
+
+def test_allowed_values_are_the_ones_the_code_knows():
+    """Each allowed value is written twice, in the schema (the message a user gets) and in the code
+    that acts on it: every pair here must agree, so adding a value to one and not the other fails."""
+    from oodcorr.analysis.correlate import METHODS
+    from oodcorr.analysis.inference import INFERENCES
+    from oodcorr.analysis.multitest import CORRECTIONS
+    from oodcorr.analysis.pooling import TWO_RUNS
+    from oodcorr.analysis.resample import INTERVALS
+    from oodcorr.analysis.residualise import RESIDUALISERS
+    from oodcorr.analysis.tables import NOT_ACCURACY
+    from oodcorr.core.defaults import RESOURCES
+    from oodcorr.jobs.data import FORMATS
+    from oodcorr.jobs.finetune import LOSSES
+    from oodcorr.jobs.metrics import COLUMNS
+    from oodcorr.modeling.adaptation import ADAPTATIONS
+    from oodcorr.planning.checks import UNITS
+    from oodcorr.planning.config import DATASET_SOURCES, READING_CHOICES
+
+    a = "properties/analysis/properties"
+    pairs = {
+        f"{a}/methods/items": METHODS,
+        f"{a}/residualisers/items": RESIDUALISERS,
+        f"{a}/inference": INFERENCES,
+        f"{a}/correction": CORRECTIONS,
+        f"{a}/pooling/properties/two_runs": TWO_RUNS,
+        f"{a}/bootstrap/properties/interval": INTERVALS,
+        f"{a}/score": ("accuracy", *COLUMNS),
+        "properties/evaluation/properties/unit": UNITS,
+        "properties/models/items/properties/method": tuple(ADAPTATIONS),
+        "properties/prompt/properties/truncation": READING_CHOICES["truncation"],
+        "properties/prompt/properties/scored_position": READING_CHOICES["scored_position"],
+        "$defs/finetune/properties/loss": LOSSES,
+        "$defs/dataset/properties/source": DATASET_SOURCES,
+        "$defs/dataset/properties/format": FORMATS,
+        "$defs/resources/propertyNames": ("default", "cpu", *RESOURCES),
+    }
+    for path, known in pairs.items():
+        assert list(_schema_enum(path)) == list(known), path
+    # the metrics the example-level bootstrap cannot resample are the workflow's metrics other than accuracy
+    assert NOT_ACCURACY == COLUMNS
+    prompt = yaml.safe_load((REPO / "config/schema.yaml").read_text())["properties"]["prompt"]["properties"]
+    assert prompt["strip_fields"]["type"] == "boolean" and READING_CHOICES["strip_fields"] == (True, False)
+
+
+def test_python_defaults_have_no_second_home_in_the_schema():
+    """The switches whose defaults live in oodcorr.core.defaults (left out of params at their
+    default) have none in the schema, and each default is one of the allowed values."""
+    from oodcorr.core.defaults import FINETUNE, READING
+    from oodcorr.planning.config import READING_CHOICES
+
+    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
+    prompt = schema["properties"]["prompt"]["properties"]
+    finetune = schema["$defs"]["finetune"]["properties"]
+    for key, value in READING.items():
+        assert "default" not in prompt[key], f"prompt.{key}"
+        assert value in READING_CHOICES[key], key
+    for key in FINETUNE:
+        assert "default" not in finetune[key], f"finetune.{key}"
+    assert FINETUNE["loss"] in finetune["loss"]["enum"]
+    assert FINETUNE["report_to"] in finetune["report_to"]["oneOf"][0]["enum"]

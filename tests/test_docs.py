@@ -269,3 +269,25 @@ def test_stated_job_counts_equal_a_dry_run(config, tmp_path):
     stated = {int(n.replace(",", "")) for d in DOCS for c, n in JOB_COUNT.findall(read(d)) if c == config}
     assert stated, f"no doc states how many jobs {config} plans"
     assert stated == {dry_run_total(config, tmp_path)}
+
+
+def _rules_in_workflow() -> set[str]:
+    text = (REPO / "Snakefile").read_text() + "".join(p.read_text() for p in (REPO / "workflow/rules").glob("*.smk"))
+    return set(re.findall(r"^\s*rule (\w+):", text, re.M))
+
+
+def _rules_in_diagram(doc: str) -> set[str]:
+    text = (REPO / doc).read_text()
+    block = re.search(r"## What the workflow does\n\n```\n(.*?)```", text, re.S)
+    assert block, f"{doc}: no diagram under 'What the workflow does'"
+    boxes = re.sub(r"\([^)]*\)", "", block.group(1))  # what a rule runs per, in brackets, names no rule
+    return set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b|\b(?:finetune|evaluate|heatmap|scatter)\b", boxes))
+
+
+def test_the_rule_diagram_shows_every_rule():
+    """docs/how-it-works.md draws the workflow: every rule but the default target `all`, and
+    nothing that is not a rule (a renamed or added rule fails this until the diagram follows)."""
+    rules = _rules_in_workflow() - {"all"}
+    drawn = _rules_in_diagram("docs/how-it-works.md")
+    assert len(rules) >= 16
+    assert drawn == rules, f"missing from the diagram: {sorted(rules - drawn)}; not rules: {sorted(drawn - rules)}"

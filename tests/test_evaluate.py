@@ -141,9 +141,10 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     import json
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.records import read_result
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.data import prepare
-    from oodcorr.jobs.evaluate import evaluate_run, read_result, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
     from oodcorr.modeling.loading import load_model
 
     from helpers import BINARY
@@ -249,7 +250,8 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     import pandas as pd
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import evaluate_run, read_result, tokenize_testset
+    from oodcorr.core.records import read_result
+    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
 
     tiny = str(tiny_models[kind])
     spec = {"name": "tiny", "tiny": {"model_type": kind}, "method": method}

@@ -261,7 +261,7 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     for name, rel in (("rte", "rte/train.jsonl"), ("wnli", "wnli/train.jsonl"), ("snli", "snli/test.jsonl")):
         sha = hashlib.sha256((NLI / rel).read_bytes()).hexdigest()
         assert set(scores.loc[scores.testset == name, "fingerprint"]) == {f"sha256:{sha}"}
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     # the report of a non-default config, by its --configfile, in the experiment's folder
     rep = smk(tmp_path, path, "--report", str(tmp_path / "results/real-cpu/report.html"))

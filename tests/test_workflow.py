@@ -67,7 +67,7 @@ def test_end_to_end_outputs(micro_run):
     )
 
     # one evaluation job per checkpoint x testset: its predictions file holds its record
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     path = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
     one = read_result(path)
@@ -247,7 +247,7 @@ def test_editing_report_to_reruns_nothing(micro_run, tmp_path):
 
 def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
     """The budget's measurements: the finetune's seconds and each evaluation's timing, by device."""
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
     from oodcorr.launch.budget import measured_costs
     from oodcorr.planning.plan import load
     from oodcorr.planning.schema import read_config
@@ -522,7 +522,7 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     dry = smk(wd, path, "-n")
     assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
 
-    from oodcorr.jobs.evaluate import read_result
+    from oodcorr.core.records import read_result
 
     before = _predictions(wd)
     path = wd / "authors.yaml"

@@ -293,10 +293,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# the workflow's scores-table metrics (oodcorr.jobs.metrics) that are not accuracy
-NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
-
-
 def workflow_dir(given: str | None) -> Path:
     """The workflow folder (config/schema.yaml, resources/): given, else this checkout, else the current one."""
     if given:
@@ -410,7 +406,7 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
         args.in_domain,
     )
     examples = None
-    if args.examples and args.score in NOT_ACCURACY:
+    if args.examples and not tables.example_bootstrap_applies(args.score):
         raise DataError(
             f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
             f"not --score {args.score}; leave --examples out"
@@ -490,20 +486,15 @@ def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> Non
     from .jobs import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
-    marks = plots.heatmap_marks(opts)
+    cells = dict(pc=pc, method=method, residualiser=residualiser)
     for m in models:
-        plots.heatmap(pc, m, str(out / "heatmaps" / f"{safe_name(m)}.png"), method, residualiser, **marks)
-        plots.scatter(
-            long,
-            m,
-            str(out / "scatter" / f"{safe_name(m)}.png"),
-            residualisers=plots.scatter_fits(opts.residualisers),
-            gam_settings=opts.gam,
-        )
+        png = f"{safe_name(m)}.png"
+        plots.draw("heatmap", str(out / "heatmaps" / png), opts, model=m, **cells)
+        plots.draw("scatter", str(out / "scatter" / png), opts, long=long, model=m)
         if pd.api.types.is_numeric_dtype(long["unit"]):
-            plots.learning_curves(long, m, str(out / "learning_curves" / f"{safe_name(m)}.png"))
+            plots.draw("learning_curves", str(out / "learning_curves" / png), opts, long=long, model=m)
     if len(models) > 1:
-        plots.heatmap_grid(pc, str(out / "heatmap_grid.png"), method, residualiser, **marks)
+        plots.draw("heatmap_grid", str(out / "heatmap_grid.png"), opts, **cells)
     else:
         log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
     log.info("wrote figures under %s", out)

@@ -11,7 +11,6 @@ ANALYSIS = PLAN.analysis
 # the heatmaps show the first method and the first residualiser of the config
 PLOT_METHOD = ANALYSIS["methods"][0]
 PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
-A = P.staged(P.analysis)  # where the analysis writes
 
 
 # Aggregation and plots are light: they run on the submitting (login) node under a cluster executor.

@@ -8,6 +8,7 @@ from oodcorr.core.locks import FolderInUse
 from oodcorr.jobs.finetune import NonFiniteLoss, finetune
 from oodcorr.jobs.multi_gpu import run_distributed
 from oodcorr.launch.runtime import pick_device, setup_logging
+from oodcorr.planning.config import report_to
 from oodcorr.planning.finetune_job import FinetuneJob
 
 sm = snakemake  # noqa: F821
@@ -31,7 +32,7 @@ try:
         max_steps=run["max_steps"],
         run_dir=Path(sm.output.manifest).parent,
         manifest_path=sm.output.manifest,
-        report_to=(entry.get("finetune") or {}).get("report_to", sm.config["finetune"].get("report_to", "auto")),
+        report_to=report_to(sm.config, sm.wildcards.model),
         # several processes: the launch claims its GPUs and each process picks its own device
         device="cpu" if dist else pick_device(sm.resources.gpu),
         threads=sm.threads,

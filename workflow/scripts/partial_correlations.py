@@ -5,7 +5,13 @@ import sys
 from pathlib import Path
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.tables import examples_from_predictions, from_scores, summarise, write_tables
+from oodcorr.analysis.tables import (
+    example_bootstrap_applies,
+    examples_from_predictions,
+    from_scores,
+    summarise,
+    write_tables,
+)
 from oodcorr.core.errors import DataError, ResultError
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import setup_logging
@@ -16,7 +22,7 @@ log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
 score = sm.params.score  # analysis.score: the metric column analysed
 # the example-level bootstrap resamples per-example correctness: it recomputes accuracy only
-by_example = opts.example_boot > 1 and score == "accuracy"
+by_example = opts.example_boot > 1 and example_bootstrap_applies(score)
 try:
     scores = read_scores(sm.input.scores)
     long, info = from_scores(scores, score)

@@ -19,22 +19,12 @@ kind = sm.params.kind
 opts = Options.from_mapping(getattr(sm.params, "analysis", None) or analysis_options(sm.config.get("analysis", {})))
 if kind in ("heatmap", "heatmap_grid"):
     pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
-    marks = plots.heatmap_marks(opts)
-    if kind == "heatmap":
-        print(plots.heatmap(pc, sm.wildcards.model, sm.output[0], sm.params.method, sm.params.residualiser, **marks))
-    else:
-        print(plots.heatmap_grid(pc, sm.output[0], sm.params.method, sm.params.residualiser, **marks))
+    cells = dict(pc=pc, method=sm.params.method, residualiser=sm.params.residualiser)
+    print(plots.draw(kind, sm.output[0], opts, model=getattr(sm.wildcards, "model", None), **cells))
 else:
     try:
         long, _ = from_scores(read_scores(sm.input[0]), sm.params.score)
     except ResultError as e:
         sys.exit(f"oodcorr: {e}")
-    if kind == "learning_curves":
-        print(
-            plots.learning_curves(
-                long, sm.wildcards.model, sm.output[0], x_label=sm.params.x_label, y_label=sm.params.score
-            )
-        )
-    else:
-        fits = plots.scatter_fits(opts.residualisers)
-        print(plots.scatter(long, sm.wildcards.model, sm.output[0], residualisers=fits, gam_settings=opts.gam))
+    labels = dict(x_label=sm.params.x_label, y_label=sm.params.score) if kind == "learning_curves" else {}
+    print(plots.draw(kind, sm.output[0], opts, long=long, model=sm.wildcards.model, **labels))

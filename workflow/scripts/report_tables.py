@@ -2,12 +2,13 @@
 
 import pandas as pd
 
-from oodcorr.launch import report
+from oodcorr.jobs import plots
+from oodcorr.jobs.aggregate import write_accuracy
 from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 if sm.rule == "accuracy_table":
-    print(report.write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
+    print(write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
 else:
-    print(report.training_loss(list(sm.input), sm.wildcards.model, sm.output[0]))
+    print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))

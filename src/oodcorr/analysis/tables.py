@@ -356,6 +356,18 @@ def run_info(
     return first.reset_index()
 
 
+# The example-level bootstrap resamples each example's correctness, which gives accuracy: it
+# applies to the workflow's `accuracy` (and to a user table's own score column), not to the
+# workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS; tests/test_config.py ties them).
+NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+
+
+def example_bootstrap_applies(score: str) -> bool:
+    """Whether the example-level bootstrap can resample ``score``, the column analysed: not when
+    it is one of the workflow's metrics other than accuracy (:data:`NOT_ACCURACY`)."""
+    return score not in NOT_ACCURACY
+
+
 def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
     """The workflow's scores table -> (canonical long table, run info: run, n_train, seed).
 

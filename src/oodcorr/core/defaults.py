@@ -1,4 +1,22 @@
-"""The analysis settings' defaults, written once for the two layers that read them.
+"""The defaults that Python reads, written once (the schema fills every other config key's own).
+
+Each dictionary here is a default the schema cannot fill, because its value must stay out of
+the config's params when left at its default, or because a layer below planning reads it:
+
+* :data:`ANALYSIS` -- the ``analysis`` section (below);
+* :data:`READING` -- the prompt's reading switches (``prompt.strip_fields``, ``truncation``,
+  ``scored_position``) and :data:`FINETUNE` -- the finetune switches (``finetune.loss``) and
+  where the loss is logged (``finetune.report_to``). A switch at its default is left out of
+  every param and identity, so spelling the default out, or upgrading from a version without
+  the switch, reruns nothing; ``report_to`` changes no weights and is in no param at all.
+  Scoring (:mod:`oodcorr.modeling.prompting`) and training read them in every job;
+* :data:`RESOURCES` -- what a job of each model rule asks for when neither the config's
+  ``resources``, a size class nor the model's own ``resources`` say otherwise.
+
+``config/schema.yaml`` states what each of these keys may be and gives none of them a default
+(``tests/test_config.py`` checks both).
+
+The analysis defaults, for the two layers that read them:
 
 :data:`ANALYSIS` is the config's ``analysis`` section as it stands when nothing is given,
 in the config's own shape and key order. Two layers read it, so it sits below both:
@@ -36,6 +54,21 @@ ANALYSIS: dict[str, Any] = {
     "permutation": {"n_perm": 2000},
     "example_bootstrap": {"n_boot": 200},
     "gam": {"n_splines": 10, "min_points": 8},
+}
+
+
+# prompt.*: how a prompt is read (config/schema.yaml explains each)
+READING: dict[str, Any] = {"strip_fields": True, "truncation": "left", "scored_position": "last-token"}
+
+# finetune.*: the training loss of pattern models, and where the Trainer logs it
+FINETUNE: dict[str, Any] = {"loss": "verbalisers", "report_to": "auto"}
+
+# per model rule: what one job asks for by default. Evaluate's runtime is minutes per checkpoint.
+RESOURCES: dict[str, dict[str, Any]] = {
+    "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
+    "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
+    "finetune": {"mem_mb": 4000, "runtime": 60},
+    "evaluate": {"mem_mb": 2000, "runtime": 10},
 }
 
 

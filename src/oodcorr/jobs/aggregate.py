@@ -15,10 +15,14 @@ testset must carry the fingerprint and records hash of the testset as it is prep
 now, and a testset prepared from a local file must still match that file's sha256. A
 mismatch stops the aggregation with the file and the command that evaluates the data
 as it is now; the scores are never written with an old fingerprint.
+
+The report's accuracy table (:func:`write_accuracy`) is the same scores, one row per run x
+checkpoint and one column per testset.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 from pathlib import Path
@@ -26,10 +30,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import ResultError
-from ..core.io import atomic_path
+from ..core.io import atomic_path, write_text_atomic
+from ..core.records import local_source_changed, read_result
 from . import metrics
-from .data import local_source_changed
-from .evaluate import read_result
 
 log = logging.getLogger(__name__)
 
@@ -214,3 +217,62 @@ def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:
             writer(tmp)
+
+
+# ---- the scores as a table for the report: accuracy per run x checkpoint x testset ----------
+RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
+
+
+def accuracy_table(scores):
+    """One row per run x checkpoint, one column per testset (in-domain first), accuracy in the cells."""
+    df = scores.copy()
+    order = (
+        df.sort_values("role", key=lambda r: r.ne("in-domain"))  # the in-domain set first
+        .drop_duplicates("testset")["testset"]
+        .tolist()
+    )
+    wide = df.pivot_table(index=RUN_KEYS + ["step"], columns="testset", values="accuracy", aggfunc="first")
+    wide = wide.reindex(columns=[t for t in order if t in wide.columns])
+    wide.columns.name = None
+    return wide.reset_index().sort_values(RUN_KEYS + ["step"], ignore_index=True)
+
+
+def write_accuracy(scores, out_html: str, out_csv: str, experiment: str) -> dict:
+    """The accuracy table as CSV and as an HTML page (one table per run) for the report."""
+    wide = accuracy_table(scores)
+    with atomic_path(out_csv) as tmp:
+        wide.to_csv(tmp, index=False)
+    testsets = [c for c in wide.columns if c not in RUN_KEYS + ["step"]]
+    info = scores.drop_duplicates("testset").set_index("testset")
+    head = "".join(
+        f"<th>{html.escape(t)}<br><small>{html.escape(str(info.at[t, 'role']))}, n={int(info.at[t, 'n'])}</small></th>"
+        for t in testsets
+    )
+    parts = [
+        f"<h1>Accuracy per checkpoint: {html.escape(experiment)}</h1>",
+        "<p>Share of each testset's examples classified correctly at each saved checkpoint "
+        "(step 0: before any update). The same numbers are in accuracy.csv and, one row per "
+        "checkpoint x testset with counts and provenance, scores.csv.</p>",
+    ]
+    for key, g in wide.groupby(RUN_KEYS, sort=True):
+        model, dom, n, seed = key
+        rows = "".join(
+            "<tr><td>{}</td>{}</tr>".format(
+                int(r["step"]), "".join(f"<td>{'' if pd.isna(r[t]) else f'{r[t]:.3f}'}</td>" for t in testsets)
+            )
+            for _, r in g.iterrows()
+        )
+        parts.append(
+            f"<h2>{html.escape(str(model))}, in-domain {html.escape(str(dom))}, n_train {n}, seed {seed}</h2>"
+            f"<table><thead><tr><th>step</th>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        )
+    style = (
+        "body{font-family:sans-serif;font-size:13px} table{border-collapse:collapse;margin-bottom:1.5em}"
+        "td,th{border:1px solid #ccc;padding:2px 8px;text-align:right} th{background:#f3f3f3}"
+    )
+    write_text_atomic(
+        out_html,
+        f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{style}</style>"
+        f"</head><body>{''.join(parts)}</body></html>\n",
+    )
+    return {"runs": int(wide.groupby(RUN_KEYS).ngroups), "rows": len(wide), "testsets": testsets}

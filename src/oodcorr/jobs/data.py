@@ -231,29 +231,6 @@ def _load_local(spec: dict, base: Path, dropped: dict | None = None) -> tuple[li
     return recs, prov
 
 
-def local_source_changed(meta: dict) -> str | None:
-    """Whether the local file a dataset was prepared from (its meta.json) now holds other bytes.
-
-    Returns a sentence naming the file, or None when it is unchanged, is not a local file,
-    or is gone (planning names a missing file itself). The file's stat recorded when it was
-    prepared (:func:`oodcorr.core.io.stat_key`) saves hashing a file nobody touched; an edit,
-    even one that restores the modification time, changes the stat, and the sha256 decides.
-    """
-    fingerprint = str(meta.get("fingerprint") or "")
-    if meta.get("source") != "local" or not fingerprint.startswith("sha256:") or not meta.get("path"):
-        return None
-    path = Path(meta["path"])
-    if not path.is_file() or meta.get("source_stat") == stat_key(path):
-        return None
-    now = "sha256:" + sha256_file(path)
-    if now == fingerprint:
-        return None
-    return (
-        f"{path} changed after dataset {meta.get('name')!r} was prepared from it (its sha256 is now "
-        f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)"
-    )
-
-
 def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
     import datasets  # imported here: planning and local data never need it
 

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 from ..core.io import atomic_path, json_default, read_jsonl, sha256_json, write_json_atomic
+from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
 from ..modeling.loading import load_checkpoint, load_tokenizer
@@ -100,13 +101,6 @@ def tokenize_testset(
     with atomic_path(out_path) as tmp:
         torch.save(cache, tmp)
     return {"n": len(ids), "n_truncated": n_trunc}
-
-
-def cache_info_path(cache_path: str | Path) -> Path:
-    """The small JSON beside a tokenised cache (``<testset>.info.json``): its size and how many
-    prompts were cut to ``max_length``."""
-    p = Path(cache_path)
-    return p.with_name(p.name.removesuffix(".pt") + ".info.json")
 
 
 def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
@@ -239,9 +233,6 @@ def eval_dtype(model_spec: dict, device: str) -> str:
     return "float32"
 
 
-META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
-
-
 def _arrow_column(values, kind: str):
     """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
     a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
@@ -294,16 +285,6 @@ def _write_predictions(
     table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-
-
-def read_result(path: str | Path) -> dict:
-    """The result record stored in a predictions parquet's metadata (without reading its rows)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.read_schema(path).metadata or {}
-    if META_KEY not in meta:
-        raise ValueError(f"{path}: not an oodcorr predictions file (no {META_KEY.decode()!r} metadata)")
-    return json.loads(meta[META_KEY])
 
 
 def _process_age() -> float | None:

@@ -1,15 +1,18 @@
 """Figures (matplotlib, Agg): heatmaps, a grid of heatmaps across models, learning
-curves, and in-domain vs OOD scatter plots with the fitted residualiser curves.
+curves, in-domain vs OOD scatter plots with the fitted residualiser curves, and training loss.
 
 Every drawing function takes the analysis tables, writes one PNG atomically, and returns a
-small dict describing what it drew (used by the tests). :func:`heatmap_marks` and
-:func:`scatter_fits` turn an analysis's options into their arguments, for the command line
-and the workflow alike.
+small dict describing what it drew (used by the tests). :func:`draw` draws one analysis figure
+the same way for the command line and the workflow's rules (:func:`heatmap_marks` and
+:func:`scatter_fits` turn an analysis's options into its arguments). The training-loss curves
+of the report (:func:`training_loss_curves`) read the runs' manifests.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -451,4 +454,74 @@ def scatter(
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
     _save(fig, out_png, tight=False)
+    return drawn
+
+
+# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk)
+FIGURES = ("heatmap", "heatmap_grid", "learning_curves", "scatter")
+
+
+def draw(
+    kind: str,
+    out_png: str,
+    opts,
+    *,
+    pc: pd.DataFrame | None = None,
+    long: pd.DataFrame | None = None,
+    model: str | None = None,
+    method: str | None = None,
+    residualiser: str | None = None,
+    x_label: str = "training step",
+    y_label: str = "score",
+) -> dict:
+    """One analysis figure of ``kind`` (one of :data:`FIGURES`), drawn the same way for the
+    command line (``oodcorr analyse``) and the workflow's rules: what an analysis's options
+    (:class:`oodcorr.analysis.Options`) decide of it is decided here. The heatmaps read the pairs
+    table ``pc`` (``method`` and ``residualiser`` choose the cells shown); learning curves and
+    scatter plots read the long scores table ``long``."""
+    if kind == "heatmap":
+        return heatmap(pc, model, out_png, method, residualiser, **heatmap_marks(opts))
+    if kind == "heatmap_grid":
+        return heatmap_grid(pc, out_png, method, residualiser, **heatmap_marks(opts))
+    if kind == "learning_curves":
+        return learning_curves(long, model, out_png, x_label=x_label, y_label=y_label)
+    if kind == "scatter":
+        return scatter(long, model, out_png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam)
+    raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
+
+
+def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict:
+    """The training loss against the step, one line per run of ``model``, from each run's manifest
+    (``loss_history``: the Trainer's logged losses, earlier attempts included after a resume)."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    drawn = {}
+    for path in sorted(manifests):
+        man = json.loads(Path(path).read_text(encoding="utf-8"))
+        hist = man.get("loss_history") or []
+        label = "/".join(Path(path).parent.parts[-3:])  # <in_domain>/n<N>/seed<S>
+        if hist:
+            ax.plot([h["step"] for h in hist], [h["loss"] for h in hist], lw=1.2, marker="o", ms=2, label=label)
+        drawn[label] = len(hist)
+    if not any(drawn.values()):
+        ax.text(
+            0.5,
+            0.5,
+            "no loss logged: the runs' checkpoints existed already,\nso nothing was trained",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+    n = len(drawn)
+    ax.set(
+        xlabel="training step",
+        ylabel="training loss (cross-entropy)",
+        title=f"{model}: training loss ({n} run{'s' if n != 1 else ''})",
+    )
+    ax.grid(alpha=0.3)
+    if any(drawn.values()):
+        ax.legend(fontsize=7, loc="best", ncol=1 + n // 12)
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+    plt.close(fig)
     return drawn

@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 from ..core.io import human_bytes, write_json_atomic, write_text_atomic
-from ..jobs.evaluate import read_result
+from ..core.records import read_result
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size

@@ -24,8 +24,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.model_dirs import check_local_weights, package_dir
-from ..jobs.data import local_source_changed
-from ..jobs.evaluate import cache_info_path
+from ..core.records import cache_info_path, local_source_changed
 from ..modeling.loading import load_tokenizer
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment

@@ -14,7 +14,7 @@ A model entry picks its method with ``method:``:
 
 Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
 evaluation (argmax) are the same code for every method. To add a method, write a
-class with the members of :class:`Method` and add it to ``METHODS``
+class with the members of :class:`Method` and add it to ``ADAPTATIONS``
 (``tests/test_adaptation.py`` checks every entry against :class:`Method`). ``pattern`` has
 one more, ``vocab_logits``: the whole vocabulary's logits at the scored position, for
 ``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
@@ -172,16 +172,16 @@ def _segments(input_ids, attention_mask, sep_id: int):
     return (before >= 1).long() * attention_mask
 
 
-METHODS = {m.name: m for m in (Pattern, Head)}
+ADAPTATIONS = {m.name: m for m in (Pattern, Head)}
 
 
 def get(name: str | None) -> Method:
     """The method called ``name``; ``None`` (an entry built without the schema, which fills in
     ``pattern``) is ``pattern``."""
     try:
-        return METHODS[name or "pattern"]
+        return ADAPTATIONS[name or "pattern"]
     except KeyError:
-        raise ConfigError(f"method {name!r} is unknown; known: {', '.join(METHODS)}") from None
+        raise ConfigError(f"method {name!r} is unknown; known: {', '.join(ADAPTATIONS)}") from None
 
 
 def correct_mask(pred, gold, label_names: list[str], coarse: dict | None):

@@ -2,7 +2,7 @@
 
 The score of an example is the vector of next-token logits of the label
 verbalisers (e.g. " Yes" / " No") read at one position of the prompt. How a
-prompt is read is set by the prompt's switches (:data:`oodcorr.planning.config.READING_DEFAULTS`):
+prompt is read is set by the prompt's switches (:data:`oodcorr.core.defaults.READING`):
 
 * ``scored_position: last-token`` (default): the last real token of the prompt.
   Whatever the padding side, the position is gathered from the attention mask, so
@@ -26,13 +26,13 @@ import inspect
 
 import torch
 
+from ..core.defaults import READING
 from ..core.errors import ConfigError
-from ..planning.config import READING_DEFAULTS
 
 
 def reading(prompt: dict | None) -> dict:
     """How a prompt is read: its switches, each at its default where the prompt does not set it."""
-    return {k: (prompt or {}).get(k, v) for k, v in READING_DEFAULTS.items()}
+    return {k: (prompt or {}).get(k, v) for k, v in READING.items()}
 
 
 def format_prompt(template: str, premise: str, hypothesis: str, strip_fields: bool = True) -> str:

@@ -22,6 +22,7 @@ import copy
 import re
 from pathlib import Path
 
+from ..core.defaults import FINETUNE, READING
 from ..core.errors import ConfigError
 from ..core.io import load_yaml
 from .schema import check_entry
@@ -32,16 +33,13 @@ LABEL_MODES = "resources/label_modes.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
 MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 
-# Switches whose defaults are today's behaviour (config/schema.yaml explains each). A switch
-# at its default is left out of every param and identity, so spelling the default out, or
-# upgrading from a version without the switch, reruns nothing.
-READING_DEFAULTS = {"strip_fields": True, "truncation": "left", "scored_position": "last-token"}  # prompt.*
+# the prompt switches' allowed values, for a model's own prompt, which the schema does not check
+# (tests/test_config.py ties them to the schema's); their defaults are oodcorr.core.defaults.READING
 READING_CHOICES = {
     "strip_fields": (True, False),
     "truncation": ("left", "right"),
     "scored_position": ("last-token", "padded-end"),
 }
-FINETUNE_DEFAULTS = {"loss": "verbalisers"}  # finetune.*
 
 
 def without_defaults(block: dict | None, defaults: dict) -> dict | None:
@@ -59,7 +57,7 @@ def analysis_options(analysis: dict | None) -> dict:
 
 def changed_reading(prompt: dict | None) -> dict:
     """The prompt switches that differ from their defaults (empty for a default or absent prompt)."""
-    return {k: prompt[k] for k in READING_DEFAULTS if prompt and k in prompt and prompt[k] != READING_DEFAULTS[k]}
+    return {k: prompt[k] for k in READING if prompt and k in prompt and prompt[k] != READING[k]}
 
 
 def deep_merge(base: dict, over: dict | None) -> dict:
@@ -71,6 +69,26 @@ def deep_merge(base: dict, over: dict | None) -> dict:
         else:
             out[k] = copy.deepcopy(v)
     return out
+
+
+def finetune_block(config: dict, model: str) -> dict:
+    """The global finetune block with model ``model``'s overrides merged in
+    (:meth:`Experiment.finetune_cfg`)."""
+    over = next(m for m in config["models"] if m["name"] == model).get("finetune") or {}
+    out = deep_merge(config.get("finetune") or {}, over)
+    for whole in ("checkpoints", "lora"):
+        if whole in over:
+            out[whole] = copy.deepcopy(over[whole])
+    if "epochs" in over and "max_steps" not in over:
+        out.pop("max_steps", None)
+    return out
+
+
+def report_to(config: dict, model: str) -> str | list[str]:
+    """Where a model's finetune logs its loss (``finetune.report_to``, the model's own block over
+    the global one). The finetune job reads it from the config, not from its params: it changes
+    no weights, so editing it reruns nothing."""
+    return finetune_block(config, model).get("report_to", FINETUNE["report_to"])
 
 
 class Experiment:
@@ -174,14 +192,7 @@ class Experiment:
         and a model-level ``epochs`` (without ``max_steps``) drops the global
         ``max_steps``, so an override always means what it says.
         """
-        over = self.models[model].get("finetune") or {}
-        out = deep_merge(self.config["finetune"], over)
-        for whole in ("checkpoints", "lora"):
-            if whole in over:
-                out[whole] = copy.deepcopy(over[whole])
-        if "epochs" in over and "max_steps" not in over:
-            out.pop("max_steps", None)
-        return out
+        return finetune_block(self.config, model)
 
     def finetune_params(self, model: str) -> dict:
         """The finetune settings a run needs (not the n_train/seeds lists; switches at their
@@ -190,7 +201,7 @@ class Experiment:
         ``report_to`` (where the loss is logged while training) changes no weights: left out,
         so editing it reruns nothing (the finetune script reads it from the config)."""
         ft = {k: v for k, v in self.finetune_cfg(model).items() if k not in ("n_train", "seeds", "report_to")}
-        return canonical(without_defaults(ft, FINETUNE_DEFAULTS))
+        return canonical(without_defaults(ft, FINETUNE))
 
     def testsets_for(self, in_domain: str) -> list[tuple[str, str]]:
         """(testset, role) pairs evaluated for runs trained on ``in_domain``.
@@ -248,7 +259,7 @@ class Experiment:
         if self.method(model) != "pattern":
             return None
         merged = deep_merge(self.config["prompt"], self.models[model].get("prompt"))
-        return canonical(without_defaults(merged, READING_DEFAULTS))
+        return canonical(without_defaults(merged, READING))
 
     def resource_layers(self, model: str) -> list[tuple[str, dict]]:
         """Where a model's job resources come from, least specific first: (config key, mapping of

@@ -19,8 +19,8 @@ import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
+from ..core.defaults import FINETUNE
 from ..core.errors import ConfigError
-from .config import FINETUNE_DEFAULTS
 
 
 def trains_in_bf16(model_spec: dict, finetune: dict) -> bool:
@@ -56,7 +56,7 @@ class TrainingSettings:
 
     # -- what is trained and on what loss
     bf16: bool = False  # bf16 mixed precision on a GPU (a bf16 model trains so regardless)
-    loss: str = FINETUNE_DEFAULTS["loss"]  # "verbalisers" or "vocabulary" (oodcorr.jobs.finetune.training_loss)
+    loss: str = FINETUNE["loss"]  # "verbalisers" or "vocabulary" (oodcorr.jobs.finetune.training_loss)
     lora: dict | None = None  # LoRA adapters (oodcorr.jobs.finetune.apply_lora); None: full finetuning
 
     @classmethod
@@ -124,7 +124,7 @@ class FinetuneJob:
     manifest_path: Path
 
     # -- how it runs: none of these changes the trained weights
-    report_to: str | tuple[str, ...] = "auto"  # finetune.report_to: "auto", "none", or integrations
+    report_to: str | tuple[str, ...] = FINETUNE["report_to"]  # finetune.report_to: "auto", "none", or integrations
     device: str = "cpu"  # "cpu" or "cuda"; under several processes each picks its own
     threads: int = 1  # torch intra-op threads
 

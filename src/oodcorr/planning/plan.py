@@ -29,21 +29,14 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ..core.defaults import ANALYSIS, filled
+from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 
-# What a job asks for when neither the config's `resources`, a size class nor the
-# model's own `resources` say otherwise. Evaluate's runtime is minutes per checkpoint.
-RULE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
-    "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
-    "finetune": {"mem_mb": 4000, "runtime": 60},
-    "evaluate": {"mem_mb": 2000, "runtime": 10},
-}
-MODEL_RULES = tuple(RULE_DEFAULTS)
+# the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
+MODEL_RULES = tuple(RESOURCES)
 
 # Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
 # per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
@@ -584,7 +577,7 @@ def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
     asks for no GPU) and the rule's own keys, the last winning."""
     layers = exp.resource_layers(entry["name"])
     out = {}
-    for rule, default in RULE_DEFAULTS.items():
+    for rule, default in RESOURCES.items():
         values, origin = dict(default), {}
         gpu = values.get("gpu", 0)
         for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
