@@ -72,7 +72,7 @@ def test_paper_budget_printed_and_checked_by_hand(tmp_path, capsys):
     assert b["checkpoint_bytes"] is None and b["download_bytes"] is None
     assert all("oodcorr prefetch" in n for n in b["checkpoint_notes"])
     assert re.search(r"\| finetune \| 96 \| 96 \| 1/2 \| 1,728\.0 \| 1,728\.0 \| 0 \| 0\.0 \| gpu \|", printed)
-    assert re.search(r"\| \*\*total\*\* \| \*\*16,336\*\* \| \*\*16,288\*\* \| \| \*\*4,819\.2\*\*", printed)
+    assert re.search(r"\| \*\*total\*\* \| \*\*16,338\*\* \| \*\*16,288\*\* \| \| \*\*4,819\.2\*\*", printed)
     assert "**Longest path**: 24.3 h (1,460 min" in printed and "**Wall time on 64 GPUs**: at least 75.3 h" in printed
     # the profile's one partition takes the CPU-only tokenisation too: the budget says how to move it
     assert "the 64 tokenize_testset jobs ask for no GPU but go to partition gpu" in printed
@@ -118,3 +118,18 @@ def test_job_counts_equal_snakemakes(tmp_path, unit):
     path.write_text(yaml.safe_dump(cfg))
     table = {k: v for k, v in planned_jobs(tmp_path, path).items() if k != "total"}
     assert budget.job_counts(load(read_config(path), REPO, [path])) == table
+
+
+def test_the_budget_knows_every_local_rule_and_counts_every_rule(tmp_path):
+    """LOCAL_RULES repeats the rule files' `localrules:` lists (the budget reads no Snakefile): the two
+    must agree, and a dry run's jobs per rule must equal the budget's count of each."""
+    text = (REPO / "Snakefile").read_text() + "".join(p.read_text() for p in (REPO / "workflow/rules").glob("*.smk"))
+    declared = set()
+    for block in re.findall(r"^localrules:\n((?:    \w+,\n)+)", text, re.M):
+        declared |= set(re.findall(r"\w+", block))
+    assert declared == set(budget.LOCAL_RULES)
+    plan = load(read_config(REPO / "config/config.yaml"), REPO, [REPO / "config/config.yaml"])
+    counts = budget.job_counts(plan)
+    planned = planned_jobs(tmp_path, REPO / "config/config.yaml")
+    assert counts == {k: v for k, v in planned.items() if k != "total"}
+    assert counts["consensus_heatmap"] == 1

@@ -2,6 +2,7 @@
 
 import csv
 import logging
+import math
 import re
 import subprocess
 import sys
@@ -156,7 +157,11 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
     assert row.n_positive == 1 and row.n_negative == 1 and row.verdict == "sign reversal"
     assert row.reversal.startswith("A +0.") and " vs B -0." in row.reversal and row.family_size == 3
     assert "agreement pearson/linear: sign reversal 1" in caplog.text
+    # the answer across the two models: their consensus (random effects; no prediction interval
+    # from 2 models), and the consensus heatmap of the in-domain set
+    assert math.isfinite(row.r_consensus) and math.isnan(row.pi_low_consensus) and row.n_models_consensus == 2
     for f in (
+        "consensus/mnli.png",
         "heatmaps/A.png",
         "heatmaps/B.png",
         "heatmap_grid.png",

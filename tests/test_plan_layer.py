@@ -107,3 +107,32 @@ def test_rules_name_their_conda_env_and_wildcards_once():
     for name in ("model", "indomain", "dataset", "testset"):
         assert f"    {name}=NAME," in constraints.splitlines(), name
     assert "[A-Za-z0-9]" not in snakefile
+
+
+def test_the_analysis_format_follows_the_tables_it_writes():
+    """An experiment analysed before gets its analysis recomputed when the tables change, and only
+    then: ANALYSIS_FORMAT (a param of partial_correlations) is tied to the tables' columns and verdicts.
+    Changing them fails this test until ANALYSIS_FORMAT is raised and the new fingerprint added."""
+    import hashlib
+
+    from oodcorr.analysis import AGREEMENT_COLUMNS, COLUMNS, VERDICTS
+    from oodcorr.planning.plan import ANALYSIS_FORMAT
+
+    fingerprint = hashlib.sha256(repr((COLUMNS, AGREEMENT_COLUMNS, VERDICTS)).encode()).hexdigest()[:16]
+    known = {2: "89bf844c93a6aa24"}
+    assert known.get(ANALYSIS_FORMAT) == fingerprint, (ANALYSIS_FORMAT, fingerprint)
+    rule = (REPO / "workflow/rules/analyse.smk").read_text()
+    assert re.search(r"rule partial_correlations:.*?params:.*?tables=ANALYSIS_FORMAT", rule, re.S)
+
+
+def test_a_consensus_heatmap_per_in_domain_set_with_two_models_or_more():
+    from oodcorr.planning.plan import load
+    from oodcorr.planning.schema import read_config
+
+    default = load(read_config(REPO / "config/config.yaml"), REPO, [REPO / "config/config.yaml"])
+    assert default.consensus_sets() == ["synth"]
+    assert "results/default/analysis/consensus/synth.png" in default.targets()
+    paper = load(read_config(REPO / "config/paper.yaml"), REPO, [REPO / "config/paper.yaml"])
+    assert paper.consensus_sets() == ["mnli", "snli"]
+    micro = load(read_config(REPO / "config/micro.yaml"), REPO, [REPO / "config/micro.yaml"])
+    assert micro.consensus_sets() == [] and not any("/consensus/" in t for t in micro.targets())

@@ -110,6 +110,10 @@ def test_a_series_is_planned_without_finetuning(series_dirs):
     assert sorted(os.path.basename(f) for f in files) == sorted(f.name for f in model_files(series_dirs[8]))
     assert plan.eval_params(wc)["provenance"]["x_unit"] == "step"
     assert "x_unit" not in plan.eval_params(wc_fin)["provenance"]  # finetuned runs' keys are unchanged
+    # the budget counts one series_checkpoint job per model x given checkpoint (the rule's wildcards)
+    from oodcorr.launch.budget import job_counts
+
+    assert job_counts(plan)["series_checkpoint"] == 2 * len(STEPS) and job_counts(plan)["finetune"] == 1
     # in unit run, the job reads every checkpoint's manifest
     run_plan = _plan(_config(series_dirs, unit="run"))
     wc_run = WC(model="pre-steps", indomain="synth", ntrain="0", seed="0", testset="synth-overlap")

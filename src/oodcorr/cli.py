@@ -35,8 +35,11 @@ EPILOG = """\
 outputs (in --out):
   partial_correlations.csv  one row per model x run (or 'pooled' per pool group) x pair x method x
                             residualiser: r, interval, p, effective sample size, checks
-  agreement.csv             per OOD pair: do the models differ, does the sign reverse (corrected
-                            across pairs), each model's pooled r and interval
+  agreement.csv             per OOD pair: the answer across models -- the consensus r with its
+                            interval and prediction interval, and a verdict: generalises
+                            (positive/negative), sign reversal, models differ, agree near zero,
+                            unresolved (corrected across pairs); each model's pooled r
+  consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
   heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
   heatmap_grid.png          the models side by side (with more than one model)
   scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
@@ -458,7 +461,7 @@ def analyse_command(args) -> int:
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
     )
     pc = analyse(long, opts, examples, run_info=info)
-    agree = agreement(pc[pc["run"] == "pooled"], opts.alpha, opts.correction)
+    agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
     write_tables(pc, agree, out)
     write_json_atomic(
         out / "settings.json",
@@ -478,15 +481,21 @@ def analyse_command(args) -> int:
         res = args.plot_residualiser or opts.residualisers[0]
         if method not in opts.methods or res not in opts.residualisers:
             raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
-        make_plots(pc, long, out, method, res, opts)
+        make_plots(pc, agree, long, out, method, res, opts)
     return 0
 
 
-def make_plots(pc, long, out: Path, method: str, residualiser: str, opts) -> None:
+def make_plots(pc, agree, long, out: Path, method: str, residualiser: str, opts) -> None:
     from .jobs import plots  # numpy/pandas: kept out of planning
 
     models = sorted(pc["model"].unique())
     cells = dict(pc=pc, method=method, residualiser=residualiser)
+    if len(models) > 1:  # the answer first: the consensus across models, one figure per in-domain set
+        for dom in sorted(agree["in_domain"].astype(str).unique()):
+            png = str(out / "consensus" / f"{safe_name(dom)}.png")
+            plots.draw(
+                "consensus_heatmap", png, opts, agree=agree, in_domain=dom, method=method, residualiser=residualiser
+            )
     for m in models:
         png = f"{safe_name(m)}.png"
         plots.draw("heatmap", str(out / "heatmaps" / png), opts, model=m, **cells)

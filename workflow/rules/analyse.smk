@@ -8,6 +8,7 @@
 # gone, so the next run runs it again.
 
 ANALYSIS = PLAN.analysis
+ANALYSIS_FORMAT = PLAN.analysis_format
 # the heatmaps show the first method and the first residualiser of the config
 PLOT_METHOD = ANALYSIS["methods"][0]
 PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
@@ -17,6 +18,7 @@ PLOT_RESIDUALISER = ANALYSIS["residualisers"][0]
 localrules:
     aggregate_scores,
     partial_correlations,
+    consensus_heatmap,
     heatmap,
     heatmap_grid,
     learning_curves,
@@ -53,8 +55,8 @@ rule partial_correlations:
         # `predictions`); they are outputs of the evaluation jobs the table depends on
         scores=P.staged(P.scores),
     output:
-        pairs=report(f"{A}/partial_correlations.csv", category="5 Tables", caption="../report/partial_correlations.rst"),
-        agreement=report(f"{A}/agreement.csv", category="5 Tables", caption="../report/agreement.rst"),
+        pairs=report(f"{A}/partial_correlations.csv", category="3 Tables", caption="../report/partial_correlations.rst"),
+        agreement=report(f"{A}/agreement.csv", category="1 The answer", caption="../report/agreement.rst"),
     log:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
@@ -62,8 +64,34 @@ rule partial_correlations:
     params:
         analysis=ANALYSIS,
         score=PLAN.score,
+        # the tables' format: a new one (new columns, a new verdict) recomputes the analysis of an
+        # experiment analysed before, and nothing upstream of it
+        tables=ANALYSIS_FORMAT,
     script:
         "../scripts/partial_correlations.py"
+
+
+rule consensus_heatmap:
+    """The answer for one in-domain set: every OOD pair's consensus across models, marked by its verdict."""
+    input:
+        rules.partial_correlations.output.agreement,
+    output:
+        report(
+            f"{A}/consensus/{{indomain}}.png",
+            category="1 The answer",
+            caption="../report/consensus_heatmap.rst",
+            labels={"in-domain set": "{indomain}"},
+        ),
+    log:
+        f"{LOGS}/analyse/consensus_heatmap_{{indomain}}.log",
+    conda:
+        ENV
+    params:
+        kind="consensus_heatmap",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
+    script:
+        "../scripts/plot.py"
 
 
 rule heatmap:
@@ -73,7 +101,7 @@ rule heatmap:
     output:
         report(
             f"{A}/heatmaps/{{model}}.png",
-            category="4 Heatmaps",
+            category="2 Heatmaps per model",
             caption="../report/heatmap.rst",
             labels={"model": "{model}"},
         ),
@@ -96,7 +124,7 @@ rule heatmap_grid:
     output:
         report(
             f"{A}/heatmap_grid.png",
-            category="4 Heatmaps",
+            category="2 Heatmaps per model",
             caption="../report/heatmap_grid.rst",
             labels={"model": "all models"},
         ),
@@ -119,7 +147,7 @@ rule learning_curves:
     output:
         report(
             f"{A}/learning_curves/{{model}}.png",
-            category="1 Learning curves",
+            category="4 Learning curves",
             caption="../report/learning_curves.rst",
             labels={"model": "{model}"},
         ),
@@ -142,7 +170,7 @@ rule scatter:
     output:
         report(
             f"{A}/scatter/{{model}}.png",
-            category="6 Residualiser fits",
+            category="7 Residualiser fits",
             caption="../report/scatter.rst",
             labels={"model": "{model}"},
         ),

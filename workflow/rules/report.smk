@@ -1,6 +1,7 @@
 # `snakemake --configfile X --report results/<experiment>/report.html` gathers every output
 # wrapped in report() with its caption (workflow/report/*.rst) and this overview. Categories
-# are numbered: the report's menu lists them in that order, learning curves first.
+# are numbered: the report's menu lists them in that order, the answer first (the consensus
+# heatmaps and the agreement table), then the detail.
 report: "../report/workflow.rst"
 
 
@@ -16,7 +17,7 @@ rule accuracy_table:
         P.staged(P.scores),
     output:
         # staged, like the analysis: publish_results puts them in place with the rest of the set
-        html=report(P.staged(P.accuracy_html), category="2 Accuracy", caption="../report/accuracy.rst"),
+        html=report(P.staged(P.accuracy_html), category="5 Accuracy", caption="../report/accuracy.rst"),
         csv=P.staged(P.accuracy_csv),
     log:
         f"{LOGS}/analyse/accuracy_table.log",
@@ -33,7 +34,7 @@ rule training_loss:
     output:
         report(
             f"{A}/training_loss/{{model}}.png",
-            category="3 Training loss",
+            category="6 Training loss",
             caption="../report/training_loss.rst",
             labels={"model": "{model}"},
         ),

@@ -34,6 +34,6 @@ pc = analyse(long, opts, examples, ordered=True, run_info=info)
 if opts.example_boot > 1 and not by_example:
     pc["ex_note"] = f"example-level bootstrap resamples correctness (accuracy); not run for analysis.score {score}"
 log.info("score analysed: %s", score)
-agree = agreement(pc[pc["run"] == "pooled"], opts.alpha, opts.correction)
+agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
 write_tables(pc, agree, Path(sm.output.pairs).parent)
 summarise(pc, agree, opts, log)

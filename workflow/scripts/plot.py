@@ -1,4 +1,4 @@
-"""Rules heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
+"""Rules consensus_heatmap, heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
 
 import sys
 
@@ -17,7 +17,11 @@ setup_logging(sm.log[0])
 kind = sm.params.kind
 # the heatmap rules pass no params.analysis: the (validated) config's analysis section is the same
 opts = Options.from_mapping(getattr(sm.params, "analysis", None) or analysis_options(sm.config.get("analysis", {})))
-if kind in ("heatmap", "heatmap_grid"):
+if kind == "consensus_heatmap":
+    agree = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
+    cells = dict(agree=agree, method=sm.params.method, residualiser=sm.params.residualiser)
+    print(plots.draw(kind, sm.output[0], opts, in_domain=sm.wildcards.indomain, **cells))
+elif kind in ("heatmap", "heatmap_grid"):
     pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
     cells = dict(pc=pc, method=sm.params.method, residualiser=sm.params.residualiser)
     print(plots.draw(kind, sm.output[0], opts, model=getattr(sm.wildcards, "model", None), **cells))

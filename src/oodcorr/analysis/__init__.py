@@ -11,17 +11,19 @@ matrices), :mod:`.correlate` (methods, one pair), :mod:`.resample` (block bootst
 block permutation: the ``block`` inference), :mod:`.inference` (effective sample
 size, the modified t-test and its interval: one procedure per cell),
 :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
-meta-analysis; heterogeneity and sign reversal across models), :mod:`.tables`
+meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, its
+prediction interval for a further model, heterogeneity, sign reversal, the verdict), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.pipeline` (everything together),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use).
 """
 
+from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
 from .pipeline import CANON, COLUMNS, CONCLUSIONS, Options, analyse, analyse_run
-from .pooling import AGREEMENT_COLUMNS, VERDICTS, agreement, combine, fisher_mean, pool_runs
+from .pooling import combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
 

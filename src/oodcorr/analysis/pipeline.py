@@ -33,7 +33,7 @@ from scipy import stats
 from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .correlate import check_method, corr, p_param, residual_pair
-from .inference import INFERENCES, assess, dependence, modified_tests
+from .inference import INFERENCES, PHI_MAX, assess, dependence, modified_tests
 from .pooling import TWO_RUNS, pool_runs
 from .resample import INTERVALS, cell_rng, interval
 from .residualise import Degenerate, GamSettings, parse
@@ -377,6 +377,23 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
         row.pop("_dof", None)
         if math.isfinite(row.get("r", math.nan)) and not row.get("note"):
             row["note"] = _information_note(row, row["n"], opts)
+        if math.isfinite(row.get("r", math.nan)):
+            cap = cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
+            if cap:
+                row["note"] = "; ".join(n for n in (row.get("note"), cap) if n)
+
+
+def cap_note(phi_x: float, phi_y: float) -> str:
+    """What a cell's note says when a residual series' AR(1) estimate reached its cap (PHI_MAX)."""
+    at = [s for s, phi in (("x", phi_x), ("y", phi_y)) if math.isfinite(phi) and phi >= PHI_MAX]
+    if not at:
+        return ""
+    return (
+        f"the AR(1) estimate of the {' and '.join(at)} residuals reached its cap {PHI_MAX:g}: the residual "
+        "series trends or wanders (it looks nonstationary), so n_eff is the procedure's floor and the "
+        "interval as wide as it gets; try a residualiser that follows the trend (gam, linear+step) or "
+        "more checkpoints (docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)"
+    )
 
 
 def _information_note(a: dict, n: int, opts: Options) -> str:

@@ -1,4 +1,4 @@
-"""Pooling runs of one model (a meta-analysis), and the test of the paper's claim across models.
+"""Pooling runs of one model: a random-effects meta-analysis of the runs' correlations.
 
 Pooling. Each run of a model is a replicate of the experiment (a seed); its partial
 correlation r_i comes with a within-run standard error ``se_z`` of Fisher's
@@ -29,12 +29,8 @@ would let long runs dominate and treat checkpoints of different runs as one seri
 The measured calibration is in ``benchmarks/analysis_coverage.py``
 (benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values).
 
-Agreement across models (:func:`agreement`): per OOD pair, Cochran's Q on the
-models' pooled z values (do the models' effects differ?), and a sign-reversal test:
-an intersection-union test of "some model's correlation is positive AND some
-model's is negative", each part a Bonferroni combination over the models of their
-one-sided pooled p-values. Both p-values are corrected across the pairs of one
-table with ``correction`` (Holm: family-wise error rate; BH: false discovery rate).
+Across models (the consensus, heterogeneity, sign reversal and the verdict of each pair):
+:mod:`.consensus`.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from . import multitest
+from .inference import PHI_MAX
 
 Z_CLIP = 0.9999  # |r| cap before arctanh (z = 4.95): one perfect r from a short run cannot dominate
 
@@ -116,6 +112,19 @@ def combine(z, v, level: float = 0.95) -> dict:
             "q": q,
             "how": "fixed effect across 2 runs",
         }
+    return random_effects(z, v, level)
+
+
+def random_effects(z, v, level: float = 0.95) -> dict:
+    """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
+    tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
+    normal one, and the p-value of the same rule. Returns the keys of :func:`combine`."""
+    z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
+    k = len(z)
+    qn = float(stats.norm.ppf(0.5 + level / 2))
+    w = 1 / v
+    q = float((w * (z - (w * z).sum() / w.sum()) ** 2).sum())
+    i2 = max(0.0, (q - (k - 1)) / q) if q > 0 else 0.0
     t2 = tau2_paule_mandel(z, v)
     ws = 1 / (v + t2)
     m = float((ws * z).sum() / ws.sum())
@@ -301,137 +310,11 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
             for c in cols:
                 out[c + sfx] = res[c]
     out["n_runs_finite"] = out["n_runs_finite"].fillna(1).astype(int)
+    if "phi_x" in rows:
+        at_cap = (rows["phi_x"].to_numpy(float) >= PHI_MAX) | (rows["phi_y"].to_numpy(float) >= PHI_MAX)
+        for i, p in enumerate(parts):
+            k = int(at_cap[p].sum())
+            if k:
+                said = f"{k} of {len(p)} runs: an AR(1) estimate of their residuals at its cap (see the run rows)"
+                out.loc[i, "note"] = "; ".join(n for n in (out.loc[i, "note"], said) if n)
     return out
-
-
-VERDICTS = ("sign reversal", "models differ", "no evidence of difference", "fewer than 2 models tested", "no data")
-AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
-AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
-    "verdict",
-    "n_models",
-    "n_finite",
-    "n_positive",
-    "n_negative",
-    "n_sig_positive",
-    "n_sig_negative",
-    "q_models",
-    "df_models",
-    "i2_models",
-    "p_heterogeneity",
-    "p_heterogeneity_adj",
-    "p_reversal",
-    "p_reversal_adj",
-    "reversal",
-    "correction",
-    "family_size",
-    "by_model",
-]
-
-
-def _fmt(v: float) -> str:
-    return f"{v:+.2f}" if np.isfinite(v) else "n/a"
-
-
-def agreement(pooled: pd.DataFrame, alpha: float = 0.05, correction: str = "holm") -> pd.DataFrame:
-    """Per OOD pair (and in-domain set, pool group, method, residualiser): do the models differ,
-    and does the sign reverse between models? See the module doc;
-    docs/analysis.md#reading-agreementcsv explains the columns.
-
-    ``verdict``: ``sign reversal`` (``p_reversal_adj < alpha``: at least one model's pooled
-    correlation is significantly positive and another's significantly negative, with the
-    error rate controlled across the table's pairs), ``models differ`` (the heterogeneity
-    test across models is significant after correction, no reversal), ``no evidence of
-    difference``, ``fewer than 2 models tested`` (fewer than two models with a pooled p-value),
-    ``no data``.
-    """
-    pooled = pooled if "pool_group" in pooled.columns else pooled.assign(pool_group="all runs")
-    pooled = pooled.sort_values("model", kind="stable").reset_index(drop=True)
-    if pooled.empty:
-        return pd.DataFrame(columns=AGREEMENT_COLUMNS)
-
-    def col(name):
-        return pooled[name].to_numpy(float) if name in pooled else np.full(len(pooled), np.nan)
-
-    R, P, LO, HI, SE = col("r"), col("p"), col("ci_low"), col("ci_high"), col("se_z")
-    SIG = (
-        np.array([v is True or v == 1 for v in pooled["significant"]])
-        if "significant" in pooled
-        else np.zeros(len(pooled), bool)
-    )
-    MODELS = pooled["model"].astype(str).to_numpy()
-    firsts, parts = _groups(pooled, AGREEMENT_KEYS)
-    rows = []
-    for first, idx in zip(firsts, parts):
-        r, p, lo, hi, se, names = R[idx], P[idx], LO[idx], HI[idx], SE[idx], MODELS[idx]
-        fin = np.isfinite(r)
-        sig = fin & SIG[idx]
-        pos, neg = fin & (r > 0), fin & (r < 0)
-        tested = fin & np.isfinite(p)
-        M = int(tested.sum())
-        row = {
-            "n_models": len(idx),
-            "n_finite": int(fin.sum()),
-            "n_positive": int(pos.sum()),
-            "n_negative": int(neg.sum()),
-            "n_sig_positive": int((sig & pos).sum()),
-            "n_sig_negative": int((sig & neg).sum()),
-            "q_models": math.nan,
-            "df_models": math.nan,
-            "i2_models": math.nan,
-            "p_heterogeneity": math.nan,
-            "p_reversal": math.nan,
-            "reversal": "",
-            "n_tested": M,
-            "_first": first,
-        }
-        het = fin & np.isfinite(se) & (se > 0)
-        if het.sum() >= 2:
-            z, w = fisher_z(r[het]), 1 / se[het] ** 2
-            q = float((w * (z - (w * z).sum() / w.sum()) ** 2).sum())
-            df = int(het.sum()) - 1
-            row.update(
-                q_models=q,
-                df_models=df,
-                i2_models=max(0.0, (q - df) / q) if q > 0 else 0.0,
-                p_heterogeneity=float(stats.chi2.sf(q, df)),
-            )
-        if M >= 2:
-            one_pos = np.where(r[tested] > 0, p[tested] / 2, 1 - p[tested] / 2)
-            one_neg = 1 - one_pos
-            row["p_reversal"] = max(min(1.0, M * one_pos.min()), min(1.0, M * one_neg.min()))
-            a, b = int(np.argmin(one_pos)), int(np.argmin(one_neg))
-            if r[tested][a] > 0 and r[tested][b] < 0:
-                row["reversal"] = f"{names[tested][a]} {_fmt(r[tested][a])} vs {names[tested][b]} {_fmt(r[tested][b])}"
-        row["by_model"] = "; ".join(
-            f"{m}: {_fmt(v)}{'*' if s_ else ''}"
-            + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
-            for m, v, s_, low, high in zip(names, r, sig, lo, hi)
-        )
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    keys = pooled.loc[df["_first"].to_numpy(), AGREEMENT_KEYS].reset_index(drop=True)
-    df = pd.concat([keys, df.drop(columns="_first")], axis=1)
-    df["correction"] = correction
-    df["p_heterogeneity_adj"] = math.nan
-    df["p_reversal_adj"] = math.nan
-    df["family_size"] = 0
-    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
-    for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
-        for col in ("p_heterogeneity", "p_reversal"):
-            df.loc[idx, f"{col}_adj"] = multitest.adjust(df.loc[idx, col].to_numpy(float), correction)
-        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
-    verdict = []
-    for row in df.itertuples(index=False):
-        if row.n_finite == 0:
-            verdict.append("no data")
-        elif row.n_tested < 2:
-            verdict.append("fewer than 2 models tested")
-        elif row.p_reversal_adj < alpha:
-            verdict.append("sign reversal")
-        elif row.p_heterogeneity_adj < alpha:
-            verdict.append("models differ")
-        else:
-            verdict.append("no evidence of difference")
-    df["verdict"] = verdict
-    df.loc[df["verdict"] != "sign reversal", "reversal"] = ""
-    return df[AGREEMENT_COLUMNS]

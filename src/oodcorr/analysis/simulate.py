@@ -1,4 +1,4 @@
-"""Simulated score series with a known partial correlation, for tests and benchmarks.
+"""Simulated score series and studies with known partial correlations, for tests and benchmarks.
 
 :func:`ar1_series` -- a learning-curve-like in-domain score z over n checkpoints, and
 two OOD scores x = a z + e_x, y = b z + e_y whose noises (e_x, e_y) are a stationary
@@ -16,6 +16,12 @@ sampling error): not AR(1), a check of the procedure's robustness.
 :func:`calibrate` -- runs the analysis' own per-cell procedure (:func:`.inference.assess`)
 on many simulated runs and counts rejections (p < 1 - level) and how often the
 interval covers the truth.
+
+:func:`study_table` -- a whole study in the canonical long layout: models x runs x
+checkpoints, each model with its own partial correlation (:func:`scenario` names the
+calibration's), AR(1), random-walk or trending residuals; :func:`verdict_rates` runs the
+analysis and the verdict across models (:mod:`.consensus`) on many such studies and counts
+the verdicts (benchmarks/verdict_calibration.py; the design command predicts power with it).
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
+from .consensus import agreement
 from .correlate import residual_pair
 from .inference import assess, dependence
+from .pipeline import Options, analyse
 from .resample import cell_rng
 from .residualise import GamSettings
 
@@ -129,3 +138,139 @@ def calibrate(
         }
         for k, s in acc.items()
     }
+
+
+# the OOD testsets' loadings on the in-domain score (the first two are ar1_series')
+LOADINGS = (0.8, -0.4, 0.6, -0.2, 0.5, 0.3, -0.6, 0.4)
+
+
+def study_table(
+    rng: np.random.Generator,
+    rhos,
+    n_runs: int,
+    n_checkpoints: int,
+    phi,
+    *,
+    n_ood: int = 2,
+    run_sd: float = 0.0,
+    noise: float = 0.02,
+    series: str = "ar1",
+    drift: float = 0.5,
+) -> pd.DataFrame:
+    """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
+    entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
+    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...).
+
+    Each run's in-domain score is a learning curve with noise; each OOD score is a loading
+    times the in-domain score plus a residual series. ``series`` ``ar1``: the residuals are a
+    stationary AR(1) with coefficient ``phi`` whose innovations are equicorrelated ``rho`` (so
+    the partial correlation of any two OOD testsets given the in-domain score is ``rho``);
+    ``drift``: a random walk (step sd ``drift``) plus white noise, innovations correlated
+    ``rho`` (nonstationary: use with rho 0); ``trend``: AR(1) plus a smooth trend of its own in
+    each testset that the in-domain score does not share (a residualiser that is linear in the
+    in-domain score leaves it behind). ``run_sd`` spreads the runs of one model: run i's
+    correlation is ``tanh(atanh(rho) + N(0, run_sd^2))``."""
+    if not 2 <= n_ood <= len(LOADINGS):
+        raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
+    t = np.arange(n_checkpoints)
+    a = np.array(LOADINGS[:n_ood])
+    frames = []
+    for m, rho_m in enumerate(rhos):
+        for i in range(n_runs):
+            rho = math.tanh(math.atanh(float(rho_m)) + run_sd * rng.normal()) if run_sd else float(rho_m)
+            if rho < -1 / (n_ood - 1) + 1e-9:
+                raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
+            L = np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood))
+            u = rng.normal(size=(n_checkpoints, n_ood)) @ L.T
+            if series == "drift":
+                e = np.cumsum(u, axis=0) * drift + rng.normal(size=(n_checkpoints, n_ood))
+            else:
+                e = np.empty_like(u)
+                e[0] = u[0]
+                s = math.sqrt(1 - phi * phi)
+                for k in range(1, n_checkpoints):
+                    e[k] = phi * e[k - 1] + s * u[k]
+                if series == "trend":
+                    bend = rng.normal(size=n_ood)
+                    e = e + 1.5 * np.outer(np.sin(np.pi * t / max(n_checkpoints - 1, 1)), bend)
+            z = _curve(rng, n_checkpoints, noise)
+            scores = np.column_stack([z, a * z[:, None] + noise * e])
+            names = ["in-domain", *(f"ood{j}" for j in range(n_ood))]
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "model": f"m{m}",
+                        "in_domain": "in-domain",
+                        "run": f"m{m}-run{i}",
+                        "unit": np.repeat(t, n_ood + 1),
+                        "testset": np.tile(names, n_checkpoints),
+                        "score": scores.ravel(),
+                    }
+                )
+            )
+    return pd.concat(frames, ignore_index=True)
+
+
+def scenario(name: str, n_models: int, effect: float = 0.5) -> list[float]:
+    """The models' partial correlations of a named scenario (the verdict calibration's):
+    ``null`` (0 in every model), ``same`` (``effect`` in every model), ``half`` (+``effect`` in
+    the first half of the models, -``effect`` in the rest), ``spread`` (evenly spread on the z
+    scale from -``effect`` to +``effect``: centred on 0, models differ), ``spread-off-zero``
+    (evenly spread from -``effect`` - 0.3 to +``effect`` - 0.3 on the z scale: mostly negative,
+    a few models positive)."""
+    if name == "null":
+        return [0.0] * n_models
+    if name == "same":
+        return [effect] * n_models
+    if name == "half":
+        k = n_models // 2
+        return [abs(effect)] * k + [-abs(effect)] * (n_models - k)
+    if name == "spread":
+        return list(np.tanh(np.linspace(-abs(effect), abs(effect), n_models)))
+    if name == "spread-off-zero":
+        return list(np.tanh(np.linspace(-abs(effect) - 0.3, abs(effect) - 0.3, n_models)))
+    raise ValueError(f"unknown scenario {name!r}; known: null, same, half, spread, spread-off-zero")
+
+
+def verdict_rates(
+    rhos,
+    n_runs: int,
+    n_checkpoints: int,
+    phi: float,
+    reps: int,
+    *,
+    seed: int = 0,
+    opts=None,
+    keep=None,
+    **study,
+) -> dict:
+    """The verdicts the analysis gives on ``reps`` simulated studies (:func:`study_table`): the
+    analysis' own procedures (:func:`.pipeline.analyse`, :func:`.consensus.agreement`) on each,
+    for the pair of the first two OOD testsets. Returns ``{"verdicts": {verdict: share},
+    "coverage": share of consensus intervals holding the models' mean z, "reps": reps}``; with
+    ``keep`` (a callable of the study's table, its agreement row and the whole analysis table)
+    its results are listed under ``"kept"``. Reproducible: study i draws from ``default_rng([seed, i])``."""
+    opts = opts or Options(pool_by=())
+    counts: dict[str, int] = {}
+    cover = finite = 0
+    kept = []
+    mu = float(np.mean(np.arctanh(np.asarray(rhos, dtype=float))))
+    for i in range(reps):
+        table = study_table(np.random.default_rng([seed, i]), rhos, n_runs, n_checkpoints, phi, **study)
+        pc = analyse(table, opts)
+        agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+        row = agree[(agree["x"] == "ood0") & (agree["y"] == "ood1")].iloc[0]
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+        if math.isfinite(row["ci_low_consensus"]):
+            finite += 1
+            cover += row["ci_low_consensus"] <= math.tanh(mu) <= row["ci_high_consensus"]
+        if keep is not None:
+            kept.append(keep(table, row, pc))
+    out = {
+        "verdicts": {k: counts[k] / reps for k in sorted(counts)},
+        "coverage": cover / finite if finite else math.nan,
+        "reps": reps,
+    }
+    if keep is not None:
+        out["kept"] = kept
+    return out

@@ -509,6 +509,14 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
             len(runs),
             opts.min_n_eff,
         )
+    capped = runs["note"].astype(str).str.contains("reached its cap")
+    if capped.any():
+        logger.info(
+            "%d of %d run cells have a residual AR(1) estimate at its cap (the series trends or wanders; "
+            "docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)",
+            int(capped.sum()),
+            len(runs),
+        )
     if not agree.empty:
         counts = agree.groupby(["method", "residualiser", "verdict"]).size()
         for (m, r, v), k in counts.items():

@@ -53,13 +53,25 @@ def _panel_inches(n_names: int) -> float:
     return min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
 
 
-def _heatmap_figure(plt, n_names: int, n_panels: int):
-    """(figure, axes) of ``n_panels`` heatmap panels in a row, each sized for ``n_names`` testsets,
-    with room for the shared colour bar."""
+def grid_shape(n_panels: int) -> tuple[int, int]:
+    """(rows, columns) of a near-square grid for ``n_panels`` panels: as many columns as the
+    square root rounds up to, so 2 panels sit in one row, 3 or 4 in two, 16 in four."""
+    cols = max(1, math.ceil(math.sqrt(n_panels)))
+    return max(1, math.ceil(n_panels / cols)), cols
+
+
+def _heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
+    """(figure, axes as a flat list) of ``n_panels`` heatmap panels in a near-square grid
+    (:func:`grid_shape`), each sized for ``n_names`` testsets and a title of ``title_lines``
+    lines, with room for the shared colour bar; panels beyond ``n_panels`` are switched off."""
     size = _panel_inches(n_names)
-    return plt.subplots(
-        1, n_panels, figsize=((size + 1.5) * n_panels + 1, size + 1.0), squeeze=False, layout="constrained"
-    )
+    rows, cols = grid_shape(n_panels)
+    height = size + 1.0 if rows == 1 else rows * (size + 0.25 * title_lines + 0.5)
+    fig, axes = plt.subplots(rows, cols, figsize=((size + 1.5) * cols + 1, height), squeeze=False, layout="constrained")
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.set_axis_off()
+    return fig, flat[:n_panels]
 
 
 def _matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
@@ -257,7 +269,7 @@ def heatmap(
     n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
     fig, axes = _heatmap_figure(plt, n_names, len(per))
     cells, im = {}, None
-    for ax, (key, rows) in zip(axes[0], per):
+    for ax, (key, rows) in zip(axes, per):
         names = _names(rows)
         big = len(names) > TEXT_LIMIT
         where = f"in-domain {key.get('in_domain', '')}"
@@ -268,7 +280,7 @@ def heatmap(
         im = got or im
         cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
     if im is not None:
-        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label="partial r (in-domain regressed out)")
+        fig.colorbar(im, ax=axes, shrink=0.8, label="partial r (in-domain regressed out)")
     _save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
     return cells
 
@@ -283,15 +295,16 @@ def heatmap_grid(
     level: float | None = None,
     near_zero: float | None = None,
 ) -> dict:
-    """Side by side: one panel per model (and in-domain set, pool group), the same testset order
-    in every panel, one shared colour scale. Returns {(model, in_domain): n cells drawn}."""
+    """Every model side by side in a near-square grid (:func:`grid_shape`): one panel per model
+    (and in-domain set, pool group), the same testset order in every panel, one shared colour
+    scale. Returns {(model, in_domain): n cells drawn}."""
     plt = _plt()
     sub = select(pc, method, residualiser, run)
     keys = _panel_keys(sub, by_model=True)
     names = _names(sub.drop_duplicates(["x", "y"])) if len(sub) else []
     fig, axes = _heatmap_figure(plt, len(names), len(keys))
     out, im = {}, None
-    for ax, key in zip(axes[0], keys):
+    for ax, key in zip(axes, keys):
         rows = _rows(sub, key)
         big = len(names) > TEXT_LIMIT
         title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
@@ -303,9 +316,128 @@ def heatmap_grid(
             (key.get("model", ""), key.get("in_domain", "")), 0
         ) + len(c)
     if im is not None:
-        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.8, label=f"partial r ({method}, {residualiser})")
+        fig.colorbar(im, ax=axes, shrink=0.8, label=f"partial r ({method}, {residualiser})")
     _save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
     return out
+
+
+# how the consensus heatmap marks each verdict (analysis.consensus.VERDICTS): a glyph after the value
+VERDICT_MARKS = {
+    "generalises (positive)": "",
+    "generalises (negative)": "",
+    "sign reversal": "±",
+    "models differ": "≠",
+    "agree near zero": "≈0",
+}
+
+
+def consensus_heatmap(
+    agree: pd.DataFrame,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    in_domain: str,
+    alpha: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
+    """The answer for one in-domain set: the consensus across models of every OOD pair's partial
+    correlation (``r_consensus`` of the agreement table), marked by its verdict -- bold with a
+    black frame: generalises (the sign a further model is predicted to share); '±': sign
+    reversal; '≠': models differ; '≈0' with a dashed frame: agree near zero; faded: unresolved;
+    hatched 'n/a': no consensus. One panel per pool group. Returns {(pool_group, row, col): label}."""
+    plt = _plt()
+    sub = agree[
+        (agree["method"] == method)
+        & (agree["residualiser"] == residualiser)
+        & (agree["in_domain"].astype(str) == str(in_domain))
+    ]
+    groups = sorted(sub["pool_group"].astype(str).unique()) or [""]
+    n_names = max([len(set(g["x"]) | set(g["y"])) for _, g in sub.groupby("pool_group")] + [2])
+    fig, axes = _heatmap_figure(plt, n_names, len(groups), title_lines=4)
+    import matplotlib as mpl
+
+    norm = mpl.colors.Normalize(vmin=-1, vmax=1)
+    cmap = mpl.colormaps[CMAP]
+    cells = {}
+    for ax, group in zip(axes, groups):
+        rows = sub[sub["pool_group"].astype(str) == group].assign(r=lambda d: d["r_consensus"])
+        names = _names(rows)
+        if len(names) < 2:
+            ax.text(0.5, 0.5, "no pair of OOD testsets", ha="center", va="center")
+            ax.set_axis_off()
+            continue
+        m = _matrix(rows, names, "r_consensus")[1:, :-1]
+        verdicts = np.full(m.shape, "", dtype=object)
+        idx = {n: i for i, n in enumerate(names)}
+        for x, y, v in zip(rows["x"], rows["y"], rows["verdict"]):
+            i, j = idx[x], idx[y]
+            verdicts[max(i, j) - 1, min(i, j)] = v
+        present = verdicts != ""
+        finite = np.isfinite(m)
+        rgba = cmap(norm(np.where(finite, m, 0.0)))
+        fade = finite & ~np.isin(verdicts, list(VERDICT_MARKS))
+        rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
+        rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
+        rgba[~present] = (1, 1, 1, 0)
+        ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
+        rnames, cnames = names[1:], names[:-1]
+        k = len(rnames)
+        big = len(names) > TEXT_LIMIT
+        fs = max(4.5, min(9.0, 130 / len(names)))
+        for i, j in zip(*np.nonzero(present)):
+            v, word = m[i, j], verdicts[i, j]
+            mark = VERDICT_MARKS.get(word, "")
+            label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
+            cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
+            general = word.startswith("generalises")
+            if general:
+                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, edgecolor="black"))
+            elif word == "agree near zero":
+                ax.add_patch(
+                    plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
+                )
+            if not finite[i, j]:
+                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
+            if big:
+                if mark:
+                    ax.text(j, i, mark, ha="center", va="center", fontsize=fs, color="black")
+                continue
+            colour = "dimgrey" if fade[i, j] else ("white" if finite[i, j] and abs(v) > 0.6 else "black")
+            ax.text(
+                j,
+                i,
+                label,
+                ha="center",
+                va="center",
+                fontsize=fs,
+                color=colour,
+                fontweight="bold" if general else "normal",
+            )
+        side = _panel_inches(len(names))
+        label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
+        ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
+        ax.set_yticks(range(k), rnames, fontsize=label_fs)
+        ax.set_xlim(-0.5, k - 0.5)
+        ax.set_ylim(k - 0.5, -0.5)
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
+        counts = rows["verdict"].value_counts()
+        tally = ", ".join(f"{n} {w}" for w, n in counts.items())
+        a = f"{alpha:g}" if alpha is not None else "alpha"
+        nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
+        where = f" ({group})" if group not in ("", "all runs") else ""
+        ax.set_title(
+            f"in-domain {in_domain}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
+            f"framed bold: generalises (prediction interval excludes 0, {rows['correction'].iloc[0]}, {a});\n"
+            f"±: sign reversal; ≠: models differ; ≈0: agree near zero (±{nz}); faded: unresolved\n{tally}",
+            fontsize=8,
+        )
+    fig.colorbar(
+        mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8, label="consensus partial r across models"
+    )
+    _save(fig, out_png, tight=n_names <= TEXT_LIMIT)
+    return cells
 
 
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
@@ -458,7 +590,7 @@ def scatter(
 
 
 # the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk)
-FIGURES = ("heatmap", "heatmap_grid", "learning_curves", "scatter")
+FIGURES = ("consensus_heatmap", "heatmap", "heatmap_grid", "learning_curves", "scatter")
 
 
 def draw(
@@ -468,7 +600,9 @@ def draw(
     *,
     pc: pd.DataFrame | None = None,
     long: pd.DataFrame | None = None,
+    agree: pd.DataFrame | None = None,
     model: str | None = None,
+    in_domain: str | None = None,
     method: str | None = None,
     residualiser: str | None = None,
     x_label: str = "training step",
@@ -477,8 +611,11 @@ def draw(
     """One analysis figure of ``kind`` (one of :data:`FIGURES`), drawn the same way for the
     command line (``oodcorr analyse``) and the workflow's rules: what an analysis's options
     (:class:`oodcorr.analysis.Options`) decide of it is decided here. The heatmaps read the pairs
-    table ``pc`` (``method`` and ``residualiser`` choose the cells shown); learning curves and
-    scatter plots read the long scores table ``long``."""
+    table ``pc`` (``method`` and ``residualiser`` choose the cells shown), the consensus heatmap the
+    agreement table ``agree`` (one ``in_domain`` set); learning curves and scatter plots read the
+    long scores table ``long``."""
+    if kind == "consensus_heatmap":
+        return consensus_heatmap(agree, out_png, method, residualiser, in_domain, opts.alpha, opts.near_zero)
     if kind == "heatmap":
         return heatmap(pc, model, out_png, method, residualiser, **heatmap_marks(opts))
     if kind == "heatmap_grid":

@@ -35,6 +35,12 @@ from ..core.model_dirs import model_files
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 
+# The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
+# columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
+# param of the rule) and nothing upstream. tests/test_plan_layer.py ties it to the columns.
+# 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
+ANALYSIS_FORMAT = 2
+
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)
 
@@ -299,6 +305,11 @@ class Plan:
     exp: Experiment = field(repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
+    @property
+    def analysis_format(self) -> int:
+        """The analysis tables' format (:data:`ANALYSIS_FORMAT`), a param of the analysis rule."""
+        return ANALYSIS_FORMAT
+
     # ---- enumeration -----------------------------------------------------------------
     @cached_property
     def _runs_by_key(self) -> dict[tuple, Run]:
@@ -331,9 +342,17 @@ class Plan:
     def predictions_path(self, run: Run, step: int, testset: str) -> str:
         return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
 
+    def consensus_sets(self) -> list[str]:
+        """The in-domain sets that get a consensus heatmap: those with runs of 2 or more models."""
+        models = {}
+        for r in self.runs:
+            models.setdefault(r.in_domain, set()).add(r.model)
+        return sorted(d for d, ms in models.items() if len(ms) >= 2)
+
     def figure_targets(self) -> list[str]:
         a = self.paths.analysis
-        figures = [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
+        figures = [f"{a}/consensus/{d}.png" for d in self.consensus_sets()]
+        figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
         # a training-loss figure for each model that is trained (a series has no loss history)
         return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
 
