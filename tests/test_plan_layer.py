@@ -130,8 +130,9 @@ def test_a_consensus_heatmap_per_in_domain_set_with_two_models_or_more():
     from oodcorr.planning.schema import read_config
 
     default = load(read_config(REPO / "config/config.yaml"), REPO, [REPO / "config/config.yaml"])
-    assert default.consensus_sets() == ["synth"]
-    assert "results/default/analysis/consensus/synth.png" in default.targets()
+    # named after the in-domain test set, as the agreement table's in_domain column names it
+    assert default.consensus_sets() == ["synth-test"] == [default.testsets["synth"][0][0]]
+    assert "results/default/analysis/consensus/synth-test.png" in default.targets()
     paper = load(read_config(REPO / "config/paper.yaml"), REPO, [REPO / "config/paper.yaml"])
     assert paper.consensus_sets() == ["mnli", "snli"]
     micro = load(read_config(REPO / "config/micro.yaml"), REPO, [REPO / "config/micro.yaml"])

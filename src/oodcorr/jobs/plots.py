@@ -363,7 +363,14 @@ def consensus_heatmap(
         rows = sub[sub["pool_group"].astype(str) == group].assign(r=lambda d: d["r_consensus"])
         names = _names(rows)
         if len(names) < 2:
-            ax.text(0.5, 0.5, "no pair of OOD testsets", ha="center", va="center")
+            known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
+            ax.text(
+                0.5,
+                0.5,
+                f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})",
+                ha="center",
+                va="center",
+            )
             ax.set_axis_off()
             continue
         m = _matrix(rows, names, "r_consensus")[1:, :-1]
@@ -424,6 +431,8 @@ def consensus_heatmap(
         n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
         counts = rows["verdict"].value_counts()
         tally = ", ".join(f"{n} {w}" for w, n in counts.items())
+        if n_models == 2:
+            tally += " (2 models: no prediction interval, so none can generalise)"
         a = f"{alpha:g}" if alpha is not None else "alpha"
         nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
         where = f" ({group})" if group not in ("", "all runs") else ""

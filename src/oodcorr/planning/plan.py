@@ -343,10 +343,13 @@ class Plan:
         return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
 
     def consensus_sets(self) -> list[str]:
-        """The in-domain sets that get a consensus heatmap: those with runs of 2 or more models."""
-        models = {}
+        """The in-domain test sets that get a consensus heatmap: those whose runs come from 2 or
+        more models. Named as the analysis tables name them (their ``in_domain`` column holds the
+        in-domain *test set* that was regressed out, e.g. ``synth-test`` for the set ``synth``)."""
+        models: dict[str, set[str]] = {}
         for r in self.runs:
-            models.setdefault(r.in_domain, set()).add(r.model)
+            test = self.testsets[r.in_domain][0][0]  # the in-domain test set comes first
+            models.setdefault(test, set()).add(r.model)
         return sorted(d for d, ms in models.items() if len(ms) >= 2)
 
     def figure_targets(self) -> list[str]:
