@@ -322,12 +322,18 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     run_rows = pc[pc.run != "pooled"]
     assert set(run_rows.model) == {"pre-steps", "pre-tokens"} and (run_rows.n == len(STEPS)).all()
     for f in (
+        "consensus/synth-test.png",
         "heatmaps/pre-steps.png",
         "heatmaps/pre-tokens.png",
         "heatmap_grid.png",
         "learning_curves/pre-tokens.png",
     ):
         assert (out / "analysis" / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f
+    # the two models' consensus heatmap drew the pairs the agreement table has (its job prints them)
+    drawn = (out / "logs/analyse/consensus_heatmap_synth-test.log").read_text()
+    agree = pd.read_csv(out / "analysis/agreement.csv")
+    assert set(agree.in_domain) == {"synth-test"} and "synth-overlap" in drawn and "no pair" not in drawn
+    assert f"({agree.verdict.iloc[0]})" in drawn
 
     # unit checkpoint: every predictions file is there already
     ck = dict(cfg, evaluation=dict(cfg["evaluation"], unit="checkpoint"))
