@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, DataError
+from .limits import load_yaml_checked
 
 
 @contextlib.contextmanager
@@ -255,17 +256,43 @@ def read_text(
     return decode_text(read_bytes(path), path, encoding, fix)
 
 
-def load_yaml(path: str | os.PathLike) -> Any:
+def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
+    """A sentence when a delimited file's header says its name gives the wrong delimiter: a ``.csv``
+    whose first line holds tabs and no comma (a TSV under the wrong name), or a ``.tsv`` whose first
+    line holds commas and no tab; else None. Without it every row would be read as one column, and
+    the error would name a missing column. ``fix`` is another way out than renaming (``{fmt}``: the
+    format the header suggests)."""
+    first = next(iter(text.splitlines()), "")
+    other, name, want = ("\t", "tab", ".tsv") if sep == "," else (",", "comma", ".csv")
+    if sep not in first and other in first and len(first.split(other)) > 1:
+        return (
+            f"{path}:1: the header holds {name}s and no {'comma' if sep == ',' else 'tab'}, so the file looks "
+            f"{name}-separated, but its name says otherwise; name it {want} (compressed: {want}.gz)"
+            + (f", or {fix.format(fmt=want[1:])}" if fix else "")
+        )
+    return None
+
+
+def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
     """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
-    the file, line and column."""
+    the file, line and column. The file's size, its values (aliases counted as expanded) and its
+    depth are checked first (:mod:`oodcorr.core.limits`), so no file a user gives makes a reader run
+    away; ``checked=False`` skips that for the workflow's own schema (a tenth of a second per
+    planning)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
-    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
-        try:
-            return yaml.safe_load(fh)
-        except yaml.YAMLError as e:
-            raise ConfigError(describe_yaml_error(path, e)) from None
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a YAML file")
+    try:
+        if not checked:
+            with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+                return yaml.safe_load(fh)
+        return load_yaml_checked(path)
+    except yaml.YAMLError as e:
+        raise ConfigError(describe_yaml_error(path, e)) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:

@@ -44,7 +44,7 @@ from pathlib import Path
 import yaml
 
 from ..core.errors import ConfigError, DataError
-from ..core.io import human_bytes, write_text_atomic
+from ..core.io import human_bytes, load_yaml, write_text_atomic
 from . import adaptation
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,8 @@ class HubLock:
     def read(cls, path: str | Path) -> HubLock:
         path = Path(path)
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
+            doc = load_yaml(path)  # its size and depth checked before it is built (oodcorr.core.limits)
+        except ConfigError as e:
             raise ConfigError(
                 f"{path}: not a readable lock file ({e}); delete it and run oodcorr prefetch again"
             ) from None

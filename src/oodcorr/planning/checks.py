@@ -27,7 +27,8 @@ resources and :func:`check_schedules` on the runs, once it has built them:
 * :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
   training set's data;
 * :func:`check_placement` -- a partition or account set for some of a rule's jobs only;
-* :func:`check_schedules` -- fewer checkpoints per run than the analysis needs.
+* :func:`check_schedules` -- fewer checkpoints per run than the analysis needs;
+* :func:`check_analysis_size` -- an analysis of more cells than ``analysis.max_cells``.
 
 Nothing here imports torch, transformers or pandas: planning stays fast.
 """
@@ -43,6 +44,7 @@ from typing import Any
 
 from ..core.defaults import ANALYSIS, filled
 from ..core.errors import ConfigError
+from ..core.limits import analysis_cells, analysis_too_large
 from .config import DATASET_SOURCES, HASH_RE, MODEL_SOURCES, NAME_RE, READING_CHOICES, Experiment
 
 PLACEHOLDERS = ("premise", "hypothesis")
@@ -503,3 +505,30 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
                 f"{', '.join(str(need[r]) for r in short)}, so their cells will be NaN"
             )
     return warnings
+
+
+def check_analysis_size(runs: Iterable[Any], testsets: Mapping[str, Iterable[tuple[str, str]]], analysis: dict) -> None:
+    """An analysis of more cells (each run's OOD pairs x methods x residualisers) than
+    ``analysis.max_cells``: refused while planning, with the count and the key that allows it, rather
+    than found after the evaluations, in an analysis job that runs for hours.
+
+    ``testsets`` are the plan's (in-domain set -> (testset, role) pairs); ``runs`` its runs."""
+    analysis = filled(analysis, ANALYSIS)
+    n_ood = {d: sum(1 for _, role in ts if role != "in-domain") for d, ts in testsets.items()}
+    cells, detail = analysis_cells(
+        [n_ood.get(run.in_domain, 0) for run in runs], len(analysis["methods"]), len(analysis["residualisers"])
+    )
+    limit = int(analysis["max_cells"])
+    if cells > limit:
+        raise ConfigError(
+            "analysis.max_cells: "
+            + analysis_too_large(
+                cells,
+                detail,
+                limit,
+                what="the analysis of this config",
+                limit_name="analysis.max_cells" + (" (its default)" if limit == ANALYSIS["max_cells"] else ""),
+                fewer="ood_testsets, analysis.methods or analysis.residualisers",
+                allow=f"set `analysis: {{max_cells: {cells}}}`",
+            )
+        )
