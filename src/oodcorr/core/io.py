@@ -23,6 +23,7 @@ import io
 import json
 import lzma
 import os
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, ResultError
 from .limits import load_yaml_checked
 
 
@@ -58,6 +59,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give every regular file under ``folder`` the mode a new file gets under the process umask
+    (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
+
+    For what a library wrote: safetensors 0.8 writes through a temporary file and renames it, which
+    leaves ``model.safetensors`` at 0600 whatever the umask (safetensors/safetensors#782), so on a
+    shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
+    (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
+    alone."""
+    umask = os.umask(0)
+    os.umask(umask)
+    want = 0o666 & ~umask
+    for f in sorted(Path(folder).rglob("*")):
+        st = f.lstat()
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:
+            os.chmod(f, want)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -114,6 +133,23 @@ def read_jsonl(
         rec["_line"] = lineno
         out.append(rec)
     return out
+
+
+def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
+    """A JSON file the workflow wrote (a manifest, a dataset's description), as written; one that is
+    missing, truncated or edited into something else is a :class:`ResultError` naming the file,
+    ``what`` it is and ``fix`` (the way out: usually which file to delete and what reruns)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path}: {what} is missing; {fix}") from None
+    except json.JSONDecodeError as e:
+        raise ResultError(
+            f"{path}: {what} is unreadable (truncated or damaged: {e.msg} at line {e.lineno}, column {e.colno}); {fix}"
+        ) from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ResultError(f"{path}: {what} is unreadable ({type(e).__name__}: {str(e)[:120]}); {fix}") from None
 
 
 # ---- reading what people have: compression and encodings ----------------------------------
