@@ -200,8 +200,8 @@ def test_a_lock_held_from_another_host_says_so_and_what_to_do_there(tmp_path, mo
     run = tmp_path / "run"
     run.mkdir()
     info = {"pid": 4242, "host": "node-17.cluster", "started": "2026-11-30T03:00:00+00:00", "slurm_job_id": "991"}
-    holder = _holder_process(run / "finetune.lock", info)
     monkeypatch.setattr(locks, "local_holders", lambda fd: [])  # as on a node that does not hold it
+    holder = _holder_process(run / "finetune.lock", info)
     try:
         with pytest.raises(FolderInUse) as e:
             with hold(run):

@@ -455,6 +455,11 @@ def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[
         log.warning("dataset %r: dropped %d row(s) of %d: %s", name, n_dropped, prov.get("n_rows"), described)
     dups = duplicates(recs)
     warnings = []
+    if dropped.get("empty_text"):  # said at the end of the run too: an export that lost a column looks like this
+        warnings.append(
+            f"dataset {name!r}: {dropped['empty_text']} of {prov.get('n_rows')} row(s) skipped because their premise "
+            f"or hypothesis is empty ({where}); the rest is evaluated, and the dataset's meta file counts every drop"
+        )
     if dups["exact"]:
         log.warning(
             "dataset %r: %d row(s) repeat an earlier row exactly (same premise, hypothesis and label), "

@@ -23,6 +23,7 @@ resources and :func:`check_schedules` on the runs, once it has built them:
 * :func:`check_verbaliser_words` -- two labels with the same verbaliser;
 * :func:`check_grid` -- a value listed twice in a grid list (``n_train``, ``seeds``,
   the analysis' methods, residualisers and pooling columns);
+* :func:`check_n_train` -- an ``n_train`` below the number of labels, or not a multiple of it;
 * :func:`check_ood_count` -- fewer than two OOD testsets for a run (no pair to correlate);
 * :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
   training set's data;
@@ -68,6 +69,7 @@ def check_config(exp: Experiment) -> list[str]:
     check_templates(exp)
     check_verbaliser_words(exp)
     check_grid(exp)
+    check_n_train(exp)
     check_ood_count(exp)
     check_data_sources(exp)
     return warnings
@@ -365,6 +367,33 @@ def check_grid(exp: Experiment) -> None:
     by = (analysis.get("pooling") or {}).get("by")
     if by:
         _duplicates(by, "analysis.pooling.by", "list it once")
+
+
+def check_n_train(exp: Experiment) -> None:
+    """Each run trains on ``n_train / len(labels)`` examples of every label, so ``n_train`` must be a
+    multiple of the label count, and at least it: refused here, naming the key and the label mode,
+    rather than in the finetune job (where 1 with two labels read "not divisible")."""
+    labels = exp.labels
+    k = len(labels)
+    mode = exp.config.get("label_mode", "binary")
+    for m in exp.finetuned_models():
+        over = (exp.models[m].get("finetune") or {}).get("n_train")
+        key = f"models[{m}].finetune.n_train" if over is not None else "finetune.n_train"
+        for n in exp.finetune_cfg(m).get("n_train") or []:
+            if isinstance(n, bool) or not isinstance(n, int):
+                continue  # the schema names it
+            if n < k:
+                raise ConfigError(
+                    f"{key}: {n} is fewer than the {k} labels of label mode {mode!r} ({', '.join(labels)}); a run "
+                    f"trains on n_train / {k} examples of each label, so n_train must be a multiple of {k}, "
+                    f"at least {k}"
+                )
+            if n % k:
+                lo, hi = n // k * k, (n // k + 1) * k
+                raise ConfigError(
+                    f"{key}: {n} is not a multiple of the {k} labels of label mode {mode!r} ({', '.join(labels)}); "
+                    f"a run trains on n_train / {k} examples of each label: use {lo} or {hi}"
+                )
 
 
 def check_ood_count(exp: Experiment) -> None:
