@@ -325,3 +325,31 @@ def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path,
         f"{meta}: the description of prepared dataset 'synth-test' is unreadable (JSONDecodeError: Unterminated "
         "string starting at: line 1 column 33 (char 32)); delete it and run again: the dataset is prepared again"
     ]
+
+
+def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadable_meta_file(tmp_path, monkeypatch):
+    """Every prompt cut to max_length was said only in the job logs when the handler stopped on an
+    unreadable meta file first; now both lines are printed, the 100 % case in words of its own."""
+    import yaml
+
+    from oodcorr.launch.disk_checks import end_of_run_report
+    from oodcorr.planning.plan import load
+
+    from helpers import REPO
+
+    monkeypatch.chdir(tmp_path)
+    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    meta = Path("results/micro/data/synth-test.meta.json")
+    meta.parent.mkdir(parents=True)
+    meta.write_text("{")
+    info = Path("results/micro/cache/tokenized/micro-opt/synth-overlap.info.json")
+    info.parent.mkdir(parents=True)
+    info.write_text(json.dumps({"n": 60, "n_truncated": 60, "max_length": 8}))
+    lines = end_of_run_report(plan, failed=False)
+    assert any(line.startswith(f"oodcorr: WARNING: {meta}: the description of prepared dataset") for line in lines)
+    assert (
+        "oodcorr: WARNING: testset 'synth-overlap', model 'micro-opt': all 60 prompts (100%) are longer than "
+        "evaluation.max_length (8 tokens) and were cut, keeping their end; raise evaluation.max_length to score "
+        "whole examples"
+    ) in lines
+    assert lines[-1].startswith("oodcorr: scores in results/micro/scores.csv")

@@ -293,8 +293,9 @@ def truncation_warnings(plan: Plan) -> list[str]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if n and cut / n > TRUNCATION_WARNING:
+                share = f"all {n} prompts (100%) are" if cut == n else f"{cut} of {n} prompts ({cut / n:.0%}) are"
                 out.append(
-                    f"testset {testset!r}, model {model!r}: {cut} of {n} prompts ({cut / n:.0%}) are longer "
+                    f"testset {testset!r}, model {model!r}: {share} longer "
                     f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
                     "their end; raise evaluation.max_length to score whole examples"
                 )
@@ -306,8 +307,13 @@ def truncation_warnings(plan: Plan) -> list[str]:
         except (OSError, ValueError, TypeError):
             continue
         if run.n_train and cut / run.n_train > TRUNCATION_WARNING:
+            share = (
+                f"all {cut} training prompts (100%) are"
+                if cut == run.n_train
+                else f"{cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are"
+            )
             out.append(
-                f"run {run.id}: {cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are longer "
+                f"run {run.id}: {share} longer "
                 f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
                 "were cut; raise finetune.max_length"
             )
