@@ -17,7 +17,7 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
 from oodcorr.planning.config import NAME_RE  # noqa: E402
-from oodcorr.launch.disk_checks import check_on_disk, end_of_run_warnings  # noqa: E402
+from oodcorr.launch.disk_checks import check_on_disk, end_of_run_report  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs  # noqa: E402
@@ -91,22 +91,13 @@ rule all:
         PLAN.eval_outputs(),
 
 
+# everything allowed but suspicious (a testset with one class, prompts cut short, ...), once, then
+# where the published results are; end_of_run_report never raises (an unreadable file is a line)
 onsuccess:
-    # everything allowed but suspicious (a testset with one class, prompts cut short, ...), once
-    for line in end_of_run_warnings(PLAN):
-        print(f"oodcorr: WARNING: {line}")
-    print(
-        f"oodcorr: scores in {P.scores_csv}, partial correlations in "
-        f"{rules.partial_correlations.output.pairs}, heatmaps in {P.analysis}/heatmaps/"
-    )
+    for line in end_of_run_report(PLAN, failed=False):
+        print(line)
 
 
 onerror:
-    for line in end_of_run_warnings(PLAN):
-        print(f"oodcorr: WARNING: {line}")
-    if any(os.path.exists(t) for t in PLAN.targets()):
-        # the published set is replaced only as a whole, once every step after the evaluations succeeded
-        print(
-            f"oodcorr: the run failed (see above); {P.scores_csv} and {P.analysis}/ still hold the "
-            "previous results, as a whole, until a run succeeds"
-        )
+    for line in end_of_run_report(PLAN, failed=True):
+        print(line)

@@ -138,6 +138,10 @@ def plan_dir(tmp_path_factory, tiny_models):
 
     torch.save(load_file(pickled / "model.safetensors"), pickled / "pytorch_model.bin")
     (pickled / "model.safetensors").unlink()
+    # junk where the safetensors weights belong (an interrupted copy), the pickle beside it
+    junk = models / "junk-weights"
+    shutil.copytree(pickled, junk)
+    (junk / "model.safetensors").write_bytes(b"<html>502 Bad Gateway</html>\n")
     return wd
 
 
@@ -514,6 +518,38 @@ def test_snakemake_removes_the_outputs_of_a_failed_job(tmp_path):
     )
     assert res.returncode != 0 and "died" in res.stdout + res.stderr
     assert not (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
+
+
+# ---- the end-of-run handler: never crashes, names the published table ----------------------
+def test_the_end_of_run_handler_survives_a_truncated_meta_file_and_names_the_published_table(base_run):
+    """A dataset's meta file cut short (a full disk, an edit) made the onsuccess handler itself
+    stop with a JSONDecodeError traceback; and the success line named .staging/. The meta file's
+    time is kept, so only publish_results (forced) runs, and the handler reads the damaged file."""
+    wd = base_run["wd"]
+    meta = wd / R / "data/contradictory-duplicates.meta.json"
+    whole, st = meta.read_bytes(), meta.stat()
+    meta.write_bytes(whole[: len(whole) // 2])
+    os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
+    try:
+        res = smk(wd, base_run["config"], "--forcerun", "publish_results", timeout=600)
+    finally:
+        meta.write_bytes(whole)
+        os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert "localrule publish_results:" in out and "localrule evaluate:" not in out  # nothing else ran
+    assert re.search(
+        rf"oodcorr: WARNING: {R}/data/contradictory-duplicates\.meta\.json: the description of prepared dataset "
+        r"'contradictory-duplicates' is unreadable \(JSONDecodeError: .*\); delete it and run again: the dataset "
+        r"is prepared again",
+        out,
+    ), out[-4000:]
+    assert (
+        f"oodcorr: scores in {R}/scores.csv, partial correlations in {R}/analysis/partial_correlations.csv, "
+        f"heatmaps in {R}/analysis/heatmaps/"
+    ) in out
+    done = [line for line in out.splitlines() if line.startswith("oodcorr: scores in")]
+    assert len(done) == 1 and ".staging" not in done[0] and "Traceback" not in out
 
 
 # ---- out of memory: the retry halves the batch, the result is the same -------------------

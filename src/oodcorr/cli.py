@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from .core.defaults import ANALYSIS
 from .core.errors import DataError
 from .core.io import sha256_file, write_json_atomic
+from .core.limits import analysis_cells, analysis_too_large
 from .launch import budget
 from .launch.sizing import check_gpu_memory
 from .modeling import hub
@@ -67,6 +69,19 @@ def _block_length(v: str):
     if n < 1:
         raise argparse.ArgumentTypeError(f"--block-length must be at least 1, got {n}")
     return n
+
+
+def _positive_int(flag: str):
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {v!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {n}")
+        return n
+
+    return parse
 
 
 def _add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
@@ -256,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
     _add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
+    _add_showing_default(
+        s,
+        "--max-cells",
+        ANALYSIS["max_cells"],
+        "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
+        "this, giving the count; raise it to run a larger one on purpose",
+        type=_positive_int("--max-cells"),
+    )
     o = a.add_argument_group("output")
     o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
     o.add_argument("--no-plots", action="store_true", help="write the tables only")
@@ -408,6 +431,16 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
         long["testset"].nunique(),
         args.in_domain,
     )
+    if not pd.api.types.is_numeric_dtype(long["unit"]) or pd.api.types.is_bool_dtype(long["unit"]):
+        shown = ", ".join(repr(str(u)) for u in list(dict.fromkeys(long["unit"]))[:3])
+        log.info(
+            "%s: the units in column %r are not numbers (%s, ...), so they are treated as exchangeable: in no "
+            "order, with no autocorrelation between them allowed for, and no learning curves; give a numeric "
+            "--unit (a training step) for ordered units",
+            src,
+            args.unit,
+            shown,
+        )
     examples = None
     if args.examples and not tables.example_bootstrap_applies(args.score):
         raise DataError(
@@ -460,6 +493,7 @@ def analyse_command(args) -> int:
         example_boot=args.example_boot,
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
     )
+    check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
     pc = analyse(long, opts, examples, run_info=info)
     agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
     write_tables(pc, agree, out)
@@ -483,6 +517,27 @@ def analyse_command(args) -> int:
             raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
         make_plots(pc, agree, long, out, method, res, opts)
     return 0
+
+
+def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
+    """The cells the analysis will compute (each run's OOD pairs x methods x residualisers), said
+    before it starts; above ``--max-cells`` a DataError gives the count and the flag that allows it."""
+    ood = [len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby(["model", "run"], sort=False)]
+    cells, detail = analysis_cells(ood, len(methods), len(residualisers))
+    if cells > max_cells:
+        raise DataError(
+            analysis_too_large(
+                cells,
+                detail,
+                max_cells,
+                what=f"the analysis of {source}",
+                limit_name="--max-cells" + (" (its default)" if max_cells == ANALYSIS["max_cells"] else ""),
+                fewer="--testsets, --exclude, --methods or --residualisers",
+                allow=f"pass --max-cells {cells}",
+            )
+        )
+    log.info("analysing %s cells (%s)", f"{cells:,}", detail)
+    return cells
 
 
 def make_plots(pc, agree, long, out: Path, method: str, residualiser: str, opts) -> None:

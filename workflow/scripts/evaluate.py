@@ -7,7 +7,8 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.core.errors import ConfigError
+from oodcorr.core.errors import ConfigError, ResultError
+from oodcorr.core.locks import UnsafeLockFile
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
 
@@ -25,8 +26,8 @@ if "step" in sm.wildcards.keys():
 else:
     steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
 manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
-checkpoints = checkpoints_to_score(manifests, steps, outputs)
 try:
+    checkpoints = checkpoints_to_score(manifests, steps, outputs)  # an unreadable manifest: named, with the way out
     result = evaluate_run(
         model_spec=job["model_spec"],
         tiny_dir=job["tiny_dir"],
@@ -39,8 +40,9 @@ try:
         device=pick_device(sm.resources.gpu),
         threads=sm.threads,
     )
-except (EvaluationRefused, ConfigError) as e:
-    # a damaged checkpoint, scores that are not finite: the message is the log's last line, no traceback
+except (EvaluationRefused, ConfigError, ResultError, UnsafeLockFile) as e:
+    # a damaged checkpoint or manifest, scores that are not finite, a GPU lock that is a link: the
+    # message is the log's last line, no traceback
     sys.exit(f"oodcorr: {e}")
 print(
     {

@@ -1,14 +1,18 @@
 """Rules accuracy_table and training_loss: what the report shows beyond the analysis figures."""
 
-import pandas as pd
+import sys
 
+from oodcorr.core.errors import ResultError
 from oodcorr.jobs import plots
-from oodcorr.jobs.aggregate import write_accuracy
+from oodcorr.jobs.aggregate import read_scores, write_accuracy
 from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-if sm.rule == "accuracy_table":
-    print(write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
-else:
-    print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
+try:  # a damaged scores table or run manifest: named, with the way out, as the log's last line
+    if sm.rule == "accuracy_table":
+        print(write_accuracy(read_scores(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
+    else:
+        print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
+except ResultError as e:
+    sys.exit(f"oodcorr: {e}")

@@ -2,7 +2,7 @@
 
 import sys
 
-from oodcorr.core.errors import ConfigError
+from oodcorr.core.errors import ConfigError, DataError, ResultError
 from oodcorr.jobs.evaluate import tokenize_testset
 from oodcorr.launch.runtime import end_job, setup_logging
 
@@ -22,7 +22,8 @@ try:
         coarse=job["coarse"],
         out_path=sm.output[0],
     )
-except ConfigError as e:  # a verbaliser this tokenizer splits: the message is the log's last line
+except (ConfigError, DataError, ResultError) as e:
+    # a verbaliser this tokenizer splits, an unreadable prepared testset: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)
 end_job()  # skip the interpreter's teardown (oodcorr.launch.runtime.end_job says why)

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import DataError
-from ..core.io import atomic_path, format_suffix, read_bytes, read_text
+from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +126,9 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
     sep = "\t" if suffix == ".tsv" else ","
     if not text.strip():
         raise DataError(f"{path}: the file is empty (no header, no rows)")
+    misnamed = delimiter_mismatch(path, text, sep)
+    if misnamed:
+        raise DataError(misnamed)
     try:
         header = [h.strip() for h in next(csv.reader(io.StringIO(text, newline=""), delimiter=sep))]
         df = pd.read_csv(
@@ -226,6 +229,19 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
         raise DataError(
             f"{source}: column {col!r} is not numeric ({where} {i}: {df.at[i, col]!r}); "
             "exclude it or name it as the model/run column"
+        )
+    inf = np.isinf(v.astype(float))
+    if inf.any():  # no score is infinite: said, then left out as missing (the statistics drop it)
+        lines = [int(i) if isinstance(i, (int, np.integer)) else i for i in df.index[inf][:5]]
+        log.warning(
+            "%s: column %r holds %d infinite score(s) (%s %s%s); each is left out, as a missing score, of "
+            "every cell that uses it: fix the table if they stand for real values",
+            source,
+            col,
+            int(inf.sum()),
+            where,
+            ", ".join(map(str, lines)),
+            ", ..." if inf.sum() > 5 else "",
         )
     return v.astype(float)
 

@@ -25,12 +25,15 @@ import logging
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .locks import UnsafeLockFile, open_lock_file
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ def _lock_path(lock_dir: Path, device: str) -> Path:
 
 
 def _try_lock(path: Path) -> int | None:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_lock_file(path)  # never through a link: the default folder is in the shared /tmp
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -109,10 +112,30 @@ def _try_lock(path: Path) -> int | None:
         if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
             return None
         raise
-    # who holds it, for people looking at the folder (the lock itself is what counts)
+    # who holds it, for people looking at the folder (the lock itself is what counts); written only
+    # once the lock is held, into a regular file of its own (open_lock_file)
     os.ftruncate(fd, 0)
-    os.write(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode())
+    os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
     return fd
+
+
+def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
+    """The folder of the GPU locks must be a real folder (not a link) and, unless it was named to be
+    shared (``OODCORR_GPU_LOCK_DIR``), this user's own and writable by nobody else: the default is in
+    the shared ``/tmp`` under a name anyone can guess, so another user could create it first and
+    fill it with links or hold every device's lock."""
+    st = os.lstat(lock_dir)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeLockFile(
+            f"{lock_dir} (the GPU lock folder) is not a folder but a link or a file; remove it, or set "
+            f"{LOCK_DIR_ENV} to a folder of your own, and run again"
+        )
+    if not shared and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise UnsafeLockFile(
+            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others, so "
+            f"another user could hold or replace its locks; set {LOCK_DIR_ENV} to a folder of your own (or "
+            "one your group shares on purpose) and run again"
+        )
 
 
 def claim(
@@ -122,11 +145,15 @@ def claim(
     lock_dir: str | Path | None = None,
     timeout: float | None = None,
     poll: float = 0.5,
+    shared: bool | None = None,
 ) -> Claim:
     """Claim ``n`` devices nobody else holds, waiting for them if all are taken.
 
     A job that needs several devices gets all of them or none in each pass (so
-    two such jobs never each hold half of what the other needs).
+    two such jobs never each hold half of what the other needs). The lock folder must be a
+    folder, not a link, and unless ``shared`` (default: a ``lock_dir`` given, or
+    ``OODCORR_GPU_LOCK_DIR`` set) this user's own; each lock file is opened without following
+    links (:func:`oodcorr.core.locks.open_lock_file`).
     """
     devices = visible_devices() if devices is None else list(devices)
     if n < 1:
@@ -137,8 +164,11 @@ def claim(
             f"({','.join(devices) or 'none'}); lower the rule's `gpu` resource or "
             "make more devices visible (CUDA_VISIBLE_DEVICES)"
         )
+    if shared is None:  # a folder named by the caller or OODCORR_GPU_LOCK_DIR may be shared on purpose
+        shared = lock_dir is not None or bool(os.environ.get(LOCK_DIR_ENV))
     lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
-    lock_dir.mkdir(parents=True, exist_ok=True)
+    lock_dir.mkdir(mode=0o777 if shared else 0o700, parents=True, exist_ok=True)
+    _check_lock_dir(lock_dir, shared)
     start = last_note = time.monotonic()
     while True:
         got: list[tuple[str, int]] = []
@@ -179,7 +209,7 @@ def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise GpuPoolError("CUDA was started before a GPU was claimed; call pick_device() first")
-    c = claim(n, devices=devices, lock_dir=default_lock_dir(env))
+    c = claim(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
     _HELD.append(c)  # keep the locks open until the process exits
     if env.get("CUDA_VISIBLE_DEVICES") is None:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # nvidia-smi's numbering

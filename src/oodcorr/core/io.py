@@ -23,6 +23,7 @@ import io
 import json
 import lzma
 import os
+import stat
 import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -31,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, DataError
+from .errors import ConfigError, DataError, ResultError
+from .limits import load_yaml_checked
 
 
 @contextlib.contextmanager
@@ -57,6 +59,24 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         raise
+
+
+def follow_umask(folder: str | os.PathLike) -> None:
+    """Give every regular file under ``folder`` the mode a new file gets under the process umask
+    (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
+
+    For what a library wrote: safetensors 0.8 writes through a temporary file and renames it, which
+    leaves ``model.safetensors`` at 0600 whatever the umask (safetensors/safetensors#782), so on a
+    shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
+    (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
+    alone."""
+    umask = os.umask(0)
+    os.umask(umask)
+    want = 0o666 & ~umask
+    for f in sorted(Path(folder).rglob("*")):
+        st = f.lstat()
+        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:
+            os.chmod(f, want)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -113,6 +133,23 @@ def read_jsonl(
         rec["_line"] = lineno
         out.append(rec)
     return out
+
+
+def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
+    """A JSON file the workflow wrote (a manifest, a dataset's description), as written; one that is
+    missing, truncated or edited into something else is a :class:`ResultError` naming the file,
+    ``what`` it is and ``fix`` (the way out: usually which file to delete and what reruns)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ResultError(f"{path}: {what} is missing; {fix}") from None
+    except json.JSONDecodeError as e:
+        raise ResultError(
+            f"{path}: {what} is unreadable (truncated or damaged: {e.msg} at line {e.lineno}, column {e.colno}); {fix}"
+        ) from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ResultError(f"{path}: {what} is unreadable ({type(e).__name__}: {str(e)[:120]}); {fix}") from None
 
 
 # ---- reading what people have: compression and encodings ----------------------------------
@@ -255,17 +292,43 @@ def read_text(
     return decode_text(read_bytes(path), path, encoding, fix)
 
 
-def load_yaml(path: str | os.PathLike) -> Any:
+def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
+    """A sentence when a delimited file's header says its name gives the wrong delimiter: a ``.csv``
+    whose first line holds tabs and no comma (a TSV under the wrong name), or a ``.tsv`` whose first
+    line holds commas and no tab; else None. Without it every row would be read as one column, and
+    the error would name a missing column. ``fix`` is another way out than renaming (``{fmt}``: the
+    format the header suggests)."""
+    first = next(iter(text.splitlines()), "")
+    other, name, want = ("\t", "tab", ".tsv") if sep == "," else (",", "comma", ".csv")
+    if sep not in first and other in first and len(first.split(other)) > 1:
+        return (
+            f"{path}:1: the header holds {name}s and no {'comma' if sep == ',' else 'tab'}, so the file looks "
+            f"{name}-separated, but its name says otherwise; name it {want} (compressed: {want}.gz)"
+            + (f", or {fix.format(fmt=want[1:])}" if fix else "")
+        )
+    return None
+
+
+def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
     """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
-    the file, line and column."""
+    the file, line and column. The file's size, its values (aliases counted as expanded) and its
+    depth are checked first (:mod:`oodcorr.core.limits`), so no file a user gives makes a reader run
+    away; ``checked=False`` skips that for the workflow's own schema (a tenth of a second per
+    planning)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
-    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
-        try:
-            return yaml.safe_load(fh)
-        except yaml.YAMLError as e:
-            raise ConfigError(describe_yaml_error(path, e)) from None
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a YAML file")
+    try:
+        if not checked:
+            with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+                return yaml.safe_load(fh)
+        return load_yaml_checked(path)
+    except yaml.YAMLError as e:
+        raise ConfigError(describe_yaml_error(path, e)) from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
 def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:

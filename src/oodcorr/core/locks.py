@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,6 +41,11 @@ LOCK_FILE = "finetune.lock"
 
 class FolderInUse(RuntimeError):
     """Another process holds the folder's lock; the message names it and what to do."""
+
+
+class UnsafeLockFile(FolderInUse):
+    """A lock path that is not a regular file of its own (a symbolic link, a folder, a hard link):
+    opening it would write into something else. The message names it and what to do."""
 
 
 @dataclass
@@ -88,8 +95,47 @@ def _alive_here(info: dict) -> bool | None:
     return True
 
 
-def _refusal(folder: Path, path: Path, info: dict | None) -> str:
+def local_holders(fd: int) -> list[int]:
+    """The PIDs on this host that hold an ``flock`` on the file open as ``fd``, from ``/proc/locks``
+    (Linux; a lock held from another host over NFS or Lustre is not listed, nor is anything where
+    ``/proc/locks`` is missing). The PID is the process that took the lock (a child it forked shares it)."""
+    try:
+        st = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return []
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    out = []
+    for line in lines:
+        fields = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5678 0 EOF"; a waiter's line has "->" after the number
+        if len(fields) >= 6 and fields[1] == "FLOCK" and fields[5] == want and fields[4].isdigit():
+            out.append(int(fields[4]))
+    return sorted(set(out) - {os.getpid()})
+
+
+def _refusal(folder: Path, path: Path, info: dict | None, local: list[int] | None = None) -> str:
     head = f"run folder {folder} is in use by another finetune (it holds {path})"
+    here = socket.gethostname()
+    local = list(local or [])
+    named_here = info is not None and info.get("host") == here
+    if local and not (named_here and str(info.get("pid")) in map(str, local)):
+        # a live process of this host holds it, whatever the file says (it names an earlier holder,
+        # another host or container name, or nobody)
+        pids = ", ".join(map(str, local))
+        said = (
+            f"; the lock file names PID {info['pid']} on host {info.get('host', '?')}, started "
+            f"{info.get('started', '?')}, which wrote it last"
+            if info is not None
+            else "; the holder has not named itself in the lock file"
+        )
+        return (
+            f"{head}: the lock is held by a live process on this host ({here}): PID {pids}, per /proc/locks"
+            f"{said}. See what it is with `ps -o pid,etime,args -p {local[0]}` (or `fuser -v {path}`); stop it "
+            f"(`kill {local[0]}`) or wait for it to finish, then run again: the lock goes with the process, "
+            "there is nothing to delete"
+        )
     if info is None:
         return (
             f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
@@ -98,6 +144,14 @@ def _refusal(folder: Path, path: Path, info: dict | None) -> str:
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
+    if not named_here and not local:
+        job = f" (or `scancel {info['slurm_job_id']}`)" if info.get("slurm_job_id") else ""
+        return (
+            f"{head}: {who}. No process on this host ({here}) holds the lock, so it is held from another "
+            f"host, the one the file names as far as it knows. On {info.get('host', '?')}, see it with "
+            f"`ps -o pid,etime,args -p {info['pid']}`, then stop it (`kill {info['pid']}`{job}) or wait for "
+            "it to finish, and run again: the lock goes with the process, there is nothing to delete"
+        )
     if _alive_here(info) is False:
         return (
             f"{head}: {who}, which has exited, but a process it started still holds the lock "
@@ -110,10 +164,49 @@ def _refusal(folder: Path, path: Path, info: dict | None) -> str:
     )
 
 
+def open_lock_file(path: str | os.PathLike) -> int:
+    """A lock file opened for reading and writing, created if missing, never through a link: a
+    symbolic link is not followed (``O_NOFOLLOW``), nothing is truncated on opening, and a path that
+    is not a regular file with one name (a link, a folder, a device, a hard link) is refused with
+    :class:`UnsafeLockFile`. Every lock the project opens (run folders here, GPU claims in
+    :mod:`oodcorr.core.gpus`) goes through it, since the holder's details are written into the file."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP or path.is_symlink():
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            raise UnsafeLockFile(
+                f"{path} is a symbolic link (to {target}), where a lock file belongs: writing the "
+                f"holder's details into it would overwrite what it points to. Remove the link (`rm {path}`; "
+                "the file it points to is untouched) and run again"
+            ) from None
+        if e.errno == errno.EISDIR:
+            raise UnsafeLockFile(f"{path} is a folder, where a lock file belongs; move it away and run again") from None
+        raise
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "is not a regular file"
+    elif st.st_nlink > 1:
+        problem = f"has {st.st_nlink} names (hard links), so writing to it would change another file too"
+    if problem:
+        os.close(fd)
+        raise UnsafeLockFile(
+            f"{path} {problem}, where a lock file belongs; move it away (`mv {path} {path}.not-a-lock`) and run again"
+        )
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _open(folder: Path) -> tuple[Path, int]:
     folder.mkdir(parents=True, exist_ok=True)
-    path = (folder / LOCK_FILE).resolve()
-    return path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    # the folder resolved (results/ may be a link to scratch space), the lock file itself never
+    path = folder.resolve() / LOCK_FILE
+    return path, open_lock_file(path)
 
 
 @contextlib.contextmanager
@@ -124,7 +217,7 @@ def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
     is a no-op), so a workflow script and the library it calls can both ask.
     """
     folder = Path(folder)
-    key = str((folder / LOCK_FILE).resolve())
+    key = str(folder.resolve() / LOCK_FILE)
     held = _HELD.get(key)
     if held is not None:
         held.depth += 1
@@ -137,9 +230,9 @@ def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        info = _read_holder(fd)
+        info, local = _read_holder(fd), local_holders(fd)
         os.close(fd)
-        raise FolderInUse(_refusal(folder, path, info)) from None
+        raise FolderInUse(_refusal(folder, path, info, local)) from None
     except BaseException:
         os.close(fd)
         raise
@@ -164,7 +257,8 @@ def check_free(folder: str | os.PathLike) -> None:
     writer takes the lock itself with :func:`hold`.
     """
     folder = Path(folder)
-    if str((folder / LOCK_FILE).resolve()) in _HELD or not (folder / LOCK_FILE).exists():
+    lock = folder / LOCK_FILE
+    if str(folder.resolve() / LOCK_FILE) in _HELD or not (lock.exists() or lock.is_symlink()):
         return
     with hold(folder):
         pass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import struct
 from pathlib import Path
 
 from .errors import ConfigError
@@ -31,9 +32,46 @@ def package_dir(spec: dict) -> Path:
     return d
 
 
+MAX_SAFETENSORS_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
+
+
+def safetensors_header(path: str | Path) -> dict:
+    """The JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}), read
+    without the tensors; a file that is not one (cut short, junk, another format) is a ValueError
+    saying what is wrong with it. Checks what the loader would trip on: the header's length, that
+    it is a JSON mapping, and that every tensor's bytes lie inside the file."""
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise ValueError(f"{path}: {size} bytes, too short for a safetensors file")
+        (n,) = struct.unpack("<Q", head)
+        if n > MAX_SAFETENSORS_HEADER or 8 + n > size:
+            raise ValueError(f"{path}: its first 8 bytes give a header of {n} bytes, in a file of {size}")
+        try:
+            header = json.loads(fh.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise ValueError(f"{path}: its header is not JSON ({type(e).__name__})") from None
+    if not isinstance(header, dict):
+        raise ValueError(f"{path}: its header is not a JSON mapping of tensor names")
+    data = size - 8 - n
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = meta.get("data_offsets") if isinstance(meta, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(x, int) for x in offsets)):
+            raise ValueError(f"{path}: tensor {str(name)[:80]!r} has no data offsets in the header")
+        if not 0 <= offsets[0] <= offsets[1] <= data:
+            raise ValueError(f"{path}: tensor {str(name)[:80]!r} lies past the end of the file (cut short?)")
+    return header
+
+
 def check_local_weights(src: str, spec: dict) -> None:
     """A local model folder loads under the safety defaults: config.json, safetensors unless
-    ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a hub id passes."""
+    ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a hub id passes. Every
+    safetensors file must be one (its header read, :func:`safetensors_header`) and config.json JSON:
+    the job would otherwise stop with the loader's traceback."""
     p = Path(src)
     if not p.exists():
         return  # a hub id: from_pretrained's use_safetensors enforces the format
@@ -46,7 +84,32 @@ def check_local_weights(src: str, spec: dict) -> None:
             f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
-    cfg = json.loads((p / "config.json").read_text())
+    for f in sorted(p.glob("*.safetensors")):
+        try:
+            safetensors_header(f)
+        except (OSError, ValueError) as e:
+            pickles = [
+                g.name for g in sorted(p.iterdir()) if g.suffix in PICKLE_SUFFIXES and not TRAINING_STATE.match(g.name)
+            ]
+            beside = (
+                f" A pickle file is beside it ({', '.join(pickles)}): to load that instead, move the .safetensors "
+                "file away and set allow_pickle_weights: true on this model (only for a model you trust)."
+                if pickles
+                else ""
+            )
+            raise ConfigError(
+                f"models[{spec['name']}]: {f} is not a readable safetensors file ({e}); it is damaged or not "
+                f"weights at all: copy or download the model again.{beside}"
+            ) from None
+    try:
+        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(
+            f"models[{spec['name']}]: {p / 'config.json'} is not readable JSON ({type(e).__name__}: {str(e)[:120]}); "
+            "copy or download the model again"
+        ) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"models[{spec['name']}]: {p / 'config.json'} is not a JSON mapping")
     if cfg.get("auto_map") and not spec.get("trust_remote_code", False):
         raise ConfigError(
             f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "

@@ -23,7 +23,7 @@ import logging
 import time
 from pathlib import Path
 
-from ..core.io import sha256_file, sha256_json, stat_key, write_json_atomic
+from ..core.io import follow_umask, sha256_file, sha256_json, stat_key, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,9 @@ def _write_verified(ckpt: Path, cache: dict) -> None:
 
 
 def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
+    # the weights follow the umask like every other result (safetensors leaves them 0600), before
+    # their stat is recorded
+    follow_umask(ckpt)
     files, verified = {}, {}
     for f in sorted(ckpt.rglob("*")):
         if f.is_file() and f.name != MANIFEST and not f.name.startswith("."):

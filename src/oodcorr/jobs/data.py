@@ -23,7 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core.errors import DataError
-from ..core.io import format_suffix, read_bytes, read_jsonl, read_text, sha256_file, sha256_json, stat_key
+from ..core.io import (
+    delimiter_mismatch,
+    format_suffix,
+    read_bytes,
+    read_jsonl,
+    read_text,
+    sha256_file,
+    sha256_json,
+    stat_key,
+)
 from ..modeling import synthetic
 from ..modeling.hub import check_loaded_dataset, hub_load_kwargs, pinned_dataset
 
@@ -75,6 +84,9 @@ def _read_delimited(path: Path, text: str, fmt: str) -> list[dict]:
     """CSV/TSV text -> rows keyed by the header, each with ``_line`` (the line it starts on)."""
     delim = "," if fmt == "csv" else "\t"
     name = "comma" if fmt == "csv" else "tab"
+    misnamed = delimiter_mismatch(path, text, delim, "set `format: {fmt}` on the dataset entry")
+    if misnamed:
+        raise DataError(misnamed)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
     rows: list[dict] = []
     header = None
@@ -443,6 +455,11 @@ def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[
         log.warning("dataset %r: dropped %d row(s) of %d: %s", name, n_dropped, prov.get("n_rows"), described)
     dups = duplicates(recs)
     warnings = []
+    if dropped.get("empty_text"):  # said at the end of the run too: an export that lost a column looks like this
+        warnings.append(
+            f"dataset {name!r}: {dropped['empty_text']} of {prov.get('n_rows')} row(s) skipped because their premise "
+            f"or hypothesis is empty ({where}); the rest is evaluated, and the dataset's meta file counts every drop"
+        )
     if dups["exact"]:
         log.warning(
             "dataset %r: %d row(s) repeat an earlier row exactly (same premise, hypothesis and label), "

@@ -16,7 +16,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ..core.io import atomic_path, json_default, read_jsonl, sha256_json, write_json_atomic
+from ..core.io import atomic_path, json_default, read_json, read_jsonl, sha256_json, write_json_atomic
 from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
@@ -67,7 +67,9 @@ def tokenize_testset(
     )
     gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
     lab = {name: i for i, name in enumerate(gold_names)}
-    meta = json.loads(Path(data_meta).read_text())
+    meta = read_json(
+        data_meta, "the prepared dataset's description", "delete it and run again: the dataset is prepared again"
+    )
     cache = {
         "format": CACHE_FORMAT,
         "testset": testset,

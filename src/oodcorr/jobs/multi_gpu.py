@@ -18,7 +18,6 @@ rank 0 checks and repairs the folder, then see the same resume point.
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
 import socket
@@ -27,11 +26,12 @@ import sys
 from pathlib import Path
 
 from ..core.gpus import claim_for_job
-from ..core.io import write_json_atomic
+from ..core.io import read_json, write_json_atomic
 from ..core.locks import check_free
 from ..core.ranks import is_main_process
 from ..planning.finetune_job import FinetuneJob, trains_in_bf16
 from .finetune import finetune
+from .series import MANIFEST_FIX
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
             out.close()
     if res.returncode != 0:
         raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
-    return json.loads(job.manifest_path.read_text())
+    return read_json(job.manifest_path, "the run's manifest", MANIFEST_FIX)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,14 +10,14 @@ of the report (:func:`training_loss_curves`) read the runs' manifests.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..core.io import atomic_path
+from ..core.io import atomic_path, read_json
+from .series import MANIFEST_FIX
 
 CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
 
@@ -643,8 +643,8 @@ def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     drawn = {}
     for path in sorted(manifests):
-        man = json.loads(Path(path).read_text(encoding="utf-8"))
-        hist = man.get("loss_history") or []
+        man = read_json(path, "a run's manifest", MANIFEST_FIX)
+        hist = (man.get("loss_history") if isinstance(man, dict) else None) or []
         label = "/".join(Path(path).parent.parts[-3:])  # <in_domain>/n<N>/seed<S>
         if hist:
             ax.plot([h["step"] for h in hist], [h["loss"] for h in hist], lw=1.2, marker="o", ms=2, label=label)

@@ -23,11 +23,10 @@ of them changes.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.io import sha256_file, sha256_json, write_json_atomic
+from ..core.io import read_json, sha256_file, sha256_json, write_json_atomic
 from ..core.model_dirs import check_local_weights, model_files
 
 KIND = "series-checkpoint"
@@ -71,9 +70,16 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
     return doc
 
 
+# what to do about an unreadable manifest, a finetune's or a series checkpoint's
+MANIFEST_FIX = (
+    "delete it and run again: its job writes it again (a finetune whose checkpoints are all there "
+    "does not train again, it checks them)"
+)
+
+
 def read_manifest(path: str | Path) -> dict | None:
     """A series checkpoint's manifest, or None if the file is another kind (a finetune's manifest)."""
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    doc = read_json(path, "a checkpoint manifest", MANIFEST_FIX)
     return doc if isinstance(doc, dict) and doc.get("kind") == KIND else None
 
 

@@ -30,9 +30,8 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
-from ..core.io import human_bytes, write_json_atomic, write_text_atomic
+from ..core.errors import ConfigError
+from ..core.io import human_bytes, load_yaml, write_json_atomic, write_text_atomic
 from ..core.records import read_result
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
@@ -117,7 +116,9 @@ def read_profile(folder: str | Path | None) -> dict:
     path = Path(folder) / "config.yaml"
     if not path.exists():
         raise FileNotFoundError(f"--profile {folder}: no config.yaml in it")
-    prof = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    prof = load_yaml(path) or {}  # its size and depth checked before it is built (oodcorr.core.limits)
+    if not isinstance(prof, dict):
+        raise ConfigError(f"--profile {folder}: {path} must map Snakemake options to values")
     defaults = prof.get("default-resources") or {}
     return {
         "path": str(folder),

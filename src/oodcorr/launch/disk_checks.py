@@ -54,15 +54,54 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
+    """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
+    results are (the published paths, never ``.staging/``) or that the previous ones are kept.
+
+    Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
+    cannot be read is said in one line instead."""
+    lines = []
+    try:
+        lines += [f"oodcorr: WARNING: {w}" for w in end_of_run_warnings(plan)]
+    except Exception as e:  # noqa: BLE001 -- the handler must finish; the reason is printed
+        lines.append(f"oodcorr: WARNING: the end-of-run warnings could not be gathered ({type(e).__name__}: {e})")
+    P = plan.paths
+    try:
+        if not failed:
+            lines.append(
+                f"oodcorr: scores in {P.scores_csv}, partial correlations in {P.analysis}/partial_correlations.csv, "
+                f"heatmaps in {P.analysis}/heatmaps/"
+            )
+        elif any(os.path.exists(t) for t in plan.targets()):
+            # the published set is replaced only as a whole, once every step after the evaluations succeeded
+            lines.append(
+                f"oodcorr: the run failed (see above); {P.scores_csv} and {P.analysis}/ still hold the "
+                "previous results, as a whole, until a run succeeds"
+            )
+    except Exception as e:  # noqa: BLE001 -- as above
+        lines.append(f"oodcorr: the run {'failed' if failed else 'finished'}; results are under {P.root}/ ({e})")
+    return lines
+
+
 def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
-    """Warnings that preparation recorded in this experiment's dataset meta files."""
+    """Warnings that preparation recorded in this experiment's dataset meta files; a meta file that
+    cannot be read (truncated, edited) is a warning itself, naming it and what to do."""
     out = []
     for name in exp.all_datasets():
         meta = Path(data_dir) / f"{name}.meta.json"
-        if meta.exists():
-            warning = json.loads(meta.read_text(encoding="utf-8")).get("warning")
-            if warning:
-                out.append(f"{warning} (see {meta})")
+        if not meta.exists():
+            continue
+        try:
+            doc = json.loads(meta.read_text(encoding="utf-8"))
+            warning = doc.get("warning") if isinstance(doc, dict) else None
+        except (OSError, ValueError) as e:
+            out.append(
+                f"{meta}: the description of prepared dataset {name!r} is unreadable ({type(e).__name__}: "
+                f"{str(e)[:120]}); delete it and run again: the dataset is prepared again"
+            )
+            continue
+        if warning:
+            out.append(f"{warning} (see {meta})")
     return out
 
 
@@ -254,8 +293,9 @@ def truncation_warnings(plan: Plan) -> list[str]:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
             if n and cut / n > TRUNCATION_WARNING:
+                share = f"all {n} prompts (100%) are" if cut == n else f"{cut} of {n} prompts ({cut / n:.0%}) are"
                 out.append(
-                    f"testset {testset!r}, model {model!r}: {cut} of {n} prompts ({cut / n:.0%}) are longer "
+                    f"testset {testset!r}, model {model!r}: {share} longer "
                     f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
                     "their end; raise evaluation.max_length to score whole examples"
                 )
@@ -267,8 +307,13 @@ def truncation_warnings(plan: Plan) -> list[str]:
         except (OSError, ValueError, TypeError):
             continue
         if run.n_train and cut / run.n_train > TRUNCATION_WARNING:
+            share = (
+                f"all {cut} training prompts (100%) are"
+                if cut == run.n_train
+                else f"{cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are"
+            )
             out.append(
-                f"run {run.id}: {cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are longer "
+                f"run {run.id}: {share} longer "
                 f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
                 "were cut; raise finetune.max_length"
             )

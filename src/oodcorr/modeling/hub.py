@@ -30,11 +30,9 @@ Without a lock nothing changes: jobs download from the hub, as before.
 from __future__ import annotations
 
 import fnmatch
-import json
 import logging
 import math
 import os
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,8 +41,9 @@ from pathlib import Path
 
 import yaml
 
+from ..core import model_dirs
 from ..core.errors import ConfigError, DataError
-from ..core.io import human_bytes, write_text_atomic
+from ..core.io import human_bytes, load_yaml, write_text_atomic
 from . import adaptation
 
 log = logging.getLogger(__name__)
@@ -86,8 +85,8 @@ class HubLock:
     def read(cls, path: str | Path) -> HubLock:
         path = Path(path)
         try:
-            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as e:
+            doc = load_yaml(path)  # its size and depth checked before it is built (oodcorr.core.limits)
+        except ConfigError as e:
             raise ConfigError(
                 f"{path}: not a readable lock file ({e}); delete it and run oodcorr prefetch again"
             ) from None
@@ -406,12 +405,9 @@ def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
 
 
 def safetensors_header(path: str | Path) -> dict:
-    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}."""
-    with open(path, "rb") as fh:
-        (n,) = struct.unpack("<Q", fh.read(8))
-        if n > 100 * 2**20:
-            raise ValueError(f"{path}: implausible safetensors header size {n}")
-        return json.loads(fh.read(n))
+    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}; a file
+    that is not one is a ValueError naming it (:func:`oodcorr.core.model_dirs.safetensors_header`)."""
+    return model_dirs.safetensors_header(path)
 
 
 def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:

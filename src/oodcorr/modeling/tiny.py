@@ -14,6 +14,8 @@ import random
 import time
 from pathlib import Path
 
+from ..core.io import follow_umask
+
 log = logging.getLogger(__name__)
 
 SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_token": "<unk>"}
@@ -122,6 +124,7 @@ def build_pretrained(name: str, spec: dict, corpus: list[str], out_dir: Path, se
         max_length=int(pt.get("max_length", 64)),
     )
     model.save_pretrained(out_dir)
+    follow_umask(out_dir)  # safetensors leaves its weights 0600; every other result follows the umask
     n_params = sum(p.numel() for p in model.parameters())
     info = {
         "name": name,

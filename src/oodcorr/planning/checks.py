@@ -23,11 +23,13 @@ resources and :func:`check_schedules` on the runs, once it has built them:
 * :func:`check_verbaliser_words` -- two labels with the same verbaliser;
 * :func:`check_grid` -- a value listed twice in a grid list (``n_train``, ``seeds``,
   the analysis' methods, residualisers and pooling columns);
+* :func:`check_n_train` -- an ``n_train`` below the number of labels, or not a multiple of it;
 * :func:`check_ood_count` -- fewer than two OOD testsets for a run (no pair to correlate);
 * :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
   training set's data;
 * :func:`check_placement` -- a partition or account set for some of a rule's jobs only;
-* :func:`check_schedules` -- fewer checkpoints per run than the analysis needs.
+* :func:`check_schedules` -- fewer checkpoints per run than the analysis needs;
+* :func:`check_analysis_size` -- an analysis of more cells than ``analysis.max_cells``.
 
 Nothing here imports torch, transformers or pandas: planning stays fast.
 """
@@ -43,6 +45,7 @@ from typing import Any
 
 from ..core.defaults import ANALYSIS, filled
 from ..core.errors import ConfigError
+from ..core.limits import analysis_cells, analysis_too_large
 from .config import DATASET_SOURCES, HASH_RE, MODEL_SOURCES, NAME_RE, READING_CHOICES, Experiment
 
 PLACEHOLDERS = ("premise", "hypothesis")
@@ -66,6 +69,7 @@ def check_config(exp: Experiment) -> list[str]:
     check_templates(exp)
     check_verbaliser_words(exp)
     check_grid(exp)
+    check_n_train(exp)
     check_ood_count(exp)
     check_data_sources(exp)
     return warnings
@@ -365,6 +369,33 @@ def check_grid(exp: Experiment) -> None:
         _duplicates(by, "analysis.pooling.by", "list it once")
 
 
+def check_n_train(exp: Experiment) -> None:
+    """Each run trains on ``n_train / len(labels)`` examples of every label, so ``n_train`` must be a
+    multiple of the label count, and at least it: refused here, naming the key and the label mode,
+    rather than in the finetune job (where 1 with two labels read "not divisible")."""
+    labels = exp.labels
+    k = len(labels)
+    mode = exp.config.get("label_mode", "binary")
+    for m in exp.finetuned_models():
+        over = (exp.models[m].get("finetune") or {}).get("n_train")
+        key = f"models[{m}].finetune.n_train" if over is not None else "finetune.n_train"
+        for n in exp.finetune_cfg(m).get("n_train") or []:
+            if isinstance(n, bool) or not isinstance(n, int):
+                continue  # the schema names it
+            if n < k:
+                raise ConfigError(
+                    f"{key}: {n} is fewer than the {k} labels of label mode {mode!r} ({', '.join(labels)}); a run "
+                    f"trains on n_train / {k} examples of each label, so n_train must be a multiple of {k}, "
+                    f"at least {k}"
+                )
+            if n % k:
+                lo, hi = n // k * k, (n // k + 1) * k
+                raise ConfigError(
+                    f"{key}: {n} is not a multiple of the {k} labels of label mode {mode!r} ({', '.join(labels)}); "
+                    f"a run trains on n_train / {k} examples of each label: use {lo} or {hi}"
+                )
+
+
 def check_ood_count(exp: Experiment) -> None:
     """The analysis correlates pairs of OOD testsets: a run with fewer than two has none."""
     for d in exp.in_domain:
@@ -503,3 +534,30 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
                 f"{', '.join(str(need[r]) for r in short)}, so their cells will be NaN"
             )
     return warnings
+
+
+def check_analysis_size(runs: Iterable[Any], testsets: Mapping[str, Iterable[tuple[str, str]]], analysis: dict) -> None:
+    """An analysis of more cells (each run's OOD pairs x methods x residualisers) than
+    ``analysis.max_cells``: refused while planning, with the count and the key that allows it, rather
+    than found after the evaluations, in an analysis job that runs for hours.
+
+    ``testsets`` are the plan's (in-domain set -> (testset, role) pairs); ``runs`` its runs."""
+    analysis = filled(analysis, ANALYSIS)
+    n_ood = {d: sum(1 for _, role in ts if role != "in-domain") for d, ts in testsets.items()}
+    cells, detail = analysis_cells(
+        [n_ood.get(run.in_domain, 0) for run in runs], len(analysis["methods"]), len(analysis["residualisers"])
+    )
+    limit = int(analysis["max_cells"])
+    if cells > limit:
+        raise ConfigError(
+            "analysis.max_cells: "
+            + analysis_too_large(
+                cells,
+                detail,
+                limit,
+                what="the analysis of this config",
+                limit_name="analysis.max_cells" + (" (its default)" if limit == ANALYSIS["max_cells"] else ""),
+                fewer="ood_testsets, analysis.methods or analysis.residualisers",
+                allow=f"set `analysis: {{max_cells: {cells}}}`",
+            )
+        )

@@ -49,10 +49,16 @@ def without_defaults(block: dict | None, defaults: dict) -> dict | None:
     return {k: v for k, v in block.items() if not (k in defaults and v == defaults[k])}
 
 
+# analysis keys that are not the statistics' settings: `score` chooses the column analysed, not how;
+# `max_cells` is a limit checked when planning (planning.checks.check_analysis_size), which changes no result
+NOT_OPTIONS = ("score", "max_cells")
+
+
 def analysis_options(analysis: dict | None) -> dict:
     """The config's ``analysis`` section as the statistics read it (oodcorr.analysis.Options):
-    without ``score``, which chooses the column analysed, not how."""
-    return {k: v for k, v in (analysis or {}).items() if k != "score"}
+    without ``score``, which chooses the column analysed, not how, and ``max_cells``, a limit
+    checked when planning (raising it reruns nothing)."""
+    return {k: v for k, v in (analysis or {}).items() if k not in NOT_OPTIONS}
 
 
 def changed_reading(prompt: dict | None) -> dict:

@@ -29,6 +29,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..core import limits
 from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
@@ -629,12 +630,28 @@ def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] 
     What is on disk is checked after, by :func:`oodcorr.launch.disk_checks.check_on_disk`, which reads
     tokenizers and job outputs and so sits above the job modules."""
     sources = [Path(s) for s in sources]
+    check_size(config, sources)
     if sources:
         config.setdefault("experiment", sources[-1].stem)
     schema_path = Path(basedir) / "config" / "schema.yaml"
     schema.check_config(config, schema_path, sources=sources)
     schema.fill_defaults(config, schema_path)
     return build_plan(config, basedir)
+
+
+def check_size(config: dict, sources: list[Path]) -> None:
+    """Before anything walks the config: its values (YAML aliases counted as often as they are used)
+    and its depth within :mod:`oodcorr.core.limits`' budgets. Snakemake reads ``--configfile`` itself
+    (an alias shares one object, so that costs nothing); the schema check, the params and the budget
+    would expand it. The ConfigError names the key, with its file and line where a source holds it."""
+    try:
+        limits.check_tree(config)
+    except limits.TooLarge as e:
+        for f in reversed(sources):
+            line = schema.yaml_line(f, e.parts) if e.parts and f.is_file() else None
+            if line is not None:
+                raise ConfigError(f"{f}:{line}: {e}") from None
+        raise ConfigError(f"{sources[-1]}: {e}" if sources else str(e)) from None
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
@@ -679,6 +696,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
     warnings += checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
+    checks.check_analysis_size(runs, testsets, analysis)
     datasets = tuple(exp.all_datasets())
     return Plan(
         experiment=name,

@@ -16,6 +16,7 @@ own validation (:func:`fill_defaults`), which then fills in the schema defaults.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,35 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+# a number in exponent notation that YAML 1.1 (PyYAML, and so Snakemake) reads as a string: its
+# floats need a dot in the mantissa and a sign in the exponent (1.0e-3, 1.0e+3)
+SCIENTIFIC = re.compile(r"^\s*([-+]?)(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?)(\d+)\s*$")
+
+
+def _yaml11_number_hint(value: Any, integer: bool = False) -> str:
+    """``1e-3`` given as a number and read as a string: how to write it so YAML reads a number
+    (for a key that takes an integer only, the integer itself: ``1e3`` -> ``1000``)."""
+    m = SCIENTIFIC.match(value) if isinstance(value, str) else None
+    if not m:
+        return ""
+    sign, mantissa, esign, digits = m.groups()
+    if integer:
+        number = float(value)
+        if not number.is_integer() or abs(number) > 1e18:
+            return ""
+        fixed = str(int(number))
+    else:
+        if "." not in mantissa:
+            mantissa += ".0"
+        elif mantissa.endswith("."):
+            mantissa += "0"
+        fixed = f"{sign}{mantissa}e{esign or '+'}{digits}"
+    return (
+        f"; YAML reads {value.strip()} as text (its numbers in exponent notation need a dot and a signed "
+        f"exponent): write {fixed}"
+    )
+
+
 def _describe(err, config) -> list[tuple[list, str]]:
     """(path parts, message) for one jsonschema error; an unknown-keys error gives one per key."""
     parts = list(err.absolute_path)
@@ -108,7 +138,8 @@ def _describe(err, config) -> list[tuple[list, str]]:
     if kind == "type":
         types = [val] if isinstance(val, str) else list(val)
         want = " or ".join(YAML_TYPES.get(t, t) for t in types)
-        return [(parts, f"{where}: must be {want}, got {_type_name(inst)} {inst!r}")]
+        hint = _yaml11_number_hint(inst, integer="number" not in types) if {"number", "integer"} & set(types) else ""
+        return [(parts, f"{where}: must be {want}, got {_type_name(inst)} {inst!r}{hint}")]
     if kind == "minItems":
         what = "must not be empty" if val == 1 else f"needs at least {val} entries"
         return [(parts, f"{where}: {what} (got {len(inst)})")]
@@ -148,7 +179,7 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
     ``sources`` are the YAML files the config came from (the last that holds a key
     gives its line); without them a message names the key only.
     """
-    problems = schema_errors(config, load_yaml(schema_path))
+    problems = schema_errors(config, load_yaml(schema_path, checked=False))  # the workflow's own
     if not problems:
         return
     files = [Path(s) for s in sources]
@@ -195,7 +226,7 @@ def check_entry(entry: Any, definition: str, where: str, basedir: str | Path) ->
 
     key = str(basedir)
     if key not in _SCHEMAS:
-        _SCHEMAS[key] = load_yaml(Path(basedir) / "config" / "schema.yaml")
+        _SCHEMAS[key] = load_yaml(Path(basedir) / "config" / "schema.yaml", checked=False)  # the workflow's own
     schema = _SCHEMAS[key]
     sub = {"$defs": schema["$defs"], **schema["$defs"][definition]}
     err = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(sub).iter_errors(entry))

@@ -1,0 +1,278 @@
+"""Size budgets checked before any work: what a YAML file or a config may hold.
+
+A YAML alias (``*name``) repeats a block without copying it, so ten lines of aliases can stand
+for a billion values: PyYAML builds them as shared objects, cheaply, but every reader that walks
+the config (the schema check, the params of each job, the budget's JSON) expands them, and planning
+would run for minutes and take gigabytes. A config nested tens of thousands deep makes every
+recursive reader (PyYAML's own, the schema validator, ours) stop with a RecursionError thousands
+of lines long. Both are refused here first, with the key (or file and line) and what to do:
+
+* :func:`load_yaml_checked` -- a YAML file a user gives (a config, a registry, the label modes, a
+  hub lock, a profile): its size on disk, then its event stream (read without building anything,
+  and without recursion: PyYAML's parser keeps its own stack), counting each alias as the block
+  it repeats, before ``yaml.safe_load`` builds it;
+* :func:`check_tree` -- a mapping already loaded (Snakemake reads ``--configfile`` itself), with
+  shared objects counted as often as they are used.
+
+The limits (:data:`MAX_NODES`, :data:`MAX_DEPTH`, :data:`MAX_YAML_BYTES`) are far above what a real
+config holds: the paper's grid (``config/paper.yaml``) has about 400 values nested 7 deep, the
+schema (the largest YAML file oodcorr reads) about 1,600 values nested 12 deep in 29 KiB.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import ConfigError
+
+MAX_NODES = 100_000  # values (scalars, mappings, lists, keys), aliases counted as expanded
+MAX_DEPTH = 32  # mappings and lists inside each other
+MAX_YAML_BYTES = 16 * 2**20  # a YAML file oodcorr reads
+
+WHAT_TO_DO = {
+    "nodes": "remove the aliases (*name) that repeat this block, or write the values out once",
+    "depth": "flatten it",
+    "cycle": "remove the alias, which makes the block contain itself",
+}
+
+
+class TooLarge(ConfigError):
+    """A YAML file or config beyond a size budget; ``parts`` is the key path of the offending block
+    (``None`` when it is known by its file and line instead)."""
+
+    def __init__(self, message: str, parts: list | None = None):
+        super().__init__(message)
+        self.parts = parts
+
+
+def _nodes_message(n: int | None, limit: int) -> str:
+    got = f"{n:,} values" if n is not None else f"more than {limit:,} values"
+    return (
+        f"holds {got} once its YAML aliases are expanded (each *alias counts as the block it repeats); "
+        f"oodcorr reads at most {limit:,} values in one file or config: {WHAT_TO_DO['nodes']}"
+    )
+
+
+def _depth_message(depth: int | None, limit: int) -> str:
+    got = f"{depth:,} levels deep" if depth is not None else f"more than {limit} levels deep"
+    return (
+        f"is nested {got}; oodcorr reads at most {limit} levels of mappings and lists inside each "
+        f"other: {WHAT_TO_DO['depth']}"
+    )
+
+
+CYCLE_MESSAGE = f"holds a YAML alias to a block that contains it (a value that holds itself); {WHAT_TO_DO['cycle']}"
+
+
+# ---- a YAML file, before it is built ----------------------------------------------------------------
+def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+    """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
+    ``max_nodes`` values with its aliases expanded, nests deeper than ``max_depth``, or holds an alias
+    to a block that contains it. Reads the parser's events only (no objects are built); stops at the
+    first excess. A stream that is not valid YAML is left to ``yaml.safe_load``, which names the
+    problem."""
+    sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height) of the block it names
+    open_anchors: set[str] = set()
+    stack: list[list] = []  # one frame per open mapping or list: [anchor, values before it, height]
+    total = 0
+
+    def fail(mark, message: str):
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise TooLarge(f"{path}{line}: {message}")
+
+    try:
+        for ev in yaml.parse(stream, Loader=yaml.SafeLoader):
+            if isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([ev.anchor, total, 0])
+                total += 1
+                if ev.anchor:
+                    open_anchors.add(ev.anchor)
+                if len(stack) > max_depth:
+                    fail(ev.start_mark, "the YAML here " + _depth_message(None, max_depth))
+                continue
+            if isinstance(ev, yaml.AliasEvent):
+                if ev.anchor in open_anchors:
+                    fail(ev.start_mark, f"*{ev.anchor} " + CYCLE_MESSAGE)
+                n, height = sizes.get(ev.anchor, (1, 1))
+                total += n
+                if len(stack) + height > max_depth:
+                    fail(ev.start_mark, f"*{ev.anchor} repeats a block that " + _depth_message(None, max_depth))
+            elif isinstance(ev, yaml.ScalarEvent):
+                n, height = 1, 1
+                total += 1
+                if ev.anchor:
+                    sizes[ev.anchor] = (1, 1)
+                if len(stack) + 1 > max_depth:
+                    fail(ev.start_mark, "the YAML here " + _depth_message(None, max_depth))
+            elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                anchor, before, inner = stack.pop()
+                height = inner + 1
+                if anchor:
+                    sizes[anchor] = (total - before, height)
+                    open_anchors.discard(anchor)
+            else:  # stream and document start and end
+                continue
+            if total > max_nodes:
+                where = "the file" if not stack else "the file, at this line,"
+                fail(ev.start_mark, f"{where} " + _nodes_message(None, max_nodes))
+            if stack:
+                stack[-1][2] = max(stack[-1][2], height)
+    except yaml.YAMLError:
+        return  # not valid YAML: yaml.safe_load says where and why
+
+
+def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) -> Any:
+    """``yaml.safe_load`` of a YAML file a user gives, after :func:`scan_yaml` and a size check on
+    disk; every refusal names the file (and line). A missing file and bad YAML are ConfigErrors too
+    (:func:`oodcorr.core.io.load_yaml` words them)."""
+    path = Path(path)
+    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise TooLarge(
+                f"{path}: is {size / 2**20:.1f} MiB, more than the {max_bytes // 2**20} MiB that oodcorr reads "
+                "in one YAML file; is it the file you meant?"
+            )
+        scan_yaml(fh, path)
+        fh.seek(0)
+        try:
+            return yaml.safe_load(fh)
+        except RecursionError:  # not reached after the scan; kept so no reader ever prints thousands of lines
+            raise TooLarge(f"{path}: " + _depth_message(None, MAX_DEPTH)) from None
+
+
+# ---- a mapping already loaded -------------------------------------------------------------------------
+def _children(obj) -> list:
+    if isinstance(obj, dict):
+        return list(obj.items())
+    if isinstance(obj, (list, tuple)):
+        return list(enumerate(obj))
+    return []
+
+
+def _measure(root, max_nodes: int) -> dict[int, tuple[int, int]]:
+    """(values, height) of every mapping and list under ``root`` (by ``id``), shared ones measured once
+    and counted as often as they are used; values saturate just above ``max_nodes``. Iterative, so a
+    config nested any depth is measured without recursion. Raises :class:`TooLarge` (with the key path)
+    for a value that holds itself."""
+    memo: dict[int, tuple[int, int]] = {}
+    on_path: set[int] = set()
+    parts: list = []
+    # frame: [object, its (key, child) pairs, next index, values so far, tallest child]
+    stack = [[root, _children(root), 0, 1, 0]]
+    on_path.add(id(root))
+    while stack:
+        frame = stack[-1]
+        obj, kids, i = frame[0], frame[1], frame[2]
+        if i == len(kids):
+            stack.pop()
+            on_path.discard(id(obj))
+            memo[id(obj)] = (min(frame[3], max_nodes + 1), frame[4] + 1)
+            if parts:
+                parts.pop()
+            if stack:
+                n, h = memo[id(obj)]
+                stack[-1][3] = min(stack[-1][3] + n, max_nodes + 1)
+                stack[-1][4] = max(stack[-1][4], h)
+            continue
+        frame[2] += 1
+        key, child = kids[i]
+        if isinstance(obj, dict):
+            frame[3] += 1  # the key itself
+        if not isinstance(child, (dict, list, tuple)):
+            frame[3] = min(frame[3] + 1, max_nodes + 1)
+            frame[4] = max(frame[4], 1)
+            continue
+        if id(child) in memo:
+            n, h = memo[id(child)]
+            frame[3] = min(frame[3] + n, max_nodes + 1)
+            frame[4] = max(frame[4], h)
+            continue
+        if id(child) in on_path:
+            raise TooLarge(CYCLE_MESSAGE, [*parts, key])
+        parts.append(key)
+        on_path.add(id(child))
+        stack.append([child, _children(child), 0, 1, 0])
+    return memo
+
+
+def key_path(parts: list, root: Any = None) -> str:
+    """``models[micro-opt].tiny.config``: list items by their ``name`` where they have one."""
+    out, node = "", root
+    for p in parts:
+        if isinstance(p, int):
+            item = node[p] if isinstance(node, (list, tuple)) and p < len(node) else None
+            name = item.get("name") if isinstance(item, dict) else None
+            out += f"[{name}]" if isinstance(name, str) and name else f"[{p}]"
+            node = item
+        else:
+            out += f".{p}" if out else str(p)
+            node = node.get(p) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+    """Raise :class:`TooLarge` naming the key if ``root`` (a loaded config) holds more than
+    ``max_nodes`` values with shared blocks (YAML aliases) counted as often as they are used, nests
+    deeper than ``max_depth``, or holds itself. Costs one visit per distinct mapping or list."""
+    if not isinstance(root, (dict, list, tuple)):
+        return
+    try:
+        memo = _measure(root, max_nodes)
+    except TooLarge as e:
+        raise TooLarge(f"{key_path(e.parts, root)}: {e}", e.parts) from None
+    n, height = memo[id(root)]
+    if height > max_depth:
+        parts, node = [], root
+        while len(parts) < max_depth:  # follow the tallest child to the level past the limit
+            kids = [(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))]
+            if not kids:
+                break
+            k, node = max(kids, key=lambda kc: memo[id(kc[1])][1])
+            parts.append(k)
+        shown = key_path(parts, root)
+        raise TooLarge(f"{shown}...: the config " + _depth_message(height, max_depth), parts)
+    if n > max_nodes:
+        parts, node = [], root
+        while True:  # the smallest block that alone is over the limit
+            kids = [(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))]
+            big = [(k, c) for k, c in kids if memo[id(c)][0] > max_nodes]
+            if not big:
+                break
+            k, node = big[0]
+            parts.append(k)
+        exact = _exact_size(node)
+        where = key_path(parts, root) if parts else "the config"
+        raise TooLarge(f"{where}: " + _nodes_message(exact, max_nodes), parts)
+
+
+def _exact_size(root) -> int:
+    """The values under ``root``, shared blocks counted as often as they are used (exact, unbounded)."""
+    return _measure(root, 10**30)[id(root)][0]
+
+
+# ---- the analysis ---------------------------------------------------------------------------------------
+def analysis_cells(ood_per_run: list[int], methods: int, residualisers: int) -> tuple[int, str]:
+    """The cells an analysis computes, and how they add up: each run's OOD pairs x methods x
+    residualisers (the pooled rows and corrections cost little beside them)."""
+    pairs = sum(n * (n - 1) // 2 for n in ood_per_run)
+    runs = len(ood_per_run)
+    detail = (
+        f"{pairs:,} OOD pair(s) summed over {runs:,} run(s) x {methods} method(s) x {residualisers} residualiser(s)"
+    )
+    return pairs * methods * residualisers, detail
+
+
+def analysis_too_large(
+    cells: int, detail: str, limit: int, *, what: str, limit_name: str, fewer: str, allow: str
+) -> str:
+    """The refusal of an analysis above its cell limit: the estimate, the limit, and how to run it anyway."""
+    return (
+        f"{what} would compute {cells:,} cells ({detail}), more than the {limit:,} that {limit_name} allows "
+        f"(time and memory grow with the cells: millions run for tens of minutes). Analyse fewer ({fewer}), "
+        f"or {allow} to run it anyway"
+    )
