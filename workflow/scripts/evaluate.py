@@ -25,8 +25,9 @@ if "step" in sm.wildcards.keys():
 else:
     steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
 manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
-checkpoints = checkpoints_to_score(manifests, steps, outputs)
 try:
+    # each checkpoint with what its run's manifest recorded of it (checked before it is scored)
+    checkpoints = checkpoints_to_score(manifests, steps, outputs)
     result = evaluate_run(
         model_spec=job["model_spec"],
         tiny_dir=job["tiny_dir"],
