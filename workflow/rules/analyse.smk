@@ -41,6 +41,8 @@ rule aggregate_scores:
         coarse=PLAN.coarse,
         # every record's data is checked against the prepared testset (and its local file)
         data=lambda wc: {"records": P.data, "meta": P.data_meta},
+        # and every record against its file's place: run, step, testset, checkpoint, experiment
+        places=PLAN.record_places(),
     script:
         "../scripts/aggregate_scores.py"
 

@@ -9,8 +9,8 @@ from oodcorr.launch.runtime import setup_logging
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
 try:
-    # every record's data is checked against the testset as prepared now (and its local file)
-    df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data)
+    # every record is checked against its place, and its data against the testset as prepared now
+    df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places)
 except (ResultError, DataError) as e:  # the message (file, the way out) is the log's last line
     sys.exit(f"oodcorr: {e}")
 write_scores(df, sm.output.parquet, sm.output.csv)

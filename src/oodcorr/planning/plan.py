@@ -361,6 +361,23 @@ class Plan:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
         return [self.paths.staged(t) for t in self.targets()]
 
+    def record_places(self) -> dict:
+        """Where each evaluation record must say it sits (the aggregation checks every record against
+        its file's place, :func:`oodcorr.jobs.aggregate.check_place`): the layout of the predictions
+        files and job summaries, a run's checkpoint folders, and each series checkpoint's location."""
+        series = {}
+        for m, spec in self.models.items():
+            if spec.is_series:
+                series[m] = {
+                    str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()
+                }
+        return {
+            "predictions": self.paths.predictions,
+            "summary": self.paths.eval_summary,
+            "checkpoint": f"{self.paths.run_dir}/checkpoints/checkpoint-{{step}}",
+            "series": series,
+        }
+
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         try:
