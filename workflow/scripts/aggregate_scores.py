@@ -3,6 +3,7 @@
 import sys
 
 from oodcorr.core.errors import DataError, ResultError
+from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import collect, write_scores
 from oodcorr.launch.runtime import setup_logging
 
@@ -14,4 +15,5 @@ try:
 except (ResultError, DataError) as e:  # the message (file, the way out) is the log's last line
     sys.exit(f"oodcorr: {e}")
 write_scores(df, sm.output.parquet, sm.output.csv)
+seal(sm.output)  # what publishing checks the staged files against
 print(f"{len(df)} rows")

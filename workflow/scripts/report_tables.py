@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from oodcorr.core.records import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import write_accuracy
 from oodcorr.launch.runtime import setup_logging
@@ -12,3 +13,4 @@ if sm.rule == "accuracy_table":
     print(write_accuracy(pd.read_parquet(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
 else:
     print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
+seal(sm.output)  # what publishing checks the staged files against

@@ -3,8 +3,9 @@
 ``errors`` (the error types a user sees), ``io`` (atomic writes, reading what people have,
 fingerprints), ``records`` (what jobs record beside their outputs, for the readers that are not
 those jobs), ``defaults`` (the defaults Python reads, written once), ``model_dirs`` (model folders
-on disk and whether they load safely), ``locks`` (one writer per folder), ``gpus`` (device claims)
-and ``ranks`` (which process of a distributed launch this is).
+on disk and whether they load safely), ``locks`` (one writer per folder), ``published`` (results
+published as one set, switched by one rename, and checked against their record), ``gpus`` (device
+claims) and ``ranks`` (which process of a distributed launch this is).
 
 May import: nothing of oodcorr outside this folder.
 """

@@ -32,6 +32,7 @@ from typing import Any
 from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
+from ..core.published import MARKER
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 
@@ -224,6 +225,12 @@ class Paths:
         return f"{self.staging}/{path[len(self.root) + 1 :]}"
 
     @property
+    def published(self) -> str:
+        """Rule ``publish_results``' declared output: the record of the set it published. The files
+        people read are links into ``.published/current/`` (:mod:`oodcorr.core.published`)."""
+        return f"{self.root}/{MARKER}"
+
+    @property
     def scores(self) -> str:
         return f"{self.root}/scores.parquet"
 
@@ -360,6 +367,10 @@ class Plan:
     def staged_targets(self) -> list[str]:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
         return [self.paths.staged(t) for t in self.targets()]
+
+    def published_rels(self) -> list[str]:
+        """:meth:`targets` relative to the experiment folder (``scores.csv``, ``analysis/...``)."""
+        return [t[len(self.paths.root) + 1 :] for t in self.targets()]
 
     def record_places(self) -> dict:
         """Where each evaluation record must say it sits (the aggregation checks every record against
