@@ -18,6 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from oodcorr.planning.config import NAME_RE  # noqa: E402
 from oodcorr.launch.disk_checks import check_on_disk, end_of_run_report  # noqa: E402
+from oodcorr.launch.experiment import check_published, claim, config_warning  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs  # noqa: E402
@@ -44,7 +45,12 @@ _disk_warnings = check_on_disk(PLAN)
 HUB_LOCK, _hub_warnings = use_lock(config, CONFIG_FILES[-1], PLAN)
 # every GPU job's model fits its GPUs' memory (gpu_mem_gb), where the parameter count is known
 _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
-for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings):
+# in the main process only (a cluster job plans again on its node): another config wrote this
+# experiment last; the published files no longer match their record (then it is published again)
+_experiment_warnings = []
+if workflow.is_main_process:
+    _experiment_warnings = [w for w in [config_warning(PLAN, CONFIG_FILES, config)] if w] + check_published(PLAN)
+for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings, *_experiment_warnings):
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 # `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
 # at once when that experiment has not run, instead of a line per missing file and a failure
@@ -79,10 +85,21 @@ localrules:
     all,
 
 
+# A real run (never a dry run; after Snakemake's own lock) holds its experiment folder's lock until it
+# ends (oodcorr.launch.experiment.claim): a second writer of that folder stops at once, naming this one,
+# even from another checkout whose results/ is the same folder
+onstart:
+    _refusal = claim(PLAN, CONFIG_FILES, config)
+    if _refusal:
+        print(f"oodcorr: {_refusal}", file=sys.stderr)
+        sys.exit(1)
+
+
 rule all:
     default_target: True
     input:
-        PLAN.targets(),
+        # the record of the published set (scores, tables, figures: links into results/<experiment>/.published/)
+        P.published,
         # asked for directly, not only through their consumers: Snakemake does not rebuild a
         # missing file whose consumers are up to date, so a deleted predictions file (or unit-run
         # summary) would stay gone and the analysis that reads it fail later, and the staging

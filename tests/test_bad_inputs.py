@@ -84,14 +84,20 @@ def write_config(folder: Path, name: str, cfg: dict) -> Path:
     return path
 
 
+# what a run writes in the experiment folder that is no result: its lock (the holder's name) and
+# the record of the config that wrote the experiment last (oodcorr.launch.experiment)
+BOOKKEEPING = ("experiment.lock", "experiment.json")
+
+
 def results_snapshot(wd: Path) -> dict:
-    """Every result file (the failing job's own log, under results/<experiment>/logs/, aside)."""
+    """Every result file (the failing job's own log, under results/<experiment>/logs/, and the run's
+    bookkeeping aside)."""
     root = wd / "results"
     return (
         {
             str(p.relative_to(wd)): (p.stat().st_size, p.stat().st_mtime_ns)
             for p in root.rglob("*")
-            if p.is_file() and "logs" not in p.relative_to(root).parts[1:2]
+            if p.is_file() and "logs" not in p.relative_to(root).parts[1:2] and p.name not in BOOKKEEPING
         }
         if root.exists()
         else {}

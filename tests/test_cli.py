@@ -434,3 +434,50 @@ def test_pool_by_errors_name_the_column(tmp_path, caplog):
     scores.to_csv(path, index=False)
     assert main(["analyse", str(path), "--in-domain", "synth", "--out", str(tmp_path / "o")]) == 2
     assert "column 'n_train' is not constant within run 'm/synth/n64/seed0'" in caplog.text
+
+
+def test_out_into_an_experiments_published_folder_is_refused_unless_forced(tmp_path, caplog):
+    """`oodcorr analyse --out results/<experiment>/analysis` would replace the published tables (and
+    could mix with a run publishing now): refused without --force, naming the folder and the way out;
+    with --force it writes, holding the experiment's lock, and is refused while a run holds it.
+    (Before: it wrote over the published tables.)"""
+    scores, path = _scores_like(tmp_path)
+    exp = tmp_path / "results/x"
+    (exp / ".published/v1/analysis").mkdir(parents=True)
+    (exp / "analysis").symlink_to(".published/current/analysis")
+    (exp / ".published/current").symlink_to("v1")
+    (exp / ".published/v1/analysis/partial_correlations.csv").write_text("published\n")
+    args = ["analyse", str(path), "--in-domain", "synth", "--no-plots", "-q"]
+    for out in (exp / "analysis", exp, exp / "analysis/mine"):
+        with caplog.at_level(logging.ERROR):
+            assert main([*args, "--out", str(out)]) == 2
+        assert f"--out {out}: is inside the experiment folder {exp.resolve()}" in caplog.text
+        assert "Give another --out" in caplog.text and "pass --force" in caplog.text
+    assert (exp / "analysis/partial_correlations.csv").read_text() == "published\n"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom oodcorr.core.locks import EXPERIMENT, hold\n"
+            "with hold(sys.argv[1], EXPERIMENT, extra={'config': 'my.yaml'}):\n"
+            "    print('held', flush=True)\n    time.sleep(120)\n",
+            str(exp.resolve()),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            assert main([*args, "--out", str(exp / "analysis"), "--force"]) == 2
+        assert f"experiment folder {exp.resolve()} is in use by another run of the workflow" in caplog.text
+        assert f"PID {holder.pid}" in caplog.text and "config my.yaml" in caplog.text
+        assert (exp / "analysis/partial_correlations.csv").read_text() == "published\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert main([*args, "--out", str(exp / "analysis"), "--force"]) == 0
+    assert (exp / "analysis/partial_correlations.csv").read_text() != "published\n"
+    assert (exp / "experiment.lock").read_text() == ""  # released
+    assert main([*args, "--out", str(tmp_path / "elsewhere")]) == 0  # anywhere else: as before

@@ -2,6 +2,7 @@
 
 import functools
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -528,3 +529,109 @@ def test_non_finite_scores_from_finite_weights_point_at_the_dtype():
     bad[1, 0] = float("inf")
     with pytest.raises(EvaluationRefused, match=r"1 of 3 examples.*example 1.*float32"):
         check_finite(bad, model, checkpoint="ck", testset="t", dtype="bfloat16")
+
+
+# ---- a checkpoint checked against its place before it is scored (issue 25) -----------------------
+def _run_with_manifest(tmp_path, tiny, spec, lora=False, n_ckpt=3):
+    """A finished run as the finetune leaves it: checkpoint folders and the run's manifest.json, which
+    records each checkpoint's weights digest; and its checkpoints as an evaluation job reads them."""
+    import json
+
+    from oodcorr.jobs.checkpoints import weights_digest
+    from oodcorr.jobs.evaluate import checkpoints_to_score
+
+    cks = _series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=n_ckpt)
+    run = tmp_path / "run"
+    entries = [
+        {"step": c["step"], "path": c["checkpoint"], "weights": weights_digest(Path(c["checkpoint"]))} for c in cks
+    ]
+    (run / "manifest.json").write_text(json.dumps({"model": "tiny", "checkpoints": entries}))
+    steps = [c["step"] for c in cks]
+    return checkpoints_to_score([str(run / "manifest.json")], steps, [str(tmp_path / f"p{s}.parquet") for s in steps])
+
+
+@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_step(tmp_path, tiny_models, unit, lora):
+    """`cp -r checkpoint-20 checkpoint-10`: its files match its own manifest, which names step 20: refused
+    as step 10 (before its old predictions could be reused, too). With the manifest's step edited to 10
+    as well, the weights digest the run's manifest recorded for step 10 refuses it. Full weights and
+    LoRA adapters alike; nothing is written for it. (Before: scored as step 10.)"""
+    import json
+    import os
+    import shutil
+
+    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = _run_with_manifest(tmp_path, tiny, spec, lora)
+    ck10, ck20 = Path(cks[1]["checkpoint"]), Path(cks[2]["checkpoint"])
+    shutil.rmtree(ck10)
+    shutil.copytree(ck20, ck10)
+    todo = cks if unit == "run" else cks[1:2]
+    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    with pytest.raises(EvaluationRefused) as e:
+        evaluate_run(checkpoints=todo, **common)
+    msg = str(e.value)
+    assert f"{ck10} holds the checkpoint of step 20" in msg and "not that of step 10" in msg
+    assert f"delete {tmp_path / 'run/manifest.json'} and run again" in msg
+    assert not os.path.exists(cks[1]["predictions"])
+    manifest = ck10 / "oodcorr_manifest.json"
+    manifest.write_text(json.dumps(dict(json.loads(manifest.read_text()), step=10)))  # a careful attacker
+    with pytest.raises(EvaluationRefused) as e:
+        evaluate_run(checkpoints=todo, **common)
+    msg = str(e.value)
+    assert f"the weights in {ck10} are not those the run's finetune saved for step 10" in msg
+    assert f"delete {ck10} and {tmp_path / 'run/manifest.json'} and run again" in msg
+    assert not os.path.exists(cks[1]["predictions"])
+
+
+def test_a_run_manifest_from_before_the_digests_checks_the_step_only(tmp_path, tiny_models):
+    """Upgrading: a run's manifest without weights digests (written by the previous version) is
+    still evaluated, each checkpoint checked against its own step; nothing is recomputed for it."""
+    import json
+
+    from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
+    manifest = tmp_path / "run/manifest.json"
+    doc = json.loads(manifest.read_text())
+    manifest.write_text(
+        json.dumps(dict(doc, checkpoints=[{"step": c["step"], "path": c["path"]} for c in doc["checkpoints"]]))
+    )
+    old = checkpoints_to_score([str(manifest)], [0, 10], [c["predictions"] for c in cks])
+    assert [c["weights"] for c in old] == [None, None]
+    out = evaluate_run(
+        model_spec=spec, tiny_dir=tiny, checkpoints=old, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={}
+    )
+    assert [r["step"] for r in out["checkpoints"]] == [0, 10]
+
+
+def test_a_predictions_file_of_another_place_is_not_reused(tmp_path, tiny_models):
+    """Unit run keeps a predictions file made by exactly its evaluation (same key). A copy of another
+    experiment's file (same settings, so the same key) over it is computed again, not kept."""
+    import os
+    import shutil
+
+    from oodcorr.core.records import read_result
+    from oodcorr.jobs.evaluate import evaluate_run
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
+    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    other = [dict(c, predictions=str(tmp_path / f"other-experiment-{c['step']}.parquet")) for c in cks]
+    evaluate_run(checkpoints=other, **common)
+    evaluate_run(checkpoints=cks, **common)
+    assert read_result(cks[0]["predictions"])["eval_key"] == read_result(other[0]["predictions"])["eval_key"]
+    shutil.copyfile(other[0]["predictions"], cks[0]["predictions"])
+    mtime = os.stat(cks[1]["predictions"]).st_mtime_ns
+    evaluate_run(checkpoints=cks, **common)
+    assert read_result(cks[0]["predictions"])["predictions"] == cks[0]["predictions"]  # written again, here
+    assert os.stat(cks[1]["predictions"]).st_mtime_ns == mtime  # the right one is kept

@@ -217,6 +217,33 @@ def test_completed_run_is_not_trained_again(tmp_path, tiny_models):
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_a_checkpoint_folder_replaced_by_another_steps_is_not_that_step(tmp_path, tiny_models):
+    """`cp -r checkpoint-10 checkpoint-5` (manifest and all, so every hash matches): the checkpoint's
+    own manifest names step 10, so step 5 is not complete; the rerun sets it aside and trains again,
+    to the weights step 5 had. The run's manifest records each checkpoint's weights digest, which
+    evaluation checks. (Before: its hashes matched, so the run was complete, and step 5 was
+    evaluated with step 10's weights.)"""
+    import shutil
+
+    from oodcorr.jobs.checkpoints import weights_digest
+
+    job = _job(tmp_path, tiny_models["opt"], "replaced")
+    info = finetune(job)
+    ckroot = job.run_dir / "checkpoints"
+    assert [c["weights"] for c in info["checkpoints"]] == [weights_digest(ckroot / f"checkpoint-{s}") for s in STEPS]
+    assert len({c["weights"] for c in info["checkpoints"]}) == len(STEPS)
+    original = _weights(job.run_dir, 5)
+    shutil.rmtree(ckroot / "checkpoint-5")
+    shutil.copytree(ckroot / "checkpoint-10", ckroot / "checkpoint-5")
+    ok, why = verify_checkpoint(ckroot / "checkpoint-5")
+    assert not ok and "is that of step 10, not 5" in why and "copied over it?" in why
+    job.manifest_path.unlink()  # as the refusal in evaluation says
+    again = finetune(job)
+    assert again["trained"] is True and list(ckroot.glob(".incomplete-checkpoint-5-*"))
+    for k, w in _weights(job.run_dir, 5).items():
+        torch.testing.assert_close(w, original[k], atol=1e-6, rtol=0)
+
+
 def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
     a = _job(tmp_path, tiny_models["opt"], "bs8")
     a = replace(a, steps=[0, 1], max_steps=1, finetune=dict(a.finetune, batch_size=8, warmup_ratio=0.0))

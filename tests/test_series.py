@@ -255,6 +255,39 @@ def test_manifest_lists_what_loading_reads_and_verification_sees_a_changed_file(
     assert hub["digest"] == f"hub:org/repo@{'c' * 40}" and verify(hub) == (True, "hub revision")
 
 
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_a_series_manifest_copied_over_another_steps_is_refused_with_a_sentence(series_dirs, tmp_path, unit):
+    """`cp series/m/step8.json series/m/step4.json`: the evaluation of step 4 would load step 8's
+    checkpoint. Refused, naming the manifest and the way out (delete it: it is written again from the
+    config). (Before: a ValueError traceback, "none of [...] lists this checkpoint".)"""
+    from oodcorr.jobs.evaluate import EvaluationRefused, check_checkpoint_place, checkpoints_to_score
+
+    folder = tmp_path / "series/m"
+    folder.mkdir(parents=True)
+    for x in (0, 4, 8):
+        write_manifest(
+            folder / f"step{x}.json", model="m", x=x, x_unit="step", checkpoint={"path": str(series_dirs[x])}, entry={}
+        )
+    shutil.copyfile(folder / "step8.json", folder / "step4.json")
+    steps = [0, 4, 8] if unit == "run" else [4]
+    manifests = [str(folder / f"step{x}.json") for x in steps]
+    with pytest.raises(EvaluationRefused) as e:
+        for ck in checkpoints_to_score(manifests, steps, [str(tmp_path / f"p{x}.parquet") for x in steps]):
+            check_checkpoint_place(ck, {"model": "m"})
+    msg = str(e.value)
+    assert (
+        f"{folder / 'step4.json'} is the manifest of model 'm', step 8, but sits where that of model 'm', step 4" in msg
+    )
+    assert f"Delete {folder / 'step4.json'} and run again" in msg
+    # and another model's manifest in this model's folder
+    write_manifest(
+        folder / "step4.json", model="other", x=4, x_unit="step", checkpoint={"path": str(series_dirs[4])}, entry={}
+    )
+    with pytest.raises(EvaluationRefused, match="is the manifest of model 'other'"):
+        for ck in checkpoints_to_score([str(folder / "step4.json")], [4], [str(tmp_path / "p4.parquet")]):
+            check_checkpoint_place(ck, {"model": "m"})
+
+
 def test_a_hub_checkpoint_loads_its_revision_afresh(monkeypatch):
     import oodcorr.modeling.loading as models
     from oodcorr.jobs.evaluate import CheckpointLoader

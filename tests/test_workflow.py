@@ -5,6 +5,7 @@ import os
 import re
 import statistics
 import subprocess
+import time
 
 import pandas as pd
 import pytest
@@ -186,6 +187,142 @@ def test_accuracy_table_is_the_scores_per_checkpoint_and_testset(micro_run):
     assert all(f"<td>{a:.3f}</td>" in page for a in scores["accuracy"])
 
 
+# ---- the published set: checked, republished, never half replaced; one writer (issue 25) ----------
+def _published(wd) -> dict:
+    """Every published file as a reader sees it (through the links), by path; None where one is missing."""
+    root = wd / R
+    files = ["scores.parquet", "scores.csv", "accuracy.html", "accuracy.csv"]
+    files += [str(p.relative_to(root)) for p in (root / "analysis").rglob("*") if p.is_file()]
+    return {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in sorted(files)}
+
+
+def _finished_copy(micro_run, tmp_path, name):
+    wd = _copy(micro_run, tmp_path, name)
+    res = smk(wd, micro_run[2])  # finished (a planning when nothing changed since the fixture)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return wd
+
+
+def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run, tmp_path):
+    """A row added to results/<experiment>/scores.csv by hand: the next start names the file and
+    publishes the set again from .staging/, keeping the edited one aside. (Before: "Nothing to be
+    done", and the edited table stayed as the result.)"""
+    wd = _finished_copy(micro_run, tmp_path, "edited")
+    published = _published(wd)
+    with open(wd / R / "scores.csv", "a") as fh:
+        fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
+    dry = smk(wd, micro_run[2], "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "oodcorr warning: the published results of experiment 'micro' are not what was published" in dry.stderr
+    assert f"{R}/scores.csv differs from what was published" in dry.stderr
+    assert job_counts(dry.stdout) == {"publish_results": 1, "all": 1}  # nothing else runs
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published  # the set as it was published, the edit gone from it
+    kept = list((wd / R / ".published").glob("kept-*/scores.csv"))
+    assert len(kept) == 1 and kept[0].read_bytes().endswith(b",0.99,60,59\n")  # and kept aside
+    again = smk(wd, micro_run[2], "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr and "oodcorr warning: the published" not in again.stderr
+
+
+def test_a_staged_table_cut_short_before_publishing_is_not_published(micro_run, tmp_path):
+    """The staged scores.csv truncated after its job wrote it: publishing stops naming it and what to
+    do, and the published set stays whole, as it was. (Before: published beside a whole parquet.)"""
+    wd = _finished_copy(micro_run, tmp_path, "cut")
+    published = _published(wd)
+    staged = wd / R / ".staging/scores.csv"
+    staged.write_bytes(staged.read_bytes()[:300])
+    res = smk(wd, micro_run[2], "--forcerun", "publish_results")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"{R}/.staging/scores.csv changed after the job that made it wrote it" in out
+    assert f"Delete {R}/.staging/scores.csv and run again" in out
+    assert _published(wd) == published
+    staged.unlink()  # as the message says: the aggregation runs again, then the set is published
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published
+
+
+def test_a_publish_killed_half_way_leaves_the_previous_set_whole(micro_run, tmp_path):
+    """SIGKILL of the publish_results job half-way (after its second rename), under Snakemake, which
+    deleted the rule's declared output before the job: every published file is still there, byte for
+    byte the previous set; the next start says the last publish did not finish, and the run
+    publishes. (Before: the published files were the declared outputs, so they were gone or mixed.)"""
+    from hooks.sitecustomize import KILL_PUBLISH_ENV, PYTHONPATH_ENTRY
+
+    wd = _finished_copy(micro_run, tmp_path, "killed")
+    published = _published(wd)
+    record = wd / R / "published.json"
+    version = json.loads(record.read_text())["version"] if record.exists() else None
+    env = {
+        KILL_PUBLISH_ENV: "2",
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+    }
+    res = smk(wd, micro_run[2], "--forcerun", "publish_results", env=env)
+    assert res.returncode != 0 and "Error in rule publish_results" in res.stdout + res.stderr
+    assert _published(wd) == published
+    assert not (wd / R / "published.json").exists()  # Snakemake deleted the declared output
+    dry = smk(wd, micro_run[2], "-n")
+    assert f"{R}/published.json is missing: the last publish did not finish" in dry.stderr
+    assert f"Readers see version {version}," in dry.stderr and "whole and as published" in dry.stderr
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published and (wd / R / "published.json").exists()
+    assert not list((wd / R / ".published").glob(".new-*"))  # what the kill left is cleared
+
+
+def test_two_runs_from_two_checkouts_sharing_results_are_one_writer_at_a_time(micro_run, tmp_path):
+    """Two working folders (checkouts), each with its own .snakemake/ (so Snakemake's own lock does not
+    see the other), whose results/ is one shared folder: while the first run publishes, the second is
+    refused at once, naming the first's PID and config, and changes nothing; it also says that another
+    config wrote the experiment. (Before: both ran, publishing over each other.)"""
+    import signal
+
+    from hooks.sitecustomize import HOLD_PUBLISH_ENV, PYTHONPATH_ENTRY
+
+    one = _finished_copy(micro_run, tmp_path, "one")
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "results").symlink_to(one / "results")
+    cfg_two = two / "micro.yaml"  # its own copy, edited (a batch size: reruns nothing)
+    cfg_two.write_text(yaml.safe_dump(dict(micro_run[1], evaluation=dict(micro_run[1]["evaluation"], batch_size=7))))
+    go = tmp_path / "go"
+    env = {
+        **os.environ,
+        HOLD_PUBLISH_ENV: str(go),
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+    }
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(one), "--configfile", str(micro_run[2]), "--cores", "1"]
+    first = subprocess.Popen(
+        [*cmd, "--forcerun", "publish_results"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        waiting = tmp_path / "go.waiting"
+        deadline = time.time() + 300
+        while not waiting.exists():
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            assert time.time() < deadline, "the first run never started publishing"
+            time.sleep(0.1)
+        before = {p: p.stat().st_mtime_ns for p in (one / R).rglob("*") if p.is_file() and "/logs/" not in str(p)}
+        second = smk(two, cfg_two, "--forcerun", "publish_results")
+        out = second.stdout + second.stderr
+        assert second.returncode != 0, out[-3000:]
+        assert f"oodcorr: experiment folder {R} is in use by another run of the workflow" in out
+        assert f"PID {first.pid} on host" in out and f"config {micro_run[2].resolve()}" in out
+        assert f"kill {first.pid}" in out and "Error in rule" not in out  # refused before any job
+        assert f"was last written by config {micro_run[2].resolve()}" in out  # and another config wrote it
+        after = {p: p.stat().st_mtime_ns for p in (one / R).rglob("*") if p.is_file() and "/logs/" not in str(p)}
+        assert after == before
+        go.write_text("")
+        out_first, _ = first.communicate(timeout=600)
+        assert first.returncode == 0, out_first[-3000:]
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+
+
 def test_report_of_an_experiment_that_has_not_run_says_which_config_to_pass(micro_run):
     """Without --configfile the report is the embedded default's, which has not run here: one error
     naming the experiments that have, instead of a line per missing file and a failure."""
@@ -275,8 +412,11 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         for p in (wd / R).rglob("*")
         if p.is_file()
         and "/analysis/" not in str(p)
-        and not p.name.startswith(("scores.", "accuracy."))
+        and not p.name.startswith(("scores.", "accuracy.", ".scores.", ".accuracy."))  # (and their seals)
         and "/logs/analyse/" not in str(p)
+        # the published set and its record, republished; the run's lock and config record
+        and "/.published/" not in str(p)
+        and p.name not in ("published.json", "experiment.lock", "experiment.json")
     }
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import re
 import sys
@@ -25,6 +26,7 @@ from .core.defaults import ANALYSIS
 from .core.errors import DataError
 from .core.io import sha256_file, write_json_atomic
 from .core.limits import analysis_cells, analysis_too_large
+from .core.locks import EXPERIMENT, FolderInUse, hold
 from .launch import budget
 from .launch.sizing import check_gpu_memory
 from .modeling import hub
@@ -281,6 +283,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     o = a.add_argument_group("output")
     o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
+    o.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even when it is inside an experiment folder of the workflow "
+        "(results/<experiment>/), whose published tables it would replace until the next run publishes "
+        "them again; refused while a run writes that experiment",
+    )
     o.add_argument("--no-plots", action="store_true", help="write the tables only")
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
     o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
@@ -464,13 +473,39 @@ def _load(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[
 
 
 def analyse_command(args) -> int:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
+    experiment = experiment_folder(out)
+    if experiment is not None and not args.force:
+        raise DataError(
+            f"--out {out}: is inside the experiment folder {experiment}, whose tables and figures the workflow "
+            "publishes; writing there would replace them (and could mix with a run publishing now). Give another "
+            "--out (e.g. --out my-analysis), or pass --force to write there anyway (the next run of the workflow "
+            "publishes its own set again and keeps yours aside)"
+        )
+    with contextlib.ExitStack() as held:
+        if experiment is not None:  # --force: not while a run of the workflow writes that experiment
+            held.enter_context(hold(experiment, EXPERIMENT, extra={"config": f"oodcorr analyse --out {out}"}))
+        return _analyse_into(args, out)
+
+
+def experiment_folder(out: Path) -> Path | None:
+    """The workflow's experiment folder that ``out`` is (or is inside), or None: a folder holding what
+    only the workflow writes there (its published set, its staging folder, its lock or record)."""
+    marks = (".published", ".staging", "experiment.lock", "experiment.json", "published.json")
+    here = out.resolve()
+    for d in (here, *here.parents):
+        if any((d / m).exists() for m in marks):
+            return d
+    return None
+
+
+def _analyse_into(args, out: Path) -> int:
     from .analysis import Options, agreement, analyse  # pandas/scipy: only the analysis commands pay their start-up
     from .analysis.residualise import GamSettings
     from .analysis.tables import summarise, write_tables
 
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
     long, examples, info, pool_by = _load(args)
     opts = Options(
         methods=tuple(args.methods),
@@ -577,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
             return prefetch_command(args)
         if args.command == "budget":
             return budget_command(args)
-    except (DataError, ValueError) as e:
+    except (DataError, ValueError, FolderInUse) as e:
         log.error("%s", e)
         return 2
     except OSError as e:  # a folder that cannot be written, a disk that is full...

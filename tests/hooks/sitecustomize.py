@@ -1,4 +1,5 @@
-"""Test hook: simulated out-of-memory failures in evaluation jobs, on a CPU.
+"""Test hooks: simulated out-of-memory failures in evaluation jobs, on a CPU; a publish killed or
+held half-way.
 
 Python imports ``sitecustomize`` at start-up from the first folder on ``sys.path`` that has
 one; a test puts this folder on ``PYTHONPATH`` (see :data:`PYTHONPATH_ENTRY`) and sets
@@ -10,6 +11,12 @@ oversized batch does on a GPU (the evaluator then halves its batch within the jo
 ``kill:N``: such a forward pass SIGKILLs the process instead, as the operating system's
 out-of-memory killer does; nothing in the job can catch that, so only Snakemake's retry (which
 halves the batch per attempt) recovers.
+
+In a publish_results job (workflow/scripts/publish_results.py): ``OODCORR_TEST_KILL_PUBLISH_AFTER=N``
+SIGKILLs the process right after its N-th rename (``os.replace`` or ``os.rename``), as a kill -9
+half-way through publishing does; ``OODCORR_TEST_HOLD_PUBLISH=<file>`` makes the job write
+``<file>.waiting`` and wait until ``<file>`` exists before it publishes (a run caught publishing,
+for a second writer to meet).
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import sys
 from pathlib import Path
 
 SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
+KILL_PUBLISH_ENV = "OODCORR_TEST_KILL_PUBLISH_AFTER"
+HOLD_PUBLISH_ENV = "OODCORR_TEST_HOLD_PUBLISH"
 PYTHONPATH_ENTRY = str(Path(__file__).resolve().parent)
 
 
@@ -54,3 +63,38 @@ def install() -> None:
 # only in an evaluation job (Snakemake runs a copy of workflow/scripts/evaluate.py), only when asked
 if os.environ.get(SIMULATE_OOM_ENV) and sys.argv and sys.argv[0].endswith("evaluate.py"):
     install()
+
+
+def install_publish_hooks() -> None:
+    import signal
+    import time
+
+    go = os.environ.get(HOLD_PUBLISH_ENV)
+    if go:
+        Path(go + ".waiting").write_text(str(os.getpid()))
+        deadline = time.time() + 600
+        while not os.path.exists(go) and time.time() < deadline:
+            time.sleep(0.1)
+    after = int(os.environ.get(KILL_PUBLISH_ENV) or 0)
+    if after:
+        calls = [0]
+
+        def counted(real):
+            def renamed(*args, **kwargs):
+                out = real(*args, **kwargs)
+                calls[0] += 1
+                if calls[0] == after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return out
+
+            return renamed
+
+        os.replace, os.rename = counted(os.replace), counted(os.rename)
+
+
+if (
+    sys.argv
+    and sys.argv[0].endswith("publish_results.py")
+    and (os.environ.get(KILL_PUBLISH_ENV) or os.environ.get(HOLD_PUBLISH_ENV))
+):
+    install_publish_hooks()

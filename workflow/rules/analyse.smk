@@ -2,10 +2,13 @@
 # All statistics live in oodcorr.analysis (the same code as `oodcorr analyse`).
 #
 # Results are replaced as a set. Snakemake deletes a job's outputs before it runs, so every
-# step below writes into results/<experiment>/.staging/ (P.staged), and publish_results, once
-# every step has succeeded, copies the whole set into place: a failed aggregation or analysis
-# leaves the previous scores, tables and figures as they were, and its staging outputs are
-# gone, so the next run runs it again.
+# step below writes into results/<experiment>/.staging/ (P.staged), sealing each file it makes
+# (oodcorr.core.records.seal), and publish_results, once every step has succeeded, checks the
+# seals and publishes the whole set as a new version switched by one rename
+# (oodcorr.core.published): a failed or killed step leaves the previous scores, tables and
+# figures as they were. The files people read (scores.csv, analysis/...) are links into the
+# published version, so they are no rule's outputs; publish_results declares only its record
+# (P.published), which planning removes when the published files no longer match it.
 
 ANALYSIS = PLAN.analysis
 ANALYSIS_FORMAT = PLAN.analysis_format
@@ -43,6 +46,8 @@ rule aggregate_scores:
         coarse=PLAN.coarse,
         # every record's data is checked against the prepared testset (and its local file)
         data=lambda wc: {"records": P.data, "meta": P.data_meta},
+        # and every record against its file's place: run, step, testset, checkpoint, experiment
+        places=PLAN.record_places(),
     script:
         "../scripts/aggregate_scores.py"
 
@@ -187,14 +192,19 @@ rule scatter:
 
 
 rule publish_results:
-    """The scores, tables and figures, copied into place together once every step succeeded."""
+    """The scores, tables and figures, published together once every step succeeded: a new
+    version of the set, switched by one rename; its record (each file's sha256) is the output."""
     input:
         PLAN.staged_targets(),
     output:
-        PLAN.targets(),
+        P.published,
     log:
         f"{LOGS}/analyse/publish_results.log",
     conda:
         ENV
+    params:
+        # each input's path in the published set (relative to the experiment folder), in order
+        rels=PLAN.published_rels(),
+        experiment=PLAN.experiment,
     script:
         "../scripts/publish_results.py"

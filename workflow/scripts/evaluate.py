@@ -27,7 +27,9 @@ else:
     steps, outputs, summary = job["steps"], job["predictions"], sm.output.summary
 manifests = [sm.input.manifest] if isinstance(sm.input.manifest, str) else list(sm.input.manifest)
 try:
-    checkpoints = checkpoints_to_score(manifests, steps, outputs)  # an unreadable manifest: named, with the way out
+    # each checkpoint with what its run's manifest recorded of it (checked before it is scored);
+    # an unreadable manifest: named, with the way out
+    checkpoints = checkpoints_to_score(manifests, steps, outputs)
     result = evaluate_run(
         model_spec=job["model_spec"],
         tiny_dir=job["tiny_dir"],

@@ -13,6 +13,7 @@ from oodcorr.analysis.tables import (
     write_tables,
 )
 from oodcorr.core.errors import DataError, ResultError
+from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import setup_logging
 
@@ -36,4 +37,5 @@ if opts.example_boot > 1 and not by_example:
 log.info("score analysed: %s", score)
 agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
 write_tables(pc, agree, Path(sm.output.pairs).parent)
+seal(sm.output)  # what publishing checks the staged files against
 summarise(pc, agree, opts, log)

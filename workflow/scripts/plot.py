@@ -7,6 +7,7 @@ import pandas as pd
 from oodcorr.analysis import Options
 from oodcorr.analysis.tables import from_scores
 from oodcorr.core.errors import ResultError
+from oodcorr.core.records import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import setup_logging
@@ -32,3 +33,4 @@ else:
         sys.exit(f"oodcorr: {e}")
     labels = dict(x_label=sm.params.x_label, y_label=sm.params.score) if kind == "learning_curves" else {}
     print(plots.draw(kind, sm.output[0], opts, long=long, model=sm.wildcards.model, **labels))
+seal(sm.output)  # what publishing checks the staged file against

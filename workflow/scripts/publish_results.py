@@ -1,15 +1,29 @@
-"""Rule publish_results: the staged scores, tables and figures, copied into place as one set."""
+"""Rule publish_results: the staged scores, tables and figures, published as one set.
+
+Each staged file is checked against its seal, the set is built as a new version and switched
+into place by one rename (oodcorr.core.published); the record of what was published (each
+file's sha256) is the rule's output, written last.
+"""
 
 import sys
+from pathlib import Path
 
-from oodcorr.core.io import publish
+from oodcorr.core.locks import FolderInUse
+from oodcorr.core.published import PublishRefused, describe, publish_set, write_marker
 from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-pairs = list(zip(sm.input, sm.output, strict=True))
+root = Path(sm.output[0]).parent  # the record sits in the experiment folder (oodcorr.planning.plan.Paths.published)
 try:
-    publish(pairs)
-except ValueError as e:
+    # each published path (relative to the experiment folder) and its staged file, in the plan's order
+    staged = dict(zip(sm.params.rels, sm.input, strict=True))
+    record = publish_set(root, staged, experiment=sm.params.experiment)
+except (PublishRefused, FolderInUse) as e:  # the message (the file, the way out) is the log's last line
     sys.exit(f"oodcorr: {e}")
-print(f"published {len(pairs)} files")
+for note in record["notes"]:
+    print(f"oodcorr: {note}")
+for rel in record.get("unsealed") or []:
+    print(f"oodcorr: {rel} was staged before seals existed: published after checking its structure")
+write_marker(root, record)
+print(f"published {len(record['files'])} files: {describe(record)}")

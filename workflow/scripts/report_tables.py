@@ -3,6 +3,7 @@
 import sys
 
 from oodcorr.core.errors import ResultError
+from oodcorr.core.records import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_scores, write_accuracy
 from oodcorr.launch.runtime import setup_logging
@@ -16,3 +17,4 @@ try:  # a damaged scores table or run manifest: named, with the way out, as the 
         print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
 except ResultError as e:
     sys.exit(f"oodcorr: {e}")
+seal(sm.output)  # what publishing checks the staged files against

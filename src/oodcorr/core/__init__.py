@@ -4,7 +4,8 @@
 fingerprints), ``records`` (what jobs record beside their outputs, for the readers that are not
 those jobs), ``defaults`` (the defaults Python reads, written once), ``model_dirs`` (model folders
 on disk and whether they load safely), ``locks`` (one writer per folder; lock files opened without
-following links), ``gpus`` (device claims), ``ranks`` (which process of a distributed launch this
+following links), ``published`` (results published as one set, switched by one rename, and checked
+against their record), ``gpus`` (device claims), ``ranks`` (which process of a distributed launch this
 is) and ``limits`` (the size budgets of YAML files, configs and the analysis, checked before any work).
 
 May import: nothing of oodcorr outside this folder.

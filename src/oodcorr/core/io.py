@@ -376,36 +376,6 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def publish(pairs: Iterable[tuple[str | os.PathLike, str | os.PathLike]]) -> None:
-    """Copy each ``(staged, published)`` file into place, as one set: every copy is made beside
-    its target first, then all are renamed onto their targets, so the set is never left half
-    old and half new by a failed copy (a full disk, say). A staged path must be its published
-    path with ``.staging/`` inserted (the layout of ``oodcorr.planning.plan.Paths.staged``)."""
-    import shutil
-
-    pairs = [(Path(a), Path(b)) for a, b in pairs]
-    for src, dst in pairs:
-        if ".staging" not in src.parts or Path(*[x for x in src.parts if x != ".staging"]) != dst:
-            raise ValueError(f"{src} is not the staging copy of {dst}")
-    umask = os.umask(0)
-    os.umask(umask)
-    tmps: list[tuple[Path, Path]] = []
-    try:
-        for src, dst in pairs:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-            os.close(fd)
-            tmps.append((Path(tmp), dst))
-            shutil.copyfile(src, tmp)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp's file is private (0600); results get the usual mode
-    except BaseException:
-        for tmp, _ in tmps:
-            tmp.unlink(missing_ok=True)
-        raise
-    for tmp, dst in tmps:
-        os.replace(tmp, dst)
-
-
 def stat_key(path: str | os.PathLike) -> list[int]:
     """What says a file is unchanged since it was hashed: size, mtime, ctime and inode.
 

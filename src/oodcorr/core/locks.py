@@ -19,6 +19,13 @@ the run folder, holds the lock; the launching job only checks that it is free
 ``flock`` works across hosts on NFSv4 and on Lustre/GPFS mounted with locking
 (Linux maps it onto POSIX locks there); on a file system without locking it
 raises, and the finetune stops with that error rather than running unguarded.
+
+The same lock, of another :class:`LockKind`, guards other folders: :data:`EXPERIMENT`
+(``results/<experiment>/experiment.lock``, held by a Snakemake run for its whole life and by
+``oodcorr analyse --force``; :mod:`oodcorr.launch.experiment`) and :data:`PUBLISH`
+(``results/<experiment>/.published/publish.lock``, held while a set is published;
+:mod:`oodcorr.core.published`). The lock lives in the folder it guards, so every process that
+writes that folder shares it, whichever working folder (checkout) it runs from.
 """
 
 from __future__ import annotations
@@ -37,6 +44,33 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_FILE = "finetune.lock"
+
+
+@dataclass(frozen=True)
+class LockKind:
+    """What a lock guards, for its file name and the message a second writer gets."""
+
+    file: str  # the lock file's name in the folder it guards
+    folder: str  # what the folder is, for the message ("run folder")
+    holder: str  # who holds it ("another finetune")
+    why: str  # why two at once are refused (a sentence)
+
+
+FINETUNE = LockKind(
+    LOCK_FILE,
+    "run folder",
+    "another finetune",
+    "Two finetunes in one run folder would overwrite each other's checkpoints",
+)
+EXPERIMENT = LockKind(
+    "experiment.lock",
+    "experiment folder",
+    "another run of the workflow (or `oodcorr analyse --force`)",
+    "Two writers in one experiment folder would mix their results and publish over each other",
+)
+PUBLISH = LockKind(
+    "publish.lock", "published folder", "another publish", "Two publishes at once would switch the set under each other"
+)
 
 
 class FolderInUse(RuntimeError):
@@ -58,7 +92,7 @@ class HeldLock:
 _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
 
 
-def _holder() -> dict:
+def _holder(extra: dict | None = None) -> dict:
     info = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -66,7 +100,7 @@ def _holder() -> dict:
     }
     if os.environ.get("SLURM_JOB_ID"):
         info["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    return info
+    return dict(extra or {}, **info)
 
 
 def _read_holder(fd: int) -> dict | None:
@@ -115,8 +149,11 @@ def local_holders(fd: int) -> list[int]:
     return sorted(set(out) - {os.getpid()})
 
 
-def _refusal(folder: Path, path: Path, info: dict | None, local: list[int] | None = None) -> str:
-    head = f"run folder {folder} is in use by another finetune (it holds {path})"
+def _refusal(
+    folder: Path, path: Path, info: dict | None, local: list[int] | None = None, kind: LockKind | None = None
+) -> str:
+    kind = kind or FINETUNE
+    head = f"{kind.folder} {folder} is in use by {kind.holder} (it holds {path})"
     here = socket.gethostname()
     local = list(local or [])
     named_here = info is not None and info.get("host") == here
@@ -144,6 +181,8 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int] | Non
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
+    if info.get("config"):
+        who += f", config {info['config']}"
     if not named_here and not local:
         job = f" (or `scancel {info['slurm_job_id']}`)" if info.get("slurm_job_id") else ""
         return (
@@ -158,7 +197,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int] | Non
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
         )
     return (
-        f"{head}: {who}. Two finetunes in one run folder would overwrite each other's checkpoints. "
+        f"{head}: {who}. {kind.why}. "
         f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
         "again: the lock goes with the process, there is nothing to delete"
     )
@@ -202,23 +241,28 @@ def open_lock_file(path: str | os.PathLike) -> int:
     return fd
 
 
-def _open(folder: Path) -> tuple[Path, int]:
+def _open(folder: Path, name: str = LOCK_FILE) -> tuple[Path, int]:
     folder.mkdir(parents=True, exist_ok=True)
     # the folder resolved (results/ may be a link to scratch space), the lock file itself never
-    path = folder.resolve() / LOCK_FILE
+    path = folder.resolve() / name
     return path, open_lock_file(path)
 
 
+def _key(folder: Path, kind: LockKind) -> str:
+    return str(folder.resolve() / kind.file)
+
+
 @contextlib.contextmanager
-def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
+def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | None = None) -> Iterator[HeldLock]:
     """Hold ``folder``'s lock for the ``with`` block; raise :class:`FolderInUse` at once if another has it.
 
     Re-entrant within a process (an inner ``hold`` of a folder this process holds
     is a no-op), so a workflow script and the library it calls can both ask.
+    ``kind`` names the lock file and the message; ``extra`` is added to the holder's
+    details (a run of the workflow names its config).
     """
     folder = Path(folder)
-    key = str(folder.resolve() / LOCK_FILE)
-    held = _HELD.get(key)
+    held = _HELD.get(_key(folder, kind))
     if held is not None:
         held.depth += 1
         try:
@@ -226,39 +270,60 @@ def hold(folder: str | os.PathLike) -> Iterator[HeldLock]:
         finally:
             held.depth -= 1
         return
-    path, fd = _open(folder)
+    held = _take(folder, kind, extra)
+    try:
+        yield held
+    finally:
+        release(held)
+
+
+def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
+    path, fd = _open(folder, kind.file)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         info, local = _read_holder(fd), local_holders(fd)
         os.close(fd)
-        raise FolderInUse(_refusal(folder, path, info, local)) from None
+        raise FolderInUse(_refusal(folder, path, info, local, kind)) from None
     except BaseException:
         os.close(fd)
         raise
-    data = json.dumps(_holder()).encode("utf-8")
+    data = json.dumps(_holder(extra)).encode("utf-8")
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
-    held = _HELD[key] = HeldLock(path, fd)
-    try:
-        yield held
-    finally:
-        del _HELD[key]
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)  # a clean release leaves no name behind for the next contender to misread
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+    held = _HELD[str(path)] = HeldLock(path, fd)
+    return held
 
 
-def check_free(folder: str | os.PathLike) -> None:
+def release(held: HeldLock) -> None:
+    """Let go of a lock taken by :func:`hold` or :func:`acquire` (the kernel does it anyway when the
+    process ends)."""
+    _HELD.pop(str(held.path), None)
+    with contextlib.suppress(OSError):
+        os.ftruncate(held.fd, 0)  # a clean release leaves no name behind for the next contender to misread
+    with contextlib.suppress(OSError):
+        fcntl.flock(held.fd, fcntl.LOCK_UN)
+        os.close(held.fd)
+
+
+def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
+    """Take ``folder``'s lock and keep it until :func:`release` or the end of the process (a run of
+    the workflow holds its experiment's lock for its whole life); :class:`FolderInUse` at once if
+    another has it. A lock this process already holds is returned as it is."""
+    folder = Path(folder)
+    held = _HELD.get(_key(folder, kind))
+    return held if held is not None else _take(folder, kind, extra)
+
+
+def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
     """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing.
 
     A folder (or lock file) that does not exist is free. Nothing is kept held: the
     writer takes the lock itself with :func:`hold`.
     """
     folder = Path(folder)
-    lock = folder / LOCK_FILE
-    if str(folder.resolve() / LOCK_FILE) in _HELD or not (lock.exists() or lock.is_symlink()):
+    lock = folder / kind.file
+    if _key(folder, kind) in _HELD or not (lock.exists() or lock.is_symlink()):
         return
-    with hold(folder):
+    with hold(folder, kind):
         pass

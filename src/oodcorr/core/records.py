@@ -7,7 +7,12 @@ needs no import of the job that wrote it (and planning none of torch):
   (written by :mod:`oodcorr.jobs.evaluate`, read by :func:`read_result`);
 * a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`);
 * a prepared dataset's meta file, and whether the local file it came from changed since
-  (:func:`local_source_changed`).
+  (:func:`local_source_changed`);
+* a staged result's seal, ``.<name>.sha256`` beside it in ``.staging/`` (:func:`seal`, written
+  by the job that made the file, :func:`check_seal`, read by publishing);
+* the publish record, ``publish_record.json`` in each published version and
+  ``results/<experiment>/published.json`` (:func:`read_publish_record`; written by
+  :mod:`oodcorr.core.published`, read there, by planning and by the report).
 
 Nothing here imports another oodcorr module but the core helpers.
 """
@@ -17,7 +22,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .io import sha256_file, stat_key
+from .io import sha256_file, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 
@@ -60,3 +65,56 @@ def local_source_changed(meta: dict) -> str | None:
         f"{path} changed after dataset {meta.get('name')!r} was prepared from it (its sha256 is now "
         f"{now[7:19]}..., the prepared copy's {fingerprint[7:19]}...)"
     )
+
+
+# ---- staged results: sealed by the job that made them, checked before they are published -----
+def seal_path(path: str | Path) -> Path:
+    """Where a staged file's seal is: ``.<name>.sha256`` beside it."""
+    p = Path(path)
+    return p.with_name(f".{p.name}.sha256")
+
+
+def seal(paths) -> None:
+    """Record each just-written staged file's size and sha256 beside it (its seal), as the last
+    step of the job that made it, so that publishing can tell the file it made from one changed
+    or cut short since (:func:`check_seal`)."""
+    for path in paths:
+        write_json_atomic(seal_path(path), {"sha256": sha256_file(path), "size": Path(path).stat().st_size})
+
+
+def check_seal(path: str | Path, sha256: str) -> str | None:
+    """Whether staged ``path`` (whose sha256 is ``sha256``) is what its job wrote: None when its seal
+    agrees, ``"unsealed"`` when it has none (made before seals existed), else a sentence naming it."""
+    try:
+        doc = json.loads(seal_path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "unsealed"
+    except (OSError, ValueError):
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):
+        return f"{path}: its seal {seal_path(path)} is unreadable"
+    if doc["sha256"] != sha256:
+        return (
+            f"{path} changed after the job that made it wrote it (size {Path(path).stat().st_size} bytes, "
+            f"{doc.get('size')} when written; sha256 {sha256[:12]}..., {doc['sha256'][:12]}... when written)"
+        )
+    return None
+
+
+# ---- what was published --------------------------------------------------------------------
+PUBLISH_RECORD = "publish_record.json"  # in each published version folder
+RECORD_FORMAT = 1
+
+
+def read_publish_record(path: str | Path) -> dict | None:
+    """A publish record (``{"format", "experiment", "version", "published", "files": {rel: {"sha256",
+    "size", "stat"}}}``), or None when it is missing or not one."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        return None
+    if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
+        return None
+    return doc

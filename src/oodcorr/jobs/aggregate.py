@@ -10,7 +10,13 @@ per-example predictions file (gold label, prediction, correctness and label scor
 all there), and ``metrics_note`` says so; where that file cannot be read, macro-F1 and ECE
 stay empty and ``metrics_note`` says why (the interval needs only the counts).
 
-Before a row is written, its data is checked (:func:`check_data`): every record of a
+Before a row is written, its place is checked (:func:`check_place`): a record must be
+the evaluation of the run, step and testset, in the experiment, whose file it sits in (its
+``predictions`` path names the file it was written to), and in unit ``run`` every
+predictions file a summary lists must hold the record the summary lists. A file copied over
+another (another checkpoint's, testset's or experiment's) would otherwise be aggregated as
+the one it replaced: a step twice and another gone, or another experiment's score. Then its
+data is checked (:func:`check_data`): every record of a
 testset must carry the fingerprint and records hash of the testset as it is prepared
 now, and a testset prepared from a local file must still match that file's sha256. A
 mismatch stops the aggregation with the file and the command that evaluates the data
@@ -25,6 +31,8 @@ from __future__ import annotations
 import html
 import json
 import logging
+import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -68,13 +76,17 @@ def _records(path: str) -> tuple[list[dict], bool]:
     return doc["checkpoints"], True
 
 
-def collect(paths: list[str], coarse: dict | None = None, data: dict | None = None) -> pd.DataFrame:
+def collect(
+    paths: list[str], coarse: dict | None = None, data: dict | None = None, places: dict | None = None
+) -> pd.DataFrame:
     """Rows from predictions files (their metadata records) and evaluation job summaries.
 
     ``coarse`` is the experiment's label mode's collapse rule (its ``coarse`` map), used
     for records that predate the metrics and do not carry it themselves. ``data``
     (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
-    ``{dataset}`` field) turns on :func:`check_data`."""
+    ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
+    :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
+    :func:`check_place`; without it, a predictions file's record must still name that file."""
     rows, checked = [], []
     n_old = 0
     for p in paths:
@@ -88,6 +100,7 @@ def collect(paths: list[str], coarse: dict | None = None, data: dict | None = No
                     f"{r['predictions']} is missing (listed in {p}); delete {p} and rerun: that "
                     "evaluation job scores only the checkpoints whose predictions are missing"
                 )
+            check_place(p, r, summary, places)
             checked.append((r["predictions"] if summary else p, r))
             if "macro_f1" not in r:
                 n_old += 1
@@ -106,6 +119,86 @@ def collect(paths: list[str], coarse: dict | None = None, data: dict | None = No
 
 
 _DEFAULTS = {"x_unit": "step", "metrics_note": ""}
+
+
+def _pattern_regex(pattern: str) -> re.Pattern:
+    """A path pattern with ``{field}``s (``oodcorr.planning.plan.Paths``) as a regex that reads them back."""
+    out, pos = "", 0
+    for m in re.finditer(r"\{(\w+)\}", pattern):
+        out += re.escape(pattern[pos : m.start()]) + f"(?P<{m.group(1)}>[^/]+)"
+        pos = m.end()
+    return re.compile("^" + out + re.escape(pattern[pos:]) + "$")
+
+
+def _norm(path) -> str:
+    return os.path.normpath(str(path))
+
+
+def _what(r: dict) -> str:
+    return (
+        f"run {r.get('run_id')}, step {r.get('step')}, testset {r.get('testset')!r} (written as {r.get('predictions')})"
+    )
+
+
+def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
+    """A record must belong where it is read from, else :class:`ResultError` naming the file and the
+    way out. Always: a predictions file's record names that file (its ``predictions`` path, which
+    holds the experiment, run, step and testset). With ``places``: the run, step and testset in
+    the record are those of its file's place in the layout, its checkpoint is that run's
+    checkpoint of that step (a series: the configured checkpoint), a summary's records are of
+    its run and testset, and each predictions file a summary lists holds the record listed."""
+    pred = _norm(r["predictions"])
+    if not summary and pred != _norm(path):
+        raise ResultError(
+            f"{path}: holds the evaluation of {_what(r)}, not of the checkpoint and testset whose file it is (it "
+            "was copied over it?), so it is not aggregated; delete it and run again: that evaluation runs again"
+        )
+    if not places:
+        return
+    m = _pattern_regex(places["summary" if summary else "predictions"]).match(_norm(path))
+    if m is None:
+        raise ResultError(f"{path}: not where this experiment keeps its evaluation results; it is not aggregated")
+    place = m.groupdict()
+    run_id = f"{place['model']}/{place['indomain']}/n{place['ntrain']}/seed{place['seed']}"
+    step = place.get("step", r.get("step"))
+    want = {
+        "model": place["model"],
+        "in_domain": place["indomain"],
+        "n_train": place["ntrain"],
+        "seed": place["seed"],
+        "run_id": run_id,
+        "step": step,
+        "testset": place["testset"],
+    }
+    fields = dict(model=place["model"], indomain=place["indomain"], ntrain=place["ntrain"], seed=place["seed"])
+    series = (places.get("series") or {}).get(place["model"])
+    where = series.get(str(step)) if series is not None else places["checkpoint"].format(**fields, step=step)
+    expected_pred = places["predictions"].format(**fields, step=step, testset=place["testset"])
+    wrong = [k for k, v in want.items() if str(r.get(k)) != str(v)]
+    if wrong or pred != _norm(expected_pred) or (where is not None and _norm(r["checkpoint"]) != _norm(where)):
+        what = "the evaluation job's summary of" if summary else "the evaluation of"
+        raise ResultError(
+            f"{path}: holds {_what(r)} (checkpoint {r.get('checkpoint')}), but sits where {what} run {run_id}"
+            + ("" if summary else f", step {step}")
+            + f", testset {place['testset']!r} belongs (it was copied over it?), so it is not aggregated; delete "
+            f"it and run again: that evaluation runs again"
+        )
+    if summary:
+        try:
+            own = read_result(r["predictions"])
+        except Exception as e:  # noqa: BLE001 -- any damage: name the file and the way out
+            raise ResultError(
+                f"{r['predictions']}: unreadable predictions file ({type(e).__name__}: {e}); delete it and {path}, "
+                "and run again: that evaluation job scores the checkpoints whose predictions are missing"
+            ) from None
+        keys = ["run_id", "step", "testset", "predictions", "n_correct", "n"]
+        keys += ["eval_key"] if r.get("eval_key") and own.get("eval_key") else []
+        if any(str(own.get(k)) != str(r.get(k)) for k in keys):
+            raise ResultError(
+                f"{r['predictions']}: holds the evaluation of {_what(own)}, not the one {path} lists for it (the "
+                f"file was copied over it?), so it is not aggregated; delete it and {path}, and run again: that "
+                "evaluation job scores the checkpoints whose predictions are missing"
+            )
 
 
 def _metrics_from_predictions(rec: dict, coarse: dict | None) -> dict:

@@ -3,9 +3,12 @@
 Written by finetuning (:mod:`oodcorr.jobs.finetune`), read by evaluation (:mod:`oodcorr.jobs.evaluate`):
 its own module so that evaluation does not import the trainer.
 
-Each ``checkpoints/checkpoint-<step>/`` folder holds ``oodcorr_manifest.json``: size and sha256
-of every file, written last, atomically. A checkpoint counts only if its manifest verifies;
-a resume point is the newest one that also still has its optimizer state.
+Each ``checkpoints/checkpoint-<step>/`` folder holds ``oodcorr_manifest.json``: its step, and size
+and sha256 of every file, written last, atomically. A checkpoint counts only if its manifest
+verifies and names the step of its folder (a folder replaced by a copy of another step's is not
+that step); a resume point is the newest one that also still has its optimizer state. The run's
+``manifest.json`` keeps each checkpoint's :func:`weights_digest`, which evaluation compares with
+the checkpoint before scoring it.
 
 Verification compares sizes and sha256 hashes with each checkpoint's manifest.
 A file's hash is computed once: ``.oodcorr_verified.json`` in the checkpoint
@@ -123,8 +126,28 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
     man = _read_manifest(ckpt)
     if man is None:
         return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
+    own = folder_step(ckpt)
+    if own is not None and man.get("step") != own:
+        return False, (
+            f"{ckpt}: its {MANIFEST} is that of step {man.get('step')}, not {own}: the folder holds another "
+            "checkpoint's files (copied over it?)"
+        )
     weights = [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES]
     return _check_files(ckpt, man, weights, full)
+
+
+def folder_step(ckpt: Path) -> int | None:
+    """The step a ``checkpoint-<step>`` folder's name gives, or None for another name."""
+    name = Path(ckpt).name
+    if not name.startswith("checkpoint-") or not name[len("checkpoint-") :].isdigit():
+        return None
+    return int(name[len("checkpoint-") :])
+
+
+def checkpoint_step(ckpt: Path):
+    """The step the checkpoint's own manifest records (None without a readable manifest)."""
+    man = _read_manifest(Path(ckpt))
+    return None if man is None else man.get("step")
 
 
 def weights_digest(ckpt: Path) -> str:

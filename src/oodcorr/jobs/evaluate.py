@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections import Counter
 from pathlib import Path
 
+from ..core.errors import ResultError
 from ..core.io import atomic_path, json_default, read_json, read_jsonl, sha256_json, write_json_atomic
 from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
 from ..modeling.loading import load_checkpoint, load_tokenizer
 from ..planning.config import changed_reading
-from .checkpoints import verify_checkpoint, weights_digest
+from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .series import read_manifest, verify
 
 CACHE_FORMAT = 2
@@ -316,15 +318,27 @@ def weights_of(ck: dict) -> str:
 
 def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
     """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
-    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it) or the manifests
-    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it)."""
-    given, root = {}, None
+    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it; ``"weights"``: the
+    checkpoint's digest that manifest recorded, ``"run_manifest"``: the manifest) or the manifests
+    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it). A series
+    manifest is taken for the step its file name gives (``step<k>.json``), and must say so itself
+    (:func:`check_checkpoint_place`)."""
+    given, root, run_manifest = {}, None, None
     for m in manifests:
-        doc = read_manifest(m)
+        try:
+            doc = read_manifest(m)
+        except ResultError:
+            raise  # a damaged manifest: named, with the way out, by read_manifest
+        except (OSError, ValueError) as e:
+            raise EvaluationRefused(
+                f"{m}: unreadable ({e}); delete it and run again: the job that writes it runs again"
+            ) from None
         if doc is None:
-            root = Path(m).parent / "checkpoints"
+            root, run_manifest = Path(m).parent / "checkpoints", m
         else:
-            given[int(doc["step"])] = dict(doc, manifest=str(m))
+            place = Path(m).stem.removeprefix("step")
+            given[int(place) if place.isdigit() else int(doc["step"])] = dict(doc, manifest=str(m))
+    recorded = _recorded_weights(run_manifest) if run_manifest else {}
     out = []
     for step, pred in zip(steps, outputs, strict=True):
         if step in given:
@@ -332,10 +346,74 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
             where = src.get("path") or f"{src['hub']}@{src['revision']}"
             out.append({"step": step, "checkpoint": where, "predictions": pred, "series": given[step]})
         elif root is not None:
-            out.append({"step": step, "checkpoint": str(root / f"checkpoint-{step}"), "predictions": pred})
+            out.append(
+                {
+                    "step": step,
+                    "checkpoint": str(root / f"checkpoint-{step}"),
+                    "predictions": pred,
+                    "weights": recorded.get(step),
+                    "run_manifest": run_manifest,
+                }
+            )
         else:
-            raise ValueError(f"step {step}: none of {manifests} lists this checkpoint")
+            raise EvaluationRefused(
+                f"step {step}: none of {manifests} lists this checkpoint; delete them and run again: the jobs "
+                "that write them run again"
+            )
     return out
+
+
+def _recorded_weights(run_manifest: str) -> dict[int, str]:
+    """Each checkpoint's weights digest as the run's finetune recorded it (manifests written before
+    the digests were recorded have none: their checkpoints are checked by their own step only)."""
+    try:
+        doc = json.loads(Path(run_manifest).read_text(encoding="utf-8"))
+        return {int(e["step"]): e["weights"] for e in doc.get("checkpoints") or [] if e.get("weights")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise EvaluationRefused(
+            f"{run_manifest}: unreadable run manifest ({type(e).__name__}); delete it and run again: the run's "
+            "finetune writes it again (without training, when its checkpoints are whole)"
+        ) from None
+
+
+def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
+    """Refuse a checkpoint that is not the one its place says, before it is scored or its old
+    predictions reused: a finetuned checkpoint whose own manifest names another step (its folder
+    replaced by another step's), or whose weights are not those the run's manifest recorded for
+    that step; a series manifest that names another step or model than its file does. Reads the
+    manifests only: the files' sha256 are checked (once, cached) by :func:`_evaluate_checkpoint`."""
+    step = int(ck["step"])
+    series = ck.get("series")
+    if series:
+        model = (provenance or {}).get("model")
+        manifest = series.get("manifest", "its manifest")
+        if int(series.get("step", -1)) != step or (model and series.get("model") != model):
+            raise EvaluationRefused(
+                f"checkpoint not usable: {manifest} is the manifest of model {series.get('model')!r}, "
+                f"{series.get('x_unit', 'step')} {series.get('step')}, but sits where that of model {model!r}, "
+                f"{series.get('x_unit', 'step')} {step} belongs (copied over it?). Delete {manifest} and run "
+                "again: it is written again from the config, and that checkpoint's evaluations rerun"
+            )
+        return
+    ckpt = Path(ck["checkpoint"])
+    run_manifest = ck.get("run_manifest") or str(ckpt.parent.parent / "manifest.json")
+    own = checkpoint_step(ckpt)
+    if own is not None and own != step:
+        raise EvaluationRefused(
+            f"checkpoint not usable: {ckpt} holds the checkpoint of step {own} (its {ckpt.name}/oodcorr_manifest.json "
+            f"says so), not that of step {step}: the folder was replaced by another checkpoint's (copied over "
+            f"it?), so it is not evaluated as step {step}. To recover, delete {run_manifest} and run again: the "
+            "run's finetune moves that folder aside, trains the run again (to the same weights) and its "
+            "evaluations rerun"
+        )
+    want = ck.get("weights")
+    if want and own is not None and weights_digest(ckpt) != want:
+        raise EvaluationRefused(
+            f"checkpoint not usable: the weights in {ckpt} are not those the run's finetune saved for step {step} "
+            f"(their digest differs from the one {run_manifest} recorded): the folder was replaced after the run "
+            f"finished, so it is not evaluated. To recover, delete {ckpt} and {run_manifest} and run again: the "
+            "run's finetune trains that checkpoint again (to the same weights) and its evaluations rerun"
+        )
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
@@ -515,8 +593,9 @@ def evaluate_run(
     }
     records = []
     for ck in checkpoints:
+        check_checkpoint_place(ck, provenance)  # before its old predictions are reused or it is scored
         key = eval_key(weights_of(ck), cache, provenance, dtype, device)
-        old = _reusable(ck["predictions"], key)
+        old = _reusable(ck["predictions"], key, int(ck["step"]))
         if old is not None:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
             records.append(old)
@@ -561,15 +640,18 @@ def evaluate_run(
     return result
 
 
-def _reusable(path: str, key: str) -> dict | None:
-    """The record of an existing predictions file made by exactly this evaluation, else None."""
+def _reusable(path: str, key: str, step: int) -> dict | None:
+    """The record of an existing predictions file made by exactly this evaluation, for this place
+    (its step, and the path it was written to: a copy of another experiment's file with the same
+    key is computed again), else None."""
     if not Path(path).exists():
         return None
     try:
         rec = read_result(path)
     except Exception:  # noqa: BLE001 -- unreadable: compute it again
         return None
-    return rec if rec.get("eval_key") == key else None
+    here = rec.get("step") == step and os.path.normpath(str(rec.get("predictions"))) == os.path.normpath(path)
+    return rec if rec.get("eval_key") == key and here else None
 
 
 def _damaged_checkpoint(ckpt: Path, why: str) -> str:

@@ -45,6 +45,7 @@ from .checkpoints import (
     guard_run_identity,
     prune_resume_state,
     verify_checkpoint,
+    weights_digest,
     write_ckpt_manifest,
 )
 from .data import balanced_sample
@@ -439,7 +440,8 @@ def _write_manifest(
         ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
         if not ok:
             missing.append(why)
-        entries.append({"step": step, "path": str(d)})
+        # what evaluation checks a checkpoint against before scoring it (oodcorr.jobs.evaluate)
+        entries.append({"step": step, "path": str(d), "weights": weights_digest(d) if ok else None})
     if missing:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming

@@ -29,6 +29,7 @@ from ..modeling.loading import load_tokenizer
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
 from ..planning.plan import Plan
+from . import experiment
 
 
 def check_on_disk(plan: Plan) -> list[str]:
@@ -48,9 +49,10 @@ def check_on_disk(plan: Plan) -> list[str]:
 
 def end_of_run_warnings(plan: Plan) -> list[str]:
     """Everything allowed but suspicious, gathered once at the end of a run: the planning
-    warnings, the datasets' own (their meta files) and prompts cut to ``max_length``."""
+    warnings, the datasets' own (their meta files), prompts cut to ``max_length``, and another
+    config having written this experiment before (:func:`oodcorr.launch.experiment.config_warning`)."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
-    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan)
+    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan) + experiment.said(plan)
     return list(dict.fromkeys(out))
 
 

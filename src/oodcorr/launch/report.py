@@ -6,13 +6,21 @@ experiment of the config given. Without ``--configfile`` that is the embedded de
 "Missing metadata" line per job of the default experiment and then fail on the first
 missing figure. :func:`check_report_inputs` stops that at planning with one message
 naming the config to pass.
+
+The report shows the staged files (the rules' outputs, which ``report()`` wraps), so it also
+checks that they are what was published (:func:`published_problem`): the published set whole
+(as its record says) and each staged file the same bytes as its published copy. Otherwise a
+report made after a failed run, or after a staged or published file was changed, would show
+other numbers than the published tables.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from ..core import published
 from ..core.errors import ConfigError
+from ..core.io import sha256_file
 
 
 def report_requested(argv: list[str]) -> bool:
@@ -26,6 +34,12 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
         return
     missing = [t for t in plan.targets() if not Path(t).exists()]
     if not missing:
+        problem = published_problem(plan)
+        if problem:
+            raise ConfigError(
+                f"--report: {problem}. Run `snakemake --configfile {configfile}` first (it publishes the set "
+                "again), then the report"
+            )
         return
     root = Path(plan.paths.root)
     others = sorted(p.parent.name for p in root.parent.glob("*/scores.parquet") if p.parent != root)
@@ -36,3 +50,21 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
         f"of the config given with --configfile{here}. Run `snakemake --configfile <that config> --report "
         f"{root.parent}/<experiment>/report.html`, or run this experiment first."
     )
+
+
+def published_problem(plan) -> str | None:
+    """Why the staged files the report would show are not what is published, or None."""
+    root = Path(plan.paths.root)
+    rels = plan.published_rels()
+    state = published.inspect(root, rels)
+    if not state.whole:
+        what = (state.damaged + state.incomplete)[0] if state.layout == "versioned" else "it has no publish record"
+        return f"the published results of experiment {plan.experiment!r} are not whole ({what})"
+    for rel in rels:
+        staged = Path(plan.paths.staged(str(root / rel)))
+        if not staged.is_file() or sha256_file(staged) != state.record["files"][rel]["sha256"]:
+            return (
+                f"the report shows the staged results, and {staged} differs from the published {root / rel} (a "
+                "run that did not finish, or a file changed by hand)"
+            )
+    return None

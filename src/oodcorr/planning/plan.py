@@ -33,6 +33,7 @@ from ..core import limits
 from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
+from ..core.published import MARKER
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 
@@ -231,6 +232,12 @@ class Paths:
         return f"{self.staging}/{path[len(self.root) + 1 :]}"
 
     @property
+    def published(self) -> str:
+        """Rule ``publish_results``' declared output: the record of the set it published. The files
+        people read are links into ``.published/current/`` (:mod:`oodcorr.core.published`)."""
+        return f"{self.root}/{MARKER}"
+
+    @property
     def scores(self) -> str:
         return f"{self.root}/scores.parquet"
 
@@ -383,6 +390,27 @@ class Plan:
     def staged_targets(self) -> list[str]:
         """The staging copies of :meth:`targets`, in the same order (what ``publish_results`` reads)."""
         return [self.paths.staged(t) for t in self.targets()]
+
+    def published_rels(self) -> list[str]:
+        """:meth:`targets` relative to the experiment folder (``scores.csv``, ``analysis/...``)."""
+        return [t[len(self.paths.root) + 1 :] for t in self.targets()]
+
+    def record_places(self) -> dict:
+        """Where each evaluation record must say it sits (the aggregation checks every record against
+        its file's place, :func:`oodcorr.jobs.aggregate.check_place`): the layout of the predictions
+        files and job summaries, a run's checkpoint folders, and each series checkpoint's location."""
+        series = {}
+        for m, spec in self.models.items():
+            if spec.is_series:
+                series[m] = {
+                    str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()
+                }
+        return {
+            "predictions": self.paths.predictions,
+            "summary": self.paths.eval_summary,
+            "checkpoint": f"{self.paths.run_dir}/checkpoints/checkpoint-{{step}}",
+            "series": series,
+        }
 
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:

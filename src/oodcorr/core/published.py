@@ -1,0 +1,502 @@
+"""Results published as a set, switched by one rename, and checked against what was published.
+
+An experiment's tables and figures (``results/<experiment>/scores.csv``, ``analysis/...``) are
+made in ``.staging/`` and published together by rule ``publish_results``. Snakemake deletes a
+job's declared outputs before the job starts, so the files people read cannot be that rule's
+outputs: a kill between that deletion and the end of the copy would leave some of them gone.
+Instead each publish builds a new *version* beside the others and switches to it with one
+rename::
+
+    results/<experiment>/
+        .published/v7/...              one published set, with publish_record.json (each file's sha256)
+        .published/current -> v7       what readers see; replacing this link is the switch
+        scores.csv -> .published/current/scores.csv     the paths people read: links, made once
+        analysis   -> .published/current/analysis
+        published.json                 rule publish_results' declared output: a copy of the record
+
+A reader therefore sees the previous set or the new one, whole, at every moment; a kill at
+any point leaves the previous set in place (or, after the switch, the new one), and at worst
+an unfinished ``.published/.new-*`` folder that the next publish removes. The version before
+the current one is kept until the next publish (a reader that resolved a path just before a
+switch can still open it); older ones are deleted, unless they hold files that differ from
+their record or were never published (edited by hand, ``oodcorr analyse --force``): those are
+kept as ``.published/kept-*`` and named.
+
+Every staged file is checked against its seal (:func:`oodcorr.core.records.check_seal`, written
+by the job that made it) before it is published, and copied with its sha256 computed on the
+way; the record keeps each file's sha256, size and stat. :func:`inspect` compares what is
+published now with that record (planning does so at every start, the report before it shows
+anything).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .io import stat_key, write_json_atomic
+from .locks import PUBLISH, hold
+from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
+
+PUBLISHED = ".published"
+CURRENT = "current"
+MARKER = "published.json"  # rule publish_results' declared output, in the experiment folder
+_VERSION = re.compile(r"^v(\d+)$")
+
+
+class PublishRefused(RuntimeError):
+    """A staged file is not what its job wrote (cut short, edited): nothing is published; the
+    message names it and what to do."""
+
+
+def top_names(rels) -> list[str]:
+    """The entries of the experiment folder that are links into the published set: the first
+    part of each published path (``scores.csv``, ``analysis``), in order."""
+    return list(dict.fromkeys(Path(r).parts[0] for r in rels))
+
+
+def link_target(name: str) -> str:
+    """What the link ``<experiment>/<name>`` points at (relative, so a copied folder keeps working)."""
+    return f"{PUBLISHED}/{CURRENT}/{name}"
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _stamp() -> str:
+    return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+# ---- publishing ----------------------------------------------------------------------------
+def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
+    """Publish each staged file (``{rel: staged path}``) as ``root/<rel>``, as one set; return the record.
+
+    Each staged file must match its seal (else :class:`PublishRefused`, and nothing changes). The
+    set is built in a new version folder, then ``.published/current`` is switched to it by one
+    rename, then the links in ``root`` are made where missing. Held under ``.published/publish.lock``.
+    """
+    root = Path(root)
+    staged = {str(rel): Path(path) for rel, path in staged.items()}
+    rels = list(staged)
+    pub = root / PUBLISHED
+    pub.mkdir(parents=True, exist_ok=True)
+    with hold(pub, PUBLISH):
+        notes = _clear_leftovers(pub)
+        previous = _current_version(pub)
+        if previous is None:
+            adopted = _adopt_old_layout(root, rels, experiment)
+            if adopted:
+                notes.append(adopted)
+                previous = _current_version(pub)
+        record = _build(pub, staged, experiment)
+        _switch(pub, record["version"])
+        for name in top_names(rels):
+            kept = _make_link(root, name, pub)
+            if kept:
+                notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
+        notes += _prune(pub, record["version"], previous)
+    return dict(record, notes=notes)
+
+
+def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
+    """The new version folder, whole, with its record; removed again if anything fails."""
+    mask = _umask()
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
+    try:
+        files, problems, unsealed, bad = {}, [], [], []
+        for rel, src in staged.items():
+            dst = tmp / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                sha = _copy_hashing(src, dst)
+            except FileNotFoundError:
+                problems.append(f"{src} is missing")
+                bad.append(src)
+                continue
+            why = check_seal(src, sha)
+            if why == "unsealed":  # staged before seals existed: its structure, at least, is checked
+                why = structure_problem(dst)
+                unsealed.append(rel)
+            if why:
+                problems.append(why.replace(str(dst), str(src)))
+                bad.append(src)
+                continue
+            os.chmod(dst, 0o666 & ~mask)
+            files[rel] = {"sha256": sha, "size": dst.stat().st_size}
+        for rel, why in _rows_disagree(tmp, [r for r in unsealed if r in files]):
+            problems.append(f"{staged[rel]}: {why}")
+            bad.append(staged[rel])
+        if problems:
+            raise PublishRefused(
+                "not published, the published set is as it was: "
+                + "; ".join(problems)
+                + ". Delete "
+                + " ".join(sorted({str(b) for b in bad}))
+                + " and run again: the jobs that make them run again, then the whole set is published"
+            )
+        for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
+            os.chmod(d, 0o777 & ~mask)  # mkdtemp's folder is private; results get the usual mode
+        for rel in files:  # after the chmod (which changes the ctime)
+            files[rel]["stat"] = stat_key(tmp / rel)
+        version = _next_version(pub)
+        record = {
+            "format": RECORD_FORMAT,
+            "experiment": experiment,
+            "version": version,
+            "published": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            "files": files,
+            "unsealed": unsealed,
+        }
+        write_json_atomic(tmp / PUBLISH_RECORD, record)
+        os.rename(tmp, pub / version)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return record
+
+
+def _copy_hashing(src: Path, dst: Path, chunk: int = 1 << 20) -> str:
+    """Copy ``src`` to ``dst``, returning the sha256 of the bytes written."""
+    h = hashlib.sha256()
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        while True:
+            b = fin.read(chunk)
+            if not b:
+                break
+            h.update(b)
+            fout.write(b)
+        fout.flush()
+        os.fsync(fout.fileno())
+    return h.hexdigest()
+
+
+def structure_problem(path: str | os.PathLike) -> str | None:
+    """Whether a file is whole as its format says (the check of a staged file that has no seal):
+    a PNG ends with its IEND chunk, a parquet file with its footer, an HTML page with ``</html>``,
+    a CSV's rows all have the header's number of fields and it ends with a line end."""
+    import csv
+
+    path = Path(path)
+    raw = path.read_bytes()
+    suffix = path.suffix.lower()
+    if suffix == ".png" and not (raw.startswith(b"\x89PNG\r\n\x1a\n") and raw.endswith(b"IEND\xaeB`\x82")):
+        return f"{path}: not a whole PNG image (cut short?)"
+    if suffix == ".parquet" and not (len(raw) > 12 and raw.startswith(b"PAR1") and raw.endswith(b"PAR1")):
+        return f"{path}: not a whole parquet file (cut short?)"
+    if suffix == ".html" and not raw.rstrip().lower().endswith(b"</html>"):
+        return f"{path}: not a whole HTML page (cut short?)"
+    if suffix == ".csv":
+        if raw and not raw.endswith(b"\n"):
+            return f"{path}: its last line is cut short"
+        try:
+            rows = list(csv.reader(raw.decode("utf-8").splitlines()))
+        except (UnicodeDecodeError, csv.Error) as e:
+            return f"{path}: not a readable CSV ({e})"
+        bad = [i for i, r in enumerate(rows[1:], start=2) if r and len(r) != len(rows[0])]
+        if not rows or bad:
+            return f"{path}: line {bad[0] if bad else 1} has another number of fields than the header (cut short?)"
+    return None
+
+
+def _rows_disagree(folder: Path, rels: list[str]) -> list[tuple[str, str]]:
+    """A CSV and a parquet table of the same name (``scores.csv`` and ``scores.parquet``) hold the
+    same number of rows; checked for files without a seal. Returns ``(rel, why)`` pairs."""
+    out = []
+    for rel in rels:
+        p = folder / rel
+        twin = p.with_suffix(".parquet" if p.suffix == ".csv" else ".csv")
+        if p.suffix != ".csv" or not twin.is_file():
+            continue
+        import csv
+
+        import pyarrow.parquet as pq  # only for a staged table without a seal (made before seals existed)
+
+        n_csv = sum(1 for _ in csv.reader(p.read_text(encoding="utf-8").splitlines())) - 1
+        try:
+            n_parquet = pq.read_metadata(twin).num_rows
+        except Exception as e:  # noqa: BLE001 -- any damage: named
+            out.append((rel, f"{twin.name} beside it is not a readable parquet file ({type(e).__name__})"))
+            continue
+        if n_csv != n_parquet:
+            out.append((rel, f"{p.name} has {n_csv} rows but {twin.name} {n_parquet} (one of them was cut short)"))
+    return out
+
+
+def _versions(pub: Path) -> list[tuple[int, Path]]:
+    return sorted((int(m.group(1)), p) for p in pub.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir())
+
+
+def _next_version(pub: Path) -> str:
+    return f"v{max([n for n, _ in _versions(pub)], default=0) + 1}"
+
+
+def _current_version(pub: Path) -> str | None:
+    link = pub / CURRENT
+    if not link.is_symlink():
+        return None
+    target = os.readlink(link)
+    return target if _VERSION.match(target) and (pub / target).is_dir() else None
+
+
+def _switch(pub: Path, version: str) -> None:
+    """Point ``.published/current`` at ``version``: one rename of a new link onto the old one."""
+    _replace_with_link(pub / CURRENT, version, pub)
+
+
+def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
+    """Make ``path`` a link to ``target`` by renaming a new link onto it. Anything else at ``path``
+    (a file or folder put there by hand) is moved into ``pub`` first and its new place returned."""
+    tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
+    os.symlink(target, tmp)
+    kept = None
+    try:
+        if path.exists() and not path.is_symlink():  # (a folder cannot be replaced by a link in one rename)
+            kept = pub / f"kept-{_stamp()}-{path.name}"
+            os.rename(path, kept)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return kept
+
+
+def _make_link(root: Path, name: str, pub: Path) -> Path | None:
+    path = root / name
+    if path.is_symlink() and os.readlink(path) == link_target(name):
+        return None
+    return _replace_with_link(path, link_target(name), pub)
+
+
+def _adopt_old_layout(root: Path, rels: list[str], experiment: str) -> str | None:
+    """An experiment published before versions existed has real files where the links go. They
+    become version ``v0`` (hard links: no copy, the same bytes), ``current`` points at it, and each
+    real entry is replaced by its link, which shows the same bytes; so even this one-time change of
+    layout never shows a mixed set. Files of the old folders that were not published stay in
+    ``v0`` (not in its record), so it is kept, not deleted, when a later version replaces it."""
+    names = [n for n in top_names(rels) if (root / n).exists() and not (root / n).is_symlink()]
+    if not names:
+        return None
+    pub = root / PUBLISHED
+    earlier = read_publish_record(pub / "v0" / PUBLISH_RECORD)
+    if earlier and earlier.get("adopted"):  # a conversion that was killed before its switch: carry it on
+        return _adopt_links(root, pub, names)
+    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
+    try:
+        for name in names:
+            src = root / name
+            if src.is_dir():
+                for f in sorted(src.rglob("*")):
+                    if f.is_file() and not f.is_symlink():
+                        _link_or_copy(f, tmp / name / f.relative_to(src))
+            else:
+                _link_or_copy(src, tmp / name)
+        files = {}
+        for rel in rels:
+            f = tmp / rel
+            if f.is_file():
+                files[rel] = {"sha256": _sha256(f), "size": f.stat().st_size, "stat": stat_key(f)}
+        mask = _umask()
+        for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
+            os.chmod(d, 0o777 & ~mask)
+        record = {
+            "format": RECORD_FORMAT,
+            "experiment": experiment,
+            "version": "v0",
+            "published": "before publish records existed",
+            "files": files,
+            "adopted": names,
+        }
+        write_json_atomic(tmp / PUBLISH_RECORD, record)
+        os.rename(tmp, pub / "v0")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _adopt_links(root, pub, names)
+
+
+def _adopt_links(root: Path, pub: Path, names: list[str]) -> str:
+    """Switch to ``v0`` (the adopted old files) and replace each old entry by its link."""
+    _switch(pub, "v0")
+    for name in names:
+        path = root / name
+        if path.is_dir():
+            aside = pub / f".adopted-{name}-{os.getpid()}"
+            os.rename(path, aside)  # (a folder cannot be replaced by a link in one rename)
+            _replace_with_link(path, link_target(name), pub)
+            shutil.rmtree(aside, ignore_errors=True)  # its files live on in v0 (hard links or copies)
+        else:
+            _replace_with_link_over_file(path, link_target(name))
+    return f"{root}: the results published before this version are now version v0 of {pub}"
+
+
+def _replace_with_link_over_file(path: Path, target: str) -> None:
+    """A file replaced by a link in one rename (the link shows the same bytes: adoption)."""
+    tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
+    os.symlink(target, tmp)
+    os.replace(tmp, path)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dst)
+    except OSError:  # a file system without hard links
+        shutil.copy2(src, dst)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for b in iter(lambda: fh.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def _clear_leftovers(pub: Path) -> list[str]:
+    """What killed publishes left (unfinished ``.new-*`` folders, unused link files); only called
+    under the publish lock, so none of them is in use."""
+    notes = []
+    for p in pub.iterdir():
+        if p.name.startswith((".new-", ".adopted-")) and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+            notes.append(f"removed {p}, left by a publish that did not finish")
+        elif ".link-" in p.name and p.is_symlink():
+            p.unlink(missing_ok=True)
+    for p in pub.parent.iterdir():
+        if ".link-" in p.name and p.is_symlink():
+            p.unlink(missing_ok=True)
+    return notes
+
+
+def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
+    """Versions other than ``current``: kept (and named) as ``kept-*`` when they hold anything that
+    differs from their record; else ``previous`` stays until the next publish (a reader that
+    resolved a path just before the switch can still open it) and the others are deleted."""
+    notes = []
+    for _, d in _versions(pub):
+        if d.name == current:
+            continue
+        kept = pub / f"kept-{_stamp()}-{d.name}"
+        problems = version_problems(d, shown_as=kept)
+        if problems:
+            os.rename(d, kept)
+            notes.append(
+                f"{kept} keeps a set whose files differ from what was published ({problems[0]}); delete it when done"
+            )
+        elif d.name != previous:
+            shutil.rmtree(d, ignore_errors=True)
+    return notes
+
+
+# ---- checking what is published ------------------------------------------------------------
+def version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
+    """What in a version folder differs from its record: files changed, missing or added. A file
+    whose stat is the one recorded is not hashed again (any write changes its ctime).
+    ``shown_as`` is the folder to name in the sentences (the experiment folder, whose links
+    lead here)."""
+    record = record or read_publish_record(folder / PUBLISH_RECORD)
+    if record is None:
+        return [f"{folder / PUBLISH_RECORD} is missing or unreadable"]
+    shown = shown_as or folder
+    out = []
+    for rel, want in sorted(record["files"].items()):
+        f = folder / rel
+        if not f.is_file():
+            out.append(f"{shown / rel} is missing")
+            continue
+        if want.get("stat") == stat_key(f):
+            continue
+        size = f.stat().st_size
+        if size != want.get("size") or _sha256(f) != want["sha256"]:
+            out.append(
+                f"{shown / rel} differs from what was published (now {size} bytes, sha256 "
+                f"{_sha256(f)[:12]}...; published {want.get('size')} bytes, {want['sha256'][:12]}...)"
+            )
+    listed = set(record["files"]) | {PUBLISH_RECORD}
+    extra = sorted(
+        str(p.relative_to(folder))
+        for p in folder.rglob("*")
+        if p.is_file() and str(p.relative_to(folder)) not in listed
+    )
+    if extra:
+        out.append(
+            f"{shown / extra[0]} was never published (written there by hand or by `oodcorr analyse --force`?)"
+            + (f", and {len(extra) - 1} more such file(s)" if len(extra) > 1 else "")
+        )
+    return out
+
+
+@dataclass
+class State:
+    """What :func:`inspect` found in an experiment folder."""
+
+    layout: str  # "none" (nothing published yet), "old" (before versions), "versioned"
+    version: str | None = None
+    record: dict | None = None
+    damaged: list[str] = field(default_factory=list)  # published files changed, missing, or links replaced
+    incomplete: list[str] = field(default_factory=list)  # the marker missing or stale, files not yet published
+    leftovers: list[str] = field(default_factory=list)  # what killed publishes left
+
+    @property
+    def whole(self) -> bool:
+        return self.layout == "versioned" and not self.damaged and not self.incomplete
+
+
+def inspect(root: str | os.PathLike, rels: list[str]) -> State:
+    """Compare what ``root`` publishes now with its publish record (reads only)."""
+    root = Path(root)
+    pub = root / PUBLISHED
+    if not pub.is_dir():
+        old = [n for n in top_names(rels) if (root / n).exists()]
+        return State("old" if old else "none")
+    state = State("versioned")
+    state.leftovers = sorted(str(p) for p in pub.iterdir() if p.name.startswith((".new-", ".adopted-")))
+    version = _current_version(pub)
+    if version is None:
+        state.damaged.append(f"{pub / CURRENT} does not point at a published set")
+        return state
+    state.version = version
+    state.record = read_publish_record(pub / version / PUBLISH_RECORD)
+    if state.record is None:
+        state.damaged.append(f"{pub / version / PUBLISH_RECORD} is missing or unreadable")
+        return state
+    state.damaged += version_problems(pub / version, state.record, shown_as=root)
+    for name in top_names(rels):
+        path = root / name
+        if not (path.is_symlink() and os.readlink(path) == link_target(name)):
+            what = "is missing" if not path.exists() and not path.is_symlink() else "was replaced"
+            state.damaged.append(f"{path} {what} (it is a link into {pub / CURRENT})")
+    missing = [r for r in rels if r not in state.record["files"]]
+    if missing:
+        state.incomplete.append(
+            f"{len(missing)} file(s) of this config were never published here (e.g. {root / missing[0]})"
+        )
+    marker = read_publish_record(root / MARKER)
+    if marker is None:
+        state.incomplete.append(
+            f"{root / MARKER} is missing: the last publish did not finish (killed?) or the file was deleted"
+        )
+    elif marker.get("version") != version:
+        state.incomplete.append(f"{root / MARKER} names version {marker.get('version')}, but {version} is published")
+    return state
+
+
+def write_marker(root: str | os.PathLike, record: dict) -> None:
+    """Rule publish_results' declared output: the record of what it published."""
+    write_json_atomic(Path(root) / MARKER, {k: v for k, v in record.items() if k != "notes"})
+
+
+def describe(record: dict) -> str:
+    return f"version {record.get('version')}, published {record.get('published')}, {len(record['files'])} files"

@@ -1,0 +1,160 @@
+"""One writer per experiment folder; the config that wrote it last; what it published, checked.
+
+Called by the Snakefile, in the main Snakemake process only (not in a cluster job, which plans
+again on its node):
+
+* while planning, :func:`config_warning`: ``results/<experiment>/experiment.json`` names the
+  config that last wrote the folder; another config with the same ``experiment:`` name gets a
+  warning (at planning and again at the end of the run) saying that its results replace that
+  experiment's wherever the two differ, and what to do if it is another experiment;
+* while planning, :func:`check_published`: the published files against their publish record
+  (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
+  replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
+  record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
+  so that this run publishes the set again from ``.staging/``;
+* in ``onstart`` (a real run: not a dry run, once Snakemake's own lock is taken), :func:`claim`:
+  the experiment's lock (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`),
+  held until the run ends. It lives in the experiment folder, so two checkouts whose
+  ``results/`` is one shared folder share it, and it is an ``flock``, which holds on a shared
+  file system where Snakemake's own lock (files in each checkout's ``.snakemake/``) does not.
+  A second writer stops at once, naming the holder. ``oodcorr analyse --force`` holds it too.
+"""
+
+from __future__ import annotations
+
+import atexit
+import datetime
+import json
+import os
+import socket
+from pathlib import Path
+
+from ..core import published
+from ..core.io import sha256_json, write_json_atomic
+from ..core.locks import EXPERIMENT, FolderInUse, acquire, hold, release
+from ..planning.plan import Plan
+
+IDENTITY = "experiment.json"
+# the warnings planning gave about the config, repeated at the end of the run (the record is this
+# run's by then): experiment folder -> warning
+_SAID: dict[str, str] = {}
+
+
+def config_identity(config_files, config: dict) -> dict:
+    """What identifies the config of a run: its files (resolved) and the sha256 of the config read."""
+    return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
+
+
+def _read_identity(root: Path) -> dict | None:
+    try:
+        doc = json.loads((root / IDENTITY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("configs"), list) else None
+
+
+def config_warning(plan: Plan, config_files, config: dict) -> str | None:
+    """A warning when another config (other files, other content) wrote this experiment folder last."""
+    root = Path(plan.paths.root)
+    old = _read_identity(root)
+    mine = config_identity(config_files, config)
+    if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
+        return None
+    when = f" (on {old.get('host', '?')}, {old.get('written', '?')})"
+    warning = (
+        f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}{when}; "
+        f"this run's config, {', '.join(mine['configs'])}, has the same `experiment:` name and writes into that "
+        "experiment: wherever the two configs differ, its results replace those (a finetune with other settings "
+        "moves the run's checkpoints aside as checkpoints.stale-*, kept). If it is another experiment, stop this "
+        "run and give the config its own `experiment:` name; if it carries that experiment on, nothing needs doing"
+    )
+    _SAID[str(root)] = warning
+    return warning
+
+
+def said(plan: Plan) -> list[str]:
+    """The warnings of :func:`config_warning` this process gave for ``plan`` (for the end of the run)."""
+    w = _SAID.get(str(Path(plan.paths.root)))
+    return [w] if w else []
+
+
+def claim(plan: Plan, config_files, config: dict) -> str | None:
+    """Take the experiment's lock for the rest of this process and record this run's config; return
+    None, or the sentence that refuses the run (another writer holds the folder, or it cannot be
+    locked)."""
+    root = Path(plan.paths.root)
+    identity = config_identity(config_files, config)
+    try:
+        held = acquire(
+            root, EXPERIMENT, extra={"config": ", ".join(identity["configs"]), "experiment": plan.experiment}
+        )
+        atexit.register(release, held)  # (the kernel lets go anyway; this also clears the holder's name)
+    except FolderInUse as e:
+        return str(e)
+    except OSError as e:
+        return (
+            f"{root}: cannot take the experiment's lock ({e.strerror or e}); the workflow does not write an "
+            "experiment folder unguarded. Check that the folder is writable and that its file system supports "
+            "locks (flock)"
+        )
+    old = _read_identity(root)
+    if old is None or old["configs"] != identity["configs"] or old.get("config_sha256") != identity["config_sha256"]:
+        write_json_atomic(
+            root / IDENTITY,
+            dict(
+                identity,
+                experiment=plan.experiment,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+            ),
+        )
+    return None
+
+
+def check_published(plan: Plan) -> list[str]:
+    """The published set against its record, at the start of every run: warnings naming what is not
+    as published. A damaged or incomplete set loses its record (rule ``publish_results``' output),
+    so this run publishes it again; unless another process holds the experiment, which then
+    changes nothing but is named."""
+    root = Path(plan.paths.root)
+    rels = plan.published_rels()
+    state = published.inspect(root, rels)
+    staging = plan.paths.staging
+    if state.layout == "none":
+        return []
+    if state.layout == "old":
+        return [
+            f"{root}: its results were published before publish records existed; this run publishes them once "
+            f"more from {staging}, as one set with a record of each file's sha256 (no evaluation or finetune "
+            "runs again for this)"
+        ]
+    out = []
+    if state.damaged:
+        shown = "; ".join(state.damaged[:5]) + (
+            f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
+        )
+        out.append(
+            f"the published results of experiment {plan.experiment!r} are not what was published"
+            + (f" ({published.describe(state.record)})" if state.record else "")
+            + f": {shown}. This run publishes the set again from {staging}; what was changed or added is kept "
+            f"under {root / published.PUBLISHED}/kept-*"
+        )
+    elif state.incomplete:
+        out.append(
+            f"the published results of experiment {plan.experiment!r} are incomplete: {'; '.join(state.incomplete)}. "
+            f"Readers see {published.describe(state.record)}, whole and as published; this run publishes again"
+        )
+    if state.leftovers:
+        out.append(
+            f"{', '.join(state.leftovers)}: left by a publish that did not finish (the published set is not "
+            "affected); the next publish removes it"
+        )
+    marker = root / published.MARKER
+    if (state.damaged or state.incomplete) and marker.exists():
+        try:
+            with hold(root, EXPERIMENT):
+                marker.unlink(missing_ok=True)
+        except FolderInUse as e:
+            out.append(f"nothing is changed while another process writes the experiment: {e}")
+    return out
