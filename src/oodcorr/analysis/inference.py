@@ -66,6 +66,12 @@ def lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
     size = int(d.max()) + 1 if len(d) else 1
     if M.ndim == 2:
         return np.bincount(d, weights=M.ravel(), minlength=size)
+    if np.all(np.diff(pos) == 1):  # consecutive checkpoints: lag d is the d-th diagonals
+        out = np.empty((*M.shape[:-2], size))
+        out[..., 0] = np.trace(M, axis1=-2, axis2=-1)
+        for k in range(1, size):
+            out[..., k] = np.trace(M, k, axis1=-2, axis2=-1) + np.trace(M, -k, axis1=-2, axis2=-1)
+        return out
     per_lag = np.zeros((len(d), size))
     per_lag[np.arange(len(d)), d] = 1.0
     return M.reshape(*M.shape[:-2], -1) @ per_lag
@@ -111,14 +117,17 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
     return (num @ powers.T) / (den @ powers.T)
 
 
-def corrected_phis(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def corrected_phis(
+    resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
     a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
-    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each."""
+    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each. ``psi``:
+    :func:`expected_lag1` of ``R``, when the caller has it (two series with one residual maker)."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
-    psi = expected_lag1(R, pos)
+    psi = expected_lag1(R, pos) if psi is None else psi
     above = psi >= raw[..., None]
     j = np.argmax(above, axis=-1)[..., None]
     lo = np.maximum(j - 1, 0)
