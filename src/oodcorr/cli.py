@@ -634,14 +634,6 @@ def design_command(args) -> int:
                 cost_notes.append(f"{name}: not available ({e})")
                 continue
             s2 = grids.grid_of(plan2)
-            sizes2 = {
-                t: (
-                    n
-                    if n is not None
-                    else (args.examples * 4 if name == "examples x4" and args.examples else args.examples)
-                )
-                for t, n in s2["sizes"].items()
-            }
             samp2 = sampling
             if name == "examples x4":
                 samp2 = sampling / 2  # four times the examples: half the binomial sd
@@ -656,7 +648,6 @@ def design_command(args) -> int:
                         "gpu_hours": b2.totals["gpu_hours"],
                         "gpu_hours_work": b2.work["gpu_hours"] if b2.work else None,
                     },
-                    "sizes": sizes2,
                 }
             )
         if any(x["name"] == "examples x4" for x in alternatives):
@@ -664,8 +655,6 @@ def design_command(args) -> int:
                 "examples x4: the config's evaluation time limits stay as they are (GPU-hours at the limits do not "
                 "grow); its GPU-hours from the work do (--throughput)"
             )
-    for x in alternatives:
-        x.pop("sizes", None)
     workers = args.workers or max(1, min(2, os.cpu_count() or 1))
     info = {
         "config": str(args.configfile),

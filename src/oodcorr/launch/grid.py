@@ -81,19 +81,18 @@ def grid_of(plan) -> dict:
 
 
 def testset_sizes(plan, names) -> dict:
-    """Examples per testset, where known before running: the prepared data's count (its meta file),
-    else the config's ``max_examples`` cap (the set may hold fewer), else None."""
+    """Examples per testset, where known before running: the config's ``max_examples`` cap (what
+    the evaluations will score, if the set holds that many), else the prepared data's count (its
+    meta file), else None."""
     out = {}
     for name in names:
-        meta = Path(plan.paths.data_meta.format(dataset=name))
-        n = None
-        try:
-            n = int(json.loads(meta.read_text(encoding="utf-8"))["n"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        cap = plan.exp.dataset(name).get("max_examples")
+        n = int(cap) if cap else None
         if n is None:
-            cap = plan.exp.dataset(name).get("max_examples")
-            n = int(cap) if cap else None
+            try:
+                n = int(json.loads(Path(plan.paths.data_meta.format(dataset=name)).read_text(encoding="utf-8"))["n"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
         out[name] = n
     return out
 
