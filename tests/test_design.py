@@ -267,6 +267,19 @@ def test_work_based_gpu_hours_by_hand():
         budget.parse_throughput(["0"])
 
 
+def test_budget_command_adds_the_work_beside_the_limits(tmp_path, capsys):
+    paper = str(REPO / "config/paper.yaml")
+    args = ["budget", "--configfile", paper, "--out", str(tmp_path / "b")]
+    assert main([*args, "--throughput", "400", "--examples", "1000"]) == 0
+    printed = capsys.readouterr().out
+    assert "**GPU-hours from the work**" in printed and "| finetune | 96 |" in printed
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["totals"]["gpu_hours"] == 4819.2 and b["work"]["gpu_hours"] < b["totals"]["gpu_hours"]
+    # without --throughput the budget is as it was: no work section
+    assert main(args) == 0
+    assert "from the work" not in capsys.readouterr().out
+
+
 def test_the_grid_of_the_paper_and_its_changes():
     paper = REPO / "config/paper.yaml"
     raw = read_config(paper)

@@ -2,8 +2,10 @@
 
 ``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings),
 ``sizing`` (parameter counts, GPU memory, checkpoint sizes), ``budget`` (what a config will
-cost), ``runtime`` (a job's logging and device, set up by the rule scripts) and ``report``
-(``snakemake --report`` asked of an experiment that has not run).
+cost, at its time limits and from its work), ``grid`` (a plan's tables as the design command
+sees them, and the changes of a config it prices), ``runtime`` (a job's logging and device,
+set up by the rule scripts) and ``report`` (``snakemake --report`` asked of an experiment that
+has not run).
 
 May import: ``core``, ``planning``, ``modeling``; never ``jobs``, since the Snakefile imports
 this folder while it plans.
