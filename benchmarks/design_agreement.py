@@ -36,11 +36,11 @@ from oodcorr.analysis.design import (
     Assumptions,
     Grid,
     Settings,
-    _shares,
     curve,
     run_statistics,
     scenario_rates,
     studies_of,
+    verdict_shares,
     verdicts_of,
 )
 from oodcorr.analysis.simulate import run_scores, scenario
@@ -95,7 +95,7 @@ def same_studies(grid: Grid, a: Assumptions, rhos, reps: int, seed: int) -> dict
     st = run_statistics(np.asarray(scores))
     runs = {k: v.reshape(reps, grid.models, grid.runs) for k, v in st.items()}
     res = studies_of(runs, Settings())
-    return _shares(verdicts_of(res, res, grid, a, Settings(), np.random.default_rng(0)))
+    return verdict_shares(verdicts_of(res, res, grid, a, Settings(), np.random.default_rng(0)))
 
 
 def measured(bench: dict, section: str, regime: str, name: str) -> tuple[dict, int]:

@@ -254,7 +254,8 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
     return out
 
 
-def _shares(words: list[str]) -> dict:
+def verdict_shares(words: list[str]) -> dict:
+    """{verdict: share of ``words``}, sorted by verdict."""
     n = len(words)
     counts: dict[str, int] = {}
     for w in words:
@@ -348,7 +349,7 @@ def curve(
         cell_c = float(np.mean(np.nan_to_num(adj, nan=1.0) < settings.alpha))
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
-        sv, hv = _shares(same), _shares(half)
+        sv, hv = verdict_shares(same), verdict_shares(half)
         gen = (
             sv.get("generalises (positive)", 0.0)
             if e > 0
@@ -386,7 +387,7 @@ def scenario_rates(
         if grid.pairs > 1
         else res
     )
-    return _shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
+    return verdict_shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
 
 
 # ---- a pilot: the assumptions from what was run -----------------------------------------------
