@@ -15,7 +15,8 @@ meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across mo
 prediction interval for a further model, heterogeneity, sign reversal, the verdict), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.pipeline` (everything together),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
-``benchmarks/analysis_coverage.py`` use).
+``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
+grid, by simulated studies analysed with the procedures above: ``oodcorr design``).
 """
 
 from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement

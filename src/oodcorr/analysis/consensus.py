@@ -71,10 +71,10 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import stats
 
 from . import multitest
-from .pooling import fisher_z, random_effects
+from .pooling import _q_and_slope, fisher_z, random_effects_batch, solve_tau2
 
 VERDICTS = (
     "sign reversal",
@@ -125,33 +125,184 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
 
 
 # ---- the two-level model -------------------------------------------------------------------
+# Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
+# a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
+# the models present. :func:`agreement` calls them with one study per row of its table; the design
+# command (:mod:`.design`) with thousands of simulated studies. The functions named without
+# ``_batch`` are the same rules on one study, as plain arrays.
+
+
+def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tau2_runs, degrees of freedom, q) per study: the between-run variance shared by the models,
+    by Paule-Mandel on the runs' spread around their own models' means; q is the generalised Q per
+    degree of freedom at that variance (1 when the variance is positive, below 1 when the runs agree
+    more closely than their within-run variances say; NaN without degrees of freedom)."""
+    mask = np.asarray(mask, dtype=bool)
+    df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
+    z = np.where(mask, z, 0.0)
+    v = np.where(mask, v, 1.0)
+    q0, _ = _q_and_slope(z, v, mask, np.zeros(len(df)))
+    t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
+    return np.where(df == 0, 0.0, t2), df, q
+
+
+def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
+    """Per study and model: (z_m, V_m, two-sided p of z_m = 0), NaN for a model without runs, and
+    the between-run (tau2_runs, df, q) they use (:func:`between_runs_batch`).
+
+    ``p_run`` is each run's own p-value, kept for a model with one run when the study's models
+    have no between-run variance to share (every model one run)."""
+    mask = np.asarray(mask, dtype=bool)
+    t2, df, q = between_runs_batch(z, v, mask)
+    w = np.where(mask, 1 / (np.where(mask, v, 1.0) + t2[:, None, None]), 0.0)
+    sw = w.sum(-1)
+    present = sw > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zm = np.where(present, (w * np.where(mask, z, 0.0)).sum(-1) / sw, np.nan)
+        Vm = np.where(present, 1 / sw, np.nan)
+        p_norm = 2 * stats.norm.sf(np.abs(zm) / np.sqrt(Vm))
+        p_t = 2 * stats.t.sf(np.abs(zm) / np.sqrt(Vm * np.fmax(q, 1.0)[:, None]), np.maximum(df, 1)[:, None])
+    one = (mask.sum(-1) == 1) & (df == 0)[:, None]
+    own = np.where(mask, p_run, np.nan).max(-1, initial=-np.inf, where=mask)  # a one-run model's run's p
+    own = np.where(np.isfinite(own), own, np.nan)
+    pm = np.where((df == 0)[:, None], np.where(one & np.isfinite(own), own, p_norm), p_t)
+    return zm, Vm, np.where(present, pm, np.nan), t2, df, q
+
+
+def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
+    """:func:`heterogeneity` per study (models where ``present``; NaN for fewer than 2)."""
+    present = np.asarray(present, dtype=bool)
+    M = present.sum(-1)
+    dfm = np.maximum(M - 1, 1)
+    w = np.where(present, 1 / np.where(present, Vm, 1.0), 0.0)
+    zz = np.where(present, zm, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (w * zz).sum(-1) / w.sum(-1)
+        q = (w * np.where(present, zz - mean[:, None], 0.0) ** 2).sum(-1)
+        p = np.where(
+            df_runs > 0,
+            stats.f.sf(q / dfm / np.fmax(q_runs, 1.0), dfm, np.maximum(df_runs, 1)),
+            stats.chi2.sf(q, dfm),
+        )
+        i2 = np.where(q > 0, np.maximum(0.0, (q - dfm) / np.where(q > 0, q, 1.0)), 0.0)
+    ok = M >= 2
+    nan = np.nan
+    return {
+        "q_models": np.where(ok, q, nan),
+        "df_models": np.where(ok, M - 1, nan),
+        "i2_models": np.where(ok, i2, nan),
+        "p_heterogeneity": np.where(ok, p, nan),
+    }
+
+
+def consensus_batch(zm, Vm, present, level: float = 0.95) -> dict:
+    """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, pi_lo, pi_hi,
+    tau2, se, p_generalises``."""
+    present = np.asarray(present, dtype=bool)
+    k = present.sum(-1)
+    res = random_effects_batch(zm, Vm, present, level)
+    m, se, t2 = res["z"], res["se_z"], res["tau2"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        spread = np.sqrt(t2 + se * se)
+        dfp = np.maximum(k - 2, 1)
+        tp = stats.t.ppf(0.5 + level / 2, dfp)
+        p_gen = np.where(spread > 0, 2 * stats.t.sf(np.abs(m) / spread, dfp), 0.0)
+    three = k >= 3
+    return {
+        "z": res["z"],
+        "lo": res["lo"],
+        "hi": res["hi"],
+        "pi_lo": np.where(three, m - tp * spread, np.nan),
+        "pi_hi": np.where(three, m + tp * spread, np.nan),
+        "tau2": res["tau2"],
+        "se": se,
+        "p_generalises": np.where(three, p_gen, np.nan),
+    }
+
+
+def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
+    """:func:`tau2_upper` per study (models where ``present``; NaN for fewer than 2)."""
+    present = np.asarray(present, dtype=bool)
+    k = present.sum(-1)
+    target = stats.chi2.ppf((1 - level) / 2, np.maximum(k - 1, 1))
+    t2 = solve_tau2(zm[:, None], Vm[:, None], present[:, None], target)
+    return np.where(k >= 2, t2, np.nan)
+
+
+def simes_batch(p, present) -> np.ndarray:
+    """:func:`simes` per row of ``p`` over the entries where ``present`` (NaN for none)."""
+    present = np.asarray(present, dtype=bool)
+    q = np.sort(np.where(present, p, np.inf), axis=-1)
+    m = present.sum(-1, keepdims=True)
+    j = np.arange(1, q.shape[-1] + 1)
+    with np.errstate(invalid="ignore"):
+        comb = np.where(j <= m, m * q / j, np.inf).min(-1)
+    return np.where(m[..., 0] > 0, np.minimum(1.0, comb), np.nan)
+
+
+def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`reversal_p` per study: (p, index of the most positive model, of the most negative)."""
+    present = np.asarray(present, dtype=bool)
+    one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
+    one_neg = 1 - one_pos
+    p = np.maximum(simes_batch(one_pos, present), simes_batch(one_neg, present))
+    a = np.argmin(np.where(present, one_pos, np.inf), axis=-1)
+    b = np.argmin(np.where(present, one_neg, np.inf), axis=-1)
+    return p, a, b
+
+
+def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3) -> dict:
+    """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
+    variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``.
+    Returns arrays per study: ``n_models`` (models with a run), the model means ``zm``, ``Vm``,
+    ``pm`` (studies, models), ``tau2_runs``, ``df_runs``, ``q_runs``, the heterogeneity test's
+    keys, ``p_reversal`` with the two models that carry it (``reversal_pos``, ``reversal_neg``),
+    the consensus (``z``, ``lo``, ``hi``, ``pi_lo``, ``pi_hi``, ``tau2``, ``se``,
+    ``p_generalises``), ``tau2_high`` and ``near`` (3 models or more: the prediction interval at
+    the between-model variance's upper bound lies inside (-near_zero, near_zero))."""
+    mask = np.asarray(mask, dtype=bool)
+    zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
+    present = mask.any(-1)
+    M = present.sum(-1)
+    out = {"n_models": M, "zm": zm, "Vm": Vm, "pm": pm, "tau2_runs": t2r, "df_runs": df, "q_runs": q}
+    out.update(heterogeneity_batch(zm, Vm, present, df, q))
+    p_rev, a, b = reversal_batch(zm, pm, present)
+    out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
+    c = consensus_batch(zm, Vm, present, level)
+    out.update(c)
+    t2_hi = tau2_upper_batch(zm, Vm, present, level)
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(0.5 + level / 2, np.maximum(M - 2, 1)) * np.sqrt(t2_hi + c["se"] ** 2)
+        near = (np.abs(np.tanh(c["z"] - half)) < near_zero) & (np.abs(np.tanh(c["z"] + half)) < near_zero)
+    out["tau2_high"] = np.where(M >= 3, t2_hi, np.nan)
+    out["near"] = near & (M >= 3)
+    return out
+
+
+def _one_study(z, v, model, p_run=None):
+    """One study's runs as the batch arrays: (model names in order of first appearance, z, v,
+    p_run, mask), each of shape (1, models, most runs of a model)."""
+    model = np.asarray(model)
+    names = list(dict.fromkeys(model.tolist()))
+    groups = [np.flatnonzero(model == m) for m in names]
+    K = max((len(g) for g in groups), default=1)
+    shape = (1, len(names), K)
+    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
+    mask = np.zeros(shape, bool)
+    for i, g in enumerate(groups):
+        Z[0, i, : len(g)], V[0, i, : len(g)], mask[0, i, : len(g)] = z[g], v[g], True
+        if p_run is not None:
+            P[0, i, : len(g)] = p_run[g]
+    return names, Z, V, P, mask
+
+
 def between_runs(z: np.ndarray, v: np.ndarray, model: np.ndarray) -> tuple[float, int, float]:
-    """(tau2_runs, degrees of freedom, q): the between-run variance shared by the models, by
-    Paule-Mandel on the runs' spread around their own models' means; q is the generalised Q
-    per degree of freedom at that variance (1 when the variance is positive, below 1 when the
-    runs agree more closely than their within-run variances say)."""
-    groups = [np.flatnonzero(model == m) for m in np.unique(model)]
-    groups = [g for g in groups if len(g) >= 2]
-    df = sum(len(g) - 1 for g in groups)
-    if df == 0:
-        return 0.0, 0, math.nan
-
-    def qsum(t2: float) -> float:
-        total = 0.0
-        for g in groups:
-            w = 1 / (v[g] + t2)
-            m = (w * z[g]).sum() / w.sum()
-            total += float((w * (z[g] - m) ** 2).sum())
-        return total
-
-    q0 = qsum(0.0)
-    if q0 <= df:
-        return 0.0, df, q0 / df
-    hi = max(float(np.var(z)), 1e-8)
-    while qsum(hi) > df:
-        hi *= 4
-    t2 = float(optimize.brentq(lambda t: qsum(t) - df, 0.0, hi, xtol=1e-12, rtol=1e-10))
-    return t2, df, 1.0
+    """(tau2_runs, degrees of freedom, q) of one study's runs (:func:`between_runs_batch`)."""
+    _, Z, V, _, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model)
+    t2, df, q = between_runs_batch(Z, V, mask)
+    return float(t2[0]), int(df[0]), float(q[0])
 
 
 def model_means(
@@ -161,21 +312,9 @@ def model_means(
 
     ``p_run`` is each run's own p-value, kept for a model with one run when the table's
     models have no between-run variance to share (every model one run)."""
-    t2, df, q = between_runs(z, v, model)
-    names = list(dict.fromkeys(model))
-    zm, Vm, pm = (np.empty(len(names)) for _ in range(3))
-    for i, name in enumerate(names):
-        g = np.flatnonzero(model == name)
-        w = 1 / (v[g] + t2)
-        zm[i] = float((w * z[g]).sum() / w.sum())
-        Vm[i] = float(1 / w.sum())
-        if df == 0 and len(g) == 1 and np.isfinite(p_run[g[0]]):
-            pm[i] = p_run[g[0]]  # one run and nothing to borrow: the run's own test
-        elif df == 0:
-            pm[i] = 2 * stats.norm.sf(abs(zm[i]) / math.sqrt(Vm[i]))
-        else:
-            pm[i] = 2 * stats.t.sf(abs(zm[i]) / math.sqrt(Vm[i] * max(q, 1.0)), df)
-    return names, zm, Vm, pm, t2, df, q
+    names, Z, V, P, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model, np.asarray(p_run, float))
+    zm, Vm, pm, t2, df, q = model_means_batch(Z, V, mask, P)
+    return names, zm[0], Vm[0], pm[0], float(t2[0]), int(df[0]), float(q[0])
 
 
 def heterogeneity(zm: np.ndarray, Vm: np.ndarray, df_runs: int, q_runs: float) -> dict:
@@ -184,19 +323,11 @@ def heterogeneity(zm: np.ndarray, Vm: np.ndarray, df_runs: int, q_runs: float) -
     variance was estimated (``df_runs`` > 0), ``V_m`` carries that estimate's uncertainty, so Q per
     degree of freedom is compared with the runs' own (``q_runs``, at least 1) on an F distribution
     with (M - 1, df_runs) degrees of freedom, as a one-way analysis of variance would."""
-    M = len(zm)
-    w = 1 / Vm
-    q = float((w * (zm - (w * zm).sum() / w.sum()) ** 2).sum())
-    if df_runs:
-        p = float(stats.f.sf(q / (M - 1) / max(q_runs, 1.0), M - 1, df_runs))
-    else:
-        p = float(stats.chi2.sf(q, M - 1))
-    return {
-        "q_models": q,
-        "df_models": M - 1,
-        "i2_models": max(0.0, (q - (M - 1)) / q) if q > 0 else 0.0,
-        "p_heterogeneity": p,
-    }
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    res = heterogeneity_batch(zm[None], Vm[None], np.ones((1, len(zm)), bool), np.array([df_runs]), np.array([q_runs]))
+    out = {k: float(val[0]) for k, val in res.items()}
+    out["df_models"] = len(zm) - 1
+    return out
 
 
 def consensus(zm: np.ndarray, Vm: np.ndarray, level: float = 0.95) -> dict:
@@ -204,61 +335,30 @@ def consensus(zm: np.ndarray, Vm: np.ndarray, level: float = 0.95) -> dict:
     interval ``lo``, ``hi`` (z scale), the prediction interval ``pi_lo``, ``pi_hi`` (M >= 3;
     else NaN), ``tau2``, ``se`` (the interval's half-width over the normal quantile) and
     ``p_generalises``, the level at which the prediction interval just reaches 0."""
-    k = len(zm)
-    out = {"z": math.nan, "lo": math.nan, "hi": math.nan, "pi_lo": math.nan, "pi_hi": math.nan}
-    out.update(tau2=math.nan, se=math.nan, p_generalises=math.nan)
-    if k < 2:
-        return out
-    res = random_effects(zm, Vm, level)
-    out.update(z=res["z"], lo=res["lo"], hi=res["hi"], tau2=res["tau2"], se=res["se_z"])
-    if k == 2:
-        return out  # no prediction interval: a third model's spread cannot be told from two
-    m, se, t2 = res["z"], res["se_z"], res["tau2"]
-    spread = math.sqrt(t2 + se * se)
-    tp = float(stats.t.ppf(0.5 + level / 2, k - 2))
-    out.update(
-        pi_lo=m - tp * spread,
-        pi_hi=m + tp * spread,
-        p_generalises=float(2 * stats.t.sf(abs(m) / spread, k - 2)) if spread > 0 else 0.0,
-    )
-    return out
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    res = consensus_batch(zm[None], Vm[None], np.ones((1, len(zm)), bool), level)
+    return {k: float(val[0]) for k, val in res.items()}
 
 
 def tau2_upper(z: np.ndarray, v: np.ndarray, level: float = 0.95) -> float:
     """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007):
     the largest tau2 at which the generalised Q is still at least the lower (1 - level) / 2
     quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it already at 0."""
-    k = len(z)
-    if k < 2:
-        return math.nan
-    target = float(stats.chi2.ppf((1 - level) / 2, k - 1))
-
-    def qgen(t2: float) -> float:
-        w = 1 / (v + t2)
-        m = (w * z).sum() / w.sum()
-        return float((w * (z - m) ** 2).sum())
-
-    if qgen(0.0) <= target:
-        return 0.0
-    hi = max(float(np.var(z)), 1e-8)
-    while qgen(hi) > target:
-        hi *= 4
-    return float(optimize.brentq(lambda t: qgen(t) - target, 0.0, hi, xtol=1e-12, rtol=1e-10))
+    z, v = np.asarray(z, float), np.asarray(v, float)
+    return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
 
 
 def simes(p: np.ndarray) -> float:
     """Simes' combination of independent p-values: min over j of M p_(j) / j."""
-    p = np.sort(np.asarray(p, dtype=float))
-    if not len(p):
-        return math.nan
-    return float(min(1.0, np.min(len(p) * p / np.arange(1, len(p) + 1))))
+    p = np.asarray(p, dtype=float)
+    return float(simes_batch(p[None], np.ones((1, len(p)), bool))[0])
 
 
 def reversal_p(zm: np.ndarray, pm: np.ndarray) -> tuple[float, int, int]:
     """(p of "some model positive and some negative", the most positive model, the most negative)."""
-    one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
-    one_neg = 1 - one_pos
-    return max(simes(one_pos), simes(one_neg)), int(np.argmin(one_pos)), int(np.argmin(one_neg))
+    zm, pm = np.asarray(zm, float), np.asarray(pm, float)
+    p, a, b = reversal_batch(zm[None], pm[None], np.ones((1, len(zm)), bool))
+    return float(p[0]), int(a[0]), int(b[0])
 
 
 # ---- the table ------------------------------------------------------------------------------
@@ -321,36 +421,35 @@ def _row(pooled: pd.DataFrame, runs: pd.DataFrame, level: float, near_zero: floa
         row["note"] = "; ".join(notes)
         return row
     p_run = runs["p"].to_numpy(float)[use] if "p" in runs else np.full(int(use.sum()), np.nan)
-    mnames, zm, Vm, pm, t2r, df_runs, q_runs = model_means(
+    mnames, Z, V, P, mask = _one_study(
         fisher_z(rr[use]), se[use] ** 2, runs["model"].astype(str).to_numpy()[use], p_run
     )
-    M = len(mnames)
+    a = {k: val[0] for k, val in across_models(Z, V, mask, P, level, near_zero).items()}
+    M = int(a["n_models"])
     row["n_models_consensus"] = M
-    row["tau2_runs"] = t2r if df_runs else math.nan
+    row["tau2_runs"] = float(a["tau2_runs"]) if a["df_runs"] else math.nan
     if M >= 2:
-        row.update(heterogeneity(zm, Vm, df_runs, q_runs))
-        row["p_reversal"], a, b = reversal_p(zm, pm)
-        if zm[a] > 0 and zm[b] < 0:
-            row["reversal"] = f"{mnames[a]} {_fmt(math.tanh(zm[a]))} vs {mnames[b]} {_fmt(math.tanh(zm[b]))}"
-        c = consensus(zm, Vm, level)
+        row.update({k: float(a[k]) for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal")})
+        row["df_models"] = M - 1
+        zm, i, j = a["zm"], int(a["reversal_pos"]), int(a["reversal_neg"])
+        if zm[i] > 0 and zm[j] < 0:
+            row["reversal"] = f"{mnames[i]} {_fmt(math.tanh(zm[i]))} vs {mnames[j]} {_fmt(math.tanh(zm[j]))}"
         row.update(
-            r_consensus=math.tanh(c["z"]),
-            ci_low_consensus=math.tanh(c["lo"]),
-            ci_high_consensus=math.tanh(c["hi"]),
-            pi_low_consensus=math.tanh(c["pi_lo"]) if np.isfinite(c["pi_lo"]) else math.nan,
-            pi_high_consensus=math.tanh(c["pi_hi"]) if np.isfinite(c["pi_hi"]) else math.nan,
-            tau2_models=c["tau2"],
-            p_generalises=c["p_generalises"],
+            r_consensus=math.tanh(a["z"]),
+            ci_low_consensus=math.tanh(a["lo"]),
+            ci_high_consensus=math.tanh(a["hi"]),
+            pi_low_consensus=math.tanh(a["pi_lo"]) if np.isfinite(a["pi_lo"]) else math.nan,
+            pi_high_consensus=math.tanh(a["pi_hi"]) if np.isfinite(a["pi_hi"]) else math.nan,
+            tau2_models=float(a["tau2"]),
+            p_generalises=float(a["p_generalises"]),
         )
         if M == 2:
             notes.append("2 models: a further model cannot be predicted from 2, so no prediction interval")
     if M >= 3:
         # a further model near zero: the prediction interval with the largest between-model variance
         # the data allow (its upper confidence bound), so a spread the models' noise hides is not read as agreement
-        t2_hi = tau2_upper(zm, Vm, level)
-        half = float(stats.t.ppf(0.5 + level / 2, M - 2)) * math.sqrt(t2_hi + c["se"] ** 2)
-        row["tau2_models_high"] = t2_hi
-        row["_near"] = bool(abs(math.tanh(c["z"] - half)) < near_zero and abs(math.tanh(c["z"] + half)) < near_zero)
+        row["tau2_models_high"] = float(a["tau2_high"])
+        row["_near"] = bool(a["near"])
     row["note"] = "; ".join(notes)
     return row
 

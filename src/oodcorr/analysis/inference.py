@@ -60,14 +60,30 @@ _GRID = np.linspace(0.0, PHI_MAX, 100)
 
 
 def lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """``out[d]`` = sum of ``M[i, j]`` over units i, j that are ``d`` checkpoints apart."""
+    """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
+    (``M``: one matrix, or a stack of them)."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
-    return np.bincount(d, weights=M.ravel(), minlength=int(d.max()) + 1 if len(d) else 1)
+    size = int(d.max()) + 1 if len(d) else 1
+    if M.ndim == 2:
+        return np.bincount(d, weights=M.ravel(), minlength=size)
+    if np.all(np.diff(pos) == 1):  # consecutive checkpoints: lag d is the d-th diagonals
+        out = np.empty((*M.shape[:-2], size))
+        out[..., 0] = np.trace(M, axis1=-2, axis2=-1)
+        for k in range(1, size):
+            out[..., k] = np.trace(M, k, axis1=-2, axis2=-1) + np.trace(M, -k, axis1=-2, axis2=-1)
+        return out
+    per_lag = np.zeros((len(d), size))
+    per_lag[np.arange(len(d)), d] = 1.0
+    return M.reshape(*M.shape[:-2], -1) @ per_lag
 
 
-def ar1_corr(phi: float, pos: np.ndarray) -> np.ndarray:
-    """AR(1) correlation matrix of units at checkpoint positions ``pos``."""
-    return phi ** np.abs(pos[:, None] - pos[None, :]).astype(float)
+def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
+    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (``phi`` an array: one
+    matrix per coefficient, stacked)."""
+    lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
+    if np.ndim(phi) == 0:
+        return phi**lags
+    return np.asarray(phi, dtype=float)[..., None, None] ** lags
 
 
 def neighbours(pos: np.ndarray) -> np.ndarray:
@@ -75,36 +91,62 @@ def neighbours(pos: np.ndarray) -> np.ndarray:
     return (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0
 
 
-def lag1(resid: np.ndarray, pos: np.ndarray) -> float:
-    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped)."""
+def lag1(resid: np.ndarray, pos: np.ndarray):
+    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped);
+    ``resid`` (..., n): one per series."""
     nxt = np.flatnonzero(np.diff(pos) == 1)
-    den = float(resid @ resid)
-    return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
+    if resid.ndim == 1:
+        den = float(resid @ resid)
+        return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
+    den = np.einsum("...i,...i->...", resid, resid)
+    num = np.einsum("...i,...i->...", resid[..., nxt], resid[..., nxt + 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((den > 0) & bool(len(nxt)), num / np.where(den > 0, den, 1.0), 0.0)
 
 
 def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> np.ndarray:
     """Expected lag-1 autocorrelation of the residuals ``R e`` when ``e`` is AR(1) with
-    each coefficient in ``phis`` (ratio of expectations of numerator and denominator)."""
-    num = lag_sums(R.T @ neighbours(pos) @ R, pos)
-    den = lag_sums(R.T @ R, pos)
-    powers = phis[:, None] ** np.arange(len(num))[None, :]
-    return (powers @ num) / (powers @ den)
+    each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
+    ``R`` (..., n, n): one per series, the result (..., len(phis))."""
+    Rt = np.swapaxes(R, -1, -2)
+    num = lag_sums(Rt @ neighbours(pos) @ R, pos)
+    den = lag_sums(Rt @ R, pos)
+    powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
+    if R.ndim == 2:
+        return (powers @ num) / (powers @ den)
+    return (num @ powers.T) / (den @ powers.T)
+
+
+def corrected_phis(
+    resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
+    a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
+    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each. ``psi``:
+    :func:`expected_lag1` of ``R``, when the caller has it (two series with one residual maker)."""
+    raw = np.asarray(lag1(resid, pos), dtype=float)
+    if len(pos) < 3 or not np.any(np.diff(pos) == 1):
+        return raw, np.zeros_like(raw)
+    psi = expected_lag1(R, pos) if psi is None else psi
+    above = psi >= raw[..., None]
+    j = np.argmax(above, axis=-1)[..., None]
+    lo = np.maximum(j - 1, 0)
+    psi_j, psi_lo = np.take_along_axis(psi, j, -1)[..., 0], np.take_along_axis(psi, lo, -1)[..., 0]
+    g_j, g_lo = _GRID[j[..., 0]], _GRID[lo[..., 0]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (raw - psi_lo) / (psi_j - psi_lo)
+        phi = g_lo + t * (g_j - g_lo)
+    phi = np.where(above.any(axis=-1), phi, PHI_MAX)
+    return raw, np.where(raw <= psi[..., 0], 0.0, phi)
 
 
 def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
-    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX])."""
-    raw = lag1(resid, pos)
-    if len(pos) < 3 or not np.any(np.diff(pos) == 1):
-        return raw, 0.0
-    psi = expected_lag1(R, pos)
-    if raw <= psi[0]:
-        return raw, 0.0
-    above = np.flatnonzero(psi >= raw)
-    if not len(above):
-        return raw, PHI_MAX
-    j = int(above[0])
-    t = (raw - psi[j - 1]) / (psi[j] - psi[j - 1])
-    return raw, float(_GRID[j - 1] + t * (_GRID[j] - _GRID[j - 1]))
+    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]): the
+    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed
+    one (interpolated on a grid of coefficients); 0 when the observed one is at or below what
+    independent units give, PHI_MAX when above what any coefficient gives."""
+    raw, phi = corrected_phis(resid, R, pos)
+    return float(raw), float(phi)
 
 
 @dataclass(frozen=True)
@@ -132,13 +174,33 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
     if pos is None:
         return Dependence(math.nan, 0.0, C0, C0)
     raw, phi = corrected_phi(resid, R, pos)
-    C = C0 if phi == 0 else R @ ar1_corr(phi, pos) @ R.T
+    C = C0 if phi == 0 else residual_covariances(R, phi, pos)
     return Dependence(raw, phi, C, C0)
 
 
 def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
     cross = float(np.vdot(Cx, Cy))  # tr(Cx Cy) for symmetric matrices
     return 1.0 + tx * ty / cross if cross > 0 else math.nan
+
+
+def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
+    """``C = R S_phi R'``, the covariance of the residuals ``R e`` (up to scale) when ``e`` is AR(1)
+    with coefficient ``phi``: one matrix, or a stack (``R`` (..., n, n), ``phi`` (...))."""
+    return R @ ar1_corr(phi, pos) @ np.swapaxes(R, -1, -2)
+
+
+def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarray) -> np.ndarray:
+    """:func:`effective_n` of stacks of pairs: Dutilleul's effective sample size from the two
+    residual covariances ``Cx``, ``Cy`` (..., n, n), never above the one from ``C0x``, ``C0y``,
+    the residuals' covariances if the units were independent."""
+
+    def dutilleul(A, B):
+        tx, ty = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
+        cross = np.einsum("...ij,...ij->...", A, B)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(cross > 0, 1.0 + tx * ty / np.where(cross > 0, cross, 1.0), np.nan)
+
+    return np.fmin(dutilleul(Cx, Cy), dutilleul(C0x, C0y))
 
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:

@@ -21,31 +21,50 @@ CORRECTIONS = ("holm", "bh", "none")
 
 
 def _adjust(p, sorted_adjust) -> np.ndarray:
-    """Adjusted p-values: NaN stays NaN; ``sorted_adjust`` maps the m finite p-values,
-    sorted ascending, to their adjusted values (capped at 1 here)."""
+    """Adjusted p-values along the last axis (each row one family): NaN stays NaN; ``sorted_adjust``
+    maps each row's finite p-values, sorted ascending (``q``, with ``m`` the row's count of finite
+    ones and ``i`` the ranks 0, 1, ...; positions at or past ``m`` hold +inf), to their adjusted
+    values, capped at 1 here."""
     p = np.asarray(p, dtype=float)
-    out = np.full_like(p, np.nan)
-    ok = np.isfinite(p)
-    q = p[ok]
-    if len(q):
-        order = np.argsort(q, kind="stable")
-        res = np.empty(len(q))
-        res[order] = np.minimum(sorted_adjust(q[order]), 1.0)
-        out[ok] = res
-    return out
+    if p.size == 0:
+        return p.copy()
+    rows = p.reshape(-1, p.shape[-1]) if p.ndim else p.reshape(1, 1)
+    ok = np.isfinite(rows)
+    order = np.argsort(np.where(ok, rows, np.inf), axis=-1, kind="stable")
+    q = np.take_along_axis(np.where(ok, rows, np.inf), order, axis=-1)
+    m = ok.sum(-1, keepdims=True)
+    i = np.arange(rows.shape[-1])[None, :]
+    with np.errstate(invalid="ignore"):
+        adj = np.minimum(sorted_adjust(q, m, i, i < m), 1.0)
+    out = np.empty_like(rows)
+    np.put_along_axis(out, order, adj, axis=-1)
+    return np.where(ok, out, np.nan).reshape(p.shape)
+
+
+def _holm(q, m, i, valid):
+    return np.maximum.accumulate(np.where(valid, (m - i) * q, -np.inf), axis=-1)
+
+
+def _bh(q, m, i, valid):
+    stepped = np.where(valid, q * m / (i + 1), np.inf)
+    return np.minimum.accumulate(stepped[..., ::-1], axis=-1)[..., ::-1]
 
 
 def holm(p) -> np.ndarray:
-    """Holm's step-down adjustment (controls the family-wise error rate)."""
-    return _adjust(p, lambda q: np.maximum.accumulate((len(q) - np.arange(len(q))) * q))
+    """Holm's step-down adjustment (controls the family-wise error rate); a 2-D ``p`` is one
+    family per row."""
+    return _adjust(p, _holm)
 
 
 def bh(p) -> np.ndarray:
-    """Benjamini-Hochberg step-up adjustment (controls the false discovery rate)."""
-    return _adjust(p, lambda q: np.minimum.accumulate((q * len(q) / np.arange(1, len(q) + 1))[::-1])[::-1])
+    """Benjamini-Hochberg step-up adjustment (controls the false discovery rate); a 2-D ``p`` is
+    one family per row."""
+    return _adjust(p, _bh)
 
 
 def adjust(p, method: str) -> np.ndarray:
+    """``p`` adjusted by ``method``; a 2-D ``p`` is one family per row (the design command
+    adjusts many simulated tables at once)."""
     if method == "holm":
         return holm(p)
     if method == "bh":

@@ -39,7 +39,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import stats
 
 from .inference import PHI_MAX
 
@@ -58,21 +58,65 @@ def fisher_mean(rs) -> float:
     return float(np.tanh(np.mean(fisher_z(rs))))
 
 
+def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
+    ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
+    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
+    w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
+    sw = w.sum(-1, keepdims=True)
+    m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
+    d2 = np.where(mask, (z - m) ** 2, 0.0)
+    return (w * d2).sum((-2, -1)), -(w * w * d2).sum((-2, -1))
+
+
+def solve_tau2(z, v, mask, target) -> np.ndarray:
+    """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
+    around its groups' means (:func:`_q_and_slope`; ``z``, ``v``, ``mask`` of shape (studies,
+    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0. Q falls as
+    ``t2`` grows, so the root is unique: safeguarded Newton steps inside a bracket that halves
+    when a step would leave it, to 1e-14 relative (Paule and Mandel 1982; every between-run and
+    between-model variance of the analysis, and its upper confidence bound, is one)."""
+    mask = np.asarray(mask, dtype=bool)
+    z = np.where(mask, np.asarray(z, dtype=float), 0.0)
+    v = np.where(mask, np.asarray(v, dtype=float), 1.0)
+    target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
+    t = np.zeros(z.shape[0])
+    q0, _ = _q_and_slope(z, v, mask, t)
+    todo = q0 > target
+    if not todo.any():
+        return t
+    n = np.maximum(mask.sum((-2, -1)), 1)
+    mean = z.sum((-2, -1)) / n
+    hi = np.maximum(np.where(mask, (z - mean[:, None, None]) ** 2, 0.0).sum((-2, -1)) / n, 1e-8)
+    while True:  # widen until Q at the top of the bracket is at or below the target
+        q_hi, _ = _q_and_slope(z, v, mask, hi)
+        grow = todo & (q_hi > target)
+        if not grow.any():
+            break
+        hi = np.where(grow, 4 * hi, hi)
+    lo = np.zeros_like(t)
+    for _ in range(200):
+        q, dq = _q_and_slope(z, v, mask, t)
+        f = q - target
+        lo, hi = np.where(f > 0, t, lo), np.where(f > 0, hi, t)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            newton = t - f / dq
+        inside = (dq < 0) & (newton > lo) & (newton < hi)
+        nxt = np.where(f == 0, t, np.where(inside, newton, 0.5 * (lo + hi)))
+        done = (np.abs(nxt - t) <= 1e-14 * np.abs(nxt)) | (hi - lo <= 1e-15 * hi) | ~todo
+        t = np.where(todo, nxt, 0.0)
+        if done.all():
+            break
+    return t
+
+
 def tau2_paule_mandel(z: np.ndarray, v: np.ndarray) -> float:
     """Between-study variance: the tau^2 >= 0 at which the generalised Q equals k - 1."""
     k = len(z)
-
-    def excess(t2):
-        w = 1 / (v + t2)
-        m = (w * z).sum() / w.sum()
-        return float((w * (z - m) ** 2).sum()) - (k - 1)
-
-    if k < 2 or excess(0.0) <= 0:
+    if k < 2:
         return 0.0
-    hi = max(float(np.var(z)), 1e-8)
-    while excess(hi) > 0:
-        hi *= 4
-    return float(optimize.brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-10))
+    one = np.ones((1, 1, k), bool)
+    return float(solve_tau2(np.asarray(z, float)[None, None], np.asarray(v, float)[None, None], one, k - 1)[0])
 
 
 def combine(z, v, level: float = 0.95) -> dict:
@@ -115,36 +159,45 @@ def combine(z, v, level: float = 0.95) -> dict:
     return random_effects(z, v, level)
 
 
+def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
+    """:func:`random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
+    (sets, estimates), the estimates of each set where ``mask``. Returns the keys of
+    :func:`random_effects` but ``how``, each an array with one value per set (NaN for a set of
+    fewer than 2 estimates)."""
+    mask = np.asarray(mask, dtype=bool)
+    z = np.where(mask, np.asarray(z, dtype=float), 0.0)
+    v = np.where(mask, np.asarray(v, dtype=float), 1.0)
+    k = mask.sum(-1)
+    ok = k >= 2
+    kk = np.where(ok, k, 2)
+    qn = float(stats.norm.ppf(0.5 + level / 2))
+    w = np.where(mask, 1 / v, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        m_fe = (w * z).sum(-1) / w.sum(-1)
+        q = (w * np.where(mask, z - m_fe[:, None], 0.0) ** 2).sum(-1)
+        i2 = np.where(q > 0, np.maximum(0.0, (q - (kk - 1)) / np.where(q > 0, q, 1.0)), 0.0)
+        t2 = solve_tau2(z[:, None], v[:, None], mask[:, None], kk - 1)
+        ws = np.where(mask, 1 / (v + t2[:, None]), 0.0)
+        m = (ws * z).sum(-1) / ws.sum(-1)
+        se_re = 1 / np.sqrt(ws.sum(-1))
+        q_hk = (ws * np.where(mask, z - m[:, None], 0.0) ** 2).sum(-1) / (kk - 1)
+        tq = stats.t.ppf(0.5 + level / 2, kk - 1)
+        half = np.maximum(tq * np.sqrt(q_hk) * se_re, qn * se_re)
+        p_hk = np.where(q_hk > 0, 2 * stats.t.sf(np.abs(m) / (np.sqrt(q_hk) * se_re), kk - 1), 0.0)
+        p = np.maximum(p_hk, 2 * stats.norm.sf(np.abs(m) / se_re))
+    out = {"z": m, "lo": m - half, "hi": m + half, "p": p, "se_z": half / qn, "tau2": t2, "i2": i2, "q": q}
+    return {key: np.where(ok, val, np.nan) for key, val in out.items()}
+
+
 def random_effects(z, v, level: float = 0.95) -> dict:
     """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
     tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
     normal one, and the p-value of the same rule. Returns the keys of :func:`combine`."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
-    k = len(z)
-    qn = float(stats.norm.ppf(0.5 + level / 2))
-    w = 1 / v
-    q = float((w * (z - (w * z).sum() / w.sum()) ** 2).sum())
-    i2 = max(0.0, (q - (k - 1)) / q) if q > 0 else 0.0
-    t2 = tau2_paule_mandel(z, v)
-    ws = 1 / (v + t2)
-    m = float((ws * z).sum() / ws.sum())
-    se_re = 1 / math.sqrt(ws.sum())
-    q_hk = float((ws * (z - m) ** 2).sum()) / (k - 1)
-    tq = float(stats.t.ppf(0.5 + level / 2, k - 1))
-    half = max(tq * math.sqrt(q_hk) * se_re, qn * se_re)
-    p_hk = float(2 * stats.t.sf(abs(m) / (math.sqrt(q_hk) * se_re), k - 1)) if q_hk > 0 else 0.0
-    p = max(p_hk, float(2 * stats.norm.sf(abs(m) / se_re)))
-    return {
-        "z": m,
-        "lo": m - half,
-        "hi": m + half,
-        "p": p,
-        "se_z": half / qn,
-        "tau2": t2,
-        "i2": i2,
-        "q": q,
-        "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)",
-    }
+    res = random_effects_batch(z[None], v[None], np.ones((1, len(z)), bool), level)
+    out = {key: float(val[0]) for key, val in res.items()}
+    out["how"] = f"random effects across {len(z)} runs (Hartung-Knapp, at least the normal interval)"
+    return out
 
 
 POOL_KEYS = ["model", "in_domain", "pool_group", "x", "y", "method", "residualiser"]

@@ -78,7 +78,11 @@ def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def linear_maker(Z: np.ndarray) -> np.ndarray:
-    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix."""
+    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix. ``Z`` (n, k), or a stack
+    (runs, n, k) of covariates: one matrix per run."""
+    if Z.ndim == 3:
+        X = np.concatenate([np.ones((*Z.shape[:2], 1)), Z], axis=2)
+        return np.eye(Z.shape[1]) - X @ np.linalg.pinv(X)
     X = np.column_stack([np.ones(len(Z)), Z])
     return np.eye(len(Z)) - X @ np.linalg.pinv(X)
 

@@ -19,9 +19,12 @@ interval covers the truth.
 
 :func:`study_table` -- a whole study in the canonical long layout: models x runs x
 checkpoints, each model with its own partial correlation (:func:`scenario` names the
-calibration's), AR(1), random-walk or trending residuals; :func:`verdict_rates` runs the
+calibration's), AR(1), random-walk or trending residuals, optionally with a testset's sampling
+noise on top; :func:`run_scores` draws the runs it is made of (one at a time for the table, or
+thousands at once for the design command, :mod:`.design`); :func:`verdict_rates` runs the
 analysis and the verdict across models (:mod:`.consensus`) on many such studies and counts
-the verdicts (benchmarks/verdict_calibration.py; the design command predicts power with it).
+the verdicts (benchmarks/verdict_calibration.py; the design command's predictions are checked
+against it).
 """
 
 from __future__ import annotations
@@ -39,9 +42,11 @@ from .resample import cell_rng
 from .residualise import GamSettings
 
 
-def _curve(rng: np.random.Generator, n: int, noise: float) -> np.ndarray:
+def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...] = ()) -> np.ndarray:
+    """The in-domain learning curve over ``n`` checkpoints plus white noise (sd ``noise``); ``runs``
+    (a shape) draws that many curves at once."""
     t = np.arange(n)
-    return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=n)
+    return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
 
 
 def true_rho(phi, rho: float) -> float:
@@ -144,6 +149,76 @@ def calibrate(
 LOADINGS = (0.8, -0.4, 0.6, -0.2, 0.5, 0.3, -0.6, 0.4)
 
 
+def _equicorrelated(rho: float, n_ood: int) -> np.ndarray:
+    """The Cholesky factor of the n_ood x n_ood correlation matrix with every off-diagonal ``rho``."""
+    if rho < -1 / (n_ood - 1) + 1e-9:
+        raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
+    return np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood))
+
+
+def run_scores(
+    rng: np.random.Generator,
+    rhos,
+    n_checkpoints: int,
+    phi,
+    *,
+    n_ood: int = 2,
+    noise: float = 0.02,
+    series: str = "ar1",
+    drift: float = 0.5,
+    sampling_sd=0.0,
+) -> np.ndarray:
+    """The scores of ``len(rhos)`` simulated runs, one per entry of ``rhos`` (each run's partial
+    correlation between every two OOD testsets): an array (runs, checkpoints, 1 + n_ood) whose
+    column 0 is the in-domain score and column 1 + j OOD testset j. The model is
+    :func:`study_table`'s, which calls this once per run; with one run the draws are the ones
+    it always made (so the calibration's studies are unchanged), with many the same model is
+    drawn for all of them at once (the design command's simulated runs).
+
+    ``sampling_sd`` (a number, or one per OOD testset): the sd of independent white noise added
+    to each OOD score at each checkpoint on top of its residual series, a finite testset's
+    sampling noise (accuracy on n examples: about ``sqrt(p (1 - p) / n)``). The partial
+    correlation of the scores is then ``rho`` times the share of their residual variance that is
+    not sampling noise (:func:`observed_rho`). 0 (the default) draws nothing."""
+    rhos = np.asarray(rhos, dtype=float).reshape(-1)
+    B, n = len(rhos), n_checkpoints
+    t = np.arange(n)
+    u = rng.normal(size=(B, n, n_ood))
+    for rho in np.unique(rhos):  # mix each run's innovations to its own equicorrelation
+        idx = np.flatnonzero(rhos == rho)
+        u[idx] = u[idx] @ _equicorrelated(float(rho), n_ood).T
+    if series == "drift":
+        e = np.cumsum(u, axis=1) * drift + rng.normal(size=(B, n, n_ood))
+    elif series in ("ar1", "trend"):
+        e = np.empty_like(u)
+        e[:, 0] = u[:, 0]
+        s = math.sqrt(1 - phi * phi)
+        for k in range(1, n):
+            e[:, k] = phi * e[:, k - 1] + s * u[:, k]
+        if series == "trend":
+            bend = rng.normal(size=(B, n_ood))
+            e = e + 1.5 * (np.sin(np.pi * t / max(n - 1, 1))[None, :, None] * bend[:, None, :])
+    else:
+        raise ValueError(f"unknown series {series!r}; known: ar1, drift, trend")
+    z = _curve(rng, n, noise, (B,))
+    a = np.array(LOADINGS[:n_ood])
+    ood = a * z[:, :, None] + noise * e
+    sd = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (n_ood,))
+    if np.any(sd > 0):
+        ood = ood + sd * rng.normal(size=(B, n, n_ood))
+    return np.concatenate([z[:, :, None], ood], axis=2)
+
+
+def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):
+    """The partial correlation of two OOD scores whose residual series (sd ``noise``) correlate
+    ``rho`` when each also carries independent sampling noise (sd ``sampling_sd``: one number,
+    or the two testsets' pair): ``rho`` times ``sqrt((1 - l_x) (1 - l_y))``, ``l`` each score's
+    share of sampling noise in its residual variance."""
+    sx, sy = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (2,))
+    keep = math.sqrt(noise**2 / (noise**2 + sx**2) * noise**2 / (noise**2 + sy**2))
+    return np.asarray(rho, dtype=float) * keep
+
+
 def study_table(
     rng: np.random.Generator,
     rhos,
@@ -156,46 +231,41 @@ def study_table(
     noise: float = 0.02,
     series: str = "ar1",
     drift: float = 0.5,
+    sampling_sd=0.0,
 ) -> pd.DataFrame:
     """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
     entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
     each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...).
 
     Each run's in-domain score is a learning curve with noise; each OOD score is a loading
-    times the in-domain score plus a residual series. ``series`` ``ar1``: the residuals are a
-    stationary AR(1) with coefficient ``phi`` whose innovations are equicorrelated ``rho`` (so
-    the partial correlation of any two OOD testsets given the in-domain score is ``rho``);
-    ``drift``: a random walk (step sd ``drift``) plus white noise, innovations correlated
-    ``rho`` (nonstationary: use with rho 0); ``trend``: AR(1) plus a smooth trend of its own in
-    each testset that the in-domain score does not share (a residualiser that is linear in the
-    in-domain score leaves it behind). ``run_sd`` spreads the runs of one model: run i's
-    correlation is ``tanh(atanh(rho) + N(0, run_sd^2))``."""
+    times the in-domain score plus a residual series (:func:`run_scores`). ``series`` ``ar1``:
+    the residuals are a stationary AR(1) with coefficient ``phi`` whose innovations are
+    equicorrelated ``rho`` (so the partial correlation of any two OOD testsets given the
+    in-domain score is ``rho``); ``drift``: a random walk (step sd ``drift``) plus white noise,
+    innovations correlated ``rho`` (nonstationary: use with rho 0); ``trend``: AR(1) plus a
+    smooth trend of its own in each testset that the in-domain score does not share (a
+    residualiser that is linear in the in-domain score leaves it behind). ``run_sd`` spreads the
+    runs of one model: run i's correlation is ``tanh(atanh(rho) + N(0, run_sd^2))``.
+    ``sampling_sd``: a testset's sampling noise on top (:func:`run_scores`; default none)."""
     if not 2 <= n_ood <= len(LOADINGS):
         raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
     t = np.arange(n_checkpoints)
-    a = np.array(LOADINGS[:n_ood])
+    names = ["in-domain", *(f"ood{j}" for j in range(n_ood))]
     frames = []
     for m, rho_m in enumerate(rhos):
         for i in range(n_runs):
             rho = math.tanh(math.atanh(float(rho_m)) + run_sd * rng.normal()) if run_sd else float(rho_m)
-            if rho < -1 / (n_ood - 1) + 1e-9:
-                raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
-            L = np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood))
-            u = rng.normal(size=(n_checkpoints, n_ood)) @ L.T
-            if series == "drift":
-                e = np.cumsum(u, axis=0) * drift + rng.normal(size=(n_checkpoints, n_ood))
-            else:
-                e = np.empty_like(u)
-                e[0] = u[0]
-                s = math.sqrt(1 - phi * phi)
-                for k in range(1, n_checkpoints):
-                    e[k] = phi * e[k - 1] + s * u[k]
-                if series == "trend":
-                    bend = rng.normal(size=n_ood)
-                    e = e + 1.5 * np.outer(np.sin(np.pi * t / max(n_checkpoints - 1, 1)), bend)
-            z = _curve(rng, n_checkpoints, noise)
-            scores = np.column_stack([z, a * z[:, None] + noise * e])
-            names = ["in-domain", *(f"ood{j}" for j in range(n_ood))]
+            scores = run_scores(
+                rng,
+                [rho],
+                n_checkpoints,
+                phi,
+                n_ood=n_ood,
+                noise=noise,
+                series=series,
+                drift=drift,
+                sampling_sd=sampling_sd,
+            )[0]
             frames.append(
                 pd.DataFrame(
                     {

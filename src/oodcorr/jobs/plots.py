@@ -636,6 +636,48 @@ def draw(
     raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
 
 
+DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, line style)
+    "cell": ("per-run cell", "0.45", "--"),
+    "cell_corrected": ("per-run cell, corrected", "0.2", "-"),
+    "generalises": ("generalises", "#b2182b", "-"),
+    "sign reversal": ("sign reversal", "#2166ac", "-"),
+}
+
+
+def design_power(report: dict, out_png: str) -> dict:
+    """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
+    line per verdict (a band of two Monte Carlo standard errors around each), the target power
+    dashed. ``report`` is :func:`oodcorr.analysis.design.report`'s dict."""
+    plt = _plt()
+    panels = report["curves"]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)
+    drawn = []
+    for ax, c in zip(axes[0], panels):
+        e = np.asarray(c["effects"])
+        for kind, (label, colour, style) in DESIGN_LINES.items():
+            p, se = np.asarray(c["power"][kind]), np.asarray(c["se"][kind])
+            ax.plot(e, p, style, color=colour, label=label, lw=1.6)
+            ax.fill_between(e, np.clip(p - 2 * se, 0, 1), np.clip(p + 2 * se, 0, 1), color=colour, alpha=0.15, lw=0)
+            drawn.append((c["assumptions"]["phi"], kind))
+        ax.axhline(report["target"], color="0.6", ls=":", lw=1)
+        g = c["grid"]
+        ax.set_title(
+            f"phi {c['assumptions']['phi']:g}: {g['models']} models x {g['runs']} runs x {g['checkpoints']}", fontsize=9
+        )
+        ax.set_xlabel("effect (partial correlation)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlim(0, max(e))
+    axes[0][0].set_ylabel("power (share of simulated studies)")
+    axes[0][-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        f"{report.get('experiment', '')}: {report['grid']['pairs']} pairs per table, "
+        f"{report['precision']['studies']} simulated studies per point",
+        fontsize=10,
+    )
+    _save(fig, out_png)
+    return {"panels": len(panels), "lines": drawn}
+
+
 def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict:
     """The training loss against the step, one line per run of ``model``, from each run's manifest
     (``loss_history``: the Trainer's logged losses, earlier attempts included after a resume)."""

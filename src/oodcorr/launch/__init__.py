@@ -2,10 +2,11 @@
 
 ``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings),
 ``sizing`` (parameter counts, GPU memory, checkpoint sizes), ``budget`` (what a config will
-cost), ``runtime`` (a job's logging and device, set up by the rule scripts), ``experiment``
-(one writer per experiment folder, the config that wrote it, its published set checked at the
-start) and ``report`` (``snakemake --report`` asked of an experiment that has not run, or whose
-staged files are not what was published).
+cost, at its time limits and from its work), ``grid`` (a plan's tables as the design command
+sees them, and the changes of a config it prices), ``runtime`` (a job's logging and device, set
+up by the rule scripts), ``experiment`` (one writer per experiment folder, the config that wrote
+it, its published set checked at the start) and ``report`` (``snakemake --report`` asked of an
+experiment that has not run, or whose staged files are not what was published).
 
 May import: ``core``, ``planning``, ``modeling``; never ``jobs``, since the Snakefile imports
 this folder while it plans.

@@ -1,0 +1,201 @@
+"""The grid a config asks for, as the design command sees it, and the changes of it that it prices.
+
+:func:`grid_of` reads a plan (:mod:`oodcorr.planning.plan`) into the shape of its analysis tables:
+a table is one in-domain set and one pool group (the analysis pools a model's runs within the
+values of ``analysis.pooling.by``, by default ``n_train``, so its runs are the seeds of one
+``n_train``), its models, the runs of each, the checkpoints of each run and the OOD pairs it
+corrects together; and each OOD testset's number of examples where the config or the prepared
+data say it (``max_examples``, or ``results/<experiment>/data/<name>.meta.json``).
+
+:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy
+(``oodcorr design`` plans each copy and prices it with :func:`oodcorr.launch.budget.compute`):
+twice the checkpoints per run, two more seeds, half as many more models (copies of every second
+entry, so of the grid's own sizes), four times the examples of capped testsets.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+from collections import Counter
+from pathlib import Path
+
+POOL_COLUMNS = ("n_train", "seed")  # the run information the workflow passes to the analysis
+
+
+def _mode(values):
+    return Counter(values).most_common(1)[0][0]
+
+
+def grid_of(plan) -> dict:
+    """``{"models", "runs", "checkpoints", "pairs", "tables", "tables_how", "testsets", "sizes", "notes"}``
+    of the most common table of ``plan``'s analysis (see the module doc); ``notes`` say where
+    tables differ."""
+    by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
+    drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
+    tables: dict[tuple, dict[str, list]] = {}
+    for run in plan.runs:
+        key = (run.in_domain, *(getattr(run, c) for c in by))
+        n = len(run.steps) - (1 if drop0 and 0 in run.steps else 0)
+        tables.setdefault(key, {}).setdefault(run.model, []).append(n)
+    shapes = []
+    for (dom, *_), models in tables.items():
+        n_ood = sum(1 for _, role in plan.testsets[dom] if role == "ood")
+        shapes.append(
+            (
+                len(models),
+                _mode([len(r) for r in models.values()]),
+                _mode([n for r in models.values() for n in r]),
+                n_ood * (n_ood - 1) // 2,
+            )
+        )
+    if not shapes:
+        raise ValueError("the config plans no runs: nothing to design")
+    models, runs, checkpoints, pairs = _mode(shapes)
+    notes = []
+    if len(set(shapes)) > 1:
+        notes.append(
+            f"the {len(shapes)} tables differ in shape ({len(set(shapes))} kinds: models x runs x checkpoints x "
+            f"pairs {sorted(set(shapes))}); the design is for the most common, "
+            f"{models} x {runs} x {checkpoints} x {pairs}"
+        )
+    doms = sorted({k[0] for k in tables})
+    groups = sorted({k[1:] for k in tables})
+    how = f"{len(doms)} in-domain set(s)" + (
+        f" x {len(groups)} pool group(s) ({', '.join(by)})" if by else ", all runs of a model pooled"
+    )
+    ood = sorted({t for d in doms for t, role in plan.testsets[d] if role == "ood"})
+    return {
+        "models": models,
+        "runs": runs,
+        "checkpoints": checkpoints,
+        "pairs": pairs,
+        "tables": len(tables),
+        "tables_how": how,
+        "testsets": ood,
+        "sizes": testset_sizes(plan, ood),
+        "notes": notes,
+    }
+
+
+def testset_sizes(plan, names) -> dict:
+    """Examples per testset, where known before running: the config's ``max_examples`` cap (what
+    the evaluations will score, if the set holds that many), else the prepared data's count (its
+    meta file), else None."""
+    out = {}
+    for name in names:
+        cap = plan.exp.dataset(name).get("max_examples")
+        n = int(cap) if cap else None
+        if n is None:
+            try:
+                n = int(json.loads(Path(plan.paths.data_meta.format(dataset=name)).read_text(encoding="utf-8"))["n"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+        out[name] = n
+    return out
+
+
+def typical_size(sizes: dict) -> int | None:
+    """The median of the known sizes, None unless every testset's size is known."""
+    vals = list(sizes.values())
+    if not vals or any(v is None for v in vals):
+        return None
+    return int(statistics.median(vals))
+
+
+# ---- the changes ---------------------------------------------------------------------------------
+def _finetune_blocks(config: dict):
+    """The config's finetune block and every model entry's own (the overrides), created where needed."""
+    yield config.setdefault("finetune", {})
+    for entry in config.get("models", []):
+        if isinstance(entry.get("finetune"), dict):
+            yield entry["finetune"]
+
+
+def more_checkpoints(config: dict) -> tuple[dict, str]:
+    """Twice the checkpoints per run: ``checkpoints.every`` halved, or a step between every two listed."""
+    cfg = copy.deepcopy(config)
+    said = ""
+    for ft in _finetune_blocks(cfg):
+        sched = ft.get("checkpoints")
+        if not isinstance(sched, dict):
+            continue
+        if "every" in sched:
+            sched["every"] = max(1, int(sched["every"]) // 2)
+            said = f"finetune.checkpoints.every {sched['every']}"
+        elif "steps" in sched:
+            steps = [int(x) for x in sched["steps"]]
+            full = steps if steps and steps[0] == 0 else [0, *steps]  # planning saves step 0 in any case
+            mids = [(a + b) // 2 for a, b in zip(full, full[1:]) if b - a > 1]
+            sched["steps"] = sorted(set(steps) | set(mids))
+            said = "a checkpoint between every two listed steps"
+    if not said:
+        raise ValueError("no checkpoint schedule to change")
+    return cfg, f"twice the checkpoints per run ({said})"
+
+
+def more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
+    """``extra`` more seeds per n_train, after the largest."""
+    cfg = copy.deepcopy(config)
+    for ft in _finetune_blocks(cfg):
+        if "seeds" in ft:
+            seeds = [int(s) for s in ft["seeds"]]
+            ft["seeds"] = seeds + [max(seeds) + 1 + i for i in range(extra)]
+    return cfg, f"{extra} more seeds per n_train (finetune.seeds)"
+
+
+def more_models(config: dict) -> tuple[dict, str]:
+    """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
+    cfg = copy.deepcopy(config)
+    models = cfg.get("models", [])
+    add = []
+    for entry in models[::2]:
+        dup = copy.deepcopy(entry)
+        dup["name"] = f"{entry['name']}-copy"
+        add.append(dup)
+    cfg["models"] = models + add
+    names = ", ".join(e["name"] for e in models[::2])
+    return cfg, f"{len(add)} more models, priced as copies of {names} (models of the sizes the grid has)"
+
+
+def more_examples(config: dict, plan, factor: int = 4) -> tuple[dict, str]:
+    """``factor`` times the examples of every OOD testset that the config caps (``max_examples``)."""
+    cfg = copy.deepcopy(config)
+    grown = []
+    blocks = cfg.setdefault("datasets", {})
+    for name in sorted({t for d in plan.testsets for t, role in plan.testsets[d] if role == "ood"}):
+        cap = plan.exp.dataset(name).get("max_examples")
+        if cap:
+            blocks.setdefault(name, {})
+            blocks[name]["max_examples"] = int(cap) * factor
+            grown.append(name)
+    if not grown:
+        raise ValueError("the OOD testsets are used whole (no max_examples): there are no more examples to add")
+    return cfg, f"{factor}x the examples of {', '.join(grown)} (their max_examples; if the sets hold that many)"
+
+
+CHANGES = ("checkpoints x2", "seeds +2", "models +50%", "examples x4")
+
+
+def change(name: str, config: dict, plan) -> tuple[dict, str]:
+    """The changed config and a description of change ``name`` (one of :data:`CHANGES`); ValueError
+    with the reason when the config cannot have it."""
+    if name == "checkpoints x2":
+        return more_checkpoints(config)
+    if name == "seeds +2":
+        return more_seeds(config)
+    if name == "models +50%":
+        return more_models(config)
+    if name == "examples x4":
+        return more_examples(config, plan)
+    raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
+
+
+def sampling_ratio(size: int | None, residual_sd: float, accuracy: float) -> float:
+    """A testset's binomial sampling sd at ``accuracy`` over ``size`` examples, as a multiple of the
+    residual series' sd ``residual_sd`` (0 when the size is unknown)."""
+    if not size or residual_sd <= 0:
+        return 0.0
+    return math.sqrt(accuracy * (1 - accuracy) / size) / residual_sd
