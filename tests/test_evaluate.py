@@ -302,11 +302,16 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     assert len(accuracies) == len(cks)  # the checkpoints really differ: a swap that did nothing would fail
 
 
-def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(tmp_path, tiny_models):
+@pytest.mark.parametrize("lean", ["0", "1"])
+def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(
+    tmp_path, tiny_models, monkeypatch, lean
+):
     """peft writes target_modules (a set) in an order that changes between processes, so one run's
-    checkpoints can differ in that order (a finetuning job resumed after a kill). Such an adapter is
-    still swapped in, not loaded afresh with its base model; one whose settings really differ
-    (lora_alpha) is loaded afresh. Either way the predictions equal a fresh load's, bit for bit."""
+    checkpoints can differ in that order (a finetuning job resumed after a kill). With peft's adapter
+    layers (OODCORR_LEAN=0, or an adapter a fold does not know) such an adapter is still swapped in,
+    not loaded afresh with its base model; one whose settings really differ (lora_alpha) is loaded
+    afresh. Folded, every adapter of the run is folded into the one base model. Either way the
+    predictions equal a fresh load's, bit for bit."""
     import json
     from pathlib import Path
 
@@ -316,6 +321,7 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
 
+    monkeypatch.setenv("OODCORR_LEAN", lean)
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
@@ -352,7 +358,9 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     one_job = evaluate_run(
         checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks], **common
     )
-    assert [r["load"] for r in one_job["checkpoints"]] == ["fresh", "adapter swap", "fresh"]
+    loads = [r["load"] for r in one_job["checkpoints"]]
+    assert loads == (["fresh", "adapter swap", "fresh"] if lean == "0" else ["fresh", "adapter swap", "adapter swap"])
+    assert {r["lora"] for r in one_job["checkpoints"]} == {"peft" if lean == "0" else "folded"}
     for c in cks:
         fresh = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
         assert fresh["checkpoints"][0]["load"] == "fresh"

@@ -20,7 +20,7 @@ from ..core.io import atomic_path, json_default, read_jsonl, sha256_json, write_
 from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
-from ..modeling.loading import load_checkpoint, load_tokenizer
+from ..modeling.loading import lean_enabled, load_checkpoint, load_folded, load_tokenizer, loaded_by
 from ..planning.config import changed_reading
 from .checkpoints import verify_checkpoint, weights_digest
 from .series import read_manifest, verify
@@ -370,23 +370,34 @@ def _adapter_config(ckpt: Path):
 class CheckpointLoader:
     """Loads a run's checkpoints one after another, reusing what does not change.
 
-    The first checkpoint loads as usual (:func:`oodcorr.modeling.loading.load_checkpoint`). After it,
-    a LoRA checkpoint whose adapter has the same configuration (as peft reads it: peft writes
-    sets such as ``target_modules`` in an order that changes from process to process, e.g.
-    after a resumed finetuning job) only swaps the adapter's weights into the loaded model
-    (the base model is read once per job), and a checkpoint of
-    full weights is copied into the loaded model in place (no new model is built). Anything
-    else, or a swap that does not fit exactly, loads afresh. Either way the model computes
-    exactly what a fresh load of that checkpoint computes (tests compare them bit for bit).
+    Every model is loaded for scoring (:func:`oodcorr.modeling.loading.load_checkpoint` with
+    ``for_scoring``): the lean model where it applies, and a LoRA adapter folded into the base
+    model's weights (:mod:`oodcorr.modeling.lora`). After the first checkpoint, a LoRA
+    checkpoint is scored on the same base model: the weights the last fold changed are copied
+    back and the new adapter is folded in (the base model is read once per job). An adapter a
+    fold does not know is scored with peft's adapter layers, as before: one whose configuration
+    equals the loaded one's (as peft reads it: peft writes sets such as ``target_modules`` in an
+    order that changes from process to process, e.g. after a resumed finetuning job) only swaps
+    its weights in. A checkpoint of full weights is copied into the loaded model in place (no
+    new model is built). Anything else, or a swap that does not fit exactly, loads afresh.
+    Either way the model computes exactly what a fresh load of that checkpoint computes (tests
+    compare them bit for bit).
     """
 
     def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
         self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
         self.labels, self.pad_id = labels, pad_id
         self.model = None
-        self.kind = None  # "adapter" or "full": what the loaded model holds
+        self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
         self.adapter_config = None
+        self.folded = None  # what the last fold changed (oodcorr.modeling.lora.Folded)
         self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def how(self) -> dict:
+        """How the last checkpoint is scored: ``loader`` (lean or transformers) and ``lora``
+        (folded, peft, or None for full weights)."""
+        lora = {"folded": "folded", "adapter": "peft"}.get(self.kind)
+        return {"loader": loaded_by(self.model), "lora": lora}
 
     def load(self, checkpoint: str | Path, source: dict | None = None):
         """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
@@ -397,11 +408,15 @@ class CheckpointLoader:
 
             self.close()
             own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
-            self.model = load_model(own, None, self.device, self.labels, self.pad_id).eval()
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id, lean=True).eval()
             self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
             return self.model
         ckpt = Path(checkpoint)
         adapter_cfg = ckpt / "adapter_config.json"
+        if adapter_cfg.exists():
+            model = self._fold(ckpt)
+            if model is not None:
+                return model
         if self.model is not None:
             if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
                 if self._swap_adapter(ckpt):
@@ -413,11 +428,48 @@ class CheckpointLoader:
                     return self.model
         self.close()
 
-        self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
-        self.kind = "adapter" if adapter_cfg.exists() else "full"
-        self.adapter_config = _adapter_config(ckpt) if adapter_cfg.exists() else None
+        if adapter_cfg.exists():
+            # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
+            from peft import PeftModel  # torch stack: planning and the CLI never import it
+
+            from ..modeling.loading import load_model  # looked up at call time: tests replace it
+
+            base = load_model(self.spec, self.tiny_dir, self.device, self.labels, self.pad_id)
+            self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
+            self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
+        else:
+            self.model = load_checkpoint(
+                self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id, for_scoring=True
+            )
+            self.kind, self.adapter_config = "full", None
         self.last_load = "fresh"
         return self.model
+
+    def _fold(self, ckpt: Path):
+        """The base model with ``ckpt``'s adapter folded in (onto the loaded base when there is one),
+        or None when the adapter is not one a fold knows."""
+        from ..modeling.lora import fold, read_adapter  # torch stack: planning and the CLI never import it
+
+        if not lean_enabled():
+            return None
+        adapter, why = read_adapter(ckpt, self.device)
+        if adapter is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        if self.model is not None and self.kind == "folded":
+            self.folded.restore(self.model)  # the base model's own weights again, bit for bit
+            done, why = fold(self.model, adapter)
+            if done is not None:
+                self.folded, self.last_load = done, "adapter swap"
+                return self.model
+        self.close()
+        model, done, why = load_folded(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        if model is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        self.model, self.folded, self.kind, self.adapter_config = model, done, "folded", None
+        self.last_load = "fresh"
+        return model
 
     def _swap_adapter(self, ckpt: Path) -> bool:
         # torch stack: planning and the CLI never import it
@@ -469,7 +521,7 @@ class CheckpointLoader:
 
     def close(self) -> None:
         if self.model is not None:
-            self.model = None
+            self.model, self.folded = None, None
             _release_memory(__import__("torch").device(self.device))
 
 
@@ -681,6 +733,7 @@ def _evaluate_checkpoint(
         "dtype": dtype,
         "eval_key": key,
         "load": loader.last_load,
+        **loader.how(),
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,
