@@ -20,7 +20,6 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..core.model_dirs import check_local_weights, package_dir
 from . import adaptation
-from .hub import model_snapshot, pinned_model_revision
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -42,6 +41,8 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
         if first.get("path"):
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
+
+    from .hub import pinned_model_revision  # the hub lock (yaml): a local model's job does not need it
 
     kwargs = {}
     # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
@@ -78,6 +79,8 @@ def local_folder(src: str, kw: dict) -> Path | None:
         return Path(src)
     revision = kw.get("revision")
     if revision and COMMIT.match(str(revision)) and set(kw) == {"revision"}:
+        from .hub import model_snapshot  # the hub lock (yaml): a local model's job does not need it
+
         snap = model_snapshot(src, revision)
         if (snap / "config.json").exists():
             return snap
