@@ -38,6 +38,7 @@ try:
         provenance=job["provenance"],
         device=pick_device(sm.resources.gpu),
         threads=sm.threads,
+        dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
     )
 except (EvaluationRefused, ConfigError) as e:
     # a damaged checkpoint, scores that are not finite: the message is the log's last line, no traceback

@@ -21,7 +21,6 @@ from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
 from ..modeling.loading import lean_enabled, load_checkpoint, load_folded, load_tokenizer, loaded_by
-from ..planning.config import changed_reading
 from .checkpoints import verify_checkpoint, weights_digest
 from .series import read_manifest, verify
 
@@ -58,6 +57,8 @@ def tokenize_testset(
     gold labels it cannot predict and the predictions that count as right for them.
     """
     import torch  # torch stack: planning and the CLI never import it
+
+    from ..planning.config import changed_reading  # planning's config: an evaluation job does not need it
 
     method = adaptation.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
@@ -103,28 +104,77 @@ def tokenize_testset(
     return {"n": len(ids), "n_truncated": n_trunc}
 
 
-def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
+def length_batches(
+    lengths: list[int], max_tokens: int, max_batch: int, overhead: float | None = None
+) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest batch first.
 
-    Examples are sorted by length and cut into runs whose padded size (rows x
-    longest row) stays within ``max_tokens`` and whose row count stays within
-    ``max_batch``; an example longer than ``max_tokens`` gets a batch of its own.
-    Longest first: a batch that does not fit in memory fails at once, before any
-    work is spent on the others.
+    Examples are sorted by length (longest first) and cut into runs whose padded size (rows x
+    longest row) stays within ``max_tokens`` and whose row count stays within ``max_batch``; an
+    example longer than ``max_tokens`` gets a batch of its own. Longest first: a batch that does
+    not fit in memory fails at once, before any work is spent on the others.
+
+    Where the runs are cut: with ``overhead`` None, each batch takes as many examples as the
+    bounds allow. With ``overhead`` (what one more batch costs, in padded tokens: see
+    :func:`device_batching`), the cuts minimise the modelled time of the whole set, the padded
+    tokens plus ``overhead`` per batch (an exact dynamic programme over the sorted lengths): a
+    batch stops where the next examples are so much shorter that their padding would cost more
+    than a batch of their own.
     """
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches, cur, width = [], [], 0
-    for i in order:
-        # sorted longest first, so the first row of a batch sets its width
-        if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+    if overhead is None:
+        batches, cur, width = [], [], 0
+        for i in order:
+            # sorted longest first, so the first row of a batch sets its width
+            if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+                batches.append(cur)
+                cur = []
+            if not cur:
+                width = lengths[i]
+            cur.append(i)
+        if cur:
             batches.append(cur)
-            cur = []
-        if not cur:
-            width = lengths[i]
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
+        return batches
+    sizes = [lengths[i] for i in order]
+    n = len(sizes)
+    best = [0.0] + [float("inf")] * n  # best[j]: the least cost of the first j sorted examples
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, max(-1, j - 1 - max_batch), -1):
+            rows, width = j - i, sizes[i]  # the batch order[i:j], its first row the longest
+            if rows > 1 and rows * width > max_tokens:
+                break  # rows x width only grows as the batch reaches further back
+            cost = best[i] + rows * width + overhead
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    batches, j = [], n
+    while j > 0:
+        batches.append(order[start[j] : j])
+        j = start[j]
+    return batches[::-1]
+
+
+# How a CPU job batches (measured: benchmarks/README.md#10-batching-padding-and-scoring-throughput).
+# Per padded token, scoring runs fastest with a few hundred tokens per thread in a batch: fewer,
+# and the matrix products run under their full speed (what one more batch costs is about 32
+# tokens' worth per thread); many more, and the activations no longer fit in the caches (at one
+# thread, 3,072-token batches of the OPT-125m shape run 1.6x slower per token than 384-token ones).
+CPU_TOKENS_PER_THREAD = 512
+CPU_OVERHEAD_PER_THREAD = 32
+
+
+def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
+    """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
+    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread in a batch (and ``max_tokens``, ``batch_size``),
+    cut where padding would cost more than another batch (:func:`length_batches`); elsewhere
+    ``batch_size`` and ``max_tokens`` as given, batches as full as they allow (not measured on a
+    GPU this round)."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    if torch.device(device).type != "cpu":
+        return batch_size, max_tokens, None
+    n = max(1, int(threads))
+    return batch_size, min(max_tokens, CPU_TOKENS_PER_THREAD * n), float(CPU_OVERHEAD_PER_THREAD * n)
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -149,15 +199,25 @@ def _release_memory(device) -> None:
         torch.mps.empty_cache()
 
 
-def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu", stats: dict | None = None):
+def score(
+    model,
+    cache: dict,
+    batch_size: int,
+    max_tokens: int,
+    device: str = "cpu",
+    stats: dict | None = None,
+    overhead: float | None = None,
+):
     """One score per label for every example of a tokenised testset, in the cache's order.
 
     Each example is read in exactly one forward pass. ``batch_size`` and
     ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
     runs out of memory, both are halved and the examples not yet scored are
     batched again, down to one example per batch (whose failure is raised).
+    ``overhead``: where batches are cut (:func:`length_batches`; None: as full as the bounds allow).
     ``stats``, if given, receives the batch size that worked, the number of
-    batches and of memory failures, and the real and padded token counts.
+    batches and of memory failures, the real and padded token counts and the share of padding,
+    and when scoring began and its first batch was done (``time.time()``).
     """
     import torch  # torch stack: planning and the CLI never import it
 
@@ -170,12 +230,13 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
     out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
     todo = list(range(len(ids)))
     n_batches = n_oom = padded = 0
+    started, first_done = time.time(), None
     while todo:
         failed = None
         done: list[int] = []
         try:
             with torch.inference_mode():
-                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size):
+                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size, overhead):
                     batch = [todo[j] for j in local]
                     inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
                     logits = method.label_logits(
@@ -185,6 +246,7 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
                     done += batch
                     n_batches += 1
                     padded += inp.numel()
+                    first_done = first_done or time.time()
         except Exception as err:  # noqa: BLE001 -- only memory failures are retried
             if not is_out_of_memory(err):
                 raise
@@ -217,13 +279,21 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
             n_oom=n_oom,
             tokens=sum(lengths),
             padded_tokens=padded,
+            padding=round(1 - sum(lengths) / padded, 4) if padded else 0.0,
+            overhead=overhead,
+            started_at=started,
+            first_batch_at=first_done,
         )
     return out
 
 
-def eval_dtype(model_spec: dict, device: str) -> str:
-    """The dtype to evaluate in: the model entry's ``dtype`` if set, else bf16 on a CUDA
-    device that supports it (half the memory, tensor cores), else float32."""
+def eval_dtype(model_spec: dict, device: str, dtype: str | None = None) -> str:
+    """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
+    the model entry's ``dtype`` (the schema fills in float32, so a workflow job always has one),
+    else, for an entry built without the schema, bf16 on a CUDA device that supports it (half
+    the memory, tensor cores) and float32 elsewhere."""
+    if dtype and dtype != "model":
+        return dtype
     if model_spec.get("dtype"):
         return model_spec["dtype"]
     import torch  # torch stack: planning and the CLI never import it
@@ -537,6 +607,7 @@ def evaluate_run(
     out_summary: str | None = None,
     device: str = "cpu",
     threads: int = 1,
+    dtype: str | None = None,
 ) -> dict:
     """Score checkpoints of one run on one testset, in one process.
 
@@ -556,7 +627,7 @@ def evaluate_run(
     torch.set_num_threads(threads)
     cache = torch.load(tokenized, weights_only=True)
     t_cache = time.time()
-    dtype = eval_dtype(model_spec, device)
+    dtype = eval_dtype(model_spec, device, dtype)
     loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
     job_timing = {
         "startup": round(age, 3) if age is not None else None,
@@ -585,6 +656,8 @@ def evaluate_run(
             dtype=dtype,
             key=key,
             job_timing=job_timing,
+            threads=threads,
+            process_start=t0 - age if age is not None else None,
         )
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
         log.info(
@@ -678,6 +751,8 @@ def _evaluate_checkpoint(
     dtype: str,
     key: str,
     job_timing: dict,
+    threads: int = 1,
+    process_start: float | None = None,
 ) -> dict:
     import torch  # torch stack: planning and the CLI never import it
 
@@ -699,8 +774,14 @@ def _evaluate_checkpoint(
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
-    logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
+    rows, tokens, overhead = device_batching(device, threads, batch_size, max_tokens)
+    logits = score(model, cache, rows, tokens, device, stats=stats, overhead=overhead)
     t_fwd = time.time()
+    started, first = stats.pop("started_at"), stats.pop("first_batch_at")
+    if process_start is not None and "ready" not in job_timing and first is not None:
+        # the job's fixed cost: from its process's start to its first scoring, and to its first batch scored
+        job_timing["ready"] = round(started - process_start, 3)
+        job_timing["first_batch"] = round(first - process_start, 3)
     check_finite(logits, model, checkpoint=str(checkpoint), testset=cache["testset"], dtype=dtype)
     pred_t = logits.argmax(-1)
     gold_t = torch.tensor(cache["labels"], dtype=torch.long)
