@@ -91,8 +91,13 @@ def test_a_checkpoint_loads_lean_for_scoring_and_as_transformers_otherwise(tiny_
     assert loaded_by(load_model(spec)) == "transformers"  # training and saving need transformers' model
     assert loaded_by(load_model(spec, lean=True)) == "lean"
     assert loaded_by(load_checkpoint(spec, tiny_models["olmo2"], for_scoring=True)) == "lean"
+    assert loaded_by(load_model(spec, None, "cpu", lean=True)) == "lean"
+    # not run on a GPU this round: a GPU job loads as before (checked without one: the device is never used)
+    from oodcorr.modeling.loading import lean_enabled
+
+    assert lean_enabled("cpu") and not lean_enabled("cuda") and not lean_enabled("cuda:0")
     monkeypatch.setenv("OODCORR_LEAN", "0")
-    assert loaded_by(load_model(spec, lean=True)) == "transformers"
+    assert loaded_by(load_model(spec, lean=True)) == "transformers" and not lean_enabled("cpu")
     monkeypatch.setenv("OODCORR_LEAN", "yes")
     with pytest.raises(Exception, match="OODCORR_LEAN='yes'"):
         load_model(spec, lean=True)

@@ -520,7 +520,7 @@ class CheckpointLoader:
         or None when the adapter is not one a fold knows."""
         from ..modeling.lora import fold, read_adapter  # torch stack: planning and the CLI never import it
 
-        if not lean_enabled():
+        if not lean_enabled(self.device):
             return None
         adapter, why = read_adapter(ckpt, self.device)
         if adapter is None:

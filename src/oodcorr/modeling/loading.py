@@ -1,13 +1,14 @@
 """Loading models and tokenizers safely: safetensors only, no remote code unless opted in.
 
-A model loads through :mod:`oodcorr.modeling.lean` when that applies (a local OPT or OLMo2
-causal LM in a dtype it knows, or a hub one whose pinned commit is in the local cache, under
-the same safety defaults: it reads safetensors only and runs no model code), which skips
-transformers' import graph and computes the same logits bit for bit; otherwise, and always
-for head models, remote code or pickle weights, through transformers' ``from_pretrained``.
-A LoRA checkpoint is scored with its adapter folded into the base model's weights where that
-applies (:mod:`oodcorr.modeling.lora`). ``OODCORR_LEAN=0`` in the environment turns both off
-(scoring as before: transformers' model, peft's adapter layers), to compare the two.
+For scoring on a CPU, a model loads through :mod:`oodcorr.modeling.lean` where that applies (a
+local OPT or OLMo2 causal LM in a dtype it knows, or a hub one whose pinned commit is in the
+local cache, under the same safety defaults: it reads safetensors only and runs no model code),
+which skips transformers' import graph and computes the same logits bit for bit; otherwise, on
+a GPU (not run this round), and always for training, head models, remote code or pickle weights,
+through transformers' ``from_pretrained``. A LoRA checkpoint scored on a CPU has its adapter
+folded into the base model's weights where that applies (:mod:`oodcorr.modeling.lora`).
+``OODCORR_LEAN=0`` in the environment turns both off (scoring as before: transformers' model,
+peft's adapter layers), to compare the two.
 """
 
 from __future__ import annotations
@@ -63,13 +64,13 @@ def load_tokenizer(spec: dict, tiny_dir=None):
     return tok
 
 
-def lean_enabled() -> bool:
-    """Whether the lean loader and LoRA folding may be tried (``OODCORR_LEAN``: ``1``, the
-    default, or ``0``)."""
+def lean_enabled(device: str = "cpu") -> bool:
+    """Whether the lean loader and LoRA folding may be tried: on a CPU (they were not run on a GPU,
+    where a job loads and scores as before) unless ``OODCORR_LEAN`` is ``0`` (``1``: the default)."""
     value = os.environ.get("OODCORR_LEAN", "1")
     if value not in ("0", "1"):
         raise ConfigError(f"OODCORR_LEAN={value!r}: must be 1 (the lean loader where it applies) or 0 (never)")
-    return value == "1"
+    return value == "1" and str(device).split(":")[0] == "cpu"
 
 
 def local_folder(src: str, kw: dict) -> Path | None:
@@ -104,7 +105,7 @@ def load_model(
     method = adaptation.get(spec.get("method"))
     src, kw = model_source(spec, tiny_dir)
     check_local_weights(src, spec)
-    if lean and lean_enabled():
+    if lean and lean_enabled(device):
         folder = local_folder(src, kw)
         if folder is not None:
             from .lean import lean_model  # torch stack: planning and the CLI never import it
@@ -148,7 +149,7 @@ def load_checkpoint(
     model with peft's adapter layers (what training and saving need)."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
-        if for_scoring and lean_enabled():
+        if for_scoring and lean_enabled(device):
             model, _, why = load_folded(spec, ckpt_dir, tiny_dir, device, labels, pad_token_id)
             if model is not None:
                 return model
