@@ -241,3 +241,13 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     )
     assert loaded == [], loaded
     assert "transformers" in seen["0"] and ("peft" in seen["0"]) == lora
+
+
+def test_a_damaged_weights_file_is_named(tmp_path, tiny_models):
+    from oodcorr.core.errors import DataError
+
+    d = tmp_path / "damaged"
+    shutil.copytree(tiny_models["opt"], d)
+    (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(DataError, match=r"damaged/model.safetensors: not a readable safetensors file"):
+        lean.build(d)

@@ -7,7 +7,7 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.core.errors import ConfigError
+from oodcorr.core.errors import ConfigError, DataError
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
 
@@ -40,8 +40,8 @@ try:
         threads=sm.threads,
         dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
     )
-except (EvaluationRefused, ConfigError) as e:
-    # a damaged checkpoint, scores that are not finite: the message is the log's last line, no traceback
+except (EvaluationRefused, ConfigError, DataError) as e:
+    # a damaged checkpoint or weights file, scores that are not finite: the message is the log's last line, no traceback
     sys.exit(f"oodcorr: {e}")
 print(
     {

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.errors import DataError
+
 # keys of any config.json that change nothing in an inference forward pass (ids, training-only
 # settings, bookkeeping); every other key must be one an architecture below reads
 HARMLESS = {
@@ -564,7 +566,10 @@ def read_weights(folder: str | Path, device="cpu") -> dict[str, torch.Tensor]:
 
     state: dict[str, torch.Tensor] = {}
     for f in _weight_files(Path(folder)):
-        state.update(load_file(str(f), device=str(device)))
+        try:
+            state.update(load_file(str(f), device=str(device)))
+        except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
+            raise DataError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from None
     return state
 
 

@@ -31,6 +31,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..core.errors import DataError
+
 PREFIX = "base_model.model."
 # adapter_config.json keys a fold reads
 READ = {"peft_type", "r", "lora_alpha", "use_rslora", "modules_to_save", "target_modules"}
@@ -117,7 +119,10 @@ def read_adapter(ckpt: str | Path, device="cpu") -> tuple[Adapter | None, str]:
     r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     keep = list(cfg.get("modules_to_save") or [])
-    tensors = load_file(str(weights), device=str(device))
+    try:
+        tensors = load_file(str(weights), device=str(device))
+    except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
+        raise DataError(f"{weights}: not a readable safetensors file ({type(err).__name__}: {err})") from None
     a_b: dict[str, dict[str, torch.Tensor]] = {}
     replace = {}
     for key, value in tensors.items():
