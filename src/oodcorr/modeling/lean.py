@@ -66,7 +66,14 @@ HARMLESS = {
     "problem_type",
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ACTIVATIONS = {"relu": F.relu, "silu": F.silu, "swish": F.silu, "gelu": F.gelu}
+# each applied to a tensor nothing else holds, so in place where torch has it (no new buffer; the
+# same values); sums and products below are written in place too, as a + b == b + a exactly
+ACTIVATIONS = {
+    "relu": lambda x: F.relu(x, inplace=True),
+    "silu": lambda x: F.silu(x, inplace=True),
+    "swish": lambda x: F.silu(x, inplace=True),
+    "gelu": F.gelu,
+}
 
 
 class Unsupported(Exception):
@@ -303,7 +310,7 @@ class _OPTLayer(nn.Module):
         residual = hidden
         if self.pre:
             hidden = self.self_attn_layer_norm(hidden)
-        hidden = residual + self.self_attn(hidden, mask)
+        hidden = self.self_attn(hidden, mask).add_(residual)
         if not self.pre:
             hidden = self.self_attn_layer_norm(hidden)
         shape = hidden.shape
@@ -312,7 +319,7 @@ class _OPTLayer(nn.Module):
         if self.pre:
             hidden = self.final_layer_norm(hidden)
         hidden = self.fc2(self.act(self.fc1(hidden)))
-        hidden = (residual + hidden).view(shape)
+        hidden = hidden.add_(residual).view(shape)
         if not self.pre:
             hidden = self.final_layer_norm(hidden)
         return hidden
@@ -459,7 +466,7 @@ class _OlmoMLP(nn.Module):
         self.down_proj = _Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x):
-        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.act(self.gate_proj(x)).mul_(self.up_proj(x)))
 
 
 class _OlmoLayer(nn.Module):
@@ -471,8 +478,8 @@ class _OlmoLayer(nn.Module):
         self.post_feedforward_layernorm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
 
     def forward(self, hidden, cos, sin, mask):
-        hidden = hidden + self.post_attention_layernorm(self.self_attn(hidden, cos, sin, mask))
-        return hidden + self.post_feedforward_layernorm(self.mlp(hidden))
+        hidden = self.post_attention_layernorm(self.self_attn(hidden, cos, sin, mask)).add_(hidden)
+        return self.post_feedforward_layernorm(self.mlp(hidden)).add_(hidden)
 
 
 class LeanOlmo2(LeanCausalLM):
