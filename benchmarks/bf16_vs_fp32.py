@@ -51,12 +51,16 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def compare(torch, want, got) -> dict:
+def compare(torch, want, got, gold) -> dict:
     m32, m16 = want[:, 0] - want[:, 1], got[:, 0] - got[:, 1]
     flips = (want.argmax(-1) != got.argmax(-1)).nonzero().flatten().tolist()
+    gold = torch.as_tensor(gold)
+    acc32, acc16 = float((want.argmax(-1) == gold).float().mean()), float((got.argmax(-1) == gold).float().mean())
     return {
         "n": int(want.shape[0]),
         "differ": len(flips),
+        "accuracy_fp32": round(acc32, 4),
+        "accuracy_bf16": round(acc16, 4),
         "max_margin_diff": round(float((m32 - m16).abs().max()), 4),
         "median_abs_margin": round(float(m32.abs().median()), 4),
         "flipped_fp32_abs_margins": [round(float(m32[i].abs()), 4) for i in flips],
@@ -107,7 +111,8 @@ def main(argv=None) -> dict:
                 "extra": extra,
             }
             (a, ta), (b, tb) = (scored(torch, score, models[dt], cache, args.threads, args.reps) for dt in models)
-            row = dict(compare(torch, a, b), fp32_s=round(ta, 2), bf16_s=round(tb, 2), speedup=round(ta / tb, 2))
+            gold = [LABELS.index(r["label"]) for r in recs]
+            row = dict(compare(torch, a, b, gold), fp32_s=round(ta, 2), bf16_s=round(tb, 2), speedup=round(ta / tb, 2))
             out["sets"][f"opt-125m shape | {name}"] = row
             print(f"opt-125m shape {name:<32} {row}", flush=True)
     if args.default_results:
@@ -123,18 +128,21 @@ def main(argv=None) -> dict:
                         scored(torch, score, lean.build(ck, dt), cache, args.threads, args.reps)
                         for dt in ("float32", "bfloat16")
                     )
-                    rows.append(dict(compare(torch, a, b), fp32_s=ta, bf16_s=tb))
+                    rows.append(dict(compare(torch, a, b, cache["labels"]), fp32_s=ta, bf16_s=tb))
                 row = {
                     "checkpoints": len(rows),
                     "n": sum(r["n"] for r in rows),
                     "differ": sum(r["differ"] for r in rows),
+                    "max_accuracy_diff": round(max(abs(r["accuracy_fp32"] - r["accuracy_bf16"]) for r in rows), 4),
                     "max_margin_diff": max(r["max_margin_diff"] for r in rows),
                     "median_abs_margin": statistics.median(r["median_abs_margin"] for r in rows),
                     "flipped_fp32_abs_margins": sorted(m for r in rows for m in r["flipped_fp32_abs_margins"]),
                     "speedup": round(sum(r["fp32_s"] for r in rows) / sum(r["bf16_s"] for r in rows), 2),
                 }
                 out["sets"][f"{model} | {cache_path.stem}"] = row
-                print(f"{model} {cache_path.stem:<20} {row}", flush=True)
+                flips = row["flipped_fp32_abs_margins"]
+                shown = {k: v for k, v in row.items() if k != "flipped_fp32_abs_margins"}
+                print(f"{model} {cache_path.stem:<20} {shown}, flipped |margin| <= {max(flips, default=0)}", flush=True)
     out["load_after"] = os.getloadavg()
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -154,11 +154,11 @@ def length_batches(
     return batches[::-1]
 
 
-# How a CPU job batches (measured: benchmarks/README.md#10-batching-padding-and-scoring-throughput).
-# Per padded token, scoring runs fastest with a few hundred tokens per thread in a batch: fewer,
-# and the matrix products run under their full speed (what one more batch costs is about 32
-# tokens' worth per thread); many more, and the activations no longer fit in the caches (at one
-# thread, 3,072-token batches of the OPT-125m shape run 1.6x slower per token than 384-token ones).
+# How a CPU job batches (measured on the OPT-125m shape: benchmarks/README.md#10-batching-padding-
+# and-scoring-throughput). Per useful token, scoring is about as fast with 512 to 4,096 padded
+# tokens per thread in a batch and slower below 512 (at one thread, 256 tokens: 14 % slower), so
+# a batch holds at most 512 per thread: the smallest at full speed, which keeps the first batch
+# short and the padding low. One more batch costs about as much as 32 padded tokens per thread.
 CPU_TOKENS_PER_THREAD = 512
 CPU_OVERHEAD_PER_THREAD = 32
 
