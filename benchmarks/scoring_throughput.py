@@ -18,6 +18,11 @@ In one process, per torch thread count:
    all with (b)'s batches; the FLOPs counted are the plain model's in every case.
 4. ``--sweep``: useful GFLOP/s for token budgets from 128 to 4,096 per thread (what sized (b)).
 
+On a shared machine another process lowers either measurement: ``--interleave`` also measures a
+short GEMM right before every scoring repetition and reports the median of the per-repetition
+ratios; ``cpu_per_wall`` (CPU seconds per wall second) falls below the threads when the process
+waited for a core; ``--max-load`` waits for a quieter machine before each repetition.
+
 Predictions are compared: (b) against (a) and folded against peft (identical per example; the
 largest logit difference).
 
@@ -46,6 +51,9 @@ def parse_args(argv=None):
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--sweep", action="store_true", help="also useful GFLOP/s per token budget (the first limit)")
     p.add_argument("--no-lora", action="store_true")
+    p.add_argument("--only-now", action="store_true", help="only the plain model with the CPU rule's batches")
+    p.add_argument("--interleave", action="store_true", help="a GEMM measured before every scoring repetition too")
+    p.add_argument("--max-load", type=float, help="before each repetition, wait for the 1-minute load to fall below")
     p.add_argument("--workdir", default="/tmp/oodcorr-bench")
     p.add_argument("--out")
     return p.parse_args(argv)
@@ -62,11 +70,18 @@ def timed(fn, min_s: float = 2.0, min_reps: int = 3) -> float:
     return statistics.median(ts)
 
 
-def gemm(torch) -> dict:
+def wait_for_quiet(max_load: float | None, max_wait: float = 300.0) -> None:
+    """Wait (at most ``max_wait`` s) until the 1-minute load average is under ``max_load``."""
+    end = time.time() + max_wait
+    while max_load is not None and os.getloadavg()[0] >= max_load and time.time() < end:
+        time.sleep(5)
+
+
+def gemm(torch, min_s: float = 2.0) -> dict:
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(2048, 2048, generator=gen)
     b = torch.randn(2048, 2048, generator=gen)
-    square = 2 * 2048**3 / timed(lambda: torch.mm(a, b)) / 1e9
+    square = 2 * 2048**3 / timed(lambda: torch.mm(a, b), min_s) / 1e9
     d, f, m = 768, 3072, 1024
     x, h = torch.randn(m, d, generator=gen), torch.randn(m, f, generator=gen)
     w, w1, w2 = torch.randn(d, d, generator=gen), torch.randn(f, d, generator=gen), torch.randn(d, f, generator=gen)
@@ -77,7 +92,7 @@ def gemm(torch) -> dict:
         torch.mm(x, w1.t())
         torch.mm(h, w2.t())
 
-    per_layer = 2 * m * (4 * d * d + 2 * d * f) / timed(layer) / 1e9
+    per_layer = 2 * m * (4 * d * d + 2 * d * f) / timed(layer, min_s) / 1e9
     return {"square_2048": round(square, 1), "opt125m_layer_1024_rows": round(per_layer, 1)}
 
 
@@ -168,12 +183,19 @@ def main(argv=None) -> dict:
                 for name, model in models.items():
                     if name != "plain (lean)" and not way.startswith("now"):
                         continue
+                    if args.only_now and (name != "plain (lean)" or not way.startswith("now")):
+                        continue
                     load = os.getloadavg()[0]
-                    times = []
+                    times, ratios, cpu = [], [], []
                     for _ in range(args.reps):
-                        t0 = time.perf_counter()
+                        wait_for_quiet(args.max_load)
+                        g_rep = max(gemm(torch, min_s=0.5).values()) if args.interleave else None
+                        t0, c0 = time.perf_counter(), time.process_time()
                         logits[(way, name)] = score(model, cache, b, t, overhead=o)
                         times.append(time.perf_counter() - t0)
+                        cpu.append(time.process_time() - c0)
+                        if g_rep:
+                            ratios.append(useful / times[-1] / 1e9 / g_rep)
                     sec = statistics.median(times)
                     row = {
                         "seconds": round(sec, 3),
@@ -185,13 +207,18 @@ def main(argv=None) -> dict:
                         "padded_gflops": round(padded / sec / 1e9, 1),
                         "useful_of_gemm": round(useful / sec / 1e9 / peak, 3),
                         "load": round(load, 2),
+                        # CPU seconds per wall second (at most the threads): lower means the process waited for a core
+                        "cpu_per_wall": round(sum(cpu) / sum(times), 2),
                     }
+                    if ratios:  # each repetition against a GEMM measured just before it
+                        row["useful_of_gemm_interleaved"] = round(statistics.median(ratios), 3)
+                        row["interleaved_ratios"] = [round(r, 3) for r in ratios]
                     per["runs"][f"{way} | {name}"] = row
                     print(f"  n {n} {way:<36} {name:<28} {row}", flush=True)
             new = next(k for k in logits if k[0].startswith("now") and k[1] == "plain (lean)")
-            old = next(k for k in logits if not k[0].startswith("now"))
-            cmp = {"now vs landed batching (plain)": (logits[new], logits[old])}
-            if not args.no_lora:
+            old = next((k for k in logits if not k[0].startswith("now")), None)
+            cmp = {"now vs landed batching (plain)": (logits[new], logits[old])} if old else {}
+            if not args.no_lora and not args.only_now:
                 cmp["folded vs peft (LoRA)"] = (
                     logits[(new[0], "LoRA, folded (lean)")],
                     logits[(new[0], "LoRA, peft layers (landed)")],
