@@ -154,11 +154,12 @@ def length_batches(
     return batches[::-1]
 
 
-# How a CPU job batches (measured on the OPT-125m shape: benchmarks/README.md#10-batching-padding-
-# and-scoring-throughput). Per useful token, scoring is about as fast with 512 to 4,096 padded
-# tokens per thread in a batch and slower below 512 (at one thread, 256 tokens: 14 % slower), so
-# a batch holds at most 512 per thread: the smallest at full speed, which keeps the first batch
-# short and the padding low. One more batch costs about as much as 32 padded tokens per thread.
+# How a CPU job batches, measured on the OPT-125m shape
+# (benchmarks/README.md#10-batching-padding-and-scoring-throughput). Per useful token, scoring is
+# about as fast with 512 to 4,096 padded tokens per thread in a batch and slower below 512 (at one
+# thread, 256 tokens: 14 % slower), so a batch holds at most 512 per thread: the smallest at full
+# speed, which keeps the first batch short and the padding low. One more batch costs about as
+# much as 32 padded tokens per thread.
 CPU_TOKENS_PER_THREAD = 512
 CPU_OVERHEAD_PER_THREAD = 32
 
