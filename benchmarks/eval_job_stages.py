@@ -1,9 +1,11 @@
 """Where an experiment's evaluation jobs spent their time, from the records they wrote.
 
 Every predictions file carries its record (``oodcorr.jobs.evaluate.read_result``); each record
-holds the job's stage times (``job_timing_s``: startup, imports, cache) and its own
-(``timing_s``: model, forward, write). This prints medians (min-max) over the jobs and the
-checkpoint x testset records of one finished experiment:
+holds the job's stage times (``job_timing_s``: startup, imports, cache, and since issue 24 ready
+and first_batch: from the process's start to its first scoring and to its first batch scored)
+and its own (``timing_s``: model, forward, write; ``batching``: the share of padding). This
+prints medians (min-max) over the jobs and the checkpoint x testset records of one finished
+experiment, and how the records were loaded (lean or transformers, LoRA folded or not):
 
     .venv/bin/python benchmarks/eval_job_stages.py results/default [--out FILE.json]
 
@@ -40,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     jobs: dict[str, dict] = {}
     per_record: dict[str, list[float]] = {}
     loads: dict[str, int] = {}
+    loaders: dict[str, int] = {}
+    padding: list[float] = []
     for f in files:
         rec = read_result(str(f))
         job = rec.get("job_timing_s") or {}
@@ -48,9 +52,14 @@ def main(argv: list[str] | None = None) -> int:
         for stage, s in (rec.get("timing_s") or {}).items():
             per_record.setdefault(stage, []).append(float(s))
         loads[rec.get("load", "?")] = loads.get(rec.get("load", "?"), 0) + 1
+        how = f"{rec.get('loader', 'transformers')}, lora {rec.get('lora') or '-'}"
+        loaders[how] = loaders.get(how, 0) + 1
+        batching = rec.get("batching") or {}
+        if batching.get("padded_tokens"):
+            padding.append(1 - batching["tokens"] / batching["padded_tokens"])
     per_job = {
         stage: spread([float(j[stage]) for j in jobs.values() if j.get(stage) is not None])
-        for stage in ("startup", "imports", "cache")
+        for stage in ("startup", "imports", "cache", "ready", "first_batch")
         if any(j.get(stage) is not None for j in jobs.values())
     }
     summary = {
@@ -59,14 +68,19 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": len(jobs),
         "per_job_s": per_job,
         "per_record_s": {k: spread(v) for k, v in per_record.items()},
+        "padding": spread(padding) if padding else None,
         "loads": loads,
+        "loaders": loaders,
     }
     for scope in ("per_job_s", "per_record_s"):
         for stage, s in summary[scope].items():
             print(
                 f"{scope[:-2]:<11} {stage:<8} median {s['median']:7.3f} s  ({s['min']:.3f}-{s['max']:.3f}, n={s['n']})"
             )
-    print(f"{len(files)} records from {len(jobs)} jobs; model loads: {loads}")
+    if padding:
+        p = summary["padding"]
+        print(f"padding     share    median {p['median']:7.3f}    ({p['min']:.3f}-{p['max']:.3f}, n={p['n']})")
+    print(f"{len(files)} records from {len(jobs)} jobs; model loads: {loads}; loaded by: {loaders}")
     if args.out:
         Path(args.out).write_text(json.dumps(summary, indent=1) + "\n")
     return 0

@@ -302,6 +302,20 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     ]
 
 
+def test_evaluation_dtype_reaches_the_evaluation_jobs_only_when_set(default_config):
+    """`evaluation.dtype: model` (the default) is in no param, so upgrading reruns nothing; another
+    dtype is in every evaluation job's params (so changing it reruns the evaluations) and nowhere else."""
+    plan = build_plan(copy.deepcopy(default_config), REPO)
+    wc = _wc(plan.runs[0], testset="synth-overlap", step="0")
+    assert default_config["evaluation"]["dtype"] == "model" and "dtype" not in plan.eval_params(wc)
+    cfg = copy.deepcopy(default_config)
+    cfg["evaluation"]["dtype"] = "bfloat16"
+    other = build_plan(cfg, REPO)
+    assert other.eval_params(wc) == dict(plan.eval_params(wc), dtype="bfloat16")
+    assert other.tokenize_params(wc) == plan.tokenize_params(wc)
+    assert other.finetune_params(wc) == plan.finetune_params(wc)
+
+
 def _wc_of(**wildcards):
     from types import SimpleNamespace
 

@@ -31,6 +31,61 @@ def test_length_batches_cover_each_example_once_within_bounds(max_tokens, max_ba
     assert seq == sorted(seq, reverse=True)
 
 
+def _cost(lengths, batches, overhead):
+    return sum(len(b) * max(lengths[i] for i in b) + overhead for b in batches)
+
+
+@pytest.mark.parametrize("overhead", [0.0, 7.5, 64.0, 10**6])
+def test_cost_cut_batches_are_the_cheapest_cover_within_the_bounds(overhead):
+    """With an overhead per batch, the cuts minimise padded tokens + overhead x batches over every
+    way to cut the length-sorted examples into runs (checked against all of them on small sets),
+    within the same bounds and longest first; no overhead means no padding at all."""
+    import itertools
+
+    rng = random.Random(1)
+    for _ in range(40):
+        lengths = [rng.randint(1, 30) for _ in range(rng.randint(1, 9))]
+        max_tokens, max_batch = rng.choice([(60, 4), (10**6, 3), (45, 9)])
+        got = length_batches(lengths, max_tokens, max_batch, overhead)
+        assert sorted(i for b in got for i in b) == list(range(len(lengths)))
+        assert all(
+            len(b) <= max_batch and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens) for b in got
+        )
+        seq = [lengths[i] for b in got for i in b]
+        assert seq == sorted(seq, reverse=True)
+        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+        best = float("inf")
+        for cuts in itertools.product([0, 1], repeat=len(order) - 1):
+            runs, cur = [], [order[0]]
+            for i, cut in zip(order[1:], cuts):
+                if cut:
+                    runs.append(cur)
+                    cur = []
+                cur.append(i)
+            runs.append(cur)
+            if all(len(b) <= max_batch and (len(b) == 1 or len(b) * lengths[b[0]] <= max_tokens) for b in runs):
+                best = min(best, _cost(lengths, runs, overhead))
+        assert _cost(lengths, got, overhead) == pytest.approx(best)
+        if overhead == 0.0:
+            assert all(len({lengths[i] for i in b}) == 1 for b in got)  # nothing padded
+        if overhead == 10**6:  # batches cost more than any padding: as few as the bounds allow
+            assert len(got) == len(length_batches(lengths, max_tokens, max_batch))
+
+
+def test_cost_cut_batches_pad_less_than_full_ones_on_real_lengths():
+    """RTE-like lengths (a wide spread): batches cut by cost pad a few per cent, full ones far more."""
+    rng = random.Random(0)
+    lengths = [int(rng.lognormvariate(4.2, 0.4)) for _ in range(160)]
+
+    def padding(batches):
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+        return 1 - sum(lengths) / padded
+
+    full = padding(length_batches(lengths, 16384, 32))
+    cut = padding(length_batches(lengths, 16384, 32, overhead=64.0))
+    assert cut < 0.05 < full
+
+
 def _model_and_cache(tiny_models, kind, n=23):
     d = tiny_models[kind]
     tok = AutoTokenizer.from_pretrained(d)
@@ -131,15 +186,78 @@ def test_out_of_memory_on_one_example_and_other_errors_are_raised(tiny_models):
         score(model2, cache, batch_size=8, max_tokens=10**6)
 
 
-def test_eval_dtype_follows_the_model_entry_else_float32_on_cpu():
+def test_eval_dtype_follows_evaluation_dtype_then_the_model_entry_else_float32_on_cpu():
     assert eval_dtype({"name": "m"}, "cpu") == "float32"
     assert eval_dtype({"name": "m", "dtype": "bfloat16"}, "cpu") == "bfloat16"
+    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "model") == "float32"
+    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "bfloat16") == "bfloat16"
 
 
-def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_models):
+def test_a_cpu_job_batches_by_its_threads_and_other_devices_as_configured():
+    from oodcorr.jobs.evaluate import CPU_OVERHEAD_PER_THREAD, CPU_TOKENS_PER_THREAD, device_batching
+
+    assert device_batching("cpu", 1, 32, 16384) == (32, CPU_TOKENS_PER_THREAD, CPU_OVERHEAD_PER_THREAD)
+    assert device_batching("cpu", 2, 32, 16384) == (32, 2 * CPU_TOKENS_PER_THREAD, 2 * CPU_OVERHEAD_PER_THREAD)
+    assert device_batching("cpu", 4, 8, 300)[1] == 300  # the config's bound (or a retry's halving) still holds
+    assert device_batching("cuda", 2, 32, 16384) == (32, 16384, None)
+
+
+def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_models):
+    """Each record says how much of its batches was padding (what the CPU rule cut them for), and
+    the job's timing says how long after its process started it began scoring and had its first
+    batch scored; a bfloat16 evaluation is recorded (and keyed) as one."""
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+
+    tiny = str(tiny_models["olmo2"])
+    spec = {"name": "tiny", "tiny": {"model_type": "olmo2"}}
+    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
+    write_jsonl_atomic(data, synthetic.generate("distractor", 40, 5))
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    cache = tmp_path / "neg.pt"
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
+    ck = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=1)[0]
+    recs = {}
+    for dtype in (None, "bfloat16"):
+        recs[dtype] = evaluate_run(
+            model_spec=dict(spec, dtype="float32"),
+            tiny_dir=tiny,
+            checkpoints=[dict(ck, predictions=str(tmp_path / f"{dtype}.parquet"))],
+            tokenized=str(cache),
+            batch_size=32,
+            max_tokens=16384,
+            provenance={"run_id": "r"},
+            dtype=dtype,
+        )
+    rec, timing = recs[None]["checkpoints"][0], recs[None]["timing_s"]
+    b = rec["batching"]
+    assert b["padding"] == round(1 - b["tokens"] / b["padded_tokens"], 4) and 0 <= b["padding"] < 0.1
+    assert b["max_tokens"] == 512 and b["overhead"] == 32.0  # one thread on a CPU
+    assert rec["loader"] == "lean" and rec["lora"] is None and rec["dtype"] == "float32"
+    assert 0 < timing["startup"] < timing["ready"] <= timing["first_batch"]
+    half = recs["bfloat16"]["checkpoints"][0]
+    assert half["dtype"] == "bfloat16" and half["eval_key"] != rec["eval_key"]
+
+
+def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_models, monkeypatch):
     """evaluate_run over two checkpoints: the first runs out of memory twice (16 -> 8 -> 4),
-    the second starts at 4 and never does; both score like an unconstrained run."""
+    the second starts at 4 and never does; both score like an unconstrained run. (Batches as
+    full as the bounds allow, as on a GPU: a CPU's own cuts would start below 16 rows.)"""
     import json
+
+    from oodcorr.jobs import evaluate
+
+    monkeypatch.setattr(evaluate, "device_batching", lambda device, threads, rows, tokens: (rows, tokens, None))
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.core.records import read_result
@@ -303,11 +421,16 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     assert len(accuracies) == len(cks)  # the checkpoints really differ: a swap that did nothing would fail
 
 
-def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(tmp_path, tiny_models):
+@pytest.mark.parametrize("lean", ["0", "1"])
+def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(
+    tmp_path, tiny_models, monkeypatch, lean
+):
     """peft writes target_modules (a set) in an order that changes between processes, so one run's
-    checkpoints can differ in that order (a finetuning job resumed after a kill). Such an adapter is
-    still swapped in, not loaded afresh with its base model; one whose settings really differ
-    (lora_alpha) is loaded afresh. Either way the predictions equal a fresh load's, bit for bit."""
+    checkpoints can differ in that order (a finetuning job resumed after a kill). With peft's adapter
+    layers (OODCORR_LEAN=0, or an adapter a fold does not know) such an adapter is still swapped in,
+    not loaded afresh with its base model; one whose settings really differ (lora_alpha) is loaded
+    afresh. Folded, every adapter of the run is folded into the one base model. Either way the
+    predictions equal a fresh load's, bit for bit."""
     import json
     from pathlib import Path
 
@@ -317,6 +440,7 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
 
+    monkeypatch.setenv("OODCORR_LEAN", lean)
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
@@ -353,7 +477,9 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     one_job = evaluate_run(
         checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks], **common
     )
-    assert [r["load"] for r in one_job["checkpoints"]] == ["fresh", "adapter swap", "fresh"]
+    loads = [r["load"] for r in one_job["checkpoints"]]
+    assert loads == (["fresh", "adapter swap", "fresh"] if lean == "0" else ["fresh", "adapter swap", "adapter swap"])
+    assert {r["lora"] for r in one_job["checkpoints"]} == {"peft" if lean == "0" else "folded"}
     for c in cks:
         fresh = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
         assert fresh["checkpoints"][0]["load"] == "fresh"

@@ -7,7 +7,7 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.core.errors import ConfigError, ResultError
+from oodcorr.core.errors import ConfigError, DataError, ResultError
 from oodcorr.core.locks import UnsafeLockFile
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
@@ -41,10 +41,11 @@ try:
         provenance=job["provenance"],
         device=pick_device(sm.resources.gpu),
         threads=sm.threads,
+        dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
     )
-except (EvaluationRefused, ConfigError, ResultError, UnsafeLockFile) as e:
-    # a damaged checkpoint or manifest, scores that are not finite, a GPU lock that is a link: the
-    # message is the log's last line, no traceback
+except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile) as e:
+    # a damaged checkpoint, weights file or manifest, scores that are not finite, a GPU lock that is a
+    # link: the message is the log's last line, no traceback
     sys.exit(f"oodcorr: {e}")
 print(
     {

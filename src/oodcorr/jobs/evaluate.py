@@ -22,8 +22,7 @@ from ..core.io import atomic_path, json_default, read_json, read_jsonl, sha256_j
 from ..core.records import META_KEY, cache_info_path, read_result
 from ..modeling import adaptation
 from ..modeling.adaptation import correct_mask
-from ..modeling.loading import load_checkpoint, load_tokenizer
-from ..planning.config import changed_reading
+from ..modeling.loading import lean_enabled, load_checkpoint, load_folded, load_tokenizer, loaded_by
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .series import read_manifest, verify
 
@@ -60,6 +59,8 @@ def tokenize_testset(
     gold labels it cannot predict and the predictions that count as right for them.
     """
     import torch  # torch stack: planning and the CLI never import it
+
+    from ..planning.config import changed_reading  # planning's config: an evaluation job does not need it
 
     method = adaptation.get(model_spec.get("method"))
     tok = load_tokenizer(model_spec, tiny_dir)
@@ -107,28 +108,78 @@ def tokenize_testset(
     return {"n": len(ids), "n_truncated": n_trunc}
 
 
-def length_batches(lengths: list[int], max_tokens: int, max_batch: int) -> list[list[int]]:
+def length_batches(
+    lengths: list[int], max_tokens: int, max_batch: int, overhead: float | None = None
+) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest batch first.
 
-    Examples are sorted by length and cut into runs whose padded size (rows x
-    longest row) stays within ``max_tokens`` and whose row count stays within
-    ``max_batch``; an example longer than ``max_tokens`` gets a batch of its own.
-    Longest first: a batch that does not fit in memory fails at once, before any
-    work is spent on the others.
+    Examples are sorted by length (longest first) and cut into runs whose padded size (rows x
+    longest row) stays within ``max_tokens`` and whose row count stays within ``max_batch``; an
+    example longer than ``max_tokens`` gets a batch of its own. Longest first: a batch that does
+    not fit in memory fails at once, before any work is spent on the others.
+
+    Where the runs are cut: with ``overhead`` None, each batch takes as many examples as the
+    bounds allow. With ``overhead`` (what one more batch costs, in padded tokens: see
+    :func:`device_batching`), the cuts minimise the modelled time of the whole set, the padded
+    tokens plus ``overhead`` per batch (an exact dynamic programme over the sorted lengths): a
+    batch stops where the next examples are so much shorter that their padding would cost more
+    than a batch of their own.
     """
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches, cur, width = [], [], 0
-    for i in order:
-        # sorted longest first, so the first row of a batch sets its width
-        if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+    if overhead is None:
+        batches, cur, width = [], [], 0
+        for i in order:
+            # sorted longest first, so the first row of a batch sets its width
+            if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+                batches.append(cur)
+                cur = []
+            if not cur:
+                width = lengths[i]
+            cur.append(i)
+        if cur:
             batches.append(cur)
-            cur = []
-        if not cur:
-            width = lengths[i]
-        cur.append(i)
-    if cur:
-        batches.append(cur)
-    return batches
+        return batches
+    sizes = [lengths[i] for i in order]
+    n = len(sizes)
+    best = [0.0] + [float("inf")] * n  # best[j]: the least cost of the first j sorted examples
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, max(-1, j - 1 - max_batch), -1):
+            rows, width = j - i, sizes[i]  # the batch order[i:j], its first row the longest
+            if rows > 1 and rows * width > max_tokens:
+                break  # rows x width only grows as the batch reaches further back
+            cost = best[i] + rows * width + overhead
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    batches, j = [], n
+    while j > 0:
+        batches.append(order[start[j] : j])
+        j = start[j]
+    return batches[::-1]
+
+
+# How a CPU job batches, measured on the OPT-125m shape
+# (benchmarks/README.md#12-batching-padding-and-scoring-throughput). Per useful token, scoring is
+# about as fast with 512 to 4,096 padded tokens per thread in a batch and slower below 512 (at one
+# thread, 256 tokens: 14 % slower), so a batch holds at most 512 per thread: the smallest at full
+# speed, which keeps the first batch short and the padding low. One more batch costs about as
+# much as 32 padded tokens per thread.
+CPU_TOKENS_PER_THREAD = 512
+CPU_OVERHEAD_PER_THREAD = 32
+
+
+def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
+    """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
+    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread in a batch (and ``max_tokens``, ``batch_size``),
+    cut where padding would cost more than another batch (:func:`length_batches`); elsewhere
+    ``batch_size`` and ``max_tokens`` as given, batches as full as they allow (not measured on a
+    GPU this round)."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    if torch.device(device).type != "cpu":
+        return batch_size, max_tokens, None
+    n = max(1, int(threads))
+    return batch_size, min(max_tokens, CPU_TOKENS_PER_THREAD * n), float(CPU_OVERHEAD_PER_THREAD * n)
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -153,15 +204,25 @@ def _release_memory(device) -> None:
         torch.mps.empty_cache()
 
 
-def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "cpu", stats: dict | None = None):
+def score(
+    model,
+    cache: dict,
+    batch_size: int,
+    max_tokens: int,
+    device: str = "cpu",
+    stats: dict | None = None,
+    overhead: float | None = None,
+):
     """One score per label for every example of a tokenised testset, in the cache's order.
 
     Each example is read in exactly one forward pass. ``batch_size`` and
     ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
     runs out of memory, both are halved and the examples not yet scored are
     batched again, down to one example per batch (whose failure is raised).
+    ``overhead``: where batches are cut (:func:`length_batches`; None: as full as the bounds allow).
     ``stats``, if given, receives the batch size that worked, the number of
-    batches and of memory failures, and the real and padded token counts.
+    batches and of memory failures, the real and padded token counts and the share of padding,
+    and when scoring began and its first batch was done (``time.time()``).
     """
     import torch  # torch stack: planning and the CLI never import it
 
@@ -174,12 +235,13 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
     out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
     todo = list(range(len(ids)))
     n_batches = n_oom = padded = 0
+    started, first_done = time.time(), None
     while todo:
         failed = None
         done: list[int] = []
         try:
             with torch.inference_mode():
-                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size):
+                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size, overhead):
                     batch = [todo[j] for j in local]
                     inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
                     logits = method.label_logits(
@@ -189,6 +251,7 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
                     done += batch
                     n_batches += 1
                     padded += inp.numel()
+                    first_done = first_done or time.time()
         except Exception as err:  # noqa: BLE001 -- only memory failures are retried
             if not is_out_of_memory(err):
                 raise
@@ -221,13 +284,21 @@ def score(model, cache: dict, batch_size: int, max_tokens: int, device: str = "c
             n_oom=n_oom,
             tokens=sum(lengths),
             padded_tokens=padded,
+            padding=round(1 - sum(lengths) / padded, 4) if padded else 0.0,
+            overhead=overhead,
+            started_at=started,
+            first_batch_at=first_done,
         )
     return out
 
 
-def eval_dtype(model_spec: dict, device: str) -> str:
-    """The dtype to evaluate in: the model entry's ``dtype`` if set, else bf16 on a CUDA
-    device that supports it (half the memory, tensor cores), else float32."""
+def eval_dtype(model_spec: dict, device: str, dtype: str | None = None) -> str:
+    """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
+    the model entry's ``dtype`` (the schema fills in float32, so a workflow job always has one),
+    else, for an entry built without the schema, bf16 on a CUDA device that supports it (half
+    the memory, tensor cores) and float32 elsewhere."""
+    if dtype and dtype != "model":
+        return dtype
     if model_spec.get("dtype"):
         return model_spec["dtype"]
     import torch  # torch stack: planning and the CLI never import it
@@ -450,23 +521,34 @@ def _adapter_config(ckpt: Path):
 class CheckpointLoader:
     """Loads a run's checkpoints one after another, reusing what does not change.
 
-    The first checkpoint loads as usual (:func:`oodcorr.modeling.loading.load_checkpoint`). After it,
-    a LoRA checkpoint whose adapter has the same configuration (as peft reads it: peft writes
-    sets such as ``target_modules`` in an order that changes from process to process, e.g.
-    after a resumed finetuning job) only swaps the adapter's weights into the loaded model
-    (the base model is read once per job), and a checkpoint of
-    full weights is copied into the loaded model in place (no new model is built). Anything
-    else, or a swap that does not fit exactly, loads afresh. Either way the model computes
-    exactly what a fresh load of that checkpoint computes (tests compare them bit for bit).
+    Every model is loaded for scoring (:func:`oodcorr.modeling.loading.load_checkpoint` with
+    ``for_scoring``): the lean model where it applies, and a LoRA adapter folded into the base
+    model's weights (:mod:`oodcorr.modeling.lora`). After the first checkpoint, a LoRA
+    checkpoint is scored on the same base model: the weights the last fold changed are copied
+    back and the new adapter is folded in (the base model is read once per job). An adapter a
+    fold does not know is scored with peft's adapter layers, as before: one whose configuration
+    equals the loaded one's (as peft reads it: peft writes sets such as ``target_modules`` in an
+    order that changes from process to process, e.g. after a resumed finetuning job) only swaps
+    its weights in. A checkpoint of full weights is copied into the loaded model in place (no
+    new model is built). Anything else, or a swap that does not fit exactly, loads afresh.
+    Either way the model computes exactly what a fresh load of that checkpoint computes (tests
+    compare them bit for bit).
     """
 
     def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
         self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
         self.labels, self.pad_id = labels, pad_id
         self.model = None
-        self.kind = None  # "adapter" or "full": what the loaded model holds
+        self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
         self.adapter_config = None
+        self.folded = None  # what the last fold changed (oodcorr.modeling.lora.Folded)
         self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def how(self) -> dict:
+        """How the last checkpoint is scored: ``loader`` (lean or transformers) and ``lora``
+        (folded, peft, or None for full weights)."""
+        lora = {"folded": "folded", "adapter": "peft"}.get(self.kind)
+        return {"loader": loaded_by(self.model), "lora": lora}
 
     def load(self, checkpoint: str | Path, source: dict | None = None):
         """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
@@ -477,11 +559,15 @@ class CheckpointLoader:
 
             self.close()
             own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
-            self.model = load_model(own, None, self.device, self.labels, self.pad_id).eval()
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id, lean=True).eval()
             self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
             return self.model
         ckpt = Path(checkpoint)
         adapter_cfg = ckpt / "adapter_config.json"
+        if adapter_cfg.exists():
+            model = self._fold(ckpt)
+            if model is not None:
+                return model
         if self.model is not None:
             if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
                 if self._swap_adapter(ckpt):
@@ -493,11 +579,48 @@ class CheckpointLoader:
                     return self.model
         self.close()
 
-        self.model = load_checkpoint(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
-        self.kind = "adapter" if adapter_cfg.exists() else "full"
-        self.adapter_config = _adapter_config(ckpt) if adapter_cfg.exists() else None
+        if adapter_cfg.exists():
+            # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
+            from peft import PeftModel  # torch stack: planning and the CLI never import it
+
+            from ..modeling.loading import load_model  # looked up at call time: tests replace it
+
+            base = load_model(self.spec, self.tiny_dir, self.device, self.labels, self.pad_id)
+            self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
+            self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
+        else:
+            self.model = load_checkpoint(
+                self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id, for_scoring=True
+            )
+            self.kind, self.adapter_config = "full", None
         self.last_load = "fresh"
         return self.model
+
+    def _fold(self, ckpt: Path):
+        """The base model with ``ckpt``'s adapter folded in (onto the loaded base when there is one),
+        or None when the adapter is not one a fold knows."""
+        from ..modeling.lora import fold, read_adapter  # torch stack: planning and the CLI never import it
+
+        if not lean_enabled(self.device):
+            return None
+        adapter, why = read_adapter(ckpt, self.device)
+        if adapter is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        if self.model is not None and self.kind == "folded":
+            self.folded.restore(self.model)  # the base model's own weights again, bit for bit
+            done, why = fold(self.model, adapter)
+            if done is not None:
+                self.folded, self.last_load = done, "adapter swap"
+                return self.model
+        self.close()
+        model, done, why = load_folded(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        if model is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        self.model, self.folded, self.kind, self.adapter_config = model, done, "folded", None
+        self.last_load = "fresh"
+        return model
 
     def _swap_adapter(self, ckpt: Path) -> bool:
         # torch stack: planning and the CLI never import it
@@ -547,10 +670,14 @@ class CheckpointLoader:
         self.model.eval()
         return True
 
-    def close(self) -> None:
+    def close(self, release: bool = True) -> None:
+        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache,
+        before another model is loaded (a full collection costs a tenth of a second or more; at
+        the end of a job, whose process then exits, it is skipped)."""
         if self.model is not None:
-            self.model = None
-            _release_memory(__import__("torch").device(self.device))
+            self.model, self.folded = None, None
+            if release:
+                _release_memory(__import__("torch").device(self.device))
 
 
 def evaluate_run(
@@ -565,6 +692,7 @@ def evaluate_run(
     out_summary: str | None = None,
     device: str = "cpu",
     threads: int = 1,
+    dtype: str | None = None,
 ) -> dict:
     """Score checkpoints of one run on one testset, in one process.
 
@@ -584,7 +712,7 @@ def evaluate_run(
     torch.set_num_threads(threads)
     cache = torch.load(tokenized, weights_only=True)
     t_cache = time.time()
-    dtype = eval_dtype(model_spec, device)
+    dtype = eval_dtype(model_spec, device, dtype)
     loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
     job_timing = {
         "startup": round(age, 3) if age is not None else None,
@@ -614,6 +742,8 @@ def evaluate_run(
             dtype=dtype,
             key=key,
             job_timing=job_timing,
+            threads=threads,
+            process_start=t0 - age if age is not None else None,
         )
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
         log.info(
@@ -625,7 +755,7 @@ def evaluate_run(
             ", ".join(f"{k} {v}s" for k, v in rec["timing_s"].items()),
         )
         records.append(rec)
-    loader.close()
+    loader.close(release=False)
     job_timing["checkpoints"] = round(time.time() - t_cache, 3)
     result = {
         "testset": cache["testset"],
@@ -710,6 +840,8 @@ def _evaluate_checkpoint(
     dtype: str,
     key: str,
     job_timing: dict,
+    threads: int = 1,
+    process_start: float | None = None,
 ) -> dict:
     import torch  # torch stack: planning and the CLI never import it
 
@@ -731,8 +863,14 @@ def _evaluate_checkpoint(
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
-    logits = score(model, cache, batch_size, max_tokens, device, stats=stats)
+    rows, tokens, overhead = device_batching(device, threads, batch_size, max_tokens)
+    logits = score(model, cache, rows, tokens, device, stats=stats, overhead=overhead)
     t_fwd = time.time()
+    started, first = stats.pop("started_at"), stats.pop("first_batch_at")
+    if process_start is not None and "ready" not in job_timing and first is not None:
+        # the job's fixed cost: from its process's start to its first scoring, and to its first batch scored
+        job_timing["ready"] = round(started - process_start, 3)
+        job_timing["first_batch"] = round(first - process_start, 3)
     check_finite(logits, model, checkpoint=str(checkpoint), testset=cache["testset"], dtype=dtype)
     pred_t = logits.argmax(-1)
     gold_t = torch.tensor(cache["labels"], dtype=torch.long)
@@ -765,6 +903,7 @@ def _evaluate_checkpoint(
         "dtype": dtype,
         "eval_key": key,
         "load": loader.last_load,
+        **loader.how(),
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,

@@ -54,6 +54,12 @@ def wilson(n_correct: int, n: int, level: float = CI_LEVEL) -> tuple[float, floa
     return low, high
 
 
+def _distinct(*arrays: np.ndarray) -> list:
+    """The distinct values of ``arrays``, sorted: ``np.unique`` / ``np.union1d`` without them (numpy's
+    set routines import ``numpy.ma``, about 0.1 s of every evaluation process)."""
+    return sorted(set().union(*(np.asarray(a).ravel().tolist() for a in arrays)))
+
+
 def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
     """Predictions (indices into ``names``) as the label mode scores them: on a testset whose
     gold labels never use the labels a coarse label collapses (a 2-way set under a 3-way
@@ -65,7 +71,8 @@ def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict 
         idx = [names.index(m) for m in members if m in names]
         if c not in names or present & set(idx):
             continue
-        out[np.isin(out, idx)] = names.index(c)
+        members_idx = set(idx)
+        out[np.fromiter((v in members_idx for v in out.tolist()), bool, out.size)] = names.index(c)
     return out
 
 
@@ -73,7 +80,7 @@ def per_class_f1(gold: np.ndarray, pred: np.ndarray) -> dict[int, float]:
     """F1 = 2 TP / (2 TP + FP + FN) of every class (label index) in ``gold`` or ``pred``."""
     gold, pred = np.asarray(gold), np.asarray(pred)
     out = {}
-    for c in np.union1d(gold, pred):
+    for c in _distinct(gold, pred):
         tp = int(np.sum((gold == c) & (pred == c)))
         fp = int(np.sum((gold != c) & (pred == c)))
         fn = int(np.sum((gold == c) & (pred != c)))
@@ -102,7 +109,7 @@ def confidence(
     prob = softmax(logits)  # columns follow label_names, the model's outputs
     pred = np.asarray(pred)
     out = np.empty(len(pred))
-    for p in np.unique(pred):
+    for p in _distinct(pred):
         name = names[int(p)]
         members = (coarse or {}).get(name)
         cols = [label_names.index(m) for m in members] if members else [label_names.index(name)]
@@ -118,7 +125,7 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
         return math.nan
     bins = np.clip(np.ceil(conf * n_bins).astype(int) - 1, 0, n_bins - 1)
     total = 0.0
-    for b in np.unique(bins):
+    for b in _distinct(bins):
         sel = bins == b
         total += sel.sum() / conf.size * abs(correct[sel].mean() - conf[sel].mean())
     return float(total)

@@ -1,13 +1,29 @@
-"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
+"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in.
+
+For scoring on a CPU, a model loads through :mod:`oodcorr.modeling.lean` where that applies (a
+local OPT or OLMo2 causal LM in a dtype it knows, or a hub one whose pinned commit is in the
+local cache, under the same safety defaults: it reads safetensors only and runs no model code),
+which skips transformers' import graph and computes the same logits bit for bit; otherwise, on
+a GPU (not run this round), and always for training, head models, remote code or pickle weights,
+through transformers' ``from_pretrained``. A LoRA checkpoint scored on a CPU has its adapter
+folded into the base model's weights where that applies (:mod:`oodcorr.modeling.lora`).
+``OODCORR_LEAN=0`` in the environment turns both off (scoring as before: transformers' model,
+peft's adapter layers), to compare the two.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.model_dirs import check_local_weights, package_dir
 from . import adaptation
-from .hub import pinned_model_revision
+
+log = logging.getLogger(__name__)
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
 def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
@@ -26,6 +42,8 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
         if first.get("path"):
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
+
+    from .hub import pinned_model_revision  # the hub lock (yaml): a local model's job does not need it
 
     kwargs = {}
     # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
@@ -46,16 +64,59 @@ def load_tokenizer(spec: dict, tiny_dir=None):
     return tok
 
 
-def load_model(
-    spec: dict, tiny_dir=None, device: str = "cpu", labels: list[str] | None = None, pad_token_id: int | None = None
-):
-    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
-    import torch  # torch stack: planning and the CLI never import it
-    import transformers  # torch stack: planning and the CLI never import it
+def lean_enabled(device: str = "cpu") -> bool:
+    """Whether the lean loader and LoRA folding may be tried: on a CPU (they were not run on a GPU,
+    where a job loads and scores as before) unless ``OODCORR_LEAN`` is ``0`` (``1``: the default)."""
+    value = os.environ.get("OODCORR_LEAN", "1")
+    if value not in ("0", "1"):
+        raise ConfigError(f"OODCORR_LEAN={value!r}: must be 1 (the lean loader where it applies) or 0 (never)")
+    return value == "1" and str(device).split(":")[0] == "cpu"
 
+
+def local_folder(src: str, kw: dict) -> Path | None:
+    """The local folder ``from_pretrained(src, **kw)`` reads: ``src`` itself, or a hub id's snapshot
+    in the local cache when its revision is a commit (as under a hub lock); else None."""
+    if Path(src).is_dir():
+        return Path(src)
+    revision = kw.get("revision")
+    if revision and COMMIT.match(str(revision)) and set(kw) == {"revision"}:
+        from .hub import model_snapshot  # the hub lock (yaml): a local model's job does not need it
+
+        snap = model_snapshot(src, revision)
+        if (snap / "config.json").exists():
+            return snap
+    return None
+
+
+def load_model(
+    spec: dict,
+    tiny_dir=None,
+    device: str = "cpu",
+    labels: list[str] | None = None,
+    pad_token_id: int | None = None,
+    *,
+    lean: bool = False,
+):
+    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors.
+
+    ``lean`` (scoring only): the lean model where it applies (:mod:`oodcorr.modeling.lean`), which
+    computes the same logits but can be neither trained nor saved; else, and by default,
+    transformers' own."""
     method = adaptation.get(spec.get("method"))
     src, kw = model_source(spec, tiny_dir)
     check_local_weights(src, spec)
+    if lean and lean_enabled(device):
+        folder = local_folder(src, kw)
+        if folder is not None:
+            from .lean import lean_model  # torch stack: planning and the CLI never import it
+
+            model, why = lean_model(folder, spec, method.name, device)
+            if model is not None:
+                return model
+            log.info("%s: %s; loading with transformers' from_pretrained", spec["name"], why)
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
+
     if method.name != "pattern":
         if not labels:
             raise ConfigError(f"models[{spec['name']}]: method {method.name!r} needs the label list")
@@ -78,16 +139,56 @@ def load_checkpoint(
     device: str = "cpu",
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
+    *,
+    for_scoring: bool = False,
 ):
-    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
+    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter.
+
+    ``for_scoring``: the lean model where it applies, and a LoRA adapter folded into the base
+    model's weights where it can be (:func:`load_folded`); else, and by default, transformers'
+    model with peft's adapter layers (what training and saving need)."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
+        if for_scoring and lean_enabled(device):
+            model, _, why = load_folded(spec, ckpt_dir, tiny_dir, device, labels, pad_token_id)
+            if model is not None:
+                return model
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt_dir, why)
         from peft import PeftModel  # torch stack: planning and the CLI never import it
 
         base = load_model(spec, tiny_dir, device, labels, pad_token_id)
         model = PeftModel.from_pretrained(base, str(ckpt_dir))
     else:
         own = dict(spec, tiny=None, hub=None, package=None, path=str(ckpt_dir), revision=None)
-        model = load_model(own, None, device, labels, pad_token_id)
+        model = load_model(own, None, device, labels, pad_token_id, lean=for_scoring)
     model.eval()
     return model
+
+
+def load_folded(
+    spec: dict,
+    ckpt_dir: str | Path,
+    tiny_dir=None,
+    device: str = "cpu",
+    labels: list[str] | None = None,
+    pad_token_id: int | None = None,
+):
+    """(model, what the fold changed, "") for a LoRA checkpoint: the base model (lean where that
+    applies) with the adapter folded into its weights (:mod:`oodcorr.modeling.lora`); or
+    (None, None, why not) when the adapter is not one a fold knows."""
+    from .lora import fold, read_adapter  # torch stack: planning and the CLI never import it
+
+    adapter, why = read_adapter(ckpt_dir, device)
+    if adapter is None:
+        return None, None, why
+    base = load_model(spec, tiny_dir, device, labels, pad_token_id, lean=True)
+    done, why = fold(base, adapter)
+    if done is None:
+        return None, None, why
+    return base.eval(), done, ""
+
+
+def loaded_by(model) -> str:
+    """``lean`` or ``transformers``: which code computes a loaded model's forward pass."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "lean" if getattr(base, "lean", False) else "transformers"

@@ -558,6 +558,9 @@ class Plan:
             }
             if run.series:  # (finetuned runs' provenance stays as it was: their eval keys are unchanged)
                 job["provenance"]["x_unit"] = spec.x_unit
+            dtype = self.exp.config["evaluation"].get("dtype", "model")
+            if dtype != "model":  # left out at its default, so upgrading reruns nothing
+                job["dtype"] = dtype
             if self.unit == "run":
                 job["steps"] = list(run.steps)
                 job["predictions"] = [self.predictions_path(run, s, wildcards.testset) for s in run.steps]
