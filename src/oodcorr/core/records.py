@@ -25,6 +25,18 @@ from pathlib import Path
 from .io import sha256_file, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
+# keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its
+# first scoring, and to its first batch scored), not stages: a job's time is the sum of the others
+JOB_MOMENTS = ("ready", "first_batch")
+
+
+def job_seconds(record: dict) -> float:
+    """What one evaluation cost, from its record: its checkpoint's stages, plus its job's start-up
+    stages when it was the job's first (``load`` ``fresh``), never the moments of :data:`JOB_MOMENTS`."""
+    secs = sum((record.get("timing_s") or {}).values())
+    if record.get("load") == "fresh":
+        secs += sum(v for k, v in (record.get("job_timing_s") or {}).items() if k not in JOB_MOMENTS)
+    return secs
 
 
 def cache_info_path(cache_path: str | Path) -> Path:

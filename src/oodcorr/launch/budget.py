@@ -37,7 +37,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.io import human_bytes, load_yaml, write_json_atomic, write_text_atomic
-from ..core.records import read_result
+from ..core.records import job_seconds, read_result
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size
@@ -158,9 +158,7 @@ def measured_costs(plan) -> dict:
                 rec = read_result(path)
             except (OSError, ValueError):
                 continue
-            secs = sum((rec.get("timing_s") or {}).values())
-            if rec.get("load") == "fresh":
-                secs += sum((rec.get("job_timing_s") or {}).values())
+            secs = job_seconds(rec)
             kind = "gpu" if str(rec.get("device", "")).startswith("cuda") else "cpu"
             out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(secs)
     return {k: statistics.median(v) for k, v in out.items()}
