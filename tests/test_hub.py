@@ -351,7 +351,8 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     cfg.write_text(yaml.safe_dump(c))
     assert main(["prefetch", "--configfile", str(cfg)]) == 0
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
-    res = smk(wd, cfg, "results/hubrun/scores.csv", env=env)
+    # the scores only (staged: the published scores.csv is a link that publishing makes after the analysis)
+    res = smk(wd, cfg, "results/hubrun/.staging/scores.csv", env=env)
     assert res.returncode == 0, res.stderr[-4000:]
     ident = yaml.safe_load((wd / "results/hubrun/finetune/hubby/synth/n64/seed0/run_identity.json").read_text())
     assert ident["identity"]["base_weights"] == f"hub:{REPO_ID}@{sha('v1')}"  # the locked commit, not 'v1'
@@ -359,7 +360,7 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     assert "Traceback" not in log
     import pandas as pd
 
-    scores = pd.read_csv(wd / "results/hubrun/scores.csv")
+    scores = pd.read_csv(wd / "results/hubrun/.staging/scores.csv")
     assert len(scores) == 5 * 3 and set(scores["testset"]) == {"synth-test", "synth-overlap", "synth-negation"}
 
     c["models"][0]["revision"] = "main"

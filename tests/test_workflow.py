@@ -76,7 +76,9 @@ def test_end_to_end_outputs(micro_run):
     pred = pd.read_parquet(path)
     assert len(pred) == one["n"] == 60 and pred["correct"].mean() == pytest.approx(one["accuracy"])
     assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == RUN
-    assert one["load"] == "fresh" and set(one["job_timing_s"]) == {"startup", "imports", "cache"}
+    job = one["job_timing_s"]  # stages, then two moments from the process's start (issue 24)
+    assert one["load"] == "fresh" and set(job) == {"startup", "imports", "cache", "ready", "first_batch"}
+    assert job["startup"] + job["imports"] <= job["ready"] <= job["first_batch"]
     assert set(one["timing_s"]) == {"model", "forward"}  # (the write is timed after the record is stored)
     row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
     assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
@@ -116,7 +118,7 @@ def test_both_units_write_the_same_files(micro_run, micro_run_unit):
     summary = json.loads((wd / R / f"eval/{RUN}/synth-overlap.json").read_text())
     assert summary["steps"] == STEPS and summary["run_id"] == RUN
     assert [r["load"] for r in summary["checkpoints"]] == ["fresh"] + ["in place"] * 4
-    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints"}
+    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints", "ready", "first_batch"}
     assert len(list((wd / R / "logs/eval").rglob("*.log"))) == 3  # a job per testset
 
 
@@ -400,7 +402,10 @@ def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
     man = json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())
     assert man["device"] == "cpu" and measured[("finetune", "micro-opt", None, "cpu")] == man["seconds"]
     recs = [read_result(wd / R / f"eval/{RUN}/step{k}/synth-negation.predictions.parquet") for k in STEPS]
-    want = statistics.median(sum(r["timing_s"].values()) + sum(r["job_timing_s"].values()) for r in recs)
+    # the job's stages count once, its moments (ready, first_batch: seconds since its start) not at all
+    want = statistics.median(
+        sum(r["timing_s"].values()) + sum(r["job_timing_s"][k] for k in ("startup", "imports", "cache")) for r in recs
+    )
     assert measured[("evaluate", "micro-opt", "synth-negation", "cpu")] == pytest.approx(want)
     assert not any(k[3] == "gpu" for k in measured)  # CPU jobs never count as GPU measurements
 
