@@ -206,26 +206,11 @@ def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_model
     """Each record says how much of its batches was padding (what the CPU rule cut them for), and
     the job's timing says how long after its process started it began scoring and had its first
     batch scored; a bfloat16 evaluation is recorded (and keyed) as one."""
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run
 
     tiny = str(tiny_models["olmo2"])
     spec = {"name": "tiny", "tiny": {"model_type": "olmo2"}}
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, synthetic.generate("distractor", 40, 5))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "distractor", 40, 5)
     ck = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=1)[0]
     recs = {}
     for dtype in (None, "bfloat16"):
@@ -327,6 +312,29 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
         assert (a["step"], a["n_correct"], a["pred_counts"]) == (b["step"], b["n_correct"], b["pred_counts"])
         assert read_result(b["predictions"])["batching"] == b["batching"]
     assert json.loads((tmp_path / "tight.json").read_text())["steps"] == [0, 5]
+
+
+def _synthetic_testset(tmp_path, tiny, spec, task, n, seed):
+    """A synthetic testset ``neg`` of ``n`` examples, prepared and tokenised as the workflow does it:
+    (data file, meta file, tokenised cache)."""
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.evaluate import tokenize_testset
+
+    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
+    write_jsonl_atomic(data, synthetic.generate(task, n, seed))
+    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
+    return data, meta, cache
 
 
 def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
@@ -436,28 +444,13 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
 
     import pandas as pd
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run
 
     monkeypatch.setenv("OODCORR_LEAN", lean)
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, synthetic.generate("negation", 30, 5))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 30, 5)
     cks = _series(tmp_path, tiny, spec, True, LABELS, n_ckpt=3)
 
     def rewrite_config(ck: dict, change) -> None:
@@ -493,28 +486,13 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     kept; one made from other weights is computed again."""
     import os
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run
     from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
     cks = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
     common = dict(
@@ -544,24 +522,8 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
 
 
 def _one_testset(tmp_path, tiny, spec):
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import tokenize_testset
 
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, synthetic.generate("negation", 20, 3))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
     return str(cache)
 
 

@@ -195,28 +195,11 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     """A whole evaluation job (evaluate_run on a checkpoint, as the rule's script runs it) in a fresh
     process: none of NOT_IN_A_JOB is imported, for full weights and a folded LoRA adapter. With
     OODCORR_LEAN=0 (scoring as before) the same job does import transformers, so the check can fail."""
-    from test_evaluate import _series
-
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import tokenize_testset
+    from test_evaluate import _series, _synthetic_testset
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, synthetic.generate("negation", 12, 5))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 12, 5)
     ck = _series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=1)[0]
     seen = {}
     for flag in ("1", "0"):

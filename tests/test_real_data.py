@@ -267,7 +267,9 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     rep = smk(tmp_path, path, "--report", str(tmp_path / "results/real-cpu/report.html"))
     assert rep.returncode == 0, rep.stderr[-3000:]
     html = (tmp_path / "results/real-cpu/report.html").read_text(encoding="utf-8", errors="replace")
-    assert all(c in html for c in ("1 The answer", "4 Learning curves", "5 Accuracy", "6 Training loss", "accuracy.html"))
+    assert all(
+        c in html for c in ("1 The answer", "4 Learning curves", "5 Accuracy", "6 Training loss", "accuracy.html")
+    )
     table = pd.read_csv(tmp_path / "results/real-cpu/accuracy.csv")
     assert list(table.columns[5:]) == ["snli", "rte", "wnli"] and table["step"].tolist() == [0, 2, 4, 6, 8]
     one = read_result(tmp_path / "results/real-cpu/eval/minilm-l6/snli/n32/seed0/step8/rte.predictions.parquet")

@@ -262,12 +262,19 @@ class LeanCausalLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    def input_embeddings(self) -> nn.Embedding:
+        """The token embedding a tied LM head shares its weight with."""
+        raise NotImplementedError
+
     def tie(self) -> None:
-        """Nothing to tie unless the architecture says so."""
+        """The LM head shares the input embedding's weight where the config ties them."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.input_embeddings().weight
 
     def expected_keys(self) -> set[str]:
         """The weights a checkpoint of this architecture holds (a tied LM head may be absent)."""
-        return set(self.state_dict(keep_vars=True))
+        keys = set(self.state_dict(keep_vars=True))
+        return keys - {"lm_head.weight"} if self.config.tie_word_embeddings else keys
 
 
 # ---- OPT ---------------------------------------------------------------------------------------
@@ -363,13 +370,8 @@ class LeanOPT(LeanCausalLM):
             raise Unsupported(f"{where}: hidden_size not divisible by num_attention_heads")
         return c
 
-    def tie(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.decoder.embed_tokens.weight
-
-    def expected_keys(self) -> set[str]:
-        keys = super().expected_keys()
-        return keys - {"lm_head.weight"} if self.config.tie_word_embeddings else keys
+    def input_embeddings(self) -> nn.Embedding:
+        return self.model.decoder.embed_tokens
 
     def forward(
         self,
@@ -513,13 +515,8 @@ class LeanOlmo2(LeanCausalLM):
         self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         self.inv_freq = self.inv_freq.to(device)
 
-    def tie(self) -> None:
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-
-    def expected_keys(self) -> set[str]:
-        keys = super().expected_keys()
-        return keys - {"lm_head.weight"} if self.config.tie_word_embeddings else keys
+    def input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
 
     def forward(
         self,
