@@ -417,3 +417,31 @@ def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclus
     )
     off = analyse(long, Options(example_boot=0, pool_by=(), step0_check=False))
     assert off["r_no_step0"].isna().all() and off["step0_changes"].isna().all()
+
+
+def test_runs_analysed_in_parallel_processes_give_the_same_table():
+    """`workers` splits the runs over processes: every cell (its example bootstrap, its block
+    bootstrap) draws from a stream seeded by the cell itself, so the table is equal, value for
+    value, and its rows in the same order; a run with no examples of its own stays without them."""
+    rng = np.random.default_rng(11)
+    long = _long(rng, n_steps=10)
+    ex = []
+    for (model, run, unit, ts), g in long.groupby(["model", "run", "unit", "testset"]):
+        if run == "m2/s0":
+            continue  # no per-example predictions for this run: its example intervals are NaN
+        p = float(np.clip(g["score"].iloc[0], 0.05, 0.95))
+        correct = (rng.uniform(size=30) < p).astype(float)
+        ex.append(
+            pd.DataFrame(
+                {"model": model, "run": run, "unit": unit, "testset": ts, "example": np.arange(30), "correct": correct}
+            )
+        )
+    ex = pd.concat(ex, ignore_index=True)
+    opts = Options(residualisers=("linear", "gam"), n_boot=100, n_perm=100, example_boot=40, pool_by=())
+    one = analyse(long, opts, ex)
+    two = analyse(long, opts, ex, workers=2)
+    pd.testing.assert_frame_equal(one, two)
+    per_run = one[one["run"] != "pooled"]
+    assert set(per_run["run"]) == {"m1/s0", "m1/s1", "m2/s0"}
+    assert per_run.loc[per_run["run"] == "m1/s0", "ex_ci_low"].notna().all()
+    assert per_run.loc[per_run["run"] == "m2/s0", "ex_ci_low"].isna().all()

@@ -66,6 +66,9 @@ rule partial_correlations:
         f"{LOGS}/analyse/partial_correlations.log",
     conda:
         ENV
+    # its runs are analysed in this many processes (the same table whatever the number; Snakemake
+    # gives fewer where --cores, or --local-cores on a cluster, are fewer)
+    threads: PLAN.threads("partial_correlations")
     params:
         analysis=ANALYSIS,
         score=PLAN.score,

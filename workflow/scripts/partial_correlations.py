@@ -31,7 +31,7 @@ try:
 except (ResultError, DataError) as e:  # a damaged scores table or predictions file: named, with the way out
     sys.exit(f"oodcorr: {e}")
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
-pc = analyse(long, opts, examples, ordered=True, run_info=info)
+pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threads)  # runs in parallel processes
 if opts.example_boot > 1 and not by_example:
     pc["ex_note"] = f"example-level bootstrap resamples correctness (accuracy); not run for analysis.score {score}"
 log.info("score analysed: %s", score)

@@ -55,7 +55,7 @@ from .consensus import across_models, verdict
 from .correlate import corr_batch
 from .inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from .pooling import fisher_z
-from .residualise import linear_maker
+from .residualise import linear_maker, one_blas_thread
 from .simulate import run_scores
 
 NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): sampling noise is relative to it
@@ -132,25 +132,12 @@ def _python_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b < a, b, a)
 
 
-def _one_blas_thread():
-    """A context in which BLAS runs on one thread: the per-run procedure multiplies thousands of
-    matrices of a few dozen rows, where a second BLAS thread costs three times the time it saves
-    (22 against 69 us per run of 21 checkpoints on 2 cores); parallel work is split over processes."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency of the pinned environment
-        import contextlib
-
-        return contextlib.nullcontext()
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 def run_statistics(scores: np.ndarray, level: float = 0.95, chunk: int = 512) -> dict:
     """The per-run procedure of the analysis (:func:`.pipeline.analyse`'s per-run rows, method
     ``pearson``, residualiser ``linear``, ordered complete units) on a stack of runs: ``scores``
     (runs, checkpoints, 3) with the in-domain score, x and y. Returns arrays ``r``, ``p``,
     ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``, ``phi_x``, ``phi_y``, one value per run."""
-    with _one_blas_thread():
+    with one_blas_thread():
         return _run_statistics(np.asarray(scores, dtype=float), level, chunk)
 
 

@@ -36,7 +36,7 @@ from .correlate import check_method, corr, p_param, residual_pair
 from .inference import INFERENCES, PHI_MAX, assess, dependence, modified_tests
 from .pooling import TWO_RUNS, pool_runs
 from .resample import INTERVALS, cell_rng, interval
-from .residualise import Degenerate, GamSettings, parse
+from .residualise import Degenerate, GamSettings, one_blas_thread, parse
 
 log = logging.getLogger(__name__)
 
@@ -626,12 +626,38 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
             out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 
 
+def _analyse_runs(groups, opts: Options, examples, ordered, workers: int) -> list[list[dict]]:
+    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than one."""
+    if workers <= 1 or len(groups) <= 1:
+        return [analyse_run(g, opts, examples, ordered) for g in groups]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    def own(g):  # each process is sent only its run's examples, chosen as analyse_run chooses them
+        if examples is None:
+            return None
+        model, run = g["model"].iloc[0], g["run"].iloc[0]
+        return examples[(examples["model"] == model) & (examples["run"] == run)]
+
+    tasks = [(g, opts, own(g), ordered) for g in groups]
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(groups)), mp_context=multiprocessing.get_context("fork")
+    ) as pool:
+        return list(pool.map(_analyse_run_on_one_blas_thread, tasks))
+
+
+def _analyse_run_on_one_blas_thread(task) -> list[dict]:
+    with one_blas_thread():
+        return analyse_run(*task)
+
+
 def analyse(
     long: pd.DataFrame,
     opts: Options | None = None,
     examples: pd.DataFrame | None = None,
     ordered: bool | None = None,
     run_info: pd.DataFrame | None = None,
+    workers: int = 1,
 ) -> pd.DataFrame:
     """Per-run rows plus pooled rows (``run == "pooled"``), with ``p_adj``, ``significant`` and
     the checks.
@@ -640,7 +666,9 @@ def analyse(
     :data:`EXAMPLE_CANON` columns. ``ordered`` overrides the detection of ordered units.
     ``run_info`` (optional): one row per run (``run``, optionally ``model``) with more
     columns, e.g. ``n_train`` and ``seed``; they are added to the output, and
-    ``opts.pool_by`` names those within which runs are pooled.
+    ``opts.pool_by`` names those within which runs are pooled. ``workers`` > 1 analyses the runs in
+    that many processes, each on one BLAS thread: every cell draws from its own seeded stream
+    (:func:`.resample.cell_rng`), so the table is the same whatever the number.
     """
     opts = opts or Options()
     missing = [c for c in CANON if c not in long.columns]
@@ -659,9 +687,8 @@ def analyse(
         else:
             log.warning("drop_step0: the units are not numeric, so there is no step 0 to leave out")
     info = run_groups(long, run_info, opts.pool_by)
-    rows = []
-    for _, g in long.groupby(["model", "run"], sort=True):
-        rows += analyse_run(g, opts, examples, ordered)
+    groups = [g for _, g in long.groupby(["model", "run"], sort=True)]
+    rows = [row for per_run in _analyse_runs(groups, opts, examples, ordered, workers) for row in per_run]
     runs = pd.DataFrame(rows)
     extra = [c for c in info.columns if c not in ("model", "run", "pool_group")]
     if runs.empty:

@@ -12,6 +12,8 @@ the config's params when left at its default, or because a layer below planning 
   Scoring (:mod:`oodcorr.modeling.prompting`) and training read them in every job;
 * :data:`RESOURCES` -- what a job of each model rule asks for when neither the config's
   ``resources``, a size class nor the model's own ``resources`` say otherwise.
+* :data:`LOCAL_THREADS` -- the threads of the local rules that use more than one (Snakemake
+  gives fewer where ``--cores``, or ``--local-cores`` on a cluster, are fewer).
 
 ``config/schema.yaml`` states what each of these keys may be and gives none of them a default
 (``tests/test_config.py`` checks both).
@@ -75,6 +77,9 @@ RESOURCES: dict[str, dict[str, Any]] = {
     "finetune": {"mem_mb": 4000, "runtime": 60},
     "evaluate": {"mem_mb": 2000, "runtime": 10},
 }
+
+# partial_correlations analyses its runs in this many processes (the same table whatever the number)
+LOCAL_THREADS: dict[str, int] = {"partial_correlations": 2}
 
 
 def filled(given: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import limits
-from ..core.defaults import ANALYSIS, RESOURCES, filled
+from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
 from ..core.published import MARKER
@@ -572,7 +572,10 @@ class Plan:
 
     # ---- resources: one factory for every rule ----------------------------------------
     def threads(self, rule: str):
-        """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
+        """Threads of a rule's jobs: a constant when every model agrees, else a callable; a local
+        rule's from :data:`~oodcorr.core.defaults.LOCAL_THREADS`."""
+        if rule in LOCAL_THREADS:
+            return LOCAL_THREADS[rule]
         per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
         if len(set(per.values())) == 1:
             return next(iter(per.values()))
