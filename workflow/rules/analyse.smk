@@ -64,6 +64,9 @@ rule partial_correlations:
         agreement=report(f"{A}/agreement.csv", category="1 The answer", caption="../report/agreement.rst"),
     log:
         f"{LOGS}/analyse/partial_correlations.log",
+    # on the critical path: every figure and the publish wait for it, so it starts before the
+    # figures of the scores that are ready at the same time
+    priority: 1
     conda:
         ENV
     # its runs are analysed in this many processes (the same table whatever the number; Snakemake
