@@ -167,12 +167,10 @@ def _holder_process(lock: Path, info: dict | None):
     return p
 
 
-@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="/proc/locks (Linux) names the holder of an flock")
-def test_a_lock_held_here_whose_file_names_another_host_names_the_live_process_here(tmp_path):
-    run = tmp_path / "run"
-    run.mkdir()
-    stale = {"pid": 4242, "host": "node-17.cluster", "started": "2026-11-30T03:00:00+00:00", "slurm_job_id": "991"}
-    holder = _holder_process(run / "finetune.lock", stale)
+def _refused_while_held(run, info):
+    """(the process that held ``run``'s lock, having written ``info`` into it; the refusal a
+    second ``hold`` got meanwhile). The holder is gone when this returns."""
+    holder = _holder_process(run / "finetune.lock", info)
     try:
         with pytest.raises(FolderInUse) as e:
             with hold(run):
@@ -180,8 +178,17 @@ def test_a_lock_held_here_whose_file_names_another_host_names_the_live_process_h
     finally:
         holder.kill()
         holder.wait()
+    return holder, str(e.value)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="/proc/locks (Linux) names the holder of an flock")
+def test_a_lock_held_here_whose_file_names_another_host_names_the_live_process_here(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    stale = {"pid": 4242, "host": "node-17.cluster", "started": "2026-11-30T03:00:00+00:00", "slurm_job_id": "991"}
+    holder, refusal = _refused_while_held(run, stale)
     here = socket.gethostname()
-    assert str(e.value) == (
+    assert refusal == (
         f"run folder {run} is in use by another finetune (it holds {run.resolve()}/finetune.lock): the lock is held "
         f"by a live process on this host ({here}): PID {holder.pid}, per /proc/locks; the lock file names PID 4242 "
         "on host node-17.cluster, started 2026-11-30T03:00:00+00:00, which wrote it last. See what it is with "
@@ -201,15 +208,7 @@ def test_a_lock_held_from_another_host_says_so_and_what_to_do_there(tmp_path, mo
     run.mkdir()
     info = {"pid": 4242, "host": "node-17.cluster", "started": "2026-11-30T03:00:00+00:00", "slurm_job_id": "991"}
     monkeypatch.setattr(locks, "local_holders", lambda fd: [])  # as on a node that does not hold it
-    holder = _holder_process(run / "finetune.lock", info)
-    try:
-        with pytest.raises(FolderInUse) as e:
-            with hold(run):
-                pass
-    finally:
-        holder.kill()
-        holder.wait()
-    msg = str(e.value)
+    holder, msg = _refused_while_held(run, info)
     assert msg.endswith(
         "PID 4242 on host node-17.cluster, started 2026-11-30T03:00:00+00:00, SLURM job 991. No process on this "
         f"host ({socket.gethostname()}) holds the lock, so it is held from another host, the one the file names as "

@@ -244,11 +244,11 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 
     monkeypatch.setattr(evaluate, "device_batching", lambda device, threads, rows, tokens: (rows, tokens, None))
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.io import write_jsonl_atomic
     from oodcorr.core.records import read_result
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.data import prepare
-    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run
     from oodcorr.modeling.loading import load_model
 
     from helpers import BINARY
@@ -258,21 +258,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     raw = tmp_path / "raw.jsonl"
     write_jsonl_atomic(raw, synthetic.generate("negation", 40, 3))
     recs, prov = prepare("neg", {"source": "local", "path": str(raw)}, BINARY)
-    data, meta = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json"
-    write_jsonl_atomic(data, recs)
-    write_json_atomic(meta, prov)
-    cache = tmp_path / "neg.pt"
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    data, meta, cache = _tokenised_testset(tmp_path, tiny, spec, recs, prov)
     cks = []
     for step in (0, 5):
         ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
@@ -315,14 +301,22 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 
 
 def _synthetic_testset(tmp_path, tiny, spec, task, n, seed):
-    """A synthetic testset ``neg`` of ``n`` examples, prepared and tokenised as the workflow does it:
+    """A synthetic testset ``neg`` of ``n`` examples, tokenised as the workflow does it:
     (data file, meta file, tokenised cache)."""
+    return _tokenised_testset(
+        tmp_path, tiny, spec, synthetic.generate(task, n, seed), {"fingerprint": "f", "records_sha256": "r"}
+    )
+
+
+def _tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
+    """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
+    it: (data file, meta file, tokenised cache)."""
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.evaluate import tokenize_testset
 
     data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
-    write_jsonl_atomic(data, synthetic.generate(task, n, seed))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
+    write_jsonl_atomic(data, records)
+    write_json_atomic(meta, meta_doc)
     tokenize_testset(
         model_spec=spec,
         tiny_dir=tiny,

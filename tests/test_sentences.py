@@ -247,16 +247,32 @@ def _wide_rows(units, extra=None):
     return "\n".join(rows) + "\n"
 
 
-def test_text_units_are_said_to_be_exchangeable(tmp_path, caplog):
+def _analyse_wide(path, out):
     from oodcorr.cli import main
+
+    return main(
+        [
+            "analyse",
+            str(path),
+            "--format",
+            "wide",
+            "--unit",
+            "unit",
+            "--in-domain",
+            "mnli",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
+
+
+def test_text_units_are_said_to_be_exchangeable(tmp_path, caplog):
 
     path = tmp_path / "runs.csv"
     path.write_text(_wide_rows([f"seed-{i}" for i in range(10)]))
     with caplog.at_level(logging.INFO):
-        rc = main(
-            ["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli", "--no-plots"]
-            + ["--out", str(tmp_path / "o")]
-        )
+        rc = _analyse_wide(path, tmp_path / "o")
     assert rc == 0
     assert (
         f"{path}: the units in column 'unit' are not numbers ('seed-0', 'seed-1', 'seed-2', ...), so they are "
@@ -266,23 +282,16 @@ def test_text_units_are_said_to_be_exchangeable(tmp_path, caplog):
     caplog.clear()
     path.write_text(_wide_rows(range(0, 100, 10)))
     with caplog.at_level(logging.INFO):
-        main(
-            ["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli", "--no-plots"]
-            + ["--out", str(tmp_path / "p")]
-        )
+        _analyse_wide(path, tmp_path / "p")
     assert "treated as exchangeable" not in caplog.text  # numeric units are ordered: nothing to say
 
 
 def test_an_infinite_score_is_said_not_dropped_silently(tmp_path, caplog):
-    from oodcorr.cli import main
 
     path = tmp_path / "scores.csv"
     path.write_text(_wide_rows(range(0, 100, 10), extra=(4, "30,0.53,inf,0.3,0.57")))
     with caplog.at_level(logging.WARNING):
-        rc = main(
-            ["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli", "--no-plots"]
-            + ["--out", str(tmp_path / "o")]
-        )
+        rc = _analyse_wide(path, tmp_path / "o")
     assert rc == 0
     assert (
         f"{path}: column 'a' holds 1 infinite score(s) (line 5); each is left out, as a missing score, of every "

@@ -69,23 +69,15 @@ Maximum, ...) and empty rows are excluded with a logged warning naming each line
 
 
 def _block_length(v: str):
-    if v == "auto":
-        return v
-    try:
-        n = int(v)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--block-length must be 'auto' or a positive integer, got {v!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--block-length must be at least 1, got {n}")
-    return n
+    return v if v == "auto" else _positive_int("--block-length", "'auto' or ")(v)
 
 
-def _positive_int(flag: str):
+def _positive_int(flag: str, also: str = ""):
     def parse(v: str) -> int:
         try:
             n = int(v)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{flag} must be a positive integer, got {v!r}") from None
+            raise argparse.ArgumentTypeError(f"{flag} must be {also}a positive integer, got {v!r}") from None
         if n < 1:
             raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {n}")
         return n
