@@ -163,10 +163,16 @@ def run_child(case: dict, args, out: Path, env: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     pred = out / "p.parquet"
     pred.unlink(missing_ok=True)
+    from oodcorr.jobs.checkpoints import checkpoint_step
+
+    # scored as the step its own manifest records: a checkpoint is checked against its place (issue 25)
+    step = checkpoint_step(Path(case["checkpoint"]))
     job = {
         "model_spec": case["spec"],
         "tiny_dir": case.get("tiny_dir"),
-        "checkpoints": [{"step": 1, "checkpoint": str(case["checkpoint"]), "predictions": str(pred)}],
+        "checkpoints": [
+            {"step": 1 if step is None else step, "checkpoint": str(case["checkpoint"]), "predictions": str(pred)}
+        ],
         "tokenized": str(case["cache"]),
         "batch_size": 32,
         "max_tokens": 16384,
