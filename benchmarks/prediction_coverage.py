@@ -24,7 +24,10 @@ procedure alone. Candidates: the shipped Bayesian predictive interval (half-norm
     .venv/bin/python benchmarks/prediction_coverage.py --out benchmarks/latest/prediction_coverage.json \\
         [--studies 1000] [--studies-runs 600] [--check 150]
 
-Monte Carlo standard error sqrt(p (1 - p) / studies) beside every share (benchmarks/README.md#13).
+Monte Carlo standard error sqrt(p (1 - p) / studies) beside every share. Where tau = 0 (every model's
+truth is mu) the row also holds ``within_variance_ratio``: the variance of the models' z_m around mu over
+the mean of their V_m, 1 when the within-model variance the model is fed is right.
+Tables: benchmarks/README.md#13-the-prediction-interval-across-models-coverage (``--markdown``).
 """
 
 from __future__ import annotations
@@ -114,9 +117,69 @@ def evaluate(grid: Grid, runs: dict, a: Assumptions, new_z: np.ndarray, shared: 
     return out
 
 
+def _cell(b: dict) -> str:
+    return f"{b['share']:.3f} ± {b['se']:.3f}"
+
+
+def markdown(out: dict) -> str:
+    """The tables of benchmarks/README.md#13 from a JSON this script wrote."""
+    ship = "shipped (half-normal 0.5)"
+    rows = out["rows"]
+    spreads = sorted({(r["mu"], r["tau"]) for r in rows}, key=lambda t: (-t[0], t[1]))
+    lines = [
+        "| runs × models (checkpoints) | φ | "
+        + " | ".join(f"μ {mu:g}, τ {tau:g}" for mu, tau in spreads)
+        + " | lowest, as it was |",
+        "| --- | ---: | " + " | ".join("---:" for _ in spreads) + " | ---: |",
+    ]
+    shapes = sorted({(r["runs"], r["models"], r["checkpoints"], r["phi"]) for r in rows})
+    for K, M, N, phi in shapes:
+        rs = {(r["mu"], r["tau"]): r for r in rows if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)}
+        cells = []
+        for sp in spreads:
+            b = rs[sp]["candidates"][ship]["coverage"]
+            cells.append(("**" + _cell(b) + "**") if b["share"] < 0.93 else _cell(b))
+        old = min(rs[sp]["candidates"][OLD]["coverage"]["share"] for sp in spreads)
+        lines.append(f"| {K} × {M} ({N}) | {phi:g} | " + " | ".join(cells) + f" | {old:.3f} |")
+    lines += ["", "| runs × models (checkpoints) | φ | every model −0.5: generalises (was) | μ −0.55, τ 0.15 (was) | false: μ −0.55, τ 0.35 (was) | false: largest at μ 0 (was) |"]
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for K, M, N, phi in shapes:
+        rs = {(r["mu"], r["tau"]): r["candidates"] for r in rows if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)}
+
+        def g(sp, name, key="generalises"):
+            return rs[sp][name][key]
+
+        zero = [sp for sp in spreads if sp[0] == 0]
+        worst = max(zero, key=lambda sp: g(sp, ship)["share"])
+        worst_old = max(g(sp, OLD)["share"] for sp in zero)
+        lines.append(
+            f"| {K} × {M} ({N}) | {phi:g} | {_cell(g((-0.55, 0.0), ship))} ({g((-0.55, 0.0), OLD)['share']:.3f}) | "
+            f"{_cell(g((-0.55, 0.15), ship))} ({g((-0.55, 0.15), OLD)['share']:.3f}) | "
+            f"{_cell(g((-0.55, 0.35), ship))} ({g((-0.55, 0.35), OLD)['share']:.3f}) | "
+            f"{_cell(g(worst, ship))} ({worst_old:.3f}) |"
+        )
+    lines += ["", "| candidate | lowest coverage | regimes below 0.93 | largest false generalises | power, 6 × 3 × 21 φ 0.5 at −0.5 | power, Pythia shape at −0.5 |"]
+    lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name in (*SCALES, OLD):
+        cov = [r["candidates"][name]["coverage"]["share"] for r in rows]
+        fg = [r["candidates"][name]["generalises_false"]["share"] for r in rows if r["candidates"][name]["generalises_false"]]
+        p6 = [r["candidates"][name]["generalises"]["share"] for r in rows if (r["runs"], r["models"], r["phi"], r["mu"], r["tau"]) == (3, 6, 0.5, -0.55, 0.0)]
+        py = out["pythia_shape"]["same -0.5"]["candidates"][name]["generalises"]["share"]
+        lines.append(
+            f"| {name} | {min(cov):.3f} | {sum(c < 0.93 for c in cov)} of {len(cov)} | {max(fg):.3f} | "
+            f"{p6[0] if p6 else math.nan:.3f} | {py:.3f} |"
+        )
+    lines += ["", "| Pythia shape (16 × 1 × 27, φ 0.8), fixed correlations | coverage | generalises | was: coverage | was: generalises |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, b in out["pythia_shape"].items():
+        c, o = b["candidates"][ship], b["candidates"][OLD]
+        lines.append(f"| {name} | {_cell(c['coverage'])} | {_cell(c['generalises'])} | {_cell(o['coverage'])} | {_cell(o['generalises'])} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--markdown", action="store_true", help="print the tables of the JSON at --out and stop")
     ap.add_argument("--studies", type=int, default=1000, help="studies per regime with one run per model")
     ap.add_argument("--studies-runs", type=int, default=600, help="studies per regime with 2 or 3 runs per model")
     ap.add_argument("--check", type=int, default=150, help="studies per scenario of the pipeline check (0: none)")
@@ -124,6 +187,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, nargs="*", default=list(RUNS))
     ap.add_argument("--phis", type=float, nargs="*", default=list(PHIS))
     args = ap.parse_args(argv)
+    if args.markdown:
+        print(markdown(json.loads(args.out.read_text())), end="")
+        return 0
     t0, c0 = time.time(), time.process_time()
     load = [os.getloadavg()]
     rows = []
@@ -141,6 +207,9 @@ def main(argv=None) -> int:
                     shared = sign_shared(mu, tau)
                     row = {"models": M, "runs": K, "checkpoints": N, "phi": phi, "mu": mu, "tau": tau}
                     row.update(studies=S, sign_shared=shared, candidates=evaluate(grid, runs, a, new_z, shared))
+                    if tau == 0:  # every model's truth is mu: is the within-model variance fed to the model right?
+                        res = studies_of(runs, SETTINGS)
+                        row["within_variance_ratio"] = float(np.nanvar(res["zm"] - mu) / np.nanmean(res["Vm"]))
                     rows.append(row)
                     c = row["candidates"]["shipped (half-normal 0.5)"]
                     print(
