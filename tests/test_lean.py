@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr.jobs.evaluate import score
+from oodcorr.jobs.scoring import score
 from oodcorr.modeling import lean, synthetic
 from oodcorr.modeling.loading import load_checkpoint, load_model, loaded_by
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids

@@ -2,7 +2,8 @@
 
 ``loading`` (models and tokenizers under the safety defaults; for scoring on a CPU, ``lean``:
 OPT and OLMo2 read and run without transformers, the same logits bit for bit, and ``lora``:
-LoRA adapters folded into the base weights), ``adaptation`` (the adaptation
+LoRA adapters folded into the base weights), ``checkpoint_loader`` (a run's checkpoints loaded one
+after another for scoring, reusing the base model), ``adaptation`` (the adaptation
 methods: pattern or head), ``prompting`` (prompt, verbalisers, the scored position), ``tiny`` and
 ``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task) and ``hub``
 (the hub lock, prefetching, pinned revisions). torch and transformers are imported inside the
