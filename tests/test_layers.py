@@ -289,8 +289,8 @@ def test_job_modules_import_nothing_only_planning_needs():
     (benchmarks/README.md, section 9). Importing the job modules must not load what only
     planning uses (the schema validator, Snakemake) or the tables library; torch comes lazily."""
     code = (
-        "import sys, oodcorr.jobs.evaluate, oodcorr.jobs.finetune, oodcorr.planning.finetune_job, "
-        "oodcorr.jobs.series; "
+        "import sys, oodcorr.jobs.evaluate, oodcorr.jobs.tokenize_testset, oodcorr.jobs.finetune, "
+        "oodcorr.planning.finetune_job, oodcorr.jobs.series; "
         "print(' '.join(m for m in ('jsonschema', 'snakemake', 'pandas', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SRC)
