@@ -237,8 +237,8 @@ def run(args) -> int:
                 continue
             s2 = grids.grid_of(plan2)
             samp2 = chosen.sampling
-            if name == "examples x4":
-                samp2 = sampling_with_more_examples(chosen.sampling, 4)
+            if name == grids.EXAMPLES_CHANGE:
+                samp2 = sampling_with_more_examples(chosen.sampling, grids.MORE_EXAMPLES)
             b2 = compute_budget(plan2, cfg, args, lock)
             alternatives.append(
                 {
@@ -252,10 +252,10 @@ def run(args) -> int:
                     },
                 }
             )
-        if any(x["name"] == "examples x4" for x in alternatives):
+        if any(x["name"] == grids.EXAMPLES_CHANGE for x in alternatives):
             cost_notes.append(
-                "examples x4: the config's evaluation time limits stay as they are (GPU-hours at the limits do not "
-                "grow); its GPU-hours from the work do (--throughput)"
+                f"{grids.EXAMPLES_CHANGE}: the config's evaluation time limits stay as they are (GPU-hours at the "
+                "limits do not grow); its GPU-hours from the work do (--throughput)"
             )
     workers = args.workers or max(1, min(2, os.cpu_count() or 1))
     info = {
