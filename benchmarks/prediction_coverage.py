@@ -110,9 +110,7 @@ def evaluate(grid: Grid, runs: dict, a: Assumptions, new_z: np.ndarray, shared: 
         }
         if name in (OLD, "shipped (half-normal 0.5)"):
             shares = verdict_shares(words)
-            block["verdicts"] = {
-                k: {"share": v, "se": math.sqrt(v * (1 - v) / len(words))} for k, v in shares.items()
-            }
+            block["verdicts"] = {k: {"share": v, "se": math.sqrt(v * (1 - v) / len(words))} for k, v in shares.items()}
         out[name] = block
     return out
 
@@ -134,20 +132,32 @@ def markdown(out: dict) -> str:
     ]
     shapes = sorted({(r["runs"], r["models"], r["checkpoints"], r["phi"]) for r in rows})
     for K, M, N, phi in shapes:
-        rs = {(r["mu"], r["tau"]): r for r in rows if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)}
+        rs = {
+            (r["mu"], r["tau"]): r
+            for r in rows
+            if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)
+        }
         cells = []
         for sp in spreads:
             b = rs[sp]["candidates"][ship]["coverage"]
             cells.append(("**" + _cell(b) + "**") if b["share"] < 0.93 else _cell(b))
         old = min(rs[sp]["candidates"][OLD]["coverage"]["share"] for sp in spreads)
         lines.append(f"| {K} × {M} ({N}) | {phi:g} | " + " | ".join(cells) + f" | {old:.3f} |")
-    lines += ["", "| runs × models (checkpoints) | φ | every model −0.5: generalises (was) | μ −0.55, τ 0.15 (was) | false: μ −0.55, τ 0.35 (was) | false: largest at μ 0 (was) |"]
+    lines += [
+        "",
+        "| runs × models (checkpoints) | φ | every model −0.5: generalises (was) | μ −0.55, τ 0.15 (was) "
+        "| false: μ −0.55, τ 0.35 (was) | false: largest at μ 0 (was) |",
+    ]
     lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     for K, M, N, phi in shapes:
-        rs = {(r["mu"], r["tau"]): r["candidates"] for r in rows if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)}
+        rs = {
+            (r["mu"], r["tau"]): r["candidates"]
+            for r in rows
+            if (r["runs"], r["models"], r["checkpoints"], r["phi"]) == (K, M, N, phi)
+        }
 
-        def g(sp, name, key="generalises"):
-            return rs[sp][name][key]
+        def g(sp, name, rs=rs):
+            return rs[sp][name]["generalises"]
 
         zero = [sp for sp in spreads if sp[0] == 0]
         worst = max(zero, key=lambda sp: g(sp, ship)["share"])
@@ -158,21 +168,41 @@ def markdown(out: dict) -> str:
             f"{_cell(g((-0.55, 0.35), ship))} ({g((-0.55, 0.35), OLD)['share']:.3f}) | "
             f"{_cell(g(worst, ship))} ({worst_old:.3f}) |"
         )
-    lines += ["", "| candidate | lowest coverage | regimes below 0.93 | largest false generalises | power, 6 × 3 × 21 φ 0.5 at −0.5 | power, Pythia shape at −0.5 |"]
+    lines += [
+        "",
+        "| candidate | lowest coverage | regimes below 0.93 | largest false generalises "
+        "| power, 6 × 3 × 21 φ 0.5 at −0.5 | power, Pythia shape at −0.5 |",
+    ]
     lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in (*SCALES, OLD):
         cov = [r["candidates"][name]["coverage"]["share"] for r in rows]
-        fg = [r["candidates"][name]["generalises_false"]["share"] for r in rows if r["candidates"][name]["generalises_false"]]
-        p6 = [r["candidates"][name]["generalises"]["share"] for r in rows if (r["runs"], r["models"], r["phi"], r["mu"], r["tau"]) == (3, 6, 0.5, -0.55, 0.0)]
+        fg = [
+            r["candidates"][name]["generalises_false"]["share"]
+            for r in rows
+            if r["candidates"][name]["generalises_false"]
+        ]
+        p6 = [
+            r["candidates"][name]["generalises"]["share"]
+            for r in rows
+            if (r["runs"], r["models"], r["phi"], r["mu"], r["tau"]) == (3, 6, 0.5, -0.55, 0.0)
+        ]
         py = out["pythia_shape"]["same -0.5"]["candidates"][name]["generalises"]["share"]
         lines.append(
             f"| {name} | {min(cov):.3f} | {sum(c < 0.93 for c in cov)} of {len(cov)} | {max(fg):.3f} | "
             f"{p6[0] if p6 else math.nan:.3f} | {py:.3f} |"
         )
-    lines += ["", "| Pythia shape (16 × 1 × 27, φ 0.8), fixed correlations | coverage | generalises | was: coverage | was: generalises |", "| --- | ---: | ---: | ---: | ---: |"]
+    lines += [
+        "",
+        "| Pythia shape (16 × 1 × 27, φ 0.8), fixed correlations | coverage | generalises "
+        "| was: coverage | was: generalises |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
     for name, b in out["pythia_shape"].items():
         c, o = b["candidates"][ship], b["candidates"][OLD]
-        lines.append(f"| {name} | {_cell(c['coverage'])} | {_cell(c['generalises'])} | {_cell(o['coverage'])} | {_cell(o['generalises'])} |")
+        lines.append(
+            f"| {name} | {_cell(c['coverage'])} | {_cell(c['generalises'])} | "
+            f"{_cell(o['coverage'])} | {_cell(o['generalises'])} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -248,13 +278,20 @@ def main(argv=None) -> int:
         from design_agreement import same_studies
 
         for label, grid, a, rhos in (
-            ("Pythia shape, spread mostly below 0", Grid(16, 1, 27), Assumptions(phi=0.8), scenario("spread-off-zero", 16)),
+            (
+                "Pythia shape, spread mostly below 0",
+                Grid(16, 1, 27),
+                Assumptions(phi=0.8),
+                scenario("spread-off-zero", 16),
+            ),
             ("6 x 3 x 21 phi 0.5, every model -0.5", Grid(6, 3, 21), Assumptions(phi=0.5), scenario("same", 6, -0.5)),
         ):
             full = verdict_rates(rhos, grid.runs, grid.checkpoints, a.phi, args.check, seed=30)["verdicts"]
             two = same_studies(grid, a, rhos, args.check, 30)
             diff = max(abs(full.get(k, 0.0) - two.get(k, 0.0)) for k in set(full) | set(two))
-            check.append({"case": label, "studies": args.check, "pipeline": full, "design": two, "largest_difference": diff})
+            check.append(
+                {"case": label, "studies": args.check, "pipeline": full, "design": two, "largest_difference": diff}
+            )
             print(f"[{time.time() - t0:6.0f} s] pipeline check {label}: largest difference {diff:.4f}", flush=True)
 
     out = {
@@ -272,7 +309,11 @@ def main(argv=None) -> int:
     ship = "shipped (half-normal 0.5)"
     for name in (*SCALES, OLD):
         cov = [r["candidates"][name]["coverage"]["share"] for r in rows]
-        fg = [r["candidates"][name]["generalises_false"]["share"] for r in rows if r["candidates"][name]["generalises_false"]]
+        fg = [
+            r["candidates"][name]["generalises_false"]["share"]
+            for r in rows
+            if r["candidates"][name]["generalises_false"]
+        ]
         print(f"{name}: coverage min {min(cov):.3f}, false generalises max {max(fg) if fg else math.nan:.3f}")
     print(f"{out['seconds']} s; {ship} is agreement.csv's")
     return 0

@@ -91,7 +91,8 @@ VERDICTS = (
     "fewer than 2 models tested",
     "no data",
 )
-# the between-model sd's prior: half-normal with this scale on the Fisher z scale (docs/analysis.md#the-prediction-interval)
+# the between-model sd's prior: half-normal of this scale on the Fisher z scale (docs/analysis.md,
+# the prediction interval)
 TAU_SCALE = 0.5
 TAU_POINTS = 161  # grid points of its posterior
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
@@ -336,9 +337,7 @@ def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return p, a, b
 
 
-def across_models(
-    z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3, tau_scale: float = TAU_SCALE
-) -> dict:
+def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3, tau_scale: float = TAU_SCALE) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
     variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``.
     Returns arrays per study: ``n_models`` (models with a run), the model means ``zm``, ``Vm``,

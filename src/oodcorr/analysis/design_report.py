@@ -234,8 +234,8 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         lines.append(
             f"* **`generalises` is out of reach for this grid**: with {g0['models']} models x {g0['runs']} runs, the "
             f"prediction interval for a further model excludes 0 in fewer than {un['target']:.0%} of studies at every "
-            f"effect up to {un['largest_effect']:g}: so few or so noisy models cannot bound how far a further model may "
-            "differ from them (docs/analysis.md#the-prediction-interval). "
+            f"effect up to {un['largest_effect']:g}: so few or so noisy models cannot bound how far a further "
+            "model may differ from them (docs/analysis.md#the-prediction-interval). "
             + (
                 f"The cheapest change that reaches it: **{un['fix']}** ({un['target']:.0%} at effect "
                 f"{un['fix_smallest_effect']:.2f})."
