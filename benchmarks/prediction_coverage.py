@@ -120,7 +120,8 @@ def _cell(b: dict) -> str:
 
 
 def markdown(out: dict) -> str:
-    """The tables of benchmarks/README.md#13 from a JSON this script wrote."""
+    """The tables of benchmarks/README.md#13-the-prediction-interval-across-models-coverage from a JSON
+    this script wrote."""
     ship = "shipped (half-normal 0.5)"
     rows = out["rows"]
     spreads = sorted({(r["mu"], r["tau"]) for r in rows}, key=lambda t: (-t[0], t[1]))
