@@ -115,6 +115,14 @@ def evaluate(grid: Grid, runs: dict, a: Assumptions, new_z: np.ndarray, shared: 
     return out
 
 
+def _coverage_and_false(rows: list[dict], name: str) -> tuple[list[float], list[float]]:
+    """Candidate ``name``'s coverage in every regime, and its false generalises where one is counted."""
+    blocks = [r["candidates"][name] for r in rows]
+    return [b["coverage"]["share"] for b in blocks], [
+        b["generalises_false"]["share"] for b in blocks if b["generalises_false"]
+    ]
+
+
 def _cell(b: dict) -> str:
     return f"{b['share']:.3f} ± {b['se']:.3f}"
 
@@ -176,12 +184,7 @@ def markdown(out: dict) -> str:
     ]
     lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in (*SCALES, OLD):
-        cov = [r["candidates"][name]["coverage"]["share"] for r in rows]
-        fg = [
-            r["candidates"][name]["generalises_false"]["share"]
-            for r in rows
-            if r["candidates"][name]["generalises_false"]
-        ]
+        cov, fg = _coverage_and_false(rows, name)
         p6 = [
             r["candidates"][name]["generalises"]["share"]
             for r in rows
@@ -309,12 +312,7 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     ship = "shipped (half-normal 0.5)"
     for name in (*SCALES, OLD):
-        cov = [r["candidates"][name]["coverage"]["share"] for r in rows]
-        fg = [
-            r["candidates"][name]["generalises_false"]["share"]
-            for r in rows
-            if r["candidates"][name]["generalises_false"]
-        ]
+        cov, fg = _coverage_and_false(rows, name)
         print(f"{name}: coverage min {min(cov):.3f}, false generalises max {max(fg) if fg else math.nan:.3f}")
     print(f"{out['seconds']} s; {ship} is agreement.csv's")
     return 0
