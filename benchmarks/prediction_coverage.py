@@ -22,7 +22,9 @@ procedure alone. Candidates: the shipped Bayesian predictive interval (half-norm
 (Paule-Mandel tau^2, mu +- t_{M-2} sqrt(tau^2 + se^2)).
 
     .venv/bin/python benchmarks/prediction_coverage.py --out benchmarks/latest/prediction_coverage.json \\
-        [--studies 1000] [--studies-runs 600] [--check 150]
+        [--studies 1000] [--studies-runs 1000] [--check 150]
+    .venv/bin/python benchmarks/prediction_coverage.py --out benchmarks/latest/prediction_coverage_issue_shapes.json \\
+        --runs --check 0   # only the issue's two shapes and the Pythia shape
 
 Monte Carlo standard error sqrt(p (1 - p) / studies) beside every share. Where tau = 0 (every model's
 truth is mu) the row also holds ``within_variance_ratio``: the variance of the models' z_m around mu over
@@ -215,7 +217,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--markdown", action="store_true", help="print the tables of the JSON at --out and stop")
     ap.add_argument("--studies", type=int, default=1000, help="studies per regime with one run per model")
-    ap.add_argument("--studies-runs", type=int, default=600, help="studies per regime with 2 or 3 runs per model")
+    ap.add_argument("--studies-runs", type=int, default=1000, help="studies per regime with 2 or 3 runs per model")
     ap.add_argument("--check", type=int, default=150, help="studies per scenario of the pipeline check (0: none)")
     ap.add_argument("--models", type=int, nargs="*", default=list(MODELS))
     ap.add_argument("--runs", type=int, nargs="*", default=list(RUNS))
@@ -254,6 +256,26 @@ def main(argv=None) -> int:
                         flush=True,
                     )
         load.append(os.getloadavg())
+
+    # the shapes issue 30 measured on (about one model in nine positive: mu -0.35, tau 0.28)
+    issue = []
+    for M, K, N, phi in ((10, 1, 25, 0.8), (8, 2, 21, 0.6)):
+        grid, a, mu, tau, S = Grid(M, K, N), Assumptions(phi=phi, model_sd=0.28), -0.35, 0.28, args.studies
+        key = [30, M, K, N, round(1000 * phi), 9]
+        runs = simulate_runs(grid, a, math.tanh(mu), S, np.random.default_rng(key))
+        new_z = mu + tau * np.random.default_rng([*key, 1]).normal(size=S)
+        shared = sign_shared(mu, tau)
+        row = {"models": M, "runs": K, "checkpoints": N, "phi": phi, "mu": mu, "tau": tau, "studies": S}
+        row.update(sign_shared=shared, candidates=evaluate(grid, runs, a, new_z, shared))
+        issue.append(row)
+        c = row["candidates"]
+        print(
+            f"[{time.time() - t0:6.0f} s] issue shape {M} x {K} x {N} phi {phi}: coverage "
+            f"{c['shipped (half-normal 0.5)']['coverage']['share']:.3f} (was {c[OLD]['coverage']['share']:.3f}), "
+            f"false generalises {c['shipped (half-normal 0.5)']['generalises']['share']:.3f} "
+            f"(was {c[OLD]['generalises']['share']:.3f})",
+            flush=True,
+        )
 
     # the Pythia shape with verdict_calibration.py's fixed correlations per model
     pythia = {}
@@ -305,13 +327,14 @@ def main(argv=None) -> int:
         "load_average": load,
         "rows": rows,
         "pythia_shape": pythia,
+        "issue_shapes": issue,
         "pipeline_check": check,
         "seconds": round(time.time() - t0, 1),
         "cpu_seconds": round(time.process_time() - c0, 1),
     }
     args.out.write_text(json.dumps(out, indent=1) + "\n")
     ship = "shipped (half-normal 0.5)"
-    for name in (*SCALES, OLD):
+    for name in (*SCALES, OLD) if rows else ():
         cov, fg = _coverage_and_false(rows, name)
         print(f"{name}: coverage min {min(cov):.3f}, false generalises max {max(fg) if fg else math.nan:.3f}")
     print(f"{out['seconds']} s; {ship} is agreement.csv's")
