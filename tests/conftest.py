@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# Property-based tests (tests/test_fuzz.py): a short, repeatable run in `make test` ("quick": the
+# Property-based tests (tests/jobs/test_data_fuzz.py): a short, repeatable run in `make test` ("quick": the
 # same examples every time), a long random one in `make fuzz` (--hypothesis-profile=fuzz). No
 # deadline: other sessions share the CPU, and a slow example is not a failure.
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -1,6 +1,6 @@
 """The statistics: residualisers, correlation methods, resampling (the ``block`` inference),
-corrections, options. Per-run inference: test_analysis_inference.py; pooling and agreement:
-test_analysis_pooling.py."""
+corrections, options. Per-run inference: tests/analysis/test_inference.py; pooling and agreement:
+tests/analysis/test_pooling.py."""
 
 import math
 

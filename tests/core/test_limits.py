@@ -4,7 +4,7 @@ An attacker's config: a YAML alias bomb in a free-form mapping (ten lines standi
 values), a mapping nested tens of thousands deep, an alias to the block that holds it. A tired
 user's: `oodcorr analyse` on a table of 2,000 testsets. Each is refused at once with a sentence
 naming the file (and line) or the key, the limit and what to do; nothing real is refused (the
-shipped configs, the paper's grid, the McCoy et al. table in test_cli.py).
+shipped configs, the paper's grid, the McCoy et al. table in tests/cli/test_analyse.py).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ what is published checked against its record; one writer per experiment folder, 
 checkout that points at it; the config that wrote an experiment remembered.
 
 Unit level (no Snakemake): the end-to-end counterparts, through the real workflow, are in
-tests/test_workflow.py (an edited published table, a staged table cut short, a kill while
+tests/workflow/test_workflow.py (an edited published table, a staged table cut short, a kill while
 publishing, two runs writing one experiment).
 """
 

@@ -1,5 +1,5 @@
 """Aggregation: records checked against their place and against the data as prepared now;
-damaged tables named. (Publishing the set: tests/test_published.py.)"""
+damaged tables named. (Publishing the set: tests/core/test_published.py.)"""
 
 import json
 import os

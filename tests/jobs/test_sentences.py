@@ -4,8 +4,8 @@ What a tired user (or a full disk) leaves, and what each now reads as: a truncat
 dataset meta file or staged scores table (in the jobs that read them); a model folder with junk
 ``model.safetensors`` beside a pickle; a tab-separated file named ``.csv``; text units, an ``inf``
 score; ``1e-3`` written for a number; an ``n_train`` below the number of labels. Each message names
-the file (or key) and what to do; the end-of-run handler's own case is in test_cluster_habits.py
-and, through Snakemake, in test_bad_inputs.py.
+the file (or key) and what to do; the end-of-run handler's own case is in tests/core/test_locks.py
+and, through Snakemake, in tests/workflow/test_bad_inputs.py.
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO
+
 SNAKEMAKE = str(REPO / ".venv/bin/snakemake")
 DOCS = sorted(
     ["README.md", "config/README.md", "benchmarks/README.md"]

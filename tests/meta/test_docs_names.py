@@ -9,7 +9,7 @@ What counts as a claim:
   package's ``__init__.py``, whose imports are the package's public names;
 * a path ``src/...`` anywhere in those files: it exists (a glob matches something). A path of
   another repository is written with its name first (``DL2024:src/train.py``) and not checked;
-* docs/development.md's layer table: one row per folder of tests/test_layers.py's ``FOLDERS``, whose
+* docs/development.md's layer table: one row per folder of tests/meta/test_layers.py's ``FOLDERS``, whose
   last column names (in backticks) exactly the folders that folder may import.
 
 Everything is read with ``ast`` and regular expressions; nothing of the package is imported.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 from test_layers import FOLDERS
 
-REPO = Path(__file__).resolve().parents[1]
+from helpers import REPO
+
 SRC = REPO / "src"
 TEXT_SUFFIXES = {".md", ".py", ".yaml", ".yml", ".txt", ".rst"}
 DOTTED = re.compile(r"(?<![\w./-])oodcorr(?:\.[A-Za-z_]\w*)+")

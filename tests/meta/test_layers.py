@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 SRC = REPO / "src"
 PKG = SRC / "oodcorr"
 
@@ -64,7 +65,7 @@ def _folder_of(short: str) -> str:
     top = short.split(".")[0]
     if top in FOLDERS:
         return top
-    raise AssertionError(f"oodcorr.{short} is in no folder of tests/test_layers.py: move it into one")
+    raise AssertionError(f"oodcorr.{short} is in no folder of tests/meta/test_layers.py: move it into one")
 
 
 def _imports(path: Path) -> list[tuple[int, bool, str]]:

@@ -381,7 +381,7 @@ def test_a_second_finetune_job_of_a_held_run_is_refused_naming_the_holder(base_r
 def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last_good_one(
     tmp_path, tiny_models, monkeypatch
 ):
-    """tests/test_finetune.py covers a kill between checkpoints and a damaged newest checkpoint;
+    """tests/jobs/test_finetune.py covers a kill between checkpoints and a damaged newest checkpoint;
     here the job dies while saving checkpoint 15 (weights half on disk, no manifest yet)."""
     import torch
     from test_finetune import _job, _weights
