@@ -18,6 +18,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+MICRO = REPO / "config" / "micro.yaml"
 
 
 def smk(workdir, configfile, *args, timeout=900, env=None):
@@ -84,3 +85,60 @@ def n_evaluations(plan) -> int:
     """Checkpoint x testset evaluations a plan asks for, whichever its unit (a run-unit job
     evaluates every checkpoint of its run)."""
     return sum(len(job.steps) for job in plan.eval_jobs)
+
+
+def micro_config() -> dict:
+    """config/micro.yaml as shipped, a fresh dict each call (a test edits its own copy)."""
+    return yaml.safe_load(MICRO.read_text())
+
+
+def micro_plan(config: dict | None = None):
+    """The plan of config/micro.yaml (or of ``config``, an edited copy of it) as the Snakefile
+    builds it: :func:`oodcorr.planning.plan.load` from the repository root."""
+    from oodcorr.planning.plan import load
+
+    return load(micro_config() if config is None else config, REPO, [MICRO])
+
+
+FINETUNE_STEPS = [0, 5, 10, 15, 20]
+
+
+def finetune_job(tmp_path, tiny_dir, name, lora=None):
+    """A short finetune of the tiny OPT model in ``tmp_path / name`` (checkpoints at
+    :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples), ``lora`` its adapter block if any."""
+    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.modeling import synthetic
+    from oodcorr.planning.finetune_job import FinetuneJob
+
+    train = tmp_path / "train.jsonl"
+    if not train.exists():
+        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
+    ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
+    if lora:
+        ft["lora"] = lora
+    run = tmp_path / name
+    return FinetuneJob(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_dir),
+        train_path=str(train),
+        labels=LABELS,
+        prompt=PROMPT,
+        finetune=ft,
+        n_train=64,
+        seed=0,
+        steps=FINETUNE_STEPS,
+        max_steps=20,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+        threads=1,
+    )
+
+
+def checkpoint_weights(run_dir, step) -> dict:
+    """The tensors of checkpoint ``step`` that a finetune in ``run_dir`` saved (its first safetensors file)."""
+    from safetensors.torch import load_file
+
+    d = Path(run_dir) / "checkpoints" / f"checkpoint-{step}"
+    files = sorted(d.glob("*.safetensors"))
+    assert files, d
+    return load_file(files[0])

@@ -23,6 +23,8 @@ from oodcorr.analysis import (
 )
 from oodcorr.analysis.simulate import calibrate
 
+from helpers import micro_config
+
 
 def _ols_residuals(y, Z):
     X = np.column_stack([np.ones(len(y)), Z])
@@ -210,14 +212,13 @@ def test_holm_and_bh_match_statsmodels_and_skip_nans():
 
 
 def test_options_defaults_equal_the_filled_config_and_unknown_keys_are_named():
-    import yaml
 
     from oodcorr.planning.config import analysis_options
     from oodcorr.planning.schema import fill_defaults
 
     from helpers import REPO
 
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["analysis"] = {}
     fill_defaults(cfg, REPO / "config/schema.yaml")
     # every key of the filled section reaches its Options field (a nested name mapped wrong would differ)

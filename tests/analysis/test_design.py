@@ -22,7 +22,7 @@ from oodcorr.launch import budget, grid
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
-from helpers import REPO
+from helpers import MICRO, REPO
 
 
 # ---- a closed form: iid residuals ------------------------------------------------------------------
@@ -227,7 +227,7 @@ def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, 
     ],
 )
 def test_design_bad_input_is_one_error_line(extra, message, caplog, capsys, tmp_path):
-    assert main(["design", "--configfile", str(REPO / "config/micro.yaml"), "--out", str(tmp_path / "x"), *extra]) == 2
+    assert main(["design", "--configfile", str(MICRO), "--out", str(tmp_path / "x"), *extra]) == 2
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and message in errors[0]
     assert "Traceback" not in capsys.readouterr().err
@@ -236,7 +236,7 @@ def test_design_bad_input_is_one_error_line(extra, message, caplog, capsys, tmp_
 def test_a_pilot_that_is_not_the_workflows_table_needs_its_in_domain_set(tmp_path, caplog):
     table = tmp_path / "pilot.csv"
     pd.DataFrame({"model": ["a"], "step": [0], "testset": ["x"], "accuracy": [0.5]}).to_csv(table, index=False)
-    assert main(["design", "--configfile", str(REPO / "config/micro.yaml"), "--pilot", str(table)]) == 2
+    assert main(["design", "--configfile", str(MICRO), "--pilot", str(table)]) == 2
     assert "--pilot-in-domain" in caplog.text and str(table) in caplog.text
 
 

@@ -20,9 +20,7 @@ import yaml
 
 from oodcorr.core.errors import ConfigError, DataError
 
-from helpers import REPO
-
-MICRO = REPO / "config/micro.yaml"
+from helpers import MICRO, REPO
 
 
 def list_bomb(levels: int) -> str:

@@ -25,6 +25,8 @@ import pytest
 
 from oodcorr.core.locks import FolderInUse, check_free, hold
 
+from helpers import micro_plan
+
 PRECIOUS = "my thesis, chapter 3\n"
 
 
@@ -283,15 +285,13 @@ def test_a_built_tiny_model_follows_the_umask(tmp_path):
 
 # ---- class 8: the success line names the published table ------------------------------------------
 def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path, monkeypatch):
-    import yaml
 
     from oodcorr.launch.disk_checks import end_of_run_report
-    from oodcorr.planning.plan import load
 
     from helpers import REPO
 
     monkeypatch.chdir(tmp_path)
-    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    plan = micro_plan()
     lines = end_of_run_report(plan, failed=False)
     assert lines[-1] == (
         "oodcorr: scores in results/micro/scores.csv, partial correlations in "
@@ -307,15 +307,11 @@ def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path,
 def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path, monkeypatch):
     """The handler itself crashed (JSONDecodeError in onsuccess) on a meta file cut short; now the
     file is a warning naming it and what to do, and the rest of the report follows."""
-    import yaml
 
     from oodcorr.launch.disk_checks import end_of_run_warnings
-    from oodcorr.planning.plan import load
-
-    from helpers import REPO
 
     monkeypatch.chdir(tmp_path)
-    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    plan = micro_plan()
     meta = Path("results/micro/data/synth-test.meta.json")
     meta.parent.mkdir(parents=True)
     meta.write_text('{"name": "synth-test", "n": 60, "warn')
@@ -329,15 +325,11 @@ def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path,
 def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadable_meta_file(tmp_path, monkeypatch):
     """Every prompt cut to max_length was said only in the job logs when the handler stopped on an
     unreadable meta file first; now both lines are printed, the 100 % case in words of its own."""
-    import yaml
 
     from oodcorr.launch.disk_checks import end_of_run_report
-    from oodcorr.planning.plan import load
-
-    from helpers import REPO
 
     monkeypatch.chdir(tmp_path)
-    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    plan = micro_plan()
     meta = Path("results/micro/data/synth-test.meta.json")
     meta.parent.mkdir(parents=True)
     meta.write_text("{")

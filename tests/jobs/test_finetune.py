@@ -14,66 +14,29 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from oodcorr.core.io import write_jsonl_atomic
 from oodcorr.jobs.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
 from oodcorr.jobs.finetune import finetune
-from oodcorr.modeling import synthetic
-from oodcorr.planning.finetune_job import FinetuneJob
 
-from helpers import LABELS, PROMPT
-
-STEPS = [0, 5, 10, 15, 20]
-
-
-def _job(tmp_path, tiny_dir, name, lora=None) -> FinetuneJob:
-    train = tmp_path / "train.jsonl"
-    if not train.exists():
-        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
-    ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
-    if lora:
-        ft["lora"] = lora
-    run = tmp_path / name
-    return FinetuneJob(
-        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_dir),
-        train_path=str(train),
-        labels=LABELS,
-        prompt=PROMPT,
-        finetune=ft,
-        n_train=64,
-        seed=0,
-        steps=STEPS,
-        max_steps=20,
-        run_dir=str(run),
-        manifest_path=str(run / "manifest.json"),
-        threads=1,
-    )
-
-
-def _weights(run_dir, step):
-    d = Path(run_dir) / "checkpoints" / f"checkpoint-{step}"
-    files = sorted(d.glob("*.safetensors"))
-    assert files, d
-    return load_file(files[0])
+from helpers import FINETUNE_STEPS, checkpoint_weights, finetune_job
 
 
 def test_schedule_manifest_and_learning(tmp_path, tiny_models):
-    job = _job(tmp_path, tiny_models["opt"], "a")
+    job = finetune_job(tmp_path, tiny_models["opt"], "a")
     info = finetune(job)
-    assert [c["step"] for c in info["checkpoints"]] == STEPS
-    for step in STEPS:
+    assert [c["step"] for c in info["checkpoints"]] == FINETUNE_STEPS
+    for step in FINETUNE_STEPS:
         d = job.run_dir / "checkpoints" / f"checkpoint-{step}"
         assert verify_checkpoint(d)[0]
         assert (d / "model.safetensors").exists()
         assert not list(d.glob("*.bin")) and not (d / "optimizer.pt").exists()  # pruned after the run
-    w0, w20 = _weights(job.run_dir, 0), _weights(job.run_dir, 20)
+    w0, w20 = checkpoint_weights(job.run_dir, 0), checkpoint_weights(job.run_dir, 20)
     assert any(not torch.equal(w0[k], w20[k]) for k in w0)  # training changed the weights
     assert info["resumed_from"] is None
     assert json.loads(job.manifest_path.read_text())["max_steps"] == 20
 
 
 def test_lora_saves_adapters_only(tmp_path, tiny_models):
-    job = _job(
+    job = finetune_job(
         tmp_path,
         tiny_models["opt"],
         "lora",
@@ -107,9 +70,9 @@ f.finetune(FinetuneJob.from_json(sys.argv[1]))
 
 @pytest.mark.slow
 def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models):
-    ref = _job(tmp_path, tiny_models["opt"], "ref")
+    ref = finetune_job(tmp_path, tiny_models["opt"], "ref")
     finetune(ref)
-    job = _job(tmp_path, tiny_models["opt"], "killed")
+    job = finetune_job(tmp_path, tiny_models["opt"], "killed")
     proc = subprocess.Popen(
         [sys.executable, "-c", SLOW_RUNNER, job.to_json()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -127,7 +90,7 @@ def test_killed_finetune_resumes_and_matches_uninterrupted(tmp_path, tiny_models
 
     info = finetune(job)
     assert info["resumed_from"].endswith("checkpoint-10")
-    a, b = _weights(ref.run_dir, 20), _weights(job.run_dir, 20)
+    a, b = checkpoint_weights(ref.run_dir, 20), checkpoint_weights(job.run_dir, 20)
     for k in a:  # CPU training is deterministic; resumed == uninterrupted to 1e-6
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
 
@@ -161,30 +124,32 @@ def _interrupted(monkeypatch, job, after_step):
 
 
 def test_truncated_checkpoint_is_detected_and_skipped(tmp_path, tiny_models, monkeypatch):
-    job = _job(tmp_path, tiny_models["opt"], "trunc")
+    job = finetune_job(tmp_path, tiny_models["opt"], "trunc")
     ckroot = job.run_dir / "checkpoints"
     _interrupted(monkeypatch, job, after_step=12)
-    assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
+    assert find_resume_point(ckroot, FINETUNE_STEPS) == ckroot / "checkpoint-10"
     w = ckroot / "checkpoint-10" / "model.safetensors"
     w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
     ok, why = verify_checkpoint(ckroot / "checkpoint-10")
     assert not ok and "truncated" in why
     # checkpoint 5 kept its weights but not its optimizer state: start again from scratch
-    assert find_resume_point(ckroot, STEPS) is None
+    assert find_resume_point(ckroot, FINETUNE_STEPS) is None
     assert not (ckroot / "checkpoint-10").exists()
     assert list(ckroot.glob(".incomplete-checkpoint-10-*"))  # moved aside, not deleted
     info = finetune(job)
-    assert info["resumed_from"] is None and all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in STEPS)
+    assert info["resumed_from"] is None and all(
+        verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in FINETUNE_STEPS
+    )
 
 
 def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_models, monkeypatch):
-    job = _job(tmp_path, tiny_models["opt"], "optim")
+    job = finetune_job(tmp_path, tiny_models["opt"], "optim")
     ckroot = job.run_dir / "checkpoints"
     _interrupted(monkeypatch, job, after_step=12)
     opt = ckroot / "checkpoint-10" / "optimizer.pt"
     opt.write_bytes(opt.read_bytes()[:10])
     assert verify_checkpoint(ckroot / "checkpoint-10")[0]  # still fine for evaluation
-    assert find_resume_point(ckroot, STEPS) is None
+    assert find_resume_point(ckroot, FINETUNE_STEPS) is None
     assert (ckroot / "checkpoint-10").exists()
 
 
@@ -192,7 +157,7 @@ def test_damaged_optimizer_state_keeps_weights_but_not_resume(tmp_path, tiny_mod
 def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, monkeypatch):
     from oodcorr.jobs import checkpoints
 
-    job = _job(tmp_path, tiny_models["opt"], "prune")
+    job = finetune_job(tmp_path, tiny_models["opt"], "prune")
     ckroot = job.run_dir / "checkpoints"
     _interrupted(monkeypatch, job, after_step=12)
     # the manifest is rewritten before any file goes: simulate a kill right after it
@@ -203,17 +168,17 @@ def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, mon
     monkeypatch.setattr(Path, "unlink", real_unlink)
     assert verify_checkpoint(ckroot / "checkpoint-10")[0]
     info = finetune(job)  # reruns cleanly (from scratch: no resumable state is left)
-    assert [c["step"] for c in info["checkpoints"]] == STEPS
+    assert [c["step"] for c in info["checkpoints"]] == FINETUNE_STEPS
 
 
 def test_completed_run_is_not_trained_again(tmp_path, tiny_models):
-    job = _job(tmp_path, tiny_models["opt"], "again")
+    job = finetune_job(tmp_path, tiny_models["opt"], "again")
     finetune(job)
-    before = _weights(job.run_dir, 20)
+    before = checkpoint_weights(job.run_dir, 20)
     job.manifest_path.unlink()
     info = finetune(job)
     assert info["trained"] is False
-    after = _weights(job.run_dir, 20)
+    after = checkpoint_weights(job.run_dir, 20)
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
@@ -227,12 +192,14 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_that_step(tmp_path
 
     from oodcorr.jobs.checkpoints import weights_digest
 
-    job = _job(tmp_path, tiny_models["opt"], "replaced")
+    job = finetune_job(tmp_path, tiny_models["opt"], "replaced")
     info = finetune(job)
     ckroot = job.run_dir / "checkpoints"
-    assert [c["weights"] for c in info["checkpoints"]] == [weights_digest(ckroot / f"checkpoint-{s}") for s in STEPS]
-    assert len({c["weights"] for c in info["checkpoints"]}) == len(STEPS)
-    original = _weights(job.run_dir, 5)
+    assert [c["weights"] for c in info["checkpoints"]] == [
+        weights_digest(ckroot / f"checkpoint-{s}") for s in FINETUNE_STEPS
+    ]
+    assert len({c["weights"] for c in info["checkpoints"]}) == len(FINETUNE_STEPS)
+    original = checkpoint_weights(job.run_dir, 5)
     shutil.rmtree(ckroot / "checkpoint-5")
     shutil.copytree(ckroot / "checkpoint-10", ckroot / "checkpoint-5")
     ok, why = verify_checkpoint(ckroot / "checkpoint-5")
@@ -240,14 +207,14 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_that_step(tmp_path
     job.manifest_path.unlink()  # as the refusal in evaluation says
     again = finetune(job)
     assert again["trained"] is True and list(ckroot.glob(".incomplete-checkpoint-5-*"))
-    for k, w in _weights(job.run_dir, 5).items():
+    for k, w in checkpoint_weights(job.run_dir, 5).items():
         torch.testing.assert_close(w, original[k], atol=1e-6, rtol=0)
 
 
 def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
-    a = _job(tmp_path, tiny_models["opt"], "bs8")
+    a = finetune_job(tmp_path, tiny_models["opt"], "bs8")
     a = replace(a, steps=[0, 1], max_steps=1, finetune=dict(a.finetune, batch_size=8, warmup_ratio=0.0))
-    b = _job(tmp_path, tiny_models["opt"], "bs4x2")
+    b = finetune_job(tmp_path, tiny_models["opt"], "bs4x2")
     b = replace(
         b,
         steps=[0, 1],
@@ -262,7 +229,7 @@ def test_gradient_accumulation_matches_a_larger_batch(tmp_path, tiny_models):
 
 
 def test_changed_settings_never_resume_from_old_checkpoints(tmp_path, tiny_models):
-    job = _job(tmp_path, tiny_models["opt"], "changed")
+    job = finetune_job(tmp_path, tiny_models["opt"], "changed")
     finetune(job)
     run = job.run_dir
     # pretend the first attempt died after checkpoint 10, with its optimizer state kept
@@ -287,7 +254,7 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
 
     from oodcorr.core.locks import LOCK_FILE, FolderInUse
 
-    job = _job(tmp_path, tiny_models["opt"], "two")
+    job = finetune_job(tmp_path, tiny_models["opt"], "two")
     first = subprocess.Popen(
         [sys.executable, "-c", SLOW_RUNNER, job.to_json()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -313,8 +280,8 @@ def test_a_second_finetune_is_refused_while_the_first_lives_and_runs_once_it_is_
     first.wait()
     info = finetune(job)  # the kernel released the dead holder's lock
     assert info["resumed_from"].endswith(("checkpoint-10", "checkpoint-15"))
-    assert [c["step"] for c in info["checkpoints"]] == STEPS
-    assert all(verify_checkpoint(run / "checkpoints" / f"checkpoint-{s}")[0] for s in STEPS)
+    assert [c["step"] for c in info["checkpoints"]] == FINETUNE_STEPS
+    assert all(verify_checkpoint(run / "checkpoints" / f"checkpoint-{s}")[0] for s in FINETUNE_STEPS)
 
 
 HOLDER = """
@@ -396,10 +363,10 @@ def test_a_holder_that_exited_but_left_a_child_is_named_as_such(tmp_path):
 def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp_path, tiny_models):
     """`--forcerun finetune` (the job's manifest deleted, every checkpoint present): a checkpoint whose
     bytes changed (same size, mtime set back) must not let the run count as complete."""
-    job = _job(tmp_path, tiny_models["opt"], "forcerun")
+    job = finetune_job(tmp_path, tiny_models["opt"], "forcerun")
     finetune(job)
     ckroot = job.run_dir / "checkpoints"
-    good = {k: v.clone() for k, v in _weights(job.run_dir, 10).items()}  # not a view of the file
+    good = {k: v.clone() for k, v in checkpoint_weights(job.run_dir, 10).items()}  # not a view of the file
     w = ckroot / "checkpoint-10" / "model.safetensors"
     st = w.stat()
     data = bytearray(w.read_bytes())
@@ -411,8 +378,8 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
     info = finetune(job)
     assert info["trained"] is True
     assert len(list(ckroot.glob(".incomplete-checkpoint-10-*"))) == 1  # kept aside, never trusted
-    assert all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in STEPS)
-    again = _weights(job.run_dir, 10)
+    assert all(verify_checkpoint(ckroot / f"checkpoint-{s}")[0] for s in FINETUNE_STEPS)
+    again = checkpoint_weights(job.run_dir, 10)
     for k in good:  # trained again to the same weights (CPU determinism)
         torch.testing.assert_close(again[k], good[k], atol=1e-6, rtol=0)
 
@@ -420,7 +387,7 @@ def test_a_damaged_checkpoint_with_its_size_intact_is_trained_again_on_rerun(tmp
 def test_hashes_are_computed_once_and_a_changed_file_is_hashed_again(tmp_path, tiny_models, monkeypatch):
     import oodcorr.jobs.checkpoints as ck_module
 
-    job = _job(tmp_path, tiny_models["opt"], "cache")
+    job = finetune_job(tmp_path, tiny_models["opt"], "cache")
     job = replace(job, steps=[0, 5], max_steps=5)
     finetune(job)
     ckpt = job.run_dir / "checkpoints" / "checkpoint-5"
@@ -447,10 +414,10 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
 
     import oodcorr.jobs.checkpoints as checkpoints
 
-    job = _job(tmp_path, tiny_models["opt"], "keep")
+    job = finetune_job(tmp_path, tiny_models["opt"], "keep")
     ckroot = job.run_dir / "checkpoints"
     _interrupted(monkeypatch, job, after_step=12)
-    assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
+    assert find_resume_point(ckroot, FINETUNE_STEPS) == ckroot / "checkpoint-10"
     c15 = ckroot / "checkpoint-15"  # saved, but its optimizer state did not make it whole
     shutil.copytree(ckroot / "checkpoint-10", c15)
     (c15 / MANIFEST).unlink()
@@ -459,7 +426,7 @@ def test_pruning_never_drops_the_resume_point(tmp_path, tiny_models, monkeypatch
     opt.write_bytes(bytes(b ^ 0xFF for b in opt.read_bytes()))
     checkpoints.prune_resume_state(ckroot, keep=c15)
     assert checkpoints.is_resumable(ckroot / "checkpoint-10")
-    assert find_resume_point(ckroot, STEPS) == ckroot / "checkpoint-10"
+    assert find_resume_point(ckroot, FINETUNE_STEPS) == ckroot / "checkpoint-10"
     # a healthy newer save does take over, and the older state goes
     shutil.rmtree(c15)
     shutil.copytree(ckroot / "checkpoint-10", c15)
@@ -485,7 +452,7 @@ def test_a_non_finite_loss_stops_the_run_before_the_next_checkpoint(tmp_path, ti
         return out * float("nan") if calls["n"] >= 8 and model.training else out
 
     monkeypatch.setattr(Pattern, "label_logits", staticmethod(label_logits))
-    job = _job(tmp_path, tiny_models["opt"], "nan")
+    job = finetune_job(tmp_path, tiny_models["opt"], "nan")
     with pytest.raises(NonFiniteLoss) as e:
         finetune(job)
     msg = str(e.value)

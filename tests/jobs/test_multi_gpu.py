@@ -15,7 +15,7 @@ from oodcorr.planning.config import Experiment
 from oodcorr.planning.finetune_job import FinetuneJob
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO
+from helpers import REPO, micro_config
 
 FSDP_MODEL = {
     "name": "big",
@@ -31,7 +31,7 @@ FSDP_MODEL = {
 
 
 def _config(model):
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["models"].append(copy.deepcopy(model))
     fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
@@ -294,7 +294,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
 
 @pytest.mark.slow
 def test_dry_run_gives_the_finetune_job_the_models_gpus(tmp_path):
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["models"][0]["distributed"] = {"strategy": "fsdp", "gpus": 2}
     cfg["models"][0]["resources"] = {"finetune": {"gpu_model": "h100"}}
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))

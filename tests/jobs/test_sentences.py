@@ -23,7 +23,7 @@ import yaml
 
 from oodcorr.core.errors import ConfigError, DataError
 
-from helpers import BINARY, REPO
+from helpers import BINARY, MICRO, REPO, micro_config
 
 SCRIPTS = REPO / "workflow/scripts"
 
@@ -301,14 +301,14 @@ def test_an_infinite_score_is_said_not_dropped_silently(tmp_path, caplog):
 
 # ---- the config ----------------------------------------------------------------------------------------
 def _micro() -> dict:
-    return yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    return micro_config()
 
 
 def test_a_number_yaml_reads_as_text_gets_the_spelling_that_works(tmp_path):
     from oodcorr.planning.plan import load
 
     path = tmp_path / "lr.yaml"
-    path.write_text((REPO / "config/micro.yaml").read_text().replace("learning_rate: 0.003", "learning_rate: 3e-3"))
+    path.write_text(MICRO.read_text().replace("learning_rate: 0.003", "learning_rate: 3e-3"))
     path.write_text(path.read_text().replace("max_steps: 16", "max_steps: 1.6e1"))
     cfg = yaml.safe_load(path.read_text())
     assert cfg["finetune"]["learning_rate"] == "3e-3"  # YAML 1.1: no dot in the mantissa, so text

@@ -19,7 +19,7 @@ from oodcorr.planning.config import Experiment
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO, smk
+from helpers import REPO, micro_config, smk
 
 STEPS = [0, 4, 8, 16, 24]
 TINY = {
@@ -55,7 +55,7 @@ def series_dirs(tmp_path_factory):
 
 
 def _config(dirs, *, unit="checkpoint", tokens=False, finetuned=False):
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["experiment"] = "series"
     models = [{"name": "pre-steps", "series": {"checkpoints": [{"step": s, "path": str(d)} for s, d in dirs.items()]}}]
     if tokens:  # the same checkpoints on a token axis (16 sequences of at most 64 tokens a step)
@@ -173,7 +173,7 @@ def test_a_series_is_never_finetuned_nor_headed_and_finetuned_models_need_their_
 
 
 def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["models"] = [
         {
             "name": "pythia",
@@ -409,7 +409,7 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
 
 
 def test_a_series_too_short_for_the_analysis_is_refused_naming_its_key():
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["models"] = [
         {
             "name": "pythia",

@@ -11,7 +11,7 @@ from oodcorr.launch import budget
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
-from helpers import REPO, planned_jobs
+from helpers import REPO, micro_config, planned_jobs
 
 PAPER = REPO / "config/paper.yaml"
 
@@ -111,7 +111,7 @@ def test_measured_gpu_costs_replace_the_limits_of_the_same_model_and_testset(pap
 
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
 def test_job_counts_equal_snakemakes(tmp_path, unit):
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["evaluation"]["unit"] = unit
     cfg["models"].append(dict(cfg["models"][0], name="micro-b", finetune={"checkpoints": {"steps": [4, 8, 16]}}))
     path = tmp_path / "c.yaml"

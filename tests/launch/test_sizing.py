@@ -12,13 +12,13 @@ from oodcorr.launch.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_b
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import check_config, fill_defaults
 
-from helpers import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE, micro_config
 
 SCHEMA = REPO / "config/schema.yaml"
 
 
 def micro(**extra) -> dict:
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg.update(extra)
     return cfg
 

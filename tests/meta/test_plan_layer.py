@@ -9,7 +9,7 @@ import yaml
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO, n_evaluations, planned_jobs
+from helpers import REPO, micro_plan, n_evaluations, planned_jobs
 
 RULE_FILES = sorted((REPO / "workflow/rules").glob("*.smk"))
 
@@ -135,5 +135,5 @@ def test_a_consensus_heatmap_per_in_domain_set_with_two_models_or_more():
     assert "results/default/analysis/consensus/synth-test.png" in default.targets()
     paper = load(read_config(REPO / "config/paper.yaml"), REPO, [REPO / "config/paper.yaml"])
     assert paper.consensus_sets() == ["mnli", "snli"]
-    micro = load(read_config(REPO / "config/micro.yaml"), REPO, [REPO / "config/micro.yaml"])
+    micro = micro_plan()
     assert micro.consensus_sets() == [] and not any("/consensus/" in t for t in micro.targets())

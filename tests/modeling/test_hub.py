@@ -15,7 +15,7 @@ from oodcorr.cli import main
 from oodcorr.core.errors import ConfigError
 from oodcorr.modeling import hub
 
-from helpers import REPO, TINY_CONFIGS, smk
+from helpers import REPO, TINY_CONFIGS, micro_config, smk
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"
@@ -144,7 +144,7 @@ def fake_hub(monkeypatch, tmp_path, tiny_models):
 
 def hub_config(path: Path, revision="v1", data_revision="refs/convert/parquet", with_dataset=True) -> Path:
     """config/micro.yaml with its model from the fake hub (and a hub testset); written to ``path``."""
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["experiment"] = "hubrun"
     cfg["models"] = [{"name": "hubby", "hub": REPO_ID, "revision": revision}]
     if with_dataset:

@@ -56,11 +56,11 @@ def test_remote_code_and_pickle_weights_are_refused_without_opt_in(tmp_path, tin
 
 
 def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
-    from test_finetune import _job
-
     from oodcorr.jobs.finetune import finetune
 
-    job = _job(
+    from helpers import finetune_job
+
+    job = finetune_job(
         tmp_path,
         tiny_models["opt"],
         "lora",

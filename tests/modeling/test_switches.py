@@ -6,7 +6,6 @@ import copy
 
 import pytest
 import torch
-import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oodcorr.core.errors import ConfigError
@@ -16,7 +15,7 @@ from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import LABELS, PROMPT, REPO
+from helpers import LABELS, PROMPT, REPO, micro_config
 
 AUTHORS = {
     "template": "{premise}Question: {hypothesis} Yes or No?",
@@ -173,7 +172,7 @@ def test_padded_end_under_left_padding_is_the_last_token(tiny_models):
 
 
 def _micro(**changes):
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["prompt"] = copy.deepcopy(PROMPT)  # the schema's default, spelled out
     for key, value in changes.items():
         block, _, leaf = key.partition(".")

@@ -10,7 +10,7 @@ from oodcorr.planning.config import Experiment
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO, n_evaluations
+from helpers import MICRO, REPO, micro_config, n_evaluations
 
 
 @pytest.fixture
@@ -452,7 +452,7 @@ def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
     from oodcorr.planning.schema import read_config
 
     src = tmp_path / "my-grid.yaml"
-    text = (REPO / "config/micro.yaml").read_text()
+    text = MICRO.read_text()
     cfg = yaml.safe_load(text)
     cfg.pop("experiment", None)
     cfg.pop("analysis", None)
@@ -523,7 +523,7 @@ def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path)
     old["properties"]["analysis"]["default"] = {}
     old_path = tmp_path / "schema-with-analysis-defaults.yaml"
     old_path.write_text(yaml.safe_dump(old, sort_keys=False))
-    base = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    base = micro_config()
     sections = [None, {}, {"pooling": {"two_runs": "fixed-effect"}, "methods": ["spearman"]}, {"gam": {}, "seed": 3}]
     for section in sections:
         a, b = copy.deepcopy(base), copy.deepcopy(base)

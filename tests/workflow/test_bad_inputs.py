@@ -39,7 +39,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE, smk
+from helpers import REPO, SNAKEMAKE, micro_config, smk
 
 pytestmark = pytest.mark.slow
 
@@ -73,9 +73,7 @@ def apply_case(base: dict, case: dict) -> dict:
     return cfg
 
 
-BASE = apply_case(
-    yaml.safe_load((REPO / "config/micro.yaml").read_text()), yaml.safe_load((BAD / "base.yaml").read_text())
-)
+BASE = apply_case(micro_config(), yaml.safe_load((BAD / "base.yaml").read_text()))
 
 
 def write_config(folder: Path, name: str, cfg: dict) -> Path:
@@ -384,13 +382,14 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
     """tests/jobs/test_finetune.py covers a kill between checkpoints and a damaged newest checkpoint;
     here the job dies while saving checkpoint 15 (weights half on disk, no manifest yet)."""
     import torch
-    from test_finetune import _job, _weights
 
     import oodcorr.jobs.finetune as f
 
-    ref = _job(tmp_path, tiny_models["opt"], "ref")
+    from helpers import checkpoint_weights, finetune_job
+
+    ref = finetune_job(tmp_path, tiny_models["opt"], "ref")
     f.finetune(ref)
-    job = _job(tmp_path, tiny_models["opt"], "torn")
+    job = finetune_job(tmp_path, tiny_models["opt"], "torn")
     real = f.write_ckpt_manifest
 
     class Killed(Exception):
@@ -413,7 +412,7 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
     info = f.finetune(job)
     assert info["resumed_from"].endswith("checkpoint-10")
     assert len(list(ckroot.glob(".incomplete-checkpoint-15-*"))) == 1  # kept aside, not trusted
-    a, b = _weights(ref.run_dir, 20), _weights(job.run_dir, 20)
+    a, b = checkpoint_weights(ref.run_dir, 20), checkpoint_weights(job.run_dir, 20)
     for k in a:  # the same final weights as an uninterrupted run, to 1e-6 (CPU determinism)
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE
+from helpers import REPO, SNAKEMAKE, micro_config
 
 sys.path.insert(0, str(REPO / "tests" / "slurm"))
 import cluster as slurm_cluster  # noqa: E402
@@ -69,7 +69,7 @@ def test_profile_keys_a_user_edits_and_optional_packing():
 
 def _dry_resources(tmp_path, resources: dict, target: str, rule: str, attempt: int, unit="checkpoint") -> dict:
     """mem_mb, runtime and attempt of ``rule``'s job for ``target`` in a dry run at ``attempt``."""
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["resources"] = resources
     cfg["evaluation"]["unit"] = unit
     path = tmp_path / "c.yaml"
@@ -134,7 +134,7 @@ def _config(path: Path) -> dict:
     """config/micro.yaml, evaluations declared as GPU jobs, and per-rule placement: every job that asks
     for no GPU (tiny-model build, tokenisation, this CPU finetune) to the CPU partition, the
     tokenisations with an extra sbatch option (resources: results do not change)."""
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["resources"] = {
         "evaluate": {"gpu": 1},
         "cpu": {"slurm_partition": slurm_cluster.CPU_PARTITION},

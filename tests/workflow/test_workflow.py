@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE, smk
+from helpers import REPO, SNAKEMAKE, micro_config, smk
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def job_counts(dry_run_stdout: str) -> dict:
 
 def _micro(tmp_path_factory, name, unit):
     wd = tmp_path_factory.mktemp(name)
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["evaluation"]["unit"] = unit
     cfg_path = wd / "micro.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
@@ -458,7 +458,7 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
 def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_path):
     """A second model saving at other steps: still the one rule `evaluate`, a job per
     checkpoint of each run (5 + 4), each writing exactly its step's file."""
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 10, 16]}}))
     path = tmp_path / "two.yaml"
     path.write_text(yaml.safe_dump(cfg))
@@ -496,7 +496,7 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     shutil.copytree(micro_run[0], wd, symlinks=True)
     assert smk(wd, micro_run[2]).returncode == 0  # the first experiment, finished (whatever ran before)
     first = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg.pop("experiment")  # named after its file: results/micro-lr/
     cfg["finetune"].update(learning_rate=0.01, max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough
     cfg["evaluation"]["unit"] = "run"  # 3 evaluation processes, not 15: the folders are what is tested here
@@ -550,7 +550,7 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     import signal
     import time
 
-    cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
+    cfg = micro_config()
     cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(cfg))
