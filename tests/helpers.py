@@ -7,10 +7,14 @@ test module imports by name lives here, so a reader finds it and a script outsid
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import yaml
@@ -142,3 +146,35 @@ def checkpoint_weights(run_dir, step) -> dict:
     files = sorted(d.glob("*.safetensors"))
     assert files, d
     return load_file(files[0])
+
+
+SCRIPTS = REPO / "workflow" / "scripts"
+
+
+class Wildcards(dict):
+    """Snakemake's wildcards: a mapping whose items are attributes too."""
+
+    __getattr__ = dict.__getitem__
+
+
+def run_rule_script(name: str, tmp_path: Path, **fields):
+    """Run a rule's script as Snakemake would, with a stand-in ``snakemake`` object; returns the
+    message of the ``sys.exit`` it ends with (None if it ends normally)."""
+    sm = types.SimpleNamespace(log=[str(tmp_path / f"{name}.log")], config={}, wildcards=types.SimpleNamespace())
+    for k, v in fields.items():
+        setattr(sm, k, v)
+    try:
+        runpy.run_path(str(SCRIPTS / f"{name}.py"), init_globals={"snakemake": sm}, run_name="__main__")
+    except SystemExit as e:
+        return str(e.code)
+    finally:
+        logging.getLogger().handlers.clear()  # setup_logging added a file handler for the job's log
+    return None
+
+
+def truncated_json(path: Path, doc: dict) -> Path:
+    """``doc`` as JSON in ``path``, cut in half (a write a kill or a full disk stopped)."""
+    text = json.dumps(doc, indent=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text[: len(text) // 2])
+    return path

@@ -3,7 +3,9 @@ damaged tables named. (Publishing the set: tests/core/test_published.py.)"""
 
 import json
 import os
+import types
 
+import pandas as pd
 import pytest
 import torch
 
@@ -11,6 +13,8 @@ from oodcorr.core.errors import ResultError
 from oodcorr.core.io import write_json_atomic
 from oodcorr.jobs.aggregate import collect, read_scores, write_scores
 from oodcorr.jobs.predictions import write_predictions
+
+from helpers import run_rule_script
 
 
 def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=0):
@@ -242,3 +246,20 @@ def test_a_series_record_must_name_the_configured_checkpoint(tmp_path, monkeypat
         str(tmp_path / rel), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"], rec
     )
     assert collect([rel], places=_places(series=series))["step"].tolist() == [100]
+
+
+def test_a_truncated_staged_scores_table_stops_the_report_tables_with_a_sentence(tmp_path):
+    staged = tmp_path / "results/x/.staging/scores.parquet"
+    staged.parent.mkdir(parents=True)
+    pd.DataFrame({"accuracy": [0.5] * 100}).to_parquet(staged)
+    staged.write_bytes(staged.read_bytes()[:200])
+    msg = run_rule_script(
+        "report_tables",
+        tmp_path,
+        rule="accuracy_table",
+        input=[str(staged)],
+        output=types.SimpleNamespace(html=str(tmp_path / "a.html"), csv=str(tmp_path / "a.csv")),
+        config={"experiment": "x"},
+    )
+    assert msg is not None and msg.startswith(f"oodcorr: {staged}: not a readable scores table ("), msg
+    assert msg.endswith("delete it and run again: the aggregation rebuilds it from the evaluation results")

@@ -1,6 +1,7 @@
 import json
 from collections import Counter
 
+import pandas as pd
 import pytest
 
 from oodcorr.core.errors import DataError
@@ -29,7 +30,6 @@ def test_synthetic_source_and_fingerprint():
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "parquet"])
 def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
-    import pandas as pd
 
     df = pd.DataFrame(
         {
@@ -410,3 +410,28 @@ def test_single_class_and_conflicts_share_the_warning(tmp_path):
     _, prov = prepare("d", {"source": "local", "path": str(path), "label_map": {"neutral": "entailment"}}, BINARY)
     assert prov["warning"].startswith("dataset 'd' has a single class (entailment)")  # exact duplicates once mapped
     assert prov["duplicates"]["exact"] == 1 and prov["duplicates"]["conflicting"] == 0
+
+
+# ---- tables and datasets as people have them ------------------------------------------------------
+def test_a_tab_separated_dataset_named_csv_is_named_as_such(tmp_path):
+    from oodcorr.jobs.data import prepare
+
+    path = tmp_path / "export.csv"
+    path.write_text("premise\thypothesis\tlabel\nA cat, asleep.\tAn animal.\tentailment\n")
+    with pytest.raises(DataError) as e:
+        prepare("d", {"source": "local", "path": str(path)}, BINARY)
+    assert str(e.value) == (
+        f"{path}:1: the header holds tabs and no comma, so the file looks tab-separated, but its name says "
+        "otherwise; name it .tsv (compressed: .tsv.gz), or set `format: tsv` on the dataset entry"
+    )
+    recs, _ = prepare("d", {"source": "local", "path": str(path), "format": "tsv"}, BINARY)  # what it says to do
+    assert recs[0]["premise"] == "A cat, asleep."
+
+
+def test_a_comma_separated_dataset_named_tsv_is_named_as_such(tmp_path):
+    from oodcorr.jobs.data import prepare
+
+    path = tmp_path / "export.tsv"
+    path.write_text("premise,hypothesis,label\nA cat.,An animal.,entailment\n")
+    with pytest.raises(DataError, match=r"export\.tsv:1: the header holds commas and no tab, so the file looks "):
+        prepare("d", {"source": "local", "path": str(path)}, BINARY)

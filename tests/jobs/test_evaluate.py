@@ -1,9 +1,13 @@
 """The evaluator: batching, one forward pass per example, and retrying smaller on out-of-memory."""
 
 import functools
+import json
 import random
+import re
+import types
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -12,7 +16,7 @@ from oodcorr.jobs.scoring import eval_dtype, length_batches, score
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 
-from helpers import LABELS, PROMPT
+from helpers import BINARY, LABELS, PROMPT, Wildcards, run_rule_script, truncated_json
 
 
 @pytest.mark.parametrize("max_tokens,max_batch", [(64, 8), (200, 64), (10, 4), (10**6, 5)])
@@ -238,7 +242,6 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     """evaluate_run over two checkpoints: the first runs out of memory twice (16 -> 8 -> 4),
     the second starts at 4 and never does; both score like an unconstrained run. (Batches as
     full as the bounds allow, as on a GPU: a CPU's own cuts would start below 16 rows.)"""
-    import json
 
     from oodcorr.jobs import evaluate
 
@@ -250,8 +253,6 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     from oodcorr.jobs.data import prepare
     from oodcorr.jobs.evaluate import evaluate_run
     from oodcorr.modeling.loading import load_model
-
-    from helpers import BINARY
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -368,7 +369,6 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     """Unit `run` (one process: the model loaded once, each checkpoint's weights or adapter
     swapped in) and unit `checkpoint` (a fresh load per checkpoint) write the same files:
     every prediction and logit bit for bit, and the same scores."""
-    import pandas as pd
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.core.records import read_result
@@ -434,7 +434,6 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     not loaded afresh with its base model; one whose settings really differ (lora_alpha) is loaded
     afresh. Folded, every adapter of the run is folded into the one base model. Either way the
     predictions equal a fresh load's, bit for bit."""
-    import json
     from pathlib import Path
 
     import pandas as pd
@@ -618,7 +617,6 @@ def test_non_finite_scores_from_finite_weights_point_at_the_dtype():
 def _run_with_manifest(tmp_path, tiny, spec, lora=False, n_ckpt=3):
     """A finished run as the finetune leaves it: checkpoint folders and the run's manifest.json, which
     records each checkpoint's weights digest; and its checkpoints as an evaluation job reads them."""
-    import json
 
     from oodcorr.jobs.checkpoints import weights_digest
     from oodcorr.jobs.evaluate import checkpoints_to_score
@@ -640,7 +638,6 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
     as step 10 (before its old predictions could be reused, too). With the manifest's step edited to 10
     as well, the weights digest the run's manifest recorded for step 10 refuses it. Full weights and
     LoRA adapters alike; nothing is written for it. (Before: scored as step 10.)"""
-    import json
     import os
     import shutil
 
@@ -674,7 +671,6 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
 def test_a_run_manifest_from_before_the_digests_checks_the_step_only(tmp_path, tiny_models):
     """Upgrading: a run's manifest without weights digests (written by the previous version) is
     still evaluated, each checkpoint checked against its own step; nothing is recomputed for it."""
-    import json
 
     from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
 
@@ -718,3 +714,36 @@ def test_a_predictions_file_of_another_place_is_not_reused(tmp_path, tiny_models
     evaluate_run(checkpoints=cks, **common)
     assert read_result(cks[0]["predictions"])["predictions"] == cks[0]["predictions"]  # written again, here
     assert os.stat(cks[1]["predictions"]).st_mtime_ns == mtime  # the right one is kept
+
+
+# ---- truncated records the workflow wrote ---------------------------------------------------------
+def test_a_truncated_run_manifest_is_named_with_the_way_out(tmp_path):
+    """The evaluate job reads the run's manifest first: a truncated one stopped it with a JSONDecodeError."""
+    from oodcorr.core.errors import ResultError
+    from oodcorr.jobs.evaluate import checkpoints_to_score
+
+    man = truncated_json(tmp_path / "run/manifest.json", {"steps": [0, 4, 8], "trained": True, "loss_history": []})
+    with pytest.raises(ResultError) as e:
+        checkpoints_to_score([str(man)], [0], [str(tmp_path / "p.parquet")])
+    assert re.fullmatch(
+        rf"{re.escape(str(man))}: a checkpoint manifest is unreadable \(truncated or damaged: .* at line \d+, column "
+        r"\d+\); delete it and run again: its job writes it again \(a finetune whose checkpoints are all there does "
+        r"not train again, it checks them\)",
+        str(e.value),
+    ), str(e.value)
+
+
+def test_the_evaluate_job_ends_with_that_sentence_not_a_traceback(tmp_path):
+    man = truncated_json(tmp_path / "run/manifest.json", {"steps": [0, 4], "trained": True})
+    msg = run_rule_script(
+        "evaluate",
+        tmp_path,
+        config={"evaluation": {"batch_size": 8, "max_tokens": 512}},
+        params=types.SimpleNamespace(job={}),
+        resources=types.SimpleNamespace(attempt=1, gpu=0),
+        wildcards=Wildcards(step="0"),
+        input=types.SimpleNamespace(manifest=str(man), tokenized=str(tmp_path / "t.pt")),
+        output=[str(tmp_path / "p.parquet")],
+        threads=1,
+    )
+    assert msg is not None and msg.startswith(f"oodcorr: {man}: a checkpoint manifest is unreadable"), msg

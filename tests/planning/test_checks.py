@@ -17,7 +17,7 @@ from oodcorr.planning import checks
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO
+from helpers import REPO, micro_config
 
 
 @pytest.fixture
@@ -190,3 +190,26 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     with pytest.raises(DataError) as e:
         disk_checks.check_sources_unchanged(plan)
     assert str(src) in str(e.value) and "touch" in str(e.value)
+
+
+def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
+    from oodcorr.planning.plan import load
+
+    cfg = micro_config()
+    cfg["label_mode"] = "three-way"
+    cfg["prompt"] = {
+        "template": "{premise} Question: {hypothesis} Yes, no, or maybe?",
+        "verbalisers": {"entailment": " Yes", "neutral": " Maybe", "contradiction": " No"},
+    }
+    cfg["finetune"]["n_train"] = [2]
+    with pytest.raises(ConfigError) as e:
+        load(cfg, REPO)
+    assert str(e.value) == (
+        "finetune.n_train: 2 is fewer than the 3 labels of label mode 'three-way' (entailment, neutral, "
+        "contradiction); a run trains on n_train / 3 examples of each label, so n_train must be a multiple of 3, "
+        "at least 3"
+    )
+    cfg["finetune"]["n_train"] = [6]
+    cfg["models"][0]["finetune"] = {"n_train": [7]}
+    with pytest.raises(ConfigError, match=r"^models\[micro-opt\]\.finetune\.n_train: 7 is not a multiple of the 3 "):
+        load(cfg, REPO)
