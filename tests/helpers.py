@@ -178,3 +178,67 @@ def truncated_json(path: Path, doc: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text[: len(text) // 2])
     return path
+
+
+def synthetic_testset(tmp_path, tiny, spec, task, n, seed):
+    """A synthetic testset ``neg`` of ``n`` examples, tokenised as the workflow does it:
+    (data file, meta file, tokenised cache)."""
+    from oodcorr.modeling import synthetic
+
+    return tokenised_testset(
+        tmp_path, tiny, spec, synthetic.generate(task, n, seed), {"fingerprint": "f", "records_sha256": "r"}
+    )
+
+
+def tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
+    """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
+    it: (data file, meta file, tokenised cache)."""
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
+
+    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
+    write_jsonl_atomic(data, records)
+    write_json_atomic(meta, meta_doc)
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
+    return data, meta, cache
+
+
+def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
+    """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
+    each perturbed differently (so every checkpoint scores differently), with manifests."""
+    import torch
+
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.finetune import apply_lora
+    from oodcorr.modeling.adaptation import get
+    from oodcorr.modeling.loading import load_model
+
+    method = get(spec.get("method"))
+    tok_pad = 1
+    out = []
+    for step in range(n_ckpt):
+        torch.manual_seed(100 + step)
+        model = load_model(spec, tiny_dir, "cpu", labels, tok_pad)
+        if lora:
+            model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
+            trained = [p for n, p in model.named_parameters() if p.requires_grad]
+        else:
+            trained = list(model.parameters())
+        with torch.no_grad():
+            for p in trained:
+                p.add_(torch.randn_like(p) * 0.05)
+        ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step * 10}"
+        model.save_pretrained(ck)
+        write_ckpt_manifest(ck, step * 10, resumable=False)
+        out.append({"step": step * 10, "checkpoint": str(ck)})
+    return out

@@ -1,8 +1,7 @@
-"""The evaluator: batching, one forward pass per example, and retrying smaller on out-of-memory."""
+"""An evaluation job (oodcorr.jobs.evaluate): the checkpoints it scores or refuses, the predictions it
+writes or reuses, and what it records. Batching and the forward pass: tests/jobs/test_scoring.py."""
 
-import functools
 import json
-import random
 import re
 import types
 from pathlib import Path
@@ -10,200 +9,20 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr.jobs.scoring import eval_dtype, length_batches, score
 from oodcorr.modeling import synthetic
-from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 
-from helpers import BINARY, LABELS, PROMPT, Wildcards, run_rule_script, truncated_json
-
-
-@pytest.mark.parametrize("max_tokens,max_batch", [(64, 8), (200, 64), (10, 4), (10**6, 5)])
-def test_length_batches_cover_each_example_once_within_bounds(max_tokens, max_batch):
-    rng = random.Random(0)
-    lengths = [rng.randint(1, 40) for _ in range(300)]
-    batches = length_batches(lengths, max_tokens, max_batch)
-    flat = [i for b in batches for i in b]
-    assert sorted(flat) == list(range(len(lengths)))
-    for b in batches:
-        width = max(lengths[i] for i in b)
-        assert len(b) <= max_batch
-        assert len(b) == 1 or len(b) * width <= max_tokens
-    # longest first, and each batch holds a contiguous run of the sorted lengths (minimal padding)
-    seq = [lengths[i] for i in flat]
-    assert seq == sorted(seq, reverse=True)
-
-
-def _cost(lengths, batches, overhead):
-    return sum(len(b) * max(lengths[i] for i in b) + overhead for b in batches)
-
-
-@pytest.mark.parametrize("overhead", [0.0, 7.5, 64.0, 10**6])
-def test_cost_cut_batches_are_the_cheapest_cover_within_the_bounds(overhead):
-    """With an overhead per batch, the cuts minimise padded tokens + overhead x batches over every
-    way to cut the length-sorted examples into runs (checked against all of them on small sets),
-    within the same bounds and longest first; no overhead means no padding at all."""
-    import itertools
-
-    rng = random.Random(1)
-    for _ in range(40):
-        lengths = [rng.randint(1, 30) for _ in range(rng.randint(1, 9))]
-        max_tokens, max_batch = rng.choice([(60, 4), (10**6, 3), (45, 9)])
-        got = length_batches(lengths, max_tokens, max_batch, overhead)
-        assert sorted(i for b in got for i in b) == list(range(len(lengths)))
-        assert all(
-            len(b) <= max_batch and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens) for b in got
-        )
-        seq = [lengths[i] for b in got for i in b]
-        assert seq == sorted(seq, reverse=True)
-        order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-        best = float("inf")
-        for cuts in itertools.product([0, 1], repeat=len(order) - 1):
-            runs, cur = [], [order[0]]
-            for i, cut in zip(order[1:], cuts):
-                if cut:
-                    runs.append(cur)
-                    cur = []
-                cur.append(i)
-            runs.append(cur)
-            if all(len(b) <= max_batch and (len(b) == 1 or len(b) * lengths[b[0]] <= max_tokens) for b in runs):
-                best = min(best, _cost(lengths, runs, overhead))
-        assert _cost(lengths, got, overhead) == pytest.approx(best)
-        if overhead == 0.0:
-            assert all(len({lengths[i] for i in b}) == 1 for b in got)  # nothing padded
-        if overhead == 10**6:  # batches cost more than any padding: as few as the bounds allow
-            assert len(got) == len(length_batches(lengths, max_tokens, max_batch))
-
-
-def test_cost_cut_batches_pad_less_than_full_ones_on_real_lengths():
-    """RTE-like lengths (a wide spread): batches cut by cost pad a few per cent, full ones far more."""
-    rng = random.Random(0)
-    lengths = [int(rng.lognormvariate(4.2, 0.4)) for _ in range(160)]
-
-    def padding(batches):
-        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
-        return 1 - sum(lengths) / padded
-
-    full = padding(length_batches(lengths, 16384, 32))
-    cut = padding(length_batches(lengths, 16384, 32, overhead=64.0))
-    assert cut < 0.05 < full
-
-
-def _model_and_cache(tiny_models, kind, n=23):
-    d = tiny_models[kind]
-    tok = AutoTokenizer.from_pretrained(d)
-    model = AutoModelForCausalLM.from_pretrained(d).eval()
-    recs = synthetic.generate("distractor", n // 2, 0) + synthetic.generate("in-domain", n - n // 2, 1)
-    ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)
-    cache = {
-        "input_ids": ids,
-        "method": "pattern",
-        "label_names": LABELS,
-        "pad_id": tok.pad_token_id,
-        "extra": {"verbaliser_ids": verbaliser_ids(tok, PROMPT["verbalisers"], LABELS)},
-    }
-    return model, cache
-
-
-def _count_rows(model, fail_above=None):
-    """Wrap ``model.forward`` to count the rows it scores (and fail batches over ``fail_above`` rows)."""
-    seen = {"rows": 0, "calls": 0}
-    orig = model.forward
-
-    @functools.wraps(orig)
-    def forward(*args, **kwargs):
-        rows = kwargs["input_ids"].shape[0]
-        if fail_above is not None and rows > fail_above:
-            raise torch.OutOfMemoryError(f"simulated: {rows} rows")
-        seen["rows"] += rows
-        seen["calls"] += 1
-        return orig(*args, **kwargs)
-
-    model.forward = forward
-    return seen
-
-
-@pytest.mark.parametrize("kind", ["opt", "olmo2"])
-def test_score_reads_each_example_once_and_matches_unbatched_logits(tiny_models, kind):
-    model, cache = _model_and_cache(tiny_models, kind)
-    ids = cache["input_ids"]
-    assert len({len(x) for x in ids}) > 3  # several lengths, so batches pad
-    seen = _count_rows(model)
-    stats = {}
-    got = score(model, cache, batch_size=4, max_tokens=10**6, stats=stats)
-    assert seen["rows"] == len(ids)  # one forward row per example, not one per label
-    assert seen["calls"] == stats["n_batches"] == -(-len(ids) // 4)
-    assert stats["padded_tokens"] >= stats["tokens"] == sum(map(len, ids))
-    with torch.no_grad():
-        for i, x in enumerate(ids):
-            want = model(input_ids=torch.tensor([x])).logits[0, -1, cache["extra"]["verbaliser_ids"]]
-            torch.testing.assert_close(got[i], want, atol=1e-4, rtol=1e-4)
-
-
-def test_out_of_memory_halves_the_batch_and_gives_the_same_scores(tiny_models):
-    model, cache = _model_and_cache(tiny_models, "opt")
-    want = score(model, cache, batch_size=16, max_tokens=10**6)
-    seen = _count_rows(model, fail_above=3)
-    stats = {}
-    got = score(model, cache, batch_size=16, max_tokens=10**6, stats=stats)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert stats["n_oom"] == 3 and stats["batch_size"] == 2  # 16 -> 8 -> 4 -> 2
-    assert seen["rows"] == len(cache["input_ids"])  # nothing scored twice after a retry
-
-
-def test_out_of_memory_mid_testset_keeps_the_batches_already_scored(tiny_models):
-    model, cache = _model_and_cache(tiny_models, "opt")
-    want = score(model, cache, batch_size=4, max_tokens=10**6)
-    orig = model.forward
-    calls = {"n": 0}
-
-    @functools.wraps(orig)
-    def forward(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:  # the third batch fails once, as a fragmenting allocator might
-            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-        return orig(*args, **kwargs)
-
-    model.forward = forward
-    stats = {}
-    got = score(model, cache, batch_size=4, max_tokens=10**6, stats=stats)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
-    assert stats["n_oom"] == 1 and stats["batch_size"] == 2
-
-
-def test_out_of_memory_on_one_example_and_other_errors_are_raised(tiny_models):
-    model, cache = _model_and_cache(tiny_models, "opt", n=6)
-    _count_rows(model, fail_above=0)
-    with pytest.raises(RuntimeError, match="single example"):
-        score(model, cache, batch_size=8, max_tokens=10**6)
-
-    model2, _ = _model_and_cache(tiny_models, "opt", n=6)
-    orig = model2.forward
-
-    @functools.wraps(orig)
-    def broken(*args, **kwargs):
-        raise ValueError("not a memory problem")
-
-    model2.forward = broken
-    with pytest.raises(ValueError, match="not a memory problem"):
-        score(model2, cache, batch_size=8, max_tokens=10**6)
-
-
-def test_eval_dtype_follows_evaluation_dtype_then_the_model_entry_else_float32_on_cpu():
-    assert eval_dtype({"name": "m"}, "cpu") == "float32"
-    assert eval_dtype({"name": "m", "dtype": "bfloat16"}, "cpu") == "bfloat16"
-    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "model") == "float32"
-    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "bfloat16") == "bfloat16"
-
-
-def test_a_cpu_job_batches_by_its_threads_and_other_devices_as_configured():
-    from oodcorr.jobs.scoring import CPU_OVERHEAD_PER_THREAD, CPU_TOKENS_PER_THREAD, device_batching
-
-    assert device_batching("cpu", 1, 32, 16384) == (32, CPU_TOKENS_PER_THREAD, CPU_OVERHEAD_PER_THREAD)
-    assert device_batching("cpu", 2, 32, 16384) == (32, 2 * CPU_TOKENS_PER_THREAD, 2 * CPU_OVERHEAD_PER_THREAD)
-    assert device_batching("cpu", 4, 8, 300)[1] == 300  # the config's bound (or a retry's halving) still holds
-    assert device_batching("cuda", 2, 32, 16384) == (32, 16384, None)
+from helpers import (
+    BINARY,
+    LABELS,
+    PROMPT,
+    Wildcards,
+    checkpoint_series,
+    run_rule_script,
+    synthetic_testset,
+    tokenised_testset,
+    truncated_json,
+)
 
 
 def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_models):
@@ -214,8 +33,8 @@ def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_model
 
     tiny = str(tiny_models["olmo2"])
     spec = {"name": "tiny", "tiny": {"model_type": "olmo2"}}
-    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "distractor", 40, 5)
-    ck = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=1)[0]
+    data, meta, cache = synthetic_testset(tmp_path, tiny, spec, "distractor", 40, 5)
+    ck = checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=1)[0]
     recs = {}
     for dtype in (None, "bfloat16"):
         recs[dtype] = evaluate_run(
@@ -259,7 +78,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     raw = tmp_path / "raw.jsonl"
     write_jsonl_atomic(raw, synthetic.generate("negation", 40, 3))
     recs, prov = prepare("neg", {"source": "local", "path": str(raw)}, BINARY)
-    data, meta, cache = _tokenised_testset(tmp_path, tiny, spec, recs, prov)
+    data, meta, cache = tokenised_testset(tmp_path, tiny, spec, recs, prov)
     cks = []
     for step in (0, 5):
         ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
@@ -301,66 +120,6 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     assert json.loads((tmp_path / "tight.json").read_text())["steps"] == [0, 5]
 
 
-def _synthetic_testset(tmp_path, tiny, spec, task, n, seed):
-    """A synthetic testset ``neg`` of ``n`` examples, tokenised as the workflow does it:
-    (data file, meta file, tokenised cache)."""
-    return _tokenised_testset(
-        tmp_path, tiny, spec, synthetic.generate(task, n, seed), {"fingerprint": "f", "records_sha256": "r"}
-    )
-
-
-def _tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
-    """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
-    it: (data file, meta file, tokenised cache)."""
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.tokenize_testset import tokenize_testset
-
-    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
-    write_jsonl_atomic(data, records)
-    write_json_atomic(meta, meta_doc)
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
-    return data, meta, cache
-
-
-def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
-    """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
-    each perturbed differently (so every checkpoint scores differently), with manifests."""
-    from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.finetune import apply_lora
-    from oodcorr.modeling.adaptation import get
-    from oodcorr.modeling.loading import load_model
-
-    method = get(spec.get("method"))
-    tok_pad = 1
-    out = []
-    for step in range(n_ckpt):
-        torch.manual_seed(100 + step)
-        model = load_model(spec, tiny_dir, "cpu", labels, tok_pad)
-        if lora:
-            model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
-            trained = [p for n, p in model.named_parameters() if p.requires_grad]
-        else:
-            trained = list(model.parameters())
-        with torch.no_grad():
-            for p in trained:
-                p.add_(torch.randn_like(p) * 0.05)
-        ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step * 10}"
-        model.save_pretrained(ck)
-        write_ckpt_manifest(ck, step * 10, resumable=False)
-        out.append({"step": step * 10, "checkpoint": str(ck)})
-    return out
-
-
 @pytest.mark.parametrize(
     "kind, method, lora",
     [("opt", "pattern", False), ("opt", "pattern", True), ("olmo2", "pattern", True), ("opt", "head", True)],
@@ -398,7 +157,7 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
         max_length=128,
         out_path=str(cache),
     )
-    cks = _series(tmp_path, tiny, spec, lora, LABELS)
+    cks = checkpoint_series(tmp_path, tiny, spec, lora, LABELS)
     common = dict(
         model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
     )
@@ -424,57 +183,6 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     assert len(accuracies) == len(cks)  # the checkpoints really differ: a swap that did nothing would fail
 
 
-@pytest.mark.parametrize("lean", ["0", "1"])
-def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_target_modules(
-    tmp_path, tiny_models, monkeypatch, lean
-):
-    """peft writes target_modules (a set) in an order that changes between processes, so one run's
-    checkpoints can differ in that order (a finetuning job resumed after a kill). With peft's adapter
-    layers (OODCORR_LEAN=0, or an adapter a fold does not know) such an adapter is still swapped in,
-    not loaded afresh with its base model; one whose settings really differ (lora_alpha) is loaded
-    afresh. Folded, every adapter of the run is folded into the one base model. Either way the
-    predictions equal a fresh load's, bit for bit."""
-    from pathlib import Path
-
-    import pandas as pd
-
-    from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import evaluate_run
-
-    monkeypatch.setenv("OODCORR_LEAN", lean)
-    tiny = str(tiny_models["opt"])
-    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 30, 5)
-    cks = _series(tmp_path, tiny, spec, True, LABELS, n_ckpt=3)
-
-    def rewrite_config(ck: dict, change) -> None:
-        path = Path(ck["checkpoint"]) / "adapter_config.json"
-        cfg = json.loads(path.read_text())
-        change(cfg)
-        path.write_text(json.dumps(cfg, indent=2))
-        write_ckpt_manifest(Path(ck["checkpoint"]), ck["step"], resumable=False)
-
-    first = json.loads((Path(cks[0]["checkpoint"]) / "adapter_config.json").read_text())["target_modules"]
-    assert len(first) == 2
-    rewrite_config(cks[1], lambda c: c.update(target_modules=first[::-1]))  # the same set, the other order
-    rewrite_config(cks[2], lambda c: c.update(lora_alpha=2 * c["lora_alpha"]))  # really another adapter
-    common = dict(
-        model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
-    )
-    one_job = evaluate_run(
-        checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks], **common
-    )
-    loads = [r["load"] for r in one_job["checkpoints"]]
-    assert loads == (["fresh", "adapter swap", "fresh"] if lean == "0" else ["fresh", "adapter swap", "adapter swap"])
-    assert {r["lora"] for r in one_job["checkpoints"]} == {"peft" if lean == "0" else "folded"}
-    for c in cks:
-        fresh = evaluate_run(checkpoints=[dict(c, predictions=str(tmp_path / f"ck{c['step']}.parquet"))], **common)
-        assert fresh["checkpoints"][0]["load"] == "fresh"
-        pd.testing.assert_frame_equal(
-            pd.read_parquet(tmp_path / f"run{c['step']}.parquet"), pd.read_parquet(tmp_path / f"ck{c['step']}.parquet")
-        )
-
-
 def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, tiny_models):
     """Resuming (or switching units): a predictions file whose record has this evaluation's key is
     kept; one made from other weights is computed again."""
@@ -486,8 +194,8 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
-    cks = _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+    data, meta, cache = synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
+    cks = checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
     common = dict(
         model_spec=spec,
@@ -517,7 +225,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
 
 def _one_testset(tmp_path, tiny, spec):
 
-    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
+    data, meta, cache = synthetic_testset(tmp_path, tiny, spec, "negation", 20, 3)
     return str(cache)
 
 
@@ -535,7 +243,7 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     cache = _one_testset(tmp_path, tiny, spec)
     cks = [
         dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
-        for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+        for c in checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     ]
     weights = tmp_path / "run/checkpoints/checkpoint-10/model.safetensors"
     st = os.stat(weights)
@@ -576,7 +284,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     cache = _one_testset(tmp_path, tiny, spec)
     cks = [
         dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
-        for c in _series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
+        for c in checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     ]
     model = load_model(spec, tiny)
     with torch.no_grad():
@@ -621,7 +329,7 @@ def _run_with_manifest(tmp_path, tiny, spec, lora=False, n_ckpt=3):
     from oodcorr.jobs.checkpoints import weights_digest
     from oodcorr.jobs.evaluate import checkpoints_to_score
 
-    cks = _series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=n_ckpt)
+    cks = checkpoint_series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=n_ckpt)
     run = tmp_path / "run"
     entries = [
         {"step": c["step"], "path": c["checkpoint"], "weights": weights_digest(Path(c["checkpoint"]))} for c in cks

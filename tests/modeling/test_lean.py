@@ -195,12 +195,12 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     """A whole evaluation job (evaluate_run on a checkpoint, as the rule's script runs it) in a fresh
     process: none of NOT_IN_A_JOB is imported, for full weights and a folded LoRA adapter. With
     OODCORR_LEAN=0 (scoring as before) the same job does import transformers, so the check can fail."""
-    from test_evaluate import _series, _synthetic_testset
+    from helpers import checkpoint_series, synthetic_testset
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    data, meta, cache = _synthetic_testset(tmp_path, tiny, spec, "negation", 12, 5)
-    ck = _series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=1)[0]
+    data, meta, cache = synthetic_testset(tmp_path, tiny, spec, "negation", 12, 5)
+    ck = checkpoint_series(tmp_path, tiny, spec, lora, LABELS, n_ckpt=1)[0]
     seen = {}
     for flag in ("1", "0"):
         job = {
