@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
 MICRO = REPO / "config" / "micro.yaml"
+PRECIOUS = "my thesis, chapter 3\n"  # what the ``victim`` fixture (conftest.py) holds
 
 
 def smk(workdir, configfile, *args, timeout=900, env=None):

@@ -1,6 +1,8 @@
 """The local GPU pool: concurrent GPU jobs get different devices, a killed holder frees its device."""
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -8,6 +10,9 @@ import sys
 import pytest
 
 from oodcorr.core import gpus
+from oodcorr.core.locks import FolderInUse
+
+from helpers import PRECIOUS
 
 # what a workflow script does: pick_device(), then report what it may see, then keep running
 JOB = """
@@ -123,3 +128,47 @@ def test_asking_again_in_the_same_process_reuses_the_claim(tmp_path, monkeypatch
     assert gpus.claim_for_job(1, env) == first and env["CUDA_VISIBLE_DEVICES"] == first[0]
     for c in gpus._HELD:
         c.release()
+
+
+def test_a_gpu_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, victim):
+    from oodcorr.core.gpus import claim
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "gpu-0.lock").symlink_to(victim)
+    with pytest.raises(FolderInUse, match=r"gpu-0\.lock is a symbolic link \(to .*thesis\.txt\)"):
+        claim(1, devices=["0"], lock_dir=pool, timeout=0)
+    assert victim.read_text() == PRECIOUS
+
+
+def test_the_default_gpu_lock_folder_in_tmp_must_be_this_users_own(tmp_path, monkeypatch):
+    """Its name (/tmp/oodcorr-gpus-<uid>) is guessable: another user could make it first, writable by
+    all, and plant links or hold every device. A folder given on purpose (OODCORR_GPU_LOCK_DIR) may be
+    shared."""
+    import tempfile
+
+    from oodcorr.core import gpus
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv(gpus.LOCK_DIR_ENV, raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    default = gpus.default_lock_dir()
+    assert default.parent == tmp_path
+    with gpus.claim(1, devices=["0"], timeout=0) as c:  # made here: private
+        assert c.devices == ["0"] and (default.stat().st_mode & 0o777) == 0o700
+    os.chmod(default, 0o777)
+    with pytest.raises(FolderInUse, match=rf"{re.escape(str(default))} \(the GPU lock folder\) belongs to user id "):
+        gpus.claim(1, devices=["0"], timeout=0)
+    shutil.rmtree(default)
+    elsewhere = tmp_path / "planted"
+    elsewhere.mkdir()
+    default.symlink_to(elsewhere)
+    with pytest.raises(FolderInUse, match=r"\(the GPU lock folder\) is not a folder but a link or a file"):
+        gpus.claim(1, devices=["0"], timeout=0)
+    assert list(elsewhere.iterdir()) == []
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv(gpus.LOCK_DIR_ENV, str(shared))
+    with gpus.claim(1, devices=["0"], timeout=0) as c:  # named on purpose: shared is fine
+        assert c.lock_dir == shared
