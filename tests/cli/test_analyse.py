@@ -15,6 +15,7 @@ import pytest
 
 from oodcorr.analysis.simulate import ar1_series
 from oodcorr.cli import build_parser, main
+from oodcorr.core.errors import DataError
 
 from helpers import SHARED
 
@@ -481,3 +482,62 @@ def test_out_into_an_experiments_published_folder_is_refused_unless_forced(tmp_p
     assert (exp / "analysis/partial_correlations.csv").read_text() != "published\n"
     assert (exp / "experiment.lock").read_text() == ""  # released
     assert main([*args, "--out", str(tmp_path / "elsewhere")]) == 0  # anywhere else: as before
+
+
+# ---- the analysis: an estimate, and a refusal above the limit ------------------------------------------------
+def _wide(path: Path, n_ood: int, n_units: int = 12) -> Path:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    cols = {"step": list(range(0, 10 * n_units, 10)), "mnli": rng.random(n_units)}
+    cols.update({f"ood{j}": rng.random(n_units) for j in range(n_ood)})
+    pd.DataFrame(cols).to_csv(path, index=False)
+    return path
+
+
+def test_analyse_says_how_many_cells_and_refuses_above_max_cells(tmp_path, caplog):
+    from oodcorr.cli import main
+
+    table = _wide(tmp_path / "wide.csv", 30)  # 435 pairs
+    args = ["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--no-plots"]
+    with caplog.at_level(logging.INFO):
+        rc = main([*args, "--methods", "pearson", "spearman", "--max-cells", "800", "--out", str(tmp_path / "a")])
+    assert rc == 2
+    assert (
+        f"the analysis of {table} would compute 870 cells (435 OOD pair(s) summed over 1 run(s) x 2 method(s) x 1 "
+        "residualiser(s)), more than the 800 that --max-cells allows (time and memory grow with the cells: millions "
+        "run for tens of minutes). Analyse fewer (--testsets, --exclude, --methods or --residualisers), or pass "
+        "--max-cells 870 to run it anyway"
+    ) in caplog.text
+    assert not (tmp_path / "a").exists()
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        assert main([*args, "--max-cells", "435", "--out", str(tmp_path / "b")]) == 0
+    assert "analysing 435 cells (435 OOD pair(s) summed over 1 run(s) x 1 method(s) x 1 residualiser(s))" in (
+        caplog.text
+    )
+    assert len(pd.read_csv(tmp_path / "b/partial_correlations.csv")) == 2 * 435  # the run and the pooled row
+
+
+def test_analyse_refuses_two_thousand_testsets_by_default(tmp_path, caplog):
+    """About two million pairs: tens of minutes and gigabytes, refused before any is computed."""
+    from oodcorr.cli import main
+
+    table = _wide(tmp_path / "huge.csv", 2000, n_units=6)
+    with caplog.at_level(logging.ERROR):
+        rc = main(["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "would compute 1,999,000 cells" in caplog.text and "--max-cells (its default) allows" in caplog.text
+    assert "pass --max-cells 1999000 to run it anyway" in caplog.text
+
+
+def test_an_analysis_size_error_is_a_data_error_in_the_cli(tmp_path):
+    """What main() turns into one line and exit status 2 (not a traceback)."""
+    from oodcorr.cli.analyse import check_analysis_size
+
+    long = pd.DataFrame(
+        {"model": "m", "in_domain": "z", "run": "r", "unit": 0, "testset": ["z", "a", "b", "c"], "score": 0.5}
+    )
+    assert check_analysis_size(long, ["pearson"], ["linear"], 3) == 3
+    with pytest.raises(DataError, match=r"would compute 3 cells"):
+        check_analysis_size(long, ["pearson"], ["linear"], 2)

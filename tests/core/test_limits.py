@@ -1,24 +1,21 @@
-"""Size budgets checked before any work (issue 25, class 5): YAML files and configs, and the analysis.
+"""Size budgets checked before any work (oodcorr.core.limits; issue 25, class 5): YAML files and configs.
 
 An attacker's config: a YAML alias bomb in a free-form mapping (ten lines standing for a billion
-values), a mapping nested tens of thousands deep, an alias to the block that holds it. A tired
-user's: `oodcorr analyse` on a table of 2,000 testsets. Each is refused at once with a sentence
-naming the file (and line) or the key, the limit and what to do; nothing real is refused (the
-shipped configs, the paper's grid, the McCoy et al. table in tests/cli/test_analyse.py).
+values), a mapping nested tens of thousands deep, an alias to the block that holds it. Each is
+refused at once with a sentence naming the file (and line) or the key, the limit and what to do;
+nothing real is refused (the shipped configs, the paper's grid). The analysis' size limit (a
+table of 2,000 testsets): tests/cli/test_analyse.py and tests/planning/test_checks.py.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import re
-from pathlib import Path
 
-import pandas as pd
 import pytest
 import yaml
 
-from oodcorr.core.errors import ConfigError, DataError
+from oodcorr.core.errors import ConfigError
 
 from helpers import MICRO, REPO
 
@@ -234,109 +231,3 @@ def test_the_shipped_yaml_files_are_far_inside_the_budgets():
         memo = limits._measure(doc, limits.MAX_NODES)
         n, depth = memo[id(doc)]
         assert n * 10 < limits.MAX_NODES and depth * 2 < limits.MAX_DEPTH, (f, n, depth)
-
-
-# ---- the analysis: an estimate, and a refusal above the limit ------------------------------------------------
-def _wide(path: Path, n_ood: int, n_units: int = 12) -> Path:
-    import numpy as np
-
-    rng = np.random.default_rng(0)
-    cols = {"step": list(range(0, 10 * n_units, 10)), "mnli": rng.random(n_units)}
-    cols.update({f"ood{j}": rng.random(n_units) for j in range(n_ood)})
-    pd.DataFrame(cols).to_csv(path, index=False)
-    return path
-
-
-def test_analyse_says_how_many_cells_and_refuses_above_max_cells(tmp_path, caplog):
-    from oodcorr.cli import main
-
-    table = _wide(tmp_path / "wide.csv", 30)  # 435 pairs
-    args = ["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--no-plots"]
-    with caplog.at_level(logging.INFO):
-        rc = main([*args, "--methods", "pearson", "spearman", "--max-cells", "800", "--out", str(tmp_path / "a")])
-    assert rc == 2
-    assert (
-        f"the analysis of {table} would compute 870 cells (435 OOD pair(s) summed over 1 run(s) x 2 method(s) x 1 "
-        "residualiser(s)), more than the 800 that --max-cells allows (time and memory grow with the cells: millions "
-        "run for tens of minutes). Analyse fewer (--testsets, --exclude, --methods or --residualisers), or pass "
-        "--max-cells 870 to run it anyway"
-    ) in caplog.text
-    assert not (tmp_path / "a").exists()
-    caplog.clear()
-    with caplog.at_level(logging.INFO):
-        assert main([*args, "--max-cells", "435", "--out", str(tmp_path / "b")]) == 0
-    assert "analysing 435 cells (435 OOD pair(s) summed over 1 run(s) x 1 method(s) x 1 residualiser(s))" in (
-        caplog.text
-    )
-    assert len(pd.read_csv(tmp_path / "b/partial_correlations.csv")) == 2 * 435  # the run and the pooled row
-
-
-def test_analyse_refuses_two_thousand_testsets_by_default(tmp_path, caplog):
-    """About two million pairs: tens of minutes and gigabytes, refused before any is computed."""
-    from oodcorr.cli import main
-
-    table = _wide(tmp_path / "huge.csv", 2000, n_units=6)
-    with caplog.at_level(logging.ERROR):
-        rc = main(["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--out", str(tmp_path / "o")])
-    assert rc == 2
-    assert "would compute 1,999,000 cells" in caplog.text and "--max-cells (its default) allows" in caplog.text
-    assert "pass --max-cells 1999000 to run it anyway" in caplog.text
-
-
-def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_reruns_nothing():
-    from oodcorr.planning.plan import load
-
-    base = yaml.safe_load(MICRO.read_text())
-    base["ood_testsets"] = ["synth-overlap", "synth-negation", "synth-passive"]  # 3 pairs
-    cfg = copy.deepcopy(base)
-    cfg["analysis"] = {"methods": ["pearson", "spearman"], "residualisers": ["linear", "linear+step"], "max_cells": 11}
-    with pytest.raises(ConfigError) as e:
-        load(cfg, REPO, sources=[MICRO])
-    assert str(e.value) == (
-        "analysis.max_cells: the analysis of this config would compute 12 cells (3 OOD pair(s) summed over 1 run(s) "
-        "x 2 method(s) x 2 residualiser(s)), more than the 11 that analysis.max_cells allows (time and memory grow "
-        "with the cells: millions run for tens of minutes). Analyse fewer (ood_testsets, analysis.methods or "
-        "analysis.residualisers), or set `analysis: {max_cells: 12}` to run it anyway"
-    )
-    plans = []
-    for limit in (12, None):
-        cfg = copy.deepcopy(base)
-        cfg["analysis"] = {"methods": ["pearson", "spearman"], "residualisers": ["linear", "linear+step"]}
-        if limit:
-            cfg["analysis"]["max_cells"] = limit
-        plans.append(load(cfg, REPO, sources=[MICRO]))
-    # the limit is in no param: raising it reruns no analysis job, and the statistics never see it
-    assert plans[0].analysis == plans[1].analysis and "max_cells" not in plans[0].analysis
-
-
-def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
-    from oodcorr.planning.checks import check_analysis_size
-    from oodcorr.planning.plan import Run
-
-    testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}
-    runs = [Run("m", "mnli", 64, s, (0, 4, 8), 8) for s in range(3)]
-    with pytest.raises(ConfigError, match=r"would compute 5,997,000 cells \(5,997,000 OOD pair\(s\) summed over 3 "):
-        check_analysis_size(runs, testsets, {})
-    check_analysis_size(runs, testsets, {"max_cells": 5_997_000})  # asked for: planned
-
-
-def test_max_cells_is_a_positive_integer():
-    """max_cells is an integer of at least 1, like every count in the schema."""
-    from oodcorr.planning.plan import load
-
-    cfg = yaml.safe_load(MICRO.read_text())
-    cfg["analysis"]["max_cells"] = 0
-    with pytest.raises(ConfigError, match=r"analysis\.max_cells: 0 is less than the minimum of 1"):
-        load(cfg, REPO, sources=[MICRO])
-
-
-def test_an_analysis_size_error_is_a_data_error_in_the_cli(tmp_path):
-    """What main() turns into one line and exit status 2 (not a traceback)."""
-    from oodcorr.cli.analyse import check_analysis_size
-
-    long = pd.DataFrame(
-        {"model": "m", "in_domain": "z", "run": "r", "unit": 0, "testset": ["z", "a", "b", "c"], "score": 0.5}
-    )
-    assert check_analysis_size(long, ["pearson"], ["linear"], 3) == 3
-    with pytest.raises(DataError, match=r"would compute 3 cells"):
-        check_analysis_size(long, ["pearson"], ["linear"], 2)

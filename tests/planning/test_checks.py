@@ -17,7 +17,7 @@ from oodcorr.planning import checks
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
-from helpers import REPO, micro_config
+from helpers import MICRO, REPO, micro_config
 
 
 @pytest.fixture
@@ -213,3 +213,50 @@ def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
     cfg["models"][0]["finetune"] = {"n_train": [7]}
     with pytest.raises(ConfigError, match=r"^models\[micro-opt\]\.finetune\.n_train: 7 is not a multiple of the 3 "):
         load(cfg, REPO)
+
+
+def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_reruns_nothing():
+    from oodcorr.planning.plan import load
+
+    base = yaml.safe_load(MICRO.read_text())
+    base["ood_testsets"] = ["synth-overlap", "synth-negation", "synth-passive"]  # 3 pairs
+    cfg = copy.deepcopy(base)
+    cfg["analysis"] = {"methods": ["pearson", "spearman"], "residualisers": ["linear", "linear+step"], "max_cells": 11}
+    with pytest.raises(ConfigError) as e:
+        load(cfg, REPO, sources=[MICRO])
+    assert str(e.value) == (
+        "analysis.max_cells: the analysis of this config would compute 12 cells (3 OOD pair(s) summed over 1 run(s) "
+        "x 2 method(s) x 2 residualiser(s)), more than the 11 that analysis.max_cells allows (time and memory grow "
+        "with the cells: millions run for tens of minutes). Analyse fewer (ood_testsets, analysis.methods or "
+        "analysis.residualisers), or set `analysis: {max_cells: 12}` to run it anyway"
+    )
+    plans = []
+    for limit in (12, None):
+        cfg = copy.deepcopy(base)
+        cfg["analysis"] = {"methods": ["pearson", "spearman"], "residualisers": ["linear", "linear+step"]}
+        if limit:
+            cfg["analysis"]["max_cells"] = limit
+        plans.append(load(cfg, REPO, sources=[MICRO]))
+    # the limit is in no param: raising it reruns no analysis job, and the statistics never see it
+    assert plans[0].analysis == plans[1].analysis and "max_cells" not in plans[0].analysis
+
+
+def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
+    from oodcorr.planning.checks import check_analysis_size
+    from oodcorr.planning.plan import Run
+
+    testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}
+    runs = [Run("m", "mnli", 64, s, (0, 4, 8), 8) for s in range(3)]
+    with pytest.raises(ConfigError, match=r"would compute 5,997,000 cells \(5,997,000 OOD pair\(s\) summed over 3 "):
+        check_analysis_size(runs, testsets, {})
+    check_analysis_size(runs, testsets, {"max_cells": 5_997_000})  # asked for: planned
+
+
+def test_max_cells_is_a_positive_integer():
+    """max_cells is an integer of at least 1, like every count in the schema."""
+    from oodcorr.planning.plan import load
+
+    cfg = yaml.safe_load(MICRO.read_text())
+    cfg["analysis"]["max_cells"] = 0
+    with pytest.raises(ConfigError, match=r"analysis\.max_cells: 0 is less than the minimum of 1"):
+        load(cfg, REPO, sources=[MICRO])
