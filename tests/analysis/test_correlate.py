@@ -1,6 +1,7 @@
-"""The statistics: residualisers, correlation methods, resampling (the ``block`` inference),
-corrections, options. Per-run inference: tests/analysis/test_inference.py; pooling and agreement:
-tests/analysis/test_pooling.py."""
+"""Partial correlations (oodcorr.analysis.correlate): the residualisers and correlation methods
+against pingouin and by hand, degenerate inputs, and the residual cache. Resampling:
+tests/analysis/test_resample.py; corrections: test_multitest.py; per-run inference:
+test_inference.py; pooling and agreement: test_pooling.py."""
 
 import math
 
@@ -11,19 +12,9 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import (
-    Options,
-    adjust,
-    bh,
-    block_permutation_p,
-    bootstrap_ci,
-    holm,
-    moving_block_indices,
     partial_corr,
     residual_pair,
 )
-from oodcorr.analysis.simulate import calibrate
-
-from helpers import micro_config
 
 
 def _ols_residuals(y, Z):
@@ -140,114 +131,6 @@ def test_unknown_names_raise_naming_them():
         partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], residualiser="loess")
     with pytest.raises(ValueError, match="'distance'"):
         partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], method="distance")
-
-
-# ---- resampling ------------------------------------------------------------------------------
-
-
-def test_moving_blocks_are_consecutive_runs_of_units():
-    idx = moving_block_indices(10, 3, 200, np.random.default_rng(0))
-    assert idx.shape == (200, 10) and idx.min() >= 0 and idx.max() <= 9
-    for row in idx:
-        for start in (0, 3, 6):  # blocks 0-2, 3-5, 6-8 and the first unit of the fourth
-            assert np.all(np.diff(row[start : start + 3]) == 1)
-    # every start position 0..7 occurs (uniform over the n - b + 1 starts)
-    assert set(idx[:, 0]) == set(range(8))
-
-
-def test_exact_block_permutation_p_by_hand():
-    rx = np.array([-2.0, -1.0, 0.0, 0.5, 1.0, 1.5])
-    ry = np.array([-1.5, -1.0, 0.2, 0.1, 1.2, 1.0])
-    p, exact = block_permutation_p(rx, ry, "pearson", 2, 2000, np.random.default_rng(0))
-    # 3 blocks -> 6 orderings of ry's blocks; count those at least as extreme by hand
-    blocks = [ry[0:2], ry[2:4], ry[4:6]]
-    import itertools
-
-    r0 = abs(np.corrcoef(rx, ry)[0, 1])
-    rs = [abs(np.corrcoef(rx, np.concatenate([blocks[i] for i in o]))[0, 1]) for o in itertools.permutations(range(3))]
-    assert exact and p == pytest.approx(sum(r >= r0 - 1e-12 for r in rs) / 6)
-    assert p >= 1 / 6  # with three blocks no p-value can be smaller: the honest floor
-
-
-def test_block_option_undercovers_short_strongly_dependent_runs():
-    # the earlier default, kept as inference "block": with 21 checkpoints and phi = 0.8 its
-    # bootstrap interval undercovers and its permutation test rejects a true null too often,
-    # which is why it is no longer the default (benchmarks/analysis_coverage.py,
-    # benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values)
-    alt = calibrate(21, 0.8, 0.4, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)
-    assert alt["block"]["coverage"] < 0.85 < alt["modified-t"]["coverage"], alt
-    null = calibrate(21, 0.8, 0.0, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)
-    assert null["block"]["reject"] > 0.1 > null["modified-t"]["reject"], null
-
-
-def test_bootstrap_interval_is_nan_when_resamples_are_degenerate():
-    rx = np.array([1.0, 0, 0, 0, 0, 0, 0, 0])
-    ry = np.array([-1.0, 0, 0, 0, 0, 0, 0, 0])
-    # blocks of 4: only a block starting at unit 0 holds the one informative unit, so
-    # about 64% of resamples have constant residuals and no correlation at all
-    lo, hi, used, se = bootstrap_ci(rx, ry, "pearson", 4, 400, 0.95, np.random.default_rng(0))
-    assert math.isnan(lo) and math.isnan(hi) and math.isnan(se) and 100 < used < 200
-    lo, hi, used, se = bootstrap_ci(
-        rx + np.arange(8) * 0.1, ry - np.arange(8) * 0.1, "pearson", 4, 400, 0.95, np.random.default_rng(0)
-    )
-    assert lo < hi and used == 400 and se > 0
-
-
-# ---- corrections, pooling, agreement -----------------------------------------------------------
-
-
-def test_holm_and_bh_match_statsmodels_and_skip_nans():
-    multipletests = pytest.importorskip("statsmodels.stats.multitest").multipletests
-    rng = np.random.default_rng(4)
-    p = np.concatenate([rng.uniform(0, 0.05, 6), rng.uniform(0, 1, 14)])
-    for mine, theirs in ((holm, "holm"), (bh, "fdr_bh")):
-        assert np.allclose(mine(p), multipletests(p, method=theirs)[1], atol=1e-12)
-    with_nan = np.array([0.01, np.nan, 0.04, 0.03])
-    got = adjust(with_nan, "holm")
-    assert math.isnan(got[1])
-    assert np.allclose(got[[0, 2, 3]], multipletests(with_nan[[0, 2, 3]], method="holm")[1])
-    # a hand-computed example: Holm (0.01, 0.04, 0.03) -> (0.03, 0.06, 0.06); BH -> (0.03, 0.04, 0.04)
-    assert np.allclose(holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
-    assert np.allclose(bh([0.01, 0.04, 0.03]), [0.03, 0.04, 0.04])
-
-
-def test_options_defaults_equal_the_filled_config_and_unknown_keys_are_named():
-
-    from oodcorr.planning.config import analysis_options
-    from oodcorr.planning.schema import fill_defaults
-
-    from helpers import REPO
-
-    cfg = micro_config()
-    cfg["analysis"] = {}
-    fill_defaults(cfg, REPO / "config/schema.yaml")
-    # every key of the filled section reaches its Options field (a nested name mapped wrong would differ)
-    assert Options.from_mapping(analysis_options(cfg["analysis"])) == Options()
-    with pytest.raises(ValueError, match="analysis.bootstrap.blocks"):
-        Options.from_mapping({"bootstrap": {"blocks": 3}})
-    with pytest.raises(ValueError, match="analysis.pooling.within"):
-        Options.from_mapping({"pooling": {"within": ["n_train"]}})
-    # the setting the new inference replaced is named, with what replaced it
-    with pytest.raises(ValueError, match="p_method was replaced by analysis.inference"):
-        Options.from_mapping({"p_method": "auto"})
-    got = Options.from_mapping(
-        {
-            "inference": "block",
-            "pooling": {"by": [], "two_runs": "fixed-effect"},
-            "step0": {"drop": True, "check": False},
-            "near_zero": 0.2,
-        }
-    )
-    assert (got.inference, got.pool_by, got.pool_two_runs, got.drop_step0, got.step0_check, got.near_zero) == (
-        "block",
-        (),
-        "fixed-effect",
-        True,
-        False,
-        0.2,
-    )
-    with pytest.raises(ValueError, match="unknown inference 'bootstrap'"):
-        Options(inference="bootstrap")
 
 
 def test_residual_pair_reuses_cached_residuals():
