@@ -45,7 +45,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 fuzz: $(STAMP)
-	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz \
+	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)

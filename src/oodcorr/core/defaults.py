@@ -16,7 +16,7 @@ the config's params when left at its default, or because a layer below planning 
   gives fewer where ``--cores``, or ``--local-cores`` on a cluster, are fewer).
 
 ``config/schema.yaml`` states what each of these keys may be and gives none of them a default
-(``tests/test_config.py`` checks both).
+(``tests/planning/test_config.py`` checks both).
 
 The analysis defaults, for the two layers that read them:
 

@@ -40,7 +40,7 @@ from .resources import PLACEMENT, Resources, model_resources
 
 # The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
 # columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
-# param of the rule) and nothing upstream. tests/test_plan_layer.py ties it to the columns.
+# param of the rule) and nothing upstream. tests/meta/test_plan_layer.py ties it to the columns.
 # 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
 ANALYSIS_FORMAT = 2
 
