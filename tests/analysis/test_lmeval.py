@@ -313,6 +313,18 @@ def test_100000_files_are_counted_within_the_default_bound(tmp_path):
         read_folder(many)
 
 
+def test_a_pipe_named_like_a_results_file_is_refused_without_waiting_on_it(tmp_path):
+    series(tmp_path)
+    os.mkfifo(tmp_path / "org__a" / "results_fifo.json")  # opening it to read would wait for a writer
+    with pytest.raises(DataError, match=r"results_fifo\.json: not a regular file"):
+        read_folder(tmp_path)
+    os.unlink(tmp_path / "org__a" / "results_fifo.json")
+    current(tmp_path / "s", "org/c", 0, {"ind": 0.5}, samples={})
+    os.mkfifo(tmp_path / "s" / f"samples_ind_{DATE}.jsonl")
+    with pytest.raises(DataError, match=r"samples_ind_.*\.jsonl: not a regular file"):
+        read_folder(tmp_path)
+
+
 def test_an_unreadable_folder_or_file_is_named(tmp_path):
     if os.geteuid() == 0:
         pytest.skip("root reads folders without read permission; chmod cannot make one unreadable here")

@@ -41,6 +41,7 @@ import logging
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -197,7 +198,10 @@ def list_files(folder: Path, max_files: int = MAX_FILES) -> tuple[list[Path], li
 # ---- one results file ----
 def _load_json(path: Path, max_bytes: int):
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError(_not_regular(path))
+        size = st.st_size
         if size > max_bytes:
             raise DataError(_too_large(path, size, max_bytes))
         with open(path, "rb") as fh:
@@ -226,6 +230,10 @@ def _load_json(path: Path, max_bytes: int):
         ) from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
+
+
+def _not_regular(path: Path) -> str:
+    return f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the folder"
 
 
 def _too_large(path: Path, size: int, max_bytes: int) -> str:
@@ -403,6 +411,8 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
     ids, vals = [], []
     seen = set()
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise DataError(_not_regular(path))
         fh = open(path, "rb")
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or pass --no-samples") from None
