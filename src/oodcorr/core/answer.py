@@ -73,7 +73,13 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         else:
             why = f" ({n_models} models)"
         where = f" ({group})" if group not in ("", "all runs") else ""
-        out.append((dom, group, f"in-domain {dom}{where}: {len(rs)} pairs: {', '.join(parts)}{why}"))
+        out.append(
+            (
+                dom,
+                group,
+                f"in-domain {dom}{where}: {len(rs)} pair{'s' if len(rs) != 1 else ''}: {', '.join(parts)}{why}",
+            )
+        )
     return out
 
 
