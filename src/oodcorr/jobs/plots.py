@@ -752,7 +752,8 @@ def scatter(
     return drawn
 
 
-# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk)
+# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk; rule forest_plots
+# draws "forest", one per pair)
 FIGURES = ("consensus_heatmap", "forest", "heatmap", "heatmap_grid", "learning_curves", "scatter")
 
 
