@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..analysis.consensus import VERDICTS
 from ..core.io import atomic_path, read_json
 from .series import MANIFEST_FIX
 
@@ -450,29 +451,20 @@ def consensus_heatmap(
     return cells
 
 
-FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-domain set (--forest-pairs)
-# the order in which the forest plots of oodcorr analyse are chosen when there are more pairs than the cap:
-# the verdicts that say most first, then the largest consensus
-FOREST_ORDER = (
-    "sign reversal",
-    "models differ",
-    "generalises (positive)",
-    "generalises (negative)",
-    "agree near zero",
-    "unresolved",
-)
+FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-domain set (--forest-max)
 
 
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
-    all of them up to ``cap``, else the ``cap`` with the verdicts of :data:`FOREST_ORDER` first, then
-    by the size of the consensus."""
+    all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
+    :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, models differ, generalises, agree near
+    zero, unresolved), then by the size of the consensus."""
     sub = agree[
         (agree["method"] == method)
         & (agree["residualiser"] == residualiser)
         & (agree["in_domain"].astype(str) == str(in_domain))
     ]
-    rank = {v: i for i, v in enumerate(FOREST_ORDER)}
+    rank = {v: i for i, v in enumerate(VERDICTS)}
     best = {}
     for row in sub.itertuples(index=False):
         key = tuple(sorted((str(row.x), str(row.y))))
