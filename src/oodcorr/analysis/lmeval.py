@@ -166,27 +166,29 @@ def list_files(folder: Path, max_files: int = MAX_FILES) -> tuple[list[Path], li
             )
             continue
         seen[key] = d
+        subdirs = []
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
+            with os.scandir(d) as entries:  # streamed: a folder of millions of names is counted, not held
+                for e in entries:
+                    try:
+                        is_dir = e.is_dir()  # follows links; False for a link that loops or dangles
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        subdirs.append(Path(e.path))
+                        continue
+                    if not e.name.endswith((".json", ".jsonl")):
+                        if e.is_symlink() and not os.path.exists(e.path):
+                            notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
+                        continue
+                    count += 1
+                    if count <= max_files:
+                        files.append(Path(e.path))
         except OSError as e:
             raise DataError(
                 f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
             ) from None
-        for e in entries:
-            try:
-                is_dir = e.is_dir()  # follows links; False for a link that loops or dangles
-            except OSError:
-                is_dir = False
-            if is_dir:
-                stack.append(Path(e.path))
-                continue
-            if not e.name.endswith((".json", ".jsonl")):
-                if e.is_symlink() and not os.path.exists(e.path):
-                    notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
-                continue
-            count += 1
-            if count <= max_files:
-                files.append(Path(e.path))
+        stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
     if count > max_files:
         raise DataError(
             f"{folder}: holds {count:,} .json/.jsonl files, more than the {max_files:,} read at most; give a folder "
