@@ -118,8 +118,9 @@ def test_the_older_format_of_the_pythia_files_with_model_args(tmp_path):
 def test_model_args_as_a_mapping_global_step_and_a_checkpoint_folder(tmp_path):
     current(tmp_path / "a", "m", None, {"t": 0.5}, model_args={"pretrained": "org/m", "revision": "global_step250"})
     current(tmp_path / "b", "m", None, {"t": 0.6}, model_args="pretrained=/scratch/run1/checkpoint-500")
+    current(tmp_path / "c", "m", None, {"t": 0.7}, model_args="pretrained=org/base,revision=v2,peft=/lora/step750")
     s = read_folder(tmp_path).scores
-    assert dict(zip(s["model"], s["step"])) == {"org/m": 250, "/scratch/run1": 500}
+    assert dict(zip(s["model"], s["step"])) == {"org/m": 250, "/scratch/run1": 500, "/lora": 750}
 
 
 def test_a_path_pattern_gives_model_run_and_step_where_the_files_do_not(tmp_path):

@@ -261,9 +261,12 @@ def parse_model_args(v) -> dict[str, str]:
 
 
 def identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
-    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``)."""
-    model = args.get("pretrained") or args.get("model") or args.get("path") or None
-    revision = args.get("revision") or (config.get("model_revision") if isinstance(config, dict) else None)
+    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``).
+    An adapter (``peft=``, ``delta=``) is what was evaluated at each step, so its path is read first,
+    as the harness names the model by it."""
+    adapter = args.get("peft") or args.get("delta")
+    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
+    revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")
     if revision and str(revision) != "main":
         m = STEP_REVISION.match(str(revision).strip())
         return model, (int(m.group(1) or m.group(2)) if m else None), f"revision {revision!r}"
@@ -271,7 +274,7 @@ def identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None
         tail = model.rstrip("/").rsplit("/", 1)
         m = STEP_PATH.match(tail[-1])
         if m and len(tail) == 2:
-            return tail[0], int(m.group(1)), f"pretrained {model!r}"
+            return tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
     return model, None, "no revision" if not revision else f"revision {revision!r}"
 
 
