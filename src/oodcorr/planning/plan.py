@@ -22,6 +22,7 @@ stays fast.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -230,9 +231,30 @@ class Plan:
             models.setdefault(test, set()).add(r.model)
         return sorted(d for d, ms in models.items() if len(ms) >= 2)
 
+    def forest_pairs(self) -> dict[str, list[tuple[str, str]]]:
+        """The OOD pairs (x, y), x before y, of each in-domain test set with a consensus: one forest
+        plot each (``analysis/forest/<in-domain>/<x>+<y>.png``). Every pair is drawn: planning
+        bounds the pairs of a config already (``analysis.max_cells``)."""
+        ood: dict[str, set[str]] = {}
+        for r in self.runs:
+            names = [t for t, _ in self.testsets[r.in_domain]]
+            ood.setdefault(names[0], set()).update(names[1:])  # the in-domain test set comes first
+        return {d: list(itertools.combinations(sorted(ood[d]), 2)) for d in self.consensus_sets()}
+
+    def forest_figures(self) -> list[tuple[str, dict]]:
+        """Each staged forest plot (rule ``forest_plots``, in the order of :meth:`forest_pairs`) and
+        its labels in the report."""
+        a = self.paths.staged(self.paths.analysis)
+        return [
+            (f"{a}/forest/{d}/{x}+{y}.png", {"in-domain set": d, "pair": f"{x} × {y}"})
+            for d, pairs in self.forest_pairs().items()
+            for x, y in pairs
+        ]
+
     def figure_targets(self) -> list[str]:
         a = self.paths.analysis
         figures = [f"{a}/consensus/{d}.png" for d in self.consensus_sets()]
+        figures += [f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs]
         figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
         # a training-loss figure for each model that is trained (a series has no loss history)
         return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
