@@ -23,8 +23,9 @@ import os
 from pathlib import Path
 
 from ..core.errors import ConfigError, DataError, StaleResult
-from ..core.model_dirs import check_local_weights, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir
 from ..core.records import cache_info_path, local_source_changed
+from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
@@ -140,7 +141,11 @@ def _check_local_file(exp: Experiment, name: str) -> None:
 
 
 def _check_local_model(m: dict, key: str | None = None) -> None:
-    """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+    """A local or packaged model must exist and load under the safety defaults, before any job runs;
+    a GGUF file's header must be one a loader can read safely (:func:`checked_header`)."""
+    if names_gguf(m) and not key:
+        checked_header(m)
+        return
     if m.get("package"):
         p = package_dir(m)
     else:
