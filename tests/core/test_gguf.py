@@ -49,8 +49,9 @@ def gguf_bytes(
     (name, shape, ggml type) laid out at 32-byte alignment with zero data."""
     keys = [kv("general.architecture", STR, arch), *(keys or [])]
     tensors = [("token_embd.weight", (32, 4), 0)] if tensors is None else tensors
-    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors) if n_tensors is None else n_tensors,
-                                 len(keys) if n_keys is None else n_keys)
+    head = b"GGUF" + struct.pack(
+        "<IQQ", version, len(tensors) if n_tensors is None else n_tensors, len(keys) if n_keys is None else n_keys
+    )
     infos, data, pos = b"", b"", 0
     for i, (name, shape, code) in enumerate(tensors):
         _, block, per = G.GGML_TYPES[code]

@@ -162,6 +162,9 @@ def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
+    if spec.is_gguf:  # its tokenizer is in the converted folder, once converted
+        d = Path(plan.tiny_dir(model))
+        return d if (d / "tokenizer.json").exists() else None
     if spec.source == "path":
         return Path(spec.entry["path"])
     if spec.source == "package":
