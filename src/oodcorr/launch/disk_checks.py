@@ -24,8 +24,9 @@ from pathlib import Path
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
-from ..core.model_dirs import check_local_weights, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir
 from ..core.records import cache_info_path, local_source_changed
+from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
@@ -157,7 +158,11 @@ def _check_local_file(exp: Experiment, name: str) -> None:
 
 
 def _check_local_model(m: dict, key: str | None = None) -> None:
-    """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+    """A local or packaged model must exist and load under the safety defaults, before any job runs;
+    a GGUF file's header must be one a loader can read safely (:func:`checked_header`)."""
+    if names_gguf(m) and not key:
+        checked_header(m)
+        return
     if m.get("package"):
         p = package_dir(m)
     else:
@@ -174,6 +179,9 @@ def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
+    if spec.is_gguf:  # its tokenizer is in the converted folder, once converted
+        d = Path(plan.tiny_dir(model))
+        return d if (d / "tokenizer.json").exists() else None
     if spec.source == "path":
         return Path(spec.entry["path"])
     if spec.source == "package":

@@ -33,7 +33,7 @@ from typing import Any
 from ..core import limits
 from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
-from ..core.model_dirs import model_files
+from ..core.model_dirs import model_files, names_gguf
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .layout import Paths
@@ -88,6 +88,11 @@ class ModelSpec:
     @property
     def is_series(self) -> bool:
         return self.source == "series"
+
+    @property
+    def is_gguf(self) -> bool:
+        """A GGUF file (``package:`` or ``path:``), converted once by rule convert_gguf."""
+        return names_gguf(self.entry)
 
     @property
     def lora(self) -> bool:
@@ -323,13 +328,33 @@ class Plan:
         return self.exp.dataset_input(wildcards.dataset)
 
     def tiny_dir(self, model: str) -> str | None:
-        return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
+        """The folder the workflow builds a model in, which its jobs load: a tiny model's
+        (build_tiny_model), a GGUF file's conversion (convert_gguf); None for the others."""
+        spec = self.models[model]
+        if spec.is_tiny:
+            return self.paths.tiny_model.format(model=model)
+        if spec.is_gguf:
+            return self.paths.converted_model.format(model=model)
+        return None
 
     @rule_callable
     def model_input(self, wildcards) -> list[str]:
-        """The built tiny model a job reads, or nothing for hub, local and packaged models."""
+        """The model folder the workflow builds that a job reads (a tiny model, a converted GGUF
+        file), or nothing for hub, local and packaged models."""
         d = self.tiny_dir(wildcards.model)
         return [d] if d else []
+
+    @rule_callable
+    def gguf_input(self, wildcards) -> list[str]:
+        """Rule convert_gguf: the GGUF file a model entry names (a changed file converts it again)."""
+        from ..core.model_dirs import gguf_file  # resolved only for the rule that reads it
+
+        return [str(gguf_file(self.models[wildcards.model].entry))]
+
+    @rule_callable
+    def gguf_params(self, wildcards) -> dict:
+        """Rule convert_gguf: the model entry (its file, dtype and chat template opt-in)."""
+        return self.models[wildcards.model].entry
 
     @rule_callable
     def tokenize_params(self, wildcards) -> dict:
