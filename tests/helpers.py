@@ -7,10 +7,14 @@ test module imports by name lives here, so a reader finds it and a script outsid
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import yaml
@@ -18,6 +22,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 SNAKEMAKE = str(Path(sys.executable).with_name("snakemake"))
+MICRO = REPO / "config" / "micro.yaml"
+PRECIOUS = "my thesis, chapter 3\n"  # what the ``victim`` fixture (conftest.py) holds
 
 
 def smk(workdir, configfile, *args, timeout=900, env=None):
@@ -84,3 +90,156 @@ def n_evaluations(plan) -> int:
     """Checkpoint x testset evaluations a plan asks for, whichever its unit (a run-unit job
     evaluates every checkpoint of its run)."""
     return sum(len(job.steps) for job in plan.eval_jobs)
+
+
+def micro_config() -> dict:
+    """config/micro.yaml as shipped, a fresh dict each call (a test edits its own copy)."""
+    return yaml.safe_load(MICRO.read_text())
+
+
+def micro_plan(config: dict | None = None):
+    """The plan of config/micro.yaml (or of ``config``, an edited copy of it) as the Snakefile
+    builds it: :func:`oodcorr.planning.plan.load` from the repository root."""
+    from oodcorr.planning.plan import load
+
+    return load(micro_config() if config is None else config, REPO, [MICRO])
+
+
+FINETUNE_STEPS = [0, 5, 10, 15, 20]
+
+
+def finetune_job(tmp_path, tiny_dir, name, lora=None):
+    """A short finetune of the tiny OPT model in ``tmp_path / name`` (checkpoints at
+    :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples), ``lora`` its adapter block if any."""
+    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.modeling import synthetic
+    from oodcorr.planning.finetune_job import FinetuneJob
+
+    train = tmp_path / "train.jsonl"
+    if not train.exists():
+        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
+    ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
+    if lora:
+        ft["lora"] = lora
+    run = tmp_path / name
+    return FinetuneJob(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_dir),
+        train_path=str(train),
+        labels=LABELS,
+        prompt=PROMPT,
+        finetune=ft,
+        n_train=64,
+        seed=0,
+        steps=FINETUNE_STEPS,
+        max_steps=20,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+        threads=1,
+    )
+
+
+def checkpoint_weights(run_dir, step) -> dict:
+    """The tensors of checkpoint ``step`` that a finetune in ``run_dir`` saved (its first safetensors file)."""
+    from safetensors.torch import load_file
+
+    d = Path(run_dir) / "checkpoints" / f"checkpoint-{step}"
+    files = sorted(d.glob("*.safetensors"))
+    assert files, d
+    return load_file(files[0])
+
+
+SCRIPTS = REPO / "workflow" / "scripts"
+
+
+class Wildcards(dict):
+    """Snakemake's wildcards: a mapping whose items are attributes too."""
+
+    __getattr__ = dict.__getitem__
+
+
+def run_rule_script(name: str, tmp_path: Path, **fields):
+    """Run a rule's script as Snakemake would, with a stand-in ``snakemake`` object; returns the
+    message of the ``sys.exit`` it ends with (None if it ends normally)."""
+    sm = types.SimpleNamespace(log=[str(tmp_path / f"{name}.log")], config={}, wildcards=types.SimpleNamespace())
+    for k, v in fields.items():
+        setattr(sm, k, v)
+    try:
+        runpy.run_path(str(SCRIPTS / f"{name}.py"), init_globals={"snakemake": sm}, run_name="__main__")
+    except SystemExit as e:
+        return str(e.code)
+    finally:
+        logging.getLogger().handlers.clear()  # setup_logging added a file handler for the job's log
+    return None
+
+
+def truncated_json(path: Path, doc: dict) -> Path:
+    """``doc`` as JSON in ``path``, cut in half (a write a kill or a full disk stopped)."""
+    text = json.dumps(doc, indent=2)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text[: len(text) // 2])
+    return path
+
+
+def synthetic_testset(tmp_path, tiny, spec, task, n, seed):
+    """A synthetic testset ``neg`` of ``n`` examples, tokenised as the workflow does it:
+    (data file, meta file, tokenised cache)."""
+    from oodcorr.modeling import synthetic
+
+    return tokenised_testset(
+        tmp_path, tiny, spec, synthetic.generate(task, n, seed), {"fingerprint": "f", "records_sha256": "r"}
+    )
+
+
+def tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
+    """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
+    it: (data file, meta file, tokenised cache)."""
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
+
+    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
+    write_jsonl_atomic(data, records)
+    write_json_atomic(meta, meta_doc)
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=tiny,
+        testset="neg",
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=128,
+        out_path=str(cache),
+    )
+    return data, meta, cache
+
+
+def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
+    """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
+    each perturbed differently (so every checkpoint scores differently), with manifests."""
+    import torch
+
+    from oodcorr.jobs.checkpoints import write_ckpt_manifest
+    from oodcorr.jobs.finetune import apply_lora
+    from oodcorr.modeling.adaptation import get
+    from oodcorr.modeling.loading import load_model
+
+    method = get(spec.get("method"))
+    tok_pad = 1
+    out = []
+    for step in range(n_ckpt):
+        torch.manual_seed(100 + step)
+        model = load_model(spec, tiny_dir, "cpu", labels, tok_pad)
+        if lora:
+            model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
+            trained = [p for n, p in model.named_parameters() if p.requires_grad]
+        else:
+            trained = list(model.parameters())
+        with torch.no_grad():
+            for p in trained:
+                p.add_(torch.randn_like(p) * 0.05)
+        ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step * 10}"
+        model.save_pretrained(ck)
+        write_ckpt_manifest(ck, step * 10, resumable=False)
+        out.append({"step": step * 10, "checkpoint": str(ck)})
+    return out

@@ -22,6 +22,7 @@ localrules:
     aggregate_scores,
     partial_correlations,
     consensus_heatmap,
+    forest_plots,
     heatmap,
     heatmap_grid,
     learning_curves,
@@ -99,6 +100,36 @@ rule consensus_heatmap:
         ENV
     params:
         kind="consensus_heatmap",
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
+    script:
+        "../scripts/plot.py"
+
+
+rule forest_plots:
+    """Why each OOD pair got its verdict: a forest plot per pair of every in-domain set with a consensus."""
+    input:
+        pairs=rules.partial_correlations.output.pairs,
+        agreement=rules.partial_correlations.output.agreement,
+    output:
+        [
+            report(
+                png,
+                category="1 The answer",
+                subcategory="Forest plots: why each pair got its verdict",
+                caption="../report/forest.rst",
+                labels=labels,
+            )
+            for png, labels in PLAN.forest_figures()
+        ],
+    log:
+        f"{LOGS}/analyse/forest_plots.log",
+    conda:
+        ENV
+    params:
+        kind="forest",
+        # (in-domain set, x, y) of each output, in order
+        pairs=[(d, x, y) for d, pairs in PLAN.forest_pairs().items() for x, y in pairs],
         method=PLOT_METHOD,
         residualiser=PLOT_RESIDUALISER,
     script:

@@ -39,6 +39,25 @@ rule pretraining_corpus:
         "../scripts/pretraining_corpus.py"
 
 
+rule convert_gguf:
+    """A model entry's GGUF file converted once into a safetensors folder, its SHA-256 recorded."""
+    input:
+        PLAN.gguf_input,
+    output:
+        directory(P.converted_model),
+    log:
+        f"{LOGS}/models/gguf/{{model}}.log",
+    conda:
+        ENV
+    threads: PLAN.threads("convert_gguf")
+    resources:
+        **PLAN.rule_resources("convert_gguf"),
+    params:
+        spec=PLAN.gguf_params,
+    script:
+        "../scripts/convert_gguf.py"
+
+
 rule build_tiny_model:
     """Train a tokenizer, build a small causal LM and pretrain it (nothing is downloaded)."""
     input:

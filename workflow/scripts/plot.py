@@ -1,4 +1,4 @@
-"""Rules consensus_heatmap, heatmap, heatmap_grid, learning_curves, scatter: one figure each (params.kind)."""
+"""Rules consensus_heatmap, forest_plots, heatmap, heatmap_grid, learning_curves, scatter: one figure each."""
 
 import sys
 
@@ -22,6 +22,12 @@ if kind == "consensus_heatmap":
     agree = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
     cells = dict(agree=agree, method=sm.params.method, residualiser=sm.params.residualiser)
     print(plots.draw(kind, sm.output[0], opts, in_domain=sm.wildcards.indomain, **cells))
+elif kind == "forest":
+    agree = pd.read_csv(sm.input.agreement, keep_default_na=False, na_values=[""])
+    pc = pd.read_csv(sm.input.pairs, keep_default_na=False, na_values=[""])
+    cells = dict(agree=agree, pc=pc, method=sm.params.method, residualiser=sm.params.residualiser)
+    for png, (dom, x, y) in zip(sm.output, sm.params.pairs, strict=True):
+        print(png, plots.draw(kind, png, opts, in_domain=dom, pair=(x, y), **cells))
 elif kind in ("heatmap", "heatmap_grid"):
     pc = pd.read_csv(sm.input[0], keep_default_na=False, na_values=[""])
     cells = dict(pc=pc, method=sm.params.method, residualiser=sm.params.residualiser)

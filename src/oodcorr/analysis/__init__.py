@@ -13,7 +13,8 @@ size, the modified t-test and its interval: one procedure per cell),
 :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
 meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, its
 prediction interval for a further model, heterogeneity, sign reversal, the verdict), :mod:`.tables`
-(reading long/wide tables, summary rows), :mod:`.pipeline` (everything together),
+(reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
+results and their per-sample logs), :mod:`.pipeline` (everything together),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
 grid, by simulated studies analysed with the procedures above: ``oodcorr design``),

@@ -67,7 +67,7 @@ to normal with the within-run variances the per-run procedure gives, and the mod
 table are a sample of the kind of model the claim is about (the prediction interval speaks of
 a further model like these, not of any model). The measured error rates of every verdict are
 in benchmarks/README.md#10-verdicts-across-models-calibration, the prediction interval's
-coverage in benchmarks/README.md#13-the-prediction-interval-across-models-coverage.
+coverage in benchmarks/README.md#14-the-prediction-interval-across-models-coverage.
 """
 
 from __future__ import annotations

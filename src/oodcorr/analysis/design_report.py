@@ -241,7 +241,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
                 f"{un['fix_smallest_effect']:.2f})."
                 if un["fix"]
                 else "No change simulated here reaches it; more models (10 or more) with 2-3 runs each do in the "
-                "calibration (benchmarks/README.md#13-the-prediction-interval-across-models-coverage)."
+                "calibration (benchmarks/README.md#14-the-prediction-interval-across-models-coverage)."
             )
         )
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]

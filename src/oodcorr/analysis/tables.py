@@ -374,7 +374,7 @@ def run_info(
 
 # The example-level bootstrap resamples each example's correctness, which gives accuracy: it
 # applies to the workflow's `accuracy` (and to a user table's own score column), not to the
-# workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS; tests/test_config.py ties them).
+# workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS; tests/planning/test_config.py ties them).
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
 
 

@@ -20,7 +20,7 @@ config, its plan and lock), :mod:`.scores` (reading a scores table by the layout
 A verb's module is imported only when that verb runs (:func:`main` builds the full parser of
 the verb named and a stub of each other one), so ``oodcorr --help``, ``prefetch`` and ``budget``
 import no pandas, numpy or torch: only ``analyse`` and ``design`` pay for the statistics. This
-package may import every folder (tests/test_layers.py).
+package may import every folder (tests/meta/test_layers.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """``oodcorr analyse TABLE --in-domain NAME [...]``: the same analysis as the workflow's rules on any
-scores table (CSV, TSV or parquet; long or wide); the tables and figures go into ``--out``."""
+scores table (CSV, TSV or parquet; long or wide) or a folder of lm-evaluation-harness results
+(``--format lm-eval``); the tables and figures go into ``--out``."""
 
 from __future__ import annotations
 
@@ -14,20 +15,23 @@ import pandas as pd
 from ..analysis import Options, agreement, analyse
 from ..analysis.correlate import METHODS
 from ..analysis.inference import INFERENCES
+from ..analysis.lmeval import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.multitest import CORRECTIONS
 from ..analysis.pooling import TWO_RUNS
 from ..analysis.resample import INTERVALS
 from ..analysis.residualise import RESIDUALISERS, GamSettings
 from ..analysis.tables import summarise, write_tables
+from ..core.answer import answer_lines
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
 from ..core.limits import analysis_cells, analysis_too_large
 from ..core.locks import EXPERIMENT, hold
 from ..jobs import plots
+from ..jobs.plots import FOREST_CAP
 from ..launch.experiment import experiment_folder
 from .args import add_showing_default, block_length, positive_int
-from .scores import read_scores
+from .scores import read_lmeval, read_scores
 
 log = logging.getLogger("oodcorr")
 
@@ -40,17 +44,23 @@ outputs (in --out):
                             (positive/negative), sign reversal, models differ, agree near zero,
                             unresolved (corrected across pairs); each model's pooled r
   consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
+  forest/<in-domain>/<x>+<y>.png  why each pair got its verdict: each model's pooled r and interval,
+                            the consensus and the prediction interval (with more than one model;
+                            up to --forest-max pairs per in-domain set)
   heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
   heatmap_grid.png          the models side by side (with more than one model)
   scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
   learning_curves/<model>.png  score vs step (only when the unit column is numeric)
-  settings.json             the settings used and the input's sha256
+  settings.json             the settings used and the input's sha256 (lm-eval: of the files read)
 
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
   oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
   oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
+  oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
+  oodcorr analyse pythia/evals/pythia-v1 --format lm-eval --in-domain lambada_openai \
+      --path-pattern '{model}/zero-shot/*_step{step}.json' --tasks arc_easy,piqa,sciq,winogrande
 
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
@@ -70,13 +80,17 @@ def add_parser(sub, help: str) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument("table", help="scores table: .csv, .tsv or .parquet")
+    a.add_argument(
+        "table",
+        help="scores table: .csv, .tsv or .parquet; with --format lm-eval, a folder of lm-evaluation-harness results",
+    )
     g = a.add_argument_group("input layout")
     g.add_argument(
         "--format",
-        choices=("long", "wide"),
+        choices=("long", "wide", "lm-eval"),
         default="long",
-        help="long: one row per unit x testset; wide: one row per unit, one column per testset (default: long)",
+        help="long: one row per unit x testset; wide: one row per unit, one column per testset; lm-eval: a "
+        "folder of lm-evaluation-harness results files, one per model x checkpoint (default: long)",
     )
     g.add_argument(
         "--in-domain",
@@ -140,6 +154,48 @@ def add_parser(sub, help: str) -> None:
         metavar="FILE",
         help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
         "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
+    )
+    e = a.add_argument_group(
+        "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
+    )
+    e.add_argument(
+        "--metric",
+        default="acc",
+        metavar="NAME",
+        help="the metric analysed: acc, acc_norm, exact_match, ...; NAME,FILTER where a task has it under several "
+        "filters (default: acc)",
+    )
+    e.add_argument(
+        "--tasks",
+        metavar="T1,T2,...",
+        help="read only these tasks (comma-separated; the in-domain task is always read); default: every task "
+        "that has the metric",
+    )
+    e.add_argument(
+        "--path-pattern",
+        metavar="PATTERN",
+        help="where each file's path (below the folder) gives model, run or step: placeholders {model}, {run}, "
+        "{step}; * any text within a name, **/ any folders; e.g. '{model}/zero-shot/*_step{step}.json'. "
+        "What it names wins over config.model_args for model and run; only matching .json files are read",
+    )
+    e.add_argument(
+        "--no-samples",
+        action="store_true",
+        help="leave the --log_samples files (samples_<task>_<date>.jsonl) out: no example-level bootstrap",
+    )
+    add_showing_default(
+        e,
+        "--max-files",
+        MAX_FILES,
+        "refuse a folder of more .json/.jsonl files than this (they are counted first)",
+        type=positive_int("--max-files"),
+    )
+    add_showing_default(
+        e,
+        "--max-file-mb",
+        MAX_RESULTS_BYTES // 2**20,
+        "refuse a results file larger than this many MiB, before it is parsed",
+        type=positive_int("--max-file-mb"),
     )
     s = a.add_argument_group("statistics")
     add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
@@ -245,6 +301,20 @@ def add_parser(sub, help: str) -> None:
         "them again; refused while a run writes that experiment",
     )
     o.add_argument("--no-plots", action="store_true", help="write the tables only")
+    add_showing_default(
+        o,
+        "--forest-max",
+        FOREST_CAP,
+        "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
+        "models differ, generalises, near zero, then unresolved; the largest consensus first); 0: none",
+        type=int,
+    )
+    o.add_argument(
+        "--forest-pairs",
+        nargs="+",
+        metavar="X+Y",
+        help="draw the forest plots of these OOD pairs (testset names joined by '+') instead of choosing",
+    )
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
     o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
     o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
@@ -269,7 +339,17 @@ def run(args) -> int:
 
 
 def _analyse_into(args, out: Path) -> int:
-    long, examples, info, pool_by = read_scores(args)
+    if args.format == "lm-eval":
+        long, examples, info, pool_by, digest = read_lmeval(args)
+    else:
+        if args.tasks or args.path_pattern:
+            flag = "--tasks" if args.tasks else "--path-pattern"
+            raise DataError(
+                f"{flag}: reads lm-evaluation-harness results (--format lm-eval); for a table, --testsets and "
+                "--exclude choose the testsets"
+            )
+        long, examples, info, pool_by = read_scores(args)
+        digest = sha256_file(args.table)
     opts = Options(
         methods=tuple(args.methods),
         residualisers=tuple(args.residualisers),
@@ -299,21 +379,26 @@ def _analyse_into(args, out: Path) -> int:
         out / "settings.json",
         {
             "input": str(args.table),
-            "sha256": sha256_file(args.table),
+            "sha256": digest,
             "format": args.format,
-            "unit": args.unit,
+            "unit": "step" if args.format == "lm-eval" else args.unit,
+            **({"metric": args.metric, "path_pattern": args.path_pattern} if args.format == "lm-eval" else {}),
             "in_domain": args.in_domain,
             "options": opts.describe(),
         },
     )
     log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
     summarise(pc, agree, opts, log)
+    method = args.plot_method or opts.methods[0]
+    res = args.plot_residualiser or opts.residualisers[0]
+    drawn: list[str] = []
     if not args.no_plots:
-        method = args.plot_method or opts.methods[0]
-        res = args.plot_residualiser or opts.residualisers[0]
         if method not in opts.methods or res not in opts.residualisers:
             raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
-        make_plots(pc, agree, long, out, method, res, opts)
+        drawn = make_plots(pc, agree, long, out, method, res, opts, args.forest_max, args.forest_pairs)
+    rows = agree.astype(object).where(agree.notna(), "").astype(str).to_dict("records")
+    for line in answer_lines(rows, method, res, out, consensus_sets=drawn, file_name=safe_name):
+        log.info("%s", line)
     return 0
 
 
@@ -338,15 +423,41 @@ def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: i
     return cells
 
 
-def make_plots(pc, agree, long, out: Path, method: str, residualiser: str, opts) -> None:
+def make_plots(
+    pc,
+    agree,
+    long,
+    out: Path,
+    method: str,
+    residualiser: str,
+    opts,
+    forest_max: int = FOREST_CAP,
+    forest_pairs: list[str] | None = None,
+) -> list[str]:
+    """Every figure; returns the in-domain sets that got a consensus heatmap."""
     models = sorted(pc["model"].unique())
     cells = dict(pc=pc, method=method, residualiser=residualiser)
-    if len(models) > 1:  # the answer first: the consensus across models, one figure per in-domain set
-        for dom in sorted(agree["in_domain"].astype(str).unique()):
-            png = str(out / "consensus" / f"{safe_name(dom)}.png")
-            plots.draw(
-                "consensus_heatmap", png, opts, agree=agree, in_domain=dom, method=method, residualiser=residualiser
+    doms = sorted(agree["in_domain"].astype(str).unique()) if len(models) > 1 else []
+    named = _named_pairs(agree, forest_pairs) if forest_pairs else None
+    for dom in doms:  # the answer first: the consensus across models, one figure per in-domain set
+        png = str(out / "consensus" / f"{safe_name(dom)}.png")
+        agreed = dict(agree=agree, in_domain=dom, method=method, residualiser=residualiser)
+        plots.draw("consensus_heatmap", png, opts, **agreed)
+        pairs, total = plots.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
+        if named is not None:
+            pairs = [p for p in named if p in set(plots.forest_pairs(agree, dom, method, residualiser, cap=total)[0])]
+        elif len(pairs) < total:
+            log.info(
+                "forest plots of in-domain %s: %d of its %d pairs (--forest-max %d: the verdicts that say most "
+                "first); --forest-pairs X+Y ... draws others",
+                dom,
+                len(pairs),
+                total,
+                forest_max,
             )
+        for x, y in pairs:
+            png = str(out / "forest" / safe_name(dom) / f"{safe_name(x)}+{safe_name(y)}.png")
+            plots.draw("forest", png, opts, pc=pc, pair=(x, y), **agreed)
     for m in models:
         png = f"{safe_name(m)}.png"
         plots.draw("heatmap", str(out / "heatmaps" / png), opts, model=m, **cells)
@@ -356,8 +467,23 @@ def make_plots(pc, agree, long, out: Path, method: str, residualiser: str, opts)
     if len(models) > 1:
         plots.draw("heatmap_grid", str(out / "heatmap_grid.png"), opts, **cells)
     else:
-        log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
+        log.info("one model: no side-by-side grid (heatmap_grid.png), no consensus heatmap or forest plot to draw")
     log.info("wrote figures under %s", out)
+    return doms
+
+
+def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]:
+    """``--forest-pairs X+Y ...`` as sorted (x, y) pairs, each an OOD pair of the agreement table."""
+    known = {tuple(sorted((str(x), str(y)))) for x, y in zip(agree["x"], agree["y"])}
+    out = []
+    for item in given:
+        x, sep, y = item.partition("+")
+        pair = tuple(sorted((x.strip(), y.strip())))
+        if not sep or pair not in known:
+            shown = ", ".join(f"{a}+{b}" for a, b in sorted(known)[:6])
+            raise DataError(f"--forest-pairs {item}: not an OOD pair of the agreement table; its pairs include {shown}")
+        out.append(pair)
+    return list(dict.fromkeys(out))
 
 
 def safe_name(name: str) -> str:

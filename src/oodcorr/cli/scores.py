@@ -1,5 +1,6 @@
 """Reading the scores table a verb names (``oodcorr analyse TABLE``, ``oodcorr design --pilot``)
-by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.tables`)."""
+by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.tables`), or a
+folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.lmeval`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import tables
+from ..analysis import lmeval, tables
 from ..core.errors import DataError
 
 log = logging.getLogger("oodcorr")
@@ -89,3 +90,52 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             source=str(args.examples),
         )
     return long, examples, info, pool_by
+
+
+def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str]:
+    """--format lm-eval: (canonical long table, examples or None, run information, columns to pool
+    by, the digest of the files read) from a folder of lm-evaluation-harness results."""
+    for flag, given in (
+        ("--model", args.model),
+        ("--run", args.run),
+        ("--examples", args.examples),
+        ("--encoding", args.encoding),
+        ("--pool-by", args.pool_by),
+    ):
+        if given:
+            raise DataError(
+                f"{flag}: not read with --format lm-eval (model, run and step come from each results file's "
+                "config.model_args or from --path-pattern; per-example data from the --log_samples files beside them)"
+            )
+    tasks = None
+    if args.tasks:
+        tasks = list(dict.fromkeys(t.strip() for t in args.tasks.split(",") if t.strip()))
+        if args.in_domain not in tasks:
+            tasks.append(args.in_domain)
+    read = lmeval.read_folder(
+        args.table,
+        metric=args.metric,
+        tasks=tasks,
+        path_pattern=args.path_pattern,
+        samples=not args.no_samples,
+        max_files=args.max_files,
+        max_bytes=int(args.max_file_mb * 2**20),
+    )
+    long = read.long(args.in_domain)
+    if args.testsets:
+        long = long[long["testset"].isin(set(args.testsets) | {args.in_domain})]
+    if args.exclude:
+        long = long[~long["testset"].isin(set(args.exclude) - {args.in_domain})]
+    info = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
+    log.info(
+        "%s: %d models, %d runs, %d checkpoints, %d tasks (in-domain: %s), metric %s%s",
+        args.table,
+        long["model"].nunique(),
+        len(info),
+        long["unit"].nunique(),
+        long["testset"].nunique(),
+        args.in_domain,
+        args.metric,
+        f", per-example samples from {len(read.samples_files)} files" if read.examples is not None else "",
+    )
+    return long, read.examples, info, (), read.digest

@@ -6,7 +6,9 @@ those jobs), ``defaults`` (the defaults Python reads, written once), ``model_dir
 on disk and whether they load safely), ``locks`` (one writer per folder; lock files opened without
 following links), ``published`` (results published as one set, switched by one rename, and checked
 against their record), ``gpus`` (device claims), ``ranks`` (which process of a distributed launch this
-is) and ``limits`` (the size budgets of YAML files, configs and the analysis, checked before any work).
+is), ``limits`` (the size budgets of YAML files, configs and the analysis, checked before any work)
+and ``answer`` (the answer in a sentence: the pairs per verdict of an agreement table, for the console
+and the report).
 
 May import: nothing of oodcorr outside this folder.
 """

@@ -16,7 +16,7 @@ the config's params when left at its default, or because a layer below planning 
   gives fewer where ``--cores``, or ``--local-cores`` on a cluster, are fewer).
 
 ``config/schema.yaml`` states what each of these keys may be and gives none of them a default
-(``tests/test_config.py`` checks both).
+(``tests/planning/test_config.py`` checks both).
 
 The analysis defaults, for the two layers that read them:
 
@@ -73,6 +73,7 @@ FINETUNE: dict[str, Any] = {"loss": "verbalisers", "report_to": "auto"}
 # per model rule: what one job asks for by default. Evaluate's runtime is minutes per checkpoint.
 RESOURCES: dict[str, dict[str, Any]] = {
     "build_tiny_model": {"mem_mb": 2000, "runtime": 30},
+    "convert_gguf": {"mem_mb": 4000, "runtime": 30},
     "tokenize_testset": {"mem_mb": 2000, "runtime": 30},
     "finetune": {"mem_mb": 4000, "runtime": 60},
     "evaluate": {"mem_mb": 2000, "runtime": 10},

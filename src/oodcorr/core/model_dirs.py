@@ -17,8 +17,8 @@ from pathlib import Path
 from .errors import ConfigError
 
 
-def package_dir(spec: dict) -> Path:
-    """The folder ``<package>/<sub/folder>`` inside an installed Python package (nothing is imported)."""
+def package_path(spec: dict) -> Path:
+    """The folder or file ``<package>/<sub/path>`` inside an installed Python package (nothing is imported)."""
     pkg, _, sub = spec["package"].partition("/")
     found = importlib.util.find_spec(pkg)
     if found is None or not found.submodule_search_locations:
@@ -27,9 +27,40 @@ def package_dir(spec: dict) -> Path:
             f"(e.g. pip install {pkg.replace('_', '-')})"
         )
     d = Path(list(found.submodule_search_locations)[0]) / sub
-    if not d.is_dir():
+    if not d.exists():
         raise ConfigError(f"models[{spec['name']}].package: {d} does not exist")
     return d
+
+
+def package_dir(spec: dict) -> Path:
+    """The model folder ``<package>/<sub/folder>`` inside an installed Python package."""
+    d = package_path(spec)
+    if not d.is_dir():
+        raise ConfigError(f"models[{spec['name']}].package: {d} is not a folder (a model folder, or a .gguf file)")
+    return d
+
+
+GGUF_SUFFIX = ".gguf"
+
+
+def names_gguf(spec: dict) -> bool:
+    """Whether a model entry names a GGUF file (``package:`` or ``path:`` ending in ``.gguf``),
+    read without touching the disk (planning decides on it)."""
+    where = spec.get("package") or spec.get("path")
+    return bool(where) and str(where).lower().endswith(GGUF_SUFFIX)
+
+
+def gguf_file(spec: dict) -> Path:
+    """The GGUF file a model entry names; a ConfigError naming the key when it is not a file."""
+    if spec.get("package"):
+        p = package_path(spec)
+        key = "package"
+    else:
+        p = Path(spec["path"])
+        key = "path"
+    if not p.is_file():
+        raise ConfigError(f"models[{spec['name']}].{key}: {p} is not a file (a .gguf entry names the file itself)")
+    return p
 
 
 MAX_SAFETENSORS_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header

@@ -8,5 +8,5 @@ pass, its dtype), ``predictions`` (the predictions file), ``metrics`` (beyond ac
 ``aggregate`` (the scores table and its accuracy view) and ``plots`` (every figure).
 
 May import: ``core``, ``analysis``, ``planning``, ``modeling``. Planning never imports this
-folder (tests/test_layers.py checks what the Snakefile can reach).
+folder (tests/meta/test_layers.py checks what the Snakefile can reach).
 """

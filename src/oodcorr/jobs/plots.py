@@ -11,11 +11,13 @@ of the report (:func:`training_loss_curves`) read the runs' manifests.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..analysis.consensus import VERDICTS
 from ..core.io import atomic_path, read_json
 from .series import MANIFEST_FIX
 
@@ -449,6 +451,150 @@ def consensus_heatmap(
     return cells
 
 
+FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-domain set (--forest-max)
+
+
+def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
+    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
+    all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
+    :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, models differ, generalises, agree near
+    zero, unresolved), then by the size of the consensus."""
+    sub = agree[
+        (agree["method"] == method)
+        & (agree["residualiser"] == residualiser)
+        & (agree["in_domain"].astype(str) == str(in_domain))
+    ]
+    rank = {v: i for i, v in enumerate(VERDICTS)}
+    best = {}
+    for row in sub.itertuples(index=False):
+        key = tuple(sorted((str(row.x), str(row.y))))
+        size = abs(float(row.r_consensus)) if np.isfinite(float(row.r_consensus)) else -1.0
+        score = (rank.get(row.verdict, len(rank)), -size)
+        best[key] = min(best.get(key, score), score)
+    pairs = sorted(best, key=lambda k: (best[k], k))
+    return sorted(pairs[:cap]), len(pairs)
+
+
+def _natural(name: str) -> list:
+    """A sort key that puts ``m2`` before ``m10``."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
+
+
+def forest(
+    agree: pd.DataFrame,
+    pc: pd.DataFrame,
+    out_png: str,
+    in_domain: str,
+    x: str,
+    y: str,
+    method: str,
+    residualiser: str,
+    near_zero: float | None = None,
+    level: float | None = None,
+) -> dict:
+    """Why one OOD pair got its verdict: a forest plot. One row per model -- its pooled partial r
+    with its interval (a square and a line), its runs as small dots where it has several -- then
+    the consensus across models with its interval (a diamond) and the prediction interval for a
+    further model (a bar below it); 0 and the near-zero band marked; the verdict in the title.
+    One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ..., ...}}."""
+    plt = _plt()
+
+    def pair_rows(df):
+        xs, ys = df["x"].astype(str), df["y"].astype(str)
+        return df[
+            (df["method"] == method)
+            & (df["residualiser"] == residualiser)
+            & (df["in_domain"].astype(str) == str(in_domain))
+            & (((xs == x) & (ys == y)) | ((xs == y) & (ys == x)))
+        ]
+
+    arows, prows = pair_rows(agree), pair_rows(pc)
+    groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
+    models = sorted(prows["model"].astype(str).unique(), key=_natural)
+    height = 1.9 + 0.32 * (len(models) + 3)
+    fig, axes = plt.subplots(1, len(groups), figsize=(7.5 * len(groups), height), squeeze=False)
+    out = {}
+    lvl = f"{100 * level:g} % " if level else ""
+    for ax, group in zip(axes[0], groups):
+        a = arows[arows["pool_group"].astype(str) == group]
+        p = prows[prows["pool_group"].astype(str) == group]
+        pooled = p[p["run"] == "pooled"].set_index(p.loc[p["run"] == "pooled", "model"].astype(str))
+        runs = p[p["run"] != "pooled"]
+        ys = {m: len(models) - i + 2 for i, m in enumerate(models)}  # top to bottom; consensus rows at 1 and 0
+        ax.axvline(0, color="black", lw=0.8)
+        if near_zero:
+            ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
+        drawn = []
+        for m in models:
+            yy = ys[m]
+            rr = runs[runs["model"].astype(str) == m]["r"].to_numpy(float)
+            rr = rr[np.isfinite(rr)]
+            if len(rr) > 1:
+                ax.plot(rr, np.full(len(rr), yy) + np.linspace(-0.18, 0.18, len(rr)), "o", ms=3, color="0.55", zorder=2)
+            if m not in pooled.index:
+                continue
+            row = pooled.loc[m]
+            r, lo, hi = (float(row[c]) for c in ("r", "ci_low", "ci_high"))
+            label = "n/a"
+            if np.isfinite(lo) and np.isfinite(hi):
+                ax.plot([lo, hi], [yy, yy], color="black", lw=1.2, zorder=3)
+                label = f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            elif np.isfinite(r):
+                label = f"{r:+.2f} (no interval)"
+            if np.isfinite(r):
+                ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
+                drawn.append(m)
+            ax.text(1.04, yy, label, va="center", fontsize=8, transform=ax.get_yaxis_transform())
+        verdict, n_models, tally = "no agreement row", 0, {}
+        if len(a):
+            row = a.iloc[0]
+            verdict = str(row["verdict"])
+            rc, lo, hi = (float(row[c]) for c in ("r_consensus", "ci_low_consensus", "ci_high_consensus"))
+            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
+            n_models = int(row["n_models_consensus"]) if np.isfinite(float(row["n_models_consensus"])) else 0
+            if np.isfinite(rc) and np.isfinite(lo) and np.isfinite(hi):
+                ax.fill([lo, rc, hi, rc], [1, 1.3, 1, 0.7], color="tab:red", zorder=4)
+                cons = f"{rc:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+            elif np.isfinite(rc):
+                ax.plot([rc], [1], "D", color="tab:red", zorder=4)
+                cons = f"{rc:+.2f}"
+            else:
+                cons = "n/a"
+            ax.text(1.04, 1, cons, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
+            if np.isfinite(plo) and np.isfinite(phi):
+                ax.plot([plo, phi], [0, 0], color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6, zorder=3)
+                pi = f"[{plo:+.2f}, {phi:+.2f}]"
+            else:
+                pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
+            ax.text(1.04, 0, pi, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
+            tally = {"consensus": cons, "prediction": pi}
+        ax.axhline(1.75, color="0.6", lw=0.6)
+        ax.set_yticks(
+            [ys[m] for m in models] + [1, 0],
+            models + [f"consensus of {n_models} models", "prediction interval\n(a further model)"],
+            fontsize=8 if len(models) <= 24 else 6,
+        )
+        ax.set_ylim(-0.8, len(models) + 2.8)
+        ax.set_xlim(-1.02, 1.02)
+        ax.set_xlabel(
+            f"partial r ({method}, {residualiser}); squares: each model pooled, dots: its runs, lines: {lvl}intervals"
+            + (f"; grey band: near zero (±{near_zero:g})" if near_zero else ""),
+            fontsize=8,
+        )
+        where = f" ({group})" if group not in ("", "all runs") else ""
+        ax.set_title(
+            f"{x} × {y}, in-domain {in_domain}{where}\nverdict: {verdict}",
+            fontsize=10,
+            fontweight="bold" if verdict.startswith("generalises") else "normal",
+        )
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+        out[group] = {"models": drawn, "verdict": verdict, **tally}
+    fig.tight_layout()
+    _save(fig, out_png)
+    return out
+
+
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 
@@ -598,8 +744,9 @@ def scatter(
     return drawn
 
 
-# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk)
-FIGURES = ("consensus_heatmap", "heatmap", "heatmap_grid", "learning_curves", "scatter")
+# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk; rule forest_plots
+# draws "forest", one per pair)
+FIGURES = ("consensus_heatmap", "forest", "heatmap", "heatmap_grid", "learning_curves", "scatter")
 
 
 def draw(
@@ -614,6 +761,7 @@ def draw(
     in_domain: str | None = None,
     method: str | None = None,
     residualiser: str | None = None,
+    pair: tuple[str, str] | None = None,
     x_label: str = "training step",
     y_label: str = "score",
 ) -> dict:
@@ -621,10 +769,15 @@ def draw(
     command line (``oodcorr analyse``) and the workflow's rules: what an analysis's options
     (:class:`oodcorr.analysis.Options`) decide of it is decided here. The heatmaps read the pairs
     table ``pc`` (``method`` and ``residualiser`` choose the cells shown), the consensus heatmap the
-    agreement table ``agree`` (one ``in_domain`` set); learning curves and scatter plots read the
+    agreement table ``agree`` (one ``in_domain`` set), a forest plot both (one ``pair`` of that set);
+    learning curves and scatter plots read the
     long scores table ``long``."""
     if kind == "consensus_heatmap":
         return consensus_heatmap(agree, out_png, method, residualiser, in_domain, opts.alpha, opts.near_zero)
+    if kind == "forest":
+        return forest(
+            agree, pc, out_png, in_domain, *pair, method, residualiser, near_zero=opts.near_zero, level=opts.level
+        )
     if kind == "heatmap":
         return heatmap(pc, model, out_png, method, residualiser, **heatmap_marks(opts))
     if kind == "heatmap_grid":

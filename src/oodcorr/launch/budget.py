@@ -51,6 +51,7 @@ LOCAL_RULES = (
     "accuracy_table",
     "partial_correlations",
     "consensus_heatmap",
+    "forest_plots",
     "heatmap",
     "heatmap_grid",
     "learning_curves",
@@ -180,6 +181,7 @@ def job_counts(plan) -> dict[str, int]:
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
         "build_tiny_model": len(tiny),
+        "convert_gguf": len([m for m, s in plan.models.items() if s.is_gguf]),
         "tokenize_testset": tokenize,
         "finetune": len([r for r in plan.runs if not r.series]),
         # one manifest per given checkpoint of a series model, whatever its in-domain sets
@@ -189,6 +191,8 @@ def job_counts(plan) -> dict[str, int]:
         "accuracy_table": 1,
         "partial_correlations": 1,
         "consensus_heatmap": len(plan.consensus_sets()),
+        # one job draws every pair's forest plot (none without a consensus)
+        "forest_plots": 1 if plan.forest_figures() else 0,
         "heatmap": n_models,
         "heatmap_grid": 1,
         "learning_curves": n_models,
@@ -209,6 +213,8 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
         return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
     if rule == "build_tiny_model":
         return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.is_tiny]
+    if rule == "convert_gguf":
+        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.is_gguf]
     jobs = []
     for m, s in plan.models.items():
         testsets = {t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]}
@@ -300,7 +306,8 @@ def compute(
     longest, which = 0.0, ""
     for run in plan.runs:
         res = plan.models[run.model].resources
-        build = res["build_tiny_model"].runtime if plan.models[run.model].is_tiny else 0
+        spec = plan.models[run.model]
+        build = res["build_tiny_model"].runtime if spec.is_tiny else res["convert_gguf"].runtime if spec.is_gguf else 0
         ev = res["evaluate"].runtime * (len(run.steps) if plan.unit == "run" else 1)
         t = build + max(res["finetune"].runtime, res["tokenize_testset"].runtime) + ev
         if t > longest:

@@ -22,9 +22,11 @@ import json
 import os
 from pathlib import Path
 
+from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
-from ..core.model_dirs import check_local_weights, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir
 from ..core.records import cache_info_path, local_source_changed
+from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
@@ -74,6 +76,7 @@ def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
                 f"oodcorr: scores in {P.scores_csv}, partial correlations in {P.analysis}/partial_correlations.csv, "
                 f"heatmaps in {P.analysis}/heatmaps/"
             )
+            lines += [f"oodcorr: {line}" for line in answer_of(plan)]
         elif any(os.path.exists(t) for t in plan.targets()):
             # the published set is replaced only as a whole, once every step after the evaluations succeeded
             lines.append(
@@ -83,6 +86,21 @@ def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
     except Exception as e:  # noqa: BLE001 -- as above
         lines.append(f"oodcorr: the run {'failed' if failed else 'finished'}; results are under {P.root}/ ({e})")
     return lines
+
+
+def answer_of(plan: Plan) -> list[str]:
+    """The answer's lines (:func:`oodcorr.core.answer.answer_lines`) from the published
+    ``agreement.csv``, for the method and residualiser the heatmaps show: none when it is not there
+    (nothing published), one saying so when it cannot be read."""
+    path = Path(plan.paths.analysis) / "agreement.csv"
+    if not path.exists():
+        return []
+    try:
+        rows = read_agreement(path)
+    except (OSError, ValueError) as e:
+        return [f"{path}: the answer's table cannot be read ({type(e).__name__}: {str(e)[:120]})"]
+    method, res = plan.analysis["methods"][0], plan.analysis["residualisers"][0]
+    return answer_lines(rows, method, res, plan.paths.analysis, consensus_sets=plan.consensus_sets())
 
 
 def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
@@ -140,7 +158,11 @@ def _check_local_file(exp: Experiment, name: str) -> None:
 
 
 def _check_local_model(m: dict, key: str | None = None) -> None:
-    """A local or packaged model must exist and load under the safety defaults, before any job runs."""
+    """A local or packaged model must exist and load under the safety defaults, before any job runs;
+    a GGUF file's header must be one a loader can read safely (:func:`checked_header`)."""
+    if names_gguf(m) and not key:
+        checked_header(m)
+        return
     if m.get("package"):
         p = package_dir(m)
     else:
@@ -157,6 +179,9 @@ def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
+    if spec.is_gguf:  # its tokenizer is in the converted folder, once converted
+        d = Path(plan.tiny_dir(model))
+        return d if (d / "tokenizer.json").exists() else None
     if spec.source == "path":
         return Path(spec.entry["path"])
     if spec.source == "package":

@@ -15,7 +15,7 @@ A model entry picks its method with ``method:``:
 Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
 evaluation (argmax) are the same code for every method. To add a method, write a
 class with the members of :class:`Method` and add it to ``ADAPTATIONS``
-(``tests/test_adaptation.py`` checks every entry against :class:`Method`). ``pattern`` has
+(``tests/modeling/test_adaptation.py`` checks every entry against :class:`Method`). ``pattern`` has
 one more, ``vocab_logits``: the whole vocabulary's logits at the scored position, for
 ``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
 """

@@ -8,7 +8,7 @@ weights are read from safetensors. For the architectures here, this module reads
 itself -- ``config.json``, whose every key is one this module knows, and the safetensors weights
 (``safetensors.torch``, never pickle) -- and computes the forward pass op for op as transformers
 5.24 does with its default attention (``sdpa``), so the logits are the same bit for bit
-(``tests/test_lean.py`` compares them, padded and unpadded, in float32 and bfloat16).
+(``tests/modeling/test_lean.py`` compares them, padded and unpadded, in float32 and bfloat16).
 
 :func:`lean_model` returns ``None`` (and says why) whenever that does not hold, and the caller
 loads the model with ``from_pretrained`` instead: another ``model_type``, a configuration key or

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.model_dirs import check_local_weights, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir
 from . import adaptation
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,11 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
     if spec.get("tiny"):
         if tiny_dir is None:
             raise ConfigError(f"models[{spec['name']}]: tiny model needs its built directory")
+        return str(tiny_dir), {}
+    if names_gguf(spec):
+        # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
+        if tiny_dir is None:
+            raise ConfigError(f"models[{spec['name']}]: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(tiny_dir), {}
     if spec.get("path"):
         return str(spec["path"]), {}

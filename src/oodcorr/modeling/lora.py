@@ -4,7 +4,7 @@ A LoRA layer computes ``x W^T + s (x A^T) B^T`` (``s`` = ``lora_alpha / r``, or 
 with rsLoRA): two extra small matmuls per adapted layer, about a quarter slower than the
 plain model on a CPU (benchmarks/README.md, section 2). Folded, the layer is a plain linear
 layer again, ``x (W + s B A)^T``: the same function up to float rounding (about 1e-6 of
-the logits in float32; ``tests/test_lora.py`` bounds it against peft's unfolded forward and
+the logits in float32; ``tests/modeling/test_lora.py`` bounds it against peft's unfolded forward and
 checks that every prediction is the same). Modules a peft adapter trains whole
 (``modules_to_save``, e.g. a classification head) take the adapter's weights.
 

@@ -34,7 +34,7 @@ DATASET_SOURCES = ("synthetic", "local", "hub")
 MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 
 # the prompt switches' allowed values, for a model's own prompt, which the schema does not check
-# (tests/test_config.py ties them to the schema's); their defaults are oodcorr.core.defaults.READING
+# (tests/planning/test_config.py ties them to the schema's); their defaults are oodcorr.core.defaults.READING
 READING_CHOICES = {
     "strip_fields": (True, False),
     "truncation": ("left", "right"),

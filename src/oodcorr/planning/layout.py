@@ -35,6 +35,11 @@ class Paths:
         return f"{self.root}/models/{{model}}"
 
     @property
+    def converted_model(self) -> str:
+        """A GGUF model file converted into a safetensors folder (rule convert_gguf)."""
+        return f"{self.root}/models/gguf/{{model}}"
+
+    @property
     def tokenized(self) -> str:
         return f"{self.root}/cache/tokenized/{{model}}/{{testset}}.pt"
 

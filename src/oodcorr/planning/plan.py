@@ -22,6 +22,7 @@ stays fast.
 from __future__ import annotations
 
 import inspect
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any
 from ..core import limits
 from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
-from ..core.model_dirs import model_files
+from ..core.model_dirs import model_files, names_gguf
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .layout import Paths
@@ -40,7 +41,7 @@ from .resources import PLACEMENT, Resources, model_resources
 
 # The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
 # columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
-# param of the rule) and nothing upstream. tests/test_plan_layer.py ties it to the columns.
+# param of the rule) and nothing upstream. tests/meta/test_plan_layer.py ties it to the columns.
 # 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
 ANALYSIS_FORMAT = 2
 
@@ -87,6 +88,11 @@ class ModelSpec:
     @property
     def is_series(self) -> bool:
         return self.source == "series"
+
+    @property
+    def is_gguf(self) -> bool:
+        """A GGUF file (``package:`` or ``path:``), converted once by rule convert_gguf."""
+        return names_gguf(self.entry)
 
     @property
     def lora(self) -> bool:
@@ -230,9 +236,30 @@ class Plan:
             models.setdefault(test, set()).add(r.model)
         return sorted(d for d, ms in models.items() if len(ms) >= 2)
 
+    def forest_pairs(self) -> dict[str, list[tuple[str, str]]]:
+        """The OOD pairs (x, y), x before y, of each in-domain test set with a consensus: one forest
+        plot each (``analysis/forest/<in-domain>/<x>+<y>.png``). Every pair is drawn: planning
+        bounds the pairs of a config already (``analysis.max_cells``)."""
+        ood: dict[str, set[str]] = {}
+        for r in self.runs:
+            names = [t for t, _ in self.testsets[r.in_domain]]
+            ood.setdefault(names[0], set()).update(names[1:])  # the in-domain test set comes first
+        return {d: list(itertools.combinations(sorted(ood[d]), 2)) for d in self.consensus_sets()}
+
+    def forest_figures(self) -> list[tuple[str, dict]]:
+        """Each staged forest plot (rule ``forest_plots``, in the order of :meth:`forest_pairs`) and
+        its labels in the report."""
+        a = self.paths.staged(self.paths.analysis)
+        return [
+            (f"{a}/forest/{d}/{x}+{y}.png", {"in-domain set": d, "pair": f"{x} × {y}"})
+            for d, pairs in self.forest_pairs().items()
+            for x, y in pairs
+        ]
+
     def figure_targets(self) -> list[str]:
         a = self.paths.analysis
         figures = [f"{a}/consensus/{d}.png" for d in self.consensus_sets()]
+        figures += [f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs]
         figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
         # a training-loss figure for each model that is trained (a series has no loss history)
         return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
@@ -301,13 +328,33 @@ class Plan:
         return self.exp.dataset_input(wildcards.dataset)
 
     def tiny_dir(self, model: str) -> str | None:
-        return self.paths.tiny_model.format(model=model) if self.models[model].is_tiny else None
+        """The folder the workflow builds a model in, which its jobs load: a tiny model's
+        (build_tiny_model), a GGUF file's conversion (convert_gguf); None for the others."""
+        spec = self.models[model]
+        if spec.is_tiny:
+            return self.paths.tiny_model.format(model=model)
+        if spec.is_gguf:
+            return self.paths.converted_model.format(model=model)
+        return None
 
     @rule_callable
     def model_input(self, wildcards) -> list[str]:
-        """The built tiny model a job reads, or nothing for hub, local and packaged models."""
+        """The model folder the workflow builds that a job reads (a tiny model, a converted GGUF
+        file), or nothing for hub, local and packaged models."""
         d = self.tiny_dir(wildcards.model)
         return [d] if d else []
+
+    @rule_callable
+    def gguf_input(self, wildcards) -> list[str]:
+        """Rule convert_gguf: the GGUF file a model entry names (a changed file converts it again)."""
+        from ..core.model_dirs import gguf_file  # resolved only for the rule that reads it
+
+        return [str(gguf_file(self.models[wildcards.model].entry))]
+
+    @rule_callable
+    def gguf_params(self, wildcards) -> dict:
+        """Rule convert_gguf: the model entry (its file, dtype and chat template opt-in)."""
+        return self.models[wildcards.model].entry
 
     @rule_callable
     def tokenize_params(self, wildcards) -> dict:

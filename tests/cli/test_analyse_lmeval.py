@@ -1,0 +1,132 @@
+"""``oodcorr analyse DIR --format lm-eval``: a folder of lm-evaluation-harness results analysed directly,
+the forest plots and the answer's summary; a refused folder writes nothing."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from oodcorr.analysis.simulate import study_table
+from oodcorr.cli import main
+
+DATE = "2026-01-02T03-04-05.678901"
+N_DOCS = 200
+
+
+def write_lmeval(root: Path, table: pd.DataFrame, samples: bool = True) -> None:
+    """A simulated study written as lm-eval would: OUT/<model>/results_<date>.json per checkpoint (each
+    score rounded to k/N_DOCS), and samples_<task>_<date>.jsonl beside it whose 0/1 values average it."""
+    rng = np.random.default_rng(0)
+    for (model, unit), g in table.groupby(["model", "unit"]):
+        folder = root / f"org__{model}" / f"step{unit}"
+        folder.mkdir(parents=True)
+        results = {}
+        for task, score in zip(g["testset"], g["score"]):
+            k = int(round(float(np.clip(score, 0, 1)) * N_DOCS))
+            results[task] = {"alias": task, "acc,none": k / N_DOCS, "acc_stderr,none": 0.03}
+            if samples:
+                correct = np.zeros(N_DOCS, int)
+                correct[rng.choice(N_DOCS, k, replace=False)] = 1
+                with open(folder / f"samples_{task}_{DATE}.jsonl", "w") as fh:
+                    for i, c in enumerate(correct):
+                        fh.write(
+                            json.dumps({"doc_id": i, "filter": "none", "acc": float(c), "metrics": ["acc"]}) + "\n"
+                        )
+        doc = {
+            "results": results,
+            "n-samples": {t: {"original": N_DOCS, "effective": N_DOCS} for t in results},
+            "config": {"model": "hf", "model_args": f"pretrained=org/{model},revision=step{unit}"},
+        }
+        (folder / f"results_{DATE}.json").write_text(json.dumps(doc))
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    rng = np.random.default_rng(5)
+    table = study_table(rng, [0.5, 0.45, 0.55], 1, 12, 0.3, n_ood=3)
+    table["score"] = 0.3 + 0.4 * (table["score"] - table["score"].min()) / np.ptp(table["score"])
+    table["unit"] = table["unit"] * 1000
+    root = tmp_path_factory.mktemp("lmeval")
+    write_lmeval(root / "out", table)
+    return root / "out"
+
+
+def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answer_said(folder, tmp_path, caplog):
+    out = tmp_path / "a"
+    caplog.set_level(logging.INFO, logger="oodcorr")
+    rc = main(
+        [
+            "analyse", str(folder), "--format", "lm-eval", "--in-domain", "in-domain", "--tasks", "ood0,ood1,ood2",
+            "--out", str(out), "--methods", "pearson", "--residualisers", "linear", "--no-step0-check",
+            "--example-boot", "20",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    pc = pd.read_csv(out / "partial_correlations.csv")
+    assert set(pc["model"]) == {"org/m0", "org/m1", "org/m2"} and set(pc["n_units"]) == {12}
+    assert pc["ex_ci_low"].notna().any()  # the samples files fed the example-level bootstrap
+    forest = sorted(p.name for p in (out / "forest" / "in-domain").iterdir())
+    assert forest == ["ood0+ood1.png", "ood0+ood2.png", "ood1+ood2.png"]
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["format"] == "lm-eval" and settings["metric"] == "acc" and len(settings["sha256"]) == 64
+    last = [r.getMessage() for r in caplog.records][-1]
+    assert last.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs: ")
+    assert (
+        f"consensus heatmap {out}/consensus/in-domain.png, forest plots (why each pair) in {out}/forest/in-domain/"
+        in last
+    )
+
+
+def test_forest_pairs_and_the_cap(folder, tmp_path, caplog):
+    out = tmp_path / "b"
+    common = ["analyse", str(folder), "--format", "lm-eval", "--in-domain", "in-domain", "--methods", "pearson",
+              "--residualisers", "linear", "--no-step0-check", "--no-samples"]  # fmt: skip
+    caplog.set_level(logging.INFO, logger="oodcorr")
+    assert main([*common, "--out", str(out), "--forest-max", "1"]) == 0
+    assert len(list((out / "forest" / "in-domain").iterdir())) == 1
+    assert any("forest plots of in-domain in-domain: 1 of its 3 pairs" in r.getMessage() for r in caplog.records)
+    assert main([*common, "--out", str(tmp_path / "c"), "--forest-pairs", "ood2+ood0"]) == 0
+    assert [p.name for p in (tmp_path / "c" / "forest" / "in-domain").iterdir()] == ["ood0+ood2.png"]
+    assert main([*common, "--out", str(tmp_path / "d"), "--forest-pairs", "ood0+nope"]) == 2
+
+
+def test_a_refused_folder_writes_nothing(folder, tmp_path, caplog):
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for f in folder.rglob("results_*.json"):
+        dest = bad / f.relative_to(folder)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(f.read_text())
+    victim = sorted(bad.rglob("results_*.json"))[5]
+    victim.write_text(victim.read_text()[:-30])  # cut short, as by a killed evaluation
+    out = tmp_path / "out"
+    rc = main(["analyse", str(bad), "--format", "lm-eval", "--in-domain", "in-domain", "--out", str(out)])
+    assert rc == 2 and not out.exists()
+    assert any(str(victim) in r.getMessage() and "not valid JSON" in r.getMessage() for r in caplog.records)
+
+
+def test_lm_eval_flags_are_refused_for_a_table_and_table_flags_for_lm_eval(folder, tmp_path, caplog):
+    table = tmp_path / "t.csv"
+    table.write_text("step,testset,accuracy\n0,a,0.5\n")
+    assert main(["analyse", str(table), "--in-domain", "a", "--tasks", "a,b", "--out", str(tmp_path / "o")]) == 2
+    assert "--tasks: reads lm-evaluation-harness results (--format lm-eval)" in caplog.text
+    rc = main(
+        [
+            "analyse",
+            str(folder),
+            "--format",
+            "lm-eval",
+            "--in-domain",
+            "in-domain",
+            "--model",
+            "m",
+            "--out",
+            str(tmp_path / "p"),
+        ]
+    )
+    assert rc == 2 and "--model: not read with --format lm-eval" in caplog.text

@@ -1,0 +1,80 @@
+"""Reading a scores table for `oodcorr analyse` (oodcorr.cli.scores): a misnamed file, text units and
+infinite scores are said, not silently read or dropped."""
+
+from __future__ import annotations
+
+import logging
+
+
+def test_a_tab_separated_scores_table_named_csv_is_named_as_such(tmp_path, caplog):
+    from oodcorr.cli import main
+
+    path = tmp_path / "scores.csv"
+    path.write_text("step\ttestset\taccuracy\n0\tmnli\t0.5\n")
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(path), "--in-domain", "mnli", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        f"{path}:1: the header holds tabs and no comma, so the file looks tab-separated, but its name says "
+        "otherwise; name it .tsv (compressed: .tsv.gz)"
+    ) in caplog.text
+
+
+def _wide_rows(units, extra=None):
+    rows = ["unit,mnli,a,b,c"]
+    for i, u in enumerate(units):
+        rows.append(f"{u},{0.5 + 0.01 * i},{0.4 + 0.02 * i},{0.3 + 0.015 * (i % 3)},{0.6 - 0.01 * i}")
+    if extra:
+        rows[extra[0]] = extra[1]
+    return "\n".join(rows) + "\n"
+
+
+def _analyse_wide(path, out):
+    from oodcorr.cli import main
+
+    return main(
+        [
+            "analyse",
+            str(path),
+            "--format",
+            "wide",
+            "--unit",
+            "unit",
+            "--in-domain",
+            "mnli",
+            "--no-plots",
+            "--out",
+            str(out),
+        ]
+    )
+
+
+def test_text_units_are_said_to_be_exchangeable(tmp_path, caplog):
+
+    path = tmp_path / "runs.csv"
+    path.write_text(_wide_rows([f"seed-{i}" for i in range(10)]))
+    with caplog.at_level(logging.INFO):
+        rc = _analyse_wide(path, tmp_path / "o")
+    assert rc == 0
+    assert (
+        f"{path}: the units in column 'unit' are not numbers ('seed-0', 'seed-1', 'seed-2', ...), so they are "
+        "treated as exchangeable: in no order, with no autocorrelation between them allowed for, and no learning "
+        "curves; give a numeric --unit (a training step) for ordered units"
+    ) in caplog.text
+    caplog.clear()
+    path.write_text(_wide_rows(range(0, 100, 10)))
+    with caplog.at_level(logging.INFO):
+        _analyse_wide(path, tmp_path / "p")
+    assert "treated as exchangeable" not in caplog.text  # numeric units are ordered: nothing to say
+
+
+def test_an_infinite_score_is_said_not_dropped_silently(tmp_path, caplog):
+
+    path = tmp_path / "scores.csv"
+    path.write_text(_wide_rows(range(0, 100, 10), extra=(4, "30,0.53,inf,0.3,0.57")))
+    with caplog.at_level(logging.WARNING):
+        rc = _analyse_wide(path, tmp_path / "o")
+    assert rc == 0
+    assert (
+        f"{path}: column 'a' holds 1 infinite score(s) (line 5); each is left out, as a missing score, of every "
+        "cell that uses it: fix the table if they stand for real values"
+    ) in caplog.text

@@ -1,0 +1,58 @@
+"""The workflow's last lines and the report's landing text give the answer: agreement.csv, the consensus
+heatmap and the pairs per verdict (oodcorr.launch.disk_checks.end_of_run_report, launch.report)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from oodcorr.launch.disk_checks import end_of_run_report
+from oodcorr.launch.report import answer_for_report
+from oodcorr.planning.plan import load
+
+from helpers import REPO
+
+
+def _agreement(path: Path, verdicts, n_models, method, residualiser):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(
+        {
+            "in_domain": "synth-test",
+            "pool_group": "all runs",
+            "x": [f"a{i}" for i in range(len(verdicts))],
+            "y": "b",
+            "method": method,
+            "residualiser": residualiser,
+            "verdict": verdicts,
+            "n_models_consensus": n_models,
+            "n_models": n_models,
+        }
+    ).to_csv(path, index=False)
+
+
+def test_the_last_line_of_a_run_is_the_answer(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    plan = load(cfg, REPO, [REPO / "config/config.yaml"])
+    assert end_of_run_report(plan, failed=False)[-1].startswith("oodcorr: scores in")  # nothing published yet
+    a = plan.paths.analysis
+    method, res = plan.analysis["methods"][0], plan.analysis["residualisers"][0]
+    _agreement(Path(a) / "agreement.csv", ["unresolved"] * 10, 2, method, res)
+    lines = end_of_run_report(plan, failed=False)
+    assert lines[-1] == (
+        f"oodcorr: the answer, {a}/agreement.csv ({method}, {res}): in-domain synth-test: 10 pairs: 0 generalise, "
+        "0 reverse, 10 unresolved (2 models: no further model can be predicted; a verdict of generalises needs 3 or "
+        f"more); consensus heatmap {a}/consensus/synth-test.png, forest plots (why each pair) in {a}/forest/synth-test/"
+    )
+    assert answer_for_report(plan) == [lines[-1].split(f"({method}, {res}): ", 1)[1].split("; consensus")[0]]
+
+
+def test_an_unreadable_answer_table_is_a_line_not_a_crash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    bad = Path(plan.paths.analysis) / "agreement.csv"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    assert "the answer's table cannot be read" in end_of_run_report(plan, failed=False)[-1]

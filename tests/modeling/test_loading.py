@@ -1,0 +1,79 @@
+"""Model loading: local paths, hub ids with pinned revisions, and the safety defaults."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from oodcorr.core.errors import ConfigError
+from oodcorr.modeling.loading import load_checkpoint, load_model, model_source
+
+
+def test_local_path_entry_loads_with_safetensors(tiny_models):
+    spec = {"name": "local", "path": str(tiny_models["olmo2"])}
+    model = load_model(spec)
+    assert type(model).__name__ == "Olmo2ForCausalLM"
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_hub_entry_passes_revision_and_no_remote_code(monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    seen = {}
+
+    def fake(src, **kw):
+        seen.update(src=src, **kw)
+        raise RuntimeError("stop before any download")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", fake)
+    spec = {"name": "opt", "hub": "facebook/opt-125m", "revision": "27dcfa74d334bc871f3234de431e71c6eeba5dd6"}
+    assert model_source(spec) == ("facebook/opt-125m", {"revision": spec["revision"]})
+    with pytest.raises(RuntimeError, match="stop before"):
+        load_model(spec)
+    assert seen["src"] == "facebook/opt-125m" and seen["revision"] == spec["revision"]
+    assert seen["trust_remote_code"] is False and seen["use_safetensors"] is True
+
+
+def test_remote_code_and_pickle_weights_are_refused_without_opt_in(tmp_path, tiny_models):
+    d = tmp_path / "remote"
+    shutil.copytree(tiny_models["opt"], d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["auto_map"] = {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}
+    (d / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match="needs remote code.*trust_remote_code: true"):
+        load_model({"name": "remote", "path": str(d)})
+
+    p = tmp_path / "pickled"
+    shutil.copytree(tiny_models["opt"], p)
+    (p / "model.safetensors").unlink()
+    torch.save({}, p / "pytorch_model.bin")
+    with pytest.raises(ConfigError, match="only in a pickle format"):
+        load_model({"name": "pickled", "path": str(p)})
+
+    with pytest.raises(ConfigError, match="not a model directory"):
+        load_model({"name": "empty", "path": str(tmp_path)})
+
+
+def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
+    from oodcorr.jobs.finetune import finetune
+
+    from helpers import finetune_job
+
+    job = finetune_job(
+        tmp_path,
+        tiny_models["opt"],
+        "lora",
+        lora={"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]},
+    )
+    finetune(job)
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    base = load_model(spec, tiny_models["opt"]).eval()
+    ids = torch.tensor([[1, 5, 9, 13, 17, 21]])
+    ck = f"{job.run_dir}/checkpoints/checkpoint-"
+    with torch.no_grad():
+        ref = base(input_ids=ids).logits
+        at0 = load_checkpoint(spec, ck + "0", tiny_models["opt"])(input_ids=ids).logits
+        at20 = load_checkpoint(spec, ck + "20", tiny_models["opt"])(input_ids=ids).logits
+    torch.testing.assert_close(at0, ref)  # a fresh LoRA adapter changes nothing
+    assert (at20 - ref).abs().max() > 1e-4  # the trained one does

@@ -1,0 +1,34 @@
+"""The config schema (oodcorr.planning.schema): a value of the wrong type names the key, its line
+and the spelling that works."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from oodcorr.core.errors import ConfigError
+
+from helpers import MICRO, REPO
+
+
+def test_a_number_yaml_reads_as_text_gets_the_spelling_that_works(tmp_path):
+    from oodcorr.planning.plan import load
+
+    path = tmp_path / "lr.yaml"
+    path.write_text(MICRO.read_text().replace("learning_rate: 0.003", "learning_rate: 3e-3"))
+    path.write_text(path.read_text().replace("max_steps: 16", "max_steps: 1.6e1"))
+    cfg = yaml.safe_load(path.read_text())
+    assert cfg["finetune"]["learning_rate"] == "3e-3"  # YAML 1.1: no dot in the mantissa, so text
+    with pytest.raises(ConfigError) as e:
+        load(cfg, REPO, sources=[path])
+    msg = str(e.value)
+    assert (
+        f"{path}:30: finetune.learning_rate: must be a number, got a string '3e-3'; YAML reads 3e-3 as text (its "
+        "numbers in exponent notation need a dot and a signed exponent): write 3.0e-3"
+    ) in msg, msg
+    assert (
+        f"{path}:28: finetune.max_steps: must be an integer, got a string '1.6e1'; YAML reads 1.6e1 as text (its "
+        "numbers in exponent notation need a dot and a signed exponent): write 16\n"
+    ) in msg, msg
+    for fixed in ("3.0e-3", "0.003"):  # and the spelling it gives reads as a number
+        assert isinstance(yaml.safe_load(f"x: {fixed}")["x"], float)

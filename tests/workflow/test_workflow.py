@@ -1,0 +1,787 @@
+"""The workflow end to end through Snakemake, on the micro config, in a temporary folder."""
+
+import json
+import os
+import re
+import statistics
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from helpers import REPO, SNAKEMAKE, micro_config, smk
+
+pytestmark = pytest.mark.slow
+
+
+R = "results/micro"  # config/micro.yaml's experiment folder
+RUN = "micro-opt/synth/n64/seed0"
+STEPS = [0, 4, 8, 12, 16]
+
+
+def job_counts(dry_run_stdout: str) -> dict:
+    block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
+
+
+def _micro(tmp_path_factory, name, unit):
+    wd = tmp_path_factory.mktemp(name)
+    cfg = micro_config()
+    cfg["evaluation"]["unit"] = unit
+    cfg_path = wd / "micro.yaml"
+    cfg_path.write_text(yaml.safe_dump(cfg))
+    res = smk(wd, cfg_path)
+    assert res.returncode == 0, res.stderr[-5000:]
+    return wd, cfg, cfg_path
+
+
+@pytest.fixture(scope="module")
+def micro_run(tmp_path_factory):
+    """config/micro.yaml as shipped: evaluation.unit checkpoint."""
+    return _micro(tmp_path_factory, "micro", "checkpoint")
+
+
+@pytest.fixture(scope="module")
+def micro_run_unit(tmp_path_factory):
+    """config/micro.yaml with evaluation.unit run."""
+    return _micro(tmp_path_factory, "micro-run-unit", "run")
+
+
+def test_end_to_end_outputs(micro_run):
+    wd, cfg, _ = micro_run
+    scores = pd.read_csv(wd / R / "scores.csv")
+    assert sorted(scores["step"].unique()) == STEPS
+    assert len(scores) == len(STEPS) * 3  # one run x steps x (in-domain + 2 OOD)
+    assert set(scores["role"]) == {"in-domain", "ood"}
+    assert scores.loc[scores.role == "in-domain", "testset"].unique().tolist() == ["synth-test"]
+    assert scores["accuracy"].between(0, 1).all() and (scores["n"] == 60).all()
+    assert (scores["accuracy"] == scores["n_correct"] / scores["n"]).all()
+    # the CSV holds the same table (an empty metrics_note reads back as NaN from a CSV)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(wd / R / "scores.parquet"),
+        scores.assign(metrics_note=scores["metrics_note"].astype(object).fillna("")),
+        check_dtype=False,
+    )
+
+    # one evaluation job per checkpoint x testset: its predictions file holds its record
+    from oodcorr.core.records import read_result
+
+    path = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    one = read_result(path)
+    assert one["predictions"] == str(path.relative_to(wd)) and one["step"] == 8
+    pred = pd.read_parquet(path)
+    assert len(pred) == one["n"] == 60 and pred["correct"].mean() == pytest.approx(one["accuracy"])
+    assert one["fingerprint"].startswith("synthetic:") and one["run_id"] == RUN
+    job = one["job_timing_s"]  # stages, then two moments from the process's start (issue 24)
+    assert one["load"] == "fresh" and set(job) == {"startup", "imports", "cache", "ready", "first_batch"}
+    assert job["startup"] + job["imports"] <= job["ready"] <= job["first_batch"]
+    assert set(one["timing_s"]) == {"model", "forward"}  # (the write is timed after the record is stored)
+    row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
+    assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
+    assert not list((wd / R / "eval").rglob("*.json"))  # no job summaries in unit checkpoint
+    logs = sorted((wd / R / "logs/eval").rglob("*.log"))
+    assert len(logs) == 15 and all(p.stat().st_size > 0 for p in logs)  # a log per evaluation job
+
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
+    assert (pairs.run == "pooled").sum() == 1  # one pooled row per model and pair
+    pairs = pairs[pairs.run != "pooled"].reset_index(drop=True)
+    assert len(pairs) == 1 and {pairs.x[0], pairs.y[0]} == {"synth-overlap", "synth-negation"}
+    assert pairs.n[0] == len(STEPS)
+    assert pairs.ex_note.isna().all() and pairs.ex_ci_low.notna().all()  # example-level bootstrap ran
+    png = (wd / R / "analysis/heatmaps/micro-opt.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    for f in ("agreement.csv", "heatmap_grid.png", "learning_curves/micro-opt.png", "scatter/micro-opt.png"):
+        assert (wd / R / "analysis" / f).stat().st_size > 0, f
+    for log in (f"logs/finetune/{RUN}.log", "logs/models/micro-opt.log"):
+        assert (wd / R / log).stat().st_size > 0
+    assert not (wd / "results/scores.csv").exists() and not (wd / "logs").exists()  # all under results/micro
+
+
+def _predictions(wd):
+    return {p.relative_to(wd): pd.read_parquet(p) for p in sorted((wd / R / "eval").rglob("*.predictions.parquet"))}
+
+
+def test_both_units_write_the_same_files(micro_run, micro_run_unit):
+    """Unit run (a job per run x testset, the model loaded once) writes the same predictions
+    files, bit for bit, and the same scores as unit checkpoint; and its job summaries."""
+    a, b = _predictions(micro_run[0]), _predictions(micro_run_unit[0])
+    assert sorted(a) == sorted(b) and len(a) == 15
+    for k in a:
+        pd.testing.assert_frame_equal(a[k], b[k])
+    sa, sb = (pd.read_csv(wd / R / "scores.csv") for wd in (micro_run[0], micro_run_unit[0]))
+    pd.testing.assert_frame_equal(sa, sb)
+    wd = micro_run_unit[0]
+    summary = json.loads((wd / R / f"eval/{RUN}/synth-overlap.json").read_text())
+    assert summary["steps"] == STEPS and summary["run_id"] == RUN
+    assert [r["load"] for r in summary["checkpoints"]] == ["fresh"] + ["in place"] * 4
+    assert set(summary["timing_s"]) == {"startup", "imports", "cache", "checkpoints", "ready", "first_batch"}
+    assert len(list((wd / R / "logs/eval").rglob("*.log"))) == 3  # a job per testset
+
+
+def test_switching_units_recomputes_no_evaluation(micro_run_unit, tmp_path):
+    """A finished unit-run experiment planned in unit checkpoint: every predictions file is
+    there, so no evaluation job runs (the aggregation reads other files, so it and the
+    analysis are redone); and back in unit run the jobs keep every predictions file."""
+    import shutil
+
+    wd = tmp_path / "switch"
+    shutil.copytree(micro_run_unit[0], wd, symlinks=True)
+    cfg = dict(micro_run_unit[1], evaluation=dict(micro_run_unit[1]["evaluation"], unit="checkpoint"))
+    path = wd / "micro-checkpoint.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert "evaluate" not in counts and "finetune" not in counts and counts["aggregate_scores"] == 1
+    before = {p: p.stat().st_mtime_ns for p in (wd / R / "eval").rglob("*.parquet")}
+    summaries = sorted((wd / R / "eval").rglob("*.json"))
+    for f in summaries:  # back to unit run with its summaries gone: its jobs run...
+        f.unlink()
+    res = smk(wd, micro_run_unit[2], *[str(f.relative_to(wd)) for f in summaries])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in (wd / R / "eval").rglob("*.parquet")} == before  # ...and keep all
+    assert "already holds this evaluation; kept" in (wd / R / f"logs/eval/{RUN}/synth-test.log").read_text()
+
+
+def test_report_renders(micro_run):
+    wd, _, cfg_path = micro_run
+    res = smk(wd, cfg_path, "--report", str(wd / R / "report.html"))
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "Missing metadata" not in res.stderr + res.stdout
+    html = (wd / R / "report.html").read_text(encoding="utf-8", errors="replace")
+    # numbered categories: the report's menu sorts them, so the answer across models comes first
+    for text in (
+        "The answer first",
+        "1 The answer",
+        "2 Heatmaps per model",
+        "3 Tables",
+        "4 Learning curves",
+        "5 Accuracy",
+        "6 Training loss",
+        "7 Residualiser fits",
+        "accuracy.html",
+    ):
+        assert text in html, text
+
+
+def test_accuracy_table_is_the_scores_per_checkpoint_and_testset(micro_run):
+    wd = micro_run[0]
+    scores = pd.read_csv(wd / R / "scores.csv")
+    table = pd.read_csv(wd / R / "accuracy.csv")
+    assert list(table.columns) == [
+        "model",
+        "in_domain",
+        "n_train",
+        "seed",
+        "step",
+        "synth-test",
+        "synth-negation",
+        "synth-overlap",
+    ]  # the in-domain set first
+    assert table["step"].tolist() == STEPS
+    for _, row in scores.iterrows():
+        assert table.loc[table.step == row.step, row.testset].item() == row.accuracy
+    page = (wd / R / "accuracy.html").read_text()
+    assert "micro-opt, in-domain synth, n_train 64, seed 0" in page and "in-domain, n=60" in page
+    assert all(f"<td>{a:.3f}</td>" in page for a in scores["accuracy"])
+
+
+# ---- the published set: checked, republished, never half replaced; one writer (issue 25) ----------
+def _published(wd) -> dict:
+    """Every published file as a reader sees it (through the links), by path; None where one is missing."""
+    root = wd / R
+    files = ["scores.parquet", "scores.csv", "accuracy.html", "accuracy.csv"]
+    files += [str(p.relative_to(root)) for p in (root / "analysis").rglob("*") if p.is_file()]
+    return {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in sorted(files)}
+
+
+def _finished_copy(micro_run, tmp_path, name):
+    wd = _copy(micro_run, tmp_path, name)
+    res = smk(wd, micro_run[2])  # finished (a planning when nothing changed since the fixture)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return wd
+
+
+def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run, tmp_path):
+    """A row added to results/<experiment>/scores.csv by hand: the next start names the file and
+    publishes the set again from .staging/, keeping the edited one aside. (Before: "Nothing to be
+    done", and the edited table stayed as the result.)"""
+    wd = _finished_copy(micro_run, tmp_path, "edited")
+    published = _published(wd)
+    with open(wd / R / "scores.csv", "a") as fh:
+        fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
+    dry = smk(wd, micro_run[2], "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "oodcorr warning: the published results of experiment 'micro' are not what was published" in dry.stderr
+    assert f"{R}/scores.csv differs from what was published" in dry.stderr
+    assert job_counts(dry.stdout) == {"publish_results": 1, "all": 1}  # nothing else runs
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published  # the set as it was published, the edit gone from it
+    kept = list((wd / R / ".published").glob("kept-*/scores.csv"))
+    assert len(kept) == 1 and kept[0].read_bytes().endswith(b",0.99,60,59\n")  # and kept aside
+    again = smk(wd, micro_run[2], "-n")
+    assert "Nothing to be done" in again.stdout + again.stderr and "oodcorr warning: the published" not in again.stderr
+
+
+def test_a_staged_table_cut_short_before_publishing_is_not_published(micro_run, tmp_path):
+    """The staged scores.csv truncated after its job wrote it: publishing stops naming it and what to
+    do, and the published set stays whole, as it was. (Before: published beside a whole parquet.)"""
+    wd = _finished_copy(micro_run, tmp_path, "cut")
+    published = _published(wd)
+    staged = wd / R / ".staging/scores.csv"
+    staged.write_bytes(staged.read_bytes()[:300])
+    res = smk(wd, micro_run[2], "--forcerun", "publish_results")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert f"{R}/.staging/scores.csv changed after the job that made it wrote it" in out
+    assert f"Delete {R}/.staging/scores.csv and run again" in out
+    assert _published(wd) == published
+    staged.unlink()  # as the message says: the aggregation runs again, then the set is published
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published
+
+
+def test_a_publish_killed_half_way_leaves_the_previous_set_whole(micro_run, tmp_path):
+    """SIGKILL of the publish_results job half-way (after its second rename), under Snakemake, which
+    deleted the rule's declared output before the job: every published file is still there, byte for
+    byte the previous set; the next start says the last publish did not finish, and the run
+    publishes. (Before: the published files were the declared outputs, so they were gone or mixed.)"""
+    from hooks.sitecustomize import KILL_PUBLISH_ENV, PYTHONPATH_ENTRY
+
+    wd = _finished_copy(micro_run, tmp_path, "killed")
+    published = _published(wd)
+    record = wd / R / "published.json"
+    version = json.loads(record.read_text())["version"] if record.exists() else None
+    env = {
+        KILL_PUBLISH_ENV: "2",
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+    }
+    res = smk(wd, micro_run[2], "--forcerun", "publish_results", env=env)
+    assert res.returncode != 0 and "Error in rule publish_results" in res.stdout + res.stderr
+    assert _published(wd) == published
+    assert not (wd / R / "published.json").exists()  # Snakemake deleted the declared output
+    dry = smk(wd, micro_run[2], "-n")
+    assert f"{R}/published.json is missing: the last publish did not finish" in dry.stderr
+    assert f"Readers see version {version}," in dry.stderr and "whole and as published" in dry.stderr
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert _published(wd) == published and (wd / R / "published.json").exists()
+    assert not list((wd / R / ".published").glob(".new-*"))  # what the kill left is cleared
+
+
+def test_two_runs_from_two_checkouts_sharing_results_are_one_writer_at_a_time(micro_run, tmp_path):
+    """Two working folders (checkouts), each with its own .snakemake/ (so Snakemake's own lock does not
+    see the other), whose results/ is one shared folder: while the first run publishes, the second is
+    refused at once, naming the first's PID and config, and changes nothing; it also says that another
+    config wrote the experiment. (Before: both ran, publishing over each other.)"""
+    import signal
+
+    from hooks.sitecustomize import HOLD_PUBLISH_ENV, PYTHONPATH_ENTRY
+
+    one = _finished_copy(micro_run, tmp_path, "one")
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "results").symlink_to(one / "results")
+    cfg_two = two / "micro.yaml"  # its own copy, edited (a batch size: reruns nothing)
+    cfg_two.write_text(yaml.safe_dump(dict(micro_run[1], evaluation=dict(micro_run[1]["evaluation"], batch_size=7))))
+    go = tmp_path / "go"
+    env = {
+        **os.environ,
+        HOLD_PUBLISH_ENV: str(go),
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+    }
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(one), "--configfile", str(micro_run[2]), "--cores", "1"]
+    first = subprocess.Popen(
+        [*cmd, "--forcerun", "publish_results"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        waiting = tmp_path / "go.waiting"
+        deadline = time.time() + 300
+        while not waiting.exists():
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            assert time.time() < deadline, "the first run never started publishing"
+            time.sleep(0.1)
+        before = {p: p.stat().st_mtime_ns for p in (one / R).rglob("*") if p.is_file() and "/logs/" not in str(p)}
+        second = smk(two, cfg_two, "--forcerun", "publish_results")
+        out = second.stdout + second.stderr
+        assert second.returncode != 0, out[-3000:]
+        assert f"oodcorr: experiment folder {R} is in use by another run of the workflow" in out
+        assert f"PID {first.pid} on host" in out and f"config {micro_run[2].resolve()}" in out
+        assert f"kill {first.pid}" in out and "Error in rule" not in out  # refused before any job
+        assert f"was last written by config {micro_run[2].resolve()}" in out  # and another config wrote it
+        after = {p: p.stat().st_mtime_ns for p in (one / R).rglob("*") if p.is_file() and "/logs/" not in str(p)}
+        assert after == before
+        go.write_text("")
+        out_first, _ = first.communicate(timeout=600)
+        assert first.returncode == 0, out_first[-3000:]
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+
+
+def test_report_of_an_experiment_that_has_not_run_says_which_config_to_pass(micro_run):
+    """Without --configfile the report is the embedded default's, which has not run here: one error
+    naming the experiments that have, instead of a line per missing file and a failure."""
+    wd = micro_run[0]
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--report", str(wd / "r.html")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and not (wd / "r.html").exists()
+    assert "--report: experiment 'default'" in out and "experiments with results here: micro" in out
+    assert "--configfile" in out and "Missing metadata" not in out
+
+
+def _tensorboard_scalars(folder) -> dict:
+    """{tag: [(step, value)]} from the TensorBoard event files in ``folder`` (TFRecord framing)."""
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out = {}
+    for f in sorted(folder.glob("events.out.tfevents.*")):
+        raw = f.read_bytes()
+        pos = 0
+        while pos < len(raw):
+            (n,) = struct.unpack("<Q", raw[pos : pos + 8])
+            event = event_pb2.Event.FromString(raw[pos + 12 : pos + 12 + n])
+            pos += 12 + n + 4
+            for v in event.summary.value:
+                out.setdefault(v.tag, []).append((event.step, v.simple_value))
+    return out
+
+
+def test_training_loss_goes_to_tensorboard_in_the_run_folder(micro_run):
+    """finetune.report_to is `auto` by default: with tensorboardX installed, the Trainer's logged
+    losses are TensorBoard scalars under the run's folder, the same as the manifest's history."""
+    wd = micro_run[0]
+    run_dir = wd / R / "finetune" / RUN
+    scalars = _tensorboard_scalars(run_dir / "tensorboard")
+    history = json.loads((run_dir / "manifest.json").read_text())["loss_history"]
+    assert len(history) == 16  # 16 steps, logged every max(1, 16 // 20) = 1
+    assert [s for s, _ in scalars["train/loss"]] == [h["step"] for h in history]
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx([h["loss"] for h in history], rel=1e-6)
+    assert not list((run_dir / "checkpoints").glob("runs"))  # not in the checkpoints' folder
+    png = (wd / R / "analysis/training_loss/micro-opt.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_editing_report_to_reruns_nothing(micro_run, tmp_path):
+    wd, cfg, _ = micro_run
+    path = tmp_path / "micro.yaml"
+    path.write_text(yaml.safe_dump(dict(cfg, experiment="micro", finetune=dict(cfg["finetune"], report_to="none"))))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule finetune:" not in dry.stdout and "rule evaluate:" not in dry.stdout
+
+
+def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
+    """The budget's measurements: the finetune's seconds and each evaluation's timing, by device."""
+    from oodcorr.core.records import read_result
+    from oodcorr.launch.budget import measured_costs
+    from oodcorr.planning.plan import load
+    from oodcorr.planning.schema import read_config
+
+    wd, _, cfg_path = micro_run
+    here = os.getcwd()
+    os.chdir(wd)
+    try:
+        measured = measured_costs(load(read_config(cfg_path), REPO, [cfg_path]))
+    finally:
+        os.chdir(here)
+    man = json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())
+    assert man["device"] == "cpu" and measured[("finetune", "micro-opt", None, "cpu")] == man["seconds"]
+    recs = [read_result(wd / R / f"eval/{RUN}/step{k}/synth-negation.predictions.parquet") for k in STEPS]
+    # the job's stages count once, its moments (ready, first_batch: seconds since its start) not at all
+    want = statistics.median(
+        sum(r["timing_s"].values()) + sum(r["job_timing_s"][k] for k in ("startup", "imports", "cache")) for r in recs
+    )
+    assert measured[("evaluate", "micro-opt", "synth-negation", "cpu")] == pytest.approx(want)
+    assert not any(k[3] == "gpu" for k in measured)  # CPU jobs never count as GPU measurements
+
+
+@pytest.mark.parametrize("unit", ["checkpoint", "run"])
+def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
+    wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
+    before = {
+        p: p.stat().st_mtime_ns
+        for p in (wd / R).rglob("*")
+        if p.is_file()
+        and "/analysis/" not in str(p)
+        and not p.name.startswith(("scores.", "accuracy.", ".scores.", ".accuracy."))  # (and their seals)
+        and "/logs/analyse/" not in str(p)
+        # the published set and its record, republished; the run's lock and config record
+        and "/.published/" not in str(p)
+        and p.name not in ("published.json", "experiment.lock", "experiment.json")
+    }
+    cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
+    cfg2_path = wd / "micro_plus.yaml"
+    cfg2_path.write_text(yaml.safe_dump(cfg2))
+
+    dry = smk(wd, cfg2_path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert "finetune" not in counts and "build_tiny_model" not in counts
+    # unit checkpoint: a job per checkpoint of the run; unit run: one job (all 5 checkpoints)
+    assert counts["evaluate"] == (5 if unit == "checkpoint" else 1)
+    assert counts["tokenize_testset"] == 1 and counts["prepare_dataset"] == 1
+    evals = re.findall(r"rule evaluate:\n(?:[^\n]*\n)*?\s+wildcards: ([^\n]*)", dry.stdout)
+    assert len(evals) == counts["evaluate"] and all("testset=synth-passive" in w for w in evals)
+
+    run = smk(wd, cfg2_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    after = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
+    assert all(after[p] == t for p, t in before.items())  # nothing but the aggregation and analysis rewritten
+    new = sorted(
+        str(p.relative_to(wd / R / "eval")) for p in set(after) - set(before) if p.is_relative_to(wd / R / "eval")
+    )
+    assert new == sorted(
+        [f"{RUN}/step{k}/synth-passive.predictions.parquet" for k in STEPS]
+        + ([f"{RUN}/synth-passive.json"] if unit == "run" else [])
+    )
+    scores = pd.read_csv(wd / R / "scores.csv")
+    assert len(scores) == 5 * 4
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
+    assert len(pairs[pairs.run != "pooled"]) == 3
+
+
+def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_path):
+    """A second model saving at other steps: still the one rule `evaluate`, a job per
+    checkpoint of each run (5 + 4), each writing exactly its step's file."""
+    cfg = micro_config()
+    cfg["models"].append(dict(cfg["models"][0], name="micro-opt-b", finetune={"checkpoints": {"steps": [6, 10, 16]}}))
+    path = tmp_path / "two.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    dry = smk(tmp_path, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    counts = job_counts(dry.stdout)
+    assert counts["evaluate"] == (5 + 4) * 3 and not any(k.startswith("evaluate_") for k in counts)
+    jobs = re.findall(
+        r"rule evaluate:\n(?:[^\n]*\n)*?\s+output: ([^\n]*)\n(?:[^\n]*\n)*?\s+wildcards: "
+        r"([^\n]*)",
+        dry.stdout,
+    )
+    steps = {}
+    for output, wildcards in jobs:
+        model = re.search(r"model=([^,]+)", wildcards).group(1)
+        step = re.search(r"step=(\d+)", wildcards).group(1)
+        assert output.endswith(
+            f"/step{step}/" + re.search(r"testset=(\S+)", wildcards).group(1) + ".predictions.parquet"
+        )
+        steps.setdefault(model, set()).add(int(step))
+    assert steps == {"micro-opt": set(STEPS), "micro-opt-b": {0, 6, 10, 16}}
+    target = "results/micro/eval/micro-opt-b/synth/n64/seed0/step6/synth-overlap.predictions.parquet"
+    res = smk(tmp_path, path, target)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert len(pd.read_parquet(tmp_path / target)) == 60
+
+
+def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_path):
+    """micro, then a second config reusing the model name with other settings: each lives in its
+    own results/<experiment>/, so the second moves none of the first's checkpoints aside and
+    the first's tables, figures and predictions are untouched; rerunning the first does nothing."""
+    import shutil
+
+    wd = tmp_path / "two"
+    shutil.copytree(micro_run[0], wd, symlinks=True)
+    assert smk(wd, micro_run[2]).returncode == 0  # the first experiment, finished (whatever ran before)
+    first = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
+    cfg = micro_config()
+    cfg.pop("experiment")  # named after its file: results/micro-lr/
+    cfg["finetune"].update(learning_rate=0.01, max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough
+    cfg["evaluation"]["unit"] = "run"  # 3 evaluation processes, not 15: the folders are what is tested here
+    path = wd / "micro-lr.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = smk(wd, path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()} == first
+    assert sorted(pd.read_csv(wd / "results/micro-lr/scores.csv")["step"].unique()) == [0, 2, 4, 6, 8]
+    assert not list((wd / R / "finetune").rglob("checkpoints.stale-*"))
+    again = smk(wd, micro_run[2], "-n")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+def test_lint_is_clean():
+    res = subprocess.run(
+        [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--lint"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-3000:]
+    assert "Lints for" not in out, out[-3000:]
+
+
+def test_bookkeeping_changes_rerun_nothing(micro_run):
+    wd, cfg, _ = micro_run
+    import copy
+
+    cfg2 = copy.deepcopy(cfg)
+    cfg2["ood_testsets"] = cfg["ood_testsets"] + ["synth-passive"]
+    base = wd / "micro_plus.yaml"
+    base.write_text(yaml.safe_dump(cfg2))
+    assert smk(wd, base).returncode == 0  # a no-op after the adding-a-testset test
+    cfg2["evaluation"]["batch_size"] = 7
+    cfg2["models"][0]["resources"] = {"evaluate": {"mem_mb": 1234}}
+    cfg2["datasets"]["synth-overlap"]["description"] = "edited"
+    cfg2["models"][0] = dict(reversed(list(cfg2["models"][0].items())))  # key order
+    path = wd / "micro_bookkeeping.yaml"
+    path.write_text(yaml.safe_dump(cfg2, sort_keys=False))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_finetune_killed_under_snakemake_resumes(tmp_path):
+    """SIGKILL the finetune job's process: Snakemake fails the job and deletes its declared
+    output (the manifest) but not the checkpoints, and the rerun resumes from them."""
+    import os
+    import signal
+    import time
+
+    cfg = micro_config()
+    cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    cmd = [
+        SNAKEMAKE,
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(tmp_path),
+        "--configfile",
+        str(path),
+        "--cores",
+        "1",
+        f"{R}/finetune/{RUN}/manifest.json",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    run = tmp_path / R / f"finetune/{RUN}"
+    marker = run / "checkpoints/checkpoint-200/oodcorr_manifest.json"
+    deadline = time.time() + 600
+    while not marker.exists():
+        assert proc.poll() is None, "snakemake ended before checkpoint 200"
+        assert time.time() < deadline
+        time.sleep(0.1)
+    # the job's own Python process (not Snakemake) dies, as under an OOM killer
+    pids = subprocess.run(["pgrep", "-f", "finetune.py"], capture_output=True, text=True).stdout.split()
+    victims = [int(p) for p in pids if os.getpgid(int(p)) == proc.pid]
+    assert victims
+    for pid in victims:
+        os.kill(pid, signal.SIGKILL)
+    assert proc.wait(timeout=120) != 0
+    assert not (run / "manifest.json").exists()
+    assert (run / "checkpoints/checkpoint-200/model.safetensors").exists()
+
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    info = json.loads((run / "manifest.json").read_text())
+    resumed = int(info["resumed_from"].rsplit("-", 1)[1])
+    assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
+
+
+AUTHORS_SWITCHES = {
+    "prompt.strip_fields": False,
+    "prompt.truncation": "right",
+    "prompt.scored_position": "padded-end",
+    "finetune.loss": "vocabulary",
+}
+DEFAULTS_SPELLED_OUT = {
+    "prompt.strip_fields": True,
+    "prompt.truncation": "left",
+    "prompt.scored_position": "last-token",
+    "finetune.loss": "verbalisers",
+    "analysis.score": "accuracy",
+}
+ANALYSIS_JOBS = {
+    "partial_correlations",
+    "heatmap",
+    "heatmap_grid",
+    "learning_curves",
+    "scatter",
+    "publish_results",
+    "all",
+}
+# what a change of the scores or of the training reruns besides: the accuracy table, the loss figure
+NEW_SCORES = {"aggregate_scores", "accuracy_table"}
+
+
+def _switched(cfg, changes):
+    import copy
+
+    out = copy.deepcopy(cfg)
+    out.setdefault(
+        "prompt",
+        {
+            "template": "{premise} Question: {hypothesis} Yes or No?",
+            "verbalisers": {"entailment": " Yes", "non-entailment": " No"},
+        },
+    )
+    for key, value in changes.items():
+        block, _, leaf = key.partition(".")
+        out[block][leaf] = value
+    return out
+
+
+def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path):
+    """On the finished micro experiment: a prompt switch reruns the tokenisation, the finetune and
+    the evaluations; finetune.loss the finetune and the evaluations; analysis.score the analysis
+    only; every switch spelled out at its default reruns nothing. Then the micro config with the
+    authors' switches runs for real, and its records and manifest say what they did."""
+    import shutil
+
+    wd = tmp_path / "switches"
+    shutil.copytree(micro_run[0], wd, symlinks=True)
+    assert smk(wd, micro_run[2]).returncode == 0  # micro as shipped, finished (whatever ran before)
+    cfg = micro_run[1]
+    expect = {
+        "prompt.strip_fields": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
+        | NEW_SCORES
+        | ANALYSIS_JOBS,
+        "prompt.truncation": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
+        "prompt.scored_position": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
+        | NEW_SCORES
+        | ANALYSIS_JOBS,
+        "finetune.loss": {"finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
+        "analysis.score": ANALYSIS_JOBS,
+    }
+    values = dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"})
+    for key, rules in expect.items():
+        path = wd / f"switch-{key}.yaml"
+        path.write_text(yaml.safe_dump(_switched(cfg, {key: values[key]})))
+        dry = smk(wd, path, "-n")
+        assert dry.returncode == 0, dry.stderr[-3000:]
+        assert set(job_counts(dry.stdout)) == rules, key
+    path = wd / "defaults.yaml"
+    path.write_text(yaml.safe_dump(_switched(cfg, DEFAULTS_SPELLED_OUT)))
+    dry = smk(wd, path, "-n")
+    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
+
+    from oodcorr.core.records import read_result
+
+    before = _predictions(wd)
+    path = wd / "authors.yaml"
+    path.write_text(yaml.safe_dump(_switched(cfg, dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"}))))
+    res = smk(wd, path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())["loss"] == "vocabulary"
+    rec = read_result(wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet")
+    assert rec["reading"] == {"strip_fields": False, "truncation": "right", "scored_position": "padded-end"}
+    # the micro testsets' files (an earlier test may have added a testset that this config drops)
+    micro = {d["test"] for d in cfg["in_domain"]} | set(cfg["ood_testsets"])
+    after = {k: v for k, v in _predictions(wd).items() if k.name.split(".")[0] in micro}
+    step0 = [k for k in after if "/step0/" in str(k)]
+    later = [k for k in after if "/step0/" not in str(k)]
+    # step 0 is the pretrained model read another way; later steps also differ in training
+    assert all(not after[k]["logit_entailment"].equals(before[k]["logit_entailment"]) for k in step0 + later)
+    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
+    assert pairs.ex_note.str.contains("not run for analysis.score macro_f1").all()
+    assert "score analysed: macro_f1" in (wd / R / "logs/analyse/partial_correlations.log").read_text()
+    scores = pd.read_csv(wd / R / "scores.csv")
+    # the analysis read macro_f1: the same r as oodcorr analyse --score macro_f1 on this table
+    from oodcorr.cli import main
+
+    rc = main(
+        [
+            "analyse",
+            str(wd / R / "scores.csv"),
+            "--in-domain",
+            "synth-test",
+            "--score",
+            "macro_f1",
+            "--methods",
+            "pearson",
+            "--residualisers",
+            "linear",
+            "--out",
+            str(tmp_path / "cli"),
+            "--no-plots",
+        ]
+    )
+    assert rc == 0 and scores.macro_f1.notna().all()
+    cli = pd.read_csv(tmp_path / "cli/partial_correlations.csv")
+    key = ["run", "x", "y"]
+    got = pairs[pairs.run != "pooled"].set_index(key).r
+    want = cli[cli.run != "pooled"].set_index(key).r
+    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
+
+
+def _copy(run, tmp_path, name):
+    import shutil
+
+    wd = tmp_path / name
+    shutil.copytree(run[0], wd, symlinks=True)
+    return wd
+
+
+def test_a_deleted_predictions_file_is_rebuilt_by_the_next_run(micro_run, tmp_path):
+    """Unit checkpoint: the predictions file is a declared output that rule all asks for, so
+    deleting it reruns its evaluation alone. (Before: "Nothing to be done", then the analysis
+    failed on the missing file.)"""
+    wd = _copy(micro_run, tmp_path, "deleted")
+    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    before, scores = pd.read_parquet(gone), pd.read_csv(wd / R / "scores.csv")
+    gone.unlink()
+    dry = smk(wd, micro_run[2], "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert job_counts(dry.stdout).get("evaluate") == 1
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    pd.testing.assert_frame_equal(pd.read_parquet(gone), before)
+    pd.testing.assert_frame_equal(pd.read_csv(wd / R / "scores.csv"), scores)
+
+
+def test_unit_run_summary_listing_a_deleted_predictions_file_is_refused_at_planning(micro_run_unit, tmp_path):
+    """Unit run: the job declares only its summary, so Snakemake alone would not rerun it;
+    planning names the summary and the command, and that command restores the file."""
+    wd = _copy(micro_run_unit, tmp_path, "deleted-unit")
+    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    gone.unlink()
+    dry = smk(wd, micro_run_unit[2], "-n")
+    assert dry.returncode != 0
+    summary = f"{R}/eval/{RUN}/synth-overlap.json"
+    assert f"rm {summary}" in dry.stdout + dry.stderr
+    (wd / summary).unlink()
+    res = smk(wd, micro_run_unit[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert gone.exists()
+
+
+def test_a_failed_analysis_leaves_the_previous_results_in_place(micro_run, tmp_path):
+    """The staged scores table truncated: the analysis stops with a message naming it, the
+    published scores, tables and figures stay byte for byte; deleting it as the message says
+    and running again publishes a full set. (Before: the analysis read results/.../scores.parquet
+    itself and Snakemake had already deleted partial_correlations.csv when it crashed.)"""
+    wd = _copy(micro_run, tmp_path, "truncated")
+    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+    staged = wd / R / ".staging/scores.parquet"
+    published_scores = tmp_path / "published.parquet"
+    published_scores.write_bytes((wd / R / "scores.parquet").read_bytes())
+    published = {
+        p: p.read_bytes()
+        for p in [wd / R / "scores.parquet", wd / R / "scores.csv", *sorted((wd / R / "analysis").rglob("*.*"))]
+    }
+    assert wd / R / "analysis/partial_correlations.csv" in published
+    staged.write_bytes(staged.read_bytes()[:300])
+    res = smk(wd, micro_run[2])
+    assert res.returncode != 0
+    assert "not a readable scores table" in res.stdout + res.stderr + "".join(
+        p.read_text() for p in (wd / R / "logs/analyse").rglob("*.log")
+    )
+    assert {p: p.read_bytes() for p in published} == published
+    staged.unlink()
+    res = smk(wd, micro_run[2])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert pd.read_parquet(wd / R / "scores.parquet").equals(pd.read_parquet(published_scores))
