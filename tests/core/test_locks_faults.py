@@ -11,9 +11,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from faults import PYTHON, as_nobody, flock_refusing_shim, python_env
 
 from oodcorr.core.locks import EXPERIMENT, LOCK_DIR_ENV, FolderInUse, hold, lock_path
+
+from faults import PYTHON, as_nobody, flock_refusing_shim, python_env
 
 # a child that takes a folder's lock (of the kind named) and says what happened, in one line
 TAKE = textwrap.dedent(
