@@ -1,7 +1,12 @@
 """A publish that meets a full disk (a real ENOSPC on a small tmpfs): the previous set stays whole,
-nothing half-built is left, and the sentence names the folder, the bytes and what to delete."""
+nothing half-built is left, and the sentence names the folder, the bytes and what to delete. And a
+publish preempted (a real SIGTERM, then SIGKILL after the grace time) leaves the previous set whole."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
 
 import pytest
 
@@ -9,7 +14,7 @@ from oodcorr.core.errors import DiskFull
 from oodcorr.core.published import PUBLISHED, inspect, publish_set, write_marker
 from oodcorr.core.records import seal
 
-from faults import fill, small_filesystem
+from faults import PYTHON, fill, preempt, python_env, small_filesystem, wait_for
 
 RELS = ["scores.csv", "analysis/partial_correlations.csv"]
 
@@ -61,3 +66,46 @@ def test_a_disk_that_fills_while_the_set_is_built_leaves_the_old_set_whole(tmp_p
     assert _seen(root) == {rel: old[rel] for rel in RELS}
     assert inspect(root, RELS).whole
     assert not list((root / PUBLISHED).glob(".new-*"))
+
+
+# A publisher stopped half-way through building the new set (after its first file is copied),
+# where it writes the file named and blocks, as a slow shared disk would, until the signals come.
+STOPPED = textwrap.dedent(
+    """
+    import json, sys, time
+    from pathlib import Path
+    import oodcorr.core.published as p
+    staged, reached = json.loads(sys.argv[2]), Path(sys.argv[3])
+    copy = p._copy_hashing
+    def copy_then_stop(src, dst, *a, **k):
+        out = copy(src, dst, *a, **k)
+        reached.write_text("here")
+        while True:
+            time.sleep(1)
+    p._copy_hashing = copy_then_stop
+    p.publish_set(sys.argv[1], staged, experiment="x")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_preempted_publish_leaves_the_previous_set_whole_and_the_requeued_one_publishes(tmp_path):
+    root = tmp_path / "results" / "x"
+    staged, old = _stage(tmp_path / "staging-old", "old", 100)
+    write_marker(root, publish_set(root, staged, experiment="x"))
+    new_staged, new = _stage(tmp_path / "staging-new", "new", 100)
+    reached = tmp_path / "reached"
+    proc = subprocess.Popen(
+        [PYTHON, "-c", STOPPED, str(root), json.dumps({k: str(v) for k, v in new_staged.items()}), str(reached)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=python_env(),
+    )
+    wait_for(reached, proc, timeout=120)
+    assert preempt(proc, grace=2.0) != 0
+    assert _seen(root) == {rel: old[rel] for rel in RELS}  # readers see the previous set, whole
+    assert inspect(root, RELS).whole
+    write_marker(root, publish_set(root, new_staged, experiment="x"))  # the requeued job
+    assert _seen(root) == {rel: new[rel] for rel in RELS}
+    assert not list((root / PUBLISHED).glob(".new-*"))  # the preempted one's half-built set is gone
