@@ -16,6 +16,7 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
+from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
 from oodcorr.launch.disk_checks import check_on_disk, end_of_run_report  # noqa: E402
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
@@ -27,6 +28,11 @@ from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
 if not workflow.overwrite_configfiles:
+    # read by us first (oodcorr.core.io.load_yaml), so that a YAML slip in an edited default (a tab,
+    # a bad indent) is named with its line and column; Snakemake's own reader names neither. A file
+    # given with --configfile is read by Snakemake before this file runs: `oodcorr budget
+    # --configfile <file>` names the line there (docs/troubleshooting.md)
+    load_yaml(Path(workflow.basedir) / "config/config.yaml")
 
     # by its full path: `snakemake -d <elsewhere>` finds it too
     configfile: str(Path(workflow.basedir) / "config/config.yaml")
