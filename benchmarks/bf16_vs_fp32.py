@@ -68,7 +68,7 @@ def compare(torch, want, got, gold) -> dict:
 
 
 def scored(torch, score, model, cache, threads, reps):
-    from oodcorr.jobs.evaluate import device_batching
+    from oodcorr.jobs.scoring import device_batching
 
     rows, tokens, overhead = device_batching("cpu", threads, 32, 16384)
     times, out = [], None
@@ -84,7 +84,7 @@ def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from oodcorr.jobs.evaluate import score
+    from oodcorr.jobs.scoring import score
     from oodcorr.modeling import lean
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.loading import load_tokenizer

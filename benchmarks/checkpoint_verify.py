@@ -2,7 +2,7 @@
 
 The finetune's "every scheduled checkpoint exists" shortcut and its resume search
 compare each weight file's sha256 with the checkpoint's manifest
-(``oodcorr.jobs.finetune.verify_checkpoint(full=True)``). A file's hash is computed once
+(``oodcorr.jobs.checkpoints.verify_checkpoint(full=True)``). A file's hash is computed once
 and cached beside it, keyed by its stat. This measures, on a fake checkpoint of
 ``--mib`` MiB of random bytes (no model needed):
 

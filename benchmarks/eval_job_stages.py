@@ -1,6 +1,6 @@
 """Where an experiment's evaluation jobs spent their time, from the records they wrote.
 
-Every predictions file carries its record (``oodcorr.jobs.evaluate.read_result``); each record
+Every predictions file carries its record (``oodcorr.core.records.read_result``); each record
 holds the job's stage times (``job_timing_s``: startup, imports, cache, and since issue 24 ready
 and first_batch: from the process's start to its first scoring and to its first batch scored)
 and its own (``timing_s``: model, forward, write; ``batching``: the share of padding). This

@@ -7,7 +7,7 @@ timed from text records to per-example predictions with the model already
 loaded: ours includes tokenisation (which the workflow caches per tokenizer x
 testset, so this is conservative); lm-eval's includes building its task and
 requests. The "core" columns time only the scoring call on each side
-(oodcorr.jobs.evaluate.score vs HFLM._loglikelihood_tokens).
+(oodcorr.jobs.scoring.score vs HFLM._loglikelihood_tokens).
 
 lm-eval runs offline from a local YAML task over a local JSONL file, without its
 response cache (use_cache=None) or request cache (cache_requests=False), and with
@@ -92,7 +92,7 @@ def main(argv=None) -> dict:
         os.environ[k] = v
     import torch
 
-    from oodcorr.jobs.evaluate import score
+    from oodcorr.jobs.scoring import score
     from oodcorr.modeling.loading import load_model, load_tokenizer
     from oodcorr.modeling.prompting import encode_prompts, format_prompt, verbaliser_ids
 

@@ -169,11 +169,11 @@ def lora_series(model_dir: Path, workdir: Path, lora: dict, k: int, std: float) 
 
 
 def tokenised_testset(args, workdir: Path, model_spec: dict) -> dict:
-    """Our cache of the testset (oodcorr.jobs.evaluate.tokenize_testset), built once; returns its facts."""
+    """Our cache of the testset (oodcorr.jobs.tokenize_testset.tokenize_testset), built once; returns its facts."""
     import torch
 
     from oodcorr.core.io import sha256_json, write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import tokenize_testset
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
     from oodcorr.modeling.prompting import format_prompt
 
     name, recs = load_records(args.data, args.limit)

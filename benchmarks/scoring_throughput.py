@@ -6,7 +6,7 @@ In one process, per torch thread count:
    (b) the products of one OPT-125m layer at 1,024 rows (q, k, v, out: 768 x 768; fc1 768 x 3072;
    fc2 3072 x 768), the median of repetitions over about two seconds each, measured before and
    again after the scoring. The largest of the four is what scoring is compared with.
-2. Scoring: ``oodcorr.jobs.evaluate.score`` over the first N RTE validation examples, tokenised
+2. Scoring: ``oodcorr.jobs.scoring.score`` over the first N RTE validation examples, tokenised
    as the workflow does, with the lean model (modeling/lean.py), batched (a) as the landed code
    did (batches as full as batch_size 32 and max_tokens 16,384 allow) and (b) as a CPU job does
    now (``device_batching``: at most 512 padded tokens per thread, cut by cost). Useful GFLOP/s
@@ -113,7 +113,7 @@ def main(argv=None) -> dict:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from oodcorr.jobs.evaluate import device_batching, length_batches, score
+    from oodcorr.jobs.scoring import device_batching, length_batches, score
     from oodcorr.modeling import lean
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.loading import load_checkpoint, load_folded, load_tokenizer

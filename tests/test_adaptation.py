@@ -9,8 +9,9 @@ import torch
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.records import read_result
-from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+from oodcorr.jobs.evaluate import evaluate_run
 from oodcorr.jobs.finetune import finetune
+from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.adaptation import ADAPTATIONS, Method, correct_mask, get
 from oodcorr.modeling.loading import load_checkpoint, load_tokenizer

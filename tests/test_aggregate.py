@@ -10,7 +10,7 @@ import torch
 from oodcorr.core.errors import ResultError
 from oodcorr.core.io import write_json_atomic
 from oodcorr.jobs.aggregate import collect, read_scores, write_scores
-from oodcorr.jobs.evaluate import _write_predictions
+from oodcorr.jobs.predictions import write_predictions
 
 
 def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=0):
@@ -35,7 +35,7 @@ def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=
 
 def _predictions(tmp_path, testset, **kw):
     path = tmp_path / f"{testset}{kw.get('step', 0)}.predictions.parquet"
-    _write_predictions(
+    write_predictions(
         str(path),
         [0, 1],
         [0, 0],
@@ -134,7 +134,7 @@ def _evaluated(wd, step, testset, exp="x", seed=0, **kw):
         checkpoint=_places(exp)["checkpoint"].format(model="m", indomain="d", ntrain=8, seed=seed, step=step),
         eval_key=f"key-{exp}-{seed}-{step}-{testset}",
     )
-    _write_predictions(str(path), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"], rec)
+    write_predictions(str(path), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"], rec)
     return rel
 
 
@@ -231,14 +231,14 @@ def test_a_series_record_must_name_the_configured_checkpoint(tmp_path, monkeypat
     rel = _places()["predictions"].format(model="m", indomain="d", ntrain=0, seed=0, step=100, testset="t1")
     (tmp_path / rel).parent.mkdir(parents=True)
     rec = _record(rel, "t1", step=100) | {"n_train": 0, "run_id": "m/d/n0/seed0", "checkpoint": "/ckpts/step200"}
-    _write_predictions(
+    write_predictions(
         str(tmp_path / rel), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"], rec
     )
     series = {"m": {"100": "/ckpts/step100", "200": "/ckpts/step200"}}
     with pytest.raises(ResultError, match=r"\(checkpoint /ckpts/step200\), but sits where"):
         collect([rel], places=_places(series=series))
     rec["checkpoint"] = "/ckpts/step100/"  # the same directory, written another way
-    _write_predictions(
+    write_predictions(
         str(tmp_path / rel), [0, 1], [0, 0], [True, False], torch.zeros(2, 2), ["a", "b"], ["a", "b"], rec
     )
     assert collect([rel], places=_places(series=series))["step"].tolist() == [100]

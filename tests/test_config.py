@@ -474,8 +474,8 @@ def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
 def test_the_snakefile_and_the_cli_reach_the_config_only_through_load():
     snakefile = (REPO / "Snakefile").read_text()
     assert "load(config, workflow.basedir, CONFIG_FILES)" in snakefile
-    cli = (REPO / "src/oodcorr/cli.py").read_text()
-    for text in (snakefile, cli):
+    cli = [f.read_text() for f in sorted((REPO / "src/oodcorr/cli").glob("*.py"))]
+    for text in (snakefile, *cli):
         for other in ("check_config(", "validate(", "build_plan(", "fill_defaults(", "Experiment("):
             assert other not in text, other
 

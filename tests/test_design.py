@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import integrate, special, stats
 
-from oodcorr.analysis import Options, agreement, analyse
+from oodcorr.analysis import Options, agreement, analyse, design_pilot
 from oodcorr.analysis import design as dz
 from oodcorr.analysis.consensus import across_models, between_runs, model_means
 from oodcorr.analysis.inference import corrected_phi, corrected_phis
@@ -173,7 +173,7 @@ def test_a_curve_is_reproducible_and_rises_with_the_effect():
 @pytest.mark.parametrize("phi", [0.2, 0.7])
 def test_a_pilots_phi_is_found_and_its_bias_towards_zero_removed(phi):
     pilot = study_table(np.random.default_rng([26, int(10 * phi)]), [0.3, 0.3, -0.1], 4, 21, phi, n_ood=4)
-    est = dz.pilot_estimates(pilot, n_boot=100)
+    est = design_pilot.pilot_estimates(pilot, n_boot=100)
     ph, obs = est["phi"], est["phi_observed"]
     assert est["checkpoints"] == 21 and est["runs"] == 12 and est["series"] == 48
     assert ph["estimate"] == pytest.approx(phi, abs=0.12)
@@ -189,7 +189,7 @@ def test_a_pilots_sampling_noise_is_found_from_the_testset_sizes():
     pilot.loc[pilot["testset"] != "in-domain", "score"] += 0.5
     means = pilot.groupby("testset")["score"].mean()
     sizes = {t: int(round(p * (1 - p) / 0.02**2)) for t, p in means.items() if t != "in-domain"}
-    est = dz.pilot_estimates(pilot, sizes=sizes, n_boot=50)
+    est = design_pilot.pilot_estimates(pilot, sizes=sizes, n_boot=50)
     assert est["sampling"]["estimate"] == pytest.approx(1.0, abs=0.3)
     assert set(est["sampling"]["per_testset"]) == set(sizes)
 

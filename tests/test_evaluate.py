@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr.jobs.evaluate import eval_dtype, length_batches, score
+from oodcorr.jobs.scoring import eval_dtype, length_batches, score
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 
@@ -194,7 +194,7 @@ def test_eval_dtype_follows_evaluation_dtype_then_the_model_entry_else_float32_o
 
 
 def test_a_cpu_job_batches_by_its_threads_and_other_devices_as_configured():
-    from oodcorr.jobs.evaluate import CPU_OVERHEAD_PER_THREAD, CPU_TOKENS_PER_THREAD, device_batching
+    from oodcorr.jobs.scoring import CPU_OVERHEAD_PER_THREAD, CPU_TOKENS_PER_THREAD, device_batching
 
     assert device_batching("cpu", 1, 32, 16384) == (32, CPU_TOKENS_PER_THREAD, CPU_OVERHEAD_PER_THREAD)
     assert device_batching("cpu", 2, 32, 16384) == (32, 2 * CPU_TOKENS_PER_THREAD, 2 * CPU_OVERHEAD_PER_THREAD)
@@ -312,7 +312,7 @@ def _tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
     """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
     it: (data file, meta file, tokenised cache)."""
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.evaluate import tokenize_testset
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
     write_jsonl_atomic(data, records)
@@ -372,7 +372,8 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.core.records import read_result
-    from oodcorr.jobs.evaluate import evaluate_run, tokenize_testset
+    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     tiny = str(tiny_models[kind])
     spec = {"name": "tiny", "tiny": {"model_type": kind}, "method": method}

@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from oodcorr.jobs.evaluate import score
+from oodcorr.jobs.scoring import score
 from oodcorr.modeling import lean, synthetic
 from oodcorr.modeling.loading import load_checkpoint, load_model, loaded_by
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
@@ -72,7 +72,7 @@ def test_lean_logits_equal_transformers_bit_for_bit(tmp_path, tiny_models, kind,
     folder = _variant(tmp_path, kind, tiny_models, VARIANTS[kind]) if variant else tiny_models[kind]
     ref = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), use_safetensors=True).eval()
     mine = lean.build(folder, dtype)
-    assert type(mine).__module__ == "oodcorr.modeling.lean" and mine.dtype == getattr(torch, dtype)
+    assert type(mine).__module__.startswith("oodcorr.modeling.lean_") and mine.dtype == getattr(torch, dtype)
     cache = _cache(folder)
     # batches that pad, that do not (equal lengths: sdpa's is_causal path), and single rows
     for batch_size in (8, 1, 25):

@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from oodcorr.jobs.evaluate import score
 from oodcorr.jobs.finetune import apply_lora
+from oodcorr.jobs.scoring import score
 from oodcorr.modeling import lora
 from oodcorr.modeling.adaptation import get
 from oodcorr.modeling.loading import load_checkpoint, load_folded, load_model, loaded_by

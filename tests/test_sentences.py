@@ -121,7 +121,7 @@ def test_a_truncated_manifest_stops_the_training_loss_figure_with_a_sentence(tmp
 
 def test_a_truncated_dataset_meta_file_stops_tokenising_with_a_sentence(tmp_path, tiny_models):
     from oodcorr.core.errors import ResultError
-    from oodcorr.jobs.evaluate import tokenize_testset
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     from helpers import LABELS, PROMPT
 

@@ -334,7 +334,7 @@ def test_max_cells_is_a_positive_integer():
 
 def test_an_analysis_size_error_is_a_data_error_in_the_cli(tmp_path):
     """What main() turns into one line and exit status 2 (not a traceback)."""
-    from oodcorr.cli import check_analysis_size
+    from oodcorr.cli.analyse import check_analysis_size
 
     long = pd.DataFrame(
         {"model": "m", "in_domain": "z", "run": "r", "unit": 0, "testset": ["z", "a", "b", "c"], "score": 0.5}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +51,19 @@ def _missing() -> list[str]:
 
 def _which(b: str) -> str:
     return shutil.which(b) or str(Path("/usr/sbin", b))
+
+
+def job_records(text: str) -> dict[str, dict[str, str]]:
+    """{job id: its fields} from jobcomp/filetxt's records (``JobId=8 UserId=root(0) ... ExitCode=0:0``).
+
+    A job requeued and finished again has several records; the last one is its end.
+    """
+    out = {}
+    for line in text.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        if "JobId" in fields:
+            out[fields["JobId"]] = fields
+    return out
 
 
 def ensure_installed(log=print) -> None:
@@ -125,6 +139,11 @@ class Cluster:
     def slurmd_log(self) -> Path:
         return self.root / "slurm" / "slurmd.log"
 
+    @property
+    def jobcomp_log(self) -> Path:
+        """slurmctld's job completion records (jobcomp/filetxt): one line per finished job."""
+        return self.root / "slurm" / "jobcomp.txt"
+
     # ---- configuration ----------------------------------------------------------------
     def _write_conf(self) -> None:
         s = self.root / "slurm"
@@ -168,7 +187,10 @@ class Cluster:
                     "GresTypes=gpu",
                     "AccountingStorageType=accounting_storage/none",
                     "JobAcctGatherType=jobacct_gather/none",
-                    "JobCompType=jobcomp/none",
+                    # one key=value record per finished job, whichever scheduler started it
+                    # (the test reads these, not the log lines of one scheduling path)
+                    "JobCompType=jobcomp/filetxt",
+                    f"JobCompLoc={self.jobcomp_log}",
                     # finished jobs stay visible to squeue this long (the executor's status check needs it)
                     "MinJobAge=600",
                     "DefMemPerCPU=500",

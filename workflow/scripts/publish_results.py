@@ -15,7 +15,7 @@ from oodcorr.launch.runtime import setup_logging
 
 sm = snakemake  # noqa: F821
 setup_logging(sm.log[0])
-root = Path(sm.output[0]).parent  # the record sits in the experiment folder (oodcorr.planning.plan.Paths.published)
+root = Path(sm.output[0]).parent  # the record sits in the experiment folder (oodcorr.planning.layout.Paths.published)
 try:
     # each published path (relative to the experiment folder) and its staged file, in the plan's order
     staged = dict(zip(sm.params.rels, sm.input, strict=True))

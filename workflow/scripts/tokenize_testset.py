@@ -3,7 +3,7 @@
 import sys
 
 from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
-from oodcorr.jobs.evaluate import tokenize_testset
+from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.launch.runtime import end_job, setup_logging
 
 sm = snakemake  # noqa: F821

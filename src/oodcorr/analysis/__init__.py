@@ -16,7 +16,9 @@ prediction interval for a further model, heterogeneity, sign reversal, the verdi
 (reading long/wide tables, summary rows), :mod:`.pipeline` (everything together),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
-grid, by simulated studies analysed with the procedures above: ``oodcorr design``).
+grid, by simulated studies analysed with the procedures above: ``oodcorr design``),
+:mod:`.design_pilot` (the assumptions of a design, from a pilot's scores or the defaults),
+:mod:`.design_report` (the design's report, as JSON and Markdown).
 """
 
 from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement

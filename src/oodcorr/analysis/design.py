@@ -41,12 +41,17 @@ simulated is the linear one and the method Pearson's: a GAM fit costs 0.25 s per
 its power is measured beside the linear one's in benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values.
 How the predictions compare with the full pipeline on the calibration's scenarios:
 benchmarks/README.md#11-planning-a-study-oodcorr-design.
+
+This module is the engine (the simulated studies and their power curves); the assumptions a
+pilot replaces are estimated in :mod:`.design_pilot` and the report ``oodcorr design`` writes
+is built in :mod:`.design_report`. Which verdict counts as found for each power is decided in
+one place, :func:`found_shares`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -303,6 +308,20 @@ def smallest_effect(effects, power, target: float = 0.8) -> float | None:
     return None
 
 
+def found_shares(same: dict, half: dict, effect: float) -> dict:
+    """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
+    the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
+    (``half``), the share that finds each verdict: ``generalises`` (with the effect's sign; at
+    effect 0, the false positives of either sign), ``sign reversal``, and ``wrong_sign``
+    (``generalises (negative)`` at a positive effect)."""
+    pos, neg = same.get("generalises (positive)", 0.0), same.get("generalises (negative)", 0.0)
+    return {
+        "generalises": pos if effect > 0 else pos + neg,
+        "sign reversal": half.get("sign reversal", 0.0),
+        "wrong_sign": neg if effect > 0 else 0.0,
+    }
+
+
 def curve(
     grid: Grid,
     a: Assumptions,
@@ -337,22 +356,18 @@ def curve(
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        gen = (
-            sv.get("generalises (positive)", 0.0)
-            if e > 0
-            else sv.get("generalises (positive)", 0.0) + sv.get("generalises (negative)", 0.0)
-        )
+        found = found_shares(sv, hv, e)
         for kind, val, n in (
             ("cell", cell, n_runs),
             ("cell_corrected", cell_c, n_runs),
-            ("generalises", gen, studies),
-            ("sign reversal", hv.get("sign reversal", 0.0), studies),
+            ("generalises", found["generalises"], studies),
+            ("sign reversal", found["sign reversal"], studies),
         ):
             power[kind].append(val)
             se[kind].append(se_of(val, n))
         verdicts["same"].append(sv)
         verdicts["half"].append(hv)
-        wrong.append(sv.get("generalises (negative)", 0.0) if e > 0 else 0.0)
+        wrong.append(found["wrong_sign"])
     return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong)
 
 
@@ -377,198 +392,7 @@ def scenario_rates(
     return verdict_shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
 
 
-# ---- a pilot: the assumptions from what was run -----------------------------------------------
-def _iqr(values) -> list[float]:
-    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
-    return [float(np.percentile(v, 25)), float(np.percentile(v, 75))] if len(v) else [math.nan, math.nan]
-
-
-def observed_phi_curve(checkpoints: int, sampling: float, phis=None, runs: int = 400, seed: int = 0):
-    """(true phi, median corrected estimate of the residuals' AR(1) coefficient) of simulated runs
-    with ``checkpoints`` checkpoints and sampling noise ``sampling`` (:class:`Assumptions`): the
-    estimate in short runs is biased towards 0 (0.72 for a true 0.8 at 21 checkpoints), which a
-    pilot's estimate is read against."""
-    phis = np.round(np.arange(0.0, 0.96, 0.05), 2) if phis is None else np.asarray(phis, dtype=float)
-    med = []
-    for phi in phis:
-        rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi)), int(round(1e6 * sampling))])
-        st = run_statistics(
-            run_scores(rng, np.zeros(runs), checkpoints, float(phi), noise=NOISE, sampling_sd=sampling * NOISE)
-        )
-        med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
-    return phis, np.maximum.accumulate(np.asarray(med))
-
-
-def _true_phi(observed: float, curve_phis, curve_med) -> float:
-    """The true phi whose simulated median estimate is ``observed`` (interpolated; the ends clamp)."""
-    if not np.isfinite(observed):
-        return math.nan
-    if observed <= curve_med[0]:
-        return float(curve_phis[0])
-    if observed >= curve_med[-1]:
-        return float(curve_phis[-1])
-    # the curve can be flat where estimates pile at 0 or at the cap: take the middle of a flat stretch
-    lo = float(np.interp(observed, curve_med, curve_phis))
-    hi = float(-np.interp(-observed, -curve_med[::-1], -curve_phis[::-1]))
-    return 0.5 * (lo + hi)
-
-
-def pilot_estimates(
-    long,
-    run_info=None,
-    pool_by=(),
-    sizes: dict | None = None,
-    settings: Settings = Settings(),
-    seed: int = 0,
-    n_boot: int = 200,
-) -> dict:
-    """What a pilot (a canonical long table, :data:`.pipeline.CANON`) says about the assumptions,
-    with how uncertain each is:
-
-    * ``phi``: the residual series' AR(1) coefficient. Each run's residual series (an OOD score
-      after the linear residualiser) gets the analysis' corrected estimate (``phi_x``/``phi_y`` of
-      its rows); their median is read against the median that simulated runs of the pilot's
-      length give at each true coefficient (:func:`observed_phi_curve`: the estimate is biased
-      towards 0), and a bootstrap over the pilot's runs (``n_boot`` resamples) gives its 95 %
-      interval. The interquartile range of the series' estimates and the share at the cap are
-      reported beside it;
-    * ``sampling``: with ``sizes`` (examples per OOD testset), each testset's binomial sampling
-      sd ``sqrt(p (1 - p) / n)`` at its mean score, against its residual sd (the sd of its
-      residuals on the in-domain score, median over runs): the sampling noise as a multiple of
-      the rest of the residual (the :class:`Assumptions` field), per testset and its median;
-    * ``model_sd`` and ``run_sd``: the square roots of the median between-model variance
-      (``tau2_models`` of the agreement table, over the pairs with 2 models or more) and of the
-      median between-run variance (``tau2_runs``), with the interquartile ranges over pairs.
-    """
-    from .consensus import agreement  # the pipeline: pilots only
-    from .pipeline import Options, analyse
-
-    opts = Options(
-        methods=("pearson",),
-        residualisers=("linear",),
-        pool_by=tuple(pool_by),
-        step0_check=False,
-        example_boot=0,
-        alpha=settings.alpha,
-        level=settings.level,
-        correction=settings.correction,
-        near_zero=settings.near_zero,
-    )
-    pc = analyse(long, opts, run_info=run_info)
-    runs = pc[pc["run"] != "pooled"]
-    keys = ["model", "in_domain", "run"]
-    series = (
-        np.concatenate([runs[keys + ["x", "phi_x"]].to_numpy(), runs[keys + ["y", "phi_y"]].to_numpy()])
-        if len(runs)
-        else np.empty((0, 5))
-    )
-    import pandas as pd  # the analysis' tables: pilots only
-
-    ser = pd.DataFrame(series, columns=keys + ["testset", "phi"]).drop_duplicates(keys + ["testset"])
-    ser["phi"] = pd.to_numeric(ser["phi"], errors="coerce")
-    ser = ser[np.isfinite(ser["phi"].to_numpy(float))]
-    if ser.empty:
-        raise ValueError(
-            "the pilot has no run whose OOD scores got an AR(1) estimate: it needs numeric units "
-            "(checkpoints, ordered) and at least two OOD testsets with scores at 4 checkpoints or more"
-        )
-    checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
-    phi_obs = float(ser["phi"].median())
-    run_ids = ser[keys].astype(str).agg("/".join, axis=1).to_numpy()
-    uniq = np.unique(run_ids)
-    by_run = {u: ser["phi"].to_numpy(float)[run_ids == u] for u in uniq}
-    rng = np.random.default_rng([seed, 26])
-    boots = [
-        float(np.median(np.concatenate([by_run[u] for u in rng.choice(uniq, size=len(uniq))]))) for _ in range(n_boot)
-    ]
-    obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
-
-    # residual and sampling sd per testset
-    notes = []
-    resid_sd: dict[str, list[float]] = {}
-    mean_score: dict[str, list[float]] = {}
-    for (_, _, _), g in long.groupby(keys, sort=True):
-        dom = g["in_domain"].iloc[0]
-        wide = g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
-        if dom not in wide.columns:
-            continue
-        z = wide[dom].to_numpy(float)
-        for ts in wide.columns:
-            if ts == dom:
-                continue
-            y = wide[ts].to_numpy(float)
-            ok = np.isfinite(y) & np.isfinite(z)
-            if ok.sum() < 4 or np.ptp(z[ok]) == 0:
-                continue
-            X = np.column_stack([np.ones(ok.sum()), z[ok]])
-            beta, *_ = np.linalg.lstsq(X, y[ok], rcond=None)
-            res = y[ok] - X @ beta
-            resid_sd.setdefault(ts, []).append(float(np.sqrt(res @ res / (ok.sum() - 2))))
-            mean_score.setdefault(ts, []).append(float(np.mean(y[ok])))
-    per_testset = {}
-    for ts in sorted(resid_sd):
-        sd = float(np.median(resid_sd[ts]))
-        p = float(np.mean(mean_score[ts]))
-        n = (sizes or {}).get(ts)
-        entry = {"residual_sd": sd, "mean_score": p, "examples": n}
-        if n and 0 <= p <= 1 and sd > 0:
-            s = math.sqrt(p * (1 - p) / n)
-            share = min(s * s / (sd * sd), 0.95)  # the rest of the residual is never taken below 5 %
-            entry.update(sampling_sd=s, sampling_share=share, sampling=math.sqrt(share / (1 - share)))
-        per_testset[ts] = entry
-    ratios = [e["sampling"] for e in per_testset.values() if "sampling" in e]
-    if not ratios:
-        notes.append(
-            "the sampling noise is not estimated: no testset of the pilot has a known size (an `n` column, "
-            "--examples N, or the config's max_examples) and scores in [0, 1]"
-        )
-    sampling = float(np.median(ratios)) if ratios else 0.0
-
-    phis, med = observed_phi_curve(checkpoints, sampling, seed=seed)
-    agree = agreement(pc, settings.alpha, settings.correction, settings.level, settings.near_zero)
-    t2m = agree["tau2_models"].to_numpy(float)
-    t2r = agree["tau2_runs"].to_numpy(float)
-    t2m, t2r = t2m[np.isfinite(t2m)], t2r[np.isfinite(t2r)]
-    if not len(t2m):
-        notes.append("fewer than 2 models in the pilot: the spread between models is not estimated (0 assumed)")
-    at_cap = float(np.mean(ser["phi"].to_numpy(float) >= 0.99))
-    return {
-        "models": int(long["model"].nunique()),
-        "runs": int(len(uniq)),
-        "series": int(len(ser)),
-        "checkpoints": checkpoints,
-        "phi_observed": {
-            "median": phi_obs,
-            "iqr": _iqr(ser["phi"]),
-            "bootstrap_95": [obs_lo, obs_hi],
-            "at_cap": at_cap,
-            "per_testset": {ts: float(g["phi"].median()) for ts, g in ser.groupby("testset")},
-        },
-        "phi": {
-            "estimate": _true_phi(phi_obs, phis, med),
-            "low": _true_phi(obs_lo, phis, med),
-            "high": _true_phi(obs_hi, phis, med),
-            "how": (
-                f"the true AR(1) coefficient whose simulated runs of {checkpoints} checkpoints give the pilot's "
-                "median corrected estimate (and the ends of its bootstrap interval over runs)"
-            ),
-        },
-        "sampling": {"estimate": sampling, "iqr": _iqr(ratios), "per_testset": per_testset},
-        "model_sd": {
-            "estimate": math.sqrt(float(np.median(t2m))) if len(t2m) else 0.0,
-            "iqr": [math.sqrt(max(v, 0.0)) if np.isfinite(v) else math.nan for v in _iqr(t2m)],
-            "pairs": int(len(t2m)),
-        },
-        "run_sd": {
-            "estimate": math.sqrt(float(np.median(t2r))) if len(t2r) else 0.0,
-            "iqr": [math.sqrt(max(v, 0.0)) if np.isfinite(v) else math.nan for v in _iqr(t2r)],
-            "pairs": int(len(t2r)),
-        },
-        "notes": notes,
-    }
-
-
-# ---- the report: base grid, alternatives, costs ------------------------------------------------
+# ---- many curves, in processes -----------------------------------------------------------------
 def _run_curve(task) -> Curve:
     grid, a, settings, effects, studies, seed = task
     return curve(grid, a, settings, effects, studies, seed)
@@ -589,226 +413,3 @@ def curves(tasks, workers: int = 1) -> list[Curve]:
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
         done = dict(zip(order, ex.map(_run_curve, [tasks[i] for i in order])))
     return [done[i] for i in range(len(tasks))]
-
-
-def _at(c: Curve, kind: str, effect: float) -> tuple[float, float]:
-    """(power, its standard error) of ``kind`` at ``effect``, interpolated between simulated effects."""
-    p = float(np.interp(effect, c.effects, c.power[kind]))
-    return p, se_of(p, c.studies * (c.grid.models * c.grid.runs if kind.startswith("cell") else 1))
-
-
-def report(
-    grid: Grid,
-    a: Assumptions,
-    phis,
-    headline: float,
-    settings: Settings = Settings(),
-    *,
-    effects=DEFAULT_EFFECTS,
-    studies: int = 400,
-    seed: int = 0,
-    alternatives=(),
-    effect: float = 0.3,
-    target: float = 0.8,
-    workers: int = 1,
-    info: dict | None = None,
-) -> dict:
-    """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
-    each phi of ``phis`` (the other assumptions as in ``a``), and at ``headline`` phi the same for
-    each of ``alternatives`` (dicts with ``name``, ``description``, ``grid`` (:class:`Grid`),
-    ``sampling`` and ``cost``, a dict with at least ``gpu_hours``) with its power at ``effect`` and
-    the cheapest that reaches ``target`` per verdict. ``info`` (the config, the budget, the
-    assumptions' sources, a pilot's estimates, notes) is copied in."""
-    phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
-    tasks = [(grid, replace(a, phi=p), settings, tuple(effects), studies, seed) for p in phis]
-    alts = [dict(x) for x in alternatives]
-    for x in alts:
-        tasks.append(
-            (x["grid"], replace(a, phi=headline, sampling=x["sampling"]), settings, tuple(effects), studies, seed)
-        )
-    done = curves(tasks, workers)
-    base = done[: len(phis)]
-    head = base[phis.index(round(float(headline), 4))]
-    for x, c in zip(alts, done[len(phis) :]):
-        x["curve"] = c
-    options = [{"name": "as configured", "description": "the config's grid", "grid": grid, "curve": head}]
-    options[0]["cost"] = (info or {}).get("cost", {})
-    options[0]["sampling"] = a.sampling
-    options += alts
-    rows = []
-    for x in options:
-        c = x["curve"]
-        rows.append(
-            {
-                "name": x["name"],
-                "description": x["description"],
-                "grid": asdict(x["grid"]),
-                "sampling": x["sampling"],
-                "cost": x.get("cost", {}),
-                "power_at_effect": {k: dict(zip(("power", "se"), _at(c, k, effect))) for k in VERDICT_POWERS},
-                "smallest_effect_80": {k: c.smallest_effect(k, target) for k in VERDICT_POWERS},
-            }
-        )
-    cheapest = {}
-    for k in VERDICT_POWERS:
-        ok = [r for r in rows if r["power_at_effect"][k]["power"] >= target and r["cost"].get("gpu_hours") is not None]
-        cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
-    max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
-    out = dict(info or {})
-    out.update(
-        grid=asdict(grid),
-        assumptions=asdict(a),
-        settings=asdict(settings),
-        phis=phis,
-        headline_phi=float(headline),
-        effect=float(effect),
-        target=float(target),
-        precision={
-            "studies": studies,
-            "seed": seed,
-            "largest_se": max_se,
-            "se_at_half": se_of(0.5, studies),
-            "how": "Monte Carlo standard error sqrt(p (1 - p) / studies) of each power "
-            "(per-run cells: over their runs)",
-        },
-        curves=[c.to_json() for c in base],
-        alternatives=rows,
-        cheapest=cheapest,
-    )
-    return out
-
-
-def _f(p) -> str:
-    return "n/a" if p is None or (isinstance(p, float) and not math.isfinite(p)) else f"{p:.2f}"
-
-
-def _eff(e) -> str:
-    return "> 0.9" if e is None else f"{e:.2f}"
-
-
-SHORT = {
-    "cell": "cell",
-    "cell_corrected": "cell (corrected)",
-    "generalises": "generalises",
-    "sign reversal": "sign reversal",
-}
-
-
-def markdown(rep: dict, budget_markdown: str = "") -> str:
-    """The report as markdown (printed by ``oodcorr design`` and written to ``<prefix>.md``)."""
-    g, a, st = rep["grid"], rep["assumptions"], rep["settings"]
-    src = rep.get("sources", {})
-    lines = [
-        f"# Design: experiment {rep.get('experiment', '')}".rstrip(),
-        "",
-        f"Config {rep.get('config', '')}. Written by `oodcorr design`: how often the analysis finds an effect "
-        "in studies of this grid, by simulating them and analysing them with the analysis' own procedures "
-        "(docs/analysis.md#planning-a-study-oodcorr-design).",
-        "",
-        "**The grid.** "
-        f"{g['models']} models x {g['runs']} runs per pool group (seeds) x {g['checkpoints']} checkpoints per run; "
-        f"each table ({rep.get('tables', 1)} in all: {rep.get('tables_how', 'one')}) has {g['pairs']} OOD pairs, "
-        f"corrected together ({st['correction']}, alpha {st['alpha']:g}).",
-        "",
-        "**Assumptions** (what a simulated study is; each can be set by a flag or estimated from a pilot, `--pilot`):",
-        "",
-        f"* AR(1) coefficient of the residual series (phi): {', '.join(f'{p:g}' for p in rep['phis'])}; "
-        f"the alternatives at {rep['headline_phi']:g} ({src.get('phi', 'default')});",
-        f"* spread of the true partial correlation between models: sd {a['model_sd']:.2f} on the Fisher z scale "
-        f"({src.get('model_sd', 'default: every model shares the effect')}); between runs of a model: "
-        f"{a['run_sd']:.2f} ({src.get('run_sd', 'default')});",
-        f"* sampling noise of a testset: {a['sampling']:.2f} x the residual series' sd "
-        f"({src.get('sampling', 'default: none')});",
-        f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
-        "* residualiser linear, method Pearson, the modified t-test per run (the defaults); "
-        "effects are partial correlations of the residual series"
-        + (" without the sampling noise." if a["sampling"] else "."),
-        "",
-        f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "
-        f"(seed {rep['precision']['seed']}): its Monte Carlo standard error is at most "
-        f"{rep['precision']['se_at_half']:.3f} (at a power of 0.5), {rep['precision']['largest_se']:.3f} at the "
-        "largest here; per-run cells are shares of all the studies' runs. The same draws serve every effect.",
-        "",
-    ]
-    for c in rep["curves"]:
-        phi = c["assumptions"]["phi"]
-        lines += [
-            f"## Power at phi {phi:g}",
-            "",
-            "| effect | " + " | ".join(SHORT[k] for k in VERDICT_POWERS) + " |",
-            "| ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " |",
-        ]
-        for i, e in enumerate(c["effects"]):
-            lines.append(f"| {e:.2f} | " + " | ".join(_f(c["power"][k][i]) for k in VERDICT_POWERS) + " |")
-        lines.append(
-            "| **80 % at** | " + " | ".join(f"**{_eff(c['smallest_effect_80'][k])}**" for k in VERDICT_POWERS) + " |"
-        )
-        lines.append("")
-    lines += [
-        "Effect 0 is the null: its row is the false-positive rate of each (per-run cells: the share of null "
-        "runs whose interval excludes 0; generalises: of either sign). *cell*: a run's own interval excludes 0; "
-        "*cell (corrected)*: significant after the correction across the table's pairs, as the heatmaps mark it; "
-        "*generalises*: every model has the effect, the verdict `generalises` with its sign; *sign reversal*: "
-        "half the models have +effect and half -effect, the verdict `sign reversal`.",
-        "",
-        f"## Alternatives (phi {rep['headline_phi']:g}; power at effect {rep['effect']:g})",
-        "",
-        "| change | grid (models x runs x checkpoints) | GPU-hours (limits) | GPU-hours (work) | "
-        + " | ".join(SHORT[k] for k in VERDICT_POWERS)
-        + " | 80 % at (cell / corrected / generalises / reversal) |",
-        "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " | --- |",
-    ]
-    for r in rep["alternatives"]:
-        gg, cost = r["grid"], r["cost"]
-        gh = cost.get("gpu_hours")
-        gw = cost.get("gpu_hours_work")
-        lines.append(
-            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | "
-            f"{'n/a' if gh is None else f'{gh:,.0f}'} | {'n/a' if gw is None else f'{gw:,.0f}'} | "
-            + " | ".join(_f(r["power_at_effect"][k]["power"]) for k in VERDICT_POWERS)
-            + " | "
-            + " / ".join(_eff(r["smallest_effect_80"][k]) for k in VERDICT_POWERS)
-            + " |"
-        )
-    lines.append("")
-    for k in VERDICT_POWERS:
-        name = rep["cheapest"][k]
-        lines.append(
-            f"* {POWER_LABELS[k]}: "
-            + (
-                f"the cheapest row reaching {rep['target']:.0%} at effect {rep['effect']:g} is **{name}**"
-                if name
-                else f"no row reaches {rep['target']:.0%} at effect {rep['effect']:g}"
-            )
-        )
-    lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
-    lines += [f"* {n}" for n in rep.get("cost_notes", [])]
-    pilot = rep.get("pilot")
-    if pilot:
-        po, ph = pilot["phi_observed"], pilot["phi"]
-        lines += [
-            "",
-            "## From the pilot",
-            "",
-            f"{rep.get('pilot_file', '')}: {pilot['models']} models, {pilot['runs']} runs, {pilot['series']} residual "
-            f"series, {pilot['checkpoints']} checkpoints per run.",
-            "",
-            f"* phi: **{ph['estimate']:.2f}** (95 % interval {ph['low']:.2f}-{ph['high']:.2f}, a bootstrap over runs), "
-            f"{ph['how']}. The series' own corrected estimates: median {po['median']:.2f}, interquartile range "
-            f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
-            + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
-            + ";",
-            f"* sampling noise: {pilot['sampling']['estimate']:.2f} x the residual sd (interquartile range over "
-            f"testsets {_f(pilot['sampling']['iqr'][0])}-{_f(pilot['sampling']['iqr'][1])});",
-            f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
-            f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
-            f"between runs: sd {pilot['run_sd']['estimate']:.2f};",
-        ]
-        lines += [f"* {n}" for n in pilot["notes"]]
-    notes = rep.get("notes", [])
-    if notes:
-        lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
-    out = "\n".join(lines) + "\n"
-    if budget_markdown:
-        out += "\n" + budget_markdown.replace("# Budget:", "## Budget of the grid as configured:", 1)
-    return out

@@ -4,7 +4,7 @@ One home for each on-disk record that a job writes and something else reads, so 
 needs no import of the job that wrote it (and planning none of torch):
 
 * a predictions file's result record, in its parquet metadata under :data:`META_KEY`
-  (written by :mod:`oodcorr.jobs.evaluate`, read by :func:`read_result`);
+  (written by :mod:`oodcorr.jobs.predictions`, read by :func:`read_result`);
 * a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`);
 * a prepared dataset's meta file, and whether the local file it came from changed since
   (:func:`local_source_changed`);

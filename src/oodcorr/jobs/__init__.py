@@ -2,7 +2,9 @@
 
 ``data`` (prepare a dataset), ``finetune`` and ``multi_gpu`` (one run, on one GPU or several),
 ``checkpoints`` (manifests, verification, resume points), ``series`` (checkpoints that already
-exist), ``evaluate`` (score a checkpoint on a testset), ``metrics`` (beyond accuracy),
+exist), ``tokenize_testset`` (a testset's prompts as token ids, cached), ``evaluate`` (a run's
+checkpoints chosen, checked and scored on a testset), ``scoring`` (the batching policy, the forward
+pass, its dtype), ``predictions`` (the predictions file), ``metrics`` (beyond accuracy),
 ``aggregate`` (the scores table and its accuracy view) and ``plots`` (every figure).
 
 May import: ``core``, ``analysis``, ``planning``, ``modeling``. Planning never imports this

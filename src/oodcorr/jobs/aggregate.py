@@ -122,7 +122,7 @@ _DEFAULTS = {"x_unit": "step", "metrics_note": ""}
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:
-    """A path pattern with ``{field}``s (``oodcorr.planning.plan.Paths``) as a regex that reads them back."""
+    """A path pattern with ``{field}``s (``oodcorr.planning.layout.Paths``) as a regex that reads them back."""
     out, pos = "", 0
     for m in re.finditer(r"\{(\w+)\}", pattern):
         out += re.escape(pattern[pos : m.start()]) + f"(?P<{m.group(1)}>[^/]+)"

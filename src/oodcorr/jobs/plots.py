@@ -647,7 +647,7 @@ DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, lin
 def design_power(report: dict, out_png: str) -> dict:
     """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
     line per verdict (a band of two Monte Carlo standard errors around each), the target power
-    dashed. ``report`` is :func:`oodcorr.analysis.design.report`'s dict."""
+    dashed. ``report`` is :func:`oodcorr.analysis.design_report.report`'s dict."""
     plt = _plt()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)

@@ -38,6 +38,7 @@ from pathlib import Path
 from ..core import published
 from ..core.io import sha256_json, write_json_atomic
 from ..core.locks import EXPERIMENT, FolderInUse, acquire, hold, release
+from ..planning.layout import Paths
 from ..planning.plan import Plan
 
 IDENTITY = "experiment.json"
@@ -198,3 +199,20 @@ def check_published(plan: Plan) -> list[str]:
         except FolderInUse as e:
             out.append(f"nothing is changed while another process writes the experiment: {e}")
     return out
+
+
+def experiment_folder(out: Path) -> Path | None:
+    """The workflow's experiment folder that ``out`` is (or is inside), or None: a folder holding what
+    only the workflow writes there (its published set, its staging folder, its lock or record)."""
+    here = Path(out).resolve()
+    for d in (here, *here.parents):
+        marks = (
+            d / published.PUBLISHED,
+            Path(Paths(str(d)).staging),
+            d / EXPERIMENT.file,
+            d / IDENTITY,
+            d / published.MARKER,
+        )
+        if any(m.exists() for m in marks):
+            return d
+    return None

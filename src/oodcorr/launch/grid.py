@@ -160,7 +160,11 @@ def more_models(config: dict) -> tuple[dict, str]:
     return cfg, f"{len(add)} more models, priced as copies of {names} (models of the sizes the grid has)"
 
 
-def more_examples(config: dict, plan, factor: int = 4) -> tuple[dict, str]:
+MORE_EXAMPLES = 4  # the change "examples x4": the factor on every capped OOD testset's max_examples
+EXAMPLES_CHANGE = f"examples x{MORE_EXAMPLES}"
+
+
+def more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
     """``factor`` times the examples of every OOD testset that the config caps (``max_examples``)."""
     cfg = copy.deepcopy(config)
     grown = []
@@ -176,7 +180,7 @@ def more_examples(config: dict, plan, factor: int = 4) -> tuple[dict, str]:
     return cfg, f"{factor}x the examples of {', '.join(grown)} (their max_examples; if the sets hold that many)"
 
 
-CHANGES = ("checkpoints x2", "seeds +2", "models +50%", "examples x4")
+CHANGES = ("checkpoints x2", "seeds +2", "models +50%", EXAMPLES_CHANGE)
 
 
 def change(name: str, config: dict, plan) -> tuple[dict, str]:
@@ -188,7 +192,7 @@ def change(name: str, config: dict, plan) -> tuple[dict, str]:
         return more_seeds(config)
     if name == "models +50%":
         return more_models(config)
-    if name == "examples x4":
+    if name == EXAMPLES_CHANGE:
         return more_examples(config, plan)
     raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
 

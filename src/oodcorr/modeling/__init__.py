@@ -1,12 +1,14 @@
 """Models: how one is loaded, adapted to NLI and scored, built offline, or fetched from the hub.
 
 ``loading`` (models and tokenizers under the safety defaults; for scoring on a CPU, ``lean``:
-OPT and OLMo2 read and run without transformers, the same logits bit for bit, and ``lora``:
-LoRA adapters folded into the base weights), ``adaptation`` (the adaptation
+OPT and OLMo2 read and run without transformers, the same logits bit for bit (``lean_base``
+the base, one module per architecture: ``lean_opt``, ``lean_olmo2``), and ``lora``:
+LoRA adapters folded into the base weights), ``checkpoint_loader`` (a run's checkpoints loaded one
+after another for scoring, reusing the base model), ``adaptation`` (the adaptation
 methods: pattern or head), ``prompting`` (prompt, verbalisers, the scored position), ``tiny`` and
 ``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task) and ``hub``
 (the hub lock, prefetching, pinned revisions). torch and transformers are imported inside the
-functions that need them (``prompting``, ``lean`` and ``lora`` import torch at their top, and are
+functions that need them (``prompting``, ``lean``, ``lean_*`` and ``lora`` import torch at their top, and are
 themselves imported only inside functions), so planning can ask a model's size or tokenizer
 without them.
 

@@ -192,3 +192,17 @@ def loaded_by(model) -> str:
     """``lean`` or ``transformers``: which code computes a loaded model's forward pass."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     return "lean" if getattr(base, "lean", False) else "transformers"
+
+
+def release_memory(device) -> None:
+    """Collect garbage and empty ``device``'s cache (a ``torch.device``): after a model is dropped
+    or a batch ran out of memory."""
+    import gc
+
+    import torch  # torch stack: planning and the CLI never import it
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    elif device.type == "mps":
+        torch.mps.empty_cache()

@@ -279,7 +279,7 @@ class Experiment:
 
     def resources(self, model: str, rule: str) -> dict:
         """A job's own resources for ``rule``: the config's, then the model's size class, then the model's
-        own (placement sets ``default``/``cpu`` not applied: see :func:`oodcorr.planning.plan._model_resources`)."""
+        own (placement sets ``default``/``cpu`` not applied: see :func:`oodcorr.planning.resources.model_resources`)."""
         out: dict = {}
         for _, layer in self.resource_layers(model):
             out = deep_merge(out, layer.get(rule))

@@ -5,13 +5,13 @@
 checks it (:func:`oodcorr.planning.checks.check_config`) and enumerates what the workflow will run:
 
 * :class:`ModelSpec` -- a model entry resolved against the global settings (its
-  finetune block, prompt, method and per-rule :class:`Resources`);
+  finetune block, prompt, method and per-rule :class:`oodcorr.planning.resources.Resources`);
 * :class:`Run` -- one finetuning run (model x in-domain set x n_train x seed) with
   its checkpoint schedule, or a series model's run (model x in-domain set; n_train and
   seed 0): its given checkpoints, no finetune job;
 * :class:`EvalJob` -- one evaluation job: a run x a testset x its steps (one step
   with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
-* :class:`Paths` -- where everything lives, all under ``results/<experiment>/``.
+* where everything lives, all under ``results/<experiment>/``: :class:`oodcorr.planning.layout.Paths`.
 
 The Snakefile builds one :class:`Plan` and the rules read only it: targets, params
 (through one callable per rule, cached per job), threads and resources (through one
@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -33,9 +33,10 @@ from ..core import limits
 from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
-from ..core.published import MARKER
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
+from .layout import Paths
+from .resources import PLACEMENT, Resources, model_resources
 
 # The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
 # columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
@@ -61,40 +62,6 @@ def rule_callable(func: Callable) -> Callable:
         del params["self"]
     setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
     return func
-
-
-# resources that grow with Snakemake's attempt number on retries
-SCALED = ("mem_mb", "runtime")
-# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
-PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one job of a rule asks for (before retries scale memory and time), and where it goes."""
-
-    gpu: int = 0
-    gpu_model: str | None = None
-    gpu_mem_gb: float | None = None  # memory of each GPU, GiB: planning checks the model fits (oodcorr.launch.sizing)
-    mem_mb: int = 2000
-    runtime: int = 30  # minutes
-    threads: int = 1
-    slurm_partition: str | None = None
-    slurm_account: str | None = None
-    qos: str | None = None
-    constraint: str | None = None
-    slurm_extra: str | None = None
-    # resource name -> the config key that set it (for messages), e.g. "size_classes.30b.evaluate.gpu_mem_gb"
-    origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> Resources:
-        names = [f.name for f in fields(cls) if f.name != "origin"]
-        return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
-
-    def where(self, name: str) -> str:
-        """The config key that set resource ``name`` (or where to set it)."""
-        return self.origin.get(name, f"resources.<rule>.{name}")
 
 
 @dataclass(frozen=True)
@@ -164,103 +131,6 @@ class EvalJob:
     testset: str
     role: str  # in-domain | ood
     steps: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Paths:
-    """Every path of an experiment, as Snakemake patterns, under ``results/<experiment>``."""
-
-    root: str
-
-    @property
-    def data(self) -> str:
-        return f"{self.root}/data/{{dataset}}.jsonl"
-
-    @property
-    def data_meta(self) -> str:
-        return f"{self.root}/data/{{dataset}}.meta.json"
-
-    @property
-    def corpus(self) -> str:
-        return f"{self.root}/data/pretraining_corpus.txt"
-
-    @property
-    def tiny_model(self) -> str:
-        return f"{self.root}/models/{{model}}"
-
-    @property
-    def tokenized(self) -> str:
-        return f"{self.root}/cache/tokenized/{{model}}/{{testset}}.pt"
-
-    @property
-    def run_dir(self) -> str:
-        return f"{self.root}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
-
-    @property
-    def manifest(self) -> str:
-        return f"{self.run_dir}/manifest.json"
-
-    @property
-    def series_manifest(self) -> str:
-        """A series checkpoint's manifest: where it is and, for a local directory, its files' sha256s."""
-        return f"{self.root}/series/{{model}}/step{{step}}.json"
-
-    @property
-    def eval_dir(self) -> str:
-        return f"{self.root}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}"
-
-    @property
-    def predictions(self) -> str:
-        """One checkpoint x testset: per-example predictions, its record in the metadata."""
-        return f"{self.eval_dir}/step{{step}}/{{testset}}.predictions.parquet"
-
-    @property
-    def eval_summary(self) -> str:
-        """``evaluation.unit: run`` only: one job's records (a run x a testset)."""
-        return f"{self.eval_dir}/{{testset}}.json"
-
-    @property
-    def staging(self) -> str:
-        """Where the aggregation and the analysis write; ``publish_results`` copies the whole
-        set into place (:meth:`staged`), so a failed step leaves the previous set whole."""
-        return f"{self.root}/.staging"
-
-    def staged(self, path: str) -> str:
-        """The staging copy of a published result (the scores, a table, a figure)."""
-        if not path.startswith(self.root + "/"):
-            raise ValueError(f"{path} is not under {self.root}")
-        return f"{self.staging}/{path[len(self.root) + 1 :]}"
-
-    @property
-    def published(self) -> str:
-        """Rule ``publish_results``' declared output: the record of the set it published. The files
-        people read are links into ``.published/current/`` (:mod:`oodcorr.core.published`)."""
-        return f"{self.root}/{MARKER}"
-
-    @property
-    def scores(self) -> str:
-        return f"{self.root}/scores.parquet"
-
-    @property
-    def scores_csv(self) -> str:
-        return f"{self.root}/scores.csv"
-
-    @property
-    def accuracy_html(self) -> str:
-        """The accuracy table (a run x checkpoint per row, a testset per column) for the report."""
-        return f"{self.root}/accuracy.html"
-
-    @property
-    def accuracy_csv(self) -> str:
-        return f"{self.root}/accuracy.csv"
-
-    @property
-    def analysis(self) -> str:
-        return f"{self.root}/analysis"
-
-    @property
-    def logs(self) -> str:
-        return f"{self.root}/logs"
 
 
 def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
@@ -628,31 +498,6 @@ def _attempt(wildcards, attempt):
     return attempt
 
 
-def _model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
-    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
-    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
-    asks for no GPU) and the rule's own keys, the last winning."""
-    layers = exp.resource_layers(entry["name"])
-    out = {}
-    for rule, default in RESOURCES.items():
-        values, origin = dict(default), {}
-        gpu = values.get("gpu", 0)
-        for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
-            own = layer.get(rule) or {}
-            if "gpu" in own:
-                gpu = own["gpu"]
-        if rule == "finetune" and entry.get("distributed"):
-            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
-        for where, layer in layers:
-            for part in ("default", *(("cpu",) if not gpu else ()), rule):
-                for key, value in (layer.get(part) or {}).items():
-                    values[key], origin[key] = value, f"{where}.{part}.{key}"
-        if rule == "finetune" and entry.get("distributed"):
-            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
-        out[rule] = Resources.from_mapping(values, origin)
-    return out
-
-
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
     """The one way from a config to its plan: the Snakefile and every CLI command call it.
 
@@ -709,7 +554,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             finetune={} if series else exp.finetune_params(m),
             prompt=exp.prompt_for(m),
             distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
-            resources=_model_resources(exp, entry),
+            resources=model_resources(exp, entry),
             checkpoints=exp.series_checkpoints(m) if series else None,
             x_unit=exp.series_unit(m),
             params_b=entry.get("params_b"),

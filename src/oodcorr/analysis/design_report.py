@@ -1,0 +1,237 @@
+"""The report of ``oodcorr design``: the power curves of a grid at each assumed phi, the
+alternatives beside it with their cost and the cheapest that reaches the target (:func:`report`,
+a JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
+:mod:`.design`; a pilot's estimates (:mod:`.design_pilot`) come in through ``info``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, replace
+
+import numpy as np
+
+from .design import DEFAULT_EFFECTS, POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Grid, Settings, curves, se_of
+
+
+def _at(c: Curve, kind: str, effect: float) -> tuple[float, float]:
+    """(power, its standard error) of ``kind`` at ``effect``, interpolated between simulated effects."""
+    p = float(np.interp(effect, c.effects, c.power[kind]))
+    return p, se_of(p, c.studies * (c.grid.models * c.grid.runs if kind.startswith("cell") else 1))
+
+
+def report(
+    grid: Grid,
+    a: Assumptions,
+    phis,
+    headline: float,
+    settings: Settings = Settings(),
+    *,
+    effects=DEFAULT_EFFECTS,
+    studies: int = 400,
+    seed: int = 0,
+    alternatives=(),
+    effect: float = 0.3,
+    target: float = 0.8,
+    workers: int = 1,
+    info: dict | None = None,
+) -> dict:
+    """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
+    each phi of ``phis`` (the other assumptions as in ``a``), and at ``headline`` phi the same for
+    each of ``alternatives`` (dicts with ``name``, ``description``, ``grid`` (:class:`Grid`),
+    ``sampling`` and ``cost``, a dict with at least ``gpu_hours``) with its power at ``effect`` and
+    the cheapest that reaches ``target`` per verdict. ``info`` (the config, the budget, the
+    assumptions' sources, a pilot's estimates, notes) is copied in."""
+    phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
+    tasks = [(grid, replace(a, phi=p), settings, tuple(effects), studies, seed) for p in phis]
+    alts = [dict(x) for x in alternatives]
+    for x in alts:
+        tasks.append(
+            (x["grid"], replace(a, phi=headline, sampling=x["sampling"]), settings, tuple(effects), studies, seed)
+        )
+    done = curves(tasks, workers)
+    base = done[: len(phis)]
+    head = base[phis.index(round(float(headline), 4))]
+    for x, c in zip(alts, done[len(phis) :]):
+        x["curve"] = c
+    options = [{"name": "as configured", "description": "the config's grid", "grid": grid, "curve": head}]
+    options[0]["cost"] = (info or {}).get("cost", {})
+    options[0]["sampling"] = a.sampling
+    options += alts
+    rows = []
+    for x in options:
+        c = x["curve"]
+        rows.append(
+            {
+                "name": x["name"],
+                "description": x["description"],
+                "grid": asdict(x["grid"]),
+                "sampling": x["sampling"],
+                "cost": x.get("cost", {}),
+                "power_at_effect": {k: dict(zip(("power", "se"), _at(c, k, effect))) for k in VERDICT_POWERS},
+                "smallest_effect_80": {k: c.smallest_effect(k, target) for k in VERDICT_POWERS},
+            }
+        )
+    cheapest = {}
+    for k in VERDICT_POWERS:
+        ok = [r for r in rows if r["power_at_effect"][k]["power"] >= target and r["cost"].get("gpu_hours") is not None]
+        cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
+    max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
+    out = dict(info or {})
+    out.update(
+        grid=asdict(grid),
+        assumptions=asdict(a),
+        settings=asdict(settings),
+        phis=phis,
+        headline_phi=float(headline),
+        effect=float(effect),
+        target=float(target),
+        precision={
+            "studies": studies,
+            "seed": seed,
+            "largest_se": max_se,
+            "se_at_half": se_of(0.5, studies),
+            "how": "Monte Carlo standard error sqrt(p (1 - p) / studies) of each power "
+            "(per-run cells: over their runs)",
+        },
+        curves=[c.to_json() for c in base],
+        alternatives=rows,
+        cheapest=cheapest,
+    )
+    return out
+
+
+def _f(p) -> str:
+    return "n/a" if p is None or (isinstance(p, float) and not math.isfinite(p)) else f"{p:.2f}"
+
+
+def _eff(e) -> str:
+    return "> 0.9" if e is None else f"{e:.2f}"
+
+
+SHORT = {
+    "cell": "cell",
+    "cell_corrected": "cell (corrected)",
+    "generalises": "generalises",
+    "sign reversal": "sign reversal",
+}
+
+
+def markdown(rep: dict, budget_markdown: str = "") -> str:
+    """The report as markdown (printed by ``oodcorr design`` and written to ``<prefix>.md``)."""
+    g, a, st = rep["grid"], rep["assumptions"], rep["settings"]
+    src = rep.get("sources", {})
+    lines = [
+        f"# Design: experiment {rep.get('experiment', '')}".rstrip(),
+        "",
+        f"Config {rep.get('config', '')}. Written by `oodcorr design`: how often the analysis finds an effect "
+        "in studies of this grid, by simulating them and analysing them with the analysis' own procedures "
+        "(docs/analysis.md#planning-a-study-oodcorr-design).",
+        "",
+        "**The grid.** "
+        f"{g['models']} models x {g['runs']} runs per pool group (seeds) x {g['checkpoints']} checkpoints per run; "
+        f"each table ({rep.get('tables', 1)} in all: {rep.get('tables_how', 'one')}) has {g['pairs']} OOD pairs, "
+        f"corrected together ({st['correction']}, alpha {st['alpha']:g}).",
+        "",
+        "**Assumptions** (what a simulated study is; each can be set by a flag or estimated from a pilot, `--pilot`):",
+        "",
+        f"* AR(1) coefficient of the residual series (phi): {', '.join(f'{p:g}' for p in rep['phis'])}; "
+        f"the alternatives at {rep['headline_phi']:g} ({src.get('phi', 'default')});",
+        f"* spread of the true partial correlation between models: sd {a['model_sd']:.2f} on the Fisher z scale "
+        f"({src.get('model_sd', 'default: every model shares the effect')}); between runs of a model: "
+        f"{a['run_sd']:.2f} ({src.get('run_sd', 'default')});",
+        f"* sampling noise of a testset: {a['sampling']:.2f} x the residual series' sd "
+        f"({src.get('sampling', 'default: none')});",
+        f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
+        "* residualiser linear, method Pearson, the modified t-test per run (the defaults); "
+        "effects are partial correlations of the residual series"
+        + (" without the sampling noise." if a["sampling"] else "."),
+        "",
+        f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "
+        f"(seed {rep['precision']['seed']}): its Monte Carlo standard error is at most "
+        f"{rep['precision']['se_at_half']:.3f} (at a power of 0.5), {rep['precision']['largest_se']:.3f} at the "
+        "largest here; per-run cells are shares of all the studies' runs. The same draws serve every effect.",
+        "",
+    ]
+    for c in rep["curves"]:
+        phi = c["assumptions"]["phi"]
+        lines += [
+            f"## Power at phi {phi:g}",
+            "",
+            "| effect | " + " | ".join(SHORT[k] for k in VERDICT_POWERS) + " |",
+            "| ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " |",
+        ]
+        for i, e in enumerate(c["effects"]):
+            lines.append(f"| {e:.2f} | " + " | ".join(_f(c["power"][k][i]) for k in VERDICT_POWERS) + " |")
+        lines.append(
+            "| **80 % at** | " + " | ".join(f"**{_eff(c['smallest_effect_80'][k])}**" for k in VERDICT_POWERS) + " |"
+        )
+        lines.append("")
+    lines += [
+        "Effect 0 is the null: its row is the false-positive rate of each (per-run cells: the share of null "
+        "runs whose interval excludes 0; generalises: of either sign). *cell*: a run's own interval excludes 0; "
+        "*cell (corrected)*: significant after the correction across the table's pairs, as the heatmaps mark it; "
+        "*generalises*: every model has the effect, the verdict `generalises` with its sign; *sign reversal*: "
+        "half the models have +effect and half -effect, the verdict `sign reversal`.",
+        "",
+        f"## Alternatives (phi {rep['headline_phi']:g}; power at effect {rep['effect']:g})",
+        "",
+        "| change | grid (models x runs x checkpoints) | GPU-hours (limits) | GPU-hours (work) | "
+        + " | ".join(SHORT[k] for k in VERDICT_POWERS)
+        + " | 80 % at (cell / corrected / generalises / reversal) |",
+        "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " | --- |",
+    ]
+    for r in rep["alternatives"]:
+        gg, cost = r["grid"], r["cost"]
+        gh = cost.get("gpu_hours")
+        gw = cost.get("gpu_hours_work")
+        lines.append(
+            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | "
+            f"{'n/a' if gh is None else f'{gh:,.0f}'} | {'n/a' if gw is None else f'{gw:,.0f}'} | "
+            + " | ".join(_f(r["power_at_effect"][k]["power"]) for k in VERDICT_POWERS)
+            + " | "
+            + " / ".join(_eff(r["smallest_effect_80"][k]) for k in VERDICT_POWERS)
+            + " |"
+        )
+    lines.append("")
+    for k in VERDICT_POWERS:
+        name = rep["cheapest"][k]
+        lines.append(
+            f"* {POWER_LABELS[k]}: "
+            + (
+                f"the cheapest row reaching {rep['target']:.0%} at effect {rep['effect']:g} is **{name}**"
+                if name
+                else f"no row reaches {rep['target']:.0%} at effect {rep['effect']:g}"
+            )
+        )
+    lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
+    lines += [f"* {n}" for n in rep.get("cost_notes", [])]
+    pilot = rep.get("pilot")
+    if pilot:
+        po, ph = pilot["phi_observed"], pilot["phi"]
+        lines += [
+            "",
+            "## From the pilot",
+            "",
+            f"{rep.get('pilot_file', '')}: {pilot['models']} models, {pilot['runs']} runs, {pilot['series']} residual "
+            f"series, {pilot['checkpoints']} checkpoints per run.",
+            "",
+            f"* phi: **{ph['estimate']:.2f}** (95 % interval {ph['low']:.2f}-{ph['high']:.2f}, a bootstrap over runs), "
+            f"{ph['how']}. The series' own corrected estimates: median {po['median']:.2f}, interquartile range "
+            f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
+            + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
+            + ";",
+            f"* sampling noise: {pilot['sampling']['estimate']:.2f} x the residual sd (interquartile range over "
+            f"testsets {_f(pilot['sampling']['iqr'][0])}-{_f(pilot['sampling']['iqr'][1])});",
+            f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
+            f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
+            f"between runs: sd {pilot['run_sd']['estimate']:.2f};",
+        ]
+        lines += [f"* {n}" for n in pilot["notes"]]
+    notes = rep.get("notes", [])
+    if notes:
+        lines += ["", "## Notes", ""] + [f"* {n}" for n in notes]
+    out = "\n".join(lines) + "\n"
+    if budget_markdown:
+        out += "\n" + budget_markdown.replace("# Budget:", "## Budget of the grid as configured:", 1)
+    return out

@@ -1,0 +1,365 @@
+"""``oodcorr analyse TABLE --in-domain NAME [...]``: the same analysis as the workflow's rules on any
+scores table (CSV, TSV or parquet; long or wide); the tables and figures go into ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from ..analysis import Options, agreement, analyse
+from ..analysis.correlate import METHODS
+from ..analysis.inference import INFERENCES
+from ..analysis.multitest import CORRECTIONS
+from ..analysis.pooling import TWO_RUNS
+from ..analysis.resample import INTERVALS
+from ..analysis.residualise import RESIDUALISERS, GamSettings
+from ..analysis.tables import summarise, write_tables
+from ..core.defaults import ANALYSIS
+from ..core.errors import DataError
+from ..core.io import sha256_file, write_json_atomic
+from ..core.limits import analysis_cells, analysis_too_large
+from ..core.locks import EXPERIMENT, hold
+from ..jobs import plots
+from ..launch.experiment import experiment_folder
+from .args import add_showing_default, block_length, positive_int
+from .scores import read_scores
+
+log = logging.getLogger("oodcorr")
+
+EPILOG = """\
+outputs (in --out):
+  partial_correlations.csv  one row per model x run (or 'pooled' per pool group) x pair x method x
+                            residualiser: r, interval, p, effective sample size, checks
+  agreement.csv             per OOD pair: the answer across models -- the consensus r with its
+                            interval and prediction interval, and a verdict: generalises
+                            (positive/negative), sign reversal, models differ, agree near zero,
+                            unresolved (corrected across pairs); each model's pooled r
+  consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
+  heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
+  heatmap_grid.png          the models side by side (with more than one model)
+  scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
+  learning_curves/<model>.png  score vs step (only when the unit column is numeric)
+  settings.json             the settings used and the input's sha256
+
+examples:
+  oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
+  oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+  oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
+  oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
+
+Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
+Maximum, ...) and empty rows are excluded with a logged warning naming each line.
+"""
+
+
+def add_parser(sub, help: str) -> None:
+    d = Options()
+    a = sub.add_parser(
+        "analyse",
+        help=help,
+        description="Partial correlations between every pair of OOD testsets, in-domain score regressed "
+        "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
+        "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
+        "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
+        "residualiser and step-0 checks, and plots.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    a.add_argument("table", help="scores table: .csv, .tsv or .parquet")
+    g = a.add_argument_group("input layout")
+    g.add_argument(
+        "--format",
+        choices=("long", "wide"),
+        default="long",
+        help="long: one row per unit x testset; wide: one row per unit, one column per testset (default: long)",
+    )
+    g.add_argument(
+        "--in-domain",
+        required=True,
+        metavar="TESTSET",
+        help="the in-domain testset (a column in wide format, a value of --testset-column in long)",
+    )
+    g.add_argument(
+        "--unit",
+        default="step",
+        metavar="COLUMN",
+        help="column with the unit of observation, e.g. the training step or a run label "
+        "(default: step). Numeric units are ordered (blocks of consecutive units are "
+        "resampled); other units are exchangeable",
+    )
+    g.add_argument(
+        "--testset-column",
+        default="testset",
+        metavar="COLUMN",
+        help="long format: column naming the testset (default: testset)",
+    )
+    g.add_argument(
+        "--score",
+        default="accuracy",
+        metavar="COLUMN",
+        help="long format: column with the score (default: accuracy); the workflow's scores table "
+        "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high",
+    )
+    g.add_argument(
+        "--model",
+        metavar="COLUMN",
+        help="column naming the model (default: 'model' if the table has it, else one model)",
+    )
+    g.add_argument(
+        "--run",
+        metavar="COLUMN",
+        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run)",
+    )
+    g.add_argument(
+        "--model-name", metavar="NAME", help="model name when there is no model column (default: the table's file name)"
+    )
+    g.add_argument("--testsets", nargs="+", metavar="TESTSET", help="analyse only these OOD testsets")
+    g.add_argument(
+        "--exclude", nargs="+", default=[], metavar="NAME", help="columns (wide) or testsets (long) to leave out"
+    )
+    g.add_argument(
+        "--summary-label",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="another unit label that marks a summary row to exclude (repeatable)",
+    )
+    g.add_argument(
+        "--encoding",
+        metavar="NAME",
+        help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
+        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are",
+    )
+    g.add_argument(
+        "--examples",
+        metavar="FILE",
+        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
+        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
+    )
+    s = a.add_argument_group("statistics")
+    add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
+    add_showing_default(
+        s,
+        "--residualisers",
+        list(d.residualisers),
+        "residualisers; '+step' adds the training step as a covariate",
+        nargs="+",
+        choices=RESIDUALISERS,
+    )
+    add_showing_default(
+        s,
+        "--inference",
+        d.inference,
+        "how intervals and p-values are computed: modified-t = t-test on the effective sample "
+        "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
+        "inverting it; iid = the same with independent units; block = the earlier moving-block "
+        "bootstrap interval and block-permutation p",
+        choices=INFERENCES,
+    )
+    add_showing_default(s, "--level", d.level, "confidence level", type=float)
+    add_showing_default(
+        s,
+        "--min-n-eff",
+        d.min_n_eff,
+        "a cell whose effective sample size is below this says so in its note",
+        spec="g",
+        type=float,
+    )
+    add_showing_default(
+        s,
+        "--near-zero",
+        d.near_zero,
+        "an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved'",
+        spec="g",
+        type=float,
+    )
+    s.add_argument(
+        "--pool-by",
+        nargs="*",
+        metavar="COLUMN",
+        help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
+        "give the flag with no column to pool all runs of a model (default: n_train when the "
+        "table has that column, else all runs)",
+    )
+    add_showing_default(
+        s,
+        "--pool-two-runs",
+        d.pool_two_runs,
+        "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
+        choices=TWO_RUNS,
+    )
+    s.add_argument(
+        "--drop-step0", action="store_true", help="leave out unit 0 (the pre-finetuning checkpoint) everywhere"
+    )
+    s.add_argument(
+        "--no-step0-check",
+        action="store_true",
+        help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
+    )
+    add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
+    add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
+    add_showing_default(
+        s,
+        "--block-length",
+        d.block_length,
+        "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
+        type=block_length,
+    )
+    add_showing_default(
+        s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
+    )
+    add_showing_default(
+        s,
+        "--correction",
+        d.correction,
+        "multiple-comparison correction across the pairs of a heatmap, and across the pairs of the agreement table",
+        choices=CORRECTIONS,
+    )
+    add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
+    add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
+    add_showing_default(
+        s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
+    )
+    add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
+    add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
+    add_showing_default(
+        s,
+        "--max-cells",
+        ANALYSIS["max_cells"],
+        "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
+        "this, giving the count; raise it to run a larger one on purpose",
+        type=positive_int("--max-cells"),
+    )
+    o = a.add_argument_group("output")
+    o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
+    o.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even when it is inside an experiment folder of the workflow "
+        "(results/<experiment>/), whose published tables it would replace until the next run publishes "
+        "them again; refused while a run writes that experiment",
+    )
+    o.add_argument("--no-plots", action="store_true", help="write the tables only")
+    o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
+    o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
+    o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+
+
+def run(args) -> int:
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out}: is an existing file; give a folder (it is created if missing)")
+    experiment = experiment_folder(out)
+    if experiment is not None and not args.force:
+        raise DataError(
+            f"--out {out}: is inside the experiment folder {experiment}, whose tables and figures the workflow "
+            "publishes; writing there would replace them (and could mix with a run publishing now). Give another "
+            "--out (e.g. --out my-analysis), or pass --force to write there anyway (the next run of the workflow "
+            "publishes its own set again and keeps yours aside)"
+        )
+    with contextlib.ExitStack() as held:
+        if experiment is not None:  # --force: not while a run of the workflow writes that experiment
+            held.enter_context(hold(experiment, EXPERIMENT, extra={"config": f"oodcorr analyse --out {out}"}))
+        return _analyse_into(args, out)
+
+
+def _analyse_into(args, out: Path) -> int:
+    long, examples, info, pool_by = read_scores(args)
+    opts = Options(
+        methods=tuple(args.methods),
+        residualisers=tuple(args.residualisers),
+        inference=args.inference,
+        level=args.level,
+        correction=args.correction,
+        alpha=args.alpha,
+        min_n_eff=args.min_n_eff,
+        near_zero=args.near_zero,
+        pool_by=pool_by,
+        pool_two_runs=args.pool_two_runs,
+        drop_step0=args.drop_step0,
+        step0_check=not args.no_step0_check,
+        seed=args.seed,
+        n_boot=args.n_boot,
+        n_perm=args.n_perm,
+        interval=args.interval,
+        block_length=args.block_length,
+        example_boot=args.example_boot,
+        gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
+    )
+    check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
+    pc = analyse(long, opts, examples, run_info=info)
+    agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+    write_tables(pc, agree, out)
+    write_json_atomic(
+        out / "settings.json",
+        {
+            "input": str(args.table),
+            "sha256": sha256_file(args.table),
+            "format": args.format,
+            "unit": args.unit,
+            "in_domain": args.in_domain,
+            "options": opts.describe(),
+        },
+    )
+    log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
+    summarise(pc, agree, opts, log)
+    if not args.no_plots:
+        method = args.plot_method or opts.methods[0]
+        res = args.plot_residualiser or opts.residualisers[0]
+        if method not in opts.methods or res not in opts.residualisers:
+            raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
+        make_plots(pc, agree, long, out, method, res, opts)
+    return 0
+
+
+def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
+    """The cells the analysis will compute (each run's OOD pairs x methods x residualisers), said
+    before it starts; above ``--max-cells`` a DataError gives the count and the flag that allows it."""
+    ood = [len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby(["model", "run"], sort=False)]
+    cells, detail = analysis_cells(ood, len(methods), len(residualisers))
+    if cells > max_cells:
+        raise DataError(
+            analysis_too_large(
+                cells,
+                detail,
+                max_cells,
+                what=f"the analysis of {source}",
+                limit_name="--max-cells" + (" (its default)" if max_cells == ANALYSIS["max_cells"] else ""),
+                fewer="--testsets, --exclude, --methods or --residualisers",
+                allow=f"pass --max-cells {cells}",
+            )
+        )
+    log.info("analysing %s cells (%s)", f"{cells:,}", detail)
+    return cells
+
+
+def make_plots(pc, agree, long, out: Path, method: str, residualiser: str, opts) -> None:
+    models = sorted(pc["model"].unique())
+    cells = dict(pc=pc, method=method, residualiser=residualiser)
+    if len(models) > 1:  # the answer first: the consensus across models, one figure per in-domain set
+        for dom in sorted(agree["in_domain"].astype(str).unique()):
+            png = str(out / "consensus" / f"{safe_name(dom)}.png")
+            plots.draw(
+                "consensus_heatmap", png, opts, agree=agree, in_domain=dom, method=method, residualiser=residualiser
+            )
+    for m in models:
+        png = f"{safe_name(m)}.png"
+        plots.draw("heatmap", str(out / "heatmaps" / png), opts, model=m, **cells)
+        plots.draw("scatter", str(out / "scatter" / png), opts, long=long, model=m)
+        if pd.api.types.is_numeric_dtype(long["unit"]):
+            plots.draw("learning_curves", str(out / "learning_curves" / png), opts, long=long, model=m)
+    if len(models) > 1:
+        plots.draw("heatmap_grid", str(out / "heatmap_grid.png"), opts, **cells)
+    else:
+        log.info("one model: no side-by-side grid (heatmap_grid.png) to draw")
+    log.info("wrote figures under %s", out)
+
+
+def safe_name(name: str) -> str:
+    """A model name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"

@@ -1,0 +1,58 @@
+"""Parser pieces more than one verb uses: argument types, an option whose help shows its default,
+and the flags of the GPU-hours from the work (``oodcorr budget`` and ``oodcorr design``)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def positive_int(flag: str, also: str = ""):
+    """An argument type: an integer of at least 1, else an error naming ``flag``."""
+
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be {also}a positive integer, got {v!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {n}")
+        return n
+
+    return parse
+
+
+def block_length(v: str):
+    """``--block-length``: 'auto' or a positive integer."""
+    return v if v == "auto" else positive_int("--block-length", "'auto' or ")(v)
+
+
+def add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
+    """An option whose help is ``text`` and then "(default: D)", D written from ``default`` itself
+    (a list: its items, space-separated; else formatted with ``spec``), so the two cannot differ."""
+    shown = " ".join(default) if isinstance(default, list) else format(default, spec)
+    group.add_argument(flag, default=default, help=f"{text} (default: {shown})", **kwargs)
+
+
+def add_work_flags(p) -> None:
+    """The flags of the GPU-hours from the work (parameters x tokens), beside the time limits."""
+    w = p.add_argument_group("GPU-hours from the work (beside the time limits)")
+    w.add_argument(
+        "--throughput",
+        nargs="+",
+        metavar="[KEY=]TFLOPS",
+        help="TFLOP/s one GPU reaches (bf16, achieved, not peak), for every job or KEY=... for a model name or "
+        "size class: adds GPU-hours from the work (parameters x tokens); finished jobs' measured throughput "
+        "replaces it for their model",
+    )
+    w.add_argument(
+        "--tokens-per-example",
+        type=float,
+        metavar="N",
+        help="tokens of a scored example (default: evaluation.max_length, an upper bound)",
+    )
+    w.add_argument(
+        "--examples",
+        type=int,
+        metavar="N",
+        help="examples per OOD testset where the config does not say (max_examples) and the data is not prepared",
+    )

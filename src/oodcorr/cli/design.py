@@ -1,0 +1,304 @@
+"""``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is
+paid for: the power of a per-run cell, of ``generalises`` and of ``sign reversal`` by effect and
+dependence, a few changes of the grid with their cost, and the budget beside it. The simulation is
+:mod:`oodcorr.analysis.design`, the assumptions a pilot gives :mod:`oodcorr.analysis.design_pilot`,
+the report :mod:`oodcorr.analysis.design_report`; this module reads the flags, the config and the
+pilot's table, and writes the files."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import time
+from pathlib import Path
+
+from ..analysis import Options, tables
+from ..analysis import design as dz
+from ..analysis.design_pilot import choose_assumptions, pilot_estimates, sampling_with_more_examples
+from ..analysis.design_report import markdown, report
+from ..core.errors import DataError
+from ..core.io import write_json_atomic, write_text_atomic
+from ..jobs import plots
+from ..launch import budget
+from ..launch import grid as grids
+from ..planning.plan import load
+from ..planning.schema import read_config
+from .args import add_work_flags
+from .budget import compute_budget
+from .config import read_lock, read_plan, workflow_dir
+from .scores import read_scores
+
+log = logging.getLogger("oodcorr")
+
+
+def add_parser(sub, help: str) -> None:
+    d = sub.add_parser(
+        "design",
+        help=help,
+        description="Plan a study before paying for it: for the config's grid (models, runs per pool group, "
+        "checkpoints per run, OOD pairs per table), the power of a per-run cell, of 'generalises' and of "
+        "'sign reversal' over a range of effects and AR(1) coefficients of the residual series, the "
+        "smallest effect each finds in 80%% of studies, the same for a few changes of the grid with their "
+        "GPU-hours, and the budget beside it. By simulation with the analysis' own procedures, seeded: "
+        "docs/analysis.md#planning-a-study-oodcorr-design says how to read it and what it assumes.",
+    )
+    d.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
+    d.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
+    d.add_argument(
+        "--out", metavar="PREFIX", help="write PREFIX.md, .json, .png (default: results/<experiment>/design)"
+    )
+    d.add_argument("--profile", metavar="DIR", help="the Snakemake profile (for the budget beside it)")
+    d.add_argument("--gpus", type=int, metavar="N", help="GPUs at once (for the budget's wall time)")
+    a = d.add_argument_group("assumptions (a pilot replaces the defaults)")
+    a.add_argument(
+        "--phi",
+        nargs="+",
+        type=float,
+        metavar="PHI",
+        help="AR(1) coefficients of the residual series (default: 0.5 0.8 0.95)",
+    )
+    a.add_argument(
+        "--phi-alternatives",
+        type=float,
+        metavar="PHI",
+        help="the coefficient the alternatives are shown at (default 0.8)",
+    )
+    a.add_argument(
+        "--model-sd", type=float, metavar="SD", help="sd of the models' true correlations, Fisher z (default 0)"
+    )
+    a.add_argument(
+        "--run-sd", type=float, metavar="SD", help="sd of a model's runs' true correlations, Fisher z (default 0)"
+    )
+    a.add_argument(
+        "--non-null-pairs", type=int, default=1, metavar="K", help="pairs of a table with the effect (default: 1)"
+    )
+    a.add_argument(
+        "--residual-sd",
+        type=float,
+        default=0.02,
+        metavar="SD",
+        help="sd of an OOD score's residual series beside its sampling noise, in score units (default: 0.02)",
+    )
+    a.add_argument(
+        "--accuracy",
+        type=float,
+        default=0.5,
+        metavar="P",
+        help="accuracy at which a testset's binomial sampling noise is taken (default 0.5: the largest)",
+    )
+    a.add_argument(
+        "--pilot",
+        metavar="TABLE",
+        help="a scores table already run (results/<exp>/scores.parquet, or any "
+        "table oodcorr analyse reads): estimate phi, the sampling noise and the spread between models from it",
+    )
+    a.add_argument(
+        "--pilot-in-domain", metavar="TESTSET", help="the pilot's in-domain testset (tables other than the workflow's)"
+    )
+    a.add_argument(
+        "--pilot-format", choices=("long", "wide"), default="long", help="the pilot's layout (default: long)"
+    )
+    a.add_argument(
+        "--pilot-unit", default="step", metavar="COLUMN", help="the pilot's checkpoint column (default: step)"
+    )
+    a.add_argument(
+        "--pilot-score", default="accuracy", metavar="COLUMN", help="the pilot's score column (default: accuracy)"
+    )
+    q = d.add_argument_group("what is reported, and how precisely")
+    q.add_argument(
+        "--effects",
+        nargs="+",
+        type=float,
+        default=list(dz.DEFAULT_EFFECTS),
+        metavar="R",
+        help="effects (partial correlations) simulated (default: %(default)s)",
+    )
+    q.add_argument(
+        "--effect",
+        type=float,
+        metavar="R",
+        help="the effect the alternatives are compared at (default: the analysis' near_zero, 0.3)",
+    )
+    q.add_argument("--target", type=float, default=0.8, metavar="POWER", help="the power aimed at (default: 0.8)")
+    q.add_argument(
+        "--studies",
+        type=int,
+        default=400,
+        metavar="N",
+        help="simulated studies per effect (default: 400, a standard error of at most 0.025 per power)",
+    )
+    q.add_argument("--seed", type=int, default=0, help="the simulation's seed (default: 0)")
+    q.add_argument("--workers", type=int, metavar="N", help="processes (default: 2, or fewer cores)")
+    q.add_argument("--no-alternatives", action="store_true", help="the config's grid only")
+    q.add_argument("--no-figure", action="store_true", help="no PNG")
+    add_work_flags(d)
+
+
+def _read_pilot(args, sizes: dict, settings):
+    """The pilot's estimates (:func:`oodcorr.analysis.design_pilot.pilot_estimates`), the examples per
+    testset taken from its ``n`` column when it is the workflow's scores table."""
+    df, _ = tables.read_table(args.pilot)
+    workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
+    if workflow and not args.pilot_in_domain:
+        long, info = tables.from_scores(df, args.pilot_score)
+        pool_by = ("n_train",) if "n_train" in info.columns else ()
+        if "n" in df.columns:
+            n = df.groupby("testset")["n"].median()
+            sizes = {**sizes, **{str(t): int(v) for t, v in n.items() if v == v}}
+    elif not args.pilot_in_domain:
+        raise DataError(
+            f"--pilot {args.pilot}: not the workflow's scores table (it lacks some of the columns model, run_id, "
+            "step, testset, role); name its in-domain testset with --pilot-in-domain (and its layout with "
+            "--pilot-format, --pilot-unit, --pilot-score)"
+        )
+    else:
+        ns = argparse.Namespace(
+            table=args.pilot,
+            format=args.pilot_format,
+            in_domain=args.pilot_in_domain,
+            unit=args.pilot_unit,
+            testset_column="testset",
+            score=args.pilot_score,
+            model=None,
+            run=None,
+            model_name=None,
+            testsets=None,
+            exclude=[],
+            summary_label=[],
+            encoding=None,
+            examples=None,
+            pool_by=None,
+        )
+        long, _, info, pool_by = read_scores(ns)
+    return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed)
+
+
+def run(args) -> int:
+    t0, c0 = time.time(), time.process_time()
+    if args.studies < 20:
+        raise ValueError(f"--studies {args.studies}: give at least 20 simulated studies per effect")
+    if not 0 < args.target < 1:
+        raise ValueError(f"--target {args.target}: a power strictly between 0 and 1")
+    config, plan = read_plan(args.configfile, args.workflow)
+    raw = read_config(args.configfile)  # the config as written: the alternatives change copies of it
+    lock = read_lock(args.configfile, config)
+    settings = dz.Settings.from_options(Options.from_mapping(plan.analysis))
+    shape = grids.grid_of(plan)
+    grid = dz.Grid(shape["models"], shape["runs"], shape["checkpoints"], shape["pairs"])
+    sizes = {t: (n if n is not None else args.examples) for t, n in shape["sizes"].items()}
+    notes = list(shape["notes"])
+    sources = {}
+    size = grids.typical_size(sizes)
+    sampling = grids.sampling_ratio(size, args.residual_sd, args.accuracy)
+    if size:
+        sources["sampling"] = (
+            f"binomial at accuracy {args.accuracy:g} on {size:,} examples (the OOD testsets' median), over a "
+            f"residual sd of {args.residual_sd:g}"
+        )
+    else:
+        sources["sampling"] = "none: the testsets' sizes are unknown before their data is prepared (--examples N)"
+    pilot = _read_pilot(args, sizes, settings) if args.pilot else None
+    chosen = choose_assumptions(
+        phi=args.phi,
+        phi_alternatives=args.phi_alternatives,
+        model_sd=args.model_sd,
+        run_sd=args.run_sd,
+        sampling=sampling,
+        sources=sources,
+        pilot=pilot,
+    )
+    phis, headline, sources = chosen.phis, chosen.headline, chosen.sources
+    a = dz.Assumptions(
+        phi=headline,
+        model_sd=chosen.model_sd,
+        run_sd=chosen.run_sd,
+        sampling=chosen.sampling,
+        non_null_pairs=args.non_null_pairs,
+    )
+    res = tuple(Options.from_mapping(plan.analysis).residualisers)
+    if res[0] != "linear":
+        notes.append(
+            f"the config's heatmaps show the {res[0]} residualiser; the simulation uses the linear one (a GAM "
+            "fit costs 0.25 s per series): benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values "
+            "measures the GAM's power beside it (per run, 21 checkpoints, effect 0.6: 0.64 against 0.67 at "
+            "phi 0.5, 0.52 against 0.39 at phi 0.8)"
+        )
+    b = compute_budget(plan, config, args, lock)
+    cost = {"gpu_hours": b.totals["gpu_hours"], "gpu_hours_work": b.work["gpu_hours"] if b.work else None}
+    alternatives, cost_notes = [], []
+    if not args.no_alternatives:
+        for name in grids.CHANGES:
+            try:
+                cfg, desc = grids.change(name, raw, plan)
+                plan2 = load(cfg, workflow_dir(args.workflow), sources=[args.configfile])
+            except ValueError as e:
+                cost_notes.append(f"{name}: not available ({e})")
+                continue
+            s2 = grids.grid_of(plan2)
+            samp2 = chosen.sampling
+            if name == grids.EXAMPLES_CHANGE:
+                samp2 = sampling_with_more_examples(chosen.sampling, grids.MORE_EXAMPLES)
+            b2 = compute_budget(plan2, cfg, args, lock)
+            alternatives.append(
+                {
+                    "name": name,
+                    "description": desc,
+                    "grid": dz.Grid(s2["models"], s2["runs"], s2["checkpoints"], s2["pairs"]),
+                    "sampling": samp2,
+                    "cost": {
+                        "gpu_hours": b2.totals["gpu_hours"],
+                        "gpu_hours_work": b2.work["gpu_hours"] if b2.work else None,
+                    },
+                }
+            )
+        if any(x["name"] == grids.EXAMPLES_CHANGE for x in alternatives):
+            cost_notes.append(
+                f"{grids.EXAMPLES_CHANGE}: the config's evaluation time limits stay as they are (GPU-hours at the "
+                "limits do not grow); its GPU-hours from the work do (--throughput)"
+            )
+    workers = args.workers or max(1, min(2, os.cpu_count() or 1))
+    info = {
+        "config": str(args.configfile),
+        "experiment": plan.experiment,
+        "tables": shape["tables"],
+        "tables_how": shape["tables_how"],
+        "testsets": shape["testsets"],
+        "sizes": sizes,
+        "sources": sources,
+        "cost": cost,
+        "cost_notes": cost_notes,
+        "notes": notes,
+        "pilot": pilot,
+        "pilot_file": args.pilot,
+        "budget": b.to_json(),
+    }
+    rep = report(
+        grid,
+        a,
+        phis,
+        headline,
+        settings,
+        effects=args.effects,
+        studies=args.studies,
+        seed=args.seed,
+        alternatives=alternatives,
+        effect=settings.near_zero if args.effect is None else args.effect,
+        target=args.target,
+        workers=workers,
+        info=info,
+    )
+    rep["seconds"] = round(time.time() - t0, 1)
+    rep["cpu_seconds_main_process"] = round(time.process_time() - c0, 1)
+    rep["workers"] = workers
+    rep["load_average"] = list(os.getloadavg())
+    text = markdown(rep, budget.markdown(b))
+    print(text, end="")
+    prefix = Path(args.out or f"{plan.paths.root}/design")
+    md, js, png = (prefix.with_name(prefix.name + ext) for ext in (".md", ".json", ".png"))
+    write_text_atomic(md, text)
+    write_json_atomic(js, rep)
+    if not args.no_figure:
+        plots.design_power(rep, str(png))
+    log.info("wrote %s, %s%s in %.0f s", md, js, "" if args.no_figure else f" and {png}", time.time() - t0)
+    return 0

@@ -1,0 +1,206 @@
+"""Scoring a tokenised testset: the batching policy, the forward pass and its dtype.
+
+:func:`score` reads every example in exactly one forward pass, in length-bucketed batches
+(:func:`length_batches`, cut as :func:`device_batching` says for the device), halving the batch
+after an out-of-memory failure (:func:`is_out_of_memory`); :func:`eval_dtype` is the dtype a
+checkpoint is scored in. What a score is checked for and where it is written:
+:mod:`oodcorr.jobs.evaluate`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..modeling import adaptation
+from ..modeling.loading import release_memory
+
+log = logging.getLogger(__name__)
+
+
+def length_batches(
+    lengths: list[int], max_tokens: int, max_batch: int, overhead: float | None = None
+) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest batch first.
+
+    Examples are sorted by length (longest first) and cut into runs whose padded size (rows x
+    longest row) stays within ``max_tokens`` and whose row count stays within ``max_batch``; an
+    example longer than ``max_tokens`` gets a batch of its own. Longest first: a batch that does
+    not fit in memory fails at once, before any work is spent on the others.
+
+    Where the runs are cut: with ``overhead`` None, each batch takes as many examples as the
+    bounds allow. With ``overhead`` (what one more batch costs, in padded tokens: see
+    :func:`device_batching`), the cuts minimise the modelled time of the whole set, the padded
+    tokens plus ``overhead`` per batch (an exact dynamic programme over the sorted lengths): a
+    batch stops where the next examples are so much shorter that their padding would cost more
+    than a batch of their own.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if overhead is None:
+        batches, cur, width = [], [], 0
+        for i in order:
+            # sorted longest first, so the first row of a batch sets its width
+            if cur and ((len(cur) + 1) * width > max_tokens or len(cur) >= max_batch):
+                batches.append(cur)
+                cur = []
+            if not cur:
+                width = lengths[i]
+            cur.append(i)
+        if cur:
+            batches.append(cur)
+        return batches
+    sizes = [lengths[i] for i in order]
+    n = len(sizes)
+    best = [0.0] + [float("inf")] * n  # best[j]: the least cost of the first j sorted examples
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j - 1, max(-1, j - 1 - max_batch), -1):
+            rows, width = j - i, sizes[i]  # the batch order[i:j], its first row the longest
+            if rows > 1 and rows * width > max_tokens:
+                break  # rows x width only grows as the batch reaches further back
+            cost = best[i] + rows * width + overhead
+            if cost < best[j]:
+                best[j], start[j] = cost, i
+    batches, j = [], n
+    while j > 0:
+        batches.append(order[start[j] : j])
+        j = start[j]
+    return batches[::-1]
+
+
+# How a CPU job batches, measured on the OPT-125m shape
+# (benchmarks/README.md#12-batching-padding-and-scoring-throughput). Per useful token, scoring is
+# about as fast with 512 to 4,096 padded tokens per thread in a batch and slower below 512 (at one
+# thread, 256 tokens: 14 % slower), so a batch holds at most 512 per thread: the smallest at full
+# speed, which keeps the first batch short and the padding low. One more batch costs about as
+# much as 32 padded tokens per thread.
+CPU_TOKENS_PER_THREAD = 512
+CPU_OVERHEAD_PER_THREAD = 32
+
+
+def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
+    """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
+    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread in a batch (and ``max_tokens``, ``batch_size``),
+    cut where padding would cost more than another batch (:func:`length_batches`); elsewhere
+    ``batch_size`` and ``max_tokens`` as given, batches as full as they allow (not measured on a
+    GPU this round)."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    if torch.device(device).type != "cpu":
+        return batch_size, max_tokens, None
+    n = max(1, int(threads))
+    return batch_size, min(max_tokens, CPU_TOKENS_PER_THREAD * n), float(CPU_OVERHEAD_PER_THREAD * n)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an accelerator (or host) allocation failure worth retrying smaller."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    # MPS and some backends raise a plain RuntimeError
+    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+
+
+def score(
+    model,
+    cache: dict,
+    batch_size: int,
+    max_tokens: int,
+    device: str = "cpu",
+    stats: dict | None = None,
+    overhead: float | None = None,
+):
+    """One score per label for every example of a tokenised testset, in the cache's order.
+
+    Each example is read in exactly one forward pass. ``batch_size`` and
+    ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
+    runs out of memory, both are halved and the examples not yet scored are
+    batched again, down to one example per batch (whose failure is raised).
+    ``overhead``: where batches are cut (:func:`length_batches`; None: as full as the bounds allow).
+    ``stats``, if given, receives the batch size that worked, the number of
+    batches and of memory failures, the real and padded token counts and the share of padding,
+    and when scoring began and its first batch was done (``time.time()``).
+    """
+    import torch  # torch stack: planning and the CLI never import it
+
+    from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning
+
+    method = adaptation.get(cache["method"])
+    dev = torch.device(device)
+    ids = cache["input_ids"]
+    lengths = [len(x) for x in ids]
+    out = torch.empty((len(ids), len(cache["label_names"])), dtype=torch.float32)
+    todo = list(range(len(ids)))
+    n_batches = n_oom = padded = 0
+    started, first_done = time.time(), None
+    while todo:
+        failed = None
+        done: list[int] = []
+        try:
+            with torch.inference_mode():
+                for local in length_batches([lengths[i] for i in todo], max_tokens, batch_size, overhead):
+                    batch = [todo[j] for j in local]
+                    inp, mask = pad_batch([ids[i] for i in batch], cache["pad_id"], side="right")
+                    logits = method.label_logits(
+                        model, inp.to(dev, non_blocking=True), mask.to(dev, non_blocking=True), cache["extra"]
+                    )
+                    out[batch] = logits.cpu()
+                    done += batch
+                    n_batches += 1
+                    padded += inp.numel()
+                    first_done = first_done or time.time()
+        except Exception as err:  # noqa: BLE001 -- only memory failures are retried
+            if not is_out_of_memory(err):
+                raise
+            failed = (len(batch), repr(err))
+        if failed is None:
+            break
+        # outside the except block, so the failed batch's tensors can be freed
+        n_oom += 1
+        if failed[0] <= 1:
+            raise RuntimeError(
+                f"out of memory on a single example of {max(lengths)} tokens at most (device {dev}): {failed[1]}"
+            )
+        release_memory(dev)
+        batch_size = max(1, min(batch_size, failed[0]) // 2)
+        max_tokens = max(1, max_tokens // 2)
+        gone = set(done)
+        todo = [i for i in todo if i not in gone]
+        log.warning(
+            "out of memory in a batch of %d; retrying the %d examples left with batch_size %d, max_tokens %d",
+            failed[0],
+            len(todo),
+            batch_size,
+            max_tokens,
+        )
+    if stats is not None:
+        stats.update(
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            n_batches=n_batches,
+            n_oom=n_oom,
+            tokens=sum(lengths),
+            padded_tokens=padded,
+            padding=round(1 - sum(lengths) / padded, 4) if padded else 0.0,
+            overhead=overhead,
+            started_at=started,
+            first_batch_at=first_done,
+        )
+    return out
+
+
+def eval_dtype(model_spec: dict, device: str, dtype: str | None = None) -> str:
+    """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
+    the model entry's ``dtype`` (the schema fills in float32, so a workflow job always has one),
+    else, for an entry built without the schema, bf16 on a CUDA device that supports it (half
+    the memory, tensor cores) and float32 elsewhere."""
+    if dtype and dtype != "model":
+        return dtype
+    if model_spec.get("dtype"):
+        return model_spec["dtype"]
+    import torch  # torch stack: planning and the CLI never import it
+
+    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"

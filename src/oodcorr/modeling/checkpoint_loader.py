@@ -1,0 +1,185 @@
+"""A run's checkpoints loaded one after another for scoring, reusing what does not change.
+
+:class:`CheckpointLoader` is the model lifecycle of an evaluation job (:mod:`oodcorr.jobs.evaluate`):
+the base model of a LoRA run read once, adapters folded or swapped in, full weights copied in
+place, the device's memory released between models.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from .loading import lean_enabled, load_checkpoint, load_folded, loaded_by, release_memory
+
+log = logging.getLogger(__name__)
+
+
+def _adapter_config(ckpt: Path):
+    """A peft checkpoint's adapter configuration as peft reads it (a dataclass whose set-valued
+    fields, such as ``target_modules``, compare without regard to the order written)."""
+    from peft import PeftConfig  # torch stack: planning and the CLI never import it
+
+    return PeftConfig.from_pretrained(str(ckpt))
+
+
+class CheckpointLoader:
+    """Loads a run's checkpoints one after another, reusing what does not change.
+
+    Every model is loaded for scoring (:func:`oodcorr.modeling.loading.load_checkpoint` with
+    ``for_scoring``): the lean model where it applies, and a LoRA adapter folded into the base
+    model's weights (:mod:`oodcorr.modeling.lora`). After the first checkpoint, a LoRA
+    checkpoint is scored on the same base model: the weights the last fold changed are copied
+    back and the new adapter is folded in (the base model is read once per job). An adapter a
+    fold does not know is scored with peft's adapter layers, as before: one whose configuration
+    equals the loaded one's (as peft reads it: peft writes sets such as ``target_modules`` in an
+    order that changes from process to process, e.g. after a resumed finetuning job) only swaps
+    its weights in. A checkpoint of full weights is copied into the loaded model in place (no
+    new model is built). Anything else, or a swap that does not fit exactly, loads afresh.
+    Either way the model computes exactly what a fresh load of that checkpoint computes (tests
+    compare them bit for bit).
+    """
+
+    def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
+        self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
+        self.labels, self.pad_id = labels, pad_id
+        self.model = None
+        self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
+        self.adapter_config = None
+        self.folded = None  # what the last fold changed (oodcorr.modeling.lora.Folded)
+        self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def how(self) -> dict:
+        """How the last checkpoint is scored: ``loader`` (lean or transformers) and ``lora``
+        (folded, peft, or None for full weights)."""
+        lora = {"folded": "folded", "adapter": "peft"}.get(self.kind)
+        return {"loader": loaded_by(self.model), "lora": lora}
+
+    def load(self, checkpoint: str | Path, source: dict | None = None):
+        """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
+        series checkpoint on the hub instead, always loaded afresh."""
+        if source and source.get("hub"):
+            # looked up at call time: tests replace oodcorr.modeling.loading.load_model
+            from .loading import load_model
+
+            self.close()
+            own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id, lean=True).eval()
+            self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
+            return self.model
+        ckpt = Path(checkpoint)
+        adapter_cfg = ckpt / "adapter_config.json"
+        if adapter_cfg.exists():
+            model = self._fold(ckpt)
+            if model is not None:
+                return model
+        if self.model is not None:
+            if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
+                if self._swap_adapter(ckpt):
+                    self.last_load = "adapter swap"
+                    return self.model
+            elif not adapter_cfg.exists() and self.kind == "full":
+                if self._load_in_place(ckpt):
+                    self.last_load = "in place"
+                    return self.model
+        self.close()
+
+        if adapter_cfg.exists():
+            # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
+            from peft import PeftModel  # torch stack: planning and the CLI never import it
+
+            from .loading import load_model  # looked up at call time: tests replace it
+
+            base = load_model(self.spec, self.tiny_dir, self.device, self.labels, self.pad_id)
+            self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
+            self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
+        else:
+            self.model = load_checkpoint(
+                self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id, for_scoring=True
+            )
+            self.kind, self.adapter_config = "full", None
+        self.last_load = "fresh"
+        return self.model
+
+    def _fold(self, ckpt: Path):
+        """The base model with ``ckpt``'s adapter folded in (onto the loaded base when there is one),
+        or None when the adapter is not one a fold knows."""
+        from .lora import fold, read_adapter  # torch stack: planning and the CLI never import it
+
+        if not lean_enabled(self.device):
+            return None
+        adapter, why = read_adapter(ckpt, self.device)
+        if adapter is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        if self.model is not None and self.kind == "folded":
+            self.folded.restore(self.model)  # the base model's own weights again, bit for bit
+            done, why = fold(self.model, adapter)
+            if done is not None:
+                self.folded, self.last_load = done, "adapter swap"
+                return self.model
+        self.close()
+        model, done, why = load_folded(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        if model is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        self.model, self.folded, self.kind, self.adapter_config = model, done, "folded", None
+        self.last_load = "fresh"
+        return model
+
+    def _swap_adapter(self, ckpt: Path) -> bool:
+        # torch stack: planning and the CLI never import it
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+        weights = load_peft_weights(str(ckpt), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        unset = [k for k in result.missing_keys if "lora_" in k or ".modules_to_save." in k]
+        if result.unexpected_keys or unset:
+            log.warning(
+                "%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
+                ckpt,
+                result.unexpected_keys[:3],
+                unset[:3],
+            )
+            return False
+        self.model.eval()
+        return True
+
+    def _load_in_place(self, ckpt: Path) -> bool:
+        import torch  # torch stack: planning and the CLI never import it
+        from safetensors.torch import load_file
+
+        files = sorted(ckpt.glob("*.safetensors"))
+        if not files:
+            return False
+        state = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(self.device)))
+        own = dict(self.model.state_dict())
+        unexpected = [k for k in state if k not in own]
+        wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
+        ptrs = {own[k].data_ptr() for k in state if k in own}
+        # a key the file lacks must be tied to one it has (e.g. an LM head tied to the embeddings)
+        untied = [k for k in own if k not in state and own[k].data_ptr() not in ptrs]
+        if unexpected or wrong or untied:
+            log.info(
+                "%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
+                ckpt,
+                unexpected[:3],
+                wrong[:3],
+                untied[:3],
+            )
+            return False
+        with torch.no_grad():
+            self.model.load_state_dict(state, strict=False)
+        self.model.eval()
+        return True
+
+    def close(self, release: bool = True) -> None:
+        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache,
+        before another model is loaded (a full collection costs a tenth of a second or more; at
+        the end of a job, whose process then exits, it is skipped)."""
+        if self.model is not None:
+            self.model, self.folded = None, None
+            if release:
+                release_memory(__import__("torch").device(self.device))

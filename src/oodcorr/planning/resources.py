@@ -1,0 +1,75 @@
+"""What each job of a rule asks for: its resources, resolved per model through the config's layers.
+
+:class:`Resources` is one rule's request for one model (GPUs, memory, time, threads, where a
+SLURM job goes) with the config key that set each value (for messages); :func:`model_resources`
+resolves them from the defaults (:data:`oodcorr.core.defaults.RESOURCES`) through the config's
+``resources``, the model's size class and its own ``resources``. The plan
+(:class:`oodcorr.planning.plan.Plan`) hands them to the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from ..core.defaults import RESOURCES
+from .config import Experiment
+
+# resources that grow with Snakemake's attempt number on retries
+SCALED = ("mem_mb", "runtime")
+# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
+PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one job of a rule asks for (before retries scale memory and time), and where it goes."""
+
+    gpu: int = 0
+    gpu_model: str | None = None
+    gpu_mem_gb: float | None = None  # memory of each GPU, GiB: planning checks the model fits (oodcorr.launch.sizing)
+    mem_mb: int = 2000
+    runtime: int = 30  # minutes
+    threads: int = 1
+    slurm_partition: str | None = None
+    slurm_account: str | None = None
+    qos: str | None = None
+    constraint: str | None = None
+    slurm_extra: str | None = None
+    # resource name -> the config key that set it (for messages), e.g. "size_classes.30b.evaluate.gpu_mem_gb"
+    origin: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], origin: Mapping[str, str] | None = None) -> Resources:
+        names = [f.name for f in fields(cls) if f.name != "origin"]
+        return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
+
+    def where(self, name: str) -> str:
+        """The config key that set resource ``name`` (or where to set it)."""
+        return self.origin.get(name, f"resources.<rule>.{name}")
+
+
+def model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
+    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
+    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
+    asks for no GPU) and the rule's own keys, the last winning."""
+    layers = exp.resource_layers(entry["name"])
+    out = {}
+    for rule, default in RESOURCES.items():
+        values, origin = dict(default), {}
+        gpu = values.get("gpu", 0)
+        for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
+            own = layer.get(rule) or {}
+            if "gpu" in own:
+                gpu = own["gpu"]
+        if rule == "finetune" and entry.get("distributed"):
+            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
+        for where, layer in layers:
+            for part in ("default", *(("cpu",) if not gpu else ()), rule):
+                for key, value in (layer.get(part) or {}).items():
+                    values[key], origin[key] = value, f"{where}.{part}.{key}"
+        if rule == "finetune" and entry.get("distributed"):
+            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
+        out[rule] = Resources.from_mapping(values, origin)
+    return out
