@@ -18,7 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
-from oodcorr.launch.disk_checks import check_on_disk, end_of_run_report  # noqa: E402
+from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
@@ -65,6 +65,9 @@ if workflow.is_main_process:
         print(f"oodcorr: {_refusal}", file=sys.stderr)
         sys.exit(1)
     _experiment_warnings += check_published(PLAN)
+    # tokenised testsets cut short or made by another tokenizer: deleted (in a run that may write),
+    # so that this run makes them again before any evaluation reads them
+    _experiment_warnings += check_tokenized_caches(PLAN, rebuild=writes(sys.argv))
 for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings, *_experiment_warnings):
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 # `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
