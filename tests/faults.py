@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
 
 
 @contextlib.contextmanager
@@ -106,6 +107,15 @@ def python_env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), **extra}
 
 
+def start_stopped(script: str, *args: str) -> subprocess.Popen:
+    """A child ``python -c script args...`` (this checkout's src first), its output kept for the
+    message when it dies early: for a child that writes a file at the point it stops and blocks
+    there until signalled (:func:`wait_for`, :func:`preempt`)."""
+    return subprocess.Popen(
+        [PYTHON, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=python_env()
+    )
+
+
 def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
     """Wait until the child has written ``path`` (it says it reached a point), failing at once if it
     died first; bounded by ``timeout`` (a hung child is a failure, not a hang)."""
@@ -129,6 +139,3 @@ def preempt(proc: subprocess.Popen, grace: float = 2.0) -> int:
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGKILL)
         return proc.wait(timeout=60)
-
-
-PYTHON = sys.executable

@@ -84,3 +84,58 @@ def n_evaluations(plan) -> int:
     """Checkpoint x testset evaluations a plan asks for, whichever its unit (a run-unit job
     evaluates every checkpoint of its run)."""
     return sum(len(job.steps) for job in plan.eval_jobs)
+
+
+def tokenised_testset(folder, tiny, spec, records, meta_doc, name="neg", max_length=128):
+    """Testset ``name`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
+    it (rule tokenize_testset), in ``folder``: (data file, meta file, tokenised cache)."""
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
+
+    folder = Path(folder)
+    data, meta, cache = folder / f"{name}.jsonl", folder / f"{name}.meta.json", folder / f"{name}.pt"
+    write_jsonl_atomic(data, records)
+    write_json_atomic(meta, meta_doc)
+    tokenize_testset(
+        model_spec=spec,
+        tiny_dir=str(tiny),
+        testset=name,
+        data_path=str(data),
+        data_meta=str(meta),
+        labels=LABELS,
+        prompt=PROMPT,
+        max_length=max_length,
+        out_path=str(cache),
+    )
+    return data, meta, cache
+
+
+def finetune_job(data_dir, tiny_dir, run_dir, steps=(0, 5, 10, 15, 20), lora=None):
+    """The finetune job the tests train: the tiny OPT model, 64 examples of a synthetic in-domain
+    set (written once into ``data_dir``), checkpoints at ``steps`` of 20, into ``run_dir``."""
+    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.modeling import synthetic
+    from oodcorr.planning.finetune_job import FinetuneJob
+
+    train = Path(data_dir) / "train.jsonl"
+    if not train.exists():
+        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
+    ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
+    if lora:
+        ft["lora"] = lora
+    run = Path(run_dir)
+    return FinetuneJob(
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
+        tiny_dir=str(tiny_dir),
+        train_path=str(train),
+        labels=LABELS,
+        prompt=PROMPT,
+        finetune=ft,
+        n_train=64,
+        seed=0,
+        steps=list(steps),
+        max_steps=20,
+        run_dir=str(run),
+        manifest_path=str(run / "manifest.json"),
+        threads=1,
+    )

@@ -12,7 +12,7 @@ from oodcorr.jobs.scoring import eval_dtype, length_batches, score
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 
-from helpers import LABELS, PROMPT
+from helpers import LABELS, PROMPT, tokenised_testset
 
 
 @pytest.mark.parametrize("max_tokens,max_batch", [(64, 8), (200, 64), (10, 4), (10**6, 5)])
@@ -311,24 +311,7 @@ def _synthetic_testset(tmp_path, tiny, spec, task, n, seed):
 def _tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
     """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
     it: (data file, meta file, tokenised cache)."""
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.tokenize_testset import tokenize_testset
-
-    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
-    write_jsonl_atomic(data, records)
-    write_json_atomic(meta, meta_doc)
-    tokenize_testset(
-        model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
-    return data, meta, cache
+    return tokenised_testset(tmp_path, tiny, spec, records, meta_doc)
 
 
 def _series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):

@@ -14,40 +14,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from oodcorr.core.io import write_jsonl_atomic
 from oodcorr.jobs.checkpoints import MANIFEST, find_resume_point, verify_checkpoint
 from oodcorr.jobs.finetune import finetune
-from oodcorr.modeling import synthetic
 from oodcorr.planning.finetune_job import FinetuneJob
 
-from helpers import LABELS, PROMPT
+from helpers import finetune_job
 
 STEPS = [0, 5, 10, 15, 20]
 
 
 def _job(tmp_path, tiny_dir, name, lora=None) -> FinetuneJob:
-    train = tmp_path / "train.jsonl"
-    if not train.exists():
-        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
-    ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
-    if lora:
-        ft["lora"] = lora
-    run = tmp_path / name
-    return FinetuneJob(
-        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_dir),
-        train_path=str(train),
-        labels=LABELS,
-        prompt=PROMPT,
-        finetune=ft,
-        n_train=64,
-        seed=0,
-        steps=STEPS,
-        max_steps=20,
-        run_dir=str(run),
-        manifest_path=str(run / "manifest.json"),
-        threads=1,
-    )
+    return finetune_job(tmp_path, tiny_dir, tmp_path / name, STEPS, lora)
 
 
 def _weights(run_dir, step):

@@ -5,7 +5,6 @@ publish preempted (a real SIGTERM, then SIGKILL after the grace time) leaves the
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 
 import pytest
@@ -14,7 +13,7 @@ from oodcorr.core.errors import DiskFull
 from oodcorr.core.published import PUBLISHED, inspect, publish_set, write_marker
 from oodcorr.core.records import seal
 
-from faults import PYTHON, fill, preempt, python_env, small_filesystem, wait_for
+from faults import fill, preempt, small_filesystem, start_stopped, wait_for
 
 RELS = ["scores.csv", "analysis/partial_correlations.csv"]
 
@@ -95,13 +94,7 @@ def test_a_preempted_publish_leaves_the_previous_set_whole_and_the_requeued_one_
     write_marker(root, publish_set(root, staged, experiment="x"))
     new_staged, new = _stage(tmp_path / "staging-new", "new", 100)
     reached = tmp_path / "reached"
-    proc = subprocess.Popen(
-        [PYTHON, "-c", STOPPED, str(root), json.dumps({k: str(v) for k, v in new_staged.items()}), str(reached)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=python_env(),
-    )
+    proc = start_stopped(STOPPED, str(root), json.dumps({k: str(v) for k, v in new_staged.items()}), str(reached))
     wait_for(reached, proc, timeout=120)
     assert preempt(proc, grace=2.0) != 0
     assert _seen(root) == {rel: old[rel] for rel in RELS}  # readers see the previous set, whole

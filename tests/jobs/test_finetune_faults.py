@@ -6,7 +6,6 @@ with the weights of an uninterrupted run, every step trained once."""
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -15,38 +14,19 @@ import torch
 from safetensors.torch import load_file
 
 from oodcorr.core.errors import DiskFull
-from oodcorr.core.io import write_jsonl_atomic
 from oodcorr.jobs.checkpoints import MANIFEST, verify_checkpoint
 from oodcorr.jobs.finetune import finetune
-from oodcorr.modeling import synthetic
 from oodcorr.planning.finetune_job import FinetuneJob
 
-from faults import PYTHON, fill, preempt, python_env, small_filesystem, wait_for
-from helpers import LABELS, PROMPT
+from faults import fill, preempt, small_filesystem, start_stopped, wait_for
+from helpers import finetune_job
 
 STEPS = [0, 5, 10, 15, 20]
 pytestmark = pytest.mark.slow  # real finetunes, in child processes for the signals
 
 
 def _job(data: Path, tiny_dir, run: Path) -> FinetuneJob:
-    train = data / "train.jsonl"
-    if not train.exists():
-        write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
-    return FinetuneJob(
-        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_dir),
-        train_path=str(train),
-        labels=LABELS,
-        prompt=PROMPT,
-        finetune={"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1},
-        n_train=64,
-        seed=0,
-        steps=STEPS,
-        max_steps=20,
-        run_dir=str(run),
-        manifest_path=str(run / "manifest.json"),
-        threads=1,
-    )
+    return finetune_job(data, tiny_dir, run, STEPS)
 
 
 def _weights(run_dir: Path, step: int) -> dict:
@@ -175,13 +155,7 @@ STOPPED = textwrap.dedent(
 def test_a_preempted_finetune_resumes_from_its_last_whole_checkpoint(tmp_path, tiny_models, reference, where, at):
     job = _job(tmp_path, tiny_models["opt"], tmp_path / "run")
     reached = tmp_path / "reached"
-    proc = subprocess.Popen(
-        [PYTHON, "-c", STOPPED, job.to_json(), where, str(at), str(reached)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=python_env(),
-    )
+    proc = start_stopped(STOPPED, job.to_json(), where, str(at), str(reached))
     wait_for(reached, proc)
     status = preempt(proc, grace=2.0)
     assert status != 0

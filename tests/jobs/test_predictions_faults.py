@@ -7,21 +7,18 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import textwrap
 
 import pytest
 
 from oodcorr.core.errors import DiskFull
-from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.records import read_result
 from oodcorr.jobs.checkpoints import write_ckpt_manifest
 from oodcorr.jobs.evaluate import evaluate_run
-from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.modeling import synthetic
 
-from faults import PYTHON, fill, preempt, python_env, small_filesystem, wait_for
-from helpers import LABELS, PROMPT
+from faults import fill, preempt, small_filesystem, start_stopped, wait_for
+from helpers import tokenised_testset
 
 SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}
 
@@ -30,20 +27,8 @@ SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}
 def scoring(tmp_path, tiny_models):
     """(evaluate_run's arguments but the checkpoints, the checkpoint) for a tiny model on 40 examples."""
     tiny = str(tiny_models["opt"])
-    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
-    write_jsonl_atomic(data, synthetic.generate("negation", 40, 3))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    tokenize_testset(
-        model_spec=SPEC,
-        tiny_dir=tiny,
-        testset="neg",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=128,
-        out_path=str(cache),
-    )
+    records = synthetic.generate("negation", 40, 3)
+    _, _, cache = tokenised_testset(tmp_path, tiny, SPEC, records, {"fingerprint": "f", "records_sha256": "r"})
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0"
     shutil.copytree(tiny, ck)
     write_ckpt_manifest(ck, 0, resumable=False)
@@ -93,13 +78,7 @@ def test_a_preempted_scoring_job_leaves_no_predictions_file_and_the_requeued_one
     out = tmp_path / "eval" / "neg.parquet"
     ck = dict(ck, predictions=str(out))
     reached = tmp_path / "reached"
-    proc = subprocess.Popen(
-        [PYTHON, "-c", STOPPED, json.dumps(common), json.dumps(ck), str(reached)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=python_env(),
-    )
+    proc = start_stopped(STOPPED, json.dumps(common), json.dumps(ck), str(reached))
     wait_for(reached, proc, timeout=300)
     assert preempt(proc, grace=2.0) != 0
     assert not out.exists()  # only a temporary file beside it, which nothing reads

@@ -15,33 +15,18 @@ from safetensors.torch import save_file
 from oodcorr.core.errors import ConfigError, ResultError
 from oodcorr.core.model_dirs import check_local_weights
 from oodcorr.core.records import cache_info_path, cache_problem
-from oodcorr.jobs.tokenize_testset import read_tokenized, tokenize_testset
+from oodcorr.jobs.tokenize_testset import read_tokenized
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.loading import tokenizer_fingerprint
 
-from helpers import LABELS, PROMPT, REPO
+from helpers import REPO, tokenised_testset
 
 SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}
 
 
 def _tokenised(tmp_path, tiny_dir):
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
-
-    data, meta, cache = tmp_path / "t.jsonl", tmp_path / "t.meta.json", tmp_path / "cache" / "t.pt"
-    write_jsonl_atomic(data, synthetic.generate("negation", 40, 0))
-    write_json_atomic(meta, {"fingerprint": "f", "records_sha256": "r"})
-    tokenize_testset(
-        model_spec=SPEC,
-        tiny_dir=str(tiny_dir),
-        testset="t",
-        data_path=str(data),
-        data_meta=str(meta),
-        labels=LABELS,
-        prompt=PROMPT,
-        max_length=64,
-        out_path=str(cache),
-    )
-    return cache
+    records = synthetic.generate("negation", 40, 0)
+    return tokenised_testset(tmp_path, tiny_dir, SPEC, records, {"fingerprint": "f", "records_sha256": "r"}, "t", 64)[2]
 
 
 def test_a_cache_records_its_tokenizer_and_reads_back_whole(tmp_path, tiny_models):

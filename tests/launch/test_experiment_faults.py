@@ -4,7 +4,6 @@ job first); a dry run is never refused and takes no lock."""
 
 from __future__ import annotations
 
-import subprocess
 import textwrap
 
 import pytest
@@ -12,7 +11,7 @@ import yaml
 
 from oodcorr.launch.experiment import writes
 
-from faults import PYTHON, python_env, wait_for
+from faults import start_stopped, wait_for
 from helpers import REPO, smk
 
 # another run of the experiment: it holds the lock until it is killed
@@ -54,13 +53,7 @@ def test_a_second_run_is_refused_while_planning_before_any_job_naming_the_holder
     cfg_path.write_text(yaml.safe_dump(cfg))
     root = tmp_path / "results" / "micro"
     held = tmp_path / "held"
-    holder = subprocess.Popen(
-        [PYTHON, "-c", HOLDER, str(root), str(held)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=python_env(),
-    )
+    holder = start_stopped(HOLDER, str(root), str(held))
     try:
         wait_for(held, holder, timeout=60)
         # --no-hooks: Snakemake skips onstart; --until bounds what a run that is not refused would do
