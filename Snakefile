@@ -62,6 +62,8 @@ if workflow.is_main_process:
     # is the same folder or one that got past Snakemake's own lock on a slow shared file system
     _refusal = lock(PLAN, CONFIG_FILES) if writes(sys.argv) else None
     if _refusal:
+        for _warning in _experiment_warnings:  # another config wrote it last: said too
+            print(f"oodcorr warning: {_warning}", file=sys.stderr)
         print(f"oodcorr: {_refusal}", file=sys.stderr)
         sys.exit(1)
     _experiment_warnings += check_published(PLAN)
