@@ -16,9 +16,10 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
+from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
-from oodcorr.launch.disk_checks import check_on_disk, end_of_run_report  # noqa: E402
-from oodcorr.launch.experiment import check_published, claim, config_warning  # noqa: E402
+from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
+from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import answer_for_report, check_report_inputs, report_requested  # noqa: E402
@@ -27,6 +28,11 @@ from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
 if not workflow.overwrite_configfiles:
+    # read by us first (oodcorr.core.io.load_yaml), so that a YAML slip in an edited default (a tab,
+    # a bad indent) is named with its line and column; Snakemake's own reader names neither. A file
+    # given with --configfile is read by Snakemake before this file runs: `oodcorr budget
+    # --configfile <file>` names the line there (docs/troubleshooting.md)
+    load_yaml(Path(workflow.basedir) / "config/config.yaml")
 
     # by its full path: `snakemake -d <elsewhere>` finds it too
     configfile: str(Path(workflow.basedir) / "config/config.yaml")
@@ -49,7 +55,21 @@ _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
 # experiment last; the published files no longer match their record (then it is published again)
 _experiment_warnings = []
 if workflow.is_main_process:
-    _experiment_warnings = [w for w in [config_warning(PLAN, CONFIG_FILES, config)] if w] + check_published(PLAN)
+    _experiment_warnings = [w for w in [config_warning(PLAN, CONFIG_FILES, config)] if w]
+    # a run that may write holds its experiment folder's lock from here to its end
+    # (oodcorr.launch.experiment.lock): a second writer of that folder stops now, naming this one,
+    # before Snakemake builds its DAG or starts any job, even from another checkout whose results/
+    # is the same folder or one that got past Snakemake's own lock on a slow shared file system
+    _refusal = lock(PLAN, CONFIG_FILES) if writes(sys.argv) else None
+    if _refusal:
+        for _warning in _experiment_warnings:  # another config wrote it last: said too
+            print(f"oodcorr warning: {_warning}", file=sys.stderr)
+        print(f"oodcorr: {_refusal}", file=sys.stderr)
+        sys.exit(1)
+    _experiment_warnings += check_published(PLAN)
+    # tokenised testsets cut short or made by another tokenizer: deleted (in a run that may write),
+    # so that this run makes them again before any evaluation reads them
+    _experiment_warnings += check_tokenized_caches(PLAN, rebuild=writes(sys.argv))
 for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings, *_experiment_warnings):
     print(f"oodcorr warning: {_warning}", file=sys.stderr)
 # `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
@@ -87,9 +107,8 @@ localrules:
     all,
 
 
-# A real run (never a dry run; after Snakemake's own lock) holds its experiment folder's lock until it
-# ends (oodcorr.launch.experiment.claim): a second writer of that folder stops at once, naming this one,
-# even from another checkout whose results/ is the same folder
+# A real run with jobs to run: the experiment's lock (held since planning) and the record of this
+# run's config (oodcorr.launch.experiment.claim)
 onstart:
     _refusal = claim(PLAN, CONFIG_FILES, config)
     if _refusal:

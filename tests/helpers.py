@@ -109,19 +109,20 @@ FINETUNE_STEPS = [0, 5, 10, 15, 20]
 
 
 def finetune_job(tmp_path, tiny_dir, name, lora=None):
-    """A short finetune of the tiny OPT model in ``tmp_path / name`` (checkpoints at
-    :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples), ``lora`` its adapter block if any."""
+    """A short finetune of the tiny OPT model in ``tmp_path / name`` (``name`` may be a whole path
+    elsewhere; checkpoints at :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples written once
+    into ``tmp_path``), ``lora`` its adapter block if any."""
     from oodcorr.core.io import write_jsonl_atomic
     from oodcorr.modeling import synthetic
     from oodcorr.planning.finetune_job import FinetuneJob
 
-    train = tmp_path / "train.jsonl"
+    train = Path(tmp_path) / "train.jsonl"
     if not train.exists():
         write_jsonl_atomic(train, synthetic.generate("in-domain", 200, 0, split="train"))
     ft = {"batch_size": 8, "learning_rate": 3e-3, "max_length": 64, "warmup_ratio": 0.1}
     if lora:
         ft["lora"] = lora
-    run = tmp_path / name
+    run = Path(tmp_path) / name
     return FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
         tiny_dir=str(tiny_dir),
@@ -191,24 +192,25 @@ def synthetic_testset(tmp_path, tiny, spec, task, n, seed):
     )
 
 
-def tokenised_testset(tmp_path, tiny, spec, records, meta_doc):
-    """Testset ``neg`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
-    it: (data file, meta file, tokenised cache)."""
+def tokenised_testset(folder, tiny, spec, records, meta_doc, name="neg", max_length=128):
+    """Testset ``name`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
+    it (rule tokenize_testset), in ``folder``: (data file, meta file, tokenised cache)."""
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.tokenize_testset import tokenize_testset
 
-    data, meta, cache = tmp_path / "neg.jsonl", tmp_path / "neg.meta.json", tmp_path / "neg.pt"
+    folder = Path(folder)
+    data, meta, cache = folder / f"{name}.jsonl", folder / f"{name}.meta.json", folder / f"{name}.pt"
     write_jsonl_atomic(data, records)
     write_json_atomic(meta, meta_doc)
     tokenize_testset(
         model_spec=spec,
-        tiny_dir=tiny,
-        testset="neg",
+        tiny_dir=str(tiny),
+        testset=name,
         data_path=str(data),
         data_meta=str(meta),
         labels=LABELS,
         prompt=PROMPT,
-        max_length=128,
+        max_length=max_length,
         out_path=str(cache),
     )
     return data, meta, cache

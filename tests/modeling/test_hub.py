@@ -285,6 +285,21 @@ def test_planning_stops_when_this_machines_cache_lacks_the_locked_files(fake_hub
     assert "Set HF_HOME" in msg
 
 
+def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path):
+    """A prefetched model whose weights file lost its end (an interrupted copy, a full disk): its
+    size is not the one prefetch recorded, so planning names it before any job loads it."""
+    cfg = hub_config(tmp_path / "exp.yaml")
+    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+    weights = next((tmp_path / "hf" / "hub").rglob("snapshots/*/model.safetensors"))
+    raw = weights.read_bytes()
+    target = weights.resolve()  # the hub cache links snapshots to blobs
+    target.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(ConfigError) as e:
+        _activate(cfg)
+    msg = str(e.value)
+    assert "models[hubby]" in msg and "model.safetensors" in msg and "another size than prefetch recorded" in msg
+
+
 def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch):
     from oodcorr.jobs.data import prepare
     from oodcorr.modeling.loading import model_source

@@ -2,7 +2,7 @@
 
 import sys
 
-from oodcorr.core.errors import DataError, ResultError
+from oodcorr.core.errors import DataError, DiskFull, ResultError
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import collect, write_scores
 from oodcorr.launch.runtime import setup_logging
@@ -12,7 +12,7 @@ setup_logging(sm.log[0])
 try:
     # every record is checked against its place, and its data against the testset as prepared now
     df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places)
-except (ResultError, DataError) as e:  # the message (file, the way out) is the log's last line
+except (ResultError, DataError, DiskFull) as e:  # the message (file, the way out) is the log's last line
     sys.exit(f"oodcorr: {e}")
 write_scores(df, sm.output.parquet, sm.output.csv)
 seal(sm.output)  # what publishing checks the staged files against

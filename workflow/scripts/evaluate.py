@@ -7,7 +7,7 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 import logging
 import sys
 
-from oodcorr.core.errors import ConfigError, DataError, ResultError
+from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.core.locks import UnsafeLockFile
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
@@ -43,7 +43,7 @@ try:
         threads=sm.threads,
         dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
     )
-except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile) as e:
+except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, DiskFull) as e:
     # a damaged checkpoint, weights file or manifest, scores that are not finite, a GPU lock that is a
     # link: the message is the log's last line, no traceback
     sys.exit(f"oodcorr: {e}")

@@ -3,7 +3,7 @@
 import sys
 from pathlib import Path
 
-from oodcorr.core.errors import ConfigError, DataError, ResultError
+from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.core.locks import FolderInUse
 from oodcorr.jobs.finetune import NonFiniteLoss, finetune
 from oodcorr.jobs.multi_gpu import run_distributed
@@ -43,7 +43,7 @@ try:
         run_distributed(dist, job, log_path=sm.log[0], threads=sm.threads)
     else:
         finetune(job)
-except (FolderInUse, NonFiniteLoss, ConfigError, DataError, ResultError) as e:
+except (FolderInUse, NonFiniteLoss, ConfigError, DataError, ResultError, DiskFull) as e:
     # the message (a held run folder or a lock file that is a link, a diverged run, a verbaliser the
     # tokenizer splits, a training set too small for n_train) is the log's last line
     sys.exit(f"oodcorr: {e}")

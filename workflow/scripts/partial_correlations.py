@@ -12,7 +12,7 @@ from oodcorr.analysis.tables import (
     summarise,
     write_tables,
 )
-from oodcorr.core.errors import DataError, ResultError
+from oodcorr.core.errors import DataError, DiskFull, ResultError
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import setup_logging
@@ -28,7 +28,7 @@ try:
     scores = read_scores(sm.input.scores)
     long, info = from_scores(scores, score)
     examples = examples_from_predictions(scores) if by_example else None
-except (ResultError, DataError) as e:  # a damaged scores table or predictions file: named, with the way out
+except (ResultError, DataError, DiskFull) as e:  # a damaged scores table or predictions file: named, with the way out
     sys.exit(f"oodcorr: {e}")
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threads)  # runs in parallel processes

@@ -2,7 +2,7 @@
 
 import sys
 
-from oodcorr.core.errors import ConfigError, DataError, ResultError
+from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.launch.runtime import end_job, setup_logging
 
@@ -22,7 +22,7 @@ try:
         coarse=job["coarse"],
         out_path=sm.output[0],
     )
-except (ConfigError, DataError, ResultError) as e:
+except (ConfigError, DataError, ResultError, DiskFull) as e:
     # a verbaliser this tokenizer splits, an unreadable prepared testset: the message is the log's last line
     sys.exit(f"oodcorr: {e}")
 print(info)

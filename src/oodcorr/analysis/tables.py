@@ -112,7 +112,12 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         try:
             df = pd.read_parquet(io.BytesIO(raw))
         except Exception as e:  # pyarrow raises several types for a file that is not parquet
-            raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+            raise DataError(
+                f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]}): cut short or not parquet. "
+                "If the workflow made it (results/<experiment>/scores.parquet, or .staging/scores.parquet), delete it "
+                "and run the workflow again: rule aggregate_scores makes it again from the evaluation results, "
+                "nothing is evaluated again; otherwise write or copy the file again"
+            ) from None
         if df.empty:
             raise DataError(f"{path}: has columns ({', '.join(map(str, df.columns))}) but no rows")
         df.index = pd.RangeIndex(1, len(df) + 1)

@@ -22,3 +22,9 @@ class ResultError(ValueError):
 class StaleResult(RuntimeError):
     """A result on disk that no longer matches what it lists or was made from, which Snakemake
     would not rebuild by itself; the message names it and the command that rebuilds it."""
+
+
+class DiskFull(RuntimeError):
+    """A write stopped, or refused before it started, by a full file system or a used-up quota
+    (ENOSPC, EDQUOT, EFBIG); nothing half-written is kept. The message names the folder, the bytes
+    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.io.disk_full`)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import bz2
 import codecs
 import contextlib
+import errno
 import gzip
 import hashlib
 import io
@@ -32,19 +33,26 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, DataError, ResultError
+from .errors import ConfigError, DataError, DiskFull, ResultError
 from .limits import load_yaml_checked
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
-    On any exception the temporary file is removed and ``path`` is untouched.
+    On any exception the temporary file is removed and ``path`` is untouched. A write that the
+    file system stops for want of room (ENOSPC, a quota, EFBIG: :func:`is_disk_full`) becomes a
+    :class:`~oodcorr.core.errors.DiskFull` naming the folder, the bytes it needed and what to
+    delete; with ``size`` (the bytes about to be written, when known) that is checked before
+    anything is written. ``what`` names the file for the message (default: its path).
     """
     path = Path(path)
+    what = what or str(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if size is not None:
+        check_room(path.parent, size, what)
+    fd, tmp = _mkstemp_or_full(path, what, size)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -55,10 +63,173 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(FileNotFoundError):
             os.chmod(tmp_path, 0o666 & ~umask)
         os.replace(tmp_path, path)
-    except BaseException:
+    except BaseException as e:
+        written = None
+        with contextlib.suppress(OSError):
+            written = tmp_path.stat().st_size
+        full = isinstance(e, Exception) and not isinstance(e, DiskFull) and is_disk_full(e, path.parent)
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        if full:
+            raise DiskFull(disk_full(path.parent, what, needed=size, written=written, cause=e)) from e
         raise
+
+
+def _mkstemp_or_full(path: Path, what: str, size: int | None):
+    try:
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as e:
+        if is_disk_full(e):  # no room for an inode (ENOSPC)
+            raise DiskFull(disk_full(path.parent, what, needed=size, cause=e)) from e
+        raise
+
+
+# ---- a full disk: found before writing where the size is known, named when a write hits it ----------
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text)
+_DISK_FULL_WORDS = (
+    "no space left on device",
+    "disk quota exceeded",
+    "file too large",
+    "storagefull",
+    "filesystemquotaexceeded",
+    "filetoolarge",
+    "os error 28",
+    "errno 28",
+    "os error 122",
+)
+# what a run leaves that can go without losing a result (the globs are searched under the experiment folder)
+LEFTOVERS = (
+    ("checkpoints.stale-*", "checkpoints of earlier settings, set aside, never reused"),
+    (".incomplete-checkpoint-*", "damaged or unfinished checkpoints, set aside, never used"),
+    (".published/kept-*", "published sets changed by hand, kept"),
+    (".*.tmp", "half-written files of killed jobs"),
+)
+
+
+def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """Whether ``exc`` (or what caused it) is a write stopped for want of room: ENOSPC, a quota
+    (EDQUOT), a file over the size limit (EFBIG), or a library's text for them (safetensors and
+    pyarrow report the error in words). torch's writer loses the errno (``unexpected pos``, ``file
+    write failed``): with ``folder`` given, such an error counts when less than 1 MiB is free there."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+            return True
+        text = str(e).lower().replace(" ", "").replace("_", "")
+        if any(w.replace(" ", "") in text for w in _DISK_FULL_WORDS):
+            return True
+        if folder is not None and ("inlinecontainer" in text or "pytorchstreamwriter" in text):
+            free = free_bytes(folder)
+            if free is not None and free < 1 << 20:
+                return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """Bytes free to this user in ``folder``'s file system (its nearest existing parent's), or None."""
+    p = Path(folder)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _experiment_folder(folder: Path) -> Path:
+    """The experiment folder above ``folder`` (the one holding experiment.json or .published), else ``folder``."""
+    for p in (folder, *folder.parents):
+        if (p / "experiment.json").exists() or (p / ".published").is_dir() or (p / "experiment.lock").exists():
+            return p
+    return folder
+
+
+def _size_of(p: Path, budget: list[int]) -> int:
+    if not p.is_dir() or p.is_symlink():
+        with contextlib.suppress(OSError):
+            return p.lstat().st_size
+        return 0
+    total = 0
+    for dirpath, _dirs, files in os.walk(p):
+        for f in files:
+            budget[0] -= 1
+            if budget[0] < 0:
+                return total
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+    return total
+
+
+def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
+    """What a run left under ``folder``'s experiment folder that can be deleted without losing a
+    result (:data:`LEFTOVERS`), largest first, as ``path (size: what it is)``; bounded (at most
+    20,000 files are measured)."""
+    root = _experiment_folder(Path(folder))
+    budget = [20_000]
+    found = []
+    for pattern, what in LEFTOVERS:
+        try:
+            paths = list(root.glob(pattern) if "/" in pattern else root.rglob(pattern)) if root.is_dir() else []
+        except OSError:
+            continue
+        for p in paths[:200]:
+            found.append((_size_of(p, budget), p, what))
+    found.sort(key=lambda t: -t[0])
+    return [f"{p} ({human_bytes(n)}: {what})" for n, p, what in found[:limit]]
+
+
+def disk_full(
+    folder: str | os.PathLike,
+    what: str,
+    *,
+    needed: int | None = None,
+    written: int | None = None,
+    cause: BaseException | None = None,
+) -> str:
+    """The sentence for a write that does not fit: the folder, the bytes needed (or written when it
+    stopped), what is free, what can be deleted, and that nothing half-written was kept."""
+    folder = Path(folder)
+    free = free_bytes(folder)
+    how = ""
+    if isinstance(cause, OSError) and cause.errno == errno.EDQUOT:
+        how = " (your quota there is used up)"
+    elif isinstance(cause, OSError) and cause.errno == errno.EFBIG:
+        how = " (the file is larger than this process or file system allows: see `ulimit -f`)"
+    if needed is not None:
+        need = f"it needs {human_bytes(needed)} ({needed} bytes)"
+    elif written is not None:
+        need = f"it needs more than the {human_bytes(written)} ({written} bytes) written when it stopped"
+    else:
+        need = "it needs more room than is free"
+    short = (
+        f" Free at least {human_bytes(needed - free)} more there" if needed and free is not None else " Free room there"
+    )
+    leftovers = deletable(folder)
+    delete = (
+        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or other experiments' folders "
+        "you no longer need"
+        if leftovers
+        else ": delete files you no longer need on that file system (`du -sh <folder>/* | sort -h` shows the largest)"
+    )
+    return (
+        f"{what}: no room in {folder}{how}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
+        f"Nothing half-written is kept, and no result is taken from it.{short}{delete}, or put results/ on a larger "
+        "file system (a link to scratch space), then run again: the job starts over from what is whole"
+    )
+
+
+def check_room(folder: str | os.PathLike, needed: int, what: str) -> None:
+    """Raise :class:`~oodcorr.core.errors.DiskFull` before writing ``needed`` bytes into ``folder``
+    when its file system has fewer free (nothing is written)."""
+    free = free_bytes(folder)
+    if free is not None and needed > free:
+        raise DiskFull(disk_full(folder, what, needed=needed))
 
 
 def follow_umask(folder: str | os.PathLike) -> None:
@@ -80,8 +251,9 @@ def follow_umask(folder: str | os.PathLike) -> None:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
+    with atomic_path(path, size=len(data)) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:

@@ -17,8 +17,12 @@ Under several processes (:mod:`oodcorr.jobs.multi_gpu`) rank 0, which alone writ
 the run folder, holds the lock; the launching job only checks that it is free
 (:func:`check_free`) before it starts them.
 ``flock`` works across hosts on NFSv4 and on Lustre/GPFS mounted with locking
-(Linux maps it onto POSIX locks there); on a file system without locking it
-raises, and the finetune stops with that error rather than running unguarded.
+(Linux maps it onto POSIX locks there). On a file system that refuses it (ENOLCK, EOPNOTSUPP:
+some NFS mounts) the writer stops with :class:`LocksRefused`, never runs unguarded; the way out
+is :data:`LOCK_DIR_ENV` (``OODCORR_LOCK_DIR``): a folder on a local disk where every lock is
+taken instead, named after the folder it guards, which keeps out a second writer on this host
+only (the message says so). A folder this user cannot write (read-only, another user's) stops
+the writer with :class:`FolderNotWritable` before anything is written, naming its owner.
 
 The same lock, of another :class:`LockKind`, guards other folders: :data:`EXPERIMENT`
 (``results/<experiment>/experiment.lock``, held by a Snakemake run for its whole life and by
@@ -34,16 +38,22 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import socket
 import stat
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 LOCK_FILE = "finetune.lock"
+# a folder on a local disk where the locks are taken when the results' file system refuses flock
+LOCK_DIR_ENV = "OODCORR_LOCK_DIR"
+# what flock says on a file system that has no locks (not: another process holds it)
+REFUSED_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
 
 @dataclass(frozen=True)
@@ -75,6 +85,16 @@ PUBLISH = LockKind(
 
 class FolderInUse(RuntimeError):
     """Another process holds the folder's lock; the message names it and what to do."""
+
+
+class LocksRefused(FolderInUse):
+    """The folder's file system refuses ``flock``: the writer stops rather than go on unguarded;
+    the message says how to lock elsewhere (:data:`LOCK_DIR_ENV`) and what that guards."""
+
+
+class FolderNotWritable(FolderInUse):
+    """The folder (or its lock file) cannot be written by this user: read-only, or another user's.
+    Nothing is written; the message names the owner and what to do."""
 
 
 class UnsafeLockFile(FolderInUse):
@@ -241,15 +261,85 @@ def open_lock_file(path: str | os.PathLike) -> int:
     return fd
 
 
-def _open(folder: Path, name: str = LOCK_FILE) -> tuple[Path, int]:
-    folder.mkdir(parents=True, exist_ok=True)
-    # the folder resolved (results/ may be a link to scratch space), the lock file itself never
-    path = folder.resolve() / name
-    return path, open_lock_file(path)
+def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
+    """Where ``folder``'s lock of ``kind`` is taken: in the folder (resolved: results/ may be a link
+    to scratch space), or, with :data:`LOCK_DIR_ENV` set, in that folder under a name made of the
+    guarded folder's name and a hash of its resolved path (so two folders never share a lock)."""
+    resolved = Path(folder).resolve()
+    elsewhere = os.environ.get(LOCK_DIR_ENV)
+    if not elsewhere:
+        return resolved / kind.file
+    tag = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:16]
+    return Path(elsewhere).expanduser().resolve() / f"{resolved.name}-{tag}-{kind.file}"
+
+
+def _owner(path: Path) -> str:
+    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal."""
+    for p in (path, *path.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        try:
+            import pwd
+
+            name = pwd.getpwuid(st.st_uid).pw_name
+        except (ImportError, KeyError):
+            name = f"uid {st.st_uid}"
+        mine = "you" if st.st_uid == os.getuid() else f"user {name}"
+        return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
+    return ""
+
+
+def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
+    if e.errno == errno.EROFS:
+        why = f"{folder} is on a read-only file system"
+    else:
+        why = _owner(path) or f"{folder} is not writable"
+    return FolderNotWritable(
+        f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
+        f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "
+        "checkout, or make results/ a link to a folder of yours); if the folder is a colleague's experiment, "
+        "ask them to run it or to give your group write access to it"
+    )
+
+
+def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefused:
+    here = os.environ.get(LOCK_DIR_ENV)
+    if here:
+        return LocksRefused(
+            f"{kind.folder} {folder}: the lock folder {here} ({LOCK_DIR_ENV}) refuses locks too (flock on {path}: "
+            f"{e.strerror or e}); set {LOCK_DIR_ENV} to a folder on a local disk of this host (e.g. /tmp/$USER/"
+            "oodcorr-locks) and run again"
+        )
+    return LocksRefused(
+        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), as some NFS "
+        f"mounts do, and nothing is written there without its lock ({kind.why}). Set {LOCK_DIR_ENV} to a folder on "
+        f"a local disk of this host, the same for every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/"
+        "oodcorr-locks`), and run again: the locks are then taken there and keep out a second writer on this host "
+        "only, so start every run of this experiment from this host (cluster jobs on other nodes are not kept "
+        "out). Or have the file system mounted with locking"
+    )
+
+
+def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
+    path = lock_path(folder, kind)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if path.parent != folder.resolve():  # locked elsewhere: the folder itself must still be writable
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".oodcorr-writable-", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        return path, open_lock_file(path)
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise _not_writable(folder, path, kind, e) from None
 
 
 def _key(folder: Path, kind: LockKind) -> str:
-    return str(folder.resolve() / kind.file)
+    return str(lock_path(folder, kind))
 
 
 @contextlib.contextmanager
@@ -278,13 +368,18 @@ def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | Non
 
 
 def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
-    path, fd = _open(folder, kind.file)
+    path, fd = _open(folder, kind)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         info, local = _read_holder(fd), local_holders(fd)
         os.close(fd)
         raise FolderInUse(_refusal(folder, path, info, local, kind)) from None
+    except OSError as e:
+        os.close(fd)
+        if e.errno in REFUSED_ERRNOS:
+            raise _refused(folder, path, kind, e) from None
+        raise
     except BaseException:
         os.close(fd)
         raise
@@ -322,7 +417,7 @@ def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
     writer takes the lock itself with :func:`hold`.
     """
     folder = Path(folder)
-    lock = folder / kind.file
+    lock = lock_path(folder, kind)
     if _key(folder, kind) in _HELD or not (lock.exists() or lock.is_symlink()):
         return
     with hold(folder, kind):

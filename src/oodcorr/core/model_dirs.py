@@ -115,6 +115,7 @@ def check_local_weights(src: str, spec: dict) -> None:
             f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
+    missing_shards(p, spec)
     for f in sorted(p.glob("*.safetensors")):
         try:
             safetensors_header(f)
@@ -146,6 +147,36 @@ def check_local_weights(src: str, spec: dict) -> None:
             f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "
             "set trust_remote_code: true on this model to opt in"
         )
+
+
+def missing_shards(folder: Path, spec: dict) -> None:
+    """A sharded model's index (``model.safetensors.index.json``, or ``pytorch_model.bin.index.json``
+    when pickles are allowed) names every shard: each must be in the folder, else a
+    :class:`ConfigError` naming the missing ones (a copy or prefetch cut short); checked before any
+    job loads the model, which would stop with the loader's traceback (or, for some loaders, go on
+    with the weights of the missing shards left at their random initial values)."""
+    names = ["model.safetensors.index.json"]
+    if spec.get("allow_pickle_weights"):
+        names.append("pytorch_model.bin.index.json")
+    for name in names:
+        index = folder / name
+        if not index.exists():
+            continue
+        try:
+            doc = json.loads(index.read_text(encoding="utf-8"))
+            shards = sorted(set(doc["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConfigError(
+                f"models[{spec['name']}]: {index} is not a readable shard index ({type(e).__name__}); copy or "
+                "download the model again"
+            ) from None
+        gone = [s for s in shards if not (folder / s).is_file()]
+        if gone:
+            raise ConfigError(
+                f"models[{spec['name']}]: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
+                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): a copy or download cut short. "
+                "Copy or download the model again (a hub model: run `oodcorr prefetch` again), then run again"
+            )
 
 
 # training state a Trainer saves beside the weights: never read when loading a model

@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .io import stat_key, write_json_atomic
+from .errors import DiskFull
+from .io import check_room, disk_full, is_disk_full, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 
@@ -112,7 +113,22 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     """The new version folder, whole, with its record; removed again if anything fails."""
     mask = _umask()
-    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
+    try:
+        block = os.statvfs(pub).f_frsize or 4096
+    except OSError:
+        block = 4096
+    needed = 0  # what the copies take on disk: each file in whole blocks
+    for src in staged.values():
+        with contextlib.suppress(OSError):
+            needed += -(-src.stat().st_size // block) * block
+    what = f"publishing the {len(staged)} file(s) of experiment {experiment!r} (the published set is as it was)"
+    check_room(pub, needed, what)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
+    except OSError as e:
+        if is_disk_full(e):
+            raise DiskFull(disk_full(pub, what, needed=needed, cause=e)) from e
+        raise
     try:
         files, problems, unsealed, bad = {}, [], [], []
         for rel, src in staged.items():
@@ -160,8 +176,10 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
         }
         write_json_atomic(tmp / PUBLISH_RECORD, record)
         os.rename(tmp, pub / version)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, Exception) and not isinstance(e, DiskFull) and is_disk_full(e):
+            raise DiskFull(disk_full(pub, what, needed=needed, cause=e)) from e
         raise
     return record
 

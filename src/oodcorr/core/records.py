@@ -5,7 +5,8 @@ needs no import of the job that wrote it (and planning none of torch):
 
 * a predictions file's result record, in its parquet metadata under :data:`META_KEY`
   (written by :mod:`oodcorr.jobs.predictions`, read by :func:`read_result`);
-* a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`);
+* a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`), and whether
+  the cache is whole and made by the tokenizer now on disk (:func:`cache_problem`);
 * a prepared dataset's meta file, and whether the local file it came from changed since
   (:func:`local_source_changed`);
 * a staged result's seal, ``.<name>.sha256`` beside it in ``.staging/`` (:func:`seal`, written
@@ -20,6 +21,7 @@ Nothing here imports another oodcorr module but the core helpers.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from .io import sha256_file, stat_key, write_json_atomic
@@ -111,6 +113,53 @@ def check_seal(path: str | Path, sha256: str) -> str | None:
             f"{doc.get('size')} when written; sha256 {sha256[:12]}..., {doc['sha256'][:12]}... when written)"
         )
     return None
+
+
+# ---- a tokenised testset, checked without torch ----------------------------------------------
+def rebuild_hint(path: str | os.PathLike) -> str:
+    """What to do about a tokenised testset that cannot be used."""
+    return (
+        f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again with this "
+        "model's tokenizer (an evaluation whose result is unchanged keeps its predictions file)"
+    )
+
+
+def _zip_whole(path: Path) -> bool:
+    """Whether a torch.save file (a zip archive) still ends with its central directory's end record."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"PK\x03\x04":
+            return False
+        fh.seek(max(0, size - (1 << 16) - 22))
+        return b"PK\x05\x06" in fh.read()
+
+
+def cache_problem(path: str | os.PathLike, tokenizer: str | None) -> str | None:
+    """Why the tokenised testset at ``path`` cannot be used, from its structure and its sidecar (no
+    torch): cut short (a torch.save zip without its end record), no readable sidecar, or made by
+    another tokenizer than ``tokenizer`` (when both are known); None when it looks whole."""
+    path = Path(path)
+    try:
+        if not _zip_whole(path):
+            return f"{path}: the tokenised testset is cut short or damaged (not a whole torch.save file)"
+    except OSError as e:
+        return f"{path}: the tokenised testset cannot be read ({e.strerror or e})"
+    try:
+        info = json.loads(cache_info_path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return f"{path}: the tokenised testset's sidecar {cache_info_path(path)} is missing or unreadable"
+    made_by = info.get("tokenizer") if isinstance(info, dict) else None
+    if tokenizer and made_by and made_by != tokenizer:
+        return other_tokenizer(path, made_by, tokenizer)
+    return None
+
+
+def other_tokenizer(path, made_by: str, tokenizer: str) -> str:
+    return (
+        f"{path}: the tokenised testset was made by another tokenizer (files sha256 {made_by[:12]}...) than this "
+        f"model's ({tokenizer[:12]}...): another model's cache, or this model's from before its tokenizer files "
+        "changed; its token ids would be scored as this model's"
+    )
 
 
 # ---- what was published --------------------------------------------------------------------

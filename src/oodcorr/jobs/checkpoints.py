@@ -173,7 +173,8 @@ def _step_of(ckpt: Path) -> int:
     return int(ckpt.name.split("-", 1)[1])
 
 
-def _ckpt_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
+def checkpoint_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
+    """The ``checkpoint-<step>`` folders under ``ckpt_root`` as (step, folder), by step."""
     out = []
     for d in ckpt_root.glob("checkpoint-*"):
         try:
@@ -193,7 +194,7 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
     scratch).
     """
     good = {}
-    for step, d in _ckpt_dirs(ckpt_root):
+    for step, d in checkpoint_dirs(ckpt_root):
         ok, why = verify_checkpoint(d, full=True)
         if ok:
             good[step] = d
@@ -218,7 +219,7 @@ def _move_aside(d: Path, why: str) -> None:
 
 
 def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
-    for step, d in reversed(_ckpt_dirs(ckpt_root)):
+    for step, d in reversed(checkpoint_dirs(ckpt_root)):
         if step <= up_to and is_resumable(d):
             return d
     return None
@@ -247,7 +248,7 @@ def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
         if point != keep:
             log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
         keep = point
-    for _step, d in _ckpt_dirs(ckpt_root):
+    for _step, d in checkpoint_dirs(ckpt_root):
         man = _read_manifest(d)
         if d == keep or man is None or not man.get("resumable"):
             continue

@@ -28,10 +28,12 @@ from ..core.io import sha256_json, write_json_atomic
 from ..core.records import read_result
 from ..modeling.adaptation import correct_mask
 from ..modeling.checkpoint_loader import CheckpointLoader
+from ..modeling.loading import tokenizer_fingerprint
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .predictions import write_predictions
 from .scoring import device_batching, eval_dtype, score
 from .series import read_manifest, verify
+from .tokenize_testset import read_tokenized
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +193,8 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
     }
     if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
         key["reading"] = cache["reading"]
+    if cache.get("tokenizer"):  # caches made before tokenizers were recorded keep their keys
+        key["tokenizer"] = cache["tokenizer"]
     return sha256_json(key)
 
 
@@ -224,7 +228,8 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    cache = torch.load(tokenized, weights_only=True)
+    # checked before anything is scored: cut short, another format or another tokenizer's is refused
+    cache = read_tokenized(tokenized, tokenizer_fingerprint(model_spec, tiny_dir))
     t_cache = time.time()
     dtype = eval_dtype(model_spec, device, dtype)
     loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])

@@ -32,8 +32,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import ConfigError
-from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
+from ..core.errors import ConfigError, DiskFull
+from ..core.io import (
+    check_room,
+    disk_full,
+    human_bytes,
+    is_disk_full,
+    read_jsonl,
+    sha256_file,
+    sha256_json,
+    write_json_atomic,
+)
 from ..core.locks import hold
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
 from ..modeling import adaptation
@@ -41,6 +50,7 @@ from ..modeling.hub import pinned_model_revision
 from ..modeling.loading import load_model, load_tokenizer, model_source
 from ..planning.finetune_job import FinetuneJob
 from .checkpoints import (
+    checkpoint_dirs,
     find_resume_point,
     guard_run_identity,
     prune_resume_state,
@@ -275,6 +285,8 @@ def _finetune(job: FinetuneJob, lock) -> dict:
             "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
         )
     else:
+        if is_main_process():
+            _check_room_to_train(job, model, resume)
         history = _train(job, method, model, train, resume)
     if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
         return {}
@@ -362,13 +374,74 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
     c0 = ckpt_root / "checkpoint-0"
     if not verify_checkpoint(c0)[0]:
         shutil.rmtree(c0, ignore_errors=True)
-        model.save_pretrained(c0)
-        write_ckpt_manifest(c0, 0, resumable=False)
+        weights, _ = checkpoint_bytes(model, job.training.lora)
+        check_room(ckpt_root, weights, f"the checkpoint of step 0 ({c0})")
+        with _saves_that_fit(ckpt_root, weights):
+            model.save_pretrained(c0)
+            write_ckpt_manifest(c0, 0, resumable=False)
 
     # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
     done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
     resume = None if done else find_resume_point(ckpt_root, list(job.steps))
     return model, done, resume
+
+
+def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
+    """(bytes of one checkpoint's weights, bytes of its optimizer state), estimated from the model:
+    every tensor of the state dict once (tied weights shared), or with LoRA the trained ones (the
+    adapter, a head); AdamW keeps two float32 moments per trained parameter."""
+    seen, weights = set(), 0
+    tensors = [p for p in model.parameters() if p.requires_grad] if lora else model.state_dict().values()
+    for t in tensors:
+        key = (t.data_ptr(), t.numel())
+        if key in seen:
+            continue
+        seen.add(key)
+        weights += t.numel() * t.element_size()
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return weights, 2 * 4 * trained
+
+
+def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
+    """Refuse to start training when the checkpoints still to save cannot fit (before hours of
+    training end in a full disk): each scheduled checkpoint after the resume point holds the
+    weights, and while training the newest one's optimizer state (the one before it is pruned only
+    after the next is whole)."""
+    weights, optimizer = checkpoint_bytes(model, job.training.lora)
+    done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
+    todo = [s for s in job.steps if s > done_to]
+    needed = len(todo) * weights + optimizer * (1 if resume is not None else min(2, len(todo)))
+    check_room(
+        _ckpt_root(job),
+        needed,
+        f"the {len(todo)} checkpoint(s) still to save for run {job.run_dir} (steps {todo[0]}..{todo[-1]}, "
+        f"{human_bytes(weights)} of weights each, {human_bytes(optimizer)} of optimizer state)"
+        if todo
+        else f"run {job.run_dir}",
+    )
+
+
+@contextlib.contextmanager
+def _saves_that_fit(ckpt_root: Path, per_checkpoint: int):
+    """A checkpoint save that the file system stops for want of room becomes a
+    :class:`~oodcorr.core.errors.DiskFull`; the half-written checkpoint (no manifest: never taken
+    for a result) is deleted, since it only holds the room the next attempt needs."""
+    try:
+        yield
+    except DiskFull:
+        raise
+    except Exception as e:
+        if not is_disk_full(e, ckpt_root):
+            raise
+        partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
+        for d in partial:
+            shutil.rmtree(d, ignore_errors=True)
+        what = f"the checkpoint {partial[-1]}" if partial else f"a checkpoint in {ckpt_root}"
+        msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=e)
+        if partial:
+            names = ", ".join(d.name for d in partial)
+            msg += f" (the half-written {names} was deleted; the checkpoints before it are whole)"
+        raise DiskFull(msg) from e
 
 
 def _training_arguments(job: FinetuneJob, report: list[str]):
@@ -423,7 +496,9 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
     for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
         if type(cb).__name__ == "TensorBoardCallback":
             cb.logging_dir = str(job.run_dir / "tensorboard")
-    trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    weights, optimizer = checkpoint_bytes(model, job.training.lora)
+    with _saves_that_fit(_ckpt_root(job), weights + optimizer):
+        trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return _history(trainer)
 
 

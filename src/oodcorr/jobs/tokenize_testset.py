@@ -3,14 +3,25 @@
 What rule ``tokenize_testset`` runs (workflow/scripts/tokenize_testset.py); every checkpoint's
 evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`CACHE_FORMAT` is the cache's
 format; its sidecar (:func:`oodcorr.core.records.cache_info_path`) is readable without torch.
+
+A cache records the fingerprint of the tokenizer that made it
+(:func:`oodcorr.modeling.loading.tokenizer_fingerprint`). :func:`read_tokenized`, the one reader,
+refuses a cache that is cut short or damaged, of another format, inconsistent, or made by another
+tokenizer, naming it and what to delete; :func:`oodcorr.core.records.cache_problem` is the same check
+without torch, of the file's structure and its sidecar, for planning
+(:mod:`oodcorr.launch.disk_checks`), which has such a cache made again before any evaluation
+reads it.
 """
 
 from __future__ import annotations
 
+import os
+
+from ..core.errors import ResultError
 from ..core.io import atomic_path, read_json, read_jsonl, write_json_atomic
-from ..core.records import cache_info_path
+from ..core.records import cache_info_path, other_tokenizer, rebuild_hint
 from ..modeling import adaptation
-from ..modeling.loading import load_tokenizer
+from ..modeling.loading import load_tokenizer, tokenizer_fingerprint
 
 CACHE_FORMAT = 2
 
@@ -66,6 +77,7 @@ def tokenize_testset(
         "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
         # the prompt switches that differ from the defaults (empty for the defaults and for head models)
         "reading": changed_reading(prompt),
+        "tokenizer": tokenizer_fingerprint(model_spec, tiny_dir),
     }
     info = {
         "testset": testset,
@@ -74,6 +86,7 @@ def tokenize_testset(
         "n_truncated": n_trunc,
         "max_length": max_length,
         "fingerprint": meta["fingerprint"],
+        "tokenizer": cache["tokenizer"],
     }
     # beside the cache, readable without torch (planning warns about truncation from it); written first,
     # so a cache never lacks its sidecar
@@ -81,3 +94,35 @@ def tokenize_testset(
     with atomic_path(out_path) as tmp:
         torch.save(cache, tmp)
     return {"n": len(ids), "n_truncated": n_trunc}
+
+
+def read_tokenized(path: str | os.PathLike, tokenizer: str | None = None) -> dict:
+    """The tokenised testset at ``path``, checked before anything is scored: a file cut short or
+    damaged, of another format, whose lists disagree in length, or made by another tokenizer than
+    ``tokenizer`` (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`; unchecked when either is
+    unknown) is a :class:`~oodcorr.core.errors.ResultError` naming it and what to delete."""
+    import torch  # torch stack: planning and the CLI never import it
+
+    try:
+        cache = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise ResultError(
+            f"{path}: the tokenised testset is missing; run again: rule tokenize_testset makes it"
+        ) from None
+    except Exception as e:  # noqa: BLE001 -- torch raises several types for a file cut short or not its own
+        raise ResultError(
+            f"{path}: the tokenised testset is unreadable (cut short or damaged: {type(e).__name__}: "
+            f"{str(e)[:160]}); {rebuild_hint(path)}"
+        ) from None
+    why = None
+    if not isinstance(cache, dict) or cache.get("format") != CACHE_FORMAT:
+        got = cache.get("format") if isinstance(cache, dict) else type(cache).__name__
+        why = f"{path}: not a tokenised testset of format {CACHE_FORMAT} (it is {got!r})"
+    elif not isinstance(cache.get("input_ids"), list) or len(cache["input_ids"]) != len(cache.get("labels") or ()):
+        n_ids, n_labels = len(cache.get("input_ids") or ()), len(cache.get("labels") or ())
+        why = f"{path}: the tokenised testset holds {n_ids} prompts but {n_labels} labels"
+    elif tokenizer and cache.get("tokenizer") and cache["tokenizer"] != tokenizer:
+        why = other_tokenizer(path, cache["tokenizer"], tokenizer)
+    if why:
+        raise ResultError(f"{why}; {rebuild_hint(path)}")
+    return cache

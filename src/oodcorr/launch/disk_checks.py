@@ -13,7 +13,10 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
   modification time kept (Snakemake would keep evaluations of the old file);
 * :func:`check_summaries_complete` -- with ``evaluation.unit: run``, a job summary
   whose predictions files are gone;
-* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut.
+* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut;
+* :func:`check_tokenized_caches` -- (main process only, under the experiment's lock) tokenised
+  testsets cut short or made by another tokenizer: deleted, so this run makes them again before
+  any evaluation reads them.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from pathlib import Path
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir
-from ..core.records import cache_info_path, local_source_changed
+from ..core.records import cache_info_path, cache_problem, local_source_changed
 from ..modeling.gguf_conversion import checked_header
-from ..modeling.loading import load_tokenizer
+from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
 from ..planning.plan import Plan
@@ -303,6 +306,32 @@ def check_summaries_complete(plan: Plan) -> None:
             + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
             "predictions files it finds and scores only the missing checkpoints"
         )
+
+
+def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
+    """Every tokenised testset already on disk, checked by its structure and sidecar
+    (:func:`oodcorr.core.records.cache_problem`): one cut short (a full disk, a killed
+    copy), without its sidecar, or made by another tokenizer than its model's now. With ``rebuild``
+    (a run that may write, holding the experiment's lock) it is deleted, so that this run makes it
+    again before any evaluation reads it; else (a dry run) it is only named. Returns the warnings."""
+    out = []
+    for model in plan.models:
+        folder = tokenizer_dir(plan, model)
+        fp = tokenizer_files_fingerprint(folder) if folder is not None and folder.is_dir() else None
+        for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
+            path = Path(plan.paths.tokenized.format(model=model, testset=testset))
+            if not path.exists():
+                continue
+            why = cache_problem(path, fp)
+            if why is None:
+                continue
+            if rebuild:
+                path.unlink(missing_ok=True)
+                cache_info_path(path).unlink(missing_ok=True)
+                out.append(f"{why}. Deleted: this run tokenises the testset again before it is evaluated")
+            else:
+                out.append(f"{why}. A run (not a dry run) deletes it and tokenises the testset again")
+    return out
 
 
 def truncation_warnings(plan: Plan) -> list[str]:

@@ -12,12 +12,18 @@ again on its node):
   replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
   record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
   so that this run publishes the set again from ``.staging/``;
-* in ``onstart`` (a real run: not a dry run, once Snakemake's own lock is taken), :func:`claim`:
-  the experiment's lock (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`),
-  held until the run ends. It lives in the experiment folder, so two checkouts whose
-  ``results/`` is one shared folder share it, and it is an ``flock``, which holds on a shared
-  file system where Snakemake's own lock (files in each checkout's ``.snakemake/``) does not.
-  A second writer stops at once, naming the holder. ``oodcorr analyse --force`` holds it too.
+* while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
+  ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: the experiment's lock
+  (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`), held until the
+  run ends. Taken before Snakemake builds its DAG, so a second run is refused before any job of
+  it starts, even with ``--no-hooks`` (which skips ``onstart``) and whatever the order in which
+  two runs that both passed Snakemake's own lock reach their first job. It lives in the
+  experiment folder, so two checkouts whose ``results/`` is one shared folder share it, and it
+  is an ``flock``, which holds on a shared file system where Snakemake's own lock (files in each
+  checkout's ``.snakemake/``) does not. A second writer stops at once, naming the holder.
+  ``oodcorr analyse --force`` holds it too;
+* in ``onstart`` (a real run with jobs to run), :func:`claim`: the lock (taken already while
+  planning) and the record of this run's config.
 """
 
 from __future__ import annotations
@@ -79,15 +85,38 @@ def said(plan: Plan) -> list[str]:
     return [w] if w else []
 
 
-def claim(plan: Plan, config_files, config: dict) -> str | None:
-    """Take the experiment's lock for the rest of this process and record this run's config; return
-    None, or the sentence that refuses the run (another writer holds the folder, or it cannot be
-    locked)."""
+# Snakemake's options after which no job runs and nothing is written to the experiment folder
+_NO_WRITE_OPTIONS = frozenset(
+    "--dry-run --dryrun --report --unlock --lint --summary --detailed-summary --list-changes --lc --list-rules "
+    "--list --list-target-rules --lt --list-input-changes --li --list-params-changes --lp --list-code-changes "
+    "--list-untracked --dag --d3dag --rulegraph --filegraph --containerize --export-cwl --print-compilation "
+    "--conda-create-envs-only --generate-unit-tests --archive --cleanup-metadata --cm --help --version".split()
+)
+_NO_WRITE_SHORT = frozenset("nSDlh")  # -n (dry run), -S/-D (summaries), -l (list rules), -h
+
+
+def writes(argv: list[str]) -> bool:
+    """Whether this Snakemake may run jobs (the Snakefile cannot ask Snakemake while planning):
+    not with ``-n`` (alone or among other short flags, ``-np``), ``--report``, ``--unlock``, a
+    summary, a list or a graph."""
+    for a in argv[1:]:
+        if a.split("=", 1)[0] in _NO_WRITE_OPTIONS:
+            return False
+        if len(a) > 1 and a[0] == "-" and a[1] != "-" and a[1:].isalpha() and set(a[1:]) & _NO_WRITE_SHORT:
+            return False
+    return True
+
+
+def lock(plan: Plan, config_files) -> str | None:
+    """Take the experiment's lock for the rest of this process (while planning, before any job);
+    return None, or the sentence that refuses the run (another writer holds the folder, or it
+    cannot be locked or written)."""
     root = Path(plan.paths.root)
-    identity = config_identity(config_files, config)
     try:
         held = acquire(
-            root, EXPERIMENT, extra={"config": ", ".join(identity["configs"]), "experiment": plan.experiment}
+            root,
+            EXPERIMENT,
+            extra={"config": ", ".join(str(Path(f).resolve()) for f in config_files), "experiment": plan.experiment},
         )
         atexit.register(release, held)  # (the kernel lets go anyway; this also clears the holder's name)
     except FolderInUse as e:
@@ -98,6 +127,17 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
             "experiment folder unguarded. Check that the folder is writable and that its file system supports "
             "locks (flock)"
         )
+    return None
+
+
+def claim(plan: Plan, config_files, config: dict) -> str | None:
+    """Hold the experiment's lock (:func:`lock`; taken while planning already) and record this run's
+    config; return None, or the sentence that refuses the run."""
+    refusal = lock(plan, config_files)
+    if refusal:
+        return refusal
+    root = Path(plan.paths.root)
+    identity = config_identity(config_files, config)
     old = _read_identity(root)
     if old is None or old["configs"] != identity["configs"] or old.get("config_sha256") != identity["config_sha256"]:
         write_json_atomic(

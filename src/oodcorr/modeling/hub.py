@@ -292,16 +292,26 @@ def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path
 
 
 def missing_from_cache(lock: HubLock) -> list[str]:
-    """What the lock pins that this machine's cache does not hold (file names only; sizes are checked
-    by the loaders)."""
+    """What the lock pins that this machine's cache does not hold: a file missing, or one whose size is
+    not the one prefetch recorded (a shard cut short)."""
     dirs = cache_dirs()
     out = []
     for name, e in lock.models.items():
         snap = model_snapshot(e["hub"], e["commit"], dirs["hub"])
-        gone = [f for f in (e.get("files") or {}) if not (snap / f).exists()]
+        files = e.get("files") or {}
+        gone = [f for f in files if not (snap / f).exists()]
         if gone:
             out.append(
                 f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} (e.g. {gone[0]})"
+            )
+            continue
+        # a shard cut short (an interrupted download, a full disk) has another size than prefetch recorded
+        cut = [f for f, size in files.items() if isinstance(size, int) and (snap / f).stat().st_size != size]
+        if cut:
+            out.append(
+                f"models[{name}]: {len(cut)} file(s) of {e['hub']}@{e['commit']} in {snap} have another size than "
+                f"prefetch recorded (e.g. {cut[0]}: {(snap / cut[0]).stat().st_size} bytes, {files[cut[0]]} when "
+                "fetched): cut short or replaced"
             )
     for name, e in lock.datasets.items():
         gone = [f for f in (e.get("files") or {}) if not (Path(dirs["datasets"]) / f).exists()]

@@ -13,6 +13,7 @@ peft's adapter layers), to compare the two.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -91,6 +92,46 @@ def local_folder(src: str, kw: dict) -> Path | None:
         if (snap / "config.json").exists():
             return snap
     return None
+
+
+# the files a tokenizer is read from (whichever the model has): what its fingerprint hashes
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+)
+
+
+def tokenizer_fingerprint(spec: dict, tiny_dir=None) -> str | None:
+    """The fingerprint of a model's tokenizer (:func:`tokenizer_files_fingerprint` of the folder it
+    loads from), without loading it; None where that folder is not on this machine (a hub model
+    without its pinned commit in the cache). A tokenised testset records it, so that one made by
+    another tokenizer (another model's, or this model's before its files changed) is never scored."""
+    try:
+        folder = local_folder(*model_source(spec, tiny_dir))
+    except ConfigError:
+        return None
+    return tokenizer_files_fingerprint(folder) if folder is not None else None
+
+
+def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
+    """The sha256 of the tokenizer files in ``folder`` (:data:`TOKENIZER_FILES`, name and bytes);
+    None when it holds none."""
+    h = hashlib.sha256()
+    found = False
+    for name in TOKENIZER_FILES:
+        f = Path(folder) / name
+        if f.is_file():
+            found = True
+            h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest() if found else None
 
 
 def load_model(

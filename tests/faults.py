@@ -1,0 +1,141 @@
+"""Real faults for the fault tests (imported as ``from faults import ...``): a small file system that
+fills up (ENOSPC), a file system that refuses ``flock`` (an LD_PRELOAD shim), a writer that is
+another user (root bypasses file modes), and a child process stopped at a point it names, for
+real SIGTERM -> SIGKILL sequences.
+
+Each skips with its reason where the fault cannot be made here (not root, no ``mount``, no C
+compiler); none fakes the fault in Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+
+@contextlib.contextmanager
+def small_filesystem(where: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted on ``where`` (made if missing) for the ``with`` block: writes past
+    its size fail with ENOSPC, as on a full scratch disk or quota. Skips unless this process may mount."""
+    where.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a full disk is made with a small tmpfs, which needs root and mount(8)")
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}), so no real ENOSPC can be made")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill(folder: Path, leave: int = 0) -> None:
+    """Fill ``folder``'s file system until at most ``leave`` bytes are free."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    with open(folder / ".filler", "wb") as fh:
+        with contextlib.suppress(OSError):
+            fh.write(b"\0" * max(0, free - leave))
+
+
+_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+/* flock as on an NFS mount without a lock manager: refused (ENOLCK) for files under $NOFLOCK_UNDER */
+int flock(int fd, int op) {
+    static int (*real)(int, int) = 0;
+    if (!real) real = (int (*)(int, int))dlsym(RTLD_NEXT, "flock");
+    const char *under = getenv("NOFLOCK_UNDER");
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (under && n > 0) {
+        path[n] = 0;
+        if (strncmp(path, under, strlen(under)) == 0) { errno = ENOLCK; return -1; }
+    }
+    return real(fd, op);
+}
+"""
+
+
+def flock_refusing_shim(tmp: Path) -> Path:
+    """A shared library that, preloaded (``LD_PRELOAD``), makes ``flock`` fail with ENOLCK on every file
+    under ``$NOFLOCK_UNDER``, as on an NFS mount without locking (elsewhere flock works). Compiled now
+    with ``cc``; skips without a compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler (cc) to build the LD_PRELOAD shim that makes flock fail")
+    src, lib = tmp / "noflock.c", tmp / "noflock.so"
+    src.write_text(_SHIM)
+    r = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot build the LD_PRELOAD shim: {r.stderr.strip()[:300]}")
+    return lib
+
+
+def as_nobody() -> list[str]:
+    """The command prefix that runs a child as user ``nobody`` (root bypasses file modes, so a
+    read-only or foreign folder is only real for another user). Skips unless root with setpriv."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("a folder that is not the writer's own needs the writer to be another user (root + setpriv)")
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
+
+
+def python_env(**extra: str) -> dict:
+    """The environment for a child ``python``: this checkout's src first."""
+    src = str(REPO / "src")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), **extra}
+
+
+def start_stopped(script: str, *args: str) -> subprocess.Popen:
+    """A child ``python -c script args...`` (this checkout's src first), its output kept for the
+    message when it dies early: for a child that writes a file at the point it stops and blocks
+    there until signalled (:func:`wait_for`, :func:`preempt`)."""
+    return subprocess.Popen(
+        [PYTHON, "-c", script, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=python_env()
+    )
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until the child has written ``path`` (it says it reached a point), failing at once if it
+    died first; bounded by ``timeout`` (a hung child is a failure, not a hang)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            out = proc.stdout.read() if proc.stdout else ""
+            raise AssertionError(f"the child ended ({proc.returncode}) before it reached {path.name}: {out[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the child did not reach {path.name} in {timeout} s")
+        time.sleep(0.02)
+
+
+def preempt(proc: subprocess.Popen, grace: float = 2.0) -> int:
+    """What SLURM does at a preemption: SIGTERM, then SIGKILL once the grace time is over; return the
+    child's exit status (negative: the signal that ended it)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        return proc.wait(timeout=60)
