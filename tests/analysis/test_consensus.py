@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import VERDICTS, agreement
-from oodcorr.analysis.consensus import between_runs, consensus, model_means, reversal_p, simes, tau2_upper
+from oodcorr.analysis.consensus import between_runs, consensus, model_means, predictive, reversal_p, simes, tau2_upper
 from oodcorr.analysis.multitest import holm
 
 
@@ -95,19 +95,22 @@ def test_model_means_and_their_tests():
 
 
 def test_consensus_prediction_interval_by_hand():
-    # identical models: no between-model variance; the prediction interval is the mean +- t_{M-2} se
+    # identical models: no between-model variance estimated; the consensus interval is the normal one
     zm, Vm = np.full(5, -0.4), np.full(5, 0.01)
     c = consensus(zm, Vm, 0.95)
     se = math.sqrt(0.01 / 5)  # Hartung-Knapp's scale is 0 here, so the normal interval holds
     assert c["tau2"] == 0 and c["z"] == pytest.approx(-0.4)
     assert c["hi"] - c["z"] == pytest.approx(stats.norm.ppf(0.975) * se)
-    half = stats.t.ppf(0.975, 3) * se
-    assert (c["pi_lo"], c["pi_hi"]) == (pytest.approx(-0.4 - half), pytest.approx(-0.4 + half))
-    assert c["p_generalises"] == pytest.approx(2 * stats.t.sf(0.4 / se, 3))
+    # the prediction interval is the Bayesian predictive's (tests/analysis/test_consensus_interval.py):
+    # symmetric about the common value, wider than the fixed-effect one (the spread is not known to be 0)
+    p = predictive(zm, Vm, 0.95)
+    assert (c["pi_lo"], c["pi_hi"], c["p_generalises"]) == (p["pi_lo"], p["pi_hi"], p["p_generalises"])
+    assert c["pi_lo"] + c["pi_hi"] == pytest.approx(-0.8, abs=1e-7)
+    assert c["pi_hi"] - c["pi_lo"] > 2 * stats.norm.ppf(0.975) * se
     # models that differ: the prediction interval carries their spread
     spread = consensus(np.array([-0.9, -0.4, 0.1, -0.2, -0.6]), np.full(5, 0.01))
     assert spread["tau2"] > 0.05
-    assert spread["pi_hi"] - spread["pi_lo"] > 2 * stats.t.ppf(0.975, 3) * math.sqrt(spread["tau2"])
+    assert spread["pi_hi"] - spread["pi_lo"] > 2 * stats.norm.ppf(0.975) * math.sqrt(spread["tau2"])
     # two models: a mean and its interval, no prediction interval
     two = consensus(np.array([0.2, 0.3]), np.full(2, 0.01))
     assert math.isfinite(two["lo"]) and math.isnan(two["pi_lo"]) and math.isnan(two["p_generalises"])

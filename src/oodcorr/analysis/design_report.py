@@ -77,6 +77,7 @@ def report(
         ok = [r for r in rows if r["power_at_effect"][k]["power"] >= target and r["cost"].get("gpu_hours") is not None]
         cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
     max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
+    unreachable = generalises_unreachable(rows, target, max(effects))
     out = dict(info or {})
     out.update(
         grid=asdict(grid),
@@ -97,8 +98,31 @@ def report(
         curves=[c.to_json() for c in base],
         alternatives=rows,
         cheapest=cheapest,
+        generalises_unreachable=unreachable,
     )
     return out
+
+
+def generalises_unreachable(rows: list[dict], target: float, largest: float) -> dict | None:
+    """When the grid as configured (``rows[0]``) finds ``generalises`` in fewer than ``target`` of its
+    studies at every simulated effect up to ``largest``: its prediction interval cannot exclude 0
+    often enough whatever the shared effect (too few models, or each too noisy, to bound the spread
+    a further model may have). Then the cheapest alternative row (by GPU-hours) that does reach it,
+    or None; else None."""
+    if rows[0]["smallest_effect_80"]["generalises"] is not None:
+        return None
+    fixes = [
+        r
+        for r in rows[1:]
+        if r["smallest_effect_80"]["generalises"] is not None and r["cost"].get("gpu_hours") is not None
+    ]
+    fix = min(fixes, key=lambda r: r["cost"]["gpu_hours"]) if fixes else None
+    return {
+        "largest_effect": float(largest),
+        "target": float(target),
+        "fix": None if fix is None else fix["name"],
+        "fix_smallest_effect": None if fix is None else fix["smallest_effect_80"]["generalises"],
+    }
 
 
 def _f(p) -> str:
@@ -202,6 +226,22 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
                 f"the cheapest row reaching {rep['target']:.0%} at effect {rep['effect']:g} is **{name}**"
                 if name
                 else f"no row reaches {rep['target']:.0%} at effect {rep['effect']:g}"
+            )
+        )
+    un = rep.get("generalises_unreachable")
+    if un:
+        g0 = rep["alternatives"][0]["grid"]
+        lines.append(
+            f"* **`generalises` is out of reach for this grid**: with {g0['models']} models x {g0['runs']} runs, the "
+            f"prediction interval for a further model excludes 0 in fewer than {un['target']:.0%} of studies at every "
+            f"effect up to {un['largest_effect']:g}: so few or so noisy models cannot bound how far a further "
+            "model may differ from them (docs/analysis.md#the-prediction-interval). "
+            + (
+                f"The cheapest change that reaches it: **{un['fix']}** ({un['target']:.0%} at effect "
+                f"{un['fix_smallest_effect']:.2f})."
+                if un["fix"]
+                else "No change simulated here reaches it; more models (10 or more) with 2-3 runs each do in the "
+                "calibration (benchmarks/README.md#14-the-prediction-interval-across-models-coverage)."
             )
         )
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
