@@ -14,14 +14,19 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from oodcorr.analysis.lmeval import MAX_RESULTS_BYTES, compile_pattern, list_files, read_folder
 from oodcorr.core.errors import DataError
+
+from faults import PYTHON, as_nobody, python_env
 
 DATE = "2026-01-02T03-04-05.678901"
 
@@ -327,16 +332,44 @@ def test_a_pipe_named_like_a_results_file_is_refused_without_waiting_on_it(tmp_p
 
 
 def test_an_unreadable_folder_or_file_is_named(tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root reads folders without read permission; chmod cannot make one unreadable here")
-    series(tmp_path)
-    locked = tmp_path / "org__b"
-    locked.chmod(0)
+    """A folder the reader may not list is named. Root reads any folder, so as root the reader
+    runs as user nobody (setpriv) on a folder of its own that only its owner, root, may list."""
+    if os.geteuid() != 0:
+        series(tmp_path)
+        locked = tmp_path / "org__b"
+        locked.chmod(0)
+        try:
+            with pytest.raises(DataError, match=r"org__b: cannot list this folder"):
+                read_folder(tmp_path)
+        finally:
+            locked.chmod(0o755)
+        return
+    prefix = as_nobody()
+    top = Path(tempfile.mkdtemp(prefix="oodcorr-lmeval-"))
     try:
-        with pytest.raises(DataError, match=r"org__b: cannot list this folder"):
-            read_folder(tmp_path)
+        top.chmod(0o755)
+        series(top)
+        for d in [top, *top.rglob("*")]:
+            if d.is_dir():
+                d.chmod(0o755)
+        (top / "org__b").chmod(0o700)  # root's own: nobody may not list it
+        res = subprocess.run(
+            [
+                *prefix,
+                PYTHON,
+                "-c",
+                "import sys; from oodcorr.analysis.lmeval import read_folder; read_folder(sys.argv[1])",
+            ]
+            + [str(top)],
+            capture_output=True,
+            text=True,
+            env=python_env(),
+            timeout=120,
+        )
+        assert res.returncode != 0
+        assert re.search(r"org__b: cannot list this folder", res.stderr), res.stderr[-2000:]
     finally:
-        locked.chmod(0o755)
+        shutil.rmtree(top)
 
 
 # ---- the Pythia suite's real files ----
