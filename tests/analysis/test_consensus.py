@@ -276,7 +276,7 @@ def test_a_residual_that_wanders_gets_the_cap_note():
 
 # ---- the figures -------------------------------------------------------------------------------
 def test_grid_shape_is_near_square():
-    from oodcorr.jobs.plots import grid_shape
+    from oodcorr.jobs.plotting import grid_shape
 
     assert [grid_shape(n) for n in (1, 2, 3, 4, 5, 16, 17)] == [(1, 1), (1, 2), (2, 2), (2, 2), (2, 3), (4, 4), (4, 5)]
 
@@ -298,7 +298,7 @@ def test_the_grid_of_sixteen_models_is_no_wider_than_three_times_its_height(tmp_
 
 
 def test_the_consensus_heatmap_marks_each_verdict(tmp_path):
-    from oodcorr.jobs.plots import consensus_heatmap
+    from oodcorr.jobs.answer_figures import consensus_heatmap
 
     tables = [
         _runs({f"m{i}": [-0.5, -0.48] for i in range(6)}, pair=("a", "b")),  # generalises (negative)

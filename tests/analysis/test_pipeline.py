@@ -313,7 +313,8 @@ def test_heatmap_titles_say_numbers_not_names():
 
 
 def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
-    from oodcorr.jobs.plots import TEXT_LIMIT, cluster_order, heatmap
+    from oodcorr.jobs.plots import heatmap
+    from oodcorr.jobs.plotting import TEXT_LIMIT, cluster_order
 
     rng = np.random.default_rng(10)
     n, k = 25, 36

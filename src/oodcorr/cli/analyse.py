@@ -27,8 +27,7 @@ from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
 from ..core.limits import analysis_cells, analysis_too_large
 from ..core.locks import EXPERIMENT, hold
-from ..jobs import plots
-from ..jobs.plots import FOREST_CAP
+from ..jobs import answer_figures, plots
 from ..launch.experiment import experiment_folder
 from .args import add_showing_default, block_length, positive_int
 from .scores import read_lmeval, read_scores
@@ -304,7 +303,7 @@ def add_parser(sub, help: str) -> None:
     add_showing_default(
         o,
         "--forest-max",
-        FOREST_CAP,
+        answer_figures.FOREST_CAP,
         "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
         "models differ, generalises, near zero, then unresolved; the largest consensus first); 0: none",
         type=int,
@@ -431,7 +430,7 @@ def make_plots(
     method: str,
     residualiser: str,
     opts,
-    forest_max: int = FOREST_CAP,
+    forest_max: int = answer_figures.FOREST_CAP,
     forest_pairs: list[str] | None = None,
 ) -> list[str]:
     """Every figure; returns the in-domain sets that got a consensus heatmap."""
@@ -443,9 +442,10 @@ def make_plots(
         png = str(out / "consensus" / f"{safe_name(dom)}.png")
         agreed = dict(agree=agree, in_domain=dom, method=method, residualiser=residualiser)
         plots.draw("consensus_heatmap", png, opts, **agreed)
-        pairs, total = plots.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
+        pairs, total = answer_figures.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
         if named is not None:
-            pairs = [p for p in named if p in set(plots.forest_pairs(agree, dom, method, residualiser, cap=total)[0])]
+            every = set(answer_figures.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
+            pairs = [p for p in named if p in every]
         elif len(pairs) < total:
             log.info(
                 "forest plots of in-domain %s: %d of its %d pairs (--forest-max %d: the verdicts that say most "

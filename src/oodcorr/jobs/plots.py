@@ -5,101 +5,33 @@ Every drawing function takes the analysis tables, writes one PNG atomically, and
 small dict describing what it drew (used by the tests). :func:`draw` draws one analysis figure
 the same way for the command line and the workflow's rules (:func:`heatmap_marks` and
 :func:`scatter_fits` turn an analysis's options into its arguments). The training-loss curves
-of the report (:func:`training_loss_curves`) read the runs' manifests.
+of the report (:func:`training_loss_curves`) read the runs' manifests. The figures across models
+(the consensus heatmap, forest plots) are in :mod:`.answer_figures`, what every figure shares in
+:mod:`.plotting`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..analysis.consensus import VERDICTS
 from ..core.io import atomic_path, read_json
+from .answer_figures import consensus_heatmap, forest
+from .plotting import (
+    CMAP,
+    TEXT_LIMIT,
+    heatmap_figure,
+    pair_matrix,
+    panel_inches,
+    pyplot,
+    save,
+    select,
+    testset_order,
+)
 from .series import MANIFEST_FIX
-
-CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, out_png: str, tight: bool = True) -> None:
-    """Write the figure atomically; ``tight`` trims the margins (a second layout pass, which
-    costs seconds on a figure with dozens of panels)."""
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight" if tight else None, format="png")
-    _plt().close(fig)
-
-
-def select(pc: pd.DataFrame, method: str, residualiser: str, run: str = "pooled") -> pd.DataFrame:
-    """The rows one heatmap shows: one method, one residualiser, pooled (or one run)."""
-    return pc[(pc["method"] == method) & (pc["residualiser"] == residualiser) & (pc["run"] == run)]
-
-
-TEXT_LIMIT = 30  # more testsets than this: no numbers in the cells, marks instead, clustered order
-MAX_INCHES = 24.0  # a heatmap panel's side never exceeds this (about 2,900 pixels at 120 dpi)
-
-
-def _panel_inches(n_names: int) -> float:
-    """A heatmap panel's side for ``n_names`` testsets: half an inch each plus margins, 3.5 to MAX_INCHES."""
-    return min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
-
-
-def grid_shape(n_panels: int) -> tuple[int, int]:
-    """(rows, columns) of a near-square grid for ``n_panels`` panels: as many columns as the
-    square root rounds up to, so 2 panels sit in one row, 3 or 4 in two, 16 in four."""
-    cols = max(1, math.ceil(math.sqrt(n_panels)))
-    return max(1, math.ceil(n_panels / cols)), cols
-
-
-def _heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
-    """(figure, axes as a flat list) of ``n_panels`` heatmap panels in a near-square grid
-    (:func:`grid_shape`), each sized for ``n_names`` testsets and a title of ``title_lines``
-    lines, with room for the shared colour bar; panels beyond ``n_panels`` are switched off."""
-    size = _panel_inches(n_names)
-    rows, cols = grid_shape(n_panels)
-    height = size + 1.0 if rows == 1 else rows * (size + 0.25 * title_lines + 0.5)
-    fig, axes = plt.subplots(rows, cols, figsize=((size + 1.5) * cols + 1, height), squeeze=False, layout="constrained")
-    flat = list(axes.flat)
-    for ax in flat[n_panels:]:
-        ax.set_axis_off()
-    return fig, flat[:n_panels]
-
-
-def _matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
-    m = np.full((len(names), len(names)), np.nan)
-    idx = {n: i for i, n in enumerate(names)}
-    i = np.array([idx[x] for x in rows["x"]], dtype=int)
-    j = np.array([idx[y] for y in rows["y"]], dtype=int)
-    m[np.maximum(i, j), np.minimum(i, j)] = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
-    return m
-
-
-def cluster_order(rows: pd.DataFrame, names: list[str]) -> list[str]:
-    """Testsets ordered by average-linkage clustering on 1 - r (missing r counts as 0), so
-    testsets that move together sit together; the leaves' order is optimal (scipy)."""
-    from scipy.cluster.hierarchy import leaves_list, linkage
-    from scipy.spatial.distance import squareform
-
-    if len(names) < 3:
-        return list(names)
-    m = _matrix(rows, names, "r")
-    m = np.where(np.isfinite(m), m, 0.0)
-    sim = m + m.T
-    np.fill_diagonal(sim, 1.0)
-    d = np.clip(1.0 - sim, 0.0, 2.0)
-    order = leaves_list(linkage(squareform(d, checks=False), method="average", optimal_ordering=len(names) <= 400))
-    return [names[i] for i in order]
 
 
 def _flag(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
@@ -117,12 +49,12 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
         ax.set_axis_off()
         ax.set_title(title, fontsize=9)
         return None, cells
-    m = _matrix(rows, names, "r")[1:, :-1]
-    sig = _matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
-    unresolved = _matrix(_flag(rows, "conclusion", "unresolved"), names, "_f")[1:, :-1] == 1
-    near = _matrix(_flag(rows, "conclusion", "near zero"), names, "_f")[1:, :-1] == 1
-    curved = _matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
-    present = np.isfinite(_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
+    m = pair_matrix(rows, names, "r")[1:, :-1]
+    sig = pair_matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
+    unresolved = pair_matrix(_flag(rows, "conclusion", "unresolved"), names, "_f")[1:, :-1] == 1
+    near = pair_matrix(_flag(rows, "conclusion", "near zero"), names, "_f")[1:, :-1] == 1
+    curved = pair_matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
+    present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
     rnames, cnames = names[1:], names[:-1]
     k = len(rnames)
     # one RGBA image (a single resampling when drawn): the colour of r, faded where unresolved,
@@ -181,7 +113,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                     )
                     cells[key] = "n/a"
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
-    side = _panel_inches(len(names))
+    side = panel_inches(len(names))
     label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
     ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
     ax.set_yticks(range(k), rnames, fontsize=label_fs)
@@ -240,11 +172,6 @@ def _rows(sub: pd.DataFrame, key: dict) -> pd.DataFrame:
     return sub[mask]
 
 
-def _names(rows: pd.DataFrame) -> list[str]:
-    names = sorted(set(rows["x"]) | set(rows["y"]))
-    return cluster_order(rows, names) if len(names) > TEXT_LIMIT else names
-
-
 def heatmap_marks(opts) -> dict:
     """The keyword arguments of :func:`heatmap` and :func:`heatmap_grid` that an analysis's options
     (:class:`oodcorr.analysis.Options`) set: the significance level, confidence level and near-zero band."""
@@ -264,15 +191,15 @@ def heatmap(
 ) -> dict:
     """One panel per in-domain set and pool group for ``model``. Returns
     {(in_domain, row, col): label}."""
-    plt = _plt()
+    plt = pyplot()
     sub = select(pc[pc["model"] == model], method, residualiser, run)
     keys = _panel_keys(sub, by_model=False)
     per = [(key, _rows(sub, key)) for key in keys]
     n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
-    fig, axes = _heatmap_figure(plt, n_names, len(per))
+    fig, axes = heatmap_figure(plt, n_names, len(per))
     cells, im = {}, None
     for ax, (key, rows) in zip(axes, per):
-        names = _names(rows)
+        names = testset_order(rows)
         big = len(names) > TEXT_LIMIT
         where = f"in-domain {key.get('in_domain', '')}"
         title = (
@@ -283,7 +210,7 @@ def heatmap(
         cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8, label="partial r (in-domain regressed out)")
-    _save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
+    save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
     return cells
 
 
@@ -300,11 +227,11 @@ def heatmap_grid(
     """Every model side by side in a near-square grid (:func:`grid_shape`): one panel per model
     (and in-domain set, pool group), the same testset order in every panel, one shared colour
     scale. Returns {(model, in_domain): n cells drawn}."""
-    plt = _plt()
+    plt = pyplot()
     sub = select(pc, method, residualiser, run)
     keys = _panel_keys(sub, by_model=True)
-    names = _names(sub.drop_duplicates(["x", "y"])) if len(sub) else []
-    fig, axes = _heatmap_figure(plt, len(names), len(keys))
+    names = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
+    fig, axes = heatmap_figure(plt, len(names), len(keys))
     out, im = {}, None
     for ax, key in zip(axes, keys):
         rows = _rows(sub, key)
@@ -319,282 +246,11 @@ def heatmap_grid(
         ) + len(c)
     if im is not None:
         fig.colorbar(im, ax=axes, shrink=0.8, label=f"partial r ({method}, {residualiser})")
-    _save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
+    save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
     return out
 
 
 # how the consensus heatmap marks each verdict (analysis.consensus.VERDICTS): a glyph after the value
-VERDICT_MARKS = {
-    "generalises (positive)": "",
-    "generalises (negative)": "",
-    "sign reversal": "±",
-    "models differ": "≠",
-    "agree near zero": "≈0",
-}
-
-
-def consensus_heatmap(
-    agree: pd.DataFrame,
-    out_png: str,
-    method: str,
-    residualiser: str,
-    in_domain: str,
-    alpha: float | None = None,
-    near_zero: float | None = None,
-) -> dict:
-    """The answer for one in-domain set: the consensus across models of every OOD pair's partial
-    correlation (``r_consensus`` of the agreement table), marked by its verdict -- bold with a
-    black frame: generalises (the sign a further model is predicted to share); '±': sign
-    reversal; '≠': models differ; '≈0' with a dashed frame: agree near zero; faded: unresolved;
-    hatched 'n/a': no consensus. One panel per pool group. Returns {(pool_group, row, col): label}."""
-    plt = _plt()
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
-    groups = sorted(sub["pool_group"].astype(str).unique()) or [""]
-    n_names = max([len(set(g["x"]) | set(g["y"])) for _, g in sub.groupby("pool_group")] + [2])
-    fig, axes = _heatmap_figure(plt, n_names, len(groups), title_lines=4)
-    import matplotlib as mpl
-
-    norm = mpl.colors.Normalize(vmin=-1, vmax=1)
-    cmap = mpl.colormaps[CMAP]
-    cells = {}
-    for ax, group in zip(axes, groups):
-        rows = sub[sub["pool_group"].astype(str) == group].assign(r=lambda d: d["r_consensus"])
-        names = _names(rows)
-        if len(names) < 2:
-            known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
-            ax.text(
-                0.5,
-                0.5,
-                f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})",
-                ha="center",
-                va="center",
-            )
-            ax.set_axis_off()
-            continue
-        m = _matrix(rows, names, "r_consensus")[1:, :-1]
-        verdicts = np.full(m.shape, "", dtype=object)
-        idx = {n: i for i, n in enumerate(names)}
-        for x, y, v in zip(rows["x"], rows["y"], rows["verdict"]):
-            i, j = idx[x], idx[y]
-            verdicts[max(i, j) - 1, min(i, j)] = v
-        present = verdicts != ""
-        finite = np.isfinite(m)
-        rgba = cmap(norm(np.where(finite, m, 0.0)))
-        fade = finite & ~np.isin(verdicts, list(VERDICT_MARKS))
-        rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
-        rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
-        rgba[~present] = (1, 1, 1, 0)
-        ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
-        rnames, cnames = names[1:], names[:-1]
-        k = len(rnames)
-        big = len(names) > TEXT_LIMIT
-        fs = max(4.5, min(9.0, 130 / len(names)))
-        for i, j in zip(*np.nonzero(present)):
-            v, word = m[i, j], verdicts[i, j]
-            mark = VERDICT_MARKS.get(word, "")
-            label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
-            cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
-            general = word.startswith("generalises")
-            if general:
-                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, edgecolor="black"))
-            elif word == "agree near zero":
-                ax.add_patch(
-                    plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
-                )
-            if not finite[i, j]:
-                ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
-            if big:
-                if mark:
-                    ax.text(j, i, mark, ha="center", va="center", fontsize=fs, color="black")
-                continue
-            colour = "dimgrey" if fade[i, j] else ("white" if finite[i, j] and abs(v) > 0.6 else "black")
-            ax.text(
-                j,
-                i,
-                label,
-                ha="center",
-                va="center",
-                fontsize=fs,
-                color=colour,
-                fontweight="bold" if general else "normal",
-            )
-        side = _panel_inches(len(names))
-        label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-        ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
-        ax.set_yticks(range(k), rnames, fontsize=label_fs)
-        ax.set_xlim(-0.5, k - 0.5)
-        ax.set_ylim(k - 0.5, -0.5)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
-        n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
-        counts = rows["verdict"].value_counts()
-        tally = ", ".join(f"{n} {w}" for w, n in counts.items())
-        if n_models == 2:
-            tally += " (2 models: no prediction interval, so none can generalise)"
-        a = f"{alpha:g}" if alpha is not None else "alpha"
-        nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
-        where = f" ({group})" if group not in ("", "all runs") else ""
-        ax.set_title(
-            f"in-domain {in_domain}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
-            f"framed bold: generalises (prediction interval excludes 0, {rows['correction'].iloc[0]}, {a});\n"
-            f"±: sign reversal; ≠: models differ; ≈0: agree near zero (±{nz}); faded: unresolved\n{tally}",
-            fontsize=8,
-        )
-    fig.colorbar(
-        mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8, label="consensus partial r across models"
-    )
-    _save(fig, out_png, tight=n_names <= TEXT_LIMIT)
-    return cells
-
-
-FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-domain set (--forest-max)
-
-
-def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
-    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
-    all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
-    :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, models differ, generalises, agree near
-    zero, unresolved), then by the size of the consensus."""
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
-    rank = {v: i for i, v in enumerate(VERDICTS)}
-    best = {}
-    for row in sub.itertuples(index=False):
-        key = tuple(sorted((str(row.x), str(row.y))))
-        size = abs(float(row.r_consensus)) if np.isfinite(float(row.r_consensus)) else -1.0
-        score = (rank.get(row.verdict, len(rank)), -size)
-        best[key] = min(best.get(key, score), score)
-    pairs = sorted(best, key=lambda k: (best[k], k))
-    return sorted(pairs[:cap]), len(pairs)
-
-
-def _natural(name: str) -> list:
-    """A sort key that puts ``m2`` before ``m10``."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
-
-
-def forest(
-    agree: pd.DataFrame,
-    pc: pd.DataFrame,
-    out_png: str,
-    in_domain: str,
-    x: str,
-    y: str,
-    method: str,
-    residualiser: str,
-    near_zero: float | None = None,
-    level: float | None = None,
-) -> dict:
-    """Why one OOD pair got its verdict: a forest plot. One row per model -- its pooled partial r
-    with its interval (a square and a line), its runs as small dots where it has several -- then
-    the consensus across models with its interval (a diamond) and the prediction interval for a
-    further model (a bar below it); 0 and the near-zero band marked; the verdict in the title.
-    One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ..., ...}}."""
-    plt = _plt()
-
-    def pair_rows(df):
-        xs, ys = df["x"].astype(str), df["y"].astype(str)
-        return df[
-            (df["method"] == method)
-            & (df["residualiser"] == residualiser)
-            & (df["in_domain"].astype(str) == str(in_domain))
-            & (((xs == x) & (ys == y)) | ((xs == y) & (ys == x)))
-        ]
-
-    arows, prows = pair_rows(agree), pair_rows(pc)
-    groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
-    models = sorted(prows["model"].astype(str).unique(), key=_natural)
-    height = 1.9 + 0.32 * (len(models) + 3)
-    fig, axes = plt.subplots(1, len(groups), figsize=(7.5 * len(groups), height), squeeze=False)
-    out = {}
-    lvl = f"{100 * level:g} % " if level else ""
-    for ax, group in zip(axes[0], groups):
-        a = arows[arows["pool_group"].astype(str) == group]
-        p = prows[prows["pool_group"].astype(str) == group]
-        pooled = p[p["run"] == "pooled"].set_index(p.loc[p["run"] == "pooled", "model"].astype(str))
-        runs = p[p["run"] != "pooled"]
-        ys = {m: len(models) - i + 2 for i, m in enumerate(models)}  # top to bottom; consensus rows at 1 and 0
-        ax.axvline(0, color="black", lw=0.8)
-        if near_zero:
-            ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
-        drawn = []
-        for m in models:
-            yy = ys[m]
-            rr = runs[runs["model"].astype(str) == m]["r"].to_numpy(float)
-            rr = rr[np.isfinite(rr)]
-            if len(rr) > 1:
-                ax.plot(rr, np.full(len(rr), yy) + np.linspace(-0.18, 0.18, len(rr)), "o", ms=3, color="0.55", zorder=2)
-            if m not in pooled.index:
-                continue
-            row = pooled.loc[m]
-            r, lo, hi = (float(row[c]) for c in ("r", "ci_low", "ci_high"))
-            label = "n/a"
-            if np.isfinite(lo) and np.isfinite(hi):
-                ax.plot([lo, hi], [yy, yy], color="black", lw=1.2, zorder=3)
-                label = f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            elif np.isfinite(r):
-                label = f"{r:+.2f} (no interval)"
-            if np.isfinite(r):
-                ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
-                drawn.append(m)
-            ax.text(1.04, yy, label, va="center", fontsize=8, transform=ax.get_yaxis_transform())
-        verdict, n_models, tally = "no agreement row", 0, {}
-        if len(a):
-            row = a.iloc[0]
-            verdict = str(row["verdict"])
-            rc, lo, hi = (float(row[c]) for c in ("r_consensus", "ci_low_consensus", "ci_high_consensus"))
-            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
-            n_models = int(row["n_models_consensus"]) if np.isfinite(float(row["n_models_consensus"])) else 0
-            if np.isfinite(rc) and np.isfinite(lo) and np.isfinite(hi):
-                ax.fill([lo, rc, hi, rc], [1, 1.3, 1, 0.7], color="tab:red", zorder=4)
-                cons = f"{rc:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            elif np.isfinite(rc):
-                ax.plot([rc], [1], "D", color="tab:red", zorder=4)
-                cons = f"{rc:+.2f}"
-            else:
-                cons = "n/a"
-            ax.text(1.04, 1, cons, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
-            if np.isfinite(plo) and np.isfinite(phi):
-                ax.plot([plo, phi], [0, 0], color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6, zorder=3)
-                pi = f"[{plo:+.2f}, {phi:+.2f}]"
-            else:
-                pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, 0, pi, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
-            tally = {"consensus": cons, "prediction": pi}
-        ax.axhline(1.75, color="0.6", lw=0.6)
-        ax.set_yticks(
-            [ys[m] for m in models] + [1, 0],
-            models + [f"consensus of {n_models} models", "prediction interval\n(a further model)"],
-            fontsize=8 if len(models) <= 24 else 6,
-        )
-        ax.set_ylim(-0.8, len(models) + 2.8)
-        ax.set_xlim(-1.02, 1.02)
-        ax.set_xlabel(
-            f"partial r ({method}, {residualiser}); squares: each model pooled, dots: its runs, lines: {lvl}intervals"
-            + (f"; grey band: near zero (±{near_zero:g})" if near_zero else ""),
-            fontsize=8,
-        )
-        where = f" ({group})" if group not in ("", "all runs") else ""
-        ax.set_title(
-            f"{x} × {y}, in-domain {in_domain}{where}\nverdict: {verdict}",
-            fontsize=10,
-            fontweight="bold" if verdict.startswith("generalises") else "normal",
-        )
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        out[group] = {"models": drawn, "verdict": verdict, **tally}
-    fig.tight_layout()
-    _save(fig, out_png)
-    return out
-
-
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 
@@ -603,7 +259,7 @@ def learning_curves(
 ) -> dict:
     """Score vs step per testset: one thin line per run, the mean over runs bold; the
     in-domain testset in black. One panel per in-domain set. Returns {in_domain: testsets}."""
-    plt = _plt()
+    plt = pyplot()
     sub = long[long["model"] == model]
     panels = sorted(sub["in_domain"].unique()) or [""]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.2), squeeze=False)
@@ -644,7 +300,7 @@ def learning_curves(
         ax.grid(alpha=0.3)
         if legend:
             ax.legend(fontsize=7, loc="best", ncol=1 + len(names) // 12)
-    _save(fig, out_png)
+    save(fig, out_png)
     return drawn
 
 
@@ -685,7 +341,7 @@ def scatter(
     distances to it). Returns {testset: number of curves drawn}."""
     from ..analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
-    plt = _plt()
+    plt = pyplot()
     gam_settings = gam_settings or GamSettings()
     sub = long[long["model"] == model]
     panels = []
@@ -740,7 +396,7 @@ def scatter(
     extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
-    _save(fig, out_png, tight=False)
+    save(fig, out_png, tight=False)
     return drawn
 
 
@@ -801,7 +457,7 @@ def design_power(report: dict, out_png: str) -> dict:
     """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
     line per verdict (a band of two Monte Carlo standard errors around each), the target power
     dashed. ``report`` is :func:`oodcorr.analysis.design_report.report`'s dict."""
-    plt = _plt()
+    plt = pyplot()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)
     drawn = []
@@ -827,14 +483,14 @@ def design_power(report: dict, out_png: str) -> dict:
         f"{report['precision']['studies']} simulated studies per point",
         fontsize=10,
     )
-    _save(fig, out_png)
+    save(fig, out_png)
     return {"panels": len(panels), "lines": drawn}
 
 
 def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict:
     """The training loss against the step, one line per run of ``model``, from each run's manifest
     (``loss_history``: the Trainer's logged losses, earlier attempts included after a resume)."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     drawn = {}
     for path in sorted(manifests):

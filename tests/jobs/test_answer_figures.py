@@ -1,4 +1,4 @@
-"""The forest plot of one OOD pair (oodcorr.jobs.plots.forest) and the pairs oodcorr analyse draws."""
+"""The forest plot of one OOD pair (oodcorr.jobs.answer_figures.forest) and the pairs oodcorr analyse draws."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.simulate import study_table
-from oodcorr.jobs import plots
+from oodcorr.jobs import answer_figures, plots
 
 
 def _study(n_models=16, n_runs=3, seed=3):
@@ -46,7 +46,9 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
 def test_two_models_have_no_prediction_interval_and_say_so(tmp_path):
     pc, agree, opts = _study(n_models=2, n_runs=1)
     row = agree.iloc[0]
-    drawn = plots.forest(agree, pc, str(tmp_path / "f.png"), str(row.in_domain), row.x, row.y, "pearson", "linear")
+    drawn = answer_figures.forest(
+        agree, pc, str(tmp_path / "f.png"), str(row.in_domain), row.x, row.y, "pearson", "linear"
+    )
     (panel,) = drawn.values()
     assert panel["prediction"] == "none (fewer than 3 models)"
 
@@ -69,9 +71,13 @@ def test_forest_pairs_are_all_up_to_the_cap_then_the_telling_verdicts_first():
             }
         )
     agree = pd.DataFrame(rows)
-    assert plots.forest_pairs(agree, "d", "pearson", "linear") == (
+    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear") == (
         [("a0", "b0"), ("a1", "b1"), ("a2", "b2"), ("a3", "b3")],
         4,
     )
-    assert plots.forest_pairs(agree, "d", "pearson", "linear", cap=2) == ([("a1", "b1"), ("a2", "b2")], 4)
-    assert plots.forest_pairs(agree, "d", "pearson", "linear", cap=3)[0] == [("a0", "b0"), ("a1", "b1"), ("a2", "b2")]
+    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear", cap=2) == ([("a1", "b1"), ("a2", "b2")], 4)
+    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear", cap=3)[0] == [
+        ("a0", "b0"),
+        ("a1", "b1"),
+        ("a2", "b2"),
+    ]

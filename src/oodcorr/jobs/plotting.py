@@ -1,0 +1,101 @@
+"""What every figure shares: matplotlib without a display (:func:`pyplot`), the atomic PNG write
+(:func:`save`), the rows one heatmap shows (:func:`select`), a heatmap panel's size and a grid of
+panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), a pairs table as a
+lower-triangular matrix (:func:`pair_matrix`) and the testsets' order (:func:`cluster_order`,
+:func:`testset_order`). The figures are in :mod:`.plots` (per model, and :func:`~.plots.draw`) and
+:mod:`.answer_figures` (across models).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..core.io import atomic_path
+
+CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig, out_png: str, tight: bool = True) -> None:
+    """Write the figure atomically; ``tight`` trims the margins (a second layout pass, which
+    costs seconds on a figure with dozens of panels)."""
+    with atomic_path(out_png) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight" if tight else None, format="png")
+    pyplot().close(fig)
+
+
+def select(pc: pd.DataFrame, method: str, residualiser: str, run: str = "pooled") -> pd.DataFrame:
+    """The rows one heatmap shows: one method, one residualiser, pooled (or one run)."""
+    return pc[(pc["method"] == method) & (pc["residualiser"] == residualiser) & (pc["run"] == run)]
+
+
+TEXT_LIMIT = 30  # more testsets than this: no numbers in the cells, marks instead, clustered order
+MAX_INCHES = 24.0  # a heatmap panel's side never exceeds this (about 2,900 pixels at 120 dpi)
+
+
+def panel_inches(n_names: int) -> float:
+    """A heatmap panel's side for ``n_names`` testsets: half an inch each plus margins, 3.5 to MAX_INCHES."""
+    return min(MAX_INCHES, max(3.5, 0.5 * n_names + 1.5))
+
+
+def grid_shape(n_panels: int) -> tuple[int, int]:
+    """(rows, columns) of a near-square grid for ``n_panels`` panels: as many columns as the
+    square root rounds up to, so 2 panels sit in one row, 3 or 4 in two, 16 in four."""
+    cols = max(1, math.ceil(math.sqrt(n_panels)))
+    return max(1, math.ceil(n_panels / cols)), cols
+
+
+def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
+    """(figure, axes as a flat list) of ``n_panels`` heatmap panels in a near-square grid
+    (:func:`grid_shape`), each sized for ``n_names`` testsets and a title of ``title_lines``
+    lines, with room for the shared colour bar; panels beyond ``n_panels`` are switched off."""
+    size = panel_inches(n_names)
+    rows, cols = grid_shape(n_panels)
+    height = size + 1.0 if rows == 1 else rows * (size + 0.25 * title_lines + 0.5)
+    fig, axes = plt.subplots(rows, cols, figsize=((size + 1.5) * cols + 1, height), squeeze=False, layout="constrained")
+    flat = list(axes.flat)
+    for ax in flat[n_panels:]:
+        ax.set_axis_off()
+    return fig, flat[:n_panels]
+
+
+def pair_matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
+    m = np.full((len(names), len(names)), np.nan)
+    idx = {n: i for i, n in enumerate(names)}
+    i = np.array([idx[x] for x in rows["x"]], dtype=int)
+    j = np.array([idx[y] for y in rows["y"]], dtype=int)
+    m[np.maximum(i, j), np.minimum(i, j)] = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
+    return m
+
+
+def cluster_order(rows: pd.DataFrame, names: list[str]) -> list[str]:
+    """Testsets ordered by average-linkage clustering on 1 - r (missing r counts as 0), so
+    testsets that move together sit together; the leaves' order is optimal (scipy)."""
+    from scipy.cluster.hierarchy import leaves_list, linkage
+    from scipy.spatial.distance import squareform
+
+    if len(names) < 3:
+        return list(names)
+    m = pair_matrix(rows, names, "r")
+    m = np.where(np.isfinite(m), m, 0.0)
+    sim = m + m.T
+    np.fill_diagonal(sim, 1.0)
+    d = np.clip(1.0 - sim, 0.0, 2.0)
+    order = leaves_list(linkage(squareform(d, checks=False), method="average", optimal_ordering=len(names) <= 400))
+    return [names[i] for i in order]
+
+
+def testset_order(rows: pd.DataFrame) -> list[str]:
+    names = sorted(set(rows["x"]) | set(rows["y"]))
+    return cluster_order(rows, names) if len(names) > TEXT_LIMIT else names
