@@ -39,6 +39,8 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
     assert len(panel["models"]) == 16 and panel["verdict"] == row.verdict
     assert panel["consensus"].startswith(f"{row.r_consensus:+.2f} [")
     assert panel["prediction"] == f"[{row.pi_low_consensus:+.2f}, {row.pi_high_consensus:+.2f}]"
+    assert panel["tolerance"] == f"[{row.tol_low_consensus:+.2f}, {row.tol_high_consensus:+.2f}]"
+    assert row.tol_low_consensus < row.tol_high_consensus
     w, h = Image.open(png).size
     assert h >= 900 and w >= 800  # 16 rows at 120 dpi: readable, not squeezed
 
@@ -50,7 +52,7 @@ def test_two_models_have_no_prediction_interval_and_say_so(tmp_path):
         agree, pc, str(tmp_path / "f.png"), str(row.in_domain), row.x, row.y, "pearson", "linear"
     )
     (panel,) = drawn.values()
-    assert panel["prediction"] == "none (fewer than 3 models)"
+    assert panel["prediction"] == panel["tolerance"] == "none (fewer than 3 models)"
 
 
 def test_forest_pairs_are_all_up_to_the_cap_then_the_telling_verdicts_first():

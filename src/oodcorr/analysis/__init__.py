@@ -11,8 +11,9 @@ matrices), :mod:`.correlate` (methods, one pair), :mod:`.resample` (block bootst
 block permutation: the ``block`` inference), :mod:`.inference` (effective sample
 size, the modified t-test and its interval: one procedure per cell),
 :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
-meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, its
-prediction interval for a further model, heterogeneity, sign reversal, the verdict), :mod:`.tables`
+meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models,
+heterogeneity, sign reversal, the verdict), :mod:`.predictive` (where a further model is
+expected: the prediction interval, the tolerance bounds ``generalises`` reads), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
 results and their per-sample logs), :mod:`.pipeline` (everything together),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and

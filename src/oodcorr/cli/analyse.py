@@ -39,12 +39,14 @@ outputs (in --out):
   partial_correlations.csv  one row per model x run (or 'pooled' per pool group) x pair x method x
                             residualiser: r, interval, p, effective sample size, checks
   agreement.csv             per OOD pair: the answer across models -- the consensus r with its
-                            interval and prediction interval, and a verdict: generalises
+                            interval, the prediction interval for a further model, the
+                            tolerance bounds of 97.5 % of models, and a verdict: generalises
                             (positive/negative), sign reversal, models differ, agree near zero,
                             unresolved (corrected across pairs); each model's pooled r
   consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
   forest/<in-domain>/<x>+<y>.png  why each pair got its verdict: each model's pooled r and interval,
-                            the consensus and the prediction interval (with more than one model;
+                            the consensus, the prediction interval and the tolerance bounds (with
+                            more than one model;
                             up to --forest-max pairs per in-domain set)
   heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
   heatmap_grid.png          the models side by side (with more than one model)

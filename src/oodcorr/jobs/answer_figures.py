@@ -1,6 +1,6 @@
 """The figures of the answer across models: the consensus heatmap (one per in-domain set, the
-verdict of every OOD pair) and the forest plot of one pair (each model's pooled r, the consensus
-and the prediction interval), drawn through :func:`oodcorr.jobs.plots.draw`.
+verdict of every OOD pair) and the forest plot of one pair (each model's pooled r, the consensus,
+the prediction interval and the tolerance bounds), drawn through :func:`oodcorr.jobs.plots.draw`.
 """
 
 from __future__ import annotations
@@ -124,13 +124,14 @@ def consensus_heatmap(
         counts = rows["verdict"].value_counts()
         tally = ", ".join(f"{n} {w}" for w, n in counts.items())
         if n_models == 2:
-            tally += " (2 models: no prediction interval, so none can generalise)"
+            tally += " (2 models: nothing can be said of a further model, so none can generalise)"
         a = f"{alpha:g}" if alpha is not None else "alpha"
         nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
         where = f" ({group})" if group not in ("", "all runs") else ""
         ax.set_title(
             f"in-domain {in_domain}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
-            f"framed bold: generalises (prediction interval excludes 0, {rows['correction'].iloc[0]}, {a});\n"
+            f"framed bold: generalises (a tolerance bound excludes 0: the other sign in under 2.5 % of such models; "
+            f"{rows['correction'].iloc[0]}, {a});\n"
             f"±: sign reversal; ≠: models differ; ≈0: agree near zero (±{nz}); faded: unresolved\n{tally}",
             fontsize=8,
         )
@@ -184,8 +185,10 @@ def forest(
 ) -> dict:
     """Why one OOD pair got its verdict: a forest plot. One row per model -- its pooled partial r
     with its interval (a square and a line), its runs as small dots where it has several -- then
-    the consensus across models with its interval (a diamond) and the prediction interval for a
-    further model (a bar below it); 0 and the near-zero band marked; the verdict in the title.
+    the consensus across models with its interval (a diamond), the prediction interval for a
+    further model (a bar below it) and the tolerance bounds that hold 97.5 % of models of this kind
+    (a line with end marks, below that), which ``generalises`` reads; 0 and the near-zero band
+    marked; the verdict in the title.
     One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ..., ...}}."""
     plt = pyplot()
 
@@ -201,7 +204,7 @@ def forest(
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
     models = sorted(prows["model"].astype(str).unique(), key=_natural)
-    height = 1.9 + 0.32 * (len(models) + 3)
+    height = 1.9 + 0.32 * (len(models) + 4)
     fig, axes = plt.subplots(1, len(groups), figsize=(7.5 * len(groups), height), squeeze=False)
     out = {}
     lvl = f"{100 * level:g} % " if level else ""
@@ -210,7 +213,7 @@ def forest(
         p = prows[prows["pool_group"].astype(str) == group]
         pooled = p[p["run"] == "pooled"].set_index(p.loc[p["run"] == "pooled", "model"].astype(str))
         runs = p[p["run"] != "pooled"]
-        ys = {m: len(models) - i + 2 for i, m in enumerate(models)}  # top to bottom; consensus rows at 1 and 0
+        ys = {m: len(models) - i + 2 for i, m in enumerate(models)}  # top to bottom; consensus rows at 1, 0, -1
         ax.axvline(0, color="black", lw=0.8)
         if near_zero:
             ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
@@ -257,14 +260,22 @@ def forest(
             else:
                 pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
             ax.text(1.04, 0, pi, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
-            tally = {"consensus": cons, "prediction": pi}
+            tlo, thi = (float(row.get(c, np.nan)) for c in ("tol_low_consensus", "tol_high_consensus"))
+            if np.isfinite(tlo) and np.isfinite(thi):
+                ax.plot([tlo, thi], [-1, -1], color="tab:red", lw=1.2, marker="|", ms=10, zorder=3)
+                tol = f"[{tlo:+.2f}, {thi:+.2f}]"
+            else:
+                tol = "none (fewer than 3 models)" if n_models < 3 else "n/a"
+            ax.text(1.04, -1, tol, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
+            tally = {"consensus": cons, "prediction": pi, "tolerance": tol}
         ax.axhline(1.75, color="0.6", lw=0.6)
         ax.set_yticks(
-            [ys[m] for m in models] + [1, 0],
-            models + [f"consensus of {n_models} models", "prediction interval\n(a further model)"],
+            [ys[m] for m in models] + [1, 0, -1],
+            [*models, f"consensus of {n_models} models", "prediction interval\n(a further model)"]
+            + ["97.5 % of models\n(tolerance)"],
             fontsize=8 if len(models) <= 24 else 6,
         )
-        ax.set_ylim(-0.8, len(models) + 2.8)
+        ax.set_ylim(-1.8, len(models) + 2.8)
         ax.set_xlim(-1.02, 1.02)
         ax.set_xlabel(
             f"partial r ({method}, {residualiser}); squares: each model pooled, dots: its runs, lines: {lvl}intervals"

@@ -43,7 +43,8 @@ from .resources import PLACEMENT, Resources, model_resources
 # columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
 # param of the rule) and nothing upstream. tests/meta/test_plan_layer.py ties it to the columns.
 # 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
-ANALYSIS_FORMAT = 2
+# 3: agreement.csv gains the tolerance bounds, which generalises now reads (issue 30).
+ANALYSIS_FORMAT = 3
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)

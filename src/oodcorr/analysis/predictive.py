@@ -1,0 +1,286 @@
+"""Where a further model of the table's kind is expected: the two statements across models.
+
+Both read the models of one pair as the random-effects model of :mod:`.consensus`: model m's
+Fisher z ``z_m`` (variance ``V_m``, from its runs) is ``theta_m + e_m``, ``e_m ~ N(0, V_m)``,
+and the models' true correlations ``theta_m ~ N(mu, tau^2)``, ``mu`` and ``tau`` unknown. A
+further model of the same kind has ``theta_new ~ N(mu, tau^2)``. With few models, or one noisy
+series each, ``tau`` is poorly known, and both statements integrate over it on a grid of ``tau``
+instead of plugging in an estimate:
+
+* **The prediction interval** (:func:`predictive_batch`): where ``theta_new`` lies with
+  probability ``level``. The central interval of the two-level model's Bayesian posterior
+  predictive, with a flat prior on ``mu``, a half-normal prior of scale :data:`TAU_SCALE` on
+  ``tau``, and a within-model variance that may be smaller than the ``V_m`` the per-run
+  procedure gives: ``lambda V_m``, ``lambda`` uniform on :data:`WITHIN_SCALES` (that procedure's
+  modified t is conservative, so a model's z scatters around its truth by only 0.72--0.98 of
+  its ``V_m`` in simulated series; read as noise, the rest of a true spread would make the
+  interval too narrow).
+* **The tolerance bounds** (:func:`tolerance_batch`), which ``generalises`` reads: with
+  confidence ``(1 + level) / 2`` (0.975), at least that share of models of this kind have a
+  correlation above ``tol_lo`` (below ``tol_hi``). ``tau``'s uncertainty is its Q-profile
+  confidence distribution ``H(tau) = P(chi2_{M-1} >= Q(tau))`` (exact for known ``V_m``), and given
+  ``tau``, ``mu``'s is normal around the inverse-variance mean; ``tol_hi`` is the 0.975
+  quantile of the implied distribution of ``mu + c tau`` (``c`` the normal quantile of
+  the share), the generalised pivotal quantity of Nagashima, Noma & Furukawa 2019 for a
+  quantile instead of a further draw.
+
+Both read the ``V_m`` scaled by :func:`within_scale_batch`: as they are, unless the models agree
+more closely than those variances allow.
+
+Why two: a prediction interval that excludes 0 says a further model is *expected* to share the
+sign; it does not say that models of the other sign are rare, and where they are not rare
+(a spread near the sign boundary) an interval of exact coverage excludes 0 in a fifth of
+studies. ``generalises`` claims the second, so it is the tolerance bound's. The measured
+coverage, error rates and the power each costs: benchmarks/README.md#14-the-prediction-interval-across-models-coverage;
+the choice: docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds.
+
+Every function takes many studies at once: ``zm``, ``Vm`` of shape (studies, models), with
+``present`` marking the models a study has. Studies with fewer than 3 models get NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import special, stats
+
+from .pooling import solve_tau2
+
+# the between-model sd's prior: half-normal of this scale on the Fisher z scale
+TAU_SCALE = 0.5
+TAU_POINTS = 161  # grid points of tau for the prediction interval
+TOL_POINTS = 401  # ... and for the tolerance bounds (their p to 1e-4 of a direct integral)
+# the within-model variance is lambda V_m, lambda uniform on these (the prediction interval only)
+WITHIN_SCALES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+CHUNK = 256  # studies per (studies, grid, models) array
+
+
+def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
+    """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007) per
+    study: the largest ``tau2`` at which the generalised Q is still at least the lower
+    ``(1 - level) / 2`` quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it
+    already at 0; NaN for fewer than 2 models."""
+    present = np.asarray(present, dtype=bool)
+    k = present.sum(-1)
+    target = stats.chi2.ppf((1 - level) / 2, np.maximum(k - 1, 1))
+    t2 = solve_tau2(zm[:, None], Vm[:, None], present[:, None], target)
+    return np.where(k >= 2, t2, np.nan)
+
+
+def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Per study: (the scale the within-model variances get, the lower-tail p of the models' Q).
+
+    The models' Cochran Q at no spread, ``Q = sum (z_m - mean)^2 / V_m``, is chi-square on M - 1
+    degrees of freedom when the ``V_m`` are right and the models share one value, and larger when
+    they differ. Far below it (its lower-tail p under ``(1 - level) / 2``) the models agree more
+    closely than their own variances allow: the ``V_m`` are too large for this pair (in the real
+    Pythia table, 5 of 21 pairs; in simulated series, as often as chance says), and read as they
+    are they would explain the models' spread away as noise. Those studies get the scale
+    ``Q / (M - 1)``, so that no more than the models' own scatter is credited to noise; every
+    other study 1. NaN for fewer than 3 models."""
+    present = np.asarray(present, dtype=bool)
+    k = present.sum(-1)
+    y = np.where(present, zm, 0.0)
+    w = np.where(present, 1 / np.where(present, Vm, 1.0), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (w * y).sum(-1) / w.sum(-1)
+        q = (w * np.where(present, y - mean[:, None], 0.0) ** 2).sum(-1)
+        p_low = stats.chi2.cdf(q, np.maximum(k - 1, 1))
+        scale = np.where(p_low < (1 - level) / 2, np.clip(q / np.maximum(k - 1, 1), 1e-6, 1.0), 1.0)
+    three = k >= 3
+    return np.where(three, scale, np.nan), np.where(three, p_low, np.nan)
+
+
+def _grid(y, v, present, floor: float, points: int) -> np.ndarray:
+    """(studies, points) values of tau from 0 to ``floor`` or 1.5 times the 99.9 % Q-profile upper
+    bound, whichever is larger: all of tau's posterior or confidence distribution but a negligible tail."""
+    hi = np.sqrt(np.nan_to_num(tau2_upper_batch(y, v, present, 0.999), nan=0.0))
+    return np.maximum(floor, 1.5 * hi)[:, None] * np.linspace(0.0, 1.0, points)[None, :]
+
+
+def _profile(y, v, present, tau) -> tuple[np.ndarray, ...]:
+    """At each grid point tau: ``mu(tau)`` (the inverse-variance mean), ``V(tau) = 1 / sum w``,
+    the generalised ``Q(tau)`` and ``sum log w`` (``w = 1 / (V_m + tau^2)``); each (studies, points)."""
+    w = np.where(present[:, None, :], 1 / (v[:, None, :] + tau[:, :, None] ** 2), 0.0)
+    sw = w.sum(-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mu = (w * y[:, None, :]).sum(-1) / sw
+        q = (w * (y[:, None, :] - mu[..., None]) ** 2).sum(-1)
+        logw = np.where(present[:, None, :], np.log(np.where(w > 0, w, 1.0)), 0.0).sum(-1)
+    return mu, 1 / sw, q, logw
+
+
+def _trapezoid(points: int) -> np.ndarray:
+    t = np.ones(points)
+    t[[0, -1]] = 0.5
+    return t
+
+
+def tau_posterior_batch(
+    zm, Vm, present, tau_scale: float = TAU_SCALE, points: int = TAU_POINTS, within_scales=WITHIN_SCALES
+) -> dict:
+    """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
+    prior of scale ``tau_scale`` on ``tau`` and ``lambda`` uniform on ``within_scales`` (model m's
+    within variance ``lambda V_m``). Returns, flattened over (lambda, tau) to shape (studies,
+    components): ``tau``, ``weight`` (each grid point's posterior mass: trapezoid weights in
+    ``tau``, summing to 1) and the conditional posterior of ``mu`` there, normal with mean ``mu``
+    and variance ``var``.
+
+    Given (lambda, tau), ``mu``'s posterior is ``N(mu(tau), V(tau))`` with the inverse-variance mean
+    and ``V(tau) = 1 / sum w``, ``w = 1 / (lambda V_m + tau^2)``; their marginal posterior is, up to a
+    constant, ``prior(tau) sqrt(V(tau) prod w) exp(-Q(tau) / 2)`` (the normal likelihood with
+    ``mu`` integrated out). A scale of 0 puts all the mass at ``tau = 0`` (the fixed-effect model);
+    ``within_scales=(1.0,)`` takes the ``V_m`` as they are."""
+    present = np.asarray(present, dtype=bool)
+    y = np.where(present, zm, 0.0)
+    v = np.where(present, Vm, 1.0)
+    lams = tuple(float(x) for x in within_scales)
+    tau = _grid(y, min(lams) * v, present, 6 * tau_scale, points)
+    parts = {"log": [], "mu": [], "var": []}
+    for lam in lams:
+        mu, var, q, logw = _profile(y, lam * v, present, tau)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            log_post = 0.5 * (logw + np.log(var) - q)
+            if tau_scale > 0:
+                log_post = log_post - 0.5 * (tau / tau_scale) ** 2
+            else:
+                log_post = np.where(tau > 0, -np.inf, log_post)
+        parts["log"].append(log_post)
+        parts["mu"].append(mu)
+        parts["var"].append(var)
+    log_post = np.concatenate(parts["log"], axis=-1)
+    log_post = log_post - np.max(log_post, axis=-1, keepdims=True)
+    mass = np.exp(log_post) * np.tile(_trapezoid(points), len(lams))
+    mass = mass / mass.sum(-1, keepdims=True)
+    return {
+        "tau": np.tile(tau, (1, len(lams))),
+        "weight": mass,
+        "mu": np.concatenate(parts["mu"], axis=-1),
+        "var": np.concatenate(parts["var"], axis=-1),
+    }
+
+
+def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
+    """The Q-profile confidence distribution of ``tau`` on a grid, per study, as mixture weights:
+    ``H(tau) = P(chi2_{M-1} >= Q(tau))`` rises from ``H(0)`` (its mass at 0, the chance that a
+    spread of 0 is not rejected) to 1; each grid interval's mass ``H(tau_i) - H(tau_(i-1))`` is split
+    between its two ends (the trapezoid rule). Returns ``tau``, ``weight``, ``mu`` and ``var`` as
+    :func:`tau_posterior_batch` does, with the ``V_m`` as they are."""
+    present = np.asarray(present, dtype=bool)
+    y = np.where(present, zm, 0.0)
+    v = np.where(present, Vm, 1.0)
+    k = present.sum(-1)
+    tau = _grid(y, v, present, 0.0, points)  # no prior: the grid is the confidence distribution's range
+    mu, var, q, _ = _profile(y, v, present, tau)
+    H = stats.chi2.sf(q, np.maximum(k - 1, 1)[:, None])
+    H = np.maximum.accumulate(np.nan_to_num(H, nan=1.0), axis=-1)  # Q falls with tau; guard rounding
+    H[:, -1] = 1.0
+    dH = np.diff(H, axis=-1)
+    weight = np.zeros_like(H)
+    weight[:, 0] = H[:, 0]
+    weight[:, :-1] += dH / 2
+    weight[:, 1:] += dH / 2
+    return {"tau": tau, "weight": weight, "mu": mu, "var": var}
+
+
+def mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
+    """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
+    of shape (rows, components), weights summing to 1): Newton steps from the moment-matched
+    normal's quantile, kept inside a bracket that every step narrows (a step that would leave it
+    bisects it instead), to ``tol``."""
+    lo, hi = (mu - 10 * sd).min(-1), (mu + 10 * sd).max(-1)
+    m = (wt * mu).sum(-1)
+    s = np.sqrt(np.maximum((wt * (sd * sd + mu * mu)).sum(-1) - m * m, 1e-300))
+    x = np.clip(m + s * special.ndtri(p), lo, hi)
+    for _ in range(100):
+        u = (x[:, None] - mu) / sd
+        f = (wt * special.ndtr(u)).sum(-1) - p
+        dens = (wt * np.exp(-0.5 * u * u) / (sd * math.sqrt(2 * math.pi))).sum(-1)
+        lo, hi = np.where(f < 0, x, lo), np.where(f < 0, hi, x)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(dens > 0, x - f / dens, np.nan)
+        inside = np.isfinite(step) & (step > lo) & (step < hi)
+        new = np.where(inside, step, 0.5 * (lo + hi))
+        done = np.abs(new - x) < tol
+        x = new
+        if done.all():
+            break
+    return x
+
+
+def _chunks(present):
+    idx = np.flatnonzero(np.asarray(present, dtype=bool).sum(-1) >= 3)
+    for s in range(0, len(idx), CHUNK):
+        yield idx[s : s + CHUNK]
+
+
+def predictive_batch(
+    zm,
+    Vm,
+    present,
+    level: float = 0.95,
+    tau_scale: float = TAU_SCALE,
+    points: int = TAU_POINTS,
+    within_scales=WITHIN_SCALES,
+) -> dict:
+    """Per study: the prediction interval for a further model's correlation (z scale), the central
+    interval at ``level`` (``pi_lo``, ``pi_hi``) of the posterior predictive
+    (:func:`tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``.
+    Also ``p_predictive`` (twice the predictive mass on the far side of 0: the level at which the
+    interval just reaches 0) and ``tau`` (the posterior mean of the between-model sd)."""
+    present = np.asarray(present, dtype=bool)
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
+    for i in _chunks(present):
+        post = tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, points, within_scales)
+        wt, mu, sd = post["weight"], post["mu"], np.sqrt(post["var"] + post["tau"] ** 2)
+        out["pi_lo"][i] = mixture_quantile((1 - level) / 2, wt, mu, sd)
+        out["pi_hi"][i] = mixture_quantile((1 + level) / 2, wt, mu, sd)
+        f0 = (wt * special.ndtr(-mu / sd)).sum(-1)
+        out["p_predictive"][i] = np.minimum(1.0, 2 * np.minimum(f0, 1 - f0))
+        out["tau"][i] = (wt * post["tau"]).sum(-1)
+    return out
+
+
+def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS) -> dict:
+    """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each at
+    content and confidence ``(1 + level) / 2`` (0.975; see the module doc): ``tol_lo`` (with that
+    confidence, at least that share of models of this kind lie above it) and ``tol_hi`` (below
+    it). ``p_low_side`` is the confidence distribution's mass on ``mu - c tau <= 0`` (below
+    ``(1 - level) / 2`` exactly when ``tol_lo > 0``), ``p_high_side`` its mass on ``mu + c tau >= 0``,
+    and ``p_generalises`` twice the smaller: below ``1 - level`` exactly when one bound excludes 0,
+    the level at which a shared sign is just claimed. Twice, because the side is chosen by the
+    data; measured, one side alone claims a shared sign in up to 0.09 of studies at the boundary
+    (a further model of the other sign with probability 0.025)."""
+    present = np.asarray(present, dtype=bool)
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    share = (1 + level) / 2
+    c = float(stats.norm.ppf(share))
+    keys = ("tol_lo", "tol_hi", "p_low_side", "p_high_side")
+    out = {k: np.full(present.shape[0], np.nan) for k in keys}
+    for i in _chunks(present):
+        cd = tau_confidence_batch(zm[i], Vm[i], present[i], points)
+        wt, mu, sd, tau = cd["weight"], cd["mu"], np.sqrt(cd["var"]), cd["tau"]
+        out["tol_lo"][i] = mixture_quantile(1 - share, wt, mu - c * tau, sd)
+        out["tol_hi"][i] = mixture_quantile(share, wt, mu + c * tau, sd)
+        out["p_low_side"][i] = np.minimum(1.0, (wt * special.ndtr((c * tau - mu) / sd)).sum(-1))
+        out["p_high_side"][i] = np.minimum(1.0, (wt * special.ndtr((mu + c * tau) / sd)).sum(-1))
+    out["p_generalises"] = np.minimum(1.0, 2 * np.fmin(out["p_low_side"], out["p_high_side"]))
+    return out
+
+
+def _one(fn, zm, Vm, *args, **kw) -> dict:
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    res = fn(zm[None], Vm[None], np.ones((1, len(zm)), bool), *args, **kw)
+    return {k: float(val[0]) for k, val in res.items()}
+
+
+def predictive(zm, Vm, level: float = 0.95, tau_scale: float = TAU_SCALE, within_scales=WITHIN_SCALES) -> dict:
+    """:func:`predictive_batch` of one study's models: ``pi_lo``, ``pi_hi``, ``p_predictive``, ``tau``."""
+    return _one(predictive_batch, zm, Vm, level, tau_scale, within_scales=within_scales)
+
+
+def tolerance(zm, Vm, level: float = 0.95) -> dict:
+    """:func:`tolerance_batch` of one study's models."""
+    return _one(tolerance_batch, zm, Vm, level)
