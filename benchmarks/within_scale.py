@@ -1,0 +1,51 @@
+"""How often the models agree more closely than their within variances allow: simulated studies against a real table.
+
+agreement.csv scales a pair's within-model variances down (``within_scale`` < 1,
+:func:`oodcorr.analysis.predictive.within_scale_batch`) when the models' Cochran Q at no spread is
+below its 2.5 % quantile. With the variances right, that happens in 2.5 % of studies whose models
+share one value. This script counts it in simulated studies whose models all have r -0.5 (the
+shapes of benchmarks/README.md#14, 1,000 studies each, the design command's two steps) and, with
+``--agreement``, in a real table's agreement.csv (e.g. the Pythia table's:
+docs/analysis.md#a-real-table-of-checkpoint-series-the-pythia-suite), with the smallest scale of each.
+
+    .venv/bin/python benchmarks/within_scale.py [--agreement /tmp/pythia-analysis/agreement.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+import pandas as pd
+
+from oodcorr.analysis.design import Assumptions, Grid, Settings, simulate_runs, studies_of
+
+SHAPES = ((16, 1, 27, 0.8), (16, 1, 27, 0.5), (10, 1, 27, 0.8), (6, 3, 21, 0.5), (16, 3, 21, 0.8))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agreement", help="a real table's agreement.csv")
+    ap.add_argument("--studies", type=int, default=1000)
+    args = ap.parse_args(argv)
+    print("| shape (models × runs × checkpoints, φ) | studies | within_scale < 1 | smallest |")
+    print("| --- | ---: | ---: | ---: |")
+    for M, K, N, phi in SHAPES:
+        runs = simulate_runs(
+            Grid(M, K, N), Assumptions(phi=phi), math.tanh(-0.55), args.studies, np.random.default_rng([9, M, K, N])
+        )
+        scale = studies_of(runs, Settings())["within_scale"]
+        print(f"| {M} × {K} × {N}, φ {phi:g} | {args.studies} | {np.mean(scale < 1):.3f} | {np.nanmin(scale):.3f} |")
+    if args.agreement:
+        a = pd.read_csv(args.agreement)
+        s = a["within_scale"].to_numpy(float)
+        s = s[np.isfinite(s)]
+        below = int((s < 1).sum())
+        print(f"| {args.agreement} (real) | {len(s)} pairs | {np.mean(s < 1):.3f} ({below}) | {s.min():.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
