@@ -3,8 +3,9 @@
 agreement.csv scales a pair's within-model variances down (``within_scale`` < 1,
 :func:`oodcorr.analysis.predictive.within_scale_batch`) when the models' Cochran Q at no spread is
 below its 2.5 % quantile. With the variances right, that happens in 2.5 % of studies whose models
-share one value. This script counts it in simulated studies whose models all have r -0.5 (the
-shapes of benchmarks/README.md#14, 1,000 studies each, the design command's two steps) and, with
+share one value. This script counts it in simulated studies whose models all have r -0.5 (1,000
+studies each, the design command's two steps; the table is in
+benchmarks/README.md#14-the-prediction-interval-across-models-coverage) and, with
 ``--agreement``, in a real table's agreement.csv (e.g. the Pythia table's:
 docs/analysis.md#a-real-table-of-checkpoint-series-the-pythia-suite), with the smallest scale of each.
 
