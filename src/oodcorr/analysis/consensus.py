@@ -44,7 +44,7 @@ model m departs from it, ``w_mi`` how a run (a seed) departs from its model.
   bound's far side of 0, the level at which a bound just reaches 0: below alpha, models of the
   other sign are shown to be rare (fewer than 2.5 %) among models of this kind. It is the
   tolerance bound's and not the prediction interval's because an interval of exact coverage
-  still excludes 0 in a fifth of studies whose models have the other sign one time in twenty
+  still excludes 0 in up to a sixth of studies whose models have the other sign one time in seventeen
   (measured: benchmarks/README.md#14-the-prediction-interval-across-models-coverage).
 
 Every p-value above is corrected across the pairs of one table (one in-domain set, pool group,
