@@ -243,7 +243,7 @@ def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_re
 
 def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
     from oodcorr.planning.checks import check_analysis_size
-    from oodcorr.planning.plan import Run
+    from oodcorr.planning.units import Run
 
     testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}
     runs = [Run("m", "mnli", 64, s, (0, 4, 8), 8) for s in range(3)]

@@ -467,7 +467,7 @@ def check_data_sources(exp: Experiment) -> None:
 def check_placement(models: Mapping[str, Any]) -> None:
     """A partition or account is set for all of a rule's jobs or for none of them.
 
-    ``models`` are the plan's :class:`oodcorr.planning.plan.ModelSpec` by name (their per-rule
+    ``models`` are the plan's :class:`oodcorr.planning.units.ModelSpec` by name (their per-rule
     ``resources``). Snakemake takes a rule's resource from the rule, for every job: a job whose
     model has no partition would get none at all -- not the profile's -- so a half-set key is an
     error. (A constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
@@ -500,7 +500,7 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
     """Fewer checkpoints than every residualiser needs: every cell of the run would be NaN, an
     error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning.
 
-    ``runs`` are the plan's runs (:class:`oodcorr.planning.plan.Run`: model, n_train, steps, max_steps,
+    ``runs`` are the plan's runs (:class:`oodcorr.planning.units.Run`: model, n_train, steps, max_steps,
     series); not imported here, since the plan imports this module."""
     analysis = filled(analysis, ANALYSIS)
     residualisers = list(analysis["residualisers"])

@@ -4,13 +4,14 @@
 (:func:`oodcorr.planning.schema.fill_defaults`), resolves it (:class:`oodcorr.planning.config.Experiment`),
 checks it (:func:`oodcorr.planning.checks.check_config`) and enumerates what the workflow will run:
 
-* :class:`ModelSpec` -- a model entry resolved against the global settings (its
-  finetune block, prompt, method and per-rule :class:`oodcorr.planning.resources.Resources`);
-* :class:`Run` -- one finetuning run (model x in-domain set x n_train x seed) with
-  its checkpoint schedule, or a series model's run (model x in-domain set; n_train and
-  seed 0): its given checkpoints, no finetune job;
-* :class:`EvalJob` -- one evaluation job: a run x a testset x its steps (one step
-  with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
+* :class:`oodcorr.planning.units.ModelSpec` -- a model entry resolved against the global
+  settings (its finetune block, prompt, method and per-rule
+  :class:`oodcorr.planning.resources.Resources`);
+* :class:`oodcorr.planning.units.Run` -- one finetuning run (model x in-domain set x n_train x
+  seed) with its checkpoint schedule, or a series model's run (model x in-domain set; n_train
+  and seed 0): its given checkpoints, no finetune job;
+* :class:`oodcorr.planning.units.EvalJob` -- one evaluation job: a run x a testset x its steps
+  (one step with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
 * where everything lives, all under ``results/<experiment>/``: :class:`oodcorr.planning.layout.Paths`.
 
 The Snakefile builds one :class:`Plan` and the rules read only it: targets, params
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import itertools
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -33,11 +33,12 @@ from typing import Any
 from ..core import limits
 from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
-from ..core.model_dirs import model_files, names_gguf
+from ..core.model_dirs import model_files
 from . import checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .layout import Paths
-from .resources import PLACEMENT, Resources, model_resources
+from .resources import PLACEMENT, model_resources
+from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 
 # The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
 # columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
@@ -64,109 +65,6 @@ def rule_callable(func: Callable) -> Callable:
         del params["self"]
     setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
     return func
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A model entry resolved against the global config."""
-
-    name: str
-    source: str  # tiny | hub | path | package
-    method: str  # pattern | head
-    entry: dict  # the entry minus what does not change results (resources, finetune, distributed)
-    finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
-    prompt: dict | None  # None for methods that read no prompt
-    distributed: dict | None
-    resources: Mapping[str, Resources]  # per rule in MODEL_RULES
-    checkpoints: Mapping[int, dict] | None = None  # series only: x value -> {"path"} or {"hub", "revision"}
-    x_unit: str = "step"  # what the x-axis counts: step (finetuned, or a series' steps) or tokens
-    params_b: float | None = None  # the entry's parameter count for planning (oodcorr.launch.sizing), if given
-
-    @property
-    def is_tiny(self) -> bool:
-        return self.source == "tiny"
-
-    @property
-    def is_series(self) -> bool:
-        return self.source == "series"
-
-    @property
-    def is_gguf(self) -> bool:
-        """A GGUF file (``package:`` or ``path:``), converted once by rule convert_gguf."""
-        return names_gguf(self.entry)
-
-    @property
-    def lora(self) -> bool:
-        return bool(self.finetune.get("lora"))
-
-    @property
-    def source_record(self) -> dict:
-        """Where the weights come from, as recorded with every result."""
-        src = {k: self.entry[k] for k in ("hub", "revision", "path", "package") if self.entry.get(k)}
-        if self.is_series:
-            # the series as a whole; each record also holds its checkpoint's own location
-            return canonical({"series": self.entry["series"].get("hub") or "local directories"})
-        return canonical(src or {"tiny": self.entry["tiny"]["model_type"]})
-
-
-@dataclass(frozen=True)
-class Run:
-    """One finetuning run: model x in-domain set x n_train x data seed."""
-
-    model: str
-    in_domain: str
-    n_train: int
-    seed: int
-    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first; a series' x values
-    max_steps: int
-    series: bool = False  # the model's checkpoints are given (no finetune job), n_train and seed are 0
-
-    @property
-    def id(self) -> str:
-        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
-
-    @property
-    def wildcards(self) -> dict[str, str]:
-        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train), "seed": str(self.seed)}
-
-
-@dataclass(frozen=True)
-class EvalJob:
-    """One evaluation job: a run's checkpoints ``steps`` scored on one testset."""
-
-    run: Run
-    testset: str
-    role: str  # in-domain | ood
-    steps: tuple[int, ...]
-
-
-def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
-    """Steps at which a run is saved and evaluated, step 0 (the start) included."""
-    sched = ft["checkpoints"]
-    if "steps" in sched:
-        steps = [int(s) for s in sched["steps"]]
-        if any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
-        if steps and steps[-1] > max_steps:
-            raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
-    else:
-        every = int(sched["every"])
-        steps = list(range(every, max_steps + 1, every))
-        if not steps or steps[-1] != max_steps:
-            steps.append(max_steps)
-    if not steps or steps[0] != 0:
-        steps = [0] + steps
-    return tuple(steps)
-
-
-def run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
-    """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
-    if ft.get("max_steps"):
-        return int(ft["max_steps"])
-    if not ft.get("epochs"):
-        raise ConfigError(f"finetune (model {model}): give max_steps or epochs")
-    per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
-    return int(math.ceil(n_train / per_step) * ft["epochs"])
 
 
 @dataclass(frozen=True)
