@@ -26,8 +26,9 @@ folder (searched recursively) and returns one score per model x run x step x tas
 Bounds, checked before anything is parsed (the limits are flags of ``oodcorr analyse``):
 at most :data:`MAX_FILES` ``.json``/``.jsonl`` files (counted first, the count said), a results
 file of at most :data:`MAX_RESULTS_BYTES` (a real one is kilobytes to a few megabytes; more is
-usually samples written into it), a samples line of at most :data:`MAX_SAMPLE_LINE_BYTES`
-(samples files are streamed, line by line, keeping two numbers a document). Folders are walked
+usually samples written into it), a samples line of at most
+:data:`.lmeval_samples.MAX_SAMPLE_LINE_BYTES` (samples files are streamed, line by line, keeping
+two numbers a document: :func:`.lmeval_samples.read_samples`). Folders are walked
 following links, each real folder once: a link back into a folder already read (a loop) is
 said and not followed again. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
 the file; reading is done before anything is written, so a refusal leaves no result.
@@ -48,12 +49,12 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import DataError
+from .lmeval_samples import not_regular, read_samples
 
 log = logging.getLogger(__name__)
 
 MAX_FILES = 50_000  # .json and .jsonl files under the folder (--max-files)
 MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
-MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 PLACEHOLDERS = ("model", "run", "step")
 SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
@@ -202,7 +203,7 @@ def _load_json(path: Path, max_bytes: int):
     try:
         st = path.stat()
         if not stat.S_ISREG(st.st_mode):
-            raise DataError(_not_regular(path))
+            raise DataError(not_regular(path))
         size = st.st_size
         if size > max_bytes:
             raise DataError(_too_large(path, size, max_bytes))
@@ -232,10 +233,6 @@ def _load_json(path: Path, max_bytes: int):
         ) from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
-
-
-def _not_regular(path: Path) -> str:
-    return f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the folder"
 
 
 def _too_large(path: Path, size: int, max_bytes: int) -> str:
@@ -406,75 +403,6 @@ def samples_path(results: Path, task: str) -> Path | None:
     """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
     m = RESULTS_NAME.match(results.name)
     return results.with_name(f"samples_{task}_{m.group('date')}.jsonl") if m else None
-
-
-def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
-    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value
-    ``acc`` of the lines whose filter is ``none``), streamed; every value must be 0 or 1 and their
-    mean ``score`` (the results file's), else it is refused naming the file and line."""
-    name, _, filt = key.partition(",")
-    ids, vals = [], []
-    seen = set()
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise DataError(_not_regular(path))
-        fh = open(path, "rb")
-    except OSError as e:
-        raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or pass --no-samples") from None
-    with fh:
-        lineno = 0
-        while True:
-            raw = fh.readline(max_line + 1)
-            if not raw:
-                break
-            lineno += 1
-            if len(raw) > max_line:
-                raise DataError(
-                    f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "
-                    "lm-evaluation-harness? pass --no-samples to analyse without it"
-                )
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-                raise DataError(
-                    f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "
-                    "that evaluation with --log_samples, move the file out, or pass --no-samples"
-                ) from None
-            if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: not a JSON object; pass --no-samples to analyse without it")
-            if filt and str(rec.get("filter", "none")) != filt:
-                continue
-            if "doc_id" not in rec or name not in rec:
-                raise DataError(
-                    f"{path}:{lineno}: no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample; "
-                    "pass --no-samples to analyse without the samples"
-                )
-            v = rec[name]
-            if v is True or v is False:
-                v = int(v)
-            if not isinstance(v, (int, float)) or v not in (0, 1):
-                raise DataError(
-                    f"{path}:{lineno}: {name} is {str(v)[:40]!r}, not 0 or 1: the example-level bootstrap "
-                    "resamples correctness; pass --no-samples to analyse this metric without it"
-                )
-            doc = rec["doc_id"]
-            doc = doc if isinstance(doc, (int, str)) else json.dumps(doc)
-            if doc in seen:
-                raise DataError(f"{path}:{lineno}: document {doc!r} occurs twice; pass --no-samples or rerun it")
-            seen.add(doc)
-            ids.append(doc)
-            vals.append(float(v))
-    if not vals:
-        raise DataError(f"{path}: holds no sample of {key!r}; pass --no-samples to analyse without it")
-    mean = sum(vals) / len(vals)
-    if abs(mean - score) > 1e-6:
-        raise DataError(
-            f"{path}: its {len(vals)} samples average {mean:.6f} on {key!r}, but the results file beside it says "
-            f"{score:.6f}: not the same evaluation; move it out or pass --no-samples"
-        )
-    return pd.DataFrame({"example": ids, "correct": vals})
 
 
 # ---- the folder ----
