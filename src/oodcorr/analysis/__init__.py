@@ -15,7 +15,9 @@ meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across mo
 heterogeneity, sign reversal, the verdict), :mod:`.predictive` (where a further model is
 expected: the prediction interval, the tolerance bounds ``generalises`` reads), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
-results and their per-sample logs), :mod:`.pipeline` (everything together),
+results and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis
+setting), :mod:`.run_cells` (one run's cells), :mod:`.pipeline` (every run, pooled, corrected
+and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
 grid, by simulated studies analysed with the procedures above: ``oodcorr design``),
@@ -27,10 +29,12 @@ from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
-from .pipeline import CANON, COLUMNS, CONCLUSIONS, Options, analyse, analyse_run
+from .options import Options
+from .pipeline import CANON, COLUMNS, CONCLUSIONS, analyse
 from .pooling import combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
+from .run_cells import analyse_run
 
 __all__ = [
     "AGREEMENT_COLUMNS",

@@ -119,7 +119,7 @@ class Assumptions:
 
 @dataclass(frozen=True)
 class Settings:
-    """The analysis settings the verdicts depend on (:class:`.pipeline.Options`' of the same names)."""
+    """The analysis settings the verdicts depend on (:class:`.options.Options`' of the same names)."""
 
     alpha: float = 0.05
     level: float = 0.95

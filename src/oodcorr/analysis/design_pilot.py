@@ -22,7 +22,8 @@ import pandas as pd
 
 from .consensus import agreement
 from .design import NOISE, Settings, run_statistics
-from .pipeline import Options, analyse
+from .options import Options
+from .pipeline import analyse
 from .simulate import run_scores
 
 DEFAULT_PHIS = (0.5, 0.8, 0.95)  # the AR(1) coefficients simulated without --phi or a pilot

@@ -37,7 +37,8 @@ import pandas as pd
 from .consensus import agreement
 from .correlate import residual_pair
 from .inference import assess, dependence
-from .pipeline import Options, analyse
+from .options import Options
+from .pipeline import analyse
 from .resample import cell_rng
 from .residualise import GamSettings
 

@@ -1,0 +1,356 @@
+"""One run's cells: every (OOD pair, method, residualiser) of one model's run (:func:`analyse_run`).
+
+A cell residualises both OOD scores on the in-domain score (and the step, with ``+step``),
+correlates the residuals, and gets its interval and p-value from the inference of
+:class:`.options.Options` (:mod:`.inference`, :mod:`.resample`), with the checks that say when it
+cannot (``note``), the step-0 check and, where per-example correctness is given, the
+example-level bootstrap. :mod:`.pipeline` runs it for every run and pools, corrects and checks
+across runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .correlate import corr, p_param, residual_pair
+from .inference import PHI_MAX, assess, dependence, modified_tests
+from .options import Options
+from .resample import cell_rng, interval
+from .residualise import Degenerate, parse
+
+log = logging.getLogger(__name__)
+
+
+def ordered_units(units: pd.Series) -> bool:
+    """Whether ``units`` are ordered (numeric, not boolean): consecutive units are then dependent."""
+    return pd.api.types.is_numeric_dtype(units) and not pd.api.types.is_bool_dtype(units)
+
+
+def plain(v):
+    """A numpy scalar as the plain Python value (for readable notes)."""
+    return v.item() if hasattr(v, "item") else v
+
+
+_CELL_NAN = (
+    "r",
+    "ci_low",
+    "ci_high",
+    "p",
+    "p_param",
+    "p_perm",
+    "block_length",
+    "n_eff",
+    "phi_x",
+    "phi_y",
+    "se_z",
+    "r_no_step0",
+    "ci_low_no_step0",
+    "ci_high_no_step0",
+    "p_no_step0",
+    "se_z_no_step0",
+    "ex_ci_low",
+    "ex_ci_high",
+)
+
+
+def _nan_row(note: str) -> dict:
+    return {**dict.fromkeys(_CELL_NAN, math.nan), "n": 0, "note": note, "p_method": "", "ex_note": ""}
+
+
+class _RunExamples:
+    """Per-example correctness of one run: testset -> (units x examples) matrix, for
+    the example-level bootstrap (resample each testset's examples, the same examples
+    at every checkpoint, and recompute all accuracies)."""
+
+    def __init__(self, ex: pd.DataFrame, units: list, opts: Options, model: str, run: str):
+        self.units = units
+        self.mats: dict[str, np.ndarray] = {}
+        self.problems: dict[str, str] = {}
+        self.boot: dict[str, np.ndarray] = {}
+        pos = {u: i for i, u in enumerate(units)}
+        for ts, g in ex.groupby("testset", sort=True):
+            if g.duplicated(["unit", "example"]).any():
+                self.problems[ts] = f"duplicate (unit, example) predictions for {ts}"
+                continue
+            per_unit = g.groupby("unit")["example"].apply(lambda s: tuple(sorted(s)))
+            if per_unit.nunique() > 1:
+                self.problems[ts] = f"{ts} was evaluated on different examples at different units"
+                continue
+            wide = g.pivot(index="unit", columns="example", values="correct")
+            mat = np.full((len(units), wide.shape[1]), np.nan)
+            for u, vals in zip(wide.index, wide.to_numpy(float)):
+                if u in pos:
+                    mat[pos[u]] = vals
+            self.mats[ts] = mat
+            counts = cell_rng(opts.seed, model, run, ts, "examples").multinomial(
+                mat.shape[1], np.full(mat.shape[1], 1 / mat.shape[1]), size=opts.example_boot
+            )
+            # (units x examples) @ (examples x B) / n = accuracies under each resample
+            self.boot[ts] = (np.nan_to_num(mat) @ counts.T) / mat.shape[1]
+            self.boot[ts][~np.isfinite(mat[:, 0])] = np.nan
+
+    def why_not(self, names, mask) -> str:
+        for ts in names:
+            if ts in self.problems:
+                return self.problems[ts]
+            if ts not in self.mats:
+                return f"no per-example predictions for {ts}"
+            missing = [plain(self.units[i]) for i in np.flatnonzero(mask & ~np.isfinite(self.mats[ts][:, 0]))]
+            if missing:
+                return f"no per-example predictions for {ts} at unit(s) {missing[:5]}"
+        return ""
+
+
+def _example_ci(rex: _RunExamples, zname, a, b, steps, method, res, rp, opts, cache) -> tuple[float, float, str]:
+    mask = rp["mask"]
+    why = rex.why_not([zname, a, b], mask)
+    if why:
+        return math.nan, math.nan, why
+    rs = []
+    for i in range(opts.example_boot):
+        z = rex.boot[zname][:, i]
+        covars = np.column_stack([z, steps]) if parse(res).step else z
+        try:
+            q = residual_pair(
+                np.where(mask, rex.boot[a][:, i], np.nan),
+                rex.boot[b][:, i],
+                covars,
+                method,
+                res,
+                opts.gam,
+                cache,
+                names=(f"{a}#{i}", f"{b}#{i}"),
+                lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind == "gam" else None,
+            )
+        except Degenerate:
+            continue
+        rs.append(corr(q["rx"], q["ry"], method))
+    rs = np.asarray(rs, dtype=float)
+    rs = rs[np.isfinite(rs)]
+    if len(rs) < max(2, opts.example_boot / 2):
+        return math.nan, math.nan, f"only {len(rs)} of {opts.example_boot} example resamples gave a value"
+    lo, hi = interval(corr(rp["rx"], rp["ry"], method), rs, opts.level, opts.interval)
+    return lo, hi, ""
+
+
+def _infer(rp: dict, names, method: str, res: str, opts: Options, cache: dict, ordered: bool, rng_parts) -> dict:
+    """The cell's uncertainty (:func:`.inference.assess`), each series' dependence cached."""
+    pos = np.flatnonzero(rp["mask"]) if ordered else None
+    deps = []
+    for label, name in zip("xy", names):
+        key = ("dependence", name, method, res, rp["mask"].tobytes(), ordered)
+        if key not in cache:
+            cache[key] = dependence(rp[f"r{label}"], rp[f"R{label}"], pos)
+        deps.append(cache[key])
+    rng = cell_rng(opts.seed, *rng_parts) if opts.inference == "block" else None
+    bl = 0 if opts.block_length == "auto" else int(opts.block_length)
+    return assess(
+        rp,
+        method,
+        opts.level,
+        pos,
+        opts.inference,
+        deps=tuple(deps),
+        rng=rng,
+        block_length=bl,
+        n_boot=opts.n_boot,
+        n_perm=opts.n_perm,
+        interval=opts.interval,
+        defer=True,
+    )
+
+
+def _finish_tests(rows: list[dict], opts: Options) -> None:
+    """p, interval and se_z of every deferred cell (modified-t, iid), vectorised per method,
+    then the low-information notes."""
+    if opts.inference != "block":
+        for sfx in ("", "_no_step0"):
+            for m in opts.methods:
+                idx = [i for i, row in enumerate(rows) if row["method"] == m and f"_defer{sfx}" in row]
+                if not idx:
+                    continue
+                r = np.array([rows[i]["r" + sfx] for i in idx], dtype=float)
+                ne = np.array([rows[i]["_defer" + sfx] for i in idx], dtype=float)
+                p, lo, hi, se = modified_tests(m, r, ne, opts.level)
+                for j, i in enumerate(idx):
+                    rows[i].update(
+                        {"p" + sfx: p[j], "ci_low" + sfx: lo[j], "ci_high" + sfx: hi[j], "se_z" + sfx: se[j]}
+                    )
+    idx = [i for i, row in enumerate(rows) if "_dof" in row]
+    if idx:
+        r = np.array([rows[i]["r"] for i in idx], dtype=float)
+        dof = np.array([rows[i]["_dof"] for i in idx], dtype=float)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            t = np.abs(r) * np.sqrt(dof / np.maximum(1 - r * r, 1e-300))
+            pp = np.where(dof >= 1, np.where(np.abs(r) >= 1, 0.0, 2 * stats.t.sf(t, np.maximum(dof, 1))), np.nan)
+        for j, i in enumerate(idx):
+            rows[i]["p_param"] = float(pp[j])
+    for row in rows:
+        row.pop("_defer", None)
+        row.pop("_defer_no_step0", None)
+        row.pop("_dof", None)
+        if math.isfinite(row.get("r", math.nan)) and not row.get("note"):
+            row["note"] = _information_note(row, row["n"], opts)
+        if math.isfinite(row.get("r", math.nan)):
+            cap = cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
+            if cap:
+                row["note"] = "; ".join(n for n in (row.get("note"), cap) if n)
+
+
+def cap_note(phi_x: float, phi_y: float) -> str:
+    """What a cell's note says when a residual series' AR(1) estimate reached its cap (PHI_MAX)."""
+    at = [s for s, phi in (("x", phi_x), ("y", phi_y)) if math.isfinite(phi) and phi >= PHI_MAX]
+    if not at:
+        return ""
+    return (
+        f"the AR(1) estimate of the {' and '.join(at)} residuals reached its cap {PHI_MAX:g}: the residual "
+        "series trends or wanders (it looks nonstationary), so n_eff is the procedure's floor and the "
+        "interval as wide as it gets; try a residualiser that follows the trend (gam, linear+step) or "
+        "more checkpoints (docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)"
+    )
+
+
+def _information_note(a: dict, n: int, opts: Options) -> str:
+    ne = a["n_eff"]
+    if not math.isfinite(ne) or ne >= opts.min_n_eff:
+        return ""
+    ar = (
+        f" (AR(1) coefficients {a['phi_x']:.2f} and {a['phi_y']:.2f} after correction)"
+        if math.isfinite(a["phi_x"])
+        else ""
+    )
+    what = (
+        "fewer than 3 effective points, so no test or interval"
+        if not math.isfinite(a["p"])
+        else "too little independent information, so the interval is wide"
+    )
+    return f"effective sample size {ne:.1f} of {n} units{ar}: {what}"
+
+
+def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, run, rex, ex_cache, step0) -> dict:
+    spec = parse(res)
+    if spec.step and steps is None:
+        return _nan_row("'+step' needs a numeric unit column (the training step); this table's units are not numeric")
+    z = cols[zname]
+    covars = cols[("covariates", spec.step)]
+    xa, xb = cols[a], cols[b]
+    try:
+        rp = residual_pair(xa, xb, covars, method, res, opts.gam, cache, names=(a, b))
+    except Degenerate as e:
+        out = _nan_row(str(e))
+        out["n"] = int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(z)).sum())
+        return out
+    n = rp["n"]
+    got = _infer(rp, (a, b), method, res, opts, cache, ordered, (model, run, a, b, method, res))
+    r = got["r"]
+    if not math.isfinite(r):
+        out = _nan_row("the residuals have no variation in rank order")
+        out["n"] = n
+        return out
+    dof = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
+    out = {
+        **_nan_row(""),
+        **{k: got[k] for k in ("r", "n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
+        "n": n,
+    }
+    if method == "kendall":
+        out["p_param"] = p_param(r, rp["rx"], rp["ry"], method, dof)
+    else:
+        out["_dof"] = dof  # the i.i.d. t-test, vectorised in _finish_tests
+    if "p" in got:
+        out.update({k: got[k] for k in ("p", "ci_low", "ci_high", "se_z")})
+    else:
+        out["_defer"] = got["n_eff"]
+    if step0 is not None and rp["mask"][step0]:
+        xa0 = cols[("without step 0", a)]
+        try:
+            rp0 = residual_pair(xa0, xb, covars, method, res, opts.gam, cache, names=(a, b))
+            g0 = _infer(rp0, (a, b), method, res, opts, cache, ordered, (model, run, a, b, method, res, "no step 0"))
+            out["r_no_step0"] = g0["r"]
+            if "p" in g0:
+                out.update({f"{k}_no_step0": g0[k] for k in ("p", "ci_low", "ci_high", "se_z")})
+            else:
+                out["_defer_no_step0"] = g0["n_eff"]
+        except Degenerate:
+            pass
+    if opts.example_boot < 2:
+        out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
+    elif rex is None:
+        out["ex_note"] = "no per-example predictions given"
+    else:
+        out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = _example_ci(
+            rex, zname, a, b, steps, method, res, rp, opts, ex_cache
+        )
+    return out
+
+
+def analyse_run(
+    g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = None, ordered: bool | None = None
+) -> list[dict]:
+    """Every (pair, method, residualiser) cell of one run (rows of one model and run)."""
+    model, run = g["model"].iloc[0], g["run"].iloc[0]
+    ordered = ordered_units(g["unit"]) if ordered is None else ordered
+    zs = list(dict.fromkeys(g["in_domain"]))
+    zname = zs[0] if len(zs) == 1 else ""
+    ood = sorted(set(g["testset"]) - {zname})
+    base = {"model": model, "in_domain": zname, "run": run}
+    units = sorted(g["unit"].unique()) if ordered else list(dict.fromkeys(g["unit"]))
+    combos = list(itertools.product(itertools.combinations(ood, 2), opts.methods, opts.residualisers))
+    rows = []
+
+    def all_nan(note):
+        for (a, b), m, res in combos:
+            rows.append(
+                {**base, "x": a, "y": b, "method": m, "residualiser": res, **_nan_row(note), "n_units": len(units)}
+            )
+        return rows
+
+    if len(zs) != 1:
+        return all_nan(f"need one in-domain testset per run, found {zs}")
+    if zname == "":
+        return all_nan("no unique in-domain testset for this run (none, or several with role in-domain)")
+    if zname not in set(g["testset"]):
+        return all_nan(f"the in-domain testset {zname!r} has no scores in this run")
+    dup = g[g.duplicated(["unit", "testset"], keep=False)]
+    dup_sets = {ts: [plain(u) for u in sorted(d["unit"].unique())[:5]] for ts, d in dup.groupby("testset")}
+    if dup_sets:
+        log.warning("run %s/%s: duplicate units for %s", model, run, dup_sets)
+    if zname in dup_sets:
+        return all_nan(f"duplicate units for the in-domain testset {zname}: {dup_sets[zname]}")
+    clean = g[~g["testset"].isin(dup_sets)]
+    wide = clean.pivot(index="unit", columns="testset", values="score").reindex(index=units)
+    steps = wide.index.to_numpy(float) if ordered else None
+    step0 = None
+    if ordered and opts.step0_check and 0 in units:
+        step0 = units.index(0)
+    cols = {ts: wide[ts].to_numpy(float) for ts in wide.columns}
+    z = cols[zname]
+    cols[("covariates", False)] = z
+    cols[("covariates", True)] = np.column_stack([z, steps]) if steps is not None else None
+    if step0 is not None:
+        for ts in ood:
+            if ts in cols:
+                v = cols[ts].copy()
+                v[step0] = math.nan
+                cols[("without step 0", ts)] = v
+    rex = None
+    if examples is not None:
+        ex = examples[(examples["model"] == model) & (examples["run"] == run)]
+        rex = _RunExamples(ex, units, opts, model, run) if len(ex) else None
+    cache, ex_cache = {}, {}
+    for (a, b), m, res in combos:
+        row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
+        bad = [t for t in (a, b) if t in dup_sets]
+        if bad:
+            row.update(_nan_row("; ".join(f"duplicate units for {t}: {dup_sets[t]}" for t in bad)))
+        else:
+            row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
+        rows.append(row)
+    _finish_tests(rows, opts)
+    return rows
