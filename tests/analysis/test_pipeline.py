@@ -18,8 +18,6 @@ from oodcorr.analysis.simulate import ar1_series
 from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
 from oodcorr.core.errors import DataError
 
-from helpers import micro_config
-
 FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
 
@@ -453,42 +451,3 @@ def test_runs_analysed_in_parallel_processes_give_the_same_table():
     assert set(per_run["run"]) == {"m1/s0", "m1/s1", "m2/s0"}
     assert per_run.loc[per_run["run"] == "m1/s0", "ex_ci_low"].notna().all()
     assert per_run.loc[per_run["run"] == "m2/s0", "ex_ci_low"].isna().all()
-
-
-def test_options_defaults_equal_the_filled_config_and_unknown_keys_are_named():
-
-    from oodcorr.planning.config import analysis_options
-    from oodcorr.planning.schema import fill_defaults
-
-    from helpers import REPO
-
-    cfg = micro_config()
-    cfg["analysis"] = {}
-    fill_defaults(cfg, REPO / "config/schema.yaml")
-    # every key of the filled section reaches its Options field (a nested name mapped wrong would differ)
-    assert Options.from_mapping(analysis_options(cfg["analysis"])) == Options()
-    with pytest.raises(ValueError, match="analysis.bootstrap.blocks"):
-        Options.from_mapping({"bootstrap": {"blocks": 3}})
-    with pytest.raises(ValueError, match="analysis.pooling.within"):
-        Options.from_mapping({"pooling": {"within": ["n_train"]}})
-    # the setting the new inference replaced is named, with what replaced it
-    with pytest.raises(ValueError, match="p_method was replaced by analysis.inference"):
-        Options.from_mapping({"p_method": "auto"})
-    got = Options.from_mapping(
-        {
-            "inference": "block",
-            "pooling": {"by": [], "two_runs": "fixed-effect"},
-            "step0": {"drop": True, "check": False},
-            "near_zero": 0.2,
-        }
-    )
-    assert (got.inference, got.pool_by, got.pool_two_runs, got.drop_step0, got.step0_check, got.near_zero) == (
-        "block",
-        (),
-        "fixed-effect",
-        True,
-        False,
-        0.2,
-    )
-    with pytest.raises(ValueError, match="unknown inference 'bootstrap'"):
-        Options(inference="bootstrap")
