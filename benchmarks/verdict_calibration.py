@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         anyclaim, per_pair = 0, {}
         for i in range(R):
             table = study_table(np.random.default_rng([37, i]), rhos, K, N, PHI, n_ood=6)
-            a = agreement(analyse(table, OPTS), OPTS.alpha, OPTS.correction, OPTS.level, OPTS.near_zero)
+            a = agreement(analyse(table, OPTS), OPTS.alpha, OPTS.agreement_correction, OPTS.level, OPTS.near_zero)
             anyclaim += bool(a["verdict"].isin(CLAIMS).any())
             for word, n in a["verdict"].value_counts().items():
                 per_pair[word] = per_pair.get(word, 0) + n / len(a)
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         long["run"] = long["model"]
         pc = analyse(long[["model", "in_domain", "run", "unit", "testset", "score"]], OPTS)
         real = _cap_summary(pc[pc["run"] != "pooled"])
-        a = agreement(pc, OPTS.alpha, OPTS.correction, OPTS.level, OPTS.near_zero)
+        a = agreement(pc, OPTS.alpha, OPTS.agreement_correction, OPTS.level, OPTS.near_zero)
         real["verdicts"] = a["verdict"].value_counts().to_dict()
         real["median_tau2_models"] = float(a["tau2_models"].median())
         digest = hashlib.sha256(args.pythia.read_bytes()).hexdigest()

@@ -9,9 +9,18 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import VERDICTS, agreement
-from oodcorr.analysis.consensus import between_runs, consensus, model_means, reversal_p, simes, tau2_upper
-from oodcorr.analysis.multitest import holm
-from oodcorr.analysis.predictive import predictive, tolerance
+from oodcorr.analysis.consensus import (
+    between_runs,
+    consensus,
+    model_means,
+    reversal_p,
+    simes,
+    tau2_upper,
+    verdict_rank,
+    verdict_words,
+)
+from oodcorr.analysis.multitest import bh, holm
+from oodcorr.analysis.predictive import SINGLE_RUN_SCALE, predictive, tolerance
 
 
 def _runs(spec, pair=("x", "y"), se=0.1):
@@ -48,8 +57,8 @@ def _row(model, run, pair, r, se, p):
     }
 
 
-def _verdict(table, **kw):
-    a = agreement(table, 0.05, "holm", **kw)
+def _verdict(table, correction="holm", **kw):
+    a = agreement(table, 0.05, correction, **kw)
     assert len(a) == 1
     return a.iloc[0]
 
@@ -100,17 +109,22 @@ def test_consensus_prediction_interval_by_hand():
     # the consensus interval is the normal one
     zm, Vm = np.array([-0.5, -0.3, -0.45, -0.35, -0.4]), np.full(5, 0.01)
     c = consensus(zm, Vm, 0.95)
-    assert c["within_scale"] == 1.0
+    assert c["pi_scale"] == 1.0 and c["within_scale"] == SINGLE_RUN_SCALE
     se = math.sqrt(0.01 / 5)  # the wider of the normal and the Hartung-Knapp interval (Q / df 0.625, t on 4)
     assert c["tau2"] == 0 and c["z"] == pytest.approx(-0.4)
     hk = stats.t.ppf(0.975, 4) * math.sqrt(2.5 / 4) * se
     assert c["hi"] - c["z"] == pytest.approx(max(stats.norm.ppf(0.975) * se, hk)) and hk > stats.norm.ppf(0.975) * se
+    # its p-value is the same rule's (the mean's sign, the "on average" rung)
+    assert c["p"] == pytest.approx(max(2 * stats.t.sf(0.4 / (math.sqrt(2.5 / 4) * se), 4), 2 * stats.norm.sf(0.4 / se)))
     # the prediction interval is the Bayesian predictive's and p_generalises the tolerance bounds'
-    # (tests/analysis/test_predictive.py): symmetric about the common value, wider than the
-    # fixed-effect one (the spread is not known to be 0)
-    p, t = predictive(zm, Vm, 0.95), tolerance(zm, Vm, 0.95)
-    assert (c["pi_lo"], c["pi_hi"], c["p_generalises"]) == (p["pi_lo"], p["pi_hi"], t["p_generalises"])
-    assert (c["tol_lo"], c["tol_hi"]) == (t["tol_lo"], t["tol_hi"]) and c["tol_lo"] + c["tol_hi"] == pytest.approx(-0.8)
+    # (tests/analysis/test_predictive.py), these on the V_m scaled by the per-run procedure's measured
+    # conservatism (one run per model): symmetric about the common value, wider than the fixed-effect
+    # one (the spread is not known to be 0)
+    p, t = predictive(zm, Vm, 0.95), tolerance(zm, SINGLE_RUN_SCALE * Vm, 0.95)
+    assert (c["pi_lo"], c["pi_hi"]) == (p["pi_lo"], p["pi_hi"])
+    assert c["p_generalises"] == pytest.approx(t["p_generalises"], rel=1e-12)
+    assert (c["tol_lo"], c["tol_hi"]) == pytest.approx((t["tol_lo"], t["tol_hi"]), rel=1e-12)
+    assert c["tol_lo"] + c["tol_hi"] == pytest.approx(-0.8)
     assert c["pi_lo"] + c["pi_hi"] == pytest.approx(-0.8, abs=1e-7)
     assert c["pi_hi"] - c["pi_lo"] > 2 * stats.norm.ppf(0.975) * se
     # models that differ: the prediction interval carries their spread
@@ -124,12 +138,14 @@ def test_consensus_prediction_interval_by_hand():
 
 def test_models_closer_than_their_variances_allow_get_them_scaled_down():
     # Q 0.25 on 4 df (lower-tail p 0.007): the within variances are too large for these models, so
-    # the interval and bounds read them scaled by Q / 4; read as they are, the models' spread would be noise
+    # the interval and bounds read them scaled by Q / 4 (for the bounds: the per-run scale 0.72 times
+    # the Q / 4 of the variances so scaled, the same); read as they are, the spread would be noise
     zm, Vm = np.array([-0.45, -0.4, -0.35, -0.4, -0.4]), np.full(5, 0.02)
     q = ((zm - zm.mean()) ** 2).sum() / 0.02
     assert stats.chi2.cdf(q, 4) < 0.025
     c = consensus(zm, Vm)
     assert c["within_scale"] == pytest.approx(q / 4)
+    assert c["pi_scale"] == pytest.approx(q / 4)
     p, t = predictive(zm, q / 4 * Vm), tolerance(zm, q / 4 * Vm)
     assert (c["pi_lo"], c["pi_hi"], c["tol_hi"]) == pytest.approx((p["pi_lo"], p["pi_hi"], t["tol_hi"]), abs=1e-8)
     assert c["tol_hi"] > tolerance(zm, Vm)["tol_hi"]  # the bound is further from the models' mean
@@ -157,31 +173,49 @@ def test_simes_and_the_reversal_test():
     assert p == pytest.approx(max(pos, neg)) and zm[a] > 0 and zm[b] < 0
 
 
-# ---- one constructed case per verdict --------------------------------------------------------
-def test_generalises_negative_and_positive():
+# ---- one constructed case per rung of the ladder ------------------------------------------------
+def test_the_sign_in_nearly_every_model_negative_and_positive():
     same = {f"m{i}": [-0.5 + 0.02 * i, -0.48 - 0.01 * i] for i in range(6)}
     row = _verdict(_runs(same))
-    assert row["verdict"] == "generalises (negative)"
+    assert row["verdict"] == "negative in nearly every model"
+    assert (row["direction"], row["spread"]) == ("negative in nearly every model", "")
     assert row["pi_high_consensus"] < 0 and row["r_consensus"] == pytest.approx(-0.5, abs=0.05)
     assert row["p_generalises_adj"] < 0.05 and row["n_models_consensus"] == 6
+    # with confidence 0.95, nearly all models of this kind are negative
+    assert row["share_sign_low"] > 0.999 and row["tol_high_consensus"] < 0
+    # 2 runs each: the runs' own scatter sets the within variance (6 degrees of freedom)
+    assert row["within_df"] == 6
     mirrored = {m: [-r for r in rs] for m, rs in same.items()}
-    assert _verdict(_runs(mirrored))["verdict"] == "generalises (positive)"
+    assert _verdict(_runs(mirrored))["verdict"] == "positive in nearly every model"
+
+
+def test_the_sign_on_average_when_the_models_spread():
+    # five models, every one negative but spread (-0.1 to -0.7): the mean is clearly negative, a
+    # further model's sign is not shown to be shared by nearly all
+    rs = [-0.1, -0.25, -0.4, -0.55, -0.7]
+    row = _verdict(_runs({f"m{i}": [r] for i, r in enumerate(rs)}, se=0.08))
+    assert row["verdict"] == "negative on average, models differ"
+    assert row["p_mean_adj"] < 0.05 and row["ci_high_consensus"] < 0 and row["p_generalises_adj"] >= 0.05
+    assert row["direction"] == "negative on average" and row["spread"] == "models differ"
 
 
 def test_sign_reversal():
     row = _verdict(_runs({"a": [0.6, 0.62], "b": [0.58, 0.6], "c": [-0.6, -0.61], "d": [-0.59, -0.6]}))
     assert row["verdict"] == "sign reversal" and row["p_reversal_adj"] < 0.05
     assert row["reversal"].startswith(("a +0.6", "b +0.5"))
+    # seven negative models and one positive: a reversal, and negative on average
+    spec = {"a": [0.3, 0.31], **{f"m{i}": [-0.6 + 0.01 * i, -0.61] for i in range(7)}}
+    lean = _verdict(_runs(spec, se=0.05))
+    assert lean["verdict"] == "sign reversal, negative on average" and lean["spread"] == "sign reversal"
 
 
-def test_models_differ_is_never_generalises():
-    # every model positive, but two groups far apart: heterogeneous, so not "generalises"
-    table = _runs(
-        {"a": [0.1, 0.12], "b": [0.11, 0.1], "c": [0.09, 0.1], "d": [0.8, 0.82], "e": [0.81, 0.8], "f": [0.79, 0.8]}
-    )
+def test_models_differ_without_a_sign():
+    # ten models on both sides of 0, each too noisy to show its own sign: together they differ by more
+    # than their noise, and neither the mean's sign nor a reversal is shown
+    table = _runs({f"m{i}": [0.25 * (-1) ** i, 0.24 * (-1) ** i] for i in range(10)}, se=0.2)
     row = _verdict(table)
     assert row["verdict"] == "models differ" and row["p_heterogeneity_adj"] < 0.05
-    assert row["n_negative"] == 0 and row["reversal"] == ""
+    assert row["p_mean_adj"] >= 0.05 and row["p_reversal_adj"] >= 0.05 and row["reversal"] == ""
 
 
 def test_agree_near_zero():
@@ -200,10 +234,11 @@ def test_agree_near_zero():
 def test_unresolved_and_two_models():
     # three noisy models near zero: no difference, but neither a sign nor a near-zero value shown
     row = _verdict(_runs({"a": [0.1], "b": [-0.05], "c": [0.15]}, se=0.3))
-    assert row["verdict"] == "unresolved"
-    # two models, both clearly negative: a further model's value cannot be predicted from two
+    assert row["verdict"] == "unresolved" and (row["direction"], row["spread"]) == ("", "")
+    # two models, both clearly negative: the mean's sign, but nothing of a further model from two
     two = _verdict(_runs({"a": [-0.6, -0.62], "b": [-0.61, -0.6]}))
-    assert two["verdict"] == "unresolved" and math.isnan(two["pi_low_consensus"])
+    assert two["verdict"] == "negative on average" and math.isnan(two["pi_low_consensus"])
+    assert math.isnan(two["p_generalises"]) and math.isnan(two["share_sign_low"])
     assert "2 models" in two["note"] and two["ci_high_consensus"] < 0
 
 
@@ -212,17 +247,19 @@ def test_fewer_than_two_models_and_no_data():
     assert _verdict(_runs({"a": [np.nan], "b": [np.nan]}))["verdict"] == "no data"
 
 
-def test_every_verdict_word_is_listed_and_reachable_above():
-    assert set(VERDICTS) == {
-        "sign reversal",
-        "models differ",
-        "generalises (positive)",
-        "generalises (negative)",
-        "agree near zero",
-        "unresolved",
-        "fewer than 2 models tested",
-        "no data",
+def test_every_verdict_is_the_two_facts_in_words_strongest_first():
+    directions = [f"{s} {r}" for r in ("in nearly every model", "on average") for s in ("positive", "negative")]
+    composed = {
+        verdict_words(d, sp) for d in ["", *directions] for sp in ("", "sign reversal", "models differ", "near zero")
     }
+    # a reversal is said with the average sign only; the sign in nearly every model is not near zero
+    composed -= {verdict_words(d, "sign reversal") for d in directions if "nearly" in d}
+    composed -= {verdict_words(d, "near zero") for d in directions if "nearly" in d}
+    assert set(VERDICTS) == composed | {"fewer than 2 models tested", "no data"}
+    assert len(VERDICTS) == 18 and VERDICTS[0] == "sign reversal" and VERDICTS[-1] == "no data"
+    assert verdict_rank("negative in nearly every model") < verdict_rank("negative on average")
+    assert verdict_rank("negative on average") < verdict_rank("models differ") < verdict_rank("unresolved")
+    assert verdict_rank("a word from elsewhere") == len(VERDICTS)
 
 
 def test_the_corrections_run_across_the_pairs_of_a_table():
@@ -235,6 +272,9 @@ def test_the_corrections_run_across_the_pairs_of_a_table():
     a = agreement(pd.concat(tables, ignore_index=True), 0.05, "holm")
     assert (a["family_size"] == 3).all()
     assert np.allclose(a["p_generalises_adj"], holm(a["p_generalises"].to_numpy()))
+    assert np.allclose(a["p_mean_adj"], holm(a["p_mean"].to_numpy()))
+    fdr = agreement(pd.concat(tables, ignore_index=True), 0.05, "bh")
+    assert np.allclose(fdr["p_mean_adj"], bh(fdr["p_mean"].to_numpy())) and (fdr["correction"] == "bh").all()
     none = agreement(pd.concat(tables, ignore_index=True), 0.05, "none")
     assert np.allclose(none["p_generalises_adj"], none["p_generalises"])
 
@@ -273,9 +313,10 @@ def test_verdict_rates_are_reproducible_and_find_the_shared_sign():
     a = verdict_rates(scenario("same", 6, -0.8), 2, 21, 0.3, 6, seed=3)
     b = verdict_rates(scenario("same", 6, -0.8), 2, 21, 0.3, 6, seed=3)
     assert a == b and a["reps"] == 6
-    assert a["verdicts"].get("generalises (negative)", 0) >= 5 / 6  # 5 of 6 with this seed; at -0.6, 3 of 6
+    assert sum(v for k, v in a["verdicts"].items() if k.startswith("negative")) == 1.0
+    assert a["verdicts"].get("negative in nearly every model", 0) >= 4 / 6  # 5 of 6 with this seed
     null = verdict_rates(scenario("null", 6), 2, 21, 0.3, 6, seed=3)
-    assert not any(v.startswith("generalises") for v in null["verdicts"])
+    assert not any("nearly every" in v for v in null["verdicts"])
 
 
 def test_a_residual_that_wanders_gets_the_cap_note():
@@ -322,7 +363,7 @@ def test_the_consensus_heatmap_marks_each_verdict(tmp_path):
     from oodcorr.jobs.answer_figures import consensus_heatmap
 
     tables = [
-        _runs({f"m{i}": [-0.5, -0.48] for i in range(6)}, pair=("a", "b")),  # generalises (negative)
+        _runs({f"m{i}": [-0.5, -0.48 - 0.01 * i] for i in range(6)}, pair=("a", "b")),  # nearly every model
         _runs(
             {
                 "m0": [0.6, 0.6],
@@ -339,7 +380,7 @@ def test_the_consensus_heatmap_marks_each_verdict(tmp_path):
     agree = agreement(pd.concat(tables, ignore_index=True), 0.05, "holm")
     cells = consensus_heatmap(agree, str(tmp_path / "c.png"), "pearson", "linear", "d", alpha=0.05, near_zero=0.3)
     by_pair = {(r, c): v for (_, r, c), v in cells.items()}
-    assert by_pair[("b", "a")].endswith("(generalises (negative))") and by_pair[("b", "a")].startswith("-0.")
+    assert by_pair[("b", "a")].endswith("(negative in nearly every model)") and by_pair[("b", "a")].startswith("-0.")
     assert "±" in by_pair[("c", "a")] and by_pair[("c", "a")].endswith("(sign reversal)")
     assert by_pair[("c", "b")].endswith("(unresolved)") and "±" not in by_pair[("c", "b")]
     assert (tmp_path / "c.png").stat().st_size > 10_000
@@ -360,7 +401,7 @@ def test_the_workflow_and_the_command_line_give_the_same_agreement_table(tmp_pat
     opts = Options(n_boot=200, n_perm=200, example_boot=0)
     long, info = from_scores(scores)
     pc = analyse(long, opts, ordered=True, run_info=info)
-    workflow = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+    workflow = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     scores.to_csv(tmp_path / "scores.csv", index=False)
     rc = main(
         ["analyse", str(tmp_path / "scores.csv"), "--in-domain", "in-domain", "--n-boot", "200", "--n-perm", "200",

@@ -108,7 +108,7 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     # the across-model step: the same numbers and the same verdict as agreement()
     res = dz.studies_of({k: v.reshape(1, M, K) for k, v in st.items()}, dz.Settings())
     words = dz.verdicts_of(res, res, dz.Grid(M, K, n, 1), dz.Assumptions(), dz.Settings(), np.random.default_rng(0))
-    row = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero).iloc[0]
+    row = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero).iloc[0]
     assert words == [row["verdict"]]
     assert math.tanh(res["z"][0]) == pytest.approx(row["r_consensus"], rel=1e-9)
     assert res["p_reversal"][0] == pytest.approx(row["p_reversal"], rel=1e-9)

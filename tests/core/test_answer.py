@@ -4,7 +4,7 @@ report's landing text count the pairs per verdict of agreement.csv."""
 from __future__ import annotations
 
 from oodcorr.analysis.consensus import VERDICTS
-from oodcorr.core.answer import WORDS, answer_lines, tallies
+from oodcorr.core.answer import answer_lines, states_a_sign, tallies, verdict_order
 
 
 def _rows(verdicts, n_models, dom="mnli", method="pearson", res="linear"):
@@ -24,34 +24,39 @@ def _rows(verdicts, n_models, dom="mnli", method="pearson", res="linear"):
     ]
 
 
-def test_every_verdict_has_its_word():
-    assert set(WORDS) == set(VERDICTS)
+def test_the_ladder_order_is_the_analysis_one():
+    assert sorted(VERDICTS, key=verdict_order) == list(VERDICTS)
+    signed = [v for v in VERDICTS if states_a_sign(v)]
+    assert len(signed) == 12 and all(("positive" in v) != ("negative" in v) for v in signed)
+    assert not any(states_a_sign(v) for v in ("sign reversal", "models differ", "agree near zero", "unresolved"))
 
 
 def test_two_models_say_no_further_model_can_be_predicted():
     (line,) = tallies(_rows(["unresolved"] * 10, 2), "pearson", "linear")
     assert line[2] == (
-        "in-domain mnli: 10 pairs: 0 generalise, 0 reverse, 10 unresolved (2 models: no further model can be "
-        "predicted; a verdict of generalises needs 3 or more)"
+        "in-domain mnli: 10 pairs, a sign for 0: 10 unresolved (2 models: no further model can be predicted, so "
+        "nothing is said of nearly every model; that needs 3 or more)"
     )
 
 
 def test_the_counts_of_each_verdict_and_the_files_named():
     rows = _rows(
         [
-            "generalises (positive)",
-            "generalises (negative)",
-            "generalises (positive)",
-            "sign reversal",
+            "positive on average",
+            "negative in nearly every model",
+            "positive on average",
+            "sign reversal, negative on average",
             "models differ",
+            "negative on average, models differ",
         ],
         6,
     )
     rows += _rows(["unresolved"], 6, method="spearman")  # another method: not counted
     lines = answer_lines(rows, "pearson", "linear", "results/x/analysis", consensus_sets=["mnli"])
     assert lines == [
-        "the answer, results/x/analysis/agreement.csv (pearson, linear): in-domain mnli: 5 pairs: 3 generalise "
-        "(2 positive, 1 negative), 1 reverse, 0 unresolved, 1 differ (6 models); consensus heatmap "
+        "the answer, results/x/analysis/agreement.csv (pearson, linear): in-domain mnli: 6 pairs, a sign for 5: "
+        "1 sign reversal, negative on average; 1 negative in nearly every model; 2 positive on average; "
+        "1 negative on average, models differ; 1 models differ (6 models); consensus heatmap "
         "results/x/analysis/consensus/mnli.png, forest plots (why each pair) in results/x/analysis/forest/mnli/"
     ]
 
@@ -59,7 +64,7 @@ def test_the_counts_of_each_verdict_and_the_files_named():
 def test_one_model_has_no_consensus_and_no_heatmap_named():
     lines = answer_lines(_rows(["fewer than 2 models tested"] * 3, 1), "pearson", "linear", "out")
     assert lines == [
-        "the answer, out/agreement.csv (pearson, linear): in-domain mnli: 3 pairs: 0 generalise, 0 reverse, "
-        "0 unresolved, 3 with fewer than 2 models (1 model: no consensus across models, which needs 2 or more); "
+        "the answer, out/agreement.csv (pearson, linear): in-domain mnli: 3 pairs, a sign for 0: "
+        "3 fewer than 2 models tested (1 model: no consensus across models, which needs 2 or more); "
         "no consensus heatmap"
     ]

@@ -16,7 +16,7 @@ def _study(n_models=16, n_runs=3, seed=3):
     table = study_table(rng, list(np.linspace(0.2, 0.6, n_models)), n_runs, 21, 0.5, n_ood=3)
     opts = Options(methods=("pearson",), residualisers=("linear",), step0_check=False)
     pc = analyse(table, opts)
-    return pc, agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero), opts
+    return pc, agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero), opts
 
 
 def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_path):
@@ -58,7 +58,7 @@ def test_two_models_have_no_prediction_interval_and_say_so(tmp_path):
 def test_forest_pairs_are_all_up_to_the_cap_then_the_telling_verdicts_first():
     rows = []
     for i, (verdict, r) in enumerate(
-        [("unresolved", 0.9), ("sign reversal", 0.1), ("generalises (positive)", 0.4), ("unresolved", 0.2)]
+        [("unresolved", 0.9), ("sign reversal", 0.1), ("positive in nearly every model", 0.4), ("unresolved", 0.2)]
     ):
         rows.append(
             {

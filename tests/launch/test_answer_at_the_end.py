@@ -42,9 +42,10 @@ def test_the_last_line_of_a_run_is_the_answer(tmp_path, monkeypatch):
     _agreement(Path(a) / "agreement.csv", ["unresolved"] * 10, 2, method, res)
     lines = end_of_run_report(plan, failed=False)
     assert lines[-1] == (
-        f"oodcorr: the answer, {a}/agreement.csv ({method}, {res}): in-domain synth-test: 10 pairs: 0 generalise, "
-        "0 reverse, 10 unresolved (2 models: no further model can be predicted; a verdict of generalises needs 3 or "
-        f"more); consensus heatmap {a}/consensus/synth-test.png, forest plots (why each pair) in {a}/forest/synth-test/"
+        f"oodcorr: the answer, {a}/agreement.csv ({method}, {res}): in-domain synth-test: 10 pairs, a sign for 0: "
+        "10 unresolved (2 models: no further model can be predicted, so nothing is said of nearly every model; that "
+        f"needs 3 or more); consensus heatmap {a}/consensus/synth-test.png, forest plots (why each pair) in "
+        f"{a}/forest/synth-test/"
     )
     assert answer_for_report(plan) == [lines[-1].split(f"({method}, {res}): ", 1)[1].split("; consensus")[0]]
 

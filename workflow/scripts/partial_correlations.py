@@ -35,7 +35,7 @@ pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threa
 if opts.example_boot > 1 and not by_example:
     pc["ex_note"] = f"example-level bootstrap resamples correctness (accuracy); not run for analysis.score {score}"
 log.info("score analysed: %s", score)
-agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
 write_tables(pc, agree, Path(sm.output.pairs).parent)
 seal(sm.output)  # what publishing checks the staged files against
 summarise(pc, agree, opts, log)

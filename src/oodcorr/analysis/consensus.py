@@ -26,13 +26,20 @@ model m departs from it, ``w_mi`` how a run (a seed) departs from its model.
   (Paule-Mandel ``tau2_models``, weights ``1 / (V_m + tau2_models)``), its interval the
   Hartung-Knapp one on M - 1 degrees of freedom, never narrower than the normal one (as in
   :func:`.pooling.combine`).
+* **The sign on average** (``p_mean``): the consensus's own p-value (the same rule as its
+  interval), the test that the average model of this kind has a correlation of 0.
 * **Where a further model is expected** (M >= 3; :mod:`.predictive`): the **prediction
   interval** (``pi_low_consensus``, ``pi_high_consensus``), where the correlation of one further
   model of the same kind lies with probability ``level`` (the Bayesian posterior predictive,
   integrated over the between-model sd and a within-model variance that may be smaller than
   ``V_m``), and the **tolerance bounds** (``tol_low_consensus``, ``tol_high_consensus``): with
-  confidence 0.975, at least 97.5 % of models of this kind lie above ``tol_low`` (below
-  ``tol_high``), from the Q-profile confidence distribution of the between-model sd.
+  confidence ``level``, at least 97.5 % of models of this kind lie above ``tol_low`` (below
+  ``tol_high``), from the Q-profile confidence distribution of the between-model sd
+  (:func:`shared_sign_batch`). The bounds read each model's plain mean of its runs and a
+  within-model variance ``lambda V``: with runs, ``lambda`` is read from the runs' own scatter
+  (its fiducial distribution on the runs' degrees of freedom, at most 1); with one run per model,
+  it is the per-run procedure's measured conservatism (0.72). ``share_sign_low``: the largest
+  share of models of this kind whose sign is shown at the same confidence.
 * **Heterogeneity** (``p_heterogeneity``): Cochran's Q of the models' ``z_m`` with their
   ``V_m`` on M - 1 degrees of freedom -- do the models differ by more than their runs and
   checkpoints explain?
@@ -40,37 +47,39 @@ model m departs from it, ``w_mi`` how a run (a seed) departs from its model.
   is positive AND some model's is negative": each side is Simes' combination of the models'
   one-sided p-values (valid for independent models), and the larger of the two sides is the
   p-value.
-* **Generalises** (``p_generalises``): twice the confidence distribution's mass on a tolerance
-  bound's far side of 0, the level at which a bound just reaches 0: below alpha, models of the
-  other sign are shown to be rare (fewer than 2.5 %) among models of this kind. It is the
-  tolerance bound's and not the prediction interval's because an interval of exact coverage
-  still excludes 0 in up to a sixth of studies whose models have the other sign one time in seventeen
-  (measured: benchmarks/README.md#14-the-prediction-interval-across-models-coverage).
+* **The sign in nearly every model** (``p_generalises``): the confidence distribution's mass on
+  the far side of 0 of the tolerance bound on the data's side, the level at which that bound
+  just reaches 0: below alpha, models of the other sign are shown to be rare (fewer than 2.5 %)
+  among models of this kind. It is the tolerance bound's and not the prediction interval's
+  because an interval of exact coverage still excludes 0 in up to a sixth of studies whose
+  models have the other sign one time in seventeen
+  (benchmarks/README.md#14-the-answer-across-models-every-rung-measured).
 
 Every p-value above is corrected across the pairs of one table (one in-domain set, pool group,
-method and residualiser) with ``correction`` (Holm by default: the family-wise error rate under
-any dependence between pairs). The verdict is the first rule that holds:
+method and residualiser) with ``correction`` (Benjamini-Hochberg by default: the expected share
+of false statements among those made, each statement separately; Holm: the chance of any). The
+answer is **the strongest statement whose corrected p-value is below alpha**, as two facts
+(:func:`rungs`) joined into the verdict (:func:`verdict_words`):
 
-``no data``                    no model has a value
-``fewer than 2 models tested`` fewer than two models with an interval
-``sign reversal``              ``p_reversal_adj < alpha``
-``models differ``              ``p_heterogeneity_adj < alpha``: the models differ, no reversal shown
-``generalises (positive)``,    ``p_generalises_adj < alpha``, M >= 3: a tolerance bound at the
-``generalises (negative)``     corrected level excludes 0, on the side of the consensus
-``agree near zero``            M >= 3 and the prediction interval (at ``level``) lies inside
-                               (-near_zero, near_zero): a further model is expected near zero
-``unresolved``                 no evidence that the models differ, but neither a shared sign nor
-                               a shared near-zero value is established (each model, or the
-                               consensus, too uncertain; or only 2 models)
+* the direction: ``<sign> in nearly every model`` (``p_generalises_adj``, M >= 3), else
+  ``<sign> on average`` (``p_mean_adj``, M >= 2), else none;
+* the spread: ``sign reversal`` (``p_reversal_adj``; with it the direction says only the
+  average), else ``models differ`` (``p_heterogeneity_adj``), else ``near zero`` (M >= 3 and the
+  prediction interval at the between-model variance's upper bound inside (-near_zero,
+  near_zero)), else none.
 
-A heterogeneous pair (``models differ``) is never ``generalises``. What this assumes: the
-models' estimates are independent of each other (they share testsets, but not runs or
-checkpoints; a model listed twice under two names breaks it), the Fisher z values are close
-to normal with the within-run variances the per-run procedure gives, and the models of the
-table are a sample of the kind of model the claim is about (the prediction interval and the
-tolerance bounds speak of models like these, not of any model). The measured error rates of every verdict are
-in benchmarks/README.md#10-verdicts-across-models-calibration, the prediction interval's
-coverage in benchmarks/README.md#14-the-prediction-interval-across-models-coverage.
+So ``negative in nearly every model``, ``positive on average, models differ``, ``sign reversal,
+negative on average``, ``models differ``, ``agree near zero`` (no sign, near zero), ``unresolved``
+(neither fact), ``fewer than 2 models tested`` and ``no data``: every verdict is in
+:data:`VERDICTS`, strongest first. A sign is named exactly where a statement has one.
+
+What this assumes: the models' estimates are independent of each other (they share testsets, but
+not runs or checkpoints; a model listed twice under two names breaks it), the Fisher z values are
+close to normal with the within-run variances the per-run procedure gives (or, with runs, a
+common multiple of them), and the models of the table are a sample of the kind of model the claim
+is about (the prediction interval and the tolerance bounds speak of models like these, not of any
+model). The measured error rates and power of every rung, beside the best possible:
+benchmarks/README.md#14-the-answer-across-models-every-rung-measured.
 """
 
 from __future__ import annotations
@@ -81,20 +90,56 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..core.answer import verdict_order
 from . import multitest
 from .pooling import _q_and_slope, fisher_z, random_effects_batch, solve_tau2
-from .predictive import TAU_SCALE, predictive_batch, tau2_upper_batch, tolerance_batch, within_scale_batch
-
-VERDICTS = (
-    "sign reversal",
-    "models differ",
-    "generalises (positive)",
-    "generalises (negative)",
-    "agree near zero",
-    "unresolved",
-    "fewer than 2 models tested",
-    "no data",
+from .predictive import (
+    TAU_SCALE,
+    predictive_batch,
+    tau2_upper_batch,
+    tolerance_batch,
+    within_scale_batch,
+    within_scale_draws,
 )
+
+# the ladder: what a pair's answer can say about the sign (``direction``) and about how the models
+# differ (``spread``), each strongest first; the verdict joins the two (:func:`verdict_words`)
+SIGNS = ("positive", "negative")
+NEARLY_EVERY = "in nearly every model"
+ON_AVERAGE = "on average"
+SPREADS = ("sign reversal", "models differ", "near zero")
+NO_ANSWER = ("unresolved", "fewer than 2 models tested", "no data")
+
+
+def verdict_words(direction: str, spread: str) -> str:
+    """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
+    "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
+    ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
+    if direction and spread:
+        return f"{spread}, {direction}" if spread == "sign reversal" else f"{direction}, {spread}"
+    if direction:
+        return direction
+    return {"near zero": "agree near zero", "": "unresolved"}.get(spread, spread)
+
+
+def _all_verdicts() -> tuple[str, ...]:
+    out = [verdict_words(f"{s} {ON_AVERAGE}", "sign reversal") for s in SIGNS] + ["sign reversal"]
+    for rung in (NEARLY_EVERY, ON_AVERAGE):
+        for spread in ("models differ", "near zero", ""):
+            if rung == NEARLY_EVERY and spread == "near zero":
+                continue
+            out += [verdict_words(f"{s} {rung}", spread) for s in SIGNS]
+    return tuple(sorted(out + ["models differ", "agree near zero", *NO_ANSWER], key=verdict_order))
+
+
+VERDICTS = _all_verdicts()  # every verdict, strongest first (core.answer.verdict_order)
+
+
+def verdict_rank(word: str) -> int:
+    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
+    return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
+
+
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
 CONSENSUS_COLUMNS = [
     "r_consensus",
@@ -108,12 +153,18 @@ CONSENSUS_COLUMNS = [
     "tau2_models_high",
     "tau2_runs",
     "within_scale",
+    "within_df",
     "n_models_consensus",
+    "p_mean",
+    "p_mean_adj",
     "p_generalises",
     "p_generalises_adj",
+    "share_sign_low",
 ]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
+    "direction",
+    "spread",
     *CONSENSUS_COLUMNS,
     "n_models",
     "n_finite",
@@ -210,23 +261,67 @@ def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE) -> dict:
-    """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, pi_lo, pi_hi,
-    tol_lo, tol_hi, tau2, se, p_generalises, within_scale``; the prediction interval is
-    :func:`.predictive.predictive_batch`'s (half-normal prior of scale ``tau_scale`` on the
-    between-model sd), the tolerance bounds and ``p_generalises`` :func:`.predictive.tolerance_batch`'s,
-    both on the ``V_m`` scaled by ``within_scale`` (:func:`.predictive.within_scale_batch`)."""
+    """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, p, tau2, se``
+    (the random-effects mean, its interval and p-value), ``pi_lo, pi_hi`` (the prediction interval:
+    :func:`.predictive.predictive_batch`'s, half-normal prior of scale ``tau_scale`` on the
+    between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`) and
+    ``pi_scale`` (that scale)."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
     scale, _ = within_scale_batch(zm, Vm, present, level)
     V = np.asarray(Vm, float) * np.where(three, scale, 1.0)[:, None]
     pred = predictive_batch(zm, V, present, level, tau_scale)
-    tol = tolerance_batch(zm, V, present, level)
-    out = {"z": res["z"], "lo": res["lo"], "hi": res["hi"], "tau2": res["tau2"], "se": res["se_z"]}
-    out["within_scale"] = scale
-    for key, val in (*pred.items(), *tol.items()):
-        if key in ("pi_lo", "pi_hi", "tol_lo", "tol_hi", "p_generalises"):
-            out[key] = np.where(three, val, np.nan)
+    out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
+    out["se"] = res["se_z"]
+    out["pi_scale"] = scale
+    for key in ("pi_lo", "pi_hi"):
+        out[key] = np.where(three, pred[key], np.nan)
+    return out
+
+
+def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
+    """What the runs say of each model's within variance, per study: each model's plain mean of its
+    runs ``zbar``, the variance of that mean if its runs' variances are right, ``vbar / k`` (``vbar``
+    the mean of its runs' ``v``), and the runs' own scatter around their models' means, ``ss`` (the
+    squared deviations over ``vbar``) on ``df`` degrees of freedom (the runs less the models). The
+    runs' variances set each model's share of the noise; ``ss / df`` says how large it is."""
+    mask = np.asarray(mask, dtype=bool)
+    k = mask.sum(-1)
+    present = k > 0
+    kk = np.maximum(k, 1)
+    zz = np.where(mask, z, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zbar = np.where(present, zz.sum(-1) / kk, np.nan)
+        vbar = np.where(present, np.where(mask, v, 0.0).sum(-1) / kk, np.nan)
+        dev = np.where(mask, zz - np.where(present, zbar, 0.0)[..., None], 0.0)
+        ss = np.where(present, (dev**2).sum(-1) / np.where(present, vbar, 1.0), 0.0).sum(-1)
+    df = np.maximum(k - 1, 0).sum(-1)
+    return zbar, vbar / kk, ss, df
+
+
+def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95) -> dict:
+    """Is the sign shared by nearly every model of this kind? The tolerance bounds
+    (:func:`.predictive.tolerance_batch`: ``tol_lo``, ``tol_hi``, ``p_low_side``, ``p_high_side``,
+    ``p_generalises``, ``share_low``) of the models' means ``zbar`` with variances ``lambda Vbar``,
+    integrated over the within scale ``lambda`` (:func:`.predictive.within_scale_draws`): its
+    fiducial distribution from the runs' scatter (``ss`` on ``df``), or with one run per model the
+    share of the per-run variances that the per-run procedure's conservatism leaves, further scaled
+    where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`).
+    Also ``within_scale`` (the scale's point estimate) and ``within_df``; NaN below 3 models."""
+    present = np.asarray(present, dtype=bool)
+    three = present.sum(-1) >= 3
+    draws, weights = within_scale_draws(ss, df)
+    single = np.asarray(df) == 0
+    if single.any():  # one run per model: the models' own agreement may show the variances too large still
+        extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
+        draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
+    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
+    out = {k: np.where(three, v, np.nan) for k, v in tol.items()}
+    out["within_scale"] = np.where(three, point, np.nan)
+    out["within_df"] = df
     return out
 
 
@@ -258,9 +353,11 @@ def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3
     Returns arrays per study: ``n_models`` (models with a run), the model means ``zm``, ``Vm``,
     ``pm`` (studies, models), ``tau2_runs``, ``df_runs``, ``q_runs``, the heterogeneity test's
     keys, ``p_reversal`` with the two models that carry it (``reversal_pos``, ``reversal_neg``),
-    the consensus (``z``, ``lo``, ``hi``, ``pi_lo``, ``pi_hi``, ``tau2``, ``se``,
-    ``p_generalises``), ``tau2_high`` and ``near`` (3 models or more: the prediction interval at
-    the between-model variance's upper bound lies inside (-near_zero, near_zero))."""
+    the consensus (``z``, ``lo``, ``hi``, ``p_mean``, ``pi_lo``, ``pi_hi``, ``tau2``, ``se``), the
+    shared sign (:func:`shared_sign_batch`: ``tol_lo``, ``tol_hi``, ``p_generalises``,
+    ``share_low``, ``within_scale``, ``within_df``), ``tau2_high`` and ``near`` (3 models or
+    more: the prediction interval at the between-model variance's upper bound lies inside
+    (-near_zero, near_zero))."""
     mask = np.asarray(mask, dtype=bool)
     zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
     present = mask.any(-1)
@@ -271,6 +368,9 @@ def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
     c = consensus_batch(zm, Vm, present, level, tau_scale)
     out.update(c)
+    out["p_mean"] = c["p"]
+    zbar, Vbar, ss, dfw = within_runs_batch(z, np.where(mask, v, 1.0), mask)
+    out.update(shared_sign_batch(zbar, Vbar, present, ss, dfw, level))
     t2_hi = tau2_upper_batch(zm, Vm, present, level)
     with np.errstate(invalid="ignore"):
         half = stats.t.ppf(0.5 + level / 2, np.maximum(M - 2, 1)) * np.sqrt(t2_hi + c["se"] ** 2)
@@ -330,13 +430,15 @@ def heterogeneity(zm: np.ndarray, Vm: np.ndarray, df_runs: int, q_runs: float) -
 
 
 def consensus(zm: np.ndarray, Vm: np.ndarray, level: float = 0.95, tau_scale: float = TAU_SCALE) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``): ``z``, its
-    interval ``lo``, ``hi`` (z scale), the prediction interval ``pi_lo``, ``pi_hi`` and the
-    tolerance bounds ``tol_lo``, ``tol_hi`` (M >= 3; else NaN; :mod:`.predictive`), ``tau2``, ``se``
-    (the interval's half-width over the normal quantile) and ``p_generalises``, the level at
-    which a tolerance bound just reaches 0."""
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``, one run each): ``z``,
+    its interval ``lo``, ``hi`` (z scale) and p-value ``p``, ``tau2``, ``se`` (the interval's
+    half-width over the normal quantile), the prediction interval ``pi_lo``, ``pi_hi`` and the
+    shared sign's statements (:func:`shared_sign_batch` with no runs to scale by: ``tol_lo``,
+    ``tol_hi``, ``p_generalises``, ``share_low``, ...); NaN below 3 models where they need 3."""
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    res = consensus_batch(zm[None], Vm[None], np.ones((1, len(zm)), bool), level, tau_scale)
+    present = np.ones((1, len(zm)), bool)
+    res = consensus_batch(zm[None], Vm[None], present, level, tau_scale)
+    res.update(shared_sign_batch(zm[None], Vm[None], present, np.zeros(1), np.zeros(1, int), level))
     return {k: float(val[0]) for k, val in res.items()}
 
 
@@ -377,144 +479,239 @@ def _run_rows(table: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([runs, pooled_only], ignore_index=True)
 
 
-def _row(pooled: pd.DataFrame, runs: pd.DataFrame, level: float, near_zero: float) -> dict:
-    """Everything of one agreement row but the corrected p-values and the verdict."""
-    names = pooled["model"].astype(str).to_numpy()
-    r = pooled["r"].to_numpy(float)
-    lo, hi = pooled["ci_low"].to_numpy(float), pooled["ci_high"].to_numpy(float)
-    sig = (
-        np.array([v is True or v == 1 for v in pooled["significant"]])
-        if "significant" in pooled
-        else np.zeros(len(pooled), bool)
-    )
-    fin = np.isfinite(r)
-    sig &= fin
-    row = {
-        "n_models": len(pooled),
-        "n_finite": int(fin.sum()),
-        "n_positive": int((fin & (r > 0)).sum()),
-        "n_negative": int((fin & (r < 0)).sum()),
-        "n_sig_positive": int((sig & (r > 0)).sum()),
-        "n_sig_negative": int((sig & (r < 0)).sum()),
-        "q_models": math.nan,
-        "df_models": math.nan,
-        "i2_models": math.nan,
-        "p_heterogeneity": math.nan,
-        "p_reversal": math.nan,
-        "reversal": "",
-        **dict.fromkeys(CONSENSUS_COLUMNS, math.nan),
-        "n_models_consensus": 0,
-        "note": "",
-    }
-    row["by_model"] = "; ".join(
+def _by_model(names, r, sig, lo, hi) -> str:
+    return "; ".join(
         f"{m}: {_fmt(v)}{'*' if s_ else ''}"
         + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
         for m, v, s_, low, high in zip(names, r, sig, lo, hi)
     )
-    rr, se = runs["r"].to_numpy(float), runs["se_z"].to_numpy(float)
-    use = np.isfinite(rr) & np.isfinite(se) & (se > 0)
-    notes = []
-    left = sorted(set(runs["model"].astype(str)[~use & np.isfinite(rr)]) - set(runs["model"].astype(str)[use]))
-    if left:
-        notes.append(f"{len(left)} model(s) without an interval left out: {', '.join(left[:5])}")
-    if not use.any():
-        row["note"] = "; ".join(notes)
-        return row
-    p_run = runs["p"].to_numpy(float)[use] if "p" in runs else np.full(int(use.sum()), np.nan)
-    mnames, Z, V, P, mask = _one_study(
-        fisher_z(rr[use]), se[use] ** 2, runs["model"].astype(str).to_numpy()[use], p_run
-    )
-    a = {k: val[0] for k, val in across_models(Z, V, mask, P, level, near_zero).items()}
-    M = int(a["n_models"])
-    row["n_models_consensus"] = M
-    row["tau2_runs"] = float(a["tau2_runs"]) if a["df_runs"] else math.nan
-    if M >= 2:
-        row.update({k: float(a[k]) for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal")})
-        row["df_models"] = M - 1
-        zm, i, j = a["zm"], int(a["reversal_pos"]), int(a["reversal_neg"])
-        if zm[i] > 0 and zm[j] < 0:
-            row["reversal"] = f"{mnames[i]} {_fmt(math.tanh(zm[i]))} vs {mnames[j]} {_fmt(math.tanh(zm[j]))}"
-        row.update(
-            r_consensus=math.tanh(a["z"]),
-            ci_low_consensus=math.tanh(a["lo"]),
-            ci_high_consensus=math.tanh(a["hi"]),
-            pi_low_consensus=math.tanh(a["pi_lo"]) if np.isfinite(a["pi_lo"]) else math.nan,
-            pi_high_consensus=math.tanh(a["pi_hi"]) if np.isfinite(a["pi_hi"]) else math.nan,
-            tol_low_consensus=math.tanh(a["tol_lo"]) if np.isfinite(a["tol_lo"]) else math.nan,
-            tol_high_consensus=math.tanh(a["tol_hi"]) if np.isfinite(a["tol_hi"]) else math.nan,
-            tau2_models=float(a["tau2"]),
-            within_scale=float(a["within_scale"]),
-            p_generalises=float(a["p_generalises"]),
-        )
-        if M == 2:
-            notes.append("2 models: a further model cannot be predicted from 2, so no prediction interval")
-    if M >= 3:
-        # a further model near zero: the prediction interval with the largest between-model variance
-        # the data allow (its upper confidence bound), so a spread the models' noise hides is not read as agreement
-        row["tau2_models_high"] = float(a["tau2_high"])
-        row["_near"] = bool(a["near"])
-        if a["within_scale"] < 1:
-            notes.append(
-                f"the models agree more closely than their within variances allow (Q {a['q_models']:.2f} on "
-                f"{M - 1} df): those variances are scaled by {a['within_scale']:.2f} for the prediction "
-                "interval and the tolerance bounds"
+
+
+def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
+    """Per pair (``group`` numbers ``pooled``'s rows): the models' counts and ``by_model``."""
+    r = pooled["r"].to_numpy(float)
+    fin = np.isfinite(r)
+    sig = (
+        np.array([v is True or v == 1 for v in pooled["significant"]], dtype=bool)
+        if "significant" in pooled
+        else np.zeros(len(pooled), bool)
+    ) & fin
+
+    def count(x):
+        return np.bincount(group, weights=x.astype(float), minlength=n_groups).astype(int)
+
+    names = pooled["model"].astype(str).to_numpy()
+    lo, hi = pooled["ci_low"].to_numpy(float), pooled["ci_high"].to_numpy(float)
+    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1, len(group)]
+    return {
+        "n_models": np.bincount(group, minlength=n_groups),
+        "n_finite": count(fin),
+        "n_positive": count(fin & (r > 0)),
+        "n_negative": count(fin & (r < 0)),
+        "n_sig_positive": count(sig & (r > 0)),
+        "n_sig_negative": count(sig & (r < 0)),
+        "by_model": [
+            _by_model(names[a:b], r[a:b], sig[a:b], lo[a:b], hi[a:b]) for a, b in zip(starts[:-1], starts[1:])
+        ],
+    }
+
+
+def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int):
+    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair:
+    (z, v, p_run, mask) of shape (pairs, models, runs), each pair's models in order of their first
+    run, with the names in that order per pair, and the models each pair left out for lack of an
+    interval."""
+    r, se = runs["r"].to_numpy(float), runs["se_z"].to_numpy(float)
+    use = np.isfinite(r) & np.isfinite(se) & (se > 0)
+    model = runs["model"].astype(str).to_numpy()
+    gm = pd.factorize(pd.Series(group).astype(str) + "\x00" + model)[0]
+    firsts = pd.DataFrame({"g": group, "gm": gm, "model": model, "use": use, "fin": np.isfinite(r)})
+    per_model = firsts.groupby("gm", sort=False).agg(g=("g", "first"), model=("model", "first"), use=("use", "any"))
+    per_model["fin_left"] = firsts.groupby("gm", sort=False)["fin"].any() & ~per_model["use"]
+    left: dict[int, list[str]] = {}
+    for g, name in per_model.loc[per_model["fin_left"], ["g", "model"]].itertuples(index=False):
+        left.setdefault(int(g), []).append(name)
+    kept = per_model[per_model["use"]].copy()
+    kept["m"] = kept.groupby("g", sort=False).cumcount()
+    m_of = pd.Series(-1, index=per_model.index)
+    m_of[kept.index] = kept["m"].to_numpy()
+    rows = np.flatnonzero(use)
+    m_idx = m_of.reindex(gm[rows]).to_numpy()
+    k_idx = pd.Series(gm[rows]).groupby(gm[rows]).cumcount().to_numpy()
+    M = int(kept["m"].max()) + 1 if len(kept) else 1
+    K = int(k_idx.max()) + 1 if len(rows) else 1
+    shape = (n_groups, M, K)
+    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
+    mask = np.zeros(shape, bool)
+    gi = group[rows]
+    Z[gi, m_idx, k_idx] = fisher_z(r[rows])
+    V[gi, m_idx, k_idx] = se[rows] ** 2
+    mask[gi, m_idx, k_idx] = True
+    if "p" in runs:
+        P[gi, m_idx, k_idx] = runs["p"].to_numpy(float)[rows]
+    names = [[] for _ in range(n_groups)]
+    for g, name in kept[["g", "model"]].itertuples(index=False):
+        names[int(g)].append(name)
+    return Z, V, P, mask, names, left
+
+
+def _tanh(x) -> np.ndarray:
+    return np.where(np.isfinite(x), np.tanh(x), np.nan)
+
+
+def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
+    """Every agreement column that :func:`across_models` gives, per pair, with the pair's notes."""
+    M = a["n_models"]
+    two = M >= 2
+    three = M >= 3
+    nan = np.full(n_groups, np.nan)
+    cols = {
+        "n_models_consensus": M,
+        "tau2_runs": np.where(a["df_runs"] > 0, a["tau2_runs"], np.nan),
+        "r_consensus": np.where(two, _tanh(a["z"]), nan),
+        "ci_low_consensus": np.where(two, _tanh(a["lo"]), nan),
+        "ci_high_consensus": np.where(two, _tanh(a["hi"]), nan),
+        "pi_low_consensus": np.where(two, _tanh(a["pi_lo"]), nan),
+        "pi_high_consensus": np.where(two, _tanh(a["pi_hi"]), nan),
+        "tol_low_consensus": np.where(two, _tanh(a["tol_lo"]), nan),
+        "tol_high_consensus": np.where(two, _tanh(a["tol_hi"]), nan),
+        "tau2_models": np.where(two, a["tau2"], nan),
+        "tau2_models_high": np.where(three, a["tau2_high"], nan),
+        "within_scale": np.where(three, a["within_scale"], nan),
+        "within_df": np.where(three, a["within_df"], nan),
+        "p_mean": np.where(two, a["p_mean"], nan),
+        "p_generalises": np.where(three, a["p_generalises"], nan),
+        "share_sign_low": np.where(three, a["share_low"], nan),
+        "_generalises_sign": np.where(a["p_high_side"] < a["p_low_side"], -1.0, 1.0),
+        "_near": a["near"] & three,
+    }
+    for k in ("q_models", "i2_models", "p_heterogeneity", "p_reversal"):
+        cols[k] = np.where(two, a[k], nan)
+    cols["df_models"] = np.where(two, M - 1, nan)
+    reversal, notes = [], []
+    for g in range(n_groups):
+        note = []
+        if g in left:
+            note.append(f"{len(left[g])} model(s) without an interval left out: {', '.join(sorted(left[g])[:5])}")
+        text = ""
+        if M[g] >= 2:
+            zm, i, j = a["zm"][g], int(a["reversal_pos"][g]), int(a["reversal_neg"][g])
+            if zm[i] > 0 and zm[j] < 0:
+                text = f"{names[g][i]} {_fmt(math.tanh(zm[i]))} vs {names[g][j]} {_fmt(math.tanh(zm[j]))}"
+        if M[g] == 2:
+            note.append("2 models: a further model cannot be predicted from 2, so no prediction interval")
+        if M[g] >= 3 and a["pi_scale"][g] < 1:
+            note.append(
+                f"the models agree more closely than their within variances allow (Q {a['q_models'][g]:.2f} on "
+                f"{M[g] - 1} df): the prediction interval reads those variances scaled by {a['pi_scale'][g]:.2f}, "
+                f"the tolerance bounds by {a['within_scale'][g]:.2f}"
             )
-    row["note"] = "; ".join(notes)
-    return row
+        reversal.append(text)
+        notes.append("; ".join(note))
+    cols["reversal"] = reversal
+    cols["note"] = notes
+    return cols
+
+
+P_ADJUSTED = ("p_heterogeneity", "p_reversal", "p_generalises", "p_mean")
 
 
 def agreement(
     table: pd.DataFrame,
     alpha: float = 0.05,
-    correction: str = "holm",
+    correction: str = "bh",
     level: float = 0.95,
     near_zero: float = 0.3,
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
-    models, heterogeneity, sign reversal and the verdict (see the module doc; the columns are
-    explained in docs/analysis.md#reading-agreementcsv).
+    models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
+    columns are explained in docs/analysis.md#reading-agreementcsv). Every pair of the table goes
+    through :func:`across_models` at once.
 
     ``table`` is the analysis' table (:func:`.pipeline.analyse`): its run rows feed the
     consensus and the tests, its pooled rows (``run == "pooled"``) the per-model summary
-    (``by_model``, ``n_sig_*``). A table of pooled rows alone is read as one run per model."""
+    (``by_model``, ``n_sig_*``). A table of pooled rows alone is read as one run per model.
+    ``correction`` adjusts each statement's p-values across the pairs of one table."""
     table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
-    pooled = pooled.sort_values("model", kind="stable").reset_index(drop=True)
     if pooled.empty:
         return pd.DataFrame(columns=AGREEMENT_COLUMNS)
+    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last")
+    pooled = pooled.reset_index(drop=True)
+    key_frame = pooled[AGREEMENT_KEYS].drop_duplicates().reset_index(drop=True)
+    n_groups = len(key_frame)
+    lookup = key_frame.assign(_g=np.arange(n_groups))
+    group = pooled[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
     runs = _run_rows(table)
-    run_groups = {k: g for k, g in runs.groupby(AGREEMENT_KEYS, sort=False, dropna=False)}
-    rows = []
-    for key, g in pooled.groupby(AGREEMENT_KEYS, sort=True, dropna=False):
-        row = _row(g, run_groups.get(key, runs.iloc[:0]), level, near_zero)
-        rows.append({**dict(zip(AGREEMENT_KEYS, key)), **row})
-    df = pd.DataFrame(rows)
+    run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
+    runs = runs[~pd.isna(run_group)]
+    run_group = run_group[~pd.isna(run_group)].astype(int)
+    df = key_frame.copy()
+    for k, val in _describe(pooled, group, n_groups).items():
+        df[k] = val
+    Z, V, P, mask, names, left = _run_arrays(runs, run_group, n_groups)
+    a = across_models(Z, V, mask, P, level, near_zero)
+    for k, val in _consensus_columns(a, names, left, n_groups).items():
+        df[k] = val
     df["correction"] = correction
-    df["family_size"] = 0
-    for c in ("p_heterogeneity", "p_reversal", "p_generalises"):
-        df[f"{c}_adj"] = math.nan
     fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
+    for c in P_ADJUSTED:
+        df[f"{c}_adj"] = math.nan
+    df["family_size"] = 0
     for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
-        for c in ("p_heterogeneity", "p_reversal", "p_generalises"):
+        for c in P_ADJUSTED:
             df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
         df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
+    facts = [rungs(row, alpha) for row in df.to_dict("records")]
+    df["direction"] = [d for d, _ in facts]
+    df["spread"] = [sp for _, sp in facts]
     df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
-    df.loc[df["verdict"] != "sign reversal", "reversal"] = ""
+    df.loc[~df["verdict"].str.startswith("sign reversal"), "reversal"] = ""
     return df[AGREEMENT_COLUMNS]
 
 
+def _sign_word(x: float) -> str:
+    return "negative" if x < 0 else "positive"
+
+
+def rungs(row: dict, alpha: float) -> tuple[str, str]:
+    """The two facts of a pair, each the strongest whose corrected p-value is below ``alpha``:
+
+    * direction: "<sign> in nearly every model" (``p_generalises_adj``, 3 models or more: a
+      tolerance bound excludes 0), else "<sign> on average" (``p_mean_adj``: the consensus mean's
+      interval excludes 0), else "" (with a sign reversal only the average is said);
+    * spread: "sign reversal" (``p_reversal_adj``), else "models differ" (``p_heterogeneity_adj``),
+      else "near zero" (3 models or more and a further model expected inside the near-zero band),
+      else "".
+
+    A row of fewer than 2 models has neither."""
+    if row["n_finite"] == 0 or row["n_models_consensus"] < 2:
+        return "", ""
+    reversal = row["p_reversal_adj"] < alpha
+    average = row.get("p_mean_adj", math.nan) < alpha
+    nearly = row["n_models_consensus"] >= 3 and row["p_generalises_adj"] < alpha and not reversal
+    if nearly:
+        direction = f"{_sign_word(row.get('_generalises_sign', row['r_consensus']))} {NEARLY_EVERY}"
+    elif average:
+        direction = f"{_sign_word(row['r_consensus'])} {ON_AVERAGE}"
+    else:
+        direction = ""
+    if reversal:
+        spread = "sign reversal"
+    elif row["p_heterogeneity_adj"] < alpha:
+        spread = "models differ"
+    elif row.get("_near") and not nearly:
+        spread = "near zero"
+    else:
+        spread = ""
+    return direction, spread
+
+
 def verdict(row: dict, alpha: float) -> str:
-    """The first rule of the module doc's list that ``row`` (an agreement row) meets."""
+    """The strongest statement the pair's corrected p-values allow (the module doc's ladder):
+    :func:`rungs`' two facts in words (:func:`verdict_words`)."""
     if row["n_finite"] == 0:
         return "no data"
     if row["n_models_consensus"] < 2:
         return "fewer than 2 models tested"
-    if row["p_reversal_adj"] < alpha:
-        return "sign reversal"
-    if row["p_heterogeneity_adj"] < alpha:
-        return "models differ"
-    if row["n_models_consensus"] >= 3 and row["p_generalises_adj"] < alpha:
-        return "generalises (positive)" if row["r_consensus"] > 0 else "generalises (negative)"
-    if row.get("_near"):
-        return "agree near zero"
-    return "unresolved"
+    return verdict_words(*rungs(row, alpha))

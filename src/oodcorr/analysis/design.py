@@ -1,8 +1,9 @@
 """Planning a study before paying for it: how often each verdict is found, by simulation.
 
 ``oodcorr design`` asks, for a grid of models x runs x checkpoints, how often the analysis would
-find a given partial correlation: the **power** of a per-run cell, of ``generalises`` and of
-``sign reversal`` (:mod:`.consensus`), over a range of effects and of dependence between
+find a given partial correlation: the **power** of a per-run cell, of the answer's sign (on
+average, and in nearly every model: ``generalises``) and of ``sign reversal`` (:mod:`.consensus`,
+its ladder), over a range of effects and of dependence between
 checkpoints, and the smallest effect each finds in 80 % of studies. It simulates studies with
 the shared simulator (:func:`.simulate.run_scores`, the one the calibration benchmarks use) and
 analyses them with the analysis' own procedures, in two steps that give what
@@ -26,8 +27,9 @@ noise (white, ``sampling`` times the residual series' sd). The effect is the cor
 residual series without that noise: with it, the correlation the analysis sees is smaller
 (:func:`.simulate.observed_rho`), which is what more examples per testset buy back.
 
-**The family of a table.** The paper's tables correct each verdict across a table's pairs (Holm
-by default). A simulated pair of interest is corrected in a family of ``pairs`` p-values: its
+**The family of a table.** The paper's tables correct each statement across a table's pairs
+(Benjamini-Hochberg by default, ``Settings.agreement_correction``; the per-run cells by Holm). A
+simulated pair of interest is corrected in a family of ``pairs`` p-values: its
 own, those of ``non_null_pairs - 1`` further pairs with the same effect (other simulated studies
 of the same cell) and those of null pairs (simulated studies with no effect, drawn at random),
 so with the default one non-null pair its power is close to that of a test at alpha / pairs.
@@ -56,7 +58,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import multitest
-from .consensus import across_models, verdict
+from .consensus import NEARLY_EVERY, ON_AVERAGE, SIGNS, across_models, verdict
 from .correlate import corr_batch
 from .inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from .pooling import fisher_z
@@ -64,11 +66,12 @@ from .residualise import linear_maker, one_blas_thread
 from .simulate import run_scores
 
 NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): sampling noise is relative to it
-VERDICT_POWERS = ("cell", "cell_corrected", "generalises", "sign reversal")
+VERDICT_POWERS = ("cell", "cell_corrected", "average sign", "generalises", "sign reversal")
 POWER_LABELS = {
     "cell": "per-run cell (its interval excludes 0)",
     "cell_corrected": "per-run cell, significant after the correction across the table's pairs",
-    "generalises": "generalises (every model shares the effect)",
+    "average sign": "the sign on average (every model has the effect; the answer states its sign)",
+    "generalises": "the sign in nearly every model (every model has the effect)",
     "sign reversal": "sign reversal (half the models +effect, half -effect)",
 }
 DEFAULT_EFFECTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -123,12 +126,13 @@ class Settings:
 
     alpha: float = 0.05
     level: float = 0.95
-    correction: str = "holm"
+    correction: str = "holm"  # the per-run cells' (the heatmaps' stars)
     near_zero: float = 0.3
+    agreement_correction: str = "bh"  # the answer's statements
 
     @classmethod
     def from_options(cls, opts) -> Settings:
-        return cls(opts.alpha, opts.level, opts.correction, opts.near_zero)
+        return cls(opts.alpha, opts.level, opts.correction, opts.near_zero, opts.agreement_correction)
 
 
 # ---- step 1: runs ------------------------------------------------------------------------------
@@ -207,9 +211,9 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False) -> dict:
     return res
 
 
-def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, settings: Settings, rng) -> dict:
-    """Each of ``keys``' p-values of the items in ``own``, adjusted in its simulated family (see the
-    module doc). ``own`` and ``nulls``: {key: 1-D array of p-values}."""
+def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
+    """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
+    simulated family (see the module doc). ``own`` and ``nulls``: {key: 1-D array of p-values}."""
     n = len(own[keys[0]])
     k = min(a.non_null_pairs, grid.pairs)
     idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None
@@ -220,17 +224,18 @@ def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, settings
         fam = np.column_stack(cols)
         if idx is not None:
             fam = np.concatenate([fam, nulls[key][idx]], axis=1)
-        out[key] = multitest.adjust(fam, settings.correction)[:, 0]
+        out[key] = multitest.adjust(fam, correction)[:, 0]
     return out
 
 
-P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises")
+P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises", "p_mean")
 
 
 def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Settings, rng) -> list[str]:
     """The verdict of each simulated study's pair (:func:`.consensus.verdict`), its p-values
     corrected in its simulated family."""
-    adj = _adjusted({k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}, P_KEYS, grid, a, settings, rng)
+    own, nulls = {k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}
+    adj = _adjusted(own, nulls, P_KEYS, grid, a, settings.agreement_correction, rng)
     out = []
     for i in range(len(res["n_models"])):
         row = {
@@ -239,7 +244,9 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
             "p_reversal_adj": adj["p_reversal"][i],
             "p_heterogeneity_adj": adj["p_heterogeneity"][i],
             "p_generalises_adj": adj["p_generalises"][i],
+            "p_mean_adj": adj["p_mean"][i],
             "r_consensus": math.tanh(res["z"][i]) if np.isfinite(res["z"][i]) else math.nan,
+            "_generalises_sign": -1.0 if res["p_high_side"][i] < res["p_low_side"][i] else 1.0,
             "_near": bool(res["near"][i]),
         }
         out.append(verdict(row, settings.alpha))
@@ -308,17 +315,24 @@ def smallest_effect(effects, power, target: float = 0.8) -> float | None:
     return None
 
 
+def _share_saying(shares: dict, words: str) -> float:
+    return sum(v for k, v in shares.items() if words in k)
+
+
 def found_shares(same: dict, half: dict, effect: float) -> dict:
     """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
     the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
-    (``half``), the share that finds each verdict: ``generalises`` (with the effect's sign; at
-    effect 0, the false positives of either sign), ``sign reversal``, and ``wrong_sign``
-    (``generalises (negative)`` at a positive effect)."""
-    pos, neg = same.get("generalises (positive)", 0.0), same.get("generalises (negative)", 0.0)
+    (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
+    every model), ``average sign`` (the effect's sign stated at either rung), ``sign reversal``, and
+    ``wrong_sign`` (a negative sign stated at a positive effect). At effect 0 a sign of either kind
+    is a false positive."""
+    nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
+    stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
-        "generalises": pos if effect > 0 else pos + neg,
-        "sign reversal": half.get("sign reversal", 0.0),
-        "wrong_sign": neg if effect > 0 else 0.0,
+        "generalises": nearly["positive"] if effect > 0 else sum(nearly.values()),
+        "average sign": stated["positive"] if effect > 0 else sum(stated.values()),
+        "sign reversal": _share_saying(half, "sign reversal"),
+        "wrong_sign": stated["negative"] if effect > 0 else 0.0,
     }
 
 
@@ -351,7 +365,7 @@ def curve(
         fam_rng = np.random.default_rng([*key, 1])  # the null partners: the same at every effect
         p_run = runs["p"].ravel()
         cell = float(np.mean(np.nan_to_num(p_run, nan=1.0) < 1 - settings.level))
-        adj = _adjusted({"p": p_run}, {"p": null_p_runs}, ("p",), grid, a, settings, fam_rng)["p"]
+        adj = _adjusted({"p": p_run}, {"p": null_p_runs}, ("p",), grid, a, settings.correction, fam_rng)["p"]
         cell_c = float(np.mean(np.nan_to_num(adj, nan=1.0) < settings.alpha))
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
@@ -360,6 +374,7 @@ def curve(
         for kind, val, n in (
             ("cell", cell, n_runs),
             ("cell_corrected", cell_c, n_runs),
+            ("average sign", found["average sign"], studies),
             ("generalises", found["generalises"], studies),
             ("sign reversal", found["sign reversal"], studies),
         ):

@@ -79,6 +79,7 @@ def analyse_pilot(long, run_info, pool_by, settings: Settings) -> pd.DataFrame:
         alpha=settings.alpha,
         level=settings.level,
         correction=settings.correction,
+        agreement_correction=settings.agreement_correction,
         near_zero=settings.near_zero,
     )
     return analyse(long, opts, run_info=run_info)
@@ -180,7 +181,7 @@ def spreads(pc: pd.DataFrame, settings: Settings, notes: list) -> tuple[dict, di
     """(``model_sd``, ``run_sd``): the square roots of the median between-model and between-run
     variances of the agreement table's pairs, with their interquartile ranges; a note in ``notes``
     when fewer than 2 models give no between-model variance."""
-    agree = agreement(pc, settings.alpha, settings.correction, settings.level, settings.near_zero)
+    agree = agreement(pc, settings.alpha, settings.agreement_correction, settings.level, settings.near_zero)
     t2m = agree["tau2_models"].to_numpy(float)
     t2r = agree["tau2_runs"].to_numpy(float)
     t2m, t2r = t2m[np.isfinite(t2m)], t2r[np.isfinite(t2r)]

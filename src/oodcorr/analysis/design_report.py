@@ -136,7 +136,8 @@ def _eff(e) -> str:
 SHORT = {
     "cell": "cell",
     "cell_corrected": "cell (corrected)",
-    "generalises": "generalises",
+    "average sign": "sign on average",
+    "generalises": "sign in nearly every model",
     "sign reversal": "sign reversal",
 }
 
@@ -155,7 +156,8 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "**The grid.** "
         f"{g['models']} models x {g['runs']} runs per pool group (seeds) x {g['checkpoints']} checkpoints per run; "
         f"each table ({rep.get('tables', 1)} in all: {rep.get('tables_how', 'one')}) has {g['pairs']} OOD pairs, "
-        f"corrected together ({st['correction']}, alpha {st['alpha']:g}).",
+        f"corrected together (the cells: {st['correction']}; the answer's statements: "
+        f"{st.get('agreement_correction', 'bh')}; alpha {st['alpha']:g}).",
         "",
         "**Assumptions** (what a simulated study is; each can be set by a flag or estimated from a pilot, `--pilot`):",
         "",
@@ -193,16 +195,18 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         lines.append("")
     lines += [
         "Effect 0 is the null: its row is the false-positive rate of each (per-run cells: the share of null "
-        "runs whose interval excludes 0; generalises: of either sign). *cell*: a run's own interval excludes 0; "
+        "runs whose interval excludes 0; the signs: of either sign). *cell*: a run's own interval excludes 0; "
         "*cell (corrected)*: significant after the correction across the table's pairs, as the heatmaps mark it; "
-        "*generalises*: every model has the effect, the verdict `generalises` with its sign; *sign reversal*: "
-        "half the models have +effect and half -effect, the verdict `sign reversal`.",
+        "*sign on average*: every model has the effect, and the answer states its sign (on average, or in nearly "
+        "every model); *sign in nearly every model*: the same studies, the answer's strongest rung "
+        "(`positive in nearly every model`); *sign reversal*: half the models have +effect and half -effect, "
+        "the verdict `sign reversal`.",
         "",
         f"## Alternatives (phi {rep['headline_phi']:g}; power at effect {rep['effect']:g})",
         "",
         "| change | grid (models x runs x checkpoints) | GPU-hours (limits) | GPU-hours (work) | "
         + " | ".join(SHORT[k] for k in VERDICT_POWERS)
-        + " | 80 % at (cell / corrected / generalises / reversal) |",
+        + " | 80 % at (cell / corrected / on average / nearly every / reversal) |",
         "| --- | --- | ---: | ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " | --- |",
     ]
     for r in rep["alternatives"]:
@@ -232,18 +236,17 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
     if un:
         g0 = rep["alternatives"][0]["grid"]
         lines.append(
-            f"* **`generalises` is out of reach for this grid**: with {g0['models']} models x {g0['runs']} runs, the "
-            f"tolerance bounds exclude 0 in fewer than {un['target']:.0%} of studies at every effect up to "
-            f"{un['largest_effect']:g}: so few or so noisy models cannot show that models of the other sign are "
-            "rare, even when every model has the same correlation "
-            "(docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds). "
+            f"* **the sign in nearly every model is out of reach for this grid**: with {g0['models']} models x "
+            f"{g0['runs']} runs, the tolerance bounds exclude 0 in fewer than {un['target']:.0%} of studies at every "
+            f"effect up to {un['largest_effect']:g}: so few or so noisy models cannot show that models of the other "
+            "sign are rare, even when every model has the same correlation; the answer then says the sign on "
+            "average (docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds). "
             + (
                 f"The cheapest change that reaches it: **{un['fix']}** ({un['target']:.0%} at effect "
                 f"{un['fix_smallest_effect']:.2f})."
                 if un["fix"]
-                else "No change simulated here reaches it; in the calibration, 16 models x 3 runs x 21 checkpoints "
-                "find a shared -0.5 in 89% of studies at phi 0.5 and 56% at phi 0.8 "
-                "(benchmarks/README.md#14-the-prediction-interval-across-models-coverage)."
+                else "No change simulated here reaches it; more models with 3 runs each is what the calibration "
+                "shows works (benchmarks/README.md#14-the-answer-across-models-every-rung-measured)."
             )
         )
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]

@@ -24,7 +24,9 @@ class Options:
     residualisers: tuple[str, ...] = tuple(DEFAULTS["residualisers"])
     inference: str = DEFAULTS["inference"]  # or "iid", "block" (see oodcorr.analysis.inference)
     level: float = DEFAULTS["level"]  # confidence level of every interval
-    correction: str = DEFAULTS["correction"]  # or "bh", "none"
+    correction: str = DEFAULTS["correction"]  # or "bh", "none": across the pairs of a heatmap
+    # across the pairs of the agreement table: "bh" (the false discovery rate), "holm", "none"
+    agreement_correction: str = DEFAULTS["agreement_correction"]
     alpha: float = DEFAULTS["alpha"]  # significance threshold on p_adj (stars, agreement)
     # below this effective sample size a cell's note says its interval is uninformative
     min_n_eff: float = float(DEFAULTS["min_n_eff"])
@@ -58,8 +60,11 @@ class Options:
             parse(r)
         if self.inference not in INFERENCES:
             raise ValueError(f"unknown inference {self.inference!r}; choose from {', '.join(INFERENCES)}")
-        if self.correction not in multitest.CORRECTIONS:
-            raise ValueError(f"unknown correction {self.correction!r}; choose from {', '.join(multitest.CORRECTIONS)}")
+        for name in ("correction", "agreement_correction"):
+            if getattr(self, name) not in multitest.CORRECTIONS:
+                raise ValueError(
+                    f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(multitest.CORRECTIONS)}"
+                )
         if self.interval not in INTERVALS:
             raise ValueError(f"unknown interval {self.interval!r}; choose from {', '.join(INTERVALS)}")
         if not (self.block_length == "auto" or (isinstance(self.block_length, int) and self.block_length >= 1)):
@@ -91,6 +96,7 @@ class Options:
             "residualisers",
             "inference",
             "correction",
+            "agreement_correction",
             "alpha",
             "seed",
             "level",

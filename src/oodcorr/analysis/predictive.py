@@ -50,10 +50,15 @@ from .pooling import _q_and_slope, solve_tau2
 # the between-model sd's prior: half-normal of this scale on the Fisher z scale
 TAU_SCALE = 0.5
 TAU_POINTS = 161  # grid points of tau for the prediction interval
-TOL_POINTS = 401  # ... and for the tolerance bounds (their p to 1e-4 of a direct integral)
+TOL_POINTS = 201  # ... and for the tolerance bounds (their p to 3e-4 of a direct integral)
 # the within-model variance is lambda V_m, lambda uniform on these (the prediction interval only)
 WITHIN_SCALES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 CHUNK = 256  # studies per (studies, grid, models) array
+FIDUCIAL_POINTS = 6  # Gauss nodes of the within scale's fiducial distribution the tolerance bounds integrate over
+# every model one run: the within variance the bounds read is this share of the V_m the per-run
+# procedure gives, the smallest ratio of the scatter to V_m measured on the calibration grid
+# (benchmarks/README.md#14-the-prediction-interval-across-models-coverage)
+SINGLE_RUN_SCALE = 0.72
 
 
 def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
@@ -183,29 +188,46 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     return {"tau": tau, "weight": weight, "mu": mu, "var": var}
 
 
+def _bracketed_newton(f_and_slope, x, lo, hi, tol: float, steps: int = 100) -> np.ndarray:
+    """Per row, the root of an increasing function: Newton steps from ``x``, kept inside a bracket
+    ``[lo, hi]`` that every step narrows (a step that would leave it bisects it instead), to
+    ``tol``; only the rows not yet converged are evaluated again. ``f_and_slope(rows, x)`` gives
+    the function and its slope at ``x`` for those rows."""
+    x, lo, hi = x.copy(), lo.copy(), hi.copy()
+    active = np.arange(len(x))
+    for _ in range(steps):
+        if not len(active):
+            break
+        xa = x[active]
+        f, slope = f_and_slope(active, xa)
+        la, ha = np.where(f < 0, xa, lo[active]), np.where(f < 0, hi[active], xa)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(slope > 0, xa - f / slope, np.nan)
+        inside = np.isfinite(step) & (step > la) & (step < ha)
+        new = np.where(inside, step, 0.5 * (la + ha))
+        x[active], lo[active], hi[active] = new, la, ha
+        active = active[(np.abs(new - xa) >= tol) & (ha - la >= tol)]
+    return x
+
+
 def mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
     """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
     of shape (rows, components), weights summing to 1): Newton steps from the moment-matched
-    normal's quantile, kept inside a bracket that every step narrows (a step that would leave it
-    bisects it instead), to ``tol``."""
+    normal's quantile, kept inside a bracket that every step narrows (:func:`_bracketed_newton`), to
+    ``tol``."""
     lo, hi = (mu - 10 * sd).min(-1), (mu + 10 * sd).max(-1)
     m = (wt * mu).sum(-1)
     s = np.sqrt(np.maximum((wt * (sd * sd + mu * mu)).sum(-1) - m * m, 1e-300))
     x = np.clip(m + s * special.ndtri(p), lo, hi)
-    for _ in range(100):
-        u = (x[:, None] - mu) / sd
-        f = (wt * special.ndtr(u)).sum(-1) - p
-        dens = (wt * np.exp(-0.5 * u * u) / (sd * math.sqrt(2 * math.pi))).sum(-1)
-        lo, hi = np.where(f < 0, x, lo), np.where(f < 0, hi, x)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = np.where(dens > 0, x - f / dens, np.nan)
-        inside = np.isfinite(step) & (step > lo) & (step < hi)
-        new = np.where(inside, step, 0.5 * (lo + hi))
-        done = np.abs(new - x) < tol
-        x = new
-        if done.all():
-            break
-    return x
+
+    def f_and_slope(rows, x):
+        u = (x[:, None] - mu[rows]) / sd[rows]
+        w = wt[rows]
+        return (w * special.ndtr(u)).sum(-1) - p, (w * np.exp(-0.5 * u * u) / (sd[rows] * math.sqrt(2 * math.pi))).sum(
+            -1
+        )
+
+    return _bracketed_newton(f_and_slope, x, lo, hi, tol)
 
 
 def _chunks(present):
@@ -242,30 +264,95 @@ def predictive_batch(
     return out
 
 
-def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS) -> dict:
-    """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each at
-    content and confidence ``(1 + level) / 2`` (0.975; see the module doc): ``tol_lo`` (with that
-    confidence, at least that share of models of this kind lie above it) and ``tol_hi`` (below
-    it). ``p_low_side`` is the confidence distribution's mass on ``mu - c tau <= 0`` (below
-    ``(1 - level) / 2`` exactly when ``tol_lo > 0``), ``p_high_side`` its mass on ``mu + c tau >= 0``,
-    and ``p_generalises`` twice the smaller: below ``1 - level`` exactly when one bound excludes 0,
-    the level at which a shared sign is just claimed. Twice, because the side is chosen by the
-    data; measured, one side alone claims a shared sign in up to 0.09 of studies at the boundary
-    (a further model of the other sign with probability 0.025)."""
+def within_scale_draws(ss, df, points: int = FIDUCIAL_POINTS, single: float = SINGLE_RUN_SCALE):
+    """The within-model scale ``lambda`` the tolerance bounds integrate over, per study, as
+    (draws, weights), each (studies, points): with ``df`` > 0 degrees of freedom from the runs' own
+    scatter (``ss``, the runs' squared deviations from their models' means over their variances),
+    its fiducial distribution ``ss / chi2_df`` truncated at 1 (the per-run procedure's variances
+    are never too small on the calibration grid, so the runs can only scale them down; the draws
+    above 1 would read a spread as noise), by Gauss-Legendre quadrature on its probability scale;
+    with none (every model one run), ``single`` alone."""
+    ss, df = np.asarray(ss, float), np.asarray(df, int)
+    draws = np.full((len(ss), points), float(single))
+    weights = np.zeros((len(ss), points))
+    weights[:, 0] = 1.0
+    x, w = special.roots_legendre(points)  # Gauss-Legendre on the fiducial distribution's probability scale
+    u = (x + 1) / 2
+    for d in np.unique(df[df > 0]):
+        rows = df == d
+        draws[rows] = np.minimum(ss[rows, None] / stats.chi2.ppf(u, d)[None, :], 1.0)
+        weights[rows] = w / w.sum()
+    return draws, weights
+
+
+def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
+    """The confidence distribution's mass on ``mu + c tau >= 0`` (the high side: a bound ``tol_hi``
+    that reaches 0) where ``high``, else on ``mu - c tau <= 0`` (the low side), per row: ``c`` and
+    ``high`` one value per row."""
+    sign = np.where(high, 1.0, -1.0)[:, None]
+    return np.minimum(1.0, (wt * special.ndtr((sign * mu + np.asarray(c, float)[:, None] * tau) / sd)).sum(-1))
+
+
+def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
+    """Per row, the largest share ``s`` in [0.5, 0.9999] at which the bound on the row's side (the
+    high side where ``high``) still excludes 0 at confidence ``1 - alpha``: the normal quantile
+    ``c`` of ``s`` at which the side's mass (which rises with ``c``) is ``alpha``, found by
+    :func:`_bracketed_newton`; NaN where even ``s = 0.5`` (the models' median) does not."""
+    top = float(stats.norm.ppf(0.9999))
+    n = len(wt)
+    at0 = _side_mass(np.zeros(n), wt, mu, sd, tau, high)
+    at_top = _side_mass(np.full(n, top), wt, mu, sd, tau, high)
+    sign = np.where(high, 1.0, -1.0)[:, None]
+
+    def f_and_slope(rows, c):
+        u = (sign[rows] * mu[rows] + c[:, None] * tau[rows]) / sd[rows]
+        w = wt[rows]
+        dens = (w * np.exp(-0.5 * u * u) * tau[rows] / (sd[rows] * math.sqrt(2 * math.pi))).sum(-1)
+        return (w * special.ndtr(u)).sum(-1) - alpha, dens
+
+    c = _bracketed_newton(f_and_slope, np.full(n, 1.0), np.zeros(n), np.full(n, top), 1e-6)
+    c = np.where(at_top <= alpha, top, c)
+    return np.where(at0 <= alpha, special.ndtr(c), np.nan)
+
+
+def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS, scales=None) -> dict:
+    """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each of
+    content ``(1 + level) / 2`` (0.975) at confidence ``level`` (see the module doc): ``tol_lo``
+    (with that confidence, at least that share of models of this kind lie above it) and ``tol_hi``
+    (below it). ``p_low_side`` is the confidence distribution's mass on ``mu - c tau <= 0`` (below
+    ``1 - level`` exactly when ``tol_lo > 0``), ``p_high_side`` its mass on ``mu + c tau >= 0``, and
+    ``p_generalises`` the smaller: below ``1 - level`` exactly when the bound on the data's side
+    excludes 0. ``share_low``: on that side, the largest share of models of this kind shown, at
+    confidence ``level``, to share its sign (NaN where not even the median model's is).
+
+    ``scales``: (draws, weights), each (studies, draws): the within-model variance is ``lambda V_m``
+    with ``lambda`` each draw at its weight (:func:`within_scale_draws`); None takes the ``V_m`` as
+    they are."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    S = present.shape[0]
+    draws_all, weights_all = (np.ones((S, 1)), np.ones((S, 1))) if scales is None else scales
     share = (1 + level) / 2
     c = float(stats.norm.ppf(share))
-    keys = ("tol_lo", "tol_hi", "p_low_side", "p_high_side")
-    out = {k: np.full(present.shape[0], np.nan) for k in keys}
+    alpha = 1 - level
+    keys = ("tol_lo", "tol_hi", "p_low_side", "p_high_side", "share_low")
+    out = {k: np.full(S, np.nan) for k in keys}
     for i in _chunks(present):
-        cd = tau_confidence_batch(zm[i], Vm[i], present[i], points)
-        wt, mu, sd, tau = cd["weight"], cd["mu"], np.sqrt(cd["var"]), cd["tau"]
-        out["tol_lo"][i] = mixture_quantile(1 - share, wt, mu - c * tau, sd)
-        out["tol_hi"][i] = mixture_quantile(share, wt, mu + c * tau, sd)
-        out["p_low_side"][i] = np.minimum(1.0, (wt * special.ndtr((c * tau - mu) / sd)).sum(-1))
-        out["p_high_side"][i] = np.minimum(1.0, (wt * special.ndtr((mu + c * tau) / sd)).sum(-1))
-    out["p_generalises"] = np.minimum(1.0, 2 * np.fmin(out["p_low_side"], out["p_high_side"]))
+        draws, weights = draws_all[i], weights_all[i]
+        used = np.flatnonzero((weights > 0).any(0))  # every model one run: the first draw alone
+        parts = []
+        for j in used:
+            cd = tau_confidence_batch(zm[i], Vm[i] * draws[:, j][:, None], present[i], points)
+            parts.append((cd["weight"] * weights[:, j][:, None], cd["mu"], np.sqrt(cd["var"]), cd["tau"]))
+        wt, mu, sd, tau = (np.concatenate(x, axis=-1) for x in zip(*parts))
+        out["tol_lo"][i] = mixture_quantile(alpha, wt, mu - c * tau, sd)
+        out["tol_hi"][i] = mixture_quantile(1 - alpha, wt, mu + c * tau, sd)
+        cc = np.full(len(i), c)
+        low = _side_mass(cc, wt, mu, sd, tau, np.zeros(len(i), bool))
+        high = _side_mass(cc, wt, mu, sd, tau, np.ones(len(i), bool))
+        out["p_low_side"][i], out["p_high_side"][i] = low, high
+        out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
+    out["p_generalises"] = np.fmin(out["p_low_side"], out["p_high_side"])
     return out
 
 
@@ -280,6 +367,8 @@ def predictive(zm, Vm, level: float = 0.95, tau_scale: float = TAU_SCALE, within
     return _one(predictive_batch, zm, Vm, level, tau_scale, within_scales=within_scales)
 
 
-def tolerance(zm, Vm, level: float = 0.95) -> dict:
-    """:func:`tolerance_batch` of one study's models."""
-    return _one(tolerance_batch, zm, Vm, level)
+def tolerance(zm, Vm, level: float = 0.95, scales=None) -> dict:
+    """:func:`tolerance_batch` of one study's models (``scales``: the within scale's (draws, weights), two lists)."""
+    if scales is not None:
+        scales = tuple(np.asarray(x, float)[None] for x in scales)
+    return _one(tolerance_batch, zm, Vm, level, scales=scales)

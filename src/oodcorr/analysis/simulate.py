@@ -329,7 +329,7 @@ def verdict_rates(
     for i in range(reps):
         table = study_table(np.random.default_rng([seed, i]), rhos, n_runs, n_checkpoints, phi, **study)
         pc = analyse(table, opts)
-        agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+        agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
         row = agree[(agree["x"] == "ood0") & (agree["y"] == "ood1")].iloc[0]
         counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
         if math.isfinite(row["ci_low_consensus"]):

@@ -11,7 +11,7 @@
     printed and written as markdown and JSON (:mod:`oodcorr.launch.budget`).
 ``oodcorr design --configfile X [--pilot TABLE]`` (:mod:`.design`)
     What a config's grid can detect before it is paid for: the power of a per-run cell, of
-    ``generalises`` and of ``sign reversal`` by effect and dependence, a few changes of the grid
+    the answer's sign and of ``sign reversal`` by effect and dependence, a few changes of the grid
     with their cost, and the budget beside it (:mod:`oodcorr.analysis.design`).
 
 Shared pieces: :mod:`.args` (argument types, the work flags), :mod:`.config` (the workflow

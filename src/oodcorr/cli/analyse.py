@@ -374,7 +374,7 @@ def _analyse_into(args, out: Path) -> int:
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
     pc = analyse(long, opts, examples, run_info=info)
-    agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+    agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     write_tables(pc, agree, out)
     write_json_atomic(
         out / "settings.json",

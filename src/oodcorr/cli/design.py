@@ -1,6 +1,7 @@
 """``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is
-paid for: the power of a per-run cell, of ``generalises`` and of ``sign reversal`` by effect and
-dependence, a few changes of the grid with their cost, and the budget beside it. The simulation is
+paid for: the power of a per-run cell, of the answer's sign (on average, in nearly every model) and
+of ``sign reversal`` by effect and dependence, a few changes of the grid with their cost, and the
+budget beside it. The simulation is
 :mod:`oodcorr.analysis.design`, the assumptions a pilot gives :mod:`oodcorr.analysis.design_pilot`,
 the report :mod:`oodcorr.analysis.design_report`; this module reads the flags, the config and the
 pilot's table, and writes the files."""
@@ -37,7 +38,8 @@ def add_parser(sub, help: str) -> None:
         "design",
         help=help,
         description="Plan a study before paying for it: for the config's grid (models, runs per pool group, "
-        "checkpoints per run, OOD pairs per table), the power of a per-run cell, of 'generalises' and of "
+        "checkpoints per run, OOD pairs per table), the power of a per-run cell, of the answer's sign (on "
+        "average, in nearly every model) and of "
         "'sign reversal' over a range of effects and AR(1) coefficients of the residual series, the "
         "smallest effect each finds in 80%% of studies, the same for a few changes of the grid with their "
         "GPU-hours, and the budget beside it. By simulation with the analysis' own procedures, seeded: "

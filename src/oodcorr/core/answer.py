@@ -1,11 +1,12 @@
 """The answer in one sentence per in-domain set: how many OOD pairs got which verdict.
 
 ``oodcorr analyse``'s summary, the workflow's last line and the HTML report's landing text all
-say it the same way, from the agreement table (``agreement.csv``; the verdicts of
+say it the same way, from the agreement table (``agreement.csv``; the verdicts of the ladder,
 :data:`oodcorr.analysis.consensus.VERDICTS`), for the method and residualiser the heatmaps show:
 
-    in-domain mnli: 10 pairs: 0 generalise, 0 reverse, 10 unresolved (2 models: no further
-    model can be predicted)
+    in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
+    average; 2 negative on average; 1 positive on average, models differ; 6 models differ;
+    1 agree near zero; 6 unresolved (16 models)
 
 Stdlib only (``csv``), so the launch layer, which prints the workflow's last line, reads it too.
 """
@@ -17,18 +18,31 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-# verdict -> the word counted; the first three are always said, the others where they occur
-WORDS = {
-    "generalises (positive)": "generalise",
-    "generalises (negative)": "generalise",
-    "sign reversal": "reverse",
-    "unresolved": "unresolved",
-    "models differ": "differ",
-    "agree near zero": "agree near zero",
-    "fewer than 2 models tested": "with fewer than 2 models",
-    "no data": "without data",
-}
-ALWAYS = ("generalise", "reverse", "unresolved")
+# the ladder's words, strongest first: a verdict's place is that of the first word it holds
+# (the order of oodcorr.analysis.consensus.VERDICTS; tests/core/test_answer.py checks it)
+STRENGTH = (
+    "sign reversal",
+    "in nearly every model",
+    "on average",
+    "models differ",
+    "agree near zero",
+    "unresolved",
+    "fewer than 2 models tested",
+    "no data",
+)
+SIGN_WORDS = ("in nearly every model", "on average")
+
+
+def verdict_order(verdict: str) -> tuple:
+    """A sort key that puts verdicts in the ladder's order (stronger first; positive before
+    negative; a verdict without a spread before one with it)."""
+    place = next((i for i, w in enumerate(STRENGTH) if w in verdict), len(STRENGTH))
+    return (place, "negative" in verdict, "," in verdict, verdict)
+
+
+def states_a_sign(verdict: str) -> bool:
+    """Whether a verdict states the sign (in nearly every model, or on average)."""
+    return any(w in verdict for w in SIGN_WORDS)
 
 
 def read_agreement(path: str | Path) -> list[dict]:
@@ -45,41 +59,31 @@ def _int(v) -> int:
 
 
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
-    """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps."""
+    """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
+    many have a sign stated, and each verdict's count in the ladder's order."""
     chosen = [r for r in rows if str(r.get("method")) == method and str(r.get("residualiser")) == residualiser]
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in chosen:
         groups.setdefault((str(r.get("in_domain", "")), str(r.get("pool_group", ""))), []).append(r)
     out = []
     for (dom, group), rs in sorted(groups.items()):
-        counts = Counter(WORDS.get(str(r.get("verdict")), str(r.get("verdict"))) for r in rs)
-        signs = Counter(str(r.get("verdict")) for r in rs if str(r.get("verdict")).startswith("generalises"))
-        extra = [w for w in dict.fromkeys(WORDS.values()) if w not in ALWAYS]
-        order = [*ALWAYS, *extra, *sorted(w for w in counts if w not in WORDS.values())]
-        parts = []
-        for word in order:
-            if word in ALWAYS or counts.get(word):
-                text = f"{counts.get(word, 0)} {word}"
-                if word == "generalise" and signs:
-                    pos, neg = signs.get("generalises (positive)", 0), signs.get("generalises (negative)", 0)
-                    text += f" ({pos} positive, {neg} negative)"
-                parts.append(text)
+        counts = Counter(str(r.get("verdict")) for r in rs)
+        parts = [f"{counts[v]} {v}" for v in sorted(counts, key=verdict_order)]
+        signed = sum(n for v, n in counts.items() if states_a_sign(v))
         n_models = max((_int(r.get("n_models_consensus")) for r in rs), default=0)
         tested = max((_int(r.get("n_models")) for r in rs), default=0)
         if n_models == 2:
-            why = " (2 models: no further model can be predicted; a verdict of generalises needs 3 or more)"
+            why = (
+                " (2 models: no further model can be predicted, so nothing is said of nearly every model; "
+                "that needs 3 or more)"
+            )
         elif max(n_models, tested) < 2:
             why = " (1 model: no consensus across models, which needs 2 or more)"
         else:
             why = f" ({n_models} models)"
         where = f" ({group})" if group not in ("", "all runs") else ""
-        out.append(
-            (
-                dom,
-                group,
-                f"in-domain {dom}{where}: {len(rs)} pair{'s' if len(rs) != 1 else ''}: {', '.join(parts)}{why}",
-            )
-        )
+        pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
+        out.append((dom, group, f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}"))
     return out
 
 

@@ -45,6 +45,9 @@ ANALYSIS: dict[str, Any] = {
     "residualisers": ["linear"],
     "inference": "modified-t",
     "correction": "holm",
+    # across the pairs of the agreement table (the answer): Benjamini-Hochberg, the false discovery
+    # rate of its statements (docs/analysis.md#many-pairs-the-false-discovery-rate)
+    "agreement_correction": "bh",
     "alpha": 0.05,
     "level": 0.95,
     "min_n_eff": 5,

@@ -448,7 +448,8 @@ def draw(
 DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, line style)
     "cell": ("per-run cell", "0.45", "--"),
     "cell_corrected": ("per-run cell, corrected", "0.2", "-"),
-    "generalises": ("generalises", "#b2182b", "-"),
+    "average sign": ("sign on average", "#ef8a62", "-"),
+    "generalises": ("sign in nearly every model", "#b2182b", "-"),
     "sign reversal": ("sign reversal", "#2166ac", "-"),
 }
 

@@ -45,7 +45,9 @@ from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 # param of the rule) and nothing upstream. tests/meta/test_plan_layer.py ties it to the columns.
 # 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
 # 3: agreement.csv gains the tolerance bounds, which generalises now reads (issue 30).
-ANALYSIS_FORMAT = 3
+# 4: the graded answer (issue 37): verdicts of the ladder, direction, spread, p_mean, share_sign_low,
+#    within_df; the statements corrected by analysis.agreement_correction (Benjamini-Hochberg).
+ANALYSIS_FORMAT = 4
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)
