@@ -50,6 +50,7 @@ import pandas as pd
 
 from ..core.errors import DataError
 from .lmeval_samples import not_regular, read_samples
+from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -315,7 +316,35 @@ def _number(v, path: Path, task: str, key: str) -> float:
             f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
             "task out (--tasks) or move the file out of the folder"
         )
+    name = key.split(",", 1)[0]
+    rng = metric_range(name)
+    if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
+        if not rng[0] <= v <= rng[1]:
+            raise DataError(
+                f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
+                f"{name!r}: not a score lm-evaluation-harness writes (a hand-edited or damaged file); rerun that "
+                "evaluation, leave the task out (--tasks) or move the file out of the folder"
+            )
     return float(v)
+
+
+def _check_scales(rows: list[dict]) -> None:
+    """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
+    its ``f1`` of classification a share): every score of one metric key is on one scale, told by
+    their median (:func:`oodcorr.analysis.tables.score_range`); one outside it names its file."""
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append(row)
+    for key, group in by_key.items():
+        scores = pd.DataFrame({key: [r["score"] for r in group]})
+        bad = out_of_range(scores, key)
+        if bad is not None:
+            r = group[bad[0]]
+            raise DataError(
+                f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
+                "the other files (a hand-edited or damaged file); rerun that evaluation, leave the task out "
+                "(--tasks) or move the file out of the folder"
+            )
 
 
 def read_results_file(
@@ -469,6 +498,7 @@ def read_folder(
             + (f" among --tasks {','.join(tasks)}" if tasks else "")
             + f"; e.g. {chosen[0]} has {_file_metrics(chosen[0], max_bytes)}: choose one with --metric"
         )
+    _check_scales(rows)
     scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
     found = set(scores["testset"])
     if without - found:
