@@ -245,3 +245,30 @@ def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
         write_ckpt_manifest(ck, step * 10, resumable=False)
         out.append({"step": step * 10, "checkpoint": str(ck)})
     return out
+
+
+def sharded_copy(model_dir, dest, max_shard_size: str = "20KB") -> Path:
+    """``model_dir`` (a tiny model folder) saved again into ``dest`` as transformers writes a large
+    model: shards ``model-0000i-of-0000n.safetensors`` and ``model.safetensors.index.json``."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    dest = Path(dest)
+    shutil.copytree(model_dir, dest, ignore=shutil.ignore_patterns("*.safetensors"))
+    AutoModelForCausalLM.from_pretrained(str(model_dir)).save_pretrained(dest, max_shard_size=max_shard_size)
+    assert (dest / "model.safetensors.index.json").exists() and not (dest / "model.safetensors").exists()
+    return dest
+
+
+def drop_shard(folder, tensor_suffix: str = "embed_tokens.weight") -> str:
+    """Delete the shard holding the tensor ending in ``tensor_suffix`` and leave its tensors out of the
+    index, as an index edited to match a deleted shard; returns that shard's name."""
+    folder = Path(folder)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = next(s for t, s in index["weight_map"].items() if t.endswith(tensor_suffix))
+    index["weight_map"] = {t: s for t, s in index["weight_map"].items() if s != shard}
+    index_path.write_text(json.dumps(index, indent=2))
+    (folder / shard).unlink()
+    return shard

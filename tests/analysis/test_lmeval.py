@@ -302,6 +302,36 @@ def test_metrics_on_their_own_scales(tmp_path):
         read_folder(folder("f1mixed", "f1", [0.3, 0.4, 0.95, 0.35, 0.5]), metric="f1")
 
 
+def test_a_key_given_twice_is_refused_not_the_last_taken(tmp_path):
+    """Python's json takes the last of two values of one key, and lm-eval's model_args parser the last
+    of a repeated argument: either way the file says two things; refused, naming the file and key."""
+    series(tmp_path)
+    p = tmp_path / "org__a" / "step100" / f"results_{DATE}.json"
+    text = p.read_text()
+    p.write_text(text.replace('"acc,none": 0.32,', '"acc,none": 0.32, "acc,none": 0.92,', 1))
+    assert text != p.read_text()
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))}: key 'acc,none' appears twice in one object"):
+        read_folder(tmp_path)
+    p.write_text(text.replace("revision=step100", "revision=step100,revision=step300"))
+    with pytest.raises(DataError) as e:
+        read_folder(tmp_path)
+    assert str(p) in str(e.value) and "'revision' is given twice (revision=step100, then revision=step300)" in str(
+        e.value
+    )
+    p.write_text(text.replace("revision=step100", "revision=step100,revision=step100"))  # the same twice: one value
+    assert len(read_folder(tmp_path).scores) == 24
+
+
+def test_a_samples_line_with_a_key_twice_is_refused(tmp_path):
+    current(tmp_path, "org/a", 0, {"ind": 0.5, "x": 0.5}, samples={"x": [1, 0]})
+    s = tmp_path / f"samples_x_{DATE}.jsonl"
+    lines = s.read_text().splitlines()
+    lines[1] = lines[1].replace('"acc": 0', '"acc": 1, "acc": 0')  # the last (0) keeps the mean
+    s.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"samples_x_.*\.jsonl:2: key 'acc' appears twice"):
+        read_folder(tmp_path)
+
+
 def test_two_files_for_one_model_step_and_task_name_both(tmp_path):
     series(tmp_path)
     current(tmp_path / "org__a" / "step100", "org/a", 100, {"x": 0.9}, date="2026-03-03T00-00-00.0")

@@ -49,6 +49,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import DataError
+from ..core.io import DuplicateKey, loads_json
 from .lmeval_samples import not_regular, read_samples
 from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
 
@@ -225,7 +226,11 @@ def _load_json(path: Path, max_bytes: int):
             f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
         )
     try:
-        return json.loads(text)
+        return loads_json(text)
+    except DuplicateKey as e:
+        raise DataError(
+            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
+        ) from None
     except json.JSONDecodeError as e:
         cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise DataError(
@@ -245,7 +250,9 @@ def _too_large(path: Path, size: int, max_bytes: int) -> str:
 
 
 def parse_model_args(v) -> dict[str, str]:
-    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
+    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already. A key
+    given twice with two values (``revision=step1,revision=step2``: the harness takes the last) is
+    a ValueError saying so: which checkpoint was evaluated is then not what it seems."""
     if v is None:
         return {}
     if isinstance(v, dict):
@@ -253,8 +260,10 @@ def parse_model_args(v) -> dict[str, str]:
     out = {}
     for part in str(v).split(","):
         if "=" in part:
-            k, x = part.split("=", 1)
-            out[k.strip()] = x.strip()
+            k, x = (y.strip() for y in part.split("=", 1))
+            if k in out and out[k] != x:
+                raise ValueError(f"{k!r} is given twice ({k}={out[k]}, then {k}={x})")
+            out[k] = x
     return out
 
 
@@ -366,7 +375,14 @@ def read_results_file(
             + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
         )
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    model, step, how = identity(parse_model_args(config.get("model_args")), config)
+    try:
+        args = parse_model_args(config.get("model_args"))
+    except ValueError as e:
+        raise DataError(
+            f"{path}: config.model_args: {e}; the harness loaded the last, so the file names another checkpoint "
+            "than it seems to. Rerun that evaluation with each argument once, or move the file out of the folder"
+        ) from None
+    model, step, how = identity(args, config)
     run = "all"
     if pattern is not None:
         m = pattern.match(rel)
