@@ -316,7 +316,9 @@ def score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[flo
     return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
 
 
-def out_of_range(scores: pd.DataFrame, metric: str, *, percent: bool = True) -> tuple[object, object, float, str] | None:
+def out_of_range(
+    scores: pd.DataFrame, metric: str, *, percent: bool = True
+) -> tuple[object, object, float, str] | None:
     """(row, column, value, the sentence's end) of the first score in ``scores`` (one metric: a
     column, or a wide table's testset columns) outside the metric's range (:func:`score_range`, the
     scale told from all of them), or None when all lie inside (missing values and infinities are
