@@ -315,6 +315,7 @@ def _plan(root: Path, experiment: str = "x") -> SimpleNamespace:
         experiment=experiment,
         paths=SimpleNamespace(root=str(root), staging=str(root / ".staging")),
         published_rels=lambda: list(RELS),
+        runs=(),
     )
 
 
@@ -324,7 +325,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from oodcorr.launch.experiment import claim
 root = Path(sys.argv[1])
-plan = SimpleNamespace(experiment="x", paths=SimpleNamespace(root=str(root)))
+plan = SimpleNamespace(experiment="x", paths=SimpleNamespace(root=str(root)), runs=())
 assert claim(plan, [sys.argv[2]], {"experiment": "x"}) is None
 print("held", flush=True)
 time.sleep(120)
