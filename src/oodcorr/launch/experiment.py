@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import hashlib
 import json
 import os
 import socket
 import stat
 import sys
+import uuid
 from pathlib import Path
 
 from ..core import published
@@ -77,9 +79,31 @@ def _read_identity(root: Path) -> dict | None:
 
 
 def _here(root: Path) -> dict:
-    """Where this run keeps its Snakemake records: the experiment folder (resolved) and the working folder
-    (whose ``.snakemake/`` holds what Snakemake knows of each output, the settings it was made with)."""
+    """Where this run is: the experiment folder (resolved) and the working folder (whose
+    ``.snakemake/`` holds what Snakemake knows of each output, the settings it was made with)."""
     return {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
+
+
+# in the working folder, beside Snakemake's own records: which record of each experiment folder the
+# runs here wrote (a copy of the working folder, .snakemake/ with it, keeps it; a copy or a move of the
+# experiment folder alone, another checkout sharing results/, or .snakemake/ deleted does not)
+RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
+
+
+def _mark(root: Path) -> Path:
+    """The mark of experiment folder ``root`` (as the plan names it: Snakemake keys its records by
+    those paths) in this working folder."""
+    return RECORDS_MARKS / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+
+
+def records_here(root: Path, old: dict) -> bool:
+    """Whether Snakemake's records in this working folder are those of the runs that wrote ``root``
+    (whose record is ``old``): the mark a run here left names the record's ``records_id``."""
+    try:
+        doc = json.loads(_mark(root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
 def config_changes(old: dict | None, config: dict) -> list[str] | None:
@@ -119,10 +143,9 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
     or when nothing tells of such a folder."""
     root = Path(plan.paths.root)
     old = _read_identity(root)
-    if old is None or "folder" not in old:
+    if old is None or "records_id" not in old:
         return None  # never written, or written before records kept where: as before
-    here = _here(root)
-    moved = (old.get("folder"), old.get("workdir")) != (here["folder"], here["workdir"])
+    moved = not records_here(root, old)
     if not moved and old.get("records") != "partial":
         return None
     changes = config_changes(old.get("config"), config)
@@ -269,21 +292,14 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
     root = Path(plan.paths.root)
     identity = config_identity(config_files, config)
     old = _read_identity(root)
-    here = _here(root)
     # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
     # one ran everything here (--forceall) after it came from elsewhere
-    inherited = (
-        old is not None
-        and "folder" in old
-        and (
-            (old.get("folder"), old.get("workdir")) != (here["folder"], here["workdir"])
-            or old.get("records") == "partial"
-        )
-    )
+    tracked = old is not None and "records_id" in old
+    inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
-    if old is not None and "folder" not in old:
-        records = "complete"  # written before records kept where: as before
-    new = dict(identity, config=config, records=records, **here)
+    keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
+    new = dict(identity, config=config, records=records, **_here(root))
+    new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
         write_json_atomic(
             root / IDENTITY,
@@ -295,6 +311,7 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
                 written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             ),
         )
+    write_json_atomic(_mark(root), {"folder": str(root), "records_id": new["records_id"]})
     return None
 
 
