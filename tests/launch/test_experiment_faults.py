@@ -198,3 +198,23 @@ def test_the_rules_a_change_of_the_analysis_reruns_are_the_rules_that_read_it():
             if "rules.partial_correlations.output" not in body:
                 wanted.add(name)
     assert wanted == set(ANALYSIS_RULES)
+
+
+def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, monkeypatch):
+    """The way out the refusal gives when what differs changes no result."""
+    from oodcorr.launch.experiment import config_warning, lock
+
+    from helpers import micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    config["evaluation"] = dict(config["evaluation"], batch_size=7)
+    plan = micro_plan(config)
+    for p in copy.rglob("*.lock"):
+        p.unlink()
+    refusal = config_warning(plan, [tmp_path / "micro2.yaml"], config)
+    assert "(evaluation)" in refusal and f"remove {plan.paths.root}/experiment.json" in refusal
+    (copy / "experiment.json").unlink()
+    assert config_warning(plan, [tmp_path / "micro2.yaml"], config) is None
+    assert lock(plan, [tmp_path / "micro2.yaml"]) is None
+    _release_experiment(copy)

@@ -173,7 +173,9 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
         "nothing for what this run's config changes"
         + (f" ({', '.join(changes)})" if changes else "")
         + f", and the results would stay those of {', '.join(old['configs'])}. To carry the experiment on under "
-        f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name"
+        f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name. If "
+        f"what differs changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then "
+        "taken as this working folder's, as it is"
     )
 
 
