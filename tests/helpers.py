@@ -245,3 +245,81 @@ def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
         write_ckpt_manifest(ck, step * 10, resumable=False)
         out.append({"step": step * 10, "checkpoint": str(ck)})
     return out
+
+
+def sharded_copy(model_dir, dest, max_shard_size: str = "20KB") -> Path:
+    """``model_dir`` (a tiny model folder) saved again into ``dest`` as transformers writes a large
+    model: shards ``model-0000i-of-0000n.safetensors`` and ``model.safetensors.index.json``."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    dest = Path(dest)
+    shutil.copytree(model_dir, dest, ignore=shutil.ignore_patterns("*.safetensors"))
+    AutoModelForCausalLM.from_pretrained(str(model_dir)).save_pretrained(dest, max_shard_size=max_shard_size)
+    assert (dest / "model.safetensors.index.json").exists() and not (dest / "model.safetensors").exists()
+    return dest
+
+
+def drop_shard(folder, tensor_suffix: str = "embed_tokens.weight") -> str:
+    """Delete the shard holding the tensor ending in ``tensor_suffix`` and leave its tensors out of the
+    index, as an index edited to match a deleted shard; returns that shard's name."""
+    folder = Path(folder)
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = next(s for t, s in index["weight_map"].items() if t.endswith(tensor_suffix))
+    index["weight_map"] = {t: s for t, s in index["weight_map"].items() if s != shard}
+    index_path.write_text(json.dumps(index, indent=2))
+    (folder / shard).unlink()
+    return shard
+
+
+def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None = None, seed: int = 0) -> Path:
+    """A tiny llama GGUF file that transformers loads (F32 weights, a byte-level BPE tokenizer of 16
+    tokens), written with the gguf package's own writer; ``leave_out`` names tensors not written,
+    ``rows`` gives the token embeddings another row count than the tokenizer's."""
+    import gguf
+    import numpy as np
+
+    n_vocab, n_embd, n_ff, n_head = 16, 32, 64, 2
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(str(path), arch="llama")
+    w.add_block_count(n_blocks)
+    w.add_context_length(64)
+    w.add_embedding_length(n_embd)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_rope_dimension_count(n_embd // n_head)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["<s>", "</s>"] + [chr(ord("a") + i) for i in range(n_vocab - 3)] + ["ab"])
+    w.add_token_types([3, 3] + [1] * (n_vocab - 2))
+    w.add_token_merges(["a b"])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    rng = np.random.default_rng(seed)
+    shapes = {"token_embd.weight": (rows or n_vocab, n_embd), "output_norm.weight": (n_embd,)}
+    block = dict(
+        attn_norm=(n_embd,),
+        attn_q=(n_embd, n_embd),
+        attn_k=(n_embd, n_embd),
+        attn_v=(n_embd, n_embd),
+        attn_output=(n_embd, n_embd),
+        ffn_norm=(n_embd,),
+        ffn_gate=(n_ff, n_embd),
+        ffn_up=(n_ff, n_embd),
+        ffn_down=(n_embd, n_ff),
+    )
+    for i in range(n_blocks):
+        shapes.update({f"blk.{i}.{k}.weight": v for k, v in block.items()})
+    for name, shape in shapes.items():
+        if name not in leave_out:
+            w.add_tensor(name, (rng.normal(size=shape) * 0.1).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -396,6 +396,7 @@ def test_the_workflow_and_the_command_line_give_the_same_agreement_table(tmp_pat
 
     table = study_table(np.random.default_rng(4), scenario("same", 4, 0.5), 2, 15, 0.4, n_ood=3)
     scores = table.rename(columns={"run": "run_id", "unit": "step", "score": "accuracy"})
+    scores["accuracy"] = 0.5 + 0.2 * scores["accuracy"]  # the simulated latent scores as shares (r unchanged)
     scores["role"] = np.where(scores["testset"] == "in-domain", "in-domain", "ood")
     scores["n_train"], scores["seed"] = 64, scores["run_id"].str[-1].astype(int)
     opts = Options(n_boot=200, n_perm=200, example_boot=0)

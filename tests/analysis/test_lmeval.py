@@ -265,6 +265,73 @@ def test_nan_or_text_where_a_metric_belongs_is_named(tmp_path, value, says):
         read_folder(tmp_path)
 
 
+@pytest.mark.parametrize("value", [-0.2, 1.7])
+def test_an_accuracy_out_of_its_range_is_refused_naming_the_file_and_the_value(tmp_path, value):
+    series(tmp_path)
+    p = current(tmp_path / "org__b" / "step100", "org/b", 100, {"ind": 0.5, "x": value, "y": 0.4})
+    with pytest.raises(DataError) as e:
+        read_folder(tmp_path)
+    msg = str(e.value)
+    assert str(p) in msg and f"task 'x', metric 'acc,none' is {value:g}, outside [0, 1]" in msg, msg
+
+
+def test_metrics_on_their_own_scales(tmp_path):
+    """The harness's squad-style f1 is in percent, its perplexities unbounded above: read as they
+    are; a correlation below -1, a negative perplexity, and one f1 of 1.7 among shares are refused."""
+
+    def folder(name, metric, values):
+        root = tmp_path / name
+        for step, v in enumerate(values):
+            d = root / f"step{step}"
+            d.mkdir(parents=True)
+            doc = {
+                "results": {t: {f"{metric},none": v + i / 10} for i, t in enumerate(("ind", "x", "y"))},
+                "config": {"model_args": f"pretrained=org/m,revision=step{step}"},
+            }
+            (d / f"results_{DATE}.json").write_text(json.dumps(doc))
+        return root
+
+    assert read_folder(folder("f1pct", "f1", [71.5, 74.2, 76.0]), metric="f1").scores["score"].max() > 70
+    assert read_folder(folder("ppl", "word_perplexity", [250.0, 120.0]), metric="word_perplexity").scores is not None
+    assert read_folder(folder("mcc", "mcc", [-0.4, 0.2]), metric="mcc").scores["score"].min() == -0.4
+    with pytest.raises(DataError, match=r"metric 'mcc,none' is -1.3, outside \[-1, 1\]"):
+        read_folder(folder("mcc2", "mcc", [-1.3, 0.2]), metric="mcc")
+    with pytest.raises(DataError, match=r"metric 'perplexity,none' is -5, outside \[0, inf\]"):
+        read_folder(folder("ppl2", "perplexity", [-5.0, 12.0]), metric="perplexity")
+    with pytest.raises(DataError, match=r"step2.*metric 'f1,none' is 1.05, outside \[0, 1\].*shares: their median"):
+        read_folder(folder("f1mixed", "f1", [0.3, 0.4, 0.95, 0.35, 0.5]), metric="f1")
+
+
+def test_a_key_given_twice_is_refused_not_the_last_taken(tmp_path):
+    """Python's json takes the last of two values of one key, and lm-eval's model_args parser the last
+    of a repeated argument: either way the file says two things; refused, naming the file and key."""
+    series(tmp_path)
+    p = tmp_path / "org__a" / "step100" / f"results_{DATE}.json"
+    text = p.read_text()
+    p.write_text(text.replace('"acc,none": 0.32,', '"acc,none": 0.32, "acc,none": 0.92,', 1))
+    assert text != p.read_text()
+    with pytest.raises(DataError, match=rf"{re.escape(str(p))}: key 'acc,none' appears twice in one object"):
+        read_folder(tmp_path)
+    p.write_text(text.replace("revision=step100", "revision=step100,revision=step300"))
+    with pytest.raises(DataError) as e:
+        read_folder(tmp_path)
+    assert str(p) in str(e.value) and "'revision' is given twice (revision=step100, then revision=step300)" in str(
+        e.value
+    )
+    p.write_text(text.replace("revision=step100", "revision=step100,revision=step100"))  # the same twice: one value
+    assert len(read_folder(tmp_path).scores) == 24
+
+
+def test_a_samples_line_with_a_key_twice_is_refused(tmp_path):
+    current(tmp_path, "org/a", 0, {"ind": 0.5, "x": 0.5}, samples={"x": [1, 0]})
+    s = tmp_path / f"samples_x_{DATE}.jsonl"
+    lines = s.read_text().splitlines()
+    lines[1] = lines[1].replace('"acc": 0', '"acc": 1, "acc": 0')  # the last (0) keeps the mean
+    s.write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"samples_x_.*\.jsonl:2: key 'acc' appears twice"):
+        read_folder(tmp_path)
+
+
 def test_two_files_for_one_model_step_and_task_name_both(tmp_path):
     series(tmp_path)
     current(tmp_path / "org__a" / "step100", "org/a", 100, {"x": 0.9}, date="2026-03-03T00-00-00.0")

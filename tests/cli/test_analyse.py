@@ -389,7 +389,8 @@ def _scores_like(tmp_path):
                             "step": step * 10,
                             "testset": ts,
                             "role": role,
-                            "accuracy": float(v[step]) if hasattr(v, "__len__") else float(v),
+                            # an accuracy: a share around 0.5 (the partial correlations are those of v)
+                            "accuracy": 0.5 + 0.02 * (float(v[step]) if hasattr(v, "__len__") else float(v)),
                         }
                     )
     scores = pd.DataFrame(rows)
@@ -541,3 +542,24 @@ def test_an_analysis_size_error_is_a_data_error_in_the_cli(tmp_path):
     assert check_analysis_size(long, ["pearson"], ["linear"], 3) == 3
     with pytest.raises(DataError, match=r"would compute 3 cells"):
         check_analysis_size(long, ["pearson"], ["linear"], 2)
+
+
+@pytest.mark.parametrize("second", ["org_a", "ORG/A"])
+def test_two_models_that_would_share_a_figure_file_are_refused_naming_both(tmp_path, caplog, second):
+    """Before: both analysed, and heatmaps/org_a.png (scatter/, learning_curves/) drawn twice, the
+    second model's figure over the first's (issue 41)."""
+    rng = np.random.default_rng(0)
+    rows = [
+        {"model": m, "step": s, "testset": t, "accuracy": float(0.5 + 0.1 * rng.random())}
+        for m in ("org/a", second)
+        for s in range(8)
+        for t in ("mnli", "x", "y")
+    ]
+    path = tmp_path / "two.csv"
+    pd.DataFrame(rows).to_csv(path, index=False)
+    out = tmp_path / "out"
+    assert main(["analyse", str(path), "--in-domain", "mnli", "--out", str(out), "-q"]) == 2
+    said = re.search(r"models ('[^']+') and ('[^']+') both become the figure file name ('[^']+')", caplog.text)
+    assert said and {said[1], said[2]} == {"'org/a'", repr(second)} and said[3].lower() == "'org_a'", caplog.text
+    assert not (out / "partial_correlations.csv").exists()  # refused before anything is written
+    assert main(["analyse", str(path), "--in-domain", "mnli", "--out", str(out), "-q", "--no-plots"]) == 0

@@ -209,3 +209,61 @@ def test_the_type_table_is_the_gguf_packages():
     constants = pytest.importorskip("gguf.constants", reason="the gguf package (requirements.txt) is not installed")
     theirs = {int(t): (t.name, *map(int, size)) for t, size in constants.GGML_QUANT_SIZES.items()}
     assert G.GGML_TYPES == theirs
+
+
+# ---- every tensor its architecture needs, at the right shapes (issue 41) ----------------------------
+def test_a_whole_tiny_llama_needs_nothing_more(tmp_path):
+    pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
+    from helpers import tiny_llama_gguf
+
+    assert G.missing_tensors(read_header(tiny_llama_gguf(tmp_path / "m.gguf", n_blocks=2))) is None
+
+
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        ({"leave_out": ["blk.0.attn_k.weight"]}, "holds no blk.0.attn_k.weight, which every llama block has"),
+        ({"leave_out": ["blk.1.ffn_down.weight"], "n_blocks": 2}, "holds no blk.1.ffn_down.weight"),
+        ({"leave_out": ["output_norm.weight"]}, "holds no output_norm.weight, which every llama model has"),
+        ({"leave_out": ["token_embd.weight"]}, "holds no token_embd.weight (the token embeddings)"),
+        ({"rows": 12}, "its tokenizer has 16 tokens but token_embd.weight only 12 rows"),
+    ],
+)
+def test_a_gguf_file_without_a_tensor_its_architecture_needs(tmp_path, kw, says):
+    """Before: read, converted, and the logits check passed, both loads sharing the random weights
+    transformers gave the tensor left out."""
+    pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
+    from helpers import tiny_llama_gguf
+
+    p = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
+    msg = G.missing_tensors(read_header(p))
+    assert msg is not None and msg.startswith(str(p)) and says in msg, msg
+
+
+def test_blocks_against_the_block_count_and_each_other(tmp_path):
+    blk = [("token_embd.weight", (32, 4), 0)]
+    two = [(f"blk.{i}.{x}.weight", (32,), 0) for i in (0, 1) for x in ("a", "b")]
+    raw = gguf_bytes([kv("qwen2.block_count", U32, 3)], blk + two, arch="qwen2")
+    assert "block_count is 3 but it holds no tensor of block(s) [2]" in G.missing_tensors(
+        read_header(write(tmp_path, raw))
+    )
+    raw = gguf_bytes([kv("gpt2.block_count", U32, 2)], blk + two[:3], arch="gpt2")  # blk.1.b left out
+    assert "holds no blk.1.b.weight, which its other blocks have" in G.missing_tensors(
+        read_header(write(tmp_path, raw))
+    )
+    three = two + [("blk.2.a.weight", (32,), 0), ("blk.2.b.weight", (64,), 0)]
+    raw = gguf_bytes([kv("gpt2.block_count", U32, 3)], blk + three, arch="gpt2")
+    assert "blk.2.b.weight has shape [64], that tensor of the other blocks [32]" in G.missing_tensors(
+        read_header(write(tmp_path, raw))
+    )
+    # an architecture whose blocks differ by design (lfm2: convolution and attention blocks) is not held to it
+    raw = gguf_bytes([kv("lfm2.block_count", U32, 2)], blk + two[:3], arch="lfm2")
+    assert G.missing_tensors(read_header(write(tmp_path, raw))) is None
+
+
+def test_overlapping_tensors_are_refused(tmp_path):
+    """Before: read; two tensors shared bytes (and changing one changed the other)."""
+    raw = gguf_bytes(tensors=[("a", (32,), 0), ("b", (32,), 0)], offsets=[0, 128])
+    assert read_header(write(tmp_path, raw)).tensors[1].offset == 128  # one after the other: fine
+    raw = gguf_bytes(tensors=[("a", (64,), 0), ("b", (32,), 0)], offsets=[0, 128])
+    refused(tmp_path, raw, "tensor 'b' (bytes 128 to 256) overlaps tensor 'a' (to 256)")

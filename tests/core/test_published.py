@@ -315,6 +315,7 @@ def _plan(root: Path, experiment: str = "x") -> SimpleNamespace:
         experiment=experiment,
         paths=SimpleNamespace(root=str(root), staging=str(root / ".staging")),
         published_rels=lambda: list(RELS),
+        runs=(),
     )
 
 
@@ -324,17 +325,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from oodcorr.launch.experiment import claim
 root = Path(sys.argv[1])
-plan = SimpleNamespace(experiment="x", paths=SimpleNamespace(root=str(root)))
+plan = SimpleNamespace(experiment="x", paths=SimpleNamespace(root=str(root)), runs=())
 assert claim(plan, [sys.argv[2]], {"experiment": "x"}) is None
 print("held", flush=True)
 time.sleep(120)
 """
 
 
-def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tmp_path):
+def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tmp_path, monkeypatch):
     """Each checkout has its own .snakemake/ (Snakemake's lock), but results/ is one shared folder:
     the second writer is refused at once, naming the first (PID, host, config); once the first is
-    gone (SIGKILL: the kernel drops the lock) the second may write, and the record names its config."""
+    gone (SIGKILL: the kernel drops the lock) the second may write, and the record names its config.
+    Under another config, the second checkout is refused until it reruns everything: its .snakemake/
+    holds no record of the settings of what the first wrote (issue 41)."""
     import socket
 
     from oodcorr.launch.experiment import claim, config_warning
@@ -347,25 +350,33 @@ def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tm
         (wd / "results").symlink_to(shared)
         (wd / "my.yaml").write_text("experiment: x\n")
     holder = subprocess.Popen(
-        [sys.executable, "-c", CLAIMER, str(one / "results/x"), str(one / "my.yaml")], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CLAIMER, "results/x", str(one / "my.yaml")], stdout=subprocess.PIPE, text=True, cwd=one
     )
+    monkeypatch.chdir(two)
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2"])
+    root = Path("results/x")
     try:
         assert holder.stdout.readline().strip() == "held"
-        refusal = claim(_plan(two / "results/x"), [two / "my.yaml"], {"experiment": "x", "other": 1})
+        refusal = claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1})
         assert refusal is not None
-        assert refusal.startswith(f"experiment folder {two / 'results/x'} is in use by another run of the workflow")
+        assert refusal.startswith(f"experiment folder {root} is in use by another run of the workflow")
         assert f"PID {holder.pid} on host {socket.gethostname()}" in refusal
         assert f"config {(one / 'my.yaml').resolve()}" in refusal and f"kill {holder.pid}" in refusal
-        # and its config is remembered: the other checkout's config gets a warning naming it
-        warning = config_warning(_plan(two / "results/x"), [two / "my.yaml"], {"experiment": "x", "other": 1})
+        # and its config is remembered: the other checkout's config gets a sentence naming it
+        warning = config_warning(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1})
         assert f"was last written by config {(one / 'my.yaml').resolve()}" in warning
-        assert f"this run's config, {(two / 'my.yaml').resolve()}, has the same `experiment:` name" in warning
-        assert "give the config its own `experiment:` name" in warning
+        assert "Snakemake keeps no record here of the settings its results were made with" in warning
+        assert f"run from {one.resolve()}" in warning and "`--forceall`" in warning
+        assert "give this config its own `experiment:` name" in warning
     finally:
         holder.kill()
         holder.wait()
-    assert claim(_plan(two / "results/x"), [two / "my.yaml"], {"experiment": "x", "other": 1}) is None
-    assert json.loads((shared / "x/experiment.json").read_text())["configs"] == [str((two / "my.yaml").resolve())]
+    assert claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) == warning  # not until forced
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", "--forceall"])
+    assert config_warning(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) is not None
+    assert claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) is None
+    record = json.loads((shared / "x/experiment.json").read_text())
+    assert record["configs"] == [str((two / "my.yaml").resolve())] and record["records"] == "complete"
     _release(shared / "x")
 
 
@@ -376,8 +387,10 @@ def _release(root: Path) -> None:
     locks.release(locks._HELD[str((root / locks.EXPERIMENT.file).resolve())])
 
 
-def test_the_config_warning_is_for_another_config_only(tmp_path):
+def test_the_config_warning_is_for_another_config_only(tmp_path, monkeypatch):
     from oodcorr.launch.experiment import claim, config_warning, said
+
+    monkeypatch.chdir(tmp_path)
 
     root = tmp_path / "results/x"
     a, b, copy = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "copy-of-a.yaml"

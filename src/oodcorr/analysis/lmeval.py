@@ -49,7 +49,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import DataError
+from ..core.io import DuplicateKey, loads_json
 from .lmeval_samples import not_regular, read_samples
+from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +226,11 @@ def _load_json(path: Path, max_bytes: int):
             f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
         )
     try:
-        return json.loads(text)
+        return loads_json(text)
+    except DuplicateKey as e:
+        raise DataError(
+            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
+        ) from None
     except json.JSONDecodeError as e:
         cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise DataError(
@@ -244,7 +250,9 @@ def _too_large(path: Path, size: int, max_bytes: int) -> str:
 
 
 def parse_model_args(v) -> dict[str, str]:
-    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
+    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already. A key
+    given twice with two values (``revision=step1,revision=step2``: the harness takes the last) is
+    a ValueError saying so: which checkpoint was evaluated is then not what it seems."""
     if v is None:
         return {}
     if isinstance(v, dict):
@@ -252,8 +260,10 @@ def parse_model_args(v) -> dict[str, str]:
     out = {}
     for part in str(v).split(","):
         if "=" in part:
-            k, x = part.split("=", 1)
-            out[k.strip()] = x.strip()
+            k, x = (y.strip() for y in part.split("=", 1))
+            if k in out and out[k] != x:
+                raise ValueError(f"{k!r} is given twice ({k}={out[k]}, then {k}={x})")
+            out[k] = x
     return out
 
 
@@ -315,7 +325,35 @@ def _number(v, path: Path, task: str, key: str) -> float:
             f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
             "task out (--tasks) or move the file out of the folder"
         )
+    name = key.split(",", 1)[0]
+    rng = metric_range(name)
+    if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
+        if not rng[0] <= v <= rng[1]:
+            raise DataError(
+                f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
+                f"{name!r}: not a score lm-evaluation-harness writes (a hand-edited or damaged file); rerun that "
+                "evaluation, leave the task out (--tasks) or move the file out of the folder"
+            )
     return float(v)
+
+
+def _check_scales(rows: list[dict]) -> None:
+    """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
+    its ``f1`` of classification a share): every score of one metric key is on one scale, told by
+    their median (:func:`oodcorr.analysis.tables.score_range`); one outside it names its file."""
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append(row)
+    for key, group in by_key.items():
+        scores = pd.DataFrame({key: [r["score"] for r in group]})
+        bad = out_of_range(scores, key)
+        if bad is not None:
+            r = group[bad[0]]
+            raise DataError(
+                f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
+                "the other files (a hand-edited or damaged file); rerun that evaluation, leave the task out "
+                "(--tasks) or move the file out of the folder"
+            )
 
 
 def read_results_file(
@@ -337,7 +375,14 @@ def read_results_file(
             + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
         )
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    model, step, how = identity(parse_model_args(config.get("model_args")), config)
+    try:
+        args = parse_model_args(config.get("model_args"))
+    except ValueError as e:
+        raise DataError(
+            f"{path}: config.model_args: {e}; the harness loaded the last, so the file names another checkpoint "
+            "than it seems to. Rerun that evaluation with each argument once, or move the file out of the folder"
+        ) from None
+    model, step, how = identity(args, config)
     run = "all"
     if pattern is not None:
         m = pattern.match(rel)
@@ -469,6 +514,7 @@ def read_folder(
             + (f" among --tasks {','.join(tasks)}" if tasks else "")
             + f"; e.g. {chosen[0]} has {_file_metrics(chosen[0], max_bytes)}: choose one with --metric"
         )
+    _check_scales(rows)
     scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
     found = set(scores["testset"])
     if without - found:

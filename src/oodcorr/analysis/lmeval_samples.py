@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.errors import DataError
+from ..core.io import DuplicateKey, loads_json
 
 MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 
@@ -51,7 +52,9 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
             if not raw.strip():
                 continue
             try:
-                rec = json.loads(raw)
+                rec = loads_json(raw)
+            except DuplicateKey as e:
+                raise DataError(f"{path}:{lineno}: {e}; pass --no-samples to analyse without it") from None
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 raise DataError(
                     f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "

@@ -373,6 +373,8 @@ def _analyse_into(args, out: Path) -> int:
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
+    if not args.no_plots:
+        check_figure_names(long, str(args.table))
     pc = analyse(long, opts, examples, run_info=info)
     agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     write_tables(pc, agree, out)
@@ -486,6 +488,27 @@ def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]
             raise DataError(f"--forest-pairs {item}: not an OOD pair of the agreement table; its pairs include {shown}")
         out.append(pair)
     return list(dict.fromkeys(out))
+
+
+def check_figure_names(long: pd.DataFrame, source: str) -> None:
+    """Two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`;
+    alike but for case, too, as on macOS and Windows) are refused before the analysis, naming both:
+    one figure would overwrite the other."""
+    for column, what, files in (
+        ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
+        ("in_domain", "in-domain testsets", "consensus/ and forest/"),
+        ("testset", "testsets", "forest/"),
+    ):
+        seen: dict[str, str] = {}
+        for name in sorted(long[column].astype(str).unique()):
+            key = safe_name(name).lower()
+            if key in seen:
+                raise DataError(
+                    f"{source}: {what} {seen[key]!r} and {name!r} both become the figure file name "
+                    f"{safe_name(name)!r} (in {files}; files differing only in case are one on macOS and Windows): "
+                    "one figure would overwrite the other. Rename one in the table, or pass --no-plots"
+                )
+            seen[key] = name
 
 
 def safe_name(name: str) -> str:

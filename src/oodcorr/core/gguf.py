@@ -31,6 +31,7 @@ May import: nothing of oodcorr outside this folder.
 from __future__ import annotations
 
 import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,6 +209,88 @@ def _value(cur: _Cursor, kind: int, key: str, depth: int, budget: list[int]):
     return ("array", item, int(count))
 
 
+# the architectures whose blocks are alike (every blk.<i> holds the same tensors, at the same shapes)
+UNIFORM_BLOCKS = frozenset(
+    "bloom falcon gemma2 gemma3 gpt2 llama mamba mistral nemotron phi3 qwen2 qwen2_moe qwen2moe qwen3 "
+    "qwen3_moe qwen3moe stablelm starcoder2".split()
+)
+# what every block and the model around them need, in llama.cpp's names, for the architectures
+# transformers reads with its llama-like code
+LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+LLAMA_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+LLAMA_TOP = ("token_embd", "output_norm")
+BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+)$")
+
+
+def missing_tensors(h: GGUFHeader) -> str | None:
+    """Whether the file holds every tensor its architecture needs, at the right shapes: None, or what
+    is wrong, in a sentence naming the file. A tensor left out is not an error to a loader: transformers
+    starts it from random values and says so in a log line only. Checked from the header alone:
+
+    * the token embeddings (``token_embd.weight``, every architecture's), as wide as
+      ``<arch>.embedding_length`` and with a row for every token of the file's tokenizer (a
+      tokenizer larger than the embeddings gives ids past them), and ``output.weight``, where there
+      is one, of their shape;
+    * ``blk.0`` to ``blk.<n-1>`` for ``<arch>.block_count`` = n, no others;
+    * for :data:`UNIFORM_BLOCKS`, every block holds the tensors the others hold, at their shapes;
+    * for :data:`LLAMA_LIKE`, each block's :data:`LLAMA_BLOCK` tensors and :data:`LLAMA_TOP`."""
+    path, arch = h.path, h.architecture
+    names = {t.name: t for t in h.tensors}
+    damaged = "the file is incomplete or damaged; download or convert it again"
+    emb = names.get("token_embd.weight")
+    if emb is None:
+        return f"{path}: holds no token_embd.weight (the token embeddings); {damaged}"
+    width = h.metadata.get(f"{arch}.embedding_length")
+    if isinstance(width, int) and emb.shape and emb.shape[0] != width:
+        return f"{path}: token_embd.weight is {emb.shape[0]} wide, but {arch}.embedding_length says {width}; {damaged}"
+    tokens = h.metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, tuple) and len(emb.shape) == 2 and emb.shape[1] < tokens[2]:
+        return (
+            f"{path}: its tokenizer has {tokens[2]:,} tokens but token_embd.weight only {emb.shape[1]:,} rows: the "
+            f"ids from {emb.shape[1]:,} on have no embedding (an index error inside the finetune); {damaged}"
+        )
+    out = names.get("output.weight")
+    if out is not None and out.shape != emb.shape:
+        return f"{path}: output.weight has shape {list(out.shape)}, token_embd.weight {list(emb.shape)}; {damaged}"
+    blocks: dict[int, dict[str, tuple[int, ...]]] = {}
+    for name, t in names.items():
+        m = BLOCK_TENSOR.match(name)
+        if m:
+            blocks.setdefault(int(m.group(1)), {})[m.group(2)] = t.shape
+    n = h.metadata.get(f"{arch}.block_count")
+    if isinstance(n, int) and not isinstance(n, bool):
+        absent = sorted(set(range(n)) - set(blocks))
+        extra = sorted(set(blocks) - set(range(n)))
+        if absent:
+            return f"{path}: {arch}.block_count is {n} but it holds no tensor of block(s) {absent[:5]}; {damaged}"
+        if extra:
+            return f"{path}: {arch}.block_count is {n} but it holds tensors of block(s) {extra[:5]}; {damaged}"
+    if arch in LLAMA_LIKE:
+        for top in LLAMA_TOP:
+            if f"{top}.weight" not in names:
+                return f"{path}: holds no {top}.weight, which every {arch} model has; {damaged}"
+        for i in sorted(blocks) or [0]:
+            lack = [f"blk.{i}.{x}.weight" for x in LLAMA_BLOCK if f"{x}.weight" not in blocks.get(i, {})]
+            if lack:
+                return f"{path}: holds no {', '.join(lack[:3])}, which every {arch} block has; {damaged}"
+    if arch in UNIFORM_BLOCKS and blocks:
+        every = sorted({x for b in blocks.values() for x in b})
+        for i, b in sorted(blocks.items()):
+            lack = [f"blk.{i}.{x}" for x in every if x not in b]
+            if lack:
+                return f"{path}: holds no {', '.join(lack[:3])}, which its other blocks have; {damaged}"
+        for x in every:
+            shapes = {i: b[x] for i, b in blocks.items()}
+            common = max(set(shapes.values()), key=list(shapes.values()).count)
+            odd = [i for i, sh in sorted(shapes.items()) if sh != common]
+            if odd:
+                return (
+                    f"{path}: blk.{odd[0]}.{x} has shape {list(shapes[odd[0]])}, that tensor of the other blocks "
+                    f"{list(common)}; {damaged}"
+                )
+    return None
+
+
 def read_header(path: str | Path) -> GGUFHeader:
     """The header of a GGUF file, checked as the module docstring says; a :class:`GGUFError` naming
     the file otherwise. The file is memory-mapped and only its header is read."""
@@ -304,6 +387,15 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
     data_offset = -(-cur.pos // alignment) * alignment
     data_bytes = size - data_offset
     tensors = []
+    end, before = 0, None
+    for name, _shape, _kind, offset, nbytes in sorted(infos, key=lambda t: (t[3], t[4])):
+        if offset < end and nbytes:
+            raise GGUFError(
+                f"{path}: tensor {name!r} (bytes {offset:,} to {offset + nbytes:,}) overlaps tensor {before!r} (to "
+                f"{end:,}): two tensors would share their bytes; the file is damaged or hostile: copy it again"
+            )
+        if nbytes:
+            end, before = offset + nbytes, name
     for name, shape, kind, offset, nbytes in infos:
         if offset % alignment:
             raise GGUFError(f"{path}: tensor {name!r} starts at offset {offset}, not a multiple of {alignment}")

@@ -279,6 +279,30 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return n
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that names one key twice (:func:`loads_json`): which value is meant cannot be told."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"key {key[:80]!r} appears twice in one object, so which value is meant cannot be told")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+def loads_json(text: str | bytes) -> Any:
+    """``json.loads``, but an object naming a key twice is a :class:`DuplicateKey` (a ValueError)
+    instead of its last value winning in silence: every JSON file or line read from outside (results
+    files, model folders' config and index, safetensors headers, datasets) goes through it."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def read_jsonl(
     path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
 ) -> list[dict]:
@@ -295,9 +319,11 @@ def read_jsonl(
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = loads_json(line)
         except json.JSONDecodeError as e:
             raise DataError(f"{path}:{lineno}: malformed JSON at column {e.colno} ({e.msg})") from None
+        except DuplicateKey as e:
+            raise DataError(f"{path}:{lineno}: {e}; keep one of them") from None
         except (ValueError, RecursionError) as e:  # a 5000-digit integer, arrays nested 10^5 deep
             raise DataError(f"{path}:{lineno}: unreadable JSON ({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(rec, dict):
@@ -313,7 +339,7 @@ def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
     ``what`` it is and ``fix`` (the way out: usually which file to delete and what reruns)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ResultError(f"{path}: {what} is missing; {fix}") from None
     except json.JSONDecodeError as e:

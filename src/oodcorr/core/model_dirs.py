@@ -9,12 +9,13 @@ Planning checks a local model with these (:mod:`oodcorr.launch.disk_checks`), lo
 from __future__ import annotations
 
 import importlib.util
-import json
+import math
 import re
 import struct
 from pathlib import Path
 
 from .errors import ConfigError
+from .io import DuplicateKey, loads_json
 
 
 def package_path(spec: dict) -> Path:
@@ -64,13 +65,39 @@ def gguf_file(spec: dict) -> Path:
 
 
 MAX_SAFETENSORS_HEADER = 100 * 2**20  # safetensors' own limit on the JSON header
+# bits per value of each safetensors dtype (the format's own list)
+SAFETENSORS_BITS = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+}
 
 
 def safetensors_header(path: str | Path) -> dict:
     """The JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}), read
     without the tensors; a file that is not one (cut short, junk, another format) is a ValueError
-    saying what is wrong with it. Checks what the loader would trip on: the header's length, that
-    it is a JSON mapping, and that every tensor's bytes lie inside the file."""
+    saying what is wrong with it. Checks what the loader would trip on, with a sentence instead of
+    its error: the header's length, that it is a JSON mapping naming each tensor once, that each
+    tensor's bytes are as many as its dtype and shape need, and that the tensors fill the data
+    section exactly, one after another (a file padded at its end, with a gap or with overlapping
+    tensors is refused by safetensors too)."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -81,12 +108,15 @@ def safetensors_header(path: str | Path) -> dict:
         if n > MAX_SAFETENSORS_HEADER or 8 + n > size:
             raise ValueError(f"{path}: its first 8 bytes give a header of {n} bytes, in a file of {size}")
         try:
-            header = json.loads(fh.read(n).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            header = loads_json(fh.read(n).decode("utf-8"))
+        except DuplicateKey as e:
+            raise ValueError(f"{path}: its header is ambiguous: {e}") from None
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise ValueError(f"{path}: its header is not JSON ({type(e).__name__})") from None
     if not isinstance(header, dict):
         raise ValueError(f"{path}: its header is not a JSON mapping of tensor names")
     data = size - 8 - n
+    spans = []
     for name, meta in header.items():
         if name == "__metadata__":
             continue
@@ -95,7 +125,45 @@ def safetensors_header(path: str | Path) -> dict:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} has no data offsets in the header")
         if not 0 <= offsets[0] <= offsets[1] <= data:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} lies past the end of the file (cut short?)")
+        need = tensor_bytes(meta)
+        if need is None:
+            raise ValueError(
+                f"{path}: tensor {str(name)[:80]!r} has dtype {str(meta.get('dtype'))[:20]!r} or shape "
+                f"{str(meta.get('shape'))[:60]} that safetensors does not define"
+            )
+        if need != offsets[1] - offsets[0]:
+            raise ValueError(
+                f"{path}: tensor {str(name)[:80]!r} ({meta['dtype']}, shape {meta['shape']}) needs {need:,} bytes "
+                f"but its offsets give {offsets[1] - offsets[0]:,}"
+            )
+        spans.append((offsets[0], offsets[1], str(name)))
+    end = 0
+    for start, stop, name in sorted(spans):
+        if start != end:
+            what = (
+                "overlaps the tensor before it" if start < end else f"starts {start - end:,} bytes after the one before"
+            )
+            raise ValueError(f"{path}: tensor {name[:80]!r} {what}: the tensors do not lie one after another")
+        end = stop
+    if end != data:
+        raise ValueError(
+            f"{path}: its tensors fill {end:,} of the {data:,} bytes after the header: {data - end:,} bytes at its end "
+            "belong to no tensor (padded, or another file appended)"
+        )
     return header
+
+
+def tensor_bytes(meta: dict) -> int | None:
+    """The bytes a safetensors tensor (its header entry) holds by its dtype and shape; None when
+    either is not one the format defines."""
+    bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
+    shape = meta.get("shape")
+    if bits is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    count = 1
+    for d in shape:
+        count *= d
+    return None if count * bits % 8 else count * bits // 8
 
 
 def check_local_weights(src: str, spec: dict) -> None:
@@ -116,9 +184,10 @@ def check_local_weights(src: str, spec: dict) -> None:
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
     missing_shards(p, spec)
+    headers = {}
     for f in sorted(p.glob("*.safetensors")):
         try:
-            safetensors_header(f)
+            headers[f.name] = safetensors_header(f)
         except (OSError, ValueError) as e:
             pickles = [
                 g.name for g in sorted(p.iterdir()) if g.suffix in PICKLE_SUFFIXES and not TRAINING_STATE.match(g.name)
@@ -133,9 +202,11 @@ def check_local_weights(src: str, spec: dict) -> None:
                 f"models[{spec['name']}]: {f} is not a readable safetensors file ({e}); it is damaged or not "
                 f"weights at all: copy or download the model again.{beside}"
             ) from None
+    if (p / INDEX).exists() and not (p / "model.safetensors").exists():  # with both, the one file is loaded
+        check_shard_index(p, spec, headers)
     try:
-        cfg = json.loads((p / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+        cfg = loads_json((p / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
         raise ConfigError(
             f"models[{spec['name']}]: {p / 'config.json'} is not readable JSON ({type(e).__name__}: {str(e)[:120]}); "
             "copy or download the model again"
@@ -162,14 +233,7 @@ def missing_shards(folder: Path, spec: dict) -> None:
         index = folder / name
         if not index.exists():
             continue
-        try:
-            doc = json.loads(index.read_text(encoding="utf-8"))
-            shards = sorted(set(doc["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ConfigError(
-                f"models[{spec['name']}]: {index} is not a readable shard index ({type(e).__name__}); copy or "
-                "download the model again"
-            ) from None
+        shards = sorted(set(read_weight_map(index, spec).values()))
         gone = [s for s in shards if not (folder / s).is_file()]
         if gone:
             raise ConfigError(
@@ -177,6 +241,138 @@ def missing_shards(folder: Path, spec: dict) -> None:
                 f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): a copy or download cut short. "
                 "Copy or download the model again (a hub model: run `oodcorr prefetch` again), then run again"
             )
+
+
+INDEX = "model.safetensors.index.json"
+SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<i>\d+)-of-(?P<n>\d+)\.safetensors$")
+
+
+def read_weight_map(index: Path, spec: dict) -> dict[str, str]:
+    """A shard index's ``weight_map`` (tensor -> shard file), read with each key once; a
+    :class:`ConfigError` naming the file otherwise."""
+    try:
+        doc = loads_json(index.read_text(encoding="utf-8"))
+        wm = doc["weight_map"]
+        if not isinstance(wm, dict) or not all(isinstance(v, str) for v in wm.values()):
+            raise TypeError("weight_map is not a mapping of tensor names to file names")
+    except DuplicateKey as e:
+        raise ConfigError(
+            f"models[{spec['name']}]: {index}: {e}; a hand-edited or merged index: copy or download the model again"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise ConfigError(
+            f"models[{spec['name']}]: {index} is not a readable shard index ({type(e).__name__}); copy or "
+            "download the model again"
+        ) from None
+    return wm
+
+
+def check_shard_index(folder: Path, spec: dict, headers: dict[str, dict]) -> None:
+    """A sharded model is whole: what its index (``model.safetensors.index.json``) names is what its
+    shards (their headers, ``headers``: file name -> header) hold, tensor for tensor; the shards
+    named ``<stem>-<i>-of-<n>.safetensors`` are all there in the index, ``1`` to ``n``; and the
+    index's ``total_size`` and ``total_parameters`` (transformers writes them) are what its tensors
+    add up to. An index that leaves out a shard's tensors (a shard deleted, the index edited to match)
+    would otherwise load with those weights started from random values, said in a log line only.
+    A :class:`ConfigError` naming the file and what is missing otherwise."""
+    index = folder / INDEX
+    wm = read_weight_map(index, spec)
+    where = f"models[{spec['name']}]: {index}"
+    again = (
+        "the model is incomplete, and loading it would start the weights left out from random values. Copy or "
+        "download the model again (a hub model: run `oodcorr prefetch` again)"
+    )
+    groups: dict[tuple[str, int], tuple[set[int], int]] = {}  # (stem, n) -> (the i named, the digits written)
+    for shard in set(wm.values()):
+        m = SHARD_NAME.match(shard)
+        if m:
+            seen, _ = groups.setdefault((m["stem"], int(m["n"])), (set(), len(m["i"])))
+            seen.add(int(m["i"]))
+    for (stem, n), (seen, width) in sorted(groups.items()):
+        absent = sorted(set(range(1, n + 1)) - seen)
+        if absent:
+            names = [f"{stem}-{i:0{width}d}-of-{n:0{width}d}.safetensors" for i in absent]
+            there = [x for x in names if (folder / x).is_file()]
+            raise ConfigError(
+                f"{where} names {len(seen)} of the {n} shards {stem}-*-of-{n:0{width}d}.safetensors: it leaves out "
+                f"{', '.join(names[:3])}{', ...' if len(names) > 3 else ''}"
+                + (
+                    f" ({', '.join(there[:3])} is in the folder, its tensors unnamed)"
+                    if there
+                    else " (not in the folder either)"
+                )
+                + f"; {again}"
+            )
+    for tensor, shard in wm.items():
+        held = headers.get(shard)
+        if held is not None and tensor not in held:
+            raise ConfigError(f"{where} maps tensor {tensor[:80]!r} to {shard}, which does not hold it; {again}")
+    for shard in sorted(set(wm.values())):
+        unnamed = sorted(t for t in headers.get(shard, {}) if t != "__metadata__" and wm.get(t) != shard)
+        if unnamed:
+            raise ConfigError(
+                f"{where} does not name {len(unnamed)} tensor(s) of {shard} ({', '.join(unnamed[:3])}"
+                f"{', ...' if len(unnamed) > 3 else ''}): they would not be loaded; {again}"
+            )
+    meta = loads_json(index.read_text(encoding="utf-8")).get("metadata") or {}
+    entries = [headers[s][t] for t, s in wm.items() if s in headers and t in headers[s]]
+    sums = {
+        "total_size": sum(int(e["data_offsets"][1]) - int(e["data_offsets"][0]) for e in entries),
+        "total_parameters": sum(math.prod(e["shape"]) for e in entries),
+    }
+    for key, got in sums.items():
+        want = meta.get(key) if isinstance(meta, dict) else None
+        if isinstance(want, int) and not isinstance(want, bool) and want != got:
+            unit = "bytes" if key == "total_size" else "parameters"
+            raise ConfigError(
+                f"{where}: its metadata gives {key} {want:,} but the tensors it names hold {got:,} {unit}"
+                f"{' (some are left out)' if got < want else ''}; {again}"
+            )
+
+
+def tokenizer_max_id(path: str | Path) -> int | None:
+    """The largest token id a ``tokenizer.json`` (the tokenizers library's file) can give: its
+    model's vocabulary and its added tokens; None when it names none."""
+    doc = loads_json(Path(path).read_text(encoding="utf-8"))
+    ids = []
+    model = doc.get("model") if isinstance(doc, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if isinstance(vocab, dict):
+        ids += [v for v in vocab.values() if isinstance(v, int) and not isinstance(v, bool)]
+    elif isinstance(vocab, list) and vocab:
+        ids.append(len(vocab) - 1)  # unigram: a token's id is its place in the list
+    for t in doc.get("added_tokens") or [] if isinstance(doc, dict) else []:
+        if isinstance(t, dict) and isinstance(t.get("id"), int) and not isinstance(t.get("id"), bool):
+            ids.append(t["id"])
+    return max(ids) if ids else None
+
+
+def embedding_rows(folder: str | Path) -> int | None:
+    """The rows of a model's input embeddings by its ``config.json`` (``vocab_size``, or its text
+    model's); None where it does not say."""
+    try:
+        cfg = loads_json((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    for c in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
+        v = c.get("vocab_size") if isinstance(c, dict) else None
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
+    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``
+    (an id of ``max_id`` needs ``max_id + 1`` rows), or None where they fit or either is unknown."""
+    rows = embedding_rows(folder)
+    if rows is None or max_id is None or max_id < rows:
+        return None
+    return (
+        f"models[{name}]: the tokenizer of {folder} gives token ids up to {max_id}, but the model's input embeddings "
+        f"have {rows} rows (config.json vocab_size): a prompt with a token id of {rows} or more (a special token, "
+        "the padding) would stop the finetune or evaluation with an index error. The tokenizer is not this "
+        "model's, or tokens were added to it without resizing the embeddings: use the model's own tokenizer"
+    )
 
 
 # training state a Trainer saves beside the weights: never read when loading a model

@@ -7,6 +7,7 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
 
 * :func:`check_inputs_exist` -- local dataset files and local or packaged models (they exist,
   and load under the safety defaults);
+* :func:`check_tokenizers_fit` -- every tokenizer on disk gives ids its model's embeddings hold;
 * :func:`check_verbalisers_on_disk` -- verbalisers against every tokenizer already on
   disk (local, packaged and built models);
 * :func:`check_sources_unchanged` -- a local dataset file edited in place with its
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
-from ..core.model_dirs import check_local_weights, names_gguf, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
 from ..core.records import cache_info_path, cache_problem, local_source_changed
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
@@ -46,6 +47,7 @@ def check_on_disk(plan: Plan) -> list[str]:
     with its time kept, and (unit ``run``) a summary whose predictions files are gone.
     Returns warnings about what is on disk (prompts cut to ``max_length``)."""
     check_inputs_exist(plan.exp)
+    check_tokenizers_fit(plan)
     check_verbalisers_on_disk(plan)
     check_sources_unchanged(plan)
     check_summaries_complete(plan)
@@ -206,6 +208,24 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
     except Exception:  # noqa: BLE001 -- unreadable here: let the exact check decide
         return True
     return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
+
+
+def check_tokenizers_fit(plan: Plan) -> None:
+    """Every tokenizer already on disk gives ids its model's embeddings have rows for (its
+    ``tokenizer.json`` against the ``config.json`` beside it, :func:`oodcorr.core.model_dirs.vocab_problem`):
+    a tokenizer larger than the embeddings would stop the finetune with an index error, after the
+    jobs before it ran. Read with the standard library only; a ConfigError naming the model."""
+    for name in plan.models:
+        d = tokenizer_dir(plan, name)
+        if d is None or not (d / "tokenizer.json").is_file():
+            continue
+        try:
+            max_id = tokenizer_max_id(d / "tokenizer.json")
+        except (OSError, ValueError, RecursionError):
+            continue  # unreadable here: the jobs' tokenizer loading names it
+        problem = vocab_problem(name, d, max_id)
+        if problem:
+            raise ConfigError(problem)
 
 
 def check_verbalisers_on_disk(plan: Plan) -> None:

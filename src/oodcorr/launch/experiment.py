@@ -4,16 +4,23 @@ Called by the Snakefile, in the main Snakemake process only (not in a cluster jo
 again on its node):
 
 * while planning, :func:`config_warning`: ``results/<experiment>/experiment.json`` names the
-  config that last wrote the folder; another config with the same ``experiment:`` name gets a
-  warning (at planning and again at the end of the run) saying that its results replace that
-  experiment's wherever the two differ, and what to do if it is another experiment;
+  config that last wrote the folder (and keeps it, with the folder and the working folder the run
+  was in); another config with the same ``experiment:`` name gets a warning (at planning and again
+  at the end of the run) saying that its results replace that experiment's wherever the two
+  differ, and what to do if it is another experiment. That holds only where Snakemake keeps the
+  records of the folder's outputs (this working folder's ``.snakemake/``, by path): a folder
+  copied or moved here, or written from another working folder, under a config that changes it,
+  is refused instead (:func:`written_elsewhere`), naming the ``--forcerun``/``--forceall`` that
+  reruns what the change needs;
 * while planning, :func:`check_published`: the published files against their publish record
   (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
   replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
   record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
   so that this run publishes the set again from ``.staging/``;
 * while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
-  ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: the experiment's lock
+  ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
+  is a hard link (a copy made with ``cp -al``) named at once (:func:`linked_locks`), then the
+  experiment's lock
   (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`), held until the
   run ends. Taken before Snakemake builds its DAG, so a second run is refused before any job of
   it starts, even with ``--no-hooks`` (which skips ``onstart``) and whatever the order in which
@@ -30,14 +37,18 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import hashlib
 import json
 import os
 import socket
+import stat
+import sys
+import uuid
 from pathlib import Path
 
 from ..core import published
 from ..core.io import sha256_json, write_json_atomic
-from ..core.locks import EXPERIMENT, FolderInUse, acquire, hold, release
+from ..core.locks import EXPERIMENT, FINETUNE, PUBLISH, FolderInUse, acquire, hold, lock_path, release
 from ..planning.layout import Paths
 from ..planning.plan import Plan
 
@@ -45,6 +56,13 @@ IDENTITY = "experiment.json"
 # the warnings planning gave about the config, repeated at the end of the run (the record is this
 # run's by then): experiment folder -> warning
 _SAID: dict[str, str] = {}
+# experiment folder -> the refusal of :func:`written_elsewhere`, found by :func:`config_warning` while
+# planning and given by :func:`lock` to a run that may write
+_REFUSED: dict[str, str] = {}
+# the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
+# rule downstream of partial_correlations covers: what a change of the analysis alone reruns
+# (tests/launch/test_experiment_faults.py checks them against workflow/rules/analyse.smk)
+ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
 def config_identity(config_files, config: dict) -> dict:
@@ -60,9 +78,118 @@ def _read_identity(root: Path) -> dict | None:
     return doc if isinstance(doc, dict) and isinstance(doc.get("configs"), list) else None
 
 
-def config_warning(plan: Plan, config_files, config: dict) -> str | None:
-    """A warning when another config (other files, other content) wrote this experiment folder last."""
+def _here(root: Path) -> dict:
+    """Where this run is: the experiment folder (resolved) and the working folder (whose
+    ``.snakemake/`` holds what Snakemake knows of each output, the settings it was made with)."""
+    return {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
+
+
+# in the working folder, beside Snakemake's own records: which record of each experiment folder the
+# runs here wrote (a copy of the working folder, .snakemake/ with it, keeps it; a copy or a move of the
+# experiment folder alone, another checkout sharing results/, or .snakemake/ deleted does not)
+RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
+
+
+def _mark(root: Path) -> Path:
+    """The mark of experiment folder ``root`` (as the plan names it: Snakemake keys its records by
+    those paths) in this working folder."""
+    return RECORDS_MARKS / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+
+
+def records_here(root: Path, old: dict) -> bool:
+    """Whether Snakemake's records in this working folder are those of the runs that wrote ``root``
+    (whose record is ``old``): the mark a run here left names the record's ``records_id``."""
+    try:
+        doc = json.loads(_mark(root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
+
+
+def config_changes(old: dict | None, config: dict) -> list[str] | None:
+    """The top-level keys of ``config`` whose values differ from ``old`` (the config that last wrote
+    the folder, as its record keeps it), the experiment's name left out; None when the record keeps no
+    config (written before records kept it)."""
+    if not isinstance(old, dict):
+        return None
+    keys = (set(old) | set(config)) - {"experiment"}
+    return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
+
+
+def _forced(argv: list[str]) -> tuple[bool, set[str]]:
+    """(whether ``--forceall``/``-F`` is given, the rules ``--forcerun``/``-R`` names)."""
+    every, rules, taking = False, set(), False
+    for a in argv[1:]:
+        if a.startswith("-"):
+            name, _, value = a.partition("=")
+            every = every or name in ("--forceall", "-F")
+            taking = name in ("--forcerun", "-R")
+            if taking and value:
+                rules.add(value)
+        elif taking:
+            rules.add(a)
+    return every, rules
+
+
+def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
+    """The refusal of a run whose config differs from the one that wrote this experiment folder, when
+    Snakemake holds no record here of the settings the folder's results were made with: it was
+    written as another folder or from another working folder (copied, ``cp -al`` included, or moved;
+    results/ shared between checkouts), or by a run that took such a folder over without rerunning
+    everything. Snakemake reruns a job for a changed setting only from its records (in the working
+    folder's ``.snakemake/``, by each output's path), so it would say "Nothing to be done" and the
+    results would stay the other config's. None when the run reruns what the change needs (the
+    analysis block alone: :data:`ANALYSIS_RULES` with ``--forcerun``; anything else: ``--forceall``),
+    or when nothing tells of such a folder."""
     root = Path(plan.paths.root)
+    old = _read_identity(root)
+    if old is None or "records_id" not in old:
+        return None  # never written, or written before records kept where: as before
+    moved = not records_here(root, old)
+    if not moved and old.get("records") != "partial":
+        return None
+    changes = config_changes(old.get("config"), config)
+    if changes == []:
+        return None
+    every, rules = _forced(sys.argv if argv is None else argv)
+    analysis_only = changes == ["analysis"]
+    if every or (analysis_only and set(ANALYSIS_RULES) <= rules):
+        return None
+    where = (
+        f"its results were made as {old.get('folder')}, run from {old.get('workdir')}: copied or moved here, or "
+        "written from another working folder"
+        if moved
+        else "a run took it over from another folder without running everything again"
+    )
+    fix = (
+        f"`--forcerun {' '.join(ANALYSIS_RULES)}` (only the analysis differs: it is analysed and drawn again, "
+        "nothing is trained or evaluated again)"
+        if analysis_only
+        else "`--forceall` (every job runs again; a finetune whose settings did not change reuses its checkpoints)"
+    )
+    return (
+        f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}, and "
+        f"Snakemake keeps no record here of the settings its results were made with ({where}): it would run "
+        "nothing for what this run's config changes"
+        + (f" ({', '.join(changes)})" if changes else "")
+        + f", and the results would stay those of {', '.join(old['configs'])}. To carry the experiment on under "
+        f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name. If "
+        f"what differs changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then "
+        "taken as this working folder's, as it is"
+    )
+
+
+def config_warning(plan: Plan, config_files, config: dict) -> str | None:
+    """A warning when another config (other files, other content) wrote this experiment folder last;
+    when Snakemake could not rerun what that changes (:func:`written_elsewhere`), the refusal that
+    :func:`lock` gives a run that may write, said here as a warning (a dry run says it too)."""
+    root = Path(plan.paths.root)
+    elsewhere = written_elsewhere(plan, config)
+    _REFUSED.pop(str(root), None)
+    if elsewhere:
+        _REFUSED[str(root)] = elsewhere
+        _SAID[str(root)] = elsewhere
+        return elsewhere
     old = _read_identity(root)
     mine = config_identity(config_files, config)
     if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
@@ -107,11 +234,39 @@ def writes(argv: list[str]) -> bool:
     return True
 
 
+def linked_locks(plan: Plan) -> list[Path]:
+    """The experiment's lock files (its own, its published folder's, each run folder's finetune lock)
+    that are hard links (more than one name): a folder copied with ``cp -al`` shares them with the
+    folder it was copied from. Found at once, before any lock is taken: each would be refused on its
+    own (:func:`oodcorr.core.locks.open_lock_file`), one per run, the later ones inside jobs."""
+    root = Path(plan.paths.root)
+    paths = [lock_path(root, EXPERIMENT), lock_path(root / published.PUBLISHED, PUBLISH)]
+    paths += [lock_path(Path(plan.paths.manifest.format(**run.wildcards)).parent, FINETUNE) for run in plan.runs]
+    out = []
+    for p in dict.fromkeys(paths):
+        try:
+            st = os.lstat(p)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            out.append(p)
+    return out
+
+
 def lock(plan: Plan, config_files) -> str | None:
     """Take the experiment's lock for the rest of this process (while planning, before any job);
     return None, or the sentence that refuses the run (another writer holds the folder, or it
     cannot be locked or written)."""
     root = Path(plan.paths.root)
+    linked = linked_locks(plan)
+    if linked:
+        shown = ", ".join(str(p) for p in linked[:3]) + (f" and {len(linked) - 3} more" if len(linked) > 3 else "")
+        return (
+            f"{len(linked)} lock file(s) of experiment {plan.experiment!r} have another name too (hard links: the "
+            f"folder was copied with `cp -al`?): {shown}. A run writes its holder's details into them, which would "
+            "change the folder they were copied from too. Remove this folder's names of them (`find "
+            f"{root} -name '*.lock' -links +1 -delete`: the other folder keeps its own) and run again"
+        )
     try:
         held = acquire(
             root,
@@ -127,7 +282,7 @@ def lock(plan: Plan, config_files) -> str | None:
             "experiment folder unguarded. Check that the folder is writable and that its file system supports "
             "locks (flock)"
         )
-    return None
+    return _REFUSED.get(str(root))
 
 
 def claim(plan: Plan, config_files, config: dict) -> str | None:
@@ -139,17 +294,26 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
     root = Path(plan.paths.root)
     identity = config_identity(config_files, config)
     old = _read_identity(root)
-    if old is None or old["configs"] != identity["configs"] or old.get("config_sha256") != identity["config_sha256"]:
+    # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
+    # one ran everything here (--forceall) after it came from elsewhere
+    tracked = old is not None and "records_id" in old
+    inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
+    records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
+    keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
+    new = dict(identity, config=config, records=records, **_here(root))
+    new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
+    if old is None or any(old.get(k) != new[k] for k in new):
         write_json_atomic(
             root / IDENTITY,
             dict(
-                identity,
+                new,
                 experiment=plan.experiment,
                 host=socket.gethostname(),
                 pid=os.getpid(),
                 written=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             ),
         )
+    write_json_atomic(_mark(root), {"folder": str(root), "records_id": new["records_id"]})
     return None
 
 

@@ -36,9 +36,10 @@ import time
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.gguf import GGUFError, read_header
+from ..core.gguf import GGUFError, missing_tensors, read_header
 from ..core.io import follow_umask, sha256_file, write_json_atomic
 from ..core.model_dirs import gguf_file
+from .loading import check_loaded_whole
 
 log = logging.getLogger(__name__)
 
@@ -47,13 +48,18 @@ PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question
 
 
 def checked_header(spec: dict):
-    """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`);
-    a ConfigError naming the entry and the file otherwise."""
+    """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`), with
+    every tensor its architecture needs (:func:`oodcorr.core.gguf.missing_tensors`); a ConfigError
+    naming the entry and the file otherwise."""
     path = gguf_file(spec)
     try:
-        return read_header(path)
+        header = read_header(path)
     except GGUFError as e:
         raise ConfigError(f"models[{spec['name']}]: {e}") from None
+    problem = missing_tensors(header)
+    if problem:
+        raise ConfigError(f"models[{spec['name']}]: {problem}")
+    return header
 
 
 def read_manifest(folder: str | Path) -> dict | None:
@@ -95,7 +101,12 @@ def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict
         len(header.tensors),
         header.tensor_types,
     )
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(src.parent), dtype=dtype, **kw)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        str(src.parent), dtype=dtype, output_loading_info=True, **kw
+    )
+    # a tensor the header check did not know to need: transformers would start it from random values,
+    # and the saved folder would reproduce them, so the logits check below could not tell
+    check_loaded_whole(model, info.get("missing_keys") or [], spec, str(src), "pattern")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src.parent), **kw)
     model.eval()
     ids = torch.tensor([tokenizer(PROBE, add_special_tokens=True)["input_ids"]])

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.model_dirs import check_local_weights, names_gguf, package_dir
+from ..core.model_dirs import check_local_weights, names_gguf, package_dir, vocab_problem
 from . import adaptation
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,11 @@ def load_tokenizer(spec: dict, tiny_dir=None):
     if tok.pad_token_id is None:
         # decoder-only models often lack a pad token; any id works, pad positions are masked
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+    folder = local_folder(src, kw)
+    if folder is not None:  # ids past the embeddings: an index error deep inside a job otherwise
+        problem = vocab_problem(spec["name"], folder, max(tok.get_vocab().values(), default=None))
+        if problem:
+            raise ConfigError(problem)
     return tok
 
 
@@ -168,14 +173,46 @@ def load_model(
             raise ConfigError(f"models[{spec['name']}]: method {method.name!r} needs the label list")
         kw.update(method.model_kwargs(labels, pad_token_id))
     dtype = spec.get("dtype", "float32")
-    model = getattr(transformers, method.auto_class).from_pretrained(
+    model, info = getattr(transformers, method.auto_class).from_pretrained(
         src,
         trust_remote_code=bool(spec.get("trust_remote_code", False)),
         use_safetensors=None if spec.get("allow_pickle_weights") else True,
         dtype=getattr(torch, dtype) if dtype != "auto" else "auto",
+        output_loading_info=True,
         **kw,
     )
+    check_loaded_whole(model, info.get("missing_keys") or [], spec, src, method.name)
     return model.to(device)
+
+
+def new_head_keys(model, missing) -> list[str]:
+    """Which of the ``missing`` parameters of a head model (``method: head``) are its new head: those
+    outside the pretrained base model (``classifier.*``, ``score.*``, ...) and the pooler that only
+    feeds the head; a pretrained model has no classification head, so these start from random values."""
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    return [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
+
+
+def check_loaded_whole(model, missing, spec: dict, src: str, method: str) -> None:
+    """Every parameter the architecture needs was in the files: transformers starts a missing one
+    from random values and says so in a log line only (its "MISSING ... newly initialized"). A
+    :class:`ConfigError` naming the model, the folder and the parameters instead; the one exception
+    is a head model's new classification head (:func:`new_head_keys`), which ``method: head`` asks
+    for, said in the log."""
+    missing = sorted(missing)
+    head = new_head_keys(model, missing) if method == "head" else []
+    lacking = [k for k in missing if k not in head]
+    if head:
+        log.info("%s: a new classification head, started from random values: %s", spec["name"], ", ".join(head))
+    if lacking:
+        arch = type(model).__name__
+        raise ConfigError(
+            f"models[{spec['name']}]: {src} lacks {len(lacking)} of the parameters {arch} needs "
+            f"({', '.join(lacking[:4])}{', ...' if len(lacking) > 4 else ''}); loaded, they would start from random "
+            "values and the model would not be the one named. Its files are incomplete (a shard left out of "
+            "the index, a copy or download cut short, weights of another architecture): copy or download the "
+            "model again"
+        )
 
 
 def load_checkpoint(

@@ -105,6 +105,27 @@ def check_names(exp: Experiment) -> None:
     for t in cfg["ood_testsets"]:
         _path_component(t, "ood_testsets")
     _path_component(str(cfg.get("experiment") or "default"), "experiment", "it names the folder results/<experiment>")
+    _distinct_ignoring_case(list(exp.models), "models[].name", "heatmaps/<model>.png, finetune/<model>/, ...")
+    _distinct_ignoring_case(list(exp.in_domain), "in_domain[].name", "finetune/<model>/<in-domain>/, ...")
+    _distinct_ignoring_case(
+        sorted(set(exp.all_datasets())),
+        "datasets (in_domain train and test sets, ood_testsets)",
+        "data/<dataset>.jsonl, eval/.../<testset>.predictions.parquet, consensus/<test set>.png, forest/...",
+    )
+
+
+def _distinct_ignoring_case(names: list[str], key: str, files: str) -> None:
+    """Names that become file names must differ in more than case: on a file system that ignores it
+    (macOS, Windows, some network mounts) two such files are one, and one result overwrites the other."""
+    seen: dict[str, str] = {}
+    for n in names:
+        other = seen.setdefault(n.lower(), n)
+        if other != n:
+            raise ConfigError(
+                f"{key}: {other!r} and {n!r} differ only in case; they name files ({files}), and where the file "
+                "system ignores case (macOS, Windows, some network mounts) the two are one file, one result "
+                "overwriting the other. Rename one"
+            )
 
 
 def check_label_mode(exp: Experiment) -> None:
