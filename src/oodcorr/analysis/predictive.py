@@ -15,24 +15,28 @@ instead of plugging in an estimate:
   modified t is conservative, so a model's z scatters around its truth by only 0.72--0.98 of
   its ``V_m`` in simulated series; read as noise, the rest of a true spread would make the
   interval too narrow).
-* **The tolerance bounds** (:func:`tolerance_batch`), which ``generalises`` reads: with
-  confidence ``(1 + level) / 2`` (0.975), at least that share of models of this kind have a
-  correlation above ``tol_lo`` (below ``tol_hi``). ``tau``'s uncertainty is its Q-profile
-  confidence distribution ``H(tau) = P(chi2_{M-1} >= Q(tau))`` (exact for known ``V_m``), and given
-  ``tau``, ``mu``'s is normal around the inverse-variance mean; ``tol_hi`` is the 0.975
-  quantile of the implied distribution of ``mu + c tau`` (``c`` the normal quantile of
+* **The tolerance bounds** (:func:`tolerance_batch`), which "<sign> in nearly every model"
+  reads: with confidence ``level`` (0.95), at least ``(1 + level) / 2`` (97.5 %) of models of
+  this kind have a correlation above ``tol_lo`` (below ``tol_hi``). ``tau``'s uncertainty is its
+  Q-profile confidence distribution ``H(tau) = P(chi2_{M-1} >= Q(tau))`` (exact for known
+  ``V_m``), and given ``tau``, ``mu``'s is normal around the inverse-variance mean; ``tol_hi`` is
+  the 0.95 quantile of the implied distribution of ``mu + c tau`` (``c`` the normal quantile of
   the share), the generalised pivotal quantity of Nagashima, Noma & Furukawa 2019 for a
-  quantile instead of a further draw.
+  quantile instead of a further draw; with an uncertain within-model scale ``lambda``
+  (:func:`within_scale_draws`), a mixture over its draws.
 
-Both read the ``V_m`` scaled by :func:`within_scale_batch`: as they are, unless the models agree
-more closely than those variances allow.
+The prediction interval reads the ``V_m`` scaled by :func:`within_scale_batch` (as they are,
+unless the models agree more closely than those variances allow); the tolerance bounds read the
+scale :func:`.consensus.shared_sign_batch` gives them (the runs' scatter, or the per-run
+procedure's measured conservatism).
 
 Why two: a prediction interval that excludes 0 says a further model is *expected* to share the
 sign; it does not say that models of the other sign are rare, and where they are not rare
 (a spread near the sign boundary) an interval of exact coverage excludes 0 in a fifth of
-studies. ``generalises`` claims the second, so it is the tolerance bound's. The measured
-coverage, error rates and the power each costs: benchmarks/README.md#14-the-prediction-interval-across-models-coverage;
-the choice: docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds.
+studies. "Nearly every model" claims the second, so it is the tolerance bound's. The measured
+coverage, error rates and the power each costs:
+benchmarks/README.md#14-the-answer-across-models-every-rung-measured; the choice:
+docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds.
 
 Every function takes many studies at once: ``zm``, ``Vm`` of shape (studies, models), with
 ``present`` marking the models a study has. Studies with fewer than 3 models get NaN.
@@ -57,7 +61,7 @@ CHUNK = 256  # studies per (studies, grid, models) array
 FIDUCIAL_POINTS = 6  # Gauss nodes of the within scale's fiducial distribution the tolerance bounds integrate over
 # every model one run: the within variance the bounds read is this share of the V_m the per-run
 # procedure gives, the smallest ratio of the scatter to V_m measured on the calibration grid
-# (benchmarks/README.md#14-the-prediction-interval-across-models-coverage)
+# (benchmarks/README.md#14-the-answer-across-models-every-rung-measured)
 SINGLE_RUN_SCALE = 0.72
 
 
