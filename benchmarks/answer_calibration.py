@@ -114,7 +114,7 @@ def regime(grid: Grid, phi: float, mu: float, tau: float, studies: int, seed: in
     a = Assumptions(phi=phi, model_sd=tau)
     runs = simulate_runs(grid, a, math.tanh(mu), studies, np.random.default_rng(key))
     zt = truths(grid, math.atanh(math.tanh(mu)), tau, studies, key)
-    res = studies_of(runs, SETTINGS)
+    res = studies_of(runs, SETTINGS, intervals=True)
     words = verdicts_of(res, res, grid, a, SETTINGS, np.random.default_rng(0))
     f = rung_flags(words)
     shared = 0.0 if mu == 0 else (1.0 if tau == 0 else float(stats.norm.cdf(abs(mu) / tau)))

@@ -260,21 +260,24 @@ def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
     }
 
 
-def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE) -> dict:
+def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
     """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, p, tau2, se``
     (the random-effects mean, its interval and p-value), ``pi_lo, pi_hi`` (the prediction interval:
     :func:`.predictive.predictive_batch`'s, half-normal prior of scale ``tau_scale`` on the
-    between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`) and
-    ``pi_scale`` (that scale)."""
+    between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`; NaN with
+    ``intervals=False``, which no verdict reads) and ``pi_scale`` (that scale)."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
     scale, _ = within_scale_batch(zm, Vm, present, level)
-    V = np.asarray(Vm, float) * np.where(three, scale, 1.0)[:, None]
-    pred = predictive_batch(zm, V, present, level, tau_scale)
     out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
     out["se"] = res["se_z"]
     out["pi_scale"] = scale
+    if intervals:
+        V = np.asarray(Vm, float) * np.where(three, scale, 1.0)[:, None]
+        pred = predictive_batch(zm, V, present, level, tau_scale)
+    else:
+        pred = {"pi_lo": np.full(len(three), np.nan), "pi_hi": np.full(len(three), np.nan)}
     for key in ("pi_lo", "pi_hi"):
         out[key] = np.where(three, pred[key], np.nan)
     return out
@@ -300,7 +303,7 @@ def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
     return zbar, vbar / kk, ss, df
 
 
-def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95) -> dict:
+def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: bool = True) -> dict:
     """Is the sign shared by nearly every model of this kind? The tolerance bounds
     (:func:`.predictive.tolerance_batch`: ``tol_lo``, ``tol_hi``, ``p_low_side``, ``p_high_side``,
     ``p_generalises``, ``share_low``) of the models' means ``zbar`` with variances ``lambda Vbar``,
@@ -308,7 +311,8 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95) -> dict:
     fiducial distribution from the runs' scatter (``ss`` on ``df``), or with one run per model the
     share of the per-run variances that the per-run procedure's conservatism leaves, further scaled
     where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`).
-    Also ``within_scale`` (the scale's point estimate) and ``within_df``; NaN below 3 models."""
+    Also ``within_scale`` (the scale's point estimate) and ``within_df``; NaN below 3 models.
+    ``bounds=False``: the p-values alone (:func:`.predictive.tolerance_batch`)."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     draws, weights = within_scale_draws(ss, df)
@@ -316,7 +320,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95) -> dict:
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
         extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
-    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights))
+    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights), bounds=bounds)
     with np.errstate(invalid="ignore", divide="ignore"):
         point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
     out = {k: np.where(three, v, np.nan) for k, v in tol.items()}
@@ -347,7 +351,16 @@ def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return p, a, b
 
 
-def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3, tau_scale: float = TAU_SCALE) -> dict:
+def across_models(
+    z,
+    v,
+    mask,
+    p_run,
+    level: float = 0.95,
+    near_zero: float = 0.3,
+    tau_scale: float = TAU_SCALE,
+    intervals: bool = True,
+) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
     variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``.
     Returns arrays per study: ``n_models`` (models with a run), the model means ``zm``, ``Vm``,
@@ -357,7 +370,8 @@ def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3
     shared sign (:func:`shared_sign_batch`: ``tol_lo``, ``tol_hi``, ``p_generalises``,
     ``share_low``, ``within_scale``, ``within_df``), ``tau2_high`` and ``near`` (3 models or
     more: the prediction interval at the between-model variance's upper bound lies inside
-    (-near_zero, near_zero))."""
+    (-near_zero, near_zero)). ``intervals=False`` leaves out what no verdict reads (the prediction
+    interval, the tolerance bounds and ``share_low``: NaN), for the design command's studies."""
     mask = np.asarray(mask, dtype=bool)
     zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
     present = mask.any(-1)
@@ -366,11 +380,11 @@ def across_models(z, v, mask, p_run, level: float = 0.95, near_zero: float = 0.3
     out.update(heterogeneity_batch(zm, Vm, present, df, q))
     p_rev, a, b = reversal_batch(zm, pm, present)
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
-    c = consensus_batch(zm, Vm, present, level, tau_scale)
+    c = consensus_batch(zm, Vm, present, level, tau_scale, intervals)
     out.update(c)
     out["p_mean"] = c["p"]
     zbar, Vbar, ss, dfw = within_runs_batch(z, np.where(mask, v, 1.0), mask)
-    out.update(shared_sign_batch(zbar, Vbar, present, ss, dfw, level))
+    out.update(shared_sign_batch(zbar, Vbar, present, ss, dfw, level, bounds=intervals))
     t2_hi = tau2_upper_batch(zm, Vm, present, level)
     with np.errstate(invalid="ignore"):
         half = stats.t.ppf(0.5 + level / 2, np.maximum(M - 2, 1)) * np.sqrt(t2_hi + c["se"] ** 2)

@@ -194,11 +194,12 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
 
 
 # ---- step 2: studies ---------------------------------------------------------------------------
-def studies_of(runs: dict, settings: Settings, flip_half: bool = False) -> dict:
+def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
     """The across-model procedure on every simulated study (:func:`.consensus.across_models`); with
     ``flip_half`` the models from the middle on have their correlations' signs turned (the
     ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the linear
-    residualiser, whose residuals turn sign with the score)."""
+    residualiser, whose residuals turn sign with the score). ``intervals``: the prediction interval and
+    the tolerance bounds too (no verdict reads them; the calibration benchmarks do)."""
     r, se, p = runs["r"], runs["se_z"], runs["p"]
     M = r.shape[1]
     sign = np.ones(M)
@@ -206,7 +207,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False) -> dict:
         sign[M // 2 :] = -1.0
     z = fisher_z(r) * sign[None, :, None]
     ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
-    res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero)
+    res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
     res["n_finite"] = np.isfinite(r).any(-1).sum(-1)
     return res
 

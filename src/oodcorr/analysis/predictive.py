@@ -319,7 +319,9 @@ def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
     return np.where(at0 <= alpha, special.ndtr(c), np.nan)
 
 
-def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS, scales=None) -> dict:
+def tolerance_batch(
+    zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS, scales=None, bounds: bool = True
+) -> dict:
     """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each of
     content ``(1 + level) / 2`` (0.975) at confidence ``level`` (see the module doc): ``tol_lo``
     (with that confidence, at least that share of models of this kind lie above it) and ``tol_hi``
@@ -331,7 +333,8 @@ def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POIN
 
     ``scales``: (draws, weights), each (studies, draws): the within-model variance is ``lambda V_m``
     with ``lambda`` each draw at its weight (:func:`within_scale_draws`); None takes the ``V_m`` as
-    they are."""
+    they are. ``bounds=False`` leaves ``tol_lo``, ``tol_hi`` and ``share_low`` out (NaN): the p-values
+    alone, what a verdict reads."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     S = present.shape[0]
@@ -349,13 +352,14 @@ def tolerance_batch(zm, Vm, present, level: float = 0.95, points: int = TOL_POIN
             cd = tau_confidence_batch(zm[i], Vm[i] * draws[:, j][:, None], present[i], points)
             parts.append((cd["weight"] * weights[:, j][:, None], cd["mu"], np.sqrt(cd["var"]), cd["tau"]))
         wt, mu, sd, tau = (np.concatenate(x, axis=-1) for x in zip(*parts))
-        out["tol_lo"][i] = mixture_quantile(alpha, wt, mu - c * tau, sd)
-        out["tol_hi"][i] = mixture_quantile(1 - alpha, wt, mu + c * tau, sd)
         cc = np.full(len(i), c)
         low = _side_mass(cc, wt, mu, sd, tau, np.zeros(len(i), bool))
         high = _side_mass(cc, wt, mu, sd, tau, np.ones(len(i), bool))
         out["p_low_side"][i], out["p_high_side"][i] = low, high
-        out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
+        if bounds:
+            out["tol_lo"][i] = mixture_quantile(alpha, wt, mu - c * tau, sd)
+            out["tol_hi"][i] = mixture_quantile(1 - alpha, wt, mu + c * tau, sd)
+            out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
     out["p_generalises"] = np.fmin(out["p_low_side"], out["p_high_side"])
     return out
 
