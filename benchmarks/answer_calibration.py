@@ -63,7 +63,7 @@ import numpy as np
 from scipy import special, stats
 
 from oodcorr.analysis import multitest
-from oodcorr.analysis.consensus import NEARLY_EVERY, ON_AVERAGE, verdict
+from oodcorr.analysis.consensus import NEARLY_EVERY, ON_AVERAGE, consensus_batch, verdict
 from oodcorr.analysis.design import Assumptions, Grid, Settings, simulate_runs, studies_of, verdicts_of
 from oodcorr.analysis.inference import ar1_corr
 from oodcorr.analysis.residualise import linear_maker
@@ -114,13 +114,15 @@ def regime(grid: Grid, phi: float, mu: float, tau: float, studies: int, seed: in
     a = Assumptions(phi=phi, model_sd=tau)
     runs = simulate_runs(grid, a, math.tanh(mu), studies, np.random.default_rng(key))
     zt = truths(grid, math.atanh(math.tanh(mu)), tau, studies, key)
-    res = studies_of(runs, SETTINGS, intervals=True)
+    res = studies_of(runs, SETTINGS)
     words = verdicts_of(res, res, grid, a, SETTINGS, np.random.default_rng(0))
+    present = np.isfinite(res["zm"])
+    pi = consensus_batch(np.where(present, res["zm"], 0.0), np.where(present, res["Vm"], 1.0), present, SETTINGS.level)
     f = rung_flags(words)
     shared = 0.0 if mu == 0 else (1.0 if tau == 0 else float(stats.norm.cdf(abs(mu) / tau)))
     both_signs = (zt > 0).any(1) & (zt < 0).any(1)
     new_z = mu + tau * np.random.default_rng([*key, 1]).normal(size=studies)
-    cover = (res["pi_lo"] <= new_z) & (new_z <= res["pi_hi"])
+    cover = (pi["pi_lo"] <= new_z) & (new_z <= pi["pi_hi"])
     sign_any = f["sign_neg"] | f["sign_pos"]
     nearly_any = f["nearly_neg"] | f["nearly_pos"]
     out = {
