@@ -7,10 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import re
 from pathlib import Path
-
-import pandas as pd
 
 from ..analysis import Options, agreement, analyse
 from ..analysis.correlate import METHODS
@@ -25,12 +22,12 @@ from ..core.answer import answer_lines
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
-from ..core.limits import analysis_cells, analysis_too_large
 from ..core.locks import EXPERIMENT, hold
-from ..jobs import answer_figures, plots
+from ..jobs import answer_figures, figure_set
+from ..jobs.explorer import EXPLORER_FILE, write_explorer
 from ..launch.experiment import experiment_folder
 from .args import add_showing_default, block_length, positive_int
-from .scores import read_lmeval, read_scores
+from .scores import check_analysis_size, read_lmeval, read_scores
 
 log = logging.getLogger("oodcorr")
 
@@ -40,18 +37,22 @@ outputs (in --out):
                             residualiser: r, interval, p, effective sample size, checks
   agreement.csv             per OOD pair: the answer across models -- the consensus r with its
                             interval, the prediction interval for a further model, the
-                            tolerance bounds of 97.5 % of models, and the strongest statement
-                            the data allow: the sign in nearly every model or on average, sign
-                            reversal, models differ, near zero, unresolved (each corrected
-                            across pairs: --agreement-correction); each model's pooled r
+                            tolerance bounds of 97.5 % of models, and a verdict: generalises
+                            (positive/negative), sign reversal, models differ, agree near zero,
+                            unresolved (corrected across pairs); each model's pooled r
   consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
   forest/<in-domain>/<x>+<y>.png  why each pair got its verdict: each model's pooled r and interval,
                             the consensus, the prediction interval and the tolerance bounds (with
                             more than one model;
                             up to --forest-max pairs per in-domain set)
+  explorer.html             every pair in a browser, one file that works offline: the consensus heatmap
+                            (hover for the numbers, click for the pair's forest plot), filters by verdict
+                            and name, each model's view, the table to download
   heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
   heatmap_grid.png          the models side by side (with more than one model)
   scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
+                            (these three are left out above 30 OOD testsets with several models:
+                            --all-figures)
   learning_curves/<model>.png  score vs step (only when the unit column is numeric)
   settings.json             the settings used and the input's sha256 (lm-eval: of the files read)
 
@@ -275,15 +276,7 @@ def add_parser(sub, help: str) -> None:
         s,
         "--correction",
         d.correction,
-        "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
-        choices=CORRECTIONS,
-    )
-    add_showing_default(
-        s,
-        "--agreement-correction",
-        d.agreement_correction,
-        "correction of the answer's statements across the pairs of the agreement table: bh, the false "
-        "discovery rate; holm, the chance of any false statement",
+        "multiple-comparison correction across the pairs of a heatmap, and across the pairs of the agreement table",
         choices=CORRECTIONS,
     )
     add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
@@ -310,14 +303,26 @@ def add_parser(sub, help: str) -> None:
         "(results/<experiment>/), whose published tables it would replace until the next run publishes "
         "them again; refused while a run writes that experiment",
     )
-    o.add_argument("--no-plots", action="store_true", help="write the tables only")
+    o.add_argument("--no-plots", action="store_true", help="write the tables only (no figure, no explorer page)")
+    o.add_argument(
+        "--all-figures",
+        action="store_true",
+        help="draw the per-model heatmaps, their grid and the scatter grids even where they cannot be read: with "
+        f"more than {figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model they are left out (the log "
+        "says so; the explorer page shows each model's correlations)",
+    )
+    o.add_argument(
+        "--workers",
+        type=positive_int("--workers"),
+        metavar="N",
+        help="processes for the runs and the figures (default: 2, or 1 on one core); the tables do not depend on it",
+    )
     add_showing_default(
         o,
         "--forest-max",
         answer_figures.FOREST_CAP,
         "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
-        "the sign in nearly every model, on average, models differ, near zero, then unresolved; the largest "
-        "consensus first); 0: none",
+        "models differ, generalises, near zero, then unresolved; the largest consensus first); 0: none",
         type=int,
     )
     o.add_argument(
@@ -361,167 +366,66 @@ def _analyse_into(args, out: Path) -> int:
             )
         long, examples, info, pool_by = read_scores(args)
         digest = sha256_file(args.table)
+    same = ("inference", "level", "correction", "alpha", "min_n_eff", "near_zero", "pool_two_runs", "drop_step0")
+    same += ("seed", "n_boot", "n_perm", "interval", "block_length", "example_boot")
     opts = Options(
         methods=tuple(args.methods),
         residualisers=tuple(args.residualisers),
-        inference=args.inference,
-        level=args.level,
-        correction=args.correction,
-        agreement_correction=args.agreement_correction,
-        alpha=args.alpha,
-        min_n_eff=args.min_n_eff,
-        near_zero=args.near_zero,
         pool_by=pool_by,
-        pool_two_runs=args.pool_two_runs,
-        drop_step0=args.drop_step0,
         step0_check=not args.no_step0_check,
-        seed=args.seed,
-        n_boot=args.n_boot,
-        n_perm=args.n_perm,
-        interval=args.interval,
-        block_length=args.block_length,
-        example_boot=args.example_boot,
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
+        **{k: getattr(args, k) for k in same},
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
-    if not args.no_plots:
-        check_figure_names(long, str(args.table))
-    pc = analyse(long, opts, examples, run_info=info)
-    agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
-    write_tables(pc, agree, out)
-    write_json_atomic(
-        out / "settings.json",
-        {
-            "input": str(args.table),
-            "sha256": digest,
-            "format": args.format,
-            "unit": "step" if args.format == "lm-eval" else args.unit,
-            **({"metric": args.metric, "path_pattern": args.path_pattern} if args.format == "lm-eval" else {}),
-            "in_domain": args.in_domain,
-            "options": opts.describe(),
-        },
-    )
-    log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
-    summarise(pc, agree, opts, log)
+    workers = args.workers or figure_set.default_workers()
+    pc = analyse(long, opts, examples, run_info=info, workers=workers)
+    agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+    settings = {
+        "input": str(args.table),
+        "sha256": digest,
+        "format": args.format,
+        "unit": "step" if args.format == "lm-eval" else args.unit,
+        **({"metric": args.metric, "path_pattern": args.path_pattern} if args.format == "lm-eval" else {}),
+        "in_domain": args.in_domain,
+        "options": opts.describe(),
+    }
     method = args.plot_method or opts.methods[0]
     res = args.plot_residualiser or opts.residualisers[0]
-    drawn: list[str] = []
-    if not args.no_plots:
-        if method not in opts.methods or res not in opts.residualisers:
-            raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
-        drawn = make_plots(pc, agree, long, out, method, res, opts, args.forest_max, args.forest_pairs)
+    if not args.no_plots and (method not in opts.methods or res not in opts.residualisers):
+        raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
+    choice = None
+    if not args.no_plots:  # the figures are drawn in other processes while this one writes the tables and the page
+        choice = figure_set.choose(
+            pc, agree, long, out, method, res, args.forest_max, args.forest_pairs, args.all_figures
+        )
+        pool = figure_set.FigurePool(choice.figures, workers, pc=pc, agree=agree, long=long, opts=opts)
+    write_tables(pc, agree, out)
+    write_json_atomic(out / "settings.json", settings)
+    log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
+    summarise(pc, agree, opts, log)
     rows = agree.astype(object).where(agree.notna(), "").astype(str).to_dict("records")
-    for line in answer_lines(rows, method, res, out, consensus_sets=drawn, file_name=safe_name):
+    lines = answer_lines(
+        rows, method, res, out, consensus_sets=choice.consensus_sets if choice else [], file_name=figure_set.safe_name
+    )
+    if choice is not None:
+        page = write_explorer(
+            agree,
+            pc,
+            out / EXPLORER_FILE,
+            title=f"oodcorr: {Path(str(args.table)).name}, in-domain {args.in_domain}",
+            settings={"input": str(args.table), **opts.describe()},
+            answer=lines,
+            csv_path=out / "agreement.csv",
+            default=(method, res),
+        )
+        pool.wait()
+        for line in choice.left_out:
+            log.info("%s", line)
+        log.info("wrote figures under %s", out)
+        lines.append(
+            f"every pair, explored in a browser (one file, offline): {out / EXPLORER_FILE} "
+            f"({page['pairs']} pairs, {page['bytes'] / 2**20:.1f} MB)"
+        )
+    for line in lines:
         log.info("%s", line)
     return 0
-
-
-def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
-    """The cells the analysis will compute (each run's OOD pairs x methods x residualisers), said
-    before it starts; above ``--max-cells`` a DataError gives the count and the flag that allows it."""
-    ood = [len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby(["model", "run"], sort=False)]
-    cells, detail = analysis_cells(ood, len(methods), len(residualisers))
-    if cells > max_cells:
-        raise DataError(
-            analysis_too_large(
-                cells,
-                detail,
-                max_cells,
-                what=f"the analysis of {source}",
-                limit_name="--max-cells" + (" (its default)" if max_cells == ANALYSIS["max_cells"] else ""),
-                fewer="--testsets, --exclude, --methods or --residualisers",
-                allow=f"pass --max-cells {cells}",
-            )
-        )
-    log.info("analysing %s cells (%s)", f"{cells:,}", detail)
-    return cells
-
-
-def make_plots(
-    pc,
-    agree,
-    long,
-    out: Path,
-    method: str,
-    residualiser: str,
-    opts,
-    forest_max: int = answer_figures.FOREST_CAP,
-    forest_pairs: list[str] | None = None,
-) -> list[str]:
-    """Every figure; returns the in-domain sets that got a consensus heatmap."""
-    models = sorted(pc["model"].unique())
-    cells = dict(pc=pc, method=method, residualiser=residualiser)
-    doms = sorted(agree["in_domain"].astype(str).unique()) if len(models) > 1 else []
-    named = _named_pairs(agree, forest_pairs) if forest_pairs else None
-    for dom in doms:  # the answer first: the consensus across models, one figure per in-domain set
-        png = str(out / "consensus" / f"{safe_name(dom)}.png")
-        agreed = dict(agree=agree, in_domain=dom, method=method, residualiser=residualiser)
-        plots.draw("consensus_heatmap", png, opts, **agreed)
-        pairs, total = answer_figures.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
-        if named is not None:
-            every = set(answer_figures.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
-            pairs = [p for p in named if p in every]
-        elif len(pairs) < total:
-            log.info(
-                "forest plots of in-domain %s: %d of its %d pairs (--forest-max %d: the verdicts that say most "
-                "first); --forest-pairs X+Y ... draws others",
-                dom,
-                len(pairs),
-                total,
-                forest_max,
-            )
-        for x, y in pairs:
-            png = str(out / "forest" / safe_name(dom) / f"{safe_name(x)}+{safe_name(y)}.png")
-            plots.draw("forest", png, opts, pc=pc, pair=(x, y), **agreed)
-    for m in models:
-        png = f"{safe_name(m)}.png"
-        plots.draw("heatmap", str(out / "heatmaps" / png), opts, model=m, **cells)
-        plots.draw("scatter", str(out / "scatter" / png), opts, long=long, model=m)
-        if pd.api.types.is_numeric_dtype(long["unit"]):
-            plots.draw("learning_curves", str(out / "learning_curves" / png), opts, long=long, model=m)
-    if len(models) > 1:
-        plots.draw("heatmap_grid", str(out / "heatmap_grid.png"), opts, **cells)
-    else:
-        log.info("one model: no side-by-side grid (heatmap_grid.png), no consensus heatmap or forest plot to draw")
-    log.info("wrote figures under %s", out)
-    return doms
-
-
-def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]:
-    """``--forest-pairs X+Y ...`` as sorted (x, y) pairs, each an OOD pair of the agreement table."""
-    known = {tuple(sorted((str(x), str(y)))) for x, y in zip(agree["x"], agree["y"])}
-    out = []
-    for item in given:
-        x, sep, y = item.partition("+")
-        pair = tuple(sorted((x.strip(), y.strip())))
-        if not sep or pair not in known:
-            shown = ", ".join(f"{a}+{b}" for a, b in sorted(known)[:6])
-            raise DataError(f"--forest-pairs {item}: not an OOD pair of the agreement table; its pairs include {shown}")
-        out.append(pair)
-    return list(dict.fromkeys(out))
-
-
-def check_figure_names(long: pd.DataFrame, source: str) -> None:
-    """Two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`;
-    alike but for case, too, as on macOS and Windows) are refused before the analysis, naming both:
-    one figure would overwrite the other."""
-    for column, what, files in (
-        ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
-        ("in_domain", "in-domain testsets", "consensus/ and forest/"),
-        ("testset", "testsets", "forest/"),
-    ):
-        seen: dict[str, str] = {}
-        for name in sorted(long[column].astype(str).unique()):
-            key = safe_name(name).lower()
-            if key in seen:
-                raise DataError(
-                    f"{source}: {what} {seen[key]!r} and {name!r} both become the figure file name "
-                    f"{safe_name(name)!r} (in {files}; files differing only in case are one on macOS and Windows): "
-                    "one figure would overwrite the other. Rename one in the table, or pass --no-plots"
-                )
-            seen[key] = name
-
-
-def safe_name(name: str) -> str:
-    """A model name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"

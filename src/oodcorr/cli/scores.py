@@ -1,6 +1,7 @@
 """Reading the scores table a verb names (``oodcorr analyse TABLE``, ``oodcorr design --pilot``)
 by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.tables`), or a
-folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.lmeval`)."""
+folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.lmeval`), and
+how many cells its analysis will compute (:func:`check_analysis_size`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis import lmeval, tables
+from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
+from ..core.limits import analysis_cells, analysis_too_large
 
 log = logging.getLogger("oodcorr")
 
@@ -139,3 +142,24 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         f", per-example samples from {len(read.samples_files)} files" if read.examples is not None else "",
     )
     return long, read.examples, info, (), read.digest
+
+
+def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
+    """The cells the analysis will compute (each run's OOD pairs x methods x residualisers), said
+    before it starts; above ``--max-cells`` a DataError gives the count and the flag that allows it."""
+    ood = [len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby(["model", "run"], sort=False)]
+    cells, detail = analysis_cells(ood, len(methods), len(residualisers))
+    if cells > max_cells:
+        raise DataError(
+            analysis_too_large(
+                cells,
+                detail,
+                max_cells,
+                what=f"the analysis of {source}",
+                limit_name="--max-cells" + (" (its default)" if max_cells == ANALYSIS["max_cells"] else ""),
+                fewer="--testsets, --exclude, --methods or --residualisers",
+                allow=f"pass --max-cells {cells}",
+            )
+        )
+    log.info("analysing %s cells (%s)", f"{cells:,}", detail)
+    return cells

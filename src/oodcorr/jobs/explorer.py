@@ -1,0 +1,204 @@
+"""The explorer page: the answer of an analysis as one self-contained HTML file (``explorer.html``,
+beside ``agreement.csv``) that works offline from a ``file://`` URL, with no server and no request
+to anything outside the file.
+
+What it shows, drawn in the page by a small script of this package (``explorer.js``, no library):
+the consensus heatmap of every OOD pair of a table (hover: the consensus r, its interval, the
+verdict, how many models are positive and negative; click: the pair's forest plot, drawn from the
+numbers, so every pair has one, with every column of its row), filters by verdict (the verdicts
+present, whatever their words) and by testset name (``hendrycksTest-*``), each model's own pooled
+correlations (the per-model view), and the agreement table itself to download.
+
+:func:`page_data` turns the two tables into what the page embeds (a compact JSON document);
+:func:`write_explorer` writes the page atomically. How each verdict is shown comes from
+:func:`.answer_figures.verdict_style`, the one mapping the figures use too. Why a script of our own:
+benchmarks/README.md#15-a-whole-lm-eval-suite-and-the-explorer-page measures the page's size and
+first paint at the whole Pythia suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..core.io import write_text_atomic
+from .answer_figures import verdict_style
+from .plotting import cluster_order
+
+EXPLORER_FILE = "explorer.html"
+KEYS = ["in_domain", "pool_group", "method", "residualiser"]
+# agreement.csv's columns the page handles itself rather than listing them as a row's numbers
+OWN = {"x", "y", "verdict", "by_model", *KEYS}
+DIGITS = 4  # numbers are embedded to this many decimals (the table to download keeps them all)
+
+
+def _number(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return round(f, DIGITS) if math.isfinite(f) else None
+
+
+def _numeric(col: pd.Series) -> bool:
+    if pd.api.types.is_bool_dtype(col):
+        return False
+    if pd.api.types.is_numeric_dtype(col):
+        return True
+    values = col.dropna().astype(str)
+    values = values[values != ""]
+    return len(values) > 0 and pd.to_numeric(values, errors="coerce").notna().all()
+
+
+def _natural(name: str) -> list:
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
+
+
+def page_data(
+    agree: pd.DataFrame,
+    pc: pd.DataFrame,
+    title: str = "oodcorr explorer",
+    settings: dict | None = None,
+    answer: list[str] | None = None,
+    csv_text: str | None = None,
+    default: tuple[str, str] | None = None,
+) -> dict:
+    """What the page embeds, from the agreement table ``agree`` and the pairs table ``pc``: the
+    testset and model names, the tables (one per in-domain set x pool group x method x
+    residualiser, with the testsets' clustered order), every agreement row (its pair as indices,
+    its verdict, every other column: numbers rounded to :data:`DIGITS` decimals, text as text),
+    each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
+    model has several), one style per verdict present, and ``csv_text`` (the agreement table as
+    written) for the download. ``default``: the (method, residualiser) shown first."""
+    agree = agree.reset_index(drop=True)
+    for c in ("x", "y", "verdict", *KEYS):
+        agree[c] = agree[c].astype(str) if c in agree else ""
+    names = sorted(set(agree["x"]) | set(agree["y"]), key=_natural)
+    idx = {n: i for i, n in enumerate(names)}
+    pooled = pc[pc["run"].astype(str) == "pooled"]
+    models = sorted(pooled["model"].astype(str).unique(), key=_natural) if len(pc) else []
+    midx = {m: i for i, m in enumerate(models)}
+    verdicts = list(dict.fromkeys(agree["verdict"]))
+    vidx = {v: i for i, v in enumerate(verdicts)}
+    columns = [c for c in agree.columns if c not in OWN]
+    numeric = [c for c in columns if _numeric(agree[c])]
+    rows = {
+        "x": [idx[v] for v in agree["x"]],
+        "y": [idx[v] for v in agree["y"]],
+        "verdict": [vidx[v] for v in agree["verdict"]],
+        "panel": [],
+        "values": {
+            c: (
+                [_number(v) for v in pd.to_numeric(agree[c], errors="coerce")]
+                if c in numeric
+                else ["" if (v is None or (isinstance(v, float) and math.isnan(v))) else str(v) for v in agree[c]]
+            )
+            for c in columns
+        },
+    }
+    panels, pkey = [], {}
+    for key, g in agree.groupby(KEYS, sort=True):
+        pkey[key] = len(panels)
+        sub = g.assign(r=pd.to_numeric(g["r_consensus"], errors="coerce")) if "r_consensus" in g else g.assign(r=0.0)
+        present = sorted(set(g["x"]) | set(g["y"]), key=_natural)
+        order = cluster_order(sub, present) if len(present) > 2 else present
+        panels.append(dict(zip(KEYS, key)) | {"order": [idx[n] for n in order], "pairs": len(g)})
+    rows["panel"] = [pkey[k] for k in zip(*(agree[c] for c in KEYS))]
+    first = 0
+    if default is not None:
+        first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
+    return {
+        "title": title,
+        "settings": settings or {},
+        "answer": answer or [],
+        "names": names,
+        "models": models,
+        "panels": panels,
+        "first_panel": first,
+        "verdicts": [{"name": v, **asdict(verdict_style(v))} for v in verdicts],
+        "numeric": numeric,
+        "columns": columns,
+        "rows": rows,
+        "by_model": _by_model(agree, pooled, pc, models, midx),
+        "csv": csv_text if csv_text is not None else agree.to_csv(index=False),
+    }
+
+
+def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, models, midx) -> dict:
+    """Each model's pooled r, interval and adjusted p for every agreement row, (rows, models) lists
+    with None where a model has no value; ``runs``: each model's runs' r, where any model has more
+    than one run (the forest plot's dots)."""
+    n, m = len(agree), len(models)
+    out = {k: np.full((n, m), np.nan) for k in ("r", "lo", "hi", "p_adj")}
+    keys = ["in_domain", "pool_group", "method", "residualiser"]
+    row_of = {}
+    for i, t in enumerate(zip(*(agree[c] for c in keys), agree["x"], agree["y"])):
+        row_of[t] = i
+        row_of[(*t[:4], t[5], t[4])] = i
+
+    def locate(df):
+        cols = [df[c].astype(str).to_numpy() for c in (*keys, "x", "y")]
+        return np.array([row_of.get(t, -1) for t in zip(*cols)], dtype=int)
+
+    if len(pooled) and m:
+        at = locate(pooled)
+        mm = np.array([midx.get(v, -1) for v in pooled["model"].astype(str)], dtype=int)
+        ok = (at >= 0) & (mm >= 0)
+        for k, c in (("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")):
+            if c in pooled:
+                out[k][at[ok], mm[ok]] = pd.to_numeric(pooled[c], errors="coerce").to_numpy(float)[ok]
+    res = {k: [[_number(v) for v in row] for row in a] for k, a in out.items()}
+    runs = pc[pc["run"].astype(str) != "pooled"] if len(pc) else pc
+    res["runs"] = None
+    if len(runs) and runs.groupby(["model", "pool_group"])["run"].nunique().max() > 1:
+        at = locate(runs)
+        mm = np.array([midx.get(v, -1) for v in runs["model"].astype(str)], dtype=int)
+        r = pd.to_numeric(runs["r"], errors="coerce").to_numpy(float)
+        lists: list[list[list[float]]] = [[[] for _ in range(m)] for _ in range(n)]
+        for i, j, v in zip(at, mm, r):
+            if i >= 0 and j >= 0 and math.isfinite(v):
+                lists[i][j].append(round(float(v), DIGITS))
+        res["runs"] = lists
+    return res
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+def render(data: dict) -> str:
+    """The page: the template with its style, its script and ``data`` (JSON, with every '</' written
+    '<\\/' so no value can close the script element) inlined."""
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    html = _asset("explorer.html")
+    title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    for mark, text in (("/*STYLE*/", _asset("explorer.css")), ("/*SCRIPT*/", _asset("explorer.js"))):
+        html = html.replace(mark, text, 1)
+    return html.replace("{{TITLE}}", title, 1).replace("{{DATA}}", payload, 1)
+
+
+def write_explorer(
+    agree: pd.DataFrame,
+    pc: pd.DataFrame,
+    out_html: str | Path,
+    title: str = "oodcorr explorer",
+    settings: dict | None = None,
+    answer: list[str] | None = None,
+    csv_path: str | Path | None = None,
+    default: tuple[str, str] | None = None,
+) -> dict:
+    """Write the explorer page of the two tables to ``out_html`` atomically. ``csv_path``: the
+    agreement table as written (its bytes are what the page offers to download). Returns
+    {"pairs": agreement rows, "bytes": size of the page}."""
+    csv_text = Path(csv_path).read_text(encoding="utf-8") if csv_path is not None else None
+    data = page_data(agree, pc, title, settings, answer, csv_text, default)
+    html = render(data)
+    write_text_atomic(out_html, html)
+    return {"pairs": len(agree), "bytes": len(html.encode("utf-8"))}

@@ -1,0 +1,190 @@
+"""The figures of one analysis as ``oodcorr analyse`` draws them: which ones (:func:`choose`), drawn
+in parallel processes (:class:`FigurePool`), beside the explorer page (:mod:`.explorer`).
+
+At a table's scale some figures cannot be read: with more than :data:`LEGIBLE_TESTSETS` testsets
+and more than one model, a per-model heatmap is a triangle of unlabelled marks, the grid of them
+is 16 such triangles, and a scatter grid shows 48 of 64 panels -- and together they cost minutes.
+There the consensus heatmap and the explorer page (whose per-model view shows each model's
+heatmap with its numbers on hover) carry the answer, so :func:`choose` leaves those three out and
+says so in the log, naming ``--all-figures``, which draws them. With one model the per-model
+heatmap is the only heatmap, so it is always drawn. Every figure is drawn through
+:func:`.plots.draw`, the same function the workflow's rules call.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.errors import DataError
+from . import answer_figures, plots
+from .plotting import TEXT_LIMIT
+
+log = logging.getLogger("oodcorr")
+
+LEGIBLE_TESTSETS = TEXT_LIMIT  # more than this (and more than one model): the per-model figures are left out
+AT_SCALE = ("heatmap", "heatmap_grid", "scatter")  # the figures left out at that scale
+
+
+def safe_name(name: str) -> str:
+    """A model or testset name as a file name: anything but letters, digits, '.', '_' and '-' becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure to draw: :func:`.plots.draw`'s ``kind``, its PNG and its keyword arguments
+    other than the tables (which every drawing process already holds)."""
+
+    kind: str
+    png: str
+    args: dict = field(default_factory=dict)
+    tables: tuple[str, ...] = ()
+
+
+@dataclass
+class Choice:
+    """What :func:`choose` decided: the figures in the order they are drawn, the in-domain sets
+    that get a consensus heatmap, and a line for each kind of figure left out."""
+
+    figures: list[Figure]
+    consensus_sets: list[str]
+    left_out: list[str]
+
+
+def choose(
+    pc: pd.DataFrame,
+    agree: pd.DataFrame,
+    long: pd.DataFrame,
+    out: Path,
+    method: str,
+    residualiser: str,
+    forest_max: int = answer_figures.FOREST_CAP,
+    forest_pairs: list[str] | None = None,
+    all_figures: bool = False,
+) -> Choice:
+    """Every figure of an analysis: per in-domain set (with more than one model) the consensus
+    heatmap and up to ``forest_max`` forest plots (or those of ``forest_pairs``); per model the
+    heatmap, the scatter grid and the learning curves (numeric units); the grid of heatmaps (more
+    than one model). :data:`AT_SCALE` figures are left out above :data:`LEGIBLE_TESTSETS` OOD
+    testsets with more than one model unless ``all_figures``."""
+    models = sorted(pc["model"].astype(str).unique())
+    cells = {"method": method, "residualiser": residualiser}
+    figures: list[Figure] = []
+    left_out: list[str] = []
+    doms = sorted(agree["in_domain"].astype(str).unique()) if len(models) > 1 else []
+    named = _named_pairs(agree, forest_pairs) if forest_pairs else None
+    for dom in doms:
+        agreed = dict(in_domain=dom, **cells)
+        figures.append(
+            Figure("consensus_heatmap", str(out / "consensus" / f"{safe_name(dom)}.png"), agreed, ("agree",))
+        )
+        pairs, total = answer_figures.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
+        if named is not None:
+            every = set(answer_figures.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
+            pairs = [p for p in named if p in every]
+        elif len(pairs) < total:
+            log.info(
+                "forest plots of in-domain %s: %d of its %d pairs (--forest-max %d: the verdicts that say most "
+                "first); --forest-pairs X+Y ... draws others, and the explorer page draws every pair's",
+                dom,
+                len(pairs),
+                total,
+                forest_max,
+            )
+        for x, y in pairs:
+            png = str(out / "forest" / safe_name(dom) / f"{safe_name(x)}+{safe_name(y)}.png")
+            figures.append(Figure("forest", png, dict(pair=(x, y), **agreed), ("agree", "pc")))
+    n_ood = max((len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby("model")), default=0)
+    big = len(models) > 1 and n_ood > LEGIBLE_TESTSETS and not all_figures
+    if big:
+        left_out.append(
+            f"per-model heatmaps (heatmaps/), the grid of them (heatmap_grid.png) and the scatter grids (scatter/) "
+            f"are not drawn: {n_ood} OOD testsets is more than the {LEGIBLE_TESTSETS} such a figure shows "
+            f"legibly, for {len(models)} models; the explorer page shows each model's correlations (its per-model "
+            "view), and --all-figures draws them"
+        )
+    numeric_units = pd.api.types.is_numeric_dtype(long["unit"])
+    for m in models:
+        png = f"{safe_name(m)}.png"
+        if numeric_units:
+            figures.append(Figure("learning_curves", str(out / "learning_curves" / png), {"model": m}, ("long",)))
+        if not big:
+            figures.append(Figure("heatmap", str(out / "heatmaps" / png), dict(model=m, **cells), ("pc",)))
+            figures.append(Figure("scatter", str(out / "scatter" / png), {"model": m}, ("long",)))
+    if len(models) > 1 and not big:
+        figures.append(Figure("heatmap_grid", str(out / "heatmap_grid.png"), cells, ("pc",)))
+    elif len(models) <= 1:
+        log.info("one model: no side-by-side grid (heatmap_grid.png), no consensus heatmap or forest plot to draw")
+    # the costliest first, so that two processes finish together
+    cost = {"heatmap_grid": 0, "consensus_heatmap": 1, "scatter": 2, "heatmap": 3, "learning_curves": 4, "forest": 5}
+    figures.sort(key=lambda f: cost.get(f.kind, 9))
+    return Choice(figures, doms, left_out)
+
+
+def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]:
+    """``--forest-pairs X+Y ...`` as sorted (x, y) pairs, each an OOD pair of the agreement table."""
+    known = {tuple(sorted((str(x), str(y)))) for x, y in zip(agree["x"], agree["y"])}
+    out = []
+    for item in given:
+        x, sep, y = item.partition("+")
+        pair = tuple(sorted((x.strip(), y.strip())))
+        if not sep or pair not in known:
+            shown = ", ".join(f"{a}+{b}" for a, b in sorted(known)[:6])
+            raise DataError(f"--forest-pairs {item}: not an OOD pair of the agreement table; its pairs include {shown}")
+        out.append(pair)
+    return list(dict.fromkeys(out))
+
+
+# the tables and options a drawing process reads: set before the processes are forked, so each
+# inherits them instead of receiving a copy per figure
+_HELD: dict = {}
+
+
+def _draw(fig: Figure) -> dict:
+    tables = {k: _HELD[k] for k in fig.tables}
+    return plots.draw(fig.kind, fig.png, _HELD["opts"], **tables, **fig.args)
+
+
+def default_workers() -> int:
+    """Drawing processes: the cores this process may use, at most 2 (figures are many and small)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
+class FigurePool:
+    """Draws :class:`Figure` s in ``workers`` forked processes while the caller goes on (writing the
+    tables, the explorer page); :meth:`wait` returns each figure's result in order, raising the
+    first error. With one worker (or one figure) they are drawn in this process, at :meth:`wait`."""
+
+    def __init__(self, figures: list[Figure], workers: int, **held):
+        self.figures = figures
+        _HELD.clear()
+        _HELD.update(held)
+        self.pool = None
+        self.futures = []
+        if workers > 1 and len(figures) > 1:
+            plots.pyplot()  # matplotlib imported once, before the fork, not once per process
+            ctx = multiprocessing.get_context("fork")
+            self.pool = ProcessPoolExecutor(max_workers=min(workers, len(figures)), mp_context=ctx)
+            self.futures = [self.pool.submit(_draw, f) for f in figures]
+
+    def wait(self) -> list[dict]:
+        try:
+            if self.pool is None:
+                return [_draw(f) for f in self.figures]
+            return [f.result() for f in self.futures]
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(cancel_futures=True)
+            _HELD.clear()
