@@ -22,7 +22,7 @@ from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, en
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
-from oodcorr.launch.report import answer_for_report, check_report_inputs, report_requested  # noqa: E402
+from oodcorr.launch.report import check_report_inputs  # noqa: E402
 from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
@@ -75,8 +75,6 @@ for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings
 # `snakemake --report`: it reports the experiment of the config given (with --configfile); say so
 # at once when that experiment has not run, instead of a line per missing file and a failure
 check_report_inputs(PLAN, CONFIG_FILES[-1], sys.argv)
-if report_requested(sys.argv):  # the landing text (workflow/report/workflow.rst) says the tally of verdicts
-    config["_report_answer"] = answer_for_report(PLAN)
 P = PLAN.paths
 LOGS = P.logs
 A = P.staged(P.analysis)  # where the analysis and the report's figures are written, then published

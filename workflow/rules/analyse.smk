@@ -22,6 +22,7 @@ localrules:
     aggregate_scores,
     partial_correlations,
     consensus_heatmap,
+    explorer,
     forest_plots,
     heatmap,
     heatmap_grid,
@@ -104,6 +105,33 @@ rule consensus_heatmap:
         residualiser=PLOT_RESIDUALISER,
     script:
         "../scripts/plot.py"
+
+
+rule explorer:
+    """The explorer page: every OOD pair in a browser (the consensus heatmap, each pair's forest plot
+    on a click, filters, each model's view, the table to download), one file that works offline; and
+    the answer in a few lines of text."""
+    input:
+        pairs=rules.partial_correlations.output.pairs,
+        agreement=rules.partial_correlations.output.agreement,
+    output:
+        page=report(f"{A}/explorer.html", category="1 The answer", caption="../report/explorer.rst"),
+        # the answer's lines as the run's last lines say them: the report's landing text reads them from here
+        answer=report(f"{A}/answer.txt", category="1 The answer", caption="../report/answer.rst"),
+    log:
+        f"{LOGS}/analyse/explorer.log",
+    conda:
+        ENV
+    params:
+        method=PLOT_METHOD,
+        residualiser=PLOT_RESIDUALISER,
+        analysis=ANALYSIS,
+        experiment=PLAN.experiment,
+        # where the published tables and figures are, and the in-domain sets with a consensus
+        published=P.analysis,
+        consensus_sets=PLAN.consensus_sets(),
+    script:
+        "../scripts/explorer.py"
 
 
 rule forest_plots:

@@ -51,6 +51,7 @@ LOCAL_RULES = (
     "accuracy_table",
     "partial_correlations",
     "consensus_heatmap",
+    "explorer",
     "forest_plots",
     "heatmap",
     "heatmap_grid",
@@ -191,6 +192,7 @@ def job_counts(plan) -> dict[str, int]:
         "accuracy_table": 1,
         "partial_correlations": 1,
         "consensus_heatmap": len(plan.consensus_sets()),
+        "explorer": 1,
         # one job draws every pair's forest plot (none without a consensus)
         "forest_plots": 1 if plan.forest_figures() else 0,
         "heatmap": n_models,

@@ -82,6 +82,9 @@ def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
                 f"heatmaps in {P.analysis}/heatmaps/"
             )
             lines += [f"oodcorr: {line}" for line in answer_of(plan)]
+            page = Path(P.analysis) / "explorer.html"
+            if page.exists():
+                lines.append(f"oodcorr: every pair, explored in a browser (one file, offline): {page}")
         elif any(os.path.exists(t) for t in plan.targets()):
             # the published set is replaced only as a whole, once every step after the evaluations succeeded
             lines.append(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import answer, published
+from ..core import published
 from ..core.errors import ConfigError
 from ..core.io import sha256_file
 
@@ -50,18 +50,6 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
         f"of the config given with --configfile{here}. Run `snakemake --configfile <that config> --report "
         f"{root.parent}/<experiment>/report.html`, or run this experiment first."
     )
-
-
-def answer_for_report(plan) -> list[str]:
-    """The tally of verdicts per in-domain set (:func:`oodcorr.core.answer.tallies`) from the
-    published ``agreement.csv``, for the report's landing text (workflow/report/workflow.rst reads
-    it as ``config["_report_answer"]``, which the Snakefile sets under ``--report``)."""
-    path = Path(plan.paths.analysis) / "agreement.csv"
-    try:
-        rows = answer.read_agreement(path)
-    except (OSError, ValueError) as e:
-        return [f"the agreement table {path} cannot be read ({type(e).__name__})"]
-    return [t for _, _, t in answer.tallies(rows, plan.analysis["methods"][0], plan.analysis["residualisers"][0])]
 
 
 def published_problem(plan) -> str | None:

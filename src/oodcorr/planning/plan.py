@@ -175,6 +175,8 @@ class Plan:
             self.paths.accuracy_csv,
             f"{a}/partial_correlations.csv",
             f"{a}/agreement.csv",
+            f"{a}/explorer.html",
+            f"{a}/answer.txt",
             f"{a}/heatmap_grid.png",
             *self.figure_targets(),
         ]
