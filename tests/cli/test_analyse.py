@@ -169,8 +169,12 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
         "learning_curves/A.png",
         "scatter/B.png",
         "settings.json",
+        "explorer.html",
     ):
         assert (out / f).stat().st_size > 0, f
+    # the last line names the explorer page
+    last = [r.getMessage() for r in caplog.records][-1]
+    assert last.startswith(f"every pair, explored in a browser (one file, offline): {out / 'explorer.html'} (6 pairs")
 
 
 def test_errors_name_the_problem_and_exit_2(tmp_path, caplog):

@@ -74,12 +74,13 @@ def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answe
     assert forest == ["ood0+ood1.png", "ood0+ood2.png", "ood1+ood2.png"]
     settings = json.loads((out / "settings.json").read_text())
     assert settings["format"] == "lm-eval" and settings["metric"] == "acc" and len(settings["sha256"]) == 64
-    last = [r.getMessage() for r in caplog.records][-1]
-    assert last.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs: ")
+    *_, answer, last = [r.getMessage() for r in caplog.records]
+    assert answer.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs: ")
     assert (
         f"consensus heatmap {out}/consensus/in-domain.png, forest plots (why each pair) in {out}/forest/in-domain/"
-        in last
+        in answer
     )
+    assert last.startswith(f"every pair, explored in a browser (one file, offline): {out}/explorer.html (3 pairs")
 
 
 def test_forest_pairs_and_the_cap(folder, tmp_path, caplog):
