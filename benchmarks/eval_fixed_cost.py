@@ -117,7 +117,7 @@ def opt125_cases(args, workdir: Path) -> list[dict]:
         prompt = {"template": DEFAULT_TEMPLATE, "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
         tokenize_testset(
             model_spec=spec,
-            tiny_dir=None,
+            built_model_dir=None,
             testset=name,
             data_path=str(tdir / "records.jsonl"),
             data_meta=str(tdir / "records.meta.json"),
@@ -153,7 +153,7 @@ def default_cases(results: Path) -> list[dict]:
                 "spec": spec,
                 "checkpoint": last,
                 "cache": cache,
-                "tiny_dir": str(results / "models" / model),
+                "built_model_dir": str(results / "models" / model),
             }
         )
     return cases
@@ -169,7 +169,7 @@ def run_child(case: dict, args, out: Path, env: dict) -> dict:
     step = checkpoint_step(Path(case["checkpoint"]))
     job = {
         "model_spec": case["spec"],
-        "tiny_dir": case.get("tiny_dir"),
+        "built_model_dir": case.get("built_model_dir"),
         "checkpoints": [
             {"step": 1 if step is None else step, "checkpoint": str(case["checkpoint"]), "predictions": str(pred)}
         ],

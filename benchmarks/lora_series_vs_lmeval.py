@@ -187,7 +187,7 @@ def tokenised_testset(args, workdir: Path, model_spec: dict) -> dict:
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     tokenize_testset(
         model_spec=model_spec,
-        tiny_dir=None,
+        built_model_dir=None,
         testset=name,
         data_path=str(tdir / "records.jsonl"),
         data_meta=str(tdir / "records.meta.json"),
@@ -246,7 +246,7 @@ class Sides:
     def _our_job(self, out: Path, cks: list[dict], summary: Path) -> list[str]:
         job = {
             "model_spec": self.spec,
-            "tiny_dir": None,
+            "built_model_dir": None,
             "tokenized": self.testset["cache"],
             "checkpoints": [dict(c, predictions=str(out / f"step{c['step']}.parquet")) for c in cks],
             "batch_size": self.args.batch_size,

@@ -108,7 +108,7 @@ def micro_plan(config: dict | None = None):
 FINETUNE_STEPS = [0, 5, 10, 15, 20]
 
 
-def finetune_job(tmp_path, tiny_dir, name, lora=None):
+def finetune_job(tmp_path, built_model_dir, name, lora=None):
     """A short finetune of the tiny OPT model in ``tmp_path / name`` (``name`` may be a whole path
     elsewhere; checkpoints at :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples written once
     into ``tmp_path``), ``lora`` its adapter block if any."""
@@ -125,7 +125,7 @@ def finetune_job(tmp_path, tiny_dir, name, lora=None):
     run = Path(tmp_path) / name
     return FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_dir),
+        built_model_dir=str(built_model_dir),
         train_path=str(train),
         labels=LABELS,
         prompt=PROMPT,
@@ -204,7 +204,7 @@ def tokenised_testset(folder, tiny, spec, records, meta_doc, name="neg", max_len
     write_json_atomic(meta, meta_doc)
     tokenize_testset(
         model_spec=spec,
-        tiny_dir=str(tiny),
+        built_model_dir=str(tiny),
         testset=name,
         data_path=str(data),
         data_meta=str(meta),
@@ -216,7 +216,7 @@ def tokenised_testset(folder, tiny, spec, records, meta_doc, name="neg", max_len
     return data, meta, cache
 
 
-def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
+def checkpoint_series(tmp_path, built_model_dir, spec, lora: bool, labels, n_ckpt=3):
     """A run's checkpoint folders as finetuning writes them: full weights or LoRA adapters,
     each perturbed differently (so every checkpoint scores differently), with manifests."""
     import torch
@@ -231,7 +231,7 @@ def checkpoint_series(tmp_path, tiny_dir, spec, lora: bool, labels, n_ckpt=3):
     out = []
     for step in range(n_ckpt):
         torch.manual_seed(100 + step)
-        model = load_model(spec, tiny_dir, "cpu", labels, tok_pad)
+        model = load_model(spec, built_model_dir, "cpu", labels, tok_pad)
         if lora:
             model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
             trained = [p for n, p in model.named_parameters() if p.requires_grad]

@@ -85,7 +85,7 @@ def check_fsdp(out: Path) -> dict:
         run = out / name
         return dict(
             model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-            tiny_dir=str(tiny),
+            built_model_dir=str(tiny),
             train_path=str(train),
             labels=LABELS,
             prompt=PROMPT,

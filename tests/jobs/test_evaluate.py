@@ -39,7 +39,7 @@ def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_model
     for dtype in (None, "bfloat16"):
         recs[dtype] = evaluate_run(
             model_spec=dict(spec, dtype="float32"),
-            tiny_dir=tiny,
+            built_model_dir=tiny,
             checkpoints=[dict(ck, predictions=str(tmp_path / f"{dtype}.parquet"))],
             tokenized=str(cache),
             batch_size=32,
@@ -90,7 +90,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
         out = [dict(c, predictions=str(tmp_path / f"{name}{c['step']}.parquet")) for c in cks]
         return evaluate_run(
             model_spec=spec,
-            tiny_dir=tiny,
+            built_model_dir=tiny,
             checkpoints=out,
             tokenized=str(cache),
             batch_size=16,
@@ -148,7 +148,7 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     cache = tmp_path / "neg.pt"
     tokenize_testset(
         model_spec=spec,
-        tiny_dir=tiny,
+        built_model_dir=tiny,
         testset="neg",
         data_path=str(data),
         data_meta=str(meta),
@@ -159,7 +159,12 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     )
     cks = checkpoint_series(tmp_path, tiny, spec, lora, LABELS)
     common = dict(
-        model_spec=spec, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
+        model_spec=spec,
+        built_model_dir=tiny,
+        tokenized=str(cache),
+        batch_size=8,
+        max_tokens=10**6,
+        provenance={"run_id": "r"},
     )
     one_job = evaluate_run(
         checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks],
@@ -199,7 +204,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
     common = dict(
         model_spec=spec,
-        tiny_dir=tiny,
+        built_model_dir=tiny,
         checkpoints=cks,
         tokenized=str(cache),
         batch_size=8,
@@ -256,7 +261,7 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(
             model_spec=spec,
-            tiny_dir=tiny,
+            built_model_dir=tiny,
             checkpoints=todo,
             tokenized=cache,
             batch_size=8,
@@ -296,7 +301,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(
             model_spec=spec,
-            tiny_dir=tiny,
+            built_model_dir=tiny,
             checkpoints=todo,
             tokenized=cache,
             batch_size=8,
@@ -359,7 +364,7 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
     shutil.rmtree(ck10)
     shutil.copytree(ck20, ck10)
     todo = cks if unit == "run" else cks[1:2]
-    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    common = dict(model_spec=spec, built_model_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(checkpoints=todo, **common)
     msg = str(e.value)
@@ -394,7 +399,13 @@ def test_a_run_manifest_from_before_the_digests_checks_the_step_only(tmp_path, t
     old = checkpoints_to_score([str(manifest)], [0, 10], [c["predictions"] for c in cks])
     assert [c["weights"] for c in old] == [None, None]
     out = evaluate_run(
-        model_spec=spec, tiny_dir=tiny, checkpoints=old, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={}
+        model_spec=spec,
+        built_model_dir=tiny,
+        checkpoints=old,
+        tokenized=cache,
+        batch_size=8,
+        max_tokens=10**6,
+        provenance={},
     )
     assert [r["step"] for r in out["checkpoints"]] == [0, 10]
 
@@ -412,7 +423,7 @@ def test_a_predictions_file_of_another_place_is_not_reused(tmp_path, tiny_models
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     cache = _one_testset(tmp_path, tiny, spec)
     cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
-    common = dict(model_spec=spec, tiny_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    common = dict(model_spec=spec, built_model_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
     other = [dict(c, predictions=str(tmp_path / f"other-experiment-{c['step']}.parquet")) for c in cks]
     evaluate_run(checkpoints=other, **common)
     evaluate_run(checkpoints=cks, **common)

@@ -25,8 +25,8 @@ STEPS = FINETUNE_STEPS
 pytestmark = pytest.mark.slow  # real finetunes, in child processes for the signals
 
 
-def _job(data: Path, tiny_dir, run: Path) -> FinetuneJob:
-    return finetune_job(data, tiny_dir, run)
+def _job(data: Path, built_model_dir, run: Path) -> FinetuneJob:
+    return finetune_job(data, built_model_dir, run)
 
 
 def _weights(run_dir: Path, step: int) -> dict:

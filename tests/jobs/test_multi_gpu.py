@@ -179,7 +179,7 @@ def _job(tmp_path, **over) -> FinetuneJob:
     """A job for the launching side (nothing is trained): model ``big``, run folder ``tmp_path/run``."""
     kw = {
         "model_spec": {"name": "big", "dtype": "float32"},
-        "tiny_dir": None,
+        "built_model_dir": None,
         "train_path": "t.jsonl",
         "labels": ["a", "b"],
         "prompt": {},
@@ -249,7 +249,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     run = tmp_path / "run"
     job = FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_models["opt"]),
+        built_model_dir=str(tiny_models["opt"]),
         train_path=str(tmp_path / "train.jsonl"),
         labels=LABELS,
         prompt=PROMPT,
@@ -362,7 +362,7 @@ def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
     run = tmp_path / "run"
     job = FinetuneJob(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
-        tiny_dir=str(tiny_models["opt"]),
+        built_model_dir=str(tiny_models["opt"]),
         train_path=str(tmp_path / "train.jsonl"),
         labels=LABELS,
         prompt=PROMPT,

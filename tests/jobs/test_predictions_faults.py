@@ -33,7 +33,12 @@ def scoring(tmp_path, tiny_models):
     shutil.copytree(tiny, ck)
     write_ckpt_manifest(ck, 0, resumable=False)
     common = dict(
-        model_spec=SPEC, tiny_dir=tiny, tokenized=str(cache), batch_size=8, max_tokens=10**6, provenance={"run_id": "r"}
+        model_spec=SPEC,
+        built_model_dir=tiny,
+        tokenized=str(cache),
+        batch_size=8,
+        max_tokens=10**6,
+        provenance={"run_id": "r"},
     )
     return common, {"step": 0, "checkpoint": str(ck)}
 

@@ -23,7 +23,7 @@ def test_a_truncated_dataset_meta_file_stops_tokenising_with_a_sentence(tmp_path
     with pytest.raises(ResultError, match=rf"^{re.escape(str(meta))}: the prepared dataset's description is "):
         tokenize_testset(
             model_spec={"name": "m", "path": str(tiny_models["opt"])},
-            tiny_dir=None,
+            built_model_dir=None,
             testset="t",
             data_path=str(data),
             data_meta=str(meta),

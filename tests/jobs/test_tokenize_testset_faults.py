@@ -24,9 +24,11 @@ from helpers import REPO, tokenised_testset
 SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}
 
 
-def _tokenised(tmp_path, tiny_dir):
+def _tokenised(tmp_path, built_model_dir):
     records = synthetic.generate("negation", 40, 0)
-    return tokenised_testset(tmp_path, tiny_dir, SPEC, records, {"fingerprint": "f", "records_sha256": "r"}, "t", 64)[2]
+    return tokenised_testset(
+        tmp_path, built_model_dir, SPEC, records, {"fingerprint": "f", "records_sha256": "r"}, "t", 64
+    )[2]
 
 
 def test_a_cache_records_its_tokenizer_and_reads_back_whole(tmp_path, tiny_models):

@@ -43,7 +43,7 @@ def test_a_gguf_entry_is_converted_once_and_every_job_loads_the_folder(tmp_path)
     plan = plan_mod.load(_config(f), REPO)
     spec = plan.models["lm"]
     assert spec.is_gguf and not spec.is_tiny
-    folder = plan.tiny_dir("lm")
+    folder = plan.built_model_dir("lm")
     assert folder.endswith("/models/gguf/lm")
     assert plan.model_input(WC(model="lm")) == [folder]
     assert plan.gguf_input(WC(model="lm")) == [str(f)]

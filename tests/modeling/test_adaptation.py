@@ -33,13 +33,13 @@ def _data(tmp_path):
     return train, test, meta
 
 
-def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
+def _run(tmp_path, spec, built_model_dir, ft, steps, max_steps):
     train, test, meta = _data(tmp_path)
     run = tmp_path / "run"
     info = finetune(
         FinetuneJob(
             model_spec=spec,
-            tiny_dir=tiny_dir,
+            built_model_dir=built_model_dir,
             train_path=str(train),
             labels=LABELS,
             prompt=None,
@@ -56,7 +56,7 @@ def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
     cache = tmp_path / "tok.pt"
     tokenize_testset(
         model_spec=spec,
-        tiny_dir=tiny_dir,
+        built_model_dir=built_model_dir,
         testset="neg",
         data_path=str(test),
         data_meta=str(meta),
@@ -68,7 +68,7 @@ def _run(tmp_path, spec, tiny_dir, ft, steps, max_steps):
     return info, run, test, cache
 
 
-def _evaluate(tmp_path, spec, tiny_dir, run, step, cache, batch_size=7):
+def _evaluate(tmp_path, spec, built_model_dir, run, step, cache, batch_size=7):
     out = tmp_path / f"eval{step}-{batch_size}.json"
     ck = {
         "step": step,
@@ -77,7 +77,7 @@ def _evaluate(tmp_path, spec, tiny_dir, run, step, cache, batch_size=7):
     }
     summary = evaluate_run(
         model_spec=spec,
-        tiny_dir=tiny_dir,
+        built_model_dir=built_model_dir,
         checkpoints=[ck],
         tokenized=str(cache),
         batch_size=batch_size,
@@ -92,10 +92,10 @@ def _evaluate(tmp_path, spec, tiny_dir, run, step, cache, batch_size=7):
     return record
 
 
-def _manual_logits(spec, tiny_dir, ckpt, test_path):
+def _manual_logits(spec, built_model_dir, ckpt, test_path):
     """Each example alone, no padding, encoded as a plain sentence pair."""
-    tok = load_tokenizer(spec, tiny_dir)
-    model = load_checkpoint(spec, ckpt, tiny_dir, labels=LABELS, pad_token_id=tok.pad_token_id)
+    tok = load_tokenizer(spec, built_model_dir)
+    model = load_checkpoint(spec, ckpt, built_model_dir, labels=LABELS, pad_token_id=tok.pad_token_id)
     rows = [json.loads(line) for line in Path(test_path).read_text().splitlines()]
     out = []
     with torch.no_grad():
@@ -218,7 +218,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     cache = tmp_path / "c.pt"
     tokenize_testset(
         model_spec=spec,
-        tiny_dir=tiny,
+        built_model_dir=tiny,
         testset="two",
         data_path=str(data),
         data_meta=str(meta),

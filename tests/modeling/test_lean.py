@@ -205,7 +205,7 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     for flag in ("1", "0"):
         job = {
             "model_spec": dict(spec, dtype="float32"),
-            "tiny_dir": tiny,
+            "built_model_dir": tiny,
             "checkpoints": [dict(ck, predictions=str(tmp_path / f"p{flag}.parquet"))],
             "tokenized": str(cache),
             "batch_size": 8,

@@ -21,9 +21,9 @@ from helpers import LABELS
 REL_TOL = 1e-5
 
 
-def _adapter(tmp_path, tiny_dir, method: str, lora_cfg: dict, seed=0, scale=0.2):
+def _adapter(tmp_path, built_model_dir, method: str, lora_cfg: dict, seed=0, scale=0.2):
     """A LoRA checkpoint whose B is not zero (so the adapter changes the logits), as finetuning saves it."""
-    spec = {"name": "tiny", "path": str(tiny_dir), "method": method}
+    spec = {"name": "tiny", "path": str(built_model_dir), "method": method}
     torch.manual_seed(seed)
     model = apply_lora(load_model(spec, None, "cpu", LABELS, 1), lora_cfg, get(method).peft_task)
     with torch.no_grad():
@@ -35,14 +35,14 @@ def _adapter(tmp_path, tiny_dir, method: str, lora_cfg: dict, seed=0, scale=0.2)
     return spec, ck
 
 
-def _cache(tiny_dir, method: str, n=24):
+def _cache(built_model_dir, method: str, n=24):
     from transformers import AutoTokenizer
 
     from oodcorr.modeling import synthetic
 
     from helpers import PROMPT
 
-    tok = AutoTokenizer.from_pretrained(tiny_dir)
+    tok = AutoTokenizer.from_pretrained(built_model_dir)
     recs = synthetic.generate("negation", n, 3)
     ids, _, extra = get(method).encode(tok, recs, labels=LABELS, prompt=PROMPT, max_length=128, model_name="t")
     return {"input_ids": ids, "method": method, "label_names": LABELS, "pad_id": tok.pad_token_id, "extra": extra}

@@ -20,7 +20,7 @@ from helpers import LABELS, PROMPT, REPO
 def _job(tmp_path, **over) -> FinetuneJob:
     kw = dict(
         model_spec={"name": "tiny", "tiny": {"model_type": "opt"}, "resources": {"finetune": {"gpu": 0}}},
-        tiny_dir=str(tmp_path / "tiny"),
+        built_model_dir=str(tmp_path / "tiny"),
         train_path=str(tmp_path / "train.jsonl"),
         labels=list(LABELS),
         prompt=PROMPT,

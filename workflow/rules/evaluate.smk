@@ -14,7 +14,7 @@ rule tokenize_testset:
     resources:
         **PLAN.rule_resources("tokenize_testset"),
     params:
-        # model_spec, tiny_dir, prompt, labels, coarse, max_length (oodcorr.planning.plan)
+        # model_spec, built_model_dir, prompt, labels, coarse, max_length (oodcorr.planning.plan)
         job=PLAN.tokenize_params,
     script:
         "../scripts/tokenize_testset.py"
@@ -45,7 +45,7 @@ if PLAN.unit == "checkpoint":
         resources:
             **PLAN.rule_resources("evaluate"),
         params:
-            # model_spec, tiny_dir, provenance: one callable, its value shared by a run x testset
+            # model_spec, built_model_dir, provenance: one callable, its value shared by a run x testset
             job=PLAN.eval_params,
         script:
             "../scripts/evaluate.py"
@@ -68,7 +68,7 @@ else:
         resources:
             **PLAN.rule_resources("evaluate"),
         params:
-            # model_spec, tiny_dir, provenance, steps and their predictions files
+            # model_spec, built_model_dir, provenance, steps and their predictions files
             job=PLAN.eval_params,
         script:
             "../scripts/evaluate.py"

@@ -17,7 +17,7 @@ rule finetune:
     resources:
         **PLAN.rule_resources("finetune"),
     params:
-        # model_spec, tiny_dir, finetune, prompt, labels, steps, max_steps (oodcorr.planning.plan)
+        # model_spec, built_model_dir, finetune, prompt, labels, steps, max_steps (oodcorr.planning.plan)
         run=PLAN.finetune_params,
     script:
         "../scripts/finetune.py"

@@ -32,7 +32,7 @@ try:
     checkpoints = checkpoints_to_score(manifests, steps, outputs)
     result = evaluate_run(
         model_spec=job["model_spec"],
-        tiny_dir=job["tiny_dir"],
+        built_model_dir=job["built_model_dir"],
         checkpoints=checkpoints,
         tokenized=sm.input.tokenized,
         batch_size=batch_size,

@@ -21,7 +21,7 @@ setup_logging(sm.log[0])
 try:
     job = FinetuneJob(
         model_spec=run["model_spec"],
-        tiny_dir=run["tiny_dir"],
+        built_model_dir=run["built_model_dir"],
         train_path=sm.input.train,
         labels=run["labels"],
         prompt=run["prompt"],

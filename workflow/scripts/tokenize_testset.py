@@ -12,7 +12,7 @@ job = sm.params.job
 try:
     info = tokenize_testset(
         model_spec=job["model_spec"],
-        tiny_dir=job["tiny_dir"],
+        built_model_dir=job["built_model_dir"],
         testset=sm.wildcards.testset,
         data_path=sm.input.data,
         data_meta=sm.input.meta,

@@ -321,6 +321,6 @@ def forest(
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
         out[group] = {"models": drawn, "verdict": verdict, **tally}
-    fig.tight_layout()
+    # no tight_layout pass: the tight bounding box of the save takes in the labels either side
     save(fig, out_png)
     return out

@@ -201,7 +201,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
 def evaluate_run(
     *,
     model_spec: dict,
-    tiny_dir: str | None,
+    built_model_dir: str | None,
     checkpoints: list[dict],
     tokenized: str,
     batch_size: int,
@@ -229,10 +229,12 @@ def evaluate_run(
     t_imp = time.time()
     torch.set_num_threads(threads)
     # checked before anything is scored: cut short, another format or another tokenizer's is refused
-    cache = read_tokenized(tokenized, tokenizer_fingerprint(model_spec, tiny_dir))
+    cache = read_tokenized(tokenized, tokenizer_fingerprint(model_spec, built_model_dir))
     t_cache = time.time()
     dtype = eval_dtype(model_spec, device, dtype)
-    loader = CheckpointLoader(dict(model_spec, dtype=dtype), tiny_dir, device, cache["label_names"], cache["pad_id"])
+    loader = CheckpointLoader(
+        dict(model_spec, dtype=dtype), built_model_dir, device, cache["label_names"], cache["pad_id"]
+    )
     job_timing = {
         "startup": round(age, 3) if age is not None else None,
         "imports": round(t_imp - t0, 3),

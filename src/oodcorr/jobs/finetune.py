@@ -200,13 +200,13 @@ def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
     return get_peft_model(model, cfg)
 
 
-def base_weights_fingerprint(model_spec: dict, tiny_dir: str | None) -> str:
+def base_weights_fingerprint(model_spec: dict, built_model_dir: str | None) -> str:
     """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
     if model_spec.get("hub"):
         # under a hub lock the commit the branch or tag resolved to (the same string for a commit)
         return f"hub:{model_spec['hub']}@{pinned_model_revision(model_spec) or 'unpinned'}"
 
-    d = Path(model_source(model_spec, tiny_dir)[0])
+    d = Path(model_source(model_spec, built_model_dir)[0])
     files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
     return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
 
@@ -303,7 +303,7 @@ def run_identity(job: FinetuneJob) -> dict:
     never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
     return {
         "model": {k: v for k, v in job.model_spec.items() if k != "resources"},
-        "base_weights": base_weights_fingerprint(job.model_spec, job.tiny_dir),
+        "base_weights": base_weights_fingerprint(job.model_spec, job.built_model_dir),
         "finetune": {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")},
         "prompt": job.prompt,
         "labels": list(job.labels),
@@ -337,7 +337,7 @@ class _TrainingSet:
 
 def _training_set(job: FinetuneJob, method) -> _TrainingSet:
     """The balanced sample of ``n_train`` examples for ``seed``, encoded (a bad verbaliser fails here)."""
-    tok = load_tokenizer(job.model_spec, job.tiny_dir)
+    tok = load_tokenizer(job.model_spec, job.built_model_dir)
     labels = list(job.labels)
     train = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
     ids, n_trunc, extra = method.encode(
@@ -362,7 +362,7 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
     # several processes: every rank loads on the CPU and FSDP/DeepSpeed places the shards
     model = load_model(
         job.model_spec,
-        job.tiny_dir,
+        job.built_model_dir,
         "cpu" if launched() else job.device,
         list(job.labels),
         train.tokenizer.pad_token_id,

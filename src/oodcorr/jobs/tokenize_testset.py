@@ -29,7 +29,7 @@ CACHE_FORMAT = 2
 def tokenize_testset(
     *,
     model_spec: dict,
-    tiny_dir: str | None,
+    built_model_dir: str | None,
     testset: str,
     data_path: str,
     data_meta: str,
@@ -49,7 +49,7 @@ def tokenize_testset(
     from ..planning.config import changed_reading  # planning's config: an evaluation job does not need it
 
     method = adaptation.get(model_spec.get("method"))
-    tok = load_tokenizer(model_spec, tiny_dir)
+    tok = load_tokenizer(model_spec, built_model_dir)
     recs = read_jsonl(data_path)
     ids, n_trunc, extra = method.encode(
         tok, recs, labels=labels, prompt=prompt, max_length=max_length, model_name=model_spec["name"]
@@ -77,7 +77,7 @@ def tokenize_testset(
         "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
         # the prompt switches that differ from the defaults (empty for the defaults and for head models)
         "reading": changed_reading(prompt),
-        "tokenizer": tokenizer_fingerprint(model_spec, tiny_dir),
+        "tokenizer": tokenizer_fingerprint(model_spec, built_model_dir),
     }
     info = {
         "testset": testset,

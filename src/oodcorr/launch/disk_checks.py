@@ -188,14 +188,14 @@ def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
     if spec.is_gguf:  # its tokenizer is in the converted folder, once converted
-        d = Path(plan.tiny_dir(model))
+        d = Path(plan.built_model_dir(model))
         return d if (d / "tokenizer.json").exists() else None
     if spec.source == "path":
         return Path(spec.entry["path"])
     if spec.source == "package":
         return package_dir(spec.entry)
     if spec.is_tiny:
-        return Path(plan.tiny_dir(model))
+        return Path(plan.built_model_dir(model))
     return None
 
 
@@ -249,7 +249,7 @@ def check_verbalisers_on_disk(plan: Plan) -> None:
 
         # the jobs' own code (transformers, seconds): raises the jobs' ConfigError naming the label and model
         verbaliser_ids(
-            load_tokenizer(spec.entry, plan.tiny_dir(name)), spec.prompt["verbalisers"], list(plan.labels), name
+            load_tokenizer(spec.entry, plan.built_model_dir(name)), spec.prompt["verbalisers"], list(plan.labels), name
         )
 
 

@@ -40,8 +40,8 @@ class CheckpointLoader:
     compare them bit for bit).
     """
 
-    def __init__(self, model_spec: dict, tiny_dir: str | None, device: str, labels: list[str], pad_id: int):
-        self.spec, self.tiny_dir, self.device = model_spec, tiny_dir, device
+    def __init__(self, model_spec: dict, built_model_dir: str | None, device: str, labels: list[str], pad_id: int):
+        self.spec, self.built_model_dir, self.device = model_spec, built_model_dir, device
         self.labels, self.pad_id = labels, pad_id
         self.model = None
         self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
@@ -90,12 +90,12 @@ class CheckpointLoader:
 
             from .loading import load_model  # looked up at call time: tests replace it
 
-            base = load_model(self.spec, self.tiny_dir, self.device, self.labels, self.pad_id)
+            base = load_model(self.spec, self.built_model_dir, self.device, self.labels, self.pad_id)
             self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
             self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
         else:
             self.model = load_checkpoint(
-                self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id, for_scoring=True
+                self.spec, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=True
             )
             self.kind, self.adapter_config = "full", None
         self.last_load = "fresh"
@@ -119,7 +119,7 @@ class CheckpointLoader:
                 self.folded, self.last_load = done, "adapter swap"
                 return self.model
         self.close()
-        model, done, why = load_folded(self.spec, ckpt, self.tiny_dir, self.device, self.labels, self.pad_id)
+        model, done, why = load_folded(self.spec, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id)
         if model is None:
             log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
             return None

@@ -27,17 +27,17 @@ log = logging.getLogger(__name__)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, dict]:
+def model_source(spec: dict, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
     if spec.get("tiny"):
-        if tiny_dir is None:
+        if built_model_dir is None:
             raise ConfigError(f"models[{spec['name']}]: tiny model needs its built directory")
-        return str(tiny_dir), {}
+        return str(built_model_dir), {}
     if names_gguf(spec):
         # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
-        if tiny_dir is None:
+        if built_model_dir is None:
             raise ConfigError(f"models[{spec['name']}]: a GGUF entry needs its converted folder (rule convert_gguf)")
-        return str(tiny_dir), {}
+        return str(built_model_dir), {}
     if spec.get("path"):
         return str(spec["path"]), {}
     if spec.get("package"):
@@ -59,10 +59,10 @@ def model_source(spec: dict, tiny_dir: str | Path | None = None) -> tuple[str, d
     return str(spec["hub"]), kwargs
 
 
-def load_tokenizer(spec: dict, tiny_dir=None):
+def load_tokenizer(spec: dict, built_model_dir=None):
     from transformers import AutoTokenizer  # torch stack: planning and the CLI never import it
 
-    src, kw = model_source(spec, tiny_dir)
+    src, kw = model_source(spec, built_model_dir)
     tok = AutoTokenizer.from_pretrained(src, trust_remote_code=bool(spec.get("trust_remote_code", False)), **kw)
     if tok.pad_token_id is None:
         # decoder-only models often lack a pad token; any id works, pad positions are masked
@@ -114,13 +114,13 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_fingerprint(spec: dict, tiny_dir=None) -> str | None:
+def tokenizer_fingerprint(spec: dict, built_model_dir=None) -> str | None:
     """The fingerprint of a model's tokenizer (:func:`tokenizer_files_fingerprint` of the folder it
     loads from), without loading it; None where that folder is not on this machine (a hub model
     without its pinned commit in the cache). A tokenised testset records it, so that one made by
     another tokenizer (another model's, or this model's before its files changed) is never scored."""
     try:
-        folder = local_folder(*model_source(spec, tiny_dir))
+        folder = local_folder(*model_source(spec, built_model_dir))
     except ConfigError:
         return None
     return tokenizer_files_fingerprint(folder) if folder is not None else None
@@ -141,7 +141,7 @@ def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
 
 def load_model(
     spec: dict,
-    tiny_dir=None,
+    built_model_dir=None,
     device: str = "cpu",
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
@@ -154,7 +154,7 @@ def load_model(
     computes the same logits but can be neither trained nor saved; else, and by default,
     transformers' own."""
     method = adaptation.get(spec.get("method"))
-    src, kw = model_source(spec, tiny_dir)
+    src, kw = model_source(spec, built_model_dir)
     check_local_weights(src, spec)
     if lean and lean_enabled(device):
         folder = local_folder(src, kw)
@@ -218,7 +218,7 @@ def check_loaded_whole(model, missing, spec: dict, src: str, method: str) -> Non
 def load_checkpoint(
     spec: dict,
     ckpt_dir: str | Path,
-    tiny_dir=None,
+    built_model_dir=None,
     device: str = "cpu",
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
@@ -233,13 +233,13 @@ def load_checkpoint(
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
         if for_scoring and lean_enabled(device):
-            model, _, why = load_folded(spec, ckpt_dir, tiny_dir, device, labels, pad_token_id)
+            model, _, why = load_folded(spec, ckpt_dir, built_model_dir, device, labels, pad_token_id)
             if model is not None:
                 return model
             log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt_dir, why)
         from peft import PeftModel  # torch stack: planning and the CLI never import it
 
-        base = load_model(spec, tiny_dir, device, labels, pad_token_id)
+        base = load_model(spec, built_model_dir, device, labels, pad_token_id)
         model = PeftModel.from_pretrained(base, str(ckpt_dir))
     else:
         own = dict(spec, tiny=None, hub=None, package=None, path=str(ckpt_dir), revision=None)
@@ -251,7 +251,7 @@ def load_checkpoint(
 def load_folded(
     spec: dict,
     ckpt_dir: str | Path,
-    tiny_dir=None,
+    built_model_dir=None,
     device: str = "cpu",
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
@@ -264,7 +264,7 @@ def load_folded(
     adapter, why = read_adapter(ckpt_dir, device)
     if adapter is None:
         return None, None, why
-    base = load_model(spec, tiny_dir, device, labels, pad_token_id, lean=True)
+    base = load_model(spec, built_model_dir, device, labels, pad_token_id, lean=True)
     done, why = fold(base, adapter)
     if done is None:
         return None, None, why

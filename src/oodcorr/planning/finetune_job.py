@@ -105,7 +105,8 @@ class FinetuneJob:
 
     # -- what the job trains: the model and its starting weights
     model_spec: dict  # the model's entry as planned (Plan.finetune_params' model_spec)
-    tiny_dir: str | None  # the built stand-in model's folder, for a `tiny` model entry; else None
+    # the folder the workflow builds the model in (a `tiny` entry's stand-in, a GGUF file's conversion); else None
+    built_model_dir: str | None
 
     # -- on what data, with which prompt and settings
     train_path: Path  # the in-domain training set (JSONL)
@@ -138,7 +139,7 @@ class FinetuneJob:
         set_(self, "train_path", Path(self.train_path))
         set_(self, "run_dir", Path(self.run_dir))
         set_(self, "manifest_path", Path(self.manifest_path))
-        set_(self, "tiny_dir", None if self.tiny_dir is None else str(self.tiny_dir))
+        set_(self, "built_model_dir", None if self.built_model_dir is None else str(self.built_model_dir))
         if not isinstance(self.report_to, str):
             set_(self, "report_to", tuple(self.report_to))
         set_(self, "training", TrainingSettings.from_mapping(self.finetune))

@@ -230,7 +230,7 @@ class Plan:
         """A local dataset's file, so that editing the file reruns its preparation."""
         return self.exp.dataset_input(wildcards.dataset)
 
-    def tiny_dir(self, model: str) -> str | None:
+    def built_model_dir(self, model: str) -> str | None:
         """The folder the workflow builds a model in, which its jobs load: a tiny model's
         (build_tiny_model), a GGUF file's conversion (convert_gguf); None for the others."""
         spec = self.models[model]
@@ -244,7 +244,7 @@ class Plan:
     def model_input(self, wildcards) -> list[str]:
         """The model folder the workflow builds that a job reads (a tiny model, a converted GGUF
         file), or nothing for hub, local and packaged models."""
-        d = self.tiny_dir(wildcards.model)
+        d = self.built_model_dir(wildcards.model)
         return [d] if d else []
 
     @rule_callable
@@ -265,7 +265,7 @@ class Plan:
             spec = self.models[wildcards.model]
             return {
                 "model_spec": spec.entry,
-                "tiny_dir": self.tiny_dir(spec.name),
+                "built_model_dir": self.built_model_dir(spec.name),
                 "prompt": spec.prompt,
                 "labels": list(self.labels),
                 "coarse": dict(self.label_mode.get("coarse") or {}),
@@ -281,7 +281,7 @@ class Plan:
             spec = self.models[run.model]
             return {
                 "model_spec": spec.entry,
-                "tiny_dir": self.tiny_dir(spec.name),
+                "built_model_dir": self.built_model_dir(spec.name),
                 "finetune": spec.finetune,
                 "prompt": spec.prompt,
                 "labels": list(self.labels),
@@ -362,7 +362,7 @@ class Plan:
                 raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
             job = {
                 "model_spec": spec.entry,
-                "tiny_dir": self.tiny_dir(spec.name),
+                "built_model_dir": self.built_model_dir(spec.name),
                 "provenance": {
                     "model": run.model,
                     "model_source": spec.source_record,
