@@ -3,8 +3,9 @@
 and the cost curve over tasks and models.
 
 Each run is the installed command in a fresh process under ``/usr/bin/time -v`` (wall, CPU, the
-largest process's peak RSS), while this script samples the summed resident memory of the command's
-whole process tree (the figures are drawn in forked processes) every 0.1 s. A fp32 GEMM
+largest process's peak RSS), while this script samples the memory of the command's whole process
+tree every 0.1 s (the figures are drawn in forked processes): PSS, which counts a page the processes
+share once, and RSS summed, which counts it once per process. A fp32 GEMM
 (``torch.mm``, 2048 x 2048 x 2048, two threads) is measured before and after each run: on a shared
 machine its throughput says how much of the machine the run had, and the **normalised** wall time is
 ``wall x GEMM during the run / reference GEMM`` (the reference: 188 GFLOP/s, the quiet two-core
@@ -51,36 +52,39 @@ def gemm(min_s: float = 2.0) -> float:
     return round(best, 1)
 
 
-def _tree_rss(root: int) -> int:
-    """Summed VmRSS (bytes) of ``root`` and its descendants."""
+def _tree_memory(root: int) -> tuple[int, int]:
+    """(summed RSS, summed PSS) in bytes of ``root`` and its descendants: RSS counts a page shared by
+    forked processes once per process, PSS divides it among them (what the tree really holds)."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            text = Path(f"/proc/{d}/status").read_text()
-        except OSError:
-            continue
-        ppid = int(re.search(r"^PPid:\s+(\d+)", text, re.M).group(1))
-        m = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
-        children.setdefault(ppid, []).append(int(d))
-        rss[int(d)] = int(m.group(1)) * 1024 if m else 0
-    total, todo = 0, [root]
+        if d.isdigit():
+            try:
+                ppid = int(re.search(r"^PPid:\s+(\d+)", Path(f"/proc/{d}/status").read_text(), re.M).group(1))
+            except (OSError, AttributeError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    rss = pss = 0
+    todo = [root]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
         todo += children.get(p, [])
-    return total
+        try:
+            text = Path(f"/proc/{p}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        rss += sum(int(v) for v in re.findall(r"^Rss:\s+(\d+) kB", text, re.M)) * 1024
+        pss += sum(int(v) for v in re.findall(r"^Pss:\s+(\d+) kB", text, re.M)) * 1024
+    return rss, pss
 
 
 def timed(cmd: list[str]) -> dict:
     proc = subprocess.Popen(["/usr/bin/time", "-v", *cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = [0]
+    peak = [0, 0]
 
     def sample():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
             time.sleep(0.1)
 
     th = threading.Thread(target=sample)
@@ -98,6 +102,7 @@ def timed(cmd: list[str]) -> dict:
         "max_rss_mb_largest_process": int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1))
         // 1024,
         "max_rss_mb_process_tree": peak[0] // 2**20,
+        "max_pss_mb_process_tree": peak[1] // 2**20,
     }
 
 

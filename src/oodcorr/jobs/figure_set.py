@@ -13,6 +13,7 @@ heatmap is the only heatmap, so it is always drawn. Every figure is drawn throug
 
 from __future__ import annotations
 
+import gc
 import logging
 import multiprocessing
 import os
@@ -146,6 +147,27 @@ def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]
 # the tables and options a drawing process reads: set before the processes are forked, so each
 # inherits them instead of receiving a copy per figure
 _HELD: dict = {}
+# the columns the figures read (plots.heatmap/heatmap_grid and answer_figures.forest of the pairs
+# table; answer_figures.consensus_heatmap/forest of the agreement table): the long text columns
+# (notes, each model's interval as text) stay out of the drawing processes
+FIGURE_COLUMNS = {
+    "pc": (
+        *("model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high"),
+        *("p", "significant", "conclusion", "curvature", "n_runs", "correction"),
+    ),
+    "agree": (
+        *("in_domain", "pool_group", "x", "y", "method", "residualiser", "verdict", "r_consensus"),
+        *("ci_low_consensus", "ci_high_consensus", "pi_low_consensus", "pi_high_consensus"),
+        *("tol_low_consensus", "tol_high_consensus", "n_models_consensus", "correction"),
+    ),
+}
+
+
+def _slim(name: str, table):
+    keep = FIGURE_COLUMNS.get(name)
+    if keep is None or not isinstance(table, pd.DataFrame):
+        return table
+    return table[[c for c in table.columns if c in keep]]
 
 
 def _draw(fig: Figure) -> dict:
@@ -170,11 +192,14 @@ class FigurePool:
     def __init__(self, figures: list[Figure], workers: int, **held):
         self.figures = figures
         _HELD.clear()
-        _HELD.update(held)
+        _HELD.update({k: _slim(k, v) for k, v in held.items()})
         self.pool = None
         self.futures = []
         if workers > 1 and len(figures) > 1:
             plots.pyplot()  # matplotlib imported once, before the fork, not once per process
+            # what exists now is shared with the processes, page for page, as long as nobody writes
+            # to it: the garbage collector's passes would (they touch every object), so not on these
+            gc.freeze()
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(max_workers=min(workers, len(figures)), mp_context=ctx)
             self.futures = [self.pool.submit(_draw, f) for f in figures]
@@ -187,4 +212,5 @@ class FigurePool:
         finally:
             if self.pool is not None:
                 self.pool.shutdown(cancel_futures=True)
+                gc.unfreeze()
             _HELD.clear()
