@@ -282,7 +282,7 @@ def _rules_in_diagram(doc: str) -> set[str]:
     block = re.search(r"## What the workflow does\n\n```\n(.*?)```", text, re.S)
     assert block, f"{doc}: no diagram under 'What the workflow does'"
     boxes = re.sub(r"\([^)]*\)", "", block.group(1))  # what a rule runs per, in brackets, names no rule
-    return set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b|\b(?:finetune|evaluate|heatmap|scatter)\b", boxes))
+    return set(re.findall(r"\b[a-z]+(?:_[a-z]+)+\b|\b(?:finetune|evaluate|heatmap|scatter|explorer)\b", boxes))
 
 
 def test_the_rule_diagram_shows_every_rule():

@@ -164,8 +164,15 @@ def test_report_renders(micro_run):
         "6 Training loss",
         "7 Residualiser fits",
         "accuracy.html",
+        "explorer.html",
+        "answer.txt",
     ):
         assert text in html, text
+    # the landing text says the answer, read from the published answer.txt (no key in the config)
+    answer = (wd / R / "analysis/answer.txt").read_text().splitlines()
+    assert answer and answer[0].startswith("the answer, ") and "in-domain synth-test: 1 pair: " in answer[0]
+    assert "in-domain synth-test: 1 pair: " in html
+    assert (wd / R / "analysis/explorer.html").stat().st_size > 0
 
 
 def test_accuracy_table_is_the_scores_per_checkpoint_and_testset(micro_run):

@@ -39,12 +39,12 @@ OWN = {"x", "y", "verdict", "by_model", *KEYS}
 DIGITS = 4  # numbers are embedded to this many decimals (the table to download keeps them all)
 
 
-def _number(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return round(f, DIGITS) if math.isfinite(f) else None
+def _numbers(values) -> list:
+    """Numbers rounded to :data:`DIGITS` decimals, None where not finite (JSON has no NaN), any shape."""
+    a = values.astype("float64").to_numpy() if isinstance(values, pd.Series) else np.asarray(values, dtype=float)
+    out = np.round(a, DIGITS).astype(object)
+    out[~np.isfinite(a)] = None
+    return out.tolist()
 
 
 def _numeric(col: pd.Series) -> bool:
@@ -96,7 +96,7 @@ def page_data(
         "panel": [],
         "values": {
             c: (
-                [_number(v) for v in pd.to_numeric(agree[c], errors="coerce")]
+                _numbers(pd.to_numeric(agree[c], errors="coerce"))
                 if c in numeric
                 else ["" if (v is None or (isinstance(v, float) and math.isnan(v))) else str(v) for v in agree[c]]
             )
@@ -154,7 +154,7 @@ def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, model
         for k, c in (("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")):
             if c in pooled:
                 out[k][at[ok], mm[ok]] = pd.to_numeric(pooled[c], errors="coerce").to_numpy(float)[ok]
-    res = {k: [[_number(v) for v in row] for row in a] for k, a in out.items()}
+    res = {k: _numbers(a) for k, a in out.items()}
     runs = pc[pc["run"].astype(str) != "pooled"] if len(pc) else pc
     res["runs"] = None
     if len(runs) and runs.groupby(["model", "pool_group"])["run"].nunique().max() > 1:
