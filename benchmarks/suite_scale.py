@@ -4,7 +4,7 @@ and the cost curve over tasks and models.
 
 Each run is the installed command in a fresh process under ``/usr/bin/time -v`` (wall, CPU, the
 largest process's peak RSS), while this script samples the memory of the command's whole process
-tree every 0.1 s (the figures are drawn in forked processes): PSS, which counts a page the processes
+tree every 0.5 s (the figures are drawn in forked processes): PSS, which counts a page the processes
 share once, and RSS summed, which counts it once per process. A fp32 GEMM
 (``torch.mm``, 2048 x 2048 x 2048, two threads) is measured before and after each run: on a shared
 machine its throughput says how much of the machine the run had, and the **normalised** wall time is
@@ -85,7 +85,7 @@ def timed(cmd: list[str]) -> dict:
         while proc.poll() is None:
             rss, pss = _tree_memory(proc.pid)
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
-            time.sleep(0.1)
+            time.sleep(0.5)
 
     th = threading.Thread(target=sample)
     th.start()
