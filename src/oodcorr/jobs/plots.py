@@ -272,16 +272,24 @@ def learning_curves(
             continue
         names = sorted(set(rows["testset"]) - {dom}) + [dom]
         colours = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names) - 1, 1)))
+        # one split of the rows by testset, then arrays: dozens of testsets cost no pandas call each
+        by_testset = dict(tuple(rows.groupby("testset", sort=False)))
         for k, ts in enumerate(names):
-            g = rows[rows["testset"] == ts]
+            g = by_testset[ts]
             col = "black" if ts == dom else colours[k]
-            for _, run in g.groupby("run"):
-                run = run.sort_values("unit")
-                ax.plot(run["unit"], run["score"], color=col, alpha=0.25, lw=0.8)
-            mean = g.groupby("unit")["score"].mean()
+            unit, score = g["unit"].to_numpy(), g["score"].to_numpy(float)
+            run_of = g["run"].astype(str).to_numpy()
+            for r in sorted(set(run_of)):
+                at = np.flatnonzero(run_of == r)
+                at = at[np.argsort(unit[at], kind="stable")]
+                ax.plot(unit[at], score[at], color=col, alpha=0.25, lw=0.8)
+            units, inv = np.unique(unit, return_inverse=True)
+            ok = np.isfinite(score)
+            with np.errstate(invalid="ignore"):
+                mean = np.bincount(inv[ok], score[ok], len(units)) / np.bincount(inv[ok], minlength=len(units))
             ax.plot(
-                mean.index,
-                mean.to_numpy(),
+                units,
+                mean,
                 color=col,
                 lw=2.6 if ts == dom else 1.6,
                 label=f"{ts} (in-domain)" if ts == dom else ts,
