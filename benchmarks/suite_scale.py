@@ -157,8 +157,9 @@ def main() -> None:
             print(
                 f"{n_tasks:3d} tasks x {n_models:2d} models: {got['wall_s']:6.1f} s wall "
                 f"({got['normalised_wall_s']:.1f} s normalised; GEMM {g0:.0f}/{g1:.0f} GFLOP/s, load {load0:.1f}/"
-                f"{load1:.1f}), {got['cpu_s']:.0f} CPU-s, peak {got['max_rss_mb_process_tree']} MB (tree) / "
-                f"{got['max_rss_mb_largest_process']} MB (largest process)",
+                f"{load1:.1f}), {got['cpu_s']:.0f} CPU-s; peak memory {got['max_pss_mb_process_tree']} MB (PSS of the "
+                f"process tree; RSS {got['max_rss_mb_process_tree']} MB summed, {got['max_rss_mb_largest_process']} MB "
+                "the largest process)",
                 flush=True,
             )
     if args.out:
