@@ -24,6 +24,7 @@ import pytest
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.consensus import AGREEMENT_COLUMNS
+from oodcorr.analysis.tables import write_tables
 from oodcorr.jobs.answer_figures import verdict_style
 from oodcorr.jobs.explorer import page_data, render, write_explorer
 
@@ -310,9 +311,12 @@ def test_a_whole_suite_page_in_a_browser(browser, suite_page):
 
 
 def test_the_table_downloads_as_written(browser, suite_page, tmp_path):
+    """The page offers agreement.csv byte for byte as write_tables writes it, whether it is given the
+    file or makes the text itself (as in a drawing process, beside the tables being written)."""
     html, _, agree, _, _ = suite_page
+    write_tables(pd.DataFrame({"a": [1]}), agree, tmp_path)
     csv = tmp_path / "agreement.csv"
-    agree.to_csv(csv, index=False)
+    assert page_data(agree, pd.DataFrame(columns=["model", "run"]))["csv"].encode() == csv.read_bytes()
     page_html = tmp_path / "explorer.html"
     write_explorer(agree, pd.DataFrame(columns=["model", "run"]), page_html, csv_path=csv)
     p = Page(browser, page_html)

@@ -24,7 +24,7 @@ from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
 from ..core.locks import EXPERIMENT, hold
 from ..jobs import answer_figures, figure_set
-from ..jobs.explorer import EXPLORER_FILE, write_explorer
+from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from .args import add_showing_default, block_length, positive_int
 from .scores import check_analysis_size, read_lmeval, read_scores
@@ -393,38 +393,32 @@ def _analyse_into(args, out: Path) -> int:
     res = args.plot_residualiser or opts.residualisers[0]
     if not args.no_plots and (method not in opts.methods or res not in opts.residualisers):
         raise ValueError(f"--plot-method/--plot-residualiser ({method}, {res}) must be among the ones analysed")
-    choice = None
-    if not args.no_plots:  # the figures are drawn in other processes while this one writes the tables and the page
+    rows = agree.astype(object).where(agree.notna(), "").astype(str).to_dict("records")
+    choice = pool = None
+    if not args.no_plots:
         choice = figure_set.choose(
             pc, agree, long, out, method, res, args.forest_max, args.forest_pairs, args.all_figures
         )
-        pool = figure_set.FigurePool(choice.figures, workers, pc=pc, agree=agree, long=long, opts=opts)
+    lines = answer_lines(
+        rows, method, res, out, consensus_sets=choice.consensus_sets if choice else [], file_name=figure_set.safe_name
+    )
+    if choice is not None:  # the page and the figures in other processes, while this one writes the tables
+        title = f"oodcorr: {Path(str(args.table)).name}, in-domain {args.in_domain}"
+        page = figure_set.explorer_page(out, title, {"input": str(args.table), **opts.describe()}, lines, (method, res))
+        held = dict(pc=pc, agree=agree, agreement=agree, long=long, opts=opts)
+        pool = figure_set.FigurePool([page, *choice.figures], workers, **held)
     write_tables(pc, agree, out)
     write_json_atomic(out / "settings.json", settings)
     log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")
     summarise(pc, agree, opts, log)
-    rows = agree.astype(object).where(agree.notna(), "").astype(str).to_dict("records")
-    lines = answer_lines(
-        rows, method, res, out, consensus_sets=choice.consensus_sets if choice else [], file_name=figure_set.safe_name
-    )
-    if choice is not None:
-        page = write_explorer(
-            agree,
-            pc,
-            out / EXPLORER_FILE,
-            title=f"oodcorr: {Path(str(args.table)).name}, in-domain {args.in_domain}",
-            settings={"input": str(args.table), **opts.describe()},
-            answer=lines,
-            csv_path=out / "agreement.csv",
-            default=(method, res),
-        )
-        pool.wait()
+    if pool is not None:
+        written = pool.wait()[0]
         for line in choice.left_out:
             log.info("%s", line)
         log.info("wrote figures under %s", out)
         lines.append(
             f"every pair, explored in a browser (one file, offline): {out / EXPLORER_FILE} "
-            f"({page['pairs']} pairs, {page['bytes'] / 2**20:.1f} MB)"
+            f"({written['pairs']} pairs, {written['bytes'] / 2**20:.1f} MB)"
         )
     for line in lines:
         log.info("%s", line)

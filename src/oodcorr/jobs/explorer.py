@@ -77,6 +77,8 @@ def page_data(
     each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
     model has several), one style per verdict present, and ``csv_text`` (the agreement table as
     written) for the download. ``default``: the (method, residualiser) shown first."""
+    if csv_text is None:  # the table to download, exactly as write_tables writes it
+        csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
     for c in ("x", "y", "verdict", *KEYS):
         agree[c] = agree[c].astype(str) if c in agree else ""
@@ -127,7 +129,7 @@ def page_data(
         "columns": columns,
         "rows": rows,
         "by_model": _by_model(agree, pooled, pc, models, midx),
-        "csv": csv_text if csv_text is not None else agree.to_csv(index=False),
+        "csv": csv_text,
     }
 
 

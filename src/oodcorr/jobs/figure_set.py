@@ -1,5 +1,5 @@
 """The figures of one analysis as ``oodcorr analyse`` draws them: which ones (:func:`choose`), drawn
-in parallel processes (:class:`FigurePool`), beside the explorer page (:mod:`.explorer`).
+in parallel processes (:class:`FigurePool`) with the explorer page (:mod:`.explorer`, :func:`explorer_page`).
 
 At a table's scale some figures cannot be read: with more than :data:`LEGIBLE_TESTSETS` testsets
 and more than one model, a per-model heatmap is a triangle of unlabelled marks, the grid of them
@@ -26,6 +26,7 @@ import pandas as pd
 
 from ..core.errors import DataError
 from . import answer_figures, plots
+from .explorer import EXPLORER_FILE, write_explorer
 from .plotting import TEXT_LIMIT
 
 log = logging.getLogger("oodcorr")
@@ -153,7 +154,7 @@ _HELD: dict = {}
 FIGURE_COLUMNS = {
     "pc": (
         *("model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high"),
-        *("p", "significant", "conclusion", "curvature", "n_runs", "correction"),
+        *("p", "p_adj", "significant", "conclusion", "curvature", "n_runs", "correction"),
     ),
     "agree": (
         *("in_domain", "pool_group", "x", "y", "method", "residualiser", "verdict", "r_consensus"),
@@ -170,8 +171,21 @@ def _slim(name: str, table):
     return table[[c for c in table.columns if c in keep]]
 
 
+EXPLORER = "explorer"  # the kind of the explorer page among the figures
+
+
+def explorer_page(out: Path, title: str, settings: dict, answer: list[str], default: tuple[str, str]) -> Figure:
+    """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`: it
+    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns, and
+    embeds the agreement table as ``write_tables`` writes it."""
+    args = dict(title=title, settings=settings, answer=list(answer), default=default)
+    return Figure(EXPLORER, str(out / EXPLORER_FILE), args, ("agreement", "pc"))
+
+
 def _draw(fig: Figure) -> dict:
     tables = {k: _HELD[k] for k in fig.tables}
+    if fig.kind == EXPLORER:
+        return write_explorer(tables["agreement"], tables["pc"], fig.png, **fig.args)
     return plots.draw(fig.kind, fig.png, _HELD["opts"], **tables, **fig.args)
 
 
