@@ -12,7 +12,17 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .plotting import CMAP, TEXT_LIMIT, heatmap_figure, pair_matrix, panel_inches, pyplot, save, testset_order
+from .plotting import (
+    CMAP,
+    TEXT_LIMIT,
+    draw_cells,
+    heatmap_figure,
+    pair_matrix,
+    panel_inches,
+    pyplot,
+    save,
+    testset_order,
+)
 
 
 @dataclass(frozen=True)
@@ -108,10 +118,10 @@ def consensus_heatmap(
         rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
         rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
         rgba[~present] = (1, 1, 1, 0)
-        ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
+        big = len(names) > TEXT_LIMIT
+        draw_cells(ax, rgba, big)
         rnames, cnames = names[1:], names[:-1]
         k = len(rnames)
-        big = len(names) > TEXT_LIMIT
         fs = max(4.5, min(9.0, 130 / len(names)))
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]

@@ -23,6 +23,7 @@ from .answer_figures import consensus_heatmap, forest
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
+    draw_cells,
     heatmap_figure,
     pair_matrix,
     panel_inches,
@@ -69,9 +70,9 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
     rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
     rgba[~present] = (1, 1, 1, 0)
-    ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
-    im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
     big = len(names) > TEXT_LIMIT
+    draw_cells(ax, rgba, big)
+    im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
     fs = max(4.5, min(9.0, 130 / len(names)))
     if big:
         ii, jj = np.nonzero(sig & np.isfinite(m))

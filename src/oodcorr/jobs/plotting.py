@@ -1,9 +1,9 @@
 """What every figure shares: matplotlib without a display (:func:`pyplot`), the atomic PNG write
 (:func:`save`), the rows one heatmap shows (:func:`select`), a heatmap panel's size and a grid of
-panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), a pairs table as a
-lower-triangular matrix (:func:`pair_matrix`) and the testsets' order (:func:`cluster_order`,
-:func:`testset_order`). The figures are in :mod:`.plots` (per model, and :func:`~.plots.draw`) and
-:mod:`.answer_figures` (across models).
+panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), its cells
+(:func:`draw_cells`), a pairs table as a lower-triangular matrix (:func:`pair_matrix`) and the
+testsets' order (:func:`cluster_order`, :func:`testset_order`). The figures are in :mod:`.plots`
+(per model, and :func:`~.plots.draw`) and :mod:`.answer_figures` (across models).
 """
 
 from __future__ import annotations
@@ -68,6 +68,23 @@ def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
     for ax in flat[n_panels:]:
         ax.set_axis_off()
     return fig, flat[:n_panels]
+
+
+def draw_cells(ax, rgba: np.ndarray, big: bool) -> None:
+    """A heatmap's cells (``rgba``: rows x columns x 4 in [0, 1], alpha 0 where no cell): through
+    ``imshow`` for a small matrix; for a ``big`` one (more than :data:`TEXT_LIMIT` testsets) as one
+    collection of squares, which Agg fills without resampling the matrix to the canvas (imshow
+    does that in floating point: about 250 MB for a 64-testset panel of 3,000 pixels)."""
+    if not big:
+        ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
+        return
+    from matplotlib.collections import PolyCollection
+
+    ii, jj = np.nonzero(rgba[..., 3] > 0)
+    corners = np.array([(-0.5, -0.5), (0.5, -0.5), (0.5, 0.5), (-0.5, 0.5)])
+    verts = np.stack([jj, ii], axis=1)[:, None, :] + corners[None, :, :]
+    ax.add_collection(PolyCollection(verts, facecolors=rgba[ii, jj], edgecolors="none", linewidths=0))
+    ax.set_aspect("equal")
 
 
 def pair_matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:
