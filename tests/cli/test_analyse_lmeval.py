@@ -75,7 +75,7 @@ def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answe
     settings = json.loads((out / "settings.json").read_text())
     assert settings["format"] == "lm-eval" and settings["metric"] == "acc" and len(settings["sha256"]) == 64
     *_, answer, last = [r.getMessage() for r in caplog.records]
-    assert answer.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs: ")
+    assert answer.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs")
     assert (
         f"consensus heatmap {out}/consensus/in-domain.png, forest plots (why each pair) in {out}/forest/in-domain/"
         in answer

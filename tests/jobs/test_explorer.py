@@ -23,10 +23,9 @@ import pandas as pd
 import pytest
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.consensus import AGREEMENT_COLUMNS
+from oodcorr.analysis.consensus import AGREEMENT_COLUMNS, VERDICTS
 from oodcorr.analysis.tables import write_tables
-from oodcorr.jobs.answer_figures import verdict_style
-from oodcorr.jobs.explorer import page_data, render, write_explorer
+from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
 
 CHROMIUM = "/usr/bin/chromium"
 LADDER = [
@@ -166,20 +165,24 @@ def test_the_page_asks_for_nothing_outside_itself(tmp_path):
 @pytest.mark.parametrize(
     "verdict, mark, framed, faded",
     [
-        ("generalises (negative)", "", True, False),
         ("negative in nearly every model", "", True, False),
+        ("positive in nearly every model, models differ", "≠", True, False),
         ("sign reversal", "±", False, False),
         ("sign reversal, negative on average", "±", False, False),
         ("positive on average, models differ", "≠", False, False),
+        ("positive on average", "", False, False),
         ("agree near zero", "≈0", False, False),
         ("unresolved", "", False, True),
         ("no data", "", False, True),
         ("something new", "", False, True),
     ],
 )
-def test_one_style_per_verdict_by_its_words(verdict, mark, framed, faded):
-    s = verdict_style(verdict)
-    assert (s.mark, s.framed, s.faded) == (mark, framed, faded)
+def test_the_page_shows_each_verdict_as_the_figures_do(verdict, mark, framed, faded):
+    s = page_style(verdict)
+    assert (s["mark"], s["framed"], s["faded"]) == (mark, framed, faded)
+    assert s["dashed"] == (verdict == "agree near zero")
+    # in the ladder's order (the filter list's), a word no code knows last
+    assert (s["rank"] == len(VERDICTS)) == (verdict == "something new")
 
 
 # ---- in a real browser ----------------------------------------------------------------------

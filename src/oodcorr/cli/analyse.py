@@ -377,9 +377,11 @@ def _analyse_into(args, out: Path) -> int:
         **{k: getattr(args, k) for k in same},
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
+    if not args.no_plots:
+        figure_set.check_figure_names(long, str(args.table))
     workers = args.workers or figure_set.default_workers()
     pc = analyse(long, opts, examples, run_info=info, workers=workers)
-    agree = agreement(pc, opts.alpha, opts.correction, opts.level, opts.near_zero)
+    agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     settings = {
         "input": str(args.table),
         "sha256": digest,

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from ..analysis.consensus import NEARLY_EVERY, ON_AVERAGE, verdict_rank
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -24,41 +24,24 @@ from .plotting import (
     testset_order,
 )
 
-
-@dataclass(frozen=True)
-class VerdictStyle:
-    """How a verdict is shown, in the consensus heatmap and on the explorer page (:mod:`.explorer`):
-    ``mark`` after the value; ``framed``: a bold black frame and bold text (the sign is shared);
-    ``dashed``: a dashed frame (near zero); ``faded``: the colour faded (no answer either way);
-    ``colour``: its swatch in a legend; ``rank``: the order in which verdicts say most (lowest first)."""
-
-    mark: str = ""
-    framed: bool = False
-    dashed: bool = False
-    faded: bool = True
-    colour: str = "#bdbdbd"
-    rank: int = 9
+SPREAD_MARKS = (("sign reversal", "±"), ("models differ", "≠"), ("near zero", "≈0"))
 
 
-def verdict_style(verdict: str) -> VerdictStyle:
-    """The one mapping from a verdict of the agreement table to how it is shown. It reads the
-    verdict's words, so a verdict it was not written for still gets the style of its kind (a sign
-    reversal '±', models that differ '≠', near zero a dashed '≈0', a sign shared by (nearly) every
-    model framed); anything else (unresolved, too few models, no data, a new word) is faded."""
-    v = str(verdict).lower()
-    if "reversal" in v:
-        return VerdictStyle("±", faded=False, colour="#7b3294", rank=0)
-    if "differ" in v:
-        return VerdictStyle("≠", faded=False, colour="#e08214", rank=1)
-    if v.startswith("generalises") or "nearly every" in v:
-        return VerdictStyle("", framed=True, faded=False, colour="#000000", rank=2)
-    if "near zero" in v:
-        return VerdictStyle("≈0", dashed=True, faded=False, colour="#4d9221", rank=3)
-    if "on average" in v:
-        return VerdictStyle("", faded=False, colour="#6a6a6a", rank=4)
-    if "unresolved" in v:
-        return VerdictStyle(colour="#bdbdbd", rank=5)
-    return VerdictStyle(colour="#e6e6e6", rank=6)
+def verdict_style(word: str) -> dict:
+    """How the consensus heatmap draws a verdict of the ladder (:data:`oodcorr.analysis.consensus.VERDICTS`):
+    ``mark``, a glyph after the value for the spread (± sign reversal, ≠ models differ, ≈0 near zero);
+    ``frame``, "solid" for the sign in nearly every model, "dashed" for agree near zero, else "";
+    ``bold`` for the sign in nearly every model; ``faded`` where the answer states nothing (unresolved,
+    too few models, no data)."""
+    mark = next((m for phrase, m in SPREAD_MARKS if phrase in word), "")
+    nearly = NEARLY_EVERY in word
+    signed = nearly or ON_AVERAGE in word
+    return {
+        "mark": mark,
+        "frame": "solid" if nearly else ("dashed" if word == "agree near zero" else ""),
+        "bold": nearly,
+        "faded": not (signed or mark),
+    }
 
 
 def consensus_heatmap(
@@ -71,10 +54,11 @@ def consensus_heatmap(
     near_zero: float | None = None,
 ) -> dict:
     """The answer for one in-domain set: the consensus across models of every OOD pair's partial
-    correlation (``r_consensus`` of the agreement table), marked by its verdict -- bold with a
-    black frame: generalises (the sign a further model is predicted to share); '±': sign
-    reversal; '≠': models differ; '≈0' with a dashed frame: agree near zero; faded: unresolved;
-    hatched 'n/a': no consensus. One panel per pool group. Returns {(pool_group, row, col): label}."""
+    correlation (``r_consensus`` of the agreement table), marked by its verdict (:func:`verdict_style`)
+    -- bold with a black frame: the sign in nearly every model; plain: the sign on average; '±':
+    sign reversal; '≠': models differ; '≈0' (with a dashed frame where no sign is shown): near zero;
+    faded: unresolved; hatched 'n/a': no consensus. One panel per pool group. Returns
+    {(pool_group, row, col): label}."""
     plt = pyplot()
     sub = agree[
         (agree["method"] == method)
@@ -112,9 +96,9 @@ def consensus_heatmap(
         present = verdicts != ""
         finite = np.isfinite(m)
         rgba = cmap(norm(np.where(finite, m, 0.0)))
-        styles = {v: verdict_style(v) for v in set(verdicts[present])}
-        faded = [v for v, st in styles.items() if st.faded]
-        fade = finite & present & np.isin(verdicts, faded)
+        styles = {w: verdict_style(str(w)) for w in set(verdicts.ravel().tolist())}
+        faded = {w for w, st in styles.items() if st["faded"]}
+        fade = finite & np.isin(verdicts, list(faded))
         rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
         rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
         rgba[~present] = (1, 1, 1, 0)
@@ -126,13 +110,13 @@ def consensus_heatmap(
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]
             style = styles[word]
-            mark = style.mark
+            mark = style["mark"]
             label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
             cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
-            general = style.framed
-            if general:
+            general = style["bold"]
+            if style["frame"] == "solid":
                 ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, edgecolor="black"))
-            elif style.dashed:
+            elif style["frame"] == "dashed":
                 ax.add_patch(
                     plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
                 )
@@ -165,15 +149,15 @@ def consensus_heatmap(
         counts = rows["verdict"].value_counts()
         tally = ", ".join(f"{n} {w}" for w, n in counts.items())
         if n_models == 2:
-            tally += " (2 models: nothing can be said of a further model, so none can generalise)"
+            tally += " (2 models: nothing can be said of a further model, so no sign in nearly every model)"
         a = f"{alpha:g}" if alpha is not None else "alpha"
         nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
         where = f" ({group})" if group not in ("", "all runs") else ""
         ax.set_title(
             f"in-domain {in_domain}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
-            f"framed bold: generalises (a tolerance bound excludes 0: the other sign in under 2.5 % of such models; "
-            f"{rows['correction'].iloc[0]}, {a});\n"
-            f"±: sign reversal; ≠: models differ; ≈0: agree near zero (±{nz}); faded: unresolved\n{tally}",
+            f"framed bold: the sign in nearly every model (the other sign in under 2.5 % of such models); "
+            f"plain: the sign on average ({rows['correction'].iloc[0]} across pairs, {a});\n"
+            f"±: sign reversal; ≠: models differ; ≈0: near zero (±{nz}); faded: unresolved\n{tally}",
             fontsize=8,
         )
     fig.colorbar(
@@ -189,18 +173,19 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
     all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
-    :func:`verdict_style`'s rank: sign reversal, models differ, generalises, agree near zero,
-    unresolved), then by the size of the consensus."""
+    :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, the sign in nearly every model, on
+    average, models differ, agree near zero, unresolved), then by the size of the consensus."""
     sub = agree[
         (agree["method"] == method)
         & (agree["residualiser"] == residualiser)
         & (agree["in_domain"].astype(str) == str(in_domain))
     ]
+    rank = verdict_rank
     best = {}
     for row in sub.itertuples(index=False):
         key = tuple(sorted((str(row.x), str(row.y))))
         size = abs(float(row.r_consensus)) if np.isfinite(float(row.r_consensus)) else -1.0
-        score = (verdict_style(row.verdict).rank, -size)
+        score = (rank(str(row.verdict)), -size)
         best[key] = min(best.get(key, score), score)
     pairs = sorted(best, key=lambda k: (best[k], k))
     return sorted(pairs[:cap]), len(pairs)
@@ -227,7 +212,7 @@ def forest(
     with its interval (a square and a line), its runs as small dots where it has several -- then
     the consensus across models with its interval (a diamond), the prediction interval for a
     further model (a bar below it) and the tolerance bounds that hold 97.5 % of models of this kind
-    (a line with end marks, below that), which ``generalises`` reads; 0 and the near-zero band
+    (a line with end marks, below that), which "in nearly every model" reads; 0 and the near-zero band
     marked; the verdict in the title.
     One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ..., ...}}."""
     plt = pyplot()
@@ -326,7 +311,7 @@ def forest(
         ax.set_title(
             f"{x} × {y}, in-domain {in_domain}{where}\nverdict: {verdict}",
             fontsize=10,
-            fontweight="bold" if verdict_style(verdict).framed else "normal",
+            fontweight="bold" if verdict_style(str(verdict))["bold"] else "normal",
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)

@@ -11,9 +11,9 @@ correlations (the per-model view), and the agreement table itself to download.
 
 :func:`page_data` turns the two tables into what the page embeds (a compact JSON document);
 :func:`write_explorer` writes the page atomically. How each verdict is shown comes from
-:func:`.answer_figures.verdict_style`, the one mapping the figures use too. Why a script of our own:
-benchmarks/README.md#15-a-whole-lm-eval-suite-and-the-explorer-page measures the page's size and
-first paint at the whole Pythia suite.
+:func:`.answer_figures.verdict_style`, the one mapping the figures use too (:func:`page_style`).
+Why a script of our own: benchmarks/README.md#15-a-whole-lm-eval-suite-and-the-explorer-page
+measures the page's size and first paint at the whole Pythia suite.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..analysis.consensus import verdict_rank
 from ..core.io import write_text_atomic
 from .answer_figures import verdict_style
 from .plotting import cluster_order
@@ -55,6 +55,29 @@ def _numeric(col: pd.Series) -> bool:
     values = col.dropna().astype(str)
     values = values[values != ""]
     return len(values) > 0 and pd.to_numeric(values, errors="coerce").notna().all()
+
+
+# a verdict's swatch in the page's legend, by how the figures draw it (answer_figures.verdict_style)
+SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221"}
+
+
+def page_style(verdict: str) -> dict:
+    """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the one mapping the
+    figures use, which reads the verdict's words, so a new one gets the style of its kind), its
+    place among the verdicts (:func:`oodcorr.analysis.consensus.verdict_rank`; unknown last) and a
+    legend swatch: black for a sign in nearly every model, a colour per spread mark, grey for a
+    sign on average, light grey for no answer."""
+    st = verdict_style(str(verdict))
+    framed, dashed = st["frame"] == "solid", st["frame"] == "dashed"
+    colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")
+    return {
+        "mark": st["mark"],
+        "framed": framed,
+        "dashed": dashed,
+        "faded": st["faded"],
+        "colour": colour,
+        "rank": verdict_rank(str(verdict)),
+    }
 
 
 def _natural(name: str) -> list:
@@ -124,7 +147,7 @@ def page_data(
         "models": models,
         "panels": panels,
         "first_panel": first,
-        "verdicts": [{"name": v, **asdict(verdict_style(v))} for v in verdicts],
+        "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
         "numeric": numeric,
         "columns": columns,
         "rows": rows,

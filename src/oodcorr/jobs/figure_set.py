@@ -40,6 +40,27 @@ def safe_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("._") or "model"
 
 
+def check_figure_names(long: pd.DataFrame, source: str) -> None:
+    """Two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`;
+    alike but for case, too, as on macOS and Windows) are refused before the analysis, naming both:
+    one figure would overwrite the other."""
+    for column, what, files in (
+        ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
+        ("in_domain", "in-domain testsets", "consensus/ and forest/"),
+        ("testset", "testsets", "forest/"),
+    ):
+        seen: dict[str, str] = {}
+        for name in sorted(long[column].astype(str).unique()):
+            key = safe_name(name).lower()
+            if key in seen:
+                raise DataError(
+                    f"{source}: {what} {seen[key]!r} and {name!r} both become the figure file name "
+                    f"{safe_name(name)!r} (in {files}; files differing only in case are one on macOS and Windows): "
+                    "one figure would overwrite the other. Rename one in the table, or pass --no-plots"
+                )
+            seen[key] = name
+
+
 @dataclass(frozen=True)
 class Figure:
     """One figure to draw: :func:`.plots.draw`'s ``kind``, its PNG and its keyword arguments
