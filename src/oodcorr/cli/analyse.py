@@ -37,9 +37,10 @@ outputs (in --out):
                             residualiser: r, interval, p, effective sample size, checks
   agreement.csv             per OOD pair: the answer across models -- the consensus r with its
                             interval, the prediction interval for a further model, the
-                            tolerance bounds of 97.5 % of models, and a verdict: generalises
-                            (positive/negative), sign reversal, models differ, agree near zero,
-                            unresolved (corrected across pairs); each model's pooled r
+                            tolerance bounds of 97.5 % of models, and the strongest statement
+                            the data allow: the sign in nearly every model or on average, sign
+                            reversal, models differ, near zero, unresolved (each corrected
+                            across pairs: --agreement-correction); each model's pooled r
   consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
   forest/<in-domain>/<x>+<y>.png  why each pair got its verdict: each model's pooled r and interval,
                             the consensus, the prediction interval and the tolerance bounds (with
@@ -276,7 +277,15 @@ def add_parser(sub, help: str) -> None:
         s,
         "--correction",
         d.correction,
-        "multiple-comparison correction across the pairs of a heatmap, and across the pairs of the agreement table",
+        "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
+        choices=CORRECTIONS,
+    )
+    add_showing_default(
+        s,
+        "--agreement-correction",
+        d.agreement_correction,
+        "correction of the answer's statements across the pairs of the agreement table: bh, the false "
+        "discovery rate; holm, the chance of any false statement",
         choices=CORRECTIONS,
     )
     add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
@@ -322,7 +331,8 @@ def add_parser(sub, help: str) -> None:
         "--forest-max",
         answer_figures.FOREST_CAP,
         "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
-        "models differ, generalises, near zero, then unresolved; the largest consensus first); 0: none",
+        "the sign in nearly every model, on average, models differ, near zero, then unresolved; the largest "
+        "consensus first); 0: none",
         type=int,
     )
     o.add_argument(
@@ -366,7 +376,8 @@ def _analyse_into(args, out: Path) -> int:
             )
         long, examples, info, pool_by = read_scores(args)
         digest = sha256_file(args.table)
-    same = ("inference", "level", "correction", "alpha", "min_n_eff", "near_zero", "pool_two_runs", "drop_step0")
+    same = ("inference", "level", "correction", "agreement_correction", "alpha", "min_n_eff", "near_zero")
+    same += ("pool_two_runs", "drop_step0")
     same += ("seed", "n_boot", "n_perm", "interval", "block_length", "example_boot")
     opts = Options(
         methods=tuple(args.methods),
