@@ -66,42 +66,40 @@ def _recipe(finetune: dict, *, n_train: int, max_steps: int, eval_steps: list[in
     }
 
 
-CURVE = [0, 8, 16, 32, 64, 96, 128]
+CURVE = [0, 12, 24, 36, 48]
 RECIPES = {
     # what config/real-lm.yaml shipped before (24 steps did not learn): the same adapter, run longer
     "lora-r8-qkvo-lr3e-4": _recipe(
         {"learning_rate": 3.0e-4, "lora": {"r": 8, "alpha": 32, "dropout": 0.1, "target_modules": QKVO}},
         n_train=1024,
-        max_steps=128,
+        max_steps=48,
         eval_steps=CURVE,
     ),
     "lora-r8-qkvo-lr1e-3": _recipe(
         {"learning_rate": 1.0e-3, "lora": {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": QKVO}},
         n_train=1024,
-        max_steps=128,
+        max_steps=48,
         eval_steps=CURVE,
     ),
     "lora-r16-all-lr1e-3": _recipe(
         {"learning_rate": 1.0e-3, "lora": {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": ALL_LINEAR}},
         n_train=1024,
-        max_steps=128,
+        max_steps=48,
         eval_steps=CURVE,
     ),
     # llmft's learning rate for full pattern-based finetuning (1e-5), and larger ones
-    "full-lr1e-5": _recipe({"learning_rate": 1.0e-5}, n_train=1024, max_steps=128, eval_steps=CURVE),
-    "full-lr3e-5": _recipe({"learning_rate": 3.0e-5}, n_train=1024, max_steps=128, eval_steps=CURVE),
-    "full-lr1e-4": _recipe({"learning_rate": 1.0e-4}, n_train=1024, max_steps=128, eval_steps=CURVE),
+    "full-lr1e-5": _recipe({"learning_rate": 1.0e-5}, n_train=1024, max_steps=48, eval_steps=CURVE),
+    "full-lr3e-5": _recipe({"learning_rate": 3.0e-5}, n_train=1024, max_steps=48, eval_steps=CURVE),
+    "full-lr1e-4": _recipe({"learning_rate": 1.0e-4}, n_train=1024, max_steps=48, eval_steps=CURVE),
     # llmft's pattern and whole-vocabulary loss
     "full-lr3e-5-llmft-prompt": _recipe(
-        {"learning_rate": 3.0e-5}, n_train=1024, max_steps=128, eval_steps=CURVE, prompt=LLMFT_PROMPT
+        {"learning_rate": 3.0e-5}, n_train=1024, max_steps=48, eval_steps=CURVE, prompt=LLMFT_PROMPT
     ),
     "full-lr3e-5-vocab-loss": _recipe(
-        {"learning_rate": 3.0e-5, "loss": "vocabulary"}, n_train=1024, max_steps=128, eval_steps=CURVE
+        {"learning_rate": 3.0e-5, "loss": "vocabulary"}, n_train=1024, max_steps=48, eval_steps=CURVE
     ),
     # batch 8: twice the updates for the same examples
-    "full-lr3e-5-b8": _recipe(
-        {"learning_rate": 3.0e-5, "batch_size": 8}, n_train=1024, max_steps=128, eval_steps=CURVE
-    ),
+    "full-lr3e-5-b8": _recipe({"learning_rate": 3.0e-5, "batch_size": 8}, n_train=1024, max_steps=48, eval_steps=CURVE),
 }
 
 
