@@ -2,8 +2,9 @@
 2 cores for config/paper.yaml).
 
 Runs the command in a fresh process ``--reps`` times and records wall time, CPU time of the process
-and its workers (user + system, from ``resource.getrusage(RUSAGE_CHILDREN)``) and the load average
-before and after each run:
+and its workers (user + system, from ``resource.getrusage(RUSAGE_CHILDREN)``), the load average
+and a GEMM (suite_scale.gemm) before and after each run, and the wall time normalised by it
+(``wall x GEMM / 188 GFLOP/s``, the quiet machine's: what the run would take with the cores free):
 
     .venv/bin/python benchmarks/design_time.py --configfile config/paper.yaml --reps 3 \\
         --out benchmarks/latest/design_time_paper.json
@@ -22,6 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite_scale import REFERENCE_GFLOPS, gemm  # noqa: E402
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -33,6 +37,7 @@ def main(argv=None) -> int:
     runs = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.reps):
+            g0 = gemm()
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             load0 = os.getloadavg()
             t0 = time.time()
@@ -43,9 +48,12 @@ def main(argv=None) -> int:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
             rep = json.loads(Path(f"{tmp}/design.json").read_text())
+            g1 = gemm()
             runs.append(
                 {
                     "wall_s": round(wall, 1),
+                    "gemm_gflops": [g0, g1],
+                    "normalised_wall_s": round(wall * (g0 + g1) / 2 / REFERENCE_GFLOPS, 1),
                     "cpu_s": round(cpu, 1),
                     "load_before": [round(x, 2) for x in load0],
                     "load_after": [round(x, 2) for x in os.getloadavg()],

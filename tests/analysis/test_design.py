@@ -116,7 +116,8 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     assert res["p_mean"][0] == pytest.approx(row["p_mean"], rel=1e-9)
     # the studies' p-values are the table's: the bounds and the interval, which no verdict reads, left out
     full = dz.studies_of({k: v.reshape(1, M, K) for k, v in st.items()}, dz.Settings(), intervals=True)
-    assert res["p_generalises"][0] == full["p_generalises"][0] == pytest.approx(row["p_generalises"], rel=1e-9)
+    assert full["p_generalises"][0] == pytest.approx(row["p_generalises"], rel=1e-9)
+    assert res["p_generalises"][0] == pytest.approx(row["p_generalises"], abs=3e-3)  # a coarser grid of tau
     assert math.isnan(res["tol_hi"][0]) and math.isnan(res["pi_lo"][0])
     assert math.tanh(full["tol_hi"][0]) == pytest.approx(row["tol_high_consensus"], rel=1e-9)
 

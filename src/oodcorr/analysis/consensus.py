@@ -95,6 +95,8 @@ from . import multitest
 from .pooling import _q_and_slope, fisher_z, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
+    TOL_POINTS,
+    TOL_POINTS_P,
     predictive_batch,
     tau2_upper_batch,
     tolerance_batch,
@@ -312,7 +314,8 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     share of the per-run variances that the per-run procedure's conservatism leaves, further scaled
     where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`).
     Also ``within_scale`` (the scale's point estimate) and ``within_df``; NaN below 3 models.
-    ``bounds=False``: the p-values alone (:func:`.predictive.tolerance_batch`)."""
+    ``bounds=False``: the p-values alone (:func:`.predictive.tolerance_batch`), on a coarser grid of
+    ``tau`` (:data:`.predictive.TOL_POINTS_P`: within 3e-3 of the bounds' own)."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     draws, weights = within_scale_draws(ss, df)
@@ -320,7 +323,8 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
         extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
-    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights), bounds=bounds)
+    points = TOL_POINTS if bounds else TOL_POINTS_P
+    tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)
     with np.errstate(invalid="ignore", divide="ignore"):
         point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
     out = {k: np.where(three, v, np.nan) for k, v in tol.items()}

@@ -55,6 +55,7 @@ from .pooling import _q_and_slope, solve_tau2
 TAU_SCALE = 0.5
 TAU_POINTS = 161  # grid points of tau for the prediction interval
 TOL_POINTS = 201  # ... and for the tolerance bounds (their p to 3e-4 of a direct integral)
+TOL_POINTS_P = 101  # ... for their p-values alone, where no bound is reported (the design's studies: to 3e-3)
 # the within-model variance is lambda V_m, lambda uniform on these (the prediction interval only)
 WITHIN_SCALES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 CHUNK = 256  # studies per (studies, grid, models) array
