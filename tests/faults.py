@@ -1,7 +1,7 @@
 """Real faults for the fault tests (imported as ``from faults import ...``): a small file system that
-fills up (ENOSPC), a file system that refuses ``flock`` (an LD_PRELOAD shim), a writer that is
-another user (root bypasses file modes), and a child process stopped at a point it names, for
-real SIGTERM -> SIGKILL sequences.
+fills up (ENOSPC) or runs out of inodes, a file system that refuses ``flock`` and one whose writes
+fail with a quota or size error (LD_PRELOAD shims), a writer that is another user (root bypasses
+file modes), and a child process stopped at a point it names, for real SIGTERM -> SIGKILL sequences.
 
 Each skips with its reason where the fault cannot be made here (not root, no ``mount``, no C
 compiler); none fakes the fault in Python.
@@ -10,6 +10,7 @@ compiler); none fakes the fault in Python.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -26,21 +27,35 @@ PYTHON = sys.executable
 
 
 @contextlib.contextmanager
-def small_filesystem(where: Path, size: str = "1m") -> Iterator[Path]:
-    """A tmpfs of ``size`` mounted on ``where`` (made if missing) for the ``with`` block: writes past
-    its size fail with ENOSPC, as on a full scratch disk or quota. Skips unless this process may mount."""
+def small_filesystem(where: Path, size: str = "1m", inodes: int | None = None) -> Iterator[Path]:
+    """A tmpfs of ``size`` (and, given, of ``inodes`` inodes: files and folders) mounted on ``where``
+    (made if missing) for the ``with`` block: writes past its size, or a file past its inodes, fail
+    with ENOSPC, as on a full scratch disk. Skips unless this process may mount."""
     where.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a full disk is made with a small tmpfs, which needs root and mount(8)")
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True, text=True
-    )
+    options = f"size={size}" + (f",nr_inodes={inodes}" if inodes else "")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip()}), so no real ENOSPC can be made")
     try:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def use_up_inodes(folder: Path) -> int:
+    """Make empty files in ``folder`` until its file system has no inode left (its bytes stay free);
+    returns how many were made."""
+    n = 0
+    while True:
+        try:
+            (folder / f".inode-{n}").touch()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC, e
+            return n
+        n += 1
+        assert n < 100_000, "the file system does not run out of inodes"
 
 
 def fill(folder: Path, leave: int = 0) -> None:
@@ -78,19 +93,57 @@ int flock(int fd, int op) {
 """
 
 
-def flock_refusing_shim(tmp: Path) -> Path:
-    """A shared library that, preloaded (``LD_PRELOAD``), makes ``flock`` fail with ENOLCK on every file
-    under ``$NOFLOCK_UNDER``, as on an NFS mount without locking (elsewhere flock works). Compiled now
-    with ``cc``; skips without a compiler."""
+_WRITE_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* write as on a file system that refuses it: fails with errno $FAILWRITE_ERRNO for files under
+   $FAILWRITE_UNDER (a used-up quota: EDQUOT; a file over the size limit: EFBIG) */
+ssize_t write(int fd, const void *buf, size_t count) {
+    static ssize_t (*real)(int, const void *, size_t) = 0;
+    if (!real) real = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
+    const char *under = getenv("FAILWRITE_UNDER"), *code = getenv("FAILWRITE_ERRNO");
+    char link[64], path[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, path, sizeof path - 1);
+    if (under && code && n > 0) {
+        path[n] = 0;
+        if (strncmp(path, under, strlen(under)) == 0) { errno = atoi(code); return -1; }
+    }
+    return real(fd, buf, count);
+}
+"""
+
+
+def _build_shim(tmp: Path, name: str, source: str, what: str) -> Path:
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        pytest.skip("no C compiler (cc) to build the LD_PRELOAD shim that makes flock fail")
-    src, lib = tmp / "noflock.c", tmp / "noflock.so"
-    src.write_text(_SHIM)
+        pytest.skip(f"no C compiler (cc) to build the LD_PRELOAD shim that makes {what}")
+    src, lib = tmp / f"{name}.c", tmp / f"{name}.so"
+    src.write_text(source)
     r = subprocess.run([cc, "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot build the LD_PRELOAD shim: {r.stderr.strip()[:300]}")
     return lib
+
+
+def flock_refusing_shim(tmp: Path) -> Path:
+    """A shared library that, preloaded (``LD_PRELOAD``), makes ``flock`` fail with ENOLCK on every file
+    under ``$NOFLOCK_UNDER``, as on an NFS mount without locking (elsewhere flock works). Compiled now
+    with ``cc``; skips without a compiler."""
+    return _build_shim(tmp, "noflock", _SHIM, "flock fail")
+
+
+def write_refusing_shim(tmp: Path) -> Path:
+    """A shared library that, preloaded (``LD_PRELOAD``), makes ``write`` fail with the errno
+    ``$FAILWRITE_ERRNO`` on every file under ``$FAILWRITE_UNDER`` (elsewhere writes work): a used-up
+    quota (EDQUOT) or a file over the size limit (EFBIG) without a quota system or a huge file.
+    Compiled now with ``cc``; skips without a compiler."""
+    return _build_shim(tmp, "failwrite", _WRITE_SHIM, "writes fail")
 
 
 def as_nobody() -> list[str]:

@@ -1,15 +1,21 @@
-"""A full disk under the atomic writes: a real ENOSPC (a small tmpfs), never a mock."""
+"""A full disk under the atomic writes: a real ENOSPC (a small tmpfs), no inode left (a tmpfs with few),
+a used-up quota and a file over the size limit (EDQUOT and EFBIG from write(), an LD_PRELOAD shim;
+EFBIG also from a real ``ulimit -f``), never a mock; and the search for what can be deleted, bounded."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import subprocess
 
 import pytest
 
+from oodcorr.core import io
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.io import atomic_path, write_json_atomic
 
-from faults import fill, small_filesystem
+from faults import PYTHON, fill, python_env, small_filesystem, use_up_inodes, write_refusing_shim
 
 
 @pytest.fixture
@@ -61,3 +67,126 @@ def test_the_sentence_names_what_a_run_left_that_can_be_deleted(full_disk):
     with pytest.raises(DiskFull) as e:
         write_json_atomic(exp / "scores" / "x.json", {"x": "y" * 50_000})
     assert str(stale) in str(e.value)
+
+
+# ---- what stopped the write, told apart in the sentence (issue 39) ----------------------------------
+def test_no_inode_left_with_bytes_free_is_named_as_inodes_with_df_i(tmp_path):
+    with small_filesystem(tmp_path / "scratch", "1m", inodes=64) as fs:
+        target = fs / "exp" / "summary.json"
+        target.parent.mkdir()
+        use_up_inodes(fs)
+        with pytest.raises(DiskFull) as e:
+            write_json_atomic(target, {"x": 1})
+        msg = str(e.value)
+        assert "no free inodes" in msg and f"df -i {target.parent}" in msg and "du --inodes" in msg
+        assert "no room in" not in msg  # not the sentence for a disk out of bytes: those are free
+        assert not target.exists() and not list(target.parent.glob(".*.tmp"))
+
+
+def _write_under_shim(tmp_path, shim, folder, code: int, size: int = 100_000):
+    """A child writes ``size`` bytes into ``folder`` through write_text_atomic while every write() there
+    fails with ``code``; returns (exit status, its output)."""
+    script = (
+        "import sys\n"
+        "from oodcorr.core.errors import DiskFull\n"
+        "from oodcorr.core.io import atomic_path\n"
+        "try:\n"
+        "    with atomic_path(sys.argv[1]) as tmp:\n"
+        "        with open(tmp, 'wb') as fh:\n"
+        "            fh.write(b'x' * int(sys.argv[2]))\n"
+        "except DiskFull as e:\n"
+        "    print(e)\n"
+        "    sys.exit(3)\n"
+    )
+    env = python_env(LD_PRELOAD=str(shim), FAILWRITE_UNDER=str(folder), FAILWRITE_ERRNO=str(code))
+    r = subprocess.run(
+        [PYTHON, "-c", script, str(folder / "predictions.bin"), str(size)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_a_used_up_quota_is_told_apart_from_a_full_disk(tmp_path):
+    shim = write_refusing_shim(tmp_path)
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    rc, out = _write_under_shim(tmp_path, shim, folder, errno.EDQUOT)
+    assert rc == 3, out
+    assert "your disk quota" in out and "quota -s" in out and "lfs quota" in out and str(folder) in out
+    assert "no room in" not in out  # the file system has room: the quota is what is used up
+    assert not list(folder.iterdir())  # nothing half-written
+
+
+def test_a_file_over_the_file_systems_size_limit_is_told_apart(tmp_path):
+    shim = write_refusing_shim(tmp_path)
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    rc, out = _write_under_shim(tmp_path, shim, folder, errno.EFBIG)
+    assert rc == 3, out
+    assert "larger than allowed" in out and "takes no larger file" in out and "no room in" not in out
+    assert not list(folder.iterdir())
+
+
+def test_a_file_over_ulimit_f_names_the_limit(tmp_path):
+    """A real EFBIG, no shim: the child's file-size limit (``ulimit -f``) is 64 KiB."""
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    script = (
+        "import resource, sys\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))\n"
+        "from oodcorr.core.errors import DiskFull\n"
+        "from oodcorr.core.io import write_text_atomic\n"
+        "try:\n"
+        "    write_text_atomic(sys.argv[1], 'x' * 200_000)\n"
+        "except DiskFull as e:\n"
+        "    print(e)\n"
+        "    sys.exit(3)\n"
+    )
+    r = subprocess.run(
+        [PYTHON, "-c", script, str(folder / "big.txt")], capture_output=True, text=True, env=python_env(), timeout=120
+    )
+    out = r.stdout + r.stderr
+    assert r.returncode == 3, out
+    assert "no file larger than 64.0 KiB" in out and "ulimit -f" in out and "no room in" not in out
+    assert not list(folder.iterdir())
+
+
+# ---- the search for what can be deleted is bounded (issue 39) --------------------------------------
+def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries(tmp_path, monkeypatch):
+    exp = tmp_path / "exp"
+    (exp / ".published").mkdir(parents=True)
+    for i in range(30):
+        d = exp / "eval" / f"run{i}"
+        d.mkdir(parents=True)
+        for j in range(50):
+            (d / f"step{j}.parquet").touch()
+    (exp / "eval" / "run29" / ".step0.parquet.x.tmp").write_bytes(b"z" * 10)
+    monkeypatch.setattr(io, "DELETABLE_WALK_LIMIT", 400, raising=False)
+    seen = [0]
+    real = os.scandir
+
+    class Counted:
+        def __init__(self, path):
+            self.it = real(path)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.it.close()
+
+        def __iter__(self):
+            for entry in self.it:
+                seen[0] += 1
+                yield entry
+
+        def close(self):
+            self.it.close()
+
+    monkeypatch.setattr(os, "scandir", Counted)
+    found = io.deletable(exp / "scores")
+    assert seen[0] <= 400 + 1  # the walk stopped at its limit (1,500 files are there)
+    assert "the search stopped after" in found[-1] and str(exp) in found[-1]
