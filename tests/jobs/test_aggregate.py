@@ -263,3 +263,26 @@ def test_a_truncated_staged_scores_table_stops_the_report_tables_with_a_sentence
     )
     assert msg is not None and msg.startswith(f"oodcorr: {staged}: not a readable scores table ("), msg
     assert msg.endswith("delete it and run again: the aggregation rebuilds it from the evaluation results")
+
+
+def test_an_evaluation_of_a_swapped_tokenised_testset_names_the_cache_to_delete(tmp_path, monkeypatch):
+    """An evaluation that read another testset's tokenised cache (two caches swapped) wrote its record
+    in its own place, naming its own file but the other testset. Deleting the predictions file alone
+    would evaluate the same swapped cache again: the way out names the cache. (Before: "delete it and
+    run again", which repeated the error.)"""
+    import pyarrow.parquet as pq
+
+    from oodcorr.core.records import META_KEY
+
+    monkeypatch.chdir(tmp_path)
+    rel = _evaluated(tmp_path, 0, "t1")
+    table = pq.read_table(rel)
+    rec = json.loads(table.schema.metadata[META_KEY]) | {"testset": "t2"}  # as the swapped cache said
+    pq.write_table(table.replace_schema_metadata({META_KEY: json.dumps(rec).encode()}), rel)
+    with pytest.raises(ResultError) as e:
+        collect([rel], places=_places())
+    msg = str(e.value)
+    assert msg.startswith(f"{rel}: holds run m/d/n8/seed0, step 0, testset 't2'")
+    cache = "results/x/cache/tokenized/m/t1.pt"
+    assert f"Delete {cache}, results/x/cache/tokenized/m/t1.info.json and {rel}" in msg
+    assert "copied over it?" not in msg  # it was written here, by an evaluation

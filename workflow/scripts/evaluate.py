@@ -42,6 +42,7 @@ try:
         device=pick_device(sm.resources.gpu),
         threads=sm.threads,
         dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
+        testset=sm.wildcards.testset,  # what the tokenised testset must hold (a swapped one is refused)
     )
 except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, DiskFull) as e:
     # a damaged checkpoint, weights file or manifest, scores that are not finite, a GPU lock that is a

@@ -5,8 +5,9 @@ needs no import of the job that wrote it (and planning none of torch):
 
 * a predictions file's result record, in its parquet metadata under :data:`META_KEY`
   (written by :mod:`oodcorr.jobs.predictions`, read by :func:`read_result`);
-* a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`), and whether
-  the cache is whole and made by the tokenizer now on disk (:func:`cache_problem`);
+* a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`): its testset and
+  model, the digest of its bytes and of the settings that made it, and whether the cache is whole,
+  in its place and made by the tokenizer now on disk (:func:`cache_problem`);
 * a prepared dataset's meta file, and whether the local file it came from changed since
   (:func:`local_source_changed`);
 * a staged result's seal, ``.<name>.sha256`` beside it in ``.staging/`` (:func:`seal`, written
@@ -24,7 +25,7 @@ import json
 import os
 from pathlib import Path
 
-from .io import sha256_file, stat_key, write_json_atomic
+from .io import sha256_file, sha256_json, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 # keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its
@@ -116,6 +117,19 @@ def check_seal(path: str | Path, sha256: str) -> str | None:
 
 
 # ---- a tokenised testset, checked without torch ----------------------------------------------
+TOKENIZED_FORMAT = 3  # the tokenised testset's format: 3 records its model, and its sidecar a digest of its bytes
+# what decides a tokenised testset's content: the params of rule tokenize_testset
+# (oodcorr.planning.plan.Plan.tokenize_params)
+TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coarse", "max_length")
+
+
+def tokenize_settings_digest(settings: dict) -> str:
+    """The digest of what decides a tokenised testset's content (:data:`TOKENIZE_SETTINGS`), recorded in
+    its sidecar by the job that made it and compared by planning with this config's: a sidecar of
+    other settings describes a cache this run makes again, not what it evaluates."""
+    return sha256_json({k: settings.get(k) for k in TOKENIZE_SETTINGS})
+
+
 def rebuild_hint(path: str | os.PathLike) -> str:
     """What to do about a tokenised testset that cannot be used."""
     return (
@@ -134,27 +148,77 @@ def _zip_whole(path: Path) -> bool:
         return b"PK\x05\x06" in fh.read()
 
 
-def cache_problem(path: str | os.PathLike, tokenizer: str | None) -> str | None:
+def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
+    """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can): missing
+    or unreadable, or written before caches recorded their tokenizer and the digest of their bytes
+    (format :data:`TOKENIZED_FORMAT`), so the cache cannot be checked."""
+    info_path = cache_info_path(path)
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if not isinstance(info, dict):
+        return (
+            None,
+            f"{path}: the tokenised testset's sidecar {info_path} is missing or unreadable, so it cannot be checked",
+        )
+    if info.get("format") != TOKENIZED_FORMAT or not isinstance(info.get("sha256"), str):
+        return info, (
+            f"{path}: the tokenised testset was made before tokenised testsets recorded their tokenizer and the "
+            "digest of their content (its sidecar has neither), so whose tokenizer made it, and whether it is "
+            "what was written, cannot be checked"
+        )
+    return info, None
+
+
+def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
+    """The sentence for a tokenised testset of testset and model ``holds`` where ``belongs``'s is."""
+    return (
+        f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
+        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?); its prompts "
+        f"would be scored as {belongs[0]!r}'s"
+    )
+
+
+def cache_problem(
+    path: str | os.PathLike, tokenizer: str | None, testset: str | None = None, model: str | None = None
+) -> str | None:
     """Why the tokenised testset at ``path`` cannot be used, from its structure and its sidecar (no
-    torch): cut short (a torch.save zip without its end record), no readable sidecar, or made by
-    another tokenizer than ``tokenizer`` (when both are known); None when it looks whole."""
+    torch, no hashing): cut short (a torch.save zip without its end record, or another size than its
+    sidecar records), no readable sidecar, made before caches recorded their tokenizer and digest, made
+    for another testset or model than ``testset`` and ``model`` (its place), or by another tokenizer
+    than ``tokenizer`` (when both are known); None when it looks whole. Its bytes are checked against
+    the digest when it is read (:func:`oodcorr.jobs.tokenize_testset.read_tokenized`)."""
     path = Path(path)
     try:
         if not _zip_whole(path):
             return f"{path}: the tokenised testset is cut short or damaged (not a whole torch.save file)"
+        size = path.stat().st_size
     except OSError as e:
         return f"{path}: the tokenised testset cannot be read ({e.strerror or e})"
-    try:
-        info = json.loads(cache_info_path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return f"{path}: the tokenised testset's sidecar {cache_info_path(path)} is missing or unreadable"
-    made_by = info.get("tokenizer") if isinstance(info, dict) else None
-    if tokenizer and made_by and made_by != tokenizer:
+    info, why = read_cache_info(path)
+    if why:
+        return why
+    if info.get("size") != size:
+        return (
+            f"{path}: the tokenised testset is {size} bytes, but {info.get('size')} bytes were written (its sidecar "
+            f"{cache_info_path(path)}): cut short, or another file copied over it"
+        )
+    holds = (info.get("testset"), info.get("model"))
+    if (testset and holds[0] != testset) or (model and holds[1] != model):
+        return misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
+    made_by = info.get("tokenizer")
+    if tokenizer and made_by != tokenizer:
         return other_tokenizer(path, made_by, tokenizer)
     return None
 
 
-def other_tokenizer(path, made_by: str, tokenizer: str) -> str:
+def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
+    if not made_by:
+        return (
+            f"{path}: the tokenised testset does not record the tokenizer that made it, so it cannot be checked "
+            f"against this model's ({tokenizer[:12]}...)"
+        )
     return (
         f"{path}: the tokenised testset was made by another tokenizer (files sha256 {made_by[:12]}...) than this "
         f"model's ({tokenizer[:12]}...): another model's cache, or this model's from before its tokenizer files "

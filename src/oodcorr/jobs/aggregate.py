@@ -39,7 +39,8 @@ import pandas as pd
 
 from ..core.errors import ResultError
 from ..core.io import atomic_path, write_text_atomic
-from ..core.records import local_source_changed, read_result
+from ..core.records import cache_info_path, local_source_changed, read_result
+from ..planning.layout import Paths
 from . import metrics
 
 log = logging.getLogger(__name__)
@@ -175,6 +176,19 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
     where = series.get(str(step)) if series is not None else places["checkpoint"].format(**fields, step=step)
     expected_pred = places["predictions"].format(**fields, step=step, testset=place["testset"])
     wrong = [k for k, v in want.items() if str(r.get(k)) != str(v)]
+    if wrong == ["testset"] and pred == _norm(expected_pred):
+        # written here by its own evaluation job, which read another testset's tokenised cache (two swapped):
+        # deleting this file alone would evaluate that cache again
+        cache = Paths(places["predictions"].split("/eval/", 1)[0]).tokenized.format(
+            model=place["model"], testset=place["testset"]
+        )
+        raise ResultError(
+            f"{path}: holds {_what(r)}, but sits where testset {place['testset']!r} of run {run_id} belongs, and its "
+            f"evaluation job wrote it there: the tokenised testset it read, {cache}, holds testset "
+            f"{r.get('testset')!r} (two tokenised testsets swapped, or one copied over the other?), so it is not "
+            f"aggregated. Delete {cache}, {cache_info_path(cache)} and {path}, and run again: the testset is "
+            "tokenised again and that evaluation runs again"
+        )
     if wrong or pred != _norm(expected_pred) or (where is not None and _norm(r["checkpoint"]) != _norm(where)):
         what = "the evaluation job's summary of" if summary else "the evaluation of"
         raise ResultError(

@@ -211,6 +211,7 @@ def evaluate_run(
     device: str = "cpu",
     threads: int = 1,
     dtype: str | None = None,
+    testset: str | None = None,
 ) -> dict:
     """Score checkpoints of one run on one testset, in one process.
 
@@ -220,7 +221,8 @@ def evaluate_run(
     predictions file that already holds this exact evaluation (same :func:`eval_key`) is
     kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
     every checkpoint's record. A batch size that had to be halved for memory stays halved
-    for the checkpoints after it. Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
+    for the checkpoints after it. ``testset`` (the job's) is what the tokenised testset must hold,
+    with the model's name (:func:`read_tokenized`). Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
     """
     t0 = time.time()
     age = _process_age()
@@ -228,8 +230,11 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    # checked before anything is scored: cut short, another format or another tokenizer's is refused
-    cache = read_tokenized(tokenized, tokenizer_fingerprint(model_spec, built_model_dir))
+    # checked before anything is scored: bytes other than those written, cut short, another format, another
+    # testset's or model's (swapped), or another tokenizer's is refused
+    cache = read_tokenized(
+        tokenized, tokenizer_fingerprint(model_spec, built_model_dir), testset=testset, model=model_spec.get("name")
+    )
     t_cache = time.time()
     dtype = eval_dtype(model_spec, device, dtype)
     loader = CheckpointLoader(

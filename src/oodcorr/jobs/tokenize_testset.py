@@ -4,26 +4,40 @@ What rule ``tokenize_testset`` runs (workflow/scripts/tokenize_testset.py); ever
 evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`CACHE_FORMAT` is the cache's
 format; its sidecar (:func:`oodcorr.core.records.cache_info_path`) is readable without torch.
 
-A cache records the fingerprint of the tokenizer that made it
-(:func:`oodcorr.modeling.loading.tokenizer_fingerprint`). :func:`read_tokenized`, the one reader,
-refuses a cache that is cut short or damaged, of another format, inconsistent, or made by another
-tokenizer, naming it and what to delete; :func:`oodcorr.core.records.cache_problem` is the same check
-without torch, of the file's structure and its sidecar, for planning
-(:mod:`oodcorr.launch.disk_checks`), which has such a cache made again before any evaluation
-reads it.
+A cache records its testset, its model and the fingerprint of the tokenizer that made it
+(:func:`oodcorr.modeling.loading.tokenizer_fingerprint`); its sidecar records the same, the sha256 of
+the cache's bytes and the digest of the settings that made it
+(:func:`oodcorr.core.records.tokenize_settings_digest`). :func:`read_tokenized`, the one reader,
+refuses a cache whose bytes are not those written (a bit flipped, a file copied over it), one cut
+short or damaged, of another format (made before these records), inconsistent, of another testset
+or model than its place, or made by another tokenizer, naming it and what to delete;
+:func:`oodcorr.core.records.cache_problem` is the same check without torch or hashing, of the
+file's structure and its sidecar, for planning (:mod:`oodcorr.launch.disk_checks`), which has such
+a cache made again before any evaluation reads it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
+from pathlib import Path
 
 from ..core.errors import ResultError
 from ..core.io import atomic_path, read_json, read_jsonl, write_json_atomic
-from ..core.records import cache_info_path, other_tokenizer, rebuild_hint
+from ..core.records import (
+    TOKENIZED_FORMAT,
+    cache_info_path,
+    misplaced_cache,
+    other_tokenizer,
+    read_cache_info,
+    rebuild_hint,
+    tokenize_settings_digest,
+)
 from ..modeling import adaptation
 from ..modeling.loading import load_tokenizer, tokenizer_fingerprint
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = TOKENIZED_FORMAT
 
 
 def tokenize_testset(
@@ -62,6 +76,7 @@ def tokenize_testset(
     cache = {
         "format": CACHE_FORMAT,
         "testset": testset,
+        "model": model_spec["name"],
         "method": method.name,
         "input_ids": ids,
         "labels": [lab[r["label"]] for r in recs],
@@ -79,7 +94,19 @@ def tokenize_testset(
         "reading": changed_reading(prompt),
         "tokenizer": tokenizer_fingerprint(model_spec, built_model_dir),
     }
+    buf = io.BytesIO()
+    torch.save(cache, buf)
+    data = buf.getvalue()
+    settings = dict(
+        model_spec=model_spec,
+        built_model_dir=built_model_dir,
+        prompt=prompt,
+        labels=list(labels),
+        coarse=coarse,
+        max_length=max_length,
+    )
     info = {
+        "format": CACHE_FORMAT,
         "testset": testset,
         "model": model_spec["name"],
         "n": len(ids),
@@ -87,28 +114,52 @@ def tokenize_testset(
         "max_length": max_length,
         "fingerprint": meta["fingerprint"],
         "tokenizer": cache["tokenizer"],
+        # what the reader checks the cache's bytes against, and what planning compares with its config's settings
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "size": len(data),
+        "settings": tokenize_settings_digest(settings),
     }
     # beside the cache, readable without torch (planning warns about truncation from it); written first,
     # so a cache never lacks its sidecar
     write_json_atomic(cache_info_path(out_path), info)
-    with atomic_path(out_path) as tmp:
-        torch.save(cache, tmp)
+    with atomic_path(out_path, size=len(data), what=f"the tokenised testset {out_path}") as tmp:
+        Path(tmp).write_bytes(data)
     return {"n": len(ids), "n_truncated": n_trunc}
 
 
-def read_tokenized(path: str | os.PathLike, tokenizer: str | None = None) -> dict:
-    """The tokenised testset at ``path``, checked before anything is scored: a file cut short or
-    damaged, of another format, whose lists disagree in length, or made by another tokenizer than
-    ``tokenizer`` (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`; unchecked when either is
-    unknown) is a :class:`~oodcorr.core.errors.ResultError` naming it and what to delete."""
+def read_tokenized(
+    path: str | os.PathLike, tokenizer: str | None = None, *, testset: str | None = None, model: str | None = None
+) -> dict:
+    """The tokenised testset at ``path``, checked before anything is scored: its bytes must be those
+    written (the sha256 its sidecar records: a bit flipped on disk or in a copy, another file copied
+    over it), and it must be whole, of this format (made after caches recorded their tokenizer and
+    digest), consistent, of ``testset`` and ``model`` (its place, when given) and made by
+    ``tokenizer`` (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`; unchecked when unknown);
+    else a :class:`~oodcorr.core.errors.ResultError` naming it and what to delete."""
     import torch  # torch stack: planning and the CLI never import it
 
     try:
-        cache = torch.load(path, weights_only=True)
+        data = Path(path).read_bytes()
     except FileNotFoundError:
         raise ResultError(
             f"{path}: the tokenised testset is missing; run again: rule tokenize_testset makes it"
         ) from None
+    except OSError as e:
+        raise ResultError(
+            f"{path}: the tokenised testset cannot be read ({e.strerror or e}); {rebuild_hint(path)}"
+        ) from None
+    info, why = read_cache_info(path)
+    if why:
+        raise ResultError(f"{why}; {rebuild_hint(path)}")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != info["sha256"]:
+        raise ResultError(
+            f"{path}: the tokenised testset changed after it was written (its bytes' sha256 is {digest[:12]}..., "
+            f"{info['sha256'][:12]}... when written, as {cache_info_path(path)} records): a bit flipped on disk or "
+            f"in a copy, or another file copied over it, so its token ids cannot be trusted; {rebuild_hint(path)}"
+        )
+    try:
+        cache = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # noqa: BLE001 -- torch raises several types for a file cut short or not its own
         raise ResultError(
             f"{path}: the tokenised testset is unreadable (cut short or damaged: {type(e).__name__}: "
@@ -121,8 +172,11 @@ def read_tokenized(path: str | os.PathLike, tokenizer: str | None = None) -> dic
     elif not isinstance(cache.get("input_ids"), list) or len(cache["input_ids"]) != len(cache.get("labels") or ()):
         n_ids, n_labels = len(cache.get("input_ids") or ()), len(cache.get("labels") or ())
         why = f"{path}: the tokenised testset holds {n_ids} prompts but {n_labels} labels"
-    elif tokenizer and cache.get("tokenizer") and cache["tokenizer"] != tokenizer:
-        why = other_tokenizer(path, cache["tokenizer"], tokenizer)
+    elif (testset and cache.get("testset") != testset) or (model and cache.get("model") != model):
+        holds = (cache.get("testset"), cache.get("model"))
+        why = misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
+    elif tokenizer and cache.get("tokenizer") != tokenizer:
+        why = other_tokenizer(path, cache.get("tokenizer"), tokenizer)
     if why:
         raise ResultError(f"{why}; {rebuild_hint(path)}")
     return cache

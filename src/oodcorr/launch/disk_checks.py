@@ -334,7 +334,9 @@ def check_summaries_complete(plan: Plan) -> None:
 def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
     """Every tokenised testset already on disk, checked by its structure and sidecar
     (:func:`oodcorr.core.records.cache_problem`): one cut short (a full disk, a killed
-    copy), without its sidecar, or made by another tokenizer than its model's now. With ``rebuild``
+    copy), without its sidecar, made before caches recorded their tokenizer and digest, of another
+    testset or model than its place (two swapped), or made by another tokenizer than its model's now.
+    Its bytes are checked against their digest when an evaluation reads it. With ``rebuild``
     (a run that may write, holding the experiment's lock) it is deleted, so that this run makes it
     again before any evaluation reads it; else (a dry run) it is only named. Returns the warnings."""
     out = []
@@ -345,7 +347,7 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
             path = Path(plan.paths.tokenized.format(model=model, testset=testset))
             if not path.exists():
                 continue
-            why = cache_problem(path, fp)
+            why = cache_problem(path, fp, testset=testset, model=model)
             if why is None:
                 continue
             if rebuild:
