@@ -46,20 +46,23 @@ def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path,
     ]
 
 
-def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadable_meta_file(tmp_path, monkeypatch):
+def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadable_meta_file(
+    tmp_path, monkeypatch, tiny_models
+):
     """Every prompt cut to max_length was said only in the job logs when the handler stopped on an
     unreadable meta file first; now both lines are printed, the 100 % case in words of its own."""
 
     from oodcorr.launch.disk_checks import end_of_run_report
 
+    from helpers import micro_config
+
     monkeypatch.chdir(tmp_path)
-    plan = micro_plan()
+    cfg = micro_config()
+    plan = micro_plan({**cfg, "evaluation": {**cfg["evaluation"], "max_length": 8}})
     meta = Path("results/micro/data/synth-test.meta.json")
     meta.parent.mkdir(parents=True)
     meta.write_text("{")
-    info = Path("results/micro/cache/tokenized/micro-opt/synth-overlap.info.json")
-    info.parent.mkdir(parents=True)
-    info.write_text(json.dumps({"n": 60, "n_truncated": 60, "max_length": 8}))
+    _tokenise_as_planned(plan, "micro-opt", "synth-overlap", tiny_models["opt"])
     lines = end_of_run_report(plan, failed=False)
     assert any(line.startswith(f"oodcorr: WARNING: {meta}: the description of prepared dataset") for line in lines)
     assert (
@@ -128,3 +131,53 @@ def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_
     assert "models[local]" in msg and f"token ids up to {rows + 5}" in msg and f"have {rows} rows" in msg, msg
     with pytest.raises(ConfigError, match=rf"token ids up to {rows + 5}, but the model's input embeddings have {rows}"):
         load_tokenizer({"name": "local", "path": str(folder)})  # and in every job that loads it
+
+
+# ---- issue 39: the truncation warnings describe what this run tokenises ----------------------------
+def _tokenise_as_planned(plan, model, testset, tiny_src):
+    """``testset`` tokenised for ``model`` as rule tokenize_testset does it with this plan's params (its
+    data prepared first); returns the job's ``{"n", "n_truncated"}``."""
+    import shutil
+    from types import SimpleNamespace
+
+    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.jobs.tokenize_testset import tokenize_testset
+    from oodcorr.modeling import synthetic
+
+    params = plan.tokenize_params(SimpleNamespace(model=model))
+    if not Path(params["tiny_dir"]).exists():
+        shutil.copytree(tiny_src, params["tiny_dir"])
+    data, meta = plan.paths.data.format(dataset=testset), plan.paths.data_meta.format(dataset=testset)
+    write_jsonl_atomic(data, synthetic.generate("negation", 60, 0))
+    write_json_atomic(meta, {"fingerprint": f"synthetic:{testset}", "records_sha256": "r"})
+    out = plan.paths.tokenized.format(model=model, testset=testset)
+    return tokenize_testset(**params, testset=testset, data_path=data, data_meta=meta, out_path=out)
+
+
+def test_truncation_warnings_are_of_what_this_run_tokenises_not_of_an_earlier_max_length(
+    tmp_path, monkeypatch, tiny_models
+):
+    """An experiment tokenised at max_length 24, planned again at 8: the warning said the old caches'
+    share at 24 tokens (and the run then cut every prompt to 8). Now a sidecar made with other
+    settings is of a cache this run makes again and says nothing; once made at 8, its share is said."""
+    from oodcorr.launch.disk_checks import end_of_run_report, truncation_warnings
+
+    from helpers import micro_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = micro_config()
+    before = micro_plan({**cfg, "evaluation": {**cfg["evaluation"], "max_length": 24}})
+    model, testset = "micro-opt", "synth-negation"
+    got = _tokenise_as_planned(before, model, testset, tiny_models["opt"])
+    assert 0.05 < got["n_truncated"] / got["n"] < 1  # the earlier run cut some prompts, and was warned
+    assert any("(24 tokens)" in w for w in truncation_warnings(before))
+    now = micro_plan({**cfg, "evaluation": {**cfg["evaluation"], "max_length": 8}})
+    assert not any(testset in w for w in truncation_warnings(now))  # not the earlier run's numbers
+    assert not any("24 tokens" in line for line in end_of_run_report(now, failed=True))  # a run that stopped early
+    _tokenise_as_planned(now, model, testset, tiny_models["opt"])  # this run tokenises it at 8
+    assert truncation_warnings(now) == [
+        f"testset {testset!r}, model {model!r}: all 60 prompts (100%) are longer than evaluation.max_length (8 "
+        "tokens) and were cut, keeping their end; raise evaluation.max_length to score whole examples"
+    ]
+    Path(now.paths.tokenized.format(model=model, testset=testset)).unlink()  # its cache gone: made again
+    assert truncation_warnings(now) == []

@@ -25,11 +25,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
-from ..core.records import cache_info_path, cache_problem, local_source_changed
+from ..core.records import cache_info_path, cache_problem, local_source_changed, tokenize_settings_digest
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
@@ -363,15 +364,25 @@ def truncation_warnings(plan: Plan) -> list[str]:
     """Testsets (per model's tokenizer) and training samples with more than
     ``TRUNCATION_WARNING`` of their prompts cut to ``max_length``: from each tokenised
     cache's sidecar (``<testset>.info.json``) and each finished run's manifest, as far as
-    they exist (at planning: from earlier runs; at the end of a run: all of them)."""
+    they exist (at planning: from earlier runs; at the end of a run: all of them).
+
+    A sidecar counts only when it describes what this config evaluates: its cache is there, it
+    was made with this config's settings (:func:`oodcorr.core.records.tokenize_settings_digest` of
+    the rule's params: ``max_length``, the prompt, the tokenizer's folder...) from the testset as
+    prepared now. One made otherwise (an earlier ``evaluation.max_length``) is of a cache this run
+    makes again, and its numbers are not this run's."""
     out = []
+    testsets = sorted({t for ts in plan.testsets.values() for t, _ in ts})
     for model in plan.models:
-        for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
-            info_path = cache_info_path(plan.paths.tokenized.format(model=model, testset=testset))
+        settings = tokenize_settings_digest(plan.tokenize_params(SimpleNamespace(model=model)))
+        for testset in testsets:
+            cache = plan.paths.tokenized.format(model=model, testset=testset)
             try:
-                info = json.loads(Path(info_path).read_text(encoding="utf-8"))
+                info = json.loads(cache_info_path(cache).read_text(encoding="utf-8"))
                 n, cut = int(info["n"]), int(info["n_truncated"])
             except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if info.get("settings") != settings or not os.path.isfile(cache) or _other_data(plan, testset, info):
                 continue
             if n and cut / n > TRUNCATION_WARNING:
                 share = f"all {n} prompts (100%) are" if cut == n else f"{cut} of {n} prompts ({cut / n:.0%}) are"
@@ -399,3 +410,12 @@ def truncation_warnings(plan: Plan) -> list[str]:
                 "were cut; raise finetune.max_length"
             )
     return out
+
+
+def _other_data(plan: Plan, testset: str, info: dict) -> bool:
+    """Whether a tokenised testset's sidecar is of other data than the testset as prepared now."""
+    try:
+        meta = json.loads(Path(plan.paths.data_meta.format(dataset=testset)).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # not prepared yet, or unreadable (said elsewhere): nothing to compare
+    return isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")
