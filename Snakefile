@@ -18,7 +18,12 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
-from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
+from oodcorr.launch.disk_checks import (
+    check_on_disk,
+    check_tokenized_caches,
+    end_of_run_report,
+    room_to_run,
+)  # noqa: E402
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
@@ -55,7 +60,17 @@ _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
 # experiment last; the published files no longer match their record (then it is published again)
 _experiment_warnings = []
 if workflow.is_main_process:
-    _experiment_warnings = [w for w in [config_warning(PLAN, CONFIG_FILES, config)] if w]
+    # room on the file systems the run writes in besides what its jobs check before writing: a full (or
+    # inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so it is checked
+    # now, with the experiment folder, .snakemake/, --shadow-prefix, the conda prefix and the lock folders
+    _deploy = workflow.deployment_settings
+    _conda = any(getattr(m, "name", "").lower() == "conda" for m in _deploy.deployment_method)
+    _no_room = room_to_run(PLAN, sys.argv, conda_prefix=_deploy.conda_prefix if _conda else None)
+    if _no_room and (writes(sys.argv) or report_requested(sys.argv)):
+        for _line in _no_room:
+            print(f"oodcorr: {_line}", file=sys.stderr)
+        sys.exit(1)
+    _experiment_warnings = _no_room + [w for w in [config_warning(PLAN, CONFIG_FILES, config)] if w]
     # a run that may write holds its experiment folder's lock from here to its end
     # (oodcorr.launch.experiment.lock): a second writer of that folder stops now, naming this one,
     # before Snakemake builds its DAG or starts any job, even from another checkout whose results/

@@ -181,3 +181,33 @@ def test_truncation_warnings_are_of_what_this_run_tokenises_not_of_an_earlier_ma
     ]
     Path(now.paths.tokenized.format(model=model, testset=testset)).unlink()  # its cache gone: made again
     assert truncation_warnings(now) == []
+
+
+# ---- issue 39: room on the file systems a run writes in besides its results, checked while planning --
+def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path, monkeypatch):
+    """TMPDIR full: Snakemake's ILP scheduler died writing its solver's files there, with a traceback
+    through pulp; a lock folder or --shadow-prefix without inodes left failed later, never naming
+    inodes. Each is named now, with its folder and what to do; the greedy scheduler needs no room."""
+    import tempfile
+
+    from oodcorr.launch.disk_checks import room_to_run
+
+    from faults import fill, small_filesystem, use_up_inodes
+
+    monkeypatch.chdir(tmp_path)
+    plan = micro_plan()
+    with small_filesystem(tmp_path / "tmp", "256k") as tmp, small_filesystem(tmp_path / "locks", "1m", 64) as locks:
+        fill(tmp)
+        use_up_inodes(locks)
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        monkeypatch.delenv("TMP", raising=False)
+        monkeypatch.setattr(tempfile, "tempdir", None)  # Python reads TMPDIR again
+        monkeypatch.setenv("OODCORR_LOCK_DIR", str(locks))
+        said = room_to_run(plan, ["snakemake", "--shadow-prefix", str(locks / "shadow")])
+        assert len(said) == 2, said  # one sentence per file system
+        assert said[0].startswith(f"no room to run: the temp folder of Snakemake's scheduler (TMP, else TMPDIR), {tmp}")
+        assert "0 B free" in said[0] and "--scheduler greedy" in said[0] and "export TMPDIR=" in said[0]
+        assert str(locks) in said[1] and f"no free inodes (0 of 64; each file takes one: `df -i {locks}" in said[1]
+        greedy = room_to_run(plan, ["snakemake", "--scheduler", "greedy"])
+        assert not any("scheduler" in s for s in greedy)
+        assert any(s.startswith(f"no room to run: the temp folder (TMPDIR), {tmp}") for s in greedy)

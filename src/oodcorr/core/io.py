@@ -150,11 +150,13 @@ def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) ->
 @dataclass(frozen=True)
 class Room:
     """What a file system has left for this user: bytes and inodes free (an inode per file or
-    folder), and its inodes in all (0 where it does not count them, as btrfs)."""
+    folder), its inodes in all (0 where it does not count them, as btrfs), and which it is (its
+    device number)."""
 
     free: int
     inodes_free: int
     inodes: int
+    device: int
 
     @property
     def no_inodes(self) -> bool:
@@ -171,11 +173,12 @@ def _existing(folder: str | os.PathLike) -> Path:
 
 def room(folder: str | os.PathLike) -> Room | None:
     """What ``folder``'s file system (its nearest existing parent's) has left, or None if unknown."""
+    where = _existing(folder)
     try:
-        st = os.statvfs(_existing(folder))
+        st, device = os.statvfs(where), os.stat(where).st_dev
     except OSError:
         return None
-    return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files)
+    return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files, device)
 
 
 def free_bytes(folder: str | os.PathLike) -> int | None:
