@@ -17,6 +17,7 @@ sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
 from oodcorr.core.io import load_yaml  # noqa: E402
+from oodcorr.core.records import REFUSALS_ENV, clear_refusals, refusals_dir  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
 from oodcorr.launch.disk_checks import (
     check_on_disk,
@@ -92,6 +93,9 @@ for _warning in (*PLAN.warnings, *_disk_warnings, *_hub_warnings, *_fit_warnings
 check_report_inputs(PLAN, CONFIG_FILES[-1], sys.argv)
 P = PLAN.paths
 LOGS = P.logs
+# where each job records the sentence it stops with (oodcorr.launch.runtime.refuse), repeated on the
+# console when the run ends (onerror); set in every process, so a cluster job's script finds it too
+os.environ[REFUSALS_ENV] = str(refusals_dir(LOGS).resolve())
 A = P.staged(P.analysis)  # where the analysis and the report's figures are written, then published
 # every rule's conda environment; the path is relative to workflow/rules/, where the rules live
 ENV = "../../envs/oodcorr.yaml"
@@ -127,6 +131,8 @@ onstart:
     if _refusal:
         print(f"oodcorr: {_refusal}", file=sys.stderr)
         sys.exit(1)
+    # the refusals of earlier runs: only this run's are repeated when it ends
+    clear_refusals(refusals_dir(LOGS))
 
 
 rule all:
@@ -143,12 +149,14 @@ rule all:
 
 
 # everything allowed but suspicious (a testset with one class, prompts cut short, ...), once, then
-# where the published results are; end_of_run_report never raises (an unreadable file is a line)
+# where the published results are; after a failure, last, a file system without room now and the
+# sentence each job stopped with, the job named (a full disk while tokenising, converting,
+# aggregating, publishing...); end_of_run_report never raises (an unreadable file is a line)
 onsuccess:
     for line in end_of_run_report(PLAN, failed=False):
-        print(line)
+        print(line, flush=True)
 
 
 onerror:
     for line in end_of_run_report(PLAN, failed=True):
-        print(line)
+        print(line, flush=True)

@@ -171,6 +171,7 @@ def run_rule_script(name: str, tmp_path: Path, **fields):
         return str(e.code)
     finally:
         logging.getLogger().handlers.clear()  # setup_logging added a file handler for the job's log
+        sys.excepthook = sys.__excepthook__  # start_job set the job's own
     return None
 
 

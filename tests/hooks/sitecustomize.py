@@ -17,6 +17,11 @@ SIGKILLs the process right after its N-th rename (``os.replace`` or ``os.rename`
 half-way through publishing does; ``OODCORR_TEST_HOLD_PUBLISH=<file>`` makes the job write
 ``<file>.waiting`` and wait until ``<file>`` exists before it publishes (a run caught publishing,
 for a second writer to meet).
+
+In any job: ``OODCORR_TEST_FILL_AT=<prefix>`` fills the file system of the folder a temporary file
+or folder whose name starts with ``<prefix>`` is made in, just before it is made (the atomic writes
+make ``.<name>.*.tmp`` beside their file, a publish ``.new-*``): the write that follows meets a real
+full disk (ENOSPC), at the moment the test chose. The filler is ``.test-filler`` in that folder.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from pathlib import Path
 SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
 KILL_PUBLISH_ENV = "OODCORR_TEST_KILL_PUBLISH_AFTER"
 HOLD_PUBLISH_ENV = "OODCORR_TEST_HOLD_PUBLISH"
+FILL_AT_ENV = "OODCORR_TEST_FILL_AT"
 PYTHONPATH_ENTRY = str(Path(__file__).resolve().parent)
 
 
@@ -98,3 +104,29 @@ if (
     and (os.environ.get(KILL_PUBLISH_ENV) or os.environ.get(HOLD_PUBLISH_ENV))
 ):
     install_publish_hooks()
+
+
+def install_fill_hook(prefix: str) -> None:
+    import contextlib
+    import tempfile
+
+    def fill(folder) -> None:
+        with open(os.path.join(folder or tempfile.gettempdir(), ".test-filler"), "ab") as fh:
+            with contextlib.suppress(OSError):
+                while True:
+                    fh.write(b"\0" * (1 << 16))
+                    fh.flush()
+
+    def filling(real):
+        def made(*args, **kwargs):
+            if str(kwargs.get("prefix", "")).startswith(prefix):
+                fill(kwargs.get("dir"))
+            return real(*args, **kwargs)
+
+        return made
+
+    tempfile.mkstemp, tempfile.mkdtemp = filling(tempfile.mkstemp), filling(tempfile.mkdtemp)
+
+
+if os.environ.get(FILL_AT_ENV):
+    install_fill_hook(os.environ[FILL_AT_ENV])

@@ -211,3 +211,28 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
         greedy = room_to_run(plan, ["snakemake", "--scheduler", "greedy"])
         assert not any("scheduler" in s for s in greedy)
         assert any(s.startswith(f"no room to run: the temp folder (TMPDIR), {tmp}") for s in greedy)
+
+
+# ---- issue 39: each job's refusal, repeated as the last lines of a failed run --------------------------
+def test_a_failed_runs_last_lines_are_its_jobs_sentences_a_full_disk_first(tmp_path, monkeypatch):
+    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.launch.disk_checks import REFUSALS_SHOWN, end_of_run_report
+
+    monkeypatch.chdir(tmp_path)
+    plan = micro_plan()
+    folder = refusals_dir(plan.paths.logs)
+    for i in range(REFUSALS_SHOWN + 2):  # evaluations refused first, then a full disk while tokenising
+        doc = {"rule": "evaluate", "wildcards": {"step": str(i)}, "log": f"logs/eval/{i}.log", "kind": "refused"}
+        RefusalSlot(folder, f"eval{i}").fill(doc | {"message": f"checkpoint {i} not usable", "time": f"t{i}"})
+    full = {"rule": "tokenize_testset", "wildcards": {"model": "m", "testset": "t"}, "log": "logs/tok.log"}
+    RefusalSlot(folder, "tok").fill(full | {"message": "t.pt: no room in x", "kind": "disk full", "time": "t9"})
+    RefusalSlot(folder, "running")  # a job still running, or killed: nothing to say
+    lines = end_of_run_report(plan, failed=True)
+    tail = lines[-(REFUSALS_SHOWN + 1) :]
+    assert (
+        tail[0]
+        == "oodcorr: job tokenize_testset (model=m, testset=t) stopped: t.pt: no room in x (its log: logs/tok.log)"
+    )
+    assert tail[1] == "oodcorr: job evaluate (step=0) stopped: checkpoint 0 not usable (its log: logs/eval/0.log)"
+    assert tail[-1] == "oodcorr: and 3 more jobs stopped (3 evaluate); each log's last line says why"
+    assert not any(line.startswith("oodcorr: job ") for line in end_of_run_report(plan, failed=False))  # succeeded

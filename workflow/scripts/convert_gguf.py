@@ -2,10 +2,10 @@
 
 import logging
 
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import start_job
 from oodcorr.modeling.gguf_conversion import convert
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 record = convert(dict(sm.params.spec), sm.output[0], threads=sm.threads)
 logging.getLogger(__name__).info("converted: %s", record)

@@ -5,15 +5,14 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 """
 
 import logging
-import sys
 
 from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.core.locks import UnsafeLockFile
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
-from oodcorr.launch.runtime import end_job, pick_device, retry_sizes, setup_logging
+from oodcorr.launch.runtime import end_job, pick_device, refuse, retry_sizes, start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 # batch sizes change speed, not results: read from the config so changing them reruns nothing;
 # each retry (after an out-of-memory failure, say) halves them
 ev = sm.config["evaluation"]
@@ -47,7 +46,7 @@ try:
 except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, DiskFull) as e:
     # a damaged checkpoint, weights file or manifest, scores that are not finite, a GPU lock that is a
     # link: the message is the log's last line, no traceback
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)
 print(
     {
         "testset": result["testset"],

@@ -1,13 +1,12 @@
 """Rule finetune: one run, checkpoints on the schedule, resumable, one writer at a time."""
 
-import sys
 from pathlib import Path
 
 from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.core.locks import FolderInUse
 from oodcorr.jobs.finetune import NonFiniteLoss, finetune
 from oodcorr.jobs.multi_gpu import run_distributed
-from oodcorr.launch.runtime import pick_device, setup_logging
+from oodcorr.launch.runtime import pick_device, refuse, start_job
 from oodcorr.planning.config import report_to
 from oodcorr.planning.finetune_job import FinetuneJob
 
@@ -17,7 +16,7 @@ run = sm.params.run
 # result: read from the config, not params (editing them reruns nothing)
 entry = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model)
 dist = entry.get("distributed")
-setup_logging(sm.log[0])
+start_job(sm)
 try:
     job = FinetuneJob(
         model_spec=run["model_spec"],
@@ -46,4 +45,4 @@ try:
 except (FolderInUse, NonFiniteLoss, ConfigError, DataError, ResultError, DiskFull) as e:
     # the message (a held run folder or a lock file that is a link, a diverged run, a verbaliser the
     # tokenizer splits, a training set too small for n_train) is the log's last line
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)

@@ -1,7 +1,6 @@
 """Rule partial_correlations: scores + per-example predictions -> pairs table, agreement table."""
 
 import logging
-import sys
 from pathlib import Path
 
 from oodcorr.analysis import Options, agreement, analyse
@@ -15,10 +14,10 @@ from oodcorr.analysis.tables import (
 from oodcorr.core.errors import DataError, DiskFull, ResultError
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import read_scores
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
 score = sm.params.score  # analysis.score: the metric column analysed
@@ -29,7 +28,7 @@ try:
     long, info = from_scores(scores, score)
     examples = examples_from_predictions(scores) if by_example else None
 except (ResultError, DataError, DiskFull) as e:  # a damaged scores table or predictions file: named, with the way out
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threads)  # runs in parallel processes
 if opts.example_boot > 1 and not by_example:

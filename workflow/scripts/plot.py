@@ -1,7 +1,5 @@
 """Rules consensus_heatmap, forest_plots, heatmap, heatmap_grid, learning_curves, scatter: one figure each."""
 
-import sys
-
 import pandas as pd
 
 from oodcorr.analysis import Options
@@ -10,11 +8,11 @@ from oodcorr.core.errors import ResultError
 from oodcorr.core.records import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_scores
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import refuse, start_job
 from oodcorr.planning.config import analysis_options
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 kind = sm.params.kind
 # the heatmap rules pass no params.analysis: the (validated) config's analysis section is the same
 opts = Options.from_mapping(getattr(sm.params, "analysis", None) or analysis_options(sm.config.get("analysis", {})))
@@ -36,7 +34,7 @@ else:
     try:
         long, _ = from_scores(read_scores(sm.input[0]), sm.params.score)
     except ResultError as e:
-        sys.exit(f"oodcorr: {e}")
+        refuse(e)
     labels = dict(x_label=sm.params.x_label, y_label=sm.params.score) if kind == "learning_curves" else {}
     print(plots.draw(kind, sm.output[0], opts, long=long, model=sm.wildcards.model, **labels))
 seal(sm.output)  # what publishing checks the staged file against

@@ -2,10 +2,10 @@
 
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.jobs.data import prepare
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 spec = dict(sm.params.spec)
 if len(sm.input):  # a local file, resolved by the workflow
     spec["path"] = sm.input[0]

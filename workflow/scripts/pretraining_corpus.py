@@ -1,11 +1,11 @@
 """Rule pretraining_corpus: unlabelled synthetic text for tokenizer and LM pretraining."""
 
 from oodcorr.core.io import write_text_atomic
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import start_job
 from oodcorr.modeling.synthetic import pretraining_corpus
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 lines = pretraining_corpus(
     int(sm.params.cfg["n_lines"]), int(sm.params.cfg["seed"]), sm.params.template, tuple(sm.params.answers)
 )

@@ -5,23 +5,22 @@ into place by one rename (oodcorr.core.published); the record of what was publis
 file's sha256) is the rule's output, written last.
 """
 
-import sys
 from pathlib import Path
 
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.locks import FolderInUse
 from oodcorr.core.published import PublishRefused, describe, publish_set, write_marker
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 root = Path(sm.output[0]).parent  # the record sits in the experiment folder (oodcorr.planning.layout.Paths.published)
 try:
     # each published path (relative to the experiment folder) and its staged file, in the plan's order
     staged = dict(zip(sm.params.rels, sm.input, strict=True))
     record = publish_set(root, staged, experiment=sm.params.experiment)
 except (PublishRefused, FolderInUse, DiskFull) as e:  # the message (the file, the way out) is the log's last line
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)
 for note in record["notes"]:
     print(f"oodcorr: {note}")
 for rel in record.get("unsealed") or []:

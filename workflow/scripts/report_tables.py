@@ -1,20 +1,18 @@
 """Rules accuracy_table and training_loss: what the report shows beyond the analysis figures."""
 
-import sys
-
 from oodcorr.core.errors import ResultError
 from oodcorr.core.records import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_scores, write_accuracy
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 try:  # a damaged scores table or run manifest: named, with the way out, as the log's last line
     if sm.rule == "accuracy_table":
         print(write_accuracy(read_scores(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
     else:
         print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
 except ResultError as e:
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)
 seal(sm.output)  # what publishing checks the staged files against

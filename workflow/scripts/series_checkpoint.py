@@ -1,10 +1,10 @@
 """Rule series_checkpoint: one given checkpoint's manifest (its location; a local one's files and sha256s)."""
 
 from oodcorr.jobs.series import write_manifest
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 job = sm.params.job
 doc = write_manifest(
     sm.output[0],

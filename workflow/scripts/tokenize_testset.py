@@ -1,13 +1,11 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
 
-import sys
-
 from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
 from oodcorr.jobs.tokenize_testset import tokenize_testset
-from oodcorr.launch.runtime import end_job, setup_logging
+from oodcorr.launch.runtime import end_job, refuse, start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 job = sm.params.job
 try:
     info = tokenize_testset(
@@ -24,6 +22,6 @@ try:
     )
 except (ConfigError, DataError, ResultError, DiskFull) as e:
     # a verbaliser this tokenizer splits, an unreadable prepared testset: the message is the log's last line
-    sys.exit(f"oodcorr: {e}")
+    refuse(e)
 print(info)
 end_job()  # skip the interpreter's teardown (oodcorr.launch.runtime.end_job says why)

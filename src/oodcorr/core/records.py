@@ -14,13 +14,18 @@ needs no import of the job that wrote it (and planning none of torch):
   by the job that made the file, :func:`check_seal`, read by publishing);
 * the publish record, ``publish_record.json`` in each published version and
   ``results/<experiment>/published.json`` (:func:`read_publish_record`; written by
-  :mod:`oodcorr.core.published`, read there, by planning and by the report).
+  :mod:`oodcorr.core.published`, read there, by planning and by the report);
+* a job's refusal, ``logs/.refused/<job>.json`` (:class:`RefusalSlot`, opened when the job starts
+  and filled when it stops with a sentence; :func:`read_refusals`, read by the end-of-run report,
+  which repeats each sentence on the console with the job named).
 
 Nothing here imports another oodcorr module but the core helpers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -243,3 +248,86 @@ def read_publish_record(path: str | Path) -> dict | None:
     if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
         return None
     return doc
+
+
+# ---- a job's refusal, repeated on the console when the run ends ------------------------------------
+REFUSALS_ENV = "OODCORR_REFUSALS"  # the folder of this run's refusal records, set by the Snakefile for its jobs
+REFUSAL_BYTES = 16384  # a record's room, taken when the job starts: a full disk cannot stop it being written
+
+
+def refusals_dir(logs: str | os.PathLike) -> Path:
+    """Where the jobs of an experiment whose logs are in ``logs`` record their refusals."""
+    return Path(logs) / ".refused"
+
+
+class RefusalSlot:
+    """One job's refusal record, made when the job starts with its room taken (so a job that stops
+    because its disk is full can still write it): :meth:`fill` it with the sentence the job stops
+    with, or :meth:`drop` it when the job ends well. Nothing here raises: without a slot (no room to
+    make one), the job's log and its exit status are all there is."""
+
+    def __init__(self, folder: str | os.PathLike, log: str):
+        self.path = Path(folder) / f"{hashlib.sha256(log.encode('utf-8')).hexdigest()[:20]}.json"
+        self.fd: int | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            try:
+                os.posix_fallocate(self.fd, 0, REFUSAL_BYTES)
+            except OSError:  # a file system without fallocate: the room taken by writing it
+                os.pwrite(self.fd, b"\0" * REFUSAL_BYTES, 0)
+        except OSError:
+            self.drop()
+
+    def fill(self, doc: dict) -> bool:
+        """Write ``doc`` (its ``message`` shortened to fit) into the room taken; whether it was written."""
+        if self.fd is None:
+            return False
+        doc = dict(doc, message=str(doc.get("message", ""))[: REFUSAL_BYTES // 2])
+        data = json.dumps(doc, ensure_ascii=True).encode("ascii")[:REFUSAL_BYTES]
+        try:
+            os.pwrite(self.fd, data, 0)
+            os.ftruncate(self.fd, len(data))
+            os.close(self.fd)
+        except OSError:
+            return False
+        finally:
+            self.fd = None
+        return True
+
+    def drop(self) -> None:
+        """The job ended well (or no slot could be made): no record."""
+        if self.fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = None
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
+def read_refusals(folder: str | os.PathLike) -> list[dict]:
+    """The refusals recorded in ``folder`` (``rule``, ``wildcards``, ``log``, ``message``, ``kind``:
+    ``disk full``, ``refused`` or ``failed``, ``time``, ``host``), oldest first; a slot still empty
+    (a job running, or killed before it could say why) or unreadable is left out."""
+    out = []
+    try:
+        paths = sorted(Path(folder).glob("*.json"))
+    except OSError:
+        return []
+    for p in paths[:10_000]:
+        try:
+            raw = p.read_bytes()[:REFUSAL_BYTES].rstrip(b"\0")
+            doc = json.loads(raw) if raw else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and doc.get("message"):
+            out.append(doc)
+    return sorted(out, key=lambda d: str(d.get("time", "")))
+
+
+def clear_refusals(folder: str | os.PathLike) -> None:
+    """Forget the refusals of earlier runs (at the start of a run, under the experiment's lock)."""
+    with contextlib.suppress(OSError):
+        for p in Path(folder).glob("*.json"):
+            with contextlib.suppress(OSError):
+                p.unlink()

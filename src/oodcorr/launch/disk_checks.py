@@ -32,7 +32,14 @@ from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.io import human_bytes, room
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
-from ..core.records import cache_info_path, cache_problem, local_source_changed, tokenize_settings_digest
+from ..core.records import (
+    cache_info_path,
+    cache_problem,
+    local_source_changed,
+    read_refusals,
+    refusals_dir,
+    tokenize_settings_digest,
+)
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
@@ -68,7 +75,9 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
 
 def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
     """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
-    results are (the published paths, never ``.staging/``) or that the previous ones are kept.
+    results are (the published paths, never ``.staging/``) or that the previous ones are kept; after
+    a failure, last, a file system without room now (:func:`room_to_run`) and the sentence each job
+    stopped with, with the job named (:func:`refusal_lines`), whichever job it was.
 
     Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
     cannot be read is said in one line instead."""
@@ -96,7 +105,48 @@ def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
             )
     except Exception as e:  # noqa: BLE001 -- as above
         lines.append(f"oodcorr: the run {'failed' if failed else 'finished'}; results are under {P.root}/ ({e})")
+    if failed:
+        try:
+            # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
+            # each job's sentence: the last lines, whichever job stopped
+            lines += [f"oodcorr: {line}" for line in room_to_run(plan, [])]
+            lines += refusal_lines(plan)
+        except Exception as e:  # noqa: BLE001 -- as above
+            lines.append(f"oodcorr: the jobs' refusals could not be gathered ({type(e).__name__}: {e})")
     return lines
+
+
+# ---- the jobs' refusals, repeated when the run ends ---------------------------------------------------
+REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for want of room first)
+
+
+def refusal_lines(plan: Plan) -> list[str]:
+    """Each job's sentence that this run's jobs stopped with (recorded by
+    :func:`oodcorr.launch.runtime.refuse` and the jobs' exception hook), with the job named and its
+    log: those of a full disk first, then in the order they stopped, at most :data:`REFUSALS_SHOWN`,
+    then how many more."""
+    found = read_refusals(refusals_dir(plan.paths.logs))
+    found.sort(key=lambda d: d.get("kind") != "disk full")  # stable: the order they stopped in, within each
+    out = []
+    for doc in found[:REFUSALS_SHOWN]:
+        wildcards = doc.get("wildcards") or {}
+        job = f"job {doc.get('rule')}" + (
+            f" ({', '.join(f'{k}={v}' for k, v in wildcards.items())})" if wildcards else ""
+        )
+        log = doc.get("log") or "the job's log"
+        if doc.get("kind") == "failed":  # an exception no script caught: its traceback is in the log
+            out.append(f"oodcorr: {job} failed: {doc.get('message')} (the traceback is in {log})")
+        else:
+            out.append(f"oodcorr: {job} stopped: {doc.get('message')} (its log: {log})")
+    if len(found) > REFUSALS_SHOWN:
+        rules = {}
+        for doc in found[REFUSALS_SHOWN:]:
+            rules[doc.get("rule")] = rules.get(doc.get("rule"), 0) + 1
+        counts = ", ".join(f"{n} {rule}" for rule, n in sorted(rules.items(), key=lambda t: str(t[0])))
+        out.append(
+            f"oodcorr: and {len(found) - REFUSALS_SHOWN} more jobs stopped ({counts}); each log's last line says why"
+        )
+    return out
 
 
 def answer_of(plan: Plan) -> list[str]:

@@ -1,12 +1,101 @@
-"""Glue shared by the workflow scripts: logging to the rule's log file, device choice."""
+"""Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal, device choice.
+
+Every rule's script starts with :func:`start_job` and, when it stops with a sentence (a full disk,
+a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
+(:class:`oodcorr.core.records.RefusalSlot`) for the end-of-run report, which repeats it on the
+console with the job named. An exception no script catches is recorded too: a write stopped for
+want of room as its sentence (:func:`oodcorr.core.io.disk_full`), anything else as its type and
+message beside its traceback.
+"""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import socket
 import sys
+import time
+from pathlib import Path
 
+from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult
 from ..core.gpus import claim_for_job
+from ..core.io import disk_full, is_disk_full
+from ..core.records import REFUSALS_ENV, RefusalSlot
+
+# errors whose message is the whole story (each names the file or key and what to do): said, not traced back
+SENTENCE_ERRORS = (ConfigError, DataError, ResultError, StaleResult, DiskFull)
+_JOB: dict = {}  # this process's job: its rule, wildcards, log, first output and refusal slot
+
+
+def start_job(sm) -> None:
+    """Start a rule's script: its log (:func:`setup_logging`), the room for its refusal (when the
+    Snakefile set :data:`~oodcorr.core.records.REFUSALS_ENV`), and the hook that records an exception
+    no script catches. ``sm`` is the script's ``snakemake`` object."""
+    log = sm.log[0] if len(sm.log) else None
+    setup_logging(log)
+    wildcards = getattr(sm, "wildcards", None)
+    items = wildcards.items() if hasattr(wildcards, "items") else vars(wildcards or object()).items()
+    outputs = list(getattr(sm, "output", None) or [])
+    folder = os.environ.get(REFUSALS_ENV)
+    _JOB.update(
+        rule=getattr(sm, "rule", None) or "?",
+        wildcards={str(k): str(v) for k, v in items},
+        log=log,
+        output=str(outputs[0]) if outputs else None,
+        slot=RefusalSlot(folder, str(Path(log or "job").resolve())) if folder else None,
+    )
+    sys.excepthook = _uncaught
+    atexit.register(_ended)
+
+
+def refuse(e: BaseException | str, disk: bool | None = None) -> None:
+    """Stop the job with ``e``'s sentence: the log's last line, recorded for the end-of-run report
+    (which repeats it on the console with the job named), exit status 1. ``disk``: whether it is a
+    full disk's (default: whether ``e`` is a :class:`~oodcorr.core.errors.DiskFull`)."""
+    message = str(e)
+    _record(message, "disk full" if (isinstance(e, DiskFull) if disk is None else disk) else "refused")
+    sys.exit(f"oodcorr: {message}")
+
+
+def _record(message: str, kind: str) -> None:
+    """Fill this job's refusal slot: ``kind`` is ``disk full``, ``refused`` (a sentence) or ``failed``
+    (an exception no script caught)."""
+    slot = _JOB.get("slot")
+    doc = {
+        "rule": _JOB.get("rule"),
+        "wildcards": _JOB.get("wildcards") or {},
+        "log": _JOB.get("log"),
+        "message": message,
+        "kind": kind,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+    }
+    if slot is None or not slot.fill(doc):
+        # no record (no room even for that): the console of a local run still gets the sentence
+        print(f"oodcorr: job {_JOB.get('rule')} stopped: {message}", file=sys.__stderr__)
+
+
+def _uncaught(kind, e, tb) -> None:
+    """sys.excepthook of a job: a write stopped for want of room becomes its sentence, an error
+    whose message is a sentence stays one, anything else keeps its traceback; all are recorded."""
+    if isinstance(e, SENTENCE_ERRORS) or (isinstance(e, Exception) and is_disk_full(e)):
+        if not isinstance(e, SENTENCE_ERRORS):
+            where = getattr(e, "filename", None) or _JOB.get("output") or "."
+            folder = Path(str(where)).parent
+            e = DiskFull(disk_full(folder, f"rule {_JOB.get('rule')}'s output {where}", cause=e))
+        _record(str(e), "disk full" if isinstance(e, DiskFull) else "refused")
+        print(f"oodcorr: {e}", file=sys.stderr)
+        return
+    _record(f"{kind.__name__}: {e}", "failed")
+    sys.__excepthook__(kind, e, tb)
+
+
+def _ended() -> None:
+    """At the exit of a job that refused nothing: no refusal record."""
+    slot = _JOB.get("slot")
+    if slot is not None and slot.fd is not None:
+        slot.drop()
 
 
 def setup_logging(log_path: str | None) -> None:
@@ -28,6 +117,7 @@ def end_job() -> None:
     already written atomically and closed. Called as the last line of the scripts of
     the rules with many jobs (tokenisation, evaluation); a job that fails raises before.
     """
+    _ended()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
