@@ -113,7 +113,10 @@ def _flip_a_token_id_bit(cache, ids) -> None:
     zip), keeping the file's size and modification time: a bit flipped on disk or in a copy."""
     raw = bytearray(cache.read_bytes())
     a, b = ids[0][1], ids[0][2]  # two neighbouring ids of the first prompt, as pickle writes them
-    enc = (lambda i: b"K" + bytes([i])) if max(a, b) < 256 else (lambda i: b"M" + i.to_bytes(2, "little"))
+
+    def enc(i: int) -> bytes:  # BININT1 below 256, else BININT2 (a tokenizer's ids are below 65,536)
+        return b"K" + bytes([i]) if i < 256 else b"M" + i.to_bytes(2, "little")
+
     at = raw.find(enc(a) + enc(b))
     assert at > 0, "the token ids were not found in the file"
     raw[at + 1] ^= 1

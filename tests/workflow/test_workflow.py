@@ -792,3 +792,49 @@ def test_a_failed_analysis_leaves_the_previous_results_in_place(micro_run, tmp_p
     res = smk(wd, micro_run[2])
     assert res.returncode == 0, res.stderr[-3000:]
     assert pd.read_parquet(wd / R / "scores.parquet").equals(pd.read_parquet(published_scores))
+
+
+# ---- a job's refusal reaches the console's last lines, whichever job it was (issue 39) --------------
+FULL_AT = {  # the job, what makes it run again, and the temporary file it makes just when the disk fills
+    "tokenize_testset": (f"{R}/cache/tokenized/micro-opt/synth-negation.pt", ".synth-negation.pt."),
+    "aggregate_scores": ("aggregate_scores", ".scores.parquet."),
+    "accuracy_table": ("accuracy_table", ".accuracy.html."),
+    "publish_results": ("publish_results", ".new-"),
+}
+
+
+@pytest.mark.parametrize("rule", list(FULL_AT))
+def test_a_full_disk_in_any_job_is_said_in_the_consoles_last_lines_with_the_job_named(rule, micro_run, tmp_path):
+    """The finished run copied onto a small file system that fills just as the job writes its output (a
+    real ENOSPC). Its sentence (the folder, what to delete) was in the job's log only, and the log was
+    empty when the disk was full; the console's last lines said that the run failed and the previous
+    results stand. Now they repeat it, naming the job (after them, only Snakemake's own closing lines)."""
+    from hooks.sitecustomize import FILL_AT_ENV, PYTHONPATH_ENTRY
+
+    from faults import small_filesystem
+
+    forced, prefix = FULL_AT[rule]
+    with small_filesystem(tmp_path / "disk", "64m") as disk:
+        wd = _copy(micro_run, disk, "wd")
+        assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+        cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile", str(micro_run[2])]
+        hooks = os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p)
+        # the console as a person sees it: stdout and stderr in the order they were written
+        res = subprocess.run(
+            [*cmd, "--cores", "2", "--forcerun", forced],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=600,
+            env={**os.environ, FILL_AT_ENV: prefix, "PYTHONPATH": hooks, "PYTHONUNBUFFERED": "1"},
+        )
+        out = res.stdout.strip()
+        assert res.returncode != 0, out[-3000:]
+        said = [line for line in out.splitlines()[-10:] if line.startswith(f"oodcorr: job {rule}")]
+        assert len(said) == 1, out[-3000:]
+        assert " stopped: " in said[0] and f"no room in {R}" in said[0] and f"(its log: {R}/logs/" in said[0]
+        if rule == "tokenize_testset":
+            assert said[0].startswith(
+                "oodcorr: job tokenize_testset (model=micro-opt, testset=synth-negation) stopped:"
+            )
+        assert not list(wd.rglob(".*.tmp"))  # and nothing half-written was kept

@@ -14,10 +14,16 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
   modification time kept (Snakemake would keep evaluations of the old file);
 * :func:`check_summaries_complete` -- with ``evaluation.unit: run``, a job summary
   whose predictions files are gone;
-* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut;
+* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut (a tokenised
+  testset's only when it was made with this config's settings);
 * :func:`check_tokenized_caches` -- (main process only, under the experiment's lock) tokenised
-  testsets cut short or made by another tokenizer: deleted, so this run makes them again before
-  any evaluation reads them.
+  testsets cut short, from before caches recorded their tokenizer and digest, of another testset
+  or model, or made by another tokenizer: deleted, so this run makes them again before any
+  evaluation reads them;
+* :func:`room_to_run` -- (main process only) the file systems a run writes in besides its results
+  (the scheduler's TMPDIR, the experiment folder, .snakemake/, --shadow-prefix, the conda prefix,
+  the lock folders): bytes and inodes;
+* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named.
 """
 
 from __future__ import annotations
