@@ -36,7 +36,8 @@ def start_job(sm) -> None:
     setup_logging(log)
     wildcards = getattr(sm, "wildcards", None)
     items = wildcards.items() if hasattr(wildcards, "items") else vars(wildcards or object()).items()
-    outputs = list(getattr(sm, "output", None) or [])
+    outputs = getattr(sm, "output", None) or []
+    outputs = list(outputs) if hasattr(outputs, "__iter__") else list(vars(outputs).values())
     folder = os.environ.get(REFUSALS_ENV)
     _JOB.update(
         rule=getattr(sm, "rule", None) or "?",
