@@ -211,6 +211,8 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
         greedy = room_to_run(plan, ["snakemake", "--scheduler", "greedy"])
         assert not any("scheduler" in s for s in greedy)
         assert any(s.startswith(f"no room to run: the temp folder (TMPDIR), {tmp}") for s in greedy)
+        report = room_to_run(plan, ["snakemake", "--scheduler=greedy", f"--report={tmp}/report.html"])
+        assert report[0].startswith(f"no room to run: the folder of --report, {tmp}, has 0 B free")
 
 
 # ---- issue 39: each job's refusal, repeated as the last lines of a failed run --------------------------
