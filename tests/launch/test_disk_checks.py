@@ -145,8 +145,8 @@ def _tokenise_as_planned(plan, model, testset, tiny_src):
     from oodcorr.modeling import synthetic
 
     params = plan.tokenize_params(SimpleNamespace(model=model))
-    if not Path(params["tiny_dir"]).exists():
-        shutil.copytree(tiny_src, params["tiny_dir"])
+    if not Path(params["built_model_dir"]).exists():
+        shutil.copytree(tiny_src, params["built_model_dir"])
     data, meta = plan.paths.data.format(dataset=testset), plan.paths.data_meta.format(dataset=testset)
     write_jsonl_atomic(data, synthetic.generate("negation", 60, 0))
     write_json_atomic(meta, {"fingerprint": f"synthetic:{testset}", "records_sha256": "r"})

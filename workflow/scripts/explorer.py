@@ -7,10 +7,10 @@ from oodcorr.core.answer import answer_lines, read_agreement
 from oodcorr.core.io import write_text_atomic
 from oodcorr.core.records import seal
 from oodcorr.jobs.explorer import write_explorer
-from oodcorr.launch.runtime import setup_logging
+from oodcorr.launch.runtime import start_job
 
 sm = snakemake  # noqa: F821
-setup_logging(sm.log[0])
+start_job(sm)
 opts = Options.from_mapping(sm.params.analysis)
 agree = pd.read_csv(sm.input.agreement, keep_default_na=False, na_values=[""])
 pc = pd.read_csv(sm.input.pairs, keep_default_na=False, na_values=[""])
