@@ -30,13 +30,16 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
+from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
 from ..core.io import human_bytes, room
+from ..core.locks import LOCK_DIR_ENV
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
 from ..core.records import (
     cache_info_path,
@@ -537,11 +540,6 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
     the ``--report`` file's folder where set. ``--scheduler``, ``--shadow-prefix`` and ``--report``
     are read from the command line ``argv`` (not from a profile). One sentence per file system; none
     when all have room."""
-    import tempfile
-
-    from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
-    from ..core.locks import LOCK_DIR_ENV
-
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (
         "free room there, or point TMPDIR and TMP (pulp reads TMP first) at a folder on a file system with room "
