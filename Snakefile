@@ -28,7 +28,7 @@ from oodcorr.launch.disk_checks import (
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
-from oodcorr.launch.report import check_report_inputs  # noqa: E402
+from oodcorr.launch.report import check_report_inputs, report_requested  # noqa: E402
 from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
