@@ -151,15 +151,25 @@ def _plan_in(tmp_path, cfg, **patch):
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
-    from oodcorr.core.records import cache_info_path
+    from types import SimpleNamespace
 
-    info = cache_info_path(plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation"))
+    from oodcorr.core.records import cache_info_path, tokenize_settings_digest
+
+    # a sidecar as tokenize_testset writes it, beside its cache, made with this config's settings
+    cache = plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation")
+    info = cache_info_path(cache)
     info.parent.mkdir(parents=True)
-    info.write_text(json.dumps({"n": 600, "n_truncated": 60, "max_length": 96}))
+    open(cache, "wb").close()
+    settings = tokenize_settings_digest(plan.tokenize_params(SimpleNamespace(model="tiny-opt")))
+
+    def sidecar(cut):
+        info.write_text(json.dumps({"n": 600, "n_truncated": cut, "max_length": 96, "settings": settings}))
+
+    sidecar(60)
     warned = disk_checks.truncation_warnings(plan)
     assert len(warned) == 1 and "synth-negation" in warned[0] and "60 of 600" in warned[0]
     assert any("60 of 600" in w for w in disk_checks.end_of_run_warnings(plan))
-    info.write_text(json.dumps({"n": 600, "n_truncated": 6, "max_length": 96}))  # 1%: below the threshold
+    sidecar(6)  # 1%: below the threshold
     assert disk_checks.truncation_warnings(plan) == []
 
 

@@ -618,6 +618,7 @@ ANALYSIS_JOBS = {
     "learning_curves",
     "scatter",
     "publish_results",
+    "explorer",
     "all",
 }
 # what a change of the scores or of the training reruns besides: the accuracy table, the loss figure
