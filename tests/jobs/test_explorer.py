@@ -272,6 +272,34 @@ def test_the_default_shaped_page_in_a_browser(browser, tmp_path):
     p.close()
 
 
+def test_the_legend_counts_the_table_shown_and_the_settings_name_both_corrections(browser, tmp_path):
+    """Two tables (Pearson and Spearman) on one page: each verdict's count in the legend is of the
+    table shown, and changes with it; the settings line names the cells' correction and the
+    answer's apart (they differ by default: Holm, Benjamini-Hochberg)."""
+    pc, agree = _default_shaped_tables()
+    other = agree.copy()
+    other["method"], other["verdict"] = "spearman", "unresolved"
+    both = pd.concat([agree, other], ignore_index=True)
+    html = tmp_path / "explorer.html"
+    settings = {"level": 0.95, "alpha": 0.05, "near_zero": 0.3, "correction": "holm", "agreement_correction": "bh"}
+    write_explorer(both, pc, html, settings=settings)
+    p = Page(browser, html)
+
+    def legend() -> dict[str, int]:
+        out = {}
+        for label in p.page.locator("#verdicts label").all():
+            name, count = re.fullmatch(r"(.+) \((\d+)\)", label.inner_text().strip()).groups()
+            out[name] = int(count)
+        return {k: v for k, v in out.items() if v}
+
+    assert legend() == agree["verdict"].value_counts().to_dict()
+    p.page.select_option("#panel", index=1)
+    assert legend() == {"unresolved": len(other)}
+    settings_line = p.page.inner_text("#settings")
+    assert "cells corrected across pairs: holm" in settings_line and "the answer's statements: bh" in settings_line
+    p.close()
+
+
 @pytest.fixture(scope="module")
 def suite_page(tmp_path_factory):
     pc, agree, tasks = _suite_tables()

@@ -65,7 +65,13 @@
     const lo = BM.lo[i][state.view], hi = BM.hi[i][state.view];
     return lo === null || hi === null || (lo <= 0 && hi >= 0);
   }
+  function countVerdicts() {  // the pairs of the table shown, per verdict (the legend's numbers)
+    const counts = new Map();
+    for (const i of rowsOfPanel(state.panel)) counts.set(R.verdict[i], (counts.get(R.verdict[i]) || 0) + 1);
+    for (const el of document.querySelectorAll("[data-count]")) el.textContent = String(counts.get(Number(el.dataset.count)) || 0);
+  }
   function draw() {
+    countVerdicts();
     const vis = visibleRows();
     layout.visible = new Set(vis);
     const axis = axisNames(vis);
@@ -296,15 +302,15 @@
     $("title").textContent = D.title;
     $("answer").innerHTML = D.answer.map((l) => "<li>" + esc(l) + "</li>").join("");
     $("settings").textContent = [S.input ? "input " + S.input : "", S.level ? "intervals " + Math.round(100 * S.level) + " %" : "",
-      S.correction ? "corrected across pairs: " + S.correction + ", alpha " + S.alpha : "", S.near_zero ? "near zero: ±" + S.near_zero : ""].filter(Boolean).join("; ");
+      S.correction ? "cells corrected across pairs: " + S.correction : "", S.agreement_correction ? "the answer's statements: " + S.agreement_correction : "",
+      S.alpha ? "alpha " + S.alpha : "", S.near_zero ? "near zero: ±" + S.near_zero : ""].filter(Boolean).join("; ");
     $("panel").innerHTML = D.panels.map((p, k) => "<option value=\"" + k + "\">" + esc(p.in_domain + (p.pool_group !== "all runs" ? " (" + p.pool_group + ")" : "") + ": " + p.method + ", " + p.residualiser) + "</option>").join("");
     $("panel").value = String(state.panel);
     if (D.panels.length < 2) $("panel-label").hidden = true;
     $("view").innerHTML = "<option value=\"-1\">consensus across models</option>" + D.models.map((m, k) => "<option value=\"" + k + "\">model " + esc(m) + "</option>").join("");
-    const counts = new Map(); for (let i = 0; i < NROWS; i++) counts.set(R.verdict[i], (counts.get(R.verdict[i]) || 0) + 1);
     const order = D.verdicts.map((v, k) => k).sort((a, b) => D.verdicts[a].rank - D.verdicts[b].rank);
     $("verdicts").insertAdjacentHTML("beforeend", order.map((k) => "<label><input type=\"checkbox\" checked data-verdict=\"" + k + "\"><span class=\"swatch\" style=\"background:" +
-      D.verdicts[k].colour + "\"></span>" + esc(D.verdicts[k].name) + " (" + (counts.get(k) || 0) + ")</label>").join(""));
+      D.verdicts[k].colour + "\"></span>" + esc(D.verdicts[k].name) + " (<span data-count=\"" + k + "\">0</span>)</label>").join(""));
     $("verdicts").addEventListener("change", (e) => {
       const k = Number(e.target.dataset.verdict);
       if (e.target.checked) state.hidden.delete(k); else state.hidden.add(k);
