@@ -18,7 +18,8 @@ DEV_STAMP := $(VENV)/.dev-installed
 SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
 # pytest-xdist workers for `make test`: a test file's tests stay in one worker (--dist loadfile),
-# so a module's fixtures are built once and the SLURM test has its cluster to itself
+# so a module's fixtures are built once and the SLURM test has its cluster to itself; files are
+# handed out in collection order, the longest first (tests/conftest.py: LONGEST_FIRST)
 TEST_WORKERS ?= 2
 FUZZ_EXAMPLES ?= 5000
 
@@ -40,7 +41,7 @@ run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
