@@ -19,7 +19,7 @@ SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
 # pytest-xdist workers for `make test`: a test file's tests stay in one worker (--dist loadfile),
 # so a module's fixtures are built once and the SLURM test has its cluster to itself; files are
-# handed out in collection order, the longest first (tests/conftest.py: LONGEST_FIRST)
+# handed out in collection order, the longest first (tests/helpers.py: LONGEST_FIRST)
 TEST_WORKERS ?= 2
 FUZZ_EXAMPLES ?= 5000
 

@@ -324,3 +324,19 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# The test files that take minutes, longest first (`make test --durations`, 2026-12-03: the real-lm
+# look 670 s, the end-to-end workflow tests 576 s, bad inputs 216 s, SLURM 192 s, the real-data
+# config 138 s, the docs' dry runs 107 s). `make test` hands files to its workers in collection
+# order (--dist loadfile --no-loadscope-reorder), and tests/conftest.py sorts these first, so the
+# longest is never the last file left running while the other worker idles (it was: 7 of the
+# suite's 29 minutes).
+LONGEST_FIRST = (
+    "tests/workflow/test_real_lm.py",
+    "tests/workflow/test_workflow.py",
+    "tests/workflow/test_bad_inputs.py",
+    "tests/workflow/test_slurm.py",
+    "tests/jobs/test_data_nli_registry.py",
+    "tests/meta/test_docs.py",
+)
