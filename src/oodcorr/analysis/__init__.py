@@ -25,7 +25,8 @@ grid, by simulated studies analysed with the procedures above: ``oodcorr design`
 :mod:`.design_report` (the design's report, as JSON and Markdown).
 """
 
-from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement
+from .agreement_table import AGREEMENT_COLUMNS, agreement
+from .consensus import VERDICTS
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
