@@ -155,33 +155,38 @@ def measure(table: pd.DataFrame, truth: float) -> dict:
 
 
 GRIDS = {
-    # the principal grid: every testset's items known
-    "items": dict(
-        shapes=[(3, 3), (6, 1), (12, 1), (16, 1)],
-        n_id=[200, 1000, 10000],
-        n_ood=[71, 300, 3000, 30000],
-        persistence=["white", "12%", "6%"],
-        truth=[0.0, 0.5, -0.5],
-    ),
+    # the principal grid: every testset's items known (persistence "6%" with the smallest in-domain set)
+    "items": [
+        dict(
+            shapes=[(3, 3), (12, 1), (16, 1)],
+            n_id=[200, 1000, 10000],
+            n_ood=[71, 300, 3000, 30000],
+            persistence=["white", "12%"],
+            truth=[0.0, 0.5, -0.5],
+        ),
+        dict(shapes=[(12, 1), (6, 2)], n_id=[200], n_ood=[300, 3000], persistence=["6%"], truth=[0.0, 0.5, -0.5]),
+    ],
     # sizes only: the binomial bound (fewer regimes: the full pipeline)
-    "sizes": dict(
-        shapes=[(12, 1), (3, 3)],
-        n_id=[200, 10000],
-        n_ood=[300, 3000],
-        persistence=["white", "12%"],
-        truth=[0.0, 0.5, -0.5],
-    ),
+    "sizes": [
+        dict(
+            shapes=[(12, 1), (3, 3)],
+            n_id=[200, 10000],
+            n_ood=[300, 3000],
+            persistence=["white", "12%"],
+            truth=[0.0, 0.5, -0.5],
+        ),
+    ],
 }
 QUICK = {
-    "items": dict(shapes=[(12, 1)], n_id=[200], n_ood=[100, 3000], persistence=["12%"], truth=[0.0, 0.5]),
-    "sizes": dict(shapes=[(12, 1)], n_id=[200], n_ood=[3000], persistence=["12%"], truth=[0.0]),
+    "items": [dict(shapes=[(12, 1)], n_id=[200], n_ood=[100, 3000], persistence=["12%"], truth=[0.0, 0.5])],
+    "sizes": [dict(shapes=[(12, 1)], n_id=[200], n_ood=[3000], persistence=["12%"], truth=[0.0])],
 }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
-    ap.add_argument("--studies", type=int, default=300, help="studies per regime with items (default 300)")
+    ap.add_argument("--studies", type=int, default=200, help="studies per regime with items (default 200)")
     ap.add_argument("--studies-sizes", type=int, default=150, help="studies per regime with sizes only (150)")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--quick", action="store_true")
@@ -190,42 +195,44 @@ def main() -> int:
     grids = QUICK if args.quick else GRIDS
     rows = []
     t0 = time.time()
-    for kind, g in grids.items():
-        if args.only and kind != args.only:
-            continue
-        for shape, n_id, n_ood, pers, truth in product(
-            g["shapes"], g["n_id"], g["n_ood"], g["persistence"], g["truth"]
-        ):
-            t = time.time()
-            sizes = (n_id, n_ood, n_ood)
-            if kind == "items":
-                table = _items_tables(shape, sizes, pers, truth, args.studies, args.seed)
-            else:
-                table = _sizes_table(shape, sizes, pers, truth, args.studies_sizes, args.seed)
-            res = measure(table, truth)
-            res.update(
-                data=kind,
-                models=shape[0],
-                runs=shape[1],
-                checkpoints=T,
-                n_in_domain=n_id,
-                n_ood=n_ood,
-                persistence=pers,
-                truth=truth,
-                seconds=round(time.time() - t, 1),
-            )
-            rows.append(res)
-            a, c = res["answer"], res["corrected"]
-            cover = (c["coverage"] or {}).get("share", math.nan)
-            print(
-                f"{kind:5s} {shape} id {n_id:5d} ood {n_ood:5d} {pers:5s} truth {truth:+.1f}: "
-                f"sign {a['sign']['share']:.3f} false {a['sign_false']['share']:.3f} "
-                f"(was {res['observed_answer']['sign_false']['share']:.3f}) near {a['near']['share']:.3f} "
-                f"limited {a['noise_limited']['share']:.3f} | corrected {c['median']:+.3f} "
-                f"mae {c['median_abs_error']:.3f} cover {cover:.3f} empty {c['empty']['share']:.3f} "
-                f"rel {res['reliability']['x']:.2f}/{res['reliability']['in_domain']:.2f} [{res['seconds']} s]",
-                flush=True,
-            )
+    cells = [
+        (kind, *cell)
+        for kind, gs in grids.items()
+        if not args.only or kind == args.only
+        for g in gs
+        for cell in product(g["shapes"], g["n_id"], g["n_ood"], g["persistence"], g["truth"])
+    ]
+    for kind, shape, n_id, n_ood, pers, truth in cells:
+        t = time.time()
+        sizes = (n_id, n_ood, n_ood)
+        if kind == "items":
+            table = _items_tables(shape, sizes, pers, truth, args.studies, args.seed)
+        else:
+            table = _sizes_table(shape, sizes, pers, truth, args.studies_sizes, args.seed)
+        res = measure(table, truth)
+        res.update(
+            data=kind,
+            models=shape[0],
+            runs=shape[1],
+            checkpoints=T,
+            n_in_domain=n_id,
+            n_ood=n_ood,
+            persistence=pers,
+            truth=truth,
+            seconds=round(time.time() - t, 1),
+        )
+        rows.append(res)
+        a, c = res["answer"], res["corrected"]
+        cover = (c["coverage"] or {}).get("share", math.nan)
+        print(
+            f"{kind:5s} {shape} id {n_id:5d} ood {n_ood:5d} {pers:5s} truth {truth:+.1f}: "
+            f"sign {a['sign']['share']:.3f} false {a['sign_false']['share']:.3f} "
+            f"(was {res['observed_answer']['sign_false']['share']:.3f}) near {a['near']['share']:.3f} "
+            f"limited {a['noise_limited']['share']:.3f} | corrected {c['median']:+.3f} "
+            f"mae {c['median_abs_error']:.3f} cover {cover:.3f} empty {c['empty']['share']:.3f} "
+            f"rel {res['reliability']['x']:.2f}/{res['reliability']['in_domain']:.2f} [{res['seconds']} s]",
+            flush=True,
+        )
     doc = {
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
         "date": time.strftime("%Y-%m-%d"),

@@ -75,16 +75,17 @@ def disagreement(accuracy: float, neighbours: float) -> float:
 
 
 def _bivariate_cdf(a, b, r):
-    """``P(U < a, V < b)`` for standard normals correlated ``r`` (arrays of one shape): the
-    integral of the bivariate density over the correlation from 0 (Gauss-Legendre)."""
+    """``P(U < a, V < b)`` for standard normals correlated ``r`` (arrays of one shape): Plackett's
+    integral of the bivariate density over the correlation from 0, with ``rho = sin(theta)`` so the
+    integrand stays smooth up to ``r = 1`` (Gauss-Legendre)."""
     a, b, r = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (a, b, r)))
-    base = special.ndtr(a) * special.ndtr(b)
-    out = np.zeros_like(base)
+    top = np.arcsin(np.clip(r, -1.0, 1.0))
+    out = np.zeros_like(a)
     for x, w in zip(_NODES, _WEIGHTS):
-        rr = 0.5 * r * (x + 1)
-        one = np.maximum(1 - rr * rr, 1e-12)
-        out += w * np.exp(-(a * a - 2 * rr * a * b + b * b) / (2 * one)) / (2 * np.pi * np.sqrt(one))
-    return base + 0.5 * r * out
+        th = 0.5 * top * (x + 1)
+        s, c2 = np.sin(th), np.maximum(np.cos(th) ** 2, 1e-300)
+        out += w * np.exp(-(a * a - 2 * s * a * b + b * b) / (2 * c2))
+    return special.ndtr(a) * special.ndtr(b) + 0.5 * top * out / (2 * np.pi)
 
 
 def item_noise_covariance(acc: np.ndarray, n: int, difficulty: float, persistence: float) -> np.ndarray:
