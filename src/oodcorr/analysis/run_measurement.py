@@ -50,8 +50,9 @@ COLUMNS = (
     "obs_var_x",
     "obs_var_y",
 )
-# what a run's cell of another method or residualiser keeps of its pair's linear-kind columns
-SHARED = tuple(c for c in COLUMNS if c.startswith("reliability_")) + ("noise",)
+# what a run's cell of another method or residualiser keeps of its pair's linear-kind columns: the
+# testsets' reliabilities and the variances they are made of (not the correlations)
+SHARED = tuple(c for c in COLUMNS if c.startswith(("reliability_", "task_var_", "eiv_var_", "obs_var_"))) + ("noise",)
 
 
 TEXT = ("eiv_from", "noise")  # where r_eiv comes from ("items", "bound", ""); what the noise is known from
