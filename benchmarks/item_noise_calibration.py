@@ -82,7 +82,7 @@ def _items_tables(shape, sizes, persistence, truth, studies, seed):
     """(run rows with pooled rows, the same without what item noise adds) of ``studies`` studies."""
     models, runs = shape
     difficulty, persist = PERSISTENCE[persistence]
-    rng = np.random.default_rng([seed, models, runs, *sizes, round(100 * difficulty), round(1000 * truth)])
+    rng = np.random.default_rng([seed, models, runs, *sizes, round(100 * difficulty), round(1000 * truth) + 1000])
     d = item_runs(rng, [truth] * (studies * models * runs), T, sizes, difficulty=difficulty, persistence=persist)
     rows = fast_run_rows(d, models, runs)
     table = pd.concat([rows, pool(rows, OPTS).assign(significant=False)], ignore_index=True)
@@ -93,7 +93,7 @@ def _sizes_table(shape, sizes, persistence, truth, studies, seed):
     """The full pipeline on the scores with each testset's size (no per-item data)."""
     models, runs = shape
     difficulty, persist = PERSISTENCE[persistence]
-    rng = np.random.default_rng([seed, models, runs, *sizes, round(100 * difficulty), round(1000 * truth), 1])
+    rng = np.random.default_rng([seed, models, runs, *sizes, round(100 * difficulty), round(1000 * truth) + 1000, 1])
     d = item_runs(rng, [truth] * (studies * models * runs), T, sizes, difficulty=difficulty, persistence=persist)
     B = d["scores"].shape[0]
     study = np.repeat(np.arange(B) // (models * runs), T * 3)
