@@ -317,8 +317,8 @@ def finish_bounded(rows: list[dict], level: float) -> None:
         rows[i].update(p_eiv=p[k], ci_low_eiv=lo[k], ci_high_eiv=hi[k], se_z_eiv=se[k], n_eff_eiv=ne[k])
         # the tasks' correlation lies between the observed (no in-domain noise) and this one (all the
         # bound allows), each divided by the attenuation's range
-        lo_all = np.nanmin([rows[i].get("ci_low", NAN), lo[k]])
-        hi_all = np.nanmax([rows[i].get("ci_high", NAN), hi[k]])
+        lo_all = float(np.minimum(rows[i].get("ci_low", NAN), lo[k]))  # NaN where either end has no interval
+        hi_all = float(np.maximum(rows[i].get("ci_high", NAN), hi[k]))
         a = [rows[i][f"reliability_{s}_low"] for s in ("x", "y")]
         _, l2, h2 = disattenuate(NAN, lo_all, hi_all, NAN, NAN, a[0], a[1], 1.0, 1.0)
         rows[i]["ci_low_corrected"], rows[i]["ci_high_corrected"] = float(l2), float(h2)
