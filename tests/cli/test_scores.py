@@ -81,11 +81,10 @@ def test_an_infinite_score_is_said_not_dropped_silently(tmp_path, caplog):
 
 
 def test_items_bound_each_testsets_noise_and_bad_sizes_name_the_flag(tmp_path, caplog):
+    import numpy as np
     import pandas as pd
 
     from oodcorr.cli import main
-
-    import numpy as np
 
     rng = np.random.default_rng(0)
     z = np.linspace(0.55, 0.8, 15) + rng.normal(0, 0.01, 15)
