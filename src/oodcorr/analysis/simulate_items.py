@@ -45,7 +45,7 @@ from .run_measurement import cross_fit_columns, exact_maker
 
 ITEM_LIMIT = 1000  # above this many items a testset is simulated by its sufficient statistics
 RESIDUAL_SD = 0.02  # s: the tasks' residual series' sd
-_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(24)
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(16)  # the sine substitution leaves a smooth integrand
 
 
 def population(rng: np.random.Generator, rhos, n_checkpoints: int, phi: float = 0.8, s: float = RESIDUAL_SD):
@@ -94,10 +94,13 @@ def item_noise_covariance(acc: np.ndarray, n: int, difficulty: float, persistenc
     acc = np.asarray(acc, dtype=float)
     T = acc.shape[-1]
     q = special.ndtri(acc)
-    lag = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
-    corr = difficulty + (1 - difficulty) * persistence**lag
-    both = _bivariate_cdf(q[..., :, None], q[..., None, :], corr)
-    return (both - acc[..., :, None] * acc[..., None, :]) / n
+    i, j = np.triu_indices(T)  # the upper triangle, mirrored
+    corr = difficulty + (1 - difficulty) * persistence ** (j - i).astype(float)
+    both = _bivariate_cdf(q[..., i], q[..., j], corr)
+    out = np.empty((*acc.shape[:-1], T, T))
+    out[..., i, j] = (both - acc[..., i] * acc[..., j]) / n
+    out[..., j, i] = out[..., i, j]
+    return out
 
 
 def answer_items(rng, acc: np.ndarray, n: int, difficulty: float, persistence: float) -> np.ndarray:
