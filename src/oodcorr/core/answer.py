@@ -117,7 +117,8 @@ def noise_limiting(rows: list[dict]) -> Counter:
     out: Counter = Counter()
     for r in rows:
         if str(r.get("verdict")) == NOISE_LIMITED:
-            out.update({m.group(1) for m in _LIMITING.finditer(str(r.get("noise_limited") or ""))})
+            text = r.get("noise_limited")
+            out.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
     return out
 
 
@@ -125,8 +126,7 @@ def about(rows: list[dict]) -> str:
     """What the answer of ``rows`` speaks of (their ``about``): "about the tasks" where each pair's
     item noise is known, "about the observed scores (item noise unknown)" where it is not, the counts
     of each where the rows differ; "" for a table without the column."""
-    said = [str(r.get("about") or "") for r in rows]
-    said = [a for a in said if a]
+    said = [a for a in (r.get("about") for r in rows) if isinstance(a, str) and a]
     if not said:
         return ""
     if len(set(said)) == 1:
