@@ -326,6 +326,27 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     return path
 
 
+def measured_study() -> dict:
+    """One item-level study as the answer's figures and page show it (issue 44): 6 models x 20
+    checkpoints, one run each, an in-domain set of 400 items and OOD sets ``ood0`` of 2,000 and
+    ``ood1`` of 1,000 (the tasks' partial correlation 0.5 in every model;
+    oodcorr.analysis.simulate_items), analysed with each item's correctness (``items``), with the
+    sizes alone (``bound``: its one pair is noise-limited by ood1) and with neither (``unknown``):
+    {how: (pairs table, agreement table, options)}, Pearson and the linear residualiser."""
+    import numpy as np
+
+    from oodcorr.analysis import Options, agreement, analyse
+    from oodcorr.analysis.simulate_items import item_table
+
+    long, examples = item_table(np.random.default_rng(0), [0.5] * 6, 1, 20, (400, 2000, 1000))
+    opts = Options(methods=("pearson",), residualisers=("linear",), step0_check=False)
+    out = {}
+    for how, table, ex in (("items", long, examples), ("bound", long, None), ("unknown", long.drop(columns="n"), None)):
+        pc = analyse(table, opts, ex)
+        out[how] = pc, agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero), opts
+    return out
+
+
 # The test files that take minutes, longest first (`make test --durations`, 2026-12-03: the real-lm
 # look 670 s, the end-to-end workflow tests 576 s, bad inputs 216 s, SLURM 192 s, the real-data
 # config 138 s, the docs' dry runs 107 s). `make test` hands files to its workers in collection

@@ -11,8 +11,9 @@ from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.simulate import study_table
-from oodcorr.analysis.simulate_items import item_table
 from oodcorr.jobs import answer_figures, figure_set, plots
+
+from helpers import measured_study
 
 
 def _study(n_models=16, n_runs=3, seed=3):
@@ -92,17 +93,7 @@ def test_forest_pairs_are_all_up_to_the_cap_then_the_telling_verdicts_first():
 # ---- the scores as measurements -------------------------------------------------------------
 @pytest.fixture(scope="module")
 def measured():
-    """One item-level study (6 models x 20 checkpoints; in-domain set of 400 items, OOD sets of 2,000
-    and 1,000; the tasks' partial correlation 0.5 in every model) analysed three ways: with each
-    item's correctness ("items"), with the sizes alone ("bound": the binomial bound), and with
-    neither ("unknown")."""
-    long, examples = item_table(np.random.default_rng(0), [0.5] * 6, 1, 20, (400, 2000, 1000))
-    opts = Options(methods=("pearson",), residualisers=("linear",), step0_check=False)
-    out = {}
-    for how, table, ex in (("items", long, examples), ("bound", long, None), ("unknown", long.drop(columns="n"), None)):
-        pc = analyse(table, opts, ex)
-        out[how] = pc, agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero), opts
-    return out
+    return measured_study()
 
 
 def _interval(est, lo, hi) -> str:
