@@ -273,7 +273,7 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
     all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
     :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, the sign in nearly every model, on
-    average, models differ, agree near zero, unresolved), then by the size of the consensus."""
+    average, models differ, agree near zero, noise-limited, unresolved), then by the size of the consensus."""
     sub = agree[
         (agree["method"] == method)
         & (agree["residualiser"] == residualiser)
