@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table, reliability_line
+from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
 from oodcorr.core.errors import DataError
 
 
@@ -97,34 +97,3 @@ def test_metric_ranges_by_name():
     assert metric_range("mcc") == (-1.0, 1.0)
     assert metric_range("word_perplexity,none")[1] == float("inf")
     assert metric_range("loglik") is None
-
-
-def test_the_log_names_each_testsets_reliability_the_least_reliable_first():
-    nan = float("nan")
-    rows = [
-        {
-            "in_domain": "mnli",
-            "x": "anli",
-            "y": "wnli",
-            "reliability_x": 0.6,
-            "reliability_x_low": 0.5,
-            "reliability_y": 0.2,
-            "reliability_y_low": 0.1,
-            "reliability_in_domain": 0.9,
-            "reliability_in_domain_low": 0.8,
-        },
-        {
-            "in_domain": "mnli",
-            "x": "anli",
-            "y": "rte",
-            "reliability_x": 0.6,
-            "reliability_x_low": 0.5,
-            "reliability_y": nan,
-            "reliability_y_low": 0.3,
-            "reliability_in_domain": 0.9,
-            "reliability_in_domain_low": 0.8,
-        },
-    ]
-    assert reliability_line(rows).endswith(": wnli 0.20, rte at least 0.30, anli 0.60, mnli (in-domain) 0.90")
-    unknown = [{**r, **{k: nan for k in r if k.startswith("reliability")}} for r in rows]
-    assert reliability_line(unknown) == ""

@@ -8,7 +8,15 @@ import math
 import pytest
 
 from oodcorr.analysis.consensus import VERDICTS
-from oodcorr.core.answer import about, answer_lines, reliabilities, states_a_sign, tallies, verdict_order
+from oodcorr.core.answer import (
+    about,
+    answer_lines,
+    reliabilities,
+    reliability_line,
+    states_a_sign,
+    tallies,
+    verdict_order,
+)
 
 
 def _rows(verdicts, n_models, dom="mnli", method="pearson", res="linear"):
@@ -138,3 +146,34 @@ def test_a_bound_is_said_as_the_least_reliability_and_many_testsets_are_cut_shor
         "mmlu_0 (reliability at least 0.10, 1 pair), mmlu_1 (reliability at least 0.10, 1 pair), mmlu_2 "
         "(reliability at least 0.10, 1 pair), mmlu_3 (reliability at least 0.10, 1 pair) and 3 more testsets"
     )
+
+
+def test_the_log_names_each_testsets_reliability_the_least_reliable_first():
+    nan = float("nan")
+    rows = [
+        {
+            "in_domain": "mnli",
+            "x": "anli",
+            "y": "wnli",
+            "reliability_x": 0.6,
+            "reliability_x_low": 0.5,
+            "reliability_y": 0.2,
+            "reliability_y_low": 0.1,
+            "reliability_in_domain": 0.9,
+            "reliability_in_domain_low": 0.8,
+        },
+        {
+            "in_domain": "mnli",
+            "x": "anli",
+            "y": "rte",
+            "reliability_x": 0.6,
+            "reliability_x_low": 0.5,
+            "reliability_y": nan,
+            "reliability_y_low": 0.3,
+            "reliability_in_domain": 0.9,
+            "reliability_in_domain_low": 0.8,
+        },
+    ]
+    assert reliability_line(rows, 0.5).endswith(": wnli 0.20, rte at least 0.30, anli 0.60, mnli (in-domain) 0.90")
+    unknown = [{**r, **{k: nan for k in r if k.startswith("reliability")}} for r in rows]
+    assert reliability_line(unknown, 0.5) == ""

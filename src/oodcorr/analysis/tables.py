@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.answer import about, noise_clause, reliabilities, reliability_text
+from ..core.answer import about, noise_clause, reliability_line
 from ..core.errors import DataError
 from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
 from .measurement import NOISE_LIMITED
@@ -709,28 +709,6 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
             if said:
                 logger.info("agreement %s/%s: %s", m, r, said)
         for dom, g in agree.groupby("in_domain"):
-            line = reliability_line(g.to_dict("records"))
+            line = reliability_line(g.to_dict("records"), NOISE_LIMITED)
             if line:
                 logger.info("in-domain %s: %s", dom, line)
-
-
-RELIABILITIES_LOGGED = 12  # summarise names this many testsets' reliabilities, the least reliable first
-
-
-def reliability_line(rows: list[dict]) -> str:
-    """The testsets' reliabilities of one in-domain set's agreement rows in words, the least
-    reliable first (at most :data:`RELIABILITIES_LOGGED`); "" where none is known."""
-    rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
-    if not rel:
-        return ""
-    order = sorted(rel, key=lambda n: (rel[n][0] if math.isfinite(rel[n][0]) else rel[n][1], n))
-    control = {str(r.get("in_domain")) for r in rows}
-    shown = ", ".join(
-        f"{n}{' (in-domain)' if n in control else ''} {reliability_text(*rel[n])}" for n in order[:RELIABILITIES_LOGGED]
-    )
-    more = f" and {len(order) - RELIABILITIES_LOGGED} more" if len(order) > RELIABILITIES_LOGGED else ""
-    return (
-        "each testset's reliability (the share of its residual series' variance across checkpoints that is not "
-        f"item noise, pooled over the models; below {NOISE_LIMITED:g} a pair it is in can be noise-limited): "
-        f"{shown}{more}"
-    )

@@ -155,6 +155,29 @@ def noise_clause(rows: list[dict]) -> str:
     return "noise-limited by " + ", ".join(parts) + more
 
 
+RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least reliable first
+
+
+def reliability_line(rows: list[dict], limit: float) -> str:
+    """Each testset's reliability (:func:`reliabilities`) of one in-domain set's agreement rows in
+    words, the least reliable first (at most :data:`RELIABILITIES_SAID`), saying that below
+    ``limit`` (:data:`oodcorr.analysis.measurement.NOISE_LIMITED`) a pair can be noise-limited; ""
+    where none is known."""
+    rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
+    if not rel:
+        return ""
+    order = sorted(rel, key=lambda n: (rel[n][0] if math.isfinite(rel[n][0]) else rel[n][1], n))
+    control = {str(r.get("in_domain")) for r in rows}
+    shown = ", ".join(
+        f"{n}{' (in-domain)' if n in control else ''} {reliability_text(*rel[n])}" for n in order[:RELIABILITIES_SAID]
+    )
+    more = f" and {len(order) - RELIABILITIES_SAID} more" if len(order) > RELIABILITIES_SAID else ""
+    return (
+        "each testset's reliability (the share of its residual series' variance across checkpoints that is not "
+        f"item noise, pooled over the models; below {limit:g} a pair it is in can be noise-limited): {shown}{more}"
+    )
+
+
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
     """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
     many have a sign stated, each verdict's count in the ladder's order, what the answer is about
