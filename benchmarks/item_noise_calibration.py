@@ -216,6 +216,36 @@ QUICK = {
 }
 
 
+def _f(share) -> str:
+    return "" if share is None else f"{share['share']:.3f} ± {share['se']:.3f}"
+
+
+def markdown(doc: dict) -> str:
+    """The tables of benchmarks/README.md §16 from a run's JSON: per regime, the answer's error rates
+    (beside the observed scores' answer) and the tasks' consensus."""
+    out = []
+    rows = sorted(
+        doc["regimes"],
+        key=lambda r: (r["data"], r["persistence"], r["models"], r["runs"], r["n_in_domain"], r["n_ood"], r["truth"]),
+    )
+    head = (
+        "| data | persistence | models × runs | in-domain items | OOD items | truth | a sign stated | falsely | "
+        "falsely, observed scores | near zero falsely | noise-limited | r_consensus_corrected median | "
+        "median abs. error | coverage | no estimate | reliability OOD / in-domain |"
+    )
+    out += [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        a, o, c = r["answer"], r["observed_answer"], r["corrected"]
+        out.append(
+            f"| {r['data']} | {r['persistence']} | {r['models']} × {r['runs']} | {r['n_in_domain']} | {r['n_ood']} | "
+            f"{r['truth']:+.1f} | {_f(a['sign'])} | {_f(a['sign_false'])} | {_f(o['sign_false'])} | "
+            f"{_f(a['near_false'])} | {_f(a['noise_limited'])} | {c['median']:+.3f} | {c['median_abs_error']:.3f} | "
+            f"{_f(c['coverage'])} | {_f(c['empty'])} | "
+            f"{r['reliability']['x']:.2f} / {r['reliability']['in_domain']:.2f} |"
+        )
+    return "\n".join(out)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
@@ -223,6 +253,7 @@ def main() -> int:
     ap.add_argument("--studies-sizes", type=int, default=150, help="studies per regime with sizes only (150)")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--markdown", type=Path, help="print the tables of a run's JSON and stop")
     ap.add_argument("--only", choices=tuple(GRIDS), help="one kind of data")
     ap.add_argument(
         "--candidates",
@@ -230,6 +261,9 @@ def main() -> int:
         help="the moment correction beside the cross-fitted answer, on the candidates' regimes (items)",
     )
     args = ap.parse_args()
+    if args.markdown:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     grids = QUICK if args.quick else (CANDIDATES if args.candidates else GRIDS)
     rows = []
     t0 = time.time()
