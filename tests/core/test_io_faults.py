@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from oodcorr.core import io
+from oodcorr.core import filesystems
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.io import atomic_path, write_json_atomic
 
@@ -164,7 +164,7 @@ def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries
         for j in range(50):
             (d / f"step{j}.parquet").touch()
     (exp / "eval" / "run29" / ".step0.parquet.x.tmp").write_bytes(b"z" * 10)
-    monkeypatch.setattr(io, "DELETABLE_WALK_LIMIT", 400, raising=False)
+    monkeypatch.setattr(filesystems, "DELETABLE_WALK_LIMIT", 400, raising=False)
     seen = [0]
     real = os.scandir
 
@@ -187,6 +187,6 @@ def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries
             self.it.close()
 
     monkeypatch.setattr(os, "scandir", Counted)
-    found = io.deletable(exp / "scores")
+    found = filesystems.deletable(exp / "scores")
     assert seen[0] <= 400 + 1  # the walk stopped at its limit (1,500 files are there)
     assert "the search stopped after" in found[-1] and str(exp) in found[-1]

@@ -27,4 +27,4 @@ class StaleResult(RuntimeError):
 class DiskFull(RuntimeError):
     """A write stopped, or refused before it started, by a full file system or a used-up quota
     (ENOSPC, EDQUOT, EFBIG); nothing half-written is kept. The message names the folder, the bytes
-    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.io.disk_full`)."""
+    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.filesystems.disk_full`)."""

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import DiskFull
-from .io import check_room, disk_full, is_disk_full, stat_key, write_json_atomic
+from .filesystems import check_room, disk_full, is_disk_full
+from .io import stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 

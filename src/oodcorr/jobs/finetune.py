@@ -33,16 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigError, DiskFull
-from ..core.io import (
-    check_room,
-    disk_full,
-    human_bytes,
-    is_disk_full,
-    read_jsonl,
-    sha256_file,
-    sha256_json,
-    write_json_atomic,
-)
+from ..core.filesystems import check_room, disk_full, human_bytes, is_disk_full
+from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 from ..core.locks import hold
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
 from ..modeling import adaptation

@@ -37,8 +37,8 @@ from typing import NamedTuple
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
+from ..core.filesystems import human_bytes, room
 from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
-from ..core.io import human_bytes, room
 from ..core.locks import LOCK_DIR_ENV
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
 from ..core.records import (

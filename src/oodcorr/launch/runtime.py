@@ -4,7 +4,7 @@ Every rule's script starts with :func:`start_job` and, when it stops with a sent
 a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
 (:class:`oodcorr.core.records.RefusalSlot`) for the end-of-run report, which repeats it on the
 console with the job named. An exception no script catches is recorded too: a write stopped for
-want of room as its sentence (:func:`oodcorr.core.io.disk_full`), anything else as its type and
+want of room as its sentence (:func:`oodcorr.core.filesystems.disk_full`), anything else as its type and
 message beside its traceback.
 """
 
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult
+from ..core.filesystems import disk_full, is_disk_full
 from ..core.gpus import claim_for_job
-from ..core.io import disk_full, is_disk_full
 from ..core.records import REFUSALS_ENV, RefusalSlot
 
 # errors whose message is the whole story (each names the file or key and what to do): said, not traced back
