@@ -14,7 +14,7 @@ import pytest
 
 from oodcorr.core.locks import EXPERIMENT, LOCK_DIR_ENV, FolderInUse, hold, lock_path
 
-from faults import PYTHON, as_nobody, flock_refusing_shim, python_env
+from faults import PYTHON, as_nobody, flock_refusing_shim, python_env, read_only_mount
 
 # a child that takes a folder's lock (of the kind named) and says what happened, in one line
 TAKE = textwrap.dedent(
@@ -108,17 +108,8 @@ def test_a_lock_folder_elsewhere_does_not_hide_a_results_folder_that_cannot_be_w
 def test_a_results_folder_on_a_read_only_mount_is_refused(tmp_path):
     exp = tmp_path / "ro" / "exp"
     exp.mkdir(parents=True)
-    ro = tmp_path / "ro"
-    r = subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot bind-mount here ({r.stderr.strip()}), so no read-only file system can be made")
-    try:
-        r = subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
+    with read_only_mount(tmp_path / "ro"):
         with pytest.raises(FolderInUse) as e:
             with hold(exp, EXPERIMENT):
                 pass
         assert type(e.value).__name__ == "FolderNotWritable" and "read-only file system" in str(e.value)
-    finally:
-        subprocess.run(["umount", "-l", str(ro)], capture_output=True)

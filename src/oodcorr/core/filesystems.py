@@ -4,7 +4,11 @@ write, in a sentence that names the file, the folder and what to do.
 A write that the file system stops for want of room (ENOSPC, a used-up quota: EDQUOT, a file over
 the size limit: EFBIG) is told apart by what stopped it (:func:`disk_full`), naming what a run left
 that can be deleted (:func:`deletable`). Where the size is known, the room is checked before
-anything is written (:func:`check_room`).
+anything is written (:func:`check_room`). Every other error a file system stops a write with (an
+I/O error: EIO; a read-only file system: EROFS; a folder this user may not write: EACCES, EPERM) goes
+through the same sentence-making (:func:`write_failed`), naming the file, the folder and its file
+system; where a library reports it without an errno (safetensors' I/O error), the caller knows where
+it happened, and a probe write there (:func:`probe_write`) tells which.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DiskFull
+from .errors import DiskFull, WriteFailed
 
 # ---- a full disk: found before writing where the size is known, named when a write hits it ----------
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# the other errors a file system stops a write with: a failing disk or mount, a read-only file system, a
+# folder this user may not write
+WRITE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 # how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text), and the
 # errno each stands for; matched in lower case without spaces or underscores
 _DISK_FULL_WORDS = (
@@ -292,6 +299,135 @@ def disk_full(
     return (
         f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
         f"{kept}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {again}"
+    )
+
+
+def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+    """The errno that stopped a write, from ``exc`` or what caused it: a full disk's
+    (:func:`disk_full_errno`), else one of :data:`WRITE_ERRNOS` of an OSError; None when neither."""
+    code = disk_full_errno(exc, folder)
+    if code is not None:
+        return code
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:
+            return e.errno
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def probe_write(folder: str | os.PathLike) -> int | None:
+    """Write a byte into a new file in ``folder`` (its nearest existing parent), flushed to the disk, and
+    delete it: None if that works, else the errno it fails with. For a library that reported a write
+    error without its errno: where it happened is known, and the file system says what it is."""
+    where = _existing(folder)
+    name = where / f".oodcorr-probe-{os.getpid()}"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        return e.errno
+    try:
+        os.write(fd, b"\0")
+        os.fsync(fd)
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return None
+
+
+def file_system(folder: str | os.PathLike) -> str:
+    """The file system ``folder`` is on, for a sentence: its mount point and type (``/scratch (nfs4)``),
+    the longest mount point of ``/proc/self/mounts`` above it (a bind mount shares its device number
+    with what it shows, so that is the only way to tell it), else :func:`mount_point`."""
+    where = _existing(folder).resolve()
+    best: tuple[str, str] | None = None
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                top = fields[1].replace("\\040", " ")
+                inside = where == Path(top) or Path(top) in where.parents
+                if inside and (best is None or len(top) >= len(best[0])):  # the last mount on a point is seen
+                    best = (top, fields[2])
+    return f"{best[0]} ({best[1]})" if best else str(mount_point(folder))
+
+
+def owner_of(path: str | os.PathLike) -> str:
+    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal; "" when
+    nothing of it can be seen."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        try:
+            import pwd
+
+            name = pwd.getpwuid(st.st_uid).pw_name
+        except (ImportError, KeyError):
+            name = f"uid {st.st_uid}"
+        mine = "you" if st.st_uid == os.getuid() else f"user {name}"
+        return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
+    return ""
+
+
+KEPT = "Nothing half-written is kept, and no result is taken from it."
+
+
+def write_failed(
+    folder: str | os.PathLike,
+    what: str,
+    *,
+    needed: int | None = None,
+    written: int | None = None,
+    cause: BaseException | None = None,
+    code: int | None = None,
+) -> WriteFailed:
+    """The error for a write of ``what`` into ``folder`` that the file system stopped: a
+    :class:`~oodcorr.core.errors.DiskFull` with :func:`disk_full`'s sentence for want of room, else a
+    :class:`~oodcorr.core.errors.WriteFailed` whose sentence names the folder, its file system
+    (:func:`file_system`) and what to do: an I/O error (EIO), a read-only file system (EROFS), a folder
+    this user may not write (EACCES, EPERM). ``code``: the errno when ``cause`` does not carry it (found
+    by :func:`probe_write` where a library lost it); a cause with neither is said in the library's
+    words, as an error of that file system."""
+    folder = Path(folder)
+    code = code if code is not None else (write_errno(cause, folder) if cause is not None else None)
+    if code in DISK_FULL_ERRNOS or (code is None and cause is not None and is_disk_full(cause, folder)):
+        return DiskFull(disk_full(folder, what, needed=needed, written=written, cause=cause))
+    fs = file_system(folder)
+    library = cause is not None and not isinstance(cause, OSError)  # a library's words: said as they are
+    said = f" ({type(cause).__name__}: {str(cause)[:200]})" if library else ""
+    again = "then run again: the job starts over from what is whole"
+    if code == errno.EROFS:
+        return WriteFailed(
+            f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
+            f"{said}. {KEPT} Put results/ on a writable file system (a link to it), or have that file system "
+            f"mounted read-write, {again}"
+        )
+    if code in (errno.EACCES, errno.EPERM):
+        owner = owner_of(folder)
+        return WriteFailed(
+            f"{what}: this user cannot write in {folder} ({os.strerror(code)}"
+            + (f": {owner}" if owner else "")
+            + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
+            f"u+w {folder}` if it is yours), run as the user who owns it, or put results/ on a folder of yours (a "
+            f"link to it), {again}"
+        )
+    kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
+    return WriteFailed(
+        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}: "
+        f"the disk or the network mount failed, not the workflow. {KEPT} It is safe to run again: the job starts "
+        "over from what is whole. If it fails again, the file system has a fault: see `dmesg | tail` on this "
+        f"machine, or ask its administrators about {fs}, and meanwhile put results/ on another "
+        "file system (a link to it)"
     )
 
 

@@ -32,8 +32,8 @@ from typing import Any
 
 import yaml
 
-from .errors import ConfigError, DataError, DiskFull, ResultError
-from .filesystems import check_room, disk_full, is_disk_full
+from .errors import ConfigError, DataError, ResultError, WriteFailed
+from .filesystems import DISK_FULL_ERRNOS, check_room, write_errno, write_failed
 from .limits import load_yaml_checked
 
 
@@ -42,17 +42,24 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
 
     On any exception the temporary file is removed and ``path`` is untouched. A write that the
-    file system stops for want of room (ENOSPC, a quota, EFBIG: :func:`is_disk_full`) becomes a
-    :class:`~oodcorr.core.errors.DiskFull` naming the folder, the bytes it needed and what to
-    delete; with ``size`` (the bytes about to be written, when known) that is checked before
-    anything is written. ``what`` names the file for the message (default: its path).
+    file system stops -- for want of room (ENOSPC, a quota, EFBIG), with an I/O error (EIO), as
+    read-only (EROFS) or as another user's (EACCES, EPERM): :func:`~oodcorr.core.filesystems.write_errno`
+    -- becomes a :class:`~oodcorr.core.errors.WriteFailed` (:class:`~oodcorr.core.errors.DiskFull` for
+    want of room) naming the file, the folder, its file system and what to do; with ``size`` (the bytes
+    about to be written, when known) the room is checked before anything is written. ``what`` names
+    the file for the message (default: its path).
     """
     path = Path(path)
     what = what or str(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        if write_errno(e) is None:
+            raise
+        raise write_failed(path.parent, what, needed=size, cause=e) from e
     if size is not None:
         check_room(path.parent, size, what)
-    fd, tmp = _mkstemp_or_full(path, what, size)
+    fd, tmp = _mkstemp_or_failed(path, what, size)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -67,21 +74,34 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
         written = None
         with contextlib.suppress(OSError):
             written = tmp_path.stat().st_size
-        full = isinstance(e, Exception) and not isinstance(e, DiskFull) and is_disk_full(e, path.parent)
+        failed = isinstance(e, Exception) and not isinstance(e, WriteFailed) and _stopped_this_write(e, tmp_path)
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
-        if full:
-            raise DiskFull(disk_full(path.parent, what, needed=size, written=written, cause=e)) from e
+        if failed:
+            raise write_failed(path.parent, what, needed=size, written=written, cause=e) from e
         raise
 
 
-def _mkstemp_or_full(path: Path, what: str, size: int | None):
+def _stopped_this_write(e: Exception, tmp: Path) -> bool:
+    """Whether ``e``, raised inside :func:`atomic_path`, is the file system stopping this write: want of
+    room wherever it is said, the other write errors when they name no other file than this one's (a
+    permission error on an input the block reads is not about this folder)."""
+    code = write_errno(e, tmp.parent)
+    if code is None:
+        return False
+    if code in DISK_FULL_ERRNOS:
+        return True
+    named = [getattr(x, "filename", None) for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError)]
+    return not any(n and Path(n).parent not in (tmp.parent, tmp.parent.resolve()) for n in named)
+
+
+def _mkstemp_or_failed(path: Path, what: str, size: int | None):
     try:
         return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        if is_disk_full(e):  # no room for an inode (ENOSPC)
-            raise DiskFull(disk_full(path.parent, what, needed=size, cause=e)) from e
-        raise
+        if write_errno(e) is None:  # no room for an inode (ENOSPC), read-only, another user's folder
+            raise
+        raise write_failed(path.parent, what, needed=size, cause=e) from e
 
 
 def follow_umask(folder: str | os.PathLike) -> None:

@@ -49,6 +49,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .filesystems import owner_of
+
 LOCK_FILE = "finetune.lock"
 # a folder on a local disk where the locks are taken when the results' file system refuses flock
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"
@@ -273,29 +275,11 @@ def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
     return Path(elsewhere).expanduser().resolve() / f"{resolved.name}-{tag}-{kind.file}"
 
 
-def _owner(path: Path) -> str:
-    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal."""
-    for p in (path, *path.parents):
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        try:
-            import pwd
-
-            name = pwd.getpwuid(st.st_uid).pw_name
-        except (ImportError, KeyError):
-            name = f"uid {st.st_uid}"
-        mine = "you" if st.st_uid == os.getuid() else f"user {name}"
-        return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
-    return ""
-
-
 def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
     if e.errno == errno.EROFS:
         why = f"{folder} is on a read-only file system"
     else:
-        why = _owner(path) or f"{folder} is not writable"
+        why = owner_of(path) or f"{folder} is not writable"
     return FolderNotWritable(
         f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
         f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "

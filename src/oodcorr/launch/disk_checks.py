@@ -132,10 +132,11 @@ REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for 
 def refusal_lines(plan: Plan) -> list[str]:
     """Each job's sentence that this run's jobs stopped with (recorded by
     :func:`oodcorr.launch.runtime.refuse` and the jobs' exception hook), with the job named and its
-    log: those of a full disk first, then in the order they stopped, at most :data:`REFUSALS_SHOWN`,
-    then how many more."""
+    log: those of a full disk (or another write the file system stopped) first, then in the order they
+    stopped, at most :data:`REFUSALS_SHOWN`, then how many more."""
     found = read_refusals(refusals_dir(plan.paths.logs))
-    found.sort(key=lambda d: d.get("kind") != "disk full")  # stable: the order they stopped in, within each
+    # stable: the order they stopped in, within each
+    found.sort(key=lambda d: d.get("kind") not in ("disk full", "write failed"))
     out = []
     for doc in found[:REFUSALS_SHOWN]:
         wildcards = doc.get("wildcards") or {}
