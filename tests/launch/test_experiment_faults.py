@@ -62,7 +62,7 @@ def test_a_second_run_is_refused_while_planning_before_any_job_naming_the_holder
         assert "is in use by another run of the workflow" in res.stderr and f"PID {holder.pid}" in res.stderr
         assert "other.yaml" in res.stderr
         # before any job: nothing of the experiment was made (its data, logs) and no job was started
-        assert sorted(p.name for p in root.iterdir()) == ["experiment.lock"]
+        assert sorted(p.name for p in root.iterdir()) == [".lock-places", "experiment.lock"]  # the lock and its place
         assert "Select jobs to execute" not in res.stdout + res.stderr
         # a dry run is not refused (it writes nothing)
         dry = smk(tmp_path, cfg_path, "-n", timeout=600)
