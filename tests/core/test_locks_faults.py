@@ -227,14 +227,15 @@ def test_two_shells_that_disagree_about_the_lock_folder_never_both_run(tmp_path,
                 p.wait(timeout=60)
 
 
-@pytest.mark.parametrize("where", ["before", "after"])
-def test_two_runs_taking_the_lock_in_two_places_at_once_exactly_one_runs(tmp_path, where):
+@pytest.mark.parametrize(("where", "places"), [("before", 2), ("after", 2), ("before", 1)])
+def test_two_runs_taking_the_lock_at_once_exactly_one_runs(tmp_path, where, places):
     """The taking of the lock on a slow file system, every step drawn out: each run stops at the step named
     (``before``: both stopped there together, then let go together; ``after``: the run with the lock folder
-    stopped having listed the places, while the other runs through), then goes on. Exactly one runs."""
+    stopped having listed the places, while the other runs through), then goes on. Exactly one runs, whether
+    the two take the lock in two places (one with OODCORR_LOCK_DIR) or in one."""
     exp = tmp_path / "results" / "exp"
     exp.mkdir(parents=True)
-    a, fa = _racer(tmp_path, exp, "a", where, tmp_path / "locks")
+    a, fa = _racer(tmp_path, exp, "a", where, tmp_path / "locks" if places == 2 else None)
     b, fb = _racer(tmp_path, exp, "b", where if where == "before" else "none")
     try:
         wait_for(fa["reached"], a, timeout=120)
