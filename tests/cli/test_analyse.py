@@ -351,6 +351,19 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, caplog):
     assert out.read_text() == "my notes"
 
 
+def test_an_out_on_a_read_only_file_system_is_one_sentence_not_a_traceback(tmp_path, caplog):
+    """Before: the write error's sentence (issue 47) came with a traceback, the CLI not catching it."""
+    from faults import read_only_mount
+
+    scores, _ = _long_table(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with read_only_mount(ro), caplog.at_level(logging.ERROR):
+        code = main(["analyse", str(scores), "--in-domain", "mnli", "--run", "run", "--out", str(ro / "o"), "-q"])
+    assert code == 2
+    assert f"{ro / 'o'} is on a read-only file system" in caplog.text and "another --out" in caplog.text, caplog.text
+
+
 @pytest.mark.slow
 def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
     exe = Path(sys.executable).with_name("oodcorr")

@@ -252,7 +252,7 @@ def test_a_read_only_file_system_is_named_with_its_mount(tmp_path):
     assert rc == 3, out
     assert out.startswith("WriteFailed: "), out
     assert str(target) in out and "read-only file system" in out and f"file system {ro}" in out, out
-    assert "Put results/ on a writable file system" in out, out
+    assert "Write to a writable file system instead" in out, out
     assert not list((ro / "exp").iterdir())
 
 

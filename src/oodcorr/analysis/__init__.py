@@ -15,7 +15,8 @@ meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across mo
 heterogeneity, sign reversal, the verdict), :mod:`.predictive` (where a further model is
 expected: the prediction interval, the tolerance bounds ``generalises`` reads), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
-results and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis
+results: its files found and opened with care, :mod:`.lmeval_files`, and their per-sample logs:
+:mod:`.lmeval_samples`), :mod:`.options` (every analysis
 setting), :mod:`.run_cells` (one run's cells), :mod:`.pipeline` (every run, pooled, corrected
 and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..analysis import Options, agreement, analyse
 from ..analysis.correlate import METHODS
 from ..analysis.inference import INFERENCES
-from ..analysis.lmeval import MAX_FILES, MAX_RESULTS_BYTES
+from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.multitest import CORRECTIONS
 from ..analysis.pooling import TWO_RUNS
 from ..analysis.resample import INTERVALS
@@ -181,6 +181,12 @@ def add_parser(sub, help: str) -> None:
         help="where each file's path (below the folder) gives model, run or step: placeholders {model}, {run}, "
         "{step}; * any text within a name, **/ any folders; e.g. '{model}/zero-shot/*_step{step}.json'. "
         "What it names wins over config.model_args for model and run; only matching .json files are read",
+    )
+    e.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="follow symbolic links that lead out of the folder (by default each is named in a warning and not "
+        "followed: a link to / would walk the whole machine)",
     )
     e.add_argument(
         "--no-samples",

@@ -123,6 +123,7 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         samples=not args.no_samples,
         max_files=args.max_files,
         max_bytes=int(args.max_file_mb * 2**20),
+        follow_links=args.follow_links,
     )
     long = read.long(args.in_domain)
     if args.testsets:

@@ -409,8 +409,8 @@ def write_failed(
     if code == errno.EROFS:
         return WriteFailed(
             f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
-            f"{said}. {KEPT} Put results/ on a writable file system (a link to it), or have that file system "
-            f"mounted read-write, {again}"
+            f"{said}. {KEPT} Write to a writable file system instead (the workflow: make results/ a link to one; "
+            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {again}"
         )
     if code in (errno.EACCES, errno.EPERM):
         owner = owner_of(folder)
@@ -418,8 +418,8 @@ def write_failed(
             f"{what}: this user cannot write in {folder} ({os.strerror(code)}"
             + (f": {owner}" if owner else "")
             + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
-            f"u+w {folder}` if it is yours), run as the user who owns it, or put results/ on a folder of yours (a "
-            f"link to it), {again}"
+            f"u+w {folder}` if it is yours), run as the user who owns it, or write to a folder of yours (the "
+            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {again}"
         )
     kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
     return WriteFailed(
