@@ -580,3 +580,56 @@ def test_two_models_that_would_share_a_figure_file_are_refused_naming_both(tmp_p
     assert said and {said[1], said[2]} == {"'org/a'", repr(second)} and said[3].lower() == "'org_a'", caplog.text
     assert not (out / "partial_correlations.csv").exists()  # refused before anything is written
     assert main(["analyse", str(path), "--in-domain", "mnli", "--out", str(out), "-q", "--no-plots"]) == 0
+
+
+# ---- --out reused (issue 47): what an earlier analysis wrote there and this one does not is removed ----
+def _models_table(path, models):
+    rng = np.random.default_rng(1)
+    rows = []
+    for model in models:
+        for step in range(10):
+            z = 0.5 + 0.02 * step
+            for ts, acc in {"mnli": z, "a": 0.3 + 0.4 * z, "b": 0.2 + 0.3 * z, "c": 0.4 + 0.1 * z}.items():
+                rows.append({"model": model, "step": step * 10, "testset": ts, "accuracy": acc + 0.01 * rng.normal()})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _analyse_models(tmp_path, models, out, caplog):
+    table = _models_table(tmp_path / f"{''.join(models)}.csv", models)
+    args = ["analyse", str(table), "--in-domain", "mnli", "--out", str(out), "--workers", "1", "--forest-max", "0"]
+    with caplog.at_level(logging.INFO):
+        assert main(args) == 0, caplog.text
+
+
+def test_out_reused_for_another_input_keeps_no_figure_of_the_earlier_one(tmp_path, caplog):
+    """Before: the new tables held 2 models, and the figures of a third, analysed before, stayed beside them."""
+    out = tmp_path / "out"
+    _analyse_models(tmp_path, ["A", "B", "C"], out, caplog)
+    per_model = ("heatmaps/{}.png", "scatter/{}.png", "learning_curves/{}.png")
+    assert all((out / f.format("C")).exists() for f in per_model)
+    (out / "my-notes.txt").write_text("mine")  # a file of the user's, never touched
+    (out / "scatter" / "C.png").write_bytes(b"edited by hand")  # written by the analysis, then changed
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)
+    assert not (out / "heatmaps" / "C.png").exists() and not (out / "learning_curves" / "C.png").exists()
+    assert all((out / f.format(m)).exists() for f in per_model for m in ("A", "B"))
+    assert (out / "my-notes.txt").read_text() == "mine"
+    assert (out / "scatter" / "C.png").read_bytes() == b"edited by hand"  # changed since: kept, and said
+    said = caplog.text
+    assert "removed 2 file(s) of the earlier analysis in" in said and "heatmaps/C.png" in said, said
+    assert "scatter/C.png: written by an earlier analysis and changed since: kept" in said, said
+
+
+def test_an_out_written_before_the_record_existed_is_left_alone_and_said(tmp_path, caplog):
+    out = tmp_path / "out"
+    _analyse_models(tmp_path, ["A", "B", "C"], out, caplog)
+    next(out.glob(".oodcorr-*.json")).unlink()  # as an --out written before the record existed
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)
+    assert (out / "heatmaps" / "C.png").exists()  # not known to be ours: left alone
+    assert "written before analyses recorded what they write there" in caplog.text, caplog.text
+    assert "heatmaps/C.png" in caplog.text
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)  # recorded now: the same analysis again says nothing
+    assert "heatmaps/C.png" not in caplog.text

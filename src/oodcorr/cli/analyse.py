@@ -26,6 +26,7 @@ from ..core.locks import EXPERIMENT, hold
 from ..jobs import answer_figures, figure_set
 from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
+from . import out_record
 from .args import add_showing_default, block_length, positive_int
 from .scores import check_analysis_size, read_lmeval, read_scores
 
@@ -56,6 +57,9 @@ outputs (in --out):
                             --all-figures)
   learning_curves/<model>.png  score vs step (only when the unit column is numeric)
   settings.json             the settings used and the input's sha256 (lm-eval: of the files read)
+  .oodcorr-analyse.json     what this analysis wrote: the next analysis into --out removes what of it
+                            that one does not write again (as written; files changed since, or not
+                            written by an analysis, are left alone and named)
 
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
@@ -367,10 +371,10 @@ def run(args) -> int:
     with contextlib.ExitStack() as held:
         if experiment is not None:  # --force: not while a run of the workflow writes that experiment
             held.enter_context(hold(experiment, EXPERIMENT, extra={"config": f"oodcorr analyse --out {out}"}))
-        return _analyse_into(args, out)
+        return _analyse_into(args, out, out_record.snapshot(out))
 
 
-def _analyse_into(args, out: Path) -> int:
+def _analyse_into(args, out: Path, before: dict) -> int:
     if args.format == "lm-eval":
         long, examples, info, pool_by, digest = read_lmeval(args)
     else:
@@ -439,6 +443,8 @@ def _analyse_into(args, out: Path) -> int:
             f"every pair, explored in a browser (one file, offline): {out / EXPLORER_FILE} "
             f"({written['pairs']} pairs, {written['bytes'] / 2**20:.1f} MB)"
         )
+    for line in out_record.settle(out, before):  # the earlier analysis's outputs this one did not write
+        log.warning("%s", line)
     for line in lines:
         log.info("%s", line)
     return 0
