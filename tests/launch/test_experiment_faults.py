@@ -131,6 +131,30 @@ def test_a_folder_copied_with_cp_al_is_refused_once_for_all_its_linked_locks(tmp
     _release_experiment(copy)
 
 
+def test_a_copy_with_linked_locks_under_a_config_that_changes_it_gives_both_ways_out_at_once(tmp_path, monkeypatch):
+    """Before: the way out of the first refusal (the linked lock files) led to a second refusal (the copy
+    was written by another config) with a second way out; now the first gives both (issue 47)."""
+    from oodcorr.launch.experiment import config_warning, linked_locks, lock
+
+    from helpers import micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    config["finetune"] = dict(config["finetune"], learning_rate=0.001)
+    plan = micro_plan(config)
+    mine = tmp_path / "micro2.yaml"
+    config_warning(plan, [mine], config)  # as the Snakefile: the config's warnings first, then the lock
+    first = lock(plan, [mine])
+    assert first is not None and "find results/micro2 -name '*.lock' -links +1 -delete" in first
+    assert "--forceall" in first, first  # the second step, in the same message
+    for p in linked_locks(plan):
+        p.unlink()  # the first step
+    config_warning(plan, [mine], config)
+    second = lock(plan, [mine])
+    assert second is not None and second in first  # the refusal that follows is the one already given
+    _release_experiment(copy)
+
+
 @pytest.mark.parametrize(
     ("change", "needs", "forced"),
     [
