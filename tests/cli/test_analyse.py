@@ -633,3 +633,31 @@ def test_an_out_written_before_the_record_existed_is_left_alone_and_said(tmp_pat
     caplog.clear()
     _analyse_models(tmp_path, ["A", "B"], out, caplog)  # recorded now: the same analysis again says nothing
     assert "heatmaps/C.png" not in caplog.text
+
+
+def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tmp_path, caplog):
+    """Before: refused, and the only way on was to reshape the table (issue 47)."""
+    rng = np.random.default_rng(2)
+    z = np.linspace(0.5, 0.8, 12)
+    table = pd.DataFrame(
+        {
+            "step": np.arange(12) * 10,
+            "mnli": z,
+            "a": 0.3 + 0.4 * z + 0.01 * rng.normal(size=12),
+            "b": 100 * (0.2 + 0.3 * z + 0.01 * rng.normal(size=12)),  # in percent
+            "ll": -3 + z + 0.05 * rng.normal(size=12),  # a log-likelihood
+        }
+    )
+    path = tmp_path / "mixed.csv"
+    table.to_csv(path, index=False)
+    args = ["analyse", str(path), "--format", "wide", "--in-domain", "mnli", "--no-plots", "-q"]
+    with caplog.at_level(logging.ERROR):
+        assert main([*args, "--out", str(tmp_path / "o1")]) == 2
+    assert "--each-scale" in caplog.text and "--column-metric" in caplog.text
+    assert main([*args, "--out", str(tmp_path / "o2"), "--each-scale", "--column-metric", "ll=loglik"]) == 0
+    pc = pd.read_csv(tmp_path / "o2" / "partial_correlations.csv")
+    assert {"a", "b", "ll"} == set(pc.x) | set(pc.y)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(path), "--in-domain", "mnli", "--column-metric", "ll=loglik", "-q"]) == 2
+    assert "--column-metric: reads the columns of a wide table" in caplog.text

@@ -50,7 +50,7 @@ import pandas as pd
 from ..core.errors import DataError
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
 from .lmeval_samples import read_samples
-from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
+from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def _number(v, path: Path, task: str, key: str) -> float:
 def _check_scales(rows: list[dict]) -> None:
     """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
     its ``f1`` of classification a share): every score of one metric key is on one scale, told by
-    their median (:func:`oodcorr.analysis.tables.score_range`); one outside it names its file."""
+    their median (:func:`oodcorr.analysis.score_ranges.score_range`); one outside it names its file."""
     by_key: dict[str, list[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)

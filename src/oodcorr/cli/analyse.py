@@ -64,6 +64,7 @@ outputs (in --out):
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+  oodcorr analyse mixed.csv --format wide --in-domain mnli --each-scale --column-metric loglik=loglik
   oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
   oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
   oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
@@ -73,6 +74,14 @@ examples:
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
 """
+
+
+def column_metric(v: str) -> tuple[str, str]:
+    """``--column-metric COLUMN=METRIC`` -> (column, metric)."""
+    column, sep, metric = v.rpartition("=")
+    if not sep or not column or not metric.strip():
+        raise argparse.ArgumentTypeError(f"{v!r}: give COLUMN=METRIC, e.g. loglik=loglik or f1=f1")
+    return column, metric.strip()
 
 
 def add_parser(sub, help: str) -> None:
@@ -126,6 +135,22 @@ def add_parser(sub, help: str) -> None:
         metavar="COLUMN",
         help="long format: column with the score (default: accuracy); the workflow's scores table "
         "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high",
+    )
+    g.add_argument(
+        "--each-scale",
+        action="store_true",
+        help="wide format: read each testset column on its own scale (shares or percentages, told column by "
+        "column: a table of shares beside percentages); by default every column is an accuracy on one scale",
+    )
+    g.add_argument(
+        "--column-metric",
+        action="append",
+        default=[],
+        type=column_metric,
+        metavar="COLUMN=METRIC",
+        help="wide format: the metric of a column that is not an accuracy, its range checked as that metric's "
+        "(f1, mcc, perplexity, ...; a name without a known range, such as loglik, takes any number); repeatable. "
+        "In long format, --score names the score column instead",
     )
     g.add_argument(
         "--model",

@@ -48,8 +48,16 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
     body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
     info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
+    metrics, each = dict(getattr(args, "column_metric", None) or []), getattr(args, "each_scale", False)
     if args.format == "wide":
-        long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
+        long = tables.from_wide(
+            df, unit=args.unit, in_domain=args.in_domain, column_metrics=metrics, each_scale=each, **common
+        )
+    elif metrics or each:
+        raise DataError(
+            f"{'--each-scale' if each else '--column-metric'}: reads the columns of a wide table (--format wide); in "
+            "long format one column holds every score: --score names it"
+        )
     else:
         long = tables.from_long(
             df, unit=args.unit, testset=args.testset_column, score=args.score, in_domain=args.in_domain, **common
