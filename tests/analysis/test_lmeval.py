@@ -94,7 +94,8 @@ def test_the_current_format_gives_model_step_task_score_stderr_and_n(tmp_path):
     assert row.stderr == 0.01 and row.n == 10
     assert set(s["run"]) == {"all"}
     long = r.long("ind")
-    assert list(long.columns) == ["model", "in_domain", "run", "unit", "testset", "score"]
+    # acc is a share of items: the items behind each score (n-samples) ride along, to bound its item noise
+    assert list(long.columns) == ["model", "in_domain", "run", "unit", "testset", "score", "n"]
     assert set(long["in_domain"]) == {"ind"}
     assert r.examples is None
 

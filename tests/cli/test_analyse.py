@@ -661,3 +661,13 @@ def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tm
     with caplog.at_level(logging.ERROR):
         assert main(["analyse", str(path), "--in-domain", "mnli", "--column-metric", "ll=loglik", "-q"]) == 2
     assert "--column-metric: reads the columns of a wide table" in caplog.text
+    caplog.clear()  # sizes bound the noise of shares on one scale: not with columns on several
+    with caplog.at_level(logging.ERROR):
+        assert (
+            main(
+                [*args, "--out", str(tmp_path / "o3"), "--each-scale", "--column-metric", "ll=loglik", "--items", "200"]
+            )
+            == 2
+        )
+    assert "--items with --each-scale: the sizes bound the item noise of shares" in caplog.text
+    assert not (tmp_path / "o3").exists()

@@ -23,7 +23,8 @@ import pandas as pd
 import pytest
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.consensus import AGREEMENT_COLUMNS, VERDICTS
+from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
+from oodcorr.analysis.consensus import VERDICTS
 from oodcorr.analysis.tables import write_tables
 from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
 

@@ -24,7 +24,8 @@ assumptions of a design, from a pilot's scores or the defaults), :mod:`.design_r
 report, as JSON and Markdown).
 """
 
-from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement
+from .agreement_table import AGREEMENT_COLUMNS, agreement
+from .consensus import VERDICTS
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm

@@ -14,7 +14,7 @@ analyses them with the analysis' own procedures, in two steps that give what
    coefficients, Dutilleul's effective sample size and the modified t-test of
    :mod:`.inference`) on stacks of runs at once, giving each run's r, ``se_z`` and p;
 2. **studies**: the runs of a study go to the across-model procedure
-   (:func:`.consensus.across_models`, which :func:`.consensus.agreement` also calls), its
+   (:func:`.consensus.across_models`, which :func:`.agreement_table.agreement` also calls), its
    p-values are corrected across the pairs of a table (:func:`.multitest.adjust`) and the
    verdict is :func:`.consensus.verdict`'s.
 

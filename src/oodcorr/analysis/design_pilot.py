@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .consensus import agreement
+from .agreement_table import agreement
 from .design import NOISE, Settings, run_statistics
 from .options import Options
 from .pipeline import analyse

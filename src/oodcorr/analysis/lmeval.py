@@ -45,12 +45,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..core.errors import DataError
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
 from .lmeval_samples import read_samples
 from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
+from .tables import is_item_share
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class LmEvalResults:
                 f"(metric {self.metric!r}); tasks are {tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
             )
         s = self.scores
-        return pd.DataFrame(
+        out = pd.DataFrame(
             {
                 "model": s["model"].astype(str),
                 "in_domain": in_domain,
@@ -93,7 +95,22 @@ class LmEvalResults:
                 "testset": s["testset"].astype(str),
                 "score": s["score"].astype(float),
             }
-        ).reset_index(drop=True)
+        )
+        if is_item_share(self.metric):  # the items behind each score bound its item noise
+            out["n"] = items_behind(s["n"], s["score"], s["stderr"]).to_numpy()
+        return out.reset_index(drop=True)
+
+
+def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series:
+    """The items behind each score: the harness's sample count (``n-samples``' ``effective``) where it
+    wrote one, else read back from its standard error of a share, ``sqrt(p (1 - p) / (n - 1))``
+    (rounded); NaN where neither says."""
+    n = pd.to_numeric(n, errors="coerce").astype(float)
+    p, se = score.astype(float), pd.to_numeric(stderr, errors="coerce").astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        back = np.round(p * (1 - p) / (se * se) + 1)
+    back = back.where((se > 0) & np.isfinite(back) & (back >= 1))
+    return n.where(n >= 1, back)
 
 
 # ---- the path pattern ----

@@ -28,10 +28,12 @@ import numpy as np
 import pandas as pd
 
 from . import multitest
+from .measurement import pool_measured
 from .options import Options
-from .pooling import pool_runs
+from .pooling import POOL_KEYS, _groups, pool_runs
 from .residualise import one_blas_thread
 from .run_cells import analyse_run, ordered_units, plain
+from .run_measurement import COLUMNS as MEASURED
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ COLUMNS = [
     "ex_ci_low",
     "ex_ci_high",
     "ex_note",
+    *MEASURED,
+    "eiv_from",
+    "noise",
 ]
 
 CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
@@ -199,6 +204,17 @@ def _analyse_run_on_one_blas_thread(task) -> list[dict]:
         return analyse_run(*task)
 
 
+def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
+    """The pooled rows of a table's run rows: the runs' correlations pooled per model and pool group
+    (:func:`.pooling.pool_runs`) and their measurement columns (:func:`.measurement.pool_measured`)."""
+    runs = runs.reset_index(drop=True)
+    pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
+    _, parts = _groups(runs, POOL_KEYS)
+    for c, v in pool_measured(runs, parts, opts.level).items():
+        pooled[c] = v
+    return pooled
+
+
 def analyse(
     long: pd.DataFrame,
     opts: Options | None = None,
@@ -243,7 +259,7 @@ def analyse(
         return pd.DataFrame(columns=COLUMNS + extra)
     runs = runs.merge(info[["model", "run", "pool_group"]], on=["model", "run"], how="left")
     runs["n_runs"], runs["n_runs_finite"] = 1, np.isfinite(runs["r"].astype(float)).astype(int)
-    pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
+    pooled = pool(runs, opts)
     pooled[["ex_ci_low", "ex_ci_high"]] = math.nan
     pooled["ex_note"] = "not computed for pooled rows"
     out = pd.concat([runs, pooled], ignore_index=True)

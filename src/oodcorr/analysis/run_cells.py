@@ -20,9 +20,11 @@ from scipy import stats
 
 from .correlate import corr, p_param, residual_pair
 from .inference import PHI_MAX, assess, dependence, modified_tests
+from .item_noise import item_matrices, run_noise
 from .options import Options
 from .resample import cell_rng, interval
 from .residualise import Degenerate, parse
+from .run_measurement import SHARED, empty, finish_bounded, run_measurements
 
 log = logging.getLogger(__name__)
 
@@ -60,34 +62,20 @@ _CELL_NAN = (
 
 
 def _nan_row(note: str) -> dict:
-    return {**dict.fromkeys(_CELL_NAN, math.nan), "n": 0, "note": note, "p_method": "", "ex_note": ""}
+    return {**dict.fromkeys(_CELL_NAN, math.nan), **empty(), "n": 0, "note": note, "p_method": "", "ex_note": ""}
 
 
 class _RunExamples:
-    """Per-example correctness of one run: testset -> (units x examples) matrix, for
-    the example-level bootstrap (resample each testset's examples, the same examples
-    at every checkpoint, and recompute all accuracies)."""
+    """Per-example correctness of one run: testset -> (units x examples) matrix
+    (:func:`.item_noise.item_matrices`), for the example-level bootstrap (resample each testset's
+    examples, the same examples at every checkpoint, and recompute all accuracies)."""
 
-    def __init__(self, ex: pd.DataFrame, units: list, opts: Options, model: str, run: str):
+    def __init__(self, mats: dict, problems: dict, units: list, opts: Options, model: str, run: str):
         self.units = units
-        self.mats: dict[str, np.ndarray] = {}
-        self.problems: dict[str, str] = {}
+        self.mats = mats
+        self.problems = problems
         self.boot: dict[str, np.ndarray] = {}
-        pos = {u: i for i, u in enumerate(units)}
-        for ts, g in ex.groupby("testset", sort=True):
-            if g.duplicated(["unit", "example"]).any():
-                self.problems[ts] = f"duplicate (unit, example) predictions for {ts}"
-                continue
-            per_unit = g.groupby("unit")["example"].apply(lambda s: tuple(sorted(s)))
-            if per_unit.nunique() > 1:
-                self.problems[ts] = f"{ts} was evaluated on different examples at different units"
-                continue
-            wide = g.pivot(index="unit", columns="example", values="correct")
-            mat = np.full((len(units), wide.shape[1]), np.nan)
-            for u, vals in zip(wide.index, wide.to_numpy(float)):
-                if u in pos:
-                    mat[pos[u]] = vals
-            self.mats[ts] = mat
+        for ts, mat in mats.items():
             counts = cell_rng(opts.seed, model, run, ts, "examples").multinomial(
                 mat.shape[1], np.full(mat.shape[1], 1 / mat.shape[1]), size=opts.example_boot
             )
@@ -339,10 +327,21 @@ def analyse_run(
                 v = cols[ts].copy()
                 v[step0] = math.nan
                 cols[("without step 0", ts)] = v
-    rex = None
+    mats, problems = {}, {}
     if examples is not None:
         ex = examples[(examples["model"] == model) & (examples["run"] == run)]
-        rex = _RunExamples(ex, units, opts, model, run) if len(ex) else None
+        mats, problems = item_matrices(ex, units)
+    rex = (
+        _RunExamples(mats, problems, units, opts, model, run) if (mats or problems) and opts.example_boot >= 2 else None
+    )
+    sizes = {}
+    if "n" in g.columns:
+        nw = clean.pivot(index="unit", columns="testset", values="n").reindex(index=units)
+        sizes = {ts: pd.to_numeric(nw[ts], errors="coerce").to_numpy(float) for ts in nw.columns}
+    noise = run_noise([zname, *ood], units, mats, problems, sizes)
+    meas = run_measurements(
+        cols, zname, ood, noise, opts.residualisers, steps, ordered, opts.level, opts.seed, (model, run)
+    )
     cache, ex_cache = {}, {}
     for (a, b), m, res in combos:
         row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
@@ -351,6 +350,26 @@ def analyse_run(
             row.update(_nan_row("; ".join(f"duplicate units for {t}: {dup_sets[t]}" for t in bad)))
         else:
             row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
+        row.update(_measured(meas, a, b, m, res))
         rows.append(row)
     _finish_tests(rows, opts)
+    finish_bounded(rows, opts.level)
     return rows
+
+
+def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
+    """A cell's measurement columns (:mod:`.run_measurement`): the Pearson cells of a linear-kind
+    residualiser take them whole; every other cell of the pair its testsets' reliabilities and what
+    their noise is known from (from the linear-kind cell of the same covariates), its own
+    correlation left as observed."""
+    spec = parse(res)
+    if spec.kind == "linear" and method == "pearson":
+        return meas.get((a, b, res), empty())
+    twin = meas.get((a, b, "linear+step" if spec.step else "linear"))
+    out = empty()
+    if twin is not None:
+        out.update({c: twin[c] for c in SHARED})
+    why = "ranks" if method != "pearson" else "a spline fitted to a noisy in-domain score"
+    note = f"not corrected for item noise ({method}/{res}: {why})"
+    out["noise"] = "; ".join(x for x in (out["noise"], note) if x)
+    return out

@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
+import math
 import re
 from collections import Counter
 from pathlib import Path
@@ -259,6 +260,25 @@ def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
 
 
+def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
+    """``long`` with a column ``n`` (the items behind each score: :mod:`.item_noise` bounds a share's
+    item noise by it) from ``sizes`` (testset -> items; the key ``*`` for every testset not named),
+    each a positive whole number; a name that is no testset of the table is an error naming it."""
+    if not sizes:
+        return long
+    names = set(long["testset"])
+    unknown = [k for k in sizes if k != "*" and k not in names]
+    if unknown:
+        raise DataError(
+            f"{source}: --items names {unknown}, which are no testsets of the table; testsets are {sorted(names)}"
+        )
+    for k, v in sizes.items():
+        if not (isinstance(v, (int, float)) and v >= 1 and float(v).is_integer()):
+            raise DataError(f"{source}: --items {k}={v!r}: the items behind a score are a whole number of 1 or more")
+    n = long["testset"].map(lambda t: sizes.get(t, sizes.get("*", math.nan))).astype(float)
+    return long.assign(n=n)
+
+
 def from_wide(
     df: pd.DataFrame,
     *,
@@ -329,10 +349,12 @@ def from_long(
     testsets: list[str] | None = None,
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
+    n_column: str | None = None,
 ) -> pd.DataFrame:
-    """One row per unit x testset -> canonical long table."""
+    """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column (the
+    items behind each score) too."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
-    _require_columns(df, [testset, score] + [c for c in (model, run) if c], source)
+    _require_columns(df, [testset, score] + [c for c in (model, run, n_column) if c], source)
     names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
         raise DataError(
@@ -357,6 +379,15 @@ def from_long(
         index=df.index,
     )
     check_score_range(out[["score"]].set_axis([score], axis=1), score, source, where, wide=False)
+    if n_column:
+        n = _numeric(df, n_column, source, where)
+        bad = n.notna() & ~((n >= 1) & (n == n.round()))
+        if bad.any():
+            i = bad.idxmax()
+            raise DataError(
+                f"{source}: {where} {i}: {n_column} {df.loc[i, n_column]!r} is not a whole number of items (1 or more)"
+            )
+        out["n"] = n
     return out.reset_index(drop=True)
 
 
@@ -396,16 +427,26 @@ def run_info(
     return first.reset_index()
 
 
-# The example-level bootstrap resamples each example's correctness, which gives accuracy: it
-# applies to the workflow's `accuracy` (and to a user table's own score column), not to the
-# workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS; tests/planning/test_config.py ties them).
+# Per-example correctness gives accuracy: its item noise (oodcorr.analysis.item_noise) and the
+# example-level bootstrap apply to the workflow's `accuracy` (and to a user table's own score
+# column), not to the workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS;
+# tests/planning/test_config.py ties them).
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+# the metrics that are a share of items answered correctly: a testset's size bounds their item noise
+ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "correct"})
 
 
 def example_bootstrap_applies(score: str) -> bool:
-    """Whether the example-level bootstrap can resample ``score``, the column analysed: not when
-    it is one of the workflow's metrics other than accuracy (:data:`NOT_ACCURACY`)."""
+    """Whether per-example correctness gives ``score``, the column analysed (its item noise, the
+    example-level bootstrap): not when it is one of the workflow's metrics other than accuracy
+    (:data:`NOT_ACCURACY`)."""
     return score not in NOT_ACCURACY
+
+
+def is_item_share(metric: str) -> bool:
+    """Whether ``metric`` (a filter after a comma ignored) is a share of items answered correctly, so
+    that the binomial variance at a testset's size bounds its item noise (:data:`ITEM_SHARES`)."""
+    return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES
 
 
 def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -445,6 +486,8 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
             "score": scores[score].astype(float),
         }
     )
+    if "n" in scores.columns and is_item_share(score):
+        long["n"] = pd.to_numeric(scores["n"], errors="coerce").astype(float)  # items behind each score
     info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
     info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
     return long, info

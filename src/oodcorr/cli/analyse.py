@@ -186,7 +186,22 @@ def add_parser(sub, help: str) -> None:
         "--examples",
         metavar="FILE",
         help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
-        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
+        "plus 'example' and 'correct' (0/1): each testset's item noise is estimated from it "
+        "(docs/analysis.md#scores-as-measurements), and the example-level bootstrap runs",
+    )
+    g.add_argument(
+        "--n-column",
+        metavar="COLUMN",
+        help="long format: the column with the items behind each score (the workflow's scores table has 'n'); "
+        "for a share of items (accuracy) the binomial variance at that size bounds each testset's item noise",
+    )
+    g.add_argument(
+        "--items",
+        nargs="+",
+        default=[],
+        metavar="[TESTSET=]N",
+        help="the items behind the scores, for a table without an n column (a wide one): N for every testset, "
+        "TESTSET=N for one (e.g. --items 1000 wnli=71 rte=277); bounds each testset's item noise as --n-column does",
     )
     e = a.add_argument_group(
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"

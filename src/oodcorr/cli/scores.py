@@ -50,6 +50,8 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
     metrics, each = dict(getattr(args, "column_metric", None) or []), getattr(args, "each_scale", False)
     if args.format == "wide":
+        if getattr(args, "n_column", None):
+            raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
         long = tables.from_wide(
             df, unit=args.unit, in_domain=args.in_domain, column_metrics=metrics, each_scale=each, **common
         )
@@ -60,8 +62,32 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         )
     else:
         long = tables.from_long(
-            df, unit=args.unit, testset=args.testset_column, score=args.score, in_domain=args.in_domain, **common
+            df,
+            unit=args.unit,
+            testset=args.testset_column,
+            score=args.score,
+            in_domain=args.in_domain,
+            n_column=getattr(args, "n_column", None),
+            **common,
         )
+    long = tables.with_sizes(long, parse_items(getattr(args, "items", None)), src)
+    if "n" in long and (metrics or each):
+        raise DataError(
+            f"--items with {'--each-scale' if each else '--column-metric'}: the sizes bound the item noise of shares "
+            "of items, read on one scale; give the table's accuracies on one scale (all shares, or all percentages) "
+            "for --items, or leave --items out"
+        )
+    if "n" in long and not tables.is_item_share("accuracy" if args.format == "wide" else args.score):
+        log.warning(
+            "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); --score %s is "
+            "not one, so its item noise is unknown",
+            src,
+            args.score,
+        )
+        long = long.drop(columns="n")
+    elif "n" in long and long["score"].median() > 1:  # percentages: the bound is on shares
+        long = long.assign(score=long["score"] / 100)
+        log.info("%s: scores in percent read as shares (/100) for their items' binomial bound", src)
     log.info(
         "%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)",
         src,
@@ -103,6 +129,22 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     return long, examples, info, pool_by
 
 
+def parse_items(values) -> dict[str, float]:
+    """``--items``' words -> {testset: items} (``*`` for a bare number); a word that is not ``N`` or
+    ``TESTSET=N`` is an error naming it."""
+    out: dict[str, float] = {}
+    for word in values or ():
+        name, sep, num = word.rpartition("=")
+        try:
+            n = float(num)
+        except ValueError:
+            raise DataError(
+                f"--items {word!r}: give N or TESTSET=N, N the items behind that testset's scores"
+            ) from None
+        out[name if sep else "*"] = n
+    return out
+
+
 def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str]:
     """--format lm-eval: (canonical long table, examples or None, run information, columns to pool
     by, the digest of the files read) from a folder of lm-evaluation-harness results."""
@@ -110,6 +152,8 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         ("--model", args.model),
         ("--run", args.run),
         ("--examples", args.examples),
+        ("--n-column", getattr(args, "n_column", None)),
+        ("--items", getattr(args, "items", None)),
         ("--encoding", args.encoding),
         ("--pool-by", args.pool_by),
     ):

@@ -26,6 +26,7 @@ STRENGTH = (
     "on average",
     "models differ",
     "agree near zero",
+    "noise-limited",
     "unresolved",
     "fewer than 2 models tested",
     "no data",
