@@ -275,10 +275,22 @@ def drop_shard(folder, tensor_suffix: str = "embed_tokens.weight") -> str:
     return shard
 
 
-def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None = None, seed: int = 0) -> Path:
+def tiny_llama_gguf(
+    path,
+    *,
+    leave_out=(),
+    n_blocks: int = 1,
+    rows: int | None = None,
+    seed: int = 0,
+    shapes: dict | None = None,
+    head_count_kv: int = 2,
+    vocab_size: int = 16,
+) -> Path:
     """A tiny llama GGUF file that transformers loads (F32 weights, a byte-level BPE tokenizer of 16
     tokens), written with the gguf package's own writer; ``leave_out`` names tensors not written,
-    ``rows`` gives the token embeddings another row count than the tokenizer's."""
+    ``rows`` gives the token embeddings another row count than the tokenizer's, ``shapes`` other
+    shapes to tensors (as numpy's: rows first), ``head_count_kv`` and ``vocab_size`` other metadata
+    than the tensors have."""
     import gguf
     import numpy as np
 
@@ -291,10 +303,10 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     w.add_embedding_length(n_embd)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
+    w.add_head_count_kv(head_count_kv)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(n_vocab)
+    w.add_vocab_size(vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_token_list(["<s>", "</s>"] + [chr(ord("a") + i) for i in range(n_vocab - 3)] + ["ab"])
     w.add_token_types([3, 3] + [1] * (n_vocab - 2))
@@ -302,7 +314,7 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     w.add_bos_token_id(0)
     w.add_eos_token_id(1)
     rng = np.random.default_rng(seed)
-    shapes = {"token_embd.weight": (rows or n_vocab, n_embd), "output_norm.weight": (n_embd,)}
+    every = {"token_embd.weight": (rows or n_vocab, n_embd), "output_norm.weight": (n_embd,)}
     block = dict(
         attn_norm=(n_embd,),
         attn_q=(n_embd, n_embd),
@@ -315,8 +327,9 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
         ffn_down=(n_embd, n_ff),
     )
     for i in range(n_blocks):
-        shapes.update({f"blk.{i}.{k}.weight": v for k, v in block.items()})
-    for name, shape in shapes.items():
+        every.update({f"blk.{i}.{k}.weight": v for k, v in block.items()})
+    every.update(shapes or {})
+    for name, shape in every.items():
         if name not in leave_out:
             w.add_tensor(name, (rng.normal(size=shape) * 0.1).astype(np.float32))
     w.write_header_to_file()

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from oodcorr.analysis.lmeval import MAX_RESULTS_BYTES, compile_pattern, list_files, read_folder
+from oodcorr.analysis.lmeval import compile_pattern, read_folder
+from oodcorr.analysis.lmeval_files import MAX_RESULTS_BYTES, list_files
 from oodcorr.core.errors import DataError
 
 from faults import PYTHON, as_nobody, python_env
@@ -456,3 +457,54 @@ def test_the_pythia_suites_real_files_give_the_benchmarks_table(tmp_path):
     assert t["model"].nunique() == 16 and t["step"].nunique() == 27 and t["testset"].nunique() == 8
     assert len(t) == 16 * 27 * 8
     assert t["accuracy"].between(0, 1).all()
+
+
+# ---- links out of the folder, folders that cannot be searched (issue 47) ----
+def test_a_link_out_of_the_folder_is_named_and_not_followed_unless_asked(tmp_path, caplog):
+    """Before: followed, into / and then /proc, where the walk stopped on a permission error."""
+    lm, elsewhere = tmp_path / "lm", tmp_path / "elsewhere"
+    series(lm)
+    current(elsewhere / "org__c", "org/c", 0, {"ind": 0.5, "x": 0.3, "y": 0.4})
+    os.symlink(elsewhere, lm / "more")
+    os.symlink("/", lm / "root")
+    os.symlink(elsewhere / "org__c" / f"results_{DATE}.json", lm / "org__a" / "linked.json")
+    os.symlink(lm / "org__b", lm / "inside")  # a link within the folder: followed (the folder read once)
+    with caplog.at_level("WARNING"):
+        got = read_folder(lm)
+    assert sorted(got.scores["model"].unique()) == ["org/a", "org/b"]  # nothing from outside
+    said = " ".join(r.getMessage() for r in caplog.records)
+    for link, target in ((lm / "more", elsewhere), (lm / "root", Path("/")), (lm / "org__a" / "linked.json", None)):
+        assert f"{link}: a link that leads out of {lm}" in said, said
+        if target is not None:
+            assert f"(to {target})" in said
+    assert "--follow-links" in said and "/proc" not in said
+    got = read_folder(lm / "more", follow_links=True)  # asked: followed (here, a folder with no link out)
+    assert list(got.scores["model"].unique()) == ["org/c"]
+    os.unlink(lm / "root")
+    os.unlink(lm / "org__a" / "linked.json")
+    got = read_folder(lm, follow_links=True)
+    assert sorted(got.scores["model"].unique()) == ["org/a", "org/b", "org/c"]
+
+
+def test_a_folder_whose_entries_cannot_be_looked_at_is_named(tmp_path):
+    """A folder the reader may list but not search (mode 644: its names, not what they are): before, its
+    subfolders were skipped in silence and the analysis went on without that model."""
+    prefix = as_nobody()
+    top = Path(tempfile.mkdtemp(prefix="oodcorr-lmeval-"))
+    try:
+        top.chmod(0o755)
+        series(top)
+        for d in [top, *top.rglob("*")]:
+            d.chmod(0o755 if d.is_dir() else 0o644)
+        (top / "org__b").chmod(0o644)  # readable names, no search: what each is cannot be seen
+        script = (
+            "import sys; from oodcorr.analysis.lmeval import read_folder; print(len(read_folder(sys.argv[1]).scores))"
+        )
+        res = subprocess.run(
+            [*prefix, PYTHON, "-c", script, str(top)], capture_output=True, text=True, env=python_env(), timeout=120
+        )
+        assert res.returncode != 0, res.stdout
+        assert re.search(r"org__b: cannot look into this folder \(Permission denied: ", res.stderr), res.stderr[-2000:]
+        assert "chmod" in res.stderr
+    finally:
+        shutil.rmtree(top)

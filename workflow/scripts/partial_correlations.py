@@ -11,7 +11,7 @@ from oodcorr.analysis.tables import (
     summarise,
     write_tables,
 )
-from oodcorr.core.errors import DataError, DiskFull, ResultError
+from oodcorr.core.errors import DataError, ResultError, WriteFailed
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import refuse, start_job
@@ -28,7 +28,7 @@ try:
     scores = read_scores(sm.input.scores)
     long, info = from_scores(scores, score)
     examples = examples_from_predictions(scores) if by_example else None
-except (ResultError, DataError, DiskFull) as e:  # a damaged scores table or predictions file: named, with the way out
+except (ResultError, DataError, WriteFailed) as e:  # a damaged scores table or predictions file: named, the way out
     refuse(e)
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threads)  # runs in parallel processes

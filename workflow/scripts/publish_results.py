@@ -7,7 +7,7 @@ file's sha256) is the rule's output, written last.
 
 from pathlib import Path
 
-from oodcorr.core.errors import DiskFull
+from oodcorr.core.errors import WriteFailed
 from oodcorr.core.locks import FolderInUse
 from oodcorr.core.published import PublishRefused, describe, publish_set, write_marker
 from oodcorr.launch.runtime import refuse, start_job
@@ -19,7 +19,7 @@ try:
     # each published path (relative to the experiment folder) and its staged file, in the plan's order
     staged = dict(zip(sm.params.rels, sm.input, strict=True))
     record = publish_set(root, staged, experiment=sm.params.experiment)
-except (PublishRefused, FolderInUse, DiskFull) as e:  # the message (the file, the way out) is the log's last line
+except (PublishRefused, FolderInUse, WriteFailed) as e:  # the message (the file, the way out) is the log's last line
     refuse(e)
 for note in record["notes"]:
     print(f"oodcorr: {note}")

@@ -29,20 +29,19 @@ file of at most :data:`MAX_RESULTS_BYTES` (a real one is kilobytes to a few mega
 usually samples written into it), a samples line of at most
 :data:`.lmeval_samples.MAX_SAMPLE_LINE_BYTES` (samples files are streamed, line by line, keeping
 two numbers a document: :func:`.lmeval_samples.read_samples`). Folders are walked
-following links, each real folder once: a link back into a folder already read (a loop) is
-said and not followed again. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
+following links within the folder, each real folder once: a link back into a folder already read
+(a loop) is said and not followed again, a link that leads out of the folder is said and not
+followed (``--follow-links`` follows it), and a folder that cannot be listed or searched is
+named. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
 the file; reading is done before anything is written, so a refusal leaves no result.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,14 +49,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import DataError
-from ..core.io import DuplicateKey, loads_json
-from .lmeval_samples import not_regular, read_samples
-from .tables import LMEVAL_SHARES_ONLY, is_item_share, metric_range, out_of_range
+from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
+from .lmeval_samples import read_samples
+from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
+from .tables import is_item_share
 
 log = logging.getLogger(__name__)
 
-MAX_FILES = 50_000  # .json and .jsonl files under the folder (--max-files)
-MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
 PLACEHOLDERS = ("model", "run", "step")
 SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
@@ -154,117 +152,6 @@ def compile_pattern(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-# ---- walking the folder ----
-def list_files(folder: Path, max_files: int = MAX_FILES) -> tuple[list[Path], list[str]]:
-    """Every ``.json``/``.jsonl`` file under ``folder`` (sorted) and the notes of what was not
-    followed. Links are followed, each real folder read once; more files than ``max_files`` is an
-    error giving the count (all counted first, only the first ``max_files`` kept)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        what = "does not exist" if not folder.exists() else "is a file, not a folder"
-        raise DataError(
-            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
-            "(searched recursively)"
-        )
-    files: list[Path] = []
-    notes: list[str] = []
-    count = 0
-    seen: dict[tuple[int, int], Path] = {}
-    stack = [folder]
-    while stack:
-        d = stack.pop()
-        try:
-            st = d.stat()
-        except OSError as e:
-            notes.append(f"{d}: a link that leads to no folder ({e.strerror}): not followed")
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            notes.append(
-                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
-            )
-            continue
-        seen[key] = d
-        subdirs = []
-        try:
-            with os.scandir(d) as entries:  # streamed: a folder of millions of names is counted, not held
-                for e in entries:
-                    try:
-                        is_dir = e.is_dir()  # follows links; False for a link that loops or dangles
-                    except OSError:
-                        is_dir = False
-                    if is_dir:
-                        subdirs.append(Path(e.path))
-                        continue
-                    if not e.name.endswith((".json", ".jsonl")):
-                        if e.is_symlink() and not os.path.exists(e.path):
-                            notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
-                        continue
-                    count += 1
-                    if count <= max_files:
-                        files.append(Path(e.path))
-        except OSError as e:
-            raise DataError(
-                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
-            ) from None
-        stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
-    if count > max_files:
-        raise DataError(
-            f"{folder}: holds {count:,} .json/.jsonl files, more than the {max_files:,} read at most; give a folder "
-            f"with only the results to analyse, or pass --max-files {count} to read them all"
-        )
-    return sorted(files), notes
-
-
-# ---- one results file ----
-def _load_json(path: Path, max_bytes: int):
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise DataError(not_regular(path))
-        size = st.st_size
-        if size > max_bytes:
-            raise DataError(_too_large(path, size, max_bytes))
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as e:
-        raise DataError(
-            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
-        ) from None
-    if len(raw) > max_bytes:
-        raise DataError(_too_large(path, len(raw), max_bytes))
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
-    if not text.strip():
-        raise DataError(
-            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
-        )
-    try:
-        return loads_json(text)
-    except DuplicateKey as e:
-        raise DataError(
-            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
-        ) from None
-    except json.JSONDecodeError as e:
-        cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
-        raise DataError(
-            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
-            "the file out of the folder"
-        ) from None
-    except RecursionError:
-        raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
-
-
-def _too_large(path: Path, size: int, max_bytes: int) -> str:
-    return (
-        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
-        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
-        f"--max-file-mb {math.ceil(size / 2**20)}"
-    )
-
-
 def parse_model_args(v) -> dict[str, str]:
     """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already. A key
     given twice with two values (``revision=step1,revision=step2``: the harness takes the last) is
@@ -356,7 +243,7 @@ def _number(v, path: Path, task: str, key: str) -> float:
 def _check_scales(rows: list[dict]) -> None:
     """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
     its ``f1`` of classification a share): every score of one metric key is on one scale, told by
-    their median (:func:`oodcorr.analysis.tables.score_range`); one outside it names its file."""
+    their median (:func:`oodcorr.analysis.score_ranges.score_range`); one outside it names its file."""
     by_key: dict[str, list[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
@@ -384,7 +271,7 @@ def read_results_file(
 ) -> list[dict]:
     """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
     with no ``tasks`` named, the tasks without the metric are added to ``without``."""
-    doc = _load_json(path, max_bytes)
+    doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
@@ -476,13 +363,14 @@ def read_folder(
     samples: bool = True,
     max_files: int = MAX_FILES,
     max_bytes: int = MAX_RESULTS_BYTES,
+    follow_links: bool = False,
 ) -> LmEvalResults:
     """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
 
     Two files giving one (model, run, step, task) is an error naming both."""
     folder = Path(folder)
     pattern = compile_pattern(path_pattern) if path_pattern else None
-    files, notes = list_files(folder, max_files)
+    files, notes = list_files(folder, max_files, follow_links)
     for n in notes:
         log.warning("%s", n)
     rels = {p: p.relative_to(folder).as_posix() for p in files}
@@ -609,6 +497,6 @@ def read_folder(
 
 
 def _file_metrics(path: Path, max_bytes: int) -> str:
-    doc = _load_json(path, max_bytes)
+    doc = load_json(path, max_bytes)
     names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in metric_names(v)})
     return ", ".join(names) or "no numeric metric"

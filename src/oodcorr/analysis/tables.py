@@ -35,6 +35,7 @@ from ..core.answer import about, noise_clause, reliability_line
 from ..core.errors import DataError
 from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
 from .measurement import NOISE_LIMITED
+from .score_ranges import check_score_range, out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -254,111 +255,6 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     return v.astype(float)
 
 
-# ---- the range a score can take ----
-# A metric named here has a range its values must lie in; one not named (a log-likelihood, a
-# user's own column) is only checked to be a number. lm-evaluation-harness's metrics by their
-# names (``acc,none``: ``acc``) and the workflow's own columns (oodcorr.jobs.metrics.COLUMNS).
-SHARES = frozenset(
-    {
-        "acc",
-        "acc_norm",
-        "acc_mutual_info",
-        "accuracy",
-        "exact_match",
-        "em",
-        "exact",
-        "f1",
-        "macro_f1",
-        "micro_f1",
-        "precision",
-        "recall",
-        "ece",
-        "accuracy_ci_low",
-        "accuracy_ci_high",
-        "pct_stereotype",
-    }
-)
-CORRELATIONS = frozenset({"mcc"})  # Matthews' correlation coefficient: in [-1, 1]
-NON_NEGATIVE = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "ter"})
-# the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
-# and a user's table, may be either: told by the values, :func:`score_range`)
-LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
-
-
-def metric_range(metric: str) -> tuple[float, float] | None:
-    """The range of a metric by its name (a filter after a comma ignored, case ignored): (0, 1)
-    for shares (accuracy, F1, ...), (-1, 1) for ``mcc``, (0, inf) for perplexities; None for a
-    metric this does not know (only checked to be a number)."""
-    name = str(metric).split(",", 1)[0].strip().lower()
-    if name in SHARES:
-        return (0.0, 1.0)
-    if name in CORRELATIONS:
-        return (-1.0, 1.0)
-    if name in NON_NEGATIVE:
-        return (0.0, math.inf)
-    return None
-
-
-def score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
-    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric
-    without one (:func:`metric_range`). A share may be written as a percentage (``percent``: a
-    table from a paper, the harness's squad ``f1``): the values tell which, by their median (a
-    median accuracy of at most 1 % is no percentage); so one score of 1.7 among shares is out of
-    range, not the sign of a table in percent."""
-    rng = metric_range(metric)
-    if rng is None:
-        return None
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if not percent or rng[1] == math.inf or not len(v):
-        return rng, ""
-    median = float(np.median(np.abs(v)))
-    if median <= 1:
-        return rng, f"shares: their median is {median:.3g}"
-    return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
-
-
-def out_of_range(
-    scores: pd.DataFrame, metric: str, *, percent: bool = True
-) -> tuple[object, object, float, str] | None:
-    """(row, column, value, the sentence's end) of the first score in ``scores`` (one metric: a
-    column, or a wide table's testset columns) outside the metric's range (:func:`score_range`, the
-    scale told from all of them), or None when all lie inside (missing values and infinities are
-    said elsewhere)."""
-    v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
-    got = score_range(metric, v.to_numpy().ravel(), percent=percent)
-    if got is None:
-        return None
-    (lo, hi), how = got
-    for col in v.columns:
-        x = v[col]
-        bad = np.isfinite(x) & ((x < lo) | (x > hi))
-        if bad.any():
-            i = x.index[bad.to_numpy()][0]
-            told = f" (the scores are {how})" if how else ""
-            return i, col, float(x[i]), f"outside [{lo:g}, {hi:g}], the range of {metric.split(',', 1)[0]!r}{told}"
-    return None
-
-
-def check_score_range(scores: pd.DataFrame, metric: str, source: str, where: str, *, wide: bool) -> None:
-    """A :class:`DataError` naming the line (the index of ``scores``), column and value of the first
-    score outside its metric's range (:func:`out_of_range`); a wide table's scores are accuracies."""
-    bad = out_of_range(scores, metric)
-    if bad is None:
-        return
-    i, col, value, why = bad
-    other = (
-        "a table of another metric than accuracy: give it in long format, its score column named after the metric "
-        "(--score)"
-        if wide
-        else f"if column {col!r} holds another metric, name it after that metric and pass that name as --score"
-    )
-    raise DataError(
-        f"{source}: {where} {i}, column {col!r}: score {value:g} is {why}; fix that score (a typo, a lost sign "
-        f"or digit) or leave the row out; {other}"
-    )
-
-
 def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
     """Error naming the first of ``columns`` that ``df`` lacks, and the columns it has."""
     for c in columns:
@@ -398,8 +294,13 @@ def from_wide(
     testsets: list[str] | None = None,
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
+    column_metrics: dict[str, str] | None = None,
+    each_scale: bool = False,
 ) -> pd.DataFrame:
-    """One row per unit, one column per testset -> canonical long table."""
+    """One row per unit, one column per testset -> canonical long table. The columns are accuracies
+    on one scale (shares or percentages, told by all of them), except each column ``column_metrics``
+    names (``--column-metric COLUMN=METRIC``: checked on its own against that metric's range); with
+    ``each_scale`` (``--each-scale``) every column is checked on its own scale."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:] + list(exclude) + list(testsets or []), source)
@@ -413,7 +314,18 @@ def from_wide(
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
-    check_score_range(values, "accuracy", source, where, wide=True)
+    named = dict(column_metrics or {})
+    for c, metric in named.items():
+        if c not in cols:
+            raise DataError(
+                f"--column-metric {c}={metric}: the table has no column {c!r}"
+                + (" among those analysed" if c in df.columns else f"; columns are {list(df.columns)}")
+            )
+    plain = [c for c in cols if c not in named]
+    for group, metric in [*(([c], "accuracy") for c in plain if each_scale), *(([c], m) for c, m in named.items())]:
+        check_score_range(values[group], metric, source, where, wide=True)
+    if plain and not each_scale:
+        check_score_range(values[plain], "accuracy", source, where, wide=True)
     long = values.assign(
         unit=_numeric_units(df[unit]),
         model=_names(df, model, "model", source, where) if model else model_name,

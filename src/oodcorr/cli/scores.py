@@ -48,10 +48,18 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
     body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
     info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
+    metrics, each = dict(getattr(args, "column_metric", None) or []), getattr(args, "each_scale", False)
     if args.format == "wide":
         if getattr(args, "n_column", None):
             raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
-        long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
+        long = tables.from_wide(
+            df, unit=args.unit, in_domain=args.in_domain, column_metrics=metrics, each_scale=each, **common
+        )
+    elif metrics or each:
+        raise DataError(
+            f"{'--each-scale' if each else '--column-metric'}: reads the columns of a wide table (--format wide); in "
+            "long format one column holds every score: --score names it"
+        )
     else:
         long = tables.from_long(
             df,
@@ -63,6 +71,12 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             **common,
         )
     long = tables.with_sizes(long, parse_items(getattr(args, "items", None)), src)
+    if "n" in long and (metrics or each):
+        raise DataError(
+            f"--items with {'--each-scale' if each else '--column-metric'}: the sizes bound the item noise of shares "
+            "of items, read on one scale; give the table's accuracies on one scale (all shares, or all percentages) "
+            "for --items, or leave --items out"
+        )
     if "n" in long and not tables.is_item_share("accuracy" if args.format == "wide" else args.score):
         log.warning(
             "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); --score %s is "
@@ -161,6 +175,7 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         samples=not args.no_samples,
         max_files=args.max_files,
         max_bytes=int(args.max_file_mb * 2**20),
+        follow_links=args.follow_links,
     )
     long = read.long(args.in_domain)
     if args.testsets:
