@@ -74,9 +74,10 @@ def run_analysis(configfile: str, out: Path) -> None:
 
 
 def _ci(r, lo, hi) -> str:
-    if not math.isfinite(float(r)):
-        return ""
+    """``r [lo, hi]``; an interval without its estimate as ``(none) [lo, hi]``, so that it shows."""
     inner = f" [{float(lo):+.2f}, {float(hi):+.2f}]" if math.isfinite(float(lo)) and math.isfinite(float(hi)) else ""
+    if not math.isfinite(float(r)):
+        return f"(none){inner}" if inner else ""
     return f"{float(r):+.2f}{inner}"
 
 
