@@ -118,7 +118,7 @@ def noise_table(root: Path, pc: pd.DataFrame) -> str:
         short = str(run).split("/")[-1]
         for ts in [zname, *sorted(t for t in mats if t != zname)]:
             if ts not in mats:
-                rows.append([short, ts, problems.get(ts, "no per-item record"), *[""] * 6])
+                rows.append([short, ts, problems.get(ts, "no per-item record"), *[""] * 7])
                 continue
             s = noise_summary(mats[ts])
             S = item_covariance(mats[ts])
@@ -145,6 +145,7 @@ def noise_table(root: Path, pc: pd.DataFrame) -> str:
                     f"{s['noise_sd']:.3f}",
                     f"{s['noise_lag1']:.2f}",
                     f"{100 * s['disagreement']:.0f} %",
+                    _stretches(mats[ts]),
                     f"{resid:.3f}",
                     f"{noise_resid:.3f}",
                     rel,
@@ -157,6 +158,7 @@ def noise_table(root: Path, pc: pd.DataFrame) -> str:
         "noise sd at a checkpoint",
         "its lag-1 correlation",
         "items neighbours disagree on",
+        "the same: the first two pairs, the last two; without the first checkpoint",
         "residual sd",
         "noise sd in the residual",
         "reliability [95 %]",
@@ -242,6 +244,14 @@ def noise_checks(root: Path) -> str:
         "share predicted entailment",
     ]
     return _table(header, rows)
+
+
+def _stretches(mat: np.ndarray) -> str:
+    """The share of items neighbouring checkpoints disagree on, pair by pair at both ends, and its
+    mean without the first checkpoint (a learning curve flips most items early)."""
+    d = np.nanmean(np.abs(np.diff(mat, axis=0)), axis=1)
+    pct = [f"{100 * v:.0f}" for v in d]
+    return f"{', '.join(pct[:2])} … {', '.join(pct[-2:])} %; {100 * np.mean(d[1:]):.0f} %"
 
 
 def _rel3(row, col: str) -> str:
