@@ -253,9 +253,9 @@ def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
     p-value the larger of the two ladders' and a sign only where both show it; the observed ladder's
     elsewhere. ``r_consensus`` and its interval are always the observed ones."""
     if eiv is None:
-        return obs
+        return {**obs, "_consensus_read": obs["r_consensus"]}
     use = regime != "unknown"
-    out = {}
+    out = {"_consensus_read": np.where(use, eiv["r_consensus"], obs["r_consensus"])}
     for k, v in obs.items():
         if k in OBSERVED_ONLY:
             out[k] = v
