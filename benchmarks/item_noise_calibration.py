@@ -251,6 +251,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--studies", type=int, default=200, help="studies per regime with items (default 200)")
+    ap.add_argument(
+        "--studies-null", type=int, default=300, help="studies per regime with items at truth 0 (default 300)"
+    )
     ap.add_argument("--studies-sizes", type=int, default=150, help="studies per regime with sizes only (150)")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--quick", action="store_true")
@@ -293,9 +296,10 @@ def main() -> int:
         t = time.time()
         sizes = (n_id, n_ood, n_ood)
         if kind == "items":
-            table = _items_tables(shape, sizes, pers, truth, args.studies, args.seed)
+            studies = args.studies_null if truth == 0 else args.studies
+            table = _items_tables(shape, sizes, pers, truth, studies, args.seed)
             if args.candidates:
-                moment = measure(_items_tables(shape, sizes, pers, truth, args.studies, args.seed, True), truth)
+                moment = measure(_items_tables(shape, sizes, pers, truth, studies, args.seed, True), truth)
         else:
             table = _sizes_table(shape, sizes, pers, truth, args.studies_sizes, args.seed)
         res = measure(table, truth)
