@@ -396,10 +396,17 @@ def agreement(
         for c in P_ADJUSTED:
             df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
         df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
-    facts = [rungs(row, alpha) for row in df.to_dict("records")]
+    records = df.to_dict("records")
+    # a sign "on average" is the sign of the consensus whose p-value the ladder read: the in-domain-
+    # corrected one where it read those runs (the observed one can have the other sign: the noise it
+    # corrects for fakes correlations); in the bound regime both have that sign or p_mean is 1
+    read = np.where(use & np.isfinite(df["r_consensus_eiv"]), df["r_consensus_eiv"], df["r_consensus"])
+    for row, r in zip(records, read):
+        row["r_consensus"] = r
+    facts = [rungs(row, alpha) for row in records]
     df["direction"] = [d for d, _ in facts]
     df["spread"] = [sp for _, sp in facts]
-    df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
+    df["verdict"] = [verdict(row, alpha) for row in records]
     _about_and_gate(df, regime)
     limited = [
         measured.noise_limited(x, y, z, rel, g) for g, (x, y, z) in enumerate(zip(df["x"], df["y"], df["in_domain"]))
