@@ -17,6 +17,7 @@ from oodcorr.analysis.multitest import adjust
 from oodcorr.analysis.pooling import fisher_z
 from oodcorr.analysis.residualise import linear_maker
 from oodcorr.analysis.simulate import observed_rho, run_scores, study_table
+from oodcorr.analysis.simulate_items import item_table
 from oodcorr.cli import main
 from oodcorr.launch import budget, grid
 from oodcorr.planning.plan import load
@@ -241,6 +242,27 @@ def test_a_pilot_that_is_not_the_workflows_table_needs_its_in_domain_set(tmp_pat
     pd.DataFrame({"model": ["a"], "step": [0], "testset": ["x"], "accuracy": [0.5]}).to_csv(table, index=False)
     assert main(["design", "--configfile", str(MICRO), "--pilot", str(table)]) == 2
     assert "--pilot-in-domain" in caplog.text and str(table) in caplog.text
+
+
+def test_a_pilots_per_item_correctness_gives_the_designs_item_noise(tmp_path, capsys):
+    # a pilot simulated item by item (persistence 0.8); the config (real-cpu) caps its testsets at 300: its
+    # sizes win over the pilot's, the pilot's persistence and residual sd are simulated
+    long, items = item_table(np.random.default_rng(4), [0.3, 0.3, 0.0], 2, 12, (500, 200, 200), phi=0.5)
+    long.drop(columns=["in_domain", "n"]).to_csv(tmp_path / "pilot.csv", index=False)
+    items.to_csv(tmp_path / "items.csv", index=False)
+    args = ["design", "--configfile", str(REPO / "config/real-cpu.yaml"), "--pilot", str(tmp_path / "pilot.csv")]
+    args += ["--pilot-in-domain", "in-domain", "--pilot-unit", "unit", "--pilot-score", "score"]
+    args += ["--pilot-examples", str(tmp_path / "items.csv"), "--studies", "20", "--effects", "0", "0.6"]
+    args += ["--phi", "0.5", "--no-alternatives", "--no-items-table", "--workers", "1", "--out", str(tmp_path / "d")]
+    assert main(args) == 0
+    rep = json.loads((tmp_path / "d.json").read_text())
+    est, simulated = rep["pilot"]["items"], rep["assumptions"]["items"]
+    assert set(est["per_testset"]) == {"in-domain", "ood0", "ood1"}  # the config's testsets are not the pilot's
+    assert (est["in_domain_items"], est["ood_items"]) == (500, 200)
+    assert (simulated["in_domain"], simulated["ood"]) == (300, 300)
+    assert simulated["persistence"] == est["persistence"] == pytest.approx(0.8, abs=0.1)
+    assert simulated["residual_sd"] == est["residual_sd"] == pytest.approx(0.02, rel=0.35)
+    assert "persistence of the item noise: **" in capsys.readouterr().out and "items" not in rep
 
 
 # ---- cost from the work -------------------------------------------------------------------------------

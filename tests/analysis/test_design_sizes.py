@@ -59,6 +59,8 @@ def test_the_items_table_of_a_small_grid():
     assert it["testsets"]["wnli"]["power"]["average sign"] == pytest.approx(p[0])
     assert it["testsets"]["wnli"]["below_simulated"] and not it["testsets"]["hans"]["below_simulated"]
     assert set(it["testsets"]) == {"mnli", "wnli", "hans"}
+    keep = it["sides"]["ood"]["keeping"]["average sign"]  # 90 % of what infinitely many items find
+    assert keep["how"] in ("at most", "about", "more than") and it["studies"] == 60
     text = markdown(rep)
     assert "## How many items" in text and "| ∞ (none) |" in text and "wnli (71 items, OOD set" in text
-    assert "sign on average at most" in text
+    assert "sign on average at most" in text and "keeping 90% of the noise-free power" in text

@@ -159,7 +159,8 @@ def item_estimates(
     medians, None where unknown), ``residual_sd`` (median over the OOD testsets, score units, None
     where no reliability is known) and ``accuracy`` (the OOD testsets' median mean score). ``runs``:
     the pilot's analysed per-run rows; ``resid_sd``, ``mean_score``: :func:`.design_pilot.residual_sds`'s;
-    ``sizes``: items per testset where only sizes are known. A note in ``notes`` for what is missing."""
+    ``sizes``: items per testset where only sizes are known (those of testsets the pilot lacks are left
+    out). A note in ``notes`` for what is missing."""
     own = set(long["in_domain"].astype(str))
     per: dict = {}
     if examples is not None and len(examples):
@@ -172,8 +173,9 @@ def item_estimates(
                 "difficulty": None if not np.isfinite(d) else d,
                 "persistence": None if not np.isfinite(p) else p,
             }
+    present = set(long["testset"].astype(str))
     for ts, n in (sizes or {}).items():
-        if ts not in per and n:
+        if ts in present and ts not in per and n:
             per[ts] = {"items": int(n), "persistence": None, "difficulty": None}
     fitted = [e for e in per.values() if e.get("persistence") is not None]
     out: dict = {"per_testset": dict(sorted(per.items())), "persistence": None, "difficulty": None}

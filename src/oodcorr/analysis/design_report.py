@@ -38,13 +38,15 @@ def report(
     workers: int = 1,
     info: dict | None = None,
     items_table: bool = True,
+    items_studies: int | None = None,
 ) -> dict:
     """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
     each phi of ``phis`` (the other assumptions as in ``a``), and at ``headline`` phi the same for
     each of ``alternatives`` (dicts with ``name``, ``description``, ``grid`` (:class:`Grid`),
     ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at least ``gpu_hours``)
     with its power at ``effect`` and the cheapest that reaches ``target`` per verdict; with
-    ``items_table``, how many items each testset needs (:func:`items_needed`). ``info`` (the config,
+    ``items_table``, how many items each testset needs (:func:`items_needed`; ``items_studies``
+    simulated studies per size, by default ``studies``). ``info`` (the config,
     the budget, the assumptions' sources, a pilot's estimates, the testsets' sizes, notes) is copied
     in."""
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
@@ -53,7 +55,7 @@ def report(
     for x in alts:
         tasks.append((x["grid"], replace(a, phi=headline, items=x["items"]), settings, tuple(effects), studies, seed))
     ladder = ladder_assumptions(replace(a, phi=headline)) if items_table else []
-    tasks += [(grid, la, settings, (0.0, float(effect)), studies, seed) for _, _, la in ladder]
+    tasks += [(grid, la, settings, (0.0, float(effect)), items_studies or studies, seed) for _, _, la in ladder]
     done = curves(tasks, workers)
     base = done[: len(phis)]
     head = base[phis.index(round(float(headline), 4))]

@@ -170,6 +170,12 @@ def add_parser(sub, help: str) -> None:
     q.add_argument("--workers", type=int, metavar="N", help="processes (default: 2, or fewer cores)")
     q.add_argument("--no-alternatives", action="store_true", help="the config's grid only")
     q.add_argument("--no-items-table", action="store_true", help="leave out how many items each testset needs")
+    q.add_argument(
+        "--items-studies",
+        type=int,
+        metavar="N",
+        help="simulated studies per size of the items table (default: half of --studies, at least 100)",
+    )
     q.add_argument("--no-figure", action="store_true", help="no PNG")
     add_work_flags(d)
 
@@ -292,6 +298,8 @@ def run(args) -> int:
     t0, c0 = time.time(), time.process_time()
     if args.studies < 20:
         raise ValueError(f"--studies {args.studies}: give at least 20 simulated studies per effect")
+    if args.items_studies is not None and args.items_studies < 20:
+        raise ValueError(f"--items-studies {args.items_studies}: give at least 20 simulated studies per size")
     if not 0 < args.target < 1:
         raise ValueError(f"--target {args.target}: a power strictly between 0 and 1")
     config, plan = read_plan(args.configfile, args.workflow)
@@ -409,6 +417,7 @@ def run(args) -> int:
         workers=workers,
         info=info,
         items_table=not args.no_items_table,
+        items_studies=args.items_studies or min(args.studies, max(100, args.studies // 2)),
     )
     rep["seconds"] = round(time.time() - t0, 1)
     rep["cpu_seconds_main_process"] = round(time.process_time() - c0, 1)
