@@ -104,7 +104,8 @@ def add_parser(sub, help: str) -> None:
         "--item-difficulty",
         type=float,
         metavar="D",
-        help="share of an item's deviation that is its own difficulty, the same at every checkpoint (default 0.5)",
+        help="share of an item's deviation that is its own difficulty, the same at every checkpoint (default 0.5, or "
+        "the pilot's)",
     )
     a.add_argument(
         "--residual-sd",
