@@ -8,7 +8,6 @@ import pytest
 from oodcorr.analysis import design_pilot
 from oodcorr.analysis.design_pilot_items import fit_persistence, lag_correlations, stationary_sd
 from oodcorr.analysis.residualise import linear_maker
-from oodcorr.analysis.simulate import run_scores
 from oodcorr.analysis.simulate_items import answer_items, item_table
 
 
@@ -66,10 +65,3 @@ def test_a_pilot_with_per_item_correctness_gives_its_sizes_persistence_and_resid
     assert est["items"]["persistence"] is None and est["items"]["ood_items"] == 400
     assert est["items"]["residual_sd"] < 0.8 * it["residual_sd"]  # the bound over-states the noise: cautious
     assert any("persistence of the item noise is not estimated" in n for n in est["notes"])
-
-
-def test_a_pilot_without_item_noise_data_says_so():
-    pilot = run_scores(np.random.default_rng(3), np.zeros(2), 9, 0.5)
-    assert pilot.shape == (2, 9, 3)  # (a trivial pilot is rejected before this module: its long table)
-    est = design_pilot.choose_assumptions(sources={}, items={"ood": 300})
-    assert est.items.ood == 300 and est.items.in_domain is None and est.items.persistence == 0.8

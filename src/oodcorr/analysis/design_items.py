@@ -214,7 +214,10 @@ def measured_studies(
     cross-fitted one, ``items``; else from the observed ladder), ``near`` judged in the band shrunk by
     the attenuation's low end (``band``), and ``limited`` (a testset mostly item noise, or no model
     left once cross-fitted: an unresolved answer is then ``noise-limited``). ``flip_half``:
-    :func:`.design.studies_of`'s."""
+    :func:`.design.studies_of`'s, exact in distribution for the cross-fitted correlations the answer
+    reads (every noise term in them is symmetric and independent of the tasks' sign), not for the
+    observed ones (the in-domain set's leak into both residuals keeps its sign), which here only
+    count the models."""
     r, r_eiv = runs["r"], runs["r_eiv"]
     M = r.shape[1]
     sign = np.ones(M)
@@ -238,9 +241,8 @@ def measured_studies(
     if not items.all():  # the observed ladder where some run has no cross-fitted value (agreement's "unknown")
         obs = ladder(r, runs["se_z"], runs["p"], ~items)
         for k in (*LADDER_KEYS, "near"):
-            res[k] = res[k].astype(float) if res[k].dtype == bool else res[k]
+            res[k] = res[k].copy()
             res[k][~items] = obs[k]
-        res["near"] = res["near"].astype(bool)
     res["n_finite"] = fin.any(-1).sum(-1)
     res["band"] = rel["band"]
     observed_models = usable(r, runs["se_z"]).any(-1).sum(-1)

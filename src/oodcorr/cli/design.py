@@ -252,7 +252,7 @@ def _items_flag(flag: str, value) -> float | None:
         n = float(word)
     except ValueError:
         n = math.nan
-    if not (n == int(n) and n >= MIN_ITEMS) if math.isfinite(n) else True:
+    if not math.isfinite(n) or n != int(n) or n < MIN_ITEMS:
         raise ValueError(
             f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf' for none"
         )
