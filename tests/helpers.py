@@ -358,11 +358,12 @@ class FakeSlurm:
     def answer(self, cmd: str, *outputs: str, rc: int = 0, stderr: str = "", sub: str = "_", rcs=()):
         d = self.root / cmd / sub
         d.mkdir(parents=True, exist_ok=True)
+        for old in d.iterdir():  # the answers given before, and how many were read
+            old.unlink()
         for k, out in enumerate(outputs or ("",), start=1):
             (d / f"{k}.out").write_text(out)
             (d / f"{k}.err").write_text(stderr)
             (d / f"{k}.rc").write_text(str(rcs[k - 1] if k <= len(rcs) else rc))
-        (d / "n").unlink(missing_ok=True)
         script = self.root / "bin" / cmd
         script.write_text(
             "#!/bin/sh\n"

@@ -71,7 +71,10 @@ def test_pending_reasons_sorted_into_what_they_mean():
     assert sw.wait_kind("ReqNodeNotAvail, UnavailableNodes:oodnode") == "nodes"
     assert sw.wait_kind("PartitionDown") == sw.wait_kind("PartitionInactive") == "partition"
     assert sw.wait_kind("QOSMaxJobsPerUserLimit") == sw.wait_kind("AssocMaxJobsLimit") == "limit"
-    assert sw.wait_kind("JobHeldUser") == "held"
+    assert sw.wait_kind("JobHeldUser") == sw.wait_kind("launch failed requeued held") == "held"
+    # slurmctld killed while it launched a job: SLURM requeues it held, and the run waited, unsaid (issue 47)
+    held = sw.pending_sentence("held", "oodcpu", "launch failed requeued held", ["1"], None)
+    assert "`scontrol release 1`" in held and "launch on a node failed" in held and "this run waits" in held
     for normal in ("Resources", "Priority", "None", "Dependency", "BeginTime"):
         assert sw.wait_kind(normal) == "normal" and sw.pending_sentence("normal", "p", normal, ["1"], None) is None
     limit = sw.pending_sentence("limit", "oodtest", "QOSMaxJobsPerUserLimit", ["3", "4"], None)
@@ -115,7 +118,8 @@ def test_a_job_slurm_ended_is_named_with_its_rule_and_limit_at_the_end(fake, pla
     assert len(lines) == 1 and lines[0].startswith("oodcorr: SLURM ended job 12 (rule finetune, micro-opt synth 64 0)")
     for part in expected:
         assert part in lines[0], (part, lines[0])
-    assert lines[0].removeprefix("oodcorr: ") in said  # said when seen, and again at the end
+    # said when seen (but a job SLURM may requeue, only at the end), and again at the end
+    assert (lines[0].removeprefix("oodcorr: ") in said) == (state not in sw.REQUEUED_AFTER)
     assert w.end_lines(failed=False)[0].startswith("oodcorr: WARNING: SLURM ended job 12")
 
 
@@ -131,6 +135,41 @@ def test_the_key_is_where_the_limit_was_set(fake, capsys):
     fake.answer("squeue", qline(6, "OUT_OF_MEMORY", comment="rule_evaluate_wildcards_x"))
     w = watcher(micro_plan(), {"6": sm_job("evaluate", model="micro-opt", step="4", testset="synth-test")})
     assert "`resources.evaluate.mem_mb` in the config" in w.end_lines(failed=True)[0]
+
+
+def test_a_preempted_job_slurm_requeued_is_not_named(fake, plan, capsys):
+    """slurm-requeue: a preempted job goes back into the queue under its id; it did not end."""
+    fake.answer("squeue", qline(4, "PREEMPTED"), qline(4, "PENDING", "BeginTime"), qline(4, "COMPLETED"))
+    w = watcher(plan, {"4": sm_job()})
+    w.poll()
+    w.poll()
+    assert w.end_lines(failed=False) == [] and "PREEMPTED" not in capsys.readouterr().err
+    # not requeued: named at the end
+    fake.answer("squeue", qline(4, "PREEMPTED"))
+    w = watcher(plan, {"4": sm_job()})
+    w.poll()
+    assert "(PREEMPTED)" in w.end_lines(failed=True)[0]
+
+
+def test_a_job_known_by_its_comment_when_the_executor_held_it_no_more(fake, plan):
+    """The executor empties its list of active jobs while it checks them, and drops a job once it ended:
+    the job is found by the comment the executor gave it."""
+    fake.answer("squeue", qline(8, "CANCELLED"))
+    job = sm_job()
+    w = watcher(plan, {})
+    w.by_comment = {"rule_finetune_wildcards_micro-opt_synth_64_0": job}
+    assert w.end_lines(failed=True)[0].startswith("oodcorr: SLURM ended job 8 (rule finetune, micro-opt synth 64 0)")
+
+
+def test_comments_as_the_executor_writes_them():
+    class Job(SmJob):
+        def __init__(self, rule, wildcards):
+            super().__init__(rule, wildcards)
+            self.name, self.wildcards = rule, list(wildcards.values())
+
+    a, b = Job("finetune", {"model": "m", "seed": "0"}), Job("aggregate", {})
+    twin = [Job("evaluate", {"a": "x_y"}), Job("evaluate", {"a": "x", "b": "y"})]
+    assert sw.comments([a, b, *twin]) == {"rule_finetune_wildcards_m_0": a, "rule_aggregate": b}
 
 
 def test_only_failures_slurm_caused_are_named(fake, plan):

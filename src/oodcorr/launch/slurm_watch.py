@@ -36,6 +36,8 @@ from . import slurm_rerun, slurm_wrap
 # the states in which SLURM ended a job for a limit or a failure outside it (a job's own error is FAILED,
 # said by its own sentence: oodcorr.launch.disk_checks.refusal_lines)
 ENDED_BY_SLURM = ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "DEADLINE", "BOOT_FAIL")
+# of those, the ones SLURM may requeue (slurm-requeue): said only if the job is still ended when the run ends
+REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
 NORMAL_WAIT = ("None", "Resources", "Priority", "Dependency", "BeginTime", "Prolog", "Reservation")
 LOST_AFTER_S = slurm.EXECUTOR_MAX_PAUSE_S + 120  # a job ended this long ago and still awaited: the executor lost it
 SHOWN = 5  # failures repeated at the end at most
@@ -91,8 +93,15 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
             f"fewer SLURM jobs, pack the evaluations into fewer of them (the PACKING block of {slurm.PROFILE}) and "
             "lower `jobs:` there (or --jobs)"
         )
+    if kind == "held" and "launch failed" in reason.lower():
+        return (
+            f"{n} are held by SLURM ({reason}): their launch on a node failed (a node that could not start them, or "
+            f"slurmctld away while it started them), and SLURM keeps them until they are released. Check the node "
+            f"(`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, where SLURM "
+            "refuses yours); this run waits for them"
+        )
     if kind == "held":
-        return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start"
+        return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start; this run waits for them"
     if kind == "other":
         return f"{n} wait in partition {partition!r}: SLURM says {reason!r} (`squeue -j {','.join(ids)} -o %r`)"
     return None
@@ -155,8 +164,20 @@ def describe_job(job) -> tuple[str, str, str | None]:
 class Watcher(threading.Thread):
     """Looks at one run's SLURM jobs every ``poll_s`` seconds; see the module's docstring."""
 
-    def __init__(self, run_id: str, executor, scheduler, plan: Plan, config: slurm.ClusterConfig, poll_s: float):
+    def __init__(
+        self,
+        run_id: str,
+        executor,
+        scheduler,
+        plan: Plan,
+        config: slurm.ClusterConfig,
+        poll_s: float,
+        by_comment: dict | None = None,
+    ):
         super().__init__(name="oodcorr-slurm-watch", daemon=True)
+        # the executor's --comment of each job -> the job (a job's SLURM id is known only while the executor
+        # holds it in its list of active jobs, which it empties while it checks them)
+        self.by_comment = dict(by_comment or {})
         self.run_id, self.executor, self.scheduler, self.plan, self.config = run_id, executor, scheduler, plan, config
         self.poll_s = poll_s
         self.lock = threading.Lock()
@@ -190,7 +211,7 @@ class Watcher(threading.Thread):
                 self.jobs.setdefault(str(info.external_jobid).split("_", 1)[0], info.job)
 
     def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
-        sm = self.jobs.get(job.id)
+        sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
         if sm is not None:
             what, rule, model = describe_job(sm)
         else:
@@ -222,13 +243,21 @@ class Watcher(threading.Thread):
             return
         with self.lock:
             self._pending([j for j in found if j.state == "PENDING"])
-            for j in found:
-                if j.state in ENDED_BY_SLURM and j.id not in self.ended:
-                    self.ended[j.id] = j
-                    what, rule, key = self.describe(j)
-                    say(ended_sentence(j, what, rule, key))
+            self._ended(found, say_now=True)
             self._lost(found)
         self._queue_full()
+
+    def _ended(self, found: list[slurm.QueuedJob], say_now: bool) -> None:
+        """Record the jobs SLURM ended (ENDED_BY_SLURM); forget one that runs again (requeued)."""
+        for j in found:
+            if j.state not in ENDED_BY_SLURM:
+                if j.id in self.ended and j.state != self.ended[j.id].state:
+                    del self.ended[j.id]
+                continue
+            if j.id not in self.ended:
+                self.ended[j.id] = j
+                if say_now and j.state not in REQUEUED_AFTER:
+                    say(ended_sentence(j, *self.describe(j)))
 
     def _pending(self, pending: list[slurm.QueuedJob]) -> None:
         groups: dict[tuple, list[str]] = {}
@@ -284,9 +313,7 @@ class Watcher(threading.Thread):
         if slurm.controller_answers():
             found = slurm.queue([self.run_id], every_state=True) or []
             with self.lock:
-                for j in found:
-                    if j.state in ENDED_BY_SLURM:
-                        self.ended.setdefault(j.id, j)
+                self._ended(found, say_now=False)
         with self.lock:
             ended = list(self.ended.values())
         lines = []
@@ -325,6 +352,25 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
         )
         out.setdefault(p, None)
     return list(out)
+
+
+def comments(jobs) -> dict:
+    """The executor's ``--comment`` of each job (``rule_<rule>[_wildcards_<values>]``) -> the job, where
+    that comment names one job only."""
+    # the executor's own function, so that the comment is the one it writes (keeps the plugin out of planning)
+    from snakemake_executor_plugin_slurm.utils import get_job_wildcards
+
+    out: dict[str, object] = {}
+    seen: set[str] = set()
+    for j in jobs:
+        wc = get_job_wildcards(j)
+        c = f"rule_{j.name}_wildcards_{wc}" if wc else f"rule_{j.name}"
+        if c in seen:
+            out.pop(c, None)
+        else:
+            out[c] = j
+        seen.add(c)
+    return out
 
 
 def skip_account_guess(executor, settings) -> None:
@@ -377,7 +423,9 @@ def at_start(workflow, plan: Plan) -> str | None:
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):
-        _WATCHER = Watcher(run_id, executor, workflow.scheduler, plan, config, slurm_rerun.poll_seconds())
+        _WATCHER = Watcher(
+            run_id, executor, workflow.scheduler, plan, config, slurm_rerun.poll_seconds(), comments(jobs)
+        )
         _WATCHER.start()
     return None
 
