@@ -25,6 +25,7 @@ from .options import Options
 from .resample import cell_rng, interval
 from .residualise import Degenerate, parse
 from .run_measurement import SHARED, empty, finish_bounded, run_measurements
+from .shared_items import refusals
 
 log = logging.getLogger(__name__)
 
@@ -279,9 +280,15 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
 
 
 def analyse_run(
-    g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = None, ordered: bool | None = None
+    g: pd.DataFrame,
+    opts: Options,
+    examples: pd.DataFrame | None = None,
+    ordered: bool | None = None,
+    parts: dict | None = None,
 ) -> list[dict]:
-    """Every (pair, method, residualiser) cell of one run (rows of one model and run)."""
+    """Every (pair, method, residualiser) cell of one run (rows of one model and run). ``parts``: the
+    testsets made of others (:func:`.shared_items.leaves`); a pair that shares items, or has a testset
+    that shares items with the in-domain one, is NaN with a note saying so."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = ordered_units(g["unit"]) if ordered is None else ordered
     zs = list(dict.fromkeys(g["in_domain"]))
@@ -342,12 +349,17 @@ def analyse_run(
     meas = run_measurements(
         cols, zname, ood, noise, opts.residualisers, steps, ordered, opts.level, opts.seed, (model, run)
     )
+    shared = refusals(zname, ood, parts or {})
     cache, ex_cache = {}, {}
     for (a, b), m, res in combos:
         row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
         bad = [t for t in (a, b) if t in dup_sets]
         if bad:
             row.update(_nan_row("; ".join(f"duplicate units for {t}: {dup_sets[t]}" for t in bad)))
+        elif (a, b) in shared:
+            row.update(_nan_row(shared[(a, b)]))
+            rows.append(row)
+            continue
         else:
             row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
         row.update(_measured(meas, a, b, m, res))
