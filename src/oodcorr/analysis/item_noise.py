@@ -137,21 +137,28 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
     """One run's per-item correctness as a (units, items) matrix per testset, and the testsets whose
     records cannot be read as one (duplicate records of a unit and item; different items at
     different units), with the reason. ``examples``: the run's rows of the per-item table
-    (``unit``, ``testset``, ``example``, ``correct``)."""
+    (``unit``, ``testset``, ``example``, ``correct``); rows of a unit not in ``units`` are left out."""
     mats: dict[str, np.ndarray] = {}
     problems: dict[str, str] = {}
     if examples is None or not len(examples):
         return mats, problems
-    pos = {u: i for i, u in enumerate(units)}
-    for ts, g in examples.groupby("testset", sort=True):
-        ui = g["unit"].map(pos)
-        g = g[ui.notna()]
-        ui = ui[ui.notna()].to_numpy(int)
-        ex_codes, ex_names = pd.factorize(g["example"], sort=True)
+    upos = pd.Index(units).get_indexer(examples["unit"])
+    keep = np.flatnonzero(upos >= 0)
+    ts_codes, ts_names = pd.factorize(examples["testset"].to_numpy()[keep])
+    order = np.argsort(ts_codes, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(ts_codes, minlength=len(ts_names)))]
+    rows = keep[order]
+    correct = examples["correct"].to_numpy(float)
+    example = examples["example"].to_numpy()
+    for k in np.argsort(np.asarray(ts_names, dtype=str), kind="stable"):  # in name order, as a groupby gives
+        ts = str(ts_names[k])
+        at = rows[bounds[k] : bounds[k + 1]]
+        ui = upos[at]
+        ex_codes, ex_names = pd.factorize(example[at], sort=True)
         if len(ex_names) == 0:
             continue
-        key = ui * len(ex_names) + ex_codes
-        if len(np.unique(key)) != len(key):
+        key = ui.astype(np.int64) * len(ex_names) + ex_codes
+        if np.bincount(key, minlength=len(units) * len(ex_names)).max() > 1:
             problems[ts] = f"duplicate (unit, example) predictions for {ts}"
             continue
         counts = np.bincount(ui, minlength=len(units))
@@ -160,8 +167,8 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
             problems[ts] = f"{ts} was evaluated on different examples at different units"
             continue
         mat = np.full((len(units), len(ex_names)), np.nan)
-        mat[ui, ex_codes] = g["correct"].to_numpy(float)
-        mats[str(ts)] = mat
+        mat[ui, ex_codes] = correct[at]
+        mats[ts] = mat
     return mats, problems
 
 

@@ -28,11 +28,12 @@ import numpy as np
 import pandas as pd
 
 from . import multitest
+from .item_noise import item_matrices
 from .measurement import pool_measured
 from .options import Options
 from .pooling import POOL_KEYS, _groups, pool_runs
 from .residualise import one_blas_thread
-from .run_cells import analyse_run, ordered_units, plain
+from .run_cells import analyse_run, ordered_units, plain, run_units
 from .run_measurement import COLUMNS as MEASURED
 from .shared_items import leaves
 
@@ -180,20 +181,30 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
             out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 
 
+def _run_items(groups, examples, ordered) -> list:
+    """Each run's per-item matrices and problems (:func:`.item_noise.item_matrices`), read from its
+    rows of ``examples`` one run at a time (the table is split once, by position); None for a run
+    without rows, and for every run without ``examples``."""
+    if examples is None:
+        return [None] * len(groups)
+    where = examples.groupby(["model", "run"], sort=False, observed=True).indices
+    out = []
+    for g in groups:
+        idx = where.get((g["model"].iloc[0], g["run"].iloc[0]))
+        out.append(({}, {}) if idx is None else item_matrices(examples.take(idx), run_units(g, ordered)))
+    return out
+
+
 def _analyse_runs(groups, opts: Options, examples, ordered, workers: int, parts=None) -> list[list[dict]]:
-    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than one."""
+    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than
+    one, each sent its run's per-item matrices (:func:`_run_items`), not the table's rows."""
+    items = _run_items(groups, examples, ordered)
     if workers <= 1 or len(groups) <= 1:
-        return [analyse_run(g, opts, examples, ordered, parts) for g in groups]
+        return [analyse_run(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    def own(g):  # each process is sent only its run's examples, chosen as analyse_run chooses them
-        if examples is None:
-            return None
-        model, run = g["model"].iloc[0], g["run"].iloc[0]
-        return examples[(examples["model"] == model) & (examples["run"] == run)]
-
-    tasks = [(g, opts, own(g), ordered, parts) for g in groups]
+    tasks = [(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
     with ProcessPoolExecutor(
         max_workers=min(workers, len(groups)), mp_context=multiprocessing.get_context("fork")
     ) as pool:
