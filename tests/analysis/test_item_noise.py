@@ -38,3 +38,29 @@ def test_records_become_one_matrix_per_testset_in_the_runs_unit_order():
         "uneven": "uneven was evaluated on different examples at different units",
     }
     assert item_matrices(ex.iloc[:0], [10]) == ({}, {})
+
+
+def test_a_score_of_0_or_1_has_no_binomial_noise_whatever_its_size():
+    """lm-eval writes acc 0 with acc_stderr 0 (the Pythia suite's LAMBADA at its first checkpoints),
+    from which no size can be read back: the bound there is 0 all the same (p (1 - p) = 0), not
+    unknown, so the in-domain set's bound still corrects the run."""
+    from oodcorr.analysis.item_noise import binomial_bound
+
+    np.testing.assert_array_equal(
+        np.diag(binomial_bound([0.0, 0.5, 1.0, 0.5], [np.nan, 100, np.nan, np.nan])), [0, 0.0025, 0, np.nan]
+    )
+
+
+def test_the_in_domain_bound_corrects_a_run_whose_first_scores_are_0_of_unknown_size():
+    from oodcorr.analysis import Options, analyse
+
+    rng = np.random.default_rng(1)
+    T = 14
+    z = np.r_[np.zeros(4), np.linspace(0.1, 0.6, T - 4)] + np.r_[np.zeros(4), rng.normal(0, 0.01, T - 4)]
+    rows = [("ind", u, z[u], np.nan if z[u] == 0 else 500.0) for u in range(T)]
+    for t in ("a", "b", "c"):
+        rows += [(t, u, 0.3 + 0.3 * z[u] + rng.normal(0, 0.02), 300.0) for u in range(T)]
+    long = pd.DataFrame(rows, columns=["testset", "unit", "score", "n"]).assign(model="m", run="r", in_domain="ind")
+    out = analyse(long, Options(example_boot=0, pool_by=()))
+    runs = out[out["run"] != "pooled"]
+    assert (runs["eiv_from"] == "bound").all() and np.isfinite(runs["r_eiv"]).all()

@@ -84,14 +84,17 @@ def item_covariance(mat: np.ndarray) -> np.ndarray:
 
 
 def binomial_bound(scores: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal: an upper
+    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal (0 where the
+    share is 0 or 1, whatever ``n``; NaN where ``n`` is unknown otherwise): an upper
     bound on what item noise adds to a residual series (the items' positive correlation across
     checkpoints is left out, and a residual maker that removes a mean removes part of it)."""
     p = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
     n = np.asarray(sizes, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         v = np.where(n > 0, p * (1 - p) / n, np.nan)
-    return np.diag(v)
+    # a share of 0 or 1 has no binomial variance whatever its size (lm-eval writes acc 0 with stderr 0,
+    # from which no size can be read back)
+    return np.diag(np.where(p * (1 - p) == 0, 0.0, v))
 
 
 def half_means(mat: np.ndarray, splits: int, rng: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
