@@ -15,9 +15,10 @@ meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across mo
 heterogeneity, sign reversal, the verdict), :mod:`.predictive` (where a further model is
 expected: the prediction interval, the tolerance bounds ``generalises`` reads), :mod:`.tables`
 (reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
-results and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis
-setting), :mod:`.run_cells` (one run's cells), :mod:`.pipeline` (every run, pooled, corrected
-and checked),
+results: its files, :mod:`.lmeval_files`; their per-sample logs, :mod:`.lmeval_samples`),
+:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.options`
+(every analysis setting), :mod:`.run_cells` (one run's cells; their example-level bootstrap,
+:mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
 grid, by simulated studies analysed with the procedures above: ``oodcorr design``),
