@@ -12,8 +12,9 @@ folder) and writes one long table in the layout ``oodcorr analyse --format long`
     model, step, testset, accuracy, n
 
 ``n`` is the number of items behind each score, read back from the harness's ``acc_stderr``
-(:func:`oodcorr.analysis.lmeval.items_behind`; the files give no sample counts): with
-``--n-column n`` it bounds each testset's item noise (docs/analysis.md#scores-as-measurements).
+(:func:`oodcorr.analysis.lmeval.items_behind`; the files give no sample counts; empty where the
+score is 0 with a standard error of 0, which says no size): with ``--n-column n`` it bounds each
+testset's item noise (docs/analysis.md#scores-as-measurements).
 
     .venv/bin/python benchmarks/pythia_table.py /path/to/pythia/.git --out /tmp/pythia.csv
     .venv/bin/oodcorr analyse /tmp/pythia.csv --unit step --in-domain lambada_openai --n-column n \\
@@ -57,7 +58,7 @@ def rows(git_dir: Path, rev: str = "HEAD") -> list[dict]:
     s = scores.scores
     n = items_behind(s["n"], s["score"], s["stderr"])
     return [
-        {"model": r.model, "step": int(r.step), "testset": r.testset, "accuracy": r.score, "n": int(k)}
+        {"model": r.model, "step": int(r.step), "testset": r.testset, "accuracy": r.score, "n": int(k) if k > 0 else ""}
         for r, k in zip(s.itertuples(index=False), n)
     ]
 
