@@ -448,6 +448,7 @@ def read_folder(
             )
         if frames:
             examples = pd.concat(frames, ignore_index=True)
+            examples = examples.astype({c: "category" for c in ("model", "run", "testset")})  # a few names, repeated
             log.info(
                 "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
                 folder,
