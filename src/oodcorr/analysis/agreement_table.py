@@ -412,4 +412,19 @@ def agreement(
     ]
     df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
     df.loc[~df["verdict"].str.startswith("sign reversal"), "reversal"] = ""
+    _why_no_data(df, runs, run_group)
     return df[AGREEMENT_COLUMNS]
+
+
+def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:
+    """The note of a pair with no data says why: its runs' notes (the distinct ones, ``most`` of them),
+    e.g. that its testsets share items (:mod:`.shared_items`)."""
+    rows = np.flatnonzero((df["verdict"] == "no data").to_numpy())
+    if not len(rows) or "note" not in runs:
+        return
+    notes = runs["note"].to_numpy(object)
+    for g in rows:
+        said = list(dict.fromkeys(t for t in notes[run_group == g] if isinstance(t, str) and t))
+        if said:
+            more = f"; and {len(said) - most} other note(s) in partial_correlations.csv" if len(said) > most else ""
+            df.loc[g, "note"] = "; ".join([t for t in (df.loc[g, "note"],) if t] + said[:most]) + more
