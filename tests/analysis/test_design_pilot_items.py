@@ -25,7 +25,10 @@ def test_the_persistence_of_a_known_item_model_is_found(difficulty, persistence)
         corr += c * w
         weight += w
     d, p = fit_persistence(corr / weight, weight, 0.7)
-    assert d == pytest.approx(difficulty, abs=0.08) and p == pytest.approx(persistence, abs=0.08), (d, p)
+    # over 16 checkpoints the two parameters trade off (0.6, 0.95 and 0.7, 0.93 give lag correlations
+    # within 0.02 of each other): what is found is the correlation of the items' w at every lag
+    lags = np.arange(1, T)
+    assert np.allclose(d + (1 - d) * p**lags, difficulty + (1 - difficulty) * persistence**lags, atol=0.04), (d, p)
 
 
 def test_a_residuals_sample_sd_is_brought_to_the_stationary_series_sd():

@@ -92,7 +92,12 @@ def item_noise_covariance(acc: np.ndarray, n: int, difficulty: float, persistenc
     acc = np.asarray(acc, dtype=float)
     T = acc.shape[-1]
     q = special.ndtri(acc)
-    i, j = np.triu_indices(T)  # the upper triangle, mirrored
+    if np.ndim(difficulty) or np.ndim(persistence):  # arrays of them, broadcast against (T, T)
+        lag = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+        corr = difficulty + (1 - difficulty) * np.asarray(persistence, dtype=float) ** lag
+        both = _bivariate_cdf(q[..., :, None], q[..., None, :], corr)
+        return (both - acc[..., :, None] * acc[..., None, :]) / n
+    i, j = np.triu_indices(T)  # one pair of the same model: the upper triangle, mirrored
     corr = difficulty + (1 - difficulty) * persistence ** (j - i).astype(float)
     both = _bivariate_cdf(q[..., i], q[..., j], corr)
     out = np.empty((*acc.shape[:-1], T, T))
