@@ -182,25 +182,22 @@ def measure(table: pd.DataFrame, truth: float) -> dict:
 
 
 GRIDS = {
-    # the principal grid: every testset's items known (persistence "6%" with the smallest in-domain set)
+    # the principal grid: every testset's items known
     "items": [
         dict(
-            shapes=[(3, 3), (12, 1), (16, 1)],
-            n_id=[200, 1000, 10000],
+            shapes=[(3, 3), (12, 1)],
+            n_id=[200, 10000],
             n_ood=[71, 300, 3000, 30000],
             persistence=["white", "12%"],
             truth=[0.0, 0.5, -0.5],
         ),
-        dict(shapes=[(12, 1), (6, 2)], n_id=[200], n_ood=[300, 3000], persistence=["6%"], truth=[0.0, 0.5, -0.5]),
+        dict(shapes=[(16, 1)], n_id=[200, 1000], n_ood=[100, 3000], persistence=["12%"], truth=[0.0, 0.5, -0.5]),
+        dict(shapes=[(6, 2)], n_id=[200], n_ood=[300, 3000], persistence=["6%"], truth=[0.0, 0.5, -0.5]),
     ],
     # sizes only: the binomial bound (fewer regimes: the full pipeline)
     "sizes": [
         dict(
-            shapes=[(12, 1), (3, 3)],
-            n_id=[200, 10000],
-            n_ood=[300, 3000],
-            persistence=["white", "12%"],
-            truth=[0.0, 0.5, -0.5],
+            shapes=[(12, 1), (3, 3)], n_id=[200, 10000], n_ood=[300, 3000], persistence=["12%"], truth=[0.0, 0.5, -0.5]
         ),
     ],
 }
@@ -246,14 +243,26 @@ def markdown(doc: dict) -> str:
     return "\n".join(out)
 
 
+def _key(r: dict) -> tuple:
+    return (r["data"], r["models"], r["runs"], r["n_in_domain"], r["n_ood"], r["persistence"], r["truth"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path)
     ap.add_argument("--studies", type=int, default=200, help="studies per regime with items (default 200)")
+    ap.add_argument(
+        "--studies-null", type=int, default=300, help="studies per regime with items at truth 0 (default 300)"
+    )
     ap.add_argument("--studies-sizes", type=int, default=150, help="studies per regime with sizes only (150)")
     ap.add_argument("--seed", type=int, default=44)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--markdown", type=Path, help="print the tables of a run's JSON and stop")
+    ap.add_argument(
+        "--resume",
+        type=Path,
+        help="a JSON-lines file each regime's result is appended to as it finishes; regimes already in it are skipped",
+    )
     ap.add_argument("--only", choices=tuple(GRIDS), help="one kind of data")
     ap.add_argument(
         "--candidates",
@@ -274,13 +283,23 @@ def main() -> int:
         for g in gs
         for cell in product(g["shapes"], g["n_id"], g["n_ood"], g["persistence"], g["truth"])
     ]
+    done = {}
+    if args.resume and args.resume.exists():
+        for line in args.resume.read_text().splitlines():
+            r = json.loads(line)
+            done[_key(r)] = r
     for kind, shape, n_id, n_ood, pers, truth in cells:
+        key = (kind, shape[0], shape[1], n_id, n_ood, pers, truth)
+        if key in done:
+            rows.append(done[key])
+            continue
         t = time.time()
         sizes = (n_id, n_ood, n_ood)
         if kind == "items":
-            table = _items_tables(shape, sizes, pers, truth, args.studies, args.seed)
+            studies = args.studies_null if truth == 0 else args.studies
+            table = _items_tables(shape, sizes, pers, truth, studies, args.seed)
             if args.candidates:
-                moment = measure(_items_tables(shape, sizes, pers, truth, args.studies, args.seed, True), truth)
+                moment = measure(_items_tables(shape, sizes, pers, truth, studies, args.seed, True), truth)
         else:
             table = _sizes_table(shape, sizes, pers, truth, args.studies_sizes, args.seed)
         res = measure(table, truth)
@@ -299,6 +318,9 @@ def main() -> int:
             seconds=round(time.time() - t, 1),
         )
         rows.append(res)
+        if args.resume:
+            with args.resume.open("a") as fh:
+                fh.write(json.dumps(res) + "\n")
         a, c = res["answer"], res["corrected"]
         cover = (c["coverage"] or {}).get("share", math.nan)
         print(

@@ -374,3 +374,43 @@ LONGEST_FIRST = (
     "tests/jobs/test_data_nli_registry.py",
     "tests/meta/test_docs.py",
 )
+
+
+class FakeSlurm:
+    """SLURM's commands as shell scripts first on PATH, for unit tests of what the workflow makes of
+    their answers (the real single-node cluster is tests/workflow/test_slurm.py's).
+
+    ``answer("squeue", "1|PENDING|...")`` sets what ``squeue`` prints next; ``answer(..., sub="ping")``
+    answers only calls whose first argument is ``ping`` (``scontrol ping``); several answers for one
+    command are given in turn, the last one repeated. :meth:`calls` gives each call's arguments."""
+
+    def __init__(self, folder, monkeypatch):
+        self.root = Path(folder)
+        (self.root / "bin").mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv("PATH", f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def answer(self, cmd: str, *outputs: str, rc: int = 0, stderr: str = "", sub: str = "_", rcs=()):
+        d = self.root / cmd / sub
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.iterdir():  # the answers given before, and how many were read
+            old.unlink()
+        for k, out in enumerate(outputs or ("",), start=1):
+            (d / f"{k}.out").write_text(out)
+            (d / f"{k}.err").write_text(stderr)
+            (d / f"{k}.rc").write_text(str(rcs[k - 1] if k <= len(rcs) else rc))
+        script = self.root / "bin" / cmd
+        script.write_text(
+            "#!/bin/sh\n"
+            f'top="{self.root / cmd}"\n'
+            'printf "%s\\n" "$*" >> "$top/calls"\n'
+            'd="$top/_"; if [ -n "$1" ] && [ -d "$top/$1" ]; then d="$top/$1"; fi\n'
+            '[ -d "$d" ] || exit 127\n'
+            'n=$(cat "$d/n" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$d/n"\n'
+            'k=$n; while [ "$k" -gt 1 ] && [ ! -f "$d/$k.out" ]; do k=$((k - 1)); done\n'
+            'cat "$d/$k.out"; cat "$d/$k.err" >&2; exit "$(cat "$d/$k.rc")"\n'
+        )
+        script.chmod(0o755)
+
+    def calls(self, cmd: str) -> list[str]:
+        f = self.root / cmd / "calls"
+        return f.read_text().splitlines() if f.exists() else []

@@ -227,6 +227,41 @@ def test_a_samples_file_cut_short_or_not_0_1_is_refused_naming_its_line(tmp_path
     assert read_folder(tmp_path, samples=False).scores["score"].tolist() == [0.5]
 
 
+def _with_groups(path: Path, groups) -> None:
+    doc = json.loads(path.read_text())
+    doc["group_subtasks"] = groups
+    path.write_text(json.dumps(doc))
+
+
+def test_groups_and_their_subtasks_are_read_from_every_file(tmp_path):
+    """group_subtasks (the current format: a group's subtasks, nested, a task listed with none) is read
+    into the groups, their union over the files (an evaluation of other tasks at another step)."""
+    scores = {"ind": 0.5, "mmlu": 0.3, "mmlu_stem": 0.31, "mmlu_anatomy": 0.28, "mmlu_astronomy": 0.33}
+    a = current(tmp_path / "s0", "org/a", 0, scores)
+    _with_groups(
+        a,
+        {
+            "mmlu": ["mmlu_stem"],
+            "mmlu_stem": ["mmlu_anatomy"],
+            "mmlu_anatomy": [],
+            "ind": [],
+        },
+    )
+    b = current(tmp_path / "s1", "org/a", 1, scores)
+    _with_groups(b, {"mmlu_stem": ["mmlu_anatomy", "mmlu_astronomy"], "mmlu": ["mmlu_stem"]})
+    current(tmp_path / "s2", "org/a", 2, scores)  # no group_subtasks: the older format has none
+    r = read_folder(tmp_path)
+    assert r.groups == {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_anatomy", "mmlu_astronomy"]}
+    assert set(r.scores["testset"]) == set(scores)  # a group's own score is read like a task's
+
+
+@pytest.mark.parametrize("bad", [["mmlu", "mmlu_anatomy"], {"mmlu": "mmlu_anatomy"}, {"mmlu": [1, 2]}])
+def test_a_damaged_group_subtasks_is_refused_naming_the_file(tmp_path, bad):
+    _with_groups(current(tmp_path, "org/a", 0, {"ind": 0.5, "mmlu": 0.3}), bad)
+    with pytest.raises(DataError, match=r"results_.*\.json: group_subtasks is not an object of task-name lists"):
+        read_folder(tmp_path)
+
+
 # ---- hostile folders (issue 32, class 5) ----
 @pytest.mark.parametrize(
     "text, says",

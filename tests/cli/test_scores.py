@@ -137,3 +137,37 @@ def test_an_n_column_of_a_long_table_is_read_and_checked(tmp_path, caplog):
         assert main(["analyse", str(path), "--in-domain", "mnli", "--n-column", "n",
                      "--out", str(tmp_path / "p")]) == 2  # fmt: skip
     assert "line 6: n '12.5' is not a whole number of items (1 or more)" in caplog.text
+
+
+def test_group_names_a_testset_made_of_others_and_its_pairs_are_left_out(tmp_path, caplog):
+    """``--group`` for a table (no group_subtasks to read): the group's pairs with its own testsets are
+    left out, saying so, the others analysed; a word not of the form GROUP=TESTSET,... is refused."""
+    import numpy as np
+    import pandas as pd
+    import pytest
+
+    from oodcorr.cli import main
+    from oodcorr.cli.scores import parse_groups
+    from oodcorr.core.errors import DataError
+
+    rng = np.random.default_rng(0)
+    path = tmp_path / "runs.csv"
+    z = 0.5 + 0.01 * np.arange(12)
+    cols = {"unit": np.arange(12) * 10, "mnli": z, **{t: 0.5 * z + rng.normal(0, 0.01, 12) for t in "abc"}}
+    pd.DataFrame(cols).to_csv(path, index=False)
+    common = ["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli", "--no-plots"]
+    assert main([*common, "--group", "c=a,b", "--out", str(tmp_path / "o")]) == 0
+    pc = pd.read_csv(tmp_path / "o" / "partial_correlations.csv", keep_default_na=False, na_values=[""])
+    left = pc["y"] == "c"
+    assert set(pc.loc[left, "x"]) == {"a", "b"} and pc.loc[left, "r"].isna().all()
+    assert (
+        pc.loc[left & (pc["run"] != "pooled"), "note"].str.match(r"(a|b) and c share items \(c includes (a|b)\)").all()
+    )
+    assert pc.loc[~left, "r"].notna().all()
+    assert parse_groups(["c=a,b", "c=d", "e=f"], {"g": ["h"]}) == {"g": ["h"], "c": ["a", "b", "d"], "e": ["f"]}
+    for bad in ("c", "=a", "c=", "c=c,a"):
+        with pytest.raises(DataError, match=r"--group '.*': give GROUP=TESTSET,TESTSET"):
+            parse_groups([bad])
+    with caplog.at_level(logging.ERROR):
+        assert main([*common, "--group", "c:a", "--out", str(tmp_path / "p")]) == 2
+    assert "--group 'c:a': give GROUP=TESTSET,TESTSET,..." in caplog.text and not (tmp_path / "p").exists()

@@ -427,9 +427,9 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         and "/analysis/" not in str(p)
         and not p.name.startswith(("scores.", "accuracy.", ".scores.", ".accuracy."))  # (and their seals)
         and "/logs/analyse/" not in str(p)
-        # the published set and its record, republished; the run's lock and config record
+        # the published set and its record, republished; the run's lock, config record and record of runs
         and "/.published/" not in str(p)
-        and p.name not in ("published.json", "experiment.lock", "experiment.json")
+        and p.name not in ("published.json", "experiment.lock", "experiment.json", ".runs.json")
     }
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"

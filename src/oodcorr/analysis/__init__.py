@@ -16,12 +16,16 @@ interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading l
 summary rows; the range a metric's scores lie in: :mod:`.score_ranges`), :mod:`.lmeval` (reading a
 folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
 and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),
-:mod:`.run_cells` (one run's cells), :mod:`.pipeline` (every run, pooled, corrected and checked),
+:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one run's cells;
+their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
-``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a grid, by
-simulated studies analysed with the procedures above: ``oodcorr design``), :mod:`.design_pilot` (the
-assumptions of a design, from a pilot's scores or the defaults), :mod:`.design_report` (the design's
-report, as JSON and Markdown).
+``benchmarks/analysis_coverage.py`` use), :mod:`.run_batch` (the per-run procedures on stacks
+of simulated runs), :mod:`.design` (the power of each verdict for a grid, by simulated studies
+analysed with the procedures above: ``oodcorr design``), :mod:`.design_items` (the item noise of
+its simulated studies and the measured answer through it), :mod:`.design_pilot` and
+:mod:`.design_pilot_items` (the assumptions of a design, from a pilot's scores and items or the
+defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, as JSON and
+Markdown, and its table of the items each testset needs).
 """
 
 from .agreement_table import AGREEMENT_COLUMNS, agreement

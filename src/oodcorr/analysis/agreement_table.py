@@ -253,9 +253,9 @@ def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
     p-value the larger of the two ladders' and a sign only where both show it; the observed ladder's
     elsewhere. ``r_consensus`` and its interval are always the observed ones."""
     if eiv is None:
-        return obs
+        return {**obs, "_consensus_read": obs["r_consensus"]}
     use = regime != "unknown"
-    out = {}
+    out = {"_consensus_read": np.where(use, eiv["r_consensus"], obs["r_consensus"])}
     for k, v in obs.items():
         if k in OBSERVED_ONLY:
             out[k] = v
@@ -412,4 +412,19 @@ def agreement(
     ]
     df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
     df.loc[~df["verdict"].str.startswith("sign reversal"), "reversal"] = ""
+    _why_no_data(df, runs, run_group)
     return df[AGREEMENT_COLUMNS]
+
+
+def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:
+    """The note of a pair with no data says why: its runs' notes (the distinct ones, ``most`` of them),
+    e.g. that its testsets share items (:mod:`.shared_items`)."""
+    rows = np.flatnonzero((df["verdict"] == "no data").to_numpy())
+    if not len(rows) or "note" not in runs:
+        return
+    notes = runs["note"].to_numpy(object)
+    for g in rows:
+        said = list(dict.fromkeys(t for t in notes[run_group == g] if isinstance(t, str) and t))
+        if said:
+            more = f"; and {len(said) - most} other note(s) in partial_correlations.csv" if len(said) > most else ""
+            df.loc[g, "note"] = "; ".join([t for t in (df.loc[g, "note"],) if t] + said[:most]) + more

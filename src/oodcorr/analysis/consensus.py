@@ -458,7 +458,8 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
     if nearly:
         direction = f"{_sign_word(row.get('_generalises_sign', row['r_consensus']))} {NEARLY_EVERY}"
     elif average:
-        direction = f"{_sign_word(row['r_consensus'])} {ON_AVERAGE}"
+        # the sign of the consensus the verdict read (the in-domain-corrected one, where it read that)
+        direction = f"{_sign_word(row.get('_consensus_read', row['r_consensus']))} {ON_AVERAGE}"
     else:
         direction = ""
     if reversal:

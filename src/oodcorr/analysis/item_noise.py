@@ -84,14 +84,17 @@ def item_covariance(mat: np.ndarray) -> np.ndarray:
 
 
 def binomial_bound(scores: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal: an upper
+    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal (0 where the
+    share is 0 or 1, whatever ``n``; NaN where ``n`` is unknown otherwise): an upper
     bound on what item noise adds to a residual series (the items' positive correlation across
     checkpoints is left out, and a residual maker that removes a mean removes part of it)."""
     p = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
     n = np.asarray(sizes, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         v = np.where(n > 0, p * (1 - p) / n, np.nan)
-    return np.diag(v)
+    # a share of 0 or 1 has no binomial variance whatever its size (lm-eval writes acc 0 with stderr 0,
+    # from which no size can be read back)
+    return np.diag(np.where(p * (1 - p) == 0, 0.0, v))
 
 
 def half_means(mat: np.ndarray, splits: int, rng: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
@@ -137,21 +140,28 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
     """One run's per-item correctness as a (units, items) matrix per testset, and the testsets whose
     records cannot be read as one (duplicate records of a unit and item; different items at
     different units), with the reason. ``examples``: the run's rows of the per-item table
-    (``unit``, ``testset``, ``example``, ``correct``)."""
+    (``unit``, ``testset``, ``example``, ``correct``); rows of a unit not in ``units`` are left out."""
     mats: dict[str, np.ndarray] = {}
     problems: dict[str, str] = {}
     if examples is None or not len(examples):
         return mats, problems
-    pos = {u: i for i, u in enumerate(units)}
-    for ts, g in examples.groupby("testset", sort=True):
-        ui = g["unit"].map(pos)
-        g = g[ui.notna()]
-        ui = ui[ui.notna()].to_numpy(int)
-        ex_codes, ex_names = pd.factorize(g["example"], sort=True)
+    upos = pd.Index(units).get_indexer(examples["unit"])
+    keep = np.flatnonzero(upos >= 0)
+    ts_codes, ts_names = pd.factorize(examples["testset"].to_numpy()[keep])
+    order = np.argsort(ts_codes, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(ts_codes, minlength=len(ts_names)))]
+    rows = keep[order]
+    correct = examples["correct"].to_numpy(float)
+    example = examples["example"].to_numpy()
+    for k in np.argsort(np.asarray(ts_names, dtype=str), kind="stable"):  # in name order, as a groupby gives
+        ts = str(ts_names[k])
+        at = rows[bounds[k] : bounds[k + 1]]
+        ui = upos[at]
+        ex_codes, ex_names = pd.factorize(example[at], sort=True)
         if len(ex_names) == 0:
             continue
-        key = ui * len(ex_names) + ex_codes
-        if len(np.unique(key)) != len(key):
+        key = ui.astype(np.int64) * len(ex_names) + ex_codes
+        if np.bincount(key, minlength=len(units) * len(ex_names)).max() > 1:
             problems[ts] = f"duplicate (unit, example) predictions for {ts}"
             continue
         counts = np.bincount(ui, minlength=len(units))
@@ -160,8 +170,8 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
             problems[ts] = f"{ts} was evaluated on different examples at different units"
             continue
         mat = np.full((len(units), len(ex_names)), np.nan)
-        mat[ui, ex_codes] = g["correct"].to_numpy(float)
-        mats[str(ts)] = mat
+        mat[ui, ex_codes] = correct[at]
+        mats[ts] = mat
     return mats, problems
 
 

@@ -20,8 +20,13 @@ folder (searched recursively) and returns one score per model x run x step x tas
   for model and run (labels); a step named by both must agree. Runs (seeds) come only from the
   pattern's ``{run}``: without it each model is one run.
 * **per-example logs**: ``samples_<task>_<date>.jsonl`` beside ``results_<date>.json`` gives each
-  document's 0/1 value of the metric (same filter), for the example-level bootstrap; its mean
-  must equal the results file's score (else it is from another run, and refused).
+  document's 0/1 value of the metric (same filter), for the example-level bootstrap and each
+  task's item noise; its mean must equal the results file's score (else it is from another run,
+  and refused).
+* **groups**: ``group_subtasks`` (group -> its subtasks, a subtask possibly a group itself; the
+  current format) says which tasks are made of others (``mmlu`` of ``mmlu_stem`` of
+  ``mmlu_anatomy`` ...); the union over the files is :attr:`LmEvalResults.groups`, which the
+  analysis reads to leave out pairs that share items (:mod:`.shared_items`).
 
 Bounds, checked before anything is parsed (the limits are flags of ``oodcorr analyse``):
 at most :data:`MAX_FILES` ``.json``/``.jsonl`` files (counted first, the count said), a results
@@ -66,7 +71,8 @@ STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IG
 @dataclass
 class LmEvalResults:
     """What :func:`read_folder` read: ``scores`` (:data:`SCORE_COLUMNS`), ``examples`` (model, run,
-    unit, testset, example, correct; None without samples files), the files read and their digest."""
+    unit, testset, example, correct; None without samples files), the files read and their digest,
+    and ``groups``: every group the files name with its subtasks (their union over the files)."""
 
     folder: Path
     metric: str
@@ -75,6 +81,7 @@ class LmEvalResults:
     files: list[Path] = field(default_factory=list)
     samples_files: list[Path] = field(default_factory=list)
     digest: str = ""
+    groups: dict[str, list[str]] = field(default_factory=dict)
 
     def long(self, in_domain: str) -> pd.DataFrame:
         """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every
@@ -268,15 +275,20 @@ def read_results_file(
     pattern: re.Pattern | None,
     max_bytes: int = MAX_RESULTS_BYTES,
     without: set | None = None,
+    groups: dict | None = None,
 ) -> list[dict]:
     """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
-    with no ``tasks`` named, the tasks without the metric are added to ``without``."""
+    with no ``tasks`` named, the tasks without the metric are added to ``without``, and the file's
+    groups with their subtasks (``group_subtasks``) to ``groups`` (group -> set of subtasks)."""
     doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
             + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
         )
+    if groups is not None:
+        for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
+            groups.setdefault(g, set()).update(kids)
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     try:
         args = parse_model_args(config.get("model_args"))
@@ -289,16 +301,16 @@ def read_results_file(
     run = "all"
     if pattern is not None:
         m = pattern.match(rel)
-        groups = m.groupdict() if m else {}
-        if "step" in groups:
-            if step is not None and int(groups["step"]) != step:
+        fields = m.groupdict() if m else {}
+        if "step" in fields:
+            if step is not None and int(fields["step"]) != step:
                 raise DataError(
-                    f"{path}: its path gives step {int(groups['step'])} (--path-pattern) but its model_args give "
+                    f"{path}: its path gives step {int(fields['step'])} (--path-pattern) but its model_args give "
                     f"{step} ({how}); fix the file's name or the pattern"
                 )
-            step = int(groups["step"])
-        model = groups.get("model") or model
-        run = groups.get("run") or run
+            step = int(fields["step"])
+        model = fields.get("model") or model
+        run = fields.get("run") or run
     if model is None or step is None:
         lack = " and ".join(w for w, v in (("the model", model), ("the step", step)) if v is None)
         raise DataError(
@@ -347,6 +359,23 @@ def read_results_file(
 
 
 # ---- samples ----
+def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
+    """A results file's ``group_subtasks`` (group -> the names of its subtasks; absent in the older
+    format): checked to be that, else refused naming the file."""
+    if v is None:
+        return {}
+    ok = isinstance(v, dict) and all(
+        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in v.values()
+    )
+    if not ok:
+        raise DataError(
+            f"{path}: group_subtasks is not an object of task-name lists (a hand-edited or damaged file); it says "
+            "which tasks are groups of others (pairs of them share items). Rerun that evaluation or move the file out "
+            "of the folder"
+        )
+    return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
+
+
 def samples_path(results: Path, task: str) -> Path | None:
     """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
     m = RESULTS_NAME.match(results.name)
@@ -396,10 +425,10 @@ def read_folder(
         chosen = [p for p in json_files if not p.name.startswith("samples_")]
     if not chosen:
         raise DataError(f"{folder}: holds no .json results file of lm-evaluation-harness (searched recursively)")
-    rows, where, without = [], {}, set()
+    rows, where, without, groups = [], {}, set(), {}
     for p in chosen:
         got = read_results_file(
-            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without
+            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without, groups=groups
         )
         for row in got:
             k = (row["model"], row["run"], row["step"], row["testset"])
@@ -463,6 +492,7 @@ def read_folder(
             )
         if frames:
             examples = pd.concat(frames, ignore_index=True)
+            examples = examples.astype({c: "category" for c in ("model", "run", "testset")})  # a few names, repeated
             log.info(
                 "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
                 folder,
@@ -493,6 +523,7 @@ def read_folder(
         files=sorted(chosen),
         samples_files=sample_files,
         digest=h.hexdigest(),
+        groups={g: sorted(kids) for g, kids in sorted(groups.items())},
     )
 
 

@@ -38,10 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy import special, stats
 
-from .design import run_statistics
 from .item_noise import half_means, item_covariance
-from .measurement import cross_fitted
-from .run_measurement import cross_fit_columns, exact_maker
+from .run_batch import measured_statistics, run_statistics
 
 ITEM_LIMIT = 1000  # above this many items a testset is simulated by its sufficient statistics
 RESIDUAL_SD = 0.02  # s: the tasks' residual series' sd
@@ -94,7 +92,12 @@ def item_noise_covariance(acc: np.ndarray, n: int, difficulty: float, persistenc
     acc = np.asarray(acc, dtype=float)
     T = acc.shape[-1]
     q = special.ndtri(acc)
-    i, j = np.triu_indices(T)  # the upper triangle, mirrored
+    if np.ndim(difficulty) or np.ndim(persistence):  # arrays of them, broadcast against (T, T)
+        lag = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+        corr = difficulty + (1 - difficulty) * np.asarray(persistence, dtype=float) ** lag
+        both = _bivariate_cdf(q[..., :, None], q[..., None, :], corr)
+        return (both - acc[..., :, None] * acc[..., None, :]) / n
+    i, j = np.triu_indices(T)  # one pair of the same model: the upper triangle, mirrored
     corr = difficulty + (1 - difficulty) * persistence ** (j - i).astype(float)
     both = _bivariate_cdf(q[..., i], q[..., j], corr)
     out = np.empty((*acc.shape[:-1], T, T))
@@ -207,26 +210,13 @@ def fast_run_rows(d: dict, models: int, runs: int, level: float = 0.95, chunk: i
     """The run rows of :func:`.pipeline.analyse` (Pearson, linear residualiser, the pair ood0-ood1)
     for many studies drawn by :func:`item_runs` at once (``models`` x ``runs`` runs a study, in
     order), every testset's items known: the observed correlation by the design's per-run procedure
-    (:func:`.design.run_statistics`), the measurement columns by the functions the analysis itself
-    uses (:func:`.measurement.cross_fitted`, :func:`.run_measurement.cross_fit_columns`). Each study
+    (:func:`.run_batch.run_statistics`), the measurement columns by the functions the analysis itself
+    uses (:func:`.run_batch.measured_statistics`: :func:`.measurement.cross_fitted`,
+    :func:`.run_measurement.cross_fit_columns`). Each study
     is its own in-domain set (``s<i>``), so :func:`.agreement_table.agreement` answers each alone."""
     B, T, _ = d["scores"].shape
-    P = exact_maker(T, None)
     obs = run_statistics(d["scores"], level)
-    cols: dict = {}
-    for s in range(0, B, chunk):
-        sl = slice(s, s + chunk)
-        h = d["halves"][sl]
-        got = cross_fit_columns(
-            cross_fitted(h[..., 0], P, d["scores"][sl, :, 1:], h[..., 1:], np.array([[0, 1]]), np.arange(T), level),
-            level,
-        )
-        z = d["scores"][sl, :, 0]
-        total = np.einsum("bt,tu,bu->b", z, P, z)
-        prod = np.einsum("bkt,tu,bku->b", h[:, :, 0, :, 0], P, h[:, :, 1, :, 0]) / h.shape[1]
-        got["reliability_in_domain"] = (prod / total)[:, None]
-        for c, v in got.items():
-            cols.setdefault(c, []).append(v[:, 0])
+    cols = measured_statistics(d["scores"], d["halves"], level, chunk)
     study = np.arange(B) // (models * runs)
     model = (np.arange(B) // runs) % models
     frame = pd.DataFrame(
@@ -248,8 +238,8 @@ def fast_run_rows(d: dict, models: int, runs: int, level: float = 0.95, chunk: i
             "noise": "every testset: item noise estimated from per-item correctness",
         }
     )
-    for c, parts in cols.items():
-        frame[c] = np.concatenate(parts)
+    for c, v in cols.items():
+        frame[c] = v
     for c in ("reliability_in_domain_low", "reliability_in_domain_high"):
         frame[c] = frame["reliability_in_domain"]
     frame["n_runs"], frame["n_runs_finite"] = 1, np.isfinite(frame["r"]).astype(int)

@@ -545,22 +545,31 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical."""
+    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical; the names
+    (model, run, testset) as categories, as a suite's millions of rows repeat a few of them."""
     _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
-    raw = df[correct].map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
+    raw = df[correct]
+    if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
+        raw = raw.map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
         raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
+
+    def names(col: str | None, default: str):
+        if col is None:
+            return pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), [default])
+        return pd.Categorical(df[col].astype(str))
+
     return pd.DataFrame(
         {
-            "model": df[model].astype(str) if model else model_name,
-            "run": df[run].astype(str) if run else "all",
-            "unit": _numeric_units(df[unit]),
-            "testset": df[testset].astype(str),
-            "example": df[example],
-            "correct": corr.astype(float),
+            "model": names(model, model_name),
+            "run": names(run, "all"),
+            "unit": _numeric_units(df[unit]).to_numpy(),
+            "testset": names(testset, ""),
+            "example": df[example].to_numpy(),
+            "correct": corr.to_numpy(float),
         }
-    ).reset_index(drop=True)
+    )
 
 
 # ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----

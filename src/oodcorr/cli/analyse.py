@@ -28,7 +28,7 @@ from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from . import out_record
 from .args import add_showing_default, block_length, positive_int
-from .scores import check_analysis_size, read_lmeval, read_scores
+from .scores import check_analysis_size, parse_groups, read_lmeval, read_scores
 
 log = logging.getLogger("oodcorr")
 
@@ -202,6 +202,15 @@ def add_parser(sub, help: str) -> None:
         metavar="[TESTSET=]N",
         help="the items behind the scores, for a table without an n column (a wide one): N for every testset, "
         "TESTSET=N for one (e.g. --items 1000 wnli=71 rte=277); bounds each testset's item noise as --n-column does",
+    )
+    g.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="GROUP=TESTSET,...",
+        help="a testset scored on the items of others (repeatable; e.g. --group crows_pairs_english="
+        "crows_pairs_english_age,crows_pairs_english_gender): pairs that share items are left out "
+        "(docs/analysis.md#testsets-that-share-items); lm-eval results say their groups themselves",
     )
     e = a.add_argument_group(
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
@@ -416,8 +425,9 @@ def run(args) -> int:
 
 def _analyse_into(args, out: Path, before: dict) -> int:
     if args.format == "lm-eval":
-        long, examples, info, pool_by, digest = read_lmeval(args)
+        long, examples, info, pool_by, digest, task_groups = read_lmeval(args)
     else:
+        task_groups = None
         if args.tasks or args.path_pattern:
             flag = "--tasks" if args.tasks else "--path-pattern"
             raise DataError(
@@ -440,8 +450,9 @@ def _analyse_into(args, out: Path, before: dict) -> int:
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
     if not args.no_plots:
         figure_set.check_figure_names(long, str(args.table))
+    task_groups = parse_groups(args.group, task_groups)
     workers = args.workers or figure_set.default_workers()
-    pc = analyse(long, opts, examples, run_info=info, workers=workers)
+    pc = analyse(long, opts, examples, run_info=info, workers=workers, task_groups=task_groups)
     agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     settings = {
         "input": str(args.table),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import lmeval, tables
+from ..analysis import lmeval, shared_items, tables
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.limits import analysis_cells, analysis_too_large
@@ -145,9 +145,26 @@ def parse_items(values) -> dict[str, float]:
     return out
 
 
-def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str]:
+def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
+    """``--group``'s words (``GROUP=TESTSET,TESTSET``) added to the groups ``read`` (an lm-eval
+    folder's): group -> its testsets; a word that is not of that form is an error naming it."""
+    out = {g: list(kids) for g, kids in (read or {}).items()}
+    for word in values or ():
+        name, sep, kids = word.partition("=")
+        parts = [k.strip() for k in kids.split(",") if k.strip()]
+        if not sep or not name.strip() or not parts or name.strip() in parts:
+            raise DataError(
+                f"--group {word!r}: give GROUP=TESTSET,TESTSET,... (a testset scored on the items of the testsets "
+                "named after it), e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy"
+            )
+        out[name.strip()] = sorted(set(out.get(name.strip(), [])) | set(parts))
+    return out
+
+
+def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str, dict]:
     """--format lm-eval: (canonical long table, examples or None, run information, columns to pool
-    by, the digest of the files read) from a folder of lm-evaluation-harness results."""
+    by, the digest of the files read, the groups the files name with their subtasks) from a folder of
+    lm-evaluation-harness results."""
     for flag, given in (
         ("--model", args.model),
         ("--run", args.run),
@@ -194,7 +211,18 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         args.metric,
         f", per-example samples from {len(read.samples_files)} files" if read.examples is not None else "",
     )
-    return long, read.examples, info, (), read.digest
+    ood = sorted(set(long["testset"]) - {args.in_domain})
+    shared = shared_items.refusals(args.in_domain, ood, shared_items.leaves(read.groups))
+    if shared:
+        log.info(
+            "%s: %d OOD pair(s) share items (a group beside its subtasks, e.g. %s and %s) or have a task that shares "
+            "items with %s: their cells are left out, their notes say why",
+            args.table,
+            len(shared),
+            *next(iter(shared)),
+            args.in_domain,
+        )
+    return long, read.examples, info, (), read.digest, read.groups
 
 
 def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
