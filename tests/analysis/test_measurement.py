@@ -178,3 +178,7 @@ def test_disattenuate_divides_by_the_attenuation_and_opens_a_side_its_low_end_ca
     assert disattenuate(0.2, 0.1, 0.3, 0.5, 0.5, 0.25, 0.25, 0.81, 0.81)[2] == 1.0  # 0.3 / 0.25 past 1: 1
     est, lo, hi = disattenuate(0.1, -0.2, 0.4, 0.3, 0.3, 0.0, 0.2, 1.0, 1.0)
     assert (lo, hi) == (-1.0, 1.0)  # the attenuation may be 0: nothing bounds either side
+    # a series whose reliability is below 0 even at its high end (WNLI's in config/real-cpu.yaml): the
+    # interval is the whole range, not [+1, +1] from dividing a positive low end by 0
+    est, lo, hi = disattenuate(0.645, 0.027, 0.907, 0.75, -2.5, 0.1, -4.0, 1.0, -1.0)
+    assert math.isnan(est) and (lo, hi) == (-1.0, 1.0)
