@@ -435,15 +435,10 @@ def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
     return out
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, hex (the one home of a file's hash: manifests, seals, publish records)."""
     with open(path, "rb") as fh:
-        while True:
-            b = fh.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def stat_key(path: str | os.PathLike) -> list[int]:

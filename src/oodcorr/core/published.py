@@ -44,7 +44,7 @@ from pathlib import Path
 
 from .errors import WriteFailed
 from .filesystems import check_room, write_errno, write_failed
-from .io import stat_key, write_json_atomic
+from .io import sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 
@@ -325,7 +325,7 @@ def _adopt_old_layout(root: Path, rels: list[str], experiment: str) -> str | Non
         for rel in rels:
             f = tmp / rel
             if f.is_file():
-                files[rel] = {"sha256": _sha256(f), "size": f.stat().st_size, "stat": stat_key(f)}
+                files[rel] = {"sha256": sha256_file(f), "size": f.stat().st_size, "stat": stat_key(f)}
         mask = _umask()
         for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
             os.chmod(d, 0o777 & ~mask)
@@ -373,14 +373,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         os.link(src, dst)
     except OSError:  # a file system without hard links
         shutil.copy2(src, dst)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for b in iter(lambda: fh.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
 
 
 def _clear_leftovers(pub: Path) -> list[str]:
@@ -438,10 +430,10 @@ def version_problems(folder: Path, record: dict | None = None, shown_as: Path | 
         if want.get("stat") == stat_key(f):
             continue
         size = f.stat().st_size
-        if size != want.get("size") or _sha256(f) != want["sha256"]:
+        if size != want.get("size") or sha256_file(f) != want["sha256"]:
             out.append(
                 f"{shown / rel} differs from what was published (now {size} bytes, sha256 "
-                f"{_sha256(f)[:12]}...; published {want.get('size')} bytes, {want['sha256'][:12]}...)"
+                f"{sha256_file(f)[:12]}...; published {want.get('size')} bytes, {want['sha256'][:12]}...)"
             )
     listed = set(record["files"]) | {PUBLISH_RECORD}
     extra = sorted(
