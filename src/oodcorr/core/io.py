@@ -65,10 +65,8 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
     try:
         yield tmp_path
         # mkstemp makes the file private (0600); results get the usual umask-based mode
-        umask = os.umask(0)
-        os.umask(umask)
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp_path, 0o666 & ~umask)
+            os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     except BaseException as e:
         written = None
@@ -104,6 +102,13 @@ def _mkstemp_or_failed(path: Path, what: str, size: int | None):
         raise write_failed(path.parent, what, needed=size, cause=e) from e
 
 
+def current_umask() -> int:
+    """The process's umask (``os.umask`` reads it only by setting another: it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def follow_umask(folder: str | os.PathLike) -> None:
     """Give every regular file under ``folder`` the mode a new file gets under the process umask
     (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
@@ -113,9 +118,7 @@ def follow_umask(folder: str | os.PathLike) -> None:
     shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
     (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
     alone."""
-    umask = os.umask(0)
-    os.umask(umask)
-    want = 0o666 & ~umask
+    want = 0o666 & ~current_umask()
     for f in sorted(Path(folder).rglob("*")):
         st = f.lstat()
         if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:

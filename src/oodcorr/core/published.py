@@ -44,7 +44,7 @@ from pathlib import Path
 
 from .errors import WriteFailed
 from .filesystems import check_room, write_errno, write_failed
-from .io import sha256_file, stat_key, write_json_atomic
+from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 
@@ -68,12 +68,6 @@ def top_names(rels) -> list[str]:
 def link_target(name: str) -> str:
     """What the link ``<experiment>/<name>`` points at (relative, so a copied folder keeps working)."""
     return f"{PUBLISHED}/{CURRENT}/{name}"
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _stamp() -> str:
@@ -113,7 +107,7 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
 
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     """The new version folder, whole, with its record; removed again if anything fails."""
-    mask = _umask()
+    mask = current_umask()
     try:
         block = os.statvfs(pub).f_frsize or 4096
     except OSError:
@@ -326,7 +320,7 @@ def _adopt_old_layout(root: Path, rels: list[str], experiment: str) -> str | Non
             f = tmp / rel
             if f.is_file():
                 files[rel] = {"sha256": sha256_file(f), "size": f.stat().st_size, "stat": stat_key(f)}
-        mask = _umask()
+        mask = current_umask()
         for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
             os.chmod(d, 0o777 & ~mask)
         record = {
