@@ -298,6 +298,13 @@ def _utf16_without_bom(raw: bytes) -> str | None:
     return "utf-16-be" if even > odd else "utf-16-le"
 
 
+def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
+    return (
+        f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+        f"position); {fix.format(encoding=utf16)}"
+    )
+
+
 def decode_text(
     raw: bytes,
     path: str | os.PathLike,
@@ -336,10 +343,7 @@ def decode_text(
             ) from None
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(
-                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                f"position); {fix.format(encoding=utf16)}"
-            ) from None
+            raise DataError(_utf16_sentence(path, utf16, fix)) from None
         raise DataError(
             f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
             f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
@@ -350,10 +354,7 @@ def decode_text(
         line = text[: text.index("\x00")].count("\n") + 1
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(
-                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                f"position); {fix.format(encoding=utf16)}"
-            )
+            raise DataError(_utf16_sentence(path, utf16, fix))
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
 
