@@ -30,7 +30,6 @@ from ..core.io import read_json, sha256_file, sha256_json, stat_key, write_json_
 from ..core.model_dirs import check_local_weights, model_files
 
 KIND = "series-checkpoint"
-X_UNITS = ("step", "tokens")
 
 
 def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoint: dict, entry: dict) -> dict:
