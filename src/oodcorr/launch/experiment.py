@@ -330,12 +330,6 @@ def check_published(plan: Plan) -> list[str]:
     staging = plan.paths.staging
     if state.layout == "none":
         return []
-    if state.layout == "old":
-        return [
-            f"{root}: its results were published before publish records existed; this run publishes them once "
-            f"more from {staging}, as one set with a record of each file's sha256 (no evaluation or finetune "
-            "runs again for this)"
-        ]
     out = []
     if state.damaged:
         shown = "; ".join(state.damaged[:5]) + (
