@@ -341,11 +341,6 @@ class Plan:
             return "training step"
         return "tokens" if spec.x_unit == "tokens" else "step"
 
-    @property
-    def coarse(self) -> dict:
-        """The label mode's collapse rule (gold label -> predictions that count as right for it)."""
-        return dict(self.label_mode.get("coarse") or {})
-
     @rule_callable
     def eval_params(self, wildcards) -> dict:
         """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
