@@ -34,7 +34,7 @@ from ..core import limits
 from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
-from . import checks, schema
+from . import checks, plan_checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .layout import Paths
 from .resources import PLACEMENT, model_resources
@@ -481,7 +481,7 @@ def check_size(config: dict, sources: list[Path]) -> None:
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
     """The plan of a schema-validated config (defaults filled in), after the checks of the config
     alone (:func:`oodcorr.planning.checks.check_config`, then those of the models' resources and the runs
-    once they are built); raises ConfigError naming the key."""
+    once they are built, :mod:`oodcorr.planning.plan_checks`); raises ConfigError naming the key."""
     exp = exp or Experiment(config, basedir)
     warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
@@ -504,7 +504,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             x_unit=exp.series_unit(m),
             params_b=entry.get("params_b"),
         )
-    checks.check_placement(models)
+    plan_checks.check_placement(models)
     runs = []
     for m, spec in models.items():
         if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
@@ -518,9 +518,9 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
-    warnings += checks.check_schedules(runs, analysis)
+    warnings += plan_checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
-    checks.check_analysis_size(runs, testsets, analysis)
+    plan_checks.check_analysis_size(runs, testsets, analysis)
     datasets = tuple(exp.all_datasets())
     return Plan(
         experiment=name,
