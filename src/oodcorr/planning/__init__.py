@@ -5,7 +5,8 @@ experiment resolved against its registries and label modes), ``checks`` (what th
 say of the config; of each model entry: ``model_checks``; of what the plan built:
 ``plan_checks``), ``plan`` (runs, schedules, jobs, params; ``plan.load`` is the one entry point),
 ``layout`` (the results folder: where each file of an experiment lives), ``resources`` (what each
-rule's job asks for, per model) and ``finetune_job`` (one finetune as a typed object the job
+rule's job asks for, per model), ``rule_callables`` (what the rules get as callables: each rule's
+threads and resources) and ``finetune_job`` (one finetune as a typed object the job
 receives).
 
 May import: ``core``. Never a model (``modeling``) or a job (``jobs``): planning stays fast and
