@@ -108,8 +108,12 @@ LOGS = P.logs
 # console when the run ends (onerror); set in every process, so a cluster job's script finds it too
 os.environ[REFUSALS_ENV] = str(refusals_dir(LOGS).resolve())
 A = P.staged(P.analysis)  # where the analysis and the report's figures are written, then published
-# every rule's conda environment; the path is relative to workflow/rules/, where the rules live
-ENV = "../../envs/oodcorr.yaml"
+# the rules' conda environments (docs/development.md#environments; paths relative to workflow/rules/, where
+# the rules live): the rules that make or read models, and those upstream of them, in the full one; the
+# rules after the evaluations (aggregation, analysis, figures, publishing, the report) in one without torch,
+# transformers or peft
+MODEL_ENV = "../../envs/oodcorr.yaml"
+ANALYSIS_ENV = "../../envs/analysis.yaml"
 # a model, dataset or testset name as the config checks it (oodcorr.planning.config.NAME_RE), unanchored
 NAME = NAME_RE.pattern.removeprefix("^").removesuffix("$")
 

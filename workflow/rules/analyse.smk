@@ -42,7 +42,7 @@ rule aggregate_scores:
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         # the label mode's collapse rule, for records that predate macro-F1 and ECE
         coarse=PLAN.coarse,
@@ -70,7 +70,7 @@ rule partial_correlations:
     # figures of the scores that are ready at the same time
     priority: 1
     conda:
-        ENV
+        ANALYSIS_ENV
     # its runs are analysed in this many processes (the same table whatever the number; Snakemake
     # gives fewer where --cores, or --local-cores on a cluster, are fewer)
     threads: PLAN.threads("partial_correlations")
@@ -98,7 +98,7 @@ rule consensus_heatmap:
     log:
         f"{LOGS}/analyse/consensus_heatmap_{{indomain}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="consensus_heatmap",
         method=PLOT_METHOD,
@@ -121,7 +121,7 @@ rule explorer:
     log:
         f"{LOGS}/analyse/explorer.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         method=PLOT_METHOD,
         residualiser=PLOT_RESIDUALISER,
@@ -153,7 +153,7 @@ rule forest_plots:
     log:
         f"{LOGS}/analyse/forest_plots.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="forest",
         # (in-domain set, x, y) of each output, in order
@@ -178,7 +178,7 @@ rule heatmap:
     log:
         f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="heatmap",
         method=PLOT_METHOD,
@@ -201,7 +201,7 @@ rule heatmap_grid:
     log:
         f"{LOGS}/analyse/heatmap_grid.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="heatmap_grid",
         method=PLOT_METHOD,
@@ -224,7 +224,7 @@ rule learning_curves:
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="learning_curves",
         score=PLAN.score,
@@ -247,7 +247,7 @@ rule scatter:
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="scatter",
         analysis=ANALYSIS,
@@ -266,7 +266,7 @@ rule publish_results:
     log:
         f"{LOGS}/analyse/publish_results.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         # each input's path in the published set (relative to the experiment folder), in order
         rels=PLAN.published_rels(),
