@@ -83,6 +83,17 @@ def test_end_to_end_outputs(micro_run):
     row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
     assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
     assert not list((wd / R / "eval").rglob("*.json"))  # no job summaries in unit checkpoint
+    # what made it (issue 45): each record names the libraries its evaluation and its finetune ran with,
+    # and the published provenance.json counts them, with the code (this checkout) that aggregated them
+    from oodcorr.core.provenance import library_versions
+
+    libs = library_versions()
+    assert one["libraries"] == one["finetune_libraries"] == libs and None not in libs.values()
+    prov = json.loads((wd / R / "provenance.json").read_text())
+    assert prov["evaluate"] == {k: {v: 15} for k, v in libs.items()}  # 5 checkpoints x 3 testsets
+    assert prov["finetune"] == {k: {v: 5} for k, v in libs.items()}  # 5 checkpoints
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert prov["aggregated_by"]["git_commit"] == head.stdout.strip()
     logs = sorted((wd / R / "logs/eval").rglob("*.log"))
     assert len(logs) == 15 and all(p.stat().st_size > 0 for p in logs)  # a log per evaluation job
 
@@ -163,6 +174,7 @@ def test_report_renders(micro_run):
         "5 Accuracy",
         "6 Training loss",
         "7 Residualiser fits",
+        "8 Provenance",
         "accuracy.html",
         "explorer.html",
         "answer.txt",
@@ -172,6 +184,9 @@ def test_report_renders(micro_run):
     answer = (wd / R / "analysis/answer.txt").read_text().splitlines()
     assert answer and answer[0].startswith("the answer, ") and "in-domain synth-test (n_train=64): 1 pair" in answer[0]
     assert "in-domain synth-test (n_train=64): 1 pair" in html
+    # and what made it, read from the published provenance.json: the code that aggregated, the jobs' libraries
+    commit = json.loads((wd / R / "provenance.json").read_text())["aggregated_by"]["git_commit"]
+    assert "aggregated_by" in html and commit in html and "transformers" in html
     assert (wd / R / "analysis/explorer.html").stat().st_size > 0
 
 

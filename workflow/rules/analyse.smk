@@ -33,12 +33,14 @@ localrules:
 
 rule aggregate_scores:
     """One long table: a row per run x checkpoint x testset (from every predictions file's
-    record, or with `evaluation.unit: run` from each job's summary)."""
+    record, or with `evaluation.unit: run` from each job's summary); and what made it."""
     input:
         PLAN.eval_outputs(),
     output:
         parquet=P.staged(P.scores),
         csv=P.staged(P.scores_csv),
+        # the libraries the finetunes and evaluations recorded, and the code that aggregated them
+        provenance=report(P.staged(P.provenance), category="8 Provenance", caption="../report/provenance.rst"),
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:

@@ -112,3 +112,10 @@ def jobs_libraries(records: list[dict]) -> dict:
         "evaluate": _count([r.get("libraries") for r in records]),
         "finetune": _count(list(finetuned.values())),
     }
+
+
+def scores_provenance(records: list[dict]) -> dict:
+    """The scores table's provenance (``provenance.json`` of the published set): the libraries of the
+    jobs behind ``records`` (:func:`jobs_libraries`) and the code that aggregated them
+    (``aggregated_by``: :func:`code_provenance`)."""
+    return {**jobs_libraries(records), "aggregated_by": code_provenance()}

@@ -79,7 +79,11 @@ def _records(path: str) -> tuple[list[dict], bool]:
 
 
 def collect(
-    paths: list[str], coarse: dict | None = None, data: dict | None = None, places: dict | None = None
+    paths: list[str],
+    coarse: dict | None = None,
+    data: dict | None = None,
+    places: dict | None = None,
+    keep_records: list | None = None,
 ) -> pd.DataFrame:
     """Rows from predictions files (their metadata records) and evaluation job summaries.
 
@@ -88,7 +92,9 @@ def collect(
     (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
     ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
     :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
-    :func:`check_place`; without it, a predictions file's record must still name that file."""
+    :func:`check_place`; without it, a predictions file's record must still name that file. Every
+    record read is appended to ``keep_records``, when given (for their provenance,
+    :func:`oodcorr.core.provenance.scores_provenance`)."""
     rows, checked = [], []
     n_old = 0
     for p in paths:
@@ -104,6 +110,8 @@ def collect(
                 )
             check_place(p, r, summary, places)
             checked.append((r["predictions"] if summary else p, r))
+            if keep_records is not None:
+                keep_records.append(r)
             if "macro_f1" not in r:
                 n_old += 1
                 r = dict(r, **_metrics_from_predictions(r, coarse))
