@@ -25,7 +25,14 @@ from oodcorr.launch.disk_checks import (
     end_of_run_report,
     room_to_run,
 )  # noqa: E402
-from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
+from oodcorr.launch.experiment import (
+    check_published,
+    claim,
+    config_warning,
+    lock,
+    record_provenance,
+    writes,
+)  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs, report_requested  # noqa: E402
@@ -171,6 +178,9 @@ rule all:
 # sentence each job stopped with, the job named (a full disk while tokenising, converting,
 # aggregating, publishing...); end_of_run_report never raises (an unreadable file is a line)
 onsuccess:
+    # the experiment's record names the libraries of the scores this run published (provenance.json)
+    for _warning in [w for w in [record_provenance(PLAN)] if w]:
+        print(f"oodcorr warning: {_warning}", file=sys.stderr)
     for line in end_of_run_report(PLAN, failed=False) + end_lines(failed=False):
         print(line, flush=True)
 
