@@ -19,6 +19,7 @@ the config's digest: a new commit, or an edit of a tracked file, reruns nothing
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import platform
 import subprocess
@@ -26,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import __version__
+from .records import PUBLISH_RECORD, read_publish_record
 
 UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"  # a record written before records kept the libraries
@@ -119,3 +121,21 @@ def scores_provenance(records: list[dict]) -> dict:
     jobs behind ``records`` (:func:`jobs_libraries`) and the code that aggregated them
     (``aggregated_by``: :func:`code_provenance`)."""
     return {**jobs_libraries(records), "aggregated_by": code_provenance()}
+
+
+def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
+    """``settings.json``'s provenance for an analysis of ``table`` (whose sha256 is ``sha256``): the code of
+    this process (``analysed_by``) and, where ``table`` is a scores table the workflow published (its
+    version folder's record lists it with these bytes), the libraries of the jobs behind it, from the
+    ``provenance.json`` published with it (``finetune``, ``evaluate``). Any other table: the code only."""
+    doc: dict = {"analysed_by": code_provenance()}
+    folder = Path(table).resolve().parent
+    record = read_publish_record(folder / PUBLISH_RECORD)
+    if record is None or (record["files"].get(Path(table).resolve().name) or {}).get("sha256") != sha256:
+        return doc
+    try:
+        published = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        doc.update({k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return doc
