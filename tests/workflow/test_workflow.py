@@ -5,6 +5,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -561,6 +562,38 @@ def test_bookkeeping_changes_rerun_nothing(micro_run):
     path = wd / "micro_bookkeeping.yaml"
     path.write_text(yaml.safe_dump(cfg2, sort_keys=False))
     dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
+    """Provenance is recorded beside the results, never in a rule's params or the config's digest: with
+    git saying another commit and edited files (a git on PATH that says so to every process of the run),
+    a dry run plans nothing."""
+    wd, _, cfg_path = micro_run
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *rev-parse*) echo 0123456789abcdef0123456789abcdef01234567 ;;\n"
+        "  *status*) echo ' M Snakefile' ;;\n"
+        "esac\n"
+    )
+    (fake / "git").chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    # the fake is what the run's processes see: the code they would record is another commit, dirty
+    code = "import json; from oodcorr.core.provenance import code_provenance; print(json.dumps(code_provenance()))"
+    seen = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
+    assert json.loads(seen.stdout)["git_commit"] == "0123456789abcdef0123456789abcdef01234567"
+    assert json.loads(seen.stdout)["git_dirty"] is True
+    dry = smk(wd, cfg_path, "-n", env=env)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 
