@@ -570,7 +570,7 @@ def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
     """Provenance is recorded beside the results, never in a rule's params or the config's digest: with
     git saying another commit and edited files (a git on PATH that says so to every process of the run),
     a dry run plans nothing."""
-    wd, _, cfg_path = micro_run
+    wd, cfg_path = _finished_copy(micro_run, tmp_path, "commit"), micro_run[2]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "git").write_text(
