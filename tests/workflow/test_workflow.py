@@ -441,7 +441,8 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         for p in (wd / R).rglob("*")
         if p.is_file()
         and "/analysis/" not in str(p)
-        and not p.name.startswith(("scores.", "accuracy.", ".scores.", ".accuracy."))  # (and their seals)
+        # the aggregation's outputs (and their seals)
+        and not p.name.startswith(("scores.", "accuracy.", "provenance.", ".scores.", ".accuracy.", ".provenance."))
         and "/logs/analyse/" not in str(p)
         # the published set and its record, republished; the run's lock, config record and record of runs
         and "/.published/" not in str(p)
