@@ -13,9 +13,7 @@ start_job(sm)
 try:
     # every record is checked against its place, and its data against the testset as prepared now
     records = []
-    df = collect(
-        list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places, keep_records=records
-    )
+    df = collect(list(sm.input), data=sm.params.data, places=sm.params.places, keep_records=records)
 except (ResultError, DataError, WriteFailed) as e:  # the message (file, the way out) is the log's last line
     refuse(e)
 write_scores(df, sm.output.parquet, sm.output.csv)
