@@ -56,7 +56,8 @@ def test_a_record_that_cannot_be_written_at_the_end_is_a_warning(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     plan = micro_plan(micro_config())
     root = tmp_path / plan.paths.root
-    write_json_atomic(root / experiment.IDENTITY, {"configs": ["micro.yaml"]})
+    record = {"configs": ["micro.yaml"], "config": {}, "records_id": "r1"}  # a whole record, as claim writes one
+    write_json_atomic(root / experiment.IDENTITY, record)
 
     def refuse(path, doc):
         raise OSError(28, "No space left on device")
@@ -64,4 +65,4 @@ def test_a_record_that_cannot_be_written_at_the_end_is_a_warning(tmp_path, monke
     monkeypatch.setattr(experiment, "write_json_atomic", refuse)
     warning = experiment.record_provenance(plan)
     assert warning and "experiment.json was not brought up to date" in warning and "provenance.json" in warning
-    assert json.loads((root / experiment.IDENTITY).read_text()) == {"configs": ["micro.yaml"]}
+    assert json.loads((root / experiment.IDENTITY).read_text()) == record
