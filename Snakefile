@@ -21,7 +21,14 @@ from oodcorr.core.records import REFUSALS_ENV, clear_refusals, refusals_dir  # n
 from oodcorr.planning.config import NAME_RE  # noqa: E402
 from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
 from oodcorr.launch.room import room_to_run  # noqa: E402
-from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
+from oodcorr.launch.experiment import (
+    check_published,
+    claim,
+    config_warning,
+    lock,
+    record_provenance,
+    writes,
+)  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs, report_requested  # noqa: E402
@@ -104,8 +111,12 @@ LOGS = P.logs
 # console when the run ends (onerror); set in every process, so a cluster job's script finds it too
 os.environ[REFUSALS_ENV] = str(refusals_dir(LOGS).resolve())
 A = P.staged(P.analysis)  # where the analysis and the report's figures are written, then published
-# every rule's conda environment; the path is relative to workflow/rules/, where the rules live
-ENV = "../../envs/oodcorr.yaml"
+# the rules' conda environments (docs/development.md#environments; paths relative to workflow/rules/, where
+# the rules live): the rules that make or read models, and those upstream of them, in the full one; the
+# rules after the evaluations (aggregation, analysis, figures, publishing, the report) in one without torch,
+# transformers or peft
+MODEL_ENV = "../../envs/oodcorr.yaml"
+ANALYSIS_ENV = "../../envs/analysis.yaml"
 # a model, dataset or testset name as the config checks it (oodcorr.planning.config.NAME_RE), unanchored
 NAME = NAME_RE.pattern.removeprefix("^").removesuffix("$")
 
@@ -163,6 +174,9 @@ rule all:
 # sentence each job stopped with, the job named (a full disk while tokenising, converting,
 # aggregating, publishing...); end_of_run_report never raises (an unreadable file is a line)
 onsuccess:
+    # the experiment's record names the libraries of the scores this run published (provenance.json)
+    for _warning in [w for w in [record_provenance(PLAN)] if w]:
+        print(f"oodcorr warning: {_warning}", file=sys.stderr)
     for line in end_of_run_report(PLAN, failed=False) + end_lines(failed=False):
         print(line, flush=True)
 

@@ -416,6 +416,43 @@ def _scores_like(tmp_path):
     return scores, path
 
 
+def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_libraries(tmp_path):
+    """settings.json's provenance: the code that analysed (this checkout's commit) and, for a scores table
+    the workflow published (unchanged since), the libraries its finetunes and evaluations recorded, from
+    the provenance.json published with it; any other table (a copy, or the published one edited): the code."""
+    import json
+    import shutil
+
+    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.published import publish_set
+    from oodcorr.core.records import seal
+
+    from helpers import REPO
+
+    _, path = _scores_like(tmp_path)
+    root, staging = tmp_path / "results/x", tmp_path / "results/x/.staging"
+    staging.mkdir(parents=True)
+    shutil.copy(path, staging / "scores.csv")
+    jobs = {"evaluate": {"torch": {"2.13.0": 264}}, "finetune": {"torch": {"2.12.0": 66}}}
+    write_json_atomic(staging / "provenance.json", dict(jobs, aggregated_by={}))
+    seal([staging / "scores.csv", staging / "provenance.json"])  # as the aggregation does
+    staged = {name: staging / name for name in ("scores.csv", "provenance.json")}
+    publish_set(root, staged, experiment="x")
+
+    def provenance(table, out):
+        args = ["analyse", str(table), "--in-domain", "synth", "--out", str(tmp_path / out), "--no-plots", "-q"]
+        assert main([*args, "--n-boot", "50", "--n-perm", "50"]) == 0
+        return json.loads((tmp_path / out / "settings.json").read_text())["provenance"]
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    published = provenance(root / "scores.csv", "a")  # the published path people read (a link)
+    assert published["analysed_by"]["git_commit"] == head.stdout.strip()
+    assert {k: published[k] for k in jobs} == jobs
+    assert provenance(path, "b") == {"analysed_by": published["analysed_by"]}
+    (root / "scores.csv").write_text(path.read_text().replace("0.5", "0.6", 1))  # edited since it was published
+    assert provenance(root / "scores.csv", "c") == {"analysed_by": published["analysed_by"]}
+
+
 def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
     from oodcorr.analysis import Options, analyse
     from oodcorr.analysis.tables import from_scores

@@ -282,7 +282,7 @@ def _plan(root: Path, experiment: str = "x") -> SimpleNamespace:
     """What oodcorr.launch.experiment reads of a plan."""
     return SimpleNamespace(
         experiment=experiment,
-        paths=SimpleNamespace(root=str(root), staging=str(root / ".staging")),
+        paths=SimpleNamespace(root=str(root), staging=str(root / ".staging"), provenance=str(root / "provenance.json")),
         published_rels=lambda: list(RELS),
         runs=(),
     )
@@ -294,7 +294,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from oodcorr.launch.experiment import claim
 root = Path(sys.argv[1])
-plan = SimpleNamespace(experiment="x", paths=SimpleNamespace(root=str(root)), runs=())
+plan = SimpleNamespace(
+    experiment="x", paths=SimpleNamespace(root=str(root), provenance=str(root / "provenance.json")), runs=()
+)
 assert claim(plan, [sys.argv[2]], {"experiment": "x"}) is None
 print("held", flush=True)
 time.sleep(120)

@@ -105,6 +105,22 @@ def test_a_local_file_changed_since_preparation_stops_the_aggregation(tmp_path):
         collect(paths, data=data)
 
 
+def test_the_records_read_are_kept_for_their_provenance(tmp_path):
+    """Every record the table is made of, once, for the scores' provenance.json: the libraries the
+    evaluations recorded, counted (a record without them, written before they were kept, says so)."""
+    from oodcorr.core.provenance import NOT_RECORDED, library_versions, scores_provenance
+    from oodcorr.core.records import read_result
+
+    paths = [_predictions(tmp_path, "t1"), _predictions(tmp_path, "t2")]
+    kept: list = []
+    df = collect(paths, keep_records=kept)
+    assert len(kept) == len(df) == 2 and kept == [read_result(p) for p in paths]
+    doc = scores_provenance(kept + [dict(kept[0], libraries=library_versions())])
+    assert doc["evaluate"]["torch"] == {NOT_RECORDED: 2, library_versions()["torch"]: 1}
+    assert doc["finetune"]["torch"] == {NOT_RECORDED: 1}  # one checkpoint ("ck"), its finetune's not recorded
+    assert len(doc["aggregated_by"]["git_commit"]) == 40
+
+
 def test_a_scores_table_without_its_seal_or_unreadable_is_named_with_the_way_out(tmp_path):
     """Rule aggregate_scores seals the table last: one without its seal (put there by hand, or by an
     earlier version) is refused, naming the seal and the way out (before: read as it was); one its job

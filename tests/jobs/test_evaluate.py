@@ -344,6 +344,50 @@ def _run_with_manifest(tmp_path, tiny, spec, lora=False, n_ckpt=3):
     return checkpoints_to_score([str(run / "manifest.json")], steps, [str(tmp_path / f"p{s}.parquet") for s in steps])
 
 
+def test_a_record_names_its_libraries_and_those_that_trained_its_checkpoint(tmp_path, tiny_models):
+    """Each record keeps the libraries the evaluation ran with and, copied from the run's manifest, those
+    that trained its checkpoint (None where the manifest predates them). Neither is part of the
+    evaluation's key: a manifest naming other libraries later leaves the predictions as they were."""
+    from oodcorr.core.provenance import library_versions
+    from oodcorr.core.records import read_result
+    from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
+
+    tiny = str(tiny_models["opt"])
+    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
+    cache = _one_testset(tmp_path, tiny, spec)
+    cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
+    manifest = tmp_path / "run/manifest.json"
+    doc = json.loads(manifest.read_text())
+    trained = {"torch": "2.12.0", "transformers": "5.23.0", "peft": "0.21.0"}
+    doc["checkpoints"][1]["libraries"] = trained  # step 10; step 0's entry has none (an older manifest)
+    manifest.write_text(json.dumps(doc))
+    preds = [c["predictions"] for c in cks]
+
+    def run():
+        cks = checkpoints_to_score([str(manifest)], [0, 10], preds)
+        return evaluate_run(
+            model_spec=spec,
+            built_model_dir=tiny,
+            checkpoints=cks,
+            tokenized=cache,
+            batch_size=8,
+            max_tokens=10**6,
+            provenance={},
+        )["checkpoints"]
+
+    recs = run()
+    assert [r["libraries"] for r in recs] == [library_versions()] * 2
+    assert [r["finetune_libraries"] for r in recs] == [None, trained]
+    assert read_result(preds[1])["finetune_libraries"] == trained
+    mtimes = [Path(p).stat().st_mtime_ns for p in preds]
+    doc["checkpoints"][1]["libraries"] = dict(trained, torch="2.13.0")
+    manifest.write_text(json.dumps(doc))
+    again = run()
+    assert [r["eval_key"] for r in again] == [r["eval_key"] for r in recs]
+    assert [Path(p).stat().st_mtime_ns for p in preds] == mtimes  # kept, not scored again
+    assert again[1]["finetune_libraries"] == trained  # as recorded when it was scored
+
+
 @pytest.mark.parametrize("lora", [False, True])
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
 def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_step(tmp_path, tiny_models, unit, lora):

@@ -172,14 +172,23 @@ def test_kill_during_pruning_leaves_valid_checkpoints(tmp_path, tiny_models, mon
 
 
 def test_completed_run_is_not_trained_again(tmp_path, tiny_models):
+    """... and its manifest names, for each checkpoint, the libraries of the job that trained it (each
+    checkpoint's own manifest keeps them), not those of the job that found them done."""
+    from oodcorr.core.provenance import library_versions
+
     job = finetune_job(tmp_path, tiny_models["opt"], "again")
-    finetune(job)
+    first = finetune(job)
+    assert [c["libraries"] for c in first["checkpoints"]] == [library_versions()] * len(FINETUNE_STEPS)
     before = checkpoint_weights(job.run_dir, 20)
     job.manifest_path.unlink()
+    ck20 = job.run_dir / "checkpoints/checkpoint-20" / MANIFEST
+    older = {"torch": "2.12.0", "transformers": "5.23.0", "peft": "0.21.0"}  # as if an older install trained it
+    ck20.write_text(json.dumps(dict(json.loads(ck20.read_text()), libraries=older)))
     info = finetune(job)
     assert info["trained"] is False
     after = checkpoint_weights(job.run_dir, 20)
     assert all(torch.equal(before[k], after[k]) for k in before)
+    assert [c["libraries"] for c in info["checkpoints"]] == [library_versions()] * (len(FINETUNE_STEPS) - 1) + [older]
 
 
 def test_a_checkpoint_folder_replaced_by_another_steps_is_not_that_step(tmp_path, tiny_models):

@@ -5,6 +5,7 @@ import os
 import re
 import statistics
 import subprocess
+import sys
 import time
 
 import pandas as pd
@@ -83,6 +84,17 @@ def test_end_to_end_outputs(micro_run):
     row = scores[(scores.testset == "synth-overlap") & (scores.step == 8)]
     assert row["accuracy"].item() == one["accuracy"] and row["predictions"].item() == one["predictions"]
     assert not list((wd / R / "eval").rglob("*.json"))  # no job summaries in unit checkpoint
+    # what made it (issue 45): each record names the libraries its evaluation and its finetune ran with,
+    # and the published provenance.json counts them, with the code (this checkout) that aggregated them
+    from oodcorr.core.provenance import library_versions
+
+    libs = library_versions()
+    assert one["libraries"] == one["finetune_libraries"] == libs and None not in libs.values()
+    prov = json.loads((wd / R / "provenance.json").read_text())
+    assert prov["evaluate"] == {k: {v: 15} for k, v in libs.items()}  # 5 checkpoints x 3 testsets
+    assert prov["finetune"] == {k: {v: 5} for k, v in libs.items()}  # 5 checkpoints
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
+    assert prov["aggregated_by"]["git_commit"] == head.stdout.strip()
     logs = sorted((wd / R / "logs/eval").rglob("*.log"))
     assert len(logs) == 15 and all(p.stat().st_size > 0 for p in logs)  # a log per evaluation job
 
@@ -163,6 +175,7 @@ def test_report_renders(micro_run):
         "5 Accuracy",
         "6 Training loss",
         "7 Residualiser fits",
+        "8 Provenance",
         "accuracy.html",
         "explorer.html",
         "answer.txt",
@@ -172,6 +185,9 @@ def test_report_renders(micro_run):
     answer = (wd / R / "analysis/answer.txt").read_text().splitlines()
     assert answer and answer[0].startswith("the answer, ") and "in-domain synth-test (n_train=64): 1 pair" in answer[0]
     assert "in-domain synth-test (n_train=64): 1 pair" in html
+    # and what made it, read from the published provenance.json: the code that aggregated, the jobs' libraries
+    commit = json.loads((wd / R / "provenance.json").read_text())["aggregated_by"]["git_commit"]
+    assert "aggregated_by" in html and commit in html and "transformers" in html
     assert (wd / R / "analysis/explorer.html").stat().st_size > 0
 
 
@@ -425,7 +441,8 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         for p in (wd / R).rglob("*")
         if p.is_file()
         and "/analysis/" not in str(p)
-        and not p.name.startswith(("scores.", "accuracy.", ".scores.", ".accuracy."))  # (and their seals)
+        # the aggregation's outputs (and their seals)
+        and not p.name.startswith(("scores.", "accuracy.", "provenance.", ".scores.", ".accuracy.", ".provenance."))
         and "/logs/analyse/" not in str(p)
         # the published set and its record, republished; the run's lock, config record and record of runs
         and "/.published/" not in str(p)
@@ -546,6 +563,38 @@ def test_bookkeeping_changes_rerun_nothing(micro_run):
     path = wd / "micro_bookkeeping.yaml"
     path.write_text(yaml.safe_dump(cfg2, sort_keys=False))
     dry = smk(wd, path, "-n")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
+
+
+def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
+    """Provenance is recorded beside the results, never in a rule's params or the config's digest: with
+    git saying another commit and edited files (a git on PATH that says so to every process of the run),
+    a dry run plans nothing."""
+    wd, cfg_path = _finished_copy(micro_run, tmp_path, "commit"), micro_run[2]
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in\n'
+        "  *rev-parse*) echo 0123456789abcdef0123456789abcdef01234567 ;;\n"
+        "  *status*) echo ' M Snakefile' ;;\n"
+        "esac\n"
+    )
+    (fake / "git").chmod(0o755)
+    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    # the fake is what the run's processes see: the code they would record is another commit, dirty
+    code = "import json; from oodcorr.core.provenance import code_provenance; print(json.dumps(code_provenance()))"
+    seen = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
+    assert json.loads(seen.stdout)["git_commit"] == "0123456789abcdef0123456789abcdef01234567"
+    assert json.loads(seen.stdout)["git_dirty"] is True
+    dry = smk(wd, cfg_path, "-n", env=env)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 

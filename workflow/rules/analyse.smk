@@ -33,16 +33,18 @@ localrules:
 
 rule aggregate_scores:
     """One long table: a row per run x checkpoint x testset (from every predictions file's
-    record, or with `evaluation.unit: run` from each job's summary)."""
+    record, or with `evaluation.unit: run` from each job's summary); and what made it."""
     input:
         PLAN.eval_outputs(),
     output:
         parquet=P.staged(P.scores),
         csv=P.staged(P.scores_csv),
+        # the libraries the finetunes and evaluations recorded, and the code that aggregated them
+        provenance=report(P.staged(P.provenance), category="8 Provenance", caption="../report/provenance.rst"),
     log:
         f"{LOGS}/analyse/aggregate_scores.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         # every record's data is checked against the prepared testset (and its local file)
         data=lambda wc: {"records": P.data, "meta": P.data_meta},
@@ -68,7 +70,7 @@ rule partial_correlations:
     # figures of the scores that are ready at the same time
     priority: 1
     conda:
-        ENV
+        ANALYSIS_ENV
     # its runs are analysed in this many processes (the same table whatever the number; Snakemake
     # gives fewer where --cores, or --local-cores on a cluster, are fewer)
     threads: PLAN.threads("partial_correlations")
@@ -96,7 +98,7 @@ rule consensus_heatmap:
     log:
         f"{LOGS}/analyse/consensus_heatmap_{{indomain}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="consensus_heatmap",
         method=PLOT_METHOD,
@@ -119,7 +121,7 @@ rule explorer:
     log:
         f"{LOGS}/analyse/explorer.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         method=PLOT_METHOD,
         residualiser=PLOT_RESIDUALISER,
@@ -151,7 +153,7 @@ rule forest_plots:
     log:
         f"{LOGS}/analyse/forest_plots.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="forest",
         # (in-domain set, x, y) of each output, in order
@@ -176,7 +178,7 @@ rule heatmap:
     log:
         f"{LOGS}/analyse/heatmap_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="heatmap",
         method=PLOT_METHOD,
@@ -199,7 +201,7 @@ rule heatmap_grid:
     log:
         f"{LOGS}/analyse/heatmap_grid.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="heatmap_grid",
         method=PLOT_METHOD,
@@ -222,7 +224,7 @@ rule learning_curves:
     log:
         f"{LOGS}/analyse/learning_curves_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="learning_curves",
         score=PLAN.score,
@@ -245,7 +247,7 @@ rule scatter:
     log:
         f"{LOGS}/analyse/scatter_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         kind="scatter",
         analysis=ANALYSIS,
@@ -264,7 +266,7 @@ rule publish_results:
     log:
         f"{LOGS}/analyse/publish_results.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     params:
         # each input's path in the published set (relative to the experiment folder), in order
         rels=PLAN.published_rels(),

@@ -14,7 +14,7 @@ rule prepare_dataset:
     log:
         f"{LOGS}/data/{{dataset}}.log",
     conda:
-        ENV
+        MODEL_ENV
     params:
         spec=PLAN.dataset_params,
         mode=PLAN.label_mode,
@@ -29,7 +29,7 @@ rule pretraining_corpus:
     log:
         f"{LOGS}/data/pretraining_corpus.log",
     conda:
-        ENV
+        MODEL_ENV
     params:
         cfg=PLAN.pretraining["corpus"],
         # a function: a plain string's {premise} would be read as a wildcard
@@ -48,7 +48,7 @@ rule convert_gguf:
     log:
         f"{LOGS}/models/gguf/{{model}}.log",
     conda:
-        ENV
+        MODEL_ENV
     threads: PLAN.threads("convert_gguf")
     resources:
         **PLAN.rule_resources("convert_gguf"),
@@ -67,7 +67,7 @@ rule build_tiny_model:
     log:
         f"{LOGS}/models/{{model}}.log",
     conda:
-        ENV
+        MODEL_ENV
     threads: PLAN.threads("build_tiny_model")
     resources:
         **PLAN.rule_resources("build_tiny_model"),

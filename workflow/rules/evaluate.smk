@@ -9,7 +9,7 @@ rule tokenize_testset:
     log:
         f"{LOGS}/tokenize/{{model}}/{{testset}}.log",
     conda:
-        ENV
+        MODEL_ENV
     threads: PLAN.threads("tokenize_testset")
     resources:
         **PLAN.rule_resources("tokenize_testset"),
@@ -40,7 +40,7 @@ if PLAN.unit == "checkpoint":
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/step{{step}}/{{testset}}.log",
         conda:
-            ENV
+            MODEL_ENV
         threads: PLAN.threads("evaluate")
         resources:
             **PLAN.rule_resources("evaluate"),
@@ -63,7 +63,7 @@ else:
         log:
             f"{LOGS}/eval/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}/{{testset}}.log",
         conda:
-            ENV
+            MODEL_ENV
         threads: PLAN.threads("evaluate")
         resources:
             **PLAN.rule_resources("evaluate"),

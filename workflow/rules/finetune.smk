@@ -12,7 +12,7 @@ rule finetune:
     log:
         f"{LOGS}/finetune/{{model}}/{{indomain}}/n{{ntrain}}/seed{{seed}}.log",
     conda:
-        ENV
+        MODEL_ENV
     threads: PLAN.threads("finetune")
     resources:
         **PLAN.rule_resources("finetune"),
@@ -42,7 +42,7 @@ rule series_checkpoint:
     log:
         f"{LOGS}/series/{{model}}/step{{step}}.log",
     conda:
-        ENV
+        MODEL_ENV
     params:
         # model, x_unit, checkpoint ({path} or {hub, revision}), the entry's safety opt-ins (oodcorr.planning.plan)
         job=PLAN.series_params,

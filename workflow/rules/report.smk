@@ -22,7 +22,7 @@ rule accuracy_table:
     log:
         f"{LOGS}/analyse/accuracy_table.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     script:
         "../scripts/report_tables.py"
 
@@ -41,6 +41,6 @@ rule training_loss:
     log:
         f"{LOGS}/analyse/training_loss_{{model}}.log",
     conda:
-        ENV
+        ANALYSIS_ENV
     script:
         "../scripts/report_tables.py"

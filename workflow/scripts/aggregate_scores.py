@@ -1,6 +1,9 @@
-"""Rule aggregate_scores: every evaluation's record -> results/<experiment>/.staging/scores.{parquet,csv}."""
+"""Rule aggregate_scores: every evaluation's record -> results/<experiment>/.staging/scores.{parquet,csv}, and
+what made them, provenance.json."""
 
 from oodcorr.core.errors import DataError, ResultError, WriteFailed
+from oodcorr.core.io import write_json_atomic
+from oodcorr.core.provenance import scores_provenance
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import collect, write_scores
 from oodcorr.launch.runtime import refuse, start_job
@@ -9,9 +12,12 @@ sm = snakemake  # noqa: F821
 start_job(sm)
 try:
     # every record is checked against its place, and its data against the testset as prepared now
-    df = collect(list(sm.input), data=sm.params.data, places=sm.params.places)
+    records = []
+    df = collect(list(sm.input), data=sm.params.data, places=sm.params.places, keep_records=records)
 except (ResultError, DataError, WriteFailed) as e:  # the message (file, the way out) is the log's last line
     refuse(e)
 write_scores(df, sm.output.parquet, sm.output.csv)
+# the libraries the finetunes and evaluations recorded, and this code (never a param: a new commit reruns nothing)
+write_json_atomic(sm.output.provenance, scores_provenance(records))
 seal(sm.output)  # what publishing checks the staged files against
 print(f"{len(df)} rows")

@@ -23,6 +23,7 @@ from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
 from ..core.locks import EXPERIMENT, hold
+from ..core.provenance import table_provenance
 from ..jobs import answer_figures, figure_set
 from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
@@ -462,6 +463,7 @@ def _analyse_into(args, out: Path, before: dict) -> int:
         **({"metric": args.metric, "path_pattern": args.path_pattern} if args.format == "lm-eval" else {}),
         "in_domain": args.in_domain,
         "options": opts.describe(),
+        "provenance": table_provenance(args.table, digest),  # never part of the results: a new commit changes none
     }
     method = args.plot_method or opts.methods[0]
     res = args.plot_residualiser or opts.residualisers[0]

@@ -9,8 +9,9 @@ safely), ``locks`` (one writer per folder; lock files opened without following l
 (device claims), ``ranks`` (which process of a distributed launch this is), ``limits`` (the size
 budgets of YAML files, configs and the analysis, checked before any work), ``gguf`` (a GGUF file's
 header, read and checked before anything loads it; the tensors its architecture needs:
-``gguf_tensors``) and ``answer`` (the answer
-in a sentence: the pairs per verdict of an agreement table, for the console and the report).
+``gguf_tensors``), ``answer`` (the answer in a sentence: the pairs per verdict of an agreement table,
+for the console and the report) and ``provenance`` (what made a result: the code's commit and
+versions, the libraries the jobs recorded).
 
 May import: nothing of oodcorr outside this folder.
 """

@@ -72,13 +72,20 @@ def _records(path: str) -> tuple[list[dict], bool]:
     return doc["checkpoints"], True
 
 
-def collect(paths: list[str], data: dict | None = None, places: dict | None = None) -> pd.DataFrame:
+def collect(
+    paths: list[str],
+    data: dict | None = None,
+    places: dict | None = None,
+    keep_records: list | None = None,
+) -> pd.DataFrame:
     """Rows from predictions files (their metadata records) and evaluation job summaries.
 
     ``data`` (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
     ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
     :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
-    :func:`check_place`; without it, a predictions file's record must still name that file."""
+    :func:`check_place`; without it, a predictions file's record must still name that file. Every
+    record read is appended to ``keep_records``, when given (for their provenance,
+    :func:`oodcorr.core.provenance.scores_provenance`)."""
     rows, checked = [], []
     for p in paths:
         records, summary = _records(p)
@@ -99,6 +106,8 @@ def collect(paths: list[str], data: dict | None = None, places: dict | None = No
                 )
             check_place(p, r, summary, places)
             checked.append((r["predictions"] if summary else p, r))
+            if keep_records is not None:
+                keep_records.append(r)
             rows.append({c: r.get(c, _DEFAULTS.get(c)) for c in COLUMNS})
     if data:
         check_data(checked, data["records"], data["meta"])

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from ..core.io import follow_umask, sha256_file, sha256_json, stat_key, write_json_atomic
+from ..core.provenance import library_versions
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,8 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
             rel = str(f.relative_to(ckpt))
             files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
             verified[rel] = {"sha256": files[rel]["sha256"], "stat": stat_key(f)}
-    man = {"step": step, "resumable": resumable, "files": files}
+    # the libraries that saved it (trained it, past step 0): its provenance (oodcorr.core.provenance)
+    man = {"step": step, "resumable": resumable, "files": files, "libraries": library_versions()}
     _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
     return man
@@ -148,6 +150,13 @@ def checkpoint_step(ckpt: Path):
     """The step the checkpoint's own manifest records (None without a readable manifest)."""
     man = _read_manifest(Path(ckpt))
     return None if man is None else man.get("step")
+
+
+def saved_with(ckpt: Path) -> dict | None:
+    """The libraries (:data:`oodcorr.core.provenance.LIBRARIES`) of the job that saved the checkpoint,
+    as its manifest records them; None for a checkpoint saved before manifests recorded them."""
+    libraries = (_read_manifest(ckpt) or {}).get("libraries")
+    return libraries if isinstance(libraries, dict) else None
 
 
 def weights_digest(ckpt: Path) -> str:

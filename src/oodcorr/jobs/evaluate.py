@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..core.errors import ResultError
 from ..core.io import sha256_json, write_json_atomic
+from ..core.provenance import library_versions
 from ..core.records import read_result
 from ..modeling.adaptation import correct_mask
 from ..modeling.checkpoint_loader import CheckpointLoader
@@ -95,7 +96,7 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
         else:
             place = Path(m).stem.removeprefix("step")
             given[int(place) if place.isdigit() else int(doc["step"])] = dict(doc, manifest=str(m))
-    recorded = _recorded_weights(run_manifest) if run_manifest else {}
+    recorded = _recorded_checkpoints(run_manifest) if run_manifest else {}
     out = []
     for step, pred in zip(steps, outputs, strict=True):
         if step in given:
@@ -108,8 +109,10 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
                     "step": step,
                     "checkpoint": str(root / f"checkpoint-{step}"),
                     "predictions": pred,
-                    "weights": recorded.get(step),
+                    "weights": recorded.get(step, {}).get("weights"),
                     "run_manifest": run_manifest,
+                    # the libraries that trained it, as the finetune recorded them (None: not recorded)
+                    "finetune_libraries": recorded.get(step, {}).get("libraries"),
                 }
             )
         else:
@@ -120,24 +123,25 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
     return out
 
 
-def _recorded_weights(run_manifest: str) -> dict[int, str]:
-    """Each checkpoint's weights digest as the run's finetune recorded it; a manifest without them (made
-    by hand, or by a version before the digests) is refused with the way out, as an unreadable one is."""
+def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
+    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``; None
+    where not recorded) as the run's finetune recorded them; a manifest without the digests (made by hand,
+    or by a version before the digests) is refused with the way out, as an unreadable one is."""
     again = (
         "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
     )
     try:
         doc = json.loads(Path(run_manifest).read_text(encoding="utf-8"))
-        entries = [(int(e["step"]), e.get("weights")) for e in doc.get("checkpoints") or []]
+        entries = [(int(e["step"]), e.get("weights"), e.get("libraries")) for e in doc.get("checkpoints") or []]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise EvaluationRefused(f"{run_manifest}: unreadable run manifest ({type(e).__name__}); {again}") from None
-    bare = [step for step, weights in entries if not isinstance(weights, str)]
+    bare = [step for step, weights, _ in entries if not isinstance(weights, str)]
     if bare:
         raise EvaluationRefused(
             f"{run_manifest}: the run manifest records no weights digest for checkpoint(s) {bare} (made by hand, or "
             f"by an earlier version of oodcorr), so they cannot be checked before they are scored; {again}"
         )
-    return dict(entries)
+    return {step: {"weights": weights, "libraries": libraries} for step, weights, libraries in entries}
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
@@ -277,6 +281,7 @@ def evaluate_run(
             job_timing=job_timing,
             threads=threads,
             process_start=t0 - age if age is not None else None,
+            finetune_libraries=ck.get("finetune_libraries"),
         )
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
         log.info(
@@ -375,6 +380,7 @@ def _evaluate_checkpoint(
     job_timing: dict,
     threads: int = 1,
     process_start: float | None = None,
+    finetune_libraries: dict | None = None,
 ) -> dict:
     import torch  # torch stack: planning and the CLI never import it
 
@@ -440,6 +446,10 @@ def _evaluate_checkpoint(
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,
+        # what it ran with and, for a finetuned checkpoint, what trained it (oodcorr.core.provenance);
+        # neither is part of the evaluation's key: a new library version reruns nothing
+        "libraries": library_versions(),
+        **({} if series else {"finetune_libraries": finetune_libraries}),
         **provenance,
     }
     t_write = time.time()

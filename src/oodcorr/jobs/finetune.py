@@ -46,6 +46,7 @@ from .checkpoints import (
     find_resume_point,
     guard_run_identity,
     prune_resume_state,
+    saved_with,
     verify_checkpoint,
     weights_digest,
     write_ckpt_manifest,
@@ -551,7 +552,9 @@ def _write_manifest(
         if not ok:
             missing.append(why)
         # what evaluation checks a checkpoint against before scoring it (oodcorr.jobs.evaluate)
-        entries.append({"step": step, "path": str(d), "weights": weights_digest(d) if ok else None})
+        entries.append(
+            {"step": step, "path": str(d), "weights": weights_digest(d) if ok else None, "libraries": saved_with(d)}
+        )
     if missing:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
     # the final checkpoint's optimizer state is no longer needed for resuming

@@ -30,7 +30,9 @@ again on its node):
   checkout's ``.snakemake/``) does not. A second writer stops at once, naming the holder.
   ``oodcorr analyse --force`` holds it too;
 * in ``onstart`` (a real run with jobs to run), :func:`claim`: the lock (taken already while
-  planning) and the record of this run's config.
+  planning) and the record of this run's config, with what made the experiment
+  (:func:`provenance`), which ``onsuccess`` brings up to date once the run has published
+  (:func:`record_provenance`).
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ import uuid
 from pathlib import Path
 
 from ..core import published
+from ..core.errors import WriteFailed
 from ..core.io import sha256_json, write_json_atomic
 from ..core.locks import EXPERIMENT, FINETUNE, PUBLISH, FolderInUse, acquire, hold, lock_path, release
+from ..core.provenance import code_provenance
 from ..planning.layout import Paths
 from ..planning.plan import Plan
 
@@ -307,7 +311,7 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
     inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
     keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
-    new = dict(identity, config=config, records=records, **_here(root))
+    new = dict(identity, config=config, records=records, **_here(root), provenance=provenance(plan))
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
         write_json_atomic(
@@ -321,6 +325,40 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
             ),
         )
     write_json_atomic(_mark(root), {"folder": str(root), "records_id": new["records_id"]})
+    return None
+
+
+def provenance(plan: Plan) -> dict:
+    """What made the experiment, as ``experiment.json`` records it: the code of this run (``run``: the
+    git commit and dirty flag, the oodcorr version, python's and snakemake's of the Snakemake process,
+    :func:`oodcorr.core.provenance.code_provenance`) and the libraries the finetunes and evaluations
+    behind the published scores recorded (``finetune``, ``evaluate``, from the published
+    ``provenance.json``; absent before a set was published). Never a param or part of the config's
+    digest: a new commit reruns nothing."""
+    doc: dict = {"run": code_provenance()}
+    try:
+        published = json.loads(Path(plan.paths.provenance).read_text(encoding="utf-8"))
+        doc.update({k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return doc
+
+
+def record_provenance(plan: Plan) -> str | None:
+    """At the end of a run that succeeded (``onsuccess``, the experiment's lock still held): its record
+    (``experiment.json``, written by :func:`claim`) names the libraries of the scores it published.
+    Returns None, or a warning when the record could not be written (the results are published)."""
+    root = Path(plan.paths.root)
+    old = _read_identity(root)
+    if old is None:
+        return None
+    try:
+        write_json_atomic(root / IDENTITY, dict(old, provenance=provenance(plan)))
+    except (OSError, WriteFailed) as e:
+        return (
+            f"{root / IDENTITY} was not brought up to date with the libraries of the scores this run published "
+            f"({e}); the results are published, and {plan.paths.provenance} names those libraries"
+        )
     return None
 
 

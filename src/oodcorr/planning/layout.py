@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.provenance import PROVENANCE_FILE
 from ..core.published import MARKER
 
 
@@ -95,6 +96,12 @@ class Paths:
     @property
     def scores_csv(self) -> str:
         return f"{self.root}/scores.csv"
+
+    @property
+    def provenance(self) -> str:
+        """What made the scores: the libraries their finetunes and evaluations recorded, the code that
+        aggregated them (:func:`oodcorr.core.provenance.scores_provenance`)."""
+        return f"{self.root}/{PROVENANCE_FILE}"
 
     @property
     def accuracy_html(self) -> str:

@@ -155,6 +155,7 @@ class Plan:
         return [
             self.paths.scores,
             self.paths.scores_csv,
+            self.paths.provenance,
             self.paths.accuracy_html,
             self.paths.accuracy_csv,
             f"{a}/partial_correlations.csv",

@@ -1,0 +1,141 @@
+"""What made a result: the code that ran, and the model libraries the jobs ran with.
+
+* :func:`code_provenance`: the oodcorr version, the git commit of the checkout it runs from and
+  whether that checkout's tracked files differ from the commit (``git_dirty``), and the versions of
+  python and snakemake, of the process that asks. Where the package is not a file of a git checkout
+  (installed from a tarball or a wheel), git is not installed or refuses (a checkout of another user),
+  the commit and the dirty flag are ``"unknown"``: never an error.
+* :func:`library_versions`: torch's, transformers' and peft's versions (:data:`LIBRARIES`) as
+  installed, read from their metadata without importing them. A finetune records them in each
+  checkpoint's manifest, an evaluation in its predictions file's record (with the finetune's of the
+  checkpoint it scored); :func:`jobs_libraries` counts them over the records an aggregation reads.
+
+Provenance is recorded beside results (``provenance.json`` of the published set, ``experiment.json``,
+``settings.json`` of ``oodcorr analyse``) and never goes into a rule's params, an evaluation's key or
+the config's digest: a new commit, or an edit of a tracked file, reruns nothing
+(docs/outputs.md#provenance).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+from .. import __version__
+from .records import PUBLISH_RECORD, read_publish_record
+
+UNKNOWN = "unknown"
+NOT_RECORDED = "not recorded"  # a record written before records kept the libraries
+LIBRARIES = ("torch", "transformers", "peft")
+PROVENANCE_FILE = "provenance.json"  # in the published set, beside scores.csv
+_PACKAGE = Path(__file__).resolve().parents[1]  # src/oodcorr (or site-packages/oodcorr)
+_GIT_SECONDS = 10
+
+
+def library_versions(names=LIBRARIES) -> dict[str, str | None]:
+    """The installed version of each library (None where it is not installed), from its metadata."""
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _git(*args: str) -> str | None:
+    """A read-only git command in the package's folder: its output, or None when git is missing, fails
+    or hangs. The caller's GIT_* settings are left out, so it reads the package's own checkout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    try:
+        res = subprocess.run(
+            ["git", "--no-optional-locks", *args],
+            cwd=_PACKAGE,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=_GIT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout if res.returncode == 0 else None
+
+
+def git_state() -> tuple[str, bool | str]:
+    """(the commit, whether the tracked files differ from it) of the git checkout that the running
+    oodcorr package is a tracked part of; ``"unknown"`` for both when it is none (a tarball or wheel
+    install, even one inside another repository, such as a venv in a checkout), or git cannot say."""
+    if _git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
+        return UNKNOWN, UNKNOWN
+    commit = (_git("rev-parse", "HEAD") or "").strip()
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    if not commit:
+        return UNKNOWN, UNKNOWN
+    return commit, UNKNOWN if status is None else bool(status.strip())
+
+
+def code_provenance() -> dict:
+    """What code this process runs: ``oodcorr`` (the version), ``git_commit``, ``git_dirty`` (true,
+    false or ``"unknown"``), ``python``, ``snakemake`` (None where it is not installed)."""
+    commit, dirty = git_state()
+    return {
+        "oodcorr": __version__,
+        "git_commit": commit,
+        "git_dirty": dirty,
+        "python": platform.python_version(),
+        "snakemake": library_versions(("snakemake",))["snakemake"],
+    }
+
+
+def _count(libraries: list) -> dict[str, dict[str, int]]:
+    """``{library: {version: count}}`` over ``libraries`` (each a record's dict, or None: not recorded)."""
+    out: dict[str, Counter] = {name: Counter() for name in LIBRARIES}
+    for libs in libraries:
+        for name in LIBRARIES:
+            version = libs.get(name, NOT_RECORDED) if isinstance(libs, dict) else NOT_RECORDED
+            out[name][str(version) if version is not None else "not installed"] += 1
+    return {name: dict(sorted(c.items())) for name, c in out.items() if c}
+
+
+def jobs_libraries(records: list[dict]) -> dict:
+    """The libraries the jobs behind ``records`` (evaluation records) ran with, counted: ``evaluate``,
+    per evaluation (its record's ``libraries``); ``finetune``, per finetuned checkpoint scored (the
+    ``finetune_libraries`` the evaluation copied from its run's manifest; a series checkpoint, whose
+    record names its ``x_unit``, was not finetuned here). A record written before records kept them
+    counts as ``"not recorded"``."""
+    finetuned = {r.get("checkpoint"): r.get("finetune_libraries") for r in records if "x_unit" not in r}
+    return {
+        "evaluate": _count([r.get("libraries") for r in records]),
+        "finetune": _count(list(finetuned.values())),
+    }
+
+
+def scores_provenance(records: list[dict]) -> dict:
+    """The scores table's provenance (``provenance.json`` of the published set): the libraries of the
+    jobs behind ``records`` (:func:`jobs_libraries`) and the code that aggregated them
+    (``aggregated_by``: :func:`code_provenance`)."""
+    return {**jobs_libraries(records), "aggregated_by": code_provenance()}
+
+
+def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
+    """``settings.json``'s provenance for an analysis of ``table`` (whose sha256 is ``sha256``): the code of
+    this process (``analysed_by``) and, where ``table`` is a scores table the workflow published (its
+    version folder's record lists it with these bytes), the libraries of the jobs behind it, from the
+    ``provenance.json`` published with it (``finetune``, ``evaluate``). Any other table: the code only."""
+    doc: dict = {"analysed_by": code_provenance()}
+    folder = Path(table).resolve().parent
+    record = read_publish_record(folder / PUBLISH_RECORD)
+    if record is None or (record["files"].get(Path(table).resolve().name) or {}).get("sha256") != sha256:
+        return doc
+    try:
+        published = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))
+        doc.update({k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)})
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return doc
