@@ -347,7 +347,7 @@ def test_grid_shape_is_near_square():
 def test_the_grid_of_sixteen_models_is_no_wider_than_three_times_its_height(tmp_path):
     from PIL import Image
 
-    from oodcorr.jobs.plots import heatmap_grid
+    from oodcorr.jobs.heatmaps import heatmap_grid
 
     rows = []
     for m in range(16):

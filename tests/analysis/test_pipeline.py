@@ -269,7 +269,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
 
 
 def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
-    from oodcorr.jobs.plots import heatmap, heatmap_grid
+    from oodcorr.jobs.heatmaps import heatmap, heatmap_grid
 
     rng = np.random.default_rng(9)
     long = _long(rng, testsets=("a", "b", "c"))
@@ -297,7 +297,7 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
 
 
 def test_heatmap_titles_say_numbers_not_names():
-    from oodcorr.jobs.plots import describe
+    from oodcorr.jobs.heatmaps import describe
 
     rng = np.random.default_rng(9)
     long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
@@ -312,7 +312,7 @@ def test_heatmap_titles_say_numbers_not_names():
 
 
 def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
-    from oodcorr.jobs.plots import heatmap
+    from oodcorr.jobs.heatmaps import heatmap
     from oodcorr.jobs.plotting import TEXT_LIMIT, cluster_order
 
     rng = np.random.default_rng(10)
@@ -336,7 +336,8 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
 
 
 def test_figures_take_marks_and_fits_from_the_analysis_options():
-    from oodcorr.jobs.plots import heatmap_marks, scatter_fits
+    from oodcorr.jobs.heatmaps import heatmap_marks
+    from oodcorr.jobs.plots import scatter_fits
 
     opts = Options(alpha=0.01, level=0.9, near_zero=0.2, residualisers=("gam+step", "linear", "gam"))
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}

@@ -228,7 +228,7 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from oodcorr.jobs.finetune import apply_lora
-    from oodcorr.modeling.hub import safetensors_header, weight_shapes
+    from oodcorr.modeling.weights import safetensors_header, weight_shapes
 
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "fc1"]}
     params, linear = weight_shapes(tiny_models["opt"])

@@ -14,6 +14,7 @@ import yaml
 from oodcorr.cli import main
 from oodcorr.core.errors import ConfigError
 from oodcorr.modeling import hub
+from oodcorr.modeling.weights import weight_shapes
 
 from helpers import REPO, TINY_CONFIGS, micro_config, smk
 
@@ -219,30 +220,8 @@ def test_pickle_weights_only_with_the_opt_in_and_counted_without_unpickling(fake
     m = lock["models"]["hubby"]
     assert "pytorch_model.bin" in m["files"] and not any(f.endswith(".safetensors") for f in m["files"])
     # counted on the meta device from config.json alone: the same count as the safetensors header gives
-    params, _ = hub.weight_shapes(fake_hub.models[REPO_ID]["commits"][sha("v1")]["model.safetensors"].parent)
+    params, _ = weight_shapes(fake_hub.models[REPO_ID]["commits"][sha("v1")]["model.safetensors"].parent)
     assert m["parameters"] == params
-
-
-def test_model_files_follow_the_entry_opt_ins():
-    files = [
-        "config.json",
-        "model.safetensors",
-        "pytorch_model.bin",
-        "modeling_x.py",
-        "tokenizer.model",
-        "onnx/model.onnx",
-        "original/consolidated.pth",
-        "flax_model.msgpack",
-    ]
-    base = {"name": "m", "hub": "o/m"}
-    assert hub.model_patterns(base, files) == ["config.json", "model.safetensors", "tokenizer.model"]
-    # safetensors win even with the pickle opt-in; code only with trust_remote_code
-    assert hub.model_patterns(dict(base, allow_pickle_weights=True, trust_remote_code=True), files) == [
-        "config.json",
-        "model.safetensors",
-        "modeling_x.py",
-        "tokenizer.model",
-    ]
 
 
 def _activate(cfg):

@@ -262,7 +262,7 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
 
 
 def test_constant_testset_gives_nan_with_reason_and_hatched_cell(base_run):
-    from oodcorr.jobs.plots import heatmap
+    from oodcorr.jobs.heatmaps import heatmap
 
     wd = base_run["wd"]
     scores = pd.read_csv(wd / R / "scores.csv")

@@ -6,7 +6,8 @@ exist), ``tokenize_testset`` (a testset's prompts as token ids, cached), ``evalu
 checkpoints chosen, checked and scored on a testset), ``scoring`` (the batching policy, the forward
 pass, its dtype), ``predictions`` (the predictions file), ``metrics`` (beyond accuracy),
 ``aggregate`` (the scores table and its accuracy view), the figures: ``plotting`` (what they share),
-``answer_figures`` (across models), ``plots`` (per model, and ``draw``, which draws any of them).
+``answer_figures`` (across models), ``heatmaps`` (the pairs heatmaps: one model's, every model's side
+by side), ``plots`` (the other figures per model, and ``draw``, which draws any of them).
 
 May import: ``core``, ``analysis``, ``planning``, ``modeling``. Planning never imports this
 folder (tests/meta/test_layers.py checks what the Snakefile can reach).

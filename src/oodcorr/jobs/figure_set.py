@@ -168,7 +168,7 @@ def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]
 # the tables and options a drawing process reads: set before the processes are forked, so each
 # inherits them instead of receiving a copy per figure
 _HELD: dict = {}
-# the columns the figures read (plots.heatmap/heatmap_grid and answer_figures.forest of the pairs
+# the columns the figures read (heatmaps.heatmap/heatmap_grid and answer_figures.forest of the pairs
 # table; answer_figures.consensus_heatmap/forest of the agreement table): the long text columns
 # (notes, each model's interval as text) stay out of the drawing processes
 FIGURE_COLUMNS = {

@@ -3,7 +3,8 @@
 panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), its cells
 (:func:`draw_cells`), a pairs table as a lower-triangular matrix (:func:`pair_matrix`) and the
 testsets' order (:func:`cluster_order`, :func:`testset_order`). The figures are in :mod:`.plots`
-(per model, and :func:`~.plots.draw`) and :mod:`.answer_figures` (across models).
+(per model, and :func:`~.plots.draw`), :mod:`.heatmaps` (the pairs heatmaps) and :mod:`.answer_figures`
+(across models).
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.model_dirs import package_dir
-from ..modeling.hub import weight_shapes
+from ..modeling.weights import weight_shapes
 
 GiB = 2**30
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 4}

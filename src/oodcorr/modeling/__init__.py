@@ -6,8 +6,9 @@ the base, one module per architecture: ``lean_opt``, ``lean_olmo2``), and ``lora
 LoRA adapters folded into the base weights), ``checkpoint_loader`` (a run's checkpoints loaded one
 after another for scoring, reusing the base model), ``adaptation`` (the adaptation
 methods: pattern or head), ``prompting`` (prompt, verbalisers, the scored position), ``tiny`` and
-``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task) and ``hub``
-(the hub lock, prefetching, pinned revisions). torch and transformers are imported inside the
+``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task), ``hub``
+(the hub lock, prefetching, pinned revisions) and ``weights`` (the files of a model repository a job
+loads; the parameters and linear layers its weights hold). torch and transformers are imported inside the
 functions that need them (``prompting``, ``lean``, ``lean_*`` and ``lora`` import torch at their top, and are
 themselves imported only inside functions), so planning can ask a model's size or tokenizer
 without them.

@@ -1,0 +1,244 @@
+"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`: a panel per in-domain set and
+pool group) and every model's side by side (:func:`heatmap_grid`), each panel the strict lower
+triangle of the partial correlations with their marks (significant, interval spanning 0, near
+zero, sign differing between residualisers) and its legend in numbers (:func:`describe`);
+:func:`heatmap_marks` turns an analysis's options into their arguments. Drawn through
+:func:`oodcorr.jobs.plots.draw`, on what :mod:`.plotting` shares; the consensus heatmap across
+models is in :mod:`.answer_figures`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .plotting import (
+    CMAP,
+    TEXT_LIMIT,
+    draw_cells,
+    heatmap_figure,
+    pair_matrix,
+    panel_inches,
+    pyplot,
+    save,
+    select,
+    testset_order,
+)
+
+
+def _flag(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
+    return rows.assign(_f=(rows[column] == value).astype(float)) if column in rows else rows.assign(_f=0.0)
+
+
+def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[object, dict]:
+    """Strict lower triangle of r. Marks: '*' significant after correction; faded: the interval
+    spans 0 (unresolved); boxed: the interval lies within +-near_zero (near zero); dagger: the
+    sign differs between the linear and the GAM residualiser; hatched 'n/a': no value.
+    With more than TEXT_LIMIT testsets no numbers are written: a dot marks significance."""
+    cells = {}
+    if len(names) < 2:
+        ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")
+        ax.set_axis_off()
+        ax.set_title(title, fontsize=9)
+        return None, cells
+    m = pair_matrix(rows, names, "r")[1:, :-1]
+    sig = pair_matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
+    unresolved = pair_matrix(_flag(rows, "conclusion", "unresolved"), names, "_f")[1:, :-1] == 1
+    near = pair_matrix(_flag(rows, "conclusion", "near zero"), names, "_f")[1:, :-1] == 1
+    curved = pair_matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
+    present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
+    rnames, cnames = names[1:], names[:-1]
+    k = len(rnames)
+    # one RGBA image (a single resampling when drawn): the colour of r, faded where unresolved,
+    # light grey where there is no value, transparent above the diagonal
+    import matplotlib as mpl
+
+    norm = mpl.colors.Normalize(vmin=-1, vmax=1)
+    cmap = mpl.colormaps[CMAP]
+    finite = np.isfinite(m)
+    rgba = cmap(norm(np.where(finite, m, 0.0)))
+    fade = unresolved & finite
+    rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
+    rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
+    rgba[~present] = (1, 1, 1, 0)
+    big = len(names) > TEXT_LIMIT
+    draw_cells(ax, rgba, big)
+    im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
+    fs = max(4.5, min(9.0, 130 / len(names)))
+    if big:
+        ii, jj = np.nonzero(sig & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(1.0, 400 / k), c="black", marker="o", linewidths=0)
+        ii, jj = np.nonzero(near & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(2.0, 900 / k), facecolors="none", edgecolors="dimgrey", marker="s", linewidths=0.4)
+        ii, jj = np.nonzero(curved & np.isfinite(m))
+        ax.scatter(jj, ii, s=max(2.0, 900 / k), c="black", marker="x", linewidths=0.5)
+        for i, j in zip(*np.nonzero(np.tril(np.ones((k, k), bool)) & present)):
+            v = m[i, j]
+            cells[(rnames[i], cnames[j])] = (
+                f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}" if math.isfinite(v) else "n/a"
+            )
+    else:
+        for i in range(k):
+            for j in range(i + 1):
+                v = m[i, j]
+                key = (rnames[i], cnames[j])
+                if math.isfinite(v):
+                    cells[key] = f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}"
+                    colour = "dimgrey" if unresolved[i, j] else ("white" if abs(v) > 0.6 else "black")
+                    ax.text(
+                        j,
+                        i,
+                        cells[key],
+                        ha="center",
+                        va="center",
+                        fontsize=fs,
+                        color=colour,
+                        fontweight="bold" if sig[i, j] else "normal",
+                    )
+                    if near[i, j]:
+                        ax.add_patch(
+                            plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, edgecolor="dimgrey")
+                        )
+                elif present[i, j]:
+                    ax.add_patch(
+                        plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0)
+                    )
+                    cells[key] = "n/a"
+                    ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
+    side = panel_inches(len(names))
+    label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
+    ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
+    ax.set_yticks(range(k), rnames, fontsize=label_fs)
+    ax.set_xlim(-0.5, k - 0.5)
+    ax.set_ylim(k - 0.5, -0.5)
+    ax.set_title(title, fontsize=9)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    return im, cells
+
+
+def describe(
+    rows: pd.DataFrame,
+    big: bool = False,
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> str:
+    """The panel's legend in numbers: runs, the correction and its family size, the marks."""
+    if rows.empty:
+        return ""
+    n_runs = int(pd.to_numeric(rows["n_runs"], errors="coerce").max())
+    runs = f"{n_runs} run{'s' if n_runs != 1 else ''}"
+    group = rows["pool_group"].iloc[0] if "pool_group" in rows else ""
+    if group and group != "all runs":
+        runs += f" ({group})"
+    corr = rows["correction"].iloc[0]
+    tested = int(np.isfinite(pd.to_numeric(rows["p"], errors="coerce")).sum())
+    a = f"{alpha:g}" if alpha is not None else "alpha"
+    how = {"holm": "Holm", "bh": "Benjamini-Hochberg", "none": "no correction"}.get(corr, corr)
+    star = "dot" if big else "*"
+    if tested:
+        lines = [f"{runs}; {star}: p_adj < {a} ({how} across {tested} pairs)"]
+    else:
+        lines = [f"{runs}; no p-values (the table's note column says why)"]
+    lv = f"{100 * level:g}% " if level is not None else ""
+    nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
+    marks = [f"faded: {lv}interval spans 0", f"{'square' if big else 'boxed'}: interval within ±{nz}"]
+    if "curvature" in rows and (rows["curvature"] == True).any():  # noqa: E712
+        marks.append(f"{'x' if big else '†'}: sign differs linear vs GAM")
+    lines.append("; ".join(marks))
+    return "\n".join(lines)
+
+
+def _panel_keys(sub: pd.DataFrame, by_model: bool) -> list[tuple]:
+    cols = (["model"] if by_model else []) + ["in_domain", "pool_group"]
+    cols = [c for c in cols if c in sub.columns]
+    keys = sorted({tuple(v) for v in sub[cols].astype(str).itertuples(index=False)})
+    return [dict(zip(cols, k)) for k in keys] or [dict.fromkeys(cols, "")]
+
+
+def _rows(sub: pd.DataFrame, key: dict) -> pd.DataFrame:
+    mask = np.ones(len(sub), bool)
+    for c, v in key.items():
+        mask &= sub[c].astype(str).to_numpy() == v
+    return sub[mask]
+
+
+def heatmap_marks(opts) -> dict:
+    """The keyword arguments of :func:`heatmap` and :func:`heatmap_grid` that an analysis's options
+    (:class:`oodcorr.analysis.Options`) set: the significance level, confidence level and near-zero band."""
+    return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
+
+
+def heatmap(
+    pc: pd.DataFrame,
+    model: str,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
+    """One panel per in-domain set and pool group for ``model``. Returns
+    {(in_domain, row, col): label}."""
+    plt = pyplot()
+    sub = select(pc[pc["model"] == model], method, residualiser, run)
+    keys = _panel_keys(sub, by_model=False)
+    per = [(key, _rows(sub, key)) for key in keys]
+    n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
+    fig, axes = heatmap_figure(plt, n_names, len(per))
+    cells, im = {}, None
+    for ax, (key, rows) in zip(axes, per):
+        names = testset_order(rows)
+        big = len(names) > TEXT_LIMIT
+        where = f"in-domain {key.get('in_domain', '')}"
+        title = (
+            f"{model}: {method}, {residualiser} residualiser, {where}\n{describe(rows, big, alpha, level, near_zero)}"
+        )
+        got, c = _panel(ax, rows, names, title, plt)
+        im = got or im
+        cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.8, label="partial r (in-domain regressed out)")
+    save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
+    return cells
+
+
+def heatmap_grid(
+    pc: pd.DataFrame,
+    out_png: str,
+    method: str,
+    residualiser: str,
+    run: str = "pooled",
+    alpha: float | None = None,
+    level: float | None = None,
+    near_zero: float | None = None,
+) -> dict:
+    """Every model side by side in a near-square grid (:func:`grid_shape`): one panel per model
+    (and in-domain set, pool group), the same testset order in every panel, one shared colour
+    scale. Returns {(model, in_domain): n cells drawn}."""
+    plt = pyplot()
+    sub = select(pc, method, residualiser, run)
+    keys = _panel_keys(sub, by_model=True)
+    names = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
+    fig, axes = heatmap_figure(plt, len(names), len(keys))
+    out, im = {}, None
+    for ax, key in zip(axes, keys):
+        rows = _rows(sub, key)
+        big = len(names) > TEXT_LIMIT
+        title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
+            rows, big, alpha, level, near_zero
+        )
+        got, c = _panel(ax, rows, names, title, plt)
+        im = got or im
+        out[(key.get("model", ""), key.get("in_domain", ""))] = out.get(
+            (key.get("model", ""), key.get("in_domain", "")), 0
+        ) + len(c)
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.8, label=f"partial r ({method}, {residualiser})")
+    save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
+    return out

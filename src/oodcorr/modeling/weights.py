@@ -1,0 +1,101 @@
+"""A model's weights: which files of a repository a job loads, and what the weights hold.
+
+:func:`model_patterns` picks the files of a model repository that a job reads (its root folder
+only): config and tokenizer files and the weights -- safetensors, pickle files only where the
+entry sets ``allow_pickle_weights``, the model's own ``*.py`` only with ``trust_remote_code``.
+:func:`weight_shapes` reads a folder's parameter count and linear layers from the safetensors
+headers alone; :func:`meta_shapes` the same from the config, the architecture built on
+PyTorch's meta device (for pickle-only weights, never unpickled here). ``oodcorr prefetch``
+(:mod:`.hub`) downloads what :func:`model_patterns` picks and records the shapes in the lock;
+the GPU-memory check and the budget read them (:mod:`oodcorr.launch.sizing`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from pathlib import Path
+
+from ..core import model_dirs
+from ..core.errors import ConfigError
+from . import adaptation
+
+# files a job reads from a model repository (its root folder only): config, tokenizer, weights
+MODEL_FILES = ("*.json", "*.txt", "*.model", "*.tiktoken", "*.jinja")
+SAFE_WEIGHTS = ("*.safetensors",)
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
+REMOTE_CODE = ("*.py",)
+
+
+def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
+    """The files of a model repository that a job loads: root-level config/tokenizer files and the
+    weights -- safetensors when there are any; pickle files only with ``allow_pickle_weights``;
+    a model's own code only with ``trust_remote_code``."""
+    root = [f for f in repo_files if "/" not in f]
+
+    def match(patterns):
+        return [f for f in root if any(fnmatch.fnmatch(f, p) for p in patterns)]
+
+    weights = match(SAFE_WEIGHTS)
+    if not weights:
+        if not entry.get("allow_pickle_weights"):
+            raise ConfigError(
+                f"models[{entry['name']}]: {entry['hub']} has no safetensors weights at this revision "
+                "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
+                "true on the entry to opt in, or pick a revision with safetensors"
+            )
+        weights = match(PICKLE_WEIGHTS)
+    code = match(REMOTE_CODE) if entry.get("trust_remote_code") else []
+    return sorted(set(match(MODEL_FILES) + weights + code))
+
+
+def safetensors_header(path: str | Path) -> dict:
+    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}; a file
+    that is not one is a ValueError naming it (:func:`oodcorr.core.model_dirs.safetensors_header`)."""
+    return model_dirs.safetensors_header(path)
+
+
+def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
+    """(parameters, linear layers) of the safetensors weights in ``folder``, from the headers alone.
+
+    Linear layers are 2-D ``*.weight`` tensors grouped by module name (``q_proj``: ``[[out, in,
+    count], ...]``): what a LoRA adapter on those modules holds (:mod:`oodcorr.launch.sizing`)."""
+    total = 0
+    linear: dict[tuple[str, int, int], int] = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        for name, meta in safetensors_header(f).items():
+            if name == "__metadata__":
+                continue
+            shape = [int(x) for x in meta["shape"]]
+            total += math.prod(shape)
+            parts = name.split(".")
+            if len(shape) == 2 and len(parts) >= 2 and parts[-1] == "weight":
+                key = (parts[-2], shape[0], shape[1])
+                linear[key] = linear.get(key, 0) + 1
+    out: dict[str, list[list[int]]] = {}
+    for (module, o, i), count in sorted(linear.items()):
+        out.setdefault(module, []).append([o, i, count])
+    return total, out
+
+
+def meta_shapes(folder: str | Path, entry: dict) -> tuple[int, dict[str, list[list[int]]]]:
+    """The same from the model's config alone (pickle-only weights are never unpickled here): the
+    architecture built on PyTorch's meta device, which allocates nothing."""
+    import torch  # torch stack: planning and the CLI never import it
+    import transformers  # torch stack: planning and the CLI never import it
+
+    cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(entry.get("trust_remote_code")))
+    auto = getattr(transformers, adaptation.get(entry.get("method")).auto_class)
+    with torch.device("meta"):
+        model = auto.from_config(cfg, trust_remote_code=bool(entry.get("trust_remote_code")))
+    total = sum(p.numel() for p in model.parameters())
+    linear: dict[tuple[str, int, int], int] = {}
+    for name, mod in model.named_modules():
+        w = getattr(mod, "weight", None)
+        if isinstance(w, torch.nn.Parameter) and w.dim() == 2 and name:
+            key = (name.rsplit(".", 1)[-1], int(w.shape[0]), int(w.shape[1]))
+            linear[key] = linear.get(key, 0) + 1
+    out: dict[str, list[list[int]]] = {}
+    for (module, o, i), count in sorted(linear.items()):
+        out.setdefault(module, []).append([o, i, count])
+    return total, out
