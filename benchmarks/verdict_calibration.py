@@ -43,8 +43,8 @@ import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.consensus import model_means, simes
+from oodcorr.analysis.correlate import POOLING_CAP, fisher_z
 from oodcorr.analysis.inference import PHI_MAX
-from oodcorr.analysis.pooling import fisher_z
 from oodcorr.analysis.simulate import scenario, study_table, verdict_rates
 from oodcorr.core.answer import states_a_sign
 
@@ -81,7 +81,10 @@ def _reversal_variants(table, row, pc) -> dict:
     r, se = runs["r"].to_numpy(float), runs["se_z"].to_numpy(float)
     use = np.isfinite(r) & np.isfinite(se) & (se > 0)
     _, zm, _, pm, *_ = model_means(
-        fisher_z(r[use]), se[use] ** 2, runs["model"].astype(str).to_numpy()[use], runs["p"].to_numpy(float)[use]
+        fisher_z(r[use], POOLING_CAP),
+        se[use] ** 2,
+        runs["model"].astype(str).to_numpy()[use],
+        runs["p"].to_numpy(float)[use],
     )
     pr, pp = pooled["r"].to_numpy(float), pooled["p"].to_numpy(float)
     ps = {

@@ -20,7 +20,7 @@ import pandas as pd
 from . import measured_answer as measured
 from . import multitest
 from .consensus import NOISE_LIMITED_VERDICT, across_models, rungs, verdict, verdict_words
-from .pooling import fisher_z
+from .correlate import POOLING_CAP, fisher_z
 from .residualise import parse
 
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
@@ -172,7 +172,7 @@ def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str =
     Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
     mask = np.zeros(shape, bool)
     gi = group[rows]
-    Z[gi, m_idx, k_idx] = fisher_z(r[rows])
+    Z[gi, m_idx, k_idx] = fisher_z(r[rows], POOLING_CAP)
     V[gi, m_idx, k_idx] = se[rows] ** 2
     mask[gi, m_idx, k_idx] = True
     if "p" + sfx in runs:

@@ -64,8 +64,8 @@ import numpy as np
 
 from . import multitest
 from .consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS, across_models, verdict
+from .correlate import POOLING_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
-from .pooling import fisher_z
 from .run_batch import run_statistics
 from .simulate import run_scores
 
@@ -176,7 +176,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
     sign = np.ones(M)
     if flip_half:
         sign[M // 2 :] = -1.0
-    z = fisher_z(r) * sign[None, :, None]
+    z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
     ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
     res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
     res["n_finite"] = np.isfinite(r).any(-1).sum(-1)

@@ -41,13 +41,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .correlate import POOLING_CAP, fisher_z
 from .inference import PHI_MAX
-
-Z_CLIP = 0.9999  # |r| cap before arctanh (z = 4.95): one perfect r from a short run cannot dominate
-
-
-def fisher_z(r) -> np.ndarray:
-    return np.arctanh(np.clip(np.asarray(r, dtype=float), -Z_CLIP, Z_CLIP))
 
 
 def fisher_mean(rs) -> float:
@@ -55,7 +50,7 @@ def fisher_mean(rs) -> float:
     rs = np.asarray([r for r in rs if np.isfinite(r)], dtype=float)
     if not len(rs):
         return math.nan
-    return float(np.tanh(np.mean(fisher_z(rs))))
+    return float(np.tanh(np.mean(fisher_z(rs, POOLING_CAP))))
 
 
 def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,7 +247,7 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
             "p_method": f"{how} (single run)".strip(),
             "n_runs_finite": 1,
         }, note
-    res = combine(fisher_z(r[use]), se[use] ** 2, level)
+    res = combine(fisher_z(r[use], POOLING_CAP), se[use] ** 2, level)
     out = {
         "r": math.tanh(res["z"]),
         "ci_low": math.tanh(res["lo"]),
