@@ -90,7 +90,7 @@ import numpy as np
 from scipy import stats
 
 from ..core.answer import verdict_order
-from .pooling import _q_and_slope, random_effects_batch, solve_tau2
+from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
     TOL_POINTS,
@@ -159,7 +159,7 @@ def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
     v = np.where(mask, v, 1.0)
-    q0, _ = _q_and_slope(z, v, mask, np.zeros(len(df)))
+    q0, _ = generalised_q(z, v, mask, np.zeros(len(df)))
     t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
@@ -194,17 +194,13 @@ def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
     present = np.asarray(present, dtype=bool)
     M = present.sum(-1)
     dfm = np.maximum(M - 1, 1)
-    w = np.where(present, 1 / np.where(present, Vm, 1.0), 0.0)
-    zz = np.where(present, zm, 0.0)
+    q, i2 = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (w * zz).sum(-1) / w.sum(-1)
-        q = (w * np.where(present, zz - mean[:, None], 0.0) ** 2).sum(-1)
         p = np.where(
             df_runs > 0,
             stats.f.sf(q / dfm / np.fmax(q_runs, 1.0), dfm, np.maximum(df_runs, 1)),
             stats.chi2.sf(q, dfm),
         )
-        i2 = np.where(q > 0, np.maximum(0.0, (q - dfm) / np.where(q > 0, q, 1.0)), 0.0)
     ok = M >= 2
     nan = np.nan
     return {

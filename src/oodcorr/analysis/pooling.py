@@ -53,10 +53,11 @@ def fisher_mean(rs) -> float:
     return float(np.tanh(np.mean(fisher_z(rs, POOLING_CAP))))
 
 
-def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
     ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
-    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
+    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out). At ``t2 = 0`` and one
+    group it is Cochran's Q (:func:`cochran_q`)."""
     w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1, keepdims=True)
     m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
@@ -64,9 +65,25 @@ def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray)
     return (w * d2).sum((-2, -1)), -(w * w * d2).sum((-2, -1))
 
 
+def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``):
+    Cochran's Q, ``sum (z - mean)^2 / v`` around the inverse-variance mean, and I^2, the share of Q
+    above its degrees of freedom (the estimates less one, at least 1): ``max(0, (Q - df) / Q)``, 0
+    where Q is 0. Every Q and I^2 of the analysis (the runs of a model, the models of a pair, the
+    models' agreement that scales their variances) is this one."""
+    mask = np.asarray(mask, dtype=bool)
+    z = np.where(mask, np.asarray(z, dtype=float), 0.0)
+    v = np.where(mask, np.asarray(v, dtype=float), 1.0)
+    q, _ = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
+    df = np.maximum(mask.sum(-1) - 1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        i2 = np.where(q > 0, np.maximum(0.0, (q - df) / np.where(q > 0, q, 1.0)), 0.0)
+    return q, i2
+
+
 def solve_tau2(z, v, mask, target) -> np.ndarray:
     """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
-    around its groups' means (:func:`_q_and_slope`; ``z``, ``v``, ``mask`` of shape (studies,
+    around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
     groups, members)) equals ``target``, and 0 where Q is at or below it already at 0. Q falls as
     ``t2`` grows, so the root is unique: safeguarded Newton steps inside a bracket that halves
     when a step would leave it, to 1e-14 relative (Paule and Mandel 1982; every between-run and
@@ -76,7 +93,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
     t = np.zeros(z.shape[0])
-    q0, _ = _q_and_slope(z, v, mask, t)
+    q0, _ = generalised_q(z, v, mask, t)
     todo = q0 > target
     if not todo.any():
         return t
@@ -84,14 +101,14 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     mean = z.sum((-2, -1)) / n
     hi = np.maximum(np.where(mask, (z - mean[:, None, None]) ** 2, 0.0).sum((-2, -1)) / n, 1e-8)
     while True:  # widen until Q at the top of the bracket is at or below the target
-        q_hi, _ = _q_and_slope(z, v, mask, hi)
+        q_hi, _ = generalised_q(z, v, mask, hi)
         grow = todo & (q_hi > target)
         if not grow.any():
             break
         hi = np.where(grow, 4 * hi, hi)
     lo = np.zeros_like(t)
     for _ in range(200):
-        q, dq = _q_and_slope(z, v, mask, t)
+        q, dq = generalised_q(z, v, mask, t)
         f = q - target
         lo, hi = np.where(f > 0, t, lo), np.where(f > 0, hi, t)
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -121,10 +138,6 @@ def combine(z, v, level: float = 0.95) -> dict:
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    w = 1 / v
-    m_fe = float((w * z).sum() / w.sum())
-    q = float((w * (z - m_fe) ** 2).sum())
-    i2 = max(0.0, (q - (k - 1)) / q) if k > 1 and q > 0 else (0.0 if k > 1 else math.nan)
     if k == 1:
         se = math.sqrt(v[0])
         return {
@@ -139,6 +152,9 @@ def combine(z, v, level: float = 0.95) -> dict:
             "how": "single run",
         }
     if k == 2:
+        w = 1 / v
+        m_fe = float((w * z).sum() / w.sum())
+        q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
         se = 1 / math.sqrt(w.sum())
         return {
             "z": m_fe,
@@ -166,11 +182,8 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     ok = k >= 2
     kk = np.where(ok, k, 2)
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    w = np.where(mask, 1 / v, 0.0)
+    q, i2 = cochran_q(z, v, mask)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m_fe = (w * z).sum(-1) / w.sum(-1)
-        q = (w * np.where(mask, z - m_fe[:, None], 0.0) ** 2).sum(-1)
-        i2 = np.where(q > 0, np.maximum(0.0, (q - (kk - 1)) / np.where(q > 0, q, 1.0)), 0.0)
         t2 = solve_tau2(z[:, None], v[:, None], mask[:, None], kk - 1)
         ws = np.where(mask, 1 / (v + t2[:, None]), 0.0)
         m = (ws * z).sum(-1) / ws.sum(-1)

@@ -49,7 +49,7 @@ import math
 import numpy as np
 from scipy import special, stats
 
-from .pooling import _q_and_slope, solve_tau2
+from .pooling import cochran_q, solve_tau2
 
 # the between-model sd's prior: half-normal of this scale on the Fisher z scale
 TAU_SCALE = 0.5
@@ -91,9 +91,7 @@ def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray
     other study 1. NaN for fewer than 3 models."""
     present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
-    y = np.where(present, zm, 0.0)[:, None]
-    v = np.where(present, Vm, 1.0)[:, None]
-    q, _ = _q_and_slope(y, v, present[:, None], np.zeros(len(k)))  # Cochran's Q: the generalised Q at no spread
+    q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_low = stats.chi2.cdf(q, np.maximum(k - 1, 1))
         scale = np.where(p_low < (1 - level) / 2, np.clip(q / np.maximum(k - 1, 1), 1e-6, 1.0), 1.0)
