@@ -40,6 +40,7 @@ import math
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.optimize import elementwise
 
 from .correlate import POOLING_CAP, fisher_z
 from .inference import PHI_MAX
@@ -84,41 +85,35 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
 def solve_tau2(z, v, mask, target) -> np.ndarray:
     """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
     around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
-    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0. Q falls as
-    ``t2`` grows, so the root is unique: safeguarded Newton steps inside a bracket that halves
-    when a step would leave it, to 1e-14 relative (Paule and Mandel 1982; every between-run and
-    between-model variance of the analysis, and its upper confidence bound, is one)."""
+    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0 (always so
+    for a target of 0: groups of one member each leave no degrees of freedom). Every between-run
+    and between-model variance of the analysis, and its upper confidence bound, is one (Paule and
+    Mandel 1982).
+
+    Q falls as ``t2`` grows, so the root is unique, and it lies below ``S / target`` (``S`` the
+    squared deviations of ``z`` from their groups' plain means: ``Q(t2) <= S / t2``): scipy's
+    vectorised bracketing root finder (``optimize.elementwise.find_root``) on that bracket, to 1e-14
+    relative."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
     t = np.zeros(z.shape[0])
     q0, _ = generalised_q(z, v, mask, t)
-    todo = q0 > target
-    if not todo.any():
+    todo = np.flatnonzero((q0 > target) & (target > 0))
+    if not len(todo):
         return t
-    n = np.maximum(mask.sum((-2, -1)), 1)
-    mean = z.sum((-2, -1)) / n
-    hi = np.maximum(np.where(mask, (z - mean[:, None, None]) ** 2, 0.0).sum((-2, -1)) / n, 1e-8)
-    while True:  # widen until Q at the top of the bracket is at or below the target
-        q_hi, _ = generalised_q(z, v, mask, hi)
-        grow = todo & (q_hi > target)
-        if not grow.any():
-            break
-        hi = np.where(grow, 4 * hi, hi)
-    lo = np.zeros_like(t)
-    for _ in range(200):
-        q, dq = generalised_q(z, v, mask, t)
-        f = q - target
-        lo, hi = np.where(f > 0, t, lo), np.where(f > 0, hi, t)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            newton = t - f / dq
-        inside = (dq < 0) & (newton > lo) & (newton < hi)
-        nxt = np.where(f == 0, t, np.where(inside, newton, 0.5 * (lo + hi)))
-        done = (np.abs(nxt - t) <= 1e-14 * np.abs(nxt)) | (hi - lo <= 1e-15 * hi) | ~todo
-        t = np.where(todo, nxt, 0.0)
-        if done.all():
-            break
+    z, v, mask, target = z[todo], v[todo], mask[todo], target[todo]
+    k = np.maximum(mask.sum(-1, keepdims=True), 1)
+    spread = np.where(mask, (z - z.sum(-1, keepdims=True) / k) ** 2, 0.0).sum((-2, -1))
+
+    def excess(t2, rows):
+        rows = rows.astype(int)
+        return generalised_q(z[rows], v[rows], mask[rows], t2)[0] - target[rows]
+
+    rows = np.arange(len(todo), dtype=float)
+    found = elementwise.find_root(excess, (0.0, spread / target), args=(rows,), tolerances={"xrtol": 1e-14})
+    t[todo] = found.x
     return t
 
 
