@@ -42,9 +42,10 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.consensus import model_means, simes
+from oodcorr.analysis.consensus import model_means
 from oodcorr.analysis.correlate import POOLING_CAP, fisher_z
 from oodcorr.analysis.inference import PHI_MAX
+from oodcorr.analysis.multitest import simes
 from oodcorr.analysis.simulate import scenario, study_table, verdict_rates
 from oodcorr.core.answer import states_a_sign
 

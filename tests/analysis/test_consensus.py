@@ -14,12 +14,11 @@ from oodcorr.analysis.consensus import (
     consensus,
     model_means,
     reversal_p,
-    simes,
     tau2_upper,
     verdict_rank,
     verdict_words,
 )
-from oodcorr.analysis.multitest import bh, holm
+from oodcorr.analysis.multitest import bh, holm, simes
 from oodcorr.analysis.predictive import SINGLE_RUN_SCALE, predictive, tolerance
 
 

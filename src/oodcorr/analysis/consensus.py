@@ -90,6 +90,7 @@ import numpy as np
 from scipy import stats
 
 from ..core.answer import verdict_order
+from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
@@ -282,23 +283,14 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     return out
 
 
-def simes_batch(p, present) -> np.ndarray:
-    """:func:`simes` per row of ``p`` over the entries where ``present`` (NaN for none)."""
-    present = np.asarray(present, dtype=bool)
-    q = np.sort(np.where(present, p, np.inf), axis=-1)
-    m = present.sum(-1, keepdims=True)
-    j = np.arange(1, q.shape[-1] + 1)
-    with np.errstate(invalid="ignore"):
-        comb = np.where(j <= m, m * q / j, np.inf).min(-1)
-    return np.where(m[..., 0] > 0, np.minimum(1.0, comb), np.nan)
-
-
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`reversal_p` per study: (p, index of the most positive model, of the most negative)."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos
-    p = np.maximum(simes_batch(one_pos, present), simes_batch(one_neg, present))
+    p = np.maximum(
+        multitest.simes(np.where(present, one_pos, np.nan)), multitest.simes(np.where(present, one_neg, np.nan))
+    )
     a = np.argmin(np.where(present, one_pos, np.inf), axis=-1)
     b = np.argmin(np.where(present, one_neg, np.inf), axis=-1)
     return p, a, b
@@ -415,12 +407,6 @@ def tau2_upper(z: np.ndarray, v: np.ndarray, level: float = 0.95) -> float:
     quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it already at 0."""
     z, v = np.asarray(z, float), np.asarray(v, float)
     return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
-
-
-def simes(p: np.ndarray) -> float:
-    """Simes' combination of independent p-values: min over j of M p_(j) / j."""
-    p = np.asarray(p, dtype=float)
-    return float(simes_batch(p[None], np.ones((1, len(p)), bool))[0])
 
 
 def reversal_p(zm: np.ndarray, pm: np.ndarray) -> tuple[float, int, int]:
