@@ -10,16 +10,13 @@ from scipy import stats
 
 from oodcorr.analysis import VERDICTS, agreement
 from oodcorr.analysis.consensus import (
-    between_runs,
-    consensus,
-    model_means,
-    reversal_p,
-    tau2_upper,
     verdict_rank,
     verdict_words,
 )
 from oodcorr.analysis.multitest import bh, holm, simes
-from oodcorr.analysis.predictive import SINGLE_RUN_SCALE, predictive, tolerance
+from oodcorr.analysis.predictive import SINGLE_RUN_SCALE
+
+from helpers import between_runs, consensus, model_means, predictive, reversal_p, tau2_upper, tolerance
 
 
 def _runs(spec, pair=("x", "y"), se=0.1):

@@ -11,7 +11,7 @@ from scipy import integrate, special, stats
 
 from oodcorr.analysis import Options, agreement, analyse, design_pilot
 from oodcorr.analysis import design as dz
-from oodcorr.analysis.consensus import across_models, between_runs, model_means
+from oodcorr.analysis.consensus import across_models
 from oodcorr.analysis.correlate import POOLING_CAP, fisher_z
 from oodcorr.analysis.inference import corrected_phi, corrected_phis
 from oodcorr.analysis.multitest import adjust
@@ -23,7 +23,7 @@ from oodcorr.launch import budget, grid
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
-from helpers import MICRO, REPO
+from helpers import MICRO, REPO, between_runs, model_means
 
 
 # ---- a closed form: iid residuals ------------------------------------------------------------------

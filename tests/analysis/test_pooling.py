@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, agreement, analyse, combine, fisher_mean, pool_runs
-from oodcorr.analysis.pooling import tau2_paule_mandel
+from oodcorr.analysis.pooling import solve_tau2
 from oodcorr.analysis.simulate import ar1_series
 
 
@@ -110,7 +110,8 @@ def test_runs_that_agree_by_chance_cannot_shrink_the_interval():
     se = math.sqrt(0.05 / 3)
     assert got["tau2"] == 0 and (got["lo"], got["hi"]) == pytest.approx((0.3 - 1.96 * se, 0.3 + 1.96 * se), abs=1e-3)
     assert got["p"] == pytest.approx(2 * stats.norm.sf(0.3 / se))
-    assert tau2_paule_mandel(np.array([0.1, 0.5]), np.array([0.001, 0.001])) > 0.05
+    # two runs far apart with tiny within variances: Paule-Mandel puts the spread between them
+    assert solve_tau2(np.array([[[0.1, 0.5]]]), np.full((1, 1, 2), 0.001), np.ones((1, 1, 2), bool), 1)[0] > 0.05
 
 
 def test_two_near_identical_runs_do_not_produce_a_significant_pooled_cell():

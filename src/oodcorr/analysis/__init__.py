@@ -34,7 +34,7 @@ from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
 from .options import Options
-from .pipeline import CANON, COLUMNS, CONCLUSIONS, analyse
+from .pipeline import CANON, COLUMNS, analyse
 from .pooling import combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
@@ -44,7 +44,6 @@ __all__ = [
     "AGREEMENT_COLUMNS",
     "CANON",
     "COLUMNS",
-    "CONCLUSIONS",
     "INFERENCES",
     "METHODS",
     "RESIDUALISERS",

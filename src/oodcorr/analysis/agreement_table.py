@@ -144,7 +144,7 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
     }
 
 
-def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
+def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
     """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair:
     (z, v, p_run, mask) of shape (pairs, models, runs), each pair's models in order of their first
     run, with the names in that order per pair, and the models each pair left out for lack of an
@@ -356,11 +356,11 @@ def agreement(
     regime = measured.pair_regimes(runs, run_group, n_groups)
     rel = measured.attenuation(pooled, group, n_groups, level)
     band = near_zero * rel["band"]
-    Z, V, P, mask, names, left = _run_arrays(runs, run_group, n_groups)
+    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups)
     obs = _consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups)
     eiv = None
     if (regime != "unknown").any():
-        Z, V, P, mask, names_e, left_e = _run_arrays(runs, run_group, n_groups, "_eiv")
+        Z, V, P, mask, names_e, left_e = run_arrays(runs, run_group, n_groups, "_eiv")
         eiv = _consensus_columns(across_models(Z, V, mask, P, level, band), names_e, left_e, n_groups)
     for k, val in _merge(obs, eiv, regime).items():
         df[k] = val

@@ -108,7 +108,6 @@ from .predictive import (
 SIGNS = ("positive", "negative")
 NEARLY_EVERY = "in nearly every model"
 ON_AVERAGE = "on average"
-SPREADS = ("sign reversal", "models differ", "near zero")
 # a pair the data cannot resolve because a testset's series is mostly item noise (.measured_answer)
 NOISE_LIMITED_VERDICT = "noise-limited"
 NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
@@ -146,9 +145,8 @@ def verdict_rank(word: str) -> int:
 # ---- the two-level model -------------------------------------------------------------------
 # Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
 # a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
-# the models present. :func:`agreement` calls them with one study per row of its table; the design
-# command (:mod:`.design`) with thousands of simulated studies. The functions named without
-# ``_batch`` are the same rules on one study, as plain arrays.
+# the models present. :func:`.agreement_table.agreement` calls them with one study per row of its
+# table; the design command (:mod:`.design`) with thousands of simulated studies.
 
 
 def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -191,7 +189,13 @@ def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
 
 
 def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
-    """:func:`heterogeneity` per study (models where ``present``; NaN for fewer than 2)."""
+    """Do the models differ by more than their runs and checkpoints explain? Per study (models where
+    ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
+    M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
+    (``p_heterogeneity``). Where the between-run variance was estimated (``df_runs`` > 0), ``V_m``
+    carries that estimate's uncertainty, so Q per degree of freedom is compared with the runs' own
+    (``q_runs``, at least 1) on an F distribution with (M - 1, df_runs) degrees of freedom, as a
+    one-way analysis of variance would."""
     present = np.asarray(present, dtype=bool)
     M = present.sum(-1)
     dfm = np.maximum(M - 1, 1)
@@ -213,8 +217,10 @@ def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
-    """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, p, tau2, se``
-    (the random-effects mean, its interval and p-value), ``pi_lo, pi_hi`` (the prediction interval:
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study (models where
+    ``present``): arrays ``z, lo, hi, p, tau2, se`` (the random-effects mean, its interval on the z
+    scale, its p-value, the between-model variance and the interval's half-width over the normal
+    quantile), ``pi_lo, pi_hi`` (the prediction interval:
     :func:`.predictive.predictive_batch`'s, half-normal prior of scale ``tau_scale`` on the
     between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`; NaN with
     ``intervals=False``, which no verdict reads) and ``pi_scale`` (that scale)."""
@@ -284,7 +290,9 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
 
 
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`reversal_p` per study: (p, index of the most positive model, of the most negative)."""
+    """Per study: (the p-value of "some model's correlation is positive and some model's negative", the
+    index of the most positive model, of the most negative): each side is Simes' combination of the
+    models' one-sided p-values (:func:`.multitest.simes`), and the larger side is the p-value."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos
@@ -337,83 +345,6 @@ def across_models(
     out["tau2_high"] = np.where(M >= 3, t2_hi, np.nan)
     out["near"] = near & (M >= 3)
     return out
-
-
-def _one_study(z, v, model, p_run=None):
-    """One study's runs as the batch arrays: (model names in order of first appearance, z, v,
-    p_run, mask), each of shape (1, models, most runs of a model)."""
-    model = np.asarray(model)
-    names = list(dict.fromkeys(model.tolist()))
-    groups = [np.flatnonzero(model == m) for m in names]
-    K = max((len(g) for g in groups), default=1)
-    shape = (1, len(names), K)
-    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
-    mask = np.zeros(shape, bool)
-    for i, g in enumerate(groups):
-        Z[0, i, : len(g)], V[0, i, : len(g)], mask[0, i, : len(g)] = z[g], v[g], True
-        if p_run is not None:
-            P[0, i, : len(g)] = p_run[g]
-    return names, Z, V, P, mask
-
-
-def between_runs(z: np.ndarray, v: np.ndarray, model: np.ndarray) -> tuple[float, int, float]:
-    """(tau2_runs, degrees of freedom, q) of one study's runs (:func:`between_runs_batch`)."""
-    _, Z, V, _, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model)
-    t2, df, q = between_runs_batch(Z, V, mask)
-    return float(t2[0]), int(df[0]), float(q[0])
-
-
-def model_means(
-    z: np.ndarray, v: np.ndarray, model: np.ndarray, p_run: np.ndarray
-) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, float, int, float]:
-    """Per model: (names, z_m, V_m, two-sided p of z_m = 0, tau2_runs, df of the runs, q of the runs).
-
-    ``p_run`` is each run's own p-value, kept for a model with one run when the table's
-    models have no between-run variance to share (every model one run)."""
-    names, Z, V, P, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model, np.asarray(p_run, float))
-    zm, Vm, pm, t2, df, q = model_means_batch(Z, V, mask, P)
-    return names, zm[0], Vm[0], pm[0], float(t2[0]), int(df[0]), float(q[0])
-
-
-def heterogeneity(zm: np.ndarray, Vm: np.ndarray, df_runs: int, q_runs: float) -> dict:
-    """Do the models differ by more than their runs and checkpoints explain? Cochran's Q of the
-    models' ``z_m`` with variances ``V_m`` on M - 1 degrees of freedom. Where the between-run
-    variance was estimated (``df_runs`` > 0), ``V_m`` carries that estimate's uncertainty, so Q per
-    degree of freedom is compared with the runs' own (``q_runs``, at least 1) on an F distribution
-    with (M - 1, df_runs) degrees of freedom, as a one-way analysis of variance would."""
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    res = heterogeneity_batch(zm[None], Vm[None], np.ones((1, len(zm)), bool), np.array([df_runs]), np.array([q_runs]))
-    out = {k: float(val[0]) for k, val in res.items()}
-    out["df_models"] = len(zm) - 1
-    return out
-
-
-def consensus(zm: np.ndarray, Vm: np.ndarray, level: float = 0.95, tau_scale: float = TAU_SCALE) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``, one run each): ``z``,
-    its interval ``lo``, ``hi`` (z scale) and p-value ``p``, ``tau2``, ``se`` (the interval's
-    half-width over the normal quantile), the prediction interval ``pi_lo``, ``pi_hi`` and the
-    shared sign's statements (:func:`shared_sign_batch` with no runs to scale by: ``tol_lo``,
-    ``tol_hi``, ``p_generalises``, ``share_low``, ...); NaN below 3 models where they need 3."""
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    present = np.ones((1, len(zm)), bool)
-    res = consensus_batch(zm[None], Vm[None], present, level, tau_scale)
-    res.update(shared_sign_batch(zm[None], Vm[None], present, np.zeros(1), np.zeros(1, int), level))
-    return {k: float(val[0]) for k, val in res.items()}
-
-
-def tau2_upper(z: np.ndarray, v: np.ndarray, level: float = 0.95) -> float:
-    """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007):
-    the largest tau2 at which the generalised Q is still at least the lower (1 - level) / 2
-    quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it already at 0."""
-    z, v = np.asarray(z, float), np.asarray(v, float)
-    return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
-
-
-def reversal_p(zm: np.ndarray, pm: np.ndarray) -> tuple[float, int, int]:
-    """(p of "some model positive and some negative", the most positive model, the most negative)."""
-    zm, pm = np.asarray(zm, float), np.asarray(pm, float)
-    p, a, b = reversal_batch(zm[None], pm[None], np.ones((1, len(zm)), bool))
-    return float(p[0]), int(a[0]), int(b[0])
 
 
 # ---- the ladder's words ---------------------------------------------------------------------

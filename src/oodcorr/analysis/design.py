@@ -373,27 +373,6 @@ def curve(
     return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
 
 
-def scenario_rates(
-    grid: Grid, a: Assumptions, rhos, studies: int, seed: int = 0, settings: Settings = Settings()
-) -> dict:
-    """The share of each verdict over ``studies`` simulated studies whose models have the partial
-    correlations ``rhos`` (one per model, e.g. :func:`.simulate.scenario`'s), by the two steps of
-    the module doc: what :func:`.simulate.verdict_rates` measures with the full pipeline (the
-    design's agreement check, benchmarks/design_agreement.py). The table's other pairs, if
-    ``grid.pairs`` > 1, are null studies of the same grid."""
-    rhos = [float(r) for r in rhos]
-    if len(rhos) != grid.models:
-        raise ValueError(f"{len(rhos)} correlations for {grid.models} models")
-    runs = simulate_runs(grid, a, rhos, studies, np.random.default_rng([seed, 1]))
-    res = studies_of(runs, settings)
-    null = (
-        studies_of(simulate_runs(grid, a, 0.0, studies, np.random.default_rng([seed, 2])), settings)
-        if grid.pairs > 1
-        else res
-    )
-    return verdict_shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
-
-
 # ---- many curves, in processes -----------------------------------------------------------------
 def _run_curve(task) -> Curve:
     grid, a, settings, effects, studies, seed = task

@@ -62,7 +62,6 @@ from .tables import is_item_share
 log = logging.getLogger(__name__)
 
 PLACEHOLDERS = ("model", "run", "step")
-SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
 STEP_REVISION = re.compile(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", re.IGNORECASE)
 STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IGNORECASE)
@@ -70,9 +69,10 @@ STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IG
 
 @dataclass
 class LmEvalResults:
-    """What :func:`read_folder` read: ``scores`` (:data:`SCORE_COLUMNS`), ``examples`` (model, run,
-    unit, testset, example, correct; None without samples files), the files read and their digest,
-    and ``groups``: every group the files name with its subtasks (their union over the files)."""
+    """What :func:`read_folder` read: ``scores`` (model, run, step, testset, score, stderr, n, file),
+    ``examples`` (model, run, unit, testset, example, correct; None without samples files), the files
+    read and their digest, and ``groups``: every group the files name with its subtasks (their union
+    over the files)."""
 
     folder: Path
     metric: str
@@ -277,9 +277,10 @@ def read_results_file(
     without: set | None = None,
     groups: dict | None = None,
 ) -> list[dict]:
-    """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
-    with no ``tasks`` named, the tasks without the metric are added to ``without``, and the file's
-    groups with their subtasks (``group_subtasks``) to ``groups`` (group -> set of subtasks)."""
+    """One row per task of one results file (the columns of :class:`LmEvalResults`' ``scores`` and
+    ``key``, the metric's key); with no ``tasks`` named, the tasks without the metric are added to
+    ``without``, and the file's groups with their subtasks (``group_subtasks``) to ``groups`` (group
+    -> set of subtasks)."""
     doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(

@@ -117,15 +117,6 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     return t
 
 
-def tau2_paule_mandel(z: np.ndarray, v: np.ndarray) -> float:
-    """Between-study variance: the tau^2 >= 0 at which the generalised Q equals k - 1."""
-    k = len(z)
-    if k < 2:
-        return 0.0
-    one = np.ones((1, 1, k), bool)
-    return float(solve_tau2(np.asarray(z, float)[None, None], np.asarray(v, float)[None, None], one, k - 1)[0])
-
-
 def combine(z, v, level: float = 0.95) -> dict:
     """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see the module doc.
 

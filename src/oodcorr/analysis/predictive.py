@@ -338,21 +338,3 @@ def tolerance_batch(
             out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
     out["p_generalises"] = np.fmin(out["p_low_side"], out["p_high_side"])
     return out
-
-
-def _one(fn, zm, Vm, *args, **kw) -> dict:
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    res = fn(zm[None], Vm[None], np.ones((1, len(zm)), bool), *args, **kw)
-    return {k: float(val[0]) for k, val in res.items()}
-
-
-def predictive(zm, Vm, level: float = 0.95, tau_scale: float = TAU_SCALE, within_scales=WITHIN_SCALES) -> dict:
-    """:func:`predictive_batch` of one study's models: ``pi_lo``, ``pi_hi``, ``p_predictive``, ``tau``."""
-    return _one(predictive_batch, zm, Vm, level, tau_scale, within_scales=within_scales)
-
-
-def tolerance(zm, Vm, level: float = 0.95, scales=None) -> dict:
-    """:func:`tolerance_batch` of one study's models (``scales``: the within scale's (draws, weights), two lists)."""
-    if scales is not None:
-        scales = tuple(np.asarray(x, float)[None] for x in scales)
-    return _one(tolerance_batch, zm, Vm, level, scales=scales)
