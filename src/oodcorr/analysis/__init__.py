@@ -28,8 +28,8 @@ defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, 
 Markdown, and its table of the items each testset needs).
 """
 
+from ..core.answer import VERDICTS
 from .agreement_table import AGREEMENT_COLUMNS, agreement
-from .consensus import VERDICTS
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm

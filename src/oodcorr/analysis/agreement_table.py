@@ -17,9 +17,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.answer import NOISE_LIMITED_VERDICT, verdict_words
 from . import measured_answer as measured
 from . import multitest
-from .consensus import NOISE_LIMITED_VERDICT, across_models, rungs, verdict, verdict_words
+from .consensus import across_models, rungs, verdict
 from .correlate import POOLING_CAP, fisher_z
 from .residualise import parse
 

@@ -59,7 +59,7 @@ Every p-value above is corrected across the pairs of one table (one in-domain se
 method and residualiser) with ``correction`` (Benjamini-Hochberg by default: the expected share
 of false statements among those made, each statement separately; Holm: the chance of any). The
 answer is **the strongest statement whose corrected p-value is below alpha**, as two facts
-(:func:`rungs`) joined into the verdict (:func:`verdict_words`):
+(:func:`rungs`) joined into the verdict (:func:`oodcorr.core.answer.verdict_words`):
 
 * the direction: ``<sign> in nearly every model`` (``p_generalises_adj``, M >= 3), else
   ``<sign> on average`` (``p_mean_adj``, M >= 2), else none;
@@ -71,7 +71,8 @@ answer is **the strongest statement whose corrected p-value is below alpha**, as
 So ``negative in nearly every model``, ``positive on average, models differ``, ``sign reversal,
 negative on average``, ``models differ``, ``agree near zero`` (no sign, near zero), ``unresolved``
 (neither fact), ``fewer than 2 models tested`` and ``no data``: every verdict is in
-:data:`VERDICTS`, strongest first. A sign is named exactly where a statement has one.
+:data:`oodcorr.core.answer.VERDICTS`, strongest first (the ladder's words live there, each once). A sign
+is named exactly where a statement has one.
 
 What this assumes: the models' estimates are independent of each other (they share testsets, but
 not runs or checkpoints; a model listed twice under two names breaks it), the Fisher z values are
@@ -89,7 +90,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from ..core.answer import verdict_order
+from ..core.answer import NEARLY_EVERY, ON_AVERAGE, verdict_words
 from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
@@ -102,45 +103,6 @@ from .predictive import (
     within_scale_batch,
     within_scale_draws,
 )
-
-# the ladder: what a pair's answer can say about the sign (``direction``) and about how the models
-# differ (``spread``), each strongest first; the verdict joins the two (:func:`verdict_words`)
-SIGNS = ("positive", "negative")
-NEARLY_EVERY = "in nearly every model"
-ON_AVERAGE = "on average"
-# a pair the data cannot resolve because a testset's series is mostly item noise (.measured_answer)
-NOISE_LIMITED_VERDICT = "noise-limited"
-NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
-
-
-def verdict_words(direction: str, spread: str) -> str:
-    """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
-    "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
-    ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
-    if direction and spread:
-        return f"{spread}, {direction}" if spread == "sign reversal" else f"{direction}, {spread}"
-    if direction:
-        return direction
-    return {"near zero": "agree near zero", "": "unresolved"}.get(spread, spread)
-
-
-def _all_verdicts() -> tuple[str, ...]:
-    out = [verdict_words(f"{s} {ON_AVERAGE}", "sign reversal") for s in SIGNS] + ["sign reversal"]
-    for rung in (NEARLY_EVERY, ON_AVERAGE):
-        for spread in ("models differ", "near zero", ""):
-            if rung == NEARLY_EVERY and spread == "near zero":
-                continue
-            out += [verdict_words(f"{s} {rung}", spread) for s in SIGNS]
-    return tuple(sorted(out + ["models differ", "agree near zero", *NO_ANSWER], key=verdict_order))
-
-
-VERDICTS = _all_verdicts()  # every verdict, strongest first (core.answer.verdict_order)
-
-
-def verdict_rank(word: str) -> int:
-    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
-    return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
-
 
 # ---- the two-level model -------------------------------------------------------------------
 # Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
@@ -388,7 +350,7 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
 
 def verdict(row: dict, alpha: float) -> str:
     """The strongest statement the pair's corrected p-values allow (the module doc's ladder):
-    :func:`rungs`' two facts in words (:func:`verdict_words`)."""
+    :func:`rungs`' two facts in words (:func:`oodcorr.core.answer.verdict_words`)."""
     if row["n_finite"] == 0:
         return "no data"
     if row["n_models_consensus"] < 2:

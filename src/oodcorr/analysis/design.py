@@ -62,8 +62,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS
 from . import multitest
-from .consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS, across_models, verdict
+from .consensus import across_models, verdict
 from .correlate import POOLING_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
 from .run_batch import run_statistics

@@ -251,7 +251,7 @@ def heatmap_grid(
     return out
 
 
-# how the consensus heatmap marks each verdict (analysis.consensus.VERDICTS): a glyph after the value
+# how the consensus heatmap marks each verdict (core.answer.VERDICTS): a glyph after the value
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 
