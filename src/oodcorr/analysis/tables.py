@@ -25,12 +25,12 @@ import io
 import logging
 import math
 import re
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..core import table_files
 from ..core.answer import about, noise_clause, reliability_line
 from ..core.errors import DataError
 from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
@@ -73,6 +73,11 @@ SUMMARY_LABELS = frozenset(
 
 
 ENCODING_FIX = "pass --encoding {encoding}"
+PARQUET_REMEDY = (
+    "cut short or not parquet. If the workflow made it (results/<experiment>/scores.parquet, or "
+    ".staging/scores.parquet), delete it and run the workflow again: rule aggregate_scores makes it again from "
+    "the evaluation results, nothing is evaluated again; otherwise write or copy the file again"
+)
 # what a score cell may say for "no value" (pandas' defaults); in a name column these are names
 MISSING = frozenset(
     {
@@ -116,14 +121,9 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         try:
             df = pd.read_parquet(io.BytesIO(raw))
         except Exception as e:  # pyarrow raises several types for a file that is not parquet
-            raise DataError(
-                f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]}): cut short or not parquet. "
-                "If the workflow made it (results/<experiment>/scores.parquet, or .staging/scores.parquet), delete it "
-                "and run the workflow again: rule aggregate_scores makes it again from the evaluation results, "
-                "nothing is evaluated again; otherwise write or copy the file again"
-            ) from None
+            raise table_files.unreadable_parquet(path, e, PARQUET_REMEDY) from None
         if df.empty:
-            raise DataError(f"{path}: has columns ({', '.join(map(str, df.columns))}) but no rows")
+            raise table_files.columns_without_rows(path, df.columns)
         df.index = pd.RangeIndex(1, len(df) + 1)
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
@@ -134,7 +134,7 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
     text = read_text(path, encoding, ENCODING_FIX)
     sep = "\t" if suffix == ".tsv" else ","
     if not text.strip():
-        raise DataError(f"{path}: the file is empty (no header, no rows)")
+        raise table_files.empty(path)
     misnamed = delimiter_mismatch(path, text, sep)
     if misnamed:
         raise DataError(misnamed)
@@ -150,11 +150,9 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError, OverflowError) as e:
         raise DataError(f"{path}: cannot be read as a table ({str(e).strip()})") from None
-    dup = sorted(h for h, k in Counter(header).items() if k > 1)
-    if dup:
-        raise DataError(f"{path}:1: the header names column(s) {dup} more than once")
+    table_files.check_header(path, header, 1)
     if df.empty:
-        raise DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
+        raise table_files.header_without_rows(path, header)
     df.index = pd.RangeIndex(2, len(df) + 2)  # line 1 is the header
     df.columns = [str(c).strip() for c in df.columns]
     df = df.apply(lambda col: col.str.strip().replace("", np.nan))

@@ -1,6 +1,7 @@
 """The helpers every other folder uses: stdlib only, no model, no table library at import.
 
 ``errors`` (the error types a user sees), ``io`` (atomic writes, reading what people have, fingerprints),
+``table_files`` (CSV/TSV and parquet files, read with one set of checks),
 ``filesystems`` (the room a file system has, and what stopped a write, in a sentence), ``records``
 (what jobs record beside their outputs, for the readers that are not those jobs), ``defaults`` (the
 defaults Python reads, written once), ``model_dirs`` (model folders on disk and whether they load
