@@ -368,7 +368,7 @@ def test_the_workflow_and_the_command_line_give_the_same_agreement_table(tmp_pat
     the same scores written as CSV: the same consensus and verdicts."""
     from oodcorr.analysis import Options, analyse
     from oodcorr.analysis.simulate import scenario, study_table
-    from oodcorr.analysis.tables import from_scores
+    from oodcorr.analysis.workflow_scores import from_scores
     from oodcorr.cli import main
 
     table = study_table(np.random.default_rng(4), scenario("same", 4, 0.5), 2, 15, 0.4, n_ood=3)

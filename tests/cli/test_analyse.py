@@ -418,7 +418,7 @@ def _scores_like(tmp_path):
 
 def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
     from oodcorr.analysis import Options, analyse
-    from oodcorr.analysis.tables import from_scores
+    from oodcorr.analysis.workflow_scores import from_scores
 
     scores, path = _scores_like(tmp_path)
     out = tmp_path / "out"

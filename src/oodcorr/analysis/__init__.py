@@ -13,7 +13,8 @@ cell), :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-
 meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, heterogeneity,
 sign reversal, the verdict), :mod:`.predictive` (where a further model is expected: the prediction
 interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading long/wide tables,
-summary rows; the range a metric's scores lie in: :mod:`.score_ranges`), :mod:`.lmeval` (reading a
+summary rows; the range a metric's scores lie in: :mod:`.score_ranges`; the workflow's scores table:
+:mod:`.workflow_scores`; the results written and summarised: :mod:`.results`), :mod:`.lmeval` (reading a
 folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
 which model, run and step each is, :mod:`.lmeval_identity`, and their per-sample logs:
 :mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),

@@ -57,8 +57,7 @@ from ..core.errors import DataError
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
 from .lmeval_identity import compile_pattern, identity, parse_model_args
 from .lmeval_samples import read_samples
-from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
-from .tables import is_item_share
+from .score_ranges import LMEVAL_SHARES_ONLY, is_item_share, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..analysis import Options, agreement, analyse
 from ..analysis.residualise import GamSettings
-from ..analysis.tables import summarise, write_tables
+from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
 from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
