@@ -9,7 +9,7 @@ sm = snakemake  # noqa: F821
 start_job(sm)
 try:
     # every record is checked against its place, and its data against the testset as prepared now
-    df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places)
+    df = collect(list(sm.input), data=sm.params.data, places=sm.params.places)
 except (ResultError, DataError, WriteFailed) as e:  # the message (file, the way out) is the log's last line
     refuse(e)
 write_scores(df, sm.output.parquet, sm.output.csv)

@@ -439,8 +439,9 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical; the names
-    (model, run, testset) as categories, as a suite's millions of rows repeat a few of them."""
+    """A long per-example table (unit, testset, example id, correct 0/1, and an optional ``stratum``:
+    the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
+    as a suite's millions of rows repeat a few of them."""
     _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
     raw = df[correct]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
@@ -462,5 +463,6 @@ def from_examples_table(
             "testset": names(testset, ""),
             "example": df[example].to_numpy(),
             "correct": corr.to_numpy(float),
+            **({"stratum": df["stratum"].astype(str).to_numpy()} if "stratum" in df.columns else {}),
         }
     )

@@ -84,7 +84,7 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for row in scores[need].itertuples(index=False):
         try:
-            pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
+            pred = pd.read_parquet(row.predictions)
         except Exception as e:  # noqa: BLE001 -- gone or damaged: name the file and the way out
             raise DataError(
                 f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
@@ -99,9 +99,14 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
                     "testset": str(row.testset),
                     "example": pred["index"].to_numpy(),
                     "correct": pred["correct"].to_numpy(float),
+                    # the gold label: testsets are sampled per label, so their split halves are drawn
+                    # within labels too (item_noise.half_means); a file without labels: one stratum
+                    "stratum": (pred["label"] if "label" in pred.columns else pd.Series("", index=pred.index))
+                    .astype(str)
+                    .to_numpy(),
                 }
             )
         )
     if not frames:
-        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct"])
+        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct", "stratum"])
     return pd.concat(frames, ignore_index=True)

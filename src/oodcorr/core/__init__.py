@@ -8,7 +8,9 @@ defaults Python reads, written once), ``model_dirs`` (model folders on disk and 
 safely), ``locks`` (one writer per folder; lock files opened without following links), ``published``
 (results published as one set, switched by one rename, and checked against their record), ``gpus``
 (device claims), ``ranks`` (which process of a distributed launch this is), ``limits`` (the size
-budgets of YAML files, configs and the analysis, checked before any work) and ``answer`` (the answer
+budgets of YAML files, configs and the analysis, checked before any work), ``gguf`` (a GGUF file's
+header, read and checked before anything loads it; the tensors its architecture needs:
+``gguf_tensors``) and ``answer`` (the answer
 in a sentence: the pairs per verdict of an agreement table, for the console and the report; and the
 ladder's words, every verdict, which the analysis, the figures and the page read).
 
