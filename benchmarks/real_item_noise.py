@@ -365,11 +365,12 @@ def verdict_table(agree: pd.DataFrame, old: pd.DataFrame | None) -> str:
     return _table(header, rows)
 
 
-def report(configfile: str, old_dir: str | None) -> None:
+def report(configfile: str, old_dir: str | None, new_dir: str | None = None) -> None:
     cfg = _config(configfile)
     root = _root(cfg, configfile)
-    pc = pd.read_csv(root / "analysis" / "partial_correlations.csv")
-    agree = pd.read_csv(root / "analysis" / "agreement.csv")
+    tables = Path(new_dir) if new_dir else root / "analysis"
+    pc = pd.read_csv(tables / "partial_correlations.csv")
+    agree = pd.read_csv(tables / "agreement.csv")
     old_pc = pd.read_csv(Path(old_dir) / "partial_correlations.csv") if old_dir else None
     old_agree = pd.read_csv(Path(old_dir) / "agreement.csv") if old_dir else None
     print(f"## {root}: each testset's item noise, per run\n")
@@ -395,11 +396,12 @@ def main(argv=None) -> None:
     r = sub.add_parser("report", help="Markdown tables of a finished run's item noise and answers")
     r.add_argument("--configfile", required=True)
     r.add_argument("--old", help="the tables `analyse` wrote with the code before issue 44")
+    r.add_argument("--new", help="the tables `analyse` wrote with this code (default: the workflow's own analysis)")
     args = ap.parse_args(argv)
     if args.cmd == "analyse":
         run_analysis(args.configfile, args.out)
     else:
-        report(args.configfile, args.old)
+        report(args.configfile, args.old, args.new)
 
 
 if __name__ == "__main__":

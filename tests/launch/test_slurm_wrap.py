@@ -97,3 +97,17 @@ def test_installed_wrappers_come_first_and_reach_the_real_command(fake, tmp_path
     assert os.environ["PATH"].split(os.pathsep).count(str(bin_dir)) == 1
     res = subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=60)
     assert (res.returncode, res.stdout) == (0, "7|PENDING\n") and fake.calls("squeue") == ["-h"]
+
+
+def test_oodcorrs_own_queries_skip_the_wrappers_and_see_the_controller_away_at_once(fake, tmp_path, monkeypatch):
+    """The run's watcher asks squeue itself: through the wrapper it would wait out the whole outage (CI of
+    2026-12-03: slurmctld away for 30 s, the watcher blocked in a wrapped squeue, the outage never said)."""
+    from oodcorr.launch import slurm_cluster
+
+    fake.answer("squeue", "", rc=1, stderr=GONE)
+    fake.answer("scontrol", DOWN, sub="ping", rc=1)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    slurm_wrap.install(tmp_path / "wrap", "")
+    res = slurm_cluster.run(["squeue", "-h"], timeout=10)
+    assert res is not None and res.returncode != 0 and GONE in res.stderr
+    assert fake.calls("squeue") == ["-h"]  # asked once, not retried by a wrapper

@@ -20,10 +20,13 @@ that turn a cluster setting the run cannot work with into a sentence naming the 
 from __future__ import annotations
 
 import getpass
+import os
 import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+
+from . import slurm_wrap
 
 TIMEOUT_S = 30  # the most a query of the cluster may take
 # the executor's longest pause between two status checks (snakemake_executor_plugin_slurm: max_sleep_time)
@@ -37,9 +40,15 @@ PROFILE = "profiles/slurm/config.yaml"
 
 
 def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
-    """``argv``'s result (text), or None when the command is not installed or did not end in time."""
+    """``argv``'s result (text), or None when the command is not installed or did not end in time. SLURM's
+    own commands, never the executor's wrappers (:mod:`.slurm_wrap`), which wait out a controller that
+    does not answer: the run's watcher, blocked in a wrapped ``squeue`` for the whole of an outage, would
+    never say that it waits for the controller."""
+    env = dict(os.environ, PATH=slurm_wrap.unwrapped_path())
     try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
 

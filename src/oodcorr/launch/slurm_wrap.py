@@ -72,6 +72,13 @@ def _without_wrappers(path: str, bin_dir: Path | None) -> str:
     return os.pathsep.join(keep)
 
 
+def unwrapped_path() -> str:
+    """This process's PATH without the wrappers :func:`install` put first: for oodcorr's own queries of
+    the cluster, which must see a controller that does not answer at once, not wait it out."""
+    folder = os.environ.get(DIR_ENV)
+    return _without_wrappers(os.environ.get("PATH", ""), (Path(folder) / "bin").resolve() if folder else None)
+
+
 def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
     try:
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
