@@ -51,7 +51,7 @@ from datetime import date
 import numpy as np
 from scipy import stats
 
-from oodcorr.analysis.correlate import corr, residual_pair
+from oodcorr.analysis.correlate import POOLING_CAP, corr, fisher_z, residual_pair
 from oodcorr.analysis.inference import assess, corrected_phi, effective_n, lag1, modified_test
 from oodcorr.analysis.pooling import combine
 from oodcorr.analysis.simulate import ar1_series, calibrate
@@ -139,8 +139,8 @@ def sieve(rp, pos, rng, B=499):
     rs = rs[np.isfinite(rs)]
     r = corr(rx, ry, "pearson")
     p = (1 + np.sum(np.abs(rs) >= abs(r) - 1e-12)) / (1 + len(rs))
-    se = float(np.arctanh(np.clip(rs, -0.9999, 0.9999)).std(ddof=1))
-    z = math.atanh(min(max(r, -0.9999), 0.9999))
+    se = float(fisher_z(rs, POOLING_CAP).std(ddof=1))
+    z = float(fisher_z(r, POOLING_CAP))
     return float(p), math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
 
 

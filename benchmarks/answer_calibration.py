@@ -63,11 +63,12 @@ import numpy as np
 from scipy import special, stats
 
 from oodcorr.analysis import multitest
-from oodcorr.analysis.consensus import NEARLY_EVERY, ON_AVERAGE, consensus_batch, verdict
+from oodcorr.analysis.consensus import consensus_batch, verdict
 from oodcorr.analysis.design import Assumptions, Grid, Settings, simulate_runs, studies_of, verdicts_of
 from oodcorr.analysis.inference import ar1_corr
 from oodcorr.analysis.residualise import linear_maker
 from oodcorr.analysis.simulate import run_scores
+from oodcorr.core.answer import NEARLY_EVERY, ON_AVERAGE
 
 SETTINGS = Settings()
 MODELS = (3, 6, 10, 16)

@@ -49,7 +49,7 @@ from oodcorr.analysis.design import (
     Settings,
     curve,
     run_statistics,
-    scenario_rates,
+    simulate_runs,
     studies_of,
     verdict_shares,
     verdicts_of,
@@ -93,6 +93,27 @@ def cases():
 
 
 SEEDS = {"targets": 23, "regimes": 29, "pythia": 31}  # verdict_calibration.py's seeds per section
+
+
+def scenario_rates(
+    grid: Grid, a: Assumptions, rhos, studies: int, seed: int = 0, settings: Settings = Settings()
+) -> dict:
+    """The share of each verdict over ``studies`` simulated studies whose models have the partial
+    correlations ``rhos`` (one per model, e.g. oodcorr.analysis.simulate.scenario's), by the design
+    command's two steps (oodcorr.analysis.design's module doc): what
+    oodcorr.analysis.simulate.verdict_rates measures with the full pipeline. The table's other
+    pairs, if ``grid.pairs`` > 1, are null studies of the same grid."""
+    rhos = [float(r) for r in rhos]
+    if len(rhos) != grid.models:
+        raise ValueError(f"{len(rhos)} correlations for {grid.models} models")
+    runs = simulate_runs(grid, a, rhos, studies, np.random.default_rng([seed, 1]))
+    res = studies_of(runs, settings)
+    null = (
+        studies_of(simulate_runs(grid, a, 0.0, studies, np.random.default_rng([seed, 2])), settings)
+        if grid.pairs > 1
+        else res
+    )
+    return verdict_shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
 
 
 def same_studies(grid: Grid, a: Assumptions, rhos, reps: int, seed: int) -> dict:

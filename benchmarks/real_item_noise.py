@@ -42,7 +42,12 @@ import pandas as pd
 import yaml
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.tables import example_bootstrap_applies, examples_from_predictions, from_scores, write_tables
+
+try:
+    from oodcorr.analysis.results import write_tables
+    from oodcorr.analysis.workflow_scores import example_bootstrap_applies, examples_from_predictions, from_scores
+except ImportError:  # the code before issue 45 (e.g. bfe79fc, which `analyse` above runs) had them in tables
+    from oodcorr.analysis.tables import example_bootstrap_applies, examples_from_predictions, from_scores, write_tables
 from oodcorr.core.defaults import ANALYSIS, filled
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.planning.config import analysis_options

@@ -42,9 +42,10 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.consensus import model_means, simes
+from oodcorr.analysis.agreement_table import run_arrays
+from oodcorr.analysis.consensus import model_means_batch
 from oodcorr.analysis.inference import PHI_MAX
-from oodcorr.analysis.pooling import fisher_z
+from oodcorr.analysis.multitest import simes
 from oodcorr.analysis.simulate import scenario, study_table, verdict_rates
 from oodcorr.core.answer import states_a_sign
 
@@ -78,11 +79,10 @@ def _reversal_variants(table, row, pc) -> dict:
     def bonferroni(p):
         return min(1.0, len(p) * float(p.min()))
 
-    r, se = runs["r"].to_numpy(float), runs["se_z"].to_numpy(float)
-    use = np.isfinite(r) & np.isfinite(se) & (se > 0)
-    _, zm, _, pm, *_ = model_means(
-        fisher_z(r[use]), se[use] ** 2, runs["model"].astype(str).to_numpy()[use], runs["p"].to_numpy(float)[use]
-    )
+    # the model test the agreement reads (one study: this pair's runs, as the agreement table makes them)
+    Z, V, P, mask, _, _ = run_arrays(runs.reset_index(drop=True), np.zeros(len(runs), int), 1)
+    zm, _, pm, *_ = model_means_batch(Z, V, mask, P)
+    zm, pm = zm[0], pm[0]
     pr, pp = pooled["r"].to_numpy(float), pooled["p"].to_numpy(float)
     ps = {
         "hk_bonferroni (as before)": both_sides(pr, pp, bonferroni),

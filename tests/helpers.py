@@ -414,3 +414,111 @@ class FakeSlurm:
     def calls(self, cmd: str) -> list[str]:
         f = self.root / cmd / "calls"
         return f.read_text().splitlines() if f.exists() else []
+
+
+# ---- one study through the analysis' batched functions --------------------------------------
+# oodcorr.analysis.consensus and .predictive work on many studies at once; the tests read one study
+# at a time through these.
+
+
+def one_study(z, v, model, p_run=None):
+    """One study's runs as the batch arrays: (model names in order of first appearance, z, v,
+    p_run, mask), each of shape (1, models, most runs of a model)."""
+    import numpy as np
+
+    z, v, model = np.asarray(z, float), np.asarray(v, float), np.asarray(model)
+    names = list(dict.fromkeys(model.tolist()))
+    groups = [np.flatnonzero(model == m) for m in names]
+    K = max((len(g) for g in groups), default=1)
+    shape = (1, len(names), K)
+    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
+    mask = np.zeros(shape, bool)
+    for i, g in enumerate(groups):
+        Z[0, i, : len(g)], V[0, i, : len(g)], mask[0, i, : len(g)] = z[g], v[g], True
+        if p_run is not None:
+            P[0, i, : len(g)] = np.asarray(p_run, float)[g]
+    return names, Z, V, P, mask
+
+
+def between_runs(z, v, model) -> tuple[float, int, float]:
+    """(tau2_runs, degrees of freedom, q) of one study's runs (consensus.between_runs_batch)."""
+    from oodcorr.analysis.consensus import between_runs_batch
+
+    _, Z, V, _, mask = one_study(z, v, model)
+    t2, df, q = between_runs_batch(Z, V, mask)
+    return float(t2[0]), int(df[0]), float(q[0])
+
+
+def model_means(z, v, model, p_run):
+    """Per model of one study: (names, z_m, V_m, two-sided p of z_m = 0, tau2_runs, df of the runs,
+    q of the runs) (consensus.model_means_batch)."""
+    from oodcorr.analysis.consensus import model_means_batch
+
+    names, Z, V, P, mask = one_study(z, v, model, p_run)
+    zm, Vm, pm, t2, df, q = model_means_batch(Z, V, mask, P)
+    return names, zm[0], Vm[0], pm[0], float(t2[0]), int(df[0]), float(q[0])
+
+
+def consensus(zm, Vm, level: float = 0.95, tau_scale: float | None = None) -> dict:
+    """One study's consensus of its models (one run each): consensus.consensus_batch's keys and
+    consensus.shared_sign_batch's with no runs to scale by."""
+    import numpy as np
+
+    from oodcorr.analysis.consensus import consensus_batch, shared_sign_batch
+    from oodcorr.analysis.predictive import TAU_SCALE
+
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    present = np.ones((1, len(zm)), bool)
+    res = consensus_batch(zm[None], Vm[None], present, level, TAU_SCALE if tau_scale is None else tau_scale)
+    res.update(shared_sign_batch(zm[None], Vm[None], present, np.zeros(1), np.zeros(1, int), level))
+    return {k: float(val[0]) for k, val in res.items()}
+
+
+def tau2_upper(z, v, level: float = 0.95) -> float:
+    """One study's Q-profile upper bound of the between-model variance (predictive.tau2_upper_batch)."""
+    import numpy as np
+
+    from oodcorr.analysis.predictive import tau2_upper_batch
+
+    z, v = np.asarray(z, float), np.asarray(v, float)
+    return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
+
+
+def reversal_p(zm, pm) -> tuple[float, int, int]:
+    """One study's sign-reversal p-value and its two models (consensus.reversal_batch)."""
+    import numpy as np
+
+    from oodcorr.analysis.consensus import reversal_batch
+
+    zm, pm = np.asarray(zm, float), np.asarray(pm, float)
+    p, a, b = reversal_batch(zm[None], pm[None], np.ones((1, len(zm)), bool))
+    return float(p[0]), int(a[0]), int(b[0])
+
+
+def _one(fn, zm, Vm, *args, **kw) -> dict:
+    import numpy as np
+
+    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    res = fn(zm[None], Vm[None], np.ones((1, len(zm)), bool), *args, **kw)
+    return {k: float(val[0]) for k, val in res.items()}
+
+
+def predictive(zm, Vm, level: float = 0.95, tau_scale: float | None = None, within_scales=None) -> dict:
+    """predictive.predictive_batch of one study's models: ``pi_lo``, ``pi_hi``, ``p_predictive``, ``tau``."""
+    from oodcorr.analysis.predictive import TAU_SCALE, WITHIN_SCALES, predictive_batch
+
+    tau_scale = TAU_SCALE if tau_scale is None else tau_scale
+    within_scales = WITHIN_SCALES if within_scales is None else within_scales
+    return _one(predictive_batch, zm, Vm, level, tau_scale, within_scales=within_scales)
+
+
+def tolerance(zm, Vm, level: float = 0.95, scales=None) -> dict:
+    """predictive.tolerance_batch of one study's models (``scales``: the within scale's (draws,
+    weights), two lists)."""
+    import numpy as np
+
+    from oodcorr.analysis.predictive import tolerance_batch
+
+    if scales is not None:
+        scales = tuple(np.asarray(x, float)[None] for x in scales)
+    return _one(tolerance_batch, zm, Vm, level, scales=scales)

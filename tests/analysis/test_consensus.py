@@ -8,19 +8,11 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import VERDICTS, agreement
-from oodcorr.analysis.consensus import (
-    between_runs,
-    consensus,
-    model_means,
-    reversal_p,
-    simes,
-    tau2_upper,
-    verdict_rank,
-    verdict_words,
-)
-from oodcorr.analysis.multitest import bh, holm
-from oodcorr.analysis.predictive import SINGLE_RUN_SCALE, predictive, tolerance
+from oodcorr.analysis import agreement
+from oodcorr.analysis.multitest import bh, holm, simes
+from oodcorr.analysis.predictive import SINGLE_RUN_SCALE
+
+from helpers import between_runs, consensus, model_means, predictive, reversal_p, tau2_upper, tolerance
 
 
 def _runs(spec, pair=("x", "y"), se=0.1):
@@ -247,22 +239,6 @@ def test_fewer_than_two_models_and_no_data():
     assert _verdict(_runs({"a": [np.nan], "b": [np.nan]}))["verdict"] == "no data"
 
 
-def test_every_verdict_is_the_two_facts_in_words_strongest_first():
-    directions = [f"{s} {r}" for r in ("in nearly every model", "on average") for s in ("positive", "negative")]
-    composed = {
-        verdict_words(d, sp) for d in ["", *directions] for sp in ("", "sign reversal", "models differ", "near zero")
-    }
-    # a reversal is said with the average sign only; the sign in nearly every model is not near zero
-    composed -= {verdict_words(d, "sign reversal") for d in directions if "nearly" in d}
-    composed -= {verdict_words(d, "near zero") for d in directions if "nearly" in d}
-    # and the three that say why there is no answer: item noise, too few models, no data
-    assert set(VERDICTS) == composed | {"noise-limited", "fewer than 2 models tested", "no data"}
-    assert len(VERDICTS) == 19 and VERDICTS[0] == "sign reversal" and VERDICTS[-1] == "no data"
-    assert verdict_rank("negative in nearly every model") < verdict_rank("negative on average")
-    assert verdict_rank("negative on average") < verdict_rank("models differ") < verdict_rank("unresolved")
-    assert verdict_rank("a word from elsewhere") == len(VERDICTS)
-
-
 def test_the_corrections_run_across_the_pairs_of_a_table():
     pairs = [("a", "b"), ("a", "c"), ("b", "c")]
     tables = [
@@ -392,7 +368,7 @@ def test_the_workflow_and_the_command_line_give_the_same_agreement_table(tmp_pat
     the same scores written as CSV: the same consensus and verdicts."""
     from oodcorr.analysis import Options, analyse
     from oodcorr.analysis.simulate import scenario, study_table
-    from oodcorr.analysis.tables import from_scores
+    from oodcorr.analysis.workflow_scores import from_scores
     from oodcorr.cli import main
 
     table = study_table(np.random.default_rng(4), scenario("same", 4, 0.5), 2, 15, 0.4, n_ood=3)

@@ -141,3 +141,17 @@ def test_residual_pair_reuses_cached_residuals():
     assert len(cache) == 3  # x, y and the covariates' part (ranks, residual maker) for these rows
     second = residual_pair(x, w, z, cache=cache, names=("x", "w"))
     assert len(cache) == 4 and second["rx"] is first["rx"] and second["Rx"] is first["Ry"]
+
+
+# ---- Fisher's z -------------------------------------------------------------------------------
+
+
+def test_each_fisher_z_cap_bounds_z_where_its_comment_says_and_changes_nothing_below_it():
+    from oodcorr.analysis.correlate import FINITE_CAP, POOLING_CAP, RESAMPLED_CAP, fisher_z
+
+    r = np.array([-0.99, -0.3, 0.0, 0.5, 0.9])
+    for cap, top in ((POOLING_CAP, 4.95), (RESAMPLED_CAP, 10.7), (FINITE_CAP, 17.62)):
+        np.testing.assert_array_equal(fisher_z(r, cap), np.arctanh(r))
+        z = fisher_z([-1.0, 1.0], cap)
+        assert z[1] == -z[0] == pytest.approx(top, abs=0.01)
+    assert POOLING_CAP < RESAMPLED_CAP < FINITE_CAP < 1

@@ -11,10 +11,10 @@ from scipy import integrate, special, stats
 
 from oodcorr.analysis import Options, agreement, analyse, design_pilot
 from oodcorr.analysis import design as dz
-from oodcorr.analysis.consensus import across_models, between_runs, model_means
+from oodcorr.analysis.consensus import across_models
+from oodcorr.analysis.correlate import POOLING_CAP, fisher_z
 from oodcorr.analysis.inference import corrected_phi, corrected_phis
 from oodcorr.analysis.multitest import adjust
-from oodcorr.analysis.pooling import fisher_z
 from oodcorr.analysis.residualise import linear_maker
 from oodcorr.analysis.simulate import observed_rho, run_scores, study_table
 from oodcorr.analysis.simulate_items import item_table
@@ -23,7 +23,7 @@ from oodcorr.launch import budget_work, grid
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
-from helpers import MICRO, REPO
+from helpers import MICRO, REPO, between_runs, model_means
 
 
 # ---- a closed form: iid residuals ------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_white_noise_attenuates_the_correlation_as_observed_rho_says():
     # item noise, persistent and in the in-domain set too: tests/analysis/test_design_items.py)
     assert float(observed_rho(0.6, 0.02, 0.02)) == pytest.approx(0.3)
     st = dz.run_statistics(run_scores(np.random.default_rng(5), np.full(3000, 0.6), 41, 0.0, sampling_sd=0.02))
-    assert math.tanh(float(np.mean(fisher_z(st["r"])))) == pytest.approx(0.3, abs=0.03)
+    assert math.tanh(float(np.mean(fisher_z(st["r"], POOLING_CAP)))) == pytest.approx(0.3, abs=0.03)
 
 
 def test_a_curve_is_reproducible_and_rises_with_the_effect():

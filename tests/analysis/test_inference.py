@@ -2,6 +2,7 @@
 calibration on simulated learning-curve runs (the full study: benchmarks/analysis_coverage.py)."""
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -223,3 +224,15 @@ def test_a_cell_with_too_little_information_says_so_and_its_interval_is_wide():
     assert "too little independent information, so the interval is wide" in smooth["note"]
     assert smooth["ci_low"] < 0 and smooth["conclusion"] == "unresolved" and not smooth["significant"]
     assert rough["note"] == "" and rough["n_eff"] > 8
+
+
+def test_a_perfect_r_keeps_a_finite_interval_and_a_critical_value_of_one_gives_minus_one_to_one():
+    # 3 units leave the residuals one dimension, so |r| = 1 happens: z is capped (FINITE_CAP), not infinite
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p, lo, hi, se = modified_tests("pearson", [1.0, -1.0], [5.0, 5.0], 0.95)
+        kp, klo, khi, kse = modified_tests("kendall", [1.0, 0.3], [1.5, 2.0], 0.95)
+    assert (p == 0).all() and np.isfinite(se).all() and (se > 0).all()
+    assert 1 - 1e-12 < lo[0] <= hi[0] <= 1 and -1 <= lo[1] <= hi[1] < -1 + 1e-12
+    # Kendall at n_eff 1.5 and 2: the critical tau is 1, so the interval is all of [-1, 1]
+    assert (klo == -1).all() and (khi == 1).all() and np.isinf(kse).all() and (kp > 0.5).all()

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from oodcorr.analysis.lmeval import compile_pattern, read_folder
+from oodcorr.analysis.lmeval import read_folder
 from oodcorr.analysis.lmeval_files import MAX_RESULTS_BYTES, list_files
+from oodcorr.analysis.lmeval_identity import compile_pattern
 from oodcorr.core.errors import DataError
 
 from faults import PYTHON, as_nobody, python_env

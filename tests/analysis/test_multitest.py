@@ -25,3 +25,24 @@ def test_holm_and_bh_match_statsmodels_and_skip_nans():
     # a hand-computed example: Holm (0.01, 0.04, 0.03) -> (0.03, 0.06, 0.06); BH -> (0.03, 0.04, 0.04)
     assert np.allclose(holm([0.01, 0.04, 0.03]), [0.03, 0.06, 0.06])
     assert np.allclose(bh([0.01, 0.04, 0.03]), [0.03, 0.04, 0.04])
+
+
+def test_simes_is_the_smallest_bh_adjusted_p_of_each_family_and_skips_nans():
+    from statsmodels.stats.multitest import multipletests
+
+    from oodcorr.analysis.multitest import simes
+
+    rng = np.random.default_rng(7)
+    families = rng.uniform(0, 0.2, (40, 6)) ** 2
+    families[::3, 4:] = np.nan  # families of 4 tests beside families of 6
+    families[5] = np.nan  # and one without a test
+    got = simes(families)
+    for row, value in zip(families, got):
+        p = row[np.isfinite(row)]
+        if not len(p):
+            assert math.isnan(value)
+            continue
+        by_hand = min(1.0, min(len(p) * q / j for j, q in enumerate(np.sort(p), start=1)))
+        assert value == pytest.approx(by_hand, rel=1e-12)
+        assert value == pytest.approx(multipletests(p, method="fdr_bh")[1].min(), rel=1e-12)
+    assert simes(families[0]) == got[0]  # one family as a 1-D array

@@ -16,7 +16,8 @@ from oodcorr.analysis import (
     partial_corr,
 )
 from oodcorr.analysis.simulate import ar1_series
-from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
+from oodcorr.analysis.tables import from_long, from_wide, read_table
+from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
 FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, agreement, analyse, combine, fisher_mean, pool_runs
-from oodcorr.analysis.pooling import tau2_paule_mandel
+from oodcorr.analysis.pooling import solve_tau2
 from oodcorr.analysis.simulate import ar1_series
 
 
@@ -60,6 +60,49 @@ def test_random_effects_combination_by_hand():
     assert got["q"] == pytest.approx(q) and got["i2"] == pytest.approx((q - 3) / q)
 
 
+def test_the_batched_meta_analysis_equals_statsmodels_combine_effects():
+    """random_effects_batch against statsmodels' combine_effects on sets of 3 to 12 estimates
+    (some heterogeneous, some not): Paule-Mandel tau^2, the random-effects mean, Cochran's Q and
+    I^2 (ours truncated at 0), and the Hartung-Knapp(-Sidik-Jonkman) standard error. The interval's
+    floor at the normal random-effects interval, and the p-value of the same rule, are ours
+    (statsmodels gives both intervals; we report the wider): checked here against its two."""
+    from statsmodels.stats.meta_analysis import combine_effects
+
+    from oodcorr.analysis.pooling import random_effects_batch
+
+    rng = np.random.default_rng(12)
+    sets = 60
+    k = rng.integers(3, 13, sets)
+    mask = np.arange(12)[None, :] < k[:, None]
+    v = rng.uniform(0.005, 0.2, (sets, 12))
+    spread = np.where(np.arange(sets) % 3 == 0, 0.0, rng.uniform(0.05, 0.6, sets))  # a third homogeneous
+    z = rng.normal(rng.normal(0, 0.5, sets)[:, None], np.sqrt(v + spread[:, None] ** 2))
+    got = random_effects_batch(np.where(mask, z, np.nan), v, mask, level=0.95)
+    floors = positive = 0
+    for i in range(sets):
+        e, var = z[i, : k[i]], v[i, : k[i]]
+        # statsmodels' Paule-Mandel iteration stops where |Q - (k - 1)| <= 1e-5 (its default; a much
+        # smaller atol lets rounding take Q a hair below k - 1 first, which it reads as tau^2 = 0), so
+        # its tau^2 is within 1e-5 / |dQ / dtau^2| of the root, and what depends on tau^2 within 1e-5
+        sm = combine_effects(e, var, method_re="pm")
+        positive += sm.tau2 > 0
+        w = 1 / (var + sm.tau2)
+        slope = (w * w * (e - (w * e).sum() / w.sum()) ** 2).sum()
+        assert abs(got["tau2"][i] - sm.tau2) <= 1e-5 / slope
+        assert got["z"][i] == pytest.approx(sm.mean_effect_re, rel=1e-5, abs=1e-8)
+        assert got["q"][i] == pytest.approx(sm.q, rel=1e-12)
+        assert got["i2"][i] == pytest.approx(max(0.0, sm.i2), rel=1e-12, abs=1e-12)
+        hk = stats.t.ppf(0.975, k[i] - 1) * sm.sd_eff_w_re_hksj  # statsmodels' Hartung-Knapp half-width
+        normal = stats.norm.ppf(0.975) * sm.sd_eff_w_re  # ... and the normal random-effects one
+        half = (got["hi"][i] - got["lo"][i]) / 2
+        assert half == pytest.approx(max(hk, normal), rel=1e-5)
+        floors += normal > hk
+        p_hk = 2 * stats.t.sf(abs(sm.mean_effect_re) / sm.sd_eff_w_re_hksj, k[i] - 1)
+        p_normal = 2 * stats.norm.sf(abs(sm.mean_effect_re) / sm.sd_eff_w_re)
+        assert got["p"][i] == pytest.approx(max(p_hk, p_normal), rel=1e-4)
+    assert 0 < floors < sets and 0 < positive < sets  # both sides of the floor, and of tau^2 = 0, were checked
+
+
 def test_runs_that_agree_by_chance_cannot_shrink_the_interval():
     # three runs with the same z: the Hartung-Knapp variance is 0, so the interval falls back
     # to the normal random-effects one (here the fixed-effect one, tau^2 = 0), never narrower
@@ -67,7 +110,8 @@ def test_runs_that_agree_by_chance_cannot_shrink_the_interval():
     se = math.sqrt(0.05 / 3)
     assert got["tau2"] == 0 and (got["lo"], got["hi"]) == pytest.approx((0.3 - 1.96 * se, 0.3 + 1.96 * se), abs=1e-3)
     assert got["p"] == pytest.approx(2 * stats.norm.sf(0.3 / se))
-    assert tau2_paule_mandel(np.array([0.1, 0.5]), np.array([0.001, 0.001])) > 0.05
+    # two runs far apart with tiny within variances: Paule-Mandel puts the spread between them
+    assert solve_tau2(np.array([[[0.1, 0.5]]]), np.full((1, 1, 2), 0.001), np.ones((1, 1, 2), bool), 1)[0] > 0.05
 
 
 def test_two_near_identical_runs_do_not_produce_a_significant_pooled_cell():

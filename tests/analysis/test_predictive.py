@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from oodcorr.analysis.consensus import consensus
 from oodcorr.analysis.predictive import (
     _side_mass,
-    predictive,
     predictive_batch,
     tau_confidence_batch,
-    tolerance,
     tolerance_batch,
     within_scale_draws,
 )
+
+from helpers import consensus, predictive, tolerance
 
 
 def _quad_cdf(x, zm, Vm, scale, lams=(1.0,)):

@@ -10,7 +10,8 @@ import re
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import from_long, from_scores, from_wide, read_table
+from oodcorr.analysis.tables import from_long, from_wide, read_table
+from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
 

@@ -1,5 +1,5 @@
-"""The answer in one sentence per in-domain set (oodcorr.core.answer): the console's last lines and the
-report's landing text count the pairs per verdict of agreement.csv."""
+"""The answer in one sentence per in-domain set and the ladder's words (oodcorr.core.answer): the
+console's last lines and the report's landing text count the pairs per verdict of agreement.csv."""
 
 from __future__ import annotations
 
@@ -7,15 +7,16 @@ import math
 
 import pytest
 
-from oodcorr.analysis.consensus import VERDICTS
 from oodcorr.core.answer import (
+    VERDICTS,
     about,
     answer_lines,
     reliabilities,
     reliability_line,
     states_a_sign,
     tallies,
-    verdict_order,
+    verdict_rank,
+    verdict_words,
 )
 
 
@@ -36,8 +37,23 @@ def _rows(verdicts, n_models, dom="mnli", method="pearson", res="linear"):
     ]
 
 
-def test_the_ladder_order_is_the_analysis_one():
-    assert sorted(VERDICTS, key=verdict_order) == list(VERDICTS)
+def test_every_verdict_is_the_two_facts_in_words_strongest_first():
+    directions = [f"{s} {r}" for r in ("in nearly every model", "on average") for s in ("positive", "negative")]
+    composed = {
+        verdict_words(d, sp) for d in ["", *directions] for sp in ("", "sign reversal", "models differ", "near zero")
+    }
+    # a reversal is said with the average sign only; the sign in nearly every model is not near zero
+    composed -= {verdict_words(d, "sign reversal") for d in directions if "nearly" in d}
+    composed -= {verdict_words(d, "near zero") for d in directions if "nearly" in d}
+    # and the three that say why there is no answer: item noise, too few models, no data
+    assert set(VERDICTS) == composed | {"noise-limited", "fewer than 2 models tested", "no data"}
+    assert len(VERDICTS) == 19 and VERDICTS[0] == "sign reversal" and VERDICTS[-1] == "no data"
+    assert verdict_rank("negative in nearly every model") < verdict_rank("negative on average")
+    assert verdict_rank("negative on average") < verdict_rank("models differ") < verdict_rank("unresolved")
+    assert verdict_rank("a word from elsewhere") == len(VERDICTS)
+
+
+def test_the_verdicts_that_state_a_sign():
     signed = [v for v in VERDICTS if states_a_sign(v)]
     assert len(signed) == 12 and all(("positive" in v) != ("negative" in v) for v in signed)
     assert not any(states_a_sign(v) for v in ("sign reversal", "models differ", "agree near zero", "unresolved"))

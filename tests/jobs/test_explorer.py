@@ -24,8 +24,8 @@ import pytest
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
-from oodcorr.analysis.consensus import VERDICTS
-from oodcorr.analysis.tables import write_tables
+from oodcorr.analysis.results import write_tables
+from oodcorr.core.answer import VERDICTS
 from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
 
 from helpers import measured_study

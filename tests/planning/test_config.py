@@ -554,7 +554,7 @@ def test_allowed_values_are_the_ones_the_code_knows():
     from oodcorr.analysis.pooling import TWO_RUNS
     from oodcorr.analysis.resample import INTERVALS
     from oodcorr.analysis.residualise import RESIDUALISERS
-    from oodcorr.analysis.tables import NOT_ACCURACY
+    from oodcorr.analysis.workflow_scores import NOT_ACCURACY
     from oodcorr.core.defaults import RESOURCES
     from oodcorr.jobs.data import FORMATS
     from oodcorr.jobs.finetune import LOSSES

@@ -13,9 +13,11 @@ cell), :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-
 meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, heterogeneity,
 sign reversal, the verdict), :mod:`.predictive` (where a further model is expected: the prediction
 interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading long/wide tables,
-summary rows; the range a metric's scores lie in: :mod:`.score_ranges`), :mod:`.lmeval` (reading a
+summary rows; the range a metric's scores lie in: :mod:`.score_ranges`; the workflow's scores table:
+:mod:`.workflow_scores`; the results written and summarised: :mod:`.results`), :mod:`.lmeval` (reading a
 folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
-and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),
+which model, run and step each is, :mod:`.lmeval_identity`, and their per-sample logs:
+:mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),
 :mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one run's cells;
 their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
@@ -28,13 +30,13 @@ defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, 
 Markdown, and its table of the items each testset needs).
 """
 
+from ..core.answer import VERDICTS
 from .agreement_table import AGREEMENT_COLUMNS, agreement
-from .consensus import VERDICTS
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
 from .options import Options
-from .pipeline import CANON, COLUMNS, CONCLUSIONS, analyse
+from .pipeline import CANON, COLUMNS, analyse
 from .pooling import combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
@@ -44,7 +46,6 @@ __all__ = [
     "AGREEMENT_COLUMNS",
     "CANON",
     "COLUMNS",
-    "CONCLUSIONS",
     "INFERENCES",
     "METHODS",
     "RESIDUALISERS",

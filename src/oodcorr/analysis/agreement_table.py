@@ -17,10 +17,11 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.answer import NOISE_LIMITED_VERDICT, verdict_words
 from . import measured_answer as measured
 from . import multitest
-from .consensus import NOISE_LIMITED_VERDICT, across_models, rungs, verdict, verdict_words
-from .pooling import fisher_z
+from .consensus import across_models, rungs, verdict
+from .correlate import POOLING_CAP, fisher_z
 from .residualise import parse
 
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
@@ -144,7 +145,7 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
     }
 
 
-def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
+def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
     """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair:
     (z, v, p_run, mask) of shape (pairs, models, runs), each pair's models in order of their first
     run, with the names in that order per pair, and the models each pair left out for lack of an
@@ -172,7 +173,7 @@ def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str =
     Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
     mask = np.zeros(shape, bool)
     gi = group[rows]
-    Z[gi, m_idx, k_idx] = fisher_z(r[rows])
+    Z[gi, m_idx, k_idx] = fisher_z(r[rows], POOLING_CAP)
     V[gi, m_idx, k_idx] = se[rows] ** 2
     mask[gi, m_idx, k_idx] = True
     if "p" + sfx in runs:
@@ -356,11 +357,11 @@ def agreement(
     regime = measured.pair_regimes(runs, run_group, n_groups)
     rel = measured.attenuation(pooled, group, n_groups, level)
     band = near_zero * rel["band"]
-    Z, V, P, mask, names, left = _run_arrays(runs, run_group, n_groups)
+    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups)
     obs = _consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups)
     eiv = None
     if (regime != "unknown").any():
-        Z, V, P, mask, names_e, left_e = _run_arrays(runs, run_group, n_groups, "_eiv")
+        Z, V, P, mask, names_e, left_e = run_arrays(runs, run_group, n_groups, "_eiv")
         eiv = _consensus_columns(across_models(Z, V, mask, P, level, band), names_e, left_e, n_groups)
     for k, val in _merge(obs, eiv, regime).items():
         df[k] = val

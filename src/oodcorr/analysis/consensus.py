@@ -59,7 +59,7 @@ Every p-value above is corrected across the pairs of one table (one in-domain se
 method and residualiser) with ``correction`` (Benjamini-Hochberg by default: the expected share
 of false statements among those made, each statement separately; Holm: the chance of any). The
 answer is **the strongest statement whose corrected p-value is below alpha**, as two facts
-(:func:`rungs`) joined into the verdict (:func:`verdict_words`):
+(:func:`rungs`) joined into the verdict (:func:`oodcorr.core.answer.verdict_words`):
 
 * the direction: ``<sign> in nearly every model`` (``p_generalises_adj``, M >= 3), else
   ``<sign> on average`` (``p_mean_adj``, M >= 2), else none;
@@ -71,7 +71,8 @@ answer is **the strongest statement whose corrected p-value is below alpha**, as
 So ``negative in nearly every model``, ``positive on average, models differ``, ``sign reversal,
 negative on average``, ``models differ``, ``agree near zero`` (no sign, near zero), ``unresolved``
 (neither fact), ``fewer than 2 models tested`` and ``no data``: every verdict is in
-:data:`VERDICTS`, strongest first. A sign is named exactly where a statement has one.
+:data:`oodcorr.core.answer.VERDICTS`, strongest first (the ladder's words live there, each once). A sign
+is named exactly where a statement has one.
 
 What this assumes: the models' estimates are independent of each other (they share testsets, but
 not runs or checkpoints; a model listed twice under two names breaks it), the Fisher z values are
@@ -89,8 +90,9 @@ import math
 import numpy as np
 from scipy import stats
 
-from ..core.answer import verdict_order
-from .pooling import _q_and_slope, random_effects_batch, solve_tau2
+from ..core.answer import NEARLY_EVERY, ON_AVERAGE, verdict_words
+from . import multitest
+from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
     TOL_POINTS,
@@ -102,52 +104,11 @@ from .predictive import (
     within_scale_draws,
 )
 
-# the ladder: what a pair's answer can say about the sign (``direction``) and about how the models
-# differ (``spread``), each strongest first; the verdict joins the two (:func:`verdict_words`)
-SIGNS = ("positive", "negative")
-NEARLY_EVERY = "in nearly every model"
-ON_AVERAGE = "on average"
-SPREADS = ("sign reversal", "models differ", "near zero")
-# a pair the data cannot resolve because a testset's series is mostly item noise (.measured_answer)
-NOISE_LIMITED_VERDICT = "noise-limited"
-NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
-
-
-def verdict_words(direction: str, spread: str) -> str:
-    """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
-    "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
-    ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
-    if direction and spread:
-        return f"{spread}, {direction}" if spread == "sign reversal" else f"{direction}, {spread}"
-    if direction:
-        return direction
-    return {"near zero": "agree near zero", "": "unresolved"}.get(spread, spread)
-
-
-def _all_verdicts() -> tuple[str, ...]:
-    out = [verdict_words(f"{s} {ON_AVERAGE}", "sign reversal") for s in SIGNS] + ["sign reversal"]
-    for rung in (NEARLY_EVERY, ON_AVERAGE):
-        for spread in ("models differ", "near zero", ""):
-            if rung == NEARLY_EVERY and spread == "near zero":
-                continue
-            out += [verdict_words(f"{s} {rung}", spread) for s in SIGNS]
-    return tuple(sorted(out + ["models differ", "agree near zero", *NO_ANSWER], key=verdict_order))
-
-
-VERDICTS = _all_verdicts()  # every verdict, strongest first (core.answer.verdict_order)
-
-
-def verdict_rank(word: str) -> int:
-    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
-    return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
-
-
 # ---- the two-level model -------------------------------------------------------------------
 # Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
 # a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
-# the models present. :func:`agreement` calls them with one study per row of its table; the design
-# command (:mod:`.design`) with thousands of simulated studies. The functions named without
-# ``_batch`` are the same rules on one study, as plain arrays.
+# the models present. :func:`.agreement_table.agreement` calls them with one study per row of its
+# table; the design command (:mod:`.design`) with thousands of simulated studies.
 
 
 def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,7 +120,7 @@ def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
     v = np.where(mask, v, 1.0)
-    q0, _ = _q_and_slope(z, v, mask, np.zeros(len(df)))
+    q0, _ = generalised_q(z, v, mask, np.zeros(len(df)))
     t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
@@ -190,21 +151,23 @@ def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
 
 
 def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
-    """:func:`heterogeneity` per study (models where ``present``; NaN for fewer than 2)."""
+    """Do the models differ by more than their runs and checkpoints explain? Per study (models where
+    ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
+    M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
+    (``p_heterogeneity``). Where the between-run variance was estimated (``df_runs`` > 0), ``V_m``
+    carries that estimate's uncertainty, so Q per degree of freedom is compared with the runs' own
+    (``q_runs``, at least 1) on an F distribution with (M - 1, df_runs) degrees of freedom, as a
+    one-way analysis of variance would."""
     present = np.asarray(present, dtype=bool)
     M = present.sum(-1)
     dfm = np.maximum(M - 1, 1)
-    w = np.where(present, 1 / np.where(present, Vm, 1.0), 0.0)
-    zz = np.where(present, zm, 0.0)
+    q, i2 = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = (w * zz).sum(-1) / w.sum(-1)
-        q = (w * np.where(present, zz - mean[:, None], 0.0) ** 2).sum(-1)
         p = np.where(
             df_runs > 0,
             stats.f.sf(q / dfm / np.fmax(q_runs, 1.0), dfm, np.maximum(df_runs, 1)),
             stats.chi2.sf(q, dfm),
         )
-        i2 = np.where(q > 0, np.maximum(0.0, (q - dfm) / np.where(q > 0, q, 1.0)), 0.0)
     ok = M >= 2
     nan = np.nan
     return {
@@ -216,8 +179,10 @@ def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
-    """:func:`consensus` per study (models where ``present``): arrays ``z, lo, hi, p, tau2, se``
-    (the random-effects mean, its interval and p-value), ``pi_lo, pi_hi`` (the prediction interval:
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study (models where
+    ``present``): arrays ``z, lo, hi, p, tau2, se`` (the random-effects mean, its interval on the z
+    scale, its p-value, the between-model variance and the interval's half-width over the normal
+    quantile), ``pi_lo, pi_hi`` (the prediction interval:
     :func:`.predictive.predictive_batch`'s, half-normal prior of scale ``tau_scale`` on the
     between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`; NaN with
     ``intervals=False``, which no verdict reads) and ``pi_scale`` (that scale)."""
@@ -286,23 +251,16 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     return out
 
 
-def simes_batch(p, present) -> np.ndarray:
-    """:func:`simes` per row of ``p`` over the entries where ``present`` (NaN for none)."""
-    present = np.asarray(present, dtype=bool)
-    q = np.sort(np.where(present, p, np.inf), axis=-1)
-    m = present.sum(-1, keepdims=True)
-    j = np.arange(1, q.shape[-1] + 1)
-    with np.errstate(invalid="ignore"):
-        comb = np.where(j <= m, m * q / j, np.inf).min(-1)
-    return np.where(m[..., 0] > 0, np.minimum(1.0, comb), np.nan)
-
-
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`reversal_p` per study: (p, index of the most positive model, of the most negative)."""
+    """Per study: (the p-value of "some model's correlation is positive and some model's negative", the
+    index of the most positive model, of the most negative): each side is Simes' combination of the
+    models' one-sided p-values (:func:`.multitest.simes`), and the larger side is the p-value."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos
-    p = np.maximum(simes_batch(one_pos, present), simes_batch(one_neg, present))
+    p = np.maximum(
+        multitest.simes(np.where(present, one_pos, np.nan)), multitest.simes(np.where(present, one_neg, np.nan))
+    )
     a = np.argmin(np.where(present, one_pos, np.inf), axis=-1)
     b = np.argmin(np.where(present, one_neg, np.inf), axis=-1)
     return p, a, b
@@ -351,89 +309,6 @@ def across_models(
     return out
 
 
-def _one_study(z, v, model, p_run=None):
-    """One study's runs as the batch arrays: (model names in order of first appearance, z, v,
-    p_run, mask), each of shape (1, models, most runs of a model)."""
-    model = np.asarray(model)
-    names = list(dict.fromkeys(model.tolist()))
-    groups = [np.flatnonzero(model == m) for m in names]
-    K = max((len(g) for g in groups), default=1)
-    shape = (1, len(names), K)
-    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
-    mask = np.zeros(shape, bool)
-    for i, g in enumerate(groups):
-        Z[0, i, : len(g)], V[0, i, : len(g)], mask[0, i, : len(g)] = z[g], v[g], True
-        if p_run is not None:
-            P[0, i, : len(g)] = p_run[g]
-    return names, Z, V, P, mask
-
-
-def between_runs(z: np.ndarray, v: np.ndarray, model: np.ndarray) -> tuple[float, int, float]:
-    """(tau2_runs, degrees of freedom, q) of one study's runs (:func:`between_runs_batch`)."""
-    _, Z, V, _, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model)
-    t2, df, q = between_runs_batch(Z, V, mask)
-    return float(t2[0]), int(df[0]), float(q[0])
-
-
-def model_means(
-    z: np.ndarray, v: np.ndarray, model: np.ndarray, p_run: np.ndarray
-) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, float, int, float]:
-    """Per model: (names, z_m, V_m, two-sided p of z_m = 0, tau2_runs, df of the runs, q of the runs).
-
-    ``p_run`` is each run's own p-value, kept for a model with one run when the table's
-    models have no between-run variance to share (every model one run)."""
-    names, Z, V, P, mask = _one_study(np.asarray(z, float), np.asarray(v, float), model, np.asarray(p_run, float))
-    zm, Vm, pm, t2, df, q = model_means_batch(Z, V, mask, P)
-    return names, zm[0], Vm[0], pm[0], float(t2[0]), int(df[0]), float(q[0])
-
-
-def heterogeneity(zm: np.ndarray, Vm: np.ndarray, df_runs: int, q_runs: float) -> dict:
-    """Do the models differ by more than their runs and checkpoints explain? Cochran's Q of the
-    models' ``z_m`` with variances ``V_m`` on M - 1 degrees of freedom. Where the between-run
-    variance was estimated (``df_runs`` > 0), ``V_m`` carries that estimate's uncertainty, so Q per
-    degree of freedom is compared with the runs' own (``q_runs``, at least 1) on an F distribution
-    with (M - 1, df_runs) degrees of freedom, as a one-way analysis of variance would."""
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    res = heterogeneity_batch(zm[None], Vm[None], np.ones((1, len(zm)), bool), np.array([df_runs]), np.array([q_runs]))
-    out = {k: float(val[0]) for k, val in res.items()}
-    out["df_models"] = len(zm) - 1
-    return out
-
-
-def consensus(zm: np.ndarray, Vm: np.ndarray, level: float = 0.95, tau_scale: float = TAU_SCALE) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``, one run each): ``z``,
-    its interval ``lo``, ``hi`` (z scale) and p-value ``p``, ``tau2``, ``se`` (the interval's
-    half-width over the normal quantile), the prediction interval ``pi_lo``, ``pi_hi`` and the
-    shared sign's statements (:func:`shared_sign_batch` with no runs to scale by: ``tol_lo``,
-    ``tol_hi``, ``p_generalises``, ``share_low``, ...); NaN below 3 models where they need 3."""
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    present = np.ones((1, len(zm)), bool)
-    res = consensus_batch(zm[None], Vm[None], present, level, tau_scale)
-    res.update(shared_sign_batch(zm[None], Vm[None], present, np.zeros(1), np.zeros(1, int), level))
-    return {k: float(val[0]) for k, val in res.items()}
-
-
-def tau2_upper(z: np.ndarray, v: np.ndarray, level: float = 0.95) -> float:
-    """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007):
-    the largest tau2 at which the generalised Q is still at least the lower (1 - level) / 2
-    quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it already at 0."""
-    z, v = np.asarray(z, float), np.asarray(v, float)
-    return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
-
-
-def simes(p: np.ndarray) -> float:
-    """Simes' combination of independent p-values: min over j of M p_(j) / j."""
-    p = np.asarray(p, dtype=float)
-    return float(simes_batch(p[None], np.ones((1, len(p)), bool))[0])
-
-
-def reversal_p(zm: np.ndarray, pm: np.ndarray) -> tuple[float, int, int]:
-    """(p of "some model positive and some negative", the most positive model, the most negative)."""
-    zm, pm = np.asarray(zm, float), np.asarray(pm, float)
-    p, a, b = reversal_batch(zm[None], pm[None], np.ones((1, len(zm)), bool))
-    return float(p[0]), int(a[0]), int(b[0])
-
-
 # ---- the ladder's words ---------------------------------------------------------------------
 def _sign_word(x: float) -> str:
     return "negative" if x < 0 else "positive"
@@ -475,7 +350,7 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
 
 def verdict(row: dict, alpha: float) -> str:
     """The strongest statement the pair's corrected p-values allow (the module doc's ladder):
-    :func:`rungs`' two facts in words (:func:`verdict_words`)."""
+    :func:`rungs`' two facts in words (:func:`oodcorr.core.answer.verdict_words`)."""
     if row["n_finite"] == 0:
         return "no data"
     if row["n_models_consensus"] < 2:

@@ -25,6 +25,23 @@ from .residualise import Degenerate, GamSettings, Spec, linear, linear_maker, pa
 
 METHODS = ("pearson", "spearman", "kendall")
 
+# Fisher's z = atanh(r) is infinite at |r| = 1; each use caps |r| first, at one of these, by purpose:
+# a statistical cap: z at most 4.95, so one perfect r from a short run cannot dominate a mean (of runs,
+# of models, of the measurement's splits; the design's simulated studies read it too)
+POOLING_CAP = 0.9999
+# numerical guards, which change nothing below them: a resampled |r| of 1 (very short series) counts
+# as z = 10.7 in the resamples' spread (the bootstrap's intervals) ...
+RESAMPLED_CAP = 1 - 1e-9
+# ... and a cell's own |r| of 1 (3 units leave the residuals one dimension) keeps a finite z (17.62)
+# for the modified t-test's interval
+FINITE_CAP = 1 - 1e-15
+
+
+def fisher_z(r, cap: float) -> np.ndarray:
+    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` first: one of
+    :data:`POOLING_CAP`, :data:`RESAMPLED_CAP`, :data:`FINITE_CAP`, each named by what it is for."""
+    return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
+
 
 def check_method(method: str) -> str:
     if method not in METHODS:

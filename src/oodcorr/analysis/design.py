@@ -62,10 +62,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS
 from . import multitest
-from .consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS, across_models, verdict
+from .consensus import across_models, verdict
+from .correlate import POOLING_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
-from .pooling import fisher_z
 from .run_batch import run_statistics
 from .simulate import run_scores
 
@@ -176,7 +177,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
     sign = np.ones(M)
     if flip_half:
         sign[M // 2 :] = -1.0
-    z = fisher_z(r) * sign[None, :, None]
+    z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
     ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
     res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
     res["n_finite"] = np.isfinite(r).any(-1).sum(-1)
@@ -371,27 +372,6 @@ def curve(
         wrong.append(found["wrong_sign"])
         near.append(found["near zero"])
     return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
-
-
-def scenario_rates(
-    grid: Grid, a: Assumptions, rhos, studies: int, seed: int = 0, settings: Settings = Settings()
-) -> dict:
-    """The share of each verdict over ``studies`` simulated studies whose models have the partial
-    correlations ``rhos`` (one per model, e.g. :func:`.simulate.scenario`'s), by the two steps of
-    the module doc: what :func:`.simulate.verdict_rates` measures with the full pipeline (the
-    design's agreement check, benchmarks/design_agreement.py). The table's other pairs, if
-    ``grid.pairs`` > 1, are null studies of the same grid."""
-    rhos = [float(r) for r in rhos]
-    if len(rhos) != grid.models:
-        raise ValueError(f"{len(rhos)} correlations for {grid.models} models")
-    runs = simulate_runs(grid, a, rhos, studies, np.random.default_rng([seed, 1]))
-    res = studies_of(runs, settings)
-    null = (
-        studies_of(simulate_runs(grid, a, 0.0, studies, np.random.default_rng([seed, 2])), settings)
-        if grid.pairs > 1
-        else res
-    )
-    return verdict_shares(verdicts_of(res, null, grid, a, settings, np.random.default_rng([seed, 3])))
 
 
 # ---- many curves, in processes -----------------------------------------------------------------

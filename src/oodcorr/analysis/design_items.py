@@ -38,8 +38,8 @@ import numpy as np
 from scipy import stats
 
 from .consensus import across_models
+from .correlate import POOLING_CAP, fisher_z
 from .measurement import NOISE_LIMITED
-from .pooling import fisher_z
 from .run_batch import measured_statistics, run_statistics
 from .simulate_items import disagreement, item_noise_covariance
 
@@ -231,7 +231,7 @@ def measured_studies(
 
     def ladder(rr, se, p, sel):
         ok = usable(rr, se)[sel]
-        z = fisher_z(rr[sel]) * sign[None, :, None]
+        z = fisher_z(rr[sel], POOLING_CAP) * sign[None, :, None]
         return across_models(z, np.where(ok, se[sel] ** 2, 1.0), ok, p[sel], level, band[sel], intervals=intervals)
 
     fin = np.isfinite(r)

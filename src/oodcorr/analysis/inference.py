@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from .correlate import corr
+from .correlate import FINITE_CAP, corr, fisher_z
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci
 
 PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
@@ -238,9 +238,9 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
             p = np.where(np.abs(rr) >= 1, 0.0, 2 * stats.t.sf(t, d))
             tc = stats.t.ppf(q, d)
             c = tc / np.sqrt(d + tc * tc)
-        h = np.arctanh(np.minimum(c, 1 - 1e-16))
-        z = np.arctanh(np.clip(r, -1 + 1e-15, 1 - 1e-15))
-        full = c >= 1
+        full = c >= 1  # the interval is [-1, 1]: its half-width below is replaced
+        h = np.arctanh(np.where(full, 0.0, c))
+        z = fisher_z(r, FINITE_CAP)
         lo = np.where(full, -1.0, np.tanh(z - h))
         hi = np.where(full, 1.0, np.tanh(z + h))
         se = np.where(full, np.inf, h / stats.norm.ppf(q))

@@ -15,7 +15,7 @@ folder (searched recursively) and returns one score per model x run x step x tas
   the metrics that task has.
 * **model, run and step**: from ``model_args`` (``pretrained``; ``revision`` such as ``step1000``,
   ``global_step1000`` or ``1000``, else a ``pretrained`` path ending in ``checkpoint-1000`` /
-  ``step1000``), or from a **path pattern** (:func:`compile_pattern`) whose ``{model}``, ``{run}``
+  ``step1000``), or from a **path pattern** (:func:`.lmeval_identity.compile_pattern`) whose ``{model}``, ``{run}``
   and ``{step}`` are read from each file's path below the folder. What the pattern names wins
   for model and run (labels); a step named by both must agree. Runs (seeds) come only from the
   pattern's ``{run}``: without it each model is one run.
@@ -55,24 +55,21 @@ import pandas as pd
 
 from ..core.errors import DataError
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
+from .lmeval_identity import compile_pattern, identity, parse_model_args
 from .lmeval_samples import read_samples
-from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
-from .tables import is_item_share
+from .score_ranges import LMEVAL_SHARES_ONLY, is_item_share, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
 
-PLACEHOLDERS = ("model", "run", "step")
-SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
-STEP_REVISION = re.compile(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", re.IGNORECASE)
-STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IGNORECASE)
 
 
 @dataclass
 class LmEvalResults:
-    """What :func:`read_folder` read: ``scores`` (:data:`SCORE_COLUMNS`), ``examples`` (model, run,
-    unit, testset, example, correct; None without samples files), the files read and their digest,
-    and ``groups``: every group the files name with its subtasks (their union over the files)."""
+    """What :func:`read_folder` read: ``scores`` (model, run, step, testset, score, stderr, n, file),
+    ``examples`` (model, run, unit, testset, example, correct; None without samples files), the files
+    read and their digest, and ``groups``: every group the files name with its subtasks (their union
+    over the files)."""
 
     folder: Path
     metric: str
@@ -118,81 +115,6 @@ def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series
         back = np.round(p * (1 - p) / (se * se) + 1)
     back = back.where((se > 0) & np.isfinite(back) & (back >= 1))
     return n.where(n >= 1, back)
-
-
-# ---- the path pattern ----
-def compile_pattern(pattern: str) -> re.Pattern:
-    """A path pattern -> a regular expression matched against a file's path below the folder
-    (``/``-separated, whole path). ``{model}``, ``{run}`` name one folder or part of a file name
-    (no ``/``), ``{step}`` a whole number; ``*`` is any text within one name, ``**/`` any number of
-    folders; everything else is literal. E.g. ``{model}/zero-shot/*_step{step}.json`` or
-    ``{model}-seed{run}/step{step}/results_*.json``."""
-    if not pattern or pattern.startswith("/"):
-        raise DataError(
-            f"--path-pattern {pattern!r}: give a path relative to the folder, e.g. '{{model}}/*_step{{step}}.json'"
-        )
-    out, seen, i = [], set(), 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "{":
-            j = pattern.find("}", i)
-            name = pattern[i + 1 : j] if j > 0 else pattern[i + 1 :]
-            if j < 0 or name not in PLACEHOLDERS:
-                raise DataError(
-                    f"--path-pattern {pattern!r}: {{{name}}} is not a placeholder; the placeholders are "
-                    f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
-                )
-            if name in seen:
-                raise DataError(f"--path-pattern {pattern!r}: {{{name}}} occurs twice; name each once")
-            seen.add(name)
-            out.append(f"(?P<{name}>[0-9]+)" if name == "step" else f"(?P<{name}>[^/]+?)")
-            i = j + 1
-        elif pattern.startswith("**/", i):
-            out.append("(?:[^/]+/)*")
-            i += 3
-        elif c == "*":
-            out.append("[^/]*")
-            i += 1
-        else:
-            out.append(re.escape(c))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
-
-
-def parse_model_args(v) -> dict[str, str]:
-    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already. A key
-    given twice with two values (``revision=step1,revision=step2``: the harness takes the last) is
-    a ValueError saying so: which checkpoint was evaluated is then not what it seems."""
-    if v is None:
-        return {}
-    if isinstance(v, dict):
-        return {str(k): str(x) for k, x in v.items()}
-    out = {}
-    for part in str(v).split(","):
-        if "=" in part:
-            k, x = (y.strip() for y in part.split("=", 1))
-            if k in out and out[k] != x:
-                raise ValueError(f"{k!r} is given twice ({k}={out[k]}, then {k}={x})")
-            out[k] = x
-    return out
-
-
-def identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
-    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``).
-    An adapter (``peft=``, ``delta=``) is what was evaluated at each step, so its path is read first,
-    as the harness names the model by it."""
-    adapter = args.get("peft") or args.get("delta")
-    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
-    revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")
-    if revision and str(revision) != "main":
-        m = STEP_REVISION.match(str(revision).strip())
-        return model, (int(m.group(1) or m.group(2)) if m else None), f"revision {revision!r}"
-    if model:
-        tail = model.rstrip("/").rsplit("/", 1)
-        m = STEP_PATH.match(tail[-1])
-        if m and len(tail) == 2:
-            return tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
-    return model, None, "no revision" if not revision else f"revision {revision!r}"
 
 
 def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
@@ -277,9 +199,10 @@ def read_results_file(
     without: set | None = None,
     groups: dict | None = None,
 ) -> list[dict]:
-    """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
-    with no ``tasks`` named, the tasks without the metric are added to ``without``, and the file's
-    groups with their subtasks (``group_subtasks``) to ``groups`` (group -> set of subtasks)."""
+    """One row per task of one results file (the columns of :class:`LmEvalResults`' ``scores`` and
+    ``key``, the metric's key); with no ``tasks`` named, the tasks without the metric are added to
+    ``without``, and the file's groups with their subtasks (``group_subtasks``) to ``groups`` (group
+    -> set of subtasks)."""
     doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(

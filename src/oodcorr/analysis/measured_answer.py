@@ -33,7 +33,6 @@ from scipy import stats
 
 from .measurement import NOISE_LIMITED, ratio_of_means
 
-REGIMES = ("items", "bound", "unknown")
 ABOUT = {
     "items": "tasks",
     "bound": "tasks (in-domain noise bounded by its size)",

@@ -55,8 +55,8 @@ import math
 import numpy as np
 from scipy import stats
 
+from .correlate import POOLING_CAP, fisher_z
 from .inference import corrected_phis, expected_lag1, modified_tests, residual_covariances
-from .pooling import fisher_z
 
 SPLITS = 8  # random halvings of the in-domain items per run (each in both orientations)
 # a reliability (share of a residual series' variance that is not item noise) below this leaves a
@@ -107,7 +107,7 @@ def cross_fitted(
         unit = rho / norm[:, :, :, None, :]
     C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])  # x on half 0, y on half 1
     i, j = pairs[:, 0], pairs[:, 1]
-    z = 0.5 * (fisher_z(C[:, :, i, j]) + fisher_z(C[:, :, j, i]))  # (B, K, m)
+    z = 0.5 * (fisher_z(C[:, :, i, j], POOLING_CAP) + fisher_z(C[:, :, j, i], POOLING_CAP))  # (B, K, m)
     r = np.tanh(z.mean(1))
     n_eff = _effective_n(R[:, 0], rho[:, 0], pairs, pos)
     p, lo, hi, se = modified_tests("pearson", r, n_eff, level)

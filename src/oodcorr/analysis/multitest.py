@@ -11,6 +11,13 @@ p-values are not tests and are left out of the family (their p_adj stays NaN).
   one that matters.
 * ``bh`` (Benjamini-Hochberg) controls the false discovery rate, assuming
   independence or positive dependence; more powerful for screening many pairs.
+
+Simes' combination of a family's p-values (:func:`simes`, the test that at least one of the
+family's nulls is false, which the sign reversal across models reads) is the smallest of its
+Benjamini-Hochberg-adjusted p-values. Both corrections equal statsmodels' ``multipletests``
+(``tests/analysis/test_multitest.py``); they are written here because they adjust many
+families at once (the design command's simulated tables, one per row), which statsmodels'
+does one family per call.
 """
 
 from __future__ import annotations
@@ -60,6 +67,18 @@ def bh(p) -> np.ndarray:
     """Benjamini-Hochberg step-up adjustment (controls the false discovery rate); a 2-D ``p`` is
     one family per row."""
     return _adjust(p, _bh)
+
+
+def simes(p) -> np.ndarray:
+    """Simes' combination of each family's p-values (a 2-D ``p`` is one family per row; NaN is no
+    test): ``min_j m p_(j) / j`` over the family's ``m`` p-values in ascending order, which is the
+    smallest of their Benjamini-Hochberg-adjusted ones; NaN for a family without a p-value. A valid
+    p-value of "every null is true" for independent tests (and positively dependent ones)."""
+    adjusted = bh(p)
+    if adjusted.ndim == 0 or adjusted.size == 0:
+        return adjusted.copy()
+    best = np.min(np.where(np.isnan(adjusted), np.inf, adjusted), axis=-1)
+    return np.where(np.isinf(best), np.nan, best)
 
 
 def adjust(p, method: str) -> np.ndarray:

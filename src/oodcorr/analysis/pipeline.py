@@ -40,7 +40,6 @@ from .shared_items import leaves
 log = logging.getLogger(__name__)
 
 CANON = ["model", "in_domain", "run", "unit", "testset", "score"]
-EXAMPLE_CANON = ["model", "run", "unit", "testset", "example", "correct"]
 
 COLUMNS = [
     "model",
@@ -87,8 +86,6 @@ COLUMNS = [
     "eiv_from",
     "noise",
 ]
-
-CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
 
 
 def _value(v) -> str:
@@ -246,7 +243,7 @@ def analyse(
     the checks.
 
     ``long`` has the :data:`CANON` columns; ``examples`` (optional) the
-    :data:`EXAMPLE_CANON` columns. ``ordered`` overrides the detection of ordered units.
+    columns model, run, unit, testset, example, correct. ``ordered`` overrides the detection of ordered units.
     ``run_info`` (optional): one row per run (``run``, optionally ``model``) with more
     columns, e.g. ``n_train`` and ``seed``; they are added to the output, and
     ``opts.pool_by`` names those within which runs are pooled. ``workers`` > 1 analyses the runs in

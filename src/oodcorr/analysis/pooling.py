@@ -40,14 +40,10 @@ import math
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.optimize import elementwise
 
+from .correlate import POOLING_CAP, fisher_z
 from .inference import PHI_MAX
-
-Z_CLIP = 0.9999  # |r| cap before arctanh (z = 4.95): one perfect r from a short run cannot dominate
-
-
-def fisher_z(r) -> np.ndarray:
-    return np.arctanh(np.clip(np.asarray(r, dtype=float), -Z_CLIP, Z_CLIP))
 
 
 def fisher_mean(rs) -> float:
@@ -55,13 +51,14 @@ def fisher_mean(rs) -> float:
     rs = np.asarray([r for r in rs if np.isfinite(r)], dtype=float)
     if not len(rs):
         return math.nan
-    return float(np.tanh(np.mean(fisher_z(rs))))
+    return float(np.tanh(np.mean(fisher_z(rs, POOLING_CAP))))
 
 
-def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
     ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
-    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
+    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out). At ``t2 = 0`` and one
+    group it is Cochran's Q (:func:`cochran_q`)."""
     w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1, keepdims=True)
     m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
@@ -69,54 +66,55 @@ def _q_and_slope(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray)
     return (w * d2).sum((-2, -1)), -(w * w * d2).sum((-2, -1))
 
 
+def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``):
+    Cochran's Q, ``sum (z - mean)^2 / v`` around the inverse-variance mean, and I^2, the share of Q
+    above its degrees of freedom (the estimates less one, at least 1): ``max(0, (Q - df) / Q)``, 0
+    where Q is 0. Every Q and I^2 of the analysis (the runs of a model, the models of a pair, the
+    models' agreement that scales their variances) is this one."""
+    mask = np.asarray(mask, dtype=bool)
+    z = np.where(mask, np.asarray(z, dtype=float), 0.0)
+    v = np.where(mask, np.asarray(v, dtype=float), 1.0)
+    q, _ = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
+    df = np.maximum(mask.sum(-1) - 1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        i2 = np.where(q > 0, np.maximum(0.0, (q - df) / np.where(q > 0, q, 1.0)), 0.0)
+    return q, i2
+
+
 def solve_tau2(z, v, mask, target) -> np.ndarray:
     """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
-    around its groups' means (:func:`_q_and_slope`; ``z``, ``v``, ``mask`` of shape (studies,
-    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0. Q falls as
-    ``t2`` grows, so the root is unique: safeguarded Newton steps inside a bracket that halves
-    when a step would leave it, to 1e-14 relative (Paule and Mandel 1982; every between-run and
-    between-model variance of the analysis, and its upper confidence bound, is one)."""
+    around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
+    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0 (always so
+    for a target of 0: groups of one member each leave no degrees of freedom). Every between-run
+    and between-model variance of the analysis, and its upper confidence bound, is one (Paule and
+    Mandel 1982).
+
+    Q falls as ``t2`` grows, so the root is unique, and it lies below ``S / target`` (``S`` the
+    squared deviations of ``z`` from their groups' plain means: ``Q(t2) <= S / t2``): scipy's
+    vectorised bracketing root finder (``optimize.elementwise.find_root``) on that bracket, to 1e-14
+    relative."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
     t = np.zeros(z.shape[0])
-    q0, _ = _q_and_slope(z, v, mask, t)
-    todo = q0 > target
-    if not todo.any():
+    q0, _ = generalised_q(z, v, mask, t)
+    todo = np.flatnonzero((q0 > target) & (target > 0))
+    if not len(todo):
         return t
-    n = np.maximum(mask.sum((-2, -1)), 1)
-    mean = z.sum((-2, -1)) / n
-    hi = np.maximum(np.where(mask, (z - mean[:, None, None]) ** 2, 0.0).sum((-2, -1)) / n, 1e-8)
-    while True:  # widen until Q at the top of the bracket is at or below the target
-        q_hi, _ = _q_and_slope(z, v, mask, hi)
-        grow = todo & (q_hi > target)
-        if not grow.any():
-            break
-        hi = np.where(grow, 4 * hi, hi)
-    lo = np.zeros_like(t)
-    for _ in range(200):
-        q, dq = _q_and_slope(z, v, mask, t)
-        f = q - target
-        lo, hi = np.where(f > 0, t, lo), np.where(f > 0, hi, t)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            newton = t - f / dq
-        inside = (dq < 0) & (newton > lo) & (newton < hi)
-        nxt = np.where(f == 0, t, np.where(inside, newton, 0.5 * (lo + hi)))
-        done = (np.abs(nxt - t) <= 1e-14 * np.abs(nxt)) | (hi - lo <= 1e-15 * hi) | ~todo
-        t = np.where(todo, nxt, 0.0)
-        if done.all():
-            break
+    z, v, mask, target = z[todo], v[todo], mask[todo], target[todo]
+    k = np.maximum(mask.sum(-1, keepdims=True), 1)
+    spread = np.where(mask, (z - z.sum(-1, keepdims=True) / k) ** 2, 0.0).sum((-2, -1))
+
+    def excess(t2, rows):
+        rows = rows.astype(int)
+        return generalised_q(z[rows], v[rows], mask[rows], t2)[0] - target[rows]
+
+    rows = np.arange(len(todo), dtype=float)
+    found = elementwise.find_root(excess, (0.0, spread / target), args=(rows,), tolerances={"xrtol": 1e-14})
+    t[todo] = found.x
     return t
-
-
-def tau2_paule_mandel(z: np.ndarray, v: np.ndarray) -> float:
-    """Between-study variance: the tau^2 >= 0 at which the generalised Q equals k - 1."""
-    k = len(z)
-    if k < 2:
-        return 0.0
-    one = np.ones((1, 1, k), bool)
-    return float(solve_tau2(np.asarray(z, float)[None, None], np.asarray(v, float)[None, None], one, k - 1)[0])
 
 
 def combine(z, v, level: float = 0.95) -> dict:
@@ -126,10 +124,6 @@ def combine(z, v, level: float = 0.95) -> dict:
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    w = 1 / v
-    m_fe = float((w * z).sum() / w.sum())
-    q = float((w * (z - m_fe) ** 2).sum())
-    i2 = max(0.0, (q - (k - 1)) / q) if k > 1 and q > 0 else (0.0 if k > 1 else math.nan)
     if k == 1:
         se = math.sqrt(v[0])
         return {
@@ -144,6 +138,9 @@ def combine(z, v, level: float = 0.95) -> dict:
             "how": "single run",
         }
     if k == 2:
+        w = 1 / v
+        m_fe = float((w * z).sum() / w.sum())
+        q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
         se = 1 / math.sqrt(w.sum())
         return {
             "z": m_fe,
@@ -171,11 +168,8 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     ok = k >= 2
     kk = np.where(ok, k, 2)
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    w = np.where(mask, 1 / v, 0.0)
+    q, i2 = cochran_q(z, v, mask)
     with np.errstate(invalid="ignore", divide="ignore"):
-        m_fe = (w * z).sum(-1) / w.sum(-1)
-        q = (w * np.where(mask, z - m_fe[:, None], 0.0) ** 2).sum(-1)
-        i2 = np.where(q > 0, np.maximum(0.0, (q - (kk - 1)) / np.where(q > 0, q, 1.0)), 0.0)
         t2 = solve_tau2(z[:, None], v[:, None], mask[:, None], kk - 1)
         ws = np.where(mask, 1 / (v + t2[:, None]), 0.0)
         m = (ws * z).sum(-1) / ws.sum(-1)
@@ -252,7 +246,7 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
             "p_method": f"{how} (single run)".strip(),
             "n_runs_finite": 1,
         }, note
-    res = combine(fisher_z(r[use]), se[use] ** 2, level)
+    res = combine(fisher_z(r[use], POOLING_CAP), se[use] ** 2, level)
     out = {
         "r": math.tanh(res["z"]),
         "ci_low": math.tanh(res["lo"]),

@@ -44,12 +44,11 @@ Every function takes many studies at once: ``zm``, ``Vm`` of shape (studies, mod
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from scipy import special, stats
+from scipy.optimize import elementwise
 
-from .pooling import _q_and_slope, solve_tau2
+from .pooling import cochran_q, solve_tau2
 
 # the between-model sd's prior: half-normal of this scale on the Fisher z scale
 TAU_SCALE = 0.5
@@ -91,9 +90,7 @@ def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray
     other study 1. NaN for fewer than 3 models."""
     present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
-    y = np.where(present, zm, 0.0)[:, None]
-    v = np.where(present, Vm, 1.0)[:, None]
-    q, _ = _q_and_slope(y, v, present[:, None], np.zeros(len(k)))  # Cochran's Q: the generalised Q at no spread
+    q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_low = stats.chi2.cdf(q, np.maximum(k - 1, 1))
         scale = np.where(p_low < (1 - level) / 2, np.clip(q / np.maximum(k - 1, 1), 1e-6, 1.0), 1.0)
@@ -193,46 +190,22 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     return {"tau": tau, "weight": weight, "mu": mu, "var": var}
 
 
-def _bracketed_newton(f_and_slope, x, lo, hi, tol: float, steps: int = 100) -> np.ndarray:
-    """Per row, the root of an increasing function: Newton steps from ``x``, kept inside a bracket
-    ``[lo, hi]`` that every step narrows (a step that would leave it bisects it instead), to
-    ``tol``; only the rows not yet converged are evaluated again. ``f_and_slope(rows, x)`` gives
-    the function and its slope at ``x`` for those rows."""
-    x, lo, hi = x.copy(), lo.copy(), hi.copy()
-    active = np.arange(len(x))
-    for _ in range(steps):
-        if not len(active):
-            break
-        xa = x[active]
-        f, slope = f_and_slope(active, xa)
-        la, ha = np.where(f < 0, xa, lo[active]), np.where(f < 0, hi[active], xa)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            step = np.where(slope > 0, xa - f / slope, np.nan)
-        inside = np.isfinite(step) & (step > la) & (step < ha)
-        new = np.where(inside, step, 0.5 * (la + ha))
-        x[active], lo[active], hi[active] = new, la, ha
-        active = active[(np.abs(new - xa) >= tol) & (ha - la >= tol)]
-    return x
-
-
 def mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
     """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
-    of shape (rows, components), weights summing to 1): Newton steps from the moment-matched
-    normal's quantile, kept inside a bracket that every step narrows (:func:`_bracketed_newton`), to
-    ``tol``."""
-    lo, hi = (mu - 10 * sd).min(-1), (mu + 10 * sd).max(-1)
-    m = (wt * mu).sum(-1)
-    s = np.sqrt(np.maximum((wt * (sd * sd + mu * mu)).sum(-1) - m * m, 1e-300))
-    x = np.clip(m + s * special.ndtri(p), lo, hi)
+    of shape (rows, components), weights summing to 1), to ``tol``: the root of its distribution
+    function less ``p``, by scipy's vectorised bracketing root finder. The root lies between the
+    smallest and the largest of the components' own ``p`` quantiles (at the smallest, each component
+    is at or below ``p``; at the largest, at or above), a bracket widened by 0.01 sd on each side so
+    that rounding cannot put the root outside it."""
 
-    def f_and_slope(rows, x):
-        u = (x[:, None] - mu[rows]) / sd[rows]
-        w = wt[rows]
-        return (w * special.ndtr(u)).sum(-1) - p, (w * np.exp(-0.5 * u * u) / (sd[rows] * math.sqrt(2 * math.pi))).sum(
-            -1
-        )
+    def excess(x, rows):
+        rows = rows.astype(int)
+        return (wt[rows] * special.ndtr((x[:, None] - mu[rows]) / sd[rows])).sum(-1) - p
 
-    return _bracketed_newton(f_and_slope, x, lo, hi, tol)
+    own = mu + sd * special.ndtri(p)
+    bracket = ((own - 0.01 * sd).min(-1), (own + 0.01 * sd).max(-1))
+    rows = np.arange(len(wt), dtype=float)
+    return elementwise.find_root(excess, bracket, args=(rows,), tolerances={"xatol": tol, "xrtol": 0.0}).x
 
 
 def _chunks(present):
@@ -301,22 +274,24 @@ def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
 def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
     """Per row, the largest share ``s`` in [0.5, 0.9999] at which the bound on the row's side (the
     high side where ``high``) still excludes 0 at confidence ``1 - alpha``: the normal quantile
-    ``c`` of ``s`` at which the side's mass (which rises with ``c``) is ``alpha``, found by
-    :func:`_bracketed_newton`; NaN where even ``s = 0.5`` (the models' median) does not."""
+    ``c`` of ``s`` at which the side's mass (which rises with ``c``) is ``alpha``, to 1e-6, by scipy's
+    vectorised bracketing root finder; NaN where even ``s = 0.5`` (the models' median) does not."""
     top = float(stats.norm.ppf(0.9999))
     n = len(wt)
     at0 = _side_mass(np.zeros(n), wt, mu, sd, tau, high)
     at_top = _side_mass(np.full(n, top), wt, mu, sd, tau, high)
-    sign = np.where(high, 1.0, -1.0)[:, None]
+    c = np.full(n, top)  # where even the top share's bound excludes 0
+    solve = np.flatnonzero((at0 <= alpha) & (at_top > alpha))
+    if len(solve):
 
-    def f_and_slope(rows, c):
-        u = (sign[rows] * mu[rows] + c[:, None] * tau[rows]) / sd[rows]
-        w = wt[rows]
-        dens = (w * np.exp(-0.5 * u * u) * tau[rows] / (sd[rows] * math.sqrt(2 * math.pi))).sum(-1)
-        return (w * special.ndtr(u)).sum(-1) - alpha, dens
+        def excess(c, rows):
+            rows = rows.astype(int)
+            return _side_mass(c, wt[rows], mu[rows], sd[rows], tau[rows], high[rows]) - alpha
 
-    c = _bracketed_newton(f_and_slope, np.full(n, 1.0), np.zeros(n), np.full(n, top), 1e-6)
-    c = np.where(at_top <= alpha, top, c)
+        found = elementwise.find_root(
+            excess, (0.0, top), args=(solve.astype(float),), tolerances={"xatol": 1e-6, "xrtol": 0.0}
+        )
+        c[solve] = found.x
     return np.where(at0 <= alpha, special.ndtr(c), np.nan)
 
 
@@ -363,21 +338,3 @@ def tolerance_batch(
             out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
     out["p_generalises"] = np.fmin(out["p_low_side"], out["p_high_side"])
     return out
-
-
-def _one(fn, zm, Vm, *args, **kw) -> dict:
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
-    res = fn(zm[None], Vm[None], np.ones((1, len(zm)), bool), *args, **kw)
-    return {k: float(val[0]) for k, val in res.items()}
-
-
-def predictive(zm, Vm, level: float = 0.95, tau_scale: float = TAU_SCALE, within_scales=WITHIN_SCALES) -> dict:
-    """:func:`predictive_batch` of one study's models: ``pi_lo``, ``pi_hi``, ``p_predictive``, ``tau``."""
-    return _one(predictive_batch, zm, Vm, level, tau_scale, within_scales=within_scales)
-
-
-def tolerance(zm, Vm, level: float = 0.95, scales=None) -> dict:
-    """:func:`tolerance_batch` of one study's models (``scales``: the within scale's (draws, weights), two lists)."""
-    if scales is not None:
-        scales = tuple(np.asarray(x, float)[None] for x in scales)
-    return _one(tolerance_batch, zm, Vm, level, scales=scales)

@@ -36,7 +36,7 @@ import warnings
 
 import numpy as np
 
-from .correlate import corr, corr_batch
+from .correlate import RESAMPLED_CAP, corr, corr_batch, fisher_z
 
 
 def auto_block_length(n: int, ordered: bool) -> int:
@@ -77,12 +77,11 @@ def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> 
         raise ValueError(f"unknown interval {kind!r}; choose from {', '.join(INTERVALS)}")
     from scipy.stats import norm
 
-    clip = 1 - 1e-9  # |r| = 1 happens with very short series; keep z finite
-    zs = np.arctanh(np.clip(rs, -clip, clip))
+    zs = fisher_z(rs, RESAMPLED_CAP)
     half = norm.ppf(1 - a) * float(zs.std(ddof=1))
     if half == 0:
         return r, r
-    z0 = math.atanh(min(max(r, -clip), clip))
+    z0 = float(fisher_z(r, RESAMPLED_CAP))
     # centred on r's z by construction; min/max only undo the clipping at |r| = 1
     return min(math.tanh(z0 - half), r), max(math.tanh(z0 + half), r)
 
@@ -100,12 +99,11 @@ def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z
         if kind == "percentile":
             lo, hi = np.nanquantile(RS, [a, 1 - a], axis=0)
             return lo, hi
-        sd = np.nanstd(np.arctanh(np.clip(RS, -1 + 1e-9, 1 - 1e-9)), axis=0, ddof=1)
+        sd = np.nanstd(fisher_z(RS, RESAMPLED_CAP), axis=0, ddof=1)
     from scipy.stats import norm
 
-    clip = 1 - 1e-9
     half = norm.ppf(1 - a) * sd
-    z0 = np.arctanh(np.clip(r, -clip, clip))
+    z0 = fisher_z(r, RESAMPLED_CAP)
     lo = np.where(half == 0, r, np.minimum(np.tanh(z0 - half), r))
     hi = np.where(half == 0, r, np.maximum(np.tanh(z0 + half), r))
     return lo, hi
@@ -147,7 +145,7 @@ def bootstrap_ci(
     if len(rs) < max(2, n_boot / 2):
         return math.nan, math.nan, len(rs), math.nan
     lo, hi = interval(corr(rx, ry, method), rs, level, kind)
-    se = float(np.arctanh(np.clip(rs, -1 + 1e-9, 1 - 1e-9)).std(ddof=1))
+    se = float(fisher_z(rs, RESAMPLED_CAP).std(ddof=1))
     return lo, hi, len(rs), se
 
 

@@ -55,9 +55,6 @@ COLUMNS = (
 SHARED = tuple(c for c in COLUMNS if c.startswith(("reliability_", "task_var_", "eiv_var_", "obs_var_"))) + ("noise",)
 
 
-TEXT = ("eiv_from", "noise")  # where r_eiv comes from ("items", "bound", ""); what the noise is known from
-
-
 def empty(noise_text: str = "") -> dict:
     """The measurement columns of a cell with nothing measured."""
     return {**dict.fromkeys(COLUMNS, NAN), "eiv_from": "", "noise": noise_text}

@@ -119,3 +119,13 @@ def check_score_range(scores: pd.DataFrame, metric: str, source: str, where: str
         f"{source}: {where} {i}, column {col!r}: score {value:g} is {why}; fix that score (a typo, a lost sign "
         f"or digit) or leave the row out; {other}"
     )
+
+
+# the metrics that are a share of items answered correctly: a testset's size bounds their item noise
+ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "correct"})
+
+
+def is_item_share(metric: str) -> bool:
+    """Whether ``metric`` (a filter after a comma ignored) is a share of items answered correctly, so
+    that the binomial variance at a testset's size bounds its item noise (:data:`ITEM_SHARES`)."""
+    return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES

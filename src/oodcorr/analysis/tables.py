@@ -4,10 +4,12 @@
   UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.core.io`);
 * :func:`from_wide` -- one row per unit, one column per testset;
 * :func:`from_long` -- one row per unit x testset;
-* :func:`from_scores` -- the workflow's ``results/<experiment>/scores.parquet``;
-* :func:`examples_from_predictions` -- the workflow's per-example predictions;
+* :func:`from_examples_table` -- a table of each example's correctness;
 * :func:`run_info` -- per-run columns of a table (e.g. ``n_train``), checked to be
   constant within each run, for pooling by them.
+
+The workflow's own scores table and predictions: :mod:`.workflow_scores`; the analysis' tables
+written and summarised: :mod:`.results`.
 
 Summary rows. Tables published with papers often end with rows such as ``Mean``,
 ``Standard deviation``, ``Minimum``, ``Maximum``: they are not units and would
@@ -25,17 +27,15 @@ import io
 import logging
 import math
 import re
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..core.answer import about, noise_clause, reliability_line
+from ..core import table_files
 from ..core.errors import DataError
-from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
-from .measurement import NOISE_LIMITED
-from .score_ranges import check_score_range, out_of_range
+from ..core.io import delimiter_mismatch, format_suffix, read_bytes, read_text
+from .score_ranges import check_score_range
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ SUMMARY_LABELS = frozenset(
 
 
 ENCODING_FIX = "pass --encoding {encoding}"
+PARQUET_REMEDY = (
+    "cut short or not parquet. If the workflow made it (results/<experiment>/scores.parquet, or "
+    ".staging/scores.parquet), delete it and run the workflow again: rule aggregate_scores makes it again from "
+    "the evaluation results, nothing is evaluated again; otherwise write or copy the file again"
+)
 # what a score cell may say for "no value" (pandas' defaults); in a name column these are names
 MISSING = frozenset(
     {
@@ -116,14 +121,9 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         try:
             df = pd.read_parquet(io.BytesIO(raw))
         except Exception as e:  # pyarrow raises several types for a file that is not parquet
-            raise DataError(
-                f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]}): cut short or not parquet. "
-                "If the workflow made it (results/<experiment>/scores.parquet, or .staging/scores.parquet), delete it "
-                "and run the workflow again: rule aggregate_scores makes it again from the evaluation results, "
-                "nothing is evaluated again; otherwise write or copy the file again"
-            ) from None
+            raise table_files.unreadable_parquet(path, e, PARQUET_REMEDY) from None
         if df.empty:
-            raise DataError(f"{path}: has columns ({', '.join(map(str, df.columns))}) but no rows")
+            raise table_files.columns_without_rows(path, df.columns)
         df.index = pd.RangeIndex(1, len(df) + 1)
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
@@ -134,7 +134,7 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
     text = read_text(path, encoding, ENCODING_FIX)
     sep = "\t" if suffix == ".tsv" else ","
     if not text.strip():
-        raise DataError(f"{path}: the file is empty (no header, no rows)")
+        raise table_files.empty(path)
     misnamed = delimiter_mismatch(path, text, sep)
     if misnamed:
         raise DataError(misnamed)
@@ -150,11 +150,9 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         )
     except (pd.errors.ParserError, pd.errors.EmptyDataError, csv.Error, ValueError, OverflowError) as e:
         raise DataError(f"{path}: cannot be read as a table ({str(e).strip()})") from None
-    dup = sorted(h for h, k in Counter(header).items() if k > 1)
-    if dup:
-        raise DataError(f"{path}:1: the header names column(s) {dup} more than once")
+    table_files.check_header(path, header, 1)
     if df.empty:
-        raise DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
+        raise table_files.header_without_rows(path, header)
     df.index = pd.RangeIndex(2, len(df) + 2)  # line 1 is the header
     df.columns = [str(c).strip() for c in df.columns]
     df = df.apply(lambda col: col.str.strip().replace("", np.nan))
@@ -429,115 +427,6 @@ def run_info(
     return first.reset_index()
 
 
-# Per-example correctness gives accuracy: its item noise (oodcorr.analysis.item_noise) and the
-# example-level bootstrap apply to the workflow's `accuracy` (and to a user table's own score
-# column), not to the workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS;
-# tests/planning/test_config.py ties them).
-NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
-# the metrics that are a share of items answered correctly: a testset's size bounds their item noise
-ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "correct"})
-
-
-def example_bootstrap_applies(score: str) -> bool:
-    """Whether per-example correctness gives ``score``, the column analysed (its item noise, the
-    example-level bootstrap): not when it is one of the workflow's metrics other than accuracy
-    (:data:`NOT_ACCURACY`)."""
-    return score not in NOT_ACCURACY
-
-
-def is_item_share(metric: str) -> bool:
-    """Whether ``metric`` (a filter after a comma ignored) is a share of items answered correctly, so
-    that the binomial variance at a testset's size bounds its item noise (:data:`ITEM_SHARES`)."""
-    return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES
-
-
-def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The workflow's scores table -> (canonical long table, run info: run, n_train, seed).
-
-    ``score`` names the metric column analysed (``analysis.score``). Each run's in-domain
-    testset is the one with role ``in-domain``; a run with none or several gets an empty
-    name, and the analysis notes it in every cell."""
-    need = ["model", "run_id", "step", "testset", "role", score]
-    missing = [c for c in need if c not in scores.columns]
-    if missing:
-        hint = (
-            "; a scores table written before that metric existed gets it when the aggregation reruns "
-            "(snakemake --forcerun aggregate_scores)"
-            if score in missing
-            else ""
-        )
-        raise DataError(f"scores table lacks column(s) {missing}{hint}")
-    bad = out_of_range(scores[[score]], score, percent=False)  # the workflow writes shares
-    if bad is not None:
-        i, _, value, why = bad
-        row = scores.loc[i]
-        raise DataError(
-            f"scores table: run {row['run_id']}, step {row['step']}, testset {row['testset']!r}: {score} {value:g} is "
-            f"{why}: not a score the workflow computes. The table was changed after the workflow wrote it: delete it "
-            "and run again (rule aggregate_scores makes it again from the evaluations, nothing is evaluated again)"
-        )
-    ind = scores[scores["role"] == "in-domain"].groupby("run_id")["testset"].unique()
-    zname = {r: (v[0] if len(v) == 1 else "") for r, v in ind.items()}
-    long = pd.DataFrame(
-        {
-            "model": scores["model"].astype(str),
-            "in_domain": scores["run_id"].map(zname).fillna(""),
-            "run": scores["run_id"].astype(str),
-            "unit": scores["step"].astype(int),
-            "testset": scores["testset"].astype(str),
-            "score": scores[score].astype(float),
-        }
-    )
-    if "n" in scores.columns and is_item_share(score):
-        long["n"] = pd.to_numeric(scores["n"], errors="coerce").astype(float)  # items behind each score
-    info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
-    info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
-    return long, info
-
-
-def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per-example correctness from the workflow's scores table.
-
-    Each row names its model, run, step and testset, and (column ``predictions``)
-    the parquet file of that checkpoint x testset's per-example predictions."""
-    need = ["model", "run_id", "step", "testset", "predictions"]
-    missing = [c for c in need if c not in scores.columns]
-    if missing:
-        raise DataError(
-            f"scores table: no column(s) {missing} (a table from before per-run evaluation jobs? "
-            "rerun the workflow to rebuild it)"
-        )
-    frames = []
-    for row in scores[need].itertuples(index=False):
-        try:
-            pred = pd.read_parquet(row.predictions)
-        except Exception as e:  # noqa: BLE001 -- gone or damaged: name the file and the way out
-            raise DataError(
-                f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
-                f"{e}); delete it (if it is still there) and run again: that evaluation runs again"
-            ) from None
-        frames.append(
-            pd.DataFrame(
-                {
-                    "model": str(row.model),
-                    "run": str(row.run_id),
-                    "unit": int(row.step),
-                    "testset": str(row.testset),
-                    "example": pred["index"].to_numpy(),
-                    "correct": pred["correct"].to_numpy(float),
-                    # the gold label: testsets are sampled per label, so their split halves are drawn
-                    # within labels too (item_noise.half_means); a file without labels: one stratum
-                    "stratum": (pred["label"] if "label" in pred.columns else pd.Series("", index=pred.index))
-                    .astype(str)
-                    .to_numpy(),
-                }
-            )
-        )
-    if not frames:
-        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct", "stratum"])
-    return pd.concat(frames, ignore_index=True)
-
-
 def from_examples_table(
     df: pd.DataFrame,
     *,
@@ -577,66 +466,3 @@ def from_examples_table(
             **({"stratum": df["stratum"].astype(str).to_numpy()} if "stratum" in df.columns else {}),
         }
     )
-
-
-# ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----
-def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
-    """The analysis' two tables, ``partial_correlations.csv`` and ``agreement.csv``, each written atomically."""
-    for df, name in ((pc, "partial_correlations.csv"), (agree, "agreement.csv")):
-        with atomic_path(out / name) as tmp:
-            df.to_csv(tmp, index=False)
-
-
-def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
-    """Log the headline numbers: finite, significant and unresolved cells, checks, verdicts."""
-    pooled = pc[pc["run"] == "pooled"]
-    for (m, r), g in pooled.groupby(["method", "residualiser"]):
-        conc = g["conclusion"].value_counts()
-        logger.info(
-            "%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
-            "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
-            "without step 0 %d",
-            m,
-            r,
-            len(g),
-            int(g["r"].notna().sum()),
-            opts.correction,
-            opts.alpha,
-            int(g["significant"].sum()),
-            conc.get("positive", 0),
-            conc.get("negative", 0),
-            conc.get("near zero", 0),
-            conc.get("unresolved", 0),
-            int(g["curvature"].eq(True).sum()),
-            int(g["step0_changes"].eq(True).sum()),
-        )
-    runs = pc[pc["run"] != "pooled"]
-    low = runs["note"].astype(str).str.startswith("effective sample size")
-    if low.any():
-        logger.info(
-            "%d of %d run cells have too little effective information (n_eff < %g): see their note",
-            int(low.sum()),
-            len(runs),
-            opts.min_n_eff,
-        )
-    capped = runs["note"].astype(str).str.contains("reached its cap")
-    if capped.any():
-        logger.info(
-            "%d of %d run cells have a residual AR(1) estimate at its cap (the series trends or wanders; "
-            "docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)",
-            int(capped.sum()),
-            len(runs),
-        )
-    if not agree.empty:
-        counts = agree.groupby(["method", "residualiser", "verdict"]).size()
-        for (m, r, v), k in counts.items():
-            logger.info("agreement %s/%s: %s %d", m, r, v, k)
-        for (m, r), g in agree.groupby(["method", "residualiser"]):
-            records = g.to_dict("records")
-            said = "; ".join(c for c in (about(records), noise_clause(records)) if c)
-            if said:
-                logger.info("agreement %s/%s: %s", m, r, said)
-        for dom, g in agree.groupby("in_domain"):
-            line = reliability_line(g.to_dict("records"), NOISE_LIMITED)
-            if line:
-                logger.info("in-domain %s: %s", dom, line)

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import Options, tables
+from ..analysis import Options, tables, workflow_scores
 from ..analysis import design as dz
 from ..analysis.design_items import MIN_ITEMS
 from ..analysis.design_pilot import choose_assumptions, pilot_estimates
@@ -189,14 +189,14 @@ def _read_pilot(args, sizes: dict, settings):
     workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
     examples = None
     if workflow and not args.pilot_in_domain:
-        long, info = tables.from_scores(df, args.pilot_score)
+        long, info = workflow_scores.from_scores(df, args.pilot_score)
         pool_by = ("n_train",) if "n_train" in info.columns else ()
         if "n" in df.columns:
             n = df.groupby("testset")["n"].median()
             sizes = {**sizes, **{str(t): int(v) for t, v in n.items() if v == v}}
         if "predictions" in df.columns and not args.pilot_examples:
             try:
-                examples = tables.examples_from_predictions(df)
+                examples = workflow_scores.examples_from_predictions(df)
             except DataError as e:  # the pilot's scores still say much: its sizes bound the noise
                 log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
     elif not args.pilot_in_domain:

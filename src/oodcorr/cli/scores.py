@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import lmeval, shared_items, tables
+from ..analysis import lmeval, score_ranges, shared_items, tables, workflow_scores
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.limits import analysis_cells, analysis_too_large
@@ -77,7 +77,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             "of items, read on one scale; give the table's accuracies on one scale (all shares, or all percentages) "
             "for --items, or leave --items out"
         )
-    if "n" in long and not tables.is_item_share("accuracy" if args.format == "wide" else args.score):
+    if "n" in long and not score_ranges.is_item_share("accuracy" if args.format == "wide" else args.score):
         log.warning(
             "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); --score %s is "
             "not one, so its item noise is unknown",
@@ -108,7 +108,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             shown,
         )
     examples = None
-    if args.examples and not tables.example_bootstrap_applies(args.score):
+    if args.examples and not workflow_scores.example_bootstrap_applies(args.score):
         raise DataError(
             f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
             f"not --score {args.score}; leave --examples out"

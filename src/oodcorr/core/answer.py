@@ -2,7 +2,7 @@
 
 ``oodcorr analyse``'s summary, the workflow's last line and the HTML report's landing text all
 say it the same way, from the agreement table (``agreement.csv``; the verdicts of the ladder,
-:data:`oodcorr.analysis.consensus.VERDICTS`), for the method and residualiser the heatmaps show:
+:data:`VERDICTS`), for the method and residualiser the heatmaps show:
 
     in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
     average; 2 negative on average; 1 positive on average, models differ; 6 models differ;
@@ -12,6 +12,10 @@ say it the same way, from the agreement table (``agreement.csv``; the verdicts o
 It says what the answer is about (the agreement table's ``about``: the tasks, where each
 testset's item noise is known, or the scores observed) and which testsets leave pairs
 ``noise-limited`` (``noise_limited``), with each one's reliability (:func:`reliabilities`).
+
+The ladder's words live here, each once: every verdict (:data:`VERDICTS`, strongest first) and
+the words they are made of. The analysis (:mod:`oodcorr.analysis.consensus` says which verdict a
+pair gets), the figures, the explorer page and the console read them from this module.
 
 Stdlib only (``csv``), so the launch layer, which prints the workflow's last line, reads it too.
 """
@@ -26,21 +30,20 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-# the ladder's words, strongest first: a verdict's place is that of the first word it holds
-# (the order of oodcorr.analysis.consensus.VERDICTS; tests/core/test_answer.py checks it)
-STRENGTH = (
-    "sign reversal",
-    "in nearly every model",
-    "on average",
-    "models differ",
-    "agree near zero",
-    "noise-limited",
-    "unresolved",
-    "fewer than 2 models tested",
-    "no data",
-)
-SIGN_WORDS = ("in nearly every model", "on average")
-NOISE_LIMITED = "noise-limited"  # the verdict of oodcorr.analysis.consensus.NOISE_LIMITED_VERDICT
+# ---- the ladder's words ----------------------------------------------------------------------
+# what a pair's answer can say about the sign (``direction``: "<sign> in nearly every model", else
+# "<sign> on average") and about how the models differ (``spread``: "sign reversal", "models differ",
+# "near zero"), each strongest first; the verdict joins the two (:func:`verdict_words`)
+SIGNS = ("positive", "negative")
+NEARLY_EVERY = "in nearly every model"
+ON_AVERAGE = "on average"
+SIGN_WORDS = (NEARLY_EVERY, ON_AVERAGE)
+# a pair the data cannot resolve because a testset's series is mostly item noise
+# (oodcorr.analysis.measured_answer)
+NOISE_LIMITED_VERDICT = "noise-limited"
+NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
+# strongest first: a verdict's place is that of the first of these it holds
+STRENGTH = ("sign reversal", NEARLY_EVERY, ON_AVERAGE, "models differ", "agree near zero", *NO_ANSWER)
 NAMED = 5  # the answer's line names at most this many testsets that leave pairs noise-limited
 
 
@@ -49,6 +52,35 @@ def verdict_order(verdict: str) -> tuple:
     negative; a verdict without a spread before one with it)."""
     place = next((i for i, w in enumerate(STRENGTH) if w in verdict), len(STRENGTH))
     return (place, "negative" in verdict, "," in verdict, verdict)
+
+
+def verdict_words(direction: str, spread: str) -> str:
+    """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
+    "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
+    ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
+    if direction and spread:
+        return f"{spread}, {direction}" if spread == "sign reversal" else f"{direction}, {spread}"
+    if direction:
+        return direction
+    return {"near zero": "agree near zero", "": "unresolved"}.get(spread, spread)
+
+
+def _all_verdicts() -> tuple[str, ...]:
+    out = [verdict_words(f"{s} {ON_AVERAGE}", "sign reversal") for s in SIGNS] + ["sign reversal"]
+    for rung in (NEARLY_EVERY, ON_AVERAGE):
+        for spread in ("models differ", "near zero", ""):
+            if rung == NEARLY_EVERY and spread == "near zero":
+                continue
+            out += [verdict_words(f"{s} {rung}", spread) for s in SIGNS]
+    return tuple(sorted(out + ["models differ", "agree near zero", *NO_ANSWER], key=verdict_order))
+
+
+VERDICTS = _all_verdicts()  # every verdict, strongest first (:func:`verdict_order`)
+
+
+def verdict_rank(word: str) -> int:
+    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
+    return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
 
 
 def states_a_sign(verdict: str) -> bool:
@@ -116,7 +148,7 @@ def noise_limiting(rows: list[dict]) -> Counter:
     ``noise_limited`` names them)."""
     out: Counter = Counter()
     for r in rows:
-        if str(r.get("verdict")) == NOISE_LIMITED:
+        if str(r.get("verdict")) == NOISE_LIMITED_VERDICT:
             text = r.get("noise_limited")
             out.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
     return out

@@ -13,9 +13,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis.consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, verdict_rank
 from ..analysis.measurement import NOISE_LIMITED
-from ..core.answer import about, reliabilities
+from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, about, reliabilities, verdict_rank
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -34,7 +33,7 @@ DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited
 
 
 def verdict_style(word: str) -> dict:
-    """How the consensus heatmap draws a verdict of the ladder (:data:`oodcorr.analysis.consensus.VERDICTS`):
+    """How the consensus heatmap draws a verdict of the ladder (:data:`oodcorr.core.answer.VERDICTS`):
     ``mark``, a glyph after the value for the spread (± sign reversal, ≠ models differ, ≈0 near zero)
     or for noise-limited (∿); ``frame``, "solid" for the sign in nearly every model, "dashed" for agree
     near zero, "dotted" for noise-limited, else ""; ``bold`` for the sign in nearly every model;
@@ -272,7 +271,7 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
     all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
-    :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, the sign in nearly every model, on
+    :data:`oodcorr.core.answer.VERDICTS`: sign reversal, the sign in nearly every model, on
     average, models differ, agree near zero, noise-limited, unresolved), then by the size of the consensus."""
     sub = agree[
         (agree["method"] == method)

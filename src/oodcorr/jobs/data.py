@@ -13,8 +13,6 @@ select. Duplicates are counted and kept.
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 import math
 import random
@@ -22,11 +20,10 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core import table_files
 from ..core.errors import DataError
 from ..core.io import (
-    delimiter_mismatch,
     format_suffix,
-    read_bytes,
     read_jsonl,
     read_text,
     sha256_file,
@@ -41,6 +38,7 @@ log = logging.getLogger(__name__)
 DEFAULT_FIELDS = {"premise": "premise", "hypothesis": "hypothesis", "label": "label"}
 FORMATS = ("jsonl", "csv", "tsv", "parquet")
 ENCODING_FIX = "set `encoding: {encoding}` on the dataset entry"
+FORMAT_FIX = "set `format: {fmt}` on the dataset entry"
 DUPLICATE_EXAMPLES = 5  # line numbers recorded per duplicate kind
 
 
@@ -80,67 +78,16 @@ def file_format(path: str | Path, declared: str | None = None) -> str:
     return fmt
 
 
-def _read_delimited(path: Path, text: str, fmt: str) -> list[dict]:
-    """CSV/TSV text -> rows keyed by the header, each with ``_line`` (the line it starts on)."""
-    delim = "," if fmt == "csv" else "\t"
-    name = "comma" if fmt == "csv" else "tab"
-    misnamed = delimiter_mismatch(path, text, delim, "set `format: {fmt}` on the dataset entry")
-    if misnamed:
-        raise DataError(misnamed)
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
-    rows: list[dict] = []
-    header = None
-    start = 1
-    try:
-        for fields in reader:
-            line, start = start, reader.line_num + 1
-            if not fields:  # a blank line
-                continue
-            if header is None:
-                header = [h.strip() for h in fields]
-                dup = sorted(h for h, k in Counter(header).items() if k > 1)
-                if dup:
-                    raise DataError(f"{path}:{line}: the header names column(s) {dup} more than once")
-                continue
-            if len(fields) != len(header):
-                raise DataError(
-                    f"{path}:{line}: {len(fields)} field(s), but the header has {len(header)}; "
-                    f"a field that holds a {name} must be quoted"
-                )
-            rows.append(dict(zip(header, fields), _line=line))
-    except csv.Error as e:
-        raise DataError(f"{path}:{reader.line_num}: not readable as {fmt.upper()} ({e})") from None
-    if header is None:
-        raise DataError(f"{path}: the file is empty (no header, no rows)")
-    if not rows:
-        raise DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
-    return rows
-
-
-def _read_parquet(path: Path) -> list[dict]:
-    import pyarrow.parquet as pq
-
-    raw = read_bytes(path)
-    try:
-        table = pq.read_table(io.BytesIO(raw))
-        rows = table.to_pylist()
-    except Exception as e:  # pyarrow raises several types for a file that is not parquet
-        raise DataError(f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})") from None
-    if not rows:
-        raise DataError(f"{path}: has columns ({', '.join(table.column_names)}) but no rows")
-    return [dict(r, _line=i + 1) for i, r in enumerate(rows)]
-
-
 def _read_table(path: Path, fmt: str, encoding: str | None = None) -> list[dict]:
     """Rows of a local file, each with ``_line``: its line (text formats) or row number (parquet)."""
     if fmt == "parquet":
-        return _read_parquet(path)
+        return table_files.parquet_rows(path)
     if fmt == "jsonl":
         rows = read_jsonl(path, encoding, ENCODING_FIX)
         if not rows:
             raise DataError(f"{path}: the file has no records (it is empty or holds only blank lines)")
         return rows
-    return _read_delimited(path, read_text(path, encoding, ENCODING_FIX), fmt)
+    return table_files.delimited_rows(path, read_text(path, encoding, ENCODING_FIX), fmt, FORMAT_FIX)
 
 
 def _field(row: dict, dotted: str):

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..analysis.consensus import verdict_rank
+from ..core.answer import verdict_rank
 from ..core.io import write_text_atomic
 from .answer_figures import verdict_style
 from .plotting import cluster_order
@@ -64,7 +64,7 @@ SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d3
 def page_style(verdict: str) -> dict:
     """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the one mapping the
     figures use, which reads the verdict's words, so a new one gets the style of its kind), its
-    place among the verdicts (:func:`oodcorr.analysis.consensus.verdict_rank`; unknown last) and a
+    place among the verdicts (:func:`oodcorr.core.answer.verdict_rank`; unknown last) and a
     legend swatch: black for a sign in nearly every model, a colour per mark (the spreads', and
     noise-limited's), grey for a sign on average, light grey for no answer."""
     st = verdict_style(str(verdict))

@@ -25,7 +25,6 @@ from .heatmaps import heatmap, heatmap_grid, heatmap_marks
 from .plotting import pyplot, save
 from .series import MANIFEST_FIX
 
-# how the consensus heatmap marks each verdict (analysis.consensus.VERDICTS): a glyph after the value
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
 

@@ -1,0 +1,100 @@
+"""Local table files, CSV/TSV or parquet, with one set of checks wherever they are read.
+
+The workflow's datasets (:mod:`oodcorr.jobs.data`) take their rows from :func:`delimited_rows` and
+:func:`parquet_rows`; ``oodcorr analyse`` (:func:`oodcorr.analysis.tables.read_table`) parses a
+scores table with pandas, every cell as text, and makes the same checks here. A file is refused,
+with its name and line, when it is empty (:func:`empty`), when its header names a column twice
+(:func:`check_header`), when it has a header or columns but no rows (:func:`header_without_rows`,
+:func:`columns_without_rows`) and when a parquet file cannot be read (:func:`unreadable_parquet`);
+a delimited file whose header says that its name gives the wrong delimiter, by
+:func:`oodcorr.core.io.delimiter_mismatch`. Compression and text encodings: :mod:`oodcorr.core.io`.
+
+Stdlib only; pyarrow is imported when a parquet file is read.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import Counter
+from pathlib import Path
+
+from .errors import DataError
+from .io import delimiter_mismatch, read_bytes
+
+
+def empty(path: Path) -> DataError:
+    return DataError(f"{path}: the file is empty (no header, no rows)")
+
+
+def check_header(path: Path, header: list[str], line: int) -> None:
+    """Refuse a header (on ``line``) that names a column more than once."""
+    dup = sorted(h for h, k in Counter(header).items() if k > 1)
+    if dup:
+        raise DataError(f"{path}:{line}: the header names column(s) {dup} more than once")
+
+
+def header_without_rows(path: Path, header) -> DataError:
+    return DataError(f"{path}: has a header ({', '.join(header)}) but no rows")
+
+
+def columns_without_rows(path: Path, columns) -> DataError:
+    return DataError(f"{path}: has columns ({', '.join(map(str, columns))}) but no rows")
+
+
+def unreadable_parquet(path: Path, e: Exception, remedy: str = "") -> DataError:
+    """A parquet file pyarrow could not read (``e``), and ``remedy``, what makes it again, if given."""
+    said = f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})"
+    return DataError(f"{said}: {remedy}" if remedy else said)
+
+
+def delimited_rows(path: Path, text: str, fmt: str, fix: str | None = None) -> list[dict]:
+    """CSV/TSV text -> rows keyed by the header, each with ``_line`` (the line it starts on).
+    ``fix``: another way out than renaming a file whose delimiter is not its name's
+    (:func:`oodcorr.core.io.delimiter_mismatch`)."""
+    delim = "," if fmt == "csv" else "\t"
+    name = "comma" if fmt == "csv" else "tab"
+    misnamed = delimiter_mismatch(path, text, delim, fix)
+    if misnamed:
+        raise DataError(misnamed)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delim)
+    rows: list[dict] = []
+    header = None
+    start = 1
+    try:
+        for fields in reader:
+            line, start = start, reader.line_num + 1
+            if not fields:  # a blank line
+                continue
+            if header is None:
+                header = [h.strip() for h in fields]
+                check_header(path, header, line)
+                continue
+            if len(fields) != len(header):
+                raise DataError(
+                    f"{path}:{line}: {len(fields)} field(s), but the header has {len(header)}; "
+                    f"a field that holds a {name} must be quoted"
+                )
+            rows.append(dict(zip(header, fields), _line=line))
+    except csv.Error as e:
+        raise DataError(f"{path}:{reader.line_num}: not readable as {fmt.upper()} ({e})") from None
+    if header is None:
+        raise empty(path)
+    if not rows:
+        raise header_without_rows(path, header)
+    return rows
+
+
+def parquet_rows(path: Path) -> list[dict]:
+    """A parquet file's rows, each with ``_line``: its row number."""
+    import pyarrow.parquet as pq
+
+    raw = read_bytes(path)
+    try:
+        table = pq.read_table(io.BytesIO(raw))
+        rows = table.to_pylist()
+    except Exception as e:  # pyarrow raises several types for a file that is not parquet
+        raise unreadable_parquet(path, e) from None
+    if not rows:
+        raise columns_without_rows(path, table.column_names)
+    return [dict(r, _line=i + 1) for i, r in enumerate(rows)]
