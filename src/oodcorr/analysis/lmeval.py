@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.errors import DataError
+from ..core.errors import DataError, did_you_mean
 from ..core.io import DuplicateKey, loads_json
 from .lmeval_samples import not_regular, read_samples
 from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
@@ -84,7 +84,8 @@ class LmEvalResults:
         if in_domain not in tasks:
             raise DataError(
                 f"{self.folder}: the in-domain testset {in_domain!r} is not a task of the results read "
-                f"(metric {self.metric!r}); tasks are {tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
+                f"(metric {self.metric!r}){did_you_mean(in_domain, tasks)}; tasks are "
+                f"{tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
             )
         s = self.scores
         return pd.DataFrame(
@@ -365,9 +366,11 @@ def read_results_file(
     pattern: re.Pattern | None,
     max_bytes: int = MAX_RESULTS_BYTES,
     without: set | None = None,
+    seen: set | None = None,
 ) -> list[dict]:
     """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
-    with no ``tasks`` named, the tasks without the metric are added to ``without``."""
+    with no ``tasks`` named, the tasks without the metric are added to ``without``; every task the
+    file holds, read or not, to ``seen``."""
     doc = _load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
@@ -404,6 +407,8 @@ def read_results_file(
             + ", e.g. --path-pattern '{model}/step{step}/*.json'"
         )
     results = doc["results"]
+    if seen is not None:
+        seen.update(results)
     wanted = tasks if tasks is not None else sorted(results)
     n_samples = doc.get("n-samples") if isinstance(doc.get("n-samples"), dict) else {}
     rows = []
@@ -460,8 +465,11 @@ def read_folder(
     samples: bool = True,
     max_files: int = MAX_FILES,
     max_bytes: int = MAX_RESULTS_BYTES,
+    in_domain: str | None = None,
 ) -> LmEvalResults:
     """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
+    ``in_domain`` (``--in-domain``) is read whatever ``tasks`` names; a task in no file is an error
+    naming the flag that asked for it, with the files' tasks closest to it.
 
     Two files giving one (model, run, step, task) is an error naming both."""
     folder = Path(folder)
@@ -492,10 +500,12 @@ def read_folder(
         chosen = [p for p in json_files if not p.name.startswith("samples_")]
     if not chosen:
         raise DataError(f"{folder}: holds no .json results file of lm-evaluation-harness (searched recursively)")
-    rows, where, without = [], {}, set()
+    if tasks is not None and in_domain is not None and in_domain not in tasks:
+        tasks = [*tasks, in_domain]
+    rows, where, without, seen = [], {}, set(), set()
     for p in chosen:
         got = read_results_file(
-            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without
+            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without, seen=seen
         )
         for row in got:
             k = (row["model"], row["run"], row["step"], row["testset"])
@@ -526,23 +536,20 @@ def read_folder(
             ", ".join(sorted(without - found)[:10]),
             " ..." if len(without - found) > 10 else "",
         )
-    if tasks is not None:
-        absent = [t for t in tasks if t not in found]
-        if absent:
-            raise DataError(
-                f"{folder}: --tasks {', '.join(absent)}: in none of the {len(chosen)} results files; their tasks "
-                f"include {sorted(found)[:20]}"
-            )
-    per = scores.groupby(["model", "run", "step"])["testset"].nunique()
-    if per.nunique() > 1:
-        log.warning(
-            "%s: the checkpoints do not all have the same tasks (%d to %d of %d); a task missing at a checkpoint "
-            "is a missing score there",
-            folder,
-            int(per.min()),
-            int(per.max()),
-            len(found),
+    if in_domain is not None and in_domain not in seen:
+        raise DataError(
+            f"{folder}: --in-domain {in_domain!r} is a task of none of the {len(chosen)} results files"
+            f"{did_you_mean(in_domain, seen)}; their tasks include {sorted(seen)[:20]}"
         )
+    if tasks is not None:
+        absent = [t for t in tasks if t not in seen]
+        if absent:
+            hints = "".join(did_you_mean(t, seen, n=1, lead=f"; {t}: ") for t in absent)
+            raise DataError(
+                f"{folder}: --tasks {', '.join(absent)}: in none of the {len(chosen)} results files{hints}; their "
+                f"tasks include {sorted(seen)[:20]}"
+            )
+    _say_missing_tasks(folder, scores, found, in_domain)
     examples, sample_files = None, []
     if samples:
         frames = []
@@ -590,6 +597,49 @@ def read_folder(
         samples_files=sample_files,
         digest=h.hexdigest(),
     )
+
+
+def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain: str | None, shown: int = 5) -> None:
+    """Warn, naming the files, steps and tasks, where checkpoints lack tasks the others have (a
+    missing score there); apart, the checkpoints without the in-domain task, which the analysis
+    leaves out (there is no in-domain score to regress on)."""
+    lacking = []
+    for (model, run, step), g in scores.groupby(["model", "run", "step"], sort=True):
+        missing = sorted(found - set(g["testset"]))
+        if missing:
+            where = f"model {model}" + (f", run {run}" if run != "all" else "") + f", step {step}"
+            lacking.append((where, ", ".join(sorted(set(g["file"]))), missing))
+    if not lacking:
+        return
+    n = scores.groupby(["model", "run", "step"]).ngroups
+
+    def listed(items):
+        more = f"; and {len(items) - shown} more" if len(items) > shown else ""
+        return "; ".join(items[:shown]) + more
+
+    log.warning(
+        "%s: %d of %d checkpoints lack tasks the others have (a missing score there): %s",
+        folder,
+        len(lacking),
+        n,
+        listed(
+            [
+                f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
+                for where, files, miss in lacking
+            ]
+        ),
+    )
+    no_in_domain = [f"{where} ({files})" for where, files, miss in lacking if in_domain in miss]
+    if no_in_domain:
+        log.warning(
+            "%s: %d checkpoint(s) have no score of the in-domain task %r and are left out of the analysis (there is "
+            "nothing to regress their OOD scores on): %s. Evaluate %r at them again to keep them",
+            folder,
+            len(no_in_domain),
+            in_domain,
+            listed(no_in_domain),
+            in_domain,
+        )
 
 
 def _file_metrics(path: Path, max_bytes: int) -> str:
