@@ -153,7 +153,11 @@ rule all:
 # sentence each job stopped with, the job named (a full disk while tokenising, converting,
 # aggregating, publishing...); end_of_run_report never raises (an unreadable file is a line)
 onsuccess:
-    for line in end_of_run_report(PLAN, failed=False):
+    # a run asked for some files (or --until) instead of the published set: it is told what it made
+    _ds, _jobs = workflow.dag_settings, workflow.dag.targetjobs
+    _whole = any(j.rule.name in ("all", "publish_results") for j in _jobs) and not _ds.until
+    _asked = None if _whole else sorted(_ds.targets) or sorted(_ds.until) or sorted({j.rule.name for j in _jobs})
+    for line in end_of_run_report(PLAN, failed=False, asked=_asked):
         print(line, flush=True)
 
 

@@ -518,6 +518,16 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
 
 
+def test_a_run_that_asks_for_one_file_says_what_it_made(micro_run):
+    """A targeted run (`snakemake results/micro/data/x.jsonl`) ends saying what it made, not pointing
+    at scores and partial correlations it did not make."""
+    wd, _, cfg_path = micro_run
+    res = smk(wd, cfg_path, f"{R}/data/synth-distractor.jsonl")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"oodcorr: made what was asked: {R}/data/synth-distractor.jsonl; no scores" in res.stdout, res.stdout[-2000:]
+    assert "partial correlations in" not in res.stdout and "the answer," not in res.stdout
+
+
 def test_lint_is_clean():
     res = subprocess.run(
         [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(REPO), "--lint"],
