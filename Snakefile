@@ -18,7 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.core.records import REFUSALS_ENV, clear_refusals, refusals_dir  # noqa: E402
-from oodcorr.planning.config import NAME_RE  # noqa: E402
+from oodcorr.planning.config import NAME_RE, check_trackers  # noqa: E402
 from oodcorr.launch.disk_checks import (
     check_on_disk,
     check_tokenized_caches,
@@ -61,6 +61,8 @@ _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
 # experiment last; the published files no longer match their record (then it is published again)
 _experiment_warnings = []
 if workflow.is_main_process:
+    # the experiment trackers finetune.report_to names: installed and reachable from here, before any job
+    check_trackers(config, PLAN.paths.root)
     # room on the file systems the run writes in besides what its jobs check before writing: a full (or
     # inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so it is checked
     # now, with the experiment folder, .snakemake/, --shadow-prefix, the conda prefix and the lock folders

@@ -18,7 +18,7 @@ from oodcorr.core import trackers
 from oodcorr.core.errors import ConfigError
 from oodcorr.jobs import tracking
 
-from helpers import micro_config, micro_plan, run_rule_script, tensorboard_scalars, wandb_runs
+from helpers import micro_config, run_rule_script, tensorboard_scalars, wandb_runs
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
 RUN = "m1/synth/n64/seed0"
@@ -230,17 +230,17 @@ def test_w_and_b_is_offline_unless_the_user_has_logged_in(tmp_path, monkeypatch)
 
 
 def test_planning_refuses_a_tracker_that_cannot_be_reached(tmp_path, monkeypatch):
-    """While planning (check_on_disk, before any job) and again when the aggregation starts (a compute
+    """While planning (check_trackers, before any job) and again when the aggregation starts (a compute
     node is not the login node): one sentence naming finetune.report_to and the variable to change."""
-    from oodcorr.launch.disk_checks import check_on_disk
+    from oodcorr.planning.config import check_trackers
 
     monkeypatch.chdir(tmp_path)
     cfg = micro_config()
     cfg["finetune"]["report_to"] = ["tensorboard", "mlflow"]
-    plan = micro_plan(cfg)
+    check_trackers(cfg, "results/micro")  # a file store: nothing to reach
     monkeypatch.setenv("MLFLOW_TRACKING_URI", CLOSED)
     with pytest.raises(ConfigError, match="finetune.report_to: mlflow: the tracking server"):
-        check_on_disk(plan)
+        check_trackers(cfg, "results/micro")
     out = tmp_path / "results/micro/.staging/scores.parquet"
     sm = dict(
         config=cfg,

@@ -415,6 +415,21 @@ def test_each_tracker_holds_the_loss_and_every_checkpoints_scores(micro_run, mon
     assert answer["job_type"] == "answer" and "agreement.csv" in answer["artifacts"][0]["files"]
 
 
+def test_a_tracker_that_cannot_be_reached_stops_the_run_while_planning(tmp_path):
+    """MLflow named and its server not answering: the run stops before any job, with the sentence
+    naming finetune.report_to and MLFLOW_TRACKING_URI (not an hour later, after the training)."""
+    cfg = micro_config()
+    cfg["finetune"]["report_to"] = TRACKERS
+    path = tmp_path / "micro.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = smk(tmp_path, path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
+    assert res.returncode != 0
+    assert "finetune.report_to: mlflow: the tracking server MLFLOW_TRACKING_URI=http://127.0.0.1:9 cannot be" in (
+        res.stdout + res.stderr
+    )
+    assert not (tmp_path / "results").exists()  # no job ran
+
+
 def test_editing_report_to_reruns_nothing(micro_run, tmp_path):
     wd, cfg, _ = micro_run
     path = tmp_path / "micro.yaml"

@@ -35,7 +35,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import NamedTuple
 
-from ..core import trackers
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
@@ -53,7 +52,7 @@ from ..core.records import (
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
-from ..planning.config import Experiment, trackers_of
+from ..planning.config import Experiment
 from ..planning.plan import Plan
 from . import experiment
 
@@ -67,9 +66,6 @@ def check_on_disk(plan: Plan) -> list[str]:
     with its time kept, and (unit ``run``) a summary whose predictions files are gone.
     Returns warnings about what is on disk (prompts cut to ``max_length``)."""
     check_inputs_exist(plan.exp)
-    # the experiment trackers finetune.report_to names: installed and reachable from here (each job
-    # that writes to them checks again when it starts: a compute node is not the login node)
-    trackers.check(sorted({n for names in trackers_of(plan.exp.config).values() for n in names}), plan.paths.root)
     check_tokenizers_fit(plan)
     check_verbalisers_on_disk(plan)
     check_sources_unchanged(plan)

@@ -104,6 +104,13 @@ def trackers_of(config: dict) -> dict[str, list[str]]:
     return {m["name"]: trackers.named(report_to(config, m["name"])) for m in config["models"]}
 
 
+def check_trackers(config: dict, root: str) -> None:
+    """Every tracker any model's ``finetune.report_to`` names, installed and reachable from here
+    (:func:`oodcorr.core.trackers.check`): while planning, in the main process (each job that writes
+    to them checks again when it starts: a compute node is not the login node)."""
+    trackers.check(sorted({n for names in trackers_of(config).values() for n in names}), root)
+
+
 class Experiment:
     """Read-only view of a validated config, resolved against dataset registries."""
 
