@@ -41,6 +41,7 @@ def test_synthetic_where_keeps_one_half_of_the_stream():
     assert [key(r) for r in yes] == [key(r) for r in whole if r["label"] == "entailment"] and len(yes) == 20
     assert prov["label_counts"] == {"entailment": 20} and prov["where"] == {"label": "entailment"}
     assert prov["n_rows"] == 40 and prov["fingerprint"] != prov_whole["fingerprint"]
+    assert "warning" not in prov  # one class, as `where` asked: no 'single class' warning (a file's would have one)
     assert "where" not in prov_whole  # a stream without `where` is described as before
     no, _ = prepare("no", dict(spec, where={"meta.kind": "change-verb"}), BINARY)
     assert no and all(r["meta"]["kind"] == "change-verb" for r in no)

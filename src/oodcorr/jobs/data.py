@@ -510,7 +510,7 @@ def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[
             "duplicates": dups,
         }
     )
-    if len(counts) < 2:
+    if len(counts) < 2 and "label" not in (spec.get("where") or {}):  # (a `where` on the label asked for one)
         warnings.insert(
             0, f"dataset {name!r} has a single class ({next(iter(counts))}); accuracy is still defined but says little"
         )
