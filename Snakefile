@@ -30,6 +30,8 @@ from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs, report_requested  # noqa: E402
 from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
+from oodcorr.launch.slurm_rerun import before_planning, earlier_jobs_warning  # noqa: E402
+from oodcorr.launch.slurm_watch import at_start, end_lines, say  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
@@ -84,6 +86,15 @@ if workflow.is_main_process:
             print(f"oodcorr warning: {_warning}", file=sys.stderr)
         print(f"oodcorr: {_refusal}", file=sys.stderr)
         sys.exit(1)
+    # a rerun after the submitting Snakemake died (oodcorr.launch.slurm_rerun): the Snakemake lock it left
+    # (--unlock, said with why), and the jobs of its that SLURM still holds, waited for here instead of
+    # being submitted again
+    _refusal = before_planning(PLAN, sys.argv, say) if writes(sys.argv) else None
+    if _refusal:
+        print(f"oodcorr: {_refusal}", file=sys.stderr)
+        sys.exit(1)
+    if not writes(sys.argv):
+        _experiment_warnings += earlier_jobs_warning(PLAN)
     _experiment_warnings += check_published(PLAN)
     # tokenised testsets cut short or made by another tokenizer: deleted (in a run that may write),
     # so that this run makes them again before any evaluation reads them
@@ -130,6 +141,9 @@ localrules:
 # run's config (oodcorr.launch.experiment.claim)
 onstart:
     _refusal = claim(PLAN, CONFIG_FILES, config)
+    # on SLURM (oodcorr.launch.slurm_watch): what the jobs would be submitted to, checked against the
+    # cluster (partition, account, status command, queue limit) before anything is; then the jobs watched
+    _refusal = _refusal or at_start(workflow, PLAN)
     if _refusal:
         print(f"oodcorr: {_refusal}", file=sys.stderr)
         sys.exit(1)
@@ -159,10 +173,12 @@ onsuccess:
     _ds, _jobs = workflow.dag_settings, workflow.dag.targetjobs
     _whole = any(j.rule.name in ("all", "publish_results") for j in _jobs) and not _ds.until
     _asked = None if _whole else sorted(_ds.targets) or sorted(_ds.until) or sorted({j.rule.name for j in _jobs})
-    for line in end_of_run_report(PLAN, failed=False, asked=_asked):
+    for line in end_of_run_report(PLAN, failed=False, asked=_asked) + end_lines(failed=False):
         print(line, flush=True)
 
 
+# (on SLURM, last: each job SLURM ended for its time or memory limit, a node failure, a preemption or a
+# cancel, with the rule and the config key that set the limit: oodcorr.launch.slurm_watch.end_lines)
 onerror:
-    for line in end_of_run_report(PLAN, failed=True):
+    for line in end_of_run_report(PLAN, failed=True) + end_lines(failed=True):
         print(line, flush=True)

@@ -254,7 +254,7 @@ def ar2_scores(rng, runs: int, n: int, rho: float, a1: float = 0.5, a2: float = 
 
 
 def per_run_rows(runs: int = 2000, chunk: int = 250) -> list[dict]:
-    from oodcorr.analysis.design import run_statistics
+    from oodcorr.analysis.run_batch import run_statistics
 
     rows = []
     for n in (21, 27):

@@ -14,6 +14,14 @@ the default procedure (benchmarks/latest/analysis_coverage.json: 9, 21, 41 check
 
     .venv/bin/python benchmarks/design_agreement.py --out benchmarks/latest/design_agreement.json [--studies 2000]
 
+With item noise (issue 44; ``--items-only`` runs this part alone): for studies whose testsets carry
+item noise (oodcorr.analysis.design_items), the design's measured answer against agreement() on the
+same runs (the analysis' own columns of each run, oodcorr.analysis.simulate_items.fast_run_rows, then
+pooling and the answer as the workflow computes them): the share of every verdict both ways (the
+same draws: any difference is one of procedure); and the design's two random halvings per run against
+the analysis' eight (the same tasks and whole-set noise, other halvings: the shares' differences with
+their standard error).
+
 The target (issue 26): within +-0.05 at every scenario. Both sides are Monte Carlo estimates: the
 measured one from 400 (targets) or 200 (regimes) studies, the predicted one from --studies; the
 JSON gives each difference with the standard error of the two together.
@@ -31,8 +39,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from oodcorr.analysis import Options, agreement
 from oodcorr.analysis.design import (
+    NOISE,
     Assumptions,
     Grid,
     Settings,
@@ -43,7 +54,11 @@ from oodcorr.analysis.design import (
     verdict_shares,
     verdicts_of,
 )
+from oodcorr.analysis.design_items import DESIGN_SPLITS, ItemNoise, measure_runs, noisy_runs
+from oodcorr.analysis.measurement import SPLITS
+from oodcorr.analysis.pipeline import pool
 from oodcorr.analysis.simulate import run_scores, scenario
+from oodcorr.analysis.simulate_items import fast_run_rows
 
 HERE = Path(__file__).resolve().parent
 
@@ -98,6 +113,70 @@ def same_studies(grid: Grid, a: Assumptions, rhos, reps: int, seed: int) -> dict
     return verdict_shares(verdicts_of(res, res, grid, a, Settings(), np.random.default_rng(0)))
 
 
+# (name, grid, item noise, every model's correlation): the regimes of the item-noise check
+ITEM_CASES = [
+    ("12 x 1, in-domain 200, OOD 3,000, null", Grid(12, 1, 25), ItemNoise(in_domain=200, ood=3000), 0.0),
+    ("12 x 1, in-domain 200, OOD 3,000, +0.5", Grid(12, 1, 25), ItemNoise(in_domain=200, ood=3000), 0.5),
+    ("8 x 3, in-domain 1,000, OOD 300, -0.5", Grid(8, 3, 21), ItemNoise(in_domain=1000, ood=300), -0.5),
+    ("8 x 3, in-domain 9,815, OOD 1,000, +0.3", Grid(8, 3, 21), ItemNoise(in_domain=9815, ood=1000), 0.3),
+    ("16 x 1, in-domain 10,000, OOD 100, white, null", Grid(16, 1, 27), ItemNoise(10000, 100, persistence=0.0), 0.0),
+    ("6 x 3, in-domain 277, OOD 71, +0.5", Grid(6, 3, 21), ItemNoise(in_domain=277, ood=71), 0.5),
+]
+
+
+def _item_runs(grid: Grid, items: ItemNoise, rho: float, studies: int, seed: int, splits: int) -> dict:
+    rng = np.random.default_rng([seed, grid.models, grid.runs])
+    truth = run_scores(rng, np.full(studies * grid.models * grid.runs, rho), grid.checkpoints, 0.8, noise=NOISE)
+    return noisy_runs(truth, items, NOISE / items.residual_sd, rng, splits=splits)
+
+
+def _design_words(d: dict, grid: Grid, items: ItemNoise, studies: int) -> list[str]:
+    runs = {k: v.reshape(studies, grid.models, grid.runs) for k, v in measure_runs(d).items()}
+    res = studies_of(runs, Settings())
+    return verdicts_of(
+        res, res, Grid(grid.models, grid.runs, grid.checkpoints, 1), Assumptions(items=items), Settings(), None
+    )
+
+
+def items_agreement(studies: int, seed: int = 44) -> list[dict]:
+    """Per regime of :data:`ITEM_CASES`: every verdict's share by the design's measured answer and by
+    agreement() on the same runs, and by the design with the analysis' eight halvings per run."""
+    opts = Options(pool_by=(), example_boot=0)
+    out = []
+    for name, grid, items, rho in ITEM_CASES:
+        t = time.time()
+        d = _item_runs(grid, items, rho, studies, seed, DESIGN_SPLITS)
+        design = verdict_shares(_design_words(d, grid, items, studies))
+        rows = fast_run_rows(d, grid.models, grid.runs)
+        table = pd.concat([rows, pool(rows, opts).assign(significant=False)], ignore_index=True)
+        ag = agreement(table, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
+        analysis = verdict_shares(ag["verdict"].tolist())
+        eight = verdict_shares(_design_words(_item_runs(grid, items, rho, studies, seed, SPLITS), grid, items, studies))
+        words = sorted(set(design) | set(analysis) | set(eight))
+        row = {"regime": name, "rho": rho, "studies": studies, "verdicts": {}}
+        for w in words:
+            a, b, c = design.get(w, 0.0), analysis.get(w, 0.0), eight.get(w, 0.0)
+            row["verdicts"][w] = {
+                "design": a,
+                "agreement_same_runs": b,
+                f"design_{SPLITS}_halvings": c,
+                "halvings_difference": a - c,
+                "se_halvings_difference": math.sqrt((a * (1 - a) + c * (1 - c)) / studies),
+            }
+        row["same_runs_largest_difference"] = max(
+            abs(v["design"] - v["agreement_same_runs"]) for v in row["verdicts"].values()
+        )
+        row["halvings_largest_difference"] = max(abs(v["halvings_difference"]) for v in row["verdicts"].values())
+        row["seconds"] = round(time.time() - t, 1)
+        print(
+            f"{name}: same runs {row['same_runs_largest_difference']:.4f}, {DESIGN_SPLITS} against {SPLITS} halvings "
+            f"{row['halvings_largest_difference']:.3f} [{row['seconds']} s]; {design}",
+            flush=True,
+        )
+        out.append(row)
+    return out
+
+
 def measured(bench: dict, section: str, regime: str, name: str) -> tuple[dict, int]:
     block = bench["targets"]["scenarios"][name] if section == "targets" else bench["regimes"][regime][name]
     return block["verdicts"], int(block["reps"])
@@ -110,9 +189,17 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", type=Path, default=HERE / "latest" / "verdict_calibration.json")
     ap.add_argument("--coverage", type=Path, default=HERE / "latest" / "analysis_coverage.json")
     ap.add_argument("--runs", type=int, default=8000, help="simulated runs per per-run point (default 8000)")
+    ap.add_argument("--item-studies", type=int, default=400, help="studies per item-noise regime (default 400)")
+    ap.add_argument("--items-only", action="store_true", help="only the item-noise check")
     args = ap.parse_args(argv)
-    bench = json.loads(args.calibration.read_text())
     t0, c0 = time.time(), time.process_time()
+    if args.items_only:
+        items = items_agreement(args.item_studies)
+        doc = {"items": items, "machine": platform.platform(), "load_average": os.getloadavg()}
+        doc.update(seconds=round(time.time() - t0, 1), cpu_seconds=round(time.process_time() - c0, 1))
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+        return 0
+    bench = json.loads(args.calibration.read_text())
     rows = []
     for (section, regime, name), grid, a, rhos in cases():
         got, reps = measured(bench, section, regime, name)
@@ -164,7 +251,9 @@ def main(argv=None) -> int:
                 }
             )
     print(f"[{time.time() - t0:6.0f} s] per run: largest difference {max(abs(r['difference']) for r in per_run):.3f}")
+    items = items_agreement(args.item_studies)
     out = {
+        "items": items,
         "per_run": per_run,
         "per_run_largest_difference": max(abs(r["difference"]) for r in per_run),
         "machine": platform.platform(),

@@ -9,10 +9,15 @@ into this project), reads it with the reader ``oodcorr analyse --format lm-eval`
 (:func:`oodcorr.analysis.lmeval.read_folder`, with the path pattern below naming each model by its
 folder) and writes one long table in the layout ``oodcorr analyse --format long`` reads:
 
-    model, step, testset, accuracy
+    model, step, testset, accuracy, n
+
+``n`` is the number of items behind each score, read back from the harness's ``acc_stderr``
+(:func:`oodcorr.analysis.lmeval.items_behind`; the files give no sample counts; empty where the
+score is 0 with a standard error of 0, which says no size): with ``--n-column n`` it bounds each
+testset's item noise (docs/analysis.md#scores-as-measurements).
 
     .venv/bin/python benchmarks/pythia_table.py /path/to/pythia/.git --out /tmp/pythia.csv
-    .venv/bin/oodcorr analyse /tmp/pythia.csv --unit step --in-domain lambada_openai \\
+    .venv/bin/oodcorr analyse /tmp/pythia.csv --unit step --in-domain lambada_openai --n-column n \\
         --out /tmp/pythia-analysis
 
 The same folder, checked out, is read directly by ``oodcorr analyse evals/pythia-v1 --format
@@ -32,7 +37,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from oodcorr.analysis.lmeval import read_folder
+from oodcorr.analysis.lmeval import items_behind, read_folder
 from oodcorr.core.errors import DataError
 
 TASKS = ("arc_challenge", "arc_easy", "piqa", "sciq", "winogrande", "logiqa", "wsc", "lambada_openai")
@@ -50,9 +55,11 @@ def rows(git_dir: Path, rev: str = "HEAD") -> list[dict]:
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
         scores = read_folder(Path(tmp) / "evals" / "pythia-v1", metric="acc", tasks=list(TASKS), path_pattern=PATTERN)
+    s = scores.scores
+    n = items_behind(s["n"], s["score"], s["stderr"])
     return [
-        {"model": r.model, "step": int(r.step), "testset": r.testset, "accuracy": r.score}
-        for r in scores.scores.itertuples(index=False)
+        {"model": r.model, "step": int(r.step), "testset": r.testset, "accuracy": r.score, "n": int(k) if k > 0 else ""}
+        for r, k in zip(s.itertuples(index=False), n)
     ]
 
 
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"{args.git_dir}: {getattr(e, 'stderr', None) or e}")
     commit = _git(args.git_dir, "rev-parse", args.rev).strip()
     with open(args.out, "w", newline="", encoding="utf-8") as fh:
-        w = csv.DictWriter(fh, fieldnames=["model", "step", "testset", "accuracy"])
+        w = csv.DictWriter(fh, fieldnames=["model", "step", "testset", "accuracy", "n"])
         w.writeheader()
         w.writerows(table)
     models = sorted({r["model"] for r in table})

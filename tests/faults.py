@@ -1,7 +1,8 @@
 """Real faults for the fault tests (imported as ``from faults import ...``): a small file system that
-fills up (ENOSPC) or runs out of inodes, a file system that refuses ``flock`` and one whose writes
-fail with a quota or size error (LD_PRELOAD shims), a writer that is another user (root bypasses
-file modes), and a child process stopped at a point it names, for real SIGTERM -> SIGKILL sequences.
+fills up (ENOSPC) or runs out of inodes, a read-only one (EROFS), a file system that refuses ``flock``
+and one whose writes fail with a quota, size or I/O error (LD_PRELOAD shims), a writer that is
+another user (root bypasses file modes), and a child process stopped at a point it names, for real
+SIGTERM -> SIGKILL sequences.
 
 Each skips with its reason where the fault cannot be made here (not root, no ``mount``, no C
 compiler); none fakes the fault in Python.
@@ -42,6 +43,24 @@ def small_filesystem(where: Path, size: str = "1m", inodes: int | None = None) -
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@contextlib.contextmanager
+def read_only_mount(folder: Path) -> Iterator[Path]:
+    """``folder`` bind-mounted onto itself read-only for the ``with`` block: every write under it fails
+    with EROFS, as on a file system mounted read-only. Skips unless this process may mount."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a read-only file system is made with a read-only bind mount, which needs root and mount(8)")
+    r = subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot bind-mount here ({r.stderr.strip()}), so no read-only file system can be made")
+    try:
+        r = subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], capture_output=True, text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def use_up_inodes(folder: Path) -> int:
@@ -102,7 +121,7 @@ _WRITE_SHIM = r"""
 #include <string.h>
 #include <unistd.h>
 /* write as on a file system that refuses it: fails with errno $FAILWRITE_ERRNO for files under
-   $FAILWRITE_UNDER (a used-up quota: EDQUOT; a file over the size limit: EFBIG) */
+   $FAILWRITE_UNDER (a used-up quota: EDQUOT; a file over the size limit: EFBIG; a failing disk: EIO) */
 ssize_t write(int fd, const void *buf, size_t count) {
     static ssize_t (*real)(int, const void *, size_t) = 0;
     if (!real) real = (ssize_t (*)(int, const void *, size_t))dlsym(RTLD_NEXT, "write");
@@ -141,7 +160,8 @@ def flock_refusing_shim(tmp: Path) -> Path:
 def write_refusing_shim(tmp: Path) -> Path:
     """A shared library that, preloaded (``LD_PRELOAD``), makes ``write`` fail with the errno
     ``$FAILWRITE_ERRNO`` on every file under ``$FAILWRITE_UNDER`` (elsewhere writes work): a used-up
-    quota (EDQUOT) or a file over the size limit (EFBIG) without a quota system or a huge file.
+    quota (EDQUOT) or a file over the size limit (EFBIG) without a quota system or a huge file, or a
+    failing disk (EIO) without one.
     Compiled now with ``cc``; skips without a compiler."""
     return _build_shim(tmp, "failwrite", _WRITE_SHIM, "writes fail")
 

@@ -275,10 +275,22 @@ def drop_shard(folder, tensor_suffix: str = "embed_tokens.weight") -> str:
     return shard
 
 
-def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None = None, seed: int = 0) -> Path:
+def tiny_llama_gguf(
+    path,
+    *,
+    leave_out=(),
+    n_blocks: int = 1,
+    rows: int | None = None,
+    seed: int = 0,
+    shapes: dict | None = None,
+    head_count_kv: int = 2,
+    vocab_size: int = 16,
+) -> Path:
     """A tiny llama GGUF file that transformers loads (F32 weights, a byte-level BPE tokenizer of 16
     tokens), written with the gguf package's own writer; ``leave_out`` names tensors not written,
-    ``rows`` gives the token embeddings another row count than the tokenizer's."""
+    ``rows`` gives the token embeddings another row count than the tokenizer's, ``shapes`` other
+    shapes to tensors (as numpy's: rows first), ``head_count_kv`` and ``vocab_size`` other metadata
+    than the tensors have."""
     import gguf
     import numpy as np
 
@@ -291,10 +303,10 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     w.add_embedding_length(n_embd)
     w.add_feed_forward_length(n_ff)
     w.add_head_count(n_head)
-    w.add_head_count_kv(n_head)
+    w.add_head_count_kv(head_count_kv)
     w.add_rope_dimension_count(n_embd // n_head)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(n_vocab)
+    w.add_vocab_size(vocab_size)
     w.add_tokenizer_model("gpt2")
     w.add_token_list(["<s>", "</s>"] + [chr(ord("a") + i) for i in range(n_vocab - 3)] + ["ab"])
     w.add_token_types([3, 3] + [1] * (n_vocab - 2))
@@ -302,7 +314,7 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
     w.add_bos_token_id(0)
     w.add_eos_token_id(1)
     rng = np.random.default_rng(seed)
-    shapes = {"token_embd.weight": (rows or n_vocab, n_embd), "output_norm.weight": (n_embd,)}
+    every = {"token_embd.weight": (rows or n_vocab, n_embd), "output_norm.weight": (n_embd,)}
     block = dict(
         attn_norm=(n_embd,),
         attn_q=(n_embd, n_embd),
@@ -315,8 +327,9 @@ def tiny_llama_gguf(path, *, leave_out=(), n_blocks: int = 1, rows: int | None =
         ffn_down=(n_embd, n_ff),
     )
     for i in range(n_blocks):
-        shapes.update({f"blk.{i}.{k}.weight": v for k, v in block.items()})
-    for name, shape in shapes.items():
+        every.update({f"blk.{i}.{k}.weight": v for k, v in block.items()})
+    every.update(shapes or {})
+    for name, shape in every.items():
         if name not in leave_out:
             w.add_tensor(name, (rng.normal(size=shape) * 0.1).astype(np.float32))
     w.write_header_to_file()
@@ -384,6 +397,27 @@ def wandb_runs(folder) -> list[dict]:
     return out
 
 
+def measured_study() -> dict:
+    """One item-level study as the answer's figures and page show it (issue 44): 6 models x 20
+    checkpoints, one run each, an in-domain set of 400 items and OOD sets ``ood0`` of 2,000 and
+    ``ood1`` of 1,000 (the tasks' partial correlation 0.5 in every model;
+    oodcorr.analysis.simulate_items), analysed with each item's correctness (``items``), with the
+    sizes alone (``bound``: its one pair is noise-limited by ood1) and with neither (``unknown``):
+    {how: (pairs table, agreement table, options)}, Pearson and the linear residualiser."""
+    import numpy as np
+
+    from oodcorr.analysis import Options, agreement, analyse
+    from oodcorr.analysis.simulate_items import item_table
+
+    long, examples = item_table(np.random.default_rng(0), [0.5] * 6, 1, 20, (400, 2000, 1000))
+    opts = Options(methods=("pearson",), residualisers=("linear",), step0_check=False)
+    out = {}
+    for how, table, ex in (("items", long, examples), ("bound", long, None), ("unknown", long.drop(columns="n"), None)):
+        pc = analyse(table, opts, ex)
+        out[how] = pc, agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero), opts
+    return out
+
+
 # The test files that take minutes, longest first (`make test --durations`, 2026-12-03: the real-lm
 # look 670 s, the end-to-end workflow tests 576 s, bad inputs 216 s, SLURM 192 s, the real-data
 # config 138 s, the docs' dry runs 107 s). `make test` hands files to its workers in collection
@@ -398,3 +432,43 @@ LONGEST_FIRST = (
     "tests/jobs/test_data_nli_registry.py",
     "tests/meta/test_docs.py",
 )
+
+
+class FakeSlurm:
+    """SLURM's commands as shell scripts first on PATH, for unit tests of what the workflow makes of
+    their answers (the real single-node cluster is tests/workflow/test_slurm.py's).
+
+    ``answer("squeue", "1|PENDING|...")`` sets what ``squeue`` prints next; ``answer(..., sub="ping")``
+    answers only calls whose first argument is ``ping`` (``scontrol ping``); several answers for one
+    command are given in turn, the last one repeated. :meth:`calls` gives each call's arguments."""
+
+    def __init__(self, folder, monkeypatch):
+        self.root = Path(folder)
+        (self.root / "bin").mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv("PATH", f"{self.root / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+
+    def answer(self, cmd: str, *outputs: str, rc: int = 0, stderr: str = "", sub: str = "_", rcs=()):
+        d = self.root / cmd / sub
+        d.mkdir(parents=True, exist_ok=True)
+        for old in d.iterdir():  # the answers given before, and how many were read
+            old.unlink()
+        for k, out in enumerate(outputs or ("",), start=1):
+            (d / f"{k}.out").write_text(out)
+            (d / f"{k}.err").write_text(stderr)
+            (d / f"{k}.rc").write_text(str(rcs[k - 1] if k <= len(rcs) else rc))
+        script = self.root / "bin" / cmd
+        script.write_text(
+            "#!/bin/sh\n"
+            f'top="{self.root / cmd}"\n'
+            'printf "%s\\n" "$*" >> "$top/calls"\n'
+            'd="$top/_"; if [ -n "$1" ] && [ -d "$top/$1" ]; then d="$top/$1"; fi\n'
+            '[ -d "$d" ] || exit 127\n'
+            'n=$(cat "$d/n" 2>/dev/null || echo 0); n=$((n + 1)); echo "$n" > "$d/n"\n'
+            'k=$n; while [ "$k" -gt 1 ] && [ ! -f "$d/$k.out" ]; do k=$((k - 1)); done\n'
+            'cat "$d/$k.out"; cat "$d/$k.err" >&2; exit "$(cat "$d/$k.rc")"\n'
+        )
+        script.chmod(0o755)
+
+    def calls(self, cmd: str) -> list[str]:
+        f = self.root / cmd / "calls"
+        return f.read_text().splitlines() if f.exists() else []

@@ -17,6 +17,7 @@ from oodcorr.analysis.multitest import adjust
 from oodcorr.analysis.pooling import fisher_z
 from oodcorr.analysis.residualise import linear_maker
 from oodcorr.analysis.simulate import observed_rho, run_scores, study_table
+from oodcorr.analysis.simulate_items import item_table
 from oodcorr.cli import main
 from oodcorr.launch import budget, grid
 from oodcorr.planning.plan import load
@@ -152,16 +153,12 @@ def test_batched_steps_equal_the_one_series_functions():
     np.testing.assert_array_equal(adjust(p, "holm"), np.array([adjust(r, "holm") for r in p]))
 
 
-def test_sampling_noise_attenuates_the_correlation_as_observed_rho_says():
-    # white noise as large as the residual series on both testsets halves the correlation
+def test_white_noise_attenuates_the_correlation_as_observed_rho_says():
+    # white noise as large as the residual series on both testsets halves the correlation (the design's
+    # item noise, persistent and in the in-domain set too: tests/analysis/test_design_items.py)
     assert float(observed_rho(0.6, 0.02, 0.02)) == pytest.approx(0.3)
     st = dz.run_statistics(run_scores(np.random.default_rng(5), np.full(3000, 0.6), 41, 0.0, sampling_sd=0.02))
     assert math.tanh(float(np.mean(fisher_z(st["r"])))) == pytest.approx(0.3, abs=0.03)
-    # and the design's power falls with it: the same grid, with and without that noise
-    g = dz.Grid(1, 1, 21, 1)
-    loud = dz.curve(g, dz.Assumptions(phi=0.0, sampling=1.0), effects=(0.6,), studies=1500, seed=2)
-    quiet = dz.curve(g, dz.Assumptions(phi=0.0), effects=(0.6,), studies=1500, seed=2)
-    assert loud.power["cell"][0] < quiet.power["cell"][0] - 0.3
 
 
 def test_a_curve_is_reproducible_and_rises_with_the_effect():
@@ -186,19 +183,9 @@ def test_a_pilots_phi_is_found_and_its_bias_towards_zero_removed(phi):
     assert ph["estimate"] == pytest.approx(phi, abs=0.12)
     assert ph["low"] <= ph["estimate"] <= ph["high"] and ph["high"] - ph["low"] < 0.4
     assert obs["median"] <= ph["estimate"] + 1e-9  # the corrected estimate is still biased low in short runs
-    assert est["sampling"]["estimate"] == 0.0 and est["notes"]  # no testset sizes: said so
-
-
-def test_a_pilots_sampling_noise_is_found_from_the_testset_sizes():
-    # residual series sd 0.02 plus white noise sd 0.02: a sampling noise of 1x the rest; accuracies near
-    # 0.5 + loading x curve, with the sizes at which the binomial sd is 0.02
-    pilot = study_table(np.random.default_rng(8), [0.3, 0.3, 0.3], 4, 21, 0.5, n_ood=3, sampling_sd=0.02)
-    pilot.loc[pilot["testset"] != "in-domain", "score"] += 0.5
-    means = pilot.groupby("testset")["score"].mean()
-    sizes = {t: int(round(p * (1 - p) / 0.02**2)) for t, p in means.items() if t != "in-domain"}
-    est = design_pilot.pilot_estimates(pilot, sizes=sizes, n_boot=50)
-    assert est["sampling"]["estimate"] == pytest.approx(1.0, abs=0.3)
-    assert set(est["sampling"]["per_testset"]) == set(sizes)
+    # no testset sizes and no per-item correctness: no item noise known, and the notes say so
+    assert est["items"]["ood_items"] is None and est["items"]["persistence"] is None
+    assert any("not estimated" in n for n in est["notes"])
 
 
 # ---- the command -----------------------------------------------------------------------------------
@@ -216,9 +203,14 @@ def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, 
     assert names == ["as configured", "checkpoints x2", "seeds +2", "models +50%", "examples x4"]
     by = {r["name"]: r for r in rep["alternatives"]}
     assert by["checkpoints x2"]["grid"]["checkpoints"] == 21 and by["seeds +2"]["grid"]["runs"] == 3
-    # 300 examples per testset at accuracy 0.5 against a residual sd of 0.02; four times the examples halve it
-    assert rep["assumptions"]["sampling"] == pytest.approx(math.sqrt(0.25 / 300) / 0.02)
-    assert by["examples x4"]["sampling"] == pytest.approx(rep["assumptions"]["sampling"] / 2)
+    # 300 examples per testset (SNLI in-domain, the OOD sets), the default item model; four times the examples
+    # of the OOD sets (the change caps them at 1,200)
+    items = rep["assumptions"]["items"]
+    assert items == {**items, "in_domain": 300, "ood": 300, "persistence": 0.8, "residual_sd": 0.02}
+    assert by["examples x4"]["items"]["ood"] == 1200 and by["examples x4"]["items"]["in_domain"] == 300
+    # how many items each claim needs: the table, and the config's own testsets along it
+    assert rep["items"]["sides"]["ood"]["sizes"][-1] is None and "snli" in rep["items"]["testsets"]
+    assert "## How many items" in printed and "* wnli (300 items, OOD set" in printed
     # the work-based cost grows with the examples scored, the limits do not
     assert by["examples x4"]["cost"]["gpu_hours_work"] > by["as configured"]["cost"]["gpu_hours_work"]
     assert "## Budget of the grid as configured" in printed and "GPU-hours from the work" in printed
@@ -233,6 +225,9 @@ def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, 
         (["--pilot", "nowhere.csv"], "nowhere.csv: file not found"),
         (["--target", "1.5"], "--target 1.5"),
         (["--throughput", "fast"], "--throughput 'fast'"),
+        (["--items-ood", "3"], "--items-ood '3'"),
+        (["--items-in-domain", "many"], "--items-in-domain 'many'"),
+        (["--item-persistence", "1"], "persistence must lie in [0, 1)"),
     ],
 )
 def test_design_bad_input_is_one_error_line(extra, message, caplog, capsys, tmp_path):
@@ -247,6 +242,27 @@ def test_a_pilot_that_is_not_the_workflows_table_needs_its_in_domain_set(tmp_pat
     pd.DataFrame({"model": ["a"], "step": [0], "testset": ["x"], "accuracy": [0.5]}).to_csv(table, index=False)
     assert main(["design", "--configfile", str(MICRO), "--pilot", str(table)]) == 2
     assert "--pilot-in-domain" in caplog.text and str(table) in caplog.text
+
+
+def test_a_pilots_per_item_correctness_gives_the_designs_item_noise(tmp_path, capsys):
+    # a pilot simulated item by item (persistence 0.8); the config (real-cpu) caps its testsets at 300: its
+    # sizes win over the pilot's, the pilot's persistence and residual sd are simulated
+    long, items = item_table(np.random.default_rng(4), [0.3, 0.3, 0.0], 2, 12, (500, 200, 200), phi=0.5)
+    long.drop(columns=["in_domain", "n"]).to_csv(tmp_path / "pilot.csv", index=False)
+    items.to_csv(tmp_path / "items.csv", index=False)
+    args = ["design", "--configfile", str(REPO / "config/real-cpu.yaml"), "--pilot", str(tmp_path / "pilot.csv")]
+    args += ["--pilot-in-domain", "in-domain", "--pilot-unit", "unit", "--pilot-score", "score"]
+    args += ["--pilot-examples", str(tmp_path / "items.csv"), "--studies", "20", "--effects", "0", "0.6"]
+    args += ["--phi", "0.5", "--no-alternatives", "--no-items-table", "--workers", "1", "--out", str(tmp_path / "d")]
+    assert main(args) == 0
+    rep = json.loads((tmp_path / "d.json").read_text())
+    est, simulated = rep["pilot"]["items"], rep["assumptions"]["items"]
+    assert set(est["per_testset"]) == {"in-domain", "ood0", "ood1"}  # the config's testsets are not the pilot's
+    assert (est["in_domain_items"], est["ood_items"]) == (500, 200)
+    assert (simulated["in_domain"], simulated["ood"]) == (300, 300)
+    assert simulated["persistence"] == est["persistence"] == pytest.approx(0.8, abs=0.1)
+    assert simulated["residual_sd"] == est["residual_sd"] == pytest.approx(0.02, rel=0.35)
+    assert "persistence of the item noise: **" in capsys.readouterr().out and "items" not in rep
 
 
 # ---- cost from the work -------------------------------------------------------------------------------
@@ -296,6 +312,8 @@ def test_the_grid_of_the_paper_and_its_changes():
     g = grid.grid_of(plan)
     # 8 models, 3 seeds per n_train, 21 checkpoints; each in-domain set has 7 OOD testsets: 21 pairs
     assert (g["models"], g["runs"], g["checkpoints"], g["pairs"], g["tables"]) == (8, 3, 21, 21, 4)
+    # the in-domain sets' sizes, like the OOD sets', unknown before their data is prepared
+    assert g["in_domain_sizes"] == {"mnli": None, "snli": None} and len(g["sizes"]) == 8
     cfg, _ = grid.change("checkpoints x2", raw, plan)
     assert cfg["finetune"]["checkpoints"] == {"every": 25} and raw["finetune"]["checkpoints"] == {"every": 50}
     cfg, _ = grid.change("models +50%", raw, plan)

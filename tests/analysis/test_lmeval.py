@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from oodcorr.analysis.lmeval import MAX_RESULTS_BYTES, compile_pattern, list_files, read_folder
+from oodcorr.analysis.lmeval import compile_pattern, read_folder
+from oodcorr.analysis.lmeval_files import MAX_RESULTS_BYTES, list_files
 from oodcorr.core.errors import DataError
 
 from faults import PYTHON, as_nobody, python_env
@@ -93,7 +94,8 @@ def test_the_current_format_gives_model_step_task_score_stderr_and_n(tmp_path):
     assert row.stderr == 0.01 and row.n == 10
     assert set(s["run"]) == {"all"}
     long = r.long("ind")
-    assert list(long.columns) == ["model", "in_domain", "run", "unit", "testset", "score"]
+    # acc is a share of items: the items behind each score (n-samples) ride along, to bound its item noise
+    assert list(long.columns) == ["model", "in_domain", "run", "unit", "testset", "score", "n"]
     assert set(long["in_domain"]) == {"ind"}
     assert r.examples is None
 
@@ -223,6 +225,41 @@ def test_a_samples_file_cut_short_or_not_0_1_is_refused_naming_its_line(tmp_path
     with pytest.raises(DataError, match=r"\.jsonl:1: acc is '0.37', not 0 or 1"):
         read_folder(tmp_path)
     assert read_folder(tmp_path, samples=False).scores["score"].tolist() == [0.5]
+
+
+def _with_groups(path: Path, groups) -> None:
+    doc = json.loads(path.read_text())
+    doc["group_subtasks"] = groups
+    path.write_text(json.dumps(doc))
+
+
+def test_groups_and_their_subtasks_are_read_from_every_file(tmp_path):
+    """group_subtasks (the current format: a group's subtasks, nested, a task listed with none) is read
+    into the groups, their union over the files (an evaluation of other tasks at another step)."""
+    scores = {"ind": 0.5, "mmlu": 0.3, "mmlu_stem": 0.31, "mmlu_anatomy": 0.28, "mmlu_astronomy": 0.33}
+    a = current(tmp_path / "s0", "org/a", 0, scores)
+    _with_groups(
+        a,
+        {
+            "mmlu": ["mmlu_stem"],
+            "mmlu_stem": ["mmlu_anatomy"],
+            "mmlu_anatomy": [],
+            "ind": [],
+        },
+    )
+    b = current(tmp_path / "s1", "org/a", 1, scores)
+    _with_groups(b, {"mmlu_stem": ["mmlu_anatomy", "mmlu_astronomy"], "mmlu": ["mmlu_stem"]})
+    current(tmp_path / "s2", "org/a", 2, scores)  # no group_subtasks: the older format has none
+    r = read_folder(tmp_path)
+    assert r.groups == {"mmlu": ["mmlu_stem"], "mmlu_stem": ["mmlu_anatomy", "mmlu_astronomy"]}
+    assert set(r.scores["testset"]) == set(scores)  # a group's own score is read like a task's
+
+
+@pytest.mark.parametrize("bad", [["mmlu", "mmlu_anatomy"], {"mmlu": "mmlu_anatomy"}, {"mmlu": [1, 2]}])
+def test_a_damaged_group_subtasks_is_refused_naming_the_file(tmp_path, bad):
+    _with_groups(current(tmp_path, "org/a", 0, {"ind": 0.5, "mmlu": 0.3}), bad)
+    with pytest.raises(DataError, match=r"results_.*\.json: group_subtasks is not an object of task-name lists"):
+        read_folder(tmp_path)
 
 
 # ---- hostile folders (issue 32, class 5) ----
@@ -455,3 +492,54 @@ def test_the_pythia_suites_real_files_give_the_benchmarks_table(tmp_path):
     assert t["model"].nunique() == 16 and t["step"].nunique() == 27 and t["testset"].nunique() == 8
     assert len(t) == 16 * 27 * 8
     assert t["accuracy"].between(0, 1).all()
+
+
+# ---- links out of the folder, folders that cannot be searched (issue 47) ----
+def test_a_link_out_of_the_folder_is_named_and_not_followed_unless_asked(tmp_path, caplog):
+    """Before: followed, into / and then /proc, where the walk stopped on a permission error."""
+    lm, elsewhere = tmp_path / "lm", tmp_path / "elsewhere"
+    series(lm)
+    current(elsewhere / "org__c", "org/c", 0, {"ind": 0.5, "x": 0.3, "y": 0.4})
+    os.symlink(elsewhere, lm / "more")
+    os.symlink("/", lm / "root")
+    os.symlink(elsewhere / "org__c" / f"results_{DATE}.json", lm / "org__a" / "linked.json")
+    os.symlink(lm / "org__b", lm / "inside")  # a link within the folder: followed (the folder read once)
+    with caplog.at_level("WARNING"):
+        got = read_folder(lm)
+    assert sorted(got.scores["model"].unique()) == ["org/a", "org/b"]  # nothing from outside
+    said = " ".join(r.getMessage() for r in caplog.records)
+    for link, target in ((lm / "more", elsewhere), (lm / "root", Path("/")), (lm / "org__a" / "linked.json", None)):
+        assert f"{link}: a link that leads out of {lm}" in said, said
+        if target is not None:
+            assert f"(to {target})" in said
+    assert "--follow-links" in said and "/proc" not in said
+    got = read_folder(lm / "more", follow_links=True)  # asked: followed (here, a folder with no link out)
+    assert list(got.scores["model"].unique()) == ["org/c"]
+    os.unlink(lm / "root")
+    os.unlink(lm / "org__a" / "linked.json")
+    got = read_folder(lm, follow_links=True)
+    assert sorted(got.scores["model"].unique()) == ["org/a", "org/b", "org/c"]
+
+
+def test_a_folder_whose_entries_cannot_be_looked_at_is_named(tmp_path):
+    """A folder the reader may list but not search (mode 644: its names, not what they are): before, its
+    subfolders were skipped in silence and the analysis went on without that model."""
+    prefix = as_nobody()
+    top = Path(tempfile.mkdtemp(prefix="oodcorr-lmeval-"))
+    try:
+        top.chmod(0o755)
+        series(top)
+        for d in [top, *top.rglob("*")]:
+            d.chmod(0o755 if d.is_dir() else 0o644)
+        (top / "org__b").chmod(0o644)  # readable names, no search: what each is cannot be seen
+        script = (
+            "import sys; from oodcorr.analysis.lmeval import read_folder; print(len(read_folder(sys.argv[1]).scores))"
+        )
+        res = subprocess.run(
+            [*prefix, PYTHON, "-c", script, str(top)], capture_output=True, text=True, env=python_env(), timeout=120
+        )
+        assert res.returncode != 0, res.stdout
+        assert re.search(r"org__b: cannot look into this folder \(Permission denied: ", res.stderr), res.stderr[-2000:]
+        assert "chmod" in res.stderr
+    finally:
+        shutil.rmtree(top)

@@ -11,6 +11,7 @@ import pytest
 from oodcorr.analysis import (
     COLUMNS,
     Options,
+    agreement,
     analyse,
     partial_corr,
 )
@@ -451,3 +452,51 @@ def test_runs_analysed_in_parallel_processes_give_the_same_table():
     assert set(per_run["run"]) == {"m1/s0", "m1/s1", "m2/s0"}
     assert per_run.loc[per_run["run"] == "m1/s0", "ex_ci_low"].notna().all()
     assert per_run.loc[per_run["run"] == "m2/s0", "ex_ci_low"].isna().all()
+
+
+def test_testsets_that_share_items_are_not_correlated_and_the_answer_says_why():
+    """``task_groups`` (an lm-eval group beside its subtasks): the pair of a group and its own subtask
+    is NaN in every run and pooled row with a note saying they share items, in every method, and the
+    agreement row says so; every other cell is as without it (its p-value adjusted in a smaller
+    family), in one process or two."""
+    rng = np.random.default_rng(3)
+    long = _long(rng, testsets=("a", "b", "c", "g"))
+    opts = Options(methods=("pearson", "spearman"), n_boot=100, n_perm=100, example_boot=0, pool_by=())
+    plain = analyse(long, opts)
+    groups = {"g": ["a", "b"]}
+    got = analyse(long, opts, task_groups=groups)
+    assert got.equals(analyse(long, opts, task_groups=groups, workers=2))
+    shared = got["x"].isin(["a", "b"]) & (got["y"] == "g")
+    assert shared.sum() == 2 * 5 * 2  # (a, g), (b, g) x (3 runs + 2 pooled) x 2 methods
+    assert got.loc[shared, "r"].isna().all() and got.loc[shared, "r_eiv"].isna().all()
+    runs = got[shared & (got["run"] != "pooled")]
+    assert runs["note"].str.startswith("a and g share items (g includes a)").sum() == 3 * 2
+    assert runs["note"].str.startswith("b and g share items (g includes b)").sum() == 3 * 2
+    assert got.loc[shared & (got["run"] == "pooled"), "note"].str.contains("share items").all()
+    # the refused pairs leave the heatmap's correction family: the others' adjusted p-values can only fall
+    same = [c for c in got.columns if c not in ("p_adj", "significant")]
+    pd.testing.assert_frame_equal(
+        got.loc[~shared, same].reset_index(drop=True), plain.loc[~shared, same].reset_index(drop=True)
+    )
+    assert (got.loc[~shared, "p_adj"].fillna(0) <= plain.loc[~shared, "p_adj"].fillna(0) + 1e-12).all()
+    assert np.isfinite(got.loc[~shared, "r"]).all()
+    agree = agreement(got).set_index(["x", "y", "method"])
+    for x in ("a", "b"):
+        for m in ("pearson", "spearman"):
+            row = agree.loc[(x, "g", m)]
+            assert row["verdict"] == "no data"
+            assert row["note"] == f"{x} and g share items (g includes {x}): " + (
+                "their item noise is correlated, so their partial correlation is not computed "
+                "(docs/analysis.md#testsets-that-share-items)"
+            )
+    assert agree.loc[("a", "b", "pearson"), "verdict"] != "no data"
+    # a subtask of the in-domain set: every pair of it is left out, saying so
+    inside = analyse(long, opts, task_groups={"id": ["c"]})
+    with_c = (inside["x"] == "c") | (inside["y"] == "c")
+    assert inside.loc[with_c, "r"].isna().all()
+    assert (
+        inside.loc[with_c & (inside["run"] != "pooled"), "note"]
+        .str.startswith("c shares items with the in-domain testset id (id includes c)")
+        .all()
+    )
+    assert np.isfinite(inside.loc[~with_c, "r"]).all()

@@ -5,6 +5,8 @@ range is only checked to be a number."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -70,6 +72,49 @@ def test_a_wide_tables_scores_are_accuracies(tmp_path):
     assert "line 3, column 'x': score 1.7 is outside [0, 1]" in msg and "long format" in msg, msg
 
 
+# a wide table whose columns are on different scales (issue 47): ind and x in shares, y in percent, ll a
+# log-likelihood (negative)
+MIXED = "step,ind,x,y,ll\n0,0.50,0.30,60.0,-3.1\n1,0.60,0.35,62.0,-2.9\n2,0.70,0.40,61.0,-2.7\n3,0.80,0.45,66.0,-2.6\n"
+
+
+def test_a_wide_table_of_mixed_scales_is_refused_naming_the_flags_that_read_it(tmp_path):
+    """Before: refused, rightly, but the only way on was to reshape the table into long format."""
+    p = tmp_path / "wide.csv"
+    p.write_text(MIXED)
+    df, where = read_table(p)
+    with pytest.raises(DataError) as e:
+        from_wide(df, unit="step", in_domain="ind", source=str(p), where=where)
+    msg = str(e.value)
+    assert "--each-scale" in msg and "--column-metric" in msg, msg
+
+
+def test_a_wide_table_says_how_to_read_each_column(tmp_path):
+    p = tmp_path / "wide.csv"
+    p.write_text(MIXED)
+    df, where = read_table(p)
+    read = dict(unit="step", in_domain="ind", source=str(p), where=where)
+    got = from_wide(df, each_scale=True, column_metrics={"ll": "loglik"}, **read)
+    top = got.groupby("testset")["score"].max().to_dict()
+    assert top == pytest.approx({"ind": 0.8, "x": 0.45, "y": 66, "ll": -2.6})
+    # each column's own range is still checked: a typo among shares, a percentage over 100, a loglik is anything
+    for col, row, value, says in (
+        ("x", 2, "1.7", "column 'x': score 1.7 is outside [0, 1]"),
+        ("y", 1, "170", "column 'y': score 170 is outside [0, 100]"),
+    ):
+        bad = df.copy()
+        bad.loc[bad.index[row], col] = value  # as read: text
+        with pytest.raises(DataError, match=re.escape(says)):
+            from_wide(bad, each_scale=True, column_metrics={"ll": "loglik"}, **read)
+    with pytest.raises(DataError, match=r"column 'll': score -3.1 is outside \[0, inf\], the range of 'perplexity'"):
+        from_wide(df, each_scale=True, column_metrics={"ll": "perplexity"}, **read)
+    with pytest.raises(DataError, match=r"--column-metric nope=loglik: the table has no column 'nope'"):
+        from_wide(df, each_scale=True, column_metrics={"nope": "loglik"}, **read)
+    # without --each-scale, a column named is read on its own scale, the others together as accuracies
+    with pytest.raises(DataError, match=r"column 'y': score 60 is outside \[0, 1\]"):
+        from_wide(df, column_metrics={"ll": "loglik"}, **read)
+    assert len(from_wide(df, column_metrics={"ll": "loglik", "y": "accuracy"}, **read)) == 16
+
+
 def test_the_workflows_scores_are_shares_whatever_their_median(tmp_path):
     scores = pd.DataFrame(
         {
@@ -91,7 +136,7 @@ def test_the_workflows_scores_are_shares_whatever_their_median(tmp_path):
 
 
 def test_metric_ranges_by_name():
-    from oodcorr.analysis.tables import metric_range
+    from oodcorr.analysis.score_ranges import metric_range
 
     assert metric_range("acc,none") == (0.0, 1.0) and metric_range("ACC_NORM") == (0.0, 1.0)
     assert metric_range("mcc") == (-1.0, 1.0)

@@ -351,6 +351,19 @@ def test_out_that_is_a_file_is_refused_before_any_work(tmp_path, caplog):
     assert out.read_text() == "my notes"
 
 
+def test_an_out_on_a_read_only_file_system_is_one_sentence_not_a_traceback(tmp_path, caplog):
+    """Before: the write error's sentence (issue 47) came with a traceback, the CLI not catching it."""
+    from faults import read_only_mount
+
+    scores, _ = _long_table(tmp_path)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with read_only_mount(ro), caplog.at_level(logging.ERROR):
+        code = main(["analyse", str(scores), "--in-domain", "mnli", "--run", "run", "--out", str(ro / "o"), "-q"])
+    assert code == 2
+    assert f"{ro / 'o'} is on a read-only file system" in caplog.text and "another --out" in caplog.text, caplog.text
+
+
 @pytest.mark.slow
 def test_the_console_script_prints_no_traceback_for_bad_tables(tmp_path):
     exe = Path(sys.executable).with_name("oodcorr")
@@ -567,3 +580,94 @@ def test_two_models_that_would_share_a_figure_file_are_refused_naming_both(tmp_p
     assert said and {said[1], said[2]} == {"'org/a'", repr(second)} and said[3].lower() == "'org_a'", caplog.text
     assert not (out / "partial_correlations.csv").exists()  # refused before anything is written
     assert main(["analyse", str(path), "--in-domain", "mnli", "--out", str(out), "-q", "--no-plots"]) == 0
+
+
+# ---- --out reused (issue 47): what an earlier analysis wrote there and this one does not is removed ----
+def _models_table(path, models):
+    rng = np.random.default_rng(1)
+    rows = []
+    for model in models:
+        for step in range(10):
+            z = 0.5 + 0.02 * step
+            for ts, acc in {"mnli": z, "a": 0.3 + 0.4 * z, "b": 0.2 + 0.3 * z, "c": 0.4 + 0.1 * z}.items():
+                rows.append({"model": model, "step": step * 10, "testset": ts, "accuracy": acc + 0.01 * rng.normal()})
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def _analyse_models(tmp_path, models, out, caplog):
+    table = _models_table(tmp_path / f"{''.join(models)}.csv", models)
+    args = ["analyse", str(table), "--in-domain", "mnli", "--out", str(out), "--workers", "1", "--forest-max", "0"]
+    with caplog.at_level(logging.INFO):
+        assert main(args) == 0, caplog.text
+
+
+def test_out_reused_for_another_input_keeps_no_figure_of_the_earlier_one(tmp_path, caplog):
+    """Before: the new tables held 2 models, and the figures of a third, analysed before, stayed beside them."""
+    out = tmp_path / "out"
+    _analyse_models(tmp_path, ["A", "B", "C"], out, caplog)
+    per_model = ("heatmaps/{}.png", "scatter/{}.png", "learning_curves/{}.png")
+    assert all((out / f.format("C")).exists() for f in per_model)
+    (out / "my-notes.txt").write_text("mine")  # a file of the user's, never touched
+    (out / "scatter" / "C.png").write_bytes(b"edited by hand")  # written by the analysis, then changed
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)
+    assert not (out / "heatmaps" / "C.png").exists() and not (out / "learning_curves" / "C.png").exists()
+    assert all((out / f.format(m)).exists() for f in per_model for m in ("A", "B"))
+    assert (out / "my-notes.txt").read_text() == "mine"
+    assert (out / "scatter" / "C.png").read_bytes() == b"edited by hand"  # changed since: kept, and said
+    said = caplog.text
+    assert "removed 2 file(s) of the earlier analysis in" in said and "heatmaps/C.png" in said, said
+    assert "scatter/C.png: written by an earlier analysis and changed since: kept" in said, said
+
+
+def test_an_out_written_before_the_record_existed_is_left_alone_and_said(tmp_path, caplog):
+    out = tmp_path / "out"
+    _analyse_models(tmp_path, ["A", "B", "C"], out, caplog)
+    next(out.glob(".oodcorr-*.json")).unlink()  # as an --out written before the record existed
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)
+    assert (out / "heatmaps" / "C.png").exists()  # not known to be ours: left alone
+    assert "written before analyses recorded what they write there" in caplog.text, caplog.text
+    assert "heatmaps/C.png" in caplog.text
+    caplog.clear()
+    _analyse_models(tmp_path, ["A", "B"], out, caplog)  # recorded now: the same analysis again says nothing
+    assert "heatmaps/C.png" not in caplog.text
+
+
+def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tmp_path, caplog):
+    """Before: refused, and the only way on was to reshape the table (issue 47)."""
+    rng = np.random.default_rng(2)
+    z = np.linspace(0.5, 0.8, 12)
+    table = pd.DataFrame(
+        {
+            "step": np.arange(12) * 10,
+            "mnli": z,
+            "a": 0.3 + 0.4 * z + 0.01 * rng.normal(size=12),
+            "b": 100 * (0.2 + 0.3 * z + 0.01 * rng.normal(size=12)),  # in percent
+            "ll": -3 + z + 0.05 * rng.normal(size=12),  # a log-likelihood
+        }
+    )
+    path = tmp_path / "mixed.csv"
+    table.to_csv(path, index=False)
+    args = ["analyse", str(path), "--format", "wide", "--in-domain", "mnli", "--no-plots", "-q"]
+    with caplog.at_level(logging.ERROR):
+        assert main([*args, "--out", str(tmp_path / "o1")]) == 2
+    assert "--each-scale" in caplog.text and "--column-metric" in caplog.text
+    assert main([*args, "--out", str(tmp_path / "o2"), "--each-scale", "--column-metric", "ll=loglik"]) == 0
+    pc = pd.read_csv(tmp_path / "o2" / "partial_correlations.csv")
+    assert {"a", "b", "ll"} == set(pc.x) | set(pc.y)
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", str(path), "--in-domain", "mnli", "--column-metric", "ll=loglik", "-q"]) == 2
+    assert "--column-metric: reads the columns of a wide table" in caplog.text
+    caplog.clear()  # sizes bound the noise of shares on one scale: not with columns on several
+    with caplog.at_level(logging.ERROR):
+        assert (
+            main(
+                [*args, "--out", str(tmp_path / "o3"), "--each-scale", "--column-metric", "ll=loglik", "--items", "200"]
+            )
+            == 2
+        )
+    assert "--items with --each-scale: the sizes bound the item noise of shares" in caplog.text
+    assert not (tmp_path / "o3").exists()

@@ -185,3 +185,91 @@ def test_a_checkpoint_without_the_in_domain_task_is_named_and_said_to_be_left_ou
     pc = pd.read_csv(out / "partial_correlations.csv")
     n_units = pc[(pc.run != "pooled")].groupby("model")["n"].first().to_dict()
     assert n_units[model] == 11 and all(v == 12 for m, v in n_units.items() if m != model)  # left out, as said
+
+
+def write_items(root: Path, long: pd.DataFrame, items: pd.DataFrame, groups: dict) -> None:
+    """A study simulated item by item (:func:`oodcorr.analysis.simulate_items.item_table`) written as
+    lm-eval writes it with --log_samples: per model and step a results file (each task's accuracy, its
+    size in n-samples, the groups in group_subtasks with their score, the mean over their subtasks'
+    items) and one samples file per task (a group has none), each line one document's 0/1."""
+    for model, unit in long[["model", "unit"]].drop_duplicates().itertuples(index=False):
+        folder = root / model.replace("/", "__") / f"step{unit}"
+        folder.mkdir(parents=True)
+        ex = items[(items["model"] == model) & (items["unit"] == unit)]
+        results, n = {}, {}
+        for task, e in ex.groupby("testset"):
+            results[task] = {"alias": task, "acc,none": float(e["correct"].mean()), "acc_stderr,none": 0.02}
+            n[task] = {"original": len(e), "effective": len(e)}
+            with open(folder / f"samples_{task}_{DATE}.jsonl", "w") as fh:
+                for doc, c in zip(e["example"], e["correct"]):
+                    line = {"doc_id": int(doc), "doc": {"q": f"question {doc}"}, "target": "A", "filter": "none"}
+                    fh.write(json.dumps({**line, "metrics": ["acc"], "acc": float(c)}) + "\n")
+        for group, kids in groups.items():
+            results[group] = {"alias": group, "acc,none": float(ex[ex["testset"].isin(kids)]["correct"].mean())}
+        doc = {
+            "results": results,
+            "group_subtasks": {**groups, **{t: [] for t in n}},
+            "n-samples": n,
+            "config": {"model": "hf", "model_args": f"pretrained={model},revision=step{unit}"},
+        }
+        (folder / f"results_{DATE}.json").write_text(json.dumps(doc))
+
+
+def test_samples_give_each_tasks_item_noise_and_a_group_beside_its_subtasks_is_left_out(tmp_path, caplog):
+    """--log_samples files read as per-item correctness give every task's item noise: the cross-fitted
+    correlation (r_eiv), the tasks' correlation and each series' reliability, equal to analyse() on the
+    same items; the group beside its own subtasks (group_subtasks) is not correlated with them, and the
+    agreement row says why."""
+    from oodcorr.analysis import Options, analyse
+    from oodcorr.analysis.simulate_items import item_table
+
+    long, items = item_table(np.random.default_rng(8), [0.5, 0.5, 0.5, 0.5], 1, 10, (240, 120, 120))
+    names = {"in-domain": "ind", "ood0": "arc", "ood1": "piqa"}
+    for t in (long, items):
+        t["model"] = "org/" + t["model"]
+        t["run"] = "all"
+        t["testset"] = t["testset"].map(names)
+    long["in_domain"] = "ind"
+    keys = ["model", "run", "unit", "testset"]  # the simulator's float32 means, as the harness writes them
+    long = long.drop(columns="score").merge(items.groupby(keys, as_index=False)["correct"].mean(), on=keys)
+    long = long.rename(columns={"correct": "score"})
+    write_items(tmp_path / "lm", long, items, {"both": ["arc", "piqa"]})
+    out = tmp_path / "out"
+    caplog.set_level(logging.INFO, logger="oodcorr")
+    rc = main(
+        [
+            "analyse", str(tmp_path / "lm"), "--format", "lm-eval", "--in-domain", "ind", "--out", str(out),
+            "--methods", "pearson", "--residualisers", "linear", "--example-boot", "0", "--no-plots",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    pc = pd.read_csv(out / "partial_correlations.csv", keep_default_na=False, na_values=[""])
+    pair = pc[(pc["x"] == "arc") & (pc["y"] == "piqa")].set_index("run")
+    runs = pair.drop(index="pooled")
+    assert len(runs) == 4 and (runs["eiv_from"] == "items").all()
+    assert runs["noise"].eq("ind, arc, piqa: item noise estimated from per-item correctness").all()
+    for c in ("r_eiv", "ci_low_eiv", "p_eiv", "reliability_x", "reliability_y", "reliability_in_domain"):
+        assert np.isfinite(runs[c]).all(), c
+    assert ((runs["reliability_x"] > 0) & (runs["reliability_x"] < 1)).all()  # 120 items: noise is a real share
+    # the same numbers as the analysis of the simulated tables themselves
+    direct = analyse(long, Options(methods=("pearson",), residualisers=("linear",), example_boot=0, pool_by=()), items)
+    d = direct[(direct["x"] == "arc") & (direct["y"] == "piqa")].set_index(["model", "run"])
+    p = pair.reset_index().set_index(["model", "run"]).loc[d.index]
+    for c in ("r", "r_eiv", "r_corrected", "reliability_x", "reliability_y", "reliability_in_domain", "task_cov"):
+        np.testing.assert_allclose(p[c].to_numpy(float), d[c].to_numpy(float), rtol=1e-9, atol=1e-12, err_msg=c)
+    # the group and its own subtasks share items: left out, saying so, here and in the answer
+    grouped = pc[pc["y"] == "both"]
+    assert set(grouped["x"]) == {"arc"} and set(pc[pc["x"] == "both"]["y"]) == {"piqa"}
+    left = pc[(pc["x"] == "arc") & (pc["y"] == "both") | (pc["x"] == "both") & (pc["y"] == "piqa")]
+    assert left["r"].isna().all() and len(left) == 2 * (4 + 4)  # 4 runs, 4 pooled rows
+    assert (
+        left[left["run"] != "pooled"]["note"]
+        .str.match(r"(arc and both|both and piqa) share items \(both includes")
+        .all()
+    )
+    agree = pd.read_csv(out / "agreement.csv", keep_default_na=False).set_index(["x", "y"])
+    assert agree.loc[("arc", "both"), "verdict"] == "no data"
+    assert agree.loc[("arc", "both"), "note"].startswith("arc and both share items (both includes arc)")
+    assert agree.loc[("arc", "piqa"), "about"] == "tasks"
+    assert -1 <= float(agree.loc[("arc", "piqa"), "r_consensus_corrected"]) <= 1  # the models' moments pooled
+    assert "1 OOD pair(s) share items" not in caplog.text and "2 OOD pair(s) share items" in caplog.text

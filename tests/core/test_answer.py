@@ -3,8 +3,20 @@ report's landing text count the pairs per verdict of agreement.csv."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from oodcorr.analysis.consensus import VERDICTS
-from oodcorr.core.answer import answer_lines, states_a_sign, tallies, verdict_order
+from oodcorr.core.answer import (
+    about,
+    answer_lines,
+    reliabilities,
+    reliability_line,
+    states_a_sign,
+    tallies,
+    verdict_order,
+)
 
 
 def _rows(verdicts, n_models, dom="mnli", method="pearson", res="linear"):
@@ -89,3 +101,100 @@ def test_the_answer_line_docs_analysis_shows_is_the_one_written():
     line = answer_lines(_rows(verdicts, 16), "pearson", "linear", "my-analysis", consensus_sets=["mnli"])[0]
     doc = re.sub(r"\s+", " ", (REPO / "docs/analysis.md").read_text())
     assert f"(`{line}`)" in doc
+
+
+def _measured(verdict, x, y, about, limited="", rel=(0.8, 0.7, 0.9)):
+    """An agreement row as read from agreement.csv (text), with the measured columns; ``rel``: the
+    reliability of x, y and the in-domain set, each an estimate (its low end 0.1 below) or a pair
+    (estimate, low end)."""
+    (row,) = _rows([verdict], 12)
+    row.update(x=x, y=y, about=about, noise_limited=limited)
+    for side, v in zip(("x", "y", "in_domain"), rel):
+        est, low = v if isinstance(v, tuple) else (v, v - 0.1)
+        row[f"reliability_{side}"], row[f"reliability_{side}_low"] = str(est), str(low)
+    return row
+
+
+def test_noise_limited_pairs_are_counted_and_named_with_their_reliability():
+    rows = [
+        _measured("noise-limited", "anli", "wnli", "tasks", "wnli (reliability 0.23)", (0.57, 0.23, 0.96)),
+        _measured(
+            "noise-limited",
+            "rte",
+            "wnli",
+            "tasks",
+            "rte (reliability 0.35), wnli (reliability 0.23)",
+            (0.35, 0.23, 0.96),
+        ),
+        _measured("noise-limited", "hans", "rte", "tasks", "rte (reliability 0.35)", (0.69, 0.35, 0.96)),
+        _measured("positive on average", "anli", "hans", "tasks", rel=(0.57, 0.69, 0.96)),
+        _measured("unresolved", "hans", "wnli", "tasks", rel=(0.69, 0.23, 0.96)),
+    ]
+    (line,) = tallies(rows, "pearson", "linear")
+    assert line[2] == (
+        "in-domain mnli: 5 pairs, a sign for 1: 1 positive on average; 3 noise-limited; 1 unresolved (12 models); "
+        "about the tasks; noise-limited by rte (reliability 0.35, 2 pairs), wnli (reliability 0.23, 2 pairs)"
+    )
+    assert reliabilities(rows)["wnli"] == (0.23, pytest.approx(0.13)) and reliabilities(rows)["mnli"][0] == 0.96
+
+
+def test_the_answer_says_when_it_speaks_of_the_observed_scores():
+    unknown = "observed scores (item noise unknown)"
+    rows = [_measured("unresolved", f"a{i}", "b", unknown, rel=(math.nan,) * 3) for i in range(3)]
+    (line,) = tallies(rows, "pearson", "linear")
+    assert line[2].endswith("3 unresolved (12 models); about the observed scores (item noise unknown)")
+    rows[0]["about"] = "tasks"
+    assert about(rows) == "about the tasks for 1 pair, the observed scores for 2 (item noise unknown)"
+
+
+def test_a_bound_is_said_as_the_least_reliability_and_many_testsets_are_cut_short():
+    # only sizes known: no estimate, the bound's low end; the in-domain set named by its own reason
+    rows = [
+        _measured(
+            "noise-limited",
+            f"mmlu_{i}",
+            "arc",
+            "tasks (in-domain noise bounded by its size)",
+            f"mmlu_{i} (reliability at least 0.10: its size bounds the noise), mnli (its variation is within its item "
+            "noise)",
+            ((math.nan, 0.1), 0.9, 0.2),
+        )
+        for i in range(7)
+    ]
+    (line,) = tallies(rows, "pearson", "linear")
+    assert line[2].endswith(
+        "about the tasks (in-domain noise bounded by its size); noise-limited by mnli (reliability 0.20, 7 pairs), "
+        "mmlu_0 (reliability at least 0.10, 1 pair), mmlu_1 (reliability at least 0.10, 1 pair), mmlu_2 "
+        "(reliability at least 0.10, 1 pair), mmlu_3 (reliability at least 0.10, 1 pair) and 3 more testsets"
+    )
+
+
+def test_the_log_names_each_testsets_reliability_the_least_reliable_first():
+    nan = float("nan")
+    rows = [
+        {
+            "in_domain": "mnli",
+            "x": "anli",
+            "y": "wnli",
+            "reliability_x": 0.6,
+            "reliability_x_low": 0.5,
+            "reliability_y": 0.2,
+            "reliability_y_low": 0.1,
+            "reliability_in_domain": 0.9,
+            "reliability_in_domain_low": 0.8,
+        },
+        {
+            "in_domain": "mnli",
+            "x": "anli",
+            "y": "rte",
+            "reliability_x": 0.6,
+            "reliability_x_low": 0.5,
+            "reliability_y": nan,
+            "reliability_y_low": 0.3,
+            "reliability_in_domain": 0.9,
+            "reliability_in_domain_low": 0.8,
+        },
+    ]
+    assert reliability_line(rows, 0.5).endswith(": wnli 0.20, rte at least 0.30, anli 0.60, mnli (in-domain) 0.90")
+    unknown = [{**r, **{k: nan for k in r if k.startswith("reliability")}} for r in rows]
+    assert reliability_line(unknown, 0.5) == ""

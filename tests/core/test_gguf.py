@@ -240,6 +240,40 @@ def test_a_gguf_file_without_a_tensor_its_architecture_needs(tmp_path, kw, says)
     assert msg is not None and msg.startswith(str(p)) and says in msg, msg
 
 
+@pytest.mark.parametrize(
+    "kw, says",
+    [
+        (
+            {"shapes": {"blk.0.attn_k.weight": (16, 32)}},
+            "blk.0.attn_k.weight has shape [32, 16], but its metadata gives [32, 32] (llama.attention.head_count_kv "
+            "2 heads of 16: llama.rope.dimension_count 16)",
+        ),
+        (
+            {"head_count_kv": 1},
+            "blk.0.attn_k.weight has shape [32, 32], but its metadata gives [32, 16] (llama.attention.head_count_kv 1",
+        ),
+        (
+            {"shapes": {"blk.0.ffn_up.weight": (48, 32)}},
+            "blk.0.ffn_up.weight has shape [32, 48], but its metadata gives [32, 64] (llama.feed_forward_length 64",
+        ),
+        (
+            {"shapes": {"blk.0.attn_output.weight": (32, 24)}},
+            "blk.0.attn_output.weight has shape [24, 32], but its metadata gives [32, 32]",
+        ),
+        ({"vocab_size": 20}, "llama.vocab_size is 20, but token_embd.weight has 16 rows"),
+    ],
+)
+def test_tensor_shapes_that_contradict_the_files_own_metadata(tmp_path, kw, says):
+    """Before: the header check passed, the conversion ran (13 s, 425 MB for a real model), then transformers
+    stopped with `You set ignore_mismatched_sizes to False`. Now named before anything is converted."""
+    pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
+    from helpers import tiny_llama_gguf
+
+    p = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
+    msg = G.missing_tensors(read_header(p))
+    assert msg is not None and msg.startswith(str(p)) and says in msg, msg
+
+
 def test_blocks_against_the_block_count_and_each_other(tmp_path):
     blk = [("token_embd.weight", (32, 4), 0)]
     two = [(f"blk.{i}.{x}.weight", (32,), 0) for i in (0, 1) for x in ("a", "b")]

@@ -1,21 +1,35 @@
 """A full disk under the atomic writes: a real ENOSPC (a small tmpfs), no inode left (a tmpfs with few),
 a used-up quota and a file over the size limit (EDQUOT and EFBIG from write(), an LD_PRELOAD shim;
-EFBIG also from a real ``ulimit -f``), never a mock; and the search for what can be deleted, bounded."""
+EFBIG also from a real ``ulimit -f``), never a mock; and the search for what can be deleted, bounded.
+The other write errors: an I/O error (EIO from write(), the shim), a read-only file system (a real
+read-only bind mount) and a folder of another user (a real one, written as user nobody)."""
 
 from __future__ import annotations
 
 import errno
 import json
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from oodcorr.core import io
+from oodcorr.core import filesystems
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.io import atomic_path, write_json_atomic
 
-from faults import PYTHON, fill, python_env, small_filesystem, use_up_inodes, write_refusing_shim
+from faults import (
+    PYTHON,
+    as_nobody,
+    fill,
+    python_env,
+    read_only_mount,
+    small_filesystem,
+    use_up_inodes,
+    write_refusing_shim,
+)
 
 
 @pytest.fixture
@@ -164,7 +178,7 @@ def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries
         for j in range(50):
             (d / f"step{j}.parquet").touch()
     (exp / "eval" / "run29" / ".step0.parquet.x.tmp").write_bytes(b"z" * 10)
-    monkeypatch.setattr(io, "DELETABLE_WALK_LIMIT", 400, raising=False)
+    monkeypatch.setattr(filesystems, "DELETABLE_WALK_LIMIT", 400, raising=False)
     seen = [0]
     real = os.scandir
 
@@ -187,6 +201,74 @@ def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries
             self.it.close()
 
     monkeypatch.setattr(os, "scandir", Counted)
-    found = io.deletable(exp / "scores")
+    found = filesystems.deletable(exp / "scores")
     assert seen[0] <= 400 + 1  # the walk stopped at its limit (1,500 files are there)
     assert "the search stopped after" in found[-1] and str(exp) in found[-1]
+
+
+# ---- write errors other than a full disk: an I/O error, a read-only file system, a folder of another user
+# (issue 47): the same sentence-making as a full disk, naming the file and its file system
+WRITE = (
+    "import sys\n"
+    "from oodcorr.core.io import write_text_atomic\n"
+    "try:\n"
+    "    write_text_atomic(sys.argv[1], 'x' * 100_000)\n"
+    "except Exception as e:\n"
+    "    print(type(e).__name__ + ': ' + str(e))\n"
+    "    sys.exit(3)\n"
+)
+
+
+def _write(target, prefix=(), **env):
+    r = subprocess.run(
+        [*prefix, PYTHON, "-c", WRITE, str(target)], capture_output=True, text=True, env=python_env(**env), timeout=120
+    )
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_an_io_error_names_the_file_its_file_system_and_that_running_again_is_safe(tmp_path):
+    """Before: OSError: [Errno 5] Input/output error, with a traceback."""
+    shim = write_refusing_shim(tmp_path)
+    folder = tmp_path / "exp"
+    folder.mkdir()
+    target = folder / "summary.json"
+    rc, out = _write(target, LD_PRELOAD=str(shim), FAILWRITE_UNDER=str(folder), FAILWRITE_ERRNO=str(errno.EIO))
+    assert rc == 3, out
+    assert out.startswith("WriteFailed: "), out
+    assert str(target) in out and "input/output error (EIO)" in out, out
+    assert f"file system {filesystems.file_system(folder)}" in out, out  # which file system
+    assert "Nothing half-written is kept" in out and "safe to run again" in out, out
+    assert "no room" not in out and "quota" not in out  # not a full disk
+    assert not list(folder.iterdir())  # nothing half-written
+
+
+def test_a_read_only_file_system_is_named_with_its_mount(tmp_path):
+    """Before: OSError: [Errno 30] Read-only file system, with a traceback."""
+    ro = tmp_path / "ro"
+    (ro / "exp").mkdir(parents=True)
+    target = ro / "exp" / "summary.json"
+    with read_only_mount(ro):
+        rc, out = _write(target)
+    assert rc == 3, out
+    assert out.startswith("WriteFailed: "), out
+    assert str(target) in out and "read-only file system" in out and f"file system {ro}" in out, out
+    assert "Write to a writable file system instead" in out, out
+    assert not list((ro / "exp").iterdir())
+
+
+def test_a_folder_this_user_cannot_write_names_its_owner(tmp_path):
+    """Before: PermissionError: [Errno 13] Permission denied, with a traceback."""
+    prefix = as_nobody()
+    top = Path(tempfile.mkdtemp(prefix="oodcorr-faults-"))
+    try:
+        top.chmod(0o755)
+        folder = top / "exp"
+        folder.mkdir()  # root's, 0755: nobody may not write it
+        rc, out = _write(folder / "summary.json", prefix)
+        assert rc == 3, out
+        assert out.startswith("WriteFailed: "), out
+        assert str(folder / "summary.json") in out and "cannot write in" in out, out
+        assert "belongs to user root, mode 755" in out, out
+        assert not list(folder.iterdir())
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -1,9 +1,12 @@
 """Folders that cannot be locked or written: a file system that refuses flock (a real LD_PRELOAD
 shim on libc's flock), a folder of another user and a read-only mount (the writer a real other
-uid, since root bypasses modes). The writer never goes on unlocked, and the sentence says what to do."""
+uid, since root bypasses modes). The writer never goes on unlocked, and the sentence says what to do.
+The lock folder (``OODCORR_LOCK_DIR``) read-only or a file, named as such; two runs of one experiment
+that take its lock in two places, one or the other running, each step of the taking drawn out."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import tempfile
@@ -14,7 +17,7 @@ import pytest
 
 from oodcorr.core.locks import EXPERIMENT, LOCK_DIR_ENV, FolderInUse, hold, lock_path
 
-from faults import PYTHON, as_nobody, flock_refusing_shim, python_env
+from faults import PYTHON, as_nobody, flock_refusing_shim, python_env, read_only_mount, wait_for
 
 # a child that takes a folder's lock (of the kind named) and says what happened, in one line
 TAKE = textwrap.dedent(
@@ -108,17 +111,172 @@ def test_a_lock_folder_elsewhere_does_not_hide_a_results_folder_that_cannot_be_w
 def test_a_results_folder_on_a_read_only_mount_is_refused(tmp_path):
     exp = tmp_path / "ro" / "exp"
     exp.mkdir(parents=True)
-    ro = tmp_path / "ro"
-    r = subprocess.run(["mount", "--bind", str(ro), str(ro)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot bind-mount here ({r.stderr.strip()}), so no read-only file system can be made")
-    try:
-        r = subprocess.run(["mount", "-o", "remount,ro,bind", str(ro)], capture_output=True, text=True)
-        if r.returncode != 0:
-            pytest.skip(f"cannot remount read-only ({r.stderr.strip()})")
+    with read_only_mount(tmp_path / "ro"):
         with pytest.raises(FolderInUse) as e:
             with hold(exp, EXPERIMENT):
                 pass
         assert type(e.value).__name__ == "FolderNotWritable" and "read-only file system" in str(e.value)
+
+
+# ---- the lock folder (issue 47): its own problems named with OODCORR_LOCK_DIR; one place per experiment
+def test_a_lock_folder_on_a_read_only_mount_is_named_as_the_lock_folder(tmp_path):
+    """Before: 'experiment folder … cannot be written by this user', of a folder that can be written."""
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    ro = tmp_path / "ro"
+    (ro / "locks").mkdir(parents=True)
+    with read_only_mount(ro):
+        out = _take(exp, **{LOCK_DIR_ENV: str(ro / "locks")})
+    assert out.startswith("LockDirUnusable: "), out
+    assert f"{LOCK_DIR_ENV}={ro / 'locks'}" in out and "read-only file system" in out and str(exp) in out, out
+    assert "cannot be written by this user" not in out
+    assert not list(exp.iterdir())  # nothing written in the experiment folder
+
+
+def test_a_lock_folder_that_is_a_file_is_named_as_such(tmp_path):
+    """Before: "cannot take the experiment's lock (File exists)"."""
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    not_a_folder = tmp_path / "locks"
+    not_a_folder.write_text("a file\n")
+    out = _take(exp, **{LOCK_DIR_ENV: str(not_a_folder)})
+    assert out.startswith("LockDirUnusable: "), out
+    assert f"{LOCK_DIR_ENV}={not_a_folder}" in out and "is a file, not a folder" in out, out
+    assert not_a_folder.read_text() == "a file\n" and not list(exp.iterdir())
+
+
+# two runs of one experiment, one taking its lock in OODCORR_LOCK_DIR, the other in the folder: each
+# stops at a point (``before``: its place recorded, the places not yet listed; ``after``: listed, none
+# taken) until the test says go, then writes what happened to a file and, holding, waits to be let go
+RACE = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from oodcorr.core import lock_places, locks
+    folder, where, reached, go, outcome, done = sys.argv[1], sys.argv[2], *map(Path, sys.argv[3:7])
+    listed = lock_places.recorded
+
+    def say(text):  # whole when it appears: the test reads it as soon as it exists
+        tmp = outcome.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, outcome)
+
+    def paused(*a, **k):
+        if where == "after":
+            got = listed(*a, **k)
+        reached.write_text("here")
+        while not go.exists():
+            time.sleep(0.01)
+        return got if where == "after" else listed(*a, **k)
+
+    if where != "none":
+        lock_places.recorded = paused
+    try:
+        with locks.hold(folder, locks.EXPERIMENT):
+            say("HELD")
+            while not done.exists():
+                time.sleep(0.01)
+    except locks.FolderInUse as e:
+        say(type(e).__name__ + ": " + str(e))
+    """
+)
+
+
+def _racer(tmp_path, exp, name, where, lock_dir=None):
+    d = tmp_path / name
+    d.mkdir()
+    files = [d / f for f in ("reached", "go", "outcome")] + [tmp_path / "done"]
+    env = python_env(**({LOCK_DIR_ENV: str(lock_dir)} if lock_dir else {}))
+    if not lock_dir:
+        env.pop(LOCK_DIR_ENV, None)
+    proc = subprocess.Popen(
+        [PYTHON, "-c", RACE, str(exp), where, *map(str, files)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    return proc, dict(zip(("reached", "go", "outcome"), files[:3], strict=True))
+
+
+def _outcome(proc, files) -> str:
+    wait_for(files["outcome"], proc, timeout=120)
+    return files["outcome"].read_text()
+
+
+@pytest.mark.parametrize("first", ["elsewhere", "in the folder"])
+def test_two_shells_that_disagree_about_the_lock_folder_never_both_run(tmp_path, first):
+    """Before: both ran, each holding the lock in its own place. Now the experiment records where its lock
+    was taken, and a run that would take it elsewhere takes that place too: refused while it is held."""
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    lock_dir = tmp_path / "locks"
+    first_dir, second_dir = (lock_dir, None) if first == "elsewhere" else (None, lock_dir)
+    a, fa = _racer(tmp_path, exp, "a", "none", first_dir)
+    b = None
+    try:
+        assert _outcome(a, fa) == "HELD"
+        b, fb = _racer(tmp_path, exp, "b", "none", second_dir)
+        out = _outcome(b, fb)
+        assert out.startswith("FolderInUse: "), out
+        assert f"PID {a.pid}" in out and LOCK_DIR_ENV in out and "one place" in out, out
     finally:
-        subprocess.run(["umount", "-l", str(ro)], capture_output=True)
+        (tmp_path / "done").write_text("")
+        for p in (a, b):
+            if p is not None:
+                p.wait(timeout=60)
+
+
+@pytest.mark.parametrize(("where", "places"), [("before", 2), ("after", 2), ("before", 1)])
+def test_two_runs_taking_the_lock_at_once_exactly_one_runs(tmp_path, where, places):
+    """The taking of the lock on a slow file system, every step drawn out: each run stops at the step named
+    (``before``: both stopped there together, then let go together; ``after``: the run with the lock folder
+    stopped having listed the places, while the other runs through), then goes on. Exactly one runs, whether
+    the two take the lock in two places (one with OODCORR_LOCK_DIR) or in one."""
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    a, fa = _racer(tmp_path, exp, "a", where, tmp_path / "locks" if places == 2 else None)
+    b, fb = _racer(tmp_path, exp, "b", where if where == "before" else "none")
+    try:
+        wait_for(fa["reached"], a, timeout=120)
+        if where == "before":
+            wait_for(fb["reached"], b, timeout=120)
+            fa["go"].write_text("")
+            fb["go"].write_text("")
+            outcomes = [_outcome(a, fa), _outcome(b, fb)]
+        else:
+            out_b = _outcome(b, fb)  # the other runs through while this one is stopped
+            fa["go"].write_text("")
+            outcomes = [_outcome(a, fa), out_b]
+        assert sorted(o == "HELD" for o in outcomes) == [False, True], outcomes
+        assert all(o == "HELD" or o.startswith("FolderInUse: ") for o in outcomes), outcomes
+    finally:
+        (tmp_path / "done").write_text("")
+        for p in (a, b):
+            p.wait(timeout=60)
+
+
+def test_a_lock_taken_in_another_place_that_is_free_now_does_not_stop_a_run(tmp_path):
+    """Provably free from this host: a run taking the lock in the folder, after one that took it in
+    OODCORR_LOCK_DIR and ended, runs (and so does the next one back in the lock folder)."""
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    env = {LOCK_DIR_ENV: str(tmp_path / "locks")}
+    assert _take(exp, **env) == "HELD"
+    assert _take(exp) == "HELD"
+    assert _take(exp, **env) == "HELD"
+
+
+def test_a_lock_folder_of_another_host_cannot_be_proved_free_and_is_named(tmp_path):
+    exp = tmp_path / "results" / "exp"
+    exp.mkdir(parents=True)
+    env = {LOCK_DIR_ENV: str(tmp_path / "locks")}
+    assert _take(exp, **env) == "HELD"
+    (record,) = (exp / ".lock-places").iterdir()
+    doc = json.loads(record.read_text())
+    record.write_text(json.dumps(dict(doc, host="node-elsewhere")))
+    out = _take(exp)
+    assert out.startswith("FolderInUse: "), out
+    assert "node-elsewhere" in out and str(record) in out and "cannot be told from here" in out, out
+    record.unlink()  # the way out the sentence gives, once no run is alive there
+    assert _take(exp) == "HELD"

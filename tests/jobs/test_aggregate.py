@@ -108,8 +108,54 @@ def test_a_truncated_scores_table_is_named_with_the_way_out(tmp_path):
     write_scores(df, str(pq), str(csv))
     pd.testing.assert_frame_equal(read_scores(str(pq)), df)
     pq.write_bytes(pq.read_bytes()[:200])
-    with pytest.raises(ResultError, match=r"scores\.parquet: not a readable scores table.*delete it"):
+    with pytest.raises(ResultError, match=r"scores\.parquet: not a readable scores table.*deleting it is safe"):
         read_scores(str(pq))
+
+
+def test_a_staged_scores_table_damaged_since_it_was_sealed_is_named_safe_to_delete(tmp_path):
+    """Issue 47: the sentence named the table and Arrow's error, not that deleting it is safe; and a staged
+    table changed but still readable (rows dropped by hand) was read as it was."""
+    from oodcorr.core.records import seal
+
+    df = collect([_predictions(tmp_path, "t1"), _predictions(tmp_path, "t2")])
+    pq, csv = tmp_path / ".staging" / "scores.parquet", tmp_path / ".staging" / "scores.csv"
+    write_scores(df, str(pq), str(csv))
+    seal([str(pq), str(csv)])  # as rule aggregate_scores does
+    pd.testing.assert_frame_equal(read_scores(str(pq)), df)
+    whole = pq.read_bytes()
+    for damage in (lambda: pq.write_bytes(whole[:200]), lambda: df.iloc[:1].to_parquet(pq, index=False)):
+        damage()
+        with pytest.raises(ResultError) as e:
+            read_scores(str(pq))
+        msg = str(e.value)
+        assert msg.startswith(f"{pq} changed after the job that made it wrote it"), msg
+        assert "deleting it is safe" in msg and "rule aggregate_scores makes it again" in msg, msg
+        assert "nothing is trained or evaluated again" in msg, msg
+
+
+def test_a_staged_analysis_table_cut_short_stops_its_figure_with_the_way_out(tmp_path):
+    """A staged partial_correlations.csv cut at a line end still parses (fewer rows, read as all of them):
+    before, the heatmap was drawn from what was left. Now its seal names it, with the way out (issue 47)."""
+    from oodcorr.core.records import seal
+
+    staged = tmp_path / "results/x/.staging/analysis/partial_correlations.csv"
+    staged.parent.mkdir(parents=True)
+    staged.write_text("model,run,x,y,r\n" + "".join(f"m,pooled,a{i},b{i},0.{i}\n" for i in range(1, 9)))
+    seal([str(staged)])  # as rule partial_correlations does
+    text = staged.read_text()
+    staged.write_text(text[: text.index("a5")])  # cut at a line end, a kill half-way through a copy
+    msg = run_rule_script(
+        "plot",
+        tmp_path,
+        rule="heatmap",
+        input=[str(staged)],
+        output=[str(tmp_path / "m.png")],
+        params=types.SimpleNamespace(kind="heatmap", method="pearson", residualiser="linear"),
+        wildcards=types.SimpleNamespace(model="m"),
+    )
+    assert msg is not None and msg.startswith(f"oodcorr: {staged} changed after the job that made it wrote it"), msg
+    assert "deleting it is safe" in msg and "rule partial_correlations makes it again" in msg, msg
+    assert not (tmp_path / "m.png").exists()
 
 
 # ---- records checked against where they sit (issue 25) -------------------------------------------
@@ -262,7 +308,10 @@ def test_a_truncated_staged_scores_table_stops_the_report_tables_with_a_sentence
         config={"experiment": "x"},
     )
     assert msg is not None and msg.startswith(f"oodcorr: {staged}: not a readable scores table ("), msg
-    assert msg.endswith("delete it and run again: the aggregation rebuilds it from the evaluation results")
+    assert msg.endswith(
+        "deleting it is safe: delete it and run again, and rule aggregate_scores makes it again from the evaluations "
+        "(nothing is trained or evaluated again)"
+    ), msg
 
 
 def test_an_evaluation_of_a_swapped_tokenised_testset_names_the_cache_to_delete(tmp_path, monkeypatch):

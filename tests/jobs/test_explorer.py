@@ -23,9 +23,12 @@ import pandas as pd
 import pytest
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.consensus import AGREEMENT_COLUMNS, VERDICTS
+from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
+from oodcorr.analysis.consensus import VERDICTS
 from oodcorr.analysis.tables import write_tables
 from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
+
+from helpers import measured_study
 
 CHROMIUM = "/usr/bin/chromium"
 LADDER = [
@@ -33,6 +36,7 @@ LADDER = [
     "positive on average, models differ",
     "sign reversal, negative on average",
     "agree near zero",
+    "noise-limited",
     "unresolved",
 ]
 
@@ -87,6 +91,16 @@ def _suite_tables(n_models: int = 16, seed: int = 0):
     agree["direction"] = ["negative in nearly every model" if v == LADDER[0] else "" for v in agree["verdict"]]
     agree["spread"] = ["models differ" if "differ" in v else "" for v in agree["verdict"]]
     agree["p_mean_adj"] = rng.uniform(size=n)
+    # the scores as measurements, as with sizes only (lm-eval's acc_stderr): each testset's bound
+    low = dict(zip(tasks, rng.uniform(0, 1, len(tasks))))
+    agree["about"] = "tasks (in-domain noise bounded by its size)"
+    agree["reliability_x_low"], agree["reliability_y_low"] = agree["x"].map(low), agree["y"].map(low)
+    agree["reliability_in_domain_low"] = 0.97
+    agree["ci_low_consensus_corrected"], agree["ci_high_consensus_corrected"] = r - 0.4, np.minimum(r + 0.4, 1)
+    agree["noise_limited"] = [
+        f"{x} (reliability at least {low[x]:.2f}: its size bounds the noise)" if v == "noise-limited" else ""
+        for x, v in zip(agree["x"], agree["verdict"])
+    ]
     models = [f"pythia-{k}" for k in range(n_models)]
     mr = np.tanh(np.arctanh(np.clip(r, -0.95, 0.95))[:, None] + rng.normal(0, 0.3, (n, n_models)))
     pc = pd.DataFrame(
@@ -172,6 +186,7 @@ def test_the_page_asks_for_nothing_outside_itself(tmp_path):
         ("positive on average, models differ", "≠", False, False),
         ("positive on average", "", False, False),
         ("agree near zero", "≈0", False, False),
+        ("noise-limited", "∿", False, True),
         ("unresolved", "", False, True),
         ("no data", "", False, True),
         ("something new", "", False, True),
@@ -180,7 +195,7 @@ def test_the_page_asks_for_nothing_outside_itself(tmp_path):
 def test_the_page_shows_each_verdict_as_the_figures_do(verdict, mark, framed, faded):
     s = page_style(verdict)
     assert (s["mark"], s["framed"], s["faded"]) == (mark, framed, faded)
-    assert s["dashed"] == (verdict == "agree near zero")
+    assert s["dashed"] == (verdict == "agree near zero") and s["dotted"] == (verdict == "noise-limited")
     # in the ladder's order (the filter list's), a word no code knows last
     assert (s["rank"] == len(VERDICTS)) == (verdict == "something new")
 
@@ -348,6 +363,10 @@ def test_a_whole_suite_page_in_a_browser(browser, suite_page):
     row = agree[(agree.x == "piqa") | (agree.y == "piqa")].iloc[0]
     tip = p.hover(row["x"], row["y"])
     assert f"consensus r {row['r_consensus']:+.2f}" in tip and row["verdict"] in tip
+    assert (
+        f"reliability {row['x']} at least {row['reliability_x_low']:.2f}, {row['y']} at least "
+        f"{row['reliability_y_low']:.2f}, in-domain lambada_openai at least 0.97" in tip
+    )
     # click: that pair's forest plot, with its 16 models
     c = p.centre(row["x"], row["y"])
     p.page.mouse.click(c["x"], c["y"])
@@ -385,4 +404,85 @@ def test_the_table_downloads_as_written(browser, suite_page, tmp_path):
     with p.page.expect_download() as dl:
         p.page.click("#download-csv")
     assert Path(dl.value.path()).read_bytes() == csv.read_bytes()
+    p.close()
+
+
+# ---- the scores as measurements -------------------------------------------------------------
+@pytest.fixture(scope="module")
+def measured():
+    return measured_study()
+
+
+def test_each_models_tasks_correlation_is_carried(measured):
+    pc, agree, _ = measured["items"]
+    data = page_data(agree, pc)
+    pooled = pc[pc["run"] == "pooled"]
+    for k, m in enumerate(data["models"]):
+        want = pooled.loc[pooled["model"] == m, ["r_corrected", "ci_low_corrected", "ci_high_corrected"]]
+        got = [data["by_model"][c][0][k] for c in ("rc", "rc_lo", "rc_hi")]
+        assert got == [None if not np.isfinite(v) else round(v, 4) for v in want.iloc[0]]
+    assert sum(v is not None for v in data["by_model"]["rc"][0]) >= 4
+    assert "rc" not in page_data(agree, pc.drop(columns="r_corrected"))["by_model"]  # an older pairs table
+
+
+def _sgn(v: float) -> str:
+    return f"{v:+.2f}"
+
+
+def test_a_measured_page_shows_reliabilities_the_tasks_and_noise_limited_pairs(browser, measured, tmp_path):
+    settings = {"level": 0.95, "alpha": 0.05, "near_zero": 0.3}
+    # only sizes known: the pair is noise-limited, its own legend entry; the hover says why
+    pc, agree, _ = measured["bound"]
+    (row,) = agree.to_dict("records")
+    html = tmp_path / "bound.html"
+    write_explorer(agree, pc, html, settings=settings)
+    p = Page(browser, html)
+    assert [t.strip() for t in p.page.locator("#verdicts label").all_inner_texts()] == ["noise-limited (1)"]
+    assert "noise-limited: dotted frame, '∿', faded" in p.page.inner_text("#legend")
+    tip = p.hover("ood0", "ood1")
+    assert "about the tasks (in-domain noise bounded by its size)" in tip
+    assert (
+        f"reliability ood0 at least {row['reliability_x_low']:.2f}, ood1 at least {row['reliability_y_low']:.2f}, "
+        f"in-domain in-domain at least {row['reliability_in_domain_low']:.2f}" in tip
+    )
+    lo, hi = row["ci_low_consensus_corrected"], row["ci_high_consensus_corrected"]
+    assert f"the tasks' consensus (item noise out) no estimate [{_sgn(lo)}, {_sgn(hi)}]" in tip
+    assert f"noise-limited by {row['noise_limited']}" in tip
+    p.page.locator("#verdicts label", has_text="noise-limited").locator("input").uncheck()
+    assert p.shown() == 0
+    p.close()
+    # each item known: the forest plot shows each model's tasks' correlation and the tasks' consensus
+    pc, agree, _ = measured["items"]
+    (row,) = agree.to_dict("records")
+    html = tmp_path / "items.html"
+    write_explorer(agree, pc, html, settings=settings)
+    p = Page(browser, html)
+    c = p.centre("ood0", "ood1")
+    p.page.mouse.click(c["x"], c["y"])
+    pooled = pc[pc["run"] == "pooled"]
+    assert p.page.locator("#forest circle.tasks").count() == int(np.isfinite(pooled["r_corrected"]).sum()) >= 4
+    tasks = p.page.text_content("#forest g.consensus-row[data-row='corrected']")
+    assert tasks == "the tasks' consensus" + " ".join(
+        [
+            _sgn(row["r_consensus_corrected"]),
+            f"[{_sgn(row['ci_low_consensus_corrected'])},",
+            f"{_sgn(row['ci_high_consensus_corrected'])}]",
+        ]
+    )
+    assert f"reliability ood0 {row['reliability_x']:.2f}, ood1 {row['reliability_y']:.2f}" in p.page.inner_text(
+        "#pair-measured"
+    )
+    # one model's view: its own tasks' correlation in the hover
+    m0 = pooled[pooled["model"] == "m0"].iloc[0]
+    p.page.select_option("#view", label="model m0")
+    if np.isfinite(m0["r_corrected"]):
+        assert f"its tasks' correlation {_sgn(m0['r_corrected'])}" in p.hover("ood0", "ood1")
+    # the pairs shown, downloaded, carry the measured columns
+    with p.page.expect_download() as dl:
+        p.page.click("#download-visible")
+    shown = pd.read_csv(dl.value.path())
+    for c in ("about", "r_consensus_corrected", "reliability_x", "reliability_y_low", "noise_limited"):
+        assert c in shown.columns
+    assert shown["r_consensus_corrected"].item() == pytest.approx(row["r_consensus_corrected"], abs=1e-4)
+    assert shown["about"].item() == "tasks"
     p.close()

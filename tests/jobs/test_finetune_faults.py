@@ -1,11 +1,14 @@
-"""A finetune under the faults of a cluster: a full scratch disk (a real ENOSPC on a small tmpfs) and
-preemption (a real SIGTERM, then SIGKILL after the grace time, then the same job again). Nothing
-half-written is taken for a checkpoint, the rerun resumes from the last whole one, and it ends
-with the weights of an uninterrupted run, every step trained once."""
+"""A finetune under the faults of a cluster: a full scratch disk (a real ENOSPC on a small tmpfs), an I/O
+error while a checkpoint is saved (EIO from write(), an LD_PRELOAD shim) and preemption (a real SIGTERM,
+then SIGKILL after the grace time, then the same job again). Nothing half-written is taken for a
+checkpoint, the rerun resumes from the last whole one, and it ends with the weights of an uninterrupted
+run, every step trained once."""
 
 from __future__ import annotations
 
+import errno
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -14,11 +17,21 @@ import torch
 from safetensors.torch import load_file
 
 from oodcorr.core.errors import DiskFull
+from oodcorr.core.filesystems import file_system
 from oodcorr.jobs.checkpoints import MANIFEST, verify_checkpoint
 from oodcorr.jobs.finetune import finetune
 from oodcorr.planning.finetune_job import FinetuneJob
 
-from faults import fill, preempt, small_filesystem, start_stopped, wait_for
+from faults import (
+    PYTHON,
+    fill,
+    preempt,
+    python_env,
+    small_filesystem,
+    start_stopped,
+    wait_for,
+    write_refusing_shim,
+)
 from helpers import FINETUNE_STEPS, finetune_job
 
 STEPS = FINETUNE_STEPS
@@ -169,5 +182,49 @@ def test_a_preempted_finetune_resumes_from_its_last_whole_checkpoint(tmp_path, t
     if where == "save":  # the checkpoint cut off before its manifest was set aside, never trusted
         assert list(job.run_dir.glob("checkpoints/.incomplete-checkpoint-15-*"))
         assert not list(job.run_dir.glob("checkpoints/.incomplete-checkpoint-15-*/" + MANIFEST))
+    _same_weights(reference.run_dir, job.run_dir)
+    _every_step_once(job)
+
+
+# ---- an I/O error while a checkpoint is written (issue 47) ----------------------------------------
+# a finetune in a child (for the LD_PRELOAD shim), saying the error it stopped with in one line
+SAVE_FAILS = textwrap.dedent(
+    """
+    import sys
+    from oodcorr.jobs.finetune import finetune
+    from oodcorr.planning.finetune_job import FinetuneJob
+    try:
+        finetune(FinetuneJob.from_json(sys.argv[1]))
+    except Exception as e:
+        print(type(e).__name__ + ": " + str(e))
+        sys.exit(3)
+    """
+)
+
+
+@pytest.mark.parametrize(("step", "resumed"), [(0, None), (10, "checkpoint-5")])
+def test_an_io_error_while_a_checkpoint_is_saved_names_it_and_its_file_system_and_the_rerun_resumes(
+    tmp_path, tiny_models, reference, step, resumed
+):
+    """safetensors says ``SafetensorError: Error while serializing: I/O error`` (no errno): before, that and
+    a traceback were all. Step 0 is saved by save_pretrained before training, step 10 by the Trainer."""
+    shim = write_refusing_shim(tmp_path)
+    job = _job(tmp_path, tiny_models["opt"], tmp_path / "run")
+    ck = job.run_dir / "checkpoints"
+    failing = ck / f"checkpoint-{step}"
+    env = python_env(LD_PRELOAD=str(shim), FAILWRITE_UNDER=str(failing), FAILWRITE_ERRNO=str(errno.EIO))
+    r = subprocess.run([PYTHON, "-c", SAVE_FAILS, job.to_json()], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 3, (r.stdout + r.stderr)[-3000:]
+    out = r.stdout.strip().splitlines()[-1]  # the Trainer prints its losses before
+    assert out.startswith("WriteFailed: "), out
+    assert f"checkpoint-{step}" in out and str(ck) in out, out  # which file, which folder
+    assert "input/output error (EIO)" in out and f"file system {file_system(ck)}" in out, out
+    assert "It is safe to run again" in out and "Traceback" not in r.stderr, out
+    assert not failing.exists()  # the half-written checkpoint is gone
+    assert all(verify_checkpoint(ck / f"checkpoint-{s}")[0] for s in STEPS if s < step)
+    assert not job.manifest_path.exists()
+
+    info = finetune(job)  # the disk is whole again: the same job
+    assert (info["resumed_from"] or "").endswith(resumed or "") and bool(info["resumed_from"]) == bool(resumed)
     _same_weights(reference.run_dir, job.run_dir)
     _every_step_once(job)

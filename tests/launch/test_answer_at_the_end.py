@@ -14,7 +14,7 @@ from oodcorr.planning.plan import load
 from helpers import REPO
 
 
-def _agreement(path: Path, verdicts, n_models, method, residualiser):
+def _agreement(path: Path, verdicts, n_models, method, residualiser, **measured):
     path.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(
         {
@@ -27,6 +27,7 @@ def _agreement(path: Path, verdicts, n_models, method, residualiser):
             "verdict": verdicts,
             "n_models_consensus": n_models,
             "n_models": n_models,
+            **measured,
         }
     ).to_csv(path, index=False)
 
@@ -48,6 +49,31 @@ def test_the_last_line_of_a_run_is_the_answer(tmp_path, monkeypatch):
     )
     # the report's landing text reads the same lines from analysis/answer.txt (rule explorer writes it;
     # tests/workflow/test_workflow.py::test_report_renders checks the report)
+
+
+def test_the_last_line_says_what_the_answer_is_about_and_what_leaves_pairs_noise_limited(tmp_path, monkeypatch):
+    """agreement.csv as the analysis writes it (empty cells where nothing is known) read back as text."""
+    monkeypatch.chdir(tmp_path)
+    plan = load(yaml.safe_load((REPO / "config/micro.yaml").read_text()), REPO, [REPO / "config/micro.yaml"])
+    a = plan.paths.analysis
+    method, res = plan.analysis["methods"][0], plan.analysis["residualisers"][0]
+    _agreement(
+        Path(a) / "agreement.csv",
+        ["noise-limited", "unresolved"],
+        3,
+        method,
+        res,
+        about="tasks",
+        noise_limited=["a0 (reliability 0.12)", None],
+        reliability_x=[0.12, 0.8],
+        reliability_x_low=[0.05, 0.7],
+        reliability_y=[float("nan"), 0.6],
+    )
+    line = end_of_run_report(plan, failed=False)[-1]
+    assert (
+        "1 noise-limited; 1 unresolved (3 models); about the tasks; noise-limited by a0 (reliability 0.12, 1 pair)"
+        in line
+    )
 
 
 def test_an_unreadable_answer_table_is_a_line_not_a_crash(tmp_path, monkeypatch):

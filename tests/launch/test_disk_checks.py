@@ -93,12 +93,14 @@ def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadabl
     _tokenise_as_planned(plan, "micro-opt", "synth-overlap", tiny_models["opt"])
     lines = end_of_run_report(plan, failed=False)
     assert any(line.startswith(f"oodcorr: WARNING: {meta}: the description of prepared dataset") for line in lines)
-    assert (
+    assert lines[-1] == (
         "oodcorr: WARNING: testset 'synth-overlap', model 'micro-opt': all 60 prompts (100%) are longer than "
         "evaluation.max_length (8 tokens) and were cut, keeping their end; raise evaluation.max_length to score "
         "whole examples"
-    ) in lines
-    assert lines[-1].startswith("oodcorr: scores in results/micro/scores.csv")
+    )  # the console's last line (issue 47): after where the results are, not above them
+    assert lines[-2].startswith("oodcorr: scores in results/micro/scores.csv")
+    failed = end_of_run_report(plan, failed=True)
+    assert failed[-1] == lines[-1]  # a run that failed says it last too (no job's refusal here)
 
 
 # ---- issue 41: a model whole, and its tokenizer within its embeddings, before any job --------------

@@ -62,7 +62,7 @@ def test_a_second_run_is_refused_while_planning_before_any_job_naming_the_holder
         assert "is in use by another run of the workflow" in res.stderr and f"PID {holder.pid}" in res.stderr
         assert "other.yaml" in res.stderr
         # before any job: nothing of the experiment was made (its data, logs) and no job was started
-        assert sorted(p.name for p in root.iterdir()) == ["experiment.lock"]
+        assert sorted(p.name for p in root.iterdir()) == [".lock-places", "experiment.lock"]  # the lock and its place
         assert "Select jobs to execute" not in res.stdout + res.stderr
         # a dry run is not refused (it writes nothing)
         dry = smk(tmp_path, cfg_path, "-n", timeout=600)
@@ -128,6 +128,30 @@ def test_a_folder_copied_with_cp_al_is_refused_once_for_all_its_linked_locks(tmp
         p.unlink()  # what the refusal says to do
     assert linked_locks(plan) == [] and (tmp_path / "results/micro/experiment.lock").exists()
     assert lock(plan, [MICRO]) is None  # the same config but for its name: nothing to rerun
+    _release_experiment(copy)
+
+
+def test_a_copy_with_linked_locks_under_a_config_that_changes_it_gives_both_ways_out_at_once(tmp_path, monkeypatch):
+    """Before: the way out of the first refusal (the linked lock files) led to a second refusal (the copy
+    was written by another config) with a second way out; now the first gives both (issue 47)."""
+    from oodcorr.launch.experiment import config_warning, linked_locks, lock
+
+    from helpers import micro_config, micro_plan
+
+    copy = _copied_experiment(tmp_path, monkeypatch)
+    config = dict(micro_config(), experiment="micro2")
+    config["finetune"] = dict(config["finetune"], learning_rate=0.001)
+    plan = micro_plan(config)
+    mine = tmp_path / "micro2.yaml"
+    config_warning(plan, [mine], config)  # as the Snakefile: the config's warnings first, then the lock
+    first = lock(plan, [mine])
+    assert first is not None and "find results/micro2 -name '*.lock' -links +1 -delete" in first
+    assert "--forceall" in first, first  # the second step, in the same message
+    for p in linked_locks(plan):
+        p.unlink()  # the first step
+    config_warning(plan, [mine], config)
+    second = lock(plan, [mine])
+    assert second is not None and second in first  # the refusal that follows is the one already given
     _release_experiment(copy)
 
 

@@ -9,7 +9,7 @@ import textwrap
 
 from oodcorr.core.records import REFUSALS_ENV, read_refusals
 
-from faults import PYTHON, fill, python_env, small_filesystem
+from faults import PYTHON, fill, python_env, read_only_mount, small_filesystem
 
 JOB = """
 import sys, types
@@ -56,6 +56,25 @@ def test_a_raw_write_that_meets_a_full_disk_is_recorded_as_its_sentence(tmp_path
     assert log.strip().splitlines()[-1].startswith(f"oodcorr: {sentence}") and "Traceback" not in log
     assert doc["rule"] == "convert_gguf" and doc["wildcards"] == {"model": "m"} and doc["kind"] == "disk full"
     assert doc["message"].startswith(sentence) and doc["log"].endswith("convert.log")
+
+
+def test_a_raw_write_into_a_read_only_file_system_is_recorded_as_its_sentence(tmp_path):
+    """As above, with a read-only file system (EROFS, issue 47): before, a traceback and a record of kind
+    'failed' holding ``OSError: [Errno 30] Read-only file system``."""
+    refusals = tmp_path / "refused"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    with read_only_mount(ro):
+        body = """
+        with open(out / "model.bin", "wb") as fh:
+            fh.write(b"w")
+        """
+        assert _job(tmp_path, body, ro, refusals).returncode == 1
+    log = (tmp_path / "logs" / "convert.log").read_text()
+    (doc,) = read_refusals(refusals)
+    sentence = f"rule convert_gguf's output {ro}/model.bin: {ro} is on a read-only file system (file system {ro} ("
+    assert log.strip().splitlines()[-1].startswith(f"oodcorr: {sentence}") and "Traceback" not in log, log
+    assert doc["kind"] == "write failed" and doc["message"].startswith(sentence), doc
 
 
 def test_the_record_is_written_when_the_disk_it_is_on_filled_after_the_job_started(tmp_path):

@@ -139,11 +139,11 @@ def test_src_paths_in_the_docs_exist():
 
 def test_the_resolver_can_fail():
     """A misspelt module, a missing function and an attribute of a non-class are each found."""
-    assert unresolved("oodcorr.analysis.consensus.agreement") is None
+    assert unresolved("oodcorr.analysis.agreement_table.agreement") is None
     assert unresolved("oodcorr.analysis") is None
     assert unresolved("oodcorr.analysis.consensuss") == "oodcorr.analysis defines no 'consensuss'"
     assert "defines no 'no_such_function'" in unresolved("oodcorr.analysis.consensus.no_such_function")
-    assert "is not a class" in unresolved("oodcorr.analysis.consensus.agreement.x")
+    assert "is not a class" in unresolved("oodcorr.analysis.agreement_table.agreement.x")
     assert unresolved("oodcorx.core") == "no such module"
     # imported, not defined there: the docs must name its home
     assert unresolved("oodcorr.analysis.consensus.np") == "oodcorr.analysis.consensus defines no 'np'"

@@ -122,6 +122,7 @@ class Cluster:
         self.cpus, self.mem_mb, self.gpus, self.ports = cpus, mem_mb, gpus, ports
         self.log = log
         self.procs: dict[str, subprocess.Popen] = {}
+        self.argv: dict[str, list[str]] = {}
         self.lock_fh = None
         self.startup_s: float | None = None
         self.host = socket.gethostname().split(".")[0]
@@ -238,6 +239,7 @@ class Cluster:
 
     # ---- lifecycle --------------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> None:
+        self.argv[name] = argv
         out = open(self.root / f"{name}.out", "ab")
         self.procs[name] = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
@@ -297,6 +299,30 @@ class Cluster:
         self.startup_s = time.time() - t0
         self.log(f"cluster idle after {self.startup_s:.1f} s")
         return self.startup_s
+
+    def controller_up(self) -> bool:
+        return subprocess.run(["scontrol", "ping"], capture_output=True, text=True).stdout.count("UP") > 0
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld (by PID), as a crash would: the jobs run on under slurmd."""
+        p = self.procs.pop("slurmctld")
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=20)
+        self.log(f"killed slurmctld (pid {p.pid})")
+
+    def start_controller(self, timeout: float = 60) -> None:
+        """Start slurmctld again with its saved state (StateSaveLocation): the jobs it knew, the node's state."""
+        self._spawn("slurmctld", self.argv["slurmctld"])
+        self._wait("slurmctld", self.controller_up, timeout)
+
+    def set_node(self, state: str, reason: str = "oodcorr test") -> None:
+        """``drain`` (no job starts on the node; SLURM gives pending jobs a reason) or ``resume``."""
+        extra = [f"reason={reason}"] if state == "drain" else []
+        subprocess.run(["scontrol", "update", f"nodename={NODE}", f"state={state}", *extra], check=True)
+
+    def cancel_all(self) -> None:
+        """Cancel every job of this throwaway cluster (a test that failed midway leaves none running)."""
+        subprocess.run(["scancel", "--user", str(os.geteuid())], capture_output=True, timeout=60)
 
     def stop(self) -> None:
         """Terminate the daemons this object started, by PID (slurmd first), and remove the conf."""

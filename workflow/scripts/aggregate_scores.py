@@ -3,7 +3,7 @@ then each checkpoint's scores to the experiment trackers finetune.report_to name
 
 from pathlib import Path
 
-from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
+from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.records import seal
 from oodcorr.jobs import tracking
 from oodcorr.jobs.aggregate import collect, write_scores
@@ -18,7 +18,7 @@ try:
     tracking.check_for(names_of, root)
     # every record is checked against its place, and its data against the testset as prepared now
     df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places)
-except (ConfigError, ResultError, DataError, DiskFull) as e:  # the message (file, the way out) is the log's last line
+except (ConfigError, ResultError, DataError, WriteFailed) as e:  # the message (file, the way out): the log's last line
     refuse(e)
 write_scores(df, sm.output.parquet, sm.output.csv)
 seal(sm.output)  # what publishing checks the staged files against

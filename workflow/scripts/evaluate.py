@@ -6,7 +6,7 @@ Unit `run`: every step of the run, then the job's summary (its declared output).
 
 import logging
 
-from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
+from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.locks import UnsafeLockFile
 from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, refuse, retry_sizes, start_job
@@ -43,7 +43,7 @@ try:
         dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
         testset=sm.wildcards.testset,  # what the tokenised testset must hold (a swapped one is refused)
     )
-except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, DiskFull) as e:
+except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, WriteFailed) as e:
     # a damaged checkpoint, weights file or manifest, scores that are not finite, a GPU lock that is a
     # link: the message is the log's last line, no traceback
     refuse(e)

@@ -1,19 +1,21 @@
 """Rule explorer: the agreement and pairs tables -> the explorer page (oodcorr.jobs.explorer) and the answer's lines."""
 
-import pandas as pd
-
 from oodcorr.analysis import Options
 from oodcorr.core.answer import answer_lines, read_agreement
+from oodcorr.core.errors import ResultError
 from oodcorr.core.io import write_text_atomic
 from oodcorr.core.records import seal
+from oodcorr.jobs.aggregate import read_analysis_table
 from oodcorr.jobs.explorer import write_explorer
-from oodcorr.launch.runtime import start_job
+from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821
 start_job(sm)
 opts = Options.from_mapping(sm.params.analysis)
-agree = pd.read_csv(sm.input.agreement, keep_default_na=False, na_values=[""])
-pc = pd.read_csv(sm.input.pairs, keep_default_na=False, na_values=[""])
+try:  # a staged table cut short or changed since its job wrote it: named, with the way out
+    agree, pc = read_analysis_table(sm.input.agreement), read_analysis_table(sm.input.pairs)
+except ResultError as e:
+    refuse(e)
 method, res = sm.params.method, sm.params.residualiser
 lines = answer_lines(
     read_agreement(sm.input.agreement), method, res, sm.params.published, consensus_sets=sm.params.consensus_sets

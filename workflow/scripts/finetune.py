@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
+from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.locks import FolderInUse
 from oodcorr.core.trackers import check, named
 from oodcorr.jobs.finetune import NonFiniteLoss, finetune
@@ -47,7 +47,7 @@ try:
         run_distributed(dist, job, log_path=sm.log[0], threads=sm.threads)
     else:
         finetune(job)
-except (FolderInUse, NonFiniteLoss, ConfigError, DataError, ResultError, DiskFull) as e:
+except (FolderInUse, NonFiniteLoss, ConfigError, DataError, ResultError, WriteFailed) as e:
     # the message (a held run folder or a lock file that is a link, a diverged run, a verbaliser the
     # tokenizer splits, a training set too small for n_train) is the log's last line
     refuse(e)

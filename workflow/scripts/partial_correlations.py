@@ -11,7 +11,7 @@ from oodcorr.analysis.tables import (
     summarise,
     write_tables,
 )
-from oodcorr.core.errors import DataError, DiskFull, ResultError
+from oodcorr.core.errors import DataError, ResultError, WriteFailed
 from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import read_scores
 from oodcorr.launch.runtime import refuse, start_job
@@ -21,17 +21,18 @@ start_job(sm)
 log = logging.getLogger("partial_correlations")
 opts = Options.from_mapping(sm.params.analysis)
 score = sm.params.score  # analysis.score: the metric column analysed
-# the example-level bootstrap resamples per-example correctness: it recomputes accuracy only
-by_example = opts.example_boot > 1 and example_bootstrap_applies(score)
+# per-example correctness gives accuracy only: its item noise (every cell's reliabilities and the
+# tasks' correlation) and the example-level bootstrap
+by_example = example_bootstrap_applies(score)
 try:
     scores = read_scores(sm.input.scores)
     long, info = from_scores(scores, score)
     examples = examples_from_predictions(scores) if by_example else None
-except (ResultError, DataError, DiskFull) as e:  # a damaged scores table or predictions file: named, with the way out
+except (ResultError, DataError, WriteFailed) as e:  # a damaged scores table or predictions file: named, the way out
     refuse(e)
 # n_train and seed beside each run's rows; runs are pooled within opts.pool_by (n_train by default)
 pc = analyse(long, opts, examples, ordered=True, run_info=info, workers=sm.threads)  # runs in parallel processes
-if opts.example_boot > 1 and not by_example:
+if not by_example:
     pc["ex_note"] = f"example-level bootstrap resamples correctness (accuracy); not run for analysis.score {score}"
 log.info("score analysed: %s", score)
 agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)

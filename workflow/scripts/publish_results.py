@@ -7,7 +7,7 @@ file's sha256) is the rule's output, written last.
 
 from pathlib import Path
 
-from oodcorr.core.errors import ConfigError, DiskFull
+from oodcorr.core.errors import ConfigError, WriteFailed
 from oodcorr.core.locks import FolderInUse
 from oodcorr.core.published import PublishRefused, describe, publish_set, write_marker
 from oodcorr.jobs import tracking
@@ -22,7 +22,7 @@ try:
     # each published path (relative to the experiment folder) and its staged file, in the plan's order
     staged = dict(zip(sm.params.rels, sm.input, strict=True))
     record = publish_set(root, staged, experiment=sm.params.experiment)
-except (PublishRefused, FolderInUse, DiskFull, ConfigError) as e:  # the message (file, way out): the log's last line
+except (PublishRefused, FolderInUse, WriteFailed, ConfigError) as e:  # the message (file, way out): the log's last line
     refuse(e)
 for note in record["notes"]:
     print(f"oodcorr: {note}")

@@ -1,6 +1,6 @@
 """Rule tokenize_testset: prompts -> token ids, cached per tokenizer x testset."""
 
-from oodcorr.core.errors import ConfigError, DataError, DiskFull, ResultError
+from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.launch.runtime import end_job, refuse, start_job
 
@@ -20,7 +20,7 @@ try:
         coarse=job["coarse"],
         out_path=sm.output[0],
     )
-except (ConfigError, DataError, ResultError, DiskFull) as e:
+except (ConfigError, DataError, ResultError, WriteFailed) as e:
     # a verbaliser this tokenizer splits, an unreadable prepared testset: the message is the log's last line
     refuse(e)
 print(info)

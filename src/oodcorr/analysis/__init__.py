@@ -5,27 +5,31 @@ For one run, each unit (checkpoint) has an in-domain score z and OOD scores x, y
 training step) explains from x and from y; the correlation of the residuals is
 the partial correlation. Degenerate cells are NaN with the reason in ``note``.
 
-Modules (imports go down this list, never up; nothing here imports torch or the
-workflow's modules): :mod:`.residualise` (linear, GAM, their residual-maker
-matrices), :mod:`.correlate` (methods, one pair), :mod:`.resample` (block bootstrap,
-block permutation: the ``block`` inference), :mod:`.inference` (effective sample
-size, the modified t-test and its interval: one procedure per cell),
-:mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
-meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models,
-heterogeneity, sign reversal, the verdict), :mod:`.predictive` (where a further model is
-expected: the prediction interval, the tolerance bounds ``generalises`` reads), :mod:`.tables`
-(reading long/wide tables, summary rows), :mod:`.lmeval` (reading a folder of lm-evaluation-harness
-results and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis
-setting), :mod:`.run_cells` (one run's cells), :mod:`.pipeline` (every run, pooled, corrected
-and checked),
+Modules (imports go down this list, never up; nothing here imports torch or the workflow's modules):
+:mod:`.residualise` (linear, GAM, their residual-maker matrices), :mod:`.correlate` (methods, one
+pair), :mod:`.resample` (block bootstrap, block permutation: the ``block`` inference),
+:mod:`.inference` (effective sample size, the modified t-test and its interval: one procedure per
+cell), :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
+meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, heterogeneity,
+sign reversal, the verdict), :mod:`.predictive` (where a further model is expected: the prediction
+interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading long/wide tables,
+summary rows; the range a metric's scores lie in: :mod:`.score_ranges`), :mod:`.lmeval` (reading a
+folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
+and their per-sample logs: :mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),
+:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one run's cells;
+their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
-``benchmarks/analysis_coverage.py`` use), :mod:`.design` (the power of each verdict for a
-grid, by simulated studies analysed with the procedures above: ``oodcorr design``),
-:mod:`.design_pilot` (the assumptions of a design, from a pilot's scores or the defaults),
-:mod:`.design_report` (the design's report, as JSON and Markdown).
+``benchmarks/analysis_coverage.py`` use), :mod:`.run_batch` (the per-run procedures on stacks
+of simulated runs), :mod:`.design` (the power of each verdict for a grid, by simulated studies
+analysed with the procedures above: ``oodcorr design``), :mod:`.design_items` (the item noise of
+its simulated studies and the measured answer through it), :mod:`.design_pilot` and
+:mod:`.design_pilot_items` (the assumptions of a design, from a pilot's scores and items or the
+defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, as JSON and
+Markdown, and its table of the items each testset needs).
 """
 
-from .consensus import AGREEMENT_COLUMNS, VERDICTS, agreement
+from .agreement_table import AGREEMENT_COLUMNS, agreement
+from .consensus import VERDICTS
 from .correlate import METHODS, corr, partial_corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm

@@ -87,12 +87,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 from scipy import stats
 
 from ..core.answer import verdict_order
-from . import multitest
-from .pooling import _q_and_slope, fisher_z, random_effects_batch, solve_tau2
+from .pooling import _q_and_slope, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
     TOL_POINTS,
@@ -110,7 +108,9 @@ SIGNS = ("positive", "negative")
 NEARLY_EVERY = "in nearly every model"
 ON_AVERAGE = "on average"
 SPREADS = ("sign reversal", "models differ", "near zero")
-NO_ANSWER = ("unresolved", "fewer than 2 models tested", "no data")
+# a pair the data cannot resolve because a testset's series is mostly item noise (.measured_answer)
+NOISE_LIMITED_VERDICT = "noise-limited"
+NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
 
 
 def verdict_words(direction: str, spread: str) -> str:
@@ -140,53 +140,6 @@ VERDICTS = _all_verdicts()  # every verdict, strongest first (core.answer.verdic
 def verdict_rank(word: str) -> int:
     """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
     return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
-
-
-AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
-CONSENSUS_COLUMNS = [
-    "r_consensus",
-    "ci_low_consensus",
-    "ci_high_consensus",
-    "pi_low_consensus",
-    "pi_high_consensus",
-    "tol_low_consensus",
-    "tol_high_consensus",
-    "tau2_models",
-    "tau2_models_high",
-    "tau2_runs",
-    "within_scale",
-    "within_df",
-    "n_models_consensus",
-    "p_mean",
-    "p_mean_adj",
-    "p_generalises",
-    "p_generalises_adj",
-    "share_sign_low",
-]
-AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
-    "verdict",
-    "direction",
-    "spread",
-    *CONSENSUS_COLUMNS,
-    "n_models",
-    "n_finite",
-    "n_positive",
-    "n_negative",
-    "n_sig_positive",
-    "n_sig_negative",
-    "q_models",
-    "df_models",
-    "i2_models",
-    "p_heterogeneity",
-    "p_heterogeneity_adj",
-    "p_reversal",
-    "p_reversal_adj",
-    "reversal",
-    "correction",
-    "family_size",
-    "note",
-    "by_model",
-]
 
 
 # ---- the two-level model -------------------------------------------------------------------
@@ -481,213 +434,7 @@ def reversal_p(zm: np.ndarray, pm: np.ndarray) -> tuple[float, int, int]:
     return float(p[0]), int(a[0]), int(b[0])
 
 
-# ---- the table ------------------------------------------------------------------------------
-def _fmt(v: float) -> str:
-    return f"{v:+.2f}" if np.isfinite(v) else "n/a"
-
-
-def _run_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows the consensus reads: each model's runs (or, for a table of pooled rows only, each
-    model's pooled row as its one run)."""
-    if "run" not in table.columns:
-        return table.assign(run="pooled")
-    runs = table[table["run"] != "pooled"]
-    have_runs = set(runs["model"].astype(str))
-    pooled_only = table[(table["run"] == "pooled") & ~table["model"].astype(str).isin(have_runs)]
-    return pd.concat([runs, pooled_only], ignore_index=True)
-
-
-def _by_model(names, r, sig, lo, hi) -> str:
-    return "; ".join(
-        f"{m}: {_fmt(v)}{'*' if s_ else ''}"
-        + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
-        for m, v, s_, low, high in zip(names, r, sig, lo, hi)
-    )
-
-
-def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
-    """Per pair (``group`` numbers ``pooled``'s rows): the models' counts and ``by_model``."""
-    r = pooled["r"].to_numpy(float)
-    fin = np.isfinite(r)
-    sig = (
-        np.array([v is True or v == 1 for v in pooled["significant"]], dtype=bool)
-        if "significant" in pooled
-        else np.zeros(len(pooled), bool)
-    ) & fin
-
-    def count(x):
-        return np.bincount(group, weights=x.astype(float), minlength=n_groups).astype(int)
-
-    names = pooled["model"].astype(str).to_numpy()
-    lo, hi = pooled["ci_low"].to_numpy(float), pooled["ci_high"].to_numpy(float)
-    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1, len(group)]
-    return {
-        "n_models": np.bincount(group, minlength=n_groups),
-        "n_finite": count(fin),
-        "n_positive": count(fin & (r > 0)),
-        "n_negative": count(fin & (r < 0)),
-        "n_sig_positive": count(sig & (r > 0)),
-        "n_sig_negative": count(sig & (r < 0)),
-        "by_model": [
-            _by_model(names[a:b], r[a:b], sig[a:b], lo[a:b], hi[a:b]) for a, b in zip(starts[:-1], starts[1:])
-        ],
-    }
-
-
-def _run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int):
-    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair:
-    (z, v, p_run, mask) of shape (pairs, models, runs), each pair's models in order of their first
-    run, with the names in that order per pair, and the models each pair left out for lack of an
-    interval."""
-    r, se = runs["r"].to_numpy(float), runs["se_z"].to_numpy(float)
-    use = np.isfinite(r) & np.isfinite(se) & (se > 0)
-    model = runs["model"].astype(str).to_numpy()
-    gm = pd.factorize(pd.Series(group).astype(str) + "\x00" + model)[0]
-    firsts = pd.DataFrame({"g": group, "gm": gm, "model": model, "use": use, "fin": np.isfinite(r)})
-    per_model = firsts.groupby("gm", sort=False).agg(g=("g", "first"), model=("model", "first"), use=("use", "any"))
-    per_model["fin_left"] = firsts.groupby("gm", sort=False)["fin"].any() & ~per_model["use"]
-    left: dict[int, list[str]] = {}
-    for g, name in per_model.loc[per_model["fin_left"], ["g", "model"]].itertuples(index=False):
-        left.setdefault(int(g), []).append(name)
-    kept = per_model[per_model["use"]].copy()
-    kept["m"] = kept.groupby("g", sort=False).cumcount()
-    m_of = pd.Series(-1, index=per_model.index)
-    m_of[kept.index] = kept["m"].to_numpy()
-    rows = np.flatnonzero(use)
-    m_idx = m_of.reindex(gm[rows]).to_numpy()
-    k_idx = pd.Series(gm[rows]).groupby(gm[rows]).cumcount().to_numpy()
-    M = int(kept["m"].max()) + 1 if len(kept) else 1
-    K = int(k_idx.max()) + 1 if len(rows) else 1
-    shape = (n_groups, M, K)
-    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
-    mask = np.zeros(shape, bool)
-    gi = group[rows]
-    Z[gi, m_idx, k_idx] = fisher_z(r[rows])
-    V[gi, m_idx, k_idx] = se[rows] ** 2
-    mask[gi, m_idx, k_idx] = True
-    if "p" in runs:
-        P[gi, m_idx, k_idx] = runs["p"].to_numpy(float)[rows]
-    names = [[] for _ in range(n_groups)]
-    for g, name in kept[["g", "model"]].itertuples(index=False):
-        names[int(g)].append(name)
-    return Z, V, P, mask, names, left
-
-
-def _tanh(x) -> np.ndarray:
-    return np.where(np.isfinite(x), np.tanh(x), np.nan)
-
-
-def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
-    """Every agreement column that :func:`across_models` gives, per pair, with the pair's notes."""
-    M = a["n_models"]
-    two = M >= 2
-    three = M >= 3
-    nan = np.full(n_groups, np.nan)
-    cols = {
-        "n_models_consensus": M,
-        "tau2_runs": np.where(a["df_runs"] > 0, a["tau2_runs"], np.nan),
-        "r_consensus": np.where(two, _tanh(a["z"]), nan),
-        "ci_low_consensus": np.where(two, _tanh(a["lo"]), nan),
-        "ci_high_consensus": np.where(two, _tanh(a["hi"]), nan),
-        "pi_low_consensus": np.where(two, _tanh(a["pi_lo"]), nan),
-        "pi_high_consensus": np.where(two, _tanh(a["pi_hi"]), nan),
-        "tol_low_consensus": np.where(two, _tanh(a["tol_lo"]), nan),
-        "tol_high_consensus": np.where(two, _tanh(a["tol_hi"]), nan),
-        "tau2_models": np.where(two, a["tau2"], nan),
-        "tau2_models_high": np.where(three, a["tau2_high"], nan),
-        "within_scale": np.where(three, a["within_scale"], nan),
-        "within_df": np.where(three, a["within_df"], nan),
-        "p_mean": np.where(two, a["p_mean"], nan),
-        "p_generalises": np.where(three, a["p_generalises"], nan),
-        "share_sign_low": np.where(three, a["share_low"], nan),
-        "_generalises_sign": np.where(a["p_high_side"] < a["p_low_side"], -1.0, 1.0),
-        "_near": a["near"] & three,
-    }
-    for k in ("q_models", "i2_models", "p_heterogeneity", "p_reversal"):
-        cols[k] = np.where(two, a[k], nan)
-    cols["df_models"] = np.where(two, M - 1, nan)
-    reversal, notes = [], []
-    for g in range(n_groups):
-        note = []
-        if g in left:
-            note.append(f"{len(left[g])} model(s) without an interval left out: {', '.join(sorted(left[g])[:5])}")
-        text = ""
-        if M[g] >= 2:
-            zm, i, j = a["zm"][g], int(a["reversal_pos"][g]), int(a["reversal_neg"][g])
-            if zm[i] > 0 and zm[j] < 0:
-                text = f"{names[g][i]} {_fmt(math.tanh(zm[i]))} vs {names[g][j]} {_fmt(math.tanh(zm[j]))}"
-        if M[g] == 2:
-            note.append("2 models: a further model cannot be predicted from 2, so no prediction interval")
-        if M[g] >= 3 and a["pi_scale"][g] < 1:
-            note.append(
-                f"the models agree more closely than their within variances allow (Q {a['q_models'][g]:.2f} on "
-                f"{M[g] - 1} df): the prediction interval reads those variances scaled by {a['pi_scale'][g]:.2f}, "
-                f"the tolerance bounds by {a['within_scale'][g]:.2f}"
-            )
-        reversal.append(text)
-        notes.append("; ".join(note))
-    cols["reversal"] = reversal
-    cols["note"] = notes
-    return cols
-
-
-P_ADJUSTED = ("p_heterogeneity", "p_reversal", "p_generalises", "p_mean")
-
-
-def agreement(
-    table: pd.DataFrame,
-    alpha: float = 0.05,
-    correction: str = "bh",
-    level: float = 0.95,
-    near_zero: float = 0.3,
-) -> pd.DataFrame:
-    """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
-    models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
-    columns are explained in docs/analysis.md#reading-agreementcsv). Every pair of the table goes
-    through :func:`across_models` at once.
-
-    ``table`` is the analysis' table (:func:`.pipeline.analyse`): its run rows feed the
-    consensus and the tests, its pooled rows (``run == "pooled"``) the per-model summary
-    (``by_model``, ``n_sig_*``). A table of pooled rows alone is read as one run per model.
-    ``correction`` adjusts each statement's p-values across the pairs of one table."""
-    table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
-    pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
-    if pooled.empty:
-        return pd.DataFrame(columns=AGREEMENT_COLUMNS)
-    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last")
-    pooled = pooled.reset_index(drop=True)
-    key_frame = pooled[AGREEMENT_KEYS].drop_duplicates().reset_index(drop=True)
-    n_groups = len(key_frame)
-    lookup = key_frame.assign(_g=np.arange(n_groups))
-    group = pooled[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
-    runs = _run_rows(table)
-    run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
-    runs = runs[~pd.isna(run_group)]
-    run_group = run_group[~pd.isna(run_group)].astype(int)
-    df = key_frame.copy()
-    for k, val in _describe(pooled, group, n_groups).items():
-        df[k] = val
-    Z, V, P, mask, names, left = _run_arrays(runs, run_group, n_groups)
-    a = across_models(Z, V, mask, P, level, near_zero)
-    for k, val in _consensus_columns(a, names, left, n_groups).items():
-        df[k] = val
-    df["correction"] = correction
-    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
-    for c in P_ADJUSTED:
-        df[f"{c}_adj"] = math.nan
-    df["family_size"] = 0
-    for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
-        for c in P_ADJUSTED:
-            df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
-        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
-    facts = [rungs(row, alpha) for row in df.to_dict("records")]
-    df["direction"] = [d for d, _ in facts]
-    df["spread"] = [sp for _, sp in facts]
-    df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
-    df.loc[~df["verdict"].str.startswith("sign reversal"), "reversal"] = ""
-    return df[AGREEMENT_COLUMNS]
-
-
+# ---- the ladder's words ---------------------------------------------------------------------
 def _sign_word(x: float) -> str:
     return "negative" if x < 0 else "positive"
 
@@ -711,7 +458,8 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
     if nearly:
         direction = f"{_sign_word(row.get('_generalises_sign', row['r_consensus']))} {NEARLY_EVERY}"
     elif average:
-        direction = f"{_sign_word(row['r_consensus'])} {ON_AVERAGE}"
+        # the sign of the consensus the verdict read (the in-domain-corrected one, where it read that)
+        direction = f"{_sign_word(row.get('_consensus_read', row['r_consensus']))} {ON_AVERAGE}"
     else:
         direction = ""
     if reversal:

@@ -10,22 +10,27 @@ analyses them with the analysis' own procedures, in two steps that give what
 :func:`.simulate.verdict_rates` gives (the full pipeline) at a small part of its cost:
 
 1. **runs**: every run of every simulated study, analysed by the per-run procedure
-   (:func:`run_statistics`: the linear residualiser's residual maker, the design-corrected AR(1)
-   coefficients, Dutilleul's effective sample size and the modified t-test of
-   :mod:`.inference`) on stacks of runs at once, giving each run's r, ``se_z`` and p;
+   (:func:`.run_batch.run_statistics`: the linear residualiser's residual maker, the design-corrected
+   AR(1) coefficients, Dutilleul's effective sample size and the modified t-test of
+   :mod:`.inference`) on stacks of runs at once, giving each run's r, ``se_z`` and p; where the
+   testsets carry item noise, also as a measurement (:func:`.run_batch.measured_statistics`: the
+   cross-fitted ``r_eiv``, the tasks' moments, the reliabilities), as the workflow measures them;
 2. **studies**: the runs of a study go to the across-model procedure
-   (:func:`.consensus.across_models`, which :func:`.consensus.agreement` also calls), its
-   p-values are corrected across the pairs of a table (:func:`.multitest.adjust`) and the
-   verdict is :func:`.consensus.verdict`'s.
+   (:func:`.consensus.across_models`, which :func:`.agreement_table.agreement` also calls; with item
+   noise the measured answer of :func:`.design_items.measured_studies`), its p-values are corrected
+   across the pairs of a table (:func:`.multitest.adjust`) and the verdict is
+   :func:`.consensus.verdict`'s (``noise-limited`` where the measured answer says so).
 
 What a simulated study assumes (each a field of :class:`Assumptions`, replaced by a pilot's
 estimates when one is given): every model's true partial correlation is the effect (or the
 effect plus a between-model spread ``model_sd`` on the Fisher z scale; runs spread by
 ``run_sd`` around their model); each OOD score is its loading on the in-domain learning curve
-plus an AR(1) residual series with coefficient ``phi`` and, optionally, its testset's sampling
-noise (white, ``sampling`` times the residual series' sd). The effect is the correlation of the
-residual series without that noise: with it, the correlation the analysis sees is smaller
-(:func:`.simulate.observed_rho`), which is what more examples per testset buy back.
+plus an AR(1) residual series with coefficient ``phi`` (the tasks' scores); and each of the three
+testsets (in-domain, x, y) carries the item noise of its size, persistent across checkpoints
+(``items``, :class:`.design_items.ItemNoise`: none by default, every testset infinitely large). The
+effect is the partial correlation of the tasks, without item noise: the in-domain set's noise would
+fake correlations in the observed scores (the answer reads the cross-fitted ones, which it cannot
+fake), the OOD sets' noise hides them, which is what more items per testset buy back.
 
 **The family of a table.** The paper's tables correct each statement across a table's pairs
 (Benjamini-Hochberg by default, ``Settings.agreement_correction``; the per-run cells by Holm). A
@@ -58,14 +63,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from . import multitest
-from .consensus import NEARLY_EVERY, ON_AVERAGE, SIGNS, across_models, verdict
-from .correlate import corr_batch
-from .inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
+from .consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS, across_models, verdict
+from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
 from .pooling import fisher_z
-from .residualise import linear_maker, one_blas_thread
+from .run_batch import run_statistics
 from .simulate import run_scores
 
-NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): sampling noise is relative to it
+NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): item noise is brought to it
 VERDICT_POWERS = ("cell", "cell_corrected", "average sign", "generalises", "sign reversal")
 POWER_LABELS = {
     "cell": "per-run cell (its interval excludes 0)",
@@ -99,21 +103,20 @@ class Grid:
 class Assumptions:
     """What a simulated study assumes (see the module doc): the residuals' AR(1) coefficient
     ``phi``; the between-model and between-run sd of the true partial correlation on the Fisher z
-    scale; a testset's sampling noise as a multiple of the residual series' sd (0: none); the
-    residual series' kind (``ar1``, ``drift``, ``trend``: :func:`.simulate.run_scores`); and how
-    many pairs of a table carry the effect."""
+    scale; the residual series' kind (``ar1``, ``drift``, ``trend``: :func:`.simulate.run_scores`);
+    how many pairs of a table carry the effect; and the testsets' item noise (``items``)."""
 
     phi: float = 0.8
     model_sd: float = 0.0
     run_sd: float = 0.0
-    sampling: float = 0.0
     series: str = "ar1"
     non_null_pairs: int = 1
+    items: ItemNoise = ItemNoise()
 
     def __post_init__(self):
         if not 0 <= self.phi < 1:
             raise ValueError(f"phi must lie in [0, 1), got {self.phi}")
-        for name in ("model_sd", "run_sd", "sampling"):
+        for name in ("model_sd", "run_sd"):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.non_null_pairs < 1:
@@ -136,49 +139,12 @@ class Settings:
 
 
 # ---- step 1: runs ------------------------------------------------------------------------------
-def _python_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Python's ``min(a, b)`` elementwise (``a`` unless ``b < a``), as :func:`.inference.effective_n` takes it."""
-    return np.where(b < a, b, a)
-
-
-def run_statistics(scores: np.ndarray, level: float = 0.95, chunk: int = 512) -> dict:
-    """The per-run procedure of the analysis (:func:`.pipeline.analyse`'s per-run rows, method
-    ``pearson``, residualiser ``linear``, ordered complete units) on a stack of runs: ``scores``
-    (runs, checkpoints, 3) with the in-domain score, x and y. Returns arrays ``r``, ``p``,
-    ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``, ``phi_x``, ``phi_y``, one value per run."""
-    with one_blas_thread():
-        return _run_statistics(np.asarray(scores, dtype=float), level, chunk)
-
-
-def _run_statistics(scores: np.ndarray, level: float, chunk: int) -> dict:
-    B, n, _ = scores.shape
-    pos = np.arange(n)
-    out = {k: np.empty(B) for k in ("r", "n_eff", "phi_x", "phi_y")}
-    for s in range(0, B, chunk):
-        sc = scores[s : s + chunk]
-        R = linear_maker(sc[:, :, :1])
-        rx = np.einsum("bij,bj->bi", R, sc[:, :, 1])
-        ry = np.einsum("bij,bj->bi", R, sc[:, :, 2])
-        psi = expected_lag1(R, pos)  # x and y share their residual maker (OLS on the same in-domain score)
-        _, px = corrected_phis(rx, R, pos, psi)
-        _, py = corrected_phis(ry, R, pos, psi)
-        C0 = R @ np.swapaxes(R, -1, -2)
-        Cx, Cy = residual_covariances(R, px, pos), residual_covariances(R, py, pos)
-        both = effective_ns(Cx, Cy, Cx, Cy)  # the Dutilleul n of the AR(1) covariances ...
-        iid = effective_ns(C0, C0, C0, C0)  # ... never above the independent-units one
-        out["n_eff"][s : s + chunk] = _python_min(both, iid)
-        out["r"][s : s + chunk] = corr_batch(rx, ry, "pearson")
-        out["phi_x"][s : s + chunk], out["phi_y"][s : s + chunk] = px, py
-    p, lo, hi, se = modified_tests("pearson", out["r"], out["n_eff"], level)
-    out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
-    return out
-
-
 def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.random.Generator) -> dict:
     """The runs of ``studies`` simulated studies of ``grid`` in which every model's partial
     correlation is ``effect`` (one number, or one per model; plus the assumed spreads), analysed
-    (:func:`run_statistics`); each array of shape (studies, models, runs). The draws do not
-    depend on ``effect``: the same ``rng`` state gives the same innovations at every effect."""
+    (:func:`.run_batch.run_statistics`; with item noise, :func:`.design_items.measure_runs` too);
+    each array of shape (studies, models, runs). The draws do not depend on ``effect`` nor on the
+    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -186,10 +152,11 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
     zt = np.arctanh(effect)[None, :] + a.model_sd * rng.normal(size=(S, M))
     zr = zt[..., None] + a.run_sd * rng.normal(size=(S, M, K))
     rhos = np.clip(np.tanh(zr), -0.999, 0.999).ravel()
-    scores = run_scores(
-        rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series, sampling_sd=a.sampling * NOISE
-    )
-    st = run_statistics(scores)
+    scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series)
+    if a.items.none:
+        st = run_statistics(scores)
+    else:
+        st = measure_runs(noisy_runs(scores, a.items, NOISE / a.items.residual_sd, rng))
     return {k: v.reshape(S, M, K) for k, v in st.items()}
 
 
@@ -199,7 +166,11 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
     ``flip_half`` the models from the middle on have their correlations' signs turned (the
     ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the linear
     residualiser, whose residuals turn sign with the score). ``intervals``: the prediction interval and
-    the tolerance bounds too (no verdict reads them; the calibration benchmarks do)."""
+    the tolerance bounds too (no verdict reads them; the calibration benchmarks do). Runs that are
+    measurements (``r_eiv``: the testsets carry item noise) get the measured answer
+    (:func:`.design_items.measured_studies`)."""
+    if "r_eiv" in runs:
+        return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
     M = r.shape[1]
     sign = np.ones(M)
@@ -234,9 +205,11 @@ P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises", "p_mean")
 
 def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Settings, rng) -> list[str]:
     """The verdict of each simulated study's pair (:func:`.consensus.verdict`), its p-values
-    corrected in its simulated family."""
+    corrected in its simulated family; ``noise-limited`` where the measured answer finds the pair
+    unresolved and a testset mostly item noise (:func:`.design_items.measured_studies`' ``limited``)."""
     own, nulls = {k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}
     adj = _adjusted(own, nulls, P_KEYS, grid, a, settings.agreement_correction, rng)
+    limited = res.get("limited", np.zeros(len(res["n_models"]), bool))
     out = []
     for i in range(len(res["n_models"])):
         row = {
@@ -250,7 +223,10 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
             "_generalises_sign": -1.0 if res["p_high_side"][i] < res["p_low_side"][i] else 1.0,
             "_near": bool(res["near"][i]),
         }
-        out.append(verdict(row, settings.alpha))
+        word = verdict(row, settings.alpha)
+        if limited[i] and word in ("unresolved", "fewer than 2 models tested"):
+            word = NOISE_LIMITED_VERDICT
+        out.append(word)
     return out
 
 
@@ -273,7 +249,9 @@ class Curve:
     """Power against effect for one grid and one set of assumptions: ``power[kind][i]`` at
     ``effects[i]`` for each kind of :data:`VERDICT_POWERS`, with its Monte Carlo standard error in
     ``se``; ``verdicts`` holds every verdict's share in both scenarios (``same``, ``half``) at
-    each effect; ``studies`` simulated studies per effect."""
+    each effect; ``near_zero`` the share of the ``same`` studies that say ``near zero`` at each
+    effect (at 0 the power of that claim, from ``near_zero`` on a false statement); ``studies``
+    simulated studies per effect."""
 
     grid: Grid
     assumptions: Assumptions
@@ -284,6 +262,7 @@ class Curve:
     se: dict
     verdicts: dict
     wrong_sign: list[float]
+    near_zero: list[float]
 
     def smallest_effect(self, kind: str, target: float = 0.8) -> float | None:
         """The smallest effect at which ``kind``'s power reaches ``target``, interpolated linearly
@@ -301,6 +280,8 @@ class Curve:
             "se": self.se,
             "smallest_effect_80": {k: self.smallest_effect(k) for k in VERDICT_POWERS},
             "wrong_sign_generalises": self.wrong_sign,
+            "near_zero": self.near_zero,
+            "near_zero_se": [se_of(p, self.studies) for p in self.near_zero],
             "verdicts": self.verdicts,
         }
 
@@ -324,9 +305,9 @@ def found_shares(same: dict, half: dict, effect: float) -> dict:
     """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
     the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
     (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
-    every model), ``average sign`` (the effect's sign stated at either rung), ``sign reversal``, and
-    ``wrong_sign`` (a negative sign stated at a positive effect). At effect 0 a sign of either kind
-    is a false positive."""
+    every model), ``average sign`` (the effect's sign stated at either rung), ``sign reversal``,
+    ``wrong_sign`` (a negative sign stated at a positive effect) and ``near zero`` (the models agree
+    near zero). At effect 0 a sign of either kind is a false positive."""
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
@@ -334,6 +315,7 @@ def found_shares(same: dict, half: dict, effect: float) -> dict:
         "average sign": stated["positive"] if effect > 0 else sum(stated.values()),
         "sign reversal": _share_saying(half, "sign reversal"),
         "wrong_sign": stated["negative"] if effect > 0 else 0.0,
+        "near zero": _share_saying(same, "near zero"),
     }
 
 
@@ -347,19 +329,22 @@ def curve(
 ) -> Curve:
     """Power against effect (:class:`Curve`) for ``grid`` under ``a``: ``studies`` simulated studies
     per effect, the same draws at every effect (seeded by ``seed``, the grid and the assumptions,
-    so a rerun gives the same numbers)."""
+    so a rerun gives the same numbers; not by the testsets' sizes, so the same draws serve every
+    size)."""
     effects = [float(e) for e in effects]
     if any(not 0 <= e < 1 for e in effects):
         raise ValueError(f"effects are partial correlations in [0, 1), got {effects}")
     key = [seed, grid.models, grid.runs, grid.checkpoints, round(1e6 * a.phi), round(1e6 * a.model_sd)]
-    key += [round(1e6 * a.run_sd), round(1e6 * a.sampling), ("ar1", "drift", "trend").index(a.series)]
+    # (the 0 held the white sampling noise of earlier designs: the draws of a design without item
+    # noise are the ones they were)
+    key += [round(1e6 * a.run_sd), 0, ("ar1", "drift", "trend").index(a.series)]
     null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key))
     null = studies_of(null_runs, settings)
     null_p_runs = null_runs["p"].ravel()
     power = {k: [] for k in VERDICT_POWERS}
     se = {k: [] for k in VERDICT_POWERS}
     verdicts = {"same": [], "half": []}
-    wrong = []
+    wrong, near = [], []
     n_runs = studies * grid.models * grid.runs
     for e in effects:
         runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key))
@@ -384,7 +369,8 @@ def curve(
         verdicts["same"].append(sv)
         verdicts["half"].append(hv)
         wrong.append(found["wrong_sign"])
-    return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong)
+        near.append(found["near zero"])
+    return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
 
 
 def scenario_rates(

@@ -1,15 +1,16 @@
 """The assumptions of a design (:class:`.design.Assumptions`): a pilot's estimates of them, and the
 choice between the defaults, the flags and a pilot.
 
-A pilot is a scores table already run (a canonical long table, :data:`.pipeline.CANON`). It is
-analysed with the per-run procedure the simulation uses (Pearson, the linear residualiser), and
+A pilot is a scores table already run (a canonical long table, :data:`.pipeline.CANON`), with its
+per-item correctness where there is some. It is analysed with the per-run procedure the simulation
+uses (Pearson, the linear residualiser; the item noise measured as the workflow measures it), and
 its estimates are read off in named steps: the residual series' AR(1) coefficients
 (:func:`series_phis`), their median read against the bias of short runs
 (:func:`observed_phi_curve`, :func:`true_phi`) with a bootstrap over runs (:func:`phi_bootstrap`),
-the testsets' sampling noise against their residual sd (:func:`residual_sds`,
-:func:`sampling_noise`), and the spread between models and between runs (:func:`spreads`).
-:func:`choose_assumptions` then says which of the defaults, the flags and the pilot each
-assumption comes from (``oodcorr design``).
+the testsets' items, the persistence of their item noise and the residual series' sd beside it
+(:func:`residual_sds`, :func:`.design_pilot_items.item_estimates`), and the spread between models
+and between runs (:func:`spreads`). :func:`choose_assumptions` then says which of the defaults,
+the flags, the config and the pilot each assumption comes from (``oodcorr design``).
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .consensus import agreement
-from .design import NOISE, Settings, run_statistics
+from .agreement_table import agreement
+from .design import NOISE, Settings
+from .design_items import ItemNoise, noisy_scores
+from .design_pilot_items import item_estimates
 from .options import Options
 from .pipeline import analyse
+from .run_batch import run_statistics
 from .simulate import run_scores
 
 DEFAULT_PHIS = (0.5, 0.8, 0.95)  # the AR(1) coefficients simulated without --phi or a pilot
@@ -37,18 +41,19 @@ def _iqr(values) -> list[float]:
     return [float(np.percentile(v, 25)), float(np.percentile(v, 75))] if len(v) else [math.nan, math.nan]
 
 
-def observed_phi_curve(checkpoints: int, sampling: float, phis=None, runs: int = 400, seed: int = 0):
+def observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=None, runs: int = 400, seed: int = 0):
     """(true phi, median corrected estimate of the residuals' AR(1) coefficient) of simulated runs
-    with ``checkpoints`` checkpoints and sampling noise ``sampling`` (:class:`.design.Assumptions`):
+    with ``checkpoints`` checkpoints and the item noise ``items`` (:class:`.design_items.ItemNoise`):
     the estimate in short runs is biased towards 0 (0.72 for a true 0.8 at 21 checkpoints), which a
     pilot's estimate is read against."""
     phis = np.round(np.arange(0.0, 0.96, 0.05), 2) if phis is None else np.asarray(phis, dtype=float)
     med = []
     for phi in phis:
-        rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi)), int(round(1e6 * sampling))])
-        st = run_statistics(
-            run_scores(rng, np.zeros(runs), checkpoints, float(phi), noise=NOISE, sampling_sd=sampling * NOISE)
-        )
+        rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi))])
+        scores = run_scores(rng, np.zeros(runs), checkpoints, float(phi), noise=NOISE)
+        if not items.none:
+            scores = noisy_scores(scores, items, NOISE / items.residual_sd, rng)
+        st = run_statistics(scores)
         med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
     return phis, np.maximum.accumulate(np.asarray(med))
 
@@ -68,8 +73,9 @@ def true_phi(observed: float, curve_phis, curve_med) -> float:
 
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
-def analyse_pilot(long, run_info, pool_by, settings: Settings) -> pd.DataFrame:
-    """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear)."""
+def analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
+    """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear), its
+    testsets' item noise measured from ``examples`` (per-item correctness) or its ``n`` column."""
     opts = Options(
         methods=("pearson",),
         residualisers=("linear",),
@@ -82,7 +88,7 @@ def analyse_pilot(long, run_info, pool_by, settings: Settings) -> pd.DataFrame:
         agreement_correction=settings.agreement_correction,
         near_zero=settings.near_zero,
     )
-    return analyse(long, opts, run_info=run_info)
+    return analyse(long, opts, examples, run_info=run_info)
 
 
 def series_phis(runs: pd.DataFrame) -> pd.DataFrame:
@@ -145,30 +151,6 @@ def residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     return resid_sd, mean_score
 
 
-def sampling_noise(resid_sd: dict, mean_score: dict, sizes: dict | None, notes: list) -> tuple[dict, list, float]:
-    """(per testset: its residual sd, mean score, examples and, with a known size, its binomial
-    sampling sd and share of the residual; the ratios; their median, 0 when none), a note in
-    ``notes`` when no testset's size is known."""
-    per_testset = {}
-    for ts in sorted(resid_sd):
-        sd = float(np.median(resid_sd[ts]))
-        p = float(np.mean(mean_score[ts]))
-        n = (sizes or {}).get(ts)
-        entry = {"residual_sd": sd, "mean_score": p, "examples": n}
-        if n and 0 <= p <= 1 and sd > 0:
-            s = math.sqrt(p * (1 - p) / n)
-            share = min(s * s / (sd * sd), 0.95)  # the rest of the residual is never taken below 5 %
-            entry.update(sampling_sd=s, sampling_share=share, sampling=math.sqrt(share / (1 - share)))
-        per_testset[ts] = entry
-    ratios = [e["sampling"] for e in per_testset.values() if "sampling" in e]
-    if not ratios:
-        notes.append(
-            "the sampling noise is not estimated: no testset of the pilot has a known size (an `n` column, "
-            "--examples N, or the config's max_examples) and scores in [0, 1]"
-        )
-    return per_testset, ratios, float(np.median(ratios)) if ratios else 0.0
-
-
 def _spread(tau2) -> dict:
     return {
         "estimate": math.sqrt(float(np.median(tau2))) if len(tau2) else 0.0,
@@ -198,34 +180,38 @@ def pilot_estimates(
     settings: Settings = Settings(),
     seed: int = 0,
     n_boot: int = 200,
+    examples=None,
 ) -> dict:
-    """What a pilot (a canonical long table, :data:`.pipeline.CANON`) says about the assumptions,
-    with how uncertain each is:
+    """What a pilot (a canonical long table, :data:`.pipeline.CANON`; ``examples`` its per-item
+    correctness, or None) says about the assumptions, with how uncertain each is:
 
     * ``phi``: the residual series' AR(1) coefficient. Each run's residual series (an OOD score
       after the linear residualiser) gets the analysis' corrected estimate (``phi_x``/``phi_y`` of
       its rows); their median is read against the median that simulated runs of the pilot's
-      length give at each true coefficient (:func:`observed_phi_curve`: the estimate is biased
-      towards 0), and a bootstrap over the pilot's runs (``n_boot`` resamples) gives its 95 %
-      interval. The interquartile range of the series' estimates and the share at the cap are
-      reported beside it;
-    * ``sampling``: with ``sizes`` (examples per OOD testset), each testset's binomial sampling
-      sd ``sqrt(p (1 - p) / n)`` at its mean score, against its residual sd (the sd of its
-      residuals on the in-domain score, median over runs): the sampling noise as a multiple of
-      the rest of the residual (the :class:`.design.Assumptions` field), per testset and its median;
+      length and item noise give at each true coefficient (:func:`observed_phi_curve`: the
+      estimate is biased towards 0), and a bootstrap over the pilot's runs (``n_boot`` resamples)
+      gives its 95 % interval. The interquartile range of the series' estimates and the share at
+      the cap are reported beside it;
+    * ``items``: the testsets' items (from ``examples``, else ``sizes``: items per testset), the
+      persistence of their item noise (with ``examples``) and the OOD residual series' sd beside it
+      (:func:`.design_pilot_items.item_estimates`);
     * ``model_sd`` and ``run_sd``: the square roots of the median between-model variance
       (``tau2_models`` of the agreement table, over the pairs with 2 models or more) and of the
       median between-run variance (``tau2_runs``), with the interquartile ranges over pairs.
     """
-    pc = analyse_pilot(long, run_info, pool_by, settings)
+    pc = analyse_pilot(long, run_info, pool_by, settings, examples)
     runs = pc[pc["run"] != "pooled"]
     ser = series_phis(runs)
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
     phi_obs = float(ser["phi"].median())
     n_runs, obs_lo, obs_hi = phi_bootstrap(ser, seed, n_boot)
     notes: list[str] = []
-    per_testset, ratios, sampling = sampling_noise(*residual_sds(long), sizes, notes)
-    phis, med = observed_phi_curve(checkpoints, sampling, seed=seed)
+    resid = residual_sds(long)
+    # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
+    items = item_estimates(long, examples, sizes, runs, *resid, phi_obs, checkpoints, [])
+    phis, med = observed_phi_curve(checkpoints, pilot_noise(items), seed=seed)
+    phi = true_phi(phi_obs, phis, med)
+    items = item_estimates(long, examples, sizes, runs, *resid, phi, checkpoints, notes)
     model_sd, run_sd = spreads(pc, settings, notes)
     return {
         "models": int(long["model"].nunique()),
@@ -240,15 +226,16 @@ def pilot_estimates(
             "per_testset": {ts: float(g["phi"].median()) for ts, g in ser.groupby("testset")},
         },
         "phi": {
-            "estimate": true_phi(phi_obs, phis, med),
+            "estimate": phi,
             "low": true_phi(obs_lo, phis, med),
             "high": true_phi(obs_hi, phis, med),
             "how": (
-                f"the true AR(1) coefficient whose simulated runs of {checkpoints} checkpoints give the pilot's "
-                "median corrected estimate (and the ends of its bootstrap interval over runs)"
+                f"the true AR(1) coefficient whose simulated runs of {checkpoints} checkpoints (with the pilot's "
+                "item noise) give the pilot's median corrected estimate (and the ends of its bootstrap interval "
+                "over runs)"
             ),
         },
-        "sampling": {"estimate": sampling, "iqr": _iqr(ratios), "per_testset": per_testset},
+        "items": items,
         "model_sd": model_sd,
         "run_sd": run_sd,
         "notes": notes,
@@ -256,6 +243,25 @@ def pilot_estimates(
 
 
 # ---- which assumption comes from where ----------------------------------------------------------
+ITEM_FIELDS = ("in_domain", "ood", "persistence", "difficulty", "accuracy", "residual_sd")
+PILOT_ITEMS = {  # ItemNoise field -> the key of the pilot's item estimates it is read from
+    "in_domain": "in_domain_items",
+    "ood": "ood_items",
+    "persistence": "persistence",
+    "difficulty": "difficulty",
+    "accuracy": "accuracy",
+    "residual_sd": "residual_sd",
+}
+
+
+def pilot_noise(items: dict, given: dict | None = None) -> ItemNoise:
+    """The item noise a pilot's estimates (:func:`.design_pilot_items.item_estimates`) describe, each
+    field of ``given`` (ItemNoise field -> value; ``math.inf`` for a size: no item noise) kept."""
+    fields = {f: items.get(k) for f, k in PILOT_ITEMS.items() if items.get(k) is not None}
+    fields.update(given or {})
+    return ItemNoise(**{f: (None if v == math.inf else v) for f, v in fields.items()})
+
+
 @dataclass
 class Chosen:
     """The assumptions ``oodcorr design`` simulates and, per assumption, where it came from."""
@@ -264,7 +270,7 @@ class Chosen:
     headline: float
     model_sd: float
     run_sd: float
-    sampling: float
+    items: ItemNoise
     sources: dict
 
 
@@ -274,23 +280,26 @@ def choose_assumptions(
     phi_alternatives: float | None = None,
     model_sd: float | None = None,
     run_sd: float | None = None,
-    sampling: float,
+    items: dict | None = None,
     sources: dict,
     pilot: dict | None = None,
 ) -> Chosen:
-    """The assumptions: each given one (a flag) as it is, else the pilot's estimate when there is
-    a pilot, else the default (:data:`DEFAULT_PHIS`, the alternatives at :data:`HEADLINE_PHI`
-    when it is among them, no spread, ``sampling`` from the testsets' sizes). The pilot's phi
-    is simulated at its estimate and the ends of its 95 % interval; its sampling noise replaces
-    ``sampling`` when some testset's was estimated. Every phi is taken into [0, :data:`PHI_CAP`].
-    ``sources`` (assumption -> where it came from) is copied and completed."""
+    """The assumptions: each given one (a flag, or for the testsets' sizes the config) as it is,
+    else the pilot's estimate when there is a pilot, else the default (:data:`DEFAULT_PHIS`, the
+    alternatives at :data:`HEADLINE_PHI` when it is among them, no spread, the defaults of
+    :class:`.design_items.ItemNoise`: no item noise). ``items``: the item noise's fields given
+    (:data:`ITEM_FIELDS`; a size ``math.inf``: none). The pilot's phi is simulated at its estimate and
+    the ends of its 95 % interval. Every phi is taken into [0, :data:`PHI_CAP`]. ``sources``
+    (assumption -> where it came from) is copied and completed."""
     sources = dict(sources)
+    given = dict(items or {})
     phis = list(phi) if phi else list(DEFAULT_PHIS)
     if phi_alternatives is not None:
         headline = phi_alternatives
     else:
         headline = HEADLINE_PHI if HEADLINE_PHI in phis else phis[len(phis) // 2]
     md, rd = model_sd or 0.0, run_sd or 0.0
+    noise = pilot_noise({}, given)
     if pilot:
         ph = pilot["phi"]
         if phi is None:
@@ -304,17 +313,15 @@ def choose_assumptions(
         if run_sd is None:
             rd = pilot["run_sd"]["estimate"]
             sources["run_sd"] = "the pilot's median between-run variance"
-        if pilot["sampling"]["per_testset"] and any("sampling" in e for e in pilot["sampling"]["per_testset"].values()):
-            sampling = pilot["sampling"]["estimate"]
-            sources["sampling"] = (
-                "the pilot's testsets: binomial sd at their mean score over their residual sd (median)"
-            )
+        est = pilot["items"]
+        noise = pilot_noise(est, given)
+        from_pilot = [f for f, k in PILOT_ITEMS.items() if f not in given and est.get(k) is not None]
+        if {"in_domain", "ood"} & set(from_pilot):
+            sources["items"] = "the pilot's testsets (median items)"
+        if "persistence" in from_pilot:
+            sources["persistence"] = f"the pilot's per-item correctness ({est.get('how', '')})"
+        if "residual_sd" in from_pilot:
+            sources["residual_sd"] = "the pilot: its OOD series' residual sd times the root of their reliability"
     phis = [min(max(float(p), 0.0), PHI_CAP) for p in phis]
     headline = min(max(float(headline), 0.0), PHI_CAP)
-    return Chosen(phis, headline, md, rd, sampling, sources)
-
-
-def sampling_with_more_examples(sampling: float, factor: int) -> float:
-    """The sampling noise with ``factor`` times the examples per testset: a binomial sd falls as
-    one over the square root of the examples (``examples x4``: half)."""
-    return sampling / math.sqrt(factor)
+    return Chosen(phis, headline, md, rd, noise, sources)

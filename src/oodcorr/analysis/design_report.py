@@ -1,17 +1,19 @@
 """The report of ``oodcorr design``: the power curves of a grid at each assumed phi, the
-alternatives beside it with their cost and the cheapest that reaches the target (:func:`report`,
-a JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
+alternatives beside it with their cost and the cheapest that reaches the target, how many items the
+in-domain set and each OOD set need for each claim (:func:`items_needed`) (:func:`report`, a
+JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
 :mod:`.design`; a pilot's estimates (:mod:`.design_pilot`) come in through ``info``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, replace
 
 import numpy as np
 
 from .design import DEFAULT_EFFECTS, POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Grid, Settings, curves, se_of
+from .design_sizes import item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
+from .design_sizes import share_text as _f
 
 
 def _at(c: Curve, kind: str, effect: float) -> tuple[float, float]:
@@ -35,28 +37,34 @@ def report(
     target: float = 0.8,
     workers: int = 1,
     info: dict | None = None,
+    items_table: bool = True,
+    items_studies: int | None = None,
 ) -> dict:
     """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
     each phi of ``phis`` (the other assumptions as in ``a``), and at ``headline`` phi the same for
     each of ``alternatives`` (dicts with ``name``, ``description``, ``grid`` (:class:`Grid`),
-    ``sampling`` and ``cost``, a dict with at least ``gpu_hours``) with its power at ``effect`` and
-    the cheapest that reaches ``target`` per verdict. ``info`` (the config, the budget, the
-    assumptions' sources, a pilot's estimates, notes) is copied in."""
+    ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at least ``gpu_hours``)
+    with its power at ``effect`` and the cheapest that reaches ``target`` per verdict; with
+    ``items_table``, how many items each testset needs (:func:`items_needed`; ``items_studies``
+    simulated studies per size, by default ``studies``). ``info`` (the config,
+    the budget, the assumptions' sources, a pilot's estimates, the testsets' sizes, notes) is copied
+    in."""
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, tuple(effects), studies, seed) for p in phis]
     alts = [dict(x) for x in alternatives]
     for x in alts:
-        tasks.append(
-            (x["grid"], replace(a, phi=headline, sampling=x["sampling"]), settings, tuple(effects), studies, seed)
-        )
+        tasks.append((x["grid"], replace(a, phi=headline, items=x["items"]), settings, tuple(effects), studies, seed))
+    ladder = ladder_assumptions(replace(a, phi=headline)) if items_table else []
+    tasks += [(grid, la, settings, (0.0, float(effect)), items_studies or studies, seed) for _, _, la in ladder]
     done = curves(tasks, workers)
     base = done[: len(phis)]
     head = base[phis.index(round(float(headline), 4))]
-    for x, c in zip(alts, done[len(phis) :]):
+    for x, c in zip(alts, done[len(phis) : len(phis) + len(alts)]):
         x["curve"] = c
+    steps = done[len(phis) + len(alts) :]
     options = [{"name": "as configured", "description": "the config's grid", "grid": grid, "curve": head}]
     options[0]["cost"] = (info or {}).get("cost", {})
-    options[0]["sampling"] = a.sampling
+    options[0]["items"] = a.items
     options += alts
     rows = []
     for x in options:
@@ -66,7 +74,7 @@ def report(
                 "name": x["name"],
                 "description": x["description"],
                 "grid": asdict(x["grid"]),
-                "sampling": x["sampling"],
+                "items": asdict(x["items"]),
                 "cost": x.get("cost", {}),
                 "power_at_effect": {k: dict(zip(("power", "se"), _at(c, k, effect))) for k in VERDICT_POWERS},
                 "smallest_effect_80": {k: c.smallest_effect(k, target) for k in VERDICT_POWERS},
@@ -100,6 +108,8 @@ def report(
         cheapest=cheapest,
         generalises_unreachable=unreachable,
     )
+    if items_table:
+        out["items"] = items_needed(ladder, steps, head, effect, target, (info or {}).get("testset_sizes", {}))
     return out
 
 
@@ -125,10 +135,6 @@ def generalises_unreachable(rows: list[dict], target: float, largest: float) -> 
     }
 
 
-def _f(p) -> str:
-    return "n/a" if p is None or (isinstance(p, float) and not math.isfinite(p)) else f"{p:.2f}"
-
-
 def _eff(e) -> str:
     return "> 0.9" if e is None else f"{e:.2f}"
 
@@ -140,6 +146,38 @@ SHORT = {
     "generalises": "sign in nearly every model",
     "sign reversal": "sign reversal",
 }
+
+
+def pilot_items_lines(items: dict) -> list[str]:
+    """The pilot's item noise (:func:`.design_pilot.item_estimates`) as markdown bullets."""
+    out = []
+    per = items.get("per_testset", {})
+    if per:
+        out.append(
+            "* item noise: "
+            + "; ".join(
+                f"{t} {e['items']:,} items"
+                + (
+                    f", neighbours disagree on {e['disagreement']:.0%}, persistence {e['persistence']:.2f} "
+                    f"(difficulty {e['difficulty']:.2f})"
+                    if e.get("persistence") is not None
+                    else " (size only)"
+                )
+                for t, e in per.items()
+            )
+            + ";"
+        )
+    if items.get("persistence") is not None:
+        out.append(
+            f"* persistence of the item noise: **{items['persistence']:.2f}** (difficulty {items['difficulty']:.2f}), "
+            f"the median over the testsets with per-item correctness, {items['how']};"
+        )
+    if items.get("residual_sd") is not None:
+        out.append(
+            f"* the OOD residual series' sd without item noise: **{items['residual_sd']:.3f}** in score units "
+            f"(median over testsets), at accuracy {items['accuracy']:.2f};"
+        )
+    return out
 
 
 def markdown(rep: dict, budget_markdown: str = "") -> str:
@@ -166,17 +204,19 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         f"* spread of the true partial correlation between models: sd {a['model_sd']:.2f} on the Fisher z scale "
         f"({src.get('model_sd', 'default: every model shares the effect')}); between runs of a model: "
         f"{a['run_sd']:.2f} ({src.get('run_sd', 'default')});",
-        f"* sampling noise of a testset: {a['sampling']:.2f} x the residual series' sd "
-        f"({src.get('sampling', 'default: none')});",
+        f"* item noise: {item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
+        f"{src.get('persistence', 'default')}; the residual sd: {src.get('residual_sd', 'default')});",
         f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
-        "* residualiser linear, method Pearson, the modified t-test per run (the defaults); "
-        "effects are partial correlations of the residual series"
-        + (" without the sampling noise." if a["sampling"] else "."),
+        "* residualiser linear, method Pearson, the modified t-test per run (the defaults); with item noise, each "
+        "run also cross-fitted and the answer the measured one (the ladder on r_eiv, near zero through the "
+        "noise, noise-limited), as the workflow gives it; effects are partial correlations of the tasks"
+        + (", without the item noise." if not no_item_noise(a["items"]) else "."),
         "",
         f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "
         f"(seed {rep['precision']['seed']}): its Monte Carlo standard error is at most "
         f"{rep['precision']['se_at_half']:.3f} (at a power of 0.5), {rep['precision']['largest_se']:.3f} at the "
-        "largest here; per-run cells are shares of all the studies' runs. The same draws serve every effect.",
+        "largest here; per-run cells are shares of all the studies' runs. The same draws serve every effect "
+        "and every testset size.",
         "",
     ]
     for c in rep["curves"]:
@@ -184,13 +224,17 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         lines += [
             f"## Power at phi {phi:g}",
             "",
-            "| effect | " + " | ".join(SHORT[k] for k in VERDICT_POWERS) + " |",
-            "| ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " |",
+            "| effect | " + " | ".join(SHORT[k] for k in VERDICT_POWERS) + " | near zero |",
+            "| ---: | " + " | ".join("---:" for _ in VERDICT_POWERS) + " | ---: |",
         ]
         for i, e in enumerate(c["effects"]):
-            lines.append(f"| {e:.2f} | " + " | ".join(_f(c["power"][k][i]) for k in VERDICT_POWERS) + " |")
+            lines.append(
+                f"| {e:.2f} | "
+                + " | ".join(_f(c["power"][k][i]) for k in VERDICT_POWERS)
+                + f" | {_f(c['near_zero'][i])} |"
+            )
         lines.append(
-            "| **80 % at** | " + " | ".join(f"**{_eff(c['smallest_effect_80'][k])}**" for k in VERDICT_POWERS) + " |"
+            "| **80 % at** | " + " | ".join(f"**{_eff(c['smallest_effect_80'][k])}**" for k in VERDICT_POWERS) + " | |"
         )
         lines.append("")
     lines += [
@@ -200,7 +244,10 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "*sign on average*: every model has the effect, and the answer states its sign (on average, or in nearly "
         "every model); *sign in nearly every model*: the same studies, the answer's strongest rung "
         "(`positive in nearly every model`); *sign reversal*: half the models have +effect and half -effect, "
-        "the verdict `sign reversal`.",
+        "the verdict `sign reversal`; *near zero*: every model has the effect and the answer says the models agree "
+        "near zero (at effect 0 the power of that claim, from the analysis' near_zero on a false statement). The "
+        "per-run cells are the observed ones the heatmaps mark, which the in-domain set's item noise can fake; the "
+        "answer's statements read the cross-fitted correlations, which it cannot.",
         "",
         f"## Alternatives (phi {rep['headline_phi']:g}; power at effect {rep['effect']:g})",
         "",
@@ -251,6 +298,8 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         )
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
     lines += [f"* {n}" for n in rep.get("cost_notes", [])]
+    if rep.get("items"):
+        lines += items_markdown(rep["items"], rep["headline_phi"])
     pilot = rep.get("pilot")
     if pilot:
         po, ph = pilot["phi_observed"], pilot["phi"]
@@ -266,8 +315,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
             f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
             + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
             + ";",
-            f"* sampling noise: {pilot['sampling']['estimate']:.2f} x the residual sd (interquartile range over "
-            f"testsets {_f(pilot['sampling']['iqr'][0])}-{_f(pilot['sampling']['iqr'][1])});",
+            *pilot_items_lines(pilot["items"]),
             f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
             f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
             f"between runs: sd {pilot['run_sd']['estimate']:.2f};",

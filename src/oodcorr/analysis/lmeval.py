@@ -20,8 +20,13 @@ folder (searched recursively) and returns one score per model x run x step x tas
   for model and run (labels); a step named by both must agree. Runs (seeds) come only from the
   pattern's ``{run}``: without it each model is one run.
 * **per-example logs**: ``samples_<task>_<date>.jsonl`` beside ``results_<date>.json`` gives each
-  document's 0/1 value of the metric (same filter), for the example-level bootstrap; its mean
-  must equal the results file's score (else it is from another run, and refused).
+  document's 0/1 value of the metric (same filter), for the example-level bootstrap and each
+  task's item noise; its mean must equal the results file's score (else it is from another run,
+  and refused).
+* **groups**: ``group_subtasks`` (group -> its subtasks, a subtask possibly a group itself; the
+  current format) says which tasks are made of others (``mmlu`` of ``mmlu_stem`` of
+  ``mmlu_anatomy`` ...); the union over the files is :attr:`LmEvalResults.groups`, which the
+  analysis reads to leave out pairs that share items (:mod:`.shared_items`).
 
 Bounds, checked before anything is parsed (the limits are flags of ``oodcorr analyse``):
 at most :data:`MAX_FILES` ``.json``/``.jsonl`` files (counted first, the count said), a results
@@ -29,34 +34,33 @@ file of at most :data:`MAX_RESULTS_BYTES` (a real one is kilobytes to a few mega
 usually samples written into it), a samples line of at most
 :data:`.lmeval_samples.MAX_SAMPLE_LINE_BYTES` (samples files are streamed, line by line, keeping
 two numbers a document: :func:`.lmeval_samples.read_samples`). Folders are walked
-following links, each real folder once: a link back into a folder already read (a loop) is
-said and not followed again. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
+following links within the folder, each real folder once: a link back into a folder already read
+(a loop) is said and not followed again, a link that leads out of the folder is said and not
+followed (``--follow-links`` follows it), and a folder that cannot be listed or searched is
+named. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
 the file; reading is done before anything is written, so a refusal leaves no result.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
-import os
 import re
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..core.errors import DataError, did_you_mean
-from ..core.io import DuplicateKey, loads_json
-from .lmeval_samples import not_regular, read_samples
-from .tables import LMEVAL_SHARES_ONLY, metric_range, out_of_range
+from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
+from .lmeval_samples import read_samples
+from .score_ranges import LMEVAL_SHARES_ONLY, metric_range, out_of_range
+from .tables import is_item_share
 
 log = logging.getLogger(__name__)
 
-MAX_FILES = 50_000  # .json and .jsonl files under the folder (--max-files)
-MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
 PLACEHOLDERS = ("model", "run", "step")
 SCORE_COLUMNS = ["model", "run", "step", "testset", "score", "stderr", "n", "file"]
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
@@ -67,7 +71,8 @@ STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IG
 @dataclass
 class LmEvalResults:
     """What :func:`read_folder` read: ``scores`` (:data:`SCORE_COLUMNS`), ``examples`` (model, run,
-    unit, testset, example, correct; None without samples files), the files read and their digest."""
+    unit, testset, example, correct; None without samples files), the files read and their digest,
+    and ``groups``: every group the files name with its subtasks (their union over the files)."""
 
     folder: Path
     metric: str
@@ -76,6 +81,7 @@ class LmEvalResults:
     files: list[Path] = field(default_factory=list)
     samples_files: list[Path] = field(default_factory=list)
     digest: str = ""
+    groups: dict[str, list[str]] = field(default_factory=dict)
 
     def long(self, in_domain: str) -> pd.DataFrame:
         """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every
@@ -88,7 +94,7 @@ class LmEvalResults:
                 f"{tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
             )
         s = self.scores
-        return pd.DataFrame(
+        out = pd.DataFrame(
             {
                 "model": s["model"].astype(str),
                 "in_domain": in_domain,
@@ -97,7 +103,22 @@ class LmEvalResults:
                 "testset": s["testset"].astype(str),
                 "score": s["score"].astype(float),
             }
-        ).reset_index(drop=True)
+        )
+        if is_item_share(self.metric):  # the items behind each score bound its item noise
+            out["n"] = items_behind(s["n"], s["score"], s["stderr"]).to_numpy()
+        return out.reset_index(drop=True)
+
+
+def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series:
+    """The items behind each score: the harness's sample count (``n-samples``' ``effective``) where it
+    wrote one, else read back from its standard error of a share, ``sqrt(p (1 - p) / (n - 1))``
+    (rounded); NaN where neither says."""
+    n = pd.to_numeric(n, errors="coerce").astype(float)
+    p, se = score.astype(float), pd.to_numeric(stderr, errors="coerce").astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        back = np.round(p * (1 - p) / (se * se) + 1)
+    back = back.where((se > 0) & np.isfinite(back) & (back >= 1))
+    return n.where(n >= 1, back)
 
 
 # ---- the path pattern ----
@@ -137,117 +158,6 @@ def compile_pattern(pattern: str) -> re.Pattern:
             out.append(re.escape(c))
             i += 1
     return re.compile("".join(out) + r"\Z")
-
-
-# ---- walking the folder ----
-def list_files(folder: Path, max_files: int = MAX_FILES) -> tuple[list[Path], list[str]]:
-    """Every ``.json``/``.jsonl`` file under ``folder`` (sorted) and the notes of what was not
-    followed. Links are followed, each real folder read once; more files than ``max_files`` is an
-    error giving the count (all counted first, only the first ``max_files`` kept)."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        what = "does not exist" if not folder.exists() else "is a file, not a folder"
-        raise DataError(
-            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
-            "(searched recursively)"
-        )
-    files: list[Path] = []
-    notes: list[str] = []
-    count = 0
-    seen: dict[tuple[int, int], Path] = {}
-    stack = [folder]
-    while stack:
-        d = stack.pop()
-        try:
-            st = d.stat()
-        except OSError as e:
-            notes.append(f"{d}: a link that leads to no folder ({e.strerror}): not followed")
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen:
-            notes.append(
-                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
-            )
-            continue
-        seen[key] = d
-        subdirs = []
-        try:
-            with os.scandir(d) as entries:  # streamed: a folder of millions of names is counted, not held
-                for e in entries:
-                    try:
-                        is_dir = e.is_dir()  # follows links; False for a link that loops or dangles
-                    except OSError:
-                        is_dir = False
-                    if is_dir:
-                        subdirs.append(Path(e.path))
-                        continue
-                    if not e.name.endswith((".json", ".jsonl")):
-                        if e.is_symlink() and not os.path.exists(e.path):
-                            notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
-                        continue
-                    count += 1
-                    if count <= max_files:
-                        files.append(Path(e.path))
-        except OSError as e:
-            raise DataError(
-                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
-            ) from None
-        stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
-    if count > max_files:
-        raise DataError(
-            f"{folder}: holds {count:,} .json/.jsonl files, more than the {max_files:,} read at most; give a folder "
-            f"with only the results to analyse, or pass --max-files {count} to read them all"
-        )
-    return sorted(files), notes
-
-
-# ---- one results file ----
-def _load_json(path: Path, max_bytes: int):
-    try:
-        st = path.stat()
-        if not stat.S_ISREG(st.st_mode):
-            raise DataError(not_regular(path))
-        size = st.st_size
-        if size > max_bytes:
-            raise DataError(_too_large(path, size, max_bytes))
-        with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)
-    except OSError as e:
-        raise DataError(
-            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
-        ) from None
-    if len(raw) > max_bytes:
-        raise DataError(_too_large(path, len(raw), max_bytes))
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
-    if not text.strip():
-        raise DataError(
-            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
-        )
-    try:
-        return loads_json(text)
-    except DuplicateKey as e:
-        raise DataError(
-            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
-        ) from None
-    except json.JSONDecodeError as e:
-        cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
-        raise DataError(
-            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
-            "the file out of the folder"
-        ) from None
-    except RecursionError:
-        raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
-
-
-def _too_large(path: Path, size: int, max_bytes: int) -> str:
-    return (
-        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
-        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
-        f"--max-file-mb {math.ceil(size / 2**20)}"
-    )
 
 
 def parse_model_args(v) -> dict[str, str]:
@@ -341,7 +251,7 @@ def _number(v, path: Path, task: str, key: str) -> float:
 def _check_scales(rows: list[dict]) -> None:
     """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
     its ``f1`` of classification a share): every score of one metric key is on one scale, told by
-    their median (:func:`oodcorr.analysis.tables.score_range`); one outside it names its file."""
+    their median (:func:`oodcorr.analysis.score_ranges.score_range`); one outside it names its file."""
     by_key: dict[str, list[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
@@ -367,16 +277,21 @@ def read_results_file(
     max_bytes: int = MAX_RESULTS_BYTES,
     without: set | None = None,
     seen: set | None = None,
+    groups: dict | None = None,
 ) -> list[dict]:
     """One row per task of one results file (:data:`SCORE_COLUMNS`, ``key`` = the metric's key);
     with no ``tasks`` named, the tasks without the metric are added to ``without``; every task the
-    file holds, read or not, to ``seen``."""
-    doc = _load_json(path, max_bytes)
+    file holds, read or not, to ``seen``; the file's groups with their subtasks (``group_subtasks``)
+    to ``groups`` (group -> set of subtasks)."""
+    doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
             + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
         )
+    if groups is not None:
+        for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
+            groups.setdefault(g, set()).update(kids)
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     try:
         args = parse_model_args(config.get("model_args"))
@@ -389,16 +304,16 @@ def read_results_file(
     run = "all"
     if pattern is not None:
         m = pattern.match(rel)
-        groups = m.groupdict() if m else {}
-        if "step" in groups:
-            if step is not None and int(groups["step"]) != step:
+        fields = m.groupdict() if m else {}
+        if "step" in fields:
+            if step is not None and int(fields["step"]) != step:
                 raise DataError(
-                    f"{path}: its path gives step {int(groups['step'])} (--path-pattern) but its model_args give "
+                    f"{path}: its path gives step {int(fields['step'])} (--path-pattern) but its model_args give "
                     f"{step} ({how}); fix the file's name or the pattern"
                 )
-            step = int(groups["step"])
-        model = groups.get("model") or model
-        run = groups.get("run") or run
+            step = int(fields["step"])
+        model = fields.get("model") or model
+        run = fields.get("run") or run
     if model is None or step is None:
         lack = " and ".join(w for w, v in (("the model", model), ("the step", step)) if v is None)
         raise DataError(
@@ -449,6 +364,23 @@ def read_results_file(
 
 
 # ---- samples ----
+def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
+    """A results file's ``group_subtasks`` (group -> the names of its subtasks; absent in the older
+    format): checked to be that, else refused naming the file."""
+    if v is None:
+        return {}
+    ok = isinstance(v, dict) and all(
+        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in v.values()
+    )
+    if not ok:
+        raise DataError(
+            f"{path}: group_subtasks is not an object of task-name lists (a hand-edited or damaged file); it says "
+            "which tasks are groups of others (pairs of them share items). Rerun that evaluation or move the file out "
+            "of the folder"
+        )
+    return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
+
+
 def samples_path(results: Path, task: str) -> Path | None:
     """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
     m = RESULTS_NAME.match(results.name)
@@ -465,6 +397,7 @@ def read_folder(
     samples: bool = True,
     max_files: int = MAX_FILES,
     max_bytes: int = MAX_RESULTS_BYTES,
+    follow_links: bool = False,
     in_domain: str | None = None,
 ) -> LmEvalResults:
     """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
@@ -474,7 +407,7 @@ def read_folder(
     Two files giving one (model, run, step, task) is an error naming both."""
     folder = Path(folder)
     pattern = compile_pattern(path_pattern) if path_pattern else None
-    files, notes = list_files(folder, max_files)
+    files, notes = list_files(folder, max_files, follow_links)
     for n in notes:
         log.warning("%s", n)
     rels = {p: p.relative_to(folder).as_posix() for p in files}
@@ -502,10 +435,18 @@ def read_folder(
         raise DataError(f"{folder}: holds no .json results file of lm-evaluation-harness (searched recursively)")
     if tasks is not None and in_domain is not None and in_domain not in tasks:
         tasks = [*tasks, in_domain]
-    rows, where, without, seen = [], {}, set(), set()
+    rows, where, without, seen, groups = [], {}, set(), set(), {}
     for p in chosen:
         got = read_results_file(
-            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without, seen=seen
+            p,
+            rels[p],
+            metric=metric,
+            tasks=tasks,
+            pattern=pattern,
+            max_bytes=max_bytes,
+            without=without,
+            seen=seen,
+            groups=groups,
         )
         for row in got:
             k = (row["model"], row["run"], row["step"], row["testset"])
@@ -566,6 +507,7 @@ def read_folder(
             )
         if frames:
             examples = pd.concat(frames, ignore_index=True)
+            examples = examples.astype({c: "category" for c in ("model", "run", "testset")})  # a few names, repeated
             log.info(
                 "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
                 folder,
@@ -596,6 +538,7 @@ def read_folder(
         files=sorted(chosen),
         samples_files=sample_files,
         digest=h.hexdigest(),
+        groups={g: sorted(kids) for g, kids in sorted(groups.items())},
     )
 
 
@@ -643,6 +586,6 @@ def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain
 
 
 def _file_metrics(path: Path, max_bytes: int) -> str:
-    doc = _load_json(path, max_bytes)
+    doc = load_json(path, max_bytes)
     names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in metric_names(v)})
     return ", ".join(names) or "no numeric metric"

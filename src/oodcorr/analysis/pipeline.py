@@ -28,10 +28,14 @@ import numpy as np
 import pandas as pd
 
 from . import multitest
+from .item_noise import item_matrices
+from .measurement import pool_measured
 from .options import Options
-from .pooling import pool_runs
+from .pooling import POOL_KEYS, _groups, pool_runs
 from .residualise import one_blas_thread
-from .run_cells import analyse_run, ordered_units, plain
+from .run_cells import analyse_run, ordered_units, plain, run_units
+from .run_measurement import COLUMNS as MEASURED
+from .shared_items import leaves
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,9 @@ COLUMNS = [
     "ex_ci_low",
     "ex_ci_high",
     "ex_note",
+    *MEASURED,
+    "eiv_from",
+    "noise",
 ]
 
 CONCLUSIONS = ("positive", "negative", "near zero", "unresolved")
@@ -174,20 +181,30 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
             out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 
 
-def _analyse_runs(groups, opts: Options, examples, ordered, workers: int) -> list[list[dict]]:
-    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than one."""
+def _run_items(groups, examples, ordered) -> list:
+    """Each run's per-item matrices and problems (:func:`.item_noise.item_matrices`), read from its
+    rows of ``examples`` one run at a time (the table is split once, by position); None for a run
+    without rows, and for every run without ``examples``."""
+    if examples is None:
+        return [None] * len(groups)
+    where = examples.groupby(["model", "run"], sort=False, observed=True).indices
+    out = []
+    for g in groups:
+        idx = where.get((g["model"].iloc[0], g["run"].iloc[0]))
+        out.append(({}, {}) if idx is None else item_matrices(examples.take(idx), run_units(g, ordered)))
+    return out
+
+
+def _analyse_runs(groups, opts: Options, examples, ordered, workers: int, parts=None) -> list[list[dict]]:
+    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than
+    one, each sent its run's per-item matrices (:func:`_run_items`), not the table's rows."""
+    items = _run_items(groups, examples, ordered)
     if workers <= 1 or len(groups) <= 1:
-        return [analyse_run(g, opts, examples, ordered) for g in groups]
+        return [analyse_run(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    def own(g):  # each process is sent only its run's examples, chosen as analyse_run chooses them
-        if examples is None:
-            return None
-        model, run = g["model"].iloc[0], g["run"].iloc[0]
-        return examples[(examples["model"] == model) & (examples["run"] == run)]
-
-    tasks = [(g, opts, own(g), ordered) for g in groups]
+    tasks = [(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
     with ProcessPoolExecutor(
         max_workers=min(workers, len(groups)), mp_context=multiprocessing.get_context("fork")
     ) as pool:
@@ -199,6 +216,17 @@ def _analyse_run_on_one_blas_thread(task) -> list[dict]:
         return analyse_run(*task)
 
 
+def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
+    """The pooled rows of a table's run rows: the runs' correlations pooled per model and pool group
+    (:func:`.pooling.pool_runs`) and their measurement columns (:func:`.measurement.pool_measured`)."""
+    runs = runs.reset_index(drop=True)
+    pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
+    _, parts = _groups(runs, POOL_KEYS)
+    for c, v in pool_measured(runs, parts, opts.level).items():
+        pooled[c] = v
+    return pooled
+
+
 def analyse(
     long: pd.DataFrame,
     opts: Options | None = None,
@@ -206,6 +234,7 @@ def analyse(
     ordered: bool | None = None,
     run_info: pd.DataFrame | None = None,
     workers: int = 1,
+    task_groups: dict | None = None,
 ) -> pd.DataFrame:
     """Per-run rows plus pooled rows (``run == "pooled"``), with ``p_adj``, ``significant`` and
     the checks.
@@ -216,7 +245,9 @@ def analyse(
     columns, e.g. ``n_train`` and ``seed``; they are added to the output, and
     ``opts.pool_by`` names those within which runs are pooled. ``workers`` > 1 analyses the runs in
     that many processes, each on one BLAS thread: every cell draws from its own seeded stream
-    (:func:`.resample.cell_rng`), so the table is the same whatever the number.
+    (:func:`.resample.cell_rng`), so the table is the same whatever the number. ``task_groups`` (optional):
+    testsets made of others (group -> its subtasks, nested, as lm-evaluation-harness's
+    ``group_subtasks``); two testsets that share items are not correlated (:mod:`.shared_items`).
     """
     opts = opts or Options()
     missing = [c for c in CANON if c not in long.columns]
@@ -236,14 +267,15 @@ def analyse(
             log.warning("drop_step0: the units are not numeric, so there is no step 0 to leave out")
     info = run_groups(long, run_info, opts.pool_by)
     groups = [g for _, g in long.groupby(["model", "run"], sort=True)]
-    rows = [row for per_run in _analyse_runs(groups, opts, examples, ordered, workers) for row in per_run]
+    parts = leaves(task_groups)
+    rows = [row for per_run in _analyse_runs(groups, opts, examples, ordered, workers, parts) for row in per_run]
     runs = pd.DataFrame(rows)
     extra = [c for c in info.columns if c not in ("model", "run", "pool_group")]
     if runs.empty:
         return pd.DataFrame(columns=COLUMNS + extra)
     runs = runs.merge(info[["model", "run", "pool_group"]], on=["model", "run"], how="left")
     runs["n_runs"], runs["n_runs_finite"] = 1, np.isfinite(runs["r"].astype(float)).astype(int)
-    pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
+    pooled = pool(runs, opts)
     pooled[["ex_ci_low", "ex_ci_high"]] = math.nan
     pooled["ex_note"] = "not computed for pooled rows"
     out = pd.concat([runs, pooled], ignore_index=True)

@@ -319,7 +319,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     out["n_runs"] = [len(p) for p in parts]
     for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
         out[c] = math.nan
-    sfxs = [""] + (["_no_step0"] if "r_no_step0" in rows.columns else [])
+    sfxs = [""] + [f for f in ("_no_step0", "_eiv") if "r" + f in rows.columns]
     cols = ("r", "ci_low", "ci_high", "p", "se_z")
     for sfx in sfxs:
         r = rows["r" + sfx].to_numpy(float)

@@ -19,10 +19,14 @@ import pandas as pd
 from scipy import stats
 
 from .correlate import corr, p_param, residual_pair
+from .example_boot import RunExamples, example_ci, linear_pearson_cis
 from .inference import PHI_MAX, assess, dependence, modified_tests
+from .item_noise import item_matrices, run_noise
 from .options import Options
-from .resample import cell_rng, interval
+from .resample import cell_rng
 from .residualise import Degenerate, parse
+from .run_measurement import SHARED, empty, finish_bounded, run_measurements
+from .shared_items import refusals
 
 log = logging.getLogger(__name__)
 
@@ -60,83 +64,7 @@ _CELL_NAN = (
 
 
 def _nan_row(note: str) -> dict:
-    return {**dict.fromkeys(_CELL_NAN, math.nan), "n": 0, "note": note, "p_method": "", "ex_note": ""}
-
-
-class _RunExamples:
-    """Per-example correctness of one run: testset -> (units x examples) matrix, for
-    the example-level bootstrap (resample each testset's examples, the same examples
-    at every checkpoint, and recompute all accuracies)."""
-
-    def __init__(self, ex: pd.DataFrame, units: list, opts: Options, model: str, run: str):
-        self.units = units
-        self.mats: dict[str, np.ndarray] = {}
-        self.problems: dict[str, str] = {}
-        self.boot: dict[str, np.ndarray] = {}
-        pos = {u: i for i, u in enumerate(units)}
-        for ts, g in ex.groupby("testset", sort=True):
-            if g.duplicated(["unit", "example"]).any():
-                self.problems[ts] = f"duplicate (unit, example) predictions for {ts}"
-                continue
-            per_unit = g.groupby("unit")["example"].apply(lambda s: tuple(sorted(s)))
-            if per_unit.nunique() > 1:
-                self.problems[ts] = f"{ts} was evaluated on different examples at different units"
-                continue
-            wide = g.pivot(index="unit", columns="example", values="correct")
-            mat = np.full((len(units), wide.shape[1]), np.nan)
-            for u, vals in zip(wide.index, wide.to_numpy(float)):
-                if u in pos:
-                    mat[pos[u]] = vals
-            self.mats[ts] = mat
-            counts = cell_rng(opts.seed, model, run, ts, "examples").multinomial(
-                mat.shape[1], np.full(mat.shape[1], 1 / mat.shape[1]), size=opts.example_boot
-            )
-            # (units x examples) @ (examples x B) / n = accuracies under each resample
-            self.boot[ts] = (np.nan_to_num(mat) @ counts.T) / mat.shape[1]
-            self.boot[ts][~np.isfinite(mat[:, 0])] = np.nan
-
-    def why_not(self, names, mask) -> str:
-        for ts in names:
-            if ts in self.problems:
-                return self.problems[ts]
-            if ts not in self.mats:
-                return f"no per-example predictions for {ts}"
-            missing = [plain(self.units[i]) for i in np.flatnonzero(mask & ~np.isfinite(self.mats[ts][:, 0]))]
-            if missing:
-                return f"no per-example predictions for {ts} at unit(s) {missing[:5]}"
-        return ""
-
-
-def _example_ci(rex: _RunExamples, zname, a, b, steps, method, res, rp, opts, cache) -> tuple[float, float, str]:
-    mask = rp["mask"]
-    why = rex.why_not([zname, a, b], mask)
-    if why:
-        return math.nan, math.nan, why
-    rs = []
-    for i in range(opts.example_boot):
-        z = rex.boot[zname][:, i]
-        covars = np.column_stack([z, steps]) if parse(res).step else z
-        try:
-            q = residual_pair(
-                np.where(mask, rex.boot[a][:, i], np.nan),
-                rex.boot[b][:, i],
-                covars,
-                method,
-                res,
-                opts.gam,
-                cache,
-                names=(f"{a}#{i}", f"{b}#{i}"),
-                lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind == "gam" else None,
-            )
-        except Degenerate:
-            continue
-        rs.append(corr(q["rx"], q["ry"], method))
-    rs = np.asarray(rs, dtype=float)
-    rs = rs[np.isfinite(rs)]
-    if len(rs) < max(2, opts.example_boot / 2):
-        return math.nan, math.nan, f"only {len(rs)} of {opts.example_boot} example resamples gave a value"
-    lo, hi = interval(corr(rp["rx"], rp["ry"], method), rs, opts.level, opts.interval)
-    return lo, hi, ""
+    return {**dict.fromkeys(_CELL_NAN, math.nan), **empty(), "n": 0, "note": note, "p_method": "", "ex_note": ""}
 
 
 def _infer(rp: dict, names, method: str, res: str, opts: Options, cache: dict, ordered: bool, rng_parts) -> dict:
@@ -283,24 +211,53 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
     elif rex is None:
         out["ex_note"] = "no per-example predictions given"
+    elif method == "pearson" and spec.kind == "linear":  # the run's such cells at once (_batched_example_cis)
+        out["_ex"] = (rp["mask"], corr(rp["rx"], rp["ry"], method))
     else:
-        out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = _example_ci(
+        out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = example_ci(
             rex, zname, a, b, steps, method, res, rp, opts, ex_cache
         )
     return out
 
 
+def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
+    """The example-level intervals of the run's Pearson cells of a linear-kind residualiser, each
+    residualiser's at once (:func:`.example_boot.linear_pearson_cis`)."""
+    by_res: dict[str, list[int]] = {}
+    for i, row in enumerate(rows):
+        if "_ex" in row:
+            by_res.setdefault(row["residualiser"], []).append(i)
+    for res, idx in by_res.items():
+        cells = [(rows[i]["x"], rows[i]["y"], *rows[i].pop("_ex")) for i in idx]
+        for i, got in zip(idx, linear_pearson_cis(rex, zname, cells, steps, res, opts)):
+            rows[i]["ex_ci_low"], rows[i]["ex_ci_high"], rows[i]["ex_note"] = got
+
+
+def run_units(g: pd.DataFrame, ordered: bool) -> list:
+    """A run's units in the order of its series: sorted where they are ordered, else as they come."""
+    return sorted(g["unit"].unique()) if ordered else list(dict.fromkeys(g["unit"]))
+
+
 def analyse_run(
-    g: pd.DataFrame, opts: Options, examples: pd.DataFrame | None = None, ordered: bool | None = None
+    g: pd.DataFrame,
+    opts: Options,
+    examples: pd.DataFrame | None = None,
+    ordered: bool | None = None,
+    parts: dict | None = None,
+    items: tuple | None = None,
 ) -> list[dict]:
-    """Every (pair, method, residualiser) cell of one run (rows of one model and run)."""
+    """Every (pair, method, residualiser) cell of one run (rows of one model and run). ``parts``: the
+    testsets made of others (:func:`.shared_items.leaves`); a pair that shares items, or has a testset
+    that shares items with the in-domain one, is NaN with a note saying so. ``items``: the run's
+    per-item matrices and problems (:func:`.item_noise.item_matrices` over :func:`run_units`) where the
+    caller has them; else they are read from ``examples``."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = ordered_units(g["unit"]) if ordered is None else ordered
     zs = list(dict.fromkeys(g["in_domain"]))
     zname = zs[0] if len(zs) == 1 else ""
     ood = sorted(set(g["testset"]) - {zname})
     base = {"model": model, "in_domain": zname, "run": run}
-    units = sorted(g["unit"].unique()) if ordered else list(dict.fromkeys(g["unit"]))
+    units = run_units(g, ordered)
     combos = list(itertools.product(itertools.combinations(ood, 2), opts.methods, opts.residualisers))
     rows = []
 
@@ -339,18 +296,57 @@ def analyse_run(
                 v = cols[ts].copy()
                 v[step0] = math.nan
                 cols[("without step 0", ts)] = v
-    rex = None
-    if examples is not None:
+    mats, problems = items if items is not None else ({}, {})
+    if items is None and examples is not None:
         ex = examples[(examples["model"] == model) & (examples["run"] == run)]
-        rex = _RunExamples(ex, units, opts, model, run) if len(ex) else None
+        mats, problems = item_matrices(ex, units)
+    rex = (
+        RunExamples(mats, problems, [plain(u) for u in units], opts, model, run)
+        if (mats or problems) and opts.example_boot >= 2
+        else None
+    )
+    sizes = {}
+    if "n" in g.columns:
+        nw = clean.pivot(index="unit", columns="testset", values="n").reindex(index=units)
+        sizes = {ts: pd.to_numeric(nw[ts], errors="coerce").to_numpy(float) for ts in nw.columns}
+    noise = run_noise([zname, *ood], units, mats, problems, sizes)
+    meas = run_measurements(
+        cols, zname, ood, noise, opts.residualisers, steps, ordered, opts.level, opts.seed, (model, run)
+    )
+    shared = refusals(zname, ood, parts or {})
     cache, ex_cache = {}, {}
     for (a, b), m, res in combos:
         row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
         bad = [t for t in (a, b) if t in dup_sets]
         if bad:
             row.update(_nan_row("; ".join(f"duplicate units for {t}: {dup_sets[t]}" for t in bad)))
+        elif (a, b) in shared:
+            row.update(_nan_row(shared[(a, b)]))
+            rows.append(row)
+            continue
         else:
             row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
+        row.update(_measured(meas, a, b, m, res))
         rows.append(row)
+    _batched_example_cis(rows, rex, zname, steps, opts)
     _finish_tests(rows, opts)
+    finish_bounded(rows, opts.level)
     return rows
+
+
+def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
+    """A cell's measurement columns (:mod:`.run_measurement`): the Pearson cells of a linear-kind
+    residualiser take them whole; every other cell of the pair its testsets' reliabilities and what
+    their noise is known from (from the linear-kind cell of the same covariates), its own
+    correlation left as observed."""
+    spec = parse(res)
+    if spec.kind == "linear" and method == "pearson":
+        return meas.get((a, b, res), empty())
+    twin = meas.get((a, b, "linear+step" if spec.step else "linear"))
+    out = empty()
+    if twin is not None:
+        out.update({c: twin[c] for c in SHARED})
+    why = "ranks" if method != "pearson" else "a spline fitted to a noisy in-domain score"
+    note = f"not corrected for item noise ({method}/{res}: {why})"
+    out["noise"] = "; ".join(x for x in (out["noise"], note) if x)
+    return out

@@ -34,7 +34,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .consensus import agreement
+from .agreement_table import agreement
 from .correlate import residual_pair
 from .inference import assess, dependence
 from .options import Options
@@ -316,7 +316,7 @@ def verdict_rates(
     **study,
 ) -> dict:
     """The verdicts the analysis gives on ``reps`` simulated studies (:func:`study_table`): the
-    analysis' own procedures (:func:`.pipeline.analyse`, :func:`.consensus.agreement`) on each,
+    analysis' own procedures (:func:`.pipeline.analyse`, :func:`.agreement_table.agreement`) on each,
     for the pair of the first two OOD testsets. Returns ``{"verdicts": {verdict: share},
     "coverage": share of consensus intervals holding the models' mean z, "reps": reps}``; with
     ``keep`` (a callable of the study's table, its agreement row and the whole analysis table)

@@ -31,8 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.answer import about, noise_clause, reliability_line
 from ..core.errors import DataError, did_you_mean
 from ..core.io import atomic_path, delimiter_mismatch, format_suffix, read_bytes, read_text
+from .measurement import NOISE_LIMITED
+from .score_ranges import check_score_range, out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -252,116 +255,30 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     return v.astype(float)
 
 
-# ---- the range a score can take ----
-# A metric named here has a range its values must lie in; one not named (a log-likelihood, a
-# user's own column) is only checked to be a number. lm-evaluation-harness's metrics by their
-# names (``acc,none``: ``acc``) and the workflow's own columns (oodcorr.jobs.metrics.COLUMNS).
-SHARES = frozenset(
-    {
-        "acc",
-        "acc_norm",
-        "acc_mutual_info",
-        "accuracy",
-        "exact_match",
-        "em",
-        "exact",
-        "f1",
-        "macro_f1",
-        "micro_f1",
-        "precision",
-        "recall",
-        "ece",
-        "accuracy_ci_low",
-        "accuracy_ci_high",
-        "pct_stereotype",
-    }
-)
-CORRELATIONS = frozenset({"mcc"})  # Matthews' correlation coefficient: in [-1, 1]
-NON_NEGATIVE = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "ter"})
-# the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
-# and a user's table, may be either: told by the values, :func:`score_range`)
-LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
-
-
-def metric_range(metric: str) -> tuple[float, float] | None:
-    """The range of a metric by its name (a filter after a comma ignored, case ignored): (0, 1)
-    for shares (accuracy, F1, ...), (-1, 1) for ``mcc``, (0, inf) for perplexities; None for a
-    metric this does not know (only checked to be a number)."""
-    name = str(metric).split(",", 1)[0].strip().lower()
-    if name in SHARES:
-        return (0.0, 1.0)
-    if name in CORRELATIONS:
-        return (-1.0, 1.0)
-    if name in NON_NEGATIVE:
-        return (0.0, math.inf)
-    return None
-
-
-def score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
-    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric
-    without one (:func:`metric_range`). A share may be written as a percentage (``percent``: a
-    table from a paper, the harness's squad ``f1``): the values tell which, by their median (a
-    median accuracy of at most 1 % is no percentage); so one score of 1.7 among shares is out of
-    range, not the sign of a table in percent."""
-    rng = metric_range(metric)
-    if rng is None:
-        return None
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if not percent or rng[1] == math.inf or not len(v):
-        return rng, ""
-    median = float(np.median(np.abs(v)))
-    if median <= 1:
-        return rng, f"shares: their median is {median:.3g}"
-    return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
-
-
-def out_of_range(
-    scores: pd.DataFrame, metric: str, *, percent: bool = True
-) -> tuple[object, object, float, str] | None:
-    """(row, column, value, the sentence's end) of the first score in ``scores`` (one metric: a
-    column, or a wide table's testset columns) outside the metric's range (:func:`score_range`, the
-    scale told from all of them), or None when all lie inside (missing values and infinities are
-    said elsewhere)."""
-    v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
-    got = score_range(metric, v.to_numpy().ravel(), percent=percent)
-    if got is None:
-        return None
-    (lo, hi), how = got
-    for col in v.columns:
-        x = v[col]
-        bad = np.isfinite(x) & ((x < lo) | (x > hi))
-        if bad.any():
-            i = x.index[bad.to_numpy()][0]
-            told = f" (the scores are {how})" if how else ""
-            return i, col, float(x[i]), f"outside [{lo:g}, {hi:g}], the range of {metric.split(',', 1)[0]!r}{told}"
-    return None
-
-
-def check_score_range(scores: pd.DataFrame, metric: str, source: str, where: str, *, wide: bool) -> None:
-    """A :class:`DataError` naming the line (the index of ``scores``), column and value of the first
-    score outside its metric's range (:func:`out_of_range`); a wide table's scores are accuracies."""
-    bad = out_of_range(scores, metric)
-    if bad is None:
-        return
-    i, col, value, why = bad
-    other = (
-        "a table of another metric than accuracy: give it in long format, its score column named after the metric "
-        "(--score)"
-        if wide
-        else f"if column {col!r} holds another metric, name it after that metric and pass that name as --score"
-    )
-    raise DataError(
-        f"{source}: {where} {i}, column {col!r}: score {value:g} is {why}; fix that score (a typo, a lost sign "
-        f"or digit) or leave the row out; {other}"
-    )
-
-
 def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
     """Error naming the first of ``columns`` that ``df`` lacks, and the columns it has."""
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+
+
+def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
+    """``long`` with a column ``n`` (the items behind each score: :mod:`.item_noise` bounds a share's
+    item noise by it) from ``sizes`` (testset -> items; the key ``*`` for every testset not named),
+    each a positive whole number; a name that is no testset of the table is an error naming it."""
+    if not sizes:
+        return long
+    names = set(long["testset"])
+    unknown = [k for k in sizes if k != "*" and k not in names]
+    if unknown:
+        raise DataError(
+            f"{source}: --items names {unknown}, which are no testsets of the table; testsets are {sorted(names)}"
+        )
+    for k, v in sizes.items():
+        if not (isinstance(v, (int, float)) and v >= 1 and float(v).is_integer()):
+            raise DataError(f"{source}: --items {k}={v!r}: the items behind a score are a whole number of 1 or more")
+    n = long["testset"].map(lambda t: sizes.get(t, sizes.get("*", math.nan))).astype(float)
+    return long.assign(n=n)
 
 
 def from_wide(
@@ -377,8 +294,13 @@ def from_wide(
     testsets: list[str] | None = None,
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
+    column_metrics: dict[str, str] | None = None,
+    each_scale: bool = False,
 ) -> pd.DataFrame:
-    """One row per unit, one column per testset -> canonical long table."""
+    """One row per unit, one column per testset -> canonical long table. The columns are accuracies
+    on one scale (shares or percentages, told by all of them), except each column ``column_metrics``
+    names (``--column-metric COLUMN=METRIC``: checked on its own against that metric's range); with
+    ``each_scale`` (``--each-scale``) every column is checked on its own scale."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:] + list(exclude) + list(testsets or []), source)
@@ -394,7 +316,18 @@ def from_wide(
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
-    check_score_range(values, "accuracy", source, where, wide=True)
+    named = dict(column_metrics or {})
+    for c, metric in named.items():
+        if c not in cols:
+            raise DataError(
+                f"--column-metric {c}={metric}: the table has no column {c!r}"
+                + (" among those analysed" if c in df.columns else f"; columns are {list(df.columns)}")
+            )
+    plain = [c for c in cols if c not in named]
+    for group, metric in [*(([c], "accuracy") for c in plain if each_scale), *(([c], m) for c, m in named.items())]:
+        check_score_range(values[group], metric, source, where, wide=True)
+    if plain and not each_scale:
+        check_score_range(values[plain], "accuracy", source, where, wide=True)
     long = values.assign(
         unit=_numeric_units(df[unit]),
         model=_names(df, model, "model", source, where) if model else model_name,
@@ -420,10 +353,12 @@ def from_long(
     testsets: list[str] | None = None,
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
+    n_column: str | None = None,
 ) -> pd.DataFrame:
-    """One row per unit x testset -> canonical long table."""
+    """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column (the
+    items behind each score) too."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
-    _require_columns(df, [testset, score] + [c for c in (model, run) if c], source)
+    _require_columns(df, [testset, score] + [c for c in (model, run, n_column) if c], source)
     names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
         raise DataError(
@@ -448,6 +383,15 @@ def from_long(
         index=df.index,
     )
     check_score_range(out[["score"]].set_axis([score], axis=1), score, source, where, wide=False)
+    if n_column:
+        n = _numeric(df, n_column, source, where)
+        bad = n.notna() & ~((n >= 1) & (n == n.round()))
+        if bad.any():
+            i = bad.idxmax()
+            raise DataError(
+                f"{source}: {where} {i}: {n_column} {df.loc[i, n_column]!r} is not a whole number of items (1 or more)"
+            )
+        out["n"] = n
     return out.reset_index(drop=True)
 
 
@@ -487,16 +431,26 @@ def run_info(
     return first.reset_index()
 
 
-# The example-level bootstrap resamples each example's correctness, which gives accuracy: it
-# applies to the workflow's `accuracy` (and to a user table's own score column), not to the
-# workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS; tests/planning/test_config.py ties them).
+# Per-example correctness gives accuracy: its item noise (oodcorr.analysis.item_noise) and the
+# example-level bootstrap apply to the workflow's `accuracy` (and to a user table's own score
+# column), not to the workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS;
+# tests/planning/test_config.py ties them).
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+# the metrics that are a share of items answered correctly: a testset's size bounds their item noise
+ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exact_match", "em", "correct"})
 
 
 def example_bootstrap_applies(score: str) -> bool:
-    """Whether the example-level bootstrap can resample ``score``, the column analysed: not when
-    it is one of the workflow's metrics other than accuracy (:data:`NOT_ACCURACY`)."""
+    """Whether per-example correctness gives ``score``, the column analysed (its item noise, the
+    example-level bootstrap): not when it is one of the workflow's metrics other than accuracy
+    (:data:`NOT_ACCURACY`)."""
     return score not in NOT_ACCURACY
+
+
+def is_item_share(metric: str) -> bool:
+    """Whether ``metric`` (a filter after a comma ignored) is a share of items answered correctly, so
+    that the binomial variance at a testset's size bounds its item noise (:data:`ITEM_SHARES`)."""
+    return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES
 
 
 def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -536,6 +490,8 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
             "score": scores[score].astype(float),
         }
     )
+    if "n" in scores.columns and is_item_share(score):
+        long["n"] = pd.to_numeric(scores["n"], errors="coerce").astype(float)  # items behind each score
     info_cols = [c for c in ("n_train", "seed") if c in scores.columns]
     info = scores[["run_id", *info_cols]].drop_duplicates("run_id").rename(columns={"run_id": "run"})
     return long, info
@@ -591,22 +547,31 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical."""
+    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical; the names
+    (model, run, testset) as categories, as a suite's millions of rows repeat a few of them."""
     _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
-    raw = df[correct].map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
+    raw = df[correct]
+    if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
+        raw = raw.map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
         raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
+
+    def names(col: str | None, default: str):
+        if col is None:
+            return pd.Categorical.from_codes(np.zeros(len(df), dtype=np.int8), [default])
+        return pd.Categorical(df[col].astype(str))
+
     return pd.DataFrame(
         {
-            "model": df[model].astype(str) if model else model_name,
-            "run": df[run].astype(str) if run else "all",
-            "unit": _numeric_units(df[unit]),
-            "testset": df[testset].astype(str),
-            "example": df[example],
-            "correct": corr.astype(float),
+            "model": names(model, model_name),
+            "run": names(run, "all"),
+            "unit": _numeric_units(df[unit]).to_numpy(),
+            "testset": names(testset, ""),
+            "example": df[example].to_numpy(),
+            "correct": corr.to_numpy(float),
         }
-    ).reset_index(drop=True)
+    )
 
 
 # ---- writing the results (the CLI's analyse command and the workflow's analysis rule) ----
@@ -661,3 +626,12 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
         counts = agree.groupby(["method", "residualiser", "verdict"]).size()
         for (m, r, v), k in counts.items():
             logger.info("agreement %s/%s: %s %d", m, r, v, k)
+        for (m, r), g in agree.groupby(["method", "residualiser"]):
+            records = g.to_dict("records")
+            said = "; ".join(c for c in (about(records), noise_clause(records)) if c)
+            if said:
+                logger.info("agreement %s/%s: %s", m, r, said)
+        for dom, g in agree.groupby("in_domain"):
+            line = reliability_line(g.to_dict("records"), NOISE_LIMITED)
+            if line:
+                logger.info("in-domain %s: %s", dom, line)

@@ -30,7 +30,7 @@ import importlib
 import logging
 import sys
 
-from ..core.errors import DataError
+from ..core.errors import DataError, WriteFailed
 from ..core.locks import FolderInUse
 
 log = logging.getLogger("oodcorr")
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return _verb(args.command).run(args)
-    except (DataError, ValueError, FolderInUse) as e:
+    except (DataError, ValueError, FolderInUse, WriteFailed) as e:
         log.error("%s", e)
         return 2
     except OSError as e:  # a folder that cannot be written, a disk that is full...

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..analysis import Options, agreement, analyse
 from ..analysis.correlate import METHODS
 from ..analysis.inference import INFERENCES
-from ..analysis.lmeval import MAX_FILES, MAX_RESULTS_BYTES
+from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.multitest import CORRECTIONS
 from ..analysis.pooling import TWO_RUNS
 from ..analysis.resample import INTERVALS
@@ -26,8 +26,9 @@ from ..core.locks import EXPERIMENT, hold
 from ..jobs import answer_figures, figure_set
 from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
+from . import out_record
 from .args import add_showing_default, block_length, positive_int
-from .scores import check_analysis_size, read_lmeval, read_scores
+from .scores import check_analysis_size, parse_groups, read_lmeval, read_scores
 
 log = logging.getLogger("oodcorr")
 
@@ -56,10 +57,14 @@ outputs (in --out):
                             --all-figures)
   learning_curves/<model>.png  score vs step (only when the unit column is numeric)
   settings.json             the settings used and the input's sha256 (lm-eval: of the files read)
+  .oodcorr-analyse.json     what this analysis wrote: the next analysis into --out removes what of it
+                            that one does not write again (as written; files changed since, or not
+                            written by an analysis, are left alone and named)
 
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+  oodcorr analyse mixed.csv --format wide --in-domain mnli --each-scale --column-metric loglik=loglik
   oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
   oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
   oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
@@ -69,6 +74,14 @@ examples:
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
 """
+
+
+def column_metric(v: str) -> tuple[str, str]:
+    """``--column-metric COLUMN=METRIC`` -> (column, metric)."""
+    column, sep, metric = v.rpartition("=")
+    if not sep or not column or not metric.strip():
+        raise argparse.ArgumentTypeError(f"{v!r}: give COLUMN=METRIC, e.g. loglik=loglik or f1=f1")
+    return column, metric.strip()
 
 
 def add_parser(sub, help: str) -> None:
@@ -124,6 +137,22 @@ def add_parser(sub, help: str) -> None:
         "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high",
     )
     g.add_argument(
+        "--each-scale",
+        action="store_true",
+        help="wide format: read each testset column on its own scale (shares or percentages, told column by "
+        "column: a table of shares beside percentages); by default every column is an accuracy on one scale",
+    )
+    g.add_argument(
+        "--column-metric",
+        action="append",
+        default=[],
+        type=column_metric,
+        metavar="COLUMN=METRIC",
+        help="wide format: the metric of a column that is not an accuracy, its range checked as that metric's "
+        "(f1, mcc, perplexity, ...; a name without a known range, such as loglik, takes any number); repeatable. "
+        "In long format, --score names the score column instead",
+    )
+    g.add_argument(
         "--model",
         metavar="COLUMN",
         help="column naming the model (default: 'model' if the table has it, else one model)",
@@ -157,7 +186,31 @@ def add_parser(sub, help: str) -> None:
         "--examples",
         metavar="FILE",
         help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
-        "plus 'example' and 'correct' (0/1); enables the example-level bootstrap",
+        "plus 'example' and 'correct' (0/1): each testset's item noise is estimated from it "
+        "(docs/analysis.md#scores-as-measurements), and the example-level bootstrap runs",
+    )
+    g.add_argument(
+        "--n-column",
+        metavar="COLUMN",
+        help="long format: the column with the items behind each score (the workflow's scores table has 'n'); "
+        "for a share of items (accuracy) the binomial variance at that size bounds each testset's item noise",
+    )
+    g.add_argument(
+        "--items",
+        nargs="+",
+        default=[],
+        metavar="[TESTSET=]N",
+        help="the items behind the scores, for a table without an n column (a wide one): N for every testset, "
+        "TESTSET=N for one (e.g. --items 1000 wnli=71 rte=277); bounds each testset's item noise as --n-column does",
+    )
+    g.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="GROUP=TESTSET,...",
+        help="a testset scored on the items of others (repeatable; e.g. --group crows_pairs_english="
+        "crows_pairs_english_age,crows_pairs_english_gender): pairs that share items are left out "
+        "(docs/analysis.md#testsets-that-share-items); lm-eval results say their groups themselves",
     )
     e = a.add_argument_group(
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
@@ -181,6 +234,12 @@ def add_parser(sub, help: str) -> None:
         help="where each file's path (below the folder) gives model, run or step: placeholders {model}, {run}, "
         "{step}; * any text within a name, **/ any folders; e.g. '{model}/zero-shot/*_step{step}.json'. "
         "What it names wins over config.model_args for model and run; only matching .json files are read",
+    )
+    e.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="follow symbolic links that lead out of the folder (by default each is named in a warning and not "
+        "followed: a link to / would walk the whole machine)",
     )
     e.add_argument(
         "--no-samples",
@@ -361,13 +420,14 @@ def run(args) -> int:
     with contextlib.ExitStack() as held:
         if experiment is not None:  # --force: not while a run of the workflow writes that experiment
             held.enter_context(hold(experiment, EXPERIMENT, extra={"config": f"oodcorr analyse --out {out}"}))
-        return _analyse_into(args, out)
+        return _analyse_into(args, out, out_record.snapshot(out))
 
 
-def _analyse_into(args, out: Path) -> int:
+def _analyse_into(args, out: Path, before: dict) -> int:
     if args.format == "lm-eval":
-        long, examples, info, pool_by, digest = read_lmeval(args)
+        long, examples, info, pool_by, digest, task_groups = read_lmeval(args)
     else:
+        task_groups = None
         if args.tasks or args.path_pattern:
             flag = "--tasks" if args.tasks else "--path-pattern"
             raise DataError(
@@ -390,8 +450,9 @@ def _analyse_into(args, out: Path) -> int:
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, str(args.table))
     if not args.no_plots:
         figure_set.check_figure_names(long, str(args.table))
+    task_groups = parse_groups(args.group, task_groups)
     workers = args.workers or figure_set.default_workers()
-    pc = analyse(long, opts, examples, run_info=info, workers=workers)
+    pc = analyse(long, opts, examples, run_info=info, workers=workers, task_groups=task_groups)
     agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     settings = {
         "input": str(args.table),
@@ -433,6 +494,8 @@ def _analyse_into(args, out: Path) -> int:
             f"every pair, explored in a browser (one file, offline): {out / EXPLORER_FILE} "
             f"({written['pairs']} pairs, {written['bytes'] / 2**20:.1f} MB)"
         )
+    for line in out_record.settle(out, before):  # the earlier analysis's outputs this one did not write
+        log.warning("%s", line)
     for line in lines:
         log.info("%s", line)
     return 0

@@ -54,5 +54,5 @@ def add_work_flags(p) -> None:
         "--examples",
         type=int,
         metavar="N",
-        help="examples per OOD testset where the config does not say (max_examples) and the data is not prepared",
+        help="examples per testset where the config does not say (max_examples) and the data is not prepared",
     )

@@ -1,22 +1,27 @@
 """``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is
-paid for: the power of a per-run cell, of the answer's sign (on average, in nearly every model) and
-of ``sign reversal`` by effect and dependence, a few changes of the grid with their cost, and the
-budget beside it. The simulation is
-:mod:`oodcorr.analysis.design`, the assumptions a pilot gives :mod:`oodcorr.analysis.design_pilot`,
-the report :mod:`oodcorr.analysis.design_report`; this module reads the flags, the config and the
-pilot's table, and writes the files."""
+paid for: the power of a per-run cell, of the answer's sign (on average, in nearly every model), of
+``sign reversal`` and of ``near zero`` by effect and dependence, through the testsets' item noise,
+how many items the in-domain set and each OOD set need for each claim, a few changes of the grid
+with their cost, and the budget beside it. The simulation is :mod:`oodcorr.analysis.design` (the
+item noise :mod:`oodcorr.analysis.design_items`), the assumptions a pilot gives
+:mod:`oodcorr.analysis.design_pilot`, the report :mod:`oodcorr.analysis.design_report` and
+:mod:`oodcorr.analysis.design_sizes`; this module reads the flags, the config and the pilot's
+tables, and writes the files."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from ..analysis import Options, tables
 from ..analysis import design as dz
-from ..analysis.design_pilot import choose_assumptions, pilot_estimates, sampling_with_more_examples
+from ..analysis.design_items import MIN_ITEMS
+from ..analysis.design_pilot import choose_assumptions, pilot_estimates
 from ..analysis.design_report import markdown, report
 from ..core.errors import DataError
 from ..core.io import write_json_atomic, write_text_atomic
@@ -39,9 +44,10 @@ def add_parser(sub, help: str) -> None:
         help=help,
         description="Plan a study before paying for it: for the config's grid (models, runs per pool group, "
         "checkpoints per run, OOD pairs per table), the power of a per-run cell, of the answer's sign (on "
-        "average, in nearly every model) and of "
-        "'sign reversal' over a range of effects and AR(1) coefficients of the residual series, the "
-        "smallest effect each finds in 80%% of studies, the same for a few changes of the grid with their "
+        "average, in nearly every model), of 'sign reversal' and of 'near zero' over a range of effects and "
+        "AR(1) coefficients of the residual series, through the testsets' item noise (the in-domain set's "
+        "too), the smallest effect each finds in 80%% of studies, how many items the in-domain set and each "
+        "OOD set need for each claim, the same for a few changes of the grid with their "
         "GPU-hours, and the budget beside it. By simulation with the analysis' own procedures, seeded: "
         "docs/analysis.md#planning-a-study-oodcorr-design says how to read it and what it assumes.",
     )
@@ -76,24 +82,55 @@ def add_parser(sub, help: str) -> None:
         "--non-null-pairs", type=int, default=1, metavar="K", help="pairs of a table with the effect (default: 1)"
     )
     a.add_argument(
+        "--items-in-domain",
+        metavar="N",
+        help="items of the in-domain testset (default: the config's max_examples or prepared data, else the "
+        "pilot's; 'inf': no item noise)",
+    )
+    a.add_argument(
+        "--items-ood",
+        metavar="N",
+        help="items of each OOD testset (default: the median of the config's OOD testsets, else the pilot's; "
+        "'inf': no item noise)",
+    )
+    a.add_argument(
+        "--item-persistence",
+        type=float,
+        metavar="P",
+        help="AR(1) coefficient of an item's deviation across checkpoints (default 0.8, or the pilot's: neighbouring "
+        "checkpoints disagree on about 12%% of items at accuracy 0.7; 0: afresh at every checkpoint)",
+    )
+    a.add_argument(
+        "--item-difficulty",
+        type=float,
+        metavar="D",
+        help="share of an item's deviation that is its own difficulty, the same at every checkpoint (default 0.5, or "
+        "the pilot's)",
+    )
+    a.add_argument(
         "--residual-sd",
         type=float,
-        default=0.02,
         metavar="SD",
-        help="sd of an OOD score's residual series beside its sampling noise, in score units (default: 0.02)",
+        help="sd of an OOD task's residual series beside its item noise, in score units (default 0.02, or the pilot's)",
     )
     a.add_argument(
         "--accuracy",
         type=float,
-        default=0.5,
         metavar="P",
-        help="accuracy at which a testset's binomial sampling noise is taken (default 0.5: the largest)",
+        help="the OOD testsets' accuracy, at which their item noise is taken (default 0.5: the largest, or the "
+        "pilot's)",
     )
     a.add_argument(
         "--pilot",
         metavar="TABLE",
         help="a scores table already run (results/<exp>/scores.parquet, or any "
-        "table oodcorr analyse reads): estimate phi, the sampling noise and the spread between models from it",
+        "table oodcorr analyse reads): estimate phi, the item noise and the spread between models from it",
+    )
+    a.add_argument(
+        "--pilot-examples",
+        metavar="FILE",
+        help="the pilot's per-item correctness (columns as oodcorr analyse --examples reads; the workflow's "
+        "scores table names its predictions files itself): the persistence of its item noise",
     )
     a.add_argument(
         "--pilot-in-domain", metavar="TESTSET", help="the pilot's in-domain testset (tables other than the workflow's)"
@@ -133,21 +170,35 @@ def add_parser(sub, help: str) -> None:
     q.add_argument("--seed", type=int, default=0, help="the simulation's seed (default: 0)")
     q.add_argument("--workers", type=int, metavar="N", help="processes (default: 2, or fewer cores)")
     q.add_argument("--no-alternatives", action="store_true", help="the config's grid only")
+    q.add_argument("--no-items-table", action="store_true", help="leave out how many items each testset needs")
+    q.add_argument(
+        "--items-studies",
+        type=int,
+        metavar="N",
+        help="simulated studies per size of the items table (default: half of --studies, at least 100)",
+    )
     q.add_argument("--no-figure", action="store_true", help="no PNG")
     add_work_flags(d)
 
 
 def _read_pilot(args, sizes: dict, settings):
-    """The pilot's estimates (:func:`oodcorr.analysis.design_pilot.pilot_estimates`), the examples per
-    testset taken from its ``n`` column when it is the workflow's scores table."""
+    """The pilot's estimates (:func:`oodcorr.analysis.design_pilot.pilot_estimates`): the items per
+    testset from its ``n`` column when it is the workflow's scores table, its per-item correctness
+    from the predictions files that table names (or ``--pilot-examples``)."""
     df, _ = tables.read_table(args.pilot)
     workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
+    examples = None
     if workflow and not args.pilot_in_domain:
         long, info = tables.from_scores(df, args.pilot_score)
         pool_by = ("n_train",) if "n_train" in info.columns else ()
         if "n" in df.columns:
             n = df.groupby("testset")["n"].median()
             sizes = {**sizes, **{str(t): int(v) for t, v in n.items() if v == v}}
+        if "predictions" in df.columns and not args.pilot_examples:
+            try:
+                examples = tables.examples_from_predictions(df)
+            except DataError as e:  # the pilot's scores still say much: its sizes bound the noise
+                log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
     elif not args.pilot_in_domain:
         raise DataError(
             f"--pilot {args.pilot}: not the workflow's scores table (it lacks some of the columns model, run_id, "
@@ -169,17 +220,87 @@ def _read_pilot(args, sizes: dict, settings):
             exclude=[],
             summary_label=[],
             encoding=None,
-            examples=None,
+            examples=args.pilot_examples,
             pool_by=None,
         )
-        long, _, info, pool_by = read_scores(ns)
-    return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed)
+        long, examples, info, pool_by = read_scores(ns)
+        args.pilot_examples = None  # read with the table
+    if args.pilot_examples:
+        ex, _ = tables.read_table(args.pilot_examples)
+        examples = tables.from_examples_table(
+            ex,
+            unit=args.pilot_unit if args.pilot_unit in ex.columns else "step",
+            testset="testset",
+            example="example",
+            correct="correct",
+            model="model" if "model" in ex.columns else None,
+            run=next((c for c in ("run", "run_id") if c in ex.columns), None),
+            source=str(args.pilot_examples),
+        )
+    return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed, examples=examples)
+
+
+def _items_flag(flag: str, value) -> float | None:
+    """``--items-in-domain``/``--items-ood``: a number of items (``MIN_ITEMS`` or more), ``inf`` for no
+    item noise (``math.inf``), or None when not given."""
+    if value is None:
+        return None
+    word = str(value).strip().lower()
+    if word in ("inf", "infinite", "none"):
+        return math.inf
+    try:
+        n = float(word)
+    except ValueError:
+        n = math.nan
+    if not math.isfinite(n) or n != int(n) or n < MIN_ITEMS:
+        raise ValueError(
+            f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf' for none"
+        )
+    return int(n)
+
+
+SIZE_FLAGS = {"in_domain": "--items-in-domain", "ood": "--items-ood"}
+
+
+def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> tuple[dict, set]:
+    """(the item noise's fields the flags and the config give, :func:`choose_assumptions`' ``items``;
+    the fields the flags give), their sources written to ``sources``."""
+    given: dict = {}
+    flagged: set = set()
+    said = []
+    for field, known, words in (("in_domain", id_sizes, "in-domain"), ("ood", sizes, "OOD")):
+        flag = SIZE_FLAGS[field]
+        raw = getattr(args, f"items_{field}")
+        n = _items_flag(flag, raw)
+        if n is not None:
+            given[field] = n
+            flagged.add(field)
+            said.append(f"{flag} {raw}")
+        elif grids.typical_size(known):
+            given[field] = grids.typical_size(known)
+            said.append(f"the config's {words} testsets (median {given[field]:,})")
+    if said:
+        sources["items"] = "; ".join(said)
+    for field, attr in (
+        ("persistence", "item_persistence"),
+        ("difficulty", "item_difficulty"),
+        ("accuracy", "accuracy"),
+        ("residual_sd", "residual_sd"),
+    ):
+        v = getattr(args, attr)
+        if v is not None:
+            given[field] = v
+            flagged.add(field)
+            sources[field] = f"--{attr.replace('_', '-')} {v:g}"
+    return given, flagged
 
 
 def run(args) -> int:
     t0, c0 = time.time(), time.process_time()
     if args.studies < 20:
         raise ValueError(f"--studies {args.studies}: give at least 20 simulated studies per effect")
+    if args.items_studies is not None and args.items_studies < 20:
+        raise ValueError(f"--items-studies {args.items_studies}: give at least 20 simulated studies per size")
     if not 0 < args.target < 1:
         raise ValueError(f"--target {args.target}: a power strictly between 0 and 1")
     config, plan = read_plan(args.configfile, args.workflow)
@@ -189,34 +310,39 @@ def run(args) -> int:
     shape = grids.grid_of(plan)
     grid = dz.Grid(shape["models"], shape["runs"], shape["checkpoints"], shape["pairs"])
     sizes = {t: (n if n is not None else args.examples) for t, n in shape["sizes"].items()}
+    id_sizes = {t: (n if n is not None else args.examples) for t, n in shape["in_domain_sizes"].items()}
     notes = list(shape["notes"])
-    sources = {}
-    size = grids.typical_size(sizes)
-    sampling = grids.sampling_ratio(size, args.residual_sd, args.accuracy)
-    if size:
-        sources["sampling"] = (
-            f"binomial at accuracy {args.accuracy:g} on {size:,} examples (the OOD testsets' median), over a "
-            f"residual sd of {args.residual_sd:g}"
-        )
-    else:
-        sources["sampling"] = "none: the testsets' sizes are unknown before their data is prepared (--examples N)"
-    pilot = _read_pilot(args, sizes, settings) if args.pilot else None
+    sources: dict = {}
+    given, flagged = _given_items(args, sizes, id_sizes, sources)
+    pilot = _read_pilot(args, {**sizes, **id_sizes}, settings) if args.pilot else None
     chosen = choose_assumptions(
         phi=args.phi,
         phi_alternatives=args.phi_alternatives,
         model_sd=args.model_sd,
         run_sd=args.run_sd,
-        sampling=sampling,
+        items=given,
         sources=sources,
         pilot=pilot,
     )
     phis, headline, sources = chosen.phis, chosen.headline, chosen.sources
+    unknown = [
+        words
+        for field, words in (("in_domain", "the in-domain set"), ("ood", "the OOD sets"))
+        if getattr(chosen.items, field) is None and field not in flagged
+    ]
+    if unknown:
+        notes.append(
+            f"no item noise simulated for {' and '.join(unknown)}: the sizes are unknown before the data is "
+            "prepared (give --items-in-domain N, --items-ood N, --examples N or a --pilot); the powers are then "
+            "those of infinitely large testsets, the most the grid can find, and the items table says what finite "
+            "ones cost"
+        )
     a = dz.Assumptions(
         phi=headline,
         model_sd=chosen.model_sd,
         run_sd=chosen.run_sd,
-        sampling=chosen.sampling,
         non_null_pairs=args.non_null_pairs,
+        items=chosen.items,
     )
     res = tuple(Options.from_mapping(plan.analysis).residualisers)
     if res[0] != "linear":
@@ -238,16 +364,16 @@ def run(args) -> int:
                 cost_notes.append(f"{name}: not available ({e})")
                 continue
             s2 = grids.grid_of(plan2)
-            samp2 = chosen.sampling
-            if name == grids.EXAMPLES_CHANGE:
-                samp2 = sampling_with_more_examples(chosen.sampling, grids.MORE_EXAMPLES)
+            items2 = chosen.items
+            if name == grids.EXAMPLES_CHANGE and items2.ood is not None and "ood" not in flagged:
+                items2 = replace(items2, ood=items2.ood * grids.MORE_EXAMPLES)
             b2 = compute_budget(plan2, cfg, args, lock)
             alternatives.append(
                 {
                     "name": name,
                     "description": desc,
                     "grid": dz.Grid(s2["models"], s2["runs"], s2["checkpoints"], s2["pairs"]),
-                    "sampling": samp2,
+                    "items": items2,
                     "cost": {
                         "gpu_hours": b2.totals["gpu_hours"],
                         "gpu_hours_work": b2.work["gpu_hours"] if b2.work else None,
@@ -267,6 +393,8 @@ def run(args) -> int:
         "tables_how": shape["tables_how"],
         "testsets": shape["testsets"],
         "sizes": sizes,
+        "in_domain_sizes": id_sizes,
+        "testset_sizes": {"in_domain": id_sizes, "ood": sizes},
         "sources": sources,
         "cost": cost,
         "cost_notes": cost_notes,
@@ -289,6 +417,8 @@ def run(args) -> int:
         target=args.target,
         workers=workers,
         info=info,
+        items_table=not args.no_items_table,
+        items_studies=args.items_studies or min(args.studies, max(100, args.studies // 2)),
     )
     rep["seconds"] = round(time.time() - t0, 1)
     rep["cpu_seconds_main_process"] = round(time.process_time() - c0, 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import lmeval, tables
+from ..analysis import lmeval, shared_items, tables
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.limits import analysis_cells, analysis_too_large
@@ -48,12 +48,46 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
     body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
     info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
+    metrics, each = dict(getattr(args, "column_metric", None) or []), getattr(args, "each_scale", False)
     if args.format == "wide":
-        long = tables.from_wide(df, unit=args.unit, in_domain=args.in_domain, **common)
+        if getattr(args, "n_column", None):
+            raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
+        long = tables.from_wide(
+            df, unit=args.unit, in_domain=args.in_domain, column_metrics=metrics, each_scale=each, **common
+        )
+    elif metrics or each:
+        raise DataError(
+            f"{'--each-scale' if each else '--column-metric'}: reads the columns of a wide table (--format wide); in "
+            "long format one column holds every score: --score names it"
+        )
     else:
         long = tables.from_long(
-            df, unit=args.unit, testset=args.testset_column, score=args.score, in_domain=args.in_domain, **common
+            df,
+            unit=args.unit,
+            testset=args.testset_column,
+            score=args.score,
+            in_domain=args.in_domain,
+            n_column=getattr(args, "n_column", None),
+            **common,
         )
+    long = tables.with_sizes(long, parse_items(getattr(args, "items", None)), src)
+    if "n" in long and (metrics or each):
+        raise DataError(
+            f"--items with {'--each-scale' if each else '--column-metric'}: the sizes bound the item noise of shares "
+            "of items, read on one scale; give the table's accuracies on one scale (all shares, or all percentages) "
+            "for --items, or leave --items out"
+        )
+    if "n" in long and not tables.is_item_share("accuracy" if args.format == "wide" else args.score):
+        log.warning(
+            "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); --score %s is "
+            "not one, so its item noise is unknown",
+            src,
+            args.score,
+        )
+        long = long.drop(columns="n")
+    elif "n" in long and long["score"].median() > 1:  # percentages: the bound is on shares
+        long = long.assign(score=long["score"] / 100)
+        log.info("%s: scores in percent read as shares (/100) for their items' binomial bound", src)
     log.info(
         "%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)",
         src,
@@ -95,13 +129,48 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     return long, examples, info, pool_by
 
 
-def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str]:
+def parse_items(values) -> dict[str, float]:
+    """``--items``' words -> {testset: items} (``*`` for a bare number); a word that is not ``N`` or
+    ``TESTSET=N`` is an error naming it."""
+    out: dict[str, float] = {}
+    for word in values or ():
+        name, sep, num = word.rpartition("=")
+        try:
+            n = float(num)
+        except ValueError:
+            raise DataError(
+                f"--items {word!r}: give N or TESTSET=N, N the items behind that testset's scores"
+            ) from None
+        out[name if sep else "*"] = n
+    return out
+
+
+def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
+    """``--group``'s words (``GROUP=TESTSET,TESTSET``) added to the groups ``read`` (an lm-eval
+    folder's): group -> its testsets; a word that is not of that form is an error naming it."""
+    out = {g: list(kids) for g, kids in (read or {}).items()}
+    for word in values or ():
+        name, sep, kids = word.partition("=")
+        parts = [k.strip() for k in kids.split(",") if k.strip()]
+        if not sep or not name.strip() or not parts or name.strip() in parts:
+            raise DataError(
+                f"--group {word!r}: give GROUP=TESTSET,TESTSET,... (a testset scored on the items of the testsets "
+                "named after it), e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy"
+            )
+        out[name.strip()] = sorted(set(out.get(name.strip(), [])) | set(parts))
+    return out
+
+
+def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str, dict]:
     """--format lm-eval: (canonical long table, examples or None, run information, columns to pool
-    by, the digest of the files read) from a folder of lm-evaluation-harness results."""
+    by, the digest of the files read, the groups the files name with their subtasks) from a folder of
+    lm-evaluation-harness results."""
     for flag, given in (
         ("--model", args.model),
         ("--run", args.run),
         ("--examples", args.examples),
+        ("--n-column", getattr(args, "n_column", None)),
+        ("--items", getattr(args, "items", None)),
         ("--encoding", args.encoding),
         ("--pool-by", args.pool_by),
     ):
@@ -122,6 +191,7 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         samples=not args.no_samples,
         max_files=args.max_files,
         max_bytes=int(args.max_file_mb * 2**20),
+        follow_links=args.follow_links,
     )
     long = read.long(args.in_domain)
     if args.testsets:
@@ -140,7 +210,18 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         args.metric,
         f", per-example samples from {len(read.samples_files)} files" if read.examples is not None else "",
     )
-    return long, read.examples, info, (), read.digest
+    ood = sorted(set(long["testset"]) - {args.in_domain})
+    shared = shared_items.refusals(args.in_domain, ood, shared_items.leaves(read.groups))
+    if shared:
+        log.info(
+            "%s: %d OOD pair(s) share items (a group beside its subtasks, e.g. %s and %s) or have a task that shares "
+            "items with %s: their cells are left out, their notes say why",
+            args.table,
+            len(shared),
+            *next(iter(shared)),
+            args.in_domain,
+        )
+    return long, read.examples, info, (), read.digest, read.groups
 
 
 def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:

@@ -6,7 +6,12 @@ say it the same way, from the agreement table (``agreement.csv``; the verdicts o
 
     in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
     average; 2 negative on average; 1 positive on average, models differ; 6 models differ;
-    1 agree near zero; 6 unresolved (16 models)
+    1 agree near zero; 3 noise-limited; 3 unresolved (16 models); about the tasks;
+    noise-limited by wnli (reliability 0.23, 3 pairs)
+
+It says what the answer is about (the agreement table's ``about``: the tasks, where each
+testset's item noise is known, or the scores observed) and which testsets leave pairs
+``noise-limited`` (``noise_limited``), with each one's reliability (:func:`reliabilities`).
 
 Stdlib only (``csv``), so the launch layer, which prints the workflow's last line, reads it too.
 """
@@ -14,6 +19,9 @@ Stdlib only (``csv``), so the launch layer, which prints the workflow's last lin
 from __future__ import annotations
 
 import csv
+import math
+import re
+import statistics
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +34,14 @@ STRENGTH = (
     "on average",
     "models differ",
     "agree near zero",
+    "noise-limited",
     "unresolved",
     "fewer than 2 models tested",
     "no data",
 )
 SIGN_WORDS = ("in nearly every model", "on average")
+NOISE_LIMITED = "noise-limited"  # the verdict of oodcorr.analysis.consensus.NOISE_LIMITED_VERDICT
+NAMED = 5  # the answer's line names at most this many testsets that leave pairs noise-limited
 
 
 def verdict_order(verdict: str) -> tuple:
@@ -58,9 +69,119 @@ def _int(v) -> int:
         return 0
 
 
+def _float(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _median(values: list[float]) -> float:
+    finite = [v for v in values if math.isfinite(v)]
+    return statistics.median(finite) if finite else math.nan
+
+
+def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
+    """Each testset's reliability (the share of its residual series' variance across checkpoints
+    that is not item noise, pooled over the models) and its interval's low end, read from the
+    agreement rows ``rows`` (``reliability_x``, ``reliability_y``, ``reliability_in_domain`` and
+    their ``_low``): {testset: (estimate, low end)}, the median over the rows that name it (its pairs
+    differ only in which models have a value); NaN where not known (a bound gives the low end alone)."""
+    seen: dict[str, tuple[list[float], list[float]]] = {}
+    for r in rows:
+        for side, name in (("x", r.get("x")), ("y", r.get("y")), ("in_domain", r.get("in_domain"))):
+            if name is None or f"reliability_{side}" not in r:
+                continue
+            est, low = seen.setdefault(str(name), ([], []))
+            est.append(_float(r.get(f"reliability_{side}")))
+            low.append(_float(r.get(f"reliability_{side}_low")))
+    return {name: (_median(est), _median(low)) for name, (est, low) in seen.items()}
+
+
+def reliability_text(est: float, low: float) -> str:
+    """A reliability in words: its estimate, else the low end its size bounds it by, else unknown."""
+    if math.isfinite(est):
+        return f"{est:.2f}"
+    if math.isfinite(low):
+        return f"at least {max(low, 0.0):.2f}"
+    return "unknown"
+
+
+# a testset named in agreement.csv's noise_limited: "wnli (reliability 0.23), mnli (its variation ...)"
+_LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
+
+
+def noise_limiting(rows: list[dict]) -> Counter:
+    """How many of the noise-limited pairs of ``rows`` each testset leaves noise-limited (their
+    ``noise_limited`` names them)."""
+    out: Counter = Counter()
+    for r in rows:
+        if str(r.get("verdict")) == NOISE_LIMITED:
+            text = r.get("noise_limited")
+            out.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
+    return out
+
+
+def about(rows: list[dict]) -> str:
+    """What the answer of ``rows`` speaks of (their ``about``): "about the tasks" where each pair's
+    item noise is known, "about the observed scores (item noise unknown)" where it is not, the counts
+    of each where the rows differ; "" for a table without the column."""
+    said = [a for a in (r.get("about") for r in rows) if isinstance(a, str) and a]
+    if not said:
+        return ""
+    if len(set(said)) == 1:
+        return f"about the {said[0]}"
+    tasks = sum(a.startswith("tasks") for a in said)
+    parts = [f"the tasks for {tasks} pair{'s' if tasks != 1 else ''}"] if tasks else []
+    if len(said) - tasks:
+        parts.append(f"the observed scores for {len(said) - tasks} (item noise unknown)")
+    return "about " + ", ".join(parts)
+
+
+def noise_clause(rows: list[dict]) -> str:
+    """The testsets that leave pairs of ``rows`` noise-limited, most pairs first, with their
+    reliability (at most :data:`NAMED`, then how many more); "" where none."""
+    limiting = noise_limiting(rows)
+    if not limiting:
+        return ""
+    rel = reliabilities(rows)
+    named = sorted(limiting, key=lambda n: (-limiting[n], n))
+    parts = [
+        f"{n} (reliability {reliability_text(*rel.get(n, (math.nan, math.nan)))}, "
+        f"{limiting[n]} pair{'s' if limiting[n] != 1 else ''})"
+        for n in named[:NAMED]
+    ]
+    more = f" and {len(named) - NAMED} more testsets" if len(named) > NAMED else ""
+    return "noise-limited by " + ", ".join(parts) + more
+
+
+RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least reliable first
+
+
+def reliability_line(rows: list[dict], limit: float) -> str:
+    """Each testset's reliability (:func:`reliabilities`) of one in-domain set's agreement rows in
+    words, the least reliable first (at most :data:`RELIABILITIES_SAID`), saying that below
+    ``limit`` (:data:`oodcorr.analysis.measurement.NOISE_LIMITED`) a pair can be noise-limited; ""
+    where none is known."""
+    rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
+    if not rel:
+        return ""
+    order = sorted(rel, key=lambda n: (rel[n][0] if math.isfinite(rel[n][0]) else rel[n][1], n))
+    control = {str(r.get("in_domain")) for r in rows}
+    shown = ", ".join(
+        f"{n}{' (in-domain)' if n in control else ''} {reliability_text(*rel[n])}" for n in order[:RELIABILITIES_SAID]
+    )
+    more = f" and {len(order) - RELIABILITIES_SAID} more" if len(order) > RELIABILITIES_SAID else ""
+    return (
+        "each testset's reliability (the share of its residual series' variance across checkpoints that is not "
+        f"item noise, pooled over the models; below {limit:g} a pair it is in can be noise-limited): {shown}{more}"
+    )
+
+
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
     """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
-    many have a sign stated, and each verdict's count in the ladder's order."""
+    many have a sign stated, each verdict's count in the ladder's order, what the answer is about
+    (:func:`about`) and the testsets that leave pairs noise-limited (:func:`noise_clause`)."""
     chosen = [r for r in rows if str(r.get("method")) == method and str(r.get("residualiser")) == residualiser]
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in chosen:
@@ -83,7 +204,9 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
             why = f" ({n_models} models)"
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
-        out.append((dom, group, f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}"))
+        measured = "".join(f"; {c}" for c in (about(rs), noise_clause(rs)) if c)
+        sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
+        out.append((dom, group, sentence))
     return out
 
 

@@ -24,10 +24,16 @@ class StaleResult(RuntimeError):
     would not rebuild by itself; the message names it and the command that rebuilds it."""
 
 
-class DiskFull(RuntimeError):
+class WriteFailed(RuntimeError):
+    """A write the file system stopped (an I/O error, a read-only file system, a folder this user
+    cannot write, or no room: :class:`DiskFull`); nothing half-written is kept. The message names the
+    file, the folder, its file system and what to do (:func:`oodcorr.core.filesystems.write_failed`)."""
+
+
+class DiskFull(WriteFailed):
     """A write stopped, or refused before it started, by a full file system or a used-up quota
     (ENOSPC, EDQUOT, EFBIG); nothing half-written is kept. The message names the folder, the bytes
-    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.io.disk_full`)."""
+    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.filesystems.disk_full`)."""
 
 
 def did_you_mean(name: str, candidates, n: int = 3, lead: str = "; ") -> str:

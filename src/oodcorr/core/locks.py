@@ -21,8 +21,12 @@ the run folder, holds the lock; the launching job only checks that it is free
 some NFS mounts) the writer stops with :class:`LocksRefused`, never runs unguarded; the way out
 is :data:`LOCK_DIR_ENV` (``OODCORR_LOCK_DIR``): a folder on a local disk where every lock is
 taken instead, named after the folder it guards, which keeps out a second writer on this host
-only (the message says so). A folder this user cannot write (read-only, another user's) stops
-the writer with :class:`FolderNotWritable` before anything is written, naming its owner.
+only (the message says so); a lock folder that cannot hold it (read-only, another user's, a file)
+is :class:`LockDirUnusable`, naming the variable. An experiment's lock (:data:`EXPERIMENT`) is taken
+in every place recorded for it as well (:mod:`oodcorr.core.lock_places`), so that two shells that
+disagree about the variable never both write it. A folder this user cannot write (read-only,
+another user's) stops the writer with :class:`FolderNotWritable` before anything is written, naming
+its owner.
 
 The same lock, of another :class:`LockKind`, guards other folders: :data:`EXPERIMENT`
 (``results/<experiment>/experiment.lock``, held by a Snakemake run for its whole life and by
@@ -49,9 +53,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import lock_places
+from .filesystems import owner_of
+from .lock_places import LOCK_DIR_ENV  # a folder on a local disk where the locks are taken (flock refused)
+
 LOCK_FILE = "finetune.lock"
-# a folder on a local disk where the locks are taken when the results' file system refuses flock
-LOCK_DIR_ENV = "OODCORR_LOCK_DIR"
 # what flock says on a file system that has no locks (not: another process holds it)
 REFUSED_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
 
@@ -64,6 +70,7 @@ class LockKind:
     folder: str  # what the folder is, for the message ("run folder")
     holder: str  # who holds it ("another finetune")
     why: str  # why two at once are refused (a sentence)
+    recorded: bool = False  # each place it is taken in is recorded, and taken by every run (lock_places)
 
 
 FINETUNE = LockKind(
@@ -77,6 +84,7 @@ EXPERIMENT = LockKind(
     "experiment folder",
     "another run of the workflow (or `oodcorr analyse --force`)",
     "Two writers in one experiment folder would mix their results and publish over each other",
+    recorded=True,
 )
 PUBLISH = LockKind(
     "publish.lock", "published folder", "another publish", "Two publishes at once would switch the set under each other"
@@ -97,6 +105,11 @@ class FolderNotWritable(FolderInUse):
     Nothing is written; the message names the owner and what to do."""
 
 
+class LockDirUnusable(FolderInUse):
+    """The lock folder (:data:`LOCK_DIR_ENV`) cannot hold the lock: read-only, another user's, or a file.
+    Nothing is written; the message names the variable, the folder and what to do."""
+
+
 class UnsafeLockFile(FolderInUse):
     """A lock path that is not a regular file of its own (a symbolic link, a folder, a hard link):
     opening it would write into something else. The message names it and what to do."""
@@ -107,6 +120,7 @@ class HeldLock:
     path: Path
     fd: int
     depth: int = 1
+    others: tuple[int, ...] = ()  # the lock held in the other places recorded for the folder (lock_places)
 
 
 _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
@@ -265,37 +279,23 @@ def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
     """Where ``folder``'s lock of ``kind`` is taken: in the folder (resolved: results/ may be a link
     to scratch space), or, with :data:`LOCK_DIR_ENV` set, in that folder under a name made of the
     guarded folder's name and a hash of its resolved path (so two folders never share a lock)."""
+    return _lock_in(folder, kind, lock_places.lock_dir())
+
+
+def _lock_in(folder: str | os.PathLike, kind: LockKind, lock_dir: str | None) -> Path:
+    """Where ``folder``'s lock of ``kind`` is taken with the lock folder ``lock_dir`` (None: in the folder)."""
     resolved = Path(folder).resolve()
-    elsewhere = os.environ.get(LOCK_DIR_ENV)
-    if not elsewhere:
+    if not lock_dir:
         return resolved / kind.file
     tag = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:16]
-    return Path(elsewhere).expanduser().resolve() / f"{resolved.name}-{tag}-{kind.file}"
-
-
-def _owner(path: Path) -> str:
-    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal."""
-    for p in (path, *path.parents):
-        try:
-            st = p.stat()
-        except OSError:
-            continue
-        try:
-            import pwd
-
-            name = pwd.getpwuid(st.st_uid).pw_name
-        except (ImportError, KeyError):
-            name = f"uid {st.st_uid}"
-        mine = "you" if st.st_uid == os.getuid() else f"user {name}"
-        return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
-    return ""
+    return Path(lock_dir) / f"{resolved.name}-{tag}-{kind.file}"
 
 
 def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
     if e.errno == errno.EROFS:
         why = f"{folder} is on a read-only file system"
     else:
-        why = _owner(path) or f"{folder} is not writable"
+        why = owner_of(path) or f"{folder} is not writable"
     return FolderNotWritable(
         f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
         f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "
@@ -324,18 +324,30 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
 
 def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     path = lock_path(folder, kind)
+    elsewhere = path.parent != folder.resolve()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if path.parent != folder.resolve():  # locked elsewhere: the folder itself must still be writable
-            path.parent.mkdir(parents=True, exist_ok=True)
+        if elsewhere:  # locked elsewhere: the folder itself must still be writable
             fd, probe = tempfile.mkstemp(prefix=".oodcorr-writable-", dir=folder)
             os.close(fd)
             os.unlink(probe)
-        return path, open_lock_file(path)
+        else:
+            return path, open_lock_file(path)
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
         raise _not_writable(folder, path, kind, e) from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path, open_lock_file(path)
+    except OSError as e:
+        if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST, errno.ENOTDIR):
+            raise
+        raise _lock_dir_unusable(folder, path, kind, e) from None
+
+
+def _lock_dir_unusable(folder: Path, path: Path, kind: LockKind, e: OSError) -> LockDirUnusable:
+    return LockDirUnusable(lock_places.unusable(f"{kind.folder} {folder}", path.parent, e))
 
 
 def _key(folder: Path, kind: LockKind) -> str:
@@ -369,24 +381,75 @@ def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | Non
 
 def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
     path, fd = _open(folder, kind)
+    others: list[int] = []
+    try:
+        if kind.recorded:
+            others = _take_every_place(folder, kind, path, fd)
+        else:
+            _flock(fd, folder, path, kind)
+    except BaseException:
+        for f in (*others, fd):
+            os.close(f)
+        raise
+    data = json.dumps(_holder(extra)).encode("utf-8")
+    for f in (fd, *others):  # each place names its holder, for a run that meets it there
+        os.ftruncate(f, 0)
+        os.pwrite(f, data, 0)
+    held = _HELD[str(path)] = HeldLock(path, fd, others=tuple(others))
+    return held
+
+
+def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") -> None:
+    """Take the lock open as ``fd`` (``path``) at once, or raise the refusal naming its holder."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         info, local = _read_holder(fd), local_holders(fd)
-        os.close(fd)
-        raise FolderInUse(_refusal(folder, path, info, local, kind)) from None
+        raise FolderInUse(_refusal(folder, path, info, local, kind) + note) from None
     except OSError as e:
-        os.close(fd)
         if e.errno in REFUSED_ERRNOS:
             raise _refused(folder, path, kind, e) from None
         raise
+
+
+def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
+    """Take ``folder``'s lock in this run's place (``own``, open as ``fd``) and in every other place
+    recorded for it (:mod:`oodcorr.core.lock_places`), in the order of their paths; return the other
+    places' descriptors, held. This run's place is recorded before the places are listed, so of two runs
+    that take the lock in two places the later to list sees both, and the first place both want decides."""
+    lock_places.record(folder, kind.file)
+    places, damaged = lock_places.recorded(folder, kind.file)
+    if damaged:
+        raise FolderInUse(damaged[0])
+    others = {str(_lock_in(folder, kind, p.lock_dir)): p for p in places}
+    others.pop(str(own), None)
+    held: list[int] = []
+    try:
+        for name in sorted([str(own), *others]):
+            if name == str(own):
+                _flock(fd, folder, own, kind)
+                continue
+            other, path = others[name], Path(name)
+            if other.lock_dir is not None and other.host != socket.gethostname():
+                raise FolderInUse(lock_places.unprovable(kind.folder, folder, other))
+            try:  # made if missing: a run about to take it there meets this one's lock
+                path.parent.mkdir(parents=True, exist_ok=True)
+                ofd = open_lock_file(path)
+            except OSError:
+                continue  # this user cannot make it there: nor can a run of this user hold it
+            try:
+                _flock(ofd, folder, path, kind, lock_places.elsewhere(other))
+            except LocksRefused:
+                os.close(ofd)  # a file system without locks: no run holds it there
+                continue
+            except BaseException:
+                os.close(ofd)
+                raise
+            held.append(ofd)
     except BaseException:
-        os.close(fd)
+        for f in held:
+            os.close(f)
         raise
-    data = json.dumps(_holder(extra)).encode("utf-8")
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, data, 0)
-    held = _HELD[str(path)] = HeldLock(path, fd)
     return held
 
 
@@ -394,11 +457,12 @@ def release(held: HeldLock) -> None:
     """Let go of a lock taken by :func:`hold` or :func:`acquire` (the kernel does it anyway when the
     process ends)."""
     _HELD.pop(str(held.path), None)
-    with contextlib.suppress(OSError):
-        os.ftruncate(held.fd, 0)  # a clean release leaves no name behind for the next contender to misread
-    with contextlib.suppress(OSError):
-        fcntl.flock(held.fd, fcntl.LOCK_UN)
-        os.close(held.fd)
+    for fd in (*held.others, held.fd):
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)  # a clean release leaves no name behind for the next contender to misread
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:

@@ -42,8 +42,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import DiskFull
-from .io import check_room, disk_full, is_disk_full, stat_key, write_json_atomic
+from .errors import WriteFailed
+from .filesystems import check_room, write_errno, write_failed
+from .io import stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 
@@ -126,8 +127,8 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
     except OSError as e:
-        if is_disk_full(e):
-            raise DiskFull(disk_full(pub, what, needed=needed, cause=e)) from e
+        if write_errno(e) is not None:
+            raise write_failed(pub, what, needed=needed, cause=e) from e
         raise
     try:
         files, problems, unsealed, bad = {}, [], [], []
@@ -178,8 +179,8 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
         os.rename(tmp, pub / version)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, Exception) and not isinstance(e, DiskFull) and is_disk_full(e):
-            raise DiskFull(disk_full(pub, what, needed=needed, cause=e)) from e
+        if isinstance(e, Exception) and not isinstance(e, WriteFailed) and write_errno(e) is not None:
+            raise write_failed(pub, what, needed=needed, cause=e) from e
         raise
     return record
 

@@ -30,6 +30,7 @@ import json
 import os
 from pathlib import Path
 
+from .errors import ResultError
 from .io import sha256_file, sha256_json, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
@@ -119,6 +120,24 @@ def check_seal(path: str | Path, sha256: str) -> str | None:
             f"{doc.get('size')} when written; sha256 {sha256[:12]}..., {doc['sha256'][:12]}... when written)"
         )
     return None
+
+
+def remake_hint(made_by: str, source: str) -> str:
+    """The way out of a damaged file the workflow made itself (a staged table, a cache): it is made
+    again by ``made_by`` (a rule) from ``source``, so deleting it loses nothing."""
+    return (
+        f"it is the workflow's own file, so deleting it is safe: delete it and run again, and {made_by} makes it "
+        f"again from {source} (nothing is trained or evaluated again)"
+    )
+
+
+def check_staged(path: str | Path, made_by: str, source: str) -> None:
+    """A :class:`~oodcorr.core.errors.ResultError` when staged ``path`` is not what its job wrote (its
+    seal disagrees: cut short, or changed by hand, even where it still parses), naming it and
+    :func:`remake_hint`; a file without a seal (or whose seal is gone) is left to its reader."""
+    why = check_seal(path, sha256_file(path))
+    if why and why != "unsealed":
+        raise ResultError(f"{why}; {remake_hint(made_by, source)}")
 
 
 # ---- a tokenised testset, checked without torch ----------------------------------------------

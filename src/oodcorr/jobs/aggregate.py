@@ -28,6 +28,7 @@ checkpoint and one column per testset.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import logging
@@ -39,7 +40,7 @@ import pandas as pd
 
 from ..core.errors import ResultError
 from ..core.io import atomic_path, write_text_atomic
-from ..core.records import cache_info_path, local_source_changed, read_result
+from ..core.records import cache_info_path, check_staged, local_source_changed, read_result, remake_hint
 from ..planning.layout import Paths
 from . import metrics
 
@@ -299,21 +300,35 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
 
 
 def read_scores(path: str) -> pd.DataFrame:
-    """The scores table the analysis reads; a damaged one is a :class:`ResultError` with the way out."""
+    """The scores table the analysis reads; a damaged one (cut short, changed since rule aggregate_scores
+    sealed it, not parquet) is a :class:`ResultError` naming it, and that deleting it is safe: the rule
+    makes it again from the evaluations (:func:`oodcorr.core.records.remake_hint`)."""
+    how = remake_hint("rule aggregate_scores", "the evaluations")
+    with contextlib.suppress(FileNotFoundError):
+        check_staged(path, "rule aggregate_scores", "the evaluations")
     try:
         df = pd.read_parquet(path)
     except Exception as e:  # noqa: BLE001 -- truncated, overwritten, not parquet: name it and the way out
-        raise ResultError(
-            f"{path}: not a readable scores table ({type(e).__name__}: {e}); delete it and run "
-            "again: the aggregation rebuilds it from the evaluation results"
-        ) from None
+        raise ResultError(f"{path}: not a readable scores table ({type(e).__name__}: {e}); {how}") from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
-        raise ResultError(
-            f"{path}: the scores table lacks column(s) {missing}; delete it and run again: the "
-            "aggregation rebuilds it from the evaluation results"
-        )
+        raise ResultError(f"{path}: the scores table lacks column(s) {missing}; {how}")
     return df
+
+
+def read_analysis_table(path: str) -> pd.DataFrame:
+    """A table rule partial_correlations staged (``partial_correlations.csv``, ``agreement.csv``), read
+    back by the figures and the explorer page; one cut short or changed since its job sealed it (where a
+    CSV would still parse, fewer rows read as all of them), or unreadable, is a :class:`ResultError`
+    naming it, and that deleting it is safe (:func:`oodcorr.core.records.remake_hint`)."""
+    made_by, source = "rule partial_correlations", "the scores table"
+    check_staged(path, made_by, source)
+    try:
+        return pd.read_csv(path, keep_default_na=False, na_values=[""])
+    except (OSError, ValueError) as e:  # pandas' ParserError and EmptyDataError are ValueErrors
+        raise ResultError(
+            f"{path}: not a readable table ({type(e).__name__}: {str(e)[:160]}); {remake_hint(made_by, source)}"
+        ) from None
 
 
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:

@@ -1,6 +1,8 @@
 """The figures of the answer across models: the consensus heatmap (one per in-domain set, the
-verdict of every OOD pair) and the forest plot of one pair (each model's pooled r, the consensus,
-the prediction interval and the tolerance bounds), drawn through :func:`oodcorr.jobs.plots.draw`.
+verdict of every OOD pair, each testset's reliability beside its name) and the forest plot of one
+pair (each model's pooled r, observed and, where the item noise is known, of the tasks; the
+consensus, the tasks' consensus, the prediction interval and the tolerance bounds), drawn through
+:func:`oodcorr.jobs.plots.draw`.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis.consensus import NEARLY_EVERY, ON_AVERAGE, verdict_rank
+from ..analysis.consensus import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, verdict_rank
+from ..analysis.measurement import NOISE_LIMITED
+from ..core.answer import about, reliabilities
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -25,23 +29,91 @@ from .plotting import (
 )
 
 SPREAD_MARKS = (("sign reversal", "±"), ("models differ", "≠"), ("near zero", "≈0"))
+NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
+DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
 
 
 def verdict_style(word: str) -> dict:
     """How the consensus heatmap draws a verdict of the ladder (:data:`oodcorr.analysis.consensus.VERDICTS`):
-    ``mark``, a glyph after the value for the spread (± sign reversal, ≠ models differ, ≈0 near zero);
-    ``frame``, "solid" for the sign in nearly every model, "dashed" for agree near zero, else "";
-    ``bold`` for the sign in nearly every model; ``faded`` where the answer states nothing (unresolved,
-    too few models, no data)."""
-    mark = next((m for phrase, m in SPREAD_MARKS if phrase in word), "")
+    ``mark``, a glyph after the value for the spread (± sign reversal, ≠ models differ, ≈0 near zero)
+    or for noise-limited (∿); ``frame``, "solid" for the sign in nearly every model, "dashed" for agree
+    near zero, "dotted" for noise-limited, else ""; ``bold`` for the sign in nearly every model;
+    ``faded`` where the answer states nothing (unresolved, noise-limited, too few models, no data)."""
+    spread = next((m for phrase, m in SPREAD_MARKS if phrase in word), "")
+    noise = word == NOISE_LIMITED_VERDICT
     nearly = NEARLY_EVERY in word
     signed = nearly or ON_AVERAGE in word
     return {
-        "mark": mark,
-        "frame": "solid" if nearly else ("dashed" if word == "agree near zero" else ""),
+        "mark": NOISE_MARK if noise else spread,
+        "frame": "solid" if nearly else ("dashed" if word == "agree near zero" else ("dotted" if noise else "")),
         "bold": nearly,
-        "faded": not (signed or mark),
+        "faded": not (signed or spread),
     }
+
+
+def short_reliability(est: float, low: float) -> str:
+    """A reliability beside a name: the estimate, '≥' the low end where only a size bounds the noise,
+    '' where it is not known."""
+    if math.isfinite(est):
+        return f"{est:.2f}"
+    return f"≥{max(low, 0.0):.2f}" if math.isfinite(low) else ""
+
+
+def reliability_names(rows: pd.DataFrame) -> dict[str, str]:
+    """Each testset of the agreement rows ``rows`` (and their in-domain set) as its name with its
+    reliability (:func:`oodcorr.core.answer.reliabilities`) in brackets, or its name alone."""
+    out = {}
+    for name, (est, low) in reliabilities(rows.to_dict("records")).items():
+        rel = short_reliability(est, low)
+        out[name] = f"{name} ({rel})" if rel else name
+    return out
+
+
+def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, correction: str):
+    """The consensus heatmap's legend: one entry per kind of verdict drawn, and the reliability beside
+    a name where one is known."""
+    from matplotlib.patches import Patch
+
+    red, faded = cmap(norm(0.55)), tuple(0.4 * np.array(cmap(norm(0.55))[:3]) + 0.6)
+    a = f"{alpha:g}" if alpha is not None else "alpha"
+    nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
+    kinds = {
+        "nearly": any(st["frame"] == "solid" for st in styles.values()),
+        "average": any(not st["faded"] and st["frame"] != "solid" for st in styles.values()),
+        "±": any(st["mark"] == "±" for st in styles.values()),
+        "≠": any(st["mark"] == "≠" for st in styles.values()),
+        "≈0": any(st["mark"] == "≈0" for st in styles.values()),
+        "faded": any(st["faded"] and st["frame"] != "dotted" for st in styles.values()),
+        "noise": any(st["frame"] == "dotted" for st in styles.values()),
+    }
+    entries = [
+        (
+            "nearly",
+            Patch(facecolor=red, edgecolor="black", lw=1.6),
+            "framed, bold: the sign in nearly every model (the other sign in under 2.5 % of such models)",
+        ),
+        ("average", Patch(facecolor=red), f"plain: the sign on average ({correction} across pairs, {a})"),
+        ("±", Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
+        ("≠", Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
+        ("≈0", Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
+        ("faded", Patch(facecolor=faded), "faded: unresolved"),
+        (
+            "noise",
+            Patch(facecolor=faded, **DOTTED),
+            f"{NOISE_MARK} in a dotted frame: noise-limited (a testset's residual series mostly item noise: "
+            f"reliability below {NOISE_LIMITED:g})",
+        ),
+    ]
+    handles = [(h, label) for k, h, label in entries if kinds[k]]
+    if reliability:
+        handles.append(
+            (
+                Patch(facecolor="none", edgecolor="none"),
+                "(0.35) beside a name: its reliability, the share "
+                "of its residual variance that is not item noise (≥: bounded by its size)",
+            )
+        )
+    return handles
 
 
 def consensus_heatmap(
@@ -54,10 +126,13 @@ def consensus_heatmap(
     near_zero: float | None = None,
 ) -> dict:
     """The answer for one in-domain set: the consensus across models of every OOD pair's partial
-    correlation (``r_consensus`` of the agreement table), marked by its verdict (:func:`verdict_style`)
-    -- bold with a black frame: the sign in nearly every model; plain: the sign on average; '±':
-    sign reversal; '≠': models differ; '≈0' (with a dashed frame where no sign is shown): near zero;
-    faded: unresolved; hatched 'n/a': no consensus. One panel per pool group. Returns
+    correlation (``r_consensus`` of the agreement table, the scores observed), marked by its verdict
+    (:func:`verdict_style`) -- bold with a black frame: the sign in nearly every model; plain: the
+    sign on average; '±': sign reversal; '≠': models differ; '≈0' (with a dashed frame where no sign
+    is shown): near zero; faded: unresolved; faded in a dotted frame, '∿': noise-limited; hatched 'n/a': no
+    consensus -- with a legend of the kinds drawn. Each testset's reliability is beside its name
+    (:func:`reliability_names`), the in-domain set's and what the answer is about
+    (:func:`oodcorr.core.answer.about`) in the title. One panel per pool group. Returns
     {(pool_group, row, col): label}."""
     plt = pyplot()
     sub = agree[
@@ -72,10 +147,12 @@ def consensus_heatmap(
 
     norm = mpl.colors.Normalize(vmin=-1, vmax=1)
     cmap = mpl.colormaps[CMAP]
-    cells = {}
+    cells, drawn_styles, reliable = {}, {}, False
     for ax, group in zip(axes, groups):
         rows = sub[sub["pool_group"].astype(str) == group].assign(r=lambda d: d["r_consensus"])
         names = testset_order(rows)
+        shown = reliability_names(rows)
+        reliable = reliable or any(label != name for name, label in shown.items())
         if len(names) < 2:
             known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
             ax.text(
@@ -97,6 +174,7 @@ def consensus_heatmap(
         finite = np.isfinite(m)
         rgba = cmap(norm(np.where(finite, m, 0.0)))
         styles = {w: verdict_style(str(w)) for w in set(verdicts.ravel().tolist())}
+        drawn_styles.update({w: st for w, st in styles.items() if w})
         faded = {w for w, st in styles.items() if st["faded"]}
         fade = finite & np.isin(verdicts, list(faded))
         rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
@@ -120,6 +198,8 @@ def consensus_heatmap(
                 ax.add_patch(
                     plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
                 )
+            elif style["frame"] == "dotted":
+                ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, **DOTTED))
             if not finite[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
             if big:
@@ -139,30 +219,49 @@ def consensus_heatmap(
             )
         side = panel_inches(len(names))
         label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-        ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
-        ax.set_yticks(range(k), rnames, fontsize=label_fs)
+        ax.set_xticks(
+            range(k),
+            [shown.get(n, n) for n in cnames],
+            rotation=90 if big else 45,
+            ha="center" if big else "right",
+            fontsize=label_fs,
+        )
+        ax.set_yticks(range(k), [shown.get(n, n) for n in rnames], fontsize=label_fs)
         ax.set_xlim(-0.5, k - 0.5)
         ax.set_ylim(k - 0.5, -0.5)
         for spine in ax.spines.values():
             spine.set_visible(False)
         n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
         counts = rows["verdict"].value_counts()
-        tally = ", ".join(f"{n} {w}" for w, n in counts.items())
+        tally = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda t: verdict_rank(str(t[0]))))
         if n_models == 2:
             tally += " (2 models: nothing can be said of a further model, so no sign in nearly every model)"
-        a = f"{alpha:g}" if alpha is not None else "alpha"
-        nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
         where = f" ({group})" if group not in ("", "all runs") else ""
+        control = shown.get(str(in_domain), str(in_domain))
+        said = about(rows.to_dict("records"))
         ax.set_title(
-            f"in-domain {in_domain}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
-            f"framed bold: the sign in nearly every model (the other sign in under 2.5 % of such models); "
-            f"plain: the sign on average ({rows['correction'].iloc[0]} across pairs, {a});\n"
-            f"±: sign reversal; ≠: models differ; ≈0: near zero (±{nz}); faded: unresolved\n{tally}",
+            f"in-domain {control}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
+            + (f"the answer is {said}\n" if said else "")
+            + tally,
             fontsize=8,
         )
     fig.colorbar(
-        mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8, label="consensus partial r across models"
+        mpl.cm.ScalarMappable(norm=norm, cmap=cmap),
+        ax=axes,
+        shrink=0.8,
+        label="consensus partial r across models (scores observed)",
     )
+    correction = str(sub["correction"].iloc[0]) if len(sub) and "correction" in sub else "corrected"
+    handles = _legend(plt, drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
+    if handles:
+        fig.legend(
+            [h for h, _ in handles],
+            [label for _, label in handles],
+            loc="outside lower center",
+            ncols=1 if len(groups) == 1 else 2,
+            fontsize=7,
+            frameon=False,
+        )
     save(fig, out_png, tight=n_names <= TEXT_LIMIT)
     return cells
 
@@ -174,7 +273,7 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
     all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
     :data:`oodcorr.analysis.consensus.VERDICTS`: sign reversal, the sign in nearly every model, on
-    average, models differ, agree near zero, unresolved), then by the size of the consensus."""
+    average, models differ, agree near zero, noise-limited, unresolved), then by the size of the consensus."""
     sub = agree[
         (agree["method"] == method)
         & (agree["residualiser"] == residualiser)
@@ -196,6 +295,37 @@ def _natural(name: str) -> list:
     return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
 
 
+def _interval_text(est: float, lo: float, hi: float) -> str:
+    if np.isfinite(lo) and np.isfinite(hi):
+        return (f"{est:+.2f} " if np.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
+    return f"{est:+.2f}" if np.isfinite(est) else "n/a"
+
+
+def _diamond(ax, y: float, est: float, lo: float, hi: float, **style) -> None:
+    """A consensus at height ``y``: a diamond over its interval, a bar where it has no estimate."""
+    if np.isfinite(est) and np.isfinite(lo) and np.isfinite(hi):
+        ax.fill([lo, est, hi, est], [y, y + 0.3, y, y - 0.3], zorder=4, **style)
+    elif np.isfinite(lo) and np.isfinite(hi):
+        ax.fill([lo, hi, hi, lo], [y - 0.12, y - 0.12, y + 0.12, y + 0.12], zorder=4, **style)
+    elif np.isfinite(est):
+        ax.plot([est], [y], "D", zorder=4, color=style.get("edgecolor", style.get("color")))
+
+
+TASKS = "tab:blue"  # the tasks' correlations (item noise out) in a forest plot
+
+
+def _pair_reliability(row, x: str, y: str, in_domain: str) -> str:
+    """A pair's reliabilities in words, for a forest plot's title ("" where none is known)."""
+    parts = []
+    for name, side in ((x, "x"), (y, "y"), (f"in-domain {in_domain}", "in_domain")):
+        rel = short_reliability(
+            float(row.get(f"reliability_{side}", np.nan)), float(row.get(f"reliability_{side}_low", np.nan))
+        )
+        if rel:
+            parts.append(f"{name} {rel}")
+    return "reliability " + ", ".join(parts) if parts else ""
+
+
 def forest(
     agree: pd.DataFrame,
     pc: pd.DataFrame,
@@ -209,12 +339,16 @@ def forest(
     level: float | None = None,
 ) -> dict:
     """Why one OOD pair got its verdict: a forest plot. One row per model -- its pooled partial r
-    with its interval (a square and a line), its runs as small dots where it has several -- then
-    the consensus across models with its interval (a diamond), the prediction interval for a
-    further model (a bar below it) and the tolerance bounds that hold 97.5 % of models of this kind
-    (a line with end marks, below that), which "in nearly every model" reads; 0 and the near-zero band
-    marked; the verdict in the title.
-    One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ..., ...}}."""
+    with its interval (a square and a line), its runs as small dots where it has several, and where
+    the item noise is known its tasks' correlation (``r_corrected``: a blue circle and line below) --
+    then the consensus across models with its interval (a diamond), where the verdict read the
+    correlations with the in-domain set's noise taken out their consensus (``r_consensus_eiv``), the
+    tasks' consensus (``r_consensus_corrected``, blue; a bar where only the bound's range is known),
+    the prediction interval for a further model (a bar) and the tolerance bounds that hold 97.5 % of
+    models of this kind (a line with end marks), which "in nearly every model" reads; 0 and the
+    near-zero band marked; the verdict, the testsets' reliabilities and what the answer is about in
+    the title. One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ...,
+    "consensus", "read", "tasks", "prediction", "tolerance", "reliability", "corrected": {model: text}}}."""
     plt = pyplot()
 
     def pair_rows(df):
@@ -229,20 +363,29 @@ def forest(
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
     models = sorted(prows["model"].astype(str).unique(), key=_natural)
-    height = 1.9 + 0.32 * (len(models) + 4)
+    # the rows below the models, top to bottom: the consensus, the one the verdict read where it is not
+    # the observed one, the tasks', the prediction interval, the tolerance bounds
+    read = (
+        "r_consensus_eiv" in arows and np.isfinite(pd.to_numeric(arows["ci_low_consensus_eiv"], errors="coerce")).any()
+    )
+    summary = ["consensus", *(["read"] if read else []), *(["tasks"] if "r_consensus_corrected" in arows else [])]
+    summary += ["prediction", "tolerance"]
+    at = {k: len(summary) - 2 - i for i, k in enumerate(summary)}  # the tolerance bounds at -1
+    height = 2.1 + 0.32 * (len(models) + len(summary) + 1)
     fig, axes = plt.subplots(1, len(groups), figsize=(7.5 * len(groups), height), squeeze=False)
     out = {}
     lvl = f"{100 * level:g} % " if level else ""
+    side_text = {"va": "center", "fontsize": 8}
     for ax, group in zip(axes[0], groups):
         a = arows[arows["pool_group"].astype(str) == group]
         p = prows[prows["pool_group"].astype(str) == group]
         pooled = p[p["run"] == "pooled"].set_index(p.loc[p["run"] == "pooled", "model"].astype(str))
         runs = p[p["run"] != "pooled"]
-        ys = {m: len(models) - i + 2 for i, m in enumerate(models)}  # top to bottom; consensus rows at 1, 0, -1
+        ys = {m: len(models) - i + at["consensus"] + 1 for i, m in enumerate(models)}  # top to bottom
         ax.axvline(0, color="black", lw=0.8)
         if near_zero:
             ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
-        drawn = []
+        drawn, corrected = [], {}
         for m in models:
             yy = ys[m]
             rr = runs[runs["model"].astype(str) == m]["r"].to_numpy(float)
@@ -253,71 +396,101 @@ def forest(
                 continue
             row = pooled.loc[m]
             r, lo, hi = (float(row[c]) for c in ("r", "ci_low", "ci_high"))
-            label = "n/a"
+            rc, clo, chi = (float(row.get(c, np.nan)) for c in ("r_corrected", "ci_low_corrected", "ci_high_corrected"))
+            tasks = np.isfinite(rc) or (np.isfinite(clo) and np.isfinite(chi))
             if np.isfinite(lo) and np.isfinite(hi):
                 ax.plot([lo, hi], [yy, yy], color="black", lw=1.2, zorder=3)
-                label = f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            elif np.isfinite(r):
-                label = f"{r:+.2f} (no interval)"
+            label = _interval_text(r, lo, hi) if np.isfinite(lo) or not np.isfinite(r) else f"{r:+.2f} (no interval)"
             if np.isfinite(r):
                 ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
                 drawn.append(m)
-            ax.text(1.04, yy, label, va="center", fontsize=8, transform=ax.get_yaxis_transform())
-        verdict, n_models, tally = "no agreement row", 0, {}
+            trans = ax.get_yaxis_transform()
+            ax.text(1.04, yy + (0.14 if tasks else 0), label, transform=trans, **side_text)
+            if tasks:
+                corrected[m] = _interval_text(rc, clo, chi)
+                if np.isfinite(clo) and np.isfinite(chi):
+                    ax.plot([clo, chi], [yy - 0.3] * 2, color=TASKS, lw=0.9, zorder=3)
+                if np.isfinite(rc):
+                    ax.plot([rc], [yy - 0.3], "o", ms=4.5, mfc="white", mec=TASKS, zorder=4)
+                ax.text(
+                    1.04, yy - 0.26, f"tasks: {corrected[m]}", transform=trans, color=TASKS, va="center", fontsize=7
+                )
+        verdict, n_models, tally, rel, said = "no agreement row", 0, {}, "", ""
         if len(a):
             row = a.iloc[0]
             verdict = str(row["verdict"])
-            rc, lo, hi = (float(row[c]) for c in ("r_consensus", "ci_low_consensus", "ci_high_consensus"))
-            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
             n_models = int(row["n_models_consensus"]) if np.isfinite(float(row["n_models_consensus"])) else 0
-            if np.isfinite(rc) and np.isfinite(lo) and np.isfinite(hi):
-                ax.fill([lo, rc, hi, rc], [1, 1.3, 1, 0.7], color="tab:red", zorder=4)
-                cons = f"{rc:+.2f} [{lo:+.2f}, {hi:+.2f}]"
-            elif np.isfinite(rc):
-                ax.plot([rc], [1], "D", color="tab:red", zorder=4)
-                cons = f"{rc:+.2f}"
-            else:
-                cons = "n/a"
-            ax.text(1.04, 1, cons, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
+            trans = ax.get_yaxis_transform()
+            say = {}
+            for key, sfx, style in (
+                ("consensus", "", {"color": "tab:red"}),
+                ("read", "_eiv", {"facecolor": "white", "edgecolor": "tab:red", "lw": 1.2}),
+                ("tasks", "_corrected", {"facecolor": "white", "edgecolor": TASKS, "lw": 1.2}),
+            ):
+                if key not in at:
+                    continue
+                est, lo, hi = (float(row.get(f"{c}_consensus{sfx}", np.nan)) for c in ("r", "ci_low", "ci_high"))
+                _diamond(ax, at[key], est, lo, hi, **style)
+                say[key] = _interval_text(est, lo, hi)
+                if key == "tasks" and say[key] == "n/a":
+                    say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
+                colour = TASKS if key == "tasks" else "tab:red"
+                ax.text(1.04, at[key], say[key], color=colour, transform=trans, **side_text)
+            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
             if np.isfinite(plo) and np.isfinite(phi):
-                ax.plot([plo, phi], [0, 0], color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6, zorder=3)
+                ax.plot([plo, phi], [at["prediction"]] * 2, color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6)
                 pi = f"[{plo:+.2f}, {phi:+.2f}]"
             else:
                 pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, 0, pi, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
+            ax.text(1.04, at["prediction"], pi, color="tab:red", transform=trans, **side_text)
             tlo, thi = (float(row.get(c, np.nan)) for c in ("tol_low_consensus", "tol_high_consensus"))
             if np.isfinite(tlo) and np.isfinite(thi):
                 ax.plot([tlo, thi], [-1, -1], color="tab:red", lw=1.2, marker="|", ms=10, zorder=3)
                 tol = f"[{tlo:+.2f}, {thi:+.2f}]"
             else:
                 tol = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, -1, tol, va="center", fontsize=8, color="tab:red", transform=ax.get_yaxis_transform())
-            tally = {"consensus": cons, "prediction": pi, "tolerance": tol}
-        ax.axhline(1.75, color="0.6", lw=0.6)
+            ax.text(1.04, -1, tol, color="tab:red", transform=trans, **side_text)
+            rel = _pair_reliability(row, x, y, in_domain)
+            said = about([row.to_dict()])
+            limited = row.get("noise_limited")
+            if isinstance(limited, str) and limited and verdict == NOISE_LIMITED_VERDICT:
+                verdict += f" by {limited}"
+            tally = {**say, "prediction": pi, "tolerance": tol, "reliability": rel, "about": said}
+        ax.axhline(at["consensus"] + 0.75, color="0.6", lw=0.6)
+        labels = {
+            "consensus": f"consensus of {n_models} models",
+            "read": "in-domain noise out\n(what the verdict read)",
+            "tasks": "the tasks' consensus\n(item noise out)",
+            "prediction": "prediction interval\n(a further model)",
+            "tolerance": "97.5 % of models\n(tolerance)",
+        }
         ax.set_yticks(
-            [ys[m] for m in models] + [1, 0, -1],
-            [*models, f"consensus of {n_models} models", "prediction interval\n(a further model)"]
-            + ["97.5 % of models\n(tolerance)"],
+            [ys[m] for m in models] + [at[k] for k in summary],
+            [*models, *(labels[k] for k in summary)],
             fontsize=8 if len(models) <= 24 else 6,
         )
-        ax.set_ylim(-1.8, len(models) + 2.8)
+        for tick, k in zip(ax.get_yticklabels()[len(models) :], summary):
+            tick.set_color(TASKS if k == "tasks" else "black")
+        ax.set_ylim(-1.8, len(models) + at["consensus"] + 1.8)
         ax.set_xlim(-1.02, 1.02)
         ax.set_xlabel(
             f"partial r ({method}, {residualiser}); squares: each model pooled, dots: its runs, lines: {lvl}intervals"
-            + (f"; grey band: near zero (±{near_zero:g})" if near_zero else ""),
+            + (f"; grey band: near zero (±{near_zero:g})" if near_zero else "")
+            + ("\nblue circles: each model's tasks' correlation (item noise out)" if corrected else ""),
             fontsize=8,
         )
         where = f" ({group})" if group not in ("", "all runs") else ""
         ax.set_title(
-            f"{x} × {y}, in-domain {in_domain}{where}\nverdict: {verdict}",
+            f"{x} × {y}, in-domain {in_domain}{where}\nverdict: {verdict}"
+            + (f"\n{'; '.join(t for t in (rel, said) if t)}" if rel or said else ""),
             fontsize=10,
             fontweight="bold" if verdict_style(str(verdict))["bold"] else "normal",
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        out[group] = {"models": drawn, "verdict": verdict, **tally}
-    # margins in inches for the two-line title and the axis label instead of a tight_layout pass (a
-    # second layout of every text); the tight bounding box of the save takes in the labels either side
-    fig.subplots_adjust(top=1 - 0.6 / height, bottom=0.55 / height)
+        out[group] = {"models": drawn, "verdict": verdict, "corrected": corrected, **tally}
+    # margins in inches for the title and the axis label instead of a tight_layout pass (a second
+    # layout of every text); the tight bounding box of the save takes in the labels either side
+    fig.subplots_adjust(top=1 - 0.8 / height, bottom=0.7 / height)
     save(fig, out_png)
     return out

@@ -103,6 +103,7 @@
         const st = D.verdicts[R.verdict[i]];
         if (st.framed && s >= 5) { ctx.strokeStyle = "#000"; ctx.lineWidth = s >= 10 ? 1.6 : 1; ctx.setLineDash([]); ctx.strokeRect(x + 1, y + 1, s - 2, s - 2); }
         else if (st.dashed && s >= 6) { ctx.strokeStyle = "#666"; ctx.lineWidth = 0.8; ctx.setLineDash([2, 2]); ctx.strokeRect(x + 1.5, y + 1.5, s - 3, s - 3); ctx.setLineDash([]); }
+        else if (st.dotted && s >= 6) dottedFrame(ctx, x, y, s);
         const text = s >= 34 && v !== null ? sgn(v) + st.mark : st.mark;
         if (text && s >= 12) {
           ctx.fillStyle = Math.abs(v || 0) > 0.6 && !st.faded ? "#fff" : "#000"; ctx.textAlign = "center"; ctx.textBaseline = "middle";
@@ -141,11 +142,12 @@
     if (state.view < 0) {
       parts.push("colour: the consensus r across models (blue negative, red positive)");
       for (const v of D.verdicts) {
-        let how = v.framed ? "framed" : v.dashed ? "dashed frame" : "";
+        let how = v.framed ? "framed" : v.dashed ? "dashed frame" : v.dotted ? "dotted frame" : "";
         if (v.mark) how += (how ? ", " : "") + "'" + v.mark + "'";
         if (v.faded) how += (how ? ", " : "") + "faded";
         parts.push(esc(v.name) + (how ? ": " + how : ""));
       }
+      parts.push(...measuredLegend());
     } else {
       parts.push("colour: the model's pooled r; faded: its " + Math.round(100 * (S.level || 0.95)) + " % interval spans 0; dot: p_adj < " + (S.alpha || 0.05));
     }
@@ -170,13 +172,13 @@
     if (state.view >= 0) {
       const m = state.view;
       return pair + "model " + esc(D.models[m]) + ": r " + sgn(BM.r[i][m]) + " [" + sgn(BM.lo[i][m]) + ", " + sgn(BM.hi[i][m]) +
-        "], p_adj " + fmt(BM.p_adj[i][m], 3) + "<br>" + verdict + cons + models(i);
+        "], p_adj " + fmt(BM.p_adj[i][m], 3) + "<br>" + modelTasksTip(i, m) + verdict + cons + models(i) + measuredTip(i);
     }
     const extra = ["pi_low_consensus", "tol_low_consensus"].filter((c) => V[c]).map((c) => {
       const hi = c.replace("_low_", "_high_");
       return (c.startsWith("pi") ? "prediction interval" : "tolerance bounds") + " [" + sgn(val(c, i)) + ", " + sgn(val(hi, i)) + "]";
     });
-    return pair + verdict + cons + (extra.length ? extra.join("; ") + "<br>" : "") + models(i);
+    return pair + verdict + cons + (extra.length ? extra.join("; ") + "<br>" : "") + models(i) + measuredTip(i);
   }
   function onMove(ev) {
     const i = cellAt(ev), tip = $("tip");
@@ -215,6 +217,7 @@
     const x = D.names[R.x[i]], y = D.names[R.y[i]], panel = D.panels[R.panel[i]];
     $("pair-title").textContent = x + " × " + y + ", in-domain " + panel.in_domain;
     $("pair-verdict").textContent = "verdict: " + D.verdicts[R.verdict[i]].name;
+    $("pair-measured").textContent = measuredLines(i).join("; ");
     $("detail").dataset.pair = x + "+" + y;
     forest(i);
     const cells = D.columns.map((c) => "<tr><th>" + esc(c) + "</th><td>" + esc(fmt(V[c][i], 4)) + "</td></tr>");
@@ -224,7 +227,8 @@
     const svg = $("forest"); svg.replaceChildren();
     const ms = D.models.map((m, k) => k).filter((k) => BM.r[i][k] !== null || (BM.runs && BM.runs[i][k].length));
     const rowH = 18, top = 10, nameW = 150, plotW = 260, numW = 150;
-    const rows = ms.length + 3, H = top + rows * rowH + 40, W = nameW + plotW + numW;
+    const more = consensusRows(i), tw = tasksWidth(i, ms), rows = ms.length + 3 + more.length;
+    const H = top + rows * rowH + 40 + (tw ? 14 : 0), W = nameW + plotW + numW + tw;
     svg.setAttribute("width", W); svg.setAttribute("height", H); svg.setAttribute("viewBox", "0 0 " + W + " " + H);
     const X = (r) => nameW + (Math.max(-1, Math.min(1, r)) + 1) / 2 * plotW;
     const nz = S.near_zero || 0;
@@ -240,6 +244,7 @@
       if (lo !== null && hi !== null) g.appendChild(svgEl("line", { x1: X(lo), x2: X(hi), y1: y, y2: y, stroke: "#000", "stroke-width": 1.3 }));
       if (r !== null) g.appendChild(svgEl("rect", { x: X(r) - 4, y: y - 4, width: 8, height: 8, fill: "#000" }));
       g.appendChild(svgEl("text", { x: nameW + plotW + 8, y: y + 4 }, r === null ? "n/a" : sgn(r) + (lo !== null ? " [" + sgn(lo) + ", " + sgn(hi) + "]" : "")));
+      tasksMark(g, i, m, y, X, nameW + plotW + 8);
       svg.appendChild(g);
       fitLeft(name, D.models[m], nameW - 10);  // measured once drawn
     });
@@ -251,9 +256,10 @@
     if (rc !== null && lo !== null && hi !== null)
       svg.appendChild(svgEl("polygon", { class: "consensus", points: [X(lo) + "," + y, X(rc) + "," + (y - 6), X(hi) + "," + y, X(rc) + "," + (y + 6)].join(" "), fill: red }));
     svg.appendChild(svgEl("text", { x: nameW + plotW + 8, y: y + 4, fill: red }, rc === null ? "n/a" : sgn(rc) + " [" + sgn(lo) + ", " + sgn(hi) + "]"));
+    more.forEach((row, j) => drawConsensusRow(svg, i, row, yOf(base + 1 + j), X, nameW, plotW));
     const bands = [["pi_low_consensus", "pi_high_consensus", "prediction interval", 4], ["tol_low_consensus", "tol_high_consensus", "tolerance bounds", 1.3]];
     bands.forEach(([a, b, name, w], j) => {
-      y = yOf(base + 1 + j);
+      y = yOf(base + 1 + more.length + j);
       svg.appendChild(svgEl("text", { x: nameW - 6, y: y + 4, "text-anchor": "end", fill: red }, name));
       const l = val(a, i), h = val(b, i);
       if (l !== null && h !== null) svg.appendChild(svgEl("line", { x1: X(l), x2: X(h), y1: y, y2: y, stroke: red, "stroke-width": w, opacity: 0.7 }));
@@ -266,13 +272,86 @@
     }
     svg.appendChild(svgEl("text", { x: nameW + plotW / 2, y: ay + 30, "text-anchor": "middle" },
       "partial r; squares: each model pooled, lines: " + Math.round(100 * (S.level || 0.95)) + " % intervals" + (nz ? "; grey: ±" + nz : "")));
+    if (tw) svg.appendChild(svgEl("text", { x: nameW + plotW / 2, y: ay + 44, "text-anchor": "middle", fill: BLUE },
+      "circles: each model's tasks' correlation (item noise out)"));
+  }
+
+  // ---- the scores as measurements (agreement.csv's measured columns; absent from older tables) ----
+  const BLUE = "#1f77b4";
+  function relText(col, i) {  // a reliability: its estimate, else at least its bound's low end
+    const v = val(col, i), low = val(col + "_low", i);
+    if (typeof v === "number") return v.toFixed(2);
+    return typeof low === "number" ? "at least " + Math.max(low, 0).toFixed(2) : null;
+  }
+  function interval(est, lo, hi) {
+    if (lo === null || hi === null || lo === undefined || hi === undefined) return est === null || est === undefined ? "n/a" : sgn(est);
+    return (est === null || est === undefined ? "no estimate" : sgn(est)) + " [" + sgn(lo) + ", " + sgn(hi) + "]";
+  }
+  function measuredLines(i) {  // what the answer is about, each testset's reliability, what leaves it noise-limited
+    const out = [], panel = D.panels[R.panel[i]];
+    if (val("about", i)) out.push("about the " + val("about", i));
+    const rel = [[D.names[R.x[i]], "reliability_x"], [D.names[R.y[i]], "reliability_y"], ["in-domain " + panel.in_domain, "reliability_in_domain"]]
+      .map(([name, col]) => [name, relText(col, i)]).filter(([, t]) => t !== null);
+    if (rel.length) out.push("reliability " + rel.map(([name, t]) => name + " " + t).join(", "));
+    if (val("noise_limited", i)) out.push("noise-limited by " + val("noise_limited", i));
+    return out;
+  }
+  function measuredTip(i) {
+    if (!V.r_consensus_corrected) return "";
+    const tasks = "<br>the tasks' consensus (item noise out) " + esc(interval(val("r_consensus_corrected", i), val("ci_low_consensus_corrected", i), val("ci_high_consensus_corrected", i)));
+    const read = typeof val("ci_low_consensus_eiv", i) === "number" ? "<br>in-domain noise out (what the verdict read) " +
+      esc(interval(val("r_consensus_eiv", i), val("ci_low_consensus_eiv", i), val("ci_high_consensus_eiv", i))) : "";
+    return read + tasks + measuredLines(i).map((l) => "<br>" + esc(l)).join("");
+  }
+  function modelTasksTip(i, m) {
+    if (!hasTasks(i, m)) return "";
+    return "its tasks' correlation " + esc(interval(BM.rc[i][m], BM.rc_lo[i][m], BM.rc_hi[i][m])) + "<br>";
+  }
+  function measuredLegend() {
+    const out = [];
+    if (D.verdicts.some((v) => v.dotted)) out.push("a pair is noise-limited where a testset's residual series is mostly item noise (its reliability is low): the data cannot say more");
+    if (["reliability_x", "reliability_x_low"].some((c) => V[c] && V[c].some((v) => typeof v === "number")))
+      out.push("reliability: the share of a testset's residual variance that is not item noise (hover a cell)");
+    return out;
+  }
+  function dottedFrame(ctx, x, y, s) {
+    ctx.strokeStyle = "#444"; ctx.lineWidth = 1.2; ctx.setLineDash([1, 2]); ctx.strokeRect(x + 2, y + 2, s - 4, s - 4); ctx.setLineDash([]);
+  }
+  function tasksMark(g, i, m, y, X, textX) {  // a model's tasks' correlation in the forest plot: a blue circle and line below its square
+    if (!hasTasks(i, m)) return;
+    const r = BM.rc[i][m], lo = BM.rc_lo[i][m], hi = BM.rc_hi[i][m];
+    if (lo !== null && hi !== null) g.appendChild(svgEl("line", { class: "tasks", x1: X(lo), x2: X(hi), y1: y + 6, y2: y + 6, stroke: BLUE, "stroke-width": 0.9 }));
+    if (r !== null) g.appendChild(svgEl("circle", { class: "tasks", cx: X(r), cy: y + 6, r: 2.6, fill: "#fff", stroke: BLUE }));
+    g.appendChild(svgEl("text", { class: "tasks", x: textX + 135, y: y + 4, fill: BLUE }, interval(r, lo, hi)));
+  }
+  function hasTasks(i, m) { return Boolean(BM.rc) && (BM.rc[i][m] !== null || BM.rc_lo[i][m] !== null); }
+  function tasksWidth(i, ms) { return ms.some((m) => hasTasks(i, m)) ? 150 : 0; }  // the column of the models' tasks' correlations
+  function consensusRows(i) {  // the consensus rows below the observed one: what the verdict read, the tasks'
+    const out = [];
+    if (typeof val("ci_low_consensus_eiv", i) === "number") out.push(["_eiv", "in-domain noise out", "#c0392b"]);
+    if (typeof val("ci_low_consensus_corrected", i) === "number" || typeof val("r_consensus_corrected", i) === "number")
+      out.push(["_corrected", "the tasks' consensus", BLUE]);
+    return out;
+  }
+  function drawConsensusRow(svg, i, [sfx, name, colour], y, X, nameW, plotW) {
+    const r = val("r_consensus" + sfx, i), lo = val("ci_low_consensus" + sfx, i), hi = val("ci_high_consensus" + sfx, i);
+    const g = svgEl("g", { class: "consensus-row", "data-row": sfx.slice(1) });
+    g.appendChild(svgEl("text", { x: nameW - 6, y: y + 4, "text-anchor": "end", fill: colour }, name));
+    if (lo !== null && hi !== null && r !== null)
+      g.appendChild(svgEl("polygon", { points: [X(lo) + "," + y, X(r) + "," + (y - 6), X(hi) + "," + y, X(r) + "," + (y + 6)].join(" "), fill: "#fff", stroke: colour }));
+    else if (lo !== null && hi !== null)
+      g.appendChild(svgEl("rect", { x: X(lo), y: y - 3, width: X(hi) - X(lo), height: 6, fill: "#fff", stroke: colour }));
+    const text = r === null && lo !== null && hi !== null ? "[" + sgn(lo) + ", " + sgn(hi) + "]" : interval(r, lo, hi);  // the hover says "no estimate"
+    g.appendChild(svgEl("text", { x: nameW + plotW + 8, y: y + 4, fill: colour }, text));
+    svg.appendChild(g);
   }
 
   // ---- the table of the pairs shown ----
   const TABLE_COLS = ["r_consensus", "ci_low_consensus", "ci_high_consensus", "pi_low_consensus", "pi_high_consensus",
                       "tol_low_consensus", "tol_high_consensus", "n_models", "n_positive", "n_negative"];
+  const MEASURED_COLS = ["r_consensus_corrected", "ci_low_consensus_corrected", "ci_high_consensus_corrected", "reliability_x", "reliability_y"];
   const MAX_TABLE = 400;
-  function tableCols() { return TABLE_COLS.filter((c) => V[c]).concat(D.numeric.filter((c) => !TABLE_COLS.includes(c) && c.startsWith("p_") && c.endsWith("_adj"))); }
+  function tableCols() { return TABLE_COLS.concat(MEASURED_COLS).filter((c) => V[c]).concat(D.numeric.filter((c) => !TABLE_COLS.includes(c) && c.startsWith("p_") && c.endsWith("_adj"))); }
   function sortKey(i, col) {
     if (col === "x") return D.names[R.x[i]]; if (col === "y") return D.names[R.y[i]];
     if (col === "verdict") return D.verdicts[R.verdict[i]].name;

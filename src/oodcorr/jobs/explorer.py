@@ -58,22 +58,23 @@ def _numeric(col: pd.Series) -> bool:
 
 
 # a verdict's swatch in the page's legend, by how the figures draw it (answer_figures.verdict_style)
-SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221"}
+SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d31"}
 
 
 def page_style(verdict: str) -> dict:
     """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the one mapping the
     figures use, which reads the verdict's words, so a new one gets the style of its kind), its
     place among the verdicts (:func:`oodcorr.analysis.consensus.verdict_rank`; unknown last) and a
-    legend swatch: black for a sign in nearly every model, a colour per spread mark, grey for a
-    sign on average, light grey for no answer."""
+    legend swatch: black for a sign in nearly every model, a colour per mark (the spreads', and
+    noise-limited's), grey for a sign on average, light grey for no answer."""
     st = verdict_style(str(verdict))
-    framed, dashed = st["frame"] == "solid", st["frame"] == "dashed"
+    framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"
     colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")
     return {
         "mark": st["mark"],
         "framed": framed,
         "dashed": dashed,
+        "dotted": dotted,
         "faded": st["faded"],
         "colour": colour,
         "rank": verdict_rank(str(verdict)),
@@ -158,10 +159,14 @@ def page_data(
 
 def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, models, midx) -> dict:
     """Each model's pooled r, interval and adjusted p for every agreement row, (rows, models) lists
-    with None where a model has no value; ``runs``: each model's runs' r, where any model has more
-    than one run (the forest plot's dots)."""
+    with None where a model has no value; where the pairs table has them, its tasks' correlation
+    (``rc``, ``rc_lo``, ``rc_hi``: ``r_corrected`` and its interval); ``runs``: each model's runs' r,
+    where any model has more than one run (the forest plot's dots)."""
     n, m = len(agree), len(models)
-    out = {k: np.full((n, m), np.nan) for k in ("r", "lo", "hi", "p_adj")}
+    fields = [("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")]
+    if "r_corrected" in pc:
+        fields += [("rc", "r_corrected"), ("rc_lo", "ci_low_corrected"), ("rc_hi", "ci_high_corrected")]
+    out = {k: np.full((n, m), np.nan) for k, _ in fields}
     keys = ["in_domain", "pool_group", "method", "residualiser"]
     row_of = {}
     for i, t in enumerate(zip(*(agree[c] for c in keys), agree["x"], agree["y"])):
@@ -176,7 +181,7 @@ def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, model
         at = locate(pooled)
         mm = np.array([midx.get(v, -1) for v in pooled["model"].astype(str)], dtype=int)
         ok = (at >= 0) & (mm >= 0)
-        for k, c in (("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")):
+        for k, c in fields:
             if c in pooled:
                 out[k][at[ok], mm[ok]] = pd.to_numeric(pooled[c], errors="coerce").to_numpy(float)[ok]
     res = {k: _numbers(a) for k, a in out.items()}

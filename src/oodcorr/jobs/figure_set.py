@@ -176,11 +176,15 @@ FIGURE_COLUMNS = {
     "pc": (
         *("model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high"),
         *("p", "p_adj", "significant", "conclusion", "curvature", "n_runs", "correction"),
+        *("r_corrected", "ci_low_corrected", "ci_high_corrected"),
     ),
     "agree": (
         *("in_domain", "pool_group", "x", "y", "method", "residualiser", "verdict", "r_consensus"),
         *("ci_low_consensus", "ci_high_consensus", "pi_low_consensus", "pi_high_consensus"),
         *("tol_low_consensus", "tol_high_consensus", "n_models_consensus", "correction"),
+        *("about", "noise_limited", "r_consensus_eiv", "ci_low_consensus_eiv", "ci_high_consensus_eiv"),
+        *("r_consensus_corrected", "ci_low_consensus_corrected", "ci_high_consensus_corrected"),
+        *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")),
     ),
 }
 

@@ -33,17 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import trackers
-from ..core.errors import ConfigError, DiskFull
-from ..core.io import (
-    check_room,
-    disk_full,
-    human_bytes,
-    is_disk_full,
-    read_jsonl,
-    sha256_file,
-    sha256_json,
-    write_json_atomic,
-)
+from ..core.errors import ConfigError, DiskFull, WriteFailed
+from ..core.filesystems import check_room, disk_full, human_bytes, is_disk_full, probe_write, write_errno, write_failed
+from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 from ..core.locks import hold
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
 from ..modeling import adaptation
@@ -94,6 +86,11 @@ def _make_trainer_classes():
             self.extra = extra or {}
             self.loss_kind = loss
             self.schedule = tuple(schedule)  # the steps saved, for the divergence message
+
+        def _save_checkpoint(self, model, trial):
+            # what the save raises is known as a failure to write this checkpoint by where it happened
+            with _writing(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"):
+                return super()._save_checkpoint(model, trial)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
@@ -364,7 +361,8 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
         weights, _ = checkpoint_bytes(model, job.training.lora)
         check_room(ckpt_root, weights, f"the checkpoint of step 0 ({c0})")
         with _saves_that_fit(ckpt_root, weights):
-            model.save_pretrained(c0)
+            with _writing(c0):
+                model.save_pretrained(c0)
             write_ckpt_manifest(c0, 0, resumable=False)
 
     # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
@@ -408,27 +406,64 @@ def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
     )
 
 
+class _SaveFailed(Exception):
+    """What a checkpoint's save raised (:func:`_writing`), with the folder it was writing."""
+
+    def __init__(self, folder: Path, cause: Exception):
+        super().__init__(f"{folder}: {type(cause).__name__}: {cause}")
+        self.folder, self.cause = folder, cause
+
+
 @contextlib.contextmanager
-def _saves_that_fit(ckpt_root: Path, per_checkpoint: int):
-    """A checkpoint save that the file system stops for want of room becomes a
-    :class:`~oodcorr.core.errors.DiskFull`; the half-written checkpoint (no manifest: never taken
-    for a result) is deleted, since it only holds the room the next attempt needs."""
+def _writing(folder: Path):
+    """Mark an error of the library writing checkpoint ``folder`` (an OSError, torch's writer's
+    RuntimeError, safetensors' SafetensorError) as a failure to write that folder: safetensors reports
+    an I/O error in words, without its errno (``Error while serializing: I/O error``), so the error is
+    known by where it happened, not by its wording (:func:`_saves_that_fit` makes the sentence)."""
     try:
         yield
-    except DiskFull:
+    except WriteFailed:
         raise
     except Exception as e:
-        if not is_disk_full(e, ckpt_root):
+        if isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError":
+            raise _SaveFailed(folder, e) from e
+        raise
+
+
+@contextlib.contextmanager
+def _saves_that_fit(ckpt_root: Path, per_checkpoint: int):
+    """A checkpoint save that the file system stops becomes its sentence, the half-written checkpoint
+    (no manifest: never taken for a result) deleted: for want of room a
+    :class:`~oodcorr.core.errors.DiskFull` (the checkpoint only holds the room the next attempt needs);
+    any other failure to write a checkpoint (:func:`_writing`: an I/O error, a read-only file system) a
+    :class:`~oodcorr.core.errors.WriteFailed` naming it and its file system, the errno found by a probe
+    write into the folder where the library lost it."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as e:
+        save = e if isinstance(e, _SaveFailed) else None
+        cause = save.cause if save is not None else e
+        full = is_disk_full(cause, ckpt_root)
+        if not full and save is None:
             raise
         partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
         for d in partial:
             shutil.rmtree(d, ignore_errors=True)
-        what = f"the checkpoint {partial[-1]}" if partial else f"a checkpoint in {ckpt_root}"
-        msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=e)
+        if partial:
+            what = f"the checkpoint {partial[-1]}"
+        else:
+            what = f"the checkpoint {save.folder}" if save is not None else f"a checkpoint in {ckpt_root}"
+        if full:
+            msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=cause)
+        else:
+            code = write_errno(cause, ckpt_root) or probe_write(save.folder)
+            msg = str(write_failed(ckpt_root, what, cause=cause, code=code))
         if partial:
             names = ", ".join(d.name for d in partial)
             msg += f" (the half-written {names} was deleted; the checkpoints before it are whole)"
-        raise DiskFull(msg) from e
+        raise (DiskFull(msg) if full else WriteFailed(msg)) from cause
 
 
 def _training_arguments(job: FinetuneJob, report: list[str]):

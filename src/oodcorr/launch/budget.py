@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.io import human_bytes, load_yaml, write_json_atomic, write_text_atomic
+from ..core.filesystems import human_bytes
+from ..core.io import load_yaml, write_json_atomic, write_text_atomic
 from ..core.records import job_seconds, read_result
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES

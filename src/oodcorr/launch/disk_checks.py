@@ -37,8 +37,8 @@ from typing import NamedTuple
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
+from ..core.filesystems import human_bytes, room
 from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
-from ..core.io import human_bytes, room
 from ..core.locks import LOCK_DIR_ENV
 from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
 from ..core.records import (
@@ -84,17 +84,20 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
 
 def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) -> list[str]:
     """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
-    results are (the published paths, never ``.staging/``) or that the previous ones are kept; after
-    a failure, last, a file system without room now (:func:`room_to_run`) and the sentence each job
-    stopped with, with the job named (:func:`refusal_lines`), whichever job it was. ``asked``: the
-    targets of a run that did not ask for the published set (``snakemake results/x/data/y.jsonl``),
-    which made only those: it is told so, not pointed at scores and an answer it did not make.
+    results are (the published paths, never ``.staging/``) or that the previous ones are kept, then
+    the prompts cut to ``max_length`` (:func:`truncation_warnings`, with the share cut and the
+    setting: the console's last lines of a run that succeeded); after a failure, last, a file system
+    without room now (:func:`room_to_run`) and the sentence each job stopped with, with the job named
+    (:func:`refusal_lines`), whichever job it was. ``asked``: the targets of a run that did not ask
+    for the published set (``snakemake results/x/data/y.jsonl``), which made only those: it is told
+    so, not pointed at scores and an answer it did not make.
 
     Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
     cannot be read is said in one line instead."""
-    lines = []
+    lines, cut = [], []
     try:
-        lines += [f"oodcorr: WARNING: {w}" for w in end_of_run_warnings(plan)]
+        cut = truncation_warnings(plan)  # said last: prompts cut change what every score means
+        lines += [f"oodcorr: WARNING: {w}" for w in end_of_run_warnings(plan) if w not in cut]
     except Exception as e:  # noqa: BLE001 -- the handler must finish; the reason is printed
         lines.append(f"oodcorr: WARNING: the end-of-run warnings could not be gathered ({type(e).__name__}: {e})")
     P = plan.paths
@@ -122,6 +125,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) 
             )
     except Exception as e:  # noqa: BLE001 -- as above
         lines.append(f"oodcorr: the run {'failed' if failed else 'finished'}; results are under {P.root}/ ({e})")
+    lines += [f"oodcorr: WARNING: {w}" for w in cut]
     if failed:
         try:
             # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
@@ -140,10 +144,11 @@ REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for 
 def refusal_lines(plan: Plan) -> list[str]:
     """Each job's sentence that this run's jobs stopped with (recorded by
     :func:`oodcorr.launch.runtime.refuse` and the jobs' exception hook), with the job named and its
-    log: those of a full disk first, then in the order they stopped, at most :data:`REFUSALS_SHOWN`,
-    then how many more."""
+    log: those of a full disk (or another write the file system stopped) first, then in the order they
+    stopped, at most :data:`REFUSALS_SHOWN`, then how many more."""
     found = read_refusals(refusals_dir(plan.paths.logs))
-    found.sort(key=lambda d: d.get("kind") != "disk full")  # stable: the order they stopped in, within each
+    # stable: the order they stopped in, within each
+    found.sort(key=lambda d: d.get("kind") not in ("disk full", "write failed"))
     out = []
     for doc in found[:REFUSALS_SHOWN]:
         wildcards = doc.get("wildcards") or {}

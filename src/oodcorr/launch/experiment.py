@@ -261,11 +261,13 @@ def lock(plan: Plan, config_files) -> str | None:
     linked = linked_locks(plan)
     if linked:
         shown = ", ".join(str(p) for p in linked[:3]) + (f" and {len(linked) - 3} more" if len(linked) > 3 else "")
+        then = _REFUSED.get(str(root))  # the refusal that removing them would lead to: said now, as the next step
         return (
             f"{len(linked)} lock file(s) of experiment {plan.experiment!r} have another name too (hard links: the "
             f"folder was copied with `cp -al`?): {shown}. A run writes its holder's details into them, which would "
             "change the folder they were copied from too. Remove this folder's names of them (`find "
             f"{root} -name '*.lock' -links +1 -delete`: the other folder keeps its own) and run again"
+            + (f". That run would be refused in turn, so take this step too: {then}" if then else "")
         )
     try:
         held = acquire(

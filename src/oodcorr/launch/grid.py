@@ -4,8 +4,8 @@
 a table is one in-domain set and one pool group (the analysis pools a model's runs within the
 values of ``analysis.pooling.by``, by default ``n_train``, so its runs are the seeds of one
 ``n_train``), its models, the runs of each, the checkpoints of each run and the OOD pairs it
-corrects together; and each OOD testset's number of examples where the config or the prepared
-data say it (``max_examples``, or ``results/<experiment>/data/<name>.meta.json``).
+corrects together; and each testset's number of examples (OOD and in-domain) where the config or
+the prepared data say it (``max_examples``, or ``results/<experiment>/data/<name>.meta.json``).
 
 :data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy
 (``oodcorr design`` plans each copy and prices it with :func:`oodcorr.launch.budget.compute`):
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -30,9 +29,10 @@ def _mode(values):
 
 
 def grid_of(plan) -> dict:
-    """``{"models", "runs", "checkpoints", "pairs", "tables", "tables_how", "testsets", "sizes", "notes"}``
-    of the most common table of ``plan``'s analysis (see the module doc); ``notes`` say where
-    tables differ."""
+    """``{"models", "runs", "checkpoints", "pairs", "tables", "tables_how", "testsets", "sizes",
+    "in_domain_sizes", "notes"}`` of the most common table of ``plan``'s analysis (see the module doc:
+    ``sizes`` the OOD testsets', ``in_domain_sizes`` the in-domain ones'); ``notes`` say where tables
+    differ."""
     by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
     drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
     tables: dict[tuple, dict[str, list]] = {}
@@ -67,6 +67,7 @@ def grid_of(plan) -> dict:
         f" x {len(groups)} pool group(s) ({', '.join(by)})" if by else ", all runs of a model pooled"
     )
     ood = sorted({t for d in doms for t, role in plan.testsets[d] if role == "ood"})
+    own = sorted({t for d in doms for t, role in plan.testsets[d] if role != "ood"})
     return {
         "models": models,
         "runs": runs,
@@ -76,6 +77,7 @@ def grid_of(plan) -> dict:
         "tables_how": how,
         "testsets": ood,
         "sizes": testset_sizes(plan, ood),
+        "in_domain_sizes": testset_sizes(plan, own),
         "notes": notes,
     }
 
@@ -195,11 +197,3 @@ def change(name: str, config: dict, plan) -> tuple[dict, str]:
     if name == EXAMPLES_CHANGE:
         return more_examples(config, plan)
     raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
-
-
-def sampling_ratio(size: int | None, residual_sd: float, accuracy: float) -> float:
-    """A testset's binomial sampling sd at ``accuracy`` over ``size`` examples, as a multiple of the
-    residual series' sd ``residual_sd`` (0 when the size is unknown)."""
-    if not size or residual_sd <= 0:
-        return 0.0
-    return math.sqrt(accuracy * (1 - accuracy) / size) / residual_sd

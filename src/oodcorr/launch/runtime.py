@@ -3,14 +3,15 @@
 Every rule's script starts with :func:`start_job` and, when it stops with a sentence (a full disk,
 a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
 (:class:`oodcorr.core.records.RefusalSlot`) for the end-of-run report, which repeats it on the
-console with the job named. An exception no script catches is recorded too: a write stopped for
-want of room as its sentence (:func:`oodcorr.core.io.disk_full`), anything else as its type and
+console with the job named. An exception no script catches is recorded too: a write the file system
+stopped as its sentence (:func:`oodcorr.core.filesystems.write_failed`), anything else as its type and
 message beside its traceback.
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import socket
@@ -18,13 +19,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult
+from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult, WriteFailed
+from ..core.filesystems import DISK_FULL_ERRNOS, write_errno, write_failed
 from ..core.gpus import claim_for_job
-from ..core.io import disk_full, is_disk_full
 from ..core.records import REFUSALS_ENV, RefusalSlot
 
 # errors whose message is the whole story (each names the file or key and what to do): said, not traced back
-SENTENCE_ERRORS = (ConfigError, DataError, ResultError, StaleResult, DiskFull)
+SENTENCE_ERRORS = (ConfigError, DataError, ResultError, StaleResult, WriteFailed)
 _JOB: dict = {}  # this process's job: its rule, wildcards, log, first output and refusal slot
 
 
@@ -55,13 +56,21 @@ def refuse(e: BaseException | str, disk: bool | None = None) -> None:
     (which repeats it on the console with the job named), exit status 1. ``disk``: whether it is a
     full disk's (default: whether ``e`` is a :class:`~oodcorr.core.errors.DiskFull`)."""
     message = str(e)
-    _record(message, "disk full" if (isinstance(e, DiskFull) if disk is None else disk) else "refused")
+    _record(message, _kind(e) if disk is None else ("disk full" if disk else "refused"))
     sys.exit(f"oodcorr: {message}")
 
 
+def _kind(e: BaseException | str) -> str:
+    """How a job's refusal is recorded: ``disk full``, ``write failed`` (another error of the file system
+    a write went to) or ``refused``."""
+    if isinstance(e, DiskFull):
+        return "disk full"
+    return "write failed" if isinstance(e, WriteFailed) else "refused"
+
+
 def _record(message: str, kind: str) -> None:
-    """Fill this job's refusal slot: ``kind`` is ``disk full``, ``refused`` (a sentence) or ``failed``
-    (an exception no script caught)."""
+    """Fill this job's refusal slot: ``kind`` is ``disk full``, ``write failed``, ``refused`` (a sentence)
+    or ``failed`` (an exception no script caught)."""
     slot = _JOB.get("slot")
     doc = {
         "rule": _JOB.get("rule"),
@@ -78,18 +87,32 @@ def _record(message: str, kind: str) -> None:
 
 
 def _uncaught(kind, e, tb) -> None:
-    """sys.excepthook of a job: a write stopped for want of room becomes its sentence, an error
-    whose message is a sentence stays one, anything else keeps its traceback; all are recorded."""
-    if isinstance(e, SENTENCE_ERRORS) or (isinstance(e, Exception) and is_disk_full(e)):
-        if not isinstance(e, SENTENCE_ERRORS):
-            where = getattr(e, "filename", None) or _JOB.get("output") or "."
-            folder = Path(str(where)).parent
-            e = DiskFull(disk_full(folder, f"rule {_JOB.get('rule')}'s output {where}", cause=e))
-        _record(str(e), "disk full" if isinstance(e, DiskFull) else "refused")
+    """sys.excepthook of a job: a write the file system stopped becomes its sentence
+    (:func:`_write_stopped`), an error whose message is a sentence stays one, anything else keeps its
+    traceback; all are recorded."""
+    if not isinstance(e, SENTENCE_ERRORS) and isinstance(e, Exception):
+        e = _write_stopped(e) or e
+    if isinstance(e, SENTENCE_ERRORS):
+        _record(str(e), _kind(e))
         print(f"oodcorr: {e}", file=sys.stderr)
         return
     _record(f"{kind.__name__}: {e}", "failed")
     sys.__excepthook__(kind, e, tb)
+
+
+def _write_stopped(e: Exception) -> WriteFailed | None:
+    """The sentence of a raw error that is the file system stopping a write of this job: want of room
+    or a read-only file system wherever it is raised, an I/O or permission error when it names the job's
+    output folder (the same errors on an input are not about writing)."""
+    code = write_errno(e)
+    if code is None:
+        return None
+    where = getattr(e, "filename", None) or _JOB.get("output") or "."
+    output = _JOB.get("output")
+    if code not in DISK_FULL_ERRNOS and code != errno.EROFS:
+        if not (output and getattr(e, "filename", None) and Path(str(where)).parent == Path(output).parent):
+            return None
+    return write_failed(Path(str(where)).parent, f"rule {_JOB.get('rule')}'s output {where}", cause=e)
 
 
 def _ended() -> None:

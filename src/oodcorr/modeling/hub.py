@@ -43,7 +43,8 @@ import yaml
 
 from ..core import model_dirs
 from ..core.errors import ConfigError, DataError
-from ..core.io import human_bytes, load_yaml, write_text_atomic
+from ..core.filesystems import human_bytes
+from ..core.io import load_yaml, write_text_atomic
 from . import adaptation
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,199 @@
+"""Item noise: what a finite testset adds to a score series, from per-item correctness or from sizes.
+
+Every accuracy is the mean of a testset's items, and every checkpoint answers the same items, so
+the series of one run carries *item noise*: had another sample of items from the same population
+been drawn, every checkpoint's score would have moved, and by amounts that are correlated across
+checkpoints (an item one checkpoint gets right, its neighbour mostly gets right too). For one run
+and one testset of ``n`` items answered at ``T`` checkpoints, that noise is described by its
+covariance across checkpoints, ``Sigma`` (``T x T``), which is what resampling the items adds to
+the series; the analysis reads it in one of three ways (:class:`TestsetNoise`):
+
+* ``items`` -- per-item correctness at every checkpoint (the workflow's own predictions; ``oodcorr
+  analyse --examples``; lm-eval's ``--log_samples``): ``Sigma`` is estimated by the covariance of
+  the items' correctness across checkpoints over ``n`` (:func:`item_covariance`), persistent where
+  the items are, and the items can be split in two halves that carry independent noise
+  (:func:`half_means`; :mod:`.measurement` reads the in-domain set's halves);
+* ``bound`` -- only the number of items per checkpoint, for a score that is a share of items
+  (accuracy): the white binomial variance ``p (1 - p) / n`` at each checkpoint
+  (:func:`binomial_bound`) is an *upper bound* on what the noise adds to a residual series (the
+  items' persistence can only take away from it), never an estimate;
+* ``unknown`` -- neither (or a metric that is not a share of items, where the binomial bound
+  does not hold): the analysis says so and speaks of the scores observed.
+
+:func:`run_noise` reads a run's noise for every testset from the per-item table and the long
+table's ``n`` column; :func:`noise_summary` describes one (its sd per checkpoint, how persistent
+it is, how often neighbouring checkpoints disagree on an item).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("items", "bound", "unknown")
+
+
+@dataclass(frozen=True)
+class TestsetNoise:
+    """One run's item noise of one testset, aligned with the run's units (``kind`` in :data:`KINDS`).
+
+    ``mat``: ``items`` only, (units, items) correctness in [0, 1], a row of NaN where a unit has no
+    per-item record; ``sizes``: ``bound`` only, the items behind each unit's score (NaN where
+    unknown); ``why``: what is known and what not, in words."""
+
+    kind: str
+    mat: np.ndarray | None = None
+    sizes: np.ndarray | None = None
+    why: str = ""
+
+    @property
+    def n_items(self) -> int:
+        if self.mat is not None:
+            return int(self.mat.shape[1])
+        if self.sizes is not None and np.isfinite(self.sizes).any():
+            return int(np.nanmedian(self.sizes))
+        return 0
+
+    def covariance(self, scores: np.ndarray) -> np.ndarray | None:
+        """``Sigma`` over the run's units: the item estimate (``items``), the binomial bound at the
+        observed ``scores`` (``bound``), else None."""
+        if self.kind == "items":
+            return item_covariance(self.mat)
+        if self.kind == "bound":
+            return binomial_bound(scores, self.sizes)
+        return None
+
+
+UNKNOWN = TestsetNoise("unknown", why="no per-item correctness and no testset size")
+
+
+def item_covariance(mat: np.ndarray) -> np.ndarray:
+    """The covariance across units of a testset's accuracy that resampling its items adds: the
+    covariance of the items' correctness between every two units over the number of items
+    (``D D' / (n (n - 1))``, ``D`` the items' correctness less each unit's mean), unbiased for
+    items drawn from a population. ``mat`` (units, items); a unit without records gives NaN rows."""
+    mat = np.asarray(mat, dtype=float)
+    n = mat.shape[-1]
+    if n < 2:
+        return np.full(mat.shape[:-1] + mat.shape[-2:-1], np.nan)
+    d = mat - mat.mean(-1, keepdims=True)
+    return d @ np.swapaxes(d, -1, -2) / (n * (n - 1))
+
+
+def binomial_bound(scores: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal (0 where the
+    share is 0 or 1, whatever ``n``; NaN where ``n`` is unknown otherwise): an upper
+    bound on what item noise adds to a residual series (the items' positive correlation across
+    checkpoints is left out, and a residual maker that removes a mean removes part of it)."""
+    p = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
+    n = np.asarray(sizes, dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = np.where(n > 0, p * (1 - p) / n, np.nan)
+    # a share of 0 or 1 has no binomial variance whatever its size (lm-eval writes acc 0 with stderr 0,
+    # from which no size can be read back)
+    return np.diag(np.where(p * (1 - p) == 0, 0.0, v))
+
+
+def half_means(mat: np.ndarray, splits: int, rng: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
+    """``splits`` random halves of a testset's items: an array (splits, 2, units) of each half's
+    accuracy at every unit, and the halves' sizes (n // 2, n - n // 2). Two halves share no item, so
+    their item noise is independent."""
+    mat = np.asarray(mat, dtype=float)
+    n = mat.shape[1]
+    a = n // 2
+    weights = np.zeros((n, 2 * splits))
+    for k in range(splits):
+        perm = rng.permutation(n)
+        weights[perm[:a], 2 * k] = 1.0 / a
+        weights[perm[a:], 2 * k + 1] = 1.0 / (n - a)
+    out = np.nan_to_num(mat) @ weights
+    out[~np.isfinite(mat[:, 0])] = np.nan
+    return out.T.reshape(splits, 2, -1), (a, n - a)
+
+
+def noise_summary(mat: np.ndarray) -> dict:
+    """One run's item noise of one testset, in numbers a reader can compare: ``items``, the noise's
+    sd at a checkpoint (``noise_sd``, the mean over units of ``sqrt(Sigma_tt)``), its correlation
+    between neighbouring checkpoints (``noise_lag1``: how persistent; 0 for white noise) and the
+    share of items whose correctness differs between neighbouring checkpoints (``disagreement``)."""
+    mat = np.asarray(mat, dtype=float)
+    ok = np.isfinite(mat[:, 0]) if mat.size else np.zeros(0, bool)
+    m = mat[ok]
+    out = {"items": int(mat.shape[1]), "noise_sd": math.nan, "noise_lag1": math.nan, "disagreement": math.nan}
+    if len(m) == 0 or m.shape[1] < 2:
+        return out
+    S = item_covariance(m)
+    d = np.diag(S)
+    out["noise_sd"] = float(np.mean(np.sqrt(np.maximum(d, 0.0))))
+    if len(m) >= 2:
+        off = np.diag(S, 1)
+        den = np.sqrt(np.maximum(d[:-1] * d[1:], 1e-300))
+        out["noise_lag1"] = float(np.mean(off / den))
+        out["disagreement"] = float(np.mean(np.abs(np.diff(m, axis=0))))
+    return out
+
+
+def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """One run's per-item correctness as a (units, items) matrix per testset, and the testsets whose
+    records cannot be read as one (duplicate records of a unit and item; different items at
+    different units), with the reason. ``examples``: the run's rows of the per-item table
+    (``unit``, ``testset``, ``example``, ``correct``); rows of a unit not in ``units`` are left out."""
+    mats: dict[str, np.ndarray] = {}
+    problems: dict[str, str] = {}
+    if examples is None or not len(examples):
+        return mats, problems
+    upos = pd.Index(units).get_indexer(examples["unit"])
+    keep = np.flatnonzero(upos >= 0)
+    ts_codes, ts_names = pd.factorize(examples["testset"].to_numpy()[keep])
+    order = np.argsort(ts_codes, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(ts_codes, minlength=len(ts_names)))]
+    rows = keep[order]
+    correct = examples["correct"].to_numpy(float)
+    example = examples["example"].to_numpy()
+    for k in np.argsort(np.asarray(ts_names, dtype=str), kind="stable"):  # in name order, as a groupby gives
+        ts = str(ts_names[k])
+        at = rows[bounds[k] : bounds[k + 1]]
+        ui = upos[at]
+        ex_codes, ex_names = pd.factorize(example[at], sort=True)
+        if len(ex_names) == 0:
+            continue
+        key = ui.astype(np.int64) * len(ex_names) + ex_codes
+        if np.bincount(key, minlength=len(units) * len(ex_names)).max() > 1:
+            problems[ts] = f"duplicate (unit, example) predictions for {ts}"
+            continue
+        counts = np.bincount(ui, minlength=len(units))
+        present = counts > 0
+        if np.any(counts[present] != len(ex_names)):
+            problems[ts] = f"{ts} was evaluated on different examples at different units"
+            continue
+        mat = np.full((len(units), len(ex_names)), np.nan)
+        mat[ui, ex_codes] = correct[at]
+        mats[ts] = mat
+    return mats, problems
+
+
+def run_noise(
+    testsets, units: list, mats: dict[str, np.ndarray], problems: dict[str, str], sizes: dict[str, np.ndarray]
+) -> dict[str, TestsetNoise]:
+    """Every testset's :class:`TestsetNoise` for one run: ``items`` where its per-item matrix is
+    complete at every unit the run scored it (:func:`item_matrices`), else ``bound`` where its
+    size is known at every unit (``sizes``: testset -> items per unit, from a share-like score's
+    ``n`` column), else ``unknown`` with the reason."""
+    out = {}
+    for ts in testsets:
+        mat = mats.get(ts)
+        if mat is not None:
+            out[ts] = TestsetNoise("items", mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness")
+            continue
+        n = sizes.get(ts)
+        if n is not None and np.any(np.isfinite(n) & (n > 0)):
+            out[ts] = TestsetNoise(
+                "bound", sizes=np.asarray(n, float), why=f"{ts}: {int(np.nanmedian(n))} items, sizes only (a bound)"
+            )
+            continue
+        why = problems.get(ts) or f"{ts}: no per-item correctness and no size"
+        out[ts] = TestsetNoise("unknown", why=why)
+    return out

@@ -1,0 +1,161 @@
+"""The answer about the tasks: what the ladder reads when scores are measurements.
+
+:func:`.agreement_table.agreement` asks this module, per OOD pair, four things:
+
+* **which correlations the ladder reads** (:func:`pair_regimes`): ``items`` where every run's
+  in-domain items are known -- the cross-fitted correlations (``r_eiv``, :mod:`.measurement`), in
+  which the in-domain set's noise cannot fake a correlation; ``bound`` where some run's in-domain
+  set has only a size -- the observed *and* the bound-corrected correlations, each statement's
+  p-value the larger of the two and a sign only where both show it (a sign that holds at every noise
+  level the bound allows); ``unknown`` -- the observed ones, and the answer says it speaks of the
+  scores observed;
+* **how far a correlation of the tasks shrinks on the way** (:func:`attenuation`): each testset's
+  reliability (the share of its residual series' variance that is not item noise) pooled over the
+  models, and the low end of the attenuation ``sqrt(rel_x rel_y)`` of the correlations the ladder
+  reads; ``near zero`` is said only where the band ``near_zero`` times that low end holds the
+  models (so a correlation of +-``near_zero`` between the tasks would have been seen through the
+  noise);
+* **the tasks' consensus** (:func:`corrected_consensus`): the models' noise-free moments pooled
+  before dividing (:func:`.measurement.ratio_of_means`), with Fieller's interval over the models;
+  where a testset's noise is only bounded, no estimate and the interval over the bound's range;
+* **which testsets leave nothing to say** (:func:`noise_limited`): a pair the data cannot resolve is
+  ``noise-limited`` when one of its testsets' residual series is mostly item noise (reliability
+  below :data:`.measurement.NOISE_LIMITED`, or its bound's low end below it), naming them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from .measurement import NOISE_LIMITED, ratio_of_means
+
+REGIMES = ("items", "bound", "unknown")
+ABOUT = {
+    "items": "tasks",
+    "bound": "tasks (in-domain noise bounded by its size)",
+    "unknown": "observed scores (item noise unknown)",
+}
+
+
+def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per pair, the regime of the module doc from its runs' ``r``, ``r_eiv`` and ``eiv_from``: the
+    in-domain-corrected correlation of every run with a value known (``items``, or ``bound`` where
+    one of them is the bound's), else ``unknown``."""
+    out = np.full(n_groups, "unknown", dtype=object)
+    if "r_eiv" not in runs:
+        return out
+    r = runs["r"].to_numpy(float)
+    e = runs["r_eiv"].to_numpy(float)
+    how = runs["eiv_from"].astype(str).to_numpy() if "eiv_from" in runs else np.full(len(runs), "")
+    fin = np.isfinite(r)
+    need = np.bincount(group, weights=fin, minlength=n_groups)
+    have = np.bincount(group, weights=fin & np.isfinite(e), minlength=n_groups)
+    bound = np.bincount(group, weights=fin & (how == "bound"), minlength=n_groups)
+    ok = (need > 0) & (have == need)
+    out[ok] = "items"
+    out[ok & (bound > 0)] = "bound"
+    return out
+
+
+def ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
+    """(the ratio of sums ``sum num / sum den``, its one-sided lower ``level`` bound) over units
+    (models), the bound from the ratio's linearisation ``num - R den`` on k - 1 degrees of freedom
+    (a mean of per-unit ratios would be biased where each is a ratio of two noisy numbers)."""
+    ok = np.isfinite(num) & np.isfinite(den)
+    num, den = num[ok], den[ok]
+    if not len(num) or not den.sum() > 0:
+        return math.nan, math.nan
+    R = float(num.sum() / den.sum())
+    k = len(num)
+    if k < 2:
+        return R, math.nan
+    se = math.sqrt(float(((num - R * den) ** 2).sum()) / (k * (k - 1))) / float(den.mean())
+    return R, R - float(stats.t.ppf(level, k - 1)) * se
+
+
+def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
+    """Per pair, from its models' pooled rows: ``reliability_x``, ``reliability_y`` (the ratio over
+    the models of the noise-free residual variances to the observed ones, with its one-sided lower
+    ``level`` bound as ``_low``; where only a size is known, no estimate and the mean of the bounds'
+    low ends), ``reliability_in_domain`` (the models' mean, with the mean of their low ends), and
+    ``band``: the low end of the attenuation of the correlations the ladder reads -- from the
+    cross-fitted series' shares (``task_var / eiv_var``, the same ratio bound) where the items are
+    known, else the observed series' low ends, 1 where nothing is known (the scores as observed)."""
+    sides = ("x", "y", "in_domain")
+    out = {f"reliability_{s}{e}": np.full(n_groups, np.nan) for s in sides for e in ("", "_low")}
+    out["band"] = np.ones(n_groups)
+    if "reliability_x" not in pooled:
+        return out
+
+    def col(c):
+        return pooled[c].to_numpy(float) if c in pooled else np.full(len(pooled), np.nan)
+
+    for g in range(n_groups):
+        sel = group == g
+        if not sel.any():
+            continue
+        v = col("reliability_in_domain")[sel]
+        lo = col("reliability_in_domain_low")[sel]
+        out["reliability_in_domain"][g] = float(v.mean()) if np.isfinite(v).all() else np.nan
+        out["reliability_in_domain_low"][g] = float(lo.mean()) if np.isfinite(lo).all() else np.nan
+        band = []
+        for side in ("x", "y"):
+            task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
+            lows = col(f"reliability_{side}_low")[sel]
+            if np.isfinite(task).all() and np.isfinite(obs).all():
+                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = ratio_low(task, obs, level)
+            else:
+                out[f"reliability_{side}_low"][g] = float(lows.mean()) if np.isfinite(lows).all() else np.nan
+            if np.isfinite(task).all() and np.isfinite(eiv).all():
+                band.append(ratio_low(task, eiv, level)[1])
+            else:
+                band.append(out[f"reliability_{side}_low"][g])
+        if all(np.isfinite(band)):
+            out["band"][g] = math.sqrt(max(band[0], 0.0) * max(band[1], 0.0))
+    return out
+
+
+def corrected_consensus(
+    pooled: pd.DataFrame, group: np.ndarray, n_groups: int, regime: np.ndarray, envelope: dict, band, level: float
+) -> dict:
+    """Per pair: ``r_consensus_corrected`` and its interval. Where the in-domain set's and both
+    testsets' items are known, the ratio of the models' mean noise-free moments (each model's sums
+    over its runs divided by its runs) with Fieller's interval over the models; else no estimate,
+    and the interval the correlations the ladder reads allow (``envelope``: their consensus
+    intervals' union, per pair) divided by the attenuation's range [``band``, 1]."""
+    out = {k: np.full(n_groups, np.nan) for k in ("r", "lo", "hi")}
+    need = ("task_cov", "task_var_x", "task_var_y")
+    have = all(c in pooled for c in need)
+    k = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
+    k = np.where(k > 0, k, np.nan)
+    for g in range(n_groups):
+        sel = group == g
+        if have and regime[g] == "items":
+            m = [pooled[c].to_numpy(float)[sel] / k[sel] for c in need]
+            if all(np.isfinite(v).all() for v in m) and sel.sum() >= 2:
+                out["r"][g], out["lo"][g], out["hi"][g] = ratio_of_means(*m, level=level)
+                continue
+        lo, hi = envelope["lo"][g], envelope["hi"][g]
+        a = band[g]
+        if regime[g] == "unknown" or not (np.isfinite(lo) and np.isfinite(hi)):
+            continue
+        out["lo"][g] = max(-1.0, lo if lo >= 0 else (lo / a if a > 0 else -1.0))
+        out["hi"][g] = min(1.0, hi if hi <= 0 else (hi / a if a > 0 else 1.0))
+    return out
+
+
+def noise_limited(x: str, y: str, in_domain: str, rel: dict, g: int) -> str:
+    """The testsets of pair ``g`` whose residual series is mostly item noise (reliability, or its
+    bound's low end, below :data:`.measurement.NOISE_LIMITED`), with their reliability, or ""."""
+    said = []
+    for name, side in ((x, "x"), (y, "y"), (in_domain, "in_domain")):
+        est, low = rel[f"reliability_{side}"][g], rel[f"reliability_{side}_low"][g]
+        if np.isfinite(est) and est < NOISE_LIMITED:
+            said.append(f"{name} (reliability {est:.2f})")
+        elif not np.isfinite(est) and np.isfinite(low) and low < NOISE_LIMITED:
+            said.append(f"{name} (reliability at least {max(low, 0.0):.2f}: its size bounds the noise)")
+    return ", ".join(said)

@@ -1,0 +1,325 @@
+"""Scores as measurements: the partial correlation of the *tasks*, through the testsets' item noise.
+
+The question is about tasks: when a checkpoint gets better on x beyond what its in-domain ability
+explains, does it get better on y? Each score is a testset's mean over its items
+(:mod:`.item_noise`), so each series is the task's population accuracy plus item noise, and that
+noise acts twice:
+
+* **the control's noise fakes correlations.** Regressing x and y on a noisy in-domain score
+  removes only part of the in-domain ability; what is left is in both residuals, and both OOD sets
+  load on it, so the residuals correlate when the tasks do not (errors in variables);
+* **the testsets' own noise hides them.** A residual series that is mostly item noise correlates
+  with nothing: the observed correlation is the task's times ``sqrt(rel_x rel_y)``, ``rel`` the
+  share of each residual series' variance that is not item noise (its *reliability*).
+
+**The sign: cross-fitted residuals** (:func:`cross_fitted`, where the in-domain set's items are
+known). The in-domain items are split at random into two halves ``a`` and ``b``, which share no
+item and so carry independent noise. x is residualised on half ``a``'s score with the slope of an
+instrumental-variable fit that half ``b`` instruments (``x'P z_b / z_a'P z_b``: consistent for the
+slope on the in-domain ability, unlike least squares on a noisy score), y on half ``b`` with half
+``a`` as the instrument. Each residual then holds the other's in-domain noise only through an
+independent half, so nothing couples them but the tasks: the correlation of the two residual series
+(``r_eiv``) is zero where the tasks' is, at any in-domain noise. It is attenuated (by x's and y's
+own noise and by the half's), never inflated; the per-run procedure (:mod:`.inference`: the design-
+corrected AR(1) and Dutilleul's effective sample size of the two series under their own residual
+makers, the modified t) gives its interval and p-value as for any residual pair, and the ladder
+(:mod:`.consensus`) reads it in place of the observed correlation. Its value is the mean of the
+Fisher z over ``splits`` random splits and both orientations (``a``/``b`` swapped), its effective
+sample size that of the first split. Where only the in-domain set's size is known, the noise is
+bounded, not estimated: :func:`bounded` gives the correlation corrected for the largest noise the
+bound allows (the moment correction ``S_zz - N``), and the answer states a sign only where it holds
+at both ends of that range, none and the bound (a sign that holds at every noise level the data
+allow).
+
+**The size: the tasks' correlation** (``r_corrected``). Dividing ``r_eiv`` by the cross-fitted series'
+attenuation ``sqrt(rel'_x rel'_y)`` (:func:`cross_fitted`'s ``rel``: their variance less the
+expected item noise, ``tr(R Sigma_x R') + beta^2 tr(P Sigma_za P)``, over their variance) corrects
+each run; the noise of a run's residual series is the larger part of its variance where a testset
+is small, and a ratio of two noisy numbers is then wild, so models are pooled by
+:func:`ratio_of_means` (the mean of the numerators over the mean of the attenuations, before any
+division) with Fieller's interval over the models, which carries the noise estimate's uncertainty
+with every other. The choice among the candidates (the moment correction of the residual covariance,
+which over-corrects by its second-order terms; SIMEX; the item bootstrap): docs/analysis.md#scores-as-measurements.
+
+Only Pearson's correlation with a linear residualiser (``linear``, ``linear+step``) is corrected:
+the ranks of a noisy series are not the ranks of its truth plus independent noise (Spearman,
+Kendall), and a spline fitted to a noisy covariate has no instrumented form (``gam``); those cells
+report the observed correlation and their answer borrows the sign check of the Pearson linear cell
+of the same pair (:mod:`.consensus`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from .inference import corrected_phis, expected_lag1, modified_tests, residual_covariances
+from .pooling import fisher_z
+
+SPLITS = 8  # random halvings of the in-domain items per run (each in both orientations)
+# a reliability (share of a residual series' variance that is not item noise) below this leaves a
+# testset's series mostly noise: a pair the data cannot resolve is then "noise-limited", naming it
+NOISE_LIMITED = 0.5
+
+
+def instrumented_makers(zh: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The residual makers of the instrumented fits: for every split and orientation ``o``, ``R =
+    P - P z_o z_(1-o)' P / (z_(1-o)' P z_o)`` (a series ``x`` becomes ``P (x - beta z_o)`` with the
+    slope ``beta = z_(1-o)' P x / z_(1-o)' P z_o``), shape (..., splits, 2, T, T); and the
+    denominators ``z_(1-o)' P z_o`` (..., splits, 2)."""
+    za = zh
+    zb = zh[..., ::-1, :]
+    Pza = za @ P.T if P.ndim == 2 else np.einsum("...ij,...kj->...ki", P, za)
+    Pzb = zb @ P.T if P.ndim == 2 else np.einsum("...ij,...kj->...ki", P, zb)
+    den = np.einsum("...t,...t->...", Pzb, za)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        R = P[..., None, None, :, :] - Pza[..., :, None] * Pzb[..., None, :] / den[..., None, None]
+    return R, den
+
+
+def cross_fitted(
+    zh: np.ndarray,
+    P: np.ndarray,
+    X: np.ndarray,
+    XH: np.ndarray | None,
+    pairs: np.ndarray,
+    pos: np.ndarray | None,
+    level: float = 0.95,
+) -> dict:
+    """Cross-fitted partial correlations (the module doc) of one or many runs at once.
+
+    ``zh`` (B, splits, 2, T): the in-domain halves' scores; ``P`` (T, T): the residual maker of the
+    exact covariates (the intercept, and the step with ``+step``); ``X`` (B, T, S): the OOD series;
+    ``XH`` (B, splits, 2, T, S): their halves' scores (NaN for a testset without items; None: none
+    has); ``pairs`` (m, 2): the series' indices of each pair; ``pos``: the checkpoint positions
+    (None: exchangeable units). Every unit complete.
+
+    Returns arrays (B, m): ``r`` (r_eiv), ``n_eff``, ``p``, ``ci_low``, ``ci_high``, ``se_z`` (the
+    modified t); ``eiv_x``, ``eiv_y`` (the cross-fitted series' sums of squares, mean over the
+    splits); and the moments the tasks' correlation is made of (:func:`_moments`)."""
+    zh, X = np.asarray(zh, float), np.asarray(X, float)
+    R, _ = instrumented_makers(zh, P)  # (B, K, 2, T, T)
+    rho = R @ X[:, None, None]  # (B, K, 2, T, S)
+    norm = np.sqrt(np.einsum("bkots,bkots->bkos", rho, rho))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = rho / norm[:, :, :, None, :]
+    C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])  # x on half 0, y on half 1
+    i, j = pairs[:, 0], pairs[:, 1]
+    z = 0.5 * (fisher_z(C[:, :, i, j]) + fisher_z(C[:, :, j, i]))  # (B, K, m)
+    r = np.tanh(z.mean(1))
+    n_eff = _effective_n(R[:, 0], rho[:, 0], pairs, pos)
+    p, lo, hi, se = modified_tests("pearson", r, n_eff, level)
+    sq = (norm**2).mean((1, 2))  # (B, S): the cross-fitted series' sums of squares
+    out = {
+        "r": r,
+        "n_eff": n_eff,
+        "p": p,
+        "ci_low": lo,
+        "ci_high": hi,
+        "se_z": se,
+        "eiv_x": sq[:, i],
+        "eiv_y": sq[:, j],
+    }
+    out.update(_moments(zh, P, X, XH, pairs))
+    return out
+
+
+def _moments(zh, P, X, XH, pairs) -> dict:
+    """The sums of squares and products of the tasks' residuals, each free of item noise in
+    expectation, averaged over the splits and both orientations (arrays (B, m)):
+
+    * ``cov``: ``x'P y - (x'P z_b)(y'P z_a) / (z_a'P z_b)`` -- the residual covariance of x fitted
+      on half a (instrumented by b) and y on half b (instrumented by a), whose in-domain noises are
+      independent;
+    * ``var_x``, ``var_y``: ``(x_1 - b_1 z_a)'P(x_2 - b_2 z_b)`` -- x's two item halves, each fitted
+      on its own in-domain half: a product of residuals that share neither x's item noise nor the
+      in-domain set's, so only the task's residual variance is left (a monotone distortion of a
+      half's scores by its sample of items scales the task's variation and stays in it); NaN without
+      the testset's items;
+    * ``obs_x``, ``obs_y``: the observed residual variances, least squares on the whole in-domain
+      score."""
+    Pz = np.einsum("tu,bkhu->bkht", P, zh)  # (B, K, 2, T)
+    PX = np.einsum("tu,bus->bts", P, X)
+    zab = np.einsum("bkt,bkt->bk", Pz[:, :, 0], zh[:, :, 1])  # z_a' P z_b
+    xz = np.einsum("bts,bkht->bkhs", PX, zh)  # x' P z_h
+    i, j = pairs[:, 0], pairs[:, 1]
+    xy = np.einsum("bti,bti->bi", PX[:, :, i], X[:, :, j])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = xy[:, None] - 0.5 * (xz[:, :, 1, i] * xz[:, :, 0, j] + xz[:, :, 0, i] * xz[:, :, 1, j]) / zab[:, :, None]
+    z = zh.mean(2).mean(1)  # the whole set's score (the halves' mean: exact for even sizes)
+    Pzf = np.einsum("tu,bu->bt", P, z)
+    zz = np.einsum("bt,bt->b", Pzf, z)
+    xzf = np.einsum("bts,bt->bs", PX, z)
+    xx = np.einsum("bts,bts->bs", PX, X)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        obs = xx - xzf**2 / zz[:, None]
+    if XH is None:
+        var = np.full(obs.shape, np.nan)
+    else:
+        XH = np.asarray(XH, float)
+        PXH = np.einsum("tu,bkhus->bkhts", P, XH)
+        hz = np.einsum("bkhts,bkgt->bkhgs", PXH, zh)  # x_h' P z_g
+        h12 = np.einsum("bkts,bkts->bks", PXH[:, :, 0], XH[:, :, 1])  # x_1' P x_2
+        ab = zab[:, :, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # (x_1 - b_1 z_a)'P(x_2 - b_2 z_b) = x_1'P x_2 - (x_1'P z_b)(x_2'P z_a) / (z_a'P z_b), and with a, b swapped
+            parts = [h12 - hz[:, :, 0, 1 - g] * hz[:, :, 1, g] / ab for g in (0, 1)]
+        var = 0.5 * (parts[0] + parts[1]).mean(1)
+    return {"cov": cov.mean(1), "var_x": var[:, i], "var_y": var[:, j], "obs_x": obs[:, i], "obs_y": obs[:, j]}
+
+
+def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np.ndarray:
+    """Dutilleul's effective sample size of each pair of cross-fitted series of the first split, as
+    :func:`.inference.effective_n` gives it (the AR(1) covariances, never above the independent
+    units' one), averaged over the two orientations. ``R0`` (B, 2, T, T), ``rho0`` (B, 2, T, S)."""
+    res = np.swapaxes(rho0, -1, -2)  # (B, 2, S, T)
+    C0 = R0 @ np.swapaxes(R0, -1, -2)  # (B, 2, T, T)
+    if pos is None:
+        C = np.broadcast_to(C0[:, :, None], (*res.shape[:3], *C0.shape[-2:]))
+    else:
+        psi = expected_lag1(R0, pos)  # (B, 2, grid)
+        _, phi = corrected_phis(res, R0[:, :, None], pos, psi[:, :, None, :])
+        C = residual_covariances(R0[:, :, None], phi, pos)  # (B, 2, S, T, T)
+    tr = np.trace(C, axis1=-2, axis2=-1)  # (B, 2, S)
+    G = np.einsum("bitu,bjtu->bij", C[:, 0], C[:, 1])  # tr(C_x(o=0) C_y(o=1))
+    i, j = pairs[:, 0], pairs[:, 1]
+    tr0 = np.trace(C0, axis1=-2, axis2=-1)  # (B, 2)
+    g0 = np.einsum("btu,btu->b", C0[:, 0], C0[:, 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        iid = 1.0 + tr0[:, 0] * tr0[:, 1] / g0
+        a = 1.0 + tr[:, 0, i] * tr[:, 1, j] / G[:, i, j]
+        b = 1.0 + tr[:, 1, i] * tr[:, 0, j] / G[:, j, i]
+    a = np.where(G[:, i, j] > 0, a, np.nan)
+    b = np.where(G[:, j, i] > 0, b, np.nan)
+    return 0.5 * (np.fmin(a, iid[:, None]) + np.fmin(b, iid[:, None]))
+
+
+def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, noise_z: float) -> np.ndarray:
+    """The partial correlation of each pair corrected for in-domain item noise of ``noise_z`` (the
+    expected noise in ``z' P z``: at the binomial bound, the largest the bound allows), the moment
+    correction ``(S_xy - S_xz S_yz / (S_zz - noise_z)) / sqrt(o_x o_y)`` with the observed residual
+    variances ``o`` in the denominator (so the value is on the observed scale: only the control is
+    corrected). NaN where ``S_zz - noise_z`` is not positive (the in-domain series' variation is
+    within its noise). ``z`` (T,), ``X`` (T, S), one run, complete units."""
+    Pz, PX = P @ z, P @ X
+    szz = float(Pz @ Pz)
+    sxz = PX.T @ Pz
+    sxx = np.einsum("ts,ts->s", PX, PX)
+    i, j = pairs[:, 0], pairs[:, 1]
+    sxy = np.einsum("ti,ti->i", PX[:, i], PX[:, j])
+    ox, oy = sxx[i] - sxz[i] ** 2 / szz, sxx[j] - sxz[j] ** 2 / szz
+    left = szz - noise_z
+    if not left > 1e-12 * szz:
+        return np.full(len(pairs), np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (sxy - sxz[i] * sxz[j] / left) / np.sqrt(ox * oy)
+    return np.clip(r, -1.0, 1.0)
+
+
+def reliability(R: np.ndarray, resid: np.ndarray, sigma: np.ndarray | None, level: float = 0.95) -> tuple:
+    """(estimate, low, high) of the share of a residual series ``resid = R x`` whose variance is not
+    item noise: ``1 - tr(R Sigma R') / resid' resid``, its interval from the noise's chance
+    fluctuation (``sd = sqrt(2 tr((R Sigma R')^2)) / resid' resid``). NaN where ``sigma`` is None."""
+    if sigma is None or not np.all(np.isfinite(sigma)):
+        return math.nan, math.nan, math.nan
+    total = float(resid @ resid)
+    if not total > 0:
+        return math.nan, math.nan, math.nan
+    RS = R @ sigma @ R.T
+    est = 1.0 - float(np.trace(RS)) / total
+    sd = math.sqrt(2 * float(np.vdot(RS, RS))) / total
+    q = float(stats.norm.ppf(0.5 + level / 2))
+    return est, est - q * sd, min(est + q * sd, 1.0)
+
+
+def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y):
+    """The tasks' correlation of a run from its cross-fitted one: ``r / sqrt(rel_x rel_y)`` (NaN
+    where a reliability is not positive or the result leaves [-1, 1]) and its interval, the
+    observed interval divided by the attenuation's range (a bound that reaches 0 leaves that side
+    open: +-1). Arrays of one shape."""
+    r, lo, hi = (np.asarray(v, float) for v in (r, lo, hi))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a = np.sqrt(np.asarray(rel_x, float) * np.asarray(rel_y, float))
+        a_lo = np.sqrt(np.clip(rel_lo_x, 0, 1) * np.clip(rel_lo_y, 0, 1))
+        a_hi = np.sqrt(np.clip(rel_hi_x, 0, 1) * np.clip(rel_hi_y, 0, 1))
+        est = np.where((a > 0) & np.isfinite(a), r / a, np.nan)
+        est = np.where(np.abs(est) <= 1, est, np.nan)
+        low = np.where(lo >= 0, lo / a_hi, np.where(a_lo > 0, lo / a_lo, -1.0))
+        high = np.where(hi <= 0, hi / a_hi, np.where(a_lo > 0, hi / a_lo, 1.0))
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    return est, np.where(ok, np.clip(low, -1, 1), np.nan), np.where(ok, np.clip(high, -1, 1), np.nan)
+
+
+def ratio_of_means(num, att_x, att_y, level: float = 0.95) -> tuple[float, float, float]:
+    """The tasks' correlation pooled over units (runs of a model, or models): the mean of the
+    cross-fitted correlations ``num`` over ``sqrt(mean att_x * mean att_y)`` (each unit's
+    reliabilities), and Fieller's interval for that ratio of means on ``k - 1`` degrees of freedom
+    (the denominator linearised per unit), clipped to [-1, 1]: an interval whose denominator is not
+    clearly positive is [-1, 1], the whole range. Fewer than 3 units: the ratio and no interval."""
+    num, ax, ay = (np.asarray(v, float) for v in (num, att_x, att_y))
+    ok = np.isfinite(num) & np.isfinite(ax) & np.isfinite(ay)
+    num, ax, ay = num[ok], ax[ok], ay[ok]
+    k = len(num)
+    if k == 0:
+        return math.nan, math.nan, math.nan
+    mx, my = ax.mean(), ay.mean()
+    if not (mx > 0 and my > 0):
+        return math.nan, -1.0, 1.0
+    D = math.sqrt(mx * my)
+    est = float(np.clip(num.mean() / D, -1.0, 1.0))  # a ratio of noisy means may pass +-1: read as the bound
+    if k < 3:
+        return est, math.nan, math.nan
+    d = D * (ax / (2 * mx) + ay / (2 * my))
+    a_bar, d_bar = num.mean(), d.mean()
+    s_aa, s_dd = num.var(ddof=1) / k, d.var(ddof=1) / k
+    s_ad = float(np.cov(num, d, ddof=1)[0, 1]) / k
+    t2 = float(stats.t.ppf(0.5 + level / 2, k - 1)) ** 2
+    qa = d_bar**2 - t2 * s_dd
+    qb = a_bar * d_bar - t2 * s_ad
+    qc = a_bar**2 - t2 * s_aa
+    disc = qb * qb - qa * qc
+    if qa <= 0 or disc < 0:
+        return est, -1.0, 1.0
+    root = math.sqrt(disc)
+    lo, hi = (qb - root) / qa, (qb + root) / qa
+    return est, float(np.clip(lo, -1, 1)), float(np.clip(hi, -1, 1))
+
+
+def pool_measured(runs, parts: list, level: float = 0.95) -> dict:
+    """The pooled rows' measurement columns, one value per group of run rows (``parts``: the row
+    positions of each group, as :func:`.pooling.pool_runs` forms them): the tasks' correlation by
+    :func:`ratio_of_means` over the runs (one run: its own value and interval), the moments summed,
+    each reliability the mean of the runs' with the mean of their ends, and the runs' ``noise``
+    texts."""
+    sums = ("task_cov", "task_var_x", "task_var_y", "eiv_var_x", "eiv_var_y", "obs_var_x", "obs_var_y")
+    corr = ("r_corrected", "ci_low_corrected", "ci_high_corrected")
+    rel = [f"reliability_{s}{e}" for s in ("x", "y", "in_domain") for e in ("", "_low", "_high")]
+    out = {c: np.full(len(parts), np.nan) for c in (*corr, *sums, *rel)}
+    out["noise"] = np.full(len(parts), "", dtype=object)
+    out["eiv_from"] = np.full(len(parts), "", dtype=object)
+    arr = {c: runs[c].to_numpy(float) for c in (*corr, *sums, *rel)}
+    noise = runs["noise"].to_numpy(object)
+    how = runs["eiv_from"].to_numpy(object)
+    for g, p in enumerate(parts):
+        for c in sums:
+            v = arr[c][p]
+            out[c][g] = float(v.sum()) if len(v) and np.isfinite(v).all() else np.nan
+        for c in rel:
+            v = arr[c][p]
+            out[c][g] = float(np.mean(v)) if len(v) and np.isfinite(v).all() else np.nan
+        for side in ("x", "y"):  # with several runs, the ratio of the sums (a mean of ratios is biased)
+            task, obs = out[f"task_var_{side}"][g], out[f"obs_var_{side}"][g]
+            if len(p) > 1 and np.isfinite(task) and obs > 0:
+                out[f"reliability_{side}"][g] = task / obs
+        if len(p) == 1:
+            for c in corr:
+                out[c][g] = arr[c][p[0]]
+        else:
+            est, lo, hi = ratio_of_means(arr["task_cov"][p], arr["task_var_x"][p], arr["task_var_y"][p], level)
+            out["r_corrected"][g], out["ci_low_corrected"][g], out["ci_high_corrected"][g] = est, lo, hi
+        out["noise"][g] = "; ".join(dict.fromkeys(t for t in noise[p] if isinstance(t, str) and t))
+        kinds = set(how[p])
+        out["eiv_from"][g] = "bound" if "bound" in kinds else ("items" if kinds == {"items"} else "")
+    return out

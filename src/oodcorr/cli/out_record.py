@@ -1,0 +1,115 @@
+"""What ``oodcorr analyse`` wrote into ``--out``, recorded there (:data:`RECORD`), so that an analysis into a
+folder used before does not leave the earlier one's outputs beside its own.
+
+Before an analysis the files in ``--out`` are noted (:func:`snapshot`: each one's size, times and inode,
+:func:`oodcorr.core.io.stat_key`); after it, the files it wrote are those new or changed, and they are
+recorded (:func:`settle`). A file the record of the earlier analysis names, that this one did not write
+again and that is as that analysis left it, is removed: a figure of a model the new input does not hold,
+say. Nothing else is touched: a file the user put there, or one the earlier analysis wrote and someone
+changed since (kept, and said). An ``--out`` written before the record existed (or whose record cannot be
+read) is left as it is, and the files this analysis did not write are named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+
+from ..core.io import stat_key, write_json_atomic
+
+RECORD = ".oodcorr-analyse.json"
+SHOWN = 5  # files named in a line at most
+
+
+def snapshot(out: Path) -> dict[str, list[int]]:
+    """Every regular file under ``out`` (the record left out), by its path below ``out``: its
+    :func:`~oodcorr.core.io.stat_key`."""
+    found: dict[str, list[int]] = {}
+    if not out.is_dir():
+        return found
+    for root, _dirs, files in os.walk(out):
+        for name in files:
+            p = Path(root) / name
+            rel = p.relative_to(out).as_posix()
+            if rel == RECORD or p.is_symlink() or not p.is_file():
+                continue
+            with contextlib.suppress(OSError):
+                found[rel] = stat_key(p)
+    return found
+
+
+def _shown(rels: list[str]) -> str:
+    return ", ".join(rels[:SHOWN]) + (f" and {len(rels) - SHOWN} more" if len(rels) > SHOWN else "")
+
+
+def _read(out: Path) -> tuple[dict | None, str | None]:
+    """The earlier analysis's record (path -> stat key), and a sentence when it cannot be read."""
+    path = out / RECORD
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        files = doc["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files")
+        return files, None
+    except FileNotFoundError:
+        return None, None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"{path}, the record of what an earlier analysis wrote there, is unreadable ({type(e).__name__})"
+
+
+def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
+    """After an analysis into ``out`` (whose files were ``before``): remove what the earlier analysis
+    wrote and this one did not (as it was left), record what this one wrote, and return the lines that
+    say what was removed, kept or left alone."""
+    after = snapshot(out)
+    written = {rel: key for rel, key in after.items() if before.get(rel) != key}
+    old, damaged = _read(out)
+    lines = []
+    if old is None:
+        left = sorted(set(after) - set(written))
+        if left:
+            why = (
+                f"{damaged}, so"
+                if damaged
+                else "--out was written before analyses recorded what they write there (or by someone else), so"
+            )
+            lines.append(
+                f"{out}: {why} the {len(left)} file(s) there that this analysis did not write are left as they were: "
+                f"{_shown(left)}. They may be of another input: delete them, or give a new --out. What this analysis "
+                f"wrote is recorded now ({RECORD}): the next analysis into {out} removes what it does not write again"
+            )
+    else:
+        removed, kept = [], []
+        for rel, key in sorted(old.items()):
+            if rel in written or rel not in after:
+                continue
+            if after[rel] != key:
+                kept.append(rel)
+                continue
+            with contextlib.suppress(OSError):
+                (out / rel).unlink()
+                removed.append(rel)
+                _drop_empty(out, (out / rel).parent)
+        if removed:
+            lines.append(
+                f"removed {len(removed)} file(s) of the earlier analysis in {out} that this one does not write: "
+                f"{_shown(removed)}"
+            )
+        lines += [
+            f"{out / rel}: written by an earlier analysis and changed since: kept (delete it if it is not of this one)"
+            for rel in kept
+        ]
+    write_json_atomic(out / RECORD, {"format": 1, "files": written})
+    return lines
+
+
+def _drop_empty(out: Path, folder: Path) -> None:
+    """Remove ``folder`` and the folders above it, up to ``out`` (not included), while they are empty."""
+    while folder != out and out in folder.parents:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
+        folder = folder.parent

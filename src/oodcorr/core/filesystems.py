@@ -1,0 +1,449 @@
+"""The file systems results are written to: the room they have (bytes, inodes), and what stopped a
+write, in a sentence that names the file, the folder and what to do.
+
+A write that the file system stops for want of room (ENOSPC, a used-up quota: EDQUOT, a file over
+the size limit: EFBIG) is told apart by what stopped it (:func:`disk_full`), naming what a run left
+that can be deleted (:func:`deletable`). Where the size is known, the room is checked before
+anything is written (:func:`check_room`). Every other error a file system stops a write with (an
+I/O error: EIO; a read-only file system: EROFS; a folder this user may not write: EACCES, EPERM) goes
+through the same sentence-making (:func:`write_failed`), naming the file, the folder and its file
+system; where a library reports it without an errno (safetensors' I/O error), the caller knows where
+it happened, and a probe write there (:func:`probe_write`) tells which.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fnmatch
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import DiskFull, WriteFailed
+
+# ---- a full disk: found before writing where the size is known, named when a write hits it ----------
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# the other errors a file system stops a write with: a failing disk or mount, a read-only file system, a
+# folder this user may not write
+WRITE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
+# how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text), and the
+# errno each stands for; matched in lower case without spaces or underscores
+_DISK_FULL_WORDS = (
+    ("nospaceleftondevice", errno.ENOSPC),
+    ("storagefull", errno.ENOSPC),
+    ("oserror28)", errno.ENOSPC),
+    ("errno28]", errno.ENOSPC),
+    ("diskquotaexceeded", errno.EDQUOT),
+    ("filesystemquotaexceeded", errno.EDQUOT),
+    ("oserror122)", errno.EDQUOT),
+    ("errno122]", errno.EDQUOT),
+    ("filetoolarge", errno.EFBIG),
+    ("oserror27)", errno.EFBIG),
+    ("errno27]", errno.EFBIG),
+)
+# what a run leaves that can go without losing a result (the globs are searched under the experiment folder)
+LEFTOVERS = (
+    ("checkpoints.stale-*", "checkpoints of earlier settings, set aside, never reused"),
+    (".incomplete-checkpoint-*", "damaged or unfinished checkpoints, set aside, never used"),
+    (".published/kept-*", "published sets changed by hand, kept"),
+    (".*.tmp", "half-written files of killed jobs"),
+)
+# the folder entries the search for LEFTOVERS looks at, at most (listing folders and measuring what it
+# finds): a message about a full disk must not wait on a walk of 10^5 files on a slow network mount
+DELETABLE_WALK_LIMIT = 20_000
+
+
+def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+    """Which of ENOSPC, EDQUOT (a quota) and EFBIG (a file over the size limit) stopped a write, from
+    ``exc`` or what caused it: its errno, or a library's words for it (safetensors and pyarrow report
+    the error in words); None when none did. torch's writer loses the errno (``unexpected pos``,
+    ``file write failed``): with ``folder`` given, such an error counts as ENOSPC when less than 1 MiB
+    is free there."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+            return e.errno
+        text = str(e).lower().replace(" ", "").replace("_", "")
+        for word, code in _DISK_FULL_WORDS:
+            if word in text:
+                return code
+        if folder is not None and ("inlinecontainer" in text or "pytorchstreamwriter" in text):
+            free = free_bytes(folder)
+            if free is not None and free < 1 << 20:
+                return errno.ENOSPC
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """Whether ``exc`` (or what caused it) is a write stopped for want of room: ENOSPC, a quota
+    (EDQUOT), a file over the size limit (EFBIG) (:func:`disk_full_errno`)."""
+    return disk_full_errno(exc, folder) is not None
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a file system has left for this user: bytes and inodes free (an inode per file or
+    folder), its inodes in all (0 where it does not count them, as btrfs), and which it is (its
+    device number)."""
+
+    free: int
+    inodes_free: int
+    inodes: int
+    device: int
+
+    @property
+    def no_inodes(self) -> bool:
+        """Every inode is used: no file can be made, whatever the bytes free."""
+        return self.inodes > 0 and self.inodes_free == 0
+
+
+def _existing(folder: str | os.PathLike) -> Path:
+    p = Path(folder)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def room(folder: str | os.PathLike) -> Room | None:
+    """What ``folder``'s file system (its nearest existing parent's) has left, or None if unknown."""
+    where = _existing(folder)
+    try:
+        st, device = os.statvfs(where), os.stat(where).st_dev
+    except OSError:
+        return None
+    return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files, device)
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """Bytes free to this user in ``folder``'s file system (its nearest existing parent's), or None."""
+    r = room(folder)
+    return None if r is None else r.free
+
+
+def mount_point(folder: str | os.PathLike) -> Path:
+    """The top of the file system ``folder`` (or its nearest existing parent) is on."""
+    p = _existing(folder).resolve()
+    try:
+        dev = p.stat().st_dev
+        while p != p.parent and p.parent.stat().st_dev == dev:
+            p = p.parent
+    except OSError:
+        pass
+    return p
+
+
+def _experiment_folder(folder: Path) -> Path:
+    """The experiment folder above ``folder`` (the one holding experiment.json or .published), else ``folder``."""
+    for p in (folder, *folder.parents):
+        if (p / "experiment.json").exists() or (p / ".published").is_dir() or (p / "experiment.lock").exists():
+            return p
+    return folder
+
+
+def _size_of(p: Path, budget: list[int]) -> int:
+    """The bytes under ``p``, counting each entry looked at against ``budget`` (stops when it is spent)."""
+    try:
+        st = p.lstat()
+    except OSError:
+        return 0
+    if not stat.S_ISDIR(st.st_mode):
+        return st.st_size
+    total, todo = 0, [p]
+    while todo and budget[0] > 0:
+        try:
+            with os.scandir(todo.pop()) as entries:
+                for entry in entries:
+                    budget[0] -= 1
+                    if budget[0] <= 0:
+                        break
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(Path(entry.path))
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
+def _leftover(root: Path, parent: Path, name: str) -> str | None:
+    """What the entry ``name`` of ``parent`` is, when it is one of :data:`LEFTOVERS`."""
+    for pattern, what in LEFTOVERS:
+        under, _, glob = pattern.rpartition("/")
+        if fnmatch.fnmatchcase(name, glob) and (not under or parent == root / under):
+            return what
+    return None
+
+
+def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
+    """What a run left under ``folder``'s experiment folder that can be deleted without losing a
+    result (:data:`LEFTOVERS`), largest first, as ``path (size: what it is)``. One walk, shallowest
+    folders first, that looks at no more than :data:`DELETABLE_WALK_LIMIT` entries in all (listing
+    and measuring); when it stops early, the last item says so."""
+    root = _experiment_folder(Path(folder))
+    budget = [DELETABLE_WALK_LIMIT]
+    found: list[tuple[int, Path, str]] = []
+    todo = deque([root]) if root.is_dir() else deque()
+    while todo and budget[0] > 0:
+        parent = todo.popleft()
+        try:
+            with os.scandir(parent) as entries:
+                for entry in entries:
+                    budget[0] -= 1
+                    if budget[0] <= 0:
+                        break
+                    what = _leftover(root, parent, entry.name)
+                    if what:
+                        found.append((_size_of(Path(entry.path), budget), Path(entry.path), what))
+                        continue
+                    with contextlib.suppress(OSError):
+                        if entry.is_dir(follow_symlinks=False):
+                            todo.append(Path(entry.path))
+        except OSError:
+            continue
+    found.sort(key=lambda t: -t[0])
+    out = [f"{p} ({human_bytes(n)}: {what})" for n, p, what in found[:limit]]
+    if budget[0] <= 0:
+        out.append(f"the search stopped after {DELETABLE_WALK_LIMIT:,} entries of {root}, so there may be more")
+    return out
+
+
+def full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
+    """What stopped a write into ``folder``: ``"quota"`` (EDQUOT), ``"too large"`` (EFBIG),
+    ``"inodes"`` (no inode left, whatever the bytes free) or ``"space"`` (no bytes left)."""
+    code = disk_full_errno(cause, folder) if cause is not None else None
+    if code == errno.EDQUOT:
+        return "quota"
+    if code == errno.EFBIG:
+        return "too large"
+    r = room(folder)
+    return "inodes" if r is not None and r.no_inodes else "space"
+
+
+def _file_size_limit() -> int | None:
+    """This process's largest file (``ulimit -f``, in bytes), or None when unlimited."""
+    import resource  # Unix only; the workflow runs on nothing else
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def disk_full(
+    folder: str | os.PathLike,
+    what: str,
+    *,
+    needed: int | None = None,
+    written: int | None = None,
+    cause: BaseException | None = None,
+) -> str:
+    """The sentence for a write that does not fit, told apart by what stopped it (:func:`full_kind`):
+    no bytes left, no inodes left, a used-up quota or a file over the size limit. Each names the
+    folder, the bytes needed (or written when it stopped), the command that shows the limit, what can
+    be deleted, and that nothing half-written was kept."""
+    folder = Path(folder)
+    kind = full_kind(cause, folder)
+    free = free_bytes(folder)
+    if needed is not None:
+        need = f"it needs {human_bytes(needed)} ({needed} bytes)"
+    elif written is not None:
+        need = f"it needs more than the {human_bytes(written)} ({written} bytes) written when it stopped"
+    else:
+        need = "it needs more room than is free"
+    kept = "Nothing half-written is kept, and no result is taken from it."
+    again = "then run again: the job starts over from what is whole"
+    leftovers = deletable(folder)
+    listed = f"; what a run left that holds no result: {'; '.join(leftovers)}" if leftovers else ""
+    if kind == "quota":
+        return (
+            f"{what}: your disk quota on the file system of {folder} is used up (a quota counts the bytes, or the "
+            f"files, you own there): {need}. The file system may have room ({human_bytes(free)} free, `df -h "
+            f"{folder}`), but not in your share of it: `quota -s` shows your quota (on Lustre, `lfs quota -h -u "
+            f"$USER {folder}`). {kept} Delete files of yours on that file system{listed}, ask for a larger "
+            f"quota, or put results/ on a file system where your quota has room (a link to it), {again}"
+        )
+    if kind == "too large":
+        limit = _file_size_limit()
+        why = (
+            f"this process may write no file larger than {human_bytes(limit)} (the file-size limit, `ulimit -f`): "
+            "raise it (`ulimit -f unlimited` in the shell, or the cluster job's script, that starts Snakemake)"
+            if limit is not None
+            else f"the file system of {folder} takes no larger file (FAT32 and some network mounts stop at 4 GiB): "
+            "put results/ on another file system (a link to it)"
+        )
+        return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {kept} Then run again"
+    if kind == "inodes":
+        top = mount_point(folder)
+        return (
+            f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
+            f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
+            f"there. {kept} Delete files you no longer need on that file system, many small ones first (`du "
+            f"--inodes -xs {top}/* | sort -n` shows where they are){listed}, or put results/ on another file "
+            f"system (a link to it), {again}"
+        )
+    short = (
+        f" Free at least {human_bytes(needed - free)} more there" if needed and free is not None else " Free room there"
+    )
+    delete = (
+        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or other experiments' folders "
+        "you no longer need"
+        if leftovers
+        else ": delete files you no longer need on that file system (`du -sh <folder>/* | sort -h` shows the largest)"
+    )
+    return (
+        f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
+        f"{kept}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {again}"
+    )
+
+
+def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+    """The errno that stopped a write, from ``exc`` or what caused it: a full disk's
+    (:func:`disk_full_errno`), else one of :data:`WRITE_ERRNOS` of an OSError; None when neither."""
+    code = disk_full_errno(exc, folder)
+    if code is not None:
+        return code
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:
+            return e.errno
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def probe_write(folder: str | os.PathLike) -> int | None:
+    """Write a byte into a new file in ``folder`` (its nearest existing parent), flushed to the disk, and
+    delete it: None if that works, else the errno it fails with. For a library that reported a write
+    error without its errno: where it happened is known, and the file system says what it is."""
+    where = _existing(folder)
+    name = where / f".oodcorr-probe-{os.getpid()}"
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as e:
+        return e.errno
+    try:
+        os.write(fd, b"\0")
+        os.fsync(fd)
+    except OSError as e:
+        return e.errno
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+    return None
+
+
+def file_system(folder: str | os.PathLike) -> str:
+    """The file system ``folder`` is on, for a sentence: its mount point and type (``/scratch (nfs4)``),
+    the longest mount point of ``/proc/self/mounts`` above it (a bind mount shares its device number
+    with what it shows, so that is the only way to tell it), else :func:`mount_point`."""
+    where = _existing(folder).resolve()
+    best: tuple[str, str] | None = None
+    with contextlib.suppress(OSError):
+        with open("/proc/self/mounts", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                top = fields[1].replace("\\040", " ")
+                inside = where == Path(top) or Path(top) in where.parents
+                if inside and (best is None or len(top) >= len(best[0])):  # the last mount on a point is seen
+                    best = (top, fields[2])
+    return f"{best[0]} ({best[1]})" if best else str(mount_point(folder))
+
+
+def owner_of(path: str | os.PathLike) -> str:
+    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal; "" when
+    nothing of it can be seen."""
+    path = Path(path)
+    for p in (path, *path.parents):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        try:
+            import pwd
+
+            name = pwd.getpwuid(st.st_uid).pw_name
+        except (ImportError, KeyError):
+            name = f"uid {st.st_uid}"
+        mine = "you" if st.st_uid == os.getuid() else f"user {name}"
+        return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
+    return ""
+
+
+KEPT = "Nothing half-written is kept, and no result is taken from it."
+
+
+def write_failed(
+    folder: str | os.PathLike,
+    what: str,
+    *,
+    needed: int | None = None,
+    written: int | None = None,
+    cause: BaseException | None = None,
+    code: int | None = None,
+) -> WriteFailed:
+    """The error for a write of ``what`` into ``folder`` that the file system stopped: a
+    :class:`~oodcorr.core.errors.DiskFull` with :func:`disk_full`'s sentence for want of room, else a
+    :class:`~oodcorr.core.errors.WriteFailed` whose sentence names the folder, its file system
+    (:func:`file_system`) and what to do: an I/O error (EIO), a read-only file system (EROFS), a folder
+    this user may not write (EACCES, EPERM). ``code``: the errno when ``cause`` does not carry it (found
+    by :func:`probe_write` where a library lost it); a cause with neither is said in the library's
+    words, as an error of that file system."""
+    folder = Path(folder)
+    code = code if code is not None else (write_errno(cause, folder) if cause is not None else None)
+    if code in DISK_FULL_ERRNOS or (code is None and cause is not None and is_disk_full(cause, folder)):
+        return DiskFull(disk_full(folder, what, needed=needed, written=written, cause=cause))
+    fs = file_system(folder)
+    library = cause is not None and not isinstance(cause, OSError)  # a library's words: said as they are
+    said = f" ({type(cause).__name__}: {str(cause)[:200]})" if library else ""
+    again = "then run again: the job starts over from what is whole"
+    if code == errno.EROFS:
+        return WriteFailed(
+            f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
+            f"{said}. {KEPT} Write to a writable file system instead (the workflow: make results/ a link to one; "
+            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {again}"
+        )
+    if code in (errno.EACCES, errno.EPERM):
+        owner = owner_of(folder)
+        return WriteFailed(
+            f"{what}: this user cannot write in {folder} ({os.strerror(code)}"
+            + (f": {owner}" if owner else "")
+            + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
+            f"u+w {folder}` if it is yours), run as the user who owns it, or write to a folder of yours (the "
+            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {again}"
+        )
+    kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
+    return WriteFailed(
+        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}: "
+        f"the disk or the network mount failed, not the workflow. {KEPT} It is safe to run again: the job starts "
+        "over from what is whole. If it fails again, the file system has a fault: see `dmesg | tail` on this "
+        f"machine, or ask its administrators about {fs}, and meanwhile put results/ on another "
+        "file system (a link to it)"
+    )
+
+
+def check_room(folder: str | os.PathLike, needed: int, what: str) -> None:
+    """Raise :class:`~oodcorr.core.errors.DiskFull` before writing ``needed`` bytes into ``folder``
+    when its file system has fewer free, or no inode for the file (nothing is written)."""
+    r = room(folder)
+    if r is not None and (needed > r.free or r.no_inodes):
+        raise DiskFull(disk_full(folder, what, needed=needed))
+
+
+def human_bytes(n: float | None) -> str:
+    """A byte count for people: ``1.5 GiB``; ``unknown`` for None."""
+    if n is None:
+        return "unknown"
+    for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.1f} {unit}"
+    return f"{int(n)} B"

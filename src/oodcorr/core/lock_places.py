@@ -1,0 +1,142 @@
+"""Where an experiment's lock is taken, recorded in the experiment folder.
+
+The experiment's lock (:data:`oodcorr.core.locks.EXPERIMENT`) lives in the folder, or, with
+``OODCORR_LOCK_DIR`` set, in that folder (:func:`oodcorr.core.locks.lock_path`). Two shells that
+disagree about that variable would each hold a lock of their own and both write the experiment. So
+each place the lock is taken in is recorded, one small file per place under
+``<experiment>/.lock-places/``, written before the places are listed, and a run takes the lock in
+every recorded place, its own among them, in one order (:func:`oodcorr.core.locks.hold`). However the
+steps of two runs interleave, the later to list sees the other's place, and the first place both
+want decides: exactly one runs.
+
+A place is provably free from this host when this host can take it: one in the experiment folder
+(from any host that shares the folder, where the file system locks), or a lock folder of this host.
+A lock folder of another host is local to that host: whether a run there holds it cannot be told
+from here, so a run elsewhere is refused, naming the host and the record to delete once no run is
+alive there. A lock folder that cannot hold a lock (a file, read-only, another user's) is named with
+the variable that set it (:func:`unusable`).
+
+May import: nothing of oodcorr outside this folder.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from .filesystems import owner_of
+from .io import write_json_atomic
+
+PLACES = ".lock-places"  # in the guarded folder
+LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it
+
+
+@dataclass(frozen=True)
+class Place:
+    """A place a folder's lock has been taken in: the lock folder (None: the folder itself), the host
+    that took it there and the record that says so."""
+
+    lock_dir: str | None
+    host: str
+    record: Path
+
+
+def lock_dir() -> str | None:
+    """This process's lock folder (:data:`LOCK_DIR_ENV`, resolved), None when unset."""
+    elsewhere = os.environ.get(LOCK_DIR_ENV)
+    return str(Path(elsewhere).expanduser().resolve()) if elsewhere else None
+
+
+def _record_path(folder: Path, kind_file: str, where: str | None) -> Path:
+    tag = hashlib.sha256(str(where).encode("utf-8")).hexdigest()[:16]
+    return folder.resolve() / PLACES / f"{kind_file}-{tag}.json"
+
+
+def record(folder: Path, kind_file: str) -> None:
+    """Record that ``folder``'s lock of ``kind_file`` is taken in this process's place (:func:`lock_dir`)
+    by this host (kept: a place once used stays recorded). The lock folder, not the lock file, is
+    recorded: a copy of the folder takes its lock there under its own name."""
+    where = lock_dir()
+    path = _record_path(folder, kind_file, where)
+    doc = {"lock_dir": where, "host": socket.gethostname()}
+    try:
+        if json.loads(path.read_text(encoding="utf-8")) == doc:
+            return
+    except (OSError, ValueError):
+        pass
+    write_json_atomic(path, doc)
+
+
+def recorded(folder: Path, kind_file: str) -> tuple[list[Place], list[str]]:
+    """Every recorded place of ``folder``'s lock of ``kind_file``, and a sentence for each record that
+    cannot be read (cut short, edited): which to delete, and that the run records it again."""
+    places, damaged = [], []
+    where = folder.resolve() / PLACES
+    try:
+        names = sorted(n for n in os.listdir(where) if n.startswith(f"{kind_file}-") and n.endswith(".json"))
+    except OSError:
+        return [], []
+    for name in names:
+        path = where / name
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            place = Place(doc["lock_dir"], str(doc["host"]), path)
+            if place.lock_dir is not None and not isinstance(place.lock_dir, str):
+                raise TypeError("lock_dir")
+            places.append(place)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            damaged.append(
+                f"{path}, the record of a place where the lock of {folder} was taken, is unreadable "
+                f"({type(e).__name__}); delete it and run again: the run records its place again"
+            )
+    return places, damaged
+
+
+def describe(where: str | None) -> str:
+    """A place, for a sentence: ``the folder itself (OODCORR_LOCK_DIR unset)`` or ``OODCORR_LOCK_DIR=<dir>``."""
+    return f"the folder itself ({LOCK_DIR_ENV} unset)" if where is None else f"{LOCK_DIR_ENV}={where}"
+
+
+def elsewhere(other: Place) -> str:
+    """What to add to the refusal when the lock is held in another place than this run's."""
+    return (
+        f". That run takes the lock in {describe(other.lock_dir)}, this one in {describe(lock_dir())}: a lock "
+        f"keeps out a second writer only where every run takes it in one place, so set {LOCK_DIR_ENV} alike in "
+        "every shell that runs this experiment (or in none); the places used are recorded in "
+        f"{other.record.parent}"
+    )
+
+
+def unprovable(kind_folder: str, folder: Path, other: Place) -> str:
+    """The refusal when a recorded place is a lock folder of another host."""
+    here = socket.gethostname()
+    return (
+        f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
+        f"({describe(other.lock_dir)} there); this run, on {here}, would take it in {describe(lock_dir())}. A "
+        f"lock folder keeps out a second writer on its own host only, so whether a run on {other.host} holds it "
+        f"cannot be told from here. Run this experiment from {other.host} with the same {LOCK_DIR_ENV}; or, once "
+        f"no run of it is alive on {other.host}, delete {other.record} (the record of that place) and run again"
+    )
+
+
+def unusable(what: str, where: Path, e: OSError) -> str:
+    """The refusal when the lock folder ``where`` cannot hold ``what``'s lock: a file, read-only, or
+    another user's."""
+    blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    elif e.errno == errno.EROFS:
+        why = f"{where} is on a read-only file system"
+    else:
+        why = owner_of(where) or f"{where} is not writable"
+    return (
+        f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
+        f"({e.strerror or e}: {why}), so nothing is written. Set {LOCK_DIR_ENV} to a folder of yours on a local "
+        f"disk of this host (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`; it is made if missing), the same "
+        "for every run of this experiment, or unset it to take the lock in the folder itself, and run again"
+    )

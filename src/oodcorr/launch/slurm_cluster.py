@@ -1,0 +1,378 @@
+"""What the workflow asks a SLURM cluster, and the checks of a run's SLURM settings before it submits.
+
+Snakemake's SLURM executor (``snakemake-executor-plugin-slurm``, pinned in requirements.txt) submits
+the jobs and watches them. This module asks the cluster what that executor does not (stdlib only,
+every command bounded by a timeout, a missing command answered with None):
+
+* :func:`cluster_config` -- ``scontrol show config``: accounting on or off, ``MinJobAge``,
+  ``MaxJobCount``;
+* :func:`partitions` -- ``sinfo``: each partition, whether it is up, its nodes and their states;
+* :func:`queue` -- ``squeue``: jobs by name (the executor names every job of a run after the run's
+  id), with their state and the reason SLURM gives for a pending one;
+* :func:`user_accounts` -- ``sacctmgr``, where there is accounting: the accounts the user may use.
+
+And, in ``onstart`` (:mod:`oodcorr.launch.slurm_watch`), before anything is submitted, the checks
+that turn a cluster setting the run cannot work with into a sentence naming the profile key:
+:func:`status_problems` (a status command that cannot see jobs end) and :func:`placement_problems`
+(a partition or account the cluster lacks), and :func:`queue_room` (a queue limit the run would hit).
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import subprocess
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+TIMEOUT_S = 30  # the most a query of the cluster may take
+# the executor's longest pause between two status checks (snakemake_executor_plugin_slurm: max_sleep_time)
+EXECUTOR_MAX_PAUSE_S = 180
+# the job states in which SLURM still holds or runs a job (squeue's own names)
+ACTIVE_STATES = frozenset(
+    "PENDING RUNNING CONFIGURING COMPLETING SUSPENDED REQUEUED REQUEUE_FED REQUEUE_HOLD RESIZING SIGNALING "
+    "STAGE_OUT STOPPED".split()
+)
+PROFILE = "profiles/slurm/config.yaml"
+
+
+def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
+    """``argv``'s result (text), or None when the command is not installed or did not end in time."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def first_line(res: subprocess.CompletedProcess | None) -> str:
+    """A failed command's first line of complaint, for a sentence."""
+    if res is None:
+        return "not installed, or no answer"
+    text = (res.stderr or res.stdout or "").strip()
+    return text.splitlines()[0] if text else f"exit status {res.returncode}"
+
+
+def controller_answers() -> bool:
+    """Whether slurmctld answers (``scontrol ping``)."""
+    res = run(["scontrol", "ping"], timeout=15)
+    return res is not None and res.returncode == 0
+
+
+# ---- the cluster's configuration -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """What ``scontrol show config`` says that matters to a run."""
+
+    accounting: bool  # a slurmdbd keeps job records: sacct and sacctmgr can answer
+    storage: str  # AccountingStorageType, as given
+    min_job_age_s: int | None  # how long a finished job stays visible to squeue
+    max_job_count: int | None  # the most jobs slurmctld holds at once, finished ones included
+    text: str = field(default="", repr=False, compare=False)
+
+
+def parse_config(text: str) -> ClusterConfig:
+    """:class:`ClusterConfig` from ``scontrol show config``'s ``Key = value`` lines."""
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    storage = values.get("AccountingStorageType", "")
+    return ClusterConfig(
+        accounting=bool(storage) and not storage.endswith("/none"),
+        storage=storage,
+        min_job_age_s=_seconds(values.get("MinJobAge")),
+        max_job_count=_number(values.get("MaxJobCount")),
+        text=text,
+    )
+
+
+def _number(value: str | None) -> int | None:
+    head = (value or "").split()[:1]
+    return int(head[0]) if head and head[0].isdigit() else None
+
+
+def _seconds(value: str | None) -> int | None:
+    """``300 sec``, ``1h``, ``600`` -> seconds."""
+    m = re.match(r"\s*(\d+)\s*([a-z]*)", (value or "").lower())
+    if not m:
+        return None
+    return int(m.group(1)) * (3600 if m.group(2).startswith("h") else 60 if m.group(2).startswith("min") else 1)
+
+
+def cluster_config() -> ClusterConfig | None:
+    res = run(["scontrol", "show", "config"])
+    return parse_config(res.stdout) if res is not None and res.returncode == 0 else None
+
+
+# ---- partitions and nodes ------------------------------------------------------------------------------
+
+SINFO_FORMAT = "%R|%a|%P|%N|%T|%E"  # partition, its availability, (default marked *), node, state, reason
+
+
+@dataclass
+class Partition:
+    name: str
+    available: str  # up, down, drain, inact
+    default: bool = False
+    nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
+
+    def usable_nodes(self) -> list[str]:
+        """Nodes that can start a job (not drained, draining, down, failing or powered down)."""
+        bad = ("drain", "down", "fail", "maint", "power", "reserved", "unknown", "no_respond", "inval")
+        return [n for n, (state, _) in self.nodes.items() if not any(b in state.lower() for b in bad)]
+
+    def unusable(self) -> str:
+        """The nodes that cannot start a job, with their state and reason, for a sentence."""
+        out = []
+        for n, (state, reason) in sorted(self.nodes.items()):
+            if n not in self.usable_nodes():
+                out.append(f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else ""))
+        return ", ".join(out)
+
+
+def parse_sinfo(text: str) -> dict[str, Partition]:
+    """``sinfo -h -N -o`` :data:`SINFO_FORMAT` -> partitions by name."""
+    parts: dict[str, Partition] = {}
+    for line in text.splitlines():
+        f = line.split("|", 5)
+        if len(f) < 6 or not f[0]:
+            continue
+        p = parts.setdefault(f[0], Partition(f[0], f[1].strip().lower()))
+        p.default = p.default or f[2].endswith("*")
+        if f[3]:
+            p.nodes[f[3]] = (f[4].strip(), f[5].strip())
+    return parts
+
+
+def partitions() -> dict[str, Partition] | None:
+    res = run(["sinfo", "-h", "-N", "-o", SINFO_FORMAT])
+    return parse_sinfo(res.stdout) if res is not None and res.returncode == 0 else None
+
+
+# ---- the queue -----------------------------------------------------------------------------------------
+
+SQUEUE_FORMAT = "%i|%T|%j|%P|%l|%m|%N|%k|%r"  # id, state, name, partition, limit, memory, nodes, comment, reason
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    id: str
+    state: str
+    name: str  # the executor names every job of a run after the run's id
+    partition: str
+    time_limit: str  # as squeue gives it: 20:00, 1-00:00:00, UNLIMITED
+    memory: str  # as squeue gives it: 2000M
+    nodes: str
+    comment: str  # the executor's: rule_<rule>[_wildcards_<values>]
+    reason: str
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    def rule(self, rules: Iterable[str] = ()) -> str:
+        """The rule in the executor's comment: the longest known rule name it starts with, else the comment."""
+        body = self.comment.removeprefix("rule_")
+        known = sorted((r for r in rules if body == r or body.startswith(r + "_")), key=len, reverse=True)
+        return known[0] if known else body.split("_wildcards_", 1)[0]
+
+
+def parse_squeue(text: str) -> list[QueuedJob]:
+    out = []
+    for line in text.splitlines():
+        f = line.split("|", 8)
+        if len(f) == 9 and f[0].strip():
+            out.append(QueuedJob(*(x.strip() for x in f)))
+    return out
+
+
+def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list[QueuedJob] | None:
+    """The jobs named ``names`` (all jobs when None; with ``every_state``, finished ones SLURM still
+    remembers too), or None when squeue does not answer."""
+    argv = ["squeue", "-h", "-o", SQUEUE_FORMAT]
+    if every_state:
+        argv.append("--states=all")
+    if names is not None:
+        names = sorted(set(names))
+        if not names:
+            return []
+        argv.append("--name=" + ",".join(names))
+    res = run(argv)
+    return parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
+
+
+def user_accounts() -> set[str] | None:
+    """The accounts this user may submit under (``sacctmgr``; None where it cannot answer)."""
+    res = run(["sacctmgr", "-n", "-P", "list", "associations", f"user={getpass.getuser()}", "format=account"])
+    if res is None or res.returncode != 0:
+        return None
+    return {a.strip().lower() for a in res.stdout.splitlines() if a.strip()}
+
+
+# ---- the checks before anything is submitted ---------------------------------------------------------
+
+
+def status_problems(status_command: str | None, init_s: int, config: ClusterConfig) -> tuple[list[str], list[str]]:
+    """(refusals, warnings) for how the executor would learn that jobs ended.
+
+    Without accounting, ``sacct`` knows no job: the executor's status queries fail, it stops
+    watching the jobs after one round of failed queries, and the run waits forever. It uses sacct
+    when told to (``slurm-status-command: sacct``, its default where sacct is installed), and
+    instead of squeue when ``MinJobAge`` is shorter than three times its first pause
+    (``slurm-init-seconds-before-status-checks``)."""
+    refusals, warnings = [], []
+    age = config.min_job_age_s
+    if not config.accounting:
+        why = (
+            f"this cluster keeps no accounting (AccountingStorageType={config.storage or 'none'}), so sacct knows no "
+            "job: the run would never learn that its jobs ended and would wait forever"
+        )
+        if status_command in (None, "sacct"):
+            refusals.append(
+                "the SLURM executor would ask sacct whether jobs ended (`slurm-status-command: sacct`, set in the "
+                f"profile or the executor's default where sacct is installed), but {why}. Set `slurm-status-command: "
+                f"squeue` in the profile ({PROFILE}) and run again"
+            )
+        elif age is not None and age < 3 * init_s:
+            refusals.append(
+                f"the SLURM executor would ask sacct instead of squeue whether jobs ended, since this cluster keeps a "
+                f"finished job visible to squeue for {age} s (MinJobAge), less than 3 x its first pause of {init_s} s "
+                f"(`slurm-init-seconds-before-status-checks`), but {why}. Set "
+                f"`slurm-init-seconds-before-status-checks: {max(1, age // 3)}` (or less) in the profile "
+                f"({PROFILE}) and run again"
+            )
+        if age is not None and age < EXECUTOR_MAX_PAUSE_S + 30 and not refusals:
+            warnings.append(
+                f"this cluster keeps a finished job visible to squeue for {age} s (MinJobAge) and has no "
+                f"accounting; the SLURM executor pauses up to {EXECUTOR_MAX_PAUSE_S} s between status checks, so a job "
+                "that ends early in a long pause can be missed and waited for forever (said on the console when it "
+                "happens). Ask the "
+                f"cluster's administrators for MinJobAge of {EXECUTOR_MAX_PAUSE_S + 120} s or more"
+            )
+    return refusals, warnings
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one rule's submitted jobs go, and the keys that set it (for sentences)."""
+
+    rule: str
+    partition: str | None
+    account: str | None
+    partition_key: str  # e.g. "slurm_partition in the profile's default-resources"
+    account_key: str
+
+
+def placement_problems(
+    placements: Iterable[Placement],
+    parts: dict[str, Partition],
+    config: ClusterConfig,
+    accounts: set[str] | None,
+    no_account: bool,
+) -> tuple[list[str], list[str]]:
+    """(refusals, warnings) for the partitions and accounts the jobs would be submitted to."""
+    refusals: list[str] = []
+    warnings: list[str] = []
+    by_partition: dict[str | None, list[Placement]] = {}
+    by_account: dict[str, list[Placement]] = {}
+    for p in placements:
+        by_partition.setdefault(p.partition, []).append(p)
+        if p.account:
+            by_account.setdefault(str(p.account), []).append(p)
+    names = ", ".join(sorted(parts)) or "none"
+    for name, group in sorted(by_partition.items(), key=lambda kv: str(kv[0])):
+        rules = ", ".join(sorted({g.rule for g in group}))
+        keys = "; ".join(sorted({g.partition_key for g in group}))
+        if name is None:
+            if not any(p.default for p in parts.values()):
+                refusals.append(
+                    f"the {rules} jobs name no partition and this cluster has no default one: set `slurm_partition` in "
+                    f"the profile's default-resources ({PROFILE}) to one of its partitions ({names}) and run again"
+                )
+            continue
+        part = parts.get(str(name))
+        if part is None:
+            refusals.append(
+                f"partition {name!r} ({keys}; for the {rules} jobs) is not a partition of this cluster, whose "
+                f"partitions are {names} (`sinfo`): set `slurm_partition` there to one of them and run again"
+            )
+        elif part.available in ("inact", "inactive", "drain"):
+            refusals.append(
+                f"partition {name!r} ({keys}; for the {rules} jobs) is {part.available} (`sinfo -p {name}`): SLURM "
+                "takes no job into it. Set `slurm_partition` there to a partition that is up, or ask the cluster's "
+                "administrators, and run again"
+            )
+        elif part.available == "down":
+            warnings.append(
+                f"partition {name!r} ({keys}; for the {rules} jobs) is down (`sinfo -p {name}`): SLURM queues the jobs "
+                "but starts none until an administrator sets it up. To run them elsewhere, stop this run, set "
+                "`slurm_partition` there to a partition that is up and run again"
+            )
+        elif not part.usable_nodes():
+            warnings.append(
+                f"no node of partition {name!r} ({keys}; for the {rules} jobs) can start a job now: "
+                f"{part.unusable() or 'it has no nodes'} (`sinfo -p {name}`). SLURM queues the jobs and starts them "
+                "when a node returns"
+            )
+    for account, group in sorted(by_account.items()):
+        rules = ", ".join(sorted({g.rule for g in group}))
+        keys = "; ".join(sorted({g.account_key for g in group}))
+        if not config.accounting:
+            warnings.append(
+                f"account {account!r} ({keys}; for the {rules} jobs) is passed to sbatch, but this cluster keeps no "
+                "accounting, so it has no accounts to check it against. Delete `slurm_account` there and set "
+                f"`slurm-no-account: true` in the profile ({PROFILE})"
+            )
+        elif accounts is not None and account.lower() not in accounts:
+            refusals.append(
+                f"account {account!r} ({keys}; for the {rules} jobs) is not one you may use on this cluster, per "
+                f"`sacctmgr list associations user={getpass.getuser()}`: yours are "
+                f"{', '.join(sorted(accounts)) or 'none'}. Set `slurm_account` there to one of them and run again"
+            )
+    if config.accounting and not no_account and not by_account and placements:
+        warnings.append(
+            "no job names a SLURM account (`slurm_account`): the executor guesses one from your earlier jobs. Set "
+            f"`slurm_account` in the profile's default-resources ({PROFILE}), or `slurm-no-account: true` where "
+            "jobs need none"
+        )
+    return refusals, warnings
+
+
+def queue_room(submissions: int, at_once: int, config: ClusterConfig, held_now: int) -> str | None:
+    """The sentence for a run that would fill SLURM's queue (``MaxJobCount``) before it submits, or None."""
+    limit = config.max_job_count
+    if limit is None or submissions <= 0:
+        return None
+    room = max(limit - held_now, 0)
+    if min(submissions, at_once) <= room:
+        return None
+    return (
+        f"SLURM holds at most {limit} jobs at once (MaxJobCount{_age(config.min_job_age_s)}) and holds {held_now} now, "
+        f"so {room} more fit; this run has {submissions} SLURM job(s) to submit, up to {at_once} at once (`jobs:` in "
+        f"the profile, or --jobs). {queue_advice(room)}"
+    )
+
+
+def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:
+    """The sentence for a queue found full while the run submits."""
+    return (
+        f"SLURM's queue is full: it holds {held} jobs, its limit (MaxJobCount{_age(min_job_age_s)}). "
+        f"{queue_advice(max(limit // 2, 1))}"
+    )
+
+
+def _age(min_job_age_s: int | None) -> str:
+    return f"; a finished job counts for MinJobAge, {min_job_age_s} s" if min_job_age_s else ""
+
+
+def queue_advice(fit: int) -> str:
+    """What to do about a queue limit: pack evaluations into fewer SLURM jobs, lower ``jobs``."""
+    return (
+        "sbatch waits while the queue is full (`Slurm temporarily unable to accept job, sleeping and retrying`), "
+        "and a submission that still finds no room fails. Pack the evaluations into fewer SLURM jobs (uncomment "
+        f"the PACKING block of {PROFILE}: `group-components` evaluations per job) and set `jobs:` there (or "
+        f"--jobs) to {fit} or fewer"
+    )

@@ -1,0 +1,236 @@
+"""A rerun after the submitting Snakemake died: Snakemake's lock it left, and the jobs SLURM still runs.
+
+A Snakemake process killed on a login node (the session ended, ``kill -9``) leaves two things behind:
+its lock files in ``.snakemake/locks/`` (Snakemake refuses the next run until ``--unlock``), and, with
+SLURM, the jobs it submitted, which run on. The rerun would submit those jobs again (their outputs are
+not there yet) and pay for them twice. So every real run records itself in the experiment's log folder
+(:func:`record_run`, from ``onstart``: PID, host, start, and the SLURM executor's run id, which the
+executor gives every job it submits as the job's name), and a run that may write, once it holds the
+experiment's lock (so no other run of the experiment is writing), calls :func:`before_planning` while
+planning, before Snakemake builds its DAG:
+
+* a Snakemake lock on the experiment's files, left by a run that ended: the sentence saying that
+  ``--unlock`` is needed, why (that run is gone, and no run holds the experiment's lock), the command,
+  and what the rerun will then do with that run's jobs;
+* the jobs of the experiment's earlier runs that SLURM still holds: this run waits for them, saying
+  on the console which jobs and why they wait, before it plans; their outputs are then there and
+  nothing is submitted twice (a job that fails is submitted again, as it should be).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import shlex
+import shutil
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.defaults import RESOURCES
+from ..core.io import write_json_atomic
+from ..planning.plan import Plan
+from . import slurm_cluster as slurm
+
+RUNS = ".runs.json"  # in the experiment's log folder: the last runs of the experiment
+KEEP_RUNS = 20
+POLL_ENV = "OODCORR_SLURM_POLL_S"  # seconds between two looks at the queue (waiting, watching); default 30
+SAY_AGAIN_S = 600  # an unchanged state is said again after this long
+
+
+def poll_seconds() -> float:
+    try:
+        return max(0.2, float(os.environ.get(POLL_ENV, "30")))
+    except ValueError:
+        return 30.0
+
+
+def runs_path(plan: Plan) -> Path:
+    return Path(plan.paths.logs) / RUNS
+
+
+def earlier_runs(plan: Plan) -> list[dict]:
+    """The experiment's recorded runs, oldest first (an unreadable record reads as none)."""
+    try:
+        doc = json.loads(runs_path(plan).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    runs = doc.get("runs") if isinstance(doc, dict) else None
+    return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
+
+
+def record_run(plan: Plan, executor: str, slurm_run_id: str | None) -> None:
+    """Add this run to the experiment's record (called in ``onstart``, under the experiment's lock)."""
+    run = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "workdir": os.getcwd(),
+        "executor": executor,
+        "slurm_run_id": slurm_run_id,
+    }
+    with contextlib.suppress(OSError):
+        write_json_atomic(runs_path(plan), {"runs": [*earlier_runs(plan), run][-KEEP_RUNS:]})
+
+
+def snakemake_locks(plan: Plan) -> list[Path]:
+    """Snakemake's lock files (in this working folder's ``.snakemake/locks/``) that lock a file of the
+    experiment."""
+    root = Path(plan.paths.root)
+    prefixes = tuple({f"{root}/", f"{root.resolve()}/", f"{os.path.abspath(root)}/"})
+    out = []
+    with contextlib.suppress(OSError):
+        for f in sorted(Path(".snakemake", "locks").glob("*.lock")):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                if any(line.strip().startswith(prefixes) for line in f.read_text(encoding="utf-8").splitlines()):
+                    out.append(f)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return True  # not known: assume it may run
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def _who(run: dict) -> str:
+    started = str(run.get("started", "?")).replace("T", " ")[:16]
+    return f"PID {run.get('pid')} on host {run.get('host')}, started {started}"
+
+
+def describe(jobs: list[slurm.QueuedJob], shown: int = 6) -> str:
+    """``9 (build_tiny_model micro-opt, PENDING: <reason>)``, ... for a sentence."""
+    rules = list(RESOURCES)
+    parts = []
+    for j in jobs[:shown]:
+        rule = j.rule(rules)
+        what = j.comment.split("_wildcards_", 1)[1].replace("_", " ") if "_wildcards_" in j.comment else ""
+        why = f": {j.reason}" if j.state == "PENDING" and j.reason and j.reason != "None" else ""
+        parts.append(f"{j.id} ({rule}{' ' + what if what else ''}, {j.state}{why})")
+    more = f" and {len(jobs) - shown} more" if len(jobs) > shown else ""
+    return ", ".join(parts) + more
+
+
+def earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
+    """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
+    there are such runs on record and squeue does not answer."""
+    runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
+    if not runs or shutil.which("squeue") is None:  # no SLURM here: none of its jobs can be waited for here
+        return [], []
+    jobs = slurm.queue(str(r["slurm_run_id"]) for r in runs)
+    if jobs is None:
+        return None
+    active = [j for j in jobs if j.active]
+    ids = {j.name for j in active}
+    return active, [r for r in runs if r["slurm_run_id"] in ids]
+
+
+def earlier_jobs_warning(plan: Plan) -> list[str]:
+    """For a run that writes nothing (``-n``): the earlier runs' jobs SLURM still holds, if any."""
+    found = earlier_jobs(plan)
+    if not found or not found[0]:
+        return []
+    jobs, runs = found
+    return [
+        f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment "
+        f"({'; '.join(_who(r) for r in runs)}): {describe(jobs)}; a run waits for them before it plans, instead of "
+        "submitting them again"
+    ]
+
+
+def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
+    """The sentence for a Snakemake lock that a run which ended left on the experiment's files."""
+    runs = earlier_runs(plan)
+    last = runs[-1] if runs else None
+    if last is None:
+        who = "a run of the experiment that ended without releasing it (killed?)"
+    elif last.get("host") != socket.gethostname():
+        who = (
+            f"its last run ({_who(last)}), which ended without releasing it (killed?), unless it still runs on "
+            f"{last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
+        )
+    elif not _alive(int(last.get("pid") or 0)):
+        who = f"its last run ({_who(last)}), which ended without releasing it (killed?) and is gone"
+    else:  # that PID is another process now: the run would hold the experiment's lock
+        who = f"its last run ({_who(last)}), which ended without releasing it (killed?)"
+    then = (
+        f"; the rerun then waits for the {len(jobs)} SLURM job(s) of that run that SLURM still holds, "
+        f"{describe(jobs)}, instead of submitting them again"
+        if jobs
+        else ""
+    )
+    shown = ", ".join(str(p) for p in locks[:2]) + (f" and {len(locks) - 2} more" if len(locks) > 2 else "")
+    return (
+        f"Snakemake's lock on the files of experiment {plan.experiment!r} ({shown}, in {os.getcwd()}) was left by "
+        f"{who}. No run holds the experiment's lock now, so none is writing it, but Snakemake refuses to start until "
+        f"its lock is removed: run `{shlex.join([*argv, '--unlock'])}` once, then this command again{then}"
+    )
+
+
+def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> str | None:
+    """In a run that may write, holding the experiment's lock, before the DAG: the refusal sentence for
+    a stale Snakemake lock, or, after waiting for the earlier runs' jobs that SLURM still holds (said
+    through ``say`` while it waits), None."""
+    found = earlier_jobs(plan)
+    locks = snakemake_locks(plan)
+    if locks:
+        return unlock_refusal(plan, argv, locks, (found or ([], []))[0])
+    if found is None:
+        return (
+            f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "
+            f"(squeue: {slurm.first_line(slurm.run(['squeue', '-h']))}), so this run cannot tell which of those "
+            "runs' jobs still run and would submit them again. Run again when `squeue` answers"
+        )
+    jobs, runs = found
+    if not jobs:
+        return None
+    try:
+        wait_for(jobs, runs, say)
+    except KeyboardInterrupt:
+        return (
+            "stopped waiting (Ctrl-C); nothing was submitted. SLURM still holds the earlier run's job(s) "
+            f"{', '.join(j.id for j in jobs)}: run the same command again to wait for them, or `scancel "
+            f"{' '.join(j.id for j in jobs)}` to drop them first"
+        )
+    return None
+
+
+def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str], None]) -> None:
+    """Wait until SLURM holds none of ``jobs`` (the earlier runs ``runs``'), saying what it waits for
+    when that changes, and every :data:`SAY_AGAIN_S` seconds."""
+    names = [str(r["slurm_run_id"]) for r in runs]
+    who = "; ".join(_who(r) for r in runs)
+    said, said_at, quiet_since = None, 0.0, None
+    while True:
+        line = (
+            f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}. "
+            "This run waits for them instead of submitting them again, then plans what is left; Ctrl-C stops "
+            f"waiting (the jobs run on), `scancel {' '.join(j.id for j in jobs)}` drops them"
+        )
+        now = time.monotonic()
+        if line != said or now - said_at >= SAY_AGAIN_S:
+            say(line)
+            said, said_at = line, now
+        time.sleep(poll_seconds())
+        found = slurm.queue(names)
+        if found is None:
+            if quiet_since is None:
+                quiet_since = time.monotonic()
+                say("SLURM's controller does not answer (squeue); still waiting for it and for the jobs")
+            continue
+        if quiet_since is not None:
+            say(f"SLURM answers again, after {time.monotonic() - quiet_since:.0f} s")
+            quiet_since = None
+        jobs = [j for j in found if j.active]
+        if not jobs:
+            say("the earlier run's SLURM jobs have ended; planning what is left")
+            return

@@ -1,0 +1,440 @@
+"""A run on SLURM, from the submitting process: its settings checked before it submits, its jobs watched.
+
+Called by the Snakefile in the main Snakemake process (a SLURM job plans again on its node, without
+hooks):
+
+* :func:`at_start` (``onstart``; the DAG is built, nothing submitted yet): records the run
+  (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
+  this cluster with the profile key to change (a status command that cannot see jobs end, a partition
+  or account the cluster lacks, :mod:`oodcorr.launch.slurm_cluster`), warns of a queue limit the run would
+  hit, stops the executor guessing an account when ``slurm-no-account`` says there is none, puts the
+  wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH and starts a :class:`Watcher`;
+* :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
+  (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
+  set the limit and the config key to raise: the console's last lines.
+
+The :class:`Watcher` looks at the run's jobs every ``OODCORR_SLURM_POLL_S`` seconds (30) and says on
+the console, once per change: jobs pending for a reason SLURM gives that no waiting ends by itself
+(a partition down, drained nodes, a limit on jobs, a hold), SLURM's queue full (``MaxJobCount``),
+slurmctld not answering, a job SLURM ended (above), and a job that ended in SLURM but that the
+executor no longer watches (then the run would wait forever: it says to stop and run again).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..core.defaults import RESOURCES
+from ..planning.plan import Plan
+from . import slurm_cluster as slurm
+from . import slurm_rerun, slurm_wrap
+
+# the states in which SLURM ended a job for a limit or a failure outside it (a job's own error is FAILED,
+# said by its own sentence: oodcorr.launch.disk_checks.refusal_lines)
+ENDED_BY_SLURM = ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "DEADLINE", "BOOT_FAIL")
+# of those, the ones SLURM may requeue (slurm-requeue): said only if the job is still ended when the run ends
+REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
+NORMAL_WAIT = ("None", "Resources", "Priority", "Dependency", "BeginTime", "Prolog", "Reservation")
+LOST_AFTER_S = slurm.EXECUTOR_MAX_PAUSE_S + 120  # a job ended this long ago and still awaited: the executor lost it
+SHOWN = 5  # failures repeated at the end at most
+_WATCHER: Watcher | None = None
+
+
+def say(line: str) -> None:
+    print(f"oodcorr: {line}", file=sys.stderr, flush=True)
+
+
+# ---- the sentences ---------------------------------------------------------------------------------
+
+
+def wait_kind(reason: str) -> str:
+    """What a pending job's reason means for the user: ``normal`` (it starts by itself), ``partition``,
+    ``nodes``, ``limit``, ``held`` or ``other``."""
+    r = reason.replace(" ", "").lower()
+    if any(r.startswith(n.lower()) for n in NORMAL_WAIT):
+        return "normal"
+    if "partitiondown" in r or "partitioninactive" in r:
+        return "partition"
+    if "reqnodenotavail" in r or "nodedown" in r or "drained" in r or "down,drained" in r:
+        return "nodes"
+    if any(k in r for k in ("maxjobs", "maxsubmit", "jobslimit", "maxjobcount")):
+        return "limit"
+    if "held" in r:
+        return "held"
+    return "other"
+
+
+def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], parts: dict | None) -> str | None:
+    """The sentence for ``ids``, pending in ``partition`` for ``reason`` (None when they start by themselves)."""
+    shown = ", ".join(ids[:8]) + (f" and {len(ids) - 8} more" if len(ids) > 8 else "")
+    n = f"{len(ids)} SLURM job(s) of this run ({shown})"
+    if kind == "partition":
+        return (
+            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`): SLURM starts none "
+            "of them until an administrator sets it up. To run them elsewhere, stop this run (Ctrl-C), set "
+            f"`slurm_partition` to a partition that is up (in {slurm.PROFILE} or the config's resources) and run again"
+        )
+    if kind == "nodes":
+        part = (parts or {}).get(partition)
+        nodes = part.unusable() if part else ""
+        return (
+            f"{n} wait because no node of partition {partition!r} can start them"
+            + (f": {nodes}" if nodes else "")
+            + f" (`sinfo -p {partition}`; SLURM says: {reason}). They start when a node is back (an administrator "
+            "resumes it); this run waits for them"
+        )
+    if kind == "limit":
+        return (
+            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end. To need "
+            f"fewer SLURM jobs, pack the evaluations into fewer of them (the PACKING block of {slurm.PROFILE}) and "
+            "lower `jobs:` there (or --jobs)"
+        )
+    if kind == "held" and "launch failed" in reason.lower():
+        return (
+            f"{n} are held by SLURM ({reason}): their launch on a node failed (a node that could not start them, or "
+            f"slurmctld away while it started them), and SLURM keeps them until they are released. Check the node "
+            f"(`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, where SLURM "
+            "refuses yours); this run waits for them"
+        )
+    if kind == "held":
+        return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start; this run waits for them"
+    if kind == "other":
+        return f"{n} wait in partition {partition!r}: SLURM says {reason!r} (`squeue -j {','.join(ids)} -o %r`)"
+    return None
+
+
+def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
+    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit and the key
+    that set it, and what to change."""
+    head = f"SLURM ended job {job.id} ({what})"
+    again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
+    per = ", per checkpoint" if rule == "evaluate" else ""
+    if job.state == "TIMEOUT":
+        return (
+            f"{head} at its time limit, {job.time_limit} (TIMEOUT). The limit is the {rule} jobs' `runtime` (minutes"
+            f"{per}), set by `{key('runtime')}` in the config: raise it there and {again}. `retries` in the profile "
+            "retries with the attempt's multiple of it"
+        )
+    if job.state == "OUT_OF_MEMORY":
+        return (
+            f"{head}: it ran out of its memory, {job.memory} (OUT_OF_MEMORY). The limit is the {rule} jobs' `mem_mb`, "
+            f"set by `{key('mem_mb')}` in the config: raise it there and {again}. `retries` in the profile retries "
+            "with the attempt's multiple of it"
+        )
+    if job.state == "NODE_FAIL":
+        return (
+            f"{head}: its node {job.nodes or '?'} failed (NODE_FAIL); nothing in the config caused it. Check the node "
+            f"(`sinfo -n {job.nodes}`), then {again}. With `slurm-requeue: true` in the profile SLURM requeues such "
+            "a job itself"
+        )
+    if job.state == "PREEMPTED":
+        return (
+            f"{head}: a job of higher priority took its place (PREEMPTED) and it was not requeued. {again[0].upper()}"
+            f"{again[1:]}; `slurm-requeue: true` in the profile lets SLURM requeue it, or send the {rule} jobs to a "
+            "partition or QOS without preemption (`slurm_partition`, `qos` in the config's resources)"
+        )
+    if job.state == "CANCELLED":
+        return (
+            f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator; not the workflow, which cancels "
+            f"only when it is stopped itself). To run it, {again}"
+        )
+    return f"{head} ({job.state}): see `scontrol show job {job.id}` while SLURM still knows it; {again}"
+
+
+def describe_job(job) -> tuple[str, str, str | None]:
+    """(what, rule, model) of a Snakemake job or job group the executor submitted."""
+    members = sorted(job.jobs, key=lambda j: str(j.wildcards_dict)) if job.is_group() else [job]
+    rules = sorted({j.rule.name for j in members})
+    models = sorted({str(j.wildcards_dict.get("model")) for j in members if j.wildcards_dict.get("model")})
+    first = members[0]
+    wc = " ".join(str(v) for v in first.wildcards_dict.values())
+    what = f"rule {', '.join(rules)}" + (f", {wc}" if wc else "")
+    if len(members) > 1:
+        what += f", and {len(members) - 1} more job(s) packed with it"
+    return what, rules[0], models[0] if len(models) == 1 else None
+
+
+# ---- the watcher -----------------------------------------------------------------------------------
+
+
+class Watcher(threading.Thread):
+    """Looks at one run's SLURM jobs every ``poll_s`` seconds; see the module's docstring."""
+
+    def __init__(
+        self,
+        run_id: str,
+        executor,
+        scheduler,
+        plan: Plan,
+        config: slurm.ClusterConfig,
+        poll_s: float,
+        by_comment: dict | None = None,
+    ):
+        super().__init__(name="oodcorr-slurm-watch", daemon=True)
+        # the executor's --comment of each job -> the job (a job's SLURM id is known only while the executor
+        # holds it in its list of active jobs, which it empties while it checks them)
+        self.by_comment = dict(by_comment or {})
+        self.run_id, self.executor, self.scheduler, self.plan, self.config = run_id, executor, scheduler, plan, config
+        self.poll_s = poll_s
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.jobs: dict[str, object] = {}  # SLURM id -> the Snakemake job (or group) it runs
+        self.ended: dict[str, slurm.QueuedJob] = {}  # SLURM id -> its record, when SLURM ended it (ENDED_BY_SLURM)
+        self.said: dict[tuple, tuple[frozenset, float]] = {}
+        self.silent_since: float | None = None
+        self.full = False
+        self.gone: dict[str, float] = {}  # SLURM id -> when first seen ended
+        self.lost: set[str] = set()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.poll_s):
+            try:
+                self.poll()
+            except Exception as e:  # noqa: BLE001 -- watching must never stop the run; said once
+                say(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _snapshot(self) -> None:
+        with self.executor.lock:
+            infos = list(self.executor.active_jobs)
+        for info in infos:
+            if info.external_jobid:
+                self.jobs.setdefault(str(info.external_jobid), info.job)
+                # an array task's id is <job>_<task>; squeue may list the parent
+                self.jobs.setdefault(str(info.external_jobid).split("_", 1)[0], info.job)
+
+    def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
+        sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
+        if sm is not None:
+            what, rule, model = describe_job(sm)
+        else:
+            rule, model = job.rule(RESOURCES), None
+            what = f"rule {rule}"
+        spec = self.plan.models.get(model) if model else None
+
+        def key(name: str) -> str:
+            res = spec.resources.get(rule) if spec else None
+            return (res.where(name) if res else f"resources.<rule>.{name}").replace("<rule>", rule)
+
+        return what, rule, key
+
+    def poll(self) -> None:
+        self._snapshot()
+        if not slurm.controller_answers():
+            if self.silent_since is None:
+                self.silent_since = time.monotonic()
+                say(
+                    "SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it: its "
+                    "SLURM jobs run on meanwhile, and its queries and submissions are retried while it is away"
+                )
+            return
+        if self.silent_since is not None:
+            say(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
+            self.silent_since = None
+        found = slurm.queue([self.run_id], every_state=True)
+        if found is None:
+            return
+        with self.lock:
+            self._pending([j for j in found if j.state == "PENDING"])
+            self._ended(found, say_now=True)
+            self._lost(found)
+        self._queue_full()
+
+    def _ended(self, found: list[slurm.QueuedJob], say_now: bool) -> None:
+        """Record the jobs SLURM ended (ENDED_BY_SLURM); forget one that runs again (requeued)."""
+        for j in found:
+            if j.state not in ENDED_BY_SLURM:
+                if j.id in self.ended and j.state != self.ended[j.id].state:
+                    del self.ended[j.id]
+                continue
+            if j.id not in self.ended:
+                self.ended[j.id] = j
+                if say_now and j.state not in REQUEUED_AFTER:
+                    say(ended_sentence(j, *self.describe(j)))
+
+    def _pending(self, pending: list[slurm.QueuedJob]) -> None:
+        groups: dict[tuple, list[str]] = {}
+        for j in pending:
+            kind = wait_kind(j.reason)
+            if kind != "normal":
+                groups.setdefault((kind, j.partition, j.reason), []).append(j.id)
+        parts = slurm.partitions() if any(k[0] == "nodes" for k in groups) else None
+        now = time.monotonic()
+        for k, ids in groups.items():
+            before = self.said.get(k)
+            if before is None or not set(ids) <= before[0] or now - before[1] >= slurm_rerun.SAY_AGAIN_S:
+                line = pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts)
+                if line:
+                    say(line)
+                self.said[k] = (frozenset(ids) | (before[0] if before else frozenset()), now)
+
+    def _lost(self, found: list[slurm.QueuedJob]) -> None:
+        state = {j.id: j.state for j in found}
+        now = time.monotonic()
+        running = getattr(self.scheduler, "running", set())
+        for sid, job in list(self.jobs.items()):
+            if state.get(sid) in slurm.ACTIVE_STATES:
+                self.gone.pop(sid, None)
+                continue
+            since = self.gone.setdefault(sid, now)
+            if sid not in self.lost and now - since >= LOST_AFTER_S and job in running:
+                self.lost.add(sid)
+                what, _, _ = describe_job(job)
+                say(
+                    f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
+                    f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed (it stops "
+                    "watching jobs whose status it could not query) and would wait for it forever. Stop this run "
+                    "(Ctrl-C) and run the same command again: finished jobs are not redone, and the rerun waits for "
+                    "the SLURM jobs still running instead of submitting them again"
+                )
+
+    def _queue_full(self) -> None:
+        limit = self.config.max_job_count
+        if limit is None:
+            return
+        everything = slurm.queue(None, every_state=True)
+        if everything is None:
+            return
+        full = len(everything) >= limit
+        if full and not self.full:
+            say(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
+        self.full = full
+
+    def end_lines(self, failed: bool) -> list[str]:
+        self.stop()
+        self._snapshot()
+        if slurm.controller_answers():
+            found = slurm.queue([self.run_id], every_state=True) or []
+            with self.lock:
+                self._ended(found, say_now=False)
+        with self.lock:
+            ended = list(self.ended.values())
+        lines = []
+        for j in ended[:SHOWN]:
+            what, rule, key = self.describe(j)
+            text = ended_sentence(j, what, rule, key)
+            lines.append(f"oodcorr: {text}" if failed else f"oodcorr: WARNING: {text} (it was retried)")
+        if len(ended) > SHOWN:
+            lines.append(
+                f"oodcorr: and {len(ended) - SHOWN} more SLURM job(s) that SLURM ended (`squeue --states=all`)"
+            )
+        return lines
+
+
+# ---- onstart and the end of the run ------------------------------------------------------------------
+
+
+def _set_by(plan: Plan, job, name: str) -> str:
+    """Where a submitted job's ``name`` resource (partition, account) was set, for a sentence."""
+    spec = plan.models.get(job.wildcards_dict.get("model")) if job.wildcards_dict.get("model") else None
+    res = spec.resources.get(job.rule.name) if spec else None
+    origin = res.origin.get(name) if res else None
+    return f"`{origin}` in the config" if origin else f"`{name}` in the profile's default-resources"
+
+
+def placements(plan: Plan, jobs) -> list[slurm.Placement]:
+    """Where each rule's submitted jobs go, once per distinct placement."""
+    out = {}
+    for j in jobs:
+        p = slurm.Placement(
+            j.rule.name,
+            j.resources.get("slurm_partition") or None,
+            j.resources.get("slurm_account") or None,
+            _set_by(plan, j, "slurm_partition"),
+            _set_by(plan, j, "slurm_account"),
+        )
+        out.setdefault(p, None)
+    return list(out)
+
+
+def comments(jobs) -> dict:
+    """The executor's ``--comment`` of each job (``rule_<rule>[_wildcards_<values>]``) -> the job, where
+    that comment names one job only."""
+    # the executor's own function, so that the comment is the one it writes (keeps the plugin out of planning)
+    from snakemake_executor_plugin_slurm.utils import get_job_wildcards
+
+    out: dict[str, object] = {}
+    seen: set[str] = set()
+    for j in jobs:
+        wc = get_job_wildcards(j)
+        c = f"rule_{j.name}_wildcards_{wc}" if wc else f"rule_{j.name}"
+        if c in seen:
+            out.pop(c, None)
+        else:
+            out[c] = j
+        seen.add(c)
+    return out
+
+
+def skip_account_guess(executor, settings) -> None:
+    """Make ``slurm-no-account: true`` mean no account.
+
+    The executor (2.8.0) never reads that setting: for jobs without ``slurm_account`` it guesses an
+    account from ``sacct -nu <user> -o Account%256 | tail -1``, run without a shell, so sacct gets
+    ``|``, ``tail`` and ``-1`` as arguments and fails (``sacct: invalid option -- '1'``), printed as a
+    warning by every run; the guess is made once per run and kept in ``_fallback_account_arg``. No
+    account there is what the setting asks for (``tests/workflow/test_slurm.py`` checks on a real
+    cluster that sacct is never asked)."""
+    if getattr(settings, "no_account", False) and getattr(executor, "_fallback_account_arg", "") is None:
+        executor._fallback_account_arg = ""
+
+
+def at_start(workflow, plan: Plan) -> str | None:
+    """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
+    watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
+    global _WATCHER
+    name = str(getattr(workflow.executor_plugin, "name", "") or "local")
+    jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
+    if name != "slurm" or not jobs:
+        slurm_rerun.record_run(plan, name, None)
+        return None
+    settings = workflow.executor_settings
+    config = slurm.cluster_config()
+    if config is None:
+        res = slurm.run(["scontrol", "show", "config"])
+        return (
+            f"SLURM does not answer (`scontrol show config`: {slurm.first_line(res)}): nothing was submitted. Run "
+            "again when it does"
+        )
+    init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
+    refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
+    accounts = slurm.user_accounts() if config.accounting else None
+    more = slurm.placement_problems(
+        placements(plan, jobs), slurm.partitions() or {}, config, accounts, bool(getattr(settings, "no_account", False))
+    )
+    refusals, warnings = refusals + more[0], warnings + more[1]
+    held = slurm.queue(None, every_state=True)
+    submissions = len({id(workflow.dag.get_job_group(j) or j) for j in jobs})
+    room = slurm.queue_room(submissions, int(workflow.nodes or 1), config, len(held or []))
+    for w in warnings + ([room] if room else []):
+        print(f"oodcorr warning: {w}", file=sys.stderr, flush=True)
+    if refusals:
+        return "nothing was submitted: " + "\noodcorr: ".join(refusals)
+    executor = workflow.scheduler.get_executor(jobs[0])
+    skip_account_guess(executor, settings)
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text)
+    run_id = getattr(executor, "run_uuid", None)
+    slurm_rerun.record_run(plan, name, run_id)
+    if run_id and hasattr(executor, "active_jobs"):
+        _WATCHER = Watcher(
+            run_id, executor, workflow.scheduler, plan, config, slurm_rerun.poll_seconds(), comments(jobs)
+        )
+        _WATCHER.start()
+    return None
+
+
+def end_lines(failed: bool) -> list[str]:
+    """In ``onerror``/``onsuccess``: the jobs SLURM ended for a limit or a failure (never raises)."""
+    if _WATCHER is None:
+        return []
+    try:
+        return _WATCHER.end_lines(failed)
+    except Exception as e:  # noqa: BLE001 -- the handler must finish
+        return [f"oodcorr: the SLURM jobs' states could not be gathered ({type(e).__name__}: {e})"]

@@ -1,0 +1,139 @@
+"""SLURM's commands as the SLURM executor runs them, made to wait out a controller that does not answer.
+
+Snakemake's SLURM executor (``snakemake-executor-plugin-slurm`` 2.8) asks SLURM about its jobs in
+rounds of a few attempts made back to back. When every attempt of a round fails, it stops watching the
+jobs of that round without a word: they are neither finished nor failed for Snakemake, which then waits
+for them forever (``No active jobs; skipping status query.``). A slurmctld that is restarted, or
+unreachable for half a minute, is enough: ``scontrol show config`` fails, so the executor no longer
+knows MinJobAge and switches its queries to ``sacct``, which on a cluster without accounting knows no
+job, and the queries fail. And a job submitted meanwhile fails at once (``Unable to contact slurm
+controller``).
+
+So a run on the SLURM executor puts these wrappers first on its PATH (:func:`install`, from
+``onstart``), one small script per command that runs :func:`main`:
+
+* ``squeue``: while slurmctld does not answer (``scontrol ping``), tried again for up to
+  :data:`WAIT_S` ``["squeue"]`` seconds (the executor gives a status query 60 s);
+* ``sbatch``: tried again while slurmctld does not answer, for up to :data:`WAIT_S` ``["sbatch"]``
+  seconds (a submission that could not reach the controller submitted nothing);
+* ``scontrol show config``: when slurmctld does not answer within :data:`CONFIG_WAIT_S` (the executor
+  gives it 10 s), the configuration as read when the run started (``scontrol-show-config.txt``).
+
+Every other call, and every answer of a controller that answers, passes through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ..core.io import write_text_atomic
+
+WRAPPED = ("squeue", "sbatch", "scontrol")
+WAIT_S = {"squeue": 45.0, "sbatch": 600.0}
+CONFIG_WAIT_S = 5.0
+PAUSE_S = 2.0
+DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the wrappers' folder (set by install, read by main)
+CONFIG_CACHE = "scontrol-show-config.txt"
+
+
+def install(folder: str | os.PathLike, config_text: str) -> Path:
+    """Write the wrappers into ``folder``/bin and the configuration read now beside them; put that
+    folder first on this process's PATH (the executor's commands, and the jobs', inherit it). Returns
+    the bin folder."""
+    folder = Path(folder).resolve()
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    if config_text:
+        write_text_atomic(folder / CONFIG_CACHE, config_text)
+    for name in WRAPPED:
+        script = (
+            "#!/bin/sh\n"
+            f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller\n"
+            "# that does not answer; every other call passes through unchanged\n"
+            f'exec {shlex.quote(sys.executable)} -m oodcorr.launch.slurm_wrap {name} "$@"\n'
+        )
+        path = bin_dir / name
+        if not path.exists() or path.read_text(errors="replace") != script:
+            write_text_atomic(path, script)
+        path.chmod(0o755)
+    os.environ[DIR_ENV] = str(folder)
+    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
+    os.environ["PATH"] = os.pathsep.join([str(bin_dir), *parts])
+    return bin_dir
+
+
+def _without_wrappers(path: str, bin_dir: Path | None) -> str:
+    keep = [p for p in path.split(os.pathsep) if p and (bin_dir is None or Path(p).resolve() != bin_dir)]
+    return os.pathsep.join(keep)
+
+
+def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _answers() -> bool:
+    try:
+        return subprocess.run(["scontrol", "ping"], capture_output=True, timeout=15).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _emit(res: subprocess.CompletedProcess) -> int:
+    sys.stdout.buffer.write(res.stdout or b"")
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(res.stderr or b"")
+    sys.stderr.buffer.flush()
+    return res.returncode
+
+
+def main(argv: list[str]) -> int:
+    """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
+    if not argv or argv[0] not in WRAPPED:
+        print(f"usage: python -m oodcorr.launch.slurm_wrap {{{','.join(WRAPPED)}}} ARGS...", file=sys.stderr)
+        return 2
+    name, args = argv[0], argv[1:]
+    folder = Path(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else None
+    # from here on every command found on PATH is SLURM's own, never a wrapper
+    os.environ["PATH"] = _without_wrappers(os.environ.get("PATH", ""), folder / "bin" if folder else None)
+    try:
+        stdin = sys.stdin.buffer.read() if not sys.stdin.isatty() else None
+    except (OSError, ValueError):
+        stdin = None
+    cmd = [name, *args]
+    try:
+        if name == "scontrol" and args == ["show", "config"]:
+            res = _run(cmd, stdin, CONFIG_WAIT_S)
+            cache = folder / CONFIG_CACHE if folder else None
+            if (res is None or res.returncode != 0) and cache is not None and cache.is_file():
+                sys.stdout.write(cache.read_text(errors="replace"))
+                return 0
+            if res is None:
+                print("scontrol: no answer (oodcorr's wrapper)", file=sys.stderr)
+                return 1
+            return _emit(res)
+        deadline = time.monotonic() + WAIT_S.get(name, 0.0)
+        while True:
+            res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
+            if res is not None and (res.returncode == 0 or _answers()):
+                return _emit(res)
+            if time.monotonic() + PAUSE_S >= deadline:
+                if res is None:
+                    print(f"{name}: no answer from SLURM's controller (oodcorr's wrapper)", file=sys.stderr)
+                    return 1
+                return _emit(res)
+            time.sleep(PAUSE_S)
+    except FileNotFoundError:
+        print(f"{name}: not found on PATH (oodcorr's wrapper)", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""SLURM's commands as the SLURM executor runs them, waiting out a controller that does not answer
+(oodcorr.launch.slurm_wrap), against SLURM's commands faked on PATH (tests/helpers.py FakeSlurm). The
+controller stopped and started again under a real run is tests/workflow/test_slurm.py's."""
+
+import io
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from oodcorr.launch import slurm_wrap
+
+from helpers import FakeSlurm
+
+DOWN = "Slurmctld(primary) at vm is DOWN\n"
+UP = "Slurmctld(primary) at vm is UP\n"
+GONE = "slurm_load_jobs error: Unable to contact slurm controller (connect failure)"
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    monkeypatch.setattr(slurm_wrap, "PAUSE_S", 0.01)
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(isatty=lambda: False, buffer=io.BytesIO(b"")))
+    monkeypatch.delenv(slurm_wrap.DIR_ENV, raising=False)
+    return FakeSlurm(tmp_path / "fake", monkeypatch)
+
+
+def test_squeue_waits_while_the_controller_is_away(fake, capfdbinary):
+    fake.answer("squeue", "", "", "12|RUNNING\n", rcs=(1, 1, 0), stderr=GONE)
+    fake.answer("scontrol", DOWN, DOWN, UP, sub="ping", rcs=(1, 1, 0))
+    assert slurm_wrap.main(["squeue", "--name", "x"]) == 0
+    out = capfdbinary.readouterr()
+    assert out.out == b"12|RUNNING\n" and fake.calls("squeue") == ["--name x"] * 3
+
+
+def test_a_failure_of_an_answering_controller_passes_at_once(fake, capfdbinary):
+    fake.answer("squeue", "", rc=1, stderr="squeue: error: Invalid job state specified")
+    fake.answer("scontrol", UP, sub="ping")
+    assert slurm_wrap.main(["squeue", "--states=bogus"]) == 1
+    assert b"Invalid job state" in capfdbinary.readouterr().err and len(fake.calls("squeue")) == 1
+
+
+def test_squeue_gives_up_within_the_executors_timeout(fake, monkeypatch, capfdbinary):
+    monkeypatch.setitem(slurm_wrap.WAIT_S, "squeue", 0.3)
+    fake.answer("squeue", "", rc=1, stderr=GONE)
+    fake.answer("scontrol", DOWN, sub="ping", rc=1)
+    assert slurm_wrap.main(["squeue"]) == 1
+    assert GONE.encode() in capfdbinary.readouterr().err and len(fake.calls("squeue")) >= 2
+
+
+def test_sbatch_waits_and_submits_once(fake, capfdbinary):
+    fake.answer(
+        "sbatch",
+        "",
+        "42\n",
+        rcs=(1, 0),
+        stderr="sbatch: error: Batch job submission failed: Unable to contact slurm controller",
+    )
+    fake.answer("scontrol", DOWN, UP, sub="ping", rcs=(1, 0))
+    assert slurm_wrap.main(["sbatch", "--parsable", "--wrap=true"]) == 0
+    assert capfdbinary.readouterr().out.endswith(b"42\n") and len(fake.calls("sbatch")) == 2
+
+
+def test_sbatch_refused_by_an_answering_controller_is_not_repeated(fake, capfdbinary):
+    fake.answer("sbatch", "", rc=1, stderr="sbatch: error: invalid partition specified: gpu")
+    fake.answer("scontrol", UP, sub="ping")
+    assert slurm_wrap.main(["sbatch", "-p", "gpu"]) == 1
+    assert len(fake.calls("sbatch")) == 1 and b"invalid partition" in capfdbinary.readouterr().err
+
+
+def test_the_config_read_at_the_start_stands_in_while_the_controller_is_away(fake, tmp_path, monkeypatch, capfdbinary):
+    """Without MinJobAge the executor would ask sacct instead, which knows no job without accounting."""
+    fake.answer(
+        "scontrol", "", rc=1, stderr="slurm_load_ctl_conf error: Unable to contact slurm controller", sub="show"
+    )
+    assert slurm_wrap.main(["scontrol", "show", "config"]) == 1  # nothing read at the start: the failure
+    folder = tmp_path / "wrap"
+    path = os.environ["PATH"]
+    slurm_wrap.install(folder, "MinJobAge = 600 sec\n")
+    monkeypatch.setenv("PATH", path)
+    assert slurm_wrap.main(["scontrol", "show", "config"]) == 0
+    assert capfdbinary.readouterr().out.endswith(b"MinJobAge = 600 sec\n")
+    fake.answer("scontrol", "MinJobAge = 300 sec\n", sub="show")
+    assert slurm_wrap.main(["scontrol", "show", "config"]) == 0  # an answering controller's own answer
+    assert capfdbinary.readouterr().out == b"MinJobAge = 300 sec\n"
+
+
+def test_installed_wrappers_come_first_and_reach_the_real_command(fake, tmp_path, monkeypatch):
+    fake.answer("squeue", "7|PENDING\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    bin_dir = slurm_wrap.install(tmp_path / "wrap", "")
+    assert os.environ["PATH"].split(os.pathsep)[0] == str(bin_dir)
+    assert sorted(p.name for p in bin_dir.iterdir()) == ["sbatch", "scontrol", "squeue"]
+    slurm_wrap.install(tmp_path / "wrap", "")  # again: PATH holds the folder once
+    assert os.environ["PATH"].split(os.pathsep).count(str(bin_dir)) == 1
+    res = subprocess.run(["squeue", "-h"], capture_output=True, text=True, timeout=60)
+    assert (res.returncode, res.stdout) == (0, "7|PENDING\n") and fake.calls("squeue") == ["-h"]
