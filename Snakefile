@@ -19,12 +19,8 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.core.records import REFUSALS_ENV, clear_refusals, refusals_dir  # noqa: E402
 from oodcorr.planning.config import NAME_RE, check_trackers  # noqa: E402
-from oodcorr.launch.disk_checks import (
-    check_on_disk,
-    check_tokenized_caches,
-    end_of_run_report,
-    room_to_run,
-)  # noqa: E402
+from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
+from oodcorr.launch.room import room_to_run  # noqa: E402
 from oodcorr.launch.experiment import check_published, claim, config_warning, lock, writes  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
 from oodcorr.planning.plan import load  # noqa: E402

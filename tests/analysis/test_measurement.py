@@ -178,3 +178,46 @@ def test_disattenuate_divides_by_the_attenuation_and_opens_a_side_its_low_end_ca
     assert disattenuate(0.2, 0.1, 0.3, 0.5, 0.5, 0.25, 0.25, 0.81, 0.81)[2] == 1.0  # 0.3 / 0.25 past 1: 1
     est, lo, hi = disattenuate(0.1, -0.2, 0.4, 0.3, 0.3, 0.0, 0.2, 1.0, 1.0)
     assert (lo, hi) == (-1.0, 1.0)  # the attenuation may be 0: nothing bounds either side
+    # a series whose reliability is below 0 even at its high end (WNLI's in config/real-cpu.yaml): the
+    # interval is the whole range, not [+1, +1] from dividing a positive low end by 0
+    est, lo, hi = disattenuate(0.645, 0.027, 0.907, 0.75, -2.5, 0.1, -4.0, 1.0, -1.0)
+    assert math.isnan(est) and (lo, hi) == (-1.0, 1.0)
+
+
+def test_halves_of_a_set_sampled_per_label_take_half_of_each_label():
+    # 100 items of each label; checkpoints that swing between predicting one label and the other: a
+    # random half's accuracy then moves with its share of each label, a per-label half's does not
+    rng = np.random.default_rng(3)
+    labels = np.repeat(["entailment", "non-entailment"], 100)
+    bias = np.linspace(0.05, 0.95, 12)
+    says_yes = rng.random((12, 200)) < bias[:, None]
+    mat = (says_yes == (labels == "entailment")[None, :]).astype(float)
+    h_random, _ = half_means(mat, 50, np.random.default_rng(4))
+    h_label, _ = half_means(mat, 50, np.random.default_rng(4), labels)
+    for k in range(50):
+        first = h_label[k, 0]
+        assert np.allclose(first + h_label[k, 1], 2 * mat.mean(1))  # equal halves of the whole set
+    # the two halves' difference: its spread across checkpoints is what the noise estimate reads
+    spread_random = np.mean(np.var(h_random[:, 0] - h_random[:, 1], axis=1))
+    spread_label = np.mean(np.var(h_label[:, 0] - h_label[:, 1], axis=1))
+    assert spread_label < 0.75 * spread_random  # here 0.57 of it
+
+
+def test_item_labels_are_read_in_the_matrices_column_order():
+    import pandas as pd
+
+    from oodcorr.analysis.item_noise import item_strata
+
+    ex = pd.DataFrame(
+        {
+            "unit": [0, 0, 0, 1, 1, 1],
+            "testset": ["a"] * 6,
+            "example": [3, 1, 2, 1, 2, 3],
+            "correct": [1, 0, 1, 1, 1, 0],
+            "stratum": ["n", "y", "y", "y", "y", "n"],
+        }
+    )
+    mats, _ = item_matrices(ex, [0, 1])
+    assert item_strata(ex, mats)["a"].tolist() == ["y", "y", "n"]  # examples 1, 2, 3
+    two = ex.assign(stratum=["n", "y", "y", "y", "n", "n"])  # example 2 has two labels: none read
+    assert item_strata(two, mats) == {}

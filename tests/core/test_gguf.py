@@ -13,6 +13,7 @@ import pytest
 
 from oodcorr.core import gguf as G
 from oodcorr.core.gguf import GGUFError, read_header
+from oodcorr.core.gguf_tensors import missing_tensors
 
 U32, STR, ARR, F32 = 4, 8, 9, 6
 
@@ -216,7 +217,7 @@ def test_a_whole_tiny_llama_needs_nothing_more(tmp_path):
     pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
     from helpers import tiny_llama_gguf
 
-    assert G.missing_tensors(read_header(tiny_llama_gguf(tmp_path / "m.gguf", n_blocks=2))) is None
+    assert missing_tensors(read_header(tiny_llama_gguf(tmp_path / "m.gguf", n_blocks=2))) is None
 
 
 @pytest.mark.parametrize(
@@ -236,7 +237,7 @@ def test_a_gguf_file_without_a_tensor_its_architecture_needs(tmp_path, kw, says)
     from helpers import tiny_llama_gguf
 
     p = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
-    msg = G.missing_tensors(read_header(p))
+    msg = missing_tensors(read_header(p))
     assert msg is not None and msg.startswith(str(p)) and says in msg, msg
 
 
@@ -270,7 +271,7 @@ def test_tensor_shapes_that_contradict_the_files_own_metadata(tmp_path, kw, says
     from helpers import tiny_llama_gguf
 
     p = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
-    msg = G.missing_tensors(read_header(p))
+    msg = missing_tensors(read_header(p))
     assert msg is not None and msg.startswith(str(p)) and says in msg, msg
 
 
@@ -278,21 +279,19 @@ def test_blocks_against_the_block_count_and_each_other(tmp_path):
     blk = [("token_embd.weight", (32, 4), 0)]
     two = [(f"blk.{i}.{x}.weight", (32,), 0) for i in (0, 1) for x in ("a", "b")]
     raw = gguf_bytes([kv("qwen2.block_count", U32, 3)], blk + two, arch="qwen2")
-    assert "block_count is 3 but it holds no tensor of block(s) [2]" in G.missing_tensors(
+    assert "block_count is 3 but it holds no tensor of block(s) [2]" in missing_tensors(
         read_header(write(tmp_path, raw))
     )
     raw = gguf_bytes([kv("gpt2.block_count", U32, 2)], blk + two[:3], arch="gpt2")  # blk.1.b left out
-    assert "holds no blk.1.b.weight, which its other blocks have" in G.missing_tensors(
-        read_header(write(tmp_path, raw))
-    )
+    assert "holds no blk.1.b.weight, which its other blocks have" in missing_tensors(read_header(write(tmp_path, raw)))
     three = two + [("blk.2.a.weight", (32,), 0), ("blk.2.b.weight", (64,), 0)]
     raw = gguf_bytes([kv("gpt2.block_count", U32, 3)], blk + three, arch="gpt2")
-    assert "blk.2.b.weight has shape [64], that tensor of the other blocks [32]" in G.missing_tensors(
+    assert "blk.2.b.weight has shape [64], that tensor of the other blocks [32]" in missing_tensors(
         read_header(write(tmp_path, raw))
     )
     # an architecture whose blocks differ by design (lfm2: convolution and attention blocks) is not held to it
     raw = gguf_bytes([kv("lfm2.block_count", U32, 2)], blk + two[:3], arch="lfm2")
-    assert G.missing_tensors(read_header(write(tmp_path, raw))) is None
+    assert missing_tensors(read_header(write(tmp_path, raw))) is None
 
 
 def test_overlapping_tensors_are_refused(tmp_path):

@@ -116,7 +116,6 @@ def counted(f):
         return out
     return g
 p._copy_hashing = counted(p._copy_hashing)
-p._link_or_copy = counted(p._link_or_copy)
 from types import SimpleNamespace
 p.os = SimpleNamespace(**{k: getattr(os, k) for k in dir(os) if not k.startswith("__")})
 for name in ("rename", "replace", "symlink"):
@@ -124,14 +123,6 @@ for name in ("rename", "replace", "symlink"):
 _publish(root, new)
 print(calls[0])
 """
-
-
-def _old_layout(root: Path, files: dict[str, bytes]) -> None:
-    """An experiment folder as the previous version left it: real files, no record."""
-    for rel, data in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_bytes(data)
-    (root / "analysis/notes.txt").write_text("my own notes")  # not a published file: must survive
 
 
 def _run_killer(root: Path, new: str, n: int) -> subprocess.CompletedProcess:
@@ -150,52 +141,34 @@ def _run_killer(root: Path, new: str, n: int) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("before", ["versioned", "old layout"])
-def test_a_kill_at_any_point_of_a_publish_leaves_the_old_set_or_the_new_one(tmp_path, before):
+def test_a_kill_at_any_point_of_a_publish_leaves_the_old_set_or_the_new_one(tmp_path):
     """SIGKILL after every single step of a publish, one kill per attempt: a reader always sees the
-    old set or the new one, whole, never a mix and never a gap (the one exception: while an
-    experiment published before versions existed is converted, its `analysis` folder is renamed
-    aside and the link put in its place, two renames); planning then reports the set as
+    old set or the new one, whole, never a mix and never a gap; planning then reports the set as
     incomplete, and the next publish puts the new set in place. (Before: the published files were
     the rule's outputs, which Snakemake deletes before the job, then copied one by one.)"""
     template = tmp_path / "template/results/x"
-    if before == "versioned":
-        _publish(template, _set("old"))
-    else:
-        _old_layout(template, _set("old"))
+    _publish(template, _set("old"))
     counted = tmp_path / "count/results/x"
     counted.parent.mkdir(parents=True)
     subprocess.run(["cp", "-a", str(template), str(counted.parent)], check=True)
     res = _run_killer(counted, "new", -1)
     assert res.returncode == 0, res.stderr[-3000:]
     total = int(res.stdout.split()[-1])
-    assert total >= (8 if before == "versioned" else 12)  # every copy, rename and link counts
+    assert total >= 8  # every copy, rename and link counts
     assert _seen(counted) == _set("new")
-    gaps = 0
     for n in range(1, total + 1):
         root = tmp_path / f"kill{n}/results/x"
         root.parent.mkdir(parents=True)
         subprocess.run(["cp", "-a", str(template), str(root.parent)], check=True)
         res = _run_killer(root, "new", n)
         assert res.returncode == -signal.SIGKILL, (n, res.stderr[-2000:])
-        seen = _seen(root)
-        if seen not in (_set("old"), _set("new")):
-            # converting the old layout: between renaming `analysis` aside and putting its link there
-            gone = {rel for rel, data in seen.items() if data is None}
-            assert before == "old layout" and gone == {r for r in RELS if r.startswith("analysis/")}, (n, seen)
-            assert all(seen[r] == _set("old")[r] for r in RELS if r not in gone), n
-            gaps += 1
-        assert not inspect(root, RELS).whole, n  # planning names it: incomplete (or damaged, during conversion)
+        assert _seen(root) in (_set("old"), _set("new")), n
+        assert not inspect(root, RELS).whole, n  # planning names it: incomplete
         # the next publish (the rerun) puts the new set in place, whole, and clears what the kill left
         _publish(root, _set("new"))
         assert _seen(root) == _set("new"), n
         after = inspect(root, RELS)
         assert after.whole and not after.leftovers, (n, after)
-        if before == "old layout":  # their own file, kept aside with the set it was in
-            assert [p.read_text() for p in (root / ".published").glob("kept-*/analysis/notes.txt")] == [
-                "my own notes"
-            ], n
-    assert gaps == (2 if before == "old layout" else 0)  # after renaming it aside: the new link, then its rename
 
 
 def test_a_staged_file_changed_after_its_job_is_not_published(tmp_path):
@@ -220,35 +193,24 @@ def test_a_staged_file_changed_after_its_job_is_not_published(tmp_path):
         publish_set(root, {rel: staging / rel for rel in RELS}, experiment="x")
 
 
-def test_a_staged_file_without_a_seal_is_checked_by_its_structure(tmp_path):
-    """Files staged by the previous version have no seal: they are published when whole, refused when
-    cut short (a CSV's last line, its rows against the parquet beside it, a PNG's end chunk)."""
+def test_a_staged_file_without_a_seal_is_not_published(tmp_path):
+    """Every job that stages a file seals it last, so a staged file without a seal was put there by hand
+    or by an earlier version: refused, naming it, its seal and what to do; the published set, its
+    record and the version folders stay as they were. (Before: published after a check of its
+    structure alone, and listed in the record as "unsealed".)"""
     root = tmp_path / "results/x"
-    record = _publish(root, _set("old"), sealed=False)
-    assert sorted(record["unsealed"]) == sorted(RELS) and inspect(root, RELS).whole
-    for rel, cut in [
-        ("scores.csv", lambda b: b[:-5]),  # inside its last line
-        ("analysis/heatmaps/m.png", lambda b: b[:-4]),
-    ]:
-        files = _set("new")
-        files[rel] = cut(files[rel])
-        with pytest.raises(PublishRefused, match=rf"{rel}"):
-            staging = _stage(root, files, sealed=False)
-            publish_set(root, {rel: staging / rel for rel in RELS}, experiment="x")
-    assert _seen(root) == _set("old")
-
-
-def test_an_unsealed_csv_with_fewer_rows_than_its_parquet_is_refused(tmp_path):
-    import pandas as pd
-
-    root = tmp_path / "results/x"
-    staging = root / ".staging"
-    staging.mkdir(parents=True)
-    df = pd.DataFrame({"step": [0, 4, 8], "accuracy": [0.5, 0.6, 0.7]})
-    df.to_parquet(staging / "scores.parquet", index=False)
-    df.iloc[:2].to_csv(staging / "scores.csv", index=False)  # cut at a line end: whole lines, one row short
-    with pytest.raises(PublishRefused, match=r"scores\.csv has 2 rows but scores\.parquet 3"):
-        publish_set(root, {r: staging / r for r in ("scores.parquet", "scores.csv")}, experiment="x")
+    _publish(root, _set("old"))
+    before = sorted(str(p) for p in (root / ".published").rglob("*"))
+    staging = _stage(root, _set("new"))
+    csv = staging / "scores.csv"
+    (staging / ".scores.csv.sha256").unlink()
+    with pytest.raises(PublishRefused) as e:
+        publish_set(root, {rel: staging / rel for rel in RELS}, experiment="x")
+    msg = str(e.value)
+    assert f"{csv} has no seal ({staging / '.scores.csv.sha256'})" in msg and "the published set is as it was" in msg
+    assert f"Delete {csv} and run again" in msg
+    assert _seen(root) == _set("old") and sorted(str(p) for p in (root / ".published").rglob("*")) == before
+    assert "unsealed" not in json.loads((root / MARKER).read_text())
 
 
 def test_what_is_published_is_checked_against_its_record(tmp_path):
@@ -295,17 +257,24 @@ def test_a_link_replaced_by_a_file_is_named_and_the_file_kept(tmp_path):
     assert len(kept) == 1 and Path(kept[0].rsplit(" ", 1)[1]).read_text() == "someone's own table\n"
 
 
-def test_an_experiment_published_before_versions_keeps_its_other_files(tmp_path):
+def test_files_where_the_links_go_are_kept_aside_and_named_not_adopted(tmp_path):
+    """An experiment folder with real files where the published set's links go and no .published/ (put
+    there by hand, or by a version before publish records): nothing is published there yet, and the
+    first publish moves each aside into .published/kept-*, names it, and publishes the staged set.
+    (Before: taken over as a version v0 of the published set.)"""
     root = tmp_path / "results/x"
-    _old_layout(root, _set("old"))
-    assert inspect(root, RELS).layout == "old"
+    for rel, data in _set("mine").items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    (root / "analysis/notes.txt").write_text("my own notes")
+    assert inspect(root, RELS).layout == "none"
     record = _publish(root, _set("new"))
     assert _seen(root) == _set("new") and inspect(root, RELS).whole
-    assert any("are now version v0" in n for n in record["notes"])
-    # v0 holds more than its record (their notes): kept and named, not deleted
-    kept = [n for n in record["notes"] if "-v0 keeps a set" in n]
-    assert len(kept) == 1
-    assert next((root / ".published").glob("kept-*-v0")).joinpath("analysis/notes.txt").read_text() == "my own notes"
+    assert not (root / ".published/v0").exists() and record["version"] == "v1"
+    kept = {n.split(" was not the link", 1)[0]: Path(n.rsplit(" ", 1)[1]) for n in record["notes"] if "is kept as" in n}
+    assert sorted(kept) == sorted(str(root / n) for n in ("scores.parquet", "scores.csv", "accuracy.csv", "analysis"))
+    assert (kept[str(root / "analysis")] / "notes.txt").read_text() == "my own notes"
+    assert kept[str(root / "scores.csv")].read_bytes() == _set("mine")["scores.csv"]
 
 
 # ---- the experiment's writer: its lock, its config, the published set at the start of a run ----------

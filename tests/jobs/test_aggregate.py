@@ -11,6 +11,7 @@ import torch
 
 from oodcorr.core.errors import ResultError
 from oodcorr.core.io import write_json_atomic
+from oodcorr.core.records import seal
 from oodcorr.jobs.aggregate import collect, read_scores, write_scores
 from oodcorr.jobs.predictions import write_predictions
 
@@ -30,6 +31,10 @@ def _record(path, testset, fingerprint="synthetic:a", records_sha256="r1", step=
         "accuracy": 0.5,
         "n": 2,
         "n_correct": 1,
+        "macro_f1": 1 / 3,
+        "ece": 0.5,
+        "accuracy_ci_low": 0.09,
+        "accuracy_ci_high": 0.91,
         "fingerprint": fingerprint,
         "records_sha256": records_sha256,
         "checkpoint": "ck",
@@ -100,14 +105,22 @@ def test_a_local_file_changed_since_preparation_stops_the_aggregation(tmp_path):
         collect(paths, data=data)
 
 
-def test_a_truncated_scores_table_is_named_with_the_way_out(tmp_path):
-    import pandas as pd
+def test_a_scores_table_without_its_seal_or_unreadable_is_named_with_the_way_out(tmp_path):
+    """Rule aggregate_scores seals the table last: one without its seal (put there by hand, or by an
+    earlier version) is refused, naming the seal and the way out (before: read as it was); one its job
+    sealed that does not read is named too."""
 
     df = collect([_predictions(tmp_path, "t1")])
     pq, csv = tmp_path / "scores.parquet", tmp_path / "scores.csv"
     write_scores(df, str(pq), str(csv))
+    with pytest.raises(ResultError) as e:
+        read_scores(str(pq))
+    assert str(e.value).startswith(f"{pq} has no seal ({tmp_path / '.scores.parquet.sha256'})")
+    assert "deleting it is safe" in str(e.value) and "rule aggregate_scores makes it again" in str(e.value)
+    seal([pq])
     pd.testing.assert_frame_equal(read_scores(str(pq)), df)
     pq.write_bytes(pq.read_bytes()[:200])
+    seal([pq])  # its job wrote it so (a disk that lost the end of a write)
     with pytest.raises(ResultError, match=r"scores\.parquet: not a readable scores table.*deleting it is safe"):
         read_scores(str(pq))
 
@@ -115,7 +128,6 @@ def test_a_truncated_scores_table_is_named_with_the_way_out(tmp_path):
 def test_a_staged_scores_table_damaged_since_it_was_sealed_is_named_safe_to_delete(tmp_path):
     """Issue 47: the sentence named the table and Arrow's error, not that deleting it is safe; and a staged
     table changed but still readable (rows dropped by hand) was read as it was."""
-    from oodcorr.core.records import seal
 
     df = collect([_predictions(tmp_path, "t1"), _predictions(tmp_path, "t2")])
     pq, csv = tmp_path / ".staging" / "scores.parquet", tmp_path / ".staging" / "scores.csv"
@@ -136,7 +148,6 @@ def test_a_staged_scores_table_damaged_since_it_was_sealed_is_named_safe_to_dele
 def test_a_staged_analysis_table_cut_short_stops_its_figure_with_the_way_out(tmp_path):
     """A staged partial_correlations.csv cut at a line end still parses (fewer rows, read as all of them):
     before, the heatmap was drawn from what was left. Now its seal names it, with the way out (issue 47)."""
-    from oodcorr.core.records import seal
 
     staged = tmp_path / "results/x/.staging/analysis/partial_correlations.csv"
     staged.parent.mkdir(parents=True)
@@ -299,6 +310,7 @@ def test_a_truncated_staged_scores_table_stops_the_report_tables_with_a_sentence
     staged.parent.mkdir(parents=True)
     pd.DataFrame({"accuracy": [0.5] * 100}).to_parquet(staged)
     staged.write_bytes(staged.read_bytes()[:200])
+    seal([staged])  # as its job left it: sealed, but cut short
     msg = run_rule_script(
         "report_tables",
         tmp_path,

@@ -381,33 +381,27 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
     assert not os.path.exists(cks[1]["predictions"])
 
 
-def test_a_run_manifest_from_before_the_digests_checks_the_step_only(tmp_path, tiny_models):
-    """Upgrading: a run's manifest without weights digests (written by the previous version) is
-    still evaluated, each checkpoint checked against its own step; nothing is recomputed for it."""
+def test_a_run_manifest_without_the_digests_is_refused_with_the_way_out(tmp_path):
+    """Every finetune records each checkpoint's weights digest in the run's manifest; one without them
+    (made by hand, or by a version before the digests) is refused before anything is scored, naming it
+    and what to do. (Before: evaluated, each checkpoint checked by its own step only.)"""
+    from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score
 
-    from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
-
-    tiny = str(tiny_models["opt"])
-    spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
-    cache = _one_testset(tmp_path, tiny, spec)
-    cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
     manifest = tmp_path / "run/manifest.json"
-    doc = json.loads(manifest.read_text())
-    manifest.write_text(
-        json.dumps(dict(doc, checkpoints=[{"step": c["step"], "path": c["path"]} for c in doc["checkpoints"]]))
-    )
-    old = checkpoints_to_score([str(manifest)], [0, 10], [c["predictions"] for c in cks])
-    assert [c["weights"] for c in old] == [None, None]
-    out = evaluate_run(
-        model_spec=spec,
-        built_model_dir=tiny,
-        checkpoints=old,
-        tokenized=cache,
-        batch_size=8,
-        max_tokens=10**6,
-        provenance={},
-    )
-    assert [r["step"] for r in out["checkpoints"]] == [0, 10]
+    manifest.parent.mkdir()
+    entries = [{"step": s, "path": str(tmp_path / f"run/checkpoints/checkpoint-{s}")} for s in (0, 10)]
+    manifest.write_text(json.dumps({"model": "tiny", "checkpoints": entries}))
+    with pytest.raises(EvaluationRefused) as e:
+        checkpoints_to_score([str(manifest)], [0, 10], [str(tmp_path / "p0.parquet"), str(tmp_path / "p10.parquet")])
+    msg = str(e.value)
+    assert msg.startswith(f"{manifest}: the run manifest records no weights digest for checkpoint(s) [0, 10]"), msg
+    assert msg.endswith(
+        "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
+    ), msg
+    entries[0]["weights"] = entries[1]["weights"] = "d" * 64
+    manifest.write_text(json.dumps({"model": "tiny", "checkpoints": entries}))
+    got = checkpoints_to_score([str(manifest)], [0, 10], [str(tmp_path / "p0.parquet"), str(tmp_path / "p10.parquet")])
+    assert [c["weights"] for c in got] == ["d" * 64, "d" * 64]
 
 
 def test_a_predictions_file_of_another_place_is_not_reused(tmp_path, tiny_models):

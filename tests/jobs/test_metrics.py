@@ -7,8 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from oodcorr.core.errors import ResultError
 from oodcorr.jobs import metrics
-from oodcorr.jobs.aggregate import COLUMNS, RECOMPUTED, collect
+from oodcorr.jobs.aggregate import COLUMNS, collect
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -76,35 +77,20 @@ def test_three_way_model_on_a_two_way_set_is_judged_after_collapsing():
     assert metrics.collapse(pred, gold3, names, coarse).tolist() == pred.tolist()
 
 
-def _write_old_predictions(path, rec, frame):
-    """A predictions file as written before the metrics existed: its record lacks them."""
+def _write_predictions_without_metrics(path, rec):
+    """A predictions file whose record lacks the metrics (as versions before them wrote it)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    table = table.replace_schema_metadata({b"oodcorr": json.dumps(rec).encode()})
-    pq.write_table(table, path)
+    table = pa.Table.from_pandas(pd.DataFrame({"index": [0], "correct": [True]}), preserve_index=False)
+    pq.write_table(table.replace_schema_metadata({b"oodcorr": json.dumps(rec).encode()}), path)
 
 
-def test_old_records_are_completed_from_their_predictions_file(tmp_path):
-    from sklearn.metrics import f1_score
-
-    rng = np.random.default_rng(0)
-    gold = rng.choice(["entailment", "non-entailment"], 50)
-    pred = np.where(rng.random(50) < 0.7, gold, rng.choice(["entailment", "non-entailment"], 50))
-    logits = rng.normal(size=(50, 2)).astype(np.float32)
-    frame = pd.DataFrame(
-        {
-            "index": range(50),
-            "label": gold,
-            "pred": pred,
-            "correct": gold == pred,
-            "logit_entailment": logits[:, 0],
-            "logit_non-entailment": logits[:, 1],
-        }
-    )
-    good = tmp_path / "old.predictions.parquet"
-    gone = tmp_path / "gone.predictions.parquet"
+def test_a_record_without_the_metrics_is_refused_with_the_files_to_delete(tmp_path):
+    """Every evaluation records macro-F1, ECE and the interval; a record without them is of an earlier
+    version (or made by hand): refused, naming the file(s) whose deletion reruns that evaluation, in unit
+    checkpoint and in a unit-run summary. (Before: completed from its predictions file, with a note in
+    metrics_note, or left empty with the reason there.)"""
     base = {
         "model": "m",
         "in_domain": "d",
@@ -113,26 +99,23 @@ def test_old_records_are_completed_from_their_predictions_file(tmp_path):
         "run_id": "m/d/n8/seed0",
         "testset": "t",
         "role": "ood",
-        "accuracy": float((gold == pred).mean()),
-        "n": 50,
-        "n_correct": int((gold == pred).sum()),
+        "accuracy": 0.5,
+        "n": 2,
+        "n_correct": 1,
         "fingerprint": "x",
         "checkpoint": "c",
     }
-    _write_old_predictions(good, dict(base, step=0, predictions=str(good)), frame)
-    summary = tmp_path / "t.json"  # a unit-run summary whose second record's predictions file is unreadable
-    gone.write_bytes(b"not parquet")
-    summary.write_text(json.dumps({"checkpoints": [dict(base, step=5, predictions=str(gone))]}))
-    df = collect([str(good), str(summary)])
-    assert list(df.columns) == COLUMNS
-    first, second = df.iloc[0], df.iloc[1]
-    assert first["macro_f1"] == pytest.approx(f1_score(gold, pred, average="macro"))
-    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
-    conf = probs[np.arange(50), (pred == "non-entailment").astype(int)]
-    assert first["ece"] == pytest.approx(metrics.ece(conf, gold == pred), rel=1e-5)
-    assert first["metrics_note"] == RECOMPUTED and first["x_unit"] == "step"
-    # unreadable: empty metrics, the note says why, the interval still comes from the counts
-    assert math.isnan(second["macro_f1"]) and math.isnan(second["ece"])
-    assert "not available" in second["metrics_note"] and str(gone) in second["metrics_note"]
-    low, high = metrics.wilson(base["n_correct"], 50)
-    assert (second["accuracy_ci_low"], second["accuracy_ci_high"]) == pytest.approx((low, high))
+    old = tmp_path / "old.predictions.parquet"
+    _write_predictions_without_metrics(old, dict(base, step=0, predictions=str(old)))
+    with pytest.raises(ResultError) as e:
+        collect([str(old)])
+    assert str(e.value).startswith(f"{old}: evaluation result lacks {list(metrics.COLUMNS)} (written by an earlier")
+    assert str(e.value).endswith(f"delete {old} and run again: that evaluation runs again")
+    summary = tmp_path / "t.json"
+    summary.write_text(json.dumps({"checkpoints": [dict(base, step=0, predictions=str(old))]}))
+    with pytest.raises(ResultError, match=rf"checkpoints\[0\]: .*; delete {old} and {summary} and run again"):
+        collect([str(summary)])
+    whole = dict(base, step=0, predictions=str(old), **dict.fromkeys(metrics.COLUMNS, 0.5))
+    _write_predictions_without_metrics(old, whole)
+    row = collect([str(old)]).iloc[0]
+    assert list(row.index) == COLUMNS and row["macro_f1"] == 0.5 and row["metrics_note"] == ""

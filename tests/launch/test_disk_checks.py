@@ -220,7 +220,7 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
     inodes. Each is named now, with its folder and what to do; the greedy scheduler needs no room."""
     import tempfile
 
-    from oodcorr.launch.disk_checks import room_to_run
+    from oodcorr.launch.room import room_to_run
 
     from faults import fill, small_filesystem, use_up_inodes
 

@@ -74,7 +74,7 @@ def test_every_rule_callable_carries_its_parameters_where_snakemake_looks():
     renamed attribute would silently bring back the per-call inspection (a third of planning)."""
     from snakemake.common import FUNC_OVERWRITE_PARAMS_ATTR, get_function_params
 
-    from oodcorr.planning.plan import SNAKEMAKE_PARAMS_ATTR
+    from oodcorr.planning.rule_callables import SNAKEMAKE_PARAMS_ATTR
 
     assert SNAKEMAKE_PARAMS_ATTR == FUNC_OVERWRITE_PARAMS_ATTR
     plan = _paper()

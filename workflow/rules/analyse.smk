@@ -44,8 +44,6 @@ rule aggregate_scores:
     conda:
         ENV
     params:
-        # the label mode's collapse rule, for records that predate macro-F1 and ECE
-        coarse=PLAN.coarse,
         # every record's data is checked against the prepared testset (and its local file)
         data=lambda wc: {"records": P.data, "meta": P.data_meta},
         # and every record against its file's place: run, step, testset, checkpoint, experiment

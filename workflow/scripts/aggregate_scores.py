@@ -17,7 +17,7 @@ names_of, series = tracking.of_config(sm.config)
 try:
     tracking.check_for(names_of, root)
     # every record is checked against its place, and its data against the testset as prepared now
-    df = collect(list(sm.input), coarse=sm.params.coarse, data=sm.params.data, places=sm.params.places)
+    df = collect(list(sm.input), data=sm.params.data, places=sm.params.places)
 except (ConfigError, ResultError, DataError, WriteFailed) as e:  # the message (file, the way out): the log's last line
     refuse(e)
 write_scores(df, sm.output.parquet, sm.output.csv)

@@ -48,6 +48,7 @@ class TestsetNoise:
     mat: np.ndarray | None = None
     sizes: np.ndarray | None = None
     why: str = ""
+    strata: np.ndarray | None = None  # ``items``: each item's label where the set was sampled per label
 
     @property
     def n_items(self) -> int:
@@ -97,18 +98,32 @@ def binomial_bound(scores: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.diag(np.where(p * (1 - p) == 0, 0.0, v))
 
 
-def half_means(mat: np.ndarray, splits: int, rng: np.random.Generator) -> tuple[np.ndarray, tuple[int, int]]:
+def half_means(
+    mat: np.ndarray, splits: int, rng: np.random.Generator, strata: np.ndarray | None = None
+) -> tuple[np.ndarray, tuple[int, int]]:
     """``splits`` random halves of a testset's items: an array (splits, 2, units) of each half's
     accuracy at every unit, and the halves' sizes (n // 2, n - n // 2). Two halves share no item, so
-    their item noise is independent."""
+    their item noise is independent. ``strata`` (one label per item): each half takes half of every
+    stratum, as a testset sampled per label was (random halves of a label-stratified set get
+    opposite label shares, and a checkpoint that favours one label makes their noise anti-correlated:
+    the noise would read larger than the set's own)."""
     mat = np.asarray(mat, dtype=float)
     n = mat.shape[1]
     a = n // 2
     weights = np.zeros((n, 2 * splits))
+    groups = [np.arange(n)] if strata is None else [np.flatnonzero(strata == v) for v in np.unique(strata)]
     for k in range(splits):
-        perm = rng.permutation(n)
-        weights[perm[:a], 2 * k] = 1.0 / a
-        weights[perm[a:], 2 * k + 1] = 1.0 / (n - a)
+        halves: list[list] = [[], []]
+        for g in groups:  # half of each stratum; an odd one's last item to the second half unless it is the
+            # larger so far: the sizes are (n // 2, n - n // 2), and without strata the halves are perm[:a], perm[a:]
+            perm = rng.permutation(g)
+            h = len(g) // 2
+            halves[0].extend(perm[:h])
+            halves[1].extend(perm[h : 2 * h])
+            if len(g) % 2:
+                halves[int(len(halves[1]) <= len(halves[0]))].append(perm[-1])
+        for side, items in enumerate(halves):
+            weights[np.asarray(items, int), 2 * k + side] = 1.0 / len(items)
     out = np.nan_to_num(mat) @ weights
     out[~np.isfinite(mat[:, 0])] = np.nan
     return out.T.reshape(splits, 2, -1), (a, n - a)
@@ -175,8 +190,30 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
     return mats, problems
 
 
+def item_strata(examples: pd.DataFrame, mats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Each testset's item labels (the per-item table's ``stratum`` column: the workflow's gold
+    labels), in the order of :func:`item_matrices`' columns (the example ids sorted); a testset whose
+    item has two labels, or a table without the column, has none."""
+    if examples is None or "stratum" not in examples or not mats:
+        return {}
+    out = {}
+    for ts, g in examples[examples["testset"].isin(list(mats))].groupby("testset", sort=False, observed=True):
+        per = g.drop_duplicates(["example", "stratum"])
+        if per["example"].duplicated().any():
+            continue
+        labels = per.set_index("example")["stratum"].sort_index()
+        if len(labels) == mats[str(ts)].shape[1]:
+            out[str(ts)] = labels.astype(str).to_numpy()
+    return out
+
+
 def run_noise(
-    testsets, units: list, mats: dict[str, np.ndarray], problems: dict[str, str], sizes: dict[str, np.ndarray]
+    testsets,
+    units: list,
+    mats: dict[str, np.ndarray],
+    problems: dict[str, str],
+    sizes: dict[str, np.ndarray],
+    strata: dict[str, np.ndarray] | None = None,
 ) -> dict[str, TestsetNoise]:
     """Every testset's :class:`TestsetNoise` for one run: ``items`` where its per-item matrix is
     complete at every unit the run scored it (:func:`item_matrices`), else ``bound`` where its
@@ -186,7 +223,9 @@ def run_noise(
     for ts in testsets:
         mat = mats.get(ts)
         if mat is not None:
-            out[ts] = TestsetNoise("items", mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness")
+            out[ts] = TestsetNoise(
+                "items", mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness", strata=(strata or {}).get(ts)
+            )
             continue
         n = sizes.get(ts)
         if n is not None and np.any(np.isfinite(n) & (n > 0)):

@@ -238,7 +238,7 @@ def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y
     """The tasks' correlation of a run from its cross-fitted one: ``r / sqrt(rel_x rel_y)`` (NaN
     where a reliability is not positive or the result leaves [-1, 1]) and its interval, the
     observed interval divided by the attenuation's range (a bound that reaches 0 leaves that side
-    open: +-1). Arrays of one shape."""
+    open: +-1; an attenuation that may be 0 at its high end too leaves [-1, 1]). Arrays of one shape."""
     r, lo, hi = (np.asarray(v, float) for v in (r, lo, hi))
     with np.errstate(invalid="ignore", divide="ignore"):
         a = np.sqrt(np.asarray(rel_x, float) * np.asarray(rel_y, float))
@@ -248,6 +248,9 @@ def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y
         est = np.where(np.abs(est) <= 1, est, np.nan)
         low = np.where(lo >= 0, lo / a_hi, np.where(a_lo > 0, lo / a_lo, -1.0))
         high = np.where(hi <= 0, hi / a_hi, np.where(a_lo > 0, hi / a_lo, 1.0))
+        # even the attenuation's high end is 0 (the series may be all item noise): nothing bounds the tasks'
+        none = ~(a_hi > 0)
+        low, high = np.where(none, -1.0, low), np.where(none, 1.0, high)
     ok = np.isfinite(lo) & np.isfinite(hi)
     return est, np.where(ok, np.clip(low, -1, 1), np.nan), np.where(ok, np.clip(high, -1, 1), np.nan)
 

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from . import multitest
-from .item_noise import item_matrices
+from .item_noise import item_matrices, item_strata
 from .measurement import pool_measured
 from .options import Options
 from .pooling import POOL_KEYS, _groups, pool_runs
@@ -182,7 +182,8 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
 
 
 def _run_items(groups, examples, ordered) -> list:
-    """Each run's per-item matrices and problems (:func:`.item_noise.item_matrices`), read from its
+    """Each run's per-item matrices, problems and item labels (:func:`.item_noise.item_matrices`,
+    :func:`.item_noise.item_strata`), read from its
     rows of ``examples`` one run at a time (the table is split once, by position); None for a run
     without rows, and for every run without ``examples``."""
     if examples is None:
@@ -191,7 +192,12 @@ def _run_items(groups, examples, ordered) -> list:
     out = []
     for g in groups:
         idx = where.get((g["model"].iloc[0], g["run"].iloc[0]))
-        out.append(({}, {}) if idx is None else item_matrices(examples.take(idx), run_units(g, ordered)))
+        if idx is None:
+            out.append(({}, {}, {}))
+            continue
+        sub = examples.take(idx)
+        mats, problems = item_matrices(sub, run_units(g, ordered))
+        out.append((mats, problems, item_strata(sub, mats)))
     return out
 
 

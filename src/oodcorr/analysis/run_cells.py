@@ -21,7 +21,7 @@ from scipy import stats
 from .correlate import corr, p_param, residual_pair
 from .example_boot import RunExamples, example_ci, linear_pearson_cis
 from .inference import PHI_MAX, assess, dependence, modified_tests
-from .item_noise import item_matrices, run_noise
+from .item_noise import item_matrices, item_strata, run_noise
 from .options import Options
 from .resample import cell_rng
 from .residualise import Degenerate, parse
@@ -296,10 +296,11 @@ def analyse_run(
                 v = cols[ts].copy()
                 v[step0] = math.nan
                 cols[("without step 0", ts)] = v
-    mats, problems = items if items is not None else ({}, {})
+    mats, problems, strata = items if items is not None else ({}, {}, {})
     if items is None and examples is not None:
         ex = examples[(examples["model"] == model) & (examples["run"] == run)]
         mats, problems = item_matrices(ex, units)
+        strata = item_strata(ex, mats)
     rex = (
         RunExamples(mats, problems, [plain(u) for u in units], opts, model, run)
         if (mats or problems) and opts.example_boot >= 2
@@ -309,7 +310,7 @@ def analyse_run(
     if "n" in g.columns:
         nw = clean.pivot(index="unit", columns="testset", values="n").reindex(index=units)
         sizes = {ts: pd.to_numeric(nw[ts], errors="coerce").to_numpy(float) for ts in nw.columns}
-    noise = run_noise([zname, *ood], units, mats, problems, sizes)
+    noise = run_noise([zname, *ood], units, mats, problems, sizes, strata)
     meas = run_measurements(
         cols, zname, ood, noise, opts.residualisers, steps, ordered, opts.level, opts.seed, (model, run)
     )

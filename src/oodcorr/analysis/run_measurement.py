@@ -135,7 +135,7 @@ def _halves(tn: TestsetNoise, mask: np.ndarray, rng) -> np.ndarray | None:
     mat = tn.mat[mask]
     if not np.all(np.isfinite(mat[:, 0])) or mat.shape[1] < 4:
         return None
-    return half_means(mat, SPLITS, rng)[0]
+    return half_means(mat, SPLITS, rng, tn.strata)[0]
 
 
 def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) -> dict:
@@ -188,7 +188,7 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
     if tn.kind == "items":
         mat = tn.mat[mask]
         if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
-            h = half_means(mat, SPLITS, rng)[0]
+            h = half_means(mat, SPLITS, rng, tn.strata)[0]
             prod = np.mean([(R @ a) @ (R @ b) for a, b in h])
             est = float(prod / total)
             sd = math.sqrt((total**2 + prod**2) / max(len(x) - 2, 1)) / total

@@ -512,7 +512,7 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
     frames = []
     for row in scores[need].itertuples(index=False):
         try:
-            pred = pd.read_parquet(row.predictions, columns=["index", "correct"])
+            pred = pd.read_parquet(row.predictions)
         except Exception as e:  # noqa: BLE001 -- gone or damaged: name the file and the way out
             raise DataError(
                 f"{row.predictions}: cannot read these per-example predictions ({type(e).__name__}: "
@@ -527,11 +527,16 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
                     "testset": str(row.testset),
                     "example": pred["index"].to_numpy(),
                     "correct": pred["correct"].to_numpy(float),
+                    # the gold label: testsets are sampled per label, so their split halves are drawn
+                    # within labels too (item_noise.half_means); a file without labels: one stratum
+                    "stratum": (pred["label"] if "label" in pred.columns else pd.Series("", index=pred.index))
+                    .astype(str)
+                    .to_numpy(),
                 }
             )
         )
     if not frames:
-        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct"])
+        return pd.DataFrame(columns=["model", "run", "unit", "testset", "example", "correct", "stratum"])
     return pd.concat(frames, ignore_index=True)
 
 
@@ -547,8 +552,9 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1) -> canonical; the names
-    (model, run, testset) as categories, as a suite's millions of rows repeat a few of them."""
+    """A long per-example table (unit, testset, example id, correct 0/1, and an optional ``stratum``:
+    the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
+    as a suite's millions of rows repeat a few of them."""
     _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
     raw = df[correct]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
@@ -570,6 +576,7 @@ def from_examples_table(
             "testset": names(testset, ""),
             "example": df[example].to_numpy(),
             "correct": corr.to_numpy(float),
+            **({"stratum": df["stratum"].astype(str).to_numpy()} if "stratum" in df.columns else {}),
         }
     )
 

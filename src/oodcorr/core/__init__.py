@@ -7,10 +7,12 @@ defaults Python reads, written once), ``model_dirs`` (model folders on disk and 
 safely), ``locks`` (one writer per folder; lock files opened without following links), ``published``
 (results published as one set, switched by one rename, and checked against their record), ``gpus``
 (device claims), ``ranks`` (which process of a distributed launch this is), ``limits`` (the size
-budgets of YAML files, configs and the analysis, checked before any work), ``answer`` (the answer
-in a sentence: the pairs per verdict of an agreement table, for the console and the report) and
-``trackers`` (the experiment trackers ``finetune.report_to`` names: where each writes, from its own
-environment variables, and whether it is installed and reachable).
+budgets of YAML files, configs and the analysis, checked before any work), ``gguf`` (a GGUF file's
+header, read and checked before anything loads it; the tensors its architecture needs:
+``gguf_tensors``), ``answer`` (the answer in a sentence: the pairs per verdict of an agreement table,
+for the console and the report) and ``trackers`` (the experiment trackers ``finetune.report_to``
+names: where each writes, from its own environment variables, and whether it is installed and
+reachable).
 
 May import: nothing of oodcorr outside this folder.
 """

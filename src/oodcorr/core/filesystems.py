@@ -235,6 +235,10 @@ def _file_size_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+# said by every sentence of a write that stopped
+KEPT = "Nothing half-written is kept, and no result is taken from it."
+
+
 def disk_full(
     folder: str | os.PathLike,
     what: str,
@@ -256,7 +260,6 @@ def disk_full(
         need = f"it needs more than the {human_bytes(written)} ({written} bytes) written when it stopped"
     else:
         need = "it needs more room than is free"
-    kept = "Nothing half-written is kept, and no result is taken from it."
     again = "then run again: the job starts over from what is whole"
     leftovers = deletable(folder)
     listed = f"; what a run left that holds no result: {'; '.join(leftovers)}" if leftovers else ""
@@ -265,7 +268,7 @@ def disk_full(
             f"{what}: your disk quota on the file system of {folder} is used up (a quota counts the bytes, or the "
             f"files, you own there): {need}. The file system may have room ({human_bytes(free)} free, `df -h "
             f"{folder}`), but not in your share of it: `quota -s` shows your quota (on Lustre, `lfs quota -h -u "
-            f"$USER {folder}`). {kept} Delete files of yours on that file system{listed}, ask for a larger "
+            f"$USER {folder}`). {KEPT} Delete files of yours on that file system{listed}, ask for a larger "
             f"quota, or put results/ on a file system where your quota has room (a link to it), {again}"
         )
     if kind == "too large":
@@ -277,13 +280,13 @@ def disk_full(
             else f"the file system of {folder} takes no larger file (FAT32 and some network mounts stop at 4 GiB): "
             "put results/ on another file system (a link to it)"
         )
-        return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {kept} Then run again"
+        return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {KEPT} Then run again"
     if kind == "inodes":
         top = mount_point(folder)
         return (
             f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
             f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
-            f"there. {kept} Delete files you no longer need on that file system, many small ones first (`du "
+            f"there. {KEPT} Delete files you no longer need on that file system, many small ones first (`du "
             f"--inodes -xs {top}/* | sort -n` shows where they are){listed}, or put results/ on another file "
             f"system (a link to it), {again}"
         )
@@ -298,7 +301,7 @@ def disk_full(
     )
     return (
         f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
-        f"{kept}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {again}"
+        f"{KEPT}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {again}"
     )
 
 
@@ -377,9 +380,6 @@ def owner_of(path: str | os.PathLike) -> str:
         mine = "you" if st.st_uid == os.getuid() else f"user {name}"
         return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
     return ""
-
-
-KEPT = "Nothing half-written is kept, and no result is taken from it."
 
 
 def write_failed(

@@ -65,10 +65,8 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
     try:
         yield tmp_path
         # mkstemp makes the file private (0600); results get the usual umask-based mode
-        umask = os.umask(0)
-        os.umask(umask)
         with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp_path, 0o666 & ~umask)
+            os.chmod(tmp_path, 0o666 & ~current_umask())
         os.replace(tmp_path, path)
     except BaseException as e:
         written = None
@@ -104,6 +102,13 @@ def _mkstemp_or_failed(path: Path, what: str, size: int | None):
         raise write_failed(path.parent, what, needed=size, cause=e) from e
 
 
+def current_umask() -> int:
+    """The process's umask (``os.umask`` reads it only by setting another: it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def follow_umask(folder: str | os.PathLike) -> None:
     """Give every regular file under ``folder`` the mode a new file gets under the process umask
     (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
@@ -113,9 +118,7 @@ def follow_umask(folder: str | os.PathLike) -> None:
     shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
     (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
     alone."""
-    umask = os.umask(0)
-    os.umask(umask)
-    want = 0o666 & ~umask
+    want = 0o666 & ~current_umask()
     for f in sorted(Path(folder).rglob("*")):
         st = f.lstat()
         if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:
@@ -295,6 +298,13 @@ def _utf16_without_bom(raw: bytes) -> str | None:
     return "utf-16-be" if even > odd else "utf-16-le"
 
 
+def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
+    return (
+        f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
+        f"position); {fix.format(encoding=utf16)}"
+    )
+
+
 def decode_text(
     raw: bytes,
     path: str | os.PathLike,
@@ -333,10 +343,7 @@ def decode_text(
             ) from None
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(
-                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                f"position); {fix.format(encoding=utf16)}"
-            ) from None
+            raise DataError(_utf16_sentence(path, utf16, fix)) from None
         raise DataError(
             f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
             f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
@@ -347,10 +354,7 @@ def decode_text(
         line = text[: text.index("\x00")].count("\n") + 1
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(
-                f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-                f"position); {fix.format(encoding=utf16)}"
-            )
+            raise DataError(_utf16_sentence(path, utf16, fix))
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
 
@@ -435,15 +439,10 @@ def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
     return out
 
 
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, hex (the one home of a file's hash: manifests, seals, publish records)."""
     with open(path, "rb") as fh:
-        while True:
-            b = fh.read(chunk)
-            if not b:
-                break
-            h.update(b)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def stat_key(path: str | os.PathLike) -> list[int]:

@@ -20,7 +20,8 @@ an unfinished ``.published/.new-*`` folder that the next publish removes. The ve
 the current one is kept until the next publish (a reader that resolved a path just before a
 switch can still open it); older ones are deleted, unless they hold files that differ from
 their record or were never published (edited by hand, ``oodcorr analyse --force``): those are
-kept as ``.published/kept-*`` and named.
+kept as ``.published/kept-*`` and named. So is anything else found where one of the links goes (a
+file or folder put there by hand): moved aside, never deleted.
 
 Every staged file is checked against its seal (:func:`oodcorr.core.records.check_seal`, written
 by the job that made it) before it is published, and copied with its sha256 computed on the
@@ -44,7 +45,7 @@ from pathlib import Path
 
 from .errors import WriteFailed
 from .filesystems import check_room, write_errno, write_failed
-from .io import stat_key, write_json_atomic
+from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
 
@@ -70,12 +71,6 @@ def link_target(name: str) -> str:
     return f"{PUBLISHED}/{CURRENT}/{name}"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def _stamp() -> str:
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -96,11 +91,6 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
     with hold(pub, PUBLISH):
         notes = _clear_leftovers(pub)
         previous = _current_version(pub)
-        if previous is None:
-            adopted = _adopt_old_layout(root, rels, experiment)
-            if adopted:
-                notes.append(adopted)
-                previous = _current_version(pub)
         record = _build(pub, staged, experiment)
         _switch(pub, record["version"])
         for name in top_names(rels):
@@ -113,7 +103,7 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
 
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     """The new version folder, whole, with its record; removed again if anything fails."""
-    mask = _umask()
+    mask = current_umask()
     try:
         block = os.statvfs(pub).f_frsize or 4096
     except OSError:
@@ -131,7 +121,7 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             raise write_failed(pub, what, needed=needed, cause=e) from e
         raise
     try:
-        files, problems, unsealed, bad = {}, [], [], []
+        files, problems, bad = {}, [], []
         for rel, src in staged.items():
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -142,18 +132,12 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
                 bad.append(src)
                 continue
             why = check_seal(src, sha)
-            if why == "unsealed":  # staged before seals existed: its structure, at least, is checked
-                why = structure_problem(dst)
-                unsealed.append(rel)
             if why:
                 problems.append(why.replace(str(dst), str(src)))
                 bad.append(src)
                 continue
             os.chmod(dst, 0o666 & ~mask)
             files[rel] = {"sha256": sha, "size": dst.stat().st_size}
-        for rel, why in _rows_disagree(tmp, [r for r in unsealed if r in files]):
-            problems.append(f"{staged[rel]}: {why}")
-            bad.append(staged[rel])
         if problems:
             raise PublishRefused(
                 "not published, the published set is as it was: "
@@ -173,7 +157,6 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             "version": version,
             "published": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
             "files": files,
-            "unsealed": unsealed,
         }
         write_json_atomic(tmp / PUBLISH_RECORD, record)
         os.rename(tmp, pub / version)
@@ -198,58 +181,6 @@ def _copy_hashing(src: Path, dst: Path, chunk: int = 1 << 20) -> str:
         fout.flush()
         os.fsync(fout.fileno())
     return h.hexdigest()
-
-
-def structure_problem(path: str | os.PathLike) -> str | None:
-    """Whether a file is whole as its format says (the check of a staged file that has no seal):
-    a PNG ends with its IEND chunk, a parquet file with its footer, an HTML page with ``</html>``,
-    a CSV's rows all have the header's number of fields and it ends with a line end."""
-    import csv
-
-    path = Path(path)
-    raw = path.read_bytes()
-    suffix = path.suffix.lower()
-    if suffix == ".png" and not (raw.startswith(b"\x89PNG\r\n\x1a\n") and raw.endswith(b"IEND\xaeB`\x82")):
-        return f"{path}: not a whole PNG image (cut short?)"
-    if suffix == ".parquet" and not (len(raw) > 12 and raw.startswith(b"PAR1") and raw.endswith(b"PAR1")):
-        return f"{path}: not a whole parquet file (cut short?)"
-    if suffix == ".html" and not raw.rstrip().lower().endswith(b"</html>"):
-        return f"{path}: not a whole HTML page (cut short?)"
-    if suffix == ".csv":
-        if raw and not raw.endswith(b"\n"):
-            return f"{path}: its last line is cut short"
-        try:
-            rows = list(csv.reader(raw.decode("utf-8").splitlines()))
-        except (UnicodeDecodeError, csv.Error) as e:
-            return f"{path}: not a readable CSV ({e})"
-        bad = [i for i, r in enumerate(rows[1:], start=2) if r and len(r) != len(rows[0])]
-        if not rows or bad:
-            return f"{path}: line {bad[0] if bad else 1} has another number of fields than the header (cut short?)"
-    return None
-
-
-def _rows_disagree(folder: Path, rels: list[str]) -> list[tuple[str, str]]:
-    """A CSV and a parquet table of the same name (``scores.csv`` and ``scores.parquet``) hold the
-    same number of rows; checked for files without a seal. Returns ``(rel, why)`` pairs."""
-    out = []
-    for rel in rels:
-        p = folder / rel
-        twin = p.with_suffix(".parquet" if p.suffix == ".csv" else ".csv")
-        if p.suffix != ".csv" or not twin.is_file():
-            continue
-        import csv
-
-        import pyarrow.parquet as pq  # only for a staged table without a seal (made before seals existed)
-
-        n_csv = sum(1 for _ in csv.reader(p.read_text(encoding="utf-8").splitlines())) - 1
-        try:
-            n_parquet = pq.read_metadata(twin).num_rows
-        except Exception as e:  # noqa: BLE001 -- any damage: named
-            out.append((rel, f"{twin.name} beside it is not a readable parquet file ({type(e).__name__})"))
-            continue
-        if n_csv != n_parquet:
-            out.append((rel, f"{p.name} has {n_csv} rows but {twin.name} {n_parquet} (one of them was cut short)"))
-    return out
 
 
 def _versions(pub: Path) -> list[tuple[int, Path]]:
@@ -298,97 +229,12 @@ def _make_link(root: Path, name: str, pub: Path) -> Path | None:
     return _replace_with_link(path, link_target(name), pub)
 
 
-def _adopt_old_layout(root: Path, rels: list[str], experiment: str) -> str | None:
-    """An experiment published before versions existed has real files where the links go. They
-    become version ``v0`` (hard links: no copy, the same bytes), ``current`` points at it, and each
-    real entry is replaced by its link, which shows the same bytes; so even this one-time change of
-    layout never shows a mixed set. Files of the old folders that were not published stay in
-    ``v0`` (not in its record), so it is kept, not deleted, when a later version replaces it."""
-    names = [n for n in top_names(rels) if (root / n).exists() and not (root / n).is_symlink()]
-    if not names:
-        return None
-    pub = root / PUBLISHED
-    earlier = read_publish_record(pub / "v0" / PUBLISH_RECORD)
-    if earlier and earlier.get("adopted"):  # a conversion that was killed before its switch: carry it on
-        return _adopt_links(root, pub, names)
-    tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
-    try:
-        for name in names:
-            src = root / name
-            if src.is_dir():
-                for f in sorted(src.rglob("*")):
-                    if f.is_file() and not f.is_symlink():
-                        _link_or_copy(f, tmp / name / f.relative_to(src))
-            else:
-                _link_or_copy(src, tmp / name)
-        files = {}
-        for rel in rels:
-            f = tmp / rel
-            if f.is_file():
-                files[rel] = {"sha256": _sha256(f), "size": f.stat().st_size, "stat": stat_key(f)}
-        mask = _umask()
-        for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
-            os.chmod(d, 0o777 & ~mask)
-        record = {
-            "format": RECORD_FORMAT,
-            "experiment": experiment,
-            "version": "v0",
-            "published": "before publish records existed",
-            "files": files,
-            "adopted": names,
-        }
-        write_json_atomic(tmp / PUBLISH_RECORD, record)
-        os.rename(tmp, pub / "v0")
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return _adopt_links(root, pub, names)
-
-
-def _adopt_links(root: Path, pub: Path, names: list[str]) -> str:
-    """Switch to ``v0`` (the adopted old files) and replace each old entry by its link."""
-    _switch(pub, "v0")
-    for name in names:
-        path = root / name
-        if path.is_dir():
-            aside = pub / f".adopted-{name}-{os.getpid()}"
-            os.rename(path, aside)  # (a folder cannot be replaced by a link in one rename)
-            _replace_with_link(path, link_target(name), pub)
-            shutil.rmtree(aside, ignore_errors=True)  # its files live on in v0 (hard links or copies)
-        else:
-            _replace_with_link_over_file(path, link_target(name))
-    return f"{root}: the results published before this version are now version v0 of {pub}"
-
-
-def _replace_with_link_over_file(path: Path, target: str) -> None:
-    """A file replaced by a link in one rename (the link shows the same bytes: adoption)."""
-    tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
-    os.symlink(target, tmp)
-    os.replace(tmp, path)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.link(src, dst)
-    except OSError:  # a file system without hard links
-        shutil.copy2(src, dst)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for b in iter(lambda: fh.read(1 << 20), b""):
-            h.update(b)
-    return h.hexdigest()
-
-
 def _clear_leftovers(pub: Path) -> list[str]:
     """What killed publishes left (unfinished ``.new-*`` folders, unused link files); only called
     under the publish lock, so none of them is in use."""
     notes = []
     for p in pub.iterdir():
-        if p.name.startswith((".new-", ".adopted-")) and p.is_dir() and not p.is_symlink():
+        if p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
             notes.append(f"removed {p}, left by a publish that did not finish")
         elif ".link-" in p.name and p.is_symlink():
@@ -438,10 +284,10 @@ def version_problems(folder: Path, record: dict | None = None, shown_as: Path | 
         if want.get("stat") == stat_key(f):
             continue
         size = f.stat().st_size
-        if size != want.get("size") or _sha256(f) != want["sha256"]:
+        if size != want.get("size") or sha256_file(f) != want["sha256"]:
             out.append(
                 f"{shown / rel} differs from what was published (now {size} bytes, sha256 "
-                f"{_sha256(f)[:12]}...; published {want.get('size')} bytes, {want['sha256'][:12]}...)"
+                f"{sha256_file(f)[:12]}...; published {want.get('size')} bytes, {want['sha256'][:12]}...)"
             )
     listed = set(record["files"]) | {PUBLISH_RECORD}
     extra = sorted(
@@ -461,7 +307,7 @@ def version_problems(folder: Path, record: dict | None = None, shown_as: Path | 
 class State:
     """What :func:`inspect` found in an experiment folder."""
 
-    layout: str  # "none" (nothing published yet), "old" (before versions), "versioned"
+    layout: str  # "none" (nothing published yet), "versioned"
     version: str | None = None
     record: dict | None = None
     damaged: list[str] = field(default_factory=list)  # published files changed, missing, or links replaced
@@ -478,10 +324,9 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
     root = Path(root)
     pub = root / PUBLISHED
     if not pub.is_dir():
-        old = [n for n in top_names(rels) if (root / n).exists()]
-        return State("old" if old else "none")
+        return State("none")
     state = State("versioned")
-    state.leftovers = sorted(str(p) for p in pub.iterdir() if p.name.startswith((".new-", ".adopted-")))
+    state.leftovers = sorted(str(p) for p in pub.iterdir() if p.name.startswith(".new-"))
     version = _current_version(pub)
     if version is None:
         state.damaged.append(f"{pub / CURRENT} does not point at a published set")

@@ -105,11 +105,14 @@ def seal(paths) -> None:
 
 def check_seal(path: str | Path, sha256: str) -> str | None:
     """Whether staged ``path`` (whose sha256 is ``sha256``) is what its job wrote: None when its seal
-    agrees, ``"unsealed"`` when it has none (made before seals existed), else a sentence naming it."""
+    agrees, else a sentence naming it (no seal, an unreadable one, or one of other bytes)."""
     try:
         doc = json.loads(seal_path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return "unsealed"
+        return (
+            f"{path} has no seal ({seal_path(path)}): the job that makes it writes one last, so it was put there "
+            "by hand, or by an earlier version of oodcorr"
+        )
     except (OSError, ValueError):
         doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):
@@ -132,11 +135,11 @@ def remake_hint(made_by: str, source: str) -> str:
 
 
 def check_staged(path: str | Path, made_by: str, source: str) -> None:
-    """A :class:`~oodcorr.core.errors.ResultError` when staged ``path`` is not what its job wrote (its
-    seal disagrees: cut short, or changed by hand, even where it still parses), naming it and
-    :func:`remake_hint`; a file without a seal (or whose seal is gone) is left to its reader."""
+    """A :class:`~oodcorr.core.errors.ResultError` when staged ``path`` is not what its job wrote (no
+    seal, or its seal disagrees: cut short, or changed by hand, even where it still parses), naming it
+    and :func:`remake_hint`."""
     why = check_seal(path, sha256_file(path))
-    if why and why != "unsealed":
+    if why:
         raise ResultError(f"{why}; {remake_hint(made_by, source)}")
 
 

@@ -5,10 +5,8 @@ parquet metadata; ``evaluation.unit: checkpoint``) or from the summary JSON that
 evaluation job of ``evaluation.unit: run`` writes beside the predictions files it lists.
 
 Besides accuracy, each row has the metrics of :mod:`oodcorr.jobs.metrics` (macro-F1, ECE and
-accuracy's Wilson interval). A record written before those existed is completed from its
-per-example predictions file (gold label, prediction, correctness and label scores are
-all there), and ``metrics_note`` says so; where that file cannot be read, macro-F1 and ECE
-stay empty and ``metrics_note`` says why (the interval needs only the counts).
+accuracy's Wilson interval), as the evaluation recorded them; a record without them (written by an
+earlier version) is refused, naming the file to delete.
 
 Before a row is written, its place is checked (:func:`check_place`): a record must be
 the evaluation of the run, step and testset, in the experiment, whose file it sits in (its
@@ -31,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import html
 import json
-import logging
 import os
 import re
 from pathlib import Path
@@ -44,18 +41,15 @@ from ..core.records import cache_info_path, check_staged, local_source_changed, 
 from ..planning.layout import Paths
 from . import metrics
 
-log = logging.getLogger(__name__)
-
 # a record's fields, in the scores table's order: which checkpoint it scores, what it scored, where it came from
 _CHECKPOINT = ["model", "in_domain", "n_train", "seed", "run_id", "step"]
 _SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
 _PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
-# what every record has (records of every version)
-REQUIRED = [*_CHECKPOINT, *_SCORE, *_PROVENANCE]
-# the scores table: those fields and what later record versions added (an older record gets
-# _DEFAULTS and metrics recomputed from its predictions file)
+# what every record has
+REQUIRED = [*_CHECKPOINT, *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
+# the scores table: those fields, a series' x unit (a finetuned run's record has none: "step") and
+# metrics_note (always empty: no metric is completed by the aggregation)
 COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, "metrics_note", *_PROVENANCE]
-RECOMPUTED = "macro_f1 and ece recomputed from the predictions file (its record predates them)"
 
 
 def _records(path: str) -> tuple[list[dict], bool]:
@@ -78,25 +72,26 @@ def _records(path: str) -> tuple[list[dict], bool]:
     return doc["checkpoints"], True
 
 
-def collect(
-    paths: list[str], coarse: dict | None = None, data: dict | None = None, places: dict | None = None
-) -> pd.DataFrame:
+def collect(paths: list[str], data: dict | None = None, places: dict | None = None) -> pd.DataFrame:
     """Rows from predictions files (their metadata records) and evaluation job summaries.
 
-    ``coarse`` is the experiment's label mode's collapse rule (its ``coarse`` map), used
-    for records that predate the metrics and do not carry it themselves. ``data``
-    (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
+    ``data`` (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
     ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
     :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
     :func:`check_place`; without it, a predictions file's record must still name that file."""
     rows, checked = [], []
-    n_old = 0
     for p in paths:
         records, summary = _records(p)
         for i, r in enumerate(records):
             missing = [c for c in REQUIRED if c not in r]
             if missing:
-                raise ResultError(f"{p}{f': checkpoints[{i}]' if summary else ''}: evaluation result lacks {missing}")
+                pred = r.get("predictions")
+                delete = f"{pred} and {p}" if summary and pred else p
+                raise ResultError(
+                    f"{p}{f': checkpoints[{i}]' if summary else ''}: evaluation result lacks {missing} (written by "
+                    f"an earlier version of oodcorr, or by hand); delete {delete} and run again: that evaluation "
+                    "runs again"
+                )
             if summary and not Path(r["predictions"]).exists():
                 raise ResultError(
                     f"{r['predictions']} is missing (listed in {p}); delete {p} and rerun: that "
@@ -104,16 +99,7 @@ def collect(
                 )
             check_place(p, r, summary, places)
             checked.append((r["predictions"] if summary else p, r))
-            if "macro_f1" not in r:
-                n_old += 1
-                r = dict(r, **_metrics_from_predictions(r, coarse))
             rows.append({c: r.get(c, _DEFAULTS.get(c)) for c in COLUMNS})
-    if n_old:
-        log.warning(
-            "%d record(s) predate macro-F1/ECE: completed from their predictions files where readable "
-            "(column metrics_note)",
-            n_old,
-        )
     if data:
         check_data(checked, data["records"], data["meta"])
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -214,41 +200,6 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
                 f"file was copied over it?), so it is not aggregated; delete it and {path}, and run again: that "
                 "evaluation job scores the checkpoints whose predictions are missing"
             )
-
-
-def _metrics_from_predictions(rec: dict, coarse: dict | None) -> dict:
-    """The metrics of a record that predates them, from its per-example predictions file."""
-    import numpy as np
-
-    low, high = metrics.wilson(int(rec["n_correct"]), int(rec["n"]))
-    out = {"accuracy_ci_low": low, "accuracy_ci_high": high, "macro_f1": float("nan"), "ece": float("nan")}
-    try:
-        pred = pd.read_parquet(rec["predictions"])
-    except Exception as e:  # noqa: BLE001 -- any damage: the metrics stay empty, and the note says why
-        return dict(
-            out, metrics_note=f"macro_f1 and ece not available: {rec['predictions']} unreadable ({type(e).__name__})"
-        )
-    label_names = [c[len("logit_") :] for c in pred.columns if c.startswith("logit_")]
-    if not label_names or not {"label", "pred", "correct"} <= set(pred.columns):
-        return dict(
-            out,
-            metrics_note=f"macro_f1 and ece not available: {rec['predictions']} lacks the label, "
-            "prediction or score columns",
-        )
-    coarse = rec.get("coarse", coarse) or {}
-    names = label_names + sorted((set(pred["label"]) | set(coarse)) - set(label_names))
-    index = {name: i for i, name in enumerate(names)}
-    logits = pred[[f"logit_{n}" for n in label_names]].to_numpy(np.float64)
-    got = metrics.compute(
-        pred["label"].map(index).to_numpy(),
-        pred["pred"].map(index).to_numpy(),
-        pred["correct"].to_numpy(bool),
-        logits,
-        names,
-        label_names,
-        coarse,
-    )
-    return dict(out, macro_f1=got["macro_f1"], ece=got["ece"], metrics_note=RECOMPUTED)
 
 
 def _short(h) -> str:

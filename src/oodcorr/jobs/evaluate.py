@@ -121,16 +121,23 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
 
 
 def _recorded_weights(run_manifest: str) -> dict[int, str]:
-    """Each checkpoint's weights digest as the run's finetune recorded it (manifests written before
-    the digests were recorded have none: their checkpoints are checked by their own step only)."""
+    """Each checkpoint's weights digest as the run's finetune recorded it; a manifest without them (made
+    by hand, or by a version before the digests) is refused with the way out, as an unreadable one is."""
+    again = (
+        "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
+    )
     try:
         doc = json.loads(Path(run_manifest).read_text(encoding="utf-8"))
-        return {int(e["step"]): e["weights"] for e in doc.get("checkpoints") or [] if e.get("weights")}
+        entries = [(int(e["step"]), e.get("weights")) for e in doc.get("checkpoints") or []]
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise EvaluationRefused(f"{run_manifest}: unreadable run manifest ({type(e).__name__}); {again}") from None
+    bare = [step for step, weights in entries if not isinstance(weights, str)]
+    if bare:
         raise EvaluationRefused(
-            f"{run_manifest}: unreadable run manifest ({type(e).__name__}); delete it and run again: the run's "
-            "finetune writes it again (without training, when its checkpoints are whole)"
-        ) from None
+            f"{run_manifest}: the run manifest records no weights digest for checkpoint(s) {bare} (made by hand, or "
+            f"by an earlier version of oodcorr), so they cannot be checked before they are scored; {again}"
+        )
+    return dict(entries)
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:

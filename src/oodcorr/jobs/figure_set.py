@@ -32,7 +32,6 @@ from .plotting import TEXT_LIMIT
 log = logging.getLogger("oodcorr")
 
 LEGIBLE_TESTSETS = TEXT_LIMIT  # more than this (and more than one model): the per-model figures are left out
-AT_SCALE = ("heatmap", "heatmap_grid", "scatter")  # the figures left out at that scale
 
 
 def safe_name(name: str) -> str:
@@ -96,8 +95,8 @@ def choose(
     """Every figure of an analysis: per in-domain set (with more than one model) the consensus
     heatmap and up to ``forest_max`` forest plots (or those of ``forest_pairs``); per model the
     heatmap, the scatter grid and the learning curves (numeric units); the grid of heatmaps (more
-    than one model). :data:`AT_SCALE` figures are left out above :data:`LEGIBLE_TESTSETS` OOD
-    testsets with more than one model unless ``all_figures``."""
+    than one model). The per-model heatmaps, their grid and the scatter grids are left out above
+    :data:`LEGIBLE_TESTSETS` OOD testsets with more than one model unless ``all_figures``."""
     models = sorted(pc["model"].astype(str).unique())
     cells = {"method": method, "residualiser": residualiser}
     figures: list[Figure] = []

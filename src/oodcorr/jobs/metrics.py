@@ -1,8 +1,7 @@
 """Per checkpoint x testset metrics beyond accuracy: macro-F1, ECE and a Wilson interval.
 
-One home for how each is defined, used by the evaluation (every new record) and by the
-aggregation (records written before these metrics existed are recomputed from their
-per-example predictions file). Plain numpy; no torch, no pandas.
+One home for how each is defined, used by the evaluation (every record holds them; the
+aggregation refuses one that does not). Plain numpy; no torch, no pandas.
 
 * **Labels compared.** Gold labels are those of the testset; a prediction is first
   collapsed the way the label mode scores it (``coarse``: a 3-way model's ``neutral`` or

@@ -26,16 +26,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.io import read_json, sha256_file, sha256_json, write_json_atomic
+from ..core.io import read_json, sha256_file, sha256_json, stat_key, write_json_atomic
 from ..core.model_dirs import check_local_weights, model_files
 
 KIND = "series-checkpoint"
-X_UNITS = ("step", "tokens")
-
-
-def _stat(f: Path) -> list[int]:
-    st = f.stat()
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoint: dict, entry: dict) -> dict:
@@ -58,7 +52,7 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
         check_local_weights(str(d), dict(entry, name=model))
         files = {}
         for f in model_files(d, bool(entry.get("allow_pickle_weights"))):
-            files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": _stat(f)}
+            files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": stat_key(f)}
         doc.update(source={"path": str(d)}, files=files, digest=sha256_json({k: v["sha256"] for k, v in files.items()}))
     else:
         doc.update(
@@ -95,6 +89,6 @@ def verify(doc: dict) -> tuple[bool, str]:
             return False, f"{f}: missing"
         if f.stat().st_size != meta["size"]:
             return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest"
-        if _stat(f) != meta["stat"] and sha256_file(f) != meta["sha256"]:
+        if stat_key(f) != meta["stat"] and sha256_file(f) != meta["sha256"]:
             return False, f"{f}: sha256 differs from the manifest (the file changed after it was listed)"
     return True, "ok"

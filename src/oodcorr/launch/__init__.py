@@ -1,8 +1,9 @@
 """What runs when a person or Snakemake starts the workflow, before and around the jobs.
 
-``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings),
-``sizing`` (parameter counts, GPU memory, checkpoint sizes), ``budget`` (what a config will
-cost, at its time limits and from its work), ``grid`` (a plan's tables as the design command
+``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings), ``room``
+(room to run on the file systems a run writes in besides its results), ``sizing`` (parameter
+counts, GPU memory, checkpoint sizes), ``budget`` (what a config will cost, at its time limits)
+and ``budget_work`` (its GPU-hours from the work), ``grid`` (a plan's tables as the design command
 sees them, and the changes of a config it prices), ``runtime`` (a job's logging and device, set
 up by the rule scripts), ``experiment`` (one writer per experiment folder, the config that wrote
 it, its published set checked at the start), ``report`` (``snakemake --report`` asked of an

@@ -71,11 +71,20 @@ def config_identity(config_files, config: dict) -> dict:
 
 
 def _read_identity(root: Path) -> dict | None:
+    """The record of the config that last wrote ``root`` (written by :func:`claim`), or None when there
+    is none or it is not one (unreadable, or without its configs, config and records' id): this run's
+    then replaces it."""
     try:
         doc = json.loads((root / IDENTITY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) and isinstance(doc.get("configs"), list) else None
+    whole = (
+        isinstance(doc, dict)
+        and isinstance(doc.get("configs"), list)
+        and isinstance(doc.get("config"), dict)
+        and isinstance(doc.get("records_id"), str)
+    )
+    return doc if whole else None
 
 
 def _here(root: Path) -> dict:
@@ -106,12 +115,9 @@ def records_here(root: Path, old: dict) -> bool:
     return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
-def config_changes(old: dict | None, config: dict) -> list[str] | None:
+def config_changes(old: dict, config: dict) -> list[str]:
     """The top-level keys of ``config`` whose values differ from ``old`` (the config that last wrote
-    the folder, as its record keeps it), the experiment's name left out; None when the record keeps no
-    config (written before records kept it)."""
-    if not isinstance(old, dict):
-        return None
+    the folder, as its record keeps it), the experiment's name left out."""
     keys = (set(old) | set(config)) - {"experiment"}
     return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
 
@@ -143,13 +149,13 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
     or when nothing tells of such a folder."""
     root = Path(plan.paths.root)
     old = _read_identity(root)
-    if old is None or "records_id" not in old:
-        return None  # never written, or written before records kept where: as before
+    if old is None:
+        return None  # never written
     moved = not records_here(root, old)
     if not moved and old.get("records") != "partial":
         return None
-    changes = config_changes(old.get("config"), config)
-    if changes == []:
+    changes = config_changes(old["config"], config)
+    if not changes:
         return None
     every, rules = _forced(sys.argv if argv is None else argv)
     analysis_only = changes == ["analysis"]
@@ -170,9 +176,8 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
     return (
         f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}, and "
         f"Snakemake keeps no record here of the settings its results were made with ({where}): it would run "
-        "nothing for what this run's config changes"
-        + (f" ({', '.join(changes)})" if changes else "")
-        + f", and the results would stay those of {', '.join(old['configs'])}. To carry the experiment on under "
+        f"nothing for what this run's config changes ({', '.join(changes)}), and the results would stay those of "
+        f"{', '.join(old['configs'])}. To carry the experiment on under "
         f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name. If "
         f"what differs changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then "
         "taken as this working folder's, as it is"
@@ -298,7 +303,7 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
     old = _read_identity(root)
     # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
     # one ran everything here (--forceall) after it came from elsewhere
-    tracked = old is not None and "records_id" in old
+    tracked = old is not None
     inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
     keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
@@ -330,12 +335,6 @@ def check_published(plan: Plan) -> list[str]:
     staging = plan.paths.staging
     if state.layout == "none":
         return []
-    if state.layout == "old":
-        return [
-            f"{root}: its results were published before publish records existed; this run publishes them once "
-            f"more from {staging}, as one set with a record of each file's sha256 (no evaluation or finetune "
-            "runs again for this)"
-        ]
     out = []
     if state.damaged:
         shown = "; ".join(state.damaged[:5]) + (

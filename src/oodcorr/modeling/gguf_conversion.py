@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.gguf import GGUFError, missing_tensors, read_header
+from ..core.gguf import GGUFError, read_header
+from ..core.gguf_tensors import missing_tensors
 from ..core.io import follow_umask, sha256_file, write_json_atomic
 from ..core.model_dirs import gguf_file
 from .loading import check_loaded_whole
@@ -49,7 +50,7 @@ PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question
 
 def checked_header(spec: dict):
     """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`), with
-    every tensor its architecture needs (:func:`oodcorr.core.gguf.missing_tensors`); a ConfigError
+    every tensor its architecture needs (:func:`oodcorr.core.gguf_tensors.missing_tensors`); a ConfigError
     naming the entry and the file otherwise."""
     path = gguf_file(spec)
     try:

@@ -51,7 +51,7 @@ def without_defaults(block: dict | None, defaults: dict) -> dict | None:
 
 
 # analysis keys that are not the statistics' settings: `score` chooses the column analysed, not how;
-# `max_cells` is a limit checked when planning (planning.checks.check_analysis_size), which changes no result
+# `max_cells` is a limit checked when planning (planning.plan_checks.check_analysis_size), which changes no result
 NOT_OPTIONS = ("score", "max_cells")
 
 

@@ -22,7 +22,6 @@ stays fast.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core import limits
-from ..core.defaults import ANALYSIS, LOCAL_THREADS, RESOURCES, filled
+from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
-from . import checks, schema
+from . import checks, plan_checks, schema
 from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
 from .layout import Paths
-from .resources import PLACEMENT, model_resources
+from .resources import model_resources
+from .rule_callables import rule_callable, rule_resources, rule_threads
 from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 
 # The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
@@ -51,22 +51,6 @@ ANALYSIS_FORMAT = 5
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)
-
-# Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
-# per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
-# this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
-# every callable the rules get carries its parameters, worked out once.
-SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
-
-
-def rule_callable(func: Callable) -> Callable:
-    """``func`` with its parameters stored where Snakemake looks first. On a method, the
-    parameters after ``self`` (a bound method reads its function's attributes)."""
-    params = dict(inspect.signature(func).parameters)
-    if next(iter(params), None) == "self":
-        del params["self"]
-    setattr(func, SNAKEMAKE_PARAMS_ATTR, params)
-    return func
 
 
 @dataclass(frozen=True)
@@ -341,11 +325,6 @@ class Plan:
             return "training step"
         return "tokens" if spec.x_unit == "tokens" else "step"
 
-    @property
-    def coarse(self) -> dict:
-        """The label mode's collapse rule (gold label -> predictions that count as right for it)."""
-        return dict(self.label_mode.get("coarse") or {})
-
     @rule_callable
     def eval_params(self, wildcards) -> dict:
         """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
@@ -390,62 +369,16 @@ class Plan:
             ("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset), make
         )
 
-    # ---- resources: one factory for every rule ----------------------------------------
+    # ---- resources: one factory for every rule (oodcorr.planning.rule_callables) ----------
     def threads(self, rule: str):
-        """Threads of a rule's jobs: a constant when every model agrees, else a callable; a local
-        rule's from :data:`~oodcorr.core.defaults.LOCAL_THREADS`."""
-        if rule in LOCAL_THREADS:
-            return LOCAL_THREADS[rule]
-        per = {m: spec.resources[rule].threads for m, spec in self.models.items()}
-        if len(set(per.values())) == 1:
-            return next(iter(per.values()))
-        return rule_callable(lambda wildcards: per[wildcards.model])
+        """Threads of a rule's jobs (:func:`oodcorr.planning.rule_callables.rule_threads`)."""
+        return rule_threads(self.models, rule)
 
     def rule_resources(self, rule: str) -> dict[str, Any]:
-        """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
-        one), ``mem_mb`` and ``runtime`` (both times the attempt on retries; evaluate's runtime is
-        per checkpoint, times the job's checkpoints), and, for evaluate, ``attempt`` (the script
-        halves its batch size on each retry). CPUs are the rule's :meth:`threads` (the SLURM
-        executor asks for them as ``--cpus-per-task``).
-
-        A value every model shares is a constant: each callable costs Snakemake work per job
-        while it plans (benchmarks/README.md)."""
-        per = {m: spec.resources[rule] for m, spec in self.models.items()}
-
-        def pick(name: str):
-            values = {m: getattr(r, name) for m, r in per.items()}
-            if len(set(values.values())) == 1:
-                return next(iter(values.values()))
-            return rule_callable(lambda wildcards: values[wildcards.model])
-
-        out: dict[str, Any] = {"gpu": pick("gpu")}
-        if any(r.gpu_model and r.gpu for r in per.values()):
-            models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
-            out["gpu_model"] = rule_callable(lambda wildcards: models[wildcards.model])
-        # SLURM placement: only where the config sets it (else the profile's default-resources
-        # apply); set for every model of the rule or for none (build_plan checks)
-        for key in PLACEMENT:
-            if any(getattr(r, key) is not None for r in per.values()):
-                out[key] = pick(key)
-        mem = {m: r.mem_mb for m, r in per.items()}
-        out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
-        minutes = {m: r.runtime for m, r in per.items()}
-        if rule == "evaluate" and self.unit == "run":
-            out["runtime"] = rule_callable(
-                lambda wildcards, attempt: minutes[wildcards.model] * len(self.run(wildcards).steps) * attempt
-            )
-        else:
-            out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * attempt)
-        if rule == "evaluate":
-            out["attempt"] = _attempt
-        return out
-
-
-@rule_callable
-def _attempt(wildcards, attempt):
-    """Snakemake's attempt (1, then 2, ... on --retries), as a resource the script reads.
-    A resource, not a param: resources never make Snakemake rerun a finished job."""
-    return attempt
+        """Snakemake ``resources`` of a per-model rule (:func:`oodcorr.planning.rule_callables.rule_resources`;
+        evaluate's runtime per checkpoint, times the job's checkpoints in unit ``run``)."""
+        steps = (lambda wildcards: len(self.run(wildcards).steps)) if self.unit == "run" else None
+        return rule_resources(self.models, rule, steps)
 
 
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
@@ -486,7 +419,7 @@ def check_size(config: dict, sources: list[Path]) -> None:
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
     """The plan of a schema-validated config (defaults filled in), after the checks of the config
     alone (:func:`oodcorr.planning.checks.check_config`, then those of the models' resources and the runs
-    once they are built); raises ConfigError naming the key."""
+    once they are built, :mod:`oodcorr.planning.plan_checks`); raises ConfigError naming the key."""
     exp = exp or Experiment(config, basedir)
     warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
@@ -509,7 +442,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             x_unit=exp.series_unit(m),
             params_b=entry.get("params_b"),
         )
-    checks.check_placement(models)
+    plan_checks.check_placement(models)
     runs = []
     for m, spec in models.items():
         if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
@@ -523,9 +456,9 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
-    warnings += checks.check_schedules(runs, analysis)
+    warnings += plan_checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
-    checks.check_analysis_size(runs, testsets, analysis)
+    plan_checks.check_analysis_size(runs, testsets, analysis)
     datasets = tuple(exp.all_datasets())
     return Plan(
         experiment=name,

@@ -16,8 +16,6 @@ from typing import Any
 from ..core.defaults import RESOURCES
 from .config import Experiment
 
-# resources that grow with Snakemake's attempt number on retries
-SCALED = ("mem_mb", "runtime")
 # where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
 PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
 

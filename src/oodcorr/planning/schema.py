@@ -26,6 +26,7 @@ import yaml
 from ..core.defaults import ANALYSIS, filled
 from ..core.errors import ConfigError
 from ..core.io import load_yaml
+from ..core.limits import key_path
 
 YAML_TYPES = {
     "object": "a mapping",
@@ -36,21 +37,6 @@ YAML_TYPES = {
     "boolean": "true or false",
     "null": "null",
 }
-
-
-def key_path(parts: Iterable, config: Any = None) -> str:
-    """``models[micro-opt].tiny.model_type``: list items by their ``name`` where they have one."""
-    out, node = "", config
-    for p in parts:
-        if isinstance(p, int):
-            item = node[p] if isinstance(node, list) and p < len(node) else None
-            name = item.get("name") if isinstance(item, dict) else None
-            out += f"[{name}]" if isinstance(name, str) and name else f"[{p}]"
-            node = item
-        else:
-            out += f".{p}" if out else str(p)
-            node = node.get(p) if isinstance(node, dict) else None
-    return out or "(top level)"
 
 
 def yaml_line(path: Path, parts: list) -> int | None:

@@ -1,0 +1,166 @@
+"""Room to run: the file systems a run writes in besides its results, checked before any job starts.
+
+:func:`room_to_run` (main process only, while planning, and again when a run fails) names each file
+system too full for the run to start: the scheduler's TMPDIR, the experiment folder, .snakemake/,
+--shadow-prefix, the conda prefix and the lock folders, by bytes and by inodes. What a job writes into
+its own outputs it checks itself before writing (:func:`oodcorr.core.filesystems.check_room`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+from ..core.filesystems import human_bytes, room
+from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
+from ..core.locks import LOCK_DIR_ENV
+from ..planning.plan import Plan
+
+# Snakemake's ILP scheduler (pulp, CBC) writes the problem of the jobs ready at once as an MPS file in
+# its temp folder, and the solver its solution beside it, before it starts them: the MPS file takes 515
+# bytes a job (pulp's writeMPS of 1,000 and 10,000 jobs with 8 resources: 515,498 and 5,150,498 bytes);
+# 1 KiB a job leaves room for the solution
+SOLVER_BYTES_PER_JOB = 1024
+# what any file system a run writes in needs at the least: room for a few small files (bytes, inodes)
+LEAST_ROOM = (1 << 20, 64)
+
+
+def scheduler_tmpdir() -> Path:
+    """The folder pulp, Snakemake's ILP scheduler, writes its solver's files in: ``$TMP``, else
+    ``$TMPDIR``, else ``/tmp`` (pulp's order, not Python's)."""
+    return Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp")
+
+
+def planned_jobs(plan: Plan) -> int:
+    """About how many jobs the plan holds (every evaluation, finetune, tokenisation, dataset, model
+    and figure), as many as Snakemake's scheduler may weigh at once."""
+    evaluations = sum(len(j.steps) for j in plan.eval_jobs) if plan.unit == "checkpoint" else len(plan.eval_jobs)
+    testsets = {t for ts in plan.testsets.values() for t, _ in ts}
+    return (
+        evaluations + len(plan.runs) + len(plan.datasets) + len(plan.models) * (len(testsets) + 1) + len(plan.targets())
+    )
+
+
+def option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
+    """The value of command-line option ``name`` (``--name X`` or ``--name=X``) in ``argv``; ``bare``
+    when it is given without one; None when it is not given. (The Snakefile cannot ask Snakemake for
+    its execution and scheduling settings while planning: they are set after it is read.)"""
+    for i, a in enumerate(argv):
+        if a.startswith(f"{name}="):
+            return a.split("=", 1)[1]
+        if a == name:
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            return nxt if nxt and not nxt.startswith("-") else bare
+    return None
+
+
+class _Need(NamedTuple):
+    name: str  # the folder's role, with the setting that names it
+    folder: Path
+    bytes: int
+    inodes: int
+    why: str  # what is written there
+    fix: str
+
+
+def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
+    """A sentence for each file system this run writes in, outside what its jobs check before they
+    write, that has too little room (bytes, or inodes: a file system full of small files) for it to
+    start: the scheduler's temp folder (Snakemake's ILP scheduler writes its solver's files there
+    before any job starts and dies with a traceback when it cannot), the jobs' temp folder, the
+    experiment folder and ``.snakemake/``; ``--shadow-prefix``, ``conda_prefix`` (where conda makes
+    the jobs' environments), the lock folders (``OODCORR_LOCK_DIR``, ``OODCORR_GPU_LOCK_DIR``) and
+    the ``--report`` file's folder where set. ``--scheduler``, ``--shadow-prefix`` and ``--report``
+    are read from the command line ``argv`` (not from a profile). One sentence per file system; none
+    when all have room."""
+    least_bytes, least_inodes = LEAST_ROOM
+    tmp_fix = (
+        "free room there, or point TMPDIR and TMP (pulp reads TMP first) at a folder on a file system with room "
+        "(`export TMPDIR=/scratch/$USER/tmp TMP=/scratch/$USER/tmp`)"
+    )
+    needs = []
+    if option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
+        n = planned_jobs(plan)
+        solver = least_bytes + SOLVER_BYTES_PER_JOB * n
+        needs.append(
+            _Need(
+                "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
+                scheduler_tmpdir(),
+                solver,
+                16,
+                f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "
+                f"for this run's {n} jobs)",
+                f"{tmp_fix}, or run with `--scheduler greedy`, which writes nothing there",
+            )
+        )
+    report = option_value(argv, "--report", "report.html")
+    if report is not None:  # the report holds every figure and table it shows, base64-encoded: a third more
+        shown = sum(os.path.getsize(t) for t in plan.targets() if os.path.isfile(t))
+        report_bytes = least_bytes + shown * 4 // 3
+        needs.append(
+            _Need(
+                "the folder of --report",
+                Path(report).parent,
+                report_bytes,
+                least_inodes,
+                f"the report, about {human_bytes(report_bytes)}, is written there",
+                "free room there, or write the report elsewhere",
+            )
+        )
+    least = [
+        (
+            "the temp folder (TMPDIR)",
+            os.environ.get("TMPDIR") or tempfile.gettempdir(),  # (Python falls back to /tmp when it is full)
+            "the jobs' temporary files and GPU locks go there",
+            tmp_fix,
+        ),
+        (
+            "the experiment folder",
+            plan.paths.root,
+            "every result and log of this run goes there",
+            "free room there, or make results/ a link to a file system with room",
+        ),
+        (".snakemake/", ".snakemake", "Snakemake records every job there", "free room on that file system"),
+        (
+            "--shadow-prefix",
+            option_value(argv, "--shadow-prefix"),
+            "the jobs' shadow folders go there",
+            "free room there, or give it a folder with room",
+        ),
+        (
+            "the conda prefix",
+            conda_prefix,
+            "conda makes the jobs' environment there",
+            "free room there, or give --conda-prefix a folder with room",
+        ),
+    ] + [
+        (
+            env,
+            os.environ.get(env),
+            "the run's locks go there",
+            f"free room there, or set {env} to a local folder with room",
+        )
+        for env in (LOCK_DIR_ENV, GPU_LOCK_DIR_ENV)
+    ]
+    needs += [_Need(n, Path(f).expanduser(), least_bytes, least_inodes, w, x) for n, f, w, x in least if f]
+    out, seen = [], set()
+    for need in needs:
+        r = room(need.folder)
+        if r is None or r.device in seen:
+            continue
+        no_inodes = r.inodes > 0 and r.inodes_free < need.inodes
+        if r.free >= need.bytes and not no_inodes:
+            continue
+        seen.add(r.device)
+        short = (
+            f"no free inodes ({r.inodes_free} of {r.inodes}; each file takes one: `df -i {need.folder}`), though "
+            f"{human_bytes(r.free)} of space is free"
+            if no_inodes
+            else f"{human_bytes(r.free)} free (`df -h {need.folder}`)"
+        )
+        out.append(
+            f"no room to run: {need.name}, {need.folder}, has {short}, and {need.why}: {need.fix}; then run again"
+        )
+    return out
