@@ -251,3 +251,31 @@ def test_planning_refuses_a_tracker_that_cannot_be_reached(tmp_path, monkeypatch
     )
     said = run_rule_script("aggregate_scores", tmp_path, **sm)
     assert said.startswith("oodcorr: finetune.report_to: mlflow: the tracking server") and not out.exists()
+
+
+def test_two_loggings_in_one_second_each_keep_their_event_file(tmp_path, monkeypatch):
+    """tensorboardX names an event file by the second it opens it (and the host): the second logging
+    within one second (an added testset's points, a new answer) replaced the first one's file, and
+    TensorBoard lost those points. The clock is held at one second here, so the names would clash."""
+    import tensorboardX.event_file_writer as efw
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setattr(efw, "time", types.SimpleNamespace(time=lambda: 1_700_000_000.25))
+    root = tmp_path / "results" / "exp4"
+    names = {"m1": ["tensorboard"]}
+    assert tracking.log_scores(_scores(("synth-test", "a")), root, names, set())
+    assert tracking.log_scores(_scores(("synth-test", "a", "b")), root, names, set())  # only b's points
+    tb = tensorboard_scalars(root / "finetune" / RUN / "tensorboard")
+    assert sorted(tb) == sorted(f"{p}/{t}/{v}" for p, t in (("in-domain", "synth-test"), ("ood", "a"), ("ood", "b"))
+                                for v in ("accuracy", "accuracy_ci_low", "accuracy_ci_high"))  # fmt: skip
+    assert all([s for s, _ in pts] == [0, 4, 8] for pts in tb.values())
+
+    (root / "analysis").mkdir(parents=True)
+    answer = root / "analysis" / "answer.txt"
+    for words in ("the answer: 1 pair", "the answer: 2 pairs"):
+        answer.write_text(words + "\n")
+        assert tracking.log_answer(root, [answer], ["tensorboard"])
+    acc = EventAccumulator(str(root / "tensorboard"), size_guidance={"tensors": 0})
+    acc.Reload()
+    texts = {t.step: t.tensor_proto.string_val[0] for tag in acc.Tags()["tensors"] for t in acc.Tensors(tag)}
+    assert texts == {0: b"the answer: 1 pair", 1: b"the answer: 2 pairs"}

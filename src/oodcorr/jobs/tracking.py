@@ -30,6 +30,7 @@ import logging
 import math
 import os
 import re
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -240,10 +241,17 @@ def _where(name: str, folder: Path, root: Path) -> str:
     return f"W&B {trackers.wandb_mode()}, project {trackers.wandb_project(root)}, under {folder}/wandb"
 
 
+def _event_file_suffix(kind: str) -> str:
+    """The end of a new TensorBoard event file's name, unique to it: tensorboardX names the file by
+    the second it opens it and the host, so a second logging within that second (an added testset,
+    a new answer) would write over the first one's file and lose its points."""
+    return f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}"
+
+
 def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
     from tensorboardX import SummaryWriter  # the pinned writer; the reader is TensorBoard's own
 
-    with SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=".oodcorr-scores") as w:
+    with SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=_event_file_suffix("scores")) as w:
         for (tag, step), value in sorted(pts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             w.add_scalar(tag, value, global_step=step)
 
@@ -350,7 +358,7 @@ def _tensorboard_answer(root: Path, files: list[Path]) -> None:
     if text is None:
         return
     done = len(_read_ledger(root).get("tensorboard", []))  # one step per answer logged
-    with SummaryWriter(logdir=str(root / "tensorboard"), filename_suffix=".oodcorr-answer") as w:
+    with SummaryWriter(logdir=str(root / "tensorboard"), filename_suffix=_event_file_suffix("answer")) as w:
         w.add_text("answer", "\n\n".join(text.splitlines()), global_step=done)
 
 
