@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make run    create .venv, install pinned dependencies, run the embedded default
-#   make test   create .venv, install pinned dependencies, run the test suite
+#   make test   create .venv, install pinned dependencies (and the tests' own, requirements-test.txt),
+#               run the test suite
 # and for the inner loop:
 #   make test-fast  the suite without the tests marked slow (real Snakemake, SLURM, finetune
 #                   processes): a couple of minutes; `make test` still runs everything
@@ -15,6 +16,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.dev-installed
+# what the tests read the experiment trackers' files back with (requirements-test.txt)
+TEST_STAMP := $(VENV)/.test-installed
 SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
 # pytest-xdist workers for `make test`: a test file's tests stay in one worker (--dist loadfile),
@@ -37,16 +40,20 @@ $(DEV_STAMP): requirements-dev.txt $(STAMP)
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	touch $(DEV_STAMP)
 
+$(TEST_STAMP): requirements-test.txt $(STAMP)
+	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	touch $(TEST_STAMP)
+
 run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
-fuzz: $(STAMP)
+fuzz: $(TEST_STAMP)
 	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 

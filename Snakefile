@@ -18,7 +18,7 @@ os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PY
 
 from oodcorr.core.io import load_yaml  # noqa: E402
 from oodcorr.core.records import REFUSALS_ENV, clear_refusals, refusals_dir  # noqa: E402
-from oodcorr.planning.config import NAME_RE  # noqa: E402
+from oodcorr.planning.config import NAME_RE, check_trackers  # noqa: E402
 from oodcorr.launch.disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report  # noqa: E402
 from oodcorr.launch.room import room_to_run  # noqa: E402
 from oodcorr.launch.experiment import (
@@ -66,6 +66,8 @@ _fit_warnings = check_gpu_memory(PLAN, HUB_LOCK)
 # experiment last; the published files no longer match their record (then it is published again)
 _experiment_warnings = []
 if workflow.is_main_process:
+    # the experiment trackers finetune.report_to names: installed and reachable from here, before any job
+    check_trackers(config, PLAN.paths.root)
     # room on the file systems the run writes in besides what its jobs check before writing: a full (or
     # inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so it is checked
     # now, with the experiment folder, .snakemake/, --shadow-prefix, the conda prefix and the lock folders
@@ -177,7 +179,11 @@ onsuccess:
     # the experiment's record names the libraries of the scores this run published (provenance.json)
     for _warning in [w for w in [record_provenance(PLAN)] if w]:
         print(f"oodcorr warning: {_warning}", file=sys.stderr)
-    for line in end_of_run_report(PLAN, failed=False) + end_lines(failed=False):
+    # a run asked for some files (or --until) instead of the published set: it is told what it made
+    _ds, _jobs = workflow.dag_settings, workflow.dag.targetjobs
+    _whole = any(j.rule.name in ("all", "publish_results") for j in _jobs) and not _ds.until
+    _asked = None if _whole else sorted(_ds.targets) or sorted(_ds.until) or sorted({j.rule.name for j in _jobs})
+    for line in end_of_run_report(PLAN, failed=False, asked=_asked) + end_lines(failed=False):
         print(line, flush=True)
 
 

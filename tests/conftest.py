@@ -8,6 +8,13 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the experiment trackers (finetune.report_to) stay on this machine whatever the developer's shell
+# says: W&B offline, MLflow to the experiment folder's file store (oodcorr.core.trackers)
+for _var in ("MLFLOW_TRACKING_URI", "MLFLOW_EXPERIMENT_NAME", "MLFLOW_RUN_ID", "WANDB_API_KEY", "WANDB_BASE_URL"):
+    os.environ.pop(_var, None)
+for _var in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_JOB_TYPE", "WANDB_TAGS", "WANDB_ENTITY"):
+    os.environ.pop(_var, None)
+os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true")
 
 # Property-based tests (tests/jobs/test_data_fuzz.py): a short, repeatable run in `make test` ("quick": the
 # same examples every time), a long random one in `make fuzz` (--hypothesis-profile=fuzz). No

@@ -339,6 +339,64 @@ def tiny_llama_gguf(
     return path
 
 
+# ---- the experiment trackers' own files, read back by readers other than oodcorr's writers ----------
+def tensorboard_scalars(logdir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the event files in ``logdir`` (all files, as TensorBoard merges them), read by
+    TensorBoard's own EventAccumulator: tag -> [(step, value), ...] in the order written."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def wandb_runs(folder) -> list[dict]:
+    """The W&B offline runs under ``folder`` (``**/offline-run-*/run-*.wandb``), read from their record
+    files with W&B's own protocol buffers: per run its ``run`` record (name, group, job_type, tags),
+    ``history`` (one dict per logged row, values JSON-decoded), ``metrics`` (define_metric: name or
+    glob -> step metric) and ``artifacts`` (name, type, the files' paths in it)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    block = 32768  # the records' framing: 32 KiB blocks of (crc, length, type) chunks, as LevelDB's log
+    out = []
+    for path in sorted(Path(folder).rglob("offline-run-*/run-*.wandb")):
+        data, pos, buf, run = path.read_bytes(), 7, b"", {"history": [], "metrics": {}, "artifacts": []}
+        assert data[:4] == b":W&B", path
+        while pos + 7 <= len(data):
+            left = block - pos % block
+            if left < 7:
+                pos += left
+                continue
+            _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+            if kind == 0:
+                pos += left
+                continue
+            chunk, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+            buf = chunk if kind in (1, 2) else buf + chunk
+            if kind not in (1, 4):
+                continue
+            rec = pb.Record()
+            rec.ParseFromString(buf)
+            what = rec.WhichOneof("record_type")
+            if what == "run":
+                r = rec.run
+                run |= {"name": r.display_name, "group": r.run_group, "job_type": r.job_type, "tags": list(r.tags)}
+                run |= {"project": r.project, "id": r.run_id}
+            elif what == "history":
+                run["history"].append(
+                    {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item}
+                )
+            elif what == "metric":
+                run["metrics"][rec.metric.name or rec.metric.glob_name] = rec.metric.step_metric
+            elif what == "artifact":
+                files = [e.path for e in rec.artifact.manifest.contents]
+                run["artifacts"].append({"name": rec.artifact.name, "type": rec.artifact.type, "files": files})
+        out.append(run)
+    return out
+
+
 def measured_study() -> dict:
     """One item-level study as the answer's figures and page show it (issue 44): 6 models x 20
     checkpoints, one run each, an in-domain set of 400 items and OOD sets ``ood0`` of 2,000 and

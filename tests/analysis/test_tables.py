@@ -143,3 +143,18 @@ def test_metric_ranges_by_name():
     assert metric_range("mcc") == (-1.0, 1.0)
     assert metric_range("word_perplexity,none")[1] == float("inf")
     assert metric_range("loglik") is None
+
+
+def test_an_unknown_in_domain_testset_gets_the_closest_names_and_only_testsets_as_candidates():
+    """A wide table's unknown in-domain column listed the unit column among the testsets and had no
+    'did you mean' (the config check has one); a long table's had none either."""
+    wide = pd.DataFrame({"step": [0, 1, 2], "mnli": [0.5, 0.6, 0.7], "hans": [0.5, 0.5, 0.6], "anli": [0.3, 0.4, 0.4]})
+    with pytest.raises(DataError) as e:
+        from_wide(wide, unit="step", in_domain="mnil", source="t.csv")
+    assert str(e.value) == (
+        "t.csv: the in-domain testset 'mnil' is not a column; did you mean 'mnli'?; the testset columns are "
+        "['mnli', 'hans', 'anli']"
+    )
+    long = wide.melt(id_vars="step", var_name="testset", value_name="accuracy")
+    with pytest.raises(DataError, match=r"does not occur in column 'testset'; did you mean 'mnli'\?; testsets are"):
+        from_long(long, unit="step", testset="testset", score="accuracy", in_domain="mnil", source="t.csv")

@@ -133,6 +133,60 @@ def test_lm_eval_flags_are_refused_for_a_table_and_table_flags_for_lm_eval(folde
     assert rc == 2 and "--model: not read with --format lm-eval" in caplog.text
 
 
+def test_a_misspelt_in_domain_task_is_named_as_such_with_the_task_meant(folder, tmp_path, caplog):
+    """`--tasks ... --in-domain in-domian` (a typo) blamed --tasks and hid the task meant; now the
+    message names --in-domain and the closest task, with --tasks as without it; a misspelt --tasks
+    entry gets its own 'did you mean'."""
+    common = ["analyse", str(folder), "--format", "lm-eval", "--out", str(tmp_path / "o")]
+    for tasks in (["--tasks", "ood0,ood1,ood2"], []):
+        caplog.clear()
+        assert main([*common, "--in-domain", "in-domian", *tasks]) == 2
+        assert "'in-domian'" in caplog.text and "did you mean 'in-domain'?" in caplog.text, caplog.text
+        assert "--tasks in-domian" not in caplog.text
+    caplog.clear()
+    assert main([*common, "--in-domain", "in-domain", "--tasks", "ood0,od1"]) == 2
+    assert "--tasks od1: in none of the" in caplog.text and "od1: did you mean 'ood1'?" in caplog.text, caplog.text
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_checkpoint_without_the_in_domain_task_is_named_and_said_to_be_left_out(folder, tmp_path, caplog):
+    """One checkpoint's results file lacks the in-domain task: the warning names that file, its model
+    and step and the task, and says the checkpoint is left out of the analysis, as it is."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(folder, copy)
+    victim = sorted(copy.rglob("results_*.json"))[3]
+    doc = json.loads(victim.read_text())
+    del doc["results"]["in-domain"]
+    victim.write_text(json.dumps(doc))
+    (victim.parent / f"samples_in-domain_{DATE}.jsonl").unlink()
+    step = int(victim.parent.name.removeprefix("step"))
+    model = doc["config"]["model_args"].split(",")[0].removeprefix("pretrained=")
+    out = tmp_path / "o"
+    caplog.set_level(logging.INFO, logger="oodcorr")
+    rc = main(
+        [
+            "analyse", str(copy), "--format", "lm-eval", "--in-domain", "in-domain", "--out", str(out),
+            "--methods", "pearson", "--residualisers", "linear", "--no-step0-check", "--no-plots",
+        ]
+    )  # fmt: skip
+    assert rc == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(
+        f"{victim} (model {model}, step {step}) has no in-domain" in m and "1 of 36 checkpoints lack tasks" in m
+        for m in said
+    ), said
+    assert any(
+        "1 checkpoint(s) have no score of the in-domain task 'in-domain' and are left out of the analysis" in m
+        and f"model {model}, step {step} ({victim})" in m
+        for m in said
+    ), said
+    pc = pd.read_csv(out / "partial_correlations.csv")
+    n_units = pc[(pc.run != "pooled")].groupby("model")["n"].first().to_dict()
+    assert n_units[model] == 11 and all(v == 12 for m, v in n_units.items() if m != model)  # left out, as said
+
+
 def write_items(root: Path, long: pd.DataFrame, items: pd.DataFrame, groups: dict) -> None:
     """A study simulated item by item (:func:`oodcorr.analysis.simulate_items.item_table`) written as
     lm-eval writes it with --log_samples: per model and step a results file (each task's accuracy, its

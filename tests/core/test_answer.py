@@ -98,6 +98,27 @@ def test_one_model_has_no_consensus_and_no_heatmap_named():
     ]
 
 
+def test_the_answer_line_docs_analysis_shows_is_the_one_written():
+    """docs/analysis.md quotes `oodcorr analyse`'s answer line; it was in words the answer no longer
+    says ('5 generalise (3 positive, 2 negative), 0 reverse'). The quote is the line these counts give."""
+    import re
+
+    from helpers import REPO
+
+    verdicts = (
+        ["negative in nearly every model"]
+        + ["positive on average"] * 4
+        + ["negative on average"] * 2
+        + ["positive on average, models differ"]
+        + ["models differ"] * 6
+        + ["agree near zero"]
+        + ["unresolved"] * 6
+    )
+    line = answer_lines(_rows(verdicts, 16), "pearson", "linear", "my-analysis", consensus_sets=["mnli"])[0]
+    doc = re.sub(r"\s+", " ", (REPO / "docs/analysis.md").read_text())
+    assert f"(`{line}`)" in doc
+
+
 def _measured(verdict, x, y, about, limited="", rel=(0.8, 0.7, 0.9)):
     """An agreement row as read from agreement.csv (text), with the measured columns; ``rel``: the
     reliability of x, y and the in-domain set, each an estimate (its low end 0.1 below) or a pair

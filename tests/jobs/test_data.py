@@ -28,6 +28,27 @@ def test_synthetic_source_and_fingerprint():
     assert all(set(r) == {"premise", "hypothesis", "label", "meta"} for r in recs)
 
 
+def test_synthetic_where_keeps_one_half_of_the_stream():
+    """`where` selects from a synthetic stream as from a file: the entailed half of n examples, the
+    same records as the stream's own entailed ones, and the fingerprint of what was kept."""
+    spec = {"source": "synthetic", "shift": "in-domain", "n": 40, "seed": 1}
+    whole, prov_whole = prepare("all", spec, BINARY)
+    yes, prov = prepare("yes", dict(spec, where={"label": "entailment"}), BINARY)
+
+    def key(r):
+        return r["premise"], r["hypothesis"], r["label"], r["meta"]["idx"]  # (meta also names the dataset)
+
+    assert [key(r) for r in yes] == [key(r) for r in whole if r["label"] == "entailment"] and len(yes) == 20
+    assert prov["label_counts"] == {"entailment": 20} and prov["where"] == {"label": "entailment"}
+    assert prov["n_rows"] == 40 and prov["fingerprint"] != prov_whole["fingerprint"]
+    assert "warning" not in prov  # one class, as `where` asked: no 'single class' warning (a file's would have one)
+    assert "where" not in prov_whole  # a stream without `where` is described as before
+    no, _ = prepare("no", dict(spec, where={"meta.kind": "change-verb"}), BINARY)
+    assert no and all(r["meta"]["kind"] == "change-verb" for r in no)
+    with pytest.raises(DataError, match=r"`where` names 'colour'"):
+        prepare("x", dict(spec, where={"colour": "red"}), BINARY)
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "csv", "tsv", "parquet"])
 def test_local_formats_with_field_and_label_mapping(tmp_path, fmt):
 

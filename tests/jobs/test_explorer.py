@@ -287,6 +287,37 @@ def test_the_default_shaped_page_in_a_browser(browser, tmp_path):
     p.close()
 
 
+def test_the_forest_plot_shows_the_end_of_a_long_model_name_and_the_whole_on_hover(browser, tmp_path):
+    """Models named as in the Pythia suite: each forest-plot row's name fits its column (nothing
+    cut off at the page's left edge), keeps the end that tells the models apart, and carries the
+    whole name as its hover title."""
+    pc, agree = _default_shaped_tables()
+    names = {"tiny-opt": "EleutherAI/pythia-v1.1-160m-deduped", "tiny-olmo2": "EleutherAI/pythia-v1.1-1.4b"}
+    pc["model"] = pc["model"].map(names)
+    html = tmp_path / "explorer.html"
+    write_explorer(agree, pc, html, settings={"level": 0.95, "alpha": 0.05, "near_zero": 0.3})
+    p = Page(browser, html)
+    row = agree.iloc[0]
+    c = p.centre(row["x"], row["y"])
+    p.page.mouse.click(c["x"], c["y"])
+    rows = p.page.evaluate(
+        """() => [...document.querySelectorAll('#forest g.model-row')].map((g) => {
+             const t = g.querySelector('text'), b = t.getBBox(), title = t.querySelector('title');
+             return {model: g.dataset.model, shown: t.firstChild.textContent, left: b.x, right: b.x + b.width,
+                     title: title && title.textContent};
+           })"""
+    )
+    assert sorted(r["model"] for r in rows) == sorted(names.values())
+    for r in rows:
+        assert r["left"] >= 0 and r["right"] <= 150, r  # within the names' column, not cut by the page's edge
+        assert r["title"] == r["model"]
+        assert r["shown"].startswith("…") and r["model"].endswith(r["shown"][1:]) and len(r["shown"]) > 8, r
+    shown = {r["model"]: r["shown"] for r in rows}
+    assert shown["EleutherAI/pythia-v1.1-160m-deduped"].endswith("160m-deduped")
+    assert shown["EleutherAI/pythia-v1.1-1.4b"].endswith("1.1-1.4b")
+    p.close()
+
+
 def test_the_legend_counts_the_table_shown_and_the_settings_name_both_corrections(browser, tmp_path):
     """Two tables (Pearson and Spearman) on one page: each verdict's count in the legend is of the
     table shown, and changes with it; the settings line names the cells' correction and the

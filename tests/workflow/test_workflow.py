@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE, micro_config, smk
+from helpers import REPO, SNAKEMAKE, micro_config, smk, tensorboard_scalars, wandb_runs
 
 pytestmark = pytest.mark.slow
 
@@ -29,10 +29,16 @@ def job_counts(dry_run_stdout: str) -> dict:
     }
 
 
-def _micro(tmp_path_factory, name, unit):
+# the micro run logs to every experiment tracker the scores go to (offline: tests/conftest.py)
+TRACKERS = ["tensorboard", "mlflow", "wandb"]
+
+
+def _micro(tmp_path_factory, name, unit, report_to=None):
     wd = tmp_path_factory.mktemp(name)
     cfg = micro_config()
     cfg["evaluation"]["unit"] = unit
+    if report_to:
+        cfg["finetune"]["report_to"] = report_to
     cfg_path = wd / "micro.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     res = smk(wd, cfg_path)
@@ -42,8 +48,8 @@ def _micro(tmp_path_factory, name, unit):
 
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
-    """config/micro.yaml as shipped: evaluation.unit checkpoint."""
-    return _micro(tmp_path_factory, "micro", "checkpoint")
+    """config/micro.yaml as shipped (evaluation.unit checkpoint), logging to TensorBoard, MLflow and W&B."""
+    return _micro(tmp_path_factory, "micro", "checkpoint", TRACKERS)
 
 
 @pytest.fixture(scope="module")
@@ -365,31 +371,12 @@ def test_report_of_an_experiment_that_has_not_run_says_which_config_to_pass(micr
     assert "--configfile" in out and "Missing metadata" not in out
 
 
-def _tensorboard_scalars(folder) -> dict:
-    """{tag: [(step, value)]} from the TensorBoard event files in ``folder`` (TFRecord framing)."""
-    import struct
-
-    from tensorboardX.proto import event_pb2
-
-    out = {}
-    for f in sorted(folder.glob("events.out.tfevents.*")):
-        raw = f.read_bytes()
-        pos = 0
-        while pos < len(raw):
-            (n,) = struct.unpack("<Q", raw[pos : pos + 8])
-            event = event_pb2.Event.FromString(raw[pos + 12 : pos + 12 + n])
-            pos += 12 + n + 4
-            for v in event.summary.value:
-                out.setdefault(v.tag, []).append((event.step, v.simple_value))
-    return out
-
-
 def test_training_loss_goes_to_tensorboard_in_the_run_folder(micro_run):
-    """finetune.report_to is `auto` by default: with tensorboardX installed, the Trainer's logged
-    losses are TensorBoard scalars under the run's folder, the same as the manifest's history."""
+    """finetune.report_to names TensorBoard: the Trainer's logged losses are TensorBoard scalars under
+    the run's folder (read by TensorBoard's own reader), the same as the manifest's history."""
     wd = micro_run[0]
     run_dir = wd / R / "finetune" / RUN
-    scalars = _tensorboard_scalars(run_dir / "tensorboard")
+    scalars = tensorboard_scalars(run_dir / "tensorboard")
     history = json.loads((run_dir / "manifest.json").read_text())["loss_history"]
     assert len(history) == 16  # 16 steps, logged every max(1, 16 // 20) = 1
     assert [s for s, _ in scalars["train/loss"]] == [h["step"] for h in history]
@@ -397,6 +384,66 @@ def test_training_loss_goes_to_tensorboard_in_the_run_folder(micro_run):
     assert not list((run_dir / "checkpoints").glob("runs"))  # not in the checkpoints' folder
     png = (wd / R / "analysis/training_loss/micro-opt.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_each_tracker_holds_the_loss_and_every_checkpoints_scores(micro_run, monkeypatch):
+    """A config naming TensorBoard, MLflow and W&B: each one's own files, read by its own reader, hold
+    the training loss and every checkpoint's in-domain and OOD accuracy (with its interval) at the
+    checkpoint's step, once; and the answer's files (issue 46)."""
+    from mlflow.tracking import MlflowClient
+
+    wd = micro_run[0]
+    run_dir = wd / R / "finetune" / RUN
+    history = json.loads((run_dir / "manifest.json").read_text())["loss_history"]
+    scores = pd.read_csv(wd / R / "scores.csv")
+    want = {(f"{r.role}/{r.testset}/accuracy", r.step): r.accuracy for r in scores.itertuples()}
+    assert len(want) == 15 and {t.split("/")[0] for t, _ in want} == {"in-domain", "ood"}
+
+    tb = tensorboard_scalars(run_dir / "tensorboard")
+    assert {(tag, s): v for tag, pts in tb.items() if tag.endswith("/accuracy") for s, v in pts} == pytest.approx(want)
+    assert all(len(tb[tag]) == len(STEPS) for tag in tb if tag.endswith(("accuracy", "_ci_low", "_ci_high")))
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads a file store only when asked to
+    client = MlflowClient(tracking_uri=f"file:{wd / R / 'mlruns'}")
+    exp = client.get_experiment_by_name("oodcorr-micro")
+    (run,) = client.search_runs([exp.experiment_id], filter_string=f"tags.`oodcorr.run` = 'micro/{RUN}'")
+    assert run.info.run_name == RUN  # the finetune's own run: its loss and its scores together
+    loss = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in loss] == [(h["step"], pytest.approx(h["loss"], rel=1e-6)) for h in history]
+    for (tag, step), v in want.items():
+        assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, tag)
+                if m.step == step] == [(step, pytest.approx(v))], tag  # fmt: skip
+    (answer,) = client.search_runs([exp.experiment_id], filter_string="tags.`oodcorr.run` = 'micro: the answer'")
+    assert {a.path for a in client.list_artifacts(answer.info.run_id)} >= {"agreement.csv", "explorer.html"}
+
+    runs = {r["job_type"]: r for r in wandb_runs(run_dir)}
+    assert set(runs) == {"finetune", "scores"} and {r["group"] for r in runs.values()} == {f"micro/{RUN}"}
+    loss = [(row["train/global_step"], row["train/loss"]) for row in runs["finetune"]["history"] if "train/loss" in row]
+    assert loss == [(h["step"], pytest.approx(h["loss"], rel=1e-6)) for h in history]
+    got = {
+        (k, row["checkpoint_step"]): v
+        for row in runs["scores"]["history"]
+        for k, v in row.items()
+        if k in {t for t, _ in want}
+    }
+    assert got == pytest.approx(want)
+    (answer,) = wandb_runs(wd / R / "trackers")
+    assert answer["job_type"] == "answer" and "agreement.csv" in answer["artifacts"][0]["files"]
+
+
+def test_a_tracker_that_cannot_be_reached_stops_the_run_while_planning(tmp_path):
+    """MLflow named and its server not answering: the run stops before any job, with the sentence
+    naming finetune.report_to and MLFLOW_TRACKING_URI (not an hour later, after the training)."""
+    cfg = micro_config()
+    cfg["finetune"]["report_to"] = TRACKERS
+    path = tmp_path / "micro.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    res = smk(tmp_path, path, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
+    assert res.returncode != 0
+    assert "finetune.report_to: mlflow: the tracking server MLFLOW_TRACKING_URI=http://127.0.0.1:9 cannot be" in (
+        res.stdout + res.stderr
+    )
+    assert not (tmp_path / "results").exists()  # no job ran
 
 
 def test_editing_report_to_reruns_nothing(micro_run, tmp_path):
@@ -447,6 +494,10 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         # the published set and its record, republished; the run's lock, config record and record of runs
         and "/.published/" not in str(p)
         and p.name not in ("published.json", "experiment.lock", "experiment.json", ".runs.json")
+        # the aggregation logs the added testset's points to the trackers: their record of what each got,
+        # and the stores whose clients rewrite their run records (only new points: tests/jobs/test_tracking.py)
+        and p.name != "trackers.json"
+        and not any(part in ("mlruns", "wandb", "trackers") for part in p.relative_to(wd / R).parts)
     }
     cfg2 = dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])
     cfg2_path = wd / "micro_plus.yaml"
@@ -465,7 +516,8 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
     run = smk(wd, cfg2_path)
     assert run.returncode == 0, run.stderr[-3000:]
     after = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
-    assert all(after[p] == t for p, t in before.items())  # nothing but the aggregation and analysis rewritten
+    changed = sorted(str(p.relative_to(wd / R)) for p, t in before.items() if after[p] != t)
+    assert changed == []  # nothing but the aggregation and analysis rewritten
     new = sorted(
         str(p.relative_to(wd / R / "eval")) for p in set(after) - set(before) if p.is_relative_to(wd / R / "eval")
     )
@@ -533,6 +585,16 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     assert not list((wd / R / "finetune").rglob("checkpoints.stale-*"))
     again = smk(wd, micro_run[2], "-n")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, again.stdout[-2000:]
+
+
+def test_a_run_that_asks_for_one_file_says_what_it_made(micro_run):
+    """A targeted run (`snakemake results/micro/data/x.jsonl`) ends saying what it made, not pointing
+    at scores and partial correlations it did not make."""
+    wd, _, cfg_path = micro_run
+    res = smk(wd, cfg_path, f"{R}/data/synth-distractor.jsonl")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"oodcorr: made what was asked: {R}/data/synth-distractor.jsonl; no scores" in res.stdout, res.stdout[-2000:]
+    assert "partial correlations in" not in res.stdout and "the answer," not in res.stdout
 
 
 def test_lint_is_clean():

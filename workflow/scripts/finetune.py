@@ -4,8 +4,10 @@ from pathlib import Path
 
 from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.locks import FolderInUse
+from oodcorr.core.trackers import check, named
 from oodcorr.jobs.finetune import NonFiniteLoss, finetune
 from oodcorr.jobs.multi_gpu import run_distributed
+from oodcorr.jobs.tracking import root_of_run_dir
 from oodcorr.launch.runtime import pick_device, refuse, start_job
 from oodcorr.planning.config import report_to
 from oodcorr.planning.finetune_job import FinetuneJob
@@ -18,6 +20,9 @@ entry = next(m for m in sm.config["models"] if m["name"] == sm.wildcards.model)
 dist = entry.get("distributed")
 start_job(sm)
 try:
+    # the trackers finetune.report_to names, installed and reachable from this node: said now, not
+    # after the training (a compute node is not the login node that planned the run)
+    check(named(report_to(sm.config, sm.wildcards.model)), root_of_run_dir(Path(sm.output.manifest).parent))
     job = FinetuneJob(
         model_spec=run["model_spec"],
         built_model_dir=run["built_model_dir"],

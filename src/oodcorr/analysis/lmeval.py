@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.errors import DataError
+from ..core.errors import DataError, did_you_mean
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files, load_json
 from .lmeval_identity import compile_pattern, identity, parse_model_args
 from .lmeval_samples import read_samples
@@ -87,7 +87,8 @@ class LmEvalResults:
         if in_domain not in tasks:
             raise DataError(
                 f"{self.folder}: the in-domain testset {in_domain!r} is not a task of the results read "
-                f"(metric {self.metric!r}); tasks are {tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
+                f"(metric {self.metric!r}){did_you_mean(in_domain, tasks)}; tasks are "
+                f"{tasks[:40]}{' ...' if len(tasks) > 40 else ''}"
             )
         s = self.scores
         out = pd.DataFrame(
@@ -197,12 +198,13 @@ def read_results_file(
     pattern: re.Pattern | None,
     max_bytes: int = MAX_RESULTS_BYTES,
     without: set | None = None,
+    seen: set | None = None,
     groups: dict | None = None,
 ) -> list[dict]:
     """One row per task of one results file (the columns of :class:`LmEvalResults`' ``scores`` and
     ``key``, the metric's key); with no ``tasks`` named, the tasks without the metric are added to
-    ``without``, and the file's groups with their subtasks (``group_subtasks``) to ``groups`` (group
-    -> set of subtasks)."""
+    ``without``; every task the file holds, read or not, to ``seen``; the file's groups with their
+    subtasks (``group_subtasks``) to ``groups`` (group -> set of subtasks)."""
     doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
@@ -242,6 +244,8 @@ def read_results_file(
             + ", e.g. --path-pattern '{model}/step{step}/*.json'"
         )
     results = doc["results"]
+    if seen is not None:
+        seen.update(results)
     wanted = tasks if tasks is not None else sorted(results)
     n_samples = doc.get("n-samples") if isinstance(doc.get("n-samples"), dict) else {}
     rows = []
@@ -316,8 +320,11 @@ def read_folder(
     max_files: int = MAX_FILES,
     max_bytes: int = MAX_RESULTS_BYTES,
     follow_links: bool = False,
+    in_domain: str | None = None,
 ) -> LmEvalResults:
     """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
+    ``in_domain`` (``--in-domain``) is read whatever ``tasks`` names; a task in no file is an error
+    naming the flag that asked for it, with the files' tasks closest to it.
 
     Two files giving one (model, run, step, task) is an error naming both."""
     folder = Path(folder)
@@ -348,10 +355,20 @@ def read_folder(
         chosen = [p for p in json_files if not p.name.startswith("samples_")]
     if not chosen:
         raise DataError(f"{folder}: holds no .json results file of lm-evaluation-harness (searched recursively)")
-    rows, where, without, groups = [], {}, set(), {}
+    if tasks is not None and in_domain is not None and in_domain not in tasks:
+        tasks = [*tasks, in_domain]
+    rows, where, without, seen, groups = [], {}, set(), set(), {}
     for p in chosen:
         got = read_results_file(
-            p, rels[p], metric=metric, tasks=tasks, pattern=pattern, max_bytes=max_bytes, without=without, groups=groups
+            p,
+            rels[p],
+            metric=metric,
+            tasks=tasks,
+            pattern=pattern,
+            max_bytes=max_bytes,
+            without=without,
+            seen=seen,
+            groups=groups,
         )
         for row in got:
             k = (row["model"], row["run"], row["step"], row["testset"])
@@ -382,23 +399,20 @@ def read_folder(
             ", ".join(sorted(without - found)[:10]),
             " ..." if len(without - found) > 10 else "",
         )
-    if tasks is not None:
-        absent = [t for t in tasks if t not in found]
-        if absent:
-            raise DataError(
-                f"{folder}: --tasks {', '.join(absent)}: in none of the {len(chosen)} results files; their tasks "
-                f"include {sorted(found)[:20]}"
-            )
-    per = scores.groupby(["model", "run", "step"])["testset"].nunique()
-    if per.nunique() > 1:
-        log.warning(
-            "%s: the checkpoints do not all have the same tasks (%d to %d of %d); a task missing at a checkpoint "
-            "is a missing score there",
-            folder,
-            int(per.min()),
-            int(per.max()),
-            len(found),
+    if in_domain is not None and in_domain not in seen:
+        raise DataError(
+            f"{folder}: --in-domain {in_domain!r} is a task of none of the {len(chosen)} results files"
+            f"{did_you_mean(in_domain, seen)}; their tasks include {sorted(seen)[:20]}"
         )
+    if tasks is not None:
+        absent = [t for t in tasks if t not in seen]
+        if absent:
+            hints = "".join(did_you_mean(t, seen, n=1, lead=f"; {t}: ") for t in absent)
+            raise DataError(
+                f"{folder}: --tasks {', '.join(absent)}: in none of the {len(chosen)} results files{hints}; their "
+                f"tasks include {sorted(seen)[:20]}"
+            )
+    _say_missing_tasks(folder, scores, found, in_domain)
     examples, sample_files = None, []
     if samples:
         frames = []
@@ -448,6 +462,49 @@ def read_folder(
         digest=h.hexdigest(),
         groups={g: sorted(kids) for g, kids in sorted(groups.items())},
     )
+
+
+def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain: str | None, shown: int = 5) -> None:
+    """Warn, naming the files, steps and tasks, where checkpoints lack tasks the others have (a
+    missing score there); apart, the checkpoints without the in-domain task, which the analysis
+    leaves out (there is no in-domain score to regress on)."""
+    lacking = []
+    for (model, run, step), g in scores.groupby(["model", "run", "step"], sort=True):
+        missing = sorted(found - set(g["testset"]))
+        if missing:
+            where = f"model {model}" + (f", run {run}" if run != "all" else "") + f", step {step}"
+            lacking.append((where, ", ".join(sorted(set(g["file"]))), missing))
+    if not lacking:
+        return
+    n = scores.groupby(["model", "run", "step"]).ngroups
+
+    def listed(items):
+        more = f"; and {len(items) - shown} more" if len(items) > shown else ""
+        return "; ".join(items[:shown]) + more
+
+    log.warning(
+        "%s: %d of %d checkpoints lack tasks the others have (a missing score there): %s",
+        folder,
+        len(lacking),
+        n,
+        listed(
+            [
+                f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
+                for where, files, miss in lacking
+            ]
+        ),
+    )
+    no_in_domain = [f"{where} ({files})" for where, files, miss in lacking if in_domain in miss]
+    if no_in_domain:
+        log.warning(
+            "%s: %d checkpoint(s) have no score of the in-domain task %r and are left out of the analysis (there is "
+            "nothing to regress their OOD scores on): %s. Evaluate %r at them again to keep them",
+            folder,
+            len(no_in_domain),
+            in_domain,
+            listed(no_in_domain),
+            in_domain,
+        )
 
 
 def _file_metrics(path: Path, max_bytes: int) -> str:

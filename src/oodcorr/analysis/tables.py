@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from ..core import table_files
-from ..core.errors import DataError
+from ..core.errors import DataError, did_you_mean
 from ..core.io import delimiter_mismatch, format_suffix, read_bytes, read_text
 from .score_ranges import check_score_range
 
@@ -303,8 +303,10 @@ def from_wide(
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:] + list(exclude) + list(testsets or []), source)
     if in_domain not in df.columns:
+        named = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
         raise DataError(
-            f"{source}: the in-domain testset {in_domain!r} is not a column; columns are {list(df.columns)}"
+            f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, named)}; "
+            f"the testset columns are {named}"
         )
     cols = list(testsets) if testsets else [c for c in df.columns if c not in ids and c not in exclude]
     if in_domain not in cols:
@@ -359,7 +361,7 @@ def from_long(
     if in_domain not in names:
         raise DataError(
             f"{source}: the in-domain testset {in_domain!r} does not occur in column "
-            f"{testset!r}; testsets are {sorted(names)}"
+            f"{testset!r}{did_you_mean(in_domain, names)}; testsets are {sorted(names)}"
         )
     keep = (
         df[testset].astype(str).isin(set(testsets) | {in_domain})

@@ -182,12 +182,11 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     tasks = None
     if args.tasks:
         tasks = list(dict.fromkeys(t.strip() for t in args.tasks.split(",") if t.strip()))
-        if args.in_domain not in tasks:
-            tasks.append(args.in_domain)
     read = lmeval.read_folder(
         args.table,
         metric=args.metric,
         tasks=tasks,
+        in_domain=args.in_domain,
         path_pattern=args.path_pattern,
         samples=not args.no_samples,
         max_files=args.max_files,

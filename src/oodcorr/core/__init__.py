@@ -12,8 +12,10 @@ budgets of YAML files, configs and the analysis, checked before any work), ``ggu
 header, read and checked before anything loads it; the tensors its architecture needs:
 ``gguf_tensors``), ``answer`` (the answer in a sentence: the pairs per verdict of an agreement table,
 for the console and the report; and the ladder's words, every verdict, which the analysis, the figures
-and the page read) and ``provenance`` (what made a result: the code's commit and versions, the
-libraries the jobs recorded).
+and the page read), ``provenance`` (what made a result: the code's commit and versions, the
+libraries the jobs recorded) and ``trackers`` (the experiment trackers ``finetune.report_to``
+names: where each writes, from its own environment variables, and whether it is installed and
+reachable).
 
 May import: nothing of oodcorr outside this folder.
 """

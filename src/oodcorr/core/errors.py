@@ -34,3 +34,12 @@ class DiskFull(WriteFailed):
     """A write stopped, or refused before it started, by a full file system or a used-up quota
     (ENOSPC, EDQUOT, EFBIG); nothing half-written is kept. The message names the folder, the bytes
     the write needed, what is free there and what can be deleted (:func:`oodcorr.core.filesystems.disk_full`)."""
+
+
+def did_you_mean(name: str, candidates, n: int = 3, lead: str = "; ") -> str:
+    """``lead`` and ``"did you mean 'x'?"`` (up to ``n`` close names among ``candidates``, as a typo's
+    likely intent), or ``""`` when none is close: the tail of a message that names an unknown name."""
+    import difflib
+
+    near = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n)
+    return f"{lead}did you mean {', '.join(map(repr, near))}?" if near else ""

@@ -54,7 +54,23 @@ def _count(dropped: dict | None, reason: str, key: str | None = None) -> None:
 
 
 def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
-    recs = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
+    """``n`` examples of the generator's stream, then those ``where`` selects (as for a file: e.g.
+    ``{label: entailment}`` keeps the entailed half of the stream)."""
+    stream = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
+    keep = spec.get("where") or {}
+    recs = []
+    for rec in stream:
+        try:
+            selected = all(str(_field(rec, k)) == str(v) for k, v in keep.items())
+        except KeyError as e:
+            raise DataError(
+                f"synthetic {spec['shift']!r} stream: `where` names {e.args[0]!r}, which its records do not have "
+                "(they have premise, hypothesis, label and meta.shift, meta.kind, meta.split, meta.idx)"
+            ) from None
+        if selected:
+            recs.append(rec)
+        else:
+            _count(dropped, "where")
     prov = {
         "source": "synthetic",
         "shift": spec["shift"],
@@ -62,8 +78,10 @@ def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tupl
         "seed": int(spec.get("seed", 0)),
         "split": spec.get("split", "test"),
         "fingerprint": "synthetic:" + sha256_json(recs)[:16],
-        "n_rows": len(recs),
+        "n_rows": len(stream),
     }
+    if keep:
+        prov["where"] = keep
     return recs, prov
 
 
@@ -439,7 +457,7 @@ def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[
             "duplicates": dups,
         }
     )
-    if len(counts) < 2:
+    if len(counts) < 2 and "label" not in (spec.get("where") or {}):  # (a `where` on the label asked for one)
         warnings.insert(
             0, f"dataset {name!r} has a single class ({next(iter(counts))}); accuracy is still defined but says little"
         )

@@ -196,6 +196,21 @@
     if (text !== undefined) e.textContent = text;
     return e;
   }
+  // a name too long for its column, cut at the left: "…" and the end that tells names apart (a
+  // suite's models share their start); the whole name is the element's hover title
+  function fitLeft(el, name, width) {
+    el.textContent = name;
+    if (el.getComputedTextLength() > width) {
+      let lo = 1, hi = name.length - 1;  // the most characters of the end that fit after "…"
+      while (lo < hi) {
+        const mid = (lo + hi + 1) >> 1;
+        el.textContent = "…" + name.slice(-mid);
+        if (el.getComputedTextLength() <= width) lo = mid; else hi = mid - 1;
+      }
+      el.textContent = "…" + name.slice(-lo);
+    }
+    el.appendChild(svgEl("title", {}, name));
+  }
   function select(i) {
     state.selected = i;
     draw();
@@ -223,7 +238,7 @@
     ms.forEach((m, k) => {
       const y = yOf(k), r = BM.r[i][m], lo = BM.lo[i][m], hi = BM.hi[i][m];
       const g = svgEl("g", { class: "model-row", "data-model": D.models[m] });
-      g.appendChild(svgEl("text", { x: nameW - 6, y: y + 4, "text-anchor": "end" }, D.models[m]));
+      const name = g.appendChild(svgEl("text", { x: nameW - 6, y: y + 4, "text-anchor": "end" }));
       if (BM.runs && BM.runs[i][m].length > 1) BM.runs[i][m].forEach((v, j, a) =>
         g.appendChild(svgEl("circle", { cx: X(v), cy: y - 5 + 10 * j / Math.max(a.length - 1, 1), r: 2, fill: "#999" })));
       if (lo !== null && hi !== null) g.appendChild(svgEl("line", { x1: X(lo), x2: X(hi), y1: y, y2: y, stroke: "#000", "stroke-width": 1.3 }));
@@ -231,6 +246,7 @@
       g.appendChild(svgEl("text", { x: nameW + plotW + 8, y: y + 4 }, r === null ? "n/a" : sgn(r) + (lo !== null ? " [" + sgn(lo) + ", " + sgn(hi) + "]" : "")));
       tasksMark(g, i, m, y, X, nameW + plotW + 8);
       svg.appendChild(g);
+      fitLeft(name, D.models[m], nameW - 10);  // measured once drawn
     });
     const base = ms.length, red = "#c0392b";
     svg.appendChild(svgEl("line", { x1: 0, x2: W, y1: top + base * rowH + 2, y2: top + base * rowH + 2, stroke: "#bbb" }));

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import trackers
 from ..core.errors import ConfigError, DiskFull, WriteFailed
 from ..core.filesystems import check_room, disk_full, human_bytes, is_disk_full, probe_write, write_errno, write_failed
 from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
@@ -41,6 +42,7 @@ from ..modeling import adaptation
 from ..modeling.hub import pinned_model_revision
 from ..modeling.loading import load_model, load_tokenizer, model_source
 from ..planning.finetune_job import FinetuneJob
+from . import tracking
 from .checkpoints import (
     checkpoint_dirs,
     find_resume_point,
@@ -210,31 +212,16 @@ def base_weights_fingerprint(model_spec: dict, built_model_dir: str | None) -> s
 
 
 def reporting(report_to, run_dir: Path) -> list[str]:
-    """The Trainer's ``report_to`` for ``finetune.report_to``: ``auto`` is TensorBoard when a writer
-    (tensorboardX or tensorboard) is installed, else nothing; a list names integrations. Never a
-    network service unless the config names one. W&B writes under the run's folder (WANDB_DIR)."""
-    import importlib.util
-    import os
-
-    from transformers.integrations import is_tensorboard_available  # torch stack: planning and the CLI never import it
-
-    if report_to in (None, "auto"):
-        return ["tensorboard"] if is_tensorboard_available() else []
-    if report_to == "none":
-        return []
-    wanted = list(report_to)
-    if "tensorboard" in wanted and not is_tensorboard_available():
-        raise RuntimeError(
-            "finetune.report_to: tensorboard needs tensorboardX (pinned in requirements.txt) or tensorboard installed"
-        )
-    for name, module in (("wandb", "wandb"), ("mlflow", "mlflow"), ("comet_ml", "comet_ml"), ("trackio", "trackio")):
-        if name in wanted and importlib.util.find_spec(module) is None:
-            raise RuntimeError(
-                f"finetune.report_to: {name} is not installed (pip install {module}); it is opt-in and not pinned here"
-            )
-    if "wandb" in wanted:
-        os.environ.setdefault("WANDB_DIR", str(run_dir))
-    return wanted
+    """The Trainer's ``report_to`` for ``finetune.report_to`` (:func:`oodcorr.core.trackers.named`:
+    ``auto`` is TensorBoard when a writer is installed, else nothing), each checked installed and
+    reachable (a :class:`ConfigError` naming the key, before any step is trained), and pointed at the
+    run's own tracker runs (:func:`oodcorr.jobs.tracking.for_trainer`: W&B writes under the run's
+    folder, MLflow logs into the run found by its identity). Never a network service unless the config
+    names one."""
+    names = trackers.named(report_to)
+    trackers.check(names, tracking.root_of_run_dir(run_dir))
+    tracking.for_trainer(names, run_dir)
+    return names
 
 
 def _history(trainer) -> list[dict]:
@@ -501,7 +488,7 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
         logging_steps=max(1, job.max_steps // 20),
         report_to=report or "none",
         disable_tqdm=True,
-        run_name=f"{job.name}/n{job.n_train}/seed{job.seed}",
+        run_name=tracking.run_name(job.run_dir, f"{job.name}/n{job.n_train}/seed{job.seed}"),
         remove_unused_columns=False,
         dataloader_num_workers=0,
         use_cpu=(job.device == "cpu"),

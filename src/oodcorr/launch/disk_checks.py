@@ -75,13 +75,15 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
+def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) -> list[str]:
     """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
     results are (the published paths, never ``.staging/``) or that the previous ones are kept, then
     the prompts cut to ``max_length`` (:func:`truncation_warnings`, with the share cut and the
     setting: the console's last lines of a run that succeeded); after a failure, last, a file system
     without room now (:func:`room_to_run`) and the sentence each job stopped with, with the job named
-    (:func:`refusal_lines`), whichever job it was.
+    (:func:`refusal_lines`), whichever job it was. ``asked``: the targets of a run that did not ask
+    for the published set (``snakemake results/x/data/y.jsonl``), which made only those: it is told
+    so, not pointed at scores and an answer it did not make.
 
     Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
     cannot be read is said in one line instead."""
@@ -93,7 +95,13 @@ def end_of_run_report(plan: Plan, failed: bool) -> list[str]:
         lines.append(f"oodcorr: WARNING: the end-of-run warnings could not be gathered ({type(e).__name__}: {e})")
     P = plan.paths
     try:
-        if not failed:
+        if not failed and asked:
+            lines.append(f"oodcorr: made what was asked: {', '.join(asked)}; no scores or answer were made by this run")
+            if os.path.exists(P.published):
+                lines.append(
+                    f"oodcorr: the results published by an earlier run are as they were: {P.scores_csv}, {P.analysis}/"
+                )
+        elif not failed:
             lines.append(
                 f"oodcorr: scores in {P.scores_csv}, partial correlations in {P.analysis}/partial_correlations.csv, "
                 f"heatmaps in {P.analysis}/heatmaps/"

@@ -22,6 +22,7 @@ import copy
 import re
 from pathlib import Path
 
+from ..core import trackers
 from ..core.defaults import FINETUNE, READING
 from ..core.errors import ConfigError
 from ..core.io import load_yaml
@@ -95,6 +96,19 @@ def report_to(config: dict, model: str) -> str | list[str]:
     the global one). The finetune job reads it from the config, not from its params: it changes
     no weights, so editing it reruns nothing."""
     return finetune_block(config, model).get("report_to", FINETUNE["report_to"])
+
+
+def trackers_of(config: dict) -> dict[str, list[str]]:
+    """The experiment trackers each model's ``finetune.report_to`` names (``auto`` resolved:
+    :func:`oodcorr.core.trackers.named`): the finetune logs its loss to them, the aggregation its scores."""
+    return {m["name"]: trackers.named(report_to(config, m["name"])) for m in config["models"]}
+
+
+def check_trackers(config: dict, root: str) -> None:
+    """Every tracker any model's ``finetune.report_to`` names, installed and reachable from here
+    (:func:`oodcorr.core.trackers.check`): while planning, in the main process (each job that writes
+    to them checks again when it starts: a compute node is not the login node)."""
+    trackers.check(sorted({n for names in trackers_of(config).values() for n in names}), root)
 
 
 class Experiment:

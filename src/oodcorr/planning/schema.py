@@ -103,8 +103,20 @@ def _yaml11_number_hint(value: Any, integer: bool = False) -> str:
     )
 
 
-def _describe(err, config) -> list[tuple[list, str]]:
-    """(path parts, message) for one jsonschema error; an unknown-keys error gives one per key."""
+def _suggested(err) -> list[tuple[tuple, str]]:
+    """(object path, key) for each allowed key that an unknown key of ``err`` (an unknown-keys error)
+    is a likely misspelling of: the key its message suggests."""
+    if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
+        return []
+    allowed = sorted(err.schema.get("properties", {}))
+    near = (difflib.get_close_matches(k, allowed, n=1) for k in sorted(set(err.instance) - set(allowed)))
+    return [(tuple(err.absolute_path), n[0]) for n in near if n]
+
+
+def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[list, str]]:
+    """(path parts, message) for one jsonschema error; an unknown-keys error gives one per key. A
+    required key that an unknown key's message already suggests (in ``suggested``, from
+    :func:`_suggested`) is not said again as missing: it is the same slip."""
     parts = list(err.absolute_path)
     where = key_path(parts, config)
     kind, inst, val = err.validator, err.instance, err.validator_value
@@ -119,8 +131,9 @@ def _describe(err, config) -> list[tuple[list, str]]:
             )
         return out
     if kind == "required":
-        missing = [k for k in val if k not in inst]
-        return [(parts, f"{key_path(parts + [k], config)}: required key is missing") for k in missing]
+        missing = [k for k in val if k not in inst and (tuple(parts), k) not in suggested]
+        said = "required key is missing (it has no default)"
+        return [(parts, f"{key_path(parts + [k], config)}: {said}") for k in missing]
     if kind == "type":
         types = [val] if isinstance(val, str) else list(val)
         want = " or ".join(YAML_TYPES.get(t, t) for t in types)
@@ -153,9 +166,10 @@ def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
 
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    suggested = frozenset(s for e in errors for s in _suggested(e))
     out = []
     for e in errors:
-        out += _describe(e, config)
+        out += _describe(e, config, suggested)
     return out
 
 

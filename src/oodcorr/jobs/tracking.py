@@ -1,0 +1,383 @@
+"""Each checkpoint's scores, and the answer, in the experiment trackers ``finetune.report_to`` names.
+
+The finetune's Trainer logs the training loss there (:func:`for_trainer` points it at the run's own
+tracker run); the aggregation logs every checkpoint's scores (:func:`log_scores`) and the publishing
+the answer (:func:`log_answer`). Per tracker (destinations: :mod:`oodcorr.core.trackers`):
+
+* **TensorBoard**: scalars ``<role>/<testset>/accuracy`` and its interval, ``.../accuracy_ci_low``
+  and ``.../accuracy_ci_high`` (role ``in-domain`` or ``ood``), at the checkpoint's step, in the
+  run's folder's ``tensorboard/``, beside the Trainer's ``train/loss``: one run in TensorBoard. The
+  answer's lines as text in ``results/<experiment>/tensorboard/``.
+* **MLflow**: the same metrics at the same steps in the finetuning run's own MLflow run, which
+  carries the run's identity as tags (``oodcorr.run``: experiment/model/task/n_train/seed, and
+  each part); a series' run is made here. The answer's files (``agreement.csv``, the consensus
+  heatmaps, the explorer page, ``answer.txt``) as artifacts of the run ``<experiment>: the answer``.
+* **W&B**: W&B cannot log at an earlier step into a run that has ended, and an offline run cannot
+  be resumed, so the scores go to a run ``<run> scores`` in the finetuning run's group, on their
+  own axis ``checkpoint_step`` (``define_metric``); the answer as an artifact of a run
+  ``<experiment>: the answer``.
+
+Runs are named and tagged by the finetuning run's identity (experiment, model, task, n_train,
+seed), never by a digest of the config, which changes when a testset is added. What each tracker
+was given is recorded in the run's folder (``trackers.json``, per destination): rerunning the
+aggregation after a testset is added, or after an evaluation was retried, logs only the points not
+logged before, and the publishing logs an answer only when its files changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core import trackers
+from ..core.errors import ConfigError
+from ..core.io import loads_json, sha256_file, write_json_atomic
+from ..planning.config import trackers_of
+
+log = logging.getLogger(__name__)
+
+LEDGER = "trackers.json"  # in a run's tracker folder, and in the experiment folder for the answer
+METRICS = ("accuracy", "accuracy_ci_low", "accuracy_ci_high")
+STEP_AXIS = "checkpoint_step"  # W&B: the scores' own x-axis
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What names a run in every tracker: its experiment, model, task (the in-domain set), n_train, seed."""
+
+    experiment: str
+    model: str
+    task: str
+    n_train: int
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}/{self.task}/n{self.n_train}/seed{self.seed}"
+
+    @property
+    def key(self) -> str:
+        return f"{self.experiment}/{self.name}"
+
+    @property
+    def tags(self) -> dict[str, str]:
+        parts = {"experiment": self.experiment, "model": self.model, "task": self.task}
+        parts |= {"n_train": str(self.n_train), "seed": str(self.seed), "run": self.key}
+        return {f"oodcorr.{k}": v for k, v in parts.items()}
+
+    @classmethod
+    def of_run_dir(cls, run_dir: str | Path) -> RunIdentity | None:
+        """From a finetuning run's folder, ``results/<experiment>/finetune/<model>/<task>/n<N>/seed<S>``
+        (:attr:`oodcorr.planning.layout.Paths.run_dir`); None for a folder elsewhere."""
+        p = Path(run_dir).resolve()
+        n, s = re.fullmatch(r"n(\d+)", p.parent.name), re.fullmatch(r"seed(\d+)", p.name)
+        if not (n and s) or len(p.parents) < 6 or p.parents[3].name != "finetune":
+            return None
+        return cls(p.parents[4].name, p.parents[2].name, p.parents[1].name, int(n.group(1)), int(s.group(1)))
+
+
+def run_name(run_dir: str | Path, otherwise: str) -> str:
+    """The Trainer's run name: the run's identity (model/task/nN/seedS, as the scores' runs), or
+    ``otherwise`` for a folder outside the layout."""
+    ident = RunIdentity.of_run_dir(run_dir)
+    return ident.name if ident else otherwise
+
+
+def root_of_run_dir(run_dir: str | Path) -> Path:
+    """The experiment folder of a finetuning run's folder, or the folder itself outside the layout."""
+    p = Path(run_dir).resolve()
+    return p.parents[4] if RunIdentity.of_run_dir(p) else p
+
+
+def tracker_dir(root: str | Path, run_id: str, series: bool) -> Path:
+    """Where a run's TensorBoard files, W&B runs and ledger live: the finetuning run's folder (the
+    Trainer's loss is there), or for a series (nothing finetuned here) ``series/<run>/``."""
+    return Path(root) / ("series" if series else "finetune") / run_id
+
+
+# ---- the ledger: what each destination was given --------------------------------------------------
+def _read_ledger(folder: Path) -> dict:
+    path = folder / LEDGER
+    try:
+        doc = loads_json(path.read_bytes())
+        return doc if isinstance(doc, dict) else {}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:  # a damaged ledger: said, and read as empty (points may repeat once)
+        log.warning("%s: unreadable (%s); what the trackers were given is not known, so all is logged", path, e)
+        return {}
+
+
+def _record(folder: Path, dest: str, keys: list[str]) -> None:
+    doc = _read_ledger(folder)
+    doc[dest] = sorted(set(doc.get(dest, [])) | set(keys))
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(folder / LEDGER, doc)
+
+
+def _point_key(tag: str, step: int) -> str:
+    return f"{tag}@{step}"
+
+
+def points(rows) -> dict[tuple[str, int], float]:
+    """One run's scores (rows of the scores table) as tracker points: ``(tag, step) -> value``."""
+    out = {}
+    for r in rows.itertuples(index=False):
+        for m in METRICS:
+            value = getattr(r, m)
+            if value is not None and not math.isnan(float(value)):
+                out[(f"{r.role}/{r.testset}/{m}", int(r.step))] = float(value)
+    return out
+
+
+# ---- the Trainer's side ---------------------------------------------------------------------------
+def for_trainer(names: list[str], run_dir: str | Path) -> None:
+    """Point the Trainer's callbacks at the run's own tracker runs, through the trackers' environment
+    variables (set to :mod:`oodcorr.core.trackers`' destinations, which keep what the user set): MLflow's
+    run is found by the run's identity, or made, and ``MLFLOW_RUN_ID`` makes the callback log into it
+    (rank 0 only); W&B's run goes in the run's group, under the run's folder."""
+    ident = RunIdentity.of_run_dir(run_dir) or RunIdentity("", Path(run_dir).name, "", 0, 0)  # (outside the layout)
+    root = root_of_run_dir(run_dir)
+    if "mlflow" in names and os.environ.get("RANK", "0") == "0":
+        client = _mlflow_client(root)
+        os.environ["MLFLOW_TRACKING_URI"] = trackers.mlflow_uri(root)
+        os.environ["MLFLOW_EXPERIMENT_NAME"] = trackers.mlflow_experiment(root)
+        os.environ["MLFLOW_RUN_ID"] = _mlflow_run(client, root, ident)
+    if "wandb" in names:
+        os.environ.setdefault("WANDB_DIR", str(run_dir))
+        os.environ["WANDB_MODE"] = trackers.wandb_mode()
+        os.environ["WANDB_PROJECT"] = trackers.wandb_project(root)
+        os.environ["WANDB_RUN_GROUP"] = ident.key
+        os.environ["WANDB_JOB_TYPE"] = "finetune"
+        os.environ["WANDB_TAGS"] = ",".join(_wandb_tags(ident))
+
+
+def _wandb_tags(ident: RunIdentity) -> list[str]:
+    """The identity's parts as W&B tags (``model:tiny-opt``, ...; at most 64 characters each, as W&B
+    allows; the whole identity is the run's group)."""
+    return [f"{k.split('.', 1)[1]}:{v}"[:64] for k, v in ident.tags.items() if k != "oodcorr.run"]
+
+
+# ---- what a config asks for ----------------------------------------------------------------------
+def of_config(config: dict) -> tuple[dict[str, list[str]], set[str]]:
+    """The trackers each model's runs log their scores to (``finetune.report_to``, read from the config,
+    not a job's params: editing it reruns nothing), and the models whose checkpoints were given."""
+    names_of = {m: [n for n in names if n in trackers.SCORED] for m, names in trackers_of(config).items()}
+    return names_of, {m["name"] for m in config["models"] if m.get("series")}
+
+
+def check_for(names_of: dict[str, list[str]], root: str | Path) -> list[str]:
+    """Every tracker any model names, checked installed and reachable when a job that writes to them
+    starts (:func:`oodcorr.core.trackers.check`: a :class:`ConfigError`); returns them."""
+    names = sorted({n for v in names_of.values() for n in v})
+    trackers.check(names, root)
+    return names
+
+
+class TrackerFailed(ConfigError):
+    """A tracker refused what was logged to it after its check passed (a server gone mid-way)."""
+
+
+def failed(name: str, e: BaseException) -> TrackerFailed:
+    return TrackerFailed(
+        f"finetune.report_to: {name}: logging failed ({type(e).__name__}: {str(e)[:300]}); run again when it "
+        "is back: what was logged already is not logged twice"
+    )
+
+
+# ---- the scores ---------------------------------------------------------------------------------
+def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series: set[str]) -> list[str]:
+    """Log every run's scores (the scores table) to the trackers its model names (``names_of``:
+    model -> trackers); ``series``: the models whose checkpoints were given, not finetuned here.
+    Returns a line per tracker and run that got points."""
+    said = []
+    root = Path(root)
+    for run_id, rows in scores.groupby("run_id", sort=True):
+        model = str(rows["model"].iloc[0])
+        wanted = [n for n in names_of.get(model, []) if n in trackers.SCORED]
+        if not wanted:
+            continue
+        first = rows.iloc[0]
+        ident = RunIdentity(
+            trackers.experiment_of(root), model, str(first["in_domain"]), int(first["n_train"]), int(first["seed"])
+        )
+        folder = tracker_dir(root, str(run_id), model in series)
+        pts = points(rows)
+        for name in wanted:
+            dest = _destination(name, root)
+            done = set(_read_ledger(folder).get(dest, []))
+            new = {k: v for k, v in pts.items() if _point_key(*k) not in done}
+            if not new:
+                continue
+            try:
+                {"tensorboard": _tensorboard_scores, "mlflow": _mlflow_scores, "wandb": _wandb_scores}[name](
+                    new, ident, folder, root
+                )
+            except Exception as e:  # noqa: BLE001 -- any tracker library's error becomes the job's sentence
+                raise failed(name, e) from e
+            _record(folder, dest, [_point_key(*k) for k in new])
+            said.append(f"{name}: {len(new)} points of run {ident.name} ({_where(name, folder, root)})")
+    return said
+
+
+def _destination(name: str, root: Path) -> str:
+    if name == "mlflow":
+        return f"mlflow {trackers.mlflow_uri(root)} {trackers.mlflow_experiment(root)}"
+    if name == "wandb":
+        return f"wandb {trackers.wandb_host()} {trackers.wandb_project(root)}"
+    return name
+
+
+def _where(name: str, folder: Path, root: Path) -> str:
+    if name == "tensorboard":
+        return str(folder / "tensorboard")
+    if name == "mlflow":
+        return f"{trackers.mlflow_uri(root)}, experiment {trackers.mlflow_experiment(root)}"
+    return f"W&B {trackers.wandb_mode()}, project {trackers.wandb_project(root)}, under {folder}/wandb"
+
+
+def _event_file_suffix(kind: str) -> str:
+    """The end of a new TensorBoard event file's name, unique to it: tensorboardX names the file by
+    the second it opens it and the host, so a second logging within that second (an added testset,
+    a new answer) would write over the first one's file and lose its points."""
+    return f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}"
+
+
+def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
+    from tensorboardX import SummaryWriter  # the pinned writer; the reader is TensorBoard's own
+
+    with SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=_event_file_suffix("scores")) as w:
+        for (tag, step), value in sorted(pts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+            w.add_scalar(tag, value, global_step=step)
+
+
+def _mlflow_client(root: Path):
+    if trackers.mlflow_uri(root).startswith("file:"):
+        # our default: a file store in the experiment folder (MLflow 3 asks for this opt-in to use one)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    from mlflow.tracking import MlflowClient  # optional extra: oodcorr[mlflow]
+
+    return MlflowClient(tracking_uri=trackers.mlflow_uri(root))
+
+
+def _mlflow_experiment_id(client, root: Path) -> str:
+    name = trackers.mlflow_experiment(root)
+    exp = client.get_experiment_by_name(name)
+    return exp.experiment_id if exp is not None else client.create_experiment(name)
+
+
+def _mlflow_run(client, root: Path, ident: RunIdentity | None, answer: bool = False) -> str:
+    """The MLflow run of a finetuning run (by its ``oodcorr.run`` tag) or of the experiment's answer,
+    made if there is none yet."""
+    eid = _mlflow_experiment_id(client, root)
+    key = f"{trackers.experiment_of(root)}: the answer" if answer else ident.key
+    found = client.search_runs([eid], filter_string=f"tags.`oodcorr.run` = '{key}'", max_results=1)
+    if found:
+        return found[0].info.run_id
+    tags = {"oodcorr.run": key, "oodcorr.experiment": trackers.experiment_of(root)} if answer else ident.tags
+    run = client.create_run(eid, run_name=key if answer else ident.name, tags=tags)
+    client.set_terminated(run.info.run_id)
+    return run.info.run_id
+
+
+def _mlflow_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
+    from mlflow.entities import Metric
+
+    client = _mlflow_client(root)
+    run_id = _mlflow_run(client, root, ident)
+    metrics = [Metric(tag, value, 0, step) for (tag, step), value in sorted(pts.items(), key=lambda kv: kv[0][1])]
+    for i in range(0, len(metrics), 1000):  # MLflow's batch limit
+        client.log_batch(run_id, metrics=metrics[i : i + 1000])
+
+
+def _wandb_init(folder: Path, root: Path, **kw):
+    import wandb  # optional extra: oodcorr[wandb]
+
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = wandb.Settings(silent=True, console="off", x_disable_stats=True)
+    return wandb.init(
+        dir=str(folder), project=trackers.wandb_project(root), mode=trackers.wandb_mode(), settings=settings, **kw
+    )
+
+
+def _wandb_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
+    run = _wandb_init(
+        folder, root, name=f"{ident.name} scores", group=ident.key, job_type="scores", tags=_wandb_tags(ident)
+    )
+    try:
+        run.define_metric(STEP_AXIS)
+        for role in sorted({tag.split("/", 1)[0] for tag, _ in pts}):
+            run.define_metric(f"{role}/*", step_metric=STEP_AXIS)
+        steps = sorted({s for _, s in pts})
+        for s in steps:
+            run.log({STEP_AXIS: s, **{tag: v for (tag, step), v in pts.items() if step == s}})
+    finally:
+        run.finish()
+
+
+# ---- the answer ---------------------------------------------------------------------------------
+def is_answer_file(rel: str) -> bool:
+    """Whether a published file (its path in the experiment folder) is part of the answer."""
+    return rel in ("analysis/agreement.csv", "analysis/explorer.html", "analysis/answer.txt") or (
+        rel.startswith("analysis/consensus/") and rel.endswith(".png")
+    )
+
+
+def log_answer(root: str | Path, files: list[Path], names: list[str]) -> list[str]:
+    """The answer's ``files`` (the published ``agreement.csv``, consensus heatmaps, explorer page,
+    ``answer.txt``) to each tracker in ``names`` as an experiment-level run's artifacts (TensorBoard:
+    ``answer.txt``'s lines as text); once per version of those files. Returns a line per tracker."""
+    root = Path(root)
+    files = [Path(f) for f in files if Path(f).is_file()]
+    if not files:
+        return []
+    digest = ",".join(sha256_file(f)[:16] for f in sorted(files))
+    said = []
+    for name in dict.fromkeys(n for n in names if n in trackers.SCORED):
+        dest = _destination(name, root)
+        if digest in _read_ledger(root).get(dest, []):
+            continue
+        try:
+            {"tensorboard": _tensorboard_answer, "mlflow": _mlflow_answer, "wandb": _wandb_answer}[name](root, files)
+        except Exception as e:  # noqa: BLE001 -- as in log_scores
+            raise failed(name, e) from e
+        _record(root, dest, [digest])
+        said.append(f"{name}: the answer ({len(files)} files)")
+    return said
+
+
+def _tensorboard_answer(root: Path, files: list[Path]) -> None:
+    from tensorboardX import SummaryWriter
+
+    text = next((f.read_text(encoding="utf-8") for f in files if f.name == "answer.txt"), None)
+    if text is None:
+        return
+    done = len(_read_ledger(root).get("tensorboard", []))  # one step per answer logged
+    with SummaryWriter(logdir=str(root / "tensorboard"), filename_suffix=_event_file_suffix("answer")) as w:
+        w.add_text("answer", "\n\n".join(text.splitlines()), global_step=done)
+
+
+def _mlflow_answer(root: Path, files: list[Path]) -> None:
+    client = _mlflow_client(root)
+    run_id = _mlflow_run(client, root, None, answer=True)
+    for f in files:
+        client.log_artifact(run_id, str(f), artifact_path=f.parent.name if f.parent.name == "consensus" else None)
+
+
+def _wandb_answer(root: Path, files: list[Path]) -> None:
+    import wandb
+
+    exp = trackers.experiment_of(root)
+    run = _wandb_init(root / "trackers", root, name=f"{exp}: the answer", group="answer", job_type="answer")
+    try:
+        art = wandb.Artifact(f"{exp}-answer", type="answer")
+        for f in files:
+            art.add_file(str(f), name=f"{f.parent.name}/{f.name}" if f.parent.name == "consensus" else f.name)
+        run.log_artifact(art)
+    finally:
+        run.finish()
