@@ -16,8 +16,9 @@ interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading l
 summary rows; the range a metric's scores lie in: :mod:`.score_ranges`; the workflow's scores table:
 :mod:`.workflow_scores`; the results written and summarised: :mod:`.results`), :mod:`.lmeval` (reading a
 folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
-which model, run and step each is, :mod:`.lmeval_identity`, and their per-sample logs:
-:mod:`.lmeval_samples`), :mod:`.options` (every analysis setting),
+one results file read and its scores checked, :mod:`.lmeval_results`, which model, run and step
+each is, :mod:`.lmeval_identity`, and their per-sample logs: :mod:`.lmeval_samples`),
+:mod:`.options` (every analysis setting),
 :mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one run's cells;
 their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and

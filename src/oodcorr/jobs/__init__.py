@@ -1,7 +1,8 @@
 """What the workflow's rules run, one job at a time.
 
 ``data`` (prepare a dataset), ``finetune`` and ``multi_gpu`` (one run, on one GPU or several),
-``checkpoints`` (manifests, verification, resume points), ``series`` (checkpoints that already
+``checkpoints`` (manifests, verification, resume points), ``checkpoint_saves`` (a checkpoint's
+size, and a save the file system stops as its sentence), ``series`` (checkpoints that already
 exist), ``tokenize_testset`` (a testset's prompts as token ids, cached), ``evaluate`` (a run's
 checkpoints chosen, checked and scored on a testset), ``scoring`` (the batching policy, the forward
 pass, its dtype), ``predictions`` (the predictions file), ``metrics`` (beyond accuracy),

@@ -20,7 +20,9 @@ it first reads or writes the folder until its manifest is written
 (:mod:`oodcorr.core.locks`); a second finetune of the same run is refused.
 
 Checkpoint manifests, verification, resume points and the run identity live in
-:mod:`oodcorr.jobs.checkpoints` (evaluation reads them too).
+:mod:`oodcorr.jobs.checkpoints` (evaluation reads them too); a checkpoint's size and a save the
+file system stops (its sentence, the half-written checkpoint deleted) in
+:mod:`oodcorr.jobs.checkpoint_saves`.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import trackers
-from ..core.errors import ConfigError, DiskFull, WriteFailed
-from ..core.filesystems import check_room, disk_full, human_bytes, is_disk_full, probe_write, write_errno, write_failed
+from ..core.errors import ConfigError
+from ..core.filesystems import check_room, human_bytes
 from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 from ..core.locks import hold
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
@@ -43,8 +45,8 @@ from ..modeling.hub import pinned_model_revision
 from ..modeling.loading import load_model, load_tokenizer, model_source
 from ..planning.finetune_job import FinetuneJob
 from . import tracking
+from .checkpoint_saves import checkpoint_bytes, saves_that_fit, writing
 from .checkpoints import (
-    checkpoint_dirs,
     find_resume_point,
     guard_run_identity,
     prune_resume_state,
@@ -90,7 +92,7 @@ def _make_trainer_classes():
 
         def _save_checkpoint(self, model, trial):
             # what the save raises is known as a failure to write this checkpoint by where it happened
-            with _writing(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"):
+            with writing(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"):
                 return super()._save_checkpoint(model, trial)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -361,8 +363,8 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
         shutil.rmtree(c0, ignore_errors=True)
         weights, _ = checkpoint_bytes(model, job.training.lora)
         check_room(ckpt_root, weights, f"the checkpoint of step 0 ({c0})")
-        with _saves_that_fit(ckpt_root, weights):
-            with _writing(c0):
+        with saves_that_fit(ckpt_root, weights):
+            with writing(c0):
                 model.save_pretrained(c0)
             write_ckpt_manifest(c0, 0, resumable=False)
 
@@ -370,22 +372,6 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
     done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
     resume = None if done else find_resume_point(ckpt_root, list(job.steps))
     return model, done, resume
-
-
-def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
-    """(bytes of one checkpoint's weights, bytes of its optimizer state), estimated from the model:
-    every tensor of the state dict once (tied weights shared), or with LoRA the trained ones (the
-    adapter, a head); AdamW keeps two float32 moments per trained parameter."""
-    seen, weights = set(), 0
-    tensors = [p for p in model.parameters() if p.requires_grad] if lora else model.state_dict().values()
-    for t in tensors:
-        key = (t.data_ptr(), t.numel())
-        if key in seen:
-            continue
-        seen.add(key)
-        weights += t.numel() * t.element_size()
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return weights, 2 * 4 * trained
 
 
 def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
@@ -405,66 +391,6 @@ def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
         if todo
         else f"run {job.run_dir}",
     )
-
-
-class _SaveFailed(Exception):
-    """What a checkpoint's save raised (:func:`_writing`), with the folder it was writing."""
-
-    def __init__(self, folder: Path, cause: Exception):
-        super().__init__(f"{folder}: {type(cause).__name__}: {cause}")
-        self.folder, self.cause = folder, cause
-
-
-@contextlib.contextmanager
-def _writing(folder: Path):
-    """Mark an error of the library writing checkpoint ``folder`` (an OSError, torch's writer's
-    RuntimeError, safetensors' SafetensorError) as a failure to write that folder: safetensors reports
-    an I/O error in words, without its errno (``Error while serializing: I/O error``), so the error is
-    known by where it happened, not by its wording (:func:`_saves_that_fit` makes the sentence)."""
-    try:
-        yield
-    except WriteFailed:
-        raise
-    except Exception as e:
-        if isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError":
-            raise _SaveFailed(folder, e) from e
-        raise
-
-
-@contextlib.contextmanager
-def _saves_that_fit(ckpt_root: Path, per_checkpoint: int):
-    """A checkpoint save that the file system stops becomes its sentence, the half-written checkpoint
-    (no manifest: never taken for a result) deleted: for want of room a
-    :class:`~oodcorr.core.errors.DiskFull` (the checkpoint only holds the room the next attempt needs);
-    any other failure to write a checkpoint (:func:`_writing`: an I/O error, a read-only file system) a
-    :class:`~oodcorr.core.errors.WriteFailed` naming it and its file system, the errno found by a probe
-    write into the folder where the library lost it."""
-    try:
-        yield
-    except WriteFailed:
-        raise
-    except Exception as e:
-        save = e if isinstance(e, _SaveFailed) else None
-        cause = save.cause if save is not None else e
-        full = is_disk_full(cause, ckpt_root)
-        if not full and save is None:
-            raise
-        partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
-        for d in partial:
-            shutil.rmtree(d, ignore_errors=True)
-        if partial:
-            what = f"the checkpoint {partial[-1]}"
-        else:
-            what = f"the checkpoint {save.folder}" if save is not None else f"a checkpoint in {ckpt_root}"
-        if full:
-            msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=cause)
-        else:
-            code = write_errno(cause, ckpt_root) or probe_write(save.folder)
-            msg = str(write_failed(ckpt_root, what, cause=cause, code=code))
-        if partial:
-            names = ", ".join(d.name for d in partial)
-            msg += f" (the half-written {names} was deleted; the checkpoints before it are whole)"
-        raise (DiskFull(msg) if full else WriteFailed(msg)) from cause
 
 
 def _training_arguments(job: FinetuneJob, report: list[str]):
@@ -520,7 +446,7 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
         if type(cb).__name__ == "TensorBoardCallback":
             cb.logging_dir = str(job.run_dir / "tensorboard")
     weights, optimizer = checkpoint_bytes(model, job.training.lora)
-    with _saves_that_fit(_ckpt_root(job), weights + optimizer):
+    with saves_that_fit(_ckpt_root(job), weights + optimizer):
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return _history(trainer)
 

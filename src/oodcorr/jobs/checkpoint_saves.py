@@ -1,0 +1,96 @@
+"""A checkpoint's save, sized and made safe: how many bytes one checkpoint takes
+(:func:`checkpoint_bytes`, which finetuning checks the disk for before it trains), and a save the
+file system stops turned into its sentence, the half-written checkpoint deleted
+(:func:`writing` marks what the library raised while writing a checkpoint folder;
+:func:`saves_that_fit` makes the :class:`~oodcorr.core.errors.DiskFull` or
+:class:`~oodcorr.core.errors.WriteFailed`).
+
+Used by :mod:`oodcorr.jobs.finetune` around every save (step 0's, and the Trainer's at each
+scheduled step); checkpoint manifests and verification live in :mod:`oodcorr.jobs.checkpoints`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+from ..core.errors import DiskFull, WriteFailed
+from ..core.filesystems import disk_full, is_disk_full, probe_write, write_errno, write_failed
+from .checkpoints import checkpoint_dirs, verify_checkpoint
+
+
+def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
+    """(bytes of one checkpoint's weights, bytes of its optimizer state), estimated from the model:
+    every tensor of the state dict once (tied weights shared), or with LoRA the trained ones (the
+    adapter, a head); AdamW keeps two float32 moments per trained parameter."""
+    seen, weights = set(), 0
+    tensors = [p for p in model.parameters() if p.requires_grad] if lora else model.state_dict().values()
+    for t in tensors:
+        key = (t.data_ptr(), t.numel())
+        if key in seen:
+            continue
+        seen.add(key)
+        weights += t.numel() * t.element_size()
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return weights, 2 * 4 * trained
+
+
+class _SaveFailed(Exception):
+    """What a checkpoint's save raised (:func:`writing`), with the folder it was writing."""
+
+    def __init__(self, folder: Path, cause: Exception):
+        super().__init__(f"{folder}: {type(cause).__name__}: {cause}")
+        self.folder, self.cause = folder, cause
+
+
+@contextlib.contextmanager
+def writing(folder: Path):
+    """Mark an error of the library writing checkpoint ``folder`` (an OSError, torch's writer's
+    RuntimeError, safetensors' SafetensorError) as a failure to write that folder: safetensors reports
+    an I/O error in words, without its errno (``Error while serializing: I/O error``), so the error is
+    known by where it happened, not by its wording (:func:`saves_that_fit` makes the sentence)."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as e:
+        if isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError":
+            raise _SaveFailed(folder, e) from e
+        raise
+
+
+@contextlib.contextmanager
+def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
+    """A checkpoint save that the file system stops becomes its sentence, the half-written checkpoint
+    (no manifest: never taken for a result) deleted: for want of room a
+    :class:`~oodcorr.core.errors.DiskFull` (the checkpoint only holds the room the next attempt needs);
+    any other failure to write a checkpoint (:func:`writing`: an I/O error, a read-only file system) a
+    :class:`~oodcorr.core.errors.WriteFailed` naming it and its file system, the errno found by a probe
+    write into the folder where the library lost it."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as e:
+        save = e if isinstance(e, _SaveFailed) else None
+        cause = save.cause if save is not None else e
+        full = is_disk_full(cause, ckpt_root)
+        if not full and save is None:
+            raise
+        partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
+        for d in partial:
+            shutil.rmtree(d, ignore_errors=True)
+        if partial:
+            what = f"the checkpoint {partial[-1]}"
+        else:
+            what = f"the checkpoint {save.folder}" if save is not None else f"a checkpoint in {ckpt_root}"
+        if full:
+            msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=cause)
+        else:
+            code = write_errno(cause, ckpt_root) or probe_write(save.folder)
+            msg = str(write_failed(ckpt_root, what, cause=cause, code=code))
+        if partial:
+            names = ", ".join(d.name for d in partial)
+            msg += f" (the half-written {names} was deleted; the checkpoints before it are whole)"
+        raise (DiskFull(msg) if full else WriteFailed(msg)) from cause
