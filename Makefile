@@ -4,7 +4,8 @@
 #               run the test suite
 # and for the inner loop:
 #   make test-fast  the suite without the tests marked slow (real Snakemake, SLURM, finetune
-#                   processes): a couple of minutes; `make test` still runs everything
+#                   processes), in the same TEST_WORKERS workers: a couple of minutes; `make test`
+#                   still runs everything
 # and one more for the file readers:
 #   make fuzz   the property-based tests of every file reader, with many random examples
 #               (FUZZ_EXAMPLES per test; `make test` runs a short, fixed set of them)
@@ -51,7 +52,7 @@ test: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 test-fast: $(TEST_STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 fuzz: $(TEST_STAMP)
 	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \
