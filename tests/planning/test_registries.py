@@ -58,7 +58,8 @@ def test_every_entry_parses_as_it_was_written_out(rel, tmp_path):
     old_file = tmp_path / "old.yaml"
     old_file.write_text(_old_text(rel))
     old, new = load_yaml(old_file), load_yaml(REPO / rel)
-    assert _entries(new) == _entries(old)
+    # every entry written out then parses as it did; entries added since (issue 46's planted pair) are new
+    assert {k: v for k, v in _entries(new).items() if k in _entries(old)} == _entries(old)
     assert _no_merge_keys(new)
     # the anchors block is the only thing added, and only where the loader reads `datasets:` alone
     assert set(new) - set(old) <= ({"anchors"} if "datasets" in old else set())
@@ -97,8 +98,8 @@ def test_an_experiment_resolves_every_dataset_the_same_from_the_old_and_the_new_
         return Experiment(cfg, basedir)
 
     old, new = experiment(tmp_path), experiment(REPO)
-    assert sorted(new.datasets) == sorted(old.datasets) and len(new.datasets) == 23
-    for name in new.datasets:
+    assert set(new.datasets) >= set(old.datasets) and len(old.datasets) == 23
+    for name in old.datasets:
         assert new.dataset_params(name) == old.dataset_params(name), name
         assert new.dataset(name)["description"] == old.dataset(name)["description"], name
     assert new.label_mode == old.label_mode
