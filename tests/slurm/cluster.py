@@ -311,12 +311,7 @@ class Cluster:
         the node, fails its launch and holds it (`launch failed requeued held`, CI of 2026-12-03): a fault
         of SLURM's state saving under load, not the controller's absence this cluster exists to test."""
         p = self.procs.pop("slurmctld")
-        os.kill(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.kill(p.pid, signal.SIGKILL)
-            p.wait(timeout=20)
+        _terminate(p, grace=60)
         self.log(f"stopped slurmctld (pid {p.pid})")
 
     def release_held(self) -> list[str]:
@@ -348,12 +343,7 @@ class Cluster:
             p = self.procs.pop(name, None)
             if p is None or p.poll() is not None:
                 continue
-            os.kill(p.pid, signal.SIGTERM)
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
+            _terminate(p, grace=20)
             self.log(f"stopped {name} (pid {p.pid})")
         for f in (CONF_DIR / "slurm.conf", CONF_DIR / "gres.conf"):
             if f.exists() and MARKER in f.read_text(errors="replace"):
@@ -368,6 +358,16 @@ class Cluster:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def _terminate(p: subprocess.Popen, grace: float) -> None:
+    """SIGTERM (a daemon saves its state as it stops), then SIGKILL after ``grace`` seconds."""
+    os.kill(p.pid, signal.SIGTERM)
+    try:
+        p.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait(timeout=20)
 
 
 def main(argv: list[str]) -> int:
