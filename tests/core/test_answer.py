@@ -67,6 +67,41 @@ def test_two_models_say_no_further_model_can_be_predicted():
     )
 
 
+def _runs_found(verdict, x, y, n_models, sig_neg, sig_pos=0, r=""):
+    row = _rows([verdict], n_models)[0]
+    return dict(row, x=x, y=y, n_sig_negative=str(sig_neg), n_sig_positive=str(sig_pos), r_consensus=str(r))
+
+
+def test_with_two_models_the_line_names_the_pairs_every_run_finds_with_one_sign():
+    """The default's planted pair: unresolved across 2 models, significant and negative in both runs."""
+    rows = [
+        _runs_found("unresolved", "synth-no", "synth-yes", 2, 2, r=-0.995),
+        _runs_found("unresolved", "a", "b", 2, 1, 1, r=0.1),  # the runs disagree: not named
+        _runs_found("unresolved", "c", "d", 2, 1, r=-0.7),  # one run only: not named
+        _runs_found("noise-limited", "e", "f", 2, 2, r=-0.9),  # item noise can fake a run's significance
+        _runs_found("models differ", "g", "h", 2, 0, 2, r=0.3),  # the ladder said something: not repeated
+        _runs_found("unresolved", "i", "j", 2, 0, 2, r=0.4),
+    ]
+    (line,) = tallies(rows, "pearson", "linear")
+    assert line[2] == (
+        "in-domain mnli: 6 pairs, a sign for 0: 1 models differ; 1 noise-limited; 4 unresolved (2 models: no further "
+        "model can be predicted, so nothing is said of nearly every model; that needs 3 or more); significant with "
+        "one sign in each of the 2 models' runs: synth-no × synth-yes negative, i × j positive"
+    )
+
+
+def test_one_model_names_what_its_run_finds_and_three_models_leave_it_to_the_ladder():
+    one = [_runs_found("fewer than 2 models tested", f"a{i}", "b", 1, 1) for i in range(7)]
+    (line,) = tallies(one, "pearson", "linear")
+    assert line[2].endswith(
+        "(1 model: no consensus across models, which needs 2 or more); significant with one sign in the model's "
+        "run: a0 × b negative, a1 × b negative, a2 × b negative, a3 × b negative, a4 × b negative and 2 more"
+    )
+    three = [_runs_found("unresolved", "a", "b", 3, 3, r=-0.9)]
+    (line,) = tallies(three, "pearson", "linear")
+    assert line[2] == "in-domain mnli: 1 pair, a sign for 0: 1 unresolved (3 models)"
+
+
 def test_the_counts_of_each_verdict_and_the_files_named():
     rows = _rows(
         [

@@ -210,6 +210,36 @@ def reliability_line(rows: list[dict], limit: float) -> str:
     )
 
 
+# the verdicts of a pair the ladder could not speak of for want of models (not for item noise or data)
+FEW_MODELS = ("unresolved", "fewer than 2 models tested")
+
+
+def every_run_clause(rows: list[dict]) -> str:
+    """Where too few models leave every pair without an answer (1 or 2: the ladder states nothing
+    about a further model), the pairs that each model's own run finds significant with the same sign
+    (``n_sig_positive`` or ``n_sig_negative`` equal to ``n_models``, after the runs' correction
+    across pairs), strongest consensus first, at most :data:`NAMED` named; "" where none. A fact
+    about these runs, not a prediction: a noise-limited pair is never named, since item noise that
+    persists across checkpoints can make a run's own test significant."""
+    found = []
+    for r in rows:
+        n = _int(r.get("n_models"))
+        if str(r.get("verdict")) not in FEW_MODELS or n < 1:
+            continue
+        sign = next((s for s in SIGNS if _int(r.get(f"n_sig_{s}")) == n), None)
+        if sign:
+            strength = abs(_float(r.get("r_consensus")))
+            found.append((-strength if math.isfinite(strength) else 0.0, f"{r.get('x')} × {r.get('y')} {sign}"))
+    if not found:
+        return ""
+    found.sort()
+    named = [text for _, text in found[:NAMED]]
+    more = f" and {len(found) - NAMED} more" if len(found) > NAMED else ""
+    n_models = max(_int(r.get("n_models")) for r in rows)
+    runs = "the model's run" if n_models == 1 else f"each of the {n_models} models' runs"
+    return f"significant with one sign in {runs}: " + ", ".join(named) + more
+
+
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
     """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
     many have a sign stated, each verdict's count in the ladder's order, what the answer is about
@@ -236,7 +266,8 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
             why = f" ({n_models} models)"
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
-        measured = "".join(f"; {c}" for c in (about(rs), noise_clause(rs)) if c)
+        runs = every_run_clause(rs) if n_models <= 2 else ""
+        measured = "".join(f"; {c}" for c in (runs, about(rs), noise_clause(rs)) if c)
         sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
         out.append((dom, group, sentence))
     return out
