@@ -39,15 +39,15 @@ def test_the_last_line_of_a_run_is_the_answer(tmp_path, monkeypatch):
     assert end_of_run_report(plan, failed=False)[-1].startswith("oodcorr: scores in")  # nothing published yet
     a = plan.paths.analysis
     method, res = plan.analysis["methods"][0], plan.analysis["residualisers"][0]
-    # the default's shape: its OOD testsets' pairs (7 with the planted pair: 21), its models (2)
+    # the default's shape: its OOD testsets' pairs (5 with the planted pair: 10), its models (2)
     ood = [t for t, role in plan.testsets["synth"] if role == "ood"]
     n_pairs, n_models = len(ood) * (len(ood) - 1) // 2, len(plan.models)
-    assert (n_pairs, n_models, res) == (21, 2, "linear")
+    assert (n_pairs, n_models, res) == (10, 2, "linear")
     _agreement(Path(a) / "agreement.csv", ["unresolved"] * n_pairs, n_models, method, res)
     lines = end_of_run_report(plan, failed=False)
     assert lines[-1] == (
-        f"oodcorr: the answer, {a}/agreement.csv ({method}, {res}): in-domain synth-test: 21 pairs, a sign for 0: "
-        "21 unresolved (2 models: no further model can be predicted, so nothing is said of nearly every model; that "
+        f"oodcorr: the answer, {a}/agreement.csv ({method}, {res}): in-domain synth-test: 10 pairs, a sign for 0: "
+        "10 unresolved (2 models: no further model can be predicted, so nothing is said of nearly every model; that "
         f"needs 3 or more); consensus heatmap {a}/consensus/synth-test.png, forest plots (why each pair) in "
         f"{a}/forest/synth-test/"
     )

@@ -284,6 +284,6 @@ def test_names_that_differ_only_in_case_are_refused(cfg):
 
 
 def test_testsets_that_differ_only_in_case_are_refused(cfg):
-    cfg["datasets"] = {"Synth-Overlap": {"source": "synthetic", "shift": "lexical-overlap", "n": 60, "seed": 5}}
-    cfg["ood_testsets"].append("Synth-Overlap")
-    refused(cfg, "datasets", "differ only in case", "'Synth-Overlap'", "'synth-overlap'")
+    cfg["datasets"] = {"Synth-Negation": {"source": "synthetic", "shift": "negation", "n": 60, "seed": 5}}
+    cfg["ood_testsets"].append("Synth-Negation")
+    refused(cfg, "datasets", "differ only in case", "'Synth-Negation'", "'synth-negation'")

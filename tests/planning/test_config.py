@@ -27,13 +27,13 @@ def test_default_config_expands(default_config):
     assert steps[0] == 0 and len(steps) >= 9 and list(steps) == sorted(set(steps))
     roles = plan.testsets["synth"]
     assert roles[0] == ("synth-test", "in-domain")
-    assert [r for _, r in roles[1:]] == ["ood"] * 7  # five shifts and the planted pair
+    assert [r for _, r in roles[1:]] == ["ood"] * 5  # three shifts and the planted pair
     assert plan.unit == "checkpoint" and plan.paths.root == "results/default"
     # one evaluation job per run x checkpoint x testset, each with its own predictions file
-    assert len(plan.eval_jobs) == n_evaluations(plan) == 2 * len(steps) * 8
+    assert len(plan.eval_jobs) == n_evaluations(plan) == 2 * len(steps) * 6
     assert all(len(j.steps) == 1 for j in plan.eval_jobs)
     outputs = plan.eval_outputs()
-    assert len(set(outputs)) == len(outputs) == 2 * len(steps) * 8
+    assert len(set(outputs)) == len(outputs) == 2 * len(steps) * 6
     assert outputs[0] == "results/default/eval/tiny-opt/synth/n4096/seed0/step0/synth-test.predictions.parquet"
 
 
@@ -91,7 +91,7 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
     cfg["ood_testsets"].insert(0, "synth-test")
     plan = build_plan(cfg, REPO)
     names = [t for t, _ in plan.testsets["synth"]]
-    assert names.count("synth-test") == 1 and len(names) == 8
+    assert names.count("synth-test") == 1 and len(names) == 1 + len(default_config["ood_testsets"])  # 6
     assert plan.testsets["synth2"][0] == ("synth-overlap", "in-domain")
     assert ("synth-test", "ood") in plan.testsets["synth2"]
     # with a single in-domain set, listing its own test set as OOD is a mistake
@@ -289,16 +289,16 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     steps = {(r.model, r.n_train): r.steps for r in plan.runs}
     assert steps["tiny-opt", 64] == (0, 1, 2, 3, 4) and steps["tiny-opt", 256] == tuple(range(17))
     assert steps["tiny-olmo2", 64] == steps["tiny-olmo2", 256] == (0, 1, 2, 3)
-    n = sum(len(r.steps) for r in plan.runs) * 8
+    n = sum(len(r.steps) for r in plan.runs) * len(plan.testsets["synth"])
     assert len(plan.eval_jobs) == len(set(plan.eval_outputs())) == n
     cfg["evaluation"]["unit"] = "run"
     plan = build_plan(cfg, REPO)
-    assert len(plan.eval_jobs) == len(plan.runs) * 8 and n_evaluations(plan) == n
+    assert len(plan.eval_jobs) == len(plan.runs) * len(plan.testsets["synth"]) and n_evaluations(plan) == n
     assert all(j.steps == j.run.steps for j in plan.eval_jobs)
     assert plan.eval_outputs()[0] == "results/default/eval/tiny-opt/synth/n64/seed0/synth-test.json"
-    job = plan.eval_params(_wc(plan.runs[0], testset="synth-overlap"))
+    job = plan.eval_params(_wc(plan.runs[0], testset="synth-negation"))
     assert job["steps"] == [0, 1, 2, 3, 4] and job["predictions"] == [
-        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-overlap.predictions.parquet" for s in range(5)
+        f"results/default/eval/tiny-opt/synth/n64/seed0/step{s}/synth-negation.predictions.parquet" for s in range(5)
     ]
 
 
@@ -306,7 +306,7 @@ def test_evaluation_dtype_reaches_the_evaluation_jobs_only_when_set(default_conf
     """`evaluation.dtype: model` (the default) is in no param, so upgrading reruns nothing; another
     dtype is in every evaluation job's params (so changing it reruns the evaluations) and nowhere else."""
     plan = build_plan(copy.deepcopy(default_config), REPO)
-    wc = _wc(plan.runs[0], testset="synth-overlap", step="0")
+    wc = _wc(plan.runs[0], testset="synth-negation", step="0")
     assert default_config["evaluation"]["dtype"] == "model" and "dtype" not in plan.eval_params(wc)
     cfg = copy.deepcopy(default_config)
     cfg["evaluation"]["dtype"] = "bfloat16"
