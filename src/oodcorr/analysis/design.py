@@ -62,7 +62,17 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS
+from ..core.answer import (
+    NEAR_ZERO,
+    NEARLY_EVERY,
+    NEGATIVE,
+    NOISE_LIMITABLE,
+    NOISE_LIMITED_VERDICT,
+    ON_AVERAGE,
+    POSITIVE,
+    SIGN_REVERSAL,
+    SIGNS,
+)
 from . import multitest
 from .consensus import across_models, verdict
 from .correlate import POOLING_CAP, fisher_z
@@ -225,7 +235,7 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
             "_near": bool(res["near"][i]),
         }
         word = verdict(row, settings.alpha)
-        if limited[i] and word in ("unresolved", "fewer than 2 models tested"):
+        if limited[i] and word in NOISE_LIMITABLE:
             word = NOISE_LIMITED_VERDICT
         out.append(word)
     return out
@@ -312,11 +322,11 @@ def found_shares(same: dict, half: dict, effect: float) -> dict:
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
-        "generalises": nearly["positive"] if effect > 0 else sum(nearly.values()),
-        "average sign": stated["positive"] if effect > 0 else sum(stated.values()),
-        "sign reversal": _share_saying(half, "sign reversal"),
-        "wrong_sign": stated["negative"] if effect > 0 else 0.0,
-        "near zero": _share_saying(same, "near zero"),
+        "generalises": nearly[POSITIVE] if effect > 0 else sum(nearly.values()),
+        "average sign": stated[POSITIVE] if effect > 0 else sum(stated.values()),
+        "sign reversal": _share_saying(half, SIGN_REVERSAL),
+        "wrong_sign": stated[NEGATIVE] if effect > 0 else 0.0,
+        "near zero": _share_saying(same, NEAR_ZERO),
     }
 
 

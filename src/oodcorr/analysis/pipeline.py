@@ -27,6 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
 from . import multitest
 from .item_noise import item_matrices, item_strata
 from .measurement import pool_measured
@@ -135,8 +136,8 @@ def _conclusions(r, lo, hi, near: float) -> np.ndarray:
     ok = np.isfinite(lo) & np.isfinite(hi)
     return np.select(
         [~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -near) & (hi < near)],
-        ["", "unresolved", "positive", "negative", "near zero"],
-        "unresolved",
+        ["", UNRESOLVED, POSITIVE, NEGATIVE, NEAR_ZERO],
+        UNRESOLVED,
     )
 
 

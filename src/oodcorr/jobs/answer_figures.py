@@ -14,7 +14,16 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.measurement import NOISE_LIMITED
-from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, about, reliabilities, verdict_rank
+from ..core.answer import (
+    AGREE_NEAR_ZERO,
+    NEARLY_EVERY,
+    NOISE_LIMITED_VERDICT,
+    ON_AVERAGE,
+    SPREADS,
+    about,
+    reliabilities,
+    verdict_rank,
+)
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -27,7 +36,7 @@ from .plotting import (
     testset_order,
 )
 
-SPREAD_MARKS = (("sign reversal", "±"), ("models differ", "≠"), ("near zero", "≈0"))
+SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
 NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
 DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
 
@@ -44,7 +53,7 @@ def verdict_style(word: str) -> dict:
     signed = nearly or ON_AVERAGE in word
     return {
         "mark": NOISE_MARK if noise else spread,
-        "frame": "solid" if nearly else ("dashed" if word == "agree near zero" else ("dotted" if noise else "")),
+        "frame": "solid" if nearly else ("dashed" if word == AGREE_NEAR_ZERO else ("dotted" if noise else "")),
         "bold": nearly,
         "faded": not (signed or spread),
     }

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.answer import verdict_rank
+from ..core.answer import NOISE_LIMITED_BY, verdict_rank
 from ..core.io import write_text_atomic
 from .answer_figures import verdict_style
 from .plotting import cluster_order
@@ -99,8 +99,10 @@ def page_data(
     residualiser, with the testsets' clustered order), every agreement row (its pair as indices,
     its verdict, every other column: numbers rounded to :data:`DIGITS` decimals, text as text),
     each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
-    model has several), one style per verdict present, and ``csv_text`` (the agreement table as
-    written) for the download. ``default``: the (method, residualiser) shown first."""
+    model has several), one style per verdict present, the words that precede the testsets that
+    leave a pair noise-limited (``noise_limited_by``: :data:`oodcorr.core.answer.NOISE_LIMITED_BY`)
+    and ``csv_text`` (the agreement table as written) for the download.
+    ``default``: the (method, residualiser) shown first."""
     if csv_text is None:  # the table to download, exactly as write_tables writes it
         csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
@@ -149,6 +151,7 @@ def page_data(
         "panels": panels,
         "first_panel": first,
         "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
+        "noise_limited_by": NOISE_LIMITED_BY,
         "numeric": numeric,
         "columns": columns,
         "rows": rows,
