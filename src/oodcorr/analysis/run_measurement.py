@@ -186,15 +186,10 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
         mat = tn.mat[mask]
         if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
             h = half_means(mat, SPLITS, rng, tn.strata)[0]
-            prod = np.mean([(R @ a) @ (R @ b) for a, b in h])
-            est = float(prod / total)
-            sd = math.sqrt((total**2 + prod**2) / max(len(x) - 2, 1)) / total
-            lo, hi = _interval(est, sd, level)
-            return est, float(lo), float(hi)
+            return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
     if tn.kind in ("items", "bound"):
         n = tn.sizes[mask] if tn.kind == "bound" else np.full(len(x), float(tn.mat.shape[1]))
-        D = binomial_bound(x, n)
-        return NAN, float(1.0 - np.trace(R @ D @ R.T) / total), 1.0
+        return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
     return NAN, NAN, NAN
 
 
@@ -205,15 +200,25 @@ def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, flo
     if not total > 0:
         return NAN, NAN, NAN
     if zh is not None:
-        prod = float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1])))
-        est = prod / total
-        sd = math.sqrt((total**2 + prod**2) / max(len(z) - 2, 1)) / total
-        lo, hi = _interval(est, sd, level)
-        return est, float(lo), float(hi)
+        return _from_halves(float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1]))), total, len(z), level)
     if tz.kind == "bound":
-        D = binomial_bound(z, tz.sizes[mask])
-        return NAN, float(1.0 - np.trace(P @ D @ P) / total), 1.0
+        return _from_bound(float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)), total)
     return NAN, NAN, NAN
+
+
+def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float, float, float]:
+    """(estimate, low, high) of a series' reliability from the product ``prod`` of its two halves'
+    residuals over its residual variance ``total`` (``n`` units), the interval at ``level``."""
+    est = prod / total
+    sd = math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total
+    lo, hi = _interval(est, sd, level)
+    return est, float(lo), float(hi)
+
+
+def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
+    """(NaN, low, 1): a series' reliability where only the items' number is known: the binomial
+    bound on its residual noise (``noise``, the trace of its covariance) gives the low end."""
+    return NAN, float(1.0 - noise / total), 1.0
 
 
 def _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where) -> None:
