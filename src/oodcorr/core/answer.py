@@ -156,6 +156,14 @@ def reliability_text(est: float, low: float) -> str:
     return "unknown"
 
 
+def interval_text(est: float, lo: float, hi: float) -> str:
+    """An estimate and its interval in words: "+0.42 [+0.10, +0.65]"; "no estimate [...]" where only
+    the interval is finite; the estimate alone where the interval is not; "n/a" where neither."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (f"{est:+.2f} " if math.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
+    return f"{est:+.2f}" if math.isfinite(est) else "n/a"
+
+
 # a testset named in agreement.csv's noise_limited: "wnli (reliability 0.23), mnli (its variation ...)"
 _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 

@@ -25,13 +25,12 @@ Nothing here imports another oodcorr module but the core helpers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from .errors import ResultError
-from .io import sha256_file, sha256_json, stat_key, write_json_atomic
+from .io import sha256_file, sha256_json, short_tag, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 # keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its
@@ -289,7 +288,7 @@ class RefusalSlot:
     make one), the job's log and its exit status are all there is."""
 
     def __init__(self, folder: str | os.PathLike, log: str):
-        self.path = Path(folder) / f"{hashlib.sha256(log.encode('utf-8')).hexdigest()[:20]}.json"
+        self.path = Path(folder) / f"{short_tag(log, 20)}.json"
         self.fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,6 @@ consensus, the tasks' consensus, the prediction interval and the tolerance bound
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
@@ -21,6 +20,7 @@ from ..core.answer import (
     ON_AVERAGE,
     SPREADS,
     about,
+    interval_text,
     reliabilities,
     verdict_rank,
 )
@@ -29,6 +29,7 @@ from .plotting import (
     TEXT_LIMIT,
     draw_cells,
     heatmap_figure,
+    natural_key,
     pair_matrix,
     panel_inches,
     pyplot,
@@ -298,17 +299,6 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     return sorted(pairs[:cap]), len(pairs)
 
 
-def _natural(name: str) -> list:
-    """A sort key that puts ``m2`` before ``m10``."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
-
-
-def _interval_text(est: float, lo: float, hi: float) -> str:
-    if np.isfinite(lo) and np.isfinite(hi):
-        return (f"{est:+.2f} " if np.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
-    return f"{est:+.2f}" if np.isfinite(est) else "n/a"
-
-
 def _diamond(ax, y: float, est: float, lo: float, hi: float, **style) -> None:
     """A consensus at height ``y``: a diamond over its interval, a bar where it has no estimate."""
     if np.isfinite(est) and np.isfinite(lo) and np.isfinite(hi):
@@ -370,7 +360,7 @@ def forest(
 
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
-    models = sorted(prows["model"].astype(str).unique(), key=_natural)
+    models = sorted(prows["model"].astype(str).unique(), key=natural_key)
     # the rows below the models, top to bottom: the consensus, the one the verdict read where it is not
     # the observed one, the tasks', the prediction interval, the tolerance bounds
     read = (
@@ -408,14 +398,14 @@ def forest(
             tasks = np.isfinite(rc) or (np.isfinite(clo) and np.isfinite(chi))
             if np.isfinite(lo) and np.isfinite(hi):
                 ax.plot([lo, hi], [yy, yy], color="black", lw=1.2, zorder=3)
-            label = _interval_text(r, lo, hi) if np.isfinite(lo) or not np.isfinite(r) else f"{r:+.2f} (no interval)"
+            label = interval_text(r, lo, hi) if np.isfinite(lo) or not np.isfinite(r) else f"{r:+.2f} (no interval)"
             if np.isfinite(r):
                 ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
                 drawn.append(m)
             trans = ax.get_yaxis_transform()
             ax.text(1.04, yy + (0.14 if tasks else 0), label, transform=trans, **side_text)
             if tasks:
-                corrected[m] = _interval_text(rc, clo, chi)
+                corrected[m] = interval_text(rc, clo, chi)
                 if np.isfinite(clo) and np.isfinite(chi):
                     ax.plot([clo, chi], [yy - 0.3] * 2, color=TASKS, lw=0.9, zorder=3)
                 if np.isfinite(rc):
@@ -439,7 +429,7 @@ def forest(
                     continue
                 est, lo, hi = (float(row.get(f"{c}_consensus{sfx}", np.nan)) for c in ("r", "ci_low", "ci_high"))
                 _diamond(ax, at[key], est, lo, hi, **style)
-                say[key] = _interval_text(est, lo, hi)
+                say[key] = interval_text(est, lo, hi)
                 if key == "tasks" and say[key] == "n/a":
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
                 colour = TASKS if key == "tasks" else "tab:red"
