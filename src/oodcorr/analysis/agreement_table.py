@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.answer import NO_DATA, NOISE_LIMITABLE, NOISE_LIMITED_VERDICT, SIGN_REVERSAL, verdict_words
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import measured_answer as measured
 from . import multitest
 from .consensus import across_models, rungs, verdict
@@ -322,10 +323,10 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
 
 def agreement(
     table: pd.DataFrame,
-    alpha: float = 0.05,
-    correction: str = "bh",
-    level: float = 0.95,
-    near_zero: float = 0.3,
+    alpha: float = DEFAULTS["alpha"],
+    correction: str = DEFAULTS["agreement_correction"],
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
     models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the

@@ -102,6 +102,7 @@ from ..core.answer import (
     TOO_FEW_MODELS,
     verdict_words,
 )
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
@@ -282,8 +283,8 @@ def across_models(
     v,
     mask,
     p_run,
-    level: float = 0.95,
-    near_zero: float = 0.3,
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
     tau_scale: float = TAU_SCALE,
     intervals: bool = True,
 ) -> dict:

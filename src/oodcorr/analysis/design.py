@@ -73,9 +73,10 @@ from ..core.answer import (
     SIGN_REVERSAL,
     SIGNS,
 )
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .consensus import across_models, verdict
-from .correlate import POOLING_CAP, fisher_z
+from .correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
 from .run_batch import run_statistics
 from .simulate import run_scores
@@ -138,11 +139,11 @@ class Assumptions:
 class Settings:
     """The analysis settings the verdicts depend on (:class:`.options.Options`' of the same names)."""
 
-    alpha: float = 0.05
-    level: float = 0.95
-    correction: str = "holm"  # the per-run cells' (the heatmaps' stars)
-    near_zero: float = 0.3
-    agreement_correction: str = "bh"  # the answer's statements
+    alpha: float = DEFAULTS["alpha"]
+    level: float = DEFAULTS["level"]
+    correction: str = DEFAULTS["correction"]  # the per-run cells' (the heatmaps' stars)
+    near_zero: float = DEFAULTS["near_zero"]
+    agreement_correction: str = DEFAULTS["agreement_correction"]  # the answer's statements
 
     @classmethod
     def from_options(cls, opts) -> Settings:
@@ -162,7 +163,7 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
         raise ValueError(f"an effect is a partial correlation strictly between -1 and 1, got {effect.tolist()}")
     zt = np.arctanh(effect)[None, :] + a.model_sd * rng.normal(size=(S, M))
     zr = zt[..., None] + a.run_sd * rng.normal(size=(S, M, K))
-    rhos = np.clip(np.tanh(zr), -0.999, 0.999).ravel()
+    rhos = np.clip(np.tanh(zr), -SIMULATED_CAP, SIMULATED_CAP).ravel()
     scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series)
     if a.items.none:
         st = run_statistics(scores)

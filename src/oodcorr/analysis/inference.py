@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ..core.defaults import ANALYSIS as DEFAULTS
 from .correlate import FINITE_CAP, corr, fisher_z
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci
 
@@ -278,14 +279,14 @@ def assess(
     method: str,
     level: float,
     pos: np.ndarray | None,
-    inference: str = "modified-t",
+    inference: str = DEFAULTS["inference"],
     *,
     deps: tuple[Dependence, Dependence] | None = None,
     rng: np.random.Generator | None = None,
     block_length: int = 0,
-    n_boot: int = 2000,
-    n_perm: int = 2000,
-    interval: str = "fisher-z",
+    n_boot: int = DEFAULTS["bootstrap"]["n_boot"],
+    n_perm: int = DEFAULTS["permutation"]["n_perm"],
+    interval: str = DEFAULTS["bootstrap"]["interval"],
     defer: bool = False,
 ) -> dict:
     """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
