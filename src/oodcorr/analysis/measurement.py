@@ -215,22 +215,6 @@ def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, nois
     return np.clip(r, -1.0, 1.0)
 
 
-def reliability(R: np.ndarray, resid: np.ndarray, sigma: np.ndarray | None, level: float = 0.95) -> tuple:
-    """(estimate, low, high) of the share of a residual series ``resid = R x`` whose variance is not
-    item noise: ``1 - tr(R Sigma R') / resid' resid``, its interval from the noise's chance
-    fluctuation (``sd = sqrt(2 tr((R Sigma R')^2)) / resid' resid``). NaN where ``sigma`` is None."""
-    if sigma is None or not np.all(np.isfinite(sigma)):
-        return math.nan, math.nan, math.nan
-    total = float(resid @ resid)
-    if not total > 0:
-        return math.nan, math.nan, math.nan
-    RS = R @ sigma @ R.T
-    est = 1.0 - float(np.trace(RS)) / total
-    sd = math.sqrt(2 * float(np.vdot(RS, RS))) / total
-    q = float(stats.norm.ppf(0.5 + level / 2))
-    return est, est - q * sd, min(est + q * sd, 1.0)
-
-
 def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y):
     """The tasks' correlation of a run from its cross-fitted one: ``r / sqrt(rel_x rel_y)`` (NaN
     where a reliability is not positive or the result leaves [-1, 1]) and its interval, the

@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats
 
 from .inference import modified_tests
-from .item_noise import UNKNOWN, TestsetNoise, binomial_bound, half_means
+from .item_noise import BOUND, ITEMS, KINDS, NEITHER, UNKNOWN, TestsetNoise, binomial_bound, half_means
 from .measurement import SPLITS, bounded, cross_fitted, disattenuate
 from .resample import cell_rng
 from .residualise import linear_maker, parse
@@ -74,13 +74,13 @@ def _interval(est, sd, level, high=1.0):
 
 def _describe(noise: dict[str, TestsetNoise], names) -> str:
     """What the noise of each testset of a cell is known from, in words."""
-    parts = {"items": [], "bound": [], "unknown": []}
+    parts = {kind: [] for kind in KINDS}
     for n in names:
         parts[noise.get(n, UNKNOWN).kind].append(n)
     words = {
-        "items": "item noise estimated from per-item correctness",
-        "bound": "bounded by testset size (binomial)",
-        "unknown": "item noise unknown",
+        ITEMS: "item noise estimated from per-item correctness",
+        BOUND: "bounded by testset size (binomial)",
+        NEITHER: "item noise unknown",
     }
     return "; ".join(f"{', '.join(v)}: {words[k]}" for k, v in parts.items() if v)
 
@@ -127,7 +127,7 @@ def run_measurements(
 
 
 def _halves(tn: TestsetNoise, mask: np.ndarray, rng) -> np.ndarray | None:
-    if tn.kind != "items":
+    if tn.kind != ITEMS:
         return None
     mat = tn.mat[mask]
     if not np.all(np.isfinite(mat[:, 0])) or mat.shape[1] < 4:
@@ -170,7 +170,7 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
         rows[p].update({f"reliability_in_domain{s}": v for s, v in zip(("", "_low", "_high"), rel_z)})
     if zh is not None:
         _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where)
-    elif tz.kind == "bound":
+    elif tz.kind == BOUND:
         _bounded(rows, pairs, idx, z, tz, P, X, R_obs, mask, pos, level)
     return rows
 
@@ -182,13 +182,13 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
     with a size only, the binomial bound gives the low end (the estimate unknown); else unknown."""
     if not total > 0:
         return NAN, NAN, NAN
-    if tn.kind == "items":
+    if tn.kind == ITEMS:
         mat = tn.mat[mask]
         if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
             h = half_means(mat, SPLITS, rng, tn.strata)[0]
             return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
-    if tn.kind in ("items", "bound"):
-        n = tn.sizes[mask] if tn.kind == "bound" else np.full(len(x), float(tn.mat.shape[1]))
+    if tn.kind in (ITEMS, BOUND):
+        n = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
         return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
     return NAN, NAN, NAN
 
@@ -201,7 +201,7 @@ def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, flo
         return NAN, NAN, NAN
     if zh is not None:
         return _from_halves(float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1]))), total, len(z), level)
-    if tz.kind == "bound":
+    if tz.kind == BOUND:
         return _from_bound(float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)), total)
     return NAN, NAN, NAN
 
