@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import __version__
+from .errors import ResultError
 from .records import PUBLISH_RECORD, read_publish_record
 
 UNKNOWN = "unknown"
@@ -130,7 +131,10 @@ def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
     ``provenance.json`` published with it (``finetune``, ``evaluate``). Any other table: the code only."""
     doc: dict = {"analysed_by": code_provenance()}
     folder = Path(table).resolve().parent
-    record = read_publish_record(folder / PUBLISH_RECORD)
+    try:
+        record = read_publish_record(folder / PUBLISH_RECORD)
+    except ResultError:  # another version's record: its libraries are not read (the code's are still said)
+        return doc
     if record is None or (record["files"].get(Path(table).resolve().name) or {}).get("sha256") != sha256:
         return doc
     return doc | published_jobs(folder / PROVENANCE_FILE)
