@@ -672,6 +672,31 @@ def test_an_out_written_before_the_record_existed_is_left_alone_and_said(tmp_pat
     assert "heatmaps/C.png" not in caplog.text
 
 
+def test_an_out_record_of_another_format_is_not_read_its_files_are_left_and_it_is_written_anew(tmp_path):
+    import json
+
+    from oodcorr.cli.out_record import RECORD, RECORD_FORMAT, settle, snapshot
+    from oodcorr.core.io import stat_key
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("a.png", "b.png"):
+        (out / name).write_bytes(b"earlier")
+    files = {name: stat_key(out / name) for name in ("a.png", "b.png")}
+    (out / RECORD).write_text(json.dumps({"format": RECORD_FORMAT + 1, "files": files}))
+    before = snapshot(out)
+    (out / "a.png").write_bytes(b"this analysis")
+    (line,) = settle(out, before)
+    assert line.startswith(
+        f"{out}: {out / RECORD}, the record of what an earlier analysis wrote there, is of format "
+        f"{RECORD_FORMAT + 1}, not {RECORD_FORMAT} (another version of oodcorr wrote it"
+    )
+    assert "did not write are left as they were: b.png" in line
+    assert (out / "b.png").read_bytes() == b"earlier"  # its record was not read: not known to be ours
+    doc = json.loads((out / RECORD).read_text())
+    assert doc["format"] == RECORD_FORMAT and list(doc["files"]) == ["a.png"]
+
+
 def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tmp_path, caplog):
     """Before: refused, and the only way on was to reshape the table (issue 47)."""
     rng = np.random.default_rng(2)

@@ -243,6 +243,32 @@ def test_what_is_published_is_checked_against_its_record(tmp_path):
     ]
 
 
+def test_a_publish_record_of_another_format_is_refused_and_the_set_published_again(tmp_path):
+    """A record this version did not write (another format, or none, as before formats) is not read
+    as one: refused naming the file and the command that publishes again; inspect says so, as for a
+    damaged set (so the next run publishes it again), and the next publish keeps the old set aside."""
+    from oodcorr.core.errors import ResultError
+    from oodcorr.core.records import PUBLISH_RECORD, RECORD_FORMAT, REPUBLISH, read_publish_record
+
+    root = tmp_path / "results/x"
+    record = _publish(root, _set("one"))
+    path = root / ".published" / record["version"] / PUBLISH_RECORD
+    assert read_publish_record(path)["format"] == RECORD_FORMAT
+    for other in (RECORD_FORMAT + 1, None):
+        doc = json.loads(path.read_text())
+        doc["format"] = other
+        path.write_text(json.dumps(doc))
+        with pytest.raises(ResultError) as e:
+            read_publish_record(path)
+        assert str(e.value).startswith(f"{path}: a publish record of format {other!r}, not {RECORD_FORMAT}")
+        assert f"`{REPUBLISH}` publishes the set again" in str(e.value)
+        state = inspect(root, RELS)
+        assert not state.whole and state.damaged == [str(e.value)]
+    record = _publish(root, _set("two"))
+    assert _seen(root) == _set("two") and inspect(root, RELS).whole
+    assert any("kept-" in n and "a publish record of format None" in n for n in record["notes"])
+
+
 def test_a_link_replaced_by_a_file_is_named_and_the_file_kept(tmp_path):
     root = tmp_path / "results/x"
     _publish(root, _set("one"))

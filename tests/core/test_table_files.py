@@ -44,3 +44,35 @@ def test_the_dataset_and_the_scores_table_readers_refuse_a_fault_in_the_same_wor
         assert "rule aggregate_scores makes it again" in str(scores.value)
     else:
         assert str(scores.value) == str(dataset.value)
+
+
+@pytest.mark.parametrize(
+    "name, scores, dataset",
+    [
+        ("s.csv", "csv", "csv"),
+        ("s.tsv.gz", "tsv", "tsv"),
+        ("s.parquet", "parquet", "parquet"),
+        ("s.jsonl", None, "jsonl"),
+        # oodcorr analyse also reads a scores table saved as .txt (comma-separated) or .pq; a dataset
+        # file so named needs `format:` on its entry
+        ("s.txt", "csv", None),
+        ("s.PQ", "parquet", None),
+        ("s.xlsx", None, None),
+    ],
+)
+def test_each_reader_takes_its_own_suffixes_from_the_one_map(tmp_path, name, scores, dataset):
+    from oodcorr.core.table_files import DATASET_SUFFIXES, SCORES_SUFFIXES, suffix_format
+
+    assert suffix_format(name, SCORES_SUFFIXES) == scores
+    assert suffix_format(name, DATASET_SUFFIXES) == dataset
+    if dataset is None:
+        with pytest.raises(DataError, match=r"unknown format .*set `format:` on the dataset entry"):
+            file_format(tmp_path / name)
+    else:
+        assert file_format(tmp_path / name) == dataset
+    if scores == "csv":  # read as comma-separated text, whatever the name
+        rows, _ = read_table(_write(tmp_path / name.removesuffix(".gz"), b"a,b\n1,2\n"))
+        assert list(rows.columns) == ["a", "b"]
+    elif scores is None:
+        with pytest.raises(DataError, match=r"unknown table format"):
+            read_table(_write(tmp_path / name, b"a,b\n1,2\n"))

@@ -22,10 +22,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import oodcorr.jobs
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
 from oodcorr.analysis.results import write_tables
-from oodcorr.core.answer import VERDICTS
+from oodcorr.core.answer import NOISE_LIMITED_BY, VERDICTS
 from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
 
 from helpers import measured_study
@@ -144,6 +145,10 @@ def test_the_page_holds_every_row_and_each_models_numbers():
     assert data["by_model"]["r"][100][k] == round(want, 4)
     assert data["by_model"]["runs"] is None  # one run per model: no dots
     assert data["csv"] == "x\n"
+    # the page's words come from core.answer, not from a second copy in the script
+    assert data["noise_limited_by"] == NOISE_LIMITED_BY
+    script = (Path(oodcorr.jobs.__file__).parent / "explorer.js").read_text(encoding="utf-8")
+    assert NOISE_LIMITED_BY not in script
 
 
 def test_runs_are_carried_where_a_model_has_several():

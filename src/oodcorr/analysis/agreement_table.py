@@ -17,7 +17,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NOISE_LIMITED_VERDICT, verdict_words
+from ..core.answer import NO_DATA, NOISE_LIMITABLE, NOISE_LIMITED_VERDICT, SIGN_REVERSAL, verdict_words
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import measured_answer as measured
 from . import multitest
 from .consensus import across_models, rungs, verdict
@@ -322,10 +323,10 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
 
 def agreement(
     table: pd.DataFrame,
-    alpha: float = 0.05,
-    correction: str = "bh",
-    level: float = 0.95,
-    near_zero: float = 0.3,
+    alpha: float = DEFAULTS["alpha"],
+    correction: str = DEFAULTS["agreement_correction"],
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
     models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
@@ -408,11 +409,9 @@ def agreement(
     lost = use & (df["n_models_consensus"].to_numpy() < 2) & (obs["n_models_consensus"] >= 2)
     for g in np.flatnonzero(lost):  # the in-domain series' variation within its noise: no model left to read
         limited[g] = limited[g] or f"{df['in_domain'].iloc[g]} (its variation is within its item noise)"
-    df["noise_limited"] = [
-        t if v in ("unresolved", "fewer than 2 models tested") and t else "" for t, v in zip(limited, df["verdict"])
-    ]
+    df["noise_limited"] = [t if v in NOISE_LIMITABLE and t else "" for t, v in zip(limited, df["verdict"])]
     df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
-    df.loc[~df["verdict"].str.startswith("sign reversal"), "reversal"] = ""
+    df.loc[~df["verdict"].str.startswith(SIGN_REVERSAL), "reversal"] = ""
     _why_no_data(df, runs, run_group)
     return df[AGREEMENT_COLUMNS]
 
@@ -420,7 +419,7 @@ def agreement(
 def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:
     """The note of a pair with no data says why: its runs' notes (the distinct ones, ``most`` of them),
     e.g. that its testsets share items (:mod:`.shared_items`)."""
-    rows = np.flatnonzero((df["verdict"] == "no data").to_numpy())
+    rows = np.flatnonzero((df["verdict"] == NO_DATA).to_numpy())
     if not len(rows) or "note" not in runs:
         return
     notes = runs["note"].to_numpy(object)

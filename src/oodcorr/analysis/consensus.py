@@ -90,7 +90,19 @@ import math
 import numpy as np
 from scipy import stats
 
-from ..core.answer import NEARLY_EVERY, ON_AVERAGE, verdict_words
+from ..core.answer import (
+    MODELS_DIFFER,
+    NEAR_ZERO,
+    NEARLY_EVERY,
+    NEGATIVE,
+    NO_DATA,
+    ON_AVERAGE,
+    POSITIVE,
+    SIGN_REVERSAL,
+    TOO_FEW_MODELS,
+    verdict_words,
+)
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
@@ -271,8 +283,8 @@ def across_models(
     v,
     mask,
     p_run,
-    level: float = 0.95,
-    near_zero: float = 0.3,
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
     tau_scale: float = TAU_SCALE,
     intervals: bool = True,
 ) -> dict:
@@ -311,7 +323,7 @@ def across_models(
 
 # ---- the ladder's words ---------------------------------------------------------------------
 def _sign_word(x: float) -> str:
-    return "negative" if x < 0 else "positive"
+    return NEGATIVE if x < 0 else POSITIVE
 
 
 def rungs(row: dict, alpha: float) -> tuple[str, str]:
@@ -338,11 +350,11 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
     else:
         direction = ""
     if reversal:
-        spread = "sign reversal"
+        spread = SIGN_REVERSAL
     elif row["p_heterogeneity_adj"] < alpha:
-        spread = "models differ"
+        spread = MODELS_DIFFER
     elif row.get("_near") and not nearly:
-        spread = "near zero"
+        spread = NEAR_ZERO
     else:
         spread = ""
     return direction, spread
@@ -352,7 +364,7 @@ def verdict(row: dict, alpha: float) -> str:
     """The strongest statement the pair's corrected p-values allow (the module doc's ladder):
     :func:`rungs`' two facts in words (:func:`oodcorr.core.answer.verdict_words`)."""
     if row["n_finite"] == 0:
-        return "no data"
+        return NO_DATA
     if row["n_models_consensus"] < 2:
-        return "fewer than 2 models tested"
+        return TOO_FEW_MODELS
     return verdict_words(*rungs(row, alpha))

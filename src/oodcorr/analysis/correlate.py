@@ -35,6 +35,10 @@ RESAMPLED_CAP = 1 - 1e-9
 # ... and a cell's own |r| of 1 (3 units leave the residuals one dimension) keeps a finite z (17.62)
 # for the modified t-test's interval
 FINITE_CAP = 1 - 1e-15
+# not a cap of z: a simulated study (the design, :mod:`.design`) draws each run's true partial
+# correlation and keeps it inside +-0.999, so its series can be drawn (a correlation of 1 between
+# two testsets' series is not a covariance its draws can factor)
+SIMULATED_CAP = 0.999
 
 
 def fisher_z(r, cap: float) -> np.ndarray:

@@ -62,10 +62,21 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, SIGNS
+from ..core.answer import (
+    NEAR_ZERO,
+    NEARLY_EVERY,
+    NEGATIVE,
+    NOISE_LIMITABLE,
+    NOISE_LIMITED_VERDICT,
+    ON_AVERAGE,
+    POSITIVE,
+    SIGN_REVERSAL,
+    SIGNS,
+)
+from ..core.defaults import ANALYSIS as DEFAULTS
 from . import multitest
 from .consensus import across_models, verdict
-from .correlate import POOLING_CAP, fisher_z
+from .correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
 from .run_batch import run_statistics
 from .simulate import run_scores
@@ -128,11 +139,11 @@ class Assumptions:
 class Settings:
     """The analysis settings the verdicts depend on (:class:`.options.Options`' of the same names)."""
 
-    alpha: float = 0.05
-    level: float = 0.95
-    correction: str = "holm"  # the per-run cells' (the heatmaps' stars)
-    near_zero: float = 0.3
-    agreement_correction: str = "bh"  # the answer's statements
+    alpha: float = DEFAULTS["alpha"]
+    level: float = DEFAULTS["level"]
+    correction: str = DEFAULTS["correction"]  # the per-run cells' (the heatmaps' stars)
+    near_zero: float = DEFAULTS["near_zero"]
+    agreement_correction: str = DEFAULTS["agreement_correction"]  # the answer's statements
 
     @classmethod
     def from_options(cls, opts) -> Settings:
@@ -152,7 +163,7 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
         raise ValueError(f"an effect is a partial correlation strictly between -1 and 1, got {effect.tolist()}")
     zt = np.arctanh(effect)[None, :] + a.model_sd * rng.normal(size=(S, M))
     zr = zt[..., None] + a.run_sd * rng.normal(size=(S, M, K))
-    rhos = np.clip(np.tanh(zr), -0.999, 0.999).ravel()
+    rhos = np.clip(np.tanh(zr), -SIMULATED_CAP, SIMULATED_CAP).ravel()
     scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series)
     if a.items.none:
         st = run_statistics(scores)
@@ -225,7 +236,7 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
             "_near": bool(res["near"][i]),
         }
         word = verdict(row, settings.alpha)
-        if limited[i] and word in ("unresolved", "fewer than 2 models tested"):
+        if limited[i] and word in NOISE_LIMITABLE:
             word = NOISE_LIMITED_VERDICT
         out.append(word)
     return out
@@ -312,11 +323,11 @@ def found_shares(same: dict, half: dict, effect: float) -> dict:
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
-        "generalises": nearly["positive"] if effect > 0 else sum(nearly.values()),
-        "average sign": stated["positive"] if effect > 0 else sum(stated.values()),
-        "sign reversal": _share_saying(half, "sign reversal"),
-        "wrong_sign": stated["negative"] if effect > 0 else 0.0,
-        "near zero": _share_saying(same, "near zero"),
+        "generalises": nearly[POSITIVE] if effect > 0 else sum(nearly.values()),
+        "average sign": stated[POSITIVE] if effect > 0 else sum(stated.values()),
+        "sign reversal": _share_saying(half, SIGN_REVERSAL),
+        "wrong_sign": stated[NEGATIVE] if effect > 0 else 0.0,
+        "near zero": _share_saying(same, NEAR_ZERO),
     }
 
 

@@ -243,7 +243,6 @@ def pilot_estimates(
 
 
 # ---- which assumption comes from where ----------------------------------------------------------
-ITEM_FIELDS = ("in_domain", "ood", "persistence", "difficulty", "accuracy", "residual_sd")
 PILOT_ITEMS = {  # ItemNoise field -> the key of the pilot's item estimates it is read from
     "in_domain": "in_domain_items",
     "ood": "ood_items",
@@ -288,9 +287,9 @@ def choose_assumptions(
     else the pilot's estimate when there is a pilot, else the default (:data:`DEFAULT_PHIS`, the
     alternatives at :data:`HEADLINE_PHI` when it is among them, no spread, the defaults of
     :class:`.design_items.ItemNoise`: no item noise). ``items``: the item noise's fields given
-    (:data:`ITEM_FIELDS`; a size ``math.inf``: none). The pilot's phi is simulated at its estimate and
-    the ends of its 95 % interval. Every phi is taken into [0, :data:`PHI_CAP`]. ``sources``
-    (assumption -> where it came from) is copied and completed."""
+    (those of :class:`.design_items.ItemNoise`; a size ``math.inf``: none). The pilot's phi is
+    simulated at its estimate and the ends of its 95 % interval. Every phi is taken into
+    [0, :data:`PHI_CAP`]. ``sources`` (assumption -> where it came from) is copied and completed."""
     sources = dict(sources)
     given = dict(items or {})
     phis = list(phi) if phi else list(DEFAULT_PHIS)

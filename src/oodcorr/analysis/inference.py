@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from ..core.defaults import ANALYSIS as DEFAULTS
 from .correlate import FINITE_CAP, corr, fisher_z
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci
 
@@ -178,9 +179,17 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
     return Dependence(raw, phi, C, C0)
 
 
+def dutilleul_n(tx, ty, cross):
+    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)`` from the traces ``tx``, ``ty``
+    of two residual covariances and the trace ``cross`` of their product (numbers or arrays that
+    broadcast); NaN where ``cross`` is not positive."""
+    ok = np.asarray(cross) > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
+
+
 def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
-    cross = float(np.vdot(Cx, Cy))  # tr(Cx Cy) for symmetric matrices
-    return 1.0 + tx * ty / cross if cross > 0 else math.nan
+    return float(dutilleul_n(tx, ty, float(np.vdot(Cx, Cy))))  # vdot: tr(Cx Cy) for symmetric matrices
 
 
 def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
@@ -195,10 +204,8 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
     the residuals' covariances if the units were independent."""
 
     def dutilleul(A, B):
-        tx, ty = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
-        cross = np.einsum("...ij,...ij->...", A, B)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(cross > 0, 1.0 + tx * ty / np.where(cross > 0, cross, 1.0), np.nan)
+        trace = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
+        return dutilleul_n(*trace, np.einsum("...ij,...ij->...", A, B))
 
     return np.fmin(dutilleul(Cx, Cy), dutilleul(C0x, C0y))
 
@@ -272,14 +279,14 @@ def assess(
     method: str,
     level: float,
     pos: np.ndarray | None,
-    inference: str = "modified-t",
+    inference: str = DEFAULTS["inference"],
     *,
     deps: tuple[Dependence, Dependence] | None = None,
     rng: np.random.Generator | None = None,
     block_length: int = 0,
-    n_boot: int = 2000,
-    n_perm: int = 2000,
-    interval: str = "fisher-z",
+    n_boot: int = DEFAULTS["bootstrap"]["n_boot"],
+    n_perm: int = DEFAULTS["permutation"]["n_perm"],
+    interval: str = DEFAULTS["bootstrap"]["interval"],
     defer: bool = False,
 ) -> dict:
     """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``

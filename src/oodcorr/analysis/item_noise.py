@@ -33,7 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-KINDS = ("items", "bound", "unknown")
+# what is known of a testset's item noise (:attr:`TestsetNoise.kind`): each item's correctness, the
+# testset's size alone (the binomial bound), or neither
+ITEMS, BOUND, NEITHER = "items", "bound", "unknown"
+KINDS = (ITEMS, BOUND, NEITHER)
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,14 @@ class TestsetNoise:
     def covariance(self, scores: np.ndarray) -> np.ndarray | None:
         """``Sigma`` over the run's units: the item estimate (``items``), the binomial bound at the
         observed ``scores`` (``bound``), else None."""
-        if self.kind == "items":
+        if self.kind == ITEMS:
             return item_covariance(self.mat)
-        if self.kind == "bound":
+        if self.kind == BOUND:
             return binomial_bound(scores, self.sizes)
         return None
 
 
-UNKNOWN = TestsetNoise("unknown", why="no per-item correctness and no testset size")
+UNKNOWN = TestsetNoise(NEITHER, why="no per-item correctness and no testset size")
 
 
 def item_covariance(mat: np.ndarray) -> np.ndarray:
@@ -224,15 +227,15 @@ def run_noise(
         mat = mats.get(ts)
         if mat is not None:
             out[ts] = TestsetNoise(
-                "items", mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness", strata=(strata or {}).get(ts)
+                ITEMS, mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness", strata=(strata or {}).get(ts)
             )
             continue
         n = sizes.get(ts)
         if n is not None and np.any(np.isfinite(n) & (n > 0)):
             out[ts] = TestsetNoise(
-                "bound", sizes=np.asarray(n, float), why=f"{ts}: {int(np.nanmedian(n))} items, sizes only (a bound)"
+                BOUND, sizes=np.asarray(n, float), why=f"{ts}: {int(np.nanmedian(n))} items, sizes only (a bound)"
             )
             continue
         why = problems.get(ts) or f"{ts}: no per-item correctness and no size"
-        out[ts] = TestsetNoise("unknown", why=why)
+        out[ts] = TestsetNoise(NEITHER, why=why)
     return out

@@ -49,7 +49,6 @@ read, and its scores checked, in :mod:`.lmeval_results`; the files found and ope
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from dataclasses import dataclass, field
@@ -59,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import DataError, did_you_mean
+from ..core.io import sha256_files
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files
 from .lmeval_identity import compile_pattern
 from .lmeval_results import check_scales, file_metrics, read_results_file
@@ -259,12 +259,7 @@ def read_folder(
                 len(rows),
                 len(frames),
             )
-    h = hashlib.sha256()
-    for p in sorted(set(chosen) | set(sample_files)):
-        h.update(rels.get(p, str(p)).encode() + b"\0")
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+    digest = sha256_files((rels.get(p, str(p)), p) for p in sorted(set(chosen) | set(sample_files)))
     log.info(
         "%s: %d results files, %d models, %d steps, %d tasks, metric %s",
         folder,
@@ -281,7 +276,7 @@ def read_folder(
         examples=examples,
         files=sorted(chosen),
         samples_files=sample_files,
-        digest=h.hexdigest(),
+        digest=digest,
         groups={g: sorted(kids) for g, kids in sorted(groups.items())},
     )
 

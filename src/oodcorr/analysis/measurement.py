@@ -56,7 +56,7 @@ import numpy as np
 from scipy import stats
 
 from .correlate import POOLING_CAP, fisher_z
-from .inference import corrected_phis, expected_lag1, modified_tests, residual_covariances
+from .inference import corrected_phis, dutilleul_n, expected_lag1, modified_tests, residual_covariances
 
 SPLITS = 8  # random halvings of the in-domain items per run (each in both orientations)
 # a reliability (share of a residual series' variance that is not item noise) below this leaves a
@@ -187,12 +187,9 @@ def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np
     i, j = pairs[:, 0], pairs[:, 1]
     tr0 = np.trace(C0, axis1=-2, axis2=-1)  # (B, 2)
     g0 = np.einsum("btu,btu->b", C0[:, 0], C0[:, 1])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        iid = 1.0 + tr0[:, 0] * tr0[:, 1] / g0
-        a = 1.0 + tr[:, 0, i] * tr[:, 1, j] / G[:, i, j]
-        b = 1.0 + tr[:, 1, i] * tr[:, 0, j] / G[:, j, i]
-    a = np.where(G[:, i, j] > 0, a, np.nan)
-    b = np.where(G[:, j, i] > 0, b, np.nan)
+    iid = dutilleul_n(tr0[:, 0], tr0[:, 1], g0)
+    a = dutilleul_n(tr[:, 0, i], tr[:, 1, j], G[:, i, j])
+    b = dutilleul_n(tr[:, 1, i], tr[:, 0, j], G[:, j, i])
     return 0.5 * (np.fmin(a, iid[:, None]) + np.fmin(b, iid[:, None]))
 
 
@@ -216,22 +213,6 @@ def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, nois
     with np.errstate(invalid="ignore", divide="ignore"):
         r = (sxy - sxz[i] * sxz[j] / left) / np.sqrt(ox * oy)
     return np.clip(r, -1.0, 1.0)
-
-
-def reliability(R: np.ndarray, resid: np.ndarray, sigma: np.ndarray | None, level: float = 0.95) -> tuple:
-    """(estimate, low, high) of the share of a residual series ``resid = R x`` whose variance is not
-    item noise: ``1 - tr(R Sigma R') / resid' resid``, its interval from the noise's chance
-    fluctuation (``sd = sqrt(2 tr((R Sigma R')^2)) / resid' resid``). NaN where ``sigma`` is None."""
-    if sigma is None or not np.all(np.isfinite(sigma)):
-        return math.nan, math.nan, math.nan
-    total = float(resid @ resid)
-    if not total > 0:
-        return math.nan, math.nan, math.nan
-    RS = R @ sigma @ R.T
-    est = 1.0 - float(np.trace(RS)) / total
-    sd = math.sqrt(2 * float(np.vdot(RS, RS))) / total
-    q = float(stats.norm.ppf(0.5 + level / 2))
-    return est, est - q * sd, min(est + q * sd, 1.0)
 
 
 def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y):

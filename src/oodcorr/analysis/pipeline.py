@@ -27,6 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED, interval_text
 from . import multitest
 from .item_noise import item_matrices, item_strata
 from .measurement import pool_measured
@@ -135,19 +136,14 @@ def _conclusions(r, lo, hi, near: float) -> np.ndarray:
     ok = np.isfinite(lo) & np.isfinite(hi)
     return np.select(
         [~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -near) & (hi < near)],
-        ["", "unresolved", "positive", "negative", "near zero"],
-        "unresolved",
+        ["", UNRESOLVED, POSITIVE, NEGATIVE, NEAR_ZERO],
+        UNRESOLVED,
     )
 
 
 def _sign(lo, hi) -> np.ndarray:
     lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
     return np.where(lo > 0, 1, np.where(hi < 0, -1, 0))
-
-
-def _interval_text(r, lo, hi) -> str:
-    ci = f" [{lo:+.2f}, {hi:+.2f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
-    return f"{r:+.2f}{ci}"
 
 
 def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
@@ -172,8 +168,8 @@ def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
         for i in np.flatnonzero(flag):
             row = m.iloc[i]
             text = (
-                f"sign differs: {lin} {_interval_text(row.r_a, row.ci_low_a, row.ci_high_a)}, "
-                f"{gam} {_interval_text(row.r_b, row.ci_low_b, row.ci_high_b)}"
+                f"sign differs: {lin} {interval_text(row.r_a, row.ci_low_a, row.ci_high_a)}, "
+                f"{gam} {interval_text(row.r_b, row.ci_low_b, row.ci_high_b)}"
             )
             out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.answer import about, noise_clause, reliability_line
+from ..core.answer import CELL_CONCLUSIONS, about, noise_clause, reliability_line
 from ..core.io import atomic_path
 from .measurement import NOISE_LIMITED
 
@@ -36,10 +36,7 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
             opts.correction,
             opts.alpha,
             int(g["significant"].sum()),
-            conc.get("positive", 0),
-            conc.get("negative", 0),
-            conc.get("near zero", 0),
-            conc.get("unresolved", 0),
+            *(conc.get(word, 0) for word in CELL_CONCLUSIONS),
             int(g["curvature"].eq(True).sum()),
             int(g["step0_changes"].eq(True).sum()),
         )

@@ -17,7 +17,7 @@ import numpy as np
 from scipy import stats
 
 from .inference import modified_tests
-from .item_noise import UNKNOWN, TestsetNoise, binomial_bound, half_means
+from .item_noise import BOUND, ITEMS, KINDS, NEITHER, UNKNOWN, TestsetNoise, binomial_bound, half_means
 from .measurement import SPLITS, bounded, cross_fitted, disattenuate
 from .resample import cell_rng
 from .residualise import linear_maker, parse
@@ -74,13 +74,13 @@ def _interval(est, sd, level, high=1.0):
 
 def _describe(noise: dict[str, TestsetNoise], names) -> str:
     """What the noise of each testset of a cell is known from, in words."""
-    parts = {"items": [], "bound": [], "unknown": []}
+    parts = {kind: [] for kind in KINDS}
     for n in names:
         parts[noise.get(n, UNKNOWN).kind].append(n)
     words = {
-        "items": "item noise estimated from per-item correctness",
-        "bound": "bounded by testset size (binomial)",
-        "unknown": "item noise unknown",
+        ITEMS: "item noise estimated from per-item correctness",
+        BOUND: "bounded by testset size (binomial)",
+        NEITHER: "item noise unknown",
     }
     return "; ".join(f"{', '.join(v)}: {words[k]}" for k, v in parts.items() if v)
 
@@ -127,7 +127,7 @@ def run_measurements(
 
 
 def _halves(tn: TestsetNoise, mask: np.ndarray, rng) -> np.ndarray | None:
-    if tn.kind != "items":
+    if tn.kind != ITEMS:
         return None
     mat = tn.mat[mask]
     if not np.all(np.isfinite(mat[:, 0])) or mat.shape[1] < 4:
@@ -170,7 +170,7 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
         rows[p].update({f"reliability_in_domain{s}": v for s, v in zip(("", "_low", "_high"), rel_z)})
     if zh is not None:
         _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where)
-    elif tz.kind == "bound":
+    elif tz.kind == BOUND:
         _bounded(rows, pairs, idx, z, tz, P, X, R_obs, mask, pos, level)
     return rows
 
@@ -182,19 +182,14 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
     with a size only, the binomial bound gives the low end (the estimate unknown); else unknown."""
     if not total > 0:
         return NAN, NAN, NAN
-    if tn.kind == "items":
+    if tn.kind == ITEMS:
         mat = tn.mat[mask]
         if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
             h = half_means(mat, SPLITS, rng, tn.strata)[0]
-            prod = np.mean([(R @ a) @ (R @ b) for a, b in h])
-            est = float(prod / total)
-            sd = math.sqrt((total**2 + prod**2) / max(len(x) - 2, 1)) / total
-            lo, hi = _interval(est, sd, level)
-            return est, float(lo), float(hi)
-    if tn.kind in ("items", "bound"):
-        n = tn.sizes[mask] if tn.kind == "bound" else np.full(len(x), float(tn.mat.shape[1]))
-        D = binomial_bound(x, n)
-        return NAN, float(1.0 - np.trace(R @ D @ R.T) / total), 1.0
+            return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
+    if tn.kind in (ITEMS, BOUND):
+        n = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
+        return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
     return NAN, NAN, NAN
 
 
@@ -205,15 +200,25 @@ def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, flo
     if not total > 0:
         return NAN, NAN, NAN
     if zh is not None:
-        prod = float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1])))
-        est = prod / total
-        sd = math.sqrt((total**2 + prod**2) / max(len(z) - 2, 1)) / total
-        lo, hi = _interval(est, sd, level)
-        return est, float(lo), float(hi)
-    if tz.kind == "bound":
-        D = binomial_bound(z, tz.sizes[mask])
-        return NAN, float(1.0 - np.trace(P @ D @ P) / total), 1.0
+        return _from_halves(float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1]))), total, len(z), level)
+    if tz.kind == BOUND:
+        return _from_bound(float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)), total)
     return NAN, NAN, NAN
+
+
+def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float, float, float]:
+    """(estimate, low, high) of a series' reliability from the product ``prod`` of its two halves'
+    residuals over its residual variance ``total`` (``n`` units), the interval at ``level``."""
+    est = prod / total
+    sd = math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total
+    lo, hi = _interval(est, sd, level)
+    return est, float(lo), float(hi)
+
+
+def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
+    """(NaN, low, 1): a series' reliability where only the items' number is known: the binomial
+    bound on its residual noise (``noise``, the trace of its covariance) gives the low end."""
+    return NAN, float(1.0 - noise / total), 1.0
 
 
 def _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where) -> None:

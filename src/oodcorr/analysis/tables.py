@@ -115,8 +115,8 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
     it is neither UTF-8 nor marked by a byte-order mark. An empty file, a header
     without rows and a header that names a column twice are refused."""
     path = Path(path)
-    suffix = format_suffix(path)
-    if suffix in (".parquet", ".pq"):
+    fmt = table_files.suffix_format(path, table_files.SCORES_SUFFIXES)
+    if fmt == "parquet":
         raw = read_bytes(path)
         try:
             df = pd.read_parquet(io.BytesIO(raw))
@@ -127,12 +127,13 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         df.index = pd.RangeIndex(1, len(df) + 1)
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
-    if suffix not in (".csv", ".tsv", ".txt"):
+    if fmt is None:
         raise DataError(
-            f"{path}: unknown table format {suffix!r}; give a .csv, .tsv or .parquet file (compressed: .csv.gz, ...)"
+            f"{path}: unknown table format {format_suffix(path)!r}; give a .csv, .tsv or .parquet file "
+            "(compressed: .csv.gz, ...)"
         )
     text = read_text(path, encoding, ENCODING_FIX)
-    sep = "\t" if suffix == ".tsv" else ","
+    sep = table_files.DELIMITERS[fmt]
     if not text.strip():
         raise table_files.empty(path)
     misnamed = delimiter_mismatch(path, text, sep)

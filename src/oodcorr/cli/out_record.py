@@ -7,7 +7,8 @@ recorded (:func:`settle`). A file the record of the earlier analysis names, that
 again and that is as that analysis left it, is removed: a figure of a model the new input does not hold,
 say. Nothing else is touched: a file the user put there, or one the earlier analysis wrote and someone
 changed since (kept, and said). An ``--out`` written before the record existed (or whose record cannot be
-read) is left as it is, and the files this analysis did not write are named.
+read, or is of another format than :data:`RECORD_FORMAT`: another version's) is left as it is, and the files
+this analysis did not write are named.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from ..core.io import stat_key, write_json_atomic
 
 RECORD = ".oodcorr-analyse.json"
+RECORD_FORMAT = 1  # the record's layout: {"format", "files": {path below --out: stat key}}
 SHOWN = 5  # files named in a line at most
 
 
@@ -49,6 +51,11 @@ def _read(out: Path) -> tuple[dict | None, str | None]:
     path = out / RECORD
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(doc, dict) and doc.get("format") != RECORD_FORMAT:
+            return None, (
+                f"{path}, the record of what an earlier analysis wrote there, is of format {doc.get('format')!r}, "
+                f"not {RECORD_FORMAT} (another version of oodcorr wrote it; this analysis records its own anew)"
+            )
         files = doc["files"]
         if not isinstance(files, dict):
             raise TypeError("files")
@@ -101,7 +108,7 @@ def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
             f"{out / rel}: written by an earlier analysis and changed since: kept (delete it if it is not of this one)"
             for rel in kept
         ]
-    write_json_atomic(out / RECORD, {"format": 1, "files": written})
+    write_json_atomic(out / RECORD, {"format": RECORD_FORMAT, "files": written})
     return lines
 
 

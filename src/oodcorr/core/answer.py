@@ -34,16 +34,33 @@ from pathlib import Path
 # what a pair's answer can say about the sign (``direction``: "<sign> in nearly every model", else
 # "<sign> on average") and about how the models differ (``spread``: "sign reversal", "models differ",
 # "near zero"), each strongest first; the verdict joins the two (:func:`verdict_words`)
-SIGNS = ("positive", "negative")
+POSITIVE, NEGATIVE = "positive", "negative"
+SIGNS = (POSITIVE, NEGATIVE)
 NEARLY_EVERY = "in nearly every model"
 ON_AVERAGE = "on average"
 SIGN_WORDS = (NEARLY_EVERY, ON_AVERAGE)
+SIGN_REVERSAL = "sign reversal"
+MODELS_DIFFER = "models differ"
+NEAR_ZERO = "near zero"
+SPREADS = (SIGN_REVERSAL, MODELS_DIFFER, NEAR_ZERO)
+AGREE_NEAR_ZERO = f"agree {NEAR_ZERO}"  # the verdict of a pair near zero with no sign stated
+# the verdicts that state nothing: no sign and no spread shown; too few models; no finite value
+UNRESOLVED = "unresolved"
+TOO_FEW_MODELS = "fewer than 2 models tested"
+NO_DATA = "no data"
 # a pair the data cannot resolve because a testset's series is mostly item noise
 # (oodcorr.analysis.measured_answer)
 NOISE_LIMITED_VERDICT = "noise-limited"
-NO_ANSWER = (NOISE_LIMITED_VERDICT, "unresolved", "fewer than 2 models tested", "no data")
+NOISE_LIMITED_BY = f"{NOISE_LIMITED_VERDICT} by"  # what precedes the testsets that leave pairs noise-limited
+# the verdicts that become noise-limited where a testset of the pair is mostly item noise
+NOISE_LIMITABLE = (UNRESOLVED, TOO_FEW_MODELS)
+NO_ANSWER = (NOISE_LIMITED_VERDICT, UNRESOLVED, TOO_FEW_MODELS, NO_DATA)
 # strongest first: a verdict's place is that of the first of these it holds
-STRENGTH = ("sign reversal", NEARLY_EVERY, ON_AVERAGE, "models differ", "agree near zero", *NO_ANSWER)
+STRENGTH = (SIGN_REVERSAL, NEARLY_EVERY, ON_AVERAGE, MODELS_DIFFER, AGREE_NEAR_ZERO, *NO_ANSWER)
+# the conclusion of one cell (one model's pooled r and its interval; partial_correlations.csv's
+# ``conclusion``): its sign where the interval excludes 0, near zero where it lies inside the
+# near-zero band, else unresolved ("" where r is not finite)
+CELL_CONCLUSIONS = (POSITIVE, NEGATIVE, NEAR_ZERO, UNRESOLVED)
 NAMED = 5  # the answer's line names at most this many testsets that leave pairs noise-limited
 
 
@@ -51,7 +68,7 @@ def verdict_order(verdict: str) -> tuple:
     """A sort key that puts verdicts in the ladder's order (stronger first; positive before
     negative; a verdict without a spread before one with it)."""
     place = next((i for i, w in enumerate(STRENGTH) if w in verdict), len(STRENGTH))
-    return (place, "negative" in verdict, "," in verdict, verdict)
+    return (place, NEGATIVE in verdict, "," in verdict, verdict)
 
 
 def verdict_words(direction: str, spread: str) -> str:
@@ -59,20 +76,20 @@ def verdict_words(direction: str, spread: str) -> str:
     "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
     ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
     if direction and spread:
-        return f"{spread}, {direction}" if spread == "sign reversal" else f"{direction}, {spread}"
+        return f"{spread}, {direction}" if spread == SIGN_REVERSAL else f"{direction}, {spread}"
     if direction:
         return direction
-    return {"near zero": "agree near zero", "": "unresolved"}.get(spread, spread)
+    return {NEAR_ZERO: AGREE_NEAR_ZERO, "": UNRESOLVED}.get(spread, spread)
 
 
 def _all_verdicts() -> tuple[str, ...]:
-    out = [verdict_words(f"{s} {ON_AVERAGE}", "sign reversal") for s in SIGNS] + ["sign reversal"]
+    out = [verdict_words(f"{s} {ON_AVERAGE}", SIGN_REVERSAL) for s in SIGNS] + [SIGN_REVERSAL]
     for rung in (NEARLY_EVERY, ON_AVERAGE):
-        for spread in ("models differ", "near zero", ""):
-            if rung == NEARLY_EVERY and spread == "near zero":
+        for spread in (MODELS_DIFFER, NEAR_ZERO, ""):
+            if rung == NEARLY_EVERY and spread == NEAR_ZERO:
                 continue
             out += [verdict_words(f"{s} {rung}", spread) for s in SIGNS]
-    return tuple(sorted(out + ["models differ", "agree near zero", *NO_ANSWER], key=verdict_order))
+    return tuple(sorted(out + [MODELS_DIFFER, AGREE_NEAR_ZERO, *NO_ANSWER], key=verdict_order))
 
 
 VERDICTS = _all_verdicts()  # every verdict, strongest first (:func:`verdict_order`)
@@ -139,6 +156,14 @@ def reliability_text(est: float, low: float) -> str:
     return "unknown"
 
 
+def interval_text(est: float, lo: float, hi: float) -> str:
+    """An estimate and its interval in words: "+0.42 [+0.10, +0.65]"; "no estimate [...]" where only
+    the interval is finite; the estimate alone where the interval is not; "n/a" where neither."""
+    if math.isfinite(lo) and math.isfinite(hi):
+        return (f"{est:+.2f} " if math.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
+    return f"{est:+.2f}" if math.isfinite(est) else "n/a"
+
+
 # a testset named in agreement.csv's noise_limited: "wnli (reliability 0.23), mnli (its variation ...)"
 _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
@@ -184,7 +209,7 @@ def noise_clause(rows: list[dict]) -> str:
         for n in named[:NAMED]
     ]
     more = f" and {len(named) - NAMED} more testsets" if len(named) > NAMED else ""
-    return "noise-limited by " + ", ".join(parts) + more
+    return f"{NOISE_LIMITED_BY} " + ", ".join(parts) + more
 
 
 RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least reliable first

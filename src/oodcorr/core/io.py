@@ -445,6 +445,24 @@ def sha256_file(path: str | os.PathLike) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+def sha256_files(named: Iterable[tuple[str, str | os.PathLike]]) -> str:
+    """The sha256 over several files, in the order given: each file's name (as ``named`` says it,
+    e.g. relative to a folder) and a NUL, then its bytes, hex."""
+    h = hashlib.sha256()
+    for name, path in named:
+        h.update(name.encode() + b"\0")
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def short_tag(text: str, n: int) -> str:
+    """The first ``n`` hex digits of the sha256 of ``text``: a name tag that a file or folder name
+    can carry for a path or a log (the same text, the same tag)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
+
+
 def stat_key(path: str | os.PathLike) -> list[int]:
     """What says a file is unchanged since it was hashed: size, mtime, ctime and inode.
 

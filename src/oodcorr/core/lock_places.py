@@ -22,7 +22,6 @@ May import: nothing of oodcorr outside this folder.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import socket
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .filesystems import owner_of
-from .io import write_json_atomic
+from .io import short_tag, write_json_atomic
 
 PLACES = ".lock-places"  # in the guarded folder
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it
@@ -53,8 +52,7 @@ def lock_dir() -> str | None:
 
 
 def _record_path(folder: Path, kind_file: str, where: str | None) -> Path:
-    tag = hashlib.sha256(str(where).encode("utf-8")).hexdigest()[:16]
-    return folder.resolve() / PLACES / f"{kind_file}-{tag}.json"
+    return folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
 
 
 def record(folder: Path, kind_file: str) -> None:

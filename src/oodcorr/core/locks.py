@@ -42,7 +42,6 @@ import contextlib
 import datetime
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import socket
@@ -55,6 +54,7 @@ from pathlib import Path
 
 from . import lock_places
 from .filesystems import owner_of
+from .io import short_tag
 from .lock_places import LOCK_DIR_ENV  # a folder on a local disk where the locks are taken (flock refused)
 
 LOCK_FILE = "finetune.lock"
@@ -287,8 +287,7 @@ def _lock_in(folder: str | os.PathLike, kind: LockKind, lock_dir: str | None) ->
     resolved = Path(folder).resolve()
     if not lock_dir:
         return resolved / kind.file
-    tag = hashlib.sha256(str(resolved).encode("utf-8")).hexdigest()[:16]
-    return Path(lock_dir) / f"{resolved.name}-{tag}-{kind.file}"
+    return Path(lock_dir) / f"{resolved.name}-{short_tag(str(resolved), 16)}-{kind.file}"
 
 
 def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:

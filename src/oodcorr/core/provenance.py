@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from .. import __version__
+from .errors import ResultError
 from .records import PUBLISH_RECORD, read_publish_record
 
 UNKNOWN = "unknown"
@@ -130,12 +131,21 @@ def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
     ``provenance.json`` published with it (``finetune``, ``evaluate``). Any other table: the code only."""
     doc: dict = {"analysed_by": code_provenance()}
     folder = Path(table).resolve().parent
-    record = read_publish_record(folder / PUBLISH_RECORD)
+    try:
+        record = read_publish_record(folder / PUBLISH_RECORD)
+    except ResultError:  # another version's record: its libraries are not read (the code's are still said)
+        return doc
     if record is None or (record["files"].get(Path(table).resolve().name) or {}).get("sha256") != sha256:
         return doc
+    return doc | published_jobs(folder / PROVENANCE_FILE)
+
+
+def published_jobs(path: str | os.PathLike) -> dict:
+    """The libraries of the finetunes and evaluations behind a published set (``finetune``, ``evaluate``),
+    read from its ``provenance.json`` at ``path``: those of the two that are there; {} where the file
+    is missing or unreadable (provenance is a record, never a reason to stop)."""
     try:
-        published = json.loads((folder / PROVENANCE_FILE).read_text(encoding="utf-8"))
-        doc.update({k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)})
+        published = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)}
     except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return doc
+        return {}

@@ -43,7 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import WriteFailed
+from .errors import ResultError, WriteFailed
 from .filesystems import check_room, write_errno, write_failed
 from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
@@ -271,7 +271,10 @@ def version_problems(folder: Path, record: dict | None = None, shown_as: Path | 
     whose stat is the one recorded is not hashed again (any write changes its ctime).
     ``shown_as`` is the folder to name in the sentences (the experiment folder, whose links
     lead here)."""
-    record = record or read_publish_record(folder / PUBLISH_RECORD)
+    try:
+        record = record or read_publish_record(folder / PUBLISH_RECORD)
+    except ResultError as e:  # another version's record: the set is published again
+        return [str(e)]
     if record is None:
         return [f"{folder / PUBLISH_RECORD} is missing or unreadable"]
     shown = shown_as or folder
@@ -332,7 +335,11 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
         state.damaged.append(f"{pub / CURRENT} does not point at a published set")
         return state
     state.version = version
-    state.record = read_publish_record(pub / version / PUBLISH_RECORD)
+    try:
+        state.record = read_publish_record(pub / version / PUBLISH_RECORD)
+    except ResultError as e:  # another version's record: damaged, so this run publishes the set again
+        state.damaged.append(str(e))
+        return state
     if state.record is None:
         state.damaged.append(f"{pub / version / PUBLISH_RECORD} is missing or unreadable")
         return state
@@ -347,7 +354,11 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
         state.incomplete.append(
             f"{len(missing)} file(s) of this config were never published here (e.g. {root / missing[0]})"
         )
-    marker = read_publish_record(root / MARKER)
+    try:
+        marker = read_publish_record(root / MARKER)
+    except ResultError as e:
+        state.incomplete.append(str(e))
+        return state
     if marker is None:
         state.incomplete.append(
             f"{root / MARKER} is missing: the last publish did not finish (killed?) or the file was deleted"

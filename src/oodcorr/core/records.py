@@ -25,13 +25,12 @@ Nothing here imports another oodcorr module but the core helpers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from pathlib import Path
 
 from .errors import ResultError
-from .io import sha256_file, sha256_json, stat_key, write_json_atomic
+from .io import sha256_file, sha256_json, short_tag, stat_key, write_json_atomic
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 # keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its
@@ -256,17 +255,27 @@ def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
 # ---- what was published --------------------------------------------------------------------
 PUBLISH_RECORD = "publish_record.json"  # in each published version folder
 RECORD_FORMAT = 1
+# what remakes a publish record (and a copy of it, published.json): the set published again from staging
+REPUBLISH = "snakemake --forcerun publish_results"
 
 
 def read_publish_record(path: str | Path) -> dict | None:
     """A publish record (``{"format", "experiment", "version", "published", "files": {rel: {"sha256",
-    "size", "stat"}}}``), or None when it is missing or not one."""
+    "size", "stat"}}}``), or None when it is missing or not one. A record of another format than
+    :data:`RECORD_FORMAT` (written by another version) is refused: a
+    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         return None
+    if doc.get("format") != RECORD_FORMAT:
+        raise ResultError(
+            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT}: written by another "
+            f"version of oodcorr, which this one does not read; `{REPUBLISH}` publishes the set again with a "
+            "record of this version (nothing is trained, evaluated or analysed again)"
+        )
     if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
         return None
     return doc
@@ -289,7 +298,7 @@ class RefusalSlot:
     make one), the job's log and its exit status are all there is."""
 
     def __init__(self, folder: str | os.PathLike, log: str):
-        self.path = Path(folder) / f"{hashlib.sha256(log.encode('utf-8')).hexdigest()[:20]}.json"
+        self.path = Path(folder) / f"{short_tag(log, 20)}.json"
         self.fd: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

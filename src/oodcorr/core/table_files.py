@@ -9,6 +9,9 @@ with its name and line, when it is empty (:func:`empty`), when its header names 
 a delimited file whose header says that its name gives the wrong delimiter, by
 :func:`oodcorr.core.io.delimiter_mismatch`. Compression and text encodings: :mod:`oodcorr.core.io`.
 
+A file's format by its name is :func:`suffix_format`, from the one map :data:`SUFFIX_FORMATS`; each
+reader says which suffixes it accepts (:data:`SCORES_SUFFIXES`, :data:`DATASET_SUFFIXES`).
+
 Stdlib only; pyarrow is imported when a parquet file is read.
 """
 
@@ -20,7 +23,30 @@ from collections import Counter
 from pathlib import Path
 
 from .errors import DataError
-from .io import delimiter_mismatch, read_bytes
+from .io import delimiter_mismatch, format_suffix, read_bytes
+
+# the format a file's name says (its suffix past a compression suffix, :func:`.io.format_suffix`)
+SUFFIX_FORMATS = {
+    ".csv": "csv",
+    ".txt": "csv",  # comma-separated text
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".jsonl": "jsonl",
+}
+DELIMITERS = {"csv": ",", "tsv": "\t"}  # of the delimited formats
+# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.tables`),
+# which also takes a .txt or .pq file someone saved by hand, and a workflow dataset's local file
+# (:mod:`oodcorr.jobs.data`), whose entry can name any other file's format with ``format:``
+SCORES_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
+DATASET_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
+
+
+def suffix_format(path: str | Path, accepted: tuple[str, ...]) -> str | None:
+    """The format ``path``'s name says (:data:`SUFFIX_FORMATS`), None where its suffix is not one of
+    ``accepted``."""
+    suffix = format_suffix(path)
+    return SUFFIX_FORMATS[suffix] if suffix in accepted else None
 
 
 def empty(path: Path) -> DataError:
@@ -52,7 +78,7 @@ def delimited_rows(path: Path, text: str, fmt: str, fix: str | None = None) -> l
     """CSV/TSV text -> rows keyed by the header, each with ``_line`` (the line it starts on).
     ``fix``: another way out than renaming a file whose delimiter is not its name's
     (:func:`oodcorr.core.io.delimiter_mismatch`)."""
-    delim = "," if fmt == "csv" else "\t"
+    delim = DELIMITERS[fmt]
     name = "comma" if fmt == "csv" else "tab"
     misnamed = delimiter_mismatch(path, text, delim, fix)
     if misnamed:

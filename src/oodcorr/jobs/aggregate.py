@@ -47,9 +47,8 @@ _SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
 _PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
 # what every record has
 REQUIRED = [*_CHECKPOINT, *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
-# the scores table: those fields, a series' x unit (a finetuned run's record has none: "step") and
-# metrics_note (always empty: no metric is completed by the aggregation)
-COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, "metrics_note", *_PROVENANCE]
+# the scores table: those fields and a series' x unit (a finetuned run's record has none: "step")
+COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
 
 
 def _records(path: str) -> tuple[list[dict], bool]:
@@ -115,7 +114,7 @@ def collect(
     return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"], ignore_index=True)
 
 
-_DEFAULTS = {"x_unit": "step", "metrics_note": ""}
+_DEFAULTS = {"x_unit": "step"}
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:

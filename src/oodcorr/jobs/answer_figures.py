@@ -8,18 +8,28 @@ consensus, the tasks' consensus, the prediction interval and the tolerance bound
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pandas as pd
 
 from ..analysis.measurement import NOISE_LIMITED
-from ..core.answer import NEARLY_EVERY, NOISE_LIMITED_VERDICT, ON_AVERAGE, about, reliabilities, verdict_rank
+from ..core.answer import (
+    AGREE_NEAR_ZERO,
+    NEARLY_EVERY,
+    NOISE_LIMITED_VERDICT,
+    ON_AVERAGE,
+    SPREADS,
+    about,
+    interval_text,
+    reliabilities,
+    verdict_rank,
+)
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
     draw_cells,
     heatmap_figure,
+    natural_key,
     pair_matrix,
     panel_inches,
     pyplot,
@@ -27,7 +37,7 @@ from .plotting import (
     testset_order,
 )
 
-SPREAD_MARKS = (("sign reversal", "±"), ("models differ", "≠"), ("near zero", "≈0"))
+SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
 NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
 DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
 
@@ -44,7 +54,7 @@ def verdict_style(word: str) -> dict:
     signed = nearly or ON_AVERAGE in word
     return {
         "mark": NOISE_MARK if noise else spread,
-        "frame": "solid" if nearly else ("dashed" if word == "agree near zero" else ("dotted" if noise else "")),
+        "frame": "solid" if nearly else ("dashed" if word == AGREE_NEAR_ZERO else ("dotted" if noise else "")),
         "bold": nearly,
         "faded": not (signed or spread),
     }
@@ -289,17 +299,6 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     return sorted(pairs[:cap]), len(pairs)
 
 
-def _natural(name: str) -> list:
-    """A sort key that puts ``m2`` before ``m10``."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
-
-
-def _interval_text(est: float, lo: float, hi: float) -> str:
-    if np.isfinite(lo) and np.isfinite(hi):
-        return (f"{est:+.2f} " if np.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
-    return f"{est:+.2f}" if np.isfinite(est) else "n/a"
-
-
 def _diamond(ax, y: float, est: float, lo: float, hi: float, **style) -> None:
     """A consensus at height ``y``: a diamond over its interval, a bar where it has no estimate."""
     if np.isfinite(est) and np.isfinite(lo) and np.isfinite(hi):
@@ -361,7 +360,7 @@ def forest(
 
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
-    models = sorted(prows["model"].astype(str).unique(), key=_natural)
+    models = sorted(prows["model"].astype(str).unique(), key=natural_key)
     # the rows below the models, top to bottom: the consensus, the one the verdict read where it is not
     # the observed one, the tasks', the prediction interval, the tolerance bounds
     read = (
@@ -399,14 +398,14 @@ def forest(
             tasks = np.isfinite(rc) or (np.isfinite(clo) and np.isfinite(chi))
             if np.isfinite(lo) and np.isfinite(hi):
                 ax.plot([lo, hi], [yy, yy], color="black", lw=1.2, zorder=3)
-            label = _interval_text(r, lo, hi) if np.isfinite(lo) or not np.isfinite(r) else f"{r:+.2f} (no interval)"
+            label = interval_text(r, lo, hi) if np.isfinite(lo) or not np.isfinite(r) else f"{r:+.2f} (no interval)"
             if np.isfinite(r):
                 ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
                 drawn.append(m)
             trans = ax.get_yaxis_transform()
             ax.text(1.04, yy + (0.14 if tasks else 0), label, transform=trans, **side_text)
             if tasks:
-                corrected[m] = _interval_text(rc, clo, chi)
+                corrected[m] = interval_text(rc, clo, chi)
                 if np.isfinite(clo) and np.isfinite(chi):
                     ax.plot([clo, chi], [yy - 0.3] * 2, color=TASKS, lw=0.9, zorder=3)
                 if np.isfinite(rc):
@@ -430,7 +429,7 @@ def forest(
                     continue
                 est, lo, hi = (float(row.get(f"{c}_consensus{sfx}", np.nan)) for c in ("r", "ci_low", "ci_high"))
                 _diamond(ax, at[key], est, lo, hi, **style)
-                say[key] = _interval_text(est, lo, hi)
+                say[key] = interval_text(est, lo, hi)
                 if key == "tasks" and say[key] == "n/a":
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
                 colour = TASKS if key == "tasks" else "tab:red"

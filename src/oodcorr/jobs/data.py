@@ -87,11 +87,11 @@ def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tupl
 
 def file_format(path: str | Path, declared: str | None = None) -> str:
     """A local file's format: the entry's ``format``, else its name (past a compression suffix)."""
-    fmt = declared or format_suffix(path).lstrip(".")
+    fmt = declared or table_files.suffix_format(path, table_files.DATASET_SUFFIXES)
     if fmt not in FORMATS:
         raise DataError(
-            f"{path}: unknown format {fmt!r}; name the file .jsonl, .csv, .tsv or .parquet "
-            "(compressed: .jsonl.gz, ...) or set `format:` on the dataset entry"
+            f"{path}: unknown format {fmt or format_suffix(path).lstrip('.')!r}; name the file .jsonl, .csv, .tsv or "
+            ".parquet (compressed: .jsonl.gz, ...) or set `format:` on the dataset entry"
         )
     return fmt
 

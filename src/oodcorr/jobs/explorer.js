@@ -293,7 +293,7 @@
     const rel = [[D.names[R.x[i]], "reliability_x"], [D.names[R.y[i]], "reliability_y"], ["in-domain " + panel.in_domain, "reliability_in_domain"]]
       .map(([name, col]) => [name, relText(col, i)]).filter(([, t]) => t !== null);
     if (rel.length) out.push("reliability " + rel.map(([name, t]) => name + " " + t).join(", "));
-    if (val("noise_limited", i)) out.push("noise-limited by " + val("noise_limited", i));
+    if (val("noise_limited", i)) out.push(D.noise_limited_by + " " + val("noise_limited", i));
     return out;
   }
   function measuredTip(i) {

@@ -20,17 +20,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..core.answer import verdict_rank
+from ..core.answer import NOISE_LIMITED_BY, verdict_rank
 from ..core.io import write_text_atomic
 from .answer_figures import verdict_style
-from .plotting import cluster_order
+from .plotting import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
 KEYS = ["in_domain", "pool_group", "method", "residualiser"]
@@ -81,10 +80,6 @@ def page_style(verdict: str) -> dict:
     }
 
 
-def _natural(name: str) -> list:
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
-
-
 def page_data(
     agree: pd.DataFrame,
     pc: pd.DataFrame,
@@ -99,17 +94,19 @@ def page_data(
     residualiser, with the testsets' clustered order), every agreement row (its pair as indices,
     its verdict, every other column: numbers rounded to :data:`DIGITS` decimals, text as text),
     each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
-    model has several), one style per verdict present, and ``csv_text`` (the agreement table as
-    written) for the download. ``default``: the (method, residualiser) shown first."""
+    model has several), one style per verdict present, the words that precede the testsets that
+    leave a pair noise-limited (``noise_limited_by``: :data:`oodcorr.core.answer.NOISE_LIMITED_BY`)
+    and ``csv_text`` (the agreement table as written) for the download.
+    ``default``: the (method, residualiser) shown first."""
     if csv_text is None:  # the table to download, exactly as write_tables writes it
         csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
     for c in ("x", "y", "verdict", *KEYS):
         agree[c] = agree[c].astype(str) if c in agree else ""
-    names = sorted(set(agree["x"]) | set(agree["y"]), key=_natural)
+    names = sorted(set(agree["x"]) | set(agree["y"]), key=natural_key)
     idx = {n: i for i, n in enumerate(names)}
     pooled = pc[pc["run"].astype(str) == "pooled"]
-    models = sorted(pooled["model"].astype(str).unique(), key=_natural) if len(pc) else []
+    models = sorted(pooled["model"].astype(str).unique(), key=natural_key) if len(pc) else []
     midx = {m: i for i, m in enumerate(models)}
     verdicts = list(dict.fromkeys(agree["verdict"]))
     vidx = {v: i for i, v in enumerate(verdicts)}
@@ -133,7 +130,7 @@ def page_data(
     for key, g in agree.groupby(KEYS, sort=True):
         pkey[key] = len(panels)
         sub = g.assign(r=pd.to_numeric(g["r_consensus"], errors="coerce")) if "r_consensus" in g else g.assign(r=0.0)
-        present = sorted(set(g["x"]) | set(g["y"]), key=_natural)
+        present = sorted(set(g["x"]) | set(g["y"]), key=natural_key)
         order = cluster_order(sub, present) if len(present) > 2 else present
         panels.append(dict(zip(KEYS, key)) | {"order": [idx[n] for n in order], "pairs": len(g)})
     rows["panel"] = [pkey[k] for k in zip(*(agree[c] for c in KEYS))]
@@ -149,6 +146,7 @@ def page_data(
         "panels": panels,
         "first_panel": first,
         "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
+        "noise_limited_by": NOISE_LIMITED_BY,
         "numeric": numeric,
         "columns": columns,
         "rows": rows,

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..core.answer import NEAR_ZERO, UNRESOLVED
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -45,8 +46,8 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
         return None, cells
     m = pair_matrix(rows, names, "r")[1:, :-1]
     sig = pair_matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
-    unresolved = pair_matrix(_flag(rows, "conclusion", "unresolved"), names, "_f")[1:, :-1] == 1
-    near = pair_matrix(_flag(rows, "conclusion", "near zero"), names, "_f")[1:, :-1] == 1
+    unresolved = pair_matrix(_flag(rows, "conclusion", UNRESOLVED), names, "_f")[1:, :-1] == 1
+    near = pair_matrix(_flag(rows, "conclusion", NEAR_ZERO), names, "_f")[1:, :-1] == 1
     curved = pair_matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
     present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
     rnames, cnames = names[1:], names[:-1]

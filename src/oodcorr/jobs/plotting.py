@@ -2,7 +2,7 @@
 (:func:`save`), the rows one heatmap shows (:func:`select`), a heatmap panel's size and a grid of
 panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), its cells
 (:func:`draw_cells`), a pairs table as a lower-triangular matrix (:func:`pair_matrix`) and the
-testsets' order (:func:`cluster_order`, :func:`testset_order`). The figures are in :mod:`.plots`
+testsets' order (:func:`cluster_order`, :func:`testset_order`, :func:`natural_key`). The figures are in :mod:`.plots`
 (per model, and :func:`~.plots.draw`), :mod:`.heatmaps` (the pairs heatmaps) and :mod:`.answer_figures`
 (across models).
 """
@@ -10,6 +10,7 @@ testsets' order (:func:`cluster_order`, :func:`testset_order`). The figures are 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -112,6 +113,11 @@ def cluster_order(rows: pd.DataFrame, names: list[str]) -> list[str]:
     d = np.clip(1.0 - sim, 0.0, 2.0)
     order = leaves_list(linkage(squareform(d, checks=False), method="average", optimal_ordering=len(names) <= 400))
     return [names[i] for i in order]
+
+
+def natural_key(name: str) -> list:
+    """A sort key that puts ``m2`` before ``m10`` (the names of models and testsets)."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name) if t]
 
 
 def testset_order(rows: pd.DataFrame) -> list[str]:

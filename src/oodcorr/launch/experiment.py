@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import hashlib
 import json
 import os
 import socket
@@ -50,9 +49,9 @@ from pathlib import Path
 
 from ..core import published
 from ..core.errors import WriteFailed
-from ..core.io import sha256_json, write_json_atomic
+from ..core.io import sha256_json, short_tag, write_json_atomic
 from ..core.locks import EXPERIMENT, FINETUNE, PUBLISH, FolderInUse, acquire, hold, lock_path, release
-from ..core.provenance import code_provenance
+from ..core.provenance import code_provenance, published_jobs
 from ..planning.layout import Paths
 from ..planning.plan import Plan
 
@@ -106,7 +105,7 @@ RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
 def _mark(root: Path) -> Path:
     """The mark of experiment folder ``root`` (as the plan names it: Snakemake keys its records by
     those paths) in this working folder."""
-    return RECORDS_MARKS / f"{hashlib.sha256(str(root).encode()).hexdigest()[:20]}.json"
+    return RECORDS_MARKS / f"{short_tag(str(root), 20)}.json"
 
 
 def records_here(root: Path, old: dict) -> bool:
@@ -335,13 +334,7 @@ def provenance(plan: Plan) -> dict:
     behind the published scores recorded (``finetune``, ``evaluate``, from the published
     ``provenance.json``; absent before a set was published). Never a param or part of the config's
     digest: a new commit reruns nothing."""
-    doc: dict = {"run": code_provenance()}
-    try:
-        published = json.loads(Path(plan.paths.provenance).read_text(encoding="utf-8"))
-        doc.update({k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)})
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
-    return doc
+    return {"run": code_provenance()} | published_jobs(plan.paths.provenance)
 
 
 def record_provenance(plan: Plan) -> str | None:
