@@ -235,10 +235,6 @@ def reliability_line(rows: list[dict], limit: float) -> str:
     )
 
 
-# the verdicts of a pair the ladder could not speak of for want of models (not for item noise or data)
-FEW_MODELS = ("unresolved", "fewer than 2 models tested")
-
-
 def every_run_clause(rows: list[dict]) -> str:
     """Where too few models leave every pair without an answer (1 or 2: the ladder states nothing
     about a further model), the pairs that each model's own run finds significant with the same sign
@@ -249,7 +245,7 @@ def every_run_clause(rows: list[dict]) -> str:
     found = []
     for r in rows:
         n = _int(r.get("n_models"))
-        if str(r.get("verdict")) not in FEW_MODELS or n < 1:
+        if str(r.get("verdict")) not in NOISE_LIMITABLE or n < 1:  # no verdict, for want of models alone
             continue
         sign = next((s for s in SIGNS if _int(r.get(f"n_sig_{s}")) == n), None)
         if sign:
