@@ -175,9 +175,8 @@ def job_counts(plan) -> dict[str, int]:
         for m in plan.models
     )
     n_models = len(plan.models)
-    trained = len(
-        [m for m, s in plan.models.items() if not s.model_entry.is_series]
-    )  # a series has no finetune, no loss
+    # a series has no finetune, no loss
+    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])
     counts = {
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
@@ -308,14 +307,9 @@ def compute(
     longest, which = 0.0, ""
     for run in plan.runs:
         res = plan.models[run.model].resources
-        spec = plan.models[run.model]
-        build = (
-            res["build_tiny_model"].runtime
-            if spec.model_entry.is_tiny
-            else res["convert_gguf"].runtime
-            if spec.model_entry.is_gguf
-            else 0
-        )
+        model_entry = plan.models[run.model].model_entry
+        built_by = "build_tiny_model" if model_entry.is_tiny else "convert_gguf" if model_entry.is_gguf else None
+        build = res[built_by].runtime if built_by else 0
         ev = res["evaluate"].runtime * (len(run.steps) if plan.unit == "run" else 1)
         t = build + max(res["finetune"].runtime, res["tokenize_testset"].runtime) + ev
         if t > longest:
