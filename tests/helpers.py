@@ -222,6 +222,7 @@ def checkpoint_series(tmp_path, built_model_dir, spec, lora: bool, labels, n_ckp
     each perturbed differently (so every checkpoint scores differently), with manifests."""
     import torch
 
+    from oodcorr.core.model_entry import ModelEntry
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.finetune import apply_lora
     from oodcorr.modeling.adaptation import get
@@ -232,7 +233,7 @@ def checkpoint_series(tmp_path, built_model_dir, spec, lora: bool, labels, n_ckp
     out = []
     for step in range(n_ckpt):
         torch.manual_seed(100 + step)
-        model = load_model(spec, built_model_dir, "cpu", labels, tok_pad)
+        model = load_model(ModelEntry.from_params(spec), built_model_dir, "cpu", labels, tok_pad)
         if lora:
             model = apply_lora(model, {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}, method.peft_task)
             trained = [p for n, p in model.named_parameters() if p.requires_grad]

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_entry import ModelEntry
 
 
 # ---- a model folder with junk weights --------------------------------------------------------------
@@ -33,7 +34,7 @@ def test_junk_model_safetensors_beside_a_pickle_is_refused_while_planning(tmp_pa
     shutil.copytree(tiny_models["opt"], folder)
     torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
     (folder / "model.safetensors").write_bytes(junk)
-    for spec in ({"name": "m"}, {"name": "m", "allow_pickle_weights": True}):
+    for spec in (ModelEntry(name="m"), ModelEntry(name="m", allow_pickle_weights=True)):
         with pytest.raises(ConfigError) as e:
             check_local_weights(str(folder), spec)
         assert re.fullmatch(
@@ -44,7 +45,7 @@ def test_junk_model_safetensors_beside_a_pickle_is_refused_while_planning(tmp_pa
             str(e.value),
         ), str(e.value)
     (folder / "model.safetensors").unlink()  # moved away: the pickle loads once opted in
-    check_local_weights(str(folder), {"name": "m", "allow_pickle_weights": True})
+    check_local_weights(str(folder), ModelEntry(name="m", allow_pickle_weights=True))
 
 
 def test_a_safetensors_file_cut_short_or_a_junk_config_json_is_refused(tmp_path, tiny_models):
@@ -58,11 +59,11 @@ def test_a_safetensors_file_cut_short_or_a_junk_config_json_is_refused(tmp_path,
     whole = w.read_bytes()
     w.write_bytes(whole[:-100])
     with pytest.raises(ConfigError, match=r"lies past the end of the file \(cut short\?\)\); it is damaged or not "):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     w.write_bytes(whole)
     (folder / "config.json").write_text('{"model_type": "op')
     with pytest.raises(ConfigError, match=r"config\.json is not readable JSON \(JSONDecodeError: .*\); copy or "):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
 
 
 # ---- a model whole before it is used (issue 41) ----------------------------------------------------
@@ -76,10 +77,10 @@ def test_an_index_that_leaves_out_a_deleted_shard_is_refused(tmp_path, tiny_mode
     from helpers import drop_shard, sharded_copy
 
     folder = sharded_copy(tiny_models["opt"], tmp_path / "sharded")
-    check_local_weights(str(folder), {"name": "m"})  # whole: fine
+    check_local_weights(str(folder), ModelEntry(name="m"))  # whole: fine
     gone = drop_shard(folder)
     with pytest.raises(ConfigError) as e:
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     msg = str(e.value)
     assert "models[m]" in msg and f"leaves out {gone}" in msg and "not in the folder either" in msg, msg
     # the shards renamed so that no name says how many there are: the index's own sums still tell
@@ -93,7 +94,7 @@ def test_an_index_that_leaves_out_a_deleted_shard_is_refused(tmp_path, tiny_mode
         ConfigError,
         match=r"its metadata gives total_size [\d,]+ but the tensors it names hold [\d,]+ bytes \(some are left out\)",
     ):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
 
 
 def test_a_shard_in_the_folder_but_left_out_of_the_index_is_refused(tmp_path, tiny_models):
@@ -110,7 +111,7 @@ def test_a_shard_in_the_folder_but_left_out_of_the_index_is_refused(tmp_path, ti
     index["weight_map"] = {t: s for t, s in index["weight_map"].items() if s != last}
     index_path.write_text(json.dumps(index))
     with pytest.raises(ConfigError, match=rf"leaves out {last} \({last} is in the folder, its tensors unnamed\)"):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     # one tensor of a named shard left out, or mapped to a shard that does not hold it
     index = json.loads(index_path.read_text())
     index["weight_map"][next(iter(index["weight_map"]))] = last
@@ -119,7 +120,7 @@ def test_a_shard_in_the_folder_but_left_out_of_the_index_is_refused(tmp_path, ti
     for bad, says in ((index, "which does not hold it"), (whole, "which does not hold it")):
         index_path.write_text(json.dumps(bad))
         with pytest.raises(ConfigError, match=says):
-            check_local_weights(str(folder), {"name": "m"})
+            check_local_weights(str(folder), ModelEntry(name="m"))
 
 
 def test_a_padded_or_overlapping_safetensors_file_is_refused_as_safetensors_refuses_it(tmp_path, tiny_models):
@@ -141,7 +142,7 @@ def test_a_padded_or_overlapping_safetensors_file_is_refused_as_safetensors_refu
     with pytest.raises(Exception):  # noqa: B017 -- safetensors' own error type: the loader refuses it too
         safe_open(str(w), "pt")
     with pytest.raises(ConfigError, match=r"64 bytes at its end belong to no tensor \(padded"):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     (n,) = struct.unpack("<Q", whole[:8])
     header = json.loads(whole[8 : 8 + n])
     names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"])
@@ -150,7 +151,7 @@ def test_a_padded_or_overlapping_safetensors_file_is_refused_as_safetensors_refu
     raw = json.dumps(header).encode()
     w.write_bytes(struct.pack("<Q", len(raw)) + raw + whole[8 + n :])
     with pytest.raises(ConfigError, match=r"the tensors do not lie one after another|needs [\d,]+ bytes"):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
 
 
 def test_json_that_names_a_key_twice_is_refused(tmp_path, tiny_models):
@@ -170,7 +171,7 @@ def test_json_that_names_a_key_twice_is_refused(tmp_path, tiny_models):
     with pytest.raises(
         ConfigError, match=r"config\.json is not readable JSON \(DuplicateKey: key 'vocab_size' appears twice"
     ):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     (folder / "config.json").write_text(cfg)
     w = folder / "model.safetensors"
     whole = w.read_bytes()
@@ -181,7 +182,7 @@ def test_json_that_names_a_key_twice_is_refused(tmp_path, tiny_models):
     twice = ("{" + entry + "," + text[1:]).encode()
     w.write_bytes(struct.pack("<Q", len(twice)) + twice + whole[8 + n :])
     with pytest.raises(ConfigError, match=rf"its header is ambiguous: key '{re.escape(first)}' appears twice"):
-        check_local_weights(str(folder), {"name": "m"})
+        check_local_weights(str(folder), ModelEntry(name="m"))
     sharded = sharded_copy(tiny_models["opt"], tmp_path / "sharded")
     index = (sharded / "model.safetensors.index.json").read_text()
     (sharded / "model.safetensors.index.json").write_text(
@@ -190,4 +191,4 @@ def test_json_that_names_a_key_twice_is_refused(tmp_path, tiny_models):
         )
     )
     with pytest.raises(ConfigError, match=r"index\.json: key 'metadata' appears twice in one object"):
-        check_local_weights(str(sharded), {"name": "m"})
+        check_local_weights(str(sharded), ModelEntry(name="m"))

@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,6 +74,7 @@ def check_fsdp(out: Path) -> dict:
     from safetensors.torch import load_file
 
     from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.model_entry import ModelEntry
     from oodcorr.jobs.checkpoints import verify_checkpoint
     from oodcorr.jobs.multi_gpu import run_distributed
     from oodcorr.modeling import synthetic
@@ -114,7 +116,7 @@ def check_fsdp(out: Path) -> dict:
         ok, why = verify_checkpoint(out / "fsdp" / "checkpoints" / f"checkpoint-{step}")
         assert ok, why
     assert info["trained"] and [c["step"] for c in info["checkpoints"]] == steps
-    model = load_checkpoint({"name": "tiny"}, out / "fsdp/checkpoints/checkpoint-20", device="cuda")
+    model = load_checkpoint(ModelEntry(name="tiny"), out / "fsdp/checkpoints/checkpoint-20", device="cuda")
     assert next(model.parameters()).is_cuda
 
     w0 = load_file(out / "fsdp/checkpoints/checkpoint-0/model.safetensors")
@@ -188,7 +190,7 @@ def check_real_lm(out: Path) -> dict:
     times["finetune_16_steps_s"] = round(time.time() - t0, 1)
     recs = read_jsonl(data["snli"])
     labels = list(job.labels)
-    tok = load_tokenizer(job.model_spec)
+    tok = load_tokenizer(job.model_entry)
     ids, _, extra = get("pattern").encode(tok, recs, labels=labels, prompt=job.prompt, max_length=256, model_name="m")
     cache = {"input_ids": ids, "method": "pattern", "label_names": labels, "pad_id": tok.pad_token_id, "extra": extra}
     gold = torch.tensor([labels.index(r["label"]) for r in recs])
@@ -201,7 +203,7 @@ def check_real_lm(out: Path) -> dict:
         ("cuda", "float32", 16),
         ("cuda", "bfloat16", 16),
     ):
-        spec = {**job.model_spec, "dtype": dtype}
+        spec = replace(job.model_entry, dtype=dtype)
         model = load_checkpoint(spec, job.run_dir / f"checkpoints/checkpoint-{step}", device=device, for_scoring=True)
         rows, budget, overhead = device_batching(device, 2, 32, 16384)
         t0 = time.time()

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.modeling import synthetic
 
 from helpers import (
@@ -82,7 +83,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     cks = []
     for step in (0, 5):
         ck = tmp_path / "run" / "checkpoints" / f"checkpoint-{step}"
-        load_model(spec, tiny).save_pretrained(ck)
+        load_model(ModelEntry.from_params(spec), tiny).save_pretrained(ck)
         write_ckpt_manifest(ck, step, resumable=False)
         cks.append({"step": step, "checkpoint": str(ck), "predictions": str(tmp_path / f"p{step}.parquet")})
 
@@ -217,7 +218,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     assert [os.stat(c["predictions"]).st_mtime_ns for c in cks] == mtimes  # nothing rewritten
     assert [r["accuracy"] for r in again["checkpoints"]] == [r["accuracy"] for r in first["checkpoints"]]
     # checkpoint 10 is retrained (other weights): its predictions are computed again
-    model = load_model(spec, tiny)
+    model = load_model(ModelEntry.from_params(spec), tiny)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.5)
@@ -291,7 +292,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
         dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet"))
         for c in checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     ]
-    model = load_model(spec, tiny)
+    model = load_model(ModelEntry.from_params(spec), tiny)
     with torch.no_grad():
         for p in model.parameters():
             p.fill_(float("nan"))

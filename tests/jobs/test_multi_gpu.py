@@ -43,7 +43,7 @@ def test_fsdp_launch_command_exact():
     argv = multi_gpu.launch_argv(
         entry["distributed"],
         "/runs/big/distributed_args.json",
-        mixed_precision=multi_gpu.mixed_precision(entry, {}),
+        mixed_precision=multi_gpu.mixed_precision(Experiment(cfg, REPO).model_entry("big"), {}),
         threads=8,
         port=29811,
         python="/venv/bin/python",
@@ -102,7 +102,7 @@ def test_deepspeed_launch_command_exact():
         "a.json",
         port=1234,
         python="py",
-        mixed_precision=multi_gpu.mixed_precision(entry, {"bf16": False}),
+        mixed_precision=multi_gpu.mixed_precision(Experiment(cfg, REPO).model_entry("big"), {"bf16": False}),
     )
     assert argv == [
         "py",
@@ -169,10 +169,10 @@ def test_schema_refuses_unknown_strategy_and_flag_injection():
 def test_sharding_settings_rerun_nothing_and_set_the_jobs_gpus():
     cfg = _config(FSDP_MODEL)
     exp = Experiment(cfg, REPO)
-    assert "distributed" not in exp.model_spec("big")  # evaluation and finetune params unchanged
+    assert "distributed" not in exp.model_entry("big").params()  # evaluation and finetune params unchanged
     plain = copy.deepcopy(cfg)
     del next(m for m in plain["models"] if m["name"] == "big")["distributed"]
-    assert Experiment(plain, REPO).model_spec("big") == exp.model_spec("big")
+    assert Experiment(plain, REPO).model_entry("big").params() == exp.model_entry("big").params()
 
 
 def _job(tmp_path, **over) -> FinetuneJob:

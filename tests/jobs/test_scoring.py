@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.scoring import eval_dtype, length_batches, score
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
@@ -189,11 +190,12 @@ def test_out_of_memory_on_one_example_and_other_errors_are_raised(tiny_models):
         score(model2, cache, batch_size=8, max_tokens=10**6)
 
 
-def test_eval_dtype_follows_evaluation_dtype_then_the_model_entry_else_float32_on_cpu():
-    assert eval_dtype({"name": "m"}, "cpu") == "float32"
-    assert eval_dtype({"name": "m", "dtype": "bfloat16"}, "cpu") == "bfloat16"
-    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "model") == "float32"
-    assert eval_dtype({"name": "m", "dtype": "float32"}, "cpu", "bfloat16") == "bfloat16"
+def test_eval_dtype_follows_evaluation_dtype_then_the_model_entry_whose_default_is_float32():
+    assert eval_dtype(ModelEntry(name="m")) == "float32"
+    assert eval_dtype(ModelEntry(name="m", dtype="bfloat16")) == "bfloat16"
+    assert eval_dtype(ModelEntry(name="m", dtype="bfloat16"), "model") == "bfloat16"
+    assert eval_dtype(ModelEntry(name="m", dtype="float32"), "model") == "float32"
+    assert eval_dtype(ModelEntry(name="m", dtype="float32"), "bfloat16") == "bfloat16"
 
 
 def test_a_cpu_job_batches_by_its_threads_and_other_devices_as_configured():

@@ -13,6 +13,7 @@ import yaml
 
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.model_dirs import model_files
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.series import read_manifest, verify, write_manifest
 from oodcorr.launch.disk_checks import check_inputs_exist
 from oodcorr.planning.config import Experiment
@@ -128,7 +129,7 @@ def test_adding_a_checkpoint_changes_no_other_job_params(series_dirs):
     wc = WC(model="pre-steps", indomain="synth", ntrain="0", seed="0", step="8", testset="synth-overlap")
     assert a.eval_params(wc) == b.eval_params(wc) and a.tokenize_params(wc) == b.tokenize_params(wc)
     assert a.series_params(WC(model="pre-steps", step="8")) == b.series_params(WC(model="pre-steps", step="8"))
-    assert "checkpoints" not in a.models["pre-steps"].entry["series"]
+    assert "checkpoints" not in a.models["pre-steps"].model_entry.series
     assert b.runs[0].steps == (*STEPS, 32)
 
 
@@ -194,7 +195,7 @@ def test_hub_series_warns_about_unpinned_revisions_and_plans_offline():
     plan = build_plan(cfg, REPO)
     assert any("checkpoints[0]: revision 'step1000'" in w for w in plan.warnings)
     assert not any(f"checkpoints[{i}]" in w for w in plan.warnings for i in (1, 2, 3))
-    assert plan.models["pythia"].entry["series"]["tokenizer"] == {
+    assert plan.models["pythia"].model_entry.series["tokenizer"] == {
         "hub": "EleutherAI/pythia-70m",
         "revision": "step1000",
     }
@@ -304,10 +305,10 @@ def test_a_hub_checkpoint_loads_its_revision_afresh(monkeypatch):
         "series": {"hub": "org/repo", "tokenizer": {"hub": "org/repo", "revision": "r1"}},
         "dtype": "float32",
     }
-    loader = CheckpointLoader(spec, None, "cpu", ["entailment", "non-entailment"], 0)
+    loader = CheckpointLoader(ModelEntry.from_params(spec), None, "cpu", ["entailment", "non-entailment"], 0)
     loader.load("org/repo@r1", {"hub": "org/repo", "revision": "r1"})
     loader.load("org/repo@r2", {"hub": "org/repo", "revision": "r2"})
-    assert [(c["hub"], c["revision"], c["series"]) for c in calls] == [
+    assert [(c.hub, c.revision, c.series) for c in calls] == [
         ("org/repo", "r1", None),
         ("org/repo", "r2", None),
     ]

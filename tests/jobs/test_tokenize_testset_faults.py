@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 
 from oodcorr.core.errors import ConfigError, ResultError
 from oodcorr.core.model_dirs import check_local_weights
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.core.records import cache_info_path, cache_problem
 from oodcorr.jobs.tokenize_testset import read_tokenized
 from oodcorr.modeling import synthetic
@@ -22,7 +23,8 @@ from oodcorr.modeling.loading import tokenizer_fingerprint
 
 from helpers import REPO, tokenised_testset
 
-SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}
+SPEC = {"name": "tiny", "tiny": {"model_type": "opt"}}  # the params form, as the rule passes it
+ENTRY = ModelEntry.from_params(SPEC)
 
 
 def _tokenised(tmp_path, built_model_dir):
@@ -34,7 +36,7 @@ def _tokenised(tmp_path, built_model_dir):
 
 def test_a_cache_records_its_tokenizer_and_reads_back_whole(tmp_path, tiny_models):
     cache = _tokenised(tmp_path, tiny_models["opt"])
-    fp = tokenizer_fingerprint(SPEC, str(tiny_models["opt"]))
+    fp = tokenizer_fingerprint(ENTRY, str(tiny_models["opt"]))
     assert fp and read_tokenized(cache, fp)["tokenizer"] == fp
     assert json.loads(cache_info_path(cache).read_text())["tokenizer"] == fp
     assert cache_problem(cache, fp) is None
@@ -44,7 +46,7 @@ def test_a_cache_cut_short_is_refused_before_scoring_naming_what_to_delete(tmp_p
     cache = _tokenised(tmp_path, tiny_models["opt"])
     raw = cache.read_bytes()
     cache.write_bytes(raw[: len(raw) * 2 // 3])
-    fp = tokenizer_fingerprint(SPEC, str(tiny_models["opt"]))
+    fp = tokenizer_fingerprint(ENTRY, str(tiny_models["opt"]))
     with pytest.raises(ResultError) as e:
         read_tokenized(cache, fp)
     assert str(cache) in str(e.value) and "delete it" in str(e.value) and "tokenize_testset" in str(e.value)
@@ -60,8 +62,8 @@ def test_a_cache_made_by_another_tokenizer_is_refused(tmp_path, tiny_models):
     a, b = sorted(vocab)[10:12]
     vocab[a], vocab[b] = vocab[b], vocab[a]  # another tokenizer: two token ids swapped
     (other_dir / "tokenizer.json").write_text(json.dumps(tok))
-    theirs = tokenizer_fingerprint(SPEC, str(other_dir))
-    assert theirs != tokenizer_fingerprint(SPEC, str(tiny_models["opt"]))
+    theirs = tokenizer_fingerprint(ENTRY, str(other_dir))
+    assert theirs != tokenizer_fingerprint(ENTRY, str(tiny_models["opt"]))
     with pytest.raises(ResultError) as e:
         read_tokenized(mine, theirs)
     assert "made by another tokenizer" in str(e.value) and str(mine) in str(e.value)
@@ -100,11 +102,11 @@ def test_a_model_folder_missing_a_shard_is_refused_naming_it(tmp_path):
     }
     (d / "model.safetensors.index.json").write_text(json.dumps(index))
     with pytest.raises(ConfigError) as e:
-        check_local_weights(str(d), {"name": "sharded"})
+        check_local_weights(str(d), ModelEntry(name="sharded"))
     msg = str(e.value)
     assert "models[sharded]" in msg and "model-00002-of-00002.safetensors" in msg and "1 of the 2" in msg
     save_file({"b": torch.zeros(4)}, d / "model-00002-of-00002.safetensors")
-    check_local_weights(str(d), {"name": "sharded"})  # whole again: fine
+    check_local_weights(str(d), ModelEntry(name="sharded"))  # whole again: fine
 
 
 # ---- a cache that changed after it was written, or that cannot be checked (issues 39 and 41) -------
@@ -127,7 +129,7 @@ def _flip_a_token_id_bit(cache, ids) -> None:
 
 def test_a_bit_flipped_in_a_token_id_is_refused_before_scoring(tmp_path, tiny_models):
     cache = _tokenised(tmp_path, tiny_models["opt"])
-    fp = tokenizer_fingerprint(SPEC, str(tiny_models["opt"]))
+    fp = tokenizer_fingerprint(ENTRY, str(tiny_models["opt"]))
     ids = read_tokenized(cache, fp)["input_ids"]
     size, mtime = cache.stat().st_size, cache.stat().st_mtime_ns
     _flip_a_token_id_bit(cache, ids)
@@ -147,7 +149,7 @@ def test_a_cache_from_before_the_tokenizer_digest_is_not_trusted(tmp_path, tiny_
     old |= {"label_names": ["a", "b"], "pad_id": 1, "n_truncated": 0, "fingerprint": "f", "records_sha256": "r"}
     torch.save(old, cache)
     cache_info_path(cache).write_text(json.dumps({"testset": "t", "model": "tiny", "n": 4, "n_truncated": 0}))
-    fp = tokenizer_fingerprint(SPEC, str(tiny_models["opt"]))
+    fp = tokenizer_fingerprint(ENTRY, str(tiny_models["opt"]))
     why = cache_problem(cache, fp)
     assert why is not None and "before" in why and str(cache) in why  # planning has it made again
     with pytest.raises(ResultError) as e:
@@ -182,7 +184,7 @@ def test_two_swapped_caches_are_found_at_planning_and_refused_at_read(tmp_path, 
         pa.rename(swap), pb.rename(pa), swap.rename(pb)
     said = check_tokenized_caches(plan, rebuild=False)
     assert len(said) == 2 and all("holds testset" in w for w in said), said
-    fp = tokenizer_fingerprint(spec, str(tiny_models["opt"]))
+    fp = tokenizer_fingerprint(ModelEntry.from_params(spec), str(tiny_models["opt"]))
     with pytest.raises(ResultError) as e:
         read_tokenized(caches[a], fp, testset=a, model=model)
     assert f"holds testset {b!r}" in str(e.value) and "delete it" in str(e.value)

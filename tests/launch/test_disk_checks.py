@@ -140,6 +140,7 @@ def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_
     import pytest
 
     from oodcorr.core.errors import ConfigError
+    from oodcorr.core.model_entry import ModelEntry
     from oodcorr.launch.disk_checks import check_on_disk
     from oodcorr.modeling.loading import load_tokenizer
 
@@ -160,7 +161,7 @@ def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_
     msg = str(e.value)
     assert "models[local]" in msg and f"token ids up to {rows + 5}" in msg and f"have {rows} rows" in msg, msg
     with pytest.raises(ConfigError, match=rf"token ids up to {rows + 5}, but the model's input embeddings have {rows}"):
-        load_tokenizer({"name": "local", "path": str(folder)})  # and in every job that loads it
+        load_tokenizer(ModelEntry(name="local", path=str(folder)))  # and in every job that loads it
 
 
 # ---- issue 39: the truncation warnings describe what this run tokenises ----------------------------

@@ -42,7 +42,7 @@ def test_a_gguf_entry_is_converted_once_and_every_job_loads_the_folder(tmp_path)
     f = tiny_llama_gguf(tmp_path / "m.gguf")
     plan = plan_mod.load(_config(f), REPO)
     spec = plan.models["lm"]
-    assert spec.is_gguf and not spec.is_tiny
+    assert spec.model_entry.is_gguf and not spec.model_entry.is_tiny
     folder = plan.built_model_dir("lm")
     assert folder.endswith("/models/gguf/lm")
     assert plan.model_input(WC(model="lm")) == [folder]
@@ -50,9 +50,9 @@ def test_a_gguf_entry_is_converted_once_and_every_job_loads_the_folder(tmp_path)
     assert job_counts(plan)["convert_gguf"] == 1
     check_inputs_exist(plan.exp)  # a readable header passes
     # the jobs load the converted folder, never the file
-    assert model_source(spec.entry, folder) == (folder, {})
+    assert model_source(spec.model_entry, folder) == (folder, {})
     with pytest.raises(ConfigError, match="needs its converted folder"):
-        model_source(spec.entry, None)
+        model_source(spec.model_entry, None)
 
 
 @pytest.mark.parametrize(

@@ -219,7 +219,9 @@ def test_paper_grid_fits_its_80_gib_gpus():
 
 def test_params_b_changes_no_result_key():
     a, b = plan(big_model(1000)), plan(big_model(1000, params_b=13))
-    assert a.models["big"].entry == b.models["big"].entry  # params (and the run identity) are unchanged
+    assert (
+        a.models["big"].model_entry.params() == b.models["big"].model_entry.params()
+    )  # params (and the run identity) are unchanged
     assert a.models["big"].params_b == 70 and b.models["big"].params_b == 13
 
 

@@ -8,6 +8,7 @@ import torch
 
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.core.records import read_result
 from oodcorr.jobs.evaluate import evaluate_run
 from oodcorr.jobs.finetune import finetune
@@ -94,8 +95,9 @@ def _evaluate(tmp_path, spec, built_model_dir, run, step, cache, batch_size=7):
 
 def _manual_logits(spec, built_model_dir, ckpt, test_path):
     """Each example alone, no padding, encoded as a plain sentence pair."""
-    tok = load_tokenizer(spec, built_model_dir)
-    model = load_checkpoint(spec, ckpt, built_model_dir, labels=LABELS, pad_token_id=tok.pad_token_id)
+    model_entry = ModelEntry.from_params(spec)
+    tok = load_tokenizer(model_entry, built_model_dir)
+    model = load_checkpoint(model_entry, ckpt, built_model_dir, labels=LABELS, pad_token_id=tok.pad_token_id)
     rows = [json.loads(line) for line in Path(test_path).read_text().splitlines()]
     out = []
     with torch.no_grad():
@@ -212,7 +214,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
         "template": PROMPT["template"],
         "verbalisers": {"entailment": " Yes", "neutral": " Maybe", "contradiction": " No"},
     }
-    tok = load_tokenizer(spec, tiny)
+    tok = load_tokenizer(ModelEntry.from_params(spec), tiny)
     if len(tok.encode(" Maybe", add_special_tokens=False)) != 1:
         prompt["verbalisers"]["neutral"] = " the"
     cache = tmp_path / "c.pt"
@@ -233,7 +235,7 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     from oodcorr.modeling.loading import load_model
 
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0"
-    load_model(spec, tiny).save_pretrained(ck)
+    load_model(ModelEntry.from_params(spec), tiny).save_pretrained(ck)
     write_ckpt_manifest(ck, 0, resumable=False)
     res = _evaluate(tmp_path, spec, tiny, tmp_path / "run", 0, cache)
     df = __import__("pandas").read_parquet(tmp_path / "eval0-7.parquet")

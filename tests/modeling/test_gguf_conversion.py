@@ -17,6 +17,7 @@ import pytest
 
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.model_dirs import check_local_weights, gguf_file
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.modeling.gguf_conversion import MANIFEST, convert
 from oodcorr.modeling.loading import load_model, load_tokenizer
 from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids, verbaliser_logits
@@ -48,7 +49,7 @@ def converted(tmp_path_factory):
 @SMOLLM2
 def test_converted_once_with_its_digest_and_no_gguf_marker(converted):
     out, record = converted
-    f = gguf_file(ENTRY)
+    f = gguf_file(ModelEntry.from_params(ENTRY))
     assert record["sha256"] == hashlib.sha256(f.read_bytes()).hexdigest()
     assert json.loads((out / MANIFEST).read_text()) == record
     assert record["architecture"] == "llama" and record["tensor_types"]["Q4_1"] > 0
@@ -56,7 +57,9 @@ def test_converted_once_with_its_digest_and_no_gguf_marker(converted):
     cfg = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in cfg and cfg["model_type"] == "llama"
     assert (out / "model.safetensors").exists() and not list(out.glob("*.gguf"))
-    check_local_weights(str(out), dict(ENTRY, path=str(out)))  # an ordinary safetensors model now
+    check_local_weights(
+        str(out), ModelEntry.from_params(dict(ENTRY, path=str(out)))
+    )  # an ordinary safetensors model now
     assert not list(out.parent.glob(".smollm2.partial-*"))  # nothing half-written left beside it
 
 
@@ -66,7 +69,7 @@ def test_the_chat_template_is_dropped_unless_opted_in(converted):
     out, record = converted
     assert record["chat_template"] == "dropped"
     assert not list(out.glob("chat_template*"))
-    tok = load_tokenizer({"name": "s", "path": str(out)})
+    tok = load_tokenizer(ModelEntry(name="s", path=str(out)))
     assert not tok.chat_template
     with pytest.raises(ValueError):  # nothing can render one
         tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
@@ -87,7 +90,7 @@ def test_dtype_auto_is_refused_for_a_gguf_file(tmp_path):
 @SMOLLM2
 def test_pad_token_bos_and_verbalisers_of_the_real_tokenizer(converted, tmp_path):
     out, _ = converted
-    tok = load_tokenizer({"name": "s", "path": str(out)})
+    tok = load_tokenizer(ModelEntry(name="s", path=str(out)))
     assert tok.pad_token_id is not None and tok.padding_side == "right"
     # no BOS: SmolLM2 adds none (tokenizer.ggml.add_bos_token false), and the prompt gains none
     ids, n_cut = encode_prompts(tok, RECORDS, TEMPLATE, 128)
@@ -108,7 +111,7 @@ def test_pad_token_bos_and_verbalisers_of_the_real_tokenizer(converted, tmp_path
     tc = json.loads((nopad / "tokenizer_config.json").read_text())
     tc.pop("pad_token", None)
     (nopad / "tokenizer_config.json").write_text(json.dumps(tc))
-    tok2 = load_tokenizer({"name": "s", "path": str(nopad)})
+    tok2 = load_tokenizer(ModelEntry(name="s", path=str(nopad)))
     assert tok2.pad_token_id == tok2.eos_token_id is not None
 
 
@@ -120,7 +123,7 @@ def test_scores_are_the_same_alone_and_padded_on_either_side(converted):
     import torch
 
     out, _ = converted
-    spec = {"name": "s", "path": str(out), "dtype": "float32"}
+    spec = ModelEntry(name="s", path=str(out), dtype="float32")
     tok = load_tokenizer(spec)
     model = load_model(spec).eval()
     ids, _ = encode_prompts(tok, RECORDS, TEMPLATE, 128)

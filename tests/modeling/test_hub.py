@@ -5,6 +5,7 @@ import hashlib
 import os
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -280,6 +281,7 @@ def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path
 
 
 def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch):
+    from oodcorr.core.model_entry import ModelEntry
     from oodcorr.jobs.data import prepare
     from oodcorr.modeling.loading import model_source
 
@@ -287,16 +289,16 @@ def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monk
 
     cfg = hub_config(tmp_path / "exp.yaml")
     assert main(["prefetch", "--configfile", str(cfg)]) == 0
-    spec = {"name": "hubby", "hub": REPO_ID, "revision": "v1"}
+    spec = ModelEntry(name="hubby", hub=REPO_ID, revision="v1")
     assert model_source(spec) == (REPO_ID, {"revision": "v1"})  # no lock: the entry's revision
     monkeypatch.setenv(hub.LOCK_ENV, str(tmp_path / "exp.lock.yaml"))
     assert model_source(spec) == (REPO_ID, {"revision": sha("v1")})
     with pytest.raises(hub.LockMismatch) as e:
-        model_source(dict(spec, revision="main"))
+        model_source(replace(spec, revision="main"))
     assert "models[hubby]: revision 'main' in the config, 'v1' in the lock file" in str(e.value)
     assert "refusing to load another revision" in str(e.value) and "oodcorr prefetch --configfile" in str(e.value)
     with pytest.raises(hub.LockMismatch, match=r"models\[other\]: not in the lock file"):
-        model_source(dict(spec, name="other"))
+        model_source(replace(spec, name="other"))
 
     _, plan = plan_of(cfg)
     entry = plan.exp.dataset_params("hub-nli")

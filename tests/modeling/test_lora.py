@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 
+from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.finetune import apply_lora
 from oodcorr.jobs.scoring import score
 from oodcorr.modeling import lora
@@ -23,7 +24,7 @@ REL_TOL = 1e-5
 
 def _adapter(tmp_path, built_model_dir, method: str, lora_cfg: dict, seed=0, scale=0.2):
     """A LoRA checkpoint whose B is not zero (so the adapter changes the logits), as finetuning saves it."""
-    spec = {"name": "tiny", "path": str(built_model_dir), "method": method}
+    spec = ModelEntry(name="tiny", path=str(built_model_dir), method=method)
     torch.manual_seed(seed)
     model = apply_lora(load_model(spec, None, "cpu", LABELS, 1), lora_cfg, get(method).peft_task)
     with torch.no_grad():

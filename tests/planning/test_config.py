@@ -112,7 +112,7 @@ def test_model_overrides_replace_schedule_and_epochs(default_config):
 
 def test_params_ignore_bookkeeping_and_key_order(default_config):
     plan = build_plan(default_config, REPO)
-    spec = plan.models["tiny-opt"].entry
+    spec = plan.models["tiny-opt"].model_entry.params()
     assert "resources" not in spec and list(spec) == sorted(spec)
     ft = plan.models["tiny-opt"].finetune
     assert "n_train" not in ft and "seeds" not in ft
@@ -120,8 +120,8 @@ def test_params_ignore_bookkeeping_and_key_order(default_config):
     assert "description" not in ds and "_registry" not in ds
     reordered = copy.deepcopy(default_config)
     reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
-    assert build_plan(reordered, REPO).models["tiny-opt"].entry == spec
-    assert repr(build_plan(reordered, REPO).models["tiny-opt"].entry) == repr(spec)
+    assert build_plan(reordered, REPO).models["tiny-opt"].model_entry.params() == spec
+    assert repr(build_plan(reordered, REPO).models["tiny-opt"].model_entry.params()) == repr(spec)
 
 
 def _load(name):

@@ -19,7 +19,7 @@ from helpers import LABELS, PROMPT, REPO
 
 def _job(tmp_path, **over) -> FinetuneJob:
     kw = dict(
-        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}, "resources": {"finetune": {"gpu": 0}}},
+        model_spec={"name": "tiny", "tiny": {"model_type": "opt"}},
         built_model_dir=str(tmp_path / "tiny"),
         train_path=str(tmp_path / "train.jsonl"),
         labels=list(LABELS),
@@ -137,8 +137,8 @@ def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
         job = _job(
             tmp_path, model_spec={"name": "m", "dtype": dtype}, finetune=dict(_job(tmp_path).finetune, bf16=flag)
         )
-        assert job.bf16 is want and trains_in_bf16(job.model_spec, job.finetune) is want
-        assert mixed_precision(job.model_spec, job.finetune) == ("bf16" if want else "no")
+        assert job.bf16 is want and trains_in_bf16(job.model_entry, job.finetune) is want
+        assert mixed_precision(job.model_entry, job.finetune) == ("bf16" if want else "no")
 
 
 def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_path, monkeypatch):
@@ -148,12 +148,12 @@ def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_pa
     import oodcorr.jobs.finetune as f
 
     (tmp_path / "train.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n')
-    monkeypatch.setattr(f, "base_weights_fingerprint", lambda spec, tiny: f"weights of {spec['name']} in {tiny}")
+    monkeypatch.setattr(f, "base_weights_fingerprint", lambda entry, tiny: f"weights of {entry.name} in {tiny}")
     job = _job(tmp_path, finetune=dict(_job(tmp_path).finetune, n_train=[64], seeds=[3]))
     ident = f.run_identity(job)
     assert ident["finetune"] == {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")}
     assert "max_steps" in ident["finetune"] and "checkpoints" in ident["finetune"]  # as before: kept
-    assert ident["model"] == {"name": "tiny", "tiny": {"model_type": "opt"}}  # resources left out
+    assert ident["model"] == {"name": "tiny", "tiny": {"model_type": "opt"}}  # the params as planned
     assert ident["labels"] == list(LABELS) and ident["steps"] == [0, 5, 10, 15, 20]
     assert (ident["n_train"], ident["seed"], ident["max_steps"], ident["prompt"]) == (64, 3, 20, PROMPT)
     assert ident["base_weights"] == f"weights of tiny in {tmp_path / 'tiny'}"
@@ -163,3 +163,10 @@ def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_pa
     # a setting training does not read still changes the identity (a changed block is a new run)
     other = replace(job, finetune=dict(job.finetune, checkpoints={"every": 10}))
     assert sha256_json(f.run_identity(other)) != sha256_json(ident)
+
+
+def test_a_job_whose_model_entry_has_a_key_this_code_does_not_know_is_refused_naming_it(tmp_path):
+    """Params planned by other code (an entry with ``resources``, as the plan once passed it): refused
+    when the job is built, before any file is read, naming the key and what to do."""
+    with pytest.raises(ConfigError, match=r"models\[tiny\]: unknown key\(s\) 'resources' .*plan again"):
+        _job(tmp_path, model_spec={"name": "tiny", "tiny": {"model_type": "opt"}, "resources": {"finetune": {}}})

@@ -72,7 +72,7 @@ rule build_tiny_model:
     resources:
         **PLAN.rule_resources("build_tiny_model"),
     params:
-        spec=lambda wc: PLAN.models[wc.model].entry["tiny"],
+        spec=lambda wc: PLAN.models[wc.model].model_entry.tiny,
         seed=PLAN.pretraining["corpus"]["seed"],
     script:
         "../scripts/build_tiny_model.py"

@@ -4,7 +4,8 @@
 ``table_files`` (CSV/TSV and parquet files, read with one set of checks),
 ``filesystems`` (the room a file system has, and what stopped a write, in a sentence), ``records``
 (what jobs record beside their outputs, for the readers that are not those jobs), ``defaults`` (the
-defaults Python reads, written once), ``model_dirs`` (model folders on disk and whether they load
+defaults Python reads, written once), ``model_entry`` (a model entry of the config, typed once by
+planning: what every later stage receives), ``model_dirs`` (model folders on disk and whether they load
 safely), ``locks`` (one writer per folder; lock files opened without following links), ``published``
 (results published as one set, switched by one rename, and checked against their record), ``gpus``
 (device claims), ``ranks`` (which process of a distributed launch this is), ``limits`` (the size

@@ -474,3 +474,12 @@ def stat_key(path: str | os.PathLike) -> list[int]:
 
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=json_default).encode()).hexdigest()
+
+
+def canonical(obj: Any) -> Any:
+    """A copy with every mapping's keys sorted, so reordering YAML keys changes no params."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(x) for x in obj]
+    return obj

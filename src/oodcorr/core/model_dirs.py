@@ -3,7 +3,8 @@ defaults, and which of its files loading reads.
 
 Planning checks a local model with these (:mod:`oodcorr.launch.disk_checks`), loading checks it again
 (:mod:`oodcorr.modeling.loading`), and a series' manifest lists the files they name (:mod:`oodcorr.jobs.series`,
-:mod:`oodcorr.planning.plan`). Nothing here imports torch or another oodcorr module but the errors.
+:mod:`oodcorr.planning.plan`). Each function that needs the entry takes its
+:class:`oodcorr.core.model_entry.ModelEntry`. Nothing here imports torch or an oodcorr module outside core.
 """
 
 from __future__ import annotations
@@ -16,51 +17,42 @@ from pathlib import Path
 
 from .errors import ConfigError
 from .io import DuplicateKey, loads_json
+from .model_entry import ModelEntry
 
 
-def package_path(spec: dict) -> Path:
+def package_path(model_entry: ModelEntry) -> Path:
     """The folder or file ``<package>/<sub/path>`` inside an installed Python package (nothing is imported)."""
-    pkg, _, sub = spec["package"].partition("/")
+    pkg, _, sub = model_entry.package.partition("/")
     found = importlib.util.find_spec(pkg)
     if found is None or not found.submodule_search_locations:
         raise ConfigError(
-            f"models[{spec['name']}].package: Python package {pkg!r} is not installed "
+            f"{model_entry.where}.package: Python package {pkg!r} is not installed "
             f"(e.g. pip install {pkg.replace('_', '-')})"
         )
     d = Path(list(found.submodule_search_locations)[0]) / sub
     if not d.exists():
-        raise ConfigError(f"models[{spec['name']}].package: {d} does not exist")
+        raise ConfigError(f"{model_entry.where}.package: {d} does not exist")
     return d
 
 
-def package_dir(spec: dict) -> Path:
+def package_dir(model_entry: ModelEntry) -> Path:
     """The model folder ``<package>/<sub/folder>`` inside an installed Python package."""
-    d = package_path(spec)
+    d = package_path(model_entry)
     if not d.is_dir():
-        raise ConfigError(f"models[{spec['name']}].package: {d} is not a folder (a model folder, or a .gguf file)")
+        raise ConfigError(f"{model_entry.where}.package: {d} is not a folder (a model folder, or a .gguf file)")
     return d
 
 
-GGUF_SUFFIX = ".gguf"
-
-
-def names_gguf(spec: dict) -> bool:
-    """Whether a model entry names a GGUF file (``package:`` or ``path:`` ending in ``.gguf``),
-    read without touching the disk (planning decides on it)."""
-    where = spec.get("package") or spec.get("path")
-    return bool(where) and str(where).lower().endswith(GGUF_SUFFIX)
-
-
-def gguf_file(spec: dict) -> Path:
+def gguf_file(model_entry: ModelEntry) -> Path:
     """The GGUF file a model entry names; a ConfigError naming the key when it is not a file."""
-    if spec.get("package"):
-        p = package_path(spec)
+    if model_entry.package:
+        p = package_path(model_entry)
         key = "package"
     else:
-        p = Path(spec["path"])
+        p = Path(model_entry.path)
         key = "path"
     if not p.is_file():
-        raise ConfigError(f"models[{spec['name']}].{key}: {p} is not a file (a .gguf entry names the file itself)")
+        raise ConfigError(f"{model_entry.where}.{key}: {p} is not a file (a .gguf entry names the file itself)")
     return p
 
 
@@ -166,7 +158,7 @@ def tensor_bytes(meta: dict) -> int | None:
     return None if count * bits % 8 else count * bits // 8
 
 
-def check_local_weights(src: str, spec: dict) -> None:
+def check_local_weights(src: str, model_entry: ModelEntry) -> None:
     """A local model folder loads under the safety defaults: config.json, safetensors unless
     ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a hub id passes. Every
     safetensors file must be one (its header read, :func:`safetensors_header`) and config.json JSON:
@@ -175,15 +167,15 @@ def check_local_weights(src: str, spec: dict) -> None:
     if not p.exists():
         return  # a hub id: from_pretrained's use_safetensors enforces the format
     if not p.is_dir() or not (p / "config.json").exists():
-        raise ConfigError(f"models[{spec['name']}]: {p} is not a model directory (no config.json)")
+        raise ConfigError(f"{model_entry.where}: {p} is not a model directory (no config.json)")
     has_st = any(p.glob("*.safetensors")) or (p / "model.safetensors.index.json").exists()
     has_pickle = any(p.glob("*.bin")) or any(p.glob("*.pt")) or any(p.glob("*.pth"))
-    if not has_st and has_pickle and not spec.get("allow_pickle_weights", False):
+    if not has_st and has_pickle and not model_entry.allow_pickle_weights:
         raise ConfigError(
-            f"models[{spec['name']}]: {p} holds weights only in a pickle format (.bin/.pt); "
+            f"{model_entry.where}: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
-    missing_shards(p, spec)
+    missing_shards(p, model_entry)
     headers = {}
     for f in sorted(p.glob("*.safetensors")):
         try:
@@ -199,45 +191,45 @@ def check_local_weights(src: str, spec: dict) -> None:
                 else ""
             )
             raise ConfigError(
-                f"models[{spec['name']}]: {f} is not a readable safetensors file ({e}); it is damaged or not "
+                f"{model_entry.where}: {f} is not a readable safetensors file ({e}); it is damaged or not "
                 f"weights at all: copy or download the model again.{beside}"
             ) from None
     if (p / INDEX).exists() and not (p / "model.safetensors").exists():  # with both, the one file is loaded
-        check_shard_index(p, spec, headers)
+        check_shard_index(p, model_entry, headers)
     try:
         cfg = loads_json((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
         raise ConfigError(
-            f"models[{spec['name']}]: {p / 'config.json'} is not readable JSON ({type(e).__name__}: {str(e)[:120]}); "
+            f"{model_entry.where}: {p / 'config.json'} is not readable JSON ({type(e).__name__}: {str(e)[:120]}); "
             "copy or download the model again"
         ) from None
     if not isinstance(cfg, dict):
-        raise ConfigError(f"models[{spec['name']}]: {p / 'config.json'} is not a JSON mapping")
-    if cfg.get("auto_map") and not spec.get("trust_remote_code", False):
+        raise ConfigError(f"{model_entry.where}: {p / 'config.json'} is not a JSON mapping")
+    if cfg.get("auto_map") and not model_entry.trust_remote_code:
         raise ConfigError(
-            f"models[{spec['name']}]: {p} needs remote code (config.json has auto_map); "
+            f"{model_entry.where}: {p} needs remote code (config.json has auto_map); "
             "set trust_remote_code: true on this model to opt in"
         )
 
 
-def missing_shards(folder: Path, spec: dict) -> None:
+def missing_shards(folder: Path, model_entry: ModelEntry) -> None:
     """A sharded model's index (``model.safetensors.index.json``, or ``pytorch_model.bin.index.json``
     when pickles are allowed) names every shard: each must be in the folder, else a
     :class:`ConfigError` naming the missing ones (a copy or prefetch cut short); checked before any
     job loads the model, which would stop with the loader's traceback (or, for some loaders, go on
     with the weights of the missing shards left at their random initial values)."""
     names = ["model.safetensors.index.json"]
-    if spec.get("allow_pickle_weights"):
+    if model_entry.allow_pickle_weights:
         names.append("pytorch_model.bin.index.json")
     for name in names:
         index = folder / name
         if not index.exists():
             continue
-        shards = sorted(set(read_weight_map(index, spec).values()))
+        shards = sorted(set(read_weight_map(index, model_entry).values()))
         gone = [s for s in shards if not (folder / s).is_file()]
         if gone:
             raise ConfigError(
-                f"models[{spec['name']}]: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
+                f"{model_entry.where}: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
                 f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): a copy or download cut short. "
                 "Copy or download the model again (a hub model: run `oodcorr prefetch` again), then run again"
             )
@@ -247,7 +239,7 @@ INDEX = "model.safetensors.index.json"
 SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<i>\d+)-of-(?P<n>\d+)\.safetensors$")
 
 
-def read_weight_map(index: Path, spec: dict) -> dict[str, str]:
+def read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
     """A shard index's ``weight_map`` (tensor -> shard file), read with each key once; a
     :class:`ConfigError` naming the file otherwise."""
     try:
@@ -257,17 +249,17 @@ def read_weight_map(index: Path, spec: dict) -> dict[str, str]:
             raise TypeError("weight_map is not a mapping of tensor names to file names")
     except DuplicateKey as e:
         raise ConfigError(
-            f"models[{spec['name']}]: {index}: {e}; a hand-edited or merged index: copy or download the model again"
+            f"{model_entry.where}: {index}: {e}; a hand-edited or merged index: copy or download the model again"
         ) from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ConfigError(
-            f"models[{spec['name']}]: {index} is not a readable shard index ({type(e).__name__}); copy or "
+            f"{model_entry.where}: {index} is not a readable shard index ({type(e).__name__}); copy or "
             "download the model again"
         ) from None
     return wm
 
 
-def check_shard_index(folder: Path, spec: dict, headers: dict[str, dict]) -> None:
+def check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
     """A sharded model is whole: what its index (``model.safetensors.index.json``) names is what its
     shards (their headers, ``headers``: file name -> header) hold, tensor for tensor; the shards
     named ``<stem>-<i>-of-<n>.safetensors`` are all there in the index, ``1`` to ``n``; and the
@@ -276,8 +268,8 @@ def check_shard_index(folder: Path, spec: dict, headers: dict[str, dict]) -> Non
     would otherwise load with those weights started from random values, said in a log line only.
     A :class:`ConfigError` naming the file and what is missing otherwise."""
     index = folder / INDEX
-    wm = read_weight_map(index, spec)
-    where = f"models[{spec['name']}]: {index}"
+    wm = read_weight_map(index, model_entry)
+    where = f"{model_entry.where}: {index}"
     again = (
         "the model is incomplete, and loading it would start the weights left out from random values. Copy or "
         "download the model again (a hub model: run `oodcorr prefetch` again)"

@@ -21,10 +21,13 @@ import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ResultError
 from ..core.io import sha256_json, write_json_atomic
+from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
 from ..core.records import read_result
 from ..modeling.adaptation import correct_mask
@@ -211,7 +214,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
 
 def evaluate_run(
     *,
-    model_spec: dict,
+    model_spec: Mapping,
     built_model_dir: str | None,
     checkpoints: list[dict],
     tokenized: str,
@@ -233,10 +236,13 @@ def evaluate_run(
     kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
     every checkpoint's record. A batch size that had to be halved for memory stays halved
     for the checkpoints after it. ``testset`` (the job's) is what the tokenised testset must hold,
-    with the model's name (:func:`read_tokenized`). Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
+    with the model's name (:func:`read_tokenized`). ``model_spec`` is the rule's params form of the model
+    entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`), made into its typed entry once, here.
+    Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
     """
     t0 = time.time()
     age = _process_age()
+    model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
     t_imp = time.time()
@@ -244,12 +250,12 @@ def evaluate_run(
     # checked before anything is scored: bytes other than those written, cut short, another format, another
     # testset's or model's (swapped), or another tokenizer's is refused
     cache = read_tokenized(
-        tokenized, tokenizer_fingerprint(model_spec, built_model_dir), testset=testset, model=model_spec.get("name")
+        tokenized, tokenizer_fingerprint(model_entry, built_model_dir), testset=testset, model=model_entry.name
     )
     t_cache = time.time()
-    dtype = eval_dtype(model_spec, device, dtype)
+    dtype = eval_dtype(model_entry, dtype)
     loader = CheckpointLoader(
-        dict(model_spec, dtype=dtype), built_model_dir, device, cache["label_names"], cache["pad_id"]
+        replace(model_entry, dtype=dtype), built_model_dir, device, cache["label_names"], cache["pad_id"]
     )
     job_timing = {
         "startup": round(age, 3) if age is not None else None,

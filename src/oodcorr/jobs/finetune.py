@@ -39,6 +39,7 @@ from ..core.errors import ConfigError
 from ..core.filesystems import check_room, human_bytes
 from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
 from ..core.locks import hold
+from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
 from ..modeling import adaptation
 from ..modeling.hub import pinned_model_revision
@@ -202,13 +203,13 @@ def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
     return get_peft_model(model, cfg)
 
 
-def base_weights_fingerprint(model_spec: dict, built_model_dir: str | None) -> str:
+def base_weights_fingerprint(model_entry: ModelEntry, built_model_dir: str | None) -> str:
     """What identifies the starting weights: a hub revision, or the local files' sizes and times."""
-    if model_spec.get("hub"):
+    if model_entry.hub:
         # under a hub lock the commit the branch or tag resolved to (the same string for a commit)
-        return f"hub:{model_spec['hub']}@{pinned_model_revision(model_spec) or 'unpinned'}"
+        return f"hub:{model_entry.hub}@{pinned_model_revision(model_entry) or 'unpinned'}"
 
-    d = Path(model_source(model_spec, built_model_dir)[0])
+    d = Path(model_source(model_entry, built_model_dir)[0])
     files = sorted(d.glob("*.safetensors")) + sorted(d.glob("*.bin"))
     return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
 
@@ -289,8 +290,8 @@ def run_identity(job: FinetuneJob) -> dict:
     into the run folder's ``run_identity.json``; checkpoints made under another identity are
     never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
     return {
-        "model": {k: v for k, v in job.model_spec.items() if k != "resources"},
-        "base_weights": base_weights_fingerprint(job.model_spec, job.built_model_dir),
+        "model": dict(job.model_spec),  # the params as planned (a key they may not hold is refused: ModelEntry)
+        "base_weights": base_weights_fingerprint(job.model_entry, job.built_model_dir),
         "finetune": {k: v for k, v in job.finetune.items() if k not in ("n_train", "seeds")},
         "prompt": job.prompt,
         "labels": list(job.labels),
@@ -304,7 +305,7 @@ def run_identity(job: FinetuneJob) -> dict:
 
 def _training_method(job: FinetuneJob):
     """The model's method (:mod:`oodcorr.modeling.adaptation`), checked against the loss it is to train on."""
-    method = adaptation.get(job.model_spec.get("method"))
+    method = adaptation.get(job.model_entry.method)
     if job.training.loss == "vocabulary" and not hasattr(method, "vocab_logits"):
         raise ConfigError(
             f"models[{job.name}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
@@ -324,7 +325,7 @@ class _TrainingSet:
 
 def _training_set(job: FinetuneJob, method) -> _TrainingSet:
     """The balanced sample of ``n_train`` examples for ``seed``, encoded (a bad verbaliser fails here)."""
-    tok = load_tokenizer(job.model_spec, job.built_model_dir)
+    tok = load_tokenizer(job.model_entry, job.built_model_dir)
     labels = list(job.labels)
     train = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
     ids, n_trunc, extra = method.encode(
@@ -348,7 +349,7 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
     set_seed(job.seed)
     # several processes: every rank loads on the CPU and FSDP/DeepSpeed places the shards
     model = load_model(
-        job.model_spec,
+        job.model_entry,
         job.built_model_dir,
         "cpu" if launched() else job.device,
         list(job.labels),

@@ -28,6 +28,7 @@ from pathlib import Path
 from ..core.gpus import claim_for_job
 from ..core.io import read_json, write_json_atomic
 from ..core.locks import check_free
+from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process
 from ..planning.finetune_job import FinetuneJob, trains_in_bf16
 from .finetune import finetune
@@ -44,10 +45,10 @@ ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what
 # ---- the finetune job: building and running the launch ---------------------------------
 
 
-def mixed_precision(model_spec: dict, ft: dict) -> str:
+def mixed_precision(model_entry: ModelEntry, ft: dict) -> str:
     """The same rule as the single-process path (:func:`oodcorr.planning.finetune_job.trains_in_bf16`):
     bf16 for a bf16 model or ``finetune.bf16``."""
-    return "bf16" if trains_in_bf16(model_spec, ft) else "no"
+    return "bf16" if trains_in_bf16(model_entry, ft) else "no"
 
 
 def _flag(value: bool) -> str:
@@ -162,7 +163,7 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
     argv = launch_argv(
         dist,
         args_file,
-        mixed_precision=mixed_precision(job.model_spec, job.finetune),
+        mixed_precision=mixed_precision(job.model_entry, job.finetune),
         threads=threads,
         port=_free_port(),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 
+from ..core.model_entry import ModelEntry
 from ..modeling import adaptation
 from ..modeling.loading import release_memory
 
@@ -190,17 +191,9 @@ def score(
     return out
 
 
-def eval_dtype(model_spec: dict, device: str, dtype: str | None = None) -> str:
+def eval_dtype(model_entry: ModelEntry, dtype: str | None = None) -> str:
     """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
-    the model entry's ``dtype`` (the schema fills in float32, so a workflow job always has one),
-    else, for an entry built without the schema, bf16 on a CUDA device that supports it (half
-    the memory, tensor cores) and float32 elsewhere."""
+    the model entry's ``dtype`` (the schema's default, float32, where the config gives none)."""
     if dtype and dtype != "model":
         return dtype
-    if model_spec.get("dtype"):
-        return model_spec["dtype"]
-    import torch  # torch stack: planning and the CLI never import it
-
-    if torch.device(device).type == "cuda" and torch.cuda.is_bf16_supported():
-        return "bfloat16"
-    return "float32"
+    return model_entry.dtype

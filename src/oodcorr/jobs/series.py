@@ -28,6 +28,7 @@ from pathlib import Path
 from ..core.errors import ConfigError
 from ..core.io import read_json, sha256_file, sha256_json, stat_key, write_json_atomic
 from ..core.model_dirs import check_local_weights, model_files
+from ..core.model_entry import ModelEntry
 
 KIND = "series-checkpoint"
 
@@ -37,7 +38,9 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
 
     A local directory is checked first as any local model is (a model directory, safetensors
     weights unless ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a
-    LoRA adapter is refused, as a series has no base model), then hashed."""
+    LoRA adapter is refused, as a series has no base model), then hashed. ``entry``: the model
+    entry's safety opt-ins, ``trust_remote_code`` and ``allow_pickle_weights`` (rule series_checkpoint's
+    params), read as a :class:`~oodcorr.core.model_entry.ModelEntry` named ``model``."""
     doc = {"kind": KIND, "model": model, "step": int(x), "x_unit": x_unit}
     if checkpoint.get("path"):
         d = Path(checkpoint["path"])
@@ -49,9 +52,10 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
                 f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
                 "(merge the adapter into its base model and save that)"
             )
-        check_local_weights(str(d), dict(entry, name=model))
+        model_entry = ModelEntry.from_params(dict(entry, name=model))
+        check_local_weights(str(d), model_entry)
         files = {}
-        for f in model_files(d, bool(entry.get("allow_pickle_weights"))):
+        for f in model_files(d, model_entry.allow_pickle_weights):
             files[f.name] = {"size": f.stat().st_size, "sha256": sha256_file(f), "stat": stat_key(f)}
         doc.update(source={"path": str(d)}, files=files, digest=sha256_json({k: v["sha256"] for k, v in files.items()}))
     else:

@@ -21,10 +21,12 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..core.errors import ResultError
 from ..core.io import atomic_path, read_json, read_jsonl, write_json_atomic
+from ..core.model_entry import ModelEntry
 from ..core.records import (
     TOKENIZED_FORMAT,
     cache_info_path,
@@ -42,7 +44,7 @@ CACHE_FORMAT = TOKENIZED_FORMAT
 
 def tokenize_testset(
     *,
-    model_spec: dict,
+    model_spec: Mapping,
     built_model_dir: str | None,
     testset: str,
     data_path: str,
@@ -56,17 +58,20 @@ def tokenize_testset(
     """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it.
 
     ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
-    gold labels it cannot predict and the predictions that count as right for them.
+    gold labels it cannot predict and the predictions that count as right for them. ``model_spec``
+    is the rule's params form of the model entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`),
+    made into its typed entry once, here, and recorded as given with the settings.
     """
+    model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
     from ..planning.config import changed_reading  # planning's config: an evaluation job does not need it
 
-    method = adaptation.get(model_spec.get("method"))
-    tok = load_tokenizer(model_spec, built_model_dir)
+    method = adaptation.get(model_entry.method)
+    tok = load_tokenizer(model_entry, built_model_dir)
     recs = read_jsonl(data_path)
     ids, n_trunc, extra = method.encode(
-        tok, recs, labels=labels, prompt=prompt, max_length=max_length, model_name=model_spec["name"]
+        tok, recs, labels=labels, prompt=prompt, max_length=max_length, model_name=model_entry.name
     )
     gold_names = list(labels) + [c for c in (coarse or {}) if c not in labels]
     lab = {name: i for i, name in enumerate(gold_names)}
@@ -76,7 +81,7 @@ def tokenize_testset(
     cache = {
         "format": CACHE_FORMAT,
         "testset": testset,
-        "model": model_spec["name"],
+        "model": model_entry.name,
         "method": method.name,
         "input_ids": ids,
         "labels": [lab[r["label"]] for r in recs],
@@ -92,7 +97,7 @@ def tokenize_testset(
         "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
         # the prompt switches that differ from the defaults (empty for the defaults and for head models)
         "reading": changed_reading(prompt),
-        "tokenizer": tokenizer_fingerprint(model_spec, built_model_dir),
+        "tokenizer": tokenizer_fingerprint(model_entry, built_model_dir),
     }
     buf = io.BytesIO()
     torch.save(cache, buf)
@@ -108,7 +113,7 @@ def tokenize_testset(
     info = {
         "format": CACHE_FORMAT,
         "testset": testset,
-        "model": model_spec["name"],
+        "model": model_entry.name,
         "n": len(ids),
         "n_truncated": n_trunc,
         "max_length": max_length,

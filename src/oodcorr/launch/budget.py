@@ -169,18 +169,19 @@ def measured_costs(plan) -> dict:
 
 def job_counts(plan) -> dict[str, int]:
     """Jobs per rule, as Snakemake schedules them for the whole experiment."""
-    tiny = [m for m, s in plan.models.items() if s.is_tiny]
+    tiny = [m for m, s in plan.models.items() if s.model_entry.is_tiny]
     tokenize = sum(
         len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
         for m in plan.models
     )
     n_models = len(plan.models)
-    trained = len([m for m, s in plan.models.items() if not s.is_series])  # a series has no finetune, no loss
+    # a series has no finetune, no loss
+    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])
     counts = {
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
         "build_tiny_model": len(tiny),
-        "convert_gguf": len([m for m, s in plan.models.items() if s.is_gguf]),
+        "convert_gguf": len([m for m, s in plan.models.items() if s.model_entry.is_gguf]),
         "tokenize_testset": tokenize,
         "finetune": len([r for r in plan.runs if not r.series]),
         # one manifest per given checkpoint of a series model, whatever its in-domain sets
@@ -212,9 +213,9 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
     if rule == "finetune":
         return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
     if rule == "build_tiny_model":
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.is_tiny]
+        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.model_entry.is_tiny]
     if rule == "convert_gguf":
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.is_gguf]
+        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.model_entry.is_gguf]
     jobs = []
     for m, s in plan.models.items():
         testsets = {t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]}
@@ -295,7 +296,7 @@ def compute(
         ck_notes.append(f"{m}: {n_ckpt} checkpoints x {human_bytes(per)} ({how})")
     if lock is not None:
         download, dnote = lock.download_bytes, f"from the lock file {lock.path}"
-    elif any(s.source == "hub" for s in plan.models.values()) or any(
+    elif any(s.model_entry.source == "hub" for s in plan.models.values()) or any(
         plan.exp.dataset(d).get("source") == "hub" for d in plan.datasets
     ):
         download, dnote = None, "run oodcorr prefetch: the lock lists every file and its size"
@@ -306,8 +307,9 @@ def compute(
     longest, which = 0.0, ""
     for run in plan.runs:
         res = plan.models[run.model].resources
-        spec = plan.models[run.model]
-        build = res["build_tiny_model"].runtime if spec.is_tiny else res["convert_gguf"].runtime if spec.is_gguf else 0
+        model_entry = plan.models[run.model].model_entry
+        built_by = "build_tiny_model" if model_entry.is_tiny else "convert_gguf" if model_entry.is_gguf else None
+        build = res[built_by].runtime if built_by else 0
         ev = res["evaluate"].runtime * (len(run.steps) if plan.unit == "run" else 1)
         t = build + max(res["finetune"].runtime, res["tokenize_testset"].runtime) + ev
         if t > longest:

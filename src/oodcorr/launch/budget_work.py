@@ -44,7 +44,7 @@ def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
     for m, spec in plan.models.items():
         n = model_size(spec, lock).parameters
         runs = [r for r in plan.runs if r.model == m]
-        if not spec.is_series:
+        if not spec.model_entry.is_series:
             ft = spec.finetune
             tokens = sum(
                 r.max_steps

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
-from ..core.model_dirs import check_local_weights, names_gguf, package_dir, tokenizer_max_id, vocab_problem
+from ..core.model_dirs import check_local_weights, package_dir, tokenizer_max_id, vocab_problem
+from ..core.model_entry import ModelEntry
 from ..core.records import (
     cache_info_path,
     cache_problem,
@@ -207,12 +209,13 @@ def check_inputs_exist(exp: Experiment) -> None:
     (their folders, and that they load under the safety defaults)."""
     for name in exp.all_datasets():
         _check_local_file(exp, name)
-    for m in exp.config["models"]:
-        if m.get("path") or m.get("package"):
-            _check_local_model(m)
+    for name, m in exp.models.items():
+        model_entry = exp.model_entry(name)
+        if model_entry.path or model_entry.package:
+            _check_local_model(model_entry)
         for ck in (m.get("series") or {}).get("checkpoints", []):
             if ck.get("path"):
-                _check_local_model(dict(m, path=ck["path"]), f"models[{m['name']}].series.checkpoints")
+                _check_local_model(replace(model_entry, path=ck["path"]), f"{model_entry.where}.series.checkpoints")
 
 
 def _check_local_file(exp: Experiment, name: str) -> None:
@@ -233,36 +236,37 @@ def _check_local_file(exp: Experiment, name: str) -> None:
         raise ConfigError(f"{where}: file not found: {path}{rel}")
 
 
-def _check_local_model(m: dict, key: str | None = None) -> None:
+def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
     """A local or packaged model must exist and load under the safety defaults, before any job runs;
-    a GGUF file's header must be one a loader can read safely (:func:`checked_header`)."""
-    if names_gguf(m) and not key:
-        checked_header(m)
+    a GGUF file's header must be one a loader can read safely (:func:`checked_header`). ``key``: where
+    a series checkpoint's ``path`` (set on ``model_entry``) is given."""
+    if model_entry.is_gguf and not key:
+        checked_header(model_entry)
         return
-    if m.get("package"):
-        p = package_dir(m)
+    if model_entry.package:
+        p = package_dir(model_entry)
     else:
-        p = Path(m["path"])
+        p = Path(model_entry.path)
         if not p.exists():
-            where = key or f"models[{m['name']}].path"
+            where = key or f"{model_entry.where}.path"
             raise ConfigError(
                 f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
             )
-    check_local_weights(str(p), m)
+    check_local_weights(str(p), model_entry)
 
 
 def tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
-    if spec.is_gguf:  # its tokenizer is in the converted folder, once converted
+    if spec.model_entry.is_gguf:  # its tokenizer is in the converted folder, once converted
         d = Path(plan.built_model_dir(model))
         return d if (d / "tokenizer.json").exists() else None
-    if spec.source == "path":
-        return Path(spec.entry["path"])
-    if spec.source == "package":
-        return package_dir(spec.entry)
-    if spec.is_tiny:
+    if spec.model_entry.source == "path":
+        return Path(spec.model_entry.path)
+    if spec.model_entry.source == "package":
+        return package_dir(spec.model_entry)
+    if spec.model_entry.is_tiny:
         return Path(plan.built_model_dir(model))
     return None
 
@@ -306,7 +310,7 @@ def check_verbalisers_on_disk(plan: Plan) -> None:
     model was rebuilt). Models with their own code (``trust_remote_code``) are left to their
     jobs: planning runs no model's code."""
     for name, spec in plan.models.items():
-        if spec.method != "pattern" or not spec.prompt or spec.entry.get("trust_remote_code"):
+        if spec.model_entry.method != "pattern" or not spec.prompt or spec.model_entry.trust_remote_code:
             continue
         d = tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
@@ -317,7 +321,10 @@ def check_verbalisers_on_disk(plan: Plan) -> None:
 
         # the jobs' own code (transformers, seconds): raises the jobs' ConfigError naming the label and model
         verbaliser_ids(
-            load_tokenizer(spec.entry, plan.built_model_dir(name)), spec.prompt["verbalisers"], list(plan.labels), name
+            load_tokenizer(spec.model_entry, plan.built_model_dir(name)),
+            spec.prompt["verbalisers"],
+            list(plan.labels),
+            name,
         )
 
 

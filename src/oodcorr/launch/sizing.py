@@ -38,6 +38,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.model_dirs import package_dir
+from ..core.model_entry import ModelEntry
 from ..modeling.weights import weight_shapes
 
 GiB = 2**30
@@ -63,30 +64,29 @@ class ModelSize:
 
 def model_size(spec, lock=None) -> ModelSize:
     """The size of a plan's model (:class:`oodcorr.planning.units.ModelSpec`), from the first source that has it."""
-    entry = spec.entry
     if lock is not None and spec.name in lock.models and lock.models[spec.name].get("parameters"):
         e = lock.models[spec.name]
         return ModelSize(int(e["parameters"]), f"the lock file {lock.path}", e.get("linear"))
-    folder = _local_folder(entry)
+    folder = _local_folder(spec.model_entry)
     if folder is not None and any(folder.glob("*.safetensors")):
         params, linear = weight_shapes(folder)
         return ModelSize(params, f"the safetensors headers in {folder}", linear)
     if spec.params_b:
         return ModelSize(int(round(spec.params_b * 1e9)), f"models[{spec.name}].params_b")
-    if spec.source == "tiny":
+    if spec.model_entry.source == "tiny":
         return ModelSize(None, "a tiny model, built by the workflow (its size is known once built)")
-    if spec.source == "hub":
+    if spec.model_entry.source == "hub":
         return ModelSize(None, "no lock entry (run oodcorr prefetch) and no params_b on the entry")
     return ModelSize(None, "no safetensors weights to read and no params_b on the entry")
 
 
-def _local_folder(entry: dict) -> Path | None:
-    if entry.get("path"):
-        p = Path(entry["path"])
+def _local_folder(model_entry: ModelEntry) -> Path | None:
+    if model_entry.path:
+        p = Path(model_entry.path)
         return p if p.is_dir() else None
-    if entry.get("package"):
+    if model_entry.package:
         try:
-            return package_dir(entry)
+            return package_dir(model_entry)
         except ConfigError:
             return None
     return None
@@ -129,7 +129,7 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
     if not size.known:
         return None
     p = size.parameters
-    dtype = spec.entry.get("dtype", "float32")
+    dtype = spec.model_entry.dtype
     b = DTYPE_BYTES.get(dtype, 4)
     what = f"{p / 1e9:.2f} B parameters (from {size.source}) x {b} bytes ({dtype})"
     if rule == "evaluate":
@@ -232,5 +232,5 @@ def checkpoint_bytes(spec, size: ModelSize) -> tuple[int | None, str]:
         return a * ADAPTER_SAVE_BYTES, f"LoRA adapter: {a:,} parameters x {ADAPTER_SAVE_BYTES} bytes"
     if not size.known:
         return None, f"full weights, size unknown ({size.source})"
-    b = DTYPE_BYTES.get(spec.entry.get("dtype", "float32"), 4)
+    b = DTYPE_BYTES.get(spec.model_entry.dtype, 4)
     return size.parameters * b, f"full weights: {size.parameters / 1e9:.3f} B parameters x {b} bytes"

@@ -8,8 +8,10 @@ place, the device's memory released between models.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
+from ..core.model_entry import ModelEntry
 from .loading import lean_enabled, load_checkpoint, load_folded, loaded_by, release_memory
 
 log = logging.getLogger(__name__)
@@ -40,8 +42,10 @@ class CheckpointLoader:
     compare them bit for bit).
     """
 
-    def __init__(self, model_spec: dict, built_model_dir: str | None, device: str, labels: list[str], pad_id: int):
-        self.spec, self.built_model_dir, self.device = model_spec, built_model_dir, device
+    def __init__(
+        self, model_entry: ModelEntry, built_model_dir: str | None, device: str, labels: list[str], pad_id: int
+    ):
+        self.model_entry, self.built_model_dir, self.device = model_entry, built_model_dir, device
         self.labels, self.pad_id = labels, pad_id
         self.model = None
         self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
@@ -63,7 +67,7 @@ class CheckpointLoader:
             from .loading import load_model
 
             self.close()
-            own = dict(self.spec, series=None, hub=source["hub"], revision=source["revision"])
+            own = replace(self.model_entry, series=None, hub=source["hub"], revision=source["revision"])
             self.model = load_model(own, None, self.device, self.labels, self.pad_id, lean=True).eval()
             self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
             return self.model
@@ -90,12 +94,12 @@ class CheckpointLoader:
 
             from .loading import load_model  # looked up at call time: tests replace it
 
-            base = load_model(self.spec, self.built_model_dir, self.device, self.labels, self.pad_id)
+            base = load_model(self.model_entry, self.built_model_dir, self.device, self.labels, self.pad_id)
             self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
             self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
         else:
             self.model = load_checkpoint(
-                self.spec, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=True
+                self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=True
             )
             self.kind, self.adapter_config = "full", None
         self.last_load = "fresh"
@@ -119,7 +123,9 @@ class CheckpointLoader:
                 self.folded, self.last_load = done, "adapter swap"
                 return self.model
         self.close()
-        model, done, why = load_folded(self.spec, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id)
+        model, done, why = load_folded(
+            self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id
+        )
         if model is None:
             log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
             return None

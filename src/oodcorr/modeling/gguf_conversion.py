@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ..core.errors import ConfigError
@@ -40,6 +41,7 @@ from ..core.gguf import GGUFError, read_header
 from ..core.gguf_tensors import missing_tensors
 from ..core.io import follow_umask, sha256_file, write_json_atomic
 from ..core.model_dirs import gguf_file
+from ..core.model_entry import ModelEntry
 from .loading import check_loaded_whole
 
 log = logging.getLogger(__name__)
@@ -48,18 +50,18 @@ MANIFEST = "gguf_conversion.json"
 PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question: Is a person making music?"
 
 
-def checked_header(spec: dict):
+def checked_header(model_entry: ModelEntry):
     """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`), with
     every tensor its architecture needs (:func:`oodcorr.core.gguf_tensors.missing_tensors`); a ConfigError
     naming the entry and the file otherwise."""
-    path = gguf_file(spec)
+    path = gguf_file(model_entry)
     try:
         header = read_header(path)
     except GGUFError as e:
-        raise ConfigError(f"models[{spec['name']}]: {e}") from None
+        raise ConfigError(f"{model_entry.where}: {e}") from None
     problem = missing_tensors(header)
     if problem:
-        raise ConfigError(f"models[{spec['name']}]: {problem}")
+        raise ConfigError(f"{model_entry.where}: {problem}")
     return header
 
 
@@ -74,20 +76,23 @@ def read_manifest(folder: str | Path) -> dict | None:
         return None
 
 
-def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict:
-    """Convert the entry's GGUF file into the safetensors folder ``out_dir``; returns its record."""
+def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None) -> dict:
+    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params: the entry's
+    :meth:`~oodcorr.core.model_entry.ModelEntry.params`) into the safetensors folder ``out_dir``;
+    returns its record."""
+    model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
     if threads:
         torch.set_num_threads(int(threads))
     out_dir = Path(out_dir)
-    header = checked_header(spec)
+    header = checked_header(model_entry)
     src = header.path
-    dtype_name = spec.get("dtype", "float32")
+    dtype_name = model_entry.dtype
     if dtype_name == "auto":
         raise ConfigError(
-            f"models[{spec['name']}].dtype: 'auto' for a GGUF file would be its own quantised type; "
+            f"{model_entry.where}.dtype: 'auto' for a GGUF file would be its own quantised type; "
             "name the dtype it is dequantised to (float32, bfloat16 or float16)"
         )
     dtype = getattr(torch, dtype_name)
@@ -96,7 +101,7 @@ def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict
     kw = {"gguf_file": src.name}
     log.info(
         "%s: reading %s (%s, %d tensors: %s)",
-        spec["name"],
+        model_entry.name,
         src,
         header.architecture,
         len(header.tensors),
@@ -107,13 +112,13 @@ def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict
     )
     # a tensor the header check did not know to need: transformers would start it from random values,
     # and the saved folder would reproduce them, so the logits check below could not tell
-    check_loaded_whole(model, info.get("missing_keys") or [], spec, str(src), "pattern")
+    check_loaded_whole(model, info.get("missing_keys") or [], model_entry, str(src), "pattern")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src.parent), **kw)
     model.eval()
     ids = torch.tensor([tokenizer(PROBE, add_special_tokens=True)["input_ids"]])
     with torch.no_grad():
         reference = model(input_ids=ids).logits
-    chat = bool(spec.get("gguf_chat_template", False))
+    chat = model_entry.gguf_chat_template
     if not chat:
         tokenizer.chat_template = None
     # the tensors in memory are plain ones, dequantised: only transformers' marker says "gguf"
@@ -137,7 +142,7 @@ def convert(spec: dict, out_dir: str | Path, threads: int | None = None) -> dict
         if not torch.equal(reference, reloaded):
             diff = float((reference - reloaded).abs().max())
             raise RuntimeError(
-                f"models[{spec['name']}]: the saved folder's logits differ from the GGUF load's (max {diff:.3g}); "
+                f"{model_entry.where}: the saved folder's logits differ from the GGUF load's (max {diff:.3g}); "
                 "nothing was converted"
             )
         record = {

@@ -45,6 +45,7 @@ import yaml
 from ..core.errors import ConfigError, DataError
 from ..core.filesystems import human_bytes
 from ..core.io import load_yaml, write_text_atomic
+from ..core.model_entry import ModelEntry
 from .weights import meta_shapes, model_patterns, weight_shapes
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def hub_load_kwargs(spec: dict) -> dict:
 
 def hub_models(plan) -> list:
     """The plan's model specs that come from the hub."""
-    return [spec for spec in plan.models.values() if spec.source == "hub"]
+    return [spec for spec in plan.models.values() if spec.model_entry.source == "hub"]
 
 
 def hub_datasets(plan) -> dict[str, dict]:
@@ -166,7 +167,7 @@ def check_lock(plan, lock: HubLock) -> None:
         if entry is None:
             problems.append(f"models[{spec.name}]: not in the lock file")
         else:
-            problems += _model_mismatch(spec.entry, entry)
+            problems += _model_mismatch(spec.model_entry, entry)
     for name, call in hub_datasets(plan).items():
         found = lock.dataset_for(call)
         if found is None:
@@ -183,12 +184,13 @@ def check_lock(plan, lock: HubLock) -> None:
         )
 
 
-def _model_mismatch(spec: dict, entry: dict) -> list[str]:
-    where = f"models[{spec['name']}]"
-    if entry.get("hub") != spec.get("hub"):
-        return [f"{where}: hub id {spec.get('hub')!r} in the config, {entry.get('hub')!r} in the lock file"]
-    if entry.get("revision") != spec.get("revision"):
-        return [_revision_message(where, spec.get("revision"), entry)]
+def _model_mismatch(model_entry: ModelEntry, entry: dict) -> list[str]:
+    """How the lock's ``entry`` of a model differs from its entry in the config (id, then revision)."""
+    where = model_entry.where
+    if entry.get("hub") != model_entry.hub:
+        return [f"{where}: hub id {model_entry.hub!r} in the config, {entry.get('hub')!r} in the lock file"]
+    if entry.get("revision") != model_entry.revision:
+        return [_revision_message(where, model_entry.revision, entry)]
     return []
 
 
@@ -336,17 +338,17 @@ def active_lock() -> HubLock | None:
     return _job_lock(path, mtime)
 
 
-def pinned_model_revision(spec: dict) -> str | None:
+def pinned_model_revision(model_entry: ModelEntry) -> str | None:
     """The revision a job loads a hub model at: the lock's commit under a lock, else the entry's own.
 
     Raises :class:`LockMismatch` when the entry asks for another revision (or id) than the lock."""
     lock = active_lock()
     if lock is None:
-        return spec.get("revision")
-    entry = lock.models.get(spec["name"])
+        return model_entry.revision
+    entry = lock.models.get(model_entry.name)
     if entry is None:
-        raise LockMismatch(f"models[{spec['name']}]: not in the lock file {lock.path}; run `{lock.command}`")
-    problems = _model_mismatch(spec, entry)
+        raise LockMismatch(f"{model_entry.where}: not in the lock file {lock.path}; run `{lock.command}`")
+    problems = _model_mismatch(model_entry, entry)
     if problems:
         raise LockMismatch(
             f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
@@ -404,27 +406,27 @@ def prefetch(
     dirs = cache_dirs()
     models: dict[str, dict] = {}
     for spec in hub_models(plan):
-        e = spec.entry
-        asked = e.get("revision")
-        where = f"models[{spec.name}]: {e['hub']}@{asked or 'main'}"
+        model_entry = spec.model_entry
+        asked = model_entry.revision
+        where = f"{model_entry.where}: {model_entry.hub}@{asked or 'main'}"
         try:
-            info = api.model_info(e["hub"], revision=asked)
+            info = api.model_info(model_entry.hub, revision=asked)
         except Exception as err:  # offline, no such repo or revision, gated: say which entry
             raise ConfigError(
                 f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id "
                 "and revision, and for a gated model log in (hf auth login) or set HF_TOKEN"
             ) from None
         commit = info.sha
-        names = model_patterns(e, [s.rfilename for s in (info.siblings or [])])
-        say(f"{spec.name}: {e['hub']}@{asked or 'main'} -> {commit}; downloading {len(names)} file(s)")
-        folder = Path(huggingface_hub.snapshot_download(e["hub"], revision=commit, allow_patterns=names))
+        names = model_patterns(model_entry, [s.rfilename for s in (info.siblings or [])])
+        say(f"{spec.name}: {model_entry.hub}@{asked or 'main'} -> {commit}; downloading {len(names)} file(s)")
+        folder = Path(huggingface_hub.snapshot_download(model_entry.hub, revision=commit, allow_patterns=names))
         files = _files(folder, [n for n in names if (folder / n).exists()])
         if any(n.endswith(".safetensors") for n in files):
             params, linear = weight_shapes(folder)
         else:
-            params, linear = meta_shapes(folder, e)
+            params, linear = meta_shapes(folder, model_entry)
         models[spec.name] = {
-            "hub": e["hub"],
+            "hub": model_entry.hub,
             "revision": asked,
             "commit": commit,
             "parameters": int(params),

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from ..core.errors import DataError
+from ..core.model_entry import ModelEntry
 from .lean_base import DTYPES, LeanCausalLM, Unsupported
 from .lean_olmo2 import LeanOlmo2
 from .lean_opt import LeanOPT
@@ -117,19 +118,21 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     return model.eval()
 
 
-def lean_model(folder: str | Path, spec: dict, method: str, device="cpu") -> tuple[LeanCausalLM | None, str]:
+def lean_model(
+    folder: str | Path, model_entry: ModelEntry, method: str, device="cpu"
+) -> tuple[LeanCausalLM | None, str]:
     """(the lean model, "") for a model entry's local folder, or (None, why not): the caller then
     loads the model with ``from_pretrained``. The entry's safety opt-ins and method decide first:
     a model that may run its own code or read pickle weights, or a head model, is never lean."""
     if method != "pattern":
         return None, f"method {method!r} (a head model) loads with from_pretrained"
-    if spec.get("trust_remote_code"):
+    if model_entry.trust_remote_code:
         return None, "trust_remote_code: the model's own code runs through from_pretrained"
-    if spec.get("allow_pickle_weights"):
+    if model_entry.allow_pickle_weights:
         return None, "allow_pickle_weights: pickle weights load through from_pretrained"
     if not Path(folder).is_dir():
         return None, f"{folder} is not a local folder"
     try:
-        return build(folder, spec.get("dtype", "float32"), device), ""
+        return build(folder, model_entry.dtype, device), ""
     except Unsupported as why:
         return None, str(why)

@@ -17,34 +17,36 @@ import hashlib
 import logging
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from ..core.errors import ConfigError
-from ..core.model_dirs import check_local_weights, names_gguf, package_dir, vocab_problem
+from ..core.model_dirs import check_local_weights, package_dir, vocab_problem
+from ..core.model_entry import ModelEntry
 from . import adaptation
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 
-def model_source(spec: dict, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
+def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if spec.get("tiny"):
+    if model_entry.tiny:
         if built_model_dir is None:
-            raise ConfigError(f"models[{spec['name']}]: tiny model needs its built directory")
+            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
         return str(built_model_dir), {}
-    if names_gguf(spec):
+    if model_entry.is_gguf:
         # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
         if built_model_dir is None:
-            raise ConfigError(f"models[{spec['name']}]: a GGUF entry needs its converted folder (rule convert_gguf)")
+            raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(built_model_dir), {}
-    if spec.get("path"):
-        return str(spec["path"]), {}
-    if spec.get("package"):
-        return str(package_dir(spec)), {}
-    if spec.get("series"):
-        # a series as a whole (its tokenizer, say): its first checkpoint (oodcorr.planning.config.model_spec)
-        first = spec["series"]["tokenizer"]
+    if model_entry.path:
+        return str(model_entry.path), {}
+    if model_entry.package:
+        return str(package_dir(model_entry)), {}
+    if model_entry.series:
+        # a series as a whole (its tokenizer, say): its first checkpoint (planning.config.Experiment.model_entry)
+        first = model_entry.series["tokenizer"]
         if first.get("path"):
             return str(first["path"]), {}
         return str(first["hub"]), {"revision": first["revision"]}
@@ -53,23 +55,23 @@ def model_source(spec: dict, built_model_dir: str | Path | None = None) -> tuple
 
     kwargs = {}
     # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
-    revision = pinned_model_revision(spec)
+    revision = pinned_model_revision(model_entry)
     if revision:
         kwargs["revision"] = revision
-    return str(spec["hub"]), kwargs
+    return str(model_entry.hub), kwargs
 
 
-def load_tokenizer(spec: dict, built_model_dir=None):
+def load_tokenizer(model_entry: ModelEntry, built_model_dir=None):
     from transformers import AutoTokenizer  # torch stack: planning and the CLI never import it
 
-    src, kw = model_source(spec, built_model_dir)
-    tok = AutoTokenizer.from_pretrained(src, trust_remote_code=bool(spec.get("trust_remote_code", False)), **kw)
+    src, kw = model_source(model_entry, built_model_dir)
+    tok = AutoTokenizer.from_pretrained(src, trust_remote_code=model_entry.trust_remote_code, **kw)
     if tok.pad_token_id is None:
         # decoder-only models often lack a pad token; any id works, pad positions are masked
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
     folder = local_folder(src, kw)
     if folder is not None:  # ids past the embeddings: an index error deep inside a job otherwise
-        problem = vocab_problem(spec["name"], folder, max(tok.get_vocab().values(), default=None))
+        problem = vocab_problem(model_entry.name, folder, max(tok.get_vocab().values(), default=None))
         if problem:
             raise ConfigError(problem)
     return tok
@@ -114,13 +116,13 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_fingerprint(spec: dict, built_model_dir=None) -> str | None:
+def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str | None:
     """The fingerprint of a model's tokenizer (:func:`tokenizer_files_fingerprint` of the folder it
     loads from), without loading it; None where that folder is not on this machine (a hub model
     without its pinned commit in the cache). A tokenised testset records it, so that one made by
     another tokenizer (another model's, or this model's before its files changed) is never scored."""
     try:
-        folder = local_folder(*model_source(spec, built_model_dir))
+        folder = local_folder(*model_source(model_entry, built_model_dir))
     except ConfigError:
         return None
     return tokenizer_files_fingerprint(folder) if folder is not None else None
@@ -140,7 +142,7 @@ def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
 
 
 def load_model(
-    spec: dict,
+    model_entry: ModelEntry,
     built_model_dir=None,
     device: str = "cpu",
     labels: list[str] | None = None,
@@ -153,35 +155,35 @@ def load_model(
     ``lean`` (scoring only): the lean model where it applies (:mod:`oodcorr.modeling.lean`), which
     computes the same logits but can be neither trained nor saved; else, and by default,
     transformers' own."""
-    method = adaptation.get(spec.get("method"))
-    src, kw = model_source(spec, built_model_dir)
-    check_local_weights(src, spec)
+    method = adaptation.get(model_entry.method)
+    src, kw = model_source(model_entry, built_model_dir)
+    check_local_weights(src, model_entry)
     if lean and lean_enabled(device):
         folder = local_folder(src, kw)
         if folder is not None:
             from .lean import lean_model  # torch stack: planning and the CLI never import it
 
-            model, why = lean_model(folder, spec, method.name, device)
+            model, why = lean_model(folder, model_entry, method.name, device)
             if model is not None:
                 return model
-            log.info("%s: %s; loading with transformers' from_pretrained", spec["name"], why)
+            log.info("%s: %s; loading with transformers' from_pretrained", model_entry.name, why)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
     if method.name != "pattern":
         if not labels:
-            raise ConfigError(f"models[{spec['name']}]: method {method.name!r} needs the label list")
+            raise ConfigError(f"{model_entry.where}: method {method.name!r} needs the label list")
         kw.update(method.model_kwargs(labels, pad_token_id))
-    dtype = spec.get("dtype", "float32")
+    dtype = model_entry.dtype
     model, info = getattr(transformers, method.auto_class).from_pretrained(
         src,
-        trust_remote_code=bool(spec.get("trust_remote_code", False)),
-        use_safetensors=None if spec.get("allow_pickle_weights") else True,
+        trust_remote_code=model_entry.trust_remote_code,
+        use_safetensors=None if model_entry.allow_pickle_weights else True,
         dtype=getattr(torch, dtype) if dtype != "auto" else "auto",
         output_loading_info=True,
         **kw,
     )
-    check_loaded_whole(model, info.get("missing_keys") or [], spec, src, method.name)
+    check_loaded_whole(model, info.get("missing_keys") or [], model_entry, src, method.name)
     return model.to(device)
 
 
@@ -193,7 +195,7 @@ def new_head_keys(model, missing) -> list[str]:
     return [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
 
 
-def check_loaded_whole(model, missing, spec: dict, src: str, method: str) -> None:
+def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method: str) -> None:
     """Every parameter the architecture needs was in the files: transformers starts a missing one
     from random values and says so in a log line only (its "MISSING ... newly initialized"). A
     :class:`ConfigError` naming the model, the folder and the parameters instead; the one exception
@@ -203,11 +205,11 @@ def check_loaded_whole(model, missing, spec: dict, src: str, method: str) -> Non
     head = new_head_keys(model, missing) if method == "head" else []
     lacking = [k for k in missing if k not in head]
     if head:
-        log.info("%s: a new classification head, started from random values: %s", spec["name"], ", ".join(head))
+        log.info("%s: a new classification head, started from random values: %s", model_entry.name, ", ".join(head))
     if lacking:
         arch = type(model).__name__
         raise ConfigError(
-            f"models[{spec['name']}]: {src} lacks {len(lacking)} of the parameters {arch} needs "
+            f"{model_entry.where}: {src} lacks {len(lacking)} of the parameters {arch} needs "
             f"({', '.join(lacking[:4])}{', ...' if len(lacking) > 4 else ''}); loaded, they would start from random "
             "values and the model would not be the one named. Its files are incomplete (a shard left out of "
             "the index, a copy or download cut short, weights of another architecture): copy or download the "
@@ -216,7 +218,7 @@ def check_loaded_whole(model, missing, spec: dict, src: str, method: str) -> Non
 
 
 def load_checkpoint(
-    spec: dict,
+    model_entry: ModelEntry,
     ckpt_dir: str | Path,
     built_model_dir=None,
     device: str = "cpu",
@@ -233,23 +235,23 @@ def load_checkpoint(
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
         if for_scoring and lean_enabled(device):
-            model, _, why = load_folded(spec, ckpt_dir, built_model_dir, device, labels, pad_token_id)
+            model, _, why = load_folded(model_entry, ckpt_dir, built_model_dir, device, labels, pad_token_id)
             if model is not None:
                 return model
             log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt_dir, why)
         from peft import PeftModel  # torch stack: planning and the CLI never import it
 
-        base = load_model(spec, built_model_dir, device, labels, pad_token_id)
+        base = load_model(model_entry, built_model_dir, device, labels, pad_token_id)
         model = PeftModel.from_pretrained(base, str(ckpt_dir))
     else:
-        own = dict(spec, tiny=None, hub=None, package=None, path=str(ckpt_dir), revision=None)
+        own = replace(model_entry, tiny=None, hub=None, package=None, path=str(ckpt_dir), revision=None)
         model = load_model(own, None, device, labels, pad_token_id, lean=for_scoring)
     model.eval()
     return model
 
 
 def load_folded(
-    spec: dict,
+    model_entry: ModelEntry,
     ckpt_dir: str | Path,
     built_model_dir=None,
     device: str = "cpu",
@@ -264,7 +266,7 @@ def load_folded(
     adapter, why = read_adapter(ckpt_dir, device)
     if adapter is None:
         return None, None, why
-    base = load_model(spec, built_model_dir, device, labels, pad_token_id, lean=True)
+    base = load_model(model_entry, built_model_dir, device, labels, pad_token_id, lean=True)
     done, why = fold(base, adapter)
     if done is None:
         return None, None, why

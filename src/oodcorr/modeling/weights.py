@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..core import model_dirs
 from ..core.errors import ConfigError
+from ..core.model_entry import ModelEntry
 from . import adaptation
 
 # files a job reads from a model repository (its root folder only): config, tokenizer, weights
@@ -27,7 +28,7 @@ PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth")
 REMOTE_CODE = ("*.py",)
 
 
-def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
+def model_patterns(model_entry: ModelEntry, repo_files: list[str]) -> list[str]:
     """The files of a model repository that a job loads: root-level config/tokenizer files and the
     weights -- safetensors when there are any; pickle files only with ``allow_pickle_weights``;
     a model's own code only with ``trust_remote_code``."""
@@ -38,14 +39,14 @@ def model_patterns(entry: dict, repo_files: list[str]) -> list[str]:
 
     weights = match(SAFE_WEIGHTS)
     if not weights:
-        if not entry.get("allow_pickle_weights"):
+        if not model_entry.allow_pickle_weights:
             raise ConfigError(
-                f"models[{entry['name']}]: {entry['hub']} has no safetensors weights at this revision "
+                f"{model_entry.where}: {model_entry.hub} has no safetensors weights at this revision "
                 "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
                 "true on the entry to opt in, or pick a revision with safetensors"
             )
         weights = match(PICKLE_WEIGHTS)
-    code = match(REMOTE_CODE) if entry.get("trust_remote_code") else []
+    code = match(REMOTE_CODE) if model_entry.trust_remote_code else []
     return sorted(set(match(MODEL_FILES) + weights + code))
 
 
@@ -78,16 +79,16 @@ def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
     return total, out
 
 
-def meta_shapes(folder: str | Path, entry: dict) -> tuple[int, dict[str, list[list[int]]]]:
+def meta_shapes(folder: str | Path, model_entry: ModelEntry) -> tuple[int, dict[str, list[list[int]]]]:
     """The same from the model's config alone (pickle-only weights are never unpickled here): the
     architecture built on PyTorch's meta device, which allocates nothing."""
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
-    cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=bool(entry.get("trust_remote_code")))
-    auto = getattr(transformers, adaptation.get(entry.get("method")).auto_class)
+    cfg = transformers.AutoConfig.from_pretrained(str(folder), trust_remote_code=model_entry.trust_remote_code)
+    auto = getattr(transformers, adaptation.get(model_entry.method).auto_class)
     with torch.device("meta"):
-        model = auto.from_config(cfg, trust_remote_code=bool(entry.get("trust_remote_code")))
+        model = auto.from_config(cfg, trust_remote_code=model_entry.trust_remote_code)
     total = sum(p.numel() for p in model.parameters())
     linear: dict[tuple[str, int, int], int] = {}
     for name, mod in model.named_modules():

@@ -25,14 +25,14 @@ from pathlib import Path
 from ..core import trackers
 from ..core.defaults import FINETUNE, READING
 from ..core.errors import ConfigError
-from ..core.io import load_yaml
+from ..core.io import canonical, load_yaml
+from ..core.model_entry import ModelEntry
 from .schema import check_entry
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
-MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 
 # the prompt switches' allowed values, for a model's own prompt, which the schema does not check
 # (tests/planning/test_config.py ties them to the schema's); their defaults are oodcorr.core.defaults.READING
@@ -243,21 +243,21 @@ class Experiment:
         names += list(self.config["ood_testsets"])
         return list(dict.fromkeys(names))
 
-    def model_spec(self, model: str) -> dict:
+    def model_entry(self, model: str) -> ModelEntry:
         """The model entry minus what does not change results (resources, finetune overrides, sharding,
-        the parameter count given for planning).
+        the parameter count given for planning), typed once here for every later stage.
 
         A series keeps ``hub`` and gains ``tokenizer`` (its first checkpoint, where the tokenizer
         is read) but not its checkpoint list: each checkpoint reaches its evaluation through its
         own manifest, so adding a checkpoint changes no other job's params."""
-        spec = {
+        entry = {
             k: v for k, v in self.models[model].items() if k not in ("resources", "finetune", "distributed", "params_b")
         }
-        if spec.get("series"):
+        if entry.get("series"):
             first = next(iter(self.series_checkpoints(model).values()))
-            spec["series"] = {k: v for k, v in spec["series"].items() if k not in ("checkpoints", "in_domain")}
-            spec["series"]["tokenizer"] = first
-        return canonical(spec)
+            entry["series"] = {k: v for k, v in entry["series"].items() if k not in ("checkpoints", "in_domain")}
+            entry["series"]["tokenizer"] = first
+        return ModelEntry.from_params(entry)
 
     def dataset_params(self, name: str) -> dict:
         """A dataset entry minus bookkeeping (description, where it was defined)."""
@@ -298,12 +298,3 @@ class Experiment:
         for _, layer in self.resource_layers(model):
             out = deep_merge(out, layer.get(rule))
         return out
-
-
-def canonical(obj):
-    """A copy with every mapping's keys sorted, so reordering YAML keys changes no params."""
-    if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [canonical(x) for x in obj]
-    return obj

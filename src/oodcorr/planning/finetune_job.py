@@ -6,10 +6,12 @@ the rule's wildcards, inputs and outputs; :func:`oodcorr.jobs.finetune.finetune`
 processes (:mod:`oodcorr.jobs.multi_gpu`) it travels as JSON (:meth:`FinetuneJob.to_json`,
 :meth:`FinetuneJob.from_json`).
 
-The job keeps the plan's ``finetune`` dict as it was planned: the run's identity
-(``run_identity.json``, :mod:`oodcorr.jobs.checkpoints`) and the job's manifest are made from that
-dict, so they stay byte-identical to those of runs trained before this object existed, and a
-finished run is never trained again for a change of representation. Nothing here imports torch.
+The job keeps the plan's ``finetune`` and ``model_spec`` dicts as they were planned, read through
+their typed views :attr:`FinetuneJob.training` and :attr:`FinetuneJob.model_entry` (made when the job
+is built): the run's identity (``run_identity.json``, :mod:`oodcorr.jobs.checkpoints`) and the job's
+manifest are made from those dicts, so they stay byte-identical to those of runs trained before these
+objects existed, and a finished run is never trained again for a change of representation. Nothing
+here imports torch.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from pathlib import Path
 
 from ..core.defaults import FINETUNE
 from ..core.errors import ConfigError
+from ..core.model_entry import ModelEntry
 
 
-def trains_in_bf16(model_spec: dict, finetune: dict) -> bool:
+def trains_in_bf16(model_entry: ModelEntry, finetune: dict) -> bool:
     """bf16 mixed precision: for a bf16 model, or when ``finetune.bf16`` asks (the one rule the
     single-process Trainer and the multi-process launcher both follow)."""
-    return model_spec.get("dtype") == "bfloat16" or bool(finetune.get("bf16"))
+    return model_entry.dtype == "bfloat16" or bool(finetune.get("bf16"))
 
 
 # keys of the finetune block that planning reads (the run's length and schedule, the grid) and
@@ -104,7 +107,7 @@ class FinetuneJob:
     """
 
     # -- what the job trains: the model and its starting weights
-    model_spec: dict  # the model's entry as planned (Plan.finetune_params' model_spec)
+    model_spec: dict  # the model's entry as planned (Plan.finetune_params' model_spec); read through `model_entry`
     # the folder the workflow builds the model in (a `tiny` entry's stand-in, a GGUF file's conversion); else None
     built_model_dir: str | None
 
@@ -130,6 +133,7 @@ class FinetuneJob:
     threads: int = 1  # torch intra-op threads
 
     training: TrainingSettings = field(init=False, repr=False, compare=False)
+    model_entry: ModelEntry = field(init=False, repr=False, compare=False)  # the typed `model_spec`
 
     def __post_init__(self):
         # JSON and Snakemake hand over lists and str subclasses: one form for each field
@@ -143,16 +147,17 @@ class FinetuneJob:
         if not isinstance(self.report_to, str):
             set_(self, "report_to", tuple(self.report_to))
         set_(self, "training", TrainingSettings.from_mapping(self.finetune))
+        set_(self, "model_entry", ModelEntry.from_params(self.model_spec))
 
     @property
     def name(self) -> str:
         """The model entry's name (as error messages and the manifest give it)."""
-        return self.model_spec["name"]
+        return self.model_entry.name
 
     @property
     def bf16(self) -> bool:
         """Whether training asks for bf16 mixed precision (:func:`trains_in_bf16`)."""
-        return trains_in_bf16(self.model_spec, self.finetune)
+        return trains_in_bf16(self.model_entry, self.finetune)
 
     # ---- to and from JSON (the arguments file of a multi-process launch) ---------------------
 

@@ -18,7 +18,8 @@ import string
 from collections import Counter
 
 from ..core.errors import ConfigError
-from .config import HASH_RE, MODEL_SOURCES, READING_CHOICES, Experiment
+from ..core.model_entry import MODEL_SOURCES
+from .config import HASH_RE, READING_CHOICES, Experiment
 
 PLACEHOLDERS = ("premise", "hypothesis")
 

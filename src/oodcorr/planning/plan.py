@@ -32,9 +32,10 @@ from typing import Any
 from ..core import limits
 from ..core.defaults import ANALYSIS, RESOURCES, filled
 from ..core.errors import ConfigError
+from ..core.io import canonical
 from ..core.model_dirs import model_files
 from . import checks, plan_checks, schema
-from .config import MODEL_SOURCES, Experiment, analysis_options, canonical
+from .config import Experiment, analysis_options
 from .layout import Paths
 from .resources import model_resources
 from .rule_callables import rule_callable, rule_resources, rule_threads
@@ -147,7 +148,9 @@ class Plan:
         figures += [f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs]
         figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
         # a training-loss figure for each model that is trained (a series has no loss history)
-        return figures + [f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.is_series]
+        return figures + [
+            f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.model_entry.is_series
+        ]
 
     def targets(self) -> list[str]:
         """What rule ``all`` asks for: the scores, the tables and every figure (the published set)."""
@@ -186,7 +189,7 @@ class Plan:
         files and job summaries, a run's checkpoint folders, and each series checkpoint's location."""
         series = {}
         for m, spec in self.models.items():
-            if spec.is_series:
+            if spec.model_entry.is_series:
                 series[m] = {
                     str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()
                 }
@@ -219,9 +222,9 @@ class Plan:
         """The folder the workflow builds a model in, which its jobs load: a tiny model's
         (build_tiny_model), a GGUF file's conversion (convert_gguf); None for the others."""
         spec = self.models[model]
-        if spec.is_tiny:
+        if spec.model_entry.is_tiny:
             return self.paths.tiny_model.format(model=model)
-        if spec.is_gguf:
+        if spec.model_entry.is_gguf:
             return self.paths.converted_model.format(model=model)
         return None
 
@@ -237,19 +240,19 @@ class Plan:
         """Rule convert_gguf: the GGUF file a model entry names (a changed file converts it again)."""
         from ..core.model_dirs import gguf_file  # resolved only for the rule that reads it
 
-        return [str(gguf_file(self.models[wildcards.model].entry))]
+        return [str(gguf_file(self.models[wildcards.model].model_entry))]
 
     @rule_callable
     def gguf_params(self, wildcards) -> dict:
         """Rule convert_gguf: the model entry (its file, dtype and chat template opt-in)."""
-        return self.models[wildcards.model].entry
+        return self.models[wildcards.model].model_entry.params()
 
     @rule_callable
     def tokenize_params(self, wildcards) -> dict:
         def make():
             spec = self.models[wildcards.model]
             return {
-                "model_spec": spec.entry,
+                "model_spec": spec.model_entry.params(),
                 "built_model_dir": self.built_model_dir(spec.name),
                 "prompt": spec.prompt,
                 "labels": list(self.labels),
@@ -265,7 +268,7 @@ class Plan:
             run = self.run(wildcards)
             spec = self.models[run.model]
             return {
-                "model_spec": spec.entry,
+                "model_spec": spec.model_entry.params(),
                 "built_model_dir": self.built_model_dir(spec.name),
                 "finetune": spec.finetune,
                 "prompt": spec.prompt,
@@ -308,7 +311,7 @@ class Plan:
             "model": spec.name,
             "x_unit": spec.x_unit,
             "checkpoint": self._series_checkpoint(wildcards),
-            "entry": {k: spec.entry[k] for k in ("trust_remote_code", "allow_pickle_weights") if k in spec.entry},
+            "entry": {k: getattr(spec.model_entry, k) for k in ("trust_remote_code", "allow_pickle_weights")},
         }
 
     def series_files(self, wildcards) -> list[str]:
@@ -316,13 +319,13 @@ class Plan:
         ck = self._series_checkpoint(wildcards)
         if not ck.get("path"):
             return []
-        pickle = bool(self.models[wildcards.model].entry.get("allow_pickle_weights"))
+        pickle = self.models[wildcards.model].model_entry.allow_pickle_weights
         return [str(f) for f in model_files(ck["path"], pickle)]
 
     def x_label(self, wildcards) -> str:
         """The learning curves' x-axis of a model: training step, step, or tokens."""
         spec = self.models[wildcards.model]
-        if not spec.is_series:
+        if not spec.model_entry.is_series:
             return "training step"
         return "tokens" if spec.x_unit == "tokens" else "step"
 
@@ -341,12 +344,12 @@ class Plan:
             if role is None:
                 raise ConfigError(f"testset {wildcards.testset!r} is not evaluated for in-domain set {run.in_domain!r}")
             job = {
-                "model_spec": spec.entry,
+                "model_spec": spec.model_entry.params(),
                 "built_model_dir": self.built_model_dir(spec.name),
                 "provenance": {
                     "model": run.model,
-                    "model_source": spec.source_record,
-                    "method": spec.method,
+                    "model_source": spec.model_entry.source_record,
+                    "method": spec.model_entry.method,
                     "label_mode": self.label_mode["name"],
                     "in_domain": run.in_domain,
                     "n_train": run.n_train,
@@ -426,27 +429,25 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     name = str(config.get("experiment") or "default")
     unit = config["evaluation"]["unit"]
     models = {}
-    for entry in config["models"]:
-        m = entry["name"]
-        source = next(k for k in MODEL_SOURCES if entry.get(k))
-        series = source == "series"
+    for config_entry in config["models"]:
+        m = config_entry["name"]
+        model_entry = exp.model_entry(m)
+        series = model_entry.is_series
         models[m] = ModelSpec(
             name=m,
-            source=source,
-            method=exp.method(m),
-            entry=exp.model_spec(m),
+            model_entry=model_entry,
             finetune={} if series else exp.finetune_params(m),
             prompt=exp.prompt_for(m),
-            distributed=canonical(entry["distributed"]) if entry.get("distributed") else None,
-            resources=model_resources(exp, entry),
+            distributed=canonical(config_entry["distributed"]) if config_entry.get("distributed") else None,
+            resources=model_resources(exp, config_entry),
             checkpoints=exp.series_checkpoints(m) if series else None,
             x_unit=exp.series_unit(m),
-            params_b=entry.get("params_b"),
+            params_b=config_entry.get("params_b"),
         )
     plan_checks.check_placement(models)
     runs = []
     for m, spec in models.items():
-        if spec.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
+        if spec.model_entry.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
             xs = tuple(spec.checkpoints)
             runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain_of(m)]
             continue

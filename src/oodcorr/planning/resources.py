@@ -48,11 +48,12 @@ class Resources:
         return self.origin.get(name, f"resources.<rule>.{name}")
 
 
-def model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
+def model_resources(exp: Experiment, config_entry: dict) -> dict[str, Resources]:
     """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
     its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
-    asks for no GPU) and the rule's own keys, the last winning."""
-    layers = exp.resource_layers(entry["name"])
+    asks for no GPU) and the rule's own keys, the last winning. ``config_entry``: the model's entry as the
+    config gives it (with its ``resources`` and ``distributed``)."""
+    layers = exp.resource_layers(config_entry["name"])
     out = {}
     for rule, default in RESOURCES.items():
         values, origin = dict(default), {}
@@ -61,13 +62,13 @@ def model_resources(exp: Experiment, entry: dict) -> dict[str, Resources]:
             own = layer.get(rule) or {}
             if "gpu" in own:
                 gpu = own["gpu"]
-        if rule == "finetune" and entry.get("distributed"):
-            gpu = int(entry["distributed"]["gpus"])  # one process per GPU
+        if rule == "finetune" and config_entry.get("distributed"):
+            gpu = int(config_entry["distributed"]["gpus"])  # one process per GPU
         for where, layer in layers:
             for part in ("default", *(("cpu",) if not gpu else ()), rule):
                 for key, value in (layer.get(part) or {}).items():
                     values[key], origin[key] = value, f"{where}.{part}.{key}"
-        if rule == "finetune" and entry.get("distributed"):
-            values["gpu"], origin["gpu"] = gpu, f"models[{entry['name']}].distributed.gpus"
+        if rule == "finetune" and config_entry.get("distributed"):
+            values["gpu"], origin["gpu"] = gpu, f"models[{config_entry['name']}].distributed.gpus"
         out[rule] = Resources.from_mapping(values, origin)
     return out

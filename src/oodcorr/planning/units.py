@@ -1,4 +1,5 @@
-"""The units a plan is made of: a resolved model entry (:class:`ModelSpec`), a finetuning run
+"""The units a plan is made of: a model resolved against the global config (:class:`ModelSpec`,
+its entry a :class:`oodcorr.core.model_entry.ModelEntry`), a finetuning run
 (:class:`Run`) with its checkpoint schedule (:func:`checkpoint_steps`, :func:`run_length`), and
 an evaluation job (:class:`EvalJob`). Frozen values; :class:`oodcorr.planning.plan.Plan` builds
 and enumerates them."""
@@ -11,19 +12,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.model_dirs import names_gguf
-from .config import canonical
+from ..core.model_entry import ModelEntry
 from .resources import Resources
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model entry resolved against the global config."""
+    """A model entry resolved against the global config: its typed entry and the settings its runs
+    and jobs get from the global blocks."""
 
     name: str
-    source: str  # tiny | hub | path | package
-    method: str  # pattern | head
-    entry: dict  # the entry minus what does not change results (resources, finetune, distributed)
+    # the entry minus what does not change results (resources, finetune, distributed, params_b): what
+    # the rules' params hold, as model_entry.params(); where the weights come from is model_entry.source
+    model_entry: ModelEntry
     finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
     prompt: dict | None  # None for methods that read no prompt
     distributed: dict | None
@@ -33,30 +34,8 @@ class ModelSpec:
     params_b: float | None = None  # the entry's parameter count for planning (oodcorr.launch.sizing), if given
 
     @property
-    def is_tiny(self) -> bool:
-        return self.source == "tiny"
-
-    @property
-    def is_series(self) -> bool:
-        return self.source == "series"
-
-    @property
-    def is_gguf(self) -> bool:
-        """A GGUF file (``package:`` or ``path:``), converted once by rule convert_gguf."""
-        return names_gguf(self.entry)
-
-    @property
     def lora(self) -> bool:
         return bool(self.finetune.get("lora"))
-
-    @property
-    def source_record(self) -> dict:
-        """Where the weights come from, as recorded with every result."""
-        src = {k: self.entry[k] for k in ("hub", "revision", "path", "package") if self.entry.get(k)}
-        if self.is_series:
-            # the series as a whole; each record also holds its checkpoint's own location
-            return canonical({"series": self.entry["series"].get("hub") or "local directories"})
-        return canonical(src or {"tiny": self.entry["tiny"]["model_type"]})
 
 
 @dataclass(frozen=True)

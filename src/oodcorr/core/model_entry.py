@@ -1,0 +1,135 @@
+"""A model entry of the config, resolved once by planning: :class:`ModelEntry`, the one typed
+object that every later stage (the plan, the planning-time checks, the jobs, the loaders)
+receives under the name ``model_entry``.
+
+It holds the entry's keys that change results, at the schema's defaults where the config leaves
+them out (``config/schema.yaml``, ``models.items``), and nothing that changes none (``resources``,
+``finetune``, ``distributed``, ``params_b``: the plan keeps those apart). A series keeps ``hub``
+and its ``tokenizer`` (the first checkpoint) but not its checkpoint list
+(:meth:`oodcorr.planning.config.Experiment.model_entry`).
+
+Snakemake's params and the records beside every result hold its dict form, :meth:`ModelEntry.params`,
+which is the dict those params and records held before this class existed (same keys, values and
+order), so a new version of the code reruns nothing. A job turns its params back into the object
+once, at its start (:meth:`ModelEntry.from_params`); a key it does not know means the job runs
+other code than planned it, and is refused naming the key. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import ConfigError
+from .io import canonical
+
+# the keys that say where the weights come from; an entry gives exactly one
+# (oodcorr.planning.model_checks checks it), and `source` is the first given, in this order
+MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
+GGUF_SUFFIX = ".gguf"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model entry of the config as planned (see the module docstring); read-only."""
+
+    name: str
+    method: str = "pattern"
+    """``pattern`` (prompt + one verbaliser token per label, causal LMs) or ``head`` (a
+    sequence-classification head)."""
+
+    # -- where the weights come from: exactly one of tiny, hub, path, package, series (`source`)
+    tiny: dict | None = None
+    """A small model built and pretrained by the workflow: ``model_type`` and optionally
+    ``config``, ``vocab_size``, ``threads``, ``pretrain`` (schema: ``models.items.tiny``)."""
+    hub: str | None = None  # a Hugging Face model id
+    package: str | None = None
+    """``<package>/<folder>``: a model folder inside an installed Python package, or
+    ``<package>/<file>.gguf``, a GGUF file in one."""
+    revision: str | None = None  # the hub model's commit or tag
+    path: str | None = None  # a local save_pretrained folder, or a .gguf file
+    series: dict | None = None
+    """Existing checkpoints: ``hub`` (the repository of their revisions, when they are revisions)
+    and ``tokenizer``, the first checkpoint (``{"path"}`` or ``{"hub", "revision"}``)."""
+
+    # -- how it is loaded
+    dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
+    trust_remote_code: bool = False  # opt in to code shipped with the model
+    allow_pickle_weights: bool = False  # opt in to .bin/.pt weights (unsafe pickle)
+    gguf_chat_template: bool = False
+    """A GGUF entry: keep the file's chat template in the converted tokenizer (dropped by default)."""
+
+    # -- what it is prompted with, and which resources it gets
+    prompt: dict | None = None
+    """The model's overrides of the global prompt, as the config gives them (the merged prompt is
+    :attr:`oodcorr.planning.units.ModelSpec.prompt`)."""
+    size_class: str | None = None  # a key of size_classes (its jobs' resources)
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> ModelEntry:
+        """The entry of a job's params (:meth:`params`' form). A key this class does not have
+        raises :class:`ConfigError` naming it: the job runs other code than the plan was made
+        with (an older or newer checkout), and planning again with this code fixes it."""
+        if not isinstance(params, Mapping):
+            raise ConfigError(f"a model entry must be a mapping of its keys, got {type(params).__name__}")
+        name = params.get("name")
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"a model entry needs a `name` (a non-empty string), got {name!r}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(str(k) for k in params if k not in known)
+        if unknown:
+            raise ConfigError(
+                f"models[{name}]: unknown key(s) {', '.join(repr(k) for k in unknown)} in the job's model entry; "
+                "the job runs other code than planned it: plan again with this code (run snakemake again), "
+                f"or run the code that planned it (the keys a model entry has: {', '.join(sorted(known))})"
+            )
+        return cls(**{k: canonical(v) for k, v in params.items()})
+
+    def params(self) -> dict:
+        """The entry as Snakemake's params and the records hold it: every key given, with the
+        schema's defaults, keys sorted (nested mappings too); the optional keys left out are not
+        there. A new dict each time, sharing nothing with the entry."""
+        given = {f.name: getattr(self, f.name) for f in fields(self)}
+        return canonical({k: v for k, v in given.items() if v is not None})
+
+    # ---- what planning and loading ask of an entry -----------------------------------------
+
+    @property
+    def where(self) -> str:
+        """The entry in an error message: ``models[<name>]``."""
+        return f"models[{self.name}]"
+
+    @property
+    def source(self) -> str:
+        """Where the weights come from: ``tiny``, ``hub``, ``path``, ``package`` or ``series``."""
+        for key in MODEL_SOURCES:
+            if getattr(self, key):
+                return key
+        raise ConfigError(f"{self.where}: give one of {', '.join(f'`{k}`' for k in MODEL_SOURCES)}")
+
+    @property
+    def is_tiny(self) -> bool:
+        """A small model the workflow builds (rule build_tiny_model)."""
+        return self.source == "tiny"
+
+    @property
+    def is_series(self) -> bool:
+        """Existing checkpoints, evaluated as they are: no finetune job."""
+        return self.source == "series"
+
+    @property
+    def is_gguf(self) -> bool:
+        """Whether the entry names a GGUF file (``package:`` or ``path:`` ending in ``.gguf``),
+        read without touching the disk (planning decides on it): rule convert_gguf converts it once."""
+        where = self.package or self.path
+        return bool(where) and str(where).lower().endswith(GGUF_SUFFIX)
+
+    @property
+    def source_record(self) -> dict:
+        """Where the weights come from, as recorded with every result (``model_source``)."""
+        if self.is_series:
+            # the series as a whole; each record also holds its checkpoint's own location
+            return canonical({"series": self.series.get("hub") or "local directories"})
+        src = {k: getattr(self, k) for k in ("hub", "revision", "path", "package") if getattr(self, k)}
+        return canonical(src or {"tiny": self.tiny["model_type"]})
