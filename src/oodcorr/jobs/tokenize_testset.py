@@ -1,7 +1,7 @@
 """Tokenising a testset: its prompts as token ids, cached once per tokenizer x testset.
 
 What rule ``tokenize_testset`` runs (workflow/scripts/tokenize_testset.py); every checkpoint's
-evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`CACHE_FORMAT` is the cache's
+evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`TOKENIZED_FORMAT` is the cache's
 format; its sidecar (:func:`oodcorr.core.records.cache_info_path`) is readable without torch.
 
 A cache records its testset, its model and the fingerprint of the tokenizer that made it
@@ -38,8 +38,6 @@ from ..core.records import (
 )
 from ..modeling import adaptation
 from ..modeling.loading import load_tokenizer, tokenizer_fingerprint
-
-CACHE_FORMAT = TOKENIZED_FORMAT
 
 
 def tokenize_testset(
@@ -79,7 +77,7 @@ def tokenize_testset(
         data_meta, "the prepared dataset's description", "delete it and run again: the dataset is prepared again"
     )
     cache = {
-        "format": CACHE_FORMAT,
+        "format": TOKENIZED_FORMAT,
         "testset": testset,
         "model": model_entry.name,
         "method": method.name,
@@ -111,7 +109,7 @@ def tokenize_testset(
         max_length=max_length,
     )
     info = {
-        "format": CACHE_FORMAT,
+        "format": TOKENIZED_FORMAT,
         "testset": testset,
         "model": model_entry.name,
         "n": len(ids),
@@ -171,9 +169,9 @@ def read_tokenized(
             f"{str(e)[:160]}); {rebuild_hint(path)}"
         ) from None
     why = None
-    if not isinstance(cache, dict) or cache.get("format") != CACHE_FORMAT:
+    if not isinstance(cache, dict) or cache.get("format") != TOKENIZED_FORMAT:
         got = cache.get("format") if isinstance(cache, dict) else type(cache).__name__
-        why = f"{path}: not a tokenised testset of format {CACHE_FORMAT} (it is {got!r})"
+        why = f"{path}: not a tokenised testset of format {TOKENIZED_FORMAT} (it is {got!r})"
     elif not isinstance(cache.get("input_ids"), list) or len(cache["input_ids"]) != len(cache.get("labels") or ()):
         n_ids, n_labels = len(cache.get("input_ids") or ()), len(cache.get("labels") or ())
         why = f"{path}: the tokenised testset holds {n_ids} prompts but {n_labels} labels"

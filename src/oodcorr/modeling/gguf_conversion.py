@@ -28,7 +28,6 @@ ordinary safetensors model under the usual safety rules.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -63,17 +62,6 @@ def checked_header(model_entry: ModelEntry):
     if problem:
         raise ConfigError(f"{model_entry.where}: {problem}")
     return header
-
-
-def read_manifest(folder: str | Path) -> dict | None:
-    """A converted folder's record (:data:`MANIFEST`), or None where there is none."""
-    p = Path(folder) / MANIFEST
-    if not p.is_file():
-        return None
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
 
 
 def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None) -> dict:
