@@ -428,6 +428,7 @@ def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclus
     assert off["r_no_step0"].isna().all() and off["step0_changes"].isna().all()
 
 
+@pytest.mark.slow  # a pool of worker processes
 def test_runs_analysed_in_parallel_processes_give_the_same_table():
     """`workers` splits the runs over processes: every cell (its example bootstrap, its block
     bootstrap) draws from a stream seeded by the cell itself, so the table is equal, value for

@@ -252,6 +252,7 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     )
 
 
+@pytest.mark.slow  # a real Snakemake dry run
 def test_snakemake_planning_stops_on_a_model_too_large_for_its_gpus(tmp_path):
     """The check runs when the Snakefile plans, before any job: one message, naming the model and the key."""
     cfg = big_model(80)

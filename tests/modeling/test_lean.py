@@ -191,6 +191,7 @@ NOT_IN_A_JOB = ("transformers", "peft", "torch._dynamo", "sympy", "jinja2", "htt
 NOT_IN_A_JOB += ("pandas", "numpy.ma", "jsonschema", "oodcorr.planning")
 
 
+@pytest.mark.slow  # a fresh Python process per job
 @pytest.mark.parametrize("lora", [False, True])
 def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lora):
     """A whole evaluation job (evaluate_run on a checkpoint, as the rule's script runs it) in a fresh
