@@ -287,8 +287,12 @@ def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
 
 
 def _twin(res: str) -> str:
-    """The linear-kind residualiser of the same covariates: its Pearson cell is the one corrected."""
-    return "linear+step" if parse(res).step else "linear"
+    """The residualiser whose Pearson cell is corrected for a cell of ``res``: a spline's own, else
+    the linear-kind one of the same covariates."""
+    spec = parse(res)
+    if spec.kind == "spline":
+        return res
+    return "linear+step" if spec.step else "linear"
 
 
 def _sign_of(direction: str) -> str:
@@ -299,7 +303,7 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
     """``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a
     statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
     sign where that cell states the same sign, a spread where it states the same spread."""
-    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).kind == "linear")
+    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).kind in ("linear", "spline"))
     keys = ["in_domain", "pool_group", "x", "y"]
     twins = {
         (*k, res): (reg, d, sp)
