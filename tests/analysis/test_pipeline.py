@@ -354,6 +354,7 @@ def test_figures_take_marks_and_fits_from_the_analysis_options():
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
     assert scatter_fits(opts.residualisers) == ["linear", "gam"]  # '+step' fits need the step: not a curve
     assert scatter_fits(("linear+step",)) == ["linear"]
+    assert scatter_fits(("spline",)) == ["spline", "linear"]  # the curve, and the line its check
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
@@ -365,6 +366,8 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
     assert drawn == {"id": ["a", "b", "c", "id"]}
     fits = scatter(long, "m", str(tmp_path / "sc.png"), residualisers=("linear", "gam"))
     assert fits == {"a": 4, "b": 4, "c": 4}  # 2 runs x (linear + GAM) per testset
+    fits = scatter(long, "m", str(tmp_path / "sc3.png"), residualisers=("spline", "linear"))
+    assert fits == {"a": 4, "b": 4, "c": 4}  # 2 runs x (spline + its line) per testset
     few = long[long.unit < 50]  # 5 checkpoints: too few for the GAM, the line is still drawn
     assert scatter(few, "m", str(tmp_path / "sc2.png"), residualisers=("linear", "gam")) == {"a": 2, "b": 2, "c": 2}
     words = long.assign(unit="u" + long["unit"].astype(str))
