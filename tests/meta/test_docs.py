@@ -1,6 +1,6 @@
 """The docs stay true: every link, path, make target, CLI verb, config file and job count
-that README.md, config/README.md, docs/*.md and benchmarks/README.md show must exist or
-match a dry run.
+that README.md, config/README.md, docs/*.md and benchmarks/*.md (the index and a page per
+benchmark) show must exist or match a dry run.
 
 What counts as a claim (so a writer knows what is checked):
 * a relative Markdown link ``[text](path#anchor)``: the file exists, and a Markdown
@@ -28,8 +28,8 @@ from helpers import REPO
 
 SNAKEMAKE = str(REPO / ".venv/bin/snakemake")
 DOCS = sorted(
-    ["README.md", "config/README.md", "benchmarks/README.md"]
-    + [str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")]
+    ["README.md", "config/README.md"]
+    + [str(p.relative_to(REPO)) for folder in ("docs", "benchmarks") for p in (REPO / folder).glob("*.md")]
 )
 ROOTS = ("config", "src", "workflow", "tests", "benchmarks", "profiles", "resources", "envs")
 # Paths the docs show that a command writes, not files of the repository.
@@ -227,7 +227,7 @@ def test_slugs_are_githubs():
 
 
 # A reference to the docs from code, a config or a registry: path#anchor.
-DOC_REFERENCE = re.compile(r"(?<![\w/.-])((?:docs/[\w-]+|README|config/README|benchmarks/README)\.md)#([\w-]+)")
+DOC_REFERENCE = re.compile(r"(?<![\w/.-])((?:docs/[\w-]+|README|config/README|benchmarks/[\w-]+)\.md)#([\w-]+)")
 REFERRING = ("src", "workflow", "config", "profiles", "resources", "benchmarks", "tests", "envs")
 
 
