@@ -6,6 +6,9 @@
 #   make test-fast  the suite without the tests marked slow (real Snakemake, SLURM, finetune
 #                   processes), in the same TEST_WORKERS workers: a couple of minutes; `make test`
 #                   still runs everything
+# and the real decoder's learning run (config/real-lm.yaml's 10-minute look through Snakemake: about
+# 18 minutes on 2 cores, so `make test` leaves it out; benchmarks/real-lm.md records its last result):
+#   make check-real
 # and one more for the file readers:
 #   make fuzz   the property-based tests of every file reader, with many random examples
 #               (FUZZ_EXAMPLES per test; `make test` runs a short, fixed set of them)
@@ -27,7 +30,7 @@ SNAKEMAKE_ARGS ?=
 TEST_WORKERS ?= 2
 FUZZ_EXAMPLES ?= 5000
 
-.PHONY: run test test-fast fuzz lint format dry-run clean
+.PHONY: run test test-fast check-real fuzz lint format dry-run clean
 
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,10 +52,13 @@ run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not real_lm" $(PYTEST_ARGS)
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
+
+check-real: $(TEST_STAMP)
+	$(BIN)/python -m pytest tests/workflow/test_real_lm.py -m real_lm --durations=5 $(PYTEST_ARGS)
 
 fuzz: $(TEST_STAMP)
 	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \

@@ -426,10 +426,10 @@ def measured_study() -> dict:
 # longest is never the last file left running while the other worker idles (it was: 7 of the
 # suite's 29 minutes).
 LONGEST_FIRST = (
-    "tests/workflow/test_real_lm.py",
     "tests/workflow/test_workflow.py",
     "tests/workflow/test_bad_inputs.py",
     "tests/workflow/test_slurm.py",
+    "tests/modeling/test_gguf_conversion.py",
     "tests/jobs/test_data_nli_registry.py",
     "tests/meta/test_docs.py",
 )

@@ -99,3 +99,24 @@ def test_a_gguf_file_without_a_tensor_it_needs_is_refused_when_planning(tmp_path
     with pytest.raises(ConfigError) as e:
         check_inputs_exist(plan.exp)
     assert "models[lm]" in str(e.value) and str(f) in str(e.value) and words in str(e.value)
+
+
+@pytest.mark.slow
+def test_the_convert_gguf_rule_writes_the_folder_every_job_loads(tmp_path):
+    """The rule itself, through Snakemake (its script, params and output), on a tiny file: what
+    `make check-real` runs on the real one (tests/workflow/test_real_lm.py), in seconds."""
+    import json
+
+    from helpers import smk
+
+    f = tiny_llama_gguf(tmp_path / "m.gguf")
+    cfg = _config(f)
+    configfile = tmp_path / "gguf.yaml"
+    configfile.write_text(yaml.safe_dump(cfg))
+    folder = plan_mod.load(copy.deepcopy(cfg), REPO, sources=[configfile]).built_model_dir("lm")
+    res = smk(tmp_path / "wd", configfile, folder)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = tmp_path / "wd" / folder
+    record = json.loads((out / "gguf_conversion.json").read_text())
+    assert record["probe_logits_equal"] is True and record["architecture"] == "llama"
+    assert (out / "model.safetensors").is_file() and not list(out.glob("*.gguf"))

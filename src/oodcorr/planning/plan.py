@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import limits
-from ..core.defaults import ANALYSIS, RESOURCES, filled
+from ..core.defaults import RESOURCES
 from ..core.errors import ConfigError
 from ..core.io import canonical
 from ..core.model_dirs import model_files
@@ -457,7 +457,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 total = run_length(ft, int(n), m)
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
-    analysis = filled(config.get("analysis"), ANALYSIS)  # as fill_defaults left it, or filled here
+    analysis = config["analysis"]  # its defaults filled in by load (schema.fill_defaults), the one place
     warnings += plan_checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     plan_checks.check_analysis_size(runs, testsets, analysis)

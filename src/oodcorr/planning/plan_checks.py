@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ..core.defaults import ANALYSIS, filled
+from ..core.defaults import ANALYSIS
 from ..core.errors import ConfigError
 from ..core.limits import analysis_cells, analysis_too_large
 
@@ -62,8 +62,8 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
     error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning.
 
     ``runs`` are the plan's runs (:class:`oodcorr.planning.units.Run`: model, n_train, steps, max_steps,
-    series); not imported here, since the plan imports this module."""
-    analysis = filled(analysis, ANALYSIS)
+    series); not imported here, since the plan imports this module. ``analysis`` is the config's
+    section with its defaults filled in (:func:`oodcorr.planning.schema.fill_defaults`)."""
     residualisers = list(analysis["residualisers"])
     gam_min = int(analysis["gam"]["min_points"])
     drop0 = bool(analysis["step0"]["drop"])
@@ -102,8 +102,8 @@ def check_analysis_size(runs: Iterable[Any], testsets: Mapping[str, Iterable[tup
     ``analysis.max_cells``: refused while planning, with the count and the key that allows it, rather
     than found after the evaluations, in an analysis job that runs for hours.
 
-    ``testsets`` are the plan's (in-domain set -> (testset, role) pairs); ``runs`` its runs."""
-    analysis = filled(analysis, ANALYSIS)
+    ``testsets`` are the plan's (in-domain set -> (testset, role) pairs); ``runs`` its runs;
+    ``analysis`` the config's section with its defaults filled in."""
     n_ood = {d: sum(1 for _, role in ts if role != "in-domain") for d, ts in testsets.items()}
     cells, detail = analysis_cells(
         [n_ood.get(run.in_domain, 0) for run in runs], len(analysis["methods"]), len(analysis["residualisers"])
