@@ -207,12 +207,13 @@ def _read_pilot(args, sizes: dict, settings):
         )
     else:
         ns = argparse.Namespace(
-            table=args.pilot,
+            table=[args.pilot],
             format=args.pilot_format,
             in_domain=args.pilot_in_domain,
             unit=args.pilot_unit,
             testset_column="testset",
-            score=args.pilot_score,
+            metric=[args.pilot_score],
+            path_pattern=None,
             model=None,
             run=None,
             model_name=None,
