@@ -62,7 +62,7 @@ def _recorded(path: str) -> argparse.Namespace:
 def _from_settings(args) -> argparse.Namespace:
     """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given;
     any other flag given beside it is refused (it would change what the record says)."""
-    from . import build_parser
+    from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
 
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
     given = [k for k, v in vars(args).items() if k in defaults and k not in _BESIDE_FROM and v != defaults[k]]
