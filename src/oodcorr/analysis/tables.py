@@ -413,10 +413,10 @@ def from_wide(
     not_numbers = [(c, _not_numeric(df, c)) for c in cols]
     not_numbers = [(c, i) for c, i in not_numbers if i is not None]
     if not_numbers:
-        said = ", ".join(f"{c!r} ({where} {i}: {df.at[i, c]!r})" for c, i in not_numbers)
+        said = ", ".join(f"column {c!r} ({where} {i}: {df.at[i, c]!r})" for c, i in not_numbers)
         raise DataError(
-            f"{source}: {len(not_numbers)} column(s) are not numeric: {said}; leave them out (--exclude, globs "
-            "allowed) or name each as the model/run column (--model, --run)"
+            f"{source}: not numeric: {said}; leave such a column out (--exclude, globs allowed) or name it as the "
+            "model/run column (--model, --run)"
         )
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
     empty = values.isna().all(axis=1)
