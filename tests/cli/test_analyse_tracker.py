@@ -229,3 +229,27 @@ def test_help_leads_with_the_essentials_and_names_the_metric_once(capsys):
         assert old not in text, old
         with pytest.raises(SystemExit):
             parser.parse_args(["analyse", "t.csv", "--in-domain", "x", old, "a"])
+
+
+def test_a_long_tables_score_column_is_given_its_metric(tmp_path, caplog):
+    """--metric COLUMN=METRIC in long format: a column named 'value' that holds losses (any number)."""
+    rows = [(s, t, 3.0 - 0.01 * s + (0.1 * k if s % 2 else -0.1 * k)) for s in range(12) for k, t in enumerate("abcd")]
+    path = tmp_path / "long.csv"
+    path.write_text("step,testset,value\n" + "".join(f"{s},{t},{v}\n" for s, t, v in rows))
+    args = ["analyse", str(path), "--in-domain", "a", *FAST, "-q"]
+    with caplog.at_level(logging.ERROR):
+        assert main([*args, "--out", str(tmp_path / "o1")]) == 2  # no column 'accuracy'
+        assert main([*args, "--metric", "value", "--out", str(tmp_path / "o2")]) == 2  # 'value' is no metric
+    assert "'value' is no metric this knows" in caplog.text
+    assert main([*args, "--metric", "value=loss", "--out", str(tmp_path / "o3")]) == 0
+    assert json.loads((tmp_path / "o3" / "settings.json").read_text())["metric"] == "loss"
+
+
+def test_no_input_or_no_in_domain_is_one_line_naming_what_to_give(caplog):
+    with caplog.at_level(logging.ERROR):
+        assert main(["analyse", "--in-domain", "x"]) == 2
+        assert main(["analyse", str(WANDB / "olmo-60m-seed1.csv")]) == 2
+    assert (
+        "no input: give a table (or several, or a glob such as 'exports/*.csv'), or --from settings.json" in caplog.text
+    )
+    assert "--in-domain: name the in-domain testset" in caplog.text
