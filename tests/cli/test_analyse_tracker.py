@@ -253,3 +253,24 @@ def test_no_input_or_no_in_domain_is_one_line_naming_what_to_give(caplog):
         "no input: give a table (or several, or a glob such as 'exports/*.csv'), or --from settings.json" in caplog.text
     )
     assert "--in-domain: name the in-domain testset" in caplog.text
+
+
+def test_a_files_own_run_column_wins_over_its_name_and_the_pattern_names_the_model(tmp_path, caplog):
+    """Each file may hold several runs (a run column): its name then names no run; --path-pattern its model."""
+    folder = tmp_path / "two"
+    folder.mkdir()
+    for i, model in enumerate(("m-a", "m-b")):
+        lines = [
+            f"{s},{t},{r},{0.5 + 0.01 * s + 0.02 * k * ((s + i + j) % 3):.4f}"
+            for r, j in (("r1", 0), ("r2", 1))
+            for s in range(10)
+            for k, t in enumerate(("ind", "x", "y", "z"))
+        ]
+        (folder / f"{model}.csv").write_text("step,testset,run,accuracy\n" + "\n".join(lines) + "\n")
+    args = ["analyse", str(folder / "*.csv"), "--in-domain", "ind", *FAST, "-q"]
+    with caplog.at_level(logging.ERROR):
+        assert main([*args, "--out", str(tmp_path / "o1")]) == 2
+    assert "model 'two', run 'r1' is in more than one of the files read" in caplog.text
+    assert main([*args, "--path-pattern", "{model}.csv", "--out", str(tmp_path / "o2")]) == 0
+    pc = pd.read_csv(tmp_path / "o2" / "partial_correlations.csv")
+    assert set(zip(pc.model, pc.run)) == {(m, r) for m in ("m-a", "m-b") for r in ("r1", "r2", "pooled")}

@@ -94,21 +94,22 @@ def _stem(path: str) -> str:
 
 def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
     """What each file's path says of its model and run: by ``--path-pattern`` ({model}, {run}, matched
-    against the path's end), else, with several files, each file a run named by its file name."""
+    against the path's end; they win over a table's own model and run columns, not over --model/--run),
+    else, with several files, its name (``file``: the run's where the table has no run column)."""
     if not pattern:
         if len(files) == 1:
             return [{}]
         stems = [_stem(f) for f in files]
         if len(set(stems)) < len(stems):
             stems = [str(Path(f).with_name(s)) for f, s in zip(files, stems)]
-        return [{"run": s} for s in stems]
+        return [{"file": s} for s in stems]  # the run's name where the table has no run column
     if "{step}" in pattern:
         raise DataError(f"--path-pattern {pattern!r}: a table's step is a column (--unit); name {{model}} and {{run}}")
     rx = compile_pattern(pattern)
     out, unmatched = [], []
     for f in files:
         parts = Path(f).as_posix().split("/")
-        m = next((rx.match("/".join(parts[k:])) for k in range(len(parts)) if rx.match("/".join(parts[k:]))), None)
+        m = next(filter(None, (rx.match("/".join(parts[k:])) for k in range(len(parts)))), None)
         if m is None:
             unmatched.append(f)
         else:
@@ -276,8 +277,8 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
             n_column=getattr(args, "n_column", None),
             **common,
         )
-    if "run" in ident:
-        long["run"] = info["run"] = ident["run"]
+    if "run" in ident or ("file" in ident and run is None):
+        long["run"] = info["run"] = ident.get("run", ident.get("file"))
     return long, info, unit, pool_by, {"model": model, "run": run, "model_name": model_name}
 
 
