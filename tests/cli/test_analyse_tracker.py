@@ -196,7 +196,7 @@ def test_settings_json_reruns_the_analysis_to_identical_tables(tmp_path, caplog)
     # another flag beside --from would change what it records; an input changed since is not the data analysed
     with caplog.at_level(logging.ERROR):
         assert main(["analyse", "--from", str(first / "settings.json"), "--methods", "kendall", "-q"]) == 2
-    assert "methods given beside it would change that" in caplog.text
+    assert "--methods given beside it would change that" in caplog.text
     (folder / "olmo-60m-seed2.csv").write_text((folder / "olmo-60m-seed2.csv").read_text().replace("0.2", "0.3", 1))
     caplog.clear()
     with caplog.at_level(logging.ERROR):

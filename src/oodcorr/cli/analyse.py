@@ -38,8 +38,9 @@ def add_parser(sub, help: str) -> None:
 _BESIDE_FROM = ("out", "force", "workers", "quiet", "from_settings", "argv")
 
 
-def _recorded(path: str) -> argparse.Namespace:
-    """The flags of the analysis a settings.json records, its inputs checked to be the bytes it read."""
+def _recorded(path: str, defaults: dict) -> argparse.Namespace:
+    """The flags of the analysis a settings.json records (over ``defaults``: a flag added since keeps its
+    default), its inputs checked to be the bytes it read."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         recorded = doc["command"]["args"]
@@ -56,7 +57,10 @@ def _recorded(path: str) -> argparse.Namespace:
                 f"--from {path}: the input {item['path']} is missing or not the bytes analysed then (sha256 "
                 f"{item['sha256'][:12]}...); rerunning on other data would not give the same tables"
             )
-    return argparse.Namespace(**recorded)
+    unknown = sorted(set(recorded) - set(defaults))
+    if unknown:
+        raise DataError(f"--from {path}: records flags this version of oodcorr analyse lacks: {unknown}")
+    return argparse.Namespace(**{**defaults, **recorded})
 
 
 def _from_settings(args) -> argparse.Namespace:
@@ -67,11 +71,12 @@ def _from_settings(args) -> argparse.Namespace:
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
     given = [k for k, v in vars(args).items() if k in defaults and k not in _BESIDE_FROM and v != defaults[k]]
     if given:
+        flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
         raise DataError(
-            f"--from reruns the analysis its settings.json records; {', '.join(sorted(given))} given beside it would "
+            f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
             "change that: give only --out, --force, --workers or -q with --from"
         )
-    ns = _recorded(args.from_settings)
+    ns = _recorded(args.from_settings, {k: v for k, v in defaults.items() if k not in _NOT_RECORDED})
     for k in ("out", "force", "workers", "quiet"):
         if getattr(args, k) != defaults[k]:
             setattr(ns, k, getattr(args, k))
