@@ -244,7 +244,7 @@ def test_wide_table_errors_name_the_line_or_column(tmp_path):
     p = tmp_path / "wide.csv"
     p.write_text(WIDE, encoding="utf-8")
     df, _ = read_table(p)
-    with pytest.raises(DataError, match="column 'notes' is not numeric"):
+    with pytest.raises(DataError, match="not numeric: column 'notes' \\(line 2: 'x'\\)"):
         from_wide(df, unit="Run", in_domain="ID acc", source="t")
     with pytest.raises(DataError, match="in-domain testset 'MNLI' is not a column"):
         from_wide(df, unit="Run", in_domain="MNLI", source="t", exclude=("notes",))

@@ -5,8 +5,6 @@ range is only checked to be a number."""
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 import pytest
 
@@ -47,7 +45,7 @@ def test_a_table_in_percent_is_read_and_its_own_range_checked(tmp_path):
     percent = {k: [100 * x for x in v] for k, v in SHARES.items()}
     assert read_long(long_csv(tmp_path, percent))["score"].max() == pytest.approx(80.0)
     percent["y"][1] = 170.0
-    with pytest.raises(DataError, match=r"line 11, column 'accuracy': score 170 is outside \[0, 100\].*percentages"):
+    with pytest.raises(DataError, match=r"column 'accuracy', line 11: score 170 is outside \[0, 100\].*percentages"):
         read_long(long_csv(tmp_path, percent))
 
 
@@ -70,7 +68,7 @@ def test_a_wide_tables_scores_are_accuracies(tmp_path):
     with pytest.raises(DataError) as e:
         from_wide(df, unit="Run", in_domain="ind", source=str(p), where=where)
     msg = str(e.value)
-    assert "line 3, column 'x': score 1.7 is outside [0, 1]" in msg and "long format" in msg, msg
+    assert "column 'x', line 3: score 1.7 is outside [0, 1]" in msg and "--metric 'COLUMN=METRIC'" in msg, msg
 
 
 # a wide table whose columns are on different scales (issue 47): ind and x in shares, y in percent, ll a
@@ -78,15 +76,16 @@ def test_a_wide_tables_scores_are_accuracies(tmp_path):
 MIXED = "step,ind,x,y,ll\n0,0.50,0.30,60.0,-3.1\n1,0.60,0.35,62.0,-2.9\n2,0.70,0.40,61.0,-2.7\n3,0.80,0.45,66.0,-2.6\n"
 
 
-def test_a_wide_table_of_mixed_scales_is_refused_naming_the_flags_that_read_it(tmp_path):
-    """Before: refused, rightly, but the only way on was to reshape the table into long format."""
+def test_a_wide_table_of_mixed_scales_is_read_column_by_column_and_names_the_flag_that_reads_the_rest(tmp_path):
+    """Before: refused as a whole, the scale told by the median of every column together (issue 47, 54)."""
     p = tmp_path / "wide.csv"
     p.write_text(MIXED)
     df, where = read_table(p)
     with pytest.raises(DataError) as e:
         from_wide(df, unit="step", in_domain="ind", source=str(p), where=where)
-    msg = str(e.value)
-    assert "--each-scale" in msg and "--column-metric" in msg, msg
+    msg = str(e.value)  # y, in percent, is read as such; ll, a log-likelihood named nothing, is refused
+    assert "column 'll', line 2: score -3.1 is outside [0, 1]" in msg and "--metric 'COLUMN=METRIC'" in msg, msg
+    assert "'y'" not in msg
 
 
 def test_a_wide_table_says_how_to_read_each_column(tmp_path):
@@ -94,26 +93,29 @@ def test_a_wide_table_says_how_to_read_each_column(tmp_path):
     p.write_text(MIXED)
     df, where = read_table(p)
     read = dict(unit="step", in_domain="ind", source=str(p), where=where)
-    got = from_wide(df, each_scale=True, column_metrics={"ll": "loglik"}, **read)
+    got = from_wide(df, metrics={"ll": "loglik"}, **read)
     top = got.groupby("testset")["score"].max().to_dict()
     assert top == pytest.approx({"ind": 0.8, "x": 0.45, "y": 66, "ll": -2.6})
-    # each column's own range is still checked: a typo among shares, a percentage over 100, a loglik is anything
-    for col, row, value, says in (
-        ("x", 2, "1.7", "column 'x': score 1.7 is outside [0, 1]"),
-        ("y", 1, "170", "column 'y': score 170 is outside [0, 100]"),
+    # each column's own range is still checked: a typo among shares, a percentage over 100, a loglik is anything;
+    # both bad columns in one message
+    bad = df.copy()
+    bad.loc[bad.index[2], "x"] = "1.7"  # as read: text
+    bad.loc[bad.index[1], "y"] = "170"
+    with pytest.raises(DataError) as e:
+        from_wide(bad, metrics={"ll": "loglik"}, **read)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: 2 columns hold a score outside their metric's range"), msg
+    assert (
+        "column 'x', line 4: score 1.7 is outside [0, 1]" in msg
+        and "column 'y', line 3: score 170 is outside [0, 100]" in msg
+    )
+    with pytest.raises(
+        DataError, match=r"column 'll', line 2: score -3.1 is outside \[0, inf\], the range of 'perplexity'"
     ):
-        bad = df.copy()
-        bad.loc[bad.index[row], col] = value  # as read: text
-        with pytest.raises(DataError, match=re.escape(says)):
-            from_wide(bad, each_scale=True, column_metrics={"ll": "loglik"}, **read)
-    with pytest.raises(DataError, match=r"column 'll': score -3.1 is outside \[0, inf\], the range of 'perplexity'"):
-        from_wide(df, each_scale=True, column_metrics={"ll": "perplexity"}, **read)
-    with pytest.raises(DataError, match=r"--column-metric nope=loglik: the table has no column 'nope'"):
-        from_wide(df, each_scale=True, column_metrics={"nope": "loglik"}, **read)
-    # without --each-scale, a column named is read on its own scale, the others together as accuracies
-    with pytest.raises(DataError, match=r"column 'y': score 60 is outside \[0, 1\]"):
-        from_wide(df, column_metrics={"ll": "loglik"}, **read)
-    assert len(from_wide(df, column_metrics={"ll": "loglik", "y": "accuracy"}, **read)) == 16
+        from_wide(df, metrics={"ll": "perplexity"}, **read)
+    with pytest.raises(DataError, match=r"--metric COLUMN=METRIC: nothing is named 'nope'"):
+        from_wide(df, metrics={"nope": "loglik"}, **read)
+    assert len(from_wide(df, metrics={"l*": "loglik", "y": "accuracy"}, **read)) == 16  # a glob names ll
 
 
 def test_the_workflows_scores_are_shares_whatever_their_median(tmp_path):

@@ -698,7 +698,8 @@ def test_an_out_record_of_another_format_is_not_read_its_files_are_left_and_it_i
 
 
 def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tmp_path, caplog):
-    """Before: refused, and the only way on was to reshape the table (issue 47)."""
+    """Before: refused, and the only way on was to reshape the table (issue 47); then a median over every
+    column told their scale, and --items was refused beside a column's metric (issue 54)."""
     rng = np.random.default_rng(2)
     z = np.linspace(0.5, 0.8, 12)
     table = pd.DataFrame(
@@ -715,21 +716,18 @@ def test_a_wide_table_of_columns_on_different_scales_is_read_as_the_flags_say(tm
     args = ["analyse", str(path), "--format", "wide", "--in-domain", "mnli", "--no-plots", "-q"]
     with caplog.at_level(logging.ERROR):
         assert main([*args, "--out", str(tmp_path / "o1")]) == 2
-    assert "--each-scale" in caplog.text and "--column-metric" in caplog.text
-    assert main([*args, "--out", str(tmp_path / "o2"), "--each-scale", "--column-metric", "ll=loglik"]) == 0
+    assert "column 'll'" in caplog.text and "--metric 'COLUMN=METRIC'" in caplog.text and "'b'" not in caplog.text
+    assert main([*args, "--out", str(tmp_path / "o2"), "--metric", "ll=loglik"]) == 0
     pc = pd.read_csv(tmp_path / "o2" / "partial_correlations.csv")
     assert {"a", "b", "ll"} == set(pc.x) | set(pc.y)
     caplog.clear()
     with caplog.at_level(logging.ERROR):
-        assert main(["analyse", str(path), "--in-domain", "mnli", "--column-metric", "ll=loglik", "-q"]) == 2
-    assert "--column-metric: reads the columns of a wide table" in caplog.text
-    caplog.clear()  # sizes bound the noise of shares on one scale: not with columns on several
-    with caplog.at_level(logging.ERROR):
         assert (
-            main(
-                [*args, "--out", str(tmp_path / "o3"), "--each-scale", "--column-metric", "ll=loglik", "--items", "200"]
-            )
+            main(["analyse", str(path), "--in-domain", "mnli", "--metric", "ll=loglik", "--metric", "accuracy", "-q"])
             == 2
         )
-    assert "--items with --each-scale: the sizes bound the item noise of shares" in caplog.text
-    assert not (tmp_path / "o3").exists()
+    assert "a long table has one score column" in caplog.text
+    caplog.clear()  # sizes bound the noise of the shares; the log-likelihood's item noise is unknown, and said
+    with caplog.at_level(logging.WARNING):
+        assert main([*args, "--out", str(tmp_path / "o3"), "--metric", "ll=loglik", "--items", "200"]) == 0
+    assert "the metric of ['ll'] is not one, so their item noise is unknown" in caplog.text

@@ -73,7 +73,9 @@ def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answe
     forest = sorted(p.name for p in (out / "forest" / "in-domain").iterdir())
     assert forest == ["ood0+ood1.png", "ood0+ood2.png", "ood1+ood2.png"]
     settings = json.loads((out / "settings.json").read_text())
-    assert settings["format"] == "lm-eval" and settings["metric"] == "acc" and len(settings["sha256"]) == 64
+    assert (
+        settings["format"] == "lm-eval" and settings["metric"] == "acc" and len(settings["inputs"][0]["sha256"]) == 64
+    )
     *_, answer, last = [r.getMessage() for r in caplog.records]
     assert answer.startswith(f"the answer, {out}/agreement.csv (pearson, linear): in-domain in-domain: 3 pairs")
     assert (

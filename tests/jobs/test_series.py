@@ -320,7 +320,7 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
     """Two series (the same tiny pretraining run on a step axis and on a token axis) through the
     real workflow, unit run: no finetuning, the given steps in the scores table and the
     analysis, heatmaps and learning curves; switching to unit checkpoint recomputes nothing,
-    and a new checkpoint schedules only its own evaluations; `oodcorr analyse --score
+    and a new checkpoint schedules only its own evaluations; `oodcorr analyse --metric
     macro_f1` works on the scores table."""
     from oodcorr.cli import main
 
@@ -393,7 +393,7 @@ def test_a_series_of_local_directories_runs_end_to_end_into_heatmaps(series_dirs
             str(out / "scores.csv"),
             "--in-domain",
             "synth-test",
-            "--score",
+            "--metric",
             "macro_f1",
             "--out",
             str(tmp_path / "f1"),

@@ -804,7 +804,7 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
     assert pairs.ex_note.str.contains("not run for analysis.score macro_f1").all()
     assert "score analysed: macro_f1" in (wd / R / "logs/analyse/partial_correlations.log").read_text()
     scores = pd.read_csv(wd / R / "scores.csv")
-    # the analysis read macro_f1: the same r as oodcorr analyse --score macro_f1 on this table
+    # the analysis read macro_f1: the same r as oodcorr analyse --metric macro_f1 on this table
     from oodcorr.cli import main
 
     rc = main(
@@ -813,7 +813,7 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
             str(wd / R / "scores.csv"),
             "--in-domain",
             "synth-test",
-            "--score",
+            "--metric",
             "macro_f1",
             "--methods",
             "pearson",

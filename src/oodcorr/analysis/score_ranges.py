@@ -8,6 +8,7 @@ metric without a known range (a log-likelihood) is only checked to be a number.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -38,7 +39,10 @@ SHARES = frozenset(
     }
 )
 CORRELATIONS = frozenset({"mcc"})  # Matthews' correlation coefficient: in [-1, 1]
-NON_NEGATIVE = frozenset({"perplexity", "word_perplexity", "byte_perplexity", "bits_per_byte", "ter"})
+NON_NEGATIVE = frozenset({"perplexity", "ppl", "word_perplexity", "byte_perplexity", "bits_per_byte", "bpb", "ter"})
+# known names of metrics that may take any number: a loss, a log-likelihood (``number``: a user's own)
+ANY_NUMBER = frozenset({"loss", "loglik", "logprob", "number"})
+KNOWN = SHARES | CORRELATIONS | NON_NEGATIVE | ANY_NUMBER
 # the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
 # and a user's table, may be either: told by the values, :func:`score_range`)
 LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
@@ -71,7 +75,8 @@ def score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[flo
     v = v[np.isfinite(v)]
     if not percent or rng[1] == math.inf or not len(v):
         return rng, ""
-    median = float(np.median(np.abs(v)))
+    # a range below zero (a correlation) is told by the size of its values; a share's by the values
+    median = float(np.median(np.abs(v) if rng[0] < 0 else v))
     if median <= 1:
         return rng, f"shares: their median is {median:.3g}"
     return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
@@ -99,26 +104,55 @@ def out_of_range(
     return None
 
 
-def check_score_range(scores: pd.DataFrame, metric: str, source: str, where: str, *, wide: bool) -> None:
-    """A :class:`DataError` naming the line (the index of ``scores``), column and value of the first
-    score outside its metric's range (:func:`out_of_range`); a wide table's scores are accuracies, unless
-    ``--column-metric`` names a column's metric, and on one scale, unless ``--each-scale``."""
-    bad = out_of_range(scores, metric)
-    if bad is None:
-        return
-    i, col, value, why = bad
-    other = (
-        f"if the table's columns are on different scales, say how to read them: --each-scale reads each column "
-        f"on its own (shares beside percentages), --column-metric {col}=METRIC names a column's metric (its range "
-        f"is that metric's; a name without a known range, such as loglik, takes any number); or give the table in "
-        "long format, its score column named after the metric (--score)"
-        if wide
-        else f"if column {col!r} holds another metric, name it after that metric and pass that name as --score"
-    )
+def check_known(metric: str, flag: str = "--metric") -> str:
+    """``metric`` if it is a name :data:`KNOWN` (case ignored), else a :class:`DataError` listing them:
+    a name this does not know has no range to check, so a typo would pass unseen."""
+    if str(metric).strip().lower() in KNOWN:
+        return metric
     raise DataError(
-        f"{source}: {where} {i}, column {col!r}: score {value:g} is {why}; fix that score (a typo, a lost sign "
-        f"or digit) or leave the row out; {other}"
+        f"{flag}: {metric!r} is no metric this knows; the known ones are: shares (in [0, 1], or percentages) "
+        f"{', '.join(sorted(SHARES))}; in [-1, 1] {', '.join(sorted(CORRELATIONS))}; not negative "
+        f"{', '.join(sorted(NON_NEGATIVE))}; any number {', '.join(sorted(ANY_NUMBER))} ('number' for a metric of "
+        "your own)"
     )
+
+
+# a column's metric told by the end of its name (after the last '/'), where that is unambiguous: a
+# tracker's names such as eval/downstream/arc_easy_acc, eval/c4_en/CrossEntropyLoss, eval/pile_bpb
+_NAME_METRICS = (
+    (re.compile(r"(?:^|[_\-/])(?:acc|accuracy|acc_norm|len_norm)$", re.IGNORECASE), "acc"),
+    (re.compile(r"(?:^|[_\-/])f1$", re.IGNORECASE), "f1"),
+    (re.compile(r"loss$", re.IGNORECASE), "loss"),
+    (re.compile(r"(?:^|[_\-/])bpb$|bits_per_byte$", re.IGNORECASE), "bpb"),
+    (re.compile(r"(?:^|[_\-/])(?:ppl|perplexity)$", re.IGNORECASE), "perplexity"),
+)
+
+
+def guess_metric(column: str) -> str | None:
+    """The metric a column's name says (:data:`_NAME_METRICS`: ``*_acc``, ``*acc_norm``, ``*len_norm``,
+    ``*_f1`` a share; ``*loss``/``*Loss`` a loss; ``*bpb``, ``*ppl``/``*perplexity`` not negative), or None
+    where it says none or more than one."""
+    said = {metric for pattern, metric in _NAME_METRICS if pattern.search(str(column))}
+    return said.pop() if len(said) == 1 else None
+
+
+def check_columns(values: pd.DataFrame, metrics: dict, source: str, where: str, remedy: str) -> None:
+    """One :class:`DataError` naming every column of ``values`` with a score outside the range of its
+    metric (``metrics``: column -> metric; each column's scale, shares or percentages, told by its own
+    values: :func:`out_of_range`), with the first such line and value of each, then ``remedy``."""
+    bad = []
+    for col in values.columns:
+        got = out_of_range(values[[col]], metrics[col])
+        if got is not None:
+            i, _, value, why = got
+            bad.append(f"column {col!r}, {where} {i}: score {value:g} is {why}")
+    if bad:
+        head = f"{source}: " + (
+            f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
+        )
+        raise DataError(
+            head + "; ".join(bad) + f". Fix such a score (a typo, a lost sign or digit) or leave its row out; {remedy}"
+        )
 
 
 # the metrics that are a share of items answered correctly: a testset's size bounds their item noise

@@ -23,6 +23,7 @@ never done silently. A row with scores but no unit label is an error naming its 
 from __future__ import annotations
 
 import csv
+import fnmatch
 import io
 import logging
 import math
@@ -35,7 +36,7 @@ import pandas as pd
 from ..core import table_files
 from ..core.errors import DataError, did_you_mean
 from ..core.io import delimiter_mismatch, format_suffix, read_bytes, read_text
-from .score_ranges import check_score_range
+from .score_ranges import check_columns, guess_metric
 
 log = logging.getLogger(__name__)
 
@@ -160,6 +161,29 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
     return df, "line"
 
 
+# the columns a step is found in where --unit is not given: this project's, W&B's, Hugging Face's, Lightning's
+UNIT_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
+
+
+def find_unit(columns, source: str) -> tuple[str, str]:
+    """(the unit column, what to say of it) for a table whose unit column is not named: ``step``, else
+    the one of :data:`UNIT_COLUMNS` it has; none or several is a :class:`DataError` naming them."""
+    columns = list(columns)
+    if "step" in columns:
+        return "step", ""
+    found = [c for c in UNIT_COLUMNS if c in columns]
+    if len(found) == 1:
+        return found[0], f"{source}: the unit is column {found[0]!r} (no column 'step'; --unit names another)"
+    if found:
+        raise DataError(
+            f"{source}: no column 'step', and several that may hold the step: {found}; name one with --unit"
+        )
+    raise DataError(
+        f"{source}: no unit column: none of {list(UNIT_COLUMNS)}; name the column of the unit (the training step, "
+        f"or a run label) with --unit; columns are {columns}"
+    )
+
+
 def _norm_label(v) -> str:
     s = re.sub(r"\s+", " ", str(v)).strip().lower()
     s = re.sub(r"\s*\(.*\)\s*$", "", s)
@@ -225,6 +249,16 @@ def _numeric_units(s: pd.Series) -> pd.Series:
     return num if num.notna().all() else s.astype(str)
 
 
+def _not_numeric(df: pd.DataFrame, col: str):
+    """The index of the first cell of ``col`` that is text and no number (None when there is none)."""
+    s = df[col]
+    if not (s.dtype == object or pd.api.types.is_string_dtype(s)):
+        return None
+    s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
+    bad = pd.to_numeric(s, errors="coerce").isna() & s.notna()
+    return df.index[bad][0] if bad.any() else None
+
+
 def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     """A score column as floats; ``NA``, ``nan``, ... and empty cells are missing, other text an error."""
     s = df[col]
@@ -280,6 +314,51 @@ def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) 
     return long.assign(n=n)
 
 
+def matching(names, patterns, flag: str) -> list[str]:
+    """The names (in their order) that ``patterns`` name: each pattern an exact name, or else a
+    shell-style glob (``*``, ``?``, ``[...]``; case-sensitive: :func:`fnmatch.fnmatchcase`). Every pattern
+    that names nothing is said in one :class:`DataError` (``flag`` and the names there are)."""
+    names = list(names)
+    chosen: set[str] = set()
+    unmatched = []
+    for p in patterns or ():
+        hit = {p} if p in names else {n for n in names if fnmatch.fnmatchcase(n, p)}
+        if not hit:
+            unmatched.append(p)
+        chosen |= hit
+    if unmatched:
+        near = "".join(did_you_mean(p, names) for p in unmatched[:1])
+        raise DataError(f"{flag}: nothing is named {', '.join(map(repr, unmatched))}{near}; the names are {names}")
+    return [n for n in names if n in chosen]
+
+
+def column_metrics(columns, named: dict[str, str], default: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(column -> metric, column -> the metric guessed from its name) for ``columns``: the metric
+    ``named`` gives (``--metric COLUMN=METRIC``: an exact name first, else the globs matching it, which
+    must agree), else the one its name says (:func:`.score_ranges.guess_metric`), else ``default``."""
+    out, guessed = {}, {}
+    for c in columns:
+        if c in named:
+            out[c] = named[c]
+            continue
+        said = {m for p, m in named.items() if fnmatch.fnmatchcase(c, p)}
+        if len(said) > 1:
+            raise DataError(f"--metric: column {c!r} is matched by globs naming different metrics {sorted(said)}")
+        if said:
+            out[c] = said.pop()
+        elif (g := guess_metric(c)) is not None:
+            out[c] = guessed[c] = g
+        else:
+            out[c] = default
+    return out, guessed
+
+
+def _bookkeeping(column: str) -> bool:
+    """Whether a column is a tracker's own (W&B names its ``_runtime``, ``_timestamp`` with a leading
+    ``_``) or a row number written without a name (``DataFrame.to_csv`` with its index: ``Unnamed: 0``)."""
+    return column.startswith("_") or re.fullmatch(r"Unnamed: \d+", column) is not None
+
+
 def from_wide(
     df: pd.DataFrame,
     *,
@@ -293,40 +372,72 @@ def from_wide(
     testsets: list[str] | None = None,
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
-    column_metrics: dict[str, str] | None = None,
-    each_scale: bool = False,
+    metrics: dict[str, str] | None = None,
+    default_metric: str = "accuracy",
 ) -> pd.DataFrame:
-    """One row per unit, one column per testset -> canonical long table. The columns are accuracies
-    on one scale (shares or percentages, told by all of them), except each column ``column_metrics``
-    names (``--column-metric COLUMN=METRIC``: checked on its own against that metric's range); with
-    ``each_scale`` (``--each-scale``) every column is checked on its own scale."""
+    """One row per unit, one column per testset -> canonical long table. ``testsets`` and ``exclude``
+    name columns exactly or by globs (:func:`matching`); a column whose name starts with ``_`` (a
+    tracker's own: W&B's ``_runtime``, ``_timestamp``) is left out unless ``testsets`` names it. Each
+    column's metric is :func:`column_metrics`' (``metrics``: ``--metric COLUMN=METRIC``, globs allowed;
+    ``default_metric`` for a column neither named nor told by its name), its scores checked against that
+    metric's range, each column on its own scale (shares or percentages, told by its values); every
+    column out of range is named in one error. Rows with no score in any column analysed (a tracker's
+    rows of other metrics) are left out."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     ids = [c for c in (unit, model, run) if c]
-    _require_columns(df, ids[1:] + list(exclude) + list(testsets or []), source)
+    _require_columns(df, ids[1:], source)
     if in_domain not in df.columns:
         named = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
         raise DataError(
             f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, named)}; "
             f"the testset columns are {named}"
         )
-    cols = list(testsets) if testsets else [c for c in df.columns if c not in ids and c not in exclude]
+    names = [c for c in df.columns if c not in ids]
+    left = set(matching(names, exclude, "--exclude")) - {in_domain}
+    if testsets:
+        cols = [c for c in matching(names, testsets, "--testsets") if c not in left]
+    else:
+        own = [c for c in names if _bookkeeping(c) and c not in left and c != in_domain]
+        if own:
+            log.info(
+                "%s: columns %s left out: a tracker's own (a leading '_': W&B's _runtime, _timestamp) or a row "
+                "number with no name (pandas' index); --testsets keeps one",
+                source,
+                own,
+            )
+        cols = [c for c in names if c not in left and c not in own]
     if in_domain not in cols:
         cols.append(in_domain)
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
+    not_numbers = [(c, _not_numeric(df, c)) for c in cols]
+    not_numbers = [(c, i) for c, i in not_numbers if i is not None]
+    if not_numbers:
+        said = ", ".join(f"column {c!r} ({where} {i}: {df.at[i, c]!r})" for c, i in not_numbers)
+        raise DataError(
+            f"{source}: not numeric: {said}; leave such a column out (--exclude, globs allowed) or name it as the "
+            "model/run column (--model, --run)"
+        )
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
-    named = dict(column_metrics or {})
-    for c, metric in named.items():
-        if c not in cols:
-            raise DataError(
-                f"--column-metric {c}={metric}: the table has no column {c!r}"
-                + (" among those analysed" if c in df.columns else f"; columns are {list(df.columns)}")
-            )
-    plain = [c for c in cols if c not in named]
-    for group, metric in [*(([c], "accuracy") for c in plain if each_scale), *(([c], m) for c, m in named.items())]:
-        check_score_range(values[group], metric, source, where, wide=True)
-    if plain and not each_scale:
-        check_score_range(values[plain], "accuracy", source, where, wide=True)
+    empty = values.isna().all(axis=1)
+    if empty.any():
+        log.info(
+            "%s: %d row(s) have no score in the columns analysed (rows of other metrics): left out",
+            source,
+            int(empty.sum()),
+        )
+        values, df = values[~empty], df[~empty]
+    named = dict(metrics or {})
+    matching(cols, list(named), "--metric COLUMN=METRIC")
+    per_column = column_metrics(cols, named, default_metric)[0]
+    check_columns(
+        values,
+        per_column,
+        source,
+        where,
+        "name a column's metric as --metric 'COLUMN=METRIC' (globs allowed, e.g. --metric '*_soft=loglik'; "
+        "repeatable; a loss or log-likelihood takes any number), or leave it out (--exclude)",
+    )
     long = values.assign(
         unit=_numeric_units(df[unit]),
         model=_names(df, model, "model", source, where) if model else model_name,
@@ -353,9 +464,11 @@ def from_long(
     exclude: tuple[str, ...] = (),
     summary_labels=SUMMARY_LABELS,
     n_column: str | None = None,
+    metric: str | None = None,
 ) -> pd.DataFrame:
     """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column (the
-    items behind each score) too."""
+    items behind each score) too. The scores are checked against the range of ``metric`` (default: the
+    score column's name); ``testsets`` and ``exclude`` name testsets exactly or by globs (:func:`matching`)."""
     df = drop_summary_rows(df, unit, source, where, summary_labels)
     _require_columns(df, [testset, score] + [c for c in (model, run, n_column) if c], source)
     names = set(_names(df, testset, "testset", source, where))
@@ -364,11 +477,10 @@ def from_long(
             f"{source}: the in-domain testset {in_domain!r} does not occur in column "
             f"{testset!r}{did_you_mean(in_domain, names)}; testsets are {sorted(names)}"
         )
-    keep = (
-        df[testset].astype(str).isin(set(testsets) | {in_domain})
-        if testsets
-        else ~df[testset].astype(str).isin(exclude)
-    )
+    ordered = sorted(names)
+    left = set(matching(ordered, exclude, "--exclude")) - {in_domain}
+    chosen = set(matching(ordered, testsets, "--testsets")) if testsets else set(ordered)
+    keep = df[testset].astype(str).isin((chosen | {in_domain}) - left)
     df = df[keep]
     out = pd.DataFrame(
         {
@@ -381,7 +493,13 @@ def from_long(
         },
         index=df.index,
     )
-    check_score_range(out[["score"]].set_axis([score], axis=1), score, source, where, wide=False)
+    check_columns(
+        out[["score"]].set_axis([score], axis=1),
+        {score: metric or score},
+        source,
+        where,
+        f"if column {score!r} holds another metric, say which: --metric {score}=METRIC",
+    )
     if n_column:
         n = _numeric(df, n_column, source, where)
         bad = n.notna() & ~((n >= 1) & (n == n.round()))

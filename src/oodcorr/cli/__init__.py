@@ -64,6 +64,7 @@ def build_parser(verbs=None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[:1]).parse_args(argv)
+    args.argv = argv  # the command as given (oodcorr analyse records it in settings.json)
     # a no-op when logging is already configured (e.g. under pytest); the level is ours either way
     logging.basicConfig(stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("oodcorr").setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)

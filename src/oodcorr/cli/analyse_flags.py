@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Options
+from ..analysis import Options, tables
 from ..analysis.correlate import METHODS
 from ..analysis.inference import INFERENCES
 from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
@@ -40,7 +40,8 @@ outputs (in --out):
                             (these three are left out above 30 OOD testsets with several models:
                             --all-figures)
   learning_curves/<model>.png  score vs step (only when the unit column is numeric)
-  settings.json             the settings used and the input's sha256 (lm-eval: of the files read)
+  settings.json             the command, every flag and the settings used, and each input's sha256
+                            (lm-eval: of the files read): --from reruns it
   .oodcorr-analyse.json     what this analysis wrote: the next analysis into --out removes what of it
                             that one does not write again (as written; files changed since, or not
                             written by an analysis, are left alone and named)
@@ -48,7 +49,10 @@ outputs (in --out):
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
   oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
-  oodcorr analyse mixed.csv --format wide --in-domain mnli --each-scale --column-metric loglik=loglik
+  oodcorr analyse mixed.csv --format wide --in-domain mnli --metric loglik=loglik
+  oodcorr analyse 'wandb/*.csv' --format wide --in-domain eval/c4_en/loss --testsets 'eval/downstream/*' \
+      --metric '*_soft=loglik'   # W&B exports, one file per run: the unit _step found, metrics by name
+  oodcorr analyse --from analysis/settings.json --out analysis-again   # rerun what settings.json records
   oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
   oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
   oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
@@ -60,14 +64,6 @@ Maximum, ...) and empty rows are excluded with a logged warning naming each line
 """
 
 
-def column_metric(v: str) -> tuple[str, str]:
-    """``--column-metric COLUMN=METRIC`` -> (column, metric)."""
-    column, sep, metric = v.rpartition("=")
-    if not sep or not column or not metric.strip():
-        raise argparse.ArgumentTypeError(f"{v!r}: give COLUMN=METRIC, e.g. loglik=loglik or f1=f1")
-    return column, metric.strip()
-
-
 def add_parser(sub, help: str) -> None:
     d = Options()
     a = sub.add_parser(
@@ -77,64 +73,85 @@ def add_parser(sub, help: str) -> None:
         "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
         "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
         "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
-        "residualiser and step-0 checks, and plots.",
+        "residualiser and step-0 checks, and plots. The first group of flags is all most analyses need "
+        "(docs/your-own-table.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    a.add_argument(
+    g = a.add_argument_group("the essentials")
+    g.add_argument(
         "table",
-        help="scores table: .csv, .tsv or .parquet; with --format lm-eval, a folder of lm-evaluation-harness results",
+        nargs="*",
+        metavar="INPUT",
+        help="the scores: a table (.csv, .tsv or .parquet), several (each file a run), or a glob such as "
+        "'exports/*.csv'; with --format lm-eval, a folder of lm-evaluation-harness results",
     )
-    g = a.add_argument_group("input layout")
+    g.add_argument(
+        "--in-domain",
+        metavar="TESTSET",
+        help="the in-domain testset (a column in wide format, a value of --testset-column in long); required",
+    )
     g.add_argument(
         "--format",
         choices=("long", "wide", "lm-eval"),
         default="long",
-        help="long: one row per unit x testset; wide: one row per unit, one column per testset; lm-eval: a "
-        "folder of lm-evaluation-harness results files, one per model x checkpoint (default: long)",
-    )
-    g.add_argument(
-        "--in-domain",
-        required=True,
-        metavar="TESTSET",
-        help="the in-domain testset (a column in wide format, a value of --testset-column in long)",
+        help="long: one row per unit x testset; wide: one row per unit, one column per testset (a tracker's "
+        "export); lm-eval: a folder of lm-evaluation-harness results files (default: long)",
     )
     g.add_argument(
         "--unit",
-        default="step",
         metavar="COLUMN",
-        help="column with the unit of observation, e.g. the training step or a run label "
-        "(default: step). Numeric units are ordered (blocks of consecutive units are "
-        "resampled); other units are exchangeable",
+        help="column with the unit of observation, e.g. the training step or a run label (default: 'step', "
+        f"else the one of {', '.join(tables.UNIT_COLUMNS[1:])} the table has). Numeric units are ordered "
+        "(blocks of consecutive units are resampled); other units are exchangeable",
     )
+    g.add_argument(
+        "--testsets",
+        nargs="+",
+        metavar="NAME",
+        help="analyse only these OOD testsets: names or shell-style globs (case-sensitive; quote them), e.g. "
+        "'eval/downstream/*'",
+    )
+    g.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="testsets (columns of a wide table) to leave out: names or globs",
+    )
+    g.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="[COLUMN=]METRIC",
+        help="what the scores are (repeatable). Long: the score column, named after its metric (default: "
+        "accuracy; the workflow's table also has macro_f1, ece, ...), or COLUMN=METRIC. Wide: COLUMN=METRIC "
+        "for columns (globs allowed, e.g. '*_soft=loglik'), METRIC for the rest; by default a column's metric is "
+        "what its name says (*_acc, *len_norm a share; *loss, *bpb, *ppl any number or not negative; said on the "
+        "console), else accuracy. Each is checked against its metric's range, each column on its own scale "
+        "(shares or percentages). lm-eval: the metric analysed (default: acc; NAME,FILTER where a task has "
+        "several filters)",
+    )
+    g.add_argument(
+        "--path-pattern",
+        metavar="PATTERN",
+        help="where each file's path gives its model and run ({model}, {run}; lm-eval: also {step}); * any text "
+        "within a name, **/ any folders; e.g. '{model}/{run}.csv' or, lm-eval, '{model}/zero-shot/*_step{step}.json'",
+    )
+    g.add_argument("--out", metavar="DIR", help="output folder (default: ./analysis)")
+    g.add_argument(
+        "--from",
+        dest="from_settings",
+        metavar="SETTINGS",
+        help="rerun the analysis a settings.json records (its input and every flag; the input must be as it was), "
+        "into --out if given, else into the folder it names",
+    )
+    g = a.add_argument_group("table layout (long and wide)")
     g.add_argument(
         "--testset-column",
         default="testset",
         metavar="COLUMN",
         help="long format: column naming the testset (default: testset)",
-    )
-    g.add_argument(
-        "--score",
-        default="accuracy",
-        metavar="COLUMN",
-        help="long format: column with the score (default: accuracy); the workflow's scores table "
-        "also has macro_f1, ece, accuracy_ci_low and accuracy_ci_high",
-    )
-    g.add_argument(
-        "--each-scale",
-        action="store_true",
-        help="wide format: read each testset column on its own scale (shares or percentages, told column by "
-        "column: a table of shares beside percentages); by default every column is an accuracy on one scale",
-    )
-    g.add_argument(
-        "--column-metric",
-        action="append",
-        default=[],
-        type=column_metric,
-        metavar="COLUMN=METRIC",
-        help="wide format: the metric of a column that is not an accuracy, its range checked as that metric's "
-        "(f1, mcc, perplexity, ...; a name without a known range, such as loglik, takes any number); repeatable. "
-        "In long format, --score names the score column instead",
     )
     g.add_argument(
         "--model",
@@ -144,14 +161,13 @@ def add_parser(sub, help: str) -> None:
     g.add_argument(
         "--run",
         metavar="COLUMN",
-        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run)",
+        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run, or with "
+        "several files each file's name)",
     )
     g.add_argument(
-        "--model-name", metavar="NAME", help="model name when there is no model column (default: the table's file name)"
-    )
-    g.add_argument("--testsets", nargs="+", metavar="TESTSET", help="analyse only these OOD testsets")
-    g.add_argument(
-        "--exclude", nargs="+", default=[], metavar="NAME", help="columns (wide) or testsets (long) to leave out"
+        "--model-name",
+        metavar="NAME",
+        help="model name when there is no model column (default: the table's file name; several files: their folder's)",
     )
     g.add_argument(
         "--summary-label",
@@ -200,24 +216,10 @@ def add_parser(sub, help: str) -> None:
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
     )
     e.add_argument(
-        "--metric",
-        default="acc",
-        metavar="NAME",
-        help="the metric analysed: acc, acc_norm, exact_match, ...; NAME,FILTER where a task has it under several "
-        "filters (default: acc)",
-    )
-    e.add_argument(
         "--tasks",
         metavar="T1,T2,...",
         help="read only these tasks (comma-separated; the in-domain task is always read); default: every task "
         "that has the metric",
-    )
-    e.add_argument(
-        "--path-pattern",
-        metavar="PATTERN",
-        help="where each file's path (below the folder) gives model, run or step: placeholders {model}, {run}, "
-        "{step}; * any text within a name, **/ any folders; e.g. '{model}/zero-shot/*_step{step}.json'. "
-        "What it names wins over config.model_args for model and run; only matching .json files are read",
     )
     e.add_argument(
         "--follow-links",
@@ -347,7 +349,6 @@ def add_parser(sub, help: str) -> None:
         type=positive_int("--max-cells"),
     )
     o = a.add_argument_group("output")
-    o.add_argument("--out", default="analysis", metavar="DIR", help="output folder (default: ./analysis)")
     o.add_argument(
         "--force",
         action="store_true",
@@ -387,3 +388,6 @@ def add_parser(sub, help: str) -> None:
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
     o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
     o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    # --help shows the essentials first: argparse's own group (-h) last, as "other"
+    a._optionals.title = "other"
+    a._action_groups.append(a._action_groups.pop(a._action_groups.index(a._optionals)))

@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import Options, tables, workflow_scores
+from ..analysis import Options, score_ranges, tables, workflow_scores
 from ..analysis import design as dz
 from ..analysis.design_items import MIN_ITEMS
 from ..analysis.design_pilot import choose_assumptions, pilot_estimates
@@ -207,12 +207,14 @@ def _read_pilot(args, sizes: dict, settings):
         )
     else:
         ns = argparse.Namespace(
-            table=args.pilot,
+            table=[args.pilot],
             format=args.pilot_format,
             in_domain=args.pilot_in_domain,
             unit=args.pilot_unit,
             testset_column="testset",
-            score=args.pilot_score,
+            # the pilot's score column: a metric's name, or any number (a column named otherwise)
+            metric=[_pilot_metric(args.pilot_score, args.pilot_format)],
+            path_pattern=None,
             model=None,
             run=None,
             model_name=None,
@@ -238,6 +240,14 @@ def _read_pilot(args, sizes: dict, settings):
             source=str(args.pilot_examples),
         )
     return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed, examples=examples)
+
+
+def _pilot_metric(score: str, fmt: str) -> str:
+    """``--pilot-score`` as ``oodcorr analyse``'s ``--metric``: a known metric's name as it is, another
+    column's name (long) taken to hold any number."""
+    if score.strip().lower() in score_ranges.KNOWN:
+        return score
+    return f"{score}=number" if fmt == "long" else "number"
 
 
 def _items_flag(flag: str, value) -> float | None:

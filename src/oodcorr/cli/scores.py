@@ -5,12 +5,15 @@ how many cells its analysis will compute (:func:`check_analysis_size`)."""
 
 from __future__ import annotations
 
+import glob
 import logging
 from pathlib import Path
 
 import pandas as pd
 
 from ..analysis import lmeval, score_ranges, shared_items, tables, workflow_scores
+from ..analysis.lmeval_identity import compile_pattern
+from ..core import table_files
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.limits import analysis_cells, analysis_too_large
@@ -18,76 +21,166 @@ from ..core.limits import analysis_cells, analysis_too_large
 log = logging.getLogger("oodcorr")
 
 
+TABLE_METRIC = "accuracy"  # --metric's default for a table (long or wide)
+LMEVAL_METRIC = "acc"  # and for lm-evaluation-harness results
+
+
+def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
+    """``--metric``'s words -> (the metric: lm-eval's, a long table's, or a wide table's for a column neither
+    named nor told by its name; {column or glob: metric}). In long format the one word names the score
+    column too: ``NAME`` a column named after its metric, ``COLUMN=METRIC`` another. A table's metric
+    must be a known one (:func:`oodcorr.analysis.score_ranges.check_known`)."""
+    words = list(words or ())
+    bare = [w for w in words if "=" not in w]
+    pairs = {}
+    for w in words:
+        if "=" in w:
+            column, _, metric = w.rpartition("=")
+            if not column or not metric.strip():
+                raise DataError(f"--metric {w!r}: give METRIC or COLUMN=METRIC, e.g. acc or 'eval/*_loss=loss'")
+            pairs[column] = metric.strip()
+    if fmt == "lm-eval":
+        if pairs or len(bare) > 1:
+            raise DataError(
+                f"--metric {' '.join(words)}: with --format lm-eval, give the one metric analysed (acc, acc_norm, "
+                "exact_match, ...; NAME,FILTER where a task has it under several filters)"
+            )
+        return (bare[0] if bare else LMEVAL_METRIC), {}
+    if len(bare) > 1:
+        raise DataError(f"--metric {' '.join(bare)}: give one METRIC, and COLUMN=METRIC for the columns of others")
+    for m in [*bare, *pairs.values()]:
+        score_ranges.check_known(m)
+    if fmt == "long" and len(bare) + len(pairs) > 1:
+        raise DataError(
+            f"--metric {' '.join(words)}: a long table has one score column: name it after its metric (--metric "
+            "NAME) or say its metric (--metric COLUMN=METRIC)"
+        )
+    if fmt == "long" and pairs:
+        return next(iter(pairs.values())), pairs
+    return (bare[0] if bare else TABLE_METRIC), pairs
+
+
+def input_files(words, fmt: str) -> list[str]:
+    """The inputs named (each a path, or a shell-style glob such as 'exports/*.csv' read here), in their
+    order, each once; lm-eval results are one folder."""
+    files: list[str] = []
+    for w in words:
+        if any(ch in w for ch in "*?[") and not Path(w).exists():
+            hits = sorted(glob.glob(w, recursive=True))
+            if not hits:
+                raise DataError(f"{w}: no file matches this pattern")
+            files += hits
+        else:
+            files.append(w)
+    files = list(dict.fromkeys(files))
+    if not files:
+        raise DataError(
+            "no input: give a table (or several, or a glob such as 'exports/*.csv'), or --from settings.json"
+        )
+    if fmt == "lm-eval" and len(files) != 1:
+        raise DataError(f"--format lm-eval reads one folder of results; got {len(files)} inputs: {files[:5]}")
+    return files
+
+
+def _stem(path: str) -> str:
+    name = Path(path).name
+    for suffix in (".gz", ".bz2", ".xz"):
+        name = name.removesuffix(suffix)
+    for suffix in table_files.SCORES_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
+    """What each file's path says of its model and run: by ``--path-pattern`` ({model}, {run}, matched
+    against the path's end; they win over a table's own model and run columns, not over --model/--run),
+    else, with several files, its name (``file``: the run's where the table has no run column)."""
+    if not pattern:
+        if len(files) == 1:
+            return [{}]
+        stems = [_stem(f) for f in files]
+        if len(set(stems)) < len(stems):
+            stems = [str(Path(f).with_name(s)) for f, s in zip(files, stems)]
+        return [{"file": s} for s in stems]  # the run's name where the table has no run column
+    if "{step}" in pattern:
+        raise DataError(f"--path-pattern {pattern!r}: a table's step is a column (--unit); name {{model}} and {{run}}")
+    rx = compile_pattern(pattern)
+    out, unmatched = [], []
+    for f in files:
+        parts = Path(f).as_posix().split("/")
+        m = next(filter(None, (rx.match("/".join(parts[k:])) for k in range(len(parts)))), None)
+        if m is None:
+            unmatched.append(f)
+        else:
+            out.append({k: v for k, v in m.groupdict().items() if v is not None})
+    if unmatched:
+        raise DataError(
+            f"--path-pattern {pattern!r}: {len(unmatched)} file(s) do not match it: {unmatched[:5]}; the pattern is "
+            "matched against the end of each path, e.g. '{model}/{run}.csv'"
+        )
+    return out
+
+
 def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
-    """(canonical long table, examples or None, run information, columns to pool by) of the table
-    ``args.table`` read by ``oodcorr analyse``'s input-layout flags in ``args``."""
-    df, where = tables.read_table(args.table, args.encoding)
-    src = str(args.table)
-    model = args.model or ("model" if "model" in df.columns else None)
-    run = args.run or next((c for c in ("run_id", "run") if c in df.columns and c != args.unit), None)
-    if args.pool_by is None:
-        pool_by = ("n_train",) if "n_train" in df.columns and "n_train" != args.unit else ()
-    else:
-        pool_by = tuple(args.pool_by)
-    labels = tables.SUMMARY_LABELS | set(args.summary_label)
-    exclude = tuple(args.exclude) + (pool_by if args.format == "wide" else ())
-    common = dict(
-        source=src,
-        where=where,
-        model=model,
-        run=run,
-        model_name=args.model_name or Path(args.table).stem,
-        testsets=args.testsets,
-        exclude=exclude,
-        summary_labels=labels,
-    )
-    # run information: the columns to pool by, and (long tables) the workflow's n_train and seed
-    info_cols = [
-        c for c in ("n_train", "seed") if args.format == "long" and c in df.columns and c not in (args.unit, model, run)
-    ]
-    info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
-    body = tables.drop_summary_rows(df, args.unit, src, where, labels, quiet=True) if info_cols else df
-    info = tables.run_info(body, info_cols, source=src, model=model, run=run, model_name=common["model_name"])
-    metrics, each = dict(getattr(args, "column_metric", None) or []), getattr(args, "each_scale", False)
+    """(canonical long table, examples or None, run information, columns to pool by) of the tables
+    ``args.table`` (several: each a run, :func:`_identities`) read by ``oodcorr analyse``'s input-layout
+    flags in ``args``."""
+    files = list(args.table)
+    metric, named = metric_flag(getattr(args, "metric", None), args.format)
+    idents = _identities(files, getattr(args, "path_pattern", None))
+    if args.examples and len(files) > 1:
+        raise DataError(f"--examples: read with one table; got {len(files)}")
+    parts, infos, unit = [], [], args.unit
+    for path, ident in zip(files, idents):
+        long, info, unit, pool_by, names = _read_one(args, path, ident, (metric, named), unit)
+        parts.append(long)
+        infos.append(info)
+    long = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    info = pd.concat(infos, ignore_index=True) if len(infos) > 1 else infos[0]
+    twice = info.duplicated(["model", "run"], keep=False)
+    if len(files) > 1 and twice.any():
+        m, r = info.loc[twice, ["model", "run"]].iloc[0]
+        raise DataError(
+            f"model {m!r}, run {r!r} is in more than one of the files read; say each file's model and run with "
+            "--path-pattern (e.g. '{model}/{run}.csv') or a column (--model, --run)"
+        )
+    src = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
+    args.unit = unit
     if args.format == "wide":
-        if getattr(args, "n_column", None):
-            raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
-        long = tables.from_wide(
-            df, unit=args.unit, in_domain=args.in_domain, column_metrics=metrics, each_scale=each, **common
-        )
-    elif metrics or each:
-        raise DataError(
-            f"{'--each-scale' if each else '--column-metric'}: reads the columns of a wide table (--format wide); in "
-            "long format one column holds every score: --score names it"
-        )
+        metrics, guessed = tables.column_metrics(sorted(set(long["testset"])), named, metric)
+        if guessed:
+            by: dict[str, list[str]] = {}
+            for c, m in guessed.items():
+                by.setdefault(m, []).append(c)
+            log.info(
+                "%s: metrics read from the column names: %s (--metric COLUMN=METRIC says otherwise)",
+                src,
+                "; ".join(f"{m}: {', '.join(cs)}" for m, cs in by.items()),
+            )
     else:
-        long = tables.from_long(
-            df,
-            unit=args.unit,
-            testset=args.testset_column,
-            score=args.score,
-            in_domain=args.in_domain,
-            n_column=getattr(args, "n_column", None),
-            **common,
-        )
+        metrics = dict.fromkeys(set(long["testset"]), metric)
     long = tables.with_sizes(long, parse_items(getattr(args, "items", None)), src)
-    if "n" in long and (metrics or each):
-        raise DataError(
-            f"--items with {'--each-scale' if each else '--column-metric'}: the sizes bound the item noise of shares "
-            "of items, read on one scale; give the table's accuracies on one scale (all shares, or all percentages) "
-            "for --items, or leave --items out"
-        )
-    if "n" in long and not score_ranges.is_item_share("accuracy" if args.format == "wide" else args.score):
-        log.warning(
-            "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); --score %s is "
-            "not one, so its item noise is unknown",
-            src,
-            args.score,
-        )
-        long = long.drop(columns="n")
-    elif "n" in long and long["score"].median() > 1:  # percentages: the bound is on shares
-        long = long.assign(score=long["score"] / 100)
-        log.info("%s: scores in percent read as shares (/100) for their items' binomial bound", src)
+    if "n" in long:
+        shares = {t for t, m in metrics.items() if score_ranges.is_item_share(m)}
+        others = sorted(set(metrics) - shares)
+        if others:
+            log.warning(
+                "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); the "
+                "metric of %s is not one, so their item noise is unknown",
+                src,
+                others,
+            )
+            long.loc[long["testset"].isin(others), "n"] = float("nan")
+        percent = [t for t in sorted(shares) if long.loc[long["testset"] == t, "score"].median() > 1]
+        if percent:  # the bound is on shares
+            rows = long["testset"].isin(percent)
+            long.loc[rows, "score"] = long.loc[rows, "score"] / 100
+            log.info(
+                "%s: the scores of %s in percent read as shares (/100) for their items' binomial bound", src, percent
+            )
+        if long["n"].isna().all():
+            long = long.drop(columns="n")
     log.info(
         "%s: %d models, %d runs, %d units, %d testsets (in-domain: %s)",
         src,
@@ -108,10 +201,10 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             shown,
         )
     examples = None
-    if args.examples and not workflow_scores.example_bootstrap_applies(args.score):
+    if args.examples and not workflow_scores.example_bootstrap_applies(metric):
         raise DataError(
             f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
-            f"not --score {args.score}; leave --examples out"
+            f"not --metric {metric}; leave --examples out"
         )
     if args.examples:
         ex, _ = tables.read_table(args.examples, args.encoding)
@@ -121,12 +214,72 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             testset=args.testset_column,
             example="example",
             correct="correct",
-            model=model if model in ex.columns else None,
-            run=run if run in ex.columns else None,
-            model_name=common["model_name"],
+            model=names["model"] if names["model"] in ex.columns else None,
+            run=names["run"] if names["run"] in ex.columns else None,
+            model_name=names["model_name"],
             source=str(args.examples),
         )
     return long, examples, info, pool_by
+
+
+def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str | None):
+    """(canonical long table, run information, unit column, columns to pool by, the model/run columns and
+    model name) of one table, its model and run those ``ident`` names (from its path) where given."""
+    df, where = tables.read_table(path, args.encoding)
+    if unit is None:
+        unit, said = tables.find_unit(df.columns, path)
+        if said:
+            log.info("%s", said)
+    model = args.model or ("model" if "model" in df.columns else None)
+    run = args.run or next((c for c in ("run_id", "run") if c in df.columns and c != unit), None)
+    if "model" in ident and args.model or "run" in ident and args.run:
+        raise DataError(f"{path}: --path-pattern and --model/--run both name the model or the run: give one")
+    model, run = (None if k in ident else c for k, c in (("model", model), ("run", run)))  # the path wins
+    if args.pool_by is None:
+        pool_by = ("n_train",) if "n_train" in df.columns and "n_train" != unit else ()
+    else:
+        pool_by = tuple(args.pool_by)
+    labels = tables.SUMMARY_LABELS | set(args.summary_label)
+    exclude = tuple(args.exclude) + (pool_by if args.format == "wide" else ())
+    default_name = Path(path).parent.name if len(args.table) > 1 else Path(path).stem
+    model_name = ident.get("model") or args.model_name or default_name
+    common = dict(
+        source=path,
+        where=where,
+        model=model,
+        run=run,
+        model_name=model_name,
+        testsets=args.testsets,
+        exclude=exclude,
+        summary_labels=labels,
+    )
+    # run information: the columns to pool by, and (long tables) the workflow's n_train and seed
+    info_cols = [
+        c for c in ("n_train", "seed") if args.format == "long" and c in df.columns and c not in (unit, model, run)
+    ]
+    info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
+    body = tables.drop_summary_rows(df, unit, path, where, labels, quiet=True) if info_cols else df
+    info = tables.run_info(body, info_cols, source=path, model=model, run=run, model_name=model_name)
+    metric, named = metrics
+    if args.format == "wide":
+        if getattr(args, "n_column", None):
+            raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
+        long = tables.from_wide(df, unit=unit, in_domain=args.in_domain, metrics=named, default_metric=metric, **common)
+    else:
+        score = next(iter(named), metric)
+        long = tables.from_long(
+            df,
+            unit=unit,
+            testset=args.testset_column,
+            score=score,
+            metric=metric,
+            in_domain=args.in_domain,
+            n_column=getattr(args, "n_column", None),
+            **common,
+        )
+    if "run" in ident or ("file" in ident and run is None):
+        long["run"] = info["run"] = ident.get("run", ident.get("file"))
+    return long, info, unit, pool_by, {"model": model, "run": run, "model_name": model_name}
 
 
 def parse_items(values) -> dict[str, float]:
@@ -182,9 +335,10 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     tasks = None
     if args.tasks:
         tasks = list(dict.fromkeys(t.strip() for t in args.tasks.split(",") if t.strip()))
+    folder, metric = args.table[0], metric_flag(args.metric, "lm-eval")[0]
     read = lmeval.read_folder(
-        args.table,
-        metric=args.metric,
+        folder,
+        metric=metric,
         tasks=tasks,
         in_domain=args.in_domain,
         path_pattern=args.path_pattern,
@@ -194,20 +348,21 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         follow_links=args.follow_links,
     )
     long = read.long(args.in_domain)
+    names = sorted(set(long["testset"]))
     if args.testsets:
-        long = long[long["testset"].isin(set(args.testsets) | {args.in_domain})]
+        long = long[long["testset"].isin(set(tables.matching(names, args.testsets, "--testsets")) | {args.in_domain})]
     if args.exclude:
-        long = long[~long["testset"].isin(set(args.exclude) - {args.in_domain})]
+        long = long[~long["testset"].isin(set(tables.matching(names, args.exclude, "--exclude")) - {args.in_domain})]
     info = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
     log.info(
         "%s: %d models, %d runs, %d checkpoints, %d tasks (in-domain: %s), metric %s%s",
-        args.table,
+        folder,
         long["model"].nunique(),
         len(info),
         long["unit"].nunique(),
         long["testset"].nunique(),
         args.in_domain,
-        args.metric,
+        metric,
         f", per-example samples from {len(read.samples_files)} files" if read.examples is not None else "",
     )
     ood = sorted(set(long["testset"]) - {args.in_domain})
@@ -216,7 +371,7 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         log.info(
             "%s: %d OOD pair(s) share items (a group beside its subtasks, e.g. %s and %s) or have a task that shares "
             "items with %s: their cells are left out, their notes say why",
-            args.table,
+            folder,
             len(shared),
             *next(iter(shared)),
             args.in_domain,
