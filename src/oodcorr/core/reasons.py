@@ -83,7 +83,10 @@ def _text(row: dict, key: str) -> str:
 
 
 def _p(v: float) -> str:
-    return "n/a" if not math.isfinite(v) else (f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}")
+    """A corrected p-value in brackets, "" where there is none."""
+    if not math.isfinite(v):
+        return ""
+    return f" (p {f'{v:.2g}' if v >= 1e-3 else f'{v:.1e}'} after correction)"
 
 
 def _span(row: dict, lo: str, hi: str) -> str:
@@ -150,12 +153,12 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     if n == 2:
         reason = (
             f"{TWO_MODELS}: a statement about a further model needs 3 or more, and the consensus interval "
-            f"{ci} of these 2 includes 0 (p {_p(_f(row, 'p_mean_adj'))} after correction){runs_said}"
+            f"{ci} of these 2 includes 0{_p(_f(row, 'p_mean_adj'))}{runs_said}"
         )
         way = "a third model" + (" (the runs already agree on the sign)" if sign else "") + "; or more runs per model"
     else:
         reason = (
-            f"{SPANS_ZERO}: {ci} across {n} models (p {_p(_f(row, 'p_mean_adj'))} after correction), "
+            f"{SPANS_ZERO}: {ci} across {n} models{_p(_f(row, 'p_mean_adj'))}, "
             f"and the models do not differ significantly{runs_said}"
         )
         way = "more runs or checkpoints per model (narrower intervals), or more models (a narrower consensus)"
@@ -170,21 +173,20 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     """A verdict that states a sign, a spread or near zero: why, and what remains."""
     if verdict.startswith(SIGN_REVERSAL):
         reason = (
-            f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant "
-            f"(p {_p(_f(row, 'p_reversal_adj'))} after correction)"
+            f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant{_p(_f(row, 'p_reversal_adj'))}"
         )
         return reason, "read each model's correlation (by_model): the sign depends on the model; more models show which"
     if NEARLY_EVERY in verdict:
         reason = (
             f"{SETTLED_FURTHER}: across {n} models the tolerance bounds "
-            f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')} exclude 0 "
-            f"(p {_p(_f(row, 'p_generalises_adj'))} after correction)"
+            f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')} exclude 0"
+            f"{_p(_f(row, 'p_generalises_adj'))}"
         )
         way = SETTLED
     elif ON_AVERAGE in verdict:
         reason = (
-            f"{SETTLED_AVERAGE}: {_span(row, 'ci_low_consensus', 'ci_high_consensus')} across {n} models "
-            f"(p {_p(_f(row, 'p_mean_adj'))} after correction); "
+            f"{SETTLED_AVERAGE}: {_span(row, 'ci_low_consensus', 'ci_high_consensus')} across {n} models"
+            f"{_p(_f(row, 'p_mean_adj'))}; "
         )
         if n == 2:
             reason += "2 models: a statement about a further model needs 3 or more"
@@ -205,10 +207,8 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
         reason, way = "", ""
     if MODELS_DIFFER in verdict:
         i2 = _f(row, "i2_models")
-        differ = (
-            f"the models differ beyond their runs' variation ({f'I² {i2:.0%}, ' if math.isfinite(i2) else ''}"
-            f"p {_p(_f(row, 'p_heterogeneity_adj'))} after correction)"
-        )
+        share = f" (I² {i2:.0%})" if math.isfinite(i2) else ""
+        differ = f"the models differ beyond their runs' variation{share}{_p(_f(row, 'p_heterogeneity_adj'))}"
         if not reason:
             return (
                 f"{DIFFER}: {differ} across {n} models, with no shared sign",
