@@ -192,3 +192,25 @@ def test_every_kind_is_said_once_and_every_reason_starts_with_its_kind():
     ag = agreement(pd.concat(spec, ignore_index=True), 0.05, "holm")
     assert list(ag.columns[-2:]) == ["reason", "way_on"]
     assert all(r.split(": ", 1)[0] in reasons.KINDS for r in ag["reason"])
+
+
+def test_the_consoles_reliability_line_and_a_figures_label_never_show_a_share_below_0():
+    from oodcorr.core.answer import reliability_line
+    from oodcorr.jobs.answer_figures import short_reliability
+
+    rows = [
+        {"x": "ood1", "y": "ood2", "in_domain": "d", "reliability_x": -12.70, "reliability_y": -41.74}
+        | {"reliability_in_domain": 0.9}
+    ]
+    line = reliability_line(rows, 0.5)
+    assert f"ood2 {NOISE_EXCEEDS}" in line and f"ood1 {NOISE_EXCEEDS}" in line and "d (in-domain) 0.90" in line
+    assert "-41.74" not in line and "-12.70" not in line
+    assert short_reliability(-41.74, math.nan) == "noise>var" and short_reliability(0.35, math.nan) == "0.35"
+
+
+def test_the_noise_limited_column_says_a_negative_reliability_in_words():
+    from oodcorr.analysis.measured_answer import noise_limited
+
+    rel = {f"reliability_{s}": np.array([v]) for s, v in (("x", -41.74), ("y", 0.9), ("in_domain", 0.95))}
+    rel |= {f"reliability_{s}_low": np.array([np.nan]) for s in ("x", "y", "in_domain")}
+    assert noise_limited("ood2", "ood1", "d", rel, 0) == f"ood2 (reliability {NOISE_EXCEEDS})"
