@@ -80,3 +80,13 @@ def test_the_planted_pair_stands_out_and_the_detail_panel_says_why_in_words(brow
     if shot:
         p.page.screenshot(path=shot, full_page=True)
     p.close()
+
+
+def test_long_names_with_a_common_start_are_labelled_without_it():
+    names = [f"eval/downstream/{t}_len_norm" for t in ("arc_easy", "hellaswag", "piqa")]
+    agree = _agreement(names, (names[0], names[1]))
+    data = page_data(agree, pd.DataFrame(columns=["model", "run"]))
+    assert data["prefix"] == "eval/downstream/"
+    assert data["labels"] == [n.removeprefix("eval/downstream/") for n in data["names"]]
+    short = page_data(_agreement(NAMES, PLANTED), pd.DataFrame(columns=["model", "run"]))
+    assert short["prefix"] == "" and short["labels"] == short["names"]

@@ -83,7 +83,8 @@
     const font = Math.max(7, Math.min(12, s - 1));
     const cv = $("heat"), ctx = cv.getContext("2d");
     ctx.font = font + "px system-ui, sans-serif";
-    let label = 0; for (const n of axis) label = Math.max(label, ctx.measureText(D.names[n]).width);
+    const shortName = (n) => (D.labels ? D.labels[n] : D.names[n]);  // without the names' common start
+    let label = 0; for (const n of axis) label = Math.max(label, ctx.measureText(shortName(n)).width);
     label = Math.min(label, 240) + 6;
     const dpr = window.devicePixelRatio || 1, W = label + k * s + 10, H = 8 + k * s + label;
     cv.width = W * dpr; cv.height = H * dpr; cv.style.width = W + "px"; cv.style.height = H + "px";
@@ -121,11 +122,11 @@
     ctx.fillStyle = "#222"; ctx.textBaseline = "middle";
     if (s >= 6 || axis.length <= 80) {
       ctx.textAlign = "right";
-      for (let r = 1; r < axis.length; r++) ctx.fillText(D.names[axis[r]], label - 4, 8 + (r - 1) * s + s / 2, label - 6);
+      for (let r = 1; r < axis.length; r++) ctx.fillText(shortName(axis[r]), label - 4, 8 + (r - 1) * s + s / 2, label - 6);
       ctx.save(); ctx.textAlign = "right";
       for (let c = 0; c < axis.length - 1; c++) {
         ctx.save(); ctx.translate(label + c * s + s / 2, 8 + k * s + 4); ctx.rotate(-Math.PI / 2);
-        ctx.fillText(D.names[axis[c]], 0, 0, label - 6); ctx.restore();
+        ctx.fillText(shortName(axis[c]), 0, 0, label - 6); ctx.restore();
       }
       ctx.restore();
     }
@@ -133,7 +134,8 @@
     const what = state.view < 0 ? "consensus across " + D.models.length + " models" : "model " + D.models[state.view] + " (pooled over its runs)";
     $("status").textContent = vis.length + " of " + panel.pairs + " pairs shown (" + (axis.length) + " testsets); " + what +
       "; in-domain " + panel.in_domain + (panel.pool_group && panel.pool_group !== "all runs" ? " (" + panel.pool_group + ")" : "") +
-      ", " + panel.method + ", " + panel.residualiser + ". Hover a cell for its numbers, click it for its forest plot.";
+      ", " + panel.method + ", " + panel.residualiser + ". Hover a cell for its numbers, click it for its forest plot." +
+      (D.prefix ? " Testsets named without their common start '" + D.prefix + "'." : "");
     $("heat").dataset.shown = String(layout.cell.size);
     drawLegend();
     drawTable(vis);
@@ -221,6 +223,7 @@
     $("pair-title").textContent = x + " × " + y + ", in-domain " + panel.in_domain;
     $("pair-verdict").textContent = "verdict: " + D.verdicts[R.verdict[i]].name;
     $("pair-swatch").hidden = false;
+    $("pair-raw").hidden = false;
     $("pair-swatch").style.background = cellValue(i) === null ? "#dbdbdb" : colour(cellValue(i), cellFaded(i));
     $("pair-why").textContent = val("reason", i) ? "why: " + val("reason", i) : "";
     $("pair-way").textContent = val("way_on", i) ? "what would resolve it: " + val("way_on", i) : "";

@@ -29,7 +29,7 @@ import pandas as pd
 from ..core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
 from ..core.io import write_text_atomic
 from ..core.reasons import every_run_sign
-from .answer_figures import EVERY_RUN_MARK, verdict_style
+from .answer_figures import EVERY_RUN_MARK, fold_names, verdict_style
 from .plotting import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
@@ -105,6 +105,7 @@ def page_data(
     for c in ("x", "y", "verdict", *KEYS):
         agree[c] = agree[c].astype(str) if c in agree else ""
     names = sorted(set(agree["x"]) | set(agree["y"]), key=natural_key)
+    prefix, labels = fold_names(names)
     idx = {n: i for i, n in enumerate(names)}
     pooled = pc[pc["run"].astype(str) == "pooled"]
     models = sorted(pooled["model"].astype(str).unique(), key=natural_key) if len(pc) else []
@@ -146,6 +147,9 @@ def page_data(
         "settings": settings or {},
         "answer": answer or [],
         "names": names,
+        # the heatmap's axis labels: the names without their common start (prefix), as the figures fold them
+        "prefix": prefix,
+        "labels": [labels[n] for n in names],
         "models": models,
         "panels": panels,
         "first_panel": first,
