@@ -69,7 +69,7 @@ def test_unresolved_with_three_models_and_with_two():
     three = _verdict(_runs({"a": [0.1], "b": [-0.05], "c": [0.15]}, se=0.3))
     reason, way = _why(three)
     ci = f"[{three['ci_low_consensus']:+.2f}, {three['ci_high_consensus']:+.2f}]"
-    assert reason.startswith(f"{reasons.SPANS_ZERO}: {ci} across 3 models")
+    assert reason.startswith(f"{reasons.SPANS_ZERO}: across 3 models the consensus interval {ci} includes 0")
     assert "more runs or checkpoints" in way and "more models" in way
     # the default's planted pair: two models, each run significant and negative, too few to say more
     table = _runs({"a": [-0.7], "b": [-0.6]}, se=0.3)
@@ -214,3 +214,16 @@ def test_the_noise_limited_column_says_a_negative_reliability_in_words():
     rel = {f"reliability_{s}": np.array([v]) for s, v in (("x", -41.74), ("y", 0.9), ("in_domain", 0.95))}
     rel |= {f"reliability_{s}_low": np.array([np.nan]) for s in ("x", "y", "in_domain")}
     assert noise_limited("ood2", "ood1", "d", rel, 0) == f"ood2 (reliability {NOISE_EXCEEDS})"
+
+
+def test_an_interval_that_excludes_0_before_the_correction_across_pairs_says_so():
+    row = {"verdict": "unresolved", "n_models": 2, "n_models_consensus": 2, "family_size": 10}
+    row |= {"ci_low_consensus": -0.97, "ci_high_consensus": -0.11, "p_mean_adj": 0.12}
+    reason, way = reasons.verdict_reason(row, 0.05, 0.5)
+    assert reason == (
+        f"{reasons.TWO_MODELS}: a statement about a further model needs 3 or more, and the consensus interval "
+        "[-0.97, -0.11] excludes 0 only before the correction across the table's 10 pairs (p 0.12 after correction)"
+    )
+    assert way == "a third model; or more runs per model"
+    three = reasons.verdict_reason(row | {"n_models_consensus": 3}, 0.05, 0.5)[0]
+    assert three.startswith(f"{reasons.CORRECTED}: across 3 models the consensus interval [-0.97, -0.11] excludes 0")

@@ -40,6 +40,7 @@ DIFFER = "the models differ"
 NEAR = "a further model near zero"
 TWO_MODELS = "2 models"
 SPANS_ZERO = "the consensus interval includes 0"
+CORRECTED = "not significant after the correction across pairs"
 UNCONFIRMED = "not confirmed by the corrected Pearson cell"
 ONE_MODEL = "1 model"
 NO_INTERVAL = "models without an interval"
@@ -54,6 +55,7 @@ KINDS = (
     NEAR,
     TWO_MODELS,
     SPANS_ZERO,
+    CORRECTED,
     UNCONFIRMED,
     ONE_MODEL,
     NO_INTERVAL,
@@ -150,17 +152,21 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
             f"{UNCONFIRMED}: this cell's statement is not made by the corrected {twin} cell of the same pair",
             f"read the {twin} row of this pair (its item noise is corrected)",
         )
+    lo, hi = _f(row, "ci_low_consensus"), _f(row, "ci_high_consensus")
+    pairs = _i(row, "family_size")
+    if lo > 0 or hi < 0:  # the interval (at the level, uncorrected) excludes 0; the corrected p-value does not
+        across = f"the correction across the table's {pairs} pairs" if pairs > 1 else "the correction across pairs"
+        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(_f(row, 'p_mean_adj'))}"
+        corrected = True
+    else:
+        mean = f"the consensus interval {ci} includes 0{_p(_f(row, 'p_mean_adj'))}"
+        corrected = False
     if n == 2:
-        reason = (
-            f"{TWO_MODELS}: a statement about a further model needs 3 or more, and the consensus interval "
-            f"{ci} of these 2 includes 0{_p(_f(row, 'p_mean_adj'))}{runs_said}"
-        )
+        reason = f"{TWO_MODELS}: a statement about a further model needs 3 or more, and {mean}{runs_said}"
         way = "a third model" + (" (the runs already agree on the sign)" if sign else "") + "; or more runs per model"
     else:
-        reason = (
-            f"{SPANS_ZERO}: {ci} across {n} models{_p(_f(row, 'p_mean_adj'))}, "
-            f"and the models do not differ significantly{runs_said}"
-        )
+        kind = CORRECTED if corrected else SPANS_ZERO
+        reason = f"{kind}: across {n} models {mean}, and the models do not differ significantly{runs_said}"
         way = "more runs or checkpoints per model (narrower intervals), or more models (a narrower consensus)"
     if runs:
         reason, way = f"{reason}; {runs}", f"{way}; {runs_way}"
