@@ -377,6 +377,7 @@ def test_a_whole_suite_page_in_a_browser(browser, suite_page):
     p.page.mouse.click(c["x"], c["y"])
     assert p.page.get_attribute("#detail", "data-pair") == f"{row['x']}+{row['y']}"
     assert p.page.locator("#forest g.model-row").count() == 16
+    p.page.click("#pair-raw summary")  # every column one click away
     assert "p_mean_adj" in p.page.inner_text("#pair-table")  # a column the page was not written for
     # filter by name: only the hendrycksTest family's 57 x 56 / 2 pairs stay
     p.page.fill("#names", "hendrycksTest-*")

@@ -81,6 +81,9 @@ def test_make_test_installs_the_trackers_readers_pinned_and_the_extras_name_them
     assert re.search(r"pip install --quiet -r requirements-test\.txt", mk)
     assert re.search(r"^test: \$\(TEST_STAMP\)", mk, re.M)
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    assert set(project["optional-dependencies"]) == {"mlflow", "wandb"}
+    assert set(project["optional-dependencies"]) == {"mlflow", "tensorboard", "wandb"}
+    # the viewer extra is what the tests read with (requirements-test.txt), not in the default install
+    assert project["optional-dependencies"]["tensorboard"] == ["tensorboard>=2.21"] and "tensorboard==" in "".join(pins)
     default = " ".join(project["dependencies"]) + (REPO / "requirements.txt").read_text()
     assert "mlflow" not in default and "wandb" not in default and "tensorboardX" in default
+    assert "tensorboard==" not in default

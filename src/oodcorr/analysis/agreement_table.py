@@ -26,6 +26,7 @@ from ..core.answer import (
     verdict_words,
 )
 from ..core.defaults import ANALYSIS as DEFAULTS
+from ..core.reasons import verdict_reason
 from . import measured_answer as measured
 from . import multitest
 from .consensus import across_models, rungs, verdict
@@ -74,6 +75,8 @@ MEASURED_COLUMNS = [
     "attenuation_low",
     "noise_limited",
 ]
+# why the verdict, and what would resolve it (:mod:`oodcorr.core.reasons`)
+REASON_COLUMNS = ["reason", "way_on"]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
     "form",
@@ -100,6 +103,7 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "note",
     "by_model",
     *MEASURED_COLUMNS,
+    *REASON_COLUMNS,
 ]
 
 
@@ -427,6 +431,7 @@ def agreement(
     df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
     df.loc[~df["verdict"].str.startswith(SIGN_REVERSAL), "reversal"] = ""
     _why_no_data(df, runs, run_group)
+    _reasons(df, pooled, group, alpha)
     return df[AGREEMENT_COLUMNS]
 
 
@@ -461,6 +466,23 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
         spread_differs = (s_line in spreads) != (s_curve in spreads)
         if sign_differs or spread_differs:
             df.loc[g, "form"] = DEPENDS_ON_FORM
+
+
+def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
+    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.reasons.verdict_reason`), with the runs
+    each model pooled and how many models' pooled rows have a value but no interval."""
+    n = len(df)
+    runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
+    most = np.zeros(n)
+    np.maximum.at(most, group, np.nan_to_num(runs))
+    no_ci = np.isfinite(pooled["r"].to_numpy(float)) & ~np.isfinite(pooled["ci_low"].to_numpy(float))
+    extra = {"runs_per_model": most, "models_without_pooled_interval": np.bincount(group, no_ci, minlength=n)}
+    said = [
+        verdict_reason({**row, **{k: v[g] for k, v in extra.items()}}, alpha, measured.NOISE_LIMITED)
+        for g, row in enumerate(df.to_dict("records"))
+    ]
+    df["reason"] = [r for r, _ in said]
+    df["way_on"] = [w for _, w in said]
 
 
 def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from ..core.answer import reliability_text
 from .measurement import NOISE_LIMITED, ratio_of_means
 
 ABOUT = {
@@ -154,7 +155,7 @@ def noise_limited(x: str, y: str, in_domain: str, rel: dict, g: int) -> str:
     for name, side in ((x, "x"), (y, "y"), (in_domain, "in_domain")):
         est, low = rel[f"reliability_{side}"][g], rel[f"reliability_{side}_low"][g]
         if np.isfinite(est) and est < NOISE_LIMITED:
-            said.append(f"{name} (reliability {est:.2f})")
+            said.append(f"{name} (reliability {reliability_text(est, low)})")
         elif not np.isfinite(est) and np.isfinite(low) and low < NOISE_LIMITED:
             said.append(f"{name} (reliability at least {max(low, 0.0):.2f}: its size bounds the noise)")
     return ", ".join(said)

@@ -151,10 +151,17 @@ def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
     return {name: (_median(est), _median(low)) for name, (est, low) in seen.items()}
 
 
+# a reliability estimate below 0 is not a share: the item noise estimated exceeds the series' variance
+NOISE_EXCEEDS = "item noise exceeds the series' variance"
+
+
 def reliability_text(est: float, low: float) -> str:
-    """A reliability in words: its estimate, else the low end its size bounds it by, else unknown."""
+    """A reliability in words: its estimate (:data:`NOISE_EXCEEDS` where it is below 0, "above 1"
+    where above: never a share outside [0, 1]), else the low end its size bounds it by, else unknown."""
     if math.isfinite(est):
-        return f"{est:.2f}"
+        if est < 0:
+            return NOISE_EXCEEDS
+        return f"{est:.2f}" if est <= 1 else "above 1 (item noise estimated below 0)"
     if math.isfinite(low):
         return f"at least {max(low, 0.0):.2f}"
     return "unknown"
@@ -274,6 +281,19 @@ def form_clause(rows: list[dict]) -> str:
     return f"{n} {'depends' if n == 1 else 'depend'} on the form (the straight line states otherwise: line_verdict)"
 
 
+def reason_counts(rows: list[dict]) -> str:
+    """The pairs of ``rows`` counted by the kind of their reason (agreement.csv's ``reason``: its words
+    before the first ": ", :mod:`oodcorr.core.reasons`), most first: "why: 2 models (12 pairs), item
+    noise (3 pairs)"; "" for rows without reasons."""
+    counts = Counter(
+        str(r["reason"]).split(": ", 1)[0] for r in rows if isinstance(r.get("reason"), str) and r["reason"]
+    )
+    if not counts:
+        return ""
+    order = sorted(counts, key=lambda k: (-counts[k], k))
+    return "why: " + ", ".join(f"{k} ({counts[k]} pair{'s' if counts[k] != 1 else ''})" for k in order)
+
+
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
     """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
     many have a sign stated, each verdict's count in the ladder's order, what the answer is about
@@ -301,7 +321,9 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
         runs = every_run_clause(rs) if n_models <= 2 else ""
-        measured = "".join(f"; {c}" for c in (runs, form_clause(rs), about(rs), noise_clause(rs)) if c)
+        measured = "".join(
+            f"; {c}" for c in (runs, form_clause(rs), about(rs), noise_clause(rs), reason_counts(rs)) if c
+        )
         sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
         out.append((dom, group, sentence))
     return out

@@ -8,6 +8,7 @@ consensus, the tasks' consensus, the prediction interval and the tolerance bound
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -25,6 +26,7 @@ from ..core.answer import (
     reliabilities,
     verdict_rank,
 )
+from ..core.reasons import every_run_sign
 from .plotting import (
     CMAP,
     TEXT_LIMIT,
@@ -40,6 +42,12 @@ from .plotting import (
 
 SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
 NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
+# a pair without a statement across models that each model's own run finds significant with one sign
+# (oodcorr.core.reasons.every_run_sign): drawn in full colour with this mark, not faded
+EVERY_RUN_MARK = "*"
+FOLD_FROM = 16  # names of at most this many characters are shown whole, their common start too
+LABEL_MAX = 26  # a tick label longer than this (after the common prefix is folded) keeps its two ends
+SEPARATORS = "/_-.:"  # a common prefix is folded up to the last of these it ends with
 DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
 
 
@@ -61,21 +69,47 @@ def verdict_style(word: str) -> dict:
     }
 
 
+def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
+    """(the common prefix of ``names`` up to and with its last separator (:data:`SEPARATORS`), "" where
+    none is 4 characters or more or no name is longer than :data:`FOLD_FROM`; {name: its label}): the
+    label is the name without that prefix, its two ends joined by "…" where it is still longer than
+    :data:`LABEL_MAX` (the whole name where that would make two labels the same)."""
+    prefix = ""
+    if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
+        common = names[0][: min(len(n) for n in names)]
+        for n in names[1:]:
+            while not n.startswith(common):
+                common = common[:-1]
+        cut = max(common.rfind(c) for c in SEPARATORS) + 1
+        prefix = common[:cut] if cut >= 4 and all(len(n) > cut for n in names) else ""
+    short = {n: n[len(prefix) :] for n in names}
+    head = LABEL_MAX // 2 - 2
+    tail = LABEL_MAX - head - 1
+    clipped = {n: (s if len(s) <= LABEL_MAX else f"{s[:head]}…{s[-tail:]}") for n, s in short.items()}
+    if len(set(clipped.values())) == len(clipped):
+        short = clipped
+    return prefix, short
+
+
 def short_reliability(est: float, low: float) -> str:
     """A reliability beside a name: the estimate, '≥' the low end where only a size bounds the noise,
-    '' where it is not known."""
+    'noise>var' where the estimate is below 0 (item noise exceeds the series' variance: never a share
+    outside [0, 1]), '' where it is not known."""
     if math.isfinite(est):
-        return f"{est:.2f}"
+        return "noise>var" if est < 0 else (f"{est:.2f}" if est <= 1 else ">1")
     return f"≥{max(low, 0.0):.2f}" if math.isfinite(low) else ""
 
 
-def reliability_names(rows: pd.DataFrame) -> dict[str, str]:
-    """Each testset of the agreement rows ``rows`` (and their in-domain set) as its name with its
-    reliability (:func:`oodcorr.core.answer.reliabilities`) in brackets, or its name alone."""
-    out = {}
+def reliability_names(rows: pd.DataFrame, labels: dict[str, str] | None = None) -> dict[str, str]:
+    """Each testset of the agreement rows ``rows`` (and their in-domain set) as its label (``labels``,
+    default its name) with its reliability (:func:`oodcorr.core.answer.reliabilities`) in brackets, or
+    its label alone."""
+    labels = labels or {}
+    out = dict(labels)
     for name, (est, low) in reliabilities(rows.to_dict("records")).items():
         rel = short_reliability(est, low)
-        out[name] = f"{name} ({rel})" if rel else name
+        label = labels.get(name, name)
+        out[name] = f"{label} ({rel})" if rel else label
     return out
 
 
@@ -89,11 +123,12 @@ def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, 
     nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
     kinds = {
         "nearly": any(st["frame"] == "solid" for st in styles.values()),
-        "average": any(not st["faded"] and st["frame"] != "solid" for st in styles.values()),
+        "average": any(not st["faded"] and st["frame"] != "solid" for w, st in styles.items() if w != EVERY_RUN_MARK),
         "±": any(st["mark"] == "±" for st in styles.values()),
         "≠": any(st["mark"] == "≠" for st in styles.values()),
         "≈0": any(st["mark"] == "≈0" for st in styles.values()),
         "faded": any(st["faded"] and st["frame"] != "dotted" for st in styles.values()),
+        "every run": EVERY_RUN_MARK in styles,
         "noise": any(st["frame"] == "dotted" for st in styles.values()),
     }
     entries = [
@@ -106,6 +141,12 @@ def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, 
         ("±", Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
         ("≠", Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
         ("≈0", Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
+        (
+            "every run",
+            Patch(facecolor=red),
+            f"{EVERY_RUN_MARK}, not faded: no statement across models, but significant with one sign in each "
+            "model's own run (a fact about these runs, not a prediction)",
+        ),
         ("faded", Patch(facecolor=faded), "faded: unresolved"),
         (
             "noise",
@@ -161,8 +202,9 @@ def consensus_heatmap(
     for ax, group in zip(axes, groups):
         rows = sub[sub["pool_group"].astype(str) == group].assign(r=lambda d: d["r_consensus"])
         names = testset_order(rows)
-        shown = reliability_names(rows)
-        reliable = reliable or any(label != name for name, label in shown.items())
+        prefix, folded = fold_names(names)
+        shown = reliability_names(rows, folded)
+        reliable = reliable or any(label != folded.get(name, name) for name, label in shown.items())
         if len(names) < 2:
             known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
             ax.text(
@@ -176,17 +218,22 @@ def consensus_heatmap(
             continue
         m = pair_matrix(rows, names, "r_consensus")[1:, :-1]
         verdicts = np.full(m.shape, "", dtype=object)
+        every_run = np.zeros(m.shape, bool)
         idx = {n: i for i, n in enumerate(names)}
-        for x, y, v in zip(rows["x"], rows["y"], rows["verdict"]):
-            i, j = idx[x], idx[y]
-            verdicts[max(i, j) - 1, min(i, j)] = v
+        for row in rows.to_dict("records"):
+            i, j = idx[row["x"]], idx[row["y"]]
+            verdicts[max(i, j) - 1, min(i, j)] = row["verdict"]
+            every_run[max(i, j) - 1, min(i, j)] = bool(every_run_sign(row))
         present = verdicts != ""
         finite = np.isfinite(m)
+        every_run &= finite
         rgba = cmap(norm(np.where(finite, m, 0.0)))
         styles = {w: verdict_style(str(w)) for w in set(verdicts.ravel().tolist())}
-        drawn_styles.update({w: st for w, st in styles.items() if w})
+        drawn_styles.update({w: styles[w] for w in set(verdicts[present & ~every_run].tolist())})
+        if every_run.any():
+            drawn_styles[EVERY_RUN_MARK] = {"mark": EVERY_RUN_MARK, "frame": "", "bold": False, "faded": False}
         faded = {w for w, st in styles.items() if st["faded"]}
-        fade = finite & np.isin(verdicts, list(faded))
+        fade = finite & np.isin(verdicts, list(faded)) & ~every_run
         rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
         rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
         rgba[~present] = (1, 1, 1, 0)
@@ -198,7 +245,7 @@ def consensus_heatmap(
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]
             style = styles[word]
-            mark = style["mark"]
+            mark = EVERY_RUN_MARK if every_run[i, j] else style["mark"]
             label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
             cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
             general = style["bold"]
@@ -247,20 +294,19 @@ def consensus_heatmap(
         if n_models == 2:
             tally += " (2 models: nothing can be said of a further model, so no sign in nearly every model)"
         where = f" ({group})" if group not in ("", "all runs") else ""
-        control = shown.get(str(in_domain), str(in_domain))
+        dom_rel = reliability_names(rows).get(str(in_domain), str(in_domain))  # the in-domain name in full
         said = about(rows.to_dict("records"))
+        folded_said = f"testsets named without their common start {prefix!r}\n" if prefix else ""
         ax.set_title(
-            f"in-domain {control}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
+            f"in-domain {dom_rel}{where}: consensus of {n_models} models ({method}, {residualiser})\n"
             + (f"the answer is {said}\n" if said else "")
-            + tally,
+            + folded_said
+            + textwrap.fill(tally, max(40, int(14 * panel_inches(len(names))))),
             fontsize=8,
         )
-    fig.colorbar(
-        mpl.cm.ScalarMappable(norm=norm, cmap=cmap),
-        ax=axes,
-        shrink=0.8,
-        label="consensus partial r across models (scores observed)",
-    )
+    bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
+    # in two short lines: one long line ran past the bar's ends, into the title and out of the figure
+    bar.set_label("consensus partial r\nacross models (observed)", fontsize=8)
     correction = str(sub["correction"].iloc[0]) if len(sub) and "correction" in sub else "corrected"
     handles = _legend(plt, drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
     if handles:

@@ -61,7 +61,7 @@
     return BM.r[i][state.view];
   }
   function cellFaded(i) {
-    if (state.view < 0) return D.verdicts[R.verdict[i]].faded;
+    if (state.view < 0) return D.verdicts[R.verdict[i]].faded && !R.every_run[i];
     const lo = BM.lo[i][state.view], hi = BM.hi[i][state.view];
     return lo === null || hi === null || (lo <= 0 && hi >= 0);
   }
@@ -83,7 +83,8 @@
     const font = Math.max(7, Math.min(12, s - 1));
     const cv = $("heat"), ctx = cv.getContext("2d");
     ctx.font = font + "px system-ui, sans-serif";
-    let label = 0; for (const n of axis) label = Math.max(label, ctx.measureText(D.names[n]).width);
+    const shortName = (n) => (D.labels ? D.labels[n] : D.names[n]);  // without the names' common start
+    let label = 0; for (const n of axis) label = Math.max(label, ctx.measureText(shortName(n)).width);
     label = Math.min(label, 240) + 6;
     const dpr = window.devicePixelRatio || 1, W = label + k * s + 10, H = 8 + k * s + label;
     cv.width = W * dpr; cv.height = H * dpr; cv.style.width = W + "px"; cv.style.height = H + "px";
@@ -104,9 +105,10 @@
         if (st.framed && s >= 5) { ctx.strokeStyle = "#000"; ctx.lineWidth = s >= 10 ? 1.6 : 1; ctx.setLineDash([]); ctx.strokeRect(x + 1, y + 1, s - 2, s - 2); }
         else if (st.dashed && s >= 6) { ctx.strokeStyle = "#666"; ctx.lineWidth = 0.8; ctx.setLineDash([2, 2]); ctx.strokeRect(x + 1.5, y + 1.5, s - 3, s - 3); ctx.setLineDash([]); }
         else if (st.dotted && s >= 6) dottedFrame(ctx, x, y, s);
-        const text = s >= 34 && v !== null ? sgn(v) + st.mark : st.mark;
+        const mark = R.every_run[i] ? D.every_run_mark : st.mark;
+        const text = s >= 34 && v !== null ? sgn(v) + mark : mark;
         if (text && s >= 12) {
-          ctx.fillStyle = Math.abs(v || 0) > 0.6 && !st.faded ? "#fff" : "#000"; ctx.textAlign = "center"; ctx.textBaseline = "middle";
+          ctx.fillStyle = Math.abs(v || 0) > 0.6 && !cellFaded(i) ? "#fff" : "#000"; ctx.textAlign = "center"; ctx.textBaseline = "middle";
           ctx.font = (st.framed ? "bold " : "") + Math.min(12, s / 3.2) + "px system-ui, sans-serif";
           ctx.fillText(text, x + s / 2, y + s / 2 + 0.5);
           ctx.font = font + "px system-ui, sans-serif";
@@ -120,11 +122,11 @@
     ctx.fillStyle = "#222"; ctx.textBaseline = "middle";
     if (s >= 6 || axis.length <= 80) {
       ctx.textAlign = "right";
-      for (let r = 1; r < axis.length; r++) ctx.fillText(D.names[axis[r]], label - 4, 8 + (r - 1) * s + s / 2, label - 6);
+      for (let r = 1; r < axis.length; r++) ctx.fillText(shortName(axis[r]), label - 4, 8 + (r - 1) * s + s / 2, label - 6);
       ctx.save(); ctx.textAlign = "right";
       for (let c = 0; c < axis.length - 1; c++) {
         ctx.save(); ctx.translate(label + c * s + s / 2, 8 + k * s + 4); ctx.rotate(-Math.PI / 2);
-        ctx.fillText(D.names[axis[c]], 0, 0, label - 6); ctx.restore();
+        ctx.fillText(shortName(axis[c]), 0, 0, label - 6); ctx.restore();
       }
       ctx.restore();
     }
@@ -132,7 +134,8 @@
     const what = state.view < 0 ? "consensus across " + D.models.length + " models" : "model " + D.models[state.view] + " (pooled over its runs)";
     $("status").textContent = vis.length + " of " + panel.pairs + " pairs shown (" + (axis.length) + " testsets); " + what +
       "; in-domain " + panel.in_domain + (panel.pool_group && panel.pool_group !== "all runs" ? " (" + panel.pool_group + ")" : "") +
-      ", " + panel.method + ", " + panel.residualiser + ". Hover a cell for its numbers, click it for its forest plot.";
+      ", " + panel.method + ", " + panel.residualiser + ". Hover a cell for its numbers, click it for its forest plot." +
+      (D.prefix ? " Testsets named without their common start '" + D.prefix + "'." : "");
     $("heat").dataset.shown = String(layout.cell.size);
     drawLegend();
     drawTable(vis);
@@ -147,6 +150,8 @@
         if (v.faded) how += (how ? ", " : "") + "faded";
         parts.push(esc(v.name) + (how ? ": " + how : ""));
       }
+      if (rowsOfPanel(state.panel).some((i) => R.every_run[i]))
+        parts.push("'" + esc(D.every_run_mark) + "', not faded: no statement across models, but significant with one sign in each model's own run (a fact about these runs, not a prediction)");
       parts.push(...measuredLegend());
     } else {
       parts.push("colour: the model's pooled r; faded: its " + Math.round(100 * (S.level || 0.95)) + " % interval spans 0; dot: p_adj < " + (S.alpha || 0.05));
@@ -217,11 +222,24 @@
     const x = D.names[R.x[i]], y = D.names[R.y[i]], panel = D.panels[R.panel[i]];
     $("pair-title").textContent = x + " × " + y + ", in-domain " + panel.in_domain;
     $("pair-verdict").textContent = "verdict: " + D.verdicts[R.verdict[i]].name;
+    $("pair-swatch").hidden = false;
+    $("pair-raw").hidden = false;
+    $("pair-swatch").style.background = cellValue(i) === null ? "#dbdbdb" : colour(cellValue(i), cellFaded(i));
+    $("pair-why").textContent = val("reason", i) ? "why: " + val("reason", i) : "";
+    $("pair-way").textContent = val("way_on", i) ? "what would resolve it: " + val("way_on", i) : "";
+    $("pair-numbers").textContent = numbersLine(i);
     $("pair-measured").textContent = measuredLines(i).join("; ");
     $("detail").dataset.pair = x + "+" + y;
     forest(i);
     const cells = D.columns.map((c) => "<tr><th>" + esc(c) + "</th><td>" + esc(fmt(V[c][i], 4)) + "</td></tr>");
     $("pair-table").innerHTML = cells.join("");
+  }
+  function numbersLine(i) {  // the row's main numbers in words; every column is in the table below
+    const n = val("n_models_consensus", i), out = [];
+    out.push("consensus of " + fmt(n, 0) + " models " + interval(val("r_consensus", i), val("ci_low_consensus", i), val("ci_high_consensus", i)));
+    if (typeof val("pi_low_consensus", i) === "number") out.push("a further model expected in [" + sgn(val("pi_low_consensus", i)) + ", " + sgn(val("pi_high_consensus", i)) + "]");
+    out.push(models(i));
+    return out.join("; ");
   }
   function forest(i) {
     const svg = $("forest"); svg.replaceChildren();
@@ -280,7 +298,7 @@
   const BLUE = "#1f77b4";
   function relText(col, i) {  // a reliability: its estimate, else at least its bound's low end
     const v = val(col, i), low = val(col + "_low", i);
-    if (typeof v === "number") return v.toFixed(2);
+    if (typeof v === "number") return v < 0 ? D.noise_exceeds : v > 1 ? "above 1" : v.toFixed(2);
     return typeof low === "number" ? "at least " + Math.max(low, 0).toFixed(2) : null;
   }
   function interval(est, lo, hi) {
@@ -436,7 +454,7 @@
         const a = D.names[R.x[i]], b = D.names[R.y[i]];
         if ((a === x && b === y) || (a === y && b === x)) {
           const rect = $("heat").getBoundingClientRect(), row = Math.floor(key / 100000), col = key % 100000;
-          return { x: rect.left + layout.left + (col + 0.5) * layout.s, y: rect.top + layout.top + (row + 0.5) * layout.s };
+          return { x: rect.left + layout.left + (col + 0.5) * layout.s, y: rect.top + layout.top + (row + 0.5) * layout.s, s: layout.s };
         }
       }
       return null;

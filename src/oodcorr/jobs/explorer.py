@@ -26,9 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NOISE_LIMITED_BY, verdict_rank
+from ..core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
 from ..core.io import write_text_atomic
-from .answer_figures import verdict_style
+from ..core.reasons import every_run_sign
+from .answer_figures import EVERY_RUN_MARK, fold_names, verdict_style
 from .plotting import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
@@ -104,6 +105,7 @@ def page_data(
     for c in ("x", "y", "verdict", *KEYS):
         agree[c] = agree[c].astype(str) if c in agree else ""
     names = sorted(set(agree["x"]) | set(agree["y"]), key=natural_key)
+    prefix, labels = fold_names(names)
     idx = {n: i for i, n in enumerate(names)}
     pooled = pc[pc["run"].astype(str) == "pooled"]
     models = sorted(pooled["model"].astype(str).unique(), key=natural_key) if len(pc) else []
@@ -116,6 +118,9 @@ def page_data(
         "x": [idx[v] for v in agree["x"]],
         "y": [idx[v] for v in agree["y"]],
         "verdict": [vidx[v] for v in agree["verdict"]],
+        # 1 where each model's own run finds the pair significant with one sign though the models say
+        # nothing together (oodcorr.core.reasons.every_run_sign): drawn unfaded, marked
+        "every_run": [int(bool(every_run_sign(r))) for r in agree.to_dict("records")],
         "panel": [],
         "values": {
             c: (
@@ -142,11 +147,16 @@ def page_data(
         "settings": settings or {},
         "answer": answer or [],
         "names": names,
+        # the heatmap's axis labels: the names without their common start (prefix), as the figures fold them
+        "prefix": prefix,
+        "labels": [labels[n] for n in names],
         "models": models,
         "panels": panels,
         "first_panel": first,
         "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
         "noise_limited_by": NOISE_LIMITED_BY,
+        "every_run_mark": EVERY_RUN_MARK,
+        "noise_exceeds": NOISE_EXCEEDS,
         "numeric": numeric,
         "columns": columns,
         "rows": rows,

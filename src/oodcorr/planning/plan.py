@@ -48,7 +48,8 @@ from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 # 3: agreement.csv gains the tolerance bounds, which generalises now reads (issue 30).
 # 4: the graded answer (issue 37): verdicts of the ladder, direction, spread, p_mean, share_sign_low,
 #    within_df; the statements corrected by analysis.agreement_correction (Benjamini-Hochberg).
-ANALYSIS_FORMAT = 5
+# 6: agreement.csv gains each verdict's reason and way on (issue 54).
+ANALYSIS_FORMAT = 6
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)
