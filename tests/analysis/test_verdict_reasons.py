@@ -151,9 +151,12 @@ def test_a_bounded_reliability_says_its_bound_and_that_item_scores_give_an_estim
 
 
 def test_the_word_for_a_pair_that_depends_on_the_form_has_its_reason():
-    reason, way = reasons.verdict_reason({"verdict": DEPENDS_ON_FORM}, 0.05, 0.5)
-    assert reason.startswith(f"{reasons.FORM}: the straight line and the fitted curve disagree")
-    assert "curve's result" in way and "scatter figure" in way and "checkpoints" in way
+    row = {"verdict": "agree near zero", "n_models_consensus": 8, "n_models": 8, "n_finite": 8}
+    plain, plain_way = reasons.verdict_reason(row, 0.05, 0.5)
+    reason, way = reasons.verdict_reason({**row, "form": DEPENDS_ON_FORM, "line_verdict": "models differ"}, 0.05, 0.5)
+    # the verdict's own reason first, then what the line answers instead
+    assert reason == f"{plain}; {reasons.FORM}: the straight line answers 'models differ' (the verdict is the curve's)"
+    assert way.startswith(plain_way) and "scatter figure" in way and "checkpoints" in way
 
 
 def test_a_reliability_outside_0_1_is_never_shown_as_a_share():
