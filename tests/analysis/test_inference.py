@@ -173,7 +173,7 @@ def test_gam_residual_maker_reproduces_the_fit():
 def test_exchangeable_units_have_no_autocorrelation_and_ordered_ones_lose_information():
     rng = np.random.default_rng(5)
     x, y, z = ar1_series(rng, 21, 0.9, 0.0)
-    rp = residual_pair(x, y, z)
+    rp = residual_pair(x, y, z, residualiser="linear")
     ordered, free = assess(rp, "pearson", 0.95, np.arange(21)), assess(rp, "pearson", 0.95, None)
     assert ordered["r"] == free["r"] and free["n_eff"] == pytest.approx(20)
     assert ordered["phi_x"] > 0.5 and ordered["n_eff"] < 12 and math.isnan(free["phi_x"])
@@ -217,7 +217,7 @@ def test_a_cell_with_too_little_information_says_so_and_its_interval_is_wide():
         for s in range(n)
         for ts, v in (("id", z), *series.items())
     ]
-    out = analyse(pd.DataFrame(rows), Options(example_boot=0, pool_by=())).set_index("run")
+    out = analyse(pd.DataFrame(rows), Options(residualisers=("linear",), example_boot=0, pool_by=())).set_index("run")
     smooth, rough = out.loc["smooth"], out.loc["rough"]
     assert smooth["r"] > 0.75 and smooth["p_param"] < 0.01
     assert smooth["n_eff"] < 5 and smooth["note"].startswith("effective sample size 4.5 of 12 units")

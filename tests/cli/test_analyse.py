@@ -37,6 +37,8 @@ def test_berts_of_a_feather_wide_table(tmp_path, caplog):
                 "Run",
                 "--in-domain",
                 "MNLI dev acc.",
+                "--residualisers",
+                "linear",
                 "--out",
                 str(out),
             ]
@@ -132,6 +134,8 @@ def test_long_table_two_models_pooling_agreement_and_examples(tmp_path, caplog):
                 "--methods",
                 "pearson",
                 "spearman",
+                "--residualisers",
+                "linear",
                 "--n-boot",
                 "300",
                 "--n-perm",

@@ -42,7 +42,7 @@ def test_the_last_line_of_a_run_is_the_answer(tmp_path, monkeypatch):
     # the default's shape: its OOD testsets' pairs (5 with the planted pair: 10), its models (2)
     ood = [t for t, role in plan.testsets["synth"] if role == "ood"]
     n_pairs, n_models = len(ood) * (len(ood) - 1) // 2, len(plan.models)
-    assert (n_pairs, n_models, res) == (10, 2, "linear")
+    assert (n_pairs, n_models, res) == (10, 2, "spline")
     _agreement(Path(a) / "agreement.csv", ["unresolved"] * n_pairs, n_models, method, res)
     lines = end_of_run_report(plan, failed=False)
     assert lines[-1] == (

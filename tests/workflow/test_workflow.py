@@ -818,7 +818,7 @@ def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path
             "--methods",
             "pearson",
             "--residualisers",
-            "linear",
+            "spline",
             "--out",
             str(tmp_path / "cli"),
             "--no-plots",

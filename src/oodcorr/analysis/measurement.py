@@ -56,7 +56,16 @@ import numpy as np
 from scipy import stats
 
 from .correlate import POOLING_CAP, fisher_z
-from .inference import corrected_phis, dutilleul_n, expected_lag1, modified_tests, residual_covariances
+from .inference import (
+    corrected_phis,
+    dependence,
+    dutilleul_n,
+    effective_n,
+    expected_lag1,
+    modified_tests,
+    residual_covariances,
+)
+from .residualise import spline_basis
 
 SPLITS = 8  # random halvings of the in-domain items per run (each in both orientations)
 # a reliability (share of a residual series' variance that is not item noise) below this leaves a
@@ -324,9 +333,6 @@ def spline_cross_fitted(zh, X, steps, pairs, lams, pos, level: float, settings) 
     series fitted by the line. Returns arrays (m,): ``r``, ``n_eff``, ``p``, ``ci_low``, ``ci_high``,
     ``se_z`` (the modified t, the effective sample size from the first split's two orientations, as
     :func:`cross_fitted`); None where a half's scores admit no curve (the caller keeps the line's)."""
-    from .inference import dependence, effective_n
-    from .residualise import spline_basis
-
     K, T, S = zh.shape[0], X.shape[0], X.shape[1]
     lams = np.asarray(lams, float)
     rho = np.empty((K, 2, T, S))
