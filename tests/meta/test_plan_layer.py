@@ -130,7 +130,7 @@ def test_the_analysis_format_follows_the_tables_it_writes():
         3: "ce3f61d9905292d6",
         4: "a06288cd40849af5",
         5: "05cb1f0b985568d7",
-        6: "df5c334f49914611",
+        6: "0b42a18b1663d45b",
     }
     assert known.get(ANALYSIS_FORMAT) == fingerprint, (ANALYSIS_FORMAT, fingerprint)
     rule = (REPO / "workflow/rules/analyse.smk").read_text()

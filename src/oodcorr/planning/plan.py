@@ -48,7 +48,9 @@ from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 # 3: agreement.csv gains the tolerance bounds, which generalises now reads (issue 30).
 # 4: the graded answer (issue 37): verdicts of the ladder, direction, spread, p_mean, share_sign_low,
 #    within_df; the statements corrected by analysis.agreement_correction (Benjamini-Hochberg).
-# 6: agreement.csv gains each verdict's reason and way on (issue 54).
+# 6: the spline residualiser's check columns in partial_correlations.csv (r_line, depends_on_form,
+#    curve_r2_*; curvature gone) and agreement.csv's form and line_verdict (issue 52); each verdict's
+#    reason and way on (issue 54).
 ANALYSIS_FORMAT = 6
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
