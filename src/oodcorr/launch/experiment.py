@@ -16,7 +16,8 @@ again on its node):
   (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
   replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
   record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
-  so that this run publishes the set again from ``.staging/``;
+  so that this run publishes the set again from ``.staging/``; a run that only looks (a dry run, a
+  summary, a graph, ``--report``) removes nothing and takes no lock, and shows the publish instead;
 * while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
   ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
   is a hard link (a copy made with ``cp -al``) named at once (:func:`linked_locks`), then the
@@ -355,17 +356,19 @@ def record_provenance(plan: Plan) -> str | None:
     return None
 
 
-def check_published(plan: Plan) -> list[str]:
-    """The published set against its record, at the start of every run: warnings naming what is not
-    as published. A damaged or incomplete set loses its record (rule ``publish_results``' output),
-    so this run publishes it again; unless another process holds the experiment, which then
-    changes nothing but is named."""
+def check_published(plan: Plan, change: bool) -> tuple[list[str], bool]:
+    """The published set against its record, at the start of every run: (warnings naming what is not
+    as published, whether it is to be published again). In a run that may write (``change``), a
+    damaged or incomplete set loses its record (rule ``publish_results``' output), so this run
+    publishes it again; unless another process holds the experiment, which then changes nothing but
+    is named. A run that only looks (a dry run, a summary, a graph) changes nothing: the Snakefile
+    forces ``publish_results`` in it instead, so that it shows what a run would do."""
     root = Path(plan.paths.root)
     rels = plan.published_rels()
     state = published.inspect(root, rels)
     staging = plan.paths.staging
     if state.layout == "none":
-        return []
+        return [], False
     out = []
     if state.damaged:
         shown = "; ".join(state.damaged[:5]) + (
@@ -388,13 +391,15 @@ def check_published(plan: Plan) -> list[str]:
             "affected); the next publish removes it"
         )
     marker = root / published.MARKER
-    if (state.damaged or state.incomplete) and marker.exists():
+    again = bool(state.damaged or state.incomplete) and marker.exists()
+    if again and change:
         try:
             with hold(root, EXPERIMENT):
                 marker.unlink(missing_ok=True)
         except FolderInUse as e:
             out.append(f"nothing is changed while another process writes the experiment: {e}")
-    return out
+            again = False
+    return out, again
 
 
 def experiment_folder(out: Path) -> Path | None:
