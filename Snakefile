@@ -99,11 +99,8 @@ if workflow.is_main_process:
     if not writes(sys.argv):
         _experiment_warnings += earlier_jobs_warning(PLAN)
     # the published set against its record: one not as published is published again; a run that only looks
-    # (a dry run, a summary, a graph, --report) changes nothing in results/ and shows that publish instead
-    _said, _republish = check_published(PLAN, change=writes(sys.argv))
-    _experiment_warnings += _said
-    if _republish and not writes(sys.argv):
-        workflow.dag_settings.forcerun = {*workflow.dag_settings.forcerun, "publish_results"}
+    # (a dry run, a summary, a graph, --report) changes nothing in results/ and says what a run would do
+    _experiment_warnings += check_published(PLAN, change=writes(sys.argv))
     # tokenised testsets cut short or made by another tokenizer: deleted (in a run that may write),
     # so that this run makes them again before any evaluation reads them
     _experiment_warnings += check_tokenized_caches(PLAN, rebuild=writes(sys.argv))

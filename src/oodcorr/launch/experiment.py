@@ -17,7 +17,7 @@ again on its node):
   replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
   record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
   so that this run publishes the set again from ``.staging/``; a run that only looks (a dry run, a
-  summary, a graph, ``--report``) removes nothing and takes no lock, and shows the publish instead;
+  summary, a graph, ``--report``) removes nothing and takes no lock, and says what a run would do;
 * while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
   ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
   is a hard link (a copy made with ``cp -al``) named at once (:func:`linked_locks`), then the
@@ -356,19 +356,18 @@ def record_provenance(plan: Plan) -> str | None:
     return None
 
 
-def check_published(plan: Plan, change: bool) -> tuple[list[str], bool]:
-    """The published set against its record, at the start of every run: (warnings naming what is not
-    as published, whether it is to be published again). In a run that may write (``change``), a
-    damaged or incomplete set loses its record (rule ``publish_results``' output), so this run
-    publishes it again; unless another process holds the experiment, which then changes nothing but
-    is named. A run that only looks (a dry run, a summary, a graph) changes nothing: the Snakefile
-    forces ``publish_results`` in it instead, so that it shows what a run would do."""
+def check_published(plan: Plan, change: bool) -> list[str]:
+    """The published set against its record, at the start of every run: warnings naming what is not
+    as published. In a run that may write (``change``), a damaged or incomplete set loses its record
+    (rule ``publish_results``' output), so this run publishes it again; unless another process holds
+    the experiment, which then changes nothing but is named. A run that only looks (a dry run, a
+    summary, a graph, ``--report``) changes nothing and takes no lock: it says what a run would do."""
     root = Path(plan.paths.root)
     rels = plan.published_rels()
     state = published.inspect(root, rels)
     staging = plan.paths.staging
     if state.layout == "none":
-        return [], False
+        return []
     out = []
     if state.damaged:
         shown = "; ".join(state.damaged[:5]) + (
@@ -391,15 +390,19 @@ def check_published(plan: Plan, change: bool) -> tuple[list[str], bool]:
             "affected); the next publish removes it"
         )
     marker = root / published.MARKER
-    again = bool(state.damaged or state.incomplete) and marker.exists()
-    if again and change:
+    if (state.damaged or state.incomplete) and marker.exists():
+        if not change:
+            out.append(
+                f"this command only looks, so it changes nothing in {root}: a run removes {marker} and publishes "
+                "the set again (rule publish_results, which Snakemake does not list here)"
+            )
+            return out
         try:
             with hold(root, EXPERIMENT):
                 marker.unlink(missing_ok=True)
         except FolderInUse as e:
             out.append(f"nothing is changed while another process writes the experiment: {e}")
-            again = False
-    return out, again
+    return out
 
 
 def experiment_folder(out: Path) -> Path | None:
