@@ -98,7 +98,9 @@ if workflow.is_main_process:
         sys.exit(1)
     if not writes(sys.argv):
         _experiment_warnings += earlier_jobs_warning(PLAN)
-    _experiment_warnings += check_published(PLAN)
+    # the published set against its record: one not as published is published again; a run that only looks
+    # (a dry run, a summary, a graph, --report) changes nothing in results/ and says what a run would do
+    _experiment_warnings += check_published(PLAN, change=writes(sys.argv))
     # tokenised testsets cut short or made by another tokenizer: deleted (in a run that may write),
     # so that this run makes them again before any evaluation reads them
     _experiment_warnings += check_tokenized_caches(PLAN, rebuild=writes(sys.argv))

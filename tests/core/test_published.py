@@ -407,7 +407,7 @@ def test_a_damaged_set_loses_its_record_at_the_start_of_a_run_so_the_run_publish
 
     root = tmp_path / "results/x"
     _publish(root, _set("one"))
-    assert check_published(_plan(root)) == []
+    assert check_published(_plan(root), change=True) == []
     (root / "analysis/partial_correlations.csv").write_text("x,y,r\na,b,0.99\n")
     holder = subprocess.Popen(
         [
@@ -422,13 +422,19 @@ def test_a_damaged_set_loses_its_record_at_the_start_of_a_run_so_the_run_publish
     )
     try:
         assert holder.stdout.readline().strip() == "held"
-        said = check_published(_plan(root))
+        said = check_published(_plan(root), change=True)
         assert (root / MARKER).exists()  # another process writes the experiment: nothing changed
         assert "nothing is changed while another process writes the experiment" in said[-1]
     finally:
         holder.kill()
         holder.wait()
-    said = check_published(_plan(root))
+    # a run that only looks (a dry run) is told, takes no lock and deletes nothing: the publish is shown instead
+    lock_file = root / EXPERIMENT.file
+    seen = (lock_file.exists() and lock_file.stat().st_mtime_ns, (root / MARKER).read_bytes())
+    said = check_published(_plan(root), change=False)
+    assert "are not what was published" in said[0] and said[1].startswith("this command only looks")
+    assert (lock_file.exists() and lock_file.stat().st_mtime_ns, (root / MARKER).read_bytes()) == seen
+    said = check_published(_plan(root), change=True)
     assert not (root / MARKER).exists()  # Snakemake now runs publish_results again
     assert len(said) == 1 and "the published results of experiment 'x' are not what was published" in said[0]
     assert f"{root / 'analysis/partial_correlations.csv'} differs from what was published" in said[0]
@@ -436,7 +442,7 @@ def test_a_damaged_set_loses_its_record_at_the_start_of_a_run_so_the_run_publish
     with hold(root, EXPERIMENT):  # (the short hold above was released)
         pass
     _publish(root, _set("one"))
-    assert check_published(_plan(root)) == [] and _seen(root) == _set("one")
+    assert check_published(_plan(root), change=True) == [] and _seen(root) == _set("one")
 
 
 def test_publishing_holds_its_own_lock(tmp_path):

@@ -3,7 +3,7 @@ said with why and the command, and the jobs SLURM still runs, waited for instead
 SLURM's commands faked on PATH (tests/helpers.py FakeSlurm). The real kill and rerun on a real
 cluster is tests/workflow/test_slurm.py's."""
 
-import os
+import json
 import subprocess
 import sys
 
@@ -54,24 +54,52 @@ def locked(tmp_path, *paths):
     return d / "0.output.lock"
 
 
-def test_a_stale_lock_is_said_with_unlock_and_why(plan, tmp_path, fake):
-    """The earlier run is gone (its PID on this host is no process), so no run writes the experiment:
-    `--unlock`, its command, and what the rerun then does with the jobs SLURM still runs."""
-    fake.answer("squeue", PENDING)
+def _last_run(plan, **changes):
+    """Record a SLURM run of the experiment, then edit its record (pid, host)."""
     sr.record_run(plan, "slurm", RUN)
-    doc = sr.runs_path(plan).read_text().replace(f'"pid": {os.getpid()}', f'"pid": {dead_pid()}')
-    sr.runs_path(plan).write_text(doc)
+    doc = json.loads(sr.runs_path(plan).read_text())
+    doc["runs"][-1].update(changes)
+    sr.runs_path(plan).write_text(json.dumps(doc))
+
+
+def test_a_lock_left_by_a_run_gone_from_this_host_is_released_and_the_run_goes_on(plan, tmp_path, fake):
+    """The earlier run ran on this host and its PID is no process, and this run holds the experiment's
+    lock: no run can be writing, so Snakemake's lock on the experiment's files is removed (one line says
+    so) and the run goes on to wait for that run's jobs. (Before: refused, naming `--unlock`: two commands
+    after every kill, and a requeued job script that reruns the same command failed.)"""
+    fake.answer("squeue", PENDING, "")
+    _last_run(plan, pid=dead_pid())
+    lock = locked(tmp_path, "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json")
+    other = tmp_path / ".snakemake/locks/0.input.lock"
+    other.write_text("results/other/scores.csv\n")  # another experiment's run in this folder: kept
+    said = []
+    assert sr.before_planning(plan, ARGV, said.append) is None
+    assert not lock.exists() and other.exists()
+    assert said[0].startswith("released Snakemake's lock on the files of experiment 'micro' (.snakemake/locks/0.")
+    assert "as `--unlock` would" in said[0] and "is gone, and no run holds the experiment's lock" in said[0]
+    assert "SLURM still holds 1 job(s) of an earlier run" in said[1]  # then its jobs are waited for
+
+
+@pytest.mark.parametrize("where", ["another host", "alive"])
+def test_a_lock_not_proven_stale_is_said_with_unlock_and_why(plan, tmp_path, fake, where):
+    """The earlier run ran on another host (its process cannot be seen from here), or its PID is a
+    process: the lock stays, and the refusal names `--unlock`, its command, why, and what the rerun then
+    does with the jobs SLURM still runs."""
+    fake.answer("squeue", PENDING)
+    _last_run(plan, **({"host": "elsewhere", "pid": dead_pid()} if where == "another host" else {}))
     lock = locked(tmp_path, "results/micro/finetune/micro-opt/synth/n64/seed0/manifest.json")
     said = []
     refusal = sr.before_planning(plan, ARGV, said.append)
-    assert said == [] and refusal
+    assert said == [] and refusal and lock.exists()
     assert f"`{' '.join(ARGV)} --unlock` once, then this command again" in refusal
-    assert "ended without releasing it (killed?) and is gone" in refusal and str(lock.relative_to(tmp_path)) in refusal
+    assert str(lock.relative_to(tmp_path)) in refusal
+    assert ("check there first (`ps -p" in refusal) == (where == "another host")
     assert (
         "waits for the 1 SLURM job(s) of that run that SLURM still holds, 9 (build_tiny_model micro-opt, PENDING"
         in refusal
     )
     # a lock of another experiment's files is not this experiment's business
+    lock.unlink()
     locked(tmp_path, "results/other/scores.csv")
     assert sr.snakemake_locks(plan) == []
 

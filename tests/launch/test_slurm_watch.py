@@ -219,16 +219,3 @@ def test_a_full_queue_is_said_with_packing_and_jobs(fake, plan, capsys):
     w.poll()
     err = capsys.readouterr().err
     assert err.count("SLURM's queue is full: it holds 4 jobs") == 1 and "PACKING" in err and "--jobs" in err
-
-
-def test_no_account_setting_stops_the_account_guess():
-    """slurm-no-account: true; the executor (2.8.0) would still guess, with a sacct call that fails."""
-    ex = SimpleNamespace(_fallback_account_arg=None)
-    sw.skip_account_guess(ex, SimpleNamespace(no_account=True))
-    assert ex._fallback_account_arg == ""
-    ex = SimpleNamespace(_fallback_account_arg=None)
-    sw.skip_account_guess(ex, SimpleNamespace(no_account=False))
-    assert ex._fallback_account_arg is None
-    ex = SimpleNamespace(_fallback_account_arg=" -A lab")
-    sw.skip_account_guess(ex, SimpleNamespace(no_account=True))
-    assert ex._fallback_account_arg == " -A lab"

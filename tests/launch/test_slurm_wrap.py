@@ -111,3 +111,25 @@ def test_oodcorrs_own_queries_skip_the_wrappers_and_see_the_controller_away_at_o
     res = slurm_cluster.run(["squeue", "-h"], timeout=10)
     assert res is not None and res.returncode != 0 and GONE in res.stderr
     assert fake.calls("squeue") == ["-h"]  # asked once, not retried by a wrapper
+
+
+@pytest.mark.parametrize("no_account", [True, False])
+def test_slurm_no_account_answers_the_executors_account_guess(fake, tmp_path, monkeypatch, no_account):
+    """`slurm-no-account: true`, which the executor (2.8.0) never reads: its own account guess (its
+    `sacct ... | tail -1`, the pipe passed as arguments) finds "none", so it submits without `-A`, and
+    SLURM's sacct is not asked; any other sacct call passes through. Without the setting nothing of
+    sacct is wrapped. (Before: a private attribute of the executor was set, `_fallback_account_arg`.)"""
+    import logging
+
+    from snakemake_executor_plugin_slurm.accounts import get_account
+
+    fake.answer("sacct", "lab\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
+    bin_dir = slurm_wrap.install(tmp_path / "wrap", "", no_account=True)
+    if not no_account:
+        slurm_wrap.install(tmp_path / "wrap", "")  # the same folder under a profile without it
+    assert (bin_dir / "sacct").exists() == no_account
+    assert get_account(logging.getLogger("test")) == (None if no_account else "lab")
+    assert len(fake.calls("sacct")) == (0 if no_account else 1)
+    res = subprocess.run(["sacct", "-j", "7"], capture_output=True, text=True, timeout=60)
+    assert res.stdout == "lab\n" and fake.calls("sacct")[-1] == "-j 7"

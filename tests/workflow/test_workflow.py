@@ -243,7 +243,9 @@ def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "oodcorr warning: the published results of experiment 'micro' are not what was published" in dry.stderr
     assert f"{R}/scores.csv differs from what was published" in dry.stderr
-    assert job_counts(dry.stdout) == {"publish_results": 1, "all": 1}  # nothing else runs
+    # a dry run changes nothing (issue 53): published.json stays, so Snakemake lists no job; the warning says
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+    assert f"this command only looks, so it changes nothing in {R}: a run removes {R}/published.json" in dry.stderr
     res = smk(wd, micro_run[2])
     assert res.returncode == 0, res.stderr[-3000:]
     assert _published(wd) == published  # the set as it was published, the edit gone from it
@@ -525,6 +527,45 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
     assert len(scores) == 5 * 4
     pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
     assert len(pairs[pairs.run != "pooled"]) == 3
+
+
+def _files(root) -> dict:
+    """Every file and folder under ``root``: its bytes (None for a folder) and mtime, by path."""
+    return {
+        str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes(), p.lstat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def test_looking_changes_nothing_in_the_results(micro_run, tmp_path, monkeypatch):
+    """A finished experiment whose published table was edited by hand (so its set is to be published
+    again) and whose config gained a testset: a dry run, a summary, a list of rules, a graph, a report
+    (beyond its own file), `oodcorr budget` and `oodcorr design` leave every file of results/ as it was,
+    bytes and mtimes, and take no lock; the dry run says that a run would publish again. (Before:
+    the dry run took the experiment's lock and deleted published.json.)"""
+    from oodcorr.cli import main
+
+    wd = _finished_copy(micro_run, tmp_path, "looking")
+    with open(wd / R / "scores.csv", "a") as fh:
+        fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
+    cfg = micro_run[1]
+    plus = wd / "micro_plus.yaml"
+    plus.write_text(yaml.safe_dump(dict(cfg, ood_testsets=cfg["ood_testsets"] + ["synth-passive"])))
+    before = _files(wd / R)
+    looks = [["-n"], ["--summary"], ["--list"], ["--dag"], ["--report", str(tmp_path / "report.html")]]
+    for look in looks:
+        res = smk(wd, plus, *look)
+        assert _files(wd / R) == before, look
+        assert "oodcorr warning: the published results of experiment 'micro' are not what was" in res.stderr, look
+    monkeypatch.chdir(wd)
+    assert main(["budget", "--configfile", str(plus), "--workflow", str(REPO), "--out", str(tmp_path / "b")]) == 0
+    design = ["design", "--configfile", str(plus), "--workflow", str(REPO), "--out", str(tmp_path / "d")]
+    assert main([*design, "--studies", "30", "--effects", "0", "0.6", "--phi", "0.5", "--workers", "1"]) == 0
+    assert _files(wd / R) == before
+    # the config as it was: the dry run says that a run would publish the set again, and still changes nothing
+    dry = smk(wd, micro_run[2], "-n")
+    assert dry.returncode == 0 and "oodcorr warning: this command only looks, so it changes nothing" in dry.stderr
+    assert _files(wd / R) == before
 
 
 def test_runs_with_different_checkpoint_schedules_share_the_evaluate_rule(tmp_path):
@@ -856,6 +897,35 @@ def test_a_deleted_predictions_file_is_rebuilt_by_the_next_run(micro_run, tmp_pa
     assert res.returncode == 0, res.stderr[-3000:]
     pd.testing.assert_frame_equal(pd.read_parquet(gone), before)
     pd.testing.assert_frame_equal(pd.read_csv(wd / R / "scores.csv"), scores)
+
+
+def test_the_same_command_reruns_after_snakemake_is_killed(micro_run, tmp_path):
+    """Snakemake SIGKILLed with its job running (its process group, as a lost login session or a
+    scheduler's kill): the same command again releases the lock it left (its PID on this host is gone,
+    and no run holds the experiment's lock), says so in one line, and finishes. (Before: refused until
+    `--unlock` was run: two commands after every kill.)"""
+    import signal
+
+    wd = _copy(micro_run, tmp_path, "killed-snakemake")
+    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
+    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
+    gone.unlink()
+    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile", str(micro_run[2]), "--cores", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    runs = wd / R / "logs/.runs.json"
+    deadline = time.time() + 600
+    # recorded in onstart, once Snakemake holds its lock and before any job starts
+    while not (runs.exists() and f'"pid": {proc.pid}' in runs.read_text()):
+        assert proc.poll() is None, "snakemake ended before it was killed"
+        assert time.time() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert list((wd / ".snakemake/locks").glob("*.lock"))  # the lock it left
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "oodcorr: released Snakemake's lock on the files of experiment 'micro'" in res.stderr
+    assert "--unlock` once" not in res.stderr and gone.exists()
 
 
 def test_unit_run_summary_listing_a_deleted_predictions_file_is_refused_at_planning(micro_run_unit, tmp_path):

@@ -16,7 +16,8 @@ again on its node):
   (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
   replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
   record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
-  so that this run publishes the set again from ``.staging/``;
+  so that this run publishes the set again from ``.staging/``; a run that only looks (a dry run, a
+  summary, a graph, ``--report``) removes nothing and takes no lock, and says what a run would do;
 * while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
   ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
   is a hard link (a copy made with ``cp -al``) named at once (:func:`linked_locks`), then the
@@ -355,11 +356,12 @@ def record_provenance(plan: Plan) -> str | None:
     return None
 
 
-def check_published(plan: Plan) -> list[str]:
+def check_published(plan: Plan, change: bool) -> list[str]:
     """The published set against its record, at the start of every run: warnings naming what is not
-    as published. A damaged or incomplete set loses its record (rule ``publish_results``' output),
-    so this run publishes it again; unless another process holds the experiment, which then
-    changes nothing but is named."""
+    as published. In a run that may write (``change``), a damaged or incomplete set loses its record
+    (rule ``publish_results``' output), so this run publishes it again; unless another process holds
+    the experiment, which then changes nothing but is named. A run that only looks (a dry run, a
+    summary, a graph, ``--report``) changes nothing and takes no lock: it says what a run would do."""
     root = Path(plan.paths.root)
     rels = plan.published_rels()
     state = published.inspect(root, rels)
@@ -389,6 +391,12 @@ def check_published(plan: Plan) -> list[str]:
         )
     marker = root / published.MARKER
     if (state.damaged or state.incomplete) and marker.exists():
+        if not change:
+            out.append(
+                f"this command only looks, so it changes nothing in {root}: a run removes {marker} and publishes "
+                "the set again (rule publish_results, which Snakemake does not list here)"
+            )
+            return out
         try:
             with hold(root, EXPERIMENT):
                 marker.unlink(missing_ok=True)

@@ -9,9 +9,11 @@ executor gives every job it submits as the job's name), and a run that may write
 experiment's lock (so no other run of the experiment is writing), calls :func:`before_planning` while
 planning, before Snakemake builds its DAG:
 
-* a Snakemake lock on the experiment's files, left by a run that ended: the sentence saying that
-  ``--unlock`` is needed, why (that run is gone, and no run holds the experiment's lock), the command,
-  and what the rerun will then do with that run's jobs;
+* a Snakemake lock on the experiment's files, left by a run that ended: released, with a line saying
+  so, where that is proven (that run ran on this host and its process is gone, and no run holds the
+  experiment's lock), so that the same command reruns after a kill; else (it ran on another host) the
+  sentence saying that ``--unlock`` is needed, why, the command, and what the rerun will then do with
+  that run's jobs;
 * the jobs of the experiment's earlier runs that SLURM still holds: this run waits for them, saying
   on the console which jobs and why they wait, before it plans; their outputs are then there and
   nothing is submitted twice (a job that fails is submitted again, as it should be).
@@ -176,13 +178,51 @@ def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[sl
     )
 
 
+def _left_by_the_dead(plan: Plan) -> dict | None:
+    """The experiment's last recorded run when it ran on this host and its process is gone, else None.
+    With the experiment's lock held by this process (so no run of the experiment is writing), that
+    proves a Snakemake lock on the experiment's files stale: its holder cannot be alive."""
+    runs = earlier_runs(plan)
+    last = runs[-1] if runs else None
+    if last is None or last.get("host") != socket.gethostname():
+        return None
+    try:
+        pid = int(last.get("pid") or 0)
+    except (TypeError, ValueError):
+        return None
+    return None if _alive(pid) else last
+
+
+def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+    """Remove Snakemake's ``locks`` on the experiment's files where they are proven stale
+    (:func:`_left_by_the_dead`, the experiment's lock held here), as ``snakemake --unlock`` would (it
+    removes the lock files of ``.snakemake/locks/``; only those on this experiment's files are removed
+    here, so another experiment's run in this working folder keeps its own), saying so in one line.
+    Returns whether they are gone."""
+    last = _left_by_the_dead(plan)
+    if last is None:
+        return False
+    try:
+        for f in locks:
+            f.unlink(missing_ok=True)
+    except OSError:
+        return False
+    say(
+        f"released Snakemake's lock on the files of experiment {plan.experiment!r} "
+        f"({', '.join(str(p) for p in locks[:2])}{' and more' if len(locks) > 2 else ''}), as `--unlock` would: "
+        f"its last run ({_who(last)}) ended without releasing it and is gone, and no run holds the experiment's lock"
+    )
+    return True
+
+
 def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> str | None:
-    """In a run that may write, holding the experiment's lock, before the DAG: the refusal sentence for
-    a stale Snakemake lock, or, after waiting for the earlier runs' jobs that SLURM still holds (said
-    through ``say`` while it waits), None."""
+    """In a run that may write, holding the experiment's lock, before the DAG: a stale Snakemake lock
+    released where it is proven stale (:func:`release_stale`), else the refusal sentence for it; then,
+    after waiting for the earlier runs' jobs that SLURM still holds (said through ``say`` while it
+    waits), None."""
     found = earlier_jobs(plan)
     locks = snakemake_locks(plan)
-    if locks:
+    if locks and not release_stale(plan, locks, say):
         return unlock_refusal(plan, argv, locks, (found or ([], []))[0])
     if found is None:
         return (

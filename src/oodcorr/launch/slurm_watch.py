@@ -7,8 +7,8 @@ hooks):
   (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
   this cluster with the profile key to change (a status command that cannot see jobs end, a partition
   or account the cluster lacks, :mod:`oodcorr.launch.slurm_cluster`), warns of a queue limit the run would
-  hit, stops the executor guessing an account when ``slurm-no-account`` says there is none, puts the
-  wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH and starts a :class:`Watcher`;
+  hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH (with ``slurm-no-account``, one
+  that stops the executor guessing an account) and starts a :class:`Watcher`;
 * :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
   (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
   set the limit and the config key to raise: the console's last lines.
@@ -373,19 +373,6 @@ def comments(jobs) -> dict:
     return out
 
 
-def skip_account_guess(executor, settings) -> None:
-    """Make ``slurm-no-account: true`` mean no account.
-
-    The executor (2.8.0) never reads that setting: for jobs without ``slurm_account`` it guesses an
-    account from ``sacct -nu <user> -o Account%256 | tail -1``, run without a shell, so sacct gets
-    ``|``, ``tail`` and ``-1`` as arguments and fails (``sacct: invalid option -- '1'``), printed as a
-    warning by every run; the guess is made once per run and kept in ``_fallback_account_arg``. No
-    account there is what the setting asks for (``tests/workflow/test_slurm.py`` checks on a real
-    cluster that sacct is never asked)."""
-    if getattr(settings, "no_account", False) and getattr(executor, "_fallback_account_arg", "") is None:
-        executor._fallback_account_arg = ""
-
-
 def at_start(workflow, plan: Plan) -> str | None:
     """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
     watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
@@ -418,8 +405,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     if refusals:
         return "nothing was submitted: " + "\noodcorr: ".join(refusals)
     executor = workflow.scheduler.get_executor(jobs[0])
-    skip_account_guess(executor, settings)
-    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text)
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, bool(getattr(settings, "no_account", False)))
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):

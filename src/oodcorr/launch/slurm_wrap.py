@@ -19,6 +19,13 @@ So a run on the SLURM executor puts these wrappers first on its PATH (:func:`ins
 * ``scontrol show config``: when slurmctld does not answer within :data:`CONFIG_WAIT_S` (the executor
   gives it 10 s), the configuration as read when the run started (``scontrol-show-config.txt``).
 
+* ``sacct``, only where the profile says ``slurm-no-account: true``: the executor never reads that
+  setting (2.8.0) and, for a job without ``slurm_account``, guesses an account once per run with
+  ``sacct -nu <user> -o Account%256 | tail -1`` run without a shell, so that the pipe reaches sacct as
+  arguments (``sacct: invalid option -- '1'``, a warning in every run). That call, and only that one
+  (its ``|`` among the arguments), is answered ``none``, which the executor reads as "this cluster uses
+  no account": it submits without ``-A`` and SLURM's sacct is never asked for it.
+
 Every other call, and every answer of a controller that answers, passes through unchanged.
 """
 
@@ -34,6 +41,7 @@ from pathlib import Path
 from ..core.io import write_text_atomic
 
 WRAPPED = ("squeue", "sbatch", "scontrol")
+NO_ACCOUNT = "sacct"  # wrapped too where the profile says slurm-no-account
 WAIT_S = {"squeue": 45.0, "sbatch": 600.0}
 CONFIG_WAIT_S = 5.0
 PAUSE_S = 2.0
@@ -41,16 +49,18 @@ DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the wrappers' folder (set by install, read
 CONFIG_CACHE = "scontrol-show-config.txt"
 
 
-def install(folder: str | os.PathLike, config_text: str) -> Path:
-    """Write the wrappers into ``folder``/bin and the configuration read now beside them; put that
-    folder first on this process's PATH (the executor's commands, and the jobs', inherit it). Returns
-    the bin folder."""
+def install(folder: str | os.PathLike, config_text: str, no_account: bool = False) -> Path:
+    """Write the wrappers into ``folder``/bin (``sacct``'s too with ``no_account``) and the configuration
+    read now beside them; put that folder first on this process's PATH (the executor's commands, and the
+    jobs', inherit it). Returns the bin folder."""
     folder = Path(folder).resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     if config_text:
         write_text_atomic(folder / CONFIG_CACHE, config_text)
-    for name in WRAPPED:
+    if not no_account:
+        (bin_dir / NO_ACCOUNT).unlink(missing_ok=True)  # an earlier run's, under another profile
+    for name in (*WRAPPED, NO_ACCOUNT) if no_account else WRAPPED:
         script = (
             "#!/bin/sh\n"
             f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller\n"
@@ -103,10 +113,14 @@ def _emit(res: subprocess.CompletedProcess) -> int:
 
 def main(argv: list[str]) -> int:
     """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
-    if not argv or argv[0] not in WRAPPED:
-        print(f"usage: python -m oodcorr.launch.slurm_wrap {{{','.join(WRAPPED)}}} ARGS...", file=sys.stderr)
+    if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
+        names = ",".join((*WRAPPED, NO_ACCOUNT))
+        print(f"usage: python -m oodcorr.launch.slurm_wrap {{{names}}} ARGS...", file=sys.stderr)
         return 2
     name, args = argv[0], argv[1:]
+    if name == NO_ACCOUNT and "|" in args:  # the executor's account guess (docstring): no account
+        print("none", flush=True)
+        return 0
     folder = Path(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else None
     # from here on every command found on PATH is SLURM's own, never a wrapper
     os.environ["PATH"] = _without_wrappers(os.environ.get("PATH", ""), folder / "bin" if folder else None)
