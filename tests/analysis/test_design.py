@@ -101,7 +101,7 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     scores = run_scores(np.random.default_rng(7), rhos, n, 0.6, sampling_sd=0.01)
     st = dz.run_statistics(scores)
     table = _as_table(scores, M, K)
-    opts = Options(pool_by=(), step0_check=False, example_boot=0)
+    opts = Options(pool_by=(), step0_check=False, example_boot=0, residualisers=("linear",))
     pc = analyse(table, opts)
     runs = pc[pc["run"] != "pooled"].sort_values(["model", "run"])
     for col in ("r", "p", "se_z", "n_eff", "phi_x", "phi_y", "ci_low", "ci_high"):
@@ -121,6 +121,59 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     assert res["p_generalises"][0] == pytest.approx(row["p_generalises"], abs=3e-3)  # a coarser grid of tau
     assert math.isnan(res["tol_hi"][0]) and math.isnan(res["pi_lo"][0])
     assert math.tanh(full["tol_hi"][0]) == pytest.approx(row["tol_high_consensus"], rel=1e-9)
+
+
+@pytest.mark.parametrize("residualiser, n", [("spline", 21), ("spline+step", 16), ("spline", 6)])
+def test_the_spline_runs_equal_the_analysis_on_the_same_curved_runs(residualiser, n):
+    # each OOD score a logistic curve of the in-domain score of its own per run; the batched spline (one
+    # basis per run, REML per series) is the pipeline's cell at 1e-8; below min_points (8) both use the line
+    M, K = 4, 3
+    rhos = np.repeat([0.6, 0.5, -0.3, 0.0], K)
+    scores = run_scores(np.random.default_rng(8), rhos, n, 0.5, shape="curve")
+    st = dz.run_statistics(scores, residualiser=residualiser)
+    opts = Options(pool_by=(), step0_check=False, example_boot=0, residualisers=(residualiser,))
+    pc = analyse(_as_table(scores, M, K), opts)
+    runs = pc[(pc["run"] != "pooled") & (pc["residualiser"] == residualiser)].sort_values(["model", "run"])
+    assert len(runs) == M * K
+    for col in ("r", "p", "se_z", "n_eff", "phi_x", "phi_y", "ci_low", "ci_high"):
+        np.testing.assert_allclose(st[col], runs[col].to_numpy(float), rtol=1e-8, atol=1e-12, err_msg=col)
+    line = dz.run_statistics(scores)
+    if n < 8:  # the spline is the line there, and says it used 2 (3 with the step) degrees of freedom
+        np.testing.assert_allclose(st["r"], line["r"], rtol=1e-12)
+        assert (st["edf_x"] == 2).all() and runs["note"].str.contains("the line was used").all()
+    else:  # the curves bend: the spline spends more than the line's degrees of freedom and moves r
+        assert np.median(st["edf_x"]) > 3 + residualiser.endswith("step")
+        assert np.abs(st["r"] - line["r"]).max() > 0.1
+
+
+def test_a_curved_shape_is_drawn_when_asked_and_the_line_fakes_model_differences_there():
+    # the same draws, the OOD scores on a curve instead of a line: the in-domain score and the residual series
+    # are the line's, the OOD score's function of the in-domain score a monotone logistic rise (or fall) of 0.3
+    line = run_scores(np.random.default_rng(3), np.zeros(200), 30, 0.5)
+    curve = run_scores(np.random.default_rng(3), np.zeros(200), 30, 0.5, shape="curve")
+    np.testing.assert_array_equal(line[:, :, 0], curve[:, :, 0])
+    z = curve[:, :, 0]
+    for j, a in ((1, 0.8), (2, -0.4)):
+        f = curve[:, :, j] - line[:, :, j] + a * z  # the noise cancels: f(z)
+        assert (np.sign(a) * f > 0).all() and (np.sign(a) * f < 0.3).all()
+        order = np.argsort(z, axis=1)
+        assert (np.sign(a) * np.diff(np.take_along_axis(f, order, 1), axis=1) >= 0).all()
+        # a line through f leaves a bend in every run, larger than the residual series' sd (0.02) in most
+        X = np.stack([np.ones_like(z), z], axis=2)
+        beta = np.linalg.lstsq(X[0], f[0], rcond=None)[0]
+        bend = [np.std(fb - Xb @ np.linalg.lstsq(Xb, fb, rcond=None)[0]) for Xb, fb in zip(X, f)]
+        assert np.median(bend) > 0.02 and beta[1] * a > 0
+    with pytest.raises(ValueError, match="unknown shape"):
+        run_scores(np.random.default_rng(0), [0.0], 10, 0.5, shape="wiggle")
+    with pytest.raises(ValueError, match="unknown shape"):
+        dz.Assumptions(shape="wiggle")
+    # no correlation anywhere, curved series: the line says "models differ" in most studies, the spline rarely
+    g, a = dz.Grid(8, 1, 40, 1), dz.Assumptions(phi=0.5)
+    differ = {}
+    for res in ("linear", "spline"):
+        c = dz.curve(g, a, dz.Settings(residualiser=res), effects=(0.0,), studies=60, seed=5)
+        differ[res] = sum(v for k, v in c.verdicts["same"][0].items() if "differ" in k or "reversal" in k)
+    assert differ["linear"] > 0.5 and differ["spline"] < 0.15, differ
 
 
 def test_batched_steps_equal_the_one_series_functions():
