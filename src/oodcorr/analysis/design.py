@@ -189,14 +189,21 @@ class Settings:
 
 # ---- step 1: runs ------------------------------------------------------------------------------
 def simulate_runs(
-    grid: Grid, a: Assumptions, effect, studies: int, rng: np.random.Generator, settings: Settings = Settings()
+    grid: Grid,
+    a: Assumptions,
+    effect,
+    studies: int,
+    rng: np.random.Generator,
+    settings: Settings = Settings(),
+    bases: dict | None = None,
 ) -> dict:
     """The runs of ``studies`` simulated studies of ``grid`` in which every model's partial
     correlation is ``effect`` (one number, or one per model; plus the assumed spreads), analysed
     with ``settings.simulated``'s residualiser (:func:`.run_batch.run_statistics`; with item noise,
     :func:`.design_items.measure_runs` too, whose cross-fitted correlation is the line's);
     each array of shape (studies, models, runs). The draws do not depend on ``effect`` nor on the
-    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size."""
+    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size (and the same
+    in-domain scores, whose spline bases ``bases``, a dict the caller keeps, holds for the next effect)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -207,10 +214,10 @@ def simulate_runs(
     scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series, shape=a.shape)
     res = settings.simulated
     if a.items.none:
-        st = run_statistics(scores, settings.level, residualiser=res, gam=settings.gam)
+        st = run_statistics(scores, settings.level, residualiser=res, gam=settings.gam, bases=bases)
     else:
         d = noisy_runs(scores, a.items, NOISE / a.items.residual_sd, rng)
-        st = measure_runs(d, settings.level, residualiser=res, gam=settings.gam)
+        st = measure_runs(d, settings.level, residualiser=res, gam=settings.gam, bases=bases)
     return {k: v.reshape(S, M, K) for k, v in st.items()}
 
 
@@ -393,7 +400,8 @@ def curve(
     # (the 0 held the white sampling noise of earlier designs: the draws of a design without item
     # noise are the ones they were)
     key += [round(1e6 * a.run_sd), 0, ("ar1", "drift", "trend").index(a.series)]
-    null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key), settings)
+    bases: dict = {}  # the spline's, per chunk of runs: the in-domain scores are the same at every effect
+    null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key), settings, bases)
     null = studies_of(null_runs, settings)
     null_p_runs = null_runs["p"].ravel()
     power = {k: [] for k in VERDICT_POWERS}
@@ -402,7 +410,7 @@ def curve(
     wrong, near = [], []
     n_runs = studies * grid.models * grid.runs
     for e in effects:
-        runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key), settings)
+        runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key), settings, bases)
         fam_rng = np.random.default_rng([*key, 1])  # the null partners: the same at every effect
         p_run = runs["p"].ravel()
         cell = float(np.mean(np.nan_to_num(p_run, nan=1.0) < 1 - settings.level))

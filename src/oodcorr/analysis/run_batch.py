@@ -14,7 +14,7 @@ from . import spline_batch
 from .correlate import corr_batch
 from .inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from .measurement import cross_fitted
-from .residualise import GamSettings, linear_maker, one_blas_thread, parse
+from .residualise import GamSettings, linear_maker, one_blas_thread, parse, spline_basis
 from .run_measurement import cross_fit_columns, exact_maker
 
 
@@ -29,6 +29,7 @@ def run_statistics(
     chunk: int = 512,
     residualiser: str = "linear",
     gam: GamSettings | None = None,
+    bases: dict | None = None,
 ) -> dict:
     """The per-run procedure of the analysis (:func:`.pipeline.analyse`'s per-run rows, method
     ``pearson``, ordered complete units at checkpoints 0, 1, ...) on a stack of runs: ``scores``
@@ -36,13 +37,14 @@ def run_statistics(
     (``linear`` or ``spline``, optionally ``+step``; ``gam`` settings: the spline's basis size and
     minimum points). Returns arrays ``r``, ``p``, ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``,
     ``phi_x``, ``phi_y``, one value per run; with the spline also ``edf_x``, ``edf_y`` (each fit's
-    effective degrees of freedom, the line's 2 included)."""
+    effective degrees of freedom, the line's 2 included). ``bases``: a dict the caller keeps to reuse
+    the spline's bases of runs whose in-domain scores recur (the design's draws at every effect)."""
     spec = parse(residualiser)
     if spec.kind == "gam":
         raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
     gam = gam or GamSettings()
     with one_blas_thread():
-        return _run_statistics(np.asarray(scores, dtype=float), level, chunk, spec, gam)
+        return _run_statistics(np.asarray(scores, dtype=float), level, chunk, spec, gam, bases)
 
 
 def _covariates(sc: np.ndarray, step: bool) -> np.ndarray:
@@ -54,31 +56,37 @@ def _covariates(sc: np.ndarray, step: bool) -> np.ndarray:
     return np.concatenate([z, steps], axis=2)
 
 
-def _makers(sc: np.ndarray, spec, gam: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
     """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective
-    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.spline_batch.curve_fits`)."""
+    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.spline_batch.curve_fits`).
+    ``bases``: the spline bases already built, by the covariates' bytes (a dict the caller keeps)."""
     Z = _covariates(sc, spec.step)
     if spec.kind == "linear" or not spline_batch.curve_fits(sc.shape[1], gam):
         R = linear_maker(Z)
         return R, R, None
-    bases = spline_batch.spline_bases(Z, gam)
-    if any(b is None for b in bases):  # fewer than 4 distinct scores in some run: run by run
+    key = Z.tobytes()
+    got = bases.get(key) if bases is not None else None
+    if got is None:
+        got = spline_batch.spline_bases(Z, gam) or [spline_basis(z, gam) for z in Z]
+        if bases is not None:
+            bases[key] = got
+    if isinstance(got, list):  # built run by run (ties); fewer than 4 distinct scores: that run is the line
         line = linear_maker(Z)
-        Rx, Ry, edf = line.copy(), line.copy(), np.full((len(bases), 2), Z.shape[2] + 1.0)
-        for i, b in enumerate(bases):
+        Rx, Ry, edf = line.copy(), line.copy(), np.full((len(got), 2), Z.shape[2] + 1.0)
+        for i, b in enumerate(got):
             if b is not None:
                 lam = b.choose(sc[i, :, 1:])
                 Rx[i], Ry[i] = b.maker(lam[0]), b.maker(lam[1])
                 edf[i] = b.residuals(sc[i, :, 1:], lam)[1]
         return Rx, Ry, edf
-    Q0, W, d = spline_batch.stack(bases)
+    Q0, W, d = got
     lam = spline_batch.choose(Q0, W, d, sc[:, :, 1:])
     R = spline_batch.makers(Q0, W, d, lam)
     edf = Q0.shape[2] + spline_batch.shrink(d, lam).sum(-1)
     return R[:, 0], R[:, 1], edf
 
 
-def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: GamSettings) -> dict:
+def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: GamSettings, bases) -> dict:
     B, n, _ = scores.shape
     pos = np.arange(n)
     out = {k: np.empty(B) for k in ("r", "n_eff", "phi_x", "phi_y")}
@@ -87,7 +95,7 @@ def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: Gam
         out["edf_x"], out["edf_y"] = np.empty(B), np.empty(B)
     for s in range(0, B, chunk):
         sc = scores[s : s + chunk]
-        Rx, Ry, edf = _makers(sc, spec, gam)
+        Rx, Ry, edf = _makers(sc, spec, gam, bases)
         rx = np.einsum("bij,bj->bi", Rx, sc[:, :, 1])
         ry = np.einsum("bij,bj->bi", Ry, sc[:, :, 2])
         psi = expected_lag1(Rx, pos)  # the line: x and y share their residual maker

@@ -11,15 +11,15 @@ directions differ from scipy's by rotations and signs only, so the smoother at a
 penalty REML chooses and every residual equal the one-run function's to rounding
 (tests/analysis/test_design.py holds the design's per-run cells to the pipeline's at 1e-8).
 
-Runs whose penalty or directions lose a rank the others keep (ties among the in-domain scores)
-are built one at a time by :func:`.residualise.spline_basis`; a stack whose runs are too short for
-a curve is the caller's to residualise on the line (:func:`curve_fits`)."""
+A stack in which some run's penalty or directions lose a rank the others keep (ties among its
+in-domain scores) is the caller's to build one run at a time (:func:`.residualise.spline_basis`),
+as is a stack whose runs are too short for a curve (the line, :func:`curve_fits`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .residualise import _LAM_RATIOS, GamSettings, SplineBasis, spline_basis
+from .residualise import _LAM_RATIOS, GamSettings
 
 
 def curve_fits(n: int, settings: GamSettings) -> bool:
@@ -83,31 +83,28 @@ def _penalised(x: np.ndarray, size: int) -> np.ndarray | None:
     return Bx @ (E[:, :, 2:] / np.sqrt(e[:, None, 2:]))
 
 
-def spline_bases(Z: np.ndarray, settings: GamSettings) -> list[SplineBasis]:
+def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k) with at least
-    ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once where every
-    run's basis has the same rank (else one at a time)."""
+    ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once and stacked: the
+    :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q). None
+    where the runs' bases differ in rank (ties among a run's scores): the caller builds them one at a
+    time."""
     B, n, k = Z.shape
     if np.any(np.ptp(Z, axis=1) <= 0):
-        return [spline_basis(z, settings) for z in Z]
+        return None
     size = settings.basis_size(n)
     scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
     parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
     if any(p is None for p in parts):
-        return [spline_basis(z, settings) for z in Z]
+        return None
     Q0, _ = np.linalg.qr(np.concatenate([np.ones((B, n, 1)), scaled], axis=2))
     Xp = np.concatenate(parts, axis=2)
     Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)
     W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
     keep = sv > 1e-8 * sv.max(axis=1, keepdims=True)
     if np.any(keep.sum(1) != keep.shape[1]):
-        return [spline_basis(z, settings) for z in Z]
-    return [SplineBasis(Q0[b], W[b], sv[b] ** 2) for b in range(B)]
-
-
-def stack(bases: list[SplineBasis]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The stacked ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q) of bases of one shape."""
-    return np.stack([b.Q0 for b in bases]), np.stack([b.W for b in bases]), np.stack([b.d for b in bases])
+        return None
+    return Q0, W, sv**2
 
 
 def choose(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, Y: np.ndarray) -> np.ndarray:
@@ -138,4 +135,5 @@ def makers(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, lam: np.ndarray) -> np.
     n = Q0.shape[1]
     keep = shrink(d, lam)  # (B, m, q)
     line = np.eye(n) - Q0 @ np.swapaxes(Q0, -1, -2)
-    return line[:, None] - np.einsum("bnq,bmq,bkq->bmnk", W, keep, W)
+    Wt = np.swapaxes(W, -1, -2)[:, None]
+    return line[:, None] - (W[:, None] * keep[:, :, None, :]) @ Wt
