@@ -54,7 +54,9 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
     # residuals happen to look autocorrelated (then it is more cautious): by hand, 0.050, 0.254 and 0.836
     # at effects 0, 0.3, 0.6 over 21 checkpoints; 20,000 simulated runs gave 0.047, 0.249, 0.829
     assert [round(exact_power(r, 21), 3) for r in (0.0, 0.3, 0.6)] == [0.05, 0.254, 0.836]
-    c = dz.curve(dz.Grid(4, 1, 21, 1), dz.Assumptions(phi=0.0), effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
+    # (the closed form is the line's: straight series, the linear residualiser)
+    line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
+    c = dz.curve(dz.Grid(4, 1, 21, 1), line, linear, effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
     for e, got, se in zip(c.effects, c.power["cell"], c.se["cell"]):
         want = exact_power(e, 21)
         assert got == pytest.approx(want, abs=4 * se + 0.01), (e, got, want)
@@ -65,7 +67,8 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
 
 def test_holm_over_the_table_is_the_first_steps_threshold_when_the_other_pairs_are_null():
     # 21 pairs, the others null: a pair is found about when its p < 0.05 / 21 (Holm's first step)
-    c = dz.curve(dz.Grid(2, 1, 21, 21), dz.Assumptions(phi=0.0), effects=(0.6,), studies=1500, seed=4)
+    line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
+    c = dz.curve(dz.Grid(2, 1, 21, 21), line, linear, effects=(0.6,), studies=1500, seed=4)
     a = 0.05 / 21
     t = stats.t.ppf(1 - a / 2, 18)
     # the t-test at alpha / 21 by Fisher's z: r_c, then the normal approximation of atanh r
