@@ -67,7 +67,8 @@ def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
     key = Z.tobytes()
     got = bases.get(key) if bases is not None else None
     if got is None:
-        got = spline_batch.spline_bases(Z, gam) or [spline_basis(z, gam) for z in Z]
+        got = spline_batch.spline_bases(Z, gam)
+        got = (*got, spline_batch.reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
         if bases is not None:
             bases[key] = got
     if isinstance(got, list):  # built run by run (ties); fewer than 4 distinct scores: that run is the line
@@ -79,8 +80,8 @@ def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
                 Rx[i], Ry[i] = b.maker(lam[0]), b.maker(lam[1])
                 edf[i] = b.residuals(sc[i, :, 1:], lam)[1]
         return Rx, Ry, edf
-    Q0, W, d = got
-    lam = spline_batch.choose(Q0, W, d, sc[:, :, 1:])
+    Q0, W, d, grid = got
+    lam = spline_batch.choose(Q0, W, grid, sc[:, :, 1:])
     R = spline_batch.makers(Q0, W, d, lam)
     edf = Q0.shape[2] + spline_batch.shrink(d, lam).sum(-1)
     return R[:, 0], R[:, 1], edf

@@ -107,19 +107,27 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
     return Q0, W, sv**2
 
 
-def choose(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """:meth:`.residualise.SplineBasis.choose` of each run's columns ``Y`` (B, n, m) on its stacked
-    basis: (B, m) penalties, ``inf`` where the line is likeliest."""
-    n, p0 = Q0.shape[1:]
+def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What REML's choice needs of each run's basis alone (``d`` (B, q)), for :func:`choose`: the
+    penalties on the grid (B, L), each direction's share kept at each (B, L, q), and the log
+    determinant term (B, L)."""
     lams = np.concatenate([_LAM_RATIOS[None] * d.max(1, keepdims=True), np.full((len(d), 1), np.inf)], axis=1)
+    keep = shrink(d, lams)
+    with np.errstate(divide="ignore"):
+        logdet = -np.log1p(-keep).sum(-1)
+    return lams, keep, logdet
+
+
+def choose(Q0: np.ndarray, W: np.ndarray, grid: tuple, Y: np.ndarray) -> np.ndarray:
+    """:meth:`.residualise.SplineBasis.choose` of each run's columns ``Y`` (B, n, m) on its stacked
+    basis and its :func:`reml_grid`: (B, m) penalties, ``inf`` where the line is likeliest."""
+    n, p0 = Q0.shape[1:]
+    lams, keep, logdet = grid
     Yp = Y - Q0 @ (np.swapaxes(Q0, -1, -2) @ Y)
     c2 = (np.swapaxes(W, -1, -2) @ Yp) ** 2  # (B, q, m)
     total = np.einsum("bnm,bnm->bm", Yp, Yp)
-    keep = shrink(d, lams)  # (B, L, q)
     quad = total[:, None] - keep @ c2  # (B, L, m)
-    with np.errstate(divide="ignore"):
-        logdet = -np.log1p(-keep).sum(-1)
-        crit = logdet[..., None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
+    crit = logdet[..., None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
     return np.take_along_axis(lams, np.argmin(crit, axis=1), axis=1)
 
 
