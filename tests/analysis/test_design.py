@@ -255,6 +255,10 @@ def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, 
     assert (tmp_path / "d.png").stat().st_size > 10_000
     assert rep["grid"] == {"models": 1, "runs": 1, "checkpoints": 11, "pairs": 15}
     assert rep["precision"]["studies"] == 30 and rep["phis"] == [0.5] and rep["headline_phi"] == 0.5
+    # the config's residualiser (the spline) on curved series; the item-noise answer's form said
+    assert rep["settings"]["residualiser"] == "spline" and rep["assumptions"]["shape"] == "curve"
+    assert "* residualiser spline (the config's first)" in printed and "logistic curve of its own" in printed
+    assert any("r_eiv, which has the line's form only" in n for n in rep["notes"])
     names = [r["name"] for r in rep["alternatives"]]
     assert names == ["as configured", "checkpoints x2", "seeds +2", "models +50%", "examples x4"]
     by = {r["name"]: r for r in rep["alternatives"]}
