@@ -54,7 +54,9 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
     # residuals happen to look autocorrelated (then it is more cautious): by hand, 0.050, 0.254 and 0.836
     # at effects 0, 0.3, 0.6 over 21 checkpoints; 20,000 simulated runs gave 0.047, 0.249, 0.829
     assert [round(exact_power(r, 21), 3) for r in (0.0, 0.3, 0.6)] == [0.05, 0.254, 0.836]
-    c = dz.curve(dz.Grid(4, 1, 21, 1), dz.Assumptions(phi=0.0), effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
+    # (the closed form is the line's: straight series, the linear residualiser)
+    line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
+    c = dz.curve(dz.Grid(4, 1, 21, 1), line, linear, effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
     for e, got, se in zip(c.effects, c.power["cell"], c.se["cell"]):
         want = exact_power(e, 21)
         assert got == pytest.approx(want, abs=4 * se + 0.01), (e, got, want)
@@ -65,7 +67,8 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
 
 def test_holm_over_the_table_is_the_first_steps_threshold_when_the_other_pairs_are_null():
     # 21 pairs, the others null: a pair is found about when its p < 0.05 / 21 (Holm's first step)
-    c = dz.curve(dz.Grid(2, 1, 21, 21), dz.Assumptions(phi=0.0), effects=(0.6,), studies=1500, seed=4)
+    line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
+    c = dz.curve(dz.Grid(2, 1, 21, 21), line, linear, effects=(0.6,), studies=1500, seed=4)
     a = 0.05 / 21
     t = stats.t.ppf(1 - a / 2, 18)
     # the t-test at alpha / 21 by Fisher's z: r_c, then the normal approximation of atanh r
@@ -101,7 +104,7 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     scores = run_scores(np.random.default_rng(7), rhos, n, 0.6, sampling_sd=0.01)
     st = dz.run_statistics(scores)
     table = _as_table(scores, M, K)
-    opts = Options(pool_by=(), step0_check=False, example_boot=0)
+    opts = Options(pool_by=(), step0_check=False, example_boot=0, residualisers=("linear",))
     pc = analyse(table, opts)
     runs = pc[pc["run"] != "pooled"].sort_values(["model", "run"])
     for col in ("r", "p", "se_z", "n_eff", "phi_x", "phi_y", "ci_low", "ci_high"):
@@ -121,6 +124,59 @@ def test_run_statistics_and_the_verdicts_equal_the_analysis_on_the_same_runs():
     assert res["p_generalises"][0] == pytest.approx(row["p_generalises"], abs=3e-3)  # a coarser grid of tau
     assert math.isnan(res["tol_hi"][0]) and math.isnan(res["pi_lo"][0])
     assert math.tanh(full["tol_hi"][0]) == pytest.approx(row["tol_high_consensus"], rel=1e-9)
+
+
+@pytest.mark.parametrize("residualiser, n", [("spline", 21), ("spline+step", 16), ("spline", 6)])
+def test_the_spline_runs_equal_the_analysis_on_the_same_curved_runs(residualiser, n):
+    # each OOD score a logistic curve of the in-domain score of its own per run; the batched spline (one
+    # basis per run, REML per series) is the pipeline's cell at 1e-8; below min_points (8) both use the line
+    M, K = 4, 3
+    rhos = np.repeat([0.6, 0.5, -0.3, 0.0], K)
+    scores = run_scores(np.random.default_rng(8), rhos, n, 0.5, shape="curve")
+    st = dz.run_statistics(scores, residualiser=residualiser)
+    opts = Options(pool_by=(), step0_check=False, example_boot=0, residualisers=(residualiser,))
+    pc = analyse(_as_table(scores, M, K), opts)
+    runs = pc[(pc["run"] != "pooled") & (pc["residualiser"] == residualiser)].sort_values(["model", "run"])
+    assert len(runs) == M * K
+    for col in ("r", "p", "se_z", "n_eff", "phi_x", "phi_y", "ci_low", "ci_high"):
+        np.testing.assert_allclose(st[col], runs[col].to_numpy(float), rtol=1e-8, atol=1e-12, err_msg=col)
+    line = dz.run_statistics(scores)
+    if n < 8:  # the spline is the line there, and says it used 2 (3 with the step) degrees of freedom
+        np.testing.assert_allclose(st["r"], line["r"], rtol=1e-12)
+        assert (st["edf_x"] == 2).all() and runs["note"].str.contains("the line was used").all()
+    else:  # the curves bend: the spline spends more than the line's degrees of freedom and moves r
+        assert np.median(st["edf_x"]) > 3 + residualiser.endswith("step")
+        assert np.abs(st["r"] - line["r"]).max() > 0.1
+
+
+def test_a_curved_shape_is_drawn_when_asked_and_the_line_fakes_model_differences_there():
+    # the same draws, the OOD scores on a curve instead of a line: the in-domain score and the residual series
+    # are the line's, the OOD score's function of the in-domain score a monotone logistic rise (or fall) of 0.3
+    line = run_scores(np.random.default_rng(3), np.zeros(200), 30, 0.5)
+    curve = run_scores(np.random.default_rng(3), np.zeros(200), 30, 0.5, shape="curve")
+    np.testing.assert_array_equal(line[:, :, 0], curve[:, :, 0])
+    z = curve[:, :, 0]
+    for j, a in ((1, 0.8), (2, -0.4)):
+        f = curve[:, :, j] - line[:, :, j] + a * z  # the noise cancels: f(z)
+        assert (np.sign(a) * f > 0).all() and (np.sign(a) * f < 0.3).all()
+        order = np.argsort(z, axis=1)
+        assert (np.sign(a) * np.diff(np.take_along_axis(f, order, 1), axis=1) >= 0).all()
+        # a line through f leaves a bend in every run, larger than the residual series' sd (0.02) in most
+        X = np.stack([np.ones_like(z), z], axis=2)
+        beta = np.linalg.lstsq(X[0], f[0], rcond=None)[0]
+        bend = [np.std(fb - Xb @ np.linalg.lstsq(Xb, fb, rcond=None)[0]) for Xb, fb in zip(X, f)]
+        assert np.median(bend) > 0.02 and beta[1] * a > 0
+    with pytest.raises(ValueError, match="unknown shape"):
+        run_scores(np.random.default_rng(0), [0.0], 10, 0.5, shape="wiggle")
+    with pytest.raises(ValueError, match="unknown shape"):
+        dz.Assumptions(shape="wiggle")
+    # no correlation anywhere, curved series: the line says "models differ" in most studies, the spline rarely
+    g, a = dz.Grid(8, 1, 40, 1), dz.Assumptions(phi=0.5)
+    differ = {}
+    for res in ("linear", "spline"):
+        c = dz.curve(g, a, dz.Settings(residualiser=res), effects=(0.0,), studies=60, seed=5)
+        differ[res] = sum(v for k, v in c.verdicts["same"][0].items() if "differ" in k or "reversal" in k)
+    assert differ["linear"] > 0.5 and differ["spline"] < 0.15, differ
 
 
 def test_batched_steps_equal_the_one_series_functions():
@@ -199,6 +255,10 @@ def test_design_command_writes_its_report_and_prices_the_alternatives(tmp_path, 
     assert (tmp_path / "d.png").stat().st_size > 10_000
     assert rep["grid"] == {"models": 1, "runs": 1, "checkpoints": 11, "pairs": 15}
     assert rep["precision"]["studies"] == 30 and rep["phis"] == [0.5] and rep["headline_phi"] == 0.5
+    # the config's residualiser (the spline) on curved series; the item-noise answer's form said
+    assert rep["settings"]["residualiser"] == "spline" and rep["assumptions"]["shape"] == "curve"
+    assert "* residualiser spline (the config's first)" in printed and "logistic curve of its own" in printed
+    assert any("r_eiv, which has the line's form only" in n for n in rep["notes"])
     names = [r["name"] for r in rep["alternatives"]]
     assert names == ["as configured", "checkpoints x2", "seeds +2", "models +50%", "examples x4"]
     by = {r["name"]: r for r in rep["alternatives"]}

@@ -88,12 +88,13 @@ def test_the_in_domain_sets_noise_fakes_the_observed_sign_but_not_the_answers():
 def test_huge_testsets_answer_as_the_design_without_item_noise():
     # a billion items per testset: the measured path (cross-fitted, reliabilities) gives the verdicts the
     # noise-free design gives, study by study (the same draws of the tasks)
-    g = dz.Grid(6, 2, 21, 1)
+    # (the cross-fitted correlation is the line's: the noise-free design it equals is the line's too)
+    g, linear = dz.Grid(6, 2, 21, 1), dz.Settings(residualiser="linear")
     huge = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=10**9, ood=10**9))
     plain = dz.Assumptions(phi=0.5)
     got = {}
     for name, a in (("huge", huge), ("plain", plain)):
-        runs = dz.simulate_runs(g, a, 0.4, 200, np.random.default_rng(8))
+        runs = dz.simulate_runs(g, a, 0.4, 200, np.random.default_rng(8), linear)
         res = dz.studies_of(runs, dz.Settings())
         got[name] = dz.verdicts_of(res, res, g, a, dz.Settings(), None)
         if name == "plain":
@@ -120,7 +121,8 @@ def test_an_impossible_item_noise_is_refused_by_name(kwargs, message):
 def test_more_items_buy_back_the_power_the_noise_takes():
     g = dz.Grid(8, 1, 21, 1)
     power = []
-    for n in (100, 1000, None):
-        a = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=1000, ood=n))
-        power.append(dz.curve(g, a, effects=(0.0, 0.5), studies=300, seed=4).power["average sign"][1])
+    for n in (100, 1000, None):  # straight series and the line, whose form the cross-fitted correlation has
+        a = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=1000, ood=n), shape="line")
+        c = dz.curve(g, a, dz.Settings(residualiser="linear"), effects=(0.0, 0.5), studies=300, seed=4)
+        power.append(c.power["average sign"][1])
     assert power[0] < power[1] < power[2] and power[2] - power[0] > 0.3, power

@@ -35,13 +35,14 @@ def test_the_sizes_simulated_hold_the_configs_own_and_none():
 
 
 def test_the_items_table_of_a_small_grid():
-    g = dz.Grid(6, 1, 15, 1)
-    a = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=1000, ood=300))
+    g = dz.Grid(6, 1, 15, 1)  # straight series and the line, whose form the cross-fitted correlation has
+    a = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=1000, ood=300), shape="line")
     rep = report(
         g,
         a,
         [0.5],
         0.5,
+        dz.Settings(residualiser="linear"),
         effects=(0.0, 0.5),
         studies=60,
         effect=0.5,

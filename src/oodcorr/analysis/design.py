@@ -10,11 +10,15 @@ analyses them with the analysis' own procedures, in two steps that give what
 :func:`.simulate.verdict_rates` gives (the full pipeline) at a small part of its cost:
 
 1. **runs**: every run of every simulated study, analysed by the per-run procedure
-   (:func:`.run_batch.run_statistics`: the linear residualiser's residual maker, the design-corrected
-   AR(1) coefficients, Dutilleul's effective sample size and the modified t-test of
-   :mod:`.inference`) on stacks of runs at once, giving each run's r, ``se_z`` and p; where the
-   testsets carry item noise, also as a measurement (:func:`.run_batch.measured_statistics`: the
-   cross-fitted ``r_eiv``, the tasks' moments, the reliabilities), as the workflow measures them;
+   (:func:`.run_batch.run_statistics`: the configured residualiser's residual makers, the spline's
+   built for thousands of runs at once by :mod:`.spline_batch`, the design-corrected AR(1)
+   coefficients, Dutilleul's effective sample size and the modified t-test of :mod:`.inference`) on
+   stacks of runs at once, giving each run's r, ``se_z`` and p; where the testsets carry item noise,
+   also as a measurement (:func:`.run_batch.measured_statistics`: the
+   cross-fitted ``r_eiv``, the tasks' moments, the reliabilities), as the workflow measures them
+   (the cross-fitted correlation has the line's form only: the spline of a noisy in-domain score has
+   no measured form there, so the item-noise answer reads the line's ``r_eiv`` whatever the
+   residualiser);
 2. **studies**: the runs of a study go to the across-model procedure
    (:func:`.consensus.across_models`, which :func:`.agreement_table.agreement` also calls; with item
    noise the measured answer of :func:`.design_items.measured_studies`), its p-values are corrected
@@ -25,7 +29,9 @@ What a simulated study assumes (each a field of :class:`Assumptions`, replaced b
 estimates when one is given): every model's true partial correlation is the effect (or the
 effect plus a between-model spread ``model_sd`` on the Fisher z scale; runs spread by
 ``run_sd`` around their model); each OOD score is its loading on the in-domain learning curve
-plus an AR(1) residual series with coefficient ``phi`` (the tasks' scores); and each of the three
+plus an AR(1) residual series with coefficient ``phi`` (the tasks' scores), or, with ``shape``
+``curve`` (the default), a logistic curve of the in-domain score of its own per run and testset
+(:func:`.simulate.curved`: late emergence, early plateau) plus that series; and each of the three
 testsets (in-domain, x, y) carries the item noise of its size, persistent across checkpoints
 (``items``, :class:`.design_items.ItemNoise`: none by default, every testset infinitely large). The
 effect is the partial correlation of the tasks, without item noise: the in-domain set's noise would
@@ -44,8 +50,10 @@ Pairs of a table share testsets; here they are independent, which is the assumpt
 runs), each with its Monte Carlo standard error ``sqrt(p (1 - p) / studies)``; a fixed seed
 makes every number reproducible, and the same random draws are used at every effect (common
 random numbers), so a power curve is smooth and rises with the effect. The residualiser
-simulated is the linear one and the method Pearson's: a GAM fit costs 0.25 s per series, and
-its power is measured beside the linear one's in benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values.
+simulated is the configured one (``Settings.residualiser``: ``spline`` or ``linear``, optionally
+``+step``; pygam's ``gam``, one library fit per series at 0.25 s each, is simulated by the spline,
+the same penalised cubic spline with its penalty chosen by REML rather than GCV) and the method
+Pearson's.
 How the predictions compare with the full pipeline on the calibration's scenarios:
 benchmarks/README.md#11-planning-a-study-oodcorr-design.
 
@@ -78,8 +86,9 @@ from . import multitest
 from .consensus import across_models, verdict
 from .correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
+from .residualise import GamSettings, parse
 from .run_batch import run_statistics
-from .simulate import run_scores
+from .simulate import SHAPES, run_scores
 
 NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): item noise is brought to it
 VERDICT_POWERS = ("cell", "cell_corrected", "average sign", "generalises", "sign reversal")
@@ -116,7 +125,9 @@ class Assumptions:
     """What a simulated study assumes (see the module doc): the residuals' AR(1) coefficient
     ``phi``; the between-model and between-run sd of the true partial correlation on the Fisher z
     scale; the residual series' kind (``ar1``, ``drift``, ``trend``: :func:`.simulate.run_scores`);
-    how many pairs of a table carry the effect; and the testsets' item noise (``items``)."""
+    how many pairs of a table carry the effect; the testsets' item noise (``items``); and how the OOD
+    scores follow the in-domain score (``shape``: ``curve``, a logistic curve of its own per run and
+    testset, the default, since real series bend; ``line``: a straight line, :func:`.simulate.run_scores`)."""
 
     phi: float = 0.8
     model_sd: float = 0.0
@@ -124,6 +135,7 @@ class Assumptions:
     series: str = "ar1"
     non_null_pairs: int = 1
     items: ItemNoise = ItemNoise()
+    shape: str = "curve"
 
     def __post_init__(self):
         if not 0 <= self.phi < 1:
@@ -133,6 +145,8 @@ class Assumptions:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.non_null_pairs < 1:
             raise ValueError(f"non_null_pairs must be at least 1, got {self.non_null_pairs}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown shape {self.shape!r}; known: {', '.join(SHAPES)}")
 
 
 @dataclass(frozen=True)
@@ -144,19 +158,52 @@ class Settings:
     correction: str = DEFAULTS["correction"]  # the per-run cells' (the heatmaps' stars)
     near_zero: float = DEFAULTS["near_zero"]
     agreement_correction: str = DEFAULTS["agreement_correction"]  # the answer's statements
+    residualiser: str = DEFAULTS["residualisers"][0]  # the answer's (the first configured)
+    gam: GamSettings = GamSettings()  # the spline's basis size and minimum points
+
+    def __post_init__(self):
+        parse(self.residualiser)  # an unknown name is an error naming it
+
+    @property
+    def simulated(self) -> str:
+        """The residualiser the simulated runs are analysed with: the configured one, except that
+        pygam's GAM (one library fit per series) is simulated by the spline, the same penalised
+        cubic spline with its penalty chosen by REML instead of GCV."""
+        spec = parse(self.residualiser)
+        if spec.kind != "gam":
+            return self.residualiser
+        return "spline+step" if spec.step else "spline"
 
     @classmethod
     def from_options(cls, opts) -> Settings:
-        return cls(opts.alpha, opts.level, opts.correction, opts.near_zero, opts.agreement_correction)
+        return cls(
+            opts.alpha,
+            opts.level,
+            opts.correction,
+            opts.near_zero,
+            opts.agreement_correction,
+            opts.residualisers[0],
+            opts.gam,
+        )
 
 
 # ---- step 1: runs ------------------------------------------------------------------------------
-def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.random.Generator) -> dict:
+def simulate_runs(
+    grid: Grid,
+    a: Assumptions,
+    effect,
+    studies: int,
+    rng: np.random.Generator,
+    settings: Settings = Settings(),
+    bases: dict | None = None,
+) -> dict:
     """The runs of ``studies`` simulated studies of ``grid`` in which every model's partial
     correlation is ``effect`` (one number, or one per model; plus the assumed spreads), analysed
-    (:func:`.run_batch.run_statistics`; with item noise, :func:`.design_items.measure_runs` too);
+    with ``settings.simulated``'s residualiser (:func:`.run_batch.run_statistics`; with item noise,
+    :func:`.design_items.measure_runs` too, whose cross-fitted correlation is the line's);
     each array of shape (studies, models, runs). The draws do not depend on ``effect`` nor on the
-    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size."""
+    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size (and the same
+    in-domain scores, whose spline bases ``bases``, a dict the caller keeps, holds for the next effect)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -164,11 +211,13 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
     zt = np.arctanh(effect)[None, :] + a.model_sd * rng.normal(size=(S, M))
     zr = zt[..., None] + a.run_sd * rng.normal(size=(S, M, K))
     rhos = np.clip(np.tanh(zr), -SIMULATED_CAP, SIMULATED_CAP).ravel()
-    scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series)
+    scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series, shape=a.shape)
+    res = settings.simulated
     if a.items.none:
-        st = run_statistics(scores)
+        st = run_statistics(scores, settings.level, residualiser=res, gam=settings.gam, bases=bases)
     else:
-        st = measure_runs(noisy_runs(scores, a.items, NOISE / a.items.residual_sd, rng))
+        d = noisy_runs(scores, a.items, NOISE / a.items.residual_sd, rng)
+        st = measure_runs(d, settings.level, residualiser=res, gam=settings.gam, bases=bases)
     return {k: v.reshape(S, M, K) for k, v in st.items()}
 
 
@@ -176,10 +225,11 @@ def simulate_runs(grid: Grid, a: Assumptions, effect, studies: int, rng: np.rand
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
     """The across-model procedure on every simulated study (:func:`.consensus.across_models`); with
     ``flip_half`` the models from the middle on have their correlations' signs turned (the
-    ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the linear
-    residualiser, whose residuals turn sign with the score). ``intervals``: the prediction interval and
-    the tolerance bounds too (no verdict reads them; the calibration benchmarks do). Runs that are
-    measurements (``r_eiv``: the testsets carry item noise) get the measured answer
+    ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the line and the
+    spline, whose residuals turn sign with the score: the spline's penalty does not depend on its
+    sign). ``intervals``: the prediction interval and the tolerance bounds too (no verdict reads
+    them; the calibration benchmarks do). Runs that are measurements (``r_eiv``: the testsets carry
+    item noise) get the measured answer
     (:func:`.design_items.measured_studies`)."""
     if "r_eiv" in runs:
         return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
@@ -350,7 +400,8 @@ def curve(
     # (the 0 held the white sampling noise of earlier designs: the draws of a design without item
     # noise are the ones they were)
     key += [round(1e6 * a.run_sd), 0, ("ar1", "drift", "trend").index(a.series)]
-    null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key))
+    bases: dict = {}  # the spline's, per chunk of runs: the in-domain scores are the same at every effect
+    null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key), settings, bases)
     null = studies_of(null_runs, settings)
     null_p_runs = null_runs["p"].ravel()
     power = {k: [] for k in VERDICT_POWERS}
@@ -359,7 +410,7 @@ def curve(
     wrong, near = [], []
     n_runs = studies * grid.models * grid.runs
     for e in effects:
-        runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key))
+        runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key), settings, bases)
         fam_rng = np.random.default_rng([*key, 1])  # the null partners: the same at every effect
         p_run = runs["p"].ravel()
         cell = float(np.mean(np.nan_to_num(p_run, nan=1.0) < 1 - settings.level))

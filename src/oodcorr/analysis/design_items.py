@@ -140,12 +140,14 @@ def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.nd
     return noisy_runs(truth, items, unit, rng, splits=1)["scores"]
 
 
-def measure_runs(d: dict, level: float = 0.95) -> dict:
+def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
     """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell
-    (:func:`.run_batch.run_statistics`: ``r``, ``p``, ``se_z``, ...) and the measurement columns
-    (:func:`.run_batch.measured_statistics`: ``r_eiv``, ``p_eiv``, ``se_z_eiv``, ``task_var_x``, ...),
-    one value per run."""
-    return {**run_statistics(d["scores"], level), **measured_statistics(d["scores"], d["halves"], level)}
+    (:func:`.run_batch.run_statistics` with ``residualiser``: ``r``, ``p``, ``se_z``, ...) and the
+    measurement columns (:func:`.run_batch.measured_statistics`: ``r_eiv``, ``p_eiv``, ``se_z_eiv``,
+    ``task_var_x``, ...; the cross-fitted correlation has the line's form only, whatever
+    ``residualiser``), one value per run. ``bases``: :func:`.run_batch.run_statistics`'."""
+    obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
+    return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
 
 # ---- the answer of each study -------------------------------------------------------------------

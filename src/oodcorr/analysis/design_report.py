@@ -180,6 +180,26 @@ def pilot_items_lines(items: dict) -> list[str]:
     return out
 
 
+def _shape_words(shape: str) -> str:
+    if shape == "curve":
+        return (
+            "a logistic curve of its own per run and testset (an early plateau or a late emergence; "
+            "`Assumptions.shape`), plus its AR(1) residual series"
+        )
+    return "a straight line (its loading times the in-domain score), plus its AR(1) residual series"
+
+
+def _line_only(st: dict) -> bool:
+    return st.get("residualiser", "linear").startswith("linear")
+
+
+def _residualiser_words(st: dict) -> str:
+    res = st.get("residualiser", "linear")
+    if res.startswith("gam"):
+        return f"{res} (the config's; simulated by the spline, the same penalised cubic spline with REML for GCV)"
+    return f"{res} (the config's first)"
+
+
 def markdown(rep: dict, budget_markdown: str = "") -> str:
     """The report as markdown (printed by ``oodcorr design`` and written to ``<prefix>.md``)."""
     g, a, st = rep["grid"], rep["assumptions"], rep["settings"]
@@ -207,9 +227,17 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         f"* item noise: {item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
         f"{src.get('persistence', 'default')}; the residual sd: {src.get('residual_sd', 'default')});",
         f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
-        "* residualiser linear, method Pearson, the modified t-test per run (the defaults); with item noise, each "
-        "run also cross-fitted and the answer the measured one (the ladder on r_eiv, near zero through the "
-        "noise, noise-limited), as the workflow gives it; effects are partial correlations of the tasks"
+        f"* each OOD score follows the in-domain score along {_shape_words(a.get('shape', 'line'))};",
+        f"* residualiser {_residualiser_words(st)}, method Pearson, the modified t-test per run; with item noise, "
+        "each run also cross-fitted and the answer the measured one (the ladder on r_eiv, near zero through the "
+        "noise, noise-limited), as the workflow gives it"
+        + (
+            ""
+            if no_item_noise(a["items"]) or _line_only(st)
+            else " (the cross-fitted r_eiv has the line's form only: the spline of a noisy in-domain score has no "
+            "measured form, so the item-noise answer is the line's)"
+        )
+        + "; effects are partial correlations of the tasks"
         + (", without the item noise." if not no_item_noise(a["items"]) else "."),
         "",
         f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "

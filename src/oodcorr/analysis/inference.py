@@ -84,7 +84,12 @@ def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
     lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
     if np.ndim(phi) == 0:
         return phi**lags
-    return np.asarray(phi, dtype=float)[..., None, None] ** lags
+    phi = np.asarray(phi, dtype=float)
+    whole = lags.astype(int)
+    if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
+        table = phi[..., None] ** np.arange(whole.max() + 1, dtype=float)
+        return table[..., whole]
+    return phi[..., None, None] ** lags
 
 
 def neighbours(pos: np.ndarray) -> np.ndarray:

@@ -1,18 +1,20 @@
 """The per-run procedures of the analysis on stacks of runs at once: what the design command
 (:mod:`.design`) and the item-level simulator (:mod:`.simulate_items`) read for every simulated run.
 :func:`run_statistics` is the observed cell (equal to :func:`.pipeline.analyse`'s per-run rows,
-Pearson, the linear residualiser, ordered complete units, to 1e-8: tests/analysis/test_design.py);
-:func:`measured_statistics` the same cell as a measurement, every testset's items known (the
-cross-fitted correlation, the tasks' moments and the reliabilities of :mod:`.run_measurement`)."""
+Pearson, the linear or the spline residualiser, ordered complete units, to 1e-8:
+tests/analysis/test_design.py); :func:`measured_statistics` the same cell as a measurement, every
+testset's items known (the cross-fitted correlation, the tasks' moments and the reliabilities of
+:mod:`.run_measurement`), which has the line's form only, as the workflow's has."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from . import spline_batch
 from .correlate import corr_batch
 from .inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from .measurement import cross_fitted
-from .residualise import linear_maker, one_blas_thread
+from .residualise import GamSettings, linear_maker, one_blas_thread, parse, spline_basis
 from .run_measurement import cross_fit_columns, exact_maker
 
 
@@ -21,34 +23,96 @@ def _python_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b < a, b, a)
 
 
-def run_statistics(scores: np.ndarray, level: float = 0.95, chunk: int = 512) -> dict:
+def run_statistics(
+    scores: np.ndarray,
+    level: float = 0.95,
+    chunk: int = 512,
+    residualiser: str = "linear",
+    gam: GamSettings | None = None,
+    bases: dict | None = None,
+) -> dict:
     """The per-run procedure of the analysis (:func:`.pipeline.analyse`'s per-run rows, method
-    ``pearson``, residualiser ``linear``, ordered complete units) on a stack of runs: ``scores``
-    (runs, checkpoints, 3) with the in-domain score, x and y. Returns arrays ``r``, ``p``,
-    ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``, ``phi_x``, ``phi_y``, one value per run."""
+    ``pearson``, ordered complete units at checkpoints 0, 1, ...) on a stack of runs: ``scores``
+    (runs, checkpoints, 3) with the in-domain score, x and y, residualised by ``residualiser``
+    (``linear`` or ``spline``, optionally ``+step``; ``gam`` settings: the spline's basis size and
+    minimum points). Returns arrays ``r``, ``p``, ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``,
+    ``phi_x``, ``phi_y``, one value per run; with the spline also ``edf_x``, ``edf_y`` (each fit's
+    effective degrees of freedom, the line's 2 included). ``bases``: a dict the caller keeps to reuse
+    the spline's bases of runs whose in-domain scores recur (the design's draws at every effect)."""
+    spec = parse(residualiser)
+    if spec.kind == "gam":
+        raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
+    gam = gam or GamSettings()
     with one_blas_thread():
-        return _run_statistics(np.asarray(scores, dtype=float), level, chunk)
+        return _run_statistics(np.asarray(scores, dtype=float), level, chunk, spec, gam, bases)
 
 
-def _run_statistics(scores: np.ndarray, level: float, chunk: int) -> dict:
+def _covariates(sc: np.ndarray, step: bool) -> np.ndarray:
+    """(B, n, 1 or 2): the in-domain score, and the checkpoint's position with ``step``."""
+    z = sc[:, :, :1]
+    if not step:
+        return z
+    steps = np.broadcast_to(np.arange(sc.shape[1], dtype=float)[None, :, None], z.shape)
+    return np.concatenate([z, steps], axis=2)
+
+
+def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
+    """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective
+    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.spline_batch.curve_fits`).
+    ``bases``: the spline bases already built, by the covariates' bytes (a dict the caller keeps)."""
+    Z = _covariates(sc, spec.step)
+    if spec.kind == "linear" or not spline_batch.curve_fits(sc.shape[1], gam):
+        R = linear_maker(Z)
+        return R, R, None
+    key = Z.tobytes()
+    got = bases.get(key) if bases is not None else None
+    if got is None:
+        got = spline_batch.spline_bases(Z, gam)
+        got = (*got, spline_batch.reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
+        if bases is not None:
+            bases[key] = got
+    if isinstance(got, list):  # built run by run (ties); fewer than 4 distinct scores: that run is the line
+        line = linear_maker(Z)
+        Rx, Ry, edf = line.copy(), line.copy(), np.full((len(got), 2), Z.shape[2] + 1.0)
+        for i, b in enumerate(got):
+            if b is not None:
+                lam = b.choose(sc[i, :, 1:])
+                Rx[i], Ry[i] = b.maker(lam[0]), b.maker(lam[1])
+                edf[i] = b.residuals(sc[i, :, 1:], lam)[1]
+        return Rx, Ry, edf
+    Q0, W, d, grid = got
+    lam = spline_batch.choose(Q0, W, grid, sc[:, :, 1:])
+    R = spline_batch.makers(Q0, W, d, lam)
+    edf = Q0.shape[2] + spline_batch.shrink(d, lam).sum(-1)
+    return R[:, 0], R[:, 1], edf
+
+
+def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: GamSettings, bases) -> dict:
     B, n, _ = scores.shape
     pos = np.arange(n)
     out = {k: np.empty(B) for k in ("r", "n_eff", "phi_x", "phi_y")}
+    curve = spec.kind == "spline"
+    if curve:
+        out["edf_x"], out["edf_y"] = np.empty(B), np.empty(B)
     for s in range(0, B, chunk):
         sc = scores[s : s + chunk]
-        R = linear_maker(sc[:, :, :1])
-        rx = np.einsum("bij,bj->bi", R, sc[:, :, 1])
-        ry = np.einsum("bij,bj->bi", R, sc[:, :, 2])
-        psi = expected_lag1(R, pos)  # x and y share their residual maker (OLS on the same in-domain score)
-        _, px = corrected_phis(rx, R, pos, psi)
-        _, py = corrected_phis(ry, R, pos, psi)
-        C0 = R @ np.swapaxes(R, -1, -2)
-        Cx, Cy = residual_covariances(R, px, pos), residual_covariances(R, py, pos)
+        Rx, Ry, edf = _makers(sc, spec, gam, bases)
+        rx = np.einsum("bij,bj->bi", Rx, sc[:, :, 1])
+        ry = np.einsum("bij,bj->bi", Ry, sc[:, :, 2])
+        psi = expected_lag1(Rx, pos)  # the line: x and y share their residual maker
+        _, px = corrected_phis(rx, Rx, pos, psi)
+        _, py = corrected_phis(ry, Ry, pos, psi if Ry is Rx else None)
+        C0x = Rx @ np.swapaxes(Rx, -1, -2)
+        C0y = C0x if Ry is Rx else Ry @ np.swapaxes(Ry, -1, -2)
+        Cx, Cy = residual_covariances(Rx, px, pos), residual_covariances(Ry, py, pos)
         both = effective_ns(Cx, Cy, Cx, Cy)  # the Dutilleul n of the AR(1) covariances ...
-        iid = effective_ns(C0, C0, C0, C0)  # ... never above the independent-units one
+        iid = effective_ns(C0x, C0y, C0x, C0y)  # ... never above the independent-units one
         out["n_eff"][s : s + chunk] = _python_min(both, iid)
         out["r"][s : s + chunk] = corr_batch(rx, ry, "pearson")
         out["phi_x"][s : s + chunk], out["phi_y"][s : s + chunk] = px, py
+        if curve:
+            e = edf if edf is not None else np.full((len(sc), 2), float(spec.n_covariates + 1))
+            out["edf_x"][s : s + chunk], out["edf_y"][s : s + chunk] = e[:, 0], e[:, 1]
     p, lo, hi, se = modified_tests("pearson", out["r"], out["n_eff"], level)
     out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
     return out

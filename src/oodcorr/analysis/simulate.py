@@ -168,6 +168,7 @@ def run_scores(
     series: str = "ar1",
     drift: float = 0.5,
     sampling_sd=0.0,
+    shape: str = "line",
 ) -> np.ndarray:
     """The scores of ``len(rhos)`` simulated runs, one per entry of ``rhos`` (each run's partial
     correlation between every two OOD testsets): an array (runs, checkpoints, 1 + n_ood) whose
@@ -180,7 +181,13 @@ def run_scores(
     to each OOD score at each checkpoint on top of its residual series, a finite testset's
     sampling noise (accuracy on n examples: about ``sqrt(p (1 - p) / n)``). The partial
     correlation of the scores is then ``rho`` times the share of their residual variance that is
-    not sampling noise (:func:`observed_rho`). 0 (the default) draws nothing."""
+    not sampling noise (:func:`observed_rho`). 0 (the default) draws nothing.
+
+    ``shape``: how each OOD score follows the in-domain score, ``line`` (its loading times the score,
+    the default) or ``curve`` (:func:`curved`: a logistic function of the score of its own per run
+    and testset, drawn after everything else, so the other draws are the line's)."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
     B, n = len(rhos), n_checkpoints
     t = np.arange(n)
@@ -203,11 +210,28 @@ def run_scores(
         raise ValueError(f"unknown series {series!r}; known: ar1, drift, trend")
     z = _curve(rng, n, noise, (B,))
     a = np.array(LOADINGS[:n_ood])
-    ood = a * z[:, :, None] + noise * e
+    ood = (a * z[:, :, None] if shape == "line" else curved(rng, z, a)) + noise * e
     sd = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (n_ood,))
     if np.any(sd > 0):
         ood = ood + sd * rng.normal(size=(B, n, n_ood))
     return np.concatenate([z[:, :, None], ood], axis=2)
+
+
+SHAPES = ("line", "curve")
+
+
+def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.ndarray:
+    """Each run's OOD scores as curves of its in-domain score ``z`` (runs, checkpoints): testset j of
+    run b is ``sign(a_j) 0.3 / (1 + exp(-k (z - c)))``, a logistic rise (or fall, where its loading
+    ``a_j`` is negative) of 0.3, its midpoint ``c`` uniform over the middle of the run's scores (near
+    the low end: an early plateau; near the high end: a late emergence) and its steepness ``k``
+    uniform in 10-40 per unit of score (0.3 of in-domain score spans 3 to 12 logits), each drawn per
+    run and testset. Returns (runs, checkpoints, testsets)."""
+    B = z.shape[0]
+    lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
+    c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
+    k = rng.uniform(10.0, 40.0, size=(B, len(loadings)))
+    return np.sign(loadings) * 0.3 / (1 + np.exp(-k[:, None, :] * (z[:, :, None] - c[:, None, :])))
 
 
 def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):

@@ -73,6 +73,13 @@ def add_parser(sub, help: str) -> None:
         help="the coefficient the alternatives are shown at (default 0.8)",
     )
     a.add_argument(
+        "--shape",
+        choices=dz.SHAPES,
+        default="curve",
+        help="how each simulated OOD score follows the in-domain score: along a logistic curve of its own per run "
+        "(curve, the default: real series bend) or a straight line (line)",
+    )
+    a.add_argument(
         "--model-sd", type=float, metavar="SD", help="sd of the models' true correlations, Fisher z (default 0)"
     )
     a.add_argument(
@@ -353,14 +360,19 @@ def run(args) -> int:
         run_sd=chosen.run_sd,
         non_null_pairs=args.non_null_pairs,
         items=chosen.items,
+        shape=args.shape,
     )
-    res = tuple(Options.from_mapping(plan.analysis).residualisers)
-    if res[0] != "linear":
+    if settings.simulated != settings.residualiser:
         notes.append(
-            f"the config's heatmaps show the {res[0]} residualiser; the simulation uses the linear one (a GAM "
-            "fit costs 0.25 s per series): benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values "
-            "measures the GAM's power beside it (per run, 21 checkpoints, effect 0.6: 0.64 against 0.67 at "
-            "phi 0.5, 0.52 against 0.39 at phi 0.8)"
+            f"the config's heatmaps show the {settings.residualiser} residualiser (pygam, one fit per series); the "
+            f"simulation analyses each run with {settings.simulated}, the same penalised cubic spline with its penalty "
+            "chosen by REML instead of GCV"
+        )
+    if not a.items.none and not settings.residualiser.startswith("linear"):
+        notes.append(
+            "with item noise the answer reads the cross-fitted correlation r_eiv, which has the line's form only (a "
+            f"spline of a noisy in-domain score has no measured form): the simulated {settings.simulated} gives the "
+            "observed cells, the line the item-noise answer"
         )
     b = compute_budget(plan, config, args, lock)
     cost = {"gpu_hours": b.totals["gpu_hours"], "gpu_hours_work": b.work["gpu_hours"] if b.work else None}

@@ -1,0 +1,147 @@
+"""The spline residualiser (:class:`.residualise.SplineBasis`) of a stack of runs at once, for the
+design command's simulated runs (:mod:`.run_batch`).
+
+:func:`.residualise.spline_basis` builds one run's basis with scipy (a B-spline design, the penalty's
+eigenvectors, an SVD): about a millisecond per run, which thousands of simulated runs per effect
+cannot afford. Here the same basis is built for a stack of runs in a few array operations: the cubic
+B-splines by the Cox-de Boor recursion on each run's knots, their second derivatives as linear
+B-splines through the derivative's difference matrices, the penalty by Simpson's rule (exact on
+the piecewise quadratic products), and the eigen and singular value decompositions stacked. The
+directions differ from scipy's by rotations and signs only, so the smoother at any penalty, the
+penalty REML chooses and every residual equal the one-run function's to rounding
+(tests/analysis/test_design.py holds the design's per-run cells to the pipeline's at 1e-8).
+
+A stack in which some run's penalty or directions lose a rank the others keep (ties among its
+in-domain scores) is the caller's to build one run at a time (:func:`.residualise.spline_basis`),
+as is a stack whose runs are too short for a curve (the line, :func:`curve_fits`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .residualise import _LAM_RATIOS, GamSettings
+
+
+def curve_fits(n: int, settings: GamSettings) -> bool:
+    """Whether runs of ``n`` complete points get a curve (below ``settings.min_points`` the spline is
+    the line, :func:`.residualise.spline_basis`)."""
+    return n >= settings.min_points
+
+
+def _design(x: np.ndarray, t: np.ndarray, deg: int) -> np.ndarray:
+    """B-splines of degree ``deg`` on the clamped knots ``t`` (B, m) at the points ``x`` (B, n) in
+    [t[0], t[-1]]: (B, n, m - deg - 1); a point at the right end belongs to the last interval."""
+    m = t.shape[1]
+    xe = x[..., None]
+    N = ((t[:, None, :-1] <= xe) & (xe < t[:, None, 1:])).astype(float)
+    end = x >= t[:, -1:]
+    N[end] = 0.0
+    N[..., m - deg - 2][end] = 1.0
+    for p in range(1, deg + 1):
+        lo, hi = t[:, : m - 1 - p], t[:, p + 1 :]
+        d1, d2 = t[:, p : m - 1] - lo, hi - t[:, 1 : m - p]
+        inv1 = np.divide(1.0, d1, out=np.zeros_like(d1), where=d1 > 0)[:, None]  # 0/0 is 0
+        inv2 = np.divide(1.0, d2, out=np.zeros_like(d2), where=d2 > 0)[:, None]
+        N = (xe - lo[:, None]) * inv1 * N[..., :-1] + (hi[:, None] - xe) * inv2 * N[..., 1:]
+    return N
+
+
+def _derivative(t: np.ndarray, deg: int) -> np.ndarray:
+    """(B, k - 1, k): the coefficients of a spline's derivative (degree ``deg`` - 1, knots
+    ``t[:, 1:-1]``) from its ``k`` coefficients on the knots ``t`` (B, k + deg + 1)."""
+    k = t.shape[1] - deg - 1
+    den = t[:, deg + 1 : deg + k] - t[:, 1:k]  # t[i + deg + 1] - t[i + 1], i < k - 1
+    w = deg / den
+    D = np.zeros((t.shape[0], k - 1, k))
+    i = np.arange(k - 1)
+    D[:, i, i], D[:, i, i + 1] = -w, w
+    return D
+
+
+def _penalised(x: np.ndarray, size: int) -> np.ndarray | None:
+    """:func:`.residualise._cubic_penalised` of every row of ``x`` (B, n), scaled to [0, 1]:
+    (B, n, size - 2); None where some row's penalty has another rank (ties)."""
+    B = x.shape[0]
+    xs = np.sort(x, axis=1)
+    if np.any(np.diff(xs, axis=1) <= 0):
+        return None  # ties: np.quantile of the distinct values differs from the rows'
+    inner = np.quantile(xs, np.linspace(0, 1, size - 2)[1:-1], axis=1).T  # (B, size - 4)
+    t = np.concatenate([np.zeros((B, 4)), inner, np.ones((B, 4))], axis=1)
+    Bx = _design(np.clip(x, 0.0, 1.0), t, 3)
+    edges = np.concatenate([np.zeros((B, 1)), inner, np.ones((B, 1))], axis=1)
+    a, b = edges[:, :-1], edges[:, 1:]
+    pts = np.concatenate([a, (a + b) / 2, b], axis=1)
+    w = np.concatenate([(b - a) / 6, 4 * (b - a) / 6, (b - a) / 6], axis=1)
+    D2 = _derivative(t[:, 1:-1], 2) @ _derivative(t, 3)  # (B, size - 2, size)
+    N1 = _design(pts, t[:, 2:-2], 1)  # (B, points, size - 2)
+    second = N1 @ D2  # the B-splines' second derivatives at the points
+    P = np.swapaxes(second, -1, -2) @ (w[..., None] * second)
+    e, E = np.linalg.eigh(P)
+    keep = e > 1e-9 * e.max(axis=1, keepdims=True)
+    if np.any(keep.sum(1) != size - 2) or np.any(keep[:, :2]):
+        return None
+    return Bx @ (E[:, :, 2:] / np.sqrt(e[:, None, 2:]))
+
+
+def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k) with at least
+    ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once and stacked: the
+    :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q). None
+    where the runs' bases differ in rank (ties among a run's scores): the caller builds them one at a
+    time."""
+    B, n, k = Z.shape
+    if np.any(np.ptp(Z, axis=1) <= 0):
+        return None
+    size = settings.basis_size(n)
+    scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
+    parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
+    if any(p is None for p in parts):
+        return None
+    Q0, _ = np.linalg.qr(np.concatenate([np.ones((B, n, 1)), scaled], axis=2))
+    Xp = np.concatenate(parts, axis=2)
+    Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)
+    W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
+    keep = sv > 1e-8 * sv.max(axis=1, keepdims=True)
+    if np.any(keep.sum(1) != keep.shape[1]):
+        return None
+    return Q0, W, sv**2
+
+
+def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What REML's choice needs of each run's basis alone (``d`` (B, q)), for :func:`choose`: the
+    penalties on the grid (B, L), each direction's share kept at each (B, L, q), and the log
+    determinant term (B, L)."""
+    lams = np.concatenate([_LAM_RATIOS[None] * d.max(1, keepdims=True), np.full((len(d), 1), np.inf)], axis=1)
+    keep = shrink(d, lams)
+    with np.errstate(divide="ignore"):
+        logdet = -np.log1p(-keep).sum(-1)
+    return lams, keep, logdet
+
+
+def choose(Q0: np.ndarray, W: np.ndarray, grid: tuple, Y: np.ndarray) -> np.ndarray:
+    """:meth:`.residualise.SplineBasis.choose` of each run's columns ``Y`` (B, n, m) on its stacked
+    basis and its :func:`reml_grid`: (B, m) penalties, ``inf`` where the line is likeliest."""
+    n, p0 = Q0.shape[1:]
+    lams, keep, logdet = grid
+    Yp = Y - Q0 @ (np.swapaxes(Q0, -1, -2) @ Y)
+    c2 = (np.swapaxes(W, -1, -2) @ Yp) ** 2  # (B, q, m)
+    total = np.einsum("bnm,bnm->bm", Yp, Yp)
+    quad = total[:, None] - keep @ c2  # (B, L, m)
+    crit = logdet[..., None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
+    return np.take_along_axis(lams, np.argmin(crit, axis=1), axis=1)
+
+
+def shrink(d: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """(B, L, q): each direction's share kept at each run's penalties ``lam`` (B, L)."""
+    lam = lam[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isinf(lam), 0.0, d[:, None, :] / (d[:, None, :] + lam))
+
+
+def makers(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """``I - S`` of each run at each of its penalties ``lam`` (B, m): (B, m, n, n)."""
+    n = Q0.shape[1]
+    keep = shrink(d, lam)  # (B, m, q)
+    line = np.eye(n) - Q0 @ np.swapaxes(Q0, -1, -2)
+    Wt = np.swapaxes(W, -1, -2)[:, None]
+    return line[:, None] - (W[:, None] * keep[:, :, None, :]) @ Wt
