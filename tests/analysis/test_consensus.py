@@ -329,7 +329,7 @@ def test_the_grid_of_sixteen_models_is_no_wider_than_three_times_its_height(tmp_
     for m in range(16):
         for x, y in (("a", "b"), ("a", "c"), ("b", "c")):
             rows.append({**_row(f"model-{m}", "pooled", (x, y), 0.1 * (m % 5) - 0.2, 0.1, 0.5), "n_runs": 1})
-    pc = pd.DataFrame(rows).assign(conclusion="unresolved", curvature=None, correction="holm", p_adj=0.5)
+    pc = pd.DataFrame(rows).assign(conclusion="unresolved", depends_on_form=None, correction="holm", p_adj=0.5)
     drawn = heatmap_grid(pc, str(tmp_path / "grid.png"), "pearson", "linear")
     assert len(drawn) == 16 and all(v == 3 for v in drawn.values())
     w, h = Image.open(tmp_path / "grid.png").size

@@ -32,7 +32,7 @@ def test_linear_partial_corr_equals_pingouin(seed):
     z = rng.normal(size=n)
     x = 0.8 * z + rng.normal(size=n)
     y = -0.5 * z + 0.3 * x + rng.normal(size=n)
-    got = partial_corr(x, y, z)
+    got = partial_corr(x, y, z, residualiser="linear")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z")
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
     assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
@@ -57,14 +57,14 @@ def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
     z = rng.normal(size=30)
     x = np.exp(z) + rng.normal(size=30)
     y = z**3 + rng.normal(size=30)
-    got = partial_corr(x, y, z, method="spearman")
+    got = partial_corr(x, y, z, method="spearman", residualiser="linear")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z", method="spearman")
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
     tau = stats.kendalltau(_ols_residuals(x, z), _ols_residuals(y, z))
-    k = partial_corr(x, y, z, method="kendall")
+    k = partial_corr(x, y, z, method="kendall", residualiser="linear")
     assert k["r"] == pytest.approx(tau.statistic, abs=1e-12) and k["p"] == pytest.approx(tau.pvalue)
     # the three differ on this nonlinear data: the methods are not aliases
-    assert len({round(partial_corr(x, y, z, method=m)["r"], 6) for m in ("pearson", "spearman", "kendall")}) == 3
+    assert len({round(partial_corr(x, y, z, method=m, residualiser="linear")["r"], 6) for m in ("pearson", "spearman", "kendall")}) == 3
 
 
 def _quadratic(seed, n=150, rho=0.6):
@@ -75,11 +75,12 @@ def _quadratic(seed, n=150, rho=0.6):
     return f + e[:, 0], f + e[:, 1], z, rho
 
 
-def test_gam_recovers_noise_correlation_where_linear_is_biased():
+@pytest.mark.parametrize("curve", ["spline", "gam"])
+def test_a_curve_recovers_noise_correlation_where_linear_is_biased(curve):
     gam_err, lin_err = [], []
     for seed in range(3):
         x, y, z, rho = _quadratic(seed)
-        g = partial_corr(x, y, z, residualiser="gam")
+        g = partial_corr(x, y, z, residualiser=curve)
         lin = partial_corr(x, y, z, residualiser="linear")
         assert g["note"] == "" and lin["note"] == ""
         gam_err.append(g["r"] - rho)
@@ -89,7 +90,8 @@ def test_gam_recovers_noise_correlation_where_linear_is_biased():
     assert min(lin_err) > 0.2, lin_err
 
 
-def test_gam_with_step_removes_a_shared_trend_in_training_step():
+@pytest.mark.parametrize("curve", ["spline", "gam"])
+def test_a_curve_with_step_removes_a_shared_trend_in_training_step(curve):
     rng = np.random.default_rng(3)
     n, rho = 120, 0.3
     step = np.arange(n, dtype=float)
@@ -97,8 +99,8 @@ def test_gam_with_step_removes_a_shared_trend_in_training_step():
     trend = np.sin(step / n * 3 * np.pi) * 0.3  # both OOD testsets drift together with training
     e = rng.multivariate_normal([0, 0], [[1, rho], [rho, 1]], size=n) * 0.1
     x, y = 0.5 * z + trend + e[:, 0], -0.3 * z + trend + e[:, 1]
-    only_z = partial_corr(x, y, z, residualiser="gam")
-    with_step = partial_corr(x, y, np.column_stack([z, step]), residualiser="gam+step")
+    only_z = partial_corr(x, y, z, residualiser=curve)
+    with_step = partial_corr(x, y, np.column_stack([z, step]), residualiser=f"{curve}+step")
     assert abs(with_step["r"] - rho) < 0.12, with_step
     assert only_z["r"] - rho > 0.3, only_z
 
@@ -133,14 +135,88 @@ def test_unknown_names_raise_naming_them():
         partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], method="distance")
 
 
-def test_residual_pair_reuses_cached_residuals():
+@pytest.mark.parametrize("res", ["spline", "linear"])
+def test_residual_pair_reuses_cached_residuals(res):
     rng = np.random.default_rng(0)
     z, x, y, w = (rng.normal(size=20) for _ in range(4))
     cache = {}
-    first = residual_pair(x, y, z, cache=cache, names=("x", "y"))
-    assert len(cache) == 3  # x, y and the covariates' part (ranks, residual maker) for these rows
-    second = residual_pair(x, w, z, cache=cache, names=("x", "w"))
-    assert len(cache) == 4 and second["rx"] is first["rx"] and second["Rx"] is first["Ry"]
+    first = residual_pair(x, y, z, residualiser=res, cache=cache, names=("x", "y"))
+    assert len(cache) == 3  # x, y and the covariates' part (ranks, residual maker or basis) for these rows
+    second = residual_pair(x, w, z, residualiser=res, cache=cache, names=("x", "w"))
+    assert len(cache) == 4 and second["rx"] is first["rx"] and second["Rx"] is first["Rx"]
+    if res == "linear":  # one residual maker for every series on these rows
+        assert second["Ry"] is first["Ry"]
+
+
+# ---- the spline residualiser ------------------------------------------------------------------
+
+
+def _reml_brute_force(y, basis_cols, X0, lam):
+    """-2 restricted log-likelihood (profiled variance, up to a constant) of y = X0 b + Xp u + e,
+    u ~ N(0, s2 / lam), e ~ N(0, s2), from the dense marginal covariance: what SplineBasis.choose
+    computes through the Demmler-Reinsch directions."""
+    n, p0 = X0.shape
+    V = np.eye(n) + (basis_cols @ basis_cols.T) / lam if np.isfinite(lam) else np.eye(n)
+    Vi = np.linalg.inv(V)
+    A = X0.T @ Vi @ X0
+    P = Vi - Vi @ X0 @ np.linalg.solve(A, X0.T @ Vi)
+    q = float(y @ P @ y)
+    return np.linalg.slogdet(V)[1] + np.linalg.slogdet(A)[1] + (n - p0) * np.log(q / (n - p0))
+
+
+def test_spline_penalty_is_the_reml_choice_of_its_grid():
+    from oodcorr.analysis.residualise import _LAM_RATIOS, GamSettings, spline_basis
+
+    rng = np.random.default_rng(4)
+    n = 30
+    z = np.sort(rng.uniform(0.4, 0.9, n))
+    for y in (1 / (1 + np.exp(-(z - 0.7) * 25)) + 0.03 * rng.normal(size=n), 0.3 * z + 0.03 * rng.normal(size=n)):
+        basis = spline_basis(z[:, None], GamSettings())
+        lams = np.concatenate([_LAM_RATIOS * basis.d.max(), [np.inf]])
+        # the penalised columns in data space: W diag(sqrt(d)) spans what the penalty shrinks
+        cols = basis.W * np.sqrt(basis.d)
+        X0 = basis.Q0
+        crit = [_reml_brute_force(y, cols, X0, lam) for lam in lams]
+        assert basis.choose(y[:, None])[0] == lams[int(np.argmin(crit))]
+
+
+def test_spline_is_the_line_where_the_data_are_straight_and_a_line_at_any_penalty():
+    from oodcorr.analysis.residualise import GamSettings, linear, spline_basis
+
+    rng = np.random.default_rng(5)
+    n = 40
+    z = np.sort(rng.uniform(0.4, 0.9, n))
+    basis = spline_basis(z[:, None], GamSettings())
+    line = 2.0 * z + 1.0
+    for lam in (1e-9, 1.0, np.inf):  # a straight line is left untouched by the penalty
+        res, _ = basis.residuals(line[:, None], np.array([lam]))
+        assert np.abs(res).max() < 1e-10
+    lines = 0.4 * z[:, None] + 0.02 * rng.normal(size=(n, 200))
+    lam = basis.choose(lines)
+    res, edf = basis.residuals(lines, lam)
+    # REML puts the penalty at infinity (the line itself) for most straight series, and near it for
+    # the rest (their curve uses at most a fraction of a degree of freedom more than the line)
+    assert np.mean(np.isinf(lam)) > 0.5 and np.mean(edf) < 2.5
+    np.testing.assert_allclose(res[:, np.isinf(lam)], linear(lines[:, np.isinf(lam)], z[:, None])[0], atol=1e-12)
+    # and its residual maker reproduces the residuals of a curved series
+    bent = np.exp(4 * z) / 20 + 0.02 * rng.normal(size=n)
+    lam = basis.choose(bent[:, None])
+    res, edf = basis.residuals(bent[:, None], lam)
+    assert np.isfinite(lam[0]) and 2.5 < edf[0] < 10
+    np.testing.assert_allclose(basis.maker(lam[0]) @ bent, res[:, 0], atol=1e-12)
+
+
+def test_spline_below_its_minimum_points_is_the_line_and_says_so():
+    rng = np.random.default_rng(6)
+    z, x, y = (rng.normal(size=7) for _ in range(3))
+    sp = residual_pair(x, y, z, residualiser="spline")
+    lin = residual_pair(x, y, z, residualiser="linear")
+    np.testing.assert_allclose(sp["rx"], lin["rx"], atol=1e-12)
+    assert sp["form_note"] == "only 7 complete points: the spline needs 8, so the line was used"
+    assert lin["form_note"] == ""
+    ties = np.repeat([0.5, 0.6, 0.7], 4)  # 12 points but 3 distinct in-domain scores
+    sp = residual_pair(rng.normal(size=12), rng.normal(size=12), ties, residualiser="spline")
+    assert sp["form_note"].startswith("fewer than 4 distinct in-domain scores")
 
 
 # ---- Fisher's z -------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 
 from oodcorr.analysis import Options
 from oodcorr.analysis.correlate import corr, residual_pair
-from oodcorr.analysis.example_boot import RunExamples, example_ci, linear_pearson_cis
+from oodcorr.analysis.example_boot import RunExamples, example_ci, pearson_cis
 from oodcorr.analysis.item_noise import item_matrices
 from oodcorr.analysis.resample import interval, intervals
 from oodcorr.analysis.simulate_items import item_table
@@ -35,7 +35,7 @@ def _run(seed: int = 4):
     return mats, problems, cols
 
 
-@pytest.mark.parametrize("res", ["linear", "linear+step"])
+@pytest.mark.parametrize("res", ["spline", "spline+step", "linear", "linear+step"])
 @pytest.mark.parametrize("kind", ["fisher-z", "percentile"])
 def test_all_cells_at_once_give_the_loops_intervals(res, kind):
     mats, problems, cols = _run()
@@ -49,9 +49,9 @@ def test_all_cells_at_once_give_the_loops_intervals(res, kind):
         x = cols[a]
         y = cols.get(b, cols["ood0"] * 0.5 + 0.1 * np.sin(np.arange(T)))
         rp = residual_pair(x, y, covars, "pearson", res)
-        cells.append((a, b, rp["mask"], corr(rp["rx"], rp["ry"], "pearson")))
+        cells.append((a, b, rp["mask"], corr(rp["rx"], rp["ry"], "pearson"), (rp["lam_x"], rp["lam_y"])))
         loop.append(example_ci(rex, "in-domain", a, b, steps, "pearson", res, rp, opts, {}))
-    got = linear_pearson_cis(rex, "in-domain", cells, steps, res, opts)
+    got = pearson_cis(rex, "in-domain", cells, steps, res, opts)
     for (lo, hi, note), (lo2, hi2, note2) in zip(loop, got):
         assert note == note2
         if note:
@@ -78,8 +78,8 @@ def test_too_few_resamples_is_said_as_the_loop_says_it():
     z, x, y = (mats[t].mean(axis=1) for t in ("z", "x", "y"))
     rp = residual_pair(x, y, z, "pearson", "linear")
     one = example_ci(rex, "z", "x", "y", None, "pearson", "linear", rp, opts, {})
-    cells = [("x", "y", rp["mask"], corr(rp["rx"], rp["ry"], "pearson"))]
-    ((lo, hi, note),) = linear_pearson_cis(rex, "z", cells, None, "linear", opts)
+    cells = [("x", "y", rp["mask"], corr(rp["rx"], rp["ry"], "pearson"), (None, None))]
+    ((lo, hi, note),) = pearson_cis(rex, "z", cells, None, "linear", opts)
     assert note == one[2] and note.startswith("only ") and note.endswith(" of 40 example resamples gave a value")
     assert math.isnan(lo) and math.isnan(hi)
 

@@ -20,7 +20,7 @@ from oodcorr.analysis.tables import from_long, from_wide, read_table
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
-FAST = Options(n_boot=300, n_perm=300, example_boot=60, pool_by=())
+FAST = Options(residualisers=("linear",), n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
 
 def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a", "b", "c")):
@@ -75,7 +75,7 @@ def test_one_row_per_run_or_pooled_pair_method_residualiser():
     assert set(zip(out.x, out.y)) == {("a", "b"), ("a", "c"), ("b", "c")}
     one = long[long.run == "m1/s1"].pivot(index="unit", columns="testset", values="score")
     row = _cell(out, "m1/s1", "a", "c")
-    assert row["r"] == pytest.approx(partial_corr(one["a"], one["c"], one["id"])["r"], abs=1e-12)
+    assert row["r"] == pytest.approx(partial_corr(one["a"], one["c"], one["id"], residualiser="linear")["r"], abs=1e-12)
     assert row["ci_low"] <= row["r"] <= row["ci_high"] and row["n"] == 12 and 2 < row["n_eff"] <= 11
     assert row["p_method"] == "modified t-test (AR(1) effective n)" and math.isnan(row["block_length"])
     assert row["conclusion"] in ("positive", "negative", "unresolved", "near zero") and row["pool_group"] == "all runs"
@@ -99,7 +99,7 @@ def test_cells_do_not_change_when_a_testset_or_run_is_added():
     rng = np.random.default_rng(1)
     long = _long(rng, testsets=("a", "b", "c", "d"))
     small = long[(long.testset != "d") & (long.run != "m2/s0")]
-    for opts in (FAST, Options(inference="block", n_boot=300, n_perm=300, example_boot=0, pool_by=())):
+    for opts in (FAST, Options(residualisers=("linear",), inference="block", n_boot=300, n_perm=300, example_boot=0, pool_by=())):
         full, part = analyse(long, opts), analyse(small, opts)
         a, b = _cell(full, "m1/s0", "a", "b"), _cell(part, "m1/s0", "a", "b")
         for col in ("r", "ci_low", "ci_high", "p", "p_perm", "n_eff", "se_z", "r_no_step0", "ci_low_no_step0"):
@@ -204,7 +204,7 @@ def test_exchangeable_units_use_the_ordinary_t_test():
     assert row["p_method"] == "t-test (exchangeable units)" and row["n_eff"] == pytest.approx(11)
     assert row["p"] == pytest.approx(row["p_param"], rel=1e-10) and math.isnan(row["phi_x"])
     assert math.isnan(row["r_no_step0"])  # no step 0 among labels
-    block = _cell(analyse(long, Options(inference="block", n_boot=300, example_boot=0, pool_by=())), "m/s0", "a", "b")
+    block = _cell(analyse(long, Options(residualisers=("linear",), inference="block", n_boot=300, example_boot=0, pool_by=())), "m/s0", "a", "b")
     assert block["block_length"] == 1 and block["p_method"] == "t-test" and block["p"] == pytest.approx(row["p"])
 
 
@@ -292,7 +292,7 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
     # marks: a dagger where the residualisers disagree in sign
     flagged = out.copy()
     sel = (flagged.model == "m1") & (flagged.run == "pooled") & (flagged.x == "a") & (flagged.y == "c")
-    flagged.loc[sel, "curvature"] = True
+    flagged.loc[sel, "depends_on_form"] = True
     cells3 = heatmap(flagged, "m1", str(tmp_path / "h3.png"), "pearson", "linear")
     assert cells3[("id", "c", "a")].endswith("†")
 
@@ -302,7 +302,7 @@ def test_heatmap_titles_say_numbers_not_names():
 
     rng = np.random.default_rng(9)
     long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
-    out = analyse(long, Options(example_boot=0, pool_by=()))
+    out = analyse(long, Options(residualisers=("linear",), example_boot=0, pool_by=()))
     rows = out[(out.model == "m1") & (out.run == "pooled") & (out.method == "pearson")]
     title = describe(rows, alpha=0.05, level=0.95, near_zero=0.3)
     assert "3 runs; *: p_adj < 0.05 (Holm across 6 pairs)" in title
@@ -324,7 +324,7 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
     series = {"id": z}
     for j in range(k):  # even testsets follow one hidden factor, odd ones the other
         series[f"t{j:02d}"] = 0.4 * z + shared[:, j % 2] + 0.005 * rng.normal(size=n)
-    out = analyse(_series_table(series, n), Options(example_boot=0, pool_by=(), step0_check=False))
+    out = analyse(_series_table(series, n), Options(residualisers=("linear",), example_boot=0, pool_by=(), step0_check=False))
     names = sorted(f"t{j:02d}" for j in range(k))
     pooled = out[out.run == "pooled"]
     order = cluster_order(pooled, names)
@@ -376,28 +376,41 @@ def _series_table(series: dict, n: int, run="r", model="m") -> pd.DataFrame:
     )
 
 
-def test_a_curve_the_line_leaves_behind_is_flagged_as_curvature():
+@pytest.mark.parametrize("curve", ["spline", "gam"])
+def test_a_curve_the_line_leaves_behind_is_said_as_depending_on_the_form(curve):
     # OOD scores depend on in-domain score in a U shape; their noises correlate +0.3. The line
-    # leaves the shared U in both residuals (strongly negative r), the GAM removes it.
+    # leaves the shared U in both residuals (strongly negative r), the curve removes it: each
+    # curve cell carries the line's r and interval beside its own, and says the two conclude
+    # differently, with no linear residualiser configured
     rng = np.random.default_rng(2)
     n = 40
     z = np.sort(rng.uniform(0.5, 0.9, n))
     u = 25 * (z - 0.7) ** 2
     e = rng.multivariate_normal([0, 0], [[1, 0.3], [0.3, 1]], size=n) * 0.05
     long = _series_table({"id": z, "a": u + e[:, 0], "b": -u + e[:, 1], "c": z + 0.05 * rng.normal(size=n)}, n)
-    out = analyse(long, Options(residualisers=("linear", "gam"), example_boot=0, pool_by=()))
-    lin, gam = _cell(out, "r", "a", "b", residualiser="linear"), _cell(out, "r", "a", "b", residualiser="gam")
-    assert lin["r"] < -0.8 and lin["conclusion"] == "negative" and gam["r"] > 0
-    assert lin["curvature"] is True and gam["curvature"] is True
-    assert lin["residualiser_check"] == gam["residualiser_check"]
-    assert lin["residualiser_check"].startswith(f"sign differs: linear {lin['r']:+.2f} [")
-    assert f", gam {gam['r']:+.2f} [" in lin["residualiser_check"]
-    other = _cell(out, "r", "a", "c", residualiser="linear")
-    assert other["curvature"] in (True, False) and (other["curvature"] is True) == (other["residualiser_check"] != "")
-    pooled = _cell(out, "pooled", "a", "b", residualiser="linear")
-    assert pooled["curvature"] is True  # the pooled rows are compared too
-    only = analyse(long, Options(example_boot=0, pool_by=()))  # one residualiser: nothing to compare
-    assert only["curvature"].isna().all() and (only["residualiser_check"] == "").all()
+    both = analyse(long, Options(residualisers=(curve, "linear"), example_boot=0, pool_by=()))
+    lin = _cell(both, "r", "a", "b", residualiser="linear")
+    out = analyse(long, Options(residualisers=(curve,), example_boot=0, pool_by=()))
+    cur = _cell(out, "r", "a", "b", residualiser=curve)
+    assert lin["r"] < -0.8 and lin["conclusion"] == "negative" and cur["r"] > 0
+    # the check is the line's own cell, to rounding
+    for c in ("r", "ci_low", "ci_high", "p"):
+        assert cur[f"{c}_line"] == pytest.approx(lin[c], abs=1e-9)
+    assert cur["depends_on_form"] is True
+    assert cur["form_check"] == (
+        f"depends on the form: {curve} {cur['r']:+.2f} [{cur['ci_low']:+.2f}, {cur['ci_high']:+.2f}], "
+        f"linear {lin['r']:+.2f} [{lin['ci_low']:+.2f}, {lin['ci_high']:+.2f}]"
+    )
+    # the U is most of what the line leaves in a and b, and the curve's F test says so; c is straight
+    assert cur["curve_r2_x"] > 0.8 and cur["curve_p_x"] < 1e-6 and cur["curve_r2_y"] > 0.8
+    straight = _cell(out, "r", "a", "c", residualiser=curve)
+    assert straight["curve_r2_y"] < 0.2
+    pooled = _cell(out, "pooled", "a", "b", residualiser=curve)
+    assert pooled["depends_on_form"] is True  # the pooled rows are compared too
+    assert pooled["r_line"] == pytest.approx(lin["r"], abs=1e-9)
+    # the line's own rows carry no check
+    assert both.loc[both["residualiser"] == "linear", "depends_on_form"].isna().all()
+    assert (both.loc[both["residualiser"] == "linear", "form_check"] == "").all()
 
 
 def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclusion():
@@ -411,20 +424,20 @@ def test_step0_check_says_when_the_pre_finetuning_checkpoint_decides_the_conclus
     b[0] += 0.08
     long = _series_table({"id": z, "a": a, "b": b, "c": 0.3 * z + 0.01 * rng.normal(size=n)}, n)
     long["unit"] *= 50
-    out = analyse(long, Options(example_boot=0, pool_by=()))
+    out = analyse(long, Options(residualisers=("linear",), example_boot=0, pool_by=()))
     row = _cell(out, "r", "a", "b")
     assert row["conclusion"] == "positive" and row["step0_changes"] is True
     assert row["ci_low_no_step0"] < 0 < row["ci_high_no_step0"] and abs(row["r_no_step0"]) < 0.5
     steady = _cell(out, "r", "a", "c")
     assert steady["step0_changes"] is False and math.isfinite(steady["r_no_step0"])
     assert _cell(out, "pooled", "a", "b")["step0_changes"] is True  # the single-run pool too
-    dropped = analyse(long, Options(example_boot=0, pool_by=(), drop_step0=True))
+    dropped = analyse(long, Options(residualisers=("linear",), example_boot=0, pool_by=(), drop_step0=True))
     d = _cell(dropped, "r", "a", "b")
     assert d["n"] == d["n_units"] == n - 1 and math.isnan(d["r_no_step0"]) and d["step0_changes"] is None
     assert (d["r"], d["ci_low"], d["ci_high"]) == pytest.approx(
         (row["r_no_step0"], row["ci_low_no_step0"], row["ci_high_no_step0"]), abs=1e-9
     )
-    off = analyse(long, Options(example_boot=0, pool_by=(), step0_check=False))
+    off = analyse(long, Options(residualisers=("linear",), example_boot=0, pool_by=(), step0_check=False))
     assert off["r_no_step0"].isna().all() and off["step0_changes"].isna().all()
 
 
@@ -464,7 +477,7 @@ def test_testsets_that_share_items_are_not_correlated_and_the_answer_says_why():
     family), in one process or two."""
     rng = np.random.default_rng(3)
     long = _long(rng, testsets=("a", "b", "c", "g"))
-    opts = Options(methods=("pearson", "spearman"), n_boot=100, n_perm=100, example_boot=0, pool_by=())
+    opts = Options(residualisers=("linear",), methods=("pearson", "spearman"), n_boot=100, n_perm=100, example_boot=0, pool_by=())
     plain = analyse(long, opts)
     groups = {"g": ["a", "b"]}
     got = analyse(long, opts, task_groups=groups)

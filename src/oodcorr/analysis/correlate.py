@@ -21,7 +21,17 @@ import math
 import numpy as np
 from scipy import stats
 
-from .residualise import Degenerate, GamSettings, Spec, linear, linear_maker, parse, residualise
+from .residualise import (
+    Degenerate,
+    GamSettings,
+    Spec,
+    linear,
+    linear_maker,
+    parse,
+    residualise,
+    spline_basis,
+    spline_fallback_note,
+)
 
 METHODS = ("pearson", "spearman", "kendall")
 
@@ -106,7 +116,8 @@ def p_param(r: float, rx: np.ndarray, ry: np.ndarray, method: str, dof: float) -
 
 def min_points(spec: Spec, gam: GamSettings) -> int:
     """Complete points a pair needs: k + 3 for OLS with k covariates (one residual dof
-    left for the correlation), and the GAM's ``min_points`` for the GAM."""
+    left for the correlation), as for the spline (below its ``min_points`` it is the line), and the
+    GAM's ``min_points`` for the GAM."""
     need = spec.n_covariates + 3
     return max(need, gam.min_points) if spec.kind == "gam" else need
 
@@ -120,7 +131,7 @@ def residual_pair(
     y,
     covars,
     method: str = "pearson",
-    residualiser: str = "linear",
+    residualiser: str = "spline",
     gam: GamSettings | None = None,
     cache: dict | None = None,
     names=("x", "y"),
@@ -128,11 +139,12 @@ def residual_pair(
 ) -> dict:
     """Residuals of x and y given the covariates, on the complete rows.
 
-    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y", "Rx", "Ry"}``
-    (``R*``: the residual-maker matrices, see :mod:`.residualise`); raises
+    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y", "Rx", "Ry", "form_note"}``
+    (``R*``: the residual-maker matrices, see :mod:`.residualise`; ``form_note``: why a spline is
+    the line here, else ""); raises
     :class:`Degenerate` with the reason when the pair cannot be computed. ``cache``
     (a dict) reuses a series' residuals across pairs with the same complete rows;
-    ``names`` identify x and y in it. ``lams`` fixes the GAM penalties (no GCV).
+    ``names`` identify x and y in it. ``lams`` fixes the curves' penalties (none chosen).
     """
     spec = parse(residualiser)
     check_method(method)
@@ -171,13 +183,16 @@ def residual_pair(
                 break
         if Zt is None:
             Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
-            Zt = (Zt, linear_maker(Zt) if spec.kind == "linear" else None)
+            basis = spline_basis(Zt, gam) if spec.kind == "spline" else None
+            line = spec.kind == "linear" or (spec.kind == "spline" and basis is None)
+            Zt = (Zt, linear_maker(Zt) if line else None, basis)
         if cache is not None:
             cache[zkey] = Zt
     if isinstance(Zt, Degenerate):
         raise Zt
-    Zt, maker = Zt
-    out = {"mask": mask, "n": n}
+    Zt, maker, basis = Zt
+    note = spline_fallback_note(n, gam) if spec.kind == "spline" and basis is None else ""
+    out = {"mask": mask, "n": n, "form_note": note}
     for label, name, v, lam in (
         ("x", names[0], xm, lams[0] if lams else None),
         ("y", names[1], ym, lams[1] if lams else None),
@@ -189,6 +204,10 @@ def residual_pair(
             vt = transform(method, v)
             if maker is not None:  # OLS: the residual maker is shared by every series with these rows
                 res = (*linear(vt, Zt), None, maker)
+            elif basis is not None:  # the spline: the basis is shared, each series its own penalty
+                lam = basis.choose(vt[:, None])[0] if lam is None else lam
+                resid, edf = basis.residuals(vt[:, None], np.array([lam]))
+                res = (resid[:, 0], float(edf[0]), lam, basis.maker(lam))
             else:
                 res = residualise(vt, Zt, spec, gam, lam)
             scale = max(float(np.abs(vt).max()), 1e-300)
@@ -203,7 +222,7 @@ def residual_pair(
 
 
 def partial_corr(
-    x, y, covars, method: str = "pearson", residualiser: str = "linear", gam: GamSettings | None = None
+    x, y, covars, method: str = "pearson", residualiser: str = "spline", gam: GamSettings | None = None
 ) -> dict:
     """Partial correlation of x and y given covars (in-domain score, optionally step).
 

@@ -4,9 +4,10 @@ resampled correlations (:func:`.resample.interval`).
 
 :class:`RunExamples` holds a run's resampled accuracies (:func:`.item_noise.item_matrices` gives
 the per-example matrices); :func:`example_ci` redoes one cell's residualising and correlation per
-resample, for any method and residualiser; :func:`linear_pearson_cis` does the same for every
-Pearson cell of a linear residualiser (``linear``, ``linear+step``) of the run at once, one
-residual maker per resample shared by every testset: the same resampled correlations as
+resample, for any method and residualiser; :func:`pearson_cis` does the same for every
+Pearson cell of a spline or linear residualiser (``spline``, ``linear``, with or without ``+step``)
+of the run at once, one basis (or residual maker) per resample shared by every testset, each
+series' spline at the penalty its own fit chose: the same resampled correlations as
 :func:`example_ci` up to rounding (the pseudo-inverse of each resample's covariates against
 least squares on them), dropped where :func:`example_ci` drops them (a constant series or
 covariate, a residual that is zero).
@@ -21,7 +22,7 @@ import numpy as np
 from .correlate import corr, min_points, residual_pair
 from .options import Options
 from .resample import cell_rng, interval, intervals
-from .residualise import Degenerate, parse
+from .residualise import Degenerate, parse, spline_basis
 
 
 class RunExamples:
@@ -88,7 +89,7 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
                 opts.gam,
                 cache,
                 names=(f"{a}#{i}", f"{b}#{i}"),
-                lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind == "gam" else None,
+                lams=(rp["lam_x"], rp["lam_y"]) if parse(res).kind != "linear" else None,
             )
         except Degenerate:
             continue
@@ -96,15 +97,16 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
     return _from_resamples(corr(rp["rx"], rp["ry"], method), np.asarray(rs, dtype=float), opts)
 
 
-def linear_pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:
-    """(low, high, note) of the Pearson cells ``cells`` of one linear-kind residualiser ``res``, all
-    at once: ``cells`` is a list of (x, y, mask, r) -- each cell's testsets, its complete units and
-    its correlation. Per set of complete units, every resample's covariates (the resampled in-domain
-    score, and the step with ``+step``) give one residual maker, applied to every testset's
-    resampled series; each pair's resampled correlations are then a product of two of them."""
+def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:
+    """(low, high, note) of the Pearson cells ``cells`` of one spline- or linear-kind residualiser
+    ``res``, all at once: ``cells`` is a list of (x, y, mask, r, lams) -- each cell's testsets, its
+    complete units, its correlation and its two series' spline penalties (None: the line). Per set
+    of complete units, every resample's covariates (the resampled in-domain score, and the step
+    with ``+step``) give one residual maker or spline basis, applied to every testset's resampled
+    series; each pair's resampled correlations are then a product of two of them."""
     out: list = [None] * len(cells)
     by_mask: dict[bytes, list[int]] = {}
-    for k, (a, b, mask, _) in enumerate(cells):
+    for k, (a, b, mask, _, _) in enumerate(cells):
         why = rex.why_not([zname, a, b], mask)
         if why:
             out[k] = (math.nan, math.nan, why)
@@ -115,7 +117,10 @@ def linear_pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: st
         mask = np.frombuffer(key, dtype=bool)
         names = list(dict.fromkeys(t for k in ks for t in cells[k][:2]))
         col = {t: i for i, t in enumerate(names)}
+        lams = {t: lam for k in ks for t, lam in zip(cells[k][:2], cells[k][4])}
         rs = _resampled(rex, zname, names, mask, steps if spec.step else None, min_points(spec, opts.gam))
+        if any(lams[t] is not None for t in names):
+            _respline(rs, rex, zname, names, mask, steps if spec.step else None, [lams[t] for t in names], opts)
         ia = np.array([col[cells[k][0]] for k in ks])
         ib = np.array([col[cells[k][1]] for k in ks])
         got = _pair_corrs(rs, ia, ib)  # (B, pairs)
@@ -151,6 +156,25 @@ def _resampled(rex: RunExamples, zname: str, names: list, mask: np.ndarray, step
     bad |= np.sqrt((R * R).sum(1)) <= 1e-10 * scale * math.sqrt(n)
     R[np.broadcast_to(bad[:, None, :], R.shape)] = np.nan
     return R
+
+
+def _respline(rs: np.ndarray, rex: RunExamples, zname: str, names: list, mask, steps, lams: list, opts) -> None:
+    """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) of the series with a spline
+    penalty (``lams``; None: the line) by each resample's spline residuals at that penalty (the
+    resample's own basis; the line where no curve can be fitted to it), keeping NaN where
+    :func:`_resampled` put it."""
+    z = rex.boot[zname][mask].T
+    X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)
+    curved = np.array([lam is not None for lam in lams])
+    lam = np.array([np.inf if v is None else v for v in lams], dtype=float)[curved]
+    for b in range(len(z)):
+        covars = z[b][:, None] if steps is None else np.column_stack([z[b], np.asarray(steps, float)[mask]])
+        basis = spline_basis(covars, opts.gam)
+        if basis is None:
+            continue
+        bad = np.isnan(rs[b][:, curved])
+        got, _ = basis.residuals(X[b][:, curved], lam)
+        rs[b][:, curved] = np.where(bad, np.nan, got)
 
 
 def _pair_corrs(R: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:

@@ -27,8 +27,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED, interval_text
-from . import multitest
+from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
+from . import form_check, multitest
+from .form_check import sign_of
 from .item_noise import item_matrices, item_strata
 from .measurement import pool_measured
 from .options import Options
@@ -74,8 +75,16 @@ COLUMNS = [
     "n_runs_finite",
     "tau2",
     "i2",
-    "curvature",
-    "residualiser_check",
+    "r_line",
+    "ci_low_line",
+    "ci_high_line",
+    "p_line",
+    "depends_on_form",
+    "form_check",
+    "curve_r2_x",
+    "curve_p_x",
+    "curve_r2_y",
+    "curve_p_y",
     "r_no_step0",
     "ci_low_no_step0",
     "ci_high_no_step0",
@@ -139,39 +148,6 @@ def _conclusions(r, lo, hi, near: float) -> np.ndarray:
         ["", UNRESOLVED, POSITIVE, NEGATIVE, NEAR_ZERO],
         UNRESOLVED,
     )
-
-
-def _sign(lo, hi) -> np.ndarray:
-    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
-    return np.where(lo > 0, 1, np.where(hi < 0, -1, 0))
-
-
-def _residualiser_checks(out: pd.DataFrame, residualisers) -> None:
-    """``curvature``: the sign of r differs between the linear and the GAM residualiser and at
-    least one of the two intervals excludes 0 (a shared curve the line leaves behind)."""
-    out["curvature"] = None
-    out["residualiser_check"] = ""
-    keys = ["model", "in_domain", "run", "pool_group", "x", "y", "method"]
-    for lin, gam in (("linear", "gam"), ("linear+step", "gam+step")):
-        if lin not in residualisers or gam not in residualisers:
-            continue
-        cols = keys + ["r", "ci_low", "ci_high"]
-        A = out.loc[out["residualiser"] == lin, cols].reset_index()
-        B = out.loc[out["residualiser"] == gam, cols].reset_index()
-        m = A.merge(B, on=keys, suffixes=("_a", "_b"))
-        ra, rb = m["r_a"].to_numpy(float), m["r_b"].to_numpy(float)
-        both = np.isfinite(ra) & np.isfinite(rb)
-        resolved = (_sign(m["ci_low_a"], m["ci_high_a"]) != 0) | (_sign(m["ci_low_b"], m["ci_high_b"]) != 0)
-        flag = both & (np.sign(ra) * np.sign(rb) < 0) & resolved
-        for side in ("a", "b"):
-            out.loc[m.loc[both, f"index_{side}"], "curvature"] = flag[both]
-        for i in np.flatnonzero(flag):
-            row = m.iloc[i]
-            text = (
-                f"sign differs: {lin} {interval_text(row.r_a, row.ci_low_a, row.ci_high_a)}, "
-                f"{gam} {interval_text(row.r_b, row.ci_low_b, row.ci_high_b)}"
-            )
-            out.loc[[row.index_a, row.index_b], "residualiser_check"] = text
 
 
 def _run_items(groups, examples, ordered) -> list:
@@ -286,9 +262,9 @@ def analyse(
     out["significant"] = out["p_adj"] < opts.alpha
     out["conclusion"] = _conclusions(out["r"], out["ci_low"], out["ci_high"], opts.near_zero)
     done = np.isfinite(out["r"].astype(float)) & np.isfinite(out["r_no_step0"].astype(float))
-    changes = _sign(out["ci_low"], out["ci_high"]) != _sign(out["ci_low_no_step0"], out["ci_high_no_step0"])
+    changes = sign_of(out["ci_low"], out["ci_high"]) != sign_of(out["ci_low_no_step0"], out["ci_high_no_step0"])
     out["step0_changes"] = pd.Series(np.where(done, changes, None), index=out.index, dtype=object)
-    _residualiser_checks(out, opts.residualisers)
+    form_check.mark(out)
     if extra:
         per_run = info.set_index(["model", "run"])[extra]
         idx = pd.MultiIndex.from_arrays([out["model"], out["run"]])

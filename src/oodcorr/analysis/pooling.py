@@ -297,7 +297,8 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
 
     ``rows`` are run rows with ``r``, ``se_z``, ``ci_low``, ``ci_high``, ``p``, ``n``,
     ``n_units``, ``note``, ``p_method`` (and the same with the suffix ``_no_step0`` for the
-    step-0 check, when present)."""
+    step-0 check, ``_eiv`` for the in-domain-corrected cells and ``_line`` for the line's check,
+    when present)."""
     rows = rows if "pool_group" in rows.columns else rows.assign(pool_group="all runs")
     rows = rows.reset_index(drop=True)
     if rows.empty:
@@ -313,7 +314,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     out["n_runs"] = [len(p) for p in parts]
     for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
         out[c] = math.nan
-    sfxs = [""] + [f for f in ("_no_step0", "_eiv") if "r" + f in rows.columns]
+    sfxs = [""] + [f for f in ("_no_step0", "_eiv", "_line") if "r" + f in rows.columns]
     cols = ("r", "ci_low", "ci_high", "p", "se_z")
     for sfx in sfxs:
         r = rows["r" + sfx].to_numpy(float)

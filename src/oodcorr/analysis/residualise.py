@@ -1,14 +1,24 @@
 """Residualisers: remove what the covariates (in-domain score, optionally the training
 step) explain from one score series.
 
-A residualiser is named by a spec: ``linear`` or ``gam``, optionally followed by
-``+step`` to add the training step as a second covariate (``gam+step``). Each
+A residualiser is named by a spec: ``spline`` (the default), ``linear`` or ``gam``, optionally
+followed by ``+step`` to add the training step as a second covariate (``spline+step``). Each
 returns the residuals, the effective degrees of freedom it used (the intercept
 included) and its *residual-maker* matrix ``R`` (residuals = ``R @ y``: ``I - H``
-for OLS, ``I - S`` for the GAM's smoother matrix at the chosen penalty), which
+for OLS, ``I - S`` for a smoother matrix ``S`` at the chosen penalty), which
 :mod:`.inference` needs to know how the residualiser shapes the residuals'
 dependence; or it raises :class:`Degenerate` with the reason, which the caller
 turns into a NaN cell with that reason in ``note``.
+
+``spline`` follows the curve an OOD score takes along the in-domain score: a cubic regression
+spline with the integrated squared second derivative as its penalty, whose smoothness is chosen
+per series by restricted maximum likelihood (:class:`SplineBasis`). The penalty leaves the straight
+line unpenalised, so where the data are straight the fit shrinks to the line (an infinite penalty is
+on the grid). Everything that depends on the covariates alone (the basis, its penalty, the
+Demmler-Reinsch directions) is computed once per run and set of complete units and shared by every
+series; choosing a series' penalty is one vectorised pass over the grid, so the curve costs about
+what the line costs. ``gam`` is pygam's penalised spline with its penalty chosen by GCV, one library
+fit per series (kept for the paper's settings).
 """
 
 from __future__ import annotations
@@ -20,8 +30,9 @@ import numpy as np
 
 from ..core.defaults import ANALYSIS as DEFAULTS
 
-KINDS = ("linear", "gam")
-RESIDUALISERS = ("linear", "linear+step", "gam", "gam+step")
+KINDS = ("spline", "linear", "gam")
+RESIDUALISERS = ("spline", "spline+step", "linear", "linear+step", "gam", "gam+step")
+CURVES = ("spline", "gam")  # the kinds that follow a curve: the line is their check (:mod:`.form_check`)
 
 
 class Degenerate(ValueError):
@@ -30,7 +41,7 @@ class Degenerate(ValueError):
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "linear" | "gam"
+    kind: str  # "spline" | "linear" | "gam"
     step: bool  # training step as a second covariate
 
     @property
@@ -43,7 +54,7 @@ class Spec:
 
 
 def parse(name: str) -> Spec:
-    """``gam+step`` -> Spec("gam", True); an unknown name raises ValueError naming it."""
+    """``spline+step`` -> Spec("spline", True); an unknown name raises ValueError naming it."""
     kind, _, extra = name.partition("+")
     if kind not in KINDS or extra not in ("", "step"):
         raise ValueError(f"unknown residualiser {name!r}; choose from {', '.join(RESIDUALISERS)}")
@@ -52,14 +63,14 @@ def parse(name: str) -> Spec:
 
 @dataclass(frozen=True)
 class GamSettings:
-    """Penalised regression splines (pygam ``LinearGAM``), smoothness chosen by GCV.
+    """The curves' settings (``analysis.gam`` of a config): both ``spline`` and pygam's ``gam``.
 
     ``n_splines`` is the basis size per covariate, capped at half the points (and at
-    least 4, the minimum for cubic splines); ``lam_grid`` is the GCV grid of the
+    least 4, the minimum for cubic splines); ``lam_grid`` is the GAM's GCV grid of the
     smoothing penalty. The penalty is on the second derivative, so a large penalty
-    shrinks towards a straight line: the GAM can only add flexibility to the linear
-    fit, never less than it. Below ``min_points`` complete points the GAM is not
-    fitted (NaN with a note): GCV over a handful of points is noise.
+    shrinks towards a straight line: a curve can only add flexibility to the linear
+    fit, never less than it. Below ``min_points`` complete points no curve is fitted:
+    the spline uses the line and its note says so; the GAM's cell is NaN with a note.
     """
 
     n_splines: int = DEFAULTS["gam"]["n_splines"]
@@ -85,6 +96,110 @@ def linear_maker(Z: np.ndarray) -> np.ndarray:
         return np.eye(Z.shape[1]) - X @ np.linalg.pinv(X)
     X = np.column_stack([np.ones(len(Z)), Z])
     return np.eye(len(Z)) - X @ np.linalg.pinv(X)
+
+
+# the penalties a series' spline is chosen among, as multiples of the basis' largest squared singular
+# value (then an infinite one: the line); REML picks one per series (:meth:`SplineBasis.choose`)
+_LAM_RATIOS = np.logspace(-7, 5, 49)
+
+
+def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
+    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
+    B-splines (interior knots at quantiles of its distinct values), in the mixed-model form: columns
+    whose ridge penalty is the integrated squared second derivative of the curve. The straight line,
+    which that penalty leaves free, is not among them (the caller adds it unpenalised)."""
+    from scipy.interpolate import BSpline
+
+    knots_inner = np.quantile(np.unique(x), np.linspace(0, 1, size - 2)[1:-1])
+    t = np.concatenate([np.zeros(4), knots_inner, np.ones(4)])
+    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), t, 3).toarray()
+    # the second derivatives are linear between knots, their products quadratic: Simpson's rule on
+    # each knot interval integrates them exactly
+    edges = np.unique(t)
+    a, b = edges[:-1], edges[1:]
+    pts = np.concatenate([a, (a + b) / 2, b])
+    w = np.concatenate([(b - a) / 6, 4 * (b - a) / 6, (b - a) / 6])
+    D2 = BSpline(t, np.eye(size), 3).derivative(2)(pts)
+    e, E = np.linalg.eigh(D2.T @ (w[:, None] * D2))
+    keep = e > 1e-9 * e.max()  # the line is the penalty's null space: two eigenvalues of 0
+    return B @ (E[:, keep] / np.sqrt(e[keep]))
+
+
+@dataclass(frozen=True)
+class SplineBasis:
+    """What a spline residualiser needs of the covariates, shared by every series residualised on them.
+
+    With the line's columns ``[1, z(, step)]`` unpenalised and the curve's penalised columns made
+    orthogonal to them, the smoother at penalty ``lam`` is ``S = Q0 Q0' + W diag(d / (d + lam)) W'``
+    (Demmler-Reinsch): ``Q0`` spans the line, ``W`` the directions beyond it, ``d`` their squared
+    singular values. ``lam`` infinite is the line itself."""
+
+    Q0: np.ndarray
+    W: np.ndarray
+    d: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.Q0.shape[0]
+
+    def shrink(self, lam) -> np.ndarray:
+        """(..., q): each direction's share kept at each penalty of ``lam`` (any shape)."""
+        lam = np.asarray(lam, dtype=float)[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(np.isinf(lam), 0.0, self.d / (self.d + lam))
+
+    def choose(self, Y: np.ndarray) -> np.ndarray:
+        """Each column's penalty by restricted maximum likelihood (the curve's coefficients random,
+        the line's fixed): ``Y`` (n, m) -> (m,) penalties, ``inf`` where the line is likeliest."""
+        n, p0 = self.Q0.shape
+        lams = np.concatenate([_LAM_RATIOS * float(self.d.max()), [np.inf]]) if len(self.d) else np.array([np.inf])
+        Yp = Y - self.Q0 @ (self.Q0.T @ Y)  # beyond the line
+        c2 = (self.W.T @ Yp) ** 2  # (q, m)
+        total = np.einsum("nm,nm->m", Yp, Yp)
+        keep = self.shrink(lams)  # (L, q): d / (d + lam)
+        # residual sum of squares in the REML metric: each direction's square over (1 + d / lam)
+        quad = total[None] - (keep @ c2)  # (L, m)
+        with np.errstate(divide="ignore"):
+            logdet = -np.log1p(-keep).sum(1)  # sum log(1 + d / lam)
+            crit = logdet[:, None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
+        return lams[np.argmin(crit, axis=0)]
+
+    def residuals(self, Y: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Residuals of the columns of ``Y`` (n, m) at their penalties ``lam`` (m,), and each fit's
+        effective degrees of freedom (the trace of its smoother, the line's 2 included)."""
+        keep = self.shrink(lam)  # (m, q)
+        fitted = self.Q0 @ (self.Q0.T @ Y) + self.W @ (keep.T * (self.W.T @ Y))
+        return Y - fitted, self.Q0.shape[1] + keep.sum(1)
+
+    def maker(self, lam: float) -> np.ndarray:
+        """``I - S`` at penalty ``lam``: the residual maker of one series."""
+        keep = self.shrink(lam)
+        return np.eye(self.n) - self.Q0 @ self.Q0.T - (self.W * keep) @ self.W.T
+
+
+def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted
+    (fewer than ``settings.min_points`` points, or fewer than 4 distinct values of a covariate):
+    the caller uses the line and says so."""
+    n, k = Z.shape
+    if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
+        return None
+    size = settings.basis_size(n)
+    scaled = (Z - Z.min(0)) / np.ptp(Z, axis=0)
+    X0 = np.column_stack([np.ones(n), scaled])
+    Q0, _ = np.linalg.qr(X0)
+    Xp = np.column_stack([_cubic_penalised(scaled[:, j], size) for j in range(k)])
+    Xp = Xp - Q0 @ (Q0.T @ Xp)
+    W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
+    keep = sv > 1e-8 * sv.max()
+    return SplineBasis(Q0, W[:, keep], sv[keep] ** 2)
+
+
+def spline_fallback_note(n: int, settings: GamSettings) -> str:
+    """What a spline cell's note says where :func:`spline_basis` fitted no curve."""
+    if n < settings.min_points:
+        return f"only {n} complete points: the spline needs {settings.min_points}, so the line was used"
+    return "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
 
 
 def gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
@@ -147,8 +262,15 @@ def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
 
 
 def residualise(y: np.ndarray, Z: np.ndarray, spec: Spec, gam_settings: GamSettings, lam=None):
-    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None, residual maker)."""
-    if spec.kind == "linear":
+    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None, residual maker). A spline
+    with too few points for a curve is the line (:func:`spline_basis`)."""
+    if spec.kind == "spline":
+        basis = spline_basis(Z, gam_settings)
+        if basis is not None:
+            lam = basis.choose(y[:, None])[0] if lam is None else lam
+            res, edf = basis.residuals(y[:, None], np.array([lam]))
+            return res[:, 0], float(edf[0]), lam, basis.maker(lam)
+    if spec.kind != "gam":
         r, dof = linear(y, Z)
         return r, dof, None, linear_maker(Z)
     return gam(y, Z, gam_settings, lam)

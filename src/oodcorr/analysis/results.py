@@ -27,7 +27,7 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
         conc = g["conclusion"].value_counts()
         logger.info(
             "%s/%s pooled cells: %d, finite %d, significant (%s, alpha %s) %d; positive %d, negative %d, "
-            "near zero %d, unresolved %d; sign differs between residualisers %d; conclusion changes "
+            "near zero %d, unresolved %d; the line concludes otherwise %d; conclusion changes "
             "without step 0 %d",
             m,
             r,
@@ -37,7 +37,7 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
             opts.alpha,
             int(g["significant"].sum()),
             *(conc.get(word, 0) for word in CELL_CONCLUSIONS),
-            int(g["curvature"].eq(True).sum()),
+            int(g["depends_on_form"].eq(True).sum()),
             int(g["step0_changes"].eq(True).sum()),
         )
     runs = pc[pc["run"] != "pooled"]

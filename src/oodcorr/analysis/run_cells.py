@@ -10,6 +10,7 @@ across runs.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
@@ -19,7 +20,8 @@ import pandas as pd
 from scipy import stats
 
 from .correlate import corr, p_param, residual_pair
-from .example_boot import RunExamples, example_ci, linear_pearson_cis
+from .example_boot import RunExamples, example_ci, pearson_cis
+from .form_check import GAIN_COLUMNS, LINE_COLUMNS, curve_gain, line_of
 from .inference import PHI_MAX, assess, dependence, modified_tests
 from .item_noise import item_matrices, item_strata, run_noise
 from .options import Options
@@ -60,6 +62,8 @@ _CELL_NAN = (
     "se_z_no_step0",
     "ex_ci_low",
     "ex_ci_high",
+    *LINE_COLUMNS,
+    *GAIN_COLUMNS,
 )
 
 
@@ -95,21 +99,18 @@ def _infer(rp: dict, names, method: str, res: str, opts: Options, cache: dict, o
 
 
 def _finish_tests(rows: list[dict], opts: Options) -> None:
-    """p, interval and se_z of every deferred cell (modified-t, iid), vectorised per method,
-    then the low-information notes."""
-    if opts.inference != "block":
-        for sfx in ("", "_no_step0"):
-            for m in opts.methods:
-                idx = [i for i, row in enumerate(rows) if row["method"] == m and f"_defer{sfx}" in row]
-                if not idx:
-                    continue
-                r = np.array([rows[i]["r" + sfx] for i in idx], dtype=float)
-                ne = np.array([rows[i]["_defer" + sfx] for i in idx], dtype=float)
-                p, lo, hi, se = modified_tests(m, r, ne, opts.level)
-                for j, i in enumerate(idx):
-                    rows[i].update(
-                        {"p" + sfx: p[j], "ci_low" + sfx: lo[j], "ci_high" + sfx: hi[j], "se_z" + sfx: se[j]}
-                    )
+    """p, interval and se_z of every deferred cell (modified-t, iid; the line's check always),
+    vectorised per method, then the low-information notes."""
+    for sfx in ("", "_no_step0", "_line") if opts.inference != "block" else ("_line",):
+        for m in opts.methods:
+            idx = [i for i, row in enumerate(rows) if row["method"] == m and f"_defer{sfx}" in row]
+            if not idx:
+                continue
+            r = np.array([rows[i]["r" + sfx] for i in idx], dtype=float)
+            ne = np.array([rows[i]["_defer" + sfx] for i in idx], dtype=float)
+            p, lo, hi, se = modified_tests(m, r, ne, opts.level)
+            for j, i in enumerate(idx):
+                rows[i].update({"p" + sfx: p[j], "ci_low" + sfx: lo[j], "ci_high" + sfx: hi[j], "se_z" + sfx: se[j]})
     idx = [i for i, row in enumerate(rows) if "_dof" in row]
     if idx:
         r = np.array([rows[i]["r"] for i in idx], dtype=float)
@@ -122,9 +123,11 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
     for row in rows:
         row.pop("_defer", None)
         row.pop("_defer_no_step0", None)
+        row.pop("_defer_line", None)
         row.pop("_dof", None)
-        if math.isfinite(row.get("r", math.nan)) and not row.get("note"):
-            row["note"] = _information_note(row, row["n"], opts)
+        if math.isfinite(row.get("r", math.nan)):
+            said = _information_note(row, row["n"], opts)
+            row["note"] = "; ".join(n for n in (row.get("note"), said) if n)
         if math.isfinite(row.get("r", math.nan)):
             cap = cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
             if cap:
@@ -195,6 +198,10 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         out.update({k: got[k] for k in ("p", "ci_low", "ci_high", "se_z")})
     else:
         out["_defer"] = got["n_eff"]
+    out["note"] = rp["form_note"]
+    line = line_of(res)
+    if line is not None:
+        out.update(_line_check(xa, xb, covars, method, line, rp, opts, cache, ordered, (a, b)))
     if step0 is not None and rp["mask"][step0]:
         xa0 = cols[("without step 0", a)]
         try:
@@ -211,8 +218,8 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
         out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
     elif rex is None:
         out["ex_note"] = "no per-example predictions given"
-    elif method == "pearson" and spec.kind == "linear":  # the run's such cells at once (_batched_example_cis)
-        out["_ex"] = (rp["mask"], corr(rp["rx"], rp["ry"], method))
+    elif method == "pearson" and spec.kind in ("spline", "linear"):  # the run's at once (_batched_example_cis)
+        out["_ex"] = (rp["mask"], corr(rp["rx"], rp["ry"], method), (rp["lam_x"], rp["lam_y"]))
     else:
         out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = example_ci(
             rex, zname, a, b, steps, method, res, rp, opts, ex_cache
@@ -220,16 +227,28 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
     return out
 
 
+def _line_check(xa, xb, covars, method, line, rp, opts, cache, ordered, names) -> dict:
+    """The line's correlation on the cell's units, for its modified-t interval (deferred), and how
+    much the curve explains beyond the line (:mod:`.form_check`)."""
+    try:
+        rl = residual_pair(xa, xb, covars, method, line, opts.gam, cache, names=names)
+    except Degenerate:
+        return {}
+    plain_opts = dataclasses.replace(opts, inference="modified-t") if opts.inference == "block" else opts
+    got = _infer(rl, names, method, line, plain_opts, cache, ordered, ())
+    return {"r_line": got["r"], "_defer_line": got["n_eff"], **curve_gain(rp, rl)}
+
+
 def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
-    """The example-level intervals of the run's Pearson cells of a linear-kind residualiser, each
-    residualiser's at once (:func:`.example_boot.linear_pearson_cis`)."""
+    """The example-level intervals of the run's Pearson cells of a spline- or linear-kind
+    residualiser, each residualiser's at once (:func:`.example_boot.pearson_cis`)."""
     by_res: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         if "_ex" in row:
             by_res.setdefault(row["residualiser"], []).append(i)
     for res, idx in by_res.items():
         cells = [(rows[i]["x"], rows[i]["y"], *rows[i].pop("_ex")) for i in idx]
-        for i, got in zip(idx, linear_pearson_cis(rex, zname, cells, steps, res, opts)):
+        for i, got in zip(idx, pearson_cis(rex, zname, cells, steps, res, opts)):
             rows[i]["ex_ci_low"], rows[i]["ex_ci_high"], rows[i]["ex_note"] = got
 
 

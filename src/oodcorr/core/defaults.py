@@ -42,7 +42,7 @@ from typing import Any
 ANALYSIS: dict[str, Any] = {
     "methods": ["pearson"],
     "score": "accuracy",
-    "residualisers": ["linear"],
+    "residualisers": ["spline"],
     "inference": "modified-t",
     "correction": "holm",
     # across the pairs of the agreement table (the answer): Benjamini-Hochberg, the false discovery

@@ -174,7 +174,7 @@ _HELD: dict = {}
 FIGURE_COLUMNS = {
     "pc": (
         *("model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high"),
-        *("p", "p_adj", "significant", "conclusion", "curvature", "n_runs", "correction"),
+        *("p", "p_adj", "significant", "conclusion", "depends_on_form", "n_runs", "correction"),
         *("r_corrected", "ci_low_corrected", "ci_high_corrected"),
     ),
     "agree": (

@@ -48,7 +48,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     sig = pair_matrix(rows.assign(_f=rows["significant"].astype(float)), names, "_f")[1:, :-1] == 1
     unresolved = pair_matrix(_flag(rows, "conclusion", UNRESOLVED), names, "_f")[1:, :-1] == 1
     near = pair_matrix(_flag(rows, "conclusion", NEAR_ZERO), names, "_f")[1:, :-1] == 1
-    curved = pair_matrix(_flag(rows, "curvature", True), names, "_f")[1:, :-1] == 1
+    curved = pair_matrix(_flag(rows, "depends_on_form", True), names, "_f")[1:, :-1] == 1
     present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
     rnames, cnames = names[1:], names[:-1]
     k = len(rnames)
@@ -147,8 +147,8 @@ def describe(
     lv = f"{100 * level:g}% " if level is not None else ""
     nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
     marks = [f"faded: {lv}interval spans 0", f"{'square' if big else 'boxed'}: interval within ±{nz}"]
-    if "curvature" in rows and (rows["curvature"] == True).any():  # noqa: E712
-        marks.append(f"{'x' if big else '†'}: sign differs linear vs GAM")
+    if "depends_on_form" in rows and (rows["depends_on_form"] == True).any():  # noqa: E712
+        marks.append(f"{'x' if big else '†'}: the line concludes otherwise (depends on the form)")
     lines.append("; ".join(marks))
     return "\n".join(lines)
 
