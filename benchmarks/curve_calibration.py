@@ -37,6 +37,7 @@ import argparse
 import json
 import logging
 import math
+import multiprocessing
 import platform
 import sys
 import time
@@ -51,22 +52,22 @@ from oodcorr.core.answer import MODELS_DIFFER, NEGATIVE, POSITIVE, SIGN_REVERSAL
 
 N_OOD = 4
 PLANTED = 0.5
-BIGSCIENCE = Path(__file__).resolve().parents[2] / "shared/data/external/bigscience_1b3_checkpoints"
+BIGSCIENCE = Path(__file__).resolve().parents[2] / "shared/data/external/bigscience_1b3_checkpoints"  # ../shared
 # name: (models, runs, checkpoints, phi, family, truth of ood0 x ood1, item noise)
-REGIMES = {
+REGIMES = {  # the most telling first: a run cut short keeps them
     "null, curves": (12, 1, 60, 0.5, "curves", 0.0, False),
     "+0.5, curves": (12, 1, 60, 0.5, "curves", PLANTED, False),
-    "null, lines": (12, 1, 60, 0.5, "lines", 0.0, False),
     "+0.5, lines": (12, 1, 60, 0.5, "lines", PLANTED, False),
-    "2 models x 3 runs x 30, null, curves": (2, 3, 30, 0.5, "curves", 0.0, False),
-    "3 models x 3 runs x 30, null, curves": (3, 3, 30, 0.5, "curves", 0.0, False),
-    "3 models x 3 runs x 30, +0.5, curves": (3, 3, 30, 0.5, "curves", PLANTED, False),
-    "10 checkpoints, null, curves": (12, 1, 10, 0.5, "curves", 0.0, False),
-    "10 checkpoints, +0.5, curves": (12, 1, 10, 0.5, "curves", PLANTED, False),
+    "null, lines": (12, 1, 60, 0.5, "lines", 0.0, False),
     "phi 0.8, null, curves": (12, 1, 60, 0.8, "curves", 0.0, False),
-    "phi 0.8, +0.5, curves": (12, 1, 60, 0.8, "curves", PLANTED, False),
+    "10 checkpoints, null, curves": (12, 1, 10, 0.5, "curves", 0.0, False),
+    "3 models x 3 runs x 30, null, curves": (3, 3, 30, 0.5, "curves", 0.0, False),
+    "2 models x 3 runs x 30, null, curves": (2, 3, 30, 0.5, "curves", 0.0, False),
     "items (in-domain 200, OOD 300) x 25, null, curves": (12, 1, 25, 0.5, "curves", 0.0, True),
     "items (in-domain 200, OOD 300) x 25, +0.5, curves": (12, 1, 25, 0.5, "curves", PLANTED, True),
+    "phi 0.8, +0.5, curves": (12, 1, 60, 0.8, "curves", PLANTED, False),
+    "10 checkpoints, +0.5, curves": (12, 1, 10, 0.5, "curves", PLANTED, False),
+    "3 models x 3 runs x 30, +0.5, curves": (3, 3, 30, 0.5, "curves", PLANTED, False),
 }
 
 
@@ -118,10 +119,20 @@ def _rate(values) -> dict:
     return {"rate": float(v.mean()), "mcse": float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan}
 
 
-def run_regime(regime: str, residualiser: str, studies: int) -> dict:
-    opts = Options(pool_by=(), residualisers=(residualiser,))
+def _one(task) -> dict:
+    regime, residualiser, i = task
+    logging.disable(logging.WARNING)
+    return _score(_study(regime, i), Options(pool_by=(), residualisers=(residualiser,)))
+
+
+def run_regime(regime: str, residualiser: str, studies: int, workers: int = 1) -> dict:
     t0 = time.perf_counter()
-    got = [_score(_study(regime, i), opts) for i in range(studies)]
+    tasks = [(regime, residualiser, i) for i in range(studies)]
+    if workers > 1:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            got = pool.map(_one, tasks, chunksize=max(1, studies // (4 * workers)))
+    else:
+        got = [_one(t) for t in tasks]
     verdicts: dict = {}
     for g in got:
         for v, n in g["verdicts"].items():
@@ -197,37 +208,57 @@ def _long_stats(long: pd.DataFrame, in_domain: str) -> dict:
     return _summary(rows)
 
 
-def real_beside_simulated(pythia_csv: Path | None, studies: int) -> dict:
+def real_beside_simulated(pythia_csv: Path | None, bigscience: Path, studies: int) -> dict:
     out = {}
-    if BIGSCIENCE.is_dir():
-        frames = []
-        for f in sorted(BIGSCIENCE.glob("*_agg.json")):
-            d = json.loads(f.read_text())
-            for task, metrics in d["results"].items():
-                if "acc" in metrics:
-                    frames.append(pd.DataFrame({"run": f.stem, "unit": d["checkpoints"], "testset": task, "score": metrics["acc"]}))
-        out["bigscience 1B3 (5 runs, in-domain lambada acc)"] = _long_stats(pd.concat(frames), "lambada")
+    if not bigscience.is_dir():
+        raise SystemExit(
+            f"no folder {bigscience}: give --bigscience (../shared/data/external/bigscience_1b3_checkpoints)"
+        )
+    frames = []
+    for f in sorted(bigscience.glob("*_agg.json")):
+        d = json.loads(f.read_text())
+        for task, metrics in d["results"].items():
+            if "acc" in metrics:
+                frames.append(
+                    pd.DataFrame({"run": f.stem, "unit": d["checkpoints"], "testset": task, "score": metrics["acc"]})
+                )
+    out["bigscience 1B3 (5 runs, in-domain lambada acc)"] = _long_stats(pd.concat(frames), "lambada")
     if pythia_csv:
         p = pd.read_csv(pythia_csv).rename(columns={"step": "unit", "accuracy": "score", "model": "run"})
         out["pythia (16 models x 27, in-domain lambada_openai)"] = _long_stats(p, "lambada_openai")
-    for regime in ("null, curves", "null, lines", "phi 0.8, null, curves", "items (in-domain 200, OOD 300) x 25, null, curves"):
-        long = pd.concat([_study(regime, i).long.assign(run=lambda d, i=i: f"{i}-" + d["run"]) for i in range(studies)])
+    for regime in (
+        "null, curves",
+        "null, lines",
+        "phi 0.8, null, curves",
+        "items (in-domain 200, OOD 300) x 25, null, curves",
+    ):
+        parts = [_study(regime, i).long for i in range(studies)]
+        long = pd.concat([d.assign(run=f"{i}-" + d["run"]) for i, d in enumerate(parts)])
         out[f"simulated: {regime} ({studies} studies)"] = _long_stats(long, IN_DOMAIN)
     return out
 
 
+RATES = ("false_sign", "false_differ", "power")
+
+
 def _table(results: dict) -> str:
-    lines = ["| regime | residualiser | false sign | false differ / reversal | power | s/study |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| regime | residualiser | false sign | false differ / reversal | power | s/study |",
+        "|---|---|---|---|---|---|",
+    ]
     for regime, per in results.items():
         for res, r in per.items():
-
-            def f(k):
-                return f"{r[k]['rate']:.3f} ± {r[k]['mcse']:.3f}" if k in r else "—"
-
-            lines.append(
-                f"| {regime} | {res} | {f('false_sign')} | {f('false_differ')} | {f('power')} | {r['seconds'] / r['studies']:.2f} |"
-            )
+            cells = [f"{r[k]['rate']:.3f} ± {r[k]['mcse']:.3f}" if k in r else "—" for k in RATES]
+            lines.append(f"| {regime} | {res} | {' | '.join(cells)} | {r['seconds'] / r['studies']:.2f} |")
     return "\n".join(lines)
+
+
+def _write(out: dict, path: Path, t0: float) -> None:
+    out["seconds"] = round(time.time() - t0, 1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1) + "\n")
+    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--residualisers", nargs="+", default=["linear"])
     ap.add_argument("--regimes", nargs="+", choices=list(REGIMES), default=list(REGIMES))
     ap.add_argument("--studies", type=int, default=400, help="studies per regime (default 400)")
+    ap.add_argument("--workers", type=int, default=1, help="processes (default 1)")
     ap.add_argument("--quick", action="store_true", help="20 studies per regime, to try it")
     ap.add_argument("--real", type=Path, nargs="?", const=Path(""), help="add the real series (a Pythia csv optional)")
+    ap.add_argument("--bigscience", type=Path, default=BIGSCIENCE, help="the BigScience 1B3 folder (with --real)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/latest/curve_calibration.json"))
     args = ap.parse_args(argv)
     studies = 20 if args.quick else args.studies
@@ -248,14 +281,17 @@ def main(argv: list[str] | None = None) -> int:
         "machine": platform.platform(),
         "python": sys.version.split()[0],
         "ood_testsets": N_OOD,
-        "regimes": {k: dict(zip(("models", "runs", "checkpoints", "phi", "family", "truth", "items"), v)) for k, v in REGIMES.items()},
+        "regimes": {
+            k: dict(zip(("models", "runs", "checkpoints", "phi", "family", "truth", "items"), v))
+            for k, v in REGIMES.items()
+        },
         "results": {},
     }
     if studies:
         for regime in args.regimes:
             out["results"][regime] = {}
             for res in args.residualisers:
-                r = run_regime(regime, res, studies)
+                r = run_regime(regime, res, studies, args.workers)
                 out["results"][regime][res] = r
                 print(
                     f"[{time.time() - t0:6.0f} s] {regime} / {res}: false sign {r['false_sign']['rate']:.3f}, "
@@ -263,14 +299,11 @@ def main(argv: list[str] | None = None) -> int:
                     f" ({r['seconds']} s)",
                     flush=True,
                 )
+                _write(out, args.out, t0)  # after every regime: a run cut short keeps what it did
     if args.real is not None:
-        out["real_vs_simulated"] = real_beside_simulated(args.real if str(args.real) else None, 50)
+        out["real_vs_simulated"] = real_beside_simulated(args.real if str(args.real) else None, args.bigscience, 50)
         print(json.dumps(out["real_vs_simulated"], indent=1), flush=True)
-    out["seconds"] = round(time.time() - t0, 1)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1) + "\n")
-    tmp.replace(args.out)
+    _write(out, args.out, t0)
     if out["results"]:
         print(_table(out["results"]))
     return 0

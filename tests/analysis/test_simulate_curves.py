@@ -65,16 +65,16 @@ def test_ability_stays_in_the_unit_interval():
 
 
 def test_the_planted_correlation_and_phi_hold_over_many_draws():
-    # fixed seed: the estimates are what they are; 40,000 x 60 draws put their sd near 0.001
+    # a fixed seed: the estimates are what they are; 5,000 x 60 draws put their sd near 0.005
     corr = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    e = ar1_noise(np.random.default_rng(4), np.repeat(corr[None], 40_000, axis=0), 60, 0.8)
+    e = ar1_noise(np.random.default_rng(4), np.repeat(corr[None], 5_000, axis=0), 60, 0.8)
     flat = e.reshape(-1, 3)
     c = np.corrcoef(flat.T)
-    assert c[0, 1] == pytest.approx(0.5, abs=0.01)
-    assert c[0, 2] == pytest.approx(0.0, abs=0.01) and c[1, 2] == pytest.approx(0.0, abs=0.01)
-    assert flat.std(0) == pytest.approx(np.ones(3), abs=0.01)  # stationary from the first checkpoint
+    assert c[0, 1] == pytest.approx(0.5, abs=0.02)
+    assert c[0, 2] == pytest.approx(0.0, abs=0.02) and c[1, 2] == pytest.approx(0.0, abs=0.02)
+    assert flat.std(0) == pytest.approx(np.ones(3), abs=0.02)  # stationary from the first checkpoint
     lag1 = np.mean(e[:, 1:, 0] * e[:, :-1, 0])
-    assert lag1 == pytest.approx(0.8, abs=0.01)
+    assert lag1 == pytest.approx(0.8, abs=0.02)
 
 
 def test_the_study_noise_is_the_score_minus_the_curve_and_carries_the_truth():
