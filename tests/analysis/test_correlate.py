@@ -64,7 +64,15 @@ def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
     k = partial_corr(x, y, z, method="kendall", residualiser="linear")
     assert k["r"] == pytest.approx(tau.statistic, abs=1e-12) and k["p"] == pytest.approx(tau.pvalue)
     # the three differ on this nonlinear data: the methods are not aliases
-    assert len({round(partial_corr(x, y, z, method=m, residualiser="linear")["r"], 6) for m in ("pearson", "spearman", "kendall")}) == 3
+    assert (
+        len(
+            {
+                round(partial_corr(x, y, z, method=m, residualiser="linear")["r"], 6)
+                for m in ("pearson", "spearman", "kendall")
+            }
+        )
+        == 3
+    )
 
 
 def _quadratic(seed, n=150, rho=0.6):

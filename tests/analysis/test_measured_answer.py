@@ -52,7 +52,8 @@ def test_with_sizes_only_a_sign_must_hold_at_both_ends_of_the_bound(null_study):
     runs = pc[(pc["run"] != "pooled") & (pc["method"] == "pearson")]
     assert set(runs["eiv_from"]) == {"bound"}
     # the bound over-corrects: the bound-corrected correlation lies below the observed one in every run
-    assert (runs["r_eiv"] < runs["r"]).all()
+    # (the spline's bound correction is its line's: compared with the line's observed correlation)
+    assert (runs["r_eiv"] < runs["r_line"]).all()
     # without sizes either, the answer is the observed scores' and says so
     plain = _answer(analyse(long.drop(columns="n"), OPTS))
     assert plain.iloc[0]["about"].startswith("observed scores") and plain.iloc[0]["verdict"] == "positive on average"
@@ -62,7 +63,7 @@ def test_the_uncorrected_cells_borrow_the_corrected_cells_check(null_study):
     _, _, pc = null_study
     new = _answer(pc)
     sp = new[new["method"] == "spearman"].iloc[0]
-    assert sp["about"] == "tasks (its statements checked against pearson/linear)"
+    assert sp["about"] == "tasks (its statements checked against pearson/spline)"
     old = _answer(pc.drop(columns=[c for c in MEASURED if c in pc]))
     assert old[old["method"] == "spearman"].iloc[0]["direction"].startswith("positive")  # its own ranks say so
     assert not sp["direction"]  # the corrected Pearson cell does not

@@ -99,7 +99,10 @@ def test_cells_do_not_change_when_a_testset_or_run_is_added():
     rng = np.random.default_rng(1)
     long = _long(rng, testsets=("a", "b", "c", "d"))
     small = long[(long.testset != "d") & (long.run != "m2/s0")]
-    for opts in (FAST, Options(residualisers=("linear",), inference="block", n_boot=300, n_perm=300, example_boot=0, pool_by=())):
+    for opts in (
+        FAST,
+        Options(residualisers=("linear",), inference="block", n_boot=300, n_perm=300, example_boot=0, pool_by=()),
+    ):
         full, part = analyse(long, opts), analyse(small, opts)
         a, b = _cell(full, "m1/s0", "a", "b"), _cell(part, "m1/s0", "a", "b")
         for col in ("r", "ci_low", "ci_high", "p", "p_perm", "n_eff", "se_z", "r_no_step0", "ci_low_no_step0"):
@@ -204,7 +207,12 @@ def test_exchangeable_units_use_the_ordinary_t_test():
     assert row["p_method"] == "t-test (exchangeable units)" and row["n_eff"] == pytest.approx(11)
     assert row["p"] == pytest.approx(row["p_param"], rel=1e-10) and math.isnan(row["phi_x"])
     assert math.isnan(row["r_no_step0"])  # no step 0 among labels
-    block = _cell(analyse(long, Options(residualisers=("linear",), inference="block", n_boot=300, example_boot=0, pool_by=())), "m/s0", "a", "b")
+    block = _cell(
+        analyse(long, Options(residualisers=("linear",), inference="block", n_boot=300, example_boot=0, pool_by=())),
+        "m/s0",
+        "a",
+        "b",
+    )
     assert block["block_length"] == 1 and block["p_method"] == "t-test" and block["p"] == pytest.approx(row["p"])
 
 
@@ -324,7 +332,9 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
     series = {"id": z}
     for j in range(k):  # even testsets follow one hidden factor, odd ones the other
         series[f"t{j:02d}"] = 0.4 * z + shared[:, j % 2] + 0.005 * rng.normal(size=n)
-    out = analyse(_series_table(series, n), Options(residualisers=("linear",), example_boot=0, pool_by=(), step0_check=False))
+    out = analyse(
+        _series_table(series, n), Options(residualisers=("linear",), example_boot=0, pool_by=(), step0_check=False)
+    )
     names = sorted(f"t{j:02d}" for j in range(k))
     pooled = out[out.run == "pooled"]
     order = cluster_order(pooled, names)
@@ -344,6 +354,7 @@ def test_figures_take_marks_and_fits_from_the_analysis_options():
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
     assert scatter_fits(opts.residualisers) == ["linear", "gam"]  # '+step' fits need the step: not a curve
     assert scatter_fits(("linear+step",)) == ["linear"]
+    assert scatter_fits(("spline",)) == ["spline", "linear"]  # the curve, and the line its check
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
@@ -355,6 +366,8 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
     assert drawn == {"id": ["a", "b", "c", "id"]}
     fits = scatter(long, "m", str(tmp_path / "sc.png"), residualisers=("linear", "gam"))
     assert fits == {"a": 4, "b": 4, "c": 4}  # 2 runs x (linear + GAM) per testset
+    fits = scatter(long, "m", str(tmp_path / "sc3.png"), residualisers=("spline", "linear"))
+    assert fits == {"a": 4, "b": 4, "c": 4}  # 2 runs x (spline + its line) per testset
     few = long[long.unit < 50]  # 5 checkpoints: too few for the GAM, the line is still drawn
     assert scatter(few, "m", str(tmp_path / "sc2.png"), residualisers=("linear", "gam")) == {"a": 2, "b": 2, "c": 2}
     words = long.assign(unit="u" + long["unit"].astype(str))
@@ -477,7 +490,9 @@ def test_testsets_that_share_items_are_not_correlated_and_the_answer_says_why():
     family), in one process or two."""
     rng = np.random.default_rng(3)
     long = _long(rng, testsets=("a", "b", "c", "g"))
-    opts = Options(residualisers=("linear",), methods=("pearson", "spearman"), n_boot=100, n_perm=100, example_boot=0, pool_by=())
+    opts = Options(
+        residualisers=("linear",), methods=("pearson", "spearman"), n_boot=100, n_perm=100, example_boot=0, pool_by=()
+    )
     plain = analyse(long, opts)
     groups = {"g": ["a", "b"]}
     got = analyse(long, opts, task_groups=groups)

@@ -17,7 +17,14 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NO_DATA, NOISE_LIMITABLE, NOISE_LIMITED_VERDICT, SIGN_REVERSAL, verdict_words
+from ..core.answer import (
+    DEPENDS_ON_FORM,
+    NO_DATA,
+    NOISE_LIMITABLE,
+    NOISE_LIMITED_VERDICT,
+    SIGN_REVERSAL,
+    verdict_words,
+)
 from ..core.defaults import ANALYSIS as DEFAULTS
 from . import measured_answer as measured
 from . import multitest
@@ -69,6 +76,8 @@ MEASURED_COLUMNS = [
 ]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
+    "form",
+    "line_verdict",
     "direction",
     "spread",
     *CONSENSUS_COLUMNS,
@@ -278,8 +287,12 @@ def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
 
 
 def _twin(res: str) -> str:
-    """The linear-kind residualiser of the same covariates: its Pearson cell is the one corrected."""
-    return "linear+step" if parse(res).step else "linear"
+    """The residualiser whose Pearson cell is corrected for a cell of ``res``: a spline's own, else
+    the linear-kind one of the same covariates."""
+    spec = parse(res)
+    if spec.kind == "spline":
+        return res
+    return "linear+step" if spec.step else "linear"
 
 
 def _sign_of(direction: str) -> str:
@@ -290,7 +303,7 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
     """``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a
     statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
     sign where that cell states the same sign, a spread where it states the same spread."""
-    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).kind == "linear")
+    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).kind in ("linear", "spline"))
     keys = ["in_domain", "pool_group", "x", "y"]
     twins = {
         (*k, res): (reg, d, sp)
@@ -403,6 +416,7 @@ def agreement(
     df["spread"] = [sp for _, sp in facts]
     df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
     _about_and_gate(df, regime)
+    _form(df, runs, run_group, n_groups, level, band, correction, alpha)
     limited = [
         measured.noise_limited(x, y, z, rel, g) for g, (x, y, z) in enumerate(zip(df["x"], df["y"], df["in_domain"]))
     ]
@@ -414,6 +428,39 @@ def agreement(
     df.loc[~df["verdict"].str.startswith(SIGN_REVERSAL), "reversal"] = ""
     _why_no_data(df, runs, run_group)
     return df[AGREEMENT_COLUMNS]
+
+
+def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
+    """``line_verdict``: the ladder's verdict on the line's correlations (the curve's check,
+    :mod:`.form_check`: the same consensus, corrections and ladder, read from ``r_line``); ``form``:
+    :data:`~oodcorr.core.answer.DEPENDS_ON_FORM` where the line states another sign than the curve
+    (or a sign where the curve states none, or none where it states one), or another spread (models
+    differing or a sign reversal where the curve says none, or the reverse). Empty for the line's
+    own rows and where no cell has a line check."""
+    df["form"], df["line_verdict"] = "", ""
+    if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
+        return
+    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups, "_line")
+    line = pd.DataFrame(_consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups))
+    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
+    for k in [*fam_keys, "n_finite"]:
+        line[k] = df[k].to_numpy()
+    for _, idx in line.groupby(fam_keys, sort=False, dropna=False).groups.items():
+        for c in P_ADJUSTED:
+            line.loc[idx, f"{c}_adj"] = multitest.adjust(line.loc[idx, c].to_numpy(float), correction)
+    checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
+    checked &= df["residualiser"].map(lambda r: parse(r).kind != "linear").to_numpy()
+    spreads = (SIGN_REVERSAL, "models differ")
+    for g, row in enumerate(line.to_dict("records")):
+        if not checked[g]:
+            continue
+        d_line, s_line = rungs(row, alpha)
+        df.loc[g, "line_verdict"] = verdict(row, alpha)
+        d_curve, s_curve = df.loc[g, "direction"], df.loc[g, "spread"]
+        sign_differs = _sign_of(d_line) != _sign_of(d_curve)
+        spread_differs = (s_line in spreads) != (s_curve in spreads)
+        if sign_differs or spread_differs:
+            df.loc[g, "form"] = DEPENDS_ON_FORM
 
 
 def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:

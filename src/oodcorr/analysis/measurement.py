@@ -307,3 +307,65 @@ def pool_measured(runs, parts: list, level: float = 0.95) -> dict:
         kinds = set(how[p])
         out["eiv_from"][g] = "bound" if "bound" in kinds else ("items" if kinds == {"items"} else "")
     return out
+
+
+def spline_cross_fitted(zh, X, steps, pairs, lams, pos, level: float, settings) -> dict | None:
+    """Cross-fitted partial correlations of a spline residualiser (one run): the in-domain items' two
+    halves ``a`` and ``b`` as for the line (:func:`cross_fitted`), x fitted on half ``a``'s spline and
+    y on half ``b``'s, each series at its own penalty ``lams`` (the cell's REML choice on the whole
+    score). The spline's straight-line part is instrumented by the other half (the least-squares
+    slope on a noisy score is attenuated, and what it leaves of the ability is shared by every
+    residual; the instrumented one is consistent), its penalised part is fitted as it is: what the
+    in-domain noise leaves is then of second order (the curve's bend times the half's noise), and
+    independent between x's and y's residuals but for that.
+
+    ``zh`` (splits, 2, T); ``X`` (T, S); ``steps``: the training steps (T,) with ``+step`` (an
+    exact covariate, its own instrument), else None; ``pairs`` (m, 2); ``lams`` (S,): ``inf`` for a
+    series fitted by the line. Returns arrays (m,): ``r``, ``n_eff``, ``p``, ``ci_low``, ``ci_high``,
+    ``se_z`` (the modified t, the effective sample size from the first split's two orientations, as
+    :func:`cross_fitted`); None where a half's scores admit no curve (the caller keeps the line's)."""
+    from .inference import dependence, effective_n
+    from .residualise import spline_basis
+
+    K, T, S = zh.shape[0], X.shape[0], X.shape[1]
+    lams = np.asarray(lams, float)
+    rho = np.empty((K, 2, T, S))
+    first: dict = {}
+    for k in range(K):
+        for o in (0, 1):
+            za, zb = zh[k, o], zh[k, 1 - o]
+            cov = za[:, None] if steps is None else np.column_stack([za, steps])
+            basis = spline_basis(cov, settings)
+            if basis is None:
+                return None
+            inst, _ = np.linalg.qr(np.column_stack([np.ones(T), zb] + ([steps] if steps is not None else [])))
+            pen = basis.W * np.sqrt(basis.d)
+            Xr, G = np.hstack([basis.Q0, pen]), np.hstack([inst, pen])
+            GX = G.T @ Xr
+            p0 = basis.Q0.shape[1]
+            for s in range(S):
+                A = GX.copy()
+                if np.isfinite(lams[s]):
+                    A[p0:, p0:] += lams[s] * np.eye(pen.shape[1])
+                    M = Xr @ np.linalg.solve(A, G.T)
+                else:  # the line: the instrumented fit alone
+                    M = basis.Q0 @ np.linalg.solve(inst.T @ basis.Q0, inst.T)
+                R = np.eye(T) - M
+                rho[k, o, :, s] = R @ X[:, s]
+                if k == 0:
+                    first[(o, s)] = dependence(rho[0, o, :, s], R, pos)
+    norm = np.sqrt(np.einsum("kots,kots->kos", rho, rho))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = rho / norm[:, :, None, :]
+    C = np.einsum("kts,ktu->ksu", unit[:, 0], unit[:, 1])  # x on half 0, y on half 1
+    i, j = pairs[:, 0], pairs[:, 1]
+    z = 0.5 * (fisher_z(C[:, i, j], POOLING_CAP) + fisher_z(C[:, j, i], POOLING_CAP))
+    r = np.tanh(z.mean(0))
+    n_eff = np.array(
+        [
+            0.5 * (effective_n(first[(0, a)], first[(1, b)]) + effective_n(first[(0, b)], first[(1, a)]))
+            for a, b in pairs
+        ]
+    )
+    p, lo, hi, se = modified_tests("pearson", r, n_eff, level)
+    return {"r": r, "n_eff": n_eff, "p": p, "ci_low": lo, "ci_high": hi, "se_z": se}

@@ -79,6 +79,7 @@ COLUMNS = [
     "ci_low_line",
     "ci_high_line",
     "p_line",
+    "se_z_line",
     "depends_on_form",
     "form_check",
     "curve_r2_x",

@@ -330,9 +330,7 @@ def analyse_run(
         nw = clean.pivot(index="unit", columns="testset", values="n").reindex(index=units)
         sizes = {ts: pd.to_numeric(nw[ts], errors="coerce").to_numpy(float) for ts in nw.columns}
     noise = run_noise([zname, *ood], units, mats, problems, sizes, strata)
-    meas = run_measurements(
-        cols, zname, ood, noise, opts.residualisers, steps, ordered, opts.level, opts.seed, (model, run)
-    )
+    meas = run_measurements(cols, zname, ood, noise, opts, steps, ordered, (model, run))
     shared = refusals(zname, ood, parts or {})
     cache, ex_cache = {}, {}
     for (a, b), m, res in combos:
@@ -355,18 +353,18 @@ def analyse_run(
 
 
 def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
-    """A cell's measurement columns (:mod:`.run_measurement`): the Pearson cells of a linear-kind
-    residualiser take them whole; every other cell of the pair its testsets' reliabilities and what
+    """A cell's measurement columns (:mod:`.run_measurement`): the Pearson cells of a linear- or
+    spline-kind residualiser take them whole; every other cell of the pair its testsets' reliabilities and what
     their noise is known from (from the linear-kind cell of the same covariates), its own
     correlation left as observed."""
     spec = parse(res)
-    if spec.kind == "linear" and method == "pearson":
+    if spec.kind in ("linear", "spline") and method == "pearson":
         return meas.get((a, b, res), empty())
     twin = meas.get((a, b, "linear+step" if spec.step else "linear"))
     out = empty()
     if twin is not None:
         out.update({c: twin[c] for c in SHARED})
-    why = "ranks" if method != "pearson" else "a spline fitted to a noisy in-domain score"
+    why = "ranks" if method != "pearson" else "pygam's GAM fitted to a noisy in-domain score"
     note = f"not corrected for item noise ({method}/{res}: {why})"
     out["noise"] = "; ".join(x for x in (out["noise"], note) if x)
     return out

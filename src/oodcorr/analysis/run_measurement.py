@@ -18,9 +18,9 @@ from scipy import stats
 
 from .inference import modified_tests
 from .item_noise import BOUND, ITEMS, KINDS, NEITHER, UNKNOWN, TestsetNoise, binomial_bound, half_means
-from .measurement import SPLITS, bounded, cross_fitted, disattenuate
+from .measurement import SPLITS, bounded, cross_fitted, disattenuate, spline_cross_fitted
 from .resample import cell_rng
-from .residualise import linear_maker, parse
+from .residualise import linear_maker, parse, spline_basis
 
 NAN = math.nan
 COLUMNS = (
@@ -90,19 +90,28 @@ def run_measurements(
     zname: str,
     ood: list[str],
     noise: dict[str, TestsetNoise],
-    residualisers,
+    opts,
     steps: np.ndarray | None,
     ordered: bool,
-    level: float,
-    seed: int,
     where: tuple,
 ) -> dict:
-    """Every (x, y, residualiser) of the run's linear-kind residualisers -> its measurement columns
-    (:data:`COLUMNS` and ``noise``). ``cols``: testset -> scores over the run's units; ``noise``:
-    testset -> :class:`.item_noise.TestsetNoise`; ``where``: (model, run), seeding the random
-    halves (the same halves for every pair of the run)."""
+    """Every (x, y, residualiser) of the run's linear- and spline-kind residualisers -> its
+    measurement columns (:data:`COLUMNS` and ``noise``); a spline's line (``linear`` or
+    ``linear+step``) is measured too, whether configured or not: a spline cell keeps its testsets'
+    reliabilities, and where only the in-domain set's size is known its bound-corrected correlation
+    (:func:`_spline_rows`). ``cols``: testset -> scores over the run's units; ``noise``: testset ->
+    :class:`.item_noise.TestsetNoise`; ``where``: (model, run), seeding the random halves (the same
+    halves for every pair of the run); ``opts``: the analysis' :class:`.options.Options`."""
+    residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
-    kinds = [res for res in residualisers if parse(res).kind == "linear"]
+    kinds = list(
+        dict.fromkeys(
+            "linear+step" if parse(res).step else "linear"
+            for res in residualisers
+            if parse(res).kind in ("linear", "spline")
+        )
+    )
+    splines = [res for res in residualisers if parse(res).kind == "spline"]
     if not kinds or zname not in cols:
         return out
     z = cols[zname]
@@ -123,7 +132,50 @@ def run_measurements(
             got = _pairs(cols, zname, pairs, noise, mask, st, ordered, level, seed, where)
             for (a, b), row in got.items():
                 out[(a, b, res)] = row
+        for res in splines:
+            st = steps[mask] if parse(res).step else None
+            if parse(res).step and steps is None:
+                continue
+            line = "linear+step" if parse(res).step else "linear"
+            lines = {p: out[(*p, line)] for p in pairs}
+            got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
+            for (a, b), row in got.items():
+                out[(a, b, res)] = row
     return out
+
+
+def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -> dict:
+    """The measurement columns of a spline's pairs (all complete on ``mask``) from its line's
+    (``lines``: pair -> the line's columns): the testsets' reliabilities and ``noise`` as the line
+    measures them; where the in-domain items are known, its own cross-fitted ``r_eiv``
+    (:func:`.measurement.spline_cross_fitted`) and no tasks' correlation (the moments are the
+    line's); where only the in-domain set's size is known, the line's bound-corrected ``r_eiv``, so
+    the answer states only what both the spline and the bound-corrected line state."""
+    pairs = list(lines)
+    rows = {p: dict(lines[p]) for p in pairs}
+    for p in pairs:
+        for c in ("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"):
+            rows[p][c] = NAN
+    tz = noise.get(zname, UNKNOWN)
+    zh = _halves(tz, mask, cell_rng(opts.seed, *where, zname, "halves"))
+    if zh is None:
+        return rows
+    names = list(dict.fromkeys(n for p in pairs for n in p))
+    X = np.column_stack([cols[n][mask] for n in names])
+    cov = cols[zname][mask][:, None] if steps is None else np.column_stack([cols[zname][mask], steps])
+    basis = spline_basis(cov, opts.gam)
+    lams = basis.choose(X) if basis is not None else np.full(len(names), np.inf)
+    index = {n: i for i, n in enumerate(names)}
+    idx = np.array([[index[a], index[b]] for a, b in pairs])
+    pos = np.flatnonzero(mask) if ordered else None
+    got = spline_cross_fitted(zh, X, steps, idx, lams, pos, opts.level, opts.gam)
+    if got is None:
+        return rows
+    for k, p in enumerate(pairs):
+        for c, v in (("r_eiv", "r"), ("ci_low_eiv", "ci_low"), ("ci_high_eiv", "ci_high"), ("p_eiv", "p")):
+            rows[p][c] = float(got[v][k])
+        rows[p]["se_z_eiv"], rows[p]["n_eff_eiv"] = float(got["se_z"][k]), float(got["n_eff"][k])
+    return rows
 
 
 def _halves(tn: TestsetNoise, mask: np.ndarray, rng) -> np.ndarray | None:

@@ -6,8 +6,9 @@ say it the same way, from the agreement table (``agreement.csv``; the verdicts o
 
     in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
     average; 2 negative on average; 1 positive on average, models differ; 6 models differ;
-    1 agree near zero; 3 noise-limited; 3 unresolved (16 models); about the tasks;
-    noise-limited by wnli (reliability 0.23, 3 pairs)
+    1 agree near zero; 3 noise-limited; 3 unresolved (16 models); 2 depend on the form (the
+    straight line states otherwise: line_verdict); about the tasks; noise-limited by wnli
+    (reliability 0.23, 3 pairs)
 
 It says what the answer is about (the agreement table's ``about``: the tasks, where each
 testset's item noise is known, or the scores observed) and which testsets leave pairs
@@ -55,6 +56,9 @@ NOISE_LIMITED_BY = f"{NOISE_LIMITED_VERDICT} by"  # what precedes the testsets t
 # the verdicts that become noise-limited where a testset of the pair is mostly item noise
 NOISE_LIMITABLE = (UNRESOLVED, TOO_FEW_MODELS)
 NO_ANSWER = (NOISE_LIMITED_VERDICT, UNRESOLVED, TOO_FEW_MODELS, NO_DATA)
+# beside a verdict (agreement.csv's ``form``): the straight line, the check of the curve the answer
+# reads, states another sign, or another spread, for the pair (oodcorr.analysis.form_check)
+DEPENDS_ON_FORM = "depends on the form"
 # strongest first: a verdict's place is that of the first of these it holds
 STRENGTH = (SIGN_REVERSAL, NEARLY_EVERY, ON_AVERAGE, MODELS_DIFFER, AGREE_NEAR_ZERO, *NO_ANSWER)
 # the conclusion of one cell (one model's pooled r and its interval; partial_correlations.csv's
@@ -261,6 +265,15 @@ def every_run_clause(rows: list[dict]) -> str:
     return f"significant with one sign in {runs}: " + ", ".join(named) + more
 
 
+def form_clause(rows: list[dict]) -> str:
+    """How many pairs of ``rows`` depend on the form of the regression (their ``form``: the line,
+    the curve's check, states another sign or spread); "" where none."""
+    n = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rows)
+    if not n:
+        return ""
+    return f"{n} {'depends' if n == 1 else 'depend'} on the form (the straight line states otherwise: line_verdict)"
+
+
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
     """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
     many have a sign stated, each verdict's count in the ladder's order, what the answer is about
@@ -288,7 +301,7 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
         runs = every_run_clause(rs) if n_models <= 2 else ""
-        measured = "".join(f"; {c}" for c in (runs, about(rs), noise_clause(rs)) if c)
+        measured = "".join(f"; {c}" for c in (runs, form_clause(rs), about(rs), noise_clause(rs)) if c)
         sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
         out.append((dom, group, sentence))
     return out

@@ -15,6 +15,7 @@ import pandas as pd
 from ..analysis.measurement import NOISE_LIMITED
 from ..core.answer import (
     AGREE_NEAR_ZERO,
+    DEPENDS_ON_FORM,
     NEARLY_EVERY,
     NOISE_LIMITED_VERDICT,
     ON_AVERAGE,
@@ -383,7 +384,7 @@ def forest(
         ax.axvline(0, color="black", lw=0.8)
         if near_zero:
             ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
-        drawn, corrected = [], {}
+        drawn, corrected, lines = [], {}, {}
         for m in models:
             yy = ys[m]
             rr = runs[runs["model"].astype(str) == m]["r"].to_numpy(float)
@@ -402,6 +403,10 @@ def forest(
             if np.isfinite(r):
                 ax.plot([r], [yy], "s", ms=6, color="black", zorder=4)
                 drawn.append(m)
+            r_line = float(row.get("r_line", np.nan))
+            if np.isfinite(r_line):  # the line, the curve's check: a hollow triangle above
+                ax.plot([r_line], [yy + 0.22], "v", ms=4.5, mfc="white", mec="0.35", zorder=4)
+                lines[m] = r_line
             trans = ax.get_yaxis_transform()
             ax.text(1.04, yy + (0.14 if tasks else 0), label, transform=trans, **side_text)
             if tasks:
@@ -417,6 +422,8 @@ def forest(
         if len(a):
             row = a.iloc[0]
             verdict = str(row["verdict"])
+            if str(row.get("form", "")) == DEPENDS_ON_FORM:
+                verdict += f" ({DEPENDS_ON_FORM}: the line says {row.get('line_verdict')})"
             n_models = int(row["n_models_consensus"]) if np.isfinite(float(row["n_models_consensus"])) else 0
             trans = ax.get_yaxis_transform()
             say = {}
@@ -474,7 +481,8 @@ def forest(
         ax.set_xlabel(
             f"partial r ({method}, {residualiser}); squares: each model pooled, dots: its runs, lines: {lvl}intervals"
             + (f"; grey band: near zero (±{near_zero:g})" if near_zero else "")
-            + ("\nblue circles: each model's tasks' correlation (item noise out)" if corrected else ""),
+            + ("\nblue circles: each model's tasks' correlation (item noise out)" if corrected else "")
+            + ("\nhollow triangles: each model's r on a straight line (the curve's check)" if lines else ""),
             fontsize=8,
         )
         where = f" ({group})" if group not in ("", "all runs") else ""
@@ -486,7 +494,7 @@ def forest(
         )
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
-        out[group] = {"models": drawn, "verdict": verdict, "corrected": corrected, **tally}
+        out[group] = {"models": drawn, "verdict": verdict, "corrected": corrected, "line": lines, **tally}
     # margins in inches for the title and the axis label instead of a tight_layout pass (a second
     # layout of every text); the tight bounding box of the save takes in the labels either side
     fig.subplots_adjust(top=1 - 0.8 / height, bottom=0.7 / height)

@@ -88,14 +88,19 @@ def learning_curves(
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
     # scipy via the analysis package: only the figures that draw a fit need it
-    from ..analysis.residualise import Degenerate, gam_fit, parse
+    from ..analysis.residualise import Degenerate, gam_fit, parse, spline_basis
 
     spec = parse(residualiser)
     if spec.step:
         return None  # a two-covariate fit is not one curve over the in-domain score
-    if spec.kind == "linear":
+    basis = spline_basis(z[:, None], gam_settings) if spec.kind == "spline" else None
+    if spec.kind == "linear" or (spec.kind == "spline" and basis is None):
         beta = np.polyfit(z, v, 1)
         return np.polyval(beta, grid)
+    if basis is not None:  # the fit at the points, joined: the curve the residuals are taken from
+        res, _ = basis.residuals(v[:, None], basis.choose(v[:, None]))
+        order = np.argsort(z, kind="stable")
+        return np.interp(grid, z[order], (v - res[:, 0])[order])
     if len(z) < gam_settings.min_points:
         return None
     try:
@@ -106,15 +111,15 @@ def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, gr
 
 def scatter_fits(residualisers) -> list[str]:
     """The residualisers :func:`scatter` draws as curves: those of the in-domain score alone (a '+step'
-    one needs the step as well); linear when that leaves none."""
-    return [r for r in residualisers if "+" not in r] or ["linear"]
+    one needs the step as well), and the line, a curve's check, beside them."""
+    return list(dict.fromkeys([r for r in residualisers if "+" not in r] + ["linear"]))
 
 
 def scatter(
     long: pd.DataFrame,
     model: str,
     out_png: str,
-    residualisers=("linear", "gam"),
+    residualisers=("spline", "linear"),
     gam_settings=None,
     max_panels: int = 48,
 ) -> dict:
@@ -136,7 +141,8 @@ def scatter(
     # one in-domain set: one x axis for every panel, its tick labels only at the bottom of each column
     share = len({d for d, _ in shown}) == 1
     fig, axes = plt.subplots(nrow, ncol, figsize=(2.8 * ncol, 2.5 * nrow), squeeze=False, sharex=share)
-    styles = {"linear": ("-", 1.2), "gam": ("--", 1.4)}
+    styles = {"spline": ("-", 1.4), "linear": (":", 1.1), "gam": ("--", 1.4)}
+    style_words = {"-": "solid", ":": "dotted", "--": "dashed"}
     runs = sorted(sub["run"].unique())
     colours = dict(zip(runs, plt.get_cmap("tab10")(np.linspace(0, 1, max(len(runs), 1)))))
     drawn = {}
@@ -174,7 +180,7 @@ def scatter(
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_axis_off()
     kinds = [r for r in residualisers if "+" not in r]
-    legend = ", ".join(f"{r}: {'solid' if r == 'linear' else 'dashed'}" for r in kinds)
+    legend = ", ".join(f"{r}: {style_words[styles.get(r, ('-', 1))[0]]}" for r in kinds)
     extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
