@@ -77,6 +77,7 @@ def add_parser(sub, help: str) -> None:
         "(docs/your-own-table.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,  # -h goes last, in its own group (below): --help shows the essentials first
     )
     g = a.add_argument_group("the essentials")
     g.add_argument(
@@ -388,6 +389,4 @@ def add_parser(sub, help: str) -> None:
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
     o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
     o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
-    # --help shows the essentials first: argparse's own group (-h) last, as "other"
-    a._optionals.title = "other"
-    a._action_groups.append(a._action_groups.pop(a._action_groups.index(a._optionals)))
+    a.add_argument_group("other").add_argument("-h", "--help", action="help", help="show this help message and exit")
