@@ -78,18 +78,7 @@ class GamSettings:
     lam_grid: tuple[float, ...] = tuple(np.logspace(-3, 5, 17))
 
     def basis_size(self, n: int) -> int:
-        """The GAM's basis size for ``n`` points."""
         return max(4, min(self.n_splines, n // 2))
-
-    def spline_size(self, n: int) -> int:
-        """The spline's basis size for ``n`` points: half the points, at most :data:`SPLINE_BASIS`
-        (or ``n_splines`` where that is larger). REML's penalty, not the basis, sets how much the
-        curve bends, so a long series gets the basis it needs to follow a steep rise among a
-        plateau's many points (a simulated pretraining ladder of 37 to 202 checkpoints, the in-domain
-        score exact: with at most 10 B-splines the curve's misfit left 'models differ' or a reversal on
-        175 of 190 null pairs, 20: 32, 30: 3; 40 gave 190 again, which is not understood yet, so 30 is
-        the cap; benchmarks/curve_cost.py)."""
-        return max(4, min(n // 2, max(self.n_splines, SPLINE_BASIS)))
 
 
 def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
@@ -109,7 +98,6 @@ def linear_maker(Z: np.ndarray) -> np.ndarray:
     return np.eye(len(Z)) - X @ np.linalg.pinv(X)
 
 
-SPLINE_BASIS = 30  # the spline's largest basis by default (:meth:`GamSettings.spline_size`)
 # the penalties a series' spline is chosen among, as multiples of the basis' largest squared singular
 # value (then an infinite one: the line); REML picks one per series (:meth:`SplineBasis.choose`)
 _LAM_RATIOS = np.logspace(-7, 5, 49)
@@ -196,7 +184,7 @@ def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
     n, k = Z.shape
     if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
         return None
-    size = settings.spline_size(n)
+    size = settings.basis_size(n)
     scaled = (Z - Z.min(0)) / np.ptp(Z, axis=0)
     X0 = np.column_stack([np.ones(n), scaled])
     Q0, _ = np.linalg.qr(X0)

@@ -92,7 +92,7 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
     B, n, k = Z.shape
     if np.any(np.ptp(Z, axis=1) <= 0):
         return None
-    size = settings.spline_size(n)
+    size = settings.basis_size(n)
     scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
     parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
     if any(p is None for p in parts):
