@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -103,16 +104,20 @@ def linear_maker(Z: np.ndarray) -> np.ndarray:
 _LAM_RATIOS = np.logspace(-7, 5, 49)
 
 
-def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
-    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
-    B-splines (interior knots at quantiles of its distinct values), in the mixed-model form: columns
-    whose ridge penalty is the integrated squared second derivative of the curve. The straight line,
-    which that penalty leaves free, is not among them (the caller adds it unpenalised)."""
+@lru_cache(maxsize=8)
+def penalty_directions(size: int) -> np.ndarray:
+    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] (interior knots evenly
+    spaced) whose ridge penalty is the curve's integrated squared second derivative, in the
+    mixed-model form. The straight line, which that penalty leaves free, is not among them (the
+    caller adds it unpenalised).
+
+    The knots are even in the in-domain score, not at its quantiles: checkpoints are often spaced
+    unevenly (a loss falls fast, then slowly), and knots at quantiles crowd where the curve is flat
+    and leave its steep part to one cubic piece, whose misfit every OOD series of the run shares
+    (benchmarks/curve_calibration.md, the ladder)."""
     from scipy.interpolate import BSpline
 
-    knots_inner = np.quantile(np.unique(x), np.linspace(0, 1, size - 2)[1:-1])
-    t = np.concatenate([np.zeros(4), knots_inner, np.ones(4)])
-    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), t, 3).toarray()
+    t = knots(size)
     # the second derivatives are linear between knots, their products quadratic: Simpson's rule on
     # each knot interval integrates them exactly
     edges = np.unique(t)
@@ -121,8 +126,24 @@ def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
     w = np.concatenate([(b - a) / 6, 4 * (b - a) / 6, (b - a) / 6])
     D2 = BSpline(t, np.eye(size), 3).derivative(2)(pts)
     e, E = np.linalg.eigh(D2.T @ (w[:, None] * D2))
-    keep = e > 1e-9 * e.max()  # the line is the penalty's null space: two eigenvalues of 0
-    return B @ (E[:, keep] / np.sqrt(e[keep]))
+    # the line is the penalty's null space: its two smallest eigenvalues, 0
+    directions = E[:, 2:] / np.sqrt(e[2:])
+    directions.setflags(write=False)  # cached: shared by every caller
+    return directions
+
+
+def knots(size: int) -> np.ndarray:
+    """The clamped knots of ``size`` cubic B-splines on [0, 1], interior knots evenly spaced."""
+    return np.concatenate([np.zeros(3), np.linspace(0, 1, size - 2), np.ones(3)])
+
+
+def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
+    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
+    B-splines: :func:`penalty_directions` at the points ``x``."""
+    from scipy.interpolate import BSpline
+
+    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), knots(size), 3).toarray()
+    return B @ penalty_directions(size)
 
 
 @dataclass(frozen=True)

@@ -1,25 +1,25 @@
 """The spline residualiser (:class:`.residualise.SplineBasis`) of a stack of runs at once, for the
 design command's simulated runs (:mod:`.run_batch`).
 
-:func:`.residualise.spline_basis` builds one run's basis with scipy (a B-spline design, the penalty's
-eigenvectors, an SVD): about a millisecond per run, which thousands of simulated runs per effect
-cannot afford. Here the same basis is built for a stack of runs in a few array operations: the cubic
-B-splines by the Cox-de Boor recursion on each run's knots, their second derivatives as linear
-B-splines through the derivative's difference matrices, the penalty by Simpson's rule (exact on
-the piecewise quadratic products), and the eigen and singular value decompositions stacked. The
-directions differ from scipy's by rotations and signs only, so the smoother at any penalty, the
-penalty REML chooses and every residual equal the one-run function's to rounding
-(tests/analysis/test_design.py holds the design's per-run cells to the pipeline's at 1e-8).
+:func:`.residualise.spline_basis` builds one run's basis with scipy (a B-spline design, an SVD):
+about a millisecond per run, which thousands of simulated runs per effect cannot afford. Here the
+same basis is built for a stack of runs in a few array operations: the cubic B-splines by the
+Cox-de Boor recursion (the knots, so the penalty's directions, are the same for every run, each run's
+in-domain scores scaled to [0, 1]), and the singular value decompositions stacked. The directions
+differ from scipy's by rotations and signs only, so the smoother at any penalty, the penalty REML
+chooses and every residual equal the one-run function's to rounding (tests/analysis/test_design.py
+holds the design's per-run cells to the pipeline's at 1e-8).
 
-A stack in which some run's penalty or directions lose a rank the others keep (ties among its
-in-domain scores) is the caller's to build one run at a time (:func:`.residualise.spline_basis`),
-as is a stack whose runs are too short for a curve (the line, :func:`curve_fits`)."""
+A stack in which some run's directions lose a rank the others keep (ties among its in-domain
+scores, or a knot interval without points) is the caller's to build one run at a time
+(:func:`.residualise.spline_basis`), as is a stack whose runs are too short for a curve (the line,
+:func:`curve_fits`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .residualise import _LAM_RATIOS, GamSettings
+from .residualise import _LAM_RATIOS, GamSettings, knots, penalty_directions
 
 
 def curve_fits(n: int, settings: GamSettings) -> bool:
@@ -46,41 +46,11 @@ def _design(x: np.ndarray, t: np.ndarray, deg: int) -> np.ndarray:
     return N
 
 
-def _derivative(t: np.ndarray, deg: int) -> np.ndarray:
-    """(B, k - 1, k): the coefficients of a spline's derivative (degree ``deg`` - 1, knots
-    ``t[:, 1:-1]``) from its ``k`` coefficients on the knots ``t`` (B, k + deg + 1)."""
-    k = t.shape[1] - deg - 1
-    den = t[:, deg + 1 : deg + k] - t[:, 1:k]  # t[i + deg + 1] - t[i + 1], i < k - 1
-    w = deg / den
-    D = np.zeros((t.shape[0], k - 1, k))
-    i = np.arange(k - 1)
-    D[:, i, i], D[:, i, i + 1] = -w, w
-    return D
-
-
-def _penalised(x: np.ndarray, size: int) -> np.ndarray | None:
+def _penalised(x: np.ndarray, size: int) -> np.ndarray:
     """:func:`.residualise._cubic_penalised` of every row of ``x`` (B, n), scaled to [0, 1]:
-    (B, n, size - 2); None where some row's penalty has another rank (ties)."""
-    B = x.shape[0]
-    xs = np.sort(x, axis=1)
-    if np.any(np.diff(xs, axis=1) <= 0):
-        return None  # ties: np.quantile of the distinct values differs from the rows'
-    inner = np.quantile(xs, np.linspace(0, 1, size - 2)[1:-1], axis=1).T  # (B, size - 4)
-    t = np.concatenate([np.zeros((B, 4)), inner, np.ones((B, 4))], axis=1)
-    Bx = _design(np.clip(x, 0.0, 1.0), t, 3)
-    edges = np.concatenate([np.zeros((B, 1)), inner, np.ones((B, 1))], axis=1)
-    a, b = edges[:, :-1], edges[:, 1:]
-    pts = np.concatenate([a, (a + b) / 2, b], axis=1)
-    w = np.concatenate([(b - a) / 6, 4 * (b - a) / 6, (b - a) / 6], axis=1)
-    D2 = _derivative(t[:, 1:-1], 2) @ _derivative(t, 3)  # (B, size - 2, size)
-    N1 = _design(pts, t[:, 2:-2], 1)  # (B, points, size - 2)
-    second = N1 @ D2  # the B-splines' second derivatives at the points
-    P = np.swapaxes(second, -1, -2) @ (w[..., None] * second)
-    e, E = np.linalg.eigh(P)
-    keep = e > 1e-9 * e.max(axis=1, keepdims=True)
-    if np.any(keep.sum(1) != size - 2) or np.any(keep[:, :2]):
-        return None
-    return Bx @ (E[:, :, 2:] / np.sqrt(e[:, None, 2:]))
+    (B, n, size - 2). The knots, so the penalty's directions, are the same for every run."""
+    t = np.broadcast_to(knots(size), (x.shape[0], size + 4))
+    return _design(np.clip(x, 0.0, 1.0), t, 3) @ penalty_directions(size)
 
 
 def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
@@ -95,8 +65,6 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
     size = settings.basis_size(n)
     scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
     parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
-    if any(p is None for p in parts):
-        return None
     Q0, _ = np.linalg.qr(np.concatenate([np.ones((B, n, 1)), scaled], axis=2))
     Xp = np.concatenate(parts, axis=2)
     Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)
