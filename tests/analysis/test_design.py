@@ -179,6 +179,32 @@ def test_a_curved_shape_is_drawn_when_asked_and_the_line_fakes_model_differences
     assert differ["linear"] > 0.5 and differ["spline"] < 0.15, differ
 
 
+def test_stacked_spline_bases_give_each_runs_own_smoother_a_gap_between_knots_included():
+    # one run's in-domain scores jump over four knot intervals (a loss that falls fast between two
+    # checkpoints), so one B-spline has no point in its support: the one-run basis drops the direction
+    # it cannot reach, the stacked one keeps it at d = 0; REML's penalty and the residual maker are
+    # the same
+    from oodcorr.analysis import spline_batch
+    from oodcorr.analysis.residualise import GamSettings, spline_basis
+
+    rng = np.random.default_rng(12)
+    n = 21
+    Z = np.sort(rng.uniform(size=(4, n, 1)), axis=1)
+    Z[0, :, 0] = np.concatenate([np.linspace(0.0, 0.1, 6), np.linspace(0.75, 1.0, n - 6)])
+    Y = np.sin(4 * Z) + 0.05 * rng.normal(size=(4, n, 2))
+    Q0, W, d = spline_batch.spline_bases(Z, GamSettings())
+    assert (d[0] == 0).any() and (d[1:] > 0).all()  # the gap's direction: kept at 0, not lost
+    lam = spline_batch.choose(Q0, W, spline_batch.reml_grid(d), Y)
+    R = spline_batch.makers(Q0, W, d, lam)
+    for b in range(4):
+        one = spline_basis(Z[b], GamSettings())
+        assert len(one.d) == (d[b] > 0).sum()
+        want = one.choose(Y[b])
+        np.testing.assert_allclose(lam[b] / d[b].max(), want / one.d.max(), rtol=1e-9)
+        for j in range(2):
+            np.testing.assert_allclose(R[b, j], one.maker(want[j]), atol=1e-10)
+
+
 def test_batched_steps_equal_the_one_series_functions():
     rng = np.random.default_rng(11)
     for pos in (np.arange(12), np.array([0, 1, 2, 4, 5, 6, 7, 9, 10, 11])):

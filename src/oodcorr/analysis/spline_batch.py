@@ -10,10 +10,11 @@ differ from scipy's by rotations and signs only, so the smoother at any penalty,
 chooses and every residual equal the one-run function's to rounding (tests/analysis/test_design.py
 holds the design's per-run cells to the pipeline's at 1e-8).
 
-A stack in which some run's directions lose a rank the others keep (ties among its in-domain
-scores, or a knot interval without points) is the caller's to build one run at a time
-(:func:`.residualise.spline_basis`), as is a stack whose runs are too short for a curve (the line,
-:func:`curve_fits`)."""
+A direction some run's points do not reach (a knot interval without points, ties) keeps its place in
+that run's stack with ``d = 0``, which no penalty lets into a fit: the one-run function drops it,
+with the same smoother. A stack with a run of fewer than 4 distinct in-domain scores (that run is
+the line) is the caller's to build one run at a time (:func:`.residualise.spline_basis`), as is a
+stack whose runs are too short for a curve (:func:`curve_fits`)."""
 
 from __future__ import annotations
 
@@ -56,12 +57,13 @@ def _penalised(x: np.ndarray, size: int) -> np.ndarray:
 def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k) with at least
     ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once and stacked: the
-    :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q). None
-    where the runs' bases differ in rank (ties among a run's scores): the caller builds them one at a
-    time."""
+    :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q), 0 for a
+    direction a run's points do not reach. None where a run has fewer than 4 distinct scores: the
+    caller builds them one at a time."""
     B, n, k = Z.shape
-    if np.any(np.ptp(Z, axis=1) <= 0):
-        return None
+    distinct = 1 + (np.diff(np.sort(Z, axis=1), axis=1) > 0).sum(1)  # (B, k)
+    if np.any(distinct < 4):
+        return None  # that run is the line (spline_basis): built run by run
     size = settings.basis_size(n)
     scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
     parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
@@ -69,10 +71,10 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
     Xp = np.concatenate(parts, axis=2)
     Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)
     W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
-    keep = sv > 1e-8 * sv.max(axis=1, keepdims=True)
-    if np.any(keep.sum(1) != keep.shape[1]):
-        return None
-    return Q0, W, sv**2
+    # a direction the run's points do not reach (a knot interval without points, ties) is dropped by
+    # spline_basis; here it keeps its place with d = 0, which no penalty lets into a fit
+    d = np.where(sv > 1e-8 * sv.max(axis=1, keepdims=True), sv**2, 0.0)
+    return Q0, W, d
 
 
 def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
