@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_scale import REFERENCE_GFLOPS, gemm  # noqa: E402
 
 from oodcorr.analysis import Options, agreement, analyse  # noqa: E402
+from oodcorr.core.answer import states_a_sign  # noqa: E402
 
 
 def ladder(seed: int = 0, models: int = 30, tasks: int = 20, loss_noise: float = 0.005) -> pd.DataFrame:
@@ -65,7 +66,8 @@ def _time(long: pd.DataFrame, residualiser: str) -> dict:
     answer = agreement(table)
     wall, cpu = time.perf_counter() - w, time.process_time() - c
     after = gemm()
-    said = answer[answer["residualiser"] == residualiser]["verdict"].value_counts().to_dict()
+    mine = answer[answer["residualiser"] == residualiser]
+    signed = mine[mine["verdict"].map(states_a_sign)]["r_consensus"].abs()
     return {
         "residualiser": residualiser,
         "wall_s": round(wall, 1),
@@ -73,8 +75,11 @@ def _time(long: pd.DataFrame, residualiser: str) -> dict:
         "gemm_gflops": [round(before, 1), round(after, 1)],
         "normalised_wall_s": round(wall * min(before, after) / REFERENCE_GFLOPS, 1),
         "cells": int(len(table)),
-        "verdicts": said,
+        "verdicts": mine["verdict"].value_counts().to_dict(),
         "depend_on_form": int((answer["form"] != "").sum()),
+        # every verdict here is false but `agree near zero` / `unresolved`: how strong the signs stated are
+        "largest_signed_r": round(float(signed.max()), 3) if len(signed) else None,
+        "strong_signs": int((signed >= 0.3).sum()),
     }
 
 
