@@ -1,7 +1,7 @@
 """The graded answer across models: every rung's error rates and power, beside the best possible.
 
 agreement.csv states, per OOD pair, the strongest statement the data allow (the ladder of
-docs/analysis.md#the-answer-across-models): the sign in nearly every model (the tolerance bounds),
+docs/answer.md#the-answer-across-models): the sign in nearly every model (the tolerance bounds),
 the sign on average (the consensus mean), sign reversal, models differ, agree near zero. This
 benchmark measures each rung in every regime of the calibration grid: runs per model 1, 2, 3;
 models 3, 6, 10, 16; AR(1) phi 0.5, 0.8, 0.95; 27 checkpoints with one run per model, 21 otherwise;

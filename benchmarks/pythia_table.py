@@ -14,7 +14,7 @@ folder) and writes one long table in the layout ``oodcorr analyse --format long`
 ``n`` is the number of items behind each score, read back from the harness's ``acc_stderr``
 (:func:`oodcorr.analysis.lmeval.items_behind`; the files give no sample counts; empty where the
 score is 0 with a standard error of 0, which says no size): with ``--n-column n`` it bounds each
-testset's item noise (docs/analysis.md#scores-as-measurements).
+testset's item noise (docs/measurement.md#scores-as-measurements).
 
     .venv/bin/python benchmarks/pythia_table.py /path/to/pythia/.git --out /tmp/pythia.csv
     .venv/bin/oodcorr analyse /tmp/pythia.csv --unit step --in-domain lambada_openai --n-column n \\

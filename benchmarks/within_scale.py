@@ -8,7 +8,7 @@ prediction interval (the variances as the per-run procedure gives them), in simu
 whose models all have r -0.5 (1,000 studies each, the design command's two steps; the table is in
 benchmarks/README.md#14-the-answer-across-models-every-rung-measured) and, with ``--agreement``,
 in a real table's agreement.csv (e.g. the Pythia table's:
-docs/analysis.md#a-real-table-of-checkpoint-series-the-pythia-suite), with the smallest scale of each.
+docs/reference.md#a-real-table-of-checkpoint-series-the-pythia-suite), with the smallest scale of each.
 
     .venv/bin/python benchmarks/within_scale.py [--agreement /tmp/pythia-analysis/agreement.csv]
 """

@@ -7,7 +7,7 @@ p-values are corrected across the table's pairs, and the verdict is the ladder's
 (:mod:`.measured_answer`), the ladder reads the correlations the in-domain set's noise cannot fake,
 near zero is judged through the testsets' noise, the tasks' consensus is beside the observed one,
 and a pair whose testsets are mostly item noise is ``noise-limited``. The columns:
-docs/analysis.md#reading-agreementcsv.
+docs/answer.md#reading-agreementcsv.
 """
 
 from __future__ import annotations
@@ -347,7 +347,7 @@ def agreement(
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
     models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
-    columns are explained in docs/analysis.md#reading-agreementcsv). Every pair of the table goes
+    columns are explained in docs/answer.md#reading-agreementcsv). Every pair of the table goes
     through :func:`.consensus.across_models` at once.
 
     ``table`` is the analysis' table (:func:`.pipeline.analyse`): its run rows feed the

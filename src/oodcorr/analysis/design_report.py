@@ -209,7 +209,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "",
         f"Config {rep.get('config', '')}. Written by `oodcorr design`: how often the analysis finds an effect "
         "in studies of this grid, by simulating them and analysing them with the analysis' own procedures "
-        "(docs/analysis.md#planning-a-study-oodcorr-design).",
+        "(docs/design.md#planning-a-study-oodcorr-design).",
         "",
         "**The grid.** "
         f"{g['models']} models x {g['runs']} runs per pool group (seeds) x {g['checkpoints']} checkpoints per run; "
@@ -315,7 +315,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
             f"{g0['runs']} runs, the tolerance bounds exclude 0 in fewer than {un['target']:.0%} of studies at every "
             f"effect up to {un['largest_effect']:g}: so few or so noisy models cannot show that models of the other "
             "sign are rare, even when every model has the same correlation; the answer then says the sign on "
-            "average (docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds). "
+            "average (docs/answer.md#the-prediction-interval-and-the-tolerance-bounds). "
             + (
                 f"The cheapest change that reaches it: **{un['fix']}** ({un['target']:.0%} at effect "
                 f"{un['fix_smallest_effect']:.2f})."

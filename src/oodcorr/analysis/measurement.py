@@ -39,7 +39,7 @@ is small, and a ratio of two noisy numbers is then wild, so models are pooled by
 :func:`ratio_of_means` (the mean of the numerators over the mean of the attenuations, before any
 division) with Fieller's interval over the models, which carries the noise estimate's uncertainty
 with every other. The choice among the candidates (the moment correction of the residual covariance,
-which over-corrects by its second-order terms; SIMEX; the item bootstrap): docs/analysis.md#scores-as-measurements.
+which over-corrects by its second-order terms; SIMEX; the item bootstrap): docs/measurement.md#scores-as-measurements.
 
 Only Pearson's correlation with a linear residualiser (``linear``, ``linear+step``) is corrected:
 the ranks of a noisy series are not the ranks of its truth plus independent noise (Spearman,

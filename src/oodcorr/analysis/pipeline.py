@@ -15,7 +15,7 @@ groups within which runs are pooled (``Options.pool_by``).
 
 Output: one row per (model, in_domain, run or "pooled", pool group, x, y, method,
 residualiser) with the columns in :data:`COLUMNS` (documented in
-docs/analysis.md#columns-of-partial_correlationscsv), then
+docs/reference.md#columns-of-partial_correlationscsv), then
 the run information columns.
 """
 

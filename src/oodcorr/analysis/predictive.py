@@ -36,7 +36,7 @@ sign; it does not say that models of the other sign are rare, and where they are
 studies. "Nearly every model" claims the second, so it is the tolerance bound's. The measured
 coverage, error rates and the power each costs:
 benchmarks/README.md#14-the-answer-across-models-every-rung-measured; the choice:
-docs/analysis.md#the-prediction-interval-and-the-tolerance-bounds.
+docs/answer.md#the-prediction-interval-and-the-tolerance-bounds.
 
 Every function takes many studies at once: ``zm``, ``Vm`` of shape (studies, models), with
 ``present`` marking the models a study has. Studies with fewer than 3 models get NaN.

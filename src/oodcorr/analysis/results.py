@@ -53,7 +53,7 @@ def summarise(pc: pd.DataFrame, agree: pd.DataFrame, opts, logger) -> None:
     if capped.any():
         logger.info(
             "%d of %d run cells have a residual AR(1) estimate at its cap (the series trends or wanders; "
-            "docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)",
+            "docs/answer.md#when-the-ar1-estimate-reaches-its-cap)",
             int(capped.sum()),
             len(runs),
         )

@@ -143,7 +143,7 @@ def cap_note(phi_x: float, phi_y: float) -> str:
         f"the AR(1) estimate of the {' and '.join(at)} residuals reached its cap {PHI_MAX:g}: the residual "
         "series trends or wanders (it looks nonstationary), so n_eff is the procedure's floor and the "
         "interval as wide as it gets; try a residualiser that follows the trend (gam, linear+step) or "
-        "more checkpoints (docs/analysis.md#when-the-ar1-estimate-reaches-its-cap)"
+        "more checkpoints (docs/answer.md#when-the-ar1-estimate-reaches-its-cap)"
     )
 
 

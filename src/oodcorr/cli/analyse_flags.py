@@ -188,7 +188,7 @@ def add_parser(sub, help: str) -> None:
         metavar="FILE",
         help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
         "plus 'example' and 'correct' (0/1): each testset's item noise is estimated from it "
-        "(docs/analysis.md#scores-as-measurements), and the example-level bootstrap runs",
+        "(docs/measurement.md#scores-as-measurements), and the example-level bootstrap runs",
     )
     g.add_argument(
         "--n-column",

@@ -49,7 +49,7 @@ def add_parser(sub, help: str) -> None:
         "too), the smallest effect each finds in 80%% of studies, how many items the in-domain set and each "
         "OOD set need for each claim, the same for a few changes of the grid with their "
         "GPU-hours, and the budget beside it. By simulation with the analysis' own procedures, seeded: "
-        "docs/analysis.md#planning-a-study-oodcorr-design says how to read it and what it assumes.",
+        "docs/design.md#planning-a-study-oodcorr-design says how to read it and what it assumes.",
     )
     d.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
     d.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")

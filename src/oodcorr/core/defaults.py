@@ -46,7 +46,7 @@ ANALYSIS: dict[str, Any] = {
     "inference": "modified-t",
     "correction": "holm",
     # across the pairs of the agreement table (the answer): Benjamini-Hochberg, the false discovery
-    # rate of its statements (docs/analysis.md#many-pairs-the-false-discovery-rate)
+    # rate of its statements (docs/answer.md#many-pairs-the-false-discovery-rate)
     "agreement_correction": "bh",
     "alpha": 0.05,
     "level": 0.95,
