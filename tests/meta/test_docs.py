@@ -15,6 +15,8 @@ What counts as a claim (so a writer knows what is checked):
   ``snakemake -n --quiet rules`` for that config (slow; the configs in DRY_RUN_CONFIGS, and
   config/paper.yaml in the paper grid's dry run of test_plan_layer.py, since each dry run costs
   seconds to a minute).
+
+And each page under docs/ is at most 500 lines (issue 55): a longer one is split by concept.
 """
 
 import functools
@@ -156,6 +158,13 @@ def test_readme_is_a_front_page():
     """The README stays short (issue 17: at most 12 KB); the rest lives in config/README.md and docs/."""
     size = (REPO / "README.md").stat().st_size
     assert size <= 12 * 1024, f"README.md is {size} bytes: move sections to docs/"
+
+
+@pytest.mark.parametrize("doc", [d for d in DOCS if d.startswith("docs/")])
+def test_doc_pages_stay_short(doc):
+    """Each page under docs/ is at most 500 lines (issue 55): a longer one is split by concept."""
+    lines = len(read(doc).splitlines())
+    assert lines <= 500, f"{doc} has {lines} lines: split it into pages by concept"
 
 
 @pytest.mark.parametrize("doc", DOCS)
