@@ -169,7 +169,10 @@ def per_run(args) -> list[dict]:
         for phi in args.phi:
             t0 = time.time()
             cells = {
-                rho: calibrate(n, phi, rho, args.reps, shipped, extra=extra, seed=args.seed) for rho in (0.0, 0.3, 0.6)
+                rho: calibrate(
+                    n, phi, rho, args.reps, shipped, extra=extra, seed=args.seed, residualiser=args.residualiser
+                )
+                for rho in (0.0, 0.3, 0.6)
             }
             for name in shipped + list(extra):
                 out.append(
@@ -367,6 +370,7 @@ def main():
         choices=["per-run", "robustness", "pooling"],
     )
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--residualiser", default="linear", help="of the per-run section (linear, spline, ...)")
     ap.add_argument("--out", help="write every number as JSON here")
     args = ap.parse_args()
     t0 = time.time()
@@ -376,6 +380,7 @@ def main():
         "date": date.today().isoformat(),
         "python": platform.python_version(),
         "command": " ".join(sys.argv),
+        "residualiser": args.residualiser,
         "per_run": [],
         "robustness": [],
         "pooling": [],
