@@ -133,3 +133,27 @@ def test_slurm_no_account_answers_the_executors_account_guess(fake, tmp_path, mo
     assert len(fake.calls("sacct")) == (0 if no_account else 1)
     res = subprocess.run(["sacct", "-j", "7"], capture_output=True, text=True, timeout=60)
     assert res.stdout == "lab\n" and fake.calls("sacct")[-1] == "-j 7"
+
+
+def test_the_last_answer_stands_in_for_a_controller_away_longer_than_a_query(fake, tmp_path, monkeypatch, capfdbinary):
+    """A failed status round makes the executor drop its jobs (issue 53): the controller's last answer
+    to the same query keeps them watched instead; another query gets no stand-in."""
+    monkeypatch.setitem(slurm_wrap.WAIT_S, "squeue", 0.3)
+    path = os.environ["PATH"]
+    slurm_wrap.install(tmp_path / "wrap", "")
+    monkeypatch.setenv("PATH", path)
+    query = ["--format=%i|%T", "--states=all", "--noheader", "--name", "run-1"]
+    fake.answer("squeue", "12|RUNNING\n13|PENDING\n")
+    fake.answer("scontrol", UP, sub="ping")
+    assert slurm_wrap.main(["squeue", *query]) == 0
+    capfdbinary.readouterr()
+    fake.answer("squeue", "", rc=1, stderr=GONE)
+    fake.answer("scontrol", DOWN, sub="ping", rc=1)
+    assert slurm_wrap.main(["squeue", *query]) == 0
+    out = capfdbinary.readouterr()
+    assert out.out == b"12|RUNNING\n13|PENDING\n" and b"does not answer" in out.err
+    assert slurm_wrap.main(["squeue", "--name", "run-2"]) == 1  # never answered: the failure, as before
+    fake.answer("squeue", "12|COMPLETED\n")
+    fake.answer("scontrol", UP, sub="ping")
+    assert slurm_wrap.main(["squeue", *query]) == 0  # back: its own answer, the new state
+    assert capfdbinary.readouterr().out == b"12|COMPLETED\n"

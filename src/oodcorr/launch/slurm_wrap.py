@@ -13,7 +13,12 @@ So a run on the SLURM executor puts these wrappers first on its PATH (:func:`ins
 ``onstart``), one small script per command that runs :func:`main`:
 
 * ``squeue``: while slurmctld does not answer (``scontrol ping``), tried again for up to
-  :data:`WAIT_S` ``["squeue"]`` seconds (the executor gives a status query 60 s);
+  :data:`WAIT_S` ``["squeue"]`` seconds (the executor gives a status query 60 s); still no answer,
+  the last answer the controller gave to the same query stands in (the executor's query names its
+  run, so that is each job's last known state). A status round that fails makes the executor drop
+  its jobs for good (2.8.0: no job of a round without an answer is yielded back), however soon the
+  controller returns; with the last answer they stay watched, and the first real answer after the
+  controller's return says how each one ended;
 * ``sbatch``: tried again while slurmctld does not answer, for up to :data:`WAIT_S` ``["sbatch"]``
   seconds (a submission that could not reach the controller submitted nothing);
 * ``scontrol show config``: when slurmctld does not answer within :data:`CONFIG_WAIT_S` (the executor
@@ -31,6 +36,7 @@ Every other call, and every answer of a controller that answers, passes through 
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import subprocess
@@ -47,6 +53,7 @@ CONFIG_WAIT_S = 5.0
 PAUSE_S = 2.0
 DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the wrappers' folder (set by install, read by main)
 CONFIG_CACHE = "scontrol-show-config.txt"
+LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue query (its arguments' digest)
 
 
 def install(folder: str | os.PathLike, config_text: str, no_account: bool = False) -> Path:
@@ -111,6 +118,12 @@ def _emit(res: subprocess.CompletedProcess) -> int:
     return res.returncode
 
 
+def _last_answer(folder: Path | None, args: list[str]) -> Path | None:
+    if folder is None:
+        return None
+    return folder / LAST_ANSWER.format(hashlib.sha256("\0".join(args).encode()).hexdigest()[:16])
+
+
 def main(argv: list[str]) -> int:
     """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
     if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
@@ -143,9 +156,19 @@ def main(argv: list[str]) -> int:
         deadline = time.monotonic() + WAIT_S.get(name, 0.0)
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
+            last = _last_answer(folder, args) if name == "squeue" else None
             if res is not None and (res.returncode == 0 or _answers()):
+                if last is not None and res.returncode == 0:
+                    write_text_atomic(last, res.stdout.decode(errors="replace"))
                 return _emit(res)
             if time.monotonic() + PAUSE_S >= deadline:
+                if last is not None and last.is_file():
+                    sys.stdout.write(last.read_text(errors="replace"))
+                    print(
+                        "squeue: SLURM's controller does not answer: its last answer (oodcorr's wrapper)",
+                        file=sys.stderr,
+                    )
+                    return 0
                 if res is None:
                     print(f"{name}: no answer from SLURM's controller (oodcorr's wrapper)", file=sys.stderr)
                     return 1
