@@ -154,9 +154,9 @@ def main(argv: list[str]) -> int:
                 return 1
             return _emit(res)
         deadline = time.monotonic() + WAIT_S.get(name, 0.0)
+        last = _last_answer(folder, args) if name == "squeue" else None
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
-            last = _last_answer(folder, args) if name == "squeue" else None
             if res is not None and (res.returncode == 0 or _answers()):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))
