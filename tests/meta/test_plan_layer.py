@@ -52,25 +52,56 @@ def test_paper_grid_in_both_units():
     assert all(p.startswith("results/paper-grid/eval/") for p in ck.eval_outputs())
 
 
-@pytest.mark.slow
-def test_paper_grid_dry_run_counts_a_single_evaluate_rule(tmp_path):
-    """`snakemake -n --configfile config/paper.yaml --quiet rules`: one `evaluate` rule, 16,128 jobs,
-    and in all the count the docs state (the one dry run of this grid: test_docs.py leaves it here)."""
+def _slice(config: str, path, models: int, **finetune) -> dict:
+    """``config`` cut to its first ``models`` models, written to ``path``: the grid's shape (both
+    in-domain tasks, each the other's OOD testset; hub entries, size classes, checkpoints) at a
+    fraction of its jobs."""
+    cfg = yaml.safe_load((REPO / config).read_text())
+    cfg["models"] = cfg["models"][:models]
+    cfg["finetune"].update(finetune)
+    path.write_text(yaml.safe_dump(cfg))
+    return cfg
+
+
+def test_paper_grid_counts_a_single_evaluate_rule():
+    """config/paper.yaml: 16,128 jobs of the one `evaluate` rule, 96 finetunes, and in all the count
+    the docs state. Counted by the budget's count of the plan (oodcorr.launch.budget.job_counts), which
+    equals Snakemake's dry run of a slice of the same grid (the next test; the whole grid's dry run,
+    about a minute of Snakemake's DAG, is benchmarks/dag_plan.py's)."""
     from test_docs import DOCS, JOB_COUNT, read
 
-    table = planned_jobs(tmp_path, REPO / "config/paper.yaml")
+    from oodcorr.launch.budget import job_counts
+
+    table = job_counts(_paper())
     assert table["evaluate"] == 16128 and table["finetune"] == 96
-    assert not [k for k in table if k.startswith("evaluate_")]
     stated = {int(n.replace(",", "")) for d in DOCS for c, n in JOB_COUNT.findall(read(d)) if c == "config/paper.yaml"}
-    assert stated == {table["total"]}, "a doc states another job count for config/paper.yaml than its dry run"
+    assert stated == {sum(table.values())}, "a doc states another job count for config/paper.yaml than its plan"
+
+
+@pytest.mark.slow
+def test_a_slice_of_the_paper_grid_dry_runs_to_the_budgets_count(tmp_path):
+    """`snakemake -n --quiet rules` of paper.yaml's first two models, one run a task: one `evaluate` rule,
+    and per rule the count the budget gives the whole grid from the same plan code."""
+    from oodcorr.launch.budget import job_counts
+    from oodcorr.planning.plan import load
+    from oodcorr.planning.schema import read_config
+
+    path = tmp_path / "paper-slice.yaml"
+    _slice("config/paper.yaml", path, models=2, n_train=[2048], seeds=[0])
+    table = planned_jobs(tmp_path, path)
+    assert table["evaluate"] == 2 * 2 * 21 * 8  # tasks x models x checkpoints x testsets and not [k for k in table if k.startswith("evaluate_")]
+    assert job_counts(load(read_config(path), REPO, [path])) == {k: v for k, v in table.items() if k != "total"}
 
 
 @pytest.mark.slow
 def test_paper_authors_grid_dry_run_plans_offline(tmp_path):
-    """`snakemake -n --configfile config/paper-authors.yaml`: plans with no network."""
+    """`snakemake -n` of config/paper-authors.yaml's first model: plans with no network."""
     offline = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    table = planned_jobs(tmp_path, REPO / "config/paper-authors.yaml", env=offline)
-    assert table["finetune"] == 16 and table["evaluate"] == 16 * 83 * 8 and table["prepare_dataset"] == 10
+    path = tmp_path / "authors-slice.yaml"
+    cfg = _slice("config/paper-authors.yaml", path, models=1)
+    table = planned_jobs(tmp_path, path, env=offline)
+    runs = len(cfg["in_domain"]) * len(cfg["finetune"]["n_train"]) * len(cfg["finetune"]["seeds"])
+    assert runs == 2 and table["finetune"] == runs and table["evaluate"] == runs * 83 * 8
     assert "series_checkpoint" not in table
 
 
