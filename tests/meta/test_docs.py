@@ -40,7 +40,7 @@ OUTPUTS = {
     "config/paper.lock.yaml",  # written by `oodcorr prefetch`
 }
 # The job counts the docs may state; each one costs a dry run. config/paper.yaml's count is checked
-# by the paper grid's own dry run (tests/meta/test_plan_layer.py), not by a second one here.
+# by the budget's count of its plan (tests/meta/test_plan_layer.py), not by a dry run of 16,128 jobs.
 DRY_RUN_CONFIGS = ("config/config.yaml",)
 CHECKED_ELSEWHERE = ("config/paper.yaml",)
 JOB_COUNT = re.compile(r"`(config/[\w.-]+\.yaml)` plans ([\d,]+) jobs")
