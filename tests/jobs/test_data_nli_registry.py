@@ -252,6 +252,9 @@ def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     cfg["ood_testsets"] = ["rte", "wnli"]
     cfg["datasets"] = {name: {"max_examples": 40} for name in ("snli", "rte", "wnli")}
     cfg["finetune"].update(n_train=[32], max_steps=8, batch_size=8, checkpoints={"every": 2})  # 5: enough
+    # one evaluation process per testset, the encoder loaded once for its 5 checkpoints: the files are
+    # those of unit checkpoint (test_workflow.py::test_both_units_write_the_same_files)
+    cfg.setdefault("evaluation", {})["unit"] = "run"
     path = tmp_path / "real-micro.yaml"
     path.write_text(yaml.safe_dump(cfg))
     res = smk(tmp_path, path)
