@@ -24,10 +24,11 @@ def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path,
     assert not any(".staging" in line for line in lines)
     # nothing published yet: no line says the previous results are kept
     assert not any("previous results" in line for line in end_of_run_report(plan, failed=True))
-    snakefile = (REPO / "Snakefile").read_text()
+    # what the Snakefile's onsuccess and onerror print (oodcorr.launch.snakefile)
+    handlers = (REPO / "src/oodcorr/launch/snakefile.py").read_text()
     assert (
-        "end_of_run_report(PLAN, failed=False, asked=_asked)" in snakefile
-        and "end_of_run_report(PLAN, failed=True)" in snakefile
+        "end_of_run_report(plan, failed=False, asked=asked)" in handlers
+        and "end_of_run_report(plan, failed=True)" in handlers
     )
 
 

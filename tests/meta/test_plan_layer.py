@@ -30,6 +30,17 @@ def test_rules_read_only_the_plan():
                 assert re.search(r"threads: PLAN\.threads\(\"\w+\"\)", body), (f.name, rule)
 
 
+def test_the_snakefile_reads_as_a_table_of_contents():
+    """At most 80 lines: the config, one call that plans and checks (oodcorr.launch.snakefile.plan_run),
+    the includes, `rule all` and one call per handler; every check it ran itself lives in that module."""
+    text = (REPO / "Snakefile").read_text()
+    assert len(text.splitlines()) <= 80
+    assert text.count("plan_run(") == 1 and re.findall(r"^(?:include|rule \w+):", text, re.M)[-1] == "rule all:"
+    calls = re.findall(r"^(on\w+):\n    (\w+)\(", text, re.M)
+    assert calls == [("onstart", "on_start"), ("onsuccess", "on_success"), ("onerror", "on_error")]
+    assert "sys.exit" not in text and "print(" not in text
+
+
 def test_one_evaluate_rule_in_either_unit():
     names = [r for f in RULE_FILES for r in re.findall(r"^\s*rule (\w+):", f.read_text(), re.M)]
     assert names.count("evaluate") == 2  # one per unit, behind `if PLAN.unit == ...`

@@ -473,9 +473,11 @@ def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
 
 def test_the_snakefile_and_the_cli_reach_the_config_only_through_load():
     snakefile = (REPO / "Snakefile").read_text()
-    assert "load(config, workflow.basedir, CONFIG_FILES)" in snakefile
+    assert "PLAN = plan_run(workflow, config)" in snakefile
+    preflight = (REPO / "src/oodcorr/launch/snakefile.py").read_text()
+    assert "load(config, workflow.basedir, files)" in preflight
     cli = [f.read_text() for f in sorted((REPO / "src/oodcorr/cli").glob("*.py"))]
-    for text in (snakefile, *cli):
+    for text in (snakefile, preflight, *cli):
         for other in ("check_config(", "validate(", "build_plan(", "fill_defaults(", "Experiment("):
             assert other not in text, other
 

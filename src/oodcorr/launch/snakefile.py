@@ -1,0 +1,126 @@
+"""What the Snakefile runs in its own process, around the rules: one call each.
+
+* :func:`plan_run`, before any rule: the plan of the config (:func:`oodcorr.planning.plan.load`)
+  and every check that must pass before Snakemake builds its DAG, in the order a person fixes them:
+  what the config points at and what earlier runs left (:func:`oodcorr.launch.disk_checks.check_on_disk`),
+  the hub lock beside the config (``oodcorr prefetch``), the models' fit in their GPUs; then, in the
+  main process only (a cluster job plans again on its node): the experiment trackers, room on every
+  file system the run writes in, the experiment's lock for a run that may write (a second writer stops
+  here, naming the first), a rerun after a killed Snakemake (:mod:`oodcorr.launch.slurm_rerun`), the
+  published set against its record and the tokenised caches. A run that only looks (``-n``,
+  ``--summary``, ``--dag``, ``--report``) changes nothing in ``results/`` and says what a run would do.
+* :func:`on_start`: a run with jobs to run records its config (:func:`oodcorr.launch.experiment.claim`)
+  and, on SLURM, checks the cluster before anything is submitted (:mod:`oodcorr.launch.slurm_watch`).
+* :func:`on_success` / :func:`on_error`: what the run made or why it stopped, the job named, last on
+  the console (:func:`oodcorr.launch.disk_checks.end_of_run_report`, which never raises).
+
+A refusal is printed as ``oodcorr: <sentence>`` and ends the process with status 1, before any job.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from ..core.records import REFUSALS_ENV, clear_refusals, refusals_dir
+from ..modeling.hub import use_lock
+from ..planning.config import check_trackers
+from ..planning.plan import Plan, load
+from . import slurm_watch
+from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
+from .experiment import check_published, claim, config_warning, lock, record_provenance, writes
+from .report import check_report_inputs, report_requested
+from .room import room_to_run
+from .sizing import check_gpu_memory
+from .slurm_rerun import before_planning, earlier_jobs_warning
+
+
+def config_files(workflow) -> list[Path]:
+    """The config files of this run: those given with ``--configfile``, else the embedded default."""
+    return [Path(f) for f in workflow.overwrite_configfiles] or [Path(workflow.basedir) / "config/config.yaml"]
+
+
+def plan_run(workflow, config: dict) -> Plan:
+    """The plan of this run once every check before the rules has passed; warnings printed, a
+    refusal printed and the process ended (module docstring)."""
+    files = config_files(workflow)
+    plan = load(config, workflow.basedir, files)
+    warnings = [*plan.warnings, *check_on_disk(plan)]
+    # with a hub lock every job loads the locked commits, offline (its environment says so)
+    hub_lock, hub_warnings = use_lock(config, files[-1], plan)
+    warnings += hub_warnings + check_gpu_memory(plan, hub_lock)
+    if workflow.is_main_process:
+        warnings += _main_process_checks(workflow, plan, config, files)
+    _warn(warnings)
+    check_report_inputs(plan, files[-1], sys.argv)
+    # where each job records the sentence it stops with (oodcorr.launch.runtime.refuse), repeated when the
+    # run ends; set in every process, so that a cluster job's script finds it too
+    os.environ[REFUSALS_ENV] = str(refusals_dir(plan.paths.logs).resolve())
+    return plan
+
+
+def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
+    """The checks of the submitting process (module docstring); returns their warnings."""
+    check_trackers(config, plan.paths.root)
+    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so
+    # it is checked now, with the experiment folder, .snakemake/, --shadow-prefix and the conda prefix
+    deploy = workflow.deployment_settings
+    conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
+    no_room = room_to_run(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
+    writing = writes(sys.argv)
+    if no_room and (writing or report_requested(sys.argv)):
+        _stop(no_room)
+    warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
+    refusal = lock(plan, files) if writing else None
+    if refusal:
+        _warn(warnings)  # another config wrote it last: said too
+        _stop([refusal])
+    refusal = before_planning(plan, sys.argv, slurm_watch.say) if writing else None
+    if refusal:
+        _stop([refusal])
+    if not writing:
+        warnings += earlier_jobs_warning(plan)
+    # a published set not as its record says is published again; tokenised caches cut short or made by
+    # another tokenizer are deleted, so that this run makes them again before any evaluation reads them
+    warnings += check_published(plan, change=writing)
+    warnings += check_tokenized_caches(plan, rebuild=writing)
+    return warnings
+
+
+def on_start(workflow, plan: Plan, config: dict) -> None:
+    """A run with jobs to run: its config recorded, the SLURM cluster checked; the refusals of earlier
+    runs cleared, so that only this run's are repeated when it ends."""
+    refusal = claim(plan, config_files(workflow), config) or slurm_watch.at_start(workflow, plan)
+    if refusal:
+        _stop([refusal])
+    clear_refusals(refusals_dir(plan.paths.logs))
+
+
+def on_success(workflow, plan: Plan) -> None:
+    """The provenance of what was published, then what the run made (what it was asked for, when that
+    was not the published set) and the warnings of the run, last."""
+    _warn([w for w in [record_provenance(plan)] if w])
+    settings, jobs = workflow.dag_settings, workflow.dag.targetjobs
+    whole = any(j.rule.name in ("all", "publish_results") for j in jobs) and not settings.until
+    asked = None if whole else sorted(settings.targets) or sorted(settings.until) or sorted({j.rule.name for j in jobs})
+    for line in end_of_run_report(plan, failed=False, asked=asked) + slurm_watch.end_lines(failed=False):
+        print(line, flush=True)
+
+
+def on_error(plan: Plan) -> None:
+    """Why the run stopped, last: each job's sentence with the job named, a file system without room,
+    and on SLURM each job the cluster ended for a limit, with the config key that set it."""
+    for line in end_of_run_report(plan, failed=True) + slurm_watch.end_lines(failed=True):
+        print(line, flush=True)
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        print(f"oodcorr warning: {warning}", file=sys.stderr)
+
+
+def _stop(sentences: list[str]) -> None:
+    for sentence in sentences:
+        print(f"oodcorr: {sentence}", file=sys.stderr)
+    sys.exit(1)
