@@ -27,6 +27,7 @@ from oodcorr.launch.experiment import (
     config_warning,
     lock,
     record_provenance,
+    unlink_copied_locks,
     writes,
 )  # noqa: E402
 from oodcorr.modeling.hub import use_lock  # noqa: E402
@@ -83,6 +84,9 @@ if workflow.is_main_process:
     # (oodcorr.launch.experiment.lock): a second writer of that folder stops now, naming this one,
     # before Snakemake builds its DAG or starts any job, even from another checkout whose results/
     # is the same folder or one that got past Snakemake's own lock on a slow shared file system
+    # (lock files that are hard links, the folder copied with `cp -al`: this folder's names of them removed
+    # first where no run holds them, said in one line; oodcorr.launch.experiment.unlink_copied_locks)
+    _experiment_warnings += unlink_copied_locks(PLAN) if writes(sys.argv) else []
     _refusal = lock(PLAN, CONFIG_FILES) if writes(sys.argv) else None
     if _refusal:
         for _warning in _experiment_warnings:  # another config wrote it last: said too
