@@ -108,8 +108,9 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
 
 
 def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
-    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit and the key
-    that set it, and what to change."""
+    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit SLURM gave
+    it, the config key that set it with its value there (``key(name)``: ``resources.evaluate.mem_mb: 2000``),
+    and what to change."""
     head = f"SLURM ended job {job.id} ({what})"
     again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
     per = ", per checkpoint" if rule == "evaluate" else ""
@@ -219,9 +220,11 @@ class Watcher(threading.Thread):
             what = f"rule {rule}"
         spec = self.plan.models.get(model) if model else None
 
-        def key(name: str) -> str:
+        def key(name: str) -> str:  # the key and, where the job's model is known, its value in the config
             res = spec.resources.get(rule) if spec else None
-            return (res.where(name) if res else f"resources.<rule>.{name}").replace("<rule>", rule)
+            if res is None:
+                return f"resources.{rule}.{name}"
+            return f"{res.where(name).replace('<rule>', rule)}: {getattr(res, name)}"
 
         return what, rule, key
 
