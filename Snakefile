@@ -35,7 +35,7 @@ from oodcorr.planning.plan import load  # noqa: E402
 from oodcorr.launch.report import check_report_inputs, report_requested  # noqa: E402
 from oodcorr.launch.sizing import check_gpu_memory  # noqa: E402
 from oodcorr.launch.slurm_rerun import before_planning, earlier_jobs_warning  # noqa: E402
-from oodcorr.launch.slurm_watch import at_start, end_lines, say  # noqa: E402
+from oodcorr.launch.slurm_watch import at_start, end_lines, executor_name, say  # noqa: E402
 
 # The embedded default, unless the user gives their own with --configfile: configs
 # are complete on their own (schema defaults fill the rest), never merged with it.
@@ -196,5 +196,6 @@ onsuccess:
 # (on SLURM, last: each job SLURM ended for its time or memory limit, a node failure, a preemption or a
 # cancel, with the rule and the config key that set the limit: oodcorr.launch.slurm_watch.end_lines)
 onerror:
-    for line in end_of_run_report(PLAN, failed=True) + end_lines(failed=True):
+    _local = executor_name(workflow) == "local"  # a job killed on this machine is named (SLURM's: end_lines)
+    for line in end_of_run_report(PLAN, failed=True, local=_local) + end_lines(failed=True):
         print(line, flush=True)

@@ -376,11 +376,16 @@ def comments(jobs) -> dict:
     return out
 
 
+def executor_name(workflow) -> str:
+    """The executor plugin's name of this run (``local``, ``slurm``, ...)."""
+    return str(getattr(workflow.executor_plugin, "name", "") or "local")
+
+
 def at_start(workflow, plan: Plan) -> str | None:
     """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
     watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
     global _WATCHER
-    name = str(getattr(workflow.executor_plugin, "name", "") or "local")
+    name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
     if name != "slurm" or not jobs:
         slurm_rerun.record_run(plan, name, None)
