@@ -16,8 +16,9 @@ needs no import of the job that wrote it (and planning none of torch):
   ``results/<experiment>/published.json`` (:func:`read_publish_record`; written by
   :mod:`oodcorr.core.published`, read there, by planning and by the report);
 * a job's refusal, ``logs/.refused/<job>.json`` (:class:`RefusalSlot`, opened when the job starts
-  and filled when it stops with a sentence; :func:`read_refusals`, read by the end-of-run report,
-  which repeats each sentence on the console with the job named).
+  with the record of a killed job in it, dropped when the job ends well, filled when it stops with a
+  sentence; :func:`read_refusals`, read by the end-of-run report, which repeats each sentence on the
+  console with the job named).
 
 Nothing here imports another oodcorr module but the core helpers.
 """

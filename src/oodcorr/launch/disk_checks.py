@@ -20,7 +20,8 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
   testsets cut short, from before caches recorded their tokenizer and digest, of another testset
   or model, or made by another tokenizer: deleted, so this run makes them again before any
   evaluation reads them;
-* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named.
+* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named; run
+  locally, a job killed before it could say why too, with its memory's config key and value.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ hooks):
   that stops the executor guessing an account) and starts a :class:`Watcher`;
 * :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
   (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
-  set the limit and the config key to raise: the console's last lines.
+  set the limit and the config key to raise, with its value there: the console's last lines.
 
 The :class:`Watcher` looks at the run's jobs every ``OODCORR_SLURM_POLL_S`` seconds (30) and says on
 the console, once per change: jobs pending for a reason SLURM gives that no waiting ends by itself
