@@ -269,3 +269,25 @@ def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, mon
     assert config_warning(plan, [tmp_path / "micro2.yaml"], config) is None
     assert lock(plan, [tmp_path / "micro2.yaml"]) is None
     _release_experiment(copy)
+
+
+@pytest.mark.slow
+def test_a_copy_made_with_cp_al_runs_through_snakemake_with_the_same_command(tmp_path):
+    """Through the Snakefile: the copy's run removes its names of the linked lock files, says so, and runs."""
+    import os
+    import shutil
+
+    from helpers import micro_config
+
+    cfg = micro_config()
+    first = tmp_path / "micro.yaml"
+    first.write_text(yaml.safe_dump(cfg))
+    assert smk(tmp_path, first, "--until", "prepare_dataset", timeout=600).returncode == 0
+    root = tmp_path / "results/micro"
+    shutil.copytree(root, root.with_name("micro2"), copy_function=os.link)
+    copy = tmp_path / "micro2.yaml"
+    copy.write_text(yaml.safe_dump(dict(cfg, experiment="micro2")))
+    res = smk(tmp_path, copy, "--until", "prepare_dataset", timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "oodcorr warning: 1 lock file(s) of experiment 'micro2' had another name too" in res.stderr
+    assert (root / "experiment.lock").stat().st_nlink == 1 and (root.with_name("micro2") / "experiment.lock").exists()
