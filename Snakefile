@@ -77,4 +77,4 @@ onsuccess:
 
 
 onerror:
-    on_error(PLAN)
+    on_error(workflow, PLAN)

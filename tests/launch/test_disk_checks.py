@@ -28,7 +28,7 @@ def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path,
     handlers = (REPO / "src/oodcorr/launch/snakefile.py").read_text()
     assert (
         "end_of_run_report(plan, failed=False, asked=asked)" in handlers
-        and "end_of_run_report(plan, failed=True)" in handlers
+        and "end_of_run_report(plan, failed=True, local=local)" in handlers
     )
 
 
@@ -270,3 +270,30 @@ def test_a_failed_runs_last_lines_are_its_jobs_sentences_a_full_disk_first(tmp_p
     assert tail[1] == "oodcorr: job evaluate (step=0) stopped: checkpoint 0 not usable (its log: logs/eval/0.log)"
     assert tail[-1] == "oodcorr: and 3 more jobs stopped (3 evaluate); each log's last line says why"
     assert not any(line.startswith("oodcorr: job ") for line in end_of_run_report(plan, failed=False))  # succeeded
+
+
+def test_a_job_killed_on_this_machine_is_named_with_its_memory_key_and_value(tmp_path, monkeypatch):
+    """A job killed before it could say why (the kernel's out-of-memory killer) was said only in
+    Snakemake's error, `died with <Signals.SIGKILL: 9>` (issue 53). Now a failed local run names it, with
+    its rule's memory key and value in the config and what they do here; on SLURM the watcher says it."""
+    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.launch.disk_checks import end_of_run_report
+
+    from helpers import micro_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = micro_config()
+    cfg["resources"] = {"evaluate": {"mem_mb": 1500}}
+    plan = micro_plan(cfg)
+    wildcards = {"model": "micro-opt", "step": "4", "testset": "synth-test"}
+    doc = {"rule": "evaluate", "wildcards": wildcards, "log": "logs/e.log", "kind": "killed", "time": "t1"}
+    RefusalSlot(refusals_dir(plan.paths.logs), "e", killed=doc | {"message": "killed before it could say why"})
+    last = end_of_run_report(plan, failed=True, local=True)[-1]
+    assert last.startswith(
+        "oodcorr: job evaluate (model=micro-opt, step=4, testset=synth-test) was killed before it could say why. "
+    )
+    assert "out-of-memory killer" in last and "`resources.evaluate.mem_mb: 1500` in the config" in last
+    assert (
+        "--resources mem_mb=N" in last and "`evaluation.batch_size`" in last and last.endswith("(its log: logs/e.log)")
+    )
+    assert not any("killed" in line for line in end_of_run_report(plan, failed=True))  # SLURM: the watcher's

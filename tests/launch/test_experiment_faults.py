@@ -110,31 +110,59 @@ def _copied_experiment(tmp_path, monkeypatch):
     return copy
 
 
-def test_a_folder_copied_with_cp_al_is_refused_once_for_all_its_linked_locks(tmp_path, monkeypatch):
-    """Before: one lock file at a time, the later ones inside jobs (publish_results failed after the
-    analysis ran)."""
-    from oodcorr.launch.experiment import linked_locks, lock
+def test_a_folder_copied_with_cp_al_has_its_names_of_the_linked_locks_removed_and_runs(tmp_path, monkeypatch):
+    """Before: refused, one lock file at a time (the later ones inside jobs), then all at once with a
+    `find ... -delete` to run by hand. Now a run that may write removes this folder's names of them
+    itself, where no run holds them, and says so; the folder they were copied from keeps its own."""
+    from oodcorr.launch.experiment import linked_locks, lock, unlink_copied_locks
 
     from helpers import MICRO, micro_config, micro_plan
 
     copy = _copied_experiment(tmp_path, monkeypatch)
-    config = dict(micro_config(), experiment="micro2")
-    plan = micro_plan(config)
-    assert len(linked_locks(plan)) == 3
-    refusal = lock(plan, [MICRO])
-    assert refusal is not None and refusal.startswith("3 lock file(s) of experiment 'micro2' have another name too")
-    assert "find results/micro2 -name '*.lock' -links +1 -delete" in refusal
-    for p in linked_locks(plan):
-        p.unlink()  # what the refusal says to do
-    assert linked_locks(plan) == [] and (tmp_path / "results/micro/experiment.lock").exists()
-    assert lock(plan, [MICRO]) is None  # the same config but for its name: nothing to rerun
+    plan = micro_plan(dict(micro_config(), experiment="micro2"))
+    linked = linked_locks(plan)
+    assert len(linked) == 3
+    said = unlink_copied_locks(plan)
+    assert len(said) == 1 and said[0].startswith("3 lock file(s) of experiment 'micro2' had another name too")
+    assert linked_locks(plan) == [] and not any(p.exists() for p in linked)
+    originals = [tmp_path / "results/micro" / p.relative_to(copy) for p in linked]
+    assert all(p.stat().st_nlink == 1 for p in originals)  # the other folder keeps its own
+    assert unlink_copied_locks(plan) == []  # said once
+    assert lock(plan, [MICRO]) is None  # the same config but for its name: the same command runs
     _release_experiment(copy)
 
 
-def test_a_copy_with_linked_locks_under_a_config_that_changes_it_gives_both_ways_out_at_once(tmp_path, monkeypatch):
+def test_a_linked_lock_that_a_run_holds_is_left_and_refused(tmp_path, monkeypatch):
+    """Copied with `cp -al` while a run of the other folder held its lock: the lock is that run's, so this
+    folder's name of it is not removed on a guess; the run is refused, naming it."""
+    import os
+    import shutil
+
+    from oodcorr.core.locks import EXPERIMENT, hold
+    from oodcorr.launch.experiment import linked_locks, lock, unlink_copied_locks
+
+    from helpers import MICRO, micro_config, micro_plan
+
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "results/micro"
+    with hold(root, EXPERIMENT):  # a run of results/micro, while the folder is copied
+        shutil.copytree(root, root.with_name("micro2"), copy_function=os.link)
+        plan = micro_plan(dict(micro_config(), experiment="micro2"))
+        assert unlink_copied_locks(plan) == [] and len(linked_locks(plan)) == 1
+        refusal = lock(plan, [MICRO])
+        assert refusal is not None and refusal.startswith("1 lock file(s) of experiment 'micro2' have another name")
+
+
+def test_a_copy_with_linked_locks_under_a_config_that_changes_it_is_refused_once_with_a_way_out_that_works(
+    tmp_path, monkeypatch
+):
     """Before: the way out of the first refusal (the linked lock files) led to a second refusal (the copy
-    was written by another config) with a second way out; now the first gives both (issue 47)."""
-    from oodcorr.launch.experiment import config_warning, linked_locks, lock
+    was written by another config): two steps, the second said only as a preview (issue 47). Now the
+    linked locks need no step (above), and following the one refusal's way out, the run goes ahead."""
+    import re
+    import sys
+
+    from oodcorr.launch.experiment import config_warning, lock, unlink_copied_locks
 
     from helpers import micro_config, micro_plan
 
@@ -143,15 +171,15 @@ def test_a_copy_with_linked_locks_under_a_config_that_changes_it_gives_both_ways
     config["finetune"] = dict(config["finetune"], learning_rate=0.001)
     plan = micro_plan(config)
     mine = tmp_path / "micro2.yaml"
-    config_warning(plan, [mine], config)  # as the Snakefile: the config's warnings first, then the lock
-    first = lock(plan, [mine])
-    assert first is not None and "find results/micro2 -name '*.lock' -links +1 -delete" in first
-    assert "--forceall" in first, first  # the second step, in the same message
-    for p in linked_locks(plan):
-        p.unlink()  # the first step
+    # as the Snakefile: the config's warnings, the copy's lock names, then the lock
     config_warning(plan, [mine], config)
-    second = lock(plan, [mine])
-    assert second is not None and second in first  # the refusal that follows is the one already given
+    assert len(unlink_copied_locks(plan)) == 1
+    refusal = lock(plan, [mine])
+    assert refusal is not None and "Snakemake keeps no record here" in refusal and "lock file" not in refusal
+    option = re.search(r"run once with `(--[a-z]+)`", refusal).group(1)  # the way out it gives
+    monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", option])
+    config_warning(plan, [mine], config)
+    assert unlink_copied_locks(plan) == [] and lock(plan, [mine]) is None  # no further refusal
     _release_experiment(copy)
 
 
@@ -175,7 +203,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     import json
     import sys
 
-    from oodcorr.launch.experiment import claim, config_warning, lock
+    from oodcorr.launch.experiment import claim, config_warning, lock, unlink_copied_locks
 
     from helpers import micro_config, micro_plan
 
@@ -183,8 +211,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     config = dict(micro_config(), experiment="micro2")
     change(config)
     plan = micro_plan(config)
-    for p in copy.rglob("*.lock"):  # the hard-link refusal followed
-        p.unlink()
+    unlink_copied_locks(plan)  # as the Snakefile, before the lock
     mine = tmp_path / "micro2.yaml"
     warning = config_warning(plan, [mine], config)
     assert "Snakemake keeps no record here of the settings its results were made with" in warning
@@ -242,3 +269,25 @@ def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, mon
     assert config_warning(plan, [tmp_path / "micro2.yaml"], config) is None
     assert lock(plan, [tmp_path / "micro2.yaml"]) is None
     _release_experiment(copy)
+
+
+@pytest.mark.slow
+def test_a_copy_made_with_cp_al_runs_through_snakemake_with_the_same_command(tmp_path):
+    """Through the Snakefile: the copy's run removes its names of the linked lock files, says so, and runs."""
+    import os
+    import shutil
+
+    from helpers import micro_config
+
+    cfg = micro_config()
+    first = tmp_path / "micro.yaml"
+    first.write_text(yaml.safe_dump(cfg))
+    assert smk(tmp_path, first, "--until", "prepare_dataset", timeout=600).returncode == 0
+    root = tmp_path / "results/micro"
+    shutil.copytree(root, root.with_name("micro2"), copy_function=os.link)
+    copy = tmp_path / "micro2.yaml"
+    copy.write_text(yaml.safe_dump(dict(cfg, experiment="micro2")))
+    res = smk(tmp_path, copy, "--until", "prepare_dataset", timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "oodcorr warning: 1 lock file(s) of experiment 'micro2' had another name too" in res.stderr
+    assert (root / "experiment.lock").stat().st_nlink == 1 and (root.with_name("micro2") / "experiment.lock").exists()

@@ -126,9 +126,14 @@ def test_an_error_of_another_kind_keeps_its_traceback_and_is_recorded_as_failed(
     assert doc["kind"] == "failed" and doc["message"] == "KeyError: 'label'"
 
 
-def test_a_job_killed_before_it_said_why_leaves_no_line(tmp_path):
+def test_a_job_killed_before_it_said_why_leaves_a_record_naming_it(tmp_path):
+    """Before: its slot stayed empty, and a job killed for memory on this machine was said only in
+    Snakemake's own error (issue 53). Now the slot holds, from the start, the record of a killed job."""
     refusals = tmp_path / "refused"
     res = _job(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", tmp_path, refusals)
     assert res.returncode == -9
-    assert len(list(refusals.iterdir())) == 1  # its slot, empty
-    assert read_refusals(refusals) == []
+    (doc,) = read_refusals(refusals)
+    assert doc["kind"] == "killed" and doc["rule"] == "convert_gguf" and doc["wildcards"] == {"model": "m"}
+    assert doc["message"].startswith("killed before it could say why")
+    assert _job(tmp_path, "print('done')", tmp_path, refusals).returncode == 0  # run again, ending well
+    assert read_refusals(refusals) == [] and not list(refusals.iterdir())

@@ -99,10 +99,13 @@ def test_a_drained_node_is_said_once_while_jobs_wait(fake, plan, capsys):
 @pytest.mark.parametrize(
     ("state", "expected"),
     [
-        ("TIMEOUT", ["at its time limit, 20:00 (TIMEOUT)", "`runtime`", "`resources.finetune.runtime` in the config"]),
+        (
+            "TIMEOUT",
+            ["at its time limit, 20:00 (TIMEOUT)", "`runtime`", "`resources.finetune.runtime: 20` in the config"],
+        ),
         (
             "OUT_OF_MEMORY",
-            ["its memory, 3000M (OUT_OF_MEMORY)", "`mem_mb`", "`resources.finetune.mem_mb` in the config"],
+            ["its memory, 3000M (OUT_OF_MEMORY)", "`mem_mb`", "`resources.finetune.mem_mb: 3000` in the config"],
         ),
         ("NODE_FAIL", ["its node oodnode failed (NODE_FAIL)", "slurm-requeue"]),
         ("PREEMPTED", ["(PREEMPTED)", "slurm-requeue", "`slurm_partition`"]),
@@ -124,17 +127,26 @@ def test_a_job_slurm_ended_is_named_with_its_rule_and_limit_at_the_end(fake, pla
 
 
 def test_the_key_is_where_the_limit_was_set(fake, capsys):
-    """A size class's runtime is named as that size class's key; the default as resources.<rule>."""
+    """A size class's runtime is named as that size class's key; the default as resources.<rule>; each with
+    its value in the config (issue 53: the key was named, not what it held)."""
     cfg = micro_config()
     cfg["size_classes"] = {"small": {"evaluate": {"runtime": 3}}}
     cfg["models"][0]["size_class"] = "small"
     fake.answer("squeue", qline(5, "TIMEOUT", comment="rule_evaluate_wildcards_x"))
     w = watcher(micro_plan(cfg), {"5": sm_job("evaluate", model="micro-opt", step="4", testset="synth-test")})
     line = w.end_lines(failed=True)[0]
-    assert "`size_classes.small.evaluate.runtime` in the config" in line and "per checkpoint" in line
+    assert "`size_classes.small.evaluate.runtime: 3` in the config" in line and "per checkpoint" in line
     fake.answer("squeue", qline(6, "OUT_OF_MEMORY", comment="rule_evaluate_wildcards_x"))
     w = watcher(micro_plan(), {"6": sm_job("evaluate", model="micro-opt", step="4", testset="synth-test")})
-    assert "`resources.evaluate.mem_mb` in the config" in w.end_lines(failed=True)[0]
+    assert "`resources.evaluate.mem_mb: 2000` in the config" in w.end_lines(failed=True)[0]
+
+
+def test_a_job_of_no_known_model_names_the_key_without_a_value(fake, plan):
+    """A job the run no longer knows (not in the executor's list, its comment shared): the rule's key, no
+    value guessed from another model's."""
+    fake.answer("squeue", qline(7, "OUT_OF_MEMORY", comment="rule_evaluate_wildcards_x"))
+    line = watcher(plan, {}).end_lines(failed=True)[0]
+    assert "its memory, 3000M (OUT_OF_MEMORY)" in line and "set by `resources.evaluate.mem_mb` in the config" in line
 
 
 def test_a_preempted_job_slurm_requeued_is_not_named(fake, plan, capsys):

@@ -746,6 +746,36 @@ def test_finetune_killed_under_snakemake_resumes(tmp_path):
     assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
 
 
+def test_a_first_run_names_a_job_killed_for_memory_and_the_prompts_max_length_cut(tmp_path):
+    """A first run (nothing on disk while planning) with evaluation.max_length 8, whose evaluation is
+    killed as the kernel's out-of-memory killer does: its console's last lines name the killed job with
+    its memory key and value (before: only Snakemake's `died with <Signals.SIGKILL: 9>`), and the share
+    of the prompts cut, of the caches this run made (issue 53)."""
+    from hooks.sitecustomize import PYTHONPATH_ENTRY, SIMULATE_OOM_ENV
+
+    cfg = micro_config()
+    cfg["evaluation"]["max_length"] = 8
+    cfg["resources"] = {"evaluate": {"mem_mb": 1500}}
+    path = tmp_path / "cut.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {
+        SIMULATE_OOM_ENV: "kill:1",  # the evaluation's first forward pass SIGKILLs its process
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
+    }
+    res = smk(tmp_path, path, f"{R}/eval/{RUN}/step0/synth-test.predictions.parquet", env=env)
+    assert res.returncode != 0
+    lines = [line for line in res.stdout.splitlines() if line.startswith("oodcorr: ")]
+    assert lines[-1].startswith(
+        "oodcorr: job evaluate (model=micro-opt, indomain=synth, ntrain=64, seed=0, step=0, testset=synth-test) was "
+        "killed before it could say why"
+    ), res.stdout[-3000:]
+    assert "`resources.evaluate.mem_mb: 1500` in the config" in lines[-1]
+    assert (
+        "oodcorr: WARNING: testset 'synth-test', model 'micro-opt': all 60 prompts (100%) are longer than "
+        "evaluation.max_length (8 tokens) and were cut" in res.stdout
+    )
+
+
 AUTHORS_SWITCHES = {
     "prompt.strip_fields": False,
     "prompt.truncation": "right",

@@ -16,8 +16,9 @@ needs no import of the job that wrote it (and planning none of torch):
   ``results/<experiment>/published.json`` (:func:`read_publish_record`; written by
   :mod:`oodcorr.core.published`, read there, by planning and by the report);
 * a job's refusal, ``logs/.refused/<job>.json`` (:class:`RefusalSlot`, opened when the job starts
-  and filled when it stops with a sentence; :func:`read_refusals`, read by the end-of-run report,
-  which repeats each sentence on the console with the job named).
+  with the record of a killed job in it, dropped when the job ends well, filled when it stops with a
+  sentence; :func:`read_refusals`, read by the end-of-run report, which repeats each sentence on the
+  console with the job named).
 
 Nothing here imports another oodcorr module but the core helpers.
 """
@@ -294,10 +295,12 @@ def refusals_dir(logs: str | os.PathLike) -> Path:
 class RefusalSlot:
     """One job's refusal record, made when the job starts with its room taken (so a job that stops
     because its disk is full can still write it): :meth:`fill` it with the sentence the job stops
-    with, or :meth:`drop` it when the job ends well. Nothing here raises: without a slot (no room to
-    make one), the job's log and its exit status are all there is."""
+    with, or :meth:`drop` it when the job ends well. ``killed``: the record it holds meanwhile, which
+    stays if the job is killed before it can say why (a signal: the kernel's out-of-memory killer).
+    Nothing here raises: without a slot (no room to make one), the job's log and its exit status are
+    all there is."""
 
-    def __init__(self, folder: str | os.PathLike, log: str):
+    def __init__(self, folder: str | os.PathLike, log: str, killed: dict | None = None):
         self.path = Path(folder) / f"{short_tag(log, 20)}.json"
         self.fd: int | None = None
         try:
@@ -307,6 +310,8 @@ class RefusalSlot:
                 os.posix_fallocate(self.fd, 0, REFUSAL_BYTES)
             except OSError:  # a file system without fallocate: the room taken by writing it
                 os.pwrite(self.fd, b"\0" * REFUSAL_BYTES, 0)
+            if killed:
+                os.pwrite(self.fd, json.dumps(killed, ensure_ascii=True).encode("ascii")[: REFUSAL_BYTES // 2], 0)
         except OSError:
             self.drop()
 
@@ -338,8 +343,8 @@ class RefusalSlot:
 
 def read_refusals(folder: str | os.PathLike) -> list[dict]:
     """The refusals recorded in ``folder`` (``rule``, ``wildcards``, ``log``, ``message``, ``kind``:
-    ``disk full``, ``refused`` or ``failed``, ``time``, ``host``), oldest first; a slot still empty
-    (a job running, or killed before it could say why) or unreadable is left out."""
+    ``disk full``, ``refused``, ``failed`` or ``killed``: a job running, or killed before it could say
+    why; ``time``, ``host``), oldest first; a slot still empty or unreadable is left out."""
     out = []
     try:
         paths = sorted(Path(folder).glob("*.json"))

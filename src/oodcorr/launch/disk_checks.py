@@ -20,7 +20,8 @@ Called by the Snakefile while planning (:func:`check_on_disk`) and when the run 
   testsets cut short, from before caches recorded their tokenizer and digest, of another testset
   or model, or made by another tokenizer: deleted, so this run makes them again before any
   evaluation reads them;
-* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named.
+* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named; run
+  locally, a job killed before it could say why too, with its memory's config key and value.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) -> list[str]:
+def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, local: bool = False) -> list[str]:
     """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
     results are (the published paths, never ``.staging/``) or that the previous ones are kept, then
     the prompts cut to ``max_length`` (:func:`truncation_warnings`, with the share cut and the
@@ -85,7 +86,8 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) 
     without room now (:func:`room_to_run`) and the sentence each job stopped with, with the job named
     (:func:`refusal_lines`), whichever job it was. ``asked``: the targets of a run that did not ask
     for the published set (``snakemake results/x/data/y.jsonl``), which made only those: it is told
-    so, not pointed at scores and an answer it did not make.
+    so, not pointed at scores and an answer it did not make. ``local``: the jobs ran on this machine
+    (Snakemake's local executor), where a job killed before it could say why is named too.
 
     Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
     cannot be read is said in one line instead."""
@@ -126,7 +128,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) 
             # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
             # each job's sentence: the last lines, whichever job stopped
             lines += [f"oodcorr: {line}" for line in room_to_run(plan, [])]
-            lines += refusal_lines(plan)
+            lines += refusal_lines(plan, killed=local)
         except Exception as e:  # noqa: BLE001 -- as above
             lines.append(f"oodcorr: the jobs' refusals could not be gathered ({type(e).__name__}: {e})")
     return lines
@@ -136,12 +138,14 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None) 
 REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for want of room first)
 
 
-def refusal_lines(plan: Plan) -> list[str]:
+def refusal_lines(plan: Plan, killed: bool = False) -> list[str]:
     """Each job's sentence that this run's jobs stopped with (recorded by
     :func:`oodcorr.launch.runtime.refuse` and the jobs' exception hook), with the job named and its
     log: those of a full disk (or another write the file system stopped) first, then in the order they
-    stopped, at most :data:`REFUSALS_SHOWN`, then how many more."""
-    found = read_refusals(refusals_dir(plan.paths.logs))
+    stopped, at most :data:`REFUSALS_SHOWN`, then how many more. With ``killed`` (the jobs ran on this
+    machine), a job killed before it could say why too (:func:`_killed_sentence`); on SLURM such a job
+    is said by :mod:`oodcorr.launch.slurm_watch`, with SLURM's reason."""
+    found = [d for d in read_refusals(refusals_dir(plan.paths.logs)) if killed or d.get("kind") != "killed"]
     # stable: the order they stopped in, within each
     found.sort(key=lambda d: d.get("kind") not in ("disk full", "write failed"))
     out = []
@@ -153,6 +157,8 @@ def refusal_lines(plan: Plan) -> list[str]:
         log = doc.get("log") or "the job's log"
         if doc.get("kind") == "failed":  # an exception no script caught: its traceback is in the log
             out.append(f"oodcorr: {job} failed: {doc.get('message')} (the traceback is in {log})")
+        elif doc.get("kind") == "killed":
+            out.append(f"oodcorr: {job} was {_killed_sentence(plan, doc)} (its log: {log})")
         else:
             out.append(f"oodcorr: {job} stopped: {doc.get('message')} (its log: {log})")
     if len(found) > REFUSALS_SHOWN:
@@ -164,6 +170,29 @@ def refusal_lines(plan: Plan) -> list[str]:
             f"oodcorr: and {len(found) - REFUSALS_SHOWN} more jobs stopped ({counts}); each log's last line says why"
         )
     return out
+
+
+_BATCH = {"evaluate": "evaluation.batch_size", "finetune": "finetune.batch_size"}  # what a job's memory grows with
+
+
+def _killed_sentence(plan: Plan, doc: dict) -> str:
+    """A job killed on this machine before it could say why: what does that, and the config key of its
+    memory with its value, which here sets no limit but what Snakemake counts against ``--resources``."""
+    rule, model = str(doc.get("rule")), (doc.get("wildcards") or {}).get("model")
+    spec = plan.models.get(model) if model else None
+    res = spec.resources.get(rule) if spec else None
+    memory = (
+        f"Its rule's memory, `{res.where('mem_mb').replace('<rule>', rule)}: {res.mem_mb}` in the config, limits "
+        "no job run on this machine: it is what Snakemake counts against `--resources mem_mb=N`. Run again with N "
+        "this machine's free memory (MB), and raise that key to what one such job needs, so that fewer run at once"
+        + (f"; or lower `{_BATCH[rule]}`" if rule in _BATCH else "")
+        if res
+        else "Run fewer jobs at once (`--cores`)"
+    )
+    return (
+        f"{doc.get('message')}. On this machine that is most often the kernel's out-of-memory killer (`dmesg | "
+        f"grep -i oom`). {memory}. Jobs run on this machine have no time limit"
+    )
 
 
 def answer_of(plan: Plan) -> list[str]:

@@ -20,8 +20,9 @@ again on its node):
   summary, a graph, ``--report``) removes nothing and takes no lock, and says what a run would do;
 * while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
   ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
-  is a hard link (a copy made with ``cp -al``) named at once (:func:`linked_locks`), then the
-  experiment's lock
+  is a hard link (a copy made with ``cp -al``) that no run holds has this folder's name of it removed
+  first (:func:`unlink_copied_locks`, said in one line), one that a run holds is named (:func:`linked_locks`),
+  then the experiment's lock
   (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`), held until the
   run ends. Taken before Snakemake builds its DAG, so a second run is refused before any job of
   it starts, even with ``--no-hooks`` (which skips ``onstart``) and whatever the order in which
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import fcntl
 import json
 import os
 import socket
@@ -260,6 +262,38 @@ def linked_locks(plan: Plan) -> list[Path]:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             out.append(p)
     return out
+
+
+def unlink_copied_locks(plan: Plan) -> list[str]:
+    """In a run that may write, before :func:`lock`: this folder's names of its lock files that are hard
+    links (:func:`linked_locks`: the folder was copied with ``cp -al``) removed where no run holds them (an
+    ``flock`` taken on each while its name is removed proves it); the folder they were copied from keeps
+    its own, and :func:`lock` makes this folder's anew. Returns the line that says so. One that a run holds
+    now, or on a file system without locks, is left as it is, and :func:`lock` refuses it."""
+    gone = []
+    for p in linked_locks(plan):
+        try:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.path.samestat(os.fstat(fd), os.lstat(p)):  # the file flocked is still the one at p
+                p.unlink()
+                gone.append(p)
+        except OSError:
+            continue  # held by a run, or no locks here: lock() refuses it
+        finally:
+            os.close(fd)
+    if not gone:
+        return []
+    shown = ", ".join(str(p) for p in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+    return [
+        f"{len(gone)} lock file(s) of experiment {plan.experiment!r} had another name too (hard links: the folder "
+        f"was copied with `cp -al`?): {shown}. No run held them, so this folder's names of them were removed (a "
+        "run writes its holder's details into its lock files, which would have changed the other folder's too); "
+        "the other folder keeps its own"
+    ]
 
 
 def lock(plan: Plan, config_files) -> str | None:

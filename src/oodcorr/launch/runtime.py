@@ -45,8 +45,12 @@ def start_job(sm) -> None:
         wildcards={str(k): str(v) for k, v in items},
         log=log,
         output=str(outputs[0]) if outputs else None,
-        slot=RefusalSlot(folder, str(Path(log or "job").resolve())) if folder else None,
     )
+    # what stays recorded if the job is killed before it can say why (oodcorr.launch.disk_checks.refusal_lines)
+    killed = _doc(
+        "killed before it could say why (a signal: no Python error, no sentence of its own in its log)", "killed"
+    )
+    _JOB["slot"] = RefusalSlot(folder, str(Path(log or "job").resolve()), killed) if folder else None
     sys.excepthook = _uncaught
     atexit.register(_ended)
 
@@ -72,7 +76,14 @@ def _record(message: str, kind: str) -> None:
     """Fill this job's refusal slot: ``kind`` is ``disk full``, ``write failed``, ``refused`` (a sentence)
     or ``failed`` (an exception no script caught)."""
     slot = _JOB.get("slot")
-    doc = {
+    if slot is None or not slot.fill(_doc(message, kind)):
+        # no record (no room even for that): the console of a local run still gets the sentence
+        print(f"oodcorr: job {_JOB.get('rule')} stopped: {message}", file=sys.__stderr__)
+
+
+def _doc(message: str, kind: str) -> dict:
+    """This job's refusal record."""
+    return {
         "rule": _JOB.get("rule"),
         "wildcards": _JOB.get("wildcards") or {},
         "log": _JOB.get("log"),
@@ -81,9 +92,6 @@ def _record(message: str, kind: str) -> None:
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
     }
-    if slot is None or not slot.fill(doc):
-        # no record (no room even for that): the console of a local run still gets the sentence
-        print(f"oodcorr: job {_JOB.get('rule')} stopped: {message}", file=sys.__stderr__)
 
 
 def _uncaught(kind, e, tb) -> None:

@@ -11,7 +11,7 @@ hooks):
   that stops the executor guessing an account) and starts a :class:`Watcher`;
 * :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
   (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
-  set the limit and the config key to raise: the console's last lines.
+  set the limit and the config key to raise, with its value there: the console's last lines.
 
 The :class:`Watcher` looks at the run's jobs every ``OODCORR_SLURM_POLL_S`` seconds (30) and says on
 the console, once per change: jobs pending for a reason SLURM gives that no waiting ends by itself
@@ -108,8 +108,9 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
 
 
 def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
-    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit and the key
-    that set it, and what to change."""
+    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit SLURM gave
+    it, the config key that set it with its value there (``key(name)``: ``resources.evaluate.mem_mb: 2000``),
+    and what to change."""
     head = f"SLURM ended job {job.id} ({what})"
     again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
     per = ", per checkpoint" if rule == "evaluate" else ""
@@ -219,9 +220,11 @@ class Watcher(threading.Thread):
             what = f"rule {rule}"
         spec = self.plan.models.get(model) if model else None
 
-        def key(name: str) -> str:
+        def key(name: str) -> str:  # the key and, where the job's model is known, its value in the config
             res = spec.resources.get(rule) if spec else None
-            return (res.where(name) if res else f"resources.<rule>.{name}").replace("<rule>", rule)
+            if res is None:
+                return f"resources.{rule}.{name}"
+            return f"{res.where(name).replace('<rule>', rule)}: {getattr(res, name)}"
 
         return what, rule, key
 
@@ -373,11 +376,16 @@ def comments(jobs) -> dict:
     return out
 
 
+def executor_name(workflow) -> str:
+    """The executor plugin's name of this run (``local``, ``slurm``, ...)."""
+    return str(getattr(workflow.executor_plugin, "name", "") or "local")
+
+
 def at_start(workflow, plan: Plan) -> str | None:
     """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
     watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
     global _WATCHER
-    name = str(getattr(workflow.executor_plugin, "name", "") or "local")
+    name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
     if name != "slurm" or not jobs:
         slurm_rerun.record_run(plan, name, None)

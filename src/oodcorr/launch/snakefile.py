@@ -29,7 +29,7 @@ from ..planning.config import check_trackers
 from ..planning.plan import Plan, load
 from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
-from .experiment import check_published, claim, config_warning, lock, record_provenance, writes
+from .experiment import check_published, claim, config_warning, lock, record_provenance, unlink_copied_locks, writes
 from .report import check_report_inputs, report_requested
 from .room import room_to_run
 from .sizing import check_gpu_memory
@@ -72,6 +72,9 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
     if no_room and (writing or report_requested(sys.argv)):
         _stop(no_room)
     warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
+    # lock files that are hard links (the folder copied with `cp -al`): this folder's names of them removed
+    # first where no run holds them, said in one line
+    warnings += unlink_copied_locks(plan) if writing else []
     refusal = lock(plan, files) if writing else None
     if refusal:
         _warn(warnings)  # another config wrote it last: said too
@@ -108,10 +111,12 @@ def on_success(workflow, plan: Plan) -> None:
         print(line, flush=True)
 
 
-def on_error(plan: Plan) -> None:
-    """Why the run stopped, last: each job's sentence with the job named, a file system without room,
-    and on SLURM each job the cluster ended for a limit, with the config key that set it."""
-    for line in end_of_run_report(plan, failed=True) + slurm_watch.end_lines(failed=True):
+def on_error(workflow, plan: Plan) -> None:
+    """Why the run stopped, last: each job's sentence with the job named, a file system without room, a
+    job killed on this machine (with its memory key), and on SLURM each job the cluster ended for a
+    limit, with the config key that set it (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
+    local = slurm_watch.executor_name(workflow) == "local"
+    for line in end_of_run_report(plan, failed=True, local=local) + slurm_watch.end_lines(failed=True):
         print(line, flush=True)
 
 
