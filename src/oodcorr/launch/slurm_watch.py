@@ -206,9 +206,8 @@ class Watcher(threading.Thread):
             infos = list(self.executor.active_jobs)
         for info in infos:
             if info.external_jobid:
+                # an array task's id is <array>_<task>, as squeue lists it (slurm_cluster.queue: one line a task)
                 self.jobs.setdefault(str(info.external_jobid), info.job)
-                # an array task's id is <job>_<task>; squeue may list the parent
-                self.jobs.setdefault(str(info.external_jobid).split("_", 1)[0], info.job)
 
     def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
         sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
@@ -354,6 +353,14 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
     return list(out)
 
 
+def _asked(job) -> dict:
+    """The resources a submitted job asks for, and its threads (what a SLURM job array must share); not
+    Snakemake's own (``_cores``, ``_nodes``) nor ``tmpdir``, which the job's node sets."""
+    out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
+    out["threads"] = job.threads
+    return out
+
+
 def comments(jobs) -> dict:
     """The executor's ``--comment`` of each job (``rule_<rule>[_wildcards_<values>]``) -> the job, where
     that comment names one job only."""
@@ -397,6 +404,13 @@ def at_start(workflow, plan: Plan) -> str | None:
         placements(plan, jobs), slurm.partitions() or {}, config, accounts, bool(getattr(settings, "no_account", False))
     )
     refusals, warnings = refusals + more[0], warnings + more[1]
+    rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
+    refusals += slurm.array_problems(
+        getattr(settings, "array_jobs", None),
+        [(j.rule.name, _asked(j)) for j in jobs],
+        int(workflow.nodes or 1),
+        getattr(rate, "max_jobs", None),
+    )
     held = slurm.queue(None, every_state=True)
     submissions = len({id(workflow.dag.get_job_group(j) or j) for j in jobs})
     room = slurm.queue_room(submissions, int(workflow.nodes or 1), config, len(held or []))
