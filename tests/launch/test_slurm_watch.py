@@ -223,6 +223,7 @@ def test_job_array_tasks_are_watched_one_by_one(fake, plan, capsys, monkeypatch)
     w.poll()
     err = capsys.readouterr().err
     assert "SLURM job 1_3 (rule evaluate, micro-opt 3) ended and SLURM forgot it" in err, err
+    assert "a job array's task cancelled while it waited leaves SLURM no record of it" in err
     assert "SLURM job 1_1 " not in err and "SLURM job 1_2 " not in err and "SLURM job 1 " not in err
     assert fake.calls("squeue")[0].startswith("-h -r -o ")
 

@@ -286,10 +286,16 @@ class Watcher(threading.Thread):
             if sid not in self.lost and now - since >= LOST_AFTER_S and job in running:
                 self.lost.add(sid)
                 what, _, _ = describe_job(job)
+                why = (
+                    "a job array's task cancelled while it waited leaves SLURM no record of it, and the executor "
+                    "waits for one"
+                    if "_" in sid and sid not in state
+                    else "it stops watching jobs whose status it could not query"
+                )
                 say(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
-                    f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed (it stops "
-                    "watching jobs whose status it could not query) and would wait for it forever. Stop this run "
+                    f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
+                    "and would wait for it forever. Stop this run "
                     "(Ctrl-C) and run the same command again: finished jobs are not redone, and the rerun waits for "
                     "the SLURM jobs still running instead of submitting them again"
                 )
