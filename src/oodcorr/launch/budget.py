@@ -4,7 +4,9 @@ From the plan (:mod:`oodcorr.planning.plan`), and optionally a profile, the hub 
 experiment's own finished jobs:
 
 * **jobs per rule**, and which run on the submitting node (``localrules``) and which are
-  submitted (with a profile's PACKING block: evaluations per SLURM job);
+  submitted (with a profile's PACKING block: evaluations per SLURM job; on SLURM, the evaluation
+  submissions as job arrays too, :func:`array_submissions`, counted as such where the profile's
+  ARRAYS block is on);
 * **GPU-hours** as requested: every job's GPUs x its time limit (``runtime``; for
   evaluate minutes per checkpoint), the upper bound a compute-time request must cover;
   and **expected** GPU-hours where finished jobs of the same model measured their cost on
