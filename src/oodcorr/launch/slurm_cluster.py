@@ -374,7 +374,11 @@ def array_rules(setting: str | None) -> set[str]:
 
 
 def array_problems(
-    setting: str | None, jobs: Sequence[tuple[str, dict]], at_once: int, per_timespan: int | None
+    setting: str | None,
+    jobs: Sequence[tuple[str, dict]],
+    at_once: int,
+    per_timespan: int | None,
+    status_command: str | None,
 ) -> list[str]:
     """The refusals for a run whose jobs the executor would submit as job arrays (``slurm-array-jobs``:
     ``setting``) where arrays go wrong. ``jobs``: each submitted job's rule and the resources it asks for;
@@ -387,7 +391,10 @@ def array_problems(
     (``slurm-array-limit``), and never offers them again: the run waits for them forever (seen on a real
     SLURM cluster; snakemake-executor-plugin-slurm issue #473). So: every array rule's jobs must ask for
     the same resources, and the scheduler must never hold back a ready job (``jobs`` and the timespan's
-    jobs at least the run's)."""
+    jobs at least the run's). And the executor's status command must be squeue (``status_command``): its
+    sacct query reads ``JobIDRaw``, which for an array's task is the task's own job id, not the
+    ``<array>_<task>`` the executor looks for, so it falls back to the array's id, one task's record, for
+    every task (read in the executor's code and sacct's manual; the test cluster keeps no accounting)."""
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}
     for rule, asked in jobs:
@@ -406,6 +413,12 @@ def array_problems(
                 "array gives every task the first job's: tasks would run out of memory or time, or on the wrong "
                 f"partition. Run the models one at a time (a config per model, or per-model targets), {off}"
             )
+    if status_command != "squeue":
+        out.append(
+            f"job arrays with the executor's status command {status_command or 'sacct (its default)'}: its sacct "
+            "query gives an array task by its own job id, not the <array>_<task> the executor looks for, which then "
+            "reads every task's state from one task's record. Set `slurm-status-command: squeue` in the profile, " + off
+        )
     n = len(jobs)
     held_back = (
         f"the executor never submits the {', '.join(sorted(chosen))} jobs the scheduler picks while more of them "

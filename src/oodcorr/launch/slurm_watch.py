@@ -416,6 +416,7 @@ def at_start(workflow, plan: Plan) -> str | None:
         [(j.rule.name, _asked(j)) for j in jobs],
         int(workflow.nodes or 1),
         getattr(rate, "max_jobs", None),
+        getattr(settings, "status_command", None),
     )
     held = slurm.queue(None, every_state=True)
     submissions = len({id(workflow.dag.get_job_group(j) or j) for j in jobs})
