@@ -394,7 +394,8 @@ def array_problems(
     jobs at least the run's). And the executor's status command must be squeue (``status_command``): its
     sacct query reads ``JobIDRaw``, which for an array's task is the task's own job id, not the
     ``<array>_<task>`` the executor looks for, so it falls back to the array's id, one task's record, for
-    every task (read in the executor's code and sacct's manual; the test cluster keeps no accounting)."""
+    every task (read in the executor's code and sacct(1) of Slurm 22.05; the test cluster keeps no
+    accounting)."""
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}
     for rule, asked in jobs:
