@@ -14,7 +14,8 @@ every command bounded by a timeout, a missing command answered with None):
 And, in ``onstart`` (:mod:`oodcorr.launch.slurm_watch`), before anything is submitted, the checks
 that turn a cluster setting the run cannot work with into a sentence naming the profile key:
 :func:`status_problems` (a status command that cannot see jobs end) and :func:`placement_problems`
-(a partition or account the cluster lacks), and :func:`queue_room` (a queue limit the run would hit).
+(a partition or account the cluster lacks), :func:`array_problems` (job arrays the executor would get
+wrong: ``slurm-array-jobs``), and :func:`queue_room` (a queue limit the run would hit).
 """
 
 from __future__ import annotations

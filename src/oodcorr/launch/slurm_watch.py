@@ -6,9 +6,9 @@ hooks):
 * :func:`at_start` (``onstart``; the DAG is built, nothing submitted yet): records the run
   (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
   this cluster with the profile key to change (a status command that cannot see jobs end, a partition
-  or account the cluster lacks, :mod:`oodcorr.launch.slurm_cluster`), warns of a queue limit the run would
-  hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH (with ``slurm-no-account``, one
-  that stops the executor guessing an account) and starts a :class:`Watcher`;
+  or account the cluster lacks, job arrays the executor would get wrong; :mod:`oodcorr.launch.slurm_cluster`),
+  warns of a queue limit the run would hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH
+  (with ``slurm-no-account``, one that stops the executor guessing an account) and starts a :class:`Watcher`;
 * :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
   (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
   set the limit and the config key to raise: the console's last lines.
