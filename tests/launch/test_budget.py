@@ -91,6 +91,38 @@ def test_packing_and_a_cpu_partition_change_the_submissions(paper_plan):
     assert not any("ask for no GPU" in n for n in b.notes)
 
 
+def test_job_arrays_change_the_submissions_within_bounds_counted_by_hand(paper_plan):
+    """The profile's ARRAYS block (`slurm-array-jobs: evaluate`). By hand: 96 runs x 8 testsets = 768 arrays at
+    most (one per run x testset, 21 tasks each); one per run (168 tasks) = 96; at least each model's 2,016
+    evaluations at once in arrays of up to 1,000: 8 x 3 = 24. The 8 models ask for 4 different evaluate
+    resources (size classes), which arrays cannot mix: said."""
+    prof = budget.read_profile(REPO / "profiles/slurm")
+    assert prof["array_jobs"] is None  # commented out as shipped
+    b = budget.compute(paper_plan, profile=prof)
+    ev = next(r for r in b.rules if r.rule == "evaluate")
+    (note,) = [n for n in b.notes if "ARRAYS" in n]
+    assert ev.submitted == 16128 and "commented out here" in note
+    assert "at most 768 SLURM submissions (one per run x testset), 96 where every testset is tokenised" in note
+    assert "at least 24; 16,128 without arrays" in note and "4 different resources (per model)" in note
+
+    prof.update(array_jobs="evaluate")
+    b = budget.compute(paper_plan, profile=prof)
+    assert next(r for r in b.rules if r.rule == "evaluate").submitted == 768
+    assert budget.array_submissions(paper_plan, 100) == {
+        "limit": 100,
+        "jobs": 16128,
+        "at_most": 768,
+        "one_per_run": 96 * 2,  # 168 tasks: two arrays a run
+        "at_least": 8 * 21,  # 2,016 a model: 21 arrays
+        "resource_sets": 4,
+    }
+    # grouped jobs are never arrays: with PACKING the count is PACKING's
+    prof.update(groups={"evaluate": "evaluate"}, group_components={"evaluate": 21})
+    b = budget.compute(paper_plan, profile=prof)
+    assert next(r for r in b.rules if r.rule == "evaluate").submitted == 768
+    assert any("grouped jobs are never arrays" in n for n in b.notes)
+
+
 def test_measured_gpu_costs_replace_the_limits_of_the_same_model_and_testset(paper_plan):
     # opt-2.7b evaluated on HANS took 90 s per checkpoint on a GPU; on RTE only on a CPU
     measured = {

@@ -131,7 +131,58 @@ def test_queue_read_by_run_name(fake):
     assert [j.id for j in jobs] == ["9", "10"] and [j.active for j in jobs] == [True, False]
     assert jobs[0].rule(["build_tiny_model", "tokenize_testset"]) == "build_tiny_model"
     assert jobs[1].rule(["tokenize_testset"]) == "tokenize_testset"
-    assert fake.calls("squeue") == ["-h -o %i|%T|%j|%P|%l|%m|%N|%k|%r --states=all --name=4a59fc3d"]
+    assert fake.calls("squeue") == ["-h -r -o %i|%T|%j|%P|%l|%m|%N|%k|%r --states=all --name=4a59fc3d"]
     assert sc.queue([]) == []
     fake.answer("squeue", "", rc=1, stderr="slurm_load_jobs error: Unable to contact slurm controller")
     assert sc.queue(["x"]) is None
+
+
+EVAL = {"mem_mb": 24000, "runtime": 6, "gpu": 1, "slurm_partition": "gpu", "threads": 2}
+
+
+def test_array_rules_as_the_executor_reads_them():
+    assert sc.array_rules(None) == sc.array_rules("") == set()
+    assert sc.array_rules("evaluate; finetune,") == {"evaluate", "finetune"}
+
+
+def test_job_arrays_of_one_model_with_room_for_every_job_pass():
+    jobs = [("evaluate", dict(EVAL))] * 5 + [("finetune", {"mem_mb": 9000})]
+    assert sc.array_problems("evaluate", jobs, at_once=6, per_timespan=100, status_command="squeue") == []
+    assert (
+        sc.array_problems(None, jobs, at_once=1, per_timespan=1, status_command=None) == []
+    )  # no arrays: nothing to check
+    assert sc.array_problems("tokenize_testset", jobs, 1, 1, None) == []  # no such job here
+
+
+def test_job_arrays_over_evaluations_that_ask_for_different_resources_are_refused():
+    """Two models' evaluations (paper grid: 24,000 and 48,000 MB, 6 and 8 minutes): an array gives every task
+    the first job's limits."""
+    jobs = [("evaluate", dict(EVAL))] * 3 + [("evaluate", {**EVAL, "mem_mb": 48000, "runtime": 8})]
+    (refusal,) = sc.array_problems("evaluate", jobs, at_once=10, per_timespan=10, status_command="squeue")
+    assert "the 4 evaluate jobs of this run ask for different resources (mem_mb: 24000, 48000; runtime: 6, 8)" in (
+        refusal
+    )
+    assert "comment out `slurm-array-jobs`" in refusal
+    assert sc.array_problems("all", jobs, 10, 10, "squeue") == [refusal]
+
+
+def test_job_arrays_with_fewer_jobs_at_once_than_the_run_has_are_refused():
+    """The executor drops the array rule's jobs it is handed while more of them wait (seen on the real
+    cluster: `jobs: 2`, 5 evaluations ready, the run waited forever)."""
+    jobs = [("evaluate", dict(EVAL))] * 5
+    (few,) = sc.array_problems("evaluate", jobs, at_once=2, per_timespan=100, status_command="squeue")
+    assert few.startswith("`jobs: 2`, fewer than this run's 5 SLURM jobs") and "#473" in few
+    assert "Set `jobs:` in the profile (or --jobs) to 5 or more" in few
+    (rate,) = sc.array_problems("evaluate", jobs, at_once=5, per_timespan=4, status_command="squeue")
+    assert "Set `max-jobs-per-timespan: 5/1s` in the profile" in rate
+    assert len(sc.array_problems("evaluate", jobs, 2, 4, "squeue")) == 2
+
+
+def test_job_arrays_with_status_by_sacct_are_refused():
+    """The executor's sacct query (-X, JobIdRaw) gives an array task by its own job id; the executor looks for
+    <array>_<task> and falls back to the array's id, one task's record, for every task."""
+    jobs = [("evaluate", dict(EVAL))] * 5
+    for command in (None, "sacct"):
+        (refusal,) = sc.array_problems("evaluate", jobs, 5, 5, command)
+        assert "Set `slurm-status-command: squeue` in the profile" in refusal, refusal
+    assert "sacct (its default)" in sc.array_problems("evaluate", jobs, 5, 5, None)[0]

@@ -110,7 +110,7 @@ def test_the_earlier_runs_jobs_are_waited_for_not_submitted_again(plan, fake):
     sr.record_run(plan, "slurm", RUN)
     said = []
     assert sr.before_planning(plan, ARGV, said.append) is None
-    assert fake.calls("squeue")[0] == f"-h -o %i|%T|%j|%P|%l|%m|%N|%k|%r --name={RUN}"
+    assert fake.calls("squeue")[0] == f"-h -r -o %i|%T|%j|%P|%l|%m|%N|%k|%r --name={RUN}"
     assert len(fake.calls("squeue")) == 4
     assert "SLURM still holds 1 job(s) of an earlier run of this experiment" in said[0]
     assert (

@@ -200,7 +200,7 @@ def test_the_controller_away_and_back_is_said(fake, plan, capsys):
         w.poll()
     err = capsys.readouterr().err
     assert err.count("does not answer (`scontrol ping`)") == 1 and "answers again, after" in err
-    assert fake.calls("squeue") == [f"-h -o {sc.SQUEUE_FORMAT} --states=all --name={RUN}"]  # not asked while away
+    assert fake.calls("squeue") == [f"-h -r -o {sc.SQUEUE_FORMAT} --states=all --name={RUN}"]  # not asked while away
 
 
 def test_a_job_the_executor_stopped_watching_is_said(fake, plan, capsys, monkeypatch):
@@ -220,6 +220,24 @@ def test_a_job_the_executor_stopped_watching_is_said(fake, plan, capsys, monkeyp
     w2 = watcher(plan, {"7": job}, running=[])
     w2.poll()
     assert "ended COMPLETED" not in capsys.readouterr().err
+
+
+def test_job_array_tasks_are_watched_one_by_one(fake, plan, capsys, monkeypatch):
+    """A job array's tasks (the executor's ids <array>_<task>; squeue -r gives one a line, pending ones too):
+    a task that runs or waits is not lost (the array's parent id, which squeue never lists, was watched too,
+    and said lost once the array outlived LOST_AFTER_S); a task cancelled while it waited, which SLURM then
+    forgets at once (seen on the real cluster) and the executor awaits forever, is said."""
+    monkeypatch.setattr(sw, "LOST_AFTER_S", 0)
+    jobs = {f"1_{i}": sm_job("evaluate", model="micro-opt", step=str(i)) for i in (1, 2, 3)}
+    fake.answer("squeue", qline("1_1", "RUNNING") + qline("1_2", "PENDING"))
+    w = watcher(plan, jobs, running=jobs.values())
+    w.poll()
+    w.poll()
+    err = capsys.readouterr().err
+    assert "SLURM job 1_3 (rule evaluate, micro-opt 3) ended and SLURM forgot it" in err, err
+    assert "a job array's task cancelled while it waited leaves SLURM no record of it" in err
+    assert "SLURM job 1_1 " not in err and "SLURM job 1_2 " not in err and "SLURM job 1 " not in err
+    assert fake.calls("squeue")[0].startswith("-h -r -o ")
 
 
 def test_a_full_queue_is_said_with_packing_and_jobs(fake, plan, capsys):

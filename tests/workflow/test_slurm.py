@@ -7,6 +7,7 @@ munge when missing); it is skipped, with the reason, only where neither is avail
 import importlib.metadata
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,11 +43,19 @@ def test_plugin_is_pinned_alike_and_installed():
     assert importlib.metadata.version(PLUGINS[0]).startswith("2.")
 
 
-def packing_block() -> dict:
-    """The profile's optional PACKING block (commented out), as a user uncommenting it gets it."""
-    text = PROFILE.read_text().split("# ---- PACKING", 1)[1].split("# ---- end of PACKING", 1)[0]
+def _block(name: str) -> dict:
+    """The profile's optional block ``name`` (commented out), as a user uncommenting it gets it."""
+    text = PROFILE.read_text().split(f"# ---- {name}", 1)[1].split(f"# ---- end of {name}", 1)[0]
     keys = [line[2:] for line in text.splitlines() if re.match(r"# [a-z-]+: ", line)]
     return yaml.safe_load("\n".join(keys))
+
+
+def packing_block() -> dict:
+    return _block("PACKING")
+
+
+def array_block() -> dict:
+    return _block("ARRAYS")
 
 
 def test_profile_keys_a_user_edits_and_optional_packing():
@@ -64,6 +73,9 @@ def test_profile_keys_a_user_edits_and_optional_packing():
         "set-resource-scopes": {"gpu": "local"},
         "resources": {"gpu": 1},
     }
+    # evaluations as SLURM job arrays: a switch beside PACKING, off as shipped (docs/gpus-and-slurm.md#job-arrays)
+    assert "slurm-array-jobs" not in prof
+    assert array_block() == {"slurm-array-jobs": "evaluate", "slurm-array-limit": 1000}
     # GPUs come from the `gpu` resource: the plugin refuses --gres/--gpus in slurm_extra
     assert not re.search(r"--(gres|gpus)", yaml.safe_dump(prof))
 
@@ -558,6 +570,79 @@ def test_a_rerun_after_the_submitting_snakemake_died_waits_for_its_jobs(cluster,
     assert "the earlier run's SLURM jobs have ended; planning what is left" in text
     assert slurm_cluster.job_records(cluster.jobcomp_log.read_text())[job]["JobState"] == "COMPLETED"
     assert (wd / R / "models" / "micro-opt" / "config.json").is_file()
+
+
+def _array_profile(dest: Path, jobs: int) -> Path:
+    """The test's profile with the ARRAYS block instead of PACKING, ``jobs`` at once, one retry."""
+    _test_profile(dest)
+    prof = yaml.safe_load((dest / "config.yaml").read_text())
+    for key in packing_block():
+        del prof[key]
+    prof.update(array_block())
+    prof.update({"jobs": jobs, "retries": 1})
+    (dest / "config.yaml").write_text(yaml.safe_dump(prof))
+    return dest
+
+
+OVERLAP = [f"{R}/eval/micro-opt/synth/n64/seed0/step{k}/synth-overlap.predictions.parquet" for k in (0, 4, 8, 12, 16)]
+
+
+def _task_state(task: str) -> str:
+    res = subprocess.run(["squeue", "-h", "-r", "--states=all", "-j", task, "-o", "%T"], capture_output=True, text=True)
+    return res.stdout.strip()
+
+
+@pytest.mark.slow
+def test_evaluations_as_one_job_array_and_a_cancelled_task_redone_alone(runs, cluster, tmp_path):
+    """The profile's ARRAYS block, on the finished SLURM run's folder with one testset's 5 evaluations
+    deleted: with `jobs: 2` the run is refused before it submits (the executor 2.8.0 dropped the 2 jobs it
+    was handed while 3 more waited, and the run waited forever with nothing in SLURM); with room for every
+    job, the 5 go as one SLURM job array of 5 tasks, and a task cancelled while it runs
+    (`scancel <array>_3`) is retried alone, as a job of its own, the other 4 run once."""
+    wd = tmp_path / "wd"
+    shutil.copytree(runs["slurm"], wd, symlinks=True)
+    expected = {f: pd.read_parquet(wd / f) for f in OVERLAP}
+    for f in OVERLAP:
+        (wd / f).unlink()
+    cmd = _snakemake(wd, _array_profile(tmp_path / "few", jobs=2), *OVERLAP)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=_env())
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "oodcorr: nothing was submitted: `jobs: 2`, fewer than this run's 5" in out, out
+    assert "sbatch call" not in out
+
+    log = tmp_path / "run.log"
+    p = _start(_snakemake(wd, _array_profile(tmp_path / "arrays", jobs=20), *OVERLAP), _env(), log)
+    m = _wait_for(log, r"Submitted array job with Snakemake IDs ([\d,]+) and SLURM job ID (\d+)", p, 300)
+    array = m.group(2)
+    end = time.time() + 300
+    while _task_state(f"{array}_3") in ("", "PENDING") and time.time() < end and p.poll() is None:
+        time.sleep(0.2)
+    # cancelled while it waits, a task leaves SLURM no record and the executor awaits it forever (said by the
+    # run's watcher after LOST_AFTER_S): not what this test is about
+    state = _task_state(f"{array}_3")
+    if state != "RUNNING":
+        _kill(p)
+    assert state == "RUNNING", log.read_text(errors="replace")[-4000:]
+    subprocess.run(["scancel", f"{array}_3"], check=True, timeout=60)
+    rc = _finish(p, log, 600)
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-6000:]
+    assert len(m.group(1).split(",")) == 5 and text.count("Submitted array job with") == 1, text[-6000:]
+    task = dict(re.findall(r"external_jobid=(\d+_\d+), snakemake_jobid=(\d+)", text))
+    assert sorted(task) == [f"{array}_{i}" for i in range(1, 6)], text[-6000:]
+    # the cancelled task's job, and only it, submitted again: alone, not as an array
+    again = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", text)
+    assert [j for j, _ in again] == [task[f"{array}_3"]], text[-6000:]
+    assert {i: _task_state(f"{array}_{i}") for i in range(1, 6)} == {
+        1: "COMPLETED",
+        2: "COMPLETED",
+        3: "CANCELLED",
+        4: "COMPLETED",
+        5: "COMPLETED",
+    }
+    assert _task_state(again[0][1]) == "COMPLETED"
+    for f in OVERLAP:  # the same predictions as the packed run's, bit for bit
+        pd.testing.assert_frame_equal(pd.read_parquet(wd / f), expected[f])
 
 
 @pytest.mark.slow

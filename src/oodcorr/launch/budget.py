@@ -4,7 +4,9 @@ From the plan (:mod:`oodcorr.planning.plan`), and optionally a profile, the hub 
 experiment's own finished jobs:
 
 * **jobs per rule**, and which run on the submitting node (``localrules``) and which are
-  submitted (with a profile's PACKING block: evaluations per SLURM job);
+  submitted (with a profile's PACKING block: evaluations per SLURM job; on SLURM, the evaluation
+  submissions as job arrays too, :func:`array_submissions`, counted as such where the profile's
+  ARRAYS block is on);
 * **GPU-hours** as requested: every job's GPUs x its time limit (``runtime``; for
   evaluate minutes per checkpoint), the upper bound a compute-time request must cover;
   and **expected** GPU-hours where finished jobs of the same model measured their cost on
@@ -39,6 +41,9 @@ from ..core.records import job_seconds, read_result
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size
+from .slurm_cluster import array_rules
+
+ARRAY_LIMIT = 1000  # the executor's default slurm-array-limit (2.8.0); SLURM's MaxArraySize may lower it
 
 # rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
 LOCAL_RULES = (
@@ -134,6 +139,8 @@ def read_profile(folder: str | Path | None) -> dict:
         "groups": dict(prof.get("groups") or {}),
         "default_partition": defaults.get("slurm_partition"),
         "default_account": defaults.get("slurm_account"),
+        "array_jobs": prof.get("slurm-array-jobs"),
+        "array_limit": prof.get("slurm-array-limit"),
     }
 
 
@@ -223,6 +230,42 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
     return jobs
 
 
+def array_submissions(plan, limit: int) -> dict:
+    """The evaluation jobs' SLURM submissions as job arrays of at most ``limit`` tasks (the executor's
+    ``--slurm-array-jobs``, the profile's ARRAYS block). An array holds the evaluations that became ready
+    together, so the count depends on the order jobs end in; these are its bounds:
+
+    * ``at_most``: one array per run x testset (a testset's tokenisation ending after its run's finetune;
+      a series run's checkpoints, which come one at a time: one per evaluation);
+    * ``one_per_run``: one array per run, where every testset is tokenised before the run's finetune ends
+      (the usual order: a tokenisation takes minutes, a finetune hours);
+    * ``at_least``: each model's evaluations all at once (its finetunes done before).
+
+    Counted per model, as arrays are right for one model at a time (``resource_sets``: the different
+    evaluate resources of this config's models; more than one, and oodcorr refuses a run of them all as
+    arrays)."""
+    pair: dict[tuple, int] = {}
+    run: dict[str, int] = {}
+    model: dict[str, int] = {}
+    for j in plan.eval_jobs:
+        key = (j.run.id, j.testset, *(tuple(j.steps) if j.run.series else ()))
+        pair[key] = pair.get(key, 0) + 1
+        run[j.run.id] = run.get(j.run.id, 0) + 1
+        model[j.run.model] = model.get(j.run.model, 0) + 1
+
+    def chunks(counts: dict) -> int:
+        return sum(math.ceil(n / limit) for n in counts.values())
+
+    return {
+        "limit": limit,
+        "jobs": len(plan.eval_jobs),
+        "at_most": chunks(pair),
+        "one_per_run": chunks(run),
+        "at_least": chunks(model),
+        "resource_sets": len({plan.models[m].resources["evaluate"] for m in model}),
+    }
+
+
 def compute(
     plan,
     *,
@@ -269,12 +312,19 @@ def compute(
             cost.partitions = sorted(parts)
         if rule == "evaluate" and cost.submitted:
             k = int((profile.get("group_components") or {}).get("evaluate", 1) or 1)
-            if k > 1 and "evaluate" in (profile.get("groups") or {}):
+            packed = k > 1 and "evaluate" in (profile.get("groups") or {})
+            if packed:
                 cost.submitted = math.ceil(n / k)
                 notes.append(
                     f"evaluations are packed {k} per SLURM job (the profile's PACKING block): "
                     f"{cost.submitted} submissions"
                 )
+            if slurm:
+                arrays = array_submissions(plan, int(profile.get("array_limit") or ARRAY_LIMIT))
+                on = bool({"evaluate", "all"} & array_rules(profile.get("array_jobs"))) and not packed
+                if on:
+                    cost.submitted = arrays["at_most"]
+                notes.append(_arrays_note(arrays, on, packed, n))
         rules.append(cost)
 
     # checkpoints: every run's saved steps, plus one checkpoint's optimizer state while it trains
@@ -347,6 +397,26 @@ def compute(
         wall_hours_at_least=wall,
         notes=notes,
     )
+
+
+def _arrays_note(a: dict, on: bool, packed: bool, n: int) -> str:
+    how = (
+        "as SLURM job arrays (the profile's ARRAYS block)"
+        if on
+        else "with the profile's ARRAYS block (`slurm-array-jobs: evaluate`; "
+        + ("grouped jobs are never arrays: not with PACKING)" if packed else "commented out here)")
+    )
+    line = (
+        f"evaluations {how}, arrays of up to {a['limit']:,}: the {a['jobs']:,} evaluation jobs go in at most "
+        f"{a['at_most']:,} SLURM submissions (one per run x testset), {a['one_per_run']:,} where every testset is "
+        f"tokenised before its run's finetune ends (one per run), at least {a['at_least']:,}; {n:,} without arrays"
+    )
+    if a["resource_sets"] > 1:
+        line += (
+            f". This config's evaluations ask for {a['resource_sets']} different resources (per model): an array "
+            "gives every task the first job's, so run the models one at a time (oodcorr refuses a run that mixes them)"
+        )
+    return line
 
 
 def _work_lines(w: dict) -> list[str]:

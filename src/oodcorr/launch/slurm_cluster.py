@@ -14,7 +14,8 @@ every command bounded by a timeout, a missing command answered with None):
 And, in ``onstart`` (:mod:`oodcorr.launch.slurm_watch`), before anything is submitted, the checks
 that turn a cluster setting the run cannot work with into a sentence naming the profile key:
 :func:`status_problems` (a status command that cannot see jobs end) and :func:`placement_problems`
-(a partition or account the cluster lacks), and :func:`queue_room` (a queue limit the run would hit).
+(a partition or account the cluster lacks), :func:`array_problems` (job arrays the executor would get
+wrong: ``slurm-array-jobs``), and :func:`queue_room` (a queue limit the run would hit).
 """
 
 from __future__ import annotations
@@ -200,8 +201,10 @@ def parse_squeue(text: str) -> list[QueuedJob]:
 
 def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list[QueuedJob] | None:
     """The jobs named ``names`` (all jobs when None; with ``every_state``, finished ones SLURM still
-    remembers too), or None when squeue does not answer."""
-    argv = ["squeue", "-h", "-o", SQUEUE_FORMAT]
+    remembers too), or None when squeue does not answer. With ``names``, a job array's tasks one a line
+    (``<array>_<task>``, the executor's id of each), pending ones too, which squeue otherwise gives as one
+    range; without, as SLURM counts its jobs against ``MaxJobCount`` (an array's pending tasks: one)."""
+    argv = ["squeue", "-h", *(["-r"] if names is not None else []), "-o", SQUEUE_FORMAT]
     if every_state:
         argv.append("--states=all")
     if names is not None:
@@ -363,6 +366,78 @@ def queue_room(submissions: int, at_once: int, config: ClusterConfig, held_now: 
         f"so {room} more fit; this run has {submissions} SLURM job(s) to submit, up to {at_once} at once (`jobs:` in "
         f"the profile, or --jobs). {queue_advice(room)}"
     )
+
+
+def array_rules(setting: str | None) -> set[str]:
+    """The rules the executor submits as job arrays (``slurm-array-jobs``: rule names, ``,`` or ``;``
+    between them, or ``all``), as it reads the setting."""
+    return {r.strip() for r in (setting or "").replace(";", ",").split(",") if r.strip()}
+
+
+def array_problems(
+    setting: str | None,
+    jobs: Sequence[tuple[str, dict]],
+    at_once: int,
+    per_timespan: int | None,
+    status_command: str | None,
+) -> list[str]:
+    """The refusals for a run whose jobs the executor would submit as job arrays (``slurm-array-jobs``:
+    ``setting``) where arrays go wrong. ``jobs``: each submitted job's rule and the resources it asks for;
+    ``at_once``: ``jobs:`` of the profile; ``per_timespan``: the jobs ``max-jobs-per-timespan`` lets
+    Snakemake start per timespan.
+
+    The executor (2.8.0) groups the ready jobs of a rule by the rule's name only and gives every task of
+    an array the first job's partition, account, time limit, memory, CPUs and GPUs; and of a rule's ready
+    jobs that the scheduler handed it while more of them wait, it submits none unless they fill an array
+    (``slurm-array-limit``), and never offers them again: the run waits for them forever (seen on a real
+    SLURM cluster; snakemake-executor-plugin-slurm issue #473). So: every array rule's jobs must ask for
+    the same resources, and the scheduler must never hold back a ready job (``jobs`` and the timespan's
+    jobs at least the run's). And the executor's status command must be squeue (``status_command``): its
+    sacct query reads ``JobIDRaw``, which for an array's task is the task's own job id, not the
+    ``<array>_<task>`` the executor looks for, so it falls back to the array's id, one task's record, for
+    every task (read in the executor's code and sacct(1) of Slurm 22.05; the test cluster keeps no
+    accounting)."""
+    rules = array_rules(setting)
+    chosen: dict[str, list[dict]] = {}
+    for rule, asked in jobs:
+        if rule in rules or "all" in rules:
+            chosen.setdefault(rule, []).append(asked)
+    if not chosen:
+        return []
+    out = []
+    off = f"or comment out `slurm-array-jobs` in the profile ({PROFILE}: its ARRAYS block)"
+    for rule, asks in sorted(chosen.items()):
+        differ = sorted({k for a in asks for k in a if any(b.get(k) != a.get(k) for b in asks)})
+        if differ:
+            shown = "; ".join(f"{k}: {', '.join(sorted({str(a.get(k)) for a in asks}))}" for k in differ[:4])
+            out.append(
+                f"the {len(asks)} {rule} jobs of this run ask for different resources ({shown}), but a SLURM job "
+                "array gives every task the first job's: tasks would run out of memory or time, or on the wrong "
+                f"partition. Run the models one at a time (a config per model, or per-model targets), {off}"
+            )
+    if status_command != "squeue":
+        out.append(
+            f"job arrays with the executor's status command {status_command or 'sacct (its default)'}: its sacct "
+            "query gives an array task by its own job id, not the <array>_<task> the executor looks for, which then "
+            "reads every task's state from one task's record. Set `slurm-status-command: squeue` in the profile, " + off
+        )
+    n = len(jobs)
+    held_back = (
+        f"the executor never submits the {', '.join(sorted(chosen))} jobs the scheduler picks while more of them "
+        "wait to be picked (snakemake-executor-plugin-slurm 2.8.0; its issue #473), and the run would wait for "
+        "them forever"
+    )
+    if at_once < n:
+        out.append(
+            f"`jobs: {at_once}`, fewer than this run's {n} SLURM jobs: {held_back}. Set `jobs:` in the profile (or "
+            f"--jobs) to {n} or more, {off}"
+        )
+    if per_timespan is not None and per_timespan < n:
+        out.append(
+            f"`max-jobs-per-timespan` lets {per_timespan} jobs start per timespan, fewer than this run's {n} SLURM "
+            f"jobs: {held_back}. Set `max-jobs-per-timespan: {n}/1s` in the profile (or on the command line), {off}"
+        )
+    return out
 
 
 def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:

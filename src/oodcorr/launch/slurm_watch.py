@@ -6,9 +6,9 @@ hooks):
 * :func:`at_start` (``onstart``; the DAG is built, nothing submitted yet): records the run
   (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
   this cluster with the profile key to change (a status command that cannot see jobs end, a partition
-  or account the cluster lacks, :mod:`oodcorr.launch.slurm_cluster`), warns of a queue limit the run would
-  hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH (with ``slurm-no-account``, one
-  that stops the executor guessing an account) and starts a :class:`Watcher`;
+  or account the cluster lacks, job arrays the executor would get wrong; :mod:`oodcorr.launch.slurm_cluster`),
+  warns of a queue limit the run would hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH
+  (with ``slurm-no-account``, one that stops the executor guessing an account) and starts a :class:`Watcher`;
 * :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
   (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
   set the limit and the config key to raise, with its value there: the console's last lines.
@@ -207,9 +207,8 @@ class Watcher(threading.Thread):
             infos = list(self.executor.active_jobs)
         for info in infos:
             if info.external_jobid:
+                # an array task's id is <array>_<task>, as squeue lists it (slurm_cluster.queue: one line a task)
                 self.jobs.setdefault(str(info.external_jobid), info.job)
-                # an array task's id is <job>_<task>; squeue may list the parent
-                self.jobs.setdefault(str(info.external_jobid).split("_", 1)[0], info.job)
 
     def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
         sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
@@ -290,10 +289,16 @@ class Watcher(threading.Thread):
             if sid not in self.lost and now - since >= LOST_AFTER_S and job in running:
                 self.lost.add(sid)
                 what, _, _ = describe_job(job)
+                why = (
+                    "a job array's task cancelled while it waited leaves SLURM no record of it, and the executor "
+                    "waits for one"
+                    if "_" in sid and sid not in state
+                    else "it stops watching jobs whose status it could not query"
+                )
                 say(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
-                    f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed (it stops "
-                    "watching jobs whose status it could not query) and would wait for it forever. Stop this run "
+                    f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
+                    "and would wait for it forever. Stop this run "
                     "(Ctrl-C) and run the same command again: finished jobs are not redone, and the rerun waits for "
                     "the SLURM jobs still running instead of submitting them again"
                 )
@@ -357,6 +362,14 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
     return list(out)
 
 
+def _asked(job) -> dict:
+    """The resources a submitted job asks for, and its threads (what a SLURM job array must share); not
+    Snakemake's own (``_cores``, ``_nodes``) nor ``tmpdir``, which the job's node sets."""
+    out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
+    out["threads"] = job.threads
+    return out
+
+
 def comments(jobs) -> dict:
     """The executor's ``--comment`` of each job (``rule_<rule>[_wildcards_<values>]``) -> the job, where
     that comment names one job only."""
@@ -405,6 +418,14 @@ def at_start(workflow, plan: Plan) -> str | None:
         placements(plan, jobs), slurm.partitions() or {}, config, accounts, bool(getattr(settings, "no_account", False))
     )
     refusals, warnings = refusals + more[0], warnings + more[1]
+    rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
+    refusals += slurm.array_problems(
+        getattr(settings, "array_jobs", None),
+        [(j.rule.name, _asked(j)) for j in jobs],
+        int(workflow.nodes or 1),
+        getattr(rate, "max_jobs", None),
+        getattr(settings, "status_command", None),
+    )
     held = slurm.queue(None, every_state=True)
     submissions = len({id(workflow.dag.get_job_group(j) or j) for j in jobs})
     room = slurm.queue_room(submissions, int(workflow.nodes or 1), config, len(held or []))
