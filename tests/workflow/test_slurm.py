@@ -352,12 +352,18 @@ def _runs(tmp_path_factory, cluster) -> dict:
     print(f"\nSnakemake's log of the SLURM run: {log}")
     t0 = time.time()
     p = _start(_snakemake(wd, profile), _env(PATH=f"{shim}{os.pathsep}{os.environ['PATH']}"), log)
-    # slurmctld stopped for 30 s while the first job runs, then started again with its saved state (issue 47):
-    # the run must finish, and say what it waits for meanwhile
+    # slurmctld stopped while the first job (the tiny model's build) runs, and kept away until that job has
+    # ended and 30 s have passed, then started again with its saved state (issues 47 and 53): the run must
+    # see the job ended while the controller was away and finish, saying what it waits for meanwhile
     first = _wait_for(log, r"has been submitted with SLURM jobid (\d+)", p, 300).group(1)
     _wait_step(first, p, log, 120)
     cluster.stop_controller()
-    time.sleep(30)
+    away = time.time()
+    built = wd / "results/micro/models/micro-opt/oodcorr_build.json"  # the job's last write
+    while not built.exists() and time.time() < away + 600:
+        time.sleep(0.5)
+    assert built.exists(), f"the first job made no model in 600 s:\n{log.read_text(errors='replace')[-4000:]}"
+    time.sleep(max(5.0, away + 30 - time.time()))  # (5 s: its process has exited after writing it)
     cluster.start_controller()
     rc = _finish_releasing(p, log, cluster, 900)
     slurm_s = time.time() - t0
