@@ -53,6 +53,7 @@ from scipy import stats
 
 from oodcorr.analysis.correlate import POOLING_CAP, corr, fisher_z, residual_pair
 from oodcorr.analysis.inference import assess, corrected_phi, effective_n, lag1, modified_test
+from oodcorr.analysis.options import Options
 from oodcorr.analysis.pooling import combine
 from oodcorr.analysis.simulate import ar1_series, calibrate
 
@@ -244,8 +245,10 @@ def pooling(args) -> list[dict]:
                     zs, vs = [], []
                     for _ in range(k):
                         x, y, z = ar1_series(rng, n, phi, math.tanh(mu + tau * rng.normal()))
-                        a = assess(residual_pair(x, y, z), "pearson", 0.95, pos)
-                        zs.append(math.atanh(a["r"]))
+                        rp = residual_pair(x, y, z)
+                        r = corr(rp["rx"], rp["ry"], "pearson")
+                        a = assess(rp, r, "pearson", pos, Options())
+                        zs.append(math.atanh(r))
                         vs.append(a["se_z"] ** 2)
                     c = combine(zs, vs, 0.95)
                     acc["shipped"][0] += c["p"] < 0.05

@@ -52,8 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..core.defaults import ANALYSIS as DEFAULTS
-from .correlate import FINITE_CAP, corr, fisher_z
+from .correlate import FINITE_CAP, fisher_z
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci
 
 PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
@@ -281,42 +280,38 @@ INFERENCES = ("modified-t", "iid", "block")
 
 def assess(
     rp: dict,
+    r: float,
     method: str,
-    level: float,
     pos: np.ndarray | None,
-    inference: str = DEFAULTS["inference"],
-    *,
+    opts,
     deps: tuple[Dependence, Dependence] | None = None,
     rng: np.random.Generator | None = None,
-    block_length: int = 0,
-    n_boot: int = DEFAULTS["bootstrap"]["n_boot"],
-    n_perm: int = DEFAULTS["permutation"]["n_perm"],
-    interval: str = DEFAULTS["bootstrap"]["interval"],
     defer: bool = False,
 ) -> dict:
-    """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
-    (:func:`.correlate.residual_pair`).
+    """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
+    residual pair ``rp`` (:func:`.correlate.residual_pair`).
 
-    ``inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
+    ``opts``: the analysis settings (:class:`.options.Options`, which imports this module).
+    ``opts.inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
     with the units taken as independent: today's parametric test, too liberal on
     autocorrelated checkpoints) or ``block`` (the earlier default, kept for comparison:
-    moving-block bootstrap interval and block-permutation p-value, which need not agree).
+    moving-block bootstrap interval and block-permutation p-value, which need not agree; it reads
+    ``opts.block_length``, ``n_boot``, ``n_perm`` and ``interval``, and draws from ``rng``).
     ``pos``: the units' checkpoint positions, None for exchangeable units. ``deps``: the two
-    series' :class:`Dependence`, when the caller caches them. ``block_length`` (``block``
-    only): 0 for the automatic rule, ``ceil(n^(1/3))`` for ordered units and 1 otherwise.
+    series' :class:`Dependence`, when the caller caches them.
 
-    Returns ``r, p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
+    Returns ``p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
     ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``
     (the caller computes them for many cells at once with :func:`modified_tests`).
     """
     rx, ry = rp["rx"], rp["ry"]
-    r = corr(rx, ry, method)
-    out = {"r": r, "p_perm": math.nan, "block_length": math.nan}
+    level, inference = opts.level, opts.inference
+    out = {"p_perm": math.nan, "block_length": math.nan}
     if inference == "block":
         n = len(rx)
-        b = min(block_length, n) if block_length else auto_block_length(n, pos is not None)
-        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, n_boot, level, rng, interval)
-        pperm, exact = block_permutation_p(rx, ry, method, b, n_perm, rng)
+        b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
+        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
+        pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
         dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
         n_iid = iid_effective_n(dx, dy)
         if b > 1:
@@ -336,8 +331,6 @@ def assess(
             block_length=b,
         )
         return out
-    if inference not in INFERENCES:
-        raise ValueError(f"unknown inference {inference!r}; choose from {', '.join(INFERENCES)}")
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
         n_eff, how = iid_effective_n(dx, dy), "t-test (units independent)"

@@ -3,7 +3,7 @@
 out (``r_eiv``), the tasks' correlation (``r_corrected``) and each series' reliability
 (:mod:`.measurement` has the estimators and why).
 
-:func:`run_measurements` is called once per run by :func:`.run_cells.analyse_run`; it returns the
+:func:`run_measurements` is called once per run by :func:`.run_cells.partial_corr`; it returns the
 columns of every (pair, residualiser) of the linear kind, which the Pearson cells take whole and
 the other cells of the pair take in part (the reliabilities and ``noise``: what the scores'
 noise is known from; their own correlations are not corrected, :mod:`.measurement` says why).

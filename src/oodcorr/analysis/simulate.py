@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from .agreement_table import agreement
-from .correlate import residual_pair
+from .correlate import corr, residual_pair
 from .inference import assess, dependence
 from .options import Options
 from .pipeline import analyse
@@ -110,15 +110,16 @@ def calibrate(
     truth = true_rho(phi, rho) if series == "ar1" else rho
     pos = np.arange(n)
     gam = GamSettings()
+    settings = {k: Options(inference=k, level=level, n_boot=n_boot, n_perm=n_perm) for k in inferences}
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
         x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else drift_series(rng, n, rho)
         rp = residual_pair(x, y, z, method, residualiser, gam)
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
-        results = {}
+        r, results = corr(rp["rx"], rp["ry"], method), {}
         for k in inferences:
-            a = assess(rp, method, level, pos, k, deps=deps, rng=cell_rng(seed, n, i, k), n_boot=n_boot, n_perm=n_perm)
+            a = assess(rp, r, method, pos, settings[k], deps, cell_rng(seed, n, i, k))
             results[k] = (a["p"], a["ci_low"], a["ci_high"], a["n_eff"])
         for k, f in (extra or {}).items():
             results[k] = (*f(rp, pos, cell_rng(seed, n, i, k)), math.nan)
