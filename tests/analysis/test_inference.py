@@ -192,12 +192,12 @@ def test_size_coverage_and_power_at_a_fixed_seed():
     # rho = 0.6, phi = 0.5, 21 checkpoints. 400 simulated runs give a binomial standard
     # error of 0.011 on a rate near 0.05, so the size must lie in 0.05 +- 0.035 (about 3 SE)
     # and coverage at least 0.92 - 0.02; the i.i.d. test on the same runs fails the size.
-    null = calibrate(21, 0.8, 0.0, 400, ("modified-t", "iid"), seed=11)
+    null = calibrate(21, 0.8, 0.0, 400, ("modified-t", "iid"), opts=Options(seed=11))
     assert 0.015 <= null["modified-t"]["reject"] <= 0.085, null
     assert null["iid"]["reject"] > 0.12, null  # the ordinary t-test: far too many false positives
-    alt = calibrate(21, 0.8, 0.6, 400, ("modified-t",), seed=11)["modified-t"]
+    alt = calibrate(21, 0.8, 0.6, 400, ("modified-t",), opts=Options(seed=11))["modified-t"]
     assert alt["coverage"] >= 0.90, alt
-    power = calibrate(21, 0.5, 0.6, 300, ("modified-t",), seed=11)["modified-t"]
+    power = calibrate(21, 0.5, 0.6, 300, ("modified-t",), opts=Options(seed=11))["modified-t"]
     assert power["reject"] >= 0.4 and power["coverage"] >= 0.90, power
 
 
