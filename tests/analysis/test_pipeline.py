@@ -16,7 +16,7 @@ from oodcorr.analysis import (
     analyse,
 )
 from oodcorr.analysis.simulate import ar1_series
-from oodcorr.analysis.tables import from_long, from_wide, read_table
+from oodcorr.analysis.tables import Layout, from_long, from_wide, read_table
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
@@ -232,7 +232,7 @@ def test_wide_table_summary_rows_are_excluded_with_a_logged_message(tmp_path, ca
     p.write_text(WIDE, encoding="utf-8")
     df, where = read_table(p)
     with caplog.at_level(logging.WARNING):
-        long = from_wide(df, unit="Run", in_domain="ID acc", source=str(p), exclude=("notes",))
+        long = from_wide(df, Layout(unit="Run", in_domain="ID acc", source=str(p), exclude=("notes",)))
     assert sorted(long["unit"].unique()) == [f"Run {i}" for i in range(5)]
     assert set(long["testset"]) == {"ID acc", "A", "B", "C"} and len(long) == 5 * 4
     for line, label in ((7, "'Mean'"), (8, "'Standard deviation:'"), (9, "'min (all runs)'")):
@@ -245,13 +245,13 @@ def test_wide_table_errors_name_the_line_or_column(tmp_path):
     p.write_text(WIDE, encoding="utf-8")
     df, _ = read_table(p)
     with pytest.raises(DataError, match="not numeric: column 'notes' \\(line 2: 'x'\\)"):
-        from_wide(df, unit="Run", in_domain="ID acc", source="t")
+        from_wide(df, Layout(unit="Run", in_domain="ID acc", source="t"))
     with pytest.raises(DataError, match="in-domain testset 'MNLI' is not a column"):
-        from_wide(df, unit="Run", in_domain="MNLI", source="t", exclude=("notes",))
+        from_wide(df, Layout(unit="Run", in_domain="MNLI", source="t", exclude=("notes",)))
     p.write_text(WIDE.replace("Run 2,", ",", 1), encoding="utf-8")
     df, _ = read_table(p)
     with pytest.raises(DataError, match="line 4 has scores but no value in the unit column 'Run'"):
-        from_wide(df, unit="Run", in_domain="ID acc", source="t", exclude=("notes",))
+        from_wide(df, Layout(unit="Run", in_domain="ID acc", source="t", exclude=("notes",)))
 
 
 def test_long_table_and_workflow_scores_give_the_same_cells():
@@ -263,7 +263,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
     canon, info = from_scores(scores)
     assert info.to_dict("records") == [{"run": "m/s0", "n_train": 8, "seed": 0}]
     via_long = from_long(
-        scores, unit="step", testset="testset", score="accuracy", in_domain="id", model="model", run="run_id"
+        scores, Layout(unit="step", in_domain="id", model="model", run="run_id"), testset="testset", score="accuracy"
     )
     a, b = analyse(canon, FAST), analyse(via_long, FAST)
     pd.testing.assert_frame_equal(a, b)
@@ -271,7 +271,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
     notes = analyse(from_scores(two)[0], FAST)["note"]
     assert notes.str.contains("no unique in-domain testset for this run").all()
     with pytest.raises(DataError, match="'mnli' does not occur in column 'testset'"):
-        from_long(scores, unit="step", testset="testset", score="accuracy", in_domain="mnli")
+        from_long(scores, Layout(unit="step", in_domain="mnli"), testset="testset", score="accuracy")
 
 
 # ---- figures ---------------------------------------------------------------------------------
