@@ -60,7 +60,7 @@ benchmarks/README.md#11-planning-a-study-oodcorr-design.
 This module is the engine (the simulated studies and their power curves); the assumptions a
 pilot replaces are estimated in :mod:`.design_pilot` and the report ``oodcorr design`` writes
 is built in :mod:`.design_report`. Which verdict counts as found for each power is decided in
-one place, :func:`found_shares`.
+one place, :func:`_found_shares`.
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ def _share_saying(shares: dict, words: str) -> float:
     return sum(v for k, v in shares.items() if words in k)
 
 
-def found_shares(same: dict, half: dict, effect: float) -> dict:
+def _found_shares(same: dict, half: dict, effect: float) -> dict:
     """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
     the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
     (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
@@ -424,7 +424,7 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        found = found_shares(sv, hv, e)
+        found = _found_shares(sv, hv, e)
         for kind, val, n in (
             ("cell", cell, n_runs),
             ("cell_corrected", cell_c, n_runs),

@@ -146,7 +146,7 @@ SHORT = {
 }
 
 
-def pilot_items_lines(items: dict) -> list[str]:
+def _pilot_items_lines(items: dict) -> list[str]:
     """The pilot's item noise (:func:`.design_pilot.item_estimates`) as markdown bullets."""
     out = []
     per = items.get("per_testset", {})
@@ -341,7 +341,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
             f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
             + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
             + ";",
-            *pilot_items_lines(pilot["items"]),
+            *_pilot_items_lines(pilot["items"]),
             f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
             f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
             f"between runs: sd {pilot['run_sd']['estimate']:.2f};",

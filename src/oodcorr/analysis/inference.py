@@ -59,7 +59,7 @@ PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about
 _GRID = np.linspace(0.0, PHI_MAX, 100)
 
 
-def lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
     (``M``: one matrix, or a stack of them)."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
@@ -114,8 +114,8 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
     each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
     ``R`` (..., n, n): one per series, the result (..., len(phis))."""
     Rt = np.swapaxes(R, -1, -2)
-    num = lag_sums(Rt @ neighbours(pos) @ R, pos)
-    den = lag_sums(Rt @ R, pos)
+    num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
+    den = _lag_sums(Rt @ R, pos)
     powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
     if R.ndim == 2:
         return (powers @ num) / (powers @ den)
@@ -215,11 +215,11 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
 
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
-    """Dutilleul's effective sample size of the pair, never above :func:`iid_effective_n`."""
-    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), iid_effective_n(dx, dy))
+    """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
+    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), _iid_effective_n(dx, dy))
 
 
-def iid_effective_n(dx: Dependence, dy: Dependence) -> float:
+def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
     return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
 
@@ -259,7 +259,7 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
 
 
-def p_value(method: str, r: float, n_eff: float) -> float:
+def _p_value(method: str, r: float, n_eff: float) -> float:
     return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
 
 
@@ -313,11 +313,11 @@ def assess(
         lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
         pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
         dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-        n_iid = iid_effective_n(dx, dy)
+        n_iid = _iid_effective_n(dx, dy)
         if b > 1:
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
-            p, how = p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
+            p, how = _p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
         out.update(
             p=p,
             ci_low=lo,
@@ -333,7 +333,7 @@ def assess(
         return out
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
-        n_eff, how = iid_effective_n(dx, dy), "t-test (units independent)"
+        n_eff, how = _iid_effective_n(dx, dy), "t-test (units independent)"
     else:
         n_eff = effective_n(dx, dy)
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"

@@ -109,7 +109,7 @@ def _value(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else str(v)
 
 
-def run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd.DataFrame:
+def _run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd.DataFrame:
     """One row per (model, run): the run information columns and ``pool_group``."""
     runs = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
     if run_info is None or run_info.empty:
@@ -223,7 +223,7 @@ def analyse(
             long = long[long["unit"] != 0]
         else:
             log.warning("drop_step0: the units are not numeric, so there is no step 0 to leave out")
-    info = run_groups(long, run_info, opts.pool_by)
+    info = _run_groups(long, run_info, opts.pool_by)
     groups = [g for _, g in long.groupby(["model", "run"], sort=True)]
     parts, items = leaves(task_groups), _run_items(groups, examples, ordered)
     if workers <= 1 or len(groups) <= 1:

@@ -7,9 +7,9 @@ partial correlation of x and y given z is then exactly ``rho`` (both noises shar
 phi, so their stationary correlation equals the innovations'), while consecutive
 checkpoints are dependent as they are in a real run. ``phi`` may be a pair
 ``(phi_x, phi_y)``; then the noises' correlation is
-``rho sqrt((1 - phi_x^2)(1 - phi_y^2)) / (1 - phi_x phi_y)`` (:func:`true_rho`).
+``rho sqrt((1 - phi_x^2)(1 - phi_y^2)) / (1 - phi_x phi_y)`` (:func:`_true_rho`).
 
-:func:`drift_series` -- the same shape, but each noise is a random walk (a slow drift
+:func:`_drift_series` -- the same shape, but each noise is a random walk (a slow drift
 of the checkpoint's ability) plus independent per-checkpoint noise (the testset's
 sampling error): not AR(1), a check of the procedure's robustness.
 
@@ -51,7 +51,7 @@ def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...]
     return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
 
 
-def true_rho(phi, rho: float) -> float:
+def _true_rho(phi, rho: float) -> float:
     px, py = (phi, phi) if np.isscalar(phi) else phi
     return rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py)
 
@@ -70,7 +70,7 @@ def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float =
     return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
 
 
-def drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
+def _drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
     """Noise = random walk (step sd ``drift`` x noise, innovations correlated ``rho``) plus
     independent white noise (sd ``noise``); the partial correlation is not a single number
     here (the walk is not stationary), so use it with ``rho = 0`` (size)."""
@@ -109,14 +109,14 @@ def calibrate(
     opts = opts or Options(n_boot=999, n_perm=999)
     level, seed = opts.level, opts.seed
     rng = np.random.default_rng([seed, n, int(round(1000 * np.mean(phi))), int(round(1000 * rho)) + 1000])
-    truth = true_rho(phi, rho) if series == "ar1" else rho
+    truth = _true_rho(phi, rho) if series == "ar1" else rho
     pos = np.arange(n)
     gam = GamSettings()
     settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
-        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else drift_series(rng, n, rho)
+        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else _drift_series(rng, n, rho)
         rp = residual_pair(x, y, z, method, residualiser, gam)
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
         r, results = corr(rp["rx"], rp["ry"], method), {}
