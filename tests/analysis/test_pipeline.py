@@ -1,6 +1,7 @@
 """The analysis of whole tables: per-run and pooled rows, degenerate input, the residualiser
 and step-0 checks, the example-level bootstrap, reading long/wide tables, and the figures."""
 
+import dataclasses
 import logging
 import math
 
@@ -153,6 +154,10 @@ def test_every_degenerate_case_is_nan_with_a_reason_and_never_a_crash(caplog):
     words = long.assign(unit="u" + long["unit"].astype(str))
     row = _cell(analyse(words, opts), "m/s0", "a", "b", residualiser="gam+step")
     assert "needs a numeric unit column" in row["note"]
+    spline = analyse(words, dataclasses.replace(opts, residualisers=("spline", "spline+step")))
+    row = _cell(spline, "m/s0", "a", "b", residualiser="spline+step")
+    assert "needs a numeric unit column" in row["note"] and math.isnan(row["r"])
+    assert math.isfinite(_cell(spline, "m/s0", "a", "b", residualiser="spline")["r"])
 
 
 def test_example_level_bootstrap_widens_with_fewer_examples():

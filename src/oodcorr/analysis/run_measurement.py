@@ -126,16 +126,16 @@ def run_measurements(
         if mask.sum() < 5:
             continue
         for res in kinds:
-            st = steps[mask] if (parse(res).step and steps is not None) else None
-            if parse(res).step and steps is None:
+            if parse(res).step and steps is None:  # no step to residualise on: the cells say so
                 continue
+            st = steps[mask] if parse(res).step else None
             got = _pairs(cols, zname, pairs, noise, mask, st, ordered, level, seed, where)
             for (a, b), row in got.items():
                 out[(a, b, res)] = row
         for res in splines:
-            st = steps[mask] if parse(res).step else None
             if parse(res).step and steps is None:
                 continue
+            st = steps[mask] if parse(res).step else None
             line = "linear+step" if parse(res).step else "linear"
             lines = {p: out[(*p, line)] for p in pairs}
             got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
