@@ -53,6 +53,7 @@ from scipy import stats
 
 from oodcorr.analysis.correlate import POOLING_CAP, corr, fisher_z, residual_pair
 from oodcorr.analysis.inference import assess, corrected_phi, effective_n, lag1, modified_test
+from oodcorr.analysis.options import Options
 from oodcorr.analysis.pooling import combine
 from oodcorr.analysis.simulate import ar1_series, calibrate
 
@@ -161,6 +162,11 @@ EXTRA = {"plug-in": plug_in, "pyper-peterman": pyper_peterman, "sieve": sieve, "
 # ---- sections -----------------------------------------------------------------------------------
 
 
+def _opts(args) -> Options:
+    """The settings of every calibration here: the seed asked for, 999 resamples and permutations."""
+    return Options(seed=args.seed, n_boot=999, n_perm=999)
+
+
 def per_run(args) -> list[dict]:
     out = []
     extra = {k: f for k, f in EXTRA.items() if k in args.candidates}
@@ -170,7 +176,7 @@ def per_run(args) -> list[dict]:
             t0 = time.time()
             cells = {
                 rho: calibrate(
-                    n, phi, rho, args.reps, shipped, extra=extra, seed=args.seed, residualiser=args.residualiser
+                    n, phi, rho, args.reps, shipped, extra=extra, residualiser=args.residualiser, opts=_opts(args)
                 )
                 for rho in (0.0, 0.3, 0.6)
             }
@@ -199,15 +205,15 @@ def robustness(args) -> list[dict]:
     out = []
     reps = args.reps
     for n in (21, 41):
-        c = calibrate(n, (0.8, 0.0), 0.0, reps, seed=args.seed)["modified-t"]
+        c = calibrate(n, (0.8, 0.0), 0.0, reps, opts=_opts(args))["modified-t"]
         out.append({"case": "phi_x 0.8, phi_y 0", "n": n, "size": c["reject"], "reps": reps})
     for n in args.n:
-        c = calibrate(n, 0.0, 0.0, reps, seed=args.seed, series="drift")["modified-t"]
+        c = calibrate(n, 0.0, 0.0, reps, series="drift", opts=_opts(args))["modified-t"]
         out.append({"case": "random walk + noise", "n": n, "size": c["reject"], "reps": reps})
     gam_reps = max(50, reps // 4)
     for phi in (0.0, 0.5, 0.8):
-        c0 = calibrate(21, phi, 0.0, gam_reps, residualiser="gam", seed=args.seed)["modified-t"]
-        c6 = calibrate(21, phi, 0.6, gam_reps, residualiser="gam", seed=args.seed)["modified-t"]
+        c0 = calibrate(21, phi, 0.0, gam_reps, residualiser="gam", opts=_opts(args))["modified-t"]
+        c6 = calibrate(21, phi, 0.6, gam_reps, residualiser="gam", opts=_opts(args))["modified-t"]
         out.append(
             {
                 "case": "gam residualiser",
@@ -222,8 +228,8 @@ def robustness(args) -> list[dict]:
         print(f"  robustness gam phi={phi} done", file=sys.stderr, flush=True)
     for method in ("spearman", "kendall"):
         for phi in (0.0, 0.5, 0.8):
-            c0 = calibrate(21, phi, 0.0, reps, method=method, seed=args.seed)["modified-t"]
-            c6 = calibrate(21, phi, 0.6, reps, method=method, seed=args.seed)["modified-t"]
+            c0 = calibrate(21, phi, 0.0, reps, method=method, opts=_opts(args))["modified-t"]
+            c6 = calibrate(21, phi, 0.6, reps, method=method, opts=_opts(args))["modified-t"]
             out.append(
                 {"case": method, "n": 21, "phi": phi, "size": c0["reject"], "power_0.6": c6["reject"], "reps": reps}
             )
@@ -244,8 +250,10 @@ def pooling(args) -> list[dict]:
                     zs, vs = [], []
                     for _ in range(k):
                         x, y, z = ar1_series(rng, n, phi, math.tanh(mu + tau * rng.normal()))
-                        a = assess(residual_pair(x, y, z), "pearson", 0.95, pos)
-                        zs.append(math.atanh(a["r"]))
+                        rp = residual_pair(x, y, z)
+                        r = corr(rp["rx"], rp["ry"], "pearson")
+                        a = assess(rp, r, "pearson", pos, Options())
+                        zs.append(math.atanh(r))
                         vs.append(a["se_z"] ** 2)
                     c = combine(zs, vs, 0.95)
                     acc["shipped"][0] += c["p"] < 0.05

@@ -45,6 +45,7 @@ from oodcorr.analysis import Options, agreement
 from oodcorr.analysis.design import (
     NOISE,
     Assumptions,
+    Draws,
     Grid,
     Settings,
     curve,
@@ -253,9 +254,7 @@ def main(argv=None) -> int:
     for row in coverage["per_run"]:
         if row["procedure"] != "modified-t":
             continue
-        c = curve(
-            Grid(1, 1, row["n"], 1), Assumptions(phi=row["phi"]), effects=(0.0, 0.3, 0.6), studies=args.runs, seed=26
-        )
+        c = curve(Grid(1, 1, row["n"], 1), Assumptions(phi=row["phi"]), draws=Draws((0.0, 0.3, 0.6), args.runs, 26))
         for e, key in ((0.0, "size"), (0.3, "power_0.3"), (0.6, "power_0.6")):
             m, p = row[key], c.power["cell"][c.effects.index(e)]
             se = math.sqrt(m * (1 - m) / row["reps"] + p * (1 - p) / args.runs)

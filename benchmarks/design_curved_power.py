@@ -37,7 +37,7 @@ def main(argv=None) -> int:
     for phi in args.phi:
         for res in ("spline", "linear"):
             a = dz.Assumptions(phi=phi, shape=args.shape)
-            c = dz.curve(grid, a, dz.Settings(residualiser=res), (0.0, args.effect), args.studies, args.seed)
+            c = dz.curve(grid, a, dz.Settings(residualiser=res), dz.Draws((0.0, args.effect), args.studies, args.seed))
             null = c.verdicts["same"][0]
             row = {
                 "phi": phi,

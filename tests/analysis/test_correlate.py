@@ -1,5 +1,6 @@
-"""Partial correlations (oodcorr.analysis.correlate): the residualisers and correlation methods
-against pingouin and by hand, degenerate inputs, and the residual cache. Resampling:
+"""Partial correlations (oodcorr.analysis.correlate, one run's through run_cells.partial_corr): the
+residualisers and correlation methods against pingouin and by hand, degenerate inputs, and the
+residual cache. Resampling:
 tests/analysis/test_resample.py; corrections: test_multitest.py; per-run inference:
 test_inference.py; pooling and agreement: test_pooling.py."""
 
@@ -11,10 +12,28 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import (
-    partial_corr,
-    residual_pair,
-)
+from oodcorr.analysis import Options, partial_corr, residual_pair
+
+
+def _one_pair(x, y, covars, method="pearson", residualiser="spline") -> dict:
+    """The one cell of a run of testsets x, y and the in-domain z (``covars``: z, or z and the step,
+    which are then the run's units) from the workflow's per-run function."""
+    Z = np.asarray(covars, dtype=float).reshape(len(x), -1)
+    step = Z.shape[1] > 1
+    units = Z[:, 1] if step else np.arange(len(x))
+    long = pd.DataFrame(
+        {
+            "model": "m",
+            "in_domain": "z",
+            "run": "r",
+            "unit": np.tile(units, 3),
+            "testset": np.repeat(["x", "y", "z"], len(x)),
+            "score": np.concatenate([np.asarray(x, dtype=float), np.asarray(y, dtype=float), Z[:, 0]]),
+        }
+    )
+    opts = Options(methods=(method,), residualisers=(residualiser,), step0_check=False, example_boot=0)
+    (row,) = partial_corr(long, opts, ordered=step)
+    return row
 
 
 def _ols_residuals(y, Z):
@@ -32,11 +51,10 @@ def test_linear_partial_corr_equals_pingouin(seed):
     z = rng.normal(size=n)
     x = 0.8 * z + rng.normal(size=n)
     y = -0.5 * z + 0.3 * x + rng.normal(size=n)
-    got = partial_corr(x, y, z, residualiser="linear")
+    got = _one_pair(x, y, z, residualiser="linear")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z")
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
-    assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
-    assert got["n"] == n and got["dof"] == n - 3
+    assert got["p_param"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8) and got["n"] == n
 
 
 def test_linear_with_step_equals_pingouin_with_two_covariates():
@@ -46,10 +64,10 @@ def test_linear_with_step_equals_pingouin_with_two_covariates():
     z = np.log1p(step) / 10 + 0.05 * rng.normal(size=n)
     x = 0.5 * z + 1e-4 * step + rng.normal(size=n) * 0.1
     y = -0.2 * z + 2e-4 * step + 0.4 * x + rng.normal(size=n) * 0.1
-    got = partial_corr(x, y, np.column_stack([z, step]), residualiser="linear+step")
+    got = _one_pair(x, y, np.column_stack([z, step]), residualiser="linear+step")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z, "s": step}), x="x", y="y", covar=["z", "s"])
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
-    assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
+    assert got["p_param"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
 
 
 def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
@@ -57,17 +75,17 @@ def test_spearman_matches_pingouin_and_kendall_is_tau_of_residuals():
     z = rng.normal(size=30)
     x = np.exp(z) + rng.normal(size=30)
     y = z**3 + rng.normal(size=30)
-    got = partial_corr(x, y, z, method="spearman", residualiser="linear")
+    got = _one_pair(x, y, z, method="spearman", residualiser="linear")
     ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z}), x="x", y="y", covar="z", method="spearman")
     assert abs(got["r"] - ref["r"].iloc[0]) < 1e-10
     tau = stats.kendalltau(_ols_residuals(x, z), _ols_residuals(y, z))
-    k = partial_corr(x, y, z, method="kendall", residualiser="linear")
-    assert k["r"] == pytest.approx(tau.statistic, abs=1e-12) and k["p"] == pytest.approx(tau.pvalue)
+    k = _one_pair(x, y, z, method="kendall", residualiser="linear")
+    assert k["r"] == pytest.approx(tau.statistic, abs=1e-12) and k["p_param"] == pytest.approx(tau.pvalue)
     # the three differ on this nonlinear data: the methods are not aliases
     assert (
         len(
             {
-                round(partial_corr(x, y, z, method=m, residualiser="linear")["r"], 6)
+                round(_one_pair(x, y, z, method=m, residualiser="linear")["r"], 6)
                 for m in ("pearson", "spearman", "kendall")
             }
         )
@@ -88,8 +106,8 @@ def test_a_curve_recovers_noise_correlation_where_linear_is_biased(curve):
     gam_err, lin_err = [], []
     for seed in range(3):
         x, y, z, rho = _quadratic(seed)
-        g = partial_corr(x, y, z, residualiser=curve)
-        lin = partial_corr(x, y, z, residualiser="linear")
+        g = _one_pair(x, y, z, residualiser=curve)
+        lin = _one_pair(x, y, z, residualiser="linear")
         assert g["note"] == "" and lin["note"] == ""
         gam_err.append(g["r"] - rho)
         lin_err.append(lin["r"] - rho)
@@ -107,8 +125,8 @@ def test_a_curve_with_step_removes_a_shared_trend_in_training_step(curve):
     trend = np.sin(step / n * 3 * np.pi) * 0.3  # both OOD testsets drift together with training
     e = rng.multivariate_normal([0, 0], [[1, rho], [rho, 1]], size=n) * 0.1
     x, y = 0.5 * z + trend + e[:, 0], -0.3 * z + trend + e[:, 1]
-    only_z = partial_corr(x, y, z, residualiser=curve)
-    with_step = partial_corr(x, y, np.column_stack([z, step]), residualiser=f"{curve}+step")
+    only_z = _one_pair(x, y, z, residualiser=curve)
+    with_step = _one_pair(x, y, np.column_stack([z, step]), residualiser=f"{curve}+step")
     assert abs(with_step["r"] - rho) < 0.12, with_step
     assert only_z["r"] - rho > 0.3, only_z
 
@@ -131,16 +149,16 @@ def test_a_curve_with_step_removes_a_shared_trend_in_training_step(curve):
     ],
 )
 def test_degenerate_inputs_give_nan_with_a_reason(x, y, z, res, note):
-    got = partial_corr(x, y, z, residualiser=res)
-    assert math.isnan(got["r"]) and math.isnan(got["p"])
+    got = _one_pair(x, y, z, residualiser=res)
+    assert math.isnan(got["r"]) and math.isnan(got["p"]) and math.isnan(got["p_param"])
     assert note in got["note"], got["note"]
 
 
 def test_unknown_names_raise_naming_them():
     with pytest.raises(ValueError, match="'loess'"):
-        partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], residualiser="loess")
+        _one_pair([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], residualiser="loess")
     with pytest.raises(ValueError, match="'distance'"):
-        partial_corr([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], method="distance")
+        _one_pair([1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 5], method="distance")
 
 
 @pytest.mark.parametrize("res", ["spline", "linear"])

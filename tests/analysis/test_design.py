@@ -56,7 +56,7 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
     assert [round(exact_power(r, 21), 3) for r in (0.0, 0.3, 0.6)] == [0.05, 0.254, 0.836]
     # (the closed form is the line's: straight series, the linear residualiser)
     line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
-    c = dz.curve(dz.Grid(4, 1, 21, 1), line, linear, effects=(0.0, 0.3, 0.6), studies=1000, seed=3)
+    c = dz.curve(dz.Grid(4, 1, 21, 1), line, linear, dz.Draws((0.0, 0.3, 0.6), 1000, 3))
     for e, got, se in zip(c.effects, c.power["cell"], c.se["cell"]):
         want = exact_power(e, 21)
         assert got == pytest.approx(want, abs=4 * se + 0.01), (e, got, want)
@@ -68,7 +68,7 @@ def test_per_run_power_with_independent_checkpoints_is_the_partial_correlation_t
 def test_holm_over_the_table_is_the_first_steps_threshold_when_the_other_pairs_are_null():
     # 21 pairs, the others null: a pair is found about when its p < 0.05 / 21 (Holm's first step)
     line, linear = dz.Assumptions(phi=0.0, shape="line"), dz.Settings(residualiser="linear")
-    c = dz.curve(dz.Grid(2, 1, 21, 21), line, linear, effects=(0.6,), studies=1500, seed=4)
+    c = dz.curve(dz.Grid(2, 1, 21, 21), line, linear, dz.Draws((0.6,), 1500, 4))
     a = 0.05 / 21
     t = stats.t.ppf(1 - a / 2, 18)
     # the t-test at alpha / 21 by Fisher's z: r_c, then the normal approximation of atanh r
@@ -174,7 +174,7 @@ def test_a_curved_shape_is_drawn_when_asked_and_the_line_fakes_model_differences
     g, a = dz.Grid(8, 1, 40, 1), dz.Assumptions(phi=0.5)
     differ = {}
     for res in ("linear", "spline"):
-        c = dz.curve(g, a, dz.Settings(residualiser=res), effects=(0.0,), studies=60, seed=5)
+        c = dz.curve(g, a, dz.Settings(residualiser=res), dz.Draws((0.0,), 60, 5))
         differ[res] = sum(v for k, v in c.verdicts["same"][0].items() if "differ" in k or "reversal" in k)
     assert differ["linear"] > 0.5 and differ["spline"] < 0.15, differ
 
@@ -245,8 +245,8 @@ def test_white_noise_attenuates_the_correlation_as_observed_rho_says():
 
 def test_a_curve_is_reproducible_and_rises_with_the_effect():
     g, a = dz.Grid(4, 2, 12, 6), dz.Assumptions(phi=0.5)
-    c1 = dz.curve(g, a, effects=(0.0, 0.4, 0.8), studies=60, seed=9)
-    c2 = dz.curve(g, a, effects=(0.0, 0.4, 0.8), studies=60, seed=9)
+    c1 = dz.curve(g, a, draws=dz.Draws((0.0, 0.4, 0.8), 60, 9))
+    c2 = dz.curve(g, a, draws=dz.Draws((0.0, 0.4, 0.8), 60, 9))
     assert c1.power == c2.power and c1.verdicts == c2.verdicts
     assert c1.power["generalises"][0] <= c1.power["generalises"][1] <= c1.power["generalises"][2]
     assert dz.smallest_effect([0.0, 0.4, 0.8], [0.0, 0.4, 1.0]) == pytest.approx(0.4 + 0.4 * 0.4 / 0.6)

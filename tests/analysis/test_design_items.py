@@ -123,6 +123,6 @@ def test_more_items_buy_back_the_power_the_noise_takes():
     power = []
     for n in (100, 1000, None):  # straight series and the line, whose form the cross-fitted correlation has
         a = dz.Assumptions(phi=0.5, items=ItemNoise(in_domain=1000, ood=n), shape="line")
-        c = dz.curve(g, a, dz.Settings(residualiser="linear"), effects=(0.0, 0.5), studies=300, seed=4)
+        c = dz.curve(g, a, dz.Settings(residualiser="linear"), dz.Draws((0.0, 0.5), 300, 4))
         power.append(c.power["average sign"][1])
     assert power[0] < power[1] < power[2] and power[2] - power[0] > 0.3, power

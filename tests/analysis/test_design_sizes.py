@@ -41,10 +41,8 @@ def test_the_items_table_of_a_small_grid():
         g,
         a,
         [0.5],
-        0.5,
         dz.Settings(residualiser="linear"),
-        effects=(0.0, 0.5),
-        studies=60,
+        dz.Draws((0.0, 0.5), 60),
         effect=0.5,
         info={"testset_sizes": {"in_domain": {"mnli": 1000}, "ood": {"wnli": 71, "hans": 30000}}},
     )

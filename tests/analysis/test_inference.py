@@ -10,7 +10,7 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import Options, analyse, residual_pair
+from oodcorr.analysis import Options, analyse, corr, residual_pair
 from oodcorr.analysis.inference import (
     Dependence,
     ar1_corr,
@@ -45,16 +45,17 @@ def test_independent_units_reproduce_the_ordinary_partial_correlation_t_test(see
     for covars, k, ref_covar in ((z, 1, "z"), (np.column_stack([z, step]), 2, ["z", "s"])):
         res = "linear" if k == 1 else "linear+step"
         rp = residual_pair(x, y, covars, residualiser=res)
-        got = assess(rp, "pearson", 0.95, None)  # exchangeable units: no autocorrelation
+        r = corr(rp["rx"], rp["ry"], "pearson")
+        got = assess(rp, r, "pearson", None, Options())  # exchangeable units: no autocorrelation
         assert got["n_eff"] == pytest.approx(n - k, abs=1e-9)  # n - 1 - (number of covariates) + 1
         ref = pg.partial_corr(pd.DataFrame({"x": x, "y": y, "z": z, "s": step}), x="x", y="y", covar=ref_covar)
-        assert got["r"] == pytest.approx(ref["r"].iloc[0], abs=1e-10)
+        assert r == pytest.approx(ref["r"].iloc[0], abs=1e-10)
         assert got["p"] == pytest.approx(ref["p_val"].iloc[0], rel=1e-8)
         # the interval by hand: Fisher z of r plus/minus atanh of the test's critical r
         dof = n - k - 2
         tc = stats.t.ppf(0.975, dof)
         h = math.atanh(tc / math.sqrt(dof + tc * tc))
-        zr = math.atanh(got["r"])
+        zr = math.atanh(r)
         assert (got["ci_low"], got["ci_high"]) == pytest.approx((math.tanh(zr - h), math.tanh(zr + h)), abs=1e-12)
 
 
@@ -174,8 +175,9 @@ def test_exchangeable_units_have_no_autocorrelation_and_ordered_ones_lose_inform
     rng = np.random.default_rng(5)
     x, y, z = ar1_series(rng, 21, 0.9, 0.0)
     rp = residual_pair(x, y, z, residualiser="linear")
-    ordered, free = assess(rp, "pearson", 0.95, np.arange(21)), assess(rp, "pearson", 0.95, None)
-    assert ordered["r"] == free["r"] and free["n_eff"] == pytest.approx(20)
+    r = corr(rp["rx"], rp["ry"], "pearson")
+    ordered, free = assess(rp, r, "pearson", np.arange(21), Options()), assess(rp, r, "pearson", None, Options())
+    assert free["n_eff"] == pytest.approx(20)
     assert ordered["phi_x"] > 0.5 and ordered["n_eff"] < 12 and math.isnan(free["phi_x"])
     assert ordered["ci_high"] - ordered["ci_low"] > free["ci_high"] - free["ci_low"]
     d = dependence(rp["rx"], rp["Rx"], None)
@@ -190,12 +192,12 @@ def test_size_coverage_and_power_at_a_fixed_seed():
     # rho = 0.6, phi = 0.5, 21 checkpoints. 400 simulated runs give a binomial standard
     # error of 0.011 on a rate near 0.05, so the size must lie in 0.05 +- 0.035 (about 3 SE)
     # and coverage at least 0.92 - 0.02; the i.i.d. test on the same runs fails the size.
-    null = calibrate(21, 0.8, 0.0, 400, ("modified-t", "iid"), seed=11)
+    null = calibrate(21, 0.8, 0.0, 400, ("modified-t", "iid"), opts=Options(seed=11))
     assert 0.015 <= null["modified-t"]["reject"] <= 0.085, null
     assert null["iid"]["reject"] > 0.12, null  # the ordinary t-test: far too many false positives
-    alt = calibrate(21, 0.8, 0.6, 400, ("modified-t",), seed=11)["modified-t"]
+    alt = calibrate(21, 0.8, 0.6, 400, ("modified-t",), opts=Options(seed=11))["modified-t"]
     assert alt["coverage"] >= 0.90, alt
-    power = calibrate(21, 0.5, 0.6, 300, ("modified-t",), seed=11)["modified-t"]
+    power = calibrate(21, 0.5, 0.6, 300, ("modified-t",), opts=Options(seed=11))["modified-t"]
     assert power["reject"] >= 0.4 and power["coverage"] >= 0.90, power
 
 

@@ -1,11 +1,13 @@
 """The analysis of whole tables: per-run and pooled rows, degenerate input, the residualiser
 and step-0 checks, the example-level bootstrap, reading long/wide tables, and the figures."""
 
+import dataclasses
 import logging
 import math
 
 import numpy as np
 import pandas as pd
+import pingouin as pg
 import pytest
 
 from oodcorr.analysis import (
@@ -13,10 +15,9 @@ from oodcorr.analysis import (
     Options,
     agreement,
     analyse,
-    partial_corr,
 )
 from oodcorr.analysis.simulate import ar1_series
-from oodcorr.analysis.tables import from_long, from_wide, read_table
+from oodcorr.analysis.tables import Layout, from_long, from_wide, read_table
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
@@ -75,7 +76,7 @@ def test_one_row_per_run_or_pooled_pair_method_residualiser():
     assert set(zip(out.x, out.y)) == {("a", "b"), ("a", "c"), ("b", "c")}
     one = long[long.run == "m1/s1"].pivot(index="unit", columns="testset", values="score")
     row = _cell(out, "m1/s1", "a", "c")
-    assert row["r"] == pytest.approx(partial_corr(one["a"], one["c"], one["id"], residualiser="linear")["r"], abs=1e-12)
+    assert row["r"] == pytest.approx(pg.partial_corr(one, x="a", y="c", covar="id")["r"].iloc[0], abs=1e-10)
     assert row["ci_low"] <= row["r"] <= row["ci_high"] and row["n"] == 12 and 2 < row["n_eff"] <= 11
     assert row["p_method"] == "modified t-test (AR(1) effective n)" and math.isnan(row["block_length"])
     assert row["conclusion"] in ("positive", "negative", "unresolved", "near zero") and row["pool_group"] == "all runs"
@@ -153,6 +154,10 @@ def test_every_degenerate_case_is_nan_with_a_reason_and_never_a_crash(caplog):
     words = long.assign(unit="u" + long["unit"].astype(str))
     row = _cell(analyse(words, opts), "m/s0", "a", "b", residualiser="gam+step")
     assert "needs a numeric unit column" in row["note"]
+    spline = analyse(words, dataclasses.replace(opts, residualisers=("spline", "spline+step")))
+    row = _cell(spline, "m/s0", "a", "b", residualiser="spline+step")
+    assert "needs a numeric unit column" in row["note"] and math.isnan(row["r"])
+    assert math.isfinite(_cell(spline, "m/s0", "a", "b", residualiser="spline")["r"])
 
 
 def test_example_level_bootstrap_widens_with_fewer_examples():
@@ -232,7 +237,7 @@ def test_wide_table_summary_rows_are_excluded_with_a_logged_message(tmp_path, ca
     p.write_text(WIDE, encoding="utf-8")
     df, where = read_table(p)
     with caplog.at_level(logging.WARNING):
-        long = from_wide(df, unit="Run", in_domain="ID acc", source=str(p), exclude=("notes",))
+        long = from_wide(df, Layout(unit="Run", in_domain="ID acc", source=str(p), exclude=("notes",)))
     assert sorted(long["unit"].unique()) == [f"Run {i}" for i in range(5)]
     assert set(long["testset"]) == {"ID acc", "A", "B", "C"} and len(long) == 5 * 4
     for line, label in ((7, "'Mean'"), (8, "'Standard deviation:'"), (9, "'min (all runs)'")):
@@ -245,13 +250,13 @@ def test_wide_table_errors_name_the_line_or_column(tmp_path):
     p.write_text(WIDE, encoding="utf-8")
     df, _ = read_table(p)
     with pytest.raises(DataError, match="not numeric: column 'notes' \\(line 2: 'x'\\)"):
-        from_wide(df, unit="Run", in_domain="ID acc", source="t")
+        from_wide(df, Layout(unit="Run", in_domain="ID acc", source="t"))
     with pytest.raises(DataError, match="in-domain testset 'MNLI' is not a column"):
-        from_wide(df, unit="Run", in_domain="MNLI", source="t", exclude=("notes",))
+        from_wide(df, Layout(unit="Run", in_domain="MNLI", source="t", exclude=("notes",)))
     p.write_text(WIDE.replace("Run 2,", ",", 1), encoding="utf-8")
     df, _ = read_table(p)
     with pytest.raises(DataError, match="line 4 has scores but no value in the unit column 'Run'"):
-        from_wide(df, unit="Run", in_domain="ID acc", source="t", exclude=("notes",))
+        from_wide(df, Layout(unit="Run", in_domain="ID acc", source="t", exclude=("notes",)))
 
 
 def test_long_table_and_workflow_scores_give_the_same_cells():
@@ -263,7 +268,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
     canon, info = from_scores(scores)
     assert info.to_dict("records") == [{"run": "m/s0", "n_train": 8, "seed": 0}]
     via_long = from_long(
-        scores, unit="step", testset="testset", score="accuracy", in_domain="id", model="model", run="run_id"
+        scores, Layout(unit="step", in_domain="id", model="model", run="run_id"), testset="testset", score="accuracy"
     )
     a, b = analyse(canon, FAST), analyse(via_long, FAST)
     pd.testing.assert_frame_equal(a, b)
@@ -271,7 +276,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
     notes = analyse(from_scores(two)[0], FAST)["note"]
     assert notes.str.contains("no unique in-domain testset for this run").all()
     with pytest.raises(DataError, match="'mnli' does not occur in column 'testset'"):
-        from_long(scores, unit="step", testset="testset", score="accuracy", in_domain="mnli")
+        from_long(scores, Layout(unit="step", in_domain="mnli"), testset="testset", score="accuracy")
 
 
 # ---- figures ---------------------------------------------------------------------------------

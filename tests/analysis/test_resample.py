@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from oodcorr.analysis import (
+    Options,
     block_permutation_p,
     bootstrap_ci,
     moving_block_indices,
@@ -43,9 +44,9 @@ def test_block_option_undercovers_short_strongly_dependent_runs():
     # bootstrap interval undercovers and its permutation test rejects a true null too often,
     # which is why it is no longer the default (benchmarks/analysis_coverage.py,
     # benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values)
-    alt = calibrate(21, 0.8, 0.4, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)
+    alt = calibrate(21, 0.8, 0.4, 200, ("block", "modified-t"), opts=Options(seed=1, n_boot=499, n_perm=199))
     assert alt["block"]["coverage"] < 0.85 < alt["modified-t"]["coverage"], alt
-    null = calibrate(21, 0.8, 0.0, 200, ("block", "modified-t"), seed=1, n_boot=499, n_perm=199)
+    null = calibrate(21, 0.8, 0.0, 200, ("block", "modified-t"), opts=Options(seed=1, n_boot=499, n_perm=199))
     assert null["block"]["reject"] > 0.1 > null["modified-t"]["reject"], null
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import from_long, from_wide, read_table
+from oodcorr.analysis.tables import Layout, from_long, from_wide, read_table
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
@@ -23,7 +23,9 @@ def long_csv(tmp_path, scores: dict[str, list[float]], column: str = "accuracy")
 
 def read_long(path, column="accuracy"):
     df, where = read_table(path)
-    return from_long(df, unit="step", testset="testset", score=column, in_domain="ind", source=str(path), where=where)
+    return from_long(
+        df, Layout(unit="step", in_domain="ind", source=str(path), where=where), testset="testset", score=column
+    )
 
 
 SHARES = {"ind": [0.5, 0.6, 0.7, 0.8], "x": [0.3, 0.35, 0.4, 0.45], "y": [0.6, 0.62, 0.61, 0.66]}
@@ -66,7 +68,7 @@ def test_a_wide_tables_scores_are_accuracies(tmp_path):
     p.write_text("Run,ind,x,y\nr0,0.8,0.4,0.5\nr1,0.82,1.7,0.52\nr2,0.81,0.45,0.49\nMean,0.81,0.85,0.50\n")
     df, where = read_table(p)
     with pytest.raises(DataError) as e:
-        from_wide(df, unit="Run", in_domain="ind", source=str(p), where=where)
+        from_wide(df, Layout(unit="Run", in_domain="ind", source=str(p), where=where))
     msg = str(e.value)
     assert "column 'x', line 3: score 1.7 is outside [0, 1]" in msg and "--metric 'COLUMN=METRIC'" in msg, msg
 
@@ -82,7 +84,7 @@ def test_a_wide_table_of_mixed_scales_is_read_column_by_column_and_names_the_fla
     p.write_text(MIXED)
     df, where = read_table(p)
     with pytest.raises(DataError) as e:
-        from_wide(df, unit="step", in_domain="ind", source=str(p), where=where)
+        from_wide(df, Layout(unit="step", in_domain="ind", source=str(p), where=where))
     msg = str(e.value)  # y, in percent, is read as such; ll, a log-likelihood named nothing, is refused
     assert "column 'll', line 2: score -3.1 is outside [0, 1]" in msg and "--metric 'COLUMN=METRIC'" in msg, msg
     assert "'y'" not in msg
@@ -92,8 +94,8 @@ def test_a_wide_table_says_how_to_read_each_column(tmp_path):
     p = tmp_path / "wide.csv"
     p.write_text(MIXED)
     df, where = read_table(p)
-    read = dict(unit="step", in_domain="ind", source=str(p), where=where)
-    got = from_wide(df, metrics={"ll": "loglik"}, **read)
+    read = Layout(unit="step", in_domain="ind", source=str(p), where=where)
+    got = from_wide(df, read, metrics={"ll": "loglik"})
     top = got.groupby("testset")["score"].max().to_dict()
     assert top == pytest.approx({"ind": 0.8, "x": 0.45, "y": 66, "ll": -2.6})
     # each column's own range is still checked: a typo among shares, a percentage over 100, a loglik is anything;
@@ -102,7 +104,7 @@ def test_a_wide_table_says_how_to_read_each_column(tmp_path):
     bad.loc[bad.index[2], "x"] = "1.7"  # as read: text
     bad.loc[bad.index[1], "y"] = "170"
     with pytest.raises(DataError) as e:
-        from_wide(bad, metrics={"ll": "loglik"}, **read)
+        from_wide(bad, read, metrics={"ll": "loglik"})
     msg = str(e.value)
     assert msg.startswith(f"{p}: 2 columns hold a score outside their metric's range"), msg
     assert (
@@ -112,10 +114,10 @@ def test_a_wide_table_says_how_to_read_each_column(tmp_path):
     with pytest.raises(
         DataError, match=r"column 'll', line 2: score -3.1 is outside \[0, inf\], the range of 'perplexity'"
     ):
-        from_wide(df, metrics={"ll": "perplexity"}, **read)
+        from_wide(df, read, metrics={"ll": "perplexity"})
     with pytest.raises(DataError, match=r"--metric COLUMN=METRIC: nothing is named 'nope'"):
-        from_wide(df, metrics={"nope": "loglik"}, **read)
-    assert len(from_wide(df, metrics={"l*": "loglik", "y": "accuracy"}, **read)) == 16  # a glob names ll
+        from_wide(df, read, metrics={"nope": "loglik"})
+    assert len(from_wide(df, read, metrics={"l*": "loglik", "y": "accuracy"})) == 16  # a glob names ll
 
 
 def test_the_workflows_scores_are_shares_whatever_their_median(tmp_path):
@@ -152,11 +154,11 @@ def test_an_unknown_in_domain_testset_gets_the_closest_names_and_only_testsets_a
     'did you mean' (the config check has one); a long table's had none either."""
     wide = pd.DataFrame({"step": [0, 1, 2], "mnli": [0.5, 0.6, 0.7], "hans": [0.5, 0.5, 0.6], "anli": [0.3, 0.4, 0.4]})
     with pytest.raises(DataError) as e:
-        from_wide(wide, unit="step", in_domain="mnil", source="t.csv")
+        from_wide(wide, Layout(unit="step", in_domain="mnil", source="t.csv"))
     assert str(e.value) == (
         "t.csv: the in-domain testset 'mnil' is not a column; did you mean 'mnli'?; the testset columns are "
         "['mnli', 'hans', 'anli']"
     )
     long = wide.melt(id_vars="step", var_name="testset", value_name="accuracy")
     with pytest.raises(DataError, match=r"does not occur in column 'testset'; did you mean 'mnli'\?; testsets are"):
-        from_long(long, unit="step", testset="testset", score="accuracy", in_domain="mnil", source="t.csv")
+        from_long(long, Layout(unit="step", in_domain="mnil", source="t.csv"), testset="testset", score="accuracy")

@@ -488,14 +488,9 @@ def test_long_tables_round_trip(t, form):
     df, where = _read_table(path, encoding)
     got = tables.from_long(
         df,
-        unit="step",
+        tables.Layout(unit="step", in_domain=in_domain, source=str(path), where=where, model="model", run="run"),
         testset="testset",
         score="accuracy",
-        in_domain=in_domain,
-        source=str(path),
-        where=where,
-        model="model",
-        run="run",
     )
     pd.testing.assert_frame_equal(_sorted(got), _expected(long, in_domain, numeric_units), check_dtype=False)
 
@@ -509,7 +504,7 @@ def test_wide_tables_round_trip(t, form):
     path, encoding = _write_table(wide, form)
     df, where = _read_table(path, encoding)
     got = tables.from_wide(
-        df, unit="step", in_domain=in_domain, source=str(path), where=where, model="model", run="run"
+        df, tables.Layout(unit="step", in_domain=in_domain, source=str(path), where=where, model="model", run="run")
     )
     want = _expected(long, in_domain, numeric_units)
     scored = want.groupby(["model", "run", "unit"])["score"].transform(lambda s: s.notna().any())
@@ -543,10 +538,13 @@ def test_any_table_reads_or_raises_a_data_error_naming_it(data, suffix, wide, en
     try:
         df, where = _read_table(path, encoding)
         if wide:
-            got = tables.from_wide(df, unit="step", in_domain="a", source=str(path), where=where)
+            got = tables.from_wide(df, tables.Layout(unit="step", in_domain="a", source=str(path), where=where))
         else:
             got = tables.from_long(
-                df, unit="step", testset="testset", score="accuracy", in_domain="a", source=str(path), where=where
+                df,
+                tables.Layout(unit="step", in_domain="a", source=str(path), where=where),
+                testset="testset",
+                score="accuracy",
             )
     except DataError as e:
         assert str(path) in str(e), e

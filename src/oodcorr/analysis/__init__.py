@@ -19,8 +19,9 @@ folder of lm-evaluation-harness results: its files found and opened with care, :
 one results file read and its scores checked, :mod:`.lmeval_results`, which model, run and step
 each is, :mod:`.lmeval_identity`, and their per-sample logs: :mod:`.lmeval_samples`),
 :mod:`.options` (every analysis setting),
-:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one run's cells;
-their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline` (every run, pooled, corrected and checked),
+:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one
+run's cells, :func:`partial_corr`; their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline`
+(every run, pooled, corrected and checked),
 :mod:`.simulate` (simulated runs and the calibration loop the tests and
 ``benchmarks/analysis_coverage.py`` use), :mod:`.run_batch` (the per-run procedures on stacks
 of simulated runs), :mod:`.design` (the power of each verdict for a grid, by simulated studies
@@ -33,7 +34,7 @@ Markdown, and its table of the items each testset needs).
 
 from ..core.answer import VERDICTS
 from .agreement_table import AGREEMENT_COLUMNS, agreement
-from .correlate import METHODS, corr, partial_corr, residual_pair
+from .correlate import METHODS, corr, residual_pair
 from .inference import INFERENCES, assess, dependence, effective_n
 from .multitest import adjust, bh, holm
 from .options import Options
@@ -41,7 +42,7 @@ from .pipeline import CANON, COLUMNS, analyse
 from .pooling import combine, fisher_mean, pool_runs
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
 from .residualise import RESIDUALISERS, Degenerate, GamSettings
-from .run_cells import analyse_run
+from .run_cells import partial_corr
 
 __all__ = [
     "AGREEMENT_COLUMNS",
@@ -57,7 +58,6 @@ __all__ = [
     "adjust",
     "agreement",
     "analyse",
-    "analyse_run",
     "assess",
     "auto_block_length",
     "bh",

@@ -162,7 +162,7 @@ def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
     return zm, Vm, np.where(present, pm, np.nan), t2, df, q
 
 
-def heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
+def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
     """Do the models differ by more than their runs and checkpoints explain? Per study (models where
     ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
     M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
@@ -304,7 +304,7 @@ def across_models(
     present = mask.any(-1)
     M = present.sum(-1)
     out = {"n_models": M, "zm": zm, "Vm": Vm, "pm": pm, "tau2_runs": t2r, "df_runs": df, "q_runs": q}
-    out.update(heterogeneity_batch(zm, Vm, present, df, q))
+    out.update(_heterogeneity_batch(zm, Vm, present, df, q))
     p_rev, a, b = reversal_batch(zm, pm, present)
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
     c = consensus_batch(zm, Vm, present, level, tau_scale, intervals)

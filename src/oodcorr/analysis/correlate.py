@@ -11,7 +11,8 @@ The parametric p-value (``p_param``) is the i.i.d. one: a t-test with
 ``n - 1 - (dof_x + dof_y) / 2`` degrees of freedom, which for the linear
 residualiser with k covariates is pingouin's ``n - 2 - k``; for Kendall it is
 scipy's test of tau on the residuals. Checkpoints of one run are autocorrelated,
-so this p-value is optimistic there; see :mod:`oodcorr.analysis.resample`.
+so this p-value is optimistic there; see :mod:`oodcorr.analysis.resample`. A run's cells, each a
+pair, method and residualiser, are computed by :func:`.run_cells.partial_corr`.
 """
 
 from __future__ import annotations
@@ -122,10 +123,6 @@ def min_points(spec: Spec, gam: GamSettings) -> int:
     return max(need, gam.min_points) if spec.kind == "gam" else need
 
 
-def complete_mask(x, y, Z) -> np.ndarray:
-    return np.isfinite(x) & np.isfinite(y) & np.all(np.isfinite(Z), axis=1)
-
-
 def residual_pair(
     x,
     y,
@@ -158,7 +155,7 @@ def residual_pair(
         raise ValueError(
             f"residualiser {residualiser!r} needs {spec.n_covariates} covariate column(s), got {Z.shape[1]}"
         )
-    mask = complete_mask(x, y, Z)
+    mask = np.isfinite(x) & np.isfinite(y) & np.all(np.isfinite(Z), axis=1)
     n = int(mask.sum())
     need = min_points(spec, gam)
     if n < need:
@@ -218,29 +215,4 @@ def residual_pair(
         if isinstance(res, Degenerate):
             raise res
         out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"], out[f"R{label}"] = res
-    return out
-
-
-def partial_corr(
-    x, y, covars, method: str = "pearson", residualiser: str = "spline", gam: GamSettings | None = None
-) -> dict:
-    """Partial correlation of x and y given covars (in-domain score, optionally step).
-
-    Returns ``r``, ``p`` (the parametric i.i.d. p-value, see the module doc), ``n``
-    (complete points used), ``dof`` and ``note`` (why r is NaN; empty otherwise).
-    """
-    out = {"r": math.nan, "p": math.nan, "n": 0, "dof": math.nan, "note": ""}
-    try:
-        rp = residual_pair(x, y, covars, method, residualiser, gam)
-    except Degenerate as e:
-        out["note"] = str(e)
-        x = np.asarray(x, dtype=float)
-        Z = np.asarray(covars, dtype=float)
-        out["n"] = int(complete_mask(x, np.asarray(y, dtype=float), Z.reshape(len(x), -1)).sum())
-        return out
-    r = corr(rp["rx"], rp["ry"], method)
-    dof = rp["n"] - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
-    out.update(r=r, n=rp["n"], dof=dof, p=p_param(r, rp["rx"], rp["ry"], method, dof))
-    if not math.isfinite(r):
-        out["note"] = "the residuals have no variation in rank order"
     return out

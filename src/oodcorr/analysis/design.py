@@ -60,7 +60,7 @@ benchmarks/README.md#11-planning-a-study-oodcorr-design.
 This module is the engine (the simulated studies and their power curves); the assumptions a
 pilot replaces are estimated in :mod:`.design_pilot` and the report ``oodcorr design`` writes
 is built in :mod:`.design_report`. Which verdict counts as found for each power is decided in
-one place, :func:`found_shares`.
+one place, :func:`_found_shares`.
 """
 
 from __future__ import annotations
@@ -363,7 +363,7 @@ def _share_saying(shares: dict, words: str) -> float:
     return sum(v for k, v in shares.items() if words in k)
 
 
-def found_shares(same: dict, half: dict, effect: float) -> dict:
+def _found_shares(same: dict, half: dict, effect: float) -> dict:
     """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
     the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
     (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
@@ -381,19 +381,24 @@ def found_shares(same: dict, half: dict, effect: float) -> dict:
     }
 
 
-def curve(
-    grid: Grid,
-    a: Assumptions,
-    settings: Settings = Settings(),
-    effects=DEFAULT_EFFECTS,
-    studies: int = 400,
-    seed: int = 0,
-) -> Curve:
-    """Power against effect (:class:`Curve`) for ``grid`` under ``a``: ``studies`` simulated studies
-    per effect, the same draws at every effect (seeded by ``seed``, the grid and the assumptions,
-    so a rerun gives the same numbers; not by the testsets' sizes, so the same draws serve every
-    size)."""
-    effects = [float(e) for e in effects]
+@dataclass(frozen=True)
+class Draws:
+    """What a power curve simulates: ``studies`` studies at each of ``effects`` (partial correlations
+    in [0, 1)), seeded by ``seed``; ``workers`` processes share the curves of a report (the numbers do
+    not depend on how many)."""
+
+    effects: tuple = DEFAULT_EFFECTS
+    studies: int = 400
+    seed: int = 0
+    workers: int = 1
+
+
+def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Draws = Draws()) -> Curve:
+    """Power against effect (:class:`Curve`) for ``grid`` under ``a``: ``draws.studies`` simulated
+    studies per effect, the same draws at every effect (seeded by ``draws.seed``, the grid and the
+    assumptions, so a rerun gives the same numbers; not by the testsets' sizes, so the same draws
+    serve every size)."""
+    effects, studies, seed = [float(e) for e in draws.effects], draws.studies, draws.seed
     if any(not 0 <= e < 1 for e in effects):
         raise ValueError(f"effects are partial correlations in [0, 1), got {effects}")
     key = [seed, grid.models, grid.runs, grid.checkpoints, round(1e6 * a.phi), round(1e6 * a.model_sd)]
@@ -419,7 +424,7 @@ def curve(
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        found = found_shares(sv, hv, e)
+        found = _found_shares(sv, hv, e)
         for kind, val, n in (
             ("cell", cell, n_runs),
             ("cell_corrected", cell_c, n_runs),
@@ -438,14 +443,12 @@ def curve(
 
 # ---- many curves, in processes -----------------------------------------------------------------
 def _run_curve(task) -> Curve:
-    grid, a, settings, effects, studies, seed = task
-    return curve(grid, a, settings, effects, studies, seed)
+    return curve(*task)
 
 
 def curves(tasks, workers: int = 1) -> list[Curve]:
-    """:func:`curve` of each ``(grid, assumptions, settings, effects, studies, seed)`` task, in
-    ``workers`` processes (each curve is seeded by its own task, so the numbers do not depend on
-    how many)."""
+    """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
+    (each curve is seeded by its own task, so the numbers do not depend on how many)."""
     tasks = list(tasks)
     if workers <= 1 or len(tasks) <= 1:
         return [_run_curve(t) for t in tasks]

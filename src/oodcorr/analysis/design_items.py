@@ -165,8 +165,8 @@ def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
 
 
-def ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`.measured_answer.ratio_low` of every study at once: ``num``, ``den`` (studies, models)."""
+def _ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`.measured_answer._ratio_low` of every study at once: ``num``, ``den`` (studies, models)."""
     ok = np.isfinite(num) & np.isfinite(den)
     k = ok.sum(-1)
     n0, d0 = np.where(ok, num, 0.0), np.where(ok, den, 0.0)
@@ -178,7 +178,7 @@ def ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.
     return R, np.where(k >= 2, low, np.nan)
 
 
-def pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
+def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     """(:func:`.measured_answer.attenuation`'s per-study dict over each study's models' pooled rows,
     computed for every study at once; whether each study has a testset that is mostly item noise, as
     :func:`.measured_answer.noise_limited` says) from the runs' arrays (studies, models, runs)."""
@@ -190,11 +190,11 @@ def pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
         task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
         lows = _all_finite_mean(_model_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
-        est, low = ratio_low_batch(task, obs, level)
+        est, low = _ratio_low_batch(task, obs, level)
         out[f"reliability_{side}"] = np.where(moments, est, np.nan)
         out[f"reliability_{side}_low"] = np.where(moments, low, lows)
         with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
-        band.append(np.where(with_eiv, ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+        band.append(np.where(with_eiv, _ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
     rel_z = _all_finite_mean(_model_mean(runs["reliability_in_domain"]))
     out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
     both = np.isfinite(band[0]) & np.isfinite(band[1])
@@ -225,7 +225,7 @@ def measured_studies(
     sign = np.ones(M)
     if flip_half:
         sign[M // 2 :] = -1.0
-    rel, limited = pooled_moments(runs, level)
+    rel, limited = _pooled_moments(runs, level)
     band = near_zero * rel["band"]
 
     def usable(rr, se):

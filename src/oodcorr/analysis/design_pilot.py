@@ -5,10 +5,10 @@ A pilot is a scores table already run (a canonical long table, :data:`.pipeline.
 per-item correctness where there is some. It is analysed with the per-run procedure the simulation
 uses (Pearson, the linear residualiser; the item noise measured as the workflow measures it), and
 its estimates are read off in named steps: the residual series' AR(1) coefficients
-(:func:`series_phis`), their median read against the bias of short runs
-(:func:`observed_phi_curve`, :func:`true_phi`) with a bootstrap over runs (:func:`phi_bootstrap`),
+(:func:`_series_phis`), their median read against the bias of short runs
+(:func:`_observed_phi_curve`, :func:`_true_phi`) with a bootstrap over runs (:func:`_phi_bootstrap`),
 the testsets' items, the persistence of their item noise and the residual series' sd beside it
-(:func:`residual_sds`, :func:`.design_pilot_items.item_estimates`), and the spread between models
+(:func:`_residual_sds`, :func:`.design_pilot_items.item_estimates`), and the spread between models
 and between runs (:func:`spreads`). :func:`choose_assumptions` then says which of the defaults,
 the flags, the config and the pilot each assumption comes from (``oodcorr design``).
 """
@@ -41,7 +41,7 @@ def _iqr(values) -> list[float]:
     return [float(np.percentile(v, 25)), float(np.percentile(v, 75))] if len(v) else [math.nan, math.nan]
 
 
-def observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=None, runs: int = 400, seed: int = 0):
+def _observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=None, runs: int = 400, seed: int = 0):
     """(true phi, median corrected estimate of the residuals' AR(1) coefficient) of simulated runs
     with ``checkpoints`` checkpoints and the item noise ``items`` (:class:`.design_items.ItemNoise`):
     the estimate in short runs is biased towards 0 (0.72 for a true 0.8 at 21 checkpoints), which a
@@ -58,7 +58,7 @@ def observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=No
     return phis, np.maximum.accumulate(np.asarray(med))
 
 
-def true_phi(observed: float, curve_phis, curve_med) -> float:
+def _true_phi(observed: float, curve_phis, curve_med) -> float:
     """The true phi whose simulated median estimate is ``observed`` (interpolated; the ends clamp)."""
     if not np.isfinite(observed):
         return math.nan
@@ -73,7 +73,7 @@ def true_phi(observed: float, curve_phis, curve_med) -> float:
 
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
-def analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
+def _analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
     """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear), its
     testsets' item noise measured from ``examples`` (per-item correctness) or its ``n`` column."""
     opts = Options(
@@ -91,7 +91,7 @@ def analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) ->
     return analyse(long, opts, examples, run_info=run_info)
 
 
-def series_phis(runs: pd.DataFrame) -> pd.DataFrame:
+def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
     (``phi_x``/``phi_y`` of the per-run rows ``runs``); ValueError when no series has one."""
     keys = SERIES_KEYS
@@ -111,7 +111,7 @@ def series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     return ser
 
 
-def phi_bootstrap(ser: pd.DataFrame, seed: int, n_boot: int) -> tuple[int, float, float]:
+def _phi_bootstrap(ser: pd.DataFrame, seed: int, n_boot: int) -> tuple[int, float, float]:
     """(the pilot's runs, the 2.5 and 97.5 percentiles of the series' median phi over ``n_boot``
     resamples of its runs)."""
     run_ids = ser[SERIES_KEYS].astype(str).agg("/".join, axis=1).to_numpy()
@@ -125,7 +125,7 @@ def phi_bootstrap(ser: pd.DataFrame, seed: int, n_boot: int) -> tuple[int, float
     return len(uniq), obs_lo, obs_hi
 
 
-def residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def _residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """({OOD testset: its residual sd on the in-domain score, per run}, {testset: its mean score,
     per run}), over the runs with at least 4 complete checkpoints and a varying in-domain score."""
     resid_sd: dict[str, list[float]] = {}
@@ -188,7 +188,7 @@ def pilot_estimates(
     * ``phi``: the residual series' AR(1) coefficient. Each run's residual series (an OOD score
       after the linear residualiser) gets the analysis' corrected estimate (``phi_x``/``phi_y`` of
       its rows); their median is read against the median that simulated runs of the pilot's
-      length and item noise give at each true coefficient (:func:`observed_phi_curve`: the
+      length and item noise give at each true coefficient (:func:`_observed_phi_curve`: the
       estimate is biased towards 0), and a bootstrap over the pilot's runs (``n_boot`` resamples)
       gives its 95 % interval. The interquartile range of the series' estimates and the share at
       the cap are reported beside it;
@@ -199,18 +199,18 @@ def pilot_estimates(
       (``tau2_models`` of the agreement table, over the pairs with 2 models or more) and of the
       median between-run variance (``tau2_runs``), with the interquartile ranges over pairs.
     """
-    pc = analyse_pilot(long, run_info, pool_by, settings, examples)
+    pc = _analyse_pilot(long, run_info, pool_by, settings, examples)
     runs = pc[pc["run"] != "pooled"]
-    ser = series_phis(runs)
+    ser = _series_phis(runs)
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
     phi_obs = float(ser["phi"].median())
-    n_runs, obs_lo, obs_hi = phi_bootstrap(ser, seed, n_boot)
+    n_runs, obs_lo, obs_hi = _phi_bootstrap(ser, seed, n_boot)
     notes: list[str] = []
-    resid = residual_sds(long)
+    resid = _residual_sds(long)
     # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
     items = item_estimates(long, examples, sizes, runs, *resid, phi_obs, checkpoints, [])
-    phis, med = observed_phi_curve(checkpoints, pilot_noise(items), seed=seed)
-    phi = true_phi(phi_obs, phis, med)
+    phis, med = _observed_phi_curve(checkpoints, pilot_noise(items), seed=seed)
+    phi = _true_phi(phi_obs, phis, med)
     items = item_estimates(long, examples, sizes, runs, *resid, phi, checkpoints, notes)
     model_sd, run_sd = spreads(pc, settings, notes)
     return {
@@ -227,8 +227,8 @@ def pilot_estimates(
         },
         "phi": {
             "estimate": phi,
-            "low": true_phi(obs_lo, phis, med),
-            "high": true_phi(obs_hi, phis, med),
+            "low": _true_phi(obs_lo, phis, med),
+            "high": _true_phi(obs_hi, phis, med),
             "how": (
                 f"the true AR(1) coefficient whose simulated runs of {checkpoints} checkpoints (with the pilot's "
                 "item noise) give the pilot's median corrected estimate (and the ends of its bootstrap interval "

@@ -14,7 +14,7 @@ deviation that is AR(1) over checkpoints with coefficient ``persistence``. From 
   differently (:func:`.item_noise.noise_summary`);
 * **with sizes only** (an ``n`` column): the items, and the default persistence (said so);
 * **the residual series' sd** (what a task varies beyond the in-domain ability), per OOD testset:
-  its observed residual sd on the in-domain score (:func:`.design_pilot.residual_sds`) times the
+  its observed residual sd on the in-domain score (:func:`.design_pilot._residual_sds`) times the
   square root of the share of it that is not item noise -- the pilot's own analysis' reliability
   (``reliability_x``/``_y`` of its per-run rows; with sizes only, the low end its bound gives: an
   over-stated noise, so a cautious design) -- brought from a residual's sample sd to the sd of the
@@ -158,7 +158,7 @@ def item_estimates(
     per-item correctness), the in-domain and OOD sets' items (``in_domain_items``, ``ood_items``:
     medians, None where unknown), ``residual_sd`` (median over the OOD testsets, score units, None
     where no reliability is known) and ``accuracy`` (the OOD testsets' median mean score). ``runs``:
-    the pilot's analysed per-run rows; ``resid_sd``, ``mean_score``: :func:`.design_pilot.residual_sds`'s;
+    the pilot's analysed per-run rows; ``resid_sd``, ``mean_score``: :func:`.design_pilot._residual_sds`'s;
     ``sizes``: items per testset where only sizes are known (those of testsets the pilot lacks are left
     out). A note in ``notes`` for what is missing."""
     own = set(long["in_domain"].astype(str))

@@ -11,7 +11,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from .design import DEFAULT_EFFECTS, POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Grid, Settings, curves, se_of
+from .design import POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Draws, Grid, Settings, curves, se_of
 from .design_sizes import item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
 from .design_sizes import share_text as _f
 
@@ -26,37 +26,35 @@ def report(
     grid: Grid,
     a: Assumptions,
     phis,
-    headline: float,
     settings: Settings = Settings(),
+    draws: Draws = Draws(),
     *,
-    effects=DEFAULT_EFFECTS,
-    studies: int = 400,
-    seed: int = 0,
     alternatives=(),
     effect: float = 0.3,
     target: float = 0.8,
-    workers: int = 1,
     info: dict | None = None,
-    items_table: bool = True,
     items_studies: int | None = None,
 ) -> dict:
     """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
-    each phi of ``phis`` (the other assumptions as in ``a``), and at ``headline`` phi the same for
-    each of ``alternatives`` (dicts with ``name``, ``description``, ``grid`` (:class:`Grid`),
-    ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at least ``gpu_hours``)
-    with its power at ``effect`` and the cheapest that reaches ``target`` per verdict; with
-    ``items_table``, how many items each testset needs (:func:`items_needed`; ``items_studies``
-    simulated studies per size, by default ``studies``). ``info`` (the config,
-    the budget, the assumptions' sources, a pilot's estimates, the testsets' sizes, notes) is copied
+    each phi of ``phis`` and at ``a.phi``, the headline (the other assumptions as in ``a``), and at
+    the headline phi the same for each of ``alternatives`` (dicts with ``name``, ``description``,
+    ``grid`` (:class:`Grid`), ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at
+    least ``gpu_hours``) with its power at ``effect`` and the cheapest that reaches ``target`` per
+    verdict; how many items each testset needs (:func:`items_needed`; ``items_studies`` simulated
+    studies per size, by default ``draws.studies``; 0: no such table). ``info`` (the config, the
+    budget, the assumptions' sources, a pilot's estimates, the testsets' sizes, notes) is copied
     in."""
+    headline, studies = a.phi, draws.studies
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
-    tasks = [(grid, replace(a, phi=p), settings, tuple(effects), studies, seed) for p in phis]
+    tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
     alts = [dict(x) for x in alternatives]
     for x in alts:
-        tasks.append((x["grid"], replace(a, phi=headline, items=x["items"]), settings, tuple(effects), studies, seed))
-    ladder = ladder_assumptions(replace(a, phi=headline)) if items_table else []
-    tasks += [(grid, la, settings, (0.0, float(effect)), items_studies or studies, seed) for _, _, la in ladder]
-    done = curves(tasks, workers)
+        tasks.append((x["grid"], replace(a, items=x["items"]), settings, draws))
+    items_table = items_studies != 0
+    ladder = ladder_assumptions(a) if items_table else []
+    rungs = replace(draws, effects=(0.0, float(effect)), studies=items_studies or studies)
+    tasks += [(grid, la, settings, rungs) for _, _, la in ladder]
+    done = curves(tasks, draws.workers)
     base = done[: len(phis)]
     head = base[phis.index(round(float(headline), 4))]
     for x, c in zip(alts, done[len(phis) : len(phis) + len(alts)]):
@@ -85,7 +83,7 @@ def report(
         ok = [r for r in rows if r["power_at_effect"][k]["power"] >= target and r["cost"].get("gpu_hours") is not None]
         cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
     max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
-    unreachable = generalises_unreachable(rows, target, max(effects))
+    unreachable = generalises_unreachable(rows, target, max(draws.effects))
     out = dict(info or {})
     out.update(
         grid=asdict(grid),
@@ -97,7 +95,7 @@ def report(
         target=float(target),
         precision={
             "studies": studies,
-            "seed": seed,
+            "seed": draws.seed,
             "largest_se": max_se,
             "se_at_half": se_of(0.5, studies),
             "how": "Monte Carlo standard error sqrt(p (1 - p) / studies) of each power "
@@ -148,7 +146,7 @@ SHORT = {
 }
 
 
-def pilot_items_lines(items: dict) -> list[str]:
+def _pilot_items_lines(items: dict) -> list[str]:
     """The pilot's item noise (:func:`.design_pilot.item_estimates`) as markdown bullets."""
     out = []
     per = items.get("per_testset", {})
@@ -343,7 +341,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
             f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
             + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
             + ";",
-            *pilot_items_lines(pilot["items"]),
+            *_pilot_items_lines(pilot["items"]),
             f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
             f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
             f"between runs: sd {pilot['run_sd']['estimate']:.2f};",

@@ -55,7 +55,7 @@ def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumption
     return out
 
 
-def claim_powers(c: Curve) -> dict:
+def _claim_powers(c: Curve) -> dict:
     """Each claim's power in a curve of the effects (0, effect): the signs at the effect, near zero
     at 0; and ``false sign``, a sign stated at effect 0."""
     return {
@@ -100,7 +100,7 @@ def items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target:
     for (side, n, _), c in zip(ladder, steps):
         s = sides.setdefault(side, {"sizes": [], "power": {k: [] for k in (*ITEM_CLAIMS, "false sign")}})
         s["sizes"].append(n)
-        for k, v in claim_powers(c).items():
+        for k, v in _claim_powers(c).items():
             s["power"][k].append(float(v))
         s["studies"] = c.studies
     for side, s in sides.items():

@@ -52,15 +52,14 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..core.defaults import ANALYSIS as DEFAULTS
-from .correlate import FINITE_CAP, corr, fisher_z
+from .correlate import FINITE_CAP, fisher_z
 from .resample import auto_block_length, block_permutation_p, bootstrap_ci
 
 PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
 _GRID = np.linspace(0.0, PHI_MAX, 100)
 
 
-def lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
+def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
     (``M``: one matrix, or a stack of them)."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
@@ -115,8 +114,8 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
     each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
     ``R`` (..., n, n): one per series, the result (..., len(phis))."""
     Rt = np.swapaxes(R, -1, -2)
-    num = lag_sums(Rt @ neighbours(pos) @ R, pos)
-    den = lag_sums(Rt @ R, pos)
+    num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
+    den = _lag_sums(Rt @ R, pos)
     powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
     if R.ndim == 2:
         return (powers @ num) / (powers @ den)
@@ -216,11 +215,11 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
 
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
-    """Dutilleul's effective sample size of the pair, never above :func:`iid_effective_n`."""
-    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), iid_effective_n(dx, dy))
+    """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
+    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), _iid_effective_n(dx, dy))
 
 
-def iid_effective_n(dx: Dependence, dy: Dependence) -> float:
+def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
     return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
 
@@ -260,7 +259,7 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
 
 
-def p_value(method: str, r: float, n_eff: float) -> float:
+def _p_value(method: str, r: float, n_eff: float) -> float:
     return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
 
 
@@ -281,48 +280,44 @@ INFERENCES = ("modified-t", "iid", "block")
 
 def assess(
     rp: dict,
+    r: float,
     method: str,
-    level: float,
     pos: np.ndarray | None,
-    inference: str = DEFAULTS["inference"],
-    *,
+    opts,
     deps: tuple[Dependence, Dependence] | None = None,
     rng: np.random.Generator | None = None,
-    block_length: int = 0,
-    n_boot: int = DEFAULTS["bootstrap"]["n_boot"],
-    n_perm: int = DEFAULTS["permutation"]["n_perm"],
-    interval: str = DEFAULTS["bootstrap"]["interval"],
     defer: bool = False,
 ) -> dict:
-    """Everything the table reports about one cell's uncertainty, from the residual pair ``rp``
-    (:func:`.correlate.residual_pair`).
+    """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
+    residual pair ``rp`` (:func:`.correlate.residual_pair`).
 
-    ``inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
+    ``opts``: the analysis settings (:class:`.options.Options`, which imports this module).
+    ``opts.inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
     with the units taken as independent: today's parametric test, too liberal on
     autocorrelated checkpoints) or ``block`` (the earlier default, kept for comparison:
-    moving-block bootstrap interval and block-permutation p-value, which need not agree).
+    moving-block bootstrap interval and block-permutation p-value, which need not agree; it reads
+    ``opts.block_length``, ``n_boot``, ``n_perm`` and ``interval``, and draws from ``rng``).
     ``pos``: the units' checkpoint positions, None for exchangeable units. ``deps``: the two
-    series' :class:`Dependence`, when the caller caches them. ``block_length`` (``block``
-    only): 0 for the automatic rule, ``ceil(n^(1/3))`` for ordered units and 1 otherwise.
+    series' :class:`Dependence`, when the caller caches them.
 
-    Returns ``r, p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
+    Returns ``p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
     ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``
     (the caller computes them for many cells at once with :func:`modified_tests`).
     """
     rx, ry = rp["rx"], rp["ry"]
-    r = corr(rx, ry, method)
-    out = {"r": r, "p_perm": math.nan, "block_length": math.nan}
+    level, inference = opts.level, opts.inference
+    out = {"p_perm": math.nan, "block_length": math.nan}
     if inference == "block":
         n = len(rx)
-        b = min(block_length, n) if block_length else auto_block_length(n, pos is not None)
-        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, n_boot, level, rng, interval)
-        pperm, exact = block_permutation_p(rx, ry, method, b, n_perm, rng)
+        b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
+        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
+        pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
         dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-        n_iid = iid_effective_n(dx, dy)
+        n_iid = _iid_effective_n(dx, dy)
         if b > 1:
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
-            p, how = p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
+            p, how = _p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
         out.update(
             p=p,
             ci_low=lo,
@@ -336,11 +331,9 @@ def assess(
             block_length=b,
         )
         return out
-    if inference not in INFERENCES:
-        raise ValueError(f"unknown inference {inference!r}; choose from {', '.join(INFERENCES)}")
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
-        n_eff, how = iid_effective_n(dx, dy), "t-test (units independent)"
+        n_eff, how = _iid_effective_n(dx, dy), "t-test (units independent)"
     else:
         n_eff = effective_n(dx, dy)
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"

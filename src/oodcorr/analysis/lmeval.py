@@ -125,7 +125,7 @@ def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series
 
 
 # ---- samples ----
-def samples_path(results: Path, task: str) -> Path | None:
+def _samples_path(results: Path, task: str) -> Path | None:
     """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
     m = RESULTS_NAME.match(results.name)
     return results.with_name(f"samples_{task}_{m.group('date')}.jsonl") if m else None
@@ -239,7 +239,7 @@ def read_folder(
     if samples:
         frames = []
         for row in rows:
-            sp = samples_path(Path(row["file"]), row["testset"])
+            sp = _samples_path(Path(row["file"]), row["testset"])
             if sp is None or not sp.exists():
                 continue
             sample_files.append(sp)

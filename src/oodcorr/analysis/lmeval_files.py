@@ -117,7 +117,7 @@ def load_json(path: Path, max_bytes: int):
             raise DataError(not_regular(path))
         size = st.st_size
         if size > max_bytes:
-            raise DataError(too_large(path, size, max_bytes))
+            raise DataError(_too_large(path, size, max_bytes))
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as e:
@@ -125,7 +125,7 @@ def load_json(path: Path, max_bytes: int):
             f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
         ) from None
     if len(raw) > max_bytes:
-        raise DataError(too_large(path, len(raw), max_bytes))
+        raise DataError(_too_large(path, len(raw), max_bytes))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -150,7 +150,7 @@ def load_json(path: Path, max_bytes: int):
         raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
 
 
-def too_large(path: Path, size: int, max_bytes: int) -> str:
+def _too_large(path: Path, size: int, max_bytes: int) -> str:
     return (
         f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
         "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "

@@ -1,6 +1,6 @@
 """One lm-evaluation-harness results file read into rows (:func:`read_results_file`), for
 :mod:`.lmeval`, which reads a folder of them: the file's format (the current ``acc,none`` keys or the
-older ``acc``), the metric found by name and filter (:func:`metric_names` lists a task's), the model,
+older ``acc``), the metric found by name and filter (:func:`_metric_names` lists a task's), the model,
 run and step it holds (:mod:`.lmeval_identity`, or the path pattern), its groups
 (``group_subtasks``), and every score checked: a number, finite, within its metric's range, and
 every score of one metric on one scale across the files (:func:`check_scales`). Every refusal is a
@@ -37,7 +37,7 @@ def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
     return keys[0] if keys else None
 
 
-def metric_names(values: dict) -> list[str]:
+def _metric_names(values: dict) -> list[str]:
     """The metrics a task's values hold (stderr entries and labels left out)."""
     return sorted(
         k
@@ -76,7 +76,7 @@ def _number(v, path: Path, task: str, key: str) -> float:
 def check_scales(rows: list[dict]) -> None:
     """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
     its ``f1`` of classification a share): every score of one metric key is on one scale, told by
-    their median (:func:`oodcorr.analysis.score_ranges.score_range`); one outside it names its file."""
+    their median (:func:`oodcorr.analysis.score_ranges._score_range`); one outside it names its file."""
     by_key: dict[str, list[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
@@ -165,7 +165,7 @@ def read_results_file(
                     without.add(task)
                 continue  # a task without this metric, when no tasks were named: said once (read_folder)
             raise DataError(
-                f"{path}: task {task!r} has no metric {metric!r}; it has {metric_names(values) or 'none'}: "
+                f"{path}: task {task!r} has no metric {metric!r}; it has {_metric_names(values) or 'none'}: "
                 "choose one with --metric, or leave the task out of --tasks"
             )
         score = _number(values[key], path, task, key)
@@ -207,5 +207,5 @@ def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
 
 def file_metrics(path: Path, max_bytes: int) -> str:
     doc = load_json(path, max_bytes)
-    names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in metric_names(v)})
+    names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in _metric_names(v)})
     return ", ".join(names) or "no numeric metric"

@@ -61,7 +61,7 @@ def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.nda
     return out
 
 
-def ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
+def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
     """(the ratio of sums ``sum num / sum den``, its one-sided lower ``level`` bound) over units
     (models), the bound from the ratio's linearisation ``num - R den`` on k - 1 degrees of freedom
     (a mean of per-unit ratios would be biased where each is a ratio of two noisy numbers)."""
@@ -107,11 +107,11 @@ def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: f
             task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
             lows = col(f"reliability_{side}_low")[sel]
             if np.isfinite(task).all() and np.isfinite(obs).all():
-                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = ratio_low(task, obs, level)
+                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = _ratio_low(task, obs, level)
             else:
                 out[f"reliability_{side}_low"][g] = float(lows.mean()) if np.isfinite(lows).all() else np.nan
             if np.isfinite(task).all() and np.isfinite(eiv).all():
-                band.append(ratio_low(task, eiv, level)[1])
+                band.append(_ratio_low(task, eiv, level)[1])
             else:
                 band.append(out[f"reliability_{side}_low"][g])
         if all(np.isfinite(band)):

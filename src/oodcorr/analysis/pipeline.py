@@ -21,8 +21,11 @@ the run information columns.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -35,7 +38,7 @@ from .measurement import pool_measured
 from .options import Options
 from .pooling import POOL_KEYS, _groups, pool_runs
 from .residualise import one_blas_thread
-from .run_cells import analyse_run, ordered_units, plain, run_units
+from .run_cells import ordered_units, partial_corr, plain, run_units
 from .run_measurement import COLUMNS as MEASURED
 from .shared_items import leaves
 
@@ -106,7 +109,7 @@ def _value(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else str(v)
 
 
-def run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd.DataFrame:
+def _run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd.DataFrame:
     """One row per (model, run): the run information columns and ``pool_group``."""
     runs = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
     if run_info is None or run_info.empty:
@@ -171,27 +174,6 @@ def _run_items(groups, examples, ordered) -> list:
     return out
 
 
-def _analyse_runs(groups, opts: Options, examples, ordered, workers: int, parts=None) -> list[list[dict]]:
-    """:func:`analyse_run` of each run's rows, in order; in ``workers`` processes when that is more than
-    one, each sent its run's per-item matrices (:func:`_run_items`), not the table's rows."""
-    items = _run_items(groups, examples, ordered)
-    if workers <= 1 or len(groups) <= 1:
-        return [analyse_run(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    tasks = [(g, opts, None, ordered, parts, it) for g, it in zip(groups, items)]
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(groups)), mp_context=multiprocessing.get_context("fork")
-    ) as pool:
-        return list(pool.map(_analyse_run_on_one_blas_thread, tasks))
-
-
-def _analyse_run_on_one_blas_thread(task) -> list[dict]:
-    with one_blas_thread():
-        return analyse_run(*task)
-
-
 def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
     """The pooled rows of a table's run rows: the runs' correlations pooled per model and pool group
     (:func:`.pooling.pool_runs`) and their measurement columns (:func:`.measurement.pool_measured`)."""
@@ -241,11 +223,18 @@ def analyse(
             long = long[long["unit"] != 0]
         else:
             log.warning("drop_step0: the units are not numeric, so there is no step 0 to leave out")
-    info = run_groups(long, run_info, opts.pool_by)
+    info = _run_groups(long, run_info, opts.pool_by)
     groups = [g for _, g in long.groupby(["model", "run"], sort=True)]
-    parts = leaves(task_groups)
-    rows = [row for per_run in _analyse_runs(groups, opts, examples, ordered, workers, parts) for row in per_run]
-    runs = pd.DataFrame(rows)
+    parts, items = leaves(task_groups), _run_items(groups, examples, ordered)
+    if workers <= 1 or len(groups) <= 1:
+        per_run = [partial_corr(g, opts, ordered, parts, it) for g, it in zip(groups, items)]
+    else:  # each process sent its runs' per-item matrices, not the examples' rows, and on one BLAS thread
+        with ProcessPoolExecutor(
+            min(workers, len(groups)), multiprocessing.get_context("fork"), initializer=one_blas_thread
+        ) as procs:
+            more = itertools.repeat
+            per_run = list(procs.map(partial_corr, groups, more(opts), more(ordered), more(parts), items))
+    runs = pd.DataFrame([row for rows in per_run for row in rows])
     extra = [c for c in info.columns if c not in ("model", "run", "pool_group")]
     if runs.empty:
         return pd.DataFrame(columns=COLUMNS + extra)

@@ -153,13 +153,13 @@ def combine(z, v, level: float = 0.95) -> dict:
             "q": q,
             "how": "fixed effect across 2 runs",
         }
-    return random_effects(z, v, level)
+    return _random_effects(z, v, level)
 
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
-    """:func:`random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
+    """:func:`_random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
     (sets, estimates), the estimates of each set where ``mask``. Returns the keys of
-    :func:`random_effects` but ``how``, each an array with one value per set (NaN for a set of
+    :func:`_random_effects` but ``how``, each an array with one value per set (NaN for a set of
     fewer than 2 estimates)."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
@@ -183,7 +183,7 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     return {key: np.where(ok, val, np.nan) for key, val in out.items()}
 
 
-def random_effects(z, v, level: float = 0.95) -> dict:
+def _random_effects(z, v, level: float = 0.95) -> dict:
     """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
     tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
     normal one, and the p-value of the same rule. Returns the keys of :func:`combine`."""

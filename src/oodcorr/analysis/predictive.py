@@ -123,7 +123,7 @@ def _trapezoid(points: int) -> np.ndarray:
     return t
 
 
-def tau_posterior_batch(
+def _tau_posterior_batch(
     zm, Vm, present, tau_scale: float = TAU_SCALE, points: int = TAU_POINTS, within_scales=WITHIN_SCALES
 ) -> dict:
     """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
@@ -172,7 +172,7 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     ``H(tau) = P(chi2_{M-1} >= Q(tau))`` rises from ``H(0)`` (its mass at 0, the chance that a
     spread of 0 is not rejected) to 1; each grid interval's mass ``H(tau_i) - H(tau_(i-1))`` is split
     between its two ends (the trapezoid rule). Returns ``tau``, ``weight``, ``mu`` and ``var`` as
-    :func:`tau_posterior_batch` does, with the ``V_m`` as they are."""
+    :func:`_tau_posterior_batch` does, with the ``V_m`` as they are."""
     present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
@@ -190,7 +190,7 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     return {"tau": tau, "weight": weight, "mu": mu, "var": var}
 
 
-def mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
+def _mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
     """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
     of shape (rows, components), weights summing to 1), to ``tol``: the root of its distribution
     function less ``p``, by scipy's vectorised bracketing root finder. The root lies between the
@@ -225,17 +225,17 @@ def predictive_batch(
 ) -> dict:
     """Per study: the prediction interval for a further model's correlation (z scale), the central
     interval at ``level`` (``pi_lo``, ``pi_hi``) of the posterior predictive
-    (:func:`tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``.
+    (:func:`_tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``.
     Also ``p_predictive`` (twice the predictive mass on the far side of 0: the level at which the
     interval just reaches 0) and ``tau`` (the posterior mean of the between-model sd)."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
     for i in _chunks(present):
-        post = tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, points, within_scales)
+        post = _tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, points, within_scales)
         wt, mu, sd = post["weight"], post["mu"], np.sqrt(post["var"] + post["tau"] ** 2)
-        out["pi_lo"][i] = mixture_quantile((1 - level) / 2, wt, mu, sd)
-        out["pi_hi"][i] = mixture_quantile((1 + level) / 2, wt, mu, sd)
+        out["pi_lo"][i] = _mixture_quantile((1 - level) / 2, wt, mu, sd)
+        out["pi_hi"][i] = _mixture_quantile((1 + level) / 2, wt, mu, sd)
         f0 = (wt * special.ndtr(-mu / sd)).sum(-1)
         out["p_predictive"][i] = np.minimum(1.0, 2 * np.minimum(f0, 1 - f0))
         out["tau"][i] = (wt * post["tau"]).sum(-1)
@@ -333,8 +333,8 @@ def tolerance_batch(
         high = _side_mass(cc, wt, mu, sd, tau, np.ones(len(i), bool))
         out["p_low_side"][i], out["p_high_side"][i] = low, high
         if bounds:
-            out["tol_lo"][i] = mixture_quantile(alpha, wt, mu - c * tau, sd)
-            out["tol_hi"][i] = mixture_quantile(1 - alpha, wt, mu + c * tau, sd)
+            out["tol_lo"][i] = _mixture_quantile(alpha, wt, mu - c * tau, sd)
+            out["tol_hi"][i] = _mixture_quantile(1 - alpha, wt, mu + c * tau, sd)
             out["share_low"][i] = _largest_share(wt, mu, sd, tau, high < low, alpha)
     out["p_generalises"] = np.fmin(out["p_low_side"], out["p_high_side"])
     return out

@@ -223,7 +223,7 @@ def spline_fallback_note(n: int, settings: GamSettings) -> str:
     return "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
 
 
-def gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
+def _gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
     """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty.
 
     pygam solves the penalised least squares ``(B'B + P + sqrt(eps) I) b = B'y`` in one
@@ -275,7 +275,7 @@ def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     res = y - fitted.predict(Z)
     if not np.all(np.isfinite(res)):
         raise Degenerate("the GAM fit gave non-finite residuals")
-    R = gam_maker(fitted, Z)
+    R = _gam_maker(fitted, Z)
     scale = max(float(np.abs(y).max()), 1e-300)
     if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
         raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")

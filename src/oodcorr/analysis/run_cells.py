@@ -1,4 +1,4 @@
-"""One run's cells: every (OOD pair, method, residualiser) of one model's run (:func:`analyse_run`).
+"""One run's cells: every (OOD pair, method, residualiser) of one model's run (:func:`partial_corr`).
 
 A cell residualises both OOD scores on the in-domain score (and the step, with ``+step``),
 correlates the residuals, and gets its interval and p-value from the inference of
@@ -23,7 +23,7 @@ from .correlate import corr, p_param, residual_pair
 from .example_boot import RunExamples, example_ci, pearson_cis
 from .form_check import GAIN_COLUMNS, LINE_COLUMNS, curve_gain, line_of
 from .inference import PHI_MAX, assess, dependence, modified_tests
-from .item_noise import item_matrices, item_strata, run_noise
+from .item_noise import run_noise
 from .options import Options
 from .resample import cell_rng
 from .residualise import Degenerate, parse
@@ -71,31 +71,37 @@ def _nan_row(note: str) -> dict:
     return {**dict.fromkeys(_CELL_NAN, math.nan), **empty(), "n": 0, "note": note, "p_method": "", "ex_note": ""}
 
 
-def _infer(rp: dict, names, method: str, res: str, opts: Options, cache: dict, ordered: bool, rng_parts) -> dict:
-    """The cell's uncertainty (:func:`.inference.assess`), each series' dependence cached."""
-    pos = np.flatnonzero(rp["mask"]) if ordered else None
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What every cell of one run reads: its names, score columns (``cols``: each testset's series,
+    the covariates with and without the step, each OOD series without step 0), units, settings and
+    the caches its cells share."""
+
+    model: str
+    run: str
+    zname: str
+    cols: dict
+    steps: np.ndarray | None  # the units as numbers, where they are ordered
+    ordered: bool
+    step0: int | None  # the position of unit 0, where the step-0 check recomputes the cells
+    rex: RunExamples | None
+    opts: Options
+    cache: dict = dataclasses.field(default_factory=dict)
+    ex_cache: dict = dataclasses.field(default_factory=dict)
+
+
+def _infer(run: _Run, rp: dict, r: float, names, method: str, res: str, opts: Options, rng_parts) -> dict:
+    """The uncertainty of the cell's correlation ``r`` (:func:`.inference.assess`), each series'
+    dependence cached."""
+    pos = np.flatnonzero(rp["mask"]) if run.ordered else None
     deps = []
     for label, name in zip("xy", names):
-        key = ("dependence", name, method, res, rp["mask"].tobytes(), ordered)
-        if key not in cache:
-            cache[key] = dependence(rp[f"r{label}"], rp[f"R{label}"], pos)
-        deps.append(cache[key])
-    rng = cell_rng(opts.seed, *rng_parts) if opts.inference == "block" else None
-    bl = 0 if opts.block_length == "auto" else int(opts.block_length)
-    return assess(
-        rp,
-        method,
-        opts.level,
-        pos,
-        opts.inference,
-        deps=tuple(deps),
-        rng=rng,
-        block_length=bl,
-        n_boot=opts.n_boot,
-        n_perm=opts.n_perm,
-        interval=opts.interval,
-        defer=True,
-    )
+        key = ("dependence", name, method, res, rp["mask"].tobytes(), run.ordered)
+        if key not in run.cache:
+            run.cache[key] = dependence(rp[f"r{label}"], rp[f"R{label}"], pos)
+        deps.append(run.cache[key])
+    rng = cell_rng(opts.seed, run.model, run.run, *rng_parts) if opts.inference == "block" else None
+    return assess(rp, r, method, pos, opts, tuple(deps), rng, defer=True)
 
 
 def _finish_tests(rows: list[dict], opts: Options) -> None:
@@ -129,12 +135,12 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
             said = _information_note(row, row["n"], opts)
             row["note"] = "; ".join(n for n in (row.get("note"), said) if n)
         if math.isfinite(row.get("r", math.nan)):
-            cap = cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
+            cap = _cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
             if cap:
                 row["note"] = "; ".join(n for n in (row.get("note"), cap) if n)
 
 
-def cap_note(phi_x: float, phi_y: float) -> str:
+def _cap_note(phi_x: float, phi_y: float) -> str:
     """What a cell's note says when a residual series' AR(1) estimate reached its cap (PHI_MAX)."""
     at = [s for s, phi in (("x", phi_x), ("y", phi_y)) if math.isfinite(phi) and phi >= PHI_MAX]
     if not at:
@@ -164,30 +170,32 @@ def _information_note(a: dict, n: int, opts: Options) -> str:
     return f"effective sample size {ne:.1f} of {n} units{ar}: {what}"
 
 
-def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, run, rex, ex_cache, step0) -> dict:
+def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
+    """One cell: the partial correlation of OOD testsets ``a`` and ``b`` given the in-domain score
+    (and the step), by ``method`` on the residuals of ``res``, with its inference and checks."""
+    opts, cols = run.opts, run.cols
     spec = parse(res)
-    if spec.step and steps is None:
+    if spec.step and run.steps is None:
         return _nan_row("'+step' needs a numeric unit column (the training step); this table's units are not numeric")
-    z = cols[zname]
     covars = cols[("covariates", spec.step)]
     xa, xb = cols[a], cols[b]
     try:
-        rp = residual_pair(xa, xb, covars, method, res, opts.gam, cache, names=(a, b))
+        rp = residual_pair(xa, xb, covars, method, res, opts.gam, run.cache, names=(a, b))
     except Degenerate as e:
         out = _nan_row(str(e))
-        out["n"] = int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(z)).sum())
+        out["n"] = int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(cols[run.zname])).sum())
         return out
-    n = rp["n"]
-    got = _infer(rp, (a, b), method, res, opts, cache, ordered, (model, run, a, b, method, res))
-    r = got["r"]
+    n, r = rp["n"], corr(rp["rx"], rp["ry"], method)
     if not math.isfinite(r):
         out = _nan_row("the residuals have no variation in rank order")
         out["n"] = n
         return out
+    got = _infer(run, rp, r, (a, b), method, res, opts, (a, b, method, res))
     dof = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
     out = {
         **_nan_row(""),
-        **{k: got[k] for k in ("r", "n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
+        **{k: got[k] for k in ("n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
+        "r": r,
         "n": n,
     }
     if method == "kendall":
@@ -201,13 +209,13 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
     out["note"] = rp["form_note"]
     line = line_of(res)
     if line is not None:
-        out.update(_line_check(xa, xb, covars, method, line, rp, opts, cache, ordered, (a, b)))
-    if step0 is not None and rp["mask"][step0]:
-        xa0 = cols[("without step 0", a)]
+        out.update(_line_check(run, a, b, method, line, rp))
+    if run.step0 is not None and rp["mask"][run.step0]:
         try:
-            rp0 = residual_pair(xa0, xb, covars, method, res, opts.gam, cache, names=(a, b))
-            g0 = _infer(rp0, (a, b), method, res, opts, cache, ordered, (model, run, a, b, method, res, "no step 0"))
-            out["r_no_step0"] = g0["r"]
+            rp0 = residual_pair(cols[("without step 0", a)], xb, covars, method, res, opts.gam, run.cache, names=(a, b))
+            r0 = corr(rp0["rx"], rp0["ry"], method)
+            g0 = _infer(run, rp0, r0, (a, b), method, res, opts, (a, b, method, res, "no step 0"))
+            out["r_no_step0"] = r0
             if "p" in g0:
                 out.update({f"{k}_no_step0": g0[k] for k in ("p", "ci_low", "ci_high", "se_z")})
             else:
@@ -216,27 +224,29 @@ def _cell(cols, zname, a, b, steps, ordered, method, res, opts, cache, model, ru
             pass
     if opts.example_boot < 2:
         out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
-    elif rex is None:
+    elif run.rex is None:
         out["ex_note"] = "no per-example predictions given"
     elif method == "pearson" and spec.kind in ("spline", "linear"):  # the run's at once (_batched_example_cis)
-        out["_ex"] = (rp["mask"], corr(rp["rx"], rp["ry"], method), (rp["lam_x"], rp["lam_y"]))
+        out["_ex"] = (rp["mask"], r, (rp["lam_x"], rp["lam_y"]))
     else:
         out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = example_ci(
-            rex, zname, a, b, steps, method, res, rp, opts, ex_cache
+            run.rex, run.zname, a, b, run.steps, method, res, rp, opts, run.ex_cache
         )
     return out
 
 
-def _line_check(xa, xb, covars, method, line, rp, opts, cache, ordered, names) -> dict:
+def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> dict:
     """The line's correlation on the cell's units, for its modified-t interval (deferred), and how
     much the curve explains beyond the line (:mod:`.form_check`)."""
+    covars = run.cols[("covariates", parse(line).step)]
     try:
-        rl = residual_pair(xa, xb, covars, method, line, opts.gam, cache, names=names)
+        rl = residual_pair(run.cols[a], run.cols[b], covars, method, line, run.opts.gam, run.cache, names=(a, b))
     except Degenerate:
         return {}
-    plain_opts = dataclasses.replace(opts, inference="modified-t") if opts.inference == "block" else opts
-    got = _infer(rl, names, method, line, plain_opts, cache, ordered, ())
-    return {"r_line": got["r"], "_defer_line": got["n_eff"], **curve_gain(rp, rl)}
+    plain_opts = dataclasses.replace(run.opts, inference="modified-t") if run.opts.inference == "block" else run.opts
+    r = corr(rl["rx"], rl["ry"], method)
+    got = _infer(run, rl, r, (a, b), method, line, plain_opts, ())
+    return {"r_line": r, "_defer_line": got["n_eff"], **curve_gain(rp, rl)}
 
 
 def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
@@ -257,19 +267,18 @@ def run_units(g: pd.DataFrame, ordered: bool) -> list:
     return sorted(g["unit"].unique()) if ordered else list(dict.fromkeys(g["unit"]))
 
 
-def analyse_run(
-    g: pd.DataFrame,
-    opts: Options,
-    examples: pd.DataFrame | None = None,
-    ordered: bool | None = None,
-    parts: dict | None = None,
-    items: tuple | None = None,
+def partial_corr(
+    g: pd.DataFrame, opts: Options, ordered: bool | None = None, parts: dict | None = None, items: tuple | None = None
 ) -> list[dict]:
-    """Every (pair, method, residualiser) cell of one run (rows of one model and run). ``parts``: the
-    testsets made of others (:func:`.shared_items.leaves`); a pair that shares items, or has a testset
-    that shares items with the in-domain one, is NaN with a note saying so. ``items``: the run's
-    per-item matrices and problems (:func:`.item_noise.item_matrices` over :func:`run_units`) where the
-    caller has them; else they are read from ``examples``."""
+    """The partial correlations of one run (``g``: the rows of one model and run of the canonical
+    long table, :data:`.pipeline.CANON`): one row per (OOD pair, method, residualiser) cell, the
+    correlation of the pair's residuals given the in-domain score (:func:`.correlate.residual_pair`,
+    :func:`.correlate.corr`) with its interval, p-value, checks and notes. ``ordered``: whether the
+    units are training steps (default: numeric units are). ``parts``: the testsets made of others
+    (:func:`.shared_items.leaves`); a pair that shares items, or has a testset that shares items with
+    the in-domain one, is NaN with a note saying so. ``items``: the run's per-item matrices, problems
+    and item labels (:func:`.item_noise.item_matrices` over :func:`run_units`, :func:`.item_noise.item_strata`),
+    for the item noise and the example-level bootstrap."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = ordered_units(g["unit"]) if ordered is None else ordered
     zs = list(dict.fromkeys(g["in_domain"]))
@@ -316,10 +325,6 @@ def analyse_run(
                 v[step0] = math.nan
                 cols[("without step 0", ts)] = v
     mats, problems, strata = items if items is not None else ({}, {}, {})
-    if items is None and examples is not None:
-        ex = examples[(examples["model"] == model) & (examples["run"] == run)]
-        mats, problems = item_matrices(ex, units)
-        strata = item_strata(ex, mats)
     rex = (
         RunExamples(mats, problems, [plain(u) for u in units], opts, model, run)
         if (mats or problems) and opts.example_boot >= 2
@@ -332,7 +337,7 @@ def analyse_run(
     noise = run_noise([zname, *ood], units, mats, problems, sizes, strata)
     meas = run_measurements(cols, zname, ood, noise, opts, steps, ordered, (model, run))
     shared = refusals(zname, ood, parts or {})
-    cache, ex_cache = {}, {}
+    cells = _Run(model, run, zname, cols, steps, ordered, step0, rex, opts)
     for (a, b), m, res in combos:
         row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
         bad = [t for t in (a, b) if t in dup_sets]
@@ -343,7 +348,7 @@ def analyse_run(
             rows.append(row)
             continue
         else:
-            row.update(_cell(cols, zname, a, b, steps, ordered, m, res, opts, cache, model, run, rex, ex_cache, step0))
+            row.update(_cell(cells, a, b, m, res))
         row.update(_measured(meas, a, b, m, res))
         rows.append(row)
     _batched_example_cis(rows, rex, zname, steps, opts)

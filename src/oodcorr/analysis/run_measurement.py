@@ -3,7 +3,7 @@
 out (``r_eiv``), the tasks' correlation (``r_corrected``) and each series' reliability
 (:mod:`.measurement` has the estimators and why).
 
-:func:`run_measurements` is called once per run by :func:`.run_cells.analyse_run`; it returns the
+:func:`run_measurements` is called once per run by :func:`.run_cells.partial_corr`; it returns the
 columns of every (pair, residualiser) of the linear kind, which the Pearson cells take whole and
 the other cells of the pair take in part (the reliabilities and ``noise``: what the scores'
 noise is known from; their own correlations are not corrected, :mod:`.measurement` says why).
@@ -126,16 +126,16 @@ def run_measurements(
         if mask.sum() < 5:
             continue
         for res in kinds:
-            st = steps[mask] if (parse(res).step and steps is not None) else None
-            if parse(res).step and steps is None:
+            if parse(res).step and steps is None:  # no step to residualise on: the cells say so
                 continue
+            st = steps[mask] if parse(res).step else None
             got = _pairs(cols, zname, pairs, noise, mask, st, ordered, level, seed, where)
             for (a, b), row in got.items():
                 out[(a, b, res)] = row
         for res in splines:
-            st = steps[mask] if parse(res).step else None
             if parse(res).step and steps is None:
                 continue
+            st = steps[mask] if parse(res).step else None
             line = "linear+step" if parse(res).step else "linear"
             lines = {p: out[(*p, line)] for p in pairs}
             got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
@@ -220,10 +220,28 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
         for side, n in zip(("x", "y"), p):
             rows[p].update({f"reliability_{side}{s}": v for s, v in zip(("", "_low", "_high"), rel[n])})
         rows[p].update({f"reliability_in_domain{s}": v for s, v in zip(("", "_low", "_high"), rel_z)})
-    if zh is not None:
-        _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where)
+    if zh is not None:  # the in-domain items known: the cross-fitted correlation, the tasks' moments
+        # and, where both OOD sets' items are known, the tasks' correlation with its interval
+        K, T = zh.shape[0], zh.shape[-1]
+        XH = np.full((1, K, 2, T, len(names)), np.nan)
+        for s, n in enumerate(names):
+            h = _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves"))
+            if h is not None:
+                XH[0, ..., s] = h
+        got = cross_fit_columns(cross_fitted(zh[None], P, X[None], XH, idx, pos, level), level)
+        for k, p in enumerate(pairs):
+            rows[p]["eiv_from"] = "items"
+            for c, v in got.items():
+                if np.isfinite(v[0, k]) or not c.startswith("reliability_"):
+                    rows[p][c] = float(v[0, k])  # a reliability the moments leave unknown keeps the first look's bound
     elif tz.kind == BOUND:
-        _bounded(rows, pairs, idx, z, tz, P, X, R_obs, mask, pos, level)
+        # the in-domain set's size only: the correlation corrected for the largest in-domain noise its
+        # binomial bound allows (``r_eiv``, on the observed scale; the answer also reads the observed
+        # one, so a sign is stated only where it holds at both ends), and no estimate of the tasks'
+        # correlation (its noise is bounded, not known)
+        r = bounded(z, P, X, idx, float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)))
+        for k, p in enumerate(pairs):
+            rows[p]["r_eiv"], rows[p]["eiv_from"] = r[k], "bound"
     return rows
 
 
@@ -271,24 +289,6 @@ def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
     """(NaN, low, 1): a series' reliability where only the items' number is known: the binomial
     bound on its residual noise (``noise``, the trace of its covariance) gives the low end."""
     return NAN, float(1.0 - noise / total), 1.0
-
-
-def _cross_fit(rows, pairs, idx, names, noise, zh, P, X, mask, pos, level, seed, where) -> None:
-    """The in-domain items known: the cross-fitted correlation, the tasks' moments and, where both
-    OOD sets' items are known, the tasks' correlation with its interval."""
-    K, T = zh.shape[0], zh.shape[-1]
-    XH = np.full((1, K, 2, T, len(names)), np.nan)
-    for s, n in enumerate(names):
-        h = _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves"))
-        if h is not None:
-            XH[0, ..., s] = h
-    got = cross_fit_columns(cross_fitted(zh[None], P, X[None], XH, idx, pos, level), level)
-    for k, p in enumerate(pairs):
-        row = rows[p]
-        row["eiv_from"] = "items"
-        for c, v in got.items():
-            if np.isfinite(v[0, k]) or not c.startswith("reliability_"):
-                row[c] = float(v[0, k])  # a reliability the moments leave unknown keeps the first look's bound
 
 
 def cross_fit_columns(got: dict, level: float) -> dict:
@@ -344,20 +344,8 @@ def cross_fit_columns(got: dict, level: float) -> dict:
     return out
 
 
-def _bounded(rows, pairs, idx, z, tz, P, X, R_obs, mask, pos, level) -> None:
-    """The in-domain set's size only: the correlation corrected for the largest in-domain noise its
-    binomial bound allows (``r_eiv``, on the observed scale; the answer also reads the observed one,
-    so a sign is stated only where it holds at both ends), and no estimate of the tasks'
-    correlation (its noise is bounded, not known)."""
-    D = binomial_bound(z, tz.sizes[mask])
-    r = bounded(z, P, X, idx, float(np.trace(P @ D @ P)))
-    for k, p in enumerate(pairs):
-        rows[p]["r_eiv"] = r[k]
-        rows[p]["eiv_from"] = "bound"
-
-
 def finish_bounded(rows: list[dict], level: float) -> None:
-    """The p-values and intervals of the bound-corrected cells (:func:`_bounded`), from each cell's
+    """The p-values and intervals of the bound-corrected cells (:func:`_pairs`), from each cell's
     own effective sample size (the observed series')."""
     idx = [
         i for i, row in enumerate(rows) if row.get("eiv_from") == "bound" and not math.isfinite(row.get("p_eiv", NAN))

@@ -1,7 +1,7 @@
 """The range a score can take, by its metric's name, and the first score outside it: an accuracy of
 -0.2 or 1.7 in a table ``oodcorr analyse`` reads (:mod:`oodcorr.analysis.tables`), an lm-eval results
 file (:mod:`oodcorr.analysis.lmeval`) or the workflow's own scores table is refused naming its line (or
-row) and value. A share may be written as a percentage, told by the values (:func:`score_range`); a
+row) and value. A share may be written as a percentage, told by the values (:func:`_score_range`); a
 metric without a known range (a log-likelihood) is only checked to be a number.
 """
 
@@ -44,7 +44,7 @@ NON_NEGATIVE = frozenset({"perplexity", "ppl", "word_perplexity", "byte_perplexi
 ANY_NUMBER = frozenset({"loss", "loglik", "logprob", "number"})
 KNOWN = SHARES | CORRELATIONS | NON_NEGATIVE | ANY_NUMBER
 # the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
-# and a user's table, may be either: told by the values, :func:`score_range`)
+# and a user's table, may be either: told by the values, :func:`_score_range`)
 LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
 
 
@@ -62,7 +62,7 @@ def metric_range(metric: str) -> tuple[float, float] | None:
     return None
 
 
-def score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
+def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
     """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric
     without one (:func:`metric_range`). A share may be written as a percentage (``percent``: a
     table from a paper, the harness's squad ``f1``): the values tell which, by their median (a
@@ -86,11 +86,11 @@ def out_of_range(
     scores: pd.DataFrame, metric: str, *, percent: bool = True
 ) -> tuple[object, object, float, str] | None:
     """(row, column, value, the sentence's end) of the first score in ``scores`` (one metric: a
-    column, or a wide table's testset columns) outside the metric's range (:func:`score_range`, the
+    column, or a wide table's testset columns) outside the metric's range (:func:`_score_range`, the
     scale told from all of them), or None when all lie inside (missing values and infinities are
     said elsewhere)."""
     v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
-    got = score_range(metric, v.to_numpy().ravel(), percent=percent)
+    got = _score_range(metric, v.to_numpy().ravel(), percent=percent)
     if got is None:
         return None
     (lo, hi), how = got

@@ -7,9 +7,9 @@ partial correlation of x and y given z is then exactly ``rho`` (both noises shar
 phi, so their stationary correlation equals the innovations'), while consecutive
 checkpoints are dependent as they are in a real run. ``phi`` may be a pair
 ``(phi_x, phi_y)``; then the noises' correlation is
-``rho sqrt((1 - phi_x^2)(1 - phi_y^2)) / (1 - phi_x phi_y)`` (:func:`true_rho`).
+``rho sqrt((1 - phi_x^2)(1 - phi_y^2)) / (1 - phi_x phi_y)`` (:func:`_true_rho`).
 
-:func:`drift_series` -- the same shape, but each noise is a random walk (a slow drift
+:func:`_drift_series` -- the same shape, but each noise is a random walk (a slow drift
 of the checkpoint's ability) plus independent per-checkpoint noise (the testset's
 sampling error): not AR(1), a check of the procedure's robustness.
 
@@ -29,13 +29,14 @@ against it).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 
 from .agreement_table import agreement
-from .correlate import residual_pair
+from .correlate import corr, residual_pair
 from .inference import assess, dependence
 from .options import Options
 from .pipeline import analyse
@@ -50,7 +51,7 @@ def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...]
     return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
 
 
-def true_rho(phi, rho: float) -> float:
+def _true_rho(phi, rho: float) -> float:
     px, py = (phi, phi) if np.isscalar(phi) else phi
     return rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py)
 
@@ -69,7 +70,7 @@ def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float =
     return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
 
 
-def drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
+def _drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
     """Noise = random walk (step sd ``drift`` x noise, innovations correlated ``rho``) plus
     independent white noise (sd ``noise``); the partial correlation is not a single number
     here (the walk is not stationary), so use it with ``rho = 0`` (size)."""
@@ -89,16 +90,15 @@ def calibrate(
     *,
     method: str = "pearson",
     residualiser: str = "linear",
-    level: float = 0.95,
-    seed: int = 0,
     series: str = "ar1",
     extra: dict | None = None,
-    n_boot: int = 999,
-    n_perm: int = 999,
+    opts: Options | None = None,
 ) -> dict:
     """Rejection rate and coverage of each procedure on ``reps`` simulated runs.
 
-    Every procedure sees the same simulated runs. ``extra`` maps a name to a callable
+    Every procedure sees the same simulated runs, drawn from ``opts.seed``; ``opts`` (default: 999
+    bootstrap resamples and permutations) also gives the interval's level and the ``block``
+    inference's settings. ``extra`` maps a name to a callable
     ``f(rp, pos, rng) -> (p, ci_low, ci_high)`` (the benchmark's candidates that are not
     shipped). Returns ``{name: {"reject", "coverage", "width", "n_eff", "low_info", "valid"}}``
     where ``reject`` is the share with p < 1 - level, ``coverage`` the share of intervals
@@ -106,19 +106,22 @@ def calibrate(
     ``width`` the median interval width, ``n_eff`` the median effective sample size and
     ``low_info`` the share of runs with n_eff < 5.
     """
+    opts = opts or Options(n_boot=999, n_perm=999)
+    level, seed = opts.level, opts.seed
     rng = np.random.default_rng([seed, n, int(round(1000 * np.mean(phi))), int(round(1000 * rho)) + 1000])
-    truth = true_rho(phi, rho) if series == "ar1" else rho
+    truth = _true_rho(phi, rho) if series == "ar1" else rho
     pos = np.arange(n)
     gam = GamSettings()
+    settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
-        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else drift_series(rng, n, rho)
+        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else _drift_series(rng, n, rho)
         rp = residual_pair(x, y, z, method, residualiser, gam)
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
-        results = {}
+        r, results = corr(rp["rx"], rp["ry"], method), {}
         for k in inferences:
-            a = assess(rp, method, level, pos, k, deps=deps, rng=cell_rng(seed, n, i, k), n_boot=n_boot, n_perm=n_perm)
+            a = assess(rp, r, method, pos, settings[k], deps, cell_rng(seed, n, i, k))
             results[k] = (a["p"], a["ci_low"], a["ci_high"], a["n_eff"])
         for k, f in (extra or {}).items():
             results[k] = (*f(rp, pos, cell_rng(seed, n, i, k)), math.nan)
@@ -251,12 +254,8 @@ def study_table(
     n_checkpoints: int,
     phi,
     *,
-    n_ood: int = 2,
     run_sd: float = 0.0,
-    noise: float = 0.02,
-    series: str = "ar1",
-    drift: float = 0.5,
-    sampling_sd=0.0,
+    **draw,
 ) -> pd.DataFrame:
     """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
     entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
@@ -271,7 +270,9 @@ def study_table(
     smooth trend of its own in each testset that the in-domain score does not share (a
     residualiser that is linear in the in-domain score leaves it behind). ``run_sd`` spreads the
     runs of one model: run i's correlation is ``tanh(atanh(rho) + N(0, run_sd^2))``.
-    ``sampling_sd``: a testset's sampling noise on top (:func:`run_scores`; default none)."""
+    ``draw``: :func:`run_scores`' keywords (``n_ood`` OOD testsets, 2 by default; ``noise``,
+    ``series``, ``drift``; ``sampling_sd``, a testset's sampling noise on top, default none)."""
+    n_ood = draw.get("n_ood", 2)
     if not 2 <= n_ood <= len(LOADINGS):
         raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
     t = np.arange(n_checkpoints)
@@ -280,17 +281,7 @@ def study_table(
     for m, rho_m in enumerate(rhos):
         for i in range(n_runs):
             rho = math.tanh(math.atanh(float(rho_m)) + run_sd * rng.normal()) if run_sd else float(rho_m)
-            scores = run_scores(
-                rng,
-                [rho],
-                n_checkpoints,
-                phi,
-                n_ood=n_ood,
-                noise=noise,
-                series=series,
-                drift=drift,
-                sampling_sd=sampling_sd,
-            )[0]
+            scores = run_scores(rng, [rho], n_checkpoints, phi, **draw)[0]
             frames.append(
                 pd.DataFrame(
                     {

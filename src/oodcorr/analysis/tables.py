@@ -2,7 +2,8 @@
 
 * :func:`read_table` -- CSV/TSV or parquet, optionally gzip/bzip2/xz-compressed; text in
   UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.core.io`);
-* :func:`from_wide` -- one row per unit, one column per testset;
+* :func:`from_wide` -- one row per unit, one column per testset (each reader told the table's
+  :class:`Layout`);
 * :func:`from_long` -- one row per unit x testset;
 * :func:`from_examples_table` -- a table of each example's correctness;
 * :func:`run_info` -- per-run columns of a table (e.g. ``n_train``), checked to be
@@ -28,6 +29,7 @@ import io
 import logging
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -359,31 +361,41 @@ def _bookkeeping(column: str) -> bool:
     return column.startswith("_") or re.fullmatch(r"Unnamed: \d+", column) is not None
 
 
+@dataclass(frozen=True)
+class Layout:
+    """How a score table is read, the same for each reader here (:func:`from_wide`, :func:`from_long`,
+    :func:`run_info`): its unit column and in-domain testset; the columns naming each row's model and
+    run (None: every row is ``model_name``'s, run ``all``); for its errors, the table's name
+    (``source``) and what its rows are called (``where``: ``line``, or a sheet's ``row``); and what
+    is kept: the testsets (exact names or globs, :func:`matching`; None: all), those left out
+    (``exclude``), and the unit labels of summary rows (:func:`drop_summary_rows`)."""
+
+    unit: str
+    in_domain: str
+    source: str = "table"
+    where: str = "line"
+    model: str | None = None
+    run: str | None = None
+    model_name: str = "model"
+    testsets: list[str] | None = None
+    exclude: tuple[str, ...] = ()
+    summary_labels: frozenset = SUMMARY_LABELS
+
+
 def from_wide(
-    df: pd.DataFrame,
-    *,
-    unit: str,
-    in_domain: str,
-    source: str = "table",
-    where: str = "line",
-    model: str | None = None,
-    run: str | None = None,
-    model_name: str = "model",
-    testsets: list[str] | None = None,
-    exclude: tuple[str, ...] = (),
-    summary_labels=SUMMARY_LABELS,
-    metrics: dict[str, str] | None = None,
-    default_metric: str = "accuracy",
+    df: pd.DataFrame, layout: Layout, *, metrics: dict[str, str] | None = None, default_metric: str = "accuracy"
 ) -> pd.DataFrame:
-    """One row per unit, one column per testset -> canonical long table. ``testsets`` and ``exclude``
-    name columns exactly or by globs (:func:`matching`); a column whose name starts with ``_`` (a
-    tracker's own: W&B's ``_runtime``, ``_timestamp``) is left out unless ``testsets`` names it. Each
-    column's metric is :func:`column_metrics`' (``metrics``: ``--metric COLUMN=METRIC``, globs allowed;
-    ``default_metric`` for a column neither named nor told by its name), its scores checked against that
-    metric's range, each column on its own scale (shares or percentages, told by its values); every
-    column out of range is named in one error. Rows with no score in any column analysed (a tracker's
-    rows of other metrics) are left out."""
-    df = drop_summary_rows(df, unit, source, where, summary_labels)
+    """One row per unit, one column per testset -> canonical long table. The layout's ``testsets``
+    and ``exclude`` name columns exactly or by globs (:func:`matching`); a column whose name starts
+    with ``_`` (a tracker's own: W&B's ``_runtime``, ``_timestamp``) is left out unless ``testsets``
+    names it. Each column's metric is :func:`column_metrics`' (``metrics``: ``--metric COLUMN=METRIC``,
+    globs allowed; ``default_metric`` for a column neither named nor told by its name), its scores
+    checked against that metric's range, each column on its own scale (shares or percentages, told by
+    its values); every column out of range is named in one error. Rows with no score in any column
+    analysed (a tracker's rows of other metrics) are left out."""
+    unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
+    model, run = layout.model, layout.run
+    df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:], source)
     if in_domain not in df.columns:
@@ -393,9 +405,9 @@ def from_wide(
             f"the testset columns are {named}"
         )
     names = [c for c in df.columns if c not in ids]
-    left = set(matching(names, exclude, "--exclude")) - {in_domain}
-    if testsets:
-        cols = [c for c in matching(names, testsets, "--testsets") if c not in left]
+    left = set(matching(names, layout.exclude, "--exclude")) - {in_domain}
+    if layout.testsets:
+        cols = [c for c in matching(names, layout.testsets, "--testsets") if c not in left]
     else:
         own = [c for c in names if _bookkeeping(c) and c not in left and c != in_domain]
         if own:
@@ -440,7 +452,7 @@ def from_wide(
     )
     long = values.assign(
         unit=_numeric_units(df[unit]),
-        model=_names(df, model, "model", source, where) if model else model_name,
+        model=_names(df, model, "model", source, where) if model else layout.model_name,
         run=_names(df, run, "run", source, where) if run else "all",
     )
     long = long.melt(id_vars=["model", "run", "unit"], var_name="testset", value_name="score")
@@ -450,26 +462,20 @@ def from_wide(
 
 def from_long(
     df: pd.DataFrame,
+    layout: Layout,
     *,
-    unit: str,
     testset: str,
     score: str,
-    in_domain: str,
-    source: str = "table",
-    where: str = "line",
-    model: str | None = None,
-    run: str | None = None,
-    model_name: str = "model",
-    testsets: list[str] | None = None,
-    exclude: tuple[str, ...] = (),
-    summary_labels=SUMMARY_LABELS,
     n_column: str | None = None,
     metric: str | None = None,
 ) -> pd.DataFrame:
-    """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column (the
-    items behind each score) too. The scores are checked against the range of ``metric`` (default: the
-    score column's name); ``testsets`` and ``exclude`` name testsets exactly or by globs (:func:`matching`)."""
-    df = drop_summary_rows(df, unit, source, where, summary_labels)
+    """One row per unit x testset (its name in column ``testset``, its score in ``score``) -> canonical
+    long table; with ``n_column``, its ``n`` column (the items behind each score) too. The scores are
+    checked against the range of ``metric`` (default: the score column's name); the layout's
+    ``testsets`` and ``exclude`` name testsets exactly or by globs (:func:`matching`)."""
+    unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
+    model, run = layout.model, layout.run
+    df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
     _require_columns(df, [testset, score] + [c for c in (model, run, n_column) if c], source)
     names = set(_names(df, testset, "testset", source, where))
     if in_domain not in names:
@@ -478,13 +484,13 @@ def from_long(
             f"{testset!r}{did_you_mean(in_domain, names)}; testsets are {sorted(names)}"
         )
     ordered = sorted(names)
-    left = set(matching(ordered, exclude, "--exclude")) - {in_domain}
-    chosen = set(matching(ordered, testsets, "--testsets")) if testsets else set(ordered)
+    left = set(matching(ordered, layout.exclude, "--exclude")) - {in_domain}
+    chosen = set(matching(ordered, layout.testsets, "--testsets")) if layout.testsets else set(ordered)
     keep = df[testset].astype(str).isin((chosen | {in_domain}) - left)
     df = df[keep]
     out = pd.DataFrame(
         {
-            "model": _names(df, model, "model", source, where) if model else model_name,
+            "model": _names(df, model, "model", source, where) if model else layout.model_name,
             "in_domain": in_domain,
             "run": _names(df, run, "run", source, where) if run else "all",
             "unit": _numeric_units(df[unit]),
@@ -512,24 +518,17 @@ def from_long(
     return out.reset_index(drop=True)
 
 
-def run_info(
-    df: pd.DataFrame,
-    columns,
-    *,
-    source: str = "table",
-    model: str | None = None,
-    run: str | None = None,
-    model_name: str = "model",
-) -> pd.DataFrame:
+def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     """One row per (model, run) with ``columns``, each of which must be constant within a run
     (missing values ignored); a column that is absent or varies within a run is an error
     naming it."""
+    source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
     out = pd.DataFrame(
-        {"model": df[model].astype(str) if model else model_name, "run": df[run].astype(str) if run else "all"},
+        {"model": df[model].astype(str) if model else layout.model_name, "run": df[run].astype(str) if run else "all"},
         index=df.index,
     )
     for c in columns:

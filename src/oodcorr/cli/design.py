@@ -425,22 +425,18 @@ def run(args) -> int:
         "pilot_file": args.pilot,
         "budget": b.to_json(),
     }
+    items_studies = args.items_studies or min(args.studies, max(100, args.studies // 2))
     rep = report(
         grid,
         a,
         phis,
-        headline,
         settings,
-        effects=args.effects,
-        studies=args.studies,
-        seed=args.seed,
+        dz.Draws(tuple(args.effects), args.studies, args.seed, workers),
         alternatives=alternatives,
         effect=settings.near_zero if args.effect is None else args.effect,
         target=args.target,
-        workers=workers,
         info=info,
-        items_table=not args.no_items_table,
-        items_studies=args.items_studies or min(args.studies, max(100, args.studies // 2)),
+        items_studies=0 if args.no_items_table else items_studies,
     )
     rep["seconds"] = round(time.time() - t0, 1)
     rep["cpu_seconds_main_process"] = round(time.process_time() - c0, 1)

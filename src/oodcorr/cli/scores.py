@@ -243,7 +243,9 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
     exclude = tuple(args.exclude) + (pool_by if args.format == "wide" else ())
     default_name = Path(path).parent.name if len(args.table) > 1 else Path(path).stem
     model_name = ident.get("model") or args.model_name or default_name
-    common = dict(
+    layout = tables.Layout(
+        unit,
+        args.in_domain,
         source=path,
         where=where,
         model=model,
@@ -259,23 +261,21 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
     ]
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
     body = tables.drop_summary_rows(df, unit, path, where, labels, quiet=True) if info_cols else df
-    info = tables.run_info(body, info_cols, source=path, model=model, run=run, model_name=model_name)
+    info = tables.run_info(body, info_cols, layout)
     metric, named = metrics
     if args.format == "wide":
         if getattr(args, "n_column", None):
             raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
-        long = tables.from_wide(df, unit=unit, in_domain=args.in_domain, metrics=named, default_metric=metric, **common)
+        long = tables.from_wide(df, layout, metrics=named, default_metric=metric)
     else:
         score = next(iter(named), metric)
         long = tables.from_long(
             df,
-            unit=unit,
+            layout,
             testset=args.testset_column,
             score=score,
             metric=metric,
-            in_domain=args.in_domain,
             n_column=getattr(args, "n_column", None),
-            **common,
         )
     if "run" in ident or ("file" in ident and run is None):
         long["run"] = info["run"] = ident.get("run", ident.get("file"))
