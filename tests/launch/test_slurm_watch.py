@@ -96,6 +96,30 @@ def test_a_drained_node_is_said_once_while_jobs_wait(fake, plan, capsys):
     assert "2 SLURM job(s) of this run (9, 10) wait" in capsys.readouterr().err
 
 
+def test_a_job_held_after_a_failed_launch_is_released_once_then_named_with_the_command(fake, plan, capsys):
+    """slurmctld away while it launched a job: SLURM requeues it held, and the run waited for it until its user
+    released it (issue 53). The watcher releases it, once: held again, it is named with `scontrol release`."""
+    held = "launch failed requeued held"
+    fake.answer("scontrol", "", sub="release")
+    fake.answer("squeue", qline(9, "PENDING", held))
+    w = watcher(plan, {"9": sm_job()})
+    w.poll()
+    assert fake.calls("scontrol").count("release 9") == 1
+    err = capsys.readouterr().err
+    assert "released SLURM job(s) 9 of this run, held after a failed launch" in err and "`scontrol release" not in err
+    w.poll()  # held again: not released a second time, but said with the command
+    assert fake.calls("scontrol").count("release 9") == 1
+    assert "`scontrol release 9`" in capsys.readouterr().err
+
+
+def test_a_held_job_slurm_will_not_release_is_named_with_the_command(fake, plan, capsys):
+    fake.answer("scontrol", "", sub="release", rc=1, stderr="Access/permission denied\n")
+    fake.answer("squeue", qline(9, "PENDING", "launch failed requeued held"))
+    watcher(plan, {"9": sm_job()}).poll()
+    err = capsys.readouterr().err
+    assert "released SLURM job" not in err and "`scontrol release 9`" in err
+
+
 @pytest.mark.parametrize(
     ("state", "expected"),
     [

@@ -216,6 +216,22 @@ def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list
     return parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
 
 
+def release_failed_launches(jobs: Iterable[QueuedJob], released: set[str]) -> list[str]:
+    """Release each of ``jobs`` that SLURM holds after a failed launch (``launch failed requeued held``: a
+    node that could not start it, or slurmctld away while it started it), once per job id (``released``
+    records them: one held again is left for its user, whom the watcher tells the command); returns the ids
+    SLURM released. A user may release their own job held so; where SLURM refuses, it stays held."""
+    out = []
+    for j in jobs:
+        if j.state != "PENDING" or j.id in released or "launch failed" not in j.reason.lower():
+            continue
+        released.add(j.id)
+        res = run(["scontrol", "release", j.id])
+        if res is not None and res.returncode == 0:
+            out.append(j.id)
+    return out
+
+
 def user_accounts() -> set[str] | None:
     """The accounts this user may submit under (``sacctmgr``; None where it cannot answer)."""
     res = run(["sacctmgr", "-n", "-P", "list", "associations", f"user={getpass.getuser()}", "format=account"])

@@ -249,8 +249,11 @@ def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str],
     when that changes, and every :data:`SAY_AGAIN_S` seconds."""
     names = [str(r["slurm_run_id"]) for r in runs]
     who = "; ".join(_who(r) for r in runs)
-    said, said_at, quiet_since = None, 0.0, None
+    said, said_at, quiet_since, released = None, 0.0, None, set()
     while True:
+        freed = slurm.release_failed_launches(jobs, released)
+        if freed:
+            say(f"released SLURM job(s) {', '.join(freed)} of the earlier run, held after a failed launch (once each)")
         line = (
             f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}. "
             "This run waits for them instead of submitting them again, then plans what is left; Ctrl-C stops "

@@ -186,6 +186,7 @@ class Watcher(threading.Thread):
         self.jobs: dict[str, object] = {}  # SLURM id -> the Snakemake job (or group) it runs
         self.ended: dict[str, slurm.QueuedJob] = {}  # SLURM id -> its record, when SLURM ended it (ENDED_BY_SLURM)
         self.said: dict[tuple, tuple[frozenset, float]] = {}
+        self.released: set[str] = set()  # jobs held after a failed launch that this run released
         self.silent_since: float | None = None
         self.full = False
         self.gone: dict[str, float] = {}  # SLURM id -> when first seen ended
@@ -262,8 +263,17 @@ class Watcher(threading.Thread):
                     say(ended_sentence(j, *self.describe(j)))
 
     def _pending(self, pending: list[slurm.QueuedJob]) -> None:
+        released = slurm.release_failed_launches(pending, self.released)
+        if released:
+            say(
+                f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (a node that "
+                "could not start them, or slurmctld away while it started them): each is released once, and one "
+                "held again is named with the command to run"
+            )
         groups: dict[tuple, list[str]] = {}
         for j in pending:
+            if j.id in released:
+                continue
             kind = wait_kind(j.reason)
             if kind != "normal":
                 groups.setdefault((kind, j.partition, j.reason), []).append(j.id)
