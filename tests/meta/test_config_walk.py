@@ -34,8 +34,8 @@ def test_the_defaults_are_filled_in_one_place():
 
 
 def test_the_analysis_section_travels_no_further(capsys):
-    """The walk's numbers in docs/development.md: at most 14 stays and 6 returns, along the way that
-    is known (it cannot pass by finding nothing)."""
+    """The walk's numbers in docs/development.md: at most 12 stays and 5 returns (issue 55), along the
+    way that is known (it cannot pass by finding nothing)."""
     _walk_module().main(["--list"])
     out = capsys.readouterr().out.splitlines()
     stays = [line.split()[-1] for line in out[:-1]]
@@ -47,5 +47,5 @@ def test_the_analysis_section_travels_no_further(capsys):
         "oodcorr.planning.config:analysis_options",
         "script:partial_correlations:<script>",
     } <= set(stays)
-    assert len(stays) <= 14 and returns <= 6, out
+    assert len(stays) <= 12 and returns <= 5, out
     assert out[-1].startswith(f"analysis: {len(stays)} stays in ") and f", {returns} returns, " in out[-1]

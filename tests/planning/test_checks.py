@@ -75,12 +75,25 @@ def test_identical_verbalisers_are_refused(cfg):
 @pytest.mark.parametrize("grid, values", [("n_train", [64, 64]), ("seeds", [0, 1, 0])])
 def test_duplicate_grid_values_are_refused(cfg, grid, values):
     cfg["finetune"][grid] = values
-    refused(cfg, f"finetune.{grid}", "more than once")
+    _refused_by_schema(cfg, f"finetune.{grid}: {values[-1]!r} is listed more than once")
 
 
-def test_duplicate_residualiser_is_refused(cfg):
-    cfg["analysis"]["residualisers"] = ["linear", "linear"]
-    refused(cfg, "analysis.residualisers")
+def test_duplicate_analysis_lists_are_refused_each_named(cfg):
+    """The schema's uniqueItems: every list with a value twice named at once, not the first alone."""
+    cfg["analysis"]["residualisers"] = ["linear", "spline", "linear"]
+    cfg["analysis"]["pooling"] = {"by": ["seed", "seed"]}
+    _refused_by_schema(
+        cfg, "analysis.residualisers: 'linear' is listed more than once", "analysis.pooling.by: 'seed' is listed"
+    )
+
+
+def _refused_by_schema(c, *needles):
+    from oodcorr.planning.schema import check_config
+
+    with pytest.raises(ConfigError) as e:
+        check_config(c, REPO / "config/schema.yaml")
+    for n in needles:
+        assert n in str(e.value), str(e.value)
 
 
 def test_fewer_than_two_ood_testsets_is_refused(cfg):

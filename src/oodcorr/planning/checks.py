@@ -22,8 +22,6 @@ calls :func:`check_config` on the resolved experiment, then the plan's checks on
 * :func:`oodcorr.planning.model_checks.check_templates` -- prompt templates: placeholders other than
   ``{premise}`` and ``{hypothesis}``, unbalanced (literal) braces;
 * :func:`oodcorr.planning.model_checks.check_verbaliser_words` -- two labels with the same verbaliser;
-* :func:`check_grid` -- a value listed twice in a grid list (``n_train``, ``seeds``,
-  the analysis' methods, residualisers and pooling columns);
 * :func:`check_n_train` -- an ``n_train`` below the number of labels, or not a multiple of it;
 * :func:`check_ood_count` -- fewer than two OOD testsets for a run (no pair to correlate);
 * :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
@@ -36,7 +34,6 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections import Counter
 from collections.abc import Iterable
 
 from ..core.errors import ConfigError
@@ -60,7 +57,6 @@ def check_config(exp: Experiment) -> list[str]:
     check_evaluation(exp)
     model_checks.check_templates(exp)
     model_checks.check_verbaliser_words(exp)
-    check_grid(exp)
     check_n_train(exp)
     check_ood_count(exp)
     check_data_sources(exp)
@@ -201,31 +197,6 @@ def check_evaluation(exp: Experiment) -> None:
     unit = exp.config["evaluation"]["unit"]
     if unit not in UNITS:
         raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
-
-
-def _duplicates(values: Iterable, key: str, what: str) -> None:
-    values = list(values)
-    twice = [v for v, n in Counter(values).items() if n > 1]
-    if twice:
-        raise ConfigError(f"{key}: {twice[0]!r} is listed more than once ({values}); {what}")
-
-
-def check_grid(exp: Experiment) -> None:
-    """A value listed twice in a grid list would plan its runs twice (duplicate score rows) or
-    compute its analysis twice."""
-    blocks = [("finetune", exp.config.get("finetune") or {})]
-    blocks += [(f"models[{n}].finetune", m["finetune"]) for n, m in exp.models.items() if m.get("finetune")]
-    for key, ft in blocks:
-        for grid in ("n_train", "seeds"):
-            if grid in ft:
-                _duplicates(ft[grid], f"{key}.{grid}", "each value is a run of its own; list it once")
-    analysis = exp.config.get("analysis") or {}
-    for grid in ("methods", "residualisers"):
-        if grid in analysis:
-            _duplicates(analysis[grid], f"analysis.{grid}", "list it once")
-    by = (analysis.get("pooling") or {}).get("by")
-    if by:
-        _duplicates(by, "analysis.pooling.by", "list it once")
 
 
 def check_n_train(exp: Experiment) -> None:

@@ -151,6 +151,9 @@ def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[lis
             else err.schema.get("description") or "the characters allowed here"
         )
         return [(parts, f"{where}: {inst!r} must match {val} ({why})")]
+    if kind == "uniqueItems" and isinstance(inst, list):
+        twice = next(v for i, v in enumerate(inst) if v in inst[:i])
+        return [(parts, f"{where}: {twice!r} is listed more than once ({inst}); each value counts once: list it once")]
     if kind == "not":
         return [(parts, f"{where}: {inst!r} is not allowed ({err.schema.get('description') or err.message})")]
     if kind in ("oneOf", "anyOf"):
