@@ -7,6 +7,7 @@ munge when missing); it is skipped, with the reason, only where neither is avail
 import importlib.metadata
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -576,6 +577,47 @@ def test_a_rerun_after_the_submitting_snakemake_died_waits_for_its_jobs(cluster,
     assert "the earlier run's SLURM jobs have ended; planning what is left" in text
     assert slurm_cluster.job_records(cluster.jobcomp_log.read_text())[job]["JobState"] == "COMPLETED"
     assert (wd / R / "models" / "micro-opt" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_a_job_script_requeued_mid_run_reruns_the_same_command(cluster, tmp_path):
+    """Snakemake run inside a SLURM job (a head job), the job requeued while it runs (`scontrol requeue`,
+    what a preemption does): SLURM runs the job script again, whose same command resumes and finishes
+    with no --unlock and no second command (issue 53)."""
+    wd, _ = _scenario(tmp_path)
+    cmd = " ".join(shlex.quote(a) for a in [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd)])
+    script = tmp_path / "head.sh"
+    script.write_text(
+        f"#!/bin/sh\nexec {cmd} --configfile {shlex.quote(str(wd / 'micro.yaml'))} --cores 1 --until finetune\n"
+    )
+    out = tmp_path / "head.out"
+    res = subprocess.run(
+        ["sbatch", "--parsable", "--requeue", "--open-mode=append", "-p", slurm_cluster.CPU_PARTITION]
+        + ["-o", str(out), str(script)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    job = res.stdout.strip().split(";")[0]
+    built = wd / R / "models/micro-opt/oodcorr_build.json"  # the first job's output: the run is under way
+    end = time.time() + 300
+    while not built.exists() and time.time() < end:
+        time.sleep(0.5)
+    assert built.exists(), out.read_text(errors="replace")[-4000:] if out.exists() else "no output"
+    assert subprocess.run(["scontrol", "requeue", job], capture_output=True, timeout=60).returncode == 0
+    manifest = wd / R / "finetune/micro-opt/synth/n64/seed0/manifest.json"
+    end = time.time() + 600
+    while time.time() < end:
+        record = slurm_cluster.job_records(cluster.jobcomp_log.read_text(errors="replace")).get(job, {})
+        if record.get("JobState") == "COMPLETED" or (record and not _task_state(job)):
+            break
+        time.sleep(1)
+    text = out.read_text(errors="replace")
+    assert record.get("JobState") == "COMPLETED" and record.get("ExitCode") == "0:0", (record, text[-5000:])
+    assert text.count("Building DAG of jobs") >= 2, text[-5000:]  # the same command, run twice
+    assert manifest.is_file() and "--unlock" not in text, text[-5000:]
 
 
 def _array_profile(dest: Path, jobs: int) -> Path:
