@@ -58,7 +58,7 @@ for cls in adaptation.ADAPTATIONS.values():
     cls.label_logits = wrap(cls.label_logits)
 start = time.time() - evaluate._process_age()
 job = json.load(open(sys.argv[1]))
-result = evaluate.evaluate_run(**job)
+result = evaluate.evaluate_run(evaluate.EvalParams.from_mapping(job.pop("job")), **job)
 done = time.time()
 rec = result["checkpoints"][0]
 print(json.dumps({
@@ -168,15 +168,17 @@ def run_child(case: dict, args, out: Path, env: dict) -> dict:
     # scored as the step its own manifest records: a checkpoint is checked against its place (issue 25)
     step = checkpoint_step(Path(case["checkpoint"]))
     job = {
-        "model_spec": case["spec"],
-        "built_model_dir": case.get("built_model_dir"),
+        "job": {
+            "model_spec": case["spec"],
+            "built_model_dir": case.get("built_model_dir"),
+            "provenance": {"run_id": "bench"},
+        },
         "checkpoints": [
             {"step": 1 if step is None else step, "checkpoint": str(case["checkpoint"]), "predictions": str(pred)}
         ],
         "tokenized": str(case["cache"]),
         "batch_size": 32,
         "max_tokens": 16384,
-        "provenance": {"run_id": "bench"},
         "device": "cpu",
         "threads": args.threads,
     }

@@ -63,7 +63,8 @@ SIDES = {
 }
 # what one of our evaluation processes runs: evaluate_run on a job written as JSON
 CHILD = (
-    "import json, sys\nfrom oodcorr.jobs.evaluate import evaluate_run\nevaluate_run(**json.load(open(sys.argv[1])))\n"
+    "import json, sys\nfrom oodcorr.jobs.evaluate import EvalParams, evaluate_run\n"
+    "args = json.load(open(sys.argv[1]))\nevaluate_run(EvalParams.from_mapping(args.pop('job')), **args)\n"
 )
 
 
@@ -245,13 +246,11 @@ class Sides:
 
     def _our_job(self, out: Path, cks: list[dict], summary: Path) -> list[str]:
         job = {
-            "model_spec": self.spec,
-            "built_model_dir": None,
+            "job": {"model_spec": self.spec, "built_model_dir": None, "provenance": {"run_id": "bench"}},
             "tokenized": self.testset["cache"],
             "checkpoints": [dict(c, predictions=str(out / f"step{c['step']}.parquet")) for c in cks],
             "batch_size": self.args.batch_size,
             "max_tokens": self.args.max_tokens,
-            "provenance": {"run_id": "bench"},
             "out_summary": str(summary),
             "device": "cpu",
             "threads": self.args.threads,

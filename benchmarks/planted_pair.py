@@ -42,7 +42,7 @@ import pandas as pd
 
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.jobs.data import prepare
-from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
+from oodcorr.jobs.evaluate import EvalParams, checkpoints_to_score, evaluate_run
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
@@ -105,13 +105,11 @@ def large_scores(root: Path, config: dict, configfile: Path, n: int, work: Path)
                 outs = [str(work / f"{run.id.replace('/', '_')}-{s}-{name}.parquet") for s in run.steps]
                 manifest = str(root / "finetune" / run.id / "manifest.json")
                 res = evaluate_run(
-                    model_spec=job["model_spec"],
-                    built_model_dir=job["built_model_dir"],
+                    EvalParams.from_mapping(job),
                     checkpoints=checkpoints_to_score([manifest], list(run.steps), outs),
                     tokenized=str(cache),
                     batch_size=64,
                     max_tokens=8192,
-                    provenance=job["provenance"],
                     testset=name,
                 )
                 for rec in res["checkpoints"]:

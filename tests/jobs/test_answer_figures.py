@@ -33,8 +33,7 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
         "forest",
         str(png),
         opts,
-        agree=agree,
-        pc=pc,
+        dict(agree=agree, pc=pc),
         in_domain=d,
         pair=(row.y, row.x),
         method="pearson",
@@ -150,8 +149,7 @@ def test_the_forest_plot_shows_the_tasks_correlations_beside_the_observed(measur
         "forest",
         str(tmp_path / "f.png"),
         opts,
-        agree=agree,
-        pc=pc,
+        dict(agree=agree, pc=pc),
         in_domain="in-domain",
         pair=("ood0", "ood1"),
         method="pearson",
@@ -201,7 +199,7 @@ def test_a_drawing_process_is_given_the_columns_the_answers_figures_read(measure
     """oodcorr analyse draws in processes that hold only the figures' columns: the same figures."""
     pc, agree, opts = measured["items"]
     args = {"in_domain": "in-domain", "pair": ("ood0", "ood1"), "method": "pearson", "residualiser": "linear"}
-    here = plots.draw("forest", str(tmp_path / "here.png"), opts, agree=agree, pc=pc, **args)
+    here = plots.draw("forest", str(tmp_path / "here.png"), opts, dict(agree=agree, pc=pc), **args)
     figures = [
         figure_set.Figure("forest", str(tmp_path / "pool.png"), args, ("agree", "pc")),
         figure_set.Figure(

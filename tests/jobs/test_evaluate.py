@@ -30,7 +30,7 @@ def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_model
     """Each record says how much of its batches was padding (what the CPU rule cut them for), and
     the job's timing says how long after its process started it began scoring and had its first
     batch scored; a bfloat16 evaluation is recorded (and keyed) as one."""
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 
     tiny = str(tiny_models["olmo2"])
     spec = {"name": "tiny", "tiny": {"model_type": "olmo2"}}
@@ -39,14 +39,11 @@ def test_a_job_records_its_padding_and_when_it_first_scored(tmp_path, tiny_model
     recs = {}
     for dtype in (None, "bfloat16"):
         recs[dtype] = evaluate_run(
-            model_spec=dict(spec, dtype="float32"),
-            built_model_dir=tiny,
+            EvalParams(dict(spec, dtype="float32"), tiny, {"run_id": "r"}, dtype),
             checkpoints=[dict(ck, predictions=str(tmp_path / f"{dtype}.parquet"))],
             tokenized=str(cache),
             batch_size=32,
             max_tokens=16384,
-            provenance={"run_id": "r"},
-            dtype=dtype,
         )
     rec, timing = recs[None]["checkpoints"][0], recs[None]["timing_s"]
     b = rec["batching"]
@@ -71,7 +68,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     from oodcorr.core.records import read_result
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.data import prepare
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
     from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
@@ -90,14 +87,12 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     def run(name):
         out = [dict(c, predictions=str(tmp_path / f"{name}{c['step']}.parquet")) for c in cks]
         return evaluate_run(
-            model_spec=spec,
-            built_model_dir=tiny,
+            EvalParams(spec, tiny, {"run_id": "r"}),
             checkpoints=out,
             tokenized=str(cache),
             batch_size=16,
             max_tokens=10**6,
             out_summary=str(tmp_path / f"{name}.json"),
-            provenance={"run_id": "r"},
         )
 
     free = run("free")
@@ -132,7 +127,7 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
 
     from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
     from oodcorr.core.records import read_result
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
     from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     tiny = str(tiny_models[kind])
@@ -160,12 +155,10 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     )
     cks = checkpoint_series(tmp_path, tiny, spec, lora, LABELS)
     common = dict(
-        model_spec=spec,
-        built_model_dir=tiny,
+        job=EvalParams(spec, tiny, {"run_id": "r"}),
         tokenized=str(cache),
         batch_size=8,
         max_tokens=10**6,
-        provenance={"run_id": "r"},
     )
     one_job = evaluate_run(
         checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks],
@@ -195,7 +188,7 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     import os
 
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
     from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
@@ -204,13 +197,11 @@ def test_a_run_job_keeps_predictions_made_by_exactly_this_evaluation(tmp_path, t
     cks = checkpoint_series(tmp_path, tiny, spec, False, LABELS, n_ckpt=2)
     cks = [dict(c, predictions=str(tmp_path / f"p{c['step']}.parquet")) for c in cks]
     common = dict(
-        model_spec=spec,
-        built_model_dir=tiny,
+        job=EvalParams(spec, tiny, {"run_id": "r"}),
         checkpoints=cks,
         tokenized=str(cache),
         batch_size=8,
         max_tokens=10**6,
-        provenance={"run_id": "r"},
     )
     first = evaluate_run(**common)
     mtimes = [os.stat(c["predictions"]).st_mtime_ns for c in cks]
@@ -242,7 +233,7 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     is written for it. (Before: sizes only, so it was evaluated.)"""
     import os
 
-    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, EvaluationRefused, evaluate_run
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -261,13 +252,11 @@ def test_a_checkpoint_whose_bytes_changed_is_refused(tmp_path, tiny_models, unit
     todo = cks if unit == "run" else cks[1:]
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(
-            model_spec=spec,
-            built_model_dir=tiny,
+            EvalParams(spec, tiny, {"run_id": "r"}),
             checkpoints=todo,
             tokenized=cache,
             batch_size=8,
             max_tokens=10**6,
-            provenance={"run_id": "r"},
             out_summary=str(tmp_path / "s.json") if unit == "run" else None,
         )
     msg = str(e.value)
@@ -282,7 +271,7 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     import os
 
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, EvaluationRefused, evaluate_run
     from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])
@@ -301,13 +290,11 @@ def test_nan_logits_give_no_score(tmp_path, tiny_models, unit):
     todo = cks if unit == "run" else cks[1:]
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(
-            model_spec=spec,
-            built_model_dir=tiny,
+            EvalParams(spec, tiny, {"run_id": "r"}),
             checkpoints=todo,
             tokenized=cache,
             batch_size=8,
             max_tokens=10**6,
-            provenance={"run_id": "r"},
             out_summary=str(tmp_path / "s.json") if unit == "run" else None,
         )
     msg = str(e.value)
@@ -351,7 +338,7 @@ def test_a_record_names_its_libraries_and_those_that_trained_its_checkpoint(tmp_
     evaluation's key: a manifest naming other libraries later leaves the predictions as they were."""
     from oodcorr.core.provenance import library_versions
     from oodcorr.core.records import read_result
-    from oodcorr.jobs.evaluate import checkpoints_to_score, evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, checkpoints_to_score, evaluate_run
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -367,13 +354,11 @@ def test_a_record_names_its_libraries_and_those_that_trained_its_checkpoint(tmp_
     def run():
         cks = checkpoints_to_score([str(manifest)], [0, 10], preds)
         return evaluate_run(
-            model_spec=spec,
-            built_model_dir=tiny,
+            EvalParams(spec, tiny, {}),
             checkpoints=cks,
             tokenized=cache,
             batch_size=8,
             max_tokens=10**6,
-            provenance={},
         )["checkpoints"]
 
     recs = run()
@@ -399,7 +384,7 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
     import os
     import shutil
 
-    from oodcorr.jobs.evaluate import EvaluationRefused, evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, EvaluationRefused, evaluate_run
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -409,7 +394,7 @@ def test_a_checkpoint_folder_replaced_by_another_steps_is_not_scored_as_that_ste
     shutil.rmtree(ck10)
     shutil.copytree(ck20, ck10)
     todo = cks if unit == "run" else cks[1:2]
-    common = dict(model_spec=spec, built_model_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    common = dict(job=EvalParams(spec, tiny, {}), tokenized=cache, batch_size=8, max_tokens=10**6)
     with pytest.raises(EvaluationRefused) as e:
         evaluate_run(checkpoints=todo, **common)
     msg = str(e.value)
@@ -456,13 +441,13 @@ def test_a_predictions_file_of_another_place_is_not_reused(tmp_path, tiny_models
     import shutil
 
     from oodcorr.core.records import read_result
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     cache = _one_testset(tmp_path, tiny, spec)
     cks = _run_with_manifest(tmp_path, tiny, spec, n_ckpt=2)
-    common = dict(model_spec=spec, built_model_dir=tiny, tokenized=cache, batch_size=8, max_tokens=10**6, provenance={})
+    common = dict(job=EvalParams(spec, tiny, {}), tokenized=cache, batch_size=8, max_tokens=10**6)
     other = [dict(c, predictions=str(tmp_path / f"other-experiment-{c['step']}.parquet")) for c in cks]
     evaluate_run(checkpoints=other, **common)
     evaluate_run(checkpoints=cks, **common)

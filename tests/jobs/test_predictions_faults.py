@@ -8,13 +8,14 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from dataclasses import asdict
 
 import pytest
 
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.records import read_result
 from oodcorr.jobs.checkpoints import write_ckpt_manifest
-from oodcorr.jobs.evaluate import evaluate_run
+from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 from oodcorr.modeling import synthetic
 
 from faults import fill, preempt, small_filesystem, start_stopped, wait_for
@@ -33,12 +34,10 @@ def scoring(tmp_path, tiny_models):
     shutil.copytree(tiny, ck)
     write_ckpt_manifest(ck, 0, resumable=False)
     common = dict(
-        model_spec=SPEC,
-        built_model_dir=tiny,
+        job=EvalParams(SPEC, tiny, {"run_id": "r"}),
         tokenized=str(cache),
         batch_size=8,
         max_tokens=10**6,
-        provenance={"run_id": "r"},
     )
     return common, {"step": 0, "checkpoint": str(ck)}
 
@@ -63,8 +62,9 @@ STOPPED = textwrap.dedent(
     import json, sys, time
     from pathlib import Path
     import pyarrow.parquet as pq
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
     common, ck, reached = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
+    common["job"] = EvalParams(**common["job"])
     write = pq.write_table
     def write_then_stop(table, where, *a, **k):
         write(table, where, *a, **k)
@@ -83,7 +83,7 @@ def test_a_preempted_scoring_job_leaves_no_predictions_file_and_the_requeued_one
     out = tmp_path / "eval" / "neg.parquet"
     ck = dict(ck, predictions=str(out))
     reached = tmp_path / "reached"
-    proc = start_stopped(STOPPED, json.dumps(common), json.dumps(ck), str(reached))
+    proc = start_stopped(STOPPED, json.dumps(dict(common, job=asdict(common["job"]))), json.dumps(ck), str(reached))
     wait_for(reached, proc, timeout=300)
     assert preempt(proc, grace=2.0) != 0
     assert not out.exists()  # only a temporary file beside it, which nothing reads

@@ -10,7 +10,7 @@ from oodcorr.core.errors import ConfigError
 from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.core.records import read_result
-from oodcorr.jobs.evaluate import evaluate_run
+from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 from oodcorr.jobs.finetune import finetune
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.modeling import synthetic
@@ -77,14 +77,12 @@ def _evaluate(tmp_path, spec, built_model_dir, run, step, cache, batch_size=7):
         "predictions": str(out.with_suffix(".parquet")),
     }
     summary = evaluate_run(
-        model_spec=spec,
-        built_model_dir=built_model_dir,
+        EvalParams(spec, built_model_dir, {}),
         checkpoints=[ck],
         tokenized=str(cache),
         batch_size=batch_size,
         max_tokens=10_000,
         out_summary=str(out),
-        provenance={},
     )
     (record,) = summary["checkpoints"]
     # the predictions file carries the same record (all but its own write time)

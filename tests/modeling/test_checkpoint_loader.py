@@ -26,7 +26,7 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     predictions equal a fresh load's, bit for bit."""
 
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.evaluate import evaluate_run
+    from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 
     monkeypatch.setenv("OODCORR_LEAN", lean)
     tiny = str(tiny_models["opt"])
@@ -46,12 +46,10 @@ def test_run_unit_swaps_adapters_whose_config_differs_only_in_the_order_of_targe
     rewrite_config(cks[1], lambda c: c.update(target_modules=first[::-1]))  # the same set, the other order
     rewrite_config(cks[2], lambda c: c.update(lora_alpha=2 * c["lora_alpha"]))  # really another adapter
     common = dict(
-        model_spec=spec,
-        built_model_dir=tiny,
+        job=EvalParams(spec, tiny, {"run_id": "r"}),
         tokenized=str(cache),
         batch_size=8,
         max_tokens=10**6,
-        provenance={"run_id": "r"},
     )
     one_job = evaluate_run(
         checkpoints=[dict(c, predictions=str(tmp_path / f"run{c['step']}.parquet")) for c in cks], **common

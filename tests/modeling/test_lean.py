@@ -182,8 +182,9 @@ def test_other_architectures_and_head_models_score_through_transformers(tmp_path
 
 JOB = """
 import json, sys
-from oodcorr.jobs.evaluate import evaluate_run
-evaluate_run(**json.loads(sys.argv[1]))
+from oodcorr.jobs.evaluate import EvalParams, evaluate_run
+args = json.loads(sys.argv[1])
+evaluate_run(EvalParams.from_mapping(args.pop("job")), **args)
 print(json.dumps(sorted(sys.modules)))
 """
 # what a job must not load: transformers' and peft's import graphs and what they drag in
@@ -206,13 +207,11 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     seen = {}
     for flag in ("1", "0"):
         job = {
-            "model_spec": dict(spec, dtype="float32"),
-            "built_model_dir": tiny,
+            "job": {"model_spec": dict(spec, dtype="float32"), "built_model_dir": tiny, "provenance": {"run_id": "r"}},
             "checkpoints": [dict(ck, predictions=str(tmp_path / f"p{flag}.parquet"))],
             "tokenized": str(cache),
             "batch_size": 8,
             "max_tokens": 4096,
-            "provenance": {"run_id": "r"},
         }
         env = {"PYTHONPATH": str(REPO / "src"), "OODCORR_LEAN": flag, "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
         res = subprocess.run([sys.executable, "-c", JOB, json.dumps(job)], capture_output=True, text=True, env=env)

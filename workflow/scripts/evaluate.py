@@ -8,7 +8,7 @@ import logging
 
 from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.locks import UnsafeLockFile
-from oodcorr.jobs.evaluate import EvaluationRefused, checkpoints_to_score, evaluate_run
+from oodcorr.jobs.evaluate import EvalParams, EvaluationRefused, checkpoints_to_score, evaluate_run
 from oodcorr.launch.runtime import end_job, pick_device, refuse, retry_sizes, start_job
 
 sm = snakemake  # noqa: F821
@@ -30,17 +30,14 @@ try:
     # an unreadable manifest: named, with the way out
     checkpoints = checkpoints_to_score(manifests, steps, outputs)
     result = evaluate_run(
-        model_spec=job["model_spec"],
-        built_model_dir=job["built_model_dir"],
+        EvalParams.from_mapping(job),
         checkpoints=checkpoints,
         tokenized=sm.input.tokenized,
         batch_size=batch_size,
         max_tokens=max_tokens,
         out_summary=summary,
-        provenance=job["provenance"],
         device=pick_device(sm.resources.gpu),
         threads=sm.threads,
-        dtype=job.get("dtype"),  # evaluation.dtype, when it is not `model`
         testset=sm.wildcards.testset,  # what the tokenised testset must hold (a swapped one is refused)
     )
 except (EvaluationRefused, ConfigError, DataError, ResultError, UnsafeLockFile, WriteFailed) as e:

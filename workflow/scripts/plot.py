@@ -22,20 +22,20 @@ try:  # a staged table cut short or changed since its job wrote it: named, with 
     elif kind in ("heatmap", "heatmap_grid"):
         tables = dict(pc=read_analysis_table(sm.input[0]))
     else:
-        long, _ = from_scores(read_scores(sm.input[0]), sm.params.score)
+        tables = dict(long=from_scores(read_scores(sm.input[0]), sm.params.score)[0])
 except ResultError as e:
     refuse(e)
 if kind == "consensus_heatmap":
-    cells = dict(tables, method=sm.params.method, residualiser=sm.params.residualiser)
-    print(plots.draw(kind, sm.output[0], opts, in_domain=sm.wildcards.indomain, **cells))
+    cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
+    print(plots.draw(kind, sm.output[0], opts, tables, in_domain=sm.wildcards.indomain, **cells))
 elif kind == "forest":
-    cells = dict(tables, method=sm.params.method, residualiser=sm.params.residualiser)
+    cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
     for png, (dom, x, y) in zip(sm.output, sm.params.pairs, strict=True):
-        print(png, plots.draw(kind, png, opts, in_domain=dom, pair=(x, y), **cells))
+        print(png, plots.draw(kind, png, opts, tables, in_domain=dom, pair=(x, y), **cells))
 elif kind in ("heatmap", "heatmap_grid"):
-    cells = dict(tables, method=sm.params.method, residualiser=sm.params.residualiser)
-    print(plots.draw(kind, sm.output[0], opts, model=getattr(sm.wildcards, "model", None), **cells))
+    cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
+    print(plots.draw(kind, sm.output[0], opts, tables, model=getattr(sm.wildcards, "model", None), **cells))
 else:
-    labels = dict(x_label=sm.params.x_label, y_label=sm.params.score) if kind == "learning_curves" else {}
-    print(plots.draw(kind, sm.output[0], opts, long=long, model=sm.wildcards.model, **labels))
+    labels = dict(labels=(sm.params.x_label, sm.params.score)) if kind == "learning_curves" else {}
+    print(plots.draw(kind, sm.output[0], opts, tables, model=sm.wildcards.model, **labels))
 seal(sm.output)  # what publishing checks the staged file against

@@ -294,9 +294,7 @@ def _twin(res: str) -> str:
     """The residualiser whose Pearson cell is corrected for a cell of ``res``: a spline's own, else
     the linear-kind one of the same covariates."""
     spec = parse(res)
-    if spec.kind == "spline":
-        return res
-    return "linear+step" if spec.step else "linear"
+    return res if spec.smoother else spec.line
 
 
 def _sign_of(direction: str) -> str:
@@ -307,7 +305,7 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
     """``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a
     statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
     sign where that cell states the same sign, a spread where it states the same spread."""
-    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).kind in ("linear", "spline"))
+    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
     keys = ["in_domain", "pool_group", "x", "y"]
     twins = {
         (*k, res): (reg, d, sp)
@@ -454,7 +452,7 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
         for c in P_ADJUSTED:
             line.loc[idx, f"{c}_adj"] = multitest.adjust(line.loc[idx, c].to_numpy(float), correction)
     checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
-    checked &= df["residualiser"].map(lambda r: parse(r).kind != "linear").to_numpy()
+    checked &= df["residualiser"].map(lambda r: parse(r).curve).to_numpy()
     spreads = (SIGN_REVERSAL, "models differ")
     for g, row in enumerate(line.to_dict("records")):
         if not checked[g]:

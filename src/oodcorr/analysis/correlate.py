@@ -26,10 +26,10 @@ from .residualise import (
     Degenerate,
     GamSettings,
     Spec,
+    gam_residuals,
     linear,
     linear_maker,
     parse,
-    residualise,
     spline_basis,
     spline_fallback_note,
 )
@@ -102,17 +102,6 @@ def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) ->
         r = (A * Bm).sum(1) / np.sqrt(sa * sb)
     r[(sa <= 1e-24 * scale) | (sb <= 1e-24 * scale)] = np.nan
     return np.clip(r, -1.0, 1.0)
-
-
-def p_param(r: float, rx: np.ndarray, ry: np.ndarray, method: str, dof: float) -> float:
-    if method == "kendall":
-        return float(stats.kendalltau(rx, ry).pvalue)
-    if not dof >= 1:
-        return math.nan
-    if abs(r) >= 1.0:
-        return 0.0
-    t = r * math.sqrt(dof / (1 - r * r))
-    return float(2 * stats.t.sf(abs(t), dof))
 
 
 def min_points(spec: Spec, gam: GamSettings) -> int:
@@ -206,7 +195,7 @@ def residual_pair(
                 resid, edf = basis.residuals(vt[:, None], np.array([lam]))
                 res = (resid[:, 0], float(edf[0]), lam, basis.maker(lam))
             else:
-                res = residualise(vt, Zt, spec, gam, lam)
+                res = gam_residuals(vt, Zt, gam, lam)  # pygam's GAM: one fit per series
             scale = max(float(np.abs(vt).max()), 1e-300)
             if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
                 res = Degenerate(f"the covariate explains {name} exactly (zero residual)")

@@ -86,7 +86,7 @@ from . import multitest
 from .consensus import across_models, verdict
 from .correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
 from .design_items import ItemNoise, measure_runs, measured_studies, noisy_runs
-from .residualise import GamSettings, parse
+from .residualise import KINDS, GamSettings, Spec, parse
 from .run_batch import run_statistics
 from .simulate import SHAPES, run_scores
 
@@ -170,9 +170,7 @@ class Settings:
         pygam's GAM (one library fit per series) is simulated by the spline, the same penalised
         cubic spline with its penalty chosen by REML instead of GCV."""
         spec = parse(self.residualiser)
-        if spec.kind != "gam":
-            return self.residualiser
-        return "spline+step" if spec.step else "spline"
+        return Spec(KINDS[spec.kind].simulated_by, spec.step).name
 
     @classmethod
     def from_options(cls, opts) -> Settings:

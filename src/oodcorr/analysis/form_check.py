@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from ..core.answer import interval_text
-from .residualise import CURVES, parse
+from .residualise import parse
 
 LINE_COLUMNS = ("r_line", "ci_low_line", "ci_high_line", "p_line", "se_z_line")
 GAIN_COLUMNS = ("curve_r2_x", "curve_p_x", "curve_r2_y", "curve_p_y")
@@ -38,9 +38,7 @@ def line_of(residualiser: str) -> str | None:
     """The line a curve-kind residualiser is checked against (``spline+step`` -> ``linear+step``);
     None for the line itself."""
     spec = parse(residualiser)
-    if spec.kind not in CURVES:
-        return None
-    return "linear+step" if spec.step else "linear"
+    return spec.line if spec.curve else None
 
 
 def curve_gain(curve: dict, line: dict) -> dict:

@@ -31,9 +31,25 @@ import numpy as np
 
 from ..core.defaults import ANALYSIS as DEFAULTS
 
-KINDS = ("spline", "linear", "gam")
-RESIDUALISERS = ("spline", "spline+step", "linear", "linear+step", "gam", "gam+step")
-CURVES = ("spline", "gam")  # the kinds that follow a curve: the line is their check (:mod:`.form_check`)
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a kind of residualiser is, read wherever the analysis treats the kinds apart."""
+
+    curve: bool  # follows a curve: the line of the same covariates is its check (:mod:`.form_check`)
+    # a fixed linear smoother (the line, or the spline with its penalty chosen once): its Pearson cells are
+    # corrected for item noise and their example bootstrap runs batched
+    smoother: bool
+    simulated_by: str  # the kind the design's simulated runs are analysed with (:mod:`.design`)
+
+
+# the kinds by name; each is offered alone and with the training step as a second covariate (``+step``)
+KINDS = {
+    "spline": _Kind(curve=True, smoother=True, simulated_by="spline"),
+    "linear": _Kind(curve=False, smoother=True, simulated_by="linear"),
+    "gam": _Kind(curve=True, smoother=False, simulated_by="spline"),
+}
+RESIDUALISERS = tuple(kind + step for kind in KINDS for step in ("", "+step"))
 
 
 class Degenerate(ValueError):
@@ -42,7 +58,7 @@ class Degenerate(ValueError):
 
 @dataclass(frozen=True)
 class Spec:
-    kind: str  # "spline" | "linear" | "gam"
+    kind: str  # a key of KINDS
     step: bool  # training step as a second covariate
 
     @property
@@ -52,6 +68,19 @@ class Spec:
     @property
     def n_covariates(self) -> int:
         return 2 if self.step else 1
+
+    @property
+    def line(self) -> str:
+        """The line of the same covariates: a curve's check, and whose cell measures the noise of another's."""
+        return Spec("linear", self.step).name
+
+    @property
+    def curve(self) -> bool:
+        return KINDS[self.kind].curve
+
+    @property
+    def smoother(self) -> bool:
+        return KINDS[self.kind].smoother
 
 
 def parse(name: str) -> Spec:
@@ -261,7 +290,7 @@ def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     return gam
 
 
-def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
+def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty, residual maker)."""
     n = len(y)
     if n < settings.min_points:
@@ -280,21 +309,6 @@ def gam(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
         raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")
     return res, float(fitted.statistics_["edof"]), fitted.lam, R
-
-
-def residualise(y: np.ndarray, Z: np.ndarray, spec: Spec, gam_settings: GamSettings, lam=None):
-    """Dispatch on ``spec.kind``: (residuals, dof used, penalty or None, residual maker). A spline
-    with too few points for a curve is the line (:func:`spline_basis`)."""
-    if spec.kind == "spline":
-        basis = spline_basis(Z, gam_settings)
-        if basis is not None:
-            lam = basis.choose(y[:, None])[0] if lam is None else lam
-            res, edf = basis.residuals(y[:, None], np.array([lam]))
-            return res[:, 0], float(edf[0]), lam, basis.maker(lam)
-    if spec.kind != "gam":
-        r, dof = linear(y, Z)
-        return r, dof, None, linear_maker(Z)
-    return gam(y, Z, gam_settings, lam)
 
 
 def one_blas_thread():

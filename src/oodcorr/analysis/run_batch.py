@@ -40,7 +40,7 @@ def run_statistics(
     effective degrees of freedom, the line's 2 included). ``bases``: a dict the caller keeps to reuse
     the spline's bases of runs whose in-domain scores recur (the design's draws at every effect)."""
     spec = parse(residualiser)
-    if spec.kind == "gam":
+    if not spec.smoother:
         raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
     gam = gam or GamSettings()
     with one_blas_thread():

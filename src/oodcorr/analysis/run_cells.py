@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .correlate import corr, p_param, residual_pair
+from .correlate import corr, residual_pair
 from .example_boot import RunExamples, example_ci, pearson_cis
 from .form_check import GAIN_COLUMNS, LINE_COLUMNS, curve_gain, line_of
 from .inference import PHI_MAX, assess, dependence, modified_tests
@@ -198,8 +198,8 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
         "r": r,
         "n": n,
     }
-    if method == "kendall":
-        out["p_param"] = p_param(r, rp["rx"], rp["ry"], method, dof)
+    if method == "kendall":  # its own test, from scipy
+        out["p_param"] = float(stats.kendalltau(rp["rx"], rp["ry"]).pvalue)
     else:
         out["_dof"] = dof  # the i.i.d. t-test, vectorised in _finish_tests
     if "p" in got:
@@ -226,7 +226,7 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
         out["ex_note"] = "example-level bootstrap off (fewer than 2 resamples asked for)"
     elif run.rex is None:
         out["ex_note"] = "no per-example predictions given"
-    elif method == "pearson" and spec.kind in ("spline", "linear"):  # the run's at once (_batched_example_cis)
+    elif method == "pearson" and spec.smoother:  # the run's at once (_batched_example_cis)
         out["_ex"] = (rp["mask"], r, (rp["lam_x"], rp["lam_y"]))
     else:
         out["ex_ci_low"], out["ex_ci_high"], out["ex_note"] = example_ci(
@@ -363,9 +363,9 @@ def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
     their noise is known from (from the linear-kind cell of the same covariates), its own
     correlation left as observed."""
     spec = parse(res)
-    if spec.kind in ("linear", "spline") and method == "pearson":
+    if spec.smoother and method == "pearson":
         return meas.get((a, b, res), empty())
-    twin = meas.get((a, b, "linear+step" if spec.step else "linear"))
+    twin = meas.get((a, b, spec.line))
     out = empty()
     if twin is not None:
         out.update({c: twin[c] for c in SHARED})

@@ -104,13 +104,7 @@ def run_measurements(
     halves for every pair of the run); ``opts``: the analysis' :class:`.options.Options`."""
     residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
-    kinds = list(
-        dict.fromkeys(
-            "linear+step" if parse(res).step else "linear"
-            for res in residualisers
-            if parse(res).kind in ("linear", "spline")
-        )
-    )
+    kinds = list(dict.fromkeys(parse(res).line for res in residualisers if parse(res).smoother))
     splines = [res for res in residualisers if parse(res).kind == "spline"]
     if not kinds or zname not in cols:
         return out

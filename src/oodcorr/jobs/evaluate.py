@@ -22,7 +22,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..core.errors import ResultError
@@ -212,19 +212,34 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
     return sha256_json(key)
 
 
+@dataclass(frozen=True)
+class EvalParams:
+    """What an evaluation job's params (:meth:`oodcorr.planning.plan.Plan.eval_params`) say of what it
+    scores: the model (``model_spec``, the rule's params form of its entry, and the folder a built model
+    sits in), the run's ``provenance`` written into every record, and ``dtype`` (``evaluation.dtype``
+    where it is not ``model``; None: the model's own)."""
+
+    model_spec: Mapping
+    built_model_dir: str | None
+    provenance: dict
+    dtype: str | None = None
+
+    @classmethod
+    def from_mapping(cls, job: Mapping) -> EvalParams:
+        """From the rule's ``params.job`` (whose steps and predictions files, in unit ``run``, are not its)."""
+        return cls(job["model_spec"], job["built_model_dir"], job["provenance"], job.get("dtype"))
+
+
 def evaluate_run(
+    job: EvalParams,
     *,
-    model_spec: Mapping,
-    built_model_dir: str | None,
     checkpoints: list[dict],
     tokenized: str,
     batch_size: int,
     max_tokens: int,
-    provenance: dict,
     out_summary: str | None = None,
     device: str = "cpu",
     threads: int = 1,
-    dtype: str | None = None,
     testset: str | None = None,
 ) -> dict:
     """Score checkpoints of one run on one testset, in one process.
@@ -236,13 +251,13 @@ def evaluate_run(
     kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
     every checkpoint's record. A batch size that had to be halved for memory stays halved
     for the checkpoints after it. ``testset`` (the job's) is what the tokenised testset must hold,
-    with the model's name (:func:`read_tokenized`). ``model_spec`` is the rule's params form of the model
+    with the model's name (:func:`read_tokenized`). ``job.model_spec`` is the rule's params form of the model
     entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`), made into its typed entry once, here.
     Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
     """
     t0 = time.time()
     age = _process_age()
-    model_entry = ModelEntry.from_params(model_spec)
+    model_entry = ModelEntry.from_params(job.model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
     t_imp = time.time()
@@ -250,12 +265,12 @@ def evaluate_run(
     # checked before anything is scored: bytes other than those written, cut short, another format, another
     # testset's or model's (swapped), or another tokenizer's is refused
     cache = read_tokenized(
-        tokenized, tokenizer_fingerprint(model_entry, built_model_dir), testset=testset, model=model_entry.name
+        tokenized, tokenizer_fingerprint(model_entry, job.built_model_dir), testset=testset, model=model_entry.name
     )
     t_cache = time.time()
-    dtype = eval_dtype(model_entry, dtype)
+    job = replace(job, dtype=eval_dtype(model_entry, job.dtype))
     loader = CheckpointLoader(
-        replace(model_entry, dtype=dtype), built_model_dir, device, cache["label_names"], cache["pad_id"]
+        replace(model_entry, dtype=job.dtype), job.built_model_dir, device, cache["label_names"], cache["pad_id"]
     )
     job_timing = {
         "startup": round(age, 3) if age is not None else None,
@@ -264,30 +279,22 @@ def evaluate_run(
     }
     records = []
     for ck in checkpoints:
-        check_checkpoint_place(ck, provenance)  # before its old predictions are reused or it is scored
-        key = eval_key(weights_of(ck), cache, provenance, dtype, device)
+        check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
+        key = eval_key(weights_of(ck), cache, job.provenance, job.dtype, device)
         old = _reusable(ck["predictions"], key, int(ck["step"]))
         if old is not None:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
             records.append(old)
             continue
         rec = _evaluate_checkpoint(
-            loader=loader,
-            checkpoint=ck["checkpoint"],
-            series=ck.get("series"),
-            step=int(ck["step"]),
+            loader,
+            ck,
             cache=cache,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            out_predictions=ck["predictions"],
-            provenance=provenance,
-            device=device,
-            dtype=dtype,
+            job=job,
+            batching=device_batching(device, threads, batch_size, max_tokens),
             key=key,
             job_timing=job_timing,
-            threads=threads,
             process_start=t0 - age if age is not None else None,
-            finetune_libraries=ck.get("finetune_libraries"),
         )
         batch_size, max_tokens = rec["batching"]["batch_size"], rec["batching"]["max_tokens"]
         log.info(
@@ -304,7 +311,7 @@ def evaluate_run(
     result = {
         "testset": cache["testset"],
         "fingerprint": cache["fingerprint"],
-        **provenance,
+        **job.provenance,
         "steps": [r["step"] for r in records],
         "checkpoints": records,
         "timing_s": job_timing,
@@ -370,28 +377,24 @@ def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) ->
 
 
 def _evaluate_checkpoint(
-    *,
     loader: CheckpointLoader,
-    checkpoint: str,
-    series: dict | None,
-    step: int,
+    ck: dict,
+    *,
     cache: dict,
-    batch_size: int,
-    max_tokens: int,
-    out_predictions: str,
-    provenance: dict,
-    device: str,
-    dtype: str,
+    job: EvalParams,
+    batching: tuple[int, int, float | None],
     key: str,
     job_timing: dict,
-    threads: int = 1,
-    process_start: float | None = None,
-    finetune_libraries: dict | None = None,
+    process_start: float | None,
 ) -> dict:
+    """Score one checkpoint (``ck``, as :func:`checkpoints_to_score` lists it) in ``batching``'s batches
+    (:func:`device_batching`) with ``job.dtype`` (resolved), and write its predictions file."""
     import torch  # torch stack: planning and the CLI never import it
 
     from . import metrics  # numpy/pandas: kept out of planning
 
+    checkpoint, series, out_predictions = ck["checkpoint"], ck.get("series"), ck["predictions"]
+    device, dtype = loader.device, job.dtype
     t0 = time.time()
     if series is None:
         # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
@@ -408,7 +411,7 @@ def _evaluate_checkpoint(
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
-    rows, tokens, overhead = device_batching(device, threads, batch_size, max_tokens)
+    rows, tokens, overhead = batching
     logits = score(model, cache, rows, tokens, device, stats=stats, overhead=overhead)
     t_fwd = time.time()
     started, first = stats.pop("started_at"), stats.pop("first_batch_at")
@@ -433,7 +436,7 @@ def _evaluate_checkpoint(
         "coarse": cache["coarse"],
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
-        "step": step,
+        "step": int(ck["step"]),
         "testset": cache["testset"],
         "fingerprint": cache["fingerprint"],
         "records_sha256": cache["records_sha256"],
@@ -455,8 +458,8 @@ def _evaluate_checkpoint(
         # what it ran with and, for a finetuned checkpoint, what trained it (oodcorr.core.provenance);
         # neither is part of the evaluation's key: a new library version reruns nothing
         "libraries": library_versions(),
-        **({} if series else {"finetune_libraries": finetune_libraries}),
-        **provenance,
+        **({} if series else {"finetune_libraries": ck.get("finetune_libraries")}),
+        **job.provenance,
     }
     t_write = time.time()
     result["timing_s"] = {"model": round(t_model - t0, 3), "forward": round(t_fwd - t_model, 3)}

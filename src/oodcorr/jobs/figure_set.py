@@ -210,7 +210,7 @@ def _draw(fig: Figure) -> dict:
     tables = {k: _HELD[k] for k in fig.tables}
     if fig.kind == EXPLORER:
         return write_explorer(tables["agreement"], tables["pc"], fig.png, **fig.args)
-    return plots.draw(fig.kind, fig.png, _HELD["opts"], **tables, **fig.args)
+    return plots.draw(fig.kind, fig.png, _HELD["opts"], tables, **fig.args)
 
 
 def default_workers() -> int:

@@ -14,6 +14,7 @@ consensus heatmap, forest plots) in :mod:`.answer_figures`, what every figure sh
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -197,25 +198,23 @@ def draw(
     kind: str,
     out_png: str,
     opts,
+    tables: Mapping[str, pd.DataFrame],
     *,
-    pc: pd.DataFrame | None = None,
-    long: pd.DataFrame | None = None,
-    agree: pd.DataFrame | None = None,
     model: str | None = None,
     in_domain: str | None = None,
     method: str | None = None,
     residualiser: str | None = None,
     pair: tuple[str, str] | None = None,
-    x_label: str = "training step",
-    y_label: str = "score",
+    labels: tuple[str, str] = ("training step", "score"),
 ) -> dict:
     """One analysis figure of ``kind`` (one of :data:`FIGURES`), drawn the same way for the
     command line (``oodcorr analyse``) and the workflow's rules: what an analysis's options
-    (:class:`oodcorr.analysis.Options`) decide of it is decided here. The heatmaps read the pairs
-    table ``pc`` (``method`` and ``residualiser`` choose the cells shown), the consensus heatmap the
-    agreement table ``agree`` (one ``in_domain`` set), a forest plot both (one ``pair`` of that set);
-    learning curves and scatter plots read the
-    long scores table ``long``."""
+    (:class:`oodcorr.analysis.Options`) decide of it is decided here. Of ``tables``, the heatmaps read
+    the pairs table ``pc`` (``method`` and ``residualiser`` choose the cells shown), the consensus
+    heatmap the agreement table ``agree`` (one ``in_domain`` set), a forest plot both (one ``pair`` of
+    that set); learning curves (their axes' ``labels``: x, y) and scatter plots read the long scores
+    table ``long``."""
+    pc, long, agree = (tables.get(k) for k in ("pc", "long", "agree"))
     if kind == "consensus_heatmap":
         return consensus_heatmap(agree, out_png, method, residualiser, in_domain, opts.alpha, opts.near_zero)
     if kind == "forest":
@@ -227,7 +226,7 @@ def draw(
     if kind == "heatmap_grid":
         return heatmap_grid(pc, out_png, method, residualiser, **heatmap_marks(opts))
     if kind == "learning_curves":
-        return learning_curves(long, model, out_png, x_label=x_label, y_label=y_label)
+        return learning_curves(long, model, out_png, *labels)
     if kind == "scatter":
         return scatter(long, model, out_png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam)
     raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
