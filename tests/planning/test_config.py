@@ -7,7 +7,7 @@ from snakemake.utils import validate
 
 from oodcorr.core.errors import ConfigError
 from oodcorr.planning.config import Experiment
-from oodcorr.planning.plan import build_plan
+from oodcorr.planning.plan import build_plan, load
 from oodcorr.planning.schema import fill_defaults
 
 from helpers import MICRO, REPO, micro_config, n_evaluations
@@ -360,7 +360,7 @@ def test_experiment_names_the_results_folder(default_config):
     assert all(t.startswith("results/my-grid/") for t in plan.targets() + plan.eval_outputs())
     cfg["experiment"] = "../elsewhere"
     with pytest.raises(ConfigError, match="experiment: '../elsewhere' must match"):
-        build_plan(cfg, REPO)
+        load(cfg, REPO)
 
 
 @pytest.mark.parametrize(
@@ -562,7 +562,6 @@ def test_allowed_values_are_the_ones_the_code_knows():
     from oodcorr.jobs.finetune import LOSSES
     from oodcorr.jobs.metrics import COLUMNS
     from oodcorr.modeling.adaptation import ADAPTATIONS
-    from oodcorr.planning.checks import UNITS
     from oodcorr.planning.config import DATASET_SOURCES, READING_CHOICES
 
     a = "properties/analysis/properties"
@@ -574,7 +573,6 @@ def test_allowed_values_are_the_ones_the_code_knows():
         f"{a}/pooling/properties/two_runs": TWO_RUNS,
         f"{a}/bootstrap/properties/interval": INTERVALS,
         f"{a}/score": ("accuracy", *COLUMNS),
-        "properties/evaluation/properties/unit": UNITS,
         "properties/models/items/properties/method": tuple(ADAPTATIONS),
         "properties/prompt/properties/truncation": READING_CHOICES["truncation"],
         "properties/prompt/properties/scored_position": READING_CHOICES["scored_position"],

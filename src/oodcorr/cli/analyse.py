@@ -1,6 +1,5 @@
-"""``oodcorr analyse TABLE --in-domain NAME [...]``: the same analysis as the workflow's rules on any
-scores table (CSV, TSV or parquet; long or wide) or a folder of lm-evaluation-harness results
-(``--format lm-eval``); the tables and figures go into ``--out``. Its flags: :mod:`.analyse_flags`."""
+"""``oodcorr analyse TABLE --in-domain NAME [...]``: the workflow's analysis on any scores table or folder of
+lm-evaluation-harness results, into ``--out``. Its flags: :mod:`.analyse_flags`."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ _BESIDE_FROM = ("out", "force", "workers", "quiet", "from_settings", "argv")
 
 
 def _recorded(path: str, defaults: dict) -> argparse.Namespace:
-    """The flags of the analysis a settings.json records (over ``defaults``: a flag added since keeps its
-    default), its inputs checked to be the bytes it read."""
+    """The flags a settings.json records (over ``defaults``), its inputs checked to be the bytes it read."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         recorded = doc["command"]["args"]
@@ -64,8 +62,7 @@ def _recorded(path: str, defaults: dict) -> argparse.Namespace:
 
 
 def _from_settings(args) -> argparse.Namespace:
-    """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given;
-    any other flag given beside it is refused (it would change what the record says)."""
+    """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given."""
     from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
 
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))

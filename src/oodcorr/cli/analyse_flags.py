@@ -17,34 +17,15 @@ from ..jobs import answer_figures, figure_set
 from .args import add_showing_default, block_length, positive_int
 
 EPILOG = """\
-outputs (in --out):
-  partial_correlations.csv  one row per model x run (or 'pooled' per pool group) x pair x method x
-                            residualiser: r, interval, p, effective sample size, checks
-  agreement.csv             per OOD pair: the answer across models -- the consensus r with its
-                            interval, the prediction interval for a further model, the
-                            tolerance bounds of 97.5 % of models, and the strongest statement
-                            the data allow: the sign in nearly every model or on average, sign
-                            reversal, models differ, near zero, unresolved (each corrected
-                            across pairs: --agreement-correction); each model's pooled r
-  consensus/<in-domain>.png the consensus heatmap, marked by verdict (with more than one model)
-  forest/<in-domain>/<x>+<y>.png  why each pair got its verdict: each model's pooled r and interval,
-                            the consensus, the prediction interval and the tolerance bounds (with
-                            more than one model;
-                            up to --forest-max pairs per in-domain set)
-  explorer.html             every pair in a browser, one file that works offline: the consensus heatmap
-                            (hover for the numbers, click for the pair's forest plot), filters by verdict
-                            and name, each model's view, the table to download
-  heatmaps/<model>.png      lower-triangle heatmap of the pooled partial correlations
-  heatmap_grid.png          the models side by side (with more than one model)
-  scatter/<model>.png       in-domain vs OOD score with the fitted residualiser curves
-                            (these three are left out above 30 OOD testsets with several models:
-                            --all-figures)
-  learning_curves/<model>.png  score vs step (only when the unit column is numeric)
-  settings.json             the command, every flag and the settings used, and each input's sha256
-                            (lm-eval: of the files read): --from reruns it
-  .oodcorr-analyse.json     what this analysis wrote: the next analysis into --out removes what of it
-                            that one does not write again (as written; files changed since, or not
-                            written by an analysis, are left alone and named)
+outputs (in --out; docs/outputs.md says what each holds):
+  partial_correlations.csv  one row per model x run (or 'pooled') x pair x method x residualiser
+  agreement.csv             per OOD pair: the answer across models and its verdict
+  consensus/, forest/       the consensus heatmap and each pair's forest plot (with more than one model)
+  explorer.html             every pair in a browser, one file that works offline
+  heatmaps/, heatmap_grid.png, scatter/, learning_curves/  per model (see --all-figures)
+  settings.json             the command, every flag and each input's sha256: --from reruns it
+  .oodcorr-analyse.json     what this analysis wrote: the next one into --out removes what it does not
+                            write again
 
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
@@ -69,12 +50,9 @@ def add_parser(sub, help: str) -> None:
     a = sub.add_parser(
         "analyse",
         help=help,
-        description="Partial correlations between every pair of OOD testsets, in-domain score regressed "
-        "out, with intervals and p-values that allow for autocorrelated checkpoints (one "
-        "procedure, so they agree), multiple-comparison correction, pooling over runs as a "
-        "random-effects meta-analysis, tests of heterogeneity and sign reversal across models, "
-        "residualiser and step-0 checks, and plots. The first group of flags is all most analyses need "
-        "(docs/your-own-table.md).",
+        description="Partial correlations between every pair of OOD testsets, in-domain score regressed out, "
+        "pooled over runs and compared across models, with tables and figures. The first group of flags is all "
+        "most analyses need (docs/your-own-table.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,  # -h goes last, in its own group (below): --help shows the essentials first
@@ -126,12 +104,9 @@ def add_parser(sub, help: str) -> None:
         default=[],
         metavar="[COLUMN=]METRIC",
         help="what the scores are (repeatable). Long: the score column, named after its metric (default: "
-        "accuracy; the workflow's table also has macro_f1, ece, ...), or COLUMN=METRIC. Wide: COLUMN=METRIC "
-        "for columns (globs allowed, e.g. '*_soft=loglik'), METRIC for the rest; by default a column's metric is "
-        "what its name says (*_acc, *len_norm a share; *loss, *bpb, *ppl any number or not negative; said on the "
-        "console), else accuracy. Each is checked against its metric's range, each column on its own scale "
-        "(shares or percentages). lm-eval: the metric analysed (default: acc; NAME,FILTER where a task has "
-        "several filters)",
+        "accuracy), or COLUMN=METRIC. Wide: COLUMN=METRIC for columns (globs allowed, e.g. '*_soft=loglik'), "
+        "METRIC for the rest (default: what a column's name says, else accuracy). lm-eval: the metric analysed "
+        "(default: acc; NAME,FILTER where a task has several filters)",
     )
     g.add_argument(
         "--path-pattern",
@@ -186,32 +161,30 @@ def add_parser(sub, help: str) -> None:
     g.add_argument(
         "--examples",
         metavar="FILE",
-        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns "
-        "plus 'example' and 'correct' (0/1): each testset's item noise is estimated from it "
-        "(docs/measurement.md#scores-as-measurements), and the example-level bootstrap runs",
+        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns plus 'example' "
+        "and 'correct' (0/1): each testset's item noise is estimated from it, and the example-level bootstrap runs",
     )
     g.add_argument(
         "--n-column",
         metavar="COLUMN",
-        help="long format: the column with the items behind each score (the workflow's scores table has 'n'); "
-        "for a share of items (accuracy) the binomial variance at that size bounds each testset's item noise",
+        help="long format: the column with the items behind each score (the workflow's table has 'n'): bounds "
+        "each testset's item noise for a share of items (accuracy)",
     )
     g.add_argument(
         "--items",
         nargs="+",
         default=[],
         metavar="[TESTSET=]N",
-        help="the items behind the scores, for a table without an n column (a wide one): N for every testset, "
-        "TESTSET=N for one (e.g. --items 1000 wnli=71 rte=277); bounds each testset's item noise as --n-column does",
+        help="the items behind the scores, for a table without an n column: N for every testset, TESTSET=N for "
+        "one (e.g. --items 1000 wnli=71 rte=277), as --n-column",
     )
     g.add_argument(
         "--group",
         action="append",
         default=[],
         metavar="GROUP=TESTSET,...",
-        help="a testset scored on the items of others (repeatable; e.g. --group crows_pairs_english="
-        "crows_pairs_english_age,crows_pairs_english_gender): pairs that share items are left out "
-        "(docs/analysis.md#testsets-that-share-items); lm-eval results say their groups themselves",
+        help="a testset scored on the items of others (repeatable; e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy): "
+        "pairs that share items are left out; lm-eval results say their groups themselves",
     )
     e = a.add_argument_group(
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
@@ -225,8 +198,7 @@ def add_parser(sub, help: str) -> None:
     e.add_argument(
         "--follow-links",
         action="store_true",
-        help="follow symbolic links that lead out of the folder (by default each is named in a warning and not "
-        "followed: a link to / would walk the whole machine)",
+        help="follow symbolic links that lead out of the folder (by default each is named and not followed)",
     )
     e.add_argument(
         "--no-samples",
@@ -261,10 +233,8 @@ def add_parser(sub, help: str) -> None:
         s,
         "--inference",
         d.inference,
-        "how intervals and p-values are computed: modified-t = t-test on the effective sample "
-        "size from the residuals' (design-corrected AR(1)) autocorrelation, its interval by "
-        "inverting it; iid = the same with independent units; block = the earlier moving-block "
-        "bootstrap interval and block-permutation p",
+        "how intervals and p-values are computed: modified-t = t-test on the effective sample size from the "
+        "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
         choices=INFERENCES,
     )
     add_showing_default(s, "--level", d.level, "confidence level", type=float)
@@ -353,17 +323,15 @@ def add_parser(sub, help: str) -> None:
     o.add_argument(
         "--force",
         action="store_true",
-        help="write into --out even when it is inside an experiment folder of the workflow "
-        "(results/<experiment>/), whose published tables it would replace until the next run publishes "
-        "them again; refused while a run writes that experiment",
+        help="write into --out even inside an experiment folder of the workflow (results/<experiment>/), "
+        "replacing its published tables until the next run publishes them again",
     )
     o.add_argument("--no-plots", action="store_true", help="write the tables only (no figure, no explorer page)")
     o.add_argument(
         "--all-figures",
         action="store_true",
-        help="draw the per-model heatmaps, their grid and the scatter grids even where they cannot be read: with "
-        f"more than {figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model they are left out (the log "
-        "says so; the explorer page shows each model's correlations)",
+        help="draw the per-model heatmaps, their grid and the scatter grids, left out by default with more than "
+        f"{figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model",
     )
     o.add_argument(
         "--workers",
@@ -375,9 +343,7 @@ def add_parser(sub, help: str) -> None:
         o,
         "--forest-max",
         answer_figures.FOREST_CAP,
-        "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
-        "the sign in nearly every model, on average, models differ, near zero, then unresolved; the largest "
-        "consensus first); 0: none",
+        "forest plots per in-domain set at most (with more pairs, those whose verdicts say most); 0: none",
         type=int,
     )
     o.add_argument(

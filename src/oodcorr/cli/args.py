@@ -1,5 +1,5 @@
-"""Parser pieces more than one verb uses: argument types, an option whose help shows its default,
-and the flags of the GPU-hours from the work (``oodcorr budget`` and ``oodcorr design``)."""
+"""Parser pieces more than one verb uses: argument types, an option whose help shows its default, and the
+flags of the GPU-hours from the work (``budget`` and ``design``)."""
 
 from __future__ import annotations
 
@@ -27,14 +27,12 @@ def block_length(v: str):
 
 
 def add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
-    """An option whose help is ``text`` and then "(default: D)", D written from ``default`` itself
-    (a list: its items, space-separated; else formatted with ``spec``), so the two cannot differ."""
+    """An option whose help ends "(default: D)", D written from ``default`` itself."""
     shown = " ".join(default) if isinstance(default, list) else format(default, spec)
     group.add_argument(flag, default=default, help=f"{text} (default: {shown})", **kwargs)
 
 
 def add_work_flags(p) -> None:
-    """The flags of the GPU-hours from the work (parameters x tokens), beside the time limits."""
     w = p.add_argument_group("GPU-hours from the work (beside the time limits)")
     w.add_argument(
         "--throughput",

@@ -1,6 +1,4 @@
-"""``oodcorr budget --configfile X [--profile DIR]``: jobs, GPU-hours, checkpoint disk, download size
-and the longest path of a config, printed and written as markdown and JSON
-(:mod:`oodcorr.launch.budget`); :func:`compute_budget` is the budget ``oodcorr design`` shows too."""
+"""``oodcorr budget --configfile X``: jobs, GPU-hours, checkpoint disk, download size and longest path."""
 
 from __future__ import annotations
 
@@ -50,7 +48,7 @@ def run(args) -> int:
 
 
 def compute_budget(plan, config, args, lock):
-    """The budget of ``plan`` with ``args``' profile, GPUs and work flags (``oodcorr budget`` and ``design``)."""
+    """The budget of ``plan`` with ``args``' profile, GPUs and work flags (also ``oodcorr design``'s)."""
     measured = budget.measured_costs(plan)
     b = budget.compute(
         plan,

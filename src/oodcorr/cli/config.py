@@ -1,5 +1,4 @@
-"""The workflow config a verb names (``--configfile``, ``--workflow``): the workflow folder, the
-config read and planned, and the hub lock beside it (``prefetch``, ``budget``, ``design``)."""
+"""The workflow config a verb names (``--configfile``, ``--workflow``): read, planned, and its hub lock."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from ..planning.schema import read_config
 
 
 def workflow_dir(given: str | None) -> Path:
-    """The workflow folder (config/schema.yaml, resources/): given, else this checkout, else the current one."""
+    """The workflow folder: given, else this checkout, else the current one."""
     if given:
         return Path(given)
     here = Path(__file__).resolve().parents[3]
@@ -19,13 +18,12 @@ def workflow_dir(given: str | None) -> Path:
 
 
 def read_plan(configfile: str, workflow: str | None):
-    """(the config as read, its plan)."""
     base = workflow_dir(workflow)
     config = read_config(configfile)
     return config, load(config, base, sources=[configfile])
 
 
 def read_lock(configfile: str, config: dict):
-    """The config's hub lock (:class:`oodcorr.modeling.hub.HubLock`), or None when it has none yet."""
+    """The config's hub lock, or None when it has none yet."""
     path = hub.lock_path(configfile, config)
     return hub.HubLock.read(path) if path.exists() else None

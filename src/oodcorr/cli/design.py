@@ -1,16 +1,9 @@
-"""``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is
-paid for: the power of a per-run cell, of the answer's sign (on average, in nearly every model), of
-``sign reversal`` and of ``near zero`` by effect and dependence, through the testsets' item noise,
-how many items the in-domain set and each OOD set need for each claim, a few changes of the grid
-with their cost, and the budget beside it. The simulation is :mod:`oodcorr.analysis.design` (the
-item noise :mod:`oodcorr.analysis.design_items`), the assumptions a pilot gives
-:mod:`oodcorr.analysis.design_pilot`, the report :mod:`oodcorr.analysis.design_report` and
-:mod:`oodcorr.analysis.design_sizes`; this module reads the flags, the config and the pilot's
-tables, and writes the files."""
+"""``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is paid for
+(simulated by :mod:`oodcorr.analysis.design`); this module reads the flags, the config and the pilot, and
+writes the files."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import os
@@ -189,9 +182,8 @@ def add_parser(sub, help: str) -> None:
 
 
 def _read_pilot(args, sizes: dict, settings):
-    """The pilot's estimates (:func:`oodcorr.analysis.design_pilot.pilot_estimates`): the items per
-    testset from its ``n`` column when it is the workflow's scores table, its per-item correctness
-    from the predictions files that table names (or ``--pilot-examples``)."""
+    """The pilot's estimates; for the workflow's scores table, the items from its ``n`` column and the
+    per-item correctness from the predictions files it names."""
     df, _ = tables.read_table(args.pilot)
     workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
     examples = None
@@ -213,25 +205,12 @@ def _read_pilot(args, sizes: dict, settings):
             "--pilot-format, --pilot-unit, --pilot-score)"
         )
     else:
-        ns = argparse.Namespace(
-            table=[args.pilot],
-            format=args.pilot_format,
-            in_domain=args.pilot_in_domain,
-            unit=args.pilot_unit,
-            testset_column="testset",
-            # the pilot's score column: a metric's name, or any number (a column named otherwise)
-            metric=[_pilot_metric(args.pilot_score, args.pilot_format)],
-            path_pattern=None,
-            model=None,
-            run=None,
-            model_name=None,
-            testsets=None,
-            exclude=[],
-            summary_label=[],
-            encoding=None,
-            examples=args.pilot_examples,
-            pool_by=None,
-        )
+        from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
+
+        flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
+        flags["metric"] = _pilot_metric(args.pilot_score, args.pilot_format)
+        ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
+        ns.table, ns.examples = [args.pilot], args.pilot_examples
         long, examples, info, pool_by = read_scores(ns)
         args.pilot_examples = None  # read with the table
     if args.pilot_examples:
@@ -250,16 +229,14 @@ def _read_pilot(args, sizes: dict, settings):
 
 
 def _pilot_metric(score: str, fmt: str) -> str:
-    """``--pilot-score`` as ``oodcorr analyse``'s ``--metric``: a known metric's name as it is, another
-    column's name (long) taken to hold any number."""
+    """``--pilot-score`` as ``--metric``: a known metric as it is, another column (long) any number."""
     if score.strip().lower() in score_ranges.KNOWN:
         return score
     return f"{score}=number" if fmt == "long" else "number"
 
 
 def _items_flag(flag: str, value) -> float | None:
-    """``--items-in-domain``/``--items-ood``: a number of items (``MIN_ITEMS`` or more), ``inf`` for no
-    item noise (``math.inf``), or None when not given."""
+    """``--items-in-domain``/``--items-ood``: items (``MIN_ITEMS`` or more), ``math.inf`` for none, or None."""
     if value is None:
         return None
     word = str(value).strip().lower()
@@ -280,8 +257,7 @@ SIZE_FLAGS = {"in_domain": "--items-in-domain", "ood": "--items-ood"}
 
 
 def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> tuple[dict, set]:
-    """(the item noise's fields the flags and the config give, :func:`choose_assumptions`' ``items``;
-    the fields the flags give), their sources written to ``sources``."""
+    """(the item noise's fields the flags and the config give; those the flags give), sources into ``sources``."""
     given: dict = {}
     flagged: set = set()
     said = []

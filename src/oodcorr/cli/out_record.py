@@ -1,15 +1,6 @@
-"""What ``oodcorr analyse`` wrote into ``--out``, recorded there (:data:`RECORD`), so that an analysis into a
-folder used before does not leave the earlier one's outputs beside its own.
-
-Before an analysis the files in ``--out`` are noted (:func:`snapshot`: each one's size, times and inode,
-:func:`oodcorr.core.io.stat_key`); after it, the files it wrote are those new or changed, and they are
-recorded (:func:`settle`). A file the record of the earlier analysis names, that this one did not write
-again and that is as that analysis left it, is removed: a figure of a model the new input does not hold,
-say. Nothing else is touched: a file the user put there, or one the earlier analysis wrote and someone
-changed since (kept, and said). An ``--out`` written before the record existed (or whose record cannot be
-read, or is of another format than :data:`RECORD_FORMAT`: another version's) is left as it is, and the files
-this analysis did not write are named.
-"""
+"""What ``oodcorr analyse`` wrote into ``--out``, recorded there (:data:`RECORD`), so that the next analysis
+into that folder removes the earlier one's outputs it does not write again (those still as it left them);
+anything else is left alone and named."""
 
 from __future__ import annotations
 
@@ -26,8 +17,7 @@ SHOWN = 5  # files named in a line at most
 
 
 def snapshot(out: Path) -> dict[str, list[int]]:
-    """Every regular file under ``out`` (the record left out), by its path below ``out``: its
-    :func:`~oodcorr.core.io.stat_key`."""
+    """Every regular file under ``out`` but the record, by its path below ``out``: its stat key."""
     found: dict[str, list[int]] = {}
     if not out.is_dir():
         return found
@@ -47,7 +37,6 @@ def _shown(rels: list[str]) -> str:
 
 
 def _read(out: Path) -> tuple[dict | None, str | None]:
-    """The earlier analysis's record (path -> stat key), and a sentence when it cannot be read."""
     path = out / RECORD
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
@@ -67,9 +56,8 @@ def _read(out: Path) -> tuple[dict | None, str | None]:
 
 
 def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
-    """After an analysis into ``out`` (whose files were ``before``): remove what the earlier analysis
-    wrote and this one did not (as it was left), record what this one wrote, and return the lines that
-    say what was removed, kept or left alone."""
+    """Remove what the earlier analysis wrote and this one did not (as it was left), record what this one
+    wrote (new or changed since ``before``), and return the lines saying what was removed, kept or left."""
     after = snapshot(out)
     written = {rel: key for rel, key in after.items() if before.get(rel) != key}
     old, damaged = _read(out)
@@ -113,7 +101,6 @@ def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
 
 
 def _drop_empty(out: Path, folder: Path) -> None:
-    """Remove ``folder`` and the folders above it, up to ``out`` (not included), while they are empty."""
     while folder != out and out in folder.parents:
         try:
             folder.rmdir()

@@ -1,5 +1,4 @@
-"""``oodcorr prefetch --configfile X``: on a login node, download every hub model and dataset of a
-config into the Hugging Face cache and pin them in the lock file beside it (:mod:`oodcorr.modeling.hub`)."""
+"""``oodcorr prefetch --configfile X``: download a config's hub models and datasets and pin them in a lock."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Reading the scores table a verb names (``oodcorr analyse TABLE``, ``oodcorr design --pilot``)
-by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.tables`), or a
-folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.lmeval`), and
-how many cells its analysis will compute (:func:`check_analysis_size`)."""
+"""Reading the scores a verb names (``analyse``, ``design --pilot``) by its layout flags into the analysis'
+canonical long table, or a folder of lm-evaluation-harness results (``--format lm-eval``)."""
 
 from __future__ import annotations
 
@@ -26,10 +24,8 @@ LMEVAL_METRIC = "acc"  # and for lm-evaluation-harness results
 
 
 def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
-    """``--metric``'s words -> (the metric: lm-eval's, a long table's, or a wide table's for a column neither
-    named nor told by its name; {column or glob: metric}). In long format the one word names the score
-    column too: ``NAME`` a column named after its metric, ``COLUMN=METRIC`` another. A table's metric
-    must be a known one (:func:`oodcorr.analysis.score_ranges.check_known`)."""
+    """``--metric``'s words -> (the default metric, {column or glob: metric}); in long format the one word
+    names the score column too (``NAME`` or ``COLUMN=METRIC``)."""
     words = list(words or ())
     bare = [w for w in words if "=" not in w]
     pairs = {}
@@ -61,8 +57,7 @@ def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
 
 
 def input_files(words, fmt: str) -> list[str]:
-    """The inputs named (each a path, or a shell-style glob such as 'exports/*.csv' read here), in their
-    order, each once; lm-eval results are one folder."""
+    """The inputs named (paths or globs), in order, each once; lm-eval results are one folder."""
     files: list[str] = []
     for w in words:
         if any(ch in w for ch in "*?[") and not Path(w).exists():
@@ -93,9 +88,8 @@ def _stem(path: str) -> str:
 
 
 def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
-    """What each file's path says of its model and run: by ``--path-pattern`` ({model}, {run}, matched
-    against the path's end; they win over a table's own model and run columns, not over --model/--run),
-    else, with several files, its name (``file``: the run's where the table has no run column)."""
+    """What each file's path says of its model and run: by ``--path-pattern`` (matched against the path's
+    end), else, with several files, its name (``file``: the run where the table has no run column)."""
     if not pattern:
         if len(files) == 1:
             return [{}]
@@ -123,12 +117,10 @@ def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
 
 
 def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
-    """(canonical long table, examples or None, run information, columns to pool by) of the tables
-    ``args.table`` (several: each a run, :func:`_identities`) read by ``oodcorr analyse``'s input-layout
-    flags in ``args``."""
+    """(canonical long table, examples or None, run information, columns to pool by) of ``args.table``."""
     files = list(args.table)
-    metric, named = metric_flag(getattr(args, "metric", None), args.format)
-    idents = _identities(files, getattr(args, "path_pattern", None))
+    metric, named = metric_flag(args.metric, args.format)
+    idents = _identities(files, args.path_pattern)
     if args.examples and len(files) > 1:
         raise DataError(f"--examples: read with one table; got {len(files)}")
     parts, infos, unit = [], [], args.unit
@@ -160,7 +152,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             )
     else:
         metrics = dict.fromkeys(set(long["testset"]), metric)
-    long = tables.with_sizes(long, parse_items(getattr(args, "items", None)), src)
+    long = tables.with_sizes(long, _parse_items(args.items), src)
     if "n" in long:
         shares = {t for t, m in metrics.items() if score_ranges.is_item_share(m)}
         others = sorted(set(metrics) - shares)
@@ -223,8 +215,8 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
 
 
 def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str | None):
-    """(canonical long table, run information, unit column, columns to pool by, the model/run columns and
-    model name) of one table, its model and run those ``ident`` names (from its path) where given."""
+    """(long table, run information, unit column, columns to pool by, model/run columns and model name) of one
+    table, its model and run those ``ident`` names where given."""
     df, where = tables.read_table(path, args.encoding)
     if unit is None:
         unit, said = tables.find_unit(df.columns, path)
@@ -264,7 +256,7 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
     info = tables.run_info(body, info_cols, layout)
     metric, named = metrics
     if args.format == "wide":
-        if getattr(args, "n_column", None):
+        if args.n_column:
             raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
         long = tables.from_wide(df, layout, metrics=named, default_metric=metric)
     else:
@@ -275,16 +267,15 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
             testset=args.testset_column,
             score=score,
             metric=metric,
-            n_column=getattr(args, "n_column", None),
+            n_column=args.n_column,
         )
     if "run" in ident or ("file" in ident and run is None):
         long["run"] = info["run"] = ident.get("run", ident.get("file"))
     return long, info, unit, pool_by, {"model": model, "run": run, "model_name": model_name}
 
 
-def parse_items(values) -> dict[str, float]:
-    """``--items``' words -> {testset: items} (``*`` for a bare number); a word that is not ``N`` or
-    ``TESTSET=N`` is an error naming it."""
+def _parse_items(values) -> dict[str, float]:
+    """``--items``' words -> {testset: items} (``*`` for a bare number)."""
     out: dict[str, float] = {}
     for word in values or ():
         name, sep, num = word.rpartition("=")
@@ -299,8 +290,7 @@ def parse_items(values) -> dict[str, float]:
 
 
 def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
-    """``--group``'s words (``GROUP=TESTSET,TESTSET``) added to the groups ``read`` (an lm-eval
-    folder's): group -> its testsets; a word that is not of that form is an error naming it."""
+    """``--group``'s words (``GROUP=TESTSET,TESTSET``) added to the groups ``read``: group -> its testsets."""
     out = {g: list(kids) for g, kids in (read or {}).items()}
     for word in values or ():
         name, sep, kids = word.partition("=")
@@ -315,15 +305,14 @@ def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
 
 
 def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str, dict]:
-    """--format lm-eval: (canonical long table, examples or None, run information, columns to pool
-    by, the digest of the files read, the groups the files name with their subtasks) from a folder of
-    lm-evaluation-harness results."""
+    """--format lm-eval: (long table, examples or None, run information, columns to pool by, the files'
+    digest, the groups the files name with their subtasks)."""
     for flag, given in (
         ("--model", args.model),
         ("--run", args.run),
         ("--examples", args.examples),
-        ("--n-column", getattr(args, "n_column", None)),
-        ("--items", getattr(args, "items", None)),
+        ("--n-column", args.n_column),
+        ("--items", args.items),
         ("--encoding", args.encoding),
         ("--pool-by", args.pool_by),
     ):
@@ -380,8 +369,7 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
 
 
 def check_analysis_size(long: pd.DataFrame, methods, residualisers, max_cells: int, source: str = "this table") -> int:
-    """The cells the analysis will compute (each run's OOD pairs x methods x residualisers), said
-    before it starts; above ``--max-cells`` a DataError gives the count and the flag that allows it."""
+    """The cells the analysis will compute, said before it starts; above ``--max-cells`` a DataError."""
     ood = [len(set(g["testset"]) - set(g["in_domain"])) for _, g in long.groupby(["model", "run"], sort=False)]
     cells, detail = analysis_cells(ood, len(methods), len(residualisers))
     if cells > max_cells:

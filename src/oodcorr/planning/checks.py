@@ -1,34 +1,5 @@
-"""Every check of what a config decides that its schema cannot state, refused before any job.
-
-A config's checks have one home by kind: its shape and defaults are ``config/schema.yaml``
-(:mod:`oodcorr.planning.schema`); what is on disk is :mod:`oodcorr.launch.disk_checks` (they read tokenizers
-and what jobs wrote, so they sit above the job modules); the checks of the config alone are here,
-those of each model entry and its prompt in :mod:`oodcorr.planning.model_checks`, and those of what
-the plan built from the config (the models' resources, the runs) in :mod:`oodcorr.planning.plan_checks`.
-Each check is a function of its own, raising :class:`~oodcorr.core.errors.ConfigError` naming the key,
-or returning warnings for what is allowed but suspicious. :func:`oodcorr.planning.plan.build_plan`
-calls :func:`check_config` on the resolved experiment, then the plan's checks once it has built it:
-
-* :func:`check_names` -- names listed twice, names that cannot be path components, the
-  experiment's name;
-* :func:`check_label_mode` -- a label map or coarse label outside the mode's labels;
-* :func:`check_datasets` -- in-domain and OOD sets that no registry defines, unknown sources,
-  training sets missing where a model is finetuned;
-* :func:`check_ood_overlap` -- an OOD testset that is a training set or the in-domain test set;
-* :func:`oodcorr.planning.model_checks.check_models` -- one source per model, size classes, unpinned
-  hub revisions (warning), prompts and reading switches, the vocabulary loss, a series of existing
-  checkpoints;
-* :func:`check_evaluation` -- the evaluation unit;
-* :func:`oodcorr.planning.model_checks.check_templates` -- prompt templates: placeholders other than
-  ``{premise}`` and ``{hypothesis}``, unbalanced (literal) braces;
-* :func:`oodcorr.planning.model_checks.check_verbaliser_words` -- two labels with the same verbaliser;
-* :func:`check_n_train` -- an ``n_train`` below the number of labels, or not a multiple of it;
-* :func:`check_ood_count` -- fewer than two OOD testsets for a run (no pair to correlate);
-* :func:`check_data_sources` -- an in-domain test set, or an OOD testset, that reads the
-  training set's data.
-
-Nothing here imports torch, transformers or pandas: planning stays fast.
-"""
+"""The checks of what a config decides that its schema cannot state, each raising ConfigError naming the key
+or returning warnings; what is on disk is :mod:`oodcorr.launch.disk_checks`."""
 
 from __future__ import annotations
 
@@ -42,19 +13,15 @@ from .config import DATASET_SOURCES, NAME_RE, Experiment
 
 # a testset (or training sample) with more than this share of its prompts cut to max_length is a warning
 TRUNCATION_WARNING = 0.05
-UNITS = ("checkpoint", "run")  # evaluation.unit: one job per checkpoint x testset, or per run x testset
 
 
-# ---- the config alone ---------------------------------------------------------------------
 def check_config(exp: Experiment) -> list[str]:
-    """Every check of the config alone, in the order a reader fixes them (the label mode, names,
-    then what they point at, then the models, then what the runs would do). Returns the warnings."""
+    """Every check of the config alone, in the order a reader fixes them; returns the warnings."""
     check_label_mode(exp)
     check_names(exp)
     check_datasets(exp)
     check_ood_overlap(exp)
     warnings = model_checks.check_models(exp)
-    check_evaluation(exp)
     model_checks.check_templates(exp)
     model_checks.check_verbaliser_words(exp)
     check_n_train(exp)
@@ -71,28 +38,22 @@ def _unique(items: Iterable, key: str) -> None:
         seen.add(x)
 
 
-def _path_component(name: str, key: str, why: str | None = None) -> None:
+def _path_component(name: str, key: str) -> None:
     if not NAME_RE.match(name):
-        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern}" + (f" ({why})" if why else ""))
+        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern} (it becomes a path component)")
 
 
 def check_names(exp: Experiment) -> None:
-    """Names are listed once and can be path components (models, in-domain sets, the datasets
-    they name, OOD testsets, the experiment)."""
+    """Names are listed once, can be path components (the schema checks those of models, in-domain sets, OOD
+    testsets and the experiment) and differ in more than case."""
     cfg = exp.config
     _unique([m["name"] for m in cfg["models"]], "models[].name")
     _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
     _unique(cfg["ood_testsets"], "ood_testsets")
-    for key, names in (("models[].name", exp.models), ("in_domain[].name", exp.in_domain)):
-        for n in names:
-            _path_component(n, key, "it becomes a path component")
     for d in cfg["in_domain"]:
         for key in ("train", "test"):
             if key in d:
                 _path_component(d[key], f"in_domain[{d['name']}].{key}")
-    for t in cfg["ood_testsets"]:
-        _path_component(t, "ood_testsets")
-    _path_component(str(cfg.get("experiment") or "default"), "experiment", "it names the folder results/<experiment>")
     _distinct_ignoring_case(list(exp.models), "models[].name", "heatmaps/<model>.png, finetune/<model>/, ...")
     _distinct_ignoring_case(list(exp.in_domain), "in_domain[].name", "finetune/<model>/<in-domain>/, ...")
     _distinct_ignoring_case(
@@ -103,8 +64,6 @@ def check_names(exp: Experiment) -> None:
 
 
 def _distinct_ignoring_case(names: list[str], key: str, files: str) -> None:
-    """Names that become file names must differ in more than case: on a file system that ignores it
-    (macOS, Windows, some network mounts) two such files are one, and one result overwrites the other."""
     seen: dict[str, str] = {}
     for n in names:
         other = seen.setdefault(n.lower(), n)
@@ -117,8 +76,7 @@ def _distinct_ignoring_case(names: list[str], key: str, files: str) -> None:
 
 
 def check_label_mode(exp: Experiment) -> None:
-    """A label mode maps dataset labels onto its own labels, and a coarse label collapses some of
-    them into one the model does not output."""
+    """A label map's targets are the mode's labels; a coarse label collapses some into one not output."""
     mode, name = exp.label_mode, exp.label_mode["name"]
     targets = set(mode["labels"])
     for raw, lab in (mode.get("map") or {}).items():
@@ -141,8 +99,7 @@ def _known_dataset(exp: Experiment, name: str, key: str) -> None:
 
 
 def check_datasets(exp: Experiment) -> None:
-    """Every dataset named is defined, with a known source; a finetuned model needs the
-    finetune block and every in-domain set's training data."""
+    """Every dataset named is defined, with a known source; a finetuned model needs finetune and training data."""
     cfg = exp.config
     finetuned = exp.finetuned_models()
     if finetuned and not cfg.get("finetune"):
@@ -172,11 +129,7 @@ def check_datasets(exp: Experiment) -> None:
 
 
 def check_ood_overlap(exp: Experiment) -> None:
-    """An OOD testset may never be a training set, nor (with one in-domain set) its test set.
-
-    With several in-domain sets one OOD list is shared, so an entry equal to a run's
-    own in-domain test set is evaluated once for that run, as in-domain (testsets_for).
-    """
+    """An OOD testset is never a training set, nor (with one in-domain set) its test set."""
     ood = exp.config["ood_testsets"]
     in_domain = exp.config["in_domain"]
     for d in in_domain:
@@ -193,16 +146,8 @@ def check_ood_overlap(exp: Experiment) -> None:
         )
 
 
-def check_evaluation(exp: Experiment) -> None:
-    unit = exp.config["evaluation"]["unit"]
-    if unit not in UNITS:
-        raise ConfigError(f"evaluation.unit: {unit!r} is not one of {', '.join(UNITS)}")
-
-
 def check_n_train(exp: Experiment) -> None:
-    """Each run trains on ``n_train / len(labels)`` examples of every label, so ``n_train`` must be a
-    multiple of the label count, and at least it: refused here, naming the key and the label mode,
-    rather than in the finetune job (where 1 with two labels read "not divisible")."""
+    """Each run trains on ``n_train / len(labels)`` examples of every label: a multiple of the label count."""
     labels = exp.labels
     k = len(labels)
     mode = exp.config.get("label_mode", "binary")
@@ -227,7 +172,6 @@ def check_n_train(exp: Experiment) -> None:
 
 
 def check_ood_count(exp: Experiment) -> None:
-    """The analysis correlates pairs of OOD testsets: a run with fewer than two has none."""
     for d in exp.in_domain:
         ood = [t for t, role in exp.testsets_for(d) if role == "ood"]
         if len(ood) < 2:
@@ -238,10 +182,8 @@ def check_ood_count(exp: Experiment) -> None:
             )
 
 
-def data_source(exp: Experiment, name: str) -> tuple | None:
-    """What a dataset's examples are read from, without the settings that only relabel or
-    subsample them (so two entries with the same source share their pool of examples): a
-    local file (resolved) or a hub split, with its `where` filter; a synthetic stream."""
+def _data_source(exp: Experiment, name: str) -> tuple | None:
+    """What a dataset's examples are read from, without the settings that only relabel or subsample them."""
     spec = exp.dataset(name)
     where = json.dumps(spec.get("where"), sort_keys=True, default=str)
     if spec.get("source") == "local" and spec.get("path"):
@@ -263,8 +205,7 @@ def _describe_source(src: tuple) -> str:
 
 
 def check_data_sources(exp: Experiment) -> None:
-    """An in-domain test set must not be the training set, nor read the same data as it
-    (its examples would be drawn from the training pool); nor may an OOD testset."""
+    """Neither an in-domain test set nor an OOD testset reads the training set's data."""
     for d, entry in exp.in_domain.items():
         train, test = entry.get("train"), entry["test"]
         if train is None:  # only series models: nothing is trained, no pool to keep apart
@@ -274,10 +215,10 @@ def check_data_sources(exp: Experiment) -> None:
                 f"in_domain[{d}].test: {test!r} is also its training set (in_domain[{d}].train); "
                 "a run would be tested on the pool it was trained from. Give a held-out test set"
             )
-        pool = data_source(exp, train)
+        pool = _data_source(exp, train)
         if pool is None:
             continue
-        if data_source(exp, test) == pool:
+        if _data_source(exp, test) == pool:
             raise ConfigError(
                 f"in_domain[{d}].test: dataset {test!r} reads the same data as the training set "
                 f"{train!r} ({_describe_source(pool)}), so its examples would come from the training "
@@ -285,7 +226,7 @@ def check_data_sources(exp: Experiment) -> None:
                 "other rows)"
             )
         for t in exp.config["ood_testsets"]:
-            if t != train and data_source(exp, t) == pool:
+            if t != train and _data_source(exp, t) == pool:
                 raise ConfigError(
                     f"ood_testsets: {t!r} reads the same data as the training set {train!r} of "
                     f"in_domain[{d}] ({_describe_source(pool)}); a model cannot be tested out of "

@@ -1,9 +1,4 @@
-"""The results folder's layout: where each file of an experiment lives, under ``results/<experiment>/``.
-
-:class:`Paths` spells every path as a Snakemake pattern (``{model}``, ``{step}``...); the plan
-(:class:`oodcorr.planning.plan.Plan`) fills them in for its jobs, the rules read them from the
-plan, and the aggregation reads the fields back from a path (:mod:`oodcorr.jobs.aggregate`).
-"""
+"""Where each file of an experiment lives under ``results/<experiment>/``, as Snakemake patterns."""
 
 from __future__ import annotations
 
@@ -15,8 +10,6 @@ from ..core.published import MARKER
 
 @dataclass(frozen=True)
 class Paths:
-    """Every path of an experiment, as Snakemake patterns, under ``results/<experiment>``."""
-
     root: str
 
     @property
@@ -37,7 +30,6 @@ class Paths:
 
     @property
     def converted_model(self) -> str:
-        """A GGUF model file converted into a safetensors folder (rule convert_gguf)."""
         return f"{self.root}/models/gguf/{{model}}"
 
     @property
@@ -54,7 +46,6 @@ class Paths:
 
     @property
     def series_manifest(self) -> str:
-        """A series checkpoint's manifest: where it is and, for a local directory, its files' sha256s."""
         return f"{self.root}/series/{{model}}/step{{step}}.json"
 
     @property
@@ -63,7 +54,6 @@ class Paths:
 
     @property
     def predictions(self) -> str:
-        """One checkpoint x testset: per-example predictions, its record in the metadata."""
         return f"{self.eval_dir}/step{{step}}/{{testset}}.predictions.parquet"
 
     @property
@@ -73,20 +63,17 @@ class Paths:
 
     @property
     def staging(self) -> str:
-        """Where the aggregation and the analysis write; ``publish_results`` copies the whole
-        set into place (:meth:`staged`), so a failed step leaves the previous set whole."""
+        """Where the aggregation and the analysis write; ``publish_results`` publishes the whole set."""
         return f"{self.root}/.staging"
 
     def staged(self, path: str) -> str:
-        """The staging copy of a published result (the scores, a table, a figure)."""
         if not path.startswith(self.root + "/"):
             raise ValueError(f"{path} is not under {self.root}")
         return f"{self.staging}/{path[len(self.root) + 1 :]}"
 
     @property
     def published(self) -> str:
-        """Rule ``publish_results``' declared output: the record of the set it published. The files
-        people read are links into ``.published/current/`` (:mod:`oodcorr.core.published`)."""
+        """Rule ``publish_results``' output: the record of the set it published (:mod:`oodcorr.core.published`)."""
         return f"{self.root}/{MARKER}"
 
     @property
@@ -99,13 +86,10 @@ class Paths:
 
     @property
     def provenance(self) -> str:
-        """What made the scores: the libraries their finetunes and evaluations recorded, the code that
-        aggregated them (:func:`oodcorr.core.provenance.scores_provenance`)."""
         return f"{self.root}/{PROVENANCE_FILE}"
 
     @property
     def accuracy_html(self) -> str:
-        """The accuracy table (a run x checkpoint per row, a testset per column) for the report."""
         return f"{self.root}/accuracy.html"
 
     @property

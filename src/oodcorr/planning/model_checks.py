@@ -1,16 +1,4 @@
-"""The checks of each model entry and its prompt that the schema cannot state, refused before any job.
-
-Called by :func:`oodcorr.planning.checks.check_config` (where the checks of a config have their homes):
-
-* :func:`check_models` -- one source per model, size classes, unpinned hub revisions
-  (warning), prompts and reading switches, the vocabulary loss; :func:`check_series` for a
-  series of existing checkpoints;
-* :func:`check_templates` -- prompt templates: placeholders other than ``{premise}``
-  and ``{hypothesis}``, unbalanced (literal) braces;
-* :func:`check_verbaliser_words` -- two labels with the same verbaliser.
-
-Nothing here imports torch, transformers or pandas: planning stays fast.
-"""
+"""The checks of each model entry and its prompt that the schema cannot state (called by :mod:`.checks`)."""
 
 from __future__ import annotations
 
@@ -25,9 +13,8 @@ PLACEHOLDERS = ("premise", "hypothesis")
 
 
 def check_models(exp: Experiment) -> list[str]:
-    """Each model: one source, a known size class, a pinned hub revision (else a warning), a
-    usable prompt (pattern models) or no vocabulary loss (head models); series checked by
-    :func:`check_series`. Returns the warnings."""
+    """Each model: one source, a known size class, a pinned hub revision (else a warning), a usable prompt
+    (pattern models) or no vocabulary loss (head models), a valid series. Returns the warnings."""
     cfg, warnings = exp.config, []
     for m in cfg["models"]:
         sources = [k for k in MODEL_SOURCES if m.get(k)]
@@ -48,7 +35,7 @@ def check_models(exp: Experiment) -> list[str]:
                 "`oodcorr prefetch` pin it in the lock file"
             )
         if m.get("series"):
-            warnings += check_series(exp, m)
+            warnings += _check_series(exp, m)
         if exp.method(m["name"]) == "pattern":
             _check_prompt(exp, m)
         elif not m.get("series") and exp.finetune_cfg(m["name"]).get("loss") == "vocabulary":
@@ -63,8 +50,7 @@ def check_models(exp: Experiment) -> list[str]:
 
 
 def _check_prompt(exp: Experiment, m: dict) -> None:
-    """A pattern model's prompt (the global one with its overrides): both fields in the template,
-    known reading switches (a model's own prompt is not schema-checked), a verbaliser per label."""
+    """A pattern model's prompt: both fields in the template, known reading switches, a verbaliser per label."""
     prompt = exp.prompt_for(m["name"])
     where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
     for field in ("{premise}", "{hypothesis}"):
@@ -81,10 +67,9 @@ def _check_prompt(exp: Experiment, m: dict) -> None:
         )
 
 
-def check_series(exp: Experiment, m: dict) -> list[str]:
+def _check_series(exp: Experiment, m: dict) -> list[str]:
     """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
-    revision of ``series.hub`` (unpinned: a warning); nothing that only finetuning reads; in-domain
-    sets that exist. Returns the warnings."""
+    revision of ``series.hub`` (unpinned: a warning). Returns the warnings."""
     name, series = m["name"], m["series"]
     where, warnings = f"models[{name}].series", []
     for key in ("finetune", "distributed"):
@@ -132,7 +117,6 @@ def check_series(exp: Experiment, m: dict) -> list[str]:
 
 
 def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
-    """(key, prompt) of the global prompt and of every pattern model's own prompt."""
     out = [("prompt", exp.config["prompt"])]
     for name, m in exp.models.items():
         if exp.method(name) == "pattern" and m.get("prompt"):
@@ -140,9 +124,8 @@ def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
     return out
 
 
-def check_template(template: str, key: str) -> None:
-    """A template is filled with ``str.format(premise=..., hypothesis=...)``: any other
-    placeholder, or a single brace, would fail in every job that reads it (a bare KeyError)."""
+def _check_template(template: str, key: str) -> None:
+    """Only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail)."""
     literal = "write a literal brace as {{ or }}"
     try:
         parsed = list(string.Formatter().parse(template))
@@ -162,11 +145,10 @@ def check_template(template: str, key: str) -> None:
 
 def check_templates(exp: Experiment) -> None:
     for key, prompt in _prompts(exp):
-        check_template(prompt["template"], key)
+        _check_template(prompt["template"], key)
 
 
 def check_verbaliser_words(exp: Experiment) -> None:
-    """Two labels with one verbaliser could never be told apart, whatever the tokenizer."""
     for key, prompt in _prompts(exp):
         words = {lab: prompt["verbalisers"].get(lab) for lab in exp.labels}
         for word, n in Counter(w for w in words.values() if w is not None).items():

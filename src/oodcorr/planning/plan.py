@@ -1,24 +1,7 @@
-"""The plan: every job an experiment asks for, as typed, frozen objects built once.
+"""The plan: every job an experiment asks for, as typed, frozen objects built once from the config.
 
-:func:`build_plan` takes a schema-validated config with its defaults filled in
-(:func:`oodcorr.planning.schema.fill_defaults`), resolves it (:class:`oodcorr.planning.config.Experiment`),
-checks it (:func:`oodcorr.planning.checks.check_config`) and enumerates what the workflow will run:
-
-* :class:`oodcorr.planning.units.ModelSpec` -- a model entry resolved against the global
-  settings (its finetune block, prompt, method and per-rule
-  :class:`oodcorr.planning.resources.Resources`);
-* :class:`oodcorr.planning.units.Run` -- one finetuning run (model x in-domain set x n_train x
-  seed) with its checkpoint schedule, or a series model's run (model x in-domain set; n_train
-  and seed 0): its given checkpoints, no finetune job;
-* :class:`oodcorr.planning.units.EvalJob` -- one evaluation job: a run x a testset x its steps
-  (one step with ``evaluation.unit: checkpoint``, the default; all of the run's with ``run``);
-* where everything lives, all under ``results/<experiment>/``: :class:`oodcorr.planning.layout.Paths`.
-
-The Snakefile builds one :class:`Plan` and the rules read only it: targets, params
-(through one callable per rule, cached per job), threads and resources (through one
-factory, :meth:`Plan.rule_resources`). Nothing here imports torch, so planning
-stays fast.
-"""
+The Snakefile builds one :class:`Plan` and the rules read only it: targets, params (one callable per
+rule, cached per job), threads and resources (:meth:`Plan.rule_resources`)."""
 
 from __future__ import annotations
 
@@ -41,16 +24,8 @@ from .resources import model_resources
 from .rule_callables import rule_callable, rule_resources, rule_threads
 from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
 
-# The format of the analysis tables (partial_correlations.csv, agreement.csv): raised whenever their
-# columns or verdicts change, so that an experiment analysed before gets its analysis recomputed (a
-# param of the rule) and nothing upstream. tests/meta/test_plan_layer.py ties it to the columns.
-# 2: agreement.csv gains the consensus across models and the verdicts of issue 23.
-# 3: agreement.csv gains the tolerance bounds, which generalises now reads (issue 30).
-# 4: the graded answer (issue 37): verdicts of the ladder, direction, spread, p_mean, share_sign_low,
-#    within_df; the statements corrected by analysis.agreement_correction (Benjamini-Hochberg).
-# 6: the spline residualiser's check columns in partial_correlations.csv (r_line, depends_on_form,
-#    curve_r2_*; curvature gone) and agreement.csv's form and line_verdict (issue 52); each verdict's
-#    reason and way on (issue 54).
+# The analysis tables' format, a param of the analysis rule: raise it when their columns or verdicts
+# change, so an analysed experiment recomputes its analysis and nothing upstream (tests/meta ties it).
 ANALYSIS_FORMAT = 6
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
@@ -80,7 +55,6 @@ class Plan:
 
     @property
     def analysis_format(self) -> int:
-        """The analysis tables' format (:data:`ANALYSIS_FORMAT`), a param of the analysis rule."""
         return ANALYSIS_FORMAT
 
     # ---- enumeration -----------------------------------------------------------------
@@ -116,9 +90,7 @@ class Plan:
         return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
 
     def consensus_sets(self) -> list[str]:
-        """The in-domain test sets that get a consensus heatmap: those whose runs come from 2 or
-        more models. Named as the analysis tables name them (their ``in_domain`` column holds the
-        in-domain *test set* that was regressed out, e.g. ``synth-test`` for the set ``synth``)."""
+        """The in-domain test sets (as the tables name them) whose runs come from 2 or more models."""
         models: dict[str, set[str]] = {}
         for r in self.runs:
             test = self.testsets[r.in_domain][0][0]  # the in-domain test set comes first
@@ -126,9 +98,7 @@ class Plan:
         return sorted(d for d, ms in models.items() if len(ms) >= 2)
 
     def forest_pairs(self) -> dict[str, list[tuple[str, str]]]:
-        """The OOD pairs (x, y), x before y, of each in-domain test set with a consensus: one forest
-        plot each (``analysis/forest/<in-domain>/<x>+<y>.png``). Every pair is drawn: planning
-        bounds the pairs of a config already (``analysis.max_cells``)."""
+        """The OOD pairs (x, y), x before y, of each in-domain test set with a consensus: one forest plot each."""
         ood: dict[str, set[str]] = {}
         for r in self.runs:
             names = [t for t, _ in self.testsets[r.in_domain]]
@@ -136,8 +106,7 @@ class Plan:
         return {d: list(itertools.combinations(sorted(ood[d]), 2)) for d in self.consensus_sets()}
 
     def forest_figures(self) -> list[tuple[str, dict]]:
-        """Each staged forest plot (rule ``forest_plots``, in the order of :meth:`forest_pairs`) and
-        its labels in the report."""
+        """Each staged forest plot (in the order of :meth:`forest_pairs`) and its labels in the report."""
         a = self.paths.staged(self.paths.analysis)
         return [
             (f"{a}/forest/{d}/{x}+{y}.png", {"in-domain set": d, "pair": f"{x} × {y}"})
@@ -150,7 +119,6 @@ class Plan:
         figures = [f"{a}/consensus/{d}.png" for d in self.consensus_sets()]
         figures += [f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs]
         figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
-        # a training-loss figure for each model that is trained (a series has no loss history)
         return figures + [
             f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.model_entry.is_series
         ]
@@ -187,9 +155,7 @@ class Plan:
         return [t[len(self.paths.root) + 1 :] for t in self.targets()]
 
     def record_places(self) -> dict:
-        """Where each evaluation record must say it sits (the aggregation checks every record against
-        its file's place, :func:`oodcorr.jobs.aggregate.check_place`): the layout of the predictions
-        files and job summaries, a run's checkpoint folders, and each series checkpoint's location."""
+        """Where each evaluation record must say it sits (:func:`oodcorr.jobs.aggregate.check_place`)."""
         series = {}
         for m, spec in self.models.items():
             if spec.model_entry.is_series:
@@ -222,8 +188,7 @@ class Plan:
         return self.exp.dataset_input(wildcards.dataset)
 
     def built_model_dir(self, model: str) -> str | None:
-        """The folder the workflow builds a model in, which its jobs load: a tiny model's
-        (build_tiny_model), a GGUF file's conversion (convert_gguf); None for the others."""
+        """The folder the workflow builds a model in (a tiny model, a converted GGUF file), else None."""
         spec = self.models[model]
         if spec.model_entry.is_tiny:
             return self.paths.tiny_model.format(model=model)
@@ -233,21 +198,17 @@ class Plan:
 
     @rule_callable
     def model_input(self, wildcards) -> list[str]:
-        """The model folder the workflow builds that a job reads (a tiny model, a converted GGUF
-        file), or nothing for hub, local and packaged models."""
         d = self.built_model_dir(wildcards.model)
         return [d] if d else []
 
     @rule_callable
     def gguf_input(self, wildcards) -> list[str]:
-        """Rule convert_gguf: the GGUF file a model entry names (a changed file converts it again)."""
         from ..core.model_dirs import gguf_file  # resolved only for the rule that reads it
 
         return [str(gguf_file(self.models[wildcards.model].model_entry))]
 
     @rule_callable
     def gguf_params(self, wildcards) -> dict:
-        """Rule convert_gguf: the model entry (its file, dtype and chat template opt-in)."""
         return self.models[wildcards.model].model_entry.params()
 
     @rule_callable
@@ -289,8 +250,7 @@ class Plan:
     # ---- where an evaluation's checkpoints come from ----------------------------------
     @rule_callable
     def checkpoints_input(self, wildcards) -> list[str]:
-        """What an evaluation job reads its checkpoints through: the run's finetune manifest, or for
-        a series run the manifest of each checkpoint it scores (its step, or all of the run's)."""
+        """The run's finetune manifest, or for a series run the manifest of each checkpoint scored."""
         run = self.run(wildcards)
         if not run.series:
             return [self.paths.manifest.format(**run.wildcards)]
@@ -308,7 +268,6 @@ class Plan:
 
     @rule_callable
     def series_params(self, wildcards) -> dict:
-        """Rule series_checkpoint: one checkpoint of a series, and the entry's safety opt-ins."""
         spec = self.models[wildcards.model]
         return {
             "model": spec.name,
@@ -334,11 +293,7 @@ class Plan:
 
     @rule_callable
     def eval_params(self, wildcards) -> dict:
-        """An evaluation job's params: model, provenance, and (unit ``run``) its steps and files.
-
-        In unit ``checkpoint`` the step is a wildcard, and the value is shared by all the
-        checkpoints of a run x testset (planning cost: Snakemake expands every job's params).
-        """
+        """An evaluation job's params, shared by the checkpoints of a run x testset (unit ``checkpoint``)."""
 
         def make():
             run = self.run(wildcards)
@@ -362,7 +317,7 @@ class Plan:
                     "finetune_lora": spec.lora,
                 },
             }
-            if run.series:  # (finetuned runs' provenance stays as it was: their eval keys are unchanged)
+            if run.series:
                 job["provenance"]["x_unit"] = spec.x_unit
             dtype = self.exp.config["evaluation"].get("dtype", "model")
             if dtype != "model":  # left out at its default, so upgrading reruns nothing
@@ -376,30 +331,23 @@ class Plan:
             ("eval", wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed, wildcards.testset), make
         )
 
-    # ---- resources: one factory for every rule (oodcorr.planning.rule_callables) ----------
     def threads(self, rule: str):
-        """Threads of a rule's jobs (:func:`oodcorr.planning.rule_callables.rule_threads`)."""
         return rule_threads(self.models, rule)
 
     def rule_resources(self, rule: str) -> dict[str, Any]:
-        """Snakemake ``resources`` of a per-model rule (:func:`oodcorr.planning.rule_callables.rule_resources`;
-        evaluate's runtime per checkpoint, times the job's checkpoints in unit ``run``)."""
+        """Snakemake ``resources`` of a per-model rule (evaluate's runtime times the checkpoints in unit ``run``)."""
         steps = (lambda wildcards: len(self.run(wildcards).steps)) if self.unit == "run" else None
         return rule_resources(self.models, rule, steps)
 
 
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
-    """The one way from a config to its plan: the Snakefile and every CLI command call it.
+    """The one way from a config to its plan (the Snakefile and every CLI command call it).
 
-    ``config`` is completed in place, as Snakemake's own ``config`` is: named after its last
-    source file unless it says ``experiment:``; checked against ``config/schema.yaml``, every
-    problem named with its file and line (:func:`oodcorr.planning.schema.check_config`); the schema's
-    defaults filled in (:func:`oodcorr.planning.schema.fill_defaults`); then every check of the config
-    alone (:mod:`oodcorr.planning.checks`, run by :func:`build_plan`). Raises ConfigError naming the key.
-    What is on disk is checked after, by :func:`oodcorr.launch.disk_checks.check_on_disk`, which reads
-    tokenizers and job outputs and so sits above the job modules."""
+    ``config`` is completed in place, as Snakemake's own is: named after its last source file unless
+    it says ``experiment:``, checked against the schema (file:line messages), its defaults filled in,
+    then checked by :func:`build_plan`. Raises ConfigError naming the key."""
     sources = [Path(s) for s in sources]
-    check_size(config, sources)
+    _check_size(config, sources)
     if sources:
         config.setdefault("experiment", sources[-1].stem)
     schema_path = Path(basedir) / "config" / "schema.yaml"
@@ -408,11 +356,9 @@ def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] 
     return build_plan(config, basedir)
 
 
-def check_size(config: dict, sources: list[Path]) -> None:
-    """Before anything walks the config: its values (YAML aliases counted as often as they are used)
-    and its depth within :mod:`oodcorr.core.limits`' budgets. Snakemake reads ``--configfile`` itself
-    (an alias shares one object, so that costs nothing); the schema check, the params and the budget
-    would expand it. The ConfigError names the key, with its file and line where a source holds it."""
+def _check_size(config: dict, sources: list[Path]) -> None:
+    """The config's values (YAML aliases counted each time used) and depth within :mod:`oodcorr.core.limits`'
+    budgets, before anything expands it; the ConfigError names the key and its file:line."""
     try:
         limits.check_tree(config)
     except limits.TooLarge as e:
@@ -424,9 +370,7 @@ def check_size(config: dict, sources: list[Path]) -> None:
 
 
 def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
-    """The plan of a schema-validated config (defaults filled in), after the checks of the config
-    alone (:func:`oodcorr.planning.checks.check_config`, then those of the models' resources and the runs
-    once they are built, :mod:`oodcorr.planning.plan_checks`); raises ConfigError naming the key."""
+    """The plan of a schema-validated config (defaults filled in), after :mod:`.checks`; raises ConfigError."""
     exp = exp or Experiment(config, basedir)
     warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
@@ -450,7 +394,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
     plan_checks.check_placement(models)
     runs = []
     for m, spec in models.items():
-        if spec.model_entry.is_series:  # its checkpoints as given: one run per in-domain set, nothing trained
+        if spec.model_entry.is_series:  # one run per in-domain set, nothing trained
             xs = tuple(spec.checkpoints)
             runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain_of(m)]
             continue
@@ -460,7 +404,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 total = run_length(ft, int(n), m)
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
-    analysis = config["analysis"]  # its defaults filled in by load (schema.fill_defaults), the one place
+    analysis = config["analysis"]
     warnings += plan_checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     plan_checks.check_analysis_size(runs, testsets, analysis)

@@ -1,16 +1,5 @@
-"""The checks of what the plan built from a config: the models' resources and the runs.
-
-:func:`oodcorr.planning.plan.build_plan` calls them once it has built the models (their resources per
-rule) and the runs, after :func:`oodcorr.planning.checks.check_config`; each raises
-:class:`~oodcorr.core.errors.ConfigError` naming the key, or returns warnings:
-
-* :func:`check_placement` -- a partition or account set for some of a rule's jobs only;
-* :func:`check_schedules` -- fewer checkpoints per run than the analysis needs;
-* :func:`check_analysis_size` -- an analysis of more cells than ``analysis.max_cells``.
-
-The plan's units are not imported here (the plan imports this module): what is read of them is said
-in each docstring.
-"""
+"""The checks of what the plan built from a config (the models' resources, the runs), called by
+:func:`oodcorr.planning.plan.build_plan`."""
 
 from __future__ import annotations
 
@@ -21,17 +10,13 @@ from ..core.defaults import ANALYSIS
 from ..core.errors import ConfigError
 from ..core.limits import analysis_cells, analysis_too_large
 
-# placement keys that a profile's default-resources set (profiles/slurm does): all of a rule's jobs or none
+# placement keys a profile's default-resources set: for all of a rule's jobs or none
 PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
 
 
 def check_placement(models: Mapping[str, Any]) -> None:
-    """A partition or account is set for all of a rule's jobs or for none of them.
-
-    ``models`` are the plan's :class:`oodcorr.planning.units.ModelSpec` by name (their per-rule
-    ``resources``). Snakemake takes a rule's resource from the rule, for every job: a job whose
-    model has no partition would get none at all -- not the profile's -- so a half-set key is an
-    error. (A constraint, qos or slurm_extra for some models only is fine: the others get none.)"""
+    """A partition or account is set for all of a rule's jobs or for none (a job without would get none at all,
+    not the profile's)."""
     rules = next(iter(models.values())).resources if models else {}
     for rule in rules:
         for key in PROFILE_PLACEMENT:
@@ -50,20 +35,13 @@ def check_placement(models: Mapping[str, Any]) -> None:
 
 
 def analysis_min_points(residualiser: str, gam_min_points: int = ANALYSIS["gam"]["min_points"]) -> int:
-    """Checkpoints a run needs for one residualiser's cells to be computed: k + 3 with k
-    covariates (in-domain score, plus the step with ``+step``) for OLS, at least
-    ``gam.min_points`` for a GAM (the rule of oodcorr.analysis.correlate.min_points)."""
+    """Checkpoints a run needs for a residualiser's cells: k + 3 with k covariates; a GAM ``min_points``."""
     need = (2 if residualiser.endswith("+step") else 1) + 3
     return max(need, gam_min_points) if residualiser.startswith("gam") else need
 
 
 def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
-    """Fewer checkpoints than every residualiser needs: every cell of the run would be NaN, an
-    error; fewer than some residualiser needs: that residualiser's cells are NaN, a warning.
-
-    ``runs`` are the plan's runs (:class:`oodcorr.planning.units.Run`: model, n_train, steps, max_steps,
-    series); not imported here, since the plan imports this module. ``analysis`` is the config's
-    section with its defaults filled in (:func:`oodcorr.planning.schema.fill_defaults`)."""
+    """Fewer checkpoints than every residualiser needs is an error (every cell NaN); than some, a warning."""
     residualisers = list(analysis["residualisers"])
     gam_min = int(analysis["gam"]["min_points"])
     drop0 = bool(analysis["step0"]["drop"])
@@ -98,12 +76,8 @@ def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
 
 
 def check_analysis_size(runs: Iterable[Any], testsets: Mapping[str, Iterable[tuple[str, str]]], analysis: dict) -> None:
-    """An analysis of more cells (each run's OOD pairs x methods x residualisers) than
-    ``analysis.max_cells``: refused while planning, with the count and the key that allows it, rather
-    than found after the evaluations, in an analysis job that runs for hours.
-
-    ``testsets`` are the plan's (in-domain set -> (testset, role) pairs); ``runs`` its runs;
-    ``analysis`` the config's section with its defaults filled in."""
+    """An analysis of more cells (each run's OOD pairs x methods x residualisers) than ``analysis.max_cells``,
+    refused while planning rather than hours into the analysis job."""
     n_ood = {d: sum(1 for _, role in ts if role != "in-domain") for d, ts in testsets.items()}
     cells, detail = analysis_cells(
         [n_ood.get(run.in_domain, 0) for run in runs], len(analysis["methods"]), len(analysis["residualisers"])

@@ -1,11 +1,5 @@
-"""What each job of a rule asks for: its resources, resolved per model through the config's layers.
-
-:class:`Resources` is one rule's request for one model (GPUs, memory, time, threads, where a
-SLURM job goes) with the config key that set each value (for messages); :func:`model_resources`
-resolves them from the defaults (:data:`oodcorr.core.defaults.RESOURCES`) through the config's
-``resources``, the model's size class and its own ``resources``. The plan
-(:class:`oodcorr.planning.plan.Plan`) hands them to the rules.
-"""
+"""Each per-model rule's request for one model (:class:`Resources`), resolved through the config's layers
+with the key that set each value (:func:`model_resources`)."""
 
 from __future__ import annotations
 
@@ -44,15 +38,12 @@ class Resources:
         return cls(**{k: values[k] for k in names if k in values}, origin=dict(origin or {}))
 
     def where(self, name: str) -> str:
-        """The config key that set resource ``name`` (or where to set it)."""
         return self.origin.get(name, f"resources.<rule>.{name}")
 
 
 def model_resources(exp: Experiment, config_entry: dict) -> dict[str, Resources]:
-    """Per rule: the defaults, then each layer -- the config's `resources`, the model's size class,
-    its own `resources` -- in turn; within a layer its `default` set, its `cpu` set (for a job that
-    asks for no GPU) and the rule's own keys, the last winning. ``config_entry``: the model's entry as the
-    config gives it (with its ``resources`` and ``distributed``)."""
+    """Per rule: the defaults, then each layer (``resources``, size class, the model's own); within a layer
+    its ``default`` set, its ``cpu`` set (for a job without a GPU) and the rule's own keys, the last winning."""
     layers = exp.resource_layers(config_entry["name"])
     out = {}
     for rule, default in RESOURCES.items():

@@ -1,11 +1,5 @@
-"""What the rules get from a plan besides paths: callables that carry their parameters where Snakemake
-looks first (:func:`rule_callable`), and each per-model rule's threads and resources
-(:func:`rule_threads`, :func:`rule_resources`), which :class:`oodcorr.planning.plan.Plan` hands to the
-rules (``PLAN.threads``, ``PLAN.rule_resources``).
-
-A value every model shares is a constant: each callable costs Snakemake work per job while it plans
-(benchmarks/README.md, section 3, measures the cost).
-"""
+"""What the rules get from a plan besides paths: callables carrying their parameters where Snakemake looks
+first (:func:`rule_callable`), and each per-model rule's threads and resources."""
 
 from __future__ import annotations
 
@@ -16,16 +10,13 @@ from typing import Any
 from ..core.defaults import LOCAL_THREADS
 from .resources import PLACEMENT
 
-# Snakemake reads a callable's parameters (inspect.signature) each time it calls it, many times
-# per job while it plans (benchmarks/README.md, section 3, measures the cost). It looks first for
-# this attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name), so
-# every callable the rules get carries its parameters, worked out once.
+# Snakemake reads a callable's parameters many times per job while it plans; it looks first for this
+# attribute (snakemake.common.FUNC_OVERWRITE_PARAMS_ATTR; a test checks the name)
 SNAKEMAKE_PARAMS_ATTR = "_overwrite_params"
 
 
 def rule_callable(func: Callable) -> Callable:
-    """``func`` with its parameters stored where Snakemake looks first. On a method, the
-    parameters after ``self`` (a bound method reads its function's attributes)."""
+    """``func`` with its parameters (after ``self`` on a method) stored where Snakemake looks first."""
     params = dict(inspect.signature(func).parameters)
     if next(iter(params), None) == "self":
         del params["self"]
@@ -34,9 +25,7 @@ def rule_callable(func: Callable) -> Callable:
 
 
 def rule_threads(models: Mapping[str, Any], rule: str):
-    """Threads of a rule's jobs: a constant when every model agrees, else a callable; a local
-    rule's from :data:`~oodcorr.core.defaults.LOCAL_THREADS`. ``models``: the plan's
-    :class:`oodcorr.planning.units.ModelSpec` by name (their per-rule ``resources``)."""
+    """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
     if rule in LOCAL_THREADS:
         return LOCAL_THREADS[rule]
     per = {m: spec.resources[rule].threads for m, spec in models.items()}
@@ -46,11 +35,8 @@ def rule_threads(models: Mapping[str, Any], rule: str):
 
 
 def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], int] | None = None) -> dict[str, Any]:
-    """Snakemake ``resources`` of a per-model rule: ``gpu``, ``gpu_model`` (when any model sets
-    one), ``mem_mb`` and ``runtime`` (both times the attempt on retries; evaluate's runtime is
-    per checkpoint, times the job's checkpoints: ``steps(wildcards)``, given in unit ``run``), and,
-    for evaluate, ``attempt`` (the script halves its batch size on each retry). CPUs are the rule's
-    :func:`rule_threads` (the SLURM executor asks for them as ``--cpus-per-task``)."""
+    """Snakemake ``resources`` of a per-model rule: memory and runtime times the attempt (evaluate's runtime
+    times ``steps(wildcards)`` where given), and for evaluate ``attempt`` (its batch size halves on retries)."""
     per = {m: spec.resources[rule] for m, spec in models.items()}
 
     def pick(name: str):
@@ -63,8 +49,7 @@ def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], 
     if any(r.gpu_model and r.gpu for r in per.values()):
         gpu_models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
         out["gpu_model"] = rule_callable(lambda wildcards: gpu_models[wildcards.model])
-    # SLURM placement: only where the config sets it (else the profile's default-resources
-    # apply); set for every model of the rule or for none (build_plan checks)
+    # SLURM placement only where the config sets it (else the profile's default-resources apply)
     for key in PLACEMENT:
         if any(getattr(r, key) is not None for r in per.values()):
             out[key] = pick(key)
@@ -82,6 +67,5 @@ def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], 
 
 @rule_callable
 def _attempt(wildcards, attempt):
-    """Snakemake's attempt (1, then 2, ... on --retries), as a resource the script reads.
-    A resource, not a param: resources never make Snakemake rerun a finished job."""
+    """Snakemake's attempt, as a resource (a param would rerun finished jobs)."""
     return attempt

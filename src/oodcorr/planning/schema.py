@@ -1,17 +1,5 @@
-"""The config's schema: every violation as one line naming its key, and the defaults filled in.
-
-``config/schema.yaml`` states what each key may be and (except the analysis section's, which
-are :data:`oodcorr.core.defaults.ANALYSIS`) its default. This module is the one place that applies
-it: to the config (:func:`check_config`, :func:`fill_defaults`) and to the entries a config
-pulls in from other files, dataset registries and label modes (:func:`check_entry`).
-
-``snakemake.utils.validate`` reports the first violation with the whole schema
-dumped around it, which buries the key. :func:`oodcorr.planning.plan.load` (the one entry
-point from a config to its plan) runs :func:`check_config` first; it lists every
-violation as ``file:line: key.path: what is wrong`` and raises
-:class:`~oodcorr.core.errors.ConfigError`. Only a config that passes reaches Snakemake's
-own validation (:func:`fill_defaults`), which then fills in the schema defaults.
-"""
+"""The config's schema (``config/schema.yaml``) applied: every violation as one line ``file:line: key: what is
+wrong`` (Snakemake's own validator buries the key under the dumped schema), then the defaults filled in."""
 
 from __future__ import annotations
 
@@ -28,7 +16,7 @@ from ..core.errors import ConfigError
 from ..core.io import load_yaml
 from ..core.limits import key_path
 
-YAML_TYPES = {
+_YAML_TYPES = {
     "object": "a mapping",
     "array": "a list",
     "string": "a string",
@@ -74,15 +62,13 @@ def _type_name(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
-# a number in exponent notation that YAML 1.1 (PyYAML, and so Snakemake) reads as a string: its
-# floats need a dot in the mantissa and a sign in the exponent (1.0e-3, 1.0e+3)
-SCIENTIFIC = re.compile(r"^\s*([-+]?)(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?)(\d+)\s*$")
+# exponent notation YAML 1.1 reads as a string (its floats need a dot and a signed exponent: 1.0e-3)
+_SCIENTIFIC = re.compile(r"^\s*([-+]?)(\d+(?:\.\d*)?|\.\d+)[eE]([-+]?)(\d+)\s*$")
 
 
 def _yaml11_number_hint(value: Any, integer: bool = False) -> str:
-    """``1e-3`` given as a number and read as a string: how to write it so YAML reads a number
-    (for a key that takes an integer only, the integer itself: ``1e3`` -> ``1000``)."""
-    m = SCIENTIFIC.match(value) if isinstance(value, str) else None
+    """``1e-3`` read as a string: how to write it so YAML reads a number (``1e3`` -> ``1000`` for an integer)."""
+    m = _SCIENTIFIC.match(value) if isinstance(value, str) else None
     if not m:
         return ""
     sign, mantissa, esign, digits = m.groups()
@@ -104,8 +90,7 @@ def _yaml11_number_hint(value: Any, integer: bool = False) -> str:
 
 
 def _suggested(err) -> list[tuple[tuple, str]]:
-    """(object path, key) for each allowed key that an unknown key of ``err`` (an unknown-keys error)
-    is a likely misspelling of: the key its message suggests."""
+    """(object path, allowed key) for each unknown key of ``err`` that is a likely misspelling of it."""
     if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
         return []
     allowed = sorted(err.schema.get("properties", {}))
@@ -114,9 +99,8 @@ def _suggested(err) -> list[tuple[tuple, str]]:
 
 
 def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[list, str]]:
-    """(path parts, message) for one jsonschema error; an unknown-keys error gives one per key. A
-    required key that an unknown key's message already suggests (in ``suggested``, from
-    :func:`_suggested`) is not said again as missing: it is the same slip."""
+    """(path parts, message) per key of one jsonschema error; a required key that an unknown key's
+    message already suggests (``suggested``) is not said again as missing."""
     parts = list(err.absolute_path)
     where = key_path(parts, config)
     kind, inst, val = err.validator, err.instance, err.validator_value
@@ -136,7 +120,7 @@ def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[lis
         return [(parts, f"{key_path(parts + [k], config)}: {said}") for k in missing]
     if kind == "type":
         types = [val] if isinstance(val, str) else list(val)
-        want = " or ".join(YAML_TYPES.get(t, t) for t in types)
+        want = " or ".join(_YAML_TYPES.get(t, t) for t in types)
         hint = _yaml11_number_hint(inst, integer="number" not in types) if {"number", "integer"} & set(types) else ""
         return [(parts, f"{where}: must be {want}, got {_type_name(inst)} {inst!r}{hint}")]
     if kind == "minItems":
@@ -164,7 +148,7 @@ def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[lis
     return [(parts, f"{where}: {err.message}")]
 
 
-def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
+def _schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
     import jsonschema  # only where a config is checked: job processes import this module, never call it
 
     validator = jsonschema.Draft202012Validator(schema)
@@ -177,12 +161,9 @@ def schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
 
 
 def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | Path] = ()) -> None:
-    """Raise ConfigError listing every violation of the schema, each as ``file:line: key: problem``.
-
-    ``sources`` are the YAML files the config came from (the last that holds a key
-    gives its line); without them a message names the key only.
-    """
-    problems = schema_errors(config, load_yaml(schema_path, checked=False))  # the workflow's own
+    """Raise ConfigError listing every violation, each as ``file:line: key: problem`` (the last of
+    ``sources`` that holds the key gives its line)."""
+    problems = _schema_errors(config, load_yaml(schema_path, checked=False))  # the workflow's own
     if not problems:
         return
     files = [Path(s) for s in sources]
@@ -200,8 +181,7 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
 
 
 def read_config(configfile: str | Path) -> dict:
-    """A config file's mapping as written: nothing checked, nothing filled in (that is
-    :func:`oodcorr.planning.plan.load`, for the commands that plan without Snakemake running)."""
+    """A config file's mapping as written: nothing checked, nothing filled in."""
     configfile = Path(configfile)
     config = load_yaml(configfile)
     if not isinstance(config, dict):
@@ -210,9 +190,7 @@ def read_config(configfile: str | Path) -> dict:
 
 
 def fill_defaults(config: dict, schema_path: str | Path) -> None:
-    """The defaults written into ``config`` in place: the schema's, by Snakemake's validator
-    (``set_default``), then the analysis section's (:data:`oodcorr.core.defaults.ANALYSIS`). Run
-    after :func:`check_config`, whose messages are the readable ones."""
+    """The schema's defaults (by Snakemake's validator), then the analysis section's, written into ``config``."""
     from snakemake.utils import validate  # snakemake: only where a config is loaded, not for the job modules
 
     validate(config, str(schema_path), set_default=True)
@@ -223,8 +201,7 @@ _SCHEMAS: dict[str, dict] = {}
 
 
 def check_entry(entry: Any, definition: str, where: str, basedir: str | Path) -> None:
-    """Check a dataset registry entry or a label mode against ``$defs/<definition>`` of the
-    schema in ``basedir``; the ConfigError names ``where`` and the key inside it."""
+    """A dataset registry entry or a label mode against ``$defs/<definition>``; the ConfigError names ``where``."""
     import jsonschema  # only where a config is checked: job processes import this module, never call it
 
     key = str(basedir)

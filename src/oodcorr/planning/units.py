@@ -1,8 +1,5 @@
-"""The units a plan is made of: a model resolved against the global config (:class:`ModelSpec`,
-its entry a :class:`oodcorr.core.model_entry.ModelEntry`), a finetuning run
-(:class:`Run`) with its checkpoint schedule (:func:`checkpoint_steps`, :func:`run_length`), and
-an evaluation job (:class:`EvalJob`). Frozen values; :class:`oodcorr.planning.plan.Plan` builds
-and enumerates them."""
+"""The units a plan is made of: a resolved model (:class:`ModelSpec`), a finetuning run (:class:`Run`) with
+its checkpoint schedule, an evaluation job (:class:`EvalJob`)."""
 
 from __future__ import annotations
 
@@ -18,13 +15,10 @@ from .resources import Resources
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model entry resolved against the global config: its typed entry and the settings its runs
-    and jobs get from the global blocks."""
+    """A model entry resolved against the global config's blocks."""
 
     name: str
-    # the entry minus what does not change results (resources, finetune, distributed, params_b): what
-    # the rules' params hold, as model_entry.params(); where the weights come from is model_entry.source
-    model_entry: ModelEntry
+    model_entry: ModelEntry  # the entry minus what changes no result (Experiment.model_entry)
     finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
     prompt: dict | None  # None for methods that read no prompt
     distributed: dict | None
