@@ -35,14 +35,10 @@ def add_parser(sub, help: str) -> None:
     d = sub.add_parser(
         "design",
         help=help,
-        description="Plan a study before paying for it: for the config's grid (models, runs per pool group, "
-        "checkpoints per run, OOD pairs per table), the power of a per-run cell, of the answer's sign (on "
-        "average, in nearly every model), of 'sign reversal' and of 'near zero' over a range of effects and "
-        "AR(1) coefficients of the residual series, through the testsets' item noise (the in-domain set's "
-        "too), the smallest effect each finds in 80%% of studies, how many items the in-domain set and each "
-        "OOD set need for each claim, the same for a few changes of the grid with their "
-        "GPU-hours, and the budget beside it. By simulation with the analysis' own procedures, seeded: "
-        "docs/design.md#planning-a-study-oodcorr-design says how to read it and what it assumes.",
+        description="Plan a study before paying for it: for the config's grid, the power of each of the answer's "
+        "claims over a range of effects and AR(1) coefficients, through the testsets' item noise, how many items "
+        "each testset needs, a few changes of the grid with their GPU-hours, and the budget beside it. By "
+        "seeded simulation with the analysis' own procedures (docs/design.md#planning-a-study-oodcorr-design).",
     )
     d.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
     d.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
@@ -69,8 +65,8 @@ def add_parser(sub, help: str) -> None:
         "--shape",
         choices=dz.SHAPES,
         default="curve",
-        help="how each simulated OOD score follows the in-domain score: along a logistic curve of its own per run "
-        "(curve, the default: real series bend) or a straight line (line)",
+        help="how each simulated OOD score follows the in-domain score: a logistic curve per run (curve, the "
+        "default) or a straight line (line)",
     )
     a.add_argument(
         "--model-sd", type=float, metavar="SD", help="sd of the models' true correlations, Fisher z (default 0)"
@@ -97,15 +93,13 @@ def add_parser(sub, help: str) -> None:
         "--item-persistence",
         type=float,
         metavar="P",
-        help="AR(1) coefficient of an item's deviation across checkpoints (default 0.8, or the pilot's: neighbouring "
-        "checkpoints disagree on about 12%% of items at accuracy 0.7; 0: afresh at every checkpoint)",
+        help="AR(1) coefficient of an item's deviation across checkpoints (default 0.8, or the pilot's)",
     )
     a.add_argument(
         "--item-difficulty",
         type=float,
         metavar="D",
-        help="share of an item's deviation that is its own difficulty, the same at every checkpoint (default 0.5, or "
-        "the pilot's)",
+        help="share of an item's deviation that is its fixed difficulty (default 0.5, or the pilot's)",
     )
     a.add_argument(
         "--residual-sd",
@@ -117,20 +111,18 @@ def add_parser(sub, help: str) -> None:
         "--accuracy",
         type=float,
         metavar="P",
-        help="the OOD testsets' accuracy, at which their item noise is taken (default 0.5: the largest, or the "
-        "pilot's)",
+        help="the OOD testsets' accuracy, at which their item noise is taken (default 0.5, or the pilot's)",
     )
     a.add_argument(
         "--pilot",
         metavar="TABLE",
-        help="a scores table already run (results/<exp>/scores.parquet, or any "
-        "table oodcorr analyse reads): estimate phi, the item noise and the spread between models from it",
+        help="a scores table already run (results/<exp>/scores.parquet, or any table oodcorr analyse reads): "
+        "estimate phi, the item noise and the spread between models from it",
     )
     a.add_argument(
         "--pilot-examples",
         metavar="FILE",
-        help="the pilot's per-item correctness (columns as oodcorr analyse --examples reads; the workflow's "
-        "scores table names its predictions files itself): the persistence of its item noise",
+        help="the pilot's per-item correctness (as oodcorr analyse --examples reads it): its item noise's persistence",
     )
     a.add_argument(
         "--pilot-in-domain", metavar="TESTSET", help="the pilot's in-domain testset (tables other than the workflow's)"
