@@ -13,7 +13,7 @@ import yaml
 
 from oodcorr.core.errors import ConfigError, DataError
 from oodcorr.launch import disk_checks
-from oodcorr.planning import plan_checks
+from oodcorr.planning import checks
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import fill_defaults
 
@@ -142,11 +142,11 @@ def test_min_points_agree_with_the_analysis():
     from oodcorr.analysis.residualise import GamSettings, parse
 
     # the planning check and the analysis read one default (oodcorr.core.defaults.ANALYSIS)
-    assert plan_checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())
+    assert checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())
     for name in ("linear", "linear+step", "gam", "gam+step"):
         for gam_min in (5, 8, 12):
             want = min_points(parse(name), GamSettings(min_points=gam_min))
-            assert plan_checks.analysis_min_points(name, gam_min) == want
+            assert checks.analysis_min_points(name, gam_min) == want
 
 
 def test_shipped_configs_pass_the_checks():
@@ -268,7 +268,7 @@ def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_re
 
 def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
     from oodcorr.core.defaults import ANALYSIS
-    from oodcorr.planning.plan_checks import check_analysis_size
+    from oodcorr.planning.checks import check_analysis_size
     from oodcorr.planning.units import Run
 
     testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}

@@ -25,7 +25,7 @@ from .errors import ConfigError
 from .io import canonical
 
 # the keys that say where the weights come from; an entry gives exactly one
-# (oodcorr.planning.model_checks checks it), and `source` is the first given, in this order
+# (oodcorr.planning.checks checks it), and `source` is the first given, in this order
 MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 GGUF_SUFFIX = ".gguf"
 

@@ -17,7 +17,7 @@ from ..core.defaults import RESOURCES
 from ..core.errors import ConfigError
 from ..core.io import canonical
 from ..core.model_dirs import model_files
-from . import checks, plan_checks, schema
+from . import checks, schema
 from .config import Experiment, analysis_options
 from .layout import Paths
 from .resources import model_resources
@@ -391,7 +391,7 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
             x_unit=exp.series_unit(m),
             params_b=config_entry.get("params_b"),
         )
-    plan_checks.check_placement(models)
+    checks.check_placement(models)
     runs = []
     for m, spec in models.items():
         if spec.model_entry.is_series:  # one run per in-domain set, nothing trained
@@ -405,9 +405,9 @@ def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan
                 steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = config["analysis"]
-    warnings += plan_checks.check_schedules(runs, analysis)
+    warnings += checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
-    plan_checks.check_analysis_size(runs, testsets, analysis)
+    checks.check_analysis_size(runs, testsets, analysis)
     datasets = tuple(exp.all_datasets())
     return Plan(
         experiment=name,
