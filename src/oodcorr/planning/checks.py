@@ -22,16 +22,16 @@ TRUNCATION_WARNING = 0.05
 
 def check_config(exp: Experiment) -> list[str]:
     """Every check of the config alone, in the order a reader fixes them; returns the warnings."""
-    check_label_mode(exp)
-    check_names(exp)
-    check_datasets(exp)
-    check_ood_overlap(exp)
+    _check_label_mode(exp)
+    _check_names(exp)
+    _check_datasets(exp)
+    _check_ood_overlap(exp)
     warnings = _check_models(exp)
     _check_templates(exp)
     _check_verbaliser_words(exp)
-    check_n_train(exp)
-    check_ood_count(exp)
-    check_data_sources(exp)
+    _check_n_train(exp)
+    _check_ood_count(exp)
+    _check_data_sources(exp)
     return warnings
 
 
@@ -48,7 +48,7 @@ def _path_component(name: str, key: str) -> None:
         raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern} (it becomes a path component)")
 
 
-def check_names(exp: Experiment) -> None:
+def _check_names(exp: Experiment) -> None:
     """Names are listed once, can be path components (the schema checks those of models, in-domain sets, OOD
     testsets and the experiment) and differ in more than case."""
     cfg = exp.config
@@ -80,7 +80,7 @@ def _distinct_ignoring_case(names: list[str], key: str, files: str) -> None:
             )
 
 
-def check_label_mode(exp: Experiment) -> None:
+def _check_label_mode(exp: Experiment) -> None:
     """A label map's targets are the mode's labels; a coarse label collapses some into one not output."""
     mode, name = exp.label_mode, exp.label_mode["name"]
     targets = set(mode["labels"])
@@ -103,7 +103,7 @@ def _known_dataset(exp: Experiment, name: str, key: str) -> None:
         raise ConfigError(f"{key}: dataset {name!r} is not defined in `datasets` or any file in `registries`{hint}")
 
 
-def check_datasets(exp: Experiment) -> None:
+def _check_datasets(exp: Experiment) -> None:
     """Every dataset named is defined, with a known source; a finetuned model needs finetune and training data."""
     cfg = exp.config
     finetuned = exp.finetuned_models()
@@ -133,7 +133,7 @@ def check_datasets(exp: Experiment) -> None:
             )
 
 
-def check_ood_overlap(exp: Experiment) -> None:
+def _check_ood_overlap(exp: Experiment) -> None:
     """An OOD testset is never a training set, nor (with one in-domain set) its test set."""
     ood = exp.config["ood_testsets"]
     in_domain = exp.config["in_domain"]
@@ -151,7 +151,7 @@ def check_ood_overlap(exp: Experiment) -> None:
         )
 
 
-def check_n_train(exp: Experiment) -> None:
+def _check_n_train(exp: Experiment) -> None:
     """Each run trains on ``n_train / len(labels)`` examples of every label: a multiple of the label count."""
     labels = exp.labels
     k = len(labels)
@@ -176,7 +176,7 @@ def check_n_train(exp: Experiment) -> None:
                 )
 
 
-def check_ood_count(exp: Experiment) -> None:
+def _check_ood_count(exp: Experiment) -> None:
     for d in exp.in_domain:
         ood = [t for t, role in exp.testsets_for(d) if role == "ood"]
         if len(ood) < 2:
@@ -209,7 +209,7 @@ def _describe_source(src: tuple) -> str:
     return f"the synthetic {src[1]!r} stream, seed {src[2]}, split {src[3]}"
 
 
-def check_data_sources(exp: Experiment) -> None:
+def _check_data_sources(exp: Experiment) -> None:
     """Neither an in-domain test set nor an OOD testset reads the training set's data."""
     for d, entry in exp.in_domain.items():
         train, test = entry.get("train"), entry["test"]
