@@ -1,5 +1,5 @@
 """``oodcorr analyse TABLE --in-domain NAME [...]``: the workflow's analysis on any scores table or folder of
-lm-evaluation-harness results, into ``--out``. Its flags: :mod:`.analyse_flags`."""
+lm-evaluation-harness results, into ``--out``."""
 
 from __future__ import annotations
 
@@ -10,27 +10,372 @@ import logging
 import os
 from pathlib import Path
 
-from ..analysis import Options, agreement, analyse
-from ..analysis.residualise import GamSettings
+from ..analysis import Options, agreement, analyse, tables
+from ..analysis.correlate import METHODS
+from ..analysis.inference import INFERENCES
+from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
+from ..analysis.multitest import CORRECTIONS
+from ..analysis.pooling import TWO_RUNS
+from ..analysis.resample import INTERVALS
+from ..analysis.residualise import RESIDUALISERS, GamSettings
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
+from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
 from ..core.io import sha256_file, write_json_atomic
 from ..core.locks import EXPERIMENT, hold
 from ..core.provenance import table_provenance
-from ..jobs import figure_set
+from ..jobs import answer_figures, figure_set
 from ..jobs.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
-from . import analyse_flags, out_record
+from . import out_record
+from .args import add_showing_default, block_length, positive_int
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
-log = logging.getLogger("oodcorr")
-_NOT_RECORDED = ("argv", "from_settings", "command")
+_EPILOG = """\
+outputs (in --out; docs/outputs.md says what each holds):
+  partial_correlations.csv  one row per model x run (or 'pooled') x pair x method x residualiser
+  agreement.csv             per OOD pair: the answer across models and its verdict
+  consensus/, forest/       the consensus heatmap and each pair's forest plot (with more than one model)
+  explorer.html             every pair in a browser, one file that works offline
+  heatmaps/, heatmap_grid.png, scatter/, learning_curves/  per model (see --all-figures)
+  settings.json             the command, every flag and each input's sha256: --from reruns it
+  .oodcorr-analyse.json     what this analysis wrote: the next one into --out removes what it does not
+                            write again
+
+examples:
+  oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
+  oodcorr analyse accuracies_by_run.csv --format wide --unit Run --in-domain "MNLI dev acc."
+  oodcorr analyse mixed.csv --format wide --in-domain mnli --metric loglik=loglik
+  oodcorr analyse 'wandb/*.csv' --format wide --in-domain eval/c4_en/loss --testsets 'eval/downstream/*' \
+      --metric '*_soft=loglik'   # W&B exports, one file per run: the unit _step found, metrics by name
+  oodcorr analyse --from analysis/settings.json --out analysis-again   # rerun what settings.json records
+  oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
+  oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
+  oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
+  oodcorr analyse pythia/evals/pythia-v1 --format lm-eval --in-domain lambada_openai \
+      --path-pattern '{model}/zero-shot/*_step{step}.json' --tasks arc_easy,piqa,sciq,winogrande
+
+Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
+Maximum, ...) and empty rows are excluded with a logged warning naming each line.
+"""
 
 
 def add_parser(sub, help: str) -> None:
-    """The verb's parser (:func:`.analyse_flags.add_parser`)."""
-    analyse_flags.add_parser(sub, help)
+    d = Options()
+    a = sub.add_parser(
+        "analyse",
+        help=help,
+        description="Partial correlations between every pair of OOD testsets, in-domain score regressed out, "
+        "pooled over runs and compared across models, with tables and figures. The first group of flags is all "
+        "most analyses need (docs/your-own-table.md).",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,  # -h goes last, in its own group (below): --help shows the essentials first
+    )
+    g = a.add_argument_group("the essentials")
+    g.add_argument(
+        "table",
+        nargs="*",
+        metavar="INPUT",
+        help="the scores: a table (.csv, .tsv or .parquet), several (each file a run), or a glob such as "
+        "'exports/*.csv'; with --format lm-eval, a folder of lm-evaluation-harness results",
+    )
+    g.add_argument(
+        "--in-domain",
+        metavar="TESTSET",
+        help="the in-domain testset (a column in wide format, a value of --testset-column in long); required",
+    )
+    g.add_argument(
+        "--format",
+        choices=("long", "wide", "lm-eval"),
+        default="long",
+        help="long: one row per unit x testset; wide: one row per unit, one column per testset (a tracker's "
+        "export); lm-eval: a folder of lm-evaluation-harness results files (default: long)",
+    )
+    g.add_argument(
+        "--unit",
+        metavar="COLUMN",
+        help="column with the unit of observation, e.g. the training step or a run label (default: 'step', "
+        f"else the one of {', '.join(tables.UNIT_COLUMNS[1:])} the table has). Numeric units are ordered "
+        "(blocks of consecutive units are resampled); other units are exchangeable",
+    )
+    g.add_argument(
+        "--testsets",
+        nargs="+",
+        metavar="NAME",
+        help="analyse only these OOD testsets: names or shell-style globs (case-sensitive; quote them), e.g. "
+        "'eval/downstream/*'",
+    )
+    g.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="NAME",
+        help="testsets (columns of a wide table) to leave out: names or globs",
+    )
+    g.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="[COLUMN=]METRIC",
+        help="what the scores are (repeatable). Long: the score column, named after its metric (default: "
+        "accuracy), or COLUMN=METRIC. Wide: COLUMN=METRIC for columns (globs allowed, e.g. '*_soft=loglik'), "
+        "METRIC for the rest (default: what a column's name says, else accuracy). lm-eval: the metric analysed "
+        "(default: acc; NAME,FILTER where a task has several filters)",
+    )
+    g.add_argument(
+        "--path-pattern",
+        metavar="PATTERN",
+        help="where each file's path gives its model and run ({model}, {run}; lm-eval: also {step}); * any text "
+        "within a name, **/ any folders; e.g. '{model}/{run}.csv' or, lm-eval, '{model}/zero-shot/*_step{step}.json'",
+    )
+    g.add_argument("--out", metavar="DIR", help="output folder (default: ./analysis)")
+    g.add_argument(
+        "--from",
+        dest="from_settings",
+        metavar="SETTINGS",
+        help="rerun the analysis a settings.json records (its input and every flag; the input must be as it was), "
+        "into --out if given, else into the folder it names",
+    )
+    g = a.add_argument_group("table layout (long and wide)")
+    g.add_argument(
+        "--testset-column",
+        default="testset",
+        metavar="COLUMN",
+        help="long format: column naming the testset (default: testset)",
+    )
+    g.add_argument(
+        "--model",
+        metavar="COLUMN",
+        help="column naming the model (default: 'model' if the table has it, else one model)",
+    )
+    g.add_argument(
+        "--run",
+        metavar="COLUMN",
+        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run, or with "
+        "several files each file's name)",
+    )
+    g.add_argument(
+        "--model-name",
+        metavar="NAME",
+        help="model name when there is no model column (default: the table's file name; several files: their folder's)",
+    )
+    g.add_argument(
+        "--summary-label",
+        action="append",
+        default=[],
+        metavar="LABEL",
+        help="another unit label that marks a summary row to exclude (repeatable)",
+    )
+    g.add_argument(
+        "--encoding",
+        metavar="NAME",
+        help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
+        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are",
+    )
+    g.add_argument(
+        "--examples",
+        metavar="FILE",
+        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns plus 'example' "
+        "and 'correct' (0/1): each testset's item noise is estimated from it, and the example-level bootstrap runs",
+    )
+    g.add_argument(
+        "--n-column",
+        metavar="COLUMN",
+        help="long format: the column with the items behind each score (the workflow's table has 'n'): bounds "
+        "each testset's item noise for a share of items (accuracy)",
+    )
+    g.add_argument(
+        "--items",
+        nargs="+",
+        default=[],
+        metavar="[TESTSET=]N",
+        help="the items behind the scores, for a table without an n column: N for every testset, TESTSET=N for "
+        "one (e.g. --items 1000 wnli=71 rte=277), as --n-column",
+    )
+    g.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        metavar="GROUP=TESTSET,...",
+        help="a testset scored on the items of others (repeatable; e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy): "
+        "pairs that share items are left out; lm-eval results say their groups themselves",
+    )
+    e = a.add_argument_group(
+        "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
+    )
+    e.add_argument(
+        "--tasks",
+        metavar="T1,T2,...",
+        help="read only these tasks (comma-separated; the in-domain task is always read); default: every task "
+        "that has the metric",
+    )
+    e.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="follow symbolic links that lead out of the folder (by default each is named and not followed)",
+    )
+    e.add_argument(
+        "--no-samples",
+        action="store_true",
+        help="leave the --log_samples files (samples_<task>_<date>.jsonl) out: no example-level bootstrap",
+    )
+    add_showing_default(
+        e,
+        "--max-files",
+        MAX_FILES,
+        "refuse a folder of more .json/.jsonl files than this (they are counted first)",
+        type=positive_int("--max-files"),
+    )
+    add_showing_default(
+        e,
+        "--max-file-mb",
+        MAX_RESULTS_BYTES // 2**20,
+        "refuse a results file larger than this many MiB, before it is parsed",
+        type=positive_int("--max-file-mb"),
+    )
+    s = a.add_argument_group("statistics")
+    add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
+    add_showing_default(
+        s,
+        "--residualisers",
+        list(d.residualisers),
+        "residualisers; '+step' adds the training step as a covariate",
+        nargs="+",
+        choices=RESIDUALISERS,
+    )
+    add_showing_default(
+        s,
+        "--inference",
+        d.inference,
+        "how intervals and p-values are computed: modified-t = t-test on the effective sample size from the "
+        "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
+        choices=INFERENCES,
+    )
+    add_showing_default(s, "--level", d.level, "confidence level", type=float)
+    add_showing_default(
+        s,
+        "--min-n-eff",
+        d.min_n_eff,
+        "a cell whose effective sample size is below this says so in its note",
+        spec="g",
+        type=float,
+    )
+    add_showing_default(
+        s,
+        "--near-zero",
+        d.near_zero,
+        "an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved'",
+        spec="g",
+        type=float,
+    )
+    s.add_argument(
+        "--pool-by",
+        nargs="*",
+        metavar="COLUMN",
+        help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
+        "give the flag with no column to pool all runs of a model (default: n_train when the "
+        "table has that column, else all runs)",
+    )
+    add_showing_default(
+        s,
+        "--pool-two-runs",
+        d.pool_two_runs,
+        "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
+        choices=TWO_RUNS,
+    )
+    s.add_argument(
+        "--drop-step0", action="store_true", help="leave out unit 0 (the pre-finetuning checkpoint) everywhere"
+    )
+    s.add_argument(
+        "--no-step0-check",
+        action="store_true",
+        help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
+    )
+    add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
+    add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
+    add_showing_default(
+        s,
+        "--block-length",
+        d.block_length,
+        "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
+        type=block_length,
+    )
+    add_showing_default(
+        s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
+    )
+    add_showing_default(
+        s,
+        "--correction",
+        d.correction,
+        "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
+        choices=CORRECTIONS,
+    )
+    add_showing_default(
+        s,
+        "--agreement-correction",
+        d.agreement_correction,
+        "correction of the answer's statements across the pairs of the agreement table: bh, the false "
+        "discovery rate; holm, the chance of any false statement",
+        choices=CORRECTIONS,
+    )
+    add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
+    add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
+    add_showing_default(
+        s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
+    )
+    add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
+    add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
+    add_showing_default(
+        s,
+        "--max-cells",
+        ANALYSIS["max_cells"],
+        "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
+        "this, giving the count; raise it to run a larger one on purpose",
+        type=positive_int("--max-cells"),
+    )
+    o = a.add_argument_group("output")
+    o.add_argument(
+        "--force",
+        action="store_true",
+        help="write into --out even inside an experiment folder of the workflow (results/<experiment>/), "
+        "replacing its published tables until the next run publishes them again",
+    )
+    o.add_argument("--no-plots", action="store_true", help="write the tables only (no figure, no explorer page)")
+    o.add_argument(
+        "--all-figures",
+        action="store_true",
+        help="draw the per-model heatmaps, their grid and the scatter grids, left out by default with more than "
+        f"{figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model",
+    )
+    o.add_argument(
+        "--workers",
+        type=positive_int("--workers"),
+        metavar="N",
+        help="processes for the runs and the figures (default: 2, or 1 on one core); the tables do not depend on it",
+    )
+    add_showing_default(
+        o,
+        "--forest-max",
+        answer_figures.FOREST_CAP,
+        "forest plots per in-domain set at most (with more pairs, those whose verdicts say most); 0: none",
+        type=int,
+    )
+    o.add_argument(
+        "--forest-pairs",
+        nargs="+",
+        metavar="X+Y",
+        help="draw the forest plots of these OOD pairs (testset names joined by '+') instead of choosing",
+    )
+    o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
+    o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
+    o.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+    a.add_argument_group("other").add_argument("-h", "--help", action="help", help="show this help message and exit")
+
+
+log = logging.getLogger("oodcorr")
+_NOT_RECORDED = ("argv", "from_settings", "command")
 
 
 # what may be given beside --from (where and how to write; the analysis is the one recorded)
