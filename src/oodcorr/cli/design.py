@@ -245,16 +245,13 @@ def _items_flag(flag: str, value) -> float | None:
     return int(n)
 
 
-SIZE_FLAGS = {"in_domain": "--items-in-domain", "ood": "--items-ood"}
-
-
 def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> tuple[dict, set]:
     """(the item noise's fields the flags and the config give; those the flags give), sources into ``sources``."""
     given: dict = {}
     flagged: set = set()
     said = []
     for field, known, words in (("in_domain", id_sizes, "in-domain"), ("ood", sizes, "OOD")):
-        flag = SIZE_FLAGS[field]
+        flag = "--items-" + field.replace("_", "-")
         raw = getattr(args, f"items_{field}")
         n = _items_flag(flag, raw)
         if n is not None:
