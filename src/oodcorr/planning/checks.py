@@ -239,7 +239,8 @@ def _check_data_sources(exp: Experiment) -> None:
                 )
 
 
-PLACEHOLDERS = ("premise", "hypothesis")
+# ---- each model entry and its prompt
+_PLACEHOLDERS = ("premise", "hypothesis")
 
 
 def _check_models(exp: Experiment) -> list[str]:
@@ -364,7 +365,7 @@ def _check_template(template: str, key: str) -> None:
     for _, field, spec, conversion in parsed:
         if field is None:
             continue
-        if field in PLACEHOLDERS and not spec and not conversion:
+        if field in _PLACEHOLDERS and not spec and not conversion:
             continue
         shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
         raise ConfigError(
@@ -390,8 +391,9 @@ def _check_verbaliser_words(exp: Experiment) -> None:
                 )
 
 
+# ---- what the plan built: the models' resources and the runs
 # placement keys a profile's default-resources set: for all of a rule's jobs or none
-PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
+_PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
 
 
 def check_placement(models: Mapping[str, Any]) -> None:
@@ -399,7 +401,7 @@ def check_placement(models: Mapping[str, Any]) -> None:
     not the profile's)."""
     rules = next(iter(models.values())).resources if models else {}
     for rule in rules:
-        for key in PROFILE_PLACEMENT:
+        for key in _PROFILE_PLACEMENT:
             have = {
                 m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
             }
