@@ -11,10 +11,14 @@ import yaml
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.io import sha256_json
 from oodcorr.planning.config import Experiment
-from oodcorr.planning.finetune_job import PLANNING_KEYS, FinetuneJob, TrainingSettings, trains_in_bf16
+from oodcorr.planning.finetune_job import FinetuneJob, TrainingSettings, trains_in_bf16
+from oodcorr.planning.plan import load
 from oodcorr.planning.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO
+
+# keys of the finetune block that planning turns into steps, max_steps, n_train and seed: not the Trainer's
+PLANNING_KEYS = ("n_train", "seeds", "max_steps", "epochs", "checkpoints", "report_to")
 
 
 def _job(tmp_path, **over) -> FinetuneJob:
@@ -98,14 +102,16 @@ def test_training_settings_read_the_block_with_its_defaults():
     )
 
 
-def test_a_bad_finetune_block_is_refused_when_the_job_is_built_naming_the_key(tmp_path):
-    job = _job(tmp_path)
-    with pytest.raises(ConfigError, match=r"unknown finetune setting\(s\): finetune\.lerning_rate"):
-        replace(job, finetune=dict(job.finetune, lerning_rate=1e-3))
-    block = {k: v for k, v in job.finetune.items() if k != "batch_size"}
-    with pytest.raises(ConfigError, match=r"finetune\.batch_size missing"):
-        replace(job, finetune=block)
-    assert not (tmp_path / "run").exists()  # nothing was written
+def test_a_bad_finetune_block_is_refused_when_planning_naming_the_key():
+    """The typed view reads a block the schema has checked: a misspelt or missing key stops planning."""
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    cfg["finetune"]["lerning_rate"] = 1e-3
+    with pytest.raises(ConfigError, match=r"finetune\.lerning_rate: unknown key; did you mean 'learning_rate'"):
+        load(cfg, REPO)
+    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    del cfg["finetune"]["batch_size"]
+    with pytest.raises(ConfigError, match=r"finetune\.batch_size: required key is missing"):
+        load(cfg, REPO)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "config").glob("*.yaml") if p.name != "schema.yaml"))

@@ -10,17 +10,12 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from ..core.defaults import FINETUNE
-from ..core.errors import ConfigError
 from ..core.model_entry import ModelEntry
 
 
 def trains_in_bf16(model_entry: ModelEntry, finetune: dict) -> bool:
     """bf16 mixed precision: for a bf16 model, or when ``finetune.bf16`` asks."""
     return model_entry.dtype == "bfloat16" or bool(finetune.get("bf16"))
-
-
-# keys of the finetune block planning has turned into steps, max_steps, n_train and seed
-PLANNING_KEYS = ("n_train", "seeds", "max_steps", "epochs", "checkpoints", "report_to")
 
 
 @dataclass(frozen=True)
@@ -43,22 +38,9 @@ class TrainingSettings:
 
     @classmethod
     def from_mapping(cls, finetune: dict) -> TrainingSettings:
-        """From the plan's ``finetune`` block; an unknown key or a missing one raises naming ``finetune.<key>``."""
-        block = dict(finetune or {})
+        """From the plan's ``finetune`` block (schema-checked when planning); the keys planning read are passed over."""
         names = {f.name for f in fields(cls)}
-        unknown = sorted(k for k in block if k not in names and k not in PLANNING_KEYS)
-        if unknown:
-            raise ConfigError(
-                f"unknown finetune setting(s): {', '.join('finetune.' + k for k in unknown)}; "
-                "see config/schema.yaml for the keys of the finetune block"
-            )
-        missing = [k for k in ("batch_size", "learning_rate", "max_length") if k not in block]
-        if missing:
-            raise ConfigError(
-                f"{', '.join('finetune.' + k for k in missing)} missing: the finetune block needs "
-                "batch_size, learning_rate and max_length (the workflow's schema fills in max_length)"
-            )
-        kw = {k: v for k, v in block.items() if k in names}
+        kw = {k: v for k, v in finetune.items() if k in names}
         for k in ("batch_size", "max_length", "gradient_accumulation_steps"):
             if k in kw:
                 kw[k] = int(kw[k])
