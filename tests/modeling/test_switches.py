@@ -12,7 +12,7 @@ from oodcorr.core.errors import ConfigError
 from oodcorr.jobs.finetune import _Collator, training_loss
 from oodcorr.modeling import adaptation, synthetic
 from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids
-from oodcorr.planning.plan import build_plan
+from oodcorr.planning.plan import build_plan, load
 from oodcorr.planning.schema import fill_defaults
 
 from helpers import LABELS, PROMPT, REPO, micro_config
@@ -233,11 +233,10 @@ def test_the_vocabulary_loss_on_a_head_model_is_refused_when_planning():
 
 
 def test_a_models_own_prompt_switch_is_checked():
-    """A model's `prompt` override is not covered by the schema's prompt block: its switches are
-    checked when planning, naming the model."""
+    """A model's `prompt` override is checked by the schema as the global prompt is, naming the model."""
     cfg = _micro()
     cfg["models"][0]["prompt"] = {"scored_position": "first-token"}
     with pytest.raises(ConfigError, match=r"models\[micro-opt\].prompt.scored_position: 'first-token' is not one"):
-        build_plan(cfg, REPO)
+        load(cfg, REPO)
     cfg["models"][0]["prompt"] = {"truncation": "right"}
     assert build_plan(cfg, REPO).models["micro-opt"].prompt["truncation"] == "right"

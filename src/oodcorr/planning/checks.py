@@ -14,7 +14,7 @@ from ..core.defaults import ANALYSIS
 from ..core.errors import ConfigError
 from ..core.limits import analysis_cells, analysis_too_large
 from ..core.model_entry import MODEL_SOURCES
-from .config import DATASET_SOURCES, HASH_RE, NAME_RE, READING_CHOICES, Experiment
+from .config import DATASET_SOURCES, HASH_RE, NAME_RE, Experiment
 
 # a testset (or training sample) with more than this share of its prompts cut to max_length is a warning
 TRUNCATION_WARNING = 0.05
@@ -281,15 +281,12 @@ def _check_models(exp: Experiment) -> list[str]:
 
 
 def _check_prompt(exp: Experiment, m: dict) -> None:
-    """A pattern model's prompt: both fields in the template, known reading switches, a verbaliser per label."""
+    """A pattern model's prompt: both fields in the template, a verbaliser per label."""
     prompt = exp.prompt_for(m["name"])
     where = "prompt" if not m.get("prompt") else f"models[{m['name']}].prompt"
     for field in ("{premise}", "{hypothesis}"):
         if field not in prompt["template"]:
             raise ConfigError(f"{where}.template must contain {field}: {prompt['template']!r}")
-    for key, choices in READING_CHOICES.items():
-        if key in prompt and prompt[key] not in choices:
-            raise ConfigError(f"{where}.{key}: {prompt[key]!r} is not one of {', '.join(map(str, choices))}")
     missing = [lab for lab in exp.labels if lab not in prompt["verbalisers"]]
     if missing:
         raise ConfigError(

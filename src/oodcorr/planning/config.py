@@ -19,13 +19,6 @@ HASH_RE = re.compile(r"^[0-9a-f]{40}$")
 LABEL_MODES = "resources/label_modes.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
 
-# the prompt switches' allowed values for a model's own prompt, which the schema does not check (a test ties them)
-READING_CHOICES = {
-    "strip_fields": (True, False),
-    "truncation": ("left", "right"),
-    "scored_position": ("last-token", "padded-end"),
-}
-
 
 def _without_defaults(block: dict | None, defaults: dict) -> dict | None:
     if block is None:
