@@ -277,6 +277,14 @@ def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> tuple[dict
     return given, flagged
 
 
+def _grid(shape: dict) -> dz.Grid:
+    return dz.Grid(shape["models"], shape["runs"], shape["checkpoints"], shape["pairs"])
+
+
+def _cost(b) -> dict:
+    return {"gpu_hours": b.totals["gpu_hours"], "gpu_hours_work": b.work["gpu_hours"] if b.work else None}
+
+
 def run(args) -> int:
     t0, c0 = time.time(), time.process_time()
     if args.studies < 20:
@@ -290,7 +298,7 @@ def run(args) -> int:
     lock = read_lock(args.configfile, config)
     settings = dz.Settings.from_options(Options.from_mapping(plan.analysis))
     shape = grids.grid_of(plan)
-    grid = dz.Grid(shape["models"], shape["runs"], shape["checkpoints"], shape["pairs"])
+    grid = _grid(shape)
     sizes = {t: (n if n is not None else args.examples) for t, n in shape["sizes"].items()}
     id_sizes = {t: (n if n is not None else args.examples) for t, n in shape["in_domain_sizes"].items()}
     notes = list(shape["notes"])
@@ -340,7 +348,6 @@ def run(args) -> int:
             "observed cells, the line the item-noise answer"
         )
     b = compute_budget(plan, config, args, lock)
-    cost = {"gpu_hours": b.totals["gpu_hours"], "gpu_hours_work": b.work["gpu_hours"] if b.work else None}
     alternatives, cost_notes = [], []
     if not args.no_alternatives:
         for name in grids.CHANGES:
@@ -350,23 +357,12 @@ def run(args) -> int:
             except ValueError as e:
                 cost_notes.append(f"{name}: not available ({e})")
                 continue
-            s2 = grids.grid_of(plan2)
             items2 = chosen.items
             if name == grids.EXAMPLES_CHANGE and items2.ood is not None and "ood" not in flagged:
                 items2 = replace(items2, ood=items2.ood * grids.MORE_EXAMPLES)
-            b2 = compute_budget(plan2, cfg, args, lock)
-            alternatives.append(
-                {
-                    "name": name,
-                    "description": desc,
-                    "grid": dz.Grid(s2["models"], s2["runs"], s2["checkpoints"], s2["pairs"]),
-                    "items": items2,
-                    "cost": {
-                        "gpu_hours": b2.totals["gpu_hours"],
-                        "gpu_hours_work": b2.work["gpu_hours"] if b2.work else None,
-                    },
-                }
-            )
+            cost2 = _cost(compute_budget(plan2, cfg, args, lock))
+            grid2 = _grid(grids.grid_of(plan2))
+            alternatives.append({"name": name, "description": desc, "grid": grid2, "items": items2, "cost": cost2})
         if any(x["name"] == grids.EXAMPLES_CHANGE for x in alternatives):
             cost_notes.append(
                 f"{grids.EXAMPLES_CHANGE}: the config's evaluation time limits stay as they are (GPU-hours at the "
@@ -383,7 +379,7 @@ def run(args) -> int:
         "in_domain_sizes": id_sizes,
         "testset_sizes": {"in_domain": id_sizes, "ood": sizes},
         "sources": sources,
-        "cost": cost,
+        "cost": _cost(b),
         "cost_notes": cost_notes,
         "notes": notes,
         "pilot": pilot,
