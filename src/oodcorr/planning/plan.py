@@ -317,7 +317,7 @@ class Plan:
                     "finetune_lora": spec.lora,
                 },
             }
-            if run.series:
+            if run.series:  # not for finetuned runs: their params, and so their evaluations, stay as they were
                 job["provenance"]["x_unit"] = spec.x_unit
             dtype = self.exp.config["evaluation"].get("dtype", "model")
             if dtype != "model":  # left out at its default, so upgrading reruns nothing
