@@ -1,15 +1,10 @@
-"""Small, careful file helpers: atomic writes, reading what people have, JSONL records, fingerprints.
+"""File helpers: atomic writes, reading what people give (compression, encodings, JSON), hashes.
 
-Every result file the workflow writes goes through an atomic helper (write a
-temporary file in the same folder, then rename), so a job killed half-way never
-leaves a truncated file that a later step would read as complete.
-
-Every text file the workflow reads from a user (datasets, score tables) goes
-through :func:`read_bytes` and :func:`decode_text`: gzip, bzip2 and xz are
-recognised by their first bytes (whatever the name says), a byte-order mark
-(UTF-8, UTF-16, UTF-32) decides the encoding, CRLF line ends are fine, and any
-other encoding must be declared. A file that is none of these is refused with
-its name, line and byte, and the setting that fixes it.
+Every result file is written through :func:`atomic_path` (a temporary file beside it, then a
+rename), so a killed job never leaves a truncated file behind. Every text file a user gives goes
+through :func:`read_bytes` and :func:`decode_text`: compression is known by its first bytes, a
+byte-order mark decides the encoding, any other encoding must be declared, and a file that is none
+of these is refused naming its line and byte and the setting that fixes it.
 """
 
 from __future__ import annotations
@@ -39,15 +34,10 @@ from .limits import load_yaml_checked
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
-
-    On any exception the temporary file is removed and ``path`` is untouched. A write that the
-    file system stops -- for want of room (ENOSPC, a quota, EFBIG), with an I/O error (EIO), as
-    read-only (EROFS) or as another user's (EACCES, EPERM): :func:`~oodcorr.core.filesystems.write_errno`
-    -- becomes a :class:`~oodcorr.core.errors.WriteFailed` (:class:`~oodcorr.core.errors.DiskFull` for
-    want of room) naming the file, the folder, its file system and what to do; with ``size`` (the bytes
-    about to be written, when known) the room is checked before anything is written. ``what`` names
-    the file for the message (default: its path).
+    """Yield a temporary path beside ``path``; rename it onto ``path`` on success, remove it on any
+    exception. A write the file system stops (:func:`~oodcorr.core.filesystems.write_errno`) becomes a
+    :class:`~oodcorr.core.errors.WriteFailed` naming the file and what to do; with ``size`` the room is
+    checked first. ``what`` names the file for the message.
     """
     path = Path(path)
     what = what or str(path)
@@ -81,9 +71,7 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
 
 
 def _stopped_this_write(e: Exception, tmp: Path) -> bool:
-    """Whether ``e``, raised inside :func:`atomic_path`, is the file system stopping this write: want of
-    room wherever it is said, the other write errors when they name no other file than this one's (a
-    permission error on an input the block reads is not about this folder)."""
+    """Whether ``e`` is the file system stopping this write (not, say, an input that cannot be read)."""
     code = write_errno(e, tmp.parent)
     if code is None:
         return False
@@ -103,21 +91,17 @@ def _mkstemp_or_failed(path: Path, what: str, size: int | None):
 
 
 def current_umask() -> int:
-    """The process's umask (``os.umask`` reads it only by setting another: it is set back at once)."""
+    """The process's umask (read by setting it and back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
 def follow_umask(folder: str | os.PathLike) -> None:
-    """Give every regular file under ``folder`` the mode a new file gets under the process umask
-    (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
-
-    For what a library wrote: safetensors 0.8 writes through a temporary file and renames it, which
-    leaves ``model.safetensors`` at 0600 whatever the umask (safetensors/safetensors#782), so on a
-    shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
-    (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
-    alone."""
+    """Give every regular file under ``folder`` the mode the umask gives a new file: safetensors leaves
+    ``model.safetensors`` at 0600, which a colleague on a shared cluster could not read. Call it before
+    hashing (a chmod changes the ctime :func:`stat_key` records).
+    """
     want = 0o666 & ~current_umask()
     for f in sorted(Path(folder).rglob("*")):
         st = f.lstat()
@@ -155,7 +139,7 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
 
 
 class DuplicateKey(ValueError):
-    """A JSON object that names one key twice (:func:`loads_json`): which value is meant cannot be told."""
+    """A JSON object that names one key twice: which value is meant cannot be told."""
 
     def __init__(self, key: str):
         self.key = key
@@ -172,19 +156,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def loads_json(text: str | bytes) -> Any:
-    """``json.loads``, but an object naming a key twice is a :class:`DuplicateKey` (a ValueError)
-    instead of its last value winning in silence: every JSON file or line read from outside (results
-    files, model folders' config and index, safetensors headers, datasets) goes through it."""
+    """``json.loads``, but a key named twice in one object is a :class:`DuplicateKey`."""
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def read_jsonl(
     path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
 ) -> list[dict]:
-    """Read a JSONL file (compressed or not, see :func:`read_text`); each record gets ``_line``.
-
-    A malformed line raises DataError naming file and line. ``_line`` is the file
-    line the record was read from (it replaces a field of that name).
+    """A JSONL file's records (compressed or not: :func:`read_text`), each with ``_line``; a bad line is
+    a DataError naming file and line.
     """
     path = Path(path)
     text = read_text(path, encoding, fix)
@@ -209,9 +189,9 @@ def read_jsonl(
 
 
 def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
-    """A JSON file the workflow wrote (a manifest, a dataset's description), as written; one that is
-    missing, truncated or edited into something else is a :class:`ResultError` naming the file,
-    ``what`` it is and ``fix`` (the way out: usually which file to delete and what reruns)."""
+    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``
+    it is and ``fix``.
+    """
     path = Path(path)
     try:
         return loads_json(path.read_text(encoding="utf-8"))
@@ -275,11 +255,7 @@ def _line_of(raw: bytes, pos: int, codec: str) -> int:
 
 
 def _suggest_encoding(raw: bytes) -> str:
-    """A likely 8-bit encoding for bytes that are not UTF-8 (a suggestion, never applied unasked).
-
-    Bytes 0x80-0x9f are control characters in Latin-1 but letters and quotes in
-    Windows-1252 (the usual "Latin-1" of spreadsheets), so their presence points there.
-    """
+    """A likely 8-bit encoding for bytes that are not UTF-8: cp1252 when bytes 0x80-0x9f occur."""
     if any(0x80 <= b <= 0x9F for b in raw):
         try:
             raw.decode("cp1252")
@@ -290,7 +266,7 @@ def _suggest_encoding(raw: bytes) -> str:
 
 
 def _utf16_without_bom(raw: bytes) -> str | None:
-    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs (text in UTF-16 without its mark)."""
+    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs."""
     head = raw[:4096]
     even, odd = head[0::2].count(0), head[1::2].count(0)
     if max(even, odd) < len(head) // 4:
@@ -311,11 +287,8 @@ def decode_text(
     encoding: str | None = None,
     fix: str = "set `encoding: {encoding}` on the dataset entry",
 ) -> str:
-    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8.
-
-    ``fix`` says how a user declares an encoding (``{encoding}`` is filled in with
-    a suggestion). Nothing is guessed silently: a file that is not valid in the
-    encoding used is refused naming its line and byte.
+    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8; text
+    not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``).
     """
     path = Path(path)
     bom = next(((m, c) for m, c in BOMS if raw.startswith(m)), None)
@@ -367,11 +340,9 @@ def read_text(
 
 
 def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
-    """A sentence when a delimited file's header says its name gives the wrong delimiter: a ``.csv``
-    whose first line holds tabs and no comma (a TSV under the wrong name), or a ``.tsv`` whose first
-    line holds commas and no tab; else None. Without it every row would be read as one column, and
-    the error would name a missing column. ``fix`` is another way out than renaming (``{fmt}``: the
-    format the header suggests)."""
+    """A sentence when a ``.csv``'s header holds tabs and no comma (or a ``.tsv``'s commas and no
+    tab); else None. ``fix``: another way out than renaming (``{fmt}``: the format it looks like).
+    """
     first = next(iter(text.splitlines()), "")
     other, name, want = ("\t", "tab", ".tsv") if sep == "," else (",", "comma", ".csv")
     if sep not in first and other in first and len(first.split(other)) > 1:
@@ -384,11 +355,9 @@ def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | 
 
 
 def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
-    """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
-    the file, line and column. The file's size, its values (aliases counted as expanded) and its
-    depth are checked first (:mod:`oodcorr.core.limits`), so no file a user gives makes a reader run
-    away; ``checked=False`` skips that for the workflow's own schema (a tenth of a second per
-    planning)."""
+    """A YAML file's content; missing or bad YAML is a ConfigError naming file, line and column. Its
+    size is checked first (:mod:`oodcorr.core.limits`); ``checked=False`` skips that for our own schema.
+    """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
@@ -406,11 +375,7 @@ def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
 
 
 def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
-    """A YAML parse error as ``file:line:column: not valid YAML: what``, with the line and a caret.
-
-    PyYAML's own message names the file and line twice, context first, inside a
-    multi-line text that buries the problem; this leads with the location.
-    """
+    """A YAML parse error as ``file:line:column: not valid YAML: what``, with the line and a caret."""
     mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
     if mark is None:
         if hasattr(e, "position") and hasattr(e, "reason"):  # yaml.reader.ReaderError: not UTF-8/16
@@ -440,14 +405,13 @@ def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, hex (the one home of a file's hash: manifests, seals, publish records)."""
+    """The sha256 of a file's bytes, hex."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def sha256_files(named: Iterable[tuple[str, str | os.PathLike]]) -> str:
-    """The sha256 over several files, in the order given: each file's name (as ``named`` says it,
-    e.g. relative to a folder) and a NUL, then its bytes, hex."""
+    """The sha256 over several files in order: each one's name, a NUL, then its bytes."""
     h = hashlib.sha256()
     for name, path in named:
         h.update(name.encode() + b"\0")
@@ -458,16 +422,14 @@ def sha256_files(named: Iterable[tuple[str, str | os.PathLike]]) -> str:
 
 
 def short_tag(text: str, n: int) -> str:
-    """The first ``n`` hex digits of the sha256 of ``text``: a name tag that a file or folder name
-    can carry for a path or a log (the same text, the same tag)."""
+    """The first ``n`` hex digits of the sha256 of ``text``, for a file or folder name."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
 
 
 def stat_key(path: str | os.PathLike) -> list[int]:
-    """What says a file is unchanged since it was hashed: size, mtime, ctime and inode.
-
-    Any write changes the ctime, which no user call can set back, so an edit that
-    restores the mtime still changes the key; a copy (a new inode) does too."""
+    """Size, mtime, ctime and inode: any write changes the ctime, so an edit that restores the mtime
+    still changes the key.
+    """
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 

@@ -1,26 +1,7 @@
-"""What the jobs record beside their outputs, read back by planning, aggregation and the budget.
-
-One home for each on-disk record that a job writes and something else reads, so that a reader
-needs no import of the job that wrote it (and planning none of torch):
-
-* a predictions file's result record, in its parquet metadata under :data:`META_KEY`
-  (written by :mod:`oodcorr.jobs.predictions`, read by :func:`read_result`);
-* a tokenised testset's sidecar, ``<testset>.info.json`` (:func:`cache_info_path`): its testset and
-  model, the digest of its bytes and of the settings that made it, and whether the cache is whole,
-  in its place and made by the tokenizer now on disk (:func:`cache_problem`);
-* a prepared dataset's meta file, and whether the local file it came from changed since
-  (:func:`local_source_changed`);
-* a staged result's seal, ``.<name>.sha256`` beside it in ``.staging/`` (:func:`seal`, written
-  by the job that made the file, :func:`check_seal`, read by publishing);
-* the publish record, ``publish_record.json`` in each published version and
-  ``results/<experiment>/published.json`` (:func:`read_publish_record`; written by
-  :mod:`oodcorr.core.published`, read there, by planning and by the report);
-* a job's refusal, ``logs/.refused/<job>.json`` (:class:`RefusalSlot`, opened when the job starts
-  with the record of a killed job in it, dropped when the job ends well, filled when it stops with a
-  sentence; :func:`read_refusals`, read by the end-of-run report, which repeats each sentence on the
-  console with the job named).
-
-Nothing here imports another oodcorr module but the core helpers.
+"""What the jobs record beside their outputs, read back by planning, aggregation and the budget,
+so that a reader needs no import of the job that wrote it: a predictions file's result record, a
+tokenised testset's sidecar, a dataset's source, a staged result's seal, the publish record and a
+job's refusal.
 """
 
 from __future__ import annotations
@@ -40,8 +21,7 @@ JOB_MOMENTS = ("ready", "first_batch")
 
 
 def job_seconds(record: dict) -> float:
-    """What one evaluation cost, from its record: its checkpoint's stages, plus its job's start-up
-    stages when it was the job's first (``load`` ``fresh``), never the moments of :data:`JOB_MOMENTS`."""
+    """What one evaluation cost: its checkpoint's stages, plus its job's start-up when it was the first."""
     secs = sum((record.get("timing_s") or {}).values())
     if record.get("load") == "fresh":
         secs += sum(v for k, v in (record.get("job_timing_s") or {}).items() if k not in JOB_MOMENTS)
@@ -49,8 +29,7 @@ def job_seconds(record: dict) -> float:
 
 
 def cache_info_path(cache_path: str | Path) -> Path:
-    """The small JSON beside a tokenised cache (``<testset>.info.json``): its size and how many
-    prompts were cut to ``max_length``."""
+    """The sidecar beside a tokenised testset: ``<testset>.info.json``."""
     p = Path(cache_path)
     return p.with_name(p.name.removesuffix(".pt") + ".info.json")
 
@@ -66,12 +45,8 @@ def read_result(path: str | Path) -> dict:
 
 
 def local_source_changed(meta: dict) -> str | None:
-    """Whether the local file a dataset was prepared from (its meta.json) now holds other bytes.
-
-    Returns a sentence naming the file, or None when it is unchanged, is not a local file,
-    or is gone (planning names a missing file itself). The file's stat recorded when it was
-    prepared (:func:`oodcorr.core.io.stat_key`) saves hashing a file nobody touched; an edit,
-    even one that restores the modification time, changes the stat, and the sha256 decides.
+    """A sentence when the local file a dataset was prepared from now holds other bytes; else None
+    (the recorded stat saves hashing an untouched file).
     """
     fingerprint = str(meta.get("fingerprint") or "")
     if meta.get("source") != "local" or not fingerprint.startswith("sha256:") or not meta.get("path"):
@@ -96,16 +71,13 @@ def seal_path(path: str | Path) -> Path:
 
 
 def seal(paths) -> None:
-    """Record each just-written staged file's size and sha256 beside it (its seal), as the last
-    step of the job that made it, so that publishing can tell the file it made from one changed
-    or cut short since (:func:`check_seal`)."""
+    """Record each just-written staged file's size and sha256 beside it, the last step of its job."""
     for path in paths:
         write_json_atomic(seal_path(path), {"sha256": sha256_file(path), "size": Path(path).stat().st_size})
 
 
 def check_seal(path: str | Path, sha256: str) -> str | None:
-    """Whether staged ``path`` (whose sha256 is ``sha256``) is what its job wrote: None when its seal
-    agrees, else a sentence naming it (no seal, an unreadable one, or one of other bytes)."""
+    """None when staged ``path`` (sha256 ``sha256``) agrees with its seal, else a sentence naming it."""
     try:
         doc = json.loads(seal_path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -126,8 +98,7 @@ def check_seal(path: str | Path, sha256: str) -> str | None:
 
 
 def remake_hint(made_by: str, source: str) -> str:
-    """The way out of a damaged file the workflow made itself (a staged table, a cache): it is made
-    again by ``made_by`` (a rule) from ``source``, so deleting it loses nothing."""
+    """The way out of a damaged file the workflow made itself: deleted, ``made_by`` makes it again."""
     return (
         f"it is the workflow's own file, so deleting it is safe: delete it and run again, and {made_by} makes it "
         f"again from {source} (nothing is trained or evaluated again)"
@@ -135,9 +106,7 @@ def remake_hint(made_by: str, source: str) -> str:
 
 
 def check_staged(path: str | Path, made_by: str, source: str) -> None:
-    """A :class:`~oodcorr.core.errors.ResultError` when staged ``path`` is not what its job wrote (no
-    seal, or its seal disagrees: cut short, or changed by hand, even where it still parses), naming it
-    and :func:`remake_hint`."""
+    """A :class:`~oodcorr.core.errors.ResultError` when staged ``path`` is not what its job wrote."""
     why = check_seal(path, sha256_file(path))
     if why:
         raise ResultError(f"{why}; {remake_hint(made_by, source)}")
@@ -151,9 +120,7 @@ TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coars
 
 
 def tokenize_settings_digest(settings: dict) -> str:
-    """The digest of what decides a tokenised testset's content (:data:`TOKENIZE_SETTINGS`), recorded in
-    its sidecar by the job that made it and compared by planning with this config's: a sidecar of
-    other settings describes a cache this run makes again, not what it evaluates."""
+    """The digest of what decides a tokenised testset's content (:data:`TOKENIZE_SETTINGS`)."""
     return sha256_json({k: settings.get(k) for k in TOKENIZE_SETTINGS})
 
 
@@ -166,7 +133,7 @@ def rebuild_hint(path: str | os.PathLike) -> str:
 
 
 def _zip_whole(path: Path) -> bool:
-    """Whether a torch.save file (a zip archive) still ends with its central directory's end record."""
+    """Whether a torch.save file (a zip) still ends with its central directory's end record."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if fh.read(4) != b"PK\x03\x04":
@@ -176,9 +143,7 @@ def _zip_whole(path: Path) -> bool:
 
 
 def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
-    """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can): missing
-    or unreadable, or written before caches recorded their tokenizer and the digest of their bytes
-    (format :data:`TOKENIZED_FORMAT`), so the cache cannot be checked."""
+    """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can)."""
     info_path = cache_info_path(path)
     try:
         info = json.loads(info_path.read_text(encoding="utf-8"))
@@ -210,12 +175,9 @@ def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
 def cache_problem(
     path: str | os.PathLike, tokenizer: str | None, testset: str | None = None, model: str | None = None
 ) -> str | None:
-    """Why the tokenised testset at ``path`` cannot be used, from its structure and its sidecar (no
-    torch, no hashing): cut short (a torch.save zip without its end record, or another size than its
-    sidecar records), no readable sidecar, made before caches recorded their tokenizer and digest, made
-    for another testset or model than ``testset`` and ``model`` (its place), or by another tokenizer
-    than ``tokenizer`` (when both are known); None when it looks whole. Its bytes are checked against
-    the digest when it is read (:func:`oodcorr.jobs.tokenize_testset.read_tokenized`)."""
+    """Why the tokenised testset at ``path`` cannot be used (cut short, no sidecar, an old format,
+    another testset's or model's, another tokenizer's), without torch or hashing; None when it looks whole.
+    """
     path = Path(path)
     try:
         if not _zip_whole(path):
@@ -261,10 +223,9 @@ REPUBLISH = "snakemake --forcerun publish_results"
 
 
 def read_publish_record(path: str | Path) -> dict | None:
-    """A publish record (``{"format", "experiment", "version", "published", "files": {rel: {"sha256",
-    "size", "stat"}}}``), or None when it is missing or not one. A record of another format than
-    :data:`RECORD_FORMAT` (written by another version) is refused: a
-    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`."""
+    """A publish record, or None when missing or not one; another format is a
+    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`.
+    """
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -293,12 +254,10 @@ def refusals_dir(logs: str | os.PathLike) -> Path:
 
 
 class RefusalSlot:
-    """One job's refusal record, made when the job starts with its room taken (so a job that stops
-    because its disk is full can still write it): :meth:`fill` it with the sentence the job stops
-    with, or :meth:`drop` it when the job ends well. ``killed``: the record it holds meanwhile, which
-    stays if the job is killed before it can say why (a signal: the kernel's out-of-memory killer).
-    Nothing here raises: without a slot (no room to make one), the job's log and its exit status are
-    all there is."""
+    """One job's refusal record, its room taken when the job starts (a full disk cannot stop it): :meth:`fill`
+    it with the sentence the job stops with, or :meth:`drop` it. ``killed``: what it holds meanwhile, left if the
+    job is killed before it can say why. Nothing here raises.
+    """
 
     def __init__(self, folder: str | os.PathLike, log: str, killed: dict | None = None):
         self.path = Path(folder) / f"{short_tag(log, 20)}.json"
@@ -342,9 +301,7 @@ class RefusalSlot:
 
 
 def read_refusals(folder: str | os.PathLike) -> list[dict]:
-    """The refusals recorded in ``folder`` (``rule``, ``wildcards``, ``log``, ``message``, ``kind``:
-    ``disk full``, ``refused``, ``failed`` or ``killed``: a job running, or killed before it could say
-    why; ``time``, ``host``), oldest first; a slot still empty or unreadable is left out."""
+    """The refusals recorded in ``folder``, oldest first; empty or unreadable slots left out."""
     out = []
     try:
         paths = sorted(Path(folder).glob("*.json"))

@@ -1,40 +1,13 @@
-"""One writer per experiment folder; the config that wrote it last; what it published, checked.
+"""The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
+last, and its published set checked.
 
-Called by the Snakefile, in the main Snakemake process only (not in a cluster job, which plans
-again on its node):
-
-* while planning, :func:`config_warning`: ``results/<experiment>/experiment.json`` names the
-  config that last wrote the folder (and keeps it, with the folder and the working folder the run
-  was in); another config with the same ``experiment:`` name gets a warning (at planning and again
-  at the end of the run) saying that its results replace that experiment's wherever the two
-  differ, and what to do if it is another experiment. That holds only where Snakemake keeps the
-  records of the folder's outputs (this working folder's ``.snakemake/``, by path): a folder
-  copied or moved here, or written from another working folder, under a config that changes it,
-  is refused instead (:func:`written_elsewhere`), naming the ``--forcerun``/``--forceall`` that
-  reruns what the change needs;
-* while planning, :func:`check_published`: the published files against their publish record
-  (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
-  replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
-  record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
-  so that this run publishes the set again from ``.staging/``; a run that only looks (a dry run, a
-  summary, a graph, ``--report``) removes nothing and takes no lock, and says what a run would do;
-* while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
-  ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
-  is a hard link (a copy made with ``cp -al``) that no run holds has this folder's name of it removed
-  first (:func:`unlink_copied_locks`, said in one line), one that a run holds is named (:func:`linked_locks`),
-  then the experiment's lock
-  (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`), held until the
-  run ends. Taken before Snakemake builds its DAG, so a second run is refused before any job of
-  it starts, even with ``--no-hooks`` (which skips ``onstart``) and whatever the order in which
-  two runs that both passed Snakemake's own lock reach their first job. It lives in the
-  experiment folder, so two checkouts whose ``results/`` is one shared folder share it, and it
-  is an ``flock``, which holds on a shared file system where Snakemake's own lock (files in each
-  checkout's ``.snakemake/``) does not. A second writer stops at once, naming the holder.
-  ``oodcorr analyse --force`` holds it too;
-* in ``onstart`` (a real run with jobs to run), :func:`claim`: the lock (taken already while
-  planning) and the record of this run's config, with what made the experiment
-  (:func:`provenance`), which ``onsuccess`` brings up to date once the run has published
-  (:func:`record_provenance`).
+Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock
+(``results/<experiment>/experiment.lock``, an ``flock``) covers every checkout whose ``results/`` is
+that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
+until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
+is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
+was made with (:func:`written_elsewhere`). :func:`check_published` makes a damaged set be published
+again. A run that only looks (:func:`writes` is false) takes no lock and changes nothing.
 """
 
 from __future__ import annotations
@@ -77,9 +50,7 @@ def config_identity(config_files, config: dict) -> dict:
 
 
 def _read_identity(root: Path) -> dict | None:
-    """The record of the config that last wrote ``root`` (written by :func:`claim`), or None when there
-    is none or it is not one (unreadable, or without its configs, config and records' id): this run's
-    then replaces it."""
+    """The record of the config that last wrote ``root``, or None (none, or not one)."""
     try:
         doc = json.loads((root / IDENTITY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -94,8 +65,7 @@ def _read_identity(root: Path) -> dict | None:
 
 
 def _here(root: Path) -> dict:
-    """Where this run is: the experiment folder (resolved) and the working folder (whose
-    ``.snakemake/`` holds what Snakemake knows of each output, the settings it was made with)."""
+    """The experiment folder and the working folder (whose ``.snakemake/`` holds Snakemake's records)."""
     return {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
 
 
@@ -106,14 +76,12 @@ RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
 
 
 def _mark(root: Path) -> Path:
-    """The mark of experiment folder ``root`` (as the plan names it: Snakemake keys its records by
-    those paths) in this working folder."""
+    """The mark of experiment folder ``root`` in this working folder's ``.snakemake/``."""
     return RECORDS_MARKS / f"{short_tag(str(root), 20)}.json"
 
 
 def records_here(root: Path, old: dict) -> bool:
-    """Whether Snakemake's records in this working folder are those of the runs that wrote ``root``
-    (whose record is ``old``): the mark a run here left names the record's ``records_id``."""
+    """Whether this working folder's Snakemake records are those of the runs that wrote ``root``."""
     try:
         doc = json.loads(_mark(root).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -122,8 +90,7 @@ def records_here(root: Path, old: dict) -> bool:
 
 
 def config_changes(old: dict, config: dict) -> list[str]:
-    """The top-level keys of ``config`` whose values differ from ``old`` (the config that last wrote
-    the folder, as its record keeps it), the experiment's name left out."""
+    """The top-level keys whose values differ from ``old``, the experiment's name left out."""
     keys = (set(old) | set(config)) - {"experiment"}
     return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
 
@@ -144,15 +111,11 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
 
 
 def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
-    """The refusal of a run whose config differs from the one that wrote this experiment folder, when
-    Snakemake holds no record here of the settings the folder's results were made with: it was
-    written as another folder or from another working folder (copied, ``cp -al`` included, or moved;
-    results/ shared between checkouts), or by a run that took such a folder over without rerunning
-    everything. Snakemake reruns a job for a changed setting only from its records (in the working
-    folder's ``.snakemake/``, by each output's path), so it would say "Nothing to be done" and the
-    results would stay the other config's. None when the run reruns what the change needs (the
-    analysis block alone: :data:`ANALYSIS_RULES` with ``--forcerun``; anything else: ``--forceall``),
-    or when nothing tells of such a folder."""
+    """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied,
+    moved, or written from another working folder): Snakemake reruns a job for a changed setting only
+    from its records, so it would run nothing and the results would stay the other config's. None when
+    the run forces what the change needs (:data:`ANALYSIS_RULES` with ``--forcerun``; else ``--forceall``).
+    """
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:
@@ -191,9 +154,9 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
 
 
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
-    """A warning when another config (other files, other content) wrote this experiment folder last;
-    when Snakemake could not rerun what that changes (:func:`written_elsewhere`), the refusal that
-    :func:`lock` gives a run that may write, said here as a warning (a dry run says it too)."""
+    """A warning when another config wrote this experiment folder last (or the refusal of
+    :func:`written_elsewhere`, which :func:`lock` gives a run that may write).
+    """
     root = Path(plan.paths.root)
     elsewhere = written_elsewhere(plan, config)
     _REFUSED.pop(str(root), None)
@@ -218,7 +181,7 @@ def config_warning(plan: Plan, config_files, config: dict) -> str | None:
 
 
 def said(plan: Plan) -> list[str]:
-    """The warnings of :func:`config_warning` this process gave for ``plan`` (for the end of the run)."""
+    """The warnings of :func:`config_warning` this process gave for ``plan``, for the end of the run."""
     w = _SAID.get(str(Path(plan.paths.root)))
     return [w] if w else []
 
@@ -234,9 +197,9 @@ _NO_WRITE_SHORT = frozenset("nSDlh")  # -n (dry run), -S/-D (summaries), -l (lis
 
 
 def writes(argv: list[str]) -> bool:
-    """Whether this Snakemake may run jobs (the Snakefile cannot ask Snakemake while planning):
-    not with ``-n`` (alone or among other short flags, ``-np``), ``--report``, ``--unlock``, a
-    summary, a list or a graph."""
+    """Whether this Snakemake may run jobs: not with ``-n``, ``--report``, ``--unlock``, a summary, a list
+    or a graph (the Snakefile is read before Snakemake's own settings say so).
+    """
     for a in argv[1:]:
         if a.split("=", 1)[0] in _NO_WRITE_OPTIONS:
             return False
@@ -246,10 +209,7 @@ def writes(argv: list[str]) -> bool:
 
 
 def linked_locks(plan: Plan) -> list[Path]:
-    """The experiment's lock files (its own, its published folder's, each run folder's finetune lock)
-    that are hard links (more than one name): a folder copied with ``cp -al`` shares them with the
-    folder it was copied from. Found at once, before any lock is taken: each would be refused on its
-    own (:func:`oodcorr.core.locks.open_lock_file`), one per run, the later ones inside jobs."""
+    """The experiment's lock files that are hard links (a folder copied with ``cp -al``)."""
     root = Path(plan.paths.root)
     paths = [lock_path(root, EXPERIMENT), lock_path(root / published.PUBLISHED, PUBLISH)]
     paths += [lock_path(Path(plan.paths.manifest.format(**run.wildcards)).parent, FINETUNE) for run in plan.runs]
@@ -265,11 +225,10 @@ def linked_locks(plan: Plan) -> list[Path]:
 
 
 def unlink_copied_locks(plan: Plan) -> list[str]:
-    """In a run that may write, before :func:`lock`: this folder's names of its lock files that are hard
-    links (:func:`linked_locks`: the folder was copied with ``cp -al``) removed where no run holds them (an
-    ``flock`` taken on each while its name is removed proves it); the folder they were copied from keeps
-    its own, and :func:`lock` makes this folder's anew. Returns the line that says so. One that a run holds
-    now, or on a file system without locks, is left as it is, and :func:`lock` refuses it."""
+    """Remove this folder's names of its hard-linked lock files where no run holds them (an ``flock``
+    taken while the name goes proves it); returns the line that says so. One held is left, and
+    :func:`lock` refuses it.
+    """
     gone = []
     for p in linked_locks(plan):
         try:
@@ -297,9 +256,7 @@ def unlink_copied_locks(plan: Plan) -> list[str]:
 
 
 def lock(plan: Plan, config_files) -> str | None:
-    """Take the experiment's lock for the rest of this process (while planning, before any job);
-    return None, or the sentence that refuses the run (another writer holds the folder, or it
-    cannot be locked or written)."""
+    """Take the experiment's lock for the rest of this process; None, or the sentence that refuses the run."""
     root = Path(plan.paths.root)
     linked = linked_locks(plan)
     if linked:
@@ -331,8 +288,7 @@ def lock(plan: Plan, config_files) -> str | None:
 
 
 def claim(plan: Plan, config_files, config: dict) -> str | None:
-    """Hold the experiment's lock (:func:`lock`; taken while planning already) and record this run's
-    config; return None, or the sentence that refuses the run."""
+    """Hold the experiment's lock and record this run's config; None, or the refusal."""
     refusal = lock(plan, config_files)
     if refusal:
         return refusal
@@ -363,19 +319,14 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
 
 
 def provenance(plan: Plan) -> dict:
-    """What made the experiment, as ``experiment.json`` records it: the code of this run (``run``: the
-    git commit and dirty flag, the oodcorr version, python's and snakemake's of the Snakemake process,
-    :func:`oodcorr.core.provenance.code_provenance`) and the libraries the finetunes and evaluations
-    behind the published scores recorded (``finetune``, ``evaluate``, from the published
-    ``provenance.json``; absent before a set was published). Never a param or part of the config's
-    digest: a new commit reruns nothing."""
+    """What made the experiment: this run's code and the libraries the published scores recorded."""
     return {"run": code_provenance()} | published_jobs(plan.paths.provenance)
 
 
 def record_provenance(plan: Plan) -> str | None:
-    """At the end of a run that succeeded (``onsuccess``, the experiment's lock still held): its record
-    (``experiment.json``, written by :func:`claim`) names the libraries of the scores it published.
-    Returns None, or a warning when the record could not be written (the results are published)."""
+    """At the end of a run that succeeded, the record names the libraries of the published scores;
+    None, or a warning when it could not be written.
+    """
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:
@@ -391,11 +342,9 @@ def record_provenance(plan: Plan) -> str | None:
 
 
 def check_published(plan: Plan, change: bool) -> list[str]:
-    """The published set against its record, at the start of every run: warnings naming what is not
-    as published. In a run that may write (``change``), a damaged or incomplete set loses its record
-    (rule ``publish_results``' output), so this run publishes it again; unless another process holds
-    the experiment, which then changes nothing but is named. A run that only looks (a dry run, a
-    summary, a graph, ``--report``) changes nothing and takes no lock: it says what a run would do."""
+    """The published set against its record: warnings naming what is not as published. In a run that
+    may write (``change``), a damaged or incomplete set loses its marker so that this run publishes it again.
+    """
     root = Path(plan.paths.root)
     rels = plan.published_rels()
     state = published.inspect(root, rels)
@@ -440,8 +389,7 @@ def check_published(plan: Plan, change: bool) -> list[str]:
 
 
 def experiment_folder(out: Path) -> Path | None:
-    """The workflow's experiment folder that ``out`` is (or is inside), or None: a folder holding what
-    only the workflow writes there (its published set, its staging folder, its lock or record)."""
+    """The workflow's experiment folder that ``out`` is (or is inside), or None."""
     here = Path(out).resolve()
     for d in (here, *here.parents):
         marks = (

@@ -1,10 +1,4 @@
-"""Room to run: the file systems a run writes in besides its results, checked before any job starts.
-
-:func:`room_to_run` (main process only, while planning, and again when a run fails) names each file
-system too full for the run to start: the scheduler's TMPDIR, the experiment folder, .snakemake/,
---shadow-prefix, the conda prefix and the lock folders, by bytes and by inodes. What a job writes into
-its own outputs it checks itself before writing (:func:`oodcorr.core.filesystems.check_room`).
-"""
+"""Room on the file systems a run writes in besides its results, checked before any job starts."""
 
 from __future__ import annotations
 
@@ -44,9 +38,7 @@ def planned_jobs(plan: Plan) -> int:
 
 
 def option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
-    """The value of command-line option ``name`` (``--name X`` or ``--name=X``) in ``argv``; ``bare``
-    when it is given without one; None when it is not given. (The Snakefile cannot ask Snakemake for
-    its execution and scheduling settings while planning: they are set after it is read.)"""
+    """The value of option ``name`` in ``argv`` (``--name X``, ``--name=X``); ``bare`` when given without one."""
     for i, a in enumerate(argv):
         if a.startswith(f"{name}="):
             return a.split("=", 1)[1]
@@ -66,15 +58,12 @@ class _Need(NamedTuple):
 
 
 def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
-    """A sentence for each file system this run writes in, outside what its jobs check before they
-    write, that has too little room (bytes, or inodes: a file system full of small files) for it to
-    start: the scheduler's temp folder (Snakemake's ILP scheduler writes its solver's files there
-    before any job starts and dies with a traceback when it cannot), the jobs' temp folder, the
-    experiment folder and ``.snakemake/``; ``--shadow-prefix``, ``conda_prefix`` (where conda makes
-    the jobs' environments), the lock folders (``OODCORR_LOCK_DIR``, ``OODCORR_GPU_LOCK_DIR``) and
-    the ``--report`` file's folder where set. ``--scheduler``, ``--shadow-prefix`` and ``--report``
-    are read from the command line ``argv`` (not from a profile). One sentence per file system; none
-    when all have room."""
+    """A sentence for each file system this run writes in, outside what its jobs check, with too little
+    room (bytes or inodes) to start: the scheduler's temp folder (Snakemake's ILP scheduler writes its
+    problem there and dies with a traceback when it cannot: it falls back to greedy only on a solver
+    error), the jobs' temp folder, the experiment folder, ``.snakemake/``, ``--shadow-prefix``,
+    ``conda_prefix``, the lock folders and the ``--report`` folder.
+    """
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (
         "free room there, or point TMPDIR and TMP (pulp reads TMP first) at a folder on a file system with room "

@@ -1,22 +1,11 @@
-"""A rerun after the submitting Snakemake died: Snakemake's lock it left, and the jobs SLURM still runs.
+"""A rerun after the submitting Snakemake died: the Snakemake lock it left, and the jobs SLURM still runs.
 
-A Snakemake process killed on a login node (the session ended, ``kill -9``) leaves two things behind:
-its lock files in ``.snakemake/locks/`` (Snakemake refuses the next run until ``--unlock``), and, with
-SLURM, the jobs it submitted, which run on. The rerun would submit those jobs again (their outputs are
-not there yet) and pay for them twice. So every real run records itself in the experiment's log folder
-(:func:`record_run`, from ``onstart``: PID, host, start, and the SLURM executor's run id, which the
-executor gives every job it submits as the job's name), and a run that may write, once it holds the
-experiment's lock (so no other run of the experiment is writing), calls :func:`before_planning` while
-planning, before Snakemake builds its DAG:
-
-* a Snakemake lock on the experiment's files, left by a run that ended: released, with a line saying
-  so, where that is proven (that run ran on this host and its process is gone, and no run holds the
-  experiment's lock), so that the same command reruns after a kill; else (it ran on another host) the
-  sentence saying that ``--unlock`` is needed, why, the command, and what the rerun will then do with
-  that run's jobs;
-* the jobs of the experiment's earlier runs that SLURM still holds: this run waits for them, saying
-  on the console which jobs and why they wait, before it plans; their outputs are then there and
-  nothing is submitted twice (a job that fails is submitted again, as it should be).
+Snakemake leaves its lock in ``.snakemake/locks/`` when killed (the next run needs ``--unlock``) and
+the SLURM executor's jobs run on; a rerun would submit them again. So every real run records itself
+(:func:`record_run`), and a run that may write, holding the experiment's lock, calls
+:func:`before_planning`: a Snakemake lock proven stale (its run ran on this host and is gone) is
+released; otherwise ``--unlock`` is named; and the earlier runs' jobs SLURM still holds are waited for,
+so nothing is submitted twice.
 """
 
 from __future__ import annotations
@@ -179,9 +168,9 @@ def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[sl
 
 
 def _left_by_the_dead(plan: Plan) -> dict | None:
-    """The experiment's last recorded run when it ran on this host and its process is gone, else None.
-    With the experiment's lock held by this process (so no run of the experiment is writing), that
-    proves a Snakemake lock on the experiment's files stale: its holder cannot be alive."""
+    """The last recorded run when it ran on this host and its process is gone (with the experiment's
+    lock held here, that proves its Snakemake lock stale), else None.
+    """
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
     if last is None or last.get("host") != socket.gethostname():
@@ -194,11 +183,9 @@ def _left_by_the_dead(plan: Plan) -> dict | None:
 
 
 def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
-    """Remove Snakemake's ``locks`` on the experiment's files where they are proven stale
-    (:func:`_left_by_the_dead`, the experiment's lock held here), as ``snakemake --unlock`` would (it
-    removes the lock files of ``.snakemake/locks/``; only those on this experiment's files are removed
-    here, so another experiment's run in this working folder keeps its own), saying so in one line.
-    Returns whether they are gone."""
+    """Remove Snakemake's lock files on this experiment's files where proven stale, as ``--unlock`` would,
+    saying so in one line; whether they are gone.
+    """
     last = _left_by_the_dead(plan)
     if last is None:
         return False
@@ -216,10 +203,9 @@ def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> 
 
 
 def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> str | None:
-    """In a run that may write, holding the experiment's lock, before the DAG: a stale Snakemake lock
-    released where it is proven stale (:func:`release_stale`), else the refusal sentence for it; then,
-    after waiting for the earlier runs' jobs that SLURM still holds (said through ``say`` while it
-    waits), None."""
+    """In a run that may write, holding the experiment's lock: a stale Snakemake lock released (else the
+    refusal), then the earlier runs' jobs SLURM still holds waited for; None.
+    """
     found = earlier_jobs(plan)
     locks = snakemake_locks(plan)
     if locks and not release_stale(plan, locks, say):

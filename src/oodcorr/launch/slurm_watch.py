@@ -1,23 +1,11 @@
 """A run on SLURM, from the submitting process: its settings checked before it submits, its jobs watched.
 
-Called by the Snakefile in the main Snakemake process (a SLURM job plans again on its node, without
-hooks):
-
-* :func:`at_start` (``onstart``; the DAG is built, nothing submitted yet): records the run
-  (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
-  this cluster with the profile key to change (a status command that cannot see jobs end, a partition
-  or account the cluster lacks, job arrays the executor would get wrong; :mod:`oodcorr.launch.slurm_cluster`),
-  warns of a queue limit the run would hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH
-  (with ``slurm-no-account``, one that stops the executor guessing an account) and starts a :class:`Watcher`;
-* :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
-  (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
-  set the limit and the config key to raise, with its value there: the console's last lines.
-
-The :class:`Watcher` looks at the run's jobs every ``OODCORR_SLURM_POLL_S`` seconds (30) and says on
-the console, once per change: jobs pending for a reason SLURM gives that no waiting ends by itself
-(a partition down, drained nodes, a limit on jobs, a hold), SLURM's queue full (``MaxJobCount``),
-slurmctld not answering, a job SLURM ended (above), and a job that ended in SLURM but that the
-executor no longer watches (then the run would wait forever: it says to stop and run again).
+:func:`at_start` (``onstart``) records the run, refuses what cannot work on this cluster (naming the
+profile key), installs :mod:`oodcorr.launch.slurm_wrap` and starts a :class:`Watcher`, which says on the
+console, once per change, what no waiting ends by itself: jobs pending for a partition down, drained
+nodes, a limit or a hold; the queue full; slurmctld not answering; a job SLURM ended; a job the executor
+no longer watches. :func:`end_lines` (``onerror``, ``onsuccess``) names each job SLURM ended for a limit,
+with the config key to raise.
 """
 
 from __future__ import annotations
@@ -163,7 +151,7 @@ def describe_job(job) -> tuple[str, str, str | None]:
 
 
 class Watcher(threading.Thread):
-    """Looks at one run's SLURM jobs every ``poll_s`` seconds; see the module's docstring."""
+    """Looks at one run's SLURM jobs every ``poll_s`` seconds (module docstring)."""
 
     def __init__(
         self,
@@ -373,8 +361,7 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
 
 
 def _asked(job) -> dict:
-    """The resources a submitted job asks for, and its threads (what a SLURM job array must share); not
-    Snakemake's own (``_cores``, ``_nodes``) nor ``tmpdir``, which the job's node sets."""
+    """The resources a submitted job asks for and its threads (what a SLURM job array must share)."""
     out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
     out["threads"] = job.threads
     return out
@@ -405,8 +392,9 @@ def executor_name(workflow) -> str:
 
 
 def at_start(workflow, plan: Plan) -> str | None:
-    """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
-    watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
+    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching. Returns
+    the sentence that refuses the run, or None.
+    """
     global _WATCHER
     name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
