@@ -288,8 +288,33 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
     )
 
 
+def _drop_copied_name(path: Path) -> None:
+    """A lock file with another name too (its folder copied with ``cp -al``) that no run holds: this
+    name of it goes (the ``flock`` taken meanwhile proves none holds it), so the lock is made anew here
+    and the other folder keeps its own. One held is left, and :func:`open_lock_file` refuses it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.samestat(os.fstat(fd), os.lstat(path)):
+            path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     path = lock_path(folder, kind)
+    _drop_copied_name(path)
     elsewhere = path.parent != folder.resolve()
     try:
         folder.mkdir(parents=True, exist_ok=True)

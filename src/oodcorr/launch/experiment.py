@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import fcntl
 import json
 import os
 import socket
-import stat
 import sys
 import uuid
 from pathlib import Path
@@ -26,7 +24,7 @@ from pathlib import Path
 from ..core import published
 from ..core.errors import WriteFailed
 from ..core.io import sha256_json, short_tag, write_json_atomic
-from ..core.locks import EXPERIMENT, FINETUNE, PUBLISH, FolderInUse, acquire, hold, lock_path, release
+from ..core.locks import EXPERIMENT, FolderInUse, acquire, hold, release
 from ..core.provenance import code_provenance, published_jobs
 from ..planning.layout import Paths
 from ..planning.plan import Plan
@@ -208,67 +206,9 @@ def writes(argv: list[str]) -> bool:
     return True
 
 
-def linked_locks(plan: Plan) -> list[Path]:
-    """The experiment's lock files that are hard links (a folder copied with ``cp -al``)."""
-    root = Path(plan.paths.root)
-    paths = [lock_path(root, EXPERIMENT), lock_path(root / published.PUBLISHED, PUBLISH)]
-    paths += [lock_path(Path(plan.paths.manifest.format(**run.wildcards)).parent, FINETUNE) for run in plan.runs]
-    out = []
-    for p in dict.fromkeys(paths):
-        try:
-            st = os.lstat(p)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            out.append(p)
-    return out
-
-
-def unlink_copied_locks(plan: Plan) -> list[str]:
-    """Remove this folder's names of its hard-linked lock files where no run holds them (an ``flock``
-    taken while the name goes proves it); returns the line that says so. One held is left, and
-    :func:`lock` refuses it.
-    """
-    gone = []
-    for p in linked_locks(plan):
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.path.samestat(os.fstat(fd), os.lstat(p)):  # the file flocked is still the one at p
-                p.unlink()
-                gone.append(p)
-        except OSError:
-            continue  # held by a run, or no locks here: lock() refuses it
-        finally:
-            os.close(fd)
-    if not gone:
-        return []
-    shown = ", ".join(str(p) for p in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
-    return [
-        f"{len(gone)} lock file(s) of experiment {plan.experiment!r} had another name too (hard links: the folder "
-        f"was copied with `cp -al`?): {shown}. No run held them, so this folder's names of them were removed (a "
-        "run writes its holder's details into its lock files, which would have changed the other folder's too); "
-        "the other folder keeps its own"
-    ]
-
-
 def lock(plan: Plan, config_files) -> str | None:
     """Take the experiment's lock for the rest of this process; None, or the sentence that refuses the run."""
     root = Path(plan.paths.root)
-    linked = linked_locks(plan)
-    if linked:
-        shown = ", ".join(str(p) for p in linked[:3]) + (f" and {len(linked) - 3} more" if len(linked) > 3 else "")
-        then = _REFUSED.get(str(root))  # the refusal that removing them would lead to: said now, as the next step
-        return (
-            f"{len(linked)} lock file(s) of experiment {plan.experiment!r} have another name too (hard links: the "
-            f"folder was copied with `cp -al`?): {shown}. A run writes its holder's details into them, which would "
-            "change the folder they were copied from too. Remove this folder's names of them (`find "
-            f"{root} -name '*.lock' -links +1 -delete`: the other folder keeps its own) and run again"
-            + (f". That run would be refused in turn, so take this step too: {then}" if then else "")
-        )
     try:
         held = acquire(
             root,

@@ -29,7 +29,7 @@ from ..planning.config import check_trackers
 from ..planning.plan import Plan, load
 from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
-from .experiment import check_published, claim, config_warning, lock, record_provenance, unlink_copied_locks, writes
+from .experiment import check_published, claim, config_warning, lock, record_provenance, writes
 from .report import check_report_inputs, report_requested
 from .room import room_to_run
 from .sizing import check_gpu_memory
@@ -72,9 +72,6 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
     if no_room and (writing or report_requested(sys.argv)):
         _stop(no_room)
     warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
-    # lock files that are hard links (the folder copied with `cp -al`): this folder's names of them removed
-    # first where no run holds them, said in one line
-    warnings += unlink_copied_locks(plan) if writing else []
     refusal = lock(plan, files) if writing else None
     if refusal:
         _warn(warnings)  # another config wrote it last: said too
