@@ -48,7 +48,7 @@ LEFTOVERS = (
 DELETABLE_WALK_LIMIT = 20_000
 
 
-def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+def _disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
     """Which of ENOSPC, EDQUOT and EFBIG stopped a write, from ``exc`` or its causes (an errno, or
     a library's words for it); None when none did. With ``folder``, torch's errno-less write error counts
     as ENOSPC when less than 1 MiB is free there.
@@ -64,7 +64,7 @@ def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None)
             if word in text:
                 return code
         if folder is not None and ("inlinecontainer" in text or "pytorchstreamwriter" in text):
-            free = free_bytes(folder)
+            free = _free_bytes(folder)
             if free is not None and free < 1 << 20:
                 return errno.ENOSPC
         e = e.__cause__ or e.__context__
@@ -72,7 +72,7 @@ def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None)
 
 
 def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
-    return disk_full_errno(exc, folder) is not None
+    return _disk_full_errno(exc, folder) is not None
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,12 @@ def room(folder: str | os.PathLike) -> Room | None:
     return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files, device)
 
 
-def free_bytes(folder: str | os.PathLike) -> int | None:
+def _free_bytes(folder: str | os.PathLike) -> int | None:
     r = room(folder)
     return None if r is None else r.free
 
 
-def mount_point(folder: str | os.PathLike) -> Path:
+def _mount_point(folder: str | os.PathLike) -> Path:
     p = _existing(folder).resolve()
     try:
         dev = p.stat().st_dev
@@ -198,9 +198,9 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     return out
 
 
-def full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
+def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
     """What stopped a write into ``folder``: ``quota``, ``too large``, ``inodes`` or ``space``."""
-    code = disk_full_errno(cause, folder) if cause is not None else None
+    code = _disk_full_errno(cause, folder) if cause is not None else None
     if code == errno.EDQUOT:
         return "quota"
     if code == errno.EFBIG:
@@ -228,12 +228,12 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit, told apart by :func:`full_kind`: the folder, the
+    """The sentence for a write that does not fit, told apart by :func:`_full_kind`: the folder, the
     bytes needed, the command that shows the limit, what can be deleted, that nothing half-written is kept.
     """
     folder = Path(folder)
-    kind = full_kind(cause, folder)
-    free = free_bytes(folder)
+    kind = _full_kind(cause, folder)
+    free = _free_bytes(folder)
     if needed is not None:
         need = f"it needs {human_bytes(needed)} ({needed} bytes)"
     elif written is not None:
@@ -262,7 +262,7 @@ def disk_full(
         )
         return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {KEPT} Then run again"
     if kind == "inodes":
-        top = mount_point(folder)
+        top = _mount_point(folder)
         return (
             f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
             f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
@@ -287,7 +287,7 @@ def disk_full(
 
 def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
     """The errno that stopped a write (a full disk's, else one of :data:`WRITE_ERRNOS`), or None."""
-    code = disk_full_errno(exc, folder)
+    code = _disk_full_errno(exc, folder)
     if code is not None:
         return code
     seen: set[int] = set()
@@ -336,7 +336,7 @@ def file_system(folder: str | os.PathLike) -> str:
                 inside = where == Path(top) or Path(top) in where.parents
                 if inside and (best is None or len(top) >= len(best[0])):  # the last mount on a point is seen
                     best = (top, fields[2])
-    return f"{best[0]} ({best[1]})" if best else str(mount_point(folder))
+    return f"{best[0]} ({best[1]})" if best else str(_mount_point(folder))
 
 
 def owner_of(path: str | os.PathLike) -> str:

@@ -2,7 +2,7 @@
 
 Every result file is written through :func:`atomic_path` (a temporary file beside it, then a
 rename), so a killed job never leaves a truncated file behind. Every text file a user gives goes
-through :func:`read_bytes` and :func:`decode_text`: compression is known by its first bytes, a
+through :func:`read_bytes` and :func:`_decode_text`: compression is known by its first bytes, a
 byte-order mark decides the encoding, any other encoding must be declared, and a file that is none
 of these is refused naming its line and byte and the setting that fixes it.
 """
@@ -281,7 +281,7 @@ def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
     )
 
 
-def decode_text(
+def _decode_text(
     raw: bytes,
     path: str | os.PathLike,
     encoding: str | None = None,
@@ -335,8 +335,8 @@ def decode_text(
 def read_text(
     path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
 ) -> str:
-    """:func:`read_bytes` then :func:`decode_text`."""
-    return decode_text(read_bytes(path), path, encoding, fix)
+    """:func:`read_bytes` then :func:`_decode_text`."""
+    return _decode_text(read_bytes(path), path, encoding, fix)
 
 
 def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
@@ -369,12 +369,12 @@ def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
                 return yaml.safe_load(fh)
         return load_yaml_checked(path)
     except yaml.YAMLError as e:
-        raise ConfigError(describe_yaml_error(path, e)) from None
+        raise ConfigError(_describe_yaml_error(path, e)) from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
 
 
-def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
+def _describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
     """A YAML parse error as ``file:line:column: not valid YAML: what``, with the line and a caret."""
     mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
     if mark is None:

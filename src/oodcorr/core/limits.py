@@ -57,7 +57,7 @@ CYCLE_MESSAGE = f"holds a YAML alias to a block that contains it (a value that h
 
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
-def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+def _scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
     """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
     ``max_nodes`` values with aliases expanded, nests deeper than ``max_depth``, or holds an alias to a
     block that contains it. Invalid YAML is left to ``yaml.safe_load``.
@@ -113,7 +113,7 @@ def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_d
 
 
 def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) -> Any:
-    """``yaml.safe_load`` of a user's YAML file after its size on disk and :func:`scan_yaml`."""
+    """``yaml.safe_load`` of a user's YAML file after its size on disk and :func:`_scan_yaml`."""
     path = Path(path)
     with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
         size = os.fstat(fh.fileno()).st_size
@@ -122,7 +122,7 @@ def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) 
                 f"{path}: is {size / 2**20:.1f} MiB, more than the {max_bytes // 2**20} MiB that oodcorr reads "
                 "in one YAML file; is it the file you meant?"
             )
-        scan_yaml(fh, path)
+        _scan_yaml(fh, path)
         fh.seek(0)
         return yaml.safe_load(fh)
 

@@ -68,7 +68,7 @@ def _git(*args: str) -> str | None:
     return res.stdout if res.returncode == 0 else None
 
 
-def git_state() -> tuple[str, bool | str]:
+def _git_state() -> tuple[str, bool | str]:
     """(the commit, whether the tracked files differ from it) of the git checkout that the running
     oodcorr package is a tracked part of; ``"unknown"`` for both when it is none (a tarball or wheel
     install, even one inside another repository, such as a venv in a checkout), or git cannot say."""
@@ -84,7 +84,7 @@ def git_state() -> tuple[str, bool | str]:
 def code_provenance() -> dict:
     """What code this process runs: ``oodcorr`` (the version), ``git_commit``, ``git_dirty`` (true,
     false or ``"unknown"``), ``python``, ``snakemake`` (None where it is not installed)."""
-    commit, dirty = git_state()
+    commit, dirty = _git_state()
     return {
         "oodcorr": __version__,
         "git_commit": commit,

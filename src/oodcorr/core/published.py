@@ -47,12 +47,12 @@ class PublishRefused(RuntimeError):
     message names it and what to do."""
 
 
-def top_names(rels) -> list[str]:
+def _top_names(rels) -> list[str]:
     """The experiment folder's links into the published set: the first part of each published path."""
     return list(dict.fromkeys(Path(r).parts[0] for r in rels))
 
 
-def link_target(name: str) -> str:
+def _link_target(name: str) -> str:
     return f"{PUBLISHED}/{CURRENT}/{name}"
 
 
@@ -76,7 +76,7 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
         previous = _current_version(pub)
         record = _build(pub, staged, experiment)
         _switch(pub, record["version"])
-        for name in top_names(rels):
+        for name in _top_names(rels):
             kept = _make_link(root, name, pub)
             if kept:
                 notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
@@ -205,9 +205,9 @@ def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
 
 def _make_link(root: Path, name: str, pub: Path) -> Path | None:
     path = root / name
-    if path.is_symlink() and os.readlink(path) == link_target(name):
+    if path.is_symlink() and os.readlink(path) == _link_target(name):
         return None
-    return _replace_with_link(path, link_target(name), pub)
+    return _replace_with_link(path, _link_target(name), pub)
 
 
 def _clear_leftovers(pub: Path) -> list[str]:
@@ -234,7 +234,7 @@ def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
         if d.name == current:
             continue
         kept = pub / f"kept-{_stamp()}-{d.name}"
-        problems = version_problems(d, shown_as=kept)
+        problems = _version_problems(d, shown_as=kept)
         if problems:
             os.rename(d, kept)
             notes.append(
@@ -246,7 +246,7 @@ def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
 
 
 # ---- checking what is published ------------------------------------------------------------
-def version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
+def _version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
     """What in a version folder differs from its record: files changed, missing or added (a file whose
     stat is the recorded one is not hashed again). ``shown_as``: the folder the sentences name.
     """
@@ -322,10 +322,10 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
     if state.record is None:
         state.damaged.append(f"{pub / version / PUBLISH_RECORD} is missing or unreadable")
         return state
-    state.damaged += version_problems(pub / version, state.record, shown_as=root)
-    for name in top_names(rels):
+    state.damaged += _version_problems(pub / version, state.record, shown_as=root)
+    for name in _top_names(rels):
         path = root / name
-        if not (path.is_symlink() and os.readlink(path) == link_target(name)):
+        if not (path.is_symlink() and os.readlink(path) == _link_target(name)):
             what = "is missing" if not path.exists() and not path.is_symlink() else "was replaced"
             state.damaged.append(f"{path} {what} (it is a link into {pub / CURRENT})")
     missing = [r for r in rels if r not in state.record["files"]]

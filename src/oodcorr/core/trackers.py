@@ -78,7 +78,7 @@ def wandb_host() -> str:
     return os.environ.get("WANDB_BASE_URL") or WANDB_HOST
 
 
-def wandb_logged_in() -> bool:
+def _wandb_logged_in() -> bool:
     """Whether W&B has a key here: ``WANDB_API_KEY``, or the ``~/.netrc`` entry ``wandb login`` writes."""
     if os.environ.get("WANDB_API_KEY"):
         return True
@@ -91,7 +91,7 @@ def wandb_logged_in() -> bool:
 
 def wandb_mode() -> str:
     """``WANDB_MODE``, else online where the user has logged in, else offline (no network needed)."""
-    return os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
+    return os.environ.get("WANDB_MODE") or ("online" if _wandb_logged_in() else "offline")
 
 
 def wandb_project(root: str | Path) -> str:

@@ -41,17 +41,19 @@ def check_on_disk(plan: Plan) -> list[str]:
     (ConfigError, DataError, StaleResult, naming the file and what to do); returns warnings (prompts cut).
     """
     check_inputs_exist(plan.exp)
-    check_tokenizers_fit(plan)
-    check_verbalisers_on_disk(plan)
+    _check_tokenizers_fit(plan)
+    _check_verbalisers_on_disk(plan)
     check_sources_unchanged(plan)
-    check_summaries_complete(plan)
+    _check_summaries_complete(plan)
     return truncation_warnings(plan)
 
 
 def end_of_run_warnings(plan: Plan) -> list[str]:
     """The planning warnings, the datasets' own, prompts cut and another config's, gathered once."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
-    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan) + experiment.said(plan)
+    out = (
+        list(plan.warnings) + _dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan) + experiment.said(plan)
+    )
     return list(dict.fromkeys(out))
 
 
@@ -80,7 +82,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
                 f"oodcorr: scores in {P.scores_csv}, partial correlations in {P.analysis}/partial_correlations.csv, "
                 f"heatmaps in {P.analysis}/heatmaps/"
             )
-            lines += [f"oodcorr: {line}" for line in answer_of(plan)]
+            lines += [f"oodcorr: {line}" for line in _answer_of(plan)]
             page = Path(P.analysis) / "explorer.html"
             if page.exists():
                 lines.append(f"oodcorr: every pair, explored in a browser (one file, offline): {page}")
@@ -162,7 +164,7 @@ def _killed_sentence(plan: Plan, doc: dict) -> str:
     )
 
 
-def answer_of(plan: Plan) -> list[str]:
+def _answer_of(plan: Plan) -> list[str]:
     """The answer's lines from the published ``agreement.csv``: none when there is none, one when unreadable."""
     path = Path(plan.paths.analysis) / "agreement.csv"
     if not path.exists():
@@ -175,7 +177,7 @@ def answer_of(plan: Plan) -> list[str]:
     return answer_lines(rows, method, res, plan.paths.analysis, consensus_sets=plan.consensus_sets())
 
 
-def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
+def _dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
     """Warnings that preparation recorded in this experiment's dataset meta files; a meta file that
     cannot be read (truncated, edited) is a warning itself, naming it and what to do."""
     out = []
@@ -247,7 +249,7 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
     check_local_weights(str(p), model_entry)
 
 
-def tokenizer_dir(plan: Plan, model: str) -> Path | None:
+def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
@@ -277,12 +279,12 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
     return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
 
 
-def check_tokenizers_fit(plan: Plan) -> None:
+def _check_tokenizers_fit(plan: Plan) -> None:
     """Every tokenizer already on disk gives ids its model's embeddings hold (standard library only);
     a ConfigError naming the model.
     """
     for name in plan.models:
-        d = tokenizer_dir(plan, name)
+        d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
             continue
         try:
@@ -294,14 +296,14 @@ def check_tokenizers_fit(plan: Plan) -> None:
             raise ConfigError(problem)
 
 
-def check_verbalisers_on_disk(plan: Plan) -> None:
+def _check_verbalisers_on_disk(plan: Plan) -> None:
     """Each verbaliser one token, and the labels' tokens distinct, for every tokenizer already on disk
     (models with their own code are left to their jobs: planning runs no model's code).
     """
     for name, spec in plan.models.items():
         if spec.model_entry.method != "pattern" or not spec.prompt or spec.model_entry.trust_remote_code:
             continue
-        d = tokenizer_dir(plan, name)
+        d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
             continue
         if not _quick_verbaliser_problem(d / "tokenizer.json", spec.prompt["verbalisers"], list(plan.labels)):
@@ -344,7 +346,7 @@ def check_sources_unchanged(plan: Plan) -> None:
             )
 
 
-def check_summaries_complete(plan: Plan) -> None:
+def _check_summaries_complete(plan: Plan) -> None:
     """With ``evaluation.unit: run``: a job summary whose predictions files are gone is a StaleResult
     (Snakemake would not rerun it, its output being there).
     """
@@ -396,7 +398,7 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
     """
     out = []
     for model in plan.models:
-        folder = tokenizer_dir(plan, model)
+        folder = _tokenizer_dir(plan, model)
         fp = tokenizer_files_fingerprint(folder) if folder is not None and folder.is_dir() else None
         for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
             path = Path(plan.paths.tokenized.format(model=model, testset=testset))

@@ -6,7 +6,7 @@ Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment
 that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
 until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
 is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
-was made with (:func:`written_elsewhere`). :func:`check_published` makes a damaged set be published
+was made with (:func:`_written_elsewhere`). :func:`check_published` makes a damaged set be published
 again. A run that only looks (:func:`writes` is false) takes no lock and changes nothing.
 """
 
@@ -33,7 +33,7 @@ IDENTITY = "experiment.json"
 # the warnings planning gave about the config, repeated at the end of the run (the record is this
 # run's by then): experiment folder -> warning
 _SAID: dict[str, str] = {}
-# experiment folder -> the refusal of :func:`written_elsewhere`, found by :func:`config_warning` while
+# experiment folder -> the refusal of :func:`_written_elsewhere`, found by :func:`config_warning` while
 # planning and given by :func:`lock` to a run that may write
 _REFUSED: dict[str, str] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
@@ -42,7 +42,7 @@ _REFUSED: dict[str, str] = {}
 ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
-def config_identity(config_files, config: dict) -> dict:
+def _config_identity(config_files, config: dict) -> dict:
     """What identifies the config of a run: its files (resolved) and the sha256 of the config read."""
     return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
 
@@ -78,7 +78,7 @@ def _mark(root: Path) -> Path:
     return RECORDS_MARKS / f"{short_tag(str(root), 20)}.json"
 
 
-def records_here(root: Path, old: dict) -> bool:
+def _records_here(root: Path, old: dict) -> bool:
     """Whether this working folder's Snakemake records are those of the runs that wrote ``root``."""
     try:
         doc = json.loads(_mark(root).read_text(encoding="utf-8"))
@@ -87,7 +87,7 @@ def records_here(root: Path, old: dict) -> bool:
     return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
-def config_changes(old: dict, config: dict) -> list[str]:
+def _config_changes(old: dict, config: dict) -> list[str]:
     """The top-level keys whose values differ from ``old``, the experiment's name left out."""
     keys = (set(old) | set(config)) - {"experiment"}
     return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
@@ -108,7 +108,7 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     return every, rules
 
 
-def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
+def _written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
     """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied,
     moved, or written from another working folder): Snakemake reruns a job for a changed setting only
     from its records, so it would run nothing and the results would stay the other config's. None when
@@ -118,10 +118,10 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
     old = _read_identity(root)
     if old is None:
         return None  # never written
-    moved = not records_here(root, old)
+    moved = not _records_here(root, old)
     if not moved and old.get("records") != "partial":
         return None
-    changes = config_changes(old["config"], config)
+    changes = _config_changes(old["config"], config)
     if not changes:
         return None
     every, rules = _forced(sys.argv if argv is None else argv)
@@ -153,17 +153,17 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
 
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     """A warning when another config wrote this experiment folder last (or the refusal of
-    :func:`written_elsewhere`, which :func:`lock` gives a run that may write).
+    :func:`_written_elsewhere`, which :func:`lock` gives a run that may write).
     """
     root = Path(plan.paths.root)
-    elsewhere = written_elsewhere(plan, config)
+    elsewhere = _written_elsewhere(plan, config)
     _REFUSED.pop(str(root), None)
     if elsewhere:
         _REFUSED[str(root)] = elsewhere
         _SAID[str(root)] = elsewhere
         return elsewhere
     old = _read_identity(root)
-    mine = config_identity(config_files, config)
+    mine = _config_identity(config_files, config)
     if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
         return None
     when = f" (on {old.get('host', '?')}, {old.get('written', '?')})"
@@ -233,14 +233,14 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
     if refusal:
         return refusal
     root = Path(plan.paths.root)
-    identity = config_identity(config_files, config)
+    identity = _config_identity(config_files, config)
     old = _read_identity(root)
     # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
     # one ran everything here (--forceall) after it came from elsewhere
     tracked = old is not None
-    inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
+    inherited = tracked and (not _records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
-    keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
+    keep = tracked and _records_here(root, old)  # else this working folder's records start a new lineage
     new = dict(identity, config=config, records=records, **_here(root), provenance=provenance(plan))
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):

@@ -116,7 +116,7 @@ def _finetune_blocks(config: dict):
             yield entry["finetune"]
 
 
-def more_checkpoints(config: dict) -> tuple[dict, str]:
+def _more_checkpoints(config: dict) -> tuple[dict, str]:
     """Twice the checkpoints per run: ``checkpoints.every`` halved, or a step between every two listed."""
     cfg = copy.deepcopy(config)
     said = ""
@@ -138,7 +138,7 @@ def more_checkpoints(config: dict) -> tuple[dict, str]:
     return cfg, f"twice the checkpoints per run ({said})"
 
 
-def more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
+def _more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
     """``extra`` more seeds per n_train, after the largest."""
     cfg = copy.deepcopy(config)
     for ft in _finetune_blocks(cfg):
@@ -148,7 +148,7 @@ def more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
     return cfg, f"{extra} more seeds per n_train (finetune.seeds)"
 
 
-def more_models(config: dict) -> tuple[dict, str]:
+def _more_models(config: dict) -> tuple[dict, str]:
     """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
     cfg = copy.deepcopy(config)
     models = cfg.get("models", [])
@@ -166,7 +166,7 @@ MORE_EXAMPLES = 4  # the change "examples x4": the factor on every capped OOD te
 EXAMPLES_CHANGE = f"examples x{MORE_EXAMPLES}"
 
 
-def more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
+def _more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
     """``factor`` times the examples of every OOD testset that the config caps (``max_examples``)."""
     cfg = copy.deepcopy(config)
     grown = []
@@ -189,11 +189,11 @@ def change(name: str, config: dict, plan) -> tuple[dict, str]:
     """The changed config and a description of change ``name`` (one of :data:`CHANGES`); ValueError
     with the reason when the config cannot have it."""
     if name == "checkpoints x2":
-        return more_checkpoints(config)
+        return _more_checkpoints(config)
     if name == "seeds +2":
-        return more_seeds(config)
+        return _more_seeds(config)
     if name == "models +50%":
-        return more_models(config)
+        return _more_models(config)
     if name == EXAMPLES_CHANGE:
-        return more_examples(config, plan)
+        return _more_examples(config, plan)
     raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")

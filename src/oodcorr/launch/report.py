@@ -8,7 +8,7 @@ missing figure. :func:`check_report_inputs` stops that at planning with one mess
 naming the config to pass.
 
 The report shows the staged files (the rules' outputs, which ``report()`` wraps), so it also
-checks that they are what was published (:func:`published_problem`): the published set whole
+checks that they are what was published (:func:`_published_problem`): the published set whole
 (as its record says) and each staged file the same bytes as its published copy. Otherwise a
 report made after a failed run, or after a staged or published file was changed, would show
 other numbers than the published tables.
@@ -34,7 +34,7 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
         return
     missing = [t for t in plan.targets() if not Path(t).exists()]
     if not missing:
-        problem = published_problem(plan)
+        problem = _published_problem(plan)
         if problem:
             raise ConfigError(
                 f"--report: {problem}. Run `snakemake --configfile {configfile}` first (it publishes the set "
@@ -52,7 +52,7 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     )
 
 
-def published_problem(plan) -> str | None:
+def _published_problem(plan) -> str | None:
     """Why the staged files the report would show are not what is published, or None."""
     root = Path(plan.paths.root)
     rels = plan.published_rels()

@@ -21,7 +21,7 @@ SOLVER_BYTES_PER_JOB = 1024
 LEAST_ROOM = (1 << 20, 64)
 
 
-def scheduler_tmpdir() -> Path:
+def _scheduler_tmpdir() -> Path:
     """The folder pulp, Snakemake's ILP scheduler, writes its solver's files in: ``$TMP``, else
     ``$TMPDIR``, else ``/tmp`` (pulp's order, not Python's)."""
     return Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp")
@@ -37,7 +37,7 @@ def planned_jobs(plan: Plan) -> int:
     )
 
 
-def option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
+def _option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
     """The value of option ``name`` in ``argv`` (``--name X``, ``--name=X``); ``bare`` when given without one."""
     for i, a in enumerate(argv):
         if a.startswith(f"{name}="):
@@ -70,13 +70,13 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
         "(`export TMPDIR=/scratch/$USER/tmp TMP=/scratch/$USER/tmp`)"
     )
     needs = []
-    if option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
+    if _option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
         n = planned_jobs(plan)
         solver = least_bytes + SOLVER_BYTES_PER_JOB * n
         needs.append(
             _Need(
                 "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
-                scheduler_tmpdir(),
+                _scheduler_tmpdir(),
                 solver,
                 16,
                 f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "
@@ -84,7 +84,7 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
                 f"{tmp_fix}, or run with `--scheduler greedy`, which writes nothing there",
             )
         )
-    report = option_value(argv, "--report", "report.html")
+    report = _option_value(argv, "--report", "report.html")
     if report is not None:  # the report holds every figure and table it shows, base64-encoded: a third more
         shown = sum(os.path.getsize(t) for t in plan.targets() if os.path.isfile(t))
         report_bytes = least_bytes + shown * 4 // 3
@@ -114,7 +114,7 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
         (".snakemake/", ".snakemake", "Snakemake records every job there", "free room on that file system"),
         (
             "--shadow-prefix",
-            option_value(argv, "--shadow-prefix"),
+            _option_value(argv, "--shadow-prefix"),
             "the jobs' shadow folders go there",
             "free room there, or give it a folder with room",
         ),

@@ -178,7 +178,7 @@ class QueuedJob:
         return known[0] if known else body.split("_wildcards_", 1)[0]
 
 
-def parse_squeue(text: str) -> list[QueuedJob]:
+def _parse_squeue(text: str) -> list[QueuedJob]:
     out = []
     for line in text.splitlines():
         f = line.split("|", 8)
@@ -200,7 +200,7 @@ def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list
             return []
         argv.append("--name=" + ",".join(names))
     res = run(argv)
-    return parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
+    return _parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
 
 
 def release_failed_launches(jobs: Iterable[QueuedJob], released: set[str]) -> list[str]:
@@ -363,7 +363,7 @@ def queue_room(submissions: int, at_once: int, config: ClusterConfig, held_now: 
     return (
         f"SLURM holds at most {limit} jobs at once (MaxJobCount{_age(config.min_job_age_s)}) and holds {held_now} now, "
         f"so {room} more fit; this run has {submissions} SLURM job(s) to submit, up to {at_once} at once (`jobs:` in "
-        f"the profile, or --jobs). {queue_advice(room)}"
+        f"the profile, or --jobs). {_queue_advice(room)}"
     )
 
 
@@ -437,7 +437,7 @@ def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:
     """The sentence for a queue found full while the run submits."""
     return (
         f"SLURM's queue is full: it holds {held} jobs, its limit (MaxJobCount{_age(min_job_age_s)}). "
-        f"{queue_advice(max(limit // 2, 1))}"
+        f"{_queue_advice(max(limit // 2, 1))}"
     )
 
 
@@ -445,7 +445,7 @@ def _age(min_job_age_s: int | None) -> str:
     return f"; a finished job counts for MinJobAge, {min_job_age_s} s" if min_job_age_s else ""
 
 
-def queue_advice(fit: int) -> str:
+def _queue_advice(fit: int) -> str:
     """What to do about a queue limit: pack evaluations into fewer SLURM jobs, lower ``jobs``."""
     return (
         "sbatch waits while the queue is full (`Slurm temporarily unable to accept job, sleeping and retrying`), "

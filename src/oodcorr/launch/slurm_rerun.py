@@ -111,7 +111,7 @@ def describe(jobs: list[slurm.QueuedJob], shown: int = 6) -> str:
     return ", ".join(parts) + more
 
 
-def earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
+def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
     """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
     there are such runs on record and squeue does not answer."""
     runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
@@ -127,7 +127,7 @@ def earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
 
 def earlier_jobs_warning(plan: Plan) -> list[str]:
     """For a run that writes nothing (``-n``): the earlier runs' jobs SLURM still holds, if any."""
-    found = earlier_jobs(plan)
+    found = _earlier_jobs(plan)
     if not found or not found[0]:
         return []
     jobs, runs = found
@@ -138,7 +138,7 @@ def earlier_jobs_warning(plan: Plan) -> list[str]:
     ]
 
 
-def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
+def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
     """The sentence for a Snakemake lock that a run which ended left on the experiment's files."""
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
@@ -182,7 +182,7 @@ def _left_by_the_dead(plan: Plan) -> dict | None:
     return None if _alive(pid) else last
 
 
-def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
     """Remove Snakemake's lock files on this experiment's files where proven stale, as ``--unlock`` would,
     saying so in one line; whether they are gone.
     """
@@ -206,10 +206,10 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
     """In a run that may write, holding the experiment's lock: a stale Snakemake lock released (else the
     refusal), then the earlier runs' jobs SLURM still holds waited for; None.
     """
-    found = earlier_jobs(plan)
+    found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
-    if locks and not release_stale(plan, locks, say):
-        return unlock_refusal(plan, argv, locks, (found or ([], []))[0])
+    if locks and not _release_stale(plan, locks, say):
+        return _unlock_refusal(plan, argv, locks, (found or ([], []))[0])
     if found is None:
         return (
             f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "

@@ -95,7 +95,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
     return None
 
 
-def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
+def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
     """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit SLURM gave
     it, the config key that set it with its value there (``key(name)``: ``resources.evaluate.mem_mb: 2000``),
     and what to change."""
@@ -134,7 +134,7 @@ def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[st
     return f"{head} ({job.state}): see `scontrol show job {job.id}` while SLURM still knows it; {again}"
 
 
-def describe_job(job) -> tuple[str, str, str | None]:
+def _describe_job(job) -> tuple[str, str, str | None]:
     """(what, rule, model) of a Snakemake job or job group the executor submitted."""
     members = sorted(job.jobs, key=lambda j: str(j.wildcards_dict)) if job.is_group() else [job]
     rules = sorted({j.rule.name for j in members})
@@ -202,7 +202,7 @@ class Watcher(threading.Thread):
     def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
         sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
         if sm is not None:
-            what, rule, model = describe_job(sm)
+            what, rule, model = _describe_job(sm)
         else:
             rule, model = job.rule(RESOURCES), None
             what = f"rule {rule}"
@@ -248,7 +248,7 @@ class Watcher(threading.Thread):
             if j.id not in self.ended:
                 self.ended[j.id] = j
                 if say_now and j.state not in REQUEUED_AFTER:
-                    say(ended_sentence(j, *self.describe(j)))
+                    say(_ended_sentence(j, *self.describe(j)))
 
     def _pending(self, pending: list[slurm.QueuedJob]) -> None:
         released = slurm.release_failed_launches(pending, self.released)
@@ -286,7 +286,7 @@ class Watcher(threading.Thread):
             since = self.gone.setdefault(sid, now)
             if sid not in self.lost and now - since >= LOST_AFTER_S and job in running:
                 self.lost.add(sid)
-                what, _, _ = describe_job(job)
+                what, _, _ = _describe_job(job)
                 why = (
                     "a job array's task cancelled while it waited leaves SLURM no record of it, and the executor "
                     "waits for one"
@@ -325,7 +325,7 @@ class Watcher(threading.Thread):
         lines = []
         for j in ended[:SHOWN]:
             what, rule, key = self.describe(j)
-            text = ended_sentence(j, what, rule, key)
+            text = _ended_sentence(j, what, rule, key)
             lines.append(f"oodcorr: {text}" if failed else f"oodcorr: WARNING: {text} (it was retried)")
         if len(ended) > SHOWN:
             lines.append(
