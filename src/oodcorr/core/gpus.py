@@ -1,20 +1,10 @@
 """Give every running GPU job its own device(s) on a machine with several GPUs.
 
-``snakemake --cores N --resources gpu=K`` runs at most K GPU jobs at once, but
-Snakemake assigns no device ids: without help every job would use GPU 0. Here
-each job claims device ids from a pool of lock files, one per visible device,
-and narrows ``CUDA_VISIBLE_DEVICES`` to what it claimed before CUDA starts.
-
-The locks are ``fcntl.flock`` locks held by an open file for the life of the
-job's process. The kernel drops them when the process ends in any way (a
-normal exit, an exception, SIGKILL from an OOM killer), so a killed job never
-leaves a device claimed.
-
-The visible devices are ``CUDA_VISIBLE_DEVICES`` when it is set (a SLURM
-allocation, a user's own narrowing), else the GPUs ``nvidia-smi`` lists. The
-lock folder is per user and, inside a SLURM job, per job (each allocation
-numbers its own devices); ``OODCORR_GPU_LOCK_DIR`` overrides it, for example to
-share one pool between users of a workstation.
+Snakemake's ``--resources gpu=K`` bounds how many GPU jobs run, but assigns no device ids: every job
+would use GPU 0. Each job claims ids from a pool of ``flock`` lock files, one per visible device
+(``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``), and narrows ``CUDA_VISIBLE_DEVICES`` before CUDA
+starts; the kernel drops a claim when the job dies. The pool is per user and per SLURM job;
+``OODCORR_GPU_LOCK_DIR`` overrides it.
 """
 
 from __future__ import annotations

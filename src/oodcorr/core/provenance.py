@@ -1,19 +1,7 @@
-"""What made a result: the code that ran, and the model libraries the jobs ran with.
-
-* :func:`code_provenance`: the oodcorr version, the git commit of the checkout it runs from and
-  whether that checkout's tracked files differ from the commit (``git_dirty``), and the versions of
-  python and snakemake, of the process that asks. Where the package is not a file of a git checkout
-  (installed from a tarball or a wheel), git is not installed or refuses (a checkout of another user),
-  the commit and the dirty flag are ``"unknown"``: never an error.
-* :func:`library_versions`: torch's, transformers' and peft's versions (:data:`LIBRARIES`) as
-  installed, read from their metadata without importing them. A finetune records them in each
-  checkpoint's manifest, an evaluation in its predictions file's record (with the finetune's of the
-  checkpoint it scored); :func:`jobs_libraries` counts them over the records an aggregation reads.
-
-Provenance is recorded beside results (``provenance.json`` of the published set, ``experiment.json``,
-``settings.json`` of ``oodcorr analyse``) and never goes into a rule's params, an evaluation's key or
-the config's digest: a new commit, or an edit of a tracked file, reruns nothing
-(docs/outputs.md#provenance).
+"""What made a result: the code that ran (:func:`code_provenance`: version, git commit and dirty flag,
+``"unknown"`` where there is no checkout) and the model libraries the jobs ran with
+(:func:`library_versions`, read from their metadata without importing them). Recorded beside results,
+never in a param or a digest: a new commit reruns nothing.
 """
 
 from __future__ import annotations

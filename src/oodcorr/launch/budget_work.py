@@ -1,11 +1,6 @@
 """GPU-hours from the work, beside the budget's limits: ``oodcorr budget --throughput`` (:func:`work`).
-
-Each job's floating-point operations (parameters x tokens: about 6 per parameter and token to
-finetune every weight, 4 for LoRA, whose frozen weights get no gradient, 2 to score) at the
-throughput a GPU reaches, given per model or size class (:func:`parse_throughput`), or measured by
-finished jobs (:func:`oodcorr.launch.budget.measured_costs`); beside them the throughput the time limits
-assume. The limits are a reservation, the work an estimate of what is used. The budget
-(:mod:`oodcorr.launch.budget`) shows it in its markdown.
+Each job's operations (parameters x tokens: about 6 to finetune every weight, 4 for LoRA, 2 to score)
+at a GPU's throughput, given per model or size class or measured by finished jobs.
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
-"""The grid a config asks for, as the design command sees it, and the changes of it that it prices.
+"""The grid a config asks for, as ``oodcorr design`` sees it, and the changes of it that it prices.
 
-:func:`grid_of` reads a plan (:mod:`oodcorr.planning.plan`) into the shape of its analysis tables:
-a table is one in-domain set and one pool group (the analysis pools a model's runs within the
-values of ``analysis.pooling.by``, by default ``n_train``, so its runs are the seeds of one
-``n_train``), its models, the runs of each, the checkpoints of each run and the OOD pairs it
-corrects together; and each testset's number of examples (OOD and in-domain) where the config or
-the prepared data say it (``max_examples``, or ``results/<experiment>/data/<name>.meta.json``).
-
-:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy
-(``oodcorr design`` plans each copy and prices it with :func:`oodcorr.launch.budget.compute`):
-twice the checkpoints per run, two more seeds, half as many more models (copies of every second
-entry, so of the grid's own sizes), four times the examples of capped testsets.
+:func:`grid_of` reads a plan into the shape of its analysis tables (one in-domain set and pool group
+each: its models, their runs and checkpoints, the OOD pairs) with each testset's examples;
+:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy.
 """
 
 from __future__ import annotations

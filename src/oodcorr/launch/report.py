@@ -1,17 +1,6 @@
-"""A clear word when `snakemake --report` is asked of an experiment that has not run.
-
-``snakemake --configfile X --report results/<experiment>/report.html`` reports the
-experiment of the config given. Without ``--configfile`` that is the embedded default,
-``results/default/``: asked after running another config, Snakemake used to print a
-"Missing metadata" line per job of the default experiment and then fail on the first
-missing figure. :func:`check_report_inputs` stops that at planning with one message
-naming the config to pass.
-
-The report shows the staged files (the rules' outputs, which ``report()`` wraps), so it also
-checks that they are what was published (:func:`_published_problem`): the published set whole
-(as its record says) and each staged file the same bytes as its published copy. Otherwise a
-report made after a failed run, or after a staged or published file was changed, would show
-other numbers than the published tables.
+"""A clear word when ``snakemake --report`` is asked of an experiment that has not run (without
+``--configfile`` Snakemake reports ``results/default/`` and fails on its first missing figure), or
+whose staged files are not what was published (the report would show other numbers).
 """
 
 from __future__ import annotations
