@@ -429,7 +429,7 @@ def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_librar
 
     from oodcorr.core.io import write_json_atomic
     from oodcorr.core.published import publish_set
-    from oodcorr.core.records import seal
+    from oodcorr.core.seals import seal
 
     from helpers import REPO
 

@@ -22,7 +22,7 @@ import pytest
 
 from oodcorr.core import published
 from oodcorr.core.published import MARKER, PublishRefused, inspect, publish_set, write_marker
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 
 RELS = ["scores.parquet", "scores.csv", "accuracy.csv", "analysis/partial_correlations.csv", "analysis/heatmaps/m.png"]
 PNG = b"\x89PNG\r\n\x1a\n" + b"x" * 40 + b"IEND\xaeB`\x82"
@@ -248,7 +248,7 @@ def test_a_publish_record_of_another_format_is_refused_and_the_set_published_aga
     as one: refused naming the file and the command that publishes again; inspect says so, as for a
     damaged set (so the next run publishes it again), and the next publish keeps the old set aside."""
     from oodcorr.core.errors import ResultError
-    from oodcorr.core.records import PUBLISH_RECORD, RECORD_FORMAT, REPUBLISH, read_publish_record
+    from oodcorr.core.published import PUBLISH_RECORD, RECORD_FORMAT, REPUBLISH, read_publish_record
 
     root = tmp_path / "results/x"
     record = _publish(root, _set("one"))

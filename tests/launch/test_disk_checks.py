@@ -249,7 +249,7 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
 
 # ---- issue 39: each job's refusal, repeated as the last lines of a failed run --------------------------
 def test_a_failed_runs_last_lines_are_its_jobs_sentences_a_full_disk_first(tmp_path, monkeypatch):
-    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.core.refusals import RefusalSlot, refusals_dir
     from oodcorr.launch.disk_checks import REFUSALS_SHOWN, end_of_run_report
 
     monkeypatch.chdir(tmp_path)
@@ -276,7 +276,7 @@ def test_a_job_killed_on_this_machine_is_named_with_its_memory_key_and_value(tmp
     """A job killed before it could say why (the kernel's out-of-memory killer) was said only in
     Snakemake's error, `died with <Signals.SIGKILL: 9>` (issue 53). Now a failed local run names it, with
     its rule's memory key and value in the config and what they do here; on SLURM the watcher says it."""
-    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.core.refusals import RefusalSlot, refusals_dir
     from oodcorr.launch.disk_checks import end_of_run_report
 
     from helpers import micro_config

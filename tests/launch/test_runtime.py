@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import textwrap
 
-from oodcorr.core.records import REFUSALS_ENV, read_refusals
+from oodcorr.core.refusals import REFUSALS_ENV, read_refusals
 
 from faults import PYTHON, fill, python_env, read_only_mount, small_filesystem
 

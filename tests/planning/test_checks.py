@@ -168,7 +168,7 @@ def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, mon
     plan = build_plan(cfg, REPO)
     from types import SimpleNamespace
 
-    from oodcorr.core.records import cache_info_path, tokenize_settings_digest
+    from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
 
     # a sidecar as tokenize_testset writes it, beside its cache, made with this config's settings
     cache = plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import __version__
 from .errors import ResultError
-from .records import PUBLISH_RECORD, read_publish_record
+from .published import PUBLISH_RECORD, read_publish_record
 
 UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"  # a record written before records kept the libraries

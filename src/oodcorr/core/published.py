@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from .errors import ResultError, WriteFailed
 from .filesystems import check_room, write_errno, write_failed
 from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
-from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
+from .seals import check_seal
 
 PUBLISHED = ".published"
 CURRENT = "current"
@@ -353,3 +354,35 @@ def write_marker(root: str | os.PathLike, record: dict) -> None:
 
 def describe(record: dict) -> str:
     return f"version {record.get('version')}, published {record.get('published')}, {len(record['files'])} files"
+
+
+# ---- what was published --------------------------------------------------------------------
+PUBLISH_RECORD = "publish_record.json"  # in each published version folder
+
+
+RECORD_FORMAT = 1
+
+
+# what remakes a publish record (and a copy of it, published.json): the set published again from staging
+REPUBLISH = "snakemake --forcerun publish_results"
+
+
+def read_publish_record(path: str | Path) -> dict | None:
+    """A publish record, or None when missing or not one; another format is a
+    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`.
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        return None
+    if doc.get("format") != RECORD_FORMAT:
+        raise ResultError(
+            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT}: written by another "
+            f"version of oodcorr, which this one does not read; `{REPUBLISH}` publishes the set again with a "
+            "record of this version (nothing is trained, evaluated or analysed again)"
+        )
+    if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
+        return None
+    return doc

@@ -19,14 +19,9 @@ from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.model_dirs import check_local_weights, package_dir, tokenizer_max_id, vocab_problem
 from ..core.model_entry import ModelEntry
-from ..core.records import (
-    cache_info_path,
-    cache_problem,
-    local_source_changed,
-    read_refusals,
-    refusals_dir,
-    tokenize_settings_digest,
-)
+from ..core.records import local_source_changed
+from ..core.refusals import read_refusals, refusals_dir
+from ..core.token_cache import cache_info_path, cache_problem, tokenize_settings_digest
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
@@ -393,7 +388,7 @@ def _check_summaries_complete(plan: Plan) -> None:
 
 
 def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
-    """Tokenised testsets that cannot be used (:func:`oodcorr.core.records.cache_problem`): deleted
+    """Tokenised testsets that cannot be used (:func:`oodcorr.core.token_cache.cache_problem`): deleted
     with ``rebuild`` (main process, under the experiment's lock) so this run makes them again; said.
     """
     out = []

@@ -2,7 +2,7 @@
 
 Every rule's script starts with :func:`start_job` and, when it stops with a sentence (a full disk,
 a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
-(:class:`oodcorr.core.records.RefusalSlot`) for the end-of-run report, which repeats it on the
+(:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
 console with the job named. An exception no script catches is recorded too: a write the file system
 stopped as its sentence (:func:`oodcorr.core.filesystems.write_failed`), anything else as its type and
 message beside its traceback.
@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult, WriteFailed
 from ..core.filesystems import DISK_FULL_ERRNOS, write_errno, write_failed
 from ..core.gpus import claim_for_job
-from ..core.records import REFUSALS_ENV, RefusalSlot
+from ..core.refusals import REFUSALS_ENV, RefusalSlot
 
 # errors whose message is the whole story (each names the file or key and what to do): said, not traced back
 SENTENCE_ERRORS = (ConfigError, DataError, ResultError, StaleResult, WriteFailed)
@@ -31,7 +31,7 @@ _JOB: dict = {}  # this process's job: its rule, wildcards, log, first output an
 
 def start_job(sm) -> None:
     """Start a rule's script: its log (:func:`setup_logging`), the room for its refusal (when the
-    Snakefile set :data:`~oodcorr.core.records.REFUSALS_ENV`), and the hook that records an exception
+    Snakefile set :data:`~oodcorr.core.refusals.REFUSALS_ENV`), and the hook that records an exception
     no script catches. ``sm`` is the script's ``snakemake`` object."""
     log = sm.log[0] if len(sm.log) else None
     setup_logging(log)

@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..core.records import REFUSALS_ENV, clear_refusals, refusals_dir
+from ..core.refusals import REFUSALS_ENV, clear_refusals, refusals_dir
 from ..modeling.hub import use_lock
 from ..planning.config import check_trackers
 from ..planning.plan import Plan, load
