@@ -172,7 +172,7 @@ def _tokenise_as_planned(plan, model, testset, tiny_src):
     import shutil
     from types import SimpleNamespace
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.tokenize_testset import tokenize_testset
     from oodcorr.modeling import synthetic
 

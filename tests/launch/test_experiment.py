@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from oodcorr.core.io import sha256_json, write_json_atomic
+from oodcorr.core.atomic_write import write_json_atomic
+from oodcorr.core.digests import sha256_json
 
 from helpers import MICRO, REPO, micro_config, micro_plan
 

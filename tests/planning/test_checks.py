@@ -198,7 +198,7 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
     from oodcorr.jobs.data import _load_local
 
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)

@@ -4,8 +4,8 @@ finetune.report_to names (oodcorr.jobs.tracking)."""
 
 from pathlib import Path
 
+from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
-from oodcorr.core.io import write_json_atomic
 from oodcorr.core.provenance import scores_provenance
 from oodcorr.core.seals import seal
 from oodcorr.jobs import tracking

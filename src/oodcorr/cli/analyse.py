@@ -15,8 +15,9 @@ from ..analysis import Options, agreement, analyse
 from ..analysis.residualise import GamSettings
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_file
 from ..core.errors import DataError
-from ..core.io import sha256_file, write_json_atomic
 from ..core.locks import EXPERIMENT, hold
 from ..core.provenance import table_provenance
 from ..jobs import figure_set

@@ -2,7 +2,7 @@
 folder used before does not leave the earlier one's outputs beside its own.
 
 Before an analysis the files in ``--out`` are noted (:func:`snapshot`: each one's size, times and inode,
-:func:`oodcorr.core.io.stat_key`); after it, the files it wrote are those new or changed, and they are
+:func:`oodcorr.core.digests.stat_key`); after it, the files it wrote are those new or changed, and they are
 recorded (:func:`settle`). A file the record of the earlier analysis names, that this one did not write
 again and that is as that analysis left it, is removed: a figure of a model the new input does not hold,
 say. Nothing else is touched: a file the user put there, or one the earlier analysis wrote and someone
@@ -18,7 +18,8 @@ import json
 import os
 from pathlib import Path
 
-from ..core.io import stat_key, write_json_atomic
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import stat_key
 
 RECORD = ".oodcorr-analyse.json"
 RECORD_FORMAT = 1  # the record's layout: {"format", "files": {path below --out: stat key}}
@@ -27,7 +28,7 @@ SHOWN = 5  # files named in a line at most
 
 def snapshot(out: Path) -> dict[str, list[int]]:
     """Every regular file under ``out`` (the record left out), by its path below ``out``: its
-    :func:`~oodcorr.core.io.stat_key`."""
+    :func:`~oodcorr.core.digests.stat_key`."""
     found: dict[str, list[int]] = {}
     if not out.is_dir():
         return found

@@ -15,8 +15,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic_write import write_json_atomic
+from .digests import short_tag
 from .filesystems import owner_of
-from .io import short_tag, write_json_atomic
 
 PLACES = ".lock-places"  # in the guarded folder
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock_places
+from .digests import short_tag
 from .filesystems import owner_of
-from .io import short_tag
 from .lock_places import LOCK_DIR_ENV  # a folder on a local disk where the locks are taken (flock refused)
 
 LOCK_FILE = "finetune.lock"

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .digests import canonical
 from .errors import ConfigError
-from .io import canonical
 
 # the keys that say where the weights come from; an entry gives exactly one
 # (oodcorr.planning.model_checks checks it), and `source` is the first given, in this order

@@ -31,9 +31,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic_write import current_umask, write_json_atomic
+from .digests import sha256_file, stat_key
 from .errors import ResultError, WriteFailed
 from .filesystems import check_room, write_errno, write_failed
-from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
 from .seals import check_seal
 

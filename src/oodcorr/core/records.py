@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .io import sha256_file, stat_key
+from .digests import sha256_file, stat_key
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
 # keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its

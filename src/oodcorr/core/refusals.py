@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from .io import short_tag
+from .digests import short_tag
 
 # ---- a job's refusal, repeated on the console when the run ends ------------------------------------
 REFUSALS_ENV = "OODCORR_REFUSALS"  # the folder of this run's refusal records, set by the Snakefile for its jobs

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .atomic_write import write_json_atomic
+from .digests import sha256_file
 from .errors import ResultError
-from .io import sha256_file, write_json_atomic
 
 
 # ---- staged results: sealed by the job that made them, checked before they are published -----

@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from .io import sha256_json
+from .digests import sha256_json
 
 
 def cache_info_path(cache_path: str | Path) -> Path:

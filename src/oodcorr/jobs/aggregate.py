@@ -35,8 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.atomic_write import atomic_path, write_text_atomic
 from ..core.errors import ResultError
-from ..core.io import atomic_path, write_text_atomic
 from ..core.records import local_source_changed, read_result
 from ..core.seals import check_staged, remake_hint
 from ..core.token_cache import cache_info_path

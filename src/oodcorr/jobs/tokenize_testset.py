@@ -24,8 +24,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..core.atomic_write import atomic_path, write_json_atomic
 from ..core.errors import ResultError
-from ..core.io import atomic_path, read_json, read_jsonl, write_json_atomic
+from ..core.io import read_json, read_jsonl
 from ..core.model_entry import ModelEntry
 from ..core.token_cache import (
     TOKENIZED_FORMAT,

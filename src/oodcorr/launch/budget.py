@@ -16,10 +16,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import ConfigError
 from ..core.filesystems import human_bytes
-from ..core.io import load_yaml, write_json_atomic, write_text_atomic
 from ..core.records import job_seconds, read_result
+from ..core.yaml_files import load_yaml
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size

@@ -22,8 +22,9 @@ import uuid
 from pathlib import Path
 
 from ..core import published
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_json, short_tag
 from ..core.errors import WriteFailed
-from ..core.io import sha256_json, short_tag, write_json_atomic
 from ..core.locks import EXPERIMENT, FolderInUse, acquire, hold, release
 from ..core.provenance import code_provenance, published_jobs
 from ..planning.layout import Paths

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import published
+from ..core.digests import sha256_file
 from ..core.errors import ConfigError
-from ..core.io import sha256_file
 
 
 def report_requested(argv: list[str]) -> bool:

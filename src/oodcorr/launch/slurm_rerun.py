@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic
 from ..core.defaults import RESOURCES
-from ..core.io import write_json_atomic
 from ..planning.plan import Plan
 from . import slurm_cluster as slurm
 

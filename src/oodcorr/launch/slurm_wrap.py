@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.io import write_text_atomic
+from ..core.atomic_write import write_text_atomic
 
 WRAPPED = ("squeue", "sbatch", "scontrol")
 NO_ACCOUNT = "sacct"  # wrapped too where the profile says slurm-no-account
