@@ -222,7 +222,7 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
     inodes. Each is named now, with its folder and what to do; the greedy scheduler needs no room."""
     import tempfile
 
-    from oodcorr.launch.room import room_to_run
+    from oodcorr.launch.free_space import free_space_problems
 
     from faults import fill, small_filesystem, use_up_inodes
 
@@ -235,15 +235,15 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
         monkeypatch.delenv("TMP", raising=False)
         monkeypatch.setattr(tempfile, "tempdir", None)  # Python reads TMPDIR again
         monkeypatch.setenv("OODCORR_LOCK_DIR", str(locks))
-        said = room_to_run(plan, ["snakemake", "--shadow-prefix", str(locks / "shadow")])
+        said = free_space_problems(plan, ["snakemake", "--shadow-prefix", str(locks / "shadow")])
         assert len(said) == 2, said  # one sentence per file system
         assert said[0].startswith(f"no room to run: the temp folder of Snakemake's scheduler (TMP, else TMPDIR), {tmp}")
         assert "0 B free" in said[0] and "--scheduler greedy" in said[0] and "export TMPDIR=" in said[0]
         assert str(locks) in said[1] and f"no free inodes (0 of 64; each file takes one: `df -i {locks}" in said[1]
-        greedy = room_to_run(plan, ["snakemake", "--scheduler", "greedy"])
+        greedy = free_space_problems(plan, ["snakemake", "--scheduler", "greedy"])
         assert not any("scheduler" in s for s in greedy)
         assert any(s.startswith(f"no room to run: the temp folder (TMPDIR), {tmp}") for s in greedy)
-        report = room_to_run(plan, ["snakemake", "--scheduler=greedy", f"--report={tmp}/report.html"])
+        report = free_space_problems(plan, ["snakemake", "--scheduler=greedy", f"--report={tmp}/report.html"])
         assert report[0].startswith(f"no room to run: the folder of --report, {tmp}, has 0 B free")
 
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from oodcorr.launch.experiment import writes
+from oodcorr.launch.experiment import may_write
 
 from faults import start_stopped, wait_for
 from helpers import REPO, smk
@@ -43,7 +43,7 @@ HOLDER = textwrap.dedent(
     ],
 )
 def test_which_snakemake_commands_may_write(argv, expected):
-    assert writes(argv) is expected
+    assert may_write(argv) is expected
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def _copied_experiment(tmp_path, monkeypatch):
     import os
     import shutil
 
-    from oodcorr.launch.experiment import claim
+    from oodcorr.launch.experiment import lock_and_record
 
     from helpers import MICRO, micro_config, micro_plan
 
@@ -97,7 +97,7 @@ def _copied_experiment(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
     config = micro_config()
     plan = micro_plan(config)
-    assert claim(plan, [MICRO], config) is None
+    assert lock_and_record(plan, [MICRO], config) is None
     root = tmp_path / plan.paths.root
     _release_experiment(root)
     run_dir = tmp_path / os.path.dirname(plan.paths.manifest.format(**plan.runs[0].wildcards))
@@ -205,7 +205,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     import json
     import sys
 
-    from oodcorr.launch.experiment import claim, config_warning, lock
+    from oodcorr.launch.experiment import config_warning, lock, lock_and_record
 
     from helpers import micro_config, micro_plan
 
@@ -222,7 +222,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", *forced])
     assert config_warning(plan, [mine], config) is None or "no record" not in config_warning(plan, [mine], config)
     assert lock(plan, [mine]) is None  # the run that reruns what the change needs goes ahead
-    assert claim(plan, [mine], config) is None
+    assert lock_and_record(plan, [mine], config) is None
     record = json.loads((copy / "experiment.json").read_text())
     assert record["folder"] == str(copy.resolve()) and record["config"]["analysis"] == config["analysis"]
     assert record["records"] == ("complete" if "-F" in forced else "partial")

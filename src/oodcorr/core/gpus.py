@@ -128,7 +128,7 @@ def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
         )
 
 
-def claim(
+def claim_devices(
     n: int = 1,
     *,
     devices: list[str] | None = None,
@@ -199,7 +199,7 @@ def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise GpuPoolError("CUDA was started before a GPU was claimed; call pick_device() first")
-    c = claim(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
+    c = claim_devices(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
     _HELD.append(c)  # keep the locks open until the process exits
     if env.get("CUDA_VISIBLE_DEVICES") is None:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # nvidia-smi's numbering

@@ -1,6 +1,6 @@
 """What runs when a person or Snakemake starts the workflow, before and around the jobs.
 
-``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings), ``room``
+``disk_checks`` (planning-time checks of what is on disk, and the end-of-run warnings), ``free_space``
 (room to run on the file systems a run writes in besides its results), ``sizing`` (parameter
 counts, GPU memory, checkpoint sizes), ``budget`` (what a config will cost, at its time limits)
 and ``budget_work`` (its GPU-hours from the work), ``grid`` (a plan's tables as the design command

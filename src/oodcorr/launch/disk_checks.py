@@ -28,7 +28,7 @@ from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
 from ..planning.plan import Plan
 from . import experiment
-from .room import room_to_run
+from .free_space import free_space_problems
 
 
 def check_on_disk(plan: Plan) -> list[str]:
@@ -47,7 +47,10 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
     """The planning warnings, the datasets' own, prompts cut and another config's, gathered once."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
     out = (
-        list(plan.warnings) + _dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan) + experiment.said(plan)
+        list(plan.warnings)
+        + _dataset_warnings(plan.exp, data_dir)
+        + truncation_warnings(plan)
+        + experiment.warnings_given(plan)
     )
     return list(dict.fromkeys(out))
 
@@ -94,7 +97,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
         try:
             # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
             # each job's sentence: the last lines, whichever job stopped
-            lines += [f"oodcorr: {line}" for line in room_to_run(plan, [])]
+            lines += [f"oodcorr: {line}" for line in free_space_problems(plan, [])]
             lines += refusal_lines(plan, killed=local)
         except Exception as e:  # noqa: BLE001 -- as above
             lines.append(f"oodcorr: the jobs' refusals could not be gathered ({type(e).__name__}: {e})")

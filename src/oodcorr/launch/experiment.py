@@ -7,7 +7,7 @@ that folder, taken while planning (:func:`lock`) so that a second run stops befo
 until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
 is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
 was made with (:func:`_written_elsewhere`). :func:`check_published` makes a damaged set be published
-again. A run that only looks (:func:`writes` is false) takes no lock and changes nothing.
+again. A run that only looks (:func:`may_write` is false) takes no lock and changes nothing.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     return warning
 
 
-def said(plan: Plan) -> list[str]:
+def warnings_given(plan: Plan) -> list[str]:
     """The warnings of :func:`config_warning` this process gave for ``plan``, for the end of the run."""
     w = _SAID.get(str(Path(plan.paths.root)))
     return [w] if w else []
@@ -195,7 +195,7 @@ _NO_WRITE_OPTIONS = frozenset(
 _NO_WRITE_SHORT = frozenset("nSDlh")  # -n (dry run), -S/-D (summaries), -l (list rules), -h
 
 
-def writes(argv: list[str]) -> bool:
+def may_write(argv: list[str]) -> bool:
     """Whether this Snakemake may run jobs: not with ``-n``, ``--report``, ``--unlock``, a summary, a list
     or a graph (the Snakefile is read before Snakemake's own settings say so).
     """
@@ -228,7 +228,7 @@ def lock(plan: Plan, config_files) -> str | None:
     return _REFUSED.get(str(root))
 
 
-def claim(plan: Plan, config_files, config: dict) -> str | None:
+def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     """Hold the experiment's lock and record this run's config; None, or the refusal."""
     refusal = lock(plan, config_files)
     if refusal:

@@ -32,7 +32,7 @@ SHOWN = 5  # failures repeated at the end at most
 _WATCHER: Watcher | None = None
 
 
-def say(line: str) -> None:
+def print_now(line: str) -> None:
     print(f"oodcorr: {line}", file=sys.stderr, flush=True)
 
 
@@ -185,7 +185,7 @@ class Watcher(threading.Thread):
             try:
                 self.poll()
             except Exception as e:  # noqa: BLE001 -- watching must never stop the run; said once
-                say(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
+                print_now(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
                 return
 
     def stop(self) -> None:
@@ -221,13 +221,13 @@ class Watcher(threading.Thread):
         if not slurm.controller_answers():
             if self.silent_since is None:
                 self.silent_since = time.monotonic()
-                say(
+                print_now(
                     "SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it: its "
                     "SLURM jobs run on meanwhile, and its queries and submissions are retried while it is away"
                 )
             return
         if self.silent_since is not None:
-            say(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
+            print_now(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
             self.silent_since = None
         found = slurm.queue([self.run_id], every_state=True)
         if found is None:
@@ -248,12 +248,12 @@ class Watcher(threading.Thread):
             if j.id not in self.ended:
                 self.ended[j.id] = j
                 if say_now and j.state not in REQUEUED_AFTER:
-                    say(_ended_sentence(j, *self.describe(j)))
+                    print_now(_ended_sentence(j, *self.describe(j)))
 
     def _pending(self, pending: list[slurm.QueuedJob]) -> None:
         released = slurm.release_failed_launches(pending, self.released)
         if released:
-            say(
+            print_now(
                 f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (a node that "
                 "could not start them, or slurmctld away while it started them): each is released once, and one "
                 "held again is named with the command to run"
@@ -272,7 +272,7 @@ class Watcher(threading.Thread):
             if before is None or not set(ids) <= before[0] or now - before[1] >= slurm_rerun.SAY_AGAIN_S:
                 line = pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts)
                 if line:
-                    say(line)
+                    print_now(line)
                 self.said[k] = (frozenset(ids) | (before[0] if before else frozenset()), now)
 
     def _lost(self, found: list[slurm.QueuedJob]) -> None:
@@ -293,7 +293,7 @@ class Watcher(threading.Thread):
                     if "_" in sid and sid not in state
                     else "it stops watching jobs whose status it could not query"
                 )
-                say(
+                print_now(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
                     f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
                     "and would wait for it forever. Stop this run "
@@ -310,7 +310,7 @@ class Watcher(threading.Thread):
             return
         full = len(everything) >= limit
         if full and not self.full:
-            say(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
+            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
         self.full = full
 
     def end_lines(self, failed: bool) -> list[str]:

@@ -57,7 +57,7 @@ class _Need(NamedTuple):
     fix: str
 
 
-def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
+def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
     """A sentence for each file system this run writes in, outside what its jobs check, with too little
     room (bytes or inodes) to start: the scheduler's temp folder (Snakemake's ILP scheduler writes its
     problem there and dies with a traceback when it cannot: it falls back to greedy only on a solver
