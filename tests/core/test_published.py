@@ -407,7 +407,7 @@ def test_the_config_warning_is_for_another_config_only(tmp_path, monkeypatch):
 
 def test_a_damaged_set_loses_its_record_at_the_start_of_a_run_so_the_run_publishes_it(tmp_path):
     from oodcorr.core.locks import EXPERIMENT, hold
-    from oodcorr.launch.experiment import check_published
+    from oodcorr.launch.published_check import check_published
 
     root = tmp_path / "results/x"
     _publish(root, _set("one"))

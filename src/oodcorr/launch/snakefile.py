@@ -29,8 +29,9 @@ from ..planning.config import check_trackers
 from ..planning.plan import Plan, load
 from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
-from .experiment import check_published, config_warning, lock, lock_and_record, may_write, record_provenance
+from .experiment import config_warning, lock, lock_and_record, may_write, record_provenance
 from .free_space import free_space_problems
+from .published_check import check_published
 from .report import check_report_inputs, report_requested
 from .sizing import check_gpu_memory
 from .slurm_rerun import before_planning, earlier_jobs_warning
