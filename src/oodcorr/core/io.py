@@ -1,10 +1,7 @@
-"""File helpers: atomic writes, reading what people give (compression, encodings, JSON), hashes.
-
-Every result file is written through :func:`atomic_path` (a temporary file beside it, then a
-rename), so a killed job never leaves a truncated file behind. Every text file a user gives goes
-through :func:`read_bytes` and :func:`_decode_text`: compression is known by its first bytes, a
-byte-order mark decides the encoding, any other encoding must be declared, and a file that is none
-of these is refused naming its line and byte and the setting that fixes it.
+"""Reading the files people give: every text file goes through :func:`read_bytes` and
+:func:`_decode_text` (compression known by its first bytes, a byte-order mark decides the encoding,
+any other encoding declared), JSON read with a key named twice refused; a file none of these fit is
+refused naming its line and byte and the setting that fixes it.
 """
 
 from __future__ import annotations

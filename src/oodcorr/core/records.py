@@ -1,7 +1,6 @@
-"""What the jobs record beside their outputs, read back by planning, aggregation and the budget,
-so that a reader needs no import of the job that wrote it: a predictions file's result record, a
-tokenised testset's sidecar, a dataset's source, a staged result's seal, the publish record and a
-job's refusal.
+"""What an evaluation and a prepared dataset record beside their outputs, read back by aggregation,
+planning and the budget without importing the job that wrote it: a predictions file's result record
+(its parquet metadata), what the evaluation cost, whether a dataset's local source changed.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment
 that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
 until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
 is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
-was made with (:func:`_written_elsewhere`). :func:`check_published` makes a damaged set be published
-again. A run that only looks (:func:`may_write` is false) takes no lock and changes nothing.
+was made with (:func:`_written_elsewhere`). A run that only looks (:func:`may_write` is false) takes
+no lock and changes nothing.
 """
 
 from __future__ import annotations
