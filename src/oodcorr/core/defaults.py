@@ -62,11 +62,9 @@ LOCAL_THREADS: dict[str, int] = {"partial_correlations": 2}
 
 
 def filled(given: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``given`` with every key it lacks taken from ``defaults``, nested mappings filled in turn.
-
-    Keys keep their places: the given ones first, in their order, then the missing ones in the
-    defaults' order (as a JSON-schema validator's ``set_default`` fills them), so the filled
-    section, and every param built from it, is the same whichever of the two filled it."""
+    """``given`` with every key it lacks taken from ``defaults``, nested mappings in turn; the given keys
+    first, then the missing ones in the defaults' order (as the schema validator fills them).
+    """
     out = dict(given or {})
     for key, default in defaults.items():
         if key not in out:

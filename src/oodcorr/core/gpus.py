@@ -137,13 +137,8 @@ def claim_devices(
     poll: float = 0.5,
     shared: bool | None = None,
 ) -> Claim:
-    """Claim ``n`` devices nobody else holds, waiting for them if all are taken.
-
-    A job that needs several devices gets all of them or none in each pass (so
-    two such jobs never each hold half of what the other needs). The lock folder must be a
-    folder, not a link, and unless ``shared`` (default: a ``lock_dir`` given, or
-    ``OODCORR_GPU_LOCK_DIR`` set) this user's own; each lock file is opened without following
-    links (:func:`oodcorr.core.locks.open_lock_file`).
+    """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
+    Unless ``shared``, the lock folder must be this user's own folder.
     """
     devices = visible_devices() if devices is None else list(devices)
     if n < 1:
@@ -184,10 +179,8 @@ _HELD: list[Claim] = []
 
 
 def claim_for_job(n: int, env: dict | None = None) -> list[str]:
-    """Claim ``n`` devices for the rest of this process and narrow ``CUDA_VISIBLE_DEVICES`` to them.
-
-    Call before anything starts CUDA. Returns the claimed ids, or [] when no
-    device is visible at all (a CPU machine): the job then runs on the CPU.
+    """Claim ``n`` devices for the rest of this process and narrow ``CUDA_VISIBLE_DEVICES`` to them
+    (call before CUDA starts); [] when no device is visible.
     """
     env = os.environ if env is None else env
     held = [d for c in _HELD for d in c.devices]

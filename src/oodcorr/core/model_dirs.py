@@ -78,13 +78,9 @@ SAFETENSORS_BITS = {
 
 
 def safetensors_header(path: str | Path) -> dict:
-    """The JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}), read
-    without the tensors; a file that is not one (cut short, junk, another format) is a ValueError
-    saying what is wrong with it. Checks what the loader would trip on, with a sentence instead of
-    its error: the header's length, that it is a JSON mapping naming each tensor once, that each
-    tensor's bytes are as many as its dtype and shape need, and that the tensors fill the data
-    section exactly, one after another (a file padded at its end, with a gap or with overlapping
-    tensors is refused by safetensors too)."""
+    """The JSON header of a safetensors file, read without the tensors; one that is cut short, junk
+    or inconsistent (lengths, names, dtypes, gaps) is a ValueError saying what is wrong.
+    """
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -208,11 +204,9 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
 
 
 def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    """A sharded model's index (``model.safetensors.index.json``, or ``pytorch_model.bin.index.json``
-    when pickles are allowed) names every shard: each must be in the folder, else a
-    :class:`ConfigError` naming the missing ones (a copy or prefetch cut short); checked before any
-    job loads the model, which would stop with the loader's traceback (or, for some loaders, go on
-    with the weights of the missing shards left at their random initial values)."""
+    """A :class:`ConfigError` naming the shards a sharded model's index names that are not in the folder
+    (a loader would stop with a traceback, or start their weights from random values).
+    """
     names = ["model.safetensors.index.json"]
     if model_entry.allow_pickle_weights:
         names.append("pytorch_model.bin.index.json")
@@ -255,13 +249,10 @@ def _read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
 
 
 def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
-    """A sharded model is whole: what its index (``model.safetensors.index.json``) names is what its
-    shards (their headers, ``headers``: file name -> header) hold, tensor for tensor; the shards
-    named ``<stem>-<i>-of-<n>.safetensors`` are all there in the index, ``1`` to ``n``; and the
-    index's ``total_size`` and ``total_parameters`` (transformers writes them) are what its tensors
-    add up to. An index that leaves out a shard's tensors (a shard deleted, the index edited to match)
-    would otherwise load with those weights started from random values, said in a log line only.
-    A :class:`ConfigError` naming the file and what is missing otherwise."""
+    """A :class:`ConfigError` unless a sharded model is whole: its index names what its shards hold, tensor
+    for tensor, every ``<stem>-<i>-of-<n>`` shard is there, and its totals add up (else those weights
+    would load from random values, said in a log line only).
+    """
     index = folder / INDEX
     wm = _read_weight_map(index, model_entry)
     where = f"{model_entry.where}: {index}"
