@@ -13,7 +13,7 @@ SRC = str(Path(workflow.basedir) / "src")
 sys.path.insert(0, SRC)
 os.environ.update(PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH", "")) if p))
 
-from oodcorr.core.io import load_yaml  # noqa: E402
+from oodcorr.core.yaml_files import load_yaml  # noqa: E402
 from oodcorr.launch.snakefile import on_error, on_start, on_success, plan_run  # noqa: E402
 from oodcorr.planning.config import NAME_RE  # noqa: E402
 

@@ -102,7 +102,8 @@ def _manifested(src: Path, dest: Path, step: int) -> Path:
 
 def opt125_cases(args, workdir: Path) -> list[dict]:
     """The OPT-125m shape on RTE: its tokenised testset and checkpoint(s)."""
-    from oodcorr.core.io import sha256_json, write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.digests import sha256_json
     from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     model_dir = build_model(workdir, arch="125m", tokenizer_vocab=8000, model_vocab=50272, max_length=2048)

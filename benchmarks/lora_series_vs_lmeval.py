@@ -173,7 +173,8 @@ def tokenised_testset(args, workdir: Path, model_spec: dict) -> dict:
     """Our cache of the testset (oodcorr.jobs.tokenize_testset.tokenize_testset), built once; returns its facts."""
     import torch
 
-    from oodcorr.core.io import sha256_json, write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.digests import sha256_json
     from oodcorr.jobs.tokenize_testset import tokenize_testset
     from oodcorr.modeling.prompting import format_prompt
 

@@ -40,7 +40,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
 from oodcorr.jobs.data import prepare
 from oodcorr.jobs.evaluate import EvalParams, checkpoints_to_score, evaluate_run
 from oodcorr.jobs.tokenize_testset import tokenize_testset

@@ -177,7 +177,7 @@ def plan_for(recipe: dict, seed: int, model_dir: Path, eval_n: int):
 
 
 def prepared(plan, name: str, workdir: Path) -> Path:
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.jobs.data import prepare
 
     recs, _ = prepare(name, plan.dataset_params(SimpleNamespace(dataset=name)), plan.label_mode, REPO)

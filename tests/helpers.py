@@ -112,7 +112,7 @@ def finetune_job(tmp_path, built_model_dir, name, lora=None):
     """A short finetune of the tiny OPT model in ``tmp_path / name`` (``name`` may be a whole path
     elsewhere; checkpoints at :data:`FINETUNE_STEPS`, 20 steps of 64 synthetic examples written once
     into ``tmp_path``), ``lora`` its adapter block if any."""
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.modeling import synthetic
     from oodcorr.planning.finetune_job import FinetuneJob
 
@@ -196,7 +196,7 @@ def synthetic_testset(tmp_path, tiny, spec, task, n, seed):
 def tokenised_testset(folder, tiny, spec, records, meta_doc, name="neg", max_length=128):
     """Testset ``name`` of ``records`` with its meta file ``meta_doc``, tokenised as the workflow does
     it (rule tokenize_testset), in ``folder``: (data file, meta file, tokenised cache)."""
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.tokenize_testset import tokenize_testset
 
     folder = Path(folder)

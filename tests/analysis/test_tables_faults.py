@@ -7,7 +7,7 @@ import pytest
 
 from oodcorr.analysis.tables import read_table
 from oodcorr.core.errors import DataError
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate import read_scores
 
 

@@ -427,9 +427,9 @@ def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_librar
     import json
     import shutil
 
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
     from oodcorr.core.published import publish_set
-    from oodcorr.core.records import seal
+    from oodcorr.core.seals import seal
 
     from helpers import REPO
 
@@ -680,7 +680,7 @@ def test_an_out_record_of_another_format_is_not_read_its_files_are_left_and_it_i
     import json
 
     from oodcorr.cli.out_record import RECORD, RECORD_FORMAT, settle, snapshot
-    from oodcorr.core.io import stat_key
+    from oodcorr.core.digests import stat_key
 
     out = tmp_path / "out"
     out.mkdir()

@@ -83,19 +83,19 @@ def test_a_two_gpu_job_waits_for_two_free_devices(env):
 
 
 def test_claim_is_all_or_nothing(tmp_path):
-    held = gpus.claim(2, devices=["a", "b", "c"], lock_dir=tmp_path)
+    held = gpus.claim_devices(2, devices=["a", "b", "c"], lock_dir=tmp_path)
     assert held.devices == ["a", "b"]
     with pytest.raises(gpus.GpuPoolError, match="no 2 free GPU"):
-        gpus.claim(2, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0.3, poll=0.05)
-    with gpus.claim(1, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0) as c:
+        gpus.claim_devices(2, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0.3, poll=0.05)
+    with gpus.claim_devices(1, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0) as c:
         assert c.devices == ["c"]  # the failed claim left c free
     held.release()
-    assert gpus.claim(3, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0).devices == ["a", "b", "c"]
+    assert gpus.claim_devices(3, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0).devices == ["a", "b", "c"]
 
 
 def test_more_gpus_than_visible_is_a_clear_error(tmp_path):
     with pytest.raises(gpus.GpuPoolError, match="needs 3 GPU.*only 2 are visible"):
-        gpus.claim(3, devices=["0", "1"], lock_dir=tmp_path)
+        gpus.claim_devices(3, devices=["0", "1"], lock_dir=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -131,13 +131,13 @@ def test_asking_again_in_the_same_process_reuses_the_claim(tmp_path, monkeypatch
 
 
 def test_a_gpu_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_path, victim):
-    from oodcorr.core.gpus import claim
+    from oodcorr.core.gpus import claim_devices
 
     pool = tmp_path / "pool"
     pool.mkdir()
     (pool / "gpu-0.lock").symlink_to(victim)
     with pytest.raises(FolderInUse, match=r"gpu-0\.lock is a symbolic link \(to .*thesis\.txt\)"):
-        claim(1, devices=["0"], lock_dir=pool, timeout=0)
+        claim_devices(1, devices=["0"], lock_dir=pool, timeout=0)
     assert victim.read_text() == PRECIOUS
 
 
@@ -154,21 +154,21 @@ def test_the_default_gpu_lock_folder_in_tmp_must_be_this_users_own(tmp_path, mon
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     default = gpus.default_lock_dir()
     assert default.parent == tmp_path
-    with gpus.claim(1, devices=["0"], timeout=0) as c:  # made here: private
+    with gpus.claim_devices(1, devices=["0"], timeout=0) as c:  # made here: private
         assert c.devices == ["0"] and (default.stat().st_mode & 0o777) == 0o700
     os.chmod(default, 0o777)
     with pytest.raises(FolderInUse, match=rf"{re.escape(str(default))} \(the GPU lock folder\) belongs to user id "):
-        gpus.claim(1, devices=["0"], timeout=0)
+        gpus.claim_devices(1, devices=["0"], timeout=0)
     shutil.rmtree(default)
     elsewhere = tmp_path / "planted"
     elsewhere.mkdir()
     default.symlink_to(elsewhere)
     with pytest.raises(FolderInUse, match=r"\(the GPU lock folder\) is not a folder but a link or a file"):
-        gpus.claim(1, devices=["0"], timeout=0)
+        gpus.claim_devices(1, devices=["0"], timeout=0)
     assert list(elsewhere.iterdir()) == []
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     os.chmod(shared, 0o777)
     monkeypatch.setenv(gpus.LOCK_DIR_ENV, str(shared))
-    with gpus.claim(1, devices=["0"], timeout=0) as c:  # named on purpose: shared is fine
+    with gpus.claim_devices(1, devices=["0"], timeout=0) as c:  # named on purpose: shared is fine
         assert c.lock_dir == shared

@@ -25,7 +25,7 @@ def test_a_json_line_naming_a_key_twice_is_refused_naming_file_and_line(tmp_path
 
 def test_a_short_tag_is_the_sha256_prefix_the_lock_and_record_names_have_always_carried():
     # lock files and refusal records made by an earlier run are found again only if the tag is the same
-    from oodcorr.core.io import short_tag
+    from oodcorr.core.digests import short_tag
 
     assert short_tag("/data/exp", 16) == "eaa6811d41d4bc2e"  # sha256(b"/data/exp")[:16]
     assert short_tag("/data/exp", 20).startswith(short_tag("/data/exp", 16))
@@ -35,7 +35,7 @@ def test_a_short_tag_is_the_sha256_prefix_the_lock_and_record_names_have_always_
 def test_the_files_digest_covers_each_files_name_and_bytes_in_the_order_given(tmp_path):
     import hashlib
 
-    from oodcorr.core.io import sha256_files
+    from oodcorr.core.digests import sha256_files
 
     (tmp_path / "a").write_bytes(b"one")
     (tmp_path / "b").write_bytes(b"two")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from oodcorr.core import filesystems
+from oodcorr.core.atomic_write import atomic_path, write_json_atomic
 from oodcorr.core.errors import DiskFull
-from oodcorr.core.io import atomic_path, write_json_atomic
 
 from faults import (
     PYTHON,
@@ -103,7 +103,7 @@ def _write_under_shim(tmp_path, shim, folder, code: int, size: int = 100_000):
     script = (
         "import sys\n"
         "from oodcorr.core.errors import DiskFull\n"
-        "from oodcorr.core.io import atomic_path\n"
+        "from oodcorr.core.atomic_write import atomic_path\n"
         "try:\n"
         "    with atomic_path(sys.argv[1]) as tmp:\n"
         "        with open(tmp, 'wb') as fh:\n"
@@ -152,7 +152,7 @@ def test_a_file_over_ulimit_f_names_the_limit(tmp_path):
         "import resource, sys\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.RLIM_INFINITY))\n"
         "from oodcorr.core.errors import DiskFull\n"
-        "from oodcorr.core.io import write_text_atomic\n"
+        "from oodcorr.core.atomic_write import write_text_atomic\n"
         "try:\n"
         "    write_text_atomic(sys.argv[1], 'x' * 200_000)\n"
         "except DiskFull as e:\n"
@@ -210,7 +210,7 @@ def test_the_search_for_what_can_be_deleted_looks_at_a_bounded_number_of_entries
 # (issue 47): the same sentence-making as a full disk, naming the file and its file system
 WRITE = (
     "import sys\n"
-    "from oodcorr.core.io import write_text_atomic\n"
+    "from oodcorr.core.atomic_write import write_text_atomic\n"
     "try:\n"
     "    write_text_atomic(sys.argv[1], 'x' * 100_000)\n"
     "except Exception as e:\n"

@@ -44,7 +44,7 @@ def deep(levels: int) -> str:
 def test_an_alias_bomb_in_a_yaml_file_is_refused_at_once_naming_the_file_and_line(tmp_path):
     """Ten lines that stand for a billion values: PyYAML builds them cheaply (shared objects), so the
     file read fine, and every reader after it (the schema check, the params, the budget) expanded it."""
-    from oodcorr.core.io import load_yaml
+    from oodcorr.core.yaml_files import load_yaml
 
     path = tmp_path / "registry.yaml"
     path.write_text("datasets:\n  x: {" + list_bomb(9) + "}\n")
@@ -59,7 +59,7 @@ def test_an_alias_bomb_in_a_yaml_file_is_refused_at_once_naming_the_file_and_lin
 
 
 def test_a_yaml_file_nested_tens_of_thousands_deep_is_one_sentence_not_a_recursion_error(tmp_path):
-    from oodcorr.core.io import load_yaml
+    from oodcorr.core.yaml_files import load_yaml
 
     path = tmp_path / "deep.yaml"
     path.write_text("label_modes:\n  x: " + deep(20_000) + "\n")
@@ -73,7 +73,7 @@ def test_a_yaml_file_nested_tens_of_thousands_deep_is_one_sentence_not_a_recursi
 
 def test_an_alias_to_the_block_that_holds_it_is_refused(tmp_path):
     """``&a [*a]`` is a list that holds itself: safe_load builds it, and every recursive reader loops."""
-    from oodcorr.core.io import load_yaml
+    from oodcorr.core.yaml_files import load_yaml
 
     path = tmp_path / "cycle.yaml"
     path.write_text("finetune:\n  x: &a [1, *a]\n")
@@ -84,7 +84,7 @@ def test_an_alias_to_the_block_that_holds_it_is_refused(tmp_path):
 def test_aliases_within_the_budget_load_and_count_as_expanded(tmp_path):
     """Anchors are a fine way to share a block: a file under the budget loads as before."""
     from oodcorr.core import limits
-    from oodcorr.core.io import load_yaml
+    from oodcorr.core.yaml_files import load_yaml
 
     path = tmp_path / "ok.yaml"
     path.write_text(micro_with_tiny_config(list_bomb(3)))  # 1,000 values
@@ -217,7 +217,7 @@ def test_the_shipped_yaml_files_are_far_inside_the_budgets():
     """The limits refuse no real file: every shipped config, registry, label mode file and profile is
     read with the checks, and holds under a tenth of the values and half the depth allowed."""
     from oodcorr.core import limits
-    from oodcorr.core.io import load_yaml
+    from oodcorr.core.yaml_files import load_yaml
 
     files = [
         *sorted((REPO / "config").glob("*.yaml")),

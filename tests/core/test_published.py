@@ -22,7 +22,7 @@ import pytest
 
 from oodcorr.core import published
 from oodcorr.core.published import MARKER, PublishRefused, inspect, publish_set, write_marker
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 
 RELS = ["scores.parquet", "scores.csv", "accuracy.csv", "analysis/partial_correlations.csv", "analysis/heatmaps/m.png"]
 PNG = b"\x89PNG\r\n\x1a\n" + b"x" * 40 + b"IEND\xaeB`\x82"
@@ -248,7 +248,7 @@ def test_a_publish_record_of_another_format_is_refused_and_the_set_published_aga
     as one: refused naming the file and the command that publishes again; inspect says so, as for a
     damaged set (so the next run publishes it again), and the next publish keeps the old set aside."""
     from oodcorr.core.errors import ResultError
-    from oodcorr.core.records import PUBLISH_RECORD, RECORD_FORMAT, REPUBLISH, read_publish_record
+    from oodcorr.core.published import PUBLISH_RECORD, RECORD_FORMAT, REPUBLISH, read_publish_record
 
     root = tmp_path / "results/x"
     record = _publish(root, _set("one"))
@@ -318,12 +318,12 @@ CLAIMER = """
 import sys, time
 from pathlib import Path
 from types import SimpleNamespace
-from oodcorr.launch.experiment import claim
+from oodcorr.launch.experiment import lock_and_record
 root = Path(sys.argv[1])
 plan = SimpleNamespace(
     experiment="x", paths=SimpleNamespace(root=str(root), provenance=str(root / "provenance.json")), runs=()
 )
-assert claim(plan, [sys.argv[2]], {"experiment": "x"}) is None
+assert lock_and_record(plan, [sys.argv[2]], {"experiment": "x"}) is None
 print("held", flush=True)
 time.sleep(120)
 """
@@ -337,7 +337,7 @@ def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tm
     holds no record of the settings of what the first wrote (issue 41)."""
     import socket
 
-    from oodcorr.launch.experiment import claim, config_warning
+    from oodcorr.launch.experiment import config_warning, lock_and_record
 
     shared = tmp_path / "shared-results"
     shared.mkdir()
@@ -354,7 +354,7 @@ def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tm
     root = Path("results/x")
     try:
         assert holder.stdout.readline().strip() == "held"
-        refusal = claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1})
+        refusal = lock_and_record(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1})
         assert refusal is not None
         assert refusal.startswith(f"experiment folder {root} is in use by another run of the workflow")
         assert f"PID {holder.pid} on host {socket.gethostname()}" in refusal
@@ -368,24 +368,26 @@ def test_two_checkouts_whose_results_is_one_folder_share_the_experiments_lock(tm
     finally:
         holder.kill()
         holder.wait()
-    assert claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) == warning  # not until forced
+    assert (
+        lock_and_record(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) == warning
+    )  # not until forced
     monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", "--forceall"])
     assert config_warning(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) is not None
-    assert claim(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) is None
+    assert lock_and_record(_plan(root), [two / "my.yaml"], {"experiment": "x", "other": 1}) is None
     record = json.loads((shared / "x/experiment.json").read_text())
     assert record["configs"] == [str((two / "my.yaml").resolve())] and record["records"] == "complete"
     _release(shared / "x")
 
 
 def _release(root: Path) -> None:
-    """Let go of the experiment lock :func:`claim` keeps for the rest of the process (a run's whole life)."""
+    """Let go of the experiment lock :func:`lock_and_record` keeps for the rest of the process (a run's whole life)."""
     from oodcorr.core import locks
 
     locks.release(locks._HELD[str((root / locks.EXPERIMENT.file).resolve())])
 
 
 def test_the_config_warning_is_for_another_config_only(tmp_path, monkeypatch):
-    from oodcorr.launch.experiment import claim, config_warning, said
+    from oodcorr.launch.experiment import config_warning, lock_and_record, warnings_given
 
     monkeypatch.chdir(tmp_path)
 
@@ -393,17 +395,19 @@ def test_the_config_warning_is_for_another_config_only(tmp_path, monkeypatch):
     a, b, copy = tmp_path / "a.yaml", tmp_path / "b.yaml", tmp_path / "copy-of-a.yaml"
     plan = _plan(root)
     assert config_warning(plan, [a], {"n": 1}) is None  # nothing wrote the folder yet
-    assert claim(plan, [a], {"n": 1}) is None
+    assert lock_and_record(plan, [a], {"n": 1}) is None
     assert config_warning(plan, [a], {"n": 2}) is None  # the same file, edited: that experiment carried on
     assert config_warning(plan, [copy], {"n": 1}) is None  # a copy of the same config elsewhere
     assert "was last written by config" in config_warning(plan, [b], {"n": 3})
-    assert said(plan) and "was last written by config" in said(plan)[0]  # repeated at the end of the run
+    assert (
+        warnings_given(plan) and "was last written by config" in warnings_given(plan)[0]
+    )  # repeated at the end of the run
     _release(root)
 
 
 def test_a_damaged_set_loses_its_record_at_the_start_of_a_run_so_the_run_publishes_it(tmp_path):
     from oodcorr.core.locks import EXPERIMENT, hold
-    from oodcorr.launch.experiment import check_published
+    from oodcorr.launch.published_check import check_published
 
     root = tmp_path / "results/x"
     _publish(root, _set("one"))

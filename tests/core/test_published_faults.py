@@ -11,7 +11,7 @@ import pytest
 
 from oodcorr.core.errors import DiskFull
 from oodcorr.core.published import PUBLISHED, inspect, publish_set, write_marker
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 
 from faults import fill, preempt, small_filesystem, start_stopped, wait_for
 

@@ -73,7 +73,7 @@ def check_fsdp(out: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.core.model_entry import ModelEntry
     from oodcorr.jobs.checkpoints import verify_checkpoint
     from oodcorr.jobs.multi_gpu import run_distributed
@@ -140,7 +140,8 @@ def check_real_lm(out: Path) -> dict:
     import torch
     import yaml
 
-    from oodcorr.core.io import read_jsonl, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
+    from oodcorr.core.io import read_jsonl
     from oodcorr.jobs.data import prepare
     from oodcorr.jobs.finetune import finetune
     from oodcorr.jobs.scoring import device_batching, score

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
+from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.errors import ResultError
-from oodcorr.core.io import write_json_atomic
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate import collect, read_scores, write_scores
 from oodcorr.jobs.predictions import write_predictions
 
@@ -86,7 +86,7 @@ def test_records_of_other_data_stop_the_aggregation(tmp_path):
 
 
 def test_a_local_file_changed_since_preparation_stops_the_aggregation(tmp_path):
-    from oodcorr.core.io import sha256_file, stat_key
+    from oodcorr.core.digests import sha256_file, stat_key
 
     src = tmp_path / "t1.csv"
     src.write_text("premise,hypothesis,label\na,b,entailment\n")

@@ -4,8 +4,9 @@ from collections import Counter
 import pandas as pd
 import pytest
 
+from oodcorr.core.atomic_write import write_jsonl_atomic
 from oodcorr.core.errors import DataError
-from oodcorr.core.io import read_jsonl, write_jsonl_atomic
+from oodcorr.core.io import read_jsonl
 from oodcorr.jobs.data import balanced_sample, prepare, stratified_sample
 
 from helpers import BINARY, LABELS
@@ -145,7 +146,7 @@ def test_csv_line_numbers_survive_multiline_fields(tmp_path):
 def test_atomic_writes_get_the_umask_mode_not_mkstemps_private_one(tmp_path):
     import os
 
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
 
     old = os.umask(0o022)
     try:

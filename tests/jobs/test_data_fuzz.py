@@ -299,7 +299,7 @@ def odd_parquet(draw):
 
 def _as_written(recs: list[dict], prov: dict) -> None:
     """What the workflow then does with them: hash, and write as UTF-8 JSON lines."""
-    from oodcorr.core.io import sha256_json
+    from oodcorr.core.digests import sha256_json
 
     sha256_json(recs)
     for r in recs:

@@ -64,7 +64,7 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
 
     monkeypatch.setattr(evaluate, "device_batching", lambda device, threads, rows, tokens: (rows, tokens, None))
 
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.core.records import read_result
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
     from oodcorr.jobs.data import prepare
@@ -125,7 +125,7 @@ def test_both_evaluation_units_write_identical_predictions(tmp_path, tiny_models
     swapped in) and unit `checkpoint` (a fresh load per checkpoint) write the same files:
     every prediction and logit bit for bit, and the same scores."""
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
     from oodcorr.core.records import read_result
     from oodcorr.jobs.evaluate import EvalParams, evaluate_run
     from oodcorr.jobs.tokenize_testset import tokenize_testset

@@ -239,7 +239,7 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
     The ranks share the run folder: rank 0 prepares it while the other waits, only rank 0
     writes checkpoint manifests and the job's manifest, and both train one model together.
     """
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.jobs.checkpoints import verify_checkpoint
     from oodcorr.modeling import synthetic
 
@@ -353,7 +353,7 @@ def test_the_launching_job_refuses_a_run_another_finetune_holds(tmp_path, monkey
 @pytest.mark.slow
 def test_rank0_of_a_launch_takes_the_run_lock(tmp_path, tiny_models):
     """Launched directly (no launching job to check first), rank 0 itself refuses a held run folder."""
-    from oodcorr.core.io import write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.modeling import synthetic
 
     from helpers import LABELS, PROMPT

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from oodcorr.core.errors import ConfigError, ResultError
 from oodcorr.core.model_dirs import check_local_weights
 from oodcorr.core.model_entry import ModelEntry
-from oodcorr.core.records import cache_info_path, cache_problem
+from oodcorr.core.token_cache import cache_info_path, cache_problem
 from oodcorr.jobs.tokenize_testset import read_tokenized
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.loading import tokenizer_fingerprint

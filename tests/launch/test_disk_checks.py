@@ -172,7 +172,7 @@ def _tokenise_as_planned(plan, model, testset, tiny_src):
     import shutil
     from types import SimpleNamespace
 
-    from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
+    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
     from oodcorr.jobs.tokenize_testset import tokenize_testset
     from oodcorr.modeling import synthetic
 
@@ -222,7 +222,7 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
     inodes. Each is named now, with its folder and what to do; the greedy scheduler needs no room."""
     import tempfile
 
-    from oodcorr.launch.room import room_to_run
+    from oodcorr.launch.free_space import free_space_problems
 
     from faults import fill, small_filesystem, use_up_inodes
 
@@ -235,21 +235,21 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
         monkeypatch.delenv("TMP", raising=False)
         monkeypatch.setattr(tempfile, "tempdir", None)  # Python reads TMPDIR again
         monkeypatch.setenv("OODCORR_LOCK_DIR", str(locks))
-        said = room_to_run(plan, ["snakemake", "--shadow-prefix", str(locks / "shadow")])
+        said = free_space_problems(plan, ["snakemake", "--shadow-prefix", str(locks / "shadow")])
         assert len(said) == 2, said  # one sentence per file system
         assert said[0].startswith(f"no room to run: the temp folder of Snakemake's scheduler (TMP, else TMPDIR), {tmp}")
         assert "0 B free" in said[0] and "--scheduler greedy" in said[0] and "export TMPDIR=" in said[0]
         assert str(locks) in said[1] and f"no free inodes (0 of 64; each file takes one: `df -i {locks}" in said[1]
-        greedy = room_to_run(plan, ["snakemake", "--scheduler", "greedy"])
+        greedy = free_space_problems(plan, ["snakemake", "--scheduler", "greedy"])
         assert not any("scheduler" in s for s in greedy)
         assert any(s.startswith(f"no room to run: the temp folder (TMPDIR), {tmp}") for s in greedy)
-        report = room_to_run(plan, ["snakemake", "--scheduler=greedy", f"--report={tmp}/report.html"])
+        report = free_space_problems(plan, ["snakemake", "--scheduler=greedy", f"--report={tmp}/report.html"])
         assert report[0].startswith(f"no room to run: the folder of --report, {tmp}, has 0 B free")
 
 
 # ---- issue 39: each job's refusal, repeated as the last lines of a failed run --------------------------
 def test_a_failed_runs_last_lines_are_its_jobs_sentences_a_full_disk_first(tmp_path, monkeypatch):
-    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.core.refusals import RefusalSlot, refusals_dir
     from oodcorr.launch.disk_checks import REFUSALS_SHOWN, end_of_run_report
 
     monkeypatch.chdir(tmp_path)
@@ -276,7 +276,7 @@ def test_a_job_killed_on_this_machine_is_named_with_its_memory_key_and_value(tmp
     """A job killed before it could say why (the kernel's out-of-memory killer) was said only in
     Snakemake's error, `died with <Signals.SIGKILL: 9>` (issue 53). Now a failed local run names it, with
     its rule's memory key and value in the config and what they do here; on SLURM the watcher says it."""
-    from oodcorr.core.records import RefusalSlot, refusals_dir
+    from oodcorr.core.refusals import RefusalSlot, refusals_dir
     from oodcorr.launch.disk_checks import end_of_run_report
 
     from helpers import micro_config

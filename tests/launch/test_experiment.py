@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
-from oodcorr.core.io import sha256_json, write_json_atomic
+from oodcorr.core.atomic_write import write_json_atomic
+from oodcorr.core.digests import sha256_json
 
 from helpers import MICRO, REPO, micro_config, micro_plan
 
@@ -20,7 +21,7 @@ def _release(root) -> None:
 
 
 def test_the_record_names_the_code_of_the_run_and_the_libraries_of_the_published_scores(tmp_path, monkeypatch):
-    from oodcorr.launch.experiment import IDENTITY, claim, record_provenance
+    from oodcorr.launch.experiment import IDENTITY, lock_and_record, record_provenance
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
@@ -28,7 +29,7 @@ def test_the_record_names_the_code_of_the_run_and_the_libraries_of_the_published
     plan = micro_plan(config)
     root = tmp_path / plan.paths.root
     try:
-        assert claim(plan, [MICRO], config) is None
+        assert lock_and_record(plan, [MICRO], config) is None
         doc = json.loads((root / IDENTITY).read_text())
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True)
         run = doc["provenance"]["run"]

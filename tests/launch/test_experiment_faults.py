@@ -9,7 +9,7 @@ import textwrap
 import pytest
 import yaml
 
-from oodcorr.launch.experiment import writes
+from oodcorr.launch.experiment import may_write
 
 from faults import start_stopped, wait_for
 from helpers import REPO, smk
@@ -43,7 +43,7 @@ HOLDER = textwrap.dedent(
     ],
 )
 def test_which_snakemake_commands_may_write(argv, expected):
-    assert writes(argv) is expected
+    assert may_write(argv) is expected
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def _copied_experiment(tmp_path, monkeypatch):
     import os
     import shutil
 
-    from oodcorr.launch.experiment import claim
+    from oodcorr.launch.experiment import lock_and_record
 
     from helpers import MICRO, micro_config, micro_plan
 
@@ -97,7 +97,7 @@ def _copied_experiment(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
     config = micro_config()
     plan = micro_plan(config)
-    assert claim(plan, [MICRO], config) is None
+    assert lock_and_record(plan, [MICRO], config) is None
     root = tmp_path / plan.paths.root
     _release_experiment(root)
     run_dir = tmp_path / os.path.dirname(plan.paths.manifest.format(**plan.runs[0].wildcards))
@@ -110,25 +110,28 @@ def _copied_experiment(tmp_path, monkeypatch):
     return copy
 
 
-def test_a_folder_copied_with_cp_al_has_its_names_of_the_linked_locks_removed_and_runs(tmp_path, monkeypatch):
-    """Before: refused, one lock file at a time (the later ones inside jobs), then all at once with a
-    `find ... -delete` to run by hand. Now a run that may write removes this folder's names of them
-    itself, where no run holds them, and says so; the folder they were copied from keeps its own."""
-    from oodcorr.launch.experiment import linked_locks, lock, unlink_copied_locks
+def test_a_folder_copied_with_cp_al_takes_its_locks_anew_and_the_original_keeps_its_own(tmp_path, monkeypatch):
+    """A lock file with another name (the folder copied with `cp -al`) that no run holds is made anew where
+    it is taken (oodcorr.core.locks): the experiment's at planning, a run folder's and the published
+    folder's by their jobs; the folder it was copied from keeps its own, never written by the copy's run."""
+    from oodcorr.core.locks import FINETUNE, PUBLISH, hold
+    from oodcorr.launch.experiment import lock
 
     from helpers import MICRO, micro_config, micro_plan
 
     copy = _copied_experiment(tmp_path, monkeypatch)
     plan = micro_plan(dict(micro_config(), experiment="micro2"))
-    linked = linked_locks(plan)
+    linked = [p for p in copy.rglob("*.lock") if p.stat().st_nlink > 1]
     assert len(linked) == 3
-    said = unlink_copied_locks(plan)
-    assert len(said) == 1 and said[0].startswith("3 lock file(s) of experiment 'micro2' had another name too")
-    assert linked_locks(plan) == [] and not any(p.exists() for p in linked)
     originals = [tmp_path / "results/micro" / p.relative_to(copy) for p in linked]
-    assert all(p.stat().st_nlink == 1 for p in originals)  # the other folder keeps its own
-    assert unlink_copied_locks(plan) == []  # said once
+    before = [p.read_bytes() for p in originals]
     assert lock(plan, [MICRO]) is None  # the same config but for its name: the same command runs
+    for p in linked:
+        if p.name != "experiment.lock":
+            with hold(p.parent, FINETUNE if p.name == FINETUNE.file else PUBLISH):
+                pass
+    assert all(p.stat().st_nlink == 1 for p in linked + originals)
+    assert [p.read_bytes() for p in originals] == before  # the other folder's lock files untouched
     _release_experiment(copy)
 
 
@@ -139,7 +142,7 @@ def test_a_linked_lock_that_a_run_holds_is_left_and_refused(tmp_path, monkeypatc
     import shutil
 
     from oodcorr.core.locks import EXPERIMENT, hold
-    from oodcorr.launch.experiment import linked_locks, lock, unlink_copied_locks
+    from oodcorr.launch.experiment import lock
 
     from helpers import MICRO, micro_config, micro_plan
 
@@ -148,21 +151,21 @@ def test_a_linked_lock_that_a_run_holds_is_left_and_refused(tmp_path, monkeypatc
     with hold(root, EXPERIMENT):  # a run of results/micro, while the folder is copied
         shutil.copytree(root, root.with_name("micro2"), copy_function=os.link)
         plan = micro_plan(dict(micro_config(), experiment="micro2"))
-        assert unlink_copied_locks(plan) == [] and len(linked_locks(plan)) == 1
         refusal = lock(plan, [MICRO])
-        assert refusal is not None and refusal.startswith("1 lock file(s) of experiment 'micro2' have another name")
+        copied = root.with_name("micro2") / "experiment.lock"
+        assert refusal is not None and str(copied) in refusal and "hard links" in refusal, refusal
+        assert copied.stat().st_nlink == 2
 
 
 def test_a_copy_with_linked_locks_under_a_config_that_changes_it_is_refused_once_with_a_way_out_that_works(
     tmp_path, monkeypatch
 ):
-    """Before: the way out of the first refusal (the linked lock files) led to a second refusal (the copy
-    was written by another config): two steps, the second said only as a preview (issue 47). Now the
-    linked locks need no step (above), and following the one refusal's way out, the run goes ahead."""
+    """The linked locks need no step of the user's; the one refusal (the copy was written by another
+    config) gives a way out that, followed, lets the run go ahead."""
     import re
     import sys
 
-    from oodcorr.launch.experiment import config_warning, lock, unlink_copied_locks
+    from oodcorr.launch.experiment import config_warning, lock
 
     from helpers import micro_config, micro_plan
 
@@ -171,15 +174,14 @@ def test_a_copy_with_linked_locks_under_a_config_that_changes_it_is_refused_once
     config["finetune"] = dict(config["finetune"], learning_rate=0.001)
     plan = micro_plan(config)
     mine = tmp_path / "micro2.yaml"
-    # as the Snakefile: the config's warnings, the copy's lock names, then the lock
-    config_warning(plan, [mine], config)
-    assert len(unlink_copied_locks(plan)) == 1
+    config_warning(plan, [mine], config)  # as the Snakefile: the config's warnings, then the lock
     refusal = lock(plan, [mine])
     assert refusal is not None and "Snakemake keeps no record here" in refusal and "lock file" not in refusal
     option = re.search(r"run once with `(--[a-z]+)`", refusal).group(1)  # the way out it gives
+    _release_experiment(copy)
     monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", option])
     config_warning(plan, [mine], config)
-    assert unlink_copied_locks(plan) == [] and lock(plan, [mine]) is None  # no further refusal
+    assert lock(plan, [mine]) is None  # no further refusal
     _release_experiment(copy)
 
 
@@ -203,7 +205,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     import json
     import sys
 
-    from oodcorr.launch.experiment import claim, config_warning, lock, unlink_copied_locks
+    from oodcorr.launch.experiment import config_warning, lock, lock_and_record
 
     from helpers import micro_config, micro_plan
 
@@ -211,7 +213,6 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     config = dict(micro_config(), experiment="micro2")
     change(config)
     plan = micro_plan(config)
-    unlink_copied_locks(plan)  # as the Snakefile, before the lock
     mine = tmp_path / "micro2.yaml"
     warning = config_warning(plan, [mine], config)
     assert "Snakemake keeps no record here of the settings its results were made with" in warning
@@ -221,7 +222,7 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     monkeypatch.setattr(sys, "argv", ["snakemake", "--cores", "2", *forced])
     assert config_warning(plan, [mine], config) is None or "no record" not in config_warning(plan, [mine], config)
     assert lock(plan, [mine]) is None  # the run that reruns what the change needs goes ahead
-    assert claim(plan, [mine], config) is None
+    assert lock_and_record(plan, [mine], config) is None
     record = json.loads((copy / "experiment.json").read_text())
     assert record["folder"] == str(copy.resolve()) and record["config"]["analysis"] == config["analysis"]
     assert record["records"] == ("complete" if "-F" in forced else "partial")
@@ -273,7 +274,7 @@ def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, mon
 
 @pytest.mark.slow
 def test_a_copy_made_with_cp_al_runs_through_snakemake_with_the_same_command(tmp_path):
-    """Through the Snakefile: the copy's run removes its names of the linked lock files, says so, and runs."""
+    """Through the Snakefile: the copy's run takes its lock files anew and runs; the original keeps its own."""
     import os
     import shutil
 
@@ -289,5 +290,4 @@ def test_a_copy_made_with_cp_al_runs_through_snakemake_with_the_same_command(tmp
     copy.write_text(yaml.safe_dump(dict(cfg, experiment="micro2")))
     res = smk(tmp_path, copy, "--until", "prepare_dataset", timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert "oodcorr warning: 1 lock file(s) of experiment 'micro2' had another name too" in res.stderr
     assert (root / "experiment.lock").stat().st_nlink == 1 and (root.with_name("micro2") / "experiment.lock").exists()

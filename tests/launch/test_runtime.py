@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import textwrap
 
-from oodcorr.core.records import REFUSALS_ENV, read_refusals
+from oodcorr.core.refusals import REFUSALS_ENV, read_refusals
 
 from faults import PYTHON, fill, python_env, read_only_mount, small_filesystem
 
@@ -83,7 +83,7 @@ def test_the_record_is_written_when_the_disk_it_is_on_filled_after_the_job_start
     with small_filesystem(tmp_path / "scratch", "512k") as fs:
         refusals = fs / "refused"
         body = """
-        from oodcorr.core.io import write_text_atomic
+        from oodcorr.core.atomic_write import write_text_atomic
         with open(out / "filler", "wb") as fh:  # the job's own output fills the disk
             try:
                 while True:

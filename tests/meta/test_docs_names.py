@@ -148,7 +148,7 @@ def test_the_resolver_can_fail():
     # imported, not defined there: the docs must name its home
     assert unresolved("oodcorr.analysis.consensus.np") == "oodcorr.analysis.consensus defines no 'np'"
     assert DOTTED.findall("envs/oodcorr.yaml") == [] and SRC_PATH.findall("DL2024:src/train.py") == []
-    assert DOTTED.findall("see oodcorr.core.io.load_yaml. Then") == ["oodcorr.core.io.load_yaml"]
+    assert DOTTED.findall("see oodcorr.core.yaml_files.load_yaml. Then") == ["oodcorr.core.yaml_files.load_yaml"]
     assert SRC_PATH.findall("(`src/oodcorr/core/io.py`).") == ["src/oodcorr/core/io.py"]
 
 

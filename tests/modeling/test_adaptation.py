@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.errors import ConfigError
-from oodcorr.core.io import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.core.records import read_result
 from oodcorr.jobs.evaluate import EvalParams, evaluate_run

@@ -168,7 +168,7 @@ def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, mon
     plan = build_plan(cfg, REPO)
     from types import SimpleNamespace
 
-    from oodcorr.core.records import cache_info_path, tokenize_settings_digest
+    from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
 
     # a sidecar as tokenize_testset writes it, beside its cache, made with this config's settings
     cache = plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation")
@@ -198,7 +198,7 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
     from oodcorr.jobs.data import _load_local
 
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)

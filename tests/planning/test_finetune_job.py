@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from oodcorr.core.digests import sha256_json
 from oodcorr.core.errors import ConfigError
-from oodcorr.core.io import sha256_json
 from oodcorr.planning.config import Experiment
 from oodcorr.planning.finetune_job import FinetuneJob, TrainingSettings, trains_in_bf16
 from oodcorr.planning.plan import load

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from oodcorr.core.io import load_yaml
+from oodcorr.core.yaml_files import load_yaml
 from oodcorr.planning.config import Experiment
 
 from helpers import REPO

@@ -422,7 +422,7 @@ def test_checkpoint_torn_mid_save_is_set_aside_and_the_run_resumes_from_the_last
 # ---- atomic result files ---------------------------------------------------------------
 KILLED_WRITER = """
 import json, pathlib, sys, time
-from oodcorr.core.io import write_json_atomic
+from oodcorr.core.atomic_write import write_json_atomic
 def slow(self, data, *a, **k):  # write_text_atomic writes the encoded bytes (their size checked first)
     with open(self, "wb") as fh:
         fh.write(data[: len(data) // 2]); fh.flush()
@@ -460,7 +460,7 @@ def _result(acc, predictions=__file__):
 
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
     from oodcorr.jobs.aggregate import collect
 
     path = tmp_path / "t.json"
@@ -477,7 +477,7 @@ def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
 
 
 def test_a_failed_rename_changes_nothing(tmp_path, monkeypatch):
-    from oodcorr.core.io import write_json_atomic
+    from oodcorr.core.atomic_write import write_json_atomic
 
     path = tmp_path / "t.json"
     write_json_atomic(path, {"a": 1})

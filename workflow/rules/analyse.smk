@@ -3,7 +3,7 @@
 #
 # Results are replaced as a set. Snakemake deletes a job's outputs before it runs, so every
 # step below writes into results/<experiment>/.staging/ (P.staged), sealing each file it makes
-# (oodcorr.core.records.seal), and publish_results, once every step has succeeded, checks the
+# (oodcorr.core.seals.seal), and publish_results, once every step has succeeded, checks the
 # seals and publishes the whole set as a new version switched by one rename
 # (oodcorr.core.published): a failed or killed step leaves the previous scores, tables and
 # figures as they were. The files people read (scores.csv, analysis/...) are links into the

@@ -4,10 +4,10 @@ finetune.report_to names (oodcorr.jobs.tracking)."""
 
 from pathlib import Path
 
+from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
-from oodcorr.core.io import write_json_atomic
 from oodcorr.core.provenance import scores_provenance
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs import tracking
 from oodcorr.jobs.aggregate import collect, write_scores
 from oodcorr.launch.runtime import refuse, start_job

@@ -2,9 +2,9 @@
 
 from oodcorr.analysis import Options
 from oodcorr.core.answer import answer_lines, read_agreement
+from oodcorr.core.atomic_write import write_text_atomic
 from oodcorr.core.errors import ResultError
-from oodcorr.core.io import write_text_atomic
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate import read_analysis_table
 from oodcorr.jobs.explorer import write_explorer
 from oodcorr.launch.runtime import refuse, start_job

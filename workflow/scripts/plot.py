@@ -3,7 +3,7 @@
 from oodcorr.analysis import Options
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import ResultError
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_analysis_table, read_scores
 from oodcorr.launch.runtime import refuse, start_job

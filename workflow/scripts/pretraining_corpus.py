@@ -1,6 +1,6 @@
 """Rule pretraining_corpus: unlabelled synthetic text for tokenizer and LM pretraining."""
 
-from oodcorr.core.io import write_text_atomic
+from oodcorr.core.atomic_write import write_text_atomic
 from oodcorr.launch.runtime import start_job
 from oodcorr.modeling.synthetic import pretraining_corpus
 

@@ -1,7 +1,7 @@
 """Rules accuracy_table and training_loss: what the report shows beyond the analysis figures."""
 
 from oodcorr.core.errors import ResultError
-from oodcorr.core.records import seal
+from oodcorr.core.seals import seal
 from oodcorr.jobs import plots
 from oodcorr.jobs.aggregate import read_scores, write_accuracy
 from oodcorr.launch.runtime import refuse, start_job

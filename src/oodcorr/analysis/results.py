@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.answer import CELL_CONCLUSIONS, about, noise_clause, reliability_line
-from ..core.io import atomic_path
+from ..core.atomic_write import atomic_path
 from .measurement import NOISE_LIMITED
 
 

@@ -20,9 +20,10 @@ from ..analysis.resample import INTERVALS
 from ..analysis.residualise import RESIDUALISERS, GamSettings
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
+from ..core.atomic_write import write_json_atomic
 from ..core.defaults import ANALYSIS
+from ..core.digests import sha256_file
 from ..core.errors import DataError
-from ..core.io import sha256_file, write_json_atomic
 from ..core.locks import EXPERIMENT, hold
 from ..core.provenance import table_provenance
 from ..jobs import answer_figures, figure_set

@@ -16,8 +16,8 @@ from ..analysis import design as dz
 from ..analysis.design_items import MIN_ITEMS
 from ..analysis.design_pilot import choose_assumptions, pilot_estimates
 from ..analysis.design_report import markdown, report
+from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import DataError
-from ..core.io import write_json_atomic, write_text_atomic
 from ..jobs import plots
 from ..launch import budget
 from ..launch import grid as grids

@@ -9,7 +9,8 @@ import json
 import os
 from pathlib import Path
 
-from ..core.io import stat_key, write_json_atomic
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import stat_key
 
 RECORD = ".oodcorr-analyse.json"
 RECORD_FORMAT = 1  # the record's layout: {"format", "files": {path below --out: stat key}}

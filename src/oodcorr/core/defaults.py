@@ -1,36 +1,11 @@
-"""The defaults that Python reads, written once (the schema fills every other config key's own).
+"""The defaults that Python reads, written once; the schema states what each key may be and gives
+them no default. A switch at its default stays out of every param, so spelling it out reruns nothing.
 
-Each dictionary here is a default the schema cannot fill, because its value must stay out of
-the config's params when left at its default, or because a layer below planning reads it:
-
-* :data:`ANALYSIS` -- the ``analysis`` section (below);
-* :data:`READING` -- the prompt's reading switches (``prompt.strip_fields``, ``truncation``,
-  ``scored_position``) and :data:`FINETUNE` -- the finetune switches (``finetune.loss``) and
-  where the loss is logged (``finetune.report_to``). A switch at its default is left out of
-  every param and identity, so spelling the default out, or upgrading from a version without
-  the switch, reruns nothing; ``report_to`` changes no weights and is in no param at all.
-  Scoring (:mod:`oodcorr.modeling.prompting`) and training read them in every job;
-* :data:`RESOURCES` -- what a job of each model rule asks for when neither the config's
-  ``resources``, a size class nor the model's own ``resources`` say otherwise.
-* :data:`LOCAL_THREADS` -- the threads of the local rules that use more than one (Snakemake
-  gives fewer where ``--cores``, or ``--local-cores`` on a cluster, are fewer).
-
-``config/schema.yaml`` states what each of these keys may be and gives none of them a default
-(``tests/planning/test_config.py`` checks both).
-
-The analysis defaults, for the two layers that read them:
-
-:data:`ANALYSIS` is the config's ``analysis`` section as it stands when nothing is given,
-in the config's own shape and key order. Two layers read it, so it sits below both:
-
-* the statistics (:class:`oodcorr.analysis.Options`, :class:`oodcorr.analysis.GamSettings`)
-  take their field defaults from it, for whoever calls them from Python;
-* planning (:func:`oodcorr.planning.schema.fill_defaults`) fills it into the config's ``analysis``
-  section, where the analysis jobs' params, the report's captions and the planning checks
-  read it, without importing the statistics (pandas and scipy cost seconds at every planning).
-
-``config/schema.yaml`` states what each key may be; it gives no default for these keys.
-Nothing here imports another oodcorr module.
+* :data:`ANALYSIS` -- the ``analysis`` section, read by the statistics (for callers from Python)
+  and filled into the config by planning;
+* :data:`READING`, :data:`FINETUNE` -- the prompt's reading switches and the finetune's;
+* :data:`RESOURCES` -- what a job of each model rule asks for when nothing else says;
+* :data:`LOCAL_THREADS` -- the threads of the local rules that use more than one.
 """
 
 from __future__ import annotations
@@ -87,11 +62,9 @@ LOCAL_THREADS: dict[str, int] = {"partial_correlations": 2}
 
 
 def filled(given: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """``given`` with every key it lacks taken from ``defaults``, nested mappings filled in turn.
-
-    Keys keep their places: the given ones first, in their order, then the missing ones in the
-    defaults' order (as a JSON-schema validator's ``set_default`` fills them), so the filled
-    section, and every param built from it, is the same whichever of the two filled it."""
+    """``given`` with every key it lacks taken from ``defaults``, nested mappings in turn; the given keys
+    first, then the missing ones in the defaults' order (as the schema validator fills them).
+    """
     out = dict(given or {})
     for key, default in defaults.items():
         if key not in out:

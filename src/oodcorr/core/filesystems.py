@@ -1,14 +1,5 @@
-"""The file systems results are written to: the room they have (bytes, inodes), and what stopped a
-write, in a sentence that names the file, the folder and what to do.
-
-A write that the file system stops for want of room (ENOSPC, a used-up quota: EDQUOT, a file over
-the size limit: EFBIG) is told apart by what stopped it (:func:`disk_full`), naming what a run left
-that can be deleted (:func:`deletable`). Where the size is known, the room is checked before
-anything is written (:func:`check_room`). Every other error a file system stops a write with (an
-I/O error: EIO; a read-only file system: EROFS; a folder this user may not write: EACCES, EPERM) goes
-through the same sentence-making (:func:`write_failed`), naming the file, the folder and its file
-system; where a library reports it without an errno (safetensors' I/O error), the caller knows where
-it happened, and a probe write there (:func:`probe_write`) tells which.
+"""The file systems results are written to: the room they have, and what stopped a write, in a
+sentence that names the file, the folder and what to do (:func:`write_failed`, :func:`disk_full`).
 """
 
 from __future__ import annotations
@@ -57,12 +48,11 @@ LEFTOVERS = (
 DELETABLE_WALK_LIMIT = 20_000
 
 
-def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
-    """Which of ENOSPC, EDQUOT (a quota) and EFBIG (a file over the size limit) stopped a write, from
-    ``exc`` or what caused it: its errno, or a library's words for it (safetensors and pyarrow report
-    the error in words); None when none did. torch's writer loses the errno (``unexpected pos``,
-    ``file write failed``): with ``folder`` given, such an error counts as ENOSPC when less than 1 MiB
-    is free there."""
+def _disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+    """Which of ENOSPC, EDQUOT and EFBIG stopped a write, from ``exc`` or its causes (an errno, or
+    a library's words for it); None when none did. With ``folder``, torch's errno-less write error counts
+    as ENOSPC when less than 1 MiB is free there.
+    """
     seen: set[int] = set()
     e: BaseException | None = exc
     while e is not None and id(e) not in seen:
@@ -74,7 +64,7 @@ def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None)
             if word in text:
                 return code
         if folder is not None and ("inlinecontainer" in text or "pytorchstreamwriter" in text):
-            free = free_bytes(folder)
+            free = _free_bytes(folder)
             if free is not None and free < 1 << 20:
                 return errno.ENOSPC
         e = e.__cause__ or e.__context__
@@ -82,16 +72,14 @@ def disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None)
 
 
 def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
-    """Whether ``exc`` (or what caused it) is a write stopped for want of room: ENOSPC, a quota
-    (EDQUOT), a file over the size limit (EFBIG) (:func:`disk_full_errno`)."""
-    return disk_full_errno(exc, folder) is not None
+    return _disk_full_errno(exc, folder) is not None
 
 
 @dataclass(frozen=True)
 class Room:
-    """What a file system has left for this user: bytes and inodes free (an inode per file or
-    folder), its inodes in all (0 where it does not count them, as btrfs), and which it is (its
-    device number)."""
+    """What a file system has left for this user: bytes and inodes free, inodes in all (0: not
+    counted), and its device number.
+    """
 
     free: int
     inodes_free: int
@@ -121,14 +109,12 @@ def room(folder: str | os.PathLike) -> Room | None:
     return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files, device)
 
 
-def free_bytes(folder: str | os.PathLike) -> int | None:
-    """Bytes free to this user in ``folder``'s file system (its nearest existing parent's), or None."""
+def _free_bytes(folder: str | os.PathLike) -> int | None:
     r = room(folder)
     return None if r is None else r.free
 
 
-def mount_point(folder: str | os.PathLike) -> Path:
-    """The top of the file system ``folder`` (or its nearest existing parent) is on."""
+def _mount_point(folder: str | os.PathLike) -> Path:
     p = _existing(folder).resolve()
     try:
         dev = p.stat().st_dev
@@ -140,7 +126,6 @@ def mount_point(folder: str | os.PathLike) -> Path:
 
 
 def _experiment_folder(folder: Path) -> Path:
-    """The experiment folder above ``folder`` (the one holding experiment.json or .published), else ``folder``."""
     for p in (folder, *folder.parents):
         if (p / "experiment.json").exists() or (p / ".published").is_dir() or (p / "experiment.lock").exists():
             return p
@@ -148,7 +133,7 @@ def _experiment_folder(folder: Path) -> Path:
 
 
 def _size_of(p: Path, budget: list[int]) -> int:
-    """The bytes under ``p``, counting each entry looked at against ``budget`` (stops when it is spent)."""
+    """The bytes under ``p``, each entry looked at counted against ``budget``."""
     try:
         st = p.lstat()
     except OSError:
@@ -174,7 +159,6 @@ def _size_of(p: Path, budget: list[int]) -> int:
 
 
 def _leftover(root: Path, parent: Path, name: str) -> str | None:
-    """What the entry ``name`` of ``parent`` is, when it is one of :data:`LEFTOVERS`."""
     for pattern, what in LEFTOVERS:
         under, _, glob = pattern.rpartition("/")
         if fnmatch.fnmatchcase(name, glob) and (not under or parent == root / under):
@@ -183,10 +167,9 @@ def _leftover(root: Path, parent: Path, name: str) -> str | None:
 
 
 def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
-    """What a run left under ``folder``'s experiment folder that can be deleted without losing a
-    result (:data:`LEFTOVERS`), largest first, as ``path (size: what it is)``. One walk, shallowest
-    folders first, that looks at no more than :data:`DELETABLE_WALK_LIMIT` entries in all (listing
-    and measuring); when it stops early, the last item says so."""
+    """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`),
+    largest first; the walk looks at no more than :data:`DELETABLE_WALK_LIMIT` entries.
+    """
     root = _experiment_folder(Path(folder))
     budget = [DELETABLE_WALK_LIMIT]
     found: list[tuple[int, Path, str]] = []
@@ -215,10 +198,9 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     return out
 
 
-def full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
-    """What stopped a write into ``folder``: ``"quota"`` (EDQUOT), ``"too large"`` (EFBIG),
-    ``"inodes"`` (no inode left, whatever the bytes free) or ``"space"`` (no bytes left)."""
-    code = disk_full_errno(cause, folder) if cause is not None else None
+def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
+    """What stopped a write into ``folder``: ``quota``, ``too large``, ``inodes`` or ``space``."""
+    code = _disk_full_errno(cause, folder) if cause is not None else None
     if code == errno.EDQUOT:
         return "quota"
     if code == errno.EFBIG:
@@ -228,7 +210,6 @@ def full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
 
 
 def _file_size_limit() -> int | None:
-    """This process's largest file (``ulimit -f``, in bytes), or None when unlimited."""
     import resource  # Unix only; the workflow runs on nothing else
 
     soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
@@ -247,13 +228,12 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit, told apart by what stopped it (:func:`full_kind`):
-    no bytes left, no inodes left, a used-up quota or a file over the size limit. Each names the
-    folder, the bytes needed (or written when it stopped), the command that shows the limit, what can
-    be deleted, and that nothing half-written was kept."""
+    """The sentence for a write that does not fit, told apart by :func:`_full_kind`: the folder, the
+    bytes needed, the command that shows the limit, what can be deleted, that nothing half-written is kept.
+    """
     folder = Path(folder)
-    kind = full_kind(cause, folder)
-    free = free_bytes(folder)
+    kind = _full_kind(cause, folder)
+    free = _free_bytes(folder)
     if needed is not None:
         need = f"it needs {human_bytes(needed)} ({needed} bytes)"
     elif written is not None:
@@ -282,7 +262,7 @@ def disk_full(
         )
         return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {KEPT} Then run again"
     if kind == "inodes":
-        top = mount_point(folder)
+        top = _mount_point(folder)
         return (
             f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
             f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
@@ -306,9 +286,8 @@ def disk_full(
 
 
 def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
-    """The errno that stopped a write, from ``exc`` or what caused it: a full disk's
-    (:func:`disk_full_errno`), else one of :data:`WRITE_ERRNOS` of an OSError; None when neither."""
-    code = disk_full_errno(exc, folder)
+    """The errno that stopped a write (a full disk's, else one of :data:`WRITE_ERRNOS`), or None."""
+    code = _disk_full_errno(exc, folder)
     if code is not None:
         return code
     seen: set[int] = set()
@@ -322,9 +301,9 @@ def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> 
 
 
 def probe_write(folder: str | os.PathLike) -> int | None:
-    """Write a byte into a new file in ``folder`` (its nearest existing parent), flushed to the disk, and
-    delete it: None if that works, else the errno it fails with. For a library that reported a write
-    error without its errno: where it happened is known, and the file system says what it is."""
+    """Write and fsync a byte into a new file in ``folder`` and delete it: None if that works, else
+    the errno (for a library that lost it).
+    """
     where = _existing(folder)
     name = where / f".oodcorr-probe-{os.getpid()}"
     try:
@@ -344,9 +323,7 @@ def probe_write(folder: str | os.PathLike) -> int | None:
 
 
 def file_system(folder: str | os.PathLike) -> str:
-    """The file system ``folder`` is on, for a sentence: its mount point and type (``/scratch (nfs4)``),
-    the longest mount point of ``/proc/self/mounts`` above it (a bind mount shares its device number
-    with what it shows, so that is the only way to tell it), else :func:`mount_point`."""
+    """``folder``'s file system for a sentence: its mount point and type (``/scratch (nfs4)``)."""
     where = _existing(folder).resolve()
     best: tuple[str, str] | None = None
     with contextlib.suppress(OSError):
@@ -359,12 +336,11 @@ def file_system(folder: str | os.PathLike) -> str:
                 inside = where == Path(top) or Path(top) in where.parents
                 if inside and (best is None or len(top) >= len(best[0])):  # the last mount on a point is seen
                     best = (top, fields[2])
-    return f"{best[0]} ({best[1]})" if best else str(mount_point(folder))
+    return f"{best[0]} ({best[1]})" if best else str(_mount_point(folder))
 
 
 def owner_of(path: str | os.PathLike) -> str:
-    """Who owns ``path`` (its nearest parent this user can see) and its mode, for a refusal; "" when
-    nothing of it can be seen."""
+    """Who owns ``path`` (its nearest visible parent) and its mode, for a refusal; "" when unknown."""
     path = Path(path)
     for p in (path, *path.parents):
         try:
@@ -391,13 +367,10 @@ def write_failed(
     cause: BaseException | None = None,
     code: int | None = None,
 ) -> WriteFailed:
-    """The error for a write of ``what`` into ``folder`` that the file system stopped: a
-    :class:`~oodcorr.core.errors.DiskFull` with :func:`disk_full`'s sentence for want of room, else a
-    :class:`~oodcorr.core.errors.WriteFailed` whose sentence names the folder, its file system
-    (:func:`file_system`) and what to do: an I/O error (EIO), a read-only file system (EROFS), a folder
-    this user may not write (EACCES, EPERM). ``code``: the errno when ``cause`` does not carry it (found
-    by :func:`probe_write` where a library lost it); a cause with neither is said in the library's
-    words, as an error of that file system."""
+    """The error for a write of ``what`` into ``folder`` that the file system stopped: :class:`DiskFull`
+    for want of room, else :class:`WriteFailed` naming the folder, its file system and what to do.
+    ``code``: the errno when ``cause`` lacks it (:func:`probe_write`).
+    """
     folder = Path(folder)
     code = code if code is not None else (write_errno(cause, folder) if cause is not None else None)
     if code in DISK_FULL_ERRNOS or (code is None and cause is not None and is_disk_full(cause, folder)):
@@ -432,15 +405,13 @@ def write_failed(
 
 
 def check_room(folder: str | os.PathLike, needed: int, what: str) -> None:
-    """Raise :class:`~oodcorr.core.errors.DiskFull` before writing ``needed`` bytes into ``folder``
-    when its file system has fewer free, or no inode for the file (nothing is written)."""
+    """Raise :class:`DiskFull` before writing ``needed`` bytes into ``folder`` when they do not fit."""
     r = room(folder)
     if r is not None and (needed > r.free or r.no_inodes):
         raise DiskFull(disk_full(folder, what, needed=needed))
 
 
 def human_bytes(n: float | None) -> str:
-    """A byte count for people: ``1.5 GiB``; ``unknown`` for None."""
     if n is None:
         return "unknown"
     for unit, f in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -1,33 +1,16 @@
-"""GGUF files (llama.cpp's one-file model format): their header read and checked before anything
-loads them.
+"""GGUF files (llama.cpp's one-file model format): the header read and checked before anything loads it.
 
-A model entry may name a GGUF file (``package: <package>/<file>.gguf`` or ``path: <file>.gguf``);
-rule ``convert_gguf`` (:mod:`oodcorr.modeling.gguf_conversion`) converts it once into a
-safetensors folder. The gguf package and transformers trust the file's header: a count of
-tensors, keys or array items is taken as given and memory is spent on it. So the header is read
-here first, with the standard library only and without reading the tensors, and a file is
-refused with a sentence naming it when
+The gguf package and transformers take the header's counts as given and spend memory on them, so
+rule ``convert_gguf`` reads it here first (stdlib, without the tensors) and refuses, naming the file,
+one that is not GGUF version 2 or 3, claims more than the file holds or is cut short, holds metadata
+beyond :data:`MAX_METADATA_BYTES` / :data:`MAX_METADATA_ITEMS` / :data:`MAX_STRING_BYTES`, names an
+architecture transformers does not read from GGUF, or a tensor of an unknown type or impossible size.
 
-* it is not a GGUF file of version 2 or 3 (its magic, its version);
-* its header claims more tensors, keys or bytes than the file holds, or it is cut short
-  (a tensor's bytes lie past the end of the file);
-* its metadata is larger than :data:`MAX_METADATA_BYTES`, holds more than
-  :data:`MAX_METADATA_ITEMS` values or a string longer than :data:`MAX_STRING_BYTES` (a real
-  tokenizer's vocabulary of 262,144 tokens and its merges fit in a fifth of these);
-* its architecture (``general.architecture``) is not one that transformers reads from GGUF
-  (:data:`TRANSFORMERS_ARCHITECTURES`, checked against transformers' own list by the tests);
-* a tensor has an unknown type, more than four dimensions, or a size its type cannot hold.
-
-Whether the header holds every tensor its architecture needs is :mod:`oodcorr.core.gguf_tensors`.
-
-The format: ggml's docs/gguf.md. All numbers are little-endian. Header: the magic ``GGUF``, a
-uint32 version, a uint64 tensor count, a uint64 key count. Then each key (a string: uint64 length
-and UTF-8 bytes), a uint32 value type and the value (an array: uint32 item type, uint64 count,
-the items). Then per tensor: its name, a uint32 number of dimensions, a uint64 per dimension, a
-uint32 ggml type and a uint64 offset into the data section, which starts at the next multiple of
-``general.alignment`` (32 when absent) after the tensor table.
-
-May import: nothing of oodcorr outside this folder.
+The format (ggml's docs/gguf.md), little-endian: the magic ``GGUF``, a uint32 version, uint64 tensor
+and key counts; each key (uint64 length, UTF-8), a uint32 value type and the value (an array: uint32
+item type, uint64 count, items); per tensor its name, uint32 dimensions, a uint64 each, a uint32 ggml
+type and a uint64 offset into the data, which starts at the next multiple of ``general.alignment``
+(32 when absent).
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Whether a GGUF file's header holds every tensor its architecture needs, at the shapes its metadata
-gives (:func:`missing_tensors`), checked from the header alone (:func:`oodcorr.core.gguf.read_header`)
-before rule ``convert_gguf`` converts it: a tensor left out is not an error to a loader (transformers
-starts it from random values and says so in a log line only), and a shape that contradicts the
-metadata stops transformers' load after the whole conversion.
-
-May import: nothing of oodcorr outside this folder.
+"""Whether a GGUF header holds every tensor its architecture needs, at the shapes its metadata gives:
+transformers starts a missing tensor from random values (a log line only) and stops on a wrong shape
+only after the whole conversion.
 """
 
 from __future__ import annotations

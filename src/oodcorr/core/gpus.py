@@ -1,20 +1,10 @@
 """Give every running GPU job its own device(s) on a machine with several GPUs.
 
-``snakemake --cores N --resources gpu=K`` runs at most K GPU jobs at once, but
-Snakemake assigns no device ids: without help every job would use GPU 0. Here
-each job claims device ids from a pool of lock files, one per visible device,
-and narrows ``CUDA_VISIBLE_DEVICES`` to what it claimed before CUDA starts.
-
-The locks are ``fcntl.flock`` locks held by an open file for the life of the
-job's process. The kernel drops them when the process ends in any way (a
-normal exit, an exception, SIGKILL from an OOM killer), so a killed job never
-leaves a device claimed.
-
-The visible devices are ``CUDA_VISIBLE_DEVICES`` when it is set (a SLURM
-allocation, a user's own narrowing), else the GPUs ``nvidia-smi`` lists. The
-lock folder is per user and, inside a SLURM job, per job (each allocation
-numbers its own devices); ``OODCORR_GPU_LOCK_DIR`` overrides it, for example to
-share one pool between users of a workstation.
+Snakemake's ``--resources gpu=K`` bounds how many GPU jobs run, but assigns no device ids: every job
+would use GPU 0. Each job claims ids from a pool of ``flock`` lock files, one per visible device
+(``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``), and narrows ``CUDA_VISIBLE_DEVICES`` before CUDA
+starts; the kernel drops a claim when the job dies. The pool is per user and per SLURM job;
+``OODCORR_GPU_LOCK_DIR`` overrides it.
 """
 
 from __future__ import annotations
@@ -138,7 +128,7 @@ def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
         )
 
 
-def claim(
+def claim_devices(
     n: int = 1,
     *,
     devices: list[str] | None = None,
@@ -147,13 +137,8 @@ def claim(
     poll: float = 0.5,
     shared: bool | None = None,
 ) -> Claim:
-    """Claim ``n`` devices nobody else holds, waiting for them if all are taken.
-
-    A job that needs several devices gets all of them or none in each pass (so
-    two such jobs never each hold half of what the other needs). The lock folder must be a
-    folder, not a link, and unless ``shared`` (default: a ``lock_dir`` given, or
-    ``OODCORR_GPU_LOCK_DIR`` set) this user's own; each lock file is opened without following
-    links (:func:`oodcorr.core.locks.open_lock_file`).
+    """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
+    Unless ``shared``, the lock folder must be this user's own folder.
     """
     devices = visible_devices() if devices is None else list(devices)
     if n < 1:
@@ -194,10 +179,8 @@ _HELD: list[Claim] = []
 
 
 def claim_for_job(n: int, env: dict | None = None) -> list[str]:
-    """Claim ``n`` devices for the rest of this process and narrow ``CUDA_VISIBLE_DEVICES`` to them.
-
-    Call before anything starts CUDA. Returns the claimed ids, or [] when no
-    device is visible at all (a CPU machine): the job then runs on the CPU.
+    """Claim ``n`` devices for the rest of this process and narrow ``CUDA_VISIBLE_DEVICES`` to them
+    (call before CUDA starts); [] when no device is visible.
     """
     env = os.environ if env is None else env
     held = [d for c in _HELD for d in c.devices]
@@ -209,7 +192,7 @@ def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise GpuPoolError("CUDA was started before a GPU was claimed; call pick_device() first")
-    c = claim(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
+    c = claim_devices(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
     _HELD.append(c)  # keep the locks open until the process exits
     if env.get("CUDA_VISIBLE_DEVICES") is None:
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # nvidia-smi's numbering

@@ -1,161 +1,27 @@
-"""Small, careful file helpers: atomic writes, reading what people have, JSONL records, fingerprints.
-
-Every result file the workflow writes goes through an atomic helper (write a
-temporary file in the same folder, then rename), so a job killed half-way never
-leaves a truncated file that a later step would read as complete.
-
-Every text file the workflow reads from a user (datasets, score tables) goes
-through :func:`read_bytes` and :func:`decode_text`: gzip, bzip2 and xz are
-recognised by their first bytes (whatever the name says), a byte-order mark
-(UTF-8, UTF-16, UTF-32) decides the encoding, CRLF line ends are fine, and any
-other encoding must be declared. A file that is none of these is refused with
-its name, line and byte, and the setting that fixes it.
+"""Reading the files people give: every text file goes through :func:`read_bytes` and
+:func:`_decode_text` (compression known by its first bytes, a byte-order mark decides the encoding,
+any other encoding declared), JSON read with a key named twice refused; a file none of these fit is
+refused naming its line and byte and the setting that fixes it.
 """
 
 from __future__ import annotations
 
 import bz2
 import codecs
-import contextlib
 import gzip
-import hashlib
 import io
 import json
 import lzma
 import os
-import stat
-import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .errors import ConfigError, DataError, ResultError, WriteFailed
-from .filesystems import DISK_FULL_ERRNOS, check_room, write_errno, write_failed
-from .limits import load_yaml_checked
-
-
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success.
-
-    On any exception the temporary file is removed and ``path`` is untouched. A write that the
-    file system stops -- for want of room (ENOSPC, a quota, EFBIG), with an I/O error (EIO), as
-    read-only (EROFS) or as another user's (EACCES, EPERM): :func:`~oodcorr.core.filesystems.write_errno`
-    -- becomes a :class:`~oodcorr.core.errors.WriteFailed` (:class:`~oodcorr.core.errors.DiskFull` for
-    want of room) naming the file, the folder, its file system and what to do; with ``size`` (the bytes
-    about to be written, when known) the room is checked before anything is written. ``what`` names
-    the file for the message (default: its path).
-    """
-    path = Path(path)
-    what = what or str(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        if write_errno(e) is None:
-            raise
-        raise write_failed(path.parent, what, needed=size, cause=e) from e
-    if size is not None:
-        check_room(path.parent, size, what)
-    fd, tmp = _mkstemp_or_failed(path, what, size)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        yield tmp_path
-        # mkstemp makes the file private (0600); results get the usual umask-based mode
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(tmp_path, 0o666 & ~current_umask())
-        os.replace(tmp_path, path)
-    except BaseException as e:
-        written = None
-        with contextlib.suppress(OSError):
-            written = tmp_path.stat().st_size
-        failed = isinstance(e, Exception) and not isinstance(e, WriteFailed) and _stopped_this_write(e, tmp_path)
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
-        if failed:
-            raise write_failed(path.parent, what, needed=size, written=written, cause=e) from e
-        raise
-
-
-def _stopped_this_write(e: Exception, tmp: Path) -> bool:
-    """Whether ``e``, raised inside :func:`atomic_path`, is the file system stopping this write: want of
-    room wherever it is said, the other write errors when they name no other file than this one's (a
-    permission error on an input the block reads is not about this folder)."""
-    code = write_errno(e, tmp.parent)
-    if code is None:
-        return False
-    if code in DISK_FULL_ERRNOS:
-        return True
-    named = [getattr(x, "filename", None) for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError)]
-    return not any(n and Path(n).parent not in (tmp.parent, tmp.parent.resolve()) for n in named)
-
-
-def _mkstemp_or_failed(path: Path, what: str, size: int | None):
-    try:
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        if write_errno(e) is None:  # no room for an inode (ENOSPC), read-only, another user's folder
-            raise
-        raise write_failed(path.parent, what, needed=size, cause=e) from e
-
-
-def current_umask() -> int:
-    """The process's umask (``os.umask`` reads it only by setting another: it is set back at once)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def follow_umask(folder: str | os.PathLike) -> None:
-    """Give every regular file under ``folder`` the mode a new file gets under the process umask
-    (``0o666 & ~umask``: 0644 under 022, 0640 under 027), as every other result has.
-
-    For what a library wrote: safetensors 0.8 writes through a temporary file and renames it, which
-    leaves ``model.safetensors`` at 0600 whatever the umask (safetensors/safetensors#782), so on a
-    shared cluster a colleague could not evaluate your checkpoints. Call it before hashing the files
-    (a chmod changes the ctime that :func:`stat_key` records); a file already at that mode is left
-    alone."""
-    want = 0o666 & ~current_umask()
-    for f in sorted(Path(folder).rglob("*")):
-        st = f.lstat()
-        if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != want:
-            os.chmod(f, want)
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    data = text.encode("utf-8")
-    with atomic_path(path, size=len(data)) as tmp:
-        tmp.write_bytes(data)
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=json_default) + "\n")
-
-
-def json_default(o: Any) -> Any:
-    # numpy scalars and paths appear in provenance dicts
-    if hasattr(o, "item"):
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
-    n = 0
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            for rec in records:
-                fh.write(json.dumps(rec, ensure_ascii=False, sort_keys=True) + "\n")
-                n += 1
-    return n
+from .errors import DataError, ResultError
 
 
 class DuplicateKey(ValueError):
-    """A JSON object that names one key twice (:func:`loads_json`): which value is meant cannot be told."""
+    """A JSON object that names one key twice: which value is meant cannot be told."""
 
     def __init__(self, key: str):
         self.key = key
@@ -172,19 +38,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 
 def loads_json(text: str | bytes) -> Any:
-    """``json.loads``, but an object naming a key twice is a :class:`DuplicateKey` (a ValueError)
-    instead of its last value winning in silence: every JSON file or line read from outside (results
-    files, model folders' config and index, safetensors headers, datasets) goes through it."""
+    """``json.loads``, but a key named twice in one object is a :class:`DuplicateKey`."""
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
 def read_jsonl(
     path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
 ) -> list[dict]:
-    """Read a JSONL file (compressed or not, see :func:`read_text`); each record gets ``_line``.
-
-    A malformed line raises DataError naming file and line. ``_line`` is the file
-    line the record was read from (it replaces a field of that name).
+    """A JSONL file's records (compressed or not: :func:`read_text`), each with ``_line``; a bad line is
+    a DataError naming file and line.
     """
     path = Path(path)
     text = read_text(path, encoding, fix)
@@ -209,9 +71,9 @@ def read_jsonl(
 
 
 def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
-    """A JSON file the workflow wrote (a manifest, a dataset's description), as written; one that is
-    missing, truncated or edited into something else is a :class:`ResultError` naming the file,
-    ``what`` it is and ``fix`` (the way out: usually which file to delete and what reruns)."""
+    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``
+    it is and ``fix``.
+    """
     path = Path(path)
     try:
         return loads_json(path.read_text(encoding="utf-8"))
@@ -275,11 +137,7 @@ def _line_of(raw: bytes, pos: int, codec: str) -> int:
 
 
 def _suggest_encoding(raw: bytes) -> str:
-    """A likely 8-bit encoding for bytes that are not UTF-8 (a suggestion, never applied unasked).
-
-    Bytes 0x80-0x9f are control characters in Latin-1 but letters and quotes in
-    Windows-1252 (the usual "Latin-1" of spreadsheets), so their presence points there.
-    """
+    """A likely 8-bit encoding for bytes that are not UTF-8: cp1252 when bytes 0x80-0x9f occur."""
     if any(0x80 <= b <= 0x9F for b in raw):
         try:
             raw.decode("cp1252")
@@ -290,7 +148,7 @@ def _suggest_encoding(raw: bytes) -> str:
 
 
 def _utf16_without_bom(raw: bytes) -> str | None:
-    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs (text in UTF-16 without its mark)."""
+    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs."""
     head = raw[:4096]
     even, odd = head[0::2].count(0), head[1::2].count(0)
     if max(even, odd) < len(head) // 4:
@@ -305,17 +163,14 @@ def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
     )
 
 
-def decode_text(
+def _decode_text(
     raw: bytes,
     path: str | os.PathLike,
     encoding: str | None = None,
     fix: str = "set `encoding: {encoding}` on the dataset entry",
 ) -> str:
-    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8.
-
-    ``fix`` says how a user declares an encoding (``{encoding}`` is filled in with
-    a suggestion). Nothing is guessed silently: a file that is not valid in the
-    encoding used is refused naming its line and byte.
+    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8; text
+    not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``).
     """
     path = Path(path)
     bom = next(((m, c) for m, c in BOMS if raw.startswith(m)), None)
@@ -362,16 +217,14 @@ def decode_text(
 def read_text(
     path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
 ) -> str:
-    """:func:`read_bytes` then :func:`decode_text`."""
-    return decode_text(read_bytes(path), path, encoding, fix)
+    """:func:`read_bytes` then :func:`_decode_text`."""
+    return _decode_text(read_bytes(path), path, encoding, fix)
 
 
 def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
-    """A sentence when a delimited file's header says its name gives the wrong delimiter: a ``.csv``
-    whose first line holds tabs and no comma (a TSV under the wrong name), or a ``.tsv`` whose first
-    line holds commas and no tab; else None. Without it every row would be read as one column, and
-    the error would name a missing column. ``fix`` is another way out than renaming (``{fmt}``: the
-    format the header suggests)."""
+    """A sentence when a ``.csv``'s header holds tabs and no comma (or a ``.tsv``'s commas and no
+    tab); else None. ``fix``: another way out than renaming (``{fmt}``: the format it looks like).
+    """
     first = next(iter(text.splitlines()), "")
     other, name, want = ("\t", "tab", ".tsv") if sep == "," else (",", "comma", ".csv")
     if sep not in first and other in first and len(first.split(other)) > 1:
@@ -381,105 +234,3 @@ def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | 
             + (f", or {fix.format(fmt=want[1:])}" if fix else "")
         )
     return None
-
-
-def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
-    """A YAML file's content (``yaml.safe_load``); a missing file or bad YAML is a ConfigError naming
-    the file, line and column. The file's size, its values (aliases counted as expanded) and its
-    depth are checked first (:mod:`oodcorr.core.limits`), so no file a user gives makes a reader run
-    away; ``checked=False`` skips that for the workflow's own schema (a tenth of a second per
-    planning)."""
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: file not found")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder, not a YAML file")
-    try:
-        if not checked:
-            with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
-                return yaml.safe_load(fh)
-        return load_yaml_checked(path)
-    except yaml.YAMLError as e:
-        raise ConfigError(describe_yaml_error(path, e)) from None
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read ({e.strerror or e})") from None
-
-
-def describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
-    """A YAML parse error as ``file:line:column: not valid YAML: what``, with the line and a caret.
-
-    PyYAML's own message names the file and line twice, context first, inside a
-    multi-line text that buries the problem; this leads with the location.
-    """
-    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
-    if mark is None:
-        if hasattr(e, "position") and hasattr(e, "reason"):  # yaml.reader.ReaderError: not UTF-8/16
-            char = getattr(e, "character", None)
-            what = f"byte 0x{char:02x}" if isinstance(char, int) else repr(char)
-            return (
-                f"{path}: not valid YAML: {e.reason} ({what} at offset {e.position}); YAML files must be "
-                "UTF-8 (or UTF-16 with a byte-order mark)"
-            )
-        return f"{path}: not valid YAML: {e}"
-    line, col = mark.line + 1, mark.column + 1
-    out = f"{path}:{line}:{col}: not valid YAML: {problem}"
-    ctx, ctx_mark = getattr(e, "context", None), getattr(e, "context_mark", None)
-    if ctx:
-        out += f" ({ctx}" + (f" that starts at line {ctx_mark.line + 1}" if ctx_mark is not None else "") + ")"
-    if "'\\t'" in str(problem):
-        out += "; indent with spaces, never tabs"
-    elif "<block end>" in str(problem) or "mapping values are not allowed" in str(problem):
-        out += "; check this line's indentation, and quote a value that holds ': '"
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-        if 0 <= mark.line < len(text):
-            out += f"\n    {text[mark.line]}\n    {' ' * mark.column}^"
-    except OSError:
-        pass
-    return out
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, hex (the one home of a file's hash: manifests, seals, publish records)."""
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
-
-
-def sha256_files(named: Iterable[tuple[str, str | os.PathLike]]) -> str:
-    """The sha256 over several files, in the order given: each file's name (as ``named`` says it,
-    e.g. relative to a folder) and a NUL, then its bytes, hex."""
-    h = hashlib.sha256()
-    for name, path in named:
-        h.update(name.encode() + b"\0")
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def short_tag(text: str, n: int) -> str:
-    """The first ``n`` hex digits of the sha256 of ``text``: a name tag that a file or folder name
-    can carry for a path or a log (the same text, the same tag)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:n]
-
-
-def stat_key(path: str | os.PathLike) -> list[int]:
-    """What says a file is unchanged since it was hashed: size, mtime, ctime and inode.
-
-    Any write changes the ctime, which no user call can set back, so an edit that
-    restores the mtime still changes the key; a copy (a new inode) does too."""
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-def sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=json_default).encode()).hexdigest()
-
-
-def canonical(obj: Any) -> Any:
-    """A copy with every mapping's keys sorted, so reordering YAML keys changes no params."""
-    if isinstance(obj, dict):
-        return {k: canonical(obj[k]) for k in sorted(obj)}
-    if isinstance(obj, list):
-        return [canonical(x) for x in obj]
-    return obj

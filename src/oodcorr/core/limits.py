@@ -1,22 +1,11 @@
-"""Size budgets checked before any work: what a YAML file or a config may hold.
+"""Size budgets of a YAML file or a loaded config, checked before any work.
 
-A YAML alias (``*name``) repeats a block without copying it, so ten lines of aliases can stand
-for a billion values: PyYAML builds them as shared objects, cheaply, but every reader that walks
-the config (the schema check, the params of each job, the budget's JSON) expands them, and planning
-would run for minutes and take gigabytes. A config nested tens of thousands deep makes every
-recursive reader (PyYAML's own, the schema validator, ours) stop with a RecursionError thousands
-of lines long. Both are refused here first, with the key (or file and line) and what to do:
-
-* :func:`load_yaml_checked` -- a YAML file a user gives (a config, a registry, the label modes, a
-  hub lock, a profile): its size on disk, then its event stream (read without building anything,
-  and without recursion: PyYAML's parser keeps its own stack), counting each alias as the block
-  it repeats, before ``yaml.safe_load`` builds it;
-* :func:`check_tree` -- a mapping already loaded (Snakemake reads ``--configfile`` itself), with
-  shared objects counted as often as they are used.
-
-The limits (:data:`MAX_NODES`, :data:`MAX_DEPTH`, :data:`MAX_YAML_BYTES`) are far above what a real
-config holds: the paper's grid (``config/paper.yaml``) has about 400 values nested 7 deep, the
-schema (the largest YAML file oodcorr reads) about 1,600 values nested 12 deep in 29 KiB.
+PyYAML builds aliases (``*name``) as shared objects, so a few lines can stand for a billion values
+that every reader then expands, and a config nested thousands deep makes every recursive reader
+fail with a RecursionError. :func:`load_yaml_checked` refuses such a file from its parser events
+(nothing built); :func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile``
+itself). Each refusal names the key (or file and line) and what to do. The limits are far above a
+real config (``config/paper.yaml``: about 400 values nested 7 deep).
 """
 
 from __future__ import annotations
@@ -41,8 +30,7 @@ WHAT_TO_DO = {
 
 
 class TooLarge(ConfigError):
-    """A YAML file or config beyond a size budget; ``parts`` is the key path of the offending block
-    (``None`` when it is known by its file and line instead)."""
+    """A YAML file or config beyond a size budget; ``parts``: the key path of the block (None: file and line)."""
 
     def __init__(self, message: str, parts: list | None = None):
         super().__init__(message)
@@ -69,12 +57,11 @@ CYCLE_MESSAGE = f"holds a YAML alias to a block that contains it (a value that h
 
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
-def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+def _scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
     """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
-    ``max_nodes`` values with its aliases expanded, nests deeper than ``max_depth``, or holds an alias
-    to a block that contains it. Reads the parser's events only (no objects are built); stops at the
-    first excess. A stream that is not valid YAML is left to ``yaml.safe_load``, which names the
-    problem."""
+    ``max_nodes`` values with aliases expanded, nests deeper than ``max_depth``, or holds an alias to a
+    block that contains it. Invalid YAML is left to ``yaml.safe_load``.
+    """
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height) of the block it names
     open_anchors: set[str] = set()
     stack: list[list] = []  # one frame per open mapping or list: [anchor, values before it, height]
@@ -126,9 +113,7 @@ def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_d
 
 
 def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) -> Any:
-    """``yaml.safe_load`` of a YAML file a user gives, after :func:`scan_yaml` and a size check on
-    disk; every refusal names the file (and line). A missing file and bad YAML are ConfigErrors too
-    (:func:`oodcorr.core.io.load_yaml` words them)."""
+    """``yaml.safe_load`` of a user's YAML file after its size on disk and :func:`_scan_yaml`."""
     path = Path(path)
     with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
         size = os.fstat(fh.fileno()).st_size
@@ -137,12 +122,9 @@ def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) 
                 f"{path}: is {size / 2**20:.1f} MiB, more than the {max_bytes // 2**20} MiB that oodcorr reads "
                 "in one YAML file; is it the file you meant?"
             )
-        scan_yaml(fh, path)
+        _scan_yaml(fh, path)
         fh.seek(0)
-        try:
-            return yaml.safe_load(fh)
-        except RecursionError:  # not reached after the scan; kept so no reader ever prints thousands of lines
-            raise TooLarge(f"{path}: " + _depth_message(None, MAX_DEPTH)) from None
+        return yaml.safe_load(fh)
 
 
 # ---- a mapping already loaded -------------------------------------------------------------------------
@@ -155,10 +137,9 @@ def _children(obj) -> list:
 
 
 def _measure(root, max_nodes: int) -> dict[int, tuple[int, int]]:
-    """(values, height) of every mapping and list under ``root`` (by ``id``), shared ones measured once
-    and counted as often as they are used; values saturate just above ``max_nodes``. Iterative, so a
-    config nested any depth is measured without recursion. Raises :class:`TooLarge` (with the key path)
-    for a value that holds itself."""
+    """(values, height) of every mapping and list under ``root`` by ``id``, shared ones counted as often
+    as used, values saturating above ``max_nodes``; iterative. :class:`TooLarge` for a value that holds itself.
+    """
     memo: dict[int, tuple[int, int]] = {}
     on_path: set[int] = set()
     parts: list = []
@@ -216,9 +197,9 @@ def key_path(parts: list, root: Any = None) -> str:
 
 
 def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
-    """Raise :class:`TooLarge` naming the key if ``root`` (a loaded config) holds more than
-    ``max_nodes`` values with shared blocks (YAML aliases) counted as often as they are used, nests
-    deeper than ``max_depth``, or holds itself. Costs one visit per distinct mapping or list."""
+    """Raise :class:`TooLarge` naming the key if ``root`` holds more than ``max_nodes`` values (shared
+    blocks counted as often as used), nests deeper than ``max_depth``, or holds itself.
+    """
     if not isinstance(root, (dict, list, tuple)):
         return
     try:
@@ -251,14 +232,12 @@ def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH
 
 
 def _exact_size(root) -> int:
-    """The values under ``root``, shared blocks counted as often as they are used (exact, unbounded)."""
     return _measure(root, 10**30)[id(root)][0]
 
 
 # ---- the analysis ---------------------------------------------------------------------------------------
 def analysis_cells(ood_per_run: list[int], methods: int, residualisers: int) -> tuple[int, str]:
-    """The cells an analysis computes, and how they add up: each run's OOD pairs x methods x
-    residualisers (the pooled rows and corrections cost little beside them)."""
+    """The cells an analysis computes (OOD pairs x methods x residualisers) and how they add up."""
     pairs = sum(n * (n - 1) // 2 for n in ood_per_run)
     runs = len(ood_per_run)
     detail = (
@@ -270,7 +249,7 @@ def analysis_cells(ood_per_run: list[int], methods: int, residualisers: int) -> 
 def analysis_too_large(
     cells: int, detail: str, limit: int, *, what: str, limit_name: str, fewer: str, allow: str
 ) -> str:
-    """The refusal of an analysis above its cell limit: the estimate, the limit, and how to run it anyway."""
+    """The refusal of an analysis above its cell limit, and how to run it anyway."""
     return (
         f"{what} would compute {cells:,} cells ({detail}), more than the {limit:,} that {limit_name} allows "
         f"(time and memory grow with the cells: millions run for tens of minutes). Analyse fewer ({fewer}), "

@@ -1,22 +1,9 @@
-"""Where an experiment's lock is taken, recorded in the experiment folder.
+"""Where an experiment's lock is taken, recorded in the experiment folder (``.lock-places/``).
 
-The experiment's lock (:data:`oodcorr.core.locks.EXPERIMENT`) lives in the folder, or, with
-``OODCORR_LOCK_DIR`` set, in that folder (:func:`oodcorr.core.locks.lock_path`). Two shells that
-disagree about that variable would each hold a lock of their own and both write the experiment. So
-each place the lock is taken in is recorded, one small file per place under
-``<experiment>/.lock-places/``, written before the places are listed, and a run takes the lock in
-every recorded place, its own among them, in one order (:func:`oodcorr.core.locks.hold`). However the
-steps of two runs interleave, the later to list sees the other's place, and the first place both
-want decides: exactly one runs.
-
-A place is provably free from this host when this host can take it: one in the experiment folder
-(from any host that shares the folder, where the file system locks), or a lock folder of this host.
-A lock folder of another host is local to that host: whether a run there holds it cannot be told
-from here, so a run elsewhere is refused, naming the host and the record to delete once no run is
-alive there. A lock folder that cannot hold a lock (a file, read-only, another user's) is named with
-the variable that set it (:func:`unusable`).
-
-May import: nothing of oodcorr outside this folder.
+With ``OODCORR_LOCK_DIR`` set the lock is taken in that folder, not in the experiment folder; two
+shells that disagree about the variable would each hold a lock of their own. So every place used is
+recorded, and a run takes the lock in every recorded place (:func:`oodcorr.core.locks.hold`). A lock
+folder of another host cannot be proved free from here: such a run is refused, naming the record.
 """
 
 from __future__ import annotations
@@ -28,8 +15,9 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from .atomic_write import write_json_atomic
+from .digests import short_tag
 from .filesystems import owner_of
-from .io import short_tag, write_json_atomic
 
 PLACES = ".lock-places"  # in the guarded folder
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it
@@ -37,8 +25,7 @@ LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it
 
 @dataclass(frozen=True)
 class Place:
-    """A place a folder's lock has been taken in: the lock folder (None: the folder itself), the host
-    that took it there and the record that says so."""
+    """A place a folder's lock was taken in: the lock folder (None: the folder itself), the host, the record."""
 
     lock_dir: str | None
     host: str
@@ -56,9 +43,7 @@ def _record_path(folder: Path, kind_file: str, where: str | None) -> Path:
 
 
 def record(folder: Path, kind_file: str) -> None:
-    """Record that ``folder``'s lock of ``kind_file`` is taken in this process's place (:func:`lock_dir`)
-    by this host (kept: a place once used stays recorded). The lock folder, not the lock file, is
-    recorded: a copy of the folder takes its lock there under its own name."""
+    """Record that ``folder``'s lock of ``kind_file`` is taken in this process's place by this host."""
     where = lock_dir()
     path = _record_path(folder, kind_file, where)
     doc = {"lock_dir": where, "host": socket.gethostname()}
@@ -71,8 +56,7 @@ def record(folder: Path, kind_file: str) -> None:
 
 
 def recorded(folder: Path, kind_file: str) -> tuple[list[Place], list[str]]:
-    """Every recorded place of ``folder``'s lock of ``kind_file``, and a sentence for each record that
-    cannot be read (cut short, edited): which to delete, and that the run records it again."""
+    """The recorded places of ``folder``'s lock, and a sentence for each unreadable record."""
     places, damaged = [], []
     where = folder.resolve() / PLACES
     try:
@@ -96,7 +80,7 @@ def recorded(folder: Path, kind_file: str) -> tuple[list[Place], list[str]]:
 
 
 def describe(where: str | None) -> str:
-    """A place, for a sentence: ``the folder itself (OODCORR_LOCK_DIR unset)`` or ``OODCORR_LOCK_DIR=<dir>``."""
+    """A place, for a sentence."""
     return f"the folder itself ({LOCK_DIR_ENV} unset)" if where is None else f"{LOCK_DIR_ENV}={where}"
 
 
@@ -123,8 +107,7 @@ def unprovable(kind_folder: str, folder: Path, other: Place) -> str:
 
 
 def unusable(what: str, where: Path, e: OSError) -> str:
-    """The refusal when the lock folder ``where`` cannot hold ``what``'s lock: a file, read-only, or
-    another user's."""
+    """The refusal when the lock folder ``where`` cannot hold ``what``'s lock."""
     blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         why = f"{blocker} is a file, not a folder"

@@ -1,39 +1,12 @@
-"""One writer per run folder: an exclusive lock that the kernel releases when its holder dies.
+"""One writer per folder: an exclusive ``flock`` that the kernel releases when its holder dies.
 
-A finetune holds ``<run folder>/finetune.lock`` (``fcntl.flock``) from before it
-first reads or writes the folder until its manifest is written (the checks of its
-inputs come first, so a job refused for a bad input leaves no folder behind). The kernel drops the lock when
-the holding process ends in any way, SIGKILL included, so there is never a stale
-lock to delete by hand. The file itself stays; it names the last holder (PID,
-host, start time, SLURM job) for the message a second writer gets.
-
-A second finetune of the same run stops at once with that message instead of
-waiting for the lock: a finetune left running by a killed Snakemake (or a lost
-login session) may train for hours, and a job that waits for it would hold its
-GPUs idle all that time without saying why. Refused, the user sees which process
-to stop or wait for, and reruns.
-
-Under several processes (:mod:`oodcorr.jobs.multi_gpu`) rank 0, which alone writes
-the run folder, holds the lock; the launching job only checks that it is free
-(:func:`check_free`) before it starts them.
-``flock`` works across hosts on NFSv4 and on Lustre/GPFS mounted with locking
-(Linux maps it onto POSIX locks there). On a file system that refuses it (ENOLCK, EOPNOTSUPP:
-some NFS mounts) the writer stops with :class:`LocksRefused`, never runs unguarded; the way out
-is :data:`LOCK_DIR_ENV` (``OODCORR_LOCK_DIR``): a folder on a local disk where every lock is
-taken instead, named after the folder it guards, which keeps out a second writer on this host
-only (the message says so); a lock folder that cannot hold it (read-only, another user's, a file)
-is :class:`LockDirUnusable`, naming the variable. An experiment's lock (:data:`EXPERIMENT`) is taken
-in every place recorded for it as well (:mod:`oodcorr.core.lock_places`), so that two shells that
-disagree about the variable never both write it. A folder this user cannot write (read-only,
-another user's) stops the writer with :class:`FolderNotWritable` before anything is written, naming
-its owner.
-
-The same lock, of another :class:`LockKind`, guards other folders: :data:`EXPERIMENT`
-(``results/<experiment>/experiment.lock``, held by a Snakemake run for its whole life and by
-``oodcorr analyse --force``; :mod:`oodcorr.launch.experiment`) and :data:`PUBLISH`
-(``results/<experiment>/.published/publish.lock``, held while a set is published;
-:mod:`oodcorr.core.published`). The lock lives in the folder it guards, so every process that
-writes that folder shares it, whichever working folder (checkout) it runs from.
+Snakemake's own lock (``.snakemake/locks``) keeps out a second Snakemake of the same working
+folder only, and a killed run leaves it behind; these locks live in the folder they guard (a run
+folder, the experiment folder, the published folder), so every checkout and every process that
+writes it shares them, and they never go stale. A second writer stops at once with a message
+naming the holder (the lock file records its PID, host, start and SLURM job). Where the file system
+refuses ``flock``, :data:`LOCK_DIR_ENV` moves the locks to a local folder (this host only), each
+place recorded (:mod:`oodcorr.core.lock_places`) so that two shells that disagree never both write.
 """
 
 from __future__ import annotations
@@ -53,8 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock_places
+from .digests import short_tag
 from .filesystems import owner_of
-from .io import short_tag
 from .lock_places import LOCK_DIR_ENV  # a folder on a local disk where the locks are taken (flock refused)
 
 LOCK_FILE = "finetune.lock"
@@ -96,23 +69,19 @@ class FolderInUse(RuntimeError):
 
 
 class LocksRefused(FolderInUse):
-    """The folder's file system refuses ``flock``: the writer stops rather than go on unguarded;
-    the message says how to lock elsewhere (:data:`LOCK_DIR_ENV`) and what that guards."""
+    """The file system refuses ``flock``; the message says how to lock elsewhere (:data:`LOCK_DIR_ENV`)."""
 
 
 class FolderNotWritable(FolderInUse):
-    """The folder (or its lock file) cannot be written by this user: read-only, or another user's.
-    Nothing is written; the message names the owner and what to do."""
+    """The folder (or its lock file) cannot be written by this user; the message names the owner."""
 
 
 class LockDirUnusable(FolderInUse):
-    """The lock folder (:data:`LOCK_DIR_ENV`) cannot hold the lock: read-only, another user's, or a file.
-    Nothing is written; the message names the variable, the folder and what to do."""
+    """The lock folder (:data:`LOCK_DIR_ENV`) cannot hold the lock; the message names the variable."""
 
 
 class UnsafeLockFile(FolderInUse):
-    """A lock path that is not a regular file of its own (a symbolic link, a folder, a hard link):
-    opening it would write into something else. The message names it and what to do."""
+    """A lock path that is not a regular file of its own (a link, a folder, a hard link)."""
 
 
 @dataclass
@@ -164,9 +133,9 @@ def _alive_here(info: dict) -> bool | None:
 
 
 def local_holders(fd: int) -> list[int]:
-    """The PIDs on this host that hold an ``flock`` on the file open as ``fd``, from ``/proc/locks``
-    (Linux; a lock held from another host over NFS or Lustre is not listed, nor is anything where
-    ``/proc/locks`` is missing). The PID is the process that took the lock (a child it forked shares it)."""
+    """The PIDs on this host that hold an ``flock`` on the file open as ``fd`` (``/proc/locks``;
+    a lock held from another host is not listed).
+    """
     try:
         st = os.fstat(fd)
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:
@@ -238,11 +207,10 @@ def _refusal(
 
 
 def open_lock_file(path: str | os.PathLike) -> int:
-    """A lock file opened for reading and writing, created if missing, never through a link: a
-    symbolic link is not followed (``O_NOFOLLOW``), nothing is truncated on opening, and a path that
-    is not a regular file with one name (a link, a folder, a device, a hard link) is refused with
-    :class:`UnsafeLockFile`. Every lock the project opens (run folders here, GPU claims in
-    :mod:`oodcorr.core.gpus`) goes through it, since the holder's details are written into the file."""
+    """A lock file opened read-write, created if missing, never through a link (``O_NOFOLLOW``, not
+    truncated); anything but a regular file with one name is :class:`UnsafeLockFile`, since the holder's
+    details are written into it.
+    """
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
@@ -276,14 +244,13 @@ def open_lock_file(path: str | os.PathLike) -> int:
 
 
 def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
-    """Where ``folder``'s lock of ``kind`` is taken: in the folder (resolved: results/ may be a link
-    to scratch space), or, with :data:`LOCK_DIR_ENV` set, in that folder under a name made of the
-    guarded folder's name and a hash of its resolved path (so two folders never share a lock)."""
+    """Where ``folder``'s lock of ``kind`` is taken: in the folder (resolved), or in :data:`LOCK_DIR_ENV`
+    under the folder's name and a hash of its path.
+    """
     return _lock_in(folder, kind, lock_places.lock_dir())
 
 
 def _lock_in(folder: str | os.PathLike, kind: LockKind, lock_dir: str | None) -> Path:
-    """Where ``folder``'s lock of ``kind`` is taken with the lock folder ``lock_dir`` (None: in the folder)."""
     resolved = Path(folder).resolve()
     if not lock_dir:
         return resolved / kind.file
@@ -321,8 +288,33 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
     )
 
 
+def _drop_copied_name(path: Path) -> None:
+    """A lock file with another name too (its folder copied with ``cp -al``) that no run holds: this
+    name of it goes (the ``flock`` taken meanwhile proves none holds it), so the lock is made anew here
+    and the other folder keeps its own. One held is left, and :func:`open_lock_file` refuses it."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.path.samestat(os.fstat(fd), os.lstat(path)):
+            path.unlink()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     path = lock_path(folder, kind)
+    _drop_copied_name(path)
     elsewhere = path.parent != folder.resolve()
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -355,12 +347,8 @@ def _key(folder: Path, kind: LockKind) -> str:
 
 @contextlib.contextmanager
 def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | None = None) -> Iterator[HeldLock]:
-    """Hold ``folder``'s lock for the ``with`` block; raise :class:`FolderInUse` at once if another has it.
-
-    Re-entrant within a process (an inner ``hold`` of a folder this process holds
-    is a no-op), so a workflow script and the library it calls can both ask.
-    ``kind`` names the lock file and the message; ``extra`` is added to the holder's
-    details (a run of the workflow names its config).
+    """Hold ``folder``'s lock for the ``with`` block; :class:`FolderInUse` at once if another has it.
+    Re-entrant within a process; ``extra`` is added to the holder's details.
     """
     folder = Path(folder)
     held = _HELD.get(_key(folder, kind))
@@ -399,7 +387,6 @@ def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
 
 
 def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") -> None:
-    """Take the lock open as ``fd`` (``path``) at once, or raise the refusal naming its holder."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -412,10 +399,9 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
 
 
 def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
-    """Take ``folder``'s lock in this run's place (``own``, open as ``fd``) and in every other place
-    recorded for it (:mod:`oodcorr.core.lock_places`), in the order of their paths; return the other
-    places' descriptors, held. This run's place is recorded before the places are listed, so of two runs
-    that take the lock in two places the later to list sees both, and the first place both want decides."""
+    """Take the lock in this run's place (``own``) and in every other recorded place, in path order;
+    return the other places' descriptors. Recording before listing makes the first place both want decide.
+    """
     lock_places.record(folder, kind.file)
     places, damaged = lock_places.recorded(folder, kind.file)
     if damaged:
@@ -453,8 +439,7 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
 
 
 def release(held: HeldLock) -> None:
-    """Let go of a lock taken by :func:`hold` or :func:`acquire` (the kernel does it anyway when the
-    process ends)."""
+    """Let go of a lock taken by :func:`hold` or :func:`acquire`."""
     _HELD.pop(str(held.path), None)
     for fd in (*held.others, held.fd):
         with contextlib.suppress(OSError):
@@ -465,20 +450,16 @@ def release(held: HeldLock) -> None:
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
-    """Take ``folder``'s lock and keep it until :func:`release` or the end of the process (a run of
-    the workflow holds its experiment's lock for its whole life); :class:`FolderInUse` at once if
-    another has it. A lock this process already holds is returned as it is."""
+    """Take ``folder``'s lock until :func:`release` or the end of the process; :class:`FolderInUse` at
+    once if another has it.
+    """
     folder = Path(folder)
     held = _HELD.get(_key(folder, kind))
     return held if held is not None else _take(folder, kind, extra)
 
 
 def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
-    """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing.
-
-    A folder (or lock file) that does not exist is free. Nothing is kept held: the
-    writer takes the lock itself with :func:`hold`.
-    """
+    """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing."""
     folder = Path(folder)
     lock = lock_path(folder, kind)
     if _key(folder, kind) in _HELD or not (lock.exists() or lock.is_symlink()):

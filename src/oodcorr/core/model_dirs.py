@@ -1,10 +1,5 @@
 """Model folders on disk: where a packaged model is, whether a folder loads under the safety
-defaults, and which of its files loading reads.
-
-Planning checks a local model with these (:mod:`oodcorr.launch.disk_checks`), loading checks it again
-(:mod:`oodcorr.modeling.loading`), and a series' manifest lists the files they name (:mod:`oodcorr.jobs.series`,
-:mod:`oodcorr.planning.plan`). Each function that needs the entry takes its
-:class:`oodcorr.core.model_entry.ModelEntry`. Nothing here imports torch or an oodcorr module outside core.
+defaults, and which of its files loading reads (no torch).
 """
 
 from __future__ import annotations
@@ -20,7 +15,7 @@ from .io import DuplicateKey, loads_json
 from .model_entry import ModelEntry
 
 
-def package_path(model_entry: ModelEntry) -> Path:
+def _package_path(model_entry: ModelEntry) -> Path:
     """The folder or file ``<package>/<sub/path>`` inside an installed Python package (nothing is imported)."""
     pkg, _, sub = model_entry.package.partition("/")
     found = importlib.util.find_spec(pkg)
@@ -37,7 +32,7 @@ def package_path(model_entry: ModelEntry) -> Path:
 
 def package_dir(model_entry: ModelEntry) -> Path:
     """The model folder ``<package>/<sub/folder>`` inside an installed Python package."""
-    d = package_path(model_entry)
+    d = _package_path(model_entry)
     if not d.is_dir():
         raise ConfigError(f"{model_entry.where}.package: {d} is not a folder (a model folder, or a .gguf file)")
     return d
@@ -46,7 +41,7 @@ def package_dir(model_entry: ModelEntry) -> Path:
 def gguf_file(model_entry: ModelEntry) -> Path:
     """The GGUF file a model entry names; a ConfigError naming the key when it is not a file."""
     if model_entry.package:
-        p = package_path(model_entry)
+        p = _package_path(model_entry)
         key = "package"
     else:
         p = Path(model_entry.path)
@@ -83,13 +78,9 @@ SAFETENSORS_BITS = {
 
 
 def safetensors_header(path: str | Path) -> dict:
-    """The JSON header of a safetensors file (tensor name -> {dtype, shape, data_offsets}), read
-    without the tensors; a file that is not one (cut short, junk, another format) is a ValueError
-    saying what is wrong with it. Checks what the loader would trip on, with a sentence instead of
-    its error: the header's length, that it is a JSON mapping naming each tensor once, that each
-    tensor's bytes are as many as its dtype and shape need, and that the tensors fill the data
-    section exactly, one after another (a file padded at its end, with a gap or with overlapping
-    tensors is refused by safetensors too)."""
+    """The JSON header of a safetensors file, read without the tensors; one that is cut short, junk
+    or inconsistent (lengths, names, dtypes, gaps) is a ValueError saying what is wrong.
+    """
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -117,7 +108,7 @@ def safetensors_header(path: str | Path) -> dict:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} has no data offsets in the header")
         if not 0 <= offsets[0] <= offsets[1] <= data:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} lies past the end of the file (cut short?)")
-        need = tensor_bytes(meta)
+        need = _tensor_bytes(meta)
         if need is None:
             raise ValueError(
                 f"{path}: tensor {str(name)[:80]!r} has dtype {str(meta.get('dtype'))[:20]!r} or shape "
@@ -145,7 +136,7 @@ def safetensors_header(path: str | Path) -> dict:
     return header
 
 
-def tensor_bytes(meta: dict) -> int | None:
+def _tensor_bytes(meta: dict) -> int | None:
     """The bytes a safetensors tensor (its header entry) holds by its dtype and shape; None when
     either is not one the format defines."""
     bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
@@ -175,7 +166,7 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
             f"{model_entry.where}: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
-    missing_shards(p, model_entry)
+    _missing_shards(p, model_entry)
     headers = {}
     for f in sorted(p.glob("*.safetensors")):
         try:
@@ -195,7 +186,7 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
                 f"weights at all: copy or download the model again.{beside}"
             ) from None
     if (p / INDEX).exists() and not (p / "model.safetensors").exists():  # with both, the one file is loaded
-        check_shard_index(p, model_entry, headers)
+        _check_shard_index(p, model_entry, headers)
     try:
         cfg = loads_json((p / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
@@ -212,12 +203,10 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
         )
 
 
-def missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    """A sharded model's index (``model.safetensors.index.json``, or ``pytorch_model.bin.index.json``
-    when pickles are allowed) names every shard: each must be in the folder, else a
-    :class:`ConfigError` naming the missing ones (a copy or prefetch cut short); checked before any
-    job loads the model, which would stop with the loader's traceback (or, for some loaders, go on
-    with the weights of the missing shards left at their random initial values)."""
+def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
+    """A :class:`ConfigError` naming the shards a sharded model's index names that are not in the folder
+    (a loader would stop with a traceback, or start their weights from random values).
+    """
     names = ["model.safetensors.index.json"]
     if model_entry.allow_pickle_weights:
         names.append("pytorch_model.bin.index.json")
@@ -225,7 +214,7 @@ def missing_shards(folder: Path, model_entry: ModelEntry) -> None:
         index = folder / name
         if not index.exists():
             continue
-        shards = sorted(set(read_weight_map(index, model_entry).values()))
+        shards = sorted(set(_read_weight_map(index, model_entry).values()))
         gone = [s for s in shards if not (folder / s).is_file()]
         if gone:
             raise ConfigError(
@@ -239,7 +228,7 @@ INDEX = "model.safetensors.index.json"
 SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<i>\d+)-of-(?P<n>\d+)\.safetensors$")
 
 
-def read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
+def _read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
     """A shard index's ``weight_map`` (tensor -> shard file), read with each key once; a
     :class:`ConfigError` naming the file otherwise."""
     try:
@@ -259,16 +248,13 @@ def read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
     return wm
 
 
-def check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
-    """A sharded model is whole: what its index (``model.safetensors.index.json``) names is what its
-    shards (their headers, ``headers``: file name -> header) hold, tensor for tensor; the shards
-    named ``<stem>-<i>-of-<n>.safetensors`` are all there in the index, ``1`` to ``n``; and the
-    index's ``total_size`` and ``total_parameters`` (transformers writes them) are what its tensors
-    add up to. An index that leaves out a shard's tensors (a shard deleted, the index edited to match)
-    would otherwise load with those weights started from random values, said in a log line only.
-    A :class:`ConfigError` naming the file and what is missing otherwise."""
+def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
+    """A :class:`ConfigError` unless a sharded model is whole: its index names what its shards hold, tensor
+    for tensor, every ``<stem>-<i>-of-<n>`` shard is there, and its totals add up (else those weights
+    would load from random values, said in a log line only).
+    """
     index = folder / INDEX
-    wm = read_weight_map(index, model_entry)
+    wm = _read_weight_map(index, model_entry)
     where = f"{model_entry.where}: {index}"
     again = (
         "the model is incomplete, and loading it would start the weights left out from random values. Copy or "
@@ -339,7 +325,7 @@ def tokenizer_max_id(path: str | Path) -> int | None:
     return max(ids) if ids else None
 
 
-def embedding_rows(folder: str | Path) -> int | None:
+def _embedding_rows(folder: str | Path) -> int | None:
     """The rows of a model's input embeddings by its ``config.json`` (``vocab_size``, or its text
     model's); None where it does not say."""
     try:
@@ -356,7 +342,7 @@ def embedding_rows(folder: str | Path) -> int | None:
 def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
     """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``
     (an id of ``max_id`` needs ``max_id + 1`` rows), or None where they fit or either is unknown."""
-    rows = embedding_rows(folder)
+    rows = _embedding_rows(folder)
     if rows is None or max_id is None or max_id < rows:
         return None
     return (

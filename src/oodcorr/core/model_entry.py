@@ -1,18 +1,7 @@
-"""A model entry of the config, resolved once by planning: :class:`ModelEntry`, the one typed
-object that every later stage (the plan, the planning-time checks, the jobs, the loaders)
-receives under the name ``model_entry``.
-
-It holds the entry's keys that change results, at the schema's defaults where the config leaves
-them out (``config/schema.yaml``, ``models.items``), and nothing that changes none (``resources``,
-``finetune``, ``distributed``, ``params_b``: the plan keeps those apart). A series keeps ``hub``
-and its ``tokenizer`` (the first checkpoint) but not its checkpoint list
-(:meth:`oodcorr.planning.config.Experiment.model_entry`).
-
-Snakemake's params and the records beside every result hold its dict form, :meth:`ModelEntry.params`,
-which is the dict those params and records held before this class existed (same keys, values and
-order), so a new version of the code reruns nothing. A job turns its params back into the object
-once, at its start (:meth:`ModelEntry.from_params`); a key it does not know means the job runs
-other code than planned it, and is refused naming the key. Stdlib only.
+"""A model entry of the config, resolved once by planning: :class:`ModelEntry`, the typed object every
+later stage receives as ``model_entry``. It holds the keys that change results, at the schema's
+defaults; its dict form (:meth:`ModelEntry.params`) is what params and records hold, and a job turns
+it back once (:meth:`ModelEntry.from_params`), refusing a key it does not know.
 """
 
 from __future__ import annotations
@@ -21,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from .digests import canonical
 from .errors import ConfigError
-from .io import canonical
 
 # the keys that say where the weights come from; an entry gives exactly one
 # (oodcorr.planning.checks checks it), and `source` is the first given, in this order

@@ -1,19 +1,7 @@
-"""What made a result: the code that ran, and the model libraries the jobs ran with.
-
-* :func:`code_provenance`: the oodcorr version, the git commit of the checkout it runs from and
-  whether that checkout's tracked files differ from the commit (``git_dirty``), and the versions of
-  python and snakemake, of the process that asks. Where the package is not a file of a git checkout
-  (installed from a tarball or a wheel), git is not installed or refuses (a checkout of another user),
-  the commit and the dirty flag are ``"unknown"``: never an error.
-* :func:`library_versions`: torch's, transformers' and peft's versions (:data:`LIBRARIES`) as
-  installed, read from their metadata without importing them. A finetune records them in each
-  checkpoint's manifest, an evaluation in its predictions file's record (with the finetune's of the
-  checkpoint it scored); :func:`jobs_libraries` counts them over the records an aggregation reads.
-
-Provenance is recorded beside results (``provenance.json`` of the published set, ``experiment.json``,
-``settings.json`` of ``oodcorr analyse``) and never goes into a rule's params, an evaluation's key or
-the config's digest: a new commit, or an edit of a tracked file, reruns nothing
-(docs/outputs.md#provenance).
+"""What made a result: the code that ran (:func:`code_provenance`: version, git commit and dirty flag,
+``"unknown"`` where there is no checkout) and the model libraries the jobs ran with
+(:func:`library_versions`, read from their metadata without importing them). Recorded beside results,
+never in a param or a digest: a new commit reruns nothing.
 """
 
 from __future__ import annotations
@@ -28,7 +16,7 @@ from pathlib import Path
 
 from .. import __version__
 from .errors import ResultError
-from .records import PUBLISH_RECORD, read_publish_record
+from .published import PUBLISH_RECORD, read_publish_record
 
 UNKNOWN = "unknown"
 NOT_RECORDED = "not recorded"  # a record written before records kept the libraries
@@ -68,7 +56,7 @@ def _git(*args: str) -> str | None:
     return res.stdout if res.returncode == 0 else None
 
 
-def git_state() -> tuple[str, bool | str]:
+def _git_state() -> tuple[str, bool | str]:
     """(the commit, whether the tracked files differ from it) of the git checkout that the running
     oodcorr package is a tracked part of; ``"unknown"`` for both when it is none (a tarball or wheel
     install, even one inside another repository, such as a venv in a checkout), or git cannot say."""
@@ -84,7 +72,7 @@ def git_state() -> tuple[str, bool | str]:
 def code_provenance() -> dict:
     """What code this process runs: ``oodcorr`` (the version), ``git_commit``, ``git_dirty`` (true,
     false or ``"unknown"``), ``python``, ``snakemake`` (None where it is not installed)."""
-    commit, dirty = git_state()
+    commit, dirty = _git_state()
     return {
         "oodcorr": __version__,
         "git_commit": commit,

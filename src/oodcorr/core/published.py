@@ -1,33 +1,20 @@
 """Results published as a set, switched by one rename, and checked against what was published.
 
-An experiment's tables and figures (``results/<experiment>/scores.csv``, ``analysis/...``) are
-made in ``.staging/`` and published together by rule ``publish_results``. Snakemake deletes a
-job's declared outputs before the job starts, so the files people read cannot be that rule's
-outputs: a kill between that deletion and the end of the copy would leave some of them gone.
-Instead each publish builds a new *version* beside the others and switches to it with one
-rename::
+Snakemake deletes a job's declared outputs before the job starts, so the files people read
+(``results/<experiment>/scores.csv``, ``analysis/``) cannot be rule ``publish_results``' outputs: a kill
+in between would lose them. Each publish builds a new version beside the others and switches to it::
 
     results/<experiment>/
         .published/v7/...              one published set, with publish_record.json (each file's sha256)
         .published/current -> v7       what readers see; replacing this link is the switch
         scores.csv -> .published/current/scores.csv     the paths people read: links, made once
-        analysis   -> .published/current/analysis
         published.json                 rule publish_results' declared output: a copy of the record
 
-A reader therefore sees the previous set or the new one, whole, at every moment; a kill at
-any point leaves the previous set in place (or, after the switch, the new one), and at worst
-an unfinished ``.published/.new-*`` folder that the next publish removes. The version before
-the current one is kept until the next publish (a reader that resolved a path just before a
-switch can still open it); older ones are deleted, unless they hold files that differ from
-their record or were never published (edited by hand, ``oodcorr analyse --force``): those are
-kept as ``.published/kept-*`` and named. So is anything else found where one of the links goes (a
-file or folder put there by hand): moved aside, never deleted.
-
-Every staged file is checked against its seal (:func:`oodcorr.core.records.check_seal`, written
-by the job that made it) before it is published, and copied with its sha256 computed on the
-way; the record keeps each file's sha256, size and stat. :func:`inspect` compares what is
-published now with that record (planning does so at every start, the report before it shows
-anything).
+A reader sees the previous set or the new one, whole. The version before the current one is kept
+until the next publish; older ones are deleted unless they differ from their record (kept as
+``.published/kept-*`` and named), as is anything found where a link goes. Staged files are checked
+against their seals before they are published; :func:`inspect` compares what is published with the
+record.
 """
 
 from __future__ import annotations
@@ -35,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -43,11 +31,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .atomic_write import current_umask, write_json_atomic
+from .digests import sha256_file, stat_key
 from .errors import ResultError, WriteFailed
 from .filesystems import check_room, write_errno, write_failed
-from .io import current_umask, sha256_file, stat_key, write_json_atomic
 from .locks import PUBLISH, hold
-from .records import PUBLISH_RECORD, RECORD_FORMAT, check_seal, read_publish_record
+from .seals import check_seal
 
 PUBLISHED = ".published"
 CURRENT = "current"
@@ -60,14 +49,12 @@ class PublishRefused(RuntimeError):
     message names it and what to do."""
 
 
-def top_names(rels) -> list[str]:
-    """The entries of the experiment folder that are links into the published set: the first
-    part of each published path (``scores.csv``, ``analysis``), in order."""
+def _top_names(rels) -> list[str]:
+    """The experiment folder's links into the published set: the first part of each published path."""
     return list(dict.fromkeys(Path(r).parts[0] for r in rels))
 
 
-def link_target(name: str) -> str:
-    """What the link ``<experiment>/<name>`` points at (relative, so a copied folder keeps working)."""
+def _link_target(name: str) -> str:
     return f"{PUBLISHED}/{CURRENT}/{name}"
 
 
@@ -77,11 +64,9 @@ def _stamp() -> str:
 
 # ---- publishing ----------------------------------------------------------------------------
 def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
-    """Publish each staged file (``{rel: staged path}``) as ``root/<rel>``, as one set; return the record.
-
-    Each staged file must match its seal (else :class:`PublishRefused`, and nothing changes). The
-    set is built in a new version folder, then ``.published/current`` is switched to it by one
-    rename, then the links in ``root`` are made where missing. Held under ``.published/publish.lock``.
+    """Publish each staged file (``{rel: staged path}``) as ``root/<rel>``, as one set, under the
+    publish lock; return the record. A staged file that does not match its seal is
+    :class:`PublishRefused` and nothing changes.
     """
     root = Path(root)
     staged = {str(rel): Path(path) for rel, path in staged.items()}
@@ -93,7 +78,7 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
         previous = _current_version(pub)
         record = _build(pub, staged, experiment)
         _switch(pub, record["version"])
-        for name in top_names(rels):
+        for name in _top_names(rels):
             kept = _make_link(root, name, pub)
             if kept:
                 notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
@@ -102,7 +87,6 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
 
 
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
-    """The new version folder, whole, with its record; removed again if anything fails."""
     mask = current_umask()
     try:
         block = os.statvfs(pub).f_frsize or 4096
@@ -169,7 +153,6 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
 
 
 def _copy_hashing(src: Path, dst: Path, chunk: int = 1 << 20) -> str:
-    """Copy ``src`` to ``dst``, returning the sha256 of the bytes written."""
     h = hashlib.sha256()
     with open(src, "rb") as fin, open(dst, "wb") as fout:
         while True:
@@ -200,13 +183,13 @@ def _current_version(pub: Path) -> str | None:
 
 
 def _switch(pub: Path, version: str) -> None:
-    """Point ``.published/current`` at ``version``: one rename of a new link onto the old one."""
     _replace_with_link(pub / CURRENT, version, pub)
 
 
 def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
-    """Make ``path`` a link to ``target`` by renaming a new link onto it. Anything else at ``path``
-    (a file or folder put there by hand) is moved into ``pub`` first and its new place returned."""
+    """Make ``path`` a link to ``target`` by one rename; anything else there is moved into ``pub``
+    first and its new place returned.
+    """
     tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
     os.symlink(target, tmp)
     kept = None
@@ -224,14 +207,13 @@ def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
 
 def _make_link(root: Path, name: str, pub: Path) -> Path | None:
     path = root / name
-    if path.is_symlink() and os.readlink(path) == link_target(name):
+    if path.is_symlink() and os.readlink(path) == _link_target(name):
         return None
-    return _replace_with_link(path, link_target(name), pub)
+    return _replace_with_link(path, _link_target(name), pub)
 
 
 def _clear_leftovers(pub: Path) -> list[str]:
-    """What killed publishes left (unfinished ``.new-*`` folders, unused link files); only called
-    under the publish lock, so none of them is in use."""
+    """What killed publishes left (``.new-*`` folders, link files); called under the publish lock."""
     notes = []
     for p in pub.iterdir():
         if p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
@@ -246,15 +228,15 @@ def _clear_leftovers(pub: Path) -> list[str]:
 
 
 def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
-    """Versions other than ``current``: kept (and named) as ``kept-*`` when they hold anything that
-    differs from their record; else ``previous`` stays until the next publish (a reader that
-    resolved a path just before the switch can still open it) and the others are deleted."""
+    """Versions other than ``current`` and ``previous``: deleted, or kept as ``kept-*`` (and named) when
+    they differ from their record.
+    """
     notes = []
     for _, d in _versions(pub):
         if d.name == current:
             continue
         kept = pub / f"kept-{_stamp()}-{d.name}"
-        problems = version_problems(d, shown_as=kept)
+        problems = _version_problems(d, shown_as=kept)
         if problems:
             os.rename(d, kept)
             notes.append(
@@ -266,11 +248,10 @@ def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
 
 
 # ---- checking what is published ------------------------------------------------------------
-def version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
-    """What in a version folder differs from its record: files changed, missing or added. A file
-    whose stat is the one recorded is not hashed again (any write changes its ctime).
-    ``shown_as`` is the folder to name in the sentences (the experiment folder, whose links
-    lead here)."""
+def _version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
+    """What in a version folder differs from its record: files changed, missing or added (a file whose
+    stat is the recorded one is not hashed again). ``shown_as``: the folder the sentences name.
+    """
     try:
         record = record or read_publish_record(folder / PUBLISH_RECORD)
     except ResultError as e:  # another version's record: the set is published again
@@ -343,10 +324,10 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
     if state.record is None:
         state.damaged.append(f"{pub / version / PUBLISH_RECORD} is missing or unreadable")
         return state
-    state.damaged += version_problems(pub / version, state.record, shown_as=root)
-    for name in top_names(rels):
+    state.damaged += _version_problems(pub / version, state.record, shown_as=root)
+    for name in _top_names(rels):
         path = root / name
-        if not (path.is_symlink() and os.readlink(path) == link_target(name)):
+        if not (path.is_symlink() and os.readlink(path) == _link_target(name)):
             what = "is missing" if not path.exists() and not path.is_symlink() else "was replaced"
             state.damaged.append(f"{path} {what} (it is a link into {pub / CURRENT})")
     missing = [r for r in rels if r not in state.record["files"]]
@@ -369,9 +350,40 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
 
 
 def write_marker(root: str | os.PathLike, record: dict) -> None:
-    """Rule publish_results' declared output: the record of what it published."""
     write_json_atomic(Path(root) / MARKER, {k: v for k, v in record.items() if k != "notes"})
 
 
 def describe(record: dict) -> str:
     return f"version {record.get('version')}, published {record.get('published')}, {len(record['files'])} files"
+
+
+# ---- what was published --------------------------------------------------------------------
+PUBLISH_RECORD = "publish_record.json"  # in each published version folder
+
+
+RECORD_FORMAT = 1
+
+
+# what remakes a publish record (and a copy of it, published.json): the set published again from staging
+REPUBLISH = "snakemake --forcerun publish_results"
+
+
+def read_publish_record(path: str | Path) -> dict | None:
+    """A publish record, or None when missing or not one; another format is a
+    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`.
+    """
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
+        return None
+    if doc.get("format") != RECORD_FORMAT:
+        raise ResultError(
+            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT}: written by another "
+            f"version of oodcorr, which this one does not read; `{REPUBLISH}` publishes the set again with a "
+            "record of this version (nothing is trained, evaluated or analysed again)"
+        )
+    if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
+        return None
+    return doc

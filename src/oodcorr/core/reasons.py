@@ -1,15 +1,6 @@
-"""Why each pair got its verdict, and what would resolve it: agreement.csv's ``reason`` and ``way_on``.
-
-Every verdict of the ladder (:data:`oodcorr.core.answer.VERDICTS`, and
-:data:`~oodcorr.core.answer.DEPENDS_ON_FORM`) gets a reason in words, read from the row's own
-numbers (how many models, the consensus interval, the corrected p-values, the testsets'
-reliabilities, each model's own run), and a way on: what would settle it (more runs, a third model,
-more items, ``--items N``, ``--pool-two-runs fixed-effect``, the curve's result), or that nothing
-needs settling. A reason starts with its kind (the words before the first ": ", one of
-:data:`KINDS`), by which the answer's line counts the pairs
-(:func:`oodcorr.core.answer.reason_counts`).
-
-Stdlib only, like :mod:`oodcorr.core.answer`, whose words it reads.
+"""Why each pair got its verdict, and what would resolve it: agreement.csv's ``reason`` and ``way_on``,
+read from the row's own numbers. A reason starts with its kind (one of :data:`KINDS`), by which the
+answer counts the pairs.
 """
 
 from __future__ import annotations

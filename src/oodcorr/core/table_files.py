@@ -1,18 +1,6 @@
-"""Local table files, CSV/TSV or parquet, with one set of checks wherever they are read.
-
-The workflow's datasets (:mod:`oodcorr.jobs.data`) take their rows from :func:`delimited_rows` and
-:func:`parquet_rows`; ``oodcorr analyse`` (:func:`oodcorr.analysis.tables.read_table`) parses a
-scores table with pandas, every cell as text, and makes the same checks here. A file is refused,
-with its name and line, when it is empty (:func:`empty`), when its header names a column twice
-(:func:`check_header`), when it has a header or columns but no rows (:func:`header_without_rows`,
-:func:`columns_without_rows`) and when a parquet file cannot be read (:func:`unreadable_parquet`);
-a delimited file whose header says that its name gives the wrong delimiter, by
-:func:`oodcorr.core.io.delimiter_mismatch`. Compression and text encodings: :mod:`oodcorr.core.io`.
-
-A file's format by its name is :func:`suffix_format`, from the one map :data:`SUFFIX_FORMATS`; each
-reader says which suffixes it accepts (:data:`SCORES_SUFFIXES`, :data:`DATASET_SUFFIXES`).
-
-Stdlib only; pyarrow is imported when a parquet file is read.
+"""Local table files, CSV/TSV or parquet, with one set of checks wherever they are read: each refusal
+names the file and line (empty, a column named twice, a header without rows, unreadable parquet). A
+file's format by its name: :func:`suffix_format`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
-"""The experiment trackers ``finetune.report_to`` names: which, where each writes, and whether it can.
-
-The Trainer logs the training loss to them; :mod:`oodcorr.jobs.tracking` logs each checkpoint's
-scores and the answer. This module (stdlib only) is what planning, the finetune and the aggregation
-share: the trackers named (:func:`named`), their destinations (:func:`mlflow_uri`,
-:func:`wandb_mode`, ...), and the check, made while planning and again when each job that writes to
-them starts (a compute node is not the login node), that each is installed and reachable
-(:func:`problems`).
-
-Destinations come from the trackers' own environment variables, never from the config, and
-credentials likewise (``WANDB_API_KEY``, ``MLFLOW_TRACKING_TOKEN``, ... are read by the trackers
-themselves):
-
-* TensorBoard: event files in the run's folder (``finetune/<run>/tensorboard/``), where the loss is;
-* MLflow: ``MLFLOW_TRACKING_URI``, else a file store in the experiment folder
-  (``results/<experiment>/mlruns``); experiment ``MLFLOW_EXPERIMENT_NAME``, else ``oodcorr-<experiment>``;
-* W&B: ``WANDB_MODE``, else ``online`` where the user has logged in (``WANDB_API_KEY``, or
-  ``wandb login``'s entry for the host in ``~/.netrc``) and ``offline`` otherwise; project
-  ``WANDB_PROJECT``, else ``oodcorr-<experiment>``; host ``WANDB_BASE_URL``, else https://api.wandb.ai.
+"""The experiment trackers ``finetune.report_to`` names: which, where each writes, and whether it can
+(stdlib only). Destinations and credentials come from the trackers' own environment variables, never
+from the config: TensorBoard writes into the run's folder; MLflow to ``MLFLOW_TRACKING_URI``, else
+``results/<experiment>/mlruns``; W&B per ``WANDB_MODE``, else online where the user is logged in.
 """
 
 from __future__ import annotations
@@ -78,7 +63,7 @@ def wandb_host() -> str:
     return os.environ.get("WANDB_BASE_URL") or WANDB_HOST
 
 
-def wandb_logged_in() -> bool:
+def _wandb_logged_in() -> bool:
     """Whether W&B has a key here: ``WANDB_API_KEY``, or the ``~/.netrc`` entry ``wandb login`` writes."""
     if os.environ.get("WANDB_API_KEY"):
         return True
@@ -91,7 +76,7 @@ def wandb_logged_in() -> bool:
 
 def wandb_mode() -> str:
     """``WANDB_MODE``, else online where the user has logged in, else offline (no network needed)."""
-    return os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
+    return os.environ.get("WANDB_MODE") or ("online" if _wandb_logged_in() else "offline")
 
 
 def wandb_project(root: str | Path) -> str:

@@ -35,9 +35,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.atomic_write import atomic_path, write_text_atomic
 from ..core.errors import ResultError
-from ..core.io import atomic_path, write_text_atomic
-from ..core.records import cache_info_path, check_staged, local_source_changed, read_result, remake_hint
+from ..core.records import local_source_changed, read_result
+from ..core.seals import check_staged, remake_hint
+from ..core.token_cache import cache_info_path
 from ..planning.layout import Paths
 from . import metrics
 
@@ -261,7 +263,7 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
 def read_scores(path: str) -> pd.DataFrame:
     """The scores table the analysis reads; a damaged one (cut short, changed since rule aggregate_scores
     sealed it, not parquet) is a :class:`ResultError` naming it, and that deleting it is safe: the rule
-    makes it again from the evaluations (:func:`oodcorr.core.records.remake_hint`)."""
+    makes it again from the evaluations (:func:`oodcorr.core.seals.remake_hint`)."""
     how = remake_hint("rule aggregate_scores", "the evaluations")
     with contextlib.suppress(FileNotFoundError):
         check_staged(path, "rule aggregate_scores", "the evaluations")
@@ -279,7 +281,7 @@ def read_analysis_table(path: str) -> pd.DataFrame:
     """A table rule partial_correlations staged (``partial_correlations.csv``, ``agreement.csv``), read
     back by the figures and the explorer page; one cut short or changed since its job sealed it (where a
     CSV would still parse, fewer rows read as all of them), or unreadable, is a :class:`ResultError`
-    naming it, and that deleting it is safe (:func:`oodcorr.core.records.remake_hint`)."""
+    naming it, and that deleting it is safe (:func:`oodcorr.core.seals.remake_hint`)."""
     made_by, source = "rule partial_correlations", "the scores table"
     check_staged(path, made_by, source)
     try:

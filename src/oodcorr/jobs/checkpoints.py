@@ -26,7 +26,8 @@ import logging
 import time
 from pathlib import Path
 
-from ..core.io import follow_umask, sha256_file, sha256_json, stat_key, write_json_atomic
+from ..core.atomic_write import follow_umask, write_json_atomic
+from ..core.digests import sha256_file, sha256_json, stat_key
 from ..core.provenance import library_versions
 
 log = logging.getLogger(__name__)

@@ -21,15 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..core import table_files
+from ..core.digests import sha256_file, sha256_json, stat_key
 from ..core.errors import DataError
-from ..core.io import (
-    format_suffix,
-    read_jsonl,
-    read_text,
-    sha256_file,
-    sha256_json,
-    stat_key,
-)
+from ..core.io import format_suffix, read_jsonl, read_text
 from ..modeling import synthetic
 from ..modeling.hub import check_loaded_dataset, hub_load_kwargs, pinned_dataset
 

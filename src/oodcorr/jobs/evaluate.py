@@ -25,8 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_json
 from ..core.errors import ResultError
-from ..core.io import sha256_json, write_json_atomic
 from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
 from ..core.records import read_result

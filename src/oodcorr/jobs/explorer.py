@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
-from ..core.io import write_text_atomic
+from ..core.atomic_write import write_text_atomic
 from ..core.reasons import every_run_sign
 from .answer_figures import EVERY_RUN_MARK, fold_names, verdict_style
 from .plotting import cluster_order, natural_key

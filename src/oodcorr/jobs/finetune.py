@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import trackers
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_file, sha256_json
 from ..core.errors import ConfigError
 from ..core.filesystems import check_room, human_bytes
-from ..core.io import read_jsonl, sha256_file, sha256_json, write_json_atomic
+from ..core.io import read_jsonl
 from ..core.locks import hold
 from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end

@@ -25,8 +25,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic
 from ..core.gpus import claim_for_job
-from ..core.io import read_json, write_json_atomic
+from ..core.io import read_json
 from ..core.locks import check_free
 from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.io import atomic_path, read_json
+from ..core.atomic_write import atomic_path
+from ..core.io import read_json
 from .answer_figures import consensus_heatmap, forest
 from .heatmaps import heatmap, heatmap_grid, heatmap_marks
 from .plotting import pyplot, save

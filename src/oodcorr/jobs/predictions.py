@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from ..core.io import atomic_path, json_default
+from ..core.atomic_write import atomic_path
+from ..core.digests import json_default
 from ..core.records import META_KEY
 
 

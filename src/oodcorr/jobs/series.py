@@ -25,8 +25,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_file, sha256_json, stat_key
 from ..core.errors import ConfigError
-from ..core.io import read_json, sha256_file, sha256_json, stat_key, write_json_atomic
+from ..core.io import read_json
 from ..core.model_dirs import check_local_weights, model_files
 from ..core.model_entry import ModelEntry
 

@@ -2,16 +2,16 @@
 
 What rule ``tokenize_testset`` runs (workflow/scripts/tokenize_testset.py); every checkpoint's
 evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`TOKENIZED_FORMAT` is the cache's
-format; its sidecar (:func:`oodcorr.core.records.cache_info_path`) is readable without torch.
+format; its sidecar (:func:`oodcorr.core.token_cache.cache_info_path`) is readable without torch.
 
 A cache records its testset, its model and the fingerprint of the tokenizer that made it
 (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`); its sidecar records the same, the sha256 of
 the cache's bytes and the digest of the settings that made it
-(:func:`oodcorr.core.records.tokenize_settings_digest`). :func:`read_tokenized`, the one reader,
+(:func:`oodcorr.core.token_cache.tokenize_settings_digest`). :func:`read_tokenized`, the one reader,
 refuses a cache whose bytes are not those written (a bit flipped, a file copied over it), one cut
 short or damaged, of another format (made before these records), inconsistent, of another testset
 or model than its place, or made by another tokenizer, naming it and what to delete;
-:func:`oodcorr.core.records.cache_problem` is the same check without torch or hashing, of the
+:func:`oodcorr.core.token_cache.cache_problem` is the same check without torch or hashing, of the
 file's structure and its sidecar, for planning (:mod:`oodcorr.launch.disk_checks`), which has such
 a cache made again before any evaluation reads it.
 """
@@ -24,10 +24,11 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..core.atomic_write import atomic_path, write_json_atomic
 from ..core.errors import ResultError
-from ..core.io import atomic_path, read_json, read_jsonl, write_json_atomic
+from ..core.io import read_json, read_jsonl
 from ..core.model_entry import ModelEntry
-from ..core.records import (
+from ..core.token_cache import (
     TOKENIZED_FORMAT,
     cache_info_path,
     misplaced_cache,

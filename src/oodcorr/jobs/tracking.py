@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core import trackers
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_file
 from ..core.errors import ConfigError
-from ..core.io import loads_json, sha256_file, write_json_atomic
+from ..core.io import loads_json
 from ..planning.config import trackers_of
 
 log = logging.getLogger(__name__)

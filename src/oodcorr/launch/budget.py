@@ -1,29 +1,11 @@
 """What an experiment will cost, before it is submitted: ``oodcorr budget --configfile X``.
 
-From the plan (:mod:`oodcorr.planning.plan`), and optionally a profile, the hub lock and the
-experiment's own finished jobs:
-
-* **jobs per rule**, and which run on the submitting node (``localrules``) and which are
-  submitted (with a profile's PACKING block: evaluations per SLURM job; on SLURM, the evaluation
-  submissions as job arrays too, :func:`array_submissions`, counted as such where the profile's
-  ARRAYS block is on);
-* **GPU-hours** as requested: every job's GPUs x its time limit (``runtime``; for
-  evaluate minutes per checkpoint), the upper bound a compute-time request must cover;
-  and **expected** GPU-hours where finished jobs of the same model measured their cost on
-  the same kind of device (finetune: the manifest's ``seconds``; evaluate: the record's
-  ``timing_s`` plus, for a freshly started job, its start-up ``job_timing_s``),
-  per model and testset; the other jobs count at their limits;
-* **checkpoint disk**: every run's checkpoints (LoRA: the adapter; full finetuning: the
-  weights; :func:`oodcorr.launch.sizing.checkpoint_bytes`), plus the optimizer state one
-  checkpoint per run holds while it trains;
-* **download size**: the hub files and datasets the lock lists (``oodcorr prefetch``);
-* **the longest path**: the longest chain of submitted jobs (build, then finetune or
-  tokenise, then one evaluation job) at their time limits -- the wall time with enough
-  GPUs; with ``--gpus N`` also the wall time on N GPUs at least;
-* with ``--throughput``, **GPU-hours from the work** (:mod:`oodcorr.launch.budget_work`), beside
-  the limits: the limits are a reservation, the work an estimate of what is used.
-
-Written as markdown (to print, and to attach to a compute-time request) and JSON.
+From the plan, and optionally a profile, the hub lock and the experiment's finished jobs: the jobs
+per rule (local or submitted; packed or as job arrays where the profile says so), GPU-hours as
+requested (GPUs x time limit: what a compute-time request must cover) and as expected where finished
+jobs of the same model measured their cost, checkpoint disk, download size, the longest chain of
+jobs, and with ``--throughput`` GPU-hours from the work (:mod:`oodcorr.launch.budget_work`). Written as
+markdown and JSON.
 """
 
 from __future__ import annotations
@@ -34,10 +16,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import ConfigError
 from ..core.filesystems import human_bytes
-from ..core.io import load_yaml, write_json_atomic, write_text_atomic
 from ..core.records import job_seconds, read_result
+from ..core.yaml_files import load_yaml
 from ..modeling.hub import cache_warnings
 from ..planning.plan import MODEL_RULES
 from .sizing import checkpoint_bytes, model_size

@@ -1,11 +1,6 @@
 """GPU-hours from the work, beside the budget's limits: ``oodcorr budget --throughput`` (:func:`work`).
-
-Each job's floating-point operations (parameters x tokens: about 6 per parameter and token to
-finetune every weight, 4 for LoRA, whose frozen weights get no gradient, 2 to score) at the
-throughput a GPU reaches, given per model or size class (:func:`parse_throughput`), or measured by
-finished jobs (:func:`oodcorr.launch.budget.measured_costs`); beside them the throughput the time limits
-assume. The limits are a reservation, the work an estimate of what is used. The budget
-(:mod:`oodcorr.launch.budget`) shows it in its markdown.
+Each job's operations (parameters x tokens: about 6 to finetune every weight, 4 for LoRA, 2 to score)
+at a GPU's throughput, given per model or size class or measured by finished jobs.
 """
 
 from __future__ import annotations
@@ -81,15 +76,10 @@ def work(
     tokens_per_example: float | None = None,
     measured: dict | None = None,
 ) -> dict:
-    """GPU-hours from the work, per rule: each finetune's FLOP (``FLOP_PER_TOKEN`` x parameters x
-    its optimizer steps x batch x ``max_length`` tokens, an upper bound: shorter examples are padded
-    less) and each checkpoint x testset evaluation's (2 x parameters x ``examples[testset]`` x
-    ``tokens_per_example``; default the evaluation's ``max_length``, an upper bound), divided by
-    the throughput of one GPU: a finished job's measured one where there is one (same rule and
-    model, on a GPU: its FLOP over its seconds, from ``measured``, :func:`measured_costs`), else
-    ``throughput`` for the model, its size class, or ``""`` (every other). Also the throughput the
-    time limits assume (the work over the GPU-seconds the limits reserve). Start-up and model loading
-    are not work: a measured throughput includes them, a given one does not."""
+    """GPU-hours from the work, per rule: each finetune's and evaluation's FLOP (upper bounds: every
+    example at ``max_length``) over one GPU's throughput (a finished job's measured one, else
+    ``throughput`` for the model or its size class), and the throughput the time limits assume.
+    """
     examples = examples or {}
     tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
     measured = measured or {}

@@ -1,27 +1,10 @@
-"""Planning-time checks of what is on disk, before any job runs, and the warnings at the end.
+"""Checks of what is on disk while planning, before any job runs, and the report when the run ends.
 
-They read tokenizers (models, prompting) and what earlier jobs wrote (data, evaluate), so they
-sit above the job modules; the checks of the config alone are in :mod:`oodcorr.planning.checks`.
-Called by the Snakefile while planning (:func:`check_on_disk`) and when the run ends
-(:func:`end_of_run_warnings`):
-
-* :func:`check_inputs_exist` -- local dataset files and local or packaged models (they exist,
-  and load under the safety defaults);
-* :func:`check_tokenizers_fit` -- every tokenizer on disk gives ids its model's embeddings hold;
-* :func:`check_verbalisers_on_disk` -- verbalisers against every tokenizer already on
-  disk (local, packaged and built models);
-* :func:`check_sources_unchanged` -- a local dataset file edited in place with its
-  modification time kept (Snakemake would keep evaluations of the old file);
-* :func:`check_summaries_complete` -- with ``evaluation.unit: run``, a job summary
-  whose predictions files are gone;
-* :func:`truncation_warnings` -- testsets and training sets whose prompts were cut (a tokenised
-  testset's only when it was made with this config's settings);
-* :func:`check_tokenized_caches` -- (main process only, under the experiment's lock) tokenised
-  testsets cut short, from before caches recorded their tokenizer and digest, of another testset
-  or model, or made by another tokenizer: deleted, so this run makes them again before any
-  evaluation reads them;
-* :func:`refusal_lines` -- (when a run fails) the sentence each job stopped with, the job named; run
-  locally, a job killed before it could say why too, with its memory's config key and value.
+:func:`check_on_disk` checks what the config points at and what earlier runs left (inputs, tokenizers
+against their models, verbalisers, local sources edited in place, summaries without predictions);
+:func:`check_tokenized_caches` deletes tokenised testsets that cannot be used; :func:`end_of_run_report`
+prints the warnings, where the results are, and the sentence each job stopped with. The checks of the
+config alone are in :mod:`oodcorr.planning.checks`.
 """
 
 from __future__ import annotations
@@ -36,61 +19,48 @@ from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
 from ..core.model_dirs import check_local_weights, package_dir, tokenizer_max_id, vocab_problem
 from ..core.model_entry import ModelEntry
-from ..core.records import (
-    cache_info_path,
-    cache_problem,
-    local_source_changed,
-    read_refusals,
-    refusals_dir,
-    tokenize_settings_digest,
-)
+from ..core.records import local_source_changed
+from ..core.refusals import read_refusals, refusals_dir
+from ..core.token_cache import cache_info_path, cache_problem, tokenize_settings_digest
 from ..modeling.gguf_conversion import checked_header
 from ..modeling.loading import load_tokenizer, tokenizer_files_fingerprint
 from ..planning.checks import TRUNCATION_WARNING
 from ..planning.config import Experiment
 from ..planning.plan import Plan
 from . import experiment
-from .room import room_to_run
+from .free_space import free_space_problems
 
 
 def check_on_disk(plan: Plan) -> list[str]:
-    """What the config points at, and what earlier runs left, checked before any job runs.
-
-    Raises (ConfigError, DataError, StaleResult: each names the file and what to do) for a
-    missing input file or an unusable model (:func:`check_inputs_exist`), a
-    verbaliser that a tokenizer already on disk splits, a local dataset file edited in place
-    with its time kept, and (unit ``run``) a summary whose predictions files are gone.
-    Returns warnings about what is on disk (prompts cut to ``max_length``)."""
+    """What the config points at and what earlier runs left, checked before any job runs: raises
+    (ConfigError, DataError, StaleResult, naming the file and what to do); returns warnings (prompts cut).
+    """
     check_inputs_exist(plan.exp)
-    check_tokenizers_fit(plan)
-    check_verbalisers_on_disk(plan)
+    _check_tokenizers_fit(plan)
+    _check_verbalisers_on_disk(plan)
     check_sources_unchanged(plan)
-    check_summaries_complete(plan)
+    _check_summaries_complete(plan)
     return truncation_warnings(plan)
 
 
 def end_of_run_warnings(plan: Plan) -> list[str]:
-    """Everything allowed but suspicious, gathered once at the end of a run: the planning
-    warnings, the datasets' own (their meta files), prompts cut to ``max_length``, and another
-    config having written this experiment before (:func:`oodcorr.launch.experiment.config_warning`)."""
+    """The planning warnings, the datasets' own, prompts cut and another config's, gathered once."""
     data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
-    out = list(plan.warnings) + dataset_warnings(plan.exp, data_dir) + truncation_warnings(plan) + experiment.said(plan)
+    out = (
+        list(plan.warnings)
+        + _dataset_warnings(plan.exp, data_dir)
+        + truncation_warnings(plan)
+        + experiment.warnings_given(plan)
+    )
     return list(dict.fromkeys(out))
 
 
 def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, local: bool = False) -> list[str]:
-    """The lines the Snakefile's ``onsuccess`` / ``onerror`` print: the warnings, then where the
-    results are (the published paths, never ``.staging/``) or that the previous ones are kept, then
-    the prompts cut to ``max_length`` (:func:`truncation_warnings`, with the share cut and the
-    setting: the console's last lines of a run that succeeded); after a failure, last, a file system
-    without room now (:func:`room_to_run`) and the sentence each job stopped with, with the job named
-    (:func:`refusal_lines`), whichever job it was. ``asked``: the targets of a run that did not ask
-    for the published set (``snakemake results/x/data/y.jsonl``), which made only those: it is told
-    so, not pointed at scores and an answer it did not make. ``local``: the jobs ran on this machine
-    (Snakemake's local executor), where a job killed before it could say why is named too.
-
-    Never raises: a handler that crashed would bury the run's own outcome under a traceback. What
-    cannot be read is said in one line instead."""
+    """The lines ``onsuccess`` / ``onerror`` print: the warnings, where the results are (or that the
+    previous ones are kept), the prompts cut, and after a failure a file system without room and each
+    job's sentence. ``asked``: the targets of a run that did not ask for the published set. ``local``: the
+    jobs ran on this machine (a job killed before it could say why is named too). Never raises.
+    """
     lines, cut = [], []
     try:
         cut = truncation_warnings(plan)  # said last: prompts cut change what every score means
@@ -110,7 +80,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
                 f"oodcorr: scores in {P.scores_csv}, partial correlations in {P.analysis}/partial_correlations.csv, "
                 f"heatmaps in {P.analysis}/heatmaps/"
             )
-            lines += [f"oodcorr: {line}" for line in answer_of(plan)]
+            lines += [f"oodcorr: {line}" for line in _answer_of(plan)]
             page = Path(P.analysis) / "explorer.html"
             if page.exists():
                 lines.append(f"oodcorr: every pair, explored in a browser (one file, offline): {page}")
@@ -127,7 +97,7 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
         try:
             # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
             # each job's sentence: the last lines, whichever job stopped
-            lines += [f"oodcorr: {line}" for line in room_to_run(plan, [])]
+            lines += [f"oodcorr: {line}" for line in free_space_problems(plan, [])]
             lines += refusal_lines(plan, killed=local)
         except Exception as e:  # noqa: BLE001 -- as above
             lines.append(f"oodcorr: the jobs' refusals could not be gathered ({type(e).__name__}: {e})")
@@ -139,12 +109,9 @@ REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for 
 
 
 def refusal_lines(plan: Plan, killed: bool = False) -> list[str]:
-    """Each job's sentence that this run's jobs stopped with (recorded by
-    :func:`oodcorr.launch.runtime.refuse` and the jobs' exception hook), with the job named and its
-    log: those of a full disk (or another write the file system stopped) first, then in the order they
-    stopped, at most :data:`REFUSALS_SHOWN`, then how many more. With ``killed`` (the jobs ran on this
-    machine), a job killed before it could say why too (:func:`_killed_sentence`); on SLURM such a job
-    is said by :mod:`oodcorr.launch.slurm_watch`, with SLURM's reason."""
+    """Each job's sentence that this run's jobs stopped with, the job and its log named, a full disk's
+    first, at most :data:`REFUSALS_SHOWN`. ``killed``: a job killed before it could say why too.
+    """
     found = [d for d in read_refusals(refusals_dir(plan.paths.logs)) if killed or d.get("kind") != "killed"]
     # stable: the order they stopped in, within each
     found.sort(key=lambda d: d.get("kind") not in ("disk full", "write failed"))
@@ -195,10 +162,8 @@ def _killed_sentence(plan: Plan, doc: dict) -> str:
     )
 
 
-def answer_of(plan: Plan) -> list[str]:
-    """The answer's lines (:func:`oodcorr.core.answer.answer_lines`) from the published
-    ``agreement.csv``, for the method and residualiser the heatmaps show: none when it is not there
-    (nothing published), one saying so when it cannot be read."""
+def _answer_of(plan: Plan) -> list[str]:
+    """The answer's lines from the published ``agreement.csv``: none when there is none, one when unreadable."""
     path = Path(plan.paths.analysis) / "agreement.csv"
     if not path.exists():
         return []
@@ -210,7 +175,7 @@ def answer_of(plan: Plan) -> list[str]:
     return answer_lines(rows, method, res, plan.paths.analysis, consensus_sets=plan.consensus_sets())
 
 
-def dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
+def _dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
     """Warnings that preparation recorded in this experiment's dataset meta files; a meta file that
     cannot be read (truncated, edited) is a warning itself, naming it and what to do."""
     out = []
@@ -248,10 +213,8 @@ def check_inputs_exist(exp: Experiment) -> None:
 
 
 def _check_local_file(exp: Experiment, name: str) -> None:
-    """A local dataset's file must exist when planning.
-
-    Otherwise Snakemake would quietly leave the testset out once results/scores.*
-    exist (it ignores a missing input of a job whose output is not needed anew).
+    """A local dataset's file must exist: Snakemake would quietly leave the testset out once
+    results/scores.* exist.
     """
     spec = exp.dataset(name)
     if spec.get("source") != "local":
@@ -284,7 +247,7 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
     check_local_weights(str(p), model_entry)
 
 
-def tokenizer_dir(plan: Plan, model: str) -> Path | None:
+def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
     """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
     tiny model's once built; None for hub models and tiny models not built yet."""
     spec = plan.models[model]
@@ -314,13 +277,12 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
     return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
 
 
-def check_tokenizers_fit(plan: Plan) -> None:
-    """Every tokenizer already on disk gives ids its model's embeddings have rows for (its
-    ``tokenizer.json`` against the ``config.json`` beside it, :func:`oodcorr.core.model_dirs.vocab_problem`):
-    a tokenizer larger than the embeddings would stop the finetune with an index error, after the
-    jobs before it ran. Read with the standard library only; a ConfigError naming the model."""
+def _check_tokenizers_fit(plan: Plan) -> None:
+    """Every tokenizer already on disk gives ids its model's embeddings hold (standard library only);
+    a ConfigError naming the model.
+    """
     for name in plan.models:
-        d = tokenizer_dir(plan, name)
+        d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
             continue
         try:
@@ -332,16 +294,14 @@ def check_tokenizers_fit(plan: Plan) -> None:
             raise ConfigError(problem)
 
 
-def check_verbalisers_on_disk(plan: Plan) -> None:
-    """Each verbaliser must be one token, and the labels' tokens distinct, for every tokenizer:
-    checked while planning for every tokenizer already on disk, so that a bad word stops the
-    run before any job (and not in the first job that loads the tokenizer, after the tiny
-    model was rebuilt). Models with their own code (``trust_remote_code``) are left to their
-    jobs: planning runs no model's code."""
+def _check_verbalisers_on_disk(plan: Plan) -> None:
+    """Each verbaliser one token, and the labels' tokens distinct, for every tokenizer already on disk
+    (models with their own code are left to their jobs: planning runs no model's code).
+    """
     for name, spec in plan.models.items():
         if spec.model_entry.method != "pattern" or not spec.prompt or spec.model_entry.trust_remote_code:
             continue
-        d = tokenizer_dir(plan, name)
+        d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
             continue
         if not _quick_verbaliser_problem(d / "tokenizer.json", spec.prompt["verbalisers"], list(plan.labels)):
@@ -384,15 +344,10 @@ def check_sources_unchanged(plan: Plan) -> None:
             )
 
 
-def check_summaries_complete(plan: Plan) -> None:
-    """``evaluation.unit: run``: a job summary whose predictions files are gone.
-
-    The job declares only its summary (Snakemake deletes a job's declared outputs before it
-    runs, and the job keeps the predictions files it finds, so they cannot be outputs), and
-    Snakemake reruns a job only for its outputs, inputs and params: a deleted predictions
-    file alone never reruns it. Refused while planning with the one command that does,
-    unless the job runs again anyway (a newer checkpoint manifest or tokenised testset, or
-    another schedule)."""
+def _check_summaries_complete(plan: Plan) -> None:
+    """With ``evaluation.unit: run``: a job summary whose predictions files are gone is a StaleResult
+    (Snakemake would not rerun it, its output being there).
+    """
     if plan.unit != "run":
         return
     stale: dict[str, list[str]] = {}
@@ -436,16 +391,12 @@ def check_summaries_complete(plan: Plan) -> None:
 
 
 def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
-    """Every tokenised testset already on disk, checked by its structure and sidecar
-    (:func:`oodcorr.core.records.cache_problem`): one cut short (a full disk, a killed
-    copy), without its sidecar, made before caches recorded their tokenizer and digest, of another
-    testset or model than its place (two swapped), or made by another tokenizer than its model's now.
-    Its bytes are checked against their digest when an evaluation reads it. With ``rebuild``
-    (a run that may write, holding the experiment's lock) it is deleted, so that this run makes it
-    again before any evaluation reads it; else (a dry run) it is only named. Returns the warnings."""
+    """Tokenised testsets that cannot be used (:func:`oodcorr.core.token_cache.cache_problem`): deleted
+    with ``rebuild`` (main process, under the experiment's lock) so this run makes them again; said.
+    """
     out = []
     for model in plan.models:
-        folder = tokenizer_dir(plan, model)
+        folder = _tokenizer_dir(plan, model)
         fp = tokenizer_files_fingerprint(folder) if folder is not None and folder.is_dir() else None
         for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
             path = Path(plan.paths.tokenized.format(model=model, testset=testset))
@@ -464,16 +415,10 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
 
 
 def truncation_warnings(plan: Plan) -> list[str]:
-    """Testsets (per model's tokenizer) and training samples with more than
-    ``TRUNCATION_WARNING`` of their prompts cut to ``max_length``: from each tokenised
-    cache's sidecar (``<testset>.info.json``) and each finished run's manifest, as far as
-    they exist (at planning: from earlier runs; at the end of a run: all of them).
-
-    A sidecar counts only when it describes what this config evaluates: its cache is there, it
-    was made with this config's settings (:func:`oodcorr.core.records.tokenize_settings_digest` of
-    the rule's params: ``max_length``, the prompt, the tokenizer's folder...) from the testset as
-    prepared now. One made otherwise (an earlier ``evaluation.max_length``) is of a cache this run
-    makes again, and its numbers are not this run's."""
+    """Testsets and training samples with more than ``TRUNCATION_WARNING`` of their prompts cut to
+    ``max_length``, from the caches' sidecars (only those made with this config's settings) and the
+    finished runs' manifests.
+    """
     out = []
     testsets = sorted({t for ts in plan.testsets.values() for t, _ in ts})
     for model in plan.models:

@@ -1,59 +1,31 @@
-"""One writer per experiment folder; the config that wrote it last; what it published, checked.
+"""The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
+last, and its published set checked.
 
-Called by the Snakefile, in the main Snakemake process only (not in a cluster job, which plans
-again on its node):
-
-* while planning, :func:`config_warning`: ``results/<experiment>/experiment.json`` names the
-  config that last wrote the folder (and keeps it, with the folder and the working folder the run
-  was in); another config with the same ``experiment:`` name gets a warning (at planning and again
-  at the end of the run) saying that its results replace that experiment's wherever the two
-  differ, and what to do if it is another experiment. That holds only where Snakemake keeps the
-  records of the folder's outputs (this working folder's ``.snakemake/``, by path): a folder
-  copied or moved here, or written from another working folder, under a config that changes it,
-  is refused instead (:func:`written_elsewhere`), naming the ``--forcerun``/``--forceall`` that
-  reruns what the change needs;
-* while planning, :func:`check_published`: the published files against their publish record
-  (:func:`oodcorr.core.published.inspect`). A set that is damaged (a file edited, cut short,
-  replaced or deleted by hand) or incomplete (a publish that did not finish) is named, and its
-  record ``results/<experiment>/published.json``, rule ``publish_results``' output, is removed,
-  so that this run publishes the set again from ``.staging/``; a run that only looks (a dry run, a
-  summary, a graph, ``--report``) removes nothing and takes no lock, and says what a run would do;
-* while planning, in a run that may write (:func:`writes`: not a dry run, ``--report``,
-  ``--unlock``, ``--lint``, a summary or a graph), :func:`lock`: every lock file of the folder that
-  is a hard link (a copy made with ``cp -al``) that no run holds has this folder's name of it removed
-  first (:func:`unlink_copied_locks`, said in one line), one that a run holds is named (:func:`linked_locks`),
-  then the experiment's lock
-  (``results/<experiment>/experiment.lock``, :data:`oodcorr.core.locks.EXPERIMENT`), held until the
-  run ends. Taken before Snakemake builds its DAG, so a second run is refused before any job of
-  it starts, even with ``--no-hooks`` (which skips ``onstart``) and whatever the order in which
-  two runs that both passed Snakemake's own lock reach their first job. It lives in the
-  experiment folder, so two checkouts whose ``results/`` is one shared folder share it, and it
-  is an ``flock``, which holds on a shared file system where Snakemake's own lock (files in each
-  checkout's ``.snakemake/``) does not. A second writer stops at once, naming the holder.
-  ``oodcorr analyse --force`` holds it too;
-* in ``onstart`` (a real run with jobs to run), :func:`claim`: the lock (taken already while
-  planning) and the record of this run's config, with what made the experiment
-  (:func:`provenance`), which ``onsuccess`` brings up to date once the run has published
-  (:func:`record_provenance`).
+Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock
+(``results/<experiment>/experiment.lock``, an ``flock``) covers every checkout whose ``results/`` is
+that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
+until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
+is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
+was made with (:func:`_written_elsewhere`). A run that only looks (:func:`may_write` is false) takes
+no lock and changes nothing.
 """
 
 from __future__ import annotations
 
 import atexit
 import datetime
-import fcntl
 import json
 import os
 import socket
-import stat
 import sys
 import uuid
 from pathlib import Path
 
 from ..core import published
+from ..core.atomic_write import write_json_atomic
+from ..core.digests import sha256_json, short_tag
 from ..core.errors import WriteFailed
-from ..core.io import sha256_json, short_tag, write_json_atomic
-from ..core.locks import EXPERIMENT, FINETUNE, PUBLISH, FolderInUse, acquire, hold, lock_path, release
+from ..core.locks import EXPERIMENT, FolderInUse, acquire, release
 from ..core.provenance import code_provenance, published_jobs
 from ..planning.layout import Paths
 from ..planning.plan import Plan
@@ -62,7 +34,7 @@ IDENTITY = "experiment.json"
 # the warnings planning gave about the config, repeated at the end of the run (the record is this
 # run's by then): experiment folder -> warning
 _SAID: dict[str, str] = {}
-# experiment folder -> the refusal of :func:`written_elsewhere`, found by :func:`config_warning` while
+# experiment folder -> the refusal of :func:`_written_elsewhere`, found by :func:`config_warning` while
 # planning and given by :func:`lock` to a run that may write
 _REFUSED: dict[str, str] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
@@ -71,15 +43,13 @@ _REFUSED: dict[str, str] = {}
 ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
-def config_identity(config_files, config: dict) -> dict:
+def _config_identity(config_files, config: dict) -> dict:
     """What identifies the config of a run: its files (resolved) and the sha256 of the config read."""
     return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
 
 
 def _read_identity(root: Path) -> dict | None:
-    """The record of the config that last wrote ``root`` (written by :func:`claim`), or None when there
-    is none or it is not one (unreadable, or without its configs, config and records' id): this run's
-    then replaces it."""
+    """The record of the config that last wrote ``root``, or None (none, or not one)."""
     try:
         doc = json.loads((root / IDENTITY).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -94,8 +64,7 @@ def _read_identity(root: Path) -> dict | None:
 
 
 def _here(root: Path) -> dict:
-    """Where this run is: the experiment folder (resolved) and the working folder (whose
-    ``.snakemake/`` holds what Snakemake knows of each output, the settings it was made with)."""
+    """The experiment folder and the working folder (whose ``.snakemake/`` holds Snakemake's records)."""
     return {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
 
 
@@ -106,14 +75,12 @@ RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
 
 
 def _mark(root: Path) -> Path:
-    """The mark of experiment folder ``root`` (as the plan names it: Snakemake keys its records by
-    those paths) in this working folder."""
+    """The mark of experiment folder ``root`` in this working folder's ``.snakemake/``."""
     return RECORDS_MARKS / f"{short_tag(str(root), 20)}.json"
 
 
-def records_here(root: Path, old: dict) -> bool:
-    """Whether Snakemake's records in this working folder are those of the runs that wrote ``root``
-    (whose record is ``old``): the mark a run here left names the record's ``records_id``."""
+def _records_here(root: Path, old: dict) -> bool:
+    """Whether this working folder's Snakemake records are those of the runs that wrote ``root``."""
     try:
         doc = json.loads(_mark(root).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -121,9 +88,8 @@ def records_here(root: Path, old: dict) -> bool:
     return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
-def config_changes(old: dict, config: dict) -> list[str]:
-    """The top-level keys of ``config`` whose values differ from ``old`` (the config that last wrote
-    the folder, as its record keeps it), the experiment's name left out."""
+def _config_changes(old: dict, config: dict) -> list[str]:
+    """The top-level keys whose values differ from ``old``, the experiment's name left out."""
     keys = (set(old) | set(config)) - {"experiment"}
     return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
 
@@ -143,24 +109,20 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     return every, rules
 
 
-def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
-    """The refusal of a run whose config differs from the one that wrote this experiment folder, when
-    Snakemake holds no record here of the settings the folder's results were made with: it was
-    written as another folder or from another working folder (copied, ``cp -al`` included, or moved;
-    results/ shared between checkouts), or by a run that took such a folder over without rerunning
-    everything. Snakemake reruns a job for a changed setting only from its records (in the working
-    folder's ``.snakemake/``, by each output's path), so it would say "Nothing to be done" and the
-    results would stay the other config's. None when the run reruns what the change needs (the
-    analysis block alone: :data:`ANALYSIS_RULES` with ``--forcerun``; anything else: ``--forceall``),
-    or when nothing tells of such a folder."""
+def _written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
+    """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied,
+    moved, or written from another working folder): Snakemake reruns a job for a changed setting only
+    from its records, so it would run nothing and the results would stay the other config's. None when
+    the run forces what the change needs (:data:`ANALYSIS_RULES` with ``--forcerun``; else ``--forceall``).
+    """
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:
         return None  # never written
-    moved = not records_here(root, old)
+    moved = not _records_here(root, old)
     if not moved and old.get("records") != "partial":
         return None
-    changes = config_changes(old["config"], config)
+    changes = _config_changes(old["config"], config)
     if not changes:
         return None
     every, rules = _forced(sys.argv if argv is None else argv)
@@ -191,18 +153,18 @@ def written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -
 
 
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
-    """A warning when another config (other files, other content) wrote this experiment folder last;
-    when Snakemake could not rerun what that changes (:func:`written_elsewhere`), the refusal that
-    :func:`lock` gives a run that may write, said here as a warning (a dry run says it too)."""
+    """A warning when another config wrote this experiment folder last (or the refusal of
+    :func:`_written_elsewhere`, which :func:`lock` gives a run that may write).
+    """
     root = Path(plan.paths.root)
-    elsewhere = written_elsewhere(plan, config)
+    elsewhere = _written_elsewhere(plan, config)
     _REFUSED.pop(str(root), None)
     if elsewhere:
         _REFUSED[str(root)] = elsewhere
         _SAID[str(root)] = elsewhere
         return elsewhere
     old = _read_identity(root)
-    mine = config_identity(config_files, config)
+    mine = _config_identity(config_files, config)
     if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
         return None
     when = f" (on {old.get('host', '?')}, {old.get('written', '?')})"
@@ -217,8 +179,8 @@ def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     return warning
 
 
-def said(plan: Plan) -> list[str]:
-    """The warnings of :func:`config_warning` this process gave for ``plan`` (for the end of the run)."""
+def warnings_given(plan: Plan) -> list[str]:
+    """The warnings of :func:`config_warning` this process gave for ``plan``, for the end of the run."""
     w = _SAID.get(str(Path(plan.paths.root)))
     return [w] if w else []
 
@@ -233,10 +195,10 @@ _NO_WRITE_OPTIONS = frozenset(
 _NO_WRITE_SHORT = frozenset("nSDlh")  # -n (dry run), -S/-D (summaries), -l (list rules), -h
 
 
-def writes(argv: list[str]) -> bool:
-    """Whether this Snakemake may run jobs (the Snakefile cannot ask Snakemake while planning):
-    not with ``-n`` (alone or among other short flags, ``-np``), ``--report``, ``--unlock``, a
-    summary, a list or a graph."""
+def may_write(argv: list[str]) -> bool:
+    """Whether this Snakemake may run jobs: not with ``-n``, ``--report``, ``--unlock``, a summary, a list
+    or a graph (the Snakefile is read before Snakemake's own settings say so).
+    """
     for a in argv[1:]:
         if a.split("=", 1)[0] in _NO_WRITE_OPTIONS:
             return False
@@ -245,73 +207,9 @@ def writes(argv: list[str]) -> bool:
     return True
 
 
-def linked_locks(plan: Plan) -> list[Path]:
-    """The experiment's lock files (its own, its published folder's, each run folder's finetune lock)
-    that are hard links (more than one name): a folder copied with ``cp -al`` shares them with the
-    folder it was copied from. Found at once, before any lock is taken: each would be refused on its
-    own (:func:`oodcorr.core.locks.open_lock_file`), one per run, the later ones inside jobs."""
-    root = Path(plan.paths.root)
-    paths = [lock_path(root, EXPERIMENT), lock_path(root / published.PUBLISHED, PUBLISH)]
-    paths += [lock_path(Path(plan.paths.manifest.format(**run.wildcards)).parent, FINETUNE) for run in plan.runs]
-    out = []
-    for p in dict.fromkeys(paths):
-        try:
-            st = os.lstat(p)
-        except OSError:
-            continue
-        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
-            out.append(p)
-    return out
-
-
-def unlink_copied_locks(plan: Plan) -> list[str]:
-    """In a run that may write, before :func:`lock`: this folder's names of its lock files that are hard
-    links (:func:`linked_locks`: the folder was copied with ``cp -al``) removed where no run holds them (an
-    ``flock`` taken on each while its name is removed proves it); the folder they were copied from keeps
-    its own, and :func:`lock` makes this folder's anew. Returns the line that says so. One that a run holds
-    now, or on a file system without locks, is left as it is, and :func:`lock` refuses it."""
-    gone = []
-    for p in linked_locks(plan):
-        try:
-            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if os.path.samestat(os.fstat(fd), os.lstat(p)):  # the file flocked is still the one at p
-                p.unlink()
-                gone.append(p)
-        except OSError:
-            continue  # held by a run, or no locks here: lock() refuses it
-        finally:
-            os.close(fd)
-    if not gone:
-        return []
-    shown = ", ".join(str(p) for p in gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
-    return [
-        f"{len(gone)} lock file(s) of experiment {plan.experiment!r} had another name too (hard links: the folder "
-        f"was copied with `cp -al`?): {shown}. No run held them, so this folder's names of them were removed (a "
-        "run writes its holder's details into its lock files, which would have changed the other folder's too); "
-        "the other folder keeps its own"
-    ]
-
-
 def lock(plan: Plan, config_files) -> str | None:
-    """Take the experiment's lock for the rest of this process (while planning, before any job);
-    return None, or the sentence that refuses the run (another writer holds the folder, or it
-    cannot be locked or written)."""
+    """Take the experiment's lock for the rest of this process; None, or the sentence that refuses the run."""
     root = Path(plan.paths.root)
-    linked = linked_locks(plan)
-    if linked:
-        shown = ", ".join(str(p) for p in linked[:3]) + (f" and {len(linked) - 3} more" if len(linked) > 3 else "")
-        then = _REFUSED.get(str(root))  # the refusal that removing them would lead to: said now, as the next step
-        return (
-            f"{len(linked)} lock file(s) of experiment {plan.experiment!r} have another name too (hard links: the "
-            f"folder was copied with `cp -al`?): {shown}. A run writes its holder's details into them, which would "
-            "change the folder they were copied from too. Remove this folder's names of them (`find "
-            f"{root} -name '*.lock' -links +1 -delete`: the other folder keeps its own) and run again"
-            + (f". That run would be refused in turn, so take this step too: {then}" if then else "")
-        )
     try:
         held = acquire(
             root,
@@ -330,21 +228,20 @@ def lock(plan: Plan, config_files) -> str | None:
     return _REFUSED.get(str(root))
 
 
-def claim(plan: Plan, config_files, config: dict) -> str | None:
-    """Hold the experiment's lock (:func:`lock`; taken while planning already) and record this run's
-    config; return None, or the sentence that refuses the run."""
+def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
+    """Hold the experiment's lock and record this run's config; None, or the refusal."""
     refusal = lock(plan, config_files)
     if refusal:
         return refusal
     root = Path(plan.paths.root)
-    identity = config_identity(config_files, config)
+    identity = _config_identity(config_files, config)
     old = _read_identity(root)
     # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
     # one ran everything here (--forceall) after it came from elsewhere
     tracked = old is not None
-    inherited = tracked and (not records_here(root, old) or old.get("records") == "partial")
+    inherited = tracked and (not _records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
-    keep = tracked and records_here(root, old)  # else this working folder's records start a new lineage
+    keep = tracked and _records_here(root, old)  # else this working folder's records start a new lineage
     new = dict(identity, config=config, records=records, **_here(root), provenance=provenance(plan))
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
@@ -363,19 +260,14 @@ def claim(plan: Plan, config_files, config: dict) -> str | None:
 
 
 def provenance(plan: Plan) -> dict:
-    """What made the experiment, as ``experiment.json`` records it: the code of this run (``run``: the
-    git commit and dirty flag, the oodcorr version, python's and snakemake's of the Snakemake process,
-    :func:`oodcorr.core.provenance.code_provenance`) and the libraries the finetunes and evaluations
-    behind the published scores recorded (``finetune``, ``evaluate``, from the published
-    ``provenance.json``; absent before a set was published). Never a param or part of the config's
-    digest: a new commit reruns nothing."""
+    """What made the experiment: this run's code and the libraries the published scores recorded."""
     return {"run": code_provenance()} | published_jobs(plan.paths.provenance)
 
 
 def record_provenance(plan: Plan) -> str | None:
-    """At the end of a run that succeeded (``onsuccess``, the experiment's lock still held): its record
-    (``experiment.json``, written by :func:`claim`) names the libraries of the scores it published.
-    Returns None, or a warning when the record could not be written (the results are published)."""
+    """At the end of a run that succeeded, the record names the libraries of the published scores;
+    None, or a warning when it could not be written.
+    """
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:
@@ -390,58 +282,8 @@ def record_provenance(plan: Plan) -> str | None:
     return None
 
 
-def check_published(plan: Plan, change: bool) -> list[str]:
-    """The published set against its record, at the start of every run: warnings naming what is not
-    as published. In a run that may write (``change``), a damaged or incomplete set loses its record
-    (rule ``publish_results``' output), so this run publishes it again; unless another process holds
-    the experiment, which then changes nothing but is named. A run that only looks (a dry run, a
-    summary, a graph, ``--report``) changes nothing and takes no lock: it says what a run would do."""
-    root = Path(plan.paths.root)
-    rels = plan.published_rels()
-    state = published.inspect(root, rels)
-    staging = plan.paths.staging
-    if state.layout == "none":
-        return []
-    out = []
-    if state.damaged:
-        shown = "; ".join(state.damaged[:5]) + (
-            f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
-        )
-        out.append(
-            f"the published results of experiment {plan.experiment!r} are not what was published"
-            + (f" ({published.describe(state.record)})" if state.record else "")
-            + f": {shown}. This run publishes the set again from {staging}; what was changed or added is kept "
-            f"under {root / published.PUBLISHED}/kept-*"
-        )
-    elif state.incomplete:
-        out.append(
-            f"the published results of experiment {plan.experiment!r} are incomplete: {'; '.join(state.incomplete)}. "
-            f"Readers see {published.describe(state.record)}, whole and as published; this run publishes again"
-        )
-    if state.leftovers:
-        out.append(
-            f"{', '.join(state.leftovers)}: left by a publish that did not finish (the published set is not "
-            "affected); the next publish removes it"
-        )
-    marker = root / published.MARKER
-    if (state.damaged or state.incomplete) and marker.exists():
-        if not change:
-            out.append(
-                f"this command only looks, so it changes nothing in {root}: a run removes {marker} and publishes "
-                "the set again (rule publish_results, which Snakemake does not list here)"
-            )
-            return out
-        try:
-            with hold(root, EXPERIMENT):
-                marker.unlink(missing_ok=True)
-        except FolderInUse as e:
-            out.append(f"nothing is changed while another process writes the experiment: {e}")
-    return out
-
-
 def experiment_folder(out: Path) -> Path | None:
-    """The workflow's experiment folder that ``out`` is (or is inside), or None: a folder holding what
-    only the workflow writes there (its published set, its staging folder, its lock or record)."""
+    """The workflow's experiment folder that ``out`` is (or is inside), or None."""
     here = Path(out).resolve()
     for d in (here, *here.parents):
         marks = (

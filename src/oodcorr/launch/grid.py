@@ -1,16 +1,8 @@
-"""The grid a config asks for, as the design command sees it, and the changes of it that it prices.
+"""The grid a config asks for, as ``oodcorr design`` sees it, and the changes of it that it prices.
 
-:func:`grid_of` reads a plan (:mod:`oodcorr.planning.plan`) into the shape of its analysis tables:
-a table is one in-domain set and one pool group (the analysis pools a model's runs within the
-values of ``analysis.pooling.by``, by default ``n_train``, so its runs are the seeds of one
-``n_train``), its models, the runs of each, the checkpoints of each run and the OOD pairs it
-corrects together; and each testset's number of examples (OOD and in-domain) where the config or
-the prepared data say it (``max_examples``, or ``results/<experiment>/data/<name>.meta.json``).
-
-:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy
-(``oodcorr design`` plans each copy and prices it with :func:`oodcorr.launch.budget.compute`):
-twice the checkpoints per run, two more seeds, half as many more models (copies of every second
-entry, so of the grid's own sizes), four times the examples of capped testsets.
+:func:`grid_of` reads a plan into the shape of its analysis tables (one in-domain set and pool group
+each: its models, their runs and checkpoints, the OOD pairs) with each testset's examples;
+:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy.
 """
 
 from __future__ import annotations
@@ -116,7 +108,7 @@ def _finetune_blocks(config: dict):
             yield entry["finetune"]
 
 
-def more_checkpoints(config: dict) -> tuple[dict, str]:
+def _more_checkpoints(config: dict) -> tuple[dict, str]:
     """Twice the checkpoints per run: ``checkpoints.every`` halved, or a step between every two listed."""
     cfg = copy.deepcopy(config)
     said = ""
@@ -138,7 +130,7 @@ def more_checkpoints(config: dict) -> tuple[dict, str]:
     return cfg, f"twice the checkpoints per run ({said})"
 
 
-def more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
+def _more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
     """``extra`` more seeds per n_train, after the largest."""
     cfg = copy.deepcopy(config)
     for ft in _finetune_blocks(cfg):
@@ -148,7 +140,7 @@ def more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
     return cfg, f"{extra} more seeds per n_train (finetune.seeds)"
 
 
-def more_models(config: dict) -> tuple[dict, str]:
+def _more_models(config: dict) -> tuple[dict, str]:
     """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
     cfg = copy.deepcopy(config)
     models = cfg.get("models", [])
@@ -166,7 +158,7 @@ MORE_EXAMPLES = 4  # the change "examples x4": the factor on every capped OOD te
 EXAMPLES_CHANGE = f"examples x{MORE_EXAMPLES}"
 
 
-def more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
+def _more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
     """``factor`` times the examples of every OOD testset that the config caps (``max_examples``)."""
     cfg = copy.deepcopy(config)
     grown = []
@@ -189,11 +181,11 @@ def change(name: str, config: dict, plan) -> tuple[dict, str]:
     """The changed config and a description of change ``name`` (one of :data:`CHANGES`); ValueError
     with the reason when the config cannot have it."""
     if name == "checkpoints x2":
-        return more_checkpoints(config)
+        return _more_checkpoints(config)
     if name == "seeds +2":
-        return more_seeds(config)
+        return _more_seeds(config)
     if name == "models +50%":
-        return more_models(config)
+        return _more_models(config)
     if name == EXAMPLES_CHANGE:
-        return more_examples(config, plan)
+        return _more_examples(config, plan)
     raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")

@@ -1,17 +1,6 @@
-"""A clear word when `snakemake --report` is asked of an experiment that has not run.
-
-``snakemake --configfile X --report results/<experiment>/report.html`` reports the
-experiment of the config given. Without ``--configfile`` that is the embedded default,
-``results/default/``: asked after running another config, Snakemake used to print a
-"Missing metadata" line per job of the default experiment and then fail on the first
-missing figure. :func:`check_report_inputs` stops that at planning with one message
-naming the config to pass.
-
-The report shows the staged files (the rules' outputs, which ``report()`` wraps), so it also
-checks that they are what was published (:func:`published_problem`): the published set whole
-(as its record says) and each staged file the same bytes as its published copy. Otherwise a
-report made after a failed run, or after a staged or published file was changed, would show
-other numbers than the published tables.
+"""A clear word when ``snakemake --report`` is asked of an experiment that has not run (without
+``--configfile`` Snakemake reports ``results/default/`` and fails on its first missing figure), or
+whose staged files are not what was published (the report would show other numbers).
 """
 
 from __future__ import annotations
@@ -19,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..core import published
+from ..core.digests import sha256_file
 from ..core.errors import ConfigError
-from ..core.io import sha256_file
 
 
 def report_requested(argv: list[str]) -> bool:
@@ -34,7 +23,7 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
         return
     missing = [t for t in plan.targets() if not Path(t).exists()]
     if not missing:
-        problem = published_problem(plan)
+        problem = _published_problem(plan)
         if problem:
             raise ConfigError(
                 f"--report: {problem}. Run `snakemake --configfile {configfile}` first (it publishes the set "
@@ -52,7 +41,7 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     )
 
 
-def published_problem(plan) -> str | None:
+def _published_problem(plan) -> str | None:
     """Why the staged files the report would show are not what is published, or None."""
     root = Path(plan.paths.root)
     rels = plan.published_rels()

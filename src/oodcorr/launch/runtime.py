@@ -2,7 +2,7 @@
 
 Every rule's script starts with :func:`start_job` and, when it stops with a sentence (a full disk,
 a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
-(:class:`oodcorr.core.records.RefusalSlot`) for the end-of-run report, which repeats it on the
+(:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
 console with the job named. An exception no script catches is recorded too: a write the file system
 stopped as its sentence (:func:`oodcorr.core.filesystems.write_failed`), anything else as its type and
 message beside its traceback.
@@ -22,7 +22,7 @@ from pathlib import Path
 from ..core.errors import ConfigError, DataError, DiskFull, ResultError, StaleResult, WriteFailed
 from ..core.filesystems import DISK_FULL_ERRNOS, write_errno, write_failed
 from ..core.gpus import claim_for_job
-from ..core.records import REFUSALS_ENV, RefusalSlot
+from ..core.refusals import REFUSALS_ENV, RefusalSlot
 
 # errors whose message is the whole story (each names the file or key and what to do): said, not traced back
 SENTENCE_ERRORS = (ConfigError, DataError, ResultError, StaleResult, WriteFailed)
@@ -31,7 +31,7 @@ _JOB: dict = {}  # this process's job: its rule, wildcards, log, first output an
 
 def start_job(sm) -> None:
     """Start a rule's script: its log (:func:`setup_logging`), the room for its refusal (when the
-    Snakefile set :data:`~oodcorr.core.records.REFUSALS_ENV`), and the hook that records an exception
+    Snakefile set :data:`~oodcorr.core.refusals.REFUSALS_ENV`), and the hook that records an exception
     no script catches. ``sm`` is the script's ``snakemake`` object."""
     log = sm.log[0] if len(sm.log) else None
     setup_logging(log)
@@ -142,13 +142,7 @@ def setup_logging(log_path: str | None) -> None:
 
 
 def end_job() -> None:
-    """End a job's process now that its outputs are written: flush the log, skip teardown.
-
-    A process that imported torch and transformers spends time at exit tearing its
-    modules down (not yet measured in `benchmarks/README.md`), for nothing: every output is
-    already written atomically and closed. Called as the last line of the scripts of
-    the rules with many jobs (tokenisation, evaluation); a job that fails raises before.
-    """
+    """End a job's process now that its outputs are written, skipping the teardown of torch's modules."""
     _ended()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
@@ -160,11 +154,7 @@ def end_job() -> None:
 
 
 def pick_device(gpus: int) -> str:
-    """``cuda`` when the job asked for a GPU and one is visible, else ``cpu``.
-
-    A GPU job first claims its own device(s) from the machine's pool (see
-    oodcorr.core.gpus), so jobs running side by side never share a GPU.
-    """
+    """``cuda`` when the job asked for a GPU and one is visible (claimed: :mod:`oodcorr.core.gpus`), else ``cpu``."""
     if gpus and gpus > 0:
         claim_for_job(int(gpus))
         import torch  # torch stack: planning and the CLI never import it
@@ -176,11 +166,8 @@ def pick_device(gpus: int) -> str:
 
 
 def retry_sizes(batch_size: int, max_tokens: int, attempt: int) -> tuple[int, int]:
-    """Evaluation batch bounds for Snakemake's ``attempt``: halved on every retry, never below 1.
-
-    A retry after an out-of-memory failure thus runs smaller batches. Batching never
-    changes an example's score (each row is read at its own last real token), so the
-    result is the same.
+    """Evaluation batch bounds for Snakemake's ``attempt``: halved on every retry, never below 1 (a
+    retry after running out of memory; batching never changes a score).
     """
     shrink = 2 ** (max(1, int(attempt)) - 1)
     return max(1, int(batch_size) // shrink), max(1, int(max_tokens) // shrink)

@@ -1,34 +1,19 @@
-"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes.
+"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch).
 
-A model's parameter count comes, first found first, from
+A parameter count comes from the hub lock, else a local folder's safetensors headers, else the
+entry's ``params_b``; otherwise it is unknown and the checks say they were skipped.
 
-1. the hub lock (``oodcorr prefetch`` counts them exactly from the safetensors headers,
-   and records every linear layer's shape);
-2. a local model folder's safetensors headers (``path:`` and ``package:`` models);
-3. the entry's ``params_b`` (billions, e.g. from the model card);
+**GPU memory** (:func:`gpu_memory`) per GPU, at least::
 
-and is otherwise unknown: then the checks below say they were skipped, and nothing is
-guessed. Nothing here imports torch.
+    evaluate            P x b
+    finetune, LoRA      P x b + A x 16      (fp32 adapter: weights, gradients, two Adam states)
+    finetune, full      P x b x 4           (weights, gradients, two Adam states)
 
-**GPU memory** (:func:`gpu_memory`), per GPU of a job, at least::
+P parameters, b bytes per parameter of ``dtype`` (``auto``: 4), A the adapter's parameters; divided
+by the GPUs where ``distributed`` shards it; then x 1.2 + 2 GiB. Activations are not counted, so the
+check catches a job that cannot fit, not every one that will not.
 
-    evaluate            P x b                                  (the weights)
-    finetune, LoRA      P x b + A x 16                         (frozen weights; the adapter's fp32
-                                                                weights, gradients and two Adam states)
-    finetune, full      P x b x 4                              (weights, gradients, two Adam states,
-                                                                all in the model's dtype)
-
-with P parameters, b bytes per parameter of the entry's ``dtype`` (float32: 4, bfloat16
-and float16: 2; ``auto`` is counted as 4, the largest) and A the LoRA adapter's
-parameters; a finetune sharded by ``distributed`` (FSDP FULL_SHARD/HYBRID_SHARD,
-DeepSpeed ZeRO-3) divides it by its GPUs (SHARD_GRAD_OP and ZeRO-1/2 divide only
-gradients and optimizer state). Then a margin: x 1.2 + 2 GiB (CUDA context, allocator,
-evaluation batches). **Activations of a finetune are not counted**: they grow with
-batch size x length x layers x width and can exceed the weights of a large model;
-the check therefore catches a job that cannot fit, not every one that will not.
-
-**Checkpoint sizes** (:func:`checkpoint_bytes`): a LoRA checkpoint holds the adapter
-(A x 4 bytes: peft keeps adapters in float32), a full one the weights (P x b).
+**Checkpoint sizes** (:func:`checkpoint_bytes`): LoRA the adapter (A x 4), full the weights (P x b).
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""What the workflow asks a SLURM cluster, and the checks of a run's SLURM settings before it submits.
+"""What the workflow asks a SLURM cluster that its SLURM executor does not, and the checks of a run's
+SLURM settings before it submits (each refusal names the profile key).
 
-Snakemake's SLURM executor (``snakemake-executor-plugin-slurm``, pinned in requirements.txt) submits
-the jobs and watches them. This module asks the cluster what that executor does not (stdlib only,
-every command bounded by a timeout, a missing command answered with None):
-
-* :func:`cluster_config` -- ``scontrol show config``: accounting on or off, ``MinJobAge``,
-  ``MaxJobCount``;
-* :func:`partitions` -- ``sinfo``: each partition, whether it is up, its nodes and their states;
-* :func:`queue` -- ``squeue``: jobs by name (the executor names every job of a run after the run's
-  id), with their state and the reason SLURM gives for a pending one;
-* :func:`user_accounts` -- ``sacctmgr``, where there is accounting: the accounts the user may use.
-
-And, in ``onstart`` (:mod:`oodcorr.launch.slurm_watch`), before anything is submitted, the checks
-that turn a cluster setting the run cannot work with into a sentence naming the profile key:
-:func:`status_problems` (a status command that cannot see jobs end) and :func:`placement_problems`
-(a partition or account the cluster lacks), :func:`array_problems` (job arrays the executor would get
-wrong: ``slurm-array-jobs``), and :func:`queue_room` (a queue limit the run would hit).
+Queries (stdlib, each bounded by a timeout, None when a command is missing): :func:`cluster_config`
+(``scontrol show config``), :func:`partitions` (``sinfo``), :func:`queue` (``squeue``),
+:func:`user_accounts` (``sacctmgr``). Checks: :func:`status_problems`, :func:`placement_problems`,
+:func:`array_problems`, :func:`queue_room`.
 """
 
 from __future__ import annotations
@@ -41,10 +30,9 @@ PROFILE = "profiles/slurm/config.yaml"
 
 
 def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
-    """``argv``'s result (text), or None when the command is not installed or did not end in time. SLURM's
-    own commands, never the executor's wrappers (:mod:`.slurm_wrap`), which wait out a controller that
-    does not answer: the run's watcher, blocked in a wrapped ``squeue`` for the whole of an outage, would
-    never say that it waits for the controller."""
+    """``argv``'s result, or None when not installed or not done in time; SLURM's own commands, never the
+    wrappers of :mod:`.slurm_wrap` (the watcher must see an outage, not wait it out).
+    """
     env = dict(os.environ, PATH=slurm_wrap.unwrapped_path())
     try:
         return subprocess.run(
@@ -190,7 +178,7 @@ class QueuedJob:
         return known[0] if known else body.split("_wildcards_", 1)[0]
 
 
-def parse_squeue(text: str) -> list[QueuedJob]:
+def _parse_squeue(text: str) -> list[QueuedJob]:
     out = []
     for line in text.splitlines():
         f = line.split("|", 8)
@@ -200,10 +188,9 @@ def parse_squeue(text: str) -> list[QueuedJob]:
 
 
 def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list[QueuedJob] | None:
-    """The jobs named ``names`` (all jobs when None; with ``every_state``, finished ones SLURM still
-    remembers too), or None when squeue does not answer. With ``names``, a job array's tasks one a line
-    (``<array>_<task>``, the executor's id of each), pending ones too, which squeue otherwise gives as one
-    range; without, as SLURM counts its jobs against ``MaxJobCount`` (an array's pending tasks: one)."""
+    """The jobs named ``names`` (all when None; ``every_state``: finished ones SLURM remembers too), or
+    None when squeue does not answer. With ``names``, an array's tasks one a line (``<array>_<task>``).
+    """
     argv = ["squeue", "-h", *(["-r"] if names is not None else []), "-o", SQUEUE_FORMAT]
     if every_state:
         argv.append("--states=all")
@@ -213,14 +200,13 @@ def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list
             return []
         argv.append("--name=" + ",".join(names))
     res = run(argv)
-    return parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
+    return _parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
 
 
 def release_failed_launches(jobs: Iterable[QueuedJob], released: set[str]) -> list[str]:
-    """Release each of ``jobs`` that SLURM holds after a failed launch (``launch failed requeued held``: a
-    node that could not start it, or slurmctld away while it started it), once per job id (``released``
-    records them: one held again is left for its user, whom the watcher tells the command); returns the ids
-    SLURM released. A user may release their own job held so; where SLURM refuses, it stays held."""
+    """Release each of ``jobs`` that SLURM holds after a failed launch, once per id (``released``);
+    returns the ids released.
+    """
     out = []
     for j in jobs:
         if j.state != "PENDING" or j.id in released or "launch failed" not in j.reason.lower():
@@ -244,13 +230,10 @@ def user_accounts() -> set[str] | None:
 
 
 def status_problems(status_command: str | None, init_s: int, config: ClusterConfig) -> tuple[list[str], list[str]]:
-    """(refusals, warnings) for how the executor would learn that jobs ended.
-
-    Without accounting, ``sacct`` knows no job: the executor's status queries fail, it stops
-    watching the jobs after one round of failed queries, and the run waits forever. It uses sacct
-    when told to (``slurm-status-command: sacct``, its default where sacct is installed), and
-    instead of squeue when ``MinJobAge`` is shorter than three times its first pause
-    (``slurm-init-seconds-before-status-checks``)."""
+    """(refusals, warnings) for how the executor would learn that jobs ended: without accounting,
+    ``sacct`` knows no job, the executor's status queries fail, it stops watching the jobs and the run
+    waits forever. It uses sacct when told to, and instead of squeue when ``MinJobAge`` is short.
+    """
     refusals, warnings = [], []
     age = config.min_job_age_s
     if not config.accounting:
@@ -380,7 +363,7 @@ def queue_room(submissions: int, at_once: int, config: ClusterConfig, held_now: 
     return (
         f"SLURM holds at most {limit} jobs at once (MaxJobCount{_age(config.min_job_age_s)}) and holds {held_now} now, "
         f"so {room} more fit; this run has {submissions} SLURM job(s) to submit, up to {at_once} at once (`jobs:` in "
-        f"the profile, or --jobs). {queue_advice(room)}"
+        f"the profile, or --jobs). {_queue_advice(room)}"
     )
 
 
@@ -397,22 +380,16 @@ def array_problems(
     per_timespan: int | None,
     status_command: str | None,
 ) -> list[str]:
-    """The refusals for a run whose jobs the executor would submit as job arrays (``slurm-array-jobs``:
-    ``setting``) where arrays go wrong. ``jobs``: each submitted job's rule and the resources it asks for;
-    ``at_once``: ``jobs:`` of the profile; ``per_timespan``: the jobs ``max-jobs-per-timespan`` lets
-    Snakemake start per timespan.
+    """The refusals for job arrays (``slurm-array-jobs``: ``setting``) where the executor gets them wrong.
+    ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
+    ``max-jobs-per-timespan`` lets start.
 
-    The executor (2.8.0) groups the ready jobs of a rule by the rule's name only and gives every task of
-    an array the first job's partition, account, time limit, memory, CPUs and GPUs; and of a rule's ready
-    jobs that the scheduler handed it while more of them wait, it submits none unless they fill an array
-    (``slurm-array-limit``), and never offers them again: the run waits for them forever (seen on a real
-    SLURM cluster; snakemake-executor-plugin-slurm issue #473). So: every array rule's jobs must ask for
-    the same resources, and the scheduler must never hold back a ready job (``jobs`` and the timespan's
-    jobs at least the run's). And the executor's status command must be squeue (``status_command``): its
-    sacct query reads ``JobIDRaw``, which for an array's task is the task's own job id, not the
-    ``<array>_<task>`` the executor looks for, so it falls back to the array's id, one task's record, for
-    every task (read in the executor's code and sacct(1) of Slurm 22.05; the test cluster keeps no
-    accounting)."""
+    The executor (2.8.0) gives every task of a rule's array the first job's partition, account and
+    resources, and never offers again a rule's ready jobs that did not fill an array while more wait (the
+    run waits forever; plugin issue #473); its sacct query cannot find an array's tasks. So every array
+    rule's jobs must ask for the same resources, the scheduler must never hold back a ready job, and the
+    status command must be squeue.
+    """
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}
     for rule, asked in jobs:
@@ -460,7 +437,7 @@ def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:
     """The sentence for a queue found full while the run submits."""
     return (
         f"SLURM's queue is full: it holds {held} jobs, its limit (MaxJobCount{_age(min_job_age_s)}). "
-        f"{queue_advice(max(limit // 2, 1))}"
+        f"{_queue_advice(max(limit // 2, 1))}"
     )
 
 
@@ -468,7 +445,7 @@ def _age(min_job_age_s: int | None) -> str:
     return f"; a finished job counts for MinJobAge, {min_job_age_s} s" if min_job_age_s else ""
 
 
-def queue_advice(fit: int) -> str:
+def _queue_advice(fit: int) -> str:
     """What to do about a queue limit: pack evaluations into fewer SLURM jobs, lower ``jobs``."""
     return (
         "sbatch waits while the queue is full (`Slurm temporarily unable to accept job, sleeping and retrying`), "

@@ -1,22 +1,11 @@
-"""A rerun after the submitting Snakemake died: Snakemake's lock it left, and the jobs SLURM still runs.
+"""A rerun after the submitting Snakemake died: the Snakemake lock it left, and the jobs SLURM still runs.
 
-A Snakemake process killed on a login node (the session ended, ``kill -9``) leaves two things behind:
-its lock files in ``.snakemake/locks/`` (Snakemake refuses the next run until ``--unlock``), and, with
-SLURM, the jobs it submitted, which run on. The rerun would submit those jobs again (their outputs are
-not there yet) and pay for them twice. So every real run records itself in the experiment's log folder
-(:func:`record_run`, from ``onstart``: PID, host, start, and the SLURM executor's run id, which the
-executor gives every job it submits as the job's name), and a run that may write, once it holds the
-experiment's lock (so no other run of the experiment is writing), calls :func:`before_planning` while
-planning, before Snakemake builds its DAG:
-
-* a Snakemake lock on the experiment's files, left by a run that ended: released, with a line saying
-  so, where that is proven (that run ran on this host and its process is gone, and no run holds the
-  experiment's lock), so that the same command reruns after a kill; else (it ran on another host) the
-  sentence saying that ``--unlock`` is needed, why, the command, and what the rerun will then do with
-  that run's jobs;
-* the jobs of the experiment's earlier runs that SLURM still holds: this run waits for them, saying
-  on the console which jobs and why they wait, before it plans; their outputs are then there and
-  nothing is submitted twice (a job that fails is submitted again, as it should be).
+Snakemake leaves its lock in ``.snakemake/locks/`` when killed (the next run needs ``--unlock``) and
+the SLURM executor's jobs run on; a rerun would submit them again. So every real run records itself
+(:func:`record_run`), and a run that may write, holding the experiment's lock, calls
+:func:`before_planning`: a Snakemake lock proven stale (its run ran on this host and is gone) is
+released; otherwise ``--unlock`` is named; and the earlier runs' jobs SLURM still holds are waited for,
+so nothing is submitted twice.
 """
 
 from __future__ import annotations
@@ -32,8 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..core.atomic_write import write_json_atomic
 from ..core.defaults import RESOURCES
-from ..core.io import write_json_atomic
 from ..planning.plan import Plan
 from . import slurm_cluster as slurm
 
@@ -122,7 +111,7 @@ def describe(jobs: list[slurm.QueuedJob], shown: int = 6) -> str:
     return ", ".join(parts) + more
 
 
-def earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
+def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
     """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
     there are such runs on record and squeue does not answer."""
     runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
@@ -138,7 +127,7 @@ def earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
 
 def earlier_jobs_warning(plan: Plan) -> list[str]:
     """For a run that writes nothing (``-n``): the earlier runs' jobs SLURM still holds, if any."""
-    found = earlier_jobs(plan)
+    found = _earlier_jobs(plan)
     if not found or not found[0]:
         return []
     jobs, runs = found
@@ -149,7 +138,7 @@ def earlier_jobs_warning(plan: Plan) -> list[str]:
     ]
 
 
-def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
+def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
     """The sentence for a Snakemake lock that a run which ended left on the experiment's files."""
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
@@ -179,9 +168,9 @@ def unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[sl
 
 
 def _left_by_the_dead(plan: Plan) -> dict | None:
-    """The experiment's last recorded run when it ran on this host and its process is gone, else None.
-    With the experiment's lock held by this process (so no run of the experiment is writing), that
-    proves a Snakemake lock on the experiment's files stale: its holder cannot be alive."""
+    """The last recorded run when it ran on this host and its process is gone (with the experiment's
+    lock held here, that proves its Snakemake lock stale), else None.
+    """
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
     if last is None or last.get("host") != socket.gethostname():
@@ -193,12 +182,10 @@ def _left_by_the_dead(plan: Plan) -> dict | None:
     return None if _alive(pid) else last
 
 
-def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
-    """Remove Snakemake's ``locks`` on the experiment's files where they are proven stale
-    (:func:`_left_by_the_dead`, the experiment's lock held here), as ``snakemake --unlock`` would (it
-    removes the lock files of ``.snakemake/locks/``; only those on this experiment's files are removed
-    here, so another experiment's run in this working folder keeps its own), saying so in one line.
-    Returns whether they are gone."""
+def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+    """Remove Snakemake's lock files on this experiment's files where proven stale, as ``--unlock`` would,
+    saying so in one line; whether they are gone.
+    """
     last = _left_by_the_dead(plan)
     if last is None:
         return False
@@ -216,14 +203,13 @@ def release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> 
 
 
 def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> str | None:
-    """In a run that may write, holding the experiment's lock, before the DAG: a stale Snakemake lock
-    released where it is proven stale (:func:`release_stale`), else the refusal sentence for it; then,
-    after waiting for the earlier runs' jobs that SLURM still holds (said through ``say`` while it
-    waits), None."""
-    found = earlier_jobs(plan)
+    """In a run that may write, holding the experiment's lock: a stale Snakemake lock released (else the
+    refusal), then the earlier runs' jobs SLURM still holds waited for; None.
+    """
+    found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
-    if locks and not release_stale(plan, locks, say):
-        return unlock_refusal(plan, argv, locks, (found or ([], []))[0])
+    if locks and not _release_stale(plan, locks, say):
+        return _unlock_refusal(plan, argv, locks, (found or ([], []))[0])
     if found is None:
         return (
             f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "

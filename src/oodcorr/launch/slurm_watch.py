@@ -1,23 +1,11 @@
 """A run on SLURM, from the submitting process: its settings checked before it submits, its jobs watched.
 
-Called by the Snakefile in the main Snakemake process (a SLURM job plans again on its node, without
-hooks):
-
-* :func:`at_start` (``onstart``; the DAG is built, nothing submitted yet): records the run
-  (:func:`oodcorr.launch.slurm_rerun.record_run`); for the SLURM executor, refuses what cannot work on
-  this cluster with the profile key to change (a status command that cannot see jobs end, a partition
-  or account the cluster lacks, job arrays the executor would get wrong; :mod:`oodcorr.launch.slurm_cluster`),
-  warns of a queue limit the run would hit, puts the wrappers of :mod:`oodcorr.launch.slurm_wrap` on PATH
-  (with ``slurm-no-account``, one that stops the executor guessing an account) and starts a :class:`Watcher`;
-* :func:`end_lines` (``onerror``, ``onsuccess``): each job SLURM ended for a limit or a failure
-  (TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, CANCELLED, ...), the rule named, the resource that
-  set the limit and the config key to raise, with its value there: the console's last lines.
-
-The :class:`Watcher` looks at the run's jobs every ``OODCORR_SLURM_POLL_S`` seconds (30) and says on
-the console, once per change: jobs pending for a reason SLURM gives that no waiting ends by itself
-(a partition down, drained nodes, a limit on jobs, a hold), SLURM's queue full (``MaxJobCount``),
-slurmctld not answering, a job SLURM ended (above), and a job that ended in SLURM but that the
-executor no longer watches (then the run would wait forever: it says to stop and run again).
+:func:`at_start` (``onstart``) records the run, refuses what cannot work on this cluster (naming the
+profile key), installs :mod:`oodcorr.launch.slurm_wrap` and starts a :class:`Watcher`, which says on the
+console, once per change, what no waiting ends by itself: jobs pending for a partition down, drained
+nodes, a limit or a hold; the queue full; slurmctld not answering; a job SLURM ended; a job the executor
+no longer watches. :func:`end_lines` (``onerror``, ``onsuccess``) names each job SLURM ended for a limit,
+with the config key to raise.
 """
 
 from __future__ import annotations
@@ -44,7 +32,7 @@ SHOWN = 5  # failures repeated at the end at most
 _WATCHER: Watcher | None = None
 
 
-def say(line: str) -> None:
+def print_now(line: str) -> None:
     print(f"oodcorr: {line}", file=sys.stderr, flush=True)
 
 
@@ -107,7 +95,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
     return None
 
 
-def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
+def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
     """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit SLURM gave
     it, the config key that set it with its value there (``key(name)``: ``resources.evaluate.mem_mb: 2000``),
     and what to change."""
@@ -146,7 +134,7 @@ def ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[st
     return f"{head} ({job.state}): see `scontrol show job {job.id}` while SLURM still knows it; {again}"
 
 
-def describe_job(job) -> tuple[str, str, str | None]:
+def _describe_job(job) -> tuple[str, str, str | None]:
     """(what, rule, model) of a Snakemake job or job group the executor submitted."""
     members = sorted(job.jobs, key=lambda j: str(j.wildcards_dict)) if job.is_group() else [job]
     rules = sorted({j.rule.name for j in members})
@@ -163,7 +151,7 @@ def describe_job(job) -> tuple[str, str, str | None]:
 
 
 class Watcher(threading.Thread):
-    """Looks at one run's SLURM jobs every ``poll_s`` seconds; see the module's docstring."""
+    """Looks at one run's SLURM jobs every ``poll_s`` seconds (module docstring)."""
 
     def __init__(
         self,
@@ -197,7 +185,7 @@ class Watcher(threading.Thread):
             try:
                 self.poll()
             except Exception as e:  # noqa: BLE001 -- watching must never stop the run; said once
-                say(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
+                print_now(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
                 return
 
     def stop(self) -> None:
@@ -214,7 +202,7 @@ class Watcher(threading.Thread):
     def describe(self, job: slurm.QueuedJob) -> tuple[str, str, Callable[[str], str]]:
         sm = self.jobs.get(job.id) or self.by_comment.get(job.comment)
         if sm is not None:
-            what, rule, model = describe_job(sm)
+            what, rule, model = _describe_job(sm)
         else:
             rule, model = job.rule(RESOURCES), None
             what = f"rule {rule}"
@@ -233,13 +221,13 @@ class Watcher(threading.Thread):
         if not slurm.controller_answers():
             if self.silent_since is None:
                 self.silent_since = time.monotonic()
-                say(
+                print_now(
                     "SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it: its "
                     "SLURM jobs run on meanwhile, and its queries and submissions are retried while it is away"
                 )
             return
         if self.silent_since is not None:
-            say(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
+            print_now(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
             self.silent_since = None
         found = slurm.queue([self.run_id], every_state=True)
         if found is None:
@@ -260,12 +248,12 @@ class Watcher(threading.Thread):
             if j.id not in self.ended:
                 self.ended[j.id] = j
                 if say_now and j.state not in REQUEUED_AFTER:
-                    say(ended_sentence(j, *self.describe(j)))
+                    print_now(_ended_sentence(j, *self.describe(j)))
 
     def _pending(self, pending: list[slurm.QueuedJob]) -> None:
         released = slurm.release_failed_launches(pending, self.released)
         if released:
-            say(
+            print_now(
                 f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (a node that "
                 "could not start them, or slurmctld away while it started them): each is released once, and one "
                 "held again is named with the command to run"
@@ -284,7 +272,7 @@ class Watcher(threading.Thread):
             if before is None or not set(ids) <= before[0] or now - before[1] >= slurm_rerun.SAY_AGAIN_S:
                 line = pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts)
                 if line:
-                    say(line)
+                    print_now(line)
                 self.said[k] = (frozenset(ids) | (before[0] if before else frozenset()), now)
 
     def _lost(self, found: list[slurm.QueuedJob]) -> None:
@@ -298,14 +286,14 @@ class Watcher(threading.Thread):
             since = self.gone.setdefault(sid, now)
             if sid not in self.lost and now - since >= LOST_AFTER_S and job in running:
                 self.lost.add(sid)
-                what, _, _ = describe_job(job)
+                what, _, _ = _describe_job(job)
                 why = (
                     "a job array's task cancelled while it waited leaves SLURM no record of it, and the executor "
                     "waits for one"
                     if "_" in sid and sid not in state
                     else "it stops watching jobs whose status it could not query"
                 )
-                say(
+                print_now(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
                     f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
                     "and would wait for it forever. Stop this run "
@@ -322,7 +310,7 @@ class Watcher(threading.Thread):
             return
         full = len(everything) >= limit
         if full and not self.full:
-            say(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
+            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
         self.full = full
 
     def end_lines(self, failed: bool) -> list[str]:
@@ -337,7 +325,7 @@ class Watcher(threading.Thread):
         lines = []
         for j in ended[:SHOWN]:
             what, rule, key = self.describe(j)
-            text = ended_sentence(j, what, rule, key)
+            text = _ended_sentence(j, what, rule, key)
             lines.append(f"oodcorr: {text}" if failed else f"oodcorr: WARNING: {text} (it was retried)")
         if len(ended) > SHOWN:
             lines.append(
@@ -373,8 +361,7 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
 
 
 def _asked(job) -> dict:
-    """The resources a submitted job asks for, and its threads (what a SLURM job array must share); not
-    Snakemake's own (``_cores``, ``_nodes``) nor ``tmpdir``, which the job's node sets."""
+    """The resources a submitted job asks for and its threads (what a SLURM job array must share)."""
     out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
     out["threads"] = job.threads
     return out
@@ -405,8 +392,9 @@ def executor_name(workflow) -> str:
 
 
 def at_start(workflow, plan: Plan) -> str | None:
-    """In ``onstart``: record the run; on the SLURM executor, check what it would submit to and start
-    watching (module docstring). Returns the sentence that refuses the run (nothing submitted), or None."""
+    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching. Returns
+    the sentence that refuses the run, or None.
+    """
     global _WATCHER
     name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]

@@ -1,35 +1,15 @@
 """SLURM's commands as the SLURM executor runs them, made to wait out a controller that does not answer.
 
-Snakemake's SLURM executor (``snakemake-executor-plugin-slurm`` 2.8) asks SLURM about its jobs in
-rounds of a few attempts made back to back. When every attempt of a round fails, it stops watching the
-jobs of that round without a word: they are neither finished nor failed for Snakemake, which then waits
-for them forever (``No active jobs; skipping status query.``). A slurmctld that is restarted, or
-unreachable for half a minute, is enough: ``scontrol show config`` fails, so the executor no longer
-knows MinJobAge and switches its queries to ``sacct``, which on a cluster without accounting knows no
-job, and the queries fail. And a job submitted meanwhile fails at once (``Unable to contact slurm
-controller``).
+The executor (2.8) drops, without a word, the jobs of a status round whose every attempt failed, and
+Snakemake then waits for them forever; a restarted slurmctld is enough. So a run on SLURM puts these
+wrappers first on its PATH (:func:`install`):
 
-So a run on the SLURM executor puts these wrappers first on its PATH (:func:`install`, from
-``onstart``), one small script per command that runs :func:`main`:
-
-* ``squeue``: while slurmctld does not answer (``scontrol ping``), tried again for up to
-  :data:`WAIT_S` ``["squeue"]`` seconds (the executor gives a status query 60 s); still no answer,
-  the last answer the controller gave to the same query stands in (the executor's query names its
-  run, so that is each job's last known state). A status round that fails makes the executor drop
-  its jobs for good (2.8.0: no job of a round without an answer is yielded back), however soon the
-  controller returns; with the last answer they stay watched, and the first real answer after the
-  controller's return says how each one ended;
-* ``sbatch``: tried again while slurmctld does not answer, for up to :data:`WAIT_S` ``["sbatch"]``
-  seconds (a submission that could not reach the controller submitted nothing);
-* ``scontrol show config``: when slurmctld does not answer within :data:`CONFIG_WAIT_S` (the executor
-  gives it 10 s), the configuration as read when the run started (``scontrol-show-config.txt``).
-
-* ``sacct``, only where the profile says ``slurm-no-account: true``: the executor never reads that
-  setting (2.8.0) and, for a job without ``slurm_account``, guesses an account once per run with
-  ``sacct -nu <user> -o Account%256 | tail -1`` run without a shell, so that the pipe reaches sacct as
-  arguments (``sacct: invalid option -- '1'``, a warning in every run). That call, and only that one
-  (its ``|`` among the arguments), is answered ``none``, which the executor reads as "this cluster uses
-  no account": it submits without ``-A`` and SLURM's sacct is never asked for it.
+* ``squeue``: retried while slurmctld does not answer (``scontrol ping``) for up to :data:`WAIT_S`,
+  then the controller's last answer to the same query stands in;
+* ``sbatch``: retried while slurmctld does not answer;
+* ``scontrol show config``: the configuration read at the start when slurmctld does not answer;
+* ``sacct``, where the profile says ``slurm-no-account``: the executor never reads that setting and
+  guesses an account with a pipe passed as arguments; that one call is answered ``none``.
 
 Every other call, and every answer of a controller that answers, passes through unchanged.
 """
@@ -44,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..core.io import write_text_atomic
+from ..core.atomic_write import write_text_atomic
 
 WRAPPED = ("squeue", "sbatch", "scontrol")
 NO_ACCOUNT = "sacct"  # wrapped too where the profile says slurm-no-account
@@ -57,9 +37,7 @@ LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue quer
 
 
 def install(folder: str | os.PathLike, config_text: str, no_account: bool = False) -> Path:
-    """Write the wrappers into ``folder``/bin (``sacct``'s too with ``no_account``) and the configuration
-    read now beside them; put that folder first on this process's PATH (the executor's commands, and the
-    jobs', inherit it). Returns the bin folder."""
+    """Write the wrappers into ``folder``/bin and put it first on PATH; returns the bin folder."""
     folder = Path(folder).resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@
   here, naming the first), a rerun after a killed Snakemake (:mod:`oodcorr.launch.slurm_rerun`), the
   published set against its record and the tokenised caches. A run that only looks (``-n``,
   ``--summary``, ``--dag``, ``--report``) changes nothing in ``results/`` and says what a run would do.
-* :func:`on_start`: a run with jobs to run records its config (:func:`oodcorr.launch.experiment.claim`)
+* :func:`on_start`: a run with jobs to run records its config (:func:`oodcorr.launch.experiment.lock_and_record`)
   and, on SLURM, checks the cluster before anything is submitted (:mod:`oodcorr.launch.slurm_watch`).
 * :func:`on_success` / :func:`on_error`: what the run made or why it stopped, the job named, last on
   the console (:func:`oodcorr.launch.disk_checks.end_of_run_report`, which never raises).
@@ -23,15 +23,16 @@ import os
 import sys
 from pathlib import Path
 
-from ..core.records import REFUSALS_ENV, clear_refusals, refusals_dir
+from ..core.refusals import REFUSALS_ENV, clear_refusals, refusals_dir
 from ..modeling.hub import use_lock
 from ..planning.config import check_trackers
 from ..planning.plan import Plan, load
 from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
-from .experiment import check_published, claim, config_warning, lock, record_provenance, unlink_copied_locks, writes
+from .experiment import config_warning, lock, lock_and_record, may_write, record_provenance
+from .free_space import free_space_problems
+from .published_check import check_published
 from .report import check_report_inputs, report_requested
-from .room import room_to_run
 from .sizing import check_gpu_memory
 from .slurm_rerun import before_planning, earlier_jobs_warning
 
@@ -67,19 +68,16 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
     # it is checked now, with the experiment folder, .snakemake/, --shadow-prefix and the conda prefix
     deploy = workflow.deployment_settings
     conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
-    no_room = room_to_run(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
-    writing = writes(sys.argv)
+    no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
+    writing = may_write(sys.argv)
     if no_room and (writing or report_requested(sys.argv)):
         _stop(no_room)
     warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
-    # lock files that are hard links (the folder copied with `cp -al`): this folder's names of them removed
-    # first where no run holds them, said in one line
-    warnings += unlink_copied_locks(plan) if writing else []
     refusal = lock(plan, files) if writing else None
     if refusal:
         _warn(warnings)  # another config wrote it last: said too
         _stop([refusal])
-    refusal = before_planning(plan, sys.argv, slurm_watch.say) if writing else None
+    refusal = before_planning(plan, sys.argv, slurm_watch.print_now) if writing else None
     if refusal:
         _stop([refusal])
     if not writing:
@@ -94,7 +92,7 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
 def on_start(workflow, plan: Plan, config: dict) -> None:
     """A run with jobs to run: its config recorded, the SLURM cluster checked; the refusals of earlier
     runs cleared, so that only this run's are repeated when it ends."""
-    refusal = claim(plan, config_files(workflow), config) or slurm_watch.at_start(workflow, plan)
+    refusal = lock_and_record(plan, config_files(workflow), config) or slurm_watch.at_start(workflow, plan)
     if refusal:
         _stop([refusal])
     clear_refusals(refusals_dir(plan.paths.logs))

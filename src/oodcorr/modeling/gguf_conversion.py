@@ -35,10 +35,11 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from ..core.atomic_write import follow_umask, write_json_atomic
+from ..core.digests import sha256_file
 from ..core.errors import ConfigError
 from ..core.gguf import GGUFError, read_header
 from ..core.gguf_tensors import missing_tensors
-from ..core.io import follow_umask, sha256_file, write_json_atomic
 from ..core.model_dirs import gguf_file
 from ..core.model_entry import ModelEntry
 from .loading import check_loaded_whole

@@ -42,10 +42,11 @@ from pathlib import Path
 
 import yaml
 
+from ..core.atomic_write import write_text_atomic
 from ..core.errors import ConfigError, DataError
 from ..core.filesystems import human_bytes
-from ..core.io import load_yaml, write_text_atomic
 from ..core.model_entry import ModelEntry
+from ..core.yaml_files import load_yaml
 from .weights import meta_shapes, model_patterns, weight_shapes
 
 log = logging.getLogger(__name__)

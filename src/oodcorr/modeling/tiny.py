@@ -14,7 +14,7 @@ import random
 import time
 from pathlib import Path
 
-from ..core.io import follow_umask
+from ..core.atomic_write import follow_umask
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 from ..core import trackers
 from ..core.defaults import FINETUNE, READING
+from ..core.digests import canonical
 from ..core.errors import ConfigError
-from ..core.io import canonical, load_yaml
 from ..core.model_entry import ModelEntry
+from ..core.yaml_files import load_yaml
 from .schema import check_entry
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

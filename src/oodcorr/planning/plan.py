@@ -14,8 +14,8 @@ from typing import Any
 
 from ..core import limits
 from ..core.defaults import RESOURCES
+from ..core.digests import canonical
 from ..core.errors import ConfigError
-from ..core.io import canonical
 from ..core.model_dirs import model_files
 from . import checks, schema
 from .config import Experiment, analysis_options

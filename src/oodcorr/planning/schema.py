@@ -13,8 +13,8 @@ import yaml
 
 from ..core.defaults import ANALYSIS, filled
 from ..core.errors import ConfigError
-from ..core.io import load_yaml
 from ..core.limits import key_path
+from ..core.yaml_files import load_yaml
 
 _YAML_TYPES = {
     "object": "a mapping",

@@ -1,10 +1,4 @@
-"""Room to run: the file systems a run writes in besides its results, checked before any job starts.
-
-:func:`room_to_run` (main process only, while planning, and again when a run fails) names each file
-system too full for the run to start: the scheduler's TMPDIR, the experiment folder, .snakemake/,
---shadow-prefix, the conda prefix and the lock folders, by bytes and by inodes. What a job writes into
-its own outputs it checks itself before writing (:func:`oodcorr.core.filesystems.check_room`).
-"""
+"""Room on the file systems a run writes in besides its results, checked before any job starts."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ SOLVER_BYTES_PER_JOB = 1024
 LEAST_ROOM = (1 << 20, 64)
 
 
-def scheduler_tmpdir() -> Path:
+def _scheduler_tmpdir() -> Path:
     """The folder pulp, Snakemake's ILP scheduler, writes its solver's files in: ``$TMP``, else
     ``$TMPDIR``, else ``/tmp`` (pulp's order, not Python's)."""
     return Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp")
@@ -43,10 +37,8 @@ def planned_jobs(plan: Plan) -> int:
     )
 
 
-def option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
-    """The value of command-line option ``name`` (``--name X`` or ``--name=X``) in ``argv``; ``bare``
-    when it is given without one; None when it is not given. (The Snakefile cannot ask Snakemake for
-    its execution and scheduling settings while planning: they are set after it is read.)"""
+def _option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
+    """The value of option ``name`` in ``argv`` (``--name X``, ``--name=X``); ``bare`` when given without one."""
     for i, a in enumerate(argv):
         if a.startswith(f"{name}="):
             return a.split("=", 1)[1]
@@ -65,29 +57,26 @@ class _Need(NamedTuple):
     fix: str
 
 
-def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
-    """A sentence for each file system this run writes in, outside what its jobs check before they
-    write, that has too little room (bytes, or inodes: a file system full of small files) for it to
-    start: the scheduler's temp folder (Snakemake's ILP scheduler writes its solver's files there
-    before any job starts and dies with a traceback when it cannot), the jobs' temp folder, the
-    experiment folder and ``.snakemake/``; ``--shadow-prefix``, ``conda_prefix`` (where conda makes
-    the jobs' environments), the lock folders (``OODCORR_LOCK_DIR``, ``OODCORR_GPU_LOCK_DIR``) and
-    the ``--report`` file's folder where set. ``--scheduler``, ``--shadow-prefix`` and ``--report``
-    are read from the command line ``argv`` (not from a profile). One sentence per file system; none
-    when all have room."""
+def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
+    """A sentence for each file system this run writes in, outside what its jobs check, with too little
+    room (bytes or inodes) to start: the scheduler's temp folder (Snakemake's ILP scheduler writes its
+    problem there and dies with a traceback when it cannot: it falls back to greedy only on a solver
+    error), the jobs' temp folder, the experiment folder, ``.snakemake/``, ``--shadow-prefix``,
+    ``conda_prefix``, the lock folders and the ``--report`` folder.
+    """
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (
         "free room there, or point TMPDIR and TMP (pulp reads TMP first) at a folder on a file system with room "
         "(`export TMPDIR=/scratch/$USER/tmp TMP=/scratch/$USER/tmp`)"
     )
     needs = []
-    if option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
+    if _option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
         n = planned_jobs(plan)
         solver = least_bytes + SOLVER_BYTES_PER_JOB * n
         needs.append(
             _Need(
                 "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
-                scheduler_tmpdir(),
+                _scheduler_tmpdir(),
                 solver,
                 16,
                 f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "
@@ -95,7 +84,7 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
                 f"{tmp_fix}, or run with `--scheduler greedy`, which writes nothing there",
             )
         )
-    report = option_value(argv, "--report", "report.html")
+    report = _option_value(argv, "--report", "report.html")
     if report is not None:  # the report holds every figure and table it shows, base64-encoded: a third more
         shown = sum(os.path.getsize(t) for t in plan.targets() if os.path.isfile(t))
         report_bytes = least_bytes + shown * 4 // 3
@@ -125,7 +114,7 @@ def room_to_run(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | N
         (".snakemake/", ".snakemake", "Snakemake records every job there", "free room on that file system"),
         (
             "--shadow-prefix",
-            option_value(argv, "--shadow-prefix"),
+            _option_value(argv, "--shadow-prefix"),
             "the jobs' shadow folders go there",
             "free room there, or give it a folder with room",
         ),

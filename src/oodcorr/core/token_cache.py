@@ -1,0 +1,122 @@
+"""A tokenised testset's sidecar (``<testset>.info.json``) and whether the cache can be used, read
+without torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .digests import sha256_json
+
+
+def cache_info_path(cache_path: str | Path) -> Path:
+    """The sidecar beside a tokenised testset: ``<testset>.info.json``."""
+    p = Path(cache_path)
+    return p.with_name(p.name.removesuffix(".pt") + ".info.json")
+
+
+# ---- a tokenised testset, checked without torch ----------------------------------------------
+TOKENIZED_FORMAT = 3  # the tokenised testset's format: 3 records its model, and its sidecar a digest of its bytes
+
+
+# what decides a tokenised testset's content: the params of rule tokenize_testset
+# (oodcorr.planning.plan.Plan.tokenize_params)
+TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coarse", "max_length")
+
+
+def tokenize_settings_digest(settings: dict) -> str:
+    """The digest of what decides a tokenised testset's content (:data:`TOKENIZE_SETTINGS`)."""
+    return sha256_json({k: settings.get(k) for k in TOKENIZE_SETTINGS})
+
+
+def rebuild_hint(path: str | os.PathLike) -> str:
+    """What to do about a tokenised testset that cannot be used."""
+    return (
+        f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again with this "
+        "model's tokenizer (an evaluation whose result is unchanged keeps its predictions file)"
+    )
+
+
+def _zip_whole(path: Path) -> bool:
+    """Whether a torch.save file (a zip) still ends with its central directory's end record."""
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        if fh.read(4) != b"PK\x03\x04":
+            return False
+        fh.seek(max(0, size - (1 << 16) - 22))
+        return b"PK\x05\x06" in fh.read()
+
+
+def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
+    """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can)."""
+    info_path = cache_info_path(path)
+    try:
+        info = json.loads(info_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        info = None
+    if not isinstance(info, dict):
+        return (
+            None,
+            f"{path}: the tokenised testset's sidecar {info_path} is missing or unreadable, so it cannot be checked",
+        )
+    if info.get("format") != TOKENIZED_FORMAT or not isinstance(info.get("sha256"), str):
+        return info, (
+            f"{path}: the tokenised testset was made before tokenised testsets recorded their tokenizer and the "
+            "digest of their content (its sidecar has neither), so whose tokenizer made it, and whether it is "
+            "what was written, cannot be checked"
+        )
+    return info, None
+
+
+def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
+    """The sentence for a tokenised testset of testset and model ``holds`` where ``belongs``'s is."""
+    return (
+        f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
+        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?); its prompts "
+        f"would be scored as {belongs[0]!r}'s"
+    )
+
+
+def cache_problem(
+    path: str | os.PathLike, tokenizer: str | None, testset: str | None = None, model: str | None = None
+) -> str | None:
+    """Why the tokenised testset at ``path`` cannot be used (cut short, no sidecar, an old format,
+    another testset's or model's, another tokenizer's), without torch or hashing; None when it looks whole.
+    """
+    path = Path(path)
+    try:
+        if not _zip_whole(path):
+            return f"{path}: the tokenised testset is cut short or damaged (not a whole torch.save file)"
+        size = path.stat().st_size
+    except OSError as e:
+        return f"{path}: the tokenised testset cannot be read ({e.strerror or e})"
+    info, why = read_cache_info(path)
+    if why:
+        return why
+    if info.get("size") != size:
+        return (
+            f"{path}: the tokenised testset is {size} bytes, but {info.get('size')} bytes were written (its sidecar "
+            f"{cache_info_path(path)}): cut short, or another file copied over it"
+        )
+    holds = (info.get("testset"), info.get("model"))
+    if (testset and holds[0] != testset) or (model and holds[1] != model):
+        return misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
+    made_by = info.get("tokenizer")
+    if tokenizer and made_by != tokenizer:
+        return other_tokenizer(path, made_by, tokenizer)
+    return None
+
+
+def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
+    if not made_by:
+        return (
+            f"{path}: the tokenised testset does not record the tokenizer that made it, so it cannot be checked "
+            f"against this model's ({tokenizer[:12]}...)"
+        )
+    return (
+        f"{path}: the tokenised testset was made by another tokenizer (files sha256 {made_by[:12]}...) than this "
+        f"model's ({tokenizer[:12]}...): another model's cache, or this model's from before its tokenizer files "
+        "changed; its token ids would be scored as this model's"
+    )
