@@ -1,28 +1,4 @@
-"""Collect evaluation results into one long scores table, a row per checkpoint x testset.
-
-The records come from the predictions files themselves (each holds its record in its
-parquet metadata; ``evaluation.unit: checkpoint``) or from the summary JSON that an
-evaluation job of ``evaluation.unit: run`` writes beside the predictions files it lists.
-
-Besides accuracy, each row has the metrics of :mod:`oodcorr.jobs.metrics` (macro-F1, ECE and
-accuracy's Wilson interval), as the evaluation recorded them; a record without them (written by an
-earlier version) is refused, naming the file to delete.
-
-Before a row is written, its place is checked (:func:`check_place`): a record must be
-the evaluation of the run, step and testset, in the experiment, whose file it sits in (its
-``predictions`` path names the file it was written to), and in unit ``run`` every
-predictions file a summary lists must hold the record the summary lists. A file copied over
-another (another checkpoint's, testset's or experiment's) would otherwise be aggregated as
-the one it replaced: a step twice and another gone, or another experiment's score. Then its
-data is checked (:func:`check_data`): every record of a
-testset must carry the fingerprint and records hash of the testset as it is prepared
-now, and a testset prepared from a local file must still match that file's sha256. A
-mismatch stops the aggregation with the file and the command that evaluates the data
-as it is now; the scores are never written with an old fingerprint.
-
-The report's accuracy table (:func:`write_accuracy`) is the same scores, one row per run x
-checkpoint and one column per testset.
-"""
+"""Collect evaluation results into one long scores table, a row per checkpoint x testset."""
 
 from __future__ import annotations
 
@@ -77,14 +53,7 @@ def collect(
     places: dict | None = None,
     keep_records: list | None = None,
 ) -> pd.DataFrame:
-    """Rows from predictions files (their metadata records) and evaluation job summaries.
-
-    ``data`` (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
-    ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
-    :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
-    :func:`check_place`; without it, a predictions file's record must still name that file. Every
-    record read is appended to ``keep_records``, when given (for their provenance,
-    :func:`oodcorr.core.provenance.scores_provenance`)."""
+    """Rows from predictions files (their metadata records) and evaluation job summaries."""
     rows, checked = [], []
     for p in paths:
         records, summary = _records(p)
@@ -216,14 +185,7 @@ def _short(h) -> str:
 
 def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern: str) -> None:
     """Every ``(file, record)`` was evaluated on its testset as prepared now, and a local testset's
-    file still holds what was prepared from it; else :class:`ResultError` with the way out.
-
-    Snakemake decides what reruns from modification times: a testset file edited in place
-    with its time kept, or a prepared copy put back by hand, leaves evaluations of other
-    data behind. Running them again is one command (``touch`` the file), which the message
-    gives; the aggregation itself cannot run evaluations, so it stops rather than write
-    scores with an old fingerprint.
-    """
+    file still holds what was prepared from it; else :class:`ResultError` with the way out."""
     by_testset: dict[str, list[tuple[str, dict]]] = {}
     for where, r in records:
         by_testset.setdefault(str(r["testset"]), []).append((where, r))
@@ -300,7 +262,6 @@ def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
             writer(tmp)
 
 
-# ---- the scores as a table for the report: accuracy per run x checkpoint x testset ----------
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
 
 

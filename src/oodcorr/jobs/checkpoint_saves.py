@@ -3,11 +3,7 @@
 file system stops turned into its sentence, the half-written checkpoint deleted
 (:func:`writing` marks what the library raised while writing a checkpoint folder;
 :func:`saves_that_fit` makes the :class:`~oodcorr.core.errors.DiskFull` or
-:class:`~oodcorr.core.errors.WriteFailed`).
-
-Used by :mod:`oodcorr.jobs.finetune` around every save (step 0's, and the Trainer's at each
-scheduled step); checkpoint manifests and verification live in :mod:`oodcorr.jobs.checkpoints`.
-"""
+:class:`~oodcorr.core.errors.WriteFailed`)."""
 
 from __future__ import annotations
 

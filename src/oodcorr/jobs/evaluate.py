@@ -1,18 +1,4 @@
-"""Evaluating a run's checkpoints on a testset: which checkpoints, checked, scored, written.
-
-An evaluation job scores every checkpoint of one run on one testset (:func:`evaluate_run`)
-and writes one predictions parquet per checkpoint plus a summary JSON. This module chooses
-and checks the checkpoints (:func:`checkpoints_to_score`, :func:`check_checkpoint_place`,
-:func:`eval_key` for reusing a predictions file, :func:`check_finite`) and runs the loop; the
-parts it calls have modules of their own: the tokenised testset
-(:mod:`oodcorr.jobs.tokenize_testset`), loading each checkpoint
-(:mod:`oodcorr.modeling.checkpoint_loader`), batching and the forward pass
-(:mod:`oodcorr.jobs.scoring`) and the predictions file (:mod:`oodcorr.jobs.predictions`).
-Where its time goes is recorded (``timing_s``): in the summary, ``startup`` (interpreter start
-and the job script's preamble), ``imports`` (torch), ``cache`` (the tokenised testset) and
-``checkpoints`` (all of them); per checkpoint, ``model`` (loading it, including the
-first load's transformers imports), ``forward`` (scoring) and ``write``.
-"""
+"""Evaluating a run's checkpoints on a testset: which checkpoints, checked, scored, written."""
 
 from __future__ import annotations
 
@@ -43,21 +29,13 @@ log = logging.getLogger(__name__)
 
 
 class EvaluationRefused(RuntimeError):
-    """An evaluation that must not give a score; the message names the file and what to do.
-
-    Raised for a checkpoint whose files do not match its manifest (sizes, sha256) and for
-    label scores that are not finite (NaN or inf), whose argmax would still pick a class
-    and so make up an accuracy. The job script prints the message as its last line, with
-    no traceback; nothing is written for that checkpoint.
-    """
+    """An evaluation that must not give a score; the message names the file and what to do."""
 
 
 def _process_age() -> float | None:
     """Seconds since this process started (interpreter start-up and the job script's preamble),
     from /proc to the clock tick; None where /proc is not there. (psutil's create_time rounds the
     boot time to whole seconds, which made a fixed 0.5 s error.)"""
-    import os
-
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
@@ -242,19 +220,7 @@ def evaluate_run(
     threads: int = 1,
     testset: str | None = None,
 ) -> dict:
-    """Score checkpoints of one run on one testset, in one process.
-
-    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint is
-    loaded in turn (:class:`CheckpointLoader` reads a LoRA run's base model once), scored,
-    and written to its own predictions parquet, whose metadata holds the result record. A
-    predictions file that already holds this exact evaluation (same :func:`eval_key`) is
-    kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
-    every checkpoint's record. A batch size that had to be halved for memory stays halved
-    for the checkpoints after it. ``testset`` (the job's) is what the tokenised testset must hold,
-    with the model's name (:func:`read_tokenized`). ``job.model_spec`` is the rule's params form of the model
-    entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`), made into its typed entry once, here.
-    Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
-    """
+    """Score checkpoints of one run on one testset, in one process."""
     t0 = time.time()
     age = _process_age()
     model_entry = ModelEntry.from_params(job.model_spec)

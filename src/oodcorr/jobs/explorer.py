@@ -1,20 +1,6 @@
 """The explorer page: the answer of an analysis as one self-contained HTML file (``explorer.html``,
 beside ``agreement.csv``) that works offline from a ``file://`` URL, with no server and no request
-to anything outside the file.
-
-What it shows, drawn in the page by a small script of this package (``explorer.js``, no library):
-the consensus heatmap of every OOD pair of a table (hover: the consensus r, its interval, the
-verdict, how many models are positive and negative; click: the pair's forest plot, drawn from the
-numbers, so every pair has one, with every column of its row), filters by verdict (the verdicts
-present, whatever their words) and by testset name (``hendrycksTest-*``), each model's own pooled
-correlations (the per-model view), and the agreement table itself to download.
-
-:func:`page_data` turns the two tables into what the page embeds (a compact JSON document);
-:func:`write_explorer` writes the page atomically. How each verdict is shown comes from
-:func:`.answer_figures.verdict_style`, the one mapping the figures use too (:func:`page_style`).
-Why a script of our own: benchmarks/README.md#15-a-whole-lm-eval-suite-and-the-explorer-page
-measures the page's size and first paint at the whole Pythia suite.
-"""
+to anything outside the file."""
 
 from __future__ import annotations
 

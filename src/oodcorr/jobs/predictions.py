@@ -1,8 +1,4 @@
-"""Writing a checkpoint x testset's predictions file: per-example parquet, its record in the metadata.
-
-Written with pyarrow alone (no pandas import in an evaluation process); read back by
-:func:`oodcorr.core.records.read_result`.
-"""
+"""Writing a checkpoint x testset's predictions file: per-example parquet, its record in the metadata."""
 
 from __future__ import annotations
 
@@ -43,11 +39,7 @@ def write_predictions(
     label_names: list[str],
     record: dict,
 ) -> None:
-    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
-
-    The checkpoint's result record (accuracy, counts, provenance) rides in the file's
-    metadata, so the one file per checkpoint x testset describes itself (:func:`read_result`).
-    """
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -1,15 +1,4 @@
-"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in.
-
-For scoring on a CPU, a model loads through :mod:`oodcorr.modeling.lean` where that applies (a
-local OPT or OLMo2 causal LM in a dtype it knows, or a hub one whose pinned commit is in the
-local cache, under the same safety defaults: it reads safetensors only and runs no model code),
-which skips transformers' import graph and computes the same logits bit for bit; otherwise, on
-a GPU (not run this round), and always for training, head models, remote code or pickle weights,
-through transformers' ``from_pretrained``. A LoRA checkpoint scored on a CPU has its adapter
-folded into the base model's weights where that applies (:mod:`oodcorr.modeling.lora`).
-``OODCORR_LEAN=0`` in the environment turns both off (scoring as before: transformers' model,
-peft's adapter layers), to compare the two.
-"""
+"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
 
 from __future__ import annotations
 
@@ -150,11 +139,7 @@ def load_model(
     *,
     lean: bool = False,
 ):
-    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors.
-
-    ``lean`` (scoring only): the lean model where it applies (:mod:`oodcorr.modeling.lean`), which
-    computes the same logits but can be neither trained nor saved; else, and by default,
-    transformers' own."""
+    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
     method = adaptation.get(model_entry.method)
     src, kw = model_source(model_entry, built_model_dir)
     check_local_weights(src, model_entry)
@@ -227,11 +212,7 @@ def load_checkpoint(
     *,
     for_scoring: bool = False,
 ):
-    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter.
-
-    ``for_scoring``: the lean model where it applies, and a LoRA adapter folded into the base
-    model's weights where it can be (:func:`load_folded`); else, and by default, transformers'
-    model with peft's adapter layers (what training and saving need)."""
+    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
         if for_scoring and lean_enabled(device):

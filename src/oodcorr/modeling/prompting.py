@@ -1,22 +1,8 @@
 """Pattern-based scoring: prompt, verbaliser tokens, and the logits at the scored position.
 
-The score of an example is the vector of next-token logits of the label
-verbalisers (e.g. " Yes" / " No") read at one position of the prompt. How a
-prompt is read is set by the prompt's switches (:data:`oodcorr.core.defaults.READING`):
-
-* ``scored_position: last-token`` (default): the last real token of the prompt.
-  Whatever the padding side, the position is gathered from the attention mask, so
-  a pad position is never read; special tokens that a tokenizer appends (an EOS,
-  say) are stripped from the prompt before scoring.
-* ``scored_position: padded-end`` (the authors' code): every prompt is padded to
-  ``max_length`` on the tokenizer's padding side, exactly as the tokenizer encodes
-  it (appended special tokens kept), and the logits at the last position are read:
-  a pad position unless the tokenizer pads on the left.
-* ``truncation``: a prompt longer than ``max_length`` loses its beginning (``left``,
-  default: the hypothesis and the question stay, and a leading BOS) or its end
-  (``right``, the tokenizer's own default: a long premise pushes the question out).
-* ``strip_fields``: premise and hypothesis are stripped of surrounding white space
-  before they fill the template (default), or inserted as they are.
+``scored_position: last-token`` reads the last real token (gathered from the attention mask; appended
+special tokens stripped); ``padded-end`` (the authors' code) pads to ``max_length`` and reads the
+last position, a pad position unless the tokenizer pads on the left.
 """
 
 from __future__ import annotations
@@ -79,15 +65,7 @@ def encode_prompts(
     truncation: str = "left",
     keep_appended: bool = False,
 ) -> tuple[list[list[int]], int]:
-    """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts).
-
-    Special tokens the tokenizer puts before the text (a BOS) are always kept. Those it
-    appends (an EOS or SEP) are stripped unless ``keep_appended``, so that the score is read
-    at the prompt's own last token; a template that ends in a special cue token keeps it.
-    A prompt longer than ``max_length`` loses text tokens from its beginning (``truncation:
-    left``: the hypothesis and the question stay) or its end (``right``: exactly what the
-    tokenizer's own ``truncation=True`` keeps).
-    """
+    """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts)."""
     if truncation not in ("left", "right"):
         raise ConfigError(f"prompt.truncation: {truncation!r} must be left or right")
     texts = [format_prompt(template, r["premise"], r["hypothesis"], strip_fields) for r in records]
