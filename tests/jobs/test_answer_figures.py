@@ -11,7 +11,8 @@ from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.simulate import study_table
-from oodcorr.jobs import answer_figures, figure_set, plots
+from oodcorr.jobs import answer_figures, figure_set
+from oodcorr.jobs.figure_kinds import draw
 
 from helpers import measured_study
 
@@ -29,7 +30,7 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
     d = str(agree["in_domain"].iloc[0])
     row = agree.iloc[0]
     png = tmp_path / "f.png"
-    drawn = plots.draw(
+    drawn = draw(
         "forest",
         str(png),
         opts,
@@ -145,7 +146,7 @@ def test_a_noise_limited_cell_is_marked_apart_and_each_testset_shows_its_reliabi
 def test_the_forest_plot_shows_the_tasks_correlations_beside_the_observed(measured, tmp_path):
     pc, agree, opts = measured["items"]
     (row,) = agree.to_dict("records")
-    drawn = plots.draw(
+    drawn = draw(
         "forest",
         str(tmp_path / "f.png"),
         opts,
@@ -199,7 +200,7 @@ def test_a_drawing_process_is_given_the_columns_the_answers_figures_read(measure
     """oodcorr analyse draws in processes that hold only the figures' columns: the same figures."""
     pc, agree, opts = measured["items"]
     args = {"in_domain": "in-domain", "pair": ("ood0", "ood1"), "method": "pearson", "residualiser": "linear"}
-    here = plots.draw("forest", str(tmp_path / "here.png"), opts, dict(agree=agree, pc=pc), **args)
+    here = draw("forest", str(tmp_path / "here.png"), opts, dict(agree=agree, pc=pc), **args)
     figures = [
         figure_set.Figure("forest", str(tmp_path / "pool.png"), args, ("agree", "pc")),
         figure_set.Figure(
