@@ -106,12 +106,8 @@ def _what(r: dict) -> str:
 
 
 def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
-    """A record must belong where it is read from, else :class:`ResultError` naming the file and the
-    way out. Always: a predictions file's record names that file (its ``predictions`` path, which
-    holds the experiment, run, step and testset). With ``places``: the run, step and testset in
-    the record are those of its file's place in the layout, its checkpoint is that run's
-    checkpoint of that step (a series: the configured checkpoint), a summary's records are of
-    its run and testset, and each predictions file a summary lists holds the record listed."""
+    """A record must belong where it is read from (its ``predictions`` path names its file; with ``places``
+    its run, step, testset and checkpoint are those of its file's place), else :class:`ResultError`."""
     pred = _norm(r["predictions"])
     if not summary and pred != _norm(path):
         raise ResultError(
@@ -238,10 +234,8 @@ def read_scores(path: str) -> pd.DataFrame:
 
 
 def read_analysis_table(path: str) -> pd.DataFrame:
-    """A table rule partial_correlations staged (``partial_correlations.csv``, ``agreement.csv``), read
-    back by the figures and the explorer page; one cut short or changed since its job sealed it (where a
-    CSV would still parse, fewer rows read as all of them), or unreadable, is a :class:`ResultError`
-    naming it, and that deleting it is safe (:func:`oodcorr.core.records.remake_hint`)."""
+    """A table rule partial_correlations staged, read back by the figures and the explorer page; one cut
+    short, changed since its job sealed it, or unreadable is a :class:`ResultError` naming it."""
     made_by, source = "rule partial_correlations", "the scores table"
     check_staged(path, made_by, source)
     try:

@@ -56,12 +56,8 @@ def weights_of(ck: dict) -> str:
 
 
 def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
-    """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
-    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it; ``"weights"``: the
-    checkpoint's digest that manifest recorded, ``"run_manifest"``: the manifest) or the manifests
-    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it). A series
-    manifest is taken for the step its file name gives (``step<k>.json``), and must say so itself
-    (:func:`check_checkpoint_place`)."""
+    """``{"step", "checkpoint", "predictions"}`` per step, from a finetune's manifest (plus ``weights``,
+    ``run_manifest``) or a series' checkpoint manifests (``series``; the step its file name gives)."""
     given, root, run_manifest = {}, None, None
     for m in manifests:
         try:
@@ -126,11 +122,8 @@ def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
-    """Refuse a checkpoint that is not the one its place says, before it is scored or its old
-    predictions reused: a finetuned checkpoint whose own manifest names another step (its folder
-    replaced by another step's), or whose weights are not those the run's manifest recorded for
-    that step; a series manifest that names another step or model than its file does. Reads the
-    manifests only: the files' sha256 are checked (once, cached) by :func:`_evaluate_checkpoint`."""
+    """Refuse a checkpoint that is not the one its place says (another step's folder, weights other than
+    the run's manifest recorded, a series manifest of another step or model), before it is scored."""
     step = int(ck["step"])
     series = ck.get("series")
     if series:
@@ -193,9 +186,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
 @dataclass(frozen=True)
 class EvalParams:
     """What an evaluation job's params (:meth:`oodcorr.planning.plan.Plan.eval_params`) say of what it
-    scores: the model (``model_spec``, the rule's params form of its entry, and the folder a built model
-    sits in), the run's ``provenance`` written into every record, and ``dtype`` (``evaluation.dtype``
-    where it is not ``model``; None: the model's own)."""
+    scores: the model, the run's ``provenance`` written into every record, and ``dtype`` (None: the model's own)."""
 
     model_spec: Mapping
     built_model_dir: str | None

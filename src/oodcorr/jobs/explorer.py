@@ -76,15 +76,8 @@ def page_data(
     csv_text: str | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """What the page embeds, from the agreement table ``agree`` and the pairs table ``pc``: the
-    testset and model names, the tables (one per in-domain set x pool group x method x
-    residualiser, with the testsets' clustered order), every agreement row (its pair as indices,
-    its verdict, every other column: numbers rounded to :data:`DIGITS` decimals, text as text),
-    each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
-    model has several), one style per verdict present, the words that precede the testsets that
-    leave a pair noise-limited (``noise_limited_by``: :data:`oodcorr.core.answer.NOISE_LIMITED_BY`)
-    and ``csv_text`` (the agreement table as written) for the download.
-    ``default``: the (method, residualiser) shown first."""
+    """What the page embeds (a compact JSON document) from the agreement table ``agree`` and the pairs
+    table ``pc``; ``default``: the (method, residualiser) shown first."""
     if csv_text is None:  # the table to download, exactly as write_tables writes it
         csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
@@ -152,10 +145,8 @@ def page_data(
 
 
 def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, models, midx) -> dict:
-    """Each model's pooled r, interval and adjusted p for every agreement row, (rows, models) lists
-    with None where a model has no value; where the pairs table has them, its tasks' correlation
-    (``rc``, ``rc_lo``, ``rc_hi``: ``r_corrected`` and its interval); ``runs``: each model's runs' r,
-    where any model has more than one run (the forest plot's dots)."""
+    """Each model's pooled r, interval and adjusted p (and tasks' r ``rc``, ``rc_lo``, ``rc_hi`` where known)
+    for every agreement row, None where a model has none; ``runs``: each model's runs' r where any has several."""
     n, m = len(agree), len(models)
     fields = [("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")]
     if "r_corrected" in pc:

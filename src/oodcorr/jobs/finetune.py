@@ -181,12 +181,8 @@ def base_weights_fingerprint(model_entry: ModelEntry, built_model_dir: str | Non
 
 
 def reporting(report_to, run_dir: Path) -> list[str]:
-    """The Trainer's ``report_to`` for ``finetune.report_to`` (:func:`oodcorr.core.trackers.named`:
-    ``auto`` is TensorBoard when a writer is installed, else nothing), each checked installed and
-    reachable (a :class:`ConfigError` naming the key, before any step is trained), and pointed at the
-    run's own tracker runs (:func:`oodcorr.jobs.tracking.for_trainer`: W&B writes under the run's
-    folder, MLflow logs into the run found by its identity). Never a network service unless the config
-    names one."""
+    """The Trainer's ``report_to`` for ``finetune.report_to``, each tracker checked installed and reachable
+    (before any step is trained) and pointed at the run's own tracker runs."""
     names = trackers.named(report_to)
     trackers.check(names, tracking.root_of_run_dir(run_dir))
     tracking.for_trainer(names, run_dir)
@@ -335,10 +331,8 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
 
 
 def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
-    """Refuse to start training when the checkpoints still to save cannot fit (before hours of
-    training end in a full disk): each scheduled checkpoint after the resume point holds the
-    weights, and while training the newest one's optimizer state (the one before it is pruned only
-    after the next is whole)."""
+    """Refuse to start training when the checkpoints still to save cannot fit: the weights of each one after
+    the resume point, and the newest one's optimizer state while training."""
     weights, optimizer = checkpoint_bytes(model, job.training.lora)
     done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
     todo = [s for s in job.steps if s > done_to]

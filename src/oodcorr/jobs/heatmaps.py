@@ -1,11 +1,5 @@
-"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`: a panel per in-domain set and
-pool group) and every model's side by side (:func:`heatmap_grid`), each panel the strict lower
-triangle of the partial correlations with their marks (significant, interval spanning 0, near
-zero, sign differing between residualisers) and its legend in numbers (:func:`describe`);
-:func:`heatmap_marks` turns an analysis's options into their arguments. Drawn through
-:func:`oodcorr.jobs.plots.draw`, on what :mod:`.plotting` shares; the consensus heatmap across
-models is in :mod:`.answer_figures`.
-"""
+"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`) and every model's side by side
+(:func:`heatmap_grid`), each panel the strict lower triangle of the partial correlations with their marks."""
 
 from __future__ import annotations
 
@@ -34,10 +28,8 @@ def _flag(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
 
 
 def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[object, dict]:
-    """Strict lower triangle of r. Marks: '*' significant after correction; faded: the interval
-    spans 0 (unresolved); boxed: the interval lies within +-near_zero (near zero); dagger: the
-    sign differs between the linear and the GAM residualiser; hatched 'n/a': no value.
-    With more than TEXT_LIMIT testsets no numbers are written: a dot marks significance."""
+    """Strict lower triangle of r, marked: '*' significant, faded unresolved, boxed near zero, '†' depends
+    on the form, hatched 'n/a' no value; beyond TEXT_LIMIT testsets no numbers, dots and squares."""
     cells = {}
     if len(names) < 2:
         ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")

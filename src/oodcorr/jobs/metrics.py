@@ -41,10 +41,8 @@ def _distinct(*arrays: np.ndarray) -> list:
 
 
 def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
-    """Predictions (indices into ``names``) as the label mode scores them: on a testset whose
-    gold labels never use the labels a coarse label collapses (a 2-way set under a 3-way
-    mode), a prediction of one of them (neutral, contradiction) becomes the coarse label
-    (non-entailment)."""
+    """Predictions (indices into ``names``) as the label mode scores them: on a 2-way testset under a 3-way
+    mode, neutral and contradiction become the coarse label (non-entailment)."""
     out = np.asarray(pred).copy()
     present = set(np.asarray(gold).tolist())
     for c, members in (coarse or {}).items():

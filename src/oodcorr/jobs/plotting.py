@@ -1,11 +1,5 @@
-"""What every figure shares: matplotlib without a display (:func:`pyplot`), the atomic PNG write
-(:func:`save`), the rows one heatmap shows (:func:`select`), a heatmap panel's size and a grid of
-panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), its cells
-(:func:`draw_cells`), a pairs table as a lower-triangular matrix (:func:`pair_matrix`) and the
-testsets' order (:func:`cluster_order`, :func:`testset_order`, :func:`natural_key`). The figures are in :mod:`.plots`
-(per model, and :func:`~.plots.draw`), :mod:`.heatmaps` (the pairs heatmaps) and :mod:`.answer_figures`
-(across models).
-"""
+"""What every figure shares: matplotlib without a display, the atomic PNG write, heatmap panels and
+the testsets' order."""
 
 from __future__ import annotations
 
@@ -73,10 +67,8 @@ def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
 
 
 def draw_cells(ax, rgba: np.ndarray, big: bool) -> None:
-    """A heatmap's cells (``rgba``: rows x columns x 4 in [0, 1], alpha 0 where no cell): through
-    ``imshow`` for a small matrix; for a ``big`` one (more than :data:`TEXT_LIMIT` testsets) as one
-    collection of squares, which Agg fills without resampling the matrix to the canvas (imshow
-    does that in floating point: about 250 MB for a 64-testset panel of 3,000 pixels)."""
+    """A heatmap's cells (``rgba``: rows x columns x 4, alpha 0 where no cell): ``imshow`` for a small
+    matrix, one collection of squares for a ``big`` one (imshow would resample it in floating point)."""
     if not big:
         ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
         return

@@ -49,22 +49,15 @@ def length_batches(
     return batches[::-1]
 
 
-# How a CPU job batches, measured on the OPT-125m shape
-# (benchmarks/README.md#12-batching-padding-and-scoring-throughput). Per useful token, scoring is
-# about as fast with 512 to 4,096 padded tokens per thread in a batch and slower below 512 (at one
-# thread, 256 tokens: 14 % slower), so a batch holds at most 512 per thread: the smallest at full
-# speed, which keeps the first batch short and the padding low. One more batch costs about as
-# much as 32 padded tokens per thread.
+# a CPU batch holds at most 512 padded tokens per thread (the smallest at full speed); one more batch
+# costs about as much as 32 padded tokens per thread (benchmarks/README.md#12-batching-padding-and-scoring-throughput)
 CPU_TOKENS_PER_THREAD = 512
 CPU_OVERHEAD_PER_THREAD = 32
 
 
 def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
     """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
-    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread in a batch (and ``max_tokens``, ``batch_size``),
-    cut where padding would cost more than another batch (:func:`length_batches`); elsewhere
-    ``batch_size`` and ``max_tokens`` as given, batches as full as they allow (not measured on a
-    GPU this round)."""
+    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread; elsewhere ``batch_size`` and ``max_tokens`` as given."""
     import torch  # torch stack: planning and the CLI never import it
 
     if torch.device(device).type != "cpu":

@@ -111,12 +111,8 @@ def tokenize_testset(
 def read_tokenized(
     path: str | os.PathLike, tokenizer: str | None = None, *, testset: str | None = None, model: str | None = None
 ) -> dict:
-    """The tokenised testset at ``path``, checked before anything is scored: its bytes must be those
-    written (the sha256 its sidecar records: a bit flipped on disk or in a copy, another file copied
-    over it), and it must be whole, of this format (made after caches recorded their tokenizer and
-    digest), consistent, of ``testset`` and ``model`` (its place, when given) and made by
-    ``tokenizer`` (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`; unchecked when unknown);
-    else a :class:`~oodcorr.core.errors.ResultError` naming it and what to delete."""
+    """The tokenised testset at ``path``, checked (its bytes' sha256, whole, this format, of ``testset``
+    and ``model``, made by ``tokenizer``), else a :class:`~oodcorr.core.errors.ResultError` naming it."""
     import torch  # torch stack: planning and the CLI never import it
 
     try:

@@ -111,10 +111,8 @@ def points(rows) -> dict[tuple[str, int], float]:
 
 
 def for_trainer(names: list[str], run_dir: str | Path) -> None:
-    """Point the Trainer's callbacks at the run's own tracker runs, through the trackers' environment
-    variables (set to :mod:`oodcorr.core.trackers`' destinations, which keep what the user set): MLflow's
-    run is found by the run's identity, or made, and ``MLFLOW_RUN_ID`` makes the callback log into it
-    (rank 0 only); W&B's run goes in the run's group, under the run's folder."""
+    """Point the Trainer's callbacks at the run's own tracker runs through the trackers' environment
+    variables: MLflow's run found by the run's identity (rank 0), W&B's in the run's group and folder."""
     ident = RunIdentity.of_run_dir(run_dir) or RunIdentity("", Path(run_dir).name, "", 0, 0)  # (outside the layout)
     root = root_of_run_dir(run_dir)
     if "mlflow" in names and os.environ.get("RANK", "0") == "0":

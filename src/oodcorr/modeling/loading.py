@@ -106,10 +106,8 @@ TOKENIZER_FILES = (
 
 
 def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str | None:
-    """The fingerprint of a model's tokenizer (:func:`tokenizer_files_fingerprint` of the folder it
-    loads from), without loading it; None where that folder is not on this machine (a hub model
-    without its pinned commit in the cache). A tokenised testset records it, so that one made by
-    another tokenizer (another model's, or this model's before its files changed) is never scored."""
+    """The fingerprint of a model's tokenizer files, without loading it (None where its folder is not on
+    this machine): a tokenised testset records it, so that one made by another tokenizer is never scored."""
     try:
         folder = local_folder(*model_source(model_entry, built_model_dir))
     except ConfigError:
@@ -181,11 +179,8 @@ def new_head_keys(model, missing) -> list[str]:
 
 
 def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method: str) -> None:
-    """Every parameter the architecture needs was in the files: transformers starts a missing one
-    from random values and says so in a log line only (its "MISSING ... newly initialized"). A
-    :class:`ConfigError` naming the model, the folder and the parameters instead; the one exception
-    is a head model's new classification head (:func:`new_head_keys`), which ``method: head`` asks
-    for, said in the log."""
+    """Every parameter the architecture needs was in the files (transformers would start a missing one
+    from random values), but a head model's new classification head; else a :class:`ConfigError`."""
     missing = sorted(missing)
     head = new_head_keys(model, missing) if method == "head" else []
     lacking = [k for k in missing if k not in head]

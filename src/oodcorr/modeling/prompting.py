@@ -123,10 +123,8 @@ def _forward_params(model) -> set[str]:
 
 @functools.cache
 def _per_row_logits_to_keep() -> bool:
-    """Whether this transformers reads a (batch, 1) integer ``logits_to_keep`` as one position
-    per row (``modeling_utils.slice_logits_to_keep``, transformers 5.2x). Older releases index
-    every row with every row's position ([batch, batch, 1, hidden]), which is wrong here; with
-    them every position's logits are computed and the last real one gathered."""
+    """Whether this transformers reads a (batch, 1) ``logits_to_keep`` as one position per row (5.2x);
+    with older releases every position's logits are computed and the last real one gathered."""
     import transformers.modeling_utils as mu  # torch stack: planning and the CLI never import it
 
     return hasattr(mu, "slice_logits_to_keep")
@@ -160,10 +158,8 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
 def padded_end_logits(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, pad_to: int, side: str, pad_id: int
 ) -> torch.Tensor:
-    """(batch, vocab) next-token logits at the last position of every prompt padded to ``pad_to``
-    tokens on ``side``, the model called with ids and mask only (its own position ids): what a
-    model reads that is handed ``tokenizer(..., padding="max_length")`` and scored at ``[:, -1]``.
-    A pad position, unless ``side`` is left."""
+    """(batch, vocab) logits at the last position of every prompt padded to ``pad_to`` tokens on ``side``:
+    what ``tokenizer(..., padding="max_length")`` scored at ``[:, -1]`` reads (a pad position unless left)."""
     rows = [input_ids[i][attention_mask[i].bool()].tolist() for i in range(input_ids.shape[0])]
     ids, mask = pad_batch(rows, pad_id, side, width=pad_to)
     kwargs = {"input_ids": ids.to(input_ids.device), "attention_mask": mask.to(input_ids.device)}
