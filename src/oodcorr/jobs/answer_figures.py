@@ -34,6 +34,7 @@ from .plotting import (
     pyplot,
     save,
     testset_order,
+    triangle_axes,
 )
 
 SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
@@ -212,20 +213,15 @@ def consensus_heatmap(
         present = verdicts != ""
         finite = np.isfinite(m)
         every_run &= finite
-        rgba = cmap(norm(np.where(finite, m, 0.0)))
         styles = {w: verdict_style(str(w)) for w in set(verdicts.ravel().tolist())}
         drawn_styles.update({w: styles[w] for w in set(verdicts[present & ~every_run].tolist())})
         if every_run.any():
             drawn_styles[EVERY_RUN_MARK] = {"mark": EVERY_RUN_MARK, "frame": "", "bold": False, "faded": False}
         faded = {w for w, st in styles.items() if st["faded"]}
         fade = finite & np.isin(verdicts, list(faded)) & ~every_run
-        rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
-        rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
-        rgba[~present] = (1, 1, 1, 0)
         big = len(names) > TEXT_LIMIT
-        draw_cells(ax, rgba, big)
+        draw_cells(ax, m, fade, present, big, norm, cmap)
         rnames, cnames = names[1:], names[:-1]
-        k = len(rnames)
         fs = max(4.5, min(9.0, 130 / len(names)))
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]
@@ -259,20 +255,7 @@ def consensus_heatmap(
                 color=colour,
                 fontweight="bold" if general else "normal",
             )
-        side = panel_inches(len(names))
-        label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-        ax.set_xticks(
-            range(k),
-            [shown.get(n, n) for n in cnames],
-            rotation=90 if big else 45,
-            ha="center" if big else "right",
-            fontsize=label_fs,
-        )
-        ax.set_yticks(range(k), [shown.get(n, n) for n in rnames], fontsize=label_fs)
-        ax.set_xlim(-0.5, k - 0.5)
-        ax.set_ylim(k - 0.5, -0.5)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
+        triangle_axes(ax, [shown.get(n, n) for n in rnames], [shown.get(n, n) for n in cnames], len(names), big)
         n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
         counts = rows["verdict"].value_counts()
         tally = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda t: verdict_rank(str(t[0]))))

@@ -48,11 +48,8 @@ SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d3
 
 
 def page_style(verdict: str) -> dict:
-    """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the one mapping the
-    figures use, which reads the verdict's words, so a new one gets the style of its kind), its
-    place among the verdicts (:func:`oodcorr.core.answer.verdict_rank`; unknown last) and a
-    legend swatch: black for a sign in nearly every model, a colour per mark (the spreads', and
-    noise-limited's), grey for a sign on average, light grey for no answer."""
+    """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the figures' mapping, read from
+    the verdict's words), its rank among the verdicts and a legend swatch."""
     st = verdict_style(str(verdict))
     framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"
     colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")

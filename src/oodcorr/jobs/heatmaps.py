@@ -15,11 +15,11 @@ from .plotting import (
     draw_cells,
     heatmap_figure,
     pair_matrix,
-    panel_inches,
     pyplot,
     save,
     select,
     testset_order,
+    triangle_axes,
 )
 
 
@@ -44,20 +44,12 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
     rnames, cnames = names[1:], names[:-1]
     k = len(rnames)
-    # one RGBA image (a single resampling when drawn): the colour of r, faded where unresolved,
-    # light grey where there is no value, transparent above the diagonal
     import matplotlib as mpl
 
     norm = mpl.colors.Normalize(vmin=-1, vmax=1)
     cmap = mpl.colormaps[CMAP]
-    finite = np.isfinite(m)
-    rgba = cmap(norm(np.where(finite, m, 0.0)))
-    fade = unresolved & finite
-    rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
-    rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
-    rgba[~present] = (1, 1, 1, 0)
     big = len(names) > TEXT_LIMIT
-    draw_cells(ax, rgba, big)
+    draw_cells(ax, m, unresolved & np.isfinite(m), present, big, norm, cmap)
     im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
     fs = max(4.5, min(9.0, 130 / len(names)))
     if big:
@@ -100,15 +92,8 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                     )
                     cells[key] = "n/a"
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
-    side = panel_inches(len(names))
-    label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-    ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
-    ax.set_yticks(range(k), rnames, fontsize=label_fs)
-    ax.set_xlim(-0.5, k - 0.5)
-    ax.set_ylim(k - 0.5, -0.5)
+    triangle_axes(ax, rnames, cnames, len(names), big)
     ax.set_title(title, fontsize=9)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
     return im, cells
 
 
