@@ -9,7 +9,7 @@ from oodcorr.core.io import write_json_atomic
 from oodcorr.core.provenance import scores_provenance
 from oodcorr.core.records import seal
 from oodcorr.jobs import tracking
-from oodcorr.jobs.aggregate import collect, write_scores
+from oodcorr.jobs.aggregate_scores import collect, write_scores
 from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821

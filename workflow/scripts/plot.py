@@ -4,8 +4,8 @@ from oodcorr.analysis import Options
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import ResultError
 from oodcorr.core.records import seal
-from oodcorr.jobs.aggregate import read_analysis_table, read_scores
-from oodcorr.jobs.figure_kinds import draw
+from oodcorr.jobs.aggregate_scores import read_analysis_table, read_scores
+from oodcorr.jobs.figures.kinds import draw
 from oodcorr.launch.runtime import refuse, start_job
 from oodcorr.planning.config import analysis_options
 

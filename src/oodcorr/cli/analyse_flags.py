@@ -13,7 +13,7 @@ from ..analysis.pooling import TWO_RUNS
 from ..analysis.resample import INTERVALS
 from ..analysis.residualise import RESIDUALISERS
 from ..core.defaults import ANALYSIS
-from ..jobs import answer_figures, figure_set
+from ..jobs.figures import across_models, analysis_set
 from .args import add_showing_default, block_length, positive_int
 
 EPILOG = """\
@@ -362,7 +362,7 @@ def add_parser(sub, help: str) -> None:
         "--all-figures",
         action="store_true",
         help="draw the per-model heatmaps, their grid and the scatter grids even where they cannot be read: with "
-        f"more than {figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model they are left out (the log "
+        f"more than {analysis_set.LEGIBLE_TESTSETS} OOD testsets and more than one model they are left out (the log "
         "says so; the explorer page shows each model's correlations)",
     )
     o.add_argument(
@@ -374,7 +374,7 @@ def add_parser(sub, help: str) -> None:
     add_showing_default(
         o,
         "--forest-max",
-        answer_figures.FOREST_CAP,
+        across_models.FOREST_CAP,
         "forest plots per in-domain set at most: with more pairs, those whose verdicts say most (sign reversal, "
         "the sign in nearly every model, on average, models differ, near zero, then unresolved; the largest "
         "consensus first); 0: none",

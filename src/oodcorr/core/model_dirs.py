@@ -2,8 +2,8 @@
 defaults, and which of its files loading reads.
 
 Planning checks a local model with these (:mod:`oodcorr.launch.disk_checks`), loading checks it again
-(:mod:`oodcorr.modeling.loading`), and a series' manifest lists the files they name (:mod:`oodcorr.jobs.series`,
-:mod:`oodcorr.planning.plan`). Each function that needs the entry takes its
+(:mod:`oodcorr.modeling.loading`), and a series' manifest lists the files they name
+(:mod:`oodcorr.jobs.series_checkpoint`, :mod:`oodcorr.planning.plan`). Each function that needs the entry takes its
 :class:`oodcorr.core.model_entry.ModelEntry`. Nothing here imports torch or an oodcorr module outside core.
 """
 

@@ -22,7 +22,7 @@ from ..modeling.loading import tokenizer_fingerprint
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .predictions import write_predictions
 from .scoring import device_batching, eval_dtype, score
-from .series import read_manifest, verify
+from .series_checkpoint import read_manifest, verify
 from .tokenize_testset import read_tokenized
 
 log = logging.getLogger(__name__)

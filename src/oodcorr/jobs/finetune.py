@@ -35,7 +35,7 @@ from .checkpoints import (
     weights_digest,
     write_ckpt_manifest,
 )
-from .data import balanced_sample
+from .prepare_dataset import balanced_sample
 
 log = logging.getLogger(__name__)
 

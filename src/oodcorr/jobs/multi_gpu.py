@@ -17,7 +17,7 @@ from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process
 from ..planning.finetune_job import FinetuneJob, trains_in_bf16
 from .finetune import finetune
-from .series import MANIFEST_FIX
+from .series_checkpoint import MANIFEST_FIX
 
 log = logging.getLogger(__name__)
 

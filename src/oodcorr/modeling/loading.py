@@ -144,7 +144,7 @@ def load_model(
     if lean and lean_enabled(device):
         folder = local_folder(src, kw)
         if folder is not None:
-            from .lean import lean_model  # torch stack: planning and the CLI never import it
+            from .plain_torch import lean_model  # torch stack: planning and the CLI never import it
 
             model, why = lean_model(folder, model_entry, method.name, device)
             if model is not None:

@@ -115,7 +115,7 @@ def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 def _forward_params(model) -> set[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = set(inspect.signature(base.forward).parameters)
-    if not type(base).__module__.startswith(("transformers.", "oodcorr.modeling.lean")):
+    if not type(base).__module__.startswith(("transformers.", "oodcorr.modeling.plain_torch")):
         # remote code may treat logits_to_keep differently: compute every position's logits
         params.discard("logits_to_keep")
     return params
@@ -143,7 +143,7 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         # positions count real tokens only, so left padding scores like right padding
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     kind = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
-    # a lean model (oodcorr.modeling.lean) keeps one position per row; ask transformers of its own models
+    # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
     per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
     if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
         # project only the gathered position onto the vocabulary

@@ -2,7 +2,7 @@
 
 :class:`Paths` spells every path as a Snakemake pattern (``{model}``, ``{step}``...); the plan
 (:class:`oodcorr.planning.plan.Plan`) fills them in for its jobs, the rules read them from the
-plan, and the aggregation reads the fields back from a path (:mod:`oodcorr.jobs.aggregate`).
+plan, and the aggregation reads the fields back from a path (:mod:`oodcorr.jobs.aggregate_scores`).
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ class Plan:
 
     def record_places(self) -> dict:
         """Where each evaluation record must say it sits (the aggregation checks every record against
-        its file's place, :func:`oodcorr.jobs.aggregate.check_place`): the layout of the predictions
+        its file's place, :func:`oodcorr.jobs.aggregate_scores.check_place`): the layout of the predictions
         files and job summaries, a run's checkpoint folders, and each series checkpoint's location."""
         series = {}
         for m, spec in self.models.items():

@@ -9,8 +9,8 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from ..analysis.measurement import NOISE_LIMITED
-from ..core.answer import (
+from ...analysis.measurement import NOISE_LIMITED
+from ...core.answer import (
     AGREE_NEAR_ZERO,
     DEPENDS_ON_FORM,
     NEARLY_EVERY,
@@ -22,8 +22,8 @@ from ..core.answer import (
     reliabilities,
     verdict_rank,
 )
-from ..core.reasons import every_run_sign
-from .plotting import (
+from ...core.reasons import every_run_sign
+from .common import (
     CMAP,
     TEXT_LIMIT,
     draw_cells,

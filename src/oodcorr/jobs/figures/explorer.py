@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
-from ..core.io import write_text_atomic
-from ..core.reasons import every_run_sign
-from .answer_figures import EVERY_RUN_MARK, fold_names, verdict_style
-from .plotting import cluster_order, natural_key
+from ...core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
+from ...core.io import write_text_atomic
+from ...core.reasons import every_run_sign
+from .across_models import EVERY_RUN_MARK, fold_names, verdict_style
+from .common import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
 KEYS = ["in_domain", "pool_group", "method", "residualiser"]
@@ -43,12 +43,12 @@ def _numeric(col: pd.Series) -> bool:
     return len(values) > 0 and pd.to_numeric(values, errors="coerce").notna().all()
 
 
-# a verdict's swatch in the page's legend, by how the figures draw it (answer_figures.verdict_style)
+# a verdict's swatch in the page's legend, by how the figures draw it (across_models.verdict_style)
 SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d31"}
 
 
 def page_style(verdict: str) -> dict:
-    """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the figures' mapping, read from
+    """How the page shows a verdict: :func:`.across_models.verdict_style` (the figures' mapping, read from
     the verdict's words), its rank among the verdicts and a legend swatch."""
     st = verdict_style(str(verdict))
     framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"

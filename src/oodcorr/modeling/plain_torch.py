@@ -14,9 +14,9 @@ import torch
 
 from ..core.errors import DataError
 from ..core.model_entry import ModelEntry
-from .lean_base import DTYPES, LeanCausalLM, Unsupported
-from .lean_olmo2 import LeanOlmo2
-from .lean_opt import LeanOPT
+from .plain_torch_olmo2 import LeanOlmo2
+from .plain_torch_opt import LeanOPT
+from .plain_torch_parts import DTYPES, LeanCausalLM, Unsupported
 
 ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
     "opt": ("OPTForCausalLM", LeanOPT),

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..core.io import atomic_path
+from ...core.io import atomic_path
 
 CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
 

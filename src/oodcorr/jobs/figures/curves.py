@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.io import read_json
-from .plotting import pyplot, save
-from .series import MANIFEST_FIX
+from ...core.io import read_json
+from ..series_checkpoint import MANIFEST_FIX
+from .common import pyplot, save
 
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
@@ -76,7 +76,7 @@ def learning_curves(
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
     # scipy via the analysis package: only the figures that draw a fit need it
-    from ..analysis.residualise import Degenerate, gam_fit, parse, spline_basis
+    from ...analysis.residualise import Degenerate, gam_fit, parse, spline_basis
 
     spec = parse(residualiser)
     if spec.step:
@@ -114,7 +114,7 @@ def scatter(
     """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
     with each run's fitted residualiser curve(s) (the residuals are the vertical
     distances to it). Returns {testset: number of curves drawn}."""
-    from ..analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
+    from ...analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()

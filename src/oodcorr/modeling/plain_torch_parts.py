@@ -1,4 +1,4 @@
-"""What the lean architectures share (:mod:`oodcorr.modeling.lean`): reading a config.json, the
+"""What the lean architectures share (:mod:`oodcorr.modeling.plain_torch`): reading a config.json, the
 layers built without initialising their weights, attention (sdpa, as transformers 5.24 computes
 it), and :class:`LeanCausalLM`, the base every architecture's model extends."""
 

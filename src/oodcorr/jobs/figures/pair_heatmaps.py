@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NEAR_ZERO, UNRESOLVED
-from .plotting import (
+from ...core.answer import NEAR_ZERO, UNRESOLVED
+from .common import (
     CMAP,
     TEXT_LIMIT,
     draw_cells,

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.errors import DataError
-from . import answer_figures
+from ...core.errors import DataError
+from . import across_models
+from .common import TEXT_LIMIT, pyplot
 from .explorer import EXPLORER_FILE
-from .figure_kinds import draw
-from .plotting import TEXT_LIMIT, pyplot
+from .kinds import draw
 
 log = logging.getLogger("oodcorr")
 
@@ -79,7 +79,7 @@ def choose(
     out: Path,
     method: str,
     residualiser: str,
-    forest_max: int = answer_figures.FOREST_CAP,
+    forest_max: int = across_models.FOREST_CAP,
     forest_pairs: list[str] | None = None,
     all_figures: bool = False,
 ) -> Choice:
@@ -96,9 +96,9 @@ def choose(
         figures.append(
             Figure("consensus_heatmap", str(out / "consensus" / f"{safe_name(dom)}.png"), agreed, ("agree",))
         )
-        pairs, total = answer_figures.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
+        pairs, total = across_models.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
         if named is not None:
-            every = set(answer_figures.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
+            every = set(across_models.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
             pairs = [p for p in named if p in every]
         elif len(pairs) < total:
             log.info(

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-from .answer_figures import consensus_heatmap, forest
+from .across_models import consensus_heatmap, forest
+from .curves import learning_curves, scatter, scatter_fits
 from .explorer import write_explorer
-from .heatmaps import heatmap, heatmap_grid, heatmap_marks
-from .plots import learning_curves, scatter, scatter_fits
+from .pair_heatmaps import heatmap, heatmap_grid, heatmap_marks
 
 
 def _consensus(png, opts, t, a):
