@@ -33,9 +33,8 @@ class EvaluationRefused(RuntimeError):
 
 
 def _process_age() -> float | None:
-    """Seconds since this process started (interpreter start-up and the job script's preamble),
-    from /proc to the clock tick; None where /proc is not there. (psutil's create_time rounds the
-    boot time to whole seconds, which made a fixed 0.5 s error.)"""
+    """Seconds since this process started, from /proc to the clock tick (psutil rounds the boot time to
+    whole seconds); None where /proc is not there."""
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
@@ -101,9 +100,8 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
 
 
 def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
-    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``; None
-    where not recorded) as the run's finetune recorded them; a manifest without the digests (made by hand,
-    or by a version before the digests) is refused with the way out, as an unreadable one is."""
+    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``) as the
+    run's finetune recorded them; a manifest without the digests is refused with the way out."""
     again = (
         "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
     )
@@ -159,9 +157,8 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
-    """What determines a checkpoint x testset's predictions: the checkpoint's weights (:func:`weights_of`),
-    the tokenised testset, the provenance, dtype and device type. A predictions file with the same
-    key is not computed again (a resumed or re-planned job reuses it)."""
+    """What determines a checkpoint x testset's predictions (weights, tokenised testset, provenance, dtype,
+    device type): a predictions file with the same key is reused, not computed again."""
     import torch  # torch stack: planning and the CLI never import it
 
     key = {
@@ -279,9 +276,8 @@ def evaluate_run(
 
 
 def _reusable(path: str, key: str, step: int) -> dict | None:
-    """The record of an existing predictions file made by exactly this evaluation, for this place
-    (its step, and the path it was written to: a copy of another experiment's file with the same
-    key is computed again), else None."""
+    """The record of an existing predictions file made by exactly this evaluation for this place (its step
+    and its own path: another experiment's copy is computed again), else None."""
     if not Path(path).exists():
         return None
     try:

@@ -292,9 +292,8 @@ def _training_set(job: FinetuneJob, method) -> _TrainingSet:
 
 
 def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
-    """Under the lock: set aside checkpoints of another identity, load the model, save step 0,
-    and find out whether every checkpoint exists (``done``) or from where to resume.
-    Returns (model, done, resume point or None)."""
+    """Under the lock: set aside checkpoints of another identity, load the model, save step 0; returns
+    (model, whether every checkpoint exists, resume point or None)."""
     from transformers import set_seed  # torch stack: planning and the CLI never import it
 
     ckpt_root = _ckpt_root(job)

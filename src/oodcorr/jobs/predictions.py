@@ -9,9 +9,8 @@ from ..core.records import META_KEY
 
 
 def _arrow_column(values, kind: str):
-    """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
-    a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
-    bool, string."""
+    """A pyarrow array (``kind``: int64, float32, bool, string) built from its buffers: ``pyarrow.array``
+    imports pandas on first use, a start-up cost every evaluation would pay for nothing."""
     import numpy as np
     import pyarrow as pa
 

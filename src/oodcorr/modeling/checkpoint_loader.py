@@ -163,9 +163,8 @@ class CheckpointLoader:
         return True
 
     def close(self, release: bool = True) -> None:
-        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache,
-        before another model is loaded (a full collection costs a tenth of a second or more; at
-        the end of a job, whose process then exits, it is skipped)."""
+        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache (skipped at
+        the end of a job, whose process then exits)."""
         if self.model is not None:
             self.model, self.folded = None, None
             if release:

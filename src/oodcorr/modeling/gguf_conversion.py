@@ -39,9 +39,8 @@ def checked_header(model_entry: ModelEntry):
 
 
 def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None) -> dict:
-    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params: the entry's
-    :meth:`~oodcorr.core.model_entry.ModelEntry.params`) into the safetensors folder ``out_dir``;
-    returns its record."""
+    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params) into the safetensors
+    folder ``out_dir``; returns its record."""
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it

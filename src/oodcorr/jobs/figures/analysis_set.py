@@ -31,9 +31,8 @@ def safe_name(name: str) -> str:
 
 
 def check_figure_names(long: pd.DataFrame, source: str) -> None:
-    """Two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`;
-    alike but for case, too, as on macOS and Windows) are refused before the analysis, naming both:
-    one figure would overwrite the other."""
+    """Refuse two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`,
+    alike but for case too), naming both: one figure would overwrite the other."""
     for column, what, files in (
         ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
         ("in_domain", "in-domain testsets", "consensus/ and forest/"),
@@ -186,8 +185,7 @@ EXPLORER = "explorer"  # the kind of the explorer page among the figures
 
 def explorer_page(out: Path, title: str, settings: dict, answer: list[str], default: tuple[str, str]) -> Figure:
     """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`: it
-    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns, and
-    embeds the agreement table as ``write_tables`` writes it."""
+    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns."""
     args = dict(title=title, settings=settings, answer=list(answer), default=default)
     return Figure(EXPLORER, str(out / EXPLORER_FILE), args, ("agreement", "pc"))
 

@@ -111,9 +111,8 @@ def scatter(
     gam_settings=None,
     max_panels: int = 48,
 ) -> dict:
-    """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
-    with each run's fitted residualiser curve(s) (the residuals are the vertical
-    distances to it). Returns {testset: number of curves drawn}."""
+    """In-domain vs OOD score, one panel per OOD testset, points coloured by run, with each run's fitted
+    residualiser curves. Returns {testset: number of curves drawn}."""
     from ...analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()

@@ -206,9 +206,8 @@ def write_explorer(
     csv_path: str | Path | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """Write the explorer page of the two tables to ``out_html`` atomically. ``csv_path``: the
-    agreement table as written (its bytes are what the page offers to download). Returns
-    {"pairs": agreement rows, "bytes": size of the page}."""
+    """Write the explorer page of the two tables to ``out_html`` atomically (``csv_path``: the agreement
+    table whose bytes the page offers to download). Returns {"pairs": rows, "bytes": size of the page}."""
     csv_text = Path(csv_path).read_text(encoding="utf-8") if csv_path is not None else None
     data = page_data(agree, pc, title, settings, answer, csv_text, default)
     html = render(data)

@@ -196,9 +196,8 @@ def heatmap_grid(
     level: float | None = None,
     near_zero: float | None = None,
 ) -> dict:
-    """Every model side by side in a near-square grid (:func:`grid_shape`): one panel per model
-    (and in-domain set, pool group), the same testset order in every panel, one shared colour
-    scale. Returns {(model, in_domain): n cells drawn}."""
+    """Every model side by side in a near-square grid, one panel per model (and in-domain set, pool group),
+    the same testset order and colour scale in every panel. Returns {(model, in_domain): n cells drawn}."""
     plt = pyplot()
     sub = select(pc, method, residualiser, run)
     keys = _panel_keys(sub, by_model=True)
