@@ -61,7 +61,7 @@ check-real: $(TEST_STAMP)
 	$(BIN)/python -m pytest tests/workflow/test_real_lm.py -m real_lm --durations=5 $(PYTEST_ARGS)
 
 fuzz: $(TEST_STAMP)
-	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_data_fuzz.py --hypothesis-profile=fuzz \
+	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_prepare_dataset_fuzz.py --hypothesis-profile=fuzz \
 		--hypothesis-show-statistics $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)

@@ -1,6 +1,6 @@
 """bfloat16 against float32 scoring on a CPU: how often the predictions differ, by how much, how fast.
 
-Two sets of models, each scored in float32 and in bfloat16 (the lean model, modeling/lean.py,
+Two sets of models, each scored in float32 and in bfloat16 (the lean model, modeling/plain_torch.py,
 batched as a CPU job batches: ``device_batching``):
 
 * the OPT-125m shape (benchmarks/lmeval_common.py: random weights, a BPE tokenizer trained on
@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
     import torch
 
     from oodcorr.jobs.scoring import score
-    from oodcorr.modeling import lean
+    from oodcorr.modeling import plain_torch
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.loading import load_tokenizer
 
@@ -96,7 +96,7 @@ def main(argv=None) -> dict:
             Path(args.workdir), arch="125m", tokenizer_vocab=8000, model_vocab=50272, max_length=2048
         )
         tok = load_tokenizer({"name": "b", "path": str(model_dir)})
-        models = {dt: lean.build(model_dir, dt) for dt in ("float32", "bfloat16")}
+        models = {dt: plain_torch.build(model_dir, dt) for dt in ("float32", "bfloat16")}
         prompt = {"template": DEFAULT_TEMPLATE, "verbalisers": {"entailment": " Yes", "non-entailment": " No"}}
         for name in TESTSETS:
             _, recs = load_records(SHARED_NLI / name, args.limit)
@@ -125,7 +125,7 @@ def main(argv=None) -> dict:
                 rows = []
                 for ck in cks:
                     (a, ta), (b, tb) = (
-                        scored(torch, score, lean.build(ck, dt), cache, args.threads, args.reps)
+                        scored(torch, score, plain_torch.build(ck, dt), cache, args.threads, args.reps)
                         for dt in ("float32", "bfloat16")
                     )
                     rows.append(dict(compare(torch, a, b, cache["labels"]), fp32_s=ta, bf16_s=tb))

@@ -1,4 +1,4 @@
-"""Size and first paint of an explorer page (``explorer.html``, oodcorr.jobs.explorer) in headless
+"""Size and first paint of an explorer page (``explorer.html``, oodcorr.jobs.figures.explorer) in headless
 Chromium (issue 38: at most 20 MB and 3 s at the whole Pythia suite, 2,016 pairs x 16 models).
 
 Opens the page from its ``file://`` URL ``--reps`` times, each in a fresh page of Debian's Chromium

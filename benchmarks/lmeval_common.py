@@ -97,8 +97,8 @@ def build_model(
 def load_records(
     data: str | Path, limit: int | None = None, synthetic_shift: str | None = None, n_synthetic: int = 600
 ) -> tuple[str, list[dict]]:
-    """(testset name, records in the oodcorr format) via oodcorr.jobs.data.prepare, binary label mode."""
-    from oodcorr.jobs import data as oodcorr_data
+    """(testset name, records in the oodcorr format) via oodcorr.jobs.prepare_dataset.prepare, binary label mode."""
+    from oodcorr.jobs import prepare_dataset as oodcorr_data
     from oodcorr.modeling import synthetic
 
     if synthetic_shift:

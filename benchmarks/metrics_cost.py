@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from oodcorr.jobs import metrics
-from oodcorr.jobs.series import verify, write_manifest
+from oodcorr.jobs.series_checkpoint import verify, write_manifest
 
 
 def _time(fn, reps: int) -> list[float]:

@@ -10,7 +10,7 @@ Reads a finished experiment (`make run`'s, config/config.yaml, or ``--configfile
 checkpoints are scored on every testset of the config drawn again from the same generator, the same
 shift and filter, with other seeds (seed + 100) and ``--n`` examples (the planted halves: ``--n`` of
 ``2 --n``), through the workflow's own preparation, tokenisation and evaluation
-(oodcorr.jobs.data.prepare, oodcorr.jobs.tokenize_testset, oodcorr.jobs.evaluate.evaluate_run) in a
+(oodcorr.jobs.prepare_dataset.prepare, oodcorr.jobs.tokenize_testset, oodcorr.jobs.evaluate.evaluate_run) in a
 temporary folder. At 10,000 examples an accuracy's item noise is at most 0.005, so these series are
 the tasks' to within that. It prints and writes, per model:
 
@@ -41,8 +41,8 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
-from oodcorr.jobs.data import prepare
 from oodcorr.jobs.evaluate import EvalParams, checkpoints_to_score, evaluate_run
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config

@@ -49,7 +49,7 @@ try:
 except ImportError:  # the code before issue 45 (e.g. bfe79fc, which `analyse` above runs) had them in tables
     from oodcorr.analysis.tables import example_bootstrap_applies, examples_from_predictions, from_scores, write_tables
 from oodcorr.core.defaults import ANALYSIS, filled
-from oodcorr.jobs.aggregate import read_scores
+from oodcorr.jobs.aggregate_scores import read_scores
 from oodcorr.planning.config import analysis_options
 
 
@@ -198,7 +198,7 @@ def noise_checks(root: Path) -> str:
     (observed); the item noise's expected share of it (``tr(R Sigma R)``) with the items as
     independent draws (:func:`~oodcorr.analysis.item_noise.item_covariance`, the analysis'
     estimate) and within each label (``sum_h (n_h / n)^2 Sigma_h``: the workflow's capped testsets
-    are sampled stratified by label, jobs/data.py's stratified_sample), each with the chance that
+    are sampled stratified by label, jobs/prepare_dataset.py's stratified_sample), each with the chance that
     item noise alone (Gaussian with that covariance, 20,000 draws, seed 0) gives a residual series
     as small as observed; the reliability from two halves' residual products, the halves random
     (as the analysis splits them) and within each label, 400 halvings each; the range of the share

@@ -9,7 +9,7 @@ workflow does, without Snakemake:
    ``oodcorr.planning.plan.load`` (so the schema checks every knob);
 2. the training set (SNLI-train, binary) and the in-domain test set (SNLI test, binary, the
    first ``--eval-n`` of the stratified sample the workflow draws with ``max_examples``) are
-   prepared by ``oodcorr.jobs.data.prepare``;
+   prepared by ``oodcorr.jobs.prepare_dataset.prepare``;
 3. ``oodcorr.jobs.finetune.finetune`` trains one run (a :class:`FinetuneJob`, checkpoints at the
    recipe's ``eval`` steps), in one process with ``--threads`` torch threads;
 4. every checkpoint is loaded as an evaluation job loads it (``load_checkpoint(for_scoring=True)``)
@@ -178,7 +178,7 @@ def plan_for(recipe: dict, seed: int, model_dir: Path, eval_n: int):
 
 def prepared(plan, name: str, workdir: Path) -> Path:
     from oodcorr.core.atomic_write import write_jsonl_atomic
-    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.prepare_dataset import prepare
 
     recs, _ = prepare(name, plan.dataset_params(SimpleNamespace(dataset=name)), plan.label_mode, REPO)
     out = workdir / "data" / f"{name}-{recs.__len__()}.jsonl"

@@ -150,7 +150,7 @@ def main(argv=None) -> dict:
     import torch
 
     from oodcorr.core.io import read_jsonl
-    from oodcorr.jobs.evaluate import device_batching, length_batches, score
+    from oodcorr.jobs.scoring import device_batching, length_batches, score
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.loading import load_model, load_tokenizer, loaded_by
 

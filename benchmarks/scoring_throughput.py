@@ -7,7 +7,7 @@ In one process, per torch thread count:
    fc2 3072 x 768), the median of repetitions over about two seconds each, measured before and
    again after the scoring. The largest of the four is what scoring is compared with.
 2. Scoring: ``oodcorr.jobs.scoring.score`` over the first N RTE validation examples, tokenised
-   as the workflow does, with the lean model (modeling/lean.py), batched (a) as the landed code
+   as the workflow does, with the lean model (modeling/plain_torch.py), batched (a) as the landed code
    did (batches as full as batch_size 32 and max_tokens 16,384 allow) and (b) as a CPU job does
    now (``device_batching``: at most 512 padded tokens per thread, cut by cost). Useful GFLOP/s
    counts the examples' own tokens only (2 x the layers' linear parameters per token, causal
@@ -114,7 +114,7 @@ def main(argv=None) -> dict:
     import torch
 
     from oodcorr.jobs.scoring import device_batching, length_batches, score
-    from oodcorr.modeling import lean
+    from oodcorr.modeling import plain_torch
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.loading import load_checkpoint, load_folded, load_tokenizer
 
@@ -125,8 +125,8 @@ def main(argv=None) -> dict:
     _, recs = load_records(DEFAULT_TESTSET)
     prompt = {"template": DEFAULT_TEMPLATE, "verbalisers": VERBALISERS}
     ids, _, extra = get("pattern").encode(tok, recs, labels=LABELS, prompt=prompt, max_length=2048, model_name="b")
-    plain = lean.build(model_dir)
-    models = {"plain (lean)": plain}
+    plain = plain_torch.build(model_dir)
+    models = {"plain (plain_torch)": plain}
     if not args.no_lora:
         from lora_series_vs_lmeval import lora_series
 
@@ -137,7 +137,7 @@ def main(argv=None) -> dict:
         os.environ["OODCORR_LEAN"] = "1"
         folded, _, why = load_folded(spec, ck)
         assert folded is not None, why
-        models["LoRA, folded (lean)"] = folded
+        models["LoRA, folded (plain_torch)"] = folded
     out = {
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "torch": torch.__version__,
@@ -181,9 +181,9 @@ def main(argv=None) -> dict:
                 batches = length_batches(lengths, t, b, o)
                 padded = batches_flops(lengths, batches, cfg, vocab)
                 for name, model in models.items():
-                    if name != "plain (lean)" and not way.startswith("now"):
+                    if name != "plain (plain_torch)" and not way.startswith("now"):
                         continue
-                    if args.only_now and (name != "plain (lean)" or not way.startswith("now")):
+                    if args.only_now and (name != "plain (plain_torch)" or not way.startswith("now")):
                         continue
                     load = os.getloadavg()[0]
                     times, ratios, cpu = [], [], []
@@ -215,12 +215,12 @@ def main(argv=None) -> dict:
                         row["interleaved_ratios"] = [round(r, 3) for r in ratios]
                     per["runs"][f"{way} | {name}"] = row
                     print(f"  n {n} {way:<36} {name:<28} {row}", flush=True)
-            new = next(k for k in logits if k[0].startswith("now") and k[1] == "plain (lean)")
+            new = next(k for k in logits if k[0].startswith("now") and k[1] == "plain (plain_torch)")
             old = next((k for k in logits if not k[0].startswith("now")), None)
             cmp = {"now vs landed batching (plain)": (logits[new], logits[old])} if old else {}
             if not args.no_lora and not args.only_now:
                 cmp["folded vs peft (LoRA)"] = (
-                    logits[(new[0], "LoRA, folded (lean)")],
+                    logits[(new[0], "LoRA, folded (plain_torch)")],
                     logits[(new[0], "LoRA, peft layers (landed)")],
                 )
             per["predictions"] = {

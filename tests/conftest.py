@@ -16,7 +16,7 @@ for _var in ("WANDB_PROJECT", "WANDB_DIR", "WANDB_RUN_GROUP", "WANDB_JOB_TYPE", 
     os.environ.pop(_var, None)
 os.environ.update(WANDB_MODE="offline", WANDB_SILENT="true")
 
-# Property-based tests (tests/jobs/test_data_fuzz.py): a short, repeatable run in `make test` ("quick": the
+# Property-based tests (tests/jobs/test_prepare_dataset_fuzz.py): a short, repeatable run in `make test` ("quick": the
 # same examples every time), a long random one in `make fuzz` (--hypothesis-profile=fuzz). No
 # deadline: other sessions share the CPU, and a slow example is not a failure.
 from hypothesis import HealthCheck, settings  # noqa: E402

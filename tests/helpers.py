@@ -430,7 +430,7 @@ LONGEST_FIRST = (
     "tests/workflow/test_bad_inputs.py",
     "tests/workflow/test_slurm.py",
     "tests/modeling/test_gguf_conversion.py",
-    "tests/jobs/test_data_nli_registry.py",
+    "tests/jobs/test_prepare_dataset_nli_registry.py",
     "tests/meta/test_docs.py",
 )
 

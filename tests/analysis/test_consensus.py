@@ -316,7 +316,7 @@ def test_a_residual_that_wanders_gets_the_cap_note():
 
 # ---- the figures -------------------------------------------------------------------------------
 def test_grid_shape_is_near_square():
-    from oodcorr.jobs.plotting import grid_shape
+    from oodcorr.jobs.figures.common import grid_shape
 
     assert [grid_shape(n) for n in (1, 2, 3, 4, 5, 16, 17)] == [(1, 1), (1, 2), (2, 2), (2, 2), (2, 3), (4, 4), (4, 5)]
 
@@ -324,7 +324,7 @@ def test_grid_shape_is_near_square():
 def test_the_grid_of_sixteen_models_is_no_wider_than_three_times_its_height(tmp_path):
     from PIL import Image
 
-    from oodcorr.jobs.heatmaps import heatmap_grid
+    from oodcorr.jobs.figures.pair_heatmaps import heatmap_grid
 
     rows = []
     for m in range(16):
@@ -338,7 +338,7 @@ def test_the_grid_of_sixteen_models_is_no_wider_than_three_times_its_height(tmp_
 
 
 def test_the_consensus_heatmap_marks_each_verdict(tmp_path):
-    from oodcorr.jobs.answer_figures import consensus_heatmap
+    from oodcorr.jobs.figures.across_models import consensus_heatmap
 
     tables = [
         _runs({f"m{i}": [-0.5, -0.48 - 0.01 * i] for i in range(6)}, pair=("a", "b")),  # nearly every model

@@ -283,7 +283,7 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
 
 
 def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
-    from oodcorr.jobs.heatmaps import heatmap, heatmap_grid
+    from oodcorr.jobs.figures.pair_heatmaps import heatmap, heatmap_grid
 
     rng = np.random.default_rng(9)
     long = _long(rng, testsets=("a", "b", "c"))
@@ -311,7 +311,7 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
 
 
 def test_heatmap_titles_say_numbers_not_names():
-    from oodcorr.jobs.heatmaps import describe
+    from oodcorr.jobs.figures.pair_heatmaps import describe
 
     rng = np.random.default_rng(9)
     long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
@@ -326,8 +326,8 @@ def test_heatmap_titles_say_numbers_not_names():
 
 
 def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
-    from oodcorr.jobs.heatmaps import heatmap
-    from oodcorr.jobs.plotting import TEXT_LIMIT, cluster_order
+    from oodcorr.jobs.figures.common import TEXT_LIMIT, cluster_order
+    from oodcorr.jobs.figures.pair_heatmaps import heatmap
 
     rng = np.random.default_rng(10)
     n, k = 25, 36
@@ -352,8 +352,8 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
 
 
 def test_figures_take_marks_and_fits_from_the_analysis_options():
-    from oodcorr.jobs.heatmaps import heatmap_marks
-    from oodcorr.jobs.plots import scatter_fits
+    from oodcorr.jobs.figures.curves import scatter_fits
+    from oodcorr.jobs.figures.pair_heatmaps import heatmap_marks
 
     opts = Options(alpha=0.01, level=0.9, near_zero=0.2, residualisers=("gam+step", "linear", "gam"))
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
@@ -363,7 +363,7 @@ def test_figures_take_marks_and_fits_from_the_analysis_options():
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
-    from oodcorr.jobs.plots import learning_curves, scatter
+    from oodcorr.jobs.figures.curves import learning_curves, scatter
 
     rng = np.random.default_rng(10)
     long = _long(rng, runs=(("m", 0), ("m", 1)))

@@ -8,7 +8,7 @@ import pytest
 from oodcorr.analysis.tables import read_table
 from oodcorr.core.errors import DataError
 from oodcorr.core.seals import seal
-from oodcorr.jobs.aggregate import read_scores
+from oodcorr.jobs.aggregate_scores import read_scores
 
 
 @pytest.mark.parametrize("reader", [read_table, read_scores], ids=["oodcorr analyse", "workflow"])

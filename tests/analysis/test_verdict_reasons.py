@@ -199,7 +199,7 @@ def test_every_kind_is_said_once_and_every_reason_starts_with_its_kind():
 
 def test_the_consoles_reliability_line_and_a_figures_label_never_show_a_share_below_0():
     from oodcorr.core.answer import reliability_line
-    from oodcorr.jobs.answer_figures import short_reliability
+    from oodcorr.jobs.figures.across_models import short_reliability
 
     rows = [
         {"x": "ood1", "y": "ood2", "in_domain": "d", "reliability_x": -12.70, "reliability_y": -41.74}

@@ -9,7 +9,7 @@ import pytest
 
 from oodcorr.analysis.tables import read_table
 from oodcorr.core.errors import DataError
-from oodcorr.jobs.data import _read_table, file_format
+from oodcorr.jobs.prepare_dataset import _read_table, file_format
 
 
 def _write(path, content):

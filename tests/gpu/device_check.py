@@ -142,8 +142,8 @@ def check_real_lm(out: Path) -> dict:
 
     from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.core.io import read_jsonl
-    from oodcorr.jobs.data import prepare
     from oodcorr.jobs.finetune import finetune
+    from oodcorr.jobs.prepare_dataset import prepare
     from oodcorr.jobs.scoring import device_batching, score
     from oodcorr.modeling.adaptation import get
     from oodcorr.modeling.gguf_conversion import convert

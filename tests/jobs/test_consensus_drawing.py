@@ -1,4 +1,4 @@
-"""The consensus heatmap draws a pair by what it says (oodcorr.jobs.answer_figures.consensus_heatmap):
+"""The consensus heatmap draws a pair by what it says (oodcorr.jobs.figures.across_models.consensus_heatmap):
 a pair that each model's own run finds significant with one sign is not drawn like a pair about which
 nothing is known, the colour bar's label is whole, and long names with a common start fit."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
-from oodcorr.jobs import answer_figures
-from oodcorr.jobs.answer_figures import EVERY_RUN_MARK, fold_names
+from oodcorr.jobs.figures import across_models
+from oodcorr.jobs.figures.across_models import EVERY_RUN_MARK, fold_names
 
 
 def _agreement(names: list[str], planted: tuple[str, str], r_planted: float = -1.0) -> pd.DataFrame:
@@ -31,9 +31,9 @@ def _agreement(names: list[str], planted: tuple[str, str], r_planted: float = -1
 
 def _draw(monkeypatch, agree, path):
     kept = []
-    save = answer_figures.save
-    monkeypatch.setattr(answer_figures, "save", lambda fig, png, tight=True: (kept.append(fig), save(fig, png, tight)))
-    cells = answer_figures.consensus_heatmap(agree, str(path), "pearson", "linear", "synth-test", 0.05, 0.1)
+    save = across_models.save
+    monkeypatch.setattr(across_models, "save", lambda fig, png, tight=True: (kept.append(fig), save(fig, png, tight)))
+    cells = across_models.consensus_heatmap(agree, str(path), "pearson", "linear", "synth-test", 0.05, 0.1)
     (fig,) = kept
     return cells, fig
 
@@ -58,7 +58,7 @@ def test_the_planted_pair_is_drawn_in_full_colour_and_marked_and_a_pair_nothing_
     cmap = fig.axes[-1].images[0].cmap if fig.axes[-1].images else None
     import matplotlib as mpl
 
-    cmap = cmap or mpl.colormaps[answer_figures.CMAP]
+    cmap = cmap or mpl.colormaps[across_models.CMAP]
     full = np.round(np.array(cmap(mpl.colors.Normalize(-1, 1)(-1.0))) * 255)
     assert planted[3] == 255 and np.abs(planted.astype(float) - full).max() <= 1  # the colour itself, opaque
     # an unresolved pair no run finds: faded towards white
@@ -119,7 +119,7 @@ def test_fold_names_keeps_the_part_that_tells_names_apart():
     assert (
         prefix == "runs/"
         and len(set(short.values())) == 2
-        and all(len(s) <= answer_figures.LABEL_MAX for s in short.values())
+        and all(len(s) <= across_models.LABEL_MAX for s in short.values())
     )
     # two names that would read the same once cut: both kept whole
     same = ["runs/" + "b" * 30 + "c" * 30, "runs/" + "b" * 30 + "d" + "c" * 29]

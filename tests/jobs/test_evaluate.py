@@ -67,8 +67,8 @@ def test_a_job_keeps_the_halved_batch_for_its_later_checkpoints(tmp_path, tiny_m
     from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.core.records import read_result
     from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.jobs.data import prepare
     from oodcorr.jobs.evaluate import EvalParams, evaluate_run
+    from oodcorr.jobs.prepare_dataset import prepare
     from oodcorr.modeling.loading import load_model
 
     tiny = str(tiny_models["opt"])

@@ -1,4 +1,4 @@
-"""The explorer page (oodcorr.jobs.explorer): what it embeds, and the page itself in a real browser.
+"""The explorer page (oodcorr.jobs.figures.explorer): what it embeds, and the page itself in a real browser.
 
 The browser tests drive Debian's Chromium (``/usr/bin/chromium``, installed here with apt-get when
 missing and run as root with apt, as the SLURM test installs its cluster) through Playwright, on a
@@ -22,12 +22,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import oodcorr.jobs
+import oodcorr.jobs.figures
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
 from oodcorr.analysis.results import write_tables
 from oodcorr.core.answer import NOISE_LIMITED_BY, VERDICTS
-from oodcorr.jobs.explorer import page_data, page_style, render, write_explorer
+from oodcorr.jobs.figures.explorer import page_data, page_style, render, write_explorer
 
 from helpers import measured_study
 
@@ -147,7 +147,7 @@ def test_the_page_holds_every_row_and_each_models_numbers():
     assert data["csv"] == "x\n"
     # the page's words come from core.answer, not from a second copy in the script
     assert data["noise_limited_by"] == NOISE_LIMITED_BY
-    script = (Path(oodcorr.jobs.__file__).parent / "explorer.js").read_text(encoding="utf-8")
+    script = (Path(oodcorr.jobs.figures.__file__).parent / "explorer.js").read_text(encoding="utf-8")
     assert NOISE_LIMITED_BY not in script
 
 

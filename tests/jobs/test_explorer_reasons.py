@@ -1,5 +1,5 @@
 """The explorer page says why each verdict, and draws a pair that each model's own run finds with one
-sign apart from a pair nothing is known of (oodcorr.jobs.explorer), checked in Debian's Chromium
+sign apart from a pair nothing is known of (oodcorr.jobs.figures.explorer), checked in Debian's Chromium
 (the browser fixture of test_explorer: without Chromium or Playwright it skips and says why)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from test_consensus_drawing import _agreement
 from test_explorer import Page, browser  # noqa: F401  (the module's browser fixture)
 
 from oodcorr.core.reasons import verdict_reason
-from oodcorr.jobs.explorer import page_data, write_explorer
+from oodcorr.jobs.figures.explorer import page_data, write_explorer
 
 NAMES = ["synth-distractor", "synth-negation", "synth-no", "synth-passive", "synth-yes"]
 PLANTED = ("synth-no", "synth-yes")

@@ -9,7 +9,7 @@ import pytest
 
 from oodcorr.core.errors import ResultError
 from oodcorr.jobs import metrics
-from oodcorr.jobs.aggregate import COLUMNS, collect
+from oodcorr.jobs.aggregate_scores import COLUMNS, collect
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -259,7 +259,9 @@ def test_the_analysis_rules_scripts_import_only_what_their_env_holds():
     result = _probe(allowed, [str(REPO / s) for s in scripts], MODEL_ONLY)
     assert result["failed"] == [], f"imported, but not in envs/analysis.yaml (module, by): {result['failed']}"
     # what was followed: the jobs' modules the scripts use, the statistics and the figures
-    assert {"oodcorr.jobs.aggregate", "oodcorr.analysis.pipeline", "oodcorr.jobs.plots"} <= set(result["loaded"])
+    assert {"oodcorr.jobs.aggregate_scores", "oodcorr.analysis.pipeline", "oodcorr.jobs.figures.curves"} <= set(
+        result["loaded"]
+    )
 
 
 def test_the_probe_refuses_what_the_env_lacks():

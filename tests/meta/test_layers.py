@@ -294,7 +294,7 @@ def test_job_modules_import_nothing_only_planning_needs():
     planning uses (the schema validator, Snakemake) or the tables library; torch comes lazily."""
     code = (
         "import sys, oodcorr.jobs.evaluate, oodcorr.jobs.tokenize_testset, oodcorr.jobs.finetune, "
-        "oodcorr.planning.finetune_job, oodcorr.jobs.series; "
+        "oodcorr.planning.finetune_job, oodcorr.jobs.series_checkpoint; "
         "print(' '.join(m for m in ('jsonschema', 'snakemake', 'pandas', 'torch') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=SRC)

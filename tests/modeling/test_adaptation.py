@@ -194,7 +194,7 @@ def test_three_way_model_on_two_way_gold_collapses_neutral_and_contradiction():
 def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     """A 3-way verbaliser on a 2-way testset: gold non-entailment counts as right for either
     of the model's non-entailment answers; the result reports the coarse label."""
-    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.prepare_dataset import prepare
 
     from helpers import PROMPT, label_mode
 

@@ -282,7 +282,7 @@ def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path
 
 def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch):
     from oodcorr.core.model_entry import ModelEntry
-    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.prepare_dataset import prepare
     from oodcorr.modeling.loading import model_source
 
     from helpers import BINARY

@@ -199,7 +199,7 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
     from oodcorr.core.atomic_write import write_json_atomic
-    from oodcorr.jobs.data import _load_local
+    from oodcorr.jobs.prepare_dataset import _load_local
 
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)
     meta_path = tmp_path / plan.paths.data_meta.format(dataset="local-ood")

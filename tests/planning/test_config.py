@@ -558,9 +558,9 @@ def test_allowed_values_are_the_ones_the_code_knows():
     from oodcorr.analysis.residualise import RESIDUALISERS
     from oodcorr.analysis.workflow_scores import NOT_ACCURACY
     from oodcorr.core.defaults import RESOURCES
-    from oodcorr.jobs.data import FORMATS
     from oodcorr.jobs.finetune import LOSSES
     from oodcorr.jobs.metrics import COLUMNS
+    from oodcorr.jobs.prepare_dataset import FORMATS
     from oodcorr.modeling.adaptation import ADAPTATIONS
     from oodcorr.planning.config import DATASET_SOURCES
 

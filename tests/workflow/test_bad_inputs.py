@@ -262,7 +262,7 @@ def test_one_class_testset_warns_and_the_run_succeeds(base_run):
 
 
 def test_constant_testset_gives_nan_with_reason_and_hatched_cell(base_run):
-    from oodcorr.jobs.heatmaps import heatmap
+    from oodcorr.jobs.figures.pair_heatmaps import heatmap
 
     wd = base_run["wd"]
     scores = pd.read_csv(wd / R / "scores.csv")
@@ -461,7 +461,7 @@ def _result(acc, predictions=__file__):
 
 def test_a_kill_mid_write_leaves_the_previous_result_whole(tmp_path):
     from oodcorr.core.atomic_write import write_json_atomic
-    from oodcorr.jobs.aggregate import collect
+    from oodcorr.jobs.aggregate_scores import collect
 
     path = tmp_path / "t.json"
     write_json_atomic(path, _result(0.25))
@@ -494,7 +494,7 @@ def test_a_failed_rename_changes_nothing(tmp_path, monkeypatch):
 
 def test_aggregation_refuses_a_truncated_result(tmp_path):
     """Were a result ever torn (written by hand, say), aggregation stops and names it."""
-    from oodcorr.jobs.aggregate import collect
+    from oodcorr.jobs.aggregate_scores import collect
 
     path = tmp_path / "torn.json"
     text = json.dumps(_result(0.5))

@@ -9,7 +9,7 @@ from oodcorr.core.errors import ConfigError, DataError, ResultError, WriteFailed
 from oodcorr.core.provenance import scores_provenance
 from oodcorr.core.seals import seal
 from oodcorr.jobs import tracking
-from oodcorr.jobs.aggregate import collect, write_scores
+from oodcorr.jobs.aggregate_scores import collect, write_scores
 from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821

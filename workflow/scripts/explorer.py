@@ -1,12 +1,13 @@
-"""Rule explorer: the agreement and pairs tables -> the explorer page (oodcorr.jobs.explorer) and the answer's lines."""
+"""Rule explorer: the agreement and pairs tables -> the explorer page (oodcorr.jobs.figures.explorer) and the
+answer's lines."""
 
 from oodcorr.analysis import Options
 from oodcorr.core.answer import answer_lines, read_agreement
 from oodcorr.core.atomic_write import write_text_atomic
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
-from oodcorr.jobs.aggregate import read_analysis_table
-from oodcorr.jobs.explorer import write_explorer
+from oodcorr.jobs.aggregate_scores import read_analysis_table
+from oodcorr.jobs.figures.explorer import write_explorer
 from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821

@@ -8,7 +8,7 @@ from oodcorr.analysis.results import summarise, write_tables
 from oodcorr.analysis.workflow_scores import example_bootstrap_applies, examples_from_predictions, from_scores
 from oodcorr.core.errors import DataError, ResultError, WriteFailed
 from oodcorr.core.seals import seal
-from oodcorr.jobs.aggregate import read_scores
+from oodcorr.jobs.aggregate_scores import read_scores
 from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821

@@ -4,8 +4,8 @@ from oodcorr.analysis import Options
 from oodcorr.analysis.workflow_scores import from_scores
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
-from oodcorr.jobs import plots
-from oodcorr.jobs.aggregate import read_analysis_table, read_scores
+from oodcorr.jobs.aggregate_scores import read_analysis_table, read_scores
+from oodcorr.jobs.figures.kinds import draw
 from oodcorr.launch.runtime import refuse, start_job
 from oodcorr.planning.config import analysis_options
 
@@ -27,15 +27,15 @@ except ResultError as e:
     refuse(e)
 if kind == "consensus_heatmap":
     cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
-    print(plots.draw(kind, sm.output[0], opts, tables, in_domain=sm.wildcards.indomain, **cells))
+    print(draw(kind, sm.output[0], opts, tables, in_domain=sm.wildcards.indomain, **cells))
 elif kind == "forest":
     cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
     for png, (dom, x, y) in zip(sm.output, sm.params.pairs, strict=True):
-        print(png, plots.draw(kind, png, opts, tables, in_domain=dom, pair=(x, y), **cells))
+        print(png, draw(kind, png, opts, tables, in_domain=dom, pair=(x, y), **cells))
 elif kind in ("heatmap", "heatmap_grid"):
     cells = dict(method=sm.params.method, residualiser=sm.params.residualiser)
-    print(plots.draw(kind, sm.output[0], opts, tables, model=getattr(sm.wildcards, "model", None), **cells))
+    print(draw(kind, sm.output[0], opts, tables, model=getattr(sm.wildcards, "model", None), **cells))
 else:
     labels = dict(labels=(sm.params.x_label, sm.params.score)) if kind == "learning_curves" else {}
-    print(plots.draw(kind, sm.output[0], opts, tables, model=sm.wildcards.model, **labels))
+    print(draw(kind, sm.output[0], opts, tables, model=sm.wildcards.model, **labels))
 seal(sm.output)  # what publishing checks the staged file against

@@ -1,7 +1,7 @@
 """Rule prepare_dataset: registry entry -> normalised JSONL + provenance JSON."""
 
 from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
-from oodcorr.jobs.data import prepare
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.launch.runtime import start_job
 
 sm = snakemake  # noqa: F821

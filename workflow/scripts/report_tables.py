@@ -2,8 +2,8 @@
 
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
-from oodcorr.jobs import plots
-from oodcorr.jobs.aggregate import read_scores, write_accuracy
+from oodcorr.jobs.aggregate_scores import read_scores, write_accuracy
+from oodcorr.jobs.figures import curves
 from oodcorr.launch.runtime import refuse, start_job
 
 sm = snakemake  # noqa: F821
@@ -12,7 +12,7 @@ try:  # a damaged scores table or run manifest: named, with the way out, as the 
     if sm.rule == "accuracy_table":
         print(write_accuracy(read_scores(sm.input[0]), sm.output.html, sm.output.csv, sm.config["experiment"]))
     else:
-        print(plots.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
+        print(curves.training_loss_curves(list(sm.input), sm.wildcards.model, sm.output[0]))
 except ResultError as e:
     refuse(e)
 seal(sm.output)  # what publishing checks the staged files against

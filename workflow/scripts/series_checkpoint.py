@@ -1,6 +1,6 @@
 """Rule series_checkpoint: one given checkpoint's manifest (its location; a local one's files and sha256s)."""
 
-from oodcorr.jobs.series import write_manifest
+from oodcorr.jobs.series_checkpoint import write_manifest
 from oodcorr.launch.runtime import start_job
 
 sm = snakemake  # noqa: F821

@@ -26,8 +26,8 @@ from ..core.digests import sha256_file
 from ..core.errors import DataError
 from ..core.locks import EXPERIMENT, hold
 from ..core.provenance import table_provenance
-from ..jobs import answer_figures, figure_set
-from ..jobs.explorer import EXPLORER_FILE
+from ..jobs.figures import across_models, analysis_set
+from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from . import out_record
 from .args import add_showing_default, block_length, positive_int
@@ -348,7 +348,7 @@ def add_parser(sub, help: str) -> None:
         "--all-figures",
         action="store_true",
         help="draw the per-model heatmaps, their grid and the scatter grids, left out by default with more than "
-        f"{figure_set.LEGIBLE_TESTSETS} OOD testsets and more than one model",
+        f"{analysis_set.LEGIBLE_TESTSETS} OOD testsets and more than one model",
     )
     o.add_argument(
         "--workers",
@@ -359,7 +359,7 @@ def add_parser(sub, help: str) -> None:
     add_showing_default(
         o,
         "--forest-max",
-        answer_figures.FOREST_CAP,
+        across_models.FOREST_CAP,
         "forest plots per in-domain set at most (with more pairs, those whose verdicts say most); 0: none",
         type=int,
     )
@@ -480,9 +480,9 @@ def _analyse_into(args, out: Path, before: dict) -> int:
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, source)
     if not args.no_plots:
-        figure_set.check_figure_names(long, source)
+        analysis_set.check_figure_names(long, source)
     task_groups = parse_groups(args.group, task_groups)
-    workers = args.workers or figure_set.default_workers()
+    workers = args.workers or analysis_set.default_workers()
     pc = analyse(long, opts, examples, run_info=info, workers=workers, task_groups=task_groups)
     agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
     settings = {
@@ -503,17 +503,17 @@ def _analyse_into(args, out: Path, before: dict) -> int:
     rows = agree.astype(object).where(agree.notna(), "").astype(str).to_dict("records")
     choice = pool = None
     if not args.no_plots:
-        choice = figure_set.choose(
+        choice = analysis_set.choose(
             pc, agree, long, out, method, res, args.forest_max, args.forest_pairs, args.all_figures
         )
     lines = answer_lines(
-        rows, method, res, out, consensus_sets=choice.consensus_sets if choice else [], file_name=figure_set.safe_name
+        rows, method, res, out, consensus_sets=choice.consensus_sets if choice else [], file_name=analysis_set.safe_name
     )
     if choice is not None:  # the page and the figures in other processes, while this one writes the tables
         title = f"oodcorr: {Path(source).name}, in-domain {args.in_domain}"
-        page = figure_set.explorer_page(out, title, {"input": source, **opts.describe()}, lines, (method, res))
+        page = analysis_set.explorer_page(out, title, {"input": source, **opts.describe()}, lines, (method, res))
         held = dict(pc=pc, agree=agree, agreement=agree, long=long, opts=opts)
-        pool = figure_set.FigurePool([page, *choice.figures], workers, **held)
+        pool = analysis_set.FigurePool([page, *choice.figures], workers, **held)
     write_tables(pc, agree, out)
     write_json_atomic(out / "settings.json", settings)
     log.info("wrote %s (%d rows) and %s", out / "partial_correlations.csv", len(pc), out / "agreement.csv")

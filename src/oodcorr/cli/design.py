@@ -18,7 +18,7 @@ from ..analysis.design_pilot import choose_assumptions, pilot_estimates
 from ..analysis.design_report import markdown, report
 from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import DataError
-from ..jobs import plots
+from ..jobs.figures import curves
 from ..launch import budget
 from ..launch import grid as grids
 from ..planning.plan import load
@@ -410,6 +410,6 @@ def run(args) -> int:
     write_text_atomic(md, text)
     write_json_atomic(js, rep)
     if not args.no_figure:
-        plots.design_power(rep, str(png))
+        curves.design_power(rep, str(png))
     log.info("wrote %s, %s%s in %.0f s", md, js, "" if args.no_figure else f" and {png}", time.time() - t0)
     return 0

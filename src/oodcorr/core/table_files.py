@@ -25,7 +25,7 @@ SUFFIX_FORMATS = {
 DELIMITERS = {"csv": ",", "tsv": "\t"}  # of the delimited formats
 # the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.tables`),
 # which also takes a .txt or .pq file someone saved by hand, and a workflow dataset's local file
-# (:mod:`oodcorr.jobs.data`), whose entry can name any other file's format with ``format:``
+# (:mod:`oodcorr.jobs.prepare_dataset`), whose entry can name any other file's format with ``format:``
 SCORES_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 DATASET_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
 

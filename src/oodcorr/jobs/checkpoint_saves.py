@@ -1,13 +1,5 @@
-"""A checkpoint's save, sized and made safe: how many bytes one checkpoint takes
-(:func:`checkpoint_bytes`, which finetuning checks the disk for before it trains), and a save the
-file system stops turned into its sentence, the half-written checkpoint deleted
-(:func:`writing` marks what the library raised while writing a checkpoint folder;
-:func:`saves_that_fit` makes the :class:`~oodcorr.core.errors.DiskFull` or
-:class:`~oodcorr.core.errors.WriteFailed`).
-
-Used by :mod:`oodcorr.jobs.finetune` around every save (step 0's, and the Trainer's at each
-scheduled step); checkpoint manifests and verification live in :mod:`oodcorr.jobs.checkpoints`.
-"""
+"""A checkpoint's save, sized (:func:`checkpoint_bytes`) and made safe: a save the file system stops
+becomes its sentence, the half-written checkpoint deleted (:func:`writing`, :func:`saves_that_fit`)."""
 
 from __future__ import annotations
 
@@ -46,10 +38,8 @@ class _SaveFailed(Exception):
 
 @contextlib.contextmanager
 def writing(folder: Path):
-    """Mark an error of the library writing checkpoint ``folder`` (an OSError, torch's writer's
-    RuntimeError, safetensors' SafetensorError) as a failure to write that folder: safetensors reports
-    an I/O error in words, without its errno (``Error while serializing: I/O error``), so the error is
-    known by where it happened, not by its wording (:func:`saves_that_fit` makes the sentence)."""
+    """Mark an error of the library writing checkpoint ``folder`` as a failure to write that folder:
+    safetensors reports an I/O error in words, without its errno, so the error is known by where it happened."""
     try:
         yield
     except WriteFailed:
@@ -62,12 +52,9 @@ def writing(folder: Path):
 
 @contextlib.contextmanager
 def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
-    """A checkpoint save that the file system stops becomes its sentence, the half-written checkpoint
-    (no manifest: never taken for a result) deleted: for want of room a
-    :class:`~oodcorr.core.errors.DiskFull` (the checkpoint only holds the room the next attempt needs);
-    any other failure to write a checkpoint (:func:`writing`: an I/O error, a read-only file system) a
-    :class:`~oodcorr.core.errors.WriteFailed` naming it and its file system, the errno found by a probe
-    write into the folder where the library lost it."""
+    """A checkpoint save that the file system stops becomes a :class:`~oodcorr.core.errors.DiskFull`
+    (no room) or :class:`~oodcorr.core.errors.WriteFailed` (any other failure inside :func:`writing`),
+    the half-written checkpoint (no manifest) deleted."""
     try:
         yield
     except WriteFailed:

@@ -1,22 +1,7 @@
 """Checkpoints on disk: manifests, verification, resume points, run identity.
 
-Written by finetuning (:mod:`oodcorr.jobs.finetune`), read by evaluation (:mod:`oodcorr.jobs.evaluate`):
-its own module so that evaluation does not import the trainer.
-
-Each ``checkpoints/checkpoint-<step>/`` folder holds ``oodcorr_manifest.json``: its step, and size
-and sha256 of every file, written last, atomically. A checkpoint counts only if its manifest
-verifies and names the step of its folder (a folder replaced by a copy of another step's is not
-that step); a resume point is the newest one that also still has its optimizer state. The run's
-``manifest.json`` keeps each checkpoint's :func:`weights_digest`, which evaluation compares with
-the checkpoint before scoring it.
-
-Verification compares sizes and sha256 hashes with each checkpoint's manifest.
-A file's hash is computed once: ``.oodcorr_verified.json`` in the checkpoint
-records, per file, the sha256 it matched and the file's size, mtime, ctime and
-inode at that moment, and a file whose stat is unchanged is not hashed again. Any
-write to a file changes its ctime (which no user call can set back), so an edit,
-even one that restores the mtime, is hashed anew; only damage below the file
-system (a failing disk) goes unseen until the cache is deleted.
+A file's sha256 is computed once: ``.oodcorr_verified.json`` records it with the file's size, mtime,
+ctime and inode, and a file whose stat is unchanged is not hashed again (any write changes the ctime).
 """
 
 from __future__ import annotations
@@ -44,9 +29,6 @@ RESUME_FILES = (
     "optimizer.bin",
     "pytorch_model_fsdp.bin",
 )  # the last two: FSDP
-
-
-# ---- checkpoint manifests ------------------------------------------------------------------
 
 
 def _read_verified(ckpt: Path) -> dict:
@@ -90,10 +72,7 @@ def _read_manifest(ckpt: Path) -> dict | None:
 
 
 def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bool, str]:
-    """Whether the files ``rels`` match ``man``: present, same size, and (``full``) same sha256.
-
-    A file whose sha256 was verified before and whose stat has not changed since is
-    not hashed again (see the module docstring)."""
+    """Whether the files ``rels`` match ``man``: present, same size, and (``full``) same sha256."""
     for rel in rels:
         f, meta = ckpt / rel, man["files"][rel]
         if not f.exists():
@@ -120,12 +99,7 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
 
 
 def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
-    """Whether ``ckpt``'s weights are complete: manifest present, every weight file matches it.
-
-    Optimizer/RNG state (``RESUME_FILES``) is not needed for evaluation, so its
-    absence does not make a checkpoint incomplete; ``is_resumable`` checks it.
-    ``full`` also compares sha256, each file's once (cached), else sizes only.
-    """
+    """Whether ``ckpt``'s weights are complete: manifest present, every weight file matches it."""
     man = _read_manifest(ckpt)
     if man is None:
         return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
@@ -195,14 +169,7 @@ def checkpoint_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
 
 
 def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
-    """Newest checkpoint to resume from, or None to start from scratch.
-
-    A checkpoint whose weights do not verify (sizes and sha256) is moved aside
-    (``.incomplete-…``), kept but never trusted. The resume point must have intact
-    optimizer state, and every scheduled step before it must still have verified
-    weights (else those steps could never be produced, so training restarts from
-    scratch).
-    """
+    """Newest checkpoint to resume from, or None to start from scratch."""
     good = {}
     for step, d in checkpoint_dirs(ckpt_root):
         ok, why = verify_checkpoint(d, full=True)
@@ -236,20 +203,7 @@ def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
 
 
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
-    """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay.
-
-    ``keep`` is the checkpoint just saved while training runs, or None once the run
-    is complete (then every checkpoint's state goes). While training, the state
-    kept is that of the newest resumable checkpoint (:func:`is_resumable`) up to
-    ``keep``: ``keep`` itself when its state was saved whole, else the older one a
-    rerun would resume from (with a warning); with none, nothing is pruned. A newer
-    checkpoint's state is left from an earlier attempt that training has gone
-    behind; it goes.
-
-    The manifest is rewritten first (reusing the stored hashes), then the files
-    are deleted, so a kill in between leaves a checkpoint that is still valid
-    for evaluation and merely not resumable.
-    """
+    """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay."""
     if keep is not None:
         point = _newest_resumable(ckpt_root, up_to=_step_of(keep))
         if point is None:
@@ -269,13 +223,7 @@ def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
 
 
 def guard_run_identity(run_dir: Path, identity: dict) -> None:
-    """Never resume from checkpoints made with other settings or data.
-
-    The settings that shape training are hashed into ``run_identity.json``. If a
-    previous attempt left checkpoints under different settings, they are moved
-    aside to ``checkpoints.stale-<time>`` (kept, not deleted) and training starts
-    afresh.
-    """
+    """Never resume from checkpoints made with other settings or data."""
     path = run_dir / "run_identity.json"
     digest = sha256_json(identity)
     ckpt_root = run_dir / "checkpoints"

@@ -1,18 +1,4 @@
-"""Evaluating a run's checkpoints on a testset: which checkpoints, checked, scored, written.
-
-An evaluation job scores every checkpoint of one run on one testset (:func:`evaluate_run`)
-and writes one predictions parquet per checkpoint plus a summary JSON. This module chooses
-and checks the checkpoints (:func:`checkpoints_to_score`, :func:`check_checkpoint_place`,
-:func:`eval_key` for reusing a predictions file, :func:`check_finite`) and runs the loop; the
-parts it calls have modules of their own: the tokenised testset
-(:mod:`oodcorr.jobs.tokenize_testset`), loading each checkpoint
-(:mod:`oodcorr.modeling.checkpoint_loader`), batching and the forward pass
-(:mod:`oodcorr.jobs.scoring`) and the predictions file (:mod:`oodcorr.jobs.predictions`).
-Where its time goes is recorded (``timing_s``): in the summary, ``startup`` (interpreter start
-and the job script's preamble), ``imports`` (torch), ``cache`` (the tokenised testset) and
-``checkpoints`` (all of them); per checkpoint, ``model`` (loading it, including the
-first load's transformers imports), ``forward`` (scoring) and ``write``.
-"""
+"""Evaluating a run's checkpoints on a testset: which checkpoints, checked, scored, written."""
 
 from __future__ import annotations
 
@@ -37,28 +23,19 @@ from ..modeling.loading import tokenizer_fingerprint
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .predictions import write_predictions
 from .scoring import device_batching, eval_dtype, score
-from .series import read_manifest, verify
+from .series_checkpoint import read_manifest, verify
 from .tokenize_testset import read_tokenized
 
 log = logging.getLogger(__name__)
 
 
 class EvaluationRefused(RuntimeError):
-    """An evaluation that must not give a score; the message names the file and what to do.
-
-    Raised for a checkpoint whose files do not match its manifest (sizes, sha256) and for
-    label scores that are not finite (NaN or inf), whose argmax would still pick a class
-    and so make up an accuracy. The job script prints the message as its last line, with
-    no traceback; nothing is written for that checkpoint.
-    """
+    """An evaluation that must not give a score; the message names the file and what to do."""
 
 
 def _process_age() -> float | None:
-    """Seconds since this process started (interpreter start-up and the job script's preamble),
-    from /proc to the clock tick; None where /proc is not there. (psutil's create_time rounds the
-    boot time to whole seconds, which made a fixed 0.5 s error.)"""
-    import os
-
+    """Seconds since this process started, from /proc to the clock tick (psutil rounds the boot time to
+    whole seconds); None where /proc is not there."""
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
@@ -79,12 +56,8 @@ def weights_of(ck: dict) -> str:
 
 
 def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
-    """``{"step", "checkpoint", "predictions"}`` per step, from what the evaluation job reads: a
-    finetune's manifest (the run's ``checkpoints/checkpoint-<step>`` beside it; ``"weights"``: the
-    checkpoint's digest that manifest recorded, ``"run_manifest"``: the manifest) or the manifests
-    of a series' checkpoints (``"series"``: the manifest, for verifying and loading it). A series
-    manifest is taken for the step its file name gives (``step<k>.json``), and must say so itself
-    (:func:`check_checkpoint_place`)."""
+    """``{"step", "checkpoint", "predictions"}`` per step, from a finetune's manifest (plus ``weights``,
+    ``run_manifest``) or a series' checkpoint manifests (``series``; the step its file name gives)."""
     given, root, run_manifest = {}, None, None
     for m in manifests:
         try:
@@ -128,9 +101,8 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
 
 
 def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
-    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``; None
-    where not recorded) as the run's finetune recorded them; a manifest without the digests (made by hand,
-    or by a version before the digests) is refused with the way out, as an unreadable one is."""
+    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``) as the
+    run's finetune recorded them; a manifest without the digests is refused with the way out."""
     again = (
         "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
     )
@@ -149,11 +121,8 @@ def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
-    """Refuse a checkpoint that is not the one its place says, before it is scored or its old
-    predictions reused: a finetuned checkpoint whose own manifest names another step (its folder
-    replaced by another step's), or whose weights are not those the run's manifest recorded for
-    that step; a series manifest that names another step or model than its file does. Reads the
-    manifests only: the files' sha256 are checked (once, cached) by :func:`_evaluate_checkpoint`."""
+    """Refuse a checkpoint that is not the one its place says (another step's folder, weights other than
+    the run's manifest recorded, a series manifest of another step or model), before it is scored."""
     step = int(ck["step"])
     series = ck.get("series")
     if series:
@@ -189,9 +158,8 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
-    """What determines a checkpoint x testset's predictions: the checkpoint's weights (:func:`weights_of`),
-    the tokenised testset, the provenance, dtype and device type. A predictions file with the same
-    key is not computed again (a resumed or re-planned job reuses it)."""
+    """What determines a checkpoint x testset's predictions (weights, tokenised testset, provenance, dtype,
+    device type): a predictions file with the same key is reused, not computed again."""
     import torch  # torch stack: planning and the CLI never import it
 
     key = {
@@ -216,9 +184,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
 @dataclass(frozen=True)
 class EvalParams:
     """What an evaluation job's params (:meth:`oodcorr.planning.plan.Plan.eval_params`) say of what it
-    scores: the model (``model_spec``, the rule's params form of its entry, and the folder a built model
-    sits in), the run's ``provenance`` written into every record, and ``dtype`` (``evaluation.dtype``
-    where it is not ``model``; None: the model's own)."""
+    scores: the model, the run's ``provenance`` written into every record, and ``dtype`` (None: the model's own)."""
 
     model_spec: Mapping
     built_model_dir: str | None
@@ -243,19 +209,7 @@ def evaluate_run(
     threads: int = 1,
     testset: str | None = None,
 ) -> dict:
-    """Score checkpoints of one run on one testset, in one process.
-
-    ``checkpoints`` lists ``{"step", "checkpoint", "predictions"}``: each checkpoint is
-    loaded in turn (:class:`CheckpointLoader` reads a LoRA run's base model once), scored,
-    and written to its own predictions parquet, whose metadata holds the result record. A
-    predictions file that already holds this exact evaluation (same :func:`eval_key`) is
-    kept, not recomputed. ``out_summary`` (``evaluation.unit: run``), written last, lists
-    every checkpoint's record. A batch size that had to be halved for memory stays halved
-    for the checkpoints after it. ``testset`` (the job's) is what the tokenised testset must hold,
-    with the model's name (:func:`read_tokenized`). ``job.model_spec`` is the rule's params form of the model
-    entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`), made into its typed entry once, here.
-    Returns ``{"testset", "checkpoints": [record...], "timing_s"}``.
-    """
+    """Score checkpoints of one run on one testset, in one process."""
     t0 = time.time()
     age = _process_age()
     model_entry = ModelEntry.from_params(job.model_spec)
@@ -323,9 +277,8 @@ def evaluate_run(
 
 
 def _reusable(path: str, key: str, step: int) -> dict | None:
-    """The record of an existing predictions file made by exactly this evaluation, for this place
-    (its step, and the path it was written to: a copy of another experiment's file with the same
-    key is computed again), else None."""
+    """The record of an existing predictions file made by exactly this evaluation for this place (its step
+    and its own path: another experiment's copy is computed again), else None."""
     if not Path(path).exists():
         return None
     try:

@@ -1,28 +1,7 @@
 """Finetuning (pattern or classification head) with checkpoints on a schedule, resumable after a kill.
 
-Layout of a run's folder (``run_dir``)::
-
-    checkpoints/checkpoint-<step>/   weights (safetensors) or a LoRA adapter, plus
-                                     oodcorr_manifest.json: size and sha256 of
-                                     every file, written last, atomically
-    manifest.json                    the job's declared output: every step and its
-                                     folder, written when all checkpoints exist
-
-Only ``manifest.json`` is a Snakemake output, so a failed or killed job's
-checkpoints survive (Snakemake deletes only declared outputs) and the rerun
-resumes from the newest checkpoint whose manifest verifies and that still has
-its optimizer state. Older checkpoints keep their weights (they are evaluated)
-but drop optimizer state to save disk; the resume point's state is never dropped
-while training runs.
-
-One writer: a finetune holds ``finetune.lock`` in the run folder from the moment
-it first reads or writes the folder until its manifest is written
-(:mod:`oodcorr.core.locks`); a second finetune of the same run is refused.
-
-Checkpoint manifests, verification, resume points and the run identity live in
-:mod:`oodcorr.jobs.checkpoints` (evaluation reads them too); a checkpoint's size and a save the
-file system stops (its sentence, the half-written checkpoint deleted) in
-:mod:`oodcorr.jobs.checkpoint_saves`.
+Only ``manifest.json`` is a Snakemake output, so a killed job's checkpoints survive and the rerun
+resumes from the newest one whose manifest verifies and that still has its optimizer state.
 """
 
 from __future__ import annotations
@@ -58,20 +37,13 @@ from .checkpoints import (
     weights_digest,
     write_ckpt_manifest,
 )
-from .data import balanced_sample
+from .prepare_dataset import balanced_sample
 
 log = logging.getLogger(__name__)
 
 
 class NonFiniteLoss(RuntimeError):
-    """The training loss became NaN or inf: the run diverged, and no later checkpoint is saved.
-
-    (The Trainer's own logging filters such losses out of the logged average by default,
-    so without this check a diverged run would go on and save checkpoints of NaN weights.)
-    """
-
-
-# ---- training ------------------------------------------------------------------------------
+    """The training loss became NaN or inf: the run diverged, and no later checkpoint is saved."""
 
 
 def _make_trainer_classes():
@@ -148,13 +120,7 @@ LOSSES = ("verbalisers", "vocabulary")
 
 
 def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbalisers"):
-    """(mean cross-entropy of a batch, the logits it is computed over).
-
-    ``verbalisers`` (default): over the method's per-label scores (the verbaliser tokens'
-    logits, or a head's logits), the gold label's index as the target. ``vocabulary`` (the
-    authors' code; pattern method only): over every token of the vocabulary at the scored
-    position, the gold label's verbaliser token as the target, so training also pushes down
-    every other token, not only the other labels' verbalisers."""
+    """(mean cross-entropy of a batch, the logits it is computed over)."""
     import torch  # torch stack: planning and the CLI never import it
 
     labels = inputs["labels"]
@@ -217,12 +183,8 @@ def base_weights_fingerprint(model_entry: ModelEntry, built_model_dir: str | Non
 
 
 def reporting(report_to, run_dir: Path) -> list[str]:
-    """The Trainer's ``report_to`` for ``finetune.report_to`` (:func:`oodcorr.core.trackers.named`:
-    ``auto`` is TensorBoard when a writer is installed, else nothing), each checked installed and
-    reachable (a :class:`ConfigError` naming the key, before any step is trained), and pointed at the
-    run's own tracker runs (:func:`oodcorr.jobs.tracking.for_trainer`: W&B writes under the run's
-    folder, MLflow logs into the run found by its identity). Never a network service unless the config
-    names one."""
+    """The Trainer's ``report_to`` for ``finetune.report_to``, each tracker checked installed and reachable
+    (before any step is trained) and pointed at the run's own tracker runs."""
     names = trackers.named(report_to)
     trackers.check(names, tracking.root_of_run_dir(run_dir))
     tracking.for_trainer(names, run_dir)
@@ -235,14 +197,7 @@ def _history(trainer) -> list[dict]:
 
 def finetune(job: FinetuneJob) -> dict:
     """Train one run (:class:`~oodcorr.planning.finetune_job.FinetuneJob`) into its ``run_dir``, holding its
-    lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes.
-
-    The lock (:mod:`oodcorr.core.locks`) is taken once the inputs have been checked,
-    before anything in the run folder is read or written, and held until the job's
-    manifest is written; a second finetune of the same run folder raises
-    :class:`oodcorr.core.locks.FolderInUse` at once. Under several processes rank 0,
-    which alone writes the folder, holds it.
-    """
+    lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes."""
     with contextlib.ExitStack() as held:
 
         def lock() -> None:
@@ -339,9 +294,8 @@ def _training_set(job: FinetuneJob, method) -> _TrainingSet:
 
 
 def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
-    """Under the lock: set aside checkpoints of another identity, load the model, save step 0,
-    and find out whether every checkpoint exists (``done``) or from where to resume.
-    Returns (model, done, resume point or None)."""
+    """Under the lock: set aside checkpoints of another identity, load the model, save step 0; returns
+    (model, whether every checkpoint exists, resume point or None)."""
     from transformers import set_seed  # torch stack: planning and the CLI never import it
 
     ckpt_root = _ckpt_root(job)
@@ -378,10 +332,8 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
 
 
 def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
-    """Refuse to start training when the checkpoints still to save cannot fit (before hours of
-    training end in a full disk): each scheduled checkpoint after the resume point holds the
-    weights, and while training the newest one's optimizer state (the one before it is pruned only
-    after the next is whole)."""
+    """Refuse to start training when the checkpoints still to save cannot fit: the weights of each one after
+    the resume point, and the newest one's optimizer state while training."""
     weights, optimizer = checkpoint_bytes(model, job.training.lora)
     done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
     todo = [s for s in job.steps if s > done_to]

@@ -1,28 +1,9 @@
 """Per checkpoint x testset metrics beyond accuracy: macro-F1, ECE and a Wilson interval.
 
-One home for how each is defined, used by the evaluation (every record holds them; the
-aggregation refuses one that does not). Plain numpy; no torch, no pandas.
-
-* **Labels compared.** Gold labels are those of the testset; a prediction is first
-  collapsed the way the label mode scores it (``coarse``: a 3-way model's ``neutral`` or
-  ``contradiction`` on a 2-way set is the prediction ``non-entailment``), so that F1 and
-  ECE judge exactly what accuracy judges.
-* **macro-F1** (:func:`macro_f1`): the unweighted mean over classes of per-class
-  F1 = 2 TP / (2 TP + FP + FN), over the classes that occur in the gold labels or the
-  (collapsed) predictions, as scikit-learn's ``f1_score(average="macro",
-  zero_division=0)``. A class that is predicted but never gold has F1 0; on a testset
-  with a single gold class the mean therefore includes such a class when the model
-  predicts it.
-* **ECE** (:func:`ece`): expected calibration error of the top label. The model's
-  probabilities are the softmax of its label scores (verbaliser logits or a head's
-  logits); the confidence of an example is the probability of its (collapsed) predicted
-  label, summed over the labels a coarse gold label collapses. Confidences fall into
-  :data:`ECE_BINS` equal-width bins over [0, 1], bin b holding (b/15, (b+1)/15] (0 in the
-  first), and ECE = sum over bins of (examples in bin / n) x |accuracy in bin - mean
-  confidence in bin| (Naeini et al. 2015; Guo et al. 2017).
-* **Wilson interval** (:func:`wilson`): the score interval of a binomial proportion at
-  :data:`CI_LEVEL`, for accuracy = n_correct / n. Unlike the normal (Wald) interval it
-  stays inside [0, 1] and covers close to nominal at accuracies near 0 or 1 and at small n.
+A prediction is first collapsed the way the label mode scores it (``coarse``: ``neutral`` or
+``contradiction`` on a 2-way set is ``non-entailment``), so that F1 and ECE judge what accuracy
+judges. macro-F1 is scikit-learn's ``f1_score(average="macro", zero_division=0)`` over the classes
+gold or predicted; ECE bins the top label's confidence into :data:`ECE_BINS` bins (b/15, (b+1)/15].
 """
 
 from __future__ import annotations
@@ -60,10 +41,8 @@ def _distinct(*arrays: np.ndarray) -> list:
 
 
 def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
-    """Predictions (indices into ``names``) as the label mode scores them: on a testset whose
-    gold labels never use the labels a coarse label collapses (a 2-way set under a 3-way
-    mode), a prediction of one of them (neutral, contradiction) becomes the coarse label
-    (non-entailment)."""
+    """Predictions (indices into ``names``) as the label mode scores them: on a 2-way testset under a 3-way
+    mode, neutral and contradiction become the coarse label (non-entailment)."""
     out = np.asarray(pred).copy()
     present = set(np.asarray(gold).tolist())
     for c, members in (coarse or {}).items():
@@ -131,11 +110,7 @@ def ece(conf: np.ndarray, correct: np.ndarray, n_bins: int = ECE_BINS) -> float:
 
 
 def compute(gold, pred, correct, logits, names: list[str], label_names: list[str], coarse: dict | None) -> dict:
-    """Every metric of one checkpoint x testset.
-
-    ``gold`` and ``pred`` index ``names`` (the model's labels, then any coarse gold labels);
-    ``logits`` is (n, len(label_names)); ``correct`` says which predictions the label mode
-    counts as right."""
+    """Every metric of one checkpoint x testset."""
     gold, pred = np.asarray(gold), np.asarray(pred)
     correct = np.asarray(correct, dtype=bool)
     n, k = int(gold.size), int(correct.sum())

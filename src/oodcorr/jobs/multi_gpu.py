@@ -1,19 +1,4 @@
-"""Finetuning on several GPUs of one node, for models that do not fit one GPU.
-
-A model entry opts in with ``distributed: {strategy: fsdp|deepspeed, gpus: N, ...}``.
-The finetune job then claims N devices (oodcorr.core.gpus), writes the job
-(oodcorr.planning.finetune_job.FinetuneJob) to a JSON file, and runs ``accelerate launch``
-as a subprocess with an argument list (never a shell string), one process per GPU,
-each running this module's entry point: the same ``oodcorr.jobs.finetune.finetune`` call
-as the single-process path.
-The Hugging Face Trainer takes FSDP or DeepSpeed from the environment the launcher
-sets. Rank 0 alone writes the run folder (checkpoint manifests, the job's
-manifest) and holds its lock (oodcorr.core.locks) for its whole life; the launching
-job only checks the lock is free before it starts. The other ranks wait while
-rank 0 checks and repairs the folder, then see the same resume point.
-
-    python -m oodcorr.jobs.multi_gpu ARGS.json    # what each launched process runs
-"""
+"""Finetuning on several GPUs of one node, for models that do not fit one GPU."""
 
 from __future__ import annotations
 
@@ -33,17 +18,12 @@ from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process
 from ..planning.finetune_job import FinetuneJob, trains_in_bf16
 from .finetune import finetune
-from .series import MANIFEST_FIX
+from .series_checkpoint import MANIFEST_FIX
 
 log = logging.getLogger(__name__)
 
 ENTRY_MODULE = "oodcorr.jobs.multi_gpu"
 ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what each launched process reads
-
-
-# ---- inside a launched process --------------------------------------------------------
-
-# ---- the finetune job: building and running the launch ---------------------------------
 
 
 def mixed_precision(model_entry: ModelEntry, ft: dict) -> str:
@@ -140,11 +120,7 @@ def _free_port() -> int:
 
 
 def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threads: int = 1) -> dict:
-    """Run ``finetune(job)`` under ``accelerate launch``; return rank 0's manifest.
-
-    Each launched process reads the job from ``distributed_args.json`` in the run folder and
-    runs it on its own device with ``OMP_NUM_THREADS`` threads (the job's ``device`` and
-    ``threads`` are the launching job's, and not used there)."""
+    """Run ``finetune(job)`` under ``accelerate launch``; return rank 0's manifest."""
     name = job.name
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(

@@ -1,8 +1,4 @@
-"""Writing a checkpoint x testset's predictions file: per-example parquet, its record in the metadata.
-
-Written with pyarrow alone (no pandas import in an evaluation process); read back by
-:func:`oodcorr.core.records.read_result`.
-"""
+"""Writing a checkpoint x testset's predictions file: per-example parquet, its record in the metadata."""
 
 from __future__ import annotations
 
@@ -14,9 +10,8 @@ from ..core.records import META_KEY
 
 
 def _arrow_column(values, kind: str):
-    """A pyarrow array built from its buffers. (``pyarrow.array`` imports pandas on first use,
-    a start-up cost every evaluation process would pay for nothing.) ``kind``: int64, float32,
-    bool, string."""
+    """A pyarrow array (``kind``: int64, float32, bool, string) built from its buffers: ``pyarrow.array``
+    imports pandas on first use, a start-up cost every evaluation would pay for nothing."""
     import numpy as np
     import pyarrow as pa
 
@@ -44,11 +39,7 @@ def write_predictions(
     label_names: list[str],
     record: dict,
 ) -> None:
-    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import).
-
-    The checkpoint's result record (accuracy, counts, provenance) rides in the file's
-    metadata, so the one file per checkpoint x testset describes itself (:func:`read_result`).
-    """
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

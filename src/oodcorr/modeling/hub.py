@@ -1,34 +1,4 @@
-"""The Hugging Face hub: prefetch into a shared cache, pin each revision to a commit, run offline.
-
-Compute nodes often have no internet, and 96 finetunes must not race to download the
-same weights. So, once, on a login node::
-
-    oodcorr prefetch --configfile config/paper.yaml
-
-resolves every hub model's and hub dataset's revision (a commit, branch, tag or
-``refs/pr/N``) to a commit, downloads what a job loads into the Hugging Face cache
-(``HF_HOME``; models: config, tokenizer and safetensors weights -- pickle weights only
-where the entry sets ``allow_pickle_weights``, a model's own ``*.py`` only with
-``trust_remote_code``; datasets: ``datasets.load_dataset`` at that commit) and writes
-the **lock file** beside the config (``config/paper.lock.yaml``; ``hub.lock`` names
-another): per model and dataset the revision asked for, the commit, the files and
-their sizes, and (models) the parameter count and the shapes of the linear layers,
-read from the safetensors headers (for the GPU-memory check and the budget,
-:mod:`oodcorr.launch.sizing`).
-
-With a lock, the Snakefile (:func:`use_lock`) checks it against the plan (every hub
-model and dataset is there, at the revision the config asks for), checks that the
-cache holds the locked commits, and sets ``HF_HUB_OFFLINE=1``, ``HF_DATASETS_OFFLINE=1``
-and ``OODCORR_HUB_LOCK`` for every job (config key ``hub.offline``). In the jobs,
-:func:`pinned_model_revision` (called by :func:`oodcorr.modeling.loading.model_source`) and
-:func:`pinned_dataset` (by :func:`hub_load_kwargs`) load the locked
-commit, and refuse a revision that differs from the lock with the command to rerun.
-
-Without a lock nothing changes: jobs download from the hub, as before.
-
-Which files of a model repository a job loads, and its parameters and linear layers read from
-them, are :mod:`.weights`' (prefetch downloads and records what it picks).
-"""
+"""The Hugging Face hub: prefetch into a shared cache, pin each revision to a commit, run offline."""
 
 from __future__ import annotations
 
@@ -59,9 +29,6 @@ TEMP_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
 
 class LockMismatch(ConfigError):
     """A job asked for a revision that the lock file does not pin."""
-
-
-# ---- the lock file -------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -133,9 +100,6 @@ def write_lock(path: Path, lock: dict) -> None:
     write_text_atomic(path, head + yaml.safe_dump(lock, sort_keys=False, width=120))
 
 
-# ---- what a plan fetches -------------------------------------------------------------------
-
-
 def hub_load_kwargs(spec: dict) -> dict:
     """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
     hub = spec.get("hub") or {}
@@ -200,16 +164,9 @@ def _revision_message(where: str, asked, entry: dict) -> str:
     return f"{where}: revision {asked!r} in the config, {locked!r} in the lock file (commit {entry.get('commit')})"
 
 
-# ---- the workflow side (Snakefile) ---------------------------------------------------------
-
-
 def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None, list[str]]:
     """Read, check and activate the config's lock; returns (the lock or None, the planning warnings:
-    the plan's own, less those about unpinned revisions that the lock pins, and the cache's).
-
-    With a lock the jobs' environment pins their hub loads to it (``OODCORR_HUB_LOCK``) and,
-    unless ``hub.offline: false``, takes the hub offline. A lock that does not match the plan,
-    or whose commits are not in this machine's cache, stops planning with what to run."""
+    the plan's own, less those about unpinned revisions that the lock pins, and the cache's)."""
     path = lock_path(configfile, config)
     offline = (config.get("hub") or {}).get("offline", "auto")
     needs = bool(hub_models(plan) or hub_datasets(plan))
@@ -319,9 +276,6 @@ def missing_from_cache(lock: HubLock) -> list[str]:
     return out
 
 
-# ---- the job side --------------------------------------------------------------------------
-
-
 @lru_cache(maxsize=4)
 def _job_lock(path: str, mtime_ns: int) -> HubLock:
     return HubLock.read(path)
@@ -340,9 +294,7 @@ def active_lock() -> HubLock | None:
 
 
 def pinned_model_revision(model_entry: ModelEntry) -> str | None:
-    """The revision a job loads a hub model at: the lock's commit under a lock, else the entry's own.
-
-    Raises :class:`LockMismatch` when the entry asks for another revision (or id) than the lock."""
+    """The revision a job loads a hub model at: the lock's commit under a lock, else the entry's own."""
     lock = active_lock()
     if lock is None:
         return model_entry.revision
@@ -388,14 +340,6 @@ def check_loaded_dataset(ds, commit: str, where: str) -> None:
         )
 
 
-# ---- prefetch (login node, network) ---------------------------------------------------------
-
-
-def _files(folder: Path, names: list[str] | None = None) -> dict[str, int]:
-    paths = [folder / n for n in names] if names is not None else sorted(p for p in folder.rglob("*") if p.is_file())
-    return {str(p.relative_to(folder)): p.stat().st_size for p in paths}
-
-
 def prefetch(
     plan, configfile: str | Path, lock_file: str | Path, *, api=None, say: Callable[[str], None] = print
 ) -> dict:
@@ -421,7 +365,7 @@ def prefetch(
         names = model_patterns(model_entry, [s.rfilename for s in (info.siblings or [])])
         say(f"{spec.name}: {model_entry.hub}@{asked or 'main'} -> {commit}; downloading {len(names)} file(s)")
         folder = Path(huggingface_hub.snapshot_download(model_entry.hub, revision=commit, allow_patterns=names))
-        files = _files(folder, [n for n in names if (folder / n).exists()])
+        files = {n: (folder / n).stat().st_size for n in names if (folder / n).exists()}
         if any(n.endswith(".safetensors") for n in files):
             params, linear = weight_shapes(folder)
         else:

@@ -1,15 +1,4 @@
-"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in.
-
-For scoring on a CPU, a model loads through :mod:`oodcorr.modeling.lean` where that applies (a
-local OPT or OLMo2 causal LM in a dtype it knows, or a hub one whose pinned commit is in the
-local cache, under the same safety defaults: it reads safetensors only and runs no model code),
-which skips transformers' import graph and computes the same logits bit for bit; otherwise, on
-a GPU (not run this round), and always for training, head models, remote code or pickle weights,
-through transformers' ``from_pretrained``. A LoRA checkpoint scored on a CPU has its adapter
-folded into the base model's weights where that applies (:mod:`oodcorr.modeling.lora`).
-``OODCORR_LEAN=0`` in the environment turns both off (scoring as before: transformers' model,
-peft's adapter layers), to compare the two.
-"""
+"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
 
 from __future__ import annotations
 
@@ -117,10 +106,8 @@ TOKENIZER_FILES = (
 
 
 def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str | None:
-    """The fingerprint of a model's tokenizer (:func:`tokenizer_files_fingerprint` of the folder it
-    loads from), without loading it; None where that folder is not on this machine (a hub model
-    without its pinned commit in the cache). A tokenised testset records it, so that one made by
-    another tokenizer (another model's, or this model's before its files changed) is never scored."""
+    """The fingerprint of a model's tokenizer files, without loading it (None where its folder is not on
+    this machine): a tokenised testset records it, so that one made by another tokenizer is never scored."""
     try:
         folder = local_folder(*model_source(model_entry, built_model_dir))
     except ConfigError:
@@ -150,18 +137,14 @@ def load_model(
     *,
     lean: bool = False,
 ):
-    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors.
-
-    ``lean`` (scoring only): the lean model where it applies (:mod:`oodcorr.modeling.lean`), which
-    computes the same logits but can be neither trained nor saved; else, and by default,
-    transformers' own."""
+    """The model for the entry's method (causal LM or sequence classifier), weights from safetensors."""
     method = adaptation.get(model_entry.method)
     src, kw = model_source(model_entry, built_model_dir)
     check_local_weights(src, model_entry)
     if lean and lean_enabled(device):
         folder = local_folder(src, kw)
         if folder is not None:
-            from .lean import lean_model  # torch stack: planning and the CLI never import it
+            from .plain_torch import lean_model  # torch stack: planning and the CLI never import it
 
             model, why = lean_model(folder, model_entry, method.name, device)
             if model is not None:
@@ -196,11 +179,8 @@ def new_head_keys(model, missing) -> list[str]:
 
 
 def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method: str) -> None:
-    """Every parameter the architecture needs was in the files: transformers starts a missing one
-    from random values and says so in a log line only (its "MISSING ... newly initialized"). A
-    :class:`ConfigError` naming the model, the folder and the parameters instead; the one exception
-    is a head model's new classification head (:func:`new_head_keys`), which ``method: head`` asks
-    for, said in the log."""
+    """Every parameter the architecture needs was in the files (transformers would start a missing one
+    from random values), but a head model's new classification head; else a :class:`ConfigError`."""
     missing = sorted(missing)
     head = new_head_keys(model, missing) if method == "head" else []
     lacking = [k for k in missing if k not in head]
@@ -227,11 +207,7 @@ def load_checkpoint(
     *,
     for_scoring: bool = False,
 ):
-    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter.
-
-    ``for_scoring``: the lean model where it applies, and a LoRA adapter folded into the base
-    model's weights where it can be (:func:`load_folded`); else, and by default, transformers'
-    model with peft's adapter layers (what training and saving need)."""
+    """The model as saved at one checkpoint: full weights, or base model + LoRA adapter."""
     ckpt_dir = Path(ckpt_dir)
     if (ckpt_dir / "adapter_config.json").exists():
         if for_scoring and lean_enabled(device):

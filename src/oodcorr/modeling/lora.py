@@ -1,25 +1,4 @@
-"""LoRA checkpoints scored at full speed: the adapter folded into the base model's weights.
-
-A LoRA layer computes ``x W^T + s (x A^T) B^T`` (``s`` = ``lora_alpha / r``, or ``/ sqrt(r)``
-with rsLoRA): two extra small matmuls per adapted layer, about a quarter slower than the
-plain model on a CPU (benchmarks/README.md, section 2). Folded, the layer is a plain linear
-layer again, ``x (W + s B A)^T``: the same function up to float rounding (about 1e-6 of
-the logits in float32; ``tests/modeling/test_lora.py`` bounds it against peft's unfolded forward and
-checks that every prediction is the same). Modules a peft adapter trains whole
-(``modules_to_save``, e.g. a classification head) take the adapter's weights.
-
-This reads an adapter itself (``adapter_config.json`` and ``adapter_model.safetensors``, no
-peft import and no pickle) and folds only what it knows to be a plain LoRA: every
-configuration key is one it reads or one that changes nothing once trained, every tensor is an
-``A``/``B`` pair on a linear layer or a ``modules_to_save`` weight, and no folded weight is
-tied to another. Anything else (DoRA, rank or alpha patterns, LoRA on embeddings, a bias,
-``fan_in_fan_out`` layers, pickle weights) returns why not, and the caller scores with peft's
-``PeftModel`` unfolded, as before.
-
-A run's checkpoints share one base model (``evaluation.unit: run``): :meth:`Folded.restore`
-copies back the weights a fold changed, bit for bit, before the next checkpoint's adapter is
-folded, so each checkpoint is scored as a fresh load of the base plus its adapter would be.
-"""
+"""LoRA checkpoints scored at full speed: the adapter folded into the base model's weights."""
 
 from __future__ import annotations
 

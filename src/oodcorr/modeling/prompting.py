@@ -1,22 +1,8 @@
 """Pattern-based scoring: prompt, verbaliser tokens, and the logits at the scored position.
 
-The score of an example is the vector of next-token logits of the label
-verbalisers (e.g. " Yes" / " No") read at one position of the prompt. How a
-prompt is read is set by the prompt's switches (:data:`oodcorr.core.defaults.READING`):
-
-* ``scored_position: last-token`` (default): the last real token of the prompt.
-  Whatever the padding side, the position is gathered from the attention mask, so
-  a pad position is never read; special tokens that a tokenizer appends (an EOS,
-  say) are stripped from the prompt before scoring.
-* ``scored_position: padded-end`` (the authors' code): every prompt is padded to
-  ``max_length`` on the tokenizer's padding side, exactly as the tokenizer encodes
-  it (appended special tokens kept), and the logits at the last position are read:
-  a pad position unless the tokenizer pads on the left.
-* ``truncation``: a prompt longer than ``max_length`` loses its beginning (``left``,
-  default: the hypothesis and the question stay, and a leading BOS) or its end
-  (``right``, the tokenizer's own default: a long premise pushes the question out).
-* ``strip_fields``: premise and hypothesis are stripped of surrounding white space
-  before they fill the template (default), or inserted as they are.
+``scored_position: last-token`` reads the last real token (gathered from the attention mask; appended
+special tokens stripped); ``padded-end`` (the authors' code) pads to ``max_length`` and reads the
+last position, a pad position unless the tokenizer pads on the left.
 """
 
 from __future__ import annotations
@@ -79,15 +65,7 @@ def encode_prompts(
     truncation: str = "left",
     keep_appended: bool = False,
 ) -> tuple[list[list[int]], int]:
-    """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts).
-
-    Special tokens the tokenizer puts before the text (a BOS) are always kept. Those it
-    appends (an EOS or SEP) are stripped unless ``keep_appended``, so that the score is read
-    at the prompt's own last token; a template that ends in a special cue token keeps it.
-    A prompt longer than ``max_length`` loses text tokens from its beginning (``truncation:
-    left``: the hypothesis and the question stay) or its end (``right``: exactly what the
-    tokenizer's own ``truncation=True`` keeps).
-    """
+    """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts)."""
     if truncation not in ("left", "right"):
         raise ConfigError(f"prompt.truncation: {truncation!r} must be left or right")
     texts = [format_prompt(template, r["premise"], r["hypothesis"], strip_fields) for r in records]
@@ -137,7 +115,7 @@ def last_positions(attention_mask: torch.Tensor) -> torch.Tensor:
 def _forward_params(model) -> set[str]:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     params = set(inspect.signature(base.forward).parameters)
-    if not type(base).__module__.startswith(("transformers.", "oodcorr.modeling.lean")):
+    if not type(base).__module__.startswith(("transformers.", "oodcorr.modeling.plain_torch")):
         # remote code may treat logits_to_keep differently: compute every position's logits
         params.discard("logits_to_keep")
     return params
@@ -145,10 +123,8 @@ def _forward_params(model) -> set[str]:
 
 @functools.cache
 def _per_row_logits_to_keep() -> bool:
-    """Whether this transformers reads a (batch, 1) integer ``logits_to_keep`` as one position
-    per row (``modeling_utils.slice_logits_to_keep``, transformers 5.2x). Older releases index
-    every row with every row's position ([batch, batch, 1, hidden]), which is wrong here; with
-    them every position's logits are computed and the last real one gathered."""
+    """Whether this transformers reads a (batch, 1) ``logits_to_keep`` as one position per row (5.2x);
+    with older releases every position's logits are computed and the last real one gathered."""
     import transformers.modeling_utils as mu  # torch stack: planning and the CLI never import it
 
     return hasattr(mu, "slice_logits_to_keep")
@@ -167,7 +143,7 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
         # positions count real tokens only, so left padding scores like right padding
         kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     kind = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
-    # a lean model (oodcorr.modeling.lean) keeps one position per row; ask transformers of its own models
+    # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
     per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
     if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
         # project only the gathered position onto the vocabulary
@@ -182,10 +158,8 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
 def padded_end_logits(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, pad_to: int, side: str, pad_id: int
 ) -> torch.Tensor:
-    """(batch, vocab) next-token logits at the last position of every prompt padded to ``pad_to``
-    tokens on ``side``, the model called with ids and mask only (its own position ids): what a
-    model reads that is handed ``tokenizer(..., padding="max_length")`` and scored at ``[:, -1]``.
-    A pad position, unless ``side`` is left."""
+    """(batch, vocab) logits at the last position of every prompt padded to ``pad_to`` tokens on ``side``:
+    what ``tokenizer(..., padding="max_length")`` scored at ``[:, -1]`` reads (a pad position unless left)."""
     rows = [input_ids[i][attention_mask[i].bool()].tolist() for i in range(input_ids.shape[0])]
     ids, mask = pad_batch(rows, pad_id, side, width=pad_to)
     kwargs = {"input_ids": ids.to(input_ids.device), "attention_mask": mask.to(input_ids.device)}

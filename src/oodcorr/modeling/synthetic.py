@@ -1,33 +1,4 @@
-"""A seeded, deterministic synthetic NLI task with documented distribution shifts.
-
-The task: a premise describes one event ("the old fox chased the cow in the
-park."); the hypothesis restates part of it. Entailment when every stated fact
-holds, non-entailment otherwise. Labels are ``entailment`` / ``non-entailment``.
-
-Shifts (``SHIFTS``), each a recipe for a testset:
-
-``in-domain``        the training distribution. Entailments drop the adjective
-                     and/or the place; non-entailments change one of subject,
-                     verb, object or place to a word absent from the premise.
-``lexical-overlap``  in the spirit of HANS: every non-entailment is a
-                     subject/object swap, so all hypothesis words occur in the
-                     premise. A model that reads "high overlap => entailment"
-                     fails the non-entailed half.
-``negation``         premises and/or hypotheses carry "did not": a negated
-                     premise entails its negated restatement and does not entail
-                     the positive one, and vice versa.
-``heldout-vocab``    in-domain templates over nouns, verbs and adjectives that
-                     never occur in finetuning data (they do occur in the
-                     unlabelled pretraining text, as new words would for a real
-                     pretrained model).
-``distractor``       a longer premise with a second, unrelated clause; some
-                     non-entailments mix the two clauses' words.
-``passive``          a different sentence template: the premise is in the
-                     passive voice ("the cow was chased by the old fox"), the
-                     hypothesis in the active.
-
-Every example's ``meta`` records the shift and the construction ``kind``.
-"""
+"""A seeded, deterministic synthetic NLI task with documented distribution shifts."""
 
 from __future__ import annotations
 
@@ -128,11 +99,7 @@ def _other(rng: random.Random, pool: list, exclude) -> object:
 
 
 def _detail(rng: random.Random, e: dict) -> tuple[bool, bool, str]:
-    """Which optional details (adjective, place) a hypothesis keeps.
-
-    Drawn the same way for both labels, so hypothesis length and the presence of
-    a place phrase carry no information about the label.
-    """
+    """Which optional details (adjective, place) a hypothesis keeps."""
     options = [(True, True, "identical")]
     if e["adj"]:
         options.append((False, True, "drop-adjective"))
@@ -150,11 +117,7 @@ def _entailed(rng: random.Random, e: dict, negated: bool = False) -> tuple[str, 
 
 
 def _changed(rng: random.Random, e: dict, v: Vocab, negated: bool = False) -> tuple[str, str]:
-    """One visible fact changed to a word absent from the premise; returns (hypothesis, kind).
-
-    The kept details are drawn exactly as for entailments, then the fact to change
-    is chosen among those the hypothesis shows.
-    """
+    """One visible fact changed to a word absent from the premise; returns (hypothesis, kind)."""
     keep_adj, keep_place, _ = _detail(rng, e)
     h = dict(e)
     options = ["change-subject", "change-verb", "change-object"]
@@ -177,9 +140,6 @@ def _swapped(rng: random.Random, e: dict, negated: bool = False) -> str:
     _, keep_place, _ = _detail(rng, e)
     h = dict(e, s=e["o"], o=e["s"], adj=None)
     return _sentence(_clause(h, negated, False, keep_place))
-
-
-# ---- one function per shift: (rng, label) -> (premise, hypothesis, kind) -------------
 
 
 def _in_domain(rng, label, v=TRAIN_VOCAB):
@@ -274,11 +234,7 @@ def _seed_for(seed: int, shift: str, split: str) -> int:
 
 
 def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
-    """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment).
-
-    The same (shift, n, seed, split) always gives the same records, in the same order.
-    Different splits of one shift use independent random streams.
-    """
+    """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment)."""
     if shift not in SHIFTS:
         raise ValueError(f"unknown synthetic shift {shift!r}; known: {', '.join(SHIFTS)}")
     if n < 2:
@@ -307,15 +263,7 @@ def pretraining_corpus(
     template: str = "{premise} Question: {hypothesis} Yes or No?",
     answers: tuple[str, ...] = ("Yes", "No"),
 ) -> list[str]:
-    """Unlabelled text for the tiny models' causal-LM pretraining and tokenizer training.
-
-    Sentences from every template and every vocabulary (held-out words included):
-    30 % single sentences, 40 % a sentence followed by a faithful restatement of
-    it (as running text often restates itself; this is what teaches the model to
-    compare a statement with what came before), and 30 % prompt-shaped lines whose
-    answer is drawn at random, so the model knows the prompt format but learns
-    nothing of the labels from it.
-    """
+    """Unlabelled text for the tiny models' causal-LM pretraining and tokenizer training."""
     rng = random.Random(seed * 7919 + 17)
     shifts = list(SHIFTS)
     lines = []

@@ -1,9 +1,4 @@
-"""Tiny pretrained causal LMs built offline: tokenizer, architecture, short pretraining.
-
-A model entry's ``tiny`` block names a transformers ``model_type`` (``opt``,
-``olmo2``, or any causal-LM type transformers knows) and its config kwargs;
-nothing here depends on which one it is.
-"""
+"""Tiny pretrained causal LMs built offline: tokenizer, architecture, short pretraining."""
 
 from __future__ import annotations
 
@@ -22,10 +17,7 @@ SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>", "unk_
 
 
 def train_tokenizer(lines: list[str], vocab_size: int, out_dir: Path):
-    """A byte-level BPE tokenizer (GPT-2 style, as OPT and OLMo2 use) trained on ``lines``.
-
-    It prepends BOS to every encoded text, as OPT's does; it appends nothing.
-    """
+    """A byte-level BPE tokenizer (GPT-2 style, as OPT and OLMo2 use) trained on ``lines``."""
     # tokenizers: only when the tiny model is built
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast  # torch stack: planning and the CLI never import it

@@ -1,14 +1,4 @@
-"""A model's weights: which files of a repository a job loads, and what the weights hold.
-
-:func:`model_patterns` picks the files of a model repository that a job reads (its root folder
-only): config and tokenizer files and the weights -- safetensors, pickle files only where the
-entry sets ``allow_pickle_weights``, the model's own ``*.py`` only with ``trust_remote_code``.
-:func:`weight_shapes` reads a folder's parameter count and linear layers from the safetensors
-headers alone; :func:`meta_shapes` the same from the config, the architecture built on
-PyTorch's meta device (for pickle-only weights, never unpickled here). ``oodcorr prefetch``
-(:mod:`.hub`) downloads what :func:`model_patterns` picks and records the shapes in the lock;
-the GPU-memory check and the budget read them (:mod:`oodcorr.launch.sizing`).
-"""
+"""A model's weights: which files of a repository a job loads, and what the weights hold."""
 
 from __future__ import annotations
 
@@ -57,10 +47,7 @@ def safetensors_header(path: str | Path) -> dict:
 
 
 def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
-    """(parameters, linear layers) of the safetensors weights in ``folder``, from the headers alone.
-
-    Linear layers are 2-D ``*.weight`` tensors grouped by module name (``q_proj``: ``[[out, in,
-    count], ...]``): what a LoRA adapter on those modules holds (:mod:`oodcorr.launch.sizing`)."""
+    """(parameters, linear layers) of the safetensors weights in ``folder``, from the headers alone."""
     total = 0
     linear: dict[tuple[str, int, int], int] = {}
     for f in sorted(Path(folder).glob("*.safetensors")):

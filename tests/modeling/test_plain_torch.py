@@ -1,4 +1,4 @@
-"""The lean loader (oodcorr.modeling.lean): the same logits as transformers, bit for bit, where it
+"""The lean loader (oodcorr.modeling.plain_torch): the same logits as transformers, bit for bit, where it
 applies; transformers' from_pretrained wherever it does not; and a job that never imports
 transformers' modelling stack."""
 
@@ -13,7 +13,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.scoring import score
-from oodcorr.modeling import lean, synthetic
+from oodcorr.modeling import plain_torch, synthetic
 from oodcorr.modeling.loading import load_checkpoint, load_model, loaded_by
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
 from oodcorr.modeling.tiny import build_model
@@ -72,8 +72,8 @@ def _cache(folder, n=25):
 def test_lean_logits_equal_transformers_bit_for_bit(tmp_path, tiny_models, kind, variant, dtype):
     folder = _variant(tmp_path, kind, tiny_models, VARIANTS[kind]) if variant else tiny_models[kind]
     ref = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype), use_safetensors=True).eval()
-    mine = lean.build(folder, dtype)
-    assert type(mine).__module__.startswith("oodcorr.modeling.lean_") and mine.dtype == getattr(torch, dtype)
+    mine = plain_torch.build(folder, dtype)
+    assert type(mine).__module__.startswith("oodcorr.modeling.plain_torch_") and mine.dtype == getattr(torch, dtype)
     cache = _cache(folder)
     # batches that pad, that do not (equal lengths: sdpa's is_causal path), and single rows
     for batch_size in (8, 1, 25):
@@ -130,22 +130,22 @@ def _edit_config(tmp_path, src, change):
 )
 def test_what_the_lean_loader_does_not_know_loads_with_transformers(tmp_path, tiny_models, kind, change, why):
     d = _edit_config(tmp_path, tiny_models[kind], change)
-    model, reason = lean.lean_model(d, ModelEntry(name="m"), "pattern")
+    model, reason = plain_torch.lean_model(d, ModelEntry(name="m"), "pattern")
     assert model is None and why in reason
-    with pytest.raises(lean.Unsupported, match=why):
-        lean.build(d)
+    with pytest.raises(plain_torch.Unsupported, match=why):
+        plain_torch.build(d)
 
 
 def test_entries_that_opt_into_remote_code_pickle_or_a_head_are_never_lean(tiny_models):
     d = tiny_models["opt"]
-    assert lean.lean_model(d, ModelEntry(name="m"), "pattern")[0] is not None
+    assert plain_torch.lean_model(d, ModelEntry(name="m"), "pattern")[0] is not None
     for spec, method in (
         (ModelEntry(name="m", trust_remote_code=True), "pattern"),
         (ModelEntry(name="m", allow_pickle_weights=True), "pattern"),
         (ModelEntry(name="m", dtype="auto"), "pattern"),
         (ModelEntry(name="m"), "head"),
     ):
-        model, reason = lean.lean_model(d, spec, method)
+        model, reason = plain_torch.lean_model(d, spec, method)
         assert model is None and reason
 
 
@@ -157,8 +157,8 @@ def test_weights_that_do_not_match_the_architecture_are_not_lean(tmp_path, tiny_
     state = load_file(d / "model.safetensors")
     state.pop("model.norm.weight")
     save_file(state, d / "model.safetensors")
-    with pytest.raises(lean.Unsupported, match="missing.*model.norm.weight"):
-        lean.build(d)
+    with pytest.raises(plain_torch.Unsupported, match="missing.*model.norm.weight"):
+        plain_torch.build(d)
 
 
 def test_other_architectures_and_head_models_score_through_transformers(tmp_path, tiny_models, corpus):
@@ -234,4 +234,4 @@ def test_a_damaged_weights_file_is_named(tmp_path, tiny_models):
     shutil.copytree(tiny_models["opt"], d)
     (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")
     with pytest.raises(DataError, match=r"damaged/model.safetensors: not a readable safetensors file"):
-        lean.build(d)
+        plain_torch.build(d)

@@ -1,9 +1,5 @@
-"""The figures of the answer across models: the consensus heatmap (one per in-domain set, the
-verdict of every OOD pair, each testset's reliability beside its name) and the forest plot of one
-pair (each model's pooled r, observed and, where the item noise is known, of the tasks; the
-consensus, the tasks' consensus, the prediction interval and the tolerance bounds), drawn through
-:func:`oodcorr.jobs.plots.draw`.
-"""
+"""The figures of the answer across models: the consensus heatmap (one per in-domain set) and the
+forest plot of one pair."""
 
 from __future__ import annotations
 
@@ -13,8 +9,8 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from ..analysis.measurement import NOISE_LIMITED
-from ..core.answer import (
+from ...analysis.measurement import NOISE_LIMITED
+from ...core.answer import (
     AGREE_NEAR_ZERO,
     DEPENDS_ON_FORM,
     NEARLY_EVERY,
@@ -26,8 +22,8 @@ from ..core.answer import (
     reliabilities,
     verdict_rank,
 )
-from ..core.reasons import every_run_sign
-from .plotting import (
+from ...core.reasons import every_run_sign
+from .common import (
     CMAP,
     TEXT_LIMIT,
     draw_cells,
@@ -38,6 +34,7 @@ from .plotting import (
     pyplot,
     save,
     testset_order,
+    triangle_axes,
 )
 
 SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
@@ -52,11 +49,8 @@ DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited
 
 
 def verdict_style(word: str) -> dict:
-    """How the consensus heatmap draws a verdict of the ladder (:data:`oodcorr.core.answer.VERDICTS`):
-    ``mark``, a glyph after the value for the spread (± sign reversal, ≠ models differ, ≈0 near zero)
-    or for noise-limited (∿); ``frame``, "solid" for the sign in nearly every model, "dashed" for agree
-    near zero, "dotted" for noise-limited, else ""; ``bold`` for the sign in nearly every model;
-    ``faded`` where the answer states nothing (unresolved, noise-limited, too few models, no data)."""
+    """How the consensus heatmap draws a verdict of the ladder: ``mark`` (the spread's glyph, or ∿ for
+    noise-limited), ``frame`` ("solid", "dashed", "dotted" or ""), ``bold`` and ``faded`` (nothing stated)."""
     spread = next((m for phrase, m in SPREAD_MARKS if phrase in word), "")
     noise = word == NOISE_LIMITED_VERDICT
     nearly = NEARLY_EVERY in word
@@ -70,10 +64,8 @@ def verdict_style(word: str) -> dict:
 
 
 def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
-    """(the common prefix of ``names`` up to and with its last separator (:data:`SEPARATORS`), "" where
-    none is 4 characters or more or no name is longer than :data:`FOLD_FROM`; {name: its label}): the
-    label is the name without that prefix, its two ends joined by "…" where it is still longer than
-    :data:`LABEL_MAX` (the whole name where that would make two labels the same)."""
+    """(the common prefix of ``names`` folded away, {name: its label}): the label is the name without the
+    prefix, its two ends joined by "…" where still longer than :data:`LABEL_MAX` (unless two labels would clash)."""
     prefix = ""
     if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
         common = names[0][: min(len(n) for n in names)]
@@ -177,13 +169,7 @@ def consensus_heatmap(
     near_zero: float | None = None,
 ) -> dict:
     """The answer for one in-domain set: the consensus across models of every OOD pair's partial
-    correlation (``r_consensus`` of the agreement table, the scores observed), marked by its verdict
-    (:func:`verdict_style`) -- bold with a black frame: the sign in nearly every model; plain: the
-    sign on average; '±': sign reversal; '≠': models differ; '≈0' (with a dashed frame where no sign
-    is shown): near zero; faded: unresolved; faded in a dotted frame, '∿': noise-limited; hatched 'n/a': no
-    consensus -- with a legend of the kinds drawn. Each testset's reliability is beside its name
-    (:func:`reliability_names`), the in-domain set's and what the answer is about
-    (:func:`oodcorr.core.answer.about`) in the title. One panel per pool group. Returns
+    correlation, marked by its verdict (:func:`verdict_style`), one panel per pool group. Returns
     {(pool_group, row, col): label}."""
     plt = pyplot()
     sub = agree[
@@ -227,20 +213,15 @@ def consensus_heatmap(
         present = verdicts != ""
         finite = np.isfinite(m)
         every_run &= finite
-        rgba = cmap(norm(np.where(finite, m, 0.0)))
         styles = {w: verdict_style(str(w)) for w in set(verdicts.ravel().tolist())}
         drawn_styles.update({w: styles[w] for w in set(verdicts[present & ~every_run].tolist())})
         if every_run.any():
             drawn_styles[EVERY_RUN_MARK] = {"mark": EVERY_RUN_MARK, "frame": "", "bold": False, "faded": False}
         faded = {w for w, st in styles.items() if st["faded"]}
         fade = finite & np.isin(verdicts, list(faded)) & ~every_run
-        rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
-        rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
-        rgba[~present] = (1, 1, 1, 0)
         big = len(names) > TEXT_LIMIT
-        draw_cells(ax, rgba, big)
+        draw_cells(ax, m, fade, present, big, norm, cmap)
         rnames, cnames = names[1:], names[:-1]
-        k = len(rnames)
         fs = max(4.5, min(9.0, 130 / len(names)))
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]
@@ -274,20 +255,7 @@ def consensus_heatmap(
                 color=colour,
                 fontweight="bold" if general else "normal",
             )
-        side = panel_inches(len(names))
-        label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-        ax.set_xticks(
-            range(k),
-            [shown.get(n, n) for n in cnames],
-            rotation=90 if big else 45,
-            ha="center" if big else "right",
-            fontsize=label_fs,
-        )
-        ax.set_yticks(range(k), [shown.get(n, n) for n in rnames], fontsize=label_fs)
-        ax.set_xlim(-0.5, k - 0.5)
-        ax.set_ylim(k - 0.5, -0.5)
-        for spine in ax.spines.values():
-            spine.set_visible(False)
+        triangle_axes(ax, [shown.get(n, n) for n in rnames], [shown.get(n, n) for n in cnames], len(names), big)
         n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
         counts = rows["verdict"].value_counts()
         tally = ", ".join(f"{n} {w}" for w, n in sorted(counts.items(), key=lambda t: verdict_rank(str(t[0]))))
@@ -326,10 +294,8 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 
 
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
-    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has:
-    all of them up to ``cap``, else the ``cap`` whose verdicts say most first (in the order of
-    :data:`oodcorr.core.answer.VERDICTS`: sign reversal, the sign in nearly every model, on
-    average, models differ, agree near zero, noise-limited, unresolved), then by the size of the consensus."""
+    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
+    ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
     sub = agree[
         (agree["method"] == method)
         & (agree["residualiser"] == residualiser)
@@ -383,17 +349,9 @@ def forest(
     near_zero: float | None = None,
     level: float | None = None,
 ) -> dict:
-    """Why one OOD pair got its verdict: a forest plot. One row per model -- its pooled partial r
-    with its interval (a square and a line), its runs as small dots where it has several, and where
-    the item noise is known its tasks' correlation (``r_corrected``: a blue circle and line below) --
-    then the consensus across models with its interval (a diamond), where the verdict read the
-    correlations with the in-domain set's noise taken out their consensus (``r_consensus_eiv``), the
-    tasks' consensus (``r_consensus_corrected``, blue; a bar where only the bound's range is known),
-    the prediction interval for a further model (a bar) and the tolerance bounds that hold 97.5 % of
-    models of this kind (a line with end marks), which "in nearly every model" reads; 0 and the
-    near-zero band marked; the verdict, the testsets' reliabilities and what the answer is about in
-    the title. One panel per pool group. Returns {pool_group: {"models": [...], "verdict": ...,
-    "consensus", "read", "tasks", "prediction", "tolerance", "reliability", "corrected": {model: text}}}."""
+    """Why one OOD pair got its verdict: each model's pooled r (and its runs, and its tasks' r where the
+    item noise is known), the consensus, the prediction interval and the tolerance bounds, one panel per
+    pool group. Returns {pool_group: what each row says}."""
     plt = pyplot()
 
     def pair_rows(df):

@@ -7,7 +7,7 @@ import pytest
 from oodcorr.core.atomic_write import write_jsonl_atomic
 from oodcorr.core.errors import DataError
 from oodcorr.core.io import read_jsonl
-from oodcorr.jobs.data import balanced_sample, prepare, stratified_sample
+from oodcorr.jobs.prepare_dataset import balanced_sample, prepare, stratified_sample
 
 from helpers import BINARY, LABELS
 
@@ -339,7 +339,7 @@ def test_dropped_rows_are_counted_per_reason_logged_and_recorded(tmp_path, caplo
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
     spec = {"source": "local", "path": str(path), "label_map": {"-1": None, "": None}}
-    with caplog.at_level("INFO", logger="oodcorr.jobs.data"):
+    with caplog.at_level("INFO", logger="oodcorr.jobs.prepare_dataset"):
         recs, prov = prepare("d", spec, dict(BINARY, name="binary"))
     assert len(recs) == 9 and prov["n_rows"] == 18 and prov["n"] == 9
     assert prov["dropped"] == {"empty_text": 3, "label_map": {"-1": 2, "": 1}, "label_mode": {"neutral": 3}}
@@ -400,7 +400,7 @@ def test_duplicates_are_counted_and_kept_and_conflicts_warned_loudly(tmp_path, c
     ]  # 7: no conflict once 6 is dropped
     path = tmp_path / "d.jsonl"
     path.write_text(_jsonl_text(rows))
-    with caplog.at_level("WARNING", logger="oodcorr.jobs.data"):
+    with caplog.at_level("WARNING", logger="oodcorr.jobs.prepare_dataset"):
         recs, prov = prepare("d", {"source": "local", "path": str(path)}, BINARY)
     assert len(recs) == 6  # duplicates kept: a published testset is what it is
     assert prov["duplicates"] == {
@@ -436,7 +436,7 @@ def test_single_class_and_conflicts_share_the_warning(tmp_path):
 
 # ---- tables and datasets as people have them ------------------------------------------------------
 def test_a_tab_separated_dataset_named_csv_is_named_as_such(tmp_path):
-    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.prepare_dataset import prepare
 
     path = tmp_path / "export.csv"
     path.write_text("premise\thypothesis\tlabel\nA cat, asleep.\tAn animal.\tentailment\n")
@@ -451,7 +451,7 @@ def test_a_tab_separated_dataset_named_csv_is_named_as_such(tmp_path):
 
 
 def test_a_comma_separated_dataset_named_tsv_is_named_as_such(tmp_path):
-    from oodcorr.jobs.data import prepare
+    from oodcorr.jobs.prepare_dataset import prepare
 
     path = tmp_path / "export.tsv"
     path.write_text("premise,hypothesis,label\nA cat.,An animal.,entailment\n")

@@ -1,28 +1,4 @@
-"""Collect evaluation results into one long scores table, a row per checkpoint x testset.
-
-The records come from the predictions files themselves (each holds its record in its
-parquet metadata; ``evaluation.unit: checkpoint``) or from the summary JSON that an
-evaluation job of ``evaluation.unit: run`` writes beside the predictions files it lists.
-
-Besides accuracy, each row has the metrics of :mod:`oodcorr.jobs.metrics` (macro-F1, ECE and
-accuracy's Wilson interval), as the evaluation recorded them; a record without them (written by an
-earlier version) is refused, naming the file to delete.
-
-Before a row is written, its place is checked (:func:`check_place`): a record must be
-the evaluation of the run, step and testset, in the experiment, whose file it sits in (its
-``predictions`` path names the file it was written to), and in unit ``run`` every
-predictions file a summary lists must hold the record the summary lists. A file copied over
-another (another checkpoint's, testset's or experiment's) would otherwise be aggregated as
-the one it replaced: a step twice and another gone, or another experiment's score. Then its
-data is checked (:func:`check_data`): every record of a
-testset must carry the fingerprint and records hash of the testset as it is prepared
-now, and a testset prepared from a local file must still match that file's sha256. A
-mismatch stops the aggregation with the file and the command that evaluates the data
-as it is now; the scores are never written with an old fingerprint.
-
-The report's accuracy table (:func:`write_accuracy`) is the same scores, one row per run x
-checkpoint and one column per testset.
-"""
+"""Collect evaluation results into one long scores table, a row per checkpoint x testset."""
 
 from __future__ import annotations
 
@@ -79,14 +55,7 @@ def collect(
     places: dict | None = None,
     keep_records: list | None = None,
 ) -> pd.DataFrame:
-    """Rows from predictions files (their metadata records) and evaluation job summaries.
-
-    ``data`` (``{"records": pattern, "meta": pattern}`` of the prepared datasets, with a
-    ``{dataset}`` field) turns on :func:`check_data`. ``places`` (the experiment's layout,
-    :meth:`oodcorr.planning.plan.Plan.record_places`) turns on the whole of
-    :func:`check_place`; without it, a predictions file's record must still name that file. Every
-    record read is appended to ``keep_records``, when given (for their provenance,
-    :func:`oodcorr.core.provenance.scores_provenance`)."""
+    """Rows from predictions files (their metadata records) and evaluation job summaries."""
     rows, checked = [], []
     for p in paths:
         records, summary = _records(p)
@@ -139,12 +108,8 @@ def _what(r: dict) -> str:
 
 
 def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
-    """A record must belong where it is read from, else :class:`ResultError` naming the file and the
-    way out. Always: a predictions file's record names that file (its ``predictions`` path, which
-    holds the experiment, run, step and testset). With ``places``: the run, step and testset in
-    the record are those of its file's place in the layout, its checkpoint is that run's
-    checkpoint of that step (a series: the configured checkpoint), a summary's records are of
-    its run and testset, and each predictions file a summary lists holds the record listed."""
+    """A record must belong where it is read from (its ``predictions`` path names its file; with ``places``
+    its run, step, testset and checkpoint are those of its file's place), else :class:`ResultError`."""
     pred = _norm(r["predictions"])
     if not summary and pred != _norm(path):
         raise ResultError(
@@ -218,14 +183,7 @@ def _short(h) -> str:
 
 def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern: str) -> None:
     """Every ``(file, record)`` was evaluated on its testset as prepared now, and a local testset's
-    file still holds what was prepared from it; else :class:`ResultError` with the way out.
-
-    Snakemake decides what reruns from modification times: a testset file edited in place
-    with its time kept, or a prepared copy put back by hand, leaves evaluations of other
-    data behind. Running them again is one command (``touch`` the file), which the message
-    gives; the aggregation itself cannot run evaluations, so it stops rather than write
-    scores with an old fingerprint.
-    """
+    file still holds what was prepared from it; else :class:`ResultError` with the way out."""
     by_testset: dict[str, list[tuple[str, dict]]] = {}
     for where, r in records:
         by_testset.setdefault(str(r["testset"]), []).append((where, r))
@@ -261,9 +219,8 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
 
 
 def read_scores(path: str) -> pd.DataFrame:
-    """The scores table the analysis reads; a damaged one (cut short, changed since rule aggregate_scores
-    sealed it, not parquet) is a :class:`ResultError` naming it, and that deleting it is safe: the rule
-    makes it again from the evaluations (:func:`oodcorr.core.seals.remake_hint`)."""
+    """The scores table the analysis reads; a damaged one (cut short, changed since sealed, not parquet) is a
+    :class:`ResultError` naming it, and that deleting it is safe (:func:`oodcorr.core.records.remake_hint`)."""
     how = remake_hint("rule aggregate_scores", "the evaluations")
     with contextlib.suppress(FileNotFoundError):
         check_staged(path, "rule aggregate_scores", "the evaluations")
@@ -278,10 +235,8 @@ def read_scores(path: str) -> pd.DataFrame:
 
 
 def read_analysis_table(path: str) -> pd.DataFrame:
-    """A table rule partial_correlations staged (``partial_correlations.csv``, ``agreement.csv``), read
-    back by the figures and the explorer page; one cut short or changed since its job sealed it (where a
-    CSV would still parse, fewer rows read as all of them), or unreadable, is a :class:`ResultError`
-    naming it, and that deleting it is safe (:func:`oodcorr.core.seals.remake_hint`)."""
+    """A table rule partial_correlations staged, read back by the figures and the explorer page; one cut
+    short, changed since its job sealed it, or unreadable is a :class:`ResultError` naming it."""
     made_by, source = "rule partial_correlations", "the scores table"
     check_staged(path, made_by, source)
     try:
@@ -302,7 +257,6 @@ def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
             writer(tmp)
 
 
-# ---- the scores as a table for the report: accuracy per run x checkpoint x testset ----------
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
 
 

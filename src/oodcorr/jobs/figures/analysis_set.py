@@ -1,15 +1,5 @@
 """The figures of one analysis as ``oodcorr analyse`` draws them: which ones (:func:`choose`), drawn
-in parallel processes (:class:`FigurePool`) with the explorer page (:mod:`.explorer`, :func:`explorer_page`).
-
-At a table's scale some figures cannot be read: with more than :data:`LEGIBLE_TESTSETS` testsets
-and more than one model, a per-model heatmap is a triangle of unlabelled marks, the grid of them
-is 16 such triangles, and a scatter grid shows 48 of 64 panels -- and together they cost minutes.
-There the consensus heatmap and the explorer page (whose per-model view shows each model's
-heatmap with its numbers on hover) carry the answer, so :func:`choose` leaves those three out and
-says so in the log, naming ``--all-figures``, which draws them. With one model the per-model
-heatmap is the only heatmap, so it is always drawn. Every figure is drawn through
-:func:`.plots.draw`, the same function the workflow's rules call.
-"""
+in parallel processes (:class:`FigurePool`) with the explorer page (:mod:`.explorer`, :func:`explorer_page`)."""
 
 from __future__ import annotations
 
@@ -24,10 +14,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.errors import DataError
-from . import answer_figures, plots
-from .explorer import EXPLORER_FILE, write_explorer
-from .plotting import TEXT_LIMIT
+from ...core.errors import DataError
+from . import across_models
+from .common import TEXT_LIMIT, pyplot
+from .explorer import EXPLORER_FILE
+from .kinds import draw
 
 log = logging.getLogger("oodcorr")
 
@@ -40,9 +31,8 @@ def safe_name(name: str) -> str:
 
 
 def check_figure_names(long: pd.DataFrame, source: str) -> None:
-    """Two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`;
-    alike but for case, too, as on macOS and Windows) are refused before the analysis, naming both:
-    one figure would overwrite the other."""
+    """Refuse two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`,
+    alike but for case too), naming both: one figure would overwrite the other."""
     for column, what, files in (
         ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
         ("in_domain", "in-domain testsets", "consensus/ and forest/"),
@@ -62,7 +52,7 @@ def check_figure_names(long: pd.DataFrame, source: str) -> None:
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure to draw: :func:`.plots.draw`'s ``kind``, its PNG and its keyword arguments
+    """One figure to draw: :func:`.figure_kinds.draw`'s ``kind``, its PNG and its keyword arguments
     other than the tables (which every drawing process already holds)."""
 
     kind: str
@@ -88,15 +78,12 @@ def choose(
     out: Path,
     method: str,
     residualiser: str,
-    forest_max: int = answer_figures.FOREST_CAP,
+    forest_max: int = across_models.FOREST_CAP,
     forest_pairs: list[str] | None = None,
     all_figures: bool = False,
 ) -> Choice:
-    """Every figure of an analysis: per in-domain set (with more than one model) the consensus
-    heatmap and up to ``forest_max`` forest plots (or those of ``forest_pairs``); per model the
-    heatmap, the scatter grid and the learning curves (numeric units); the grid of heatmaps (more
-    than one model). The per-model heatmaps, their grid and the scatter grids are left out above
-    :data:`LEGIBLE_TESTSETS` OOD testsets with more than one model unless ``all_figures``."""
+    """Every figure of an analysis; the per-model heatmaps, their grid and the scatter grids are left out
+    above :data:`LEGIBLE_TESTSETS` OOD testsets with more than one model unless ``all_figures``."""
     models = sorted(pc["model"].astype(str).unique())
     cells = {"method": method, "residualiser": residualiser}
     figures: list[Figure] = []
@@ -108,9 +95,9 @@ def choose(
         figures.append(
             Figure("consensus_heatmap", str(out / "consensus" / f"{safe_name(dom)}.png"), agreed, ("agree",))
         )
-        pairs, total = answer_figures.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
+        pairs, total = across_models.forest_pairs(agree, dom, method, residualiser, cap=max(forest_max, 0))
         if named is not None:
-            every = set(answer_figures.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
+            every = set(across_models.forest_pairs(agree, dom, method, residualiser, cap=total)[0])
             pairs = [p for p in named if p in every]
         elif len(pairs) < total:
             log.info(
@@ -168,9 +155,7 @@ def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]
 # the tables and options a drawing process reads: set before the processes are forked, so each
 # inherits them instead of receiving a copy per figure
 _HELD: dict = {}
-# the columns the figures read (heatmaps.heatmap/heatmap_grid and answer_figures.forest of the pairs
-# table; answer_figures.consensus_heatmap/forest of the agreement table): the long text columns
-# (notes, each model's interval as text) stay out of the drawing processes
+# the columns the figures read: the long text columns (notes, intervals as text) stay out of the drawing processes
 FIGURE_COLUMNS = {
     "pc": (
         *("model", "in_domain", "run", "pool_group", "x", "y", "method", "residualiser", "r", "ci_low", "ci_high"),
@@ -200,17 +185,13 @@ EXPLORER = "explorer"  # the kind of the explorer page among the figures
 
 def explorer_page(out: Path, title: str, settings: dict, answer: list[str], default: tuple[str, str]) -> Figure:
     """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`: it
-    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns, and
-    embeds the agreement table as ``write_tables`` writes it."""
+    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns."""
     args = dict(title=title, settings=settings, answer=list(answer), default=default)
     return Figure(EXPLORER, str(out / EXPLORER_FILE), args, ("agreement", "pc"))
 
 
 def _draw(fig: Figure) -> dict:
-    tables = {k: _HELD[k] for k in fig.tables}
-    if fig.kind == EXPLORER:
-        return write_explorer(tables["agreement"], tables["pc"], fig.png, **fig.args)
-    return plots.draw(fig.kind, fig.png, _HELD["opts"], tables, **fig.args)
+    return draw(fig.kind, fig.png, _HELD.get("opts"), {k: _HELD[k] for k in fig.tables}, **fig.args)
 
 
 def default_workers() -> int:
@@ -234,7 +215,7 @@ class FigurePool:
         self.pool = None
         self.futures = []
         if workers > 1 and len(figures) > 1:
-            plots.pyplot()  # matplotlib imported once, before the fork, not once per process
+            pyplot()  # matplotlib imported once, before the fork, not once per process
             # what exists now is shared with the processes, page for page, as long as nobody writes
             # to it: the garbage collector's passes would (they touch every object), so not on these
             gc.freeze()

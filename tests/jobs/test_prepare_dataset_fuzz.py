@@ -1,6 +1,6 @@
 """Property-based tests (Hypothesis) of every reader a user's file goes through.
 
-Two properties, for the dataset readers (``oodcorr.jobs.data.prepare`` on a local file, hence
+Two properties, for the dataset readers (``oodcorr.jobs.prepare_dataset.prepare`` on a local file, hence
 ``rows_to_records`` and ``map_labels``) and for ``oodcorr analyse``'s table reader
 (``tables.read_table`` with ``from_long`` / ``from_wide``):
 
@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from oodcorr.analysis import tables
 from oodcorr.core.errors import DataError
-from oodcorr.jobs.data import prepare, rows_to_records
+from oodcorr.jobs.prepare_dataset import prepare, rows_to_records
 
 from helpers import BINARY
 
@@ -327,7 +327,7 @@ def test_any_dataset_file_reads_or_raises_a_data_error_naming_it(data, name, spe
 @given(rows=st.lists(row_dicts(ANY_VALUE), max_size=8), spec=SPECS.map(lambda s: dict(s, meta_fields=["round", "x"])))
 def test_any_hub_rows_become_records_or_a_data_error_naming_the_source(rows, spec):
     """What a hub dataset (or parquet) hands over: Python values of any type, bytes included."""
-    from oodcorr.jobs.data import map_labels
+    from oodcorr.jobs.prepare_dataset import map_labels
 
     where = "hub org/set@abc (default/test)"
     rows = [dict(r, _line=i + 1) for i, r in enumerate(rows)]

@@ -1,24 +1,7 @@
 """Checkpoint series that already exist: evaluated as they are, without finetuning.
 
-A model entry with ``series:`` lists its checkpoints directly, each with its x-axis
-value (``step:`` or ``tokens:``) and either a local directory (``path:``, a
-``save_pretrained`` folder such as a Trainer's ``checkpoint-<k>``) or a revision of one
-hub repository (``series.hub`` plus ``revision:`` per checkpoint, e.g. a pretraining
-run's intermediate revisions). Its runs have no finetune job: each checkpoint gets a
-manifest, written by the light local rule ``series_checkpoint``, which the evaluation
-reads instead of a finetune's manifest.
-
-The manifest of a local checkpoint lists every file that loading reads (:func:`oodcorr.core.model_dirs.model_files`)
-with its size and sha256, and the file's stat when it was hashed. The evaluation
-verifies the directory against it before loading (:func:`verify`): sizes always, and the
-sha256 of any file whose stat has changed since; a file that no longer matches stops the
-evaluation with a message naming it. Nothing is written into the user's directory. A
-hub checkpoint's manifest records the repository and revision (what identifies its
-weights); the hub's own download checks apply.
-
-Nothing here imports torch: the plan lists a local checkpoint's files when planning, so
-that Snakemake rewrites the manifest (and reruns that checkpoint's evaluations) when one
-of them changes.
+Nothing here imports torch: planning lists a local checkpoint's files, so that Snakemake rewrites the
+manifest (and reruns that checkpoint's evaluations) when one of them changes.
 """
 
 from __future__ import annotations
@@ -36,13 +19,7 @@ KIND = "series-checkpoint"
 
 
 def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoint: dict, entry: dict) -> dict:
-    """The manifest of one series checkpoint (``checkpoint``: ``{"path"}`` or ``{"hub", "revision"}``).
-
-    A local directory is checked first as any local model is (a model directory, safetensors
-    weights unless ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a
-    LoRA adapter is refused, as a series has no base model), then hashed. ``entry``: the model
-    entry's safety opt-ins, ``trust_remote_code`` and ``allow_pickle_weights`` (rule series_checkpoint's
-    params), read as a :class:`~oodcorr.core.model_entry.ModelEntry` named ``model``."""
+    """The manifest of one series checkpoint (``checkpoint``: ``{"path"}`` or ``{"hub", "revision"}``)."""
     doc = {"kind": KIND, "model": model, "step": int(x), "x_unit": x_unit}
     if checkpoint.get("path"):
         d = Path(checkpoint["path"])

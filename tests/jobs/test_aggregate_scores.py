@@ -12,7 +12,7 @@ import torch
 from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
-from oodcorr.jobs.aggregate import collect, read_scores, write_scores
+from oodcorr.jobs.aggregate_scores import collect, read_scores, write_scores
 from oodcorr.jobs.predictions import write_predictions
 
 from helpers import run_rule_script

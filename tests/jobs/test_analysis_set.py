@@ -1,4 +1,4 @@
-"""Which figures oodcorr analyse draws (oodcorr.jobs.figure_set.choose), and drawing them in processes."""
+"""Which figures oodcorr analyse draws (oodcorr.jobs.figures.analysis_set.choose), and drawing them in processes."""
 
 import logging
 from pathlib import Path
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from oodcorr.analysis import Options
-from oodcorr.jobs import figure_set
+from oodcorr.jobs.figures import analysis_set
 
 
 def _tables(n_ood: int, models: list[str]):
@@ -37,13 +37,13 @@ def _kinds(choice):
 def test_at_a_suites_scale_the_unreadable_per_model_figures_are_left_out_and_said(tmp_path, caplog):
     pc, agree, long = _tables(31, ["a", "b"])
     with caplog.at_level(logging.INFO):
-        choice = figure_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=3)
+        choice = analysis_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=3)
     assert _kinds(choice) == ["consensus_heatmap", "forest", "learning_curves"]
     (said,) = choice.left_out
     assert "--all-figures" in said and "31 OOD testsets" in said
     assert choice.consensus_sets == ["dom"] and sum(f.kind == "forest" for f in choice.figures) == 3
     # --all-figures draws them all
-    every = figure_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=3, all_figures=True)
+    every = analysis_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=3, all_figures=True)
     assert _kinds(every) == ["consensus_heatmap", "forest", "heatmap", "heatmap_grid", "learning_curves", "scatter"]
     assert every.left_out == []
 
@@ -52,7 +52,7 @@ def test_at_a_suites_scale_the_unreadable_per_model_figures_are_left_out_and_sai
 def test_small_tables_and_one_model_keep_every_figure(tmp_path, n_ood, models):
     """Up to 30 OOD testsets, or with one model (whose heatmap is the only one), nothing is left out."""
     pc, agree, long = _tables(n_ood, models)
-    choice = figure_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=0)
+    choice = analysis_set.choose(pc, agree, long, tmp_path, "pearson", "linear", forest_max=0)
     assert choice.left_out == []
     assert {"heatmap", "scatter", "learning_curves"} <= set(_kinds(choice))
     assert ("heatmap_grid" in _kinds(choice)) == (len(models) > 1)
@@ -70,10 +70,10 @@ def test_figures_drawn_in_processes_are_those_drawn_here(tmp_path):
         ]
     )
     figures = [
-        figure_set.Figure("learning_curves", str(tmp_path / d / f"{m}.png"), {"model": m}, ("long",))
+        analysis_set.Figure("learning_curves", str(tmp_path / d / f"{m}.png"), {"model": m}, ("long",))
         for d in ("one", "two")
         for m in ("a", "b")
     ]
-    one = figure_set.FigurePool(figures[:2], 1, long=long, opts=Options()).wait()
-    two = figure_set.FigurePool(figures[2:], 2, long=long, opts=Options()).wait()
+    one = analysis_set.FigurePool(figures[:2], 1, long=long, opts=Options()).wait()
+    two = analysis_set.FigurePool(figures[2:], 2, long=long, opts=Options()).wait()
     assert one == two and all(Path(f.png).stat().st_size > 0 for f in figures)

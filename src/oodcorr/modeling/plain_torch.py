@@ -1,29 +1,8 @@
 """Scoring models without transformers' import graph: OPT and OLMo2 causal LMs in plain torch.
 
-Loading a model through ``from_pretrained`` imports transformers' modelling stack (about 1,700
-modules: ``torch._dynamo``, ``torch.distributed.tensor``, sympy, jinja2, an HTTP client...),
-which cost an evaluation process about 3 s against a fraction of a second of scoring
-(benchmarks/README.md, section 2). Scoring needs none of it: a forward pass of a model whose
-weights are read from safetensors. For the architectures here, this module reads a model folder
-itself -- ``config.json``, whose every key is one this module knows, and the safetensors weights
-(``safetensors.torch``, never pickle) -- and computes the forward pass op for op as transformers
-5.24 does with its default attention (``sdpa``), so the logits are the same bit for bit
-(``tests/modeling/test_lean.py`` compares them, padded and unpadded, in float32 and bfloat16).
-
-:func:`lean_model` returns ``None`` (and says why) whenever that does not hold, and the caller
-loads the model with ``from_pretrained`` instead: another ``model_type``, a configuration key or
-value this module does not know (a post-LayerNorm OPT is known, a rope scaling is not), a head
-model (``method: head``), remote code (``trust_remote_code``), pickle weights, a dtype of
-``auto``, weights whose names or shapes differ from what the architecture expects, a device other
-than CPU or CUDA. The modules are named as transformers names them, so a state dict, a LoRA
-adapter's module paths and an in-place load of another checkpoint's weights address the same
-tensors as they would in the transformers model.
-
-This module is the entry point: which architectures there are (:data:`ARCHITECTURES`, by
-``model_type``), reading the weights and building a model (:func:`build`, :func:`lean_model`).
-Each architecture has a module of its own (:mod:`oodcorr.modeling.lean_opt`,
-:mod:`oodcorr.modeling.lean_olmo2`) on a shared base (:mod:`oodcorr.modeling.lean_base`): another
-is one more module and one more line in :data:`ARCHITECTURES`.
+The forward pass is transformers' (default ``sdpa`` attention) op for op, so the logits are the same
+bit for bit; modules are named as transformers names them. :func:`lean_model` returns ``None`` (and
+says why) for anything it does not know, and the caller loads with ``from_pretrained`` instead.
 """
 
 from __future__ import annotations
@@ -35,17 +14,14 @@ import torch
 
 from ..core.errors import DataError
 from ..core.model_entry import ModelEntry
-from .lean_base import DTYPES, LeanCausalLM, Unsupported
-from .lean_olmo2 import LeanOlmo2
-from .lean_opt import LeanOPT
+from .plain_torch_olmo2 import LeanOlmo2
+from .plain_torch_opt import LeanOPT
+from .plain_torch_parts import DTYPES, LeanCausalLM, Unsupported
 
 ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
     "opt": ("OPTForCausalLM", LeanOPT),
     "olmo2": ("Olmo2ForCausalLM", LeanOlmo2),
 }
-
-
-# ---- loading -----------------------------------------------------------------------------------
 
 
 def _weight_files(folder: Path) -> list[Path]:

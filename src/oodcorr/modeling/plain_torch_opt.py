@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from .lean_base import (
+from .plain_torch_parts import (
     REQUIRED,
     Embedding,
     LayerNorm,

@@ -1,15 +1,4 @@
-"""Datasets: from a registry entry to normalised records, and few-shot training samples.
-
-A record is ``{"premise": str, "hypothesis": str, "label": str, "meta": dict}``:
-the same format for synthetic data, local files and Hugging Face hub datasets.
-
-Local files are JSONL, CSV, TSV or parquet, optionally gzip/bzip2/xz-compressed
-(``.jsonl.gz``; see :mod:`oodcorr.core.io` for compression and encodings). Rows that
-cannot be scored are dropped and counted per reason, never silently (see
-:func:`prepare`): rows with an empty premise or hypothesis, rows whose label the
-entry's ``label_map`` or the label mode maps to null, and rows ``where`` does not
-select. Duplicates are counted and kept.
-"""
+"""Datasets: from a registry entry to normalised records, and few-shot training samples."""
 
 from __future__ import annotations
 
@@ -136,15 +125,7 @@ def _is_empty(v) -> bool:
 
 
 def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict | None = None) -> list[dict]:
-    """Source rows -> records through the entry's ``fields`` and ``where`` filter.
-
-    ``fields`` maps premise/hypothesis/label to the source's column names (dotted
-    paths reach into nested columns); ``where`` keeps rows whose field equals the
-    given value (e.g. ``{"meta.round": "R3"}``). A row with an empty premise or
-    hypothesis is skipped; ``dropped`` (if given) counts it under ``empty_text``,
-    and the rows ``where`` leaves out under ``where``. A missing label is kept as
-    None (:func:`map_labels` decides). Every error names ``where`` and the row's line.
-    """
+    """Source rows -> records through the entry's ``fields`` and ``where`` filter."""
     fields = {**DEFAULT_FIELDS, **(spec.get("fields") or {})}
     keep = spec.get("where") or {}
     recs = []
@@ -245,16 +226,7 @@ LOADERS: dict[str, Callable[[dict, Path, dict | None], tuple[list[dict], dict]]]
 def map_labels(
     recs: list[dict], label_map: dict | None, mode: dict, where: str, dropped: dict | None = None
 ) -> list[dict]:
-    """Raw label -> dataset label (``label_map``) -> experiment label (the label mode's ``map``).
-
-    A value of null at either stage drops the example on purpose (e.g. SNLI's
-    ``-1``, or ``neutral`` in ``binary`` mode); ``dropped`` (if given) counts it per
-    label under ``label_map`` or ``label_mode``. A missing label is the raw label
-    ``""``: an entry that maps ``""`` to null skips unlabelled rows. A label
-    neither stage knows is an error naming the file and line. The result's labels
-    are the mode's ``labels`` or one of its ``coarse`` labels (a 2-way gold label
-    under a 3-way mode, scored by the mode's collapse rule).
-    """
+    """Raw label -> dataset label (``label_map``) -> experiment label (the label mode's ``map``)."""
     label_map = {str(k): v for k, v in (label_map or {}).items()}
     mode_map = mode.get("map") or {}
     allowed = list(mode["labels"]) + list(mode.get("coarse") or {})
@@ -286,12 +258,7 @@ def map_labels(
 
 
 def duplicates(recs: list[dict]) -> dict:
-    """Exact duplicates (same premise, hypothesis and label) and conflicting ones (same text, other label).
-
-    ``exact``: rows that repeat an earlier row; ``conflicting``: premise/hypothesis
-    pairs seen with more than one label, ``conflicting_rows`` the rows they cover;
-    ``*_lines``: the first few, as the lines of the rows involved.
-    """
+    """Exact duplicates (same premise, hypothesis and label) and conflicting ones (same text, other label)."""
     seen: dict[tuple, list] = {}
     for r in recs:
         seen.setdefault((r["premise"], r["hypothesis"]), []).append((r["label"], r.get("meta", {}).get("line")))
@@ -334,10 +301,7 @@ def _describe_drops(dropped: dict, mode_name: str | None) -> str:
 
 
 def stratified_sample(recs: list[dict], n: int, seed: int) -> list[dict]:
-    """At most ``n`` records keeping label proportions (largest remainder), seeded.
-
-    The original order of the kept records is preserved.
-    """
+    """At most ``n`` records keeping label proportions (largest remainder), seeded."""
     if n >= len(recs):
         return list(recs)
     rng = random.Random(seed)
@@ -379,15 +343,7 @@ def balanced_sample(recs: list[dict], n: int, labels: list[str], seed: int) -> l
 
 
 def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[list[dict], dict]:
-    """Load dataset ``name`` from its registry ``spec`` under label ``mode``; return (records, provenance).
-
-    The provenance counts what did not become a record: ``n_rows`` rows were read,
-    ``dropped`` says how many went for which reason (``where``: not selected;
-    ``empty_text``; ``label_map`` and ``label_mode``: per label mapped to null), and
-    ``duplicates`` counts exact and conflicting duplicates among the records (kept).
-    Drops and duplicates are logged as warnings; conflicting duplicates also go into
-    ``warning``, which the workflow repeats at the end of the run.
-    """
+    """Load dataset ``name`` from its registry ``spec`` under label ``mode``; return (records, provenance)."""
     source = spec.get("source")
     if source not in LOADERS:
         raise DataError(f"dataset {name!r}: unknown source {source!r}; known: {', '.join(LOADERS)}")

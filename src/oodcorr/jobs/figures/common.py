@@ -1,11 +1,5 @@
-"""What every figure shares: matplotlib without a display (:func:`pyplot`), the atomic PNG write
-(:func:`save`), the rows one heatmap shows (:func:`select`), a heatmap panel's size and a grid of
-panels (:func:`panel_inches`, :func:`grid_shape`, :func:`heatmap_figure`), its cells
-(:func:`draw_cells`), a pairs table as a lower-triangular matrix (:func:`pair_matrix`) and the
-testsets' order (:func:`cluster_order`, :func:`testset_order`, :func:`natural_key`). The figures are in :mod:`.plots`
-(per model, and :func:`~.plots.draw`), :mod:`.heatmaps` (the pairs heatmaps) and :mod:`.answer_figures`
-(across models).
-"""
+"""What every figure shares: matplotlib without a display, the atomic PNG write, heatmap panels and
+the testsets' order."""
 
 from __future__ import annotations
 
@@ -15,7 +9,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..core.atomic_write import atomic_path
+from ...core.atomic_write import atomic_path
 
 CMAP = "RdBu_r"  # diverging: blue negative, white 0, red positive (vmin=-1, vmax=1)
 
@@ -72,11 +66,14 @@ def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
     return fig, flat[:n_panels]
 
 
-def draw_cells(ax, rgba: np.ndarray, big: bool) -> None:
-    """A heatmap's cells (``rgba``: rows x columns x 4 in [0, 1], alpha 0 where no cell): through
-    ``imshow`` for a small matrix; for a ``big`` one (more than :data:`TEXT_LIMIT` testsets) as one
-    collection of squares, which Agg fills without resampling the matrix to the canvas (imshow
-    does that in floating point: about 250 MB for a 64-testset panel of 3,000 pixels)."""
+def draw_cells(ax, m: np.ndarray, fade: np.ndarray, present: np.ndarray, big: bool, norm, cmap) -> None:
+    """A heatmap's cells: the colour of ``m``, faded where ``fade``, light grey where ``present`` but not
+    finite, nothing where not ``present``; ``imshow`` for a small matrix, one collection of squares for a
+    ``big`` one (imshow would resample it in floating point)."""
+    rgba = cmap(norm(np.where(np.isfinite(m), m, 0.0)))
+    rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
+    rgba[present & ~np.isfinite(m)] = (0.86, 0.86, 0.86, 1.0)
+    rgba[~present] = (1, 1, 1, 0)
     if not big:
         ax.imshow((rgba * 255).astype(np.uint8), interpolation="nearest")
         return
@@ -87,6 +84,18 @@ def draw_cells(ax, rgba: np.ndarray, big: bool) -> None:
     verts = np.stack([jj, ii], axis=1)[:, None, :] + corners[None, :, :]
     ax.add_collection(PolyCollection(verts, facecolors=rgba[ii, jj], edgecolors="none", linewidths=0))
     ax.set_aspect("equal")
+
+
+def triangle_axes(ax, rows: list[str], cols: list[str], n_names: int, big: bool) -> None:
+    """A lower-triangle panel's tick labels (sized for ``n_names`` testsets), limits and no frame."""
+    k = len(rows)
+    fontsize = max(3.0, min(9.0, 0.8 * 72 * (panel_inches(n_names) - 1.5) / max(k, 1)))
+    ax.set_xticks(range(k), cols, rotation=90 if big else 45, ha="center" if big else "right", fontsize=fontsize)
+    ax.set_yticks(range(k), rows, fontsize=fontsize)
+    ax.set_xlim(-0.5, k - 0.5)
+    ax.set_ylim(k - 0.5, -0.5)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
 
 
 def pair_matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:

@@ -1,20 +1,6 @@
 """The explorer page: the answer of an analysis as one self-contained HTML file (``explorer.html``,
 beside ``agreement.csv``) that works offline from a ``file://`` URL, with no server and no request
-to anything outside the file.
-
-What it shows, drawn in the page by a small script of this package (``explorer.js``, no library):
-the consensus heatmap of every OOD pair of a table (hover: the consensus r, its interval, the
-verdict, how many models are positive and negative; click: the pair's forest plot, drawn from the
-numbers, so every pair has one, with every column of its row), filters by verdict (the verdicts
-present, whatever their words) and by testset name (``hendrycksTest-*``), each model's own pooled
-correlations (the per-model view), and the agreement table itself to download.
-
-:func:`page_data` turns the two tables into what the page embeds (a compact JSON document);
-:func:`write_explorer` writes the page atomically. How each verdict is shown comes from
-:func:`.answer_figures.verdict_style`, the one mapping the figures use too (:func:`page_style`).
-Why a script of our own: benchmarks/README.md#15-a-whole-lm-eval-suite-and-the-explorer-page
-measures the page's size and first paint at the whole Pythia suite.
-"""
+to anything outside the file."""
 
 from __future__ import annotations
 
@@ -26,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
-from ..core.atomic_write import write_text_atomic
-from ..core.reasons import every_run_sign
-from .answer_figures import EVERY_RUN_MARK, fold_names, verdict_style
-from .plotting import cluster_order, natural_key
+from ...core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
+from ...core.atomic_write import write_text_atomic
+from ...core.reasons import every_run_sign
+from .across_models import EVERY_RUN_MARK, fold_names, verdict_style
+from .common import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
 KEYS = ["in_domain", "pool_group", "method", "residualiser"]
@@ -57,16 +43,13 @@ def _numeric(col: pd.Series) -> bool:
     return len(values) > 0 and pd.to_numeric(values, errors="coerce").notna().all()
 
 
-# a verdict's swatch in the page's legend, by how the figures draw it (answer_figures.verdict_style)
+# a verdict's swatch in the page's legend, by how the figures draw it (across_models.verdict_style)
 SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d31"}
 
 
 def page_style(verdict: str) -> dict:
-    """How the page shows a verdict: :func:`.answer_figures.verdict_style` (the one mapping the
-    figures use, which reads the verdict's words, so a new one gets the style of its kind), its
-    place among the verdicts (:func:`oodcorr.core.answer.verdict_rank`; unknown last) and a
-    legend swatch: black for a sign in nearly every model, a colour per mark (the spreads', and
-    noise-limited's), grey for a sign on average, light grey for no answer."""
+    """How the page shows a verdict: :func:`.across_models.verdict_style` (the figures' mapping, read from
+    the verdict's words), its rank among the verdicts and a legend swatch."""
     st = verdict_style(str(verdict))
     framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"
     colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")
@@ -90,15 +73,8 @@ def page_data(
     csv_text: str | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """What the page embeds, from the agreement table ``agree`` and the pairs table ``pc``: the
-    testset and model names, the tables (one per in-domain set x pool group x method x
-    residualiser, with the testsets' clustered order), every agreement row (its pair as indices,
-    its verdict, every other column: numbers rounded to :data:`DIGITS` decimals, text as text),
-    each model's pooled r with its interval and adjusted p for every row (and its runs' r where a
-    model has several), one style per verdict present, the words that precede the testsets that
-    leave a pair noise-limited (``noise_limited_by``: :data:`oodcorr.core.answer.NOISE_LIMITED_BY`)
-    and ``csv_text`` (the agreement table as written) for the download.
-    ``default``: the (method, residualiser) shown first."""
+    """What the page embeds (a compact JSON document) from the agreement table ``agree`` and the pairs
+    table ``pc``; ``default``: the (method, residualiser) shown first."""
     if csv_text is None:  # the table to download, exactly as write_tables writes it
         csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
@@ -166,10 +142,8 @@ def page_data(
 
 
 def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, models, midx) -> dict:
-    """Each model's pooled r, interval and adjusted p for every agreement row, (rows, models) lists
-    with None where a model has no value; where the pairs table has them, its tasks' correlation
-    (``rc``, ``rc_lo``, ``rc_hi``: ``r_corrected`` and its interval); ``runs``: each model's runs' r,
-    where any model has more than one run (the forest plot's dots)."""
+    """Each model's pooled r, interval and adjusted p (and tasks' r ``rc``, ``rc_lo``, ``rc_hi`` where known)
+    for every agreement row, None where a model has none; ``runs``: each model's runs' r where any has several."""
     n, m = len(agree), len(models)
     fields = [("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")]
     if "r_corrected" in pc:
@@ -232,9 +206,8 @@ def write_explorer(
     csv_path: str | Path | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """Write the explorer page of the two tables to ``out_html`` atomically. ``csv_path``: the
-    agreement table as written (its bytes are what the page offers to download). Returns
-    {"pairs": agreement rows, "bytes": size of the page}."""
+    """Write the explorer page of the two tables to ``out_html`` atomically (``csv_path``: the agreement
+    table whose bytes the page offers to download). Returns {"pairs": rows, "bytes": size of the page}."""
     csv_text = Path(csv_path).read_text(encoding="utf-8") if csv_path is not None else None
     data = page_data(agree, pc, title, settings, answer, csv_text, default)
     html = render(data)

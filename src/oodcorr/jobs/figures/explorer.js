@@ -1,4 +1,4 @@
-// The explorer page's script (oodcorr.jobs.explorer): draws the heatmap, the forest plots and the
+// The explorer page's script (oodcorr.jobs.figures.explorer): draws the heatmap, the forest plots and the
 // table from the JSON document embedded in the page. No library, no request: everything it shows
 // is in the page.
 "use strict";

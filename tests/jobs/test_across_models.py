@@ -1,4 +1,4 @@
-"""The forest plot of one OOD pair (oodcorr.jobs.answer_figures.forest), the pairs oodcorr analyse draws,
+"""The forest plot of one OOD pair (oodcorr.jobs.figures.across_models.forest), the pairs oodcorr analyse draws,
 and what both figures of the answer show of the scores as measurements (reliabilities, noise-limited
 pairs, the tasks' correlations)."""
 
@@ -11,7 +11,8 @@ from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.simulate import study_table
-from oodcorr.jobs import answer_figures, figure_set, plots
+from oodcorr.jobs.figures import across_models, analysis_set
+from oodcorr.jobs.figures.kinds import draw
 
 from helpers import measured_study
 
@@ -29,7 +30,7 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
     d = str(agree["in_domain"].iloc[0])
     row = agree.iloc[0]
     png = tmp_path / "f.png"
-    drawn = plots.draw(
+    drawn = draw(
         "forest",
         str(png),
         opts,
@@ -52,7 +53,7 @@ def test_a_forest_plot_has_a_row_per_model_the_consensus_and_the_verdict(tmp_pat
 def test_two_models_have_no_prediction_interval_and_say_so(tmp_path):
     pc, agree, opts = _study(n_models=2, n_runs=1)
     row = agree.iloc[0]
-    drawn = answer_figures.forest(
+    drawn = across_models.forest(
         agree, pc, str(tmp_path / "f.png"), str(row.in_domain), row.x, row.y, "pearson", "linear"
     )
     (panel,) = drawn.values()
@@ -77,12 +78,12 @@ def test_forest_pairs_are_all_up_to_the_cap_then_the_telling_verdicts_first():
             }
         )
     agree = pd.DataFrame(rows)
-    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear") == (
+    assert across_models.forest_pairs(agree, "d", "pearson", "linear") == (
         [("a0", "b0"), ("a1", "b1"), ("a2", "b2"), ("a3", "b3")],
         4,
     )
-    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear", cap=2) == ([("a1", "b1"), ("a2", "b2")], 4)
-    assert answer_figures.forest_pairs(agree, "d", "pearson", "linear", cap=3)[0] == [
+    assert across_models.forest_pairs(agree, "d", "pearson", "linear", cap=2) == ([("a1", "b1"), ("a2", "b2")], 4)
+    assert across_models.forest_pairs(agree, "d", "pearson", "linear", cap=3)[0] == [
         ("a0", "b0"),
         ("a1", "b1"),
         ("a2", "b2"),
@@ -102,9 +103,9 @@ def _interval(est, lo, hi) -> str:
 def _heatmap(monkeypatch, agree, path):
     """The consensus heatmap of ``agree`` and its figure (kept for reading its texts)."""
     kept = []
-    save = answer_figures.save
-    monkeypatch.setattr(answer_figures, "save", lambda fig, png, tight=True: (kept.append(fig), save(fig, png, tight)))
-    cells = answer_figures.consensus_heatmap(agree, str(path), "pearson", "linear", "in-domain", 0.05, 0.3)
+    save = across_models.save
+    monkeypatch.setattr(across_models, "save", lambda fig, png, tight=True: (kept.append(fig), save(fig, png, tight)))
+    cells = across_models.consensus_heatmap(agree, str(path), "pearson", "linear", "in-domain", 0.05, 0.3)
     (fig,) = kept
     (ax,) = [a for a in fig.axes if a.get_title()]
     texts = {
@@ -145,7 +146,7 @@ def test_a_noise_limited_cell_is_marked_apart_and_each_testset_shows_its_reliabi
 def test_the_forest_plot_shows_the_tasks_correlations_beside_the_observed(measured, tmp_path):
     pc, agree, opts = measured["items"]
     (row,) = agree.to_dict("records")
-    drawn = plots.draw(
+    drawn = draw(
         "forest",
         str(tmp_path / "f.png"),
         opts,
@@ -181,14 +182,14 @@ def test_the_forest_plot_shows_the_tasks_correlations_beside_the_observed(measur
     # the testset that leaves the pair noise-limited
     pc, agree, _ = measured["bound"]
     (row,) = agree.to_dict("records")
-    (panel,) = answer_figures.forest(
+    (panel,) = across_models.forest(
         agree, pc, str(tmp_path / "b.png"), "in-domain", "ood0", "ood1", "pearson", "linear"
     ).values()
     assert panel["tasks"] == _interval(np.nan, row["ci_low_consensus_corrected"], row["ci_high_consensus_corrected"])
     assert panel["verdict"] == f"noise-limited by {row['noise_limited']}"
     # nothing known: no consensus read but the observed one, and the tasks' row says why it is empty
     pc, agree, _ = measured["unknown"]
-    (panel,) = answer_figures.forest(
+    (panel,) = across_models.forest(
         agree, pc, str(tmp_path / "u.png"), "in-domain", "ood0", "ood1", "pearson", "linear"
     ).values()
     assert "read" not in panel and panel["corrected"] == {}
@@ -199,18 +200,18 @@ def test_a_drawing_process_is_given_the_columns_the_answers_figures_read(measure
     """oodcorr analyse draws in processes that hold only the figures' columns: the same figures."""
     pc, agree, opts = measured["items"]
     args = {"in_domain": "in-domain", "pair": ("ood0", "ood1"), "method": "pearson", "residualiser": "linear"}
-    here = plots.draw("forest", str(tmp_path / "here.png"), opts, dict(agree=agree, pc=pc), **args)
+    here = draw("forest", str(tmp_path / "here.png"), opts, dict(agree=agree, pc=pc), **args)
     figures = [
-        figure_set.Figure("forest", str(tmp_path / "pool.png"), args, ("agree", "pc")),
-        figure_set.Figure(
+        analysis_set.Figure("forest", str(tmp_path / "pool.png"), args, ("agree", "pc")),
+        analysis_set.Figure(
             "consensus_heatmap",
             str(tmp_path / "c.png"),
             {k: args[k] for k in ("in_domain", "method", "residualiser")},
             ("agree",),
         ),
     ]
-    there, cells = figure_set.FigurePool(figures, 1, agree=agree, pc=pc, opts=opts).wait()
+    there, cells = analysis_set.FigurePool(figures, 1, agree=agree, pc=pc, opts=opts).wait()
     assert there == here and np.isfinite(float(agree["r_consensus_corrected"].iloc[0]))
-    assert cells == answer_figures.consensus_heatmap(
+    assert cells == across_models.consensus_heatmap(
         agree, str(tmp_path / "c2.png"), "pearson", "linear", "in-domain", 0.05, 0.3
     )

@@ -1,12 +1,6 @@
-"""What the lean architectures share (:mod:`oodcorr.modeling.lean`): reading a config.json, the
+"""What the lean architectures share (:mod:`oodcorr.modeling.plain_torch`): reading a config.json, the
 layers built without initialising their weights, attention (sdpa, as transformers 5.24 computes
-it), and :class:`LeanCausalLM`, the base every architecture's model extends.
-
-An architecture (:mod:`oodcorr.modeling.lean_opt`, :mod:`oodcorr.modeling.lean_olmo2`) is one
-module: the config.json keys it reads with their transformers defaults, its modules named as
-transformers names them, and a :class:`LeanCausalLM` subclass; :data:`oodcorr.modeling.lean.ARCHITECTURES`
-lists it by ``model_type``.
-"""
+it), and :class:`LeanCausalLM`, the base every architecture's model extends."""
 
 from __future__ import annotations
 
@@ -91,9 +85,6 @@ class LeanOutput:
         self.logits = logits
 
 
-# ---- configuration ---------------------------------------------------------------------------
-
-
 def read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
     """The config's values of ``known`` keys (their transformers defaults where absent); raises
     Unsupported for any key neither known nor harmless."""
@@ -134,9 +125,6 @@ def rope_theta(c: SimpleNamespace, where: str) -> float:
     if theta is None:
         raise Unsupported(f"{where}: no rope_theta")
     return float(theta)
-
-
-# ---- attention, shared -------------------------------------------------------------------------
 
 
 def causal_mask(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor | None:

@@ -1,31 +1,17 @@
 """Figures (matplotlib, Agg): learning curves, in-domain vs OOD scatter plots with the fitted
-residualiser curves, training loss, ``oodcorr design``'s power curves, and :func:`draw`.
-
-Every drawing function takes the analysis tables, writes one PNG atomically, and returns a
-small dict describing what it drew (used by the tests). :func:`draw` draws one analysis figure
-the same way for the command line and the workflow's rules (:func:`~.heatmaps.heatmap_marks` and
-:func:`scatter_fits` turn an analysis's options into its arguments). The training-loss curves
-of the report (:func:`training_loss_curves`) read the runs' manifests. The pairs heatmaps of one
-model and of every model side by side are in :mod:`.heatmaps`, the figures across models (the
-consensus heatmap, forest plots) in :mod:`.answer_figures`, what every figure shares in
-:mod:`.plotting`.
-"""
+residualiser curves, training loss, ``oodcorr design``'s power curves, and :func:`draw`."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..core.atomic_write import atomic_path
-from ..core.io import read_json
-from .answer_figures import consensus_heatmap, forest
-from .heatmaps import heatmap, heatmap_grid, heatmap_marks
-from .plotting import pyplot, save
-from .series import MANIFEST_FIX
+from ...core.io import read_json
+from ..series_checkpoint import MANIFEST_FIX
+from .common import pyplot, save
 
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
@@ -90,7 +76,7 @@ def learning_curves(
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
     # scipy via the analysis package: only the figures that draw a fit need it
-    from ..analysis.residualise import Degenerate, gam_fit, parse, spline_basis
+    from ...analysis.residualise import Degenerate, gam_fit, parse, spline_basis
 
     spec = parse(residualiser)
     if spec.step:
@@ -125,10 +111,9 @@ def scatter(
     gam_settings=None,
     max_panels: int = 48,
 ) -> dict:
-    """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
-    with each run's fitted residualiser curve(s) (the residuals are the vertical
-    distances to it). Returns {testset: number of curves drawn}."""
-    from ..analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
+    """In-domain vs OOD score, one panel per OOD testset, points coloured by run, with each run's fitted
+    residualiser curves. Returns {testset: number of curves drawn}."""
+    from ...analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()
@@ -188,49 +173,6 @@ def scatter(
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
     save(fig, out_png, tight=False)
     return drawn
-
-
-# the analysis figures, by the name of the rule that draws each (workflow/rules/analyse.smk; rule forest_plots
-# draws "forest", one per pair)
-FIGURES = ("consensus_heatmap", "forest", "heatmap", "heatmap_grid", "learning_curves", "scatter")
-
-
-def draw(
-    kind: str,
-    out_png: str,
-    opts,
-    tables: Mapping[str, pd.DataFrame],
-    *,
-    model: str | None = None,
-    in_domain: str | None = None,
-    method: str | None = None,
-    residualiser: str | None = None,
-    pair: tuple[str, str] | None = None,
-    labels: tuple[str, str] = ("training step", "score"),
-) -> dict:
-    """One analysis figure of ``kind`` (one of :data:`FIGURES`), drawn the same way for the
-    command line (``oodcorr analyse``) and the workflow's rules: what an analysis's options
-    (:class:`oodcorr.analysis.Options`) decide of it is decided here. Of ``tables``, the heatmaps read
-    the pairs table ``pc`` (``method`` and ``residualiser`` choose the cells shown), the consensus
-    heatmap the agreement table ``agree`` (one ``in_domain`` set), a forest plot both (one ``pair`` of
-    that set); learning curves (their axes' ``labels``: x, y) and scatter plots read the long scores
-    table ``long``."""
-    pc, long, agree = (tables.get(k) for k in ("pc", "long", "agree"))
-    if kind == "consensus_heatmap":
-        return consensus_heatmap(agree, out_png, method, residualiser, in_domain, opts.alpha, opts.near_zero)
-    if kind == "forest":
-        return forest(
-            agree, pc, out_png, in_domain, *pair, method, residualiser, near_zero=opts.near_zero, level=opts.level
-        )
-    if kind == "heatmap":
-        return heatmap(pc, model, out_png, method, residualiser, **heatmap_marks(opts))
-    if kind == "heatmap_grid":
-        return heatmap_grid(pc, out_png, method, residualiser, **heatmap_marks(opts))
-    if kind == "learning_curves":
-        return learning_curves(long, model, out_png, *labels)
-    if kind == "scatter":
-        return scatter(long, model, out_png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam)
-    raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
 
 
 DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, line style)
@@ -307,7 +249,5 @@ def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict
     ax.grid(alpha=0.3)
     if any(drawn.values()):
         ax.legend(fontsize=7, loc="best", ncol=1 + n // 12)
-    with atomic_path(out_png) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-    plt.close(fig)
+    save(fig, out_png)
     return drawn

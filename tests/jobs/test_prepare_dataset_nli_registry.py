@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from oodcorr.jobs.data import prepare
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.modeling.hub import hub_load_kwargs
 from oodcorr.planning.config import Experiment
 

@@ -1,11 +1,5 @@
-"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`: a panel per in-domain set and
-pool group) and every model's side by side (:func:`heatmap_grid`), each panel the strict lower
-triangle of the partial correlations with their marks (significant, interval spanning 0, near
-zero, sign differing between residualisers) and its legend in numbers (:func:`describe`);
-:func:`heatmap_marks` turns an analysis's options into their arguments. Drawn through
-:func:`oodcorr.jobs.plots.draw`, on what :mod:`.plotting` shares; the consensus heatmap across
-models is in :mod:`.answer_figures`.
-"""
+"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`) and every model's side by side
+(:func:`heatmap_grid`), each panel the strict lower triangle of the partial correlations with their marks."""
 
 from __future__ import annotations
 
@@ -14,18 +8,18 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..core.answer import NEAR_ZERO, UNRESOLVED
-from .plotting import (
+from ...core.answer import NEAR_ZERO, UNRESOLVED
+from .common import (
     CMAP,
     TEXT_LIMIT,
     draw_cells,
     heatmap_figure,
     pair_matrix,
-    panel_inches,
     pyplot,
     save,
     select,
     testset_order,
+    triangle_axes,
 )
 
 
@@ -34,10 +28,8 @@ def _flag(rows: pd.DataFrame, column: str, value) -> pd.DataFrame:
 
 
 def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[object, dict]:
-    """Strict lower triangle of r. Marks: '*' significant after correction; faded: the interval
-    spans 0 (unresolved); boxed: the interval lies within +-near_zero (near zero); dagger: the
-    sign differs between the linear and the GAM residualiser; hatched 'n/a': no value.
-    With more than TEXT_LIMIT testsets no numbers are written: a dot marks significance."""
+    """Strict lower triangle of r, marked: '*' significant, faded unresolved, boxed near zero, '†' depends
+    on the form, hatched 'n/a' no value; beyond TEXT_LIMIT testsets no numbers, dots and squares."""
     cells = {}
     if len(names) < 2:
         ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")
@@ -52,20 +44,12 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     present = np.isfinite(pair_matrix(rows.assign(_f=1.0), names, "_f")[1:, :-1])
     rnames, cnames = names[1:], names[:-1]
     k = len(rnames)
-    # one RGBA image (a single resampling when drawn): the colour of r, faded where unresolved,
-    # light grey where there is no value, transparent above the diagonal
     import matplotlib as mpl
 
     norm = mpl.colors.Normalize(vmin=-1, vmax=1)
     cmap = mpl.colormaps[CMAP]
-    finite = np.isfinite(m)
-    rgba = cmap(norm(np.where(finite, m, 0.0)))
-    fade = unresolved & finite
-    rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
-    rgba[present & ~finite] = (0.86, 0.86, 0.86, 1.0)
-    rgba[~present] = (1, 1, 1, 0)
     big = len(names) > TEXT_LIMIT
-    draw_cells(ax, rgba, big)
+    draw_cells(ax, m, unresolved & np.isfinite(m), present, big, norm, cmap)
     im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
     fs = max(4.5, min(9.0, 130 / len(names)))
     if big:
@@ -108,15 +92,8 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
                     )
                     cells[key] = "n/a"
                     ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
-    side = panel_inches(len(names))
-    label_fs = max(3.0, min(9.0, 0.8 * 72 * (side - 1.5) / max(k, 1)))
-    ax.set_xticks(range(k), cnames, rotation=90 if big else 45, ha="center" if big else "right", fontsize=label_fs)
-    ax.set_yticks(range(k), rnames, fontsize=label_fs)
-    ax.set_xlim(-0.5, k - 0.5)
-    ax.set_ylim(k - 0.5, -0.5)
+    triangle_axes(ax, rnames, cnames, len(names), big)
     ax.set_title(title, fontsize=9)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
     return im, cells
 
 
@@ -219,9 +196,8 @@ def heatmap_grid(
     level: float | None = None,
     near_zero: float | None = None,
 ) -> dict:
-    """Every model side by side in a near-square grid (:func:`grid_shape`): one panel per model
-    (and in-domain set, pool group), the same testset order in every panel, one shared colour
-    scale. Returns {(model, in_domain): n cells drawn}."""
+    """Every model side by side in a near-square grid, one panel per model (and in-domain set, pool group),
+    the same testset order and colour scale in every panel. Returns {(model, in_domain): n cells drawn}."""
     plt = pyplot()
     sub = select(pc, method, residualiser, run)
     keys = _panel_keys(sub, by_model=True)

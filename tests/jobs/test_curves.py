@@ -1,4 +1,4 @@
-"""The figures (oodcorr.jobs.plots, through the report_tables rule script): a damaged input stops
+"""The figures (oodcorr.jobs.figures.curves, through the report_tables rule script): a damaged input stops
 them with a sentence."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import yaml
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.model_dirs import model_files
 from oodcorr.core.model_entry import ModelEntry
-from oodcorr.jobs.series import read_manifest, verify, write_manifest
+from oodcorr.jobs.series_checkpoint import read_manifest, verify, write_manifest
 from oodcorr.launch.disk_checks import check_inputs_exist
 from oodcorr.planning.config import Experiment
 from oodcorr.planning.plan import build_plan
