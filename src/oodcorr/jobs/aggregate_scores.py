@@ -220,7 +220,7 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
 
 def read_scores(path: str) -> pd.DataFrame:
     """The scores table the analysis reads; a damaged one (cut short, changed since sealed, not parquet) is a
-    :class:`ResultError` naming it, and that deleting it is safe (:func:`oodcorr.core.records.remake_hint`)."""
+    :class:`ResultError` naming it, and that deleting it is safe (:func:`oodcorr.core.seals.remake_hint`)."""
     how = remake_hint("rule aggregate_scores", "the evaluations")
     with contextlib.suppress(FileNotFoundError):
         check_staged(path, "rule aggregate_scores", "the evaluations")
