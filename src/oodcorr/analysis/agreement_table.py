@@ -1,14 +1,4 @@
-"""The agreement table: per OOD pair, the answer across models (:func:`agreement`).
-
-Every pair of a table (one in-domain set, pool group, method and residualiser) goes through the
-two-level model of :mod:`.consensus` at once (:func:`.consensus.across_models`); its statements'
-p-values are corrected across the table's pairs, and the verdict is the ladder's
-(:func:`.consensus.verdict`). Where the scores are measurements of a known noise
-(:mod:`.measured_answer`), the ladder reads the correlations the in-domain set's noise cannot fake,
-near zero is judged through the testsets' noise, the tasks' consensus is beside the observed one,
-and a pair whose testsets are mostly item noise is ``noise-limited``. The columns:
-docs/answer.md#reading-agreementcsv.
-"""
+"""The agreement table: per OOD pair, the answer across models (:func:`agreement`)."""
 
 from __future__ import annotations
 
@@ -266,7 +256,7 @@ def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
     """The columns the verdict reads (:mod:`.measured_answer`): the in-domain-corrected ladder's
     where its runs are cross-fitted (``items``); where the in-domain noise is only bounded, each
     p-value the larger of the two ladders' and a sign only where both show it; the observed ladder's
-    elsewhere. ``r_consensus`` and its interval are always the observed ones."""
+    elsewhere."""
     if eiv is None:
         return {**obs, "_consensus_read": obs["r_consensus"]}
     use = regime != "unknown"
@@ -345,14 +335,7 @@ def agreement(
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
     models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
-    columns are explained in docs/answer.md#reading-agreementcsv). Every pair of the table goes
-    through :func:`.consensus.across_models` at once.
-
-    ``table`` is the analysis' table (:func:`.pipeline.analyse`): its run rows feed the
-    consensus and the tests, its pooled rows (``run == "pooled"``) the per-model summary
-    (``by_model``, ``n_sig_*``) and the testsets' reliabilities. A table of pooled rows alone is read
-    as one run per model. ``correction`` adjusts each statement's p-values across the pairs of one
-    table."""
+    columns are explained in docs/answer.md#reading-agreementcsv)."""
     table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
     if pooled.empty:
@@ -438,8 +421,7 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
     :mod:`.form_check`: the same consensus, corrections and ladder, read from ``r_line``); ``form``:
     :data:`~oodcorr.core.answer.DEPENDS_ON_FORM` where the line states another sign than the curve
     (or a sign where the curve states none, or none where it states one), or another spread (models
-    differing or a sign reversal where the curve says none, or the reverse). Empty for the line's
-    own rows and where no cell has a line check."""
+    differing or a sign reversal where the curve says none, or the reverse)."""
     df["form"], df["line_verdict"] = "", ""
     if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
         return

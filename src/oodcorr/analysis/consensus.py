@@ -1,87 +1,4 @@
-"""The answer across models: for each OOD pair, a consensus of the models and a verdict.
-
-For one OOD pair (x, y) of one in-domain set, pool group, method and residualiser, every model
-contributes its runs' Fisher z values ``z_mi = atanh(r_mi)`` with their within-run variances
-``v_mi = se_z_mi ** 2`` from the per-run procedure (:mod:`.inference`). The runs are read as a
-two-level random-effects model:
-
-    z_mi = mu + u_m + w_mi + e_mi,   e_mi ~ N(0, v_mi),  w_mi ~ N(0, tau2_runs),  u_m ~ N(0, tau2_models)
-
-``mu`` is the correlation (on the z scale) of the kind of model the table holds, ``u_m`` how
-model m departs from it, ``w_mi`` how a run (a seed) departs from its model.
-
-* **Between runs** (``tau2_runs``): one variance for the table's models, estimated from the
-  spread of each model's runs around their model (Paule-Mandel: the generalised Q of the runs
-  around their models' means equals its degrees of freedom, the runs less the models). A model
-  with 3 runs alone has 2 degrees of freedom for its between-run variance; six such models
-  share 12. Models with one run each give none, and ``tau2_runs`` is then 0 (the runs' own
-  spread is part of the spread between models).
-* **Each model** (``z_m``, ``V_m``): the inverse-variance mean of its runs with weights
-  ``1 / (v_mi + tau2_runs)``. Its test (is this model's correlation positive, negative?) is
-  ``z_m / sqrt(V_m q)`` on a t distribution with the between-run degrees of freedom, where
-  ``q >= 1`` is the runs' generalised Q per degree of freedom (Hartung-Knapp with the models'
-  shared degrees of freedom); a model with one run and nothing to borrow keeps its run's own
-  test.
-* **The consensus** (``r_consensus``): the random-effects mean over the models of ``z_m``
-  (Paule-Mandel ``tau2_models``, weights ``1 / (V_m + tau2_models)``), its interval the
-  Hartung-Knapp one on M - 1 degrees of freedom, never narrower than the normal one (as in
-  :func:`.pooling.combine`).
-* **The sign on average** (``p_mean``): the consensus's own p-value (the same rule as its
-  interval), the test that the average model of this kind has a correlation of 0.
-* **Where a further model is expected** (M >= 3; :mod:`.predictive`): the **prediction
-  interval** (``pi_low_consensus``, ``pi_high_consensus``), where the correlation of one further
-  model of the same kind lies with probability ``level`` (the Bayesian posterior predictive,
-  integrated over the between-model sd and a within-model variance that may be smaller than
-  ``V_m``), and the **tolerance bounds** (``tol_low_consensus``, ``tol_high_consensus``): with
-  confidence ``level``, at least 97.5 % of models of this kind lie above ``tol_low`` (below
-  ``tol_high``), from the Q-profile confidence distribution of the between-model sd
-  (:func:`shared_sign_batch`). The bounds read each model's plain mean of its runs and a
-  within-model variance ``lambda V``: with runs, ``lambda`` is read from the runs' own scatter
-  (its fiducial distribution on the runs' degrees of freedom, at most 1); with one run per model,
-  it is the per-run procedure's measured conservatism (0.72). ``share_sign_low``: the largest
-  share of models of this kind whose sign is shown at the same confidence.
-* **Heterogeneity** (``p_heterogeneity``): Cochran's Q of the models' ``z_m`` with their
-  ``V_m`` on M - 1 degrees of freedom -- do the models differ by more than their runs and
-  checkpoints explain?
-* **Sign reversal** (``p_reversal``): an intersection-union test of "some model's correlation
-  is positive AND some model's is negative": each side is Simes' combination of the models'
-  one-sided p-values (valid for independent models), and the larger of the two sides is the
-  p-value.
-* **The sign in nearly every model** (``p_generalises``): the confidence distribution's mass on
-  the far side of 0 of the tolerance bound on the data's side, the level at which that bound
-  just reaches 0: below alpha, models of the other sign are shown to be rare (fewer than 2.5 %)
-  among models of this kind. It is the tolerance bound's and not the prediction interval's
-  because an interval of exact coverage still excludes 0 in up to a sixth of studies whose
-  models have the other sign one time in seventeen
-  (benchmarks/README.md#14-the-answer-across-models-every-rung-measured).
-
-Every p-value above is corrected across the pairs of one table (one in-domain set, pool group,
-method and residualiser) with ``correction`` (Benjamini-Hochberg by default: the expected share
-of false statements among those made, each statement separately; Holm: the chance of any). The
-answer is **the strongest statement whose corrected p-value is below alpha**, as two facts
-(:func:`rungs`) joined into the verdict (:func:`oodcorr.core.answer.verdict_words`):
-
-* the direction: ``<sign> in nearly every model`` (``p_generalises_adj``, M >= 3), else
-  ``<sign> on average`` (``p_mean_adj``, M >= 2), else none;
-* the spread: ``sign reversal`` (``p_reversal_adj``; with it the direction says only the
-  average), else ``models differ`` (``p_heterogeneity_adj``), else ``near zero`` (M >= 3 and the
-  prediction interval at the between-model variance's upper bound inside (-near_zero,
-  near_zero)), else none.
-
-So ``negative in nearly every model``, ``positive on average, models differ``, ``sign reversal,
-negative on average``, ``models differ``, ``agree near zero`` (no sign, near zero), ``unresolved``
-(neither fact), ``fewer than 2 models tested`` and ``no data``: every verdict is in
-:data:`oodcorr.core.answer.VERDICTS`, strongest first (the ladder's words live there, each once). A sign
-is named exactly where a statement has one.
-
-What this assumes: the models' estimates are independent of each other (they share testsets, but
-not runs or checkpoints; a model listed twice under two names breaks it), the Fisher z values are
-close to normal with the within-run variances the per-run procedure gives (or, with runs, a
-common multiple of them), and the models of the table are a sample of the kind of model the claim
-is about (the prediction interval and the tolerance bounds speak of models like these, not of any
-model). The measured error rates and power of every rung, beside the best possible:
-benchmarks/README.md#14-the-answer-across-models-every-rung-measured.
-"""
+"""The answer across models: for each OOD pair, a consensus of the models and a verdict."""
 
 from __future__ import annotations
 
@@ -141,10 +58,7 @@ def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
     """Per study and model: (z_m, V_m, two-sided p of z_m = 0), NaN for a model without runs, and
-    the between-run (tau2_runs, df, q) they use (:func:`between_runs_batch`).
-
-    ``p_run`` is each run's own p-value, kept for a model with one run when the study's models
-    have no between-run variance to share (every model one run)."""
+    the between-run (tau2_runs, df, q) they use (:func:`between_runs_batch`)."""
     mask = np.asarray(mask, dtype=bool)
     t2, df, q = between_runs_batch(z, v, mask)
     w = np.where(mask, 1 / (np.where(mask, v, 1.0) + t2[:, None, None]), 0.0)
@@ -166,10 +80,7 @@ def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
     """Do the models differ by more than their runs and checkpoints explain? Per study (models where
     ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
     M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
-    (``p_heterogeneity``). Where the between-run variance was estimated (``df_runs`` > 0), ``V_m``
-    carries that estimate's uncertainty, so Q per degree of freedom is compared with the runs' own
-    (``q_runs``, at least 1) on an F distribution with (M - 1, df_runs) degrees of freedom, as a
-    one-way analysis of variance would."""
+    (``p_heterogeneity``)."""
     present = np.asarray(present, dtype=bool)
     M = present.sum(-1)
     dfm = np.maximum(M - 1, 1)
@@ -219,8 +130,7 @@ def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
     """What the runs say of each model's within variance, per study: each model's plain mean of its
     runs ``zbar``, the variance of that mean if its runs' variances are right, ``vbar / k`` (``vbar``
     the mean of its runs' ``v``), and the runs' own scatter around their models' means, ``ss`` (the
-    squared deviations over ``vbar``) on ``df`` degrees of freedom (the runs less the models). The
-    runs' variances set each model's share of the noise; ``ss / df`` says how large it is."""
+    squared deviations over ``vbar``) on ``df`` degrees of freedom (the runs less the models)."""
     mask = np.asarray(mask, dtype=bool)
     k = mask.sum(-1)
     present = k > 0
@@ -242,10 +152,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     integrated over the within scale ``lambda`` (:func:`.predictive.within_scale_draws`): its
     fiducial distribution from the runs' scatter (``ss`` on ``df``), or with one run per model the
     share of the per-run variances that the per-run procedure's conservatism leaves, further scaled
-    where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`).
-    Also ``within_scale`` (the scale's point estimate) and ``within_df``; NaN below 3 models.
-    ``bounds=False``: the p-values alone (:func:`.predictive.tolerance_batch`), on a coarser grid of
-    ``tau`` (:data:`.predictive.TOL_POINTS_P`: within 3e-3 of the bounds' own)."""
+    where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`)."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     draws, weights = within_scale_draws(ss, df)
@@ -289,16 +196,7 @@ def across_models(
     intervals: bool = True,
 ) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
-    variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``.
-    Returns arrays per study: ``n_models`` (models with a run), the model means ``zm``, ``Vm``,
-    ``pm`` (studies, models), ``tau2_runs``, ``df_runs``, ``q_runs``, the heterogeneity test's
-    keys, ``p_reversal`` with the two models that carry it (``reversal_pos``, ``reversal_neg``),
-    the consensus (``z``, ``lo``, ``hi``, ``p_mean``, ``pi_lo``, ``pi_hi``, ``tau2``, ``se``), the
-    shared sign (:func:`shared_sign_batch`: ``tol_lo``, ``tol_hi``, ``p_generalises``,
-    ``share_low``, ``within_scale``, ``within_df``), ``tau2_high`` and ``near`` (3 models or
-    more: the prediction interval at the between-model variance's upper bound lies inside
-    (-near_zero, near_zero)). ``intervals=False`` leaves out what no verdict reads (the prediction
-    interval, the tolerance bounds and ``share_low``: NaN), for the design command's studies."""
+    variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``."""
     mask = np.asarray(mask, dtype=bool)
     zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
     present = mask.any(-1)
@@ -328,15 +226,7 @@ def _sign_word(x: float) -> str:
 
 def rungs(row: dict, alpha: float) -> tuple[str, str]:
     """The two facts of a pair, each the strongest whose corrected p-value is below ``alpha``:
-
-    * direction: "<sign> in nearly every model" (``p_generalises_adj``, 3 models or more: a
-      tolerance bound excludes 0), else "<sign> on average" (``p_mean_adj``: the consensus mean's
-      interval excludes 0), else "" (with a sign reversal only the average is said);
-    * spread: "sign reversal" (``p_reversal_adj``), else "models differ" (``p_heterogeneity_adj``),
-      else "near zero" (3 models or more and a further model expected inside the near-zero band),
-      else "".
-
-    A row of fewer than 2 models has neither."""
+    the direction and the spread."""
     if row["n_finite"] == 0 or row["n_models_consensus"] < 2:
         return "", ""
     reversal = row["p_reversal_adj"] < alpha

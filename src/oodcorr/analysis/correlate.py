@@ -1,19 +1,4 @@
-"""Partial correlation of two score series given covariates, by residualising.
-
-Method semantics (documented in docs/analysis.md#what-is-computed-and-the-defaults):
-
-* ``pearson``  -- residualise the scores, Pearson correlation of the residuals.
-* ``spearman`` -- rank every variable first, then as Pearson (this is pingouin's
-  partial Spearman; with the linear residualiser the two agree exactly).
-* ``kendall``  -- residualise the scores, Kendall's tau-b of the residuals.
-
-The parametric p-value (``p_param``) is the i.i.d. one: a t-test with
-``n - 1 - (dof_x + dof_y) / 2`` degrees of freedom, which for the linear
-residualiser with k covariates is pingouin's ``n - 2 - k``; for Kendall it is
-scipy's test of tau on the residuals. Checkpoints of one run are autocorrelated,
-so this p-value is optimistic there; see :mod:`oodcorr.analysis.resample`. A run's cells, each a
-pair, method and residualiser, are computed by :func:`.run_cells.partial_corr`.
-"""
+"""Partial correlation of two score series given covariates, by residualising."""
 
 from __future__ import annotations
 
@@ -123,15 +108,7 @@ def residual_pair(
     names=("x", "y"),
     lams: tuple | None = None,
 ) -> dict:
-    """Residuals of x and y given the covariates, on the complete rows.
-
-    Returns ``{"rx", "ry", "mask", "n", "dof_x", "dof_y", "lam_x", "lam_y", "Rx", "Ry", "form_note"}``
-    (``R*``: the residual-maker matrices, see :mod:`.residualise`; ``form_note``: why a spline is
-    the line here, else ""); raises
-    :class:`Degenerate` with the reason when the pair cannot be computed. ``cache``
-    (a dict) reuses a series' residuals across pairs with the same complete rows;
-    ``names`` identify x and y in it. ``lams`` fixes the curves' penalties (none chosen).
-    """
+    """Residuals of x and y given the covariates, on the complete rows."""
     spec = parse(residualiser)
     check_method(method)
     gam = gam or GamSettings()

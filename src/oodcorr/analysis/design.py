@@ -1,67 +1,4 @@
-"""Planning a study before paying for it: how often each verdict is found, by simulation.
-
-``oodcorr design`` asks, for a grid of models x runs x checkpoints, how often the analysis would
-find a given partial correlation: the **power** of a per-run cell, of the answer's sign (on
-average, and in nearly every model: ``generalises``) and of ``sign reversal`` (:mod:`.consensus`,
-its ladder), over a range of effects and of dependence between
-checkpoints, and the smallest effect each finds in 80 % of studies. It simulates studies with
-the shared simulator (:func:`.simulate.run_scores`, the one the calibration benchmarks use) and
-analyses them with the analysis' own procedures, in two steps that give what
-:func:`.simulate.verdict_rates` gives (the full pipeline) at a small part of its cost:
-
-1. **runs**: every run of every simulated study, analysed by the per-run procedure
-   (:func:`.run_batch.run_statistics`: the configured residualiser's residual makers, the spline's
-   built for thousands of runs at once by :mod:`.spline_batch`, the design-corrected AR(1)
-   coefficients, Dutilleul's effective sample size and the modified t-test of :mod:`.inference`) on
-   stacks of runs at once, giving each run's r, ``se_z`` and p; where the testsets carry item noise,
-   also as a measurement (:func:`.run_batch.measured_statistics`: the
-   cross-fitted ``r_eiv``, the tasks' moments, the reliabilities), as the workflow measures them
-   (the cross-fitted correlation has the line's form only: the spline of a noisy in-domain score has
-   no measured form there, so the item-noise answer reads the line's ``r_eiv`` whatever the
-   residualiser);
-2. **studies**: the runs of a study go to the across-model procedure
-   (:func:`.consensus.across_models`, which :func:`.agreement_table.agreement` also calls; with item
-   noise the measured answer of :func:`.design_items.measured_studies`), its p-values are corrected
-   across the pairs of a table (:func:`.multitest.adjust`) and the verdict is
-   :func:`.consensus.verdict`'s (``noise-limited`` where the measured answer says so).
-
-What a simulated study assumes (each a field of :class:`Assumptions`, replaced by a pilot's
-estimates when one is given): every model's true partial correlation is the effect (or the
-effect plus a between-model spread ``model_sd`` on the Fisher z scale; runs spread by
-``run_sd`` around their model); each OOD score is its loading on the in-domain learning curve
-plus an AR(1) residual series with coefficient ``phi`` (the tasks' scores), or, with ``shape``
-``curve`` (the default), a logistic curve of the in-domain score of its own per run and testset
-(:func:`.simulate.curved`: late emergence, early plateau) plus that series; and each of the three
-testsets (in-domain, x, y) carries the item noise of its size, persistent across checkpoints
-(``items``, :class:`.design_items.ItemNoise`: none by default, every testset infinitely large). The
-effect is the partial correlation of the tasks, without item noise: the in-domain set's noise would
-fake correlations in the observed scores (the answer reads the cross-fitted ones, which it cannot
-fake), the OOD sets' noise hides them, which is what more items per testset buy back.
-
-**The family of a table.** The paper's tables correct each statement across a table's pairs
-(Benjamini-Hochberg by default, ``Settings.agreement_correction``; the per-run cells by Holm). A
-simulated pair of interest is corrected in a family of ``pairs`` p-values: its
-own, those of ``non_null_pairs - 1`` further pairs with the same effect (other simulated studies
-of the same cell) and those of null pairs (simulated studies with no effect, drawn at random),
-so with the default one non-null pair its power is close to that of a test at alpha / pairs.
-Pairs of a table share testsets; here they are independent, which is the assumption.
-
-**Precision.** Every power is a share of ``studies`` simulated studies (per-run cells: of their
-runs), each with its Monte Carlo standard error ``sqrt(p (1 - p) / studies)``; a fixed seed
-makes every number reproducible, and the same random draws are used at every effect (common
-random numbers), so a power curve is smooth and rises with the effect. The residualiser
-simulated is the configured one (``Settings.residualiser``: ``spline`` or ``linear``, optionally
-``+step``; pygam's ``gam``, one library fit per series at 0.25 s each, is simulated by the spline,
-the same penalised cubic spline with its penalty chosen by REML rather than GCV) and the method
-Pearson's.
-How the predictions compare with the full pipeline on the calibration's scenarios:
-benchmarks/README.md#11-planning-a-study-oodcorr-design.
-
-This module is the engine (the simulated studies and their power curves); the assumptions a
-pilot replaces are estimated in :mod:`.design_pilot` and the report ``oodcorr design`` writes
-is built in :mod:`.design_report`. Which verdict counts as found for each power is decided in
-one place, :func:`_found_shares`.
-"""
+"""Planning a study before paying for it: how often each verdict is found, by simulation."""
 
 from __future__ import annotations
 
@@ -199,9 +136,7 @@ def simulate_runs(
     correlation is ``effect`` (one number, or one per model; plus the assumed spreads), analysed
     with ``settings.simulated``'s residualiser (:func:`.run_batch.run_statistics`; with item noise,
     :func:`.design_items.measure_runs` too, whose cross-fitted correlation is the line's);
-    each array of shape (studies, models, runs). The draws do not depend on ``effect`` nor on the
-    testsets' sizes: the same ``rng`` state gives the same innovations at every effect and size (and the same
-    in-domain scores, whose spline bases ``bases``, a dict the caller keeps, holds for the next effect)."""
+    each array of shape (studies, models, runs)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -225,10 +160,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
     ``flip_half`` the models from the middle on have their correlations' signs turned (the
     ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the line and the
     spline, whose residuals turn sign with the score: the spline's penalty does not depend on its
-    sign). ``intervals``: the prediction interval and the tolerance bounds too (no verdict reads
-    them; the calibration benchmarks do). Runs that are measurements (``r_eiv``: the testsets carry
-    item noise) get the measured answer
-    (:func:`.design_items.measured_studies`)."""
+    sign)."""
     if "r_eiv" in runs:
         return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
@@ -245,7 +177,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
 
 def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
     """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
-    simulated family (see the module doc). ``own`` and ``nulls``: {key: 1-D array of p-values}."""
+    simulated family (see the module doc)."""
     n = len(own[keys[0]])
     k = min(a.non_null_pairs, grid.pairs)
     idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None
@@ -367,7 +299,7 @@ def _found_shares(same: dict, half: dict, effect: float) -> dict:
     (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
     every model), ``average sign`` (the effect's sign stated at either rung), ``sign reversal``,
     ``wrong_sign`` (a negative sign stated at a positive effect) and ``near zero`` (the models agree
-    near zero). At effect 0 a sign of either kind is a false positive."""
+    near zero)."""
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {

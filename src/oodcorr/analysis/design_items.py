@@ -1,34 +1,4 @@
-"""The item noise of a design's simulated studies, and the answer the analysis gives through it.
-
-Every score is a testset's mean over its items and every checkpoint answers the same items
-(:mod:`.item_noise`), so a study's series carry item noise that is persistent across checkpoints,
-the in-domain series' too. A design's simulated study (:mod:`.design`) is the tasks' scores of the
-shared simulator (:func:`.simulate.run_scores`) plus, for the in-domain set and each of the pair's
-two OOD sets, the item noise of a testset of its size (:class:`ItemNoise`):
-
-* **the noise** (:func:`noisy_runs`): the exact covariance across checkpoints of the accuracy of
-  ``n`` random items (:func:`.simulate_items.item_noise_covariance`: items with difficulties, an
-  item-by-checkpoint deviation that is AR(1) over checkpoints with coefficient ``persistence``),
-  drawn by its sufficient statistics as :func:`.simulate_items.item_runs` draws testsets above a
-  thousand items: the whole set's noise, and for each of ``splits`` random halvings the difference
-  of the two halves (independent of the whole and of the other halvings' differences for random
-  halvings), so each half is what the analysis' random halves of the items are (the analysis
-  averages 8 halvings, the design :data:`DESIGN_SPLITS`);
-* **each run** measured as the workflow measures it, every testset's items known
-  (:func:`.run_batch.run_statistics` for the observed cell, :func:`.run_batch.measured_statistics`
-  for the cross-fitted correlation ``r_eiv``, the tasks' moments and the reliabilities);
-* **each study's answer** (:func:`measured_studies`) as :func:`.agreement_table.agreement` gives it
-  where the runs are cross-fitted: the ladder on ``r_eiv`` (its sign stated), ``near zero`` judged
-  in the band ``near_zero`` times the low end of the attenuation the models' pooled moments show
-  (:func:`.measured_answer.attenuation`), and ``noise-limited`` where the pair is unresolved and a
-  testset's series is mostly item noise (:func:`.measured_answer.noise_limited`).
-
-The scale: the simulator's OOD residual series have sd :data:`.design.NOISE` (0.02); a testset's
-item noise, in score units, is brought to that scale by ``unit`` = NOISE / ``residual_sd`` (the
-OOD residual series' sd in score units, ``--residual-sd``). The OOD sets' noise is taken at the
-accuracy ``accuracy`` at every checkpoint (0.5: the largest), the in-domain set's at the simulated
-learning curve's accuracies (0.5 rising to 0.8).
-"""
+"""The item noise of a design's simulated studies, and the answer the analysis gives through it."""
 
 from __future__ import annotations
 
@@ -111,9 +81,7 @@ def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: in
     """The tasks' scores ``truth`` (runs, checkpoints, 3: in-domain, x, y; the simulator's units) with
     the item noise of ``items`` (the module doc): ``scores`` (runs, checkpoints, 3) what the testsets
     show, and ``halves`` (runs, splits, 2, checkpoints, 3) each testset's two halves of its items per
-    random halving. ``unit``: the simulator's units per score unit. The same draws at every size
-    (every testset's normal draws are made, a testset without noise scales them by 0), so the answers
-    at two sizes differ by the noise's size only."""
+    random halving."""
     truth = np.asarray(truth, dtype=float)
     B, T, _ = truth.shape
     scores = truth.copy()
@@ -145,7 +113,7 @@ def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam
     (:func:`.run_batch.run_statistics` with ``residualiser``: ``r``, ``p``, ``se_z``, ...) and the
     measurement columns (:func:`.run_batch.measured_statistics`: ``r_eiv``, ``p_eiv``, ``se_z_eiv``,
     ``task_var_x``, ...; the cross-fitted correlation has the line's form only, whatever
-    ``residualiser``), one value per run. ``bases``: :func:`.run_batch.run_statistics`'."""
+    ``residualiser``), one value per run."""
     obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
     return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
@@ -215,11 +183,7 @@ def measured_studies(
     :data:`LADDER_KEYS` from the cross-fitted ladder where every run with an observed value has a
     cross-fitted one, ``items``; else from the observed ladder), ``near`` judged in the band shrunk by
     the attenuation's low end (``band``), and ``limited`` (a testset mostly item noise, or no model
-    left once cross-fitted: an unresolved answer is then ``noise-limited``). ``flip_half``:
-    :func:`.design.studies_of`'s, exact in distribution for the cross-fitted correlations the answer
-    reads (every noise term in them is symmetric and independent of the tasks' sign), not for the
-    observed ones (the in-domain set's leak into both residuals keeps its sign), which here only
-    count the models."""
+    left once cross-fitted: an unresolved answer is then ``noise-limited``)."""
     r, r_eiv = runs["r"], runs["r_eiv"]
     M = r.shape[1]
     sign = np.ones(M)

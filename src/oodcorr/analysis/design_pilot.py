@@ -1,17 +1,5 @@
 """The assumptions of a design (:class:`.design.Assumptions`): a pilot's estimates of them, and the
-choice between the defaults, the flags and a pilot.
-
-A pilot is a scores table already run (a canonical long table, :data:`.pipeline.CANON`), with its
-per-item correctness where there is some. It is analysed with the per-run procedure the simulation
-uses (Pearson, the linear residualiser; the item noise measured as the workflow measures it), and
-its estimates are read off in named steps: the residual series' AR(1) coefficients
-(:func:`_series_phis`), their median read against the bias of short runs
-(:func:`_observed_phi_curve`, :func:`_true_phi`) with a bootstrap over runs (:func:`_phi_bootstrap`),
-the testsets' items, the persistence of their item noise and the residual series' sd beside it
-(:func:`_residual_sds`, :func:`.design_pilot_items.item_estimates`), and the spread between models
-and between runs (:func:`spreads`). :func:`choose_assumptions` then says which of the defaults,
-the flags, the config and the pilot each assumption comes from (``oodcorr design``).
-"""
+choice between the defaults, the flags and a pilot."""
 
 from __future__ import annotations
 
@@ -184,21 +172,7 @@ def pilot_estimates(
 ) -> dict:
     """What a pilot (a canonical long table, :data:`.pipeline.CANON`; ``examples`` its per-item
     correctness, or None) says about the assumptions, with how uncertain each is:
-
-    * ``phi``: the residual series' AR(1) coefficient. Each run's residual series (an OOD score
-      after the linear residualiser) gets the analysis' corrected estimate (``phi_x``/``phi_y`` of
-      its rows); their median is read against the median that simulated runs of the pilot's
-      length and item noise give at each true coefficient (:func:`_observed_phi_curve`: the
-      estimate is biased towards 0), and a bootstrap over the pilot's runs (``n_boot`` resamples)
-      gives its 95 % interval. The interquartile range of the series' estimates and the share at
-      the cap are reported beside it;
-    * ``items``: the testsets' items (from ``examples``, else ``sizes``: items per testset), the
-      persistence of their item noise (with ``examples``) and the OOD residual series' sd beside it
-      (:func:`.design_pilot_items.item_estimates`);
-    * ``model_sd`` and ``run_sd``: the square roots of the median between-model variance
-      (``tau2_models`` of the agreement table, over the pairs with 2 models or more) and of the
-      median between-run variance (``tau2_runs``), with the interquartile ranges over pairs.
-    """
+    ``phi``, ``items``, ``model_sd``, ``run_sd``."""
     pc = _analyse_pilot(long, run_info, pool_by, settings, examples)
     runs = pc[pc["run"] != "pooled"]
     ser = _series_phis(runs)
@@ -286,10 +260,7 @@ def choose_assumptions(
     """The assumptions: each given one (a flag, or for the testsets' sizes the config) as it is,
     else the pilot's estimate when there is a pilot, else the default (:data:`DEFAULT_PHIS`, the
     alternatives at :data:`HEADLINE_PHI` when it is among them, no spread, the defaults of
-    :class:`.design_items.ItemNoise`: no item noise). ``items``: the item noise's fields given
-    (those of :class:`.design_items.ItemNoise`; a size ``math.inf``: none). The pilot's phi is
-    simulated at its estimate and the ends of its 95 % interval. Every phi is taken into
-    [0, :data:`PHI_CAP`]. ``sources`` (assumption -> where it came from) is copied and completed."""
+    :class:`.design_items.ItemNoise`: no item noise)."""
     sources = dict(sources)
     given = dict(items or {})
     phis = list(phi) if phi else list(DEFAULT_PHIS)

@@ -1,25 +1,5 @@
 """The item noise a pilot shows: its testsets' sizes, how persistent their item noise is across
-checkpoints, and how large the tasks' residual series are beside it (``oodcorr design --pilot``).
-
-A design simulates each testset's item noise by the item-level model of :mod:`.simulate_items`: an
-item is right at a checkpoint when ``w < q`` (``q`` the accuracy's normal quantile), ``w`` the sum of
-the item's own difficulty (a share ``difficulty`` of its variance, the same at every checkpoint) and a
-deviation that is AR(1) over checkpoints with coefficient ``persistence``. From a pilot:
-
-* **with per-item correctness** (the workflow's predictions, ``--pilot-examples``): each testset's
-  items, and the correlation of its item noise between checkpoints ``lag`` apart (from
-  :func:`.item_noise.item_covariance`, averaged over runs and checkpoints), to which
-  :func:`fit_persistence` fits the model's (``difficulty``, ``persistence``) by least squares over
-  the lags; beside it what a reader can check, the share of items neighbouring checkpoints answer
-  differently (:func:`.item_noise.noise_summary`);
-* **with sizes only** (an ``n`` column): the items, and the default persistence (said so);
-* **the residual series' sd** (what a task varies beyond the in-domain ability), per OOD testset:
-  its observed residual sd on the in-domain score (:func:`.design_pilot._residual_sds`) times the
-  square root of the share of it that is not item noise -- the pilot's own analysis' reliability
-  (``reliability_x``/``_y`` of its per-run rows; with sizes only, the low end its bound gives: an
-  over-stated noise, so a cautious design) -- brought from a residual's sample sd to the sd of the
-  stationary AR(1) series the design simulates (:func:`stationary_sd`).
-"""
+checkpoints, and how large the tasks' residual series are beside it (``oodcorr design --pilot``)."""
 
 from __future__ import annotations
 
@@ -157,10 +137,7 @@ def item_estimates(
     neighbours' ``disagreement``), their medians (``persistence``, ``difficulty``; None without
     per-item correctness), the in-domain and OOD sets' items (``in_domain_items``, ``ood_items``:
     medians, None where unknown), ``residual_sd`` (median over the OOD testsets, score units, None
-    where no reliability is known) and ``accuracy`` (the OOD testsets' median mean score). ``runs``:
-    the pilot's analysed per-run rows; ``resid_sd``, ``mean_score``: :func:`.design_pilot._residual_sds`'s;
-    ``sizes``: items per testset where only sizes are known (those of testsets the pilot lacks are left
-    out). A note in ``notes`` for what is missing."""
+    where no reliability is known) and ``accuracy`` (the OOD testsets' median mean score)."""
     own = set(long["in_domain"].astype(str))
     per: dict = {}
     if examples is not None and len(examples):

@@ -2,8 +2,7 @@
 alternatives beside it with their cost and the cheapest that reaches the target, how many items the
 in-domain set and each OOD set need for each claim (:func:`items_needed`) (:func:`report`, a
 JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
-:mod:`.design`; a pilot's estimates (:mod:`.design_pilot`) come in through ``info``.
-"""
+:mod:`.design`; a pilot's estimates (:mod:`.design_pilot`) come in through ``info``."""
 
 from __future__ import annotations
 
@@ -41,9 +40,7 @@ def report(
     ``grid`` (:class:`Grid`), ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at
     least ``gpu_hours``) with its power at ``effect`` and the cheapest that reaches ``target`` per
     verdict; how many items each testset needs (:func:`items_needed`; ``items_studies`` simulated
-    studies per size, by default ``draws.studies``; 0: no such table). ``info`` (the config, the
-    budget, the assumptions' sources, a pilot's estimates, the testsets' sizes, notes) is copied
-    in."""
+    studies per size, by default ``draws.studies``; 0: no such table)."""
     headline, studies = a.phi, draws.studies
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
@@ -115,8 +112,7 @@ def generalises_unreachable(rows: list[dict], target: float, largest: float) -> 
     """When the grid as configured (``rows[0]``) finds ``generalises`` in fewer than ``target`` of its
     studies at every simulated effect up to ``largest``: its tolerance bounds cannot exclude 0
     often enough whatever the shared effect (too few models, or each too noisy, to show that models
-    of the other sign are rare). Then the cheapest alternative row (by GPU-hours) that does reach it,
-    or None; else None."""
+    of the other sign are rare)."""
     if rows[0]["smallest_effect_80"]["generalises"] is not None:
         return None
     fixes = [

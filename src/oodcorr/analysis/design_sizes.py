@@ -1,16 +1,4 @@
-"""How many items each testset needs for a design's claims: the items table of ``oodcorr design``.
-
-The in-domain set's and the OOD sets' item noise (:class:`.design_items.ItemNoise`) decide what the
-answer can say as much as the grid does: the in-domain set's noise weakens the cross-fitted
-correlations the answer reads, the OOD sets' noise hides the tasks' correlation, and either shrinks
-the band in which ``near zero`` can be said. The items table simulates the config's grid at the
-headline phi with the in-domain set's items along :data:`LADDER` (the OOD sets as configured), and
-with each OOD set's items along it (the in-domain set as configured), each at effect 0 and at the
-effect of interest (:func:`ladder_assumptions`), and reads, per claim (:data:`ITEM_CLAIMS`: the sign
-on average, the sign in nearly every model, near zero), the power at each size and the fewest items
-reaching the target (:func:`items_needed`, :func:`smallest_items`); :func:`items_markdown` writes
-it for the report (:mod:`.design_report`).
-"""
+"""How many items each testset needs for a design's claims: the items table of ``oodcorr design``."""
 
 from __future__ import annotations
 

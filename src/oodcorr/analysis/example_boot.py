@@ -1,17 +1,6 @@
 """The example-level bootstrap of one run: resample each testset's examples (the same examples at
 every checkpoint), recompute every accuracy and every cell, and read the cell's interval from the
-resampled correlations (:func:`.resample.interval`).
-
-:class:`RunExamples` holds a run's resampled accuracies (:func:`.item_noise.item_matrices` gives
-the per-example matrices); :func:`example_ci` redoes one cell's residualising and correlation per
-resample, for any method and residualiser; :func:`pearson_cis` does the same for every
-Pearson cell of a spline or linear residualiser (``spline``, ``linear``, with or without ``+step``)
-of the run at once, one basis (or residual maker) per resample shared by every testset, each
-series' spline at the penalty its own fit chose: the same resampled correlations as
-:func:`example_ci` up to rounding (the pseudo-inverse of each resample's covariates against
-least squares on them), dropped where :func:`example_ci` drops them (a constant series or
-covariate, a residual that is zero).
-"""
+resampled correlations (:func:`.resample.interval`)."""
 
 from __future__ import annotations
 
@@ -27,8 +16,7 @@ from .residualise import Degenerate, parse, spline_basis
 
 class RunExamples:
     """Per-example correctness of one run: testset -> (units x examples) matrix, and each testset's
-    accuracies under ``opts.example_boot`` resamples of its examples (``boot``: (units, B)).
-    ``labels``: the units as a note names them."""
+    accuracies under ``opts.example_boot`` resamples of its examples (``boot``: (units, B))."""
 
     def __init__(self, mats: dict, problems: dict, labels: list, opts: Options, model: str, run: str):
         self.labels = labels
@@ -100,10 +88,7 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
 def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:
     """(low, high, note) of the Pearson cells ``cells`` of one spline- or linear-kind residualiser
     ``res``, all at once: ``cells`` is a list of (x, y, mask, r, lams) -- each cell's testsets, its
-    complete units, its correlation and its two series' spline penalties (None: the line). Per set
-    of complete units, every resample's covariates (the resampled in-domain score, and the step
-    with ``+step``) give one residual maker or spline basis, applied to every testset's resampled
-    series; each pair's resampled correlations are then a product of two of them."""
+    complete units, its correlation and its two series' spline penalties (None: the line)."""
     out: list = [None] * len(cells)
     by_mask: dict[bytes, list[int]] = {}
     for k, (a, b, mask, _, _) in enumerate(cells):

@@ -1,24 +1,4 @@
-"""The line as the curve's check: does a cell's answer depend on the form of the regression?
-
-The default residualiser follows the curve each OOD score takes along the in-domain score
-(``spline``, :mod:`.residualise`); a straight line leaves whatever bend the curve has in every OOD
-series of a run, where it shows up as a correlation between them. Every cell of a curve-kind
-residualiser therefore also reports
-
-* the line's partial correlation on the same units, with its modified-t interval (``r_line``,
-  ``ci_low_line``, ``ci_high_line``, ``p_line``, ``se_z_line``; no bootstrap of its own), pooled
-  over runs as the curve's is;
-* per testset, how much of the series' variance left by the line the curve explains
-  (``curve_r2_x``, ``curve_r2_y``: ``1 - RSS_curve / RSS_line``) and the F test of that gain
-  (``curve_p_x``, ``curve_p_y``, on the curve's effective degrees of freedom; it takes the units as
-  independent, so where the residuals are autocorrelated read it as a flag, not a calibrated test);
-* ``depends_on_form``: the line and the curve conclude differently (a sign in one and another sign
-  or none in the other), and ``form_check`` says both in words.
-
-The answer (:mod:`.agreement_table`) runs the ladder on the line's correlations too, and a pair
-whose sign or spread differs between the two gets ``form`` = :data:`~oodcorr.core.answer.DEPENDS_ON_FORM`
-beside its verdict, which stays the curve's.
-"""
+"""The line as the curve's check: does a cell's answer depend on the form of the regression?"""
 
 from __future__ import annotations
 

@@ -1,48 +1,5 @@
 """Interval and p-value of one cell from one procedure: a modified t-test whose
-effective sample size comes from the residuals' autocorrelation.
-
-Consecutive checkpoints of a run are dependent, so two OOD series carry less
-independent information than their length suggests. Following Dutilleul (1993;
-also Clifford, Richardson and Hemon 1989, Pyper and Peterman 1998), the variance
-of the correlation of two independent series with covariance matrices ``Sx`` and
-``Sy`` is ``tr(Cx Cy) / (tr Cx tr Cy)``, where ``C = R S R'`` is the covariance of
-the *residuals* (``R`` the residualiser's residual-maker matrix: ``I - H`` for OLS
-with hat matrix ``H``, ``I - S`` for the GAM's smoother ``S``). The effective
-sample size is
-
-    n_eff = 1 + tr(Cx) tr(Cy) / tr(Cx Cy),
-
-which for independent units and the linear residualiser with one covariate is
-exactly ``n - 1``, so the test below is then the ordinary partial-correlation
-t-test (pingouin's, to 1e-10).
-
-Each residual series' dependence is modelled as AR(1) over the checkpoint order,
-``corr(e_s, e_t) = phi ** |s - t|``. Its lag-1 autocorrelation estimated from
-a short residual series is strongly biased towards 0 (and more so after a trend
-like the in-domain learning curve has been regressed out: with 21 checkpoints and
-phi = 0.7 the median estimate is about 0.44), so the estimate is *corrected for the
-design*: ``phi`` is the value at which the ratio of the expected lag-1 sum to the
-expected sum of squares of the residuals, ``tr(R'AR S_phi) / tr(R'R S_phi)`` (A:
-neighbouring units), equals the observed lag-1 autocorrelation (the example's median
-becomes 0.64; a ratio of expectations is a first-order correction, and the
-calibration study measures what is left). Negative estimates count as 0
-(conservative), and ``phi`` is capped at :data:`PHI_MAX`. Exchangeable units (not
-ordered) have ``phi = 0``.
-
-The test and the interval are one procedure, so they always agree:
-
-* Pearson and Spearman: ``p`` from ``t = r sqrt((n_eff - 2) / (1 - r^2))`` on
-  ``n_eff - 2`` degrees of freedom; the interval is ``tanh(atanh r +- atanh r_c)``
-  with ``r_c`` the critical correlation of that t-test at the interval's level.
-  So the interval excludes 0 exactly when ``p < 1 - level``.
-* Kendall: ``p`` from the normal approximation of tau with the variance
-  ``2 (2 m + 5) / (9 m (m - 1))`` at ``m = n_eff``; interval as above with the
-  critical tau.
-
-Calibration (size, coverage, power on simulated learning-curve runs) is measured
-by ``benchmarks/analysis_coverage.py``, with the numbers in
-benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values.
-"""
+effective sample size comes from the residuals' autocorrelation."""
 
 from __future__ import annotations
 
@@ -127,8 +84,7 @@ def corrected_phis(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
     a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
-    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each. ``psi``:
-    :func:`expected_lag1` of ``R``, when the caller has it (two series with one residual maker)."""
+    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
@@ -264,14 +220,7 @@ def _p_value(method: str, r: float, n_eff: float) -> float:
 
 
 def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[float, float, float, float]:
-    """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it.
-
-    The interval is symmetric in Fisher-z space with half-width ``atanh(critical)``, so it
-    excludes 0 exactly when ``p < 1 - level``; ``se_z`` is that half-width over the normal
-    quantile (the within-run standard error of atanh r that pooling uses). With a critical
-    value of 1 or more the interval is [-1, 1] and ``se_z`` infinite; with fewer than 3
-    effective points (Pearson, Spearman) there is no test: all NaN.
-    """
+    """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it."""
     return tuple(float(v[0]) for v in modified_tests(method, [r], [n_eff], level))
 
 
@@ -289,21 +238,7 @@ def assess(
     defer: bool = False,
 ) -> dict:
     """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
-    residual pair ``rp`` (:func:`.correlate.residual_pair`).
-
-    ``opts``: the analysis settings (:class:`.options.Options`, which imports this module).
-    ``opts.inference``: ``modified-t`` (the default, see the module doc), ``iid`` (the same test
-    with the units taken as independent: today's parametric test, too liberal on
-    autocorrelated checkpoints) or ``block`` (the earlier default, kept for comparison:
-    moving-block bootstrap interval and block-permutation p-value, which need not agree; it reads
-    ``opts.block_length``, ``n_boot``, ``n_perm`` and ``interval``, and draws from ``rng``).
-    ``pos``: the units' checkpoint positions, None for exchangeable units. ``deps``: the two
-    series' :class:`Dependence`, when the caller caches them.
-
-    Returns ``p, ci_low, ci_high, se_z, n_eff, phi_x, phi_y, p_method, p_perm, block_length``.
-    ``defer``: leave ``p``, ``ci_low``, ``ci_high``, ``se_z`` out for ``modified-t`` and ``iid``
-    (the caller computes them for many cells at once with :func:`modified_tests`).
-    """
+    residual pair ``rp`` (:func:`.correlate.residual_pair`)."""
     rx, ry = rp["rx"], rp["ry"]
     level, inference = opts.level, opts.inference
     out = {"p_perm": math.nan, "block_length": math.nan}

@@ -1,29 +1,4 @@
-"""Item noise: what a finite testset adds to a score series, from per-item correctness or from sizes.
-
-Every accuracy is the mean of a testset's items, and every checkpoint answers the same items, so
-the series of one run carries *item noise*: had another sample of items from the same population
-been drawn, every checkpoint's score would have moved, and by amounts that are correlated across
-checkpoints (an item one checkpoint gets right, its neighbour mostly gets right too). For one run
-and one testset of ``n`` items answered at ``T`` checkpoints, that noise is described by its
-covariance across checkpoints, ``Sigma`` (``T x T``), which is what resampling the items adds to
-the series; the analysis reads it in one of three ways (:class:`TestsetNoise`):
-
-* ``items`` -- per-item correctness at every checkpoint (the workflow's own predictions; ``oodcorr
-  analyse --examples``; lm-eval's ``--log_samples``): ``Sigma`` is estimated by the covariance of
-  the items' correctness across checkpoints over ``n`` (:func:`item_covariance`), persistent where
-  the items are, and the items can be split in two halves that carry independent noise
-  (:func:`half_means`; :mod:`.measurement` reads the in-domain set's halves);
-* ``bound`` -- only the number of items per checkpoint, for a score that is a share of items
-  (accuracy): the white binomial variance ``p (1 - p) / n`` at each checkpoint
-  (:func:`binomial_bound`) is an *upper bound* on what the noise adds to a residual series (the
-  items' persistence can only take away from it), never an estimate;
-* ``unknown`` -- neither (or a metric that is not a share of items, where the binomial bound
-  does not hold): the analysis says so and speaks of the scores observed.
-
-:func:`run_noise` reads a run's noise for every testset from the per-item table and the long
-table's ``n`` column; :func:`noise_summary` describes one (its sd per checkpoint, how persistent
-it is, how often neighbouring checkpoints disagree on an item).
-"""
+"""Item noise: what a finite testset adds to a score series, from per-item correctness or from sizes."""
 
 from __future__ import annotations
 
@@ -41,11 +16,7 @@ KINDS = (ITEMS, BOUND, NEITHER)
 
 @dataclass(frozen=True)
 class TestsetNoise:
-    """One run's item noise of one testset, aligned with the run's units (``kind`` in :data:`KINDS`).
-
-    ``mat``: ``items`` only, (units, items) correctness in [0, 1], a row of NaN where a unit has no
-    per-item record; ``sizes``: ``bound`` only, the items behind each unit's score (NaN where
-    unknown); ``why``: what is known and what not, in words."""
+    """One run's item noise of one testset, aligned with the run's units (``kind`` in :data:`KINDS`)."""
 
     kind: str
     mat: np.ndarray | None = None
@@ -78,7 +49,7 @@ def item_covariance(mat: np.ndarray) -> np.ndarray:
     """The covariance across units of a testset's accuracy that resampling its items adds: the
     covariance of the items' correctness between every two units over the number of items
     (``D D' / (n (n - 1))``, ``D`` the items' correctness less each unit's mean), unbiased for
-    items drawn from a population. ``mat`` (units, items); a unit without records gives NaN rows."""
+    items drawn from a population."""
     mat = np.asarray(mat, dtype=float)
     n = mat.shape[-1]
     if n < 2:
@@ -105,11 +76,7 @@ def half_means(
     mat: np.ndarray, splits: int, rng: np.random.Generator, strata: np.ndarray | None = None
 ) -> tuple[np.ndarray, tuple[int, int]]:
     """``splits`` random halves of a testset's items: an array (splits, 2, units) of each half's
-    accuracy at every unit, and the halves' sizes (n // 2, n - n // 2). Two halves share no item, so
-    their item noise is independent. ``strata`` (one label per item): each half takes half of every
-    stratum, as a testset sampled per label was (random halves of a label-stratified set get
-    opposite label shares, and a checkpoint that favours one label makes their noise anti-correlated:
-    the noise would read larger than the set's own)."""
+    accuracy at every unit, and the halves' sizes (n // 2, n - n // 2)."""
     mat = np.asarray(mat, dtype=float)
     n = mat.shape[1]
     a = n // 2
@@ -157,8 +124,7 @@ def noise_summary(mat: np.ndarray) -> dict:
 def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """One run's per-item correctness as a (units, items) matrix per testset, and the testsets whose
     records cannot be read as one (duplicate records of a unit and item; different items at
-    different units), with the reason. ``examples``: the run's rows of the per-item table
-    (``unit``, ``testset``, ``example``, ``correct``); rows of a unit not in ``units`` are left out."""
+    different units), with the reason."""
     mats: dict[str, np.ndarray] = {}
     problems: dict[str, str] = {}
     if examples is None or not len(examples):

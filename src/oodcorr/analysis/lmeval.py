@@ -1,51 +1,4 @@
-"""Reading a folder of lm-evaluation-harness results into the canonical long table.
-
-lm-evaluation-harness (``lm_eval --model hf --model_args pretrained=M,revision=step1000 --tasks
-... --output_path OUT [--log_samples]``) writes, per run of it, ``OUT/<model>/results_<date>.json``
-and, with ``--log_samples``, one ``samples_<task>_<date>.jsonl`` per task beside it. A checkpoint
-series is a loop of such runs over revisions. :func:`read_folder` reads every results file under a
-folder (searched recursively) and returns one score per model x run x step x task:
-
-* the **formats**: the current one, ``results[task]["acc,none"]`` (metric, then the filter after
-  the comma) with ``"acc_stderr,none"``, ``n-samples[task]["effective"]`` and
-  ``config.model_args``; and the older one, ``results[task]["acc"]`` (the Pythia suite's
-  published files). ``model_args`` is a ``key=value,...`` string or a mapping.
-* the **metric** by name (``acc``, ``acc_norm``, ``exact_match``, ...; ``name,filter`` where a
-  task has it under several filters). A selected task without it is an error naming the file and
-  the metrics that task has.
-* **model, run and step**: from ``model_args`` (``pretrained``; ``revision`` such as ``step1000``,
-  ``global_step1000`` or ``1000``, else a ``pretrained`` path ending in ``checkpoint-1000`` /
-  ``step1000``), or from a **path pattern** (:func:`.lmeval_identity.compile_pattern`) whose ``{model}``, ``{run}``
-  and ``{step}`` are read from each file's path below the folder. What the pattern names wins
-  for model and run (labels); a step named by both must agree. Runs (seeds) come only from the
-  pattern's ``{run}``: without it each model is one run.
-* **per-example logs**: ``samples_<task>_<date>.jsonl`` beside ``results_<date>.json`` gives each
-  document's 0/1 value of the metric (same filter), for the example-level bootstrap and each
-  task's item noise; its mean must equal the results file's score (else it is from another run,
-  and refused).
-* **groups**: ``group_subtasks`` (group -> its subtasks, a subtask possibly a group itself; the
-  current format) says which tasks are made of others (``mmlu`` of ``mmlu_stem`` of
-  ``mmlu_anatomy`` ...); the union over the files is :attr:`LmEvalResults.groups`, which the
-  analysis reads to leave out pairs that share items (:mod:`.shared_items`).
-
-Bounds, checked before anything is parsed (the limits are flags of ``oodcorr analyse``):
-at most :data:`MAX_FILES` ``.json``/``.jsonl`` files (counted first, the count said), a results
-file of at most :data:`MAX_RESULTS_BYTES` (a real one is kilobytes to a few megabytes; more is
-usually samples written into it), a samples line of at most
-:data:`.lmeval_samples.MAX_SAMPLE_LINE_BYTES` (samples files are streamed, line by line, keeping
-two numbers a document: :func:`.lmeval_samples.read_samples`). Folders are walked
-following links within the folder, each real folder once: a link back into a folder already read
-(a loop) is said and not followed again, a link that leads out of the folder is said and not
-followed (``--follow-links`` follows it), and a folder that cannot be listed or searched is
-named. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming
-the file; reading is done before anything is written, so a refusal leaves no result.
-
-Where each part lives: this module reads the folder (:func:`read_folder`: the files chosen, the
-duplicates, the tasks asked for and missing, the samples paired, the digest); one results file is
-read, and its scores checked, in :mod:`.lmeval_results`; the files found and opened in
-:mod:`.lmeval_files`; the model, run and step in :mod:`.lmeval_identity`; the samples files in
-:mod:`.lmeval_samples`.
-"""
+"""Reading a folder of lm-evaluation-harness results into the canonical long table."""
 
 from __future__ import annotations
 
@@ -144,11 +97,7 @@ def read_folder(
     follow_links: bool = False,
     in_domain: str | None = None,
 ) -> LmEvalResults:
-    """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring).
-    ``in_domain`` (``--in-domain``) is read whatever ``tasks`` names; a task in no file is an error
-    naming the flag that asked for it, with the files' tasks closest to it.
-
-    Two files giving one (model, run, step, task) is an error naming both."""
+    """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring)."""
     folder = Path(folder)
     pattern = compile_pattern(path_pattern) if path_pattern else None
     files, notes = list_files(folder, max_files, follow_links)

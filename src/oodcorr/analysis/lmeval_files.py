@@ -1,13 +1,5 @@
 """The files of a folder of lm-evaluation-harness results, found and opened with care
-(:mod:`oodcorr.analysis.lmeval` reads what they say).
-
-:func:`list_files` walks the folder: links within it are followed, each real folder once (a loop is
-said and not followed again); a link that leads out of it is said and not followed unless asked
-(``--follow-links``: a link to ``/`` would walk the whole machine, ``/proc`` included); a folder that
-cannot be listed or searched is named; the files are counted before any is read (:data:`MAX_FILES`).
-:func:`load_json` opens one results file: a regular file of at most :data:`MAX_RESULTS_BYTES`, UTF-8
-JSON naming no key twice. Every refusal is a :class:`~oodcorr.core.errors.DataError` naming the file.
-"""
+(:mod:`oodcorr.analysis.lmeval` reads what they say)."""
 
 from __future__ import annotations
 
@@ -27,11 +19,7 @@ MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
 
 def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = False) -> tuple[list[Path], list[str]]:
     """Every ``.json``/``.jsonl`` file under ``folder`` (sorted) and the notes of what was not
-    followed. Links within the folder are followed, each real folder read once; a link that leads out
-    of it is named in a note and not followed, unless ``follow_links`` (``--follow-links``). A folder
-    that cannot be listed, or whose entries cannot be looked at (no search permission), is an error
-    naming it. More files than ``max_files`` is an error giving the count (all counted first, only the
-    first ``max_files`` kept)."""
+    followed."""
     folder = Path(folder)
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is a file, not a folder"

@@ -16,10 +16,7 @@ STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IG
 # ---- the path pattern ----
 def compile_pattern(pattern: str) -> re.Pattern:
     """A path pattern -> a regular expression matched against a file's path below the folder
-    (``/``-separated, whole path). ``{model}``, ``{run}`` name one folder or part of a file name
-    (no ``/``), ``{step}`` a whole number; ``*`` is any text within one name, ``**/`` any number of
-    folders; everything else is literal. E.g. ``{model}/zero-shot/*_step{step}.json`` or
-    ``{model}-seed{run}/step{step}/results_*.json``."""
+    (``/``-separated, whole path)."""
     if not pattern or pattern.startswith("/"):
         raise DataError(
             f"--path-pattern {pattern!r}: give a path relative to the folder, e.g. '{{model}}/*_step{{step}}.json'"
@@ -53,9 +50,7 @@ def compile_pattern(pattern: str) -> re.Pattern:
 
 
 def parse_model_args(v) -> dict[str, str]:
-    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already. A key
-    given twice with two values (``revision=step1,revision=step2``: the harness takes the last) is
-    a ValueError saying so: which checkpoint was evaluated is then not what it seems."""
+    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
     if v is None:
         return {}
     if isinstance(v, dict):
@@ -71,9 +66,7 @@ def parse_model_args(v) -> dict[str, str]:
 
 
 def identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
-    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``).
-    An adapter (``peft=``, ``delta=``) is what was evaluated at each step, so its path is read first,
-    as the harness names the model by it."""
+    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``)."""
     adapter = args.get("peft") or args.get("delta")
     model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
     revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")

@@ -4,8 +4,7 @@ older ``acc``), the metric found by name and filter (:func:`_metric_names` lists
 run and step it holds (:mod:`.lmeval_identity`, or the path pattern), its groups
 (``group_subtasks``), and every score checked: a number, finite, within its metric's range, and
 every score of one metric on one scale across the files (:func:`check_scales`). Every refusal is a
-:class:`~oodcorr.core.errors.DataError` naming the file and the task.
-"""
+:class:`~oodcorr.core.errors.DataError` naming the file and the task."""
 
 from __future__ import annotations
 

@@ -1,27 +1,4 @@
-"""The answer about the tasks: what the ladder reads when scores are measurements.
-
-:func:`.agreement_table.agreement` asks this module, per OOD pair, four things:
-
-* **which correlations the ladder reads** (:func:`pair_regimes`): ``items`` where every run's
-  in-domain items are known -- the cross-fitted correlations (``r_eiv``, :mod:`.measurement`), in
-  which the in-domain set's noise cannot fake a correlation; ``bound`` where some run's in-domain
-  set has only a size -- the observed *and* the bound-corrected correlations, each statement's
-  p-value the larger of the two and a sign only where both show it (a sign that holds at every noise
-  level the bound allows); ``unknown`` -- the observed ones, and the answer says it speaks of the
-  scores observed;
-* **how far a correlation of the tasks shrinks on the way** (:func:`attenuation`): each testset's
-  reliability (the share of its residual series' variance that is not item noise) pooled over the
-  models, and the low end of the attenuation ``sqrt(rel_x rel_y)`` of the correlations the ladder
-  reads; ``near zero`` is said only where the band ``near_zero`` times that low end holds the
-  models (so a correlation of +-``near_zero`` between the tasks would have been seen through the
-  noise);
-* **the tasks' consensus** (:func:`corrected_consensus`): the models' noise-free moments pooled
-  before dividing (:func:`.measurement.ratio_of_means`), with Fieller's interval over the models;
-  where a testset's noise is only bounded, no estimate and the interval over the bound's range;
-* **which testsets leave nothing to say** (:func:`noise_limited`): a pair the data cannot resolve is
-  ``noise-limited`` when one of its testsets' residual series is mostly item noise (reliability
-  below :data:`.measurement.NOISE_LIMITED`, or its bound's low end below it), naming them.
-"""
+"""The answer about the tasks: what the ladder reads when scores are measurements."""
 
 from __future__ import annotations
 
@@ -122,11 +99,7 @@ def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: f
 def corrected_consensus(
     pooled: pd.DataFrame, group: np.ndarray, n_groups: int, regime: np.ndarray, envelope: dict, band, level: float
 ) -> dict:
-    """Per pair: ``r_consensus_corrected`` and its interval. Where the in-domain set's and both
-    testsets' items are known, the ratio of the models' mean noise-free moments (each model's sums
-    over its runs divided by its runs) with Fieller's interval over the models; else no estimate,
-    and the interval the correlations the ladder reads allow (``envelope``: their consensus
-    intervals' union, per pair) divided by the attenuation's range [``band``, 1]."""
+    """Per pair: ``r_consensus_corrected`` and its interval."""
     out = {k: np.full(n_groups, np.nan) for k in ("r", "lo", "hi")}
     need = ("task_cov", "task_var_x", "task_var_y")
     have = all(c in pooled for c in need)

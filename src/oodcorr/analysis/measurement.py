@@ -1,52 +1,4 @@
-"""Scores as measurements: the partial correlation of the *tasks*, through the testsets' item noise.
-
-The question is about tasks: when a checkpoint gets better on x beyond what its in-domain ability
-explains, does it get better on y? Each score is a testset's mean over its items
-(:mod:`.item_noise`), so each series is the task's population accuracy plus item noise, and that
-noise acts twice:
-
-* **the control's noise fakes correlations.** Regressing x and y on a noisy in-domain score
-  removes only part of the in-domain ability; what is left is in both residuals, and both OOD sets
-  load on it, so the residuals correlate when the tasks do not (errors in variables);
-* **the testsets' own noise hides them.** A residual series that is mostly item noise correlates
-  with nothing: the observed correlation is the task's times ``sqrt(rel_x rel_y)``, ``rel`` the
-  share of each residual series' variance that is not item noise (its *reliability*).
-
-**The sign: cross-fitted residuals** (:func:`cross_fitted`, where the in-domain set's items are
-known). The in-domain items are split at random into two halves ``a`` and ``b``, which share no
-item and so carry independent noise. x is residualised on half ``a``'s score with the slope of an
-instrumental-variable fit that half ``b`` instruments (``x'P z_b / z_a'P z_b``: consistent for the
-slope on the in-domain ability, unlike least squares on a noisy score), y on half ``b`` with half
-``a`` as the instrument. Each residual then holds the other's in-domain noise only through an
-independent half, so nothing couples them but the tasks: the correlation of the two residual series
-(``r_eiv``) is zero where the tasks' is, at any in-domain noise. It is attenuated (by x's and y's
-own noise and by the half's), never inflated; the per-run procedure (:mod:`.inference`: the design-
-corrected AR(1) and Dutilleul's effective sample size of the two series under their own residual
-makers, the modified t) gives its interval and p-value as for any residual pair, and the ladder
-(:mod:`.consensus`) reads it in place of the observed correlation. Its value is the mean of the
-Fisher z over ``splits`` random splits and both orientations (``a``/``b`` swapped), its effective
-sample size that of the first split. Where only the in-domain set's size is known, the noise is
-bounded, not estimated: :func:`bounded` gives the correlation corrected for the largest noise the
-bound allows (the moment correction ``S_zz - N``), and the answer states a sign only where it holds
-at both ends of that range, none and the bound (a sign that holds at every noise level the data
-allow).
-
-**The size: the tasks' correlation** (``r_corrected``). Dividing ``r_eiv`` by the cross-fitted series'
-attenuation ``sqrt(rel'_x rel'_y)`` (:func:`cross_fitted`'s ``rel``: their variance less the
-expected item noise, ``tr(R Sigma_x R') + beta^2 tr(P Sigma_za P)``, over their variance) corrects
-each run; the noise of a run's residual series is the larger part of its variance where a testset
-is small, and a ratio of two noisy numbers is then wild, so models are pooled by
-:func:`ratio_of_means` (the mean of the numerators over the mean of the attenuations, before any
-division) with Fieller's interval over the models, which carries the noise estimate's uncertainty
-with every other. The choice among the candidates (the moment correction of the residual covariance,
-which over-corrects by its second-order terms; SIMEX; the item bootstrap): docs/measurement.md#scores-as-measurements.
-
-Only Pearson's correlation with a linear residualiser (``linear``, ``linear+step``) is corrected:
-the ranks of a noisy series are not the ranks of its truth plus independent noise (Spearman,
-Kendall), and a spline fitted to a noisy covariate has no instrumented form (``gam``); those cells
-report the observed correlation and their answer borrows the sign check of the Pearson linear cell
-of the same pair (:mod:`.consensus`).
-"""
+"""Scores as measurements: the partial correlation of the *tasks*, through the testsets' item noise."""
 
 from __future__ import annotations
 
@@ -97,17 +49,7 @@ def cross_fitted(
     pos: np.ndarray | None,
     level: float = 0.95,
 ) -> dict:
-    """Cross-fitted partial correlations (the module doc) of one or many runs at once.
-
-    ``zh`` (B, splits, 2, T): the in-domain halves' scores; ``P`` (T, T): the residual maker of the
-    exact covariates (the intercept, and the step with ``+step``); ``X`` (B, T, S): the OOD series;
-    ``XH`` (B, splits, 2, T, S): their halves' scores (NaN for a testset without items; None: none
-    has); ``pairs`` (m, 2): the series' indices of each pair; ``pos``: the checkpoint positions
-    (None: exchangeable units). Every unit complete.
-
-    Returns arrays (B, m): ``r`` (r_eiv), ``n_eff``, ``p``, ``ci_low``, ``ci_high``, ``se_z`` (the
-    modified t); ``eiv_x``, ``eiv_y`` (the cross-fitted series' sums of squares, mean over the
-    splits); and the moments the tasks' correlation is made of (:func:`_moments`)."""
+    """Cross-fitted partial correlations (the module doc) of one or many runs at once."""
     zh, X = np.asarray(zh, float), np.asarray(X, float)
     R, _ = instrumented_makers(zh, P)  # (B, K, 2, T, T)
     rho = R @ X[:, None, None]  # (B, K, 2, T, S)
@@ -138,17 +80,7 @@ def cross_fitted(
 def _moments(zh, P, X, XH, pairs) -> dict:
     """The sums of squares and products of the tasks' residuals, each free of item noise in
     expectation, averaged over the splits and both orientations (arrays (B, m)):
-
-    * ``cov``: ``x'P y - (x'P z_b)(y'P z_a) / (z_a'P z_b)`` -- the residual covariance of x fitted
-      on half a (instrumented by b) and y on half b (instrumented by a), whose in-domain noises are
-      independent;
-    * ``var_x``, ``var_y``: ``(x_1 - b_1 z_a)'P(x_2 - b_2 z_b)`` -- x's two item halves, each fitted
-      on its own in-domain half: a product of residuals that share neither x's item noise nor the
-      in-domain set's, so only the task's residual variance is left (a monotone distortion of a
-      half's scores by its sample of items scales the task's variation and stays in it); NaN without
-      the testset's items;
-    * ``obs_x``, ``obs_y``: the observed residual variances, least squares on the whole in-domain
-      score."""
+    ``cov``, ``var_x``, ``var_y``, ``obs_x``, ``obs_y``."""
     Pz = np.einsum("tu,bkhu->bkht", P, zh)  # (B, K, 2, T)
     PX = np.einsum("tu,bus->bts", P, X)
     zab = np.einsum("bkt,bkt->bk", Pz[:, :, 0], zh[:, :, 1])  # z_a' P z_b
@@ -182,7 +114,7 @@ def _moments(zh, P, X, XH, pairs) -> dict:
 def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np.ndarray:
     """Dutilleul's effective sample size of each pair of cross-fitted series of the first split, as
     :func:`.inference.effective_n` gives it (the AR(1) covariances, never above the independent
-    units' one), averaged over the two orientations. ``R0`` (B, 2, T, T), ``rho0`` (B, 2, T, S)."""
+    units' one), averaged over the two orientations."""
     res = np.swapaxes(rho0, -1, -2)  # (B, 2, S, T)
     C0 = R0 @ np.swapaxes(R0, -1, -2)  # (B, 2, T, T)
     if pos is None:
@@ -207,8 +139,7 @@ def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, nois
     expected noise in ``z' P z``: at the binomial bound, the largest the bound allows), the moment
     correction ``(S_xy - S_xz S_yz / (S_zz - noise_z)) / sqrt(o_x o_y)`` with the observed residual
     variances ``o`` in the denominator (so the value is on the observed scale: only the control is
-    corrected). NaN where ``S_zz - noise_z`` is not positive (the in-domain series' variation is
-    within its noise). ``z`` (T,), ``X`` (T, S), one run, complete units."""
+    corrected)."""
     Pz, PX = P @ z, P @ X
     szz = float(Pz @ Pz)
     sxz = PX.T @ Pz
@@ -228,7 +159,7 @@ def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y
     """The tasks' correlation of a run from its cross-fitted one: ``r / sqrt(rel_x rel_y)`` (NaN
     where a reliability is not positive or the result leaves [-1, 1]) and its interval, the
     observed interval divided by the attenuation's range (a bound that reaches 0 leaves that side
-    open: +-1; an attenuation that may be 0 at its high end too leaves [-1, 1]). Arrays of one shape."""
+    open: +-1; an attenuation that may be 0 at its high end too leaves [-1, 1])."""
     r, lo, hi = (np.asarray(v, float) for v in (r, lo, hi))
     with np.errstate(invalid="ignore", divide="ignore"):
         a = np.sqrt(np.asarray(rel_x, float) * np.asarray(rel_y, float))
@@ -250,7 +181,7 @@ def ratio_of_means(num, att_x, att_y, level: float = 0.95) -> tuple[float, float
     cross-fitted correlations ``num`` over ``sqrt(mean att_x * mean att_y)`` (each unit's
     reliabilities), and Fieller's interval for that ratio of means on ``k - 1`` degrees of freedom
     (the denominator linearised per unit), clipped to [-1, 1]: an interval whose denominator is not
-    clearly positive is [-1, 1], the whole range. Fewer than 3 units: the ratio and no interval."""
+    clearly positive is [-1, 1], the whole range."""
     num, ax, ay = (np.asarray(v, float) for v in (num, att_x, att_y))
     ok = np.isfinite(num) & np.isfinite(ax) & np.isfinite(ay)
     num, ax, ay = num[ok], ax[ok], ay[ok]
@@ -322,17 +253,7 @@ def spline_cross_fitted(zh, X, steps, pairs, lams, pos, level: float, settings) 
     """Cross-fitted partial correlations of a spline residualiser (one run): the in-domain items' two
     halves ``a`` and ``b`` as for the line (:func:`cross_fitted`), x fitted on half ``a``'s spline and
     y on half ``b``'s, each series at its own penalty ``lams`` (the cell's REML choice on the whole
-    score). The spline's straight-line part is instrumented by the other half (the least-squares
-    slope on a noisy score is attenuated, and what it leaves of the ability is shared by every
-    residual; the instrumented one is consistent), its penalised part is fitted as it is: what the
-    in-domain noise leaves is then of second order (the curve's bend times the half's noise), and
-    independent between x's and y's residuals but for that.
-
-    ``zh`` (splits, 2, T); ``X`` (T, S); ``steps``: the training steps (T,) with ``+step`` (an
-    exact covariate, its own instrument), else None; ``pairs`` (m, 2); ``lams`` (S,): ``inf`` for a
-    series fitted by the line. Returns arrays (m,): ``r``, ``n_eff``, ``p``, ``ci_low``, ``ci_high``,
-    ``se_z`` (the modified t, the effective sample size from the first split's two orientations, as
-    :func:`cross_fitted`); None where a half's scores admit no curve (the caller keeps the line's)."""
+    score)."""
     K, T, S = zh.shape[0], X.shape[0], X.shape[1]
     lams = np.asarray(lams, float)
     rho = np.empty((K, 2, T, S))

@@ -1,24 +1,4 @@
-"""Multiple-comparison corrections across the pairs of one heatmap.
-
-A family is every pair of one (model, in-domain set, run or pooled, method,
-residualiser): the cells a reader scans for "which pairs are significant". NaN
-p-values are not tests and are left out of the family (their p_adj stays NaN).
-
-* ``holm`` (default) controls the family-wise error rate under any dependence
-  between the tests -- and the pairs share testsets, so they are dependent. The
-  paper's claim is about individual pairs ("this pair's sign differs between
-  models"), so the guarantee that no significant cell is a false positive is the
-  one that matters.
-* ``bh`` (Benjamini-Hochberg) controls the false discovery rate, assuming
-  independence or positive dependence; more powerful for screening many pairs.
-
-Simes' combination of a family's p-values (:func:`simes`, the test that at least one of the
-family's nulls is false, which the sign reversal across models reads) is the smallest of its
-Benjamini-Hochberg-adjusted p-values. Both corrections equal statsmodels' ``multipletests``
-(``tests/analysis/test_multitest.py``); they are written here because they adjust many
-families at once (the design command's simulated tables, one per row), which statsmodels'
-does one family per call.
-"""
+"""Multiple-comparison corrections across the pairs of one heatmap."""
 
 from __future__ import annotations
 
@@ -72,8 +52,7 @@ def bh(p) -> np.ndarray:
 def simes(p) -> np.ndarray:
     """Simes' combination of each family's p-values (a 2-D ``p`` is one family per row; NaN is no
     test): ``min_j m p_(j) / j`` over the family's ``m`` p-values in ascending order, which is the
-    smallest of their Benjamini-Hochberg-adjusted ones; NaN for a family without a p-value. A valid
-    p-value of "every null is true" for independent tests (and positively dependent ones)."""
+    smallest of their Benjamini-Hochberg-adjusted ones; NaN for a family without a p-value."""
     adjusted = bh(p)
     if adjusted.ndim == 0 or adjusted.size == 0:
         return adjusted.copy()

@@ -17,8 +17,7 @@ from .residualise import GamSettings, parse
 
 @dataclass(frozen=True)
 class Options:
-    """Every analysis setting. The defaults are the config's (:data:`oodcorr.core.defaults.ANALYSIS`,
-    written once there), so the workflow, the CLI and a call from Python agree."""
+    """Every analysis setting."""
 
     methods: tuple[str, ...] = tuple(DEFAULTS["methods"])
     residualisers: tuple[str, ...] = tuple(DEFAULTS["residualisers"])

@@ -1,37 +1,4 @@
-"""Pooling runs of one model: a random-effects meta-analysis of the runs' correlations.
-
-Pooling. Each run of a model is a replicate of the experiment (a seed); its partial
-correlation r_i comes with a within-run standard error ``se_z`` of Fisher's
-z = atanh(r_i) from the per-run procedure (:mod:`.inference`). The pooled row is a
-random-effects meta-analysis of the runs' z values (Paule-Mandel between-run
-variance tau^2; weights 1 / (se_z^2 + tau^2)):
-
-* 3 or more runs: the Hartung-Knapp(-Sidik-Jonkman) interval on k - 1 degrees of
-  freedom, but never narrower than the normal random-effects interval (so runs that
-  happen to agree closely cannot shrink the interval below what their own
-  uncertainty allows), and the p-value of the same rule (the larger of the two),
-  so interval and p agree. ``tau2`` and ``i2`` (the share of the spread between
-  runs not explained by their within-run uncertainty) are columns.
-* 2 runs: between-run variation cannot be estimated, and a t-test on 1 degree of
-  freedom is meaningless (two runs that happen to agree give any p-value at all).
-  By default (``two_runs="none"``) the row has no interval and no p-value: ``r`` is
-  the inverse-variance mean of the two runs, descriptive only, and the note says
-  so. ``two_runs="fixed-effect"`` gives the fixed-effect combination with a normal
-  interval instead, which assumes both runs share one correlation (measured: its
-  size grows with the between-run spread, see benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values).
-* 1 run: the run's own r, interval and p-value.
-
-Runs with no value, or with too little effective information for an interval, are
-left out of the weights and counted in the note. Why per-run correlations and not
-pooled residuals: each run has its own trajectory and in-domain curve, so a
-residualiser fitted per run is the estimand the paper defines; pooling residuals
-would let long runs dominate and treat checkpoints of different runs as one series.
-The measured calibration is in ``benchmarks/analysis_coverage.py``
-(benchmarks/README.md#4-analysis-calibration-of-intervals-and-p-values).
-
-Across models (the consensus, heterogeneity, sign reversal and the verdict of each pair):
-:mod:`.consensus`.
-"""
+"""Pooling runs of one model: a random-effects meta-analysis of the runs' correlations."""
 
 from __future__ import annotations
 
@@ -57,8 +24,7 @@ def fisher_mean(rs) -> float:
 def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
     ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
-    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out). At ``t2 = 0`` and one
-    group it is Cochran's Q (:func:`cochran_q`)."""
+    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
     w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1, keepdims=True)
     m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
@@ -70,8 +36,7 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``):
     Cochran's Q, ``sum (z - mean)^2 / v`` around the inverse-variance mean, and I^2, the share of Q
     above its degrees of freedom (the estimates less one, at least 1): ``max(0, (Q - df) / Q)``, 0
-    where Q is 0. Every Q and I^2 of the analysis (the runs of a model, the models of a pair, the
-    models' agreement that scales their variances) is this one."""
+    where Q is 0."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -86,14 +51,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
     around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
     groups, members)) equals ``target``, and 0 where Q is at or below it already at 0 (always so
-    for a target of 0: groups of one member each leave no degrees of freedom). Every between-run
-    and between-model variance of the analysis, and its upper confidence bound, is one (Paule and
-    Mandel 1982).
-
-    Q falls as ``t2`` grows, so the root is unique, and it lies below ``S / target`` (``S`` the
-    squared deviations of ``z`` from their groups' plain means: ``Q(t2) <= S / t2``): scipy's
-    vectorised bracketing root finder (``optimize.elementwise.find_root``) on that bracket, to 1e-14
-    relative."""
+    for a target of 0: groups of one member each leave no degrees of freedom)."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -118,9 +76,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see the module doc.
-
-    Returns ``z, lo, hi, p, se_z, tau2, i2, q, how``; ``lo``/``hi`` on the z scale."""
+    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see the module doc."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
     qn = float(stats.norm.ppf(0.5 + level / 2))
@@ -158,9 +114,7 @@ def combine(z, v, level: float = 0.95) -> dict:
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     """:func:`_random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
-    (sets, estimates), the estimates of each set where ``mask``. Returns the keys of
-    :func:`_random_effects` but ``how``, each an array with one value per set (NaN for a set of
-    fewer than 2 estimates)."""
+    (sets, estimates), the estimates of each set where ``mask``."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -186,7 +140,7 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
 def _random_effects(z, v, level: float = 0.95) -> dict:
     """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
     tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
-    normal one, and the p-value of the same rule. Returns the keys of :func:`combine`."""
+    normal one, and the p-value of the same rule."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     res = random_effects_batch(z[None], v[None], np.ones((1, len(z)), bool), level)
     out = {key: float(val[0]) for key, val in res.items()}
@@ -293,12 +247,7 @@ def _groups(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, list[np.ndar
 
 
 def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -> pd.DataFrame:
-    """One ``run == "pooled"`` row per model, in-domain set, pool group, pair, method and residualiser.
-
-    ``rows`` are run rows with ``r``, ``se_z``, ``ci_low``, ``ci_high``, ``p``, ``n``,
-    ``n_units``, ``note``, ``p_method`` (and the same with the suffix ``_no_step0`` for the
-    step-0 check, ``_eiv`` for the in-domain-corrected cells and ``_line`` for the line's check,
-    when present)."""
+    """One ``run == "pooled"`` row per model, in-domain set, pool group, pair, method and residualiser."""
     rows = rows if "pool_group" in rows.columns else rows.assign(pool_group="all runs")
     rows = rows.reset_index(drop=True)
     if rows.empty:

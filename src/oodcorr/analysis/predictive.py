@@ -1,46 +1,4 @@
-"""Where a further model of the table's kind is expected: the two statements across models.
-
-Both read the models of one pair as the random-effects model of :mod:`.consensus`: model m's
-Fisher z ``z_m`` (variance ``V_m``, from its runs) is ``theta_m + e_m``, ``e_m ~ N(0, V_m)``,
-and the models' true correlations ``theta_m ~ N(mu, tau^2)``, ``mu`` and ``tau`` unknown. A
-further model of the same kind has ``theta_new ~ N(mu, tau^2)``. With few models, or one noisy
-series each, ``tau`` is poorly known, and both statements integrate over it on a grid of ``tau``
-instead of plugging in an estimate:
-
-* **The prediction interval** (:func:`predictive_batch`): where ``theta_new`` lies with
-  probability ``level``. The central interval of the two-level model's Bayesian posterior
-  predictive, with a flat prior on ``mu``, a half-normal prior of scale :data:`TAU_SCALE` on
-  ``tau``, and a within-model variance that may be smaller than the ``V_m`` the per-run
-  procedure gives: ``lambda V_m``, ``lambda`` uniform on :data:`WITHIN_SCALES` (that procedure's
-  modified t is conservative, so a model's z scatters around its truth by only 0.72--0.98 of
-  its ``V_m`` in simulated series; read as noise, the rest of a true spread would make the
-  interval too narrow).
-* **The tolerance bounds** (:func:`tolerance_batch`), which "<sign> in nearly every model"
-  reads: with confidence ``level`` (0.95), at least ``(1 + level) / 2`` (97.5 %) of models of
-  this kind have a correlation above ``tol_lo`` (below ``tol_hi``). ``tau``'s uncertainty is its
-  Q-profile confidence distribution ``H(tau) = P(chi2_{M-1} >= Q(tau))`` (exact for known
-  ``V_m``), and given ``tau``, ``mu``'s is normal around the inverse-variance mean; ``tol_hi`` is
-  the 0.95 quantile of the implied distribution of ``mu + c tau`` (``c`` the normal quantile of
-  the share), the generalised pivotal quantity of Nagashima, Noma & Furukawa 2019 for a
-  quantile instead of a further draw; with an uncertain within-model scale ``lambda``
-  (:func:`within_scale_draws`), a mixture over its draws.
-
-The prediction interval reads the ``V_m`` scaled by :func:`within_scale_batch` (as they are,
-unless the models agree more closely than those variances allow); the tolerance bounds read the
-scale :func:`.consensus.shared_sign_batch` gives them (the runs' scatter, or the per-run
-procedure's measured conservatism).
-
-Why two: a prediction interval that excludes 0 says a further model is *expected* to share the
-sign; it does not say that models of the other sign are rare, and where they are not rare
-(a spread near the sign boundary) an interval of exact coverage excludes 0 in a fifth of
-studies. "Nearly every model" claims the second, so it is the tolerance bound's. The measured
-coverage, error rates and the power each costs:
-benchmarks/README.md#14-the-answer-across-models-every-rung-measured; the choice:
-docs/answer.md#the-prediction-interval-and-the-tolerance-bounds.
-
-Every function takes many studies at once: ``zm``, ``Vm`` of shape (studies, models), with
-``present`` marking the models a study has. Studies with fewer than 3 models get NaN.
-"""
+"""Where a further model of the table's kind is expected: the two statements across models."""
 
 from __future__ import annotations
 
@@ -78,16 +36,7 @@ def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
 
 
 def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Per study: (the scale the within-model variances get, the lower-tail p of the models' Q).
-
-    The models' Cochran Q at no spread, ``Q = sum (z_m - mean)^2 / V_m``, is chi-square on M - 1
-    degrees of freedom when the ``V_m`` are right and the models share one value, and larger when
-    they differ. Far below it (its lower-tail p under ``(1 - level) / 2``) the models agree more
-    closely than their own variances allow: the ``V_m`` are too large for this pair (in the real
-    Pythia table, 5 of 21 pairs; in simulated series, as often as chance says), and read as they
-    are they would explain the models' spread away as noise. Those studies get the scale
-    ``Q / (M - 1)``, so that no more than the models' own scatter is credited to noise; every
-    other study 1. NaN for fewer than 3 models."""
+    """Per study: (the scale the within-model variances get, the lower-tail p of the models' Q)."""
     present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     q, _ = cochran_q(zm, Vm, present)
@@ -128,16 +77,7 @@ def _tau_posterior_batch(
 ) -> dict:
     """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
     prior of scale ``tau_scale`` on ``tau`` and ``lambda`` uniform on ``within_scales`` (model m's
-    within variance ``lambda V_m``). Returns, flattened over (lambda, tau) to shape (studies,
-    components): ``tau``, ``weight`` (each grid point's posterior mass: trapezoid weights in
-    ``tau``, summing to 1) and the conditional posterior of ``mu`` there, normal with mean ``mu``
-    and variance ``var``.
-
-    Given (lambda, tau), ``mu``'s posterior is ``N(mu(tau), V(tau))`` with the inverse-variance mean
-    and ``V(tau) = 1 / sum w``, ``w = 1 / (lambda V_m + tau^2)``; their marginal posterior is, up to a
-    constant, ``prior(tau) sqrt(V(tau) prod w) exp(-Q(tau) / 2)`` (the normal likelihood with
-    ``mu`` integrated out). A scale of 0 puts all the mass at ``tau = 0`` (the fixed-effect model);
-    ``within_scales=(1.0,)`` takes the ``V_m`` as they are."""
+    within variance ``lambda V_m``)."""
     present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
@@ -171,8 +111,7 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     """The Q-profile confidence distribution of ``tau`` on a grid, per study, as mixture weights:
     ``H(tau) = P(chi2_{M-1} >= Q(tau))`` rises from ``H(0)`` (its mass at 0, the chance that a
     spread of 0 is not rejected) to 1; each grid interval's mass ``H(tau_i) - H(tau_(i-1))`` is split
-    between its two ends (the trapezoid rule). Returns ``tau``, ``weight``, ``mu`` and ``var`` as
-    :func:`_tau_posterior_batch` does, with the ``V_m`` as they are."""
+    between its two ends (the trapezoid rule)."""
     present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
@@ -193,10 +132,7 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
 def _mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
     """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
     of shape (rows, components), weights summing to 1), to ``tol``: the root of its distribution
-    function less ``p``, by scipy's vectorised bracketing root finder. The root lies between the
-    smallest and the largest of the components' own ``p`` quantiles (at the smallest, each component
-    is at or below ``p``; at the largest, at or above), a bracket widened by 0.01 sd on each side so
-    that rounding cannot put the root outside it."""
+    function less ``p``, by scipy's vectorised bracketing root finder."""
 
     def excess(x, rows):
         rows = rows.astype(int)
@@ -225,9 +161,7 @@ def predictive_batch(
 ) -> dict:
     """Per study: the prediction interval for a further model's correlation (z scale), the central
     interval at ``level`` (``pi_lo``, ``pi_hi``) of the posterior predictive
-    (:func:`_tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``.
-    Also ``p_predictive`` (twice the predictive mass on the far side of 0: the level at which the
-    interval just reaches 0) and ``tau`` (the posterior mean of the between-model sd)."""
+    (:func:`_tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
@@ -301,16 +235,7 @@ def tolerance_batch(
     """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each of
     content ``(1 + level) / 2`` (0.975) at confidence ``level`` (see the module doc): ``tol_lo``
     (with that confidence, at least that share of models of this kind lie above it) and ``tol_hi``
-    (below it). ``p_low_side`` is the confidence distribution's mass on ``mu - c tau <= 0`` (below
-    ``1 - level`` exactly when ``tol_lo > 0``), ``p_high_side`` its mass on ``mu + c tau >= 0``, and
-    ``p_generalises`` the smaller: below ``1 - level`` exactly when the bound on the data's side
-    excludes 0. ``share_low``: on that side, the largest share of models of this kind shown, at
-    confidence ``level``, to share its sign (NaN where not even the median model's is).
-
-    ``scales``: (draws, weights), each (studies, draws): the within-model variance is ``lambda V_m``
-    with ``lambda`` each draw at its weight (:func:`within_scale_draws`); None takes the ``V_m`` as
-    they are. ``bounds=False`` leaves ``tol_lo``, ``tol_hi`` and ``share_low`` out (NaN): the p-values
-    alone, what a verdict reads."""
+    (below it)."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     S = present.shape[0]

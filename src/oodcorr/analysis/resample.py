@@ -1,31 +1,4 @@
-"""Uncertainty that respects the order of checkpoints.
-
-Checkpoints of one run are autocorrelated: neighbouring steps share most of their
-training, so two OOD series drift together for reasons that have nothing to do
-with each other, and i.i.d. p-values and intervals are too narrow. Both tools
-below resample *blocks* of consecutive units, which keeps the dependence inside a
-block:
-
-* :func:`bootstrap_ci` -- moving-block bootstrap (Kuensch 1989) of the residual
-  pairs; the interval is normal in Fisher-z space with the bootstrap standard error
-  (default) or the percentile interval;
-* :func:`block_permutation_p` -- permutation test of "no correlation": the blocks of
-  one residual series are shuffled against the other, which breaks any
-  association between the series while keeping each one's short-range dependence.
-
-Both act on the residuals: the residualiser is fitted once on all units and its own
-estimation error is not propagated (the linear fit costs one or two degrees of
-freedom; see the coverage study in ``benchmarks/analysis_coverage.py``).
-
-Block length: :func:`auto_block_length` -- ``ceil(n ** (1/3))`` for ordered units
-(training steps), the rate that is optimal for bootstrap variance estimation (Hall,
-Horowitz and Jing 1995), and 1 for exchangeable units (independent runs, e.g. one
-row per seed), where the ordinary bootstrap and permutation test are right.
-
-Randomness: every cell draws from its own generator seeded by (seed, a stable hash
-of the cell's model, run, testsets, method and residualiser), so a cell's interval
-does not change when testsets or runs are added or the order of rows changes.
-"""
+"""Uncertainty that respects the order of checkpoints."""
 
 from __future__ import annotations
 
@@ -62,13 +35,7 @@ INTERVALS = ("fisher-z", "percentile")
 
 
 def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[float, float]:
-    """Interval from resampled correlations ``rs`` (finite values only).
-
-    ``fisher-z`` (default): r's Fisher z plus/minus the normal quantile times the
-    standard deviation of the resampled z values, mapped back with tanh; it stays
-    inside [-1, 1] and covered better than the percentile interval for short series
-    in the coverage study. ``percentile``: the plain percentile interval.
-    """
+    """Interval from resampled correlations ``rs`` (finite values only)."""
     a = (1 - level) / 2
     if kind == "percentile":
         lo, hi = np.quantile(rs, [a, 1 - a])
@@ -88,8 +55,7 @@ def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> 
 
 def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[np.ndarray, np.ndarray]:
     """:func:`interval` of many cells at once: ``r`` (m,) their correlations, ``RS`` (B, m) their
-    resampled ones, NaN for a resample that gave none (each column's finite values are its ``rs``).
-    The same values as :func:`interval` column by column, up to rounding in the sums."""
+    resampled ones, NaN for a resample that gave none (each column's finite values are its ``rs``)."""
     r = np.asarray(r, dtype=float)
     a = (1 - level) / 2
     if kind not in INTERVALS:
@@ -119,12 +85,7 @@ def bootstrap_ci(
     rng: np.random.Generator,
     kind: str = "fisher-z",
 ) -> tuple[float, float, int, float]:
-    """Interval for the residual correlation under the moving-block bootstrap.
-
-    Resamples whose residuals are constant (possible for tiny n) are dropped; if more
-    than half are, the interval is NaN. Returns (low, high, resamples used, standard
-    deviation of the resampled Fisher z).
-    """
+    """Interval for the residual correlation under the moving-block bootstrap."""
     if n_boot <= 1:
         return math.nan, math.nan, 0, math.nan
     n = len(rx)
@@ -156,15 +117,7 @@ def _blocks(n: int, b: int) -> list[np.ndarray]:
 def block_permutation_p(
     rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_perm: int, rng: np.random.Generator
 ) -> tuple[float, bool]:
-    """Two-sided p-value of "no correlation" by permuting blocks of ``ry`` against ``rx``.
-
-    The series is cut into consecutive blocks of length b (the last may be shorter).
-    When all orderings of the blocks number at most ``n_perm`` they are enumerated
-    and the p-value is exact (the observed ordering included); otherwise ``n_perm``
-    random orderings give ``(1 + #{|r*| >= |r|}) / (1 + n_perm)``. The smallest
-    possible p is therefore 1 / (number of orderings): with few blocks no p-value can
-    be small, and that is the honest answer. Returns (p, exact).
-    """
+    """Two-sided p-value of "no correlation" by permuting blocks of ``ry`` against ``rx``."""
     if n_perm <= 0:
         return math.nan, False
     blocks = _blocks(len(rx), max(1, b))

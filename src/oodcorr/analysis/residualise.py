@@ -1,25 +1,5 @@
 """Residualisers: remove what the covariates (in-domain score, optionally the training
-step) explain from one score series.
-
-A residualiser is named by a spec: ``spline`` (the default), ``linear`` or ``gam``, optionally
-followed by ``+step`` to add the training step as a second covariate (``spline+step``). Each
-returns the residuals, the effective degrees of freedom it used (the intercept
-included) and its *residual-maker* matrix ``R`` (residuals = ``R @ y``: ``I - H``
-for OLS, ``I - S`` for a smoother matrix ``S`` at the chosen penalty), which
-:mod:`.inference` needs to know how the residualiser shapes the residuals'
-dependence; or it raises :class:`Degenerate` with the reason, which the caller
-turns into a NaN cell with that reason in ``note``.
-
-``spline`` follows the curve an OOD score takes along the in-domain score: a cubic regression
-spline with the integrated squared second derivative as its penalty, whose smoothness is chosen
-per series by restricted maximum likelihood (:class:`SplineBasis`). The penalty leaves the straight
-line unpenalised, so where the data are straight the fit shrinks to the line (an infinite penalty is
-on the grid). Everything that depends on the covariates alone (the basis, its penalty, the
-Demmler-Reinsch directions) is computed once per run and set of complete units and shared by every
-series; choosing a series' penalty is one vectorised pass over the grid, so the curve costs about
-what the line costs. ``gam`` is pygam's penalised spline with its penalty chosen by GCV, one library
-fit per series (kept for the paper's settings).
-"""
+step) explain from one score series."""
 
 from __future__ import annotations
 
@@ -93,15 +73,7 @@ def parse(name: str) -> Spec:
 
 @dataclass(frozen=True)
 class GamSettings:
-    """The curves' settings (``analysis.gam`` of a config): both ``spline`` and pygam's ``gam``.
-
-    ``n_splines`` is the basis size per covariate, capped at half the points (and at
-    least 4, the minimum for cubic splines); ``lam_grid`` is the GAM's GCV grid of the
-    smoothing penalty. The penalty is on the second derivative, so a large penalty
-    shrinks towards a straight line: a curve can only add flexibility to the linear
-    fit, never less than it. Below ``min_points`` complete points no curve is fitted:
-    the spline uses the line and its note says so; the GAM's cell is NaN with a note.
-    """
+    """The curves' settings (``analysis.gam`` of a config): both ``spline`` and pygam's ``gam``."""
 
     n_splines: int = DEFAULTS["gam"]["n_splines"]
     min_points: int = DEFAULTS["gam"]["min_points"]
@@ -119,8 +91,7 @@ def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def linear_maker(Z: np.ndarray) -> np.ndarray:
-    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix. ``Z`` (n, k), or a stack
-    (runs, n, k) of covariates: one matrix per run."""
+    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix."""
     if Z.ndim == 3:
         X = np.concatenate([np.ones((*Z.shape[:2], 1)), Z], axis=2)
         return np.eye(Z.shape[1]) - X @ np.linalg.pinv(X)
@@ -137,13 +108,7 @@ _LAM_RATIOS = np.logspace(-7, 5, 49)
 def penalty_directions(size: int) -> np.ndarray:
     """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] (interior knots evenly
     spaced) whose ridge penalty is the curve's integrated squared second derivative, in the
-    mixed-model form. The straight line, which that penalty leaves free, is not among them (the
-    caller adds it unpenalised).
-
-    The knots are even in the in-domain score, not at its quantiles: checkpoints are often spaced
-    unevenly (a loss falls fast, then slowly), and knots at quantiles crowd where the curve is flat
-    and leave its steep part to one cubic piece, whose misfit every OOD series of the run shares
-    (benchmarks/curve_calibration.md, the ladder)."""
+    mixed-model form."""
     from scipy.interpolate import BSpline
 
     t = knots(size)
@@ -177,12 +142,7 @@ def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SplineBasis:
-    """What a spline residualiser needs of the covariates, shared by every series residualised on them.
-
-    With the line's columns ``[1, z(, step)]`` unpenalised and the curve's penalised columns made
-    orthogonal to them, the smoother at penalty ``lam`` is ``S = Q0 Q0' + W diag(d / (d + lam)) W'``
-    (Demmler-Reinsch): ``Q0`` spans the line, ``W`` the directions beyond it, ``d`` their squared
-    singular values. ``lam`` infinite is the line itself."""
+    """What a spline residualiser needs of the covariates, shared by every series residualised on them."""
 
     Q0: np.ndarray
     W: np.ndarray
@@ -253,12 +213,7 @@ def spline_fallback_note(n: int, settings: GamSettings) -> str:
 
 
 def _gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
-    """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty.
-
-    pygam solves the penalised least squares ``(B'B + P + sqrt(eps) I) b = B'y`` in one
-    step for the identity link (its PIRLS loop converges at once), so
-    ``S = B (B'B + P + sqrt(eps) I)^-1 B'``; the caller checks ``S y`` against the
-    fitted values."""
+    """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty."""
     B = fitted._modelmat(Z).toarray()
     P = fitted._P().toarray()
     A = B.T @ B + P + np.sqrt(np.finfo(float).eps) * np.eye(B.shape[1])
@@ -266,12 +221,7 @@ def _gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
 
 
 def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
-    """Fit a LinearGAM with one spline term per column of ``Z``.
-
-    With ``lam`` None the penalty is chosen by GCV over ``settings.lam_grid`` (the same
-    penalty for every term: a diagonal grid, which keeps two-covariate fits cheap);
-    otherwise it is fitted at the given penalty. Returns the fitted model.
-    """
+    """Fit a LinearGAM with one spline term per column of ``Z``."""
     from pygam import LinearGAM, s
 
     n, k = Z.shape

@@ -35,10 +35,7 @@ def run_statistics(
     ``pearson``, ordered complete units at checkpoints 0, 1, ...) on a stack of runs: ``scores``
     (runs, checkpoints, 3) with the in-domain score, x and y, residualised by ``residualiser``
     (``linear`` or ``spline``, optionally ``+step``; ``gam`` settings: the spline's basis size and
-    minimum points). Returns arrays ``r``, ``p``, ``ci_low``, ``ci_high``, ``se_z``, ``n_eff``,
-    ``phi_x``, ``phi_y``, one value per run; with the spline also ``edf_x``, ``edf_y`` (each fit's
-    effective degrees of freedom, the line's 2 included). ``bases``: a dict the caller keeps to reuse
-    the spline's bases of runs whose in-domain scores recur (the design's draws at every effect)."""
+    minimum points)."""
     spec = parse(residualiser)
     if not spec.smoother:
         raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
@@ -58,8 +55,7 @@ def _covariates(sc: np.ndarray, step: bool) -> np.ndarray:
 
 def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
     """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective
-    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.spline_batch.curve_fits`).
-    ``bases``: the spline bases already built, by the covariates' bytes (a dict the caller keeps)."""
+    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.spline_batch.curve_fits`)."""
     Z = _covariates(sc, spec.step)
     if spec.kind == "linear" or not spline_batch.curve_fits(sc.shape[1], gam):
         R = linear_maker(Z)
@@ -123,9 +119,7 @@ def measured_statistics(scores: np.ndarray, halves: np.ndarray, level: float = 0
     :func:`.run_measurement.run_measurements` gives them for the pair (x, y) with the linear
     residualiser: the cross-fitted correlation, the tasks' moments, the reliabilities
     (:func:`.measurement.cross_fitted`, :func:`.run_measurement.cross_fit_columns`) and the in-domain
-    series' reliability (the product of its halves over its variance). ``scores`` (runs, checkpoints,
-    3): the in-domain score, x and y; ``halves`` (runs, splits, 2, checkpoints, 3): each testset's two
-    halves of its items per split. Returns {column: array (runs,)}."""
+    series' reliability (the product of its halves over its variance)."""
     scores, halves = np.asarray(scores, dtype=float), np.asarray(halves, dtype=float)
     B, T, _ = scores.shape
     P = exact_maker(T, None)

@@ -1,12 +1,4 @@
-"""One run's cells: every (OOD pair, method, residualiser) of one model's run (:func:`partial_corr`).
-
-A cell residualises both OOD scores on the in-domain score (and the step, with ``+step``),
-correlates the residuals, and gets its interval and p-value from the inference of
-:class:`.options.Options` (:mod:`.inference`, :mod:`.resample`), with the checks that say when it
-cannot (``note``), the step-0 check and, where per-example correctness is given, the
-example-level bootstrap. :mod:`.pipeline` runs it for every run and pools, corrects and checks
-across runs.
-"""
+"""One run's cells: every (OOD pair, method, residualiser) of one model's run (:func:`partial_corr`)."""
 
 from __future__ import annotations
 
@@ -273,12 +265,7 @@ def partial_corr(
     """The partial correlations of one run (``g``: the rows of one model and run of the canonical
     long table, :data:`.pipeline.CANON`): one row per (OOD pair, method, residualiser) cell, the
     correlation of the pair's residuals given the in-domain score (:func:`.correlate.residual_pair`,
-    :func:`.correlate.corr`) with its interval, p-value, checks and notes. ``ordered``: whether the
-    units are training steps (default: numeric units are). ``parts``: the testsets made of others
-    (:func:`.shared_items.leaves`); a pair that shares items, or has a testset that shares items with
-    the in-domain one, is NaN with a note saying so. ``items``: the run's per-item matrices, problems
-    and item labels (:func:`.item_noise.item_matrices` over :func:`run_units`, :func:`.item_noise.item_strata`),
-    for the item noise and the example-level bootstrap."""
+    :func:`.correlate.corr`) with its interval, p-value, checks and notes."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = ordered_units(g["unit"]) if ordered is None else ordered
     zs = list(dict.fromkeys(g["in_domain"]))

@@ -1,13 +1,7 @@
 """One run's cells as measurements: the item noise of every testset of the run
 (:mod:`.item_noise`), and for every OOD pair the correlation with the in-domain set's noise taken
 out (``r_eiv``), the tasks' correlation (``r_corrected``) and each series' reliability
-(:mod:`.measurement` has the estimators and why).
-
-:func:`run_measurements` is called once per run by :func:`.run_cells.partial_corr`; it returns the
-columns of every (pair, residualiser) of the linear kind, which the Pearson cells take whole and
-the other cells of the pair take in part (the reliabilities and ``noise``: what the scores'
-noise is known from; their own correlations are not corrected, :mod:`.measurement` says why).
-"""
+(:mod:`.measurement` has the estimators and why)."""
 
 from __future__ import annotations
 
@@ -99,9 +93,7 @@ def run_measurements(
     measurement columns (:data:`COLUMNS` and ``noise``); a spline's line (``linear`` or
     ``linear+step``) is measured too, whether configured or not: a spline cell keeps its testsets'
     reliabilities, and where only the in-domain set's size is known its bound-corrected correlation
-    (:func:`_spline_rows`). ``cols``: testset -> scores over the run's units; ``noise``: testset ->
-    :class:`.item_noise.TestsetNoise`; ``where``: (model, run), seeding the random halves (the same
-    halves for every pair of the run); ``opts``: the analysis' :class:`.options.Options`."""
+    (:func:`_spline_rows`)."""
     residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
     kinds = list(dict.fromkeys(parse(res).line for res in residualisers if parse(res).smoother))

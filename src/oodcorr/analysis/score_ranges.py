@@ -2,8 +2,7 @@
 -0.2 or 1.7 in a table ``oodcorr analyse`` reads (:mod:`oodcorr.analysis.tables`), an lm-eval results
 file (:mod:`oodcorr.analysis.lmeval`) or the workflow's own scores table is refused naming its line (or
 row) and value. A share may be written as a percentage, told by the values (:func:`_score_range`); a
-metric without a known range (a log-likelihood) is only checked to be a number.
-"""
+metric without a known range (a log-likelihood) is only checked to be a number."""
 
 from __future__ import annotations
 
@@ -64,10 +63,7 @@ def metric_range(metric: str) -> tuple[float, float] | None:
 
 def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
     """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric
-    without one (:func:`metric_range`). A share may be written as a percentage (``percent``: a
-    table from a paper, the harness's squad ``f1``): the values tell which, by their median (a
-    median accuracy of at most 1 % is no percentage); so one score of 1.7 among shares is out of
-    range, not the sign of a table in percent."""
+    without one (:func:`metric_range`)."""
     rng = metric_range(metric)
     if rng is None:
         return None

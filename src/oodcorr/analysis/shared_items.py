@@ -1,18 +1,5 @@
 """Testsets that share items: an lm-evaluation-harness group beside its own subtasks (``mmlu`` and
-``mmlu_anatomy``), or two groups with a subtask in common.
-
-Two such testsets are scored on some of the same items, so their item noise is correlated: at every
-checkpoint the shared items move both scores together, and their residual series correlate through
-that alone (:mod:`.item_noise` assumes each testset's items are its own). The analysis does not
-model that covariance; it refuses the pair: its cells are NaN with a note saying which items the two
-share, and so is every pair of an OOD testset that shares items with the in-domain one (its residual
-would carry the in-domain set's noise twice over).
-
-The relation comes as lm-evaluation-harness writes it (``group_subtasks`` in each results file:
-group -> its direct subtasks, a subtask possibly a group itself; :mod:`.lmeval` reads it):
-:func:`leaves` takes each name to the tasks at the bottom of its tree, and two testsets share items
-exactly where those sets meet (:func:`refusals`).
-"""
+``mmlu_anatomy``), or two groups with a subtask in common."""
 
 from __future__ import annotations
 
@@ -21,8 +8,7 @@ from collections.abc import Iterable, Mapping
 
 def leaves(groups: Mapping[str, Iterable[str]] | None) -> dict[str, frozenset[str]]:
     """Every group of ``groups`` (group -> its subtasks, nested) -> the tasks at the bottom of its tree;
-    a group with no subtask listed is a task of its own. A group reached again below itself (a cycle in
-    a damaged file) is not followed twice."""
+    a group with no subtask listed is a task of its own."""
     groups = {str(g): [str(c) for c in (kids or ())] for g, kids in (groups or {}).items()}
     out: dict[str, frozenset[str]] = {}
 
@@ -72,7 +58,7 @@ def _in_domain_note(x: str, in_domain: str, why: str) -> str:
 def refusals(in_domain: str, ood: Iterable[str], parts: Mapping[str, frozenset[str]]) -> dict[tuple[str, str], str]:
     """The pairs (x, y) of ``ood`` (each in the order given, x before y) that cannot be analysed for
     shared items -> the note saying why: the two share items, or one of them shares items with
-    ``in_domain``. ``parts``: :func:`leaves` (a testset not in it is a task of its own)."""
+    ``in_domain``."""
     ood = list(ood)
     if not parts:
         return {}

@@ -1,31 +1,4 @@
-"""Simulated score series and studies with known partial correlations, for tests and benchmarks.
-
-:func:`ar1_series` -- a learning-curve-like in-domain score z over n checkpoints, and
-two OOD scores x = a z + e_x, y = b z + e_y whose noises (e_x, e_y) are a stationary
-bivariate AR(1) with coefficient ``phi`` and innovation correlation ``rho``. The
-partial correlation of x and y given z is then exactly ``rho`` (both noises share
-phi, so their stationary correlation equals the innovations'), while consecutive
-checkpoints are dependent as they are in a real run. ``phi`` may be a pair
-``(phi_x, phi_y)``; then the noises' correlation is
-``rho sqrt((1 - phi_x^2)(1 - phi_y^2)) / (1 - phi_x phi_y)`` (:func:`_true_rho`).
-
-:func:`_drift_series` -- the same shape, but each noise is a random walk (a slow drift
-of the checkpoint's ability) plus independent per-checkpoint noise (the testset's
-sampling error): not AR(1), a check of the procedure's robustness.
-
-:func:`calibrate` -- runs the analysis' own per-cell procedure (:func:`.inference.assess`)
-on many simulated runs and counts rejections (p < 1 - level) and how often the
-interval covers the truth.
-
-:func:`study_table` -- a whole study in the canonical long layout: models x runs x
-checkpoints, each model with its own partial correlation (:func:`scenario` names the
-calibration's), AR(1), random-walk or trending residuals, optionally with a testset's sampling
-noise on top; :func:`run_scores` draws the runs it is made of (one at a time for the table, or
-thousands at once for the design command, :mod:`.design`); :func:`verdict_rates` runs the
-analysis and the verdict across models (:mod:`.consensus`) on many such studies and counts
-the verdicts (benchmarks/verdict_calibration.py; the design command's predictions are checked
-against it).
-"""
+"""Simulated score series and studies with known partial correlations, for tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -94,18 +67,7 @@ def calibrate(
     extra: dict | None = None,
     opts: Options | None = None,
 ) -> dict:
-    """Rejection rate and coverage of each procedure on ``reps`` simulated runs.
-
-    Every procedure sees the same simulated runs, drawn from ``opts.seed``; ``opts`` (default: 999
-    bootstrap resamples and permutations) also gives the interval's level and the ``block``
-    inference's settings. ``extra`` maps a name to a callable
-    ``f(rp, pos, rng) -> (p, ci_low, ci_high)`` (the benchmark's candidates that are not
-    shipped). Returns ``{name: {"reject", "coverage", "width", "n_eff", "low_info", "valid"}}``
-    where ``reject`` is the share with p < 1 - level, ``coverage`` the share of intervals
-    holding the true partial correlation (a cell with no interval counts as [-1, 1]),
-    ``width`` the median interval width, ``n_eff`` the median effective sample size and
-    ``low_info`` the share of runs with n_eff < 5.
-    """
+    """Rejection rate and coverage of each procedure on ``reps`` simulated runs."""
     opts = opts or Options(n_boot=999, n_perm=999)
     level, seed = opts.level, opts.seed
     rng = np.random.default_rng([seed, n, int(round(1000 * np.mean(phi))), int(round(1000 * rho)) + 1000])
@@ -175,20 +137,7 @@ def run_scores(
 ) -> np.ndarray:
     """The scores of ``len(rhos)`` simulated runs, one per entry of ``rhos`` (each run's partial
     correlation between every two OOD testsets): an array (runs, checkpoints, 1 + n_ood) whose
-    column 0 is the in-domain score and column 1 + j OOD testset j. The model is
-    :func:`study_table`'s, which calls this once per run; with one run the draws are the ones
-    it always made (so the calibration's studies are unchanged), with many the same model is
-    drawn for all of them at once (the design command's simulated runs).
-
-    ``sampling_sd`` (a number, or one per OOD testset): the sd of independent white noise added
-    to each OOD score at each checkpoint on top of its residual series, a finite testset's
-    sampling noise (accuracy on n examples: about ``sqrt(p (1 - p) / n)``). The partial
-    correlation of the scores is then ``rho`` times the share of their residual variance that is
-    not sampling noise (:func:`observed_rho`). 0 (the default) draws nothing.
-
-    ``shape``: how each OOD score follows the in-domain score, ``line`` (its loading times the score,
-    the default) or ``curve`` (:func:`curved`: a logistic function of the score of its own per run
-    and testset, drawn after everything else, so the other draws are the line's)."""
+    column 0 is the in-domain score and column 1 + j OOD testset j."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
@@ -229,7 +178,7 @@ def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.
     ``a_j`` is negative) of 0.3, its midpoint ``c`` uniform over the middle of the run's scores (near
     the low end: an early plateau; near the high end: a late emergence) and its steepness ``k``
     uniform in 10-40 per unit of score (0.3 of in-domain score spans 3 to 12 logits), each drawn per
-    run and testset. Returns (runs, checkpoints, testsets)."""
+    run and testset."""
     B = z.shape[0]
     lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
     c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
@@ -259,19 +208,7 @@ def study_table(
 ) -> pd.DataFrame:
     """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
     entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
-    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...).
-
-    Each run's in-domain score is a learning curve with noise; each OOD score is a loading
-    times the in-domain score plus a residual series (:func:`run_scores`). ``series`` ``ar1``:
-    the residuals are a stationary AR(1) with coefficient ``phi`` whose innovations are
-    equicorrelated ``rho`` (so the partial correlation of any two OOD testsets given the
-    in-domain score is ``rho``); ``drift``: a random walk (step sd ``drift``) plus white noise,
-    innovations correlated ``rho`` (nonstationary: use with rho 0); ``trend``: AR(1) plus a
-    smooth trend of its own in each testset that the in-domain score does not share (a
-    residualiser that is linear in the in-domain score leaves it behind). ``run_sd`` spreads the
-    runs of one model: run i's correlation is ``tanh(atanh(rho) + N(0, run_sd^2))``.
-    ``draw``: :func:`run_scores`' keywords (``n_ood`` OOD testsets, 2 by default; ``noise``,
-    ``series``, ``drift``; ``sampling_sd``, a testset's sampling noise on top, default none)."""
+    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...)."""
     n_ood = draw.get("n_ood", 2)
     if not 2 <= n_ood <= len(LOADINGS):
         raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
@@ -332,10 +269,7 @@ def verdict_rates(
 ) -> dict:
     """The verdicts the analysis gives on ``reps`` simulated studies (:func:`study_table`): the
     analysis' own procedures (:func:`.pipeline.analyse`, :func:`.agreement_table.agreement`) on each,
-    for the pair of the first two OOD testsets. Returns ``{"verdicts": {verdict: share},
-    "coverage": share of consensus intervals holding the models' mean z, "reps": reps}``; with
-    ``keep`` (a callable of the study's table, its agreement row and the whole analysis table)
-    its results are listed under ``"kept"``. Reproducible: study i draws from ``default_rng([seed, i])``."""
+    for the pair of the first two OOD testsets."""
     opts = opts or Options(pool_by=())
     counts: dict[str, int] = {}
     cover = finite = 0

@@ -1,30 +1,4 @@
-"""Simulated checkpoint series whose OOD scores follow the in-domain ability along curves.
-
-A study has ``models`` x ``runs`` x ``T`` checkpoints (checkpoint units 1..T) and ``n_ood`` OOD
-testsets. Every run's in-domain ability ``a_t`` rises from near 0 to near 1 along a learning curve
-of its own (:func:`ability`: a saturating curve or a logistic one, each run its own rate or midpoint
-and slope). The in-domain score is a smooth increasing function of it, ``lo + span a^gamma`` (per
-model). Each OOD testset follows the ability along a curve of its own (:func:`ood_curve`), drawn per
-model and testset from a family (:data:`FAMILIES`): ``late`` emergence (a logistic with a late
-midpoint), an early ``plateau`` (a saturating curve), an ``s-shape`` (a logistic with a middle
-midpoint) and the straight ``line`` (the control); its score is ``base + amp f(a) + sd e``.
-
-``e`` is an AR(1) over checkpoints (coefficient ``phi``, stationary, unit variance) whose
-innovations correlate, between the testsets ood0 and ood1 of model ``i``, ``rhos[i]`` and 0
-between every other pair. All testsets share ``phi``, so the correlation of the two ``e`` series at
-one checkpoint is also ``rhos[i]``: the truth, the partial correlation of the OOD scores given the
-ability (the in-domain score is an exact function of it unless items add noise).
-
-Item noise (optional, :class:`Items`): every score is then a mean over a testset of ``n`` items that
-all checkpoints and runs share (:func:`.simulate_items.answer_items`: items with a persistent
-difficulty, item-by-checkpoint deviations that persist across neighbouring checkpoints), the
-expected accuracy at each checkpoint the population score above (clipped to [0.02, 0.98]); the
-in-domain set included, so the in-domain score measures the ability with noise.
-
-:func:`curve_study` returns one study as the canonical long table (``model, in_domain, run, unit,
-testset, score``; :data:`.pipeline.CANON`) that :func:`.pipeline.analyse` reads, with the per-item
-table where items are simulated. numpy only; seeded by the generator passed in.
-"""
+"""Simulated checkpoint series whose OOD scores follow the in-domain ability along curves."""
 
 from __future__ import annotations
 
@@ -56,13 +30,7 @@ class Items:
 
 @dataclass(frozen=True)
 class CurveStudy:
-    """One simulated study. ``long`` the canonical long table; ``examples`` the per-item table
-    (model, run, unit, testset, example, correct) or None; ``truth`` (models, n_ood, n_ood) the
-    partial correlation of the OOD scores given the ability in each model; ``ability`` (runs, T);
-    ``population`` (runs, T, 1 + n_ood) the scores before item noise (column 0 the in-domain one);
-    ``curves`` (runs, T, n_ood) the OOD scores' curves ``base + amp f(a)`` (no noise); ``noise``
-    (runs, T, n_ood) the standardised AR(1) series ``e``; ``shapes`` (models, n_ood) each
-    testset's curve."""
+    """One simulated study."""
 
     long: pd.DataFrame
     examples: pd.DataFrame | None

@@ -1,34 +1,4 @@
-"""Simulated studies whose scores are means over finite testsets: item noise with a known truth.
-
-The tasks (:func:`population`): each run has an in-domain ability, its population accuracy
-``A_z`` along the checkpoints a learning curve (0.55 rising to 0.85) with a small wobble, and two
-OOD tasks whose population accuracies load on it and add residual series of their own,
-``A_x = 0.6 + 0.6 (A_z - 0.75) + s e_x`` and ``A_y = 0.55 + 0.5 (A_z - 0.75) + s e_y``, with
-``(e_x, e_y)`` a stationary AR(1) (coefficient ``phi``) whose innovations correlate ``rho``. The
-partial correlation of the tasks' accuracies given the in-domain ability is therefore exactly
-``rho`` (the truth every claim is checked against); ``s`` sets how much a task varies beyond the
-in-domain ability.
-
-The testsets (:func:`answer_items`): a testset of ``n`` items is answered at every checkpoint; item
-``i`` is right at checkpoint ``t`` when ``w_ti < q_t`` with ``q_t`` the normal quantile of the
-population accuracy, so each checkpoint's expected accuracy is the task's, and ``w_ti =
-sqrt(difficulty) b_i + sqrt(1 - difficulty) v_ti``: ``b_i`` the item's own difficulty (the same
-for every model: the models answer one testset), ``v_ti`` an AR(1) over checkpoints with
-coefficient ``persistence`` (the item-by-checkpoint deviation: 0 for far-apart checkpoints, whose
-answers differ afresh; near 1 for neighbours, which disagree on a few items). Neighbouring
-checkpoints then disagree on a share of items that :func:`disagreement` gives (12 % at accuracy
-0.7 for a correlation of 0.9 between neighbours' ``w``).
-
-Above :data:`ITEM_LIMIT` items the testset is simulated by its sufficient statistics
-(:func:`item_noise_covariance`: the accuracies' exact covariance across checkpoints for a random
-sample of ``n`` items, each checkpoint's noise Gaussian with it; the in-domain set as two halves of
-independent noise), and the item noise of different models is then drawn independently (with items
-its difficulties are shared).
-
-:func:`item_runs` draws the runs of many studies at once in the arrays the fast path of the
-analysis reads (the in-domain halves, each testset's item covariance), and :func:`item_table` one
-study as the canonical long table with its per-item table (what :func:`.pipeline.analyse` reads).
-"""
+"""Simulated studies whose scores are means over finite testsets: item noise with a known truth."""
 
 from __future__ import annotations
 
@@ -133,10 +103,7 @@ def item_runs(
     s: float = RESIDUAL_SD,
 ) -> dict:
     """The runs of a study (one per entry of ``rhos``), their testsets of ``sizes`` items (in-domain,
-    x, y). Returns ``truth`` (runs, T, 3) the population accuracies, ``scores`` (runs, T, 3) the
-    testsets' accuracies, ``halves`` (runs, splits, 2, T, 3) each testset's random halves of its
-    items, and ``sigma`` (runs, 3, T, T) each testset's item covariance (estimated from the items,
-    or the exact one where simulated by sufficient statistics)."""
+    x, y)."""
     truth = population(rng, rhos, n_checkpoints, phi, s)
     B, T, _ = truth.shape
     scores = np.empty_like(truth)
@@ -175,7 +142,7 @@ def item_table(
     """One study as the analysis reads it: the canonical long table (testsets ``in-domain``,
     ``ood0``, ``ood1``; a column ``n`` with each testset's items) and the per-item table (``model,
     run, unit, testset, example, correct``), ``n_runs`` runs per model, one model per entry of
-    ``rhos``. Every testset is simulated item by item."""
+    ``rhos``."""
     names = ["in-domain", "ood0", "ood1"]
     model_rhos = np.repeat(np.asarray(rhos, dtype=float), n_runs)
     truth = population(rng, model_rhos, n_checkpoints, phi)
@@ -212,8 +179,7 @@ def fast_run_rows(d: dict, models: int, runs: int, level: float = 0.95, chunk: i
     order), every testset's items known: the observed correlation by the design's per-run procedure
     (:func:`.run_batch.run_statistics`), the measurement columns by the functions the analysis itself
     uses (:func:`.run_batch.measured_statistics`: :func:`.measurement.cross_fitted`,
-    :func:`.run_measurement.cross_fit_columns`). Each study
-    is its own in-domain set (``s<i>``), so :func:`.agreement_table.agreement` answers each alone."""
+    :func:`.run_measurement.cross_fit_columns`)."""
     B, T, _ = d["scores"].shape
     obs = run_statistics(d["scores"], level)
     cols = measured_statistics(d["scores"], d["halves"], level, chunk)

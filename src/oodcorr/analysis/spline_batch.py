@@ -1,20 +1,5 @@
 """The spline residualiser (:class:`.residualise.SplineBasis`) of a stack of runs at once, for the
-design command's simulated runs (:mod:`.run_batch`).
-
-:func:`.residualise.spline_basis` builds one run's basis with scipy (a B-spline design, an SVD):
-about a millisecond per run, which thousands of simulated runs per effect cannot afford. Here the
-same basis is built for a stack of runs in a few array operations: the cubic B-splines by the
-Cox-de Boor recursion (the knots, so the penalty's directions, are the same for every run, each run's
-in-domain scores scaled to [0, 1]), and the singular value decompositions stacked. The directions
-differ from scipy's by rotations and signs only, so the smoother at any penalty, the penalty REML
-chooses and every residual equal the one-run function's to rounding (tests/analysis/test_design.py
-holds the design's per-run cells to the pipeline's at 1e-8).
-
-A direction some run's points do not reach (a knot interval without points, ties) keeps its place in
-that run's stack with ``d = 0``, which no penalty lets into a fit: the one-run function drops it,
-with the same smoother. A stack with a run of fewer than 4 distinct in-domain scores (that run is
-the line) is the caller's to build one run at a time (:func:`.residualise.spline_basis`), as is a
-stack whose runs are too short for a curve (:func:`curve_fits`)."""
+design command's simulated runs (:mod:`.run_batch`)."""
 
 from __future__ import annotations
 
@@ -49,7 +34,7 @@ def _design(x: np.ndarray, t: np.ndarray, deg: int) -> np.ndarray:
 
 def _penalised(x: np.ndarray, size: int) -> np.ndarray:
     """:func:`.residualise._cubic_penalised` of every row of ``x`` (B, n), scaled to [0, 1]:
-    (B, n, size - 2). The knots, so the penalty's directions, are the same for every run."""
+    (B, n, size - 2)."""
     t = np.broadcast_to(knots(size), (x.shape[0], size + 4))
     return _design(np.clip(x, 0.0, 1.0), t, 3) @ penalty_directions(size)
 
@@ -58,8 +43,7 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
     """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k) with at least
     ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once and stacked: the
     :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q), 0 for a
-    direction a run's points do not reach. None where a run has fewer than 4 distinct scores: the
-    caller builds them one at a time."""
+    direction a run's points do not reach."""
     B, n, k = Z.shape
     distinct = 1 + (np.diff(np.sort(Z, axis=1), axis=1) > 0).sum(1)  # (B, k)
     if np.any(distinct < 4):

@@ -1,25 +1,4 @@
-"""Reading score tables into the canonical long form the analysis uses.
-
-* :func:`read_table` -- CSV/TSV or parquet, optionally gzip/bzip2/xz-compressed; text in
-  UTF-8, in what a byte-order mark says, or in a declared encoding (see :mod:`oodcorr.core.io`);
-* :func:`from_wide` -- one row per unit, one column per testset (each reader told the table's
-  :class:`Layout`);
-* :func:`from_long` -- one row per unit x testset;
-* :func:`from_examples_table` -- a table of each example's correctness;
-* :func:`run_info` -- per-run columns of a table (e.g. ``n_train``), checked to be
-  constant within each run, for pooling by them.
-
-The workflow's own scores table and predictions: :mod:`.workflow_scores`; the analysis' tables
-written and summarised: :mod:`.results`.
-
-Summary rows. Tables published with papers often end with rows such as ``Mean``,
-``Standard deviation``, ``Minimum``, ``Maximum``: they are not units and would
-corrupt every correlation. A row whose unit label is one of :data:`SUMMARY_LABELS`
-(case-insensitive, ignoring surrounding spaces, a trailing ``:`` or ``.``, and a
-parenthesised suffix such as ``Mean (all runs)``) is excluded, and so is a row with
-no value at all; each exclusion is logged at WARNING level with its line number,
-never done silently. A row with scores but no unit label is an error naming its line.
-"""
+"""Reading score tables into the canonical long form the analysis uses."""
 
 from __future__ import annotations
 
@@ -108,15 +87,7 @@ MISSING = frozenset(
 
 
 def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFrame, str]:
-    """The table and how to name its rows in messages (``line`` for text, ``row`` for parquet).
-
-    For text tables the DataFrame's index is the 1-based file line of each row, and
-    every cell is text as written (surrounding spaces stripped, an empty cell
-    missing): a model, run or testset called ``NA`` or ``001`` keeps its name; the
-    columns that must be numbers are converted where they are used (``NA``, ``nan``
-    and the like are missing scores there). ``encoding`` is the text's encoding when
-    it is neither UTF-8 nor marked by a byte-order mark. An empty file, a header
-    without rows and a header that names a column twice are refused."""
+    """The table and how to name its rows in messages (``line`` for text, ``row`` for parquet)."""
     path = Path(path)
     fmt = table_files.suffix_format(path, table_files.SCORES_SUFFIXES)
     if fmt == "parquet":
@@ -318,8 +289,7 @@ def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) 
 
 def matching(names, patterns, flag: str) -> list[str]:
     """The names (in their order) that ``patterns`` name: each pattern an exact name, or else a
-    shell-style glob (``*``, ``?``, ``[...]``; case-sensitive: :func:`fnmatch.fnmatchcase`). Every pattern
-    that names nothing is said in one :class:`DataError` (``flag`` and the names there are)."""
+    shell-style glob (``*``, ``?``, ``[...]``; case-sensitive: :func:`fnmatch.fnmatchcase`)."""
     names = list(names)
     chosen: set[str] = set()
     unmatched = []
@@ -385,14 +355,7 @@ class Layout:
 def from_wide(
     df: pd.DataFrame, layout: Layout, *, metrics: dict[str, str] | None = None, default_metric: str = "accuracy"
 ) -> pd.DataFrame:
-    """One row per unit, one column per testset -> canonical long table. The layout's ``testsets``
-    and ``exclude`` name columns exactly or by globs (:func:`matching`); a column whose name starts
-    with ``_`` (a tracker's own: W&B's ``_runtime``, ``_timestamp``) is left out unless ``testsets``
-    names it. Each column's metric is :func:`column_metrics`' (``metrics``: ``--metric COLUMN=METRIC``,
-    globs allowed; ``default_metric`` for a column neither named nor told by its name), its scores
-    checked against that metric's range, each column on its own scale (shares or percentages, told by
-    its values); every column out of range is named in one error. Rows with no score in any column
-    analysed (a tracker's rows of other metrics) are left out."""
+    """One row per unit, one column per testset -> canonical long table."""
     unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
     model, run = layout.model, layout.run
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
@@ -470,9 +433,7 @@ def from_long(
     metric: str | None = None,
 ) -> pd.DataFrame:
     """One row per unit x testset (its name in column ``testset``, its score in ``score``) -> canonical
-    long table; with ``n_column``, its ``n`` column (the items behind each score) too. The scores are
-    checked against the range of ``metric`` (default: the score column's name); the layout's
-    ``testsets`` and ``exclude`` name testsets exactly or by globs (:func:`matching`)."""
+    long table; with ``n_column``, its ``n`` column (the items behind each score) too."""
     unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
     model, run = layout.model, layout.run
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)

@@ -26,11 +26,7 @@ def example_bootstrap_applies(score: str) -> bool:
 
 
 def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The workflow's scores table -> (canonical long table, run info: run, n_train, seed).
-
-    ``score`` names the metric column analysed (``analysis.score``). Each run's in-domain
-    testset is the one with role ``in-domain``; a run with none or several gets an empty
-    name, and the analysis notes it in every cell."""
+    """The workflow's scores table -> (canonical long table, run info: run, n_train, seed)."""
     need = ["model", "run_id", "step", "testset", "role", score]
     missing = [c for c in need if c not in scores.columns]
     if missing:
@@ -70,10 +66,7 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
 
 
 def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
-    """Per-example correctness from the workflow's scores table.
-
-    Each row names its model, run, step and testset, and (column ``predictions``)
-    the parquet file of that checkpoint x testset's per-example predictions."""
+    """Per-example correctness from the workflow's scores table."""
     need = ["model", "run_id", "step", "testset", "predictions"]
     missing = [c for c in need if c not in scores.columns]
     if missing:
