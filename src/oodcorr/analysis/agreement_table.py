@@ -417,11 +417,8 @@ def agreement(
 
 
 def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
-    """``line_verdict``: the ladder's verdict on the line's correlations (the curve's check,
-    :mod:`.form_check`: the same consensus, corrections and ladder, read from ``r_line``); ``form``:
-    :data:`~oodcorr.core.answer.DEPENDS_ON_FORM` where the line states another sign than the curve
-    (or a sign where the curve states none, or none where it states one), or another spread (models
-    differing or a sign reversal where the curve says none, or the reverse)."""
+    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (where the line says another sign or spread than the
+    curve)."""
     df["form"], df["line_verdict"] = "", ""
     if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
         return

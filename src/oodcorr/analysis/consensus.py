@@ -102,13 +102,8 @@ def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study (models where
-    ``present``): arrays ``z, lo, hi, p, tau2, se`` (the random-effects mean, its interval on the z
-    scale, its p-value, the between-model variance and the interval's half-width over the normal
-    quantile), ``pi_lo, pi_hi`` (the prediction interval:
-    :func:`.predictive.predictive_batch`'s, half-normal prior of scale ``tau_scale`` on the
-    between-model sd, on the ``V_m`` scaled by :func:`.predictive.within_scale_batch`; NaN with
-    ``intervals=False``, which no verdict reads) and ``pi_scale`` (that scale)."""
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with its prediction
+    interval."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
@@ -146,13 +141,7 @@ def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
 
 
 def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: bool = True) -> dict:
-    """Is the sign shared by nearly every model of this kind? The tolerance bounds
-    (:func:`.predictive.tolerance_batch`: ``tol_lo``, ``tol_hi``, ``p_low_side``, ``p_high_side``,
-    ``p_generalises``, ``share_low``) of the models' means ``zbar`` with variances ``lambda Vbar``,
-    integrated over the within scale ``lambda`` (:func:`.predictive.within_scale_draws`): its
-    fiducial distribution from the runs' scatter (``ss`` on ``df``), or with one run per model the
-    share of the per-run variances that the per-run procedure's conservatism leaves, further scaled
-    where the models agree more closely than that allows (:func:`.predictive.within_scale_batch`)."""
+    """Is the sign shared by nearly every model of this kind? The tolerance bounds and ``p_generalises``."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     draws, weights = within_scale_draws(ss, df)

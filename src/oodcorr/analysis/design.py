@@ -59,12 +59,8 @@ class Grid:
 
 @dataclass(frozen=True)
 class Assumptions:
-    """What a simulated study assumes (see the module doc): the residuals' AR(1) coefficient
-    ``phi``; the between-model and between-run sd of the true partial correlation on the Fisher z
-    scale; the residual series' kind (``ar1``, ``drift``, ``trend``: :func:`.simulate.run_scores`);
-    how many pairs of a table carry the effect; the testsets' item noise (``items``); and how the OOD
-    scores follow the in-domain score (``shape``: ``curve``, a logistic curve of its own per run and
-    testset, the default, since real series bend; ``line``: a straight line, :func:`.simulate.run_scores`)."""
+    """What a simulated study assumes: phi, the model and run spreads, the series' kind, non-null pairs, item noise,
+    shape."""
 
     phi: float = 0.8
     model_sd: float = 0.0
@@ -132,11 +128,8 @@ def simulate_runs(
     settings: Settings = Settings(),
     bases: dict | None = None,
 ) -> dict:
-    """The runs of ``studies`` simulated studies of ``grid`` in which every model's partial
-    correlation is ``effect`` (one number, or one per model; plus the assumed spreads), analysed
-    with ``settings.simulated``'s residualiser (:func:`.run_batch.run_statistics`; with item noise,
-    :func:`.design_items.measure_runs` too, whose cross-fitted correlation is the line's);
-    each array of shape (studies, models, runs)."""
+    """The runs of ``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models,
+    runs)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -156,11 +149,8 @@ def simulate_runs(
 
 # ---- step 2: studies ---------------------------------------------------------------------------
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
-    """The across-model procedure on every simulated study (:func:`.consensus.across_models`); with
-    ``flip_half`` the models from the middle on have their correlations' signs turned (the
-    ``half`` scenario of :func:`.simulate.scenario`: exact in distribution for the line and the
-    spline, whose residuals turn sign with the score: the spline's penalty does not depend on its
-    sign)."""
+    """The across-model procedure on every simulated study; ``flip_half`` turns the signs of the later half of the
+    models."""
     if "r_eiv" in runs:
         return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
@@ -238,12 +228,8 @@ def se_of(p: float, n: int) -> float:
 
 @dataclass
 class Curve:
-    """Power against effect for one grid and one set of assumptions: ``power[kind][i]`` at
-    ``effects[i]`` for each kind of :data:`VERDICT_POWERS`, with its Monte Carlo standard error in
-    ``se``; ``verdicts`` holds every verdict's share in both scenarios (``same``, ``half``) at
-    each effect; ``near_zero`` the share of the ``same`` studies that say ``near zero`` at each
-    effect (at 0 the power of that claim, from ``near_zero`` on a false statement); ``studies``
-    simulated studies per effect."""
+    """Power against effect for one grid and one set of assumptions, with Monte Carlo standard errors and verdict
+    shares."""
 
     grid: Grid
     assumptions: Assumptions
@@ -294,12 +280,8 @@ def _share_saying(shares: dict, words: str) -> float:
 
 
 def _found_shares(same: dict, half: dict, effect: float) -> dict:
-    """The verdict rule of the power curves: from the verdict shares (:func:`verdict_shares`) of
-    the studies in which every model has ``effect`` (``same``) and in which half have -``effect``
-    (``half``), the share that finds each statement: ``generalises`` (the effect's sign in nearly
-    every model), ``average sign`` (the effect's sign stated at either rung), ``sign reversal``,
-    ``wrong_sign`` (a negative sign stated at a positive effect) and ``near zero`` (the models agree
-    near zero)."""
+    """The share of studies that finds each statement, from the verdict shares of the ``same`` and ``half``
+    scenarios."""
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {

@@ -26,11 +26,8 @@ LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises"
 
 @dataclass(frozen=True)
 class ItemNoise:
-    """The item noise of a simulated study: ``in_domain`` and ``ood`` (each of the pair's two OOD
-    sets) items per testset, None for none (a testset infinitely large); the item-by-checkpoint
-    deviation's AR(1) coefficient ``persistence`` and the share ``difficulty`` of an item's
-    deviation that is its own, the same at every checkpoint (:mod:`.simulate_items`); the OOD sets'
-    ``accuracy`` and their residual series' sd ``residual_sd`` in score units (the module doc)."""
+    """The item noise of a simulated study: items per testset (None: none), persistence, difficulty, accuracy, residual
+    sd."""
 
     in_domain: int | None = None
     ood: int | None = None
@@ -109,11 +106,8 @@ def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.nd
 
 
 def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
-    """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell
-    (:func:`.run_batch.run_statistics` with ``residualiser``: ``r``, ``p``, ``se_z``, ...) and the
-    measurement columns (:func:`.run_batch.measured_statistics`: ``r_eiv``, ``p_eiv``, ``se_z_eiv``,
-    ``task_var_x``, ...; the cross-fitted correlation has the line's form only, whatever
-    ``residualiser``), one value per run."""
+    """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell and the measurement
+    columns."""
     obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
     return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
@@ -177,13 +171,8 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
 def measured_studies(
     runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
 ) -> dict:
-    """The across-model procedure on every simulated study whose runs are measurements (arrays
-    (studies, models, runs) of :func:`measure_runs`), as :func:`.agreement_table.agreement` answers a
-    pair whose runs are cross-fitted: what :func:`.design.studies_of` returns (the keys
-    :data:`LADDER_KEYS` from the cross-fitted ladder where every run with an observed value has a
-    cross-fitted one, ``items``; else from the observed ladder), ``near`` judged in the band shrunk by
-    the attenuation's low end (``band``), and ``limited`` (a testset mostly item noise, or no model
-    left once cross-fitted: an unresolved answer is then ``noise-limited``)."""
+    """The across-model procedure on every simulated study whose runs are measurements, as the agreement table answers
+    it."""
     r, r_eiv = runs["r"], runs["r_eiv"]
     M = r.shape[1]
     sign = np.ones(M)

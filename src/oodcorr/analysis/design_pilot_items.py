@@ -132,12 +132,8 @@ def item_estimates(
     checkpoints: int,
     notes: list,
 ) -> dict:
-    """What the pilot says about its testsets' item noise (the module doc): ``per_testset`` (items,
-    accuracy, and with per-item correctness the fitted ``difficulty`` and ``persistence`` and the
-    neighbours' ``disagreement``), their medians (``persistence``, ``difficulty``; None without
-    per-item correctness), the in-domain and OOD sets' items (``in_domain_items``, ``ood_items``:
-    medians, None where unknown), ``residual_sd`` (median over the OOD testsets, score units, None
-    where no reliability is known) and ``accuracy`` (the OOD testsets' median mean score)."""
+    """What the pilot says about its testsets' item noise: per testset, their medians, the items, residual sd,
+    accuracy."""
     own = set(long["in_domain"].astype(str))
     per: dict = {}
     if examples is not None and len(examples):

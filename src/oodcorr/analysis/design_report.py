@@ -34,13 +34,7 @@ def report(
     info: dict | None = None,
     items_studies: int | None = None,
 ) -> dict:
-    """Everything ``oodcorr design`` writes, as a JSON-ready dict: the power curves of ``grid`` at
-    each phi of ``phis`` and at ``a.phi``, the headline (the other assumptions as in ``a``), and at
-    the headline phi the same for each of ``alternatives`` (dicts with ``name``, ``description``,
-    ``grid`` (:class:`Grid`), ``items`` (:class:`.design_items.ItemNoise`) and ``cost``, a dict with at
-    least ``gpu_hours``) with its power at ``effect`` and the cheapest that reaches ``target`` per
-    verdict; how many items each testset needs (:func:`items_needed`; ``items_studies`` simulated
-    studies per size, by default ``draws.studies``; 0: no such table)."""
+    """Everything ``oodcorr design`` writes, as a JSON-ready dict."""
     headline, studies = a.phi, draws.studies
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]

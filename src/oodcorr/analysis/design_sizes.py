@@ -55,11 +55,8 @@ def _claim_powers(c: Curve) -> dict:
 
 
 def smallest_items(sizes, power, target: float) -> dict:
-    """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no item noise)
-    reaches ``target``: ``items`` interpolated on the log of the size between the simulated sizes
-    (``how``: ``at most`` where the smallest simulated size reaches it already; ``more than`` where
-    only the noise-free study does, ``never`` where not even it does: the grid, not the items, is
-    what limits the claim) and ``without_noise`` the noise-free study's power."""
+    """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no item noise) reaches
+    ``target``."""
     finite = [(n, p) for n, p in zip(sizes, power) if n is not None]
     out = {"items": None, "how": "never", "without_noise": float(power[-1])}
     for i, (n, p) in enumerate(finite):
@@ -76,14 +73,8 @@ def smallest_items(sizes, power, target: float) -> dict:
 
 
 def items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target: float, testset_sizes: dict) -> dict:
-    """The items table (JSON-ready): per side (``in_domain``, ``ood``) the simulated sizes, each
-    claim's power and its Monte Carlo standard error at each, and the smallest size reaching
-    ``target`` per claim (:func:`smallest_items`), and the smallest keeping :data:`KEEP` of the
-    noise-free power (``keeping``, where that power is :data:`KEEP_FROM` or more); the power at the
-    config's sizes (``as_configured``,
-    from the curve ``head`` at ``effect``, interpolated); and each testset of ``testset_sizes``
-    (``{"in_domain": {name: n}, "ood": {name: n}}``) with each claim's power at its size, interpolated
-    on the log of the size along its side's sizes."""
+    """The items table (JSON-ready): per side each claim's power at each size and the smallest size reaching
+    ``target``."""
     sides: dict = {}
     for (side, n, _), c in zip(ladder, steps):
         s = sides.setdefault(side, {"sizes": [], "power": {k: [] for k in (*ITEM_CLAIMS, "false sign")}})

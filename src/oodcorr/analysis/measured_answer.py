@@ -55,13 +55,7 @@ def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, f
 
 
 def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
-    """Per pair, from its models' pooled rows: ``reliability_x``, ``reliability_y`` (the ratio over
-    the models of the noise-free residual variances to the observed ones, with its one-sided lower
-    ``level`` bound as ``_low``; where only a size is known, no estimate and the mean of the bounds'
-    low ends), ``reliability_in_domain`` (the models' mean, with the mean of their low ends), and
-    ``band``: the low end of the attenuation of the correlations the ladder reads -- from the
-    cross-fitted series' shares (``task_var / eiv_var``, the same ratio bound) where the items are
-    known, else the observed series' low ends, 1 where nothing is known (the scores as observed)."""
+    """Per pair, from its models' pooled rows: the testsets' reliabilities and ``band``, the attenuation's low end."""
     sides = ("x", "y", "in_domain")
     out = {f"reliability_{s}{e}": np.full(n_groups, np.nan) for s in sides for e in ("", "_low")}
     out["band"] = np.ones(n_groups)

@@ -135,11 +135,7 @@ def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np
 
 
 def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, noise_z: float) -> np.ndarray:
-    """The partial correlation of each pair corrected for in-domain item noise of ``noise_z`` (the
-    expected noise in ``z' P z``: at the binomial bound, the largest the bound allows), the moment
-    correction ``(S_xy - S_xz S_yz / (S_zz - noise_z)) / sqrt(o_x o_y)`` with the observed residual
-    variances ``o`` in the denominator (so the value is on the observed scale: only the control is
-    corrected)."""
+    """The partial correlation of each pair corrected for in-domain item noise of ``noise_z``, on the observed scale."""
     Pz, PX = P @ z, P @ X
     szz = float(Pz @ Pz)
     sxz = PX.T @ Pz
@@ -177,11 +173,7 @@ def disattenuate(r, lo, hi, rel_x, rel_y, rel_lo_x, rel_lo_y, rel_hi_x, rel_hi_y
 
 
 def ratio_of_means(num, att_x, att_y, level: float = 0.95) -> tuple[float, float, float]:
-    """The tasks' correlation pooled over units (runs of a model, or models): the mean of the
-    cross-fitted correlations ``num`` over ``sqrt(mean att_x * mean att_y)`` (each unit's
-    reliabilities), and Fieller's interval for that ratio of means on ``k - 1`` degrees of freedom
-    (the denominator linearised per unit), clipped to [-1, 1]: an interval whose denominator is not
-    clearly positive is [-1, 1], the whole range."""
+    """The tasks' correlation pooled over units: the ratio of means with Fieller's interval, clipped to [-1, 1]."""
     num, ax, ay = (np.asarray(v, float) for v in (num, att_x, att_y))
     ok = np.isfinite(num) & np.isfinite(ax) & np.isfinite(ay)
     num, ax, ay = num[ok], ax[ok], ay[ok]
@@ -212,11 +204,7 @@ def ratio_of_means(num, att_x, att_y, level: float = 0.95) -> tuple[float, float
 
 
 def pool_measured(runs, parts: list, level: float = 0.95) -> dict:
-    """The pooled rows' measurement columns, one value per group of run rows (``parts``: the row
-    positions of each group, as :func:`.pooling.pool_runs` forms them): the tasks' correlation by
-    :func:`ratio_of_means` over the runs (one run: its own value and interval), the moments summed,
-    each reliability the mean of the runs' with the mean of their ends, and the runs' ``noise``
-    texts."""
+    """The pooled rows' measurement columns, one value per group of run rows (``parts``)."""
     sums = ("task_cov", "task_var_x", "task_var_y", "eiv_var_x", "eiv_var_y", "obs_var_x", "obs_var_y")
     corr = ("r_corrected", "ci_low_corrected", "ci_high_corrected")
     rel = [f"reliability_{s}{e}" for s in ("x", "y", "in_domain") for e in ("", "_low", "_high")]

@@ -177,13 +177,7 @@ def predictive_batch(
 
 
 def within_scale_draws(ss, df, points: int = FIDUCIAL_POINTS, single: float = SINGLE_RUN_SCALE):
-    """The within-model scale ``lambda`` the tolerance bounds integrate over, per study, as
-    (draws, weights), each (studies, points): with ``df`` > 0 degrees of freedom from the runs' own
-    scatter (``ss``, the runs' squared deviations from their models' means over their variances),
-    its fiducial distribution ``ss / chi2_df`` truncated at 1 (the per-run procedure's variances
-    are never too small on the calibration grid, so the runs can only scale them down; the draws
-    above 1 would read a spread as noise), by Gauss-Legendre quadrature on its probability scale;
-    with none (every model one run), ``single`` alone."""
+    """The within-model scale ``lambda`` the tolerance bounds integrate over, per study, as (draws, weights)."""
     ss, df = np.asarray(ss, float), np.asarray(df, int)
     draws = np.full((len(ss), points), float(single))
     weights = np.zeros((len(ss), points))

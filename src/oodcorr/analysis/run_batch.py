@@ -31,11 +31,7 @@ def run_statistics(
     gam: GamSettings | None = None,
     bases: dict | None = None,
 ) -> dict:
-    """The per-run procedure of the analysis (:func:`.pipeline.analyse`'s per-run rows, method
-    ``pearson``, ordered complete units at checkpoints 0, 1, ...) on a stack of runs: ``scores``
-    (runs, checkpoints, 3) with the in-domain score, x and y, residualised by ``residualiser``
-    (``linear`` or ``spline``, optionally ``+step``; ``gam`` settings: the spline's basis size and
-    minimum points)."""
+    """The per-run procedure of the analysis (Pearson) on a stack of runs ``scores`` (runs, checkpoints, 3)."""
     spec = parse(residualiser)
     if not spec.smoother:
         raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
@@ -115,11 +111,7 @@ def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: Gam
 
 
 def measured_statistics(scores: np.ndarray, halves: np.ndarray, level: float = 0.95, chunk: int = 500) -> dict:
-    """The measurement columns of a stack of runs whose every testset's items are known, as
-    :func:`.run_measurement.run_measurements` gives them for the pair (x, y) with the linear
-    residualiser: the cross-fitted correlation, the tasks' moments, the reliabilities
-    (:func:`.measurement.cross_fitted`, :func:`.run_measurement.cross_fit_columns`) and the in-domain
-    series' reliability (the product of its halves over its variance)."""
+    """The measurement columns of a stack of runs whose every testset's items are known (linear residualiser)."""
     scores, halves = np.asarray(scores, dtype=float), np.asarray(halves, dtype=float)
     B, T, _ = scores.shape
     P = exact_maker(T, None)

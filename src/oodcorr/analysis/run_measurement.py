@@ -89,11 +89,7 @@ def run_measurements(
     ordered: bool,
     where: tuple,
 ) -> dict:
-    """Every (x, y, residualiser) of the run's linear- and spline-kind residualisers -> its
-    measurement columns (:data:`COLUMNS` and ``noise``); a spline's line (``linear`` or
-    ``linear+step``) is measured too, whether configured or not: a spline cell keeps its testsets'
-    reliabilities, and where only the in-domain set's size is known its bound-corrected correlation
-    (:func:`_spline_rows`)."""
+    """Every (x, y, residualiser) of the run's linear- and spline-kind residualisers -> its measurement columns."""
     residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
     kinds = list(dict.fromkeys(parse(res).line for res in residualisers if parse(res).smoother))
@@ -131,12 +127,7 @@ def run_measurements(
 
 
 def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -> dict:
-    """The measurement columns of a spline's pairs (all complete on ``mask``) from its line's
-    (``lines``: pair -> the line's columns): the testsets' reliabilities and ``noise`` as the line
-    measures them; where the in-domain items are known, its own cross-fitted ``r_eiv``
-    (:func:`.measurement.spline_cross_fitted`) and no tasks' correlation (the moments are the
-    line's); where only the in-domain set's size is known, the line's bound-corrected ``r_eiv``, so
-    the answer states only what both the spline and the bound-corrected line state."""
+    """The measurement columns of a spline's pairs, from its line's (``lines``: pair -> the line's columns)."""
     pairs = list(lines)
     rows = {p: dict(lines[p]) for p in pairs}
     for p in pairs:
@@ -278,11 +269,7 @@ def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
 
 
 def cross_fit_columns(got: dict, level: float) -> dict:
-    """The measurement columns of cross-fitted cells (:func:`.measurement.cross_fitted`'s arrays,
-    any shape): ``r_eiv`` with its test, the moments, each observed series' reliability (its
-    noise-free residual variance over its observed one; the interval from the variance of a product
-    of two residual series on the pair's effective sample size, an approximation), and
-    ``r_corrected`` with its interval (the cross-fitted interval over the attenuation's range)."""
+    """The measurement columns of cross-fitted cells (:func:`.measurement.cross_fitted`'s arrays, any shape)."""
     df = np.maximum(np.nan_to_num(got["n_eff"], nan=2.0), 2.0)
     out = {
         "r_eiv": got["r"],

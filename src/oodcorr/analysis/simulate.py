@@ -173,12 +173,8 @@ SHAPES = ("line", "curve")
 
 
 def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.ndarray:
-    """Each run's OOD scores as curves of its in-domain score ``z`` (runs, checkpoints): testset j of
-    run b is ``sign(a_j) 0.3 / (1 + exp(-k (z - c)))``, a logistic rise (or fall, where its loading
-    ``a_j`` is negative) of 0.3, its midpoint ``c`` uniform over the middle of the run's scores (near
-    the low end: an early plateau; near the high end: a late emergence) and its steepness ``k``
-    uniform in 10-40 per unit of score (0.3 of in-domain score spans 3 to 12 logits), each drawn per
-    run and testset."""
+    """Each run's OOD scores as logistic curves of its in-domain score ``z`` (runs, checkpoints), drawn per run and
+    testset."""
     B = z.shape[0]
     lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
     c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
@@ -235,12 +231,7 @@ def study_table(
 
 
 def scenario(name: str, n_models: int, effect: float = 0.5) -> list[float]:
-    """The models' partial correlations of a named scenario (the verdict calibration's):
-    ``null`` (0 in every model), ``same`` (``effect`` in every model), ``half`` (+``effect`` in
-    the first half of the models, -``effect`` in the rest), ``spread`` (evenly spread on the z
-    scale from -``effect`` to +``effect``: centred on 0, models differ), ``spread-off-zero``
-    (evenly spread from -``effect`` - 0.3 to +``effect`` - 0.3 on the z scale: mostly negative,
-    a few models positive)."""
+    """The models' partial correlations of a named scenario: null, same, half, spread, spread-off-zero."""
     if name == "null":
         return [0.0] * n_models
     if name == "same":

@@ -174,12 +174,7 @@ def item_table(
 
 
 def fast_run_rows(d: dict, models: int, runs: int, level: float = 0.95, chunk: int = 2000) -> pd.DataFrame:
-    """The run rows of :func:`.pipeline.analyse` (Pearson, linear residualiser, the pair ood0-ood1)
-    for many studies drawn by :func:`item_runs` at once (``models`` x ``runs`` runs a study, in
-    order), every testset's items known: the observed correlation by the design's per-run procedure
-    (:func:`.run_batch.run_statistics`), the measurement columns by the functions the analysis itself
-    uses (:func:`.run_batch.measured_statistics`: :func:`.measurement.cross_fitted`,
-    :func:`.run_measurement.cross_fit_columns`)."""
+    """The run rows of :func:`.pipeline.analyse` (Pearson, linear, ood0-ood1) for many studies at once, items known."""
     B, T, _ = d["scores"].shape
     obs = run_statistics(d["scores"], level)
     cols = measured_statistics(d["scores"], d["halves"], level, chunk)

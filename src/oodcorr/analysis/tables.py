@@ -333,12 +333,7 @@ def _bookkeeping(column: str) -> bool:
 
 @dataclass(frozen=True)
 class Layout:
-    """How a score table is read, the same for each reader here (:func:`from_wide`, :func:`from_long`,
-    :func:`run_info`): its unit column and in-domain testset; the columns naming each row's model and
-    run (None: every row is ``model_name``'s, run ``all``); for its errors, the table's name
-    (``source``) and what its rows are called (``where``: ``line``, or a sheet's ``row``); and what
-    is kept: the testsets (exact names or globs, :func:`matching`; None: all), those left out
-    (``exclude``), and the unit labels of summary rows (:func:`drop_summary_rows`)."""
+    """How a score table is read, the same for each reader here: its columns, its name for errors, what is kept."""
 
     unit: str
     in_domain: str
