@@ -150,10 +150,8 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
 
 
 def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
-    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair:
-    (z, v, p_run, mask) of shape (pairs, models, runs), each pair's models in order of their first
-    run, with the names in that order per pair, and the models each pair left out for lack of an
-    interval; read from the columns ``r<sfx>``, ``se_z<sfx>``, ``p<sfx>``."""
+    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair (columns ``r<sfx>``,
+    ...)."""
     r, se = runs["r" + sfx].to_numpy(float), runs["se_z" + sfx].to_numpy(float)
     use = np.isfinite(r) & np.isfinite(se) & (se > 0)
     model = runs["model"].astype(str).to_numpy()

@@ -41,10 +41,7 @@ from .predictive import (
 
 
 def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tau2_runs, degrees of freedom, q) per study: the between-run variance shared by the models,
-    by Paule-Mandel on the runs' spread around their own models' means; q is the generalised Q per
-    degree of freedom at that variance (1 when the variance is positive, below 1 when the runs agree
-    more closely than their within-run variances say; NaN without degrees of freedom)."""
+    """(tau2_runs, degrees of freedom, q) per study: the between-run variance shared by the models (Paule-Mandel)."""
     mask = np.asarray(mask, dtype=bool)
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
@@ -122,10 +119,7 @@ def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU
 
 
 def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
-    """What the runs say of each model's within variance, per study: each model's plain mean of its
-    runs ``zbar``, the variance of that mean if its runs' variances are right, ``vbar / k`` (``vbar``
-    the mean of its runs' ``v``), and the runs' own scatter around their models' means, ``ss`` (the
-    squared deviations over ``vbar``) on ``df`` degrees of freedom (the runs less the models)."""
+    """What the runs say of each model's within variance, per study: ``zbar``, ``vbar / k``, ``ss`` on ``df``."""
     mask = np.asarray(mask, dtype=bool)
     k = mask.sum(-1)
     present = k > 0

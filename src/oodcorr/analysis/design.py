@@ -306,16 +306,12 @@ class Draws:
 
 
 def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Draws = Draws()) -> Curve:
-    """Power against effect (:class:`Curve`) for ``grid`` under ``a``: ``draws.studies`` simulated
-    studies per effect, the same draws at every effect (seeded by ``draws.seed``, the grid and the
-    assumptions, so a rerun gives the same numbers; not by the testsets' sizes, so the same draws
-    serve every size)."""
+    """Power against effect (:class:`Curve`) for ``grid`` under ``a``, the same seeded draws at every effect."""
     effects, studies, seed = [float(e) for e in draws.effects], draws.studies, draws.seed
     if any(not 0 <= e < 1 for e in effects):
         raise ValueError(f"effects are partial correlations in [0, 1), got {effects}")
     key = [seed, grid.models, grid.runs, grid.checkpoints, round(1e6 * a.phi), round(1e6 * a.model_sd)]
-    # (the 0 held the white sampling noise of earlier designs: the draws of a design without item
-    # noise are the ones they were)
+    # the 0 keeps the draws of a design without item noise as they were
     key += [round(1e6 * a.run_sd), 0, ("ar1", "drift", "trend").index(a.series)]
     bases: dict = {}  # the spline's, per chunk of runs: the in-domain scores are the same at every effect
     null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key), settings, bases)

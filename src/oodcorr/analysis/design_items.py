@@ -14,10 +14,8 @@ from .run_batch import measured_statistics, run_statistics
 from .simulate_items import disagreement, item_noise_covariance
 
 MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halves of 2)
-# random halvings per simulated run: the analysis averages SPLITS (8); two cost about a third of the
-# time, and on 400 studies of each of six regimes the shares of the statements (a sign, near zero) moved
-# by 0.010 at most, the split of the unanswered pairs between noise-limited and unresolved by up to
-# 0.040 (benchmarks/README.md#11-planning-a-study-oodcorr-design)
+# random halvings per simulated run (the analysis averages SPLITS):
+# benchmarks/README.md#11-planning-a-study-oodcorr-design
 DESIGN_SPLITS = 2
 # the per-study keys the verdict reads (:func:`.design.verdicts_of`), taken from the cross-fitted
 # ladder where a study's runs are cross-fitted

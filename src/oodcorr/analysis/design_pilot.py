@@ -30,10 +30,7 @@ def _iqr(values) -> list[float]:
 
 
 def _observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=None, runs: int = 400, seed: int = 0):
-    """(true phi, median corrected estimate of the residuals' AR(1) coefficient) of simulated runs
-    with ``checkpoints`` checkpoints and the item noise ``items`` (:class:`.design_items.ItemNoise`):
-    the estimate in short runs is biased towards 0 (0.72 for a true 0.8 at 21 checkpoints), which a
-    pilot's estimate is read against."""
+    """(true phi, median corrected estimate) of simulated runs of the pilot's length and item noise."""
     phis = np.round(np.arange(0.0, 0.96, 0.05), 2) if phis is None else np.asarray(phis, dtype=float)
     med = []
     for phi in phis:
@@ -257,10 +254,7 @@ def choose_assumptions(
     sources: dict,
     pilot: dict | None = None,
 ) -> Chosen:
-    """The assumptions: each given one (a flag, or for the testsets' sizes the config) as it is,
-    else the pilot's estimate when there is a pilot, else the default (:data:`DEFAULT_PHIS`, the
-    alternatives at :data:`HEADLINE_PHI` when it is among them, no spread, the defaults of
-    :class:`.design_items.ItemNoise`: no item noise)."""
+    """The assumptions: each given one as it is, else the pilot's estimate, else the default."""
     sources = dict(sources)
     given = dict(items or {})
     phis = list(phi) if phi else list(DEFAULT_PHIS)

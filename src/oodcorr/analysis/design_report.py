@@ -103,10 +103,7 @@ def report(
 
 
 def generalises_unreachable(rows: list[dict], target: float, largest: float) -> dict | None:
-    """When the grid as configured (``rows[0]``) finds ``generalises`` in fewer than ``target`` of its
-    studies at every simulated effect up to ``largest``: its tolerance bounds cannot exclude 0
-    often enough whatever the shared effect (too few models, or each too noisy, to show that models
-    of the other sign are rare)."""
+    """When the grid as configured (``rows[0]``) finds ``generalises`` too rarely at every effect up to ``largest``."""
     if rows[0]["smallest_effect_80"]["generalises"] is not None:
         return None
     fixes = [

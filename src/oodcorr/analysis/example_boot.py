@@ -144,10 +144,7 @@ def _resampled(rex: RunExamples, zname: str, names: list, mask: np.ndarray, step
 
 
 def _respline(rs: np.ndarray, rex: RunExamples, zname: str, names: list, mask, steps, lams: list, opts) -> None:
-    """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) of the series with a spline
-    penalty (``lams``; None: the line) by each resample's spline residuals at that penalty (the
-    resample's own basis; the line where no curve can be fitted to it), keeping NaN where
-    :func:`_resampled` put it."""
+    """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) by each resample's spline residuals."""
     z = rex.boot[zname][mask].T
     X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)
     curved = np.array([lam is not None for lam in lams])

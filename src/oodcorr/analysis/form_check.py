@@ -48,10 +48,8 @@ def sign_of(lo, hi) -> np.ndarray:
 
 
 def mark(out) -> None:
-    """``depends_on_form`` and ``form_check`` of every row of the analysis' table ``out`` (a
-    DataFrame with the curve's interval and the line's, :data:`LINE_COLUMNS`): True where the two
-    intervals conclude differently (one excludes 0 and the other does not, or they exclude it on
-    opposite sides); None where either has no interval."""
+    """``depends_on_form`` and ``form_check`` of every row of ``out``: do the curve's and the line's intervals
+    disagree?"""
     lo, hi = out["ci_low"].to_numpy(float), out["ci_high"].to_numpy(float)
     llo, lhi = out["ci_low_line"].to_numpy(float), out["ci_high_line"].to_numpy(float)
     both = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(llo) & np.isfinite(lhi)

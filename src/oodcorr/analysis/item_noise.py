@@ -100,10 +100,7 @@ def half_means(
 
 
 def noise_summary(mat: np.ndarray) -> dict:
-    """One run's item noise of one testset, in numbers a reader can compare: ``items``, the noise's
-    sd at a checkpoint (``noise_sd``, the mean over units of ``sqrt(Sigma_tt)``), its correlation
-    between neighbouring checkpoints (``noise_lag1``: how persistent; 0 for white noise) and the
-    share of items whose correctness differs between neighbouring checkpoints (``disagreement``)."""
+    """One run's item noise of one testset: ``items``, ``noise_sd``, ``noise_lag1`` and ``disagreement``."""
     mat = np.asarray(mat, dtype=float)
     ok = np.isfinite(mat[:, 0]) if mat.size else np.zeros(0, bool)
     m = mat[ok]
@@ -184,10 +181,8 @@ def run_noise(
     sizes: dict[str, np.ndarray],
     strata: dict[str, np.ndarray] | None = None,
 ) -> dict[str, TestsetNoise]:
-    """Every testset's :class:`TestsetNoise` for one run: ``items`` where its per-item matrix is
-    complete at every unit the run scored it (:func:`item_matrices`), else ``bound`` where its
-    size is known at every unit (``sizes``: testset -> items per unit, from a share-like score's
-    ``n`` column), else ``unknown`` with the reason."""
+    """Every testset's :class:`TestsetNoise` for one run: ``items``, else ``bound``, else ``unknown`` with the
+    reason."""
     out = {}
     for ts in testsets:
         mat = mats.get(ts)

@@ -25,10 +25,7 @@ RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
 
 @dataclass
 class LmEvalResults:
-    """What :func:`read_folder` read: ``scores`` (model, run, step, testset, score, stderr, n, file),
-    ``examples`` (model, run, unit, testset, example, correct; None without samples files), the files
-    read and their digest, and ``groups``: every group the files name with its subtasks (their union
-    over the files)."""
+    """What :func:`read_folder` read: ``scores``, ``examples`` (None without samples), the files, ``groups``."""
 
     folder: Path
     metric: str

@@ -103,10 +103,7 @@ def read_results_file(
     seen: set | None = None,
     groups: dict | None = None,
 ) -> list[dict]:
-    """One row per task of one results file (the columns of :class:`LmEvalResults`' ``scores`` and
-    ``key``, the metric's key); with no ``tasks`` named, the tasks without the metric are added to
-    ``without``; every task the file holds, read or not, to ``seen``; the file's groups with their
-    subtasks (``group_subtasks``) to ``groups`` (group -> set of subtasks)."""
+    """One row per task of one results file; adds to ``without``, ``seen`` and ``groups`` as it reads."""
     doc = load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(

@@ -136,10 +136,7 @@ def _conclusions(r, lo, hi, near: float) -> np.ndarray:
 
 
 def _run_items(groups, examples, ordered) -> list:
-    """Each run's per-item matrices, problems and item labels (:func:`.item_noise.item_matrices`,
-    :func:`.item_noise.item_strata`), read from its
-    rows of ``examples`` one run at a time (the table is split once, by position); None for a run
-    without rows, and for every run without ``examples``."""
+    """Each run's per-item matrices, problems and item labels, read from its rows of ``examples`` (None without)."""
     if examples is None:
         return [None] * len(groups)
     where = examples.groupby(["model", "run"], sort=False, observed=True).indices

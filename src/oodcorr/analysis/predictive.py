@@ -17,8 +17,7 @@ TOL_POINTS_P = 101  # ... for their p-values alone, where no bound is reported (
 WITHIN_SCALES = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 CHUNK = 256  # studies per (studies, grid, models) array
 FIDUCIAL_POINTS = 6  # Gauss nodes of the within scale's fiducial distribution the tolerance bounds integrate over
-# every model one run: the within variance the bounds read is this share of the V_m the per-run
-# procedure gives, the smallest ratio of the scatter to V_m measured on the calibration grid
+# every model one run: the share of V_m the bounds read
 # (benchmarks/README.md#14-the-answer-across-models-every-rung-measured)
 SINGLE_RUN_SCALE = 0.72
 
@@ -200,10 +199,7 @@ def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
 
 
 def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
-    """Per row, the largest share ``s`` in [0.5, 0.9999] at which the bound on the row's side (the
-    high side where ``high``) still excludes 0 at confidence ``1 - alpha``: the normal quantile
-    ``c`` of ``s`` at which the side's mass (which rises with ``c``) is ``alpha``, to 1e-6, by scipy's
-    vectorised bracketing root finder; NaN where even ``s = 0.5`` (the models' median) does not."""
+    """Per row, the largest share ``s`` in [0.5, 0.9999] at which the bound on the row's side still excludes 0."""
     top = float(stats.norm.ppf(0.9999))
     n = len(wt)
     at0 = _side_mass(np.zeros(n), wt, mu, sd, tau, high)
@@ -226,10 +222,7 @@ def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
 def tolerance_batch(
     zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS, scales=None, bounds: bool = True
 ) -> dict:
-    """Per study: the one-sided tolerance bounds of the models' correlations (z scale), each of
-    content ``(1 + level) / 2`` (0.975) at confidence ``level`` (see the module doc): ``tol_lo``
-    (with that confidence, at least that share of models of this kind lie above it) and ``tol_hi``
-    (below it)."""
+    """Per study: the one-sided tolerance bounds ``tol_lo``, ``tol_hi`` of the models' correlations (z scale)."""
     present = np.asarray(present, dtype=bool)
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     S = present.shape[0]

@@ -262,10 +262,8 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
 
 
 def one_blas_thread():
-    """A context in which BLAS runs on one thread: the per-run procedure multiplies thousands of
-    matrices of a few dozen rows, where a second BLAS thread costs three times the time it saves
-    (22 against 69 us per run of 21 checkpoints on 2 cores); parallel work is split over processes
-    (the design's curves, the analysis' runs), each on one BLAS thread."""
+    """A context in which BLAS runs on one thread (the per-run procedure's matrices are small; work is split over
+    processes)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - a dependency of the pinned environment

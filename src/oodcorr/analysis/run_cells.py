@@ -262,10 +262,7 @@ def run_units(g: pd.DataFrame, ordered: bool) -> list:
 def partial_corr(
     g: pd.DataFrame, opts: Options, ordered: bool | None = None, parts: dict | None = None, items: tuple | None = None
 ) -> list[dict]:
-    """The partial correlations of one run (``g``: the rows of one model and run of the canonical
-    long table, :data:`.pipeline.CANON`): one row per (OOD pair, method, residualiser) cell, the
-    correlation of the pair's residuals given the in-domain score (:func:`.correlate.residual_pair`,
-    :func:`.correlate.corr`) with its interval, p-value, checks and notes."""
+    """The partial correlations of one run ``g`` (one model and run of :data:`.pipeline.CANON`): one row per cell."""
     model, run = g["model"].iloc[0], g["run"].iloc[0]
     ordered = ordered_units(g["unit"]) if ordered is None else ordered
     zs = list(dict.fromkeys(g["in_domain"]))
@@ -345,10 +342,7 @@ def partial_corr(
 
 
 def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
-    """A cell's measurement columns (:mod:`.run_measurement`): the Pearson cells of a linear- or
-    spline-kind residualiser take them whole; every other cell of the pair its testsets' reliabilities and what
-    their noise is known from (from the linear-kind cell of the same covariates), its own
-    correlation left as observed."""
+    """A cell's measurement columns (:mod:`.run_measurement`), whole for the Pearson linear and spline kinds."""
     spec = parse(res)
     if spec.smoother and method == "pearson":
         return meas.get((a, b, res), empty())

@@ -81,10 +81,7 @@ def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[fl
 def out_of_range(
     scores: pd.DataFrame, metric: str, *, percent: bool = True
 ) -> tuple[object, object, float, str] | None:
-    """(row, column, value, the sentence's end) of the first score in ``scores`` (one metric: a
-    column, or a wide table's testset columns) outside the metric's range (:func:`_score_range`, the
-    scale told from all of them), or None when all lie inside (missing values and infinities are
-    said elsewhere)."""
+    """(row, column, value, the sentence's end) of the first score outside its metric's range, or None."""
     v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
     got = _score_range(metric, v.to_numpy().ravel(), percent=percent)
     if got is None:

@@ -183,10 +183,7 @@ def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.
 
 
 def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):
-    """The partial correlation of two OOD scores whose residual series (sd ``noise``) correlate
-    ``rho`` when each also carries independent sampling noise (sd ``sampling_sd``: one number,
-    or the two testsets' pair): ``rho`` times ``sqrt((1 - l_x) (1 - l_y))``, ``l`` each score's
-    share of sampling noise in its residual variance."""
+    """The partial correlation of two OOD scores that correlate ``rho`` when each also carries sampling noise."""
     sx, sy = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (2,))
     keep = math.sqrt(noise**2 / (noise**2 + sx**2) * noise**2 / (noise**2 + sy**2))
     return np.asarray(rho, dtype=float) * keep

@@ -17,10 +17,7 @@ IN_DOMAIN = "in-domain"
 
 @dataclass(frozen=True)
 class Items:
-    """Item noise: the in-domain testset's and each OOD testset's number of items, the share of an
-    item's answer variance that is its persistent difficulty, and the persistence of the
-    item-by-checkpoint deviation between neighbouring checkpoints (0.5 and 0.8: neighbours disagree
-    on about 12 % of items at accuracy 0.7)."""
+    """Item noise: items per testset, the share of an item's variance that is difficulty, and its persistence."""
 
     n_in_domain: int = 200
     n_ood: int = 300
@@ -47,10 +44,7 @@ def _logistic(x):
 
 
 def ability(rng: np.random.Generator, n_runs: int, n_checkpoints: int) -> np.ndarray:
-    """Each run's in-domain ability (runs, T) at checkpoints 1..T: half the runs a saturating
-    curve ``1 - exp(-k u)`` (``k`` in [1.5, 6]), half a logistic in ``u = t / T`` (midpoint in
-    [0.15, 0.45], slope in [6, 14]), each rescaled to run from ``a0`` in [0, 0.15] at ``u = 0`` to
-    ``a1`` in [0.85, 1] at ``u = 1``: increasing, in [0, 1]."""
+    """Each run's in-domain ability (runs, T) at checkpoints 1..T: saturating or logistic, increasing, in [0, 1]."""
     u = np.arange(1, n_checkpoints + 1, dtype=float)[None, :] / n_checkpoints
     B = n_runs
     sat = rng.random(B) < 0.5
@@ -115,10 +109,8 @@ def curve_study(
     noise_sd: float = 0.02,
     items: Items | None = None,
 ) -> CurveStudy:
-    """One study: one model per entry of ``rhos`` (the partial correlation of ood0 and ood1 given
-    the ability in that model; every other pair 0), ``n_runs`` runs each, ``n_checkpoints``
-    checkpoints, ``n_ood`` OOD testsets whose curves come from ``FAMILIES[family]``, AR(1) residual
-    series of coefficient ``phi`` and sd ``noise_sd``, item noise when ``items`` is given."""
+    """One study: one model per entry of ``rhos`` (ood0-ood1's partial correlation), curves from
+    ``FAMILIES[family]``."""
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
     if family not in FAMILIES:
         raise ValueError(f"unknown curve family {family!r}; choose from {', '.join(FAMILIES)}")

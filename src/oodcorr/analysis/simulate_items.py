@@ -139,10 +139,7 @@ def item_table(
     difficulty: float = 0.5,
     persistence: float = 0.8,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One study as the analysis reads it: the canonical long table (testsets ``in-domain``,
-    ``ood0``, ``ood1``; a column ``n`` with each testset's items) and the per-item table (``model,
-    run, unit, testset, example, correct``), ``n_runs`` runs per model, one model per entry of
-    ``rhos``."""
+    """One study as the analysis reads it: the canonical long table and the per-item table, one model per ``rhos``."""
     names = ["in-domain", "ood0", "ood1"]
     model_rhos = np.repeat(np.asarray(rhos, dtype=float), n_runs)
     truth = population(rng, model_rhos, n_checkpoints, phi)

@@ -40,10 +40,7 @@ def _penalised(x: np.ndarray, size: int) -> np.ndarray:
 
 
 def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k) with at least
-    ``settings.min_points`` points (:func:`curve_fits`), built for the stack at once and stacked: the
-    :class:`.residualise.SplineBasis` fields ``Q0`` (B, n, p0), ``W`` (B, n, q), ``d`` (B, q), 0 for a
-    direction a run's points do not reach."""
+    """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k), built for the stack at once."""
     B, n, k = Z.shape
     distinct = 1 + (np.diff(np.sort(Z, axis=1), axis=1) > 0).sum(1)  # (B, k)
     if np.any(distinct < 4):
