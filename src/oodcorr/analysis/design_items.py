@@ -116,12 +116,8 @@ def _model_sum(v: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
 
 
-def _model_mean(v: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
-
-
 def _all_finite_mean(v: np.ndarray) -> np.ndarray:
-    """Per study, the models' mean where every model's value is finite, else NaN."""
+    """The mean over the last axis where every value is finite, else NaN."""
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
 
 
@@ -148,14 +144,14 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     limited = np.zeros(S, bool)
     for side in ("x", "y"):
         task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
-        lows = _all_finite_mean(_model_mean(runs[f"reliability_{side}_low"]))
+        lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
         est, low = _ratio_low_batch(task, obs, level)
         out[f"reliability_{side}"] = np.where(moments, est, np.nan)
         out[f"reliability_{side}_low"] = np.where(moments, low, lows)
         with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
         band.append(np.where(with_eiv, _ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
-    rel_z = _all_finite_mean(_model_mean(runs["reliability_in_domain"]))
+    rel_z = _all_finite_mean(_all_finite_mean(runs["reliability_in_domain"]))
     out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
     both = np.isfinite(band[0]) & np.isfinite(band[1])
     out["band"] = np.where(both, np.sqrt(np.maximum(band[0], 0.0) * np.maximum(band[1], 0.0)), 1.0)
