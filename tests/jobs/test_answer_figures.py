@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.simulate import study_table
+from oodcorr.analysis.simulate.runs import study_table
 from oodcorr.jobs import answer_figures, figure_set, plots
 
 from helpers import measured_study

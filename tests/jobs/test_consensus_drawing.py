@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
+from oodcorr.analysis.across.agreement_table import AGREEMENT_COLUMNS
 from oodcorr.jobs import answer_figures
 from oodcorr.jobs.answer_figures import EVERY_RUN_MARK, fold_names
 

@@ -19,30 +19,30 @@ folder of lm-evaluation-harness results: its files found and opened with care, :
 one results file read and its scores checked, :mod:`.lmeval_results`, which model, run and step
 each is, :mod:`.lmeval_identity`, and their per-sample logs: :mod:`.lmeval_samples`),
 :mod:`.options` (every analysis setting),
-:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one
+:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.cells` (one
 run's cells, :func:`partial_corr`; their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline`
 (every run, pooled, corrected and checked),
-:mod:`.simulate` (simulated runs and the calibration loop the tests and
-``benchmarks/analysis_coverage.py`` use), :mod:`.run_batch` (the per-run procedures on stacks
-of simulated runs), :mod:`.design` (the power of each verdict for a grid, by simulated studies
-analysed with the procedures above: ``oodcorr design``), :mod:`.design_items` (the item noise of
-its simulated studies and the measured answer through it), :mod:`.design_pilot` and
-:mod:`.design_pilot_items` (the assumptions of a design, from a pilot's scores and items or the
-defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, as JSON and
+:mod:`.runs` (simulated runs and the calibration loop the tests and
+``benchmarks/analysis_coverage.py`` use), :mod:`.stacked` (the per-run procedures on stacks
+of simulated runs), :mod:`.power` (the power of each verdict for a grid, by simulated studies
+analysed with the procedures above: ``oodcorr design``), :mod:`.items` (the item noise of
+its simulated studies and the measured answer through it), :mod:`.pilot` and
+:mod:`.pilot_items` (the assumptions of a design, from a pilot's scores and items or the
+defaults), :mod:`.report` and :mod:`.sizes` (the design's report, as JSON and
 Markdown, and its table of the items each testset needs).
 """
 
 from ..core.answer import VERDICTS
-from .agreement_table import AGREEMENT_COLUMNS, agreement
-from .correlate import METHODS, corr, residual_pair
-from .inference import INFERENCES, assess, dependence, effective_n
-from .multitest import adjust, bh, holm
+from .across.agreement_table import AGREEMENT_COLUMNS, agreement
+from .across.multitest import adjust, bh, holm
+from .across.pooling import combine, fisher_mean, pool_runs
+from .cell.correlate import METHODS, corr, residual_pair
+from .cell.inference import INFERENCES, assess, dependence, effective_n
+from .cell.resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
+from .cell.residualise import RESIDUALISERS, Degenerate, GamSettings
 from .options import Options
+from .per_run.cells import partial_corr
 from .pipeline import CANON, COLUMNS, analyse
-from .pooling import combine, fisher_mean, pool_runs
-from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
-from .residualise import RESIDUALISERS, Degenerate, GamSettings
-from .run_cells import partial_corr
 
 __all__ = [
     "AGREEMENT_COLUMNS",

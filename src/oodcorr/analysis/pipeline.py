@@ -12,16 +12,17 @@ import numpy as np
 import pandas as pd
 
 from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
-from . import form_check, multitest
-from .form_check import sign_of
-from .item_noise import item_matrices, item_strata
-from .measurement import pool_measured
+from .across import multitest
+from .across.pooling import POOL_KEYS, _groups, pool_runs
+from .cell import form_check
+from .cell.form_check import sign_of
+from .cell.residualise import one_blas_thread
+from .items.item_noise import item_matrices, item_strata
+from .items.measurement import pool_measured
+from .items.shared_items import leaves
 from .options import Options
-from .pooling import POOL_KEYS, _groups, pool_runs
-from .residualise import one_blas_thread
-from .run_cells import ordered_units, partial_corr, plain, run_units
-from .run_measurement import COLUMNS as MEASURED
-from .shared_items import leaves
+from .per_run.cells import ordered_units, partial_corr, plain, run_units
+from .per_run.measured import COLUMNS as MEASURED
 
 log = logging.getLogger(__name__)
 

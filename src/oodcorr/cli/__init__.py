@@ -12,7 +12,7 @@
 ``oodcorr design --configfile X [--pilot TABLE]`` (:mod:`.design`)
     What a config's grid can detect before it is paid for: the power of a per-run cell, of
     the answer's sign and of ``sign reversal`` by effect and dependence, a few changes of the grid
-    with their cost, and the budget beside it (:mod:`oodcorr.analysis.design`).
+    with their cost, and the budget beside it (:mod:`oodcorr.analysis.design.power`).
 
 Shared pieces: :mod:`.args` (argument types, the work flags), :mod:`.config` (the workflow
 config, its plan and lock), :mod:`.scores` (reading a scores table by the layout flags).

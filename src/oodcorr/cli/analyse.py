@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..analysis import Options, agreement, analyse
-from ..analysis.residualise import GamSettings
+from ..analysis.cell.residualise import GamSettings
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
 from ..core.errors import DataError

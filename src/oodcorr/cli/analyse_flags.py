@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from ..analysis import Options, tables
-from ..analysis.correlate import METHODS
-from ..analysis.inference import INFERENCES
-from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
-from ..analysis.multitest import CORRECTIONS
-from ..analysis.pooling import TWO_RUNS
-from ..analysis.resample import INTERVALS
-from ..analysis.residualise import RESIDUALISERS
+from ..analysis import Options
+from ..analysis.across.multitest import CORRECTIONS
+from ..analysis.across.pooling import TWO_RUNS
+from ..analysis.cell.correlate import METHODS
+from ..analysis.cell.inference import INFERENCES
+from ..analysis.cell.resample import INTERVALS
+from ..analysis.cell.residualise import RESIDUALISERS
+from ..analysis.readers import tables
+from ..analysis.readers.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
 from ..core.defaults import ANALYSIS
 from ..jobs import answer_figures, figure_set
 from .args import add_showing_default, block_length, positive_int

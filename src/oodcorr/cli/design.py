@@ -2,10 +2,10 @@
 paid for: the power of a per-run cell, of the answer's sign (on average, in nearly every model), of
 ``sign reversal`` and of ``near zero`` by effect and dependence, through the testsets' item noise,
 how many items the in-domain set and each OOD set need for each claim, a few changes of the grid
-with their cost, and the budget beside it. The simulation is :mod:`oodcorr.analysis.design` (the
-item noise :mod:`oodcorr.analysis.design_items`), the assumptions a pilot gives
-:mod:`oodcorr.analysis.design_pilot`, the report :mod:`oodcorr.analysis.design_report` and
-:mod:`oodcorr.analysis.design_sizes`; this module reads the flags, the config and the pilot's
+with their cost, and the budget beside it. The simulation is :mod:`oodcorr.analysis.design.power` (the
+item noise :mod:`oodcorr.analysis.design.items`), the assumptions a pilot gives
+:mod:`oodcorr.analysis.design.pilot`, the report :mod:`oodcorr.analysis.design.report` and
+:mod:`oodcorr.analysis.design.sizes`; this module reads the flags, the config and the pilot's
 tables, and writes the files."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import Options, score_ranges, tables, workflow_scores
-from ..analysis import design as dz
-from ..analysis.design_items import MIN_ITEMS
-from ..analysis.design_pilot import choose_assumptions, pilot_estimates
-from ..analysis.design_report import markdown, report
+from ..analysis import Options
+from ..analysis.design import power as dz
+from ..analysis.design.items import MIN_ITEMS
+from ..analysis.design.pilot import choose_assumptions, pilot_estimates
+from ..analysis.design.report import markdown, report
+from ..analysis.readers import score_ranges, tables, workflow_scores
 from ..core.errors import DataError
 from ..core.io import write_json_atomic, write_text_atomic
 from ..jobs import plots
@@ -189,7 +190,7 @@ def add_parser(sub, help: str) -> None:
 
 
 def _read_pilot(args, sizes: dict, settings):
-    """The pilot's estimates (:func:`oodcorr.analysis.design_pilot.pilot_estimates`): the items per
+    """The pilot's estimates (:func:`oodcorr.analysis.design.pilot.pilot_estimates`): the items per
     testset from its ``n`` column when it is the workflow's scores table, its per-item correctness
     from the predictions files that table names (or ``--pilot-examples``)."""
     df, _ = tables.read_table(args.pilot)

@@ -1,6 +1,6 @@
 """Reading the scores table a verb names (``oodcorr analyse TABLE``, ``oodcorr design --pilot``)
-by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.tables`), or a
-folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.lmeval`), and
+by its layout flags into the analysis' canonical long table (:mod:`oodcorr.analysis.readers.tables`), or a
+folder of lm-evaluation-harness results (``--format lm-eval``, :mod:`oodcorr.analysis.readers.lmeval`), and
 how many cells its analysis will compute (:func:`check_analysis_size`)."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import lmeval, score_ranges, shared_items, tables, workflow_scores
-from ..analysis.lmeval_identity import compile_pattern
+from ..analysis.items import shared_items
+from ..analysis.readers import lmeval, score_ranges, tables, workflow_scores
+from ..analysis.readers.lmeval_identity import compile_pattern
 from ..core import table_files
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
@@ -29,7 +30,7 @@ def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
     """``--metric``'s words -> (the metric: lm-eval's, a long table's, or a wide table's for a column neither
     named nor told by its name; {column or glob: metric}). In long format the one word names the score
     column too: ``NAME`` a column named after its metric, ``COLUMN=METRIC`` another. A table's metric
-    must be a known one (:func:`oodcorr.analysis.score_ranges.check_known`)."""
+    must be a known one (:func:`oodcorr.analysis.readers.score_ranges.check_known`)."""
     words = list(words or ())
     bare = [w for w in words if "=" not in w]
     pairs = {}

@@ -1,7 +1,7 @@
 """Local table files, CSV/TSV or parquet, with one set of checks wherever they are read.
 
 The workflow's datasets (:mod:`oodcorr.jobs.data`) take their rows from :func:`delimited_rows` and
-:func:`parquet_rows`; ``oodcorr analyse`` (:func:`oodcorr.analysis.tables.read_table`) parses a
+:func:`parquet_rows`; ``oodcorr analyse`` (:func:`oodcorr.analysis.readers.tables.read_table`) parses a
 scores table with pandas, every cell as text, and makes the same checks here. A file is refused,
 with its name and line, when it is empty (:func:`empty`), when its header names a column twice
 (:func:`check_header`), when it has a header or columns but no rows (:func:`header_without_rows`,
@@ -35,7 +35,7 @@ SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
 }
 DELIMITERS = {"csv": ",", "tsv": "\t"}  # of the delimited formats
-# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.tables`),
+# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.readers.tables`),
 # which also takes a .txt or .pq file someone saved by hand, and a workflow dataset's local file
 # (:mod:`oodcorr.jobs.data`), whose entry can name any other file's format with ``format:``
 SCORES_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")

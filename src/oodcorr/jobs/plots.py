@@ -89,7 +89,7 @@ def learning_curves(
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
     # scipy via the analysis package: only the figures that draw a fit need it
-    from ..analysis.residualise import Degenerate, gam_fit, parse, spline_basis
+    from ..analysis.cell.residualise import Degenerate, gam_fit, parse, spline_basis
 
     spec = parse(residualiser)
     if spec.step:
@@ -127,7 +127,7 @@ def scatter(
     """In-domain vs OOD score, one small panel per OOD testset, points coloured by run,
     with each run's fitted residualiser curve(s) (the residuals are the vertical
     distances to it). Returns {testset: number of curves drawn}."""
-    from ..analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
+    from ..analysis.cell.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()
@@ -232,7 +232,7 @@ def draw(
     raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
 
 
-DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, line style)
+DESIGN_LINES = {  # power kind of oodcorr.analysis.design.power -> (label, colour, line style)
     "cell": ("per-run cell", "0.45", "--"),
     "cell_corrected": ("per-run cell, corrected", "0.2", "-"),
     "average sign": ("sign on average", "#ef8a62", "-"),
@@ -244,7 +244,7 @@ DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, lin
 def design_power(report: dict, out_png: str) -> dict:
     """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
     line per verdict (a band of two Monte Carlo standard errors around each), the target power
-    dashed. ``report`` is :func:`oodcorr.analysis.design_report.report`'s dict."""
+    dashed. ``report`` is :func:`oodcorr.analysis.design.report.report`'s dict."""
     plt = pyplot()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)

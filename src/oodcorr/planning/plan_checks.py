@@ -52,7 +52,7 @@ def check_placement(models: Mapping[str, Any]) -> None:
 def analysis_min_points(residualiser: str, gam_min_points: int = ANALYSIS["gam"]["min_points"]) -> int:
     """Checkpoints a run needs for one residualiser's cells to be computed: k + 3 with k
     covariates (in-domain score, plus the step with ``+step``) for OLS, at least
-    ``gam.min_points`` for a GAM (the rule of oodcorr.analysis.correlate.min_points)."""
+    ``gam.min_points`` for a GAM (the rule of oodcorr.analysis.cell.correlate.min_points)."""
     need = (2 if residualiser.endswith("+step") else 1) + 3
     return max(need, gam_min_points) if residualiser.startswith("gam") else need
 
