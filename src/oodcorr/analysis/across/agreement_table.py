@@ -332,7 +332,7 @@ def agreement(
     near_zero: float = DEFAULTS["near_zero"],
 ) -> pd.DataFrame:
     """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
-    models, heterogeneity, sign reversal, the shared sign and the verdict (see the module doc; the
+    models, heterogeneity, sign reversal, the shared sign and the verdict (the
     columns are explained in docs/answer.md#reading-agreementcsv)."""
     table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table

@@ -234,7 +234,7 @@ def rungs(row: dict, alpha: float) -> tuple[str, str]:
 
 
 def verdict(row: dict, alpha: float) -> str:
-    """The strongest statement the pair's corrected p-values allow (the module doc's ladder):
+    """The strongest statement the pair's corrected p-values allow (docs/answer.md's ladder):
     :func:`rungs`' two facts in words (:func:`oodcorr.core.answer.verdict_words`)."""
     if row["n_finite"] == 0:
         return NO_DATA

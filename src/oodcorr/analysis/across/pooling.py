@@ -76,7 +76,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see the module doc."""
+    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
     qn = float(stats.norm.ppf(0.5 + level / 2))

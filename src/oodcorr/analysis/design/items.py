@@ -74,7 +74,7 @@ def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, f
 
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
     """The tasks' scores ``truth`` (runs, checkpoints, 3: in-domain, x, y; the simulator's units) with
-    the item noise of ``items`` (the module doc): ``scores`` (runs, checkpoints, 3) what the testsets
+    the item noise of ``items`` (docs/design.md): ``scores`` (runs, checkpoints, 3) what the testsets
     show, and ``halves`` (runs, splits, 2, checkpoints, 3) each testset's two halves of its items per
     random halving."""
     truth = np.asarray(truth, dtype=float)

@@ -167,7 +167,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
 
 def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
     """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
-    simulated family (see the module doc)."""
+    simulated family (docs/design.md)."""
     n = len(own[keys[0]])
     k = min(a.non_null_pairs, grid.pairs)
     idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None

@@ -49,7 +49,7 @@ def cross_fitted(
     pos: np.ndarray | None,
     level: float = 0.95,
 ) -> dict:
-    """Cross-fitted partial correlations (the module doc) of one or many runs at once."""
+    """Cross-fitted partial correlations (docs/measurement.md) of one or many runs at once."""
     zh, X = np.asarray(zh, float), np.asarray(X, float)
     R, _ = instrumented_makers(zh, P)  # (B, K, 2, T, T)
     rho = R @ X[:, None, None]  # (B, K, 2, T, S)
