@@ -79,9 +79,7 @@ class Options:
 
     @classmethod
     def from_mapping(cls, cfg: dict) -> Options:
-        """From the config's ``analysis`` section (nested ``pooling``, ``step0``, ``bootstrap``,
-        ``permutation``, ``gam`` and ``example_bootstrap`` blocks); unknown keys raise
-        naming the key."""
+        """From the config's ``analysis`` section; unknown keys raise naming the key."""
         cfg = dict(cfg or {})
         if "p_method" in cfg:
             raise ValueError(

@@ -331,9 +331,8 @@ def agreement(
     level: float = DEFAULTS["level"],
     near_zero: float = DEFAULTS["near_zero"],
 ) -> pd.DataFrame:
-    """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across
-    models, heterogeneity, sign reversal, the shared sign and the verdict (the
-    columns are explained in docs/answer.md#reading-agreementcsv)."""
+    """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across models and the verdict
+    (docs/answer.md#reading-agreementcsv)."""
     table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
     if pooled.empty:

@@ -154,9 +154,8 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
 
 
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per study: (the p-value of "some model's correlation is positive and some model's negative", the
-    index of the most positive model, of the most negative): each side is Simes' combination of the
-    models' one-sided p-values (:func:`.multitest.simes`), and the larger side is the p-value."""
+    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; the most positive model; the
+    most negative)."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos

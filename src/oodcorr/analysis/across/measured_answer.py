@@ -39,9 +39,8 @@ def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.nda
 
 
 def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
-    """(the ratio of sums ``sum num / sum den``, its one-sided lower ``level`` bound) over units
-    (models), the bound from the ratio's linearisation ``num - R den`` on k - 1 degrees of freedom
-    (a mean of per-unit ratios would be biased where each is a ratio of two noisy numbers)."""
+    """(``sum num / sum den``, its one-sided lower ``level`` bound from the linearisation ``num - R den``) over units
+    (models)."""
     ok = np.isfinite(num) & np.isfinite(den)
     num, den = num[ok], den[ok]
     if not len(num) or not den.sum() > 0:

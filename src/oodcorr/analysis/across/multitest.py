@@ -8,10 +8,7 @@ CORRECTIONS = ("holm", "bh", "none")
 
 
 def _adjust(p, sorted_adjust) -> np.ndarray:
-    """Adjusted p-values along the last axis (each row one family): NaN stays NaN; ``sorted_adjust``
-    maps each row's finite p-values, sorted ascending (``q``, with ``m`` the row's count of finite
-    ones and ``i`` the ranks 0, 1, ...; positions at or past ``m`` hold +inf), to their adjusted
-    values, capped at 1 here."""
+    """Adjusted p-values along the last axis (each row one family; NaN stays NaN) by ``sorted_adjust``, capped at 1."""
     p = np.asarray(p, dtype=float)
     if p.size == 0:
         return p.copy()
@@ -50,9 +47,7 @@ def bh(p) -> np.ndarray:
 
 
 def simes(p) -> np.ndarray:
-    """Simes' combination of each family's p-values (a 2-D ``p`` is one family per row; NaN is no
-    test): ``min_j m p_(j) / j`` over the family's ``m`` p-values in ascending order, which is the
-    smallest of their Benjamini-Hochberg-adjusted ones; NaN for a family without a p-value."""
+    """Simes' combination of each family's p-values (``min_j m p_(j) / j``; a 2-D ``p`` is one family per row)."""
     adjusted = bh(p)
     if adjusted.ndim == 0 or adjusted.size == 0:
         return adjusted.copy()

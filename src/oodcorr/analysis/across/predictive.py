@@ -129,9 +129,7 @@ def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
 
 
 def _mixture_quantile(p: float, wt, mu, sd, tol: float = 1e-10) -> np.ndarray:
-    """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt`` (each
-    of shape (rows, components), weights summing to 1), to ``tol``: the root of its distribution
-    function less ``p``, by scipy's vectorised bracketing root finder."""
+    """Per row, the ``p`` quantile of the mixture of normals ``N(mu, sd^2)`` with weights ``wt``, to ``tol``."""
 
     def excess(x, rows):
         rows = rows.astype(int)
@@ -191,9 +189,8 @@ def within_scale_draws(ss, df, points: int = FIDUCIAL_POINTS, single: float = SI
 
 
 def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
-    """The confidence distribution's mass on ``mu + c tau >= 0`` (the high side: a bound ``tol_hi``
-    that reaches 0) where ``high``, else on ``mu - c tau <= 0`` (the low side), per row: ``c`` and
-    ``high`` one value per row."""
+    """The confidence distribution's mass on ``mu + c tau >= 0`` where ``high``, else on ``mu - c tau <= 0``, per
+    row."""
     sign = np.where(high, 1.0, -1.0)[:, None]
     return np.minimum(1.0, (wt * special.ndtr((sign * mu + np.asarray(c, float)[:, None] * tau) / sd)).sum(-1))
 

@@ -90,9 +90,8 @@ def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) ->
 
 
 def min_points(spec: Spec, gam: GamSettings) -> int:
-    """Complete points a pair needs: k + 3 for OLS with k covariates (one residual dof
-    left for the correlation), as for the spline (below its ``min_points`` it is the line), and the
-    GAM's ``min_points`` for the GAM."""
+    """Complete points a pair needs: k + 3 for OLS and the spline with k covariates, the GAM's ``min_points`` for the
+    GAM."""
     need = spec.n_covariates + 3
     return max(need, gam.min_points) if spec.kind == "gam" else need
 

@@ -159,9 +159,7 @@ def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
 
 
 def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarray) -> np.ndarray:
-    """:func:`effective_n` of stacks of pairs: Dutilleul's effective sample size from the two
-    residual covariances ``Cx``, ``Cy`` (..., n, n), never above the one from ``C0x``, ``C0y``,
-    the residuals' covariances if the units were independent."""
+    """:func:`effective_n` of stacks of pairs, never above the one of independent units (``C0x``, ``C0y``)."""
 
     def dutilleul(A, B):
         trace = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)

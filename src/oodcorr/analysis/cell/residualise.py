@@ -188,9 +188,8 @@ class SplineBasis:
 
 
 def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
-    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted
-    (fewer than ``settings.min_points`` points, or fewer than 4 distinct values of a covariate):
-    the caller uses the line and says so."""
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted (the caller uses the
+    line)."""
     n, k = Z.shape
     if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
         return None

@@ -99,9 +99,8 @@ class Settings:
 
     @property
     def simulated(self) -> str:
-        """The residualiser the simulated runs are analysed with: the configured one, except that
-        pygam's GAM (one library fit per series) is simulated by the spline, the same penalised
-        cubic spline with its penalty chosen by REML instead of GCV."""
+        """The residualiser the simulated runs are analysed with: the configured one, the GAM simulated by the
+        spline."""
         spec = parse(self.residualiser)
         return Spec(KINDS[spec.kind].simulated_by, spec.step).name
 
@@ -295,9 +294,8 @@ def _found_shares(same: dict, half: dict, effect: float) -> dict:
 
 @dataclass(frozen=True)
 class Draws:
-    """What a power curve simulates: ``studies`` studies at each of ``effects`` (partial correlations
-    in [0, 1)), seeded by ``seed``; ``workers`` processes share the curves of a report (the numbers do
-    not depend on how many)."""
+    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, over ``workers``
+    processes."""
 
     effects: tuple = DEFAULT_EFFECTS
     studies: int = 400

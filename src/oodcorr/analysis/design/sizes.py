@@ -32,9 +32,8 @@ KEEP_FROM = 0.1
 
 
 def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumptions]]:
-    """The simulated studies of the items table: for the in-domain set, and for the OOD sets, each
-    size of :data:`LADDER` (and ``a``'s own, and none: no item noise) with the other testsets as in
-    ``a``; (side, size, assumptions) in that order, sizes ascending."""
+    """The simulated studies of the items table: (side, size, assumptions) for each size of :data:`LADDER`,
+    ascending."""
     out = []
     for side in ITEM_SIDES:
         own = getattr(a.items, side)

@@ -119,9 +119,8 @@ def noise_summary(mat: np.ndarray) -> dict:
 
 
 def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """One run's per-item correctness as a (units, items) matrix per testset, and the testsets whose
-    records cannot be read as one (duplicate records of a unit and item; different items at
-    different units), with the reason."""
+    """One run's per-item correctness as a (units, items) matrix per testset, and the testsets that cannot be read as
+    one."""
     mats: dict[str, np.ndarray] = {}
     problems: dict[str, str] = {}
     if examples is None or not len(examples):
@@ -157,9 +156,8 @@ def item_matrices(examples: pd.DataFrame, units: list) -> tuple[dict[str, np.nda
 
 
 def item_strata(examples: pd.DataFrame, mats: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each testset's item labels (the per-item table's ``stratum`` column: the workflow's gold
-    labels), in the order of :func:`item_matrices`' columns (the example ids sorted); a testset whose
-    item has two labels, or a table without the column, has none."""
+    """Each testset's item labels (the ``stratum`` column), in the order of :func:`item_matrices`' columns; none where
+    ambiguous."""
     if examples is None or "stratum" not in examples or not mats:
         return {}
     out = {}

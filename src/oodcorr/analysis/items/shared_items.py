@@ -56,9 +56,7 @@ def _in_domain_note(x: str, in_domain: str, why: str) -> str:
 
 
 def refusals(in_domain: str, ood: Iterable[str], parts: Mapping[str, frozenset[str]]) -> dict[tuple[str, str], str]:
-    """The pairs (x, y) of ``ood`` (each in the order given, x before y) that cannot be analysed for
-    shared items -> the note saying why: the two share items, or one of them shares items with
-    ``in_domain``."""
+    """The pairs (x, y) of ``ood`` that cannot be analysed for shared items -> the note saying why."""
     ood = list(ood)
     if not parts:
         return {}

@@ -65,9 +65,7 @@ def _nan_row(note: str) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class _Run:
-    """What every cell of one run reads: its names, score columns (``cols``: each testset's series,
-    the covariates with and without the step, each OOD series without step 0), units, settings and
-    the caches its cells share."""
+    """What every cell of one run reads: its names, score columns, units, settings and the caches its cells share."""
 
     model: str
     run: str

@@ -120,9 +120,7 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
 
 
 def _resampled(rex: RunExamples, zname: str, names: list, mask: np.ndarray, steps, need: int):
-    """Every resample's residuals of ``names`` on the units ``mask``: (B, n, S), NaN where
-    :func:`.correlate.residual_pair` would refuse (too few points, a constant series or covariate, a
-    zero residual), as it checks them."""
+    """Every resample's residuals of ``names`` on the units ``mask``: (B, n, S), NaN where a cell would be refused."""
     z = rex.boot[zname][mask].T  # (B, n)
     X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)  # (B, n, S)
     B, n = z.shape

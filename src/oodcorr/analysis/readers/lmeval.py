@@ -228,9 +228,7 @@ def read_folder(
 
 
 def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain: str | None, shown: int = 5) -> None:
-    """Warn, naming the files, steps and tasks, where checkpoints lack tasks the others have (a
-    missing score there); apart, the checkpoints without the in-domain task, which the analysis
-    leaves out (there is no in-domain score to regress on)."""
+    """Warn, naming files, steps and tasks, where checkpoints lack tasks the others have or the in-domain task."""
     lacking = []
     for (model, run, step), g in scores.groupby(["model", "run", "step"], sort=True):
         missing = sorted(found - set(g["testset"]))

@@ -130,9 +130,7 @@ def guess_metric(column: str) -> str | None:
 
 
 def check_columns(values: pd.DataFrame, metrics: dict, source: str, where: str, remedy: str) -> None:
-    """One :class:`DataError` naming every column of ``values`` with a score outside the range of its
-    metric (``metrics``: column -> metric; each column's scale, shares or percentages, told by its own
-    values: :func:`out_of_range`), with the first such line and value of each, then ``remedy``."""
+    """One :class:`DataError` naming every column of ``values`` with a score outside the range of its metric."""
     bad = []
     for col in values.columns:
         got = out_of_range(values[[col]], metrics[col])

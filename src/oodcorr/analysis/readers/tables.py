@@ -475,9 +475,7 @@ def from_long(
 
 
 def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
-    """One row per (model, run) with ``columns``, each of which must be constant within a run
-    (missing values ignored); a column that is absent or varies within a run is an error
-    naming it."""
+    """One row per (model, run) with ``columns``, each constant within a run, else an error naming it."""
     source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
     for c in columns:

@@ -135,9 +135,8 @@ def run_scores(
     sampling_sd=0.0,
     shape: str = "line",
 ) -> np.ndarray:
-    """The scores of ``len(rhos)`` simulated runs, one per entry of ``rhos`` (each run's partial
-    correlation between every two OOD testsets): an array (runs, checkpoints, 1 + n_ood) whose
-    column 0 is the in-domain score and column 1 + j OOD testset j."""
+    """The scores of ``len(rhos)`` simulated runs: (runs, checkpoints, 1 + n_ood), column 0 in-domain, 1 + j OOD
+    testset j."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
@@ -255,9 +254,8 @@ def verdict_rates(
     keep=None,
     **study,
 ) -> dict:
-    """The verdicts the analysis gives on ``reps`` simulated studies (:func:`study_table`): the
-    analysis' own procedures (:func:`.pipeline.analyse`, :func:`.agreement_table.agreement`) on each,
-    for the pair of the first two OOD testsets."""
+    """The verdicts the analysis' own procedures give on ``reps`` simulated studies, for the first two OOD testsets'
+    pair."""
     opts = opts or Options(pool_by=())
     counts: dict[str, int] = {}
     cover = finite = 0
