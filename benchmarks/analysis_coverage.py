@@ -2,7 +2,7 @@
 
 Each simulated run has a learning-curve-shaped in-domain score z over n checkpoints
 and two OOD scores x = 0.8 z + e_x, y = -0.4 z + e_y whose noises are AR(1) across
-checkpoints with coefficient phi and correlation rho (``oodcorr.analysis.simulate``):
+checkpoints with coefficient phi and correlation rho (``oodcorr.analysis.simulate.runs``):
 the partial correlation of x and y given z is rho. Every procedure sees the same
 simulated runs.
 
@@ -51,11 +51,11 @@ from datetime import date
 import numpy as np
 from scipy import stats
 
-from oodcorr.analysis.correlate import POOLING_CAP, corr, fisher_z, residual_pair
-from oodcorr.analysis.inference import assess, corrected_phi, effective_n, lag1, modified_test
+from oodcorr.analysis.across.pooling import combine
+from oodcorr.analysis.cell.correlate import POOLING_CAP, corr, fisher_z, residual_pair
+from oodcorr.analysis.cell.inference import assess, corrected_phi, effective_n, lag1, modified_test
 from oodcorr.analysis.options import Options
-from oodcorr.analysis.pooling import combine
-from oodcorr.analysis.simulate import ar1_series, calibrate
+from oodcorr.analysis.simulate.runs import ar1_series, calibrate
 
 SHIPPED = ("modified-t", "iid", "block")
 
@@ -65,7 +65,7 @@ SHIPPED = ("modified-t", "iid", "block")
 
 def plug_in(rp, pos, rng):
     """Dutilleul with the raw lag-1 autocorrelations (negative -> 0), no design correction."""
-    from oodcorr.analysis.inference import Dependence, ar1_corr
+    from oodcorr.analysis.cell.inference import Dependence, ar1_corr
 
     deps = []
     for label in "xy":

@@ -39,7 +39,7 @@ sign), every pair's statements corrected across the table by Holm, Benjamini-Hoc
 all; the false discovery proportion of the sign statements (and of "nearly every model") and the
 share of true signs found, over repeated tables.
 
-Studies are simulated and analysed by the design command's two steps (oodcorr.analysis.design),
+Studies are simulated and analysed by the design command's two steps (oodcorr.analysis.design.power),
 which give the full pipeline's verdict on the same draws (benchmarks/design_agreement.py).
 Monte Carlo standard error sqrt(p (1 - p) / studies) beside every share.
 
@@ -62,12 +62,12 @@ from pathlib import Path
 import numpy as np
 from scipy import special, stats
 
-from oodcorr.analysis import multitest
-from oodcorr.analysis.consensus import consensus_batch, verdict
-from oodcorr.analysis.design import Assumptions, Grid, Settings, simulate_runs, studies_of, verdicts_of
-from oodcorr.analysis.inference import ar1_corr
-from oodcorr.analysis.residualise import linear_maker
-from oodcorr.analysis.simulate import run_scores
+from oodcorr.analysis.across import multitest
+from oodcorr.analysis.across.consensus import consensus_batch, verdict
+from oodcorr.analysis.cell.inference import ar1_corr
+from oodcorr.analysis.cell.residualise import linear_maker
+from oodcorr.analysis.design.power import Assumptions, Grid, Settings, simulate_runs, studies_of, verdicts_of
+from oodcorr.analysis.simulate.runs import run_scores
 from oodcorr.core.answer import NEARLY_EVERY, ON_AVERAGE
 
 SETTINGS = Settings()
@@ -255,7 +255,7 @@ def ar2_scores(rng, runs: int, n: int, rho: float, a1: float = 0.5, a2: float = 
 
 
 def per_run_rows(runs: int = 2000, chunk: int = 250) -> list[dict]:
-    from oodcorr.analysis.run_batch import run_statistics
+    from oodcorr.analysis.per_run.stacked import run_statistics
 
     rows = []
     for n in (21, 27):

@@ -1,7 +1,7 @@
 """The design command's predictions against the full pipeline: every scenario of the verdict calibration.
 
 ``oodcorr design`` predicts how often each verdict is given by simulating studies in two steps
-(oodcorr.analysis.design: the per-run procedure on stacks of runs, then the across-model procedure
+(oodcorr.analysis.design.power: the per-run procedure on stacks of runs, then the across-model procedure
 on each study). benchmarks/verdict_calibration.py measures the same shares with the full pipeline
 (oodcorr.analysis.analyse, then agreement) on every study. This script predicts, for every scenario
 of that benchmark (same grid, same phi, same residual kind, same correlations per model), the share
@@ -15,8 +15,8 @@ the default procedure (benchmarks/latest/analysis_coverage.json: 9, 21, 41 check
     .venv/bin/python benchmarks/design_agreement.py --out benchmarks/latest/design_agreement.json [--studies 2000]
 
 With item noise (issue 44; ``--items-only`` runs this part alone): for studies whose testsets carry
-item noise (oodcorr.analysis.design_items), the design's measured answer against agreement() on the
-same runs (the analysis' own columns of each run, oodcorr.analysis.simulate_items.fast_run_rows, then
+item noise (oodcorr.analysis.design.items), the design's measured answer against agreement() on the
+same runs (the analysis' own columns of each run, oodcorr.analysis.simulate.items.fast_run_rows, then
 pooling and the answer as the workflow computes them): the share of every verdict both ways (the
 same draws: any difference is one of procedure); and the design's two random halvings per run against
 the analysis' eight (the same tasks and whole-set noise, other halvings: the shares' differences with
@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement
-from oodcorr.analysis.design import (
+from oodcorr.analysis.design.items import DESIGN_SPLITS, ItemNoise, measure_runs, noisy_runs
+from oodcorr.analysis.design.power import (
     NOISE,
     Assumptions,
     Draws,
@@ -55,11 +56,10 @@ from oodcorr.analysis.design import (
     verdict_shares,
     verdicts_of,
 )
-from oodcorr.analysis.design_items import DESIGN_SPLITS, ItemNoise, measure_runs, noisy_runs
-from oodcorr.analysis.measurement import SPLITS
+from oodcorr.analysis.items.measurement import SPLITS
 from oodcorr.analysis.pipeline import pool
-from oodcorr.analysis.simulate import run_scores, scenario
-from oodcorr.analysis.simulate_items import fast_run_rows
+from oodcorr.analysis.simulate.items import fast_run_rows
+from oodcorr.analysis.simulate.runs import run_scores, scenario
 
 HERE = Path(__file__).resolve().parent
 
@@ -100,9 +100,9 @@ def scenario_rates(
     grid: Grid, a: Assumptions, rhos, studies: int, seed: int = 0, settings: Settings = Settings()
 ) -> dict:
     """The share of each verdict over ``studies`` simulated studies whose models have the partial
-    correlations ``rhos`` (one per model, e.g. oodcorr.analysis.simulate.scenario's), by the design
-    command's two steps (oodcorr.analysis.design's module doc): what
-    oodcorr.analysis.simulate.verdict_rates measures with the full pipeline. The table's other
+    correlations ``rhos`` (one per model, e.g. oodcorr.analysis.simulate.runs.scenario's), by the design
+    command's two steps (oodcorr.analysis.design.power's module doc): what
+    oodcorr.analysis.simulate.runs.verdict_rates measures with the full pipeline. The table's other
     pairs, if ``grid.pairs`` > 1, are null studies of the same grid."""
     rhos = [float(r) for r in rhos]
     if len(rhos) != grid.models:

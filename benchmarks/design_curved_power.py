@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 
-from oodcorr.analysis import design as dz
+from oodcorr.analysis.design import power as dz
 
 
 def _spread(shares: dict) -> float:

@@ -3,7 +3,7 @@
 With one or two models the ladder states nothing about a further model, and the answer's line names
 instead the pairs that every model's run finds significant with one sign, where the pair is not
 ``noise-limited`` (oodcorr.core.answer.every_run_clause). This measures that clause on studies simulated
-item by item as the embedded default is shaped (oodcorr.analysis.simulate_items.item_runs: 2 models x
+item by item as the embedded default is shaped (oodcorr.analysis.simulate.items.item_runs: 2 models x
 1 run, 9 checkpoints, an in-domain test set of 1,200 items and OOD sets of 600; items with
 difficulties, their deviations white or persistent across checkpoints), through the analysis' own
 per-run rows and pooling (simulate_items.fast_run_rows, pipeline.pool; a model's significance its
@@ -31,7 +31,7 @@ import pandas as pd
 
 from oodcorr.analysis import Options, agreement
 from oodcorr.analysis.pipeline import pool
-from oodcorr.analysis.simulate_items import fast_run_rows, item_runs
+from oodcorr.analysis.simulate.items import fast_run_rows, item_runs
 from oodcorr.core.answer import every_run_clause
 
 OPTS = Options(pool_by=(), example_boot=0)

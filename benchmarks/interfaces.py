@@ -2,7 +2,7 @@
 
 * ``calls``: the fewest calls from the partial-correlation rule's script
   (``workflow/scripts/partial_correlations.py``) to the correlation itself
-  (``oodcorr.analysis.correlate:corr``), and the chain. Calls are resolved as in
+  (``oodcorr.analysis.cell.correlate:corr``), and the chain. Calls are resolved as in
   ``config_walk.py``; a function handed to a process pool (``pool.map(f, ...)``, ``submit``)
   counts as called by the function that hands it over (the hop counts as none).
 * ``params``: the functions of a package (``--under``, default ``oodcorr.analysis``) over
@@ -24,7 +24,7 @@ from collections import deque
 from config_walk import REPO, Package, Walk
 
 SCRIPT = "workflow/scripts/partial_correlations.py"
-GOAL = "oodcorr.analysis.correlate:corr"
+GOAL = "oodcorr.analysis.cell.correlate:corr"
 POOL_CALLS = ("map", "submit", "imap", "imap_unordered", "starmap")
 
 

@@ -1,7 +1,7 @@
 """Scores as measurements: the answer's error rates, and the tasks' correlation, through item noise.
 
 Every accuracy is a mean over a finite testset that all checkpoints share, the in-domain one too.
-This benchmark simulates studies item by item (oodcorr.analysis.simulate_items: items with
+This benchmark simulates studies item by item (oodcorr.analysis.simulate.items: items with
 difficulties, item-by-checkpoint deviations persistent across checkpoints, each checkpoint's
 expected accuracy the task's population accuracy; testsets above 1,000 items by their sufficient
 statistics) and measures, per regime, against the truth (the partial correlation of the tasks'
@@ -16,7 +16,7 @@ population accuracies given the in-domain ability, ``truth`` in every model):
   leaves nothing to estimate) and the median reliability of the OOD series and the in-domain one.
 
 Two kinds of data: ``items`` (per-item correctness of every testset, the workflow's own case: the
-fast path of the analysis' own functions, oodcorr.analysis.simulate_items.fast_run_rows, then
+fast path of the analysis' own functions, oodcorr.analysis.simulate.items.fast_run_rows, then
 pooling and the answer as the workflow computes them) and ``sizes`` (only each testset's size: the
 full pipeline, oodcorr.analysis.analyse, on the scores with an ``n`` column).
 
@@ -43,11 +43,11 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.inference import modified_tests
-from oodcorr.analysis.measurement import bounded
+from oodcorr.analysis.cell.inference import modified_tests
+from oodcorr.analysis.items.measurement import bounded
+from oodcorr.analysis.per_run.measured import exact_maker
 from oodcorr.analysis.pipeline import pool
-from oodcorr.analysis.run_measurement import exact_maker
-from oodcorr.analysis.simulate_items import fast_run_rows, item_runs
+from oodcorr.analysis.simulate.items import fast_run_rows, item_runs
 
 OPTS = Options(pool_by=(), example_boot=0)
 T = 25

@@ -2,7 +2,7 @@
 (issue 44: 16 models x 27 checkpoints x 65 tasks of the Pythia suite's real sizes, about 12 M rows in
 the ``--examples`` form, in at most 120 s normalised and 2 GB).
 
-The study is simulated item by item (:func:`oodcorr.analysis.simulate_items.answer_items`: items with
+The study is simulated item by item (:func:`oodcorr.analysis.simulate.items.answer_items`: items with
 difficulties, item-by-checkpoint deviations persistent across checkpoints): each model's in-domain
 ability is a learning curve over the 27 checkpoints, each task's population accuracy loads on it and
 adds a residual AR(1) series of its own, and each of the 65 tasks (``lambada_openai``, in-domain, and
@@ -35,7 +35,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite_scale import REFERENCE_GFLOPS, gemm, timed  # noqa: E402
 
-from oodcorr.analysis.simulate_items import answer_items  # noqa: E402
+from oodcorr.analysis.simulate.items import answer_items  # noqa: E402
 
 IN_DOMAIN = "lambada_openai"
 # the Pythia suite's 65 tasks with acc and their items (read back from acc_stderr: sqrt(p (1 - p) / (n - 1)),

@@ -6,13 +6,13 @@ runs (8 sizes, each on the Pile and on the deduplicated Pile) at 27 checkpoints 
 ``evals/pythia-v1/<model>/zero-shot/<size>_step<k>.json``. This script takes ``evals/pythia-v1``
 out of a snapshot of that repository (a git directory; into a temporary folder, nothing is copied
 into this project), reads it with the reader ``oodcorr analyse --format lm-eval`` uses
-(:func:`oodcorr.analysis.lmeval.read_folder`, with the path pattern below naming each model by its
+(:func:`oodcorr.analysis.readers.lmeval.read_folder`, with the path pattern below naming each model by its
 folder) and writes one long table in the layout ``oodcorr analyse --format long`` reads:
 
     model, step, testset, accuracy, n
 
 ``n`` is the number of items behind each score, read back from the harness's ``acc_stderr``
-(:func:`oodcorr.analysis.lmeval.items_behind`; the files give no sample counts; empty where the
+(:func:`oodcorr.analysis.readers.lmeval.items_behind`; the files give no sample counts; empty where the
 score is 0 with a standard error of 0, which says no size): with ``--n-column n`` it bounds each
 testset's item noise (docs/measurement.md#scores-as-measurements).
 
@@ -37,7 +37,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from oodcorr.analysis.lmeval import items_behind, read_folder
+from oodcorr.analysis.readers.lmeval import items_behind, read_folder
 from oodcorr.core.errors import DataError
 
 TASKS = ("arc_challenge", "arc_easy", "piqa", "sciq", "winogrande", "logiqa", "wsc", "lambada_openai")

@@ -5,7 +5,8 @@ Reads a finished run of a real config (``results/<experiment>/``: the scores tab
 predictions it names, and ``analysis/``, the workflow's tables) and prints Markdown tables:
 
 * each testset's item noise per run, from its per-item correctness
-  (:func:`oodcorr.analysis.item_noise.item_matrices` and :func:`~oodcorr.analysis.item_noise.noise_summary`):
+  (:func:`oodcorr.analysis.items.item_noise.item_matrices` and
+  :func:`~oodcorr.analysis.items.item_noise.noise_summary`):
   items, the noise's sd at a checkpoint, its correlation between neighbouring checkpoints, the
   share of items neighbouring checkpoints disagree on; beside them the sd of the observed residual
   series after the in-domain score, and the reliabilities of the workflow's ``partial_correlations.csv``
@@ -44,10 +45,19 @@ import yaml
 from oodcorr.analysis import Options, agreement, analyse
 
 try:
+    from oodcorr.analysis.readers.workflow_scores import (
+        example_bootstrap_applies,
+        examples_from_predictions,
+        from_scores,
+    )
     from oodcorr.analysis.results import write_tables
-    from oodcorr.analysis.workflow_scores import example_bootstrap_applies, examples_from_predictions, from_scores
 except ImportError:  # the code before issue 45 (e.g. bfe79fc, which `analyse` above runs) had them in tables
-    from oodcorr.analysis.tables import example_bootstrap_applies, examples_from_predictions, from_scores, write_tables
+    from oodcorr.analysis.readers.workflow_scores import (
+        example_bootstrap_applies,
+        examples_from_predictions,
+        from_scores,
+    )
+    from oodcorr.analysis.results import write_tables
 from oodcorr.core.defaults import ANALYSIS, filled
 from oodcorr.jobs.aggregate_scores import read_scores
 from oodcorr.planning.config import analysis_options
@@ -103,8 +113,8 @@ def noise_table(root: Path, pc: pd.DataFrame) -> str:
     """Each testset's item noise and reliability, per run, from its per-item correctness and the
     workflow's Pearson/linear cells."""
     # here, not at the top: `analyse` runs with the code before issue 44, which has no item_noise
-    from oodcorr.analysis.item_noise import item_covariance, item_matrices, noise_summary
-    from oodcorr.analysis.residualise import linear_maker
+    from oodcorr.analysis.cell.residualise import linear_maker
+    from oodcorr.analysis.items.item_noise import item_covariance, item_matrices, noise_summary
 
     scores = read_scores(str(root / "scores.parquet"))
     examples = examples_from_predictions(scores)
@@ -196,15 +206,15 @@ def noise_checks(root: Path) -> str:
     """Whether a residual series is within its item noise, and what a label-stratified sample's
     noise is. Per run and OOD testset: the residual series' sum of squares after the in-domain score
     (observed); the item noise's expected share of it (``tr(R Sigma R)``) with the items as
-    independent draws (:func:`~oodcorr.analysis.item_noise.item_covariance`, the analysis'
+    independent draws (:func:`~oodcorr.analysis.items.item_noise.item_covariance`, the analysis'
     estimate) and within each label (``sum_h (n_h / n)^2 Sigma_h``: the workflow's capped testsets
     are sampled stratified by label, jobs/prepare_dataset.py's stratified_sample), each with the chance that
     item noise alone (Gaussian with that covariance, 20,000 draws, seed 0) gives a residual series
     as small as observed; the reliability from two halves' residual products, the halves random
     (as the analysis splits them) and within each label, 400 halvings each; the range of the share
     of items predicted entailment over the checkpoints."""
-    from oodcorr.analysis.item_noise import item_covariance
-    from oodcorr.analysis.residualise import linear_maker
+    from oodcorr.analysis.cell.residualise import linear_maker
+    from oodcorr.analysis.items.item_noise import item_covariance
 
     scores = read_scores(str(root / "scores.parquet"))
     rng = np.random.default_rng(0)

@@ -1,9 +1,9 @@
 """What the analysis' root finding costs: the between-estimate variance and the mixtures' quantiles.
 
 Every between-run and between-model variance (Paule-Mandel) and its upper confidence bound is a
-root of the generalised Q (:func:`oodcorr.analysis.pooling.solve_tau2`); the prediction interval,
+root of the generalised Q (:func:`oodcorr.analysis.across.pooling.solve_tau2`); the prediction interval,
 the tolerance bounds and the share of models that share a sign are roots of a mixture of normals'
-distribution function (:func:`oodcorr.analysis.predictive._mixture_quantile`, ``_largest_share``).
+distribution function (:func:`oodcorr.analysis.across.predictive._mixture_quantile`, ``_largest_share``).
 Both are scipy's vectorised bracketing root finder (``scipy.optimize.elementwise.find_root``) since
 issue 45; before, two hand-written safeguarded Newton iterations. This script times them on fixed
 workloads, each the smallest CPU time (``time.process_time``) of ``--repeats`` runs in one process,
@@ -30,8 +30,8 @@ import time
 
 import numpy as np
 
-from oodcorr.analysis.pooling import solve_tau2
-from oodcorr.analysis.predictive import predictive_batch, tolerance_batch, within_scale_draws
+from oodcorr.analysis.across.pooling import solve_tau2
+from oodcorr.analysis.across.predictive import predictive_batch, tolerance_batch, within_scale_draws
 
 
 def _best(fn, repeats: int) -> float:

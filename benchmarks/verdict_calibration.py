@@ -4,7 +4,7 @@ Simulated studies shaped like the paper's -- models x runs x checkpoints, each r
 learning curve and OOD scores whose residuals are AR(1) (or a random walk, or AR(1) plus a
 trend of their own), each model with its own partial correlation -- are analysed with the
 analysis' own procedures (oodcorr.analysis.analyse, then oodcorr.analysis.agreement), and the
-verdict of the pair (ood0, ood1) is counted (oodcorr.analysis.simulate.verdict_rates). Seeded:
+verdict of the pair (ood0, ood1) is counted (oodcorr.analysis.simulate.runs.verdict_rates). Seeded:
 a rerun gives the same numbers.
 
     .venv/bin/python benchmarks/verdict_calibration.py --out benchmarks/latest/verdict_calibration.json \\
@@ -42,11 +42,11 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.agreement_table import run_arrays
-from oodcorr.analysis.consensus import model_means_batch
-from oodcorr.analysis.inference import PHI_MAX
-from oodcorr.analysis.multitest import simes
-from oodcorr.analysis.simulate import scenario, study_table, verdict_rates
+from oodcorr.analysis.across.agreement_table import run_arrays
+from oodcorr.analysis.across.consensus import model_means_batch
+from oodcorr.analysis.across.multitest import simes
+from oodcorr.analysis.cell.inference import PHI_MAX
+from oodcorr.analysis.simulate.runs import scenario, study_table, verdict_rates
 from oodcorr.core.answer import states_a_sign
 
 OPTS = Options(pool_by=())

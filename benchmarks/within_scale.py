@@ -1,7 +1,7 @@
 """How often the models agree more closely than their within variances allow: simulated studies against a real table.
 
 agreement.csv scales a pair's within-model variances down further
-(:func:`oodcorr.analysis.predictive.within_scale_batch`; its ``note`` says "agree more closely")
+(:func:`oodcorr.analysis.across.predictive.within_scale_batch`; its ``note`` says "agree more closely")
 when the models' Cochran Q at no spread is below its 2.5 % quantile. With the variances right,
 that happens in 2.5 % of studies whose models share one value. This script counts it, for the
 prediction interval (the variances as the per-run procedure gives them), in simulated studies
@@ -22,7 +22,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from oodcorr.analysis.design import Assumptions, Grid, Settings, simulate_runs, studies_of
+from oodcorr.analysis.design.power import Assumptions, Grid, Settings, simulate_runs, studies_of
 
 SHAPES = ((16, 1, 27, 0.8), (16, 1, 27, 0.5), (10, 1, 27, 0.8), (6, 3, 21, 0.5), (16, 3, 21, 0.8))
 

@@ -402,13 +402,13 @@ def measured_study() -> dict:
     """One item-level study as the answer's figures and page show it (issue 44): 6 models x 20
     checkpoints, one run each, an in-domain set of 400 items and OOD sets ``ood0`` of 2,000 and
     ``ood1`` of 1,000 (the tasks' partial correlation 0.5 in every model;
-    oodcorr.analysis.simulate_items), analysed with each item's correctness (``items``), with the
+    oodcorr.analysis.simulate.items), analysed with each item's correctness (``items``), with the
     sizes alone (``bound``: its one pair is noise-limited by ood1) and with neither (``unknown``):
     {how: (pairs table, agreement table, options)}, Pearson and the linear residualiser."""
     import numpy as np
 
     from oodcorr.analysis import Options, agreement, analyse
-    from oodcorr.analysis.simulate_items import item_table
+    from oodcorr.analysis.simulate.items import item_table
 
     long, examples = item_table(np.random.default_rng(0), [0.5] * 6, 1, 20, (400, 2000, 1000))
     opts = Options(methods=("pearson",), residualisers=("linear",), step0_check=False)
@@ -476,7 +476,7 @@ class FakeSlurm:
 
 
 # ---- one study through the analysis' batched functions --------------------------------------
-# oodcorr.analysis.consensus and .predictive work on many studies at once; the tests read one study
+# oodcorr.analysis.across.consensus and .predictive work on many studies at once; the tests read one study
 # at a time through these.
 
 
@@ -501,7 +501,7 @@ def one_study(z, v, model, p_run=None):
 
 def between_runs(z, v, model) -> tuple[float, int, float]:
     """(tau2_runs, degrees of freedom, q) of one study's runs (consensus.between_runs_batch)."""
-    from oodcorr.analysis.consensus import between_runs_batch
+    from oodcorr.analysis.across.consensus import between_runs_batch
 
     _, Z, V, _, mask = one_study(z, v, model)
     t2, df, q = between_runs_batch(Z, V, mask)
@@ -511,7 +511,7 @@ def between_runs(z, v, model) -> tuple[float, int, float]:
 def model_means(z, v, model, p_run):
     """Per model of one study: (names, z_m, V_m, two-sided p of z_m = 0, tau2_runs, df of the runs,
     q of the runs) (consensus.model_means_batch)."""
-    from oodcorr.analysis.consensus import model_means_batch
+    from oodcorr.analysis.across.consensus import model_means_batch
 
     names, Z, V, P, mask = one_study(z, v, model, p_run)
     zm, Vm, pm, t2, df, q = model_means_batch(Z, V, mask, P)
@@ -523,8 +523,8 @@ def consensus(zm, Vm, level: float = 0.95, tau_scale: float | None = None) -> di
     consensus.shared_sign_batch's with no runs to scale by."""
     import numpy as np
 
-    from oodcorr.analysis.consensus import consensus_batch, shared_sign_batch
-    from oodcorr.analysis.predictive import TAU_SCALE
+    from oodcorr.analysis.across.consensus import consensus_batch, shared_sign_batch
+    from oodcorr.analysis.across.predictive import TAU_SCALE
 
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     present = np.ones((1, len(zm)), bool)
@@ -537,7 +537,7 @@ def tau2_upper(z, v, level: float = 0.95) -> float:
     """One study's Q-profile upper bound of the between-model variance (predictive.tau2_upper_batch)."""
     import numpy as np
 
-    from oodcorr.analysis.predictive import tau2_upper_batch
+    from oodcorr.analysis.across.predictive import tau2_upper_batch
 
     z, v = np.asarray(z, float), np.asarray(v, float)
     return float(tau2_upper_batch(z[None], v[None], np.ones((1, len(z)), bool), level)[0])
@@ -547,7 +547,7 @@ def reversal_p(zm, pm) -> tuple[float, int, int]:
     """One study's sign-reversal p-value and its two models (consensus.reversal_batch)."""
     import numpy as np
 
-    from oodcorr.analysis.consensus import reversal_batch
+    from oodcorr.analysis.across.consensus import reversal_batch
 
     zm, pm = np.asarray(zm, float), np.asarray(pm, float)
     p, a, b = reversal_batch(zm[None], pm[None], np.ones((1, len(zm)), bool))
@@ -564,7 +564,7 @@ def _one(fn, zm, Vm, *args, **kw) -> dict:
 
 def predictive(zm, Vm, level: float = 0.95, tau_scale: float | None = None, within_scales=None) -> dict:
     """predictive.predictive_batch of one study's models: ``pi_lo``, ``pi_hi``, ``p_predictive``, ``tau``."""
-    from oodcorr.analysis.predictive import TAU_SCALE, WITHIN_SCALES, predictive_batch
+    from oodcorr.analysis.across.predictive import TAU_SCALE, WITHIN_SCALES, predictive_batch
 
     tau_scale = TAU_SCALE if tau_scale is None else tau_scale
     within_scales = WITHIN_SCALES if within_scales is None else within_scales
@@ -576,7 +576,7 @@ def tolerance(zm, Vm, level: float = 0.95, scales=None) -> dict:
     weights), two lists)."""
     import numpy as np
 
-    from oodcorr.analysis.predictive import tolerance_batch
+    from oodcorr.analysis.across.predictive import tolerance_batch
 
     if scales is not None:
         scales = tuple(np.asarray(x, float)[None] for x in scales)

@@ -1,11 +1,11 @@
-"""The agreement table's answer where the scores are measurements (oodcorr.analysis.agreement_table)."""
+"""The agreement table's answer where the scores are measurements (oodcorr.analysis.across.agreement_table)."""
 
 import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.pipeline import pool
-from oodcorr.analysis.simulate_items import fast_run_rows, item_runs
+from oodcorr.analysis.simulate.items import fast_run_rows, item_runs
 
 
 def test_a_sign_on_average_is_the_sign_of_the_consensus_the_ladder_read():

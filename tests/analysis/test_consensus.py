@@ -1,4 +1,4 @@
-"""The answer across models (oodcorr.analysis.consensus): the two-level model by hand, and each
+"""The answer across models (oodcorr.analysis.across.consensus): the two-level model by hand, and each
 verdict's rule pinned on a small constructed table (one test per word)."""
 
 import math
@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import agreement
-from oodcorr.analysis.multitest import bh, holm, simes
-from oodcorr.analysis.predictive import SINGLE_RUN_SCALE
+from oodcorr.analysis.across.multitest import bh, holm, simes
+from oodcorr.analysis.across.predictive import SINGLE_RUN_SCALE
 
 from helpers import between_runs, consensus, model_means, predictive, reversal_p, tau2_upper, tolerance
 
@@ -268,7 +268,7 @@ def test_a_table_of_pooled_rows_alone_reads_each_model_as_one_run():
 # ---- the simulated studies the calibration uses ---------------------------------------------
 def test_a_simulated_study_has_the_partial_correlation_it_was_given():
     from oodcorr.analysis import Options, partial_corr
-    from oodcorr.analysis.simulate import scenario, study_table
+    from oodcorr.analysis.simulate.runs import scenario, study_table
 
     rng = np.random.default_rng(5)
     table = study_table(rng, [0.6, -0.4], 1, 3000, 0.5, n_ood=3)
@@ -286,7 +286,7 @@ def test_a_simulated_study_has_the_partial_correlation_it_was_given():
 
 
 def test_verdict_rates_are_reproducible_and_find_the_shared_sign():
-    from oodcorr.analysis.simulate import scenario, verdict_rates
+    from oodcorr.analysis.simulate.runs import scenario, verdict_rates
 
     a = verdict_rates(scenario("same", 6, -0.8), 2, 21, 0.3, 6, seed=3)
     b = verdict_rates(scenario("same", 6, -0.8), 2, 21, 0.3, 6, seed=3)
@@ -299,7 +299,7 @@ def test_verdict_rates_are_reproducible_and_find_the_shared_sign():
 
 def test_a_residual_that_wanders_gets_the_cap_note():
     from oodcorr.analysis import Options, analyse
-    from oodcorr.analysis.simulate import study_table
+    from oodcorr.analysis.simulate.runs import study_table
 
     table = study_table(np.random.default_rng(2), [0.0, 0.0], 2, 25, 0.5, series="drift", drift=3.0)
     pc = analyse(table, Options(pool_by=()))
@@ -368,8 +368,8 @@ def test_the_workflow_and_the_command_line_give_the_same_agreement_table(tmp_pat
     """The rule's path (the scores table, from_scores, analyse, agreement) and `oodcorr analyse` on
     the same scores written as CSV: the same consensus and verdicts."""
     from oodcorr.analysis import Options, analyse
-    from oodcorr.analysis.simulate import scenario, study_table
-    from oodcorr.analysis.workflow_scores import from_scores
+    from oodcorr.analysis.readers.workflow_scores import from_scores
+    from oodcorr.analysis.simulate.runs import scenario, study_table
     from oodcorr.cli import main
 
     table = study_table(np.random.default_rng(4), scenario("same", 4, 0.5), 2, 15, 0.4, n_ood=3)

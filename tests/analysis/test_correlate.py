@@ -1,4 +1,4 @@
-"""Partial correlations (oodcorr.analysis.correlate, one run's through run_cells.partial_corr): the
+"""Partial correlations (oodcorr.analysis.cell.correlate, one run's through run_cells.partial_corr): the
 residualisers and correlation methods against pingouin and by hand, degenerate inputs, and the
 residual cache. Resampling:
 tests/analysis/test_resample.py; corrections: test_multitest.py; per-run inference:
@@ -191,7 +191,7 @@ def _reml_brute_force(y, basis_cols, X0, lam):
 
 
 def test_spline_penalty_is_the_reml_choice_of_its_grid():
-    from oodcorr.analysis.residualise import _LAM_RATIOS, GamSettings, spline_basis
+    from oodcorr.analysis.cell.residualise import _LAM_RATIOS, GamSettings, spline_basis
 
     rng = np.random.default_rng(4)
     n = 30
@@ -207,7 +207,7 @@ def test_spline_penalty_is_the_reml_choice_of_its_grid():
 
 
 def test_spline_is_the_line_where_the_data_are_straight_and_a_line_at_any_penalty():
-    from oodcorr.analysis.residualise import GamSettings, linear, spline_basis
+    from oodcorr.analysis.cell.residualise import GamSettings, linear, spline_basis
 
     rng = np.random.default_rng(5)
     n = 40
@@ -237,7 +237,7 @@ def test_spline_follows_a_steep_rise_where_the_checkpoints_are_sparse():
     # late: most points crowd at one end. The OOD curve rises steeply among the sparse ones. Knots at
     # the quantiles of z left that rise to one cubic piece (residuals 16 % of the line's); the even
     # knots follow it (under 2 %), so no misfit is left for every series of the run to share.
-    from oodcorr.analysis.residualise import GamSettings, linear, spline_basis
+    from oodcorr.analysis.cell.residualise import GamSettings, linear, spline_basis
 
     z = 1 - np.arange(1, 121) ** -0.5
     y = 0.25 + 0.5 / (1 + np.exp(-(z - 0.5) * 15))
@@ -264,7 +264,7 @@ def test_spline_below_its_minimum_points_is_the_line_and_says_so():
 
 
 def test_each_fisher_z_cap_bounds_z_where_its_comment_says_and_changes_nothing_below_it():
-    from oodcorr.analysis.correlate import FINITE_CAP, POOLING_CAP, RESAMPLED_CAP, fisher_z
+    from oodcorr.analysis.cell.correlate import FINITE_CAP, POOLING_CAP, RESAMPLED_CAP, fisher_z
 
     r = np.array([-0.99, -0.3, 0.0, 0.5, 0.9])
     for cap, top in ((POOLING_CAP, 4.95), (RESAMPLED_CAP, 10.7), (FINITE_CAP, 17.62)):

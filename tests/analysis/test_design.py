@@ -9,15 +9,16 @@ import pandas as pd
 import pytest
 from scipy import integrate, special, stats
 
-from oodcorr.analysis import Options, agreement, analyse, design_pilot
-from oodcorr.analysis import design as dz
-from oodcorr.analysis.consensus import across_models
-from oodcorr.analysis.correlate import POOLING_CAP, fisher_z
-from oodcorr.analysis.inference import corrected_phi, corrected_phis
-from oodcorr.analysis.multitest import adjust
-from oodcorr.analysis.residualise import linear_maker
-from oodcorr.analysis.simulate import observed_rho, run_scores, study_table
-from oodcorr.analysis.simulate_items import item_table
+from oodcorr.analysis import Options, agreement, analyse
+from oodcorr.analysis.across.consensus import across_models
+from oodcorr.analysis.across.multitest import adjust
+from oodcorr.analysis.cell.correlate import POOLING_CAP, fisher_z
+from oodcorr.analysis.cell.inference import corrected_phi, corrected_phis
+from oodcorr.analysis.cell.residualise import linear_maker
+from oodcorr.analysis.design import pilot as design_pilot
+from oodcorr.analysis.design import power as dz
+from oodcorr.analysis.simulate.items import item_table
+from oodcorr.analysis.simulate.runs import observed_rho, run_scores, study_table
 from oodcorr.cli import main
 from oodcorr.launch import budget_work, grid
 from oodcorr.planning.plan import load
@@ -184,8 +185,8 @@ def test_stacked_spline_bases_give_each_runs_own_smoother_a_gap_between_knots_in
     # checkpoints), so one B-spline has no point in its support: the one-run basis drops the direction
     # it cannot reach, the stacked one keeps it at d = 0; REML's penalty and the residual maker are
     # the same
-    from oodcorr.analysis import spline_batch
-    from oodcorr.analysis.residualise import GamSettings, spline_basis
+    from oodcorr.analysis.cell import splines as spline_batch
+    from oodcorr.analysis.cell.residualise import GamSettings, spline_basis
 
     rng = np.random.default_rng(12)
     n = 21

@@ -1,14 +1,14 @@
-"""What a pilot says about its item noise (oodcorr.analysis.design_pilot_items): the persistence fitted
+"""What a pilot says about its item noise (oodcorr.analysis.design.pilot_items): the persistence fitted
 to per-item correctness whose item model is known, the stationary sd of a residual series, and the
 estimates of a pilot simulated item by item."""
 
 import numpy as np
 import pytest
 
-from oodcorr.analysis import design_pilot
-from oodcorr.analysis.design_pilot_items import fit_persistence, lag_correlations, stationary_sd
-from oodcorr.analysis.residualise import linear_maker
-from oodcorr.analysis.simulate_items import answer_items, item_table
+from oodcorr.analysis.cell.residualise import linear_maker
+from oodcorr.analysis.design import pilot as design_pilot
+from oodcorr.analysis.design.pilot_items import fit_persistence, lag_correlations, stationary_sd
+from oodcorr.analysis.simulate.items import answer_items, item_table
 
 
 @pytest.mark.parametrize("difficulty, persistence", [(0.5, 0.8), (0.2, 0.3), (0.7, 0.93)])

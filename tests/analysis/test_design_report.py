@@ -1,7 +1,7 @@
 """The design report's verdict on a grid whose prediction interval cannot reach the target
-(oodcorr.analysis.design_report.generalises_unreachable)."""
+(oodcorr.analysis.design.report.generalises_unreachable)."""
 
-from oodcorr.analysis.design_report import generalises_unreachable
+from oodcorr.analysis.design.report import generalises_unreachable
 
 
 def _row(name, smallest, gpu_hours):

@@ -1,7 +1,7 @@
-"""The example-level bootstrap (oodcorr.analysis.example_boot): the Pearson cells of a linear-kind
+"""The example-level bootstrap (oodcorr.analysis.per_run.example_boot): the Pearson cells of a linear-kind
 residualiser, all at once, give the intervals the cell-by-cell loop gives (to rounding), with its
 drops (a resample whose series is constant) and its notes; the batched intervals of
-oodcorr.analysis.resample equal the single ones."""
+oodcorr.analysis.cell.resample equal the single ones."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from oodcorr.analysis import Options
-from oodcorr.analysis.correlate import corr, residual_pair
-from oodcorr.analysis.example_boot import RunExamples, example_ci, pearson_cis
-from oodcorr.analysis.item_noise import item_matrices
-from oodcorr.analysis.resample import interval, intervals
-from oodcorr.analysis.simulate_items import item_table
+from oodcorr.analysis.cell.correlate import corr, residual_pair
+from oodcorr.analysis.cell.resample import interval, intervals
+from oodcorr.analysis.items.item_noise import item_matrices
+from oodcorr.analysis.per_run.example_boot import RunExamples, example_ci, pearson_cis
+from oodcorr.analysis.simulate.items import item_table
 
 T = 12
 

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, analyse, corr, residual_pair
-from oodcorr.analysis.inference import (
+from oodcorr.analysis.cell.inference import (
     Dependence,
     ar1_corr,
     assess,
@@ -23,8 +23,8 @@ from oodcorr.analysis.inference import (
     modified_test,
     modified_tests,
 )
-from oodcorr.analysis.residualise import linear_maker
-from oodcorr.analysis.simulate import ar1_series, calibrate
+from oodcorr.analysis.cell.residualise import linear_maker
+from oodcorr.analysis.simulate.runs import ar1_series, calibrate
 
 
 def _curve(n, seed=0):

@@ -1,4 +1,4 @@
-"""A run's per-item records as matrices (oodcorr.analysis.item_noise.item_matrices): one (units x
+"""A run's per-item records as matrices (oodcorr.analysis.items.item_noise.item_matrices): one (units x
 items) matrix per testset in the run's unit order, a unit without records a row of NaN, rows of
 other units left out, and the testsets whose records are not one matrix named with the reason."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from oodcorr.analysis.item_noise import item_matrices
+from oodcorr.analysis.items.item_noise import item_matrices
 
 
 def _rows(testset, unit, examples, correct):
@@ -44,7 +44,7 @@ def test_a_score_of_0_or_1_has_no_binomial_noise_whatever_its_size():
     """lm-eval writes acc 0 with acc_stderr 0 (the Pythia suite's LAMBADA at its first checkpoints),
     from which no size can be read back: the bound there is 0 all the same (p (1 - p) = 0), not
     unknown, so the in-domain set's bound still corrects the run."""
-    from oodcorr.analysis.item_noise import binomial_bound
+    from oodcorr.analysis.items.item_noise import binomial_bound
 
     np.testing.assert_array_equal(
         np.diag(binomial_bound([0.0, 0.5, 1.0, 0.5], [np.nan, 100, np.nan, np.nan])), [0, 0.0025, 0, np.nan]

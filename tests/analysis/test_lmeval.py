@@ -1,4 +1,4 @@
-"""Reading lm-evaluation-harness result folders (oodcorr.analysis.lmeval): both formats, model and
+"""Reading lm-evaluation-harness result folders (oodcorr.analysis.readers.lmeval): both formats, model and
 step from model_args or a path pattern, samples for the example bootstrap, and the hostile folders
 of issue 32 class 5 (each refused with a sentence naming the file, before anything is written).
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from oodcorr.analysis.lmeval import read_folder
-from oodcorr.analysis.lmeval_files import MAX_RESULTS_BYTES, list_files
-from oodcorr.analysis.lmeval_identity import compile_pattern
+from oodcorr.analysis.readers.lmeval import read_folder
+from oodcorr.analysis.readers.lmeval_files import MAX_RESULTS_BYTES, list_files
+from oodcorr.analysis.readers.lmeval_identity import compile_pattern
 from oodcorr.core.errors import DataError
 
 from faults import PYTHON, as_nobody, python_env
@@ -463,7 +463,7 @@ def test_an_unreadable_folder_or_file_is_named(tmp_path):
                 *prefix,
                 PYTHON,
                 "-c",
-                "import sys; from oodcorr.analysis.lmeval import read_folder; read_folder(sys.argv[1])",
+                "import sys; from oodcorr.analysis.readers.lmeval import read_folder; read_folder(sys.argv[1])",
             ]
             + [str(top)],
             capture_output=True,
@@ -533,9 +533,8 @@ def test_a_folder_whose_entries_cannot_be_looked_at_is_named(tmp_path):
         for d in [top, *top.rglob("*")]:
             d.chmod(0o755 if d.is_dir() else 0o644)
         (top / "org__b").chmod(0o644)  # readable names, no search: what each is cannot be seen
-        script = (
-            "import sys; from oodcorr.analysis.lmeval import read_folder; print(len(read_folder(sys.argv[1]).scores))"
-        )
+        script = "import sys; from oodcorr.analysis.readers.lmeval import read_folder; "
+        script += "print(len(read_folder(sys.argv[1]).scores))"
         res = subprocess.run(
             [*prefix, PYTHON, "-c", script, str(top)], capture_output=True, text=True, env=python_env(), timeout=120
         )

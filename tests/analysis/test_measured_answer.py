@@ -1,4 +1,4 @@
-"""The answer about the tasks (oodcorr.analysis.measured_answer, agreement_table): which
+"""The answer about the tasks (oodcorr.analysis.across.measured_answer, agreement_table): which
 correlations the ladder reads, near zero through the noise, noise-limited pairs, the tasks'
 consensus, and the cells that borrow the corrected cell's check."""
 
@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.simulate_items import item_table
+from oodcorr.analysis.simulate.items import item_table
 
 OPTS = Options(pool_by=(), example_boot=0, methods=("pearson", "spearman"))
 # what item noise adds to the table: without it the answer is the observed scores' (as before)

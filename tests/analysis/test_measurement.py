@@ -1,4 +1,4 @@
-"""Scores as measurements (oodcorr.analysis.measurement, item_noise, simulate_items): the
+"""Scores as measurements (oodcorr.analysis.items.measurement, item_noise, simulate_items): the
 cross-fitted correlation is not faked by the in-domain set's noise, the moments are free of item
 noise, the pooled tasks' correlation finds the truth, and the pieces by hand."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from oodcorr.analysis.design import run_statistics
-from oodcorr.analysis.item_noise import binomial_bound, half_means, item_covariance, item_matrices, noise_summary
-from oodcorr.analysis.measurement import bounded, cross_fitted, disattenuate, instrumented_makers, ratio_of_means
-from oodcorr.analysis.simulate_items import (
+from oodcorr.analysis.design.power import run_statistics
+from oodcorr.analysis.items.item_noise import binomial_bound, half_means, item_covariance, item_matrices, noise_summary
+from oodcorr.analysis.items.measurement import bounded, cross_fitted, disattenuate, instrumented_makers, ratio_of_means
+from oodcorr.analysis.simulate.items import (
     disagreement,
     item_noise_covariance,
     item_runs,
@@ -135,7 +135,7 @@ def test_the_simulators_item_noise_is_what_its_items_give():
     acc = population(np.random.default_rng(4), [0.0], T)[0, :, 1]
     n = 200
     exact = item_noise_covariance(acc, n, 0.5, 0.8)
-    from oodcorr.analysis.simulate_items import answer_items
+    from oodcorr.analysis.simulate.items import answer_items
 
     draws = np.stack([answer_items(np.random.default_rng(s), acc[None], n, 0.5, 0.8)[0].mean(-1) for s in range(1500)])
     emp = np.cov(draws.T)
@@ -206,7 +206,7 @@ def test_halves_of_a_set_sampled_per_label_take_half_of_each_label():
 def test_item_labels_are_read_in_the_matrices_column_order():
     import pandas as pd
 
-    from oodcorr.analysis.item_noise import item_strata
+    from oodcorr.analysis.items.item_noise import item_strata
 
     ex = pd.DataFrame(
         {

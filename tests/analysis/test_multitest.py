@@ -1,4 +1,4 @@
-"""Corrections for many tests (oodcorr.analysis.multitest): Holm and Benjamini-Hochberg against statsmodels."""
+"""Corrections for many tests (oodcorr.analysis.across.multitest): Holm and Benjamini-Hochberg against statsmodels."""
 
 import math
 
@@ -30,7 +30,7 @@ def test_holm_and_bh_match_statsmodels_and_skip_nans():
 def test_simes_is_the_smallest_bh_adjusted_p_of_each_family_and_skips_nans():
     from statsmodels.stats.multitest import multipletests
 
-    from oodcorr.analysis.multitest import simes
+    from oodcorr.analysis.across.multitest import simes
 
     rng = np.random.default_rng(7)
     families = rng.uniform(0, 0.2, (40, 6)) ** 2

@@ -16,9 +16,9 @@ from oodcorr.analysis import (
     agreement,
     analyse,
 )
-from oodcorr.analysis.simulate import ar1_series
-from oodcorr.analysis.tables import Layout, from_long, from_wide, read_table
-from oodcorr.analysis.workflow_scores import from_scores
+from oodcorr.analysis.readers.tables import Layout, from_long, from_wide, read_table
+from oodcorr.analysis.readers.workflow_scores import from_scores
+from oodcorr.analysis.simulate.runs import ar1_series
 from oodcorr.core.errors import DataError
 
 FAST = Options(residualisers=("linear",), n_boot=300, n_perm=300, example_boot=60, pool_by=())

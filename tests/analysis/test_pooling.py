@@ -8,8 +8,8 @@ import pytest
 from scipy import stats
 
 from oodcorr.analysis import Options, agreement, analyse, combine, fisher_mean, pool_runs
-from oodcorr.analysis.pooling import solve_tau2
-from oodcorr.analysis.simulate import ar1_series
+from oodcorr.analysis.across.pooling import solve_tau2
+from oodcorr.analysis.simulate.runs import ar1_series
 
 
 def _run_table(specs, n=21, phi=0.3, seed=0, testsets=("a", "b")):
@@ -68,7 +68,7 @@ def test_the_batched_meta_analysis_equals_statsmodels_combine_effects():
     (statsmodels gives both intervals; we report the wider): checked here against its two."""
     from statsmodels.stats.meta_analysis import combine_effects
 
-    from oodcorr.analysis.pooling import random_effects_batch
+    from oodcorr.analysis.across.pooling import random_effects_batch
 
     rng = np.random.default_rng(12)
     sets = 60

@@ -1,4 +1,4 @@
-"""The two statements across models (oodcorr.analysis.predictive): the prediction interval (the
+"""The two statements across models (oodcorr.analysis.across.predictive): the prediction interval (the
 Bayesian random-effects predictive, against a direct numerical integral, its limits, the within
 scales, the batch and one-study paths, its coverage on a seeded simulation) and the tolerance
 bounds that ``generalises`` reads (against a direct integral of the Q-profile confidence
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from oodcorr.analysis.predictive import (
+from oodcorr.analysis.across.predictive import (
     _side_mass,
     predictive_batch,
     tau_confidence_batch,
@@ -256,7 +256,7 @@ def test_with_runs_the_within_variance_is_read_from_their_scatter(M, K):
     # scatter sets the scale, so at the boundary the claim stays about as rare as with the variances
     # known (the tolerance bounds' own error with 10 models is about 0.057), where the fixed scale of
     # one run per model (0.72) credits part of the spread to noise and claims it too often
-    from oodcorr.analysis.consensus import shared_sign_batch, within_runs_batch
+    from oodcorr.analysis.across.consensus import shared_sign_batch, within_runs_batch
 
     c, S, v_true = stats.norm.ppf(0.975), 1500, 0.06
     rng = np.random.default_rng(37)

@@ -1,4 +1,4 @@
-"""Resampling (oodcorr.analysis.resample): moving blocks, the block permutation test by hand, the
+"""Resampling (oodcorr.analysis.cell.resample): moving blocks, the block permutation test by hand, the
 bootstrap interval, and why the ``block`` inference is no longer the default."""
 
 import math
@@ -12,7 +12,7 @@ from oodcorr.analysis import (
     bootstrap_ci,
     moving_block_indices,
 )
-from oodcorr.analysis.simulate import calibrate
+from oodcorr.analysis.simulate.runs import calibrate
 
 
 def test_moving_blocks_are_consecutive_runs_of_units():

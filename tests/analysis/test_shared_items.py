@@ -1,9 +1,9 @@
-"""Testsets that share items (oodcorr.analysis.shared_items): a group's tasks at the bottom of its
+"""Testsets that share items (oodcorr.analysis.items.shared_items): a group's tasks at the bottom of its
 tree, which pairs share items and why, in words."""
 
 from __future__ import annotations
 
-from oodcorr.analysis.shared_items import leaves, refusals
+from oodcorr.analysis.items.shared_items import leaves, refusals
 
 # lm-evaluation-harness's group_subtasks: mmlu of two subgroups, a custom group reusing a subject,
 # leaves listed with no subtasks (as the harness writes them)

@@ -1,4 +1,4 @@
-"""Scores against the range of their metric (oodcorr.analysis.tables): an accuracy of -0.2 or 1.7
+"""Scores against the range of their metric (oodcorr.analysis.readers.tables): an accuracy of -0.2 or 1.7
 in a table `oodcorr analyse` reads, or in the workflow's own scores table, is refused naming the
 line (or row) and the value; a table in percent is read as one, and a metric without a known
 range is only checked to be a number."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import Layout, from_long, from_wide, read_table
-from oodcorr.analysis.workflow_scores import from_scores
+from oodcorr.analysis.readers.tables import Layout, from_long, from_wide, read_table
+from oodcorr.analysis.readers.workflow_scores import from_scores
 from oodcorr.core.errors import DataError
 
 
@@ -141,7 +141,7 @@ def test_the_workflows_scores_are_shares_whatever_their_median(tmp_path):
 
 
 def test_metric_ranges_by_name():
-    from oodcorr.analysis.score_ranges import metric_range
+    from oodcorr.analysis.readers.score_ranges import metric_range
 
     assert metric_range("acc,none") == (0.0, 1.0) and metric_range("ACC_NORM") == (0.0, 1.0)
     assert metric_range("mcc") == (-1.0, 1.0)

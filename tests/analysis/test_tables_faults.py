@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import read_table
+from oodcorr.analysis.readers.tables import read_table
 from oodcorr.core.errors import DataError
 from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate_scores import read_scores

@@ -83,7 +83,7 @@ def test_unresolved_with_three_models_and_with_two():
 
 
 def test_one_model_of_two_runs_says_why_its_cells_have_no_interval_and_what_gives_one():
-    from oodcorr.analysis.pooling import pool_runs
+    from oodcorr.analysis.across.pooling import pool_runs
 
     runs = _runs({"a": [-0.6, -0.62]})
     runs = runs[runs["run"] != "pooled"].assign(ci_low=-0.7, ci_high=-0.5, n=30, n_units=30, note="", p_method="t")
@@ -212,7 +212,7 @@ def test_the_consoles_reliability_line_and_a_figures_label_never_show_a_share_be
 
 
 def test_the_noise_limited_column_says_a_negative_reliability_in_words():
-    from oodcorr.analysis.measured_answer import noise_limited
+    from oodcorr.analysis.across.measured_answer import noise_limited
 
     rel = {f"reliability_{s}": np.array([v]) for s, v in (("x", -41.74), ("y", 0.9), ("in_domain", 0.95))}
     rel |= {f"reliability_{s}_low": np.array([np.nan]) for s in ("x", "y", "in_domain")}

@@ -13,7 +13,7 @@ import pandas as pd
 import pingouin as pg
 import pytest
 
-from oodcorr.analysis.simulate import ar1_series
+from oodcorr.analysis.simulate.runs import ar1_series
 from oodcorr.cli import build_parser, main
 from oodcorr.core.errors import DataError
 
@@ -459,7 +459,7 @@ def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_librar
 
 def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
     from oodcorr.analysis import Options, analyse
-    from oodcorr.analysis.workflow_scores import from_scores
+    from oodcorr.analysis.readers.workflow_scores import from_scores
 
     scores, path = _scores_like(tmp_path)
     out = tmp_path / "out"

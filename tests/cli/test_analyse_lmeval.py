@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.simulate import study_table
+from oodcorr.analysis.simulate.runs import study_table
 from oodcorr.cli import main
 
 DATE = "2026-01-02T03-04-05.678901"
@@ -190,7 +190,7 @@ def test_a_checkpoint_without_the_in_domain_task_is_named_and_said_to_be_left_ou
 
 
 def write_items(root: Path, long: pd.DataFrame, items: pd.DataFrame, groups: dict) -> None:
-    """A study simulated item by item (:func:`oodcorr.analysis.simulate_items.item_table`) written as
+    """A study simulated item by item (:func:`oodcorr.analysis.simulate.items.item_table`) written as
     lm-eval writes it with --log_samples: per model and step a results file (each task's accuracy, its
     size in n-samples, the groups in group_subtasks with their score, the mean over their subtasks'
     items) and one samples file per task (a group has none), each line one document's 0/1."""
@@ -223,7 +223,7 @@ def test_samples_give_each_tasks_item_noise_and_a_group_beside_its_subtasks_is_l
     same items; the group beside its own subtasks (group_subtasks) is not correlated with them, and the
     agreement row says why."""
     from oodcorr.analysis import Options, analyse
-    from oodcorr.analysis.simulate_items import item_table
+    from oodcorr.analysis.simulate.items import item_table
 
     long, items = item_table(np.random.default_rng(8), [0.5, 0.5, 0.5, 0.5], 1, 10, (240, 120, 120))
     names = {"in-domain": "ind", "ood0": "arc", "ood1": "piqa"}

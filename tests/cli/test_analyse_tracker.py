@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from oodcorr.analysis.tables import find_unit, matching
+from oodcorr.analysis.readers.tables import find_unit, matching
 from oodcorr.cli import build_parser, main
 from oodcorr.cli.scores import metric_flag
 from oodcorr.core.errors import DataError

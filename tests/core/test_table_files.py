@@ -7,7 +7,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from oodcorr.analysis.tables import read_table
+from oodcorr.analysis.readers.tables import read_table
 from oodcorr.core.errors import DataError
 from oodcorr.jobs.prepare_dataset import _read_table, file_format
 

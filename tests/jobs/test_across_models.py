@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.simulate import study_table
+from oodcorr.analysis.simulate.runs import study_table
 from oodcorr.jobs.figures import across_models, analysis_set
 from oodcorr.jobs.figures.kinds import draw
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
+from oodcorr.analysis.across.agreement_table import AGREEMENT_COLUMNS
 from oodcorr.jobs.figures import across_models
 from oodcorr.jobs.figures.across_models import EVERY_RUN_MARK, fold_names
 

@@ -24,7 +24,7 @@ import pytest
 
 import oodcorr.jobs.figures
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.agreement_table import AGREEMENT_COLUMNS
+from oodcorr.analysis.across.agreement_table import AGREEMENT_COLUMNS
 from oodcorr.analysis.results import write_tables
 from oodcorr.core.answer import NOISE_LIMITED_BY, VERDICTS
 from oodcorr.jobs.figures.explorer import page_data, page_style, render, write_explorer

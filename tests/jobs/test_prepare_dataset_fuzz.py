@@ -32,7 +32,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from oodcorr.analysis import tables
+from oodcorr.analysis.readers import tables
 from oodcorr.core.errors import DataError
 from oodcorr.jobs.prepare_dataset import prepare, rows_to_records
 

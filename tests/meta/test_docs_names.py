@@ -139,14 +139,14 @@ def test_src_paths_in_the_docs_exist():
 
 def test_the_resolver_can_fail():
     """A misspelt module, a missing function and an attribute of a non-class are each found."""
-    assert unresolved("oodcorr.analysis.agreement_table.agreement") is None
+    assert unresolved("oodcorr.analysis.across.agreement_table.agreement") is None
     assert unresolved("oodcorr.analysis") is None
     assert unresolved("oodcorr.analysis.consensuss") == "oodcorr.analysis defines no 'consensuss'"
-    assert "defines no 'no_such_function'" in unresolved("oodcorr.analysis.consensus.no_such_function")
-    assert "is not a class" in unresolved("oodcorr.analysis.agreement_table.agreement.x")
+    assert "defines no 'no_such_function'" in unresolved("oodcorr.analysis.across.consensus.no_such_function")
+    assert "is not a class" in unresolved("oodcorr.analysis.across.agreement_table.agreement.x")
     assert unresolved("oodcorx.core") == "no such module"
     # imported, not defined there: the docs must name its home
-    assert unresolved("oodcorr.analysis.consensus.np") == "oodcorr.analysis.consensus defines no 'np'"
+    assert unresolved("oodcorr.analysis.across.consensus.np") == "oodcorr.analysis.across.consensus defines no 'np'"
     assert DOTTED.findall("envs/oodcorr.yaml") == [] and SRC_PATH.findall("DL2024:src/train.py") == []
     assert DOTTED.findall("see oodcorr.core.yaml_files.load_yaml. Then") == ["oodcorr.core.yaml_files.load_yaml"]
     assert SRC_PATH.findall("(`src/oodcorr/core/io.py`).") == ["src/oodcorr/core/io.py"]

@@ -45,6 +45,12 @@ FOLDERS: dict[str, set[str]] = {
     "cli": {"core", "analysis", "planning", "modeling", "jobs", "launch"},
 }
 
+# analysis/'s rooms (subpackages, and its top-level modules), in an order in which each imports only
+# those before it (docs/development.md#layout)
+ANALYSIS_ROOMS = [
+    "readers", "cell", "items", "across", "options", "per_run", "pipeline", "results", "simulate", "design",
+]  # fmt: skip
+
 HEAVY = ("torch", "transformers", "peft", "datasets", "accelerate", "tokenizers")
 # what the Snakefile imports, read from it (checked against the file below)
 SNAKEFILE_IMPORT = re.compile(r"^from (oodcorr[\w.]*) import", re.M)
@@ -152,6 +158,22 @@ def test_no_module_imports_a_folder_it_may_not():
                 allowed = sorted(FOLDERS[mine]) or "nothing"
                 found.append(f"  oodcorr.{src} -> oodcorr.{t} ({mine}/ may import {allowed})")
     assert not found, "imports across folders that the folders' rule forbids:\n" + "\n".join(sorted(found))
+
+
+def test_the_analysis_rooms_import_one_way():
+    rooms = {p.stem for p in (PKG / "analysis").iterdir() if p.name != "__init__.py" and not p.name.startswith(".")}
+    assert rooms - {"__pycache__"} == set(ANALYSIS_ROOMS), "a room of analysis/ is missing from ANALYSIS_ROOMS"
+    order = {room: i for i, room in enumerate(ANALYSIS_ROOMS)}
+    found = []
+    for src, targets in _edges().items():
+        if not src.startswith("analysis."):
+            continue
+        mine = src.split(".")[1]
+        for t in targets:
+            theirs = t.split(".")[1] if t.startswith("analysis.") else None
+            if theirs and order[theirs] > order[mine]:
+                found.append(f"  oodcorr.{src} -> oodcorr.{t} ({mine} comes before {theirs})")
+    assert not found, "analysis/ rooms importing a later room:\n" + "\n".join(sorted(found))
 
 
 def test_the_folders_form_no_cycle():

@@ -138,8 +138,8 @@ def test_schedule_too_short_for_the_gam_is_a_warning(cfg):
 
 
 def test_min_points_agree_with_the_analysis():
-    from oodcorr.analysis.correlate import min_points
-    from oodcorr.analysis.residualise import GamSettings, parse
+    from oodcorr.analysis.cell.correlate import min_points
+    from oodcorr.analysis.cell.residualise import GamSettings, parse
 
     # the planning check and the analysis read one default (oodcorr.core.defaults.ANALYSIS)
     assert checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())

@@ -550,13 +550,13 @@ def _schema_enum(path: str) -> list:
 def test_allowed_values_are_the_ones_the_code_knows():
     """Each allowed value is written twice, in the schema (the message a user gets) and in the code
     that acts on it: every pair here must agree, so adding a value to one and not the other fails."""
-    from oodcorr.analysis.correlate import METHODS
-    from oodcorr.analysis.inference import INFERENCES
-    from oodcorr.analysis.multitest import CORRECTIONS
-    from oodcorr.analysis.pooling import TWO_RUNS
-    from oodcorr.analysis.resample import INTERVALS
-    from oodcorr.analysis.residualise import RESIDUALISERS
-    from oodcorr.analysis.workflow_scores import NOT_ACCURACY
+    from oodcorr.analysis.across.multitest import CORRECTIONS
+    from oodcorr.analysis.across.pooling import TWO_RUNS
+    from oodcorr.analysis.cell.correlate import METHODS
+    from oodcorr.analysis.cell.inference import INFERENCES
+    from oodcorr.analysis.cell.resample import INTERVALS
+    from oodcorr.analysis.cell.residualise import RESIDUALISERS
+    from oodcorr.analysis.readers.workflow_scores import NOT_ACCURACY
     from oodcorr.core.defaults import RESOURCES
     from oodcorr.jobs.finetune import LOSSES
     from oodcorr.jobs.metrics import COLUMNS

@@ -4,8 +4,8 @@ import logging
 from pathlib import Path
 
 from oodcorr.analysis import Options, agreement, analyse
+from oodcorr.analysis.readers.workflow_scores import example_bootstrap_applies, examples_from_predictions, from_scores
 from oodcorr.analysis.results import summarise, write_tables
-from oodcorr.analysis.workflow_scores import example_bootstrap_applies, examples_from_predictions, from_scores
 from oodcorr.core.errors import DataError, ResultError, WriteFailed
 from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate_scores import read_scores

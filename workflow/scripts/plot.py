@@ -1,7 +1,7 @@
 """Rules consensus_heatmap, forest_plots, heatmap, heatmap_grid, learning_curves, scatter: one figure each."""
 
 from oodcorr.analysis import Options
-from oodcorr.analysis.workflow_scores import from_scores
+from oodcorr.analysis.readers.workflow_scores import from_scores
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate_scores import read_analysis_table, read_scores

@@ -1,48 +1,21 @@
-"""Partial correlations between OOD testsets, in-domain score regressed out.
-
-For one run, each unit (checkpoint) has an in-domain score z and OOD scores x, y,
-... For every pair (x, y) a residualiser removes what z (and optionally the
-training step) explains from x and from y; the correlation of the residuals is
-the partial correlation. Degenerate cells are NaN with the reason in ``note``.
-
-Modules (imports go down this list, never up; nothing here imports torch or the workflow's modules):
-:mod:`.residualise` (linear, GAM, their residual-maker matrices), :mod:`.correlate` (methods, one
-pair), :mod:`.resample` (block bootstrap, block permutation: the ``block`` inference),
-:mod:`.inference` (effective sample size, the modified t-test and its interval: one procedure per
-cell), :mod:`.multitest` (Holm, BH), :mod:`.pooling` (runs -> model as a random-effects
-meta-analysis), :mod:`.consensus` (models -> the answer: the consensus across models, heterogeneity,
-sign reversal, the verdict), :mod:`.predictive` (where a further model is expected: the prediction
-interval, the tolerance bounds ``generalises`` reads), :mod:`.tables` (reading long/wide tables,
-summary rows; the range a metric's scores lie in: :mod:`.score_ranges`; the workflow's scores table:
-:mod:`.workflow_scores`; the results written and summarised: :mod:`.results`), :mod:`.lmeval` (reading a
-folder of lm-evaluation-harness results: its files found and opened with care, :mod:`.lmeval_files`,
-one results file read and its scores checked, :mod:`.lmeval_results`, which model, run and step
-each is, :mod:`.lmeval_identity`, and their per-sample logs: :mod:`.lmeval_samples`),
-:mod:`.options` (every analysis setting),
-:mod:`.shared_items` (testsets that share items: a group beside its subtasks), :mod:`.run_cells` (one
-run's cells, :func:`partial_corr`; their example-level bootstrap, :mod:`.example_boot`), :mod:`.pipeline`
-(every run, pooled, corrected and checked),
-:mod:`.simulate` (simulated runs and the calibration loop the tests and
-``benchmarks/analysis_coverage.py`` use), :mod:`.run_batch` (the per-run procedures on stacks
-of simulated runs), :mod:`.design` (the power of each verdict for a grid, by simulated studies
-analysed with the procedures above: ``oodcorr design``), :mod:`.design_items` (the item noise of
-its simulated studies and the measured answer through it), :mod:`.design_pilot` and
-:mod:`.design_pilot_items` (the assumptions of a design, from a pilot's scores and items or the
-defaults), :mod:`.design_report` and :mod:`.design_sizes` (the design's report, as JSON and
-Markdown, and its table of the items each testset needs).
-"""
+"""Partial correlations between OOD testsets, in-domain score regressed out (pandas, numpy, scipy; never
+torch; imports only ``core``). One room per concept, each importing only those before it: ``readers`` (the
+tables read), ``cell`` (one cell's statistics), ``items`` (item noise), ``across`` (pooling runs and
+models, the answer), ``options`` (every setting), ``per_run`` (the partial correlation per run),
+``pipeline`` (every run, pooled, corrected and checked; the tables written: ``results``), ``simulate``
+(simulated studies) and ``design`` (the power of a design by simulation)."""
 
 from ..core.answer import VERDICTS
-from .agreement_table import AGREEMENT_COLUMNS, agreement
-from .correlate import METHODS, corr, residual_pair
-from .inference import INFERENCES, assess, dependence, effective_n
-from .multitest import adjust, bh, holm
+from .across.agreement_table import AGREEMENT_COLUMNS, agreement
+from .across.multitest import adjust, bh, holm
+from .across.pooling import combine, fisher_mean, pool_runs
+from .cell.correlate import METHODS, corr, residual_pair
+from .cell.inference import INFERENCES, assess, dependence, effective_n
+from .cell.resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
+from .cell.residualise import RESIDUALISERS, Degenerate, GamSettings
 from .options import Options
+from .per_run.cells import partial_corr
 from .pipeline import CANON, COLUMNS, analyse
-from .pooling import combine, fisher_mean, pool_runs
-from .resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
-from .residualise import RESIDUALISERS, Degenerate, GamSettings
-from .run_cells import partial_corr
 
 __all__ = [
     "AGREEMENT_COLUMNS",

@@ -7,22 +7,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from ..core.defaults import ANALYSIS as DEFAULTS
-from . import multitest
-from .correlate import check_method
-from .inference import INFERENCES
-from .pooling import TWO_RUNS
-from .resample import INTERVALS
-from .residualise import GamSettings, parse
+from .across import multitest
+from .across.pooling import TWO_RUNS
+from .cell.correlate import check_method
+from .cell.inference import INFERENCES
+from .cell.resample import INTERVALS
+from .cell.residualise import GamSettings, parse
 
 
 @dataclass(frozen=True)
 class Options:
-    """Every analysis setting. The defaults are the config's (:data:`oodcorr.core.defaults.ANALYSIS`,
-    written once there), so the workflow, the CLI and a call from Python agree."""
+    """Every analysis setting."""
 
     methods: tuple[str, ...] = tuple(DEFAULTS["methods"])
     residualisers: tuple[str, ...] = tuple(DEFAULTS["residualisers"])
-    inference: str = DEFAULTS["inference"]  # or "iid", "block" (see oodcorr.analysis.inference)
+    inference: str = DEFAULTS["inference"]  # or "iid", "block" (see oodcorr.analysis.cell.inference)
     level: float = DEFAULTS["level"]  # confidence level of every interval
     correction: str = DEFAULTS["correction"]  # or "bh", "none": across the pairs of a heatmap
     # across the pairs of the agreement table: "bh" (the false discovery rate), "holm", "none"
@@ -80,9 +79,7 @@ class Options:
 
     @classmethod
     def from_mapping(cls, cfg: dict) -> Options:
-        """From the config's ``analysis`` section (nested ``pooling``, ``step0``, ``bootstrap``,
-        ``permutation``, ``gam`` and ``example_bootstrap`` blocks); unknown keys raise
-        naming the key."""
+        """From the config's ``analysis`` section; unknown keys raise naming the key."""
         cfg = dict(cfg or {})
         if "p_method" in cfg:
             raise ValueError(

@@ -1,23 +1,4 @@
-"""The whole analysis of one scores table: per-run cells, pooled rows, corrections, checks.
-
-Input is a *canonical long table* (see :mod:`oodcorr.analysis.tables` for how CSV,
-parquet, long and wide inputs and the workflow's scores become one):
-
-    model, in_domain, run, unit, testset, score
-
-``in_domain`` names, on every row of a run, the testset whose score is the
-covariate; every other testset of the run is an OOD testset. ``unit`` is the unit of
-observation (a training step, or a run when each row is a separate model): when it
-is numeric the units are *ordered* (consecutive steps are dependent); otherwise they
-are exchangeable. An optional *run information* table (``model``, ``run`` and more
-columns, e.g. ``n_train``, ``seed``) adds those columns to the output and names the
-groups within which runs are pooled (``Options.pool_by``).
-
-Output: one row per (model, in_domain, run or "pooled", pool group, x, y, method,
-residualiser) with the columns in :data:`COLUMNS` (documented in
-docs/reference.md#columns-of-partial_correlationscsv), then
-the run information columns.
-"""
+"""The whole analysis of one scores table: per-run cells, pooled rows, corrections, checks."""
 
 from __future__ import annotations
 
@@ -31,16 +12,17 @@ import numpy as np
 import pandas as pd
 
 from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
-from . import form_check, multitest
-from .form_check import sign_of
-from .item_noise import item_matrices, item_strata
-from .measurement import pool_measured
+from .across import multitest
+from .across.pooling import POOL_KEYS, _groups, pool_runs
+from .cell import form_check
+from .cell.form_check import sign_of
+from .cell.residualise import one_blas_thread
+from .items.item_noise import item_matrices, item_strata
+from .items.measurement import pool_measured
+from .items.shared_items import leaves
 from .options import Options
-from .pooling import POOL_KEYS, _groups, pool_runs
-from .residualise import one_blas_thread
-from .run_cells import ordered_units, partial_corr, plain, run_units
-from .run_measurement import COLUMNS as MEASURED
-from .shared_items import leaves
+from .per_run.cells import ordered_units, partial_corr, plain, run_units
+from .per_run.measured import COLUMNS as MEASURED
 
 log = logging.getLogger(__name__)
 
@@ -155,10 +137,7 @@ def _conclusions(r, lo, hi, near: float) -> np.ndarray:
 
 
 def _run_items(groups, examples, ordered) -> list:
-    """Each run's per-item matrices, problems and item labels (:func:`.item_noise.item_matrices`,
-    :func:`.item_noise.item_strata`), read from its
-    rows of ``examples`` one run at a time (the table is split once, by position); None for a run
-    without rows, and for every run without ``examples``."""
+    """Each run's per-item matrices, problems and item labels, read from its rows of ``examples`` (None without)."""
     if examples is None:
         return [None] * len(groups)
     where = examples.groupby(["model", "run"], sort=False, observed=True).indices
@@ -195,18 +174,7 @@ def analyse(
     task_groups: dict | None = None,
 ) -> pd.DataFrame:
     """Per-run rows plus pooled rows (``run == "pooled"``), with ``p_adj``, ``significant`` and
-    the checks.
-
-    ``long`` has the :data:`CANON` columns; ``examples`` (optional) the
-    columns model, run, unit, testset, example, correct. ``ordered`` overrides the detection of ordered units.
-    ``run_info`` (optional): one row per run (``run``, optionally ``model``) with more
-    columns, e.g. ``n_train`` and ``seed``; they are added to the output, and
-    ``opts.pool_by`` names those within which runs are pooled. ``workers`` > 1 analyses the runs in
-    that many processes, each on one BLAS thread: every cell draws from its own seeded stream
-    (:func:`.resample.cell_rng`), so the table is the same whatever the number. ``task_groups`` (optional):
-    testsets made of others (group -> its subtasks, nested, as lm-evaluation-harness's
-    ``group_subtasks``); two testsets that share items are not correlated (:mod:`.shared_items`).
-    """
+    the checks."""
     opts = opts or Options()
     missing = [c for c in CANON if c not in long.columns]
     if missing:

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ..core.answer import CELL_CONCLUSIONS, about, noise_clause, reliability_line
 from ..core.atomic_write import atomic_path
-from .measurement import NOISE_LIMITED
+from .items.measurement import NOISE_LIMITED
 
 
 def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:

@@ -10,14 +10,15 @@ import logging
 import os
 from pathlib import Path
 
-from ..analysis import Options, agreement, analyse, tables
-from ..analysis.correlate import METHODS
-from ..analysis.inference import INFERENCES
-from ..analysis.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
-from ..analysis.multitest import CORRECTIONS
-from ..analysis.pooling import TWO_RUNS
-from ..analysis.resample import INTERVALS
-from ..analysis.residualise import RESIDUALISERS, GamSettings
+from ..analysis import Options, agreement, analyse
+from ..analysis.across.multitest import CORRECTIONS
+from ..analysis.across.pooling import TWO_RUNS
+from ..analysis.cell.correlate import METHODS
+from ..analysis.cell.inference import INFERENCES
+from ..analysis.cell.resample import INTERVALS
+from ..analysis.cell.residualise import RESIDUALISERS, GamSettings
+from ..analysis.readers import tables
+from ..analysis.readers.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
 from ..core.atomic_write import write_json_atomic

@@ -11,11 +11,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..analysis import Options, score_ranges, tables, workflow_scores
-from ..analysis import design as dz
-from ..analysis.design_items import MIN_ITEMS
-from ..analysis.design_pilot import choose_assumptions, pilot_estimates
-from ..analysis.design_report import markdown, report
+from ..analysis import Options
+from ..analysis.design import power as dz
+from ..analysis.design.items import MIN_ITEMS
+from ..analysis.design.pilot import choose_assumptions, pilot_estimates
+from ..analysis.design.report import markdown, report
+from ..analysis.readers import score_ranges, tables, workflow_scores
 from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import DataError
 from ..jobs.figures import curves

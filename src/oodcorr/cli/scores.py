@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..analysis import lmeval, score_ranges, shared_items, tables, workflow_scores
-from ..analysis.lmeval_identity import compile_pattern
+from ..analysis.items import shared_items
+from ..analysis.readers import lmeval, score_ranges, tables, workflow_scores
+from ..analysis.readers.lmeval_identity import compile_pattern
 from ..core import table_files
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError

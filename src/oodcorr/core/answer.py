@@ -15,7 +15,7 @@ testset's item noise is known, or the scores observed) and which testsets leave 
 ``noise-limited`` (``noise_limited``), with each one's reliability (:func:`reliabilities`).
 
 The ladder's words live here, each once: every verdict (:data:`VERDICTS`, strongest first) and
-the words they are made of. The analysis (:mod:`oodcorr.analysis.consensus` says which verdict a
+the words they are made of. The analysis (:mod:`oodcorr.analysis.across.consensus` says which verdict a
 pair gets), the figures, the explorer page and the console read them from this module.
 
 Stdlib only (``csv``), so the launch layer, which prints the workflow's last line, reads it too.
@@ -50,14 +50,14 @@ UNRESOLVED = "unresolved"
 TOO_FEW_MODELS = "fewer than 2 models tested"
 NO_DATA = "no data"
 # a pair the data cannot resolve because a testset's series is mostly item noise
-# (oodcorr.analysis.measured_answer)
+# (oodcorr.analysis.across.measured_answer)
 NOISE_LIMITED_VERDICT = "noise-limited"
 NOISE_LIMITED_BY = f"{NOISE_LIMITED_VERDICT} by"  # what precedes the testsets that leave pairs noise-limited
 # the verdicts that become noise-limited where a testset of the pair is mostly item noise
 NOISE_LIMITABLE = (UNRESOLVED, TOO_FEW_MODELS)
 NO_ANSWER = (NOISE_LIMITED_VERDICT, UNRESOLVED, TOO_FEW_MODELS, NO_DATA)
 # beside a verdict (agreement.csv's ``form``): the straight line, the check of the curve the answer
-# reads, states another sign, or another spread, for the pair (oodcorr.analysis.form_check)
+# reads, states another sign, or another spread, for the pair (oodcorr.analysis.cell.form_check)
 DEPENDS_ON_FORM = "depends on the form"
 # strongest first: a verdict's place is that of the first of these it holds
 STRENGTH = (SIGN_REVERSAL, NEARLY_EVERY, ON_AVERAGE, MODELS_DIFFER, AGREE_NEAR_ZERO, *NO_ANSWER)
@@ -229,7 +229,7 @@ RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least 
 def reliability_line(rows: list[dict], limit: float) -> str:
     """Each testset's reliability (:func:`reliabilities`) of one in-domain set's agreement rows in
     words, the least reliable first (at most :data:`RELIABILITIES_SAID`), saying that below
-    ``limit`` (:data:`oodcorr.analysis.measurement.NOISE_LIMITED`) a pair can be noise-limited; ""
+    ``limit`` (:data:`oodcorr.analysis.items.measurement.NOISE_LIMITED`) a pair can be noise-limited; ""
     where none is known."""
     rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
     if not rel:

@@ -23,7 +23,7 @@ SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
 }
 DELIMITERS = {"csv": ",", "tsv": "\t"}  # of the delimited formats
-# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.tables`),
+# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.readers.tables`),
 # which also takes a .txt or .pq file someone saved by hand, and a workflow dataset's local file
 # (:mod:`oodcorr.jobs.prepare_dataset`), whose entry can name any other file's format with ``format:``
 SCORES_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")

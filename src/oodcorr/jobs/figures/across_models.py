@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 
-from ...analysis.measurement import NOISE_LIMITED
+from ...analysis.items.measurement import NOISE_LIMITED
 from ...core.answer import (
     AGREE_NEAR_ZERO,
     DEPENDS_ON_FORM,

@@ -76,7 +76,7 @@ def learning_curves(
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
     # scipy via the analysis package: only the figures that draw a fit need it
-    from ...analysis.residualise import Degenerate, gam_fit, parse, spline_basis
+    from ...analysis.cell.residualise import Degenerate, gam_fit, parse, spline_basis
 
     spec = parse(residualiser)
     if spec.step:
@@ -113,7 +113,7 @@ def scatter(
 ) -> dict:
     """In-domain vs OOD score, one panel per OOD testset, points coloured by run, with each run's fitted
     residualiser curves. Returns {testset: number of curves drawn}."""
-    from ...analysis.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
+    from ...analysis.cell.residualise import GamSettings
 
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()
@@ -187,7 +187,7 @@ DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, lin
 def design_power(report: dict, out_png: str) -> dict:
     """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
     line per verdict (a band of two Monte Carlo standard errors around each), the target power
-    dashed. ``report`` is :func:`oodcorr.analysis.design_report.report`'s dict."""
+    dashed. ``report`` is :func:`oodcorr.analysis.design.report.report`'s dict."""
     plt = pyplot()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)

@@ -1,0 +1,473 @@
+"""The agreement table: per OOD pair, the answer across models (:func:`agreement`)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ...core.answer import (
+    DEPENDS_ON_FORM,
+    NO_DATA,
+    NOISE_LIMITABLE,
+    NOISE_LIMITED_VERDICT,
+    SIGN_REVERSAL,
+    verdict_words,
+)
+from ...core.defaults import ANALYSIS as DEFAULTS
+from ...core.reasons import verdict_reason
+from ..cell.correlate import POOLING_CAP, fisher_z
+from ..cell.residualise import parse
+from . import measured_answer as measured
+from . import multitest
+from .consensus import across_models, rungs, verdict
+
+AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
+CONSENSUS_COLUMNS = [
+    "r_consensus",
+    "ci_low_consensus",
+    "ci_high_consensus",
+    "pi_low_consensus",
+    "pi_high_consensus",
+    "tol_low_consensus",
+    "tol_high_consensus",
+    "tau2_models",
+    "tau2_models_high",
+    "tau2_runs",
+    "within_scale",
+    "within_df",
+    "n_models_consensus",
+    "p_mean",
+    "p_mean_adj",
+    "p_generalises",
+    "p_generalises_adj",
+    "share_sign_low",
+]
+# the answer as measurements (:mod:`.measured_answer`): what it speaks of, the consensus the verdict read
+# where that is not the observed one, the tasks' consensus, each testset's reliability, and which
+# testsets leave a pair noise-limited
+MEASURED_COLUMNS = [
+    "about",
+    "noise",
+    "r_consensus_eiv",
+    "ci_low_consensus_eiv",
+    "ci_high_consensus_eiv",
+    "r_consensus_corrected",
+    "ci_low_consensus_corrected",
+    "ci_high_consensus_corrected",
+    "reliability_x",
+    "reliability_x_low",
+    "reliability_y",
+    "reliability_y_low",
+    "reliability_in_domain",
+    "reliability_in_domain_low",
+    "attenuation_low",
+    "noise_limited",
+]
+# why the verdict, and what would resolve it (:mod:`oodcorr.core.reasons`)
+REASON_COLUMNS = ["reason", "way_on"]
+AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
+    "verdict",
+    "form",
+    "line_verdict",
+    "direction",
+    "spread",
+    *CONSENSUS_COLUMNS,
+    "n_models",
+    "n_finite",
+    "n_positive",
+    "n_negative",
+    "n_sig_positive",
+    "n_sig_negative",
+    "q_models",
+    "df_models",
+    "i2_models",
+    "p_heterogeneity",
+    "p_heterogeneity_adj",
+    "p_reversal",
+    "p_reversal_adj",
+    "reversal",
+    "correction",
+    "family_size",
+    "note",
+    "by_model",
+    *MEASURED_COLUMNS,
+    *REASON_COLUMNS,
+]
+
+
+def _fmt(v: float) -> str:
+    return f"{v:+.2f}" if np.isfinite(v) else "n/a"
+
+
+def _run_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows the consensus reads: each model's runs (or, for a table of pooled rows only, each
+    model's pooled row as its one run)."""
+    if "run" not in table.columns:
+        return table.assign(run="pooled")
+    runs = table[table["run"] != "pooled"]
+    have_runs = set(runs["model"].astype(str))
+    pooled_only = table[(table["run"] == "pooled") & ~table["model"].astype(str).isin(have_runs)]
+    return pd.concat([runs, pooled_only], ignore_index=True)
+
+
+def _by_model(names, r, sig, lo, hi) -> str:
+    return "; ".join(
+        f"{m}: {_fmt(v)}{'*' if s_ else ''}"
+        + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
+        for m, v, s_, low, high in zip(names, r, sig, lo, hi)
+    )
+
+
+def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
+    """Per pair (``group`` numbers ``pooled``'s rows): the models' counts and ``by_model``."""
+    r = pooled["r"].to_numpy(float)
+    fin = np.isfinite(r)
+    sig = (
+        np.array([v is True or v == 1 for v in pooled["significant"]], dtype=bool)
+        if "significant" in pooled
+        else np.zeros(len(pooled), bool)
+    ) & fin
+
+    def count(x):
+        return np.bincount(group, weights=x.astype(float), minlength=n_groups).astype(int)
+
+    names = pooled["model"].astype(str).to_numpy()
+    lo, hi = pooled["ci_low"].to_numpy(float), pooled["ci_high"].to_numpy(float)
+    starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1, len(group)]
+    return {
+        "n_models": np.bincount(group, minlength=n_groups),
+        "n_finite": count(fin),
+        "n_positive": count(fin & (r > 0)),
+        "n_negative": count(fin & (r < 0)),
+        "n_sig_positive": count(sig & (r > 0)),
+        "n_sig_negative": count(sig & (r < 0)),
+        "by_model": [
+            _by_model(names[a:b], r[a:b], sig[a:b], lo[a:b], hi[a:b]) for a, b in zip(starts[:-1], starts[1:])
+        ],
+    }
+
+
+def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
+    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair (columns ``r<sfx>``,
+    ...)."""
+    r, se = runs["r" + sfx].to_numpy(float), runs["se_z" + sfx].to_numpy(float)
+    use = np.isfinite(r) & np.isfinite(se) & (se > 0)
+    model = runs["model"].astype(str).to_numpy()
+    gm = pd.factorize(pd.Series(group).astype(str) + "\x00" + model)[0]
+    firsts = pd.DataFrame({"g": group, "gm": gm, "model": model, "use": use, "fin": np.isfinite(r)})
+    per_model = firsts.groupby("gm", sort=False).agg(g=("g", "first"), model=("model", "first"), use=("use", "any"))
+    per_model["fin_left"] = firsts.groupby("gm", sort=False)["fin"].any() & ~per_model["use"]
+    left: dict[int, list[str]] = {}
+    for g, name in per_model.loc[per_model["fin_left"], ["g", "model"]].itertuples(index=False):
+        left.setdefault(int(g), []).append(name)
+    kept = per_model[per_model["use"]].copy()
+    kept["m"] = kept.groupby("g", sort=False).cumcount()
+    m_of = pd.Series(-1, index=per_model.index)
+    m_of[kept.index] = kept["m"].to_numpy()
+    rows = np.flatnonzero(use)
+    m_idx = m_of.reindex(gm[rows]).to_numpy()
+    k_idx = pd.Series(gm[rows]).groupby(gm[rows]).cumcount().to_numpy()
+    M = int(kept["m"].max()) + 1 if len(kept) else 1
+    K = int(k_idx.max()) + 1 if len(rows) else 1
+    shape = (n_groups, M, K)
+    Z, V, P = np.zeros(shape), np.ones(shape), np.full(shape, np.nan)
+    mask = np.zeros(shape, bool)
+    gi = group[rows]
+    Z[gi, m_idx, k_idx] = fisher_z(r[rows], POOLING_CAP)
+    V[gi, m_idx, k_idx] = se[rows] ** 2
+    mask[gi, m_idx, k_idx] = True
+    if "p" + sfx in runs:
+        P[gi, m_idx, k_idx] = runs["p" + sfx].to_numpy(float)[rows]
+    names = [[] for _ in range(n_groups)]
+    for g, name in kept[["g", "model"]].itertuples(index=False):
+        names[int(g)].append(name)
+    return Z, V, P, mask, names, left
+
+
+def _tanh(x) -> np.ndarray:
+    return np.where(np.isfinite(x), np.tanh(x), np.nan)
+
+
+def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
+    """Every agreement column that :func:`across_models` gives, per pair, with the pair's notes."""
+    M = a["n_models"]
+    two = M >= 2
+    three = M >= 3
+    nan = np.full(n_groups, np.nan)
+    cols = {
+        "n_models_consensus": M,
+        "tau2_runs": np.where(a["df_runs"] > 0, a["tau2_runs"], np.nan),
+        "r_consensus": np.where(two, _tanh(a["z"]), nan),
+        "ci_low_consensus": np.where(two, _tanh(a["lo"]), nan),
+        "ci_high_consensus": np.where(two, _tanh(a["hi"]), nan),
+        "pi_low_consensus": np.where(two, _tanh(a["pi_lo"]), nan),
+        "pi_high_consensus": np.where(two, _tanh(a["pi_hi"]), nan),
+        "tol_low_consensus": np.where(two, _tanh(a["tol_lo"]), nan),
+        "tol_high_consensus": np.where(two, _tanh(a["tol_hi"]), nan),
+        "tau2_models": np.where(two, a["tau2"], nan),
+        "tau2_models_high": np.where(three, a["tau2_high"], nan),
+        "within_scale": np.where(three, a["within_scale"], nan),
+        "within_df": np.where(three, a["within_df"], nan),
+        "p_mean": np.where(two, a["p_mean"], nan),
+        "p_generalises": np.where(three, a["p_generalises"], nan),
+        "share_sign_low": np.where(three, a["share_low"], nan),
+        "_generalises_sign": np.where(a["p_high_side"] < a["p_low_side"], -1.0, 1.0),
+        "_near": a["near"] & three,
+    }
+    for k in ("q_models", "i2_models", "p_heterogeneity", "p_reversal"):
+        cols[k] = np.where(two, a[k], nan)
+    cols["df_models"] = np.where(two, M - 1, nan)
+    reversal, notes = [], []
+    for g in range(n_groups):
+        note = []
+        if g in left:
+            note.append(f"{len(left[g])} model(s) without an interval left out: {', '.join(sorted(left[g])[:5])}")
+        text = ""
+        if M[g] >= 2:
+            zm, i, j = a["zm"][g], int(a["reversal_pos"][g]), int(a["reversal_neg"][g])
+            if zm[i] > 0 and zm[j] < 0:
+                text = f"{names[g][i]} {_fmt(math.tanh(zm[i]))} vs {names[g][j]} {_fmt(math.tanh(zm[j]))}"
+        if M[g] == 2:
+            note.append("2 models: a further model cannot be predicted from 2, so no prediction interval")
+        if M[g] >= 3 and a["pi_scale"][g] < 1:
+            note.append(
+                f"the models agree more closely than their within variances allow (Q {a['q_models'][g]:.2f} on "
+                f"{M[g] - 1} df): the prediction interval reads those variances scaled by {a['pi_scale'][g]:.2f}, "
+                f"the tolerance bounds by {a['within_scale'][g]:.2f}"
+            )
+        reversal.append(text)
+        notes.append("; ".join(note))
+    cols["reversal"] = reversal
+    cols["note"] = notes
+    return cols
+
+
+P_ADJUSTED = ("p_heterogeneity", "p_reversal", "p_generalises", "p_mean")
+
+
+OBSERVED_ONLY = ("r_consensus", "ci_low_consensus", "ci_high_consensus")
+
+
+def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:
+    """The columns the verdict reads (:mod:`.measured_answer`): the in-domain-corrected ladder's
+    where its runs are cross-fitted (``items``); where the in-domain noise is only bounded, each
+    p-value the larger of the two ladders' and a sign only where both show it; the observed ladder's
+    elsewhere."""
+    if eiv is None:
+        return {**obs, "_consensus_read": obs["r_consensus"]}
+    use = regime != "unknown"
+    out = {"_consensus_read": np.where(use, eiv["r_consensus"], obs["r_consensus"])}
+    for k, v in obs.items():
+        if k in OBSERVED_ONLY:
+            out[k] = v
+        elif isinstance(v, list):
+            out[k] = [b if u else a for a, b, u in zip(v, eiv[k], use)]
+        else:
+            out[k] = np.where(use, eiv[k], v)
+    bound = regime == "bound"
+    if bound.any():
+        for k in P_ADJUSTED:
+            out[k] = np.where(bound, np.maximum(obs[k], eiv[k]), out[k])
+        same_mean = np.sign(obs["r_consensus"]) == np.sign(eiv["r_consensus"])
+        out["p_mean"] = np.where(bound & ~same_mean, 1.0, out["p_mean"])
+        same_sign = obs["_generalises_sign"] == eiv["_generalises_sign"]
+        out["p_generalises"] = np.where(bound & ~same_sign, 1.0, out["p_generalises"])
+        out["_near"] = np.where(bound, obs["_near"] & eiv["_near"], out["_near"])
+    return out
+
+
+def _twin(res: str) -> str:
+    """The residualiser whose Pearson cell is corrected for a cell of ``res``: a spline's own, else
+    the linear-kind one of the same covariates."""
+    spec = parse(res)
+    return res if spec.smoother else spec.line
+
+
+def _sign_of(direction: str) -> str:
+    return direction.split(" ", 1)[0] if direction else ""
+
+
+def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
+    """``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a
+    statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
+    sign where that cell states the same sign, a spread where it states the same spread."""
+    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
+    keys = ["in_domain", "pool_group", "x", "y"]
+    twins = {
+        (*k, res): (reg, d, sp)
+        for k, res, reg, d, sp in zip(
+            df.loc[corrected, keys].itertuples(index=False, name=None),
+            df.loc[corrected, "residualiser"],
+            regime[corrected.to_numpy()],
+            df.loc[corrected, "direction"],
+            df.loc[corrected, "spread"],
+        )
+    }
+    about, direction, spread, verdicts = [], list(df["direction"]), list(df["spread"]), list(df["verdict"])
+    for i, row in enumerate(df.itertuples(index=False)):
+        if corrected.iloc[i]:
+            about.append(measured.ABOUT[regime[i]])
+            continue
+        twin = twins.get((row.in_domain, row.pool_group, row.x, row.y, _twin(row.residualiser)))
+        if twin is None or twin[0] == "unknown":
+            about.append(measured.ABOUT["unknown"])
+            continue
+        about.append(f"tasks (its statements checked against pearson/{_twin(row.residualiser)})")
+        if row.direction and _sign_of(row.direction) != _sign_of(twin[1]):
+            direction[i] = ""
+        if row.spread and row.spread != twin[2]:
+            spread[i] = ""
+        if (direction[i], spread[i]) != (row.direction, row.spread) and row.n_models_consensus >= 2 and row.n_finite:
+            verdicts[i] = verdict_words(direction[i], spread[i])
+    df["about"], df["direction"], df["spread"], df["verdict"] = about, direction, spread, verdicts
+
+
+def agreement(
+    table: pd.DataFrame,
+    alpha: float = DEFAULTS["alpha"],
+    correction: str = DEFAULTS["agreement_correction"],
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
+) -> pd.DataFrame:
+    """Per OOD pair (and in-domain set, pool group, method, residualiser): the consensus across models and the verdict
+    (docs/answer.md#reading-agreementcsv)."""
+    table = table if "pool_group" in table.columns else table.assign(pool_group="all runs")
+    pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
+    if pooled.empty:
+        return pd.DataFrame(columns=AGREEMENT_COLUMNS)
+    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last")
+    pooled = pooled.reset_index(drop=True)
+    key_frame = pooled[AGREEMENT_KEYS].drop_duplicates().reset_index(drop=True)
+    n_groups = len(key_frame)
+    lookup = key_frame.assign(_g=np.arange(n_groups))
+    group = pooled[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
+    runs = _run_rows(table)
+    run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
+    runs = runs[~pd.isna(run_group)]
+    run_group = run_group[~pd.isna(run_group)].astype(int)
+    df = key_frame.copy()
+    for k, val in _describe(pooled, group, n_groups).items():
+        df[k] = val
+    regime = measured.pair_regimes(runs, run_group, n_groups)
+    rel = measured.attenuation(pooled, group, n_groups, level)
+    band = near_zero * rel["band"]
+    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups)
+    obs = _consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups)
+    eiv = None
+    if (regime != "unknown").any():
+        Z, V, P, mask, names_e, left_e = run_arrays(runs, run_group, n_groups, "_eiv")
+        eiv = _consensus_columns(across_models(Z, V, mask, P, level, band), names_e, left_e, n_groups)
+    for k, val in _merge(obs, eiv, regime).items():
+        df[k] = val
+    use = regime != "unknown"
+    for c in OBSERVED_ONLY:
+        df[c.replace("_consensus", "_consensus_eiv")] = np.where(use, eiv[c], np.nan) if eiv else np.nan
+    envelope = {"lo": df["ci_low_consensus_eiv"].to_numpy(float), "hi": df["ci_high_consensus_eiv"].to_numpy(float)}
+    bound = regime == "bound"
+    envelope["lo"] = np.where(bound, np.fmin(envelope["lo"], df["ci_low_consensus"]), envelope["lo"])
+    envelope["hi"] = np.where(bound, np.fmax(envelope["hi"], df["ci_high_consensus"]), envelope["hi"])
+    tasks = measured.corrected_consensus(pooled, group, n_groups, regime, envelope, rel["band"], level)
+    df["r_consensus_corrected"], df["ci_low_consensus_corrected"], df["ci_high_consensus_corrected"] = (
+        tasks["r"],
+        tasks["lo"],
+        tasks["hi"],
+    )
+    for c in rel:
+        if c != "band":
+            df[c] = rel[c]
+    df["attenuation_low"] = np.where(np.isfinite(rel["band"]) & (rel["band"] < 1), rel["band"], np.nan)
+    df["noise"] = [
+        "; ".join(dict.fromkeys(t for t in pooled.loc[group == g, "noise"] if isinstance(t, str) and t))
+        if "noise" in pooled
+        else ""
+        for g in range(n_groups)
+    ]
+    df["correction"] = correction
+    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
+    for c in P_ADJUSTED:
+        df[f"{c}_adj"] = math.nan
+    df["family_size"] = 0
+    for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
+        for c in P_ADJUSTED:
+            df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
+        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
+    facts = [rungs(row, alpha) for row in df.to_dict("records")]
+    df["direction"] = [d for d, _ in facts]
+    df["spread"] = [sp for _, sp in facts]
+    df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
+    _about_and_gate(df, regime)
+    _form(df, runs, run_group, n_groups, level, band, correction, alpha)
+    limited = [
+        measured.noise_limited(x, y, z, rel, g) for g, (x, y, z) in enumerate(zip(df["x"], df["y"], df["in_domain"]))
+    ]
+    lost = use & (df["n_models_consensus"].to_numpy() < 2) & (obs["n_models_consensus"] >= 2)
+    for g in np.flatnonzero(lost):  # the in-domain series' variation within its noise: no model left to read
+        limited[g] = limited[g] or f"{df['in_domain'].iloc[g]} (its variation is within its item noise)"
+    df["noise_limited"] = [t if v in NOISE_LIMITABLE and t else "" for t, v in zip(limited, df["verdict"])]
+    df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
+    df.loc[~df["verdict"].str.startswith(SIGN_REVERSAL), "reversal"] = ""
+    _why_no_data(df, runs, run_group)
+    _reasons(df, pooled, group, alpha)
+    return df[AGREEMENT_COLUMNS]
+
+
+def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
+    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (where the line says another sign or spread than the
+    curve)."""
+    df["form"], df["line_verdict"] = "", ""
+    if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
+        return
+    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups, "_line")
+    line = pd.DataFrame(_consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups))
+    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
+    for k in [*fam_keys, "n_finite"]:
+        line[k] = df[k].to_numpy()
+    for _, idx in line.groupby(fam_keys, sort=False, dropna=False).groups.items():
+        for c in P_ADJUSTED:
+            line.loc[idx, f"{c}_adj"] = multitest.adjust(line.loc[idx, c].to_numpy(float), correction)
+    checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
+    checked &= df["residualiser"].map(lambda r: parse(r).curve).to_numpy()
+    spreads = (SIGN_REVERSAL, "models differ")
+    for g, row in enumerate(line.to_dict("records")):
+        if not checked[g]:
+            continue
+        d_line, s_line = rungs(row, alpha)
+        df.loc[g, "line_verdict"] = verdict(row, alpha)
+        d_curve, s_curve = df.loc[g, "direction"], df.loc[g, "spread"]
+        sign_differs = _sign_of(d_line) != _sign_of(d_curve)
+        spread_differs = (s_line in spreads) != (s_curve in spreads)
+        if sign_differs or spread_differs:
+            df.loc[g, "form"] = DEPENDS_ON_FORM
+
+
+def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
+    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.reasons.verdict_reason`), with the runs
+    each model pooled and how many models' pooled rows have a value but no interval."""
+    n = len(df)
+    runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
+    most = np.zeros(n)
+    np.maximum.at(most, group, np.nan_to_num(runs))
+    no_ci = np.isfinite(pooled["r"].to_numpy(float)) & ~np.isfinite(pooled["ci_low"].to_numpy(float))
+    extra = {"runs_per_model": most, "models_without_pooled_interval": np.bincount(group, no_ci, minlength=n)}
+    said = [
+        verdict_reason({**row, **{k: v[g] for k, v in extra.items()}}, alpha, measured.NOISE_LIMITED)
+        for g, row in enumerate(df.to_dict("records"))
+    ]
+    df["reason"] = [r for r, _ in said]
+    df["way_on"] = [w for _, w in said]
+
+
+def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:
+    """The note of a pair with no data says why: its runs' notes (the distinct ones, ``most`` of them),
+    e.g. that its testsets share items (:mod:`.shared_items`)."""
+    rows = np.flatnonzero((df["verdict"] == NO_DATA).to_numpy())
+    if not len(rows) or "note" not in runs:
+        return
+    notes = runs["note"].to_numpy(object)
+    for g in rows:
+        said = list(dict.fromkeys(t for t in notes[run_group == g] if isinstance(t, str) and t))
+        if said:
+            more = f"; and {len(said) - most} other note(s) in partial_correlations.csv" if len(said) > most else ""
+            df.loc[g, "note"] = "; ".join([t for t in (df.loc[g, "note"],) if t] + said[:most]) + more

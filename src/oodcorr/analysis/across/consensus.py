@@ -1,0 +1,242 @@
+"""The answer across models: for each OOD pair, a consensus of the models and a verdict."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from ...core.answer import (
+    MODELS_DIFFER,
+    NEAR_ZERO,
+    NEARLY_EVERY,
+    NEGATIVE,
+    NO_DATA,
+    ON_AVERAGE,
+    POSITIVE,
+    SIGN_REVERSAL,
+    TOO_FEW_MODELS,
+    verdict_words,
+)
+from ...core.defaults import ANALYSIS as DEFAULTS
+from . import multitest
+from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
+from .predictive import (
+    TAU_SCALE,
+    TOL_POINTS,
+    TOL_POINTS_P,
+    predictive_batch,
+    tau2_upper_batch,
+    tolerance_batch,
+    within_scale_batch,
+    within_scale_draws,
+)
+
+# ---- the two-level model -------------------------------------------------------------------
+# Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
+# a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
+# the models present. :func:`.agreement_table.agreement` calls them with one study per row of its
+# table; the design command (:mod:`.power`) with thousands of simulated studies.
+
+
+def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tau2_runs, degrees of freedom, q) per study: the between-run variance shared by the models (Paule-Mandel)."""
+    mask = np.asarray(mask, dtype=bool)
+    df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
+    z = np.where(mask, z, 0.0)
+    v = np.where(mask, v, 1.0)
+    q0, _ = generalised_q(z, v, mask, np.zeros(len(df)))
+    t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
+    return np.where(df == 0, 0.0, t2), df, q
+
+
+def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
+    """Per study and model: (z_m, V_m, two-sided p of z_m = 0), NaN for a model without runs, and
+    the between-run (tau2_runs, df, q) they use (:func:`between_runs_batch`)."""
+    mask = np.asarray(mask, dtype=bool)
+    t2, df, q = between_runs_batch(z, v, mask)
+    w = np.where(mask, 1 / (np.where(mask, v, 1.0) + t2[:, None, None]), 0.0)
+    sw = w.sum(-1)
+    present = sw > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zm = np.where(present, (w * np.where(mask, z, 0.0)).sum(-1) / sw, np.nan)
+        Vm = np.where(present, 1 / sw, np.nan)
+        p_norm = 2 * stats.norm.sf(np.abs(zm) / np.sqrt(Vm))
+        p_t = 2 * stats.t.sf(np.abs(zm) / np.sqrt(Vm * np.fmax(q, 1.0)[:, None]), np.maximum(df, 1)[:, None])
+    one = (mask.sum(-1) == 1) & (df == 0)[:, None]
+    own = np.where(mask, p_run, np.nan).max(-1, initial=-np.inf, where=mask)  # a one-run model's run's p
+    own = np.where(np.isfinite(own), own, np.nan)
+    pm = np.where((df == 0)[:, None], np.where(one & np.isfinite(own), own, p_norm), p_t)
+    return zm, Vm, np.where(present, pm, np.nan), t2, df, q
+
+
+def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
+    """Do the models differ by more than their runs and checkpoints explain? Per study (models where
+    ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
+    M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
+    (``p_heterogeneity``)."""
+    present = np.asarray(present, dtype=bool)
+    M = present.sum(-1)
+    dfm = np.maximum(M - 1, 1)
+    q, i2 = cochran_q(zm, Vm, present)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(
+            df_runs > 0,
+            stats.f.sf(q / dfm / np.fmax(q_runs, 1.0), dfm, np.maximum(df_runs, 1)),
+            stats.chi2.sf(q, dfm),
+        )
+    ok = M >= 2
+    nan = np.nan
+    return {
+        "q_models": np.where(ok, q, nan),
+        "df_models": np.where(ok, M - 1, nan),
+        "i2_models": np.where(ok, i2, nan),
+        "p_heterogeneity": np.where(ok, p, nan),
+    }
+
+
+def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with its prediction
+    interval."""
+    present = np.asarray(present, dtype=bool)
+    three = present.sum(-1) >= 3
+    res = random_effects_batch(zm, Vm, present, level)
+    scale, _ = within_scale_batch(zm, Vm, present, level)
+    out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
+    out["se"] = res["se_z"]
+    out["pi_scale"] = scale
+    if intervals:
+        V = np.asarray(Vm, float) * np.where(three, scale, 1.0)[:, None]
+        pred = predictive_batch(zm, V, present, level, tau_scale)
+    else:
+        pred = {"pi_lo": np.full(len(three), np.nan), "pi_hi": np.full(len(three), np.nan)}
+    for key in ("pi_lo", "pi_hi"):
+        out[key] = np.where(three, pred[key], np.nan)
+    return out
+
+
+def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
+    """What the runs say of each model's within variance, per study: ``zbar``, ``vbar / k``, ``ss`` on ``df``."""
+    mask = np.asarray(mask, dtype=bool)
+    k = mask.sum(-1)
+    present = k > 0
+    kk = np.maximum(k, 1)
+    zz = np.where(mask, z, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        zbar = np.where(present, zz.sum(-1) / kk, np.nan)
+        vbar = np.where(present, np.where(mask, v, 0.0).sum(-1) / kk, np.nan)
+        dev = np.where(mask, zz - np.where(present, zbar, 0.0)[..., None], 0.0)
+        ss = np.where(present, (dev**2).sum(-1) / np.where(present, vbar, 1.0), 0.0).sum(-1)
+    df = np.maximum(k - 1, 0).sum(-1)
+    return zbar, vbar / kk, ss, df
+
+
+def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: bool = True) -> dict:
+    """Is the sign shared by nearly every model of this kind? The tolerance bounds and ``p_generalises``."""
+    present = np.asarray(present, dtype=bool)
+    three = present.sum(-1) >= 3
+    draws, weights = within_scale_draws(ss, df)
+    single = np.asarray(df) == 0
+    if single.any():  # one run per model: the models' own agreement may show the variances too large still
+        extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
+        draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
+    points = TOL_POINTS if bounds else TOL_POINTS_P
+    tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
+    out = {k: np.where(three, v, np.nan) for k, v in tol.items()}
+    out["within_scale"] = np.where(three, point, np.nan)
+    out["within_df"] = df
+    return out
+
+
+def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; the most positive model; the
+    most negative)."""
+    present = np.asarray(present, dtype=bool)
+    one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
+    one_neg = 1 - one_pos
+    p = np.maximum(
+        multitest.simes(np.where(present, one_pos, np.nan)), multitest.simes(np.where(present, one_neg, np.nan))
+    )
+    a = np.argmin(np.where(present, one_pos, np.inf), axis=-1)
+    b = np.argmin(np.where(present, one_neg, np.inf), axis=-1)
+    return p, a, b
+
+
+def across_models(
+    z,
+    v,
+    mask,
+    p_run,
+    level: float = DEFAULTS["level"],
+    near_zero: float = DEFAULTS["near_zero"],
+    tau_scale: float = TAU_SCALE,
+    intervals: bool = True,
+) -> dict:
+    """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
+    variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``."""
+    mask = np.asarray(mask, dtype=bool)
+    zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
+    present = mask.any(-1)
+    M = present.sum(-1)
+    out = {"n_models": M, "zm": zm, "Vm": Vm, "pm": pm, "tau2_runs": t2r, "df_runs": df, "q_runs": q}
+    out.update(_heterogeneity_batch(zm, Vm, present, df, q))
+    p_rev, a, b = reversal_batch(zm, pm, present)
+    out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
+    c = consensus_batch(zm, Vm, present, level, tau_scale, intervals)
+    out.update(c)
+    out["p_mean"] = c["p"]
+    zbar, Vbar, ss, dfw = within_runs_batch(z, np.where(mask, v, 1.0), mask)
+    out.update(shared_sign_batch(zbar, Vbar, present, ss, dfw, level, bounds=intervals))
+    t2_hi = tau2_upper_batch(zm, Vm, present, level)
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(0.5 + level / 2, np.maximum(M - 2, 1)) * np.sqrt(t2_hi + c["se"] ** 2)
+        near = (np.abs(np.tanh(c["z"] - half)) < near_zero) & (np.abs(np.tanh(c["z"] + half)) < near_zero)
+    out["tau2_high"] = np.where(M >= 3, t2_hi, np.nan)
+    out["near"] = near & (M >= 3)
+    return out
+
+
+# ---- the ladder's words ---------------------------------------------------------------------
+def _sign_word(x: float) -> str:
+    return NEGATIVE if x < 0 else POSITIVE
+
+
+def rungs(row: dict, alpha: float) -> tuple[str, str]:
+    """The two facts of a pair, each the strongest whose corrected p-value is below ``alpha``:
+    the direction and the spread."""
+    if row["n_finite"] == 0 or row["n_models_consensus"] < 2:
+        return "", ""
+    reversal = row["p_reversal_adj"] < alpha
+    average = row.get("p_mean_adj", math.nan) < alpha
+    nearly = row["n_models_consensus"] >= 3 and row["p_generalises_adj"] < alpha and not reversal
+    if nearly:
+        direction = f"{_sign_word(row.get('_generalises_sign', row['r_consensus']))} {NEARLY_EVERY}"
+    elif average:
+        # the sign of the consensus the verdict read (the in-domain-corrected one, where it read that)
+        direction = f"{_sign_word(row.get('_consensus_read', row['r_consensus']))} {ON_AVERAGE}"
+    else:
+        direction = ""
+    if reversal:
+        spread = SIGN_REVERSAL
+    elif row["p_heterogeneity_adj"] < alpha:
+        spread = MODELS_DIFFER
+    elif row.get("_near") and not nearly:
+        spread = NEAR_ZERO
+    else:
+        spread = ""
+    return direction, spread
+
+
+def verdict(row: dict, alpha: float) -> str:
+    """The strongest statement the pair's corrected p-values allow (docs/answer.md's ladder):
+    :func:`rungs`' two facts in words (:func:`oodcorr.core.answer.verdict_words`)."""
+    if row["n_finite"] == 0:
+        return NO_DATA
+    if row["n_models_consensus"] < 2:
+        return TOO_FEW_MODELS
+    return verdict_words(*rungs(row, alpha))

@@ -1,0 +1,127 @@
+"""The answer about the tasks: what the ladder reads when scores are measurements."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ...core.answer import reliability_text
+from ..items.measurement import NOISE_LIMITED, ratio_of_means
+
+ABOUT = {
+    "items": "tasks",
+    "bound": "tasks (in-domain noise bounded by its size)",
+    "unknown": "observed scores (item noise unknown)",
+}
+
+
+def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per pair, the regime (docs/measurement.md) from its runs' ``r``, ``r_eiv`` and ``eiv_from``: the
+    in-domain-corrected correlation of every run with a value known (``items``, or ``bound`` where
+    one of them is the bound's), else ``unknown``."""
+    out = np.full(n_groups, "unknown", dtype=object)
+    if "r_eiv" not in runs:
+        return out
+    r = runs["r"].to_numpy(float)
+    e = runs["r_eiv"].to_numpy(float)
+    how = runs["eiv_from"].astype(str).to_numpy() if "eiv_from" in runs else np.full(len(runs), "")
+    fin = np.isfinite(r)
+    need = np.bincount(group, weights=fin, minlength=n_groups)
+    have = np.bincount(group, weights=fin & np.isfinite(e), minlength=n_groups)
+    bound = np.bincount(group, weights=fin & (how == "bound"), minlength=n_groups)
+    ok = (need > 0) & (have == need)
+    out[ok] = "items"
+    out[ok & (bound > 0)] = "bound"
+    return out
+
+
+def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
+    """(``sum num / sum den``, its one-sided lower ``level`` bound from the linearisation ``num - R den``) over units
+    (models)."""
+    ok = np.isfinite(num) & np.isfinite(den)
+    num, den = num[ok], den[ok]
+    if not len(num) or not den.sum() > 0:
+        return math.nan, math.nan
+    R = float(num.sum() / den.sum())
+    k = len(num)
+    if k < 2:
+        return R, math.nan
+    se = math.sqrt(float(((num - R * den) ** 2).sum()) / (k * (k - 1))) / float(den.mean())
+    return R, R - float(stats.t.ppf(level, k - 1)) * se
+
+
+def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
+    """Per pair, from its models' pooled rows: the testsets' reliabilities and ``band``, the attenuation's low end."""
+    sides = ("x", "y", "in_domain")
+    out = {f"reliability_{s}{e}": np.full(n_groups, np.nan) for s in sides for e in ("", "_low")}
+    out["band"] = np.ones(n_groups)
+    if "reliability_x" not in pooled:
+        return out
+
+    def col(c):
+        return pooled[c].to_numpy(float) if c in pooled else np.full(len(pooled), np.nan)
+
+    for g in range(n_groups):
+        sel = group == g
+        if not sel.any():
+            continue
+        v = col("reliability_in_domain")[sel]
+        lo = col("reliability_in_domain_low")[sel]
+        out["reliability_in_domain"][g] = float(v.mean()) if np.isfinite(v).all() else np.nan
+        out["reliability_in_domain_low"][g] = float(lo.mean()) if np.isfinite(lo).all() else np.nan
+        band = []
+        for side in ("x", "y"):
+            task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
+            lows = col(f"reliability_{side}_low")[sel]
+            if np.isfinite(task).all() and np.isfinite(obs).all():
+                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = _ratio_low(task, obs, level)
+            else:
+                out[f"reliability_{side}_low"][g] = float(lows.mean()) if np.isfinite(lows).all() else np.nan
+            if np.isfinite(task).all() and np.isfinite(eiv).all():
+                band.append(_ratio_low(task, eiv, level)[1])
+            else:
+                band.append(out[f"reliability_{side}_low"][g])
+        if all(np.isfinite(band)):
+            out["band"][g] = math.sqrt(max(band[0], 0.0) * max(band[1], 0.0))
+    return out
+
+
+def corrected_consensus(
+    pooled: pd.DataFrame, group: np.ndarray, n_groups: int, regime: np.ndarray, envelope: dict, band, level: float
+) -> dict:
+    """Per pair: ``r_consensus_corrected`` and its interval."""
+    out = {k: np.full(n_groups, np.nan) for k in ("r", "lo", "hi")}
+    need = ("task_cov", "task_var_x", "task_var_y")
+    have = all(c in pooled for c in need)
+    k = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
+    k = np.where(k > 0, k, np.nan)
+    for g in range(n_groups):
+        sel = group == g
+        if have and regime[g] == "items":
+            m = [pooled[c].to_numpy(float)[sel] / k[sel] for c in need]
+            if all(np.isfinite(v).all() for v in m) and sel.sum() >= 2:
+                out["r"][g], out["lo"][g], out["hi"][g] = ratio_of_means(*m, level=level)
+                continue
+        lo, hi = envelope["lo"][g], envelope["hi"][g]
+        a = band[g]
+        if regime[g] == "unknown" or not (np.isfinite(lo) and np.isfinite(hi)):
+            continue
+        out["lo"][g] = max(-1.0, lo if lo >= 0 else (lo / a if a > 0 else -1.0))
+        out["hi"][g] = min(1.0, hi if hi <= 0 else (hi / a if a > 0 else 1.0))
+    return out
+
+
+def noise_limited(x: str, y: str, in_domain: str, rel: dict, g: int) -> str:
+    """The testsets of pair ``g`` whose residual series is mostly item noise (reliability, or its
+    bound's low end, below :data:`.measurement.NOISE_LIMITED`), with their reliability, or ""."""
+    said = []
+    for name, side in ((x, "x"), (y, "y"), (in_domain, "in_domain")):
+        est, low = rel[f"reliability_{side}"][g], rel[f"reliability_{side}_low"][g]
+        if np.isfinite(est) and est < NOISE_LIMITED:
+            said.append(f"{name} (reliability {reliability_text(est, low)})")
+        elif not np.isfinite(est) and np.isfinite(low) and low < NOISE_LIMITED:
+            said.append(f"{name} (reliability at least {max(low, 0.0):.2f}: its size bounds the noise)")
+    return ", ".join(said)

@@ -1,0 +1,1 @@
+"""One cell's statistics: residualising, the correlation, its interval and p-value, the line's check."""

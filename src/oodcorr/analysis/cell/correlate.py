@@ -1,0 +1,183 @@
+"""Partial correlation of two score series given covariates, by residualising."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy import stats
+
+from .residualise import (
+    Degenerate,
+    GamSettings,
+    Spec,
+    gam_residuals,
+    linear,
+    linear_maker,
+    parse,
+    spline_basis,
+    spline_fallback_note,
+)
+
+METHODS = ("pearson", "spearman", "kendall")
+
+# Fisher's z = atanh(r) is infinite at |r| = 1; each use caps |r| first, at one of these, by purpose:
+# a statistical cap: z at most 4.95, so one perfect r from a short run cannot dominate a mean (of runs,
+# of models, of the measurement's splits; the design's simulated studies read it too)
+POOLING_CAP = 0.9999
+# numerical guards, which change nothing below them: a resampled |r| of 1 (very short series) counts
+# as z = 10.7 in the resamples' spread (the bootstrap's intervals) ...
+RESAMPLED_CAP = 1 - 1e-9
+# ... and a cell's own |r| of 1 (3 units leave the residuals one dimension) keeps a finite z (17.62)
+# for the modified t-test's interval
+FINITE_CAP = 1 - 1e-15
+# not a cap of z: a simulated study (the design, :mod:`.power`) draws each run's true partial
+# correlation and keeps it inside +-0.999, so its series can be drawn (a correlation of 1 between
+# two testsets' series is not a covariance its draws can factor)
+SIMULATED_CAP = 0.999
+
+
+def fisher_z(r, cap: float) -> np.ndarray:
+    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` first: one of
+    :data:`POOLING_CAP`, :data:`RESAMPLED_CAP`, :data:`FINITE_CAP`, each named by what it is for."""
+    return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
+    return method
+
+
+def transform(method: str, a: np.ndarray) -> np.ndarray:
+    """What every variable goes through before residualising: ranks for Spearman."""
+    return stats.rankdata(a) if method == "spearman" else a
+
+
+def corr(rx: np.ndarray, ry: np.ndarray, method: str) -> float:
+    """Correlation of two residual series (Pearson, or Kendall's tau-b)."""
+    if method == "kendall":
+        return float(stats.kendalltau(rx, ry).statistic)
+    a, b = rx - rx.mean(), ry - ry.mean()
+    den = math.sqrt(float(a @ a) * float(b @ b))
+    return min(max(float(a @ b) / den, -1.0), 1.0) if den > 0 else math.nan
+
+
+def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) -> np.ndarray:
+    """Row-wise correlations of two (B, n) arrays; NaN for a row where either is constant."""
+    RX = np.asarray(RX, dtype=float)
+    RY = np.asarray(RY, dtype=float)
+    if method == "kendall":
+        n = RX.shape[1]
+        i, j = np.triu_indices(n, 1)
+        out = np.empty(len(RX))
+        for s in range(0, len(RX), chunk):
+            dx = np.sign(RX[s : s + chunk, i] - RX[s : s + chunk, j])
+            dy = np.sign(RY[s : s + chunk, i] - RY[s : s + chunk, j])
+            den = np.sqrt(np.count_nonzero(dx, axis=1) * np.count_nonzero(dy, axis=1).astype(float))
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[s : s + chunk] = (dx * dy).sum(1) / den
+        out[~np.isfinite(out)] = np.nan
+        return out
+    A = RX - RX.mean(1, keepdims=True)
+    Bm = RY - RY.mean(1, keepdims=True)
+    sa, sb = (A * A).sum(1), (Bm * Bm).sum(1)
+    scale = np.maximum(np.abs(RX).max(1), np.abs(RY).max(1)) ** 2 * RX.shape[1] + 1e-300
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = (A * Bm).sum(1) / np.sqrt(sa * sb)
+    r[(sa <= 1e-24 * scale) | (sb <= 1e-24 * scale)] = np.nan
+    return np.clip(r, -1.0, 1.0)
+
+
+def min_points(spec: Spec, gam: GamSettings) -> int:
+    """Complete points a pair needs: k + 3 for OLS and the spline with k covariates, the GAM's ``min_points`` for the
+    GAM."""
+    need = spec.n_covariates + 3
+    return max(need, gam.min_points) if spec.kind == "gam" else need
+
+
+def residual_pair(
+    x,
+    y,
+    covars,
+    method: str = "pearson",
+    residualiser: str = "spline",
+    gam: GamSettings | None = None,
+    cache: dict | None = None,
+    names=("x", "y"),
+    lams: tuple | None = None,
+) -> dict:
+    """Residuals of x and y given the covariates, on the complete rows."""
+    spec = parse(residualiser)
+    check_method(method)
+    gam = gam or GamSettings()
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    Z = np.asarray(covars, dtype=float)
+    if Z.ndim == 1:
+        Z = Z[:, None]
+    if Z.shape[1] != spec.n_covariates:
+        raise ValueError(
+            f"residualiser {residualiser!r} needs {spec.n_covariates} covariate column(s), got {Z.shape[1]}"
+        )
+    mask = np.isfinite(x) & np.isfinite(y) & np.all(np.isfinite(Z), axis=1)
+    n = int(mask.sum())
+    need = min_points(spec, gam)
+    if n < need:
+        what = "" if n == len(x) else f" of {len(x)} (the others have a missing value)"
+        raise Degenerate(f"only {n} complete points{what}; the {residualiser} residualiser needs at least {need}")
+    all_rows = n == len(x)
+    xm, ym = (x, y) if all_rows else (x[mask], y[mask])
+    for label, v in ((names[0], xm), (names[1], ym)):
+        if v.max() == v.min():
+            raise Degenerate(f"{label} is constant across the {n} points")
+    key_mask = mask.tobytes()
+    zkey = ("covariates", method, spec.name, key_mask, Z.tobytes())
+    Zt = cache.get(zkey) if cache is not None else None
+    if Zt is None:
+        Zm = Z if all_rows else Z[mask]
+        Zt = None
+        for j in range(Zm.shape[1]):
+            if np.ptp(Zm[:, j]) == 0:
+                Zt = Degenerate(
+                    "the covariate (in-domain score) is constant" if j == 0 else "the training step is constant"
+                )
+                break
+        if Zt is None:
+            Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
+            basis = spline_basis(Zt, gam) if spec.kind == "spline" else None
+            line = spec.kind == "linear" or (spec.kind == "spline" and basis is None)
+            Zt = (Zt, linear_maker(Zt) if line else None, basis)
+        if cache is not None:
+            cache[zkey] = Zt
+    if isinstance(Zt, Degenerate):
+        raise Zt
+    Zt, maker, basis = Zt
+    note = spline_fallback_note(n, gam) if spec.kind == "spline" and basis is None else ""
+    out = {"mask": mask, "n": n, "form_note": note}
+    for label, name, v, lam in (
+        ("x", names[0], xm, lams[0] if lams else None),
+        ("y", names[1], ym, lams[1] if lams else None),
+    ):
+        key = (name, method, spec.name, key_mask, repr(lam))
+        if cache is not None and key in cache:
+            res = cache[key]
+        else:
+            vt = transform(method, v)
+            if maker is not None:  # OLS: the residual maker is shared by every series with these rows
+                res = (*linear(vt, Zt), None, maker)
+            elif basis is not None:  # the spline: the basis is shared, each series its own penalty
+                lam = basis.choose(vt[:, None])[0] if lam is None else lam
+                resid, edf = basis.residuals(vt[:, None], np.array([lam]))
+                res = (resid[:, 0], float(edf[0]), lam, basis.maker(lam))
+            else:
+                res = gam_residuals(vt, Zt, gam, lam)  # pygam's GAM: one fit per series
+            scale = max(float(np.abs(vt).max()), 1e-300)
+            if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
+                res = Degenerate(f"the covariate explains {name} exactly (zero residual)")
+            if cache is not None:
+                cache[key] = res
+        if isinstance(res, Degenerate):
+            raise res
+        out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"], out[f"R{label}"] = res
+    return out

@@ -1,0 +1,284 @@
+"""Interval and p-value of one cell from one procedure: a modified t-test whose
+effective sample size comes from the residuals' autocorrelation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from .correlate import FINITE_CAP, fisher_z
+from .resample import auto_block_length, block_permutation_p, bootstrap_ci
+
+PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
+_GRID = np.linspace(0.0, PHI_MAX, 100)
+
+
+def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
+    (``M``: one matrix, or a stack of them)."""
+    d = np.abs(pos[:, None] - pos[None, :]).ravel()
+    size = int(d.max()) + 1 if len(d) else 1
+    if M.ndim == 2:
+        return np.bincount(d, weights=M.ravel(), minlength=size)
+    if np.all(np.diff(pos) == 1):  # consecutive checkpoints: lag d is the d-th diagonals
+        out = np.empty((*M.shape[:-2], size))
+        out[..., 0] = np.trace(M, axis1=-2, axis2=-1)
+        for k in range(1, size):
+            out[..., k] = np.trace(M, k, axis1=-2, axis2=-1) + np.trace(M, -k, axis1=-2, axis2=-1)
+        return out
+    per_lag = np.zeros((len(d), size))
+    per_lag[np.arange(len(d)), d] = 1.0
+    return M.reshape(*M.shape[:-2], -1) @ per_lag
+
+
+def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
+    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (``phi`` an array: one
+    matrix per coefficient, stacked)."""
+    lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
+    if np.ndim(phi) == 0:
+        return phi**lags
+    phi = np.asarray(phi, dtype=float)
+    whole = lags.astype(int)
+    if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
+        table = phi[..., None] ** np.arange(whole.max() + 1, dtype=float)
+        return table[..., whole]
+    return phi[..., None, None] ** lags
+
+
+def neighbours(pos: np.ndarray) -> np.ndarray:
+    """Symmetric matrix with 1/2 where two units are consecutive checkpoints: r'Ar = sum r_t r_{t+1}."""
+    return (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0
+
+
+def lag1(resid: np.ndarray, pos: np.ndarray):
+    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped);
+    ``resid`` (..., n): one per series."""
+    nxt = np.flatnonzero(np.diff(pos) == 1)
+    if resid.ndim == 1:
+        den = float(resid @ resid)
+        return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
+    den = np.einsum("...i,...i->...", resid, resid)
+    num = np.einsum("...i,...i->...", resid[..., nxt], resid[..., nxt + 1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((den > 0) & bool(len(nxt)), num / np.where(den > 0, den, 1.0), 0.0)
+
+
+def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> np.ndarray:
+    """Expected lag-1 autocorrelation of the residuals ``R e`` when ``e`` is AR(1) with
+    each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
+    ``R`` (..., n, n): one per series, the result (..., len(phis))."""
+    Rt = np.swapaxes(R, -1, -2)
+    num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
+    den = _lag_sums(Rt @ R, pos)
+    powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
+    if R.ndim == 2:
+        return (powers @ num) / (powers @ den)
+    return (num @ powers.T) / (den @ powers.T)
+
+
+def corrected_phis(
+    resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
+    a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
+    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each."""
+    raw = np.asarray(lag1(resid, pos), dtype=float)
+    if len(pos) < 3 or not np.any(np.diff(pos) == 1):
+        return raw, np.zeros_like(raw)
+    psi = expected_lag1(R, pos) if psi is None else psi
+    above = psi >= raw[..., None]
+    j = np.argmax(above, axis=-1)[..., None]
+    lo = np.maximum(j - 1, 0)
+    psi_j, psi_lo = np.take_along_axis(psi, j, -1)[..., 0], np.take_along_axis(psi, lo, -1)[..., 0]
+    g_j, g_lo = _GRID[j[..., 0]], _GRID[lo[..., 0]]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (raw - psi_lo) / (psi_j - psi_lo)
+        phi = g_lo + t * (g_j - g_lo)
+    phi = np.where(above.any(axis=-1), phi, PHI_MAX)
+    return raw, np.where(raw <= psi[..., 0], 0.0, phi)
+
+
+def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
+    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]): the
+    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed
+    one (interpolated on a grid of coefficients); 0 when the observed one is at or below what
+    independent units give, PHI_MAX when above what any coefficient gives."""
+    raw, phi = corrected_phis(resid, R, pos)
+    return float(raw), float(phi)
+
+
+@dataclass(frozen=True)
+class Dependence:
+    """One residual series' dependence: the observed and corrected AR(1) coefficients and
+    the residuals' covariance matrix ``C = R S_phi R'`` (up to scale)."""
+
+    phi_raw: float
+    phi: float
+    C: np.ndarray
+    C0: np.ndarray  # R R': the residuals' covariance if the units were independent
+
+    @property
+    def traces(self) -> tuple[float, float]:
+        t = self.__dict__.get("_traces")
+        if t is None:
+            t = (float(np.trace(self.C)), float(np.trace(self.C0)))
+            object.__setattr__(self, "_traces", t)
+        return t
+
+
+def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Dependence:
+    """``pos``: checkpoint positions of the units (None: exchangeable units, phi = 0)."""
+    C0 = R @ R.T
+    if pos is None:
+        return Dependence(math.nan, 0.0, C0, C0)
+    raw, phi = corrected_phi(resid, R, pos)
+    C = C0 if phi == 0 else residual_covariances(R, phi, pos)
+    return Dependence(raw, phi, C, C0)
+
+
+def dutilleul_n(tx, ty, cross):
+    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)`` from the traces ``tx``, ``ty``
+    of two residual covariances and the trace ``cross`` of their product (numbers or arrays that
+    broadcast); NaN where ``cross`` is not positive."""
+    ok = np.asarray(cross) > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
+
+
+def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
+    return float(dutilleul_n(tx, ty, float(np.vdot(Cx, Cy))))  # vdot: tr(Cx Cy) for symmetric matrices
+
+
+def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
+    """``C = R S_phi R'``, the covariance of the residuals ``R e`` (up to scale) when ``e`` is AR(1)
+    with coefficient ``phi``: one matrix, or a stack (``R`` (..., n, n), ``phi`` (...))."""
+    return R @ ar1_corr(phi, pos) @ np.swapaxes(R, -1, -2)
+
+
+def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarray) -> np.ndarray:
+    """:func:`effective_n` of stacks of pairs, never above the one of independent units (``C0x``, ``C0y``)."""
+
+    def dutilleul(A, B):
+        trace = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
+        return dutilleul_n(*trace, np.einsum("...ij,...ij->...", A, B))
+
+    return np.fmin(dutilleul(Cx, Cy), dutilleul(C0x, C0y))
+
+
+def effective_n(dx: Dependence, dy: Dependence) -> float:
+    """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
+    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), _iid_effective_n(dx, dy))
+
+
+def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
+    """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
+    return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
+
+
+def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(2 * (2 * n_eff + 5) / (9 * n_eff * (n_eff - 1)))
+
+
+def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Vectorised :func:`modified_test` over arrays of r and n_eff (one method): (p, ci_low, ci_high, se_z)."""
+    r = np.asarray(r, dtype=float)
+    n_eff = np.asarray(n_eff, dtype=float)
+    q = 0.5 + level / 2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if method == "kendall":
+            ok = np.isfinite(r) & (n_eff > 1)
+            sd = _kendall_sd(np.where(ok, n_eff, 2.0))
+            p = 2 * stats.norm.sf(np.abs(r) / sd)
+            c = np.minimum(stats.norm.ppf(q) * sd, 1.0)
+        else:
+            dof = n_eff - 2
+            ok = np.isfinite(r) & (dof >= 1)
+            d = np.where(ok, dof, 1.0)
+            rr = np.clip(r, -1.0, 1.0)
+            t = np.abs(rr) * np.sqrt(d / np.maximum(1 - rr * rr, 1e-300))
+            p = np.where(np.abs(rr) >= 1, 0.0, 2 * stats.t.sf(t, d))
+            tc = stats.t.ppf(q, d)
+            c = tc / np.sqrt(d + tc * tc)
+        full = c >= 1  # the interval is [-1, 1]: its half-width below is replaced
+        h = np.arctanh(np.where(full, 0.0, c))
+        z = fisher_z(r, FINITE_CAP)
+        lo = np.where(full, -1.0, np.tanh(z - h))
+        hi = np.where(full, 1.0, np.tanh(z + h))
+        se = np.where(full, np.inf, h / stats.norm.ppf(q))
+    nan = np.full(r.shape, np.nan)
+    return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
+
+
+def _p_value(method: str, r: float, n_eff: float) -> float:
+    return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
+
+
+def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[float, float, float, float]:
+    """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it."""
+    return tuple(float(v[0]) for v in modified_tests(method, [r], [n_eff], level))
+
+
+INFERENCES = ("modified-t", "iid", "block")
+
+
+def assess(
+    rp: dict,
+    r: float,
+    method: str,
+    pos: np.ndarray | None,
+    opts,
+    deps: tuple[Dependence, Dependence] | None = None,
+    rng: np.random.Generator | None = None,
+    defer: bool = False,
+) -> dict:
+    """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
+    residual pair ``rp`` (:func:`.correlate.residual_pair`)."""
+    rx, ry = rp["rx"], rp["ry"]
+    level, inference = opts.level, opts.inference
+    out = {"p_perm": math.nan, "block_length": math.nan}
+    if inference == "block":
+        n = len(rx)
+        b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
+        lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
+        pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
+        dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
+        n_iid = _iid_effective_n(dx, dy)
+        if b > 1:
+            p, how = pperm, ("exact " if exact else "") + "block-permutation"
+        else:
+            p, how = _p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
+        out.update(
+            p=p,
+            ci_low=lo,
+            ci_high=hi,
+            se_z=se,
+            n_eff=math.nan,
+            phi_x=math.nan,
+            phi_y=math.nan,
+            p_method=how,
+            p_perm=pperm,
+            block_length=b,
+        )
+        return out
+    dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
+    if inference == "iid":
+        n_eff, how = _iid_effective_n(dx, dy), "t-test (units independent)"
+    else:
+        n_eff = effective_n(dx, dy)
+        how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
+    if method == "kendall":
+        how = how.replace("t-test", "Kendall z-test")
+    out.update(
+        n_eff=n_eff,
+        phi_x=dx.phi if pos is not None else math.nan,
+        phi_y=dy.phi if pos is not None else math.nan,
+        p_method=how,
+    )
+    if not defer:
+        p, lo, hi, se = modified_test(method, r, n_eff, level)
+        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
+    return out

@@ -1,0 +1,272 @@
+"""Residualisers: remove what the covariates (in-domain score, optionally the training
+step) explain from one score series."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ...core.defaults import ANALYSIS as DEFAULTS
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What a kind of residualiser is, read wherever the analysis treats the kinds apart."""
+
+    curve: bool  # follows a curve: the line of the same covariates is its check (:mod:`.form_check`)
+    # a fixed linear smoother (the line, or the spline with its penalty chosen once): its Pearson cells are
+    # corrected for item noise and their example bootstrap runs batched
+    smoother: bool
+    simulated_by: str  # the kind the design's simulated runs are analysed with (:mod:`.power`)
+
+
+# the kinds by name; each is offered alone and with the training step as a second covariate (``+step``)
+KINDS = {
+    "spline": _Kind(curve=True, smoother=True, simulated_by="spline"),
+    "linear": _Kind(curve=False, smoother=True, simulated_by="linear"),
+    "gam": _Kind(curve=True, smoother=False, simulated_by="spline"),
+}
+RESIDUALISERS = tuple(kind + step for kind in KINDS for step in ("", "+step"))
+
+
+class Degenerate(ValueError):
+    """A cell cannot be computed; the message says why and becomes its ``note``."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # a key of KINDS
+    step: bool  # training step as a second covariate
+
+    @property
+    def name(self) -> str:
+        return self.kind + ("+step" if self.step else "")
+
+    @property
+    def n_covariates(self) -> int:
+        return 2 if self.step else 1
+
+    @property
+    def line(self) -> str:
+        """The line of the same covariates: a curve's check, and whose cell measures the noise of another's."""
+        return Spec("linear", self.step).name
+
+    @property
+    def curve(self) -> bool:
+        return KINDS[self.kind].curve
+
+    @property
+    def smoother(self) -> bool:
+        return KINDS[self.kind].smoother
+
+
+def parse(name: str) -> Spec:
+    """``spline+step`` -> Spec("spline", True); an unknown name raises ValueError naming it."""
+    kind, _, extra = name.partition("+")
+    if kind not in KINDS or extra not in ("", "step"):
+        raise ValueError(f"unknown residualiser {name!r}; choose from {', '.join(RESIDUALISERS)}")
+    return Spec(kind, extra == "step")
+
+
+@dataclass(frozen=True)
+class GamSettings:
+    """The curves' settings (``analysis.gam`` of a config): both ``spline`` and pygam's ``gam``."""
+
+    n_splines: int = DEFAULTS["gam"]["n_splines"]
+    min_points: int = DEFAULTS["gam"]["min_points"]
+    lam_grid: tuple[float, ...] = tuple(np.logspace(-3, 5, 17))
+
+    def basis_size(self, n: int) -> int:
+        return max(4, min(self.n_splines, n // 2))
+
+
+def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
+    """OLS of ``y`` on an intercept plus the columns of ``Z``: (residuals, dof used)."""
+    X = np.column_stack([np.ones(len(y)), Z])
+    beta, *_ = np.linalg.lstsq(X, y, rcond=None)
+    return y - X @ beta, float(X.shape[1])
+
+
+def linear_maker(Z: np.ndarray) -> np.ndarray:
+    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix."""
+    if Z.ndim == 3:
+        X = np.concatenate([np.ones((*Z.shape[:2], 1)), Z], axis=2)
+        return np.eye(Z.shape[1]) - X @ np.linalg.pinv(X)
+    X = np.column_stack([np.ones(len(Z)), Z])
+    return np.eye(len(Z)) - X @ np.linalg.pinv(X)
+
+
+# the penalties a series' spline is chosen among, as multiples of the basis' largest squared singular
+# value (then an infinite one: the line); REML picks one per series (:meth:`SplineBasis.choose`)
+_LAM_RATIOS = np.logspace(-7, 5, 49)
+
+
+@lru_cache(maxsize=8)
+def penalty_directions(size: int) -> np.ndarray:
+    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] (interior knots evenly
+    spaced) whose ridge penalty is the curve's integrated squared second derivative, in the
+    mixed-model form."""
+    from scipy.interpolate import BSpline
+
+    t = knots(size)
+    # the second derivatives are linear between knots, their products quadratic: Simpson's rule on
+    # each knot interval integrates them exactly
+    edges = np.unique(t)
+    a, b = edges[:-1], edges[1:]
+    pts = np.concatenate([a, (a + b) / 2, b])
+    w = np.concatenate([(b - a) / 6, 4 * (b - a) / 6, (b - a) / 6])
+    D2 = BSpline(t, np.eye(size), 3).derivative(2)(pts)
+    e, E = np.linalg.eigh(D2.T @ (w[:, None] * D2))
+    # the line is the penalty's null space: its two smallest eigenvalues, 0
+    directions = E[:, 2:] / np.sqrt(e[2:])
+    directions.setflags(write=False)  # cached: shared by every caller
+    return directions
+
+
+def knots(size: int) -> np.ndarray:
+    """The clamped knots of ``size`` cubic B-splines on [0, 1], interior knots evenly spaced."""
+    return np.concatenate([np.zeros(3), np.linspace(0, 1, size - 2), np.ones(3)])
+
+
+def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
+    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
+    B-splines: :func:`penalty_directions` at the points ``x``."""
+    from scipy.interpolate import BSpline
+
+    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), knots(size), 3).toarray()
+    return B @ penalty_directions(size)
+
+
+@dataclass(frozen=True)
+class SplineBasis:
+    """What a spline residualiser needs of the covariates, shared by every series residualised on them."""
+
+    Q0: np.ndarray
+    W: np.ndarray
+    d: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return self.Q0.shape[0]
+
+    def shrink(self, lam) -> np.ndarray:
+        """(..., q): each direction's share kept at each penalty of ``lam`` (any shape)."""
+        lam = np.asarray(lam, dtype=float)[..., None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(np.isinf(lam), 0.0, self.d / (self.d + lam))
+
+    def choose(self, Y: np.ndarray) -> np.ndarray:
+        """Each column's penalty by restricted maximum likelihood (the curve's coefficients random,
+        the line's fixed): ``Y`` (n, m) -> (m,) penalties, ``inf`` where the line is likeliest."""
+        n, p0 = self.Q0.shape
+        lams = np.concatenate([_LAM_RATIOS * float(self.d.max()), [np.inf]]) if len(self.d) else np.array([np.inf])
+        Yp = Y - self.Q0 @ (self.Q0.T @ Y)  # beyond the line
+        c2 = (self.W.T @ Yp) ** 2  # (q, m)
+        total = np.einsum("nm,nm->m", Yp, Yp)
+        keep = self.shrink(lams)  # (L, q): d / (d + lam)
+        # residual sum of squares in the REML metric: each direction's square over (1 + d / lam)
+        quad = total[None] - (keep @ c2)  # (L, m)
+        with np.errstate(divide="ignore"):
+            logdet = -np.log1p(-keep).sum(1)  # sum log(1 + d / lam)
+            crit = logdet[:, None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
+        return lams[np.argmin(crit, axis=0)]
+
+    def residuals(self, Y: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Residuals of the columns of ``Y`` (n, m) at their penalties ``lam`` (m,), and each fit's
+        effective degrees of freedom (the trace of its smoother, the line's 2 included)."""
+        keep = self.shrink(lam)  # (m, q)
+        fitted = self.Q0 @ (self.Q0.T @ Y) + self.W @ (keep.T * (self.W.T @ Y))
+        return Y - fitted, self.Q0.shape[1] + keep.sum(1)
+
+    def maker(self, lam: float) -> np.ndarray:
+        """``I - S`` at penalty ``lam``: the residual maker of one series."""
+        keep = self.shrink(lam)
+        return np.eye(self.n) - self.Q0 @ self.Q0.T - (self.W * keep) @ self.W.T
+
+
+def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted (the caller uses the
+    line)."""
+    n, k = Z.shape
+    if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
+        return None
+    size = settings.basis_size(n)
+    scaled = (Z - Z.min(0)) / np.ptp(Z, axis=0)
+    X0 = np.column_stack([np.ones(n), scaled])
+    Q0, _ = np.linalg.qr(X0)
+    Xp = np.column_stack([_cubic_penalised(scaled[:, j], size) for j in range(k)])
+    Xp = Xp - Q0 @ (Q0.T @ Xp)
+    W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
+    keep = sv > 1e-8 * sv.max()
+    return SplineBasis(Q0, W[:, keep], sv[keep] ** 2)
+
+
+def spline_fallback_note(n: int, settings: GamSettings) -> str:
+    """What a spline cell's note says where :func:`spline_basis` fitted no curve."""
+    if n < settings.min_points:
+        return f"only {n} complete points: the spline needs {settings.min_points}, so the line was used"
+    return "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
+
+
+def _gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
+    """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty."""
+    B = fitted._modelmat(Z).toarray()
+    P = fitted._P().toarray()
+    A = B.T @ B + P + np.sqrt(np.finfo(float).eps) * np.eye(B.shape[1])
+    return np.eye(len(Z)) - B @ np.linalg.solve(A, B.T)
+
+
+def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
+    """Fit a LinearGAM with one spline term per column of ``Z``."""
+    from pygam import LinearGAM, s
+
+    n, k = Z.shape
+    ns = settings.basis_size(n)
+    terms = s(0, n_splines=ns)
+    for j in range(1, k):
+        terms = terms + s(j, n_splines=ns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if lam is None:
+            gam = LinearGAM(terms).gridsearch(Z, y, lam=np.asarray(settings.lam_grid), progress=False)
+        else:
+            gam = LinearGAM(terms, lam=lam).fit(Z, y)
+    if not getattr(gam, "_is_fitted", False):
+        raise Degenerate("the GAM could not be fitted at any smoothing penalty")
+    return gam
+
+
+def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
+    """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty, residual maker)."""
+    n = len(y)
+    if n < settings.min_points:
+        raise Degenerate(f"only {n} complete points; the GAM residualiser needs at least {settings.min_points}")
+    try:
+        fitted = gam_fit(y, Z, settings, lam)
+    except Degenerate:
+        raise
+    except Exception as e:  # pygam raises assorted errors on singular or diverging fits
+        raise Degenerate(f"the GAM fit failed: {type(e).__name__}: {e}") from None
+    res = y - fitted.predict(Z)
+    if not np.all(np.isfinite(res)):
+        raise Degenerate("the GAM fit gave non-finite residuals")
+    R = _gam_maker(fitted, Z)
+    scale = max(float(np.abs(y).max()), 1e-300)
+    if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
+        raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")
+    return res, float(fitted.statistics_["edof"]), fitted.lam, R
+
+
+def one_blas_thread():
+    """A context in which BLAS runs on one thread (the per-run procedure's matrices are small; work is split over
+    processes)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency of the pinned environment
+        import contextlib
+
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")

@@ -1,0 +1,201 @@
+"""The item noise of a design's simulated studies, and the answer the analysis gives through it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from ..across.consensus import across_models
+from ..cell.correlate import POOLING_CAP, fisher_z
+from ..items.measurement import NOISE_LIMITED
+from ..per_run.stacked import measured_statistics, run_statistics
+from ..simulate.items import disagreement, item_noise_covariance
+
+MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halves of 2)
+# random halvings per simulated run (the analysis averages SPLITS):
+# benchmarks/README.md#11-planning-a-study-oodcorr-design
+DESIGN_SPLITS = 2
+# the per-study keys the verdict reads (:func:`.power.verdicts_of`), taken from the cross-fitted
+# ladder where a study's runs are cross-fitted
+LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises", "p_mean", "p_high_side", "p_low_side")
+
+
+@dataclass(frozen=True)
+class ItemNoise:
+    """The item noise of a simulated study: items per testset (None: none), persistence, difficulty, accuracy, residual
+    sd."""
+
+    in_domain: int | None = None
+    ood: int | None = None
+    persistence: float = 0.8
+    difficulty: float = 0.5
+    accuracy: float = 0.5
+    residual_sd: float = 0.02
+
+    def __post_init__(self):
+        for name in ("in_domain", "ood"):
+            n = getattr(self, name)
+            if n is not None and not (float(n) == int(n) and int(n) >= MIN_ITEMS):
+                raise ValueError(f"items of the {name.replace('_', '-')} set: {MIN_ITEMS} or more, got {n}")
+        if not 0 <= self.persistence < 1:
+            raise ValueError(f"the item noise's persistence must lie in [0, 1), got {self.persistence}")
+        if not 0 <= self.difficulty < 1:
+            raise ValueError(f"the items' difficulty share must lie in [0, 1), got {self.difficulty}")
+        if not 0 < self.accuracy < 1:
+            raise ValueError(f"the OOD sets' accuracy must lie strictly between 0 and 1, got {self.accuracy}")
+        if not self.residual_sd > 0:
+            raise ValueError(f"the residual series' sd must be positive, got {self.residual_sd}")
+
+    @property
+    def none(self) -> bool:
+        """No testset has item noise (every one infinitely large)."""
+        return self.in_domain is None and self.ood is None
+
+    def neighbours_disagree(self, accuracy: float | None = None) -> float:
+        """The share of items two neighbouring checkpoints answer differently at ``accuracy`` (the
+        OOD sets' by default): what a pilot's per-item predictions show."""
+        acc = self.accuracy if accuracy is None else accuracy
+        return disagreement(acc, self.difficulty + (1 - self.difficulty) * self.persistence)
+
+
+def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The Cholesky factors of the whole set's noise (``cov``) and of the difference of its two halves
+    (``n // 2`` and the rest: ``n cov (1 / a + 1 / b)``), and the halves' weights ``b / n``, ``a / n``."""
+    a = n // 2
+    b = n - a
+    T = cov.shape[0]
+    eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
+    whole = np.linalg.cholesky(cov + eps)
+    diff = np.linalg.cholesky(n * (1 / a + 1 / b) * cov + eps)
+    return whole, diff, b / n, a / n
+
+
+def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
+    """The tasks' scores ``truth`` (runs, checkpoints, 3: in-domain, x, y; the simulator's units) with
+    the item noise of ``items`` (docs/design.md): ``scores`` (runs, checkpoints, 3) what the testsets
+    show, and ``halves`` (runs, splits, 2, checkpoints, 3) each testset's two halves of its items per
+    random halving."""
+    truth = np.asarray(truth, dtype=float)
+    B, T, _ = truth.shape
+    scores = truth.copy()
+    halves = np.broadcast_to(truth[:, None, None], (B, splits, 2, T, 3)).copy()
+    whole_eps = rng.normal(size=(3, B, T))
+    diff_eps = rng.normal(size=(3, B, splits, T))
+    curve = np.clip(truth[:, :, 0].mean(0), 0.02, 0.98)
+    for k, n in enumerate((items.in_domain, items.ood, items.ood)):
+        if n is None:
+            continue
+        acc = curve if k == 0 else np.full(T, items.accuracy)
+        cov = item_noise_covariance(acc, int(n), items.difficulty, items.persistence) * unit * unit
+        whole, diff, wa, wb = _halving_factors(cov, int(n))
+        w = whole_eps[k] @ whole.T  # (B, T)
+        d = diff_eps[k] @ diff.T  # (B, splits, T)
+        scores[:, :, k] += w
+        halves[:, :, 0, :, k] += w[:, None] + wa * d
+        halves[:, :, 1, :, k] += w[:, None] - wb * d
+    return {"scores": scores, "halves": halves}
+
+
+def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.ndarray:
+    """What the testsets show (:func:`noisy_runs`' ``scores``) without the halves."""
+    return noisy_runs(truth, items, unit, rng, splits=1)["scores"]
+
+
+def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
+    """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell and the measurement
+    columns."""
+    obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
+    return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
+
+
+# ---- the answer of each study -------------------------------------------------------------------
+def _model_sum(v: np.ndarray) -> np.ndarray:
+    """A model's runs' sum, NaN unless every run's value is finite (:func:`.measurement.pool_measured`)."""
+    return np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
+
+
+def _all_finite_mean(v: np.ndarray) -> np.ndarray:
+    """The mean over the last axis where every value is finite, else NaN."""
+    return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
+
+
+def _ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`.measured_answer._ratio_low` of every study at once: ``num``, ``den`` (studies, models)."""
+    ok = np.isfinite(num) & np.isfinite(den)
+    k = ok.sum(-1)
+    n0, d0 = np.where(ok, num, 0.0), np.where(ok, den, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        R = np.where((k > 0) & (d0.sum(-1) > 0), n0.sum(-1) / d0.sum(-1), np.nan)
+        dev = np.where(ok, (num - R[:, None] * den) ** 2, 0.0).sum(-1)
+        se = np.sqrt(dev / (k * (k - 1))) / (d0.sum(-1) / k)
+        low = R - stats.t.ppf(level, np.maximum(k - 1, 1)) * se
+    return R, np.where(k >= 2, low, np.nan)
+
+
+def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
+    """(:func:`.measured_answer.attenuation`'s per-study dict over each study's models' pooled rows,
+    computed for every study at once; whether each study has a testset that is mostly item noise, as
+    :func:`.measured_answer.noise_limited` says) from the runs' arrays (studies, models, runs)."""
+    S = runs["r"].shape[0]
+    out = {"band": np.ones(S)}
+    band = []
+    limited = np.zeros(S, bool)
+    for side in ("x", "y"):
+        task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
+        lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
+        moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
+        est, low = _ratio_low_batch(task, obs, level)
+        out[f"reliability_{side}"] = np.where(moments, est, np.nan)
+        out[f"reliability_{side}_low"] = np.where(moments, low, lows)
+        with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
+        band.append(np.where(with_eiv, _ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+    rel_z = _all_finite_mean(_all_finite_mean(runs["reliability_in_domain"]))
+    out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
+    both = np.isfinite(band[0]) & np.isfinite(band[1])
+    out["band"] = np.where(both, np.sqrt(np.maximum(band[0], 0.0) * np.maximum(band[1], 0.0)), 1.0)
+    for side in ("x", "y", "in_domain"):
+        est, low = out[f"reliability_{side}"], out[f"reliability_{side}_low"]
+        fin = np.isfinite(est)
+        limited |= (fin & (est < NOISE_LIMITED)) | (~fin & np.isfinite(low) & (low < NOISE_LIMITED))
+    return out, limited
+
+
+def measured_studies(
+    runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
+) -> dict:
+    """The across-model procedure on every simulated study whose runs are measurements, as the agreement table answers
+    it."""
+    r, r_eiv = runs["r"], runs["r_eiv"]
+    M = r.shape[1]
+    sign = np.ones(M)
+    if flip_half:
+        sign[M // 2 :] = -1.0
+    rel, limited = _pooled_moments(runs, level)
+    band = near_zero * rel["band"]
+
+    def usable(rr, se):
+        return np.isfinite(rr) & np.isfinite(se) & (se > 0)
+
+    def ladder(rr, se, p, sel):
+        ok = usable(rr, se)[sel]
+        z = fisher_z(rr[sel], POOLING_CAP) * sign[None, :, None]
+        return across_models(z, np.where(ok, se[sel] ** 2, 1.0), ok, p[sel], level, band[sel], intervals=intervals)
+
+    fin = np.isfinite(r)
+    items = ((fin & np.isfinite(r_eiv)) == fin).all((-1, -2)) & fin.any((-1, -2))
+    every = np.ones(len(r), bool)
+    res = ladder(r_eiv, runs["se_z_eiv"], runs["p_eiv"], every)
+    if not items.all():  # the observed ladder where some run has no cross-fitted value (agreement's "unknown")
+        obs = ladder(r, runs["se_z"], runs["p"], ~items)
+        for k in (*LADDER_KEYS, "near"):
+            res[k] = res[k].copy()
+            res[k][~items] = obs[k]
+    res["n_finite"] = fin.any(-1).sum(-1)
+    res["band"] = rel["band"]
+    observed_models = usable(r, runs["se_z"]).any(-1).sum(-1)
+    lost = items & (res["n_models"] < 2) & (observed_models >= 2)
+    res["limited"] = limited | lost
+    res["items"] = items
+    return res

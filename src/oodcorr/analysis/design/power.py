@@ -1,0 +1,368 @@
+"""Planning a study before paying for it: how often each verdict is found, by simulation."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ...core.answer import (
+    NEAR_ZERO,
+    NEARLY_EVERY,
+    NEGATIVE,
+    NOISE_LIMITABLE,
+    NOISE_LIMITED_VERDICT,
+    ON_AVERAGE,
+    POSITIVE,
+    SIGN_REVERSAL,
+    SIGNS,
+)
+from ...core.defaults import ANALYSIS as DEFAULTS
+from ..across import multitest
+from ..across.consensus import across_models, verdict
+from ..cell.correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
+from ..cell.residualise import KINDS, GamSettings, Spec, parse
+from ..per_run.stacked import run_statistics
+from ..simulate.runs import SHAPES, run_scores
+from .items import ItemNoise, measure_runs, measured_studies, noisy_runs
+
+NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): item noise is brought to it
+VERDICT_POWERS = ("cell", "cell_corrected", "average sign", "generalises", "sign reversal")
+POWER_LABELS = {
+    "cell": "per-run cell (its interval excludes 0)",
+    "cell_corrected": "per-run cell, significant after the correction across the table's pairs",
+    "average sign": "the sign on average (every model has the effect; the answer states its sign)",
+    "generalises": "the sign in nearly every model (every model has the effect)",
+    "sign reversal": "sign reversal (half the models +effect, half -effect)",
+}
+DEFAULT_EFFECTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The shape of one table of the analysis: ``models`` models, each with ``runs`` runs (the seeds
+    of one pool group) of ``checkpoints`` checkpoints, and ``pairs`` OOD pairs corrected together."""
+
+    models: int
+    runs: int
+    checkpoints: int
+    pairs: int = 1
+
+    def __post_init__(self):
+        for name in ("models", "runs", "checkpoints", "pairs"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"the grid needs at least 1 of {name}, got {getattr(self, name)}")
+        if self.checkpoints < 4:
+            raise ValueError(f"a run needs at least 4 checkpoints for the linear residualiser, got {self.checkpoints}")
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What a simulated study assumes: phi, the model and run spreads, the series' kind, non-null pairs, item noise,
+    shape."""
+
+    phi: float = 0.8
+    model_sd: float = 0.0
+    run_sd: float = 0.0
+    series: str = "ar1"
+    non_null_pairs: int = 1
+    items: ItemNoise = ItemNoise()
+    shape: str = "curve"
+
+    def __post_init__(self):
+        if not 0 <= self.phi < 1:
+            raise ValueError(f"phi must lie in [0, 1), got {self.phi}")
+        for name in ("model_sd", "run_sd"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.non_null_pairs < 1:
+            raise ValueError(f"non_null_pairs must be at least 1, got {self.non_null_pairs}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown shape {self.shape!r}; known: {', '.join(SHAPES)}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The analysis settings the verdicts depend on (:class:`.options.Options`' of the same names)."""
+
+    alpha: float = DEFAULTS["alpha"]
+    level: float = DEFAULTS["level"]
+    correction: str = DEFAULTS["correction"]  # the per-run cells' (the heatmaps' stars)
+    near_zero: float = DEFAULTS["near_zero"]
+    agreement_correction: str = DEFAULTS["agreement_correction"]  # the answer's statements
+    residualiser: str = DEFAULTS["residualisers"][0]  # the answer's (the first configured)
+    gam: GamSettings = GamSettings()  # the spline's basis size and minimum points
+
+    def __post_init__(self):
+        parse(self.residualiser)  # an unknown name is an error naming it
+
+    @property
+    def simulated(self) -> str:
+        """The residualiser the simulated runs are analysed with: the configured one, the GAM simulated by the
+        spline."""
+        spec = parse(self.residualiser)
+        return Spec(KINDS[spec.kind].simulated_by, spec.step).name
+
+    @classmethod
+    def from_options(cls, opts) -> Settings:
+        return cls(
+            opts.alpha,
+            opts.level,
+            opts.correction,
+            opts.near_zero,
+            opts.agreement_correction,
+            opts.residualisers[0],
+            opts.gam,
+        )
+
+
+# ---- step 1: runs ------------------------------------------------------------------------------
+def simulate_runs(
+    grid: Grid,
+    a: Assumptions,
+    effect,
+    studies: int,
+    rng: np.random.Generator,
+    settings: Settings = Settings(),
+    bases: dict | None = None,
+) -> dict:
+    """The runs of ``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models,
+    runs)."""
+    S, M, K = studies, grid.models, grid.runs
+    effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
+    if not np.all(np.abs(effect) < 1):
+        raise ValueError(f"an effect is a partial correlation strictly between -1 and 1, got {effect.tolist()}")
+    zt = np.arctanh(effect)[None, :] + a.model_sd * rng.normal(size=(S, M))
+    zr = zt[..., None] + a.run_sd * rng.normal(size=(S, M, K))
+    rhos = np.clip(np.tanh(zr), -SIMULATED_CAP, SIMULATED_CAP).ravel()
+    scores = run_scores(rng, rhos, grid.checkpoints, a.phi, noise=NOISE, series=a.series, shape=a.shape)
+    res = settings.simulated
+    if a.items.none:
+        st = run_statistics(scores, settings.level, residualiser=res, gam=settings.gam, bases=bases)
+    else:
+        d = noisy_runs(scores, a.items, NOISE / a.items.residual_sd, rng)
+        st = measure_runs(d, settings.level, residualiser=res, gam=settings.gam, bases=bases)
+    return {k: v.reshape(S, M, K) for k, v in st.items()}
+
+
+# ---- step 2: studies ---------------------------------------------------------------------------
+def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
+    """The across-model procedure on every simulated study; ``flip_half`` turns the signs of the later half of the
+    models."""
+    if "r_eiv" in runs:
+        return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
+    r, se, p = runs["r"], runs["se_z"], runs["p"]
+    M = r.shape[1]
+    sign = np.ones(M)
+    if flip_half:
+        sign[M // 2 :] = -1.0
+    z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
+    ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
+    res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
+    res["n_finite"] = np.isfinite(r).any(-1).sum(-1)
+    return res
+
+
+def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
+    """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
+    simulated family (docs/design.md)."""
+    n = len(own[keys[0]])
+    k = min(a.non_null_pairs, grid.pairs)
+    idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None
+    out = {}
+    for key in keys:
+        p = own[key]
+        cols = [p] + [np.roll(p, j) for j in range(1, k)]
+        fam = np.column_stack(cols)
+        if idx is not None:
+            fam = np.concatenate([fam, nulls[key][idx]], axis=1)
+        out[key] = multitest.adjust(fam, correction)[:, 0]
+    return out
+
+
+P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises", "p_mean")
+
+
+def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Settings, rng) -> list[str]:
+    """The verdict of each simulated study's pair (:func:`.consensus.verdict`), its p-values
+    corrected in its simulated family; ``noise-limited`` where the measured answer finds the pair
+    unresolved and a testset mostly item noise (:func:`.items.measured_studies`' ``limited``)."""
+    own, nulls = {k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}
+    adj = _adjusted(own, nulls, P_KEYS, grid, a, settings.agreement_correction, rng)
+    limited = res.get("limited", np.zeros(len(res["n_models"]), bool))
+    out = []
+    for i in range(len(res["n_models"])):
+        row = {
+            "n_finite": int(res["n_finite"][i]),
+            "n_models_consensus": int(res["n_models"][i]),
+            "p_reversal_adj": adj["p_reversal"][i],
+            "p_heterogeneity_adj": adj["p_heterogeneity"][i],
+            "p_generalises_adj": adj["p_generalises"][i],
+            "p_mean_adj": adj["p_mean"][i],
+            "r_consensus": math.tanh(res["z"][i]) if np.isfinite(res["z"][i]) else math.nan,
+            "_generalises_sign": -1.0 if res["p_high_side"][i] < res["p_low_side"][i] else 1.0,
+            "_near": bool(res["near"][i]),
+        }
+        word = verdict(row, settings.alpha)
+        if limited[i] and word in NOISE_LIMITABLE:
+            word = NOISE_LIMITED_VERDICT
+        out.append(word)
+    return out
+
+
+def verdict_shares(words: list[str]) -> dict:
+    """{verdict: share of ``words``}, sorted by verdict."""
+    n = len(words)
+    counts: dict[str, int] = {}
+    for w in words:
+        counts[w] = counts.get(w, 0) + 1
+    return {k: counts[k] / n for k in sorted(counts)}
+
+
+def se_of(p: float, n: int) -> float:
+    """The Monte Carlo standard error of a share ``p`` of ``n`` independent simulated studies."""
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else math.nan
+
+
+@dataclass
+class Curve:
+    """Power against effect for one grid and one set of assumptions, with Monte Carlo standard errors and verdict
+    shares."""
+
+    grid: Grid
+    assumptions: Assumptions
+    settings: Settings
+    effects: list[float]
+    studies: int
+    power: dict
+    se: dict
+    verdicts: dict
+    wrong_sign: list[float]
+    near_zero: list[float]
+
+    def smallest_effect(self, kind: str, target: float = 0.8) -> float | None:
+        """The smallest effect at which ``kind``'s power reaches ``target``, interpolated linearly
+        between the simulated effects; None when no simulated effect reaches it."""
+        return smallest_effect(self.effects, self.power[kind], target)
+
+    def to_json(self) -> dict:
+        return {
+            "grid": asdict(self.grid),
+            "assumptions": asdict(self.assumptions),
+            "settings": asdict(self.settings),
+            "effects": self.effects,
+            "studies": self.studies,
+            "power": self.power,
+            "se": self.se,
+            "smallest_effect_80": {k: self.smallest_effect(k) for k in VERDICT_POWERS},
+            "wrong_sign_generalises": self.wrong_sign,
+            "near_zero": self.near_zero,
+            "near_zero_se": [se_of(p, self.studies) for p in self.near_zero],
+            "verdicts": self.verdicts,
+        }
+
+
+def smallest_effect(effects, power, target: float = 0.8) -> float | None:
+    """The first crossing of ``target`` by ``power`` along ``effects`` (ascending), interpolated."""
+    for i, (e, p) in enumerate(zip(effects, power)):
+        if p >= target:
+            if i == 0:
+                return float(e)
+            e0, p0 = effects[i - 1], power[i - 1]
+            return float(e0 + (target - p0) * (e - e0) / (p - p0)) if p > p0 else float(e)
+    return None
+
+
+def _share_saying(shares: dict, words: str) -> float:
+    return sum(v for k, v in shares.items() if words in k)
+
+
+def _found_shares(same: dict, half: dict, effect: float) -> dict:
+    """The share of studies that finds each statement, from the verdict shares of the ``same`` and ``half``
+    scenarios."""
+    nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
+    stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
+    return {
+        "generalises": nearly[POSITIVE] if effect > 0 else sum(nearly.values()),
+        "average sign": stated[POSITIVE] if effect > 0 else sum(stated.values()),
+        "sign reversal": _share_saying(half, SIGN_REVERSAL),
+        "wrong_sign": stated[NEGATIVE] if effect > 0 else 0.0,
+        "near zero": _share_saying(same, NEAR_ZERO),
+    }
+
+
+@dataclass(frozen=True)
+class Draws:
+    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, over ``workers``
+    processes."""
+
+    effects: tuple = DEFAULT_EFFECTS
+    studies: int = 400
+    seed: int = 0
+    workers: int = 1
+
+
+def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Draws = Draws()) -> Curve:
+    """Power against effect (:class:`Curve`) for ``grid`` under ``a``, the same seeded draws at every effect."""
+    effects, studies, seed = [float(e) for e in draws.effects], draws.studies, draws.seed
+    if any(not 0 <= e < 1 for e in effects):
+        raise ValueError(f"effects are partial correlations in [0, 1), got {effects}")
+    key = [seed, grid.models, grid.runs, grid.checkpoints, round(1e6 * a.phi), round(1e6 * a.model_sd)]
+    # the 0 keeps the draws of a design without item noise as they were
+    key += [round(1e6 * a.run_sd), 0, ("ar1", "drift", "trend").index(a.series)]
+    bases: dict = {}  # the spline's, per chunk of runs: the in-domain scores are the same at every effect
+    null_runs = simulate_runs(grid, a, 0.0, studies, np.random.default_rng(key), settings, bases)
+    null = studies_of(null_runs, settings)
+    null_p_runs = null_runs["p"].ravel()
+    power = {k: [] for k in VERDICT_POWERS}
+    se = {k: [] for k in VERDICT_POWERS}
+    verdicts = {"same": [], "half": []}
+    wrong, near = [], []
+    n_runs = studies * grid.models * grid.runs
+    for e in effects:
+        runs = null_runs if e == 0 else simulate_runs(grid, a, e, studies, np.random.default_rng(key), settings, bases)
+        fam_rng = np.random.default_rng([*key, 1])  # the null partners: the same at every effect
+        p_run = runs["p"].ravel()
+        cell = float(np.mean(np.nan_to_num(p_run, nan=1.0) < 1 - settings.level))
+        adj = _adjusted({"p": p_run}, {"p": null_p_runs}, ("p",), grid, a, settings.correction, fam_rng)["p"]
+        cell_c = float(np.mean(np.nan_to_num(adj, nan=1.0) < settings.alpha))
+        same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
+        half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
+        sv, hv = verdict_shares(same), verdict_shares(half)
+        found = _found_shares(sv, hv, e)
+        for kind, val, n in (
+            ("cell", cell, n_runs),
+            ("cell_corrected", cell_c, n_runs),
+            ("average sign", found["average sign"], studies),
+            ("generalises", found["generalises"], studies),
+            ("sign reversal", found["sign reversal"], studies),
+        ):
+            power[kind].append(val)
+            se[kind].append(se_of(val, n))
+        verdicts["same"].append(sv)
+        verdicts["half"].append(hv)
+        wrong.append(found["wrong_sign"])
+        near.append(found["near zero"])
+    return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
+
+
+# ---- many curves, in processes -----------------------------------------------------------------
+def _run_curve(task) -> Curve:
+    return curve(*task)
+
+
+def curves(tasks, workers: int = 1) -> list[Curve]:
+    """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
+    (each curve is seeded by its own task, so the numbers do not depend on how many)."""
+    tasks = list(tasks)
+    if workers <= 1 or len(tasks) <= 1:
+        return [_run_curve(t) for t in tasks]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    cost = [t[0].models * t[0].runs * t[0].checkpoints ** 2 for t in tasks]
+    order = sorted(range(len(tasks)), key=lambda i: -cost[i])  # the longest first
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
+        done = dict(zip(order, ex.map(_run_curve, [tasks[i] for i in order])))
+    return [done[i] for i in range(len(tasks))]

@@ -1,0 +1,1 @@
+"""Item noise: each testset's, the estimators free of it, testsets that share items."""

@@ -1,0 +1,1 @@
+"""Tables read: long and wide, the workflow's scores table, lm-evaluation-harness results."""

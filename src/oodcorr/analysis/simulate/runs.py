@@ -1,0 +1,282 @@
+"""Simulated score series and studies with known partial correlations, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..across.agreement_table import agreement
+from ..cell.correlate import corr, residual_pair
+from ..cell.inference import assess, dependence
+from ..cell.resample import cell_rng
+from ..cell.residualise import GamSettings
+from ..options import Options
+from ..pipeline import analyse
+
+
+def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...] = ()) -> np.ndarray:
+    """The in-domain learning curve over ``n`` checkpoints plus white noise (sd ``noise``); ``runs``
+    (a shape) draws that many curves at once."""
+    t = np.arange(n)
+    return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
+
+
+def _true_rho(phi, rho: float) -> float:
+    px, py = (phi, phi) if np.isscalar(phi) else phi
+    return rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py)
+
+
+def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02):
+    px, py = (phi, phi) if np.isscalar(phi) else phi
+    L = np.linalg.cholesky([[1.0, rho], [rho, 1.0]])
+    u = rng.normal(size=(n, 2)) @ L.T
+    e = np.empty((n, 2))
+    e[0] = u[0]
+    a = np.array([px, py])
+    s = np.sqrt(1 - a * a)
+    for t in range(1, n):
+        e[t] = a * e[t - 1] + s * u[t]
+    z = _curve(rng, n, noise)
+    return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
+
+
+def _drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
+    """Noise = random walk (step sd ``drift`` x noise, innovations correlated ``rho``) plus
+    independent white noise (sd ``noise``); the partial correlation is not a single number
+    here (the walk is not stationary), so use it with ``rho = 0`` (size)."""
+    L = np.linalg.cholesky([[1.0, rho], [rho, 1.0]])
+    walk = np.cumsum(rng.normal(size=(n, 2)) @ L.T, axis=0) * drift
+    e = walk + rng.normal(size=(n, 2))
+    z = _curve(rng, n, noise)
+    return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
+
+
+def calibrate(
+    n: int,
+    phi,
+    rho: float,
+    reps: int,
+    inferences=("modified-t",),
+    *,
+    method: str = "pearson",
+    residualiser: str = "linear",
+    series: str = "ar1",
+    extra: dict | None = None,
+    opts: Options | None = None,
+) -> dict:
+    """Rejection rate and coverage of each procedure on ``reps`` simulated runs."""
+    opts = opts or Options(n_boot=999, n_perm=999)
+    level, seed = opts.level, opts.seed
+    rng = np.random.default_rng([seed, n, int(round(1000 * np.mean(phi))), int(round(1000 * rho)) + 1000])
+    truth = _true_rho(phi, rho) if series == "ar1" else rho
+    pos = np.arange(n)
+    gam = GamSettings()
+    settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
+    names = list(inferences) + list(extra or {})
+    acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
+    for i in range(reps):
+        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else _drift_series(rng, n, rho)
+        rp = residual_pair(x, y, z, method, residualiser, gam)
+        deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
+        r, results = corr(rp["rx"], rp["ry"], method), {}
+        for k in inferences:
+            a = assess(rp, r, method, pos, settings[k], deps, cell_rng(seed, n, i, k))
+            results[k] = (a["p"], a["ci_low"], a["ci_high"], a["n_eff"])
+        for k, f in (extra or {}).items():
+            results[k] = (*f(rp, pos, cell_rng(seed, n, i, k)), math.nan)
+        for k, (p, lo, hi, ne) in results.items():
+            s = acc[k]
+            if math.isfinite(p):
+                s["valid"] += 1
+                s["reject"] += p < 1 - level
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                lo, hi = -1.0, 1.0
+            s["cover"] += lo <= truth <= hi
+            s["widths"].append(hi - lo)
+            s["neffs"].append(ne)
+            s["low"] += bool(ne < 5)
+    return {
+        k: {
+            "reject": s["reject"] / reps,
+            "coverage": s["cover"] / reps,
+            "width": float(np.median(s["widths"])),
+            "n_eff": float(np.nanmedian(s["neffs"])) if np.isfinite(s["neffs"]).any() else math.nan,
+            "low_info": s["low"] / reps,
+            "valid": s["valid"] / reps,
+        }
+        for k, s in acc.items()
+    }
+
+
+# the OOD testsets' loadings on the in-domain score (the first two are ar1_series')
+LOADINGS = (0.8, -0.4, 0.6, -0.2, 0.5, 0.3, -0.6, 0.4)
+
+
+def _equicorrelated(rho: float, n_ood: int) -> np.ndarray:
+    """The Cholesky factor of the n_ood x n_ood correlation matrix with every off-diagonal ``rho``."""
+    if rho < -1 / (n_ood - 1) + 1e-9:
+        raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
+    return np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood))
+
+
+def run_scores(
+    rng: np.random.Generator,
+    rhos,
+    n_checkpoints: int,
+    phi,
+    *,
+    n_ood: int = 2,
+    noise: float = 0.02,
+    series: str = "ar1",
+    drift: float = 0.5,
+    sampling_sd=0.0,
+    shape: str = "line",
+) -> np.ndarray:
+    """The scores of ``len(rhos)`` simulated runs: (runs, checkpoints, 1 + n_ood), column 0 in-domain, 1 + j OOD
+    testset j."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+    rhos = np.asarray(rhos, dtype=float).reshape(-1)
+    B, n = len(rhos), n_checkpoints
+    t = np.arange(n)
+    u = rng.normal(size=(B, n, n_ood))
+    for rho in np.unique(rhos):  # mix each run's innovations to its own equicorrelation
+        idx = np.flatnonzero(rhos == rho)
+        u[idx] = u[idx] @ _equicorrelated(float(rho), n_ood).T
+    if series == "drift":
+        e = np.cumsum(u, axis=1) * drift + rng.normal(size=(B, n, n_ood))
+    elif series in ("ar1", "trend"):
+        e = np.empty_like(u)
+        e[:, 0] = u[:, 0]
+        s = math.sqrt(1 - phi * phi)
+        for k in range(1, n):
+            e[:, k] = phi * e[:, k - 1] + s * u[:, k]
+        if series == "trend":
+            bend = rng.normal(size=(B, n_ood))
+            e = e + 1.5 * (np.sin(np.pi * t / max(n - 1, 1))[None, :, None] * bend[:, None, :])
+    else:
+        raise ValueError(f"unknown series {series!r}; known: ar1, drift, trend")
+    z = _curve(rng, n, noise, (B,))
+    a = np.array(LOADINGS[:n_ood])
+    ood = (a * z[:, :, None] if shape == "line" else curved(rng, z, a)) + noise * e
+    sd = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (n_ood,))
+    if np.any(sd > 0):
+        ood = ood + sd * rng.normal(size=(B, n, n_ood))
+    return np.concatenate([z[:, :, None], ood], axis=2)
+
+
+SHAPES = ("line", "curve")
+
+
+def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.ndarray:
+    """Each run's OOD scores as logistic curves of its in-domain score ``z`` (runs, checkpoints), drawn per run and
+    testset."""
+    B = z.shape[0]
+    lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
+    c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
+    k = rng.uniform(10.0, 40.0, size=(B, len(loadings)))
+    return np.sign(loadings) * 0.3 / (1 + np.exp(-k[:, None, :] * (z[:, :, None] - c[:, None, :])))
+
+
+def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):
+    """The partial correlation of two OOD scores that correlate ``rho`` when each also carries sampling noise."""
+    sx, sy = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (2,))
+    keep = math.sqrt(noise**2 / (noise**2 + sx**2) * noise**2 / (noise**2 + sy**2))
+    return np.asarray(rho, dtype=float) * keep
+
+
+def study_table(
+    rng: np.random.Generator,
+    rhos,
+    n_runs: int,
+    n_checkpoints: int,
+    phi,
+    *,
+    run_sd: float = 0.0,
+    **draw,
+) -> pd.DataFrame:
+    """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
+    entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
+    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...)."""
+    n_ood = draw.get("n_ood", 2)
+    if not 2 <= n_ood <= len(LOADINGS):
+        raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
+    t = np.arange(n_checkpoints)
+    names = ["in-domain", *(f"ood{j}" for j in range(n_ood))]
+    frames = []
+    for m, rho_m in enumerate(rhos):
+        for i in range(n_runs):
+            rho = math.tanh(math.atanh(float(rho_m)) + run_sd * rng.normal()) if run_sd else float(rho_m)
+            scores = run_scores(rng, [rho], n_checkpoints, phi, **draw)[0]
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "model": f"m{m}",
+                        "in_domain": "in-domain",
+                        "run": f"m{m}-run{i}",
+                        "unit": np.repeat(t, n_ood + 1),
+                        "testset": np.tile(names, n_checkpoints),
+                        "score": scores.ravel(),
+                    }
+                )
+            )
+    return pd.concat(frames, ignore_index=True)
+
+
+def scenario(name: str, n_models: int, effect: float = 0.5) -> list[float]:
+    """The models' partial correlations of a named scenario: null, same, half, spread, spread-off-zero."""
+    if name == "null":
+        return [0.0] * n_models
+    if name == "same":
+        return [effect] * n_models
+    if name == "half":
+        k = n_models // 2
+        return [abs(effect)] * k + [-abs(effect)] * (n_models - k)
+    if name == "spread":
+        return list(np.tanh(np.linspace(-abs(effect), abs(effect), n_models)))
+    if name == "spread-off-zero":
+        return list(np.tanh(np.linspace(-abs(effect) - 0.3, abs(effect) - 0.3, n_models)))
+    raise ValueError(f"unknown scenario {name!r}; known: null, same, half, spread, spread-off-zero")
+
+
+def verdict_rates(
+    rhos,
+    n_runs: int,
+    n_checkpoints: int,
+    phi: float,
+    reps: int,
+    *,
+    seed: int = 0,
+    opts=None,
+    keep=None,
+    **study,
+) -> dict:
+    """The verdicts the analysis' own procedures give on ``reps`` simulated studies, for the first two OOD testsets'
+    pair."""
+    opts = opts or Options(pool_by=())
+    counts: dict[str, int] = {}
+    cover = finite = 0
+    kept = []
+    mu = float(np.mean(np.arctanh(np.asarray(rhos, dtype=float))))
+    for i in range(reps):
+        table = study_table(np.random.default_rng([seed, i]), rhos, n_runs, n_checkpoints, phi, **study)
+        pc = analyse(table, opts)
+        agree = agreement(pc, opts.alpha, opts.agreement_correction, opts.level, opts.near_zero)
+        row = agree[(agree["x"] == "ood0") & (agree["y"] == "ood1")].iloc[0]
+        counts[row["verdict"]] = counts.get(row["verdict"], 0) + 1
+        if math.isfinite(row["ci_low_consensus"]):
+            finite += 1
+            cover += row["ci_low_consensus"] <= math.tanh(mu) <= row["ci_high_consensus"]
+        if keep is not None:
+            kept.append(keep(table, row, pc))
+    out = {
+        "verdicts": {k: counts[k] / reps for k in sorted(counts)},
+        "coverage": cover / finite if finite else math.nan,
+        "reps": reps,
+    }
+    if keep is not None:
+        out["kept"] = kept
+    return out
