@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...core.errors import DataError, did_you_mean
 from ...core.digests import sha256_files
+from ...core.errors import DataError, did_you_mean
 from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files
 from .lmeval_identity import compile_pattern
 from .lmeval_results import check_scales, file_metrics, read_results_file

@@ -113,7 +113,7 @@ def scatter(
 ) -> dict:
     """In-domain vs OOD score, one panel per OOD testset, points coloured by run, with each run's fitted
     residualiser curves. Returns {testset: number of curves drawn}."""
-    from ...analysis.cell.residualise import GamSettings
+    from ...analysis.cell.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()
