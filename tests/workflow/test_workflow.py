@@ -466,8 +466,9 @@ def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
 
 
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
-def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
-    wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
+def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit, tmp_path):
+    run = micro_run if unit == "checkpoint" else micro_run_unit
+    wd, cfg = copy_run(run, tmp_path, "plus"), run[1]  # a copy: the module's run stays as made, for the tests after
     before = {
         p: p.stat().st_mtime_ns
         for p in (wd / R).rglob("*")
