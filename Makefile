@@ -6,9 +6,13 @@
 #   make test-fast  the suite without the tests marked slow (real Snakemake, SLURM, finetune
 #                   processes), in the same TEST_WORKERS workers: a couple of minutes; `make test`
 #                   still runs everything
-# and the real decoder's learning run (config/real-lm.yaml's 10-minute look through Snakemake: about
-# 18 minutes on 2 cores, so `make test` leaves it out; benchmarks/real-lm.md records its last result):
-#   make check-real
+# and two checks that `make test` leaves out for their length (benchmarks/ records their last results):
+#   make check-real   real models through Snakemake: the real decoder's learning run (config/real-lm.yaml's
+#                     10-minute look, about 18 minutes on 2 cores; benchmarks/real-lm.md) and
+#                     config/real-cpu.yaml scaled down (3 minutes)
+#   make check-slurm  the workflow on a real single-node SLURM cluster that the test starts (as root,
+#                     installing Debian's slurm-wlm and munge if missing): about 10 minutes on 2 cores
+#                     (benchmarks/slurm-cluster.md)
 # and one more for the file readers:
 #   make fuzz   the property-based tests of every file reader, with many random examples
 #               (FUZZ_EXAMPLES per test; `make test` runs a short, fixed set of them)
@@ -25,12 +29,12 @@ TEST_STAMP := $(VENV)/.test-installed
 SNAKE_FILES := Snakefile workflow/rules
 SNAKEMAKE_ARGS ?=
 # pytest-xdist workers for `make test`: a test file's tests stay in one worker (--dist loadfile),
-# so a module's fixtures are built once and the SLURM test has its cluster to itself; files are
+# so a module's fixtures are built once; files are
 # handed out in collection order, the longest first (tests/helpers.py: LONGEST_FIRST)
 TEST_WORKERS ?= 2
 FUZZ_EXAMPLES ?= 5000
 
-.PHONY: run test test-fast check-real fuzz lint format dry-run clean
+.PHONY: run test test-fast check-real check-slurm fuzz lint format dry-run clean
 
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,13 +56,17 @@ run: $(STAMP)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(TEST_STAMP)
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not real_lm" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not real_lm and not slurm_cluster" $(PYTEST_ARGS)
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 check-real: $(TEST_STAMP)
-	$(BIN)/python -m pytest tests/workflow/test_real_lm.py -m real_lm --durations=5 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/workflow/test_real_lm.py tests/jobs/test_prepare_dataset_nli_registry.py -m real_lm \
+		--durations=5 $(PYTEST_ARGS)
+
+check-slurm: $(TEST_STAMP)
+	$(BIN)/python -m pytest tests/workflow/test_slurm.py -m slurm_cluster --durations=5 $(PYTEST_ARGS)
 
 fuzz: $(TEST_STAMP)
 	OODCORR_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/jobs/test_prepare_dataset_fuzz.py --hypothesis-profile=fuzz \

@@ -42,7 +42,11 @@ from helpers import LONGEST_FIRST, PRECIOUS, TINY_CONFIGS  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files of LONGEST_FIRST first, in that order; every file's tests in their own order."""
+    """The files of LONGEST_FIRST first, in that order; every file's tests in their own order. A test
+    that uses the real SLURM test cluster (the ``cluster`` fixture) is marked ``slurm_cluster``."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm_cluster)
     rank = {path: k for k, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
 

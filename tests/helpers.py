@@ -97,6 +97,55 @@ def micro_config() -> dict:
     return yaml.safe_load(MICRO.read_text())
 
 
+# the micro run logs to every experiment tracker the scores go to (offline: tests/conftest.py)
+TRACKERS = ["tensorboard", "mlflow", "wandb"]
+
+
+def finished_micro(tmp_path_factory, name: str, unit: str, report_to=None) -> tuple[Path, dict, Path]:
+    """config/micro.yaml (evaluation.unit ``unit``, finetune.report_to ``report_to``) run to the end, in a
+    folder of the calling module's own: (folder, config, config file). The run is made once per test
+    session, by the first pytest-xdist worker to ask (another waits for it), and copied with its times,
+    so a module that edits its copy leaves the others theirs."""
+    import shutil
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    made = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / f"finished-{name}"
+    with FileLock(f"{made}.lock"):
+        if not Path(f"{made}.done").exists():
+            shutil.rmtree(made, ignore_errors=True)
+            made.mkdir()
+            cfg = micro_config()
+            cfg["evaluation"]["unit"] = unit
+            if report_to:
+                cfg["finetune"]["report_to"] = report_to
+            (made / "micro.yaml").write_text(yaml.safe_dump(cfg))
+            res = smk(made, made / "micro.yaml")
+            assert res.returncode == 0, res.stderr[-5000:]
+            Path(f"{made}.done").touch()
+    wd = tmp_path_factory.mktemp(name)
+    shutil.copytree(made, wd, symlinks=True, dirs_exist_ok=True)
+    return wd, yaml.safe_load((wd / "micro.yaml").read_text()), wd / "micro.yaml"
+
+
+def copy_run(run, tmp_path, name) -> Path:
+    """A copy of a finished run's folder (``run`` as :func:`finished_micro` gives it), with its times."""
+    import shutil
+
+    wd = tmp_path / name
+    shutil.copytree(run[0], wd, symlinks=True)
+    return wd
+
+
+def job_counts(dry_run_stdout: str) -> dict:
+    """Jobs per rule in the "Job stats" table of a Snakemake run's output (``total`` left out)."""
+    block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
+    return {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
+    }
+
+
 def micro_plan(config: dict | None = None):
     """The plan of config/micro.yaml (or of ``config``, an edited copy of it) as the Snakefile
     builds it: :func:`oodcorr.planning.plan.load` from the repository root."""
@@ -419,18 +468,16 @@ def measured_study() -> dict:
     return out
 
 
-# The test files that take minutes, longest first (`make test --durations`, 2026-12-03: the real-lm
-# look 670 s, the end-to-end workflow tests 576 s, bad inputs 216 s, SLURM 192 s, the real-data
-# config 138 s, the docs' dry runs 107 s). `make test` hands files to its workers in collection
-# order (--dist loadfile --no-loadscope-reorder), and tests/conftest.py sorts these first, so the
-# longest is never the last file left running while the other worker idles (it was: 7 of the
-# suite's 29 minutes).
+# The test files that take minutes, longest first. `make test` hands files to its workers in collection
+# order (--dist loadfile --no-loadscope-reorder) and tests/conftest.py sorts these first, so the longest
+# is never the last file left running while the other worker idles; the two end-to-end files share
+# one finished micro run (finished_micro), so the first builds it while the other worker plans the
+# bad inputs.
 LONGEST_FIRST = (
     "tests/workflow/test_workflow.py",
     "tests/workflow/test_bad_inputs.py",
-    "tests/workflow/test_slurm.py",
+    "tests/workflow/test_workflow_reruns.py",
     "tests/modeling/test_gguf_conversion.py",
-    "tests/jobs/test_prepare_dataset_nli_registry.py",
     "tests/meta/test_docs.py",
 )
 

@@ -237,6 +237,7 @@ def test_local_override_in_other_formats_uses_the_hub_fields_and_label_map(tmp_p
 
 @needs_shared
 @pytest.mark.slow
+@pytest.mark.real_lm
 def test_real_cpu_config_scaled_down_runs_through_snakemake(tmp_path):
     """config/real-cpu.yaml with fewer steps, examples and testsets: the real encoder with a
     head, real files through the registry overrides, every result carrying the file's sha256."""

@@ -12,7 +12,18 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import REPO, SNAKEMAKE, micro_config, smk, tensorboard_scalars, wandb_runs
+from helpers import (
+    REPO,
+    SNAKEMAKE,
+    TRACKERS,
+    copy_run,
+    finished_micro,
+    job_counts,
+    micro_config,
+    smk,
+    tensorboard_scalars,
+    wandb_runs,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -22,40 +33,16 @@ RUN = "micro-opt/synth/n64/seed0"
 STEPS = [0, 4, 8, 12, 16]
 
 
-def job_counts(dry_run_stdout: str) -> dict:
-    block = dry_run_stdout.split("Job stats:", 1)[1].split("\n\n", 1)[0]
-    return {
-        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", block, re.M) if m.group(1) != "total"
-    }
-
-
-# the micro run logs to every experiment tracker the scores go to (offline: tests/conftest.py)
-TRACKERS = ["tensorboard", "mlflow", "wandb"]
-
-
-def _micro(tmp_path_factory, name, unit, report_to=None):
-    wd = tmp_path_factory.mktemp(name)
-    cfg = micro_config()
-    cfg["evaluation"]["unit"] = unit
-    if report_to:
-        cfg["finetune"]["report_to"] = report_to
-    cfg_path = wd / "micro.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg))
-    res = smk(wd, cfg_path)
-    assert res.returncode == 0, res.stderr[-5000:]
-    return wd, cfg, cfg_path
-
-
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
     """config/micro.yaml as shipped (evaluation.unit checkpoint), logging to TensorBoard, MLflow and W&B."""
-    return _micro(tmp_path_factory, "micro", "checkpoint", TRACKERS)
+    return finished_micro(tmp_path_factory, "micro", "checkpoint", TRACKERS)
 
 
 @pytest.fixture(scope="module")
 def micro_run_unit(tmp_path_factory):
     """config/micro.yaml with evaluation.unit run."""
-    return _micro(tmp_path_factory, "micro-run-unit", "run")
+    return finished_micro(tmp_path_factory, "micro-run-unit", "run")
 
 
 def test_end_to_end_outputs(micro_run):
@@ -224,8 +211,8 @@ def _published(wd) -> dict:
     return {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in sorted(files)}
 
 
-def _finished_copy(micro_run, tmp_path, name):
-    wd = _copy(micro_run, tmp_path, name)
+def _finishedcopy_run(micro_run, tmp_path, name):
+    wd = copy_run(micro_run, tmp_path, name)
     res = smk(wd, micro_run[2])  # finished (a planning when nothing changed since the fixture)
     assert res.returncode == 0, res.stderr[-3000:]
     return wd
@@ -235,7 +222,7 @@ def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run
     """A row added to results/<experiment>/scores.csv by hand: the next start names the file and
     publishes the set again from .staging/, keeping the edited one aside. (Before: "Nothing to be
     done", and the edited table stayed as the result.)"""
-    wd = _finished_copy(micro_run, tmp_path, "edited")
+    wd = _finishedcopy_run(micro_run, tmp_path, "edited")
     published = _published(wd)
     with open(wd / R / "scores.csv", "a") as fh:
         fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
@@ -258,7 +245,7 @@ def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run
 def test_a_staged_table_cut_short_before_publishing_is_not_published(micro_run, tmp_path):
     """The staged scores.csv truncated after its job wrote it: publishing stops naming it and what to
     do, and the published set stays whole, as it was. (Before: published beside a whole parquet.)"""
-    wd = _finished_copy(micro_run, tmp_path, "cut")
+    wd = _finishedcopy_run(micro_run, tmp_path, "cut")
     published = _published(wd)
     staged = wd / R / ".staging/scores.csv"
     staged.write_bytes(staged.read_bytes()[:300])
@@ -281,7 +268,7 @@ def test_a_publish_killed_half_way_leaves_the_previous_set_whole(micro_run, tmp_
     publishes. (Before: the published files were the declared outputs, so they were gone or mixed.)"""
     from hooks.sitecustomize import KILL_PUBLISH_ENV, PYTHONPATH_ENTRY
 
-    wd = _finished_copy(micro_run, tmp_path, "killed")
+    wd = _finishedcopy_run(micro_run, tmp_path, "killed")
     published = _published(wd)
     record = wd / R / "published.json"
     version = json.loads(record.read_text())["version"] if record.exists() else None
@@ -311,7 +298,7 @@ def test_two_runs_from_two_checkouts_sharing_results_are_one_writer_at_a_time(mi
 
     from hooks.sitecustomize import HOLD_PUBLISH_ENV, PYTHONPATH_ENTRY
 
-    one = _finished_copy(micro_run, tmp_path, "one")
+    one = _finishedcopy_run(micro_run, tmp_path, "one")
     two = tmp_path / "two"
     two.mkdir()
     (two / "results").symlink_to(one / "results")
@@ -479,8 +466,9 @@ def test_budget_reads_measured_costs_of_finished_jobs(micro_run):
 
 
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
-def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit):
-    wd, cfg, _ = micro_run if unit == "checkpoint" else micro_run_unit
+def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_unit, unit, tmp_path):
+    run = micro_run if unit == "checkpoint" else micro_run_unit
+    wd, cfg = copy_run(run, tmp_path, "plus"), run[1]  # a copy: the module's run stays as made, for the tests after
     before = {
         p: p.stat().st_mtime_ns
         for p in (wd / R).rglob("*")
@@ -492,6 +480,9 @@ def test_adding_a_testset_schedules_only_its_evaluations(micro_run, micro_run_un
         # the published set and its record, republished; the run's lock, config record and record of runs
         and "/.published/" not in str(p)
         and p.name not in ("published.json", "experiment.lock", "experiment.json", ".runs.json")
+        # a checkpoint's verification record, made again once: this folder is a copy, so every file's inode
+        # differs from the one the record names (tests/helpers.py: finished_micro)
+        and p.name != ".oodcorr_verified.json"
         # the aggregation logs the added testset's points to the trackers: their record of what each got,
         # and the stores whose clients rewrite their run records (only new points: tests/jobs/test_tracking.py)
         and p.name != "trackers.json"
@@ -545,7 +536,7 @@ def test_looking_changes_nothing_in_the_results(micro_run, tmp_path, monkeypatch
     the dry run took the experiment's lock and deleted published.json.)"""
     from oodcorr.cli import main
 
-    wd = _finished_copy(micro_run, tmp_path, "looking")
+    wd = _finishedcopy_run(micro_run, tmp_path, "looking")
     with open(wd / R / "scores.csv", "a") as fh:
         fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
     cfg = micro_run[1]
@@ -670,7 +661,7 @@ def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
     """Provenance is recorded beside the results, never in a rule's params or the config's digest: with
     git saying another commit and edited files (a git on PATH that says so to every process of the run),
     a dry run plans nothing."""
-    wd, cfg_path = _finished_copy(micro_run, tmp_path, "commit"), micro_run[2]
+    wd, cfg_path = _finishedcopy_run(micro_run, tmp_path, "commit"), micro_run[2]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "git").write_text(
@@ -698,270 +689,10 @@ def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
     assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-3000:]
 
 
-def test_finetune_killed_under_snakemake_resumes(tmp_path):
-    """SIGKILL the finetune job's process: Snakemake fails the job and deletes its declared
-    output (the manifest) but not the checkpoints, and the rerun resumes from them."""
-    import os
-    import signal
-    import time
-
-    cfg = micro_config()
-    cfg["finetune"].update(max_steps=600, checkpoints={"every": 100})
-    path = tmp_path / "slow.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    cmd = [
-        SNAKEMAKE,
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(tmp_path),
-        "--configfile",
-        str(path),
-        "--cores",
-        "1",
-        f"{R}/finetune/{RUN}/manifest.json",
-    ]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    run = tmp_path / R / f"finetune/{RUN}"
-    marker = run / "checkpoints/checkpoint-200/oodcorr_manifest.json"
-    deadline = time.time() + 600
-    while not marker.exists():
-        assert proc.poll() is None, "snakemake ended before checkpoint 200"
-        assert time.time() < deadline
-        time.sleep(0.1)
-    # the job's own Python process (not Snakemake) dies, as under an OOM killer
-    pids = subprocess.run(["pgrep", "-f", "finetune.py"], capture_output=True, text=True).stdout.split()
-    victims = [int(p) for p in pids if os.getpgid(int(p)) == proc.pid]
-    assert victims
-    for pid in victims:
-        os.kill(pid, signal.SIGKILL)
-    assert proc.wait(timeout=120) != 0
-    assert not (run / "manifest.json").exists()
-    assert (run / "checkpoints/checkpoint-200/model.safetensors").exists()
-
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    info = json.loads((run / "manifest.json").read_text())
-    resumed = int(info["resumed_from"].rsplit("-", 1)[1])
-    assert resumed >= 200 and [c["step"] for c in info["checkpoints"]] == list(range(0, 601, 100))
-
-
-def test_a_first_run_names_a_job_killed_for_memory_and_the_prompts_max_length_cut(tmp_path):
-    """A first run (nothing on disk while planning) with evaluation.max_length 8, whose evaluation is
-    killed as the kernel's out-of-memory killer does: its console's last lines name the killed job with
-    its memory key and value (before: only Snakemake's `died with <Signals.SIGKILL: 9>`), and the share
-    of the prompts cut, of the caches this run made (issue 53)."""
-    from hooks.sitecustomize import PYTHONPATH_ENTRY, SIMULATE_OOM_ENV
-
-    cfg = micro_config()
-    cfg["evaluation"]["max_length"] = 8
-    cfg["resources"] = {"evaluate": {"mem_mb": 1500}}
-    path = tmp_path / "cut.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    env = {
-        SIMULATE_OOM_ENV: "kill:1",  # the evaluation's first forward pass SIGKILLs its process
-        "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
-    }
-    res = smk(tmp_path, path, f"{R}/eval/{RUN}/step0/synth-test.predictions.parquet", env=env)
-    assert res.returncode != 0
-    lines = [line for line in res.stdout.splitlines() if line.startswith("oodcorr: ")]
-    assert lines[-1].startswith(
-        "oodcorr: job evaluate (model=micro-opt, indomain=synth, ntrain=64, seed=0, step=0, testset=synth-test) was "
-        "killed before it could say why"
-    ), res.stdout[-3000:]
-    assert "`resources.evaluate.mem_mb: 1500` in the config" in lines[-1]
-    assert (
-        "oodcorr: WARNING: testset 'synth-test', model 'micro-opt': all 60 prompts (100%) are longer than "
-        "evaluation.max_length (8 tokens) and were cut" in res.stdout
-    )
-
-
-AUTHORS_SWITCHES = {
-    "prompt.strip_fields": False,
-    "prompt.truncation": "right",
-    "prompt.scored_position": "padded-end",
-    "finetune.loss": "vocabulary",
-}
-DEFAULTS_SPELLED_OUT = {
-    "prompt.strip_fields": True,
-    "prompt.truncation": "left",
-    "prompt.scored_position": "last-token",
-    "finetune.loss": "verbalisers",
-    "analysis.score": "accuracy",
-}
-ANALYSIS_JOBS = {
-    "partial_correlations",
-    "heatmap",
-    "heatmap_grid",
-    "learning_curves",
-    "scatter",
-    "publish_results",
-    "explorer",
-    "all",
-}
-# what a change of the scores or of the training reruns besides: the accuracy table, the loss figure
-NEW_SCORES = {"aggregate_scores", "accuracy_table"}
-
-
-def _switched(cfg, changes):
-    import copy
-
-    out = copy.deepcopy(cfg)
-    out.setdefault(
-        "prompt",
-        {
-            "template": "{premise} Question: {hypothesis} Yes or No?",
-            "verbalisers": {"entailment": " Yes", "non-entailment": " No"},
-        },
-    )
-    for key, value in changes.items():
-        block, _, leaf = key.partition(".")
-        out[block][leaf] = value
-    return out
-
-
-def test_each_switch_reruns_what_it_changes_and_nothing_else(micro_run, tmp_path):
-    """On the finished micro experiment: a prompt switch reruns the tokenisation, the finetune and
-    the evaluations; finetune.loss the finetune and the evaluations; analysis.score the analysis
-    only; every switch spelled out at its default reruns nothing. Then the micro config with the
-    authors' switches runs for real, and its records and manifest say what they did."""
-    import shutil
-
-    wd = tmp_path / "switches"
-    shutil.copytree(micro_run[0], wd, symlinks=True)
-    assert smk(wd, micro_run[2]).returncode == 0  # micro as shipped, finished (whatever ran before)
-    cfg = micro_run[1]
-    expect = {
-        "prompt.strip_fields": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
-        | NEW_SCORES
-        | ANALYSIS_JOBS,
-        "prompt.truncation": {"tokenize_testset", "finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
-        "prompt.scored_position": {"tokenize_testset", "finetune", "training_loss", "evaluate"}
-        | NEW_SCORES
-        | ANALYSIS_JOBS,
-        "finetune.loss": {"finetune", "training_loss", "evaluate"} | NEW_SCORES | ANALYSIS_JOBS,
-        "analysis.score": ANALYSIS_JOBS,
-    }
-    values = dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"})
-    for key, rules in expect.items():
-        path = wd / f"switch-{key}.yaml"
-        path.write_text(yaml.safe_dump(_switched(cfg, {key: values[key]})))
-        dry = smk(wd, path, "-n")
-        assert dry.returncode == 0, dry.stderr[-3000:]
-        assert set(job_counts(dry.stdout)) == rules, key
-    path = wd / "defaults.yaml"
-    path.write_text(yaml.safe_dump(_switched(cfg, DEFAULTS_SPELLED_OUT)))
-    dry = smk(wd, path, "-n")
-    assert dry.returncode == 0 and "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
-
-    from oodcorr.core.records import read_result
-
-    before = _predictions(wd)
-    path = wd / "authors.yaml"
-    path.write_text(yaml.safe_dump(_switched(cfg, dict(AUTHORS_SWITCHES, **{"analysis.score": "macro_f1"}))))
-    res = smk(wd, path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert json.loads((wd / R / f"finetune/{RUN}/manifest.json").read_text())["loss"] == "vocabulary"
-    rec = read_result(wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet")
-    assert rec["reading"] == {"strip_fields": False, "truncation": "right", "scored_position": "padded-end"}
-    # the micro testsets' files (an earlier test may have added a testset that this config drops)
-    micro = {d["test"] for d in cfg["in_domain"]} | set(cfg["ood_testsets"])
-    after = {k: v for k, v in _predictions(wd).items() if k.name.split(".")[0] in micro}
-    step0 = [k for k in after if "/step0/" in str(k)]
-    later = [k for k in after if "/step0/" not in str(k)]
-    # step 0 is the pretrained model read another way; later steps also differ in training
-    assert all(not after[k]["logit_entailment"].equals(before[k]["logit_entailment"]) for k in step0 + later)
-    pairs = pd.read_csv(wd / R / "analysis/partial_correlations.csv")
-    assert pairs.ex_note.str.contains("not run for analysis.score macro_f1").all()
-    assert "score analysed: macro_f1" in (wd / R / "logs/analyse/partial_correlations.log").read_text()
-    scores = pd.read_csv(wd / R / "scores.csv")
-    # the analysis read macro_f1: the same r as oodcorr analyse --metric macro_f1 on this table
-    from oodcorr.cli import main
-
-    rc = main(
-        [
-            "analyse",
-            str(wd / R / "scores.csv"),
-            "--in-domain",
-            "synth-test",
-            "--metric",
-            "macro_f1",
-            "--methods",
-            "pearson",
-            "--residualisers",
-            "spline",
-            "--out",
-            str(tmp_path / "cli"),
-            "--no-plots",
-        ]
-    )
-    assert rc == 0 and scores.macro_f1.notna().all()
-    cli = pd.read_csv(tmp_path / "cli/partial_correlations.csv")
-    key = ["run", "x", "y"]
-    got = pairs[pairs.run != "pooled"].set_index(key).r
-    want = cli[cli.run != "pooled"].set_index(key).r
-    pd.testing.assert_series_equal(got.sort_index(), want.sort_index())
-
-
-def _copy(run, tmp_path, name):
-    import shutil
-
-    wd = tmp_path / name
-    shutil.copytree(run[0], wd, symlinks=True)
-    return wd
-
-
-def test_a_deleted_predictions_file_is_rebuilt_by_the_next_run(micro_run, tmp_path):
-    """Unit checkpoint: the predictions file is a declared output that rule all asks for, so
-    deleting it reruns its evaluation alone. (Before: "Nothing to be done", then the analysis
-    failed on the missing file.)"""
-    wd = _copy(micro_run, tmp_path, "deleted")
-    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
-    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
-    before, scores = pd.read_parquet(gone), pd.read_csv(wd / R / "scores.csv")
-    gone.unlink()
-    dry = smk(wd, micro_run[2], "-n")
-    assert dry.returncode == 0, dry.stderr[-3000:]
-    assert job_counts(dry.stdout).get("evaluate") == 1
-    res = smk(wd, micro_run[2])
-    assert res.returncode == 0, res.stderr[-3000:]
-    pd.testing.assert_frame_equal(pd.read_parquet(gone), before)
-    pd.testing.assert_frame_equal(pd.read_csv(wd / R / "scores.csv"), scores)
-
-
-def test_the_same_command_reruns_after_snakemake_is_killed(micro_run, tmp_path):
-    """Snakemake SIGKILLed with its job running (its process group, as a lost login session or a
-    scheduler's kill): the same command again releases the lock it left (its PID on this host is gone,
-    and no run holds the experiment's lock), says so in one line, and finishes. (Before: refused until
-    `--unlock` was run: two commands after every kill.)"""
-    import signal
-
-    wd = _copy(micro_run, tmp_path, "killed-snakemake")
-    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
-    gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
-    gone.unlink()
-    cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile", str(micro_run[2]), "--cores", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    runs = wd / R / "logs/.runs.json"
-    deadline = time.time() + 600
-    # recorded in onstart, once Snakemake holds its lock and before any job starts
-    while not (runs.exists() and f'"pid": {proc.pid}' in runs.read_text()):
-        assert proc.poll() is None, "snakemake ended before it was killed"
-        assert time.time() < deadline
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert list((wd / ".snakemake/locks").glob("*.lock"))  # the lock it left
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert "oodcorr: released Snakemake's lock on the files of experiment 'micro'" in res.stderr
-    assert "--unlock` once" not in res.stderr and gone.exists()
-
-
 def test_unit_run_summary_listing_a_deleted_predictions_file_is_refused_at_planning(micro_run_unit, tmp_path):
     """Unit run: the job declares only its summary, so Snakemake alone would not rerun it;
     planning names the summary and the command, and that command restores the file."""
-    wd = _copy(micro_run_unit, tmp_path, "deleted-unit")
+    wd = copy_run(micro_run_unit, tmp_path, "deleted-unit")
     gone = wd / R / f"eval/{RUN}/step8/synth-overlap.predictions.parquet"
     gone.unlink()
     dry = smk(wd, micro_run_unit[2], "-n")
@@ -972,78 +703,3 @@ def test_unit_run_summary_listing_a_deleted_predictions_file_is_refused_at_plann
     res = smk(wd, micro_run_unit[2])
     assert res.returncode == 0, res.stderr[-3000:]
     assert gone.exists()
-
-
-def test_a_failed_analysis_leaves_the_previous_results_in_place(micro_run, tmp_path):
-    """The staged scores table truncated: the analysis stops with a message naming it, the
-    published scores, tables and figures stay byte for byte; deleting it as the message says
-    and running again publishes a full set. (Before: the analysis read results/.../scores.parquet
-    itself and Snakemake had already deleted partial_correlations.csv when it crashed.)"""
-    wd = _copy(micro_run, tmp_path, "truncated")
-    assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
-    staged = wd / R / ".staging/scores.parquet"
-    published_scores = tmp_path / "published.parquet"
-    published_scores.write_bytes((wd / R / "scores.parquet").read_bytes())
-    published = {
-        p: p.read_bytes()
-        for p in [wd / R / "scores.parquet", wd / R / "scores.csv", *sorted((wd / R / "analysis").rglob("*.*"))]
-    }
-    assert wd / R / "analysis/partial_correlations.csv" in published
-    staged.write_bytes(staged.read_bytes()[:300])
-    res = smk(wd, micro_run[2])
-    assert res.returncode != 0
-    said = res.stdout + res.stderr
-    # on the console's last lines (issue 47): named, and that deleting it is safe and makes it again
-    assert f"{R}/.staging/scores.parquet changed after the job that made it wrote it" in said, said[-3000:]
-    assert "deleting it is safe: delete it and run again, and rule aggregate_scores makes it again" in said
-    assert {p: p.read_bytes() for p in published} == published
-    staged.unlink()
-    res = smk(wd, micro_run[2])
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert pd.read_parquet(wd / R / "scores.parquet").equals(pd.read_parquet(published_scores))
-
-
-# ---- a job's refusal reaches the console's last lines, whichever job it was (issue 39) --------------
-FULL_AT = {  # the job, what makes it run again, and the temporary file it makes just when the disk fills
-    "tokenize_testset": (f"{R}/cache/tokenized/micro-opt/synth-negation.pt", ".synth-negation.pt."),
-    "aggregate_scores": ("aggregate_scores", ".scores.parquet."),
-    "accuracy_table": ("accuracy_table", ".accuracy.html."),
-    "publish_results": ("publish_results", ".new-"),
-}
-
-
-@pytest.mark.parametrize("rule", list(FULL_AT))
-def test_a_full_disk_in_any_job_is_said_in_the_consoles_last_lines_with_the_job_named(rule, micro_run, tmp_path):
-    """The finished run copied onto a small file system that fills just as the job writes its output (a
-    real ENOSPC). Its sentence (the folder, what to delete) was in the job's log only, and the log was
-    empty when the disk was full; the console's last lines said that the run failed and the previous
-    results stand. Now they repeat it, naming the job (after them, only Snakemake's own closing lines)."""
-    from hooks.sitecustomize import FILL_AT_ENV, PYTHONPATH_ENTRY
-
-    from faults import small_filesystem
-
-    forced, prefix = FULL_AT[rule]
-    with small_filesystem(tmp_path / "disk", "64m") as disk:
-        wd = _copy(micro_run, disk, "wd")
-        assert smk(wd, micro_run[2]).returncode == 0  # finished, whatever earlier tests added
-        cmd = [SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(wd), "--configfile", str(micro_run[2])]
-        hooks = os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p)
-        # the console as a person sees it: stdout and stderr in the order they were written
-        res = subprocess.run(
-            [*cmd, "--cores", "2", "--forcerun", forced],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=600,
-            env={**os.environ, FILL_AT_ENV: prefix, "PYTHONPATH": hooks, "PYTHONUNBUFFERED": "1"},
-        )
-        out = res.stdout.strip()
-        assert res.returncode != 0, out[-3000:]
-        said = [line for line in out.splitlines()[-10:] if line.startswith(f"oodcorr: job {rule}")]
-        assert len(said) == 1, out[-3000:]
-        assert " stopped: " in said[0] and f"no room in {R}" in said[0] and f"(its log: {R}/logs/" in said[0]
-        if rule == "tokenize_testset":
-            assert said[0].startswith(
-                "oodcorr: job tokenize_testset (model=micro-opt, testset=synth-negation) stopped:"
-            )
-        assert not list(wd.rglob(".*.tmp"))  # and nothing half-written was kept
