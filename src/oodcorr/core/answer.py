@@ -1,24 +1,13 @@
-"""The answer in one sentence per in-domain set: how many OOD pairs got which verdict.
-
-``oodcorr analyse``'s summary, the workflow's last line and the HTML report's landing text all
-say it the same way, from the agreement table (``agreement.csv``; the verdicts of the ladder,
-:data:`VERDICTS`), for the method and residualiser the heatmaps show:
+"""The answer in one sentence per in-domain set: how many OOD pairs got which verdict, from the
+agreement table (``agreement.csv``), said alike by ``oodcorr analyse``, the workflow's last line and
+the HTML report:
 
     in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
-    average; 2 negative on average; 1 positive on average, models differ; 6 models differ;
-    1 agree near zero; 3 noise-limited; 3 unresolved (16 models); 2 depend on the form (the
-    straight line states otherwise: line_verdict); about the tasks; noise-limited by wnli
+    average; ...; 3 unresolved (16 models); about the tasks; noise-limited by wnli
     (reliability 0.23, 3 pairs)
 
-It says what the answer is about (the agreement table's ``about``: the tasks, where each
-testset's item noise is known, or the scores observed) and which testsets leave pairs
-``noise-limited`` (``noise_limited``), with each one's reliability (:func:`reliabilities`).
-
-The ladder's words live here, each once: every verdict (:data:`VERDICTS`, strongest first) and
-the words they are made of. The analysis (:mod:`oodcorr.analysis.across.consensus` says which verdict a
-pair gets), the figures, the explorer page and the console read them from this module.
-
-Stdlib only (``csv``), so the launch layer, which prints the workflow's last line, reads it too.
+The ladder's words live here, each once (:data:`VERDICTS`, strongest first, and the words they are
+made of). Stdlib only, so the launch layer, which prints the workflow's last line, reads it too.
 """
 
 from __future__ import annotations
@@ -32,9 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # ---- the ladder's words ----------------------------------------------------------------------
-# what a pair's answer can say about the sign (``direction``: "<sign> in nearly every model", else
-# "<sign> on average") and about how the models differ (``spread``: "sign reversal", "models differ",
-# "near zero"), each strongest first; the verdict joins the two (:func:`verdict_words`)
+# a verdict joins what a pair's answer says about the sign and how the models differ (:func:`verdict_words`)
 POSITIVE, NEGATIVE = "positive", "negative"
 SIGNS = (POSITIVE, NEGATIVE)
 NEARLY_EVERY = "in nearly every model"
@@ -69,16 +56,14 @@ NAMED = 5  # the answer's line names at most this many testsets that leave pairs
 
 
 def verdict_order(verdict: str) -> tuple:
-    """A sort key that puts verdicts in the ladder's order (stronger first; positive before
-    negative; a verdict without a spread before one with it)."""
+    """A sort key: stronger first; positive before negative; without a spread before with one."""
     place = next((i for i, w in enumerate(STRENGTH) if w in verdict), len(STRENGTH))
     return (place, NEGATIVE in verdict, "," in verdict, verdict)
 
 
 def verdict_words(direction: str, spread: str) -> str:
     """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
-    "positive on average" or "") and ``spread`` ("sign reversal", "models differ", "near zero" or
-    ""), the direction first; "agree near zero" and "unresolved" where no direction is shown."""
+    "positive on average" or "") and ``spread`` (one of :data:`SPREADS` or "")."""
     if direction and spread:
         return f"{spread}, {direction}" if spread == SIGN_REVERSAL else f"{direction}, {spread}"
     if direction:
@@ -110,7 +95,6 @@ def states_a_sign(verdict: str) -> bool:
 
 
 def read_agreement(path: str | Path) -> list[dict]:
-    """The rows of an ``agreement.csv`` as text."""
     with open(path, newline="", encoding="utf-8") as fh:
         return list(csv.DictReader(fh))
 
@@ -136,10 +120,8 @@ def _median(values: list[float]) -> float:
 
 def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
     """Each testset's reliability (the share of its residual series' variance across checkpoints
-    that is not item noise, pooled over the models) and its interval's low end, read from the
-    agreement rows ``rows`` (``reliability_x``, ``reliability_y``, ``reliability_in_domain`` and
-    their ``_low``): {testset: (estimate, low end)}, the median over the rows that name it (its pairs
-    differ only in which models have a value); NaN where not known (a bound gives the low end alone)."""
+    that is not item noise) and its interval's low end, from the agreement rows: {testset: (estimate,
+    low end)}, the median over the rows that name it; NaN where not known."""
     seen: dict[str, tuple[list[float], list[float]]] = {}
     for r in rows:
         for side, name in (("x", r.get("x")), ("y", r.get("y")), ("in_domain", r.get("in_domain"))):
@@ -156,8 +138,7 @@ NOISE_EXCEEDS = "item noise exceeds the series' variance"
 
 
 def reliability_text(est: float, low: float) -> str:
-    """A reliability in words: its estimate (:data:`NOISE_EXCEEDS` where it is below 0, "above 1"
-    where above: never a share outside [0, 1]), else the low end its size bounds it by, else unknown."""
+    """A reliability in words, never a share outside [0, 1]; else the low end its size bounds it by."""
     if math.isfinite(est):
         if est < 0:
             return NOISE_EXCEEDS
@@ -168,8 +149,7 @@ def reliability_text(est: float, low: float) -> str:
 
 
 def interval_text(est: float, lo: float, hi: float) -> str:
-    """An estimate and its interval in words: "+0.42 [+0.10, +0.65]"; "no estimate [...]" where only
-    the interval is finite; the estimate alone where the interval is not; "n/a" where neither."""
+    """An estimate and its interval in words: "+0.42 [+0.10, +0.65]"."""
     if math.isfinite(lo) and math.isfinite(hi):
         return (f"{est:+.2f} " if math.isfinite(est) else "no estimate ") + f"[{lo:+.2f}, {hi:+.2f}]"
     return f"{est:+.2f}" if math.isfinite(est) else "n/a"
@@ -180,8 +160,7 @@ _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
 
 def noise_limiting(rows: list[dict]) -> Counter:
-    """How many of the noise-limited pairs of ``rows`` each testset leaves noise-limited (their
-    ``noise_limited`` names them)."""
+    """How many of the noise-limited pairs of ``rows`` each testset leaves noise-limited."""
     out: Counter = Counter()
     for r in rows:
         if str(r.get("verdict")) == NOISE_LIMITED_VERDICT:
@@ -191,9 +170,8 @@ def noise_limiting(rows: list[dict]) -> Counter:
 
 
 def about(rows: list[dict]) -> str:
-    """What the answer of ``rows`` speaks of (their ``about``): "about the tasks" where each pair's
-    item noise is known, "about the observed scores (item noise unknown)" where it is not, the counts
-    of each where the rows differ; "" for a table without the column."""
+    """What the answer of ``rows`` speaks of (their ``about``): the tasks, the observed scores, or the
+    counts of each where the rows differ."""
     said = [a for a in (r.get("about") for r in rows) if isinstance(a, str) and a]
     if not said:
         return ""
@@ -207,8 +185,7 @@ def about(rows: list[dict]) -> str:
 
 
 def noise_clause(rows: list[dict]) -> str:
-    """The testsets that leave pairs of ``rows`` noise-limited, most pairs first, with their
-    reliability (at most :data:`NAMED`, then how many more); "" where none."""
+    """The testsets that leave pairs of ``rows`` noise-limited, most pairs first, with their reliability."""
     limiting = noise_limiting(rows)
     if not limiting:
         return ""
@@ -227,10 +204,8 @@ RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least 
 
 
 def reliability_line(rows: list[dict], limit: float) -> str:
-    """Each testset's reliability (:func:`reliabilities`) of one in-domain set's agreement rows in
-    words, the least reliable first (at most :data:`RELIABILITIES_SAID`), saying that below
-    ``limit`` (:data:`oodcorr.analysis.items.measurement.NOISE_LIMITED`) a pair can be noise-limited; ""
-    where none is known."""
+    """Each testset's reliability of one in-domain set's agreement rows in words, the least reliable
+    first; ``limit``: :data:`oodcorr.analysis.items.measurement.NOISE_LIMITED`."""
     rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
     if not rel:
         return ""
@@ -247,12 +222,10 @@ def reliability_line(rows: list[dict], limit: float) -> str:
 
 
 def every_run_clause(rows: list[dict]) -> str:
-    """Where too few models leave every pair without an answer (1 or 2: the ladder states nothing
-    about a further model), the pairs that each model's own run finds significant with the same sign
-    (``n_sig_positive`` or ``n_sig_negative`` equal to ``n_models``, after the runs' correction
-    across pairs), strongest consensus first, at most :data:`NAMED` named; "" where none. A fact
-    about these runs, not a prediction: a noise-limited pair is never named, since item noise that
-    persists across checkpoints can make a run's own test significant."""
+    """Where too few models leave every pair without an answer, the pairs that each model's own run
+    finds significant with the same sign, strongest consensus first. A fact about these runs, not a
+    prediction: a noise-limited pair is never named (item noise that persists across checkpoints can
+    make a run's own test significant)."""
     found = []
     for r in rows:
         n = _int(r.get("n_models"))
@@ -273,8 +246,7 @@ def every_run_clause(rows: list[dict]) -> str:
 
 
 def form_clause(rows: list[dict]) -> str:
-    """How many pairs of ``rows`` depend on the form of the regression (their ``form``: the line,
-    the curve's check, states another sign or spread); "" where none."""
+    """How many pairs of ``rows`` depend on the form of the regression (their ``form``)."""
     n = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rows)
     if not n:
         return ""
@@ -282,9 +254,8 @@ def form_clause(rows: list[dict]) -> str:
 
 
 def reason_counts(rows: list[dict]) -> str:
-    """The pairs of ``rows`` counted by the kind of their reason (agreement.csv's ``reason``: its words
-    before the first ": ", :mod:`oodcorr.core.reasons`), most first: "why: 2 models (12 pairs), item
-    noise (3 pairs)"; "" for rows without reasons."""
+    """The pairs of ``rows`` counted by the kind of their reason (its words before the first ": "),
+    most first: "why: 2 models (12 pairs), item noise (3 pairs)"."""
     counts = Counter(
         str(r["reason"]).split(": ", 1)[0] for r in rows if isinstance(r.get("reason"), str) and r["reason"]
     )
@@ -295,9 +266,7 @@ def reason_counts(rows: list[dict]) -> str:
 
 
 def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str, str, str]]:
-    """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps: the pairs, how
-    many have a sign stated, each verdict's count in the ladder's order, what the answer is about
-    (:func:`about`) and the testsets that leave pairs noise-limited (:func:`noise_clause`)."""
+    """(in-domain set, pool group, sentence) for each panel of the consensus heatmaps."""
     chosen = [r for r in rows if str(r.get("method")) == method and str(r.get("residualiser")) == residualiser]
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in chosen:
@@ -337,10 +306,9 @@ def answer_lines(
     consensus_sets: list[str] | None = None,
     file_name: Callable[[str], str] = str,
 ) -> list[str]:
-    """The sentences that name the answer's files (``agreement.csv``, the consensus heatmap and the
-    forest plots of each in-domain set under the analysis folder ``analysis``) and each tally.
+    """The sentences that name the answer's files under the analysis folder ``analysis`` and each tally.
     ``consensus_sets``: the in-domain sets that have a consensus heatmap (default: those with 2 or
-    more models in the table); ``file_name`` turns a set's name into its figures' file name."""
+    more models); ``file_name`` turns a set's name into its figures' file name."""
     a = str(analysis).rstrip("/")
     lines = []
     for dom, _group, sentence in tallies(rows, method, residualiser):

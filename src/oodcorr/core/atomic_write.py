@@ -1,6 +1,5 @@
 """Every result file is written through atomic_path (a temporary file beside it, then a rename), so a
-killed job never leaves a truncated file behind; a write the file system stops becomes a sentence
-naming the file and what to do.
+killed job never leaves a truncated file behind.
 """
 
 from __future__ import annotations
@@ -22,10 +21,8 @@ from .filesystems import DISK_FULL_ERRNOS, check_room, write_errno, write_failed
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` on success, remove it on any
-    exception. A write the file system stops (:func:`~oodcorr.core.filesystems.write_errno`) becomes a
-    :class:`~oodcorr.core.errors.WriteFailed` naming the file and what to do; with ``size`` the room is
-    checked first. ``what`` names the file for the message.
-    """
+    exception. A write the file system stops becomes a :class:`~oodcorr.core.errors.WriteFailed`; with
+    ``size`` the room is checked first. ``what`` names the file for the message."""
     path = Path(path)
     what = what or str(path)
     try:
@@ -78,17 +75,14 @@ def _mkstemp_or_failed(path: Path, what: str, size: int | None):
 
 
 def current_umask() -> int:
-    """The process's umask (read by setting it and back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
 def follow_umask(folder: str | os.PathLike) -> None:
-    """Give every regular file under ``folder`` the mode the umask gives a new file: safetensors leaves
-    ``model.safetensors`` at 0600, which a colleague on a shared cluster could not read. Call it before
-    hashing (a chmod changes the ctime :func:`stat_key` records).
-    """
+    """Give every regular file under ``folder`` the mode the umask gives a new file (safetensors leaves
+    0600). Call it before hashing: a chmod changes the ctime :func:`stat_key` records."""
     want = 0o666 & ~current_umask()
     for f in sorted(Path(folder).rglob("*")):
         st = f.lstat()

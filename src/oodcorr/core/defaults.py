@@ -1,11 +1,5 @@
 """The defaults that Python reads, written once; the schema states what each key may be and gives
 them no default. A switch at its default stays out of every param, so spelling it out reruns nothing.
-
-* :data:`ANALYSIS` -- the ``analysis`` section, read by the statistics (for callers from Python)
-  and filled into the config by planning;
-* :data:`READING`, :data:`FINETUNE` -- the prompt's reading switches and the finetune's;
-* :data:`RESOURCES` -- what a job of each model rule asks for when nothing else says;
-* :data:`LOCAL_THREADS` -- the threads of the local rules that use more than one.
 """
 
 from __future__ import annotations
@@ -35,9 +29,7 @@ ANALYSIS: dict[str, Any] = {
     "example_bootstrap": {"n_boot": 200},
     "gam": {"n_splines": 10, "min_points": 8},
     # the most cells (OOD pairs x methods x residualisers, summed over runs) an analysis computes
-    # unless asked for more (analysis.max_cells; `oodcorr analyse --max-cells`). The largest shipped
-    # grid (benchmarks/dag_grid.yaml) has 14,400, the paper's 8,064; 2,000 testsets in one run
-    # would be two million. Changes no result, so it is in no param (planning.config.analysis_options).
+    # unless asked for more; changes no result, so it is in no param (planning.config.analysis_options)
     "max_cells": 200_000,
 }
 
@@ -63,8 +55,7 @@ LOCAL_THREADS: dict[str, int] = {"partial_correlations": 2}
 
 def filled(given: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """``given`` with every key it lacks taken from ``defaults``, nested mappings in turn; the given keys
-    first, then the missing ones in the defaults' order (as the schema validator fills them).
-    """
+    first, then the missing ones in the defaults' order (as the schema validator fills them)."""
     out = dict(given or {})
     for key, default in defaults.items():
         if key not in out:

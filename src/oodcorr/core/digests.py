@@ -1,6 +1,4 @@
-"""Hashes and fingerprints: a file's sha256, a config's, a short tag for a name, and the stat that says
-a file is unchanged since it was hashed.
-"""
+"""Hashes and fingerprints, and the stat that says a file is unchanged since it was hashed."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ def json_default(o: Any) -> Any:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, hex."""
     with open(path, "rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
@@ -45,8 +42,7 @@ def short_tag(text: str, n: int) -> str:
 
 def stat_key(path: str | os.PathLike) -> list[int]:
     """Size, mtime, ctime and inode: any write changes the ctime, so an edit that restores the mtime
-    still changes the key.
-    """
+    still changes the key."""
     st = os.stat(path)
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 

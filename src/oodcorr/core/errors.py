@@ -1,8 +1,4 @@
-"""The errors a user sees, in one place (the lowest layer: every module may raise them).
-
-Each message names the key, file or line and what to do. Errors that belong to one job
-(``EvaluationRefused``, ``NonFiniteLoss``, ``FolderInUse``, ``LockMismatch``...) stay beside it.
-"""
+"""The errors a user sees, in one place; errors that belong to one job stay beside it."""
 
 from __future__ import annotations
 
@@ -20,25 +16,20 @@ class ResultError(ValueError):
 
 
 class StaleResult(RuntimeError):
-    """A result on disk that no longer matches what it lists or was made from, which Snakemake
-    would not rebuild by itself; the message names it and the command that rebuilds it."""
+    """A result on disk that no longer matches what it was made from, which Snakemake would not rebuild."""
 
 
 class WriteFailed(RuntimeError):
-    """A write the file system stopped (an I/O error, a read-only file system, a folder this user
-    cannot write, or no room: :class:`DiskFull`); nothing half-written is kept. The message names the
-    file, the folder, its file system and what to do (:func:`oodcorr.core.filesystems.write_failed`)."""
+    """A write the file system stopped; nothing half-written is kept (:func:`oodcorr.core.filesystems.write_failed`)."""
 
 
 class DiskFull(WriteFailed):
     """A write stopped, or refused before it started, by a full file system or a used-up quota
-    (ENOSPC, EDQUOT, EFBIG); nothing half-written is kept. The message names the folder, the bytes
-    the write needed, what is free there and what can be deleted (:func:`oodcorr.core.filesystems.disk_full`)."""
+    (:func:`oodcorr.core.filesystems.disk_full`)."""
 
 
 def did_you_mean(name: str, candidates, n: int = 3, lead: str = "; ") -> str:
-    """``lead`` and ``"did you mean 'x'?"`` (up to ``n`` close names among ``candidates``, as a typo's
-    likely intent), or ``""`` when none is close: the tail of a message that names an unknown name."""
+    """``lead`` and ``"did you mean 'x'?"`` (up to ``n`` close names among ``candidates``), or ``""``."""
     import difflib
 
     near = difflib.get_close_matches(str(name), [str(c) for c in candidates], n=n)

@@ -1,6 +1,4 @@
-"""The file systems results are written to: the room they have, and what stopped a write, in a
-sentence that names the file, the folder and what to do (:func:`write_failed`, :func:`disk_full`).
-"""
+"""The room a file system has, and what stopped a write, in a sentence naming the folder and what to do."""
 
 from __future__ import annotations
 
@@ -48,15 +46,20 @@ LEFTOVERS = (
 DELETABLE_WALK_LIMIT = 20_000
 
 
-def _disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+def _chain(exc: BaseException | None):
+    """``exc`` and its causes (or contexts), each once."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _disk_full_errno(exc: BaseException | None, folder: str | os.PathLike | None = None) -> int | None:
     """Which of ENOSPC, EDQUOT and EFBIG stopped a write, from ``exc`` or its causes (an errno, or
     a library's words for it); None when none did. With ``folder``, torch's errno-less write error counts
-    as ENOSPC when less than 1 MiB is free there.
-    """
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
+    as ENOSPC when less than 1 MiB is free there."""
+    for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
             return e.errno
         text = str(e).lower().replace(" ", "").replace("_", "")
@@ -67,7 +70,6 @@ def _disk_full_errno(exc: BaseException, folder: str | os.PathLike | None = None
             free = _free_bytes(folder)
             if free is not None and free < 1 << 20:
                 return errno.ENOSPC
-        e = e.__cause__ or e.__context__
     return None
 
 
@@ -77,9 +79,7 @@ def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) ->
 
 @dataclass(frozen=True)
 class Room:
-    """What a file system has left for this user: bytes and inodes free, inodes in all (0: not
-    counted), and its device number.
-    """
+    """What a file system has left for this user; ``inodes`` 0: not counted."""
 
     free: int
     inodes_free: int
@@ -168,8 +168,7 @@ def _leftover(root: Path, parent: Path, name: str) -> str | None:
 
 def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`),
-    largest first; the walk looks at no more than :data:`DELETABLE_WALK_LIMIT` entries.
-    """
+    largest first; the walk looks at no more than :data:`DELETABLE_WALK_LIMIT` entries."""
     root = _experiment_folder(Path(folder))
     budget = [DELETABLE_WALK_LIMIT]
     found: list[tuple[int, Path, str]] = []
@@ -200,7 +199,7 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
 
 def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
     """What stopped a write into ``folder``: ``quota``, ``too large``, ``inodes`` or ``space``."""
-    code = _disk_full_errno(cause, folder) if cause is not None else None
+    code = _disk_full_errno(cause, folder)
     if code == errno.EDQUOT:
         return "quota"
     if code == errno.EFBIG:
@@ -228,9 +227,8 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit, told apart by :func:`_full_kind`: the folder, the
-    bytes needed, the command that shows the limit, what can be deleted, that nothing half-written is kept.
-    """
+    """The sentence for a write that does not fit (:func:`_full_kind`): the folder, the bytes needed,
+    the command that shows the limit, what can be deleted."""
     folder = Path(folder)
     kind = _full_kind(cause, folder)
     free = _free_bytes(folder)
@@ -285,25 +283,17 @@ def disk_full(
     )
 
 
-def write_errno(exc: BaseException, folder: str | os.PathLike | None = None) -> int | None:
+def write_errno(exc: BaseException | None, folder: str | os.PathLike | None = None) -> int | None:
     """The errno that stopped a write (a full disk's, else one of :data:`WRITE_ERRNOS`), or None."""
     code = _disk_full_errno(exc, folder)
     if code is not None:
         return code
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, OSError) and e.errno in WRITE_ERRNOS:
-            return e.errno
-        e = e.__cause__ or e.__context__
-    return None
+    return next((e.errno for e in _chain(exc) if isinstance(e, OSError) and e.errno in WRITE_ERRNOS), None)
 
 
 def probe_write(folder: str | os.PathLike) -> int | None:
     """Write and fsync a byte into a new file in ``folder`` and delete it: None if that works, else
-    the errno (for a library that lost it).
-    """
+    the errno (for a library that lost it)."""
     where = _existing(folder)
     name = where / f".oodcorr-probe-{os.getpid()}"
     try:
@@ -368,12 +358,10 @@ def write_failed(
     code: int | None = None,
 ) -> WriteFailed:
     """The error for a write of ``what`` into ``folder`` that the file system stopped: :class:`DiskFull`
-    for want of room, else :class:`WriteFailed` naming the folder, its file system and what to do.
-    ``code``: the errno when ``cause`` lacks it (:func:`probe_write`).
-    """
+    for want of room, else :class:`WriteFailed`. ``code``: the errno when ``cause`` lacks it (:func:`probe_write`)."""
     folder = Path(folder)
-    code = code if code is not None else (write_errno(cause, folder) if cause is not None else None)
-    if code in DISK_FULL_ERRNOS or (code is None and cause is not None and is_disk_full(cause, folder)):
+    code = code if code is not None else write_errno(cause, folder)
+    if code in DISK_FULL_ERRNOS:
         return DiskFull(disk_full(folder, what, needed=needed, written=written, cause=cause))
     fs = file_system(folder)
     library = cause is not None and not isinstance(cause, OSError)  # a library's words: said as they are

@@ -1,10 +1,8 @@
 """GGUF files (llama.cpp's one-file model format): the header read and checked before anything loads it.
 
 The gguf package and transformers take the header's counts as given and spend memory on them, so
-rule ``convert_gguf`` reads it here first (stdlib, without the tensors) and refuses, naming the file,
-one that is not GGUF version 2 or 3, claims more than the file holds or is cut short, holds metadata
-beyond :data:`MAX_METADATA_BYTES` / :data:`MAX_METADATA_ITEMS` / :data:`MAX_STRING_BYTES`, names an
-architecture transformers does not read from GGUF, or a tensor of an unknown type or impossible size.
+rule ``convert_gguf`` reads it here first (stdlib, without the tensors) and refuses a file that claims
+more than it holds, is cut short, or goes beyond the limits below.
 
 The format (ggml's docs/gguf.md), little-endian: the magic ``GGUF``, a uint32 version, uint64 tensor
 and key counts; each key (uint64 length, UTF-8), a uint32 value type and the value (an array: uint32
@@ -15,8 +13,10 @@ type and a uint64 offset into the data, which starts at the next multiple of ``g
 
 from __future__ import annotations
 
+import math
 import mmap
 import struct
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,10 +127,7 @@ class GGUFHeader:
     @property
     def tensor_types(self) -> dict[str, int]:
         """GGML type name -> number of tensors of that type."""
-        out: dict[str, int] = {}
-        for t in self.tensors:
-            out[t.type] = out.get(t.type, 0) + 1
-        return out
+        return dict(Counter(t.type for t in self.tensors))
 
 
 class _Cursor:
@@ -195,7 +192,7 @@ def _value(cur: _Cursor, kind: int, key: str, depth: int, budget: list[int]):
 
 def read_header(path: str | Path) -> GGUFHeader:
     """The header of a GGUF file, checked as the module docstring says; a :class:`GGUFError` naming
-    the file otherwise. The file is memory-mapped and only its header is read."""
+    the file otherwise."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -203,10 +200,9 @@ def read_header(path: str | Path) -> GGUFHeader:
     except OSError as e:
         raise GGUFError(f"{path}: cannot be read ({e.strerror or e})") from None
     with fh:
+        if fh.read(4) != MAGIC:
+            raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
         if size < 24:
-            head = fh.read(4)
-            if head != MAGIC:
-                raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
             raise GGUFError(f"{path}: {size} bytes, too short for a GGUF header (24); cut short: copy it again")
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             return _parse(buf, path, size)
@@ -214,8 +210,6 @@ def read_header(path: str | Path) -> GGUFHeader:
 
 def _parse(buf, path: Path, size: int) -> GGUFHeader:
     cur = _Cursor(buf, path, size)
-    if bytes(buf[:4]) != MAGIC:
-        raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
     cur.pos = 4
     version = cur.unpack("<I", 4, "the version")
     if version not in VERSIONS:
@@ -278,9 +272,7 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         if code not in GGML_TYPES:
             raise GGUFError(f"{path}: tensor {name!r} has ggml type {code}, which no GGUF reader knows")
         kind, block, per_block = GGML_TYPES[code]
-        count = 1
-        for d in shape:
-            count *= d
+        count = math.prod(shape)
         if count % block or (shape and shape[0] % block):
             raise GGUFError(
                 f"{path}: tensor {name!r} of shape {list(shape)} does not divide into blocks of {block} ({kind})"

@@ -23,20 +23,8 @@ BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def missing_tensors(h: GGUFHeader) -> str | None:
-    """Whether the file holds every tensor its architecture needs, at the right shapes: None, or what
-    is wrong, in a sentence naming the file. A tensor left out is not an error to a loader: transformers
-    starts it from random values and says so in a log line only. Checked from the header alone:
-
-    * the token embeddings (``token_embd.weight``, every architecture's), as wide as
-      ``<arch>.embedding_length`` and with a row for every token of the file's tokenizer (a
-      tokenizer larger than the embeddings gives ids past them), and ``output.weight``, where there
-      is one, of their shape;
-    * ``blk.0`` to ``blk.<n-1>`` for ``<arch>.block_count`` = n, no others;
-    * for :data:`UNIFORM_BLOCKS`, every block holds the tensors the others hold, at their shapes;
-    * for :data:`LLAMA_LIKE`, each block's :data:`LLAMA_BLOCK` tensors and :data:`LLAMA_TOP`, each at the
-      shape the metadata gives (:func:`_llama_shapes`: the embedding length, the head counts, the
-      feed-forward length), and ``<arch>.vocab_size`` rows of token embeddings (every architecture): a
-      shape that contradicts the metadata stops transformers' load after the whole conversion."""
+    """Whether the file holds every tensor its architecture needs, at the shapes its metadata gives
+    (:func:`_llama_shapes`), from the header alone: None, or what is wrong, in a sentence naming the file."""
     path, arch = h.path, h.architecture
     names = {t.name: t for t in h.tensors}
     damaged = "the file is incomplete or damaged; download or convert it again"
@@ -112,10 +100,7 @@ def _count(h: GGUFHeader, key: str) -> int | None:
 
 def _llama_shapes(h: GGUFHeader) -> dict[str, tuple[tuple[int, ...], str]]:
     """Each :data:`LLAMA_LIKE` block tensor's shape as the metadata gives it (ggml's order: the input
-    first), with why: the embedding length, the head counts (a head as long as transformers reads it:
-    ``attention.key_length``, else for llama and mistral ``rope.dimension_count``, else the embedding
-    length over the heads) and the feed-forward length; a tensor whose numbers are absent (or per-layer
-    arrays) is not in it."""
+    first), with why; a tensor whose numbers are absent (or per-layer arrays) is not in it."""
     a = h.architecture
     embd, heads, ff = (
         _count(h, f"{a}.{k}") for k in ("embedding_length", "attention.head_count", "feed_forward_length")

@@ -1,10 +1,8 @@
 """Give every running GPU job its own device(s) on a machine with several GPUs.
 
 Snakemake's ``--resources gpu=K`` bounds how many GPU jobs run, but assigns no device ids: every job
-would use GPU 0. Each job claims ids from a pool of ``flock`` lock files, one per visible device
-(``CUDA_VISIBLE_DEVICES``, else ``nvidia-smi``), and narrows ``CUDA_VISIBLE_DEVICES`` before CUDA
-starts; the kernel drops a claim when the job dies. The pool is per user and per SLURM job;
-``OODCORR_GPU_LOCK_DIR`` overrides it.
+would use GPU 0. Each job claims ids from a pool of ``flock`` lock files, one per visible device, and
+narrows ``CUDA_VISIBLE_DEVICES`` before CUDA starts; the kernel drops a claim when the job dies.
 """
 
 from __future__ import annotations
@@ -102,18 +100,15 @@ def _try_lock(path: Path) -> int | None:
         if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
             return None
         raise
-    # who holds it, for people looking at the folder (the lock itself is what counts); written only
-    # once the lock is held, into a regular file of its own (open_lock_file)
+    # who holds it, for people looking at the folder (the lock itself is what counts)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
     return fd
 
 
 def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
-    """The folder of the GPU locks must be a real folder (not a link) and, unless it was named to be
-    shared (``OODCORR_GPU_LOCK_DIR``), this user's own and writable by nobody else: the default is in
-    the shared ``/tmp`` under a name anyone can guess, so another user could create it first and
-    fill it with links or hold every device's lock."""
+    """The folder of the GPU locks must be a real folder and, unless named to be shared, this user's own
+    and writable by nobody else: the default is in the shared ``/tmp`` under a name anyone can guess."""
     st = os.lstat(lock_dir)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeLockFile(
@@ -138,8 +133,7 @@ def claim_devices(
     shared: bool | None = None,
 ) -> Claim:
     """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
-    Unless ``shared``, the lock folder must be this user's own folder.
-    """
+    Unless ``shared``, the lock folder must be this user's own folder."""
     devices = visible_devices() if devices is None else list(devices)
     if n < 1:
         raise ValueError(f"claim: n must be at least 1, got {n}")
@@ -180,8 +174,7 @@ _HELD: list[Claim] = []
 
 def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     """Claim ``n`` devices for the rest of this process and narrow ``CUDA_VISIBLE_DEVICES`` to them
-    (call before CUDA starts); [] when no device is visible.
-    """
+    (call before CUDA starts); [] when no device is visible."""
     env = os.environ if env is None else env
     held = [d for c in _HELD for d in c.devices]
     if len(held) >= n:  # asked again in the same process: what it holds already

@@ -1,7 +1,5 @@
-"""Reading the files people give: every text file goes through :func:`read_bytes` and
-:func:`_decode_text` (compression known by its first bytes, a byte-order mark decides the encoding,
-any other encoding declared), JSON read with a key named twice refused; a file none of these fit is
-refused naming its line and byte and the setting that fixes it.
+"""Reading the files people give: compression known by its first bytes, a byte-order mark decides
+the encoding (else the one declared, else UTF-8), JSON with a key named twice refused.
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DataError, ResultError
+
+_FIX = "set `encoding: {encoding}` on the dataset entry"  # how a user declares an encoding
 
 
 class DuplicateKey(ValueError):
@@ -42,12 +42,8 @@ def loads_json(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
-def read_jsonl(
-    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
-) -> list[dict]:
-    """A JSONL file's records (compressed or not: :func:`read_text`), each with ``_line``; a bad line is
-    a DataError naming file and line.
-    """
+def read_jsonl(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> list[dict]:
+    """A JSONL file's records (:func:`read_text`), each with ``_line``; a bad line is a DataError naming it."""
     path = Path(path)
     text = read_text(path, encoding, fix)
     out = []
@@ -72,8 +68,7 @@ def read_jsonl(
 
 def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
     """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``
-    it is and ``fix``.
-    """
+    it is and ``fix``."""
     path = Path(path)
     try:
         return loads_json(path.read_text(encoding="utf-8"))
@@ -163,15 +158,9 @@ def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
     )
 
 
-def _decode_text(
-    raw: bytes,
-    path: str | os.PathLike,
-    encoding: str | None = None,
-    fix: str = "set `encoding: {encoding}` on the dataset entry",
-) -> str:
+def _decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None, fix: str) -> str:
     """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8; text
-    not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``).
-    """
+    not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``)."""
     path = Path(path)
     bom = next(((m, c) for m, c in BOMS if raw.startswith(m)), None)
     if encoding:
@@ -214,17 +203,14 @@ def _decode_text(
     return text
 
 
-def read_text(
-    path: str | os.PathLike, encoding: str | None = None, fix: str = "set `encoding: {encoding}` on the dataset entry"
-) -> str:
+def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> str:
     """:func:`read_bytes` then :func:`_decode_text`."""
     return _decode_text(read_bytes(path), path, encoding, fix)
 
 
 def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:
     """A sentence when a ``.csv``'s header holds tabs and no comma (or a ``.tsv``'s commas and no
-    tab); else None. ``fix``: another way out than renaming (``{fmt}``: the format it looks like).
-    """
+    tab); else None. ``fix``: another way out than renaming (``{fmt}``: the format it looks like)."""
     first = next(iter(text.splitlines()), "")
     other, name, want = ("\t", "tab", ".tsv") if sep == "," else (",", "comma", ".csv")
     if sep not in first and other in first and len(first.split(other)) > 1:

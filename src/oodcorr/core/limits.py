@@ -2,10 +2,9 @@
 
 PyYAML builds aliases (``*name``) as shared objects, so a few lines can stand for a billion values
 that every reader then expands, and a config nested thousands deep makes every recursive reader
-fail with a RecursionError. :func:`load_yaml_checked` refuses such a file from its parser events
-(nothing built); :func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile``
-itself). Each refusal names the key (or file and line) and what to do. The limits are far above a
-real config (``config/paper.yaml``: about 400 values nested 7 deep).
+fail with a RecursionError. :func:`load_yaml_checked` refuses such a file from its parser events;
+:func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself). The limits
+are far above a real config (``config/paper.yaml``: about 400 values nested 7 deep).
 """
 
 from __future__ import annotations
@@ -22,12 +21,6 @@ MAX_NODES = 100_000  # values (scalars, mappings, lists, keys), aliases counted 
 MAX_DEPTH = 32  # mappings and lists inside each other
 MAX_YAML_BYTES = 16 * 2**20  # a YAML file oodcorr reads
 
-WHAT_TO_DO = {
-    "nodes": "remove the aliases (*name) that repeat this block, or write the values out once",
-    "depth": "flatten it",
-    "cycle": "remove the alias, which makes the block contain itself",
-}
-
 
 class TooLarge(ConfigError):
     """A YAML file or config beyond a size budget; ``parts``: the key path of the block (None: file and line)."""
@@ -41,27 +34,27 @@ def _nodes_message(n: int | None, limit: int) -> str:
     got = f"{n:,} values" if n is not None else f"more than {limit:,} values"
     return (
         f"holds {got} once its YAML aliases are expanded (each *alias counts as the block it repeats); "
-        f"oodcorr reads at most {limit:,} values in one file or config: {WHAT_TO_DO['nodes']}"
+        f"oodcorr reads at most {limit:,} values in one file or config: remove the aliases (*name) that repeat "
+        "this block, or write the values out once"
     )
 
 
 def _depth_message(depth: int | None, limit: int) -> str:
     got = f"{depth:,} levels deep" if depth is not None else f"more than {limit} levels deep"
-    return (
-        f"is nested {got}; oodcorr reads at most {limit} levels of mappings and lists inside each "
-        f"other: {WHAT_TO_DO['depth']}"
-    )
+    return f"is nested {got}; oodcorr reads at most {limit} levels of mappings and lists inside each other: flatten it"
 
 
-CYCLE_MESSAGE = f"holds a YAML alias to a block that contains it (a value that holds itself); {WHAT_TO_DO['cycle']}"
+CYCLE_MESSAGE = (
+    "holds a YAML alias to a block that contains it (a value that holds itself); remove the alias, which makes "
+    "the block contain itself"
+)
 
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
 def _scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
     """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
     ``max_nodes`` values with aliases expanded, nests deeper than ``max_depth``, or holds an alias to a
-    block that contains it. Invalid YAML is left to ``yaml.safe_load``.
-    """
+    block that contains it. Invalid YAML is left to ``yaml.safe_load``."""
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height) of the block it names
     open_anchors: set[str] = set()
     stack: list[list] = []  # one frame per open mapping or list: [anchor, values before it, height]
@@ -138,8 +131,7 @@ def _children(obj) -> list:
 
 def _measure(root, max_nodes: int) -> dict[int, tuple[int, int]]:
     """(values, height) of every mapping and list under ``root`` by ``id``, shared ones counted as often
-    as used, values saturating above ``max_nodes``; iterative. :class:`TooLarge` for a value that holds itself.
-    """
+    as used, values saturating above ``max_nodes``; iterative. :class:`TooLarge` for a value that holds itself."""
     memo: dict[int, tuple[int, int]] = {}
     on_path: set[int] = set()
     parts: list = []
@@ -198,8 +190,7 @@ def key_path(parts: list, root: Any = None) -> str:
 
 def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
     """Raise :class:`TooLarge` naming the key if ``root`` holds more than ``max_nodes`` values (shared
-    blocks counted as often as used), nests deeper than ``max_depth``, or holds itself.
-    """
+    blocks counted as often as used), nests deeper than ``max_depth``, or holds itself."""
     if not isinstance(root, (dict, list, tuple)):
         return
     try:

@@ -1,9 +1,8 @@
 """Where an experiment's lock is taken, recorded in the experiment folder (``.lock-places/``).
 
-With ``OODCORR_LOCK_DIR`` set the lock is taken in that folder, not in the experiment folder; two
-shells that disagree about the variable would each hold a lock of their own. So every place used is
-recorded, and a run takes the lock in every recorded place (:func:`oodcorr.core.locks.hold`). A lock
-folder of another host cannot be proved free from here: such a run is refused, naming the record.
+With ``OODCORR_LOCK_DIR`` set the lock is taken in that folder; two shells that disagree about the
+variable would each hold a lock of their own. So every place used is recorded, and a run takes the
+lock in every recorded place (:func:`oodcorr.core.locks.hold`).
 """
 
 from __future__ import annotations
@@ -25,15 +24,12 @@ LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # as oodcorr.core.locks names it
 
 @dataclass(frozen=True)
 class Place:
-    """A place a folder's lock was taken in: the lock folder (None: the folder itself), the host, the record."""
-
-    lock_dir: str | None
+    lock_dir: str | None  # None: the folder itself
     host: str
     record: Path
 
 
 def lock_dir() -> str | None:
-    """This process's lock folder (:data:`LOCK_DIR_ENV`, resolved), None when unset."""
     elsewhere = os.environ.get(LOCK_DIR_ENV)
     return str(Path(elsewhere).expanduser().resolve()) if elsewhere else None
 
@@ -80,7 +76,6 @@ def recorded(folder: Path, kind_file: str) -> tuple[list[Place], list[str]]:
 
 
 def describe(where: str | None) -> str:
-    """A place, for a sentence."""
     return f"the folder itself ({LOCK_DIR_ENV} unset)" if where is None else f"{LOCK_DIR_ENV}={where}"
 
 

@@ -1,12 +1,9 @@
 """One writer per folder: an exclusive ``flock`` that the kernel releases when its holder dies.
 
-Snakemake's own lock (``.snakemake/locks``) keeps out a second Snakemake of the same working
-folder only, and a killed run leaves it behind; these locks live in the folder they guard (a run
-folder, the experiment folder, the published folder), so every checkout and every process that
-writes it shares them, and they never go stale. A second writer stops at once with a message
-naming the holder (the lock file records its PID, host, start and SLURM job). Where the file system
-refuses ``flock``, :data:`LOCK_DIR_ENV` moves the locks to a local folder (this host only), each
-place recorded (:mod:`oodcorr.core.lock_places`) so that two shells that disagree never both write.
+Snakemake's lock keeps out a second Snakemake of the same working folder only, and a killed run
+leaves it behind; these locks live in the folder they guard, so every checkout shares them and they
+never go stale. Where the file system refuses ``flock``, :data:`LOCK_DIR_ENV` moves them to a local
+folder, each place recorded (:mod:`oodcorr.core.lock_places`).
 """
 
 from __future__ import annotations
@@ -37,8 +34,6 @@ REFUSED_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.
 
 @dataclass(frozen=True)
 class LockKind:
-    """What a lock guards, for its file name and the message a second writer gets."""
-
     file: str  # the lock file's name in the folder it guards
     folder: str  # what the folder is, for the message ("run folder")
     holder: str  # who holds it ("another finetune")
@@ -88,7 +83,6 @@ class UnsafeLockFile(FolderInUse):
 class HeldLock:
     path: Path
     fd: int
-    depth: int = 1
     others: tuple[int, ...] = ()  # the lock held in the other places recorded for the folder (lock_places)
 
 
@@ -133,9 +127,7 @@ def _alive_here(info: dict) -> bool | None:
 
 
 def local_holders(fd: int) -> list[int]:
-    """The PIDs on this host that hold an ``flock`` on the file open as ``fd`` (``/proc/locks``;
-    a lock held from another host is not listed).
-    """
+    """The PIDs on this host that hold an ``flock`` on the file open as ``fd`` (``/proc/locks``)."""
     try:
         st = os.fstat(fd)
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:
@@ -152,13 +144,9 @@ def local_holders(fd: int) -> list[int]:
     return sorted(set(out) - {os.getpid()})
 
 
-def _refusal(
-    folder: Path, path: Path, info: dict | None, local: list[int] | None = None, kind: LockKind | None = None
-) -> str:
-    kind = kind or FINETUNE
+def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind: LockKind) -> str:
     head = f"{kind.folder} {folder} is in use by {kind.holder} (it holds {path})"
     here = socket.gethostname()
-    local = list(local or [])
     named_here = info is not None and info.get("host") == here
     if local and not (named_here and str(info.get("pid")) in map(str, local)):
         # a live process of this host holds it, whatever the file says (it names an earlier holder,
@@ -207,10 +195,8 @@ def _refusal(
 
 
 def open_lock_file(path: str | os.PathLike) -> int:
-    """A lock file opened read-write, created if missing, never through a link (``O_NOFOLLOW``, not
-    truncated); anything but a regular file with one name is :class:`UnsafeLockFile`, since the holder's
-    details are written into it.
-    """
+    """A lock file opened read-write, created if missing, never through a link; anything but a regular
+    file with one name is :class:`UnsafeLockFile`, since the holder's details are written into it."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
@@ -244,9 +230,7 @@ def open_lock_file(path: str | os.PathLike) -> int:
 
 
 def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
-    """Where ``folder``'s lock of ``kind`` is taken: in the folder (resolved), or in :data:`LOCK_DIR_ENV`
-    under the folder's name and a hash of its path.
-    """
+    """Where ``folder``'s lock of ``kind`` is taken: in the folder, or in :data:`LOCK_DIR_ENV`."""
     return _lock_in(folder, kind, lock_places.lock_dir())
 
 
@@ -290,8 +274,7 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
 
 def _drop_copied_name(path: Path) -> None:
     """A lock file with another name too (its folder copied with ``cp -al``) that no run holds: this
-    name of it goes (the ``flock`` taken meanwhile proves none holds it), so the lock is made anew here
-    and the other folder keeps its own. One held is left, and :func:`open_lock_file` refuses it."""
+    name of it goes, so the lock is made anew here. One held is left, and :func:`open_lock_file` refuses it."""
     try:
         st = os.lstat(path)
     except OSError:
@@ -334,36 +317,20 @@ def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST, errno.ENOTDIR):
             raise
-        raise _lock_dir_unusable(folder, path, kind, e) from None
-
-
-def _lock_dir_unusable(folder: Path, path: Path, kind: LockKind, e: OSError) -> LockDirUnusable:
-    return LockDirUnusable(lock_places.unusable(f"{kind.folder} {folder}", path.parent, e))
-
-
-def _key(folder: Path, kind: LockKind) -> str:
-    return str(lock_path(folder, kind))
+        raise LockDirUnusable(lock_places.unusable(f"{kind.folder} {folder}", path.parent, e)) from None
 
 
 @contextlib.contextmanager
 def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | None = None) -> Iterator[HeldLock]:
-    """Hold ``folder``'s lock for the ``with`` block; :class:`FolderInUse` at once if another has it.
-    Re-entrant within a process; ``extra`` is added to the holder's details.
-    """
-    folder = Path(folder)
-    held = _HELD.get(_key(folder, kind))
-    if held is not None:
-        held.depth += 1
-        try:
-            yield held
-        finally:
-            held.depth -= 1
-        return
-    held = _take(folder, kind, extra)
+    """Hold ``folder``'s lock for the ``with`` block (re-entrant within a process); :class:`FolderInUse`
+    at once if another has it. ``extra`` is added to the holder's details."""
+    taken_here = str(lock_path(folder, kind)) not in _HELD
+    held = acquire(folder, kind, extra)
     try:
         yield held
     finally:
-        release(held)
+        if taken_here:
+            release(held)
 
 
 def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
@@ -400,8 +367,7 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
 
 def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
     """Take the lock in this run's place (``own``) and in every other recorded place, in path order;
-    return the other places' descriptors. Recording before listing makes the first place both want decide.
-    """
+    return the other places' descriptors. Recording before listing makes the first place both want decide."""
     lock_places.record(folder, kind.file)
     places, damaged = lock_places.recorded(folder, kind.file)
     if damaged:
@@ -450,19 +416,16 @@ def release(held: HeldLock) -> None:
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
-    """Take ``folder``'s lock until :func:`release` or the end of the process; :class:`FolderInUse` at
-    once if another has it.
-    """
-    folder = Path(folder)
-    held = _HELD.get(_key(folder, kind))
-    return held if held is not None else _take(folder, kind, extra)
+    """Take ``folder``'s lock until :func:`release` or the end of the process (the one held if this
+    process holds it); :class:`FolderInUse` at once if another has it."""
+    held = _HELD.get(str(lock_path(folder, kind)))
+    return held if held is not None else _take(Path(folder), kind, extra)
 
 
 def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
     """Raise :class:`FolderInUse` if another process holds ``folder``'s lock; creates nothing."""
-    folder = Path(folder)
     lock = lock_path(folder, kind)
-    if _key(folder, kind) in _HELD or not (lock.exists() or lock.is_symlink()):
+    if str(lock) in _HELD or not (lock.exists() or lock.is_symlink()):
         return
     with hold(folder, kind):
         pass

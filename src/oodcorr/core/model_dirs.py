@@ -16,7 +16,7 @@ from .model_entry import ModelEntry
 
 
 def _package_path(model_entry: ModelEntry) -> Path:
-    """The folder or file ``<package>/<sub/path>`` inside an installed Python package (nothing is imported)."""
+    """The folder or file ``<package>/<sub/path>`` inside an installed Python package (nothing imported)."""
     pkg, _, sub = model_entry.package.partition("/")
     found = importlib.util.find_spec(pkg)
     if found is None or not found.submodule_search_locations:
@@ -31,7 +31,6 @@ def _package_path(model_entry: ModelEntry) -> Path:
 
 
 def package_dir(model_entry: ModelEntry) -> Path:
-    """The model folder ``<package>/<sub/folder>`` inside an installed Python package."""
     d = _package_path(model_entry)
     if not d.is_dir():
         raise ConfigError(f"{model_entry.where}.package: {d} is not a folder (a model folder, or a .gguf file)")
@@ -39,7 +38,6 @@ def package_dir(model_entry: ModelEntry) -> Path:
 
 
 def gguf_file(model_entry: ModelEntry) -> Path:
-    """The GGUF file a model entry names; a ConfigError naming the key when it is not a file."""
     if model_entry.package:
         p = _package_path(model_entry)
         key = "package"
@@ -79,8 +77,7 @@ SAFETENSORS_BITS = {
 
 def safetensors_header(path: str | Path) -> dict:
     """The JSON header of a safetensors file, read without the tensors; one that is cut short, junk
-    or inconsistent (lengths, names, dtypes, gaps) is a ValueError saying what is wrong.
-    """
+    or inconsistent is a ValueError saying what is wrong."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -137,23 +134,18 @@ def safetensors_header(path: str | Path) -> dict:
 
 
 def _tensor_bytes(meta: dict) -> int | None:
-    """The bytes a safetensors tensor (its header entry) holds by its dtype and shape; None when
-    either is not one the format defines."""
+    """The bytes a safetensors tensor holds by its dtype and shape; None when either is not the format's."""
     bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
     shape = meta.get("shape")
     if bits is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
         return None
-    count = 1
-    for d in shape:
-        count *= d
+    count = math.prod(shape)
     return None if count * bits % 8 else count * bits // 8
 
 
 def check_local_weights(src: str, model_entry: ModelEntry) -> None:
-    """A local model folder loads under the safety defaults: config.json, safetensors unless
-    ``allow_pickle_weights``, no remote code unless ``trust_remote_code``; a hub id passes. Every
-    safetensors file must be one (its header read, :func:`safetensors_header`) and config.json JSON:
-    the job would otherwise stop with the loader's traceback."""
+    """A local model folder loads under the safety defaults (safetensors unless ``allow_pickle_weights``,
+    no remote code unless ``trust_remote_code``) and is whole; a hub id passes."""
     p = Path(src)
     if not p.exists():
         return  # a hub id: from_pretrained's use_safetensors enforces the format
@@ -204,9 +196,7 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
 
 
 def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    """A :class:`ConfigError` naming the shards a sharded model's index names that are not in the folder
-    (a loader would stop with a traceback, or start their weights from random values).
-    """
+    """A :class:`ConfigError` naming the shards a sharded model's index names that are not in the folder."""
     names = ["model.safetensors.index.json"]
     if model_entry.allow_pickle_weights:
         names.append("pytorch_model.bin.index.json")
@@ -229,8 +219,7 @@ SHARD_NAME = re.compile(r"^(?P<stem>.+)-(?P<i>\d+)-of-(?P<n>\d+)\.safetensors$")
 
 
 def _read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
-    """A shard index's ``weight_map`` (tensor -> shard file), read with each key once; a
-    :class:`ConfigError` naming the file otherwise."""
+    """A shard index's ``weight_map`` (tensor -> shard file); a :class:`ConfigError` naming the file otherwise."""
     try:
         doc = loads_json(index.read_text(encoding="utf-8"))
         wm = doc["weight_map"]
@@ -249,10 +238,8 @@ def _read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
 
 
 def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
-    """A :class:`ConfigError` unless a sharded model is whole: its index names what its shards hold, tensor
-    for tensor, every ``<stem>-<i>-of-<n>`` shard is there, and its totals add up (else those weights
-    would load from random values, said in a log line only).
-    """
+    """A :class:`ConfigError` unless a sharded model is whole: its index names what its shards hold, every
+    shard is there, and its totals add up (else weights would load from random values, said in a log only)."""
     index = folder / INDEX
     wm = _read_weight_map(index, model_entry)
     where = f"{model_entry.where}: {index}"
@@ -309,8 +296,7 @@ def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str,
 
 
 def tokenizer_max_id(path: str | Path) -> int | None:
-    """The largest token id a ``tokenizer.json`` (the tokenizers library's file) can give: its
-    model's vocabulary and its added tokens; None when it names none."""
+    """The largest token id a ``tokenizer.json`` can give (its vocabulary and added tokens); None when none."""
     doc = loads_json(Path(path).read_text(encoding="utf-8"))
     ids = []
     model = doc.get("model") if isinstance(doc, dict) else None
@@ -326,8 +312,7 @@ def tokenizer_max_id(path: str | Path) -> int | None:
 
 
 def _embedding_rows(folder: str | Path) -> int | None:
-    """The rows of a model's input embeddings by its ``config.json`` (``vocab_size``, or its text
-    model's); None where it does not say."""
+    """The rows of a model's input embeddings by its ``config.json``; None where it does not say."""
     try:
         cfg = loads_json((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -340,8 +325,7 @@ def _embedding_rows(folder: str | Path) -> int | None:
 
 
 def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
-    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``
-    (an id of ``max_id`` needs ``max_id + 1`` rows), or None where they fit or either is unknown."""
+    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``, or None."""
     rows = _embedding_rows(folder)
     if rows is None or max_id is None or max_id < rows:
         return None
@@ -362,9 +346,7 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def model_files(directory: str | Path, allow_pickle_weights: bool = False) -> list[Path]:
-    """The files of a checkpoint directory that loading the model and its tokenizer reads: its
-    top-level files, without a Trainer's training state, hidden files, and (unless opted in)
-    pickle weights, which are never loaded."""
+    """The files of a checkpoint directory that loading the model and its tokenizer reads."""
     d = Path(directory)
     out = []
     for f in sorted(d.iterdir()):

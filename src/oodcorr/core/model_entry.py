@@ -1,7 +1,5 @@
-"""A model entry of the config, resolved once by planning: :class:`ModelEntry`, the typed object every
-later stage receives as ``model_entry``. It holds the keys that change results, at the schema's
-defaults; its dict form (:meth:`ModelEntry.params`) is what params and records hold, and a job turns
-it back once (:meth:`ModelEntry.from_params`), refusing a key it does not know.
+"""A model entry of the config, resolved once by planning: the typed object every later stage receives
+as ``model_entry``. Its dict form (:meth:`ModelEntry.params`) is what params and records hold.
 """
 
 from __future__ import annotations
@@ -21,45 +19,33 @@ GGUF_SUFFIX = ".gguf"
 
 @dataclass(frozen=True)
 class ModelEntry:
-    """One model entry of the config as planned (see the module docstring); read-only."""
+    """One model entry of the config as planned (its keys: config/schema.yaml); read-only."""
 
     name: str
-    method: str = "pattern"
-    """``pattern`` (prompt + one verbaliser token per label, causal LMs) or ``head`` (a
-    sequence-classification head)."""
+    method: str = "pattern"  # pattern (a verbaliser token per label, causal LMs) or head (a classification head)
 
     # -- where the weights come from: exactly one of tiny, hub, path, package, series (`source`)
-    tiny: dict | None = None
-    """A small model built and pretrained by the workflow: ``model_type`` and optionally
-    ``config``, ``vocab_size``, ``threads``, ``pretrain`` (schema: ``models.items.tiny``)."""
+    tiny: dict | None = None  # a small model built and pretrained by the workflow (schema: models.items.tiny)
     hub: str | None = None  # a Hugging Face model id
-    package: str | None = None
-    """``<package>/<folder>``: a model folder inside an installed Python package, or
-    ``<package>/<file>.gguf``, a GGUF file in one."""
+    package: str | None = None  # <package>/<folder> or <package>/<file>.gguf inside an installed package
     revision: str | None = None  # the hub model's commit or tag
     path: str | None = None  # a local save_pretrained folder, or a .gguf file
-    series: dict | None = None
-    """Existing checkpoints: ``hub`` (the repository of their revisions, when they are revisions)
-    and ``tokenizer``, the first checkpoint (``{"path"}`` or ``{"hub", "revision"}``)."""
+    series: dict | None = None  # existing checkpoints (schema: models.items.series)
 
     # -- how it is loaded
     dtype: str = "float32"  # float32 | bfloat16 | float16 | auto
     trust_remote_code: bool = False  # opt in to code shipped with the model
     allow_pickle_weights: bool = False  # opt in to .bin/.pt weights (unsafe pickle)
-    gguf_chat_template: bool = False
-    """A GGUF entry: keep the file's chat template in the converted tokenizer (dropped by default)."""
+    gguf_chat_template: bool = False  # keep a GGUF file's chat template in the converted tokenizer
 
     # -- what it is prompted with, and which resources it gets
-    prompt: dict | None = None
-    """The model's overrides of the global prompt, as the config gives them (the merged prompt is
-    :attr:`oodcorr.planning.units.ModelSpec.prompt`)."""
+    prompt: dict | None = None  # the model's overrides of the global prompt (merged: planning.units.ModelSpec)
     size_class: str | None = None  # a key of size_classes (its jobs' resources)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ModelEntry:
-        """The entry of a job's params (:meth:`params`' form). A key this class does not have
-        raises :class:`ConfigError` naming it: the job runs other code than the plan was made
-        with (an older or newer checkout), and planning again with this code fixes it."""
+        """The entry of a job's params (:meth:`params`' form); a key this class does not have is a
+        :class:`ConfigError`: the job runs other code than the plan was made with."""
         if not isinstance(params, Mapping):
             raise ConfigError(f"a model entry must be a mapping of its keys, got {type(params).__name__}")
         name = params.get("name")
@@ -76,9 +62,8 @@ class ModelEntry:
         return cls(**{k: canonical(v) for k, v in params.items()})
 
     def params(self) -> dict:
-        """The entry as Snakemake's params and the records hold it: every key given, with the
-        schema's defaults, keys sorted (nested mappings too); the optional keys left out are not
-        there. A new dict each time, sharing nothing with the entry."""
+        """The entry as Snakemake's params and the records hold it: the keys given, sorted (nested
+        mappings too); a new dict each time, sharing nothing with the entry."""
         given = {f.name: getattr(self, f.name) for f in fields(self)}
         return canonical({k: v for k, v in given.items() if v is not None})
 
@@ -86,7 +71,6 @@ class ModelEntry:
 
     @property
     def where(self) -> str:
-        """The entry in an error message: ``models[<name>]``."""
         return f"models[{self.name}]"
 
     @property
@@ -99,7 +83,6 @@ class ModelEntry:
 
     @property
     def is_tiny(self) -> bool:
-        """A small model the workflow builds (rule build_tiny_model)."""
         return self.source == "tiny"
 
     @property
@@ -109,8 +92,7 @@ class ModelEntry:
 
     @property
     def is_gguf(self) -> bool:
-        """Whether the entry names a GGUF file (``package:`` or ``path:`` ending in ``.gguf``),
-        read without touching the disk (planning decides on it): rule convert_gguf converts it once."""
+        """Whether the entry names a GGUF file, read without touching the disk: rule convert_gguf converts it."""
         where = self.package or self.path
         return bool(where) and str(where).lower().endswith(GGUF_SUFFIX)
 

@@ -1,7 +1,5 @@
-"""What made a result: the code that ran (:func:`code_provenance`: version, git commit and dirty flag,
-``"unknown"`` where there is no checkout) and the model libraries the jobs ran with
-(:func:`library_versions`, read from their metadata without importing them). Recorded beside results,
-never in a param or a digest: a new commit reruns nothing.
+"""What made a result: the code that ran and the model libraries the jobs ran with. Recorded beside
+results, never in a param or a digest: a new commit reruns nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
 
 
 def _git(*args: str) -> str | None:
-    """A read-only git command in the package's folder: its output, or None when git is missing, fails
-    or hangs. The caller's GIT_* settings are left out, so it reads the package's own checkout."""
+    """A read-only git command in the package's folder (the caller's GIT_* settings left out): its
+    output, or None when git is missing, fails or hangs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         res = subprocess.run(
@@ -58,8 +56,8 @@ def _git(*args: str) -> str | None:
 
 def _git_state() -> tuple[str, bool | str]:
     """(the commit, whether the tracked files differ from it) of the git checkout that the running
-    oodcorr package is a tracked part of; ``"unknown"`` for both when it is none (a tarball or wheel
-    install, even one inside another repository, such as a venv in a checkout), or git cannot say."""
+    package is a tracked part of; ``"unknown"`` for both when it is none (a wheel install, even one
+    inside another repository, such as a venv in a checkout), or git cannot say."""
     if _git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
         return UNKNOWN, UNKNOWN
     commit = (_git("rev-parse", "HEAD") or "").strip()
@@ -70,8 +68,7 @@ def _git_state() -> tuple[str, bool | str]:
 
 
 def code_provenance() -> dict:
-    """What code this process runs: ``oodcorr`` (the version), ``git_commit``, ``git_dirty`` (true,
-    false or ``"unknown"``), ``python``, ``snakemake`` (None where it is not installed)."""
+    """What code this process runs: the versions of oodcorr, Python and Snakemake, and the git state."""
     commit, dirty = _git_state()
     return {
         "oodcorr": __version__,
@@ -94,10 +91,8 @@ def _count(libraries: list) -> dict[str, dict[str, int]]:
 
 def jobs_libraries(records: list[dict]) -> dict:
     """The libraries the jobs behind ``records`` (evaluation records) ran with, counted: ``evaluate``,
-    per evaluation (its record's ``libraries``); ``finetune``, per finetuned checkpoint scored (the
-    ``finetune_libraries`` the evaluation copied from its run's manifest; a series checkpoint, whose
-    record names its ``x_unit``, was not finetuned here). A record written before records kept them
-    counts as ``"not recorded"``."""
+    per evaluation; ``finetune``, per finetuned checkpoint scored (a series checkpoint, whose record
+    names its ``x_unit``, was not finetuned here)."""
     finetuned = {r.get("checkpoint"): r.get("finetune_libraries") for r in records if "x_unit" not in r}
     return {
         "evaluate": _count([r.get("libraries") for r in records]),
@@ -106,17 +101,14 @@ def jobs_libraries(records: list[dict]) -> dict:
 
 
 def scores_provenance(records: list[dict]) -> dict:
-    """The scores table's provenance (``provenance.json`` of the published set): the libraries of the
-    jobs behind ``records`` (:func:`jobs_libraries`) and the code that aggregated them
-    (``aggregated_by``: :func:`code_provenance`)."""
+    """The scores table's provenance (``provenance.json`` of the published set)."""
     return {**jobs_libraries(records), "aggregated_by": code_provenance()}
 
 
 def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
     """``settings.json``'s provenance for an analysis of ``table`` (whose sha256 is ``sha256``): the code of
-    this process (``analysed_by``) and, where ``table`` is a scores table the workflow published (its
-    version folder's record lists it with these bytes), the libraries of the jobs behind it, from the
-    ``provenance.json`` published with it (``finetune``, ``evaluate``). Any other table: the code only."""
+    this process and, where ``table`` is a scores table the workflow published with these bytes, the
+    libraries of the jobs behind it."""
     doc: dict = {"analysed_by": code_provenance()}
     folder = Path(table).resolve().parent
     try:
@@ -129,9 +121,8 @@ def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
 
 
 def published_jobs(path: str | os.PathLike) -> dict:
-    """The libraries of the finetunes and evaluations behind a published set (``finetune``, ``evaluate``),
-    read from its ``provenance.json`` at ``path``: those of the two that are there; {} where the file
-    is missing or unreadable (provenance is a record, never a reason to stop)."""
+    """The libraries of the finetunes and evaluations behind a published set, from its ``provenance.json``;
+    {} where the file is missing or unreadable (provenance is a record, never a reason to stop)."""
     try:
         published = json.loads(Path(path).read_text(encoding="utf-8"))
         return {k: published[k] for k in ("finetune", "evaluate") if isinstance(published[k], dict)}

@@ -1,8 +1,8 @@
 """Results published as a set, switched by one rename, and checked against what was published.
 
-Snakemake deletes a job's declared outputs before the job starts, so the files people read
-(``results/<experiment>/scores.csv``, ``analysis/``) cannot be rule ``publish_results``' outputs: a kill
-in between would lose them. Each publish builds a new version beside the others and switches to it::
+Snakemake deletes a job's declared outputs before the job starts, so the files people read cannot be
+rule ``publish_results``' outputs: a kill in between would lose them. Each publish builds a new
+version beside the others and switches to it::
 
     results/<experiment>/
         .published/v7/...              one published set, with publish_record.json (each file's sha256)
@@ -12,9 +12,7 @@ in between would lose them. Each publish builds a new version beside the others 
 
 A reader sees the previous set or the new one, whole. The version before the current one is kept
 until the next publish; older ones are deleted unless they differ from their record (kept as
-``.published/kept-*`` and named), as is anything found where a link goes. Staged files are checked
-against their seals before they are published; :func:`inspect` compares what is published with the
-record.
+``.published/kept-*`` and named), as is anything found where a link goes.
 """
 
 from __future__ import annotations
@@ -45,12 +43,11 @@ _VERSION = re.compile(r"^v(\d+)$")
 
 
 class PublishRefused(RuntimeError):
-    """A staged file is not what its job wrote (cut short, edited): nothing is published; the
-    message names it and what to do."""
+    """A staged file is not what its job wrote (cut short, edited): nothing is published."""
 
 
 def _top_names(rels) -> list[str]:
-    """The experiment folder's links into the published set: the first part of each published path."""
+    """The experiment folder's links into the published set."""
     return list(dict.fromkeys(Path(r).parts[0] for r in rels))
 
 
@@ -65,9 +62,7 @@ def _stamp() -> str:
 # ---- publishing ----------------------------------------------------------------------------
 def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
     """Publish each staged file (``{rel: staged path}``) as ``root/<rel>``, as one set, under the
-    publish lock; return the record. A staged file that does not match its seal is
-    :class:`PublishRefused` and nothing changes.
-    """
+    publish lock; return the record. A staged file that does not match its seal is :class:`PublishRefused`."""
     root = Path(root)
     staged = {str(rel): Path(path) for rel, path in staged.items()}
     rels = list(staged)
@@ -77,7 +72,7 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
         notes = _clear_leftovers(pub)
         previous = _current_version(pub)
         record = _build(pub, staged, experiment)
-        _switch(pub, record["version"])
+        _replace_with_link(pub / CURRENT, record["version"], pub)
         for name in _top_names(rels):
             kept = _make_link(root, name, pub)
             if kept:
@@ -182,14 +177,9 @@ def _current_version(pub: Path) -> str | None:
     return target if _VERSION.match(target) and (pub / target).is_dir() else None
 
 
-def _switch(pub: Path, version: str) -> None:
-    _replace_with_link(pub / CURRENT, version, pub)
-
-
 def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
     """Make ``path`` a link to ``target`` by one rename; anything else there is moved into ``pub``
-    first and its new place returned.
-    """
+    first and its new place returned."""
     tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
     os.symlink(target, tmp)
     kept = None
@@ -229,14 +219,13 @@ def _clear_leftovers(pub: Path) -> list[str]:
 
 def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
     """Versions other than ``current`` and ``previous``: deleted, or kept as ``kept-*`` (and named) when
-    they differ from their record.
-    """
+    they differ from their record."""
     notes = []
     for _, d in _versions(pub):
         if d.name == current:
             continue
         kept = pub / f"kept-{_stamp()}-{d.name}"
-        problems = _version_problems(d, shown_as=kept)
+        problems = _version_problems(d, kept)[1]
         if problems:
             os.rename(d, kept)
             notes.append(
@@ -248,17 +237,15 @@ def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
 
 
 # ---- checking what is published ------------------------------------------------------------
-def _version_problems(folder: Path, record: dict | None = None, shown_as: Path | None = None) -> list[str]:
-    """What in a version folder differs from its record: files changed, missing or added (a file whose
-    stat is the recorded one is not hashed again). ``shown_as``: the folder the sentences name.
-    """
+def _version_problems(folder: Path, shown: Path) -> tuple[dict | None, list[str]]:
+    """A version folder's record, and what in the folder differs from it: files changed, missing or added
+    (a file whose stat is the recorded one is not hashed again). ``shown``: the folder the sentences name."""
     try:
-        record = record or read_publish_record(folder / PUBLISH_RECORD)
+        record = read_publish_record(folder / PUBLISH_RECORD)
     except ResultError as e:  # another version's record: the set is published again
-        return [str(e)]
+        return None, [str(e)]
     if record is None:
-        return [f"{folder / PUBLISH_RECORD} is missing or unreadable"]
-    shown = shown_as or folder
+        return None, [f"{folder / PUBLISH_RECORD} is missing or unreadable"]
     out = []
     for rel, want in sorted(record["files"].items()):
         f = folder / rel
@@ -284,7 +271,7 @@ def _version_problems(folder: Path, record: dict | None = None, shown_as: Path |
             f"{shown / extra[0]} was never published (written there by hand or by `oodcorr analyse --force`?)"
             + (f", and {len(extra) - 1} more such file(s)" if len(extra) > 1 else "")
         )
-    return out
+    return record, out
 
 
 @dataclass
@@ -316,15 +303,10 @@ def inspect(root: str | os.PathLike, rels: list[str]) -> State:
         state.damaged.append(f"{pub / CURRENT} does not point at a published set")
         return state
     state.version = version
-    try:
-        state.record = read_publish_record(pub / version / PUBLISH_RECORD)
-    except ResultError as e:  # another version's record: damaged, so this run publishes the set again
-        state.damaged.append(str(e))
+    state.record, problems = _version_problems(pub / version, root)
+    state.damaged += problems
+    if state.record is None:  # damaged, so this run publishes the set again
         return state
-    if state.record is None:
-        state.damaged.append(f"{pub / version / PUBLISH_RECORD} is missing or unreadable")
-        return state
-    state.damaged += _version_problems(pub / version, state.record, shown_as=root)
     for name in _top_names(rels):
         path = root / name
         if not (path.is_symlink() and os.readlink(path) == _link_target(name)):
@@ -359,19 +341,14 @@ def describe(record: dict) -> str:
 
 # ---- what was published --------------------------------------------------------------------
 PUBLISH_RECORD = "publish_record.json"  # in each published version folder
-
-
 RECORD_FORMAT = 1
-
-
 # what remakes a publish record (and a copy of it, published.json): the set published again from staging
 REPUBLISH = "snakemake --forcerun publish_results"
 
 
 def read_publish_record(path: str | Path) -> dict | None:
     """A publish record, or None when missing or not one; another format is a
-    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`.
-    """
+    :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):

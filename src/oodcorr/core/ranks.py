@@ -1,9 +1,5 @@
-"""Which process am I, under a distributed launcher (accelerate/torchrun)?
-
-The few facts finetuning needs inside a launched process: whether it was launched, whether it
-is rank 0 (which alone writes the run folder), and a "rank 0 first" barrier. Kept apart from
-:mod:`oodcorr.jobs.multi_gpu` (which builds and runs the launch, and calls finetune) so that
-finetune can use them without importing its own launcher.
+"""Which process am I, under a distributed launcher (accelerate/torchrun)? Apart from
+:mod:`oodcorr.jobs.multi_gpu` so that finetune can use it without importing its own launcher.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ BARRIER_TIMEOUT = timedelta(hours=3)
 
 
 def launched() -> bool:
-    """Whether this process was started by a distributed launcher (accelerate/torchrun)."""
     return "LOCAL_RANK" in os.environ
 
 

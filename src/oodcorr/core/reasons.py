@@ -59,10 +59,9 @@ SETTLED = "nothing to resolve"
 
 def _f(row: dict, key: str) -> float:
     try:
-        v = float(row.get(key))
+        return float(row.get(key))
     except (TypeError, ValueError):
         return math.nan
-    return v
 
 
 def _i(row: dict, key: str) -> int:
@@ -89,9 +88,7 @@ def _span(row: dict, lo: str, hi: str) -> str:
 
 def every_run_sign(row: dict) -> str:
     """The sign that each model's own run of a pair without a statement across models finds
-    significant (``n_sig_<sign>`` equal to ``n_models``; "" where the runs do not all agree, or the
-    verdict states something, or is noise-limited: item noise that persists across checkpoints can
-    make a run's own test significant). A fact about these runs, not a prediction."""
+    significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
     n = _i(row, "n_models")
     if str(row.get("verdict")) not in (UNRESOLVED, TOO_FEW_MODELS) or n < 1:
         return ""
@@ -217,11 +214,8 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
 
 
 def verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
-    """(reason, way on) of one agreement row ``row`` (its columns; ``runs_per_model`` and
-    ``models_without_pooled_interval`` where known), for the significance level ``alpha`` and the
-    reliability below which a pair can be noise-limited ``limit``; where the straight line, the
-    curve's check, answers otherwise (``form``: :data:`~oodcorr.core.answer.DEPENDS_ON_FORM`), the
-    reason and the way on say so after the verdict's own."""
+    """(reason, way on) of one agreement row, for the significance level ``alpha`` and the reliability
+    below which a pair can be noise-limited ``limit``."""
     reason, way = _verdict_reason(row, alpha, limit)
     if str(row.get("form")) != DEPENDS_ON_FORM:
         return reason, way

@@ -1,6 +1,5 @@
-"""What an evaluation and a prepared dataset record beside their outputs, read back by aggregation,
-planning and the budget without importing the job that wrote it: a predictions file's result record
-(its parquet metadata), what the evaluation cost, whether a dataset's local source changed.
+"""What an evaluation and a prepared dataset record beside their outputs, read back without importing
+the job that wrote it.
 """
 
 from __future__ import annotations
@@ -35,9 +34,7 @@ def read_result(path: str | Path) -> dict:
 
 
 def local_source_changed(meta: dict) -> str | None:
-    """A sentence when the local file a dataset was prepared from now holds other bytes; else None
-    (the recorded stat saves hashing an untouched file).
-    """
+    """A sentence when the local file a dataset was prepared from now holds other bytes; else None."""
     fingerprint = str(meta.get("fingerprint") or "")
     if meta.get("source") != "local" or not fingerprint.startswith("sha256:") or not meta.get("path"):
         return None

@@ -11,23 +11,17 @@ from pathlib import Path
 
 from .digests import short_tag
 
-# ---- a job's refusal, repeated on the console when the run ends ------------------------------------
 REFUSALS_ENV = "OODCORR_REFUSALS"  # the folder of this run's refusal records, set by the Snakefile for its jobs
-
-
 REFUSAL_BYTES = 16384  # a record's room, taken when the job starts: a full disk cannot stop it being written
 
 
 def refusals_dir(logs: str | os.PathLike) -> Path:
-    """Where the jobs of an experiment whose logs are in ``logs`` record their refusals."""
     return Path(logs) / ".refused"
 
 
 class RefusalSlot:
-    """One job's refusal record, its room taken when the job starts (a full disk cannot stop it): :meth:`fill`
-    it with the sentence the job stops with, or :meth:`drop` it. ``killed``: what it holds meanwhile, left if the
-    job is killed before it can say why. Nothing here raises.
-    """
+    """One job's refusal record, its room taken when the job starts: :meth:`fill` it with the sentence the
+    job stops with, or :meth:`drop` it. ``killed``: what it holds meanwhile. Nothing here raises."""
 
     def __init__(self, folder: str | os.PathLike, log: str, killed: dict | None = None):
         self.path = Path(folder) / f"{short_tag(log, 20)}.json"

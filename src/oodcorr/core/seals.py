@@ -1,5 +1,5 @@
-"""A staged result's seal, ``.<name>.sha256`` beside it in ``.staging/``: written by the job that made
-the file, checked before it is published.
+"""A staged result's seal, ``.<name>.sha256`` beside it: written by the job that made the file, checked
+before it is published.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from .digests import sha256_file
 from .errors import ResultError
 
 
-# ---- staged results: sealed by the job that made them, checked before they are published -----
 def seal_path(path: str | Path) -> Path:
-    """Where a staged file's seal is: ``.<name>.sha256`` beside it."""
     p = Path(path)
     return p.with_name(f".{p.name}.sha256")
 

@@ -1,7 +1,4 @@
-"""Local table files, CSV/TSV or parquet, with one set of checks wherever they are read: each refusal
-names the file and line (empty, a column named twice, a header without rows, unreadable parquet). A
-file's format by its name: :func:`suffix_format`.
-"""
+"""Local table files, CSV/TSV or parquet, with one set of checks wherever they are read."""
 
 from __future__ import annotations
 
@@ -23,16 +20,13 @@ SUFFIX_FORMATS = {
     ".jsonl": "jsonl",
 }
 DELIMITERS = {"csv": ",", "tsv": "\t"}  # of the delimited formats
-# the suffixes each reader accepts: ``oodcorr analyse``'s scores table (:mod:`oodcorr.analysis.readers.tables`),
-# which also takes a .txt or .pq file someone saved by hand, and a workflow dataset's local file
-# (:mod:`oodcorr.jobs.prepare_dataset`), whose entry can name any other file's format with ``format:``
+# the suffixes ``oodcorr analyse``'s scores table and a workflow dataset's local file are read by
 SCORES_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 DATASET_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
 def suffix_format(path: str | Path, accepted: tuple[str, ...]) -> str | None:
-    """The format ``path``'s name says (:data:`SUFFIX_FORMATS`), None where its suffix is not one of
-    ``accepted``."""
+    """The format ``path``'s name says, None where its suffix is not one of ``accepted``."""
     suffix = format_suffix(path)
     return SUFFIX_FORMATS[suffix] if suffix in accepted else None
 
@@ -42,7 +36,6 @@ def empty(path: Path) -> DataError:
 
 
 def check_header(path: Path, header: list[str], line: int) -> None:
-    """Refuse a header (on ``line``) that names a column more than once."""
     dup = sorted(h for h, k in Counter(header).items() if k > 1)
     if dup:
         raise DataError(f"{path}:{line}: the header names column(s) {dup} more than once")
@@ -57,15 +50,13 @@ def columns_without_rows(path: Path, columns) -> DataError:
 
 
 def unreadable_parquet(path: Path, e: Exception, remedy: str = "") -> DataError:
-    """A parquet file pyarrow could not read (``e``), and ``remedy``, what makes it again, if given."""
     said = f"{path}: not a readable parquet file ({type(e).__name__}: {str(e)[:200]})"
     return DataError(f"{said}: {remedy}" if remedy else said)
 
 
 def delimited_rows(path: Path, text: str, fmt: str, fix: str | None = None) -> list[dict]:
     """CSV/TSV text -> rows keyed by the header, each with ``_line`` (the line it starts on).
-    ``fix``: another way out than renaming a file whose delimiter is not its name's
-    (:func:`oodcorr.core.io.delimiter_mismatch`)."""
+    ``fix``: as :func:`oodcorr.core.io.delimiter_mismatch`'s."""
     delim = DELIMITERS[fmt]
     name = "comma" if fmt == "csv" else "tab"
     misnamed = delimiter_mismatch(path, text, delim, fix)
@@ -100,7 +91,6 @@ def delimited_rows(path: Path, text: str, fmt: str, fix: str | None = None) -> l
 
 
 def parquet_rows(path: Path) -> list[dict]:
-    """A parquet file's rows, each with ``_line``: its row number."""
     import pyarrow.parquet as pq
 
     raw = read_bytes(path)

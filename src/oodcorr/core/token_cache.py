@@ -1,6 +1,4 @@
-"""A tokenised testset's sidecar (``<testset>.info.json``) and whether the cache can be used, read
-without torch.
-"""
+"""A tokenised testset's sidecar (``<testset>.info.json``) and whether the cache can be used, without torch."""
 
 from __future__ import annotations
 
@@ -12,12 +10,10 @@ from .digests import sha256_json
 
 
 def cache_info_path(cache_path: str | Path) -> Path:
-    """The sidecar beside a tokenised testset: ``<testset>.info.json``."""
     p = Path(cache_path)
     return p.with_name(p.name.removesuffix(".pt") + ".info.json")
 
 
-# ---- a tokenised testset, checked without torch ----------------------------------------------
 TOKENIZED_FORMAT = 3  # the tokenised testset's format: 3 records its model, and its sidecar a digest of its bytes
 
 
@@ -27,12 +23,10 @@ TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coars
 
 
 def tokenize_settings_digest(settings: dict) -> str:
-    """The digest of what decides a tokenised testset's content (:data:`TOKENIZE_SETTINGS`)."""
     return sha256_json({k: settings.get(k) for k in TOKENIZE_SETTINGS})
 
 
 def rebuild_hint(path: str | os.PathLike) -> str:
-    """What to do about a tokenised testset that cannot be used."""
     return (
         f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again with this "
         "model's tokenizer (an evaluation whose result is unchanged keeps its predictions file)"
@@ -82,9 +76,7 @@ def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
 def cache_problem(
     path: str | os.PathLike, tokenizer: str | None, testset: str | None = None, model: str | None = None
 ) -> str | None:
-    """Why the tokenised testset at ``path`` cannot be used (cut short, no sidecar, an old format,
-    another testset's or model's, another tokenizer's), without torch or hashing; None when it looks whole.
-    """
+    """Why the tokenised testset at ``path`` cannot be used, without torch or hashing; None when it looks whole."""
     path = Path(path)
     try:
         if not _zip_whole(path):

@@ -1,7 +1,5 @@
-"""The experiment trackers ``finetune.report_to`` names: which, where each writes, and whether it can
-(stdlib only). Destinations and credentials come from the trackers' own environment variables, never
-from the config: TensorBoard writes into the run's folder; MLflow to ``MLFLOW_TRACKING_URI``, else
-``results/<experiment>/mlruns``; W&B per ``WANDB_MODE``, else online where the user is logged in.
+"""The experiment trackers ``finetune.report_to`` names: which, where each writes, and whether it can.
+Destinations and credentials come from the trackers' own environment variables, never from the config.
 """
 
 from __future__ import annotations
@@ -36,8 +34,7 @@ def installed(name: str) -> bool:
 
 
 def named(report_to) -> list[str]:
-    """The trackers a ``finetune.report_to`` value names: ``auto`` is TensorBoard where a writer is
-    installed (else none), ``none`` none, a list itself."""
+    """The trackers a ``finetune.report_to`` value names: ``auto`` is TensorBoard where installed."""
     if report_to in (None, "auto"):
         return ["tensorboard"] if installed("tensorboard") else []
     if report_to == "none":
@@ -46,12 +43,10 @@ def named(report_to) -> list[str]:
 
 
 def experiment_of(root: str | Path) -> str:
-    """The experiment's name: its folder's, ``results/<experiment>``."""
     return Path(root).name
 
 
 def mlflow_uri(root: str | Path) -> str:
-    """``MLFLOW_TRACKING_URI``, else a file store in the experiment folder."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"file:{Path(root).resolve() / 'mlruns'}"
 
 
@@ -84,8 +79,7 @@ def wandb_project(root: str | Path) -> str:
 
 
 def _unreachable(url: str) -> str | None:
-    """Why ``url`` cannot be reached (no answer, refused, a name not found), or None: any HTTP
-    answer, an error status included, means a server is there."""
+    """Why ``url`` cannot be reached, or None: any HTTP answer, an error status included, means a server is there."""
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="GET"), timeout=TIMEOUT_S):
             return None

@@ -1,6 +1,4 @@
-"""A YAML file a user gives, loaded after its size checks (oodcorr.core.limits); bad YAML is a
-ConfigError naming file, line and column.
-"""
+"""A YAML file a user gives, loaded after its size checks; bad YAML is a ConfigError naming file, line and column."""
 
 from __future__ import annotations
 
@@ -15,9 +13,7 @@ from .limits import load_yaml_checked
 
 
 def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
-    """A YAML file's content; missing or bad YAML is a ConfigError naming file, line and column. Its
-    size is checked first (:mod:`oodcorr.core.limits`); ``checked=False`` skips that for our own schema.
-    """
+    """A YAML file's content, its size checked first (``checked=False`` skips that for our own schema)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
