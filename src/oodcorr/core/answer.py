@@ -99,18 +99,27 @@ def read_agreement(path: str | Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
-def _int(v) -> int:
+def as_float(row: dict, key: str) -> float:
+    """A number of an agreement row (text or a number), NaN where it holds none."""
     try:
-        return int(float(v))
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(v) -> float:
-    try:
-        return float(v)
+        return float(row.get(key))
     except (TypeError, ValueError):
         return math.nan
+
+
+def as_int(row: dict, key: str) -> int:
+    """A count of an agreement row, 0 where it holds none."""
+    v = as_float(row, key)
+    return int(v) if math.isfinite(v) else 0
+
+
+def every_run_sign(row: dict) -> str:
+    """The sign that each model's own run of a pair without a statement across models finds
+    significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
+    n = as_int(row, "n_models")
+    if str(row.get("verdict")) not in NOISE_LIMITABLE or n < 1:
+        return ""
+    return next((s for s in SIGNS if as_int(row, f"n_sig_{s}") == n), "")
 
 
 def _median(values: list[float]) -> float:
@@ -128,8 +137,8 @@ def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
             if name is None or f"reliability_{side}" not in r:
                 continue
             est, low = seen.setdefault(str(name), ([], []))
-            est.append(_float(r.get(f"reliability_{side}")))
-            low.append(_float(r.get(f"reliability_{side}_low")))
+            est.append(as_float(r, f"reliability_{side}"))
+            low.append(as_float(r, f"reliability_{side}_low"))
     return {name: (_median(est), _median(low)) for name, (est, low) in seen.items()}
 
 
@@ -228,19 +237,16 @@ def every_run_clause(rows: list[dict]) -> str:
     make a run's own test significant)."""
     found = []
     for r in rows:
-        n = _int(r.get("n_models"))
-        if str(r.get("verdict")) not in NOISE_LIMITABLE or n < 1:  # no verdict, for want of models alone
-            continue
-        sign = next((s for s in SIGNS if _int(r.get(f"n_sig_{s}")) == n), None)
+        sign = every_run_sign(r)
         if sign:
-            strength = abs(_float(r.get("r_consensus")))
+            strength = abs(as_float(r, "r_consensus"))
             found.append((-strength if math.isfinite(strength) else 0.0, f"{r.get('x')} × {r.get('y')} {sign}"))
     if not found:
         return ""
     found.sort()
     named = [text for _, text in found[:NAMED]]
     more = f" and {len(found) - NAMED} more" if len(found) > NAMED else ""
-    n_models = max(_int(r.get("n_models")) for r in rows)
+    n_models = max(as_int(r, "n_models") for r in rows)
     runs = "the model's run" if n_models == 1 else f"each of the {n_models} models' runs"
     return f"significant with one sign in {runs}: " + ", ".join(named) + more
 
@@ -276,8 +282,8 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         counts = Counter(str(r.get("verdict")) for r in rs)
         parts = [f"{counts[v]} {v}" for v in sorted(counts, key=verdict_order)]
         signed = sum(n for v, n in counts.items() if states_a_sign(v))
-        n_models = max((_int(r.get("n_models_consensus")) for r in rs), default=0)
-        tested = max((_int(r.get("n_models")) for r in rs), default=0)
+        n_models = max((as_int(r, "n_models_consensus") for r in rs), default=0)
+        tested = max((as_int(r, "n_models") for r in rs), default=0)
         if n_models == 2:
             why = (
                 " (2 models: no further model can be predicted, so nothing is said of nearly every model; "

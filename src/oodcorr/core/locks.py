@@ -342,8 +342,7 @@ def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
         else:
             _flock(fd, folder, path, kind)
     except BaseException:
-        for f in (*others, fd):
-            os.close(f)
+        os.close(fd)
         raise
     data = json.dumps(_holder(extra)).encode("utf-8")
     for f in (fd, *others):  # each place names its holder, for a run that meets it there
@@ -388,15 +387,11 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
                 ofd = open_lock_file(path)
             except OSError:
                 continue  # this user cannot make it there: nor can a run of this user hold it
+            held.append(ofd)
             try:
                 _flock(ofd, folder, path, kind, lock_places.elsewhere(other))
             except LocksRefused:
-                os.close(ofd)  # a file system without locks: no run holds it there
-                continue
-            except BaseException:
-                os.close(ofd)
-                raise
-            held.append(ofd)
+                os.close(held.pop())  # a file system without locks: no run holds it there
     except BaseException:
         for f in held:
             os.close(f)

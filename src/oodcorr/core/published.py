@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -147,18 +146,12 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     return record
 
 
-def _copy_hashing(src: Path, dst: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(src, "rb") as fin, open(dst, "wb") as fout:
-        while True:
-            b = fin.read(chunk)
-            if not b:
-                break
-            h.update(b)
-            fout.write(b)
-        fout.flush()
-        os.fsync(fout.fileno())
-    return h.hexdigest()
+def _copy_hashing(src: Path, dst: Path) -> str:
+    """Copy ``src`` to ``dst``, synced to disk; the sha256 of what was written."""
+    shutil.copyfile(src, dst)
+    with open(dst, "rb+") as fh:
+        os.fsync(fh.fileno())
+    return sha256_file(dst)
 
 
 def _versions(pub: Path) -> list[tuple[int, Path]]:

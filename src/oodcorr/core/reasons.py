@@ -12,15 +12,16 @@ from .answer import (
     DEPENDS_ON_FORM,
     MODELS_DIFFER,
     NEARLY_EVERY,
-    NEGATIVE,
     NO_DATA,
     NOISE_EXCEEDS,
     NOISE_LIMITED_VERDICT,
     ON_AVERAGE,
-    POSITIVE,
     SIGN_REVERSAL,
     TOO_FEW_MODELS,
     UNRESOLVED,
+    as_float,
+    as_int,
+    every_run_sign,
 )
 
 # the kinds of reason, each the start of a reason (before ": ")
@@ -57,18 +58,6 @@ KINDS = (
 SETTLED = "nothing to resolve"
 
 
-def _f(row: dict, key: str) -> float:
-    try:
-        return float(row.get(key))
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _i(row: dict, key: str) -> int:
-    v = _f(row, key)
-    return int(v) if math.isfinite(v) else 0
-
-
 def _text(row: dict, key: str) -> str:
     v = row.get(key)
     return v if isinstance(v, str) else ""
@@ -82,34 +71,26 @@ def _p(v: float) -> str:
 
 
 def _span(row: dict, lo: str, hi: str) -> str:
-    a, b = _f(row, lo), _f(row, hi)
+    a, b = as_float(row, lo), as_float(row, hi)
     return f"[{a:+.2f}, {b:+.2f}]" if math.isfinite(a) and math.isfinite(b) else "n/a"
 
 
-def every_run_sign(row: dict) -> str:
-    """The sign that each model's own run of a pair without a statement across models finds
-    significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
-    n = _i(row, "n_models")
-    if str(row.get("verdict")) not in (UNRESOLVED, TOO_FEW_MODELS) or n < 1:
-        return ""
-    return next((s for s in (POSITIVE, NEGATIVE) if _i(row, f"n_sig_{s}") == n), "")
-
-
-def _runs_clause(row: dict) -> tuple[str, str]:
-    """Where each model's runs are 2 and their pooled row has no interval: the clause and its way on."""
-    if _i(row, "runs_per_model") == 2 and _i(row, "models_without_pooled_interval") > 0:
+def _with_runs(row: dict, reason: str, way: str) -> tuple[str, str]:
+    """``reason`` and ``way``, saying so where each model's runs are 2 and their pooled row has no interval."""
+    if as_int(row, "runs_per_model") == 2 and as_int(row, "models_without_pooled_interval") > 0:
         return (
-            "only 2 runs per model: no pooled interval of a model's own (between-run variation needs 3 runs)",
-            "--pool-two-runs fixed-effect (assumes the runs share one correlation) or a third run per model",
+            f"{reason}; only 2 runs per model: no pooled interval of a model's own (between-run variation needs 3 "
+            "runs)",
+            f"{way}; --pool-two-runs fixed-effect (assumes the runs share one correlation) or a third run per model",
         )
-    return "", ""
+    return reason, way
 
 
 def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
     """(testset, its item noise in words) for each testset of the pair below the reliability ``limit``."""
     out = []
     for side, name in (("x", row.get("x")), ("y", row.get("y")), ("in_domain", row.get("in_domain"))):
-        est, low = _f(row, f"reliability_{side}"), _f(row, f"reliability_{side}_low")
+        est, low = as_float(row, f"reliability_{side}"), as_float(row, f"reliability_{side}_low")
         where = "in-domain " if side == "in_domain" else ""
         if math.isfinite(est) and est < limit:
             said = NOISE_EXCEEDS if est < 0 else f"item noise is {1 - est:.0%} of its series' variance"
@@ -132,22 +113,21 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     ci = _span(row, "ci_low_consensus", "ci_high_consensus")
     sign = every_run_sign(row)
     runs_said = f"; yet each model's own run finds it significant and {sign}" if sign else ""
-    runs, runs_way = _runs_clause(row)
     about = _text(row, "about")
-    if "checked against" in about and min(_f(row, "p_mean_adj"), _f(row, "p_heterogeneity_adj")) < alpha:
+    if "checked against" in about and min(as_float(row, "p_mean_adj"), as_float(row, "p_heterogeneity_adj")) < alpha:
         twin = about.split("checked against ", 1)[1].rstrip(")")
         return (
             f"{UNCONFIRMED}: this cell's statement is not made by the corrected {twin} cell of the same pair",
             f"read the {twin} row of this pair (its item noise is corrected)",
         )
-    lo, hi = _f(row, "ci_low_consensus"), _f(row, "ci_high_consensus")
-    pairs = _i(row, "family_size")
+    lo, hi = as_float(row, "ci_low_consensus"), as_float(row, "ci_high_consensus")
+    pairs = as_int(row, "family_size")
     if lo > 0 or hi < 0:  # the interval (at the level, uncorrected) excludes 0; the corrected p-value does not
         across = f"the correction across the table's {pairs} pairs" if pairs > 1 else "the correction across pairs"
-        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(_f(row, 'p_mean_adj'))}"
+        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(as_float(row, 'p_mean_adj'))}"
         corrected = True
     else:
-        mean = f"the consensus interval {ci} includes 0{_p(_f(row, 'p_mean_adj'))}"
+        mean = f"the consensus interval {ci} includes 0{_p(as_float(row, 'p_mean_adj'))}"
         corrected = False
     if n == 2:
         reason = f"{TWO_MODELS}: a statement about a further model needs 3 or more, and {mean}{runs_said}"
@@ -156,8 +136,7 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
         kind = CORRECTED if corrected else SPANS_ZERO
         reason = f"{kind}: across {n} models {mean}, and the models do not differ significantly{runs_said}"
         way = "more runs or checkpoints per model (narrower intervals), or more models (a narrower consensus)"
-    if runs:
-        reason, way = f"{reason}; {runs}", f"{way}; {runs_way}"
+    reason, way = _with_runs(row, reason, way)
     if about.startswith("observed"):
         way += "; --items N (or an n column) to know each testset's item noise"
     return reason, way
@@ -166,21 +145,20 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
 def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     """A verdict that states a sign, a spread or near zero: why, and what remains."""
     if verdict.startswith(SIGN_REVERSAL):
-        reason = (
-            f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant{_p(_f(row, 'p_reversal_adj'))}"
-        )
+        reason = f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant"
+        reason += _p(as_float(row, "p_reversal_adj"))
         return reason, "read each model's correlation (by_model): the sign depends on the model; more models show which"
     if NEARLY_EVERY in verdict:
         reason = (
             f"{SETTLED_FURTHER}: across {n} models the tolerance bounds "
             f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')} exclude 0"
-            f"{_p(_f(row, 'p_generalises_adj'))}"
+            f"{_p(as_float(row, 'p_generalises_adj'))}"
         )
         way = SETTLED
     elif ON_AVERAGE in verdict:
         reason = (
             f"{SETTLED_AVERAGE}: {_span(row, 'ci_low_consensus', 'ci_high_consensus')} across {n} models"
-            f"{_p(_f(row, 'p_mean_adj'))}; "
+            f"{_p(as_float(row, 'p_mean_adj'))}; "
         )
         if n == 2:
             reason += "2 models: a statement about a further model needs 3 or more"
@@ -200,9 +178,9 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     else:  # models differ, no sign
         reason, way = "", ""
     if MODELS_DIFFER in verdict:
-        i2 = _f(row, "i2_models")
+        i2 = as_float(row, "i2_models")
         share = f" (I² {i2:.0%})" if math.isfinite(i2) else ""
-        differ = f"the models differ beyond their runs' variation{share}{_p(_f(row, 'p_heterogeneity_adj'))}"
+        differ = f"the models differ beyond their runs' variation{share}{_p(as_float(row, 'p_heterogeneity_adj'))}"
         if not reason:
             return (
                 f"{DIFFER}: {differ} across {n} models, with no shared sign",
@@ -228,8 +206,8 @@ def verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
 
 def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
     verdict = str(row.get("verdict"))
-    n = _i(row, "n_models_consensus")
-    tested = _i(row, "n_models")
+    n = as_int(row, "n_models_consensus")
+    tested = as_int(row, "n_models")
     if verdict == NO_DATA:
         note = _text(row, "note")
         return (
@@ -247,7 +225,6 @@ def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
             way += "; per-item scores (lm-eval samples) give an estimate instead of a bound"
         return f"{ITEM_NOISE}: " + "; ".join(t for _, t in sides) + shown, way
     if verdict == TOO_FEW_MODELS:
-        runs, runs_way = _runs_clause(row)
         if tested >= 2:
             reason = (
                 f"{NO_INTERVAL}: only {n} of {tested} models have a correlation with an interval, "
@@ -263,9 +240,7 @@ def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
                 "a second model (a third for a statement about a further model); this model's own answer "
                 "is its pooled row in partial_correlations.csv"
             )
-        if runs:
-            reason, way = f"{reason}; {runs}", f"{way}; {runs_way}"
-        return reason, way
+        return _with_runs(row, reason, way)
     if verdict == UNRESOLVED:
         return _no_sign(row, n, alpha)
     return _signed(row, verdict, n)

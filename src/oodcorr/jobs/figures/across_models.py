@@ -18,11 +18,11 @@ from ...core.answer import (
     ON_AVERAGE,
     SPREADS,
     about,
+    every_run_sign,
     interval_text,
     reliabilities,
     verdict_rank,
 )
-from ...core.reasons import every_run_sign
 from .common import (
     CMAP,
     TEXT_LIMIT,
@@ -40,7 +40,7 @@ from .common import (
 SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
 NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
 # a pair without a statement across models that each model's own run finds significant with one sign
-# (oodcorr.core.reasons.every_run_sign): drawn in full colour with this mark, not faded
+# (oodcorr.core.answer.every_run_sign): drawn in full colour with this mark, not faded
 EVERY_RUN_MARK = "*"
 FOLD_FROM = 16  # names of at most this many characters are shown whole, their common start too
 LABEL_MAX = 26  # a tick label longer than this (after the common prefix is folded) keeps its two ends

@@ -12,9 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ...core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, verdict_rank
+from ...core.answer import NOISE_EXCEEDS, NOISE_LIMITED_BY, every_run_sign, verdict_rank
 from ...core.atomic_write import write_text_atomic
-from ...core.reasons import every_run_sign
 from .across_models import EVERY_RUN_MARK, fold_names, verdict_style
 from .common import cluster_order, natural_key
 
@@ -95,7 +94,7 @@ def page_data(
         "y": [idx[v] for v in agree["y"]],
         "verdict": [vidx[v] for v in agree["verdict"]],
         # 1 where each model's own run finds the pair significant with one sign though the models say
-        # nothing together (oodcorr.core.reasons.every_run_sign): drawn unfaded, marked
+        # nothing together (oodcorr.core.answer.every_run_sign): drawn unfaded, marked
         "every_run": [int(bool(every_run_sign(r))) for r in agree.to_dict("records")],
         "panel": [],
         "values": {
