@@ -152,9 +152,9 @@ RACE = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from oodcorr.core import lock_places, locks
+    from oodcorr.core import locks
     folder, where, reached, go, outcome, done = sys.argv[1], sys.argv[2], *map(Path, sys.argv[3:7])
-    listed = lock_places.recorded
+    listed = locks._recorded
 
     def say(text):  # whole when it appears: the test reads it as soon as it exists
         tmp = outcome.with_suffix(".tmp")
@@ -170,7 +170,7 @@ RACE = textwrap.dedent(
         return got if where == "after" else listed(*a, **k)
 
     if where != "none":
-        lock_places.recorded = paused
+        locks._recorded = paused
     try:
         with locks.hold(folder, locks.EXPERIMENT):
             say("HELD")

@@ -3,7 +3,7 @@
 Snakemake's lock keeps out a second Snakemake of the same working folder only, and a killed run
 leaves it behind; these locks live in the folder they guard, so every checkout shares them and they
 never go stale. Where the file system refuses ``flock``, :data:`LOCK_DIR_ENV` moves them to a local
-folder, each place recorded (:mod:`oodcorr.core.lock_places`).
+folder, each place recorded (``.lock-places/``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lock_places
+from .atomic_write import write_json_atomic
 from .digests import short_tag
 from .filesystems import owner_of
-from .lock_places import LOCK_DIR_ENV  # a folder on a local disk where the locks are taken (flock refused)
 
+LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # a folder on a local disk where the locks are taken (flock refused)
+PLACES = ".lock-places"  # in the guarded folder: where its lock was taken
 LOCK_FILE = "finetune.lock"
 # what flock says on a file system that has no locks (not: another process holds it)
 REFUSED_ERRNOS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
@@ -38,7 +39,7 @@ class LockKind:
     folder: str  # what the folder is, for the message ("run folder")
     holder: str  # who holds it ("another finetune")
     why: str  # why two at once are refused (a sentence)
-    recorded: bool = False  # each place it is taken in is recorded, and taken by every run (lock_places)
+    recorded: bool = False  # each place it is taken in is recorded, and taken by every run (.lock-places)
 
 
 FINETUNE = LockKind(
@@ -83,7 +84,7 @@ class UnsafeLockFile(FolderInUse):
 class HeldLock:
     path: Path
     fd: int
-    others: tuple[int, ...] = ()  # the lock held in the other places recorded for the folder (lock_places)
+    others: tuple[int, ...] = ()  # the lock held in the other places recorded for the folder (.lock-places)
 
 
 _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
@@ -231,7 +232,7 @@ def open_lock_file(path: str | os.PathLike) -> int:
 
 def lock_path(folder: str | os.PathLike, kind: LockKind) -> Path:
     """Where ``folder``'s lock of ``kind`` is taken: in the folder, or in :data:`LOCK_DIR_ENV`."""
-    return _lock_in(folder, kind, lock_places.lock_dir())
+    return _lock_in(folder, kind, _lock_dir())
 
 
 def _lock_in(folder: str | os.PathLike, kind: LockKind, lock_dir: str | None) -> Path:
@@ -317,7 +318,7 @@ def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST, errno.ENOTDIR):
             raise
-        raise LockDirUnusable(lock_places.unusable(f"{kind.folder} {folder}", path.parent, e)) from None
+        raise LockDirUnusable(_unusable(f"{kind.folder} {folder}", path.parent, e)) from None
 
 
 @contextlib.contextmanager
@@ -367,8 +368,8 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
 def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
     """Take the lock in this run's place (``own``) and in every other recorded place, in path order;
     return the other places' descriptors. Recording before listing makes the first place both want decide."""
-    lock_places.record(folder, kind.file)
-    places, damaged = lock_places.recorded(folder, kind.file)
+    _record(folder, kind.file)
+    places, damaged = _recorded(folder, kind.file)
     if damaged:
         raise FolderInUse(damaged[0])
     others = {str(_lock_in(folder, kind, p.lock_dir)): p for p in places}
@@ -381,7 +382,7 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
                 continue
             other, path = others[name], Path(name)
             if other.lock_dir is not None and other.host != socket.gethostname():
-                raise FolderInUse(lock_places.unprovable(kind.folder, folder, other))
+                raise FolderInUse(_unprovable(kind.folder, folder, other))
             try:  # made if missing: a run about to take it there meets this one's lock
                 path.parent.mkdir(parents=True, exist_ok=True)
                 ofd = open_lock_file(path)
@@ -389,7 +390,7 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
                 continue  # this user cannot make it there: nor can a run of this user hold it
             held.append(ofd)
             try:
-                _flock(ofd, folder, path, kind, lock_places.elsewhere(other))
+                _flock(ofd, folder, path, kind, _elsewhere(other))
             except LocksRefused:
                 os.close(held.pop())  # a file system without locks: no run holds it there
     except BaseException:
@@ -424,3 +425,100 @@ def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
         return
     with hold(folder, kind):
         pass
+
+
+# ---- where an experiment's lock is taken, recorded in the experiment folder (.lock-places/) -----------
+# With LOCK_DIR_ENV set the lock is taken in that folder; two shells that disagree about the variable
+# would each hold a lock of their own. So every place used is recorded, and a run takes the lock in
+# every recorded place (_take_every_place). A lock folder of another host cannot be proved free from
+# here: such a run is refused, naming the record.
+@dataclass(frozen=True)
+class _Place:
+    lock_dir: str | None  # None: the folder itself
+    host: str
+    record: Path
+
+
+def _lock_dir() -> str | None:
+    elsewhere = os.environ.get(LOCK_DIR_ENV)
+    return str(Path(elsewhere).expanduser().resolve()) if elsewhere else None
+
+
+def _record(folder: Path, kind_file: str) -> None:
+    """Record that ``folder``'s lock of ``kind_file`` is taken in this process's place by this host."""
+    where = _lock_dir()
+    path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
+    doc = {"lock_dir": where, "host": socket.gethostname()}
+    try:
+        if json.loads(path.read_text(encoding="utf-8")) == doc:
+            return
+    except (OSError, ValueError):
+        pass
+    write_json_atomic(path, doc)
+
+
+def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:
+    """The recorded places of ``folder``'s lock, and a sentence for each unreadable record."""
+    places, damaged = [], []
+    where = folder.resolve() / PLACES
+    try:
+        names = sorted(n for n in os.listdir(where) if n.startswith(f"{kind_file}-") and n.endswith(".json"))
+    except OSError:
+        return [], []
+    for name in names:
+        path = where / name
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            place = _Place(doc["lock_dir"], str(doc["host"]), path)
+            if place.lock_dir is not None and not isinstance(place.lock_dir, str):
+                raise TypeError("lock_dir")
+            places.append(place)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            damaged.append(
+                f"{path}, the record of a place where the lock of {folder} was taken, is unreadable "
+                f"({type(e).__name__}); delete it and run again: the run records its place again"
+            )
+    return places, damaged
+
+
+def _describe(where: str | None) -> str:
+    return f"the folder itself ({LOCK_DIR_ENV} unset)" if where is None else f"{LOCK_DIR_ENV}={where}"
+
+
+def _elsewhere(other: _Place) -> str:
+    """What to add to the refusal when the lock is held in another place than this run's."""
+    return (
+        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: a lock "
+        f"keeps out a second writer only where every run takes it in one place, so set {LOCK_DIR_ENV} alike in "
+        "every shell that runs this experiment (or in none); the places used are recorded in "
+        f"{other.record.parent}"
+    )
+
+
+def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
+    """The refusal when a recorded place is a lock folder of another host."""
+    here = socket.gethostname()
+    return (
+        f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
+        f"({_describe(other.lock_dir)} there); this run, on {here}, would take it in {_describe(_lock_dir())}. A "
+        f"lock folder keeps out a second writer on its own host only, so whether a run on {other.host} holds it "
+        f"cannot be told from here. Run this experiment from {other.host} with the same {LOCK_DIR_ENV}; or, once "
+        f"no run of it is alive on {other.host}, delete {other.record} (the record of that place) and run again"
+    )
+
+
+def _unusable(what: str, where: Path, e: OSError) -> str:
+    """The refusal when the lock folder ``where`` cannot hold ``what``'s lock."""
+    blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        why = f"{blocker} is a file, not a folder"
+    elif e.errno == errno.EROFS:
+        why = f"{where} is on a read-only file system"
+    else:
+        why = owner_of(where) or f"{where} is not writable"
+    return (
+        f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
+        f"({e.strerror or e}: {why}), so nothing is written. Set {LOCK_DIR_ENV} to a folder of yours on a local "
+        f"disk of this host (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`; it is made if missing), the same "
+        "for every run of this experiment, or unset it to take the lock in the folder itself, and run again"
+    )
