@@ -12,8 +12,7 @@ import struct
 import pytest
 
 from oodcorr.core import gguf as G
-from oodcorr.core.gguf import GGUFError, read_header
-from oodcorr.core.gguf_tensors import missing_tensors
+from oodcorr.core.gguf import GGUFError, missing_tensors, read_header
 
 U32, STR, ARR, F32 = 4, 8, 9, 6
 

@@ -168,16 +168,6 @@ def interval_text(est: float, lo: float, hi: float) -> str:
 _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
 
-def noise_limiting(rows: list[dict]) -> Counter:
-    """How many of the noise-limited pairs of ``rows`` each testset leaves noise-limited."""
-    out: Counter = Counter()
-    for r in rows:
-        if str(r.get("verdict")) == NOISE_LIMITED_VERDICT:
-            text = r.get("noise_limited")
-            out.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
-    return out
-
-
 def about(rows: list[dict]) -> str:
     """What the answer of ``rows`` speaks of (their ``about``): the tasks, the observed scores, or the
     counts of each where the rows differ."""
@@ -195,7 +185,11 @@ def about(rows: list[dict]) -> str:
 
 def noise_clause(rows: list[dict]) -> str:
     """The testsets that leave pairs of ``rows`` noise-limited, most pairs first, with their reliability."""
-    limiting = noise_limiting(rows)
+    limiting: Counter = Counter()  # testset -> the noise-limited pairs it leaves so
+    for r in rows:
+        if str(r.get("verdict")) == NOISE_LIMITED_VERDICT:
+            text = r.get("noise_limited")
+            limiting.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
     if not limiting:
         return ""
     rel = reliabilities(rows)

@@ -27,13 +27,13 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
     what = what or str(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if size is not None:
+            check_room(path.parent, size, what)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as e:
-        if write_errno(e) is None:
+        if write_errno(e) is None:  # no room for an inode (ENOSPC), read-only, another user's folder
             raise
         raise write_failed(path.parent, what, needed=size, cause=e) from e
-    if size is not None:
-        check_room(path.parent, size, what)
-    fd, tmp = _mkstemp_or_failed(path, what, size)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -63,15 +63,6 @@ def _stopped_this_write(e: Exception, tmp: Path) -> bool:
         return True
     named = [getattr(x, "filename", None) for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError)]
     return not any(n and Path(n).parent not in (tmp.parent, tmp.parent.resolve()) for n in named)
-
-
-def _mkstemp_or_failed(path: Path, what: str, size: int | None):
-    try:
-        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        if write_errno(e) is None:  # no room for an inode (ENOSPC), read-only, another user's folder
-            raise
-        raise write_failed(path.parent, what, needed=size, cause=e) from e
 
 
 def current_umask() -> int:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fnmatch
 import os
+import resource  # Unix only; the workflow runs on nothing else
 import stat
 from collections import deque
 from dataclasses import dataclass
@@ -208,13 +209,6 @@ def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
     return "inodes" if r is not None and r.no_inodes else "space"
 
 
-def _file_size_limit() -> int | None:
-    import resource  # Unix only; the workflow runs on nothing else
-
-    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
 # said by every sentence of a write that stopped
 KEPT = "Nothing half-written is kept, and no result is taken from it."
 
@@ -250,11 +244,11 @@ def disk_full(
             f"quota, or put results/ on a file system where your quota has room (a link to it), {again}"
         )
     if kind == "too large":
-        limit = _file_size_limit()
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         why = (
             f"this process may write no file larger than {human_bytes(limit)} (the file-size limit, `ulimit -f`): "
             "raise it (`ulimit -f unlimited` in the shell, or the cluster job's script, that starts Snakemake)"
-            if limit is not None
+            if limit != resource.RLIM_INFINITY
             else f"the file system of {folder} takes no larger file (FAT32 and some network mounts stop at 4 GiB): "
             "put results/ on another file system (a link to it)"
         )

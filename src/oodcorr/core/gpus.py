@@ -87,10 +87,6 @@ class Claim:
         self.release()
 
 
-def _lock_path(lock_dir: Path, device: str) -> Path:
-    return lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', device)}.lock"
-
-
 def _try_lock(path: Path) -> int | None:
     fd = open_lock_file(path)  # never through a link: the default folder is in the shared /tmp
     try:
@@ -152,7 +148,7 @@ def claim_devices(
     while True:
         got: list[tuple[str, int]] = []
         for d in devices:
-            fd = _try_lock(_lock_path(lock_dir, d))
+            fd = _try_lock(lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', d)}.lock")
             if fd is not None:
                 got.append((d, fd))
                 if len(got) == n:

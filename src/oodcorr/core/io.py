@@ -127,10 +127,6 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         ) from None
 
 
-def _line_of(raw: bytes, pos: int, codec: str) -> int:
-    return raw[:pos].decode(codec, errors="replace").count("\n") + 1
-
-
 def _suggest_encoding(raw: bytes) -> str:
     """A likely 8-bit encoding for bytes that are not UTF-8: cp1252 when bytes 0x80-0x9f occur."""
     if any(0x80 <= b <= 0x9F for b in raw):
@@ -179,7 +175,7 @@ def _decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None, fix:
     try:
         text = raw.decode(codec)
     except UnicodeDecodeError as e:
-        line, byte = _line_of(raw, e.start, codec), raw[e.start]
+        line, byte = raw[: e.start].decode(codec, errors="replace").count("\n") + 1, raw[e.start]
         if encoding or bom:
             raise DataError(
                 f"{path}:{line}: not valid {encoding or codec} at byte {e.start} (0x{byte:02x}); "

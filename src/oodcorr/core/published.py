@@ -128,7 +128,7 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             os.chmod(d, 0o777 & ~mask)  # mkdtemp's folder is private; results get the usual mode
         for rel in files:  # after the chmod (which changes the ctime)
             files[rel]["stat"] = stat_key(tmp / rel)
-        version = _next_version(pub)
+        version = f"v{max([n for n, _ in _versions(pub)], default=0) + 1}"
         record = {
             "format": RECORD_FORMAT,
             "experiment": experiment,
@@ -156,10 +156,6 @@ def _copy_hashing(src: Path, dst: Path) -> str:
 
 def _versions(pub: Path) -> list[tuple[int, Path]]:
     return sorted((int(m.group(1)), p) for p in pub.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir())
-
-
-def _next_version(pub: Path) -> str:
-    return f"v{max([n for n, _ in _versions(pub)], default=0) + 1}"
 
 
 def _current_version(pub: Path) -> str | None:

@@ -12,8 +12,7 @@ from pathlib import Path
 from ..core.atomic_write import follow_umask, write_json_atomic
 from ..core.digests import sha256_file
 from ..core.errors import ConfigError
-from ..core.gguf import GGUFError, read_header
-from ..core.gguf_tensors import missing_tensors
+from ..core.gguf import GGUFError, missing_tensors, read_header
 from ..core.model_dirs import gguf_file
 from ..core.model_entry import ModelEntry
 from .loading import check_loaded_whole
@@ -26,7 +25,7 @@ PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question
 
 def checked_header(model_entry: ModelEntry):
     """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`), with
-    every tensor its architecture needs (:func:`oodcorr.core.gguf_tensors.missing_tensors`); a ConfigError
+    every tensor its architecture needs (:func:`oodcorr.core.gguf.missing_tensors`); a ConfigError
     naming the entry and the file otherwise."""
     path = gguf_file(model_entry)
     try:
