@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from oodcorr import __version__
-from oodcorr.core.provenance import NOT_RECORDED, code_provenance, jobs_libraries, library_versions
+from oodcorr.core.provenance import NOT_RECORDED, code_provenance, library_versions, scores_provenance
 
 from helpers import REPO
 
@@ -86,7 +86,7 @@ def test_library_versions_are_read_without_importing_them():
     assert library_versions() == versions
 
 
-def test_jobs_libraries_counts_evaluations_and_finetuned_checkpoints():
+def test_the_scores_provenance_counts_evaluations_and_finetuned_checkpoints():
     new = {"torch": "2.13.0", "transformers": "5.24.0", "peft": "0.21.2"}
     old_torch = dict(new, torch="2.12.0")
     records = [
@@ -99,7 +99,7 @@ def test_jobs_libraries_counts_evaluations_and_finetuned_checkpoints():
         # a series checkpoint: not finetuned here
         {"checkpoint": "hub@rev", "x_unit": "tokens", "libraries": dict(new, peft=None)},
     ]
-    got = jobs_libraries(records)
+    got = scores_provenance(records)
     assert got["evaluate"] == {
         "torch": {"2.13.0": 4, NOT_RECORDED: 1},
         "transformers": {"5.24.0": 4, NOT_RECORDED: 1},
@@ -107,4 +107,4 @@ def test_jobs_libraries_counts_evaluations_and_finetuned_checkpoints():
     }
     assert got["finetune"]["torch"] == {"2.12.0": 1, NOT_RECORDED: 2}
     assert got["finetune"]["peft"] == {"0.21.2": 1, NOT_RECORDED: 2}
-    assert jobs_libraries([]) == {"evaluate": {}, "finetune": {}}
+    assert scores_provenance([]) == {"evaluate": {}, "finetune": {}, "aggregated_by": code_provenance()}

@@ -133,6 +133,26 @@ def _experiment_folder(folder: Path) -> Path:
     return folder
 
 
+def _walk(top: Path, budget: list[int], depth_first: bool, skip=lambda parent, entry: False):
+    """(folder, entry) for each entry under ``top``, each counted against ``budget``; the walk goes into
+    every subfolder but those ``skip`` names, and past those it cannot list."""
+    todo = deque([top])
+    while todo and budget[0] > 0:
+        parent = todo.pop() if depth_first else todo.popleft()
+        try:
+            with os.scandir(parent) as entries:
+                for entry in entries:
+                    budget[0] -= 1
+                    if budget[0] <= 0:
+                        break
+                    yield parent, entry
+                    with contextlib.suppress(OSError):
+                        if not skip(parent, entry) and entry.is_dir(follow_symlinks=False):
+                            todo.append(Path(entry.path))
+        except OSError:
+            continue
+
+
 def _size_of(p: Path, budget: list[int]) -> int:
     """The bytes under ``p``, each entry looked at counted against ``budget``."""
     try:
@@ -141,21 +161,11 @@ def _size_of(p: Path, budget: list[int]) -> int:
         return 0
     if not stat.S_ISDIR(st.st_mode):
         return st.st_size
-    total, todo = 0, [p]
-    while todo and budget[0] > 0:
-        try:
-            with os.scandir(todo.pop()) as entries:
-                for entry in entries:
-                    budget[0] -= 1
-                    if budget[0] <= 0:
-                        break
-                    with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
-                            todo.append(Path(entry.path))
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            continue
+    total = 0
+    for _, entry in _walk(p, budget, depth_first=True):
+        with contextlib.suppress(OSError):
+            if not entry.is_dir(follow_symlinks=False):
+                total += entry.stat(follow_symlinks=False).st_size
     return total
 
 
@@ -173,24 +183,10 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     root = _experiment_folder(Path(folder))
     budget = [DELETABLE_WALK_LIMIT]
     found: list[tuple[int, Path, str]] = []
-    todo = deque([root]) if root.is_dir() else deque()
-    while todo and budget[0] > 0:
-        parent = todo.popleft()
-        try:
-            with os.scandir(parent) as entries:
-                for entry in entries:
-                    budget[0] -= 1
-                    if budget[0] <= 0:
-                        break
-                    what = _leftover(root, parent, entry.name)
-                    if what:
-                        found.append((_size_of(Path(entry.path), budget), Path(entry.path), what))
-                        continue
-                    with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
-                            todo.append(Path(entry.path))
-        except OSError:
-            continue
+    for parent, entry in _walk(root, budget, False, skip=lambda parent, entry: _leftover(root, parent, entry.name)):
+        what = _leftover(root, parent, entry.name)
+        if what:
+            found.append((_size_of(Path(entry.path), budget), Path(entry.path), what))
     found.sort(key=lambda t: -t[0])
     out = [f"{p} ({human_bytes(n)}: {what})" for n, p, what in found[:limit]]
     if budget[0] <= 0:

@@ -89,20 +89,16 @@ def _count(libraries: list) -> dict[str, dict[str, int]]:
     return {name: dict(sorted(c.items())) for name, c in out.items() if c}
 
 
-def jobs_libraries(records: list[dict]) -> dict:
-    """The libraries the jobs behind ``records`` (evaluation records) ran with, counted: ``evaluate``,
-    per evaluation; ``finetune``, per finetuned checkpoint scored (a series checkpoint, whose record
-    names its ``x_unit``, was not finetuned here)."""
+def scores_provenance(records: list[dict]) -> dict:
+    """The scores table's provenance (``provenance.json`` of the published set): the libraries the jobs
+    behind ``records`` (evaluation records) ran with, counted per evaluation and per finetuned checkpoint
+    scored (a series checkpoint, whose record names its ``x_unit``, was not finetuned here), and the code."""
     finetuned = {r.get("checkpoint"): r.get("finetune_libraries") for r in records if "x_unit" not in r}
     return {
         "evaluate": _count([r.get("libraries") for r in records]),
         "finetune": _count(list(finetuned.values())),
+        "aggregated_by": code_provenance(),
     }
-
-
-def scores_provenance(records: list[dict]) -> dict:
-    """The scores table's provenance (``provenance.json`` of the published set)."""
-    return {**jobs_libraries(records), "aggregated_by": code_provenance()}
 
 
 def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
