@@ -97,13 +97,14 @@ def test_aliases_within_the_budget_load_and_count_as_expanded(tmp_path):
         limits.check_tree(b, max_nodes=11_111)
 
 
-def test_a_yaml_file_over_the_size_on_disk_is_refused_before_it_is_read(tmp_path):
-    from oodcorr.core import limits
+def test_a_yaml_file_over_the_size_on_disk_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from oodcorr.core import yaml_files
 
     path = tmp_path / "big.yaml"
     path.write_text("a: " + "x" * 2000 + "\n")
+    monkeypatch.setattr(yaml_files, "MAX_YAML_BYTES", 1000)
     with pytest.raises(ConfigError, match=r"big\.yaml: is 0\.0 MiB, more than the 0 MiB"):
-        limits.load_yaml_checked(path, max_bytes=1000)
+        yaml_files.load_yaml(path)
 
 
 @pytest.mark.parametrize(

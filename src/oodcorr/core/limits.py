@@ -2,7 +2,7 @@
 
 PyYAML builds aliases (``*name``) as shared objects, so a few lines can stand for a billion values
 that every reader then expands, and a config nested thousands deep makes every recursive reader
-fail with a RecursionError. :func:`load_yaml_checked` refuses such a file from its parser events;
+fail with a RecursionError. :func:`scan_yaml` refuses such a file from its parser events;
 :func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself). The limits
 are far above a real config (``config/paper.yaml``: about 400 values nested 7 deep).
 """
@@ -10,7 +10,6 @@ are far above a real config (``config/paper.yaml``: about 400 values nested 7 de
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -19,7 +18,6 @@ from .errors import ConfigError
 
 MAX_NODES = 100_000  # values (scalars, mappings, lists, keys), aliases counted as expanded
 MAX_DEPTH = 32  # mappings and lists inside each other
-MAX_YAML_BYTES = 16 * 2**20  # a YAML file oodcorr reads
 
 
 class TooLarge(ConfigError):
@@ -51,7 +49,7 @@ CYCLE_MESSAGE = (
 
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
-def _scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
     """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
     ``max_nodes`` values with aliases expanded, nests deeper than ``max_depth``, or holds an alias to a
     block that contains it. Invalid YAML is left to ``yaml.safe_load``."""
@@ -103,21 +101,6 @@ def _scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_
                 stack[-1][2] = max(stack[-1][2], height)
     except yaml.YAMLError:
         return  # not valid YAML: yaml.safe_load says where and why
-
-
-def load_yaml_checked(path: str | os.PathLike, max_bytes: int = MAX_YAML_BYTES) -> Any:
-    """``yaml.safe_load`` of a user's YAML file after its size on disk and :func:`_scan_yaml`."""
-    path = Path(path)
-    with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
-        size = os.fstat(fh.fileno()).st_size
-        if size > max_bytes:
-            raise TooLarge(
-                f"{path}: is {size / 2**20:.1f} MiB, more than the {max_bytes // 2**20} MiB that oodcorr reads "
-                "in one YAML file; is it the file you meant?"
-            )
-        _scan_yaml(fh, path)
-        fh.seek(0)
-        return yaml.safe_load(fh)
 
 
 # ---- a mapping already loaded -------------------------------------------------------------------------

@@ -9,7 +9,9 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
-from .limits import load_yaml_checked
+from .limits import TooLarge, scan_yaml
+
+MAX_YAML_BYTES = 16 * 2**20  # a YAML file oodcorr reads
 
 
 def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
@@ -20,10 +22,17 @@ def load_yaml(path: str | os.PathLike, checked: bool = True) -> Any:
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder, not a YAML file")
     try:
-        if not checked:
-            with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
-                return yaml.safe_load(fh)
-        return load_yaml_checked(path)
+        with open(path, "rb") as fh:  # bytes: PyYAML reports a bad encoding as a YAMLError, with its offset
+            if checked:
+                size = os.fstat(fh.fileno()).st_size
+                if size > MAX_YAML_BYTES:
+                    raise TooLarge(
+                        f"{path}: is {size / 2**20:.1f} MiB, more than the {MAX_YAML_BYTES // 2**20} MiB that oodcorr "
+                        "reads in one YAML file; is it the file you meant?"
+                    )
+                scan_yaml(fh, path)
+                fh.seek(0)
+            return yaml.safe_load(fh)
     except yaml.YAMLError as e:
         raise ConfigError(_describe_yaml_error(path, e)) from None
     except OSError as e:
