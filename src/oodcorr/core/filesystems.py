@@ -68,8 +68,8 @@ def _disk_full_errno(exc: BaseException | None, folder: str | os.PathLike | None
             if word in text:
                 return code
         if folder is not None and ("inlinecontainer" in text or "pytorchstreamwriter" in text):
-            free = _free_bytes(folder)
-            if free is not None and free < 1 << 20:
+            r = room(folder)
+            if r is not None and r.free < 1 << 20:
                 return errno.ENOSPC
     return None
 
@@ -108,11 +108,6 @@ def room(folder: str | os.PathLike) -> Room | None:
     except OSError:
         return None
     return Room(st.f_bavail * st.f_frsize, st.f_favail, st.f_files, device)
-
-
-def _free_bytes(folder: str | os.PathLike) -> int | None:
-    r = room(folder)
-    return None if r is None else r.free
 
 
 def _mount_point(folder: str | os.PathLike) -> Path:
@@ -221,7 +216,7 @@ def disk_full(
     the command that shows the limit, what can be deleted."""
     folder = Path(folder)
     kind = _full_kind(cause, folder)
-    free = _free_bytes(folder)
+    free = r.free if (r := room(folder)) is not None else None
     if needed is not None:
         need = f"it needs {human_bytes(needed)} ({needed} bytes)"
     elif written is not None:

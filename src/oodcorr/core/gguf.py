@@ -137,13 +137,13 @@ class _Cursor:
     def __init__(self, buf, path: Path, size: int):
         self.buf, self.path, self.size, self.pos = buf, path, size, 0
 
-    def fail(self, what: str) -> GGUFError:
-        return GGUFError(f"{self.path}: {what}; it is not a whole GGUF file (cut short or damaged): copy it again")
-
     def take(self, n: int, what: str) -> int:
         start = self.pos
-        if n < 0 or start + n > self.size:
-            raise self.fail(f"{what} needs {n} bytes at byte {start}, past the end of the file ({self.size} bytes)")
+        if start + n > self.size:  # n is a count read unsigned, or one times a size: never below 0
+            raise GGUFError(
+                f"{self.path}: {what} needs {n} bytes at byte {start}, past the end of the file ({self.size} bytes); "
+                "it is not a whole GGUF file (cut short or damaged): copy it again"
+            )
         self.pos = start + n
         return start
 
