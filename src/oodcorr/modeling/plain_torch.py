@@ -24,25 +24,21 @@ ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
 }
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / s for s in shards]
-    single = folder / "model.safetensors"
-    if single.exists():
-        return [single]
-    raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
-
-
-def read_weights(folder: str | Path, device="cpu") -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a model folder's safetensors files (one file, or the shards an index names)."""
     from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
 
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        files = [folder / s for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    elif (folder / "model.safetensors").exists():
+        files = [folder / "model.safetensors"]
+    else:
+        raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
     state: dict[str, torch.Tensor] = {}
-    for f in _weight_files(Path(folder)):
+    for f in files:
         try:
-            state.update(load_file(str(f), device=str(device)))
+            state.update(load_file(str(f), device="cpu"))
         except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
             raise DataError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from None
     return state
@@ -71,7 +67,7 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     c.model_type, c._attn_implementation, c.name_or_path = cfg["model_type"], "sdpa", where
     with torch.device("meta"):
         model = cls(c)
-    state = read_weights(folder)
+    state = _read_weights(folder)
     want = model.expected_keys()
     if set(state) - want - {"lm_head.weight"} or want - set(state):
         extra, missing = sorted(set(state) - want), sorted(want - set(state))
@@ -79,8 +75,7 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     own = model.state_dict(keep_vars=True)
     tied_head = "lm_head.weight" not in want
     if tied_head and "lm_head.weight" in state:
-        embed = [k for k in want if k.endswith("embed_tokens.weight")][0]
-        if not torch.equal(state.pop("lm_head.weight"), state[embed]):
+        if not torch.equal(state.pop("lm_head.weight"), state[f"{model.embeddings}.weight"]):
             raise Unsupported(f"{where}: lm_head.weight differs from the embeddings it is tied to")
     wrong = [k for k, t in state.items() if tuple(t.shape) != tuple(own[k].shape)]
     if wrong:

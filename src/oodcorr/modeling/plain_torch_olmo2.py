@@ -11,12 +11,10 @@ from .plain_torch_parts import (
     REQUIRED,
     Embedding,
     LeanCausalLM,
-    LeanOutput,
     Linear,
     Unsupported,
     activation,
     causal_mask,
-    keep_positions,
     read_settings,
     rope_theta,
     sdpa,
@@ -121,6 +119,8 @@ class _OlmoLayer(nn.Module):
 class LeanOlmo2(LeanCausalLM):
     """``Olmo2ForCausalLM``'s forward pass (no cache), modules named as transformers names them."""
 
+    embeddings = "model.embed_tokens"
+
     def __init__(self, c: SimpleNamespace):
         super().__init__(c)
         act = activation(c.hidden_act, c.name_or_path)
@@ -149,16 +149,7 @@ class LeanOlmo2(LeanCausalLM):
         self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
         self.inv_freq = self.inv_freq.to(device)
 
-    def input_embeddings(self) -> nn.Embedding:
-        return self.model.embed_tokens
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-    ) -> LeanOutput:
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         bsz, length = hidden.shape[:2]
         if position_ids is None:
@@ -174,5 +165,4 @@ class LeanOlmo2(LeanCausalLM):
         cos, sin = emb.cos() * 1.0, emb.sin() * 1.0
         for layer in self.model.layers:
             hidden = layer(hidden, cos, sin, mask)
-        hidden = self.model.norm(hidden)
-        return LeanOutput(self.lm_head(keep_positions(hidden, logits_to_keep)))
+        return self.model.norm(hidden)

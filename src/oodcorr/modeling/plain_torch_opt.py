@@ -12,12 +12,10 @@ from .plain_torch_parts import (
     Embedding,
     LayerNorm,
     LeanCausalLM,
-    LeanOutput,
     Linear,
     Unsupported,
     activation,
     causal_mask,
-    keep_positions,
     read_settings,
     sdpa,
 )
@@ -113,6 +111,8 @@ class _OPTDecoder(nn.Module):
 class LeanOPT(LeanCausalLM):
     """``OPTForCausalLM``'s forward pass (no cache), modules named as transformers names them."""
 
+    embeddings = "model.decoder.embed_tokens"
+
     def __init__(self, c: SimpleNamespace):
         super().__init__(c)
         act = activation(c.activation_function, c.name_or_path)
@@ -129,16 +129,7 @@ class LeanOPT(LeanCausalLM):
             raise Unsupported(f"{where}: hidden_size not divisible by num_attention_heads")
         return c
 
-    def input_embeddings(self) -> nn.Embedding:
-        return self.model.decoder.embed_tokens
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-    ) -> LeanOutput:
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
         dec = self.model.decoder
         input_ids = input_ids.view(-1, input_ids.shape[-1])
         embeds = dec.embed_tokens(input_ids)
@@ -160,4 +151,4 @@ class LeanOPT(LeanCausalLM):
             hidden = dec.final_layer_norm(hidden)
         if dec.project_out is not None:
             hidden = dec.project_out(hidden)
-        return LeanOutput(self.lm_head(keep_positions(hidden, logits_to_keep)).contiguous())
+        return hidden

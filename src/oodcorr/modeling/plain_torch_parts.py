@@ -58,31 +58,13 @@ class Unsupported(Exception):
     """The lean path does not apply; the message says why (the caller loads with from_pretrained)."""
 
 
-class Linear(nn.Linear):
-    """nn.Linear built without initialising its weights (they are read from the checkpoint; on the
-    meta device, torch's random initialisers would import torch._dynamo, seconds of imports)."""
-
-    def reset_parameters(self) -> None:
-        pass
+def _uninitialised(cls: type[nn.Module]) -> type[nn.Module]:
+    """``cls`` built without initialising its weights (they are read from the checkpoint; on the meta
+    device, torch's random initialisers would import torch._dynamo, seconds of imports)."""
+    return type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
 
 
-class Embedding(nn.Embedding):
-    def reset_parameters(self) -> None:
-        pass
-
-
-class LayerNorm(nn.LayerNorm):
-    def reset_parameters(self) -> None:
-        pass
-
-
-class LeanOutput:
-    """What scoring reads of a transformers output: ``logits``."""
-
-    __slots__ = ("logits",)
-
-    def __init__(self, logits: torch.Tensor):
-        self.logits = logits
+Linear, Embedding, LayerNorm = (_uninitialised(c) for c in (nn.Linear, nn.Embedding, nn.LayerNorm))
 
 
 def read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
@@ -188,6 +170,7 @@ class LeanCausalLM(nn.Module):
     ``_attn_implementation``, ``name_or_path`` and the settings read) and where the model came from."""
 
     lean = True
+    embeddings = ""  # the token embedding a tied LM head shares its weight with
 
     def __init__(self, config: SimpleNamespace):
         super().__init__()
@@ -201,14 +184,25 @@ class LeanCausalLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
-    def input_embeddings(self) -> nn.Embedding:
-        """The token embedding a tied LM head shares its weight with."""
-        raise NotImplementedError
-
     def tie(self) -> None:
         """The LM head shares the input embedding's weight where the config ties them."""
         if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.input_embeddings().weight
+            self.lm_head.weight = self.get_submodule(self.embeddings).weight
+
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        """The last layer's output (after the final norm), before the LM head."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> SimpleNamespace:
+        """What scoring reads of a transformers output: ``logits``."""
+        hidden = self.hidden_states(input_ids, attention_mask, position_ids)
+        return SimpleNamespace(logits=self.lm_head(keep_positions(hidden, logits_to_keep)).contiguous())
 
     def expected_keys(self) -> set[str]:
         """The weights a checkpoint of this architecture holds (a tied LM head may be absent)."""

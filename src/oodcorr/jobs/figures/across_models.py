@@ -159,6 +159,14 @@ def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, 
     return handles
 
 
+def _answer_rows(table: pd.DataFrame, method: str, residualiser: str, in_domain: str) -> pd.DataFrame:
+    return table[
+        (table["method"] == method)
+        & (table["residualiser"] == residualiser)
+        & (table["in_domain"].astype(str) == str(in_domain))
+    ]
+
+
 def consensus_heatmap(
     agree: pd.DataFrame,
     out_png: str,
@@ -172,11 +180,7 @@ def consensus_heatmap(
     correlation, marked by its verdict (:func:`verdict_style`), one panel per pool group. Returns
     {(pool_group, row, col): label}."""
     plt = pyplot()
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
+    sub = _answer_rows(agree, method, residualiser, in_domain)
     groups = sorted(sub["pool_group"].astype(str).unique()) or [""]
     n_names = max([len(set(g["x"]) | set(g["y"])) for _, g in sub.groupby("pool_group")] + [2])
     fig, axes = heatmap_figure(plt, n_names, len(groups), title_lines=4)
@@ -296,11 +300,7 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
     ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
+    sub = _answer_rows(agree, method, residualiser, in_domain)
     rank = verdict_rank
     best = {}
     for row in sub.itertuples(index=False):
@@ -355,13 +355,9 @@ def forest(
     plt = pyplot()
 
     def pair_rows(df):
+        df = _answer_rows(df, method, residualiser, in_domain)
         xs, ys = df["x"].astype(str), df["y"].astype(str)
-        return df[
-            (df["method"] == method)
-            & (df["residualiser"] == residualiser)
-            & (df["in_domain"].astype(str) == str(in_domain))
-            & (((xs == x) & (ys == y)) | ((xs == y) & (ys == x)))
-        ]
+        return df[((xs == x) & (ys == y)) | ((xs == y) & (ys == x))]
 
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
