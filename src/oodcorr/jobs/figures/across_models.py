@@ -441,26 +441,23 @@ def forest(
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
                 colour = TASKS if key == "tasks" else "tab:red"
                 ax.text(1.04, at[key], say[key], color=colour, transform=trans, **side_text)
-            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
-            if np.isfinite(plo) and np.isfinite(phi):
-                ax.plot([plo, phi], [at["prediction"]] * 2, color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6)
-                pi = f"[{plo:+.2f}, {phi:+.2f}]"
-            else:
-                pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, at["prediction"], pi, color="tab:red", transform=trans, **side_text)
-            tlo, thi = (float(row.get(c, np.nan)) for c in ("tol_low_consensus", "tol_high_consensus"))
-            if np.isfinite(tlo) and np.isfinite(thi):
-                ax.plot([tlo, thi], [-1, -1], color="tab:red", lw=1.2, marker="|", ms=10, zorder=3)
-                tol = f"[{tlo:+.2f}, {thi:+.2f}]"
-            else:
-                tol = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, -1, tol, color="tab:red", transform=trans, **side_text)
+            for key, c, style in (
+                ("prediction", "pi", {"lw": 3, "solid_capstyle": "butt", "alpha": 0.6}),
+                ("tolerance", "tol", {"lw": 1.2, "marker": "|", "ms": 10, "zorder": 3}),
+            ):
+                lo, hi = (float(row.get(f"{c}_{end}_consensus", np.nan)) for end in ("low", "high"))
+                if np.isfinite(lo) and np.isfinite(hi):
+                    ax.plot([lo, hi], [at[key]] * 2, color="tab:red", **style)
+                    say[key] = f"[{lo:+.2f}, {hi:+.2f}]"
+                else:
+                    say[key] = "none (fewer than 3 models)" if n_models < 3 else "n/a"
+                ax.text(1.04, at[key], say[key], color="tab:red", transform=trans, **side_text)
             rel = _pair_reliability(row, x, y, in_domain)
             said = about([row.to_dict()])
             limited = row.get("noise_limited")
             if isinstance(limited, str) and limited and verdict == NOISE_LIMITED_VERDICT:
                 verdict += f" by {limited}"
-            tally = {**say, "prediction": pi, "tolerance": tol, "reliability": rel, "about": said}
+            tally = {**say, "reliability": rel, "about": said}
         ax.axhline(at["consensus"] + 0.75, color="0.6", lw=0.6)
         labels = {
             "consensus": f"consensus of {n_models} models",
