@@ -46,6 +46,12 @@ FOLD_FROM = 16  # names of at most this many characters are shown whole, their c
 LABEL_MAX = 26  # a tick label longer than this (after the common prefix is folded) keeps its two ends
 SEPARATORS = "/_-.:"  # a common prefix is folded up to the last of these it ends with
 DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
+# a verdict's frame (verdict_style): half its side, and how it is drawn
+FRAMES = {
+    "solid": (0.47, {"lw": 1.6, "edgecolor": "black"}),
+    "dashed": (0.45, {"lw": 0.8, "ls": "--", "edgecolor": "dimgrey"}),
+    "dotted": (0.44, DOTTED),
+}
 
 
 def verdict_style(word: str) -> dict:
@@ -234,14 +240,9 @@ def consensus_heatmap(
             label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
             cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
             general = style["bold"]
-            if style["frame"] == "solid":
-                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, edgecolor="black"))
-            elif style["frame"] == "dashed":
-                ax.add_patch(
-                    plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
-                )
-            elif style["frame"] == "dotted":
-                ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, **DOTTED))
+            if style["frame"]:
+                half, look = FRAMES[style["frame"]]
+                ax.add_patch(plt.Rectangle((j - half, i - half), 2 * half, 2 * half, fill=False, **look))
             if not finite[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
             if big:
