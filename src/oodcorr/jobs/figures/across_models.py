@@ -4,6 +4,7 @@ forest plot of one pair."""
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 
 import numpy as np
@@ -74,10 +75,7 @@ def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
     prefix, its two ends joined by "…" where still longer than :data:`LABEL_MAX` (unless two labels would clash)."""
     prefix = ""
     if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
-        common = names[0][: min(len(n) for n in names)]
-        for n in names[1:]:
-            while not n.startswith(common):
-                common = common[:-1]
+        common = os.path.commonprefix(names)
         cut = max(common.rfind(c) for c in SEPARATORS) + 1
         prefix = common[:cut] if cut >= 4 and all(len(n) > cut for n in names) else ""
     short = {n: n[len(prefix) :] for n in names}
@@ -302,12 +300,11 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
     ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
     sub = _answer_rows(agree, method, residualiser, in_domain)
-    rank = verdict_rank
     best = {}
     for row in sub.itertuples(index=False):
         key = tuple(sorted((str(row.x), str(row.y))))
         size = abs(float(row.r_consensus)) if np.isfinite(float(row.r_consensus)) else -1.0
-        score = (rank(str(row.verdict)), -size)
+        score = (verdict_rank(str(row.verdict)), -size)
         best[key] = min(best.get(key, score), score)
     pairs = sorted(best, key=lambda k: (best[k], k))
     return sorted(pairs[:cap]), len(pairs)
