@@ -1,5 +1,5 @@
-"""Figures (matplotlib, Agg): learning curves, in-domain vs OOD scatter plots with the fitted
-residualiser curves, training loss, ``oodcorr design``'s power curves, and :func:`draw`."""
+"""Curves: learning curves, in-domain vs OOD scatter plots with the fitted residualisers, training loss,
+``oodcorr design``'s power curves."""
 
 from __future__ import annotations
 
