@@ -229,8 +229,9 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
     """The adapter parameter count from the safetensors shapes equals what peft builds and saves."""
     from transformers import AutoModelForCausalLM
 
+    from oodcorr.core.model_dirs import safetensors_header
     from oodcorr.jobs.finetune import apply_lora
-    from oodcorr.modeling.weights import safetensors_header, weight_shapes
+    from oodcorr.modeling.weights import weight_shapes
 
     lora = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj", "fc1"]}
     params, linear = weight_shapes(tiny_models["opt"])

@@ -1,17 +1,11 @@
-"""Models: how one is loaded, adapted to NLI and scored, built offline, or fetched from the hub.
+"""Models: how one is loaded (``loading``; a run's checkpoints one after another, ``checkpoint_loader``;
+for scoring on a CPU, ``plain_torch`` without transformers and ``lora`` adapters folded into the weights),
+adapted to NLI and scored (``adaptation``, ``prompting``), built offline (``tiny``, ``synthetic``), or
+fetched from the hub (``hub``; the files and weights of a model repository, ``weights``).
 
-``loading`` (models and tokenizers under the safety defaults; for scoring on a CPU, ``plain_torch``:
-OPT and OLMo2 read and run without transformers, the same logits bit for bit (``plain_torch_parts``
-the parts, one module per architecture: ``plain_torch_opt``, ``plain_torch_olmo2``), and ``lora``:
-LoRA adapters folded into the base weights), ``checkpoint_loader`` (a run's checkpoints loaded one
-after another for scoring, reusing the base model), ``adaptation`` (the adaptation
-methods: pattern or head), ``prompting`` (prompt, verbalisers, the scored position), ``tiny`` and
-``synthetic`` (the offline stand-ins: tiny pretrained models, the synthetic NLI task), ``hub``
-(the hub lock, prefetching, pinned revisions) and ``weights`` (the files of a model repository a job
-loads; the parameters and linear layers its weights hold). torch and transformers are imported inside the
-functions that need them (``prompting``, ``plain_torch*`` and ``lora`` import torch at their top, and are
-themselves imported only inside functions), so planning can ask a model's size or tokenizer
-without them.
+torch and transformers are imported inside the functions that need them (``prompting``, ``plain_torch``
+and ``lora`` import torch at their top, and are themselves imported only inside functions), so planning
+can ask a model's size or tokenizer without them.
 
 May import: ``core``.
 """

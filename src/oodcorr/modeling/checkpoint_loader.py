@@ -69,20 +69,12 @@ class CheckpointLoader:
                     return self.model
         self.close()
 
-        if adapter_cfg.exists():
-            # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
-            from peft import PeftModel  # torch stack: planning and the CLI never import it
-
-            from .loading import load_model  # looked up at call time: tests replace it
-
-            base = load_model(self.model_entry, self.built_model_dir, self.device, self.labels, self.pad_id)
-            self.model = PeftModel.from_pretrained(base, str(ckpt)).eval()
-            self.kind, self.adapter_config = "adapter", _adapter_config(ckpt)
-        else:
-            self.model = load_checkpoint(
-                self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=True
-            )
-            self.kind, self.adapter_config = "full", None
+        # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
+        adapter = adapter_cfg.exists()
+        self.model = load_checkpoint(
+            self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=not adapter
+        )
+        self.kind, self.adapter_config = ("adapter", _adapter_config(ckpt)) if adapter else ("full", None)
         self.last_load = "fresh"
         return self.model
 

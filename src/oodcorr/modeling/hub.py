@@ -91,15 +91,6 @@ def lock_path(configfile: str | Path, config: dict) -> Path:
     return configfile.with_name(f"{configfile.stem}.lock.yaml")
 
 
-def write_lock(path: Path, lock: dict) -> None:
-    head = (
-        f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
-        "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
-        "# after changing a revision in the config, run that command again.\n"
-    )
-    write_text_atomic(path, head + yaml.safe_dump(lock, sort_keys=False, width=120))
-
-
 def hub_load_kwargs(spec: dict) -> dict:
     """The exact ``datasets.load_dataset`` keyword arguments for a hub entry."""
     hub = spec.get("hub") or {}
@@ -413,7 +404,12 @@ def prefetch(
         "models": models,
         "datasets": datasets_,
     }
-    write_lock(Path(lock_file), lock)
+    head = (
+        f"# oodcorr hub lock, written by `oodcorr prefetch --configfile {lock['config']}`.\n"
+        "# Jobs load exactly these commits, offline, from the Hugging Face cache. Do not edit:\n"
+        "# after changing a revision in the config, run that command again.\n"
+    )
+    write_text_atomic(lock_file, head + yaml.safe_dump(lock, sort_keys=False, width=120))
     return lock
 
 

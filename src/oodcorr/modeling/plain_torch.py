@@ -8,41 +8,522 @@ says why) for anything it does not know, and the caller loads with ``from_pretra
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from ..core.errors import DataError
 from ..core.model_entry import ModelEntry
-from .plain_torch_olmo2 import LeanOlmo2
-from .plain_torch_opt import LeanOPT
-from .plain_torch_parts import DTYPES, LeanCausalLM, Unsupported
 
+# keys of any config.json that change nothing in an inference forward pass (ids, training-only
+# settings, bookkeeping); every other key must be one an architecture reads (its module's ``*_KEYS``)
+_HARMLESS = {
+    "_name_or_path",
+    "architectures",
+    "model_type",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "sep_token_id",
+    "decoder_start_token_id",
+    "use_cache",
+    "initializer_range",
+    "init_std",
+    "dropout",
+    "attention_dropout",
+    "layerdrop",
+    "prefix",
+    "id2label",
+    "label2id",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+    "torchscript",
+    "tokenizer_class",
+    "task_specific_params",
+    "finetuning_task",
+    "problem_type",
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# each applied to a tensor nothing else holds, so in place where torch has it (no new buffer; the
+# same values); sums and products below are written in place too, as a + b == b + a exactly
+_ACTIVATIONS = {
+    "relu": lambda x: F.relu(x, inplace=True),
+    "silu": lambda x: F.silu(x, inplace=True),
+    "swish": lambda x: F.silu(x, inplace=True),
+    "gelu": F.gelu,
+}
+
+
+class Unsupported(Exception):
+    """The lean path does not apply; the message says why (the caller loads with from_pretrained)."""
+
+
+def _uninitialised(cls: type[nn.Module]) -> type[nn.Module]:
+    """``cls`` built without initialising its weights (they are read from the checkpoint; on the meta
+    device, torch's random initialisers would import torch._dynamo, seconds of imports)."""
+    return type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
+
+
+Linear, Embedding, LayerNorm = (_uninitialised(c) for c in (nn.Linear, nn.Embedding, nn.LayerNorm))
+
+
+def _read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
+    """The config's values of ``known`` keys (their transformers defaults where absent); raises
+    Unsupported for any key neither known nor harmless."""
+    unknown = sorted(k for k in cfg if k not in known and k not in _HARMLESS)
+    if unknown:
+        raise Unsupported(f"{where}: config.json key(s) {unknown} not known to the lean loader")
+    out = {}
+    for key, default in known.items():
+        value = cfg.get(key, default)
+        if value is _REQUIRED:
+            raise Unsupported(f"{where}: config.json lacks {key}")
+        out[key] = value
+    return SimpleNamespace(**out)
+
+
+_REQUIRED = object()
+
+
+def _activation(name, where: str):
+    if name not in _ACTIVATIONS:
+        raise Unsupported(f"{where}: activation {name!r} not known to the lean loader")
+    return _ACTIVATIONS[name]
+
+
+def _rope_theta(c: SimpleNamespace, where: str) -> float:
+    """The base of a default (unscaled) rotary embedding; any other rope is not lean."""
+    rp = c.rope_parameters
+    if rp is not None:
+        if c.rope_theta is not None or c.rope_scaling is not None:
+            raise Unsupported(f"{where}: both rope_parameters and legacy rope keys")
+        if set(rp) - {"rope_type", "rope_theta"} or rp.get("rope_type", "default") != "default":
+            raise Unsupported(f"{where}: rope_parameters {rp} (only the default rope is lean)")
+        theta = rp.get("rope_theta")
+    else:
+        if c.rope_scaling is not None:
+            raise Unsupported(f"{where}: rope_scaling {c.rope_scaling} (only the default rope is lean)")
+        theta = c.rope_theta
+    if theta is None:
+        raise Unsupported(f"{where}: no rope_theta")
+    return float(theta)
+
+
+def _causal_mask(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor | None:
+    """The attention mask transformers' ``create_causal_mask`` builds for sdpa without a cache: None
+    when no position is padded (sdpa then runs with ``is_causal``), else a boolean
+    (batch, 1, length, length) mask, True where a query may read a key."""
+    if attention_mask is None:
+        return None
+    pad = attention_mask.to(device=device, dtype=torch.bool)
+    if pad.sum() == pad.numel():
+        return None
+    q = torch.arange(length, device=device)
+    causal = q[None, None, None, :] <= q[None, None, :, None]
+    mask = torch.ones((), dtype=torch.bool, device=device) & causal & pad[:, None, None, :]
+    return mask.expand(batch, -1, length, length)
+
+
+def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    b, heads, length, dim = x.shape
+    if n_rep == 1:
+        return x
+    return x[:, :, None, :, :].expand(b, heads, n_rep, length, dim).reshape(b, heads * n_rep, length, dim)
+
+
+def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.Tensor:
+    """transformers' ``sdpa_attention_forward`` without a cache, dropout or position bias:
+    (batch, length, heads, head_dim), contiguous."""
+    extra = {}
+    q_length = query.shape[2]
+    if kv_groups > 1:
+        if os.environ.get("TRANSFORMERS_SDPA_FORCE_GQA", "0") == "1" or (
+            mask is None and key.shape[-1] == value.shape[-1] <= 256
+        ):
+            extra["enable_gqa"] = True
+        elif q_length == 1:
+            b, heads, _, dim = query.shape
+            query = query.reshape(b, heads // kv_groups, kv_groups, dim)
+        else:
+            key, value = _repeat_kv(key, kv_groups), _repeat_kv(value, kv_groups)
+    is_causal = q_length > 1 and mask is None
+    out = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=is_causal, **extra
+    )
+    out = out.reshape(out.shape[0], -1, q_length, value.shape[-1])
+    return out.transpose(1, 2).contiguous()
+
+
+def _keep_positions(hidden: torch.Tensor, logits_to_keep) -> torch.Tensor:
+    """transformers' ``slice_logits_to_keep``: the positions whose logits are computed."""
+    if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
+        if logits_to_keep.dtype == torch.bool:
+            return hidden[logits_to_keep]
+        return torch.take_along_dim(hidden, logits_to_keep[..., None], dim=1)
+    if isinstance(logits_to_keep, int):
+        logits_to_keep = slice(-logits_to_keep, None)
+    return hidden[:, logits_to_keep, :]
+
+
+class LeanCausalLM(nn.Module):
+    """What the two architectures share: a ``config`` (a namespace: ``model_type``,
+    ``_attn_implementation``, ``name_or_path`` and the settings read) and where the model came from."""
+
+    lean = True
+    embeddings = ""  # the token embedding a tied LM head shares its weight with
+
+    def __init__(self, config: SimpleNamespace):
+        super().__init__()
+        self.config = config
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def tie(self) -> None:
+        """The LM head shares the input embedding's weight where the config ties them."""
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.get_submodule(self.embeddings).weight
+
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        """The last layer's output (after the final norm), before the LM head."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+    ) -> SimpleNamespace:
+        """What scoring reads of a transformers output: ``logits``."""
+        hidden = self.hidden_states(input_ids, attention_mask, position_ids)
+        return SimpleNamespace(logits=self.lm_head(_keep_positions(hidden, logits_to_keep)).contiguous())
+
+    def expected_keys(self) -> set[str]:
+        """The weights a checkpoint of this architecture holds (a tied LM head may be absent)."""
+        keys = set(self.state_dict(keep_vars=True))
+        return keys - {"lm_head.weight"} if self.config.tie_word_embeddings else keys
+
+
+# ---- OPT: ``OPTForCausalLM``'s forward pass (no cache), as transformers 5.24 computes it
+_OPT_KEYS = {
+    "vocab_size": _REQUIRED,
+    "hidden_size": 768,
+    "num_hidden_layers": 12,
+    "ffn_dim": 3072,
+    "max_position_embeddings": 2048,
+    "do_layer_norm_before": True,
+    "_remove_final_layer_norm": False,
+    "word_embed_proj_dim": None,
+    "num_attention_heads": 12,
+    "activation_function": "relu",
+    "enable_bias": True,
+    "layer_norm_elementwise_affine": True,
+    "tie_word_embeddings": True,
+}
+
+
+class _OPTAttention(nn.Module):
+    def __init__(self, c: SimpleNamespace):
+        super().__init__()
+        self.num_heads = c.num_attention_heads
+        self.head_dim = c.hidden_size // c.num_attention_heads
+        self.scaling = self.head_dim**-0.5
+        for name in ("k_proj", "v_proj", "q_proj", "out_proj"):
+            setattr(self, name, Linear(c.hidden_size, c.hidden_size, bias=c.enable_bias))
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        bsz, tgt_len, _ = hidden.size()
+        q = self.q_proj(hidden) * self.scaling
+        q = q.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(hidden)
+        v = self.v_proj(hidden)
+        k = k.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        v = v.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        out = _sdpa(q, k, v, mask, scaling=1.0)
+        out = out.reshape(bsz, tgt_len, -1).contiguous()
+        return self.out_proj(out)
+
+
+class _OPTLayer(nn.Module):
+    def __init__(self, c: SimpleNamespace, act):
+        super().__init__()
+        self.pre = c.do_layer_norm_before
+        self.act = act
+        self.self_attn = _OPTAttention(c)
+        self.self_attn_layer_norm = LayerNorm(c.hidden_size, elementwise_affine=c.layer_norm_elementwise_affine)
+        self.fc1 = Linear(c.hidden_size, c.ffn_dim, bias=c.enable_bias)
+        self.fc2 = Linear(c.ffn_dim, c.hidden_size, bias=c.enable_bias)
+        self.final_layer_norm = LayerNorm(c.hidden_size, elementwise_affine=c.layer_norm_elementwise_affine)
+
+    def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        residual = hidden
+        if self.pre:
+            hidden = self.self_attn_layer_norm(hidden)
+        hidden = self.self_attn(hidden, mask).add_(residual)
+        if not self.pre:
+            hidden = self.self_attn_layer_norm(hidden)
+        shape = hidden.shape
+        hidden = hidden.reshape(-1, hidden.size(-1))
+        residual = hidden
+        if self.pre:
+            hidden = self.final_layer_norm(hidden)
+        hidden = self.fc2(self.act(self.fc1(hidden)))
+        hidden = hidden.add_(residual).view(shape)
+        if not self.pre:
+            hidden = self.final_layer_norm(hidden)
+        return hidden
+
+
+class _OPTPositions(Embedding):
+    offset = 2  # OPT's learned positions start at row 2
+
+
+class _OPTDecoder(nn.Module):
+    def __init__(self, c: SimpleNamespace, act):
+        super().__init__()
+        self.embed_tokens = Embedding(c.vocab_size, c.word_embed_proj_dim)
+        self.embed_positions = _OPTPositions(c.max_position_embeddings + _OPTPositions.offset, c.hidden_size)
+        projected = c.word_embed_proj_dim != c.hidden_size
+        self.project_out = Linear(c.hidden_size, c.word_embed_proj_dim, bias=False) if projected else None
+        self.project_in = Linear(c.word_embed_proj_dim, c.hidden_size, bias=False) if projected else None
+        final = c.do_layer_norm_before and not c._remove_final_layer_norm
+        self.final_layer_norm = (
+            LayerNorm(c.hidden_size, elementwise_affine=c.layer_norm_elementwise_affine) if final else None
+        )
+        self.layers = nn.ModuleList([_OPTLayer(c, act) for _ in range(c.num_hidden_layers)])
+
+
+class LeanOPT(LeanCausalLM):
+    """``OPTForCausalLM``'s forward pass (no cache), modules named as transformers names them."""
+
+    embeddings = "model.decoder.embed_tokens"
+
+    def __init__(self, c: SimpleNamespace):
+        super().__init__(c)
+        act = _activation(c.activation_function, c.name_or_path)
+        self.model = nn.Module()
+        self.model.decoder = _OPTDecoder(c, act)
+        self.lm_head = Linear(c.word_embed_proj_dim, c.vocab_size, bias=False)
+
+    @classmethod
+    def settings(cls, cfg: dict, where: str) -> SimpleNamespace:
+        c = _read_settings(cfg, _OPT_KEYS, where)
+        if c.word_embed_proj_dim is None:
+            c.word_embed_proj_dim = c.hidden_size
+        if c.hidden_size % c.num_attention_heads:
+            raise Unsupported(f"{where}: hidden_size not divisible by num_attention_heads")
+        return c
+
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        dec = self.model.decoder
+        input_ids = input_ids.view(-1, input_ids.shape[-1])
+        embeds = dec.embed_tokens(input_ids)
+        bsz, length = embeds.shape[:2]
+        pos_mask = attention_mask
+        if pos_mask is None:
+            pos_mask = torch.ones(bsz, length, device=embeds.device)
+        if position_ids is None:
+            position_ids = torch.cumsum(pos_mask, dim=1)
+            position_ids = (position_ids * pos_mask - 1).long()
+        mask = _causal_mask(attention_mask, bsz, length, embeds.device)
+        pos = dec.embed_positions(position_ids + _OPTPositions.offset)
+        if dec.project_in is not None:
+            embeds = dec.project_in(embeds)
+        hidden = embeds + pos.to(embeds.device)
+        for layer in dec.layers:
+            hidden = layer(hidden, mask)
+        if dec.final_layer_norm is not None:
+            hidden = dec.final_layer_norm(hidden)
+        if dec.project_out is not None:
+            hidden = dec.project_out(hidden)
+        return hidden
+
+
+# ---- OLMo2: ``Olmo2ForCausalLM``'s forward pass (no cache), as transformers 5.24 computes it
+_OLMO2_KEYS = {
+    "vocab_size": _REQUIRED,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "head_dim": None,
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "rope_parameters": None,
+    "rope_theta": None,
+    "rope_scaling": None,
+    "attention_bias": False,
+    "rms_norm_eps": 1e-5,
+    "tie_word_embeddings": False,
+}
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(size))
+        self.eps = eps
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        dtype = hidden.dtype
+        hidden = hidden.to(torch.float32)
+        variance = hidden.pow(2).mean(-1, keepdim=True)
+        hidden = hidden * torch.rsqrt(variance + self.eps)
+        return (self.weight * hidden).to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1 = x[..., : x.shape[-1] // 2]
+    x2 = x[..., x.shape[-1] // 2 :]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class _OlmoAttention(nn.Module):
+    def __init__(self, c: SimpleNamespace):
+        super().__init__()
+        self.head_dim = c.head_dim
+        self.kv_groups = c.num_attention_heads // c.num_key_value_heads
+        self.scaling = self.head_dim**-0.5
+        heads, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        self.q_proj = Linear(c.hidden_size, heads, bias=c.attention_bias)
+        self.k_proj = Linear(c.hidden_size, kv, bias=c.attention_bias)
+        self.v_proj = Linear(c.hidden_size, kv, bias=c.attention_bias)
+        self.o_proj = Linear(heads, c.hidden_size, bias=c.attention_bias)
+        self.q_norm = _RMSNorm(heads, c.rms_norm_eps)
+        self.k_norm = _RMSNorm(kv, c.rms_norm_eps)
+
+    def forward(self, hidden, cos, sin, mask):
+        input_shape = hidden.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+        q = self.q_norm(self.q_proj(hidden))
+        k = self.k_norm(self.k_proj(hidden))
+        v = self.v_proj(hidden)
+        q = q.view(hidden_shape).transpose(1, 2)
+        k = k.view(hidden_shape).transpose(1, 2)
+        v = v.view(hidden_shape).transpose(1, 2)
+        q_type, k_type = q.dtype, k.dtype
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        q = ((q * cos) + (_rotate_half(q) * sin)).to(q_type)
+        k = ((k * cos) + (_rotate_half(k) * sin)).to(k_type)
+        out = _sdpa(q, k, v, mask, scaling=self.scaling, kv_groups=self.kv_groups)
+        out = out.reshape(*input_shape, -1).contiguous()
+        return self.o_proj(out)
+
+
+class _OlmoMLP(nn.Module):
+    def __init__(self, c: SimpleNamespace, act):
+        super().__init__()
+        self.act = act
+        self.gate_proj = Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)).mul_(self.up_proj(x)))
+
+
+class _OlmoLayer(nn.Module):
+    def __init__(self, c: SimpleNamespace, act):
+        super().__init__()
+        self.self_attn = _OlmoAttention(c)
+        self.mlp = _OlmoMLP(c, act)
+        self.post_attention_layernorm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.post_feedforward_layernorm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, hidden, cos, sin, mask):
+        hidden = self.post_attention_layernorm(self.self_attn(hidden, cos, sin, mask)).add_(hidden)
+        return self.post_feedforward_layernorm(self.mlp(hidden)).add_(hidden)
+
+
+class LeanOlmo2(LeanCausalLM):
+    """``Olmo2ForCausalLM``'s forward pass (no cache), modules named as transformers names them."""
+
+    embeddings = "model.embed_tokens"
+
+    def __init__(self, c: SimpleNamespace):
+        super().__init__(c)
+        act = _activation(c.hidden_act, c.name_or_path)
+        self.model = nn.Module()
+        self.model.embed_tokens = Embedding(c.vocab_size, c.hidden_size)
+        self.model.layers = nn.ModuleList([_OlmoLayer(c, act) for _ in range(c.num_hidden_layers)])
+        self.model.norm = _RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.lm_head = Linear(c.hidden_size, c.vocab_size, bias=False)
+
+    @classmethod
+    def settings(cls, cfg: dict, where: str) -> SimpleNamespace:
+        c = _read_settings(cfg, _OLMO2_KEYS, where)
+        c.theta = _rope_theta(c, where)
+        if c.num_key_value_heads is None:
+            c.num_key_value_heads = c.num_attention_heads
+        if c.head_dim is None:
+            c.head_dim = c.hidden_size // c.num_attention_heads
+        if c.num_attention_heads % c.num_key_value_heads:
+            raise Unsupported(f"{where}: num_attention_heads not a multiple of num_key_value_heads")
+        return c
+
+    def init_buffers(self, device) -> None:
+        """The rotary embedding's inverse frequencies, as transformers computes them (float32)."""
+        dim = self.config.head_dim
+        base = self.config.theta
+        self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        self.inv_freq = self.inv_freq.to(device)
+
+    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
+        hidden = self.model.embed_tokens(input_ids)
+        bsz, length = hidden.shape[:2]
+        if position_ids is None:
+            position_ids = torch.arange(length, device=hidden.device).unsqueeze(0)
+        elif attention_mask is None:
+            # transformers reads position ids that restart as packed sequences (not lean)
+            diff = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
+            if bool((diff != 1).any()):
+                raise NotImplementedError("packed sequences (position ids that restart) need an attention mask")
+        mask = _causal_mask(attention_mask, bsz, length, hidden.device)
+        freqs = position_ids[..., None].float() * self.inv_freq.to(device=hidden.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos() * 1.0, emb.sin() * 1.0
+        for layer in self.model.layers:
+            hidden = layer(hidden, cos, sin, mask)
+        return self.model.norm(hidden)
+
+
+# ---- the builder
 ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
     "opt": ("OPTForCausalLM", LeanOPT),
     "olmo2": ("Olmo2ForCausalLM", LeanOlmo2),
 }
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [folder / s for s in shards]
-    single = folder / "model.safetensors"
-    if single.exists():
-        return [single]
-    raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
-
-
-def read_weights(folder: str | Path, device="cpu") -> dict[str, torch.Tensor]:
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a model folder's safetensors files (one file, or the shards an index names)."""
     from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
 
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        files = [folder / s for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    elif (folder / "model.safetensors").exists():
+        files = [folder / "model.safetensors"]
+    else:
+        raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
     state: dict[str, torch.Tensor] = {}
-    for f in _weight_files(Path(folder)):
+    for f in files:
         try:
-            state.update(load_file(str(f), device=str(device)))
+            state.update(load_file(str(f), device="cpu"))
         except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
             raise DataError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from None
     return state
@@ -71,7 +552,7 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     c.model_type, c._attn_implementation, c.name_or_path = cfg["model_type"], "sdpa", where
     with torch.device("meta"):
         model = cls(c)
-    state = read_weights(folder)
+    state = _read_weights(folder)
     want = model.expected_keys()
     if set(state) - want - {"lm_head.weight"} or want - set(state):
         extra, missing = sorted(set(state) - want), sorted(want - set(state))
@@ -79,8 +560,7 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     own = model.state_dict(keep_vars=True)
     tied_head = "lm_head.weight" not in want
     if tied_head and "lm_head.weight" in state:
-        embed = [k for k in want if k.endswith("embed_tokens.weight")][0]
-        if not torch.equal(state.pop("lm_head.weight"), state[embed]):
+        if not torch.equal(state.pop("lm_head.weight"), state[f"{model.embeddings}.weight"]):
             raise Unsupported(f"{where}: lm_head.weight differs from the embeddings it is tied to")
     wrong = [k for k, t in state.items() if tuple(t.shape) != tuple(own[k].shape)]
     if wrong:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import namedtuple
 from collections.abc import Callable
 
 LABELS = ("entailment", "non-entailment")
@@ -57,9 +58,7 @@ HELDOUT_PLACES = ["desert", "valley", "harbour"]
 PASSIVE = {"saw": "seen", "bit": "bitten"}  # irregular participles; the rest use the past form
 
 
-class Vocab:
-    def __init__(self, nouns, verbs, adjectives, places):
-        self.nouns, self.verbs, self.adjectives, self.places = nouns, verbs, adjectives, places
+Vocab = namedtuple("Vocab", "nouns verbs adjectives places")
 
 
 TRAIN_VOCAB = Vocab(NOUNS, VERBS, ADJECTIVES, PLACES)
@@ -171,9 +170,7 @@ def _negation(rng, label):
         h, kind = _entailed(rng, e, negated=p_neg)
         kind = ("neg-" if p_neg else "pos-") + kind
     else:
-        # the same event with the opposite polarity
-        keep_adj, keep_place, _ = _detail(rng, e)
-        h = _sentence(_clause(e, negated=not p_neg, with_adj=keep_adj, with_place=keep_place))
+        h, _ = _entailed(rng, e, negated=not p_neg)  # the same event with the opposite polarity
         kind = "neg-premise-pos-hypothesis" if p_neg else "pos-premise-neg-hypothesis"
     return p, h, kind
 

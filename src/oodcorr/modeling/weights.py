@@ -40,10 +40,12 @@ def model_patterns(model_entry: ModelEntry, repo_files: list[str]) -> list[str]:
     return sorted(set(match(MODEL_FILES) + weights + code))
 
 
-def safetensors_header(path: str | Path) -> dict:
-    """The JSON header of a safetensors file: tensor name -> {dtype, shape, data_offsets}; a file
-    that is not one is a ValueError naming it (:func:`oodcorr.core.model_dirs.safetensors_header`)."""
-    return model_dirs.safetensors_header(path)
+def _by_module(linear: dict[tuple[str, int, int], int]) -> dict[str, list[list[int]]]:
+    """{module name: [[out, in, count], ...]} of the (module name, out, in) -> count of linear layers."""
+    out: dict[str, list[list[int]]] = {}
+    for (module, o, i), count in sorted(linear.items()):
+        out.setdefault(module, []).append([o, i, count])
+    return out
 
 
 def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
@@ -51,7 +53,7 @@ def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
     total = 0
     linear: dict[tuple[str, int, int], int] = {}
     for f in sorted(Path(folder).glob("*.safetensors")):
-        for name, meta in safetensors_header(f).items():
+        for name, meta in model_dirs.safetensors_header(f).items():
             if name == "__metadata__":
                 continue
             shape = [int(x) for x in meta["shape"]]
@@ -60,10 +62,7 @@ def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
             if len(shape) == 2 and len(parts) >= 2 and parts[-1] == "weight":
                 key = (parts[-2], shape[0], shape[1])
                 linear[key] = linear.get(key, 0) + 1
-    out: dict[str, list[list[int]]] = {}
-    for (module, o, i), count in sorted(linear.items()):
-        out.setdefault(module, []).append([o, i, count])
-    return total, out
+    return total, _by_module(linear)
 
 
 def meta_shapes(folder: str | Path, model_entry: ModelEntry) -> tuple[int, dict[str, list[list[int]]]]:
@@ -83,7 +82,4 @@ def meta_shapes(folder: str | Path, model_entry: ModelEntry) -> tuple[int, dict[
         if isinstance(w, torch.nn.Parameter) and w.dim() == 2 and name:
             key = (name.rsplit(".", 1)[-1], int(w.shape[0]), int(w.shape[1]))
             linear[key] = linear.get(key, 0) + 1
-    out: dict[str, list[list[int]]] = {}
-    for (module, o, i), count in sorted(linear.items()):
-        out.setdefault(module, []).append([o, i, count])
-    return total, out
+    return total, _by_module(linear)

@@ -4,6 +4,7 @@ forest plot of one pair."""
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 
 import numpy as np
@@ -46,6 +47,12 @@ FOLD_FROM = 16  # names of at most this many characters are shown whole, their c
 LABEL_MAX = 26  # a tick label longer than this (after the common prefix is folded) keeps its two ends
 SEPARATORS = "/_-.:"  # a common prefix is folded up to the last of these it ends with
 DOTTED = {"lw": 1.3, "ls": (0, (1, 1.6)), "edgecolor": "0.3"}  # a noise-limited cell's frame
+# a verdict's frame (verdict_style): half its side, and how it is drawn
+FRAMES = {
+    "solid": (0.47, {"lw": 1.6, "edgecolor": "black"}),
+    "dashed": (0.45, {"lw": 0.8, "ls": "--", "edgecolor": "dimgrey"}),
+    "dotted": (0.44, DOTTED),
+}
 
 
 def verdict_style(word: str) -> dict:
@@ -68,10 +75,7 @@ def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
     prefix, its two ends joined by "…" where still longer than :data:`LABEL_MAX` (unless two labels would clash)."""
     prefix = ""
     if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
-        common = names[0][: min(len(n) for n in names)]
-        for n in names[1:]:
-            while not n.startswith(common):
-                common = common[:-1]
+        common = os.path.commonprefix(names)
         cut = max(common.rfind(c) for c in SEPARATORS) + 1
         prefix = common[:cut] if cut >= 4 and all(len(n) > cut for n in names) else ""
     short = {n: n[len(prefix) :] for n in names}
@@ -159,6 +163,14 @@ def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, 
     return handles
 
 
+def _answer_rows(table: pd.DataFrame, method: str, residualiser: str, in_domain: str) -> pd.DataFrame:
+    return table[
+        (table["method"] == method)
+        & (table["residualiser"] == residualiser)
+        & (table["in_domain"].astype(str) == str(in_domain))
+    ]
+
+
 def consensus_heatmap(
     agree: pd.DataFrame,
     out_png: str,
@@ -172,11 +184,7 @@ def consensus_heatmap(
     correlation, marked by its verdict (:func:`verdict_style`), one panel per pool group. Returns
     {(pool_group, row, col): label}."""
     plt = pyplot()
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
+    sub = _answer_rows(agree, method, residualiser, in_domain)
     groups = sorted(sub["pool_group"].astype(str).unique()) or [""]
     n_names = max([len(set(g["x"]) | set(g["y"])) for _, g in sub.groupby("pool_group")] + [2])
     fig, axes = heatmap_figure(plt, n_names, len(groups), title_lines=4)
@@ -230,14 +238,9 @@ def consensus_heatmap(
             label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
             cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
             general = style["bold"]
-            if style["frame"] == "solid":
-                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.47), 0.94, 0.94, fill=False, lw=1.6, edgecolor="black"))
-            elif style["frame"] == "dashed":
-                ax.add_patch(
-                    plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, ls="--", edgecolor="dimgrey")
-                )
-            elif style["frame"] == "dotted":
-                ax.add_patch(plt.Rectangle((j - 0.44, i - 0.44), 0.88, 0.88, fill=False, **DOTTED))
+            if style["frame"]:
+                half, look = FRAMES[style["frame"]]
+                ax.add_patch(plt.Rectangle((j - half, i - half), 2 * half, 2 * half, fill=False, **look))
             if not finite[i, j]:
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
             if big:
@@ -296,17 +299,12 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
     """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
     ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
-    sub = agree[
-        (agree["method"] == method)
-        & (agree["residualiser"] == residualiser)
-        & (agree["in_domain"].astype(str) == str(in_domain))
-    ]
-    rank = verdict_rank
+    sub = _answer_rows(agree, method, residualiser, in_domain)
     best = {}
     for row in sub.itertuples(index=False):
         key = tuple(sorted((str(row.x), str(row.y))))
         size = abs(float(row.r_consensus)) if np.isfinite(float(row.r_consensus)) else -1.0
-        score = (rank(str(row.verdict)), -size)
+        score = (verdict_rank(str(row.verdict)), -size)
         best[key] = min(best.get(key, score), score)
     pairs = sorted(best, key=lambda k: (best[k], k))
     return sorted(pairs[:cap]), len(pairs)
@@ -355,13 +353,9 @@ def forest(
     plt = pyplot()
 
     def pair_rows(df):
+        df = _answer_rows(df, method, residualiser, in_domain)
         xs, ys = df["x"].astype(str), df["y"].astype(str)
-        return df[
-            (df["method"] == method)
-            & (df["residualiser"] == residualiser)
-            & (df["in_domain"].astype(str) == str(in_domain))
-            & (((xs == x) & (ys == y)) | ((xs == y) & (ys == x)))
-        ]
+        return df[((xs == x) & (ys == y)) | ((xs == y) & (ys == x))]
 
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
@@ -445,26 +439,23 @@ def forest(
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
                 colour = TASKS if key == "tasks" else "tab:red"
                 ax.text(1.04, at[key], say[key], color=colour, transform=trans, **side_text)
-            plo, phi = float(row["pi_low_consensus"]), float(row["pi_high_consensus"])
-            if np.isfinite(plo) and np.isfinite(phi):
-                ax.plot([plo, phi], [at["prediction"]] * 2, color="tab:red", lw=3, solid_capstyle="butt", alpha=0.6)
-                pi = f"[{plo:+.2f}, {phi:+.2f}]"
-            else:
-                pi = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, at["prediction"], pi, color="tab:red", transform=trans, **side_text)
-            tlo, thi = (float(row.get(c, np.nan)) for c in ("tol_low_consensus", "tol_high_consensus"))
-            if np.isfinite(tlo) and np.isfinite(thi):
-                ax.plot([tlo, thi], [-1, -1], color="tab:red", lw=1.2, marker="|", ms=10, zorder=3)
-                tol = f"[{tlo:+.2f}, {thi:+.2f}]"
-            else:
-                tol = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-            ax.text(1.04, -1, tol, color="tab:red", transform=trans, **side_text)
+            for key, c, style in (
+                ("prediction", "pi", {"lw": 3, "solid_capstyle": "butt", "alpha": 0.6}),
+                ("tolerance", "tol", {"lw": 1.2, "marker": "|", "ms": 10, "zorder": 3}),
+            ):
+                lo, hi = (float(row.get(f"{c}_{end}_consensus", np.nan)) for end in ("low", "high"))
+                if np.isfinite(lo) and np.isfinite(hi):
+                    ax.plot([lo, hi], [at[key]] * 2, color="tab:red", **style)
+                    say[key] = f"[{lo:+.2f}, {hi:+.2f}]"
+                else:
+                    say[key] = "none (fewer than 3 models)" if n_models < 3 else "n/a"
+                ax.text(1.04, at[key], say[key], color="tab:red", transform=trans, **side_text)
             rel = _pair_reliability(row, x, y, in_domain)
             said = about([row.to_dict()])
             limited = row.get("noise_limited")
             if isinstance(limited, str) and limited and verdict == NOISE_LIMITED_VERDICT:
                 verdict += f" by {limited}"
-            tally = {**say, "prediction": pi, "tolerance": tol, "reliability": rel, "about": said}
+            tally = {**say, "reliability": rel, "about": said}
         ax.axhline(at["consensus"] + 0.75, color="0.6", lw=0.6)
         labels = {
             "consensus": f"consensus of {n_models} models",

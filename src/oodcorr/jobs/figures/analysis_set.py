@@ -52,7 +52,7 @@ def check_figure_names(long: pd.DataFrame, source: str) -> None:
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure to draw: :func:`.figure_kinds.draw`'s ``kind``, its PNG and its keyword arguments
+    """One figure to draw: :func:`.kinds.draw`'s ``kind``, its PNG and its keyword arguments
     other than the tables (which every drawing process already holds)."""
 
     kind: str

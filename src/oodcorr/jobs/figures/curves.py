@@ -1,5 +1,5 @@
-"""Figures (matplotlib, Agg): learning curves, in-domain vs OOD scatter plots with the fitted
-residualiser curves, training loss, ``oodcorr design``'s power curves, and :func:`draw`."""
+"""Curves: learning curves, in-domain vs OOD scatter plots with the fitted residualisers, training loss,
+``oodcorr design``'s power curves."""
 
 from __future__ import annotations
 
@@ -118,10 +118,8 @@ def scatter(
     plt = pyplot()
     gam_settings = gam_settings or GamSettings()
     sub = long[long["model"] == model]
-    panels = []
-    for dom in sorted(sub["in_domain"].unique()):
-        for ts in sorted(set(sub.loc[sub.in_domain == dom, "testset"]) - {dom}):
-            panels.append((dom, ts))
+    doms = sorted(sub["in_domain"].unique())
+    panels = [(dom, ts) for dom in doms for ts in sorted(set(sub.loc[sub.in_domain == dom, "testset"]) - {dom})]
     shown = panels[:max_panels]
     ncol = min(6, max(1, len(shown)))
     nrow = max(1, math.ceil(len(shown) / ncol))

@@ -148,19 +148,19 @@ def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, model
     if "r_corrected" in pc:
         fields += [("rc", "r_corrected"), ("rc_lo", "ci_low_corrected"), ("rc_hi", "ci_high_corrected")]
     out = {k: np.full((n, m), np.nan) for k, _ in fields}
-    keys = ["in_domain", "pool_group", "method", "residualiser"]
     row_of = {}
-    for i, t in enumerate(zip(*(agree[c] for c in keys), agree["x"], agree["y"])):
+    for i, t in enumerate(zip(*(agree[c] for c in KEYS), agree["x"], agree["y"])):
         row_of[t] = i
         row_of[(*t[:4], t[5], t[4])] = i
 
     def locate(df):
-        cols = [df[c].astype(str).to_numpy() for c in (*keys, "x", "y")]
-        return np.array([row_of.get(t, -1) for t in zip(*cols)], dtype=int)
+        """(the agreement row, the model's column) of each row of ``df``, -1 where it has none."""
+        cols = [df[c].astype(str).to_numpy() for c in (*KEYS, "x", "y")]
+        at = np.array([row_of.get(t, -1) for t in zip(*cols)], dtype=int)
+        return at, np.array([midx.get(v, -1) for v in df["model"].astype(str)], dtype=int)
 
     if len(pooled) and m:
-        at = locate(pooled)
-        mm = np.array([midx.get(v, -1) for v in pooled["model"].astype(str)], dtype=int)
+        at, mm = locate(pooled)
         ok = (at >= 0) & (mm >= 0)
         for k, c in fields:
             if c in pooled:
@@ -169,8 +169,7 @@ def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, model
     runs = pc[pc["run"].astype(str) != "pooled"] if len(pc) else pc
     res["runs"] = None
     if len(runs) and runs.groupby(["model", "pool_group"])["run"].nunique().max() > 1:
-        at = locate(runs)
-        mm = np.array([midx.get(v, -1) for v in runs["model"].astype(str)], dtype=int)
+        at, mm = locate(runs)
         r = pd.to_numeric(runs["r"], errors="coerce").to_numpy(float)
         lists: list[list[list[float]]] = [[[] for _ in range(m)] for _ in range(n)]
         for i, j, v in zip(at, mm, r):

@@ -150,6 +150,36 @@ def heatmap_marks(opts) -> dict:
     return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
 
 
+def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, residualiser: str, run: str, marks: dict):
+    """``model``'s panels, or with ``model`` None every model's side by side in one testset order: one
+    per (model,) in-domain set and pool group. Returns [(the panel's key, its cells)]."""
+    plt = pyplot()
+    sub = select(pc if model is None else pc[pc["model"] == model], method, residualiser, run)
+    per = [(key, _rows(sub, key)) for key in _panel_keys(sub, by_model=model is None)]
+    if model is None:
+        shared = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
+        n_names = len(shared)
+    else:
+        n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
+    fig, axes = heatmap_figure(plt, n_names, len(per))
+    drawn, im = [], None
+    for ax, (key, rows) in zip(axes, per):
+        names = shared if model is None else testset_order(rows)
+        legend = describe(rows, len(names) > TEXT_LIMIT, **marks)
+        if model is None:
+            title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n{legend}"
+        else:
+            title = f"{model}: {method}, {residualiser} residualiser, in-domain {key.get('in_domain', '')}\n{legend}"
+        got, cells = _panel(ax, rows, names, title, plt)
+        im = got or im
+        drawn.append((key, cells))
+    if im is not None:
+        bar = f"partial r ({method}, {residualiser})" if model is None else "partial r (in-domain regressed out)"
+        fig.colorbar(im, ax=axes, shrink=0.8, label=bar)
+    save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
+    return drawn
+
+
 def heatmap(
     pc: pd.DataFrame,
     model: str,
@@ -163,27 +193,10 @@ def heatmap(
 ) -> dict:
     """One panel per in-domain set and pool group for ``model``. Returns
     {(in_domain, row, col): label}."""
-    plt = pyplot()
-    sub = select(pc[pc["model"] == model], method, residualiser, run)
-    keys = _panel_keys(sub, by_model=False)
-    per = [(key, _rows(sub, key)) for key in keys]
-    n_names = max([len(set(r["x"]) | set(r["y"])) for _, r in per] + [2])
-    fig, axes = heatmap_figure(plt, n_names, len(per))
-    cells, im = {}, None
-    for ax, (key, rows) in zip(axes, per):
-        names = testset_order(rows)
-        big = len(names) > TEXT_LIMIT
-        where = f"in-domain {key.get('in_domain', '')}"
-        title = (
-            f"{model}: {method}, {residualiser} residualiser, {where}\n{describe(rows, big, alpha, level, near_zero)}"
-        )
-        got, c = _panel(ax, rows, names, title, plt)
-        im = got or im
-        cells.update({(key.get("in_domain", ""), *k): v for k, v in c.items()})
-    if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.8, label="partial r (in-domain regressed out)")
-    save(fig, out_png, tight=n_names <= TEXT_LIMIT)  # constrained layout already fits a big one
-    return cells
+    drawn = _heatmaps(
+        pc, model, out_png, method, residualiser, run, dict(alpha=alpha, level=level, near_zero=near_zero)
+    )
+    return {(key.get("in_domain", ""), *k): v for key, cells in drawn for k, v in cells.items()}
 
 
 def heatmap_grid(
@@ -198,24 +211,10 @@ def heatmap_grid(
 ) -> dict:
     """Every model side by side in a near-square grid, one panel per model (and in-domain set, pool group),
     the same testset order and colour scale in every panel. Returns {(model, in_domain): n cells drawn}."""
-    plt = pyplot()
-    sub = select(pc, method, residualiser, run)
-    keys = _panel_keys(sub, by_model=True)
-    names = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
-    fig, axes = heatmap_figure(plt, len(names), len(keys))
-    out, im = {}, None
-    for ax, key in zip(axes, keys):
-        rows = _rows(sub, key)
-        big = len(names) > TEXT_LIMIT
-        title = f"{key.get('model', '')}, in-domain {key.get('in_domain', '')}\n" + describe(
-            rows, big, alpha, level, near_zero
-        )
-        got, c = _panel(ax, rows, names, title, plt)
-        im = got or im
-        out[(key.get("model", ""), key.get("in_domain", ""))] = out.get(
-            (key.get("model", ""), key.get("in_domain", "")), 0
-        ) + len(c)
-    if im is not None:
-        fig.colorbar(im, ax=axes, shrink=0.8, label=f"partial r ({method}, {residualiser})")
-    save(fig, out_png, tight=len(names) <= TEXT_LIMIT)
+    out: dict = {}
+    for key, cells in _heatmaps(
+        pc, None, out_png, method, residualiser, run, dict(alpha=alpha, level=level, near_zero=near_zero)
+    ):
+        at = (key.get("model", ""), key.get("in_domain", ""))
+        out[at] = out.get(at, 0) + len(cells)
     return out
