@@ -18,7 +18,7 @@ from ..analysis.cell.inference import INFERENCES
 from ..analysis.cell.resample import INTERVALS
 from ..analysis.cell.residualise import RESIDUALISERS, GamSettings
 from ..analysis.readers import tables
-from ..analysis.readers.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
+from ..analysis.readers.lmeval import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
 from ..core.atomic_write import write_json_atomic

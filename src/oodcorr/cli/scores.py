@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..analysis.items import shared_items
 from ..analysis.readers import lmeval, score_ranges, tables, workflow_scores
-from ..analysis.readers.lmeval_identity import compile_pattern
+from ..analysis.readers.lmeval import compile_pattern
 from ..core import table_files
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
