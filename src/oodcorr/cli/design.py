@@ -212,8 +212,6 @@ def _read_pilot(args, sizes: dict, settings):
             ex,
             unit=args.pilot_unit if args.pilot_unit in ex.columns else "step",
             testset="testset",
-            example="example",
-            correct="correct",
             model="model" if "model" in ex.columns else None,
             run=next((c for c in ("run", "run_id") if c in ex.columns), None),
             source=str(args.pilot_examples),

@@ -129,8 +129,8 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         long, info, unit, pool_by, names = _read_one(args, path, ident, (metric, named), unit)
         parts.append(long)
         infos.append(info)
-    long = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    info = pd.concat(infos, ignore_index=True) if len(infos) > 1 else infos[0]
+    long = pd.concat(parts, ignore_index=True)
+    info = pd.concat(infos, ignore_index=True)
     twice = info.duplicated(["model", "run"], keep=False)
     if len(files) > 1 and twice.any():
         m, r = info.loc[twice, ["model", "run"]].iloc[0]
@@ -205,8 +205,6 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             ex,
             unit=args.unit,
             testset=args.testset_column,
-            example="example",
-            correct="correct",
             model=names["model"] if names["model"] in ex.columns else None,
             run=names["run"] if names["run"] in ex.columns else None,
             model_name=names["model_name"],

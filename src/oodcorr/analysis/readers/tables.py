@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas._libs.parsers import STR_NA_VALUES  # what a score cell may say for "no value"
 
 from ...core import table_files
 from ...core.errors import DataError, did_you_mean
@@ -59,30 +60,6 @@ PARQUET_REMEDY = (
     "cut short or not parquet. If the workflow made it (results/<experiment>/scores.parquet, or "
     ".staging/scores.parquet), delete it and run the workflow again: rule aggregate_scores makes it again from "
     "the evaluation results, nothing is evaluated again; otherwise write or copy the file again"
-)
-# what a score cell may say for "no value" (pandas' defaults); in a name column these are names
-MISSING = frozenset(
-    {
-        "",
-        "#N/A",
-        "#N/A N/A",
-        "#NA",
-        "-1.#IND",
-        "-1.#QNAN",
-        "-NaN",
-        "-nan",
-        "1.#IND",
-        "1.#QNAN",
-        "<NA>",
-        "N/A",
-        "NA",
-        "NULL",
-        "NaN",
-        "None",
-        "n/a",
-        "nan",
-        "null",
-    }
 )
 
 
@@ -222,23 +199,19 @@ def _numeric_units(s: pd.Series) -> pd.Series:
     return num if num.notna().all() else s.astype(str)
 
 
-def _not_numeric(df: pd.DataFrame, col: str):
-    """The index of the first cell of ``col`` that is text and no number (None when there is none)."""
+def _as_numbers(df: pd.DataFrame, col: str) -> tuple[pd.Series, pd.Series]:
+    """(``col`` as numbers, where it holds text that is no number): pandas' missing-value words
+    (``NA``, ``nan``, ...) and empty cells are missing, not text."""
     s = df[col]
-    if not (s.dtype == object or pd.api.types.is_string_dtype(s)):
-        return None
-    s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
-    bad = pd.to_numeric(s, errors="coerce").isna() & s.notna()
-    return df.index[bad][0] if bad.any() else None
+    if s.dtype == object or pd.api.types.is_string_dtype(s):
+        s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in STR_NA_VALUES else v)
+    v = pd.to_numeric(s, errors="coerce")
+    return v, v.isna() & s.notna()
 
 
 def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
-    """A score column as floats; ``NA``, ``nan``, ... and empty cells are missing, other text an error."""
-    s = df[col]
-    if s.dtype == object or pd.api.types.is_string_dtype(s):
-        s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
-    v = pd.to_numeric(s, errors="coerce")
-    bad = v.isna() & s.notna()
+    """A score column as floats; missing-value words and empty cells are missing, other text an error."""
+    v, bad = _as_numbers(df, col)
     if bad.any():
         i = df.index[bad][0]
         raise DataError(
@@ -380,8 +353,7 @@ def from_wide(
         cols.append(in_domain)
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
-    not_numbers = [(c, _not_numeric(df, c)) for c in cols]
-    not_numbers = [(c, i) for c, i in not_numbers if i is not None]
+    not_numbers = [(c, df.index[bad][0]) for c in cols if (bad := _as_numbers(df, c)[1]).any()]
     if not_numbers:
         said = ", ".join(f"column {c!r} ({where} {i}: {df.at[i, c]!r})" for c, i in not_numbers)
         raise DataError(
@@ -487,7 +459,6 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     )
     for c in columns:
         out[c] = df[c]
-    for c in columns:
         counts = out.dropna(subset=[c]).groupby(["model", "run"])[c].nunique()
         bad = counts[counts > 1]
         if len(bad):
@@ -506,23 +477,21 @@ def from_examples_table(
     *,
     unit: str,
     testset: str,
-    example: str,
-    correct: str,
     model: str | None = None,
     run: str | None = None,
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1, and an optional ``stratum``:
+    """A long per-example table (unit, testset, ``example`` id, ``correct`` 0/1, and an optional ``stratum``:
     the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
     as a suite's millions of rows repeat a few of them."""
-    _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
-    raw = df[correct]
+    _require_columns(df, [unit, testset, "example", "correct"] + [c for c in (model, run) if c], source)
+    raw = df["correct"]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
         raw = raw.map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
-        raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
+        raise DataError(f"{source}: column 'correct' must be 0/1 or true/false")
 
     def names(col: str | None, default: str):
         if col is None:
@@ -535,7 +504,7 @@ def from_examples_table(
             "run": names(run, "all"),
             "unit": _numeric_units(df[unit]).to_numpy(),
             "testset": names(testset, ""),
-            "example": df[example].to_numpy(),
+            "example": df["example"].to_numpy(),
             "correct": corr.to_numpy(float),
             **({"stratum": df["stratum"].astype(str).to_numpy()} if "stratum" in df.columns else {}),
         }
