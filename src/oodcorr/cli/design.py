@@ -1,6 +1,5 @@
 """``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is paid for
-(simulated by :mod:`oodcorr.analysis.design`); this module reads the flags, the config and the pilot, and
-writes the files."""
+(simulated by :mod:`oodcorr.analysis.design`)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import glob
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -100,21 +101,15 @@ def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
         return [{"file": s} for s in stems]  # the run's name where the table has no run column
     if "{step}" in pattern:
         raise DataError(f"--path-pattern {pattern!r}: a table's step is a column (--unit); name {{model}} and {{run}}")
-    rx = compile_pattern(pattern)
-    out, unmatched = [], []
-    for f in files:
-        parts = Path(f).as_posix().split("/")
-        m = next(filter(None, (rx.match("/".join(parts[k:])) for k in range(len(parts)))), None)
-        if m is None:
-            unmatched.append(f)
-        else:
-            out.append({k: v for k, v in m.groupdict().items() if v is not None})
+    rx = re.compile(f"(?:^|/)(?:{compile_pattern(pattern).pattern})")  # the path's end, from a folder's name on
+    found = [rx.search(Path(f).as_posix()) for f in files]
+    unmatched = [f for f, m in zip(files, found) if m is None]
     if unmatched:
         raise DataError(
             f"--path-pattern {pattern!r}: {len(unmatched)} file(s) do not match it: {unmatched[:5]}; the pattern is "
             "matched against the end of each path, e.g. '{model}/{run}.csv'"
         )
-    return out
+    return [m.groupdict() for m in found]
 
 
 def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
@@ -215,7 +210,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
 
 def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str | None):
     """(long table, run information, unit column, columns to pool by, model/run columns and model name) of one
-    table, its model and run those ``ident`` names where given."""
+    table; ``ident``'s model and run win."""
     df, where = tables.read_table(path, args.encoding)
     if unit is None:
         unit, said = tables.find_unit(df.columns, path)

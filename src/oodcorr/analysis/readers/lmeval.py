@@ -171,8 +171,7 @@ STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IG
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
-    """A path pattern -> a regular expression matched against a file's path below the folder
-    (``/``-separated, whole path)."""
+    """A path pattern -> a regular expression matched against a file's whole path below the folder."""
     if not pattern or pattern.startswith("/"):
         raise DataError(
             f"--path-pattern {pattern!r}: give a path relative to the folder, e.g. '{{model}}/*_step{{step}}.json'"
@@ -281,9 +280,8 @@ def _number(v, path: Path, task: str, key: str) -> float:
 
 
 def _check_scales(rows: list[dict]) -> None:
-    """The metrics that may be shares or percentages (the harness's squad-style ``f1`` is in percent,
-    its ``f1`` of classification a share): every score of one metric key is on one scale, told by
-    their median (:func:`oodcorr.analysis.readers.score_ranges._score_range`); one outside it names its file."""
+    """Every score of one metric key on one scale, told by their median: the harness's squad-style ``f1`` is
+    in percent, its ``f1`` of classification a share."""
     by_key: dict[str, list[dict]] = {}
     for row in rows:
         by_key.setdefault(row["key"], []).append(row)
@@ -390,8 +388,7 @@ def _read_results_file(
 
 
 def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
-    """A results file's ``group_subtasks`` (group -> the names of its subtasks; absent in the older
-    format): checked to be that, else refused naming the file."""
+    """A results file's ``group_subtasks`` (group -> its subtasks; absent in the older format), checked."""
     if v is None:
         return {}
     ok = isinstance(v, dict) and all(
@@ -417,9 +414,8 @@ MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 
 
 def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
-    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value
-    ``acc`` of the lines whose filter is ``none``), streamed; every value must be 0 or 1 and their
-    mean ``score`` (the results file's), else it is refused naming the file and line."""
+    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value ``acc`` of the
+    lines whose filter is ``none``), streamed; every value 0 or 1 and their mean the results file's ``score``."""
     name, _, filt = key.partition(",")
     ids, vals = [], []
     seen = set()
@@ -502,8 +498,7 @@ class LmEvalResults:
     groups: dict[str, list[str]] = field(default_factory=dict)
 
     def long(self, in_domain: str) -> pd.DataFrame:
-        """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every
-        run's in-domain testset; an error naming the tasks read when it is not one of them."""
+        """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every run's."""
         tasks = sorted(self.scores["testset"].unique())
         if in_domain not in tasks:
             raise DataError(
@@ -528,9 +523,8 @@ class LmEvalResults:
 
 
 def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series:
-    """The items behind each score: the harness's sample count (``n-samples``' ``effective``) where it
-    wrote one, else read back from its standard error of a share, ``sqrt(p (1 - p) / (n - 1))``
-    (rounded); NaN where neither says."""
+    """The items behind each score: the harness's ``n-samples`` where it wrote them, else read back from its
+    standard error of a share, ``sqrt(p (1 - p) / (n - 1))`` (rounded); NaN where neither says."""
     n = pd.to_numeric(n, errors="coerce").astype(float)
     p, se = score.astype(float), pd.to_numeric(stderr, errors="coerce").astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -558,7 +552,7 @@ def read_folder(
     follow_links: bool = False,
     in_domain: str | None = None,
 ) -> LmEvalResults:
-    """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring)."""
+    """Every results file under ``folder`` -> :class:`LmEvalResults`."""
     folder = Path(folder)
     pattern = compile_pattern(path_pattern) if path_pattern else None
     files, notes = list_files(folder, max_files, follow_links)

@@ -116,8 +116,7 @@ UNIT_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
 
 
 def find_unit(columns, source: str) -> tuple[str, str]:
-    """(the unit column, what to say of it) for a table whose unit column is not named: ``step``, else
-    the one of :data:`UNIT_COLUMNS` it has; none or several is a :class:`DataError` naming them."""
+    """(the unit column, what to say of it): ``step``, else the one of :data:`UNIT_COLUMNS` the table has."""
     columns = list(columns)
     if "step" in columns:
         return "step", ""
@@ -242,9 +241,8 @@ def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
 
 
 def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
-    """``long`` with a column ``n`` (the items behind each score: :mod:`.item_noise` bounds a share's
-    item noise by it) from ``sizes`` (testset -> items; the key ``*`` for every testset not named),
-    each a positive whole number; a name that is no testset of the table is an error naming it."""
+    """``long`` with a column ``n``, the items behind each score, from ``sizes`` (testset -> items; the key
+    ``*`` for every testset not named)."""
     if not sizes:
         return long
     names = set(long["testset"])
@@ -261,8 +259,7 @@ def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) 
 
 
 def matching(names, patterns, flag: str) -> list[str]:
-    """The names (in their order) that ``patterns`` name: each pattern an exact name, or else a
-    shell-style glob (``*``, ``?``, ``[...]``; case-sensitive: :func:`fnmatch.fnmatchcase`)."""
+    """The names (in their order) that ``patterns`` name: each an exact name, else a case-sensitive glob."""
     names = list(names)
     chosen: set[str] = set()
     unmatched = []
@@ -278,9 +275,8 @@ def matching(names, patterns, flag: str) -> list[str]:
 
 
 def column_metrics(columns, named: dict[str, str], default: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(column -> metric, column -> the metric guessed from its name) for ``columns``: the metric
-    ``named`` gives (``--metric COLUMN=METRIC``: an exact name first, else the globs matching it, which
-    must agree), else the one its name says (:func:`.score_ranges.guess_metric`), else ``default``."""
+    """(column -> metric, column -> the metric guessed from its name): the metric ``named`` gives (an exact
+    name first, else the globs matching it, which must agree), else the one its name says, else ``default``."""
     out, guessed = {}, {}
     for c in columns:
         if c in named:
@@ -399,8 +395,7 @@ def from_long(
     n_column: str | None = None,
     metric: str | None = None,
 ) -> pd.DataFrame:
-    """One row per unit x testset (its name in column ``testset``, its score in ``score``) -> canonical
-    long table; with ``n_column``, its ``n`` column (the items behind each score) too."""
+    """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column too."""
     unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
     model, run = layout.model, layout.run
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
