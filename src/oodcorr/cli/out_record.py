@@ -20,8 +20,6 @@ SHOWN = 5  # files named in a line at most
 def snapshot(out: Path) -> dict[str, list[int]]:
     """Every regular file under ``out`` but the record, by its path below ``out``: its stat key."""
     found: dict[str, list[int]] = {}
-    if not out.is_dir():
-        return found
     for root, _dirs, files in os.walk(out):
         for name in files:
             p = Path(root) / name

@@ -403,12 +403,6 @@ def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
     return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
 
 
-def _file_metrics(path: Path, max_bytes: int) -> str:
-    doc = _load_json(path, max_bytes)
-    names = sorted({m.split(",")[0] for v in doc["results"].values() if isinstance(v, dict) for m in _metric_names(v)})
-    return ", ".join(names) or "no numeric metric"
-
-
 # ---- its samples ----
 MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 
@@ -533,12 +527,6 @@ def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series
     return n.where(n >= 1, back)
 
 
-def _samples_path(results: Path, task: str) -> Path | None:
-    """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
-    m = RESULTS_NAME.match(results.name)
-    return results.with_name(f"samples_{task}_{m.group('date')}.jsonl") if m else None
-
-
 # ---- the folder ----
 def read_folder(
     folder: str | Path,
@@ -608,10 +596,12 @@ def read_folder(
             where[k] = p
             rows.append(row)
     if not rows:
+        results = _load_json(chosen[0], max_bytes)["results"].values()
+        has = sorted({m.split(",")[0] for v in results if isinstance(v, dict) for m in _metric_names(v)})
         raise DataError(
             f"{folder}: no task of the {len(chosen)} results file(s) has the metric {metric!r}"
             + (f" among --tasks {','.join(tasks)}" if tasks else "")
-            + f"; e.g. {chosen[0]} has {_file_metrics(chosen[0], max_bytes)}: choose one with --metric"
+            + f"; e.g. {chosen[0]} has {', '.join(has) or 'no numeric metric'}: choose one with --metric"
         )
     _check_scales(rows)
     scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
@@ -643,7 +633,8 @@ def read_folder(
     if samples:
         frames = []
         for row in rows:
-            sp = _samples_path(Path(row["file"]), row["testset"])
+            m = RESULTS_NAME.match(Path(row["file"]).name)  # its samples: same folder, same date
+            sp = Path(row["file"]).with_name(f"samples_{row['testset']}_{m.group('date')}.jsonl") if m else None
             if sp is None or not sp.exists():
                 continue
             sample_files.append(sp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+import itertools
 import logging
 import math
 import re
@@ -173,15 +174,10 @@ def drop_summary_rows(
 
 
 def _ranges(idx) -> str:
+    """Line numbers as runs of consecutive ones: ``3, 5-7``."""
     idx = sorted(int(i) for i in idx)
-    parts, start = [], None
-    for i, v in enumerate(idx):
-        if start is None:
-            start = v
-        if i + 1 == len(idx) or idx[i + 1] != v + 1:
-            parts.append(f"{start}" if start == v else f"{start}-{v}")
-            start = None
-    return ", ".join(parts)
+    runs = [[v for _, v in g] for _, g in itertools.groupby(enumerate(idx), lambda p: p[1] - p[0])]
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _names(df: pd.DataFrame, col: str, what: str, source: str, where: str) -> pd.Series:
@@ -294,12 +290,6 @@ def column_metrics(columns, named: dict[str, str], default: str) -> tuple[dict[s
     return out, guessed
 
 
-def _bookkeeping(column: str) -> bool:
-    """Whether a column is a tracker's own (W&B names its ``_runtime``, ``_timestamp`` with a leading
-    ``_``) or a row number written without a name (``DataFrame.to_csv`` with its index: ``Unnamed: 0``)."""
-    return column.startswith("_") or re.fullmatch(r"Unnamed: \d+", column) is not None
-
-
 @dataclass(frozen=True)
 class Layout:
     """How a score table is read, the same for each reader here: its columns, its name for errors, what is kept."""
@@ -336,7 +326,8 @@ def from_wide(
     if layout.testsets:
         cols = [c for c in matching(names, layout.testsets, "--testsets") if c not in left]
     else:
-        own = [c for c in names if _bookkeeping(c) and c not in left and c != in_domain]
+        # a tracker's own (W&B's _runtime, _timestamp) or a row number without a name (to_csv's index)
+        own = [c for c in names if re.match(r"_|Unnamed: \d+\Z", c) and c not in left and c != in_domain]
         if own:
             log.info(
                 "%s: columns %s left out: a tracker's own (a leading '_': W&B's _runtime, _timestamp) or a row "
