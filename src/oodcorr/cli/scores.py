@@ -246,8 +246,8 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
         c for c in ("n_train", "seed") if args.format == "long" and c in df.columns and c not in (unit, model, run)
     ]
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
-    body = tables.drop_summary_rows(df, unit, path, where, labels, quiet=True) if info_cols else df
-    info = tables.run_info(body, info_cols, layout)
+    df = tables.drop_summary_rows(df, unit, path, where, labels)  # said here: the readers below find none
+    info = tables.run_info(df, info_cols, layout)
     metric, named = metrics
     if args.format == "wide":
         if args.n_column:

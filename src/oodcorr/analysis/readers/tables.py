@@ -141,15 +141,14 @@ def _norm_label(v) -> str:
 
 
 def drop_summary_rows(
-    df: pd.DataFrame, unit: str, source: str, where: str = "line", labels=SUMMARY_LABELS, quiet: bool = False
+    df: pd.DataFrame, unit: str, source: str, where: str = "line", labels=SUMMARY_LABELS
 ) -> pd.DataFrame:
-    """Drop empty rows and summary-statistic rows (logged unless ``quiet``, for a second pass over
-    a table already reported); error on unlabelled data rows."""
+    """Drop empty rows and summary-statistic rows (logged); error on unlabelled data rows."""
     if unit not in df.columns:
         raise DataError(f"{source}: no unit column {unit!r}; columns are {list(df.columns)}")
     others = [c for c in df.columns if c != unit]
     empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
-    if empty.any() and not quiet:
+    if empty.any():
         log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where, _ranges(df.index[empty]))
     df = df[~empty]
     no_label = df[unit].isna() | (df[unit].astype(str).str.strip() == "")
@@ -159,7 +158,7 @@ def drop_summary_rows(
         )
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
-    for idx, v in df.loc[summary, unit].items() if not quiet else ():
+    for idx, v in df.loc[summary, unit].items():
         log.warning(
             "%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of observation",
             source,
@@ -436,6 +435,7 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     """One row per (model, run) with ``columns``, each constant within a run, else an error naming it."""
     source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
+    _require_columns(df, [c for c in (model, run) if c], source)
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
