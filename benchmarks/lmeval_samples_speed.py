@@ -1,5 +1,5 @@
 """How fast lm-evaluation-harness ``--log_samples`` files are read into per-item correctness (issue 44):
-megabytes and rows (documents) a second of :func:`oodcorr.analysis.readers.lmeval_samples.read_samples`, one
+megabytes and rows (documents) a second of :func:`oodcorr.analysis.readers.lmeval.read_samples`, one
 file at a time, and of the whole reader (:func:`oodcorr.analysis.readers.lmeval.read_folder`) on a folder of
 results with their samples files.
 
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oodcorr.analysis.readers.lmeval import read_folder
-from oodcorr.analysis.readers.lmeval_samples import read_samples
+from oodcorr.analysis.readers.lmeval import read_folder, read_samples
 
 DATE = "2026-01-02T03-04-05.678901"
 WORDS = "the of a to in is that for it as was with be by on not he this are or his from at which".split()

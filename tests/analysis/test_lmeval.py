@@ -23,9 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from oodcorr.analysis.readers.lmeval import read_folder
-from oodcorr.analysis.readers.lmeval_files import MAX_RESULTS_BYTES, list_files
-from oodcorr.analysis.readers.lmeval_identity import compile_pattern
+from oodcorr.analysis.readers.lmeval import MAX_RESULTS_BYTES, compile_pattern, list_files, read_folder
 from oodcorr.core.errors import DataError
 
 from faults import PYTHON, as_nobody, python_env

@@ -19,6 +19,18 @@ def test_a_tab_separated_scores_table_named_csv_is_named_as_such(tmp_path, caplo
     ) in caplog.text
 
 
+def test_a_model_column_the_table_lacks_is_named_not_a_traceback(tmp_path, caplog):
+    from oodcorr.cli import main
+
+    path = tmp_path / "scores.csv"
+    path.write_text("step,testset,accuracy\n0,mnli,0.5\n")
+    with caplog.at_level(logging.ERROR):
+        assert (
+            main(["analyse", str(path), "--in-domain", "mnli", "--model", "nosuch", "--out", str(tmp_path / "o")]) == 2
+        )
+    assert f"{path}: no column 'nosuch'; columns are ['step', 'testset', 'accuracy']" in caplog.text
+
+
 def _wide_rows(units, extra=None):
     rows = ["unit,mnli,a,b,c"]
     for i, u in enumerate(units):

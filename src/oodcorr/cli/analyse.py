@@ -18,7 +18,7 @@ from ..analysis.cell.inference import INFERENCES
 from ..analysis.cell.resample import INTERVALS
 from ..analysis.cell.residualise import RESIDUALISERS, GamSettings
 from ..analysis.readers import tables
-from ..analysis.readers.lmeval_files import MAX_FILES, MAX_RESULTS_BYTES
+from ..analysis.readers.lmeval import MAX_FILES, MAX_RESULTS_BYTES
 from ..analysis.results import summarise, write_tables
 from ..core.answer import answer_lines
 from ..core.atomic_write import write_json_atomic
@@ -31,7 +31,7 @@ from ..jobs.figures import across_models, analysis_set
 from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from . import out_record
-from .args import add_showing_default, block_length, positive_int
+from .args import add_showing_default, positive_int
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
 _EPILOG = """\
@@ -302,7 +302,7 @@ def add_parser(sub, help: str) -> None:
         "--block-length",
         d.block_length,
         "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
-        type=block_length,
+        type=lambda v: v if v == "auto" else positive_int("--block-length", "'auto' or ")(v),
     )
     add_showing_default(
         s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS

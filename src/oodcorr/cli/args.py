@@ -21,11 +21,6 @@ def positive_int(flag: str, also: str = ""):
     return parse
 
 
-def block_length(v: str):
-    """``--block-length``: 'auto' or a positive integer."""
-    return v if v == "auto" else positive_int("--block-length", "'auto' or ")(v)
-
-
 def add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
     """An option whose help ends "(default: D)", D written from ``default`` itself."""
     shown = " ".join(default) if isinstance(default, list) else format(default, spec)

@@ -1,6 +1,5 @@
 """``oodcorr design --configfile X [--pilot TABLE]``: what a config's grid can detect before it is paid for
-(simulated by :mod:`oodcorr.analysis.design`); this module reads the flags, the config and the pilot, and
-writes the files."""
+(simulated by :mod:`oodcorr.analysis.design`)."""
 
 from __future__ import annotations
 
@@ -186,7 +185,17 @@ def _read_pilot(args, sizes: dict, settings):
         if "n" in df.columns:
             n = df.groupby("testset")["n"].median()
             sizes = {**sizes, **{str(t): int(v) for t, v in n.items() if v == v}}
-        if "predictions" in df.columns and not args.pilot_examples:
+        if args.pilot_examples:
+            ex, _ = tables.read_table(args.pilot_examples)
+            examples = tables.from_examples_table(
+                ex,
+                unit=args.pilot_unit if args.pilot_unit in ex.columns else "step",
+                testset="testset",
+                model="model" if "model" in ex.columns else None,
+                run=next((c for c in ("run", "run_id") if c in ex.columns), None),
+                source=str(args.pilot_examples),
+            )
+        elif "predictions" in df.columns:
             try:
                 examples = workflow_scores.examples_from_predictions(df)
             except DataError as e:  # the pilot's scores still say much: its sizes bound the noise
@@ -201,31 +210,13 @@ def _read_pilot(args, sizes: dict, settings):
         from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
 
         flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
-        flags["metric"] = _pilot_metric(args.pilot_score, args.pilot_format)
+        flags["metric"] = args.pilot_score  # a known metric as it is, another column any number
+        if args.pilot_score.strip().lower() not in score_ranges.KNOWN:
+            flags["metric"] = f"{args.pilot_score}=number" if args.pilot_format == "long" else "number"
         ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
         ns.table, ns.examples = [args.pilot], args.pilot_examples
         long, examples, info, pool_by = read_scores(ns)
-        args.pilot_examples = None  # read with the table
-    if args.pilot_examples:
-        ex, _ = tables.read_table(args.pilot_examples)
-        examples = tables.from_examples_table(
-            ex,
-            unit=args.pilot_unit if args.pilot_unit in ex.columns else "step",
-            testset="testset",
-            example="example",
-            correct="correct",
-            model="model" if "model" in ex.columns else None,
-            run=next((c for c in ("run", "run_id") if c in ex.columns), None),
-            source=str(args.pilot_examples),
-        )
     return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed, examples=examples)
-
-
-def _pilot_metric(score: str, fmt: str) -> str:
-    """``--pilot-score`` as ``--metric``: a known metric as it is, another column (long) any number."""
-    if score.strip().lower() in score_ranges.KNOWN:
-        return score
-    return f"{score}=number" if fmt == "long" else "number"
 
 
 def _items_flag(flag: str, value) -> float | None:

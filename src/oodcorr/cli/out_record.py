@@ -20,8 +20,6 @@ SHOWN = 5  # files named in a line at most
 def snapshot(out: Path) -> dict[str, list[int]]:
     """Every regular file under ``out`` but the record, by its path below ``out``: its stat key."""
     found: dict[str, list[int]] = {}
-    if not out.is_dir():
-        return found
     for root, _dirs, files in os.walk(out):
         for name in files:
             p = Path(root) / name
@@ -58,7 +56,7 @@ def _read(out: Path) -> tuple[dict | None, str | None]:
 
 def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
     """Remove what the earlier analysis wrote and this one did not (as it was left), record what this one
-    wrote (new or changed since ``before``), and return the lines saying what was removed, kept or left."""
+    wrote, and return the lines saying what was removed, kept or left."""
     after = snapshot(out)
     written = {rel: key for rel, key in after.items() if before.get(rel) != key}
     old, damaged = _read(out)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import glob
 import logging
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from ..analysis.items import shared_items
 from ..analysis.readers import lmeval, score_ranges, tables, workflow_scores
-from ..analysis.readers.lmeval_identity import compile_pattern
+from ..analysis.readers.lmeval import compile_pattern
 from ..core import table_files
 from ..core.defaults import ANALYSIS
 from ..core.errors import DataError
@@ -100,21 +101,15 @@ def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
         return [{"file": s} for s in stems]  # the run's name where the table has no run column
     if "{step}" in pattern:
         raise DataError(f"--path-pattern {pattern!r}: a table's step is a column (--unit); name {{model}} and {{run}}")
-    rx = compile_pattern(pattern)
-    out, unmatched = [], []
-    for f in files:
-        parts = Path(f).as_posix().split("/")
-        m = next(filter(None, (rx.match("/".join(parts[k:])) for k in range(len(parts)))), None)
-        if m is None:
-            unmatched.append(f)
-        else:
-            out.append({k: v for k, v in m.groupdict().items() if v is not None})
+    rx = re.compile(f"(?:^|/)(?:{compile_pattern(pattern).pattern})")  # the path's end, from a folder's name on
+    found = [rx.search(Path(f).as_posix()) for f in files]
+    unmatched = [f for f, m in zip(files, found) if m is None]
     if unmatched:
         raise DataError(
             f"--path-pattern {pattern!r}: {len(unmatched)} file(s) do not match it: {unmatched[:5]}; the pattern is "
             "matched against the end of each path, e.g. '{model}/{run}.csv'"
         )
-    return out
+    return [m.groupdict() for m in found]
 
 
 def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...]]:
@@ -129,8 +124,8 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         long, info, unit, pool_by, names = _read_one(args, path, ident, (metric, named), unit)
         parts.append(long)
         infos.append(info)
-    long = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    info = pd.concat(infos, ignore_index=True) if len(infos) > 1 else infos[0]
+    long = pd.concat(parts, ignore_index=True)
+    info = pd.concat(infos, ignore_index=True)
     twice = info.duplicated(["model", "run"], keep=False)
     if len(files) > 1 and twice.any():
         m, r = info.loc[twice, ["model", "run"]].iloc[0]
@@ -205,8 +200,6 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             ex,
             unit=args.unit,
             testset=args.testset_column,
-            example="example",
-            correct="correct",
             model=names["model"] if names["model"] in ex.columns else None,
             run=names["run"] if names["run"] in ex.columns else None,
             model_name=names["model_name"],
@@ -217,7 +210,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
 
 def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str | None):
     """(long table, run information, unit column, columns to pool by, model/run columns and model name) of one
-    table, its model and run those ``ident`` names where given."""
+    table; ``ident``'s model and run win."""
     df, where = tables.read_table(path, args.encoding)
     if unit is None:
         unit, said = tables.find_unit(df.columns, path)
@@ -253,8 +246,8 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
         c for c in ("n_train", "seed") if args.format == "long" and c in df.columns and c not in (unit, model, run)
     ]
     info_cols = list(dict.fromkeys(list(pool_by) + info_cols))
-    body = tables.drop_summary_rows(df, unit, path, where, labels, quiet=True) if info_cols else df
-    info = tables.run_info(body, info_cols, layout)
+    df = tables.drop_summary_rows(df, unit, path, where, labels)  # said here: the readers below find none
+    info = tables.run_info(df, info_cols, layout)
     metric, named = metrics
     if args.format == "wide":
         if args.n_column:

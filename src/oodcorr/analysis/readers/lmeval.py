@@ -1,9 +1,17 @@
-"""Reading a folder of lm-evaluation-harness results into the canonical long table."""
+"""Reading a folder of lm-evaluation-harness results into the canonical long table: the files found
+with care (links, sizes), each results file's model, run and step (its ``model_args`` or a path pattern),
+its groups and its scores checked (a number, finite, in its metric's range, one scale across the files),
+and the per-example ``--log_samples`` files beside them. Every refusal is a
+:class:`~oodcorr.core.errors.DataError` naming the file."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,13 +20,461 @@ import pandas as pd
 
 from ...core.digests import sha256_files
 from ...core.errors import DataError, did_you_mean
-from .lmeval_files import MAX_FILES, MAX_RESULTS_BYTES, list_files
-from .lmeval_identity import compile_pattern
-from .lmeval_results import check_scales, file_metrics, read_results_file
-from .lmeval_samples import read_samples
-from .score_ranges import is_item_share
+from ...core.io import DuplicateKey, loads_json
+from .score_ranges import LMEVAL_SHARES_ONLY, is_item_share, metric_range, out_of_range
 
 log = logging.getLogger(__name__)
+
+MAX_FILES = 50_000  # .json and .jsonl files under the folder (--max-files)
+MAX_RESULTS_BYTES = 64 * 2**20  # one results file (--max-file-mb)
+
+
+def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = False) -> tuple[list[Path], list[str]]:
+    """Every ``.json``/``.jsonl`` file under ``folder`` (sorted) and the notes of what was not followed."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = "does not exist" if not folder.exists() else "is a file, not a folder"
+        raise DataError(
+            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
+            "(searched recursively)"
+        )
+    root = folder.resolve()
+    files: list[Path] = []
+    notes: list[str] = []
+    count = 0
+    seen: dict[tuple[int, int], Path] = {}
+    stack = [folder]
+    while stack:
+        d = stack.pop()
+        try:
+            st = d.stat()
+        except PermissionError as e:  # the folder above lists its names, but may not be searched
+            raise _not_searchable(d.parent, folder, e) from None
+        except OSError as e:
+            notes.append(f"{d}: a link that leads to no folder ({e.strerror}): not followed")
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            notes.append(
+                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
+            )
+            continue
+        seen[key] = d
+        subdirs = []
+        try:
+            with os.scandir(d) as entries:  # streamed: a folder of millions of names is counted, not held
+                for e in entries:
+                    try:
+                        is_dir = e.is_dir()  # follows links; False for a link that dangles
+                    except PermissionError as err:
+                        raise _not_searchable(d, folder, err) from None
+                    except OSError:
+                        is_dir = False  # a link that loops
+                    if e.is_symlink() and not follow_links:
+                        target = Path(os.path.realpath(e.path))
+                        if target != root and root not in target.parents:
+                            notes.append(
+                                f"{e.path}: a link that leads out of {folder} (to {target}): not followed; pass "
+                                "--follow-links to read what it leads to"
+                            )
+                            continue
+                    if is_dir:
+                        subdirs.append(Path(e.path))
+                        continue
+                    if not e.name.endswith((".json", ".jsonl")):
+                        if e.is_symlink() and not os.path.exists(e.path):
+                            notes.append(f"{e.path}: a link that leads nowhere (a loop or a missing target): skipped")
+                        continue
+                    count += 1
+                    if count <= max_files:
+                        files.append(Path(e.path))
+        except OSError as e:
+            raise DataError(
+                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
+            ) from None
+        stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
+    if count > max_files:
+        raise DataError(
+            f"{folder}: holds {count:,} .json/.jsonl files, more than the {max_files:,} read at most; give a folder "
+            f"with only the results to analyse, or pass --max-files {count} to read them all"
+        )
+    return sorted(files), notes
+
+
+def _not_searchable(d: Path, folder: Path, e: OSError) -> DataError:
+    return DataError(
+        f"{d}: cannot look into this folder ({e.strerror}: its names can be listed, but not what they are); make "
+        f"it searchable (`chmod a+x {d}`) or move it out of {folder}"
+    )
+
+
+def _regular_size(path: Path) -> int:
+    """The size of a file named like the harness's, refused when it is no regular file (a pipe, a device)."""
+    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(
+            f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the "
+            "folder"
+        )
+    return st.st_size
+
+
+def _load_json(path: Path, max_bytes: int):
+    try:
+        size = _regular_size(path)
+        if size > max_bytes:
+            raise DataError(_too_large(path, size, max_bytes))
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)
+    except OSError as e:
+        raise DataError(
+            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
+        ) from None
+    if len(raw) > max_bytes:
+        raise DataError(_too_large(path, len(raw), max_bytes))
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
+    if not text.strip():
+        raise DataError(
+            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
+        )
+    try:
+        return loads_json(text)
+    except DuplicateKey as e:
+        raise DataError(
+            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
+        ) from None
+    except json.JSONDecodeError as e:
+        cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
+        raise DataError(
+            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
+            "the file out of the folder"
+        ) from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
+
+
+def _too_large(path: Path, size: int, max_bytes: int) -> str:
+    return (
+        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
+        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
+        f"--max-file-mb {math.ceil(size / 2**20)}"
+    )
+
+
+# ---- which model, run and step ----
+PLACEHOLDERS = ("model", "run", "step")
+STEP_REVISION = re.compile(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", re.IGNORECASE)
+STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IGNORECASE)
+
+
+def compile_pattern(pattern: str) -> re.Pattern:
+    """A path pattern -> a regular expression matched against a file's whole path below the folder."""
+    if not pattern or pattern.startswith("/"):
+        raise DataError(
+            f"--path-pattern {pattern!r}: give a path relative to the folder, e.g. '{{model}}/*_step{{step}}.json'"
+        )
+    out, seen = [], set()
+    for tok in re.split(r"(\{[^}]*\}?|\*\*/|\*)", pattern):
+        if tok.startswith("{"):
+            name = tok[1:].removesuffix("}")
+            if not tok.endswith("}") or name not in PLACEHOLDERS:
+                raise DataError(
+                    f"--path-pattern {pattern!r}: {{{name}}} is not a placeholder; the placeholders are "
+                    f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)}"
+                )
+            if name in seen:
+                raise DataError(f"--path-pattern {pattern!r}: {{{name}}} occurs twice; name each once")
+            seen.add(name)
+            out.append(f"(?P<{name}>[0-9]+)" if name == "step" else f"(?P<{name}>[^/]+?)")
+        else:
+            out.append({"**/": "(?:[^/]+/)*", "*": "[^/]*"}.get(tok) or re.escape(tok))
+    return re.compile("".join(out) + r"\Z")
+
+
+def _parse_model_args(v) -> dict[str, str]:
+    """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
+    if v is None:
+        return {}
+    if isinstance(v, dict):
+        return {str(k): str(x) for k, x in v.items()}
+    out = {}
+    for part in str(v).split(","):
+        if "=" in part:
+            k, x = (y.strip() for y in part.split("=", 1))
+            if k in out and out[k] != x:
+                raise ValueError(f"{k!r} is given twice ({k}={out[k]}, then {k}={x})")
+            out[k] = x
+    return out
+
+
+def _identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
+    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``)."""
+    adapter = args.get("peft") or args.get("delta")
+    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
+    revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")
+    if revision and str(revision) != "main":
+        m = STEP_REVISION.match(str(revision).strip())
+        return model, (int(m.group(1) or m.group(2)) if m else None), f"revision {revision!r}"
+    if model:
+        tail = model.rstrip("/").rsplit("/", 1)
+        m = STEP_PATH.match(tail[-1])
+        if m and len(tail) == 2:
+            return tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
+    return model, None, "no revision" if not revision else f"revision {revision!r}"
+
+
+# ---- one results file ----
+def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
+    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent;
+    several filters of it without one named is an error listing them."""
+    if metric in values:
+        return metric
+    if "," in metric:
+        return None
+    keys = [k for k in values if isinstance(k, str) and k.split(",", 1)[0] == metric]
+    if len(keys) > 1:
+        raise DataError(
+            f"{path}: task {task!r} has metric {metric!r} under several filters ({', '.join(keys)}); name one, "
+            f"e.g. --metric {keys[0]}"
+        )
+    return keys[0] if keys else None
+
+
+def _metric_names(values: dict) -> list[str]:
+    """The metrics a task's values hold (stderr entries and labels left out)."""
+    return sorted(
+        k
+        for k, v in values.items()
+        if isinstance(k, str)
+        and "_stderr" not in k
+        and k not in ("alias", "name", "sample_len", "sample_count")
+        and isinstance(v, (int, float))
+        and not isinstance(v, bool)
+    )
+
+
+def _number(v, path: Path, task: str, key: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise DataError(
+            f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; rerun that evaluation, "
+            "leave the task out (--tasks) or move the file out of the folder"
+        )
+    if not math.isfinite(v):
+        raise DataError(
+            f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
+            "task out (--tasks) or move the file out of the folder"
+        )
+    name = key.split(",", 1)[0]
+    rng = metric_range(name)
+    if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
+        if not rng[0] <= v <= rng[1]:
+            raise DataError(
+                f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
+                f"{name!r}: not a score lm-evaluation-harness writes (a hand-edited or damaged file); rerun that "
+                "evaluation, leave the task out (--tasks) or move the file out of the folder"
+            )
+    return float(v)
+
+
+def _check_scales(rows: list[dict]) -> None:
+    """Every score of one metric key on one scale, told by their median: the harness's squad-style ``f1`` is
+    in percent, its ``f1`` of classification a share."""
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append(row)
+    for key, group in by_key.items():
+        scores = pd.DataFrame({key: [r["score"] for r in group]})
+        bad = out_of_range(scores, key)
+        if bad is not None:
+            r = group[bad[0]]
+            raise DataError(
+                f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
+                "the other files (a hand-edited or damaged file); rerun that evaluation, leave the task out "
+                "(--tasks) or move the file out of the folder"
+            )
+
+
+def _read_results_file(
+    path: Path,
+    rel: str,
+    *,
+    metric: str,
+    tasks: list[str] | None,
+    pattern: re.Pattern | None,
+    max_bytes: int,
+    without: set,
+    seen: set,
+    groups: dict,
+) -> list[dict]:
+    """One row per task of one results file; adds to ``without``, ``seen`` and ``groups`` as it reads."""
+    doc = _load_json(path, max_bytes)
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
+        raise DataError(
+            f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
+            + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
+        )
+    for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
+        groups.setdefault(g, set()).update(kids)
+    config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+    try:
+        args = _parse_model_args(config.get("model_args"))
+    except ValueError as e:
+        raise DataError(
+            f"{path}: config.model_args: {e}; the harness loaded the last, so the file names another checkpoint "
+            "than it seems to. Rerun that evaluation with each argument once, or move the file out of the folder"
+        ) from None
+    model, step, how = _identity(args, config)
+    run = "all"
+    if pattern is not None:
+        m = pattern.match(rel)
+        fields = m.groupdict() if m else {}
+        if "step" in fields:
+            if step is not None and int(fields["step"]) != step:
+                raise DataError(
+                    f"{path}: its path gives step {int(fields['step'])} (--path-pattern) but its model_args give "
+                    f"{step} ({how}); fix the file's name or the pattern"
+                )
+            step = int(fields["step"])
+        model = fields.get("model") or model
+        run = fields.get("run") or run
+    if model is None or step is None:
+        lack = " and ".join(w for w, v in (("the model", model), ("the step", step)) if v is None)
+        raise DataError(
+            f"{path}: {lack} cannot be told from config.model_args ({how}); give --path-pattern with "
+            + " and ".join(p for p, v in (("{model}", model), ("{step}", step)) if v is None)
+            + ", e.g. --path-pattern '{model}/step{step}/*.json'"
+        )
+    results = doc["results"]
+    seen.update(results)
+    wanted = tasks if tasks is not None else sorted(results)
+    n_samples = doc.get("n-samples") if isinstance(doc.get("n-samples"), dict) else {}
+    rows = []
+    for task in wanted:
+        values = results.get(task)
+        if values is None:
+            continue  # said once for all files (read_folder)
+        if not isinstance(values, dict):
+            raise DataError(f"{path}: results[{task!r}] is not an object of metrics; move the file out of the folder")
+        key = _metric_key(task, values, metric, path)
+        if key is None:
+            if tasks is None:
+                without.add(task)
+                continue  # a task without this metric, when no tasks were named: said once (read_folder)
+            raise DataError(
+                f"{path}: task {task!r} has no metric {metric!r}; it has {_metric_names(values) or 'none'}: "
+                "choose one with --metric, or leave the task out of --tasks"
+            )
+        score = _number(values[key], path, task, key)
+        name, _, filt = key.partition(",")
+        se = values.get(f"{name}_stderr" + (f",{filt}" if filt else ""))
+        n = n_samples.get(task, {}).get("effective") if isinstance(n_samples.get(task), dict) else None
+        rows.append(
+            {
+                "model": str(model),
+                "run": str(run),
+                "step": int(step),
+                "testset": task,
+                "score": score,
+                "stderr": float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) else math.nan,
+                "n": int(n) if isinstance(n, int) and not isinstance(n, bool) else pd.NA,
+                "file": str(path),
+                "key": key,
+            }
+        )
+    return rows
+
+
+def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
+    """A results file's ``group_subtasks`` (group -> its subtasks; absent in the older format), checked."""
+    if v is None:
+        return {}
+    ok = isinstance(v, dict) and all(
+        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in v.values()
+    )
+    if not ok:
+        raise DataError(
+            f"{path}: group_subtasks is not an object of task-name lists (a hand-edited or damaged file); it says "
+            "which tasks are groups of others (pairs of them share items). Rerun that evaluation or move the file out "
+            "of the folder"
+        )
+    return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
+
+
+# ---- its samples ----
+MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
+
+
+def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
+    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value ``acc`` of the
+    lines whose filter is ``none``), streamed; every value 0 or 1 and their mean the results file's ``score``."""
+    name, _, filt = key.partition(",")
+    ids, vals = [], []
+    seen = set()
+    try:
+        _regular_size(path)
+        fh = open(path, "rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or pass --no-samples") from None
+    with fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(max_line + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > max_line:
+                raise DataError(
+                    f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "
+                    "lm-evaluation-harness? pass --no-samples to analyse without it"
+                )
+            if not raw.strip():
+                continue
+            try:
+                rec = loads_json(raw)
+            except DuplicateKey as e:
+                raise DataError(f"{path}:{lineno}: {e}; pass --no-samples to analyse without it") from None
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+                raise DataError(
+                    f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "
+                    "that evaluation with --log_samples, move the file out, or pass --no-samples"
+                ) from None
+            if not isinstance(rec, dict):
+                raise DataError(f"{path}:{lineno}: not a JSON object; pass --no-samples to analyse without it")
+            if filt and str(rec.get("filter", "none")) != filt:
+                continue
+            if "doc_id" not in rec or name not in rec:
+                raise DataError(
+                    f"{path}:{lineno}: no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample; "
+                    "pass --no-samples to analyse without the samples"
+                )
+            v = rec[name]
+            if v is True or v is False:
+                v = int(v)
+            if not isinstance(v, (int, float)) or v not in (0, 1):
+                raise DataError(
+                    f"{path}:{lineno}: {name} is {str(v)[:40]!r}, not 0 or 1: the example-level bootstrap "
+                    "resamples correctness; pass --no-samples to analyse this metric without it"
+                )
+            doc = rec["doc_id"]
+            doc = doc if isinstance(doc, (int, str)) else json.dumps(doc)
+            if doc in seen:
+                raise DataError(f"{path}:{lineno}: document {doc!r} occurs twice; pass --no-samples or rerun it")
+            seen.add(doc)
+            ids.append(doc)
+            vals.append(float(v))
+    if not vals:
+        raise DataError(f"{path}: holds no sample of {key!r}; pass --no-samples to analyse without it")
+    mean = sum(vals) / len(vals)
+    if abs(mean - score) > 1e-6:
+        raise DataError(
+            f"{path}: its {len(vals)} samples average {mean:.6f} on {key!r}, but the results file beside it says "
+            f"{score:.6f}: not the same evaluation; move it out or pass --no-samples"
+        )
+    return pd.DataFrame({"example": ids, "correct": vals})
+
 
 RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
 
@@ -31,14 +487,12 @@ class LmEvalResults:
     metric: str
     scores: pd.DataFrame
     examples: pd.DataFrame | None
-    files: list[Path] = field(default_factory=list)
     samples_files: list[Path] = field(default_factory=list)
     digest: str = ""
     groups: dict[str, list[str]] = field(default_factory=dict)
 
     def long(self, in_domain: str) -> pd.DataFrame:
-        """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every
-        run's in-domain testset; an error naming the tasks read when it is not one of them."""
+        """The canonical long table (:data:`oodcorr.analysis.CANON`) with ``in_domain`` as every run's."""
         tasks = sorted(self.scores["testset"].unique())
         if in_domain not in tasks:
             raise DataError(
@@ -63,22 +517,14 @@ class LmEvalResults:
 
 
 def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series:
-    """The items behind each score: the harness's sample count (``n-samples``' ``effective``) where it
-    wrote one, else read back from its standard error of a share, ``sqrt(p (1 - p) / (n - 1))``
-    (rounded); NaN where neither says."""
+    """The items behind each score: the harness's ``n-samples`` where it wrote them, else read back from its
+    standard error of a share, ``sqrt(p (1 - p) / (n - 1))`` (rounded); NaN where neither says."""
     n = pd.to_numeric(n, errors="coerce").astype(float)
     p, se = score.astype(float), pd.to_numeric(stderr, errors="coerce").astype(float)
     with np.errstate(invalid="ignore", divide="ignore"):
         back = np.round(p * (1 - p) / (se * se) + 1)
     back = back.where((se > 0) & np.isfinite(back) & (back >= 1))
     return n.where(n >= 1, back)
-
-
-# ---- samples ----
-def _samples_path(results: Path, task: str) -> Path | None:
-    """The ``--log_samples`` file of ``task`` written with ``results`` (same folder, same date)."""
-    m = RESULTS_NAME.match(results.name)
-    return results.with_name(f"samples_{task}_{m.group('date')}.jsonl") if m else None
 
 
 # ---- the folder ----
@@ -94,7 +540,7 @@ def read_folder(
     follow_links: bool = False,
     in_domain: str | None = None,
 ) -> LmEvalResults:
-    """Every results file under ``folder`` -> :class:`LmEvalResults` (see the module's docstring)."""
+    """Every results file under ``folder`` -> :class:`LmEvalResults`."""
     folder = Path(folder)
     pattern = compile_pattern(path_pattern) if path_pattern else None
     files, notes = list_files(folder, max_files, follow_links)
@@ -127,7 +573,7 @@ def read_folder(
         tasks = [*tasks, in_domain]
     rows, where, without, seen, groups = [], {}, set(), set(), {}
     for p in chosen:
-        got = read_results_file(
+        got = _read_results_file(
             p,
             rels[p],
             metric=metric,
@@ -150,12 +596,14 @@ def read_folder(
             where[k] = p
             rows.append(row)
     if not rows:
+        results = _load_json(chosen[0], max_bytes)["results"].values()
+        has = sorted({m.split(",")[0] for v in results if isinstance(v, dict) for m in _metric_names(v)})
         raise DataError(
             f"{folder}: no task of the {len(chosen)} results file(s) has the metric {metric!r}"
             + (f" among --tasks {','.join(tasks)}" if tasks else "")
-            + f"; e.g. {chosen[0]} has {file_metrics(chosen[0], max_bytes)}: choose one with --metric"
+            + f"; e.g. {chosen[0]} has {', '.join(has) or 'no numeric metric'}: choose one with --metric"
         )
-    check_scales(rows)
+    _check_scales(rows)
     scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
     found = set(scores["testset"])
     if without - found:
@@ -185,7 +633,8 @@ def read_folder(
     if samples:
         frames = []
         for row in rows:
-            sp = _samples_path(Path(row["file"]), row["testset"])
+            m = RESULTS_NAME.match(Path(row["file"]).name)  # its samples: same folder, same date
+            sp = Path(row["file"]).with_name(f"samples_{row['testset']}_{m.group('date')}.jsonl") if m else None
             if sp is None or not sp.exists():
                 continue
             sample_files.append(sp)
@@ -220,7 +669,6 @@ def read_folder(
         metric=metric,
         scores=scores.drop(columns="key").reset_index(drop=True),
         examples=examples,
-        files=sorted(chosen),
         samples_files=sample_files,
         digest=digest,
         groups={g: sorted(kids) for g, kids in sorted(groups.items())},

@@ -1,8 +1,6 @@
-"""The range a score can take, by its metric's name, and the first score outside it: an accuracy of
--0.2 or 1.7 in a table ``oodcorr analyse`` reads (:mod:`oodcorr.analysis.readers.tables`), an lm-eval results
-file (:mod:`oodcorr.analysis.readers.lmeval`) or the workflow's own scores table is refused naming its line (or
-row) and value. A share may be written as a percentage, told by the values (:func:`_score_range`); a
-metric without a known range (a log-likelihood) is only checked to be a number."""
+"""The range a score can take by its metric's name, and the first score outside it (an accuracy of -0.2 or 1.7),
+refused naming its line or row. A share may be written as a percentage, told by the values; a metric without a
+known range (a log-likelihood) is only checked to be a number."""
 
 from __future__ import annotations
 
@@ -48,9 +46,7 @@ LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_mat
 
 
 def metric_range(metric: str) -> tuple[float, float] | None:
-    """The range of a metric by its name (a filter after a comma ignored, case ignored): (0, 1)
-    for shares (accuracy, F1, ...), (-1, 1) for ``mcc``, (0, inf) for perplexities; None for a
-    metric this does not know (only checked to be a number)."""
+    """The range of a metric by its name (a filter after a comma and case ignored); None for one unknown."""
     name = str(metric).split(",", 1)[0].strip().lower()
     if name in SHARES:
         return (0.0, 1.0)
@@ -62,8 +58,7 @@ def metric_range(metric: str) -> tuple[float, float] | None:
 
 
 def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
-    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric
-    without one (:func:`metric_range`)."""
+    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric without one."""
     rng = metric_range(metric)
     if rng is None:
         return None
@@ -97,13 +92,13 @@ def out_of_range(
     return None
 
 
-def check_known(metric: str, flag: str = "--metric") -> str:
+def check_known(metric: str) -> str:
     """``metric`` if it is a name :data:`KNOWN` (case ignored), else a :class:`DataError` listing them:
     a name this does not know has no range to check, so a typo would pass unseen."""
     if str(metric).strip().lower() in KNOWN:
         return metric
     raise DataError(
-        f"{flag}: {metric!r} is no metric this knows; the known ones are: shares (in [0, 1], or percentages) "
+        f"--metric: {metric!r} is no metric this knows; the known ones are: shares (in [0, 1], or percentages) "
         f"{', '.join(sorted(SHARES))}; in [-1, 1] {', '.join(sorted(CORRELATIONS))}; not negative "
         f"{', '.join(sorted(NON_NEGATIVE))}; any number {', '.join(sorted(ANY_NUMBER))} ('number' for a metric of "
         "your own)"
@@ -122,9 +117,7 @@ _NAME_METRICS = (
 
 
 def guess_metric(column: str) -> str | None:
-    """The metric a column's name says (:data:`_NAME_METRICS`: ``*_acc``, ``*acc_norm``, ``*len_norm``,
-    ``*_f1`` a share; ``*loss``/``*Loss`` a loss; ``*bpb``, ``*ppl``/``*perplexity`` not negative), or None
-    where it says none or more than one."""
+    """The metric a column's name says (:data:`_NAME_METRICS`), or None where it says none or several."""
     said = {metric for pattern, metric in _NAME_METRICS if pattern.search(str(column))}
     return said.pop() if len(said) == 1 else None
 
@@ -151,6 +144,5 @@ ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exac
 
 
 def is_item_share(metric: str) -> bool:
-    """Whether ``metric`` (a filter after a comma ignored) is a share of items answered correctly, so
-    that the binomial variance at a testset's size bounds its item noise (:data:`ITEM_SHARES`)."""
+    """Whether ``metric`` (a filter after a comma ignored) is in :data:`ITEM_SHARES`."""
     return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import fnmatch
 import io
+import itertools
 import logging
 import math
 import re
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pandas._libs.parsers import STR_NA_VALUES  # what a score cell may say for "no value"
 
 from ...core import table_files
 from ...core.errors import DataError, did_you_mean
@@ -59,30 +61,6 @@ PARQUET_REMEDY = (
     "cut short or not parquet. If the workflow made it (results/<experiment>/scores.parquet, or "
     ".staging/scores.parquet), delete it and run the workflow again: rule aggregate_scores makes it again from "
     "the evaluation results, nothing is evaluated again; otherwise write or copy the file again"
-)
-# what a score cell may say for "no value" (pandas' defaults); in a name column these are names
-MISSING = frozenset(
-    {
-        "",
-        "#N/A",
-        "#N/A N/A",
-        "#NA",
-        "-1.#IND",
-        "-1.#QNAN",
-        "-NaN",
-        "-nan",
-        "1.#IND",
-        "1.#QNAN",
-        "<NA>",
-        "N/A",
-        "NA",
-        "NULL",
-        "NaN",
-        "None",
-        "n/a",
-        "nan",
-        "null",
-    }
 )
 
 
@@ -139,8 +117,7 @@ UNIT_COLUMNS = ("step", "_step", "global_step", "trainer/global_step")
 
 
 def find_unit(columns, source: str) -> tuple[str, str]:
-    """(the unit column, what to say of it) for a table whose unit column is not named: ``step``, else
-    the one of :data:`UNIT_COLUMNS` it has; none or several is a :class:`DataError` naming them."""
+    """(the unit column, what to say of it): ``step``, else the one of :data:`UNIT_COLUMNS` the table has."""
     columns = list(columns)
     if "step" in columns:
         return "step", ""
@@ -164,15 +141,14 @@ def _norm_label(v) -> str:
 
 
 def drop_summary_rows(
-    df: pd.DataFrame, unit: str, source: str, where: str = "line", labels=SUMMARY_LABELS, quiet: bool = False
+    df: pd.DataFrame, unit: str, source: str, where: str = "line", labels=SUMMARY_LABELS
 ) -> pd.DataFrame:
-    """Drop empty rows and summary-statistic rows (logged unless ``quiet``, for a second pass over
-    a table already reported); error on unlabelled data rows."""
+    """Drop empty rows and summary-statistic rows (logged); error on unlabelled data rows."""
     if unit not in df.columns:
         raise DataError(f"{source}: no unit column {unit!r}; columns are {list(df.columns)}")
     others = [c for c in df.columns if c != unit]
     empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
-    if empty.any() and not quiet:
+    if empty.any():
         log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where, _ranges(df.index[empty]))
     df = df[~empty]
     no_label = df[unit].isna() | (df[unit].astype(str).str.strip() == "")
@@ -182,7 +158,7 @@ def drop_summary_rows(
         )
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
-    for idx, v in df.loc[summary, unit].items() if not quiet else ():
+    for idx, v in df.loc[summary, unit].items():
         log.warning(
             "%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of observation",
             source,
@@ -197,15 +173,10 @@ def drop_summary_rows(
 
 
 def _ranges(idx) -> str:
+    """Line numbers as runs of consecutive ones: ``3, 5-7``."""
     idx = sorted(int(i) for i in idx)
-    parts, start = [], None
-    for i, v in enumerate(idx):
-        if start is None:
-            start = v
-        if i + 1 == len(idx) or idx[i + 1] != v + 1:
-            parts.append(f"{start}" if start == v else f"{start}-{v}")
-            start = None
-    return ", ".join(parts)
+    runs = [[v for _, v in g] for _, g in itertools.groupby(enumerate(idx), lambda p: p[1] - p[0])]
+    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _names(df: pd.DataFrame, col: str, what: str, source: str, where: str) -> pd.Series:
@@ -222,23 +193,19 @@ def _numeric_units(s: pd.Series) -> pd.Series:
     return num if num.notna().all() else s.astype(str)
 
 
-def _not_numeric(df: pd.DataFrame, col: str):
-    """The index of the first cell of ``col`` that is text and no number (None when there is none)."""
+def _as_numbers(df: pd.DataFrame, col: str) -> tuple[pd.Series, pd.Series]:
+    """(``col`` as numbers, where it holds text that is no number): pandas' missing-value words
+    (``NA``, ``nan``, ...) and empty cells are missing, not text."""
     s = df[col]
-    if not (s.dtype == object or pd.api.types.is_string_dtype(s)):
-        return None
-    s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
-    bad = pd.to_numeric(s, errors="coerce").isna() & s.notna()
-    return df.index[bad][0] if bad.any() else None
+    if s.dtype == object or pd.api.types.is_string_dtype(s):
+        s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in STR_NA_VALUES else v)
+    v = pd.to_numeric(s, errors="coerce")
+    return v, v.isna() & s.notna()
 
 
 def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
-    """A score column as floats; ``NA``, ``nan``, ... and empty cells are missing, other text an error."""
-    s = df[col]
-    if s.dtype == object or pd.api.types.is_string_dtype(s):
-        s = s.astype(object).map(lambda v: np.nan if isinstance(v, str) and v.strip() in MISSING else v)
-    v = pd.to_numeric(s, errors="coerce")
-    bad = v.isna() & s.notna()
+    """A score column as floats; missing-value words and empty cells are missing, other text an error."""
+    v, bad = _as_numbers(df, col)
     if bad.any():
         i = df.index[bad][0]
         raise DataError(
@@ -269,9 +236,8 @@ def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
 
 
 def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
-    """``long`` with a column ``n`` (the items behind each score: :mod:`.item_noise` bounds a share's
-    item noise by it) from ``sizes`` (testset -> items; the key ``*`` for every testset not named),
-    each a positive whole number; a name that is no testset of the table is an error naming it."""
+    """``long`` with a column ``n``, the items behind each score, from ``sizes`` (testset -> items; the key
+    ``*`` for every testset not named)."""
     if not sizes:
         return long
     names = set(long["testset"])
@@ -288,8 +254,7 @@ def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) 
 
 
 def matching(names, patterns, flag: str) -> list[str]:
-    """The names (in their order) that ``patterns`` name: each pattern an exact name, or else a
-    shell-style glob (``*``, ``?``, ``[...]``; case-sensitive: :func:`fnmatch.fnmatchcase`)."""
+    """The names (in their order) that ``patterns`` name: each an exact name, else a case-sensitive glob."""
     names = list(names)
     chosen: set[str] = set()
     unmatched = []
@@ -305,9 +270,8 @@ def matching(names, patterns, flag: str) -> list[str]:
 
 
 def column_metrics(columns, named: dict[str, str], default: str) -> tuple[dict[str, str], dict[str, str]]:
-    """(column -> metric, column -> the metric guessed from its name) for ``columns``: the metric
-    ``named`` gives (``--metric COLUMN=METRIC``: an exact name first, else the globs matching it, which
-    must agree), else the one its name says (:func:`.score_ranges.guess_metric`), else ``default``."""
+    """(column -> metric, column -> the metric guessed from its name): the metric ``named`` gives (an exact
+    name first, else the globs matching it, which must agree), else the one its name says, else ``default``."""
     out, guessed = {}, {}
     for c in columns:
         if c in named:
@@ -323,12 +287,6 @@ def column_metrics(columns, named: dict[str, str], default: str) -> tuple[dict[s
         else:
             out[c] = default
     return out, guessed
-
-
-def _bookkeeping(column: str) -> bool:
-    """Whether a column is a tracker's own (W&B names its ``_runtime``, ``_timestamp`` with a leading
-    ``_``) or a row number written without a name (``DataFrame.to_csv`` with its index: ``Unnamed: 0``)."""
-    return column.startswith("_") or re.fullmatch(r"Unnamed: \d+", column) is not None
 
 
 @dataclass(frozen=True)
@@ -367,7 +325,8 @@ def from_wide(
     if layout.testsets:
         cols = [c for c in matching(names, layout.testsets, "--testsets") if c not in left]
     else:
-        own = [c for c in names if _bookkeeping(c) and c not in left and c != in_domain]
+        # a tracker's own (W&B's _runtime, _timestamp) or a row number without a name (to_csv's index)
+        own = [c for c in names if re.match(r"_|Unnamed: \d+\Z", c) and c not in left and c != in_domain]
         if own:
             log.info(
                 "%s: columns %s left out: a tracker's own (a leading '_': W&B's _runtime, _timestamp) or a row "
@@ -380,8 +339,7 @@ def from_wide(
         cols.append(in_domain)
     if len(cols) < 3:
         raise DataError(f"{source}: need the in-domain column and at least two OOD testset columns, got {cols}")
-    not_numbers = [(c, _not_numeric(df, c)) for c in cols]
-    not_numbers = [(c, i) for c, i in not_numbers if i is not None]
+    not_numbers = [(c, df.index[bad][0]) for c in cols if (bad := _as_numbers(df, c)[1]).any()]
     if not_numbers:
         said = ", ".join(f"column {c!r} ({where} {i}: {df.at[i, c]!r})" for c, i in not_numbers)
         raise DataError(
@@ -427,8 +385,7 @@ def from_long(
     n_column: str | None = None,
     metric: str | None = None,
 ) -> pd.DataFrame:
-    """One row per unit x testset (its name in column ``testset``, its score in ``score``) -> canonical
-    long table; with ``n_column``, its ``n`` column (the items behind each score) too."""
+    """One row per unit x testset -> canonical long table; with ``n_column``, its ``n`` column too."""
     unit, in_domain, source, where = layout.unit, layout.in_domain, layout.source, layout.where
     model, run = layout.model, layout.run
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
@@ -478,6 +435,7 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     """One row per (model, run) with ``columns``, each constant within a run, else an error naming it."""
     source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
+    _require_columns(df, [c for c in (model, run) if c], source)
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
@@ -487,7 +445,6 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     )
     for c in columns:
         out[c] = df[c]
-    for c in columns:
         counts = out.dropna(subset=[c]).groupby(["model", "run"])[c].nunique()
         bad = counts[counts > 1]
         if len(bad):
@@ -506,23 +463,21 @@ def from_examples_table(
     *,
     unit: str,
     testset: str,
-    example: str,
-    correct: str,
     model: str | None = None,
     run: str | None = None,
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, example id, correct 0/1, and an optional ``stratum``:
+    """A long per-example table (unit, testset, ``example`` id, ``correct`` 0/1, and an optional ``stratum``:
     the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
     as a suite's millions of rows repeat a few of them."""
-    _require_columns(df, [unit, testset, example, correct] + [c for c in (model, run) if c], source)
-    raw = df[correct]
+    _require_columns(df, [unit, testset, "example", "correct"] + [c for c in (model, run) if c], source)
+    raw = df["correct"]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):
         raw = raw.map(lambda v: {"true": 1, "false": 0}.get(v.strip().lower(), v) if isinstance(v, str) else v)
     corr = pd.to_numeric(raw, errors="coerce")
     if (corr.isna() & raw.notna()).any() or not corr.dropna().isin([0, 1]).all():
-        raise DataError(f"{source}: column {correct!r} must be 0/1 or true/false")
+        raise DataError(f"{source}: column 'correct' must be 0/1 or true/false")
 
     def names(col: str | None, default: str):
         if col is None:
@@ -535,7 +490,7 @@ def from_examples_table(
             "run": names(run, "all"),
             "unit": _numeric_units(df[unit]).to_numpy(),
             "testset": names(testset, ""),
-            "example": df[example].to_numpy(),
+            "example": df["example"].to_numpy(),
             "correct": corr.to_numpy(float),
             **({"stratum": df["stratum"].astype(str).to_numpy()} if "stratum" in df.columns else {}),
         }

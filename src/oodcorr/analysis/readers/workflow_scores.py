@@ -11,10 +11,8 @@ import pandas as pd
 from ...core.errors import DataError
 from .score_ranges import is_item_share, out_of_range
 
-# Per-example correctness gives accuracy: its item noise (oodcorr.analysis.items.item_noise) and the
-# example-level bootstrap apply to the workflow's `accuracy` (and to a user table's own score
-# column), not to the workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS;
-# tests/planning/test_config.py ties them).
+# Per-example correctness gives accuracy, not the workflow's other metric columns (oodcorr.jobs.metrics.COLUMNS;
+# tests/planning/test_config.py ties them): item noise and the example-level bootstrap do not apply to these.
 NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
 
 
