@@ -174,7 +174,6 @@ def across_models(
     p_run,
     level: float = DEFAULTS["level"],
     near_zero: float = DEFAULTS["near_zero"],
-    tau_scale: float = TAU_SCALE,
     intervals: bool = True,
 ) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
@@ -187,7 +186,7 @@ def across_models(
     out.update(_heterogeneity_batch(zm, Vm, present, df, q))
     p_rev, a, b = reversal_batch(zm, pm, present)
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
-    c = consensus_batch(zm, Vm, present, level, tau_scale, intervals)
+    c = consensus_batch(zm, Vm, present, level, TAU_SCALE, intervals)
     out.update(c)
     out["p_mean"] = c["p"]
     zbar, Vbar, ss, dfw = within_runs_batch(z, np.where(mask, v, 1.0), mask)

@@ -76,45 +76,41 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md."""
+    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. From 3
+    estimates on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on k - 1
+    degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
+    if k not in (1, 2):
+        res = random_effects_batch(z[None], v[None], np.ones((1, k), bool), level)
+        out = {key: float(val[0]) for key, val in res.items()}
+        return {**out, "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    if k == 1:
-        se = math.sqrt(v[0])
-        return {
-            "z": z[0],
-            "lo": z[0] - qn * se,
-            "hi": z[0] + qn * se,
-            "p": float(2 * stats.norm.sf(abs(z[0]) / se)),
-            "se_z": se,
-            "tau2": math.nan,
-            "i2": math.nan,
-            "q": math.nan,
-            "how": "single run",
-        }
+    q = i2 = math.nan
+    how = "single run"
+    m, se = z[0], math.sqrt(v[0])
     if k == 2:
         w = 1 / v
-        m_fe = float((w * z).sum() / w.sum())
+        m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
         q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
-        se = 1 / math.sqrt(w.sum())
-        return {
-            "z": m_fe,
-            "lo": m_fe - qn * se,
-            "hi": m_fe + qn * se,
-            "p": float(2 * stats.norm.sf(abs(m_fe) / se)),
-            "se_z": se,
-            "tau2": math.nan,
-            "i2": i2,
-            "q": q,
-            "how": "fixed effect across 2 runs",
-        }
-    return _random_effects(z, v, level)
+        how = "fixed effect across 2 runs"
+    p = float(2 * stats.norm.sf(abs(m) / se))
+    return {
+        "z": m,
+        "lo": m - qn * se,
+        "hi": m + qn * se,
+        "p": p,
+        "se_z": se,
+        "tau2": math.nan,
+        "i2": i2,
+        "q": q,
+        "how": how,
+    }
 
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
-    """:func:`_random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
-    (sets, estimates), the estimates of each set where ``mask``."""
+    """The random-effects mean (:func:`combine`) of many sets of estimates at once: ``z``, ``v``,
+    ``mask`` of shape (sets, estimates), the estimates of each set where ``mask``."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -137,17 +133,6 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     return {key: np.where(ok, val, np.nan) for key, val in out.items()}
 
 
-def _random_effects(z, v, level: float = 0.95) -> dict:
-    """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
-    tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
-    normal one, and the p-value of the same rule."""
-    z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
-    res = random_effects_batch(z[None], v[None], np.ones((1, len(z)), bool), level)
-    out = {key: float(val[0]) for key, val in res.items()}
-    out["how"] = f"random effects across {len(z)} runs (Hartung-Knapp, at least the normal interval)"
-    return out
-
-
 POOL_KEYS = ["model", "in_domain", "pool_group", "x", "y", "method", "residualiser"]
 
 
@@ -162,17 +147,8 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
     fin = np.isfinite(r)
     use = fin & np.isfinite(se) & (se > 0)
     k, k_fin = int(use.sum()), int(fin.sum())
-    nan = {
-        "r": math.nan,
-        "ci_low": math.nan,
-        "ci_high": math.nan,
-        "p": math.nan,
-        "se_z": math.nan,
-        "tau2": math.nan,
-        "i2": math.nan,
-        "p_method": "",
-        "n_runs_finite": k,
-    }
+    nan = {**dict.fromkeys(("r", "ci_low", "ci_high", "p", "se_z", "tau2", "i2"), math.nan), "p_method": ""}
+    nan["n_runs_finite"] = k
     left = k_fin - k
     note = (
         f"{left} of {k_fin} runs with a value left out: too little effective information for an interval"
@@ -213,28 +189,20 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
         "n_runs_finite": k,
     }
     if k == 2 and two_runs == "fixed-effect":
-        note = "; ".join(
-            x
-            for x in (
-                note,
-                "2 runs: a fixed-effect combination, which assumes both runs share one "
-                "correlation (between-run variation cannot be estimated from 2 runs)",
-            )
-            if x
+        said = (
+            "2 runs: a fixed-effect combination, which assumes both runs share one "
+            "correlation (between-run variation cannot be estimated from 2 runs)"
         )
     elif k == 2:
         out.update(ci_low=math.nan, ci_high=math.nan, p=math.nan, se_z=math.nan, p_method="")
-        note = "; ".join(
-            x
-            for x in (
-                note,
-                "2 runs: no pooled interval or p-value (between-run variation cannot be "
-                "estimated from 2 runs); r is their inverse-variance mean, descriptive "
-                "only; see the run rows, or add a third run",
-            )
-            if x
+        said = (
+            "2 runs: no pooled interval or p-value (between-run variation cannot be "
+            "estimated from 2 runs); r is their inverse-variance mean, descriptive "
+            "only; see the run rows, or add a third run"
         )
-    return out, note
+    else:
+        return out, note
+    return out, "; ".join(x for x in (note, said) if x)
 
 
 def _groups(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -196,10 +197,7 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
         row = {
             "n_finite": int(res["n_finite"][i]),
             "n_models_consensus": int(res["n_models"][i]),
-            "p_reversal_adj": adj["p_reversal"][i],
-            "p_heterogeneity_adj": adj["p_heterogeneity"][i],
-            "p_generalises_adj": adj["p_generalises"][i],
-            "p_mean_adj": adj["p_mean"][i],
+            **{f"{k}_adj": adj[k][i] for k in P_KEYS},
             "r_consensus": math.tanh(res["z"][i]) if np.isfinite(res["z"][i]) else math.nan,
             "_generalises_sign": -1.0 if res["p_high_side"][i] < res["p_low_side"][i] else 1.0,
             "_near": bool(res["near"][i]),
@@ -213,11 +211,8 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
 
 def verdict_shares(words: list[str]) -> dict:
     """{verdict: share of ``words``}, sorted by verdict."""
-    n = len(words)
-    counts: dict[str, int] = {}
-    for w in words:
-        counts[w] = counts.get(w, 0) + 1
-    return {k: counts[k] / n for k in sorted(counts)}
+    counts = Counter(words)
+    return {k: counts[k] / len(words) for k in sorted(counts)}
 
 
 def se_of(p: float, n: int) -> float:
@@ -348,21 +343,17 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
 
 
 # ---- many curves, in processes -----------------------------------------------------------------
-def _run_curve(task) -> Curve:
-    return curve(*task)
-
-
 def curves(tasks, workers: int = 1) -> list[Curve]:
     """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
     (each curve is seeded by its own task, so the numbers do not depend on how many)."""
     tasks = list(tasks)
     if workers <= 1 or len(tasks) <= 1:
-        return [_run_curve(t) for t in tasks]
+        return [curve(*t) for t in tasks]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     cost = [t[0].models * t[0].runs * t[0].checkpoints ** 2 for t in tasks]
     order = sorted(range(len(tasks)), key=lambda i: -cost[i])  # the longest first
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        done = dict(zip(order, ex.map(_run_curve, [tasks[i] for i in order])))
+        done = dict(zip(order, ex.map(curve, *zip(*(tasks[i] for i in order)))))
     return [done[i] for i in range(len(tasks))]
