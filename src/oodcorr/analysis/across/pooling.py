@@ -254,9 +254,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
                         out.loc[single, c] = rows[c].to_numpy(float)[src]
             if "p_method" in rows:
                 how[single] = [f"{m} (single run)" for m in rows["p_method"].to_numpy()[src]]
-        done = np.zeros(len(parts), bool)
-        done[single] = True
-        for i in np.flatnonzero(~done):
+        for i in np.setdiff1d(np.arange(len(parts)), single):
             got, note = _pool_one(rows.iloc[parts[i]], level, sfx, two_runs)
             for c in cols + ("tau2", "i2"):
                 res[c][i] = got[c]
