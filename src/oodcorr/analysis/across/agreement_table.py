@@ -150,8 +150,7 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
 
 
 def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
-    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair (columns ``r<sfx>``,
-    ...)."""
+    """The runs with an interval as :func:`across_models`' arrays, one study per pair (columns ``r<sfx>``, ...)."""
     r, se = runs["r" + sfx].to_numpy(float), runs["se_z" + sfx].to_numpy(float)
     use = np.isfinite(r) & np.isfinite(se) & (se > 0)
     model = runs["model"].astype(str).to_numpy()
@@ -415,8 +414,7 @@ def agreement(
 
 
 def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
-    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (where the line says another sign or spread than the
-    curve)."""
+    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (the line says another sign or spread than a curve)."""
     df["form"], df["line_verdict"] = "", ""
     if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
         return

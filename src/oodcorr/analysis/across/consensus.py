@@ -99,8 +99,7 @@ def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with its prediction
-    interval."""
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with a prediction interval."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
@@ -154,8 +153,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
 
 
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; the most positive model; the
-    most negative)."""
+    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; most +, most - model)."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos

@@ -176,8 +176,7 @@ def within_scale_draws(ss, df):
 
 
 def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
-    """The confidence distribution's mass on ``mu + c tau >= 0`` where ``high``, else on ``mu - c tau <= 0``, per
-    row."""
+    """The confidence distribution's mass on ``mu + c tau >= 0`` where ``high``, else on ``mu - c tau <= 0``."""
     sign = np.where(high, 1.0, -1.0)[:, None]
     return np.minimum(1.0, (wt * special.ndtr((sign * mu + np.asarray(c, float)[:, None] * tau) / sd)).sum(-1))
 

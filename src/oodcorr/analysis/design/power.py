@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -60,8 +60,7 @@ class Grid:
 
 @dataclass(frozen=True)
 class Assumptions:
-    """What a simulated study assumes: phi, the model and run spreads, the series' kind, non-null pairs, item noise,
-    shape."""
+    """A simulated study's assumptions: phi, model and run spreads, series kind, non-null pairs, item noise, shape."""
 
     phi: float = 0.8
     model_sd: float = 0.0
@@ -100,22 +99,14 @@ class Settings:
 
     @property
     def simulated(self) -> str:
-        """The residualiser the simulated runs are analysed with: the configured one, the GAM simulated by the
-        spline."""
+        """The residualiser the simulated runs are analysed with: the configured one, a GAM's by the spline."""
         spec = parse(self.residualiser)
         return Spec(KINDS[spec.kind].simulated_by, spec.step).name
 
     @classmethod
     def from_options(cls, opts) -> Settings:
-        return cls(
-            opts.alpha,
-            opts.level,
-            opts.correction,
-            opts.near_zero,
-            opts.agreement_correction,
-            opts.residualisers[0],
-            opts.gam,
-        )
+        same = {f.name: getattr(opts, f.name) for f in fields(cls) if f.name != "residualiser"}
+        return cls(**same, residualiser=opts.residualisers[0])
 
 
 # ---- step 1: runs ------------------------------------------------------------------------------
@@ -128,8 +119,7 @@ def simulate_runs(
     settings: Settings = Settings(),
     bases: dict | None = None,
 ) -> dict:
-    """The runs of ``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models,
-    runs)."""
+    """``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models, runs)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -149,8 +139,7 @@ def simulate_runs(
 
 # ---- step 2: studies ---------------------------------------------------------------------------
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
-    """The across-model procedure on every simulated study; ``flip_half`` turns the signs of the later half of the
-    models."""
+    """The across-model procedure on every simulated study; ``flip_half`` turns the later half of the models' signs."""
     if "r_eiv" in runs:
         return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
@@ -222,8 +211,7 @@ def se_of(p: float, n: int) -> float:
 
 @dataclass
 class Curve:
-    """Power against effect for one grid and one set of assumptions, with Monte Carlo standard errors and verdict
-    shares."""
+    """Power against effect for one grid and set of assumptions, with Monte Carlo standard errors and verdict shares."""
 
     grid: Grid
     assumptions: Assumptions
@@ -274,8 +262,7 @@ def _share_saying(shares: dict, words: str) -> float:
 
 
 def _found_shares(same: dict, half: dict, effect: float) -> dict:
-    """The share of studies that finds each statement, from the verdict shares of the ``same`` and ``half``
-    scenarios."""
+    """The share of studies that finds each statement, from the ``same`` and ``half`` scenarios' verdict shares."""
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
@@ -289,8 +276,7 @@ def _found_shares(same: dict, half: dict, effect: float) -> dict:
 
 @dataclass(frozen=True)
 class Draws:
-    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, over ``workers``
-    processes."""
+    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, in ``workers``."""
 
     effects: tuple = DEFAULT_EFFECTS
     studies: int = 400

@@ -1,8 +1,5 @@
-"""The report of ``oodcorr design``: the power curves of a grid at each assumed phi, the
-alternatives beside it with their cost and the cheapest that reaches the target, how many items the
-in-domain set and each OOD set need for each claim (:func:`items_needed`) (:func:`report`, a
-JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
-:mod:`.power`; a pilot's estimates (:mod:`.pilot`) come in through ``info``."""
+"""The report of ``oodcorr design`` (:func:`report`, a JSON-ready dict; :func:`markdown`): the power curves, the
+alternatives with their cost, how many items each testset needs; a pilot's estimates come in through ``info``."""
 
 from __future__ import annotations
 
