@@ -46,7 +46,7 @@ def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
     v = np.where(mask, v, 1.0)
-    q0, _ = generalised_q(z, v, mask, np.zeros(len(df)))
+    q0 = generalised_q(z, v, mask, np.zeros(len(df)))
     t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
@@ -103,7 +103,7 @@ def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
-    scale, _ = within_scale_batch(zm, Vm, present, level)
+    scale = within_scale_batch(zm, Vm, present, level)
     out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
     out["se"] = res["se_z"]
     out["pi_scale"] = scale
@@ -140,7 +140,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     draws, weights = within_scale_draws(ss, df)
     single = np.asarray(df) == 0
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
-        extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
+        extra = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
     points = TOL_POINTS if bounds else TOL_POINTS_P
     tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)

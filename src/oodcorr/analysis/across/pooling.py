@@ -21,15 +21,14 @@ def fisher_mean(rs) -> float:
     return float(np.tanh(np.mean(fisher_z(rs, POOLING_CAP))))
 
 
-def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> np.ndarray:
     """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
-    ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
-    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
+    ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study."""
     w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1, keepdims=True)
     m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
     d2 = np.where(mask, (z - m) ** 2, 0.0)
-    return (w * d2).sum((-2, -1)), -(w * w * d2).sum((-2, -1))
+    return (w * d2).sum((-2, -1))
 
 
 def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
@@ -40,7 +39,7 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
-    q, _ = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
+    q = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
     df = np.maximum(mask.sum(-1) - 1, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         i2 = np.where(q > 0, np.maximum(0.0, (q - df) / np.where(q > 0, q, 1.0)), 0.0)
@@ -57,7 +56,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
     t = np.zeros(z.shape[0])
-    q0, _ = generalised_q(z, v, mask, t)
+    q0 = generalised_q(z, v, mask, t)
     todo = np.flatnonzero((q0 > target) & (target > 0))
     if not len(todo):
         return t
@@ -67,7 +66,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
     def excess(t2, rows):
         rows = rows.astype(int)
-        return generalised_q(z[rows], v[rows], mask[rows], t2)[0] - target[rows]
+        return generalised_q(z[rows], v[rows], mask[rows], t2) - target[rows]
 
     rows = np.arange(len(todo), dtype=float)
     found = elementwise.find_root(excess, (0.0, spread / target), args=(rows,), tolerances={"xrtol": 1e-14})

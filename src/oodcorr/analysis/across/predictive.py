@@ -34,16 +34,15 @@ def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
     return np.where(k >= 2, t2, np.nan)
 
 
-def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Per study: (the scale the within-model variances get, the lower-tail p of the models' Q)."""
+def within_scale_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
+    """Per study, the scale the within-model variances get (below 1 where the models' Q is in its lower tail)."""
     present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_low = stats.chi2.cdf(q, np.maximum(k - 1, 1))
         scale = np.where(p_low < (1 - level) / 2, np.clip(q / np.maximum(k - 1, 1), 1e-6, 1.0), 1.0)
-    three = k >= 3
-    return np.where(three, scale, np.nan), np.where(three, p_low, np.nan)
+    return np.where(k >= 3, scale, np.nan)
 
 
 def _grid(y, v, present, floor: float, points: int) -> np.ndarray:

@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from .power import POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Draws, Grid, Settings, curves, se_of
-from .sizes import item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
+from .sizes import ITEM_SHORT, item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
 from .sizes import share_text as _f
 
 
@@ -121,13 +121,7 @@ def _eff(e) -> str:
     return "> 0.9" if e is None else f"{e:.2f}"
 
 
-SHORT = {
-    "cell": "cell",
-    "cell_corrected": "cell (corrected)",
-    "average sign": "sign on average",
-    "generalises": "sign in nearly every model",
-    "sign reversal": "sign reversal",
-}
+SHORT = {"cell": "cell", "cell_corrected": "cell (corrected)", "sign reversal": "sign reversal", **ITEM_SHORT}
 
 
 def _pilot_items_lines(items: dict) -> list[str]:
@@ -171,10 +165,6 @@ def _shape_words(shape: str) -> str:
     return "a straight line (its loading times the in-domain score), plus its AR(1) residual series"
 
 
-def _line_only(st: dict) -> bool:
-    return st.get("residualiser", "linear").startswith("linear")
-
-
 def _residualiser_words(st: dict) -> str:
     res = st.get("residualiser", "linear")
     if res.startswith("gam"):
@@ -215,7 +205,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "noise, noise-limited), as the workflow gives it"
         + (
             ""
-            if no_item_noise(a["items"]) or _line_only(st)
+            if no_item_noise(a["items"]) or st.get("residualiser", "linear").startswith("linear")
             else " (the cross-fitted r_eiv has the line's form only: the spline of a noisy in-domain score has no "
             "measured form, so the item-noise answer is the line's)"
         )
