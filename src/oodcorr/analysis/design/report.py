@@ -36,8 +36,7 @@ def report(
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
     alts = [dict(x) for x in alternatives]
-    for x in alts:
-        tasks.append((x["grid"], replace(a, items=x["items"]), settings, draws))
+    tasks += [(x["grid"], replace(a, items=x["items"]), settings, draws) for x in alts]
     items_table = items_studies != 0
     ladder = ladder_assumptions(a) if items_table else []
     rungs = replace(draws, effects=(0.0, float(effect)), studies=items_studies or studies)

@@ -33,12 +33,11 @@ KEEP_FROM = 0.1
 
 def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumptions]]:
     """The items table's studies: (side, size, assumptions) for each size of :data:`LADDER`, ascending."""
-    out = []
-    for side in ITEM_SIDES:
-        own = getattr(a.items, side)
-        for n in [*sorted(set(LADDER) | ({own} if own is not None else set())), None]:
-            out.append((side, n, replace(a, items=replace(a.items, **{side: n}))))
-    return out
+    return [
+        (side, n, replace(a, items=replace(a.items, **{side: n})))
+        for side in ITEM_SIDES
+        for n in [*sorted(set(LADDER) | ({getattr(a.items, side)} - {None})), None]
+    ]
 
 
 def _claim_powers(c: Curve) -> dict:
