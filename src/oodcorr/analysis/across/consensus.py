@@ -204,8 +204,7 @@ def _sign_word(x: float) -> str:
 
 
 def rungs(row: dict, alpha: float) -> tuple[str, str]:
-    """The two facts of a pair, each the strongest whose corrected p-value is below ``alpha``:
-    the direction and the spread."""
+    """A pair's two facts, the direction and the spread, each the strongest whose corrected p is below ``alpha``."""
     if row["n_finite"] == 0 or row["n_models_consensus"] < 2:
         return "", ""
     reversal = row["p_reversal_adj"] < alpha

@@ -108,8 +108,7 @@ def combine(z, v, level: float = 0.95) -> dict:
 
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
-    """The random-effects mean (:func:`combine`) of many sets of estimates at once: ``z``, ``v``,
-    ``mask`` of shape (sets, estimates), the estimates of each set where ``mask``."""
+    """The random-effects mean (:func:`combine`) of many sets at once: ``z``, ``v``, ``mask`` (sets, estimates)."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -139,8 +138,7 @@ TWO_RUNS = ("none", "fixed-effect")
 
 
 def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "none") -> tuple[dict, str]:
-    """Pooled r, ci_low, ci_high, p, se_z, tau2, i2, p_method, n_runs_finite of one group of run
-    rows, read from the columns ``r<sfx>``, ``se_z<sfx>``, ...; and a note."""
+    """The pooled columns of one group of run rows (read from ``r<sfx>``, ``se_z<sfx>``, ...), and a note."""
     r = g["r" + sfx].to_numpy(float)
     se = g["se_z" + sfx].to_numpy(float)
     fin = np.isfinite(r)
