@@ -9,10 +9,8 @@ from ..core.answer import VERDICTS
 from .across.agreement_table import AGREEMENT_COLUMNS, agreement
 from .across.multitest import adjust, bh, holm
 from .across.pooling import combine, fisher_mean, pool_runs
-from .cell.correlate import METHODS, corr, residual_pair
-from .cell.inference import INFERENCES, assess, dependence, effective_n
-from .cell.resample import auto_block_length, block_permutation_p, bootstrap_ci, moving_block_indices
-from .cell.residualise import RESIDUALISERS, Degenerate, GamSettings
+from .cell.correlate import corr, residual_pair
+from .cell.resample import block_permutation_p, bootstrap_ci, moving_block_indices
 from .options import Options
 from .per_run.cells import partial_corr
 from .pipeline import CANON, COLUMNS, analyse
@@ -21,25 +19,16 @@ __all__ = [
     "AGREEMENT_COLUMNS",
     "CANON",
     "COLUMNS",
-    "INFERENCES",
-    "METHODS",
-    "RESIDUALISERS",
     "VERDICTS",
-    "Degenerate",
-    "GamSettings",
     "Options",
     "adjust",
     "agreement",
     "analyse",
-    "assess",
-    "auto_block_length",
     "bh",
     "block_permutation_p",
     "bootstrap_ci",
     "combine",
     "corr",
-    "dependence",
-    "effective_n",
     "fisher_mean",
     "holm",
     "moving_block_indices",

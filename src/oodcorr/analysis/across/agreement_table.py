@@ -150,8 +150,7 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
 
 
 def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = ""):
-    """The runs with an interval as the batch arrays of :func:`across_models`, one study per pair (columns ``r<sfx>``,
-    ...)."""
+    """The runs with an interval as :func:`across_models`' arrays, one study per pair (columns ``r<sfx>``, ...)."""
     r, se = runs["r" + sfx].to_numpy(float), runs["se_z" + sfx].to_numpy(float)
     use = np.isfinite(r) & np.isfinite(se) & (se > 0)
     model = runs["model"].astype(str).to_numpy()
@@ -216,9 +215,8 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
         "_generalises_sign": np.where(a["p_high_side"] < a["p_low_side"], -1.0, 1.0),
         "_near": a["near"] & three,
     }
-    for k in ("q_models", "i2_models", "p_heterogeneity", "p_reversal"):
+    for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal"):
         cols[k] = np.where(two, a[k], nan)
-    cols["df_models"] = np.where(two, M - 1, nan)
     reversal, notes = [], []
     for g in range(n_groups):
         note = []
@@ -245,6 +243,18 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
 
 
 P_ADJUSTED = ("p_heterogeneity", "p_reversal", "p_generalises", "p_mean")
+FAMILY_KEYS = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]  # the pairs of one heatmap
+
+
+def _adjust(df: pd.DataFrame, correction: str) -> None:
+    """Each p-value of :data:`P_ADJUSTED` corrected within its family, and the family's size."""
+    for c in P_ADJUSTED:
+        df[f"{c}_adj"] = math.nan
+    df["family_size"] = 0
+    for _, idx in df.groupby(FAMILY_KEYS, sort=False, dropna=False).groups.items():
+        for c in P_ADJUSTED:
+            df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
+        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
 
 
 OBSERVED_ONLY = ("r_consensus", "ci_low_consensus", "ci_high_consensus")
@@ -369,11 +379,8 @@ def agreement(
     envelope["lo"] = np.where(bound, np.fmin(envelope["lo"], df["ci_low_consensus"]), envelope["lo"])
     envelope["hi"] = np.where(bound, np.fmax(envelope["hi"], df["ci_high_consensus"]), envelope["hi"])
     tasks = measured.corrected_consensus(pooled, group, n_groups, regime, envelope, rel["band"], level)
-    df["r_consensus_corrected"], df["ci_low_consensus_corrected"], df["ci_high_consensus_corrected"] = (
-        tasks["r"],
-        tasks["lo"],
-        tasks["hi"],
-    )
+    for c, k in (("r", "r"), ("ci_low", "lo"), ("ci_high", "hi")):
+        df[f"{c}_consensus_corrected"] = tasks[k]
     for c in rel:
         if c != "band":
             df[c] = rel[c]
@@ -385,14 +392,7 @@ def agreement(
         for g in range(n_groups)
     ]
     df["correction"] = correction
-    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
-    for c in P_ADJUSTED:
-        df[f"{c}_adj"] = math.nan
-    df["family_size"] = 0
-    for _, idx in df.groupby(fam_keys, sort=False, dropna=False).groups.items():
-        for c in P_ADJUSTED:
-            df.loc[idx, f"{c}_adj"] = multitest.adjust(df.loc[idx, c].to_numpy(float), correction)
-        df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
+    _adjust(df, correction)
     facts = [rungs(row, alpha) for row in df.to_dict("records")]
     df["direction"] = [d for d, _ in facts]
     df["spread"] = [sp for _, sp in facts]
@@ -414,19 +414,15 @@ def agreement(
 
 
 def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
-    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (where the line says another sign or spread than the
-    curve)."""
+    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (the line says another sign or spread than a curve)."""
     df["form"], df["line_verdict"] = "", ""
     if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
         return
     Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups, "_line")
     line = pd.DataFrame(_consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups))
-    fam_keys = [k for k in AGREEMENT_KEYS if k not in ("x", "y")]
-    for k in [*fam_keys, "n_finite"]:
+    for k in [*FAMILY_KEYS, "n_finite"]:
         line[k] = df[k].to_numpy()
-    for _, idx in line.groupby(fam_keys, sort=False, dropna=False).groups.items():
-        for c in P_ADJUSTED:
-            line.loc[idx, f"{c}_adj"] = multitest.adjust(line.loc[idx, c].to_numpy(float), correction)
+    _adjust(line, correction)
     checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
     checked &= df["residualiser"].map(lambda r: parse(r).curve).to_numpy()
     spreads = (SIGN_REVERSAL, "models differ")

@@ -46,7 +46,7 @@ def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
     v = np.where(mask, v, 1.0)
-    q0, _ = generalised_q(z, v, mask, np.zeros(len(df)))
+    q0 = generalised_q(z, v, mask, np.zeros(len(df)))
     t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
@@ -99,12 +99,11 @@ def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
 
 
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
-    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with its prediction
-    interval."""
+    """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with a prediction interval."""
     present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
-    scale, _ = within_scale_batch(zm, Vm, present, level)
+    scale = within_scale_batch(zm, Vm, present, level)
     out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
     out["se"] = res["se_z"]
     out["pi_scale"] = scale
@@ -141,7 +140,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     draws, weights = within_scale_draws(ss, df)
     single = np.asarray(df) == 0
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
-        extra, _ = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
+        extra = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
     points = TOL_POINTS if bounds else TOL_POINTS_P
     tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)
@@ -154,8 +153,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
 
 
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; the most positive model; the
-    most negative)."""
+    """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; most +, most - model)."""
     present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos
@@ -174,7 +172,6 @@ def across_models(
     p_run,
     level: float = DEFAULTS["level"],
     near_zero: float = DEFAULTS["near_zero"],
-    tau_scale: float = TAU_SCALE,
     intervals: bool = True,
 ) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
@@ -187,7 +184,7 @@ def across_models(
     out.update(_heterogeneity_batch(zm, Vm, present, df, q))
     p_rev, a, b = reversal_batch(zm, pm, present)
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
-    c = consensus_batch(zm, Vm, present, level, tau_scale, intervals)
+    c = consensus_batch(zm, Vm, present, level, TAU_SCALE, intervals)
     out.update(c)
     out["p_mean"] = c["p"]
     zbar, Vbar, ss, dfw = within_runs_batch(z, np.where(mask, v, 1.0), mask)
@@ -207,8 +204,7 @@ def _sign_word(x: float) -> str:
 
 
 def rungs(row: dict, alpha: float) -> tuple[str, str]:
-    """The two facts of a pair, each the strongest whose corrected p-value is below ``alpha``:
-    the direction and the spread."""
+    """A pair's two facts, the direction and the spread, each the strongest whose corrected p is below ``alpha``."""
     if row["n_finite"] == 0 or row["n_models_consensus"] < 2:
         return "", ""
     reversal = row["p_reversal_adj"] < alpha

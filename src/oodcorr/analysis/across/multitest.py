@@ -34,15 +34,16 @@ def _bh(q, m, i, valid):
     return np.minimum.accumulate(stepped[..., ::-1], axis=-1)[..., ::-1]
 
 
+_STEPS = {"holm": _holm, "bh": _bh}
+
+
 def holm(p) -> np.ndarray:
-    """Holm's step-down adjustment (controls the family-wise error rate); a 2-D ``p`` is one
-    family per row."""
+    """Holm's step-down adjustment (controls the family-wise error rate); a 2-D ``p`` is one family per row."""
     return _adjust(p, _holm)
 
 
 def bh(p) -> np.ndarray:
-    """Benjamini-Hochberg step-up adjustment (controls the false discovery rate); a 2-D ``p`` is
-    one family per row."""
+    """Benjamini-Hochberg step-up adjustment (controls the false discovery rate); a 2-D ``p``: a family per row."""
     return _adjust(p, _bh)
 
 
@@ -56,12 +57,7 @@ def simes(p) -> np.ndarray:
 
 
 def adjust(p, method: str) -> np.ndarray:
-    """``p`` adjusted by ``method``; a 2-D ``p`` is one family per row (the design command
-    adjusts many simulated tables at once)."""
-    if method == "holm":
-        return holm(p)
-    if method == "bh":
-        return bh(p)
-    if method == "none":
-        return np.asarray(p, dtype=float).copy()
-    raise ValueError(f"unknown correction {method!r}; choose from {', '.join(CORRECTIONS)}")
+    """``p`` adjusted by ``method``; a 2-D ``p`` is one family per row (the design adjusts many tables at once)."""
+    if method not in CORRECTIONS:
+        raise ValueError(f"unknown correction {method!r}; choose from {', '.join(CORRECTIONS)}")
+    return np.asarray(p, dtype=float).copy() if method == "none" else _adjust(p, _STEPS[method])

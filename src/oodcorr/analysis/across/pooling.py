@@ -21,15 +21,14 @@ def fisher_mean(rs) -> float:
     return float(np.tanh(np.mean(fisher_z(rs, POOLING_CAP))))
 
 
-def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray) -> np.ndarray:
     """The generalised Q of estimates ``z`` (studies, groups, members; within variances ``v``, where
-    ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study, and its
-    slope in ``t2`` (``-sum w^2 (z - mean)^2``: the means' own change drops out)."""
+    ``mask``) around their groups' means with weights ``1 / (v + t2)``, one ``t2`` per study."""
     w = np.where(mask, 1.0 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1, keepdims=True)
     m = (w * z).sum(-1, keepdims=True) / np.where(sw > 0, sw, 1.0)
     d2 = np.where(mask, (z - m) ** 2, 0.0)
-    return (w * d2).sum((-2, -1)), -(w * w * d2).sum((-2, -1))
+    return (w * d2).sum((-2, -1))
 
 
 def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
@@ -40,7 +39,7 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
-    q, _ = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
+    q = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
     df = np.maximum(mask.sum(-1) - 1, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
         i2 = np.where(q > 0, np.maximum(0.0, (q - df) / np.where(q > 0, q, 1.0)), 0.0)
@@ -57,7 +56,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
     t = np.zeros(z.shape[0])
-    q0, _ = generalised_q(z, v, mask, t)
+    q0 = generalised_q(z, v, mask, t)
     todo = np.flatnonzero((q0 > target) & (target > 0))
     if not len(todo):
         return t
@@ -67,7 +66,7 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
     def excess(t2, rows):
         rows = rows.astype(int)
-        return generalised_q(z[rows], v[rows], mask[rows], t2)[0] - target[rows]
+        return generalised_q(z[rows], v[rows], mask[rows], t2) - target[rows]
 
     rows = np.arange(len(todo), dtype=float)
     found = elementwise.find_root(excess, (0.0, spread / target), args=(rows,), tolerances={"xrtol": 1e-14})
@@ -76,45 +75,40 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md."""
+    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. From 3
+    estimates on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on k - 1
+    degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
+    if k not in (1, 2):
+        res = random_effects_batch(z[None], v[None], np.ones((1, k), bool), level)
+        out = {key: float(val[0]) for key, val in res.items()}
+        return {**out, "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    if k == 1:
-        se = math.sqrt(v[0])
-        return {
-            "z": z[0],
-            "lo": z[0] - qn * se,
-            "hi": z[0] + qn * se,
-            "p": float(2 * stats.norm.sf(abs(z[0]) / se)),
-            "se_z": se,
-            "tau2": math.nan,
-            "i2": math.nan,
-            "q": math.nan,
-            "how": "single run",
-        }
+    q = i2 = math.nan
+    how = "single run"
+    m, se = z[0], math.sqrt(v[0])
     if k == 2:
         w = 1 / v
-        m_fe = float((w * z).sum() / w.sum())
+        m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
         q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
-        se = 1 / math.sqrt(w.sum())
-        return {
-            "z": m_fe,
-            "lo": m_fe - qn * se,
-            "hi": m_fe + qn * se,
-            "p": float(2 * stats.norm.sf(abs(m_fe) / se)),
-            "se_z": se,
-            "tau2": math.nan,
-            "i2": i2,
-            "q": q,
-            "how": "fixed effect across 2 runs",
-        }
-    return _random_effects(z, v, level)
+        how = "fixed effect across 2 runs"
+    p = float(2 * stats.norm.sf(abs(m) / se))
+    return {
+        "z": m,
+        "lo": m - qn * se,
+        "hi": m + qn * se,
+        "p": p,
+        "se_z": se,
+        "tau2": math.nan,
+        "i2": i2,
+        "q": q,
+        "how": how,
+    }
 
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
-    """:func:`_random_effects` of many sets of estimates at once: ``z``, ``v``, ``mask`` of shape
-    (sets, estimates), the estimates of each set where ``mask``."""
+    """The random-effects mean (:func:`combine`) of many sets at once: ``z``, ``v``, ``mask`` (sets, estimates)."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -137,17 +131,6 @@ def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     return {key: np.where(ok, val, np.nan) for key, val in out.items()}
 
 
-def _random_effects(z, v, level: float = 0.95) -> dict:
-    """The random-effects mean of ``z`` (2 or more estimates, within variances ``v``): Paule-Mandel
-    tau^2, the Hartung-Knapp interval on k - 1 degrees of freedom but never narrower than the
-    normal one, and the p-value of the same rule."""
-    z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
-    res = random_effects_batch(z[None], v[None], np.ones((1, len(z)), bool), level)
-    out = {key: float(val[0]) for key, val in res.items()}
-    out["how"] = f"random effects across {len(z)} runs (Hartung-Knapp, at least the normal interval)"
-    return out
-
-
 POOL_KEYS = ["model", "in_domain", "pool_group", "x", "y", "method", "residualiser"]
 
 
@@ -155,24 +138,14 @@ TWO_RUNS = ("none", "fixed-effect")
 
 
 def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "none") -> tuple[dict, str]:
-    """Pooled r, ci_low, ci_high, p, se_z, tau2, i2, p_method, n_runs_finite of one group of run
-    rows, read from the columns ``r<sfx>``, ``se_z<sfx>``, ...; and a note."""
+    """The pooled columns of one group of run rows (read from ``r<sfx>``, ``se_z<sfx>``, ...), and a note."""
     r = g["r" + sfx].to_numpy(float)
     se = g["se_z" + sfx].to_numpy(float)
     fin = np.isfinite(r)
     use = fin & np.isfinite(se) & (se > 0)
     k, k_fin = int(use.sum()), int(fin.sum())
-    nan = {
-        "r": math.nan,
-        "ci_low": math.nan,
-        "ci_high": math.nan,
-        "p": math.nan,
-        "se_z": math.nan,
-        "tau2": math.nan,
-        "i2": math.nan,
-        "p_method": "",
-        "n_runs_finite": k,
-    }
+    nan = {**dict.fromkeys(("r", "ci_low", "ci_high", "p", "se_z", "tau2", "i2"), math.nan), "p_method": ""}
+    nan["n_runs_finite"] = k
     left = k_fin - k
     note = (
         f"{left} of {k_fin} runs with a value left out: too little effective information for an interval"
@@ -213,28 +186,20 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
         "n_runs_finite": k,
     }
     if k == 2 and two_runs == "fixed-effect":
-        note = "; ".join(
-            x
-            for x in (
-                note,
-                "2 runs: a fixed-effect combination, which assumes both runs share one "
-                "correlation (between-run variation cannot be estimated from 2 runs)",
-            )
-            if x
+        said = (
+            "2 runs: a fixed-effect combination, which assumes both runs share one "
+            "correlation (between-run variation cannot be estimated from 2 runs)"
         )
     elif k == 2:
         out.update(ci_low=math.nan, ci_high=math.nan, p=math.nan, se_z=math.nan, p_method="")
-        note = "; ".join(
-            x
-            for x in (
-                note,
-                "2 runs: no pooled interval or p-value (between-run variation cannot be "
-                "estimated from 2 runs); r is their inverse-variance mean, descriptive "
-                "only; see the run rows, or add a third run",
-            )
-            if x
+        said = (
+            "2 runs: no pooled interval or p-value (between-run variation cannot be "
+            "estimated from 2 runs); r is their inverse-variance mean, descriptive "
+            "only; see the run rows, or add a third run"
         )
-    return out, note
+    else:
+        return out, note
+    return out, "; ".join(x for x in (note, said) if x)
 
 
 def _groups(df: pd.DataFrame, keys: list[str]) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -286,9 +251,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
                         out.loc[single, c] = rows[c].to_numpy(float)[src]
             if "p_method" in rows:
                 how[single] = [f"{m} (single run)" for m in rows["p_method"].to_numpy()[src]]
-        done = np.zeros(len(parts), bool)
-        done[single] = True
-        for i in np.flatnonzero(~done):
+        for i in np.setdiff1d(np.arange(len(parts)), single):
             got, note = _pool_one(rows.iloc[parts[i]], level, sfx, two_runs)
             for c in cols + ("tau2", "i2"):
                 res[c][i] = got[c]

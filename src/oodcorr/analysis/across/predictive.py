@@ -34,16 +34,15 @@ def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
     return np.where(k >= 2, t2, np.nan)
 
 
-def within_scale_batch(zm, Vm, present, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
-    """Per study: (the scale the within-model variances get, the lower-tail p of the models' Q)."""
+def within_scale_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
+    """Per study, the scale the within-model variances get (below 1 where the models' Q is in its lower tail)."""
     present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_low = stats.chi2.cdf(q, np.maximum(k - 1, 1))
         scale = np.where(p_low < (1 - level) / 2, np.clip(q / np.maximum(k - 1, 1), 1e-6, 1.0), 1.0)
-    three = k >= 3
-    return np.where(three, scale, np.nan), np.where(three, p_low, np.nan)
+    return np.where(k >= 3, scale, np.nan)
 
 
 def _grid(y, v, present, floor: float, points: int) -> np.ndarray:
@@ -65,25 +64,16 @@ def _profile(y, v, present, tau) -> tuple[np.ndarray, ...]:
     return mu, 1 / sw, q, logw
 
 
-def _trapezoid(points: int) -> np.ndarray:
-    t = np.ones(points)
-    t[[0, -1]] = 0.5
-    return t
-
-
-def _tau_posterior_batch(
-    zm, Vm, present, tau_scale: float = TAU_SCALE, points: int = TAU_POINTS, within_scales=WITHIN_SCALES
-) -> dict:
+def _tau_posterior_batch(zm, Vm, present, tau_scale: float, within_scales) -> dict:
     """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
     prior of scale ``tau_scale`` on ``tau`` and ``lambda`` uniform on ``within_scales`` (model m's
     within variance ``lambda V_m``)."""
     present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
-    lams = tuple(float(x) for x in within_scales)
-    tau = _grid(y, min(lams) * v, present, 6 * tau_scale, points)
+    tau = _grid(y, min(within_scales) * v, present, 6 * tau_scale, TAU_POINTS)
     parts = {"log": [], "mu": [], "var": []}
-    for lam in lams:
+    for lam in within_scales:
         mu, var, q, logw = _profile(y, lam * v, present, tau)
         with np.errstate(invalid="ignore", divide="ignore"):
             log_post = 0.5 * (logw + np.log(var) - q)
@@ -96,10 +86,12 @@ def _tau_posterior_batch(
         parts["var"].append(var)
     log_post = np.concatenate(parts["log"], axis=-1)
     log_post = log_post - np.max(log_post, axis=-1, keepdims=True)
-    mass = np.exp(log_post) * np.tile(_trapezoid(points), len(lams))
+    trapezoid = np.ones(TAU_POINTS)
+    trapezoid[[0, -1]] = 0.5
+    mass = np.exp(log_post) * np.tile(trapezoid, len(within_scales))
     mass = mass / mass.sum(-1, keepdims=True)
     return {
-        "tau": np.tile(tau, (1, len(lams))),
+        "tau": np.tile(tau, (1, len(within_scales))),
         "weight": mass,
         "mu": np.concatenate(parts["mu"], axis=-1),
         "var": np.concatenate(parts["var"], axis=-1),
@@ -148,13 +140,7 @@ def _chunks(present):
 
 
 def predictive_batch(
-    zm,
-    Vm,
-    present,
-    level: float = 0.95,
-    tau_scale: float = TAU_SCALE,
-    points: int = TAU_POINTS,
-    within_scales=WITHIN_SCALES,
+    zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, within_scales=WITHIN_SCALES
 ) -> dict:
     """Per study: the prediction interval for a further model's correlation (z scale), the central
     interval at ``level`` (``pi_lo``, ``pi_hi``) of the posterior predictive
@@ -163,7 +149,7 @@ def predictive_batch(
     zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
     for i in _chunks(present):
-        post = _tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, points, within_scales)
+        post = _tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, within_scales)
         wt, mu, sd = post["weight"], post["mu"], np.sqrt(post["var"] + post["tau"] ** 2)
         out["pi_lo"][i] = _mixture_quantile((1 - level) / 2, wt, mu, sd)
         out["pi_hi"][i] = _mixture_quantile((1 + level) / 2, wt, mu, sd)
@@ -173,13 +159,13 @@ def predictive_batch(
     return out
 
 
-def within_scale_draws(ss, df, points: int = FIDUCIAL_POINTS, single: float = SINGLE_RUN_SCALE):
+def within_scale_draws(ss, df):
     """The within-model scale ``lambda`` the tolerance bounds integrate over, per study, as (draws, weights)."""
     ss, df = np.asarray(ss, float), np.asarray(df, int)
-    draws = np.full((len(ss), points), float(single))
-    weights = np.zeros((len(ss), points))
+    draws = np.full((len(ss), FIDUCIAL_POINTS), SINGLE_RUN_SCALE)
+    weights = np.zeros((len(ss), FIDUCIAL_POINTS))
     weights[:, 0] = 1.0
-    x, w = special.roots_legendre(points)  # Gauss-Legendre on the fiducial distribution's probability scale
+    x, w = special.roots_legendre(FIDUCIAL_POINTS)  # Gauss-Legendre on the fiducial distribution's probability scale
     u = (x + 1) / 2
     for d in np.unique(df[df > 0]):
         rows = df == d
@@ -189,8 +175,7 @@ def within_scale_draws(ss, df, points: int = FIDUCIAL_POINTS, single: float = SI
 
 
 def _side_mass(c, wt, mu, sd, tau, high) -> np.ndarray:
-    """The confidence distribution's mass on ``mu + c tau >= 0`` where ``high``, else on ``mu - c tau <= 0``, per
-    row."""
+    """The confidence distribution's mass on ``mu + c tau >= 0`` where ``high``, else on ``mu - c tau <= 0``."""
     sign = np.where(high, 1.0, -1.0)[:, None]
     return np.minimum(1.0, (wt * special.ndtr((sign * mu + np.asarray(c, float)[:, None] * tau) / sd)).sum(-1))
 

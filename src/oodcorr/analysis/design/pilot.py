@@ -29,13 +29,13 @@ def _iqr(values) -> list[float]:
     return [float(np.percentile(v, 25)), float(np.percentile(v, 75))] if len(v) else [math.nan, math.nan]
 
 
-def _observed_phi_curve(checkpoints: int, items: ItemNoise = ItemNoise(), phis=None, runs: int = 400, seed: int = 0):
-    """(true phi, median corrected estimate) of simulated runs of the pilot's length and item noise."""
-    phis = np.round(np.arange(0.0, 0.96, 0.05), 2) if phis is None else np.asarray(phis, dtype=float)
+def _observed_phi_curve(checkpoints: int, items: ItemNoise, seed: int):
+    """(true phi, median corrected estimate) of 400 simulated runs of the pilot's length and item noise."""
+    phis = np.round(np.arange(0.0, 0.96, 0.05), 2)
     med = []
     for phi in phis:
         rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi))])
-        scores = run_scores(rng, np.zeros(runs), checkpoints, float(phi), noise=NOISE)
+        scores = run_scores(rng, np.zeros(400), checkpoints, float(phi), noise=NOISE)
         if not items.none:
             scores = noisy_scores(scores, items, NOISE / items.residual_sd, rng)
         st = run_statistics(scores)
@@ -61,18 +61,8 @@ def _true_phi(observed: float, curve_phis, curve_med) -> float:
 def _analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
     """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear), its
     testsets' item noise measured from ``examples`` (per-item correctness) or its ``n`` column."""
-    opts = Options(
-        methods=("pearson",),
-        residualisers=("linear",),
-        pool_by=tuple(pool_by),
-        step0_check=False,
-        example_boot=0,
-        alpha=settings.alpha,
-        level=settings.level,
-        correction=settings.correction,
-        agreement_correction=settings.agreement_correction,
-        near_zero=settings.near_zero,
-    )
+    same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
+    opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
     return analyse(long, opts, examples, run_info=run_info)
 
 
@@ -180,7 +170,7 @@ def pilot_estimates(
     resid = _residual_sds(long)
     # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
     items = item_estimates(long, examples, sizes, runs, *resid, phi_obs, checkpoints, [])
-    phis, med = _observed_phi_curve(checkpoints, pilot_noise(items), seed=seed)
+    phis, med = _observed_phi_curve(checkpoints, pilot_noise(items), seed)
     phi = _true_phi(phi_obs, phis, med)
     items = item_estimates(long, examples, sizes, runs, *resid, phi, checkpoints, notes)
     model_sd, run_sd = spreads(pc, settings, notes)

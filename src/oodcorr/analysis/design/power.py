@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
@@ -59,8 +60,7 @@ class Grid:
 
 @dataclass(frozen=True)
 class Assumptions:
-    """What a simulated study assumes: phi, the model and run spreads, the series' kind, non-null pairs, item noise,
-    shape."""
+    """A simulated study's assumptions: phi, model and run spreads, series kind, non-null pairs, item noise, shape."""
 
     phi: float = 0.8
     model_sd: float = 0.0
@@ -99,22 +99,14 @@ class Settings:
 
     @property
     def simulated(self) -> str:
-        """The residualiser the simulated runs are analysed with: the configured one, the GAM simulated by the
-        spline."""
+        """The residualiser the simulated runs are analysed with: the configured one, a GAM's by the spline."""
         spec = parse(self.residualiser)
         return Spec(KINDS[spec.kind].simulated_by, spec.step).name
 
     @classmethod
     def from_options(cls, opts) -> Settings:
-        return cls(
-            opts.alpha,
-            opts.level,
-            opts.correction,
-            opts.near_zero,
-            opts.agreement_correction,
-            opts.residualisers[0],
-            opts.gam,
-        )
+        same = {f.name: getattr(opts, f.name) for f in fields(cls) if f.name != "residualiser"}
+        return cls(**same, residualiser=opts.residualisers[0])
 
 
 # ---- step 1: runs ------------------------------------------------------------------------------
@@ -127,8 +119,7 @@ def simulate_runs(
     settings: Settings = Settings(),
     bases: dict | None = None,
 ) -> dict:
-    """The runs of ``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models,
-    runs)."""
+    """``studies`` simulated studies of ``grid`` at ``effect``, analysed per run; arrays (studies, models, runs)."""
     S, M, K = studies, grid.models, grid.runs
     effect = np.broadcast_to(np.asarray(effect, dtype=float), (M,))
     if not np.all(np.abs(effect) < 1):
@@ -148,8 +139,7 @@ def simulate_runs(
 
 # ---- step 2: studies ---------------------------------------------------------------------------
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
-    """The across-model procedure on every simulated study; ``flip_half`` turns the signs of the later half of the
-    models."""
+    """The across-model procedure on every simulated study; ``flip_half`` turns the later half of the models' signs."""
     if "r_eiv" in runs:
         return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
@@ -196,10 +186,7 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
         row = {
             "n_finite": int(res["n_finite"][i]),
             "n_models_consensus": int(res["n_models"][i]),
-            "p_reversal_adj": adj["p_reversal"][i],
-            "p_heterogeneity_adj": adj["p_heterogeneity"][i],
-            "p_generalises_adj": adj["p_generalises"][i],
-            "p_mean_adj": adj["p_mean"][i],
+            **{f"{k}_adj": adj[k][i] for k in P_KEYS},
             "r_consensus": math.tanh(res["z"][i]) if np.isfinite(res["z"][i]) else math.nan,
             "_generalises_sign": -1.0 if res["p_high_side"][i] < res["p_low_side"][i] else 1.0,
             "_near": bool(res["near"][i]),
@@ -213,11 +200,8 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
 
 def verdict_shares(words: list[str]) -> dict:
     """{verdict: share of ``words``}, sorted by verdict."""
-    n = len(words)
-    counts: dict[str, int] = {}
-    for w in words:
-        counts[w] = counts.get(w, 0) + 1
-    return {k: counts[k] / n for k in sorted(counts)}
+    counts = Counter(words)
+    return {k: counts[k] / len(words) for k in sorted(counts)}
 
 
 def se_of(p: float, n: int) -> float:
@@ -227,8 +211,7 @@ def se_of(p: float, n: int) -> float:
 
 @dataclass
 class Curve:
-    """Power against effect for one grid and one set of assumptions, with Monte Carlo standard errors and verdict
-    shares."""
+    """Power against effect for one grid and set of assumptions, with Monte Carlo standard errors and verdict shares."""
 
     grid: Grid
     assumptions: Assumptions
@@ -279,8 +262,7 @@ def _share_saying(shares: dict, words: str) -> float:
 
 
 def _found_shares(same: dict, half: dict, effect: float) -> dict:
-    """The share of studies that finds each statement, from the verdict shares of the ``same`` and ``half``
-    scenarios."""
+    """The share of studies that finds each statement, from the ``same`` and ``half`` scenarios' verdict shares."""
     nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
     stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
     return {
@@ -294,8 +276,7 @@ def _found_shares(same: dict, half: dict, effect: float) -> dict:
 
 @dataclass(frozen=True)
 class Draws:
-    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, over ``workers``
-    processes."""
+    """What a power curve simulates: ``studies`` studies at each of ``effects``, seeded by ``seed``, in ``workers``."""
 
     effects: tuple = DEFAULT_EFFECTS
     studies: int = 400
@@ -348,21 +329,17 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
 
 
 # ---- many curves, in processes -----------------------------------------------------------------
-def _run_curve(task) -> Curve:
-    return curve(*task)
-
-
 def curves(tasks, workers: int = 1) -> list[Curve]:
     """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
     (each curve is seeded by its own task, so the numbers do not depend on how many)."""
     tasks = list(tasks)
     if workers <= 1 or len(tasks) <= 1:
-        return [_run_curve(t) for t in tasks]
+        return [curve(*t) for t in tasks]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     cost = [t[0].models * t[0].runs * t[0].checkpoints ** 2 for t in tasks]
     order = sorted(range(len(tasks)), key=lambda i: -cost[i])  # the longest first
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as ex:
-        done = dict(zip(order, ex.map(_run_curve, [tasks[i] for i in order])))
+        done = dict(zip(order, ex.map(curve, *zip(*(tasks[i] for i in order)))))
     return [done[i] for i in range(len(tasks))]

@@ -1,8 +1,5 @@
-"""The report of ``oodcorr design``: the power curves of a grid at each assumed phi, the
-alternatives beside it with their cost and the cheapest that reaches the target, how many items the
-in-domain set and each OOD set need for each claim (:func:`items_needed`) (:func:`report`, a
-JSON-ready dict), and the same as Markdown (:func:`markdown`). The curves are simulated by
-:mod:`.power`; a pilot's estimates (:mod:`.pilot`) come in through ``info``."""
+"""The report of ``oodcorr design`` (:func:`report`, a JSON-ready dict; :func:`markdown`): the power curves, the
+alternatives with their cost, how many items each testset needs; a pilot's estimates come in through ``info``."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ from dataclasses import asdict, replace
 import numpy as np
 
 from .power import POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Draws, Grid, Settings, curves, se_of
-from .sizes import item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
+from .sizes import ITEM_SHORT, item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
 from .sizes import share_text as _f
 
 
@@ -39,8 +36,7 @@ def report(
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
     alts = [dict(x) for x in alternatives]
-    for x in alts:
-        tasks.append((x["grid"], replace(a, items=x["items"]), settings, draws))
+    tasks += [(x["grid"], replace(a, items=x["items"]), settings, draws) for x in alts]
     items_table = items_studies != 0
     ladder = ladder_assumptions(a) if items_table else []
     rungs = replace(draws, effects=(0.0, float(effect)), studies=items_studies or studies)
@@ -124,13 +120,7 @@ def _eff(e) -> str:
     return "> 0.9" if e is None else f"{e:.2f}"
 
 
-SHORT = {
-    "cell": "cell",
-    "cell_corrected": "cell (corrected)",
-    "average sign": "sign on average",
-    "generalises": "sign in nearly every model",
-    "sign reversal": "sign reversal",
-}
+SHORT = {"cell": "cell", "cell_corrected": "cell (corrected)", "sign reversal": "sign reversal", **ITEM_SHORT}
 
 
 def _pilot_items_lines(items: dict) -> list[str]:
@@ -174,10 +164,6 @@ def _shape_words(shape: str) -> str:
     return "a straight line (its loading times the in-domain score), plus its AR(1) residual series"
 
 
-def _line_only(st: dict) -> bool:
-    return st.get("residualiser", "linear").startswith("linear")
-
-
 def _residualiser_words(st: dict) -> str:
     res = st.get("residualiser", "linear")
     if res.startswith("gam"):
@@ -218,7 +204,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "noise, noise-limited), as the workflow gives it"
         + (
             ""
-            if no_item_noise(a["items"]) or _line_only(st)
+            if no_item_noise(a["items"]) or st.get("residualiser", "linear").startswith("linear")
             else " (the cross-fitted r_eiv has the line's form only: the spline of a noisy in-domain score has no "
             "measured form, so the item-noise answer is the line's)"
         )

@@ -32,14 +32,12 @@ KEEP_FROM = 0.1
 
 
 def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumptions]]:
-    """The simulated studies of the items table: (side, size, assumptions) for each size of :data:`LADDER`,
-    ascending."""
-    out = []
-    for side in ITEM_SIDES:
-        own = getattr(a.items, side)
-        for n in [*sorted(set(LADDER) | ({own} if own is not None else set())), None]:
-            out.append((side, n, replace(a, items=replace(a.items, **{side: n}))))
-    return out
+    """The items table's studies: (side, size, assumptions) for each size of :data:`LADDER`, ascending."""
+    return [
+        (side, n, replace(a, items=replace(a.items, **{side: n})))
+        for side in ITEM_SIDES
+        for n in [*sorted(set(LADDER) | ({getattr(a.items, side)} - {None})), None]
+    ]
 
 
 def _claim_powers(c: Curve) -> dict:
@@ -54,8 +52,7 @@ def _claim_powers(c: Curve) -> dict:
 
 
 def smallest_items(sizes, power, target: float) -> dict:
-    """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no item noise) reaches
-    ``target``."""
+    """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no noise) reaches ``target``."""
     finite = [(n, p) for n, p in zip(sizes, power) if n is not None]
     out = {"items": None, "how": "never", "without_noise": float(power[-1])}
     for i, (n, p) in enumerate(finite):
@@ -72,8 +69,7 @@ def smallest_items(sizes, power, target: float) -> dict:
 
 
 def items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target: float, testset_sizes: dict) -> dict:
-    """The items table (JSON-ready): per side each claim's power at each size and the smallest size reaching
-    ``target``."""
+    """The items table (JSON-ready): per side each claim's power at each size and the smallest reaching ``target``."""
     sides: dict = {}
     for (side, n, _), c in zip(ladder, steps):
         s = sides.setdefault(side, {"sizes": [], "power": {k: [] for k in (*ITEM_CLAIMS, "false sign")}})
@@ -91,11 +87,8 @@ def items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target:
             for k in ITEM_CLAIMS
         }
         s["others"] = asdict(ladder[[x[0] for x in ladder].index(side)][2].items)
-    at = {
-        "average sign": float(np.interp(effect, head.effects, head.power["average sign"])),
-        "generalises": float(np.interp(effect, head.effects, head.power["generalises"])),
-        "near zero": float(head.near_zero[head.effects.index(0.0)]) if 0.0 in head.effects else math.nan,
-    }
+    at = {k: float(np.interp(effect, head.effects, head.power[k])) for k in ("average sign", "generalises")}
+    at["near zero"] = float(head.near_zero[head.effects.index(0.0)]) if 0.0 in head.effects else math.nan
     per_testset = {}
     for side, names in (testset_sizes or {}).items():
         s = sides.get(side)
@@ -149,14 +142,8 @@ def item_noise_words(items: dict) -> str:
 
 
 def _items_cell(sm: dict) -> str:
-    how, n = sm["how"], sm["items"]
-    if how == "at most":
-        return f"≤ {n:,}"
-    if how == "about":
-        return f"≈ {n:,}"
-    if how == "more than":
-        return f"> {n:,}"
-    return f"not by items ({_f(sm['without_noise'])} without item noise)"
+    sign = {"at most": "≤", "about": "≈", "more than": ">"}.get(sm["how"])
+    return f"{sign} {sm['items']:,}" if sign else f"not by items ({_f(sm['without_noise'])} without item noise)"
 
 
 ITEM_SHORT = {"average sign": "sign on average", "generalises": "sign in nearly every model", "near zero": "near zero"}

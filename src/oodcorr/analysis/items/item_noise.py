@@ -24,23 +24,6 @@ class TestsetNoise:
     why: str = ""
     strata: np.ndarray | None = None  # ``items``: each item's label where the set was sampled per label
 
-    @property
-    def n_items(self) -> int:
-        if self.mat is not None:
-            return int(self.mat.shape[1])
-        if self.sizes is not None and np.isfinite(self.sizes).any():
-            return int(np.nanmedian(self.sizes))
-        return 0
-
-    def covariance(self, scores: np.ndarray) -> np.ndarray | None:
-        """``Sigma`` over the run's units: the item estimate (``items``), the binomial bound at the
-        observed ``scores`` (``bound``), else None."""
-        if self.kind == ITEMS:
-            return item_covariance(self.mat)
-        if self.kind == BOUND:
-            return binomial_bound(scores, self.sizes)
-        return None
-
 
 UNKNOWN = TestsetNoise(NEITHER, why="no per-item correctness and no testset size")
 

@@ -215,12 +215,9 @@ def pool_measured(runs, parts: list, level: float = 0.95) -> dict:
     noise = runs["noise"].to_numpy(object)
     how = runs["eiv_from"].to_numpy(object)
     for g, p in enumerate(parts):
-        for c in sums:
+        for c in (*sums, *rel):  # summed, reliabilities averaged
             v = arr[c][p]
-            out[c][g] = float(v.sum()) if len(v) and np.isfinite(v).all() else np.nan
-        for c in rel:
-            v = arr[c][p]
-            out[c][g] = float(np.mean(v)) if len(v) and np.isfinite(v).all() else np.nan
+            out[c][g] = float(v.sum() if c in sums else np.mean(v)) if len(v) and np.isfinite(v).all() else np.nan
         for side in ("x", "y"):  # with several runs, the ratio of the sums (a mean of ratios is biased)
             task, obs = out[f"task_var_{side}"][g], out[f"obs_var_{side}"][g]
             if len(p) > 1 and np.isfinite(task) and obs > 0:

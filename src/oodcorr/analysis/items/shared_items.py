@@ -38,23 +38,6 @@ def _why(a: str, b: str, parts: Mapping[str, frozenset[str]]) -> str:
     return f"both include {common[0]}{more}"
 
 
-def _pair_note(a: str, b: str, why: str) -> str:
-    """The note of a pair of OOD testsets that share items."""
-    return (
-        f"{a} and {b} share items ({why}): their item noise is correlated, so their partial correlation is not "
-        "computed (docs/analysis.md#testsets-that-share-items)"
-    )
-
-
-def _in_domain_note(x: str, in_domain: str, why: str) -> str:
-    """The note of every pair of an OOD testset that shares items with the in-domain one."""
-    return (
-        f"{x} shares items with the in-domain testset {in_domain} ({why}): residualised on it, its series would keep "
-        "part of the in-domain set's item noise, so its pairs are not computed "
-        "(docs/analysis.md#testsets-that-share-items)"
-    )
-
-
 def refusals(in_domain: str, ood: Iterable[str], parts: Mapping[str, frozenset[str]]) -> dict[tuple[str, str], str]:
     """The pairs (x, y) of ``ood`` that cannot be analysed for shared items -> the note saying why."""
     ood = list(ood)
@@ -65,13 +48,23 @@ def refusals(in_domain: str, ood: Iterable[str], parts: Mapping[str, frozenset[s
         return parts.get(name, frozenset([name]))
 
     pz = of(in_domain)
-    with_z = {x: _in_domain_note(x, in_domain, _why(x, in_domain, parts)) for x in ood if of(x) & pz}
+    with_z = {  # every pair of an OOD testset that shares items with the in-domain one
+        x: f"{x} shares items with the in-domain testset {in_domain} ({_why(x, in_domain, parts)}): residualised on "
+        "it, its series would keep part of the in-domain set's item noise, so its pairs are not computed "
+        "(docs/analysis.md#testsets-that-share-items)"
+        for x in ood
+        if of(x) & pz
+    }
     out = {}
     for i, a in enumerate(ood):
         for b in ood[i + 1 :]:
             said = [with_z[t] for t in (a, b) if t in with_z]
             if of(a) & of(b):
-                said.insert(0, _pair_note(a, b, _why(a, b, parts)))
+                said.insert(
+                    0,
+                    f"{a} and {b} share items ({_why(a, b, parts)}): their item noise is correlated, so their partial "
+                    "correlation is not computed (docs/analysis.md#testsets-that-share-items)",
+                )
             if said:
                 out[(a, b)] = "; ".join(said)
     return out

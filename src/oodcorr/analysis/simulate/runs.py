@@ -29,29 +29,10 @@ def _true_rho(phi, rho: float) -> float:
     return rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py)
 
 
-def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02):
-    px, py = (phi, phi) if np.isscalar(phi) else phi
-    L = np.linalg.cholesky([[1.0, rho], [rho, 1.0]])
-    u = rng.normal(size=(n, 2)) @ L.T
-    e = np.empty((n, 2))
-    e[0] = u[0]
-    a = np.array([px, py])
-    s = np.sqrt(1 - a * a)
-    for t in range(1, n):
-        e[t] = a * e[t - 1] + s * u[t]
-    z = _curve(rng, n, noise)
-    return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
-
-
-def _drift_series(rng: np.random.Generator, n: int, rho: float, noise: float = 0.02, drift: float = 0.5):
-    """Noise = random walk (step sd ``drift`` x noise, innovations correlated ``rho``) plus
-    independent white noise (sd ``noise``); the partial correlation is not a single number
-    here (the walk is not stationary), so use it with ``rho = 0`` (size)."""
-    L = np.linalg.cholesky([[1.0, rho], [rho, 1.0]])
-    walk = np.cumsum(rng.normal(size=(n, 2)) @ L.T, axis=0) * drift
-    e = walk + rng.normal(size=(n, 2))
-    z = _curve(rng, n, noise)
-    return 0.8 * z + noise * e[:, 0], -0.4 * z + noise * e[:, 1], z
+def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02, series: str = "ar1"):
+    """One run of :func:`run_scores` with two OOD testsets, as (x, y, z)."""
+    scores = run_scores(rng, [rho], n, phi, noise=noise, series=series)[0]
+    return tuple(np.ascontiguousarray(scores[:, k]) for k in (1, 2, 0))
 
 
 def calibrate(
@@ -78,7 +59,7 @@ def calibrate(
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
-        x, y, z = ar1_series(rng, n, phi, rho) if series == "ar1" else _drift_series(rng, n, rho)
+        x, y, z = ar1_series(rng, n, phi, rho, series=series)
         rp = residual_pair(x, y, z, method, residualiser, gam)
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
         r, results = corr(rp["rx"], rp["ry"], method), {}
@@ -148,10 +129,11 @@ def run_scores(
         u[idx] = u[idx] @ _equicorrelated(float(rho), n_ood).T
     if series == "drift":
         e = np.cumsum(u, axis=1) * drift + rng.normal(size=(B, n, n_ood))
-    elif series in ("ar1", "trend"):
+    elif series in ("ar1", "trend"):  # ``phi`` one coefficient, or one per OOD testset
+        phi = np.broadcast_to(np.asarray(phi, dtype=float), (n_ood,))
         e = np.empty_like(u)
         e[:, 0] = u[:, 0]
-        s = math.sqrt(1 - phi * phi)
+        s = np.sqrt(1 - phi * phi)
         for k in range(1, n):
             e[:, k] = phi * e[:, k - 1] + s * u[:, k]
         if series == "trend":
