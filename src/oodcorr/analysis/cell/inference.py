@@ -120,14 +120,6 @@ class Dependence:
     C: np.ndarray
     C0: np.ndarray  # R R': the residuals' covariance if the units were independent
 
-    @property
-    def traces(self) -> tuple[float, float]:
-        t = self.__dict__.get("_traces")
-        if t is None:
-            t = (float(np.trace(self.C)), float(np.trace(self.C0)))
-            object.__setattr__(self, "_traces", t)
-        return t
-
 
 def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Dependence:
     """``pos``: checkpoint positions of the units (None: exchangeable units, phi = 0)."""
@@ -148,7 +140,8 @@ def dutilleul_n(tx, ty, cross):
         return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
 
 
-def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
+def _dutilleul(Cx: np.ndarray, Cy: np.ndarray) -> float:
+    tx, ty = float(np.trace(Cx)), float(np.trace(Cy))
     return float(dutilleul_n(tx, ty, float(np.vdot(Cx, Cy))))  # vdot: tr(Cx Cy) for symmetric matrices
 
 
@@ -170,12 +163,12 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
     """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
-    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), _iid_effective_n(dx, dy))
+    return min(_dutilleul(dx.C, dy.C), _iid_effective_n(dx, dy))
 
 
 def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
-    return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
+    return _dutilleul(dx.C0, dy.C0)
 
 
 def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:
@@ -213,10 +206,6 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
 
 
-def _p_value(method: str, r: float, n_eff: float) -> float:
-    return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
-
-
 def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[float, float, float, float]:
     """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it."""
     return tuple(float(v[0]) for v in modified_tests(method, [r], [n_eff], level))
@@ -250,7 +239,7 @@ def assess(
         if b > 1:
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
-            p, how = _p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
+            p, how = modified_test(method, r, n_iid, 0.95)[0], ("kendall-test" if method == "kendall" else "t-test")
         out.update(
             p=p,
             ci_low=lo,

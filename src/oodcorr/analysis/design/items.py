@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ..across.consensus import across_models
+from ..across.measured_answer import ratio_low
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..items.measurement import NOISE_LIMITED
 from ..per_run.stacked import measured_statistics, run_statistics
@@ -121,19 +121,6 @@ def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
 
 
-def _ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`.measured_answer._ratio_low` of every study at once: ``num``, ``den`` (studies, models)."""
-    ok = np.isfinite(num) & np.isfinite(den)
-    k = ok.sum(-1)
-    n0, d0 = np.where(ok, num, 0.0), np.where(ok, den, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        R = np.where((k > 0) & (d0.sum(-1) > 0), n0.sum(-1) / d0.sum(-1), np.nan)
-        dev = np.where(ok, (num - R[:, None] * den) ** 2, 0.0).sum(-1)
-        se = np.sqrt(dev / (k * (k - 1))) / (d0.sum(-1) / k)
-        low = R - stats.t.ppf(level, np.maximum(k - 1, 1)) * se
-    return R, np.where(k >= 2, low, np.nan)
-
-
 def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     """(:func:`.measured_answer.attenuation`'s per-study dict over each study's models' pooled rows,
     computed for every study at once; whether each study has a testset that is mostly item noise, as
@@ -146,11 +133,11 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
         task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
         lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
-        est, low = _ratio_low_batch(task, obs, level)
+        est, low = ratio_low(task, obs, level)
         out[f"reliability_{side}"] = np.where(moments, est, np.nan)
         out[f"reliability_{side}_low"] = np.where(moments, low, lows)
         with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
-        band.append(np.where(with_eiv, _ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+        band.append(np.where(with_eiv, ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
     rel_z = _all_finite_mean(_all_finite_mean(runs["reliability_in_domain"]))
     out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
     both = np.isfinite(band[0]) & np.isfinite(band[1])

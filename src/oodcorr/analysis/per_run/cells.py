@@ -117,17 +117,11 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
         for j, i in enumerate(idx):
             rows[i]["p_param"] = float(pp[j])
     for row in rows:
-        row.pop("_defer", None)
-        row.pop("_defer_no_step0", None)
-        row.pop("_defer_line", None)
-        row.pop("_dof", None)
+        for k in ("_defer", "_defer_no_step0", "_defer_line", "_dof"):
+            row.pop(k, None)
         if math.isfinite(row.get("r", math.nan)):
-            said = _information_note(row, row["n"], opts)
-            row["note"] = "; ".join(n for n in (row.get("note"), said) if n)
-        if math.isfinite(row.get("r", math.nan)):
-            cap = _cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
-            if cap:
-                row["note"] = "; ".join(n for n in (row.get("note"), cap) if n)
+            notes = (row.get("note"), _information_note(row, opts), _cap_note(row["phi_x"], row["phi_y"]))
+            row["note"] = "; ".join(n for n in notes if n)
 
 
 def _cap_note(phi_x: float, phi_y: float) -> str:
@@ -143,8 +137,8 @@ def _cap_note(phi_x: float, phi_y: float) -> str:
     )
 
 
-def _information_note(a: dict, n: int, opts: Options) -> str:
-    ne = a["n_eff"]
+def _information_note(a: dict, opts: Options) -> str:
+    ne, n = a["n_eff"], a["n"]
     if not math.isfinite(ne) or ne >= opts.min_n_eff:
         return ""
     ar = (
@@ -192,10 +186,7 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
         out["p_param"] = float(stats.kendalltau(rp["rx"], rp["ry"]).pvalue)
     else:
         out["_dof"] = dof  # the i.i.d. t-test, vectorised in _finish_tests
-    if "p" in got:
-        out.update({k: got[k] for k in ("p", "ci_low", "ci_high", "se_z")})
-    else:
-        out["_defer"] = got["n_eff"]
+    out.update(_tested(got))
     out["note"] = rp["form_note"]
     line = line_of(res)
     if line is not None:
@@ -205,11 +196,7 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
             rp0 = residual_pair(cols[("without step 0", a)], xb, covars, method, res, opts.gam, run.cache, names=(a, b))
             r0 = corr(rp0["rx"], rp0["ry"], method)
             g0 = _infer(run, rp0, r0, (a, b), method, res, opts, (a, b, method, res, "no step 0"))
-            out["r_no_step0"] = r0
-            if "p" in g0:
-                out.update({f"{k}_no_step0": g0[k] for k in ("p", "ci_low", "ci_high", "se_z")})
-            else:
-                out["_defer_no_step0"] = g0["n_eff"]
+            out.update(r_no_step0=r0, **_tested(g0, "_no_step0"))
         except Degenerate:
             pass
     if opts.example_boot < 2:
@@ -223,6 +210,13 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
             run.rex, run.zname, a, b, run.steps, method, res, rp, opts, run.ex_cache
         )
     return out
+
+
+def _tested(got: dict, sfx: str = "") -> dict:
+    """A cell's p, interval and se_z where its inference gave them (block), else its n_eff for :func:`_finish_tests`."""
+    if "p" in got:
+        return {f"{k}{sfx}": got[k] for k in ("p", "ci_low", "ci_high", "se_z")}
+    return {f"_defer{sfx}": got["n_eff"]}
 
 
 def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> dict:

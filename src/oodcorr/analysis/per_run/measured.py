@@ -90,10 +90,9 @@ def run_measurements(
     where: tuple,
 ) -> dict:
     """Every (x, y, residualiser) of the run's linear- and spline-kind residualisers -> its measurement columns."""
-    residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
-    kinds = list(dict.fromkeys(parse(res).line for res in residualisers if parse(res).smoother))
-    splines = [res for res in residualisers if parse(res).kind == "spline"]
+    kinds = list(dict.fromkeys(parse(res).line for res in opts.residualisers if parse(res).smoother))
+    splines = [res for res in opts.residualisers if parse(res).kind == "spline"]
     if not kinds or zname not in cols:
         return out
     z = cols[zname]
@@ -107,20 +106,16 @@ def run_measurements(
         mask = np.frombuffer(key, dtype=bool)
         if mask.sum() < 5:
             continue
-        for res in kinds:
-            if parse(res).step and steps is None:  # no step to residualise on: the cells say so
+        for res in (*kinds, *splines):  # the lines first: a spline's columns start from its line's
+            spec = parse(res)
+            if spec.step and steps is None:  # no step to residualise on: the cells say so
                 continue
-            st = steps[mask] if parse(res).step else None
-            got = _pairs(cols, zname, pairs, noise, mask, st, ordered, level, seed, where)
-            for (a, b), row in got.items():
-                out[(a, b, res)] = row
-        for res in splines:
-            if parse(res).step and steps is None:
-                continue
-            st = steps[mask] if parse(res).step else None
-            line = "linear+step" if parse(res).step else "linear"
-            lines = {p: out[(*p, line)] for p in pairs}
-            got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
+            st = steps[mask] if spec.step else None
+            if spec.kind == "linear":
+                got = _pairs(cols, zname, pairs, noise, mask, st, ordered, opts.level, opts.seed, where)
+            else:
+                lines = {p: out[(*p, spec.line)] for p in pairs}
+                got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
             for (a, b), row in got.items():
                 out[(a, b, res)] = row
     return out
