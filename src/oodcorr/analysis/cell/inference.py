@@ -158,7 +158,8 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
         trace = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
         return dutilleul_n(*trace, np.einsum("...ij,...ij->...", A, B))
 
-    return np.fmin(dutilleul(Cx, Cy), dutilleul(C0x, C0y))
+    ar1, iid = dutilleul(Cx, Cy), dutilleul(C0x, C0y)
+    return np.where(iid < ar1, iid, ar1)  # Python's min, as effective_n takes it: NaN where ar1 is
 
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
