@@ -19,9 +19,8 @@ ABOUT = {
 
 
 def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Per pair, the regime (docs/measurement.md) from its runs' ``r``, ``r_eiv`` and ``eiv_from``: the
-    in-domain-corrected correlation of every run with a value known (``items``, or ``bound`` where
-    one of them is the bound's), else ``unknown``."""
+    """Per pair, the regime (docs/measurement.md): ``items`` (``bound``) where every run's ``r_eiv`` is known (one
+    of them from the bound), else ``unknown``."""
     out = np.full(n_groups, "unknown", dtype=object)
     if "r_eiv" not in runs:
         return out

@@ -90,8 +90,7 @@ def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) ->
 
 
 def min_points(spec: Spec, gam: GamSettings) -> int:
-    """Complete points a pair needs: k + 3 for OLS and the spline with k covariates, the GAM's ``min_points`` for the
-    GAM."""
+    """Complete points a pair needs: k + 3 with k covariates, at least the GAM's ``min_points`` for the GAM."""
     need = spec.n_covariates + 3
     return max(need, gam.min_points) if spec.kind == "gam" else need
 
@@ -136,14 +135,12 @@ def residual_pair(
     Zt = cache.get(zkey) if cache is not None else None
     if Zt is None:
         Zm = Z if all_rows else Z[mask]
-        Zt = None
-        for j in range(Zm.shape[1]):
-            if np.ptp(Zm[:, j]) == 0:
-                Zt = Degenerate(
-                    "the covariate (in-domain score) is constant" if j == 0 else "the training step is constant"
-                )
-                break
-        if Zt is None:
+        const = [j for j in range(Zm.shape[1]) if np.ptp(Zm[:, j]) == 0]
+        if const:
+            Zt = Degenerate(
+                "the covariate (in-domain score) is constant" if const[0] == 0 else "the training step is constant"
+            )
+        else:
             Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
             basis = spline_basis(Zt, gam) if spec.kind == "spline" else None
             line = spec.kind == "linear" or (spec.kind == "spline" and basis is None)

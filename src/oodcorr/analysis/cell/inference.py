@@ -1,5 +1,4 @@
-"""Interval and p-value of one cell from one procedure: a modified t-test whose
-effective sample size comes from the residuals' autocorrelation."""
+"""A cell's interval and p-value: a modified t-test whose effective n comes from the residuals' autocorrelation."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ _GRID = np.linspace(0.0, PHI_MAX, 100)
 
 
 def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
-    (``M``: one matrix, or a stack of them)."""
+    """``out[..., d]``: the sum of ``M[..., i, j]`` over units i, j ``d`` checkpoints apart."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
     size = int(d.max()) + 1 if len(d) else 1
     if M.ndim == 2:
@@ -35,11 +33,8 @@ def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
-    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (``phi`` an array: one
-    matrix per coefficient, stacked)."""
+    """AR(1) correlation matrix of units at checkpoint positions ``pos``, one per coefficient of ``phi``."""
     lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
-    if np.ndim(phi) == 0:
-        return phi**lags
     phi = np.asarray(phi, dtype=float)
     whole = lags.astype(int)
     if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
@@ -54,8 +49,7 @@ def neighbours(pos: np.ndarray) -> np.ndarray:
 
 
 def lag1(resid: np.ndarray, pos: np.ndarray):
-    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped);
-    ``resid`` (..., n): one per series."""
+    """Lag-1 autocorrelation of residual series ``resid`` (..., n) over consecutive checkpoints (gaps skipped)."""
     nxt = np.flatnonzero(np.diff(pos) == 1)
     if resid.ndim == 1:
         den = float(resid @ resid)
@@ -112,8 +106,7 @@ def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[fl
 
 @dataclass(frozen=True)
 class Dependence:
-    """One residual series' dependence: the observed and corrected AR(1) coefficients and
-    the residuals' covariance matrix ``C = R S_phi R'`` (up to scale)."""
+    """One residual series' dependence: its AR(1) coefficients and its covariance ``C = R S_phi R'`` (up to scale)."""
 
     phi_raw: float
     phi: float
@@ -132,9 +125,7 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
 
 
 def dutilleul_n(tx, ty, cross):
-    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)`` from the traces ``tx``, ``ty``
-    of two residual covariances and the trace ``cross`` of their product (numbers or arrays that
-    broadcast); NaN where ``cross`` is not positive."""
+    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)``; NaN where ``cross`` is not positive."""
     ok = np.asarray(cross) > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
@@ -146,8 +137,7 @@ def _dutilleul(Cx: np.ndarray, Cy: np.ndarray) -> float:
 
 
 def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
-    """``C = R S_phi R'``, the covariance of the residuals ``R e`` (up to scale) when ``e`` is AR(1)
-    with coefficient ``phi``: one matrix, or a stack (``R`` (..., n, n), ``phi`` (...))."""
+    """``C = R S_phi R'``: the residuals' covariance (up to scale) when ``e`` is AR(1) with coefficient ``phi``."""
     return R @ ar1_corr(phi, pos) @ np.swapaxes(R, -1, -2)
 
 
@@ -225,8 +215,7 @@ def assess(
     rng: np.random.Generator | None = None,
     defer: bool = False,
 ) -> dict:
-    """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
-    residual pair ``rp`` (:func:`.correlate.residual_pair`)."""
+    """Everything the table reports about the uncertainty of the correlation ``r`` of the residual pair ``rp``."""
     rx, ry = rp["rx"], rp["ry"]
     level, inference = opts.level, opts.inference
     out = {"p_perm": math.nan, "block_length": math.nan}

@@ -1,5 +1,4 @@
-"""Residualisers: remove what the covariates (in-domain score, optionally the training
-step) explain from one score series."""
+"""Residualisers: remove what the covariates (in-domain score, optionally the step) explain from a score series."""
 
 from __future__ import annotations
 
@@ -168,9 +167,7 @@ class SplineBasis:
 
 
 def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What REML's choice needs of each run's basis alone (``d`` (B, q)), for :func:`reml_choose`: the
-    penalties on the grid (B, L), each direction's share kept at each (B, L, q), and the log
-    determinant term (B, L)."""
+    """REML's penalties (B, L), each direction's share kept at each (B, L, q) and log determinant (B, L)."""
     lams = np.concatenate([_LAM_RATIOS[None] * d.max(1, keepdims=True), np.full((len(d), 1), np.inf)], axis=1)
     keep = shrink(d[:, None], lams)
     with np.errstate(divide="ignore"):
@@ -193,8 +190,7 @@ def reml_choose(Q0: np.ndarray, W: np.ndarray, grid: tuple, Y: np.ndarray) -> np
 
 
 def shrink(d: np.ndarray, lam) -> np.ndarray:
-    """(..., q): each direction's share kept (of the squared singular values ``d`` (..., q)) at each penalty of
-    ``lam`` (any shape that broadcasts with ``d``'s leading axes)."""
+    """(..., q): each direction's share ``d / (d + lam)`` kept at each penalty ``lam`` (none at an infinite one)."""
     lam = np.asarray(lam, dtype=float)[..., None]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(np.isinf(lam), 0.0, d / (d + lam))
@@ -210,8 +206,7 @@ def spline_makers(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, lam: np.ndarray)
 
 
 def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
-    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted (the caller uses the
-    line)."""
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted."""
     n, k = Z.shape
     if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
         return None
@@ -263,9 +258,6 @@ def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
 
 def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty, residual maker)."""
-    n = len(y)
-    if n < settings.min_points:
-        raise Degenerate(f"only {n} complete points; the GAM residualiser needs at least {settings.min_points}")
     try:
         fitted = gam_fit(y, Z, settings, lam)
     except Degenerate:
@@ -283,8 +275,7 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
 
 
 def one_blas_thread():
-    """A context in which BLAS runs on one thread (the per-run procedure's matrices are small; work is split over
-    processes)."""
+    """A context in which BLAS runs on one thread (the per-run work is split over processes)."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - a dependency of the pinned environment

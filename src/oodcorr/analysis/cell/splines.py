@@ -1,5 +1,4 @@
-"""The spline residualiser (:class:`.residualise.SplineBasis`) of a stack of runs at once, for the
-design command's simulated runs (:mod:`.stacked`)."""
+"""The spline residualiser's basis of a stack of runs at once, for the design command's simulated runs."""
 
 from __future__ import annotations
 
@@ -26,13 +25,6 @@ def _design(x: np.ndarray, t: np.ndarray, deg: int) -> np.ndarray:
     return N
 
 
-def _penalised(x: np.ndarray, size: int) -> np.ndarray:
-    """:func:`.residualise._cubic_penalised` of every row of ``x`` (B, n), scaled to [0, 1]:
-    (B, n, size - 2)."""
-    t = np.broadcast_to(knots(size), (x.shape[0], size + 4))
-    return _design(np.clip(x, 0.0, 1.0), t, 3) @ penalty_directions(size)
-
-
 def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """:func:`.residualise.spline_basis` of each run's covariates ``Z`` (B, n, k), built for the stack at once."""
     B, n, k = Z.shape
@@ -41,7 +33,8 @@ def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.n
         return None  # that run is the line (spline_basis): built run by run
     size = settings.basis_size(n)
     scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
-    parts = [_penalised(scaled[:, :, j], size) for j in range(k)]
+    t = np.broadcast_to(knots(size), (B, size + 4))  # each column as :func:`.residualise._cubic_penalised` has it
+    parts = [_design(np.clip(scaled[:, :, j], 0.0, 1.0), t, 3) @ penalty_directions(size) for j in range(k)]
     Q0, _ = np.linalg.qr(np.concatenate([np.ones((B, n, 1)), scaled], axis=2))
     Xp = np.concatenate(parts, axis=2)
     Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)

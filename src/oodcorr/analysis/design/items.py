@@ -24,8 +24,7 @@ LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises"
 
 @dataclass(frozen=True)
 class ItemNoise:
-    """The item noise of a simulated study: items per testset (None: none), persistence, difficulty, accuracy, residual
-    sd."""
+    """The item noise of a simulated study (``in_domain``, ``ood``: items per testset, None for none)."""
 
     in_domain: int | None = None
     ood: int | None = None
@@ -53,11 +52,10 @@ class ItemNoise:
         """No testset has item noise (every one infinitely large)."""
         return self.in_domain is None and self.ood is None
 
-    def neighbours_disagree(self, accuracy: float | None = None) -> float:
-        """The share of items two neighbouring checkpoints answer differently at ``accuracy`` (the
-        OOD sets' by default): what a pilot's per-item predictions show."""
-        acc = self.accuracy if accuracy is None else accuracy
-        return disagreement(acc, self.difficulty + (1 - self.difficulty) * self.persistence)
+    def neighbours_disagree(self) -> float:
+        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy: what a
+        pilot's per-item predictions show."""
+        return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
 
 
 def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -104,8 +102,7 @@ def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.nd
 
 
 def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
-    """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell and the measurement
-    columns."""
+    """Every run of :func:`noisy_runs` measured as the workflow measures it."""
     obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
     return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
@@ -152,8 +149,7 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
 def measured_studies(
     runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
 ) -> dict:
-    """The across-model procedure on every simulated study whose runs are measurements, as the agreement table answers
-    it."""
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's."""
     r, r_eiv = runs["r"], runs["r_eiv"]
     M = r.shape[1]
     sign = np.ones(M)

@@ -77,20 +77,18 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
         units = sorted(long.loc[(long["model"] == model) & (long["run"] == run), "unit"].unique())
         mats, _ = item_matrices(ex, units)
         for ts, mat in mats.items():
-            corr, count = lag_correlations(mat)
-            a = acc.setdefault(ts, {"items": [], "accuracy": [], "sum": None, "weight": None, "disagree": []})
+            a = acc.setdefault(ts, {"items": [], "accuracy": [], "lags": [], "disagree": []})
             a["items"].append(mat.shape[1])
             a["accuracy"].append(float(np.nanmean(mat)))
             a["disagree"].append(noise_summary(mat)["disagreement"])
-            if len(corr):
-                s = np.where(np.isfinite(corr), corr * count, 0.0)
-                a["sum"] = s if a["sum"] is None else _padded_add(a["sum"], s)
-                a["weight"] = count if a["weight"] is None else _padded_add(a["weight"], count)
+            a["lags"].append(lag_correlations(mat))
     out = {}
     for ts, a in acc.items():
-        w = a["weight"] if a["weight"] is not None else np.zeros(0)
+        L = max(len(c) for c, _ in a["lags"])  # each run's lags padded to the longest run's
+        s = sum(np.pad(np.where(np.isfinite(c), c * n, 0.0), (0, L - len(c))) for c, n in a["lags"])
+        w = sum(np.pad(n, (0, L - len(n))) for _, n in a["lags"])
         with np.errstate(invalid="ignore", divide="ignore"):
-            corr = np.where(w > 0, (a["sum"] if a["sum"] is not None else w) / w, np.nan)
+            corr = np.where(w > 0, s / w, np.nan)
         out[ts] = {
             "items": int(np.median(a["items"])),
             "accuracy": float(np.mean(a["accuracy"])),
@@ -101,14 +99,8 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
     return out
 
 
-def _padded_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    n = max(len(a), len(b))
-    return np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))
-
-
 def _reliabilities(runs: pd.DataFrame, with_items: bool) -> dict[str, float]:
-    """{testset: the median over the pilot's per-run rows of its series' reliability} (with sizes
-    only, of the low end its bound gives)."""
+    """{testset: the median of its series' reliability over the pilot's runs} (with sizes only, of its low end)."""
     col = "" if with_items else "_low"
     vals: dict[str, list[float]] = {}
     for side in ("x", "y"):
@@ -132,8 +124,7 @@ def item_estimates(
     checkpoints: int,
     notes: list,
 ) -> dict:
-    """What the pilot says about its testsets' item noise: per testset, their medians, the items, residual sd,
-    accuracy."""
+    """What the pilot says about its testsets' item noise."""
     own = set(long["in_domain"].astype(str))
     per: dict = {}
     if examples is not None and len(examples):

@@ -47,11 +47,7 @@ _CELL_NAN = (
     "phi_x",
     "phi_y",
     "se_z",
-    "r_no_step0",
-    "ci_low_no_step0",
-    "ci_high_no_step0",
-    "p_no_step0",
-    "se_z_no_step0",
+    *(f"{c}_no_step0" for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "ex_ci_low",
     "ex_ci_high",
     *LINE_COLUMNS,
@@ -81,8 +77,7 @@ class _Run:
 
 
 def _infer(run: _Run, rp: dict, r: float, names, method: str, res: str, opts: Options, rng_parts) -> dict:
-    """The uncertainty of the cell's correlation ``r`` (:func:`.inference.assess`), each series'
-    dependence cached."""
+    """The uncertainty of the cell's correlation ``r`` (:func:`.inference.assess`), each series' dependence cached."""
     pos = np.flatnonzero(rp["mask"]) if run.ordered else None
     deps = []
     for label, name in zip("xy", names):
@@ -155,8 +150,7 @@ def _information_note(a: dict, opts: Options) -> str:
 
 
 def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
-    """One cell: the partial correlation of OOD testsets ``a`` and ``b`` given the in-domain score
-    (and the step), by ``method`` on the residuals of ``res``, with its inference and checks."""
+    """One cell: the partial correlation of ``a`` and ``b`` by ``method`` on the residuals of ``res``; its checks."""
     opts, cols = run.opts, run.cols
     spec = parse(res)
     if spec.step and run.steps is None:
@@ -234,8 +228,7 @@ def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> 
 
 
 def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
-    """The example-level intervals of the run's Pearson cells of a spline- or linear-kind
-    residualiser, each residualiser's at once (:func:`.example_boot.pearson_cis`)."""
+    """The example-level intervals of the run's batched Pearson cells (:func:`.example_boot.pearson_cis`)."""
     by_res: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         if "_ex" in row:

@@ -57,8 +57,7 @@ def _from_resamples(r: float, rs: np.ndarray, opts: Options) -> tuple[float, flo
 
 
 def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cache) -> tuple[float, float, str]:
-    """One cell's (low, high, note) from the example-level bootstrap: the cell redone on every
-    resample (``rp``: the cell's :func:`.correlate.residual_pair`)."""
+    """One cell's (low, high, note) from the example-level bootstrap: the cell redone on every resample."""
     mask = rp["mask"]
     why = rex.why_not([zname, a, b], mask)
     if why:

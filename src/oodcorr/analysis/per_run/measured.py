@@ -1,7 +1,5 @@
-"""One run's cells as measurements: the item noise of every testset of the run
-(:mod:`.item_noise`), and for every OOD pair the correlation with the in-domain set's noise taken
-out (``r_eiv``), the tasks' correlation (``r_corrected``) and each series' reliability
-(:mod:`.measurement` has the estimators and why)."""
+"""One run's cells as measurements: the correlation with the in-domain set's item noise taken out (``r_eiv``),
+the tasks' correlation (``r_corrected``) and each series' reliability (:mod:`.measurement` has the estimators)."""
 
 from __future__ import annotations
 
@@ -18,31 +16,11 @@ from ..items.measurement import SPLITS, bounded, cross_fitted, disattenuate, spl
 
 NAN = math.nan
 COLUMNS = (
-    "r_eiv",
-    "ci_low_eiv",
-    "ci_high_eiv",
-    "p_eiv",
-    "se_z_eiv",
-    "n_eff_eiv",
-    "r_corrected",
-    "ci_low_corrected",
-    "ci_high_corrected",
-    "reliability_x",
-    "reliability_x_low",
-    "reliability_x_high",
-    "reliability_y",
-    "reliability_y_low",
-    "reliability_y_high",
-    "reliability_in_domain",
-    "reliability_in_domain_low",
-    "reliability_in_domain_high",
+    *(f"{c}_eiv" for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff")),
+    *(f"{c}_corrected" for c in ("r", "ci_low", "ci_high")),
+    *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low", "_high")),
     "task_cov",
-    "task_var_x",
-    "task_var_y",
-    "eiv_var_x",
-    "eiv_var_y",
-    "obs_var_x",
-    "obs_var_y",
+    *(f"{kind}_var_{side}" for kind in ("task", "eiv", "obs") for side in ("x", "y")),
 )
 # what a run's cell of another method or residualiser keeps of its pair's linear-kind columns: the
 # testsets' reliabilities and the variances they are made of (not the correlations)
@@ -218,10 +196,8 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
 
 
 def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tuple[float, float, float]:
-    """(estimate, low, high) of the share of a testset's observed residual series that is not item
-    noise: with items, from the two halves' residual product (:func:`.measurement.cross_fitted`'s
-    ``var_x`` on the whole in-domain score: a first look, before the cell's own numbers replace it);
-    with a size only, the binomial bound gives the low end (the estimate unknown); else unknown."""
+    """(estimate, low, high) of the share of a testset's observed residual series that is not item noise: from
+    its halves (a first look, before the cell's own numbers replace it) or, with a size only, the bound's low end."""
     if not total > 0:
         return NAN, NAN, NAN
     if tn.kind == ITEMS:
@@ -236,8 +212,7 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
 
 
 def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, float]:
-    """The share of the in-domain series' variance (the exact covariates removed) that is not item
-    noise: the product of its halves over its variance; with a size only, the bound's low end."""
+    """The share of the in-domain series' variance (the exact covariates removed) that is not item noise."""
     total = float((P @ z) @ (P @ z))
     if not total > 0:
         return NAN, NAN, NAN
@@ -266,21 +241,11 @@ def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
 def cross_fit_columns(got: dict, level: float) -> dict:
     """The measurement columns of cross-fitted cells (:func:`.measurement.cross_fitted`'s arrays, any shape)."""
     df = np.maximum(np.nan_to_num(got["n_eff"], nan=2.0), 2.0)
-    out = {
-        "r_eiv": got["r"],
-        "ci_low_eiv": got["ci_low"],
-        "ci_high_eiv": got["ci_high"],
-        "p_eiv": got["p"],
-        "se_z_eiv": got["se_z"],
-        "n_eff_eiv": got["n_eff"],
-        "task_cov": got["cov"],
-        "task_var_x": got["var_x"],
-        "task_var_y": got["var_y"],
-        "eiv_var_x": got["eiv_x"],
-        "eiv_var_y": got["eiv_y"],
-        "obs_var_x": got["obs_x"],
-        "obs_var_y": got["obs_y"],
-    }
+    out = {f"{c}_eiv": got[c] for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff")}
+    out["task_cov"] = got["cov"]
+    for kind, key in (("task_var", "var"), ("eiv_var", "eiv"), ("obs_var", "obs")):
+        for side in ("x", "y"):
+            out[f"{kind}_{side}"] = got[f"{key}_{side}"]
     att = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for side in ("x", "y"):
@@ -288,33 +253,21 @@ def cross_fit_columns(got: dict, level: float) -> dict:
             for name, total in (("reliability", got[f"obs_{side}"]), ("att", got[f"eiv_{side}"])):
                 est = np.where(total > 0, v / total, np.nan)
                 sd = np.sqrt((total * total + v * v) / df) / total
-                lo, hi = _interval(est, sd, level)
+                ends = (est, *_interval(est, sd, level))
                 if name == "reliability":
-                    out[f"reliability_{side}"], out[f"reliability_{side}_low"], out[f"reliability_{side}_high"] = (
-                        est,
-                        lo,
-                        hi,
-                    )
+                    out.update(zip((f"reliability_{side}{e}" for e in ("", "_low", "_high")), ends))
                 else:
-                    att[side] = (est, lo, hi)
+                    att[side] = ends
         vx, vy, c = got["var_x"], got["var_y"], got["cov"]
         ok = (vx > 0) & (vy > 0)
         out["r_corrected"] = np.where(ok, np.clip(c / np.sqrt(np.where(ok, vx * vy, 1.0)), -1.0, 1.0), np.nan)
-    _, lo, hi = disattenuate(
-        got["r"],
-        got["ci_low"],
-        got["ci_high"],
-        *(att[s][0] for s in "xy"),
-        *(att[s][1] for s in "xy"),
-        *(att[s][2] for s in "xy"),
-    )
+    _, lo, hi = disattenuate(got["r"], got["ci_low"], got["ci_high"], *(att[s][i] for i in range(3) for s in "xy"))
     out["ci_low_corrected"], out["ci_high_corrected"] = lo, hi
     return out
 
 
 def finish_bounded(rows: list[dict], level: float) -> None:
-    """The p-values and intervals of the bound-corrected cells (:func:`_pairs`), from each cell's
-    own effective sample size (the observed series')."""
+    """The p-values and intervals of the bound-corrected cells, from each cell's observed effective sample size."""
     idx = [
         i for i, row in enumerate(rows) if row.get("eiv_from") == "bound" and not math.isfinite(row.get("p_eiv", NAN))
     ]

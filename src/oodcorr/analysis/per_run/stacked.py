@@ -1,10 +1,6 @@
-"""The per-run procedures of the analysis on stacks of runs at once: what the design command
-(:mod:`.power`) and the item-level simulator (:mod:`.items`) read for every simulated run.
-:func:`run_statistics` is the observed cell (equal to :func:`.pipeline.analyse`'s per-run rows,
-Pearson, the linear or the spline residualiser, ordered complete units, to 1e-8:
-tests/analysis/test_design.py); :func:`measured_statistics` the same cell as a measurement, every
-testset's items known (the cross-fitted correlation, the tasks' moments and the reliabilities of
-:mod:`.measured`), which has the line's form only, as the workflow's has."""
+"""The per-run procedures on stacks of runs at once, for the design command and the item-level simulator: the
+observed cell (Pearson, line or spline; equal to the workflow's to 1e-8: tests/analysis/test_design.py) and the
+same cell as a measurement, every testset's items known (the line's form only, as the workflow's)."""
 
 from __future__ import annotations
 
