@@ -62,22 +62,22 @@ def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: f
     def col(c):
         return pooled[c].to_numpy(float) if c in pooled else np.full(len(pooled), np.nan)
 
+    def finite_mean(v):
+        return float(v.mean()) if np.isfinite(v).all() else np.nan
+
     for g in range(n_groups):
         sel = group == g
         if not sel.any():
             continue
-        v = col("reliability_in_domain")[sel]
-        lo = col("reliability_in_domain_low")[sel]
-        out["reliability_in_domain"][g] = float(v.mean()) if np.isfinite(v).all() else np.nan
-        out["reliability_in_domain_low"][g] = float(lo.mean()) if np.isfinite(lo).all() else np.nan
+        for c in ("reliability_in_domain", "reliability_in_domain_low"):
+            out[c][g] = finite_mean(col(c)[sel])
         band = []
         for side in ("x", "y"):
             task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
-            lows = col(f"reliability_{side}_low")[sel]
             if np.isfinite(task).all() and np.isfinite(obs).all():
                 out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = ratio_low(task, obs, level)
             else:
-                out[f"reliability_{side}_low"][g] = float(lows.mean()) if np.isfinite(lows).all() else np.nan
+                out[f"reliability_{side}_low"][g] = finite_mean(col(f"reliability_{side}_low")[sel])
             if np.isfinite(task).all() and np.isfinite(eiv).all():
                 band.append(float(ratio_low(task, eiv, level)[1]))
             else:

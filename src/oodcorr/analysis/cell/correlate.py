@@ -110,6 +110,7 @@ def residual_pair(
     spec = parse(residualiser)
     check_method(method)
     gam = gam or GamSettings()
+    cache = {} if cache is None else cache
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     Z = np.asarray(covars, dtype=float)
@@ -132,7 +133,7 @@ def residual_pair(
             raise Degenerate(f"{label} is constant across the {n} points")
     key_mask = mask.tobytes()
     zkey = ("covariates", method, spec.name, key_mask, Z.tobytes())
-    Zt = cache.get(zkey) if cache is not None else None
+    Zt = cache.get(zkey)
     if Zt is None:
         Zm = Z if all_rows else Z[mask]
         const = [j for j in range(Zm.shape[1]) if np.ptp(Zm[:, j]) == 0]
@@ -145,8 +146,7 @@ def residual_pair(
             basis = spline_basis(Zt, gam) if spec.kind == "spline" else None
             line = spec.kind == "linear" or (spec.kind == "spline" and basis is None)
             Zt = (Zt, linear_maker(Zt) if line else None, basis)
-        if cache is not None:
-            cache[zkey] = Zt
+        cache[zkey] = Zt
     if isinstance(Zt, Degenerate):
         raise Zt
     Zt, maker, basis = Zt
@@ -157,7 +157,7 @@ def residual_pair(
         ("y", names[1], ym, lams[1] if lams else None),
     ):
         key = (name, method, spec.name, key_mask, repr(lam))
-        if cache is not None and key in cache:
+        if key in cache:
             res = cache[key]
         else:
             vt = transform(method, v)
@@ -172,8 +172,7 @@ def residual_pair(
             scale = max(float(np.abs(vt).max()), 1e-300)
             if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
                 res = Degenerate(f"the covariate explains {name} exactly (zero residual)")
-            if cache is not None:
-                cache[key] = res
+            cache[key] = res
         if isinstance(res, Degenerate):
             raise res
         out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"], out[f"R{label}"] = res

@@ -8,6 +8,7 @@ import math
 import warnings
 
 import numpy as np
+from scipy.stats import norm
 
 from .correlate import RESAMPLED_CAP, corr, corr_batch, fisher_z
 
@@ -31,7 +32,7 @@ def moving_block_indices(n: int, b: int, n_boot: int, rng: np.random.Generator) 
     return (starts[:, :, None] + np.arange(b)).reshape(n_boot, k * b)[:, :n]
 
 
-INTERVALS = ("fisher-z", "percentile")
+INTERVALS = ("fisher-z", "percentile")  # checked by :class:`.options.Options`
 
 
 def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[float, float]:
@@ -40,10 +41,6 @@ def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> 
     if kind == "percentile":
         lo, hi = np.quantile(rs, [a, 1 - a])
         return float(lo), float(hi)
-    if kind != "fisher-z":
-        raise ValueError(f"unknown interval {kind!r}; choose from {', '.join(INTERVALS)}")
-    from scipy.stats import norm
-
     zs = fisher_z(rs, RESAMPLED_CAP)
     half = norm.ppf(1 - a) * float(zs.std(ddof=1))
     if half == 0:
@@ -58,16 +55,12 @@ def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z
     resampled ones, NaN for a resample that gave none (each column's finite values are its ``rs``)."""
     r = np.asarray(r, dtype=float)
     a = (1 - level) / 2
-    if kind not in INTERVALS:
-        raise ValueError(f"unknown interval {kind!r}; choose from {', '.join(INTERVALS)}")
     with warnings.catch_warnings():  # a column of fewer than two values: NaN, as the caller says
         warnings.simplefilter("ignore", RuntimeWarning)
         if kind == "percentile":
             lo, hi = np.nanquantile(RS, [a, 1 - a], axis=0)
             return lo, hi
         sd = np.nanstd(fisher_z(RS, RESAMPLED_CAP), axis=0, ddof=1)
-    from scipy.stats import norm
-
     half = norm.ppf(1 - a) * sd
     z0 = fisher_z(r, RESAMPLED_CAP)
     lo = np.where(half == 0, r, np.minimum(np.tanh(z0 - half), r))

@@ -276,10 +276,6 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
 
 def one_blas_thread():
     """A context in which BLAS runs on one thread (the per-run work is split over processes)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency of the pinned environment
-        import contextlib
+    from threadpoolctl import threadpool_limits  # pinned in requirements.txt (scikit-learn's, for pingouin)
 
-        return contextlib.nullcontext()
     return threadpool_limits(limits=1, user_api="blas")

@@ -160,16 +160,11 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     try:
         rp = residual_pair(xa, xb, covars, method, res, opts.gam, run.cache, names=(a, b))
     except Degenerate as e:
-        out = _nan_row(str(e))
-        out["n"] = int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(cols[run.zname])).sum())
-        return out
+        return {**_nan_row(str(e)), "n": int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(cols[run.zname])).sum())}
     n, r = rp["n"], corr(rp["rx"], rp["ry"], method)
     if not math.isfinite(r):
-        out = _nan_row("the residuals have no variation in rank order")
-        out["n"] = n
-        return out
+        return {**_nan_row("the residuals have no variation in rank order"), "n": n}
     got = _infer(run, rp, r, (a, b), method, res, opts, (a, b, method, res))
-    dof = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
     out = {
         **_nan_row(""),
         **{k: got[k] for k in ("n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
@@ -179,7 +174,7 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     if method == "kendall":  # its own test, from scipy
         out["p_param"] = float(stats.kendalltau(rp["rx"], rp["ry"]).pvalue)
     else:
-        out["_dof"] = dof  # the i.i.d. t-test, vectorised in _finish_tests
+        out["_dof"] = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2  # the i.i.d. t-test, vectorised in _finish_tests
     out.update(_tested(got))
     out["note"] = rp["form_note"]
     line = line_of(res)

@@ -47,15 +47,6 @@ def _too_few(count: int, opts: Options) -> str:
     return f"only {count} of {opts.example_boot} example resamples gave a value"
 
 
-def _from_resamples(r: float, rs: np.ndarray, opts: Options) -> tuple[float, float, str]:
-    """A cell's interval from its resampled correlations (NaN for a dropped resample)."""
-    rs = rs[np.isfinite(rs)]
-    if len(rs) < max(2, opts.example_boot / 2):
-        return math.nan, math.nan, _too_few(len(rs), opts)
-    lo, hi = interval(r, rs, opts.level, opts.interval)
-    return lo, hi, ""
-
-
 def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cache) -> tuple[float, float, str]:
     """One cell's (low, high, note) from the example-level bootstrap: the cell redone on every resample."""
     mask = rp["mask"]
@@ -81,7 +72,11 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
         except Degenerate:
             continue
         rs.append(corr(q["rx"], q["ry"], method))
-    return _from_resamples(corr(rp["rx"], rp["ry"], method), np.asarray(rs, dtype=float), opts)
+    rs = np.asarray(rs, dtype=float)
+    rs = rs[np.isfinite(rs)]
+    if len(rs) < max(2, opts.example_boot / 2):
+        return math.nan, math.nan, _too_few(len(rs), opts)
+    return (*interval(corr(rp["rx"], rp["ry"], method), rs, opts.level, opts.interval), "")
 
 
 def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:

@@ -148,21 +148,14 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     X = np.column_stack([cols[n][mask] for n in names])
     idx = np.array([[index[a], index[b]] for a, b in pairs])
     tz = noise.get(zname, UNKNOWN)
-    zh = _halves(tz, mask, cell_rng(seed, *where, zname, "halves"))
+    halves = {n: _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves")) for n in (zname, *names)}
+    zh = halves[zname]
     # each series' observed residuals (least squares on the whole in-domain score) and their noise
     R_obs = linear_maker(np.column_stack([z] + ([steps] if steps is not None else [])))
     obs = np.einsum("ts,ts->s", R_obs @ X, R_obs @ X)
     rows = {p: empty(_describe(noise, (zname, *p))) for p in pairs}
     rel = {
-        n: _testset_reliability(
-            noise.get(n, UNKNOWN),
-            R_obs,
-            X[:, index[n]],
-            obs[index[n]],
-            mask,
-            level,
-            cell_rng(seed, *where, n, "halves"),
-        )
+        n: _testset_reliability(noise.get(n, UNKNOWN), halves[n], R_obs, X[:, index[n]], obs[index[n]], mask, level)
         for n in names
     }
     rel_z = _in_domain_reliability(tz, zh, P, z, mask, level)
@@ -175,9 +168,8 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
         K, T = zh.shape[0], zh.shape[-1]
         XH = np.full((1, K, 2, T, len(names)), np.nan)
         for s, n in enumerate(names):
-            h = _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves"))
-            if h is not None:
-                XH[0, ..., s] = h
+            if halves[n] is not None:
+                XH[0, ..., s] = halves[n]
         got = cross_fit_columns(cross_fitted(zh[None], P, X[None], XH, idx, pos, level), level)
         for k, p in enumerate(pairs):
             rows[p]["eiv_from"] = "items"
@@ -195,16 +187,13 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     return rows
 
 
-def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tuple[float, float, float]:
+def _testset_reliability(tn: TestsetNoise, h, R, x, total, mask, level) -> tuple[float, float, float]:
     """(estimate, low, high) of the share of a testset's observed residual series that is not item noise: from
     its halves (a first look, before the cell's own numbers replace it) or, with a size only, the bound's low end."""
     if not total > 0:
         return NAN, NAN, NAN
-    if tn.kind == ITEMS:
-        mat = tn.mat[mask]
-        if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
-            h = half_means(mat, SPLITS, rng, tn.strata)[0]
-            return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
+    if h is not None:  # its items' halves (:func:`_halves`)
+        return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
     if tn.kind in (ITEMS, BOUND):
         n = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
         return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
