@@ -19,8 +19,6 @@ def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
     """``out[..., d]``: the sum of ``M[..., i, j]`` over units i, j ``d`` checkpoints apart."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
     size = int(d.max()) + 1 if len(d) else 1
-    if M.ndim == 2:
-        return np.bincount(d, weights=M.ravel(), minlength=size)
     if np.all(np.diff(pos) == 1):  # consecutive checkpoints: lag d is the d-th diagonals
         out = np.empty((*M.shape[:-2], size))
         out[..., 0] = np.trace(M, axis1=-2, axis2=-1)
@@ -51,9 +49,6 @@ def neighbours(pos: np.ndarray) -> np.ndarray:
 def lag1(resid: np.ndarray, pos: np.ndarray):
     """Lag-1 autocorrelation of residual series ``resid`` (..., n) over consecutive checkpoints (gaps skipped)."""
     nxt = np.flatnonzero(np.diff(pos) == 1)
-    if resid.ndim == 1:
-        den = float(resid @ resid)
-        return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
     den = np.einsum("...i,...i->...", resid, resid)
     num = np.einsum("...i,...i->...", resid[..., nxt], resid[..., nxt + 1])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -68,8 +63,6 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
     num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
     den = _lag_sums(Rt @ R, pos)
     powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
-    if R.ndim == 2:
-        return (powers @ num) / (powers @ den)
     return (num @ powers.T) / (den @ powers.T)
 
 
@@ -131,11 +124,6 @@ def dutilleul_n(tx, ty, cross):
         return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
 
 
-def _dutilleul(Cx: np.ndarray, Cy: np.ndarray) -> float:
-    tx, ty = float(np.trace(Cx)), float(np.trace(Cy))
-    return float(dutilleul_n(tx, ty, float(np.vdot(Cx, Cy))))  # vdot: tr(Cx Cy) for symmetric matrices
-
-
 def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
     """``C = R S_phi R'``: the residuals' covariance (up to scale) when ``e`` is AR(1) with coefficient ``phi``."""
     return R @ ar1_corr(phi, pos) @ np.swapaxes(R, -1, -2)
@@ -154,12 +142,12 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
     """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
-    return min(_dutilleul(dx.C, dy.C), _iid_effective_n(dx, dy))
+    return float(effective_ns(dx.C, dy.C, dx.C0, dy.C0))
 
 
 def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
-    return _dutilleul(dx.C0, dy.C0)
+    return float(effective_ns(dx.C0, dy.C0, dx.C0, dy.C0))
 
 
 def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:

@@ -36,18 +36,9 @@ INTERVALS = ("fisher-z", "percentile")  # checked by :class:`.options.Options`
 
 
 def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[float, float]:
-    """Interval from resampled correlations ``rs`` (finite values only)."""
-    a = (1 - level) / 2
-    if kind == "percentile":
-        lo, hi = np.quantile(rs, [a, 1 - a])
-        return float(lo), float(hi)
-    zs = fisher_z(rs, RESAMPLED_CAP)
-    half = norm.ppf(1 - a) * float(zs.std(ddof=1))
-    if half == 0:
-        return r, r
-    z0 = float(fisher_z(r, RESAMPLED_CAP))
-    # centred on r's z by construction; min/max only undo the clipping at |r| = 1
-    return min(math.tanh(z0 - half), r), max(math.tanh(z0 + half), r)
+    """Interval from resampled correlations ``rs`` (finite values only): :func:`intervals` of one cell."""
+    lo, hi = intervals(np.array([r], dtype=float), np.asarray(rs, dtype=float)[:, None], level, kind)
+    return float(lo[0]), float(hi[0])
 
 
 def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[np.ndarray, np.ndarray]:

@@ -106,9 +106,7 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
     if idx:
         r = np.array([rows[i]["r"] for i in idx], dtype=float)
         dof = np.array([rows[i]["_dof"] for i in idx], dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = np.abs(r) * np.sqrt(dof / np.maximum(1 - r * r, 1e-300))
-            pp = np.where(dof >= 1, np.where(np.abs(r) >= 1, 0.0, 2 * stats.t.sf(t, np.maximum(dof, 1))), np.nan)
+        pp = modified_tests("pearson", r, dof + 2, opts.level)[0]  # the t-test on dof degrees of freedom
         for j, i in enumerate(idx):
             rows[i]["p_param"] = float(pp[j])
     for row in rows:
