@@ -55,12 +55,8 @@ def transform(method: str, a: np.ndarray) -> np.ndarray:
 
 
 def corr(rx: np.ndarray, ry: np.ndarray, method: str) -> float:
-    """Correlation of two residual series (Pearson, or Kendall's tau-b)."""
-    if method == "kendall":
-        return float(stats.kendalltau(rx, ry).statistic)
-    a, b = rx - rx.mean(), ry - ry.mean()
-    den = math.sqrt(float(a @ a) * float(b @ b))
-    return min(max(float(a @ b) / den, -1.0), 1.0) if den > 0 else math.nan
+    """Correlation of two residual series (Pearson, or Kendall's tau-b): :func:`corr_batch` of one row."""
+    return float(corr_batch(rx[None], ry[None], method)[0])
 
 
 def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) -> np.ndarray:
@@ -152,10 +148,7 @@ def residual_pair(
     Zt, maker, basis = Zt
     note = spline_fallback_note(n, gam) if spec.kind == "spline" and basis is None else ""
     out = {"mask": mask, "n": n, "form_note": note}
-    for label, name, v, lam in (
-        ("x", names[0], xm, lams[0] if lams else None),
-        ("y", names[1], ym, lams[1] if lams else None),
-    ):
+    for label, name, v, lam in zip("xy", names, (xm, ym), lams or (None, None)):
         key = (name, method, spec.name, key_mask, repr(lam))
         if key in cache:
             res = cache[key]

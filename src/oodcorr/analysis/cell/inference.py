@@ -206,30 +206,19 @@ def assess(
     """Everything the table reports about the uncertainty of the correlation ``r`` of the residual pair ``rp``."""
     rx, ry = rp["rx"], rp["ry"]
     level, inference = opts.level, opts.inference
-    out = {"p_perm": math.nan, "block_length": math.nan}
+    out = dict.fromkeys(("n_eff", "phi_x", "phi_y", "p_perm", "block_length"), math.nan)
     if inference == "block":
         n = len(rx)
         b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
         lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
         pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
-        dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-        n_iid = _iid_effective_n(dx, dy)
         if b > 1:
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
-            p, how = modified_test(method, r, n_iid, 0.95)[0], ("kendall-test" if method == "kendall" else "t-test")
-        out.update(
-            p=p,
-            ci_low=lo,
-            ci_high=hi,
-            se_z=se,
-            n_eff=math.nan,
-            phi_x=math.nan,
-            phi_y=math.nan,
-            p_method=how,
-            p_perm=pperm,
-            block_length=b,
-        )
+            dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
+            p = modified_test(method, r, _iid_effective_n(dx, dy), 0.95)[0]
+            how = "kendall-test" if method == "kendall" else "t-test"
+        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, p_method=how, p_perm=pperm, block_length=b)
         return out
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
@@ -239,12 +228,9 @@ def assess(
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
     if method == "kendall":
         how = how.replace("t-test", "Kendall z-test")
-    out.update(
-        n_eff=n_eff,
-        phi_x=dx.phi if pos is not None else math.nan,
-        phi_y=dy.phi if pos is not None else math.nan,
-        p_method=how,
-    )
+    out.update(n_eff=n_eff, p_method=how)
+    if pos is not None:
+        out.update(phi_x=dx.phi, phi_y=dy.phi)
     if not defer:
         p, lo, hi, se = modified_test(method, r, n_eff, level)
         out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)

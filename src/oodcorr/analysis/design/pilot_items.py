@@ -155,9 +155,8 @@ def item_estimates(
             "the persistence of the item noise is not estimated: the pilot has no per-item correctness "
             "(--pilot-examples, or the workflow's predictions files beside its scores table)"
         )
-    sizes_of = {ts: e["items"] for ts, e in per.items()}
-    ids = [sizes_of[t] for t in own if t in sizes_of]
-    ood = [sizes_of[t] for t in resid_sd if t in sizes_of]
+    ids = [per[t]["items"] for t in own if t in per]
+    ood = [per[t]["items"] for t in resid_sd if t in per]
     out["in_domain_items"] = int(np.median(ids)) if ids else None
     out["ood_items"] = int(np.median(ood)) if ood else None
     rel = _reliabilities(runs, bool(fitted))
