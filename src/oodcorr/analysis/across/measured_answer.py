@@ -113,8 +113,7 @@ def corrected_consensus(
 
 
 def noise_limited(x: str, y: str, in_domain: str, rel: dict, g: int) -> str:
-    """The testsets of pair ``g`` whose residual series is mostly item noise (reliability, or its
-    bound's low end, below :data:`.measurement.NOISE_LIMITED`), with their reliability, or ""."""
+    """The testsets of pair ``g`` whose residual series is mostly item noise, with their reliability, or ""."""
     said = []
     for name, side in ((x, "x"), (y, "y"), (in_domain, "in_domain")):
         est, low = rel[f"reliability_{side}"][g], rel[f"reliability_{side}_low"][g]

@@ -21,8 +21,7 @@ def line_of(residualiser: str) -> str | None:
 
 
 def curve_gain(curve: dict, line: dict) -> dict:
-    """Per series of a residual pair, the share of the line's residual variance the curve explains,
-    and its F test: ``curve``, ``line``: :func:`.correlate.residual_pair` of the same cell."""
+    """Per series of a cell, the share of the line's residual variance the curve explains, and its F test."""
     out = {}
     n = curve["n"]
     for s in ("x", "y"):

@@ -41,11 +41,6 @@ def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
     return phi[..., None, None] ** lags
 
 
-def neighbours(pos: np.ndarray) -> np.ndarray:
-    """Symmetric matrix with 1/2 where two units are consecutive checkpoints: r'Ar = sum r_t r_{t+1}."""
-    return (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0
-
-
 def lag1(resid: np.ndarray, pos: np.ndarray):
     """Lag-1 autocorrelation of residual series ``resid`` (..., n) over consecutive checkpoints (gaps skipped)."""
     nxt = np.flatnonzero(np.diff(pos) == 1)
@@ -56,11 +51,11 @@ def lag1(resid: np.ndarray, pos: np.ndarray):
 
 
 def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> np.ndarray:
-    """Expected lag-1 autocorrelation of the residuals ``R e`` when ``e`` is AR(1) with
-    each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
-    ``R`` (..., n, n): one per series, the result (..., len(phis))."""
+    """Expected lag-1 autocorrelation of the residuals ``R e`` (``R`` (..., n, n)) when ``e`` is AR(1) with
+    each coefficient in ``phis`` (a ratio of expectations): (..., len(phis))."""
     Rt = np.swapaxes(R, -1, -2)
-    num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
+    A = (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0  # r'Ar = sum r_t r_{t+1}: 1/2 at consecutive checkpoints
+    num = _lag_sums(Rt @ A @ R, pos)
     den = _lag_sums(Rt @ R, pos)
     powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
     return (num @ powers.T) / (den @ powers.T)
@@ -69,9 +64,8 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
 def corrected_phis(
     resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
-    a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
-    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each."""
+    """:func:`corrected_phi` of a stack of residual series ``resid`` (..., n) with their residual makers ``R``
+    (..., n, n), all at the checkpoint positions ``pos``."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
@@ -150,11 +144,6 @@ def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     return float(effective_ns(dx.C0, dy.C0, dx.C0, dy.C0))
 
 
-def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.sqrt(2 * (2 * n_eff + 5) / (9 * n_eff * (n_eff - 1)))
-
-
 def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised :func:`modified_test` over arrays of r and n_eff (one method): (p, ci_low, ci_high, se_z)."""
     r = np.asarray(r, dtype=float)
@@ -163,7 +152,8 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     with np.errstate(invalid="ignore", divide="ignore"):
         if method == "kendall":
             ok = np.isfinite(r) & (n_eff > 1)
-            sd = _kendall_sd(np.where(ok, n_eff, 2.0))
+            m = np.where(ok, n_eff, 2.0)
+            sd = np.sqrt(2 * (2 * m + 5) / (9 * m * (m - 1)))  # Kendall's tau's sd at m independent units
             p = 2 * stats.norm.sf(np.abs(r) / sd)
             c = np.minimum(stats.norm.ppf(q) * sd, 1.0)
         else:

@@ -72,8 +72,7 @@ def bootstrap_ci(
     """Interval for the residual correlation under the moving-block bootstrap."""
     if n_boot <= 1:
         return math.nan, math.nan, 0, math.nan
-    n = len(rx)
-    idx = moving_block_indices(n, b, n_boot, rng)
+    idx = moving_block_indices(len(rx), b, n_boot, rng)
     rs = corr_batch(rx[idx], ry[idx], method)
     rs = rs[np.isfinite(rs)]
     if len(rs) < max(2, n_boot / 2):

@@ -131,8 +131,7 @@ def knots(size: int) -> np.ndarray:
 
 
 def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
-    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
-    B-splines: :func:`penalty_directions` at the points ``x``."""
+    """The penalised part of a cubic regression spline of ``x`` (in [0, 1]) with ``size`` B-splines."""
     from scipy.interpolate import BSpline
 
     B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), knots(size), 3).toarray()
@@ -176,8 +175,7 @@ def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def reml_choose(Q0: np.ndarray, W: np.ndarray, grid: tuple, Y: np.ndarray) -> np.ndarray:
-    """:meth:`SplineBasis.choose` of each run's columns ``Y`` (B, n, m) on its stacked basis and its
-    :func:`reml_grid`: (B, m) penalties, ``inf`` where the line is likeliest."""
+    """:meth:`SplineBasis.choose` of each run's columns ``Y`` (B, n, m), with its :func:`reml_grid`: (B, m)."""
     n, p0 = Q0.shape[1:]
     lams, keep, logdet = grid
     Yp = Y - Q0 @ (np.swapaxes(Q0, -1, -2) @ Y)

@@ -53,8 +53,7 @@ class ItemNoise:
         return self.in_domain is None and self.ood is None
 
     def neighbours_disagree(self) -> float:
-        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy: what a
-        pilot's per-item predictions show."""
+        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy."""
         return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
 
 
@@ -119,13 +118,10 @@ def _all_finite_mean(v: np.ndarray) -> np.ndarray:
 
 
 def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
-    """(:func:`.measured_answer.attenuation`'s per-study dict over each study's models' pooled rows,
-    computed for every study at once; whether each study has a testset that is mostly item noise, as
-    :func:`.measured_answer.noise_limited` says) from the runs' arrays (studies, models, runs)."""
-    S = runs["r"].shape[0]
-    out = {"band": np.ones(S)}
-    band = []
-    limited = np.zeros(S, bool)
+    """(:func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item
+    noise) from the runs' arrays (studies, models, runs)."""
+    out, band = {}, []
+    limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y"):
         task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
         lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))

@@ -207,8 +207,7 @@ def _tested(got: dict, sfx: str = "") -> dict:
 
 
 def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> dict:
-    """The line's correlation on the cell's units, for its modified-t interval (deferred), and how
-    much the curve explains beyond the line (:mod:`.form_check`)."""
+    """The line's correlation on the cell's units (its test deferred) and how much the curve explains beyond it."""
     covars = run.cols[("covariates", parse(line).step)]
     try:
         rl = residual_pair(run.cols[a], run.cols[b], covars, method, line, run.opts.gam, run.cache, names=(a, b))
@@ -273,9 +272,7 @@ def partial_corr(
     clean = g[~g["testset"].isin(dup_sets)]
     wide = clean.pivot(index="unit", columns="testset", values="score").reindex(index=units)
     steps = wide.index.to_numpy(float) if ordered else None
-    step0 = None
-    if ordered and opts.step0_check and 0 in units:
-        step0 = units.index(0)
+    step0 = units.index(0) if ordered and opts.step0_check and 0 in units else None
     cols = {ts: wide[ts].to_numpy(float) for ts in wide.columns}
     z = cols[zname]
     cols[("covariates", False)] = z

@@ -1,6 +1,5 @@
-"""The example-level bootstrap of one run: resample each testset's examples (the same examples at
-every checkpoint), recompute every accuracy and every cell, and read the cell's interval from the
-resampled correlations (:func:`.resample.interval`)."""
+"""The example-level bootstrap of one run: resample each testset's examples (the same at every checkpoint),
+recompute every accuracy and every cell, and read the cell's interval from the resampled correlations."""
 
 from __future__ import annotations
 
@@ -148,8 +147,7 @@ def _respline(rs: np.ndarray, z: np.ndarray, X: np.ndarray, steps, lams: list, g
 
 
 def _pair_corrs(R: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs),
-    as :func:`.correlate.corr` computes them (NaN where either is NaN or constant)."""
+    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs), NaN as in corr."""
     C = R - R.mean(1, keepdims=True)
     G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
     ss = np.diagonal(G, axis1=1, axis2=2)

@@ -102,10 +102,8 @@ def run_measurements(
 def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -> dict:
     """The measurement columns of a spline's pairs, from its line's (``lines``: pair -> the line's columns)."""
     pairs = list(lines)
-    rows = {p: dict(lines[p]) for p in pairs}
-    for p in pairs:
-        for c in ("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"):
-            rows[p][c] = NAN
+    unknown = dict.fromkeys(("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"), NAN)
+    rows = {p: {**lines[p], **unknown} for p in pairs}
     tz = noise.get(zname, UNKNOWN)
     zh = _halves(tz, mask, cell_rng(opts.seed, *where, zname, "halves"))
     if zh is None:
@@ -122,9 +120,8 @@ def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -
     if got is None:
         return rows
     for k, p in enumerate(pairs):
-        for c, v in (("r_eiv", "r"), ("ci_low_eiv", "ci_low"), ("ci_high_eiv", "ci_high"), ("p_eiv", "p")):
-            rows[p][c] = float(got[v][k])
-        rows[p]["se_z_eiv"], rows[p]["n_eff_eiv"] = float(got["se_z"][k]), float(got["n_eff"][k])
+        for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff"):
+            rows[p][f"{c}_eiv"] = float(got[c][k])
     return rows
 
 
@@ -213,8 +210,7 @@ def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, flo
 
 
 def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float, float, float]:
-    """(estimate, low, high) of a series' reliability from the product ``prod`` of its two halves'
-    residuals over its residual variance ``total`` (``n`` units), the interval at ``level``."""
+    """(estimate, low, high) of a series' reliability from its halves' residual product ``prod`` over ``total``."""
     est = prod / total
     sd = math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total
     lo, hi = _interval(est, sd, level)
@@ -222,8 +218,7 @@ def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float
 
 
 def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
-    """(NaN, low, 1): a series' reliability where only the items' number is known: the binomial
-    bound on its residual noise (``noise``, the trace of its covariance) gives the low end."""
+    """(NaN, low, 1): a series' reliability where only the items' number bounds its residual ``noise``."""
     return NAN, float(1.0 - noise / total), 1.0
 
 

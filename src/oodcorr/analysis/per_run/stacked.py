@@ -68,8 +68,7 @@ def run_statistics(
 
 
 def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
-    """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective
-    degrees of freedom (B, 2); the line where the spline fits no curve (below ``gam.min_points``)."""
+    """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective dof (B, 2)."""
     Z = sc[:, :, :1]  # the in-domain score, and the checkpoint's position with a step
     if spec.step:
         Z = np.concatenate([Z, np.broadcast_to(np.arange(sc.shape[1], dtype=float)[None, :, None], Z.shape)], axis=2)
