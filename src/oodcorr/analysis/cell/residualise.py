@@ -105,9 +105,8 @@ _LAM_RATIOS = np.logspace(-7, 5, 49)
 
 @lru_cache(maxsize=8)
 def penalty_directions(size: int) -> np.ndarray:
-    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] (interior knots evenly
-    spaced) whose ridge penalty is the curve's integrated squared second derivative, in the
-    mixed-model form."""
+    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] whose ridge penalty is the
+    curve's integrated squared second derivative (the mixed-model form)."""
     from scipy.interpolate import BSpline
 
     t = knots(size)

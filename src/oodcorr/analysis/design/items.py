@@ -70,10 +70,8 @@ def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, f
 
 
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
-    """The tasks' scores ``truth`` (runs, checkpoints, 3: in-domain, x, y; the simulator's units) with
-    the item noise of ``items`` (docs/design.md): ``scores`` (runs, checkpoints, 3) what the testsets
-    show, and ``halves`` (runs, splits, 2, checkpoints, 3) each testset's two halves of its items per
-    random halving."""
+    """The tasks' scores ``truth`` (runs, checkpoints, 3) with the item noise of ``items`` (docs/design.md):
+    ``scores`` as the testsets show them, and ``halves`` (runs, splits, 2, checkpoints, 3) per random halving."""
     truth = np.asarray(truth, dtype=float)
     B, T, _ = truth.shape
     scores = truth.copy()

@@ -18,9 +18,8 @@ SHARE_FLOOR = 0.05  # a testset's residual is never taken to be more than 95 % i
 
 
 def lag_correlations(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the correlation of a testset's item noise between checkpoints ``lag`` apart, for lag 1 to T - 1;
-    the checkpoint pairs behind each) of one run's per-item correctness ``mat`` (checkpoints, items),
-    units without records left out."""
+    """(the correlation of a testset's item noise between checkpoints ``lag`` = 1 .. T - 1 apart, the checkpoint
+    pairs behind each) of one run's per-item correctness ``mat`` (checkpoints, items)."""
     m = np.asarray(mat, dtype=float)
     m = m[np.isfinite(m[:, 0])]
     T = len(m)
@@ -39,9 +38,8 @@ def lag_correlations(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_persistence(corr: np.ndarray, weight: np.ndarray, accuracy: float) -> tuple[float, float]:
-    """(difficulty, persistence) of the item model whose noise correlates ``corr[lag - 1]`` between
-    checkpoints ``lag`` apart at ``accuracy`` (:func:`.items.item_noise_covariance`), by
-    weighted least squares over the lags on the grid :data:`DIFFICULTIES` x :data:`PERSISTENCES`."""
+    """(difficulty, persistence) of the item model whose noise correlates ``corr[lag - 1]`` at ``lag`` apart,
+    by weighted least squares over the lags on the grid :data:`DIFFICULTIES` x :data:`PERSISTENCES`."""
     corr, weight = np.asarray(corr, dtype=float), np.asarray(weight, dtype=float)
     ok = np.isfinite(corr) & (weight > 0)
     if not ok.any():

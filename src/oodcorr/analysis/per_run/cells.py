@@ -90,8 +90,7 @@ def _infer(run: _Run, rp: dict, r: float, names, method: str, res: str, opts: Op
 
 
 def _finish_tests(rows: list[dict], opts: Options) -> None:
-    """p, interval and se_z of every deferred cell (modified-t, iid; the line's check always),
-    vectorised per method, then the low-information notes."""
+    """p, interval and se_z of every deferred cell, vectorised per method, then the low-information notes."""
     for sfx in ("", "_no_step0", "_line") if opts.inference != "block" else ("_line",):
         for m in opts.methods:
             idx = [i for i, row in enumerate(rows) if row["method"] == m and f"_defer{sfx}" in row]

@@ -79,9 +79,8 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
 
 
 def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:
-    """(low, high, note) of the Pearson cells ``cells`` of one spline- or linear-kind residualiser
-    ``res``, all at once: ``cells`` is a list of (x, y, mask, r, lams) -- each cell's testsets, its
-    complete units, its correlation and its two series' spline penalties (None: the line)."""
+    """(low, high, note) of the Pearson cells of one spline- or linear-kind residualiser ``res`` at once:
+    ``cells`` a list of (x, y, mask, r, lams), each series' spline penalty in ``lams`` (None: the line)."""
     out: list = [None] * len(cells)
     by_mask: dict[bytes, list[int]] = {}
     for k, (a, b, mask, _, _) in enumerate(cells):

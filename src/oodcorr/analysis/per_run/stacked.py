@@ -1,6 +1,5 @@
 """The per-run procedures on stacks of runs at once, for the design command and the item-level simulator: the
-observed cell (Pearson, line or spline; equal to the workflow's to 1e-8: tests/analysis/test_design.py) and the
-same cell as a measurement, every testset's items known (the line's form only, as the workflow's)."""
+observed cell (equal to the workflow's to 1e-8: tests/analysis/test_design.py) and the cell as a measurement."""
 
 from __future__ import annotations
 
