@@ -186,7 +186,7 @@ def test_stacked_spline_bases_give_each_runs_own_smoother_a_gap_between_knots_in
     # it cannot reach, the stacked one keeps it at d = 0; REML's penalty and the residual maker are
     # the same
     from oodcorr.analysis.cell import splines as spline_batch
-    from oodcorr.analysis.cell.residualise import GamSettings, spline_basis
+    from oodcorr.analysis.cell.residualise import GamSettings, reml_choose, reml_grid, spline_basis, spline_makers
 
     rng = np.random.default_rng(12)
     n = 21
@@ -195,8 +195,8 @@ def test_stacked_spline_bases_give_each_runs_own_smoother_a_gap_between_knots_in
     Y = np.sin(4 * Z) + 0.05 * rng.normal(size=(4, n, 2))
     Q0, W, d = spline_batch.spline_bases(Z, GamSettings())
     assert (d[0] == 0).any() and (d[1:] > 0).all()  # the gap's direction: kept at 0, not lost
-    lam = spline_batch.choose(Q0, W, spline_batch.reml_grid(d), Y)
-    R = spline_batch.makers(Q0, W, d, lam)
+    lam = reml_choose(Q0, W, reml_grid(d), Y)
+    R = spline_makers(Q0, W, d, lam)
     for b in range(4):
         one = spline_basis(Z[b], GamSettings())
         assert len(one.d) == (d[b] > 0).sum()

@@ -19,9 +19,8 @@ ABOUT = {
 
 
 def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.ndarray:
-    """Per pair, the regime (docs/measurement.md) from its runs' ``r``, ``r_eiv`` and ``eiv_from``: the
-    in-domain-corrected correlation of every run with a value known (``items``, or ``bound`` where
-    one of them is the bound's), else ``unknown``."""
+    """Per pair, the regime (docs/measurement.md): ``items`` (``bound``) where every run's ``r_eiv`` is known (one
+    of them from the bound), else ``unknown``."""
     out = np.full(n_groups, "unknown", dtype=object)
     if "r_eiv" not in runs:
         return out
@@ -38,19 +37,18 @@ def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.nda
     return out
 
 
-def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[float, float]:
-    """(``sum num / sum den``, its one-sided lower ``level`` bound from the linearisation ``num - R den``) over units
-    (models)."""
+def ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``num``, ``den`` (..., units: models): ``sum num / sum den`` over the finite units and its one-sided
+    lower ``level`` bound from the linearisation ``num - R den`` (NaN below 2 units)."""
     ok = np.isfinite(num) & np.isfinite(den)
-    num, den = num[ok], den[ok]
-    if not len(num) or not den.sum() > 0:
-        return math.nan, math.nan
-    R = float(num.sum() / den.sum())
-    k = len(num)
-    if k < 2:
-        return R, math.nan
-    se = math.sqrt(float(((num - R * den) ** 2).sum()) / (k * (k - 1))) / float(den.mean())
-    return R, R - float(stats.t.ppf(level, k - 1)) * se
+    k = ok.sum(-1)
+    n0, d0 = np.where(ok, num, 0.0), np.where(ok, den, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        R = np.where((k > 0) & (d0.sum(-1) > 0), n0.sum(-1) / d0.sum(-1), np.nan)
+        dev = np.where(ok, (num - R[..., None] * den) ** 2, 0.0).sum(-1)
+        se = np.sqrt(dev / (k * (k - 1))) / (d0.sum(-1) / k)
+        low = R - stats.t.ppf(level, np.maximum(k - 1, 1)) * se
+    return R, np.where(k >= 2, low, np.nan)
 
 
 def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
@@ -64,24 +62,24 @@ def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: f
     def col(c):
         return pooled[c].to_numpy(float) if c in pooled else np.full(len(pooled), np.nan)
 
+    def finite_mean(v):
+        return float(v.mean()) if np.isfinite(v).all() else np.nan
+
     for g in range(n_groups):
         sel = group == g
         if not sel.any():
             continue
-        v = col("reliability_in_domain")[sel]
-        lo = col("reliability_in_domain_low")[sel]
-        out["reliability_in_domain"][g] = float(v.mean()) if np.isfinite(v).all() else np.nan
-        out["reliability_in_domain_low"][g] = float(lo.mean()) if np.isfinite(lo).all() else np.nan
+        for c in ("reliability_in_domain", "reliability_in_domain_low"):
+            out[c][g] = finite_mean(col(c)[sel])
         band = []
         for side in ("x", "y"):
             task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
-            lows = col(f"reliability_{side}_low")[sel]
             if np.isfinite(task).all() and np.isfinite(obs).all():
-                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = _ratio_low(task, obs, level)
+                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = ratio_low(task, obs, level)
             else:
-                out[f"reliability_{side}_low"][g] = float(lows.mean()) if np.isfinite(lows).all() else np.nan
+                out[f"reliability_{side}_low"][g] = finite_mean(col(f"reliability_{side}_low")[sel])
             if np.isfinite(task).all() and np.isfinite(eiv).all():
-                band.append(_ratio_low(task, eiv, level)[1])
+                band.append(float(ratio_low(task, eiv, level)[1]))
             else:
                 band.append(out[f"reliability_{side}_low"][g])
         if all(np.isfinite(band)):
@@ -115,8 +113,7 @@ def corrected_consensus(
 
 
 def noise_limited(x: str, y: str, in_domain: str, rel: dict, g: int) -> str:
-    """The testsets of pair ``g`` whose residual series is mostly item noise (reliability, or its
-    bound's low end, below :data:`.measurement.NOISE_LIMITED`), with their reliability, or ""."""
+    """The testsets of pair ``g`` whose residual series is mostly item noise, with their reliability, or ""."""
     said = []
     for name, side in ((x, "x"), (y, "y"), (in_domain, "in_domain")):
         est, low = rel[f"reliability_{side}"][g], rel[f"reliability_{side}_low"][g]

@@ -55,12 +55,8 @@ def transform(method: str, a: np.ndarray) -> np.ndarray:
 
 
 def corr(rx: np.ndarray, ry: np.ndarray, method: str) -> float:
-    """Correlation of two residual series (Pearson, or Kendall's tau-b)."""
-    if method == "kendall":
-        return float(stats.kendalltau(rx, ry).statistic)
-    a, b = rx - rx.mean(), ry - ry.mean()
-    den = math.sqrt(float(a @ a) * float(b @ b))
-    return min(max(float(a @ b) / den, -1.0), 1.0) if den > 0 else math.nan
+    """Correlation of two residual series (Pearson, or Kendall's tau-b): :func:`corr_batch` of one row."""
+    return float(corr_batch(rx[None], ry[None], method)[0])
 
 
 def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) -> np.ndarray:
@@ -90,8 +86,7 @@ def corr_batch(RX: np.ndarray, RY: np.ndarray, method: str, chunk: int = 256) ->
 
 
 def min_points(spec: Spec, gam: GamSettings) -> int:
-    """Complete points a pair needs: k + 3 for OLS and the spline with k covariates, the GAM's ``min_points`` for the
-    GAM."""
+    """Complete points a pair needs: k + 3 with k covariates, at least the GAM's ``min_points`` for the GAM."""
     need = spec.n_covariates + 3
     return max(need, gam.min_points) if spec.kind == "gam" else need
 
@@ -111,6 +106,7 @@ def residual_pair(
     spec = parse(residualiser)
     check_method(method)
     gam = gam or GamSettings()
+    cache = {} if cache is None else cache
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     Z = np.asarray(covars, dtype=float)
@@ -133,34 +129,28 @@ def residual_pair(
             raise Degenerate(f"{label} is constant across the {n} points")
     key_mask = mask.tobytes()
     zkey = ("covariates", method, spec.name, key_mask, Z.tobytes())
-    Zt = cache.get(zkey) if cache is not None else None
+    Zt = cache.get(zkey)
     if Zt is None:
         Zm = Z if all_rows else Z[mask]
-        Zt = None
-        for j in range(Zm.shape[1]):
-            if np.ptp(Zm[:, j]) == 0:
-                Zt = Degenerate(
-                    "the covariate (in-domain score) is constant" if j == 0 else "the training step is constant"
-                )
-                break
-        if Zt is None:
+        const = [j for j in range(Zm.shape[1]) if np.ptp(Zm[:, j]) == 0]
+        if const:
+            Zt = Degenerate(
+                "the covariate (in-domain score) is constant" if const[0] == 0 else "the training step is constant"
+            )
+        else:
             Zt = np.column_stack([transform(method, Zm[:, j]) for j in range(Zm.shape[1])])
             basis = spline_basis(Zt, gam) if spec.kind == "spline" else None
             line = spec.kind == "linear" or (spec.kind == "spline" and basis is None)
             Zt = (Zt, linear_maker(Zt) if line else None, basis)
-        if cache is not None:
-            cache[zkey] = Zt
+        cache[zkey] = Zt
     if isinstance(Zt, Degenerate):
         raise Zt
     Zt, maker, basis = Zt
     note = spline_fallback_note(n, gam) if spec.kind == "spline" and basis is None else ""
     out = {"mask": mask, "n": n, "form_note": note}
-    for label, name, v, lam in (
-        ("x", names[0], xm, lams[0] if lams else None),
-        ("y", names[1], ym, lams[1] if lams else None),
-    ):
+    for label, name, v, lam in zip("xy", names, (xm, ym), lams or (None, None)):
         key = (name, method, spec.name, key_mask, repr(lam))
-        if cache is not None and key in cache:
+        if key in cache:
             res = cache[key]
         else:
             vt = transform(method, v)
@@ -175,8 +165,7 @@ def residual_pair(
             scale = max(float(np.abs(vt).max()), 1e-300)
             if math.sqrt(res[0] @ res[0]) <= 1e-10 * scale * math.sqrt(n):
                 res = Degenerate(f"the covariate explains {name} exactly (zero residual)")
-            if cache is not None:
-                cache[key] = res
+            cache[key] = res
         if isinstance(res, Degenerate):
             raise res
         out[f"r{label}"], out[f"dof_{label}"], out[f"lam_{label}"], out[f"R{label}"] = res

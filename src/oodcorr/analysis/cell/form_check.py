@@ -15,15 +15,13 @@ GAIN_COLUMNS = ("curve_r2_x", "curve_p_x", "curve_r2_y", "curve_p_y")
 
 
 def line_of(residualiser: str) -> str | None:
-    """The line a curve-kind residualiser is checked against (``spline+step`` -> ``linear+step``);
-    None for the line itself."""
+    """The line a curve-kind residualiser is checked against; None for the line itself."""
     spec = parse(residualiser)
     return spec.line if spec.curve else None
 
 
 def curve_gain(curve: dict, line: dict) -> dict:
-    """Per series of a residual pair, the share of the line's residual variance the curve explains,
-    and its F test: ``curve``, ``line``: :func:`.correlate.residual_pair` of the same cell."""
+    """Per series of a cell, the share of the line's residual variance the curve explains, and its F test."""
     out = {}
     n = curve["n"]
     for s in ("x", "y"):
@@ -48,8 +46,7 @@ def sign_of(lo, hi) -> np.ndarray:
 
 
 def mark(out) -> None:
-    """``depends_on_form`` and ``form_check`` of every row of ``out``: do the curve's and the line's intervals
-    disagree?"""
+    """``depends_on_form`` and ``form_check`` of each row of ``out``: do the curve's and the line's intervals differ?"""
     lo, hi = out["ci_low"].to_numpy(float), out["ci_high"].to_numpy(float)
     llo, lhi = out["ci_low_line"].to_numpy(float), out["ci_high_line"].to_numpy(float)
     both = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(llo) & np.isfinite(lhi)

@@ -1,5 +1,4 @@
-"""Interval and p-value of one cell from one procedure: a modified t-test whose
-effective sample size comes from the residuals' autocorrelation."""
+"""A cell's interval and p-value: a modified t-test whose effective n comes from the residuals' autocorrelation."""
 
 from __future__ import annotations
 
@@ -17,12 +16,9 @@ _GRID = np.linspace(0.0, PHI_MAX, 100)
 
 
 def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    """``out[..., d]`` = sum of ``M[..., i, j]`` over units i, j that are ``d`` checkpoints apart
-    (``M``: one matrix, or a stack of them)."""
+    """``out[..., d]``: the sum of ``M[..., i, j]`` over units i, j ``d`` checkpoints apart."""
     d = np.abs(pos[:, None] - pos[None, :]).ravel()
     size = int(d.max()) + 1 if len(d) else 1
-    if M.ndim == 2:
-        return np.bincount(d, weights=M.ravel(), minlength=size)
     if np.all(np.diff(pos) == 1):  # consecutive checkpoints: lag d is the d-th diagonals
         out = np.empty((*M.shape[:-2], size))
         out[..., 0] = np.trace(M, axis1=-2, axis2=-1)
@@ -35,11 +31,8 @@ def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
-    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (``phi`` an array: one
-    matrix per coefficient, stacked)."""
+    """AR(1) correlation matrix of units at checkpoint positions ``pos``, one per coefficient of ``phi``."""
     lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
-    if np.ndim(phi) == 0:
-        return phi**lags
     phi = np.asarray(phi, dtype=float)
     whole = lags.astype(int)
     if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
@@ -48,18 +41,9 @@ def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
     return phi[..., None, None] ** lags
 
 
-def neighbours(pos: np.ndarray) -> np.ndarray:
-    """Symmetric matrix with 1/2 where two units are consecutive checkpoints: r'Ar = sum r_t r_{t+1}."""
-    return (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0
-
-
 def lag1(resid: np.ndarray, pos: np.ndarray):
-    """Lag-1 autocorrelation of a residual series over consecutive checkpoints (gaps skipped);
-    ``resid`` (..., n): one per series."""
+    """Lag-1 autocorrelation of residual series ``resid`` (..., n) over consecutive checkpoints (gaps skipped)."""
     nxt = np.flatnonzero(np.diff(pos) == 1)
-    if resid.ndim == 1:
-        den = float(resid @ resid)
-        return float(resid[nxt] @ resid[nxt + 1]) / den if den > 0 and len(nxt) else 0.0
     den = np.einsum("...i,...i->...", resid, resid)
     num = np.einsum("...i,...i->...", resid[..., nxt], resid[..., nxt + 1])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -67,24 +51,21 @@ def lag1(resid: np.ndarray, pos: np.ndarray):
 
 
 def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> np.ndarray:
-    """Expected lag-1 autocorrelation of the residuals ``R e`` when ``e`` is AR(1) with
-    each coefficient in ``phis`` (ratio of expectations of numerator and denominator);
-    ``R`` (..., n, n): one per series, the result (..., len(phis))."""
+    """Expected lag-1 autocorrelation of the residuals ``R e`` (``R`` (..., n, n)) when ``e`` is AR(1) with
+    each coefficient in ``phis`` (a ratio of expectations): (..., len(phis))."""
     Rt = np.swapaxes(R, -1, -2)
-    num = _lag_sums(Rt @ neighbours(pos) @ R, pos)
+    A = (np.abs(pos[:, None] - pos[None, :]) == 1) / 2.0  # r'Ar = sum r_t r_{t+1}: 1/2 at consecutive checkpoints
+    num = _lag_sums(Rt @ A @ R, pos)
     den = _lag_sums(Rt @ R, pos)
     powers = phis[:, None] ** np.arange(num.shape[-1])[None, :]
-    if R.ndim == 2:
-        return (powers @ num) / (powers @ den)
     return (num @ powers.T) / (den @ powers.T)
 
 
 def corrected_phis(
     resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(observed lag-1 autocorrelations, design-corrected AR(1) coefficients in [0, PHI_MAX]) of
-    a stack of residual series ``resid`` (..., n) with their residual makers ``R`` (..., n, n),
-    all at the checkpoint positions ``pos``: :func:`corrected_phi`'s rule for each."""
+    """:func:`corrected_phi` of a stack of residual series ``resid`` (..., n) with their residual makers ``R``
+    (..., n, n), all at the checkpoint positions ``pos``."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
@@ -112,21 +93,12 @@ def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[fl
 
 @dataclass(frozen=True)
 class Dependence:
-    """One residual series' dependence: the observed and corrected AR(1) coefficients and
-    the residuals' covariance matrix ``C = R S_phi R'`` (up to scale)."""
+    """One residual series' dependence: its AR(1) coefficients and its covariance ``C = R S_phi R'`` (up to scale)."""
 
     phi_raw: float
     phi: float
     C: np.ndarray
     C0: np.ndarray  # R R': the residuals' covariance if the units were independent
-
-    @property
-    def traces(self) -> tuple[float, float]:
-        t = self.__dict__.get("_traces")
-        if t is None:
-            t = (float(np.trace(self.C)), float(np.trace(self.C0)))
-            object.__setattr__(self, "_traces", t)
-        return t
 
 
 def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Dependence:
@@ -140,21 +112,14 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
 
 
 def dutilleul_n(tx, ty, cross):
-    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)`` from the traces ``tx``, ``ty``
-    of two residual covariances and the trace ``cross`` of their product (numbers or arrays that
-    broadcast); NaN where ``cross`` is not positive."""
+    """Dutilleul's effective sample size ``1 + tr(A) tr(B) / tr(AB)``; NaN where ``cross`` is not positive."""
     ok = np.asarray(cross) > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(ok, 1.0 + tx * ty / np.where(ok, cross, 1.0), np.nan)
 
 
-def _dutilleul(Cx: np.ndarray, Cy: np.ndarray, tx: float, ty: float) -> float:
-    return float(dutilleul_n(tx, ty, float(np.vdot(Cx, Cy))))  # vdot: tr(Cx Cy) for symmetric matrices
-
-
 def residual_covariances(R: np.ndarray, phi, pos: np.ndarray) -> np.ndarray:
-    """``C = R S_phi R'``, the covariance of the residuals ``R e`` (up to scale) when ``e`` is AR(1)
-    with coefficient ``phi``: one matrix, or a stack (``R`` (..., n, n), ``phi`` (...))."""
+    """``C = R S_phi R'``: the residuals' covariance (up to scale) when ``e`` is AR(1) with coefficient ``phi``."""
     return R @ ar1_corr(phi, pos) @ np.swapaxes(R, -1, -2)
 
 
@@ -165,22 +130,18 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
         trace = np.trace(A, axis1=-2, axis2=-1), np.trace(B, axis1=-2, axis2=-1)
         return dutilleul_n(*trace, np.einsum("...ij,...ij->...", A, B))
 
-    return np.fmin(dutilleul(Cx, Cy), dutilleul(C0x, C0y))
+    ar1, iid = dutilleul(Cx, Cy), dutilleul(C0x, C0y)
+    return np.where(iid < ar1, iid, ar1)  # Python's min, as effective_n takes it: NaN where ar1 is
 
 
 def effective_n(dx: Dependence, dy: Dependence) -> float:
     """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
-    return min(_dutilleul(dx.C, dy.C, dx.traces[0], dy.traces[0]), _iid_effective_n(dx, dy))
+    return float(effective_ns(dx.C, dy.C, dx.C0, dy.C0))
 
 
 def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
     """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
-    return _dutilleul(dx.C0, dy.C0, dx.traces[1], dy.traces[1])
-
-
-def _kendall_sd(n_eff: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.sqrt(2 * (2 * n_eff + 5) / (9 * n_eff * (n_eff - 1)))
+    return float(effective_ns(dx.C0, dy.C0, dx.C0, dy.C0))
 
 
 def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -191,7 +152,8 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     with np.errstate(invalid="ignore", divide="ignore"):
         if method == "kendall":
             ok = np.isfinite(r) & (n_eff > 1)
-            sd = _kendall_sd(np.where(ok, n_eff, 2.0))
+            m = np.where(ok, n_eff, 2.0)
+            sd = np.sqrt(2 * (2 * m + 5) / (9 * m * (m - 1)))  # Kendall's tau's sd at m independent units
             p = 2 * stats.norm.sf(np.abs(r) / sd)
             c = np.minimum(stats.norm.ppf(q) * sd, 1.0)
         else:
@@ -213,10 +175,6 @@ def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.
     return tuple(np.where(ok, v, nan) for v in (p, lo, hi, se))
 
 
-def _p_value(method: str, r: float, n_eff: float) -> float:
-    return float(modified_tests(method, [r], [n_eff], 0.95)[0][0])
-
-
 def modified_test(method: str, r: float, n_eff: float, level: float) -> tuple[float, float, float, float]:
     """(p, ci_low, ci_high, se_z): the modified test of r = 0 and the interval that inverts it."""
     return tuple(float(v[0]) for v in modified_tests(method, [r], [n_eff], level))
@@ -235,34 +193,22 @@ def assess(
     rng: np.random.Generator | None = None,
     defer: bool = False,
 ) -> dict:
-    """Everything the table reports about the uncertainty of one cell's correlation ``r`` of the
-    residual pair ``rp`` (:func:`.correlate.residual_pair`)."""
+    """Everything the table reports about the uncertainty of the correlation ``r`` of the residual pair ``rp``."""
     rx, ry = rp["rx"], rp["ry"]
     level, inference = opts.level, opts.inference
-    out = {"p_perm": math.nan, "block_length": math.nan}
+    out = dict.fromkeys(("n_eff", "phi_x", "phi_y", "p_perm", "block_length"), math.nan)
     if inference == "block":
         n = len(rx)
         b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
         lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
         pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
-        dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-        n_iid = _iid_effective_n(dx, dy)
         if b > 1:
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
-            p, how = _p_value(method, r, n_iid), ("kendall-test" if method == "kendall" else "t-test")
-        out.update(
-            p=p,
-            ci_low=lo,
-            ci_high=hi,
-            se_z=se,
-            n_eff=math.nan,
-            phi_x=math.nan,
-            phi_y=math.nan,
-            p_method=how,
-            p_perm=pperm,
-            block_length=b,
-        )
+            dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
+            p = modified_test(method, r, _iid_effective_n(dx, dy), 0.95)[0]
+            how = "kendall-test" if method == "kendall" else "t-test"
+        out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, p_method=how, p_perm=pperm, block_length=b)
         return out
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
@@ -272,12 +218,9 @@ def assess(
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
     if method == "kendall":
         how = how.replace("t-test", "Kendall z-test")
-    out.update(
-        n_eff=n_eff,
-        phi_x=dx.phi if pos is not None else math.nan,
-        phi_y=dy.phi if pos is not None else math.nan,
-        p_method=how,
-    )
+    out.update(n_eff=n_eff, p_method=how)
+    if pos is not None:
+        out.update(phi_x=dx.phi, phi_y=dy.phi)
     if not defer:
         p, lo, hi, se = modified_test(method, r, n_eff, level)
         out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)

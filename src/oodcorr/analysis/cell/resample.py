@@ -8,6 +8,7 @@ import math
 import warnings
 
 import numpy as np
+from scipy.stats import norm
 
 from .correlate import RESAMPLED_CAP, corr, corr_batch, fisher_z
 
@@ -31,26 +32,13 @@ def moving_block_indices(n: int, b: int, n_boot: int, rng: np.random.Generator) 
     return (starts[:, :, None] + np.arange(b)).reshape(n_boot, k * b)[:, :n]
 
 
-INTERVALS = ("fisher-z", "percentile")
+INTERVALS = ("fisher-z", "percentile")  # checked by :class:`.options.Options`
 
 
 def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[float, float]:
-    """Interval from resampled correlations ``rs`` (finite values only)."""
-    a = (1 - level) / 2
-    if kind == "percentile":
-        lo, hi = np.quantile(rs, [a, 1 - a])
-        return float(lo), float(hi)
-    if kind != "fisher-z":
-        raise ValueError(f"unknown interval {kind!r}; choose from {', '.join(INTERVALS)}")
-    from scipy.stats import norm
-
-    zs = fisher_z(rs, RESAMPLED_CAP)
-    half = norm.ppf(1 - a) * float(zs.std(ddof=1))
-    if half == 0:
-        return r, r
-    z0 = float(fisher_z(r, RESAMPLED_CAP))
-    # centred on r's z by construction; min/max only undo the clipping at |r| = 1
-    return min(math.tanh(z0 - half), r), max(math.tanh(z0 + half), r)
+    """Interval from resampled correlations ``rs`` (finite values only): :func:`intervals` of one cell."""
+    lo, hi = intervals(np.array([r], dtype=float), np.asarray(rs, dtype=float)[:, None], level, kind)
+    return float(lo[0]), float(hi[0])
 
 
 def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[np.ndarray, np.ndarray]:
@@ -58,16 +46,12 @@ def intervals(r: np.ndarray, RS: np.ndarray, level: float, kind: str = "fisher-z
     resampled ones, NaN for a resample that gave none (each column's finite values are its ``rs``)."""
     r = np.asarray(r, dtype=float)
     a = (1 - level) / 2
-    if kind not in INTERVALS:
-        raise ValueError(f"unknown interval {kind!r}; choose from {', '.join(INTERVALS)}")
     with warnings.catch_warnings():  # a column of fewer than two values: NaN, as the caller says
         warnings.simplefilter("ignore", RuntimeWarning)
         if kind == "percentile":
             lo, hi = np.nanquantile(RS, [a, 1 - a], axis=0)
             return lo, hi
         sd = np.nanstd(fisher_z(RS, RESAMPLED_CAP), axis=0, ddof=1)
-    from scipy.stats import norm
-
     half = norm.ppf(1 - a) * sd
     z0 = fisher_z(r, RESAMPLED_CAP)
     lo = np.where(half == 0, r, np.minimum(np.tanh(z0 - half), r))
@@ -88,20 +72,8 @@ def bootstrap_ci(
     """Interval for the residual correlation under the moving-block bootstrap."""
     if n_boot <= 1:
         return math.nan, math.nan, 0, math.nan
-    n = len(rx)
-    idx = moving_block_indices(n, b, n_boot, rng)
-    if method == "kendall":
-        rs = corr_batch(rx[idx], ry[idx], method)
-    else:
-        # a resample is a multiset of units: Pearson from weighted moments, one matrix product
-        W = np.bincount((idx + n * np.arange(n_boot)[:, None]).ravel(), minlength=n_boot * n)
-        M = W.reshape(n_boot, n) @ np.column_stack([rx, ry, rx * rx, ry * ry, rx * ry]) / n
-        sxx, syy = M[:, 2] - M[:, 0] ** 2, M[:, 3] - M[:, 1] ** 2
-        sxy = M[:, 4] - M[:, 0] * M[:, 1]
-        tiny = 1e-12 * max(float(np.mean(rx * rx)), float(np.mean(ry * ry)), 1e-300)
-        ok = (sxx > tiny) & (syy > tiny)
-        rs = np.full(n_boot, np.nan)
-        rs[ok] = np.clip(sxy[ok] / np.sqrt(sxx[ok] * syy[ok]), -1.0, 1.0)
+    idx = moving_block_indices(len(rx), b, n_boot, rng)
+    rs = corr_batch(rx[idx], ry[idx], method)
     rs = rs[np.isfinite(rs)]
     if len(rs) < max(2, n_boot / 2):
         return math.nan, math.nan, len(rs), math.nan
@@ -110,41 +82,31 @@ def bootstrap_ci(
     return lo, hi, len(rs), se
 
 
-def _blocks(n: int, b: int) -> list[np.ndarray]:
-    return [np.arange(s, min(s + b, n)) for s in range(0, n, b)]
-
-
 def block_permutation_p(
     rx: np.ndarray, ry: np.ndarray, method: str, b: int, n_perm: int, rng: np.random.Generator
 ) -> tuple[float, bool]:
     """Two-sided p-value of "no correlation" by permuting blocks of ``ry`` against ``rx``."""
     if n_perm <= 0:
         return math.nan, False
-    blocks = _blocks(len(rx), max(1, b))
+    n, b = len(rx), max(1, b)
+    k = math.ceil(n / b)  # blocks of b consecutive units, the last one maybe shorter
     r0 = abs(corr(rx, ry, method))
-    tol = 1e-12
-    k = len(blocks)
     if k <= 10 and math.factorial(k) <= n_perm:
         orders = np.array(list(itertools.permutations(range(k))))
         exact = True
     else:
         orders = np.argsort(rng.random((n_perm, k)), axis=1)
         exact = False
-    b = max(1, b)
-    if len(rx) % b == 0:
-        idx = (orders[:, :, None] * b + np.arange(b)).reshape(len(orders), -1)
-    else:  # blocks padded to length b with -1, so one fancy-index builds every ordering at once
-        pad = np.full((k, b), -1)
-        for i, blk in enumerate(blocks):
-            pad[i, : len(blk)] = blk
-        idx = pad[orders].reshape(len(orders), -1)
-        idx = idx[idx >= 0].reshape(len(orders), len(rx))
+    pad = np.arange(k * b).reshape(k, b)  # the blocks padded to length b with -1: one fancy-index builds every ordering
+    pad[pad >= n] = -1
+    idx = pad[orders].reshape(len(orders), -1)
+    idx = idx[idx >= 0].reshape(len(orders), n)
     if method == "kendall":
         rs = np.abs(corr_batch(np.broadcast_to(rx, idx.shape), ry[idx], method))
     else:  # a permutation keeps ry's mean and norm: r* is one gather and one product
         xc, yc = rx - rx.mean(), ry - ry.mean()
         rs = np.abs(yc[idx] @ xc) / math.sqrt((xc @ xc) * (yc @ yc))
-    hits = int(np.sum(np.nan_to_num(rs, nan=0.0) >= r0 - tol))
+    hits = int(np.sum(np.nan_to_num(rs, nan=0.0) >= r0 - 1e-12))
     if exact:
         return hits / len(orders), True
     return (1 + hits) / (1 + n_perm), False

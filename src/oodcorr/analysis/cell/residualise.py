@@ -1,5 +1,4 @@
-"""Residualisers: remove what the covariates (in-domain score, optionally the training
-step) explain from one score series."""
+"""Residualisers: remove what the covariates (in-domain score, optionally the step) explain from a score series."""
 
 from __future__ import annotations
 
@@ -106,9 +105,8 @@ _LAM_RATIOS = np.logspace(-7, 5, 49)
 
 @lru_cache(maxsize=8)
 def penalty_directions(size: int) -> np.ndarray:
-    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] (interior knots evenly
-    spaced) whose ridge penalty is the curve's integrated squared second derivative, in the
-    mixed-model form."""
+    """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] whose ridge penalty is the
+    curve's integrated squared second derivative (the mixed-model form)."""
     from scipy.interpolate import BSpline
 
     t = knots(size)
@@ -132,8 +130,7 @@ def knots(size: int) -> np.ndarray:
 
 
 def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
-    """The penalised part of a cubic regression spline of ``x`` (scaled to [0, 1]) with ``size``
-    B-splines: :func:`penalty_directions` at the points ``x``."""
+    """The penalised part of a cubic regression spline of ``x`` (in [0, 1]) with ``size`` B-splines."""
     from scipy.interpolate import BSpline
 
     B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), knots(size), 3).toarray()
@@ -148,48 +145,65 @@ class SplineBasis:
     W: np.ndarray
     d: np.ndarray
 
-    @property
-    def n(self) -> int:
-        return self.Q0.shape[0]
-
-    def shrink(self, lam) -> np.ndarray:
-        """(..., q): each direction's share kept at each penalty of ``lam`` (any shape)."""
-        lam = np.asarray(lam, dtype=float)[..., None]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(np.isinf(lam), 0.0, self.d / (self.d + lam))
-
     def choose(self, Y: np.ndarray) -> np.ndarray:
         """Each column's penalty by restricted maximum likelihood (the curve's coefficients random,
         the line's fixed): ``Y`` (n, m) -> (m,) penalties, ``inf`` where the line is likeliest."""
-        n, p0 = self.Q0.shape
-        lams = np.concatenate([_LAM_RATIOS * float(self.d.max()), [np.inf]]) if len(self.d) else np.array([np.inf])
-        Yp = Y - self.Q0 @ (self.Q0.T @ Y)  # beyond the line
-        c2 = (self.W.T @ Yp) ** 2  # (q, m)
-        total = np.einsum("nm,nm->m", Yp, Yp)
-        keep = self.shrink(lams)  # (L, q): d / (d + lam)
-        # residual sum of squares in the REML metric: each direction's square over (1 + d / lam)
-        quad = total[None] - (keep @ c2)  # (L, m)
-        with np.errstate(divide="ignore"):
-            logdet = -np.log1p(-keep).sum(1)  # sum log(1 + d / lam)
-            crit = logdet[:, None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
-        return lams[np.argmin(crit, axis=0)]
+        if not len(self.d):
+            return np.full(Y.shape[1], np.inf)
+        return reml_choose(self.Q0[None], self.W[None], reml_grid(self.d[None]), Y[None])[0]
 
     def residuals(self, Y: np.ndarray, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Residuals of the columns of ``Y`` (n, m) at their penalties ``lam`` (m,), and each fit's
         effective degrees of freedom (the trace of its smoother, the line's 2 included)."""
-        keep = self.shrink(lam)  # (m, q)
+        keep = shrink(self.d, lam)  # (m, q)
         fitted = self.Q0 @ (self.Q0.T @ Y) + self.W @ (keep.T * (self.W.T @ Y))
         return Y - fitted, self.Q0.shape[1] + keep.sum(1)
 
     def maker(self, lam: float) -> np.ndarray:
         """``I - S`` at penalty ``lam``: the residual maker of one series."""
-        keep = self.shrink(lam)
-        return np.eye(self.n) - self.Q0 @ self.Q0.T - (self.W * keep) @ self.W.T
+        return spline_makers(self.Q0[None], self.W[None], self.d[None], np.array([[lam]], dtype=float))[0, 0]
+
+
+def reml_grid(d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """REML's penalties (B, L), each direction's share kept at each (B, L, q) and log determinant (B, L)."""
+    lams = np.concatenate([_LAM_RATIOS[None] * d.max(1, keepdims=True), np.full((len(d), 1), np.inf)], axis=1)
+    keep = shrink(d[:, None], lams)
+    with np.errstate(divide="ignore"):
+        logdet = -np.log1p(-keep).sum(-1)
+    return lams, keep, logdet
+
+
+def reml_choose(Q0: np.ndarray, W: np.ndarray, grid: tuple, Y: np.ndarray) -> np.ndarray:
+    """:meth:`SplineBasis.choose` of each run's columns ``Y`` (B, n, m), with its :func:`reml_grid`: (B, m)."""
+    n, p0 = Q0.shape[1:]
+    lams, keep, logdet = grid
+    Yp = Y - Q0 @ (np.swapaxes(Q0, -1, -2) @ Y)
+    c2 = (np.swapaxes(W, -1, -2) @ Yp) ** 2  # (B, q, m)
+    total = np.einsum("bnm,bnm->bm", Yp, Yp)
+    # residual sum of squares in the REML metric: each direction's square over (1 + d / lam)
+    quad = total[:, None] - keep @ c2  # (B, L, m)
+    crit = logdet[..., None] + (n - p0) * np.log(np.maximum(quad, 1e-300) / (n - p0))
+    return np.take_along_axis(lams, np.argmin(crit, axis=1), axis=1)
+
+
+def shrink(d: np.ndarray, lam) -> np.ndarray:
+    """(..., q): each direction's share ``d / (d + lam)`` kept at each penalty ``lam`` (none at an infinite one)."""
+    lam = np.asarray(lam, dtype=float)[..., None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(np.isinf(lam), 0.0, d / (d + lam))
+
+
+def spline_makers(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """``I - S`` of each run at each of its penalties ``lam`` (B, m): (B, m, n, n)."""
+    n = Q0.shape[1]
+    keep = shrink(d[:, None], lam)  # (B, m, q)
+    line = np.eye(n) - Q0 @ np.swapaxes(Q0, -1, -2)
+    Wt = np.swapaxes(W, -1, -2)[:, None]
+    return line[:, None] - (W[:, None] * keep[:, :, None, :]) @ Wt
 
 
 def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
-    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted (the caller uses the
-    line)."""
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted."""
     n, k = Z.shape
     if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
         return None
@@ -241,9 +255,6 @@ def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
 
 def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     """GAM residuals: (residuals, effective dof incl. intercept, chosen penalty, residual maker)."""
-    n = len(y)
-    if n < settings.min_points:
-        raise Degenerate(f"only {n} complete points; the GAM residualiser needs at least {settings.min_points}")
     try:
         fitted = gam_fit(y, Z, settings, lam)
     except Degenerate:
@@ -261,12 +272,7 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
 
 
 def one_blas_thread():
-    """A context in which BLAS runs on one thread (the per-run procedure's matrices are small; work is split over
-    processes)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - a dependency of the pinned environment
-        import contextlib
+    """A context in which BLAS runs on one thread (the per-run work is split over processes)."""
+    from threadpoolctl import threadpool_limits  # pinned in requirements.txt (scikit-learn's, for pingouin)
 
-        return contextlib.nullcontext()
     return threadpool_limits(limits=1, user_api="blas")

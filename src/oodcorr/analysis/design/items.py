@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 from ..across.consensus import across_models
+from ..across.measured_answer import ratio_low
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..items.measurement import NOISE_LIMITED
 from ..per_run.stacked import measured_statistics, run_statistics
@@ -24,8 +24,7 @@ LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises"
 
 @dataclass(frozen=True)
 class ItemNoise:
-    """The item noise of a simulated study: items per testset (None: none), persistence, difficulty, accuracy, residual
-    sd."""
+    """The item noise of a simulated study (``in_domain``, ``ood``: items per testset, None for none)."""
 
     in_domain: int | None = None
     ood: int | None = None
@@ -53,11 +52,9 @@ class ItemNoise:
         """No testset has item noise (every one infinitely large)."""
         return self.in_domain is None and self.ood is None
 
-    def neighbours_disagree(self, accuracy: float | None = None) -> float:
-        """The share of items two neighbouring checkpoints answer differently at ``accuracy`` (the
-        OOD sets' by default): what a pilot's per-item predictions show."""
-        acc = self.accuracy if accuracy is None else accuracy
-        return disagreement(acc, self.difficulty + (1 - self.difficulty) * self.persistence)
+    def neighbours_disagree(self) -> float:
+        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy."""
+        return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
 
 
 def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -73,10 +70,8 @@ def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, f
 
 
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
-    """The tasks' scores ``truth`` (runs, checkpoints, 3: in-domain, x, y; the simulator's units) with
-    the item noise of ``items`` (docs/design.md): ``scores`` (runs, checkpoints, 3) what the testsets
-    show, and ``halves`` (runs, splits, 2, checkpoints, 3) each testset's two halves of its items per
-    random halving."""
+    """The tasks' scores ``truth`` (runs, checkpoints, 3) with the item noise of ``items`` (docs/design.md):
+    ``scores`` as the testsets show them, and ``halves`` (runs, splits, 2, checkpoints, 3) per random halving."""
     truth = np.asarray(truth, dtype=float)
     B, T, _ = truth.shape
     scores = truth.copy()
@@ -104,8 +99,7 @@ def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.nd
 
 
 def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
-    """Every run of :func:`noisy_runs` measured as the workflow measures it: the observed cell and the measurement
-    columns."""
+    """Every run of :func:`noisy_runs` measured as the workflow measures it."""
     obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
     return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
@@ -121,36 +115,20 @@ def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
 
 
-def _ratio_low_batch(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`.measured_answer._ratio_low` of every study at once: ``num``, ``den`` (studies, models)."""
-    ok = np.isfinite(num) & np.isfinite(den)
-    k = ok.sum(-1)
-    n0, d0 = np.where(ok, num, 0.0), np.where(ok, den, 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        R = np.where((k > 0) & (d0.sum(-1) > 0), n0.sum(-1) / d0.sum(-1), np.nan)
-        dev = np.where(ok, (num - R[:, None] * den) ** 2, 0.0).sum(-1)
-        se = np.sqrt(dev / (k * (k - 1))) / (d0.sum(-1) / k)
-        low = R - stats.t.ppf(level, np.maximum(k - 1, 1)) * se
-    return R, np.where(k >= 2, low, np.nan)
-
-
 def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
-    """(:func:`.measured_answer.attenuation`'s per-study dict over each study's models' pooled rows,
-    computed for every study at once; whether each study has a testset that is mostly item noise, as
-    :func:`.measured_answer.noise_limited` says) from the runs' arrays (studies, models, runs)."""
-    S = runs["r"].shape[0]
-    out = {"band": np.ones(S)}
-    band = []
-    limited = np.zeros(S, bool)
+    """(:func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item
+    noise) from the runs' arrays (studies, models, runs)."""
+    out, band = {}, []
+    limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y"):
         task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
         lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
-        est, low = _ratio_low_batch(task, obs, level)
+        est, low = ratio_low(task, obs, level)
         out[f"reliability_{side}"] = np.where(moments, est, np.nan)
         out[f"reliability_{side}_low"] = np.where(moments, low, lows)
         with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
-        band.append(np.where(with_eiv, _ratio_low_batch(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+        band.append(np.where(with_eiv, ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
     rel_z = _all_finite_mean(_all_finite_mean(runs["reliability_in_domain"]))
     out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
     both = np.isfinite(band[0]) & np.isfinite(band[1])
@@ -165,8 +143,7 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
 def measured_studies(
     runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
 ) -> dict:
-    """The across-model procedure on every simulated study whose runs are measurements, as the agreement table answers
-    it."""
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's."""
     r, r_eiv = runs["r"], runs["r_eiv"]
     M = r.shape[1]
     sign = np.ones(M)

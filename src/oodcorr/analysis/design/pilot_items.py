@@ -18,9 +18,8 @@ SHARE_FLOOR = 0.05  # a testset's residual is never taken to be more than 95 % i
 
 
 def lag_correlations(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the correlation of a testset's item noise between checkpoints ``lag`` apart, for lag 1 to T - 1;
-    the checkpoint pairs behind each) of one run's per-item correctness ``mat`` (checkpoints, items),
-    units without records left out."""
+    """(the correlation of a testset's item noise between checkpoints ``lag`` = 1 .. T - 1 apart, the checkpoint
+    pairs behind each) of one run's per-item correctness ``mat`` (checkpoints, items)."""
     m = np.asarray(mat, dtype=float)
     m = m[np.isfinite(m[:, 0])]
     T = len(m)
@@ -39,9 +38,8 @@ def lag_correlations(mat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_persistence(corr: np.ndarray, weight: np.ndarray, accuracy: float) -> tuple[float, float]:
-    """(difficulty, persistence) of the item model whose noise correlates ``corr[lag - 1]`` between
-    checkpoints ``lag`` apart at ``accuracy`` (:func:`.items.item_noise_covariance`), by
-    weighted least squares over the lags on the grid :data:`DIFFICULTIES` x :data:`PERSISTENCES`."""
+    """(difficulty, persistence) of the item model whose noise correlates ``corr[lag - 1]`` at ``lag`` apart,
+    by weighted least squares over the lags on the grid :data:`DIFFICULTIES` x :data:`PERSISTENCES`."""
     corr, weight = np.asarray(corr, dtype=float), np.asarray(weight, dtype=float)
     ok = np.isfinite(corr) & (weight > 0)
     if not ok.any():
@@ -77,20 +75,18 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
         units = sorted(long.loc[(long["model"] == model) & (long["run"] == run), "unit"].unique())
         mats, _ = item_matrices(ex, units)
         for ts, mat in mats.items():
-            corr, count = lag_correlations(mat)
-            a = acc.setdefault(ts, {"items": [], "accuracy": [], "sum": None, "weight": None, "disagree": []})
+            a = acc.setdefault(ts, {"items": [], "accuracy": [], "lags": [], "disagree": []})
             a["items"].append(mat.shape[1])
             a["accuracy"].append(float(np.nanmean(mat)))
             a["disagree"].append(noise_summary(mat)["disagreement"])
-            if len(corr):
-                s = np.where(np.isfinite(corr), corr * count, 0.0)
-                a["sum"] = s if a["sum"] is None else _padded_add(a["sum"], s)
-                a["weight"] = count if a["weight"] is None else _padded_add(a["weight"], count)
+            a["lags"].append(lag_correlations(mat))
     out = {}
     for ts, a in acc.items():
-        w = a["weight"] if a["weight"] is not None else np.zeros(0)
+        L = max(len(c) for c, _ in a["lags"])  # each run's lags padded to the longest run's
+        s = sum(np.pad(np.where(np.isfinite(c), c * n, 0.0), (0, L - len(c))) for c, n in a["lags"])
+        w = sum(np.pad(n, (0, L - len(n))) for _, n in a["lags"])
         with np.errstate(invalid="ignore", divide="ignore"):
-            corr = np.where(w > 0, (a["sum"] if a["sum"] is not None else w) / w, np.nan)
+            corr = np.where(w > 0, s / w, np.nan)
         out[ts] = {
             "items": int(np.median(a["items"])),
             "accuracy": float(np.mean(a["accuracy"])),
@@ -101,14 +97,8 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
     return out
 
 
-def _padded_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    n = max(len(a), len(b))
-    return np.pad(a, (0, n - len(a))) + np.pad(b, (0, n - len(b)))
-
-
 def _reliabilities(runs: pd.DataFrame, with_items: bool) -> dict[str, float]:
-    """{testset: the median over the pilot's per-run rows of its series' reliability} (with sizes
-    only, of the low end its bound gives)."""
+    """{testset: the median of its series' reliability over the pilot's runs} (with sizes only, of its low end)."""
     col = "" if with_items else "_low"
     vals: dict[str, list[float]] = {}
     for side in ("x", "y"):
@@ -132,8 +122,7 @@ def item_estimates(
     checkpoints: int,
     notes: list,
 ) -> dict:
-    """What the pilot says about its testsets' item noise: per testset, their medians, the items, residual sd,
-    accuracy."""
+    """What the pilot says about its testsets' item noise."""
     own = set(long["in_domain"].astype(str))
     per: dict = {}
     if examples is not None and len(examples):
@@ -164,9 +153,8 @@ def item_estimates(
             "the persistence of the item noise is not estimated: the pilot has no per-item correctness "
             "(--pilot-examples, or the workflow's predictions files beside its scores table)"
         )
-    sizes_of = {ts: e["items"] for ts, e in per.items()}
-    ids = [sizes_of[t] for t in own if t in sizes_of]
-    ood = [sizes_of[t] for t in resid_sd if t in sizes_of]
+    ids = [per[t]["items"] for t in own if t in per]
+    ood = [per[t]["items"] for t in resid_sd if t in per]
     out["in_domain_items"] = int(np.median(ids)) if ids else None
     out["ood_items"] = int(np.median(ood)) if ood else None
     rel = _reliabilities(runs, bool(fitted))

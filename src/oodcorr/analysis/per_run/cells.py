@@ -47,11 +47,7 @@ _CELL_NAN = (
     "phi_x",
     "phi_y",
     "se_z",
-    "r_no_step0",
-    "ci_low_no_step0",
-    "ci_high_no_step0",
-    "p_no_step0",
-    "se_z_no_step0",
+    *(f"{c}_no_step0" for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "ex_ci_low",
     "ex_ci_high",
     *LINE_COLUMNS,
@@ -81,8 +77,7 @@ class _Run:
 
 
 def _infer(run: _Run, rp: dict, r: float, names, method: str, res: str, opts: Options, rng_parts) -> dict:
-    """The uncertainty of the cell's correlation ``r`` (:func:`.inference.assess`), each series'
-    dependence cached."""
+    """The uncertainty of the cell's correlation ``r`` (:func:`.inference.assess`), each series' dependence cached."""
     pos = np.flatnonzero(rp["mask"]) if run.ordered else None
     deps = []
     for label, name in zip("xy", names):
@@ -95,8 +90,7 @@ def _infer(run: _Run, rp: dict, r: float, names, method: str, res: str, opts: Op
 
 
 def _finish_tests(rows: list[dict], opts: Options) -> None:
-    """p, interval and se_z of every deferred cell (modified-t, iid; the line's check always),
-    vectorised per method, then the low-information notes."""
+    """p, interval and se_z of every deferred cell, vectorised per method, then the low-information notes."""
     for sfx in ("", "_no_step0", "_line") if opts.inference != "block" else ("_line",):
         for m in opts.methods:
             idx = [i for i, row in enumerate(rows) if row["method"] == m and f"_defer{sfx}" in row]
@@ -111,23 +105,15 @@ def _finish_tests(rows: list[dict], opts: Options) -> None:
     if idx:
         r = np.array([rows[i]["r"] for i in idx], dtype=float)
         dof = np.array([rows[i]["_dof"] for i in idx], dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            t = np.abs(r) * np.sqrt(dof / np.maximum(1 - r * r, 1e-300))
-            pp = np.where(dof >= 1, np.where(np.abs(r) >= 1, 0.0, 2 * stats.t.sf(t, np.maximum(dof, 1))), np.nan)
+        pp = modified_tests("pearson", r, dof + 2, opts.level)[0]  # the t-test on dof degrees of freedom
         for j, i in enumerate(idx):
             rows[i]["p_param"] = float(pp[j])
     for row in rows:
-        row.pop("_defer", None)
-        row.pop("_defer_no_step0", None)
-        row.pop("_defer_line", None)
-        row.pop("_dof", None)
+        for k in ("_defer", "_defer_no_step0", "_defer_line", "_dof"):
+            row.pop(k, None)
         if math.isfinite(row.get("r", math.nan)):
-            said = _information_note(row, row["n"], opts)
-            row["note"] = "; ".join(n for n in (row.get("note"), said) if n)
-        if math.isfinite(row.get("r", math.nan)):
-            cap = _cap_note(row.get("phi_x", math.nan), row.get("phi_y", math.nan))
-            if cap:
-                row["note"] = "; ".join(n for n in (row.get("note"), cap) if n)
+            notes = (row.get("note"), _information_note(row, opts), _cap_note(row["phi_x"], row["phi_y"]))
+            row["note"] = "; ".join(n for n in notes if n)
 
 
 def _cap_note(phi_x: float, phi_y: float) -> str:
@@ -143,8 +129,8 @@ def _cap_note(phi_x: float, phi_y: float) -> str:
     )
 
 
-def _information_note(a: dict, n: int, opts: Options) -> str:
-    ne = a["n_eff"]
+def _information_note(a: dict, opts: Options) -> str:
+    ne, n = a["n_eff"], a["n"]
     if not math.isfinite(ne) or ne >= opts.min_n_eff:
         return ""
     ar = (
@@ -161,8 +147,7 @@ def _information_note(a: dict, n: int, opts: Options) -> str:
 
 
 def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
-    """One cell: the partial correlation of OOD testsets ``a`` and ``b`` given the in-domain score
-    (and the step), by ``method`` on the residuals of ``res``, with its inference and checks."""
+    """One cell: the partial correlation of ``a`` and ``b`` by ``method`` on the residuals of ``res``; its checks."""
     opts, cols = run.opts, run.cols
     spec = parse(res)
     if spec.step and run.steps is None:
@@ -172,16 +157,11 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     try:
         rp = residual_pair(xa, xb, covars, method, res, opts.gam, run.cache, names=(a, b))
     except Degenerate as e:
-        out = _nan_row(str(e))
-        out["n"] = int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(cols[run.zname])).sum())
-        return out
+        return {**_nan_row(str(e)), "n": int((np.isfinite(xa) & np.isfinite(xb) & np.isfinite(cols[run.zname])).sum())}
     n, r = rp["n"], corr(rp["rx"], rp["ry"], method)
     if not math.isfinite(r):
-        out = _nan_row("the residuals have no variation in rank order")
-        out["n"] = n
-        return out
+        return {**_nan_row("the residuals have no variation in rank order"), "n": n}
     got = _infer(run, rp, r, (a, b), method, res, opts, (a, b, method, res))
-    dof = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2
     out = {
         **_nan_row(""),
         **{k: got[k] for k in ("n_eff", "phi_x", "phi_y", "p_method", "p_perm", "block_length") if k in got},
@@ -191,11 +171,8 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     if method == "kendall":  # its own test, from scipy
         out["p_param"] = float(stats.kendalltau(rp["rx"], rp["ry"]).pvalue)
     else:
-        out["_dof"] = dof  # the i.i.d. t-test, vectorised in _finish_tests
-    if "p" in got:
-        out.update({k: got[k] for k in ("p", "ci_low", "ci_high", "se_z")})
-    else:
-        out["_defer"] = got["n_eff"]
+        out["_dof"] = n - 1 - (rp["dof_x"] + rp["dof_y"]) / 2  # the i.i.d. t-test, vectorised in _finish_tests
+    out.update(_tested(got))
     out["note"] = rp["form_note"]
     line = line_of(res)
     if line is not None:
@@ -205,11 +182,7 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
             rp0 = residual_pair(cols[("without step 0", a)], xb, covars, method, res, opts.gam, run.cache, names=(a, b))
             r0 = corr(rp0["rx"], rp0["ry"], method)
             g0 = _infer(run, rp0, r0, (a, b), method, res, opts, (a, b, method, res, "no step 0"))
-            out["r_no_step0"] = r0
-            if "p" in g0:
-                out.update({f"{k}_no_step0": g0[k] for k in ("p", "ci_low", "ci_high", "se_z")})
-            else:
-                out["_defer_no_step0"] = g0["n_eff"]
+            out.update(r_no_step0=r0, **_tested(g0, "_no_step0"))
         except Degenerate:
             pass
     if opts.example_boot < 2:
@@ -225,9 +198,15 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     return out
 
 
+def _tested(got: dict, sfx: str = "") -> dict:
+    """A cell's p, interval and se_z where its inference gave them (block), else its n_eff for :func:`_finish_tests`."""
+    if "p" in got:
+        return {f"{k}{sfx}": got[k] for k in ("p", "ci_low", "ci_high", "se_z")}
+    return {f"_defer{sfx}": got["n_eff"]}
+
+
 def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> dict:
-    """The line's correlation on the cell's units, for its modified-t interval (deferred), and how
-    much the curve explains beyond the line (:mod:`.form_check`)."""
+    """The line's correlation on the cell's units (its test deferred) and how much the curve explains beyond it."""
     covars = run.cols[("covariates", parse(line).step)]
     try:
         rl = residual_pair(run.cols[a], run.cols[b], covars, method, line, run.opts.gam, run.cache, names=(a, b))
@@ -240,8 +219,7 @@ def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> 
 
 
 def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
-    """The example-level intervals of the run's Pearson cells of a spline- or linear-kind
-    residualiser, each residualiser's at once (:func:`.example_boot.pearson_cis`)."""
+    """The example-level intervals of the run's batched Pearson cells (:func:`.example_boot.pearson_cis`)."""
     by_res: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         if "_ex" in row:
@@ -293,9 +271,7 @@ def partial_corr(
     clean = g[~g["testset"].isin(dup_sets)]
     wide = clean.pivot(index="unit", columns="testset", values="score").reindex(index=units)
     steps = wide.index.to_numpy(float) if ordered else None
-    step0 = None
-    if ordered and opts.step0_check and 0 in units:
-        step0 = units.index(0)
+    step0 = units.index(0) if ordered and opts.step0_check and 0 in units else None
     cols = {ts: wide[ts].to_numpy(float) for ts in wide.columns}
     z = cols[zname]
     cols[("covariates", False)] = z

@@ -1,6 +1,5 @@
-"""The example-level bootstrap of one run: resample each testset's examples (the same examples at
-every checkpoint), recompute every accuracy and every cell, and read the cell's interval from the
-resampled correlations (:func:`.resample.interval`)."""
+"""The example-level bootstrap of one run: resample each testset's examples (the same at every checkpoint),
+recompute every accuracy and every cell, and read the cell's interval from the resampled correlations."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ import numpy as np
 
 from ..cell.correlate import corr, min_points, residual_pair
 from ..cell.resample import cell_rng, interval, intervals
-from ..cell.residualise import Degenerate, parse, spline_basis
+from ..cell.residualise import Degenerate, linear_maker, parse, spline_basis
 from ..options import Options
 
 
@@ -47,18 +46,8 @@ def _too_few(count: int, opts: Options) -> str:
     return f"only {count} of {opts.example_boot} example resamples gave a value"
 
 
-def _from_resamples(r: float, rs: np.ndarray, opts: Options) -> tuple[float, float, str]:
-    """A cell's interval from its resampled correlations (NaN for a dropped resample)."""
-    rs = rs[np.isfinite(rs)]
-    if len(rs) < max(2, opts.example_boot / 2):
-        return math.nan, math.nan, _too_few(len(rs), opts)
-    lo, hi = interval(r, rs, opts.level, opts.interval)
-    return lo, hi, ""
-
-
 def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cache) -> tuple[float, float, str]:
-    """One cell's (low, high, note) from the example-level bootstrap: the cell redone on every
-    resample (``rp``: the cell's :func:`.correlate.residual_pair`)."""
+    """One cell's (low, high, note) from the example-level bootstrap: the cell redone on every resample."""
     mask = rp["mask"]
     why = rex.why_not([zname, a, b], mask)
     if why:
@@ -82,13 +71,16 @@ def example_ci(rex: RunExamples, zname, a, b, steps, method, res, rp, opts, cach
         except Degenerate:
             continue
         rs.append(corr(q["rx"], q["ry"], method))
-    return _from_resamples(corr(rp["rx"], rp["ry"], method), np.asarray(rs, dtype=float), opts)
+    rs = np.asarray(rs, dtype=float)
+    rs = rs[np.isfinite(rs)]
+    if len(rs) < max(2, opts.example_boot / 2):
+        return math.nan, math.nan, _too_few(len(rs), opts)
+    return (*interval(corr(rp["rx"], rp["ry"], method), rs, opts.level, opts.interval), "")
 
 
 def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts: Options) -> list:
-    """(low, high, note) of the Pearson cells ``cells`` of one spline- or linear-kind residualiser
-    ``res``, all at once: ``cells`` is a list of (x, y, mask, r, lams) -- each cell's testsets, its
-    complete units, its correlation and its two series' spline penalties (None: the line)."""
+    """(low, high, note) of the Pearson cells of one spline- or linear-kind residualiser ``res`` at once:
+    ``cells`` a list of (x, y, mask, r, lams), each series' spline penalty in ``lams`` (None: the line)."""
     out: list = [None] * len(cells)
     by_mask: dict[bytes, list[int]] = {}
     for k, (a, b, mask, _, _) in enumerate(cells):
@@ -103,9 +95,12 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
         names = list(dict.fromkeys(t for k in ks for t in cells[k][:2]))
         col = {t: i for i, t in enumerate(names)}
         lams = {t: lam for k in ks for t, lam in zip(cells[k][:2], cells[k][4])}
-        rs = _resampled(rex, zname, names, mask, steps if spec.step else None, min_points(spec, opts.gam))
+        z = rex.boot[zname][mask].T  # (B, n)
+        X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)  # (B, n, S)
+        st = np.asarray(steps, float)[mask] if spec.step else None
+        rs = _resampled(z, X, st, min_points(spec, opts.gam))
         if any(lams[t] is not None for t in names):
-            _respline(rs, rex, zname, names, mask, steps if spec.step else None, [lams[t] for t in names], opts)
+            _respline(rs, z, X, st, [lams[t] for t in names], opts.gam)
         ia = np.array([col[cells[k][0]] for k in ks])
         ib = np.array([col[cells[k][1]] for k in ks])
         got = _pair_corrs(rs, ia, ib)  # (B, pairs)
@@ -119,21 +114,16 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
     return out
 
 
-def _resampled(rex: RunExamples, zname: str, names: list, mask: np.ndarray, steps, need: int):
-    """Every resample's residuals of ``names`` on the units ``mask``: (B, n, S), NaN where a cell would be refused."""
-    z = rex.boot[zname][mask].T  # (B, n)
-    X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)  # (B, n, S)
+def _resampled(z: np.ndarray, X: np.ndarray, steps, need: int):
+    """Every resample's line residuals of the series ``X`` (B, n, S) on its in-domain scores ``z`` (B, n) (and the
+    ``steps``), NaN where a cell would be refused."""
     B, n = z.shape
     if n < need:
         return np.full(X.shape, np.nan)
-    cov = [np.ones((B, n)), z]
-    if steps is not None:
-        cov.append(np.broadcast_to(np.asarray(steps, float)[mask], (B, n)))
-    D = np.stack(cov, axis=-1)  # (B, n, k + 1)
-    M = np.eye(n) - D @ np.linalg.pinv(D)  # each resample's residual maker
-    R = M @ X
+    Z = z[..., None] if steps is None else np.stack([z, np.broadcast_to(steps, (B, n))], axis=-1)
+    R = linear_maker(Z) @ X  # each resample's residual maker
     bad = (X.max(1) == X.min(1)) | (np.ptp(z, axis=1) == 0)[:, None]  # (B, S)
-    if steps is not None and np.ptp(np.asarray(steps, float)[mask]) == 0:
+    if steps is not None and np.ptp(steps) == 0:
         bad[:] = True
     scale = np.maximum(np.abs(X).max(1), 1e-300)
     bad |= np.sqrt((R * R).sum(1)) <= 1e-10 * scale * math.sqrt(n)
@@ -141,15 +131,13 @@ def _resampled(rex: RunExamples, zname: str, names: list, mask: np.ndarray, step
     return R
 
 
-def _respline(rs: np.ndarray, rex: RunExamples, zname: str, names: list, mask, steps, lams: list, opts) -> None:
+def _respline(rs: np.ndarray, z: np.ndarray, X: np.ndarray, steps, lams: list, gam) -> None:
     """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) by each resample's spline residuals."""
-    z = rex.boot[zname][mask].T
-    X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)
     curved = np.array([lam is not None for lam in lams])
     lam = np.array([np.inf if v is None else v for v in lams], dtype=float)[curved]
     for b in range(len(z)):
-        covars = z[b][:, None] if steps is None else np.column_stack([z[b], np.asarray(steps, float)[mask]])
-        basis = spline_basis(covars, opts.gam)
+        covars = z[b][:, None] if steps is None else np.column_stack([z[b], steps])
+        basis = spline_basis(covars, gam)
         if basis is None:
             continue
         bad = np.isnan(rs[b][:, curved])
@@ -158,8 +146,7 @@ def _respline(rs: np.ndarray, rex: RunExamples, zname: str, names: list, mask, s
 
 
 def _pair_corrs(R: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs),
-    as :func:`.correlate.corr` computes them (NaN where either is NaN or constant)."""
+    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs), NaN as in corr."""
     C = R - R.mean(1, keepdims=True)
     G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
     ss = np.diagonal(G, axis1=1, axis2=2)

@@ -1,7 +1,5 @@
-"""One run's cells as measurements: the item noise of every testset of the run
-(:mod:`.item_noise`), and for every OOD pair the correlation with the in-domain set's noise taken
-out (``r_eiv``), the tasks' correlation (``r_corrected``) and each series' reliability
-(:mod:`.measurement` has the estimators and why)."""
+"""One run's cells as measurements: the correlation with the in-domain set's item noise taken out (``r_eiv``),
+the tasks' correlation (``r_corrected``) and each series' reliability (:mod:`.measurement` has the estimators)."""
 
 from __future__ import annotations
 
@@ -18,31 +16,11 @@ from ..items.measurement import SPLITS, bounded, cross_fitted, disattenuate, spl
 
 NAN = math.nan
 COLUMNS = (
-    "r_eiv",
-    "ci_low_eiv",
-    "ci_high_eiv",
-    "p_eiv",
-    "se_z_eiv",
-    "n_eff_eiv",
-    "r_corrected",
-    "ci_low_corrected",
-    "ci_high_corrected",
-    "reliability_x",
-    "reliability_x_low",
-    "reliability_x_high",
-    "reliability_y",
-    "reliability_y_low",
-    "reliability_y_high",
-    "reliability_in_domain",
-    "reliability_in_domain_low",
-    "reliability_in_domain_high",
+    *(f"{c}_eiv" for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff")),
+    *(f"{c}_corrected" for c in ("r", "ci_low", "ci_high")),
+    *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low", "_high")),
     "task_cov",
-    "task_var_x",
-    "task_var_y",
-    "eiv_var_x",
-    "eiv_var_y",
-    "obs_var_x",
-    "obs_var_y",
+    *(f"{kind}_var_{side}" for kind in ("task", "eiv", "obs") for side in ("x", "y")),
 )
 # what a run's cell of another method or residualiser keeps of its pair's linear-kind columns: the
 # testsets' reliabilities and the variances they are made of (not the correlations)
@@ -90,10 +68,9 @@ def run_measurements(
     where: tuple,
 ) -> dict:
     """Every (x, y, residualiser) of the run's linear- and spline-kind residualisers -> its measurement columns."""
-    residualisers, level, seed = opts.residualisers, opts.level, opts.seed
     out: dict = {}
-    kinds = list(dict.fromkeys(parse(res).line for res in residualisers if parse(res).smoother))
-    splines = [res for res in residualisers if parse(res).kind == "spline"]
+    kinds = list(dict.fromkeys(parse(res).line for res in opts.residualisers if parse(res).smoother))
+    splines = [res for res in opts.residualisers if parse(res).kind == "spline"]
     if not kinds or zname not in cols:
         return out
     z = cols[zname]
@@ -107,20 +84,16 @@ def run_measurements(
         mask = np.frombuffer(key, dtype=bool)
         if mask.sum() < 5:
             continue
-        for res in kinds:
-            if parse(res).step and steps is None:  # no step to residualise on: the cells say so
+        for res in (*kinds, *splines):  # the lines first: a spline's columns start from its line's
+            spec = parse(res)
+            if spec.step and steps is None:  # no step to residualise on: the cells say so
                 continue
-            st = steps[mask] if parse(res).step else None
-            got = _pairs(cols, zname, pairs, noise, mask, st, ordered, level, seed, where)
-            for (a, b), row in got.items():
-                out[(a, b, res)] = row
-        for res in splines:
-            if parse(res).step and steps is None:
-                continue
-            st = steps[mask] if parse(res).step else None
-            line = "linear+step" if parse(res).step else "linear"
-            lines = {p: out[(*p, line)] for p in pairs}
-            got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
+            st = steps[mask] if spec.step else None
+            if spec.kind == "linear":
+                got = _pairs(cols, zname, pairs, noise, mask, st, ordered, opts.level, opts.seed, where)
+            else:
+                lines = {p: out[(*p, spec.line)] for p in pairs}
+                got = _spline_rows(cols, zname, lines, noise, mask, st, ordered, opts, where)
             for (a, b), row in got.items():
                 out[(a, b, res)] = row
     return out
@@ -129,10 +102,8 @@ def run_measurements(
 def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -> dict:
     """The measurement columns of a spline's pairs, from its line's (``lines``: pair -> the line's columns)."""
     pairs = list(lines)
-    rows = {p: dict(lines[p]) for p in pairs}
-    for p in pairs:
-        for c in ("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"):
-            rows[p][c] = NAN
+    unknown = dict.fromkeys(("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"), NAN)
+    rows = {p: {**lines[p], **unknown} for p in pairs}
     tz = noise.get(zname, UNKNOWN)
     zh = _halves(tz, mask, cell_rng(opts.seed, *where, zname, "halves"))
     if zh is None:
@@ -149,9 +120,8 @@ def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -
     if got is None:
         return rows
     for k, p in enumerate(pairs):
-        for c, v in (("r_eiv", "r"), ("ci_low_eiv", "ci_low"), ("ci_high_eiv", "ci_high"), ("p_eiv", "p")):
-            rows[p][c] = float(got[v][k])
-        rows[p]["se_z_eiv"], rows[p]["n_eff_eiv"] = float(got["se_z"][k]), float(got["n_eff"][k])
+        for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff"):
+            rows[p][f"{c}_eiv"] = float(got[c][k])
     return rows
 
 
@@ -175,21 +145,14 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     X = np.column_stack([cols[n][mask] for n in names])
     idx = np.array([[index[a], index[b]] for a, b in pairs])
     tz = noise.get(zname, UNKNOWN)
-    zh = _halves(tz, mask, cell_rng(seed, *where, zname, "halves"))
+    halves = {n: _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves")) for n in (zname, *names)}
+    zh = halves[zname]
     # each series' observed residuals (least squares on the whole in-domain score) and their noise
     R_obs = linear_maker(np.column_stack([z] + ([steps] if steps is not None else [])))
     obs = np.einsum("ts,ts->s", R_obs @ X, R_obs @ X)
     rows = {p: empty(_describe(noise, (zname, *p))) for p in pairs}
     rel = {
-        n: _testset_reliability(
-            noise.get(n, UNKNOWN),
-            R_obs,
-            X[:, index[n]],
-            obs[index[n]],
-            mask,
-            level,
-            cell_rng(seed, *where, n, "halves"),
-        )
+        n: _testset_reliability(noise.get(n, UNKNOWN), halves[n], R_obs, X[:, index[n]], obs[index[n]], mask, level)
         for n in names
     }
     rel_z = _in_domain_reliability(tz, zh, P, z, mask, level)
@@ -202,9 +165,8 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
         K, T = zh.shape[0], zh.shape[-1]
         XH = np.full((1, K, 2, T, len(names)), np.nan)
         for s, n in enumerate(names):
-            h = _halves(noise.get(n, UNKNOWN), mask, cell_rng(seed, *where, n, "halves"))
-            if h is not None:
-                XH[0, ..., s] = h
+            if halves[n] is not None:
+                XH[0, ..., s] = halves[n]
         got = cross_fit_columns(cross_fitted(zh[None], P, X[None], XH, idx, pos, level), level)
         for k, p in enumerate(pairs):
             rows[p]["eiv_from"] = "items"
@@ -222,18 +184,13 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     return rows
 
 
-def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tuple[float, float, float]:
-    """(estimate, low, high) of the share of a testset's observed residual series that is not item
-    noise: with items, from the two halves' residual product (:func:`.measurement.cross_fitted`'s
-    ``var_x`` on the whole in-domain score: a first look, before the cell's own numbers replace it);
-    with a size only, the binomial bound gives the low end (the estimate unknown); else unknown."""
+def _testset_reliability(tn: TestsetNoise, h, R, x, total, mask, level) -> tuple[float, float, float]:
+    """(estimate, low, high) of the share of a testset's observed residual series that is not item noise: from
+    its halves (a first look, before the cell's own numbers replace it) or, with a size only, the bound's low end."""
     if not total > 0:
         return NAN, NAN, NAN
-    if tn.kind == ITEMS:
-        mat = tn.mat[mask]
-        if np.all(np.isfinite(mat[:, 0])) and mat.shape[1] >= 4:
-            h = half_means(mat, SPLITS, rng, tn.strata)[0]
-            return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
+    if h is not None:  # its items' halves (:func:`_halves`)
+        return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
     if tn.kind in (ITEMS, BOUND):
         n = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
         return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
@@ -241,8 +198,7 @@ def _testset_reliability(tn: TestsetNoise, R, x, total, mask, level, rng) -> tup
 
 
 def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, float]:
-    """The share of the in-domain series' variance (the exact covariates removed) that is not item
-    noise: the product of its halves over its variance; with a size only, the bound's low end."""
+    """The share of the in-domain series' variance (the exact covariates removed) that is not item noise."""
     total = float((P @ z) @ (P @ z))
     if not total > 0:
         return NAN, NAN, NAN
@@ -254,8 +210,7 @@ def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, flo
 
 
 def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float, float, float]:
-    """(estimate, low, high) of a series' reliability from the product ``prod`` of its two halves'
-    residuals over its residual variance ``total`` (``n`` units), the interval at ``level``."""
+    """(estimate, low, high) of a series' reliability from its halves' residual product ``prod`` over ``total``."""
     est = prod / total
     sd = math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total
     lo, hi = _interval(est, sd, level)
@@ -263,29 +218,18 @@ def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float
 
 
 def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
-    """(NaN, low, 1): a series' reliability where only the items' number is known: the binomial
-    bound on its residual noise (``noise``, the trace of its covariance) gives the low end."""
+    """(NaN, low, 1): a series' reliability where only the items' number bounds its residual ``noise``."""
     return NAN, float(1.0 - noise / total), 1.0
 
 
 def cross_fit_columns(got: dict, level: float) -> dict:
     """The measurement columns of cross-fitted cells (:func:`.measurement.cross_fitted`'s arrays, any shape)."""
     df = np.maximum(np.nan_to_num(got["n_eff"], nan=2.0), 2.0)
-    out = {
-        "r_eiv": got["r"],
-        "ci_low_eiv": got["ci_low"],
-        "ci_high_eiv": got["ci_high"],
-        "p_eiv": got["p"],
-        "se_z_eiv": got["se_z"],
-        "n_eff_eiv": got["n_eff"],
-        "task_cov": got["cov"],
-        "task_var_x": got["var_x"],
-        "task_var_y": got["var_y"],
-        "eiv_var_x": got["eiv_x"],
-        "eiv_var_y": got["eiv_y"],
-        "obs_var_x": got["obs_x"],
-        "obs_var_y": got["obs_y"],
-    }
+    out = {f"{c}_eiv": got[c] for c in ("r", "ci_low", "ci_high", "p", "se_z", "n_eff")}
+    out["task_cov"] = got["cov"]
+    for kind, key in (("task_var", "var"), ("eiv_var", "eiv"), ("obs_var", "obs")):
+        for side in ("x", "y"):
+            out[f"{kind}_{side}"] = got[f"{key}_{side}"]
     att = {}
     with np.errstate(invalid="ignore", divide="ignore"):
         for side in ("x", "y"):
@@ -293,33 +237,21 @@ def cross_fit_columns(got: dict, level: float) -> dict:
             for name, total in (("reliability", got[f"obs_{side}"]), ("att", got[f"eiv_{side}"])):
                 est = np.where(total > 0, v / total, np.nan)
                 sd = np.sqrt((total * total + v * v) / df) / total
-                lo, hi = _interval(est, sd, level)
+                ends = (est, *_interval(est, sd, level))
                 if name == "reliability":
-                    out[f"reliability_{side}"], out[f"reliability_{side}_low"], out[f"reliability_{side}_high"] = (
-                        est,
-                        lo,
-                        hi,
-                    )
+                    out.update(zip((f"reliability_{side}{e}" for e in ("", "_low", "_high")), ends))
                 else:
-                    att[side] = (est, lo, hi)
+                    att[side] = ends
         vx, vy, c = got["var_x"], got["var_y"], got["cov"]
         ok = (vx > 0) & (vy > 0)
         out["r_corrected"] = np.where(ok, np.clip(c / np.sqrt(np.where(ok, vx * vy, 1.0)), -1.0, 1.0), np.nan)
-    _, lo, hi = disattenuate(
-        got["r"],
-        got["ci_low"],
-        got["ci_high"],
-        *(att[s][0] for s in "xy"),
-        *(att[s][1] for s in "xy"),
-        *(att[s][2] for s in "xy"),
-    )
+    _, lo, hi = disattenuate(got["r"], got["ci_low"], got["ci_high"], *(att[s][i] for i in range(3) for s in "xy"))
     out["ci_low_corrected"], out["ci_high_corrected"] = lo, hi
     return out
 
 
 def finish_bounded(rows: list[dict], level: float) -> None:
-    """The p-values and intervals of the bound-corrected cells (:func:`_pairs`), from each cell's
-    own effective sample size (the observed series')."""
+    """The p-values and intervals of the bound-corrected cells, from each cell's observed effective sample size."""
     idx = [
         i for i, row in enumerate(rows) if row.get("eiv_from") == "bound" and not math.isfinite(row.get("p_eiv", NAN))
     ]

@@ -1,10 +1,5 @@
-"""The per-run procedures of the analysis on stacks of runs at once: what the design command
-(:mod:`.power`) and the item-level simulator (:mod:`.items`) read for every simulated run.
-:func:`run_statistics` is the observed cell (equal to :func:`.pipeline.analyse`'s per-run rows,
-Pearson, the linear or the spline residualiser, ordered complete units, to 1e-8:
-tests/analysis/test_design.py); :func:`measured_statistics` the same cell as a measurement, every
-testset's items known (the cross-fitted correlation, the tasks' moments and the reliabilities of
-:mod:`.measured`), which has the line's form only, as the workflow's has."""
+"""The per-run procedures on stacks of runs at once, for the design command and the item-level simulator: the
+observed cell (equal to the workflow's to 1e-8: tests/analysis/test_design.py) and the cell as a measurement."""
 
 from __future__ import annotations
 
@@ -13,14 +8,19 @@ import numpy as np
 from ..cell import splines as spline_batch
 from ..cell.correlate import corr_batch
 from ..cell.inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
-from ..cell.residualise import GamSettings, linear_maker, one_blas_thread, parse, spline_basis
+from ..cell.residualise import (
+    GamSettings,
+    linear_maker,
+    one_blas_thread,
+    parse,
+    reml_choose,
+    reml_grid,
+    shrink,
+    spline_basis,
+    spline_makers,
+)
 from ..items.measurement import cross_fitted
 from .measured import cross_fit_columns, exact_maker
-
-
-def _python_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Python's ``min(a, b)`` elementwise (``a`` unless ``b < a``), as :func:`.inference.effective_n` takes it."""
-    return np.where(b < a, b, a)
 
 
 def run_statistics(
@@ -36,31 +36,49 @@ def run_statistics(
     if not spec.smoother:
         raise ValueError("the batched runs residualise by the line or the spline; pygam's GAM is one fit per series")
     gam = gam or GamSettings()
+    scores = np.asarray(scores, dtype=float)
+    B, n, _ = scores.shape
+    pos = np.arange(n)
+    out = {k: np.empty(B) for k in ("r", "n_eff", "phi_x", "phi_y")}
+    curve = spec.kind == "spline"
+    if curve:
+        out["edf_x"], out["edf_y"] = np.empty(B), np.empty(B)
     with one_blas_thread():
-        return _run_statistics(np.asarray(scores, dtype=float), level, chunk, spec, gam, bases)
-
-
-def _covariates(sc: np.ndarray, step: bool) -> np.ndarray:
-    """(B, n, 1 or 2): the in-domain score, and the checkpoint's position with ``step``."""
-    z = sc[:, :, :1]
-    if not step:
-        return z
-    steps = np.broadcast_to(np.arange(sc.shape[1], dtype=float)[None, :, None], z.shape)
-    return np.concatenate([z, steps], axis=2)
+        for s in range(0, B, chunk):
+            sc = scores[s : s + chunk]
+            Rx, Ry, edf = _makers(sc, spec, gam, bases)
+            rx = np.einsum("bij,bj->bi", Rx, sc[:, :, 1])
+            ry = np.einsum("bij,bj->bi", Ry, sc[:, :, 2])
+            psi = expected_lag1(Rx, pos)  # the line: x and y share their residual maker
+            _, px = corrected_phis(rx, Rx, pos, psi)
+            _, py = corrected_phis(ry, Ry, pos, psi if Ry is Rx else None)
+            C0x = Rx @ np.swapaxes(Rx, -1, -2)
+            C0y = C0x if Ry is Rx else Ry @ np.swapaxes(Ry, -1, -2)
+            Cx, Cy = residual_covariances(Rx, px, pos), residual_covariances(Ry, py, pos)
+            out["n_eff"][s : s + chunk] = effective_ns(Cx, Cy, C0x, C0y)
+            out["r"][s : s + chunk] = corr_batch(rx, ry, "pearson")
+            out["phi_x"][s : s + chunk], out["phi_y"][s : s + chunk] = px, py
+            if curve:
+                e = edf if edf is not None else np.full((len(sc), 2), float(spec.n_covariates + 1))
+                out["edf_x"][s : s + chunk], out["edf_y"][s : s + chunk] = e[:, 0], e[:, 1]
+    p, lo, hi, se = modified_tests("pearson", out["r"], out["n_eff"], level)
+    out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
+    return out
 
 
 def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
-    """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective
-    degrees of freedom (B, 2); the line where the spline fits no curve (:func:`.splines.curve_fits`)."""
-    Z = _covariates(sc, spec.step)
-    if spec.kind == "linear" or not spline_batch.curve_fits(sc.shape[1], gam):
+    """Each run's residual makers of x and y (B, n, n) and, for the spline, the fits' effective dof (B, 2)."""
+    Z = sc[:, :, :1]  # the in-domain score, and the checkpoint's position with a step
+    if spec.step:
+        Z = np.concatenate([Z, np.broadcast_to(np.arange(sc.shape[1], dtype=float)[None, :, None], Z.shape)], axis=2)
+    if spec.kind == "linear" or sc.shape[1] < gam.min_points:
         R = linear_maker(Z)
         return R, R, None
     key = Z.tobytes()
     got = bases.get(key) if bases is not None else None
     if got is None:
         got = spline_batch.spline_bases(Z, gam)
-        got = (*got, spline_batch.reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
+        got = (*got, reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
         if bases is not None:
             bases[key] = got
     if isinstance(got, list):  # built run by run (ties); fewer than 4 distinct scores: that run is the line
@@ -73,41 +91,10 @@ def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
                 edf[i] = b.residuals(sc[i, :, 1:], lam)[1]
         return Rx, Ry, edf
     Q0, W, d, grid = got
-    lam = spline_batch.choose(Q0, W, grid, sc[:, :, 1:])
-    R = spline_batch.makers(Q0, W, d, lam)
-    edf = Q0.shape[2] + spline_batch.shrink(d, lam).sum(-1)
+    lam = reml_choose(Q0, W, grid, sc[:, :, 1:])
+    R = spline_makers(Q0, W, d, lam)
+    edf = Q0.shape[2] + shrink(d[:, None], lam).sum(-1)
     return R[:, 0], R[:, 1], edf
-
-
-def _run_statistics(scores: np.ndarray, level: float, chunk: int, spec, gam: GamSettings, bases) -> dict:
-    B, n, _ = scores.shape
-    pos = np.arange(n)
-    out = {k: np.empty(B) for k in ("r", "n_eff", "phi_x", "phi_y")}
-    curve = spec.kind == "spline"
-    if curve:
-        out["edf_x"], out["edf_y"] = np.empty(B), np.empty(B)
-    for s in range(0, B, chunk):
-        sc = scores[s : s + chunk]
-        Rx, Ry, edf = _makers(sc, spec, gam, bases)
-        rx = np.einsum("bij,bj->bi", Rx, sc[:, :, 1])
-        ry = np.einsum("bij,bj->bi", Ry, sc[:, :, 2])
-        psi = expected_lag1(Rx, pos)  # the line: x and y share their residual maker
-        _, px = corrected_phis(rx, Rx, pos, psi)
-        _, py = corrected_phis(ry, Ry, pos, psi if Ry is Rx else None)
-        C0x = Rx @ np.swapaxes(Rx, -1, -2)
-        C0y = C0x if Ry is Rx else Ry @ np.swapaxes(Ry, -1, -2)
-        Cx, Cy = residual_covariances(Rx, px, pos), residual_covariances(Ry, py, pos)
-        both = effective_ns(Cx, Cy, Cx, Cy)  # the Dutilleul n of the AR(1) covariances ...
-        iid = effective_ns(C0x, C0y, C0x, C0y)  # ... never above the independent-units one
-        out["n_eff"][s : s + chunk] = _python_min(both, iid)
-        out["r"][s : s + chunk] = corr_batch(rx, ry, "pearson")
-        out["phi_x"][s : s + chunk], out["phi_y"][s : s + chunk] = px, py
-        if curve:
-            e = edf if edf is not None else np.full((len(sc), 2), float(spec.n_covariates + 1))
-            out["edf_x"][s : s + chunk], out["edf_y"][s : s + chunk] = e[:, 0], e[:, 1]
-    p, lo, hi, se = modified_tests("pearson", out["r"], out["n_eff"], level)
-    out.update(p=p, ci_low=lo, ci_high=hi, se_z=se)
-    return out
 
 
 def measured_statistics(scores: np.ndarray, halves: np.ndarray, level: float = 0.95, chunk: int = 500) -> dict:
