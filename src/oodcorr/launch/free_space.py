@@ -12,19 +12,11 @@ from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
 from ..core.locks import LOCK_DIR_ENV
 from ..planning.plan import Plan
 
-# Snakemake's ILP scheduler (pulp, CBC) writes the problem of the jobs ready at once as an MPS file in
-# its temp folder, and the solver its solution beside it, before it starts them: the MPS file takes 515
-# bytes a job (pulp's writeMPS of 1,000 and 10,000 jobs with 8 resources: 515,498 and 5,150,498 bytes);
-# 1 KiB a job leaves room for the solution
+# Snakemake's ILP scheduler (pulp) writes the problem of the jobs ready at once in its temp folder, and the
+# solver its solution beside it, before it starts them: about 0.5 KiB a job each
 SOLVER_BYTES_PER_JOB = 1024
 # what any file system a run writes in needs at the least: room for a few small files (bytes, inodes)
 LEAST_ROOM = (1 << 20, 64)
-
-
-def _scheduler_tmpdir() -> Path:
-    """The folder pulp, Snakemake's ILP scheduler, writes its solver's files in: ``$TMP``, else
-    ``$TMPDIR``, else ``/tmp`` (pulp's order, not Python's)."""
-    return Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp")
 
 
 def planned_jobs(plan: Plan) -> int:
@@ -76,7 +68,7 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         needs.append(
             _Need(
                 "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
-                _scheduler_tmpdir(),
+                Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp"),  # pulp's order, not Python's
                 solver,
                 16,
                 f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "

@@ -98,9 +98,9 @@ def _who(run: dict) -> str:
     return f"PID {run.get('pid')} on host {run.get('host')}, started {started}"
 
 
-def describe(jobs: list[slurm.QueuedJob], shown: int = 6) -> str:
+def describe(jobs: list[slurm.QueuedJob]) -> str:
     """``9 (build_tiny_model micro-opt, PENDING: <reason>)``, ... for a sentence."""
-    rules = list(RESOURCES)
+    rules, shown = list(RESOURCES), 6
     parts = []
     for j in jobs[:shown]:
         rule = j.rule(rules)

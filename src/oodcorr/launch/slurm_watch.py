@@ -1,12 +1,6 @@
-"""A run on SLURM, from the submitting process: its settings checked before it submits, its jobs watched.
-
-:func:`at_start` (``onstart``) records the run, refuses what cannot work on this cluster (naming the
-profile key), installs :mod:`oodcorr.launch.slurm_wrap` and starts a :class:`Watcher`, which says on the
-console, once per change, what no waiting ends by itself: jobs pending for a partition down, drained
-nodes, a limit or a hold; the queue full; slurmctld not answering; a job SLURM ended; a job the executor
-no longer watches. :func:`end_lines` (``onerror``, ``onsuccess``) names each job SLURM ended for a limit,
-with the config key to raise.
-"""
+"""A run on SLURM, from the submitting process: its settings checked before it submits (:func:`at_start`),
+its jobs watched (:class:`Watcher`: said on the console, once per change, what no waiting ends by itself),
+and each job SLURM ended for a limit named at the end, with the config key to raise (:func:`end_lines`)."""
 
 from __future__ import annotations
 

@@ -96,12 +96,6 @@ def _emit(res: subprocess.CompletedProcess) -> int:
     return res.returncode
 
 
-def _last_answer(folder: Path | None, args: list[str]) -> Path | None:
-    if folder is None:
-        return None
-    return folder / LAST_ANSWER.format(hashlib.sha256("\0".join(args).encode()).hexdigest()[:16])
-
-
 def main(argv: list[str]) -> int:
     """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
     if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
@@ -132,7 +126,8 @@ def main(argv: list[str]) -> int:
                 return 1
             return _emit(res)
         deadline = time.monotonic() + WAIT_S.get(name, 0.0)
-        last = _last_answer(folder, args) if name == "squeue" else None
+        digest = hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
+        last = folder / LAST_ANSWER.format(digest) if name == "squeue" and folder else None
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
             if res is not None and (res.returncode == 0 or _answers()):
