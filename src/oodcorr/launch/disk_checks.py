@@ -51,10 +51,8 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
 
 
 def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, local: bool = False) -> list[str]:
-    """The lines ``onsuccess`` / ``onerror`` print: the warnings, where the results are (or that the
-    previous ones are kept), the prompts cut, and after a failure a file system without room and each
-    job's sentence. ``asked``: the targets of a run that did not ask for the published set. ``local``: the
-    jobs ran on this machine (a job killed before it could say why is named too). Never raises.
+    """The lines ``onsuccess`` / ``onerror`` print; never raises. ``asked``: the targets of a run that did
+    not ask for the published set. ``local``: the jobs ran here (a job killed before it could say why is named too).
     """
     lines, cut = [], []
     try:

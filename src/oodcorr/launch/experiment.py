@@ -1,13 +1,11 @@
 """The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
 last, and its published set checked.
 
-Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock
-(``results/<experiment>/experiment.lock``, an ``flock``) covers every checkout whose ``results/`` is
-that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
-until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
-is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
-was made with (:func:`_written_elsewhere`). A run that only looks (:func:`may_write` is false) takes
-no lock and changes nothing.
+Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock (an ``flock``)
+covers every checkout whose ``results/`` is that folder, taken while planning so that a second run
+stops before any job. ``experiment.json`` records the config that last wrote the folder: another config
+is warned of, and refused where Snakemake keeps no record of what the folder was made with. A run that
+only looks (:func:`may_write` is false) takes no lock and changes nothing.
 """
 
 from __future__ import annotations

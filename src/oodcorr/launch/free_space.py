@@ -51,10 +51,8 @@ class _Need(NamedTuple):
 
 def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
     """A sentence for each file system this run writes in, outside what its jobs check, with too little
-    room (bytes or inodes) to start: the scheduler's temp folder (Snakemake's ILP scheduler writes its
-    problem there and dies with a traceback when it cannot: it falls back to greedy only on a solver
-    error), the jobs' temp folder, the experiment folder, ``.snakemake/``, ``--shadow-prefix``,
-    ``conda_prefix``, the lock folders and the ``--report`` folder.
+    room (bytes or inodes) to start. Snakemake's ILP scheduler dies with a traceback when its temp folder
+    is full: it falls back to greedy only on a solver error.
     """
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (

@@ -17,10 +17,8 @@ def _mode(values):
 
 
 def grid_of(plan) -> dict:
-    """``{"models", "runs", "checkpoints", "pairs", "tables", "tables_how", "testsets", "sizes",
-    "in_domain_sizes", "notes"}`` of the most common table of ``plan``'s analysis (see the module doc:
-    ``sizes`` the OOD testsets', ``in_domain_sizes`` the in-domain ones'); ``notes`` say where tables
-    differ."""
+    """The shape of the most common table of ``plan``'s analysis (one in-domain set and pool group each),
+    with each testset's examples; ``notes`` say where tables differ."""
     by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
     drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
     tables: dict[tuple, dict[str, list]] = {}
@@ -140,11 +138,7 @@ def _more_models(config: dict, plan) -> tuple[dict, str]:
     """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
     cfg = copy.deepcopy(config)
     models = cfg.get("models", [])
-    add = []
-    for entry in models[::2]:
-        dup = copy.deepcopy(entry)
-        dup["name"] = f"{entry['name']}-copy"
-        add.append(dup)
+    add = [dict(copy.deepcopy(entry), name=f"{entry['name']}-copy") for entry in models[::2]]
     cfg["models"] = models + add
     names = ", ".join(e["name"] for e in models[::2])
     return cfg, f"{len(add)} more models, priced as copies of {names} (models of the sizes the grid has)"

@@ -7,6 +7,7 @@ console with the job named."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import logging
 import os
@@ -141,10 +142,8 @@ def end_job() -> None:
     _ended()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
     os._exit(0)
 
 

@@ -67,11 +67,7 @@ class ClusterConfig:
 
 def parse_config(text: str) -> ClusterConfig:
     """:class:`ClusterConfig` from ``scontrol show config``'s ``Key = value`` lines."""
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
+    values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),

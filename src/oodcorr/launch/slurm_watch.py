@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -367,17 +368,9 @@ def comments(jobs) -> dict:
     # the executor's own function, so that the comment is the one it writes (keeps the plugin out of planning)
     from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
-    out: dict[str, object] = {}
-    seen: set[str] = set()
-    for j in jobs:
-        wc = get_job_wildcards(j)
-        c = f"rule_{j.name}_wildcards_{wc}" if wc else f"rule_{j.name}"
-        if c in seen:
-            out.pop(c, None)
-        else:
-            out[c] = j
-        seen.add(c)
-    return out
+    named = [(f"rule_{j.name}_wildcards_{wc}" if (wc := get_job_wildcards(j)) else f"rule_{j.name}", j) for j in jobs]
+    count = Counter(c for c, _ in named)
+    return {c: j for c, j in named if count[c] == 1}
 
 
 def executor_name(workflow) -> str:

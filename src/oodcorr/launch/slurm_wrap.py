@@ -2,15 +2,10 @@
 
 The executor (2.8) drops, without a word, the jobs of a status round whose every attempt failed, and
 Snakemake then waits for them forever; a restarted slurmctld is enough. So a run on SLURM puts these
-wrappers first on its PATH (:func:`install`):
-
-* ``squeue``: retried while slurmctld does not answer (``scontrol ping``) for up to :data:`WAIT_S`,
-  then the controller's last answer to the same query stands in;
-* ``sbatch``: retried while slurmctld does not answer;
-* ``scontrol show config``: the configuration read at the start when slurmctld does not answer;
-* ``sacct``, where the profile says ``slurm-no-account``: the executor never reads that setting and
-  guesses an account with a pipe passed as arguments; that one call is answered ``none``.
-
+wrappers first on its PATH (:func:`install`): ``squeue`` and ``sbatch`` are retried while slurmctld
+does not answer (``squeue`` then answered by the controller's last answer), ``scontrol show config`` by
+the configuration read at the start, and where the profile says ``slurm-no-account``, the executor's
+account guess (``sacct`` with a pipe passed as arguments: it never reads that setting) by ``none``.
 Every other call, and every answer of a controller that answers, passes through unchanged.
 """
 

@@ -87,8 +87,7 @@ def on_start(workflow, plan: Plan, config: dict) -> None:
 
 
 def on_success(workflow, plan: Plan) -> None:
-    """The provenance of what was published, then what the run made (what it was asked for, when that
-    was not the published set) and the warnings of the run, last."""
+    """The provenance of what was published, then what the run made and its warnings, last."""
     _warn([w for w in [record_provenance(plan)] if w])
     settings, jobs = workflow.dag_settings, workflow.dag.targetjobs
     whole = any(j.rule.name in ("all", "publish_results") for j in jobs) and not settings.until
@@ -98,9 +97,8 @@ def on_success(workflow, plan: Plan) -> None:
 
 
 def on_error(workflow, plan: Plan) -> None:
-    """Why the run stopped, last: each job's sentence with the job named, a file system without room, a
-    job killed on this machine (with its memory key), and on SLURM each job the cluster ended for a
-    limit, with the config key that set it (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
+    """Why the run stopped, last: each job's sentence with the job named, and on SLURM each job the
+    cluster ended for a limit (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
     local = slurm_watch.executor_name(workflow) == "local"
     for line in end_of_run_report(plan, failed=True, local=local) + slurm_watch.end_lines(failed=True):
         print(line, flush=True)

@@ -159,10 +159,7 @@ def _schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     suggested = frozenset(s for e in errors for s in _suggested(e))
-    out = []
-    for e in errors:
-        out += _describe(e, config, suggested)
-    return out
+    return [d for e in errors for d in _describe(e, config, suggested)]
 
 
 def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | Path] = ()) -> None:
