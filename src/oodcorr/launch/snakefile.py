@@ -52,8 +52,7 @@ def plan_run(workflow, config: dict) -> Plan:
 def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
     """The checks of the submitting process (:func:`plan_run`); returns their warnings."""
     check_trackers(config, plan.paths.root)
-    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so
-    # it is checked now, with the experiment folder, .snakemake/, --shadow-prefix and the conda prefix
+    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready
     deploy = workflow.deployment_settings
     conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
     no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
@@ -70,8 +69,7 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
         _stop([refusal])
     if not writing:
         warnings += earlier_jobs_warning(plan)
-    # a published set not as its record says is published again; tokenised caches cut short or made by
-    # another tokenizer are deleted, so that this run makes them again before any evaluation reads them
+    # a damaged published set and unusable tokenised caches are made again by this run
     warnings += check_published(plan, change=writing)
     warnings += check_tokenized_caches(plan, rebuild=writing)
     return warnings
