@@ -133,8 +133,8 @@ def _load(name):
 def test_paper_grid_plans_the_whole_grid_offline():
     """config/paper.yaml: 8 models x {MNLI, SNLI} x n_train x seeds, each checkpoint on 8 testsets."""
     cfg = _load("paper.yaml")
-    exp = Experiment(cfg, REPO)
-    plan = build_plan(cfg, REPO, exp)
+    plan = build_plan(cfg, REPO)
+    exp = plan.exp
     hubs = sorted(m["hub"] for m in cfg["models"])
     assert hubs == sorted(
         [
@@ -176,8 +176,8 @@ def test_paper_authors_grid_has_the_authors_settings_and_plans_offline():
     """config/paper-authors.yaml: the paper grid (as config/paper.yaml: models, in-domain sets,
     testsets) with the settings of the authors' code, each of which it cites."""
     cfg, ours = _load("paper-authors.yaml"), _load("paper.yaml")
-    exp = Experiment(cfg, REPO)
-    plan = build_plan(cfg, REPO, exp)
+    plan = build_plan(cfg, REPO)
+    exp = plan.exp
     assert [(m["name"], m["hub"], m["revision"]) for m in cfg["models"]] == [
         (m["name"], m["hub"], m["revision"]) for m in ours["models"]
     ]

@@ -1,18 +1,14 @@
-"""What an experiment will cost, before it is submitted: ``oodcorr budget --configfile X``.
+"""What an experiment will cost, before it is submitted (``oodcorr budget``), as markdown and JSON.
 
-From the plan, and optionally a profile, the hub lock and the experiment's finished jobs: the jobs
-per rule (local or submitted; packed or as job arrays where the profile says so), GPU-hours as
-requested (GPUs x time limit: what a compute-time request must cover) and as expected where finished
-jobs of the same model measured their cost, checkpoint disk, download size, the longest chain of
-jobs, and with ``--throughput`` GPU-hours from the work (:mod:`oodcorr.launch.budget_work`). Written as
-markdown and JSON.
-"""
+GPU-hours are GPUs x time limits (what a compute-time request must cover), and expected where finished
+jobs of the same model measured their cost."""
 
 from __future__ import annotations
 
 import json
 import math
 import statistics
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -157,13 +153,15 @@ def measured_costs(plan) -> dict:
 # ---- the budget ------------------------------------------------------------------------------------
 
 
+def _testsets_of(plan, model: str) -> set[str]:
+    """The testsets a model's runs are evaluated on (each tokenised once per model)."""
+    return {t for d in {r.in_domain for r in plan.runs if r.model == model} for t, _ in plan.testsets[d]}
+
+
 def job_counts(plan) -> dict[str, int]:
     """Jobs per rule, as Snakemake schedules them for the whole experiment."""
     tiny = [m for m, s in plan.models.items() if s.model_entry.is_tiny]
-    tokenize = sum(
-        len({t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]})
-        for m in plan.models
-    )
+    tokenize = sum(len(_testsets_of(plan, m)) for m in plan.models)
     n_models = len(plan.models)
     # a series has no finetune, no loss
     trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])
@@ -202,15 +200,10 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
         return [(j.run.model, per[j.run.model] * len(j.steps), j.testset) for j in plan.eval_jobs]
     if rule == "finetune":
         return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
-    if rule == "build_tiny_model":
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.model_entry.is_tiny]
-    if rule == "convert_gguf":
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if s.model_entry.is_gguf]
-    jobs = []
-    for m, s in plan.models.items():
-        testsets = {t for d in {r.in_domain for r in plan.runs if r.model == m} for t, _ in plan.testsets[d]}
-        jobs += [(m, s.resources[rule].runtime, t) for t in sorted(testsets)]
-    return jobs
+    if rule in ("build_tiny_model", "convert_gguf"):
+        built = "is_tiny" if rule == "build_tiny_model" else "is_gguf"
+        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if getattr(s.model_entry, built)]
+    return [(m, s.resources[rule].runtime, t) for m, s in plan.models.items() for t in sorted(_testsets_of(plan, m))]
 
 
 def array_submissions(plan, limit: int) -> dict:
@@ -227,14 +220,9 @@ def array_submissions(plan, limit: int) -> dict:
     Counted per model, as arrays are right for one model at a time (``resource_sets``: the different
     evaluate resources of this config's models; more than one, and oodcorr refuses a run of them all as
     arrays)."""
-    pair: dict[tuple, int] = {}
-    run: dict[str, int] = {}
-    model: dict[str, int] = {}
-    for j in plan.eval_jobs:
-        key = (j.run.id, j.testset, *(tuple(j.steps) if j.run.series else ()))
-        pair[key] = pair.get(key, 0) + 1
-        run[j.run.id] = run.get(j.run.id, 0) + 1
-        model[j.run.model] = model.get(j.run.model, 0) + 1
+    pair = Counter((j.run.id, j.testset, *(tuple(j.steps) if j.run.series else ())) for j in plan.eval_jobs)
+    run = Counter(j.run.id for j in plan.eval_jobs)
+    model = Counter(j.run.model for j in plan.eval_jobs)
 
     def chunks(counts: dict) -> int:
         return sum(math.ceil(n / limit) for n in counts.values())

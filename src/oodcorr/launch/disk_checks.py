@@ -1,16 +1,11 @@
-"""Checks of what is on disk while planning, before any job runs, and the report when the run ends.
-
-:func:`check_on_disk` checks what the config points at and what earlier runs left (inputs, tokenizers
-against their models, verbalisers, local sources edited in place, summaries without predictions);
-:func:`check_tokenized_caches` deletes tokenised testsets that cannot be used; :func:`end_of_run_report`
-prints the warnings, where the results are, and the sentence each job stopped with. The checks of the
-config alone are in :mod:`oodcorr.planning.checks`.
-"""
+"""Checks of what is on disk while planning, before any job runs, and the report when the run ends (the
+checks of the config alone are in :mod:`oodcorr.planning.checks`)."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -56,10 +51,8 @@ def end_of_run_warnings(plan: Plan) -> list[str]:
 
 
 def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, local: bool = False) -> list[str]:
-    """The lines ``onsuccess`` / ``onerror`` print: the warnings, where the results are (or that the
-    previous ones are kept), the prompts cut, and after a failure a file system without room and each
-    job's sentence. ``asked``: the targets of a run that did not ask for the published set. ``local``: the
-    jobs ran on this machine (a job killed before it could say why is named too). Never raises.
+    """The lines ``onsuccess`` / ``onerror`` print; never raises. ``asked``: the targets of a run that did
+    not ask for the published set. ``local``: the jobs ran here (a job killed before it could say why is named too).
     """
     lines, cut = [], []
     try:
@@ -129,9 +122,7 @@ def refusal_lines(plan: Plan, killed: bool = False) -> list[str]:
         else:
             out.append(f"oodcorr: {job} stopped: {doc.get('message')} (its log: {log})")
     if len(found) > REFUSALS_SHOWN:
-        rules = {}
-        for doc in found[REFUSALS_SHOWN:]:
-            rules[doc.get("rule")] = rules.get(doc.get("rule"), 0) + 1
+        rules = Counter(doc.get("rule") for doc in found[REFUSALS_SHOWN:])
         counts = ", ".join(f"{n} {rule}" for rule, n in sorted(rules.items(), key=lambda t: str(t[0])))
         out.append(
             f"oodcorr: and {len(found) - REFUSALS_SHOWN} more jobs stopped ({counts}); each log's last line says why"
@@ -433,9 +424,8 @@ def truncation_warnings(plan: Plan) -> list[str]:
             if info.get("settings") != settings or not os.path.isfile(cache) or _other_data(plan, testset, info):
                 continue
             if n and cut / n > TRUNCATION_WARNING:
-                share = f"all {n} prompts (100%) are" if cut == n else f"{cut} of {n} prompts ({cut / n:.0%}) are"
                 out.append(
-                    f"testset {testset!r}, model {model!r}: {share} longer "
+                    f"testset {testset!r}, model {model!r}: {_share(cut, n, 'prompts')} longer "
                     f"than evaluation.max_length ({info.get('max_length')} tokens) and were cut, keeping "
                     "their end; raise evaluation.max_length to score whole examples"
                 )
@@ -447,17 +437,16 @@ def truncation_warnings(plan: Plan) -> list[str]:
         except (OSError, ValueError, TypeError):
             continue
         if run.n_train and cut / run.n_train > TRUNCATION_WARNING:
-            share = (
-                f"all {cut} training prompts (100%) are"
-                if cut == run.n_train
-                else f"{cut} of {run.n_train} training prompts ({cut / run.n_train:.0%}) are"
-            )
             out.append(
-                f"run {run.id}: {share} longer "
+                f"run {run.id}: {_share(cut, run.n_train, 'training prompts')} longer "
                 f"than finetune.max_length ({plan.models[run.model].finetune.get('max_length')} tokens) and "
                 "were cut; raise finetune.max_length"
             )
     return out
+
+
+def _share(cut: int, n: int, what: str) -> str:
+    return f"all {n} {what} (100%) are" if cut == n else f"{cut} of {n} {what} ({cut / n:.0%}) are"
 
 
 def _other_data(plan: Plan, testset: str, info: dict) -> bool:

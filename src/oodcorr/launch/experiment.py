@@ -1,13 +1,11 @@
 """The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
 last, and its published set checked.
 
-Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock
-(``results/<experiment>/experiment.lock``, an ``flock``) covers every checkout whose ``results/`` is
-that folder, taken while planning (:func:`lock`) so that a second run stops before any job, and held
-until the run ends. ``experiment.json`` records the config that last wrote the folder: another config
-is warned of (:func:`config_warning`), and refused where Snakemake keeps no record of what the folder
-was made with (:func:`_written_elsewhere`). A run that only looks (:func:`may_write` is false) takes
-no lock and changes nothing.
+Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock (an ``flock``)
+covers every checkout whose ``results/`` is that folder, taken while planning so that a second run
+stops before any job. ``experiment.json`` records the config that last wrote the folder: another config
+is warned of, and refused where Snakemake keeps no record of what the folder was made with. A run that
+only looks (:func:`may_write` is false) takes no lock and changes nothing.
 """
 
 from __future__ import annotations
@@ -63,11 +61,6 @@ def _read_identity(root: Path) -> dict | None:
     return doc if whole else None
 
 
-def _here(root: Path) -> dict:
-    """The experiment folder and the working folder (whose ``.snakemake/`` holds Snakemake's records)."""
-    return {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
-
-
 # in the working folder, beside Snakemake's own records: which record of each experiment folder the
 # runs here wrote (a copy of the working folder, .snakemake/ with it, keeps it; a copy or a move of the
 # experiment folder alone, another checkout sharing results/, or .snakemake/ deleted does not)
@@ -88,12 +81,6 @@ def _records_here(root: Path, old: dict) -> bool:
     return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
-def _config_changes(old: dict, config: dict) -> list[str]:
-    """The top-level keys whose values differ from ``old``, the experiment's name left out."""
-    keys = (set(old) | set(config)) - {"experiment"}
-    return sorted(k for k in keys if sha256_json(old.get(k)) != sha256_json(config.get(k)))
-
-
 def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     """(whether ``--forceall``/``-F`` is given, the rules ``--forcerun``/``-R`` names)."""
     every, rules, taking = False, set(), False
@@ -109,7 +96,7 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     return every, rules
 
 
-def _written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) -> str | None:
+def _written_elsewhere(plan: Plan, config: dict) -> str | None:
     """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied,
     moved, or written from another working folder): Snakemake reruns a job for a changed setting only
     from its records, so it would run nothing and the results would stay the other config's. None when
@@ -122,10 +109,11 @@ def _written_elsewhere(plan: Plan, config: dict, argv: list[str] | None = None) 
     moved = not _records_here(root, old)
     if not moved and old.get("records") != "partial":
         return None
-    changes = _config_changes(old["config"], config)
+    keys = (set(old["config"]) | set(config)) - {"experiment"}  # the top-level keys that differ
+    changes = sorted(k for k in keys if sha256_json(old["config"].get(k)) != sha256_json(config.get(k)))
     if not changes:
         return None
-    every, rules = _forced(sys.argv if argv is None else argv)
+    every, rules = _forced(sys.argv)
     analysis_only = changes == ["analysis"]
     if every or (analysis_only and set(ANALYSIS_RULES) <= rules):
         return None
@@ -242,7 +230,9 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     inherited = tracked and (not _records_here(root, old) or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
     keep = tracked and _records_here(root, old)  # else this working folder's records start a new lineage
-    new = dict(identity, config=config, records=records, **_here(root), provenance=provenance(plan))
+    # the experiment folder and the working folder (whose .snakemake/ holds Snakemake's records)
+    here = {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
+    new = dict(identity, config=config, records=records, **here, provenance=provenance(plan))
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
         write_json_atomic(

@@ -12,19 +12,11 @@ from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
 from ..core.locks import LOCK_DIR_ENV
 from ..planning.plan import Plan
 
-# Snakemake's ILP scheduler (pulp, CBC) writes the problem of the jobs ready at once as an MPS file in
-# its temp folder, and the solver its solution beside it, before it starts them: the MPS file takes 515
-# bytes a job (pulp's writeMPS of 1,000 and 10,000 jobs with 8 resources: 515,498 and 5,150,498 bytes);
-# 1 KiB a job leaves room for the solution
+# Snakemake's ILP scheduler (pulp) writes the problem of the jobs ready at once in its temp folder, and the
+# solver its solution beside it, before it starts them: about 0.5 KiB a job each
 SOLVER_BYTES_PER_JOB = 1024
 # what any file system a run writes in needs at the least: room for a few small files (bytes, inodes)
 LEAST_ROOM = (1 << 20, 64)
-
-
-def _scheduler_tmpdir() -> Path:
-    """The folder pulp, Snakemake's ILP scheduler, writes its solver's files in: ``$TMP``, else
-    ``$TMPDIR``, else ``/tmp`` (pulp's order, not Python's)."""
-    return Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp")
 
 
 def planned_jobs(plan: Plan) -> int:
@@ -59,10 +51,8 @@ class _Need(NamedTuple):
 
 def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
     """A sentence for each file system this run writes in, outside what its jobs check, with too little
-    room (bytes or inodes) to start: the scheduler's temp folder (Snakemake's ILP scheduler writes its
-    problem there and dies with a traceback when it cannot: it falls back to greedy only on a solver
-    error), the jobs' temp folder, the experiment folder, ``.snakemake/``, ``--shadow-prefix``,
-    ``conda_prefix``, the lock folders and the ``--report`` folder.
+    room (bytes or inodes) to start. Snakemake's ILP scheduler dies with a traceback when its temp folder
+    is full: it falls back to greedy only on a solver error.
     """
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (
@@ -76,7 +66,7 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         needs.append(
             _Need(
                 "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
-                _scheduler_tmpdir(),
+                Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp"),  # pulp's order, not Python's
                 solver,
                 16,
                 f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "

@@ -1,9 +1,5 @@
-"""The grid a config asks for, as ``oodcorr design`` sees it, and the changes of it that it prices.
-
-:func:`grid_of` reads a plan into the shape of its analysis tables (one in-domain set and pool group
-each: its models, their runs and checkpoints, the OOD pairs) with each testset's examples;
-:data:`CHANGES` are the changes a user weighs, each a function from a config to a changed copy.
-"""
+"""The grid a config asks for, as ``oodcorr design`` sees it (:func:`grid_of`), and the changes of it
+that it prices (:data:`CHANGES`, each a function from a config to a changed copy)."""
 
 from __future__ import annotations
 
@@ -21,10 +17,8 @@ def _mode(values):
 
 
 def grid_of(plan) -> dict:
-    """``{"models", "runs", "checkpoints", "pairs", "tables", "tables_how", "testsets", "sizes",
-    "in_domain_sizes", "notes"}`` of the most common table of ``plan``'s analysis (see the module doc:
-    ``sizes`` the OOD testsets', ``in_domain_sizes`` the in-domain ones'); ``notes`` say where tables
-    differ."""
+    """The shape of the most common table of ``plan``'s analysis (one in-domain set and pool group each),
+    with each testset's examples; ``notes`` say where tables differ."""
     by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
     drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
     tables: dict[tuple, dict[str, list]] = {}
@@ -108,7 +102,7 @@ def _finetune_blocks(config: dict):
             yield entry["finetune"]
 
 
-def _more_checkpoints(config: dict) -> tuple[dict, str]:
+def _more_checkpoints(config: dict, plan) -> tuple[dict, str]:
     """Twice the checkpoints per run: ``checkpoints.every`` halved, or a step between every two listed."""
     cfg = copy.deepcopy(config)
     said = ""
@@ -130,25 +124,21 @@ def _more_checkpoints(config: dict) -> tuple[dict, str]:
     return cfg, f"twice the checkpoints per run ({said})"
 
 
-def _more_seeds(config: dict, extra: int = 2) -> tuple[dict, str]:
-    """``extra`` more seeds per n_train, after the largest."""
+def _more_seeds(config: dict, plan) -> tuple[dict, str]:
+    """Two more seeds per n_train, after the largest."""
     cfg = copy.deepcopy(config)
     for ft in _finetune_blocks(cfg):
         if "seeds" in ft:
             seeds = [int(s) for s in ft["seeds"]]
-            ft["seeds"] = seeds + [max(seeds) + 1 + i for i in range(extra)]
-    return cfg, f"{extra} more seeds per n_train (finetune.seeds)"
+            ft["seeds"] = seeds + [max(seeds) + 1, max(seeds) + 2]
+    return cfg, "2 more seeds per n_train (finetune.seeds)"
 
 
-def _more_models(config: dict) -> tuple[dict, str]:
+def _more_models(config: dict, plan) -> tuple[dict, str]:
     """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
     cfg = copy.deepcopy(config)
     models = cfg.get("models", [])
-    add = []
-    for entry in models[::2]:
-        dup = copy.deepcopy(entry)
-        dup["name"] = f"{entry['name']}-copy"
-        add.append(dup)
+    add = [dict(copy.deepcopy(entry), name=f"{entry['name']}-copy") for entry in models[::2]]
     cfg["models"] = models + add
     names = ", ".join(e["name"] for e in models[::2])
     return cfg, f"{len(add)} more models, priced as copies of {names} (models of the sizes the grid has)"
@@ -158,8 +148,8 @@ MORE_EXAMPLES = 4  # the change "examples x4": the factor on every capped OOD te
 EXAMPLES_CHANGE = f"examples x{MORE_EXAMPLES}"
 
 
-def _more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dict, str]:
-    """``factor`` times the examples of every OOD testset that the config caps (``max_examples``)."""
+def _more_examples(config: dict, plan) -> tuple[dict, str]:
+    """:data:`MORE_EXAMPLES` times the examples of every OOD testset that the config caps (``max_examples``)."""
     cfg = copy.deepcopy(config)
     grown = []
     blocks = cfg.setdefault("datasets", {})
@@ -167,25 +157,25 @@ def _more_examples(config: dict, plan, factor: int = MORE_EXAMPLES) -> tuple[dic
         cap = plan.exp.dataset(name).get("max_examples")
         if cap:
             blocks.setdefault(name, {})
-            blocks[name]["max_examples"] = int(cap) * factor
+            blocks[name]["max_examples"] = int(cap) * MORE_EXAMPLES
             grown.append(name)
     if not grown:
         raise ValueError("the OOD testsets are used whole (no max_examples): there are no more examples to add")
-    return cfg, f"{factor}x the examples of {', '.join(grown)} (their max_examples; if the sets hold that many)"
+    return cfg, f"{MORE_EXAMPLES}x the examples of {', '.join(grown)} (their max_examples; if the sets hold that many)"
 
 
-CHANGES = ("checkpoints x2", "seeds +2", "models +50%", EXAMPLES_CHANGE)
+_CHANGES = {
+    "checkpoints x2": _more_checkpoints,
+    "seeds +2": _more_seeds,
+    "models +50%": _more_models,
+    EXAMPLES_CHANGE: _more_examples,
+}
+CHANGES = tuple(_CHANGES)
 
 
 def change(name: str, config: dict, plan) -> tuple[dict, str]:
     """The changed config and a description of change ``name`` (one of :data:`CHANGES`); ValueError
     with the reason when the config cannot have it."""
-    if name == "checkpoints x2":
-        return _more_checkpoints(config)
-    if name == "seeds +2":
-        return _more_seeds(config)
-    if name == "models +50%":
-        return _more_models(config)
-    if name == EXAMPLES_CHANGE:
-        return _more_examples(config, plan)
-    raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
+    if name not in _CHANGES:
+        raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
+    return _CHANGES[name](config, plan)

@@ -16,9 +16,7 @@ def check_published(plan: Plan, change: bool) -> list[str]:
     may write (``change``), a damaged or incomplete set loses its marker so that this run publishes it again.
     """
     root = Path(plan.paths.root)
-    rels = plan.published_rels()
-    state = published.inspect(root, rels)
-    staging = plan.paths.staging
+    state = published.inspect(root, plan.published_rels())
     if state.layout == "none":
         return []
     out = []
@@ -29,8 +27,8 @@ def check_published(plan: Plan, change: bool) -> list[str]:
         out.append(
             f"the published results of experiment {plan.experiment!r} are not what was published"
             + (f" ({published.describe(state.record)})" if state.record else "")
-            + f": {shown}. This run publishes the set again from {staging}; what was changed or added is kept "
-            f"under {root / published.PUBLISHED}/kept-*"
+            + f": {shown}. This run publishes the set again from {plan.paths.staging}; what was changed or added is "
+            f"kept under {root / published.PUBLISHED}/kept-*"
         )
     elif state.incomplete:
         out.append(

@@ -1,16 +1,13 @@
 """Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal, device choice.
 
-Every rule's script starts with :func:`start_job` and, when it stops with a sentence (a full disk,
-a damaged input), stops through :func:`refuse`: the sentence is the log's last line and is recorded
-(:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
-console with the job named. An exception no script catches is recorded too: a write the file system
-stopped as its sentence (:func:`oodcorr.core.filesystems.write_failed`), anything else as its type and
-message beside its traceback.
-"""
+A job's refusal (:func:`refuse`), and an exception no script catches, is the log's last line and is
+recorded (:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
+console with the job named."""
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import errno
 import logging
 import os
@@ -55,12 +52,11 @@ def start_job(sm) -> None:
     atexit.register(_ended)
 
 
-def refuse(e: BaseException | str, disk: bool | None = None) -> None:
+def refuse(e: BaseException | str) -> None:
     """Stop the job with ``e``'s sentence: the log's last line, recorded for the end-of-run report
-    (which repeats it on the console with the job named), exit status 1. ``disk``: whether it is a
-    full disk's (default: whether ``e`` is a :class:`~oodcorr.core.errors.DiskFull`)."""
+    (which repeats it on the console with the job named), exit status 1."""
     message = str(e)
-    _record(message, _kind(e) if disk is None else ("disk full" if disk else "refused"))
+    _record(message, _kind(e))
     sys.exit(f"oodcorr: {message}")
 
 
@@ -146,10 +142,8 @@ def end_job() -> None:
     _ended()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
-        try:
+        with contextlib.suppress(AttributeError, OSError, ValueError):
             stream.flush()
-        except (AttributeError, OSError, ValueError):
-            pass
     os._exit(0)
 
 

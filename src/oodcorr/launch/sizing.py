@@ -148,9 +148,7 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
 
 
 def check_gpu_memory(plan, lock=None) -> list[str]:
-    """Planning-time check that every GPU job's model fits the GPUs it asks for (``gpu_mem_gb``).
-
-    Raises :class:`ConfigError` naming each model that cannot fit and the key to change; returns
+    """Planning-time check that every GPU job's model fits the GPUs it asks for (``gpu_mem_gb``); returns
     warnings for the checks that could not be made (no ``gpu_mem_gb``, no parameter count)."""
     errors, unknown, unset = [], [], {}
     for name, spec in plan.models.items():

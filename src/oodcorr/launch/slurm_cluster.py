@@ -1,11 +1,6 @@
-"""What the workflow asks a SLURM cluster that its SLURM executor does not, and the checks of a run's
-SLURM settings before it submits (each refusal names the profile key).
-
-Queries (stdlib, each bounded by a timeout, None when a command is missing): :func:`cluster_config`
-(``scontrol show config``), :func:`partitions` (``sinfo``), :func:`queue` (``squeue``),
-:func:`user_accounts` (``sacctmgr``). Checks: :func:`status_problems`, :func:`placement_problems`,
-:func:`array_problems`, :func:`queue_room`.
-"""
+"""What the workflow asks a SLURM cluster that its SLURM executor does not (stdlib queries, each bounded by
+a timeout, None when a command is missing), and the checks of a run's SLURM settings before it submits
+(each refusal names the profile key)."""
 
 from __future__ import annotations
 
@@ -72,11 +67,7 @@ class ClusterConfig:
 
 def parse_config(text: str) -> ClusterConfig:
     """:class:`ClusterConfig` from ``scontrol show config``'s ``Key = value`` lines."""
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            values[key.strip()] = value.strip()
+    values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),
@@ -124,11 +115,12 @@ class Partition:
 
     def unusable(self) -> str:
         """The nodes that cannot start a job, with their state and reason, for a sentence."""
-        out = []
-        for n, (state, reason) in sorted(self.nodes.items()):
-            if n not in self.usable_nodes():
-                out.append(f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else ""))
-        return ", ".join(out)
+        usable = self.usable_nodes()
+        return ", ".join(
+            f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else "")
+            for n, (state, reason) in sorted(self.nodes.items())
+            if n not in usable
+        )
 
 
 def parse_sinfo(text: str) -> dict[str, Partition]:
@@ -178,15 +170,6 @@ class QueuedJob:
         return known[0] if known else body.split("_wildcards_", 1)[0]
 
 
-def _parse_squeue(text: str) -> list[QueuedJob]:
-    out = []
-    for line in text.splitlines():
-        f = line.split("|", 8)
-        if len(f) == 9 and f[0].strip():
-            out.append(QueuedJob(*(x.strip() for x in f)))
-    return out
-
-
 def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list[QueuedJob] | None:
     """The jobs named ``names`` (all when None; ``every_state``: finished ones SLURM remembers too), or
     None when squeue does not answer. With ``names``, an array's tasks one a line (``<array>_<task>``).
@@ -200,7 +183,10 @@ def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list
             return []
         argv.append("--name=" + ",".join(names))
     res = run(argv)
-    return _parse_squeue(res.stdout) if res is not None and res.returncode == 0 else None
+    if res is None or res.returncode != 0:
+        return None
+    rows = (line.split("|", 8) for line in res.stdout.splitlines())
+    return [QueuedJob(*(x.strip() for x in f)) for f in rows if len(f) == 9 and f[0].strip()]
 
 
 def release_failed_launches(jobs: Iterable[QueuedJob], released: set[str]) -> list[str]:

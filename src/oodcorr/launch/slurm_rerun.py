@@ -1,11 +1,9 @@
 """A rerun after the submitting Snakemake died: the Snakemake lock it left, and the jobs SLURM still runs.
 
-Snakemake leaves its lock in ``.snakemake/locks/`` when killed (the next run needs ``--unlock``) and
-the SLURM executor's jobs run on; a rerun would submit them again. So every real run records itself
-(:func:`record_run`), and a run that may write, holding the experiment's lock, calls
-:func:`before_planning`: a Snakemake lock proven stale (its run ran on this host and is gone) is
-released; otherwise ``--unlock`` is named; and the earlier runs' jobs SLURM still holds are waited for,
-so nothing is submitted twice.
+Snakemake leaves its lock when killed (the next run needs ``--unlock``) and the SLURM executor's jobs
+run on; a rerun would submit them again. So every real run records itself (:func:`record_run`), and a
+run that may write releases a Snakemake lock proven stale (else names ``--unlock``) and waits for the
+earlier runs' jobs SLURM still holds (:func:`before_planning`).
 """
 
 from __future__ import annotations
@@ -98,9 +96,9 @@ def _who(run: dict) -> str:
     return f"PID {run.get('pid')} on host {run.get('host')}, started {started}"
 
 
-def describe(jobs: list[slurm.QueuedJob], shown: int = 6) -> str:
+def describe(jobs: list[slurm.QueuedJob]) -> str:
     """``9 (build_tiny_model micro-opt, PENDING: <reason>)``, ... for a sentence."""
-    rules = list(RESOURCES)
+    rules, shown = list(RESOURCES), 6
     parts = []
     for j in jobs[:shown]:
         rule = j.rule(rules)

@@ -1,18 +1,13 @@
-"""A run on SLURM, from the submitting process: its settings checked before it submits, its jobs watched.
-
-:func:`at_start` (``onstart``) records the run, refuses what cannot work on this cluster (naming the
-profile key), installs :mod:`oodcorr.launch.slurm_wrap` and starts a :class:`Watcher`, which says on the
-console, once per change, what no waiting ends by itself: jobs pending for a partition down, drained
-nodes, a limit or a hold; the queue full; slurmctld not answering; a job SLURM ended; a job the executor
-no longer watches. :func:`end_lines` (``onerror``, ``onsuccess``) names each job SLURM ended for a limit,
-with the config key to raise.
-"""
+"""A run on SLURM, from the submitting process: its settings checked before it submits (:func:`at_start`),
+its jobs watched (:class:`Watcher`: said on the console, once per change, what no waiting ends by itself),
+and each job SLURM ended for a limit named at the end, with the config key to raise (:func:`end_lines`)."""
 
 from __future__ import annotations
 
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -373,17 +368,9 @@ def comments(jobs) -> dict:
     # the executor's own function, so that the comment is the one it writes (keeps the plugin out of planning)
     from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
-    out: dict[str, object] = {}
-    seen: set[str] = set()
-    for j in jobs:
-        wc = get_job_wildcards(j)
-        c = f"rule_{j.name}_wildcards_{wc}" if wc else f"rule_{j.name}"
-        if c in seen:
-            out.pop(c, None)
-        else:
-            out[c] = j
-        seen.add(c)
-    return out
+    named = [(f"rule_{j.name}_wildcards_{wc}" if (wc := get_job_wildcards(j)) else f"rule_{j.name}", j) for j in jobs]
+    count = Counter(c for c, _ in named)
+    return {c: j for c, j in named if count[c] == 1}
 
 
 def executor_name(workflow) -> str:

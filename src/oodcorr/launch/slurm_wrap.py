@@ -2,15 +2,10 @@
 
 The executor (2.8) drops, without a word, the jobs of a status round whose every attempt failed, and
 Snakemake then waits for them forever; a restarted slurmctld is enough. So a run on SLURM puts these
-wrappers first on its PATH (:func:`install`):
-
-* ``squeue``: retried while slurmctld does not answer (``scontrol ping``) for up to :data:`WAIT_S`,
-  then the controller's last answer to the same query stands in;
-* ``sbatch``: retried while slurmctld does not answer;
-* ``scontrol show config``: the configuration read at the start when slurmctld does not answer;
-* ``sacct``, where the profile says ``slurm-no-account``: the executor never reads that setting and
-  guesses an account with a pipe passed as arguments; that one call is answered ``none``.
-
+wrappers first on its PATH (:func:`install`): ``squeue`` and ``sbatch`` are retried while slurmctld
+does not answer (``squeue`` then answered by the controller's last answer), ``scontrol show config`` by
+the configuration read at the start, and where the profile says ``slurm-no-account``, the executor's
+account guess (``sacct`` with a pipe passed as arguments: it never reads that setting) by ``none``.
 Every other call, and every answer of a controller that answers, passes through unchanged.
 """
 
@@ -96,12 +91,6 @@ def _emit(res: subprocess.CompletedProcess) -> int:
     return res.returncode
 
 
-def _last_answer(folder: Path | None, args: list[str]) -> Path | None:
-    if folder is None:
-        return None
-    return folder / LAST_ANSWER.format(hashlib.sha256("\0".join(args).encode()).hexdigest()[:16])
-
-
 def main(argv: list[str]) -> int:
     """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
     if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
@@ -132,7 +121,8 @@ def main(argv: list[str]) -> int:
                 return 1
             return _emit(res)
         deadline = time.monotonic() + WAIT_S.get(name, 0.0)
-        last = _last_answer(folder, args) if name == "squeue" else None
+        digest = hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
+        last = folder / LAST_ANSWER.format(digest) if name == "squeue" and folder else None
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
             if res is not None and (res.returncode == 0 or _answers()):

@@ -1,20 +1,7 @@
-"""What the Snakefile runs in its own process, around the rules: one call each.
-
-* :func:`plan_run`, before any rule: the plan of the config (:func:`oodcorr.planning.plan.load`)
-  and every check that must pass before Snakemake builds its DAG, in the order a person fixes them:
-  what the config points at and what earlier runs left (:func:`oodcorr.launch.disk_checks.check_on_disk`),
-  the hub lock beside the config (``oodcorr prefetch``), the models' fit in their GPUs; then, in the
-  main process only (a cluster job plans again on its node): the experiment trackers, room on every
-  file system the run writes in, the experiment's lock for a run that may write (a second writer stops
-  here, naming the first), a rerun after a killed Snakemake (:mod:`oodcorr.launch.slurm_rerun`), the
-  published set against its record and the tokenised caches. A run that only looks (``-n``,
-  ``--summary``, ``--dag``, ``--report``) changes nothing in ``results/`` and says what a run would do.
-* :func:`on_start`: a run with jobs to run records its config (:func:`oodcorr.launch.experiment.lock_and_record`)
-  and, on SLURM, checks the cluster before anything is submitted (:mod:`oodcorr.launch.slurm_watch`).
-* :func:`on_success` / :func:`on_error`: what the run made or why it stopped, the job named, last on
-  the console (:func:`oodcorr.launch.disk_checks.end_of_run_report`, which never raises).
-
-A refusal is printed as ``oodcorr: <sentence>`` and ends the process with status 1, before any job.
+"""What the Snakefile runs in its own process, around the rules: one call each (:func:`plan_run` before
+any rule, :func:`on_start`, :func:`on_success`, :func:`on_error`). A run that only looks (``-n``,
+``--summary``, ``--dag``, ``--report``) changes nothing in ``results/``. A refusal is printed as
+``oodcorr: <sentence>`` and ends the process with status 1, before any job.
 """
 
 from __future__ import annotations
@@ -43,8 +30,9 @@ def config_files(workflow) -> list[Path]:
 
 
 def plan_run(workflow, config: dict) -> Plan:
-    """The plan of this run once every check before the rules has passed; warnings printed, a
-    refusal printed and the process ended (module docstring)."""
+    """The plan of this run once every check that must pass before Snakemake builds its DAG has passed, in
+    the order a person fixes them; the main process only (a cluster job plans again on its node) takes
+    the experiment's lock, checks room, trackers, a rerun after a killed Snakemake and the caches."""
     files = config_files(workflow)
     plan = load(config, workflow.basedir, files)
     warnings = [*plan.warnings, *check_on_disk(plan)]
@@ -62,10 +50,9 @@ def plan_run(workflow, config: dict) -> Plan:
 
 
 def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
-    """The checks of the submitting process (module docstring); returns their warnings."""
+    """The checks of the submitting process (:func:`plan_run`); returns their warnings."""
     check_trackers(config, plan.paths.root)
-    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready, so
-    # it is checked now, with the experiment folder, .snakemake/, --shadow-prefix and the conda prefix
+    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready
     deploy = workflow.deployment_settings
     conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
     no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
@@ -82,8 +69,7 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
         _stop([refusal])
     if not writing:
         warnings += earlier_jobs_warning(plan)
-    # a published set not as its record says is published again; tokenised caches cut short or made by
-    # another tokenizer are deleted, so that this run makes them again before any evaluation reads them
+    # a damaged published set and unusable tokenised caches are made again by this run
     warnings += check_published(plan, change=writing)
     warnings += check_tokenized_caches(plan, rebuild=writing)
     return warnings
@@ -99,8 +85,7 @@ def on_start(workflow, plan: Plan, config: dict) -> None:
 
 
 def on_success(workflow, plan: Plan) -> None:
-    """The provenance of what was published, then what the run made (what it was asked for, when that
-    was not the published set) and the warnings of the run, last."""
+    """The provenance of what was published, then what the run made and its warnings, last."""
     _warn([w for w in [record_provenance(plan)] if w])
     settings, jobs = workflow.dag_settings, workflow.dag.targetjobs
     whole = any(j.rule.name in ("all", "publish_results") for j in jobs) and not settings.until
@@ -110,9 +95,8 @@ def on_success(workflow, plan: Plan) -> None:
 
 
 def on_error(workflow, plan: Plan) -> None:
-    """Why the run stopped, last: each job's sentence with the job named, a file system without room, a
-    job killed on this machine (with its memory key), and on SLURM each job the cluster ended for a
-    limit, with the config key that set it (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
+    """Why the run stopped, last: each job's sentence with the job named, and on SLURM each job the
+    cluster ended for a limit (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
     local = slurm_watch.executor_name(workflow) == "local"
     for line in end_of_run_report(plan, failed=True, local=local) + slurm_watch.end_lines(failed=True):
         print(line, flush=True)

@@ -14,7 +14,7 @@ from ..core.defaults import ANALYSIS
 from ..core.errors import ConfigError
 from ..core.limits import analysis_cells, analysis_too_large
 from ..core.model_entry import MODEL_SOURCES
-from .config import DATASET_SOURCES, HASH_RE, NAME_RE, Experiment
+from .config import DATASET_SOURCES, HASH_RE, Experiment
 
 # a testset (or training sample) with more than this share of its prompts cut to max_length is a warning
 TRUNCATION_WARNING = 0.05
@@ -43,22 +43,12 @@ def _unique(items: Iterable, key: str) -> None:
         seen.add(x)
 
 
-def _path_component(name: str, key: str) -> None:
-    if not NAME_RE.match(name):
-        raise ConfigError(f"{key}: {name!r} must match {NAME_RE.pattern} (it becomes a path component)")
-
-
 def _check_names(exp: Experiment) -> None:
-    """Names are listed once, can be path components (the schema checks those of models, in-domain sets, OOD
-    testsets and the experiment) and differ in more than case."""
+    """Names are listed once and differ in more than case (the schema makes them path components)."""
     cfg = exp.config
     _unique([m["name"] for m in cfg["models"]], "models[].name")
     _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
     _unique(cfg["ood_testsets"], "ood_testsets")
-    for d in cfg["in_domain"]:
-        for key in ("train", "test"):
-            if key in d:
-                _path_component(d[key], f"in_domain[{d['name']}].{key}")
     _distinct_ignoring_case(list(exp.models), "models[].name", "heatmaps/<model>.png, finetune/<model>/, ...")
     _distinct_ignoring_case(list(exp.in_domain), "in_domain[].name", "finetune/<model>/<in-domain>/, ...")
     _distinct_ignoring_case(
@@ -160,8 +150,6 @@ def _check_n_train(exp: Experiment) -> None:
         over = (exp.models[m].get("finetune") or {}).get("n_train")
         key = f"models[{m}].finetune.n_train" if over is not None else "finetune.n_train"
         for n in exp.finetune_cfg(m).get("n_train") or []:
-            if isinstance(n, bool) or not isinstance(n, int):
-                continue  # the schema names it
             if n < k:
                 raise ConfigError(
                     f"{key}: {n} is fewer than the {k} labels of label mode {mode!r} ({', '.join(labels)}); a run "
@@ -352,28 +340,23 @@ def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
     return out
 
 
-def _check_template(template: str, key: str) -> None:
+def _check_templates(exp: Experiment) -> None:
     """Only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail)."""
     literal = "write a literal brace as {{ or }}"
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as e:
-        raise ConfigError(f"{key}.template: {e} in {template!r}; {literal}") from None
-    for _, field, spec, conversion in parsed:
-        if field is None:
-            continue
-        if field in _PLACEHOLDERS and not spec and not conversion:
-            continue
-        shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
-        raise ConfigError(
-            f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
-            f"{{hypothesis}} are filled in ({literal})"
-        )
-
-
-def _check_templates(exp: Experiment) -> None:
     for key, prompt in _prompts(exp):
-        _check_template(prompt["template"], key)
+        template = prompt["template"]
+        try:
+            parsed = list(string.Formatter().parse(template))
+        except ValueError as e:
+            raise ConfigError(f"{key}.template: {e} in {template!r}; {literal}") from None
+        for _, field, spec, conversion in parsed:
+            if field is None or (field in _PLACEHOLDERS and not spec and not conversion):
+                continue
+            shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+            raise ConfigError(
+                f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
+                f"{{hypothesis}} are filled in ({literal})"
+            )
 
 
 def _check_verbaliser_words(exp: Experiment) -> None:

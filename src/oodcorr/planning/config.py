@@ -150,10 +150,10 @@ class Experiment:
     def series_checkpoints(self, model: str) -> dict[int, dict]:
         """x value -> ``{"path"}`` or ``{"hub", "revision"}``: where each checkpoint of a series is."""
         series = self.models[model]["series"]
-        out = {}
-        for x, ck in zip(self.series_x(model), series["checkpoints"]):
-            out[x] = {"path": ck["path"]} if ck.get("path") else {"hub": series["hub"], "revision": ck["revision"]}
-        return out
+        return {
+            x: {"path": ck["path"]} if ck.get("path") else {"hub": series["hub"], "revision": ck["revision"]}
+            for x, ck in zip(self.series_x(model), series["checkpoints"])
+        }
 
     def in_domain_of(self, model: str) -> list[str]:
         chosen = (self.models[model].get("series") or {}).get("in_domain")

@@ -81,10 +81,8 @@ class Plan:
     def eval_outputs(self) -> list[str]:
         """What the aggregation reads: every predictions file (``checkpoint``) or job summary (``run``)."""
         if self.unit == "run":
-            pattern = self.paths.eval_summary
-            return [pattern.format(**j.run.wildcards, testset=j.testset) for j in self.eval_jobs]
-        pattern = self.paths.predictions
-        return [pattern.format(**j.run.wildcards, testset=j.testset, step=j.steps[0]) for j in self.eval_jobs]
+            return [self.paths.eval_summary.format(**j.run.wildcards, testset=j.testset) for j in self.eval_jobs]
+        return [self.predictions_path(j.run, j.steps[0], j.testset) for j in self.eval_jobs]
 
     def predictions_path(self, run: Run, step: int, testset: str) -> str:
         return self.paths.predictions.format(**run.wildcards, step=step, testset=testset)
@@ -171,11 +169,9 @@ class Plan:
 
     # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
-        try:
-            return self._cache[key]
-        except KeyError:
-            value = self._cache[key] = make()
-            return value
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
 
     @rule_callable
     def dataset_params(self, wildcards) -> dict:
@@ -189,12 +185,9 @@ class Plan:
 
     def built_model_dir(self, model: str) -> str | None:
         """The folder the workflow builds a model in (a tiny model, a converted GGUF file), else None."""
-        spec = self.models[model]
-        if spec.model_entry.is_tiny:
-            return self.paths.tiny_model.format(model=model)
-        if spec.model_entry.is_gguf:
-            return self.paths.converted_model.format(model=model)
-        return None
+        entry = self.models[model].model_entry
+        pattern = self.paths.tiny_model if entry.is_tiny else self.paths.converted_model if entry.is_gguf else None
+        return pattern.format(model=model) if pattern else None
 
     @rule_callable
     def model_input(self, wildcards) -> list[str]:
@@ -369,9 +362,9 @@ def _check_size(config: dict, sources: list[Path]) -> None:
         raise ConfigError(f"{sources[-1]}: {e}" if sources else str(e)) from None
 
 
-def build_plan(config: dict, basedir=".", exp: Experiment | None = None) -> Plan:
+def build_plan(config: dict, basedir=".") -> Plan:
     """The plan of a schema-validated config (defaults filled in), after :mod:`.checks`; raises ConfigError."""
-    exp = exp or Experiment(config, basedir)
+    exp = Experiment(config, basedir)
     warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
     unit = config["evaluation"]["unit"]

@@ -28,38 +28,33 @@ def rule_threads(models: Mapping[str, Any], rule: str):
     """Threads of a rule's jobs: a constant when every model agrees, else a callable."""
     if rule in LOCAL_THREADS:
         return LOCAL_THREADS[rule]
-    per = {m: spec.resources[rule].threads for m, spec in models.items()}
-    if len(set(per.values())) == 1:
-        return next(iter(per.values()))
-    return rule_callable(lambda wildcards: per[wildcards.model])
+    return _per_model({m: spec.resources[rule].threads for m, spec in models.items()})
+
+
+def _per_model(values: dict[str, Any]):
+    """One value when every model has it, else a callable of a job's wildcards."""
+    if len(set(values.values())) == 1:
+        return next(iter(values.values()))
+    return rule_callable(lambda wildcards: values[wildcards.model])
 
 
 def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], int] | None = None) -> dict[str, Any]:
     """Snakemake ``resources`` of a per-model rule: memory and runtime times the attempt (evaluate's runtime
     times ``steps(wildcards)`` where given), and for evaluate ``attempt`` (its batch size halves on retries)."""
     per = {m: spec.resources[rule] for m, spec in models.items()}
-
-    def pick(name: str):
-        values = {m: getattr(r, name) for m, r in per.items()}
-        if len(set(values.values())) == 1:
-            return next(iter(values.values()))
-        return rule_callable(lambda wildcards: values[wildcards.model])
-
-    out: dict[str, Any] = {"gpu": pick("gpu")}
+    out: dict[str, Any] = {"gpu": _per_model({m: r.gpu for m, r in per.items()})}
     if any(r.gpu_model and r.gpu for r in per.values()):
         gpu_models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
         out["gpu_model"] = rule_callable(lambda wildcards: gpu_models[wildcards.model])
     # SLURM placement only where the config sets it (else the profile's default-resources apply)
     for key in PLACEMENT:
         if any(getattr(r, key) is not None for r in per.values()):
-            out[key] = pick(key)
+            out[key] = _per_model({m: getattr(r, key) for m, r in per.items()})
     mem = {m: r.mem_mb for m, r in per.items()}
     out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
     minutes = {m: r.runtime for m, r in per.items()}
-    if rule == "evaluate" and steps is not None:
-        out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * steps(wildcards) * attempt)
-    else:
-        out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * attempt)
+    times = steps if rule == "evaluate" and steps is not None else (lambda wildcards: 1)
+    out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * times(wildcards) * attempt)
     if rule == "evaluate":
         out["attempt"] = _attempt
     return out

@@ -89,13 +89,18 @@ def _yaml11_number_hint(value: Any, integer: bool = False) -> str:
     )
 
 
+def _misspelt(err) -> dict[str, str | None]:
+    """Each unknown key of an ``additionalProperties`` error -> the allowed key it likely misspells, or None."""
+    allowed = sorted(err.schema.get("properties", {}))
+    unknown = sorted(set(err.instance) - set(allowed))
+    return {k: next(iter(difflib.get_close_matches(k, allowed, n=1)), None) for k in unknown}
+
+
 def _suggested(err) -> list[tuple[tuple, str]]:
     """(object path, allowed key) for each unknown key of ``err`` that is a likely misspelling of it."""
     if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
         return []
-    allowed = sorted(err.schema.get("properties", {}))
-    near = (difflib.get_close_matches(k, allowed, n=1) for k in sorted(set(err.instance) - set(allowed)))
-    return [(tuple(err.absolute_path), n[0]) for n in near if n]
+    return [(tuple(err.absolute_path), n) for n in _misspelt(err).values() if n]
 
 
 def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[list, str]]:
@@ -105,15 +110,15 @@ def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[lis
     where = key_path(parts, config)
     kind, inst, val = err.validator, err.instance, err.validator_value
     if kind == "additionalProperties" and isinstance(inst, dict):
-        allowed = sorted(err.schema.get("properties", {}))
-        out = []
-        for k in sorted(set(inst) - set(allowed)):
-            near = difflib.get_close_matches(k, allowed, n=1)
-            hint = f"did you mean {near[0]!r}? " if near else ""
-            out.append(
-                (parts + [k], f"{key_path(parts + [k], config)}: unknown key; {hint}allowed here: {', '.join(allowed)}")
+        allowed = ", ".join(sorted(err.schema.get("properties", {})))
+        return [
+            (
+                parts + [k],
+                f"{key_path(parts + [k], config)}: unknown key; {f'did you mean {n!r}? ' if n else ''}"
+                f"allowed here: {allowed}",
             )
-        return out
+            for k, n in _misspelt(err).items()
+        ]
     if kind == "required":
         missing = [k for k in val if k not in inst and (tuple(parts), k) not in suggested]
         said = "required key is missing (it has no default)"
@@ -154,10 +159,7 @@ def _schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
     suggested = frozenset(s for e in errors for s in _suggested(e))
-    out = []
-    for e in errors:
-        out += _describe(e, config, suggested)
-    return out
+    return [d for e in errors for d in _describe(e, config, suggested)]
 
 
 def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | Path] = ()) -> None:
