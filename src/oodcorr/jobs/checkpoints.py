@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -115,10 +116,8 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
 
 def folder_step(ckpt: Path) -> int | None:
     """The step a ``checkpoint-<step>`` folder's name gives, or None for another name."""
-    name = Path(ckpt).name
-    if not name.startswith("checkpoint-") or not name[len("checkpoint-") :].isdigit():
-        return None
-    return int(name[len("checkpoint-") :])
+    m = re.fullmatch(r"checkpoint-(\d+)", Path(ckpt).name)
+    return int(m.group(1)) if m else None
 
 
 def checkpoint_step(ckpt: Path):
@@ -153,19 +152,9 @@ def is_resumable(ckpt: Path) -> bool:
     return bool(listed) and _check_files(ckpt, man, listed, full=True)[0]
 
 
-def _step_of(ckpt: Path) -> int:
-    return int(ckpt.name.split("-", 1)[1])
-
-
 def checkpoint_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
     """The ``checkpoint-<step>`` folders under ``ckpt_root`` as (step, folder), by step."""
-    out = []
-    for d in ckpt_root.glob("checkpoint-*"):
-        try:
-            out.append((int(d.name.split("-", 1)[1]), d))
-        except ValueError:
-            continue
-    return sorted(out)
+    return sorted((folder_step(d), d) for d in ckpt_root.glob("checkpoint-*") if folder_step(d) is not None)
 
 
 def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
@@ -205,7 +194,7 @@ def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
     """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay."""
     if keep is not None:
-        point = _newest_resumable(ckpt_root, up_to=_step_of(keep))
+        point = _newest_resumable(ckpt_root, up_to=folder_step(keep))
         if point is None:
             log.warning("no checkpoint in %s has intact optimizer state; nothing pruned", ckpt_root)
             return
@@ -227,17 +216,18 @@ def guard_run_identity(run_dir: Path, identity: dict) -> None:
     path = run_dir / "run_identity.json"
     digest = sha256_json(identity)
     ckpt_root = run_dir / "checkpoints"
+    why = None
     if path.exists():
         try:
             old = json.loads(path.read_text()).get("sha256")
         except json.JSONDecodeError:
             old = None
         if old != digest and ckpt_root.exists():
-            stale = run_dir / f"checkpoints.stale-{int(time.time())}"
-            log.warning("settings changed since the checkpoints in %s were made; moved them to %s", ckpt_root, stale)
-            ckpt_root.rename(stale)
+            why = "settings changed since the checkpoints in %s were made"
     elif ckpt_root.exists() and any(ckpt_root.iterdir()):
+        why = "checkpoints in %s have no run_identity.json"
+    if why:
         stale = run_dir / f"checkpoints.stale-{int(time.time())}"
-        log.warning("checkpoints in %s have no run_identity.json; moved them to %s", ckpt_root, stale)
+        log.warning(why + "; moved them to %s", ckpt_root, stale)
         ckpt_root.rename(stale)
     write_json_atomic(path, {"sha256": digest, "identity": identity})
