@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..core.atomic_write import write_json_atomic
 from ..core.digests import sha256_json
-from ..core.errors import ResultError
 from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
 from ..core.records import read_result
@@ -46,28 +45,12 @@ def _process_age() -> float | None:
         return None
 
 
-def weights_of(ck: dict) -> str:
-    """What identifies a checkpoint's weights: the sha256s in its finetune manifest, or a series
-    checkpoint's digest (its files' sha256s, or the hub repository and revision)."""
-    if ck.get("series"):
-        return ck["series"]["digest"]
-
-    return weights_digest(Path(ck["checkpoint"]))
-
-
 def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
     """``{"step", "checkpoint", "predictions"}`` per step, from a finetune's manifest (plus ``weights``,
     ``run_manifest``) or a series' checkpoint manifests (``series``; the step its file name gives)."""
     given, root, run_manifest = {}, None, None
     for m in manifests:
-        try:
-            doc = read_manifest(m)
-        except ResultError:
-            raise  # a damaged manifest: named, with the way out, by read_manifest
-        except (OSError, ValueError) as e:
-            raise EvaluationRefused(
-                f"{m}: unreadable ({e}); delete it and run again: the job that writes it runs again"
-            ) from None
+        doc = read_manifest(m)  # a damaged manifest: a ResultError naming it, with the way out
         if doc is None:
             root, run_manifest = Path(m).parent / "checkpoints", m
         else:
@@ -235,7 +218,9 @@ def evaluate_run(
     records = []
     for ck in checkpoints:
         check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
-        key = eval_key(weights_of(ck), cache, job.provenance, job.dtype, device)
+        # the weights: the sha256s in the finetune's checkpoint manifest, or a series checkpoint's digest
+        weights = ck["series"]["digest"] if ck.get("series") else weights_digest(Path(ck["checkpoint"]))
+        key = eval_key(weights, cache, job.provenance, job.dtype, device)
         old = _reusable(ck["predictions"], key, int(ck["step"]))
         if old is not None:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
@@ -287,15 +272,6 @@ def _reusable(path: str, key: str, step: int) -> dict | None:
         return None
     here = rec.get("step") == step and os.path.normpath(str(rec.get("predictions"))) == os.path.normpath(path)
     return rec if rec.get("eval_key") == key and here else None
-
-
-def _damaged_checkpoint(ckpt: Path, why: str) -> str:
-    run_dir = ckpt.parent.parent
-    return (
-        f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
-        f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
-        "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
-    )
 
 
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
@@ -354,7 +330,12 @@ def _evaluate_checkpoint(
         # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
         if not ok:
-            raise EvaluationRefused(_damaged_checkpoint(Path(checkpoint), why))
+            raise EvaluationRefused(
+                f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
+                f"To recover, delete {Path(checkpoint).parent.parent / 'manifest.json'} and run again: that run's "
+                "finetune moves the damaged checkpoint aside, trains it again (to the same weights) and its "
+                "evaluations rerun"
+            )
     else:
         ok, why = verify(series)
         if not ok:
