@@ -32,14 +32,6 @@ RESUME_FILES = (
 )  # the last two: FSDP
 
 
-def _read_verified(ckpt: Path) -> dict:
-    try:
-        cache = json.loads((ckpt / VERIFIED).read_text())
-        return cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _write_verified(ckpt: Path, cache: dict) -> None:
     try:
         write_json_atomic(ckpt / VERIFIED, cache)
@@ -82,7 +74,11 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
             return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
     if not full:
         return True, "ok"
-    cache = _read_verified(ckpt)
+    try:
+        cache = json.loads((ckpt / VERIFIED).read_text())
+    except (OSError, ValueError):
+        cache = {}
+    cache = cache if isinstance(cache, dict) else {}
     changed = False
     for rel in rels:
         f, want = ckpt / rel, man["files"][rel]["sha256"]
@@ -165,7 +161,9 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
         if ok:
             good[step] = d
         else:
-            _move_aside(d, why)
+            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+            log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
+            d.rename(bad)
     for step in sorted(good, reverse=True):
         d = good[step]
         if step == 0 or not is_resumable(d):
@@ -178,23 +176,11 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
     return None
 
 
-def _move_aside(d: Path, why: str) -> None:
-    bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
-    log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
-    d.rename(bad)
-
-
-def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
-    for step, d in reversed(checkpoint_dirs(ckpt_root)):
-        if step <= up_to and is_resumable(d):
-            return d
-    return None
-
-
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
     """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay."""
     if keep is not None:
-        point = _newest_resumable(ckpt_root, up_to=folder_step(keep))
+        dirs = reversed(checkpoint_dirs(ckpt_root))
+        point = next((d for step, d in dirs if step <= folder_step(keep) and is_resumable(d)), None)
         if point is None:
             log.warning("no checkpoint in %s has intact optimizer state; nothing pruned", ckpt_root)
             return

@@ -140,34 +140,31 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
         )
 
 
+# what a predictions file and its evaluation key take from the tokenised testset
+_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")
+
+
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
-    """What determines a checkpoint x testset's predictions (weights, tokenised testset, provenance, dtype,
-    device type): a predictions file with the same key is reused, not computed again."""
+    """What determines a checkpoint x testset's predictions: a predictions file with the same key is reused."""
     import torch  # torch stack: planning and the CLI never import it
 
     key = {
         "weights": weights,
-        "fingerprint": cache["fingerprint"],
-        "records_sha256": cache["records_sha256"],
-        "method": cache["method"],
-        "template": cache["template"],
-        "verbalisers": cache["verbalisers"],
+        **{k: cache[k] for k in _TESTSET_FIELDS},
         "n": len(cache["labels"]),
         "provenance": provenance,
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
-        key["reading"] = cache["reading"]
-    if cache.get("tokenizer"):  # caches made before tokenizers were recorded keep their keys
-        key["tokenizer"] = cache["tokenizer"]
+    # the reading only when a prompt switch is off its default, the tokenizer only where the cache records
+    # it: so the keys of earlier evaluations stay valid
+    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
     return sha256_json(key)
 
 
 @dataclass(frozen=True)
 class EvalParams:
-    """What an evaluation job's params (:meth:`oodcorr.planning.plan.Plan.eval_params`) say of what it
-    scores: the model, the run's ``provenance`` written into every record, and ``dtype`` (None: the model's own)."""
+    """What an evaluation job scores (:meth:`oodcorr.planning.plan.Plan.eval_params`); ``dtype`` None: the model's."""
 
     model_spec: Mapping
     built_model_dir: str | None
@@ -317,8 +314,7 @@ def _evaluate_checkpoint(
     job_timing: dict,
     process_start: float | None,
 ) -> dict:
-    """Score one checkpoint (``ck``, as :func:`checkpoints_to_score` lists it) in ``batching``'s batches
-    (:func:`device_batching`) with ``job.dtype`` (resolved), and write its predictions file."""
+    """Score one checkpoint (``ck``, as :func:`checkpoints_to_score` lists it) and write its predictions file."""
     import torch  # torch stack: planning and the CLI never import it
 
     from . import metrics  # numpy/pandas: kept out of planning
@@ -372,13 +368,7 @@ def _evaluate_checkpoint(
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
         "step": int(ck["step"]),
-        "testset": cache["testset"],
-        "fingerprint": cache["fingerprint"],
-        "records_sha256": cache["records_sha256"],
-        "method": cache["method"],
-        "n_truncated": cache["n_truncated"],
-        "template": cache["template"],
-        "verbalisers": cache["verbalisers"],
+        **{k: cache[k] for k in ("testset", "n_truncated", *_TESTSET_FIELDS)},
         "reading": cache.get("reading") or {},
         "checkpoint": str(checkpoint),
         "predictions": str(out_predictions),

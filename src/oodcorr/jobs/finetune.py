@@ -51,9 +51,7 @@ def _make_trainer_classes():
     from transformers import Trainer, TrainerCallback  # torch stack: planning and the CLI never import it
 
     class LabelTrainer(Trainer):
-        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits),
-        or, with ``loss="vocabulary"``, over the whole vocabulary at the scored position with the
-        gold label's verbaliser token as the target (:func:`training_loss`)."""
+        """The Trainer with :func:`training_loss`, stopped by a loss that is not finite."""
 
         # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
         loss_is_scaled_for_ga = False
@@ -218,8 +216,7 @@ def _ckpt_root(job: FinetuneJob) -> Path:
 
 
 def run_identity(job: FinetuneJob) -> dict:
-    """What shapes the trained weights (resources and batch-independent settings do not): hashed
-    into the run folder's ``run_identity.json``; checkpoints made under another identity are
+    """What shapes the trained weights (resources do not): checkpoints made under another identity are
     never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
     return {
         "model": dict(job.model_spec),  # the params as planned (a key they may not hold is refused: ModelEntry)
@@ -344,8 +341,7 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
 
 
 def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | None) -> list[dict]:
-    """Train to ``max_steps``, saving the scheduled checkpoints (from ``resume`` if given);
-    return the logged loss history."""
+    """Train to ``max_steps`` from ``resume``, saving the scheduled checkpoints; return the loss history."""
     if resume is not None:
         log.info("resuming from %s", resume)
     LabelTrainer, ScheduleCallback = _make_trainer_classes()
@@ -378,8 +374,7 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
 def _write_manifest(
     job: FinetuneJob, method, train: _TrainingSet, *, done: bool, resume: Path | None, history: list[dict], t0: float
 ) -> dict:
-    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's
-    manifest (its declared output), atomically; return it."""
+    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's manifest."""
     ckpt_root = _ckpt_root(job)
     missing = []
     entries = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -122,12 +123,8 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
         port=_free_port(),
     )
     log.info("launching %d processes on GPU(s) %s: %s", int(dist["gpus"]), ",".join(devices), argv)
-    out = open(log_path, "a", buffering=1) if log_path else None
-    try:
+    with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as out:
         res = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT if out else None)
-    finally:
-        if out:
-            out.close()
     if res.returncode != 0:
         raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
     return read_json(job.manifest_path, "the run's manifest", MANIFEST_FIX)

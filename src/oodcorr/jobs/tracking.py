@@ -117,8 +117,7 @@ def for_trainer(names: list[str], run_dir: str | Path) -> None:
 
 
 def _wandb_tags(ident: RunIdentity) -> list[str]:
-    """The identity's parts as W&B tags (``model:tiny-opt``, ...; at most 64 characters each, as W&B
-    allows; the whole identity is the run's group)."""
+    """The identity's parts as W&B tags (``model:tiny-opt``, ...; W&B allows 64 characters each)."""
     return [f"{k.split('.', 1)[1]}:{v}"[:64] for k, v in ident.tags.items() if k != "oodcorr.run"]
 
 
@@ -130,8 +129,7 @@ def of_config(config: dict) -> tuple[dict[str, list[str]], set[str]]:
 
 
 def check_for(names_of: dict[str, list[str]], root: str | Path) -> list[str]:
-    """Every tracker any model names, checked installed and reachable when a job that writes to them
-    starts (:func:`oodcorr.core.trackers.check`: a :class:`ConfigError`); returns them."""
+    """Every tracker any model names, checked installed and reachable (:func:`oodcorr.core.trackers.check`)."""
     names = sorted({n for v in names_of.values() for n in v})
     trackers.check(names, root)
     return names
@@ -142,9 +140,8 @@ class TrackerFailed(ConfigError):
 
 
 def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series: set[str]) -> list[str]:
-    """Log every run's scores (the scores table) to the trackers its model names (``names_of``:
-    model -> trackers); ``series``: the models whose checkpoints were given, not finetuned here.
-    Returns a line per tracker and run that got points."""
+    """Log every run's scores to the trackers its model names (``names_of``); ``series``: the models whose
+    checkpoints were given. Returns a line per tracker and run that got points."""
     said = []
     root = Path(root)
     for run_id, rows in scores.groupby("run_id", sort=True):
@@ -163,14 +160,14 @@ def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series:
             send = {"tensorboard": _tensorboard_scores, "mlflow": _mlflow_scores, "wandb": _wandb_scores}[name]
             new = _send_once(name, root, folder, pts, partial(send, ident=ident, folder=folder, root=root))
             if new:
-                said.append(f"{name}: {len(new)} points of run {ident.name} ({_where(name, folder, root)})")
+                said.append(f"{name}: {len(new)} points of run {ident.name} ({_destination(name, root, folder)[1]})")
     return said
 
 
 def _send_once(name: str, root: Path, folder: Path, items: dict, send) -> dict:
     """``send`` the ``items`` (ledger key -> item) that ``folder``'s ledger does not record as given to
     tracker ``name`` yet, then record them; returns those sent."""
-    dest = _destination(name, root)
+    dest = _destination(name, root, folder)[0]
     done = set(_read_ledger(folder).get(dest, []))
     new = {k: v for k, v in items.items() if k not in done}
     if new:
@@ -185,20 +182,18 @@ def _send_once(name: str, root: Path, folder: Path, items: dict, send) -> dict:
     return new
 
 
-def _destination(name: str, root: Path) -> str:
+def _destination(name: str, root: Path, folder: Path) -> tuple[str, str]:
+    """Where tracker ``name`` logs: (its key in the ledger, the place in words)."""
     if name == "mlflow":
-        return f"mlflow {trackers.mlflow_uri(root)} {trackers.mlflow_experiment(root)}"
+        uri, exp = trackers.mlflow_uri(root), trackers.mlflow_experiment(root)
+        return f"mlflow {uri} {exp}", f"{uri}, experiment {exp}"
     if name == "wandb":
-        return f"wandb {trackers.wandb_host()} {trackers.wandb_project(root)}"
-    return name
-
-
-def _where(name: str, folder: Path, root: Path) -> str:
-    if name == "tensorboard":
-        return str(folder / "tensorboard")
-    if name == "mlflow":
-        return f"{trackers.mlflow_uri(root)}, experiment {trackers.mlflow_experiment(root)}"
-    return f"W&B {trackers.wandb_mode()}, project {trackers.wandb_project(root)}, under {folder}/wandb"
+        project = trackers.wandb_project(root)
+        return (
+            f"wandb {trackers.wandb_host()} {project}",
+            f"W&B {trackers.wandb_mode()}, project {project}, under {folder}/wandb",
+        )
+    return name, str(folder / "tensorboard")
 
 
 def _event_file_suffix(kind: str) -> str:
@@ -226,8 +221,7 @@ def _mlflow_client(root: Path):
 
 
 def _mlflow_run(client, root: Path, ident: RunIdentity | None, answer: bool = False) -> str:
-    """The MLflow run of a finetuning run (by its ``oodcorr.run`` tag) or of the experiment's answer,
-    made if there is none yet."""
+    """The MLflow run of a finetuning run or of the answer (by its ``oodcorr.run`` tag), made if missing."""
     exp = client.get_experiment_by_name(trackers.mlflow_experiment(root))
     eid = exp.experiment_id if exp is not None else client.create_experiment(trackers.mlflow_experiment(root))
     key = f"{trackers.experiment_of(root)}: the answer" if answer else ident.key
