@@ -258,13 +258,12 @@ RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
 
 def accuracy_table(scores):
     """One row per run x checkpoint, one column per testset (in-domain first), accuracy in the cells."""
-    df = scores.copy()
     order = (
-        df.sort_values("role", key=lambda r: r.ne("in-domain"))  # the in-domain set first
+        scores.sort_values("role", key=lambda r: r.ne("in-domain"))  # the in-domain set first
         .drop_duplicates("testset")["testset"]
         .tolist()
     )
-    wide = df.pivot_table(index=RUN_KEYS + ["step"], columns="testset", values="accuracy", aggfunc="first")
+    wide = scores.pivot_table(index=RUN_KEYS + ["step"], columns="testset", values="accuracy", aggfunc="first")
     wide = wide.reindex(columns=[t for t in order if t in wide.columns])
     wide.columns.name = None
     return wide.reset_index().sort_values(RUN_KEYS + ["step"], ignore_index=True)
