@@ -40,8 +40,7 @@ def _write_verified(ckpt: Path, cache: dict) -> None:
 
 
 def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
-    # the weights follow the umask like every other result (safetensors leaves them 0600), before
-    # their stat is recorded
+    # the weights follow the umask (safetensors leaves them 0600), before their stat is recorded
     follow_umask(ckpt)
     files, verified = {}, {}
     for f in sorted(ckpt.rglob("*")):

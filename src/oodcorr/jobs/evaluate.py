@@ -156,8 +156,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    # the reading only when a prompt switch is off its default, the tokenizer only where the cache records
-    # it: so the keys of earlier evaluations stay valid
+    # only where set, so that the keys of earlier evaluations stay valid
     key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
     return sha256_json(key)
 
@@ -197,8 +196,7 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    # checked before anything is scored: bytes other than those written, cut short, another format, another
-    # testset's or model's (swapped), or another tokenizer's is refused
+    # checked (its bytes, format, testset, model and tokenizer) before anything is scored
     cache = read_tokenized(
         tokenized, tokenizer_fingerprint(model_entry, job.built_model_dir), testset=testset, model=model_entry.name
     )
@@ -325,20 +323,19 @@ def _evaluate_checkpoint(
     if series is None:
         # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
-        if not ok:
-            raise EvaluationRefused(
-                f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
-                f"To recover, delete {Path(checkpoint).parent.parent / 'manifest.json'} and run again: that run's "
-                "finetune moves the damaged checkpoint aside, trains it again (to the same weights) and its "
-                "evaluations rerun"
-            )
+        fix = (
+            f". Its files changed after it was saved, so it is not evaluated. To recover, delete "
+            f"{Path(checkpoint).parent.parent / 'manifest.json'} and run again: that run's finetune moves the "
+            "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
+        )
     else:
         ok, why = verify(series)
-        if not ok:
-            raise EvaluationRefused(
-                f"checkpoint not usable: {why}; {series.get('manifest', 'its manifest')} no longer matches the "
-                "checkpoint: delete that manifest and rerun to accept the new files"
-            )
+        fix = (
+            f"; {series.get('manifest', 'its manifest')} no longer matches the checkpoint: delete that manifest "
+            "and rerun to accept the new files"
+        )
+    if not ok:
+        raise EvaluationRefused(f"checkpoint not usable: {why}{fix}")
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}

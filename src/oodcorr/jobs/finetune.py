@@ -190,15 +190,13 @@ def finetune(job: FinetuneJob) -> dict:
     method = adaptation.get(job.model_entry.method)
     train = _training_set(job, method)
     with contextlib.ExitStack() as held:
-        # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
-        # by one process at a time
+        # only now, with the inputs known good, is run_dir read and written: by one process at a time
         if is_main_process():
             held.enter_context(hold(job.run_dir))
         model, done, resume = _prepare_run_folder(job, identity, method, train)
         main_first_end()
         history: list[dict] = []
         if done:
-            # every scheduled checkpoint exists under these exact settings: nothing to train
             log.info(
                 "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
             )
@@ -216,8 +214,8 @@ def _ckpt_root(job: FinetuneJob) -> Path:
 
 
 def run_identity(job: FinetuneJob) -> dict:
-    """What shapes the trained weights (resources do not): checkpoints made under another identity are
-    never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
+    """What shapes the trained weights (resources and batch-independent settings do not): checkpoints made
+    under another identity are never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
     return {
         "model": dict(job.model_spec),  # the params as planned (a key they may not hold is refused: ModelEntry)
         "base_weights": base_weights_fingerprint(job.model_entry, job.built_model_dir),
@@ -345,8 +343,7 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
     if resume is not None:
         log.info("resuming from %s", resume)
     LabelTrainer, ScheduleCallback = _make_trainer_classes()
-    # where the loss goes while training runs (finetune.report_to; changes no weights): each tracker checked
-    # installed and reachable before any step is trained, and pointed at the run's own tracker runs
+    # finetune.report_to: each tracker checked before any step is trained, and pointed at the run's own runs
     report = trackers.named(job.report_to)
     trackers.check(report, tracking.root_of_run_dir(job.run_dir))
     tracking.for_trainer(report, job.run_dir)
@@ -389,7 +386,6 @@ def _write_manifest(
         )
     if missing:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
-    # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
     info = {
         "model": job.name,

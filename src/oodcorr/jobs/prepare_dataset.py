@@ -188,8 +188,7 @@ def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list
 
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"
-    # under a hub lock (oodcorr prefetch): the locked commit, from the cache; a revision other than
-    # the lock's is refused
+    # under a hub lock (oodcorr prefetch): the locked commit, from the cache
     call, commit = pinned_dataset(kwargs)
     try:
         ds = datasets.load_dataset(**call)
