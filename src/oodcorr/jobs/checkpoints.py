@@ -39,7 +39,7 @@ def _write_verified(ckpt: Path, cache: dict) -> None:
         pass
 
 
-def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
+def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
     # the weights follow the umask (safetensors leaves them 0600), before their stat is recorded
     follow_umask(ckpt)
     files, verified = {}, {}
@@ -52,7 +52,6 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
     man = {"step": step, "resumable": resumable, "files": files, "libraries": library_versions()}
     _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
-    return man
 
 
 def _read_manifest(ckpt: Path) -> dict | None:
@@ -152,7 +151,7 @@ def checkpoint_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
     return sorted((folder_step(d), d) for d in ckpt_root.glob("checkpoint-*") if folder_step(d) is not None)
 
 
-def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
+def find_resume_point(ckpt_root: Path, steps: list[int]) -> Path | None:
     """Newest checkpoint to resume from, or None to start from scratch."""
     good = {}
     for step, d in checkpoint_dirs(ckpt_root):
@@ -167,7 +166,7 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
         d = good[step]
         if step == 0 or not is_resumable(d):
             continue
-        missing = [s for s in (steps or []) if s < step and s not in good]
+        missing = [s for s in steps if s < step and s not in good]
         if missing:
             log.warning("checkpoints for steps %s are gone; training again from scratch", missing)
             return None
