@@ -121,8 +121,7 @@ def checkpoint_step(ckpt: Path):
 
 
 def saved_with(ckpt: Path) -> dict | None:
-    """The libraries (:data:`oodcorr.core.provenance.LIBRARIES`) of the job that saved the checkpoint,
-    as its manifest records them; None for a checkpoint saved before manifests recorded them."""
+    """The libraries that saved the checkpoint (:data:`oodcorr.core.provenance.LIBRARIES`); None: not recorded."""
     libraries = (_read_manifest(ckpt) or {}).get("libraries")
     return libraries if isinstance(libraries, dict) else None
 

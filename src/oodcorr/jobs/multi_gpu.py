@@ -28,8 +28,7 @@ ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what
 
 
 def mixed_precision(model_entry: ModelEntry, ft: dict) -> str:
-    """The same rule as the single-process path (:func:`oodcorr.planning.finetune_job.trains_in_bf16`):
-    bf16 for a bf16 model or ``finetune.bf16``."""
+    """Accelerate's mixed precision, by :func:`oodcorr.planning.finetune_job.trains_in_bf16` as in one process."""
     return "bf16" if trains_in_bf16(model_entry, ft) else "no"
 
 

@@ -147,6 +147,5 @@ def score(
 
 
 def eval_dtype(model_entry: ModelEntry, dtype: str | None = None) -> str:
-    """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
-    the model entry's ``dtype`` (the schema's default, float32, where the config gives none)."""
+    """The dtype to evaluate in: ``evaluation.dtype`` unless it is ``model``, else the model entry's."""
     return dtype if dtype and dtype != "model" else model_entry.dtype
