@@ -78,14 +78,11 @@ def collect(
             checked.append((r["predictions"] if summary else p, r))
             if keep_records is not None:
                 keep_records.append(r)
-            rows.append({c: r.get(c, _DEFAULTS.get(c)) for c in COLUMNS})
+            rows.append({c: r.get(c, "step" if c == "x_unit" else None) for c in COLUMNS})
     if data:
         check_data(checked, data["records"], data["meta"])
     df = pd.DataFrame(rows, columns=COLUMNS)
     return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"], ignore_index=True)
-
-
-_DEFAULTS = {"x_unit": "step"}
 
 
 def _pattern_regex(pattern: str) -> re.Pattern:
@@ -248,13 +245,12 @@ def read_analysis_table(path: str) -> pd.DataFrame:
 
 
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
-    for path, writer in (
-        (parquet, lambda t: df.to_parquet(t, index=False)),
-        (csv, lambda t: df.to_csv(t, index=False)),
-    ):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            writer(tmp)
+    Path(parquet).parent.mkdir(parents=True, exist_ok=True)
+    Path(csv).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(parquet) as tmp:
+        df.to_parquet(tmp, index=False)
+    with atomic_path(csv) as tmp:
+        df.to_csv(tmp, index=False)
 
 
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
@@ -262,13 +258,12 @@ RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
 
 def accuracy_table(scores):
     """One row per run x checkpoint, one column per testset (in-domain first), accuracy in the cells."""
-    df = scores.copy()
     order = (
-        df.sort_values("role", key=lambda r: r.ne("in-domain"))  # the in-domain set first
+        scores.sort_values("role", key=lambda r: r.ne("in-domain"))  # the in-domain set first
         .drop_duplicates("testset")["testset"]
         .tolist()
     )
-    wide = df.pivot_table(index=RUN_KEYS + ["step"], columns="testset", values="accuracy", aggfunc="first")
+    wide = scores.pivot_table(index=RUN_KEYS + ["step"], columns="testset", values="accuracy", aggfunc="first")
     wide = wide.reindex(columns=[t for t in order if t in wide.columns])
     wide.columns.name = None
     return wide.reset_index().sort_values(RUN_KEYS + ["step"], ignore_index=True)

@@ -68,10 +68,8 @@ def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
         partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
         for d in partial:
             shutil.rmtree(d, ignore_errors=True)
-        if partial:
-            what = f"the checkpoint {partial[-1]}"
-        else:
-            what = f"the checkpoint {save.folder}" if save is not None else f"a checkpoint in {ckpt_root}"
+        folder = partial[-1] if partial else (save.folder if save is not None else None)
+        what = f"the checkpoint {folder}" if folder else f"a checkpoint in {ckpt_root}"
         if full:
             msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=cause)
         else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -31,14 +32,6 @@ RESUME_FILES = (
 )  # the last two: FSDP
 
 
-def _read_verified(ckpt: Path) -> dict:
-    try:
-        cache = json.loads((ckpt / VERIFIED).read_text())
-        return cache if isinstance(cache, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
 def _write_verified(ckpt: Path, cache: dict) -> None:
     try:
         write_json_atomic(ckpt / VERIFIED, cache)
@@ -46,9 +39,8 @@ def _write_verified(ckpt: Path, cache: dict) -> None:
         pass
 
 
-def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
-    # the weights follow the umask like every other result (safetensors leaves them 0600), before
-    # their stat is recorded
+def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
+    # the weights follow the umask (safetensors leaves them 0600), before their stat is recorded
     follow_umask(ckpt)
     files, verified = {}, {}
     for f in sorted(ckpt.rglob("*")):
@@ -60,7 +52,6 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> dict:
     man = {"step": step, "resumable": resumable, "files": files, "libraries": library_versions()}
     _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
-    return man
 
 
 def _read_manifest(ckpt: Path) -> dict | None:
@@ -81,7 +72,11 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
             return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
     if not full:
         return True, "ok"
-    cache = _read_verified(ckpt)
+    try:
+        cache = json.loads((ckpt / VERIFIED).read_text())
+    except (OSError, ValueError):
+        cache = {}
+    cache = cache if isinstance(cache, dict) else {}
     changed = False
     for rel in rels:
         f, want = ckpt / rel, man["files"][rel]["sha256"]
@@ -115,10 +110,8 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
 
 def folder_step(ckpt: Path) -> int | None:
     """The step a ``checkpoint-<step>`` folder's name gives, or None for another name."""
-    name = Path(ckpt).name
-    if not name.startswith("checkpoint-") or not name[len("checkpoint-") :].isdigit():
-        return None
-    return int(name[len("checkpoint-") :])
+    m = re.fullmatch(r"checkpoint-(\d+)", Path(ckpt).name)
+    return int(m.group(1)) if m else None
 
 
 def checkpoint_step(ckpt: Path):
@@ -128,8 +121,7 @@ def checkpoint_step(ckpt: Path):
 
 
 def saved_with(ckpt: Path) -> dict | None:
-    """The libraries (:data:`oodcorr.core.provenance.LIBRARIES`) of the job that saved the checkpoint,
-    as its manifest records them; None for a checkpoint saved before manifests recorded them."""
+    """The libraries that saved the checkpoint (:data:`oodcorr.core.provenance.LIBRARIES`); None: not recorded."""
     libraries = (_read_manifest(ckpt) or {}).get("libraries")
     return libraries if isinstance(libraries, dict) else None
 
@@ -153,22 +145,12 @@ def is_resumable(ckpt: Path) -> bool:
     return bool(listed) and _check_files(ckpt, man, listed, full=True)[0]
 
 
-def _step_of(ckpt: Path) -> int:
-    return int(ckpt.name.split("-", 1)[1])
-
-
 def checkpoint_dirs(ckpt_root: Path) -> list[tuple[int, Path]]:
     """The ``checkpoint-<step>`` folders under ``ckpt_root`` as (step, folder), by step."""
-    out = []
-    for d in ckpt_root.glob("checkpoint-*"):
-        try:
-            out.append((int(d.name.split("-", 1)[1]), d))
-        except ValueError:
-            continue
-    return sorted(out)
+    return sorted((folder_step(d), d) for d in ckpt_root.glob("checkpoint-*") if folder_step(d) is not None)
 
 
-def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path | None:
+def find_resume_point(ckpt_root: Path, steps: list[int]) -> Path | None:
     """Newest checkpoint to resume from, or None to start from scratch."""
     good = {}
     for step, d in checkpoint_dirs(ckpt_root):
@@ -176,12 +158,14 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
         if ok:
             good[step] = d
         else:
-            _move_aside(d, why)
+            bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
+            log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
+            d.rename(bad)
     for step in sorted(good, reverse=True):
         d = good[step]
         if step == 0 or not is_resumable(d):
             continue
-        missing = [s for s in (steps or []) if s < step and s not in good]
+        missing = [s for s in steps if s < step and s not in good]
         if missing:
             log.warning("checkpoints for steps %s are gone; training again from scratch", missing)
             return None
@@ -189,23 +173,11 @@ def find_resume_point(ckpt_root: Path, steps: list[int] | None = None) -> Path |
     return None
 
 
-def _move_aside(d: Path, why: str) -> None:
-    bad = d.with_name(f".incomplete-{d.name}-{int(time.time())}")
-    log.warning("checkpoint %s is damaged (%s); moved to %s, not used", d, why, bad)
-    d.rename(bad)
-
-
-def _newest_resumable(ckpt_root: Path, up_to: int) -> Path | None:
-    for step, d in reversed(checkpoint_dirs(ckpt_root)):
-        if step <= up_to and is_resumable(d):
-            return d
-    return None
-
-
 def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
     """Drop optimizer/RNG state from every checkpoint but the resume point; weights stay."""
     if keep is not None:
-        point = _newest_resumable(ckpt_root, up_to=_step_of(keep))
+        dirs = reversed(checkpoint_dirs(ckpt_root))
+        point = next((d for step, d in dirs if step <= folder_step(keep) and is_resumable(d)), None)
         if point is None:
             log.warning("no checkpoint in %s has intact optimizer state; nothing pruned", ckpt_root)
             return
@@ -227,17 +199,18 @@ def guard_run_identity(run_dir: Path, identity: dict) -> None:
     path = run_dir / "run_identity.json"
     digest = sha256_json(identity)
     ckpt_root = run_dir / "checkpoints"
+    why = None
     if path.exists():
         try:
             old = json.loads(path.read_text()).get("sha256")
         except json.JSONDecodeError:
             old = None
         if old != digest and ckpt_root.exists():
-            stale = run_dir / f"checkpoints.stale-{int(time.time())}"
-            log.warning("settings changed since the checkpoints in %s were made; moved them to %s", ckpt_root, stale)
-            ckpt_root.rename(stale)
+            why = "settings changed since the checkpoints in %s were made"
     elif ckpt_root.exists() and any(ckpt_root.iterdir()):
+        why = "checkpoints in %s have no run_identity.json"
+    if why:
         stale = run_dir / f"checkpoints.stale-{int(time.time())}"
-        log.warning("checkpoints in %s have no run_identity.json; moved them to %s", ckpt_root, stale)
+        log.warning(why + "; moved them to %s", ckpt_root, stale)
         ckpt_root.rename(stale)
     write_json_atomic(path, {"sha256": digest, "identity": identity})

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from ..core.atomic_write import write_json_atomic
 from ..core.digests import sha256_json
-from ..core.errors import ResultError
 from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
 from ..core.records import read_result
@@ -46,28 +45,12 @@ def _process_age() -> float | None:
         return None
 
 
-def weights_of(ck: dict) -> str:
-    """What identifies a checkpoint's weights: the sha256s in its finetune manifest, or a series
-    checkpoint's digest (its files' sha256s, or the hub repository and revision)."""
-    if ck.get("series"):
-        return ck["series"]["digest"]
-
-    return weights_digest(Path(ck["checkpoint"]))
-
-
 def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[str]) -> list[dict]:
     """``{"step", "checkpoint", "predictions"}`` per step, from a finetune's manifest (plus ``weights``,
     ``run_manifest``) or a series' checkpoint manifests (``series``; the step its file name gives)."""
     given, root, run_manifest = {}, None, None
     for m in manifests:
-        try:
-            doc = read_manifest(m)
-        except ResultError:
-            raise  # a damaged manifest: named, with the way out, by read_manifest
-        except (OSError, ValueError) as e:
-            raise EvaluationRefused(
-                f"{m}: unreadable ({e}); delete it and run again: the job that writes it runs again"
-            ) from None
+        doc = read_manifest(m)  # a damaged manifest: a ResultError naming it, with the way out
         if doc is None:
             root, run_manifest = Path(m).parent / "checkpoints", m
         else:
@@ -157,34 +140,30 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
         )
 
 
+# what a predictions file and its evaluation key take from the tokenised testset
+_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")
+
+
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
-    """What determines a checkpoint x testset's predictions (weights, tokenised testset, provenance, dtype,
-    device type): a predictions file with the same key is reused, not computed again."""
+    """What determines a checkpoint x testset's predictions: a predictions file with the same key is reused."""
     import torch  # torch stack: planning and the CLI never import it
 
     key = {
         "weights": weights,
-        "fingerprint": cache["fingerprint"],
-        "records_sha256": cache["records_sha256"],
-        "method": cache["method"],
-        "template": cache["template"],
-        "verbalisers": cache["verbalisers"],
+        **{k: cache[k] for k in _TESTSET_FIELDS},
         "n": len(cache["labels"]),
         "provenance": provenance,
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    if cache.get("reading"):  # only when a prompt switch is off its default, so earlier keys stay valid
-        key["reading"] = cache["reading"]
-    if cache.get("tokenizer"):  # caches made before tokenizers were recorded keep their keys
-        key["tokenizer"] = cache["tokenizer"]
+    # only where set, so that the keys of earlier evaluations stay valid
+    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
     return sha256_json(key)
 
 
 @dataclass(frozen=True)
 class EvalParams:
-    """What an evaluation job's params (:meth:`oodcorr.planning.plan.Plan.eval_params`) say of what it
-    scores: the model, the run's ``provenance`` written into every record, and ``dtype`` (None: the model's own)."""
+    """What an evaluation job scores (:meth:`oodcorr.planning.plan.Plan.eval_params`); ``dtype`` None: the model's."""
 
     model_spec: Mapping
     built_model_dir: str | None
@@ -217,8 +196,7 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    # checked before anything is scored: bytes other than those written, cut short, another format, another
-    # testset's or model's (swapped), or another tokenizer's is refused
+    # checked (its bytes, format, testset, model and tokenizer) before anything is scored
     cache = read_tokenized(
         tokenized, tokenizer_fingerprint(model_entry, job.built_model_dir), testset=testset, model=model_entry.name
     )
@@ -235,7 +213,9 @@ def evaluate_run(
     records = []
     for ck in checkpoints:
         check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
-        key = eval_key(weights_of(ck), cache, job.provenance, job.dtype, device)
+        # the weights: the sha256s in the finetune's checkpoint manifest, or a series checkpoint's digest
+        weights = ck["series"]["digest"] if ck.get("series") else weights_digest(Path(ck["checkpoint"]))
+        key = eval_key(weights, cache, job.provenance, job.dtype, device)
         old = _reusable(ck["predictions"], key, int(ck["step"]))
         if old is not None:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
@@ -289,15 +269,6 @@ def _reusable(path: str, key: str, step: int) -> dict | None:
     return rec if rec.get("eval_key") == key and here else None
 
 
-def _damaged_checkpoint(ckpt: Path, why: str) -> str:
-    run_dir = ckpt.parent.parent
-    return (
-        f"checkpoint not usable: {why}. Its files changed after it was saved, so it is not evaluated. "
-        f"To recover, delete {run_dir / 'manifest.json'} and run again: that run's finetune moves the "
-        "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
-    )
-
-
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
     """Refuse label scores that are not all finite: argmax over NaN still names a class
     (accuracy 0.5 on a balanced set), so such a checkpoint gets no score at all."""
@@ -341,8 +312,7 @@ def _evaluate_checkpoint(
     job_timing: dict,
     process_start: float | None,
 ) -> dict:
-    """Score one checkpoint (``ck``, as :func:`checkpoints_to_score` lists it) in ``batching``'s batches
-    (:func:`device_batching`) with ``job.dtype`` (resolved), and write its predictions file."""
+    """Score one checkpoint (``ck``, as :func:`checkpoints_to_score` lists it) and write its predictions file."""
     import torch  # torch stack: planning and the CLI never import it
 
     from . import metrics  # numpy/pandas: kept out of planning
@@ -353,15 +323,19 @@ def _evaluate_checkpoint(
     if series is None:
         # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
-        if not ok:
-            raise EvaluationRefused(_damaged_checkpoint(Path(checkpoint), why))
+        fix = (
+            f". Its files changed after it was saved, so it is not evaluated. To recover, delete "
+            f"{Path(checkpoint).parent.parent / 'manifest.json'} and run again: that run's finetune moves the "
+            "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
+        )
     else:
         ok, why = verify(series)
-        if not ok:
-            raise EvaluationRefused(
-                f"checkpoint not usable: {why}; {series.get('manifest', 'its manifest')} no longer matches the "
-                "checkpoint: delete that manifest and rerun to accept the new files"
-            )
+        fix = (
+            f"; {series.get('manifest', 'its manifest')} no longer matches the checkpoint: delete that manifest "
+            "and rerun to accept the new files"
+        )
+    if not ok:
+        raise EvaluationRefused(f"checkpoint not usable: {why}{fix}")
     model = loader.load(checkpoint, (series or {}).get("source"))
     t_model = time.time()
     stats: dict = {}
@@ -391,13 +365,7 @@ def _evaluate_checkpoint(
         "gold_counts": {names[k]: v for k, v in sorted(Counter(gold).items())},
         "pred_counts": {names[k]: v for k, v in sorted(Counter(pred).items())},
         "step": int(ck["step"]),
-        "testset": cache["testset"],
-        "fingerprint": cache["fingerprint"],
-        "records_sha256": cache["records_sha256"],
-        "method": cache["method"],
-        "n_truncated": cache["n_truncated"],
-        "template": cache["template"],
-        "verbalisers": cache["verbalisers"],
+        **{k: cache[k] for k in ("testset", "n_truncated", *_TESTSET_FIELDS)},
         "reading": cache.get("reading") or {},
         "checkpoint": str(checkpoint),
         "predictions": str(out_predictions),

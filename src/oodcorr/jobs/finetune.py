@@ -51,9 +51,7 @@ def _make_trainer_classes():
     from transformers import Trainer, TrainerCallback  # torch stack: planning and the CLI never import it
 
     class LabelTrainer(Trainer):
-        """Cross-entropy over the method's per-label scores (verbaliser logits, or a head's logits),
-        or, with ``loss="vocabulary"``, over the whole vocabulary at the scored position with the
-        gold label's verbaliser token as the target (:func:`training_loss`)."""
+        """The Trainer with :func:`training_loss`, stopped by a loss that is not finite."""
 
         # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
         loss_is_scaled_for_ga = False
@@ -124,18 +122,16 @@ def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbali
     import torch  # torch stack: planning and the CLI never import it
 
     labels = inputs["labels"]
-    if loss == "vocabulary":
+    if loss == "vocabulary":  # (the schema allows only LOSSES)
         if not hasattr(method, "vocab_logits"):
             raise ConfigError(
                 f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), not {method.name!r}"
             )
         logits = method.vocab_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
         target = torch.as_tensor(extra["verbaliser_ids"], device=logits.device)[labels.to(logits.device)]
-    elif loss == "verbalisers":
+    else:
         logits = method.label_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
         target = labels.to(logits.device)
-    else:
-        raise ValueError(f"finetune.loss: {loss!r} is not one of {', '.join(LOSSES)}")
     return torch.nn.functional.cross_entropy(logits, target), logits
 
 
@@ -182,60 +178,35 @@ def base_weights_fingerprint(model_entry: ModelEntry, built_model_dir: str | Non
     return sha256_json([[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files])
 
 
-def reporting(report_to, run_dir: Path) -> list[str]:
-    """The Trainer's ``report_to`` for ``finetune.report_to``, each tracker checked installed and reachable
-    (before any step is trained) and pointed at the run's own tracker runs."""
-    names = trackers.named(report_to)
-    trackers.check(names, tracking.root_of_run_dir(run_dir))
-    tracking.for_trainer(names, run_dir)
-    return names
-
-
-def _history(trainer) -> list[dict]:
-    return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
-
-
 def finetune(job: FinetuneJob) -> dict:
     """Train one run (:class:`~oodcorr.planning.finetune_job.FinetuneJob`) into its ``run_dir``, holding its
     lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes."""
-    with contextlib.ExitStack() as held:
-
-        def lock() -> None:
-            if is_main_process():
-                held.enter_context(hold(job.run_dir))
-
-        return _finetune(job, lock)
-
-
-def _finetune(job: FinetuneJob, lock) -> dict:
-    """The steps of one run: check the inputs, take the lock (``lock()``), prepare the run folder,
-    train unless every checkpoint exists, verify the checkpoints and write the manifest."""
     import torch  # torch stack: planning and the CLI never import it
 
     t0 = time.time()
     torch.set_num_threads(job.threads)
     main_first_begin()  # several processes: the others wait while rank 0 checks and repairs the run folder
     identity = run_identity(job)
-    method = _training_method(job)
+    method = adaptation.get(job.model_entry.method)
     train = _training_set(job, method)
-    # only now, with the inputs known good (a bad verbaliser fails above), is run_dir read and written:
-    # by one process at a time
-    lock()
-    model, done, resume = _prepare_run_folder(job, identity, method, train)
-    main_first_end()
-    history: list[dict] = []
-    if done:
-        # every scheduled checkpoint exists under these exact settings: nothing to train
-        log.info(
-            "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
-        )
-    else:
+    with contextlib.ExitStack() as held:
+        # only now, with the inputs known good, is run_dir read and written: by one process at a time
         if is_main_process():
-            _check_room_to_train(job, model, resume)
-        history = _train(job, method, model, train, resume)
-    if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
-        return {}
-    return _write_manifest(job, method, train, done=done, resume=resume, history=history, t0=t0)
+            held.enter_context(hold(job.run_dir))
+        model, done, resume = _prepare_run_folder(job, identity, method, train)
+        main_first_end()
+        history: list[dict] = []
+        if done:
+            log.info(
+                "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
+            )
+        else:
+            if is_main_process():
+                _check_room_to_train(job, model, resume)
+            history = _train(job, method, model, train, resume)
+        if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
+            return {}
+        return _write_manifest(job, method, train, done=done, resume=resume, history=history, t0=t0)
 
 
 def _ckpt_root(job: FinetuneJob) -> Path:
@@ -243,9 +214,8 @@ def _ckpt_root(job: FinetuneJob) -> Path:
 
 
 def run_identity(job: FinetuneJob) -> dict:
-    """What shapes the trained weights (resources and batch-independent settings do not): hashed
-    into the run folder's ``run_identity.json``; checkpoints made under another identity are
-    never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
+    """What shapes the trained weights (resources and batch-independent settings do not): checkpoints made
+    under another identity are never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
     return {
         "model": dict(job.model_spec),  # the params as planned (a key they may not hold is refused: ModelEntry)
         "base_weights": base_weights_fingerprint(job.model_entry, job.built_model_dir),
@@ -258,16 +228,6 @@ def run_identity(job: FinetuneJob) -> dict:
         "max_steps": job.max_steps,
         "train_sha256": sha256_file(job.train_path),
     }
-
-
-def _training_method(job: FinetuneJob):
-    """The model's method (:mod:`oodcorr.modeling.adaptation`), checked against the loss it is to train on."""
-    method = adaptation.get(job.model_entry.method)
-    if job.training.loss == "vocabulary" and not hasattr(method, "vocab_logits"):
-        raise ConfigError(
-            f"models[{job.name}]: finetune.loss: vocabulary needs the pattern method, not {method.name!r}"
-        )
-    return method
 
 
 @dataclass(frozen=True)
@@ -352,6 +312,7 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
     from transformers import TrainingArguments  # torch stack: planning and the CLI never import it
 
     t = job.training
+    ident = tracking.RunIdentity.of_run_dir(job.run_dir)  # the run's name as the scores' runs have it
     return TrainingArguments(
         output_dir=str(_ckpt_root(job)),
         max_steps=job.max_steps,
@@ -369,7 +330,7 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
         logging_steps=max(1, job.max_steps // 20),
         report_to=report or "none",
         disable_tqdm=True,
-        run_name=tracking.run_name(job.run_dir, f"{job.name}/n{job.n_train}/seed{job.seed}"),
+        run_name=ident.name if ident else f"{job.name}/n{job.n_train}/seed{job.seed}",
         remove_unused_columns=False,
         dataloader_num_workers=0,
         use_cpu=(job.device == "cpu"),
@@ -378,13 +339,14 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
 
 
 def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | None) -> list[dict]:
-    """Train to ``max_steps``, saving the scheduled checkpoints (from ``resume`` if given);
-    return the logged loss history."""
+    """Train to ``max_steps`` from ``resume``, saving the scheduled checkpoints; return the loss history."""
     if resume is not None:
         log.info("resuming from %s", resume)
     LabelTrainer, ScheduleCallback = _make_trainer_classes()
-    # where the loss goes while training runs (finetune.report_to; changes no weights)
-    report = reporting(job.report_to, job.run_dir)
+    # finetune.report_to: each tracker checked before any step is trained, and pointed at the run's own runs
+    report = trackers.named(job.report_to)
+    trackers.check(report, tracking.root_of_run_dir(job.run_dir))
+    tracking.for_trainer(report, job.run_dir)
     steps = list(job.steps)
     trainer = LabelTrainer(
         model=model,
@@ -403,14 +365,13 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
     weights, optimizer = checkpoint_bytes(model, job.training.lora)
     with saves_that_fit(_ckpt_root(job), weights + optimizer):
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    return _history(trainer)
+    return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
 
 
 def _write_manifest(
     job: FinetuneJob, method, train: _TrainingSet, *, done: bool, resume: Path | None, history: list[dict], t0: float
 ) -> dict:
-    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's
-    manifest (its declared output), atomically; return it."""
+    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's manifest."""
     ckpt_root = _ckpt_root(job)
     missing = []
     entries = []
@@ -425,7 +386,6 @@ def _write_manifest(
         )
     if missing:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
-    # the final checkpoint's optimizer state is no longer needed for resuming
     prune_resume_state(ckpt_root, keep=None)
     info = {
         "model": job.name,

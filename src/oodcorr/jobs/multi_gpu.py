@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
@@ -27,8 +28,7 @@ ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what
 
 
 def mixed_precision(model_entry: ModelEntry, ft: dict) -> str:
-    """The same rule as the single-process path (:func:`oodcorr.planning.finetune_job.trains_in_bf16`):
-    bf16 for a bf16 model or ``finetune.bf16``."""
+    """Accelerate's mixed precision, by :func:`oodcorr.planning.finetune_job.trains_in_bf16` as in one process."""
     return "bf16" if trains_in_bf16(model_entry, ft) else "no"
 
 
@@ -46,70 +46,47 @@ def launch_argv(
     python: str = sys.executable,
 ) -> list[str]:
     """The ``accelerate launch`` command for a model's ``distributed`` block, as an argument list."""
-    gpus = int(dist["gpus"])
-    argv = [
-        python,
-        "-m",
-        "accelerate.commands.launch",
-        "--num_machines",
-        "1",
-        "--num_processes",
-        str(gpus),
-        "--main_process_port",
-        str(port),
-        "--mixed_precision",
-        mixed_precision,
-        "--dynamo_backend",
-        "no",
-        "--num_cpu_threads_per_process",
-        str(threads),
-    ]
-    strategy = dist["strategy"]
-    if strategy == "fsdp":
+    opts = {
+        "num_machines": "1",
+        "num_processes": str(int(dist["gpus"])),
+        "main_process_port": str(port),
+        "mixed_precision": mixed_precision,
+        "dynamo_backend": "no",
+        "num_cpu_threads_per_process": str(threads),
+    }
+    if dist["strategy"] == "fsdp":  # (the schema allows fsdp and deepspeed)
         f = dist.get("fsdp") or {}
-        argv += [
-            "--use_fsdp",
-            "--fsdp_version",
-            "1",
-            "--fsdp_sharding_strategy",
-            f.get("sharding_strategy", "FULL_SHARD"),
-            "--fsdp_auto_wrap_policy",
-            "TRANSFORMER_BASED_WRAP",
-        ]
+        opts |= {
+            "use_fsdp": None,
+            "fsdp_version": "1",
+            "fsdp_sharding_strategy": f.get("sharding_strategy", "FULL_SHARD"),
+            "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
+        }
         if f.get("transformer_layer_cls_to_wrap"):
-            argv += ["--fsdp_transformer_layer_cls_to_wrap", f["transformer_layer_cls_to_wrap"]]
+            opts["fsdp_transformer_layer_cls_to_wrap"] = f["transformer_layer_cls_to_wrap"]
         # full (unsharded) weights at every checkpoint, so evaluation loads them like any model
-        argv += [
-            "--fsdp_state_dict_type",
-            "FULL_STATE_DICT",
-            "--fsdp_use_orig_params",
-            "true",
-            "--fsdp_sync_module_states",
-            "true",
-            "--fsdp_offload_params",
-            _flag(f.get("offload_params", False)),
-            "--fsdp_activation_checkpointing",
-            _flag(f.get("activation_checkpointing", False)),
-        ]
-    elif strategy == "deepspeed":
-        d = dist.get("deepspeed") or {}
-        argv += [
-            "--use_deepspeed",
-            "--zero_stage",
-            str(d.get("zero_stage", 3)),
-            "--offload_optimizer_device",
-            d.get("offload_optimizer_device", "none"),
-            "--offload_param_device",
-            d.get("offload_param_device", "none"),
-            "--zero3_init_flag",
-            "false",
-            "--zero3_save_16bit_model",
-            "true",
-        ]
-        if d.get("gradient_clipping") is not None:
-            argv += ["--gradient_clipping", str(d["gradient_clipping"])]
+        opts |= {
+            "fsdp_state_dict_type": "FULL_STATE_DICT",
+            "fsdp_use_orig_params": "true",
+            "fsdp_sync_module_states": "true",
+            "fsdp_offload_params": _flag(f.get("offload_params", False)),
+            "fsdp_activation_checkpointing": _flag(f.get("activation_checkpointing", False)),
+        }
     else:
-        raise ValueError(f"distributed.strategy: {strategy!r} is not one of fsdp, deepspeed")
+        d = dist.get("deepspeed") or {}
+        opts |= {
+            "use_deepspeed": None,
+            "zero_stage": str(d.get("zero_stage", 3)),
+            "offload_optimizer_device": d.get("offload_optimizer_device", "none"),
+            "offload_param_device": d.get("offload_param_device", "none"),
+            "zero3_init_flag": "false",
+            "zero3_save_16bit_model": "true",
+        }
+        if d.get("gradient_clipping") is not None:
+            opts["gradient_clipping"] = str(d["gradient_clipping"])
+    argv = [python, "-m", "accelerate.commands.launch"]
+    for name, value in opts.items():  # None: a flag without a value
+        argv += [f"--{name}"] if value is None else [f"--{name}", value]
     return argv + ["--module", ENTRY_MODULE, str(args_file)]
 
 
@@ -145,12 +122,8 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
         port=_free_port(),
     )
     log.info("launching %d processes on GPU(s) %s: %s", int(dist["gpus"]), ",".join(devices), argv)
-    out = open(log_path, "a", buffering=1) if log_path else None
-    try:
+    with open(log_path, "a", buffering=1) if log_path else contextlib.nullcontext() as out:
         res = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT if out else None)
-    finally:
-        if out:
-            out.close()
     if res.returncode != 0:
         raise RuntimeError(f"accelerate launch exited with {res.returncode} (see {log_path or 'the output'})")
     return read_json(job.manifest_path, "the run's manifest", MANIFEST_FIX)

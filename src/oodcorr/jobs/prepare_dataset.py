@@ -188,8 +188,7 @@ def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list
 
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"
-    # under a hub lock (oodcorr prefetch): the locked commit, from the cache; a revision other than
-    # the lock's is refused
+    # under a hub lock (oodcorr prefetch): the locked commit, from the cache
     call, commit = pinned_dataset(kwargs)
     try:
         ds = datasets.load_dataset(**call)
@@ -262,30 +261,21 @@ def duplicates(recs: list[dict]) -> dict:
     seen: dict[tuple, list] = {}
     for r in recs:
         seen.setdefault((r["premise"], r["hypothesis"]), []).append((r["label"], r.get("meta", {}).get("line")))
-    exact, conflicting, conflicting_rows = 0, 0, 0
-    exact_lines, conflict_lines = [], []
+    exact, exact_lines, conflicts = 0, [], []
     for rows in seen.values():
-        if len(rows) < 2:
-            continue
-        by_label = Counter(lab for lab, _ in rows)
-        exact += len(rows) - len(by_label)
-        if len(exact_lines) < DUPLICATE_EXAMPLES and len(by_label) < len(rows):
-            first = {}
-            for lab, line in rows:
-                first.setdefault(lab, []).append(line)
-            repeated = [lines for lines in first.values() if len(lines) > 1]
-            exact_lines += repeated[: DUPLICATE_EXAMPLES - len(exact_lines)]
-        if len(by_label) > 1:
-            conflicting += 1
-            conflicting_rows += len(rows)
-            if len(conflict_lines) < DUPLICATE_EXAMPLES:
-                conflict_lines.append([line for _, line in rows])
+        lines_of: dict = {}  # label -> its lines
+        for lab, line in rows:
+            lines_of.setdefault(lab, []).append(line)
+        exact += len(rows) - len(lines_of)
+        exact_lines += [lines for lines in lines_of.values() if len(lines) > 1]
+        if len(lines_of) > 1:
+            conflicts.append([line for _, line in rows])
     return {
         "exact": exact,
-        "exact_lines": exact_lines,
-        "conflicting": conflicting,
-        "conflicting_rows": conflicting_rows,
-        "conflicting_lines": conflict_lines,
+        "exact_lines": exact_lines[:DUPLICATE_EXAMPLES],
+        "conflicting": len(conflicts),
+        "conflicting_rows": sum(map(len, conflicts)),
+        "conflicting_lines": conflicts[:DUPLICATE_EXAMPLES],
     }
 
 
@@ -344,11 +334,8 @@ def balanced_sample(recs: list[dict], n: int, labels: list[str], seed: int) -> l
 
 def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[list[dict], dict]:
     """Load dataset ``name`` from its registry ``spec`` under label ``mode``; return (records, provenance)."""
-    source = spec.get("source")
-    if source not in LOADERS:
-        raise DataError(f"dataset {name!r}: unknown source {source!r}; known: {', '.join(LOADERS)}")
     dropped: dict = {}
-    recs, prov = LOADERS[source](spec, Path(base), dropped)
+    recs, prov = LOADERS[spec["source"]](spec, Path(base), dropped)  # (planning checks the source)
     where = prov.get("path", f"dataset {name!r}")
     recs = map_labels(recs, spec.get("label_map"), mode, where, dropped)
     described = _describe_drops(dropped, mode.get("name"))

@@ -66,16 +66,6 @@ def device_batching(device: str, threads: int, batch_size: int, max_tokens: int)
     return batch_size, min(max_tokens, CPU_TOKENS_PER_THREAD * n), float(CPU_OVERHEAD_PER_THREAD * n)
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """Whether ``err`` is an accelerator (or host) allocation failure worth retrying smaller."""
-    import torch  # torch stack: planning and the CLI never import it
-
-    if isinstance(err, (torch.OutOfMemoryError, MemoryError)):
-        return True
-    # MPS and some backends raise a plain RuntimeError
-    return isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
-
-
 def score(
     model,
     cache: dict,
@@ -115,7 +105,9 @@ def score(
                     padded += inp.numel()
                     first_done = first_done or time.time()
         except Exception as err:  # noqa: BLE001 -- only memory failures are retried
-            if not is_out_of_memory(err):
+            # (MPS and some backends raise a plain RuntimeError)
+            oom = isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
+            if not (oom or isinstance(err, (torch.OutOfMemoryError, MemoryError))):
                 raise
             failed = (len(batch), repr(err))
         if failed is None:
@@ -155,8 +147,5 @@ def score(
 
 
 def eval_dtype(model_entry: ModelEntry, dtype: str | None = None) -> str:
-    """The dtype to evaluate in: ``dtype`` (``evaluation.dtype`` when it is not ``model``), else
-    the model entry's ``dtype`` (the schema's default, float32, where the config gives none)."""
-    if dtype and dtype != "model":
-        return dtype
-    return model_entry.dtype
+    """The dtype to evaluate in: ``evaluation.dtype`` unless it is ``model``, else the model entry's."""
+    return dtype if dtype and dtype != "model" else model_entry.dtype

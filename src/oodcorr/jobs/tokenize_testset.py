@@ -88,14 +88,9 @@ def tokenize_testset(
         max_length=max_length,
     )
     info = {
-        "format": TOKENIZED_FORMAT,
-        "testset": testset,
-        "model": model_entry.name,
+        **{k: cache[k] for k in ("format", "testset", "model", "n_truncated", "fingerprint", "tokenizer")},
         "n": len(ids),
-        "n_truncated": n_trunc,
         "max_length": max_length,
-        "fingerprint": meta["fingerprint"],
-        "tokenizer": cache["tokenizer"],
         # what the reader checks the cache's bytes against, and what planning compares with its config's settings
         "sha256": hashlib.sha256(data).hexdigest(),
         "size": len(data),

@@ -8,6 +8,7 @@ import os
 import re
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..core import trackers
@@ -59,23 +60,10 @@ class RunIdentity:
         return cls(p.parents[4].name, p.parents[2].name, p.parents[1].name, int(n.group(1)), int(s.group(1)))
 
 
-def run_name(run_dir: str | Path, otherwise: str) -> str:
-    """The Trainer's run name: the run's identity (model/task/nN/seedS, as the scores' runs), or
-    ``otherwise`` for a folder outside the layout."""
-    ident = RunIdentity.of_run_dir(run_dir)
-    return ident.name if ident else otherwise
-
-
 def root_of_run_dir(run_dir: str | Path) -> Path:
     """The experiment folder of a finetuning run's folder, or the folder itself outside the layout."""
     p = Path(run_dir).resolve()
     return p.parents[4] if RunIdentity.of_run_dir(p) else p
-
-
-def tracker_dir(root: str | Path, run_id: str, series: bool) -> Path:
-    """Where a run's TensorBoard files, W&B runs and ledger live: the finetuning run's folder (the
-    Trainer's loss is there), or for a series (nothing finetuned here) ``series/<run>/``."""
-    return Path(root) / ("series" if series else "finetune") / run_id
 
 
 def _read_ledger(folder: Path) -> dict:
@@ -97,18 +85,15 @@ def _record(folder: Path, dest: str, keys: list[str]) -> None:
     write_json_atomic(folder / LEDGER, doc)
 
 
-def _point_key(tag: str, step: int) -> str:
-    return f"{tag}@{step}"
-
-
-def points(rows) -> dict[tuple[str, int], float]:
-    """One run's scores (rows of the scores table) as tracker points: ``(tag, step) -> value``."""
+def points(rows) -> dict[str, tuple[str, int, float]]:
+    """One run's scores (rows of the scores table) as tracker points: ``tag@step -> (tag, step, value)``."""
     out = {}
     for r in rows.itertuples(index=False):
         for m in METRICS:
             value = getattr(r, m)
             if value is not None and not math.isnan(float(value)):
-                out[(f"{r.role}/{r.testset}/{m}", int(r.step))] = float(value)
+                tag, step = f"{r.role}/{r.testset}/{m}", int(r.step)
+                out[f"{tag}@{step}"] = (tag, step, float(value))
     return out
 
 
@@ -132,8 +117,7 @@ def for_trainer(names: list[str], run_dir: str | Path) -> None:
 
 
 def _wandb_tags(ident: RunIdentity) -> list[str]:
-    """The identity's parts as W&B tags (``model:tiny-opt``, ...; at most 64 characters each, as W&B
-    allows; the whole identity is the run's group)."""
+    """The identity's parts as W&B tags (``model:tiny-opt``, ...; W&B allows 64 characters each)."""
     return [f"{k.split('.', 1)[1]}:{v}"[:64] for k, v in ident.tags.items() if k != "oodcorr.run"]
 
 
@@ -145,8 +129,7 @@ def of_config(config: dict) -> tuple[dict[str, list[str]], set[str]]:
 
 
 def check_for(names_of: dict[str, list[str]], root: str | Path) -> list[str]:
-    """Every tracker any model names, checked installed and reachable when a job that writes to them
-    starts (:func:`oodcorr.core.trackers.check`: a :class:`ConfigError`); returns them."""
+    """Every tracker any model names, checked installed and reachable (:func:`oodcorr.core.trackers.check`)."""
     names = sorted({n for v in names_of.values() for n in v})
     trackers.check(names, root)
     return names
@@ -156,17 +139,9 @@ class TrackerFailed(ConfigError):
     """A tracker refused what was logged to it after its check passed (a server gone mid-way)."""
 
 
-def failed(name: str, e: BaseException) -> TrackerFailed:
-    return TrackerFailed(
-        f"finetune.report_to: {name}: logging failed ({type(e).__name__}: {str(e)[:300]}); run again when it "
-        "is back: what was logged already is not logged twice"
-    )
-
-
 def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series: set[str]) -> list[str]:
-    """Log every run's scores (the scores table) to the trackers its model names (``names_of``:
-    model -> trackers); ``series``: the models whose checkpoints were given, not finetuned here.
-    Returns a line per tracker and run that got points."""
+    """Log every run's scores to the trackers its model names (``names_of``); ``series``: the models whose
+    checkpoints were given. Returns a line per tracker and run that got points."""
     said = []
     root = Path(root)
     for run_id, rows in scores.groupby("run_id", sort=True):
@@ -178,39 +153,47 @@ def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series:
         ident = RunIdentity(
             trackers.experiment_of(root), model, str(first["in_domain"]), int(first["n_train"]), int(first["seed"])
         )
-        folder = tracker_dir(root, str(run_id), model in series)
+        # the finetuning run's folder (the Trainer's loss is there), or a series' (nothing finetuned here)
+        folder = root / ("series" if model in series else "finetune") / str(run_id)
         pts = points(rows)
         for name in wanted:
-            dest = _destination(name, root)
-            done = set(_read_ledger(folder).get(dest, []))
-            new = {k: v for k, v in pts.items() if _point_key(*k) not in done}
-            if not new:
-                continue
-            try:
-                {"tensorboard": _tensorboard_scores, "mlflow": _mlflow_scores, "wandb": _wandb_scores}[name](
-                    new, ident, folder, root
-                )
-            except Exception as e:  # noqa: BLE001 -- any tracker library's error becomes the job's sentence
-                raise failed(name, e) from e
-            _record(folder, dest, [_point_key(*k) for k in new])
-            said.append(f"{name}: {len(new)} points of run {ident.name} ({_where(name, folder, root)})")
+            send = {"tensorboard": _tensorboard_scores, "mlflow": _mlflow_scores, "wandb": _wandb_scores}[name]
+            new = _send_once(name, root, folder, pts, partial(send, ident=ident, folder=folder, root=root))
+            if new:
+                said.append(f"{name}: {len(new)} points of run {ident.name} ({_destination(name, root, folder)[1]})")
     return said
 
 
-def _destination(name: str, root: Path) -> str:
+def _send_once(name: str, root: Path, folder: Path, items: dict, send) -> dict:
+    """``send`` the ``items`` (ledger key -> item) that ``folder``'s ledger does not record as given to
+    tracker ``name`` yet, then record them; returns those sent."""
+    dest = _destination(name, root, folder)[0]
+    done = set(_read_ledger(folder).get(dest, []))
+    new = {k: v for k, v in items.items() if k not in done}
+    if new:
+        try:
+            send(new)
+        except Exception as e:  # noqa: BLE001 -- any tracker library's error becomes the job's sentence
+            raise TrackerFailed(
+                f"finetune.report_to: {name}: logging failed ({type(e).__name__}: {str(e)[:300]}); run again when "
+                "it is back: what was logged already is not logged twice"
+            ) from e
+        _record(folder, dest, list(new))
+    return new
+
+
+def _destination(name: str, root: Path, folder: Path) -> tuple[str, str]:
+    """Where tracker ``name`` logs: (its key in the ledger, the place in words)."""
     if name == "mlflow":
-        return f"mlflow {trackers.mlflow_uri(root)} {trackers.mlflow_experiment(root)}"
+        uri, exp = trackers.mlflow_uri(root), trackers.mlflow_experiment(root)
+        return f"mlflow {uri} {exp}", f"{uri}, experiment {exp}"
     if name == "wandb":
-        return f"wandb {trackers.wandb_host()} {trackers.wandb_project(root)}"
-    return name
-
-
-def _where(name: str, folder: Path, root: Path) -> str:
-    if name == "tensorboard":
-        return str(folder / "tensorboard")
-    if name == "mlflow":
-        return f"{trackers.mlflow_uri(root)}, experiment {trackers.mlflow_experiment(root)}"
-    return f"W&B {trackers.wandb_mode()}, project {trackers.wandb_project(root)}, under {folder}/wandb"
+        project = trackers.wandb_project(root)
+        return (
+            f"wandb {trackers.wandb_host()} {project}",
+            f"W&B {trackers.wandb_mode()}, project {project}, under {folder}/wandb",
+        )
+    return name, str(folder / "tensorboard")
 
 
 def _event_file_suffix(kind: str) -> str:
@@ -224,7 +207,7 @@ def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path)
     from tensorboardX import SummaryWriter  # the pinned writer; the reader is TensorBoard's own
 
     with SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=_event_file_suffix("scores")) as w:
-        for (tag, step), value in sorted(pts.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        for tag, step, value in sorted(pts.values(), key=lambda p: (p[1], p[0])):
             w.add_scalar(tag, value, global_step=step)
 
 
@@ -237,16 +220,10 @@ def _mlflow_client(root: Path):
     return MlflowClient(tracking_uri=trackers.mlflow_uri(root))
 
 
-def _mlflow_experiment_id(client, root: Path) -> str:
-    name = trackers.mlflow_experiment(root)
-    exp = client.get_experiment_by_name(name)
-    return exp.experiment_id if exp is not None else client.create_experiment(name)
-
-
 def _mlflow_run(client, root: Path, ident: RunIdentity | None, answer: bool = False) -> str:
-    """The MLflow run of a finetuning run (by its ``oodcorr.run`` tag) or of the experiment's answer,
-    made if there is none yet."""
-    eid = _mlflow_experiment_id(client, root)
+    """The MLflow run of a finetuning run or of the answer (by its ``oodcorr.run`` tag), made if missing."""
+    exp = client.get_experiment_by_name(trackers.mlflow_experiment(root))
+    eid = exp.experiment_id if exp is not None else client.create_experiment(trackers.mlflow_experiment(root))
     key = f"{trackers.experiment_of(root)}: the answer" if answer else ident.key
     found = client.search_runs([eid], filter_string=f"tags.`oodcorr.run` = '{key}'", max_results=1)
     if found:
@@ -262,7 +239,7 @@ def _mlflow_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> N
 
     client = _mlflow_client(root)
     run_id = _mlflow_run(client, root, ident)
-    metrics = [Metric(tag, value, 0, step) for (tag, step), value in sorted(pts.items(), key=lambda kv: kv[0][1])]
+    metrics = [Metric(tag, value, 0, step) for tag, step, value in sorted(pts.values(), key=lambda p: p[1])]
     for i in range(0, len(metrics), 1000):  # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
 
@@ -283,11 +260,10 @@ def _wandb_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> No
     )
     try:
         run.define_metric(STEP_AXIS)
-        for role in sorted({tag.split("/", 1)[0] for tag, _ in pts}):
+        for role in sorted({tag.split("/", 1)[0] for tag, _, _ in pts.values()}):
             run.define_metric(f"{role}/*", step_metric=STEP_AXIS)
-        steps = sorted({s for _, s in pts})
-        for s in steps:
-            run.log({STEP_AXIS: s, **{tag: v for (tag, step), v in pts.items() if step == s}})
+        for s in sorted({s for _, s, _ in pts.values()}):
+            run.log({STEP_AXIS: s, **{tag: v for tag, step, v in pts.values() if step == s}})
     finally:
         run.finish()
 
@@ -310,15 +286,9 @@ def log_answer(root: str | Path, files: list[Path], names: list[str]) -> list[st
     digest = ",".join(sha256_file(f)[:16] for f in sorted(files))
     said = []
     for name in dict.fromkeys(n for n in names if n in trackers.SCORED):
-        dest = _destination(name, root)
-        if digest in _read_ledger(root).get(dest, []):
-            continue
-        try:
-            {"tensorboard": _tensorboard_answer, "mlflow": _mlflow_answer, "wandb": _wandb_answer}[name](root, files)
-        except Exception as e:  # noqa: BLE001 -- as in log_scores
-            raise failed(name, e) from e
-        _record(root, dest, [digest])
-        said.append(f"{name}: the answer ({len(files)} files)")
+        send = {"tensorboard": _tensorboard_answer, "mlflow": _mlflow_answer, "wandb": _wandb_answer}[name]
+        if _send_once(name, root, root, {digest: None}, lambda _new, send=send: send(root, files)):
+            said.append(f"{name}: the answer ({len(files)} files)")
     return said
 
 
