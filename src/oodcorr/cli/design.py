@@ -10,6 +10,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
+
 from ..analysis import Options
 from ..analysis.design import power as dz
 from ..analysis.design.items import MIN_ITEMS
@@ -183,7 +185,7 @@ def _read_pilot(args, sizes: dict, settings):
         long, info = workflow_scores.from_scores(df, args.pilot_score)
         pool_by = ("n_train",) if "n_train" in info.columns else ()
         if "n" in df.columns:
-            n = df.groupby("testset")["n"].median()
+            n = pd.to_numeric(df["n"], errors="coerce").groupby(df["testset"]).median()  # a CSV's are text
             sizes = {**sizes, **{str(t): int(v) for t, v in n.items() if v == v}}
         if args.pilot_examples:
             ex, _ = tables.read_table(args.pilot_examples)
