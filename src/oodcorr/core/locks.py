@@ -25,6 +25,7 @@ from pathlib import Path
 from .atomic_write import write_json_atomic
 from .digests import short_tag
 from .filesystems import owner_of
+from .io import json_or_none
 
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # a folder on a local disk where the locks are taken (flock refused)
 PLACES = ".lock-places"  # in the guarded folder: where its lock was taken
@@ -449,12 +450,8 @@ def _record(folder: Path, kind_file: str) -> None:
     where = _lock_dir()
     path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
     doc = {"lock_dir": where, "host": socket.gethostname()}
-    try:
-        if json.loads(path.read_text(encoding="utf-8")) == doc:
-            return
-    except (OSError, ValueError):
-        pass
-    write_json_atomic(path, doc)
+    if json_or_none(path) != doc:
+        write_json_atomic(path, doc)
 
 
 def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:
