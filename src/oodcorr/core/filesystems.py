@@ -112,12 +112,8 @@ def room(folder: str | os.PathLike) -> Room | None:
 
 def _mount_point(folder: str | os.PathLike) -> Path:
     p = _existing(folder).resolve()
-    try:
-        dev = p.stat().st_dev
-        while p != p.parent and p.parent.stat().st_dev == dev:
-            p = p.parent
-    except OSError:
-        pass
+    while not os.path.ismount(p):
+        p = p.parent
     return p
 
 
