@@ -113,6 +113,11 @@ def as_int(row: dict, key: str) -> int:
     return int(v) if math.isfinite(v) else 0
 
 
+def _text(row: dict, key: str) -> str:
+    v = row.get(key)
+    return v if isinstance(v, str) else ""
+
+
 def every_run_sign(row: dict) -> str:
     """The sign that each model's own run of a pair without a statement across models finds
     significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
@@ -188,8 +193,7 @@ def noise_clause(rows: list[dict]) -> str:
     limiting: Counter = Counter()  # testset -> the noise-limited pairs it leaves so
     for r in rows:
         if str(r.get("verdict")) == NOISE_LIMITED_VERDICT:
-            text = r.get("noise_limited")
-            limiting.update({m.group(1) for m in _LIMITING.finditer(text if isinstance(text, str) else "")})
+            limiting.update({m.group(1) for m in _LIMITING.finditer(_text(r, "noise_limited"))})
     if not limiting:
         return ""
     rel = reliabilities(rows)
@@ -359,11 +363,6 @@ KINDS = (
     FORM,
 )
 SETTLED = "nothing to resolve"
-
-
-def _text(row: dict, key: str) -> str:
-    v = row.get(key)
-    return v if isinstance(v, str) else ""
 
 
 def _p(v: float) -> str:

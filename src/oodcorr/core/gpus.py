@@ -153,9 +153,7 @@ def claim_devices(
                 got.append((d, fd))
                 if len(got) == n:
                     return Claim([g for g, _ in got], lock_dir, [f for _, f in got])
-        for _, fd in got:  # not enough this pass: hold nothing while waiting
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        Claim([], lock_dir, [f for _, f in got]).release()  # not enough this pass: hold nothing while waiting
         now = time.monotonic()
         if timeout is not None and now - start >= timeout:
             raise GpuPoolError(f"no {n} free GPU(s) among {devices} after {timeout:.0f} s (locks in {lock_dir})")
