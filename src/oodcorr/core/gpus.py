@@ -131,8 +131,6 @@ def claim_devices(
     """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
     Unless ``shared``, the lock folder must be this user's own folder."""
     devices = visible_devices() if devices is None else list(devices)
-    if n < 1:
-        raise ValueError(f"claim: n must be at least 1, got {n}")
     if n > len(devices):
         raise GpuPoolError(
             f"the job needs {n} GPU(s) but only {len(devices)} are visible "
