@@ -115,10 +115,8 @@ def _read_holder(fd: int) -> dict | None:
     return None
 
 
-def _alive_here(info: dict) -> bool | None:
-    """Whether the holder's PID runs on this host (None: another host, cannot tell)."""
-    if info.get("host") != socket.gethostname():
-        return None
+def _alive_here(info: dict) -> bool:
+    """Whether the holder's PID, which the lock file names on this host, runs."""
     try:
         os.kill(int(info["pid"]), 0)
     except ProcessLookupError:
@@ -184,7 +182,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             f"`ps -o pid,etime,args -p {info['pid']}`, then stop it (`kill {info['pid']}`{job}) or wait for "
             "it to finish, and run again: the lock goes with the process, there is nothing to delete"
         )
-    if _alive_here(info) is False:
+    if not _alive_here(info):
         return (
             f"{head}: {who}, which has exited, but a process it started still holds the lock "
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
