@@ -1,5 +1,5 @@
 """Every verdict with its reason and its way on (agreement.csv's ``reason`` and ``way_on``,
-oodcorr.core.reasons): one constructed table per verdict, the reason read from the row's own numbers."""
+oodcorr.core.answer): one constructed table per verdict, the reason read from the row's own numbers."""
 
 import math
 
@@ -9,7 +9,7 @@ import pytest
 from test_consensus import _runs, _verdict
 
 from oodcorr.analysis import agreement
-from oodcorr.core import reasons
+from oodcorr.core import answer
 from oodcorr.core.answer import DEPENDS_ON_FORM, NOISE_EXCEEDS, reason_counts, reliability_text, tallies
 
 
@@ -21,18 +21,16 @@ def _why(row) -> tuple[str, str]:
 def test_the_sign_in_nearly_every_model_says_its_tolerance_bounds_and_needs_nothing():
     row = _verdict(_runs({f"m{i}": [-0.5 + 0.02 * i, -0.48 - 0.01 * i] for i in range(6)}))
     reason, way = _why(row)
-    assert reason.startswith(f"{reasons.SETTLED_FURTHER}: across 6 models the tolerance bounds [")
+    assert reason.startswith(f"{answer.SETTLED_FURTHER}: across 6 models the tolerance bounds [")
     assert f"{row['tol_high_consensus']:+.2f}] exclude 0" in reason
-    assert way == reasons.SETTLED
+    assert way == answer.SETTLED
 
 
 def test_two_models_on_average_need_a_third():
     row = _verdict(_runs({"a": [-0.6, -0.62], "b": [-0.61, -0.6]}))
     assert row["verdict"] == "negative on average"
     reason, way = _why(row)
-    assert (
-        reason.startswith(reasons.SETTLED_AVERAGE) and "2 models: a statement about a further model needs 3" in reason
-    )
+    assert reason.startswith(answer.SETTLED_AVERAGE) and "2 models: a statement about a further model needs 3" in reason
     assert way.startswith("a third model")
 
 
@@ -41,7 +39,7 @@ def test_on_average_with_models_differing_says_both():
     row = _verdict(_runs({f"m{i}": [r] for i, r in enumerate(rs)}, se=0.08))
     assert row["verdict"] == "negative on average, models differ"
     reason, way = _why(row)
-    assert reason.startswith(reasons.SETTLED_AVERAGE) and "the models differ beyond their runs' variation" in reason
+    assert reason.startswith(answer.SETTLED_AVERAGE) and "the models differ beyond their runs' variation" in reason
     assert "a further model may still have the other sign" in reason
     assert way.startswith("read each model's correlation (by_model)") and "more models" in way
 
@@ -49,7 +47,7 @@ def test_on_average_with_models_differing_says_both():
 def test_a_sign_reversal_names_the_two_models():
     row = _verdict(_runs({"a": [0.6, 0.62], "b": [0.58, 0.6], "c": [-0.6, -0.61], "d": [-0.59, -0.6]}))
     reason, way = _why(row)
-    assert reason.startswith(f"{reasons.REVERSED}: {row['reversal']}, each significant")
+    assert reason.startswith(f"{answer.REVERSED}: {row['reversal']}, each significant")
     assert "depends on the model" in way
 
 
@@ -57,19 +55,19 @@ def test_models_differ_and_agree_near_zero():
     differ = _verdict(_runs({f"m{i}": [0.25 * (-1) ** i, 0.24 * (-1) ** i] for i in range(10)}, se=0.2))
     reason, way = _why(differ)
     assert (
-        reason.startswith(f"{reasons.DIFFER}: the models differ") and "across 10 models, with no shared sign" in reason
+        reason.startswith(f"{answer.DIFFER}: the models differ") and "across 10 models, with no shared sign" in reason
     )
     near = _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05))
     assert near["verdict"] == "agree near zero"
     reason, way = _why(near)
-    assert reason.startswith(f"{reasons.NEAR}: across 8 models") and way == reasons.SETTLED
+    assert reason.startswith(f"{answer.NEAR}: across 8 models") and way == answer.SETTLED
 
 
 def test_unresolved_with_three_models_and_with_two():
     three = _verdict(_runs({"a": [0.1], "b": [-0.05], "c": [0.15]}, se=0.3))
     reason, way = _why(three)
     ci = f"[{three['ci_low_consensus']:+.2f}, {three['ci_high_consensus']:+.2f}]"
-    assert reason.startswith(f"{reasons.SPANS_ZERO}: across 3 models the consensus interval {ci} includes 0")
+    assert reason.startswith(f"{answer.SPANS_ZERO}: across 3 models the consensus interval {ci} includes 0")
     assert "more runs or checkpoints" in way and "more models" in way
     # the default's planted pair: two models, each run significant and negative, too few to say more
     table = _runs({"a": [-0.7], "b": [-0.6]}, se=0.3)
@@ -77,7 +75,7 @@ def test_unresolved_with_three_models_and_with_two():
     two = _verdict(table)
     assert two["verdict"] == "unresolved"
     reason, way = _why(two)
-    assert reason.startswith(f"{reasons.TWO_MODELS}: a statement about a further model needs 3 or more")
+    assert reason.startswith(f"{answer.TWO_MODELS}: a statement about a further model needs 3 or more")
     assert reason.endswith("yet each model's own run finds it significant and negative")
     assert way.startswith("a third model (the runs already agree on the sign)")
 
@@ -92,7 +90,7 @@ def test_one_model_of_two_runs_says_why_its_cells_have_no_interval_and_what_give
     row = agreement(pd.concat([runs, pooled], ignore_index=True), 0.05, "holm").iloc[0]
     assert row["verdict"] == "fewer than 2 models tested"
     reason, way = _why(row)
-    assert reason.startswith(f"{reasons.ONE_MODEL}: a consensus across models needs 2 or more")
+    assert reason.startswith(f"{answer.ONE_MODEL}: a consensus across models needs 2 or more")
     assert "only 2 runs per model: no pooled interval" in reason
     assert "--pool-two-runs fixed-effect" in way and "a second model" in way
     fixed = pool_runs(runs, two_runs="fixed-effect")
@@ -105,10 +103,10 @@ def test_models_without_an_interval_and_no_data():
     assert left["verdict"] == "fewer than 2 models tested"
     # b has no value at all: one model tested with a value, so no consensus
     reason, _ = _why(left)
-    assert reason.startswith((reasons.ONE_MODEL, reasons.NO_INTERVAL))
+    assert reason.startswith((answer.ONE_MODEL, answer.NO_INTERVAL))
     none = _verdict(_runs({"a": [np.nan], "b": [np.nan]}))
     reason, way = _why(none)
-    assert reason.startswith(reasons.NO_VALUE) and "longer series" in way
+    assert reason.startswith(answer.NO_VALUE) and "longer series" in way
 
 
 @pytest.mark.parametrize(
@@ -131,9 +129,9 @@ def test_noise_limited_names_the_testset_and_its_share_of_noise(rel, said):
         "ci_high_consensus": -0.41,
         "n_models_consensus": 2,
     }
-    reason, way = reasons.verdict_reason(row, 0.05, 0.5)
+    reason, way = answer.verdict_reason(row, 0.05, 0.5)
     assert reason == (
-        f"{reasons.ITEM_NOISE}: {said}; the consensus interval [-0.93, -0.41] may be that noise persisting "
+        f"{answer.ITEM_NOISE}: {said}; the consensus interval [-0.93, -0.41] may be that noise persisting "
         "across checkpoints"
     )
     assert way == "more items for wnli (a larger testset)"
@@ -142,20 +140,20 @@ def test_noise_limited_names_the_testset_and_its_share_of_noise(rel, said):
 
 def test_a_bounded_reliability_says_its_bound_and_that_item_scores_give_an_estimate():
     row = {"verdict": "noise-limited", "x": "a", "y": "b", "in_domain": "d", "reliability_y_low": 0.3}
-    reason, way = reasons.verdict_reason(row, 0.05, 0.5)
+    reason, way = answer.verdict_reason(row, 0.05, 0.5)
     assert (
         reason
-        == f"{reasons.ITEM_NOISE}: b's item noise may be up to 70% of its series' variance (bounded by its size alone)"
+        == f"{answer.ITEM_NOISE}: b's item noise may be up to 70% of its series' variance (bounded by its size alone)"
     )
     assert way.startswith("more items for b") and "per-item scores" in way
 
 
 def test_the_word_for_a_pair_that_depends_on_the_form_has_its_reason():
     row = {"verdict": "agree near zero", "n_models_consensus": 8, "n_models": 8, "n_finite": 8}
-    plain, plain_way = reasons.verdict_reason(row, 0.05, 0.5)
-    reason, way = reasons.verdict_reason({**row, "form": DEPENDS_ON_FORM, "line_verdict": "models differ"}, 0.05, 0.5)
+    plain, plain_way = answer.verdict_reason(row, 0.05, 0.5)
+    reason, way = answer.verdict_reason({**row, "form": DEPENDS_ON_FORM, "line_verdict": "models differ"}, 0.05, 0.5)
     # the verdict's own reason first, then what the line answers instead
-    assert reason == f"{plain}; {reasons.FORM}: the straight line answers 'models differ' (the verdict is the curve's)"
+    assert reason == f"{plain}; {answer.FORM}: the straight line answers 'models differ' (the verdict is the curve's)"
     assert way.startswith(plain_way) and "scatter figure" in way and "checkpoints" in way
 
 
@@ -175,10 +173,10 @@ def test_the_answers_line_counts_the_pairs_by_reason():
             "x": "a",
             "y": str(i),
         }
-        | {"verdict": "unresolved", "n_models": 2, "n_models_consensus": 2, "reason": f"{reasons.TWO_MODELS}: ... {i}"}
+        | {"verdict": "unresolved", "n_models": 2, "n_models_consensus": 2, "reason": f"{answer.TWO_MODELS}: ... {i}"}
         for i in range(3)
     ]
-    rows.append(rows[0] | {"verdict": "noise-limited", "y": "z", "reason": f"{reasons.ITEM_NOISE}: z's item noise"})
+    rows.append(rows[0] | {"verdict": "noise-limited", "y": "z", "reason": f"{answer.ITEM_NOISE}: z's item noise"})
     assert reason_counts(rows) == "why: 2 models (3 pairs), item noise (1 pair)"
     (line,) = tallies(rows, "pearson", "linear")
     assert line[2].endswith("; why: 2 models (3 pairs), item noise (1 pair)")
@@ -186,7 +184,7 @@ def test_the_answers_line_counts_the_pairs_by_reason():
 
 
 def test_every_kind_is_said_once_and_every_reason_starts_with_its_kind():
-    assert len(set(reasons.KINDS)) == len(reasons.KINDS)
+    assert len(set(answer.KINDS)) == len(answer.KINDS)
     spec = [
         _runs({f"m{i}": [-0.5 + 0.02 * i, -0.48 - 0.01 * i] for i in range(6)}, pair=("a", "b")),
         _runs({"a": [0.6, 0.62], "b": [0.58, 0.6], "c": [-0.6, -0.61], "d": [-0.59, -0.6]}, pair=("a", "c")),
@@ -194,7 +192,7 @@ def test_every_kind_is_said_once_and_every_reason_starts_with_its_kind():
     ]
     ag = agreement(pd.concat(spec, ignore_index=True), 0.05, "holm")
     assert list(ag.columns[-2:]) == ["reason", "way_on"]
-    assert all(r.split(": ", 1)[0] in reasons.KINDS for r in ag["reason"])
+    assert all(r.split(": ", 1)[0] in answer.KINDS for r in ag["reason"])
 
 
 def test_the_consoles_reliability_line_and_a_figures_label_never_show_a_share_below_0():
@@ -222,11 +220,11 @@ def test_the_noise_limited_column_says_a_negative_reliability_in_words():
 def test_an_interval_that_excludes_0_before_the_correction_across_pairs_says_so():
     row = {"verdict": "unresolved", "n_models": 2, "n_models_consensus": 2, "family_size": 10}
     row |= {"ci_low_consensus": -0.97, "ci_high_consensus": -0.11, "p_mean_adj": 0.12}
-    reason, way = reasons.verdict_reason(row, 0.05, 0.5)
+    reason, way = answer.verdict_reason(row, 0.05, 0.5)
     assert reason == (
-        f"{reasons.TWO_MODELS}: a statement about a further model needs 3 or more, and the consensus interval "
+        f"{answer.TWO_MODELS}: a statement about a further model needs 3 or more, and the consensus interval "
         "[-0.97, -0.11] excludes 0 only before the correction across the table's 10 pairs (p 0.12 after correction)"
     )
     assert way == "a third model; or more runs per model"
-    three = reasons.verdict_reason(row | {"n_models_consensus": 3}, 0.05, 0.5)[0]
-    assert three.startswith(f"{reasons.CORRECTED}: across 3 models the consensus interval [-0.97, -0.11] excludes 0")
+    three = answer.verdict_reason(row | {"n_models_consensus": 3}, 0.05, 0.5)[0]
+    assert three.startswith(f"{answer.CORRECTED}: across 3 models the consensus interval [-0.97, -0.11] excludes 0")

@@ -11,7 +11,7 @@ import pandas as pd
 from test_consensus_drawing import _agreement
 from test_explorer import Page, browser  # noqa: F401  (the module's browser fixture)
 
-from oodcorr.core.reasons import verdict_reason
+from oodcorr.core.answer import verdict_reason
 from oodcorr.jobs.figures.explorer import page_data, write_explorer
 
 NAMES = ["synth-distractor", "synth-negation", "synth-no", "synth-passive", "synth-yes"]

@@ -112,12 +112,8 @@ def room(folder: str | os.PathLike) -> Room | None:
 
 def _mount_point(folder: str | os.PathLike) -> Path:
     p = _existing(folder).resolve()
-    try:
-        dev = p.stat().st_dev
-        while p != p.parent and p.parent.stat().st_dev == dev:
-            p = p.parent
-    except OSError:
-        pass
+    while not os.path.ismount(p):
+        p = p.parent
     return p
 
 
@@ -202,6 +198,7 @@ def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
 
 # said by every sentence of a write that stopped
 KEPT = "Nothing half-written is kept, and no result is taken from it."
+AGAIN = "then run again: the job starts over from what is whole"
 
 
 def disk_full(
@@ -223,7 +220,6 @@ def disk_full(
         need = f"it needs more than the {human_bytes(written)} ({written} bytes) written when it stopped"
     else:
         need = "it needs more room than is free"
-    again = "then run again: the job starts over from what is whole"
     leftovers = deletable(folder)
     listed = f"; what a run left that holds no result: {'; '.join(leftovers)}" if leftovers else ""
     if kind == "quota":
@@ -232,7 +228,7 @@ def disk_full(
             f"files, you own there): {need}. The file system may have room ({human_bytes(free)} free, `df -h "
             f"{folder}`), but not in your share of it: `quota -s` shows your quota (on Lustre, `lfs quota -h -u "
             f"$USER {folder}`). {KEPT} Delete files of yours on that file system{listed}, ask for a larger "
-            f"quota, or put results/ on a file system where your quota has room (a link to it), {again}"
+            f"quota, or put results/ on a file system where your quota has room (a link to it), {AGAIN}"
         )
     if kind == "too large":
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
@@ -251,7 +247,7 @@ def disk_full(
             f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
             f"there. {KEPT} Delete files you no longer need on that file system, many small ones first (`du "
             f"--inodes -xs {top}/* | sort -n` shows where they are){listed}, or put results/ on another file "
-            f"system (a link to it), {again}"
+            f"system (a link to it), {AGAIN}"
         )
     short = (
         f" Free at least {human_bytes(needed - free)} more there" if needed and free is not None else " Free room there"
@@ -264,7 +260,7 @@ def disk_full(
     )
     return (
         f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
-        f"{KEPT}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {again}"
+        f"{KEPT}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {AGAIN}"
     )
 
 
@@ -351,12 +347,11 @@ def write_failed(
     fs = file_system(folder)
     library = cause is not None and not isinstance(cause, OSError)  # a library's words: said as they are
     said = f" ({type(cause).__name__}: {str(cause)[:200]})" if library else ""
-    again = "then run again: the job starts over from what is whole"
     if code == errno.EROFS:
         return WriteFailed(
             f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
             f"{said}. {KEPT} Write to a writable file system instead (the workflow: make results/ a link to one; "
-            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {again}"
+            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {AGAIN}"
         )
     if code in (errno.EACCES, errno.EPERM):
         owner = owner_of(folder)
@@ -365,7 +360,7 @@ def write_failed(
             + (f": {owner}" if owner else "")
             + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
             f"u+w {folder}` if it is yours), run as the user who owns it, or write to a folder of yours (the "
-            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {again}"
+            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {AGAIN}"
         )
     kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
     return WriteFailed(

@@ -122,7 +122,6 @@ class GGUFHeader:
     metadata: dict = field(repr=False)  # key -> scalar, string (<= 256 bytes) or ("array", item type, count)
     tensors: tuple[Tensor, ...] = field(repr=False)
     data_offset: int = 0
-    metadata_bytes: int = 0
     chat_template_chars: int = 0  # 0: the file has no chat template
 
     @property
@@ -244,7 +243,6 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
                 f"{path}: its metadata is over {MAX_METADATA_BYTES // 2**20} MiB (at key {key!r}); a "
                 "model's tokenizer needs a fraction of that: refusing the file"
             )
-    metadata_bytes = cur.pos - 24
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{path}: its metadata has no general.architecture string; no loader can read it")
@@ -309,7 +307,6 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         metadata=metadata,
         tensors=tuple(tensors),
         data_offset=data_offset,
-        metadata_bytes=metadata_bytes,
         chat_template_chars=int(chat_chars),
     )
 

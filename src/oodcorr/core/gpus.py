@@ -131,8 +131,6 @@ def claim_devices(
     """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
     Unless ``shared``, the lock folder must be this user's own folder."""
     devices = visible_devices() if devices is None else list(devices)
-    if n < 1:
-        raise ValueError(f"claim: n must be at least 1, got {n}")
     if n > len(devices):
         raise GpuPoolError(
             f"the job needs {n} GPU(s) but only {len(devices)} are visible "
@@ -153,9 +151,7 @@ def claim_devices(
                 got.append((d, fd))
                 if len(got) == n:
                     return Claim([g for g, _ in got], lock_dir, [f for _, f in got])
-        for _, fd in got:  # not enough this pass: hold nothing while waiting
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        Claim([], lock_dir, [f for _, f in got]).release()  # not enough this pass: hold nothing while waiting
         now = time.monotonic()
         if timeout is not None and now - start >= timeout:
             raise GpuPoolError(f"no {n} free GPU(s) among {devices} after {timeout:.0f} s (locks in {lock_dir})")

@@ -42,6 +42,14 @@ def loads_json(text: str | bytes) -> Any:
     return json.loads(text, object_pairs_hook=_unique_keys)
 
 
+def json_or_none(path: str | os.PathLike) -> Any:
+    """A JSON file's content; None where it is missing or not JSON (a record read where one may be absent)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def read_jsonl(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> list[dict]:
     """A JSONL file's records (:func:`read_text`), each with ``_line``; a bad line is a DataError naming it."""
     path = Path(path)
@@ -154,10 +162,10 @@ def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
     )
 
 
-def _decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None, fix: str) -> str:
-    """Bytes -> text: the declared ``encoding``, else the byte-order mark's, else strict UTF-8; text
-    not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``)."""
-    path = Path(path)
+def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> str:
+    """:func:`read_bytes` decoded: the declared ``encoding``, else the byte-order mark's, else strict UTF-8;
+    text not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``)."""
+    raw, path = read_bytes(path), Path(path)
     bom = next(((m, c) for m, c in BOMS if raw.startswith(m)), None)
     if encoding:
         try:
@@ -197,11 +205,6 @@ def _decode_text(raw: bytes, path: str | os.PathLike, encoding: str | None, fix:
             raise DataError(_utf16_sentence(path, utf16, fix))
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
-
-
-def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> str:
-    """:func:`read_bytes` then :func:`_decode_text`."""
-    return _decode_text(read_bytes(path), path, encoding, fix)
 
 
 def delimiter_mismatch(path: str | os.PathLike, text: str, sep: str, fix: str | None = None) -> str | None:

@@ -49,10 +49,10 @@ CYCLE_MESSAGE = (
 
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
-def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+def scan_yaml(stream, path: str | os.PathLike) -> None:
     """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
-    ``max_nodes`` values with aliases expanded, nests deeper than ``max_depth``, or holds an alias to a
-    block that contains it. Invalid YAML is left to ``yaml.safe_load``."""
+    :data:`MAX_NODES` values with aliases expanded, nests deeper than :data:`MAX_DEPTH`, or holds an alias
+    to a block that contains it. Invalid YAML is left to ``yaml.safe_load``."""
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height) of the block it names
     open_anchors: set[str] = set()
     stack: list[list] = []  # one frame per open mapping or list: [anchor, values before it, height]
@@ -69,23 +69,23 @@ def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_d
                 total += 1
                 if ev.anchor:
                     open_anchors.add(ev.anchor)
-                if len(stack) > max_depth:
-                    fail(ev.start_mark, "the YAML here " + _depth_message(None, max_depth))
+                if len(stack) > MAX_DEPTH:
+                    fail(ev.start_mark, "the YAML here " + _depth_message(None, MAX_DEPTH))
                 continue
             if isinstance(ev, yaml.AliasEvent):
                 if ev.anchor in open_anchors:
                     fail(ev.start_mark, f"*{ev.anchor} " + CYCLE_MESSAGE)
                 n, height = sizes.get(ev.anchor, (1, 1))
                 total += n
-                if len(stack) + height > max_depth:
-                    fail(ev.start_mark, f"*{ev.anchor} repeats a block that " + _depth_message(None, max_depth))
+                if len(stack) + height > MAX_DEPTH:
+                    fail(ev.start_mark, f"*{ev.anchor} repeats a block that " + _depth_message(None, MAX_DEPTH))
             elif isinstance(ev, yaml.ScalarEvent):
                 n, height = 1, 1
                 total += 1
                 if ev.anchor:
                     sizes[ev.anchor] = (1, 1)
-                if len(stack) + 1 > max_depth:
-                    fail(ev.start_mark, "the YAML here " + _depth_message(None, max_depth))
+                if len(stack) + 1 > MAX_DEPTH:
+                    fail(ev.start_mark, "the YAML here " + _depth_message(None, MAX_DEPTH))
             elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
                 anchor, before, inner = stack.pop()
                 height = inner + 1
@@ -94,9 +94,9 @@ def scan_yaml(stream, path: str | os.PathLike, max_nodes: int = MAX_NODES, max_d
                     open_anchors.discard(anchor)
             else:  # stream and document start and end
                 continue
-            if total > max_nodes:
+            if total > MAX_NODES:
                 where = "the file" if not stack else "the file, at this line,"
-                fail(ev.start_mark, f"{where} " + _nodes_message(None, max_nodes))
+                fail(ev.start_mark, f"{where} " + _nodes_message(None, MAX_NODES))
             if stack:
                 stack[-1][2] = max(stack[-1][2], height)
     except yaml.YAMLError:
@@ -171,9 +171,9 @@ def key_path(parts: list, root: Any = None) -> str:
     return out or "(top level)"
 
 
-def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> None:
+def check_tree(root: Any, max_nodes: int = MAX_NODES) -> None:
     """Raise :class:`TooLarge` naming the key if ``root`` holds more than ``max_nodes`` values (shared
-    blocks counted as often as used), nests deeper than ``max_depth``, or holds itself."""
+    blocks counted as often as used), nests deeper than :data:`MAX_DEPTH`, or holds itself."""
     if not isinstance(root, (dict, list, tuple)):
         return
     try:
@@ -181,16 +181,16 @@ def check_tree(root: Any, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH
     except TooLarge as e:
         raise TooLarge(f"{key_path(e.parts, root)}: {e}", e.parts) from None
     n, height = memo[id(root)]
-    if height > max_depth:
+    if height > MAX_DEPTH:
         parts, node = [], root
-        while len(parts) < max_depth:  # follow the tallest child to the level past the limit
+        while len(parts) < MAX_DEPTH:  # follow the tallest child to the level past the limit
             kids = [(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))]
             if not kids:
                 break
             k, node = max(kids, key=lambda kc: memo[id(kc[1])][1])
             parts.append(k)
         shown = key_path(parts, root)
-        raise TooLarge(f"{shown}...: the config " + _depth_message(height, max_depth), parts)
+        raise TooLarge(f"{shown}...: the config " + _depth_message(height, MAX_DEPTH), parts)
     if n > max_nodes:
         parts, node = [], root
         while True:  # the smallest block that alone is over the limit

@@ -25,6 +25,7 @@ from pathlib import Path
 from .atomic_write import write_json_atomic
 from .digests import short_tag
 from .filesystems import owner_of
+from .io import json_or_none
 
 LOCK_DIR_ENV = "OODCORR_LOCK_DIR"  # a folder on a local disk where the locks are taken (flock refused)
 PLACES = ".lock-places"  # in the guarded folder: where its lock was taken
@@ -114,10 +115,8 @@ def _read_holder(fd: int) -> dict | None:
     return None
 
 
-def _alive_here(info: dict) -> bool | None:
-    """Whether the holder's PID runs on this host (None: another host, cannot tell)."""
-    if info.get("host") != socket.gethostname():
-        return None
+def _alive_here(info: dict) -> bool:
+    """Whether the holder's PID, which the lock file names on this host, runs."""
     try:
         os.kill(int(info["pid"]), 0)
     except ProcessLookupError:
@@ -183,7 +182,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             f"`ps -o pid,etime,args -p {info['pid']}`, then stop it (`kill {info['pid']}`{job}) or wait for "
             "it to finish, and run again: the lock goes with the process, there is nothing to delete"
         )
-    if _alive_here(info) is False:
+    if not _alive_here(info):
         return (
             f"{head}: {who}, which has exited, but a process it started still holds the lock "
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
@@ -449,12 +448,8 @@ def _record(folder: Path, kind_file: str) -> None:
     where = _lock_dir()
     path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
     doc = {"lock_dir": where, "host": socket.gethostname()}
-    try:
-        if json.loads(path.read_text(encoding="utf-8")) == doc:
-            return
-    except (OSError, ValueError):
-        pass
-    write_json_atomic(path, doc)
+    if json_or_none(path) != doc:
+        write_json_atomic(path, doc)
 
 
 def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:

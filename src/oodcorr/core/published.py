@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from .atomic_write import current_umask, write_json_atomic
 from .digests import sha256_file, stat_key
 from .errors import ResultError, WriteFailed
 from .filesystems import check_room, write_errno, write_failed
+from .io import json_or_none
 from .locks import PUBLISH, hold
 from .seals import check_seal
 
@@ -338,10 +338,7 @@ REPUBLISH = "snakemake --forcerun publish_results"
 def read_publish_record(path: str | Path) -> dict | None:
     """A publish record, or None when missing or not one; another format is a
     :class:`~oodcorr.core.errors.ResultError` naming the file and :data:`REPUBLISH`."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    doc = json_or_none(path)
     if not isinstance(doc, dict) or not isinstance(doc.get("files"), dict):
         return None
     if doc.get("format") != RECORD_FORMAT:

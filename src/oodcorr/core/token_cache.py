@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from .digests import sha256_json
+from .io import json_or_none
 
 
 def cache_info_path(cache_path: str | Path) -> Path:
@@ -46,10 +46,7 @@ def _zip_whole(path: Path) -> bool:
 def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
     """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can)."""
     info_path = cache_info_path(path)
-    try:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        info = None
+    info = json_or_none(info_path)
     if not isinstance(info, dict):
         return (
             None,

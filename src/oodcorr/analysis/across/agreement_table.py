@@ -13,10 +13,10 @@ from ...core.answer import (
     NOISE_LIMITABLE,
     NOISE_LIMITED_VERDICT,
     SIGN_REVERSAL,
+    verdict_reason,
     verdict_words,
 )
 from ...core.defaults import ANALYSIS as DEFAULTS
-from ...core.reasons import verdict_reason
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..cell.residualise import parse
 from . import measured_answer as measured
@@ -65,7 +65,7 @@ MEASURED_COLUMNS = [
     "attenuation_low",
     "noise_limited",
 ]
-# why the verdict, and what would resolve it (:mod:`oodcorr.core.reasons`)
+# why the verdict, and what would resolve it (:func:`oodcorr.core.answer.verdict_reason`)
 REASON_COLUMNS = ["reason", "way_on"]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
@@ -439,7 +439,7 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
 
 
 def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
-    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.reasons.verdict_reason`), with the runs
+    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`), with the runs
     each model pooled and how many models' pooled rows have a value but no interval."""
     n = len(df)
     runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
