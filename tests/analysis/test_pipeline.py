@@ -29,27 +29,9 @@ def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a"
     for model, seed in runs:
         for step in range(n_steps):
             z = 0.5 + 0.03 * step + rng.normal(0, 0.01)
-            rows.append(
-                {
-                    "model": model,
-                    "in_domain": "id",
-                    "run": f"{model}/s{seed}",
-                    "unit": step * 10,
-                    "testset": "id",
-                    "score": z,
-                }
-            )
-            for ts in testsets:
-                rows.append(
-                    {
-                        "model": model,
-                        "in_domain": "id",
-                        "run": f"{model}/s{seed}",
-                        "unit": step * 10,
-                        "testset": ts,
-                        "score": 0.4 * z + rng.normal(0, 0.02),
-                    }
-                )
+            for ts, score in [("id", z)] + [(ts, 0.4 * z + rng.normal(0, 0.02)) for ts in testsets]:
+                row = {"model": model, "in_domain": "id", "run": f"{model}/s{seed}", "unit": step * 10}
+                rows.append({**row, "testset": ts, "score": score})
     return pd.DataFrame(rows)
 
 
