@@ -211,16 +211,12 @@ def test_models_differ_without_a_sign():
 
 
 def test_agree_near_zero():
-    row = _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05))
+    table = _runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05)
+    row = _verdict(table)
     assert row["verdict"] == "agree near zero"
     assert -0.3 < row["pi_low_consensus"] < row["pi_high_consensus"] < 0.3
     # the same models but a narrower band: not shown to be near zero
-    assert (
-        _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05), near_zero=0.02)[
-            "verdict"
-        ]
-        == "unresolved"
-    )
+    assert _verdict(table, near_zero=0.02)["verdict"] == "unresolved"
 
 
 def test_unresolved_and_two_models():
