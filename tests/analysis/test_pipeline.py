@@ -21,6 +21,8 @@ from oodcorr.analysis.readers.workflow_scores import from_scores
 from oodcorr.analysis.simulate.runs import ar1_series
 from oodcorr.core.errors import DataError
 
+from helpers import score_row
+
 FAST = Options(residualisers=("linear",), n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
 
@@ -30,8 +32,7 @@ def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a"
         for step in range(n_steps):
             z = 0.5 + 0.03 * step + rng.normal(0, 0.01)
             for ts, score in [("id", z)] + [(ts, 0.4 * z + rng.normal(0, 0.02)) for ts in testsets]:
-                row = {"model": model, "in_domain": "id", "run": f"{model}/s{seed}", "unit": step * 10}
-                rows.append({**row, "testset": ts, "score": score})
+                rows.append(score_row(model, f"{model}/s{seed}", step * 10, ts, score))
     return pd.DataFrame(rows)
 
 
@@ -368,11 +369,7 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
 
 def _series_table(series: dict, n: int, run="r", model="m") -> pd.DataFrame:
     return pd.DataFrame(
-        [
-            {"model": model, "in_domain": "id", "run": run, "unit": step, "testset": ts, "score": float(v[step])}
-            for step in range(n)
-            for ts, v in series.items()
-        ]
+        [score_row(model, run, step, ts, float(v[step])) for step in range(n) for ts, v in series.items()]
     )
 
 
