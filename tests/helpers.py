@@ -52,6 +52,11 @@ def planned_jobs(workdir, configfile, timeout=600, env=None) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"^(\w+)\s+(\d+)$", res.stdout, re.M)}
 
 
+def score_row(model, run, unit, testset, score, in_domain="id") -> dict:
+    """One row of the analysis' long table, its columns in the order the readers give them."""
+    return {"model": model, "in_domain": in_domain, "run": run, "unit": unit, "testset": testset, "score": score}
+
+
 LABELS = ["entailment", "non-entailment"]
 
 

@@ -1,5 +1,6 @@
 """The answer across models (oodcorr.analysis.across.consensus): the two-level model by hand, and each
-verdict's rule pinned on a small constructed table (one test per word)."""
+verdict's rule, its reason and its way on (oodcorr.core.answer) pinned on a small constructed table
+(one test per word)."""
 
 import math
 
@@ -11,6 +12,7 @@ from scipy import stats
 from oodcorr.analysis import agreement
 from oodcorr.analysis.across.multitest import bh, holm, simes
 from oodcorr.analysis.across.predictive import SINGLE_RUN_SCALE
+from oodcorr.core import answer
 
 from helpers import between_runs, consensus, model_means, predictive, reversal_p, tau2_upper, tolerance
 
@@ -53,6 +55,12 @@ def _verdict(table, correction="holm", **kw):
     a = agreement(table, 0.05, correction, **kw)
     assert len(a) == 1
     return a.iloc[0]
+
+
+def _why(row) -> tuple[str, str]:
+    """The row's reason and way on (agreement.csv's ``reason`` and ``way_on``), each a non-empty text."""
+    assert isinstance(row["reason"], str) and row["reason"] and isinstance(row["way_on"], str) and row["way_on"]
+    return row["reason"], row["way_on"]
 
 
 # ---- the model by hand ------------------------------------------------------------------------
@@ -177,6 +185,10 @@ def test_the_sign_in_nearly_every_model_negative_and_positive():
     assert row["share_sign_low"] > 0.999 and row["tol_high_consensus"] < 0
     # 2 runs each: the runs' own scatter sets the within variance (6 degrees of freedom)
     assert row["within_df"] == 6
+    reason, way = _why(row)
+    assert reason.startswith(f"{answer.SETTLED_FURTHER}: across 6 models the tolerance bounds [")
+    assert f"{row['tol_high_consensus']:+.2f}] exclude 0" in reason
+    assert way == answer.SETTLED
     mirrored = {m: [-r for r in rs] for m, rs in same.items()}
     assert _verdict(_runs(mirrored))["verdict"] == "positive in nearly every model"
 
@@ -189,12 +201,19 @@ def test_the_sign_on_average_when_the_models_spread():
     assert row["verdict"] == "negative on average, models differ"
     assert row["p_mean_adj"] < 0.05 and row["ci_high_consensus"] < 0 and row["p_generalises_adj"] >= 0.05
     assert row["direction"] == "negative on average" and row["spread"] == "models differ"
+    reason, way = _why(row)
+    assert reason.startswith(answer.SETTLED_AVERAGE) and "the models differ beyond their runs' variation" in reason
+    assert "a further model may still have the other sign" in reason
+    assert way.startswith("read each model's correlation (by_model)") and "more models" in way
 
 
 def test_sign_reversal():
     row = _verdict(_runs({"a": [0.6, 0.62], "b": [0.58, 0.6], "c": [-0.6, -0.61], "d": [-0.59, -0.6]}))
     assert row["verdict"] == "sign reversal" and row["p_reversal_adj"] < 0.05
     assert row["reversal"].startswith(("a +0.6", "b +0.5"))
+    reason, way = _why(row)
+    assert reason.startswith(f"{answer.REVERSED}: {row['reversal']}, each significant")
+    assert "depends on the model" in way
     # seven negative models and one positive: a reversal, and negative on average
     spec = {"a": [0.3, 0.31], **{f"m{i}": [-0.6 + 0.01 * i, -0.61] for i in range(7)}}
     lean = _verdict(_runs(spec, se=0.05))
@@ -208,35 +227,49 @@ def test_models_differ_without_a_sign():
     row = _verdict(table)
     assert row["verdict"] == "models differ" and row["p_heterogeneity_adj"] < 0.05
     assert row["p_mean_adj"] >= 0.05 and row["p_reversal_adj"] >= 0.05 and row["reversal"] == ""
+    reason, _ = _why(row)
+    assert reason.startswith(f"{answer.DIFFER}: the models differ")
+    assert "across 10 models, with no shared sign" in reason
 
 
 def test_agree_near_zero():
-    row = _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05))
+    table = _runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05)
+    row = _verdict(table)
     assert row["verdict"] == "agree near zero"
     assert -0.3 < row["pi_low_consensus"] < row["pi_high_consensus"] < 0.3
+    reason, way = _why(row)
+    assert reason.startswith(f"{answer.NEAR}: across 8 models") and way == answer.SETTLED
     # the same models but a narrower band: not shown to be near zero
-    assert (
-        _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05), near_zero=0.02)[
-            "verdict"
-        ]
-        == "unresolved"
-    )
+    assert _verdict(table, near_zero=0.02)["verdict"] == "unresolved"
 
 
 def test_unresolved_and_two_models():
     # three noisy models near zero: no difference, but neither a sign nor a near-zero value shown
     row = _verdict(_runs({"a": [0.1], "b": [-0.05], "c": [0.15]}, se=0.3))
     assert row["verdict"] == "unresolved" and (row["direction"], row["spread"]) == ("", "")
+    reason, way = _why(row)
+    ci = f"[{row['ci_low_consensus']:+.2f}, {row['ci_high_consensus']:+.2f}]"
+    assert reason.startswith(f"{answer.SPANS_ZERO}: across 3 models the consensus interval {ci} includes 0")
+    assert "more runs or checkpoints" in way and "more models" in way
     # two models, both clearly negative: the mean's sign, but nothing of a further model from two
     two = _verdict(_runs({"a": [-0.6, -0.62], "b": [-0.61, -0.6]}))
     assert two["verdict"] == "negative on average" and math.isnan(two["pi_low_consensus"])
     assert math.isnan(two["p_generalises"]) and math.isnan(two["share_sign_low"])
     assert "2 models" in two["note"] and two["ci_high_consensus"] < 0
+    reason, way = _why(two)
+    assert reason.startswith(answer.SETTLED_AVERAGE)
+    assert "2 models: a statement about a further model needs 3" in reason and way.startswith("a third model")
 
 
 def test_fewer_than_two_models_and_no_data():
-    assert _verdict(_runs({"a": [0.5, 0.6], "b": [np.nan]}))["verdict"] == "fewer than 2 models tested"
-    assert _verdict(_runs({"a": [np.nan], "b": [np.nan]}))["verdict"] == "no data"
+    left = _verdict(_runs({"a": [0.5, 0.6], "b": [np.nan]}))
+    assert left["verdict"] == "fewer than 2 models tested"
+    # b has no value at all: one model tested with a value, so no consensus
+    assert _why(left)[0].startswith((answer.ONE_MODEL, answer.NO_INTERVAL))
+    none = _verdict(_runs({"a": [np.nan], "b": [np.nan]}))
+    assert none["verdict"] == "no data"
+    reason, way = _why(none)
+    assert reason.startswith(answer.NO_VALUE) and "longer series" in way
 
 
 def test_the_corrections_run_across_the_pairs_of_a_table():

@@ -24,7 +24,7 @@ from oodcorr.launch import budget_work, grid
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
-from helpers import MICRO, REPO, between_runs, model_means
+from helpers import MICRO, REPO, between_runs, model_means, score_row
 
 
 # ---- a closed form: iid residuals ------------------------------------------------------------------
@@ -86,16 +86,7 @@ def _as_table(scores: np.ndarray, models: int, runs: int) -> pd.DataFrame:
         m, k = divmod(i, runs)
         for t, row in enumerate(sc):
             for name, v in zip(("in-domain", "ood0", "ood1"), row):
-                rows.append(
-                    {
-                        "model": f"m{m}",
-                        "in_domain": "in-domain",
-                        "run": f"m{m}-r{k}",
-                        "unit": t,
-                        "testset": name,
-                        "score": v,
-                    }
-                )
+                rows.append(score_row(f"m{m}", f"m{m}-r{k}", t, name, v, in_domain="in-domain"))
     return pd.DataFrame(rows)
 
 

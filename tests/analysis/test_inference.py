@@ -26,6 +26,8 @@ from oodcorr.analysis.cell.inference import (
 from oodcorr.analysis.cell.residualise import linear_maker
 from oodcorr.analysis.simulate.runs import ar1_series, calibrate
 
+from helpers import score_row
+
 
 def _curve(n, seed=0):
     rng = np.random.default_rng(seed)
@@ -96,16 +98,7 @@ def test_pipeline_rows_have_agreeing_intervals_and_p_values():
             w = 0.3 * z + 0.02 * rng.normal(size=21)
             for step in range(21):
                 for ts, v in (("id", z), ("a", x), ("b", y), ("c", w), ("d", x + y)):
-                    rows.append(
-                        {
-                            "model": model,
-                            "in_domain": "id",
-                            "run": f"{model}{run}",
-                            "unit": step,
-                            "testset": ts,
-                            "score": v[step],
-                        }
-                    )
+                    rows.append(score_row(model, f"{model}{run}", step, ts, v[step]))
     out = analyse(pd.DataFrame(rows), Options(methods=("pearson", "kendall"), example_boot=0))
     fin = out[np.isfinite(out["p"])]
     assert len(fin) > 60 and (fin["run"] == "pooled").sum() > 10

@@ -447,30 +447,26 @@ def test_an_unreadable_folder_or_file_is_named(tmp_path):
         finally:
             locked.chmod(0o755)
         return
+    res = _read_as_nobody(0o700)  # root's own: nobody may not list it
+    assert res.returncode != 0
+    assert re.search(r"org__b: cannot list this folder", res.stderr), res.stderr[-2000:]
+
+
+def _read_as_nobody(org_b_mode: int) -> subprocess.CompletedProcess:
+    """read_folder run as user nobody on a series of root's whose folder org__b has ``org_b_mode``."""
     prefix = as_nobody()
     top = Path(tempfile.mkdtemp(prefix="oodcorr-lmeval-"))
     try:
         top.chmod(0o755)
         series(top)
         for d in [top, *top.rglob("*")]:
-            if d.is_dir():
-                d.chmod(0o755)
-        (top / "org__b").chmod(0o700)  # root's own: nobody may not list it
-        res = subprocess.run(
-            [
-                *prefix,
-                PYTHON,
-                "-c",
-                "import sys; from oodcorr.analysis.readers.lmeval import read_folder; read_folder(sys.argv[1])",
-            ]
-            + [str(top)],
-            capture_output=True,
-            text=True,
-            env=python_env(),
-            timeout=120,
+            d.chmod(0o755 if d.is_dir() else 0o644)
+        (top / "org__b").chmod(org_b_mode)
+        script = "import sys; from oodcorr.analysis.readers.lmeval import read_folder; "
+        script += "print(len(read_folder(sys.argv[1]).scores))"
+        return subprocess.run(
+            [*prefix, PYTHON, "-c", script, str(top)], capture_output=True, text=True, env=python_env(), timeout=120
         )
-        assert res.returncode != 0
-        assert re.search(r"org__b: cannot list this folder", res.stderr), res.stderr[-2000:]
     finally:
         shutil.rmtree(top)
 
@@ -523,21 +519,7 @@ def test_a_link_out_of_the_folder_is_named_and_not_followed_unless_asked(tmp_pat
 def test_a_folder_whose_entries_cannot_be_looked_at_is_named(tmp_path):
     """A folder the reader may list but not search (mode 644: its names, not what they are): before, its
     subfolders were skipped in silence and the analysis went on without that model."""
-    prefix = as_nobody()
-    top = Path(tempfile.mkdtemp(prefix="oodcorr-lmeval-"))
-    try:
-        top.chmod(0o755)
-        series(top)
-        for d in [top, *top.rglob("*")]:
-            d.chmod(0o755 if d.is_dir() else 0o644)
-        (top / "org__b").chmod(0o644)  # readable names, no search: what each is cannot be seen
-        script = "import sys; from oodcorr.analysis.readers.lmeval import read_folder; "
-        script += "print(len(read_folder(sys.argv[1]).scores))"
-        res = subprocess.run(
-            [*prefix, PYTHON, "-c", script, str(top)], capture_output=True, text=True, env=python_env(), timeout=120
-        )
-        assert res.returncode != 0, res.stdout
-        assert re.search(r"org__b: cannot look into this folder \(Permission denied: ", res.stderr), res.stderr[-2000:]
-        assert "chmod" in res.stderr
-    finally:
-        shutil.rmtree(top)
+    res = _read_as_nobody(0o644)  # readable names, no search: what each is cannot be seen
+    assert res.returncode != 0, res.stdout
+    assert re.search(r"org__b: cannot look into this folder \(Permission denied: ", res.stderr), res.stderr[-2000:]
+    assert "chmod" in res.stderr

@@ -5,6 +5,7 @@ noise, the pooled tasks' correlation finds the truth, and the pieces by hand."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -116,8 +117,6 @@ def test_halves_share_no_item_and_average_to_the_whole_set():
 
 
 def test_item_matrices_align_units_and_refuse_what_is_not_one_testset():
-    import pandas as pd
-
     ex = pd.DataFrame(
         {
             "unit": [0, 0, 10, 10, 0, 0, 10],
@@ -204,8 +203,6 @@ def test_halves_of_a_set_sampled_per_label_take_half_of_each_label():
 
 
 def test_item_labels_are_read_in_the_matrices_column_order():
-    import pandas as pd
-
     from oodcorr.analysis.items.item_noise import item_strata
 
     ex = pd.DataFrame(

@@ -20,6 +20,11 @@ from oodcorr.analysis.readers.tables import Layout, from_long, from_wide, read_t
 from oodcorr.analysis.readers.workflow_scores import from_scores
 from oodcorr.analysis.simulate.runs import ar1_series
 from oodcorr.core.errors import DataError
+from oodcorr.jobs.figures.common import TEXT_LIMIT, cluster_order
+from oodcorr.jobs.figures.curves import learning_curves, scatter, scatter_fits
+from oodcorr.jobs.figures.pair_heatmaps import describe, heatmap, heatmap_grid, heatmap_marks
+
+from helpers import score_row
 
 FAST = Options(residualisers=("linear",), n_boot=300, n_perm=300, example_boot=60, pool_by=())
 
@@ -29,27 +34,8 @@ def _long(rng, n_steps=12, runs=(("m1", 0), ("m1", 1), ("m2", 0)), testsets=("a"
     for model, seed in runs:
         for step in range(n_steps):
             z = 0.5 + 0.03 * step + rng.normal(0, 0.01)
-            rows.append(
-                {
-                    "model": model,
-                    "in_domain": "id",
-                    "run": f"{model}/s{seed}",
-                    "unit": step * 10,
-                    "testset": "id",
-                    "score": z,
-                }
-            )
-            for ts in testsets:
-                rows.append(
-                    {
-                        "model": model,
-                        "in_domain": "id",
-                        "run": f"{model}/s{seed}",
-                        "unit": step * 10,
-                        "testset": ts,
-                        "score": 0.4 * z + rng.normal(0, 0.02),
-                    }
-                )
+            for ts, score in [("id", z)] + [(ts, 0.4 * z + rng.normal(0, 0.02)) for ts in testsets]:
+                rows.append(score_row(model, f"{model}/s{seed}", step * 10, ts, score))
     return pd.DataFrame(rows)
 
 
@@ -283,8 +269,6 @@ def test_long_table_and_workflow_scores_give_the_same_cells():
 
 
 def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
-    from oodcorr.jobs.figures.pair_heatmaps import heatmap, heatmap_grid
-
     rng = np.random.default_rng(9)
     long = _long(rng, testsets=("a", "b", "c"))
     long.loc[(long.model == "m2") & (long.testset == "c"), "score"] = 0.5  # constant -> n/a
@@ -311,8 +295,6 @@ def test_heatmap_lower_triangle_stars_and_hatched_nan(tmp_path):
 
 
 def test_heatmap_titles_say_numbers_not_names():
-    from oodcorr.jobs.figures.pair_heatmaps import describe
-
     rng = np.random.default_rng(9)
     long = _long(rng, runs=(("m1", 0), ("m1", 1), ("m1", 2), ("m2", 0), ("m2", 1)), testsets=("a", "b", "c", "d"))
     out = analyse(long, Options(residualisers=("linear",), example_boot=0, pool_by=()))
@@ -326,9 +308,6 @@ def test_heatmap_titles_say_numbers_not_names():
 
 
 def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
-    from oodcorr.jobs.figures.common import TEXT_LIMIT, cluster_order
-    from oodcorr.jobs.figures.pair_heatmaps import heatmap
-
     rng = np.random.default_rng(10)
     n, k = 25, 36
     t = np.arange(n)
@@ -352,9 +331,6 @@ def test_a_heatmap_of_many_testsets_is_clustered_and_unlabelled(tmp_path):
 
 
 def test_figures_take_marks_and_fits_from_the_analysis_options():
-    from oodcorr.jobs.figures.curves import scatter_fits
-    from oodcorr.jobs.figures.pair_heatmaps import heatmap_marks
-
     opts = Options(alpha=0.01, level=0.9, near_zero=0.2, residualisers=("gam+step", "linear", "gam"))
     assert heatmap_marks(opts) == {"alpha": 0.01, "level": 0.9, "near_zero": 0.2}
     assert scatter_fits(opts.residualisers) == ["linear", "gam"]  # '+step' fits need the step: not a curve
@@ -363,8 +339,6 @@ def test_figures_take_marks_and_fits_from_the_analysis_options():
 
 
 def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
-    from oodcorr.jobs.figures.curves import learning_curves, scatter
-
     rng = np.random.default_rng(10)
     long = _long(rng, runs=(("m", 0), ("m", 1)))
     drawn = learning_curves(long, "m", str(tmp_path / "lc.png"))
@@ -386,11 +360,7 @@ def test_learning_curves_and_scatter_draw_every_testset_and_fit(tmp_path):
 
 def _series_table(series: dict, n: int, run="r", model="m") -> pd.DataFrame:
     return pd.DataFrame(
-        [
-            {"model": model, "in_domain": "id", "run": run, "unit": step, "testset": ts, "score": float(v[step])}
-            for step in range(n)
-            for ts, v in series.items()
-        ]
+        [score_row(model, run, step, ts, float(v[step])) for step in range(n) for ts, v in series.items()]
     )
 
 

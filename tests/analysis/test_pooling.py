@@ -11,6 +11,8 @@ from oodcorr.analysis import Options, agreement, analyse, combine, fisher_mean, 
 from oodcorr.analysis.across.pooling import solve_tau2
 from oodcorr.analysis.simulate.runs import ar1_series
 
+from helpers import score_row
+
 
 def _run_table(specs, n=21, phi=0.3, seed=0, testsets=("a", "b")):
     """specs: {model: [rho per run]} -> a canonical long table; pair (a, b) has partial correlation rho."""
@@ -21,16 +23,7 @@ def _run_table(specs, n=21, phi=0.3, seed=0, testsets=("a", "b")):
             x, y, z = ar1_series(rng, n, phi, rho)
             for step in range(n):
                 for ts, v in (("id", z), ("a", x), ("b", y)):
-                    rows.append(
-                        {
-                            "model": model,
-                            "in_domain": "id",
-                            "run": f"{model}/{i}",
-                            "unit": step,
-                            "testset": ts,
-                            "score": v[step],
-                        }
-                    )
+                    rows.append(score_row(model, f"{model}/{i}", step, ts, v[step]))
     return pd.DataFrame(rows)
 
 
@@ -289,16 +282,7 @@ def test_three_models_with_opposite_true_signs_and_one_null_get_the_right_verdic
                     ("b", -0.4 * z[step] + 0.02 * e[step, 1]),
                     ("c", 0.3 * z[step] + 0.02 * e[step, 2]),
                 ):
-                    rows.append(
-                        {
-                            "model": model,
-                            "in_domain": "id",
-                            "run": f"{model}/{i}",
-                            "unit": step,
-                            "testset": ts,
-                            "score": v,
-                        }
-                    )
+                    rows.append(score_row(model, f"{model}/{i}", step, ts, v))
     out = analyse(pd.DataFrame(rows), Options(example_boot=0, pool_by=()))
     pooled = out[out.run == "pooled"]
     ab = pooled[(pooled.x == "a") & (pooled.y == "b")].set_index("model")

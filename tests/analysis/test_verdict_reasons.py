@@ -1,74 +1,20 @@
-"""Every verdict with its reason and its way on (agreement.csv's ``reason`` and ``way_on``,
-oodcorr.core.answer): one constructed table per verdict, the reason read from the row's own numbers."""
+"""Verdicts' reasons and ways on (agreement.csv's ``reason`` and ``way_on``, oodcorr.core.answer) beyond
+test_consensus.py's one table per verdict: two models each significant, one model of two runs, item noise,
+the form, the answer's line, and reliabilities outside [0, 1]."""
 
 import math
 
 import numpy as np
 import pandas as pd
 import pytest
-from test_consensus import _runs, _verdict
+from test_consensus import _runs, _verdict, _why
 
 from oodcorr.analysis import agreement
 from oodcorr.core import answer
 from oodcorr.core.answer import DEPENDS_ON_FORM, NOISE_EXCEEDS, reason_counts, reliability_text, tallies
 
 
-def _why(row) -> tuple[str, str]:
-    assert isinstance(row["reason"], str) and row["reason"] and isinstance(row["way_on"], str) and row["way_on"]
-    return row["reason"], row["way_on"]
-
-
-def test_the_sign_in_nearly_every_model_says_its_tolerance_bounds_and_needs_nothing():
-    row = _verdict(_runs({f"m{i}": [-0.5 + 0.02 * i, -0.48 - 0.01 * i] for i in range(6)}))
-    reason, way = _why(row)
-    assert reason.startswith(f"{answer.SETTLED_FURTHER}: across 6 models the tolerance bounds [")
-    assert f"{row['tol_high_consensus']:+.2f}] exclude 0" in reason
-    assert way == answer.SETTLED
-
-
-def test_two_models_on_average_need_a_third():
-    row = _verdict(_runs({"a": [-0.6, -0.62], "b": [-0.61, -0.6]}))
-    assert row["verdict"] == "negative on average"
-    reason, way = _why(row)
-    assert reason.startswith(answer.SETTLED_AVERAGE) and "2 models: a statement about a further model needs 3" in reason
-    assert way.startswith("a third model")
-
-
-def test_on_average_with_models_differing_says_both():
-    rs = [-0.1, -0.25, -0.4, -0.55, -0.7]
-    row = _verdict(_runs({f"m{i}": [r] for i, r in enumerate(rs)}, se=0.08))
-    assert row["verdict"] == "negative on average, models differ"
-    reason, way = _why(row)
-    assert reason.startswith(answer.SETTLED_AVERAGE) and "the models differ beyond their runs' variation" in reason
-    assert "a further model may still have the other sign" in reason
-    assert way.startswith("read each model's correlation (by_model)") and "more models" in way
-
-
-def test_a_sign_reversal_names_the_two_models():
-    row = _verdict(_runs({"a": [0.6, 0.62], "b": [0.58, 0.6], "c": [-0.6, -0.61], "d": [-0.59, -0.6]}))
-    reason, way = _why(row)
-    assert reason.startswith(f"{answer.REVERSED}: {row['reversal']}, each significant")
-    assert "depends on the model" in way
-
-
-def test_models_differ_and_agree_near_zero():
-    differ = _verdict(_runs({f"m{i}": [0.25 * (-1) ** i, 0.24 * (-1) ** i] for i in range(10)}, se=0.2))
-    reason, way = _why(differ)
-    assert (
-        reason.startswith(f"{answer.DIFFER}: the models differ") and "across 10 models, with no shared sign" in reason
-    )
-    near = _verdict(_runs({f"m{i}": [0.01 * (i - 4), -0.01 * (i - 4)] for i in range(8)}, se=0.05))
-    assert near["verdict"] == "agree near zero"
-    reason, way = _why(near)
-    assert reason.startswith(f"{answer.NEAR}: across 8 models") and way == answer.SETTLED
-
-
-def test_unresolved_with_three_models_and_with_two():
-    three = _verdict(_runs({"a": [0.1], "b": [-0.05], "c": [0.15]}, se=0.3))
-    reason, way = _why(three)
-    ci = f"[{three['ci_low_consensus']:+.2f}, {three['ci_high_consensus']:+.2f}]"
-    assert reason.startswith(f"{answer.SPANS_ZERO}: across 3 models the consensus interval {ci} includes 0")
-    assert "more runs or checkpoints" in way and "more models" in way
+def test_unresolved_with_two_models_each_significant():
     # the default's planted pair: two models, each run significant and negative, too few to say more
     table = _runs({"a": [-0.7], "b": [-0.6]}, se=0.3)
     table.loc[table["run"] == "pooled", "significant"] = True
@@ -96,17 +42,6 @@ def test_one_model_of_two_runs_says_why_its_cells_have_no_interval_and_what_give
     fixed = pool_runs(runs, two_runs="fixed-effect")
     row = agreement(pd.concat([runs, fixed], ignore_index=True), 0.05, "holm").iloc[0]
     assert "--pool-two-runs" not in _why(row)[1]
-
-
-def test_models_without_an_interval_and_no_data():
-    left = _verdict(_runs({"a": [0.5, 0.6], "b": [np.nan]}))
-    assert left["verdict"] == "fewer than 2 models tested"
-    # b has no value at all: one model tested with a value, so no consensus
-    reason, _ = _why(left)
-    assert reason.startswith((answer.ONE_MODEL, answer.NO_INTERVAL))
-    none = _verdict(_runs({"a": [np.nan], "b": [np.nan]}))
-    reason, way = _why(none)
-    assert reason.startswith(answer.NO_VALUE) and "longer series" in way
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,8 @@
 """`oodcorr analyse`: the real McCoy et al. (2020) table, long tables with examples, errors."""
 
 import csv
+import gzip
+import json
 import logging
 import math
 import re
@@ -13,6 +15,7 @@ import pandas as pd
 import pingouin as pg
 import pytest
 
+from oodcorr.analysis import Options, analyse
 from oodcorr.analysis.simulate.runs import ar1_series
 from oodcorr.cli import build_parser, main
 from oodcorr.core.errors import DataError
@@ -218,8 +221,6 @@ def test_console_script_help_documents_the_flags():
 
 
 def test_analyse_defaults_are_the_analysis_defaults_and_its_help_shows_them(capsys, monkeypatch):
-    from oodcorr.analysis import Options
-
     d = Options()
     args = build_parser().parse_args(["analyse", "scores.csv", "--in-domain", "mnli"])
     same_name = ("inference", "level", "min_n_eff", "near_zero", "pool_two_runs", "n_boot", "n_perm")
@@ -258,8 +259,6 @@ def _analysed(args, out):
 
 def test_tables_as_people_have_them_give_the_same_analysis(tmp_path):
     """gzip (by name and by content), a byte-order mark, CRLF, Latin-1 with --encoding: one answer."""
-    import gzip
-
     scores, _ = _long_table(tmp_path)
     text = scores.read_text().replace("mnli", "mnli-é")  # a testset name outside ASCII
     args = ["--in-domain", "mnli-é", "--run", "run"]
@@ -334,8 +333,6 @@ def test_tables_as_people_have_them_give_the_same_analysis(tmp_path):
     ],
 )
 def test_bad_tables_are_refused_with_the_file_and_what_is_wrong(tmp_path, caplog, name, data, extra, message):
-    import gzip
-
     if data is None:
         data = gzip.compress(b"step,testset,accuracy\n" + b"1,a,0.5\n" * 1000)[:60]
     (tmp_path / name).write_bytes(data)
@@ -424,7 +421,6 @@ def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_librar
     """settings.json's provenance: the code that analysed (this checkout's commit) and, for a scores table
     the workflow published (unchanged since), the libraries its finetunes and evaluations recorded, from
     the provenance.json published with it; any other table (a copy, or the published one edited): the code."""
-    import json
     import shutil
 
     from oodcorr.core.atomic_write import write_json_atomic
@@ -458,7 +454,6 @@ def test_settings_name_the_code_and_for_a_published_scores_table_its_jobs_librar
 
 
 def test_cli_pools_within_n_train_like_the_workflow(tmp_path, caplog):
-    from oodcorr.analysis import Options, analyse
     from oodcorr.analysis.readers.workflow_scores import from_scores
 
     scores, path = _scores_like(tmp_path)
@@ -545,8 +540,6 @@ def test_out_into_an_experiments_published_folder_is_refused_unless_forced(tmp_p
 
 # ---- the analysis: an estimate, and a refusal above the limit ------------------------------------------------
 def _wide(path: Path, n_ood: int, n_units: int = 12) -> Path:
-    import numpy as np
-
     rng = np.random.default_rng(0)
     cols = {"step": list(range(0, 10 * n_units, 10)), "mnli": rng.random(n_units)}
     cols.update({f"ood{j}": rng.random(n_units) for j in range(n_ood)})
@@ -555,8 +548,6 @@ def _wide(path: Path, n_ood: int, n_units: int = 12) -> Path:
 
 
 def test_analyse_says_how_many_cells_and_refuses_above_max_cells(tmp_path, caplog):
-    from oodcorr.cli import main
-
     table = _wide(tmp_path / "wide.csv", 30)  # 435 pairs
     args = ["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--no-plots"]
     with caplog.at_level(logging.INFO):
@@ -580,8 +571,6 @@ def test_analyse_says_how_many_cells_and_refuses_above_max_cells(tmp_path, caplo
 
 def test_analyse_refuses_two_thousand_testsets_by_default(tmp_path, caplog):
     """About two million pairs: tens of minutes and gigabytes, refused before any is computed."""
-    from oodcorr.cli import main
-
     table = _wide(tmp_path / "huge.csv", 2000, n_units=6)
     with caplog.at_level(logging.ERROR):
         rc = main(["analyse", str(table), "--format", "wide", "--in-domain", "mnli", "--out", str(tmp_path / "o")])
@@ -677,8 +666,6 @@ def test_an_out_written_before_the_record_existed_is_left_alone_and_said(tmp_pat
 
 
 def test_an_out_record_of_another_format_is_not_read_its_files_are_left_and_it_is_written_anew(tmp_path):
-    import json
-
     from oodcorr.cli.out_record import RECORD, RECORD_FORMAT, settle, snapshot
     from oodcorr.core.digests import stat_key
 

@@ -16,6 +16,12 @@ from oodcorr.cli import main
 
 DATE = "2026-01-02T03-04-05.678901"
 N_DOCS = 200
+PEARSON_LINEAR = ["--methods", "pearson", "--residualisers", "linear"]
+
+
+def _lm_eval(folder, *args, in_domain="in-domain"):
+    """Exit status of `oodcorr analyse FOLDER --format lm-eval --in-domain IN_DOMAIN ARGS`."""
+    return main(["analyse", str(folder), "--format", "lm-eval", "--in-domain", in_domain, *args])
 
 
 def write_lmeval(root: Path, table: pd.DataFrame, samples: bool = True) -> None:
@@ -59,14 +65,8 @@ def folder(tmp_path_factory):
 def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answer_said(folder, tmp_path, caplog):
     out = tmp_path / "a"
     caplog.set_level(logging.INFO, logger="oodcorr")
-    rc = main(
-        [
-            "analyse", str(folder), "--format", "lm-eval", "--in-domain", "in-domain", "--tasks", "ood0,ood1,ood2",
-            "--out", str(out), "--methods", "pearson", "--residualisers", "linear", "--no-step0-check",
-            "--example-boot", "20",
-        ]
-    )  # fmt: skip
-    assert rc == 0
+    tasks = ["--tasks", "ood0,ood1,ood2"]
+    assert _lm_eval(folder, *tasks, "--out", str(out), *PEARSON_LINEAR, "--no-step0-check", "--example-boot", "20") == 0
     pc = pd.read_csv(out / "partial_correlations.csv")
     assert set(pc["model"]) == {"org/m0", "org/m1", "org/m2"} and set(pc["n_units"]) == {12}
     assert pc["ex_ci_low"].notna().any()  # the samples files fed the example-level bootstrap
@@ -87,15 +87,14 @@ def test_a_folder_of_lm_eval_results_is_analysed_with_forest_plots_and_the_answe
 
 def test_forest_pairs_and_the_cap(folder, tmp_path, caplog):
     out = tmp_path / "b"
-    common = ["analyse", str(folder), "--format", "lm-eval", "--in-domain", "in-domain", "--methods", "pearson",
-              "--residualisers", "linear", "--no-step0-check", "--no-samples"]  # fmt: skip
+    common = [*PEARSON_LINEAR, "--no-step0-check", "--no-samples"]
     caplog.set_level(logging.INFO, logger="oodcorr")
-    assert main([*common, "--out", str(out), "--forest-max", "1"]) == 0
+    assert _lm_eval(folder, *common, "--out", str(out), "--forest-max", "1") == 0
     assert len(list((out / "forest" / "in-domain").iterdir())) == 1
     assert any("forest plots of in-domain in-domain: 1 of its 3 pairs" in r.getMessage() for r in caplog.records)
-    assert main([*common, "--out", str(tmp_path / "c"), "--forest-pairs", "ood2+ood0"]) == 0
+    assert _lm_eval(folder, *common, "--out", str(tmp_path / "c"), "--forest-pairs", "ood2+ood0") == 0
     assert [p.name for p in (tmp_path / "c" / "forest" / "in-domain").iterdir()] == ["ood0+ood2.png"]
-    assert main([*common, "--out", str(tmp_path / "d"), "--forest-pairs", "ood0+nope"]) == 2
+    assert _lm_eval(folder, *common, "--out", str(tmp_path / "d"), "--forest-pairs", "ood0+nope") == 2
 
 
 def test_a_refused_folder_writes_nothing(folder, tmp_path, caplog):
@@ -108,8 +107,7 @@ def test_a_refused_folder_writes_nothing(folder, tmp_path, caplog):
     victim = sorted(bad.rglob("results_*.json"))[5]
     victim.write_text(victim.read_text()[:-30])  # cut short, as by a killed evaluation
     out = tmp_path / "out"
-    rc = main(["analyse", str(bad), "--format", "lm-eval", "--in-domain", "in-domain", "--out", str(out)])
-    assert rc == 2 and not out.exists()
+    assert _lm_eval(bad, "--out", str(out)) == 2 and not out.exists()
     assert any(str(victim) in r.getMessage() and "not valid JSON" in r.getMessage() for r in caplog.records)
 
 
@@ -118,35 +116,22 @@ def test_lm_eval_flags_are_refused_for_a_table_and_table_flags_for_lm_eval(folde
     table.write_text("step,testset,accuracy\n0,a,0.5\n")
     assert main(["analyse", str(table), "--in-domain", "a", "--tasks", "a,b", "--out", str(tmp_path / "o")]) == 2
     assert "--tasks: reads lm-evaluation-harness results (--format lm-eval)" in caplog.text
-    rc = main(
-        [
-            "analyse",
-            str(folder),
-            "--format",
-            "lm-eval",
-            "--in-domain",
-            "in-domain",
-            "--model",
-            "m",
-            "--out",
-            str(tmp_path / "p"),
-        ]
-    )
-    assert rc == 2 and "--model: not read with --format lm-eval" in caplog.text
+    assert _lm_eval(folder, "--model", "m", "--out", str(tmp_path / "p")) == 2
+    assert "--model: not read with --format lm-eval" in caplog.text
 
 
 def test_a_misspelt_in_domain_task_is_named_as_such_with_the_task_meant(folder, tmp_path, caplog):
     """`--tasks ... --in-domain in-domian` (a typo) blamed --tasks and hid the task meant; now the
     message names --in-domain and the closest task, with --tasks as without it; a misspelt --tasks
     entry gets its own 'did you mean'."""
-    common = ["analyse", str(folder), "--format", "lm-eval", "--out", str(tmp_path / "o")]
+    out = ["--out", str(tmp_path / "o")]
     for tasks in (["--tasks", "ood0,ood1,ood2"], []):
         caplog.clear()
-        assert main([*common, "--in-domain", "in-domian", *tasks]) == 2
+        assert _lm_eval(folder, *out, *tasks, in_domain="in-domian") == 2
         assert "'in-domian'" in caplog.text and "did you mean 'in-domain'?" in caplog.text, caplog.text
         assert "--tasks in-domian" not in caplog.text
     caplog.clear()
-    assert main([*common, "--in-domain", "in-domain", "--tasks", "ood0,od1"]) == 2
+    assert _lm_eval(folder, *out, "--tasks", "ood0,od1") == 2
     assert "--tasks od1: in none of the" in caplog.text and "od1: did you mean 'ood1'?" in caplog.text, caplog.text
     assert not (tmp_path / "o").exists()
 
@@ -167,13 +152,7 @@ def test_a_checkpoint_without_the_in_domain_task_is_named_and_said_to_be_left_ou
     model = doc["config"]["model_args"].split(",")[0].removeprefix("pretrained=")
     out = tmp_path / "o"
     caplog.set_level(logging.INFO, logger="oodcorr")
-    rc = main(
-        [
-            "analyse", str(copy), "--format", "lm-eval", "--in-domain", "in-domain", "--out", str(out),
-            "--methods", "pearson", "--residualisers", "linear", "--no-step0-check", "--no-plots",
-        ]
-    )  # fmt: skip
-    assert rc == 0
+    assert _lm_eval(copy, "--out", str(out), *PEARSON_LINEAR, "--no-step0-check", "--no-plots") == 0
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any(
         f"{victim} (model {model}, step {step}) has no in-domain" in m and "1 of 36 checkpoints lack tasks" in m
@@ -238,13 +217,8 @@ def test_samples_give_each_tasks_item_noise_and_a_group_beside_its_subtasks_is_l
     write_items(tmp_path / "lm", long, items, {"both": ["arc", "piqa"]})
     out = tmp_path / "out"
     caplog.set_level(logging.INFO, logger="oodcorr")
-    rc = main(
-        [
-            "analyse", str(tmp_path / "lm"), "--format", "lm-eval", "--in-domain", "ind", "--out", str(out),
-            "--methods", "pearson", "--residualisers", "linear", "--example-boot", "0", "--no-plots",
-        ]
-    )  # fmt: skip
-    assert rc == 0
+    args = ["--out", str(out), *PEARSON_LINEAR, "--example-boot", "0", "--no-plots"]
+    assert _lm_eval(tmp_path / "lm", *args, in_domain="ind") == 0
     pc = pd.read_csv(out / "partial_correlations.csv", keep_default_na=False, na_values=[""])
     pair = pc[(pc["x"] == "arc") & (pc["y"] == "piqa")].set_index("run")
     runs = pair.drop(index="pooled")

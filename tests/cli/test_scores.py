@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+import pandas as pd
+import pytest
+
+from oodcorr.cli import main
+from oodcorr.cli.scores import parse_groups
+from oodcorr.core.errors import DataError
+
+WIDE = ["--format", "wide", "--unit", "unit", "--in-domain", "mnli"]
+
 
 def test_a_tab_separated_scores_table_named_csv_is_named_as_such(tmp_path, caplog):
-    from oodcorr.cli import main
-
     path = tmp_path / "scores.csv"
     path.write_text("step\ttestset\taccuracy\n0\tmnli\t0.5\n")
     with caplog.at_level(logging.ERROR):
@@ -20,8 +28,6 @@ def test_a_tab_separated_scores_table_named_csv_is_named_as_such(tmp_path, caplo
 
 
 def test_a_model_column_the_table_lacks_is_named_not_a_traceback(tmp_path, caplog):
-    from oodcorr.cli import main
-
     path = tmp_path / "scores.csv"
     path.write_text("step,testset,accuracy\n0,mnli,0.5\n")
     with caplog.at_level(logging.ERROR):
@@ -41,23 +47,7 @@ def _wide_rows(units, extra=None):
 
 
 def _analyse_wide(path, out):
-    from oodcorr.cli import main
-
-    return main(
-        [
-            "analyse",
-            str(path),
-            "--format",
-            "wide",
-            "--unit",
-            "unit",
-            "--in-domain",
-            "mnli",
-            "--no-plots",
-            "--out",
-            str(out),
-        ]
-    )
+    return main(["analyse", str(path), *WIDE, "--no-plots", "--out", str(out)])
 
 
 def test_text_units_are_said_to_be_exchangeable(tmp_path, caplog):
@@ -93,11 +83,6 @@ def test_an_infinite_score_is_said_not_dropped_silently(tmp_path, caplog):
 
 
 def test_items_bound_each_testsets_noise_and_bad_sizes_name_the_flag(tmp_path, caplog):
-    import numpy as np
-    import pandas as pd
-
-    from oodcorr.cli import main
-
     rng = np.random.default_rng(0)
     z = np.linspace(0.55, 0.8, 15) + rng.normal(0, 0.01, 15)
     table = pd.DataFrame({"unit": range(0, 150, 10), "mnli": z})
@@ -106,8 +91,7 @@ def test_items_bound_each_testsets_noise_and_bad_sizes_name_the_flag(tmp_path, c
     path = tmp_path / "wide.csv"
     table.to_csv(path, index=False)
     out = tmp_path / "o"
-    assert main(["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli",
-                 "--items", "2000", "a=71", "--out", str(out), "--no-plots"]) == 0  # fmt: skip
+    assert main(["analyse", str(path), *WIDE, "--items", "2000", "a=71", "--out", str(out), "--no-plots"]) == 0
     pc = pd.read_csv(out / "partial_correlations.csv")
     cell = pc[(pc["x"] == "a") & (pc["y"] == "b") & (pc["run"] != "pooled")].iloc[0]
     assert cell["eiv_from"] == "bound" and "bounded by testset size (binomial)" in cell["noise"]
@@ -123,15 +107,12 @@ def test_items_bound_each_testsets_noise_and_bad_sizes_name_the_flag(tmp_path, c
     ):
         caplog.clear()
         with caplog.at_level(logging.ERROR):
-            rc = main(["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli",
-                       *words, "--out", str(tmp_path / "bad")])  # fmt: skip
+            rc = main(["analyse", str(path), *WIDE, *words, "--out", str(tmp_path / "bad")])
         assert rc == 2 and said in caplog.text, caplog.text
     assert not (tmp_path / "bad").exists()  # refused before anything is written
 
 
 def test_an_n_column_of_a_long_table_is_read_and_checked(tmp_path, caplog):
-    from oodcorr.cli import main
-
     rows = ["step,testset,accuracy,n"]
     for i in range(12):
         for ts, base in (("mnli", 0.5), ("a", 0.4), ("b", 0.3)):
@@ -140,8 +121,6 @@ def test_an_n_column_of_a_long_table_is_read_and_checked(tmp_path, caplog):
     path.write_text("\n".join(rows) + "\n")
     assert main(["analyse", str(path), "--in-domain", "mnli", "--n-column", "n", "--out", str(tmp_path / "o"),
                  "--no-plots"]) == 0  # fmt: skip
-    import pandas as pd
-
     pc = pd.read_csv(tmp_path / "o" / "partial_correlations.csv")
     assert set(pc.loc[pc["run"] != "pooled", "eiv_from"]) == {"bound"}
     path.write_text("\n".join(rows[:5] + [rows[5].rsplit(",", 1)[0] + ",12.5"] + rows[6:]) + "\n")
@@ -154,20 +133,12 @@ def test_an_n_column_of_a_long_table_is_read_and_checked(tmp_path, caplog):
 def test_group_names_a_testset_made_of_others_and_its_pairs_are_left_out(tmp_path, caplog):
     """``--group`` for a table (no group_subtasks to read): the group's pairs with its own testsets are
     left out, saying so, the others analysed; a word not of the form GROUP=TESTSET,... is refused."""
-    import numpy as np
-    import pandas as pd
-    import pytest
-
-    from oodcorr.cli import main
-    from oodcorr.cli.scores import parse_groups
-    from oodcorr.core.errors import DataError
-
     rng = np.random.default_rng(0)
     path = tmp_path / "runs.csv"
     z = 0.5 + 0.01 * np.arange(12)
     cols = {"unit": np.arange(12) * 10, "mnli": z, **{t: 0.5 * z + rng.normal(0, 0.01, 12) for t in "abc"}}
     pd.DataFrame(cols).to_csv(path, index=False)
-    common = ["analyse", str(path), "--format", "wide", "--unit", "unit", "--in-domain", "mnli", "--no-plots"]
+    common = ["analyse", str(path), *WIDE, "--no-plots"]
     assert main([*common, "--group", "c=a,b", "--out", str(tmp_path / "o")]) == 0
     pc = pd.read_csv(tmp_path / "o" / "partial_correlations.csv", keep_default_na=False, na_values=[""])
     left = pc["y"] == "c"
