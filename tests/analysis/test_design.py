@@ -403,3 +403,40 @@ def test_the_grid_of_the_paper_and_its_changes():
     ]
     with pytest.raises(ValueError, match="used whole"):
         grid.change("examples x4", raw, plan)
+
+
+def test_the_workflows_scores_table_as_csv_is_the_same_pilot_as_its_parquet(tmp_path):
+    # a CSV's columns are read as text: the testsets' sizes (its n column) must still count as numbers
+    rng = np.random.default_rng(8)
+    rows = []
+    for seed in range(3):
+        base = np.cumsum(rng.normal(0.01, 0.01, 8))
+        for step in range(8):
+            for testset, role, n in (("synth-test", "in-domain", 200), ("a", "ood", 300), ("b", "ood", 400)):
+                acc = 0.5 + base[step] + 0.01 * rng.normal()
+                rows.append(
+                    {
+                        "model": "m",
+                        "in_domain": "synth-test",
+                        "n_train": 64,
+                        "seed": seed,
+                        "run_id": f"m/synth-test/n64/seed{seed}",
+                        "step": 10 * step,
+                        "testset": testset,
+                        "role": role,
+                        "accuracy": acc,
+                        "n": n,
+                    }
+                )
+    scores = pd.DataFrame(rows)
+    scores.to_csv(tmp_path / "scores.csv", index=False)
+    scores.to_parquet(tmp_path / "scores.parquet", index=False)
+    pilots = {}
+    for suffix in ("csv", "parquet"):
+        out = tmp_path / suffix
+        args = ["design", "--configfile", str(MICRO), "--pilot", str(tmp_path / f"scores.{suffix}"), "--out", str(out)]
+        assert main([*args, "--studies", "20", "--no-items-table", "--no-alternatives", "--no-figure"]) == 0
+        pilots[suffix] = json.loads(out.with_suffix(".json").read_text())["pilot"]
+    sizes = {t: v["items"] for t, v in pilots["csv"]["items"]["per_testset"].items()}
+    assert sizes == {"synth-test": 200, "a": 300, "b": 400}
+    assert pilots["csv"] == pilots["parquet"]
