@@ -14,8 +14,8 @@ import yaml
 from oodcorr.core.errors import ConfigError, DataError
 from oodcorr.launch import disk_checks
 from oodcorr.planning import checks
-from oodcorr.planning.plan import build_plan
-from oodcorr.planning.schema import fill_defaults
+from oodcorr.planning.plan import build_plan, load
+from oodcorr.planning.schema import check_config, fill_defaults
 
 from helpers import MICRO, REPO, micro_config
 
@@ -24,7 +24,7 @@ from helpers import MICRO, REPO, micro_config
 def cfg():
     c = yaml.safe_load((REPO / "config/config.yaml").read_text())
     fill_defaults(c, REPO / "config/schema.yaml")
-    return copy.deepcopy(c)
+    return c
 
 
 def refused(c, *needles):
@@ -62,14 +62,28 @@ def test_escaped_braces_are_allowed(cfg):
     build_plan(cfg, REPO)
 
 
-def test_a_models_own_template_is_checked(cfg):
-    cfg["models"][1]["prompt"] = {"template": "{premise} {hypo}"}
-    refused(cfg, "models[tiny-olmo2].prompt.template", "{hypo}")
-
-
-def test_identical_verbalisers_are_refused(cfg):
-    cfg["prompt"]["verbalisers"] = {"entailment": " Yes", "non-entailment": " Yes"}
-    refused(cfg, "prompt.verbalisers", "' Yes'", "entailment")
+@pytest.mark.parametrize(
+    "mutate, needles",
+    [
+        (  # a model's own template is checked
+            lambda c: c["models"][1].update(prompt={"template": "{premise} {hypo}"}),
+            ("models[tiny-olmo2].prompt.template", "{hypo}"),
+        ),
+        (
+            lambda c: c["prompt"].update(verbalisers={"entailment": " Yes", "non-entailment": " Yes"}),
+            ("prompt.verbalisers", "' Yes'", "entailment"),
+        ),
+        (lambda c: c.update(ood_testsets=c["ood_testsets"][:1]), ("ood_testsets", "at least two")),
+        (  # an in-domain test set equal to its training set
+            lambda c: c["in_domain"][0].update(test=c["in_domain"][0]["train"]),
+            ("in_domain[synth].test", "training set"),
+        ),
+    ],
+    ids=["model-template", "identical-verbalisers", "one-ood-testset", "test-is-train"],
+)
+def test_a_config_that_cannot_work_is_refused_naming_the_key(cfg, mutate, needles):
+    mutate(cfg)
+    refused(cfg, *needles)
 
 
 @pytest.mark.parametrize("grid, values", [("n_train", [64, 64]), ("seeds", [0, 1, 0])])
@@ -88,22 +102,10 @@ def test_duplicate_analysis_lists_are_refused_each_named(cfg):
 
 
 def _refused_by_schema(c, *needles):
-    from oodcorr.planning.schema import check_config
-
     with pytest.raises(ConfigError) as e:
         check_config(c, REPO / "config/schema.yaml")
     for n in needles:
         assert n in str(e.value), str(e.value)
-
-
-def test_fewer_than_two_ood_testsets_is_refused(cfg):
-    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
-    refused(cfg, "ood_testsets", "at least two")
-
-
-def test_in_domain_test_equal_to_training_set_is_refused(cfg):
-    cfg["in_domain"][0]["test"] = cfg["in_domain"][0]["train"]
-    refused(cfg, "in_domain[synth].test", "training set")
 
 
 def test_test_set_reading_the_training_data_is_refused(cfg):
@@ -157,12 +159,6 @@ def test_shipped_configs_pass_the_checks():
 
 
 # ---- what is on disk ------------------------------------------------------------------------
-def _plan_in(tmp_path, cfg, **patch):
-    cfg = copy.deepcopy(cfg)
-    cfg.update(patch)
-    return build_plan(cfg, tmp_path)
-
-
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
@@ -218,8 +214,6 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
 
 
 def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
-    from oodcorr.planning.plan import load
-
     cfg = micro_config()
     cfg["label_mode"] = "three-way"
     cfg["prompt"] = {
@@ -241,8 +235,6 @@ def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
 
 
 def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_reruns_nothing():
-    from oodcorr.planning.plan import load
-
     base = yaml.safe_load(MICRO.read_text())
     base["ood_testsets"] = ["synth-overlap", "synth-negation", "synth-passive"]  # 3 pairs
     cfg = copy.deepcopy(base)
@@ -279,9 +271,6 @@ def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
 
 
 def test_max_cells_is_a_positive_integer():
-    """max_cells is an integer of at least 1, like every count in the schema."""
-    from oodcorr.planning.plan import load
-
     cfg = yaml.safe_load(MICRO.read_text())
     cfg["analysis"]["max_cells"] = 0
     with pytest.raises(ConfigError, match=r"analysis\.max_cells: 0 is less than the minimum of 1"):
