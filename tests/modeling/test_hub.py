@@ -15,10 +15,15 @@ import yaml
 
 from oodcorr.cli import main
 from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_entry import ModelEntry
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.modeling import hub
+from oodcorr.modeling.loading import model_source
 from oodcorr.modeling.weights import weight_shapes
+from oodcorr.planning.plan import load
+from oodcorr.planning.schema import read_config
 
-from helpers import REPO, TINY_CONFIGS, micro_config, smk
+from helpers import BINARY, REPO, TINY_CONFIGS, micro_config, smk
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"
@@ -171,9 +176,6 @@ def cfg(fake_hub, tmp_path):
 
 
 def plan_of(cfg_path):
-    from oodcorr.planning.plan import load
-    from oodcorr.planning.schema import read_config
-
     config = read_config(cfg_path)
     return config, load(config, REPO, [cfg_path])
 
@@ -282,12 +284,6 @@ def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path
 
 
 def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch, cfg):
-    from oodcorr.core.model_entry import ModelEntry
-    from oodcorr.jobs.prepare_dataset import prepare
-    from oodcorr.modeling.loading import model_source
-
-    from helpers import BINARY
-
     spec = ModelEntry(name="hubby", hub=REPO_ID, revision="v1")
     assert model_source(spec) == (REPO_ID, {"revision": "v1"})  # no lock: the entry's revision
     monkeypatch.setenv(hub.LOCK_ENV, str(tmp_path / "exp.lock.yaml"))
@@ -298,7 +294,6 @@ def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monk
     assert "refusing to load another revision" in str(e.value) and "oodcorr prefetch --configfile" in str(e.value)
     with pytest.raises(hub.LockMismatch, match=r"models\[other\]: not in the lock file"):
         model_source(replace(spec, name="other"))
-
     _, plan = plan_of(cfg)
     entry = plan.exp.dataset_params("hub-nli")
     fake_hub.loads.clear()
@@ -357,7 +352,6 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
 
     scores = pd.read_csv(wd / "results/hubrun/.staging/scores.csv")
     assert len(scores) == 5 * 3 and set(scores["testset"]) == {"synth-test", "synth-overlap", "synth-negation"}
-
     c["models"][0]["revision"] = "main"
     cfg.write_text(yaml.safe_dump(c))
     dry = smk(wd, cfg, "-n", env=env)

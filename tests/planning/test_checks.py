@@ -7,15 +7,24 @@ configs; the job failed later, or the analysis produced NaN or duplicated rows).
 import copy
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from oodcorr.analysis.cell.correlate import min_points
+from oodcorr.analysis.cell.residualise import GamSettings, parse
+from oodcorr.core.atomic_write import write_json_atomic
+from oodcorr.core.defaults import ANALYSIS
 from oodcorr.core.errors import ConfigError, DataError
+from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
+from oodcorr.jobs.prepare_dataset import _load_local
 from oodcorr.launch import disk_checks
 from oodcorr.planning import checks
+from oodcorr.planning.checks import check_analysis_size
 from oodcorr.planning.plan import build_plan, load
 from oodcorr.planning.schema import check_config, fill_defaults
+from oodcorr.planning.units import Run
 
 from helpers import MICRO, REPO, micro_config
 
@@ -140,9 +149,6 @@ def test_schedule_too_short_for_the_gam_is_a_warning(cfg):
 
 
 def test_min_points_agree_with_the_analysis():
-    from oodcorr.analysis.cell.correlate import min_points
-    from oodcorr.analysis.cell.residualise import GamSettings, parse
-
     # the planning check and the analysis read one default (oodcorr.core.defaults.ANALYSIS)
     assert checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())
     for name in ("linear", "linear+step", "gam", "gam+step"):
@@ -162,10 +168,6 @@ def test_shipped_configs_pass_the_checks():
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
-    from types import SimpleNamespace
-
-    from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
-
     # a sidecar as tokenize_testset writes it, beside its cache, made with this config's settings
     cache = plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation")
     info = cache_info_path(cache)
@@ -194,9 +196,6 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    from oodcorr.core.atomic_write import write_json_atomic
-    from oodcorr.jobs.prepare_dataset import _load_local
-
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)
     meta_path = tmp_path / plan.paths.data_meta.format(dataset="local-ood")
     data_path = tmp_path / plan.paths.data.format(dataset="local-ood")
@@ -259,10 +258,6 @@ def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_re
 
 
 def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
-    from oodcorr.core.defaults import ANALYSIS
-    from oodcorr.planning.checks import check_analysis_size
-    from oodcorr.planning.units import Run
-
     testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}
     runs = [Run("m", "mnli", 64, s, (0, 4, 8), 8) for s in range(3)]
     with pytest.raises(ConfigError, match=r"would compute 5,997,000 cells \(5,997,000 OOD pair\(s\) summed over 3 "):

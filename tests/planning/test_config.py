@@ -1,15 +1,32 @@
 import copy
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
+import jsonschema
 import pytest
 import yaml
 from snakemake.utils import validate
 
+from oodcorr.analysis.across.multitest import CORRECTIONS
+from oodcorr.analysis.across.pooling import TWO_RUNS
+from oodcorr.analysis.cell.correlate import METHODS
+from oodcorr.analysis.cell.inference import INFERENCES
+from oodcorr.analysis.cell.resample import INTERVALS
+from oodcorr.analysis.cell.residualise import RESIDUALISERS
+from oodcorr.analysis.readers.workflow_scores import NOT_ACCURACY
+from oodcorr.core.defaults import ANALYSIS, FINETUNE, READING, RESOURCES
 from oodcorr.core.errors import ConfigError
-from oodcorr.planning.config import Experiment
+from oodcorr.jobs.finetune import LOSSES
+from oodcorr.jobs.metrics import COLUMNS
+from oodcorr.jobs.prepare_dataset import FORMATS
+from oodcorr.modeling.adaptation import ADAPTATIONS
+from oodcorr.planning.config import DATASET_SOURCES, Experiment, analysis_options
 from oodcorr.planning.plan import build_plan, load
-from oodcorr.planning.schema import fill_defaults
+from oodcorr.planning.schema import fill_defaults, read_config
 
 from helpers import MICRO, REPO, micro_config, n_evaluations
 
@@ -374,8 +391,6 @@ def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, cfg, text,
 
 
 def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, cfg):
-    import shutil
-
     shutil.copytree(REPO / "config", tmp_path / "config")
     (tmp_path / "resources").mkdir()
     text = (
@@ -398,10 +413,6 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     """Snakemake parses --configfile itself and buries the line: its message names neither file nor
     line; --verbose shows PyYAML's error, with both (docs/troubleshooting.md#what-each-error-means says so). If an
     upgrade changes this, update that table."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     cfg = tmp_path / "broken.yaml"
     cfg.write_text("experiment: x\nmodels:\n  - name: m\n   tiny: {}\n")
     cmd = [
@@ -424,8 +435,6 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
 
 # ---- the one entry point: oodcorr.planning.plan.load ---------------------------------------------------
 def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
-    from oodcorr.planning.schema import read_config
-
     src = tmp_path / "my-grid.yaml"
     text = MICRO.read_text()
     cfg = yaml.safe_load(text)
@@ -472,11 +481,6 @@ def _with_analysis_defaults(node, defaults):
 
 
 def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path):
-    import jsonschema
-
-    from oodcorr.core.defaults import ANALYSIS
-    from oodcorr.planning.config import analysis_options
-
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     node = schema["properties"]["analysis"]
 
@@ -525,20 +529,6 @@ def _schema_enum(path: str) -> list:
 def test_allowed_values_are_the_ones_the_code_knows():
     """Each allowed value is written twice, in the schema (the message a user gets) and in the code
     that acts on it: every pair here must agree, so adding a value to one and not the other fails."""
-    from oodcorr.analysis.across.multitest import CORRECTIONS
-    from oodcorr.analysis.across.pooling import TWO_RUNS
-    from oodcorr.analysis.cell.correlate import METHODS
-    from oodcorr.analysis.cell.inference import INFERENCES
-    from oodcorr.analysis.cell.resample import INTERVALS
-    from oodcorr.analysis.cell.residualise import RESIDUALISERS
-    from oodcorr.analysis.readers.workflow_scores import NOT_ACCURACY
-    from oodcorr.core.defaults import RESOURCES
-    from oodcorr.jobs.finetune import LOSSES
-    from oodcorr.jobs.metrics import COLUMNS
-    from oodcorr.jobs.prepare_dataset import FORMATS
-    from oodcorr.modeling.adaptation import ADAPTATIONS
-    from oodcorr.planning.config import DATASET_SOURCES
-
     a = "properties/analysis/properties"
     pairs = {
         f"{a}/methods/items": METHODS,
@@ -563,8 +553,6 @@ def test_allowed_values_are_the_ones_the_code_knows():
 def test_python_defaults_have_no_second_home_in_the_schema():
     """The switches whose defaults live in oodcorr.core.defaults (left out of params at their
     default) have none in the schema, and each default is one of the allowed values."""
-    from oodcorr.core.defaults import FINETUNE, READING
-
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     prompt = schema["properties"]["prompt"]["properties"]
     finetune = schema["$defs"]["finetune"]["properties"]
