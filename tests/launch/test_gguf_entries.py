@@ -5,6 +5,7 @@ job runs (its header read by oodcorr.core.gguf, not by a loader)."""
 from __future__ import annotations
 
 import copy
+import json
 import struct
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from oodcorr.launch.disk_checks import check_inputs_exist
 from oodcorr.modeling.loading import model_source
 from oodcorr.planning import plan as plan_mod
 
-from helpers import REPO, tiny_llama_gguf
+from helpers import REPO, smk, tiny_llama_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from test_gguf import gguf_bytes  # noqa: E402  (the GGUF byte writer of the header tests)
@@ -105,10 +106,6 @@ def test_a_gguf_file_without_a_tensor_it_needs_is_refused_when_planning(tmp_path
 def test_the_convert_gguf_rule_writes_the_folder_every_job_loads(tmp_path):
     """The rule itself, through Snakemake (its script, params and output), on a tiny file: what
     `make check-real` runs on the real one (tests/workflow/test_real_lm.py), in seconds."""
-    import json
-
-    from helpers import smk
-
     f = tiny_llama_gguf(tmp_path / "m.gguf")
     cfg = _config(f)
     configfile = tmp_path / "gguf.yaml"
