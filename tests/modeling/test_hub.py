@@ -294,6 +294,7 @@ def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monk
     assert "refusing to load another revision" in str(e.value) and "oodcorr prefetch --configfile" in str(e.value)
     with pytest.raises(hub.LockMismatch, match=r"models\[other\]: not in the lock file"):
         model_source(replace(spec, name="other"))
+
     _, plan = plan_of(cfg)
     entry = plan.exp.dataset_params("hub-nli")
     fake_hub.loads.clear()
@@ -352,6 +353,7 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
 
     scores = pd.read_csv(wd / "results/hubrun/.staging/scores.csv")
     assert len(scores) == 5 * 3 and set(scores["testset"]) == {"synth-test", "synth-overlap", "synth-negation"}
+
     c["models"][0]["revision"] = "main"
     cfg.write_text(yaml.safe_dump(c))
     dry = smk(wd, cfg, "-n", env=env)
