@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from oodcorr.cli import main
+from oodcorr.core.records import job_seconds
 from oodcorr.launch import budget
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
@@ -170,8 +171,6 @@ def test_the_budget_knows_every_local_rule_and_counts_every_rule(tmp_path):
 def test_an_evaluations_measured_seconds_count_its_jobs_stages_once_and_its_moments_never():
     """`ready` and `first_batch` are moments since the job's process started (issue 24), overlapping
     its start-up stages: summed with them, a measured evaluation cost about twice its start-up."""
-    from oodcorr.core.records import job_seconds
-
     stages = {"model": 0.1, "forward": 0.5, "write": 0.05}
     job = {"startup": 0.1, "imports": 1.0, "cache": 0.02, "ready": 1.2, "first_batch": 1.25}
     assert job_seconds({"load": "fresh", "timing_s": stages, "job_timing_s": job}) == pytest.approx(0.65 + 1.12)

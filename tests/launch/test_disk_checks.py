@@ -2,18 +2,35 @@
 ``.staging/``, and survives the files a kill leaves."""
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
-from helpers import micro_plan
+import pytest
+
+from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
+from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_entry import ModelEntry
+from oodcorr.core.refusals import RefusalSlot, refusals_dir
+from oodcorr.jobs.tokenize_testset import tokenize_testset
+from oodcorr.launch.disk_checks import (
+    REFUSALS_SHOWN,
+    check_on_disk,
+    end_of_run_report,
+    end_of_run_warnings,
+    truncation_warnings,
+)
+from oodcorr.launch.free_space import free_space_problems
+from oodcorr.modeling import synthetic
+from oodcorr.modeling.loading import load_tokenizer
+
+from faults import fill, small_filesystem, use_up_inodes
+from helpers import REPO, drop_shard, micro_config, micro_plan, sharded_copy
 
 
 # ---- class 8: the success line names the published table ------------------------------------------
 def test_the_end_of_run_lines_name_the_published_results_never_staging(tmp_path, monkeypatch):
-
-    from oodcorr.launch.disk_checks import end_of_run_report
-
-    from helpers import REPO
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan()
     lines = end_of_run_report(plan, failed=False)
@@ -36,8 +53,6 @@ def test_a_run_that_asked_for_some_files_is_told_what_it_made_not_pointed_at_sco
     """`snakemake results/micro/data/x.jsonl` made that file only: its last lines say so, and point at
     no scores or answer (it pointed at scores.csv and partial correlations it had not made); the
     results an earlier run published are named as kept, where there are any."""
-    from oodcorr.launch.disk_checks import end_of_run_report
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan()
     asked = ["results/micro/data/synth-passive.jsonl"]
@@ -60,9 +75,6 @@ def test_a_run_that_asked_for_some_files_is_told_what_it_made_not_pointed_at_sco
 def test_the_end_of_run_handlers_survive_a_truncated_dataset_meta_file(tmp_path, monkeypatch):
     """The handler itself crashed (JSONDecodeError in onsuccess) on a meta file cut short; now the
     file is a warning naming it and what to do, and the rest of the report follows."""
-
-    from oodcorr.launch.disk_checks import end_of_run_warnings
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan()
     meta = Path("results/micro/data/synth-test.meta.json")
@@ -80,11 +92,6 @@ def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadabl
 ):
     """Every prompt cut to max_length was said only in the job logs when the handler stopped on an
     unreadable meta file first; now both lines are printed, the 100 % case in words of its own."""
-
-    from oodcorr.launch.disk_checks import end_of_run_report
-
-    from helpers import micro_config
-
     monkeypatch.chdir(tmp_path)
     cfg = micro_config()
     plan = micro_plan({**cfg, "evaluation": {**cfg["evaluation"], "max_length": 8}})
@@ -106,8 +113,6 @@ def test_prompts_all_cut_are_said_at_the_end_of_the_run_even_beside_an_unreadabl
 
 # ---- issue 41: a model whole, and its tokenizer within its embeddings, before any job --------------
 def _local_model_plan(folder):
-    from helpers import micro_config
-
     cfg = micro_config()
     cfg["models"] = [{"name": "local", "path": str(folder)}]
     cfg.pop("pretraining_corpus", None)
@@ -117,13 +122,6 @@ def _local_model_plan(folder):
 def test_planning_refuses_a_sharded_model_whose_index_leaves_out_a_deleted_shard(tmp_path, tiny_models):
     """Before: planned (every shard the index names is there) and finetuned on embeddings started from
     random values."""
-    import pytest
-
-    from oodcorr.core.errors import ConfigError
-    from oodcorr.launch.disk_checks import check_on_disk
-
-    from helpers import drop_shard, sharded_copy
-
     folder = sharded_copy(tiny_models["opt"], tmp_path / "sharded")
     plan = _local_model_plan(folder)
     check_on_disk(plan)  # whole: planned
@@ -136,15 +134,6 @@ def test_planning_refuses_a_sharded_model_whose_index_leaves_out_a_deleted_shard
 def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_models):
     """Before: planned; a prompt holding such an id (the padding, a special token) stopped the finetune with
     an index error inside the embedding lookup."""
-    import shutil
-
-    import pytest
-
-    from oodcorr.core.errors import ConfigError
-    from oodcorr.core.model_entry import ModelEntry
-    from oodcorr.launch.disk_checks import check_on_disk
-    from oodcorr.modeling.loading import load_tokenizer
-
     folder = tmp_path / "model"
     shutil.copytree(tiny_models["opt"], folder)
     plan = _local_model_plan(folder)
@@ -169,13 +158,6 @@ def test_planning_refuses_a_tokenizer_larger_than_the_embeddings(tmp_path, tiny_
 def _tokenise_as_planned(plan, model, testset, tiny_src):
     """``testset`` tokenised for ``model`` as rule tokenize_testset does it with this plan's params (its
     data prepared first); returns the job's ``{"n", "n_truncated"}``."""
-    import shutil
-    from types import SimpleNamespace
-
-    from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
-    from oodcorr.jobs.tokenize_testset import tokenize_testset
-    from oodcorr.modeling import synthetic
-
     params = plan.tokenize_params(SimpleNamespace(model=model))
     if not Path(params["built_model_dir"]).exists():
         shutil.copytree(tiny_src, params["built_model_dir"])
@@ -192,10 +174,6 @@ def test_truncation_warnings_are_of_what_this_run_tokenises_not_of_an_earlier_ma
     """An experiment tokenised at max_length 24, planned again at 8: the warning said the old caches'
     share at 24 tokens (and the run then cut every prompt to 8). Now a sidecar made with other
     settings is of a cache this run makes again and says nothing; once made at 8, its share is said."""
-    from oodcorr.launch.disk_checks import end_of_run_report, truncation_warnings
-
-    from helpers import micro_config
-
     monkeypatch.chdir(tmp_path)
     cfg = micro_config()
     before = micro_plan({**cfg, "evaluation": {**cfg["evaluation"], "max_length": 24}})
@@ -220,12 +198,6 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
     """TMPDIR full: Snakemake's ILP scheduler died writing its solver's files there, with a traceback
     through pulp; a lock folder or --shadow-prefix without inodes left failed later, never naming
     inodes. Each is named now, with its folder and what to do; the greedy scheduler needs no room."""
-    import tempfile
-
-    from oodcorr.launch.free_space import free_space_problems
-
-    from faults import fill, small_filesystem, use_up_inodes
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan()
     with small_filesystem(tmp_path / "tmp", "256k") as tmp, small_filesystem(tmp_path / "locks", "1m", 64) as locks:
@@ -249,9 +221,6 @@ def test_a_full_tmpdir_and_inode_less_folders_are_named_while_planning(tmp_path,
 
 # ---- issue 39: each job's refusal, repeated as the last lines of a failed run --------------------------
 def test_a_failed_runs_last_lines_are_its_jobs_sentences_a_full_disk_first(tmp_path, monkeypatch):
-    from oodcorr.core.refusals import RefusalSlot, refusals_dir
-    from oodcorr.launch.disk_checks import REFUSALS_SHOWN, end_of_run_report
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan()
     folder = refusals_dir(plan.paths.logs)
@@ -276,11 +245,6 @@ def test_a_job_killed_on_this_machine_is_named_with_its_memory_key_and_value(tmp
     """A job killed before it could say why (the kernel's out-of-memory killer) was said only in
     Snakemake's error, `died with <Signals.SIGKILL: 9>` (issue 53). Now a failed local run names it, with
     its rule's memory key and value in the config and what they do here; on SLURM the watcher says it."""
-    from oodcorr.core.refusals import RefusalSlot, refusals_dir
-    from oodcorr.launch.disk_checks import end_of_run_report
-
-    from helpers import micro_config
-
     monkeypatch.chdir(tmp_path)
     cfg = micro_config()
     cfg["resources"] = {"evaluate": {"mem_mb": 1500}}

@@ -6,23 +6,22 @@ from __future__ import annotations
 import json
 import subprocess
 
+from oodcorr.core import locks
 from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.digests import sha256_json
+from oodcorr.launch import experiment
+from oodcorr.launch.experiment import IDENTITY, lock_and_record, record_provenance
 
 from helpers import MICRO, REPO, micro_config, micro_plan
 
 
 def _release(root) -> None:
-    from oodcorr.core import locks
-
     held = locks._HELD.get(str((root / locks.EXPERIMENT.file).resolve()))
     if held is not None:
         locks.release(held)
 
 
 def test_the_record_names_the_code_of_the_run_and_the_libraries_of_the_published_scores(tmp_path, monkeypatch):
-    from oodcorr.launch.experiment import IDENTITY, lock_and_record, record_provenance
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
     config = micro_config()
@@ -52,8 +51,6 @@ def test_the_record_names_the_code_of_the_run_and_the_libraries_of_the_published
 
 def test_a_record_that_cannot_be_written_at_the_end_is_a_warning(tmp_path, monkeypatch):
     """The results are published by then: the run does not fail for its record, it says so."""
-    from oodcorr.launch import experiment
-
     monkeypatch.chdir(tmp_path)
     plan = micro_plan(micro_config())
     root = tmp_path / plan.paths.root

@@ -4,15 +4,22 @@ job first); a dry run is never refused and takes no lock."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import sys
 import textwrap
 
 import pytest
 import yaml
 
-from oodcorr.launch.experiment import may_write
+from oodcorr.core import locks
+from oodcorr.core.locks import EXPERIMENT, FINETUNE, PUBLISH, hold
+from oodcorr.launch.experiment import ANALYSIS_RULES, config_warning, lock, lock_and_record, may_write
 
 from faults import start_stopped, wait_for
-from helpers import REPO, smk
+from helpers import MICRO, REPO, micro_config, micro_plan, smk
 
 # another run of the experiment: it holds the lock until it is killed
 HOLDER = textwrap.dedent(
@@ -75,8 +82,6 @@ def test_a_second_run_is_refused_while_planning_before_any_job_naming_the_holder
 # ---- an experiment folder copied (cp -al) and run under another config (issue 41) -------------------
 def _release_experiment(root) -> None:
     """Let go of the experiment lock claim/lock keep for the rest of the process (a run's whole life)."""
-    from oodcorr.core import locks
-
     held = locks._HELD.get(str((root / locks.EXPERIMENT.file).resolve()))
     if held is not None:
         locks.release(held)
@@ -86,13 +91,6 @@ def _copied_experiment(tmp_path, monkeypatch):
     """results/micro written by a run of config/micro.yaml here (its record, its lock, a run folder's
     finetune lock, a published lock), then copied as results/micro2 with `cp -al` (every file a hard
     link); returns (config of micro2, plan of micro2, the copy)."""
-    import os
-    import shutil
-
-    from oodcorr.launch.experiment import lock_and_record
-
-    from helpers import MICRO, micro_config, micro_plan
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["snakemake", "--cores", "2"])
     config = micro_config()
@@ -114,11 +112,6 @@ def test_a_folder_copied_with_cp_al_takes_its_locks_anew_and_the_original_keeps_
     """A lock file with another name (the folder copied with `cp -al`) that no run holds is made anew where
     it is taken (oodcorr.core.locks): the experiment's at planning, a run folder's and the published
     folder's by their jobs; the folder it was copied from keeps its own, never written by the copy's run."""
-    from oodcorr.core.locks import FINETUNE, PUBLISH, hold
-    from oodcorr.launch.experiment import lock
-
-    from helpers import MICRO, micro_config, micro_plan
-
     copy = _copied_experiment(tmp_path, monkeypatch)
     plan = micro_plan(dict(micro_config(), experiment="micro2"))
     linked = [p for p in copy.rglob("*.lock") if p.stat().st_nlink > 1]
@@ -138,14 +131,6 @@ def test_a_folder_copied_with_cp_al_takes_its_locks_anew_and_the_original_keeps_
 def test_a_linked_lock_that_a_run_holds_is_left_and_refused(tmp_path, monkeypatch):
     """Copied with `cp -al` while a run of the other folder held its lock: the lock is that run's, so this
     folder's name of it is not removed on a guess; the run is refused, naming it."""
-    import os
-    import shutil
-
-    from oodcorr.core.locks import EXPERIMENT, hold
-    from oodcorr.launch.experiment import lock
-
-    from helpers import MICRO, micro_config, micro_plan
-
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "results/micro"
     with hold(root, EXPERIMENT):  # a run of results/micro, while the folder is copied
@@ -162,13 +147,6 @@ def test_a_copy_with_linked_locks_under_a_config_that_changes_it_is_refused_once
 ):
     """The linked locks need no step of the user's; the one refusal (the copy was written by another
     config) gives a way out that, followed, lets the run go ahead."""
-    import re
-    import sys
-
-    from oodcorr.launch.experiment import config_warning, lock
-
-    from helpers import micro_config, micro_plan
-
     copy = _copied_experiment(tmp_path, monkeypatch)
     config = dict(micro_config(), experiment="micro2")
     config["finetune"] = dict(config["finetune"], learning_rate=0.001)
@@ -202,13 +180,6 @@ def test_a_copied_folder_under_a_config_that_changes_it_is_refused_until_the_run
     """Before: warned that "its results replace those", then Snakemake said "Nothing to be done": it
     reruns for a changed setting only from its records, kept by each output's path in the working
     folder's .snakemake/, and the copy's paths have none. The results stayed the other config's."""
-    import json
-    import sys
-
-    from oodcorr.launch.experiment import config_warning, lock, lock_and_record
-
-    from helpers import micro_config, micro_plan
-
     copy = _copied_experiment(tmp_path, monkeypatch)
     config = dict(micro_config(), experiment="micro2")
     change(config)
@@ -234,10 +205,6 @@ def test_the_rules_a_change_of_the_analysis_reruns_are_the_rules_that_read_it():
     params read the analysis block (ANALYSIS, the plotted method and residualiser, PLAN.score) and is
     not downstream of partial_correlations (those run again after it anyway); no other rule file
     reads it."""
-    import re
-
-    from oodcorr.launch.experiment import ANALYSIS_RULES
-
     reads = re.compile(r"\b(ANALYSIS|PLOT_METHOD|PLOT_RESIDUALISER|PLAN\.score|PLAN\.analysis)\b")
     wanted = set()
     for smk_file in sorted((REPO / "workflow/rules").glob("*.smk")):
@@ -254,10 +221,6 @@ def test_the_rules_a_change_of_the_analysis_reruns_are_the_rules_that_read_it():
 
 def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, monkeypatch):
     """The way out the refusal gives when what differs changes no result."""
-    from oodcorr.launch.experiment import config_warning, lock
-
-    from helpers import micro_config, micro_plan
-
     copy = _copied_experiment(tmp_path, monkeypatch)
     config = dict(micro_config(), experiment="micro2")
     config["evaluation"] = dict(config["evaluation"], batch_size=7)
@@ -275,11 +238,6 @@ def test_a_copied_folder_whose_record_is_removed_is_taken_as_it_is(tmp_path, mon
 @pytest.mark.slow
 def test_a_copy_made_with_cp_al_runs_through_snakemake_with_the_same_command(tmp_path):
     """Through the Snakefile: the copy's run takes its lock files anew and runs; the original keeps its own."""
-    import os
-    import shutil
-
-    from helpers import micro_config
-
     cfg = micro_config()
     first = tmp_path / "micro.yaml"
     first.write_text(yaml.safe_dump(cfg))

@@ -5,6 +5,7 @@ job runs (its header read by oodcorr.core.gguf, not by a loader)."""
 from __future__ import annotations
 
 import copy
+import json
 import struct
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from oodcorr.launch.disk_checks import check_inputs_exist
 from oodcorr.modeling.loading import model_source
 from oodcorr.planning import plan as plan_mod
 
-from helpers import REPO, tiny_llama_gguf
+from helpers import REPO, smk, tiny_llama_gguf
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
 from test_gguf import gguf_bytes  # noqa: E402  (the GGUF byte writer of the header tests)
@@ -33,7 +34,6 @@ class WC(dict):
 
 def _config(gguf: Path, **entry) -> dict:
     cfg = yaml.safe_load((REPO / "config/micro.yaml").read_text())
-    cfg = copy.deepcopy(cfg)
     cfg["models"] = [{"name": "lm", "path": str(gguf), **entry}]
     return cfg
 
@@ -63,11 +63,19 @@ def test_a_gguf_entry_is_converted_once_and_every_job_loads_the_folder(tmp_path)
         (gguf_bytes(arch="rwkv6"), "transformers does not read"),
         (gguf_bytes([struct.pack("<Q", 12) + b"general.name" + struct.pack("<IQ", 8, 2**34)]), "over the limit"),
         (b"<html>404 Not Found</html>" + b"\0" * 40, "not a GGUF file"),
+        # a tensor left out: before, planned and converted, and transformers started it from random values
+        ({"leave_out": ["blk.0.attn_k.weight"]}, "holds no blk.0.attn_k.weight"),
+        # before, the finetune stopped on a token id past the embeddings
+        ({"rows": 12}, "its tokenizer has 16 tokens but token_embd.weight only 12 rows"),
     ],
 )
 def test_a_hostile_or_damaged_file_is_refused_when_planning(tmp_path, raw, words):
+    """``raw``: the file's bytes, or what tiny_llama_gguf leaves out of a valid one."""
     f = tmp_path / "m.gguf"
-    f.write_bytes(raw)
+    if isinstance(raw, bytes):
+        f.write_bytes(raw)
+    else:
+        tiny_llama_gguf(f, **raw)
     plan = plan_mod.load(_config(f), REPO)
     with pytest.raises(ConfigError) as e:
         check_inputs_exist(plan.exp)
@@ -84,31 +92,10 @@ def test_a_gguf_entry_naming_a_folder_or_nothing(tmp_path):
         check_inputs_exist(plan_mod.load(cfg, REPO).exp)
 
 
-@pytest.mark.parametrize(
-    "kw, words",
-    [
-        ({"leave_out": ["blk.0.attn_k.weight"]}, "holds no blk.0.attn_k.weight"),
-        ({"rows": 12}, "its tokenizer has 16 tokens but token_embd.weight only 12 rows"),
-    ],
-)
-def test_a_gguf_file_without_a_tensor_it_needs_is_refused_when_planning(tmp_path, kw, words):
-    """Before: planned and converted; transformers started the tensor left out from random values
-    (or the finetune stopped on a token id past the embeddings)."""
-    f = tiny_llama_gguf(tmp_path / "m.gguf", **kw)
-    plan = plan_mod.load(_config(f), REPO)
-    with pytest.raises(ConfigError) as e:
-        check_inputs_exist(plan.exp)
-    assert "models[lm]" in str(e.value) and str(f) in str(e.value) and words in str(e.value)
-
-
 @pytest.mark.slow
 def test_the_convert_gguf_rule_writes_the_folder_every_job_loads(tmp_path):
     """The rule itself, through Snakemake (its script, params and output), on a tiny file: what
     `make check-real` runs on the real one (tests/workflow/test_real_lm.py), in seconds."""
-    import json
-
-    from helpers import smk
-
     f = tiny_llama_gguf(tmp_path / "m.gguf")
     cfg = _config(f)
     configfile = tmp_path / "gguf.yaml"

@@ -2,7 +2,6 @@
 (oodcorr.planning.plan, oodcorr.launch.sizing)."""
 
 import re
-import subprocess
 
 import pytest
 import yaml
@@ -12,7 +11,7 @@ from oodcorr.launch.sizing import GiB, ModelSize, check_gpu_memory, checkpoint_b
 from oodcorr.planning.plan import build_plan
 from oodcorr.planning.schema import check_config, fill_defaults
 
-from helpers import REPO, SNAKEMAKE, micro_config
+from helpers import REPO, micro_config, smk
 
 SCHEMA = REPO / "config/schema.yaml"
 
@@ -34,6 +33,13 @@ def two_models(**extra):
     cfg = micro(**extra)
     cfg["models"].append(dict(cfg["models"][0], name="micro-big", size_class="big"))
     return cfg
+
+
+def _dry_run(tmp_path, cfg):
+    """`snakemake -n --cores 1` of ``cfg`` (written to tmp_path/c.yaml) in tmp_path."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return smk(tmp_path, path, "-n", "--cores", "1", timeout=300)
 
 
 def test_placement_precedence_default_cpu_rule_and_layers():
@@ -99,25 +105,7 @@ def test_schema_refuses_unsafe_or_unknown_resources(bad, where):
 def test_dry_run_shows_each_rules_partition(tmp_path):
     """`snakemake -n` prints every job's resources: CPU jobs in the CPU partition, GPU jobs in theirs."""
     cfg = micro(resources={"cpu": {"slurm_partition": "cpuq"}, "evaluate": {"gpu": 1, "slurm_partition": "gpuq"}})
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "-n",
-            "--cores",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = _dry_run(tmp_path, cfg)
     assert res.returncode == 0, res.stderr[-3000:]
     seen = {}
     for rule, block in re.findall(r"^rule (\w+):\n(.*?)(?:\n\n|\Z)", res.stdout, re.M | re.S):
@@ -256,47 +244,11 @@ def test_lora_adapter_size_formula_equals_peft(tiny_models, tmp_path):
 @pytest.mark.slow  # a real Snakemake dry run
 def test_snakemake_planning_stops_on_a_model_too_large_for_its_gpus(tmp_path):
     """The check runs when the Snakefile plans, before any job: one message, naming the model and the key."""
-    cfg = big_model(80)
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    res = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "-n",
-            "--cores",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = _dry_run(tmp_path, big_model(80))
     out = res.stdout + res.stderr
     assert res.returncode != 0 and "rule finetune" not in res.stdout
     assert "models[big]: its evaluate jobs need at least 158.5 GiB on each GPU" in out
     assert "size_classes.huge.evaluate.gpu_mem_gb" in out
-    path.write_text(yaml.safe_dump(big_model(160)))  # the same config on 160 GiB GPUs plans
-    ok = subprocess.run(
-        [
-            SNAKEMAKE,
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(path),
-            "-n",
-            "--cores",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    ok = _dry_run(tmp_path, big_model(160))  # the same config on 160 GiB GPUs plans
     assert ok.returncode == 0, ok.stderr[-3000:]
     assert "rule finetune:" in ok.stdout

@@ -3,6 +3,7 @@
 controller stopped and started again under a real run is tests/workflow/test_slurm.py's."""
 
 import io
+import logging
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from oodcorr.launch import slurm_wrap
+from oodcorr.launch import slurm_cluster, slurm_wrap
 
 from helpers import FakeSlurm
 
@@ -102,8 +103,6 @@ def test_installed_wrappers_come_first_and_reach_the_real_command(fake, tmp_path
 def test_oodcorrs_own_queries_skip_the_wrappers_and_see_the_controller_away_at_once(fake, tmp_path, monkeypatch):
     """The run's watcher asks squeue itself: through the wrapper it would wait out the whole outage (CI of
     2026-12-03: slurmctld away for 30 s, the watcher blocked in a wrapped squeue, the outage never said)."""
-    from oodcorr.launch import slurm_cluster
-
     fake.answer("squeue", "", rc=1, stderr=GONE)
     fake.answer("scontrol", DOWN, sub="ping", rc=1)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(sys.path))
@@ -119,8 +118,6 @@ def test_slurm_no_account_answers_the_executors_account_guess(fake, tmp_path, mo
     `sacct ... | tail -1`, the pipe passed as arguments) finds "none", so it submits without `-A`, and
     SLURM's sacct is not asked; any other sacct call passes through. Without the setting nothing of
     sacct is wrapped. (Before: a private attribute of the executor was set, `_fallback_account_arg`.)"""
-    import logging
-
     from snakemake_executor_plugin_slurm.accounts import get_account
 
     fake.answer("sacct", "lab\n")

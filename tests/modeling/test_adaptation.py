@@ -10,15 +10,17 @@ from oodcorr.core.atomic_write import write_json_atomic, write_jsonl_atomic
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.core.records import read_result
+from oodcorr.jobs.checkpoints import write_ckpt_manifest
 from oodcorr.jobs.evaluate import EvalParams, evaluate_run
 from oodcorr.jobs.finetune import finetune
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.jobs.tokenize_testset import tokenize_testset
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.adaptation import ADAPTATIONS, Method, correct_mask, get
-from oodcorr.modeling.loading import load_checkpoint, load_tokenizer
+from oodcorr.modeling.loading import load_checkpoint, load_model, load_tokenizer
 from oodcorr.planning.finetune_job import FinetuneJob
 
-from helpers import LABELS
+from helpers import LABELS, PROMPT, label_mode
 
 
 def _minilm():
@@ -194,10 +196,6 @@ def test_three_way_model_on_two_way_gold_collapses_neutral_and_contradiction():
 def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
     """A 3-way verbaliser on a 2-way testset: gold non-entailment counts as right for either
     of the model's non-entailment answers; the result reports the coarse label."""
-    from oodcorr.jobs.prepare_dataset import prepare
-
-    from helpers import PROMPT, label_mode
-
     mode = label_mode("three-way")
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
@@ -229,9 +227,6 @@ def test_three_way_pattern_evaluation_end_to_end(tmp_path, tiny_models):
         coarse=mode["coarse"],
     )
     # a step-0 checkpoint of the base model
-    from oodcorr.jobs.checkpoints import write_ckpt_manifest
-    from oodcorr.modeling.loading import load_model
-
     ck = tmp_path / "run" / "checkpoints" / "checkpoint-0"
     load_model(ModelEntry.from_params(spec), tiny).save_pretrained(ck)
     write_ckpt_manifest(ck, 0, resumable=False)

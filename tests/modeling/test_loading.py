@@ -1,6 +1,7 @@
 """Model loading: local paths, hub ids with pinned revisions, and the safety defaults."""
 
 import json
+import logging
 import shutil
 from dataclasses import replace
 
@@ -8,8 +9,12 @@ import pytest
 import torch
 
 from oodcorr.core.errors import ConfigError
+from oodcorr.core.model_dirs import check_local_weights
 from oodcorr.core.model_entry import ModelEntry
+from oodcorr.jobs.finetune import finetune
 from oodcorr.modeling.loading import load_checkpoint, load_model, model_source
+
+from helpers import finetune_job
 
 
 def test_local_path_entry_loads_with_safetensors(tiny_models):
@@ -58,10 +63,6 @@ def test_remote_code_and_pickle_weights_are_refused_without_opt_in(tmp_path, tin
 
 
 def test_lora_checkpoint_loads_as_base_plus_adapter(tmp_path, tiny_models):
-    from oodcorr.jobs.finetune import finetune
-
-    from helpers import finetune_job
-
     job = finetune_job(
         tmp_path,
         tiny_models["opt"],
@@ -86,8 +87,6 @@ def test_a_model_whose_files_lack_a_parameter_is_refused_when_loaded(tmp_path, t
     (its "MISSING ... newly initialized"); the job went on with another model than the one named."""
     from safetensors.torch import load_file, save_file
 
-    from oodcorr.core.model_dirs import check_local_weights
-
     d = tmp_path / "model"
     shutil.copytree(tiny_models["olmo2"], d)
     state = load_file(d / "model.safetensors")
@@ -105,8 +104,6 @@ def test_a_model_whose_files_lack_a_parameter_is_refused_when_loaded(tmp_path, t
 
 
 def test_a_head_model_gets_its_new_head_and_nothing_else_new(tiny_models, caplog):
-    import logging
-
     caplog.set_level(logging.INFO, logger="oodcorr")
     model = load_model(
         ModelEntry(name="h", path=str(tiny_models["opt"]), method="head"), labels=["a", "b"], pad_token_id=1

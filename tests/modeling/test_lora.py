@@ -11,11 +11,11 @@ import torch
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.finetune import apply_lora
 from oodcorr.jobs.scoring import score
-from oodcorr.modeling import lora
+from oodcorr.modeling import lora, synthetic
 from oodcorr.modeling.adaptation import get
 from oodcorr.modeling.loading import load_checkpoint, load_folded, load_model, loaded_by
 
-from helpers import LABELS
+from helpers import LABELS, PROMPT
 
 # the largest |logit| difference folded vs unfolded accepted here, relative to the logits' scale
 # (float32: x (W + sBA)^T and x W^T + s (x A^T) B^T differ by rounding only)
@@ -38,10 +38,6 @@ def _adapter(tmp_path, built_model_dir, method: str, lora_cfg: dict, seed=0, sca
 
 def _cache(built_model_dir, method: str, n=24):
     from transformers import AutoTokenizer
-
-    from oodcorr.modeling import synthetic
-
-    from helpers import PROMPT
 
     tok = AutoTokenizer.from_pretrained(built_model_dir)
     recs = synthetic.generate("negation", n, 3)

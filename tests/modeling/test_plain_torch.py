@@ -11,14 +11,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from oodcorr.core.errors import DataError
 from oodcorr.core.model_entry import ModelEntry
 from oodcorr.jobs.scoring import score
 from oodcorr.modeling import plain_torch, synthetic
-from oodcorr.modeling.loading import load_checkpoint, load_model, loaded_by
+from oodcorr.modeling.loading import lean_enabled, load_checkpoint, load_model, loaded_by
 from oodcorr.modeling.prompting import encode_prompts, verbaliser_ids
-from oodcorr.modeling.tiny import build_model
+from oodcorr.modeling.tiny import build_model, train_tokenizer
 
-from helpers import LABELS, PROMPT, REPO, TINY_CONFIGS
+from helpers import LABELS, PROMPT, REPO, TINY_CONFIGS, checkpoint_series, synthetic_testset
 
 # configurations beyond the fixture's: OPT after-attention LayerNorm (opt-350m), projected
 # embeddings, no biases, GELU; OLMo2 with grouped-query attention, tied embeddings, a head_dim
@@ -94,8 +95,6 @@ def test_a_checkpoint_loads_lean_for_scoring_and_as_transformers_otherwise(tiny_
     assert loaded_by(load_checkpoint(spec, tiny_models["olmo2"], for_scoring=True)) == "lean"
     assert loaded_by(load_model(spec, None, "cpu", lean=True)) == "lean"
     # not run on a GPU this round: a GPU job loads as before (checked without one: the device is never used)
-    from oodcorr.modeling.loading import lean_enabled
-
     assert lean_enabled("cpu") and not lean_enabled("cuda") and not lean_enabled("cuda:0")
     monkeypatch.setenv("OODCORR_LEAN", "0")
     assert loaded_by(load_model(spec, lean=True)) == "transformers" and not lean_enabled("cpu")
@@ -164,8 +163,6 @@ def test_weights_that_do_not_match_the_architecture_are_not_lean(tmp_path, tiny_
 def test_other_architectures_and_head_models_score_through_transformers(tmp_path, tiny_models, corpus):
     """GPT-2 (a causal LM the lean loader does not implement) and a BERT-like encoder with a
     classification head load through from_pretrained when scoring, and score."""
-    from oodcorr.modeling.tiny import train_tokenizer
-
     d = tmp_path / "gpt2"
     tok = train_tokenizer(corpus, 400, d)
     cfg = {"n_embd": 32, "n_layer": 1, "n_head": 2, "n_positions": 128}
@@ -198,8 +195,6 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
     """A whole evaluation job (evaluate_run on a checkpoint, as the rule's script runs it) in a fresh
     process: none of NOT_IN_A_JOB is imported, for full weights and a folded LoRA adapter. With
     OODCORR_LEAN=0 (scoring as before) the same job does import transformers, so the check can fail."""
-    from helpers import checkpoint_series, synthetic_testset
-
     tiny = str(tiny_models["opt"])
     spec = {"name": "tiny", "tiny": {"model_type": "opt"}}
     data, meta, cache = synthetic_testset(tmp_path, tiny, spec, "negation", 12, 5)
@@ -228,8 +223,6 @@ def test_an_evaluation_job_imports_no_modelling_stack(tmp_path, tiny_models, lor
 
 
 def test_a_damaged_weights_file_is_named(tmp_path, tiny_models):
-    from oodcorr.core.errors import DataError
-
     d = tmp_path / "damaged"
     shutil.copytree(tiny_models["opt"], d)
     (d / "model.safetensors").write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00{not json")

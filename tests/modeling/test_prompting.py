@@ -2,6 +2,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import oodcorr.modeling.prompting as prompting
 from oodcorr.core.errors import ConfigError
 from oodcorr.modeling import synthetic
 from oodcorr.modeling.prompting import encode_prompts, last_positions, pad_batch, verbaliser_ids, verbaliser_logits
@@ -29,8 +30,6 @@ def test_last_positions_left_and_right():
 def test_verbaliser_score_equals_manual_logits(lm, side, per_row_keep, monkeypatch):
     """Both paths: projecting only each row's last position (transformers 5.2x) and, where
     transformers cannot keep one position per row, projecting all and gathering."""
-    import oodcorr.modeling.prompting as prompting
-
     assert prompting._per_row_logits_to_keep()  # the pinned transformers has it
     monkeypatch.setattr(prompting, "_per_row_logits_to_keep", lambda: per_row_keep)
     tok, model = lm
@@ -107,8 +106,6 @@ def test_a_model_that_slices_logits_to_keep_its_own_way_falls_back(lm, monkeypat
     """A model class whose forward takes logits_to_keep but indexes every row with every
     row's position (as transformers before 5.2x did) is detected by the logits' shape and
     scored on all positions; the class is remembered."""
-    import oodcorr.modeling.prompting as prompting
-
     tok, model = lm
     recs = synthetic.generate("negation", 4, 0)
     ids, _ = encode_prompts(tok, recs, PROMPT["template"], 128)

@@ -7,15 +7,24 @@ configs; the job failed later, or the analysis produced NaN or duplicated rows).
 import copy
 import json
 import os
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from oodcorr.analysis.cell.correlate import min_points
+from oodcorr.analysis.cell.residualise import GamSettings, parse
+from oodcorr.core.atomic_write import write_json_atomic
+from oodcorr.core.defaults import ANALYSIS
 from oodcorr.core.errors import ConfigError, DataError
+from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
+from oodcorr.jobs.prepare_dataset import _load_local
 from oodcorr.launch import disk_checks
 from oodcorr.planning import checks
-from oodcorr.planning.plan import build_plan
-from oodcorr.planning.schema import fill_defaults
+from oodcorr.planning.checks import check_analysis_size
+from oodcorr.planning.plan import build_plan, load
+from oodcorr.planning.schema import check_config, fill_defaults
+from oodcorr.planning.units import Run
 
 from helpers import MICRO, REPO, micro_config
 
@@ -24,7 +33,7 @@ from helpers import MICRO, REPO, micro_config
 def cfg():
     c = yaml.safe_load((REPO / "config/config.yaml").read_text())
     fill_defaults(c, REPO / "config/schema.yaml")
-    return copy.deepcopy(c)
+    return c
 
 
 def refused(c, *needles):
@@ -62,14 +71,28 @@ def test_escaped_braces_are_allowed(cfg):
     build_plan(cfg, REPO)
 
 
-def test_a_models_own_template_is_checked(cfg):
-    cfg["models"][1]["prompt"] = {"template": "{premise} {hypo}"}
-    refused(cfg, "models[tiny-olmo2].prompt.template", "{hypo}")
-
-
-def test_identical_verbalisers_are_refused(cfg):
-    cfg["prompt"]["verbalisers"] = {"entailment": " Yes", "non-entailment": " Yes"}
-    refused(cfg, "prompt.verbalisers", "' Yes'", "entailment")
+@pytest.mark.parametrize(
+    "mutate, needles",
+    [
+        (  # a model's own template is checked
+            lambda c: c["models"][1].update(prompt={"template": "{premise} {hypo}"}),
+            ("models[tiny-olmo2].prompt.template", "{hypo}"),
+        ),
+        (
+            lambda c: c["prompt"].update(verbalisers={"entailment": " Yes", "non-entailment": " Yes"}),
+            ("prompt.verbalisers", "' Yes'", "entailment"),
+        ),
+        (lambda c: c.update(ood_testsets=c["ood_testsets"][:1]), ("ood_testsets", "at least two")),
+        (  # an in-domain test set equal to its training set
+            lambda c: c["in_domain"][0].update(test=c["in_domain"][0]["train"]),
+            ("in_domain[synth].test", "training set"),
+        ),
+    ],
+    ids=["model-template", "identical-verbalisers", "one-ood-testset", "test-is-train"],
+)
+def test_a_config_that_cannot_work_is_refused_naming_the_key(cfg, mutate, needles):
+    mutate(cfg)
+    refused(cfg, *needles)
 
 
 @pytest.mark.parametrize("grid, values", [("n_train", [64, 64]), ("seeds", [0, 1, 0])])
@@ -88,22 +111,10 @@ def test_duplicate_analysis_lists_are_refused_each_named(cfg):
 
 
 def _refused_by_schema(c, *needles):
-    from oodcorr.planning.schema import check_config
-
     with pytest.raises(ConfigError) as e:
         check_config(c, REPO / "config/schema.yaml")
     for n in needles:
         assert n in str(e.value), str(e.value)
-
-
-def test_fewer_than_two_ood_testsets_is_refused(cfg):
-    cfg["ood_testsets"] = cfg["ood_testsets"][:1]
-    refused(cfg, "ood_testsets", "at least two")
-
-
-def test_in_domain_test_equal_to_training_set_is_refused(cfg):
-    cfg["in_domain"][0]["test"] = cfg["in_domain"][0]["train"]
-    refused(cfg, "in_domain[synth].test", "training set")
 
 
 def test_test_set_reading_the_training_data_is_refused(cfg):
@@ -138,9 +149,6 @@ def test_schedule_too_short_for_the_gam_is_a_warning(cfg):
 
 
 def test_min_points_agree_with_the_analysis():
-    from oodcorr.analysis.cell.correlate import min_points
-    from oodcorr.analysis.cell.residualise import GamSettings, parse
-
     # the planning check and the analysis read one default (oodcorr.core.defaults.ANALYSIS)
     assert checks.analysis_min_points("gam") == min_points(parse("gam"), GamSettings())
     for name in ("linear", "linear+step", "gam", "gam+step"):
@@ -157,19 +165,9 @@ def test_shipped_configs_pass_the_checks():
 
 
 # ---- what is on disk ------------------------------------------------------------------------
-def _plan_in(tmp_path, cfg, **patch):
-    cfg = copy.deepcopy(cfg)
-    cfg.update(patch)
-    return build_plan(cfg, tmp_path)
-
-
 def test_truncation_warning_from_the_tokenised_caches_sidecar(cfg, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     plan = build_plan(cfg, REPO)
-    from types import SimpleNamespace
-
-    from oodcorr.core.token_cache import cache_info_path, tokenize_settings_digest
-
     # a sidecar as tokenize_testset writes it, beside its cache, made with this config's settings
     cache = plan.paths.tokenized.format(model="tiny-opt", testset="synth-negation")
     info = cache_info_path(cache)
@@ -198,9 +196,6 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    from oodcorr.core.atomic_write import write_json_atomic
-    from oodcorr.jobs.prepare_dataset import _load_local
-
     recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)
     meta_path = tmp_path / plan.paths.data_meta.format(dataset="local-ood")
     data_path = tmp_path / plan.paths.data.format(dataset="local-ood")
@@ -218,8 +213,6 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
 
 
 def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
-    from oodcorr.planning.plan import load
-
     cfg = micro_config()
     cfg["label_mode"] = "three-way"
     cfg["prompt"] = {
@@ -241,8 +234,6 @@ def test_an_n_train_below_the_number_of_labels_says_so(tmp_path):
 
 
 def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_reruns_nothing():
-    from oodcorr.planning.plan import load
-
     base = yaml.safe_load(MICRO.read_text())
     base["ood_testsets"] = ["synth-overlap", "synth-negation", "synth-passive"]  # 3 pairs
     cfg = copy.deepcopy(base)
@@ -267,10 +258,6 @@ def test_planning_refuses_an_analysis_above_analysis_max_cells_and_raising_it_re
 
 
 def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
-    from oodcorr.core.defaults import ANALYSIS
-    from oodcorr.planning.checks import check_analysis_size
-    from oodcorr.planning.units import Run
-
     testsets = {"mnli": (("mnli", "in-domain"), *((f"t{i}", "ood") for i in range(2000)))}
     runs = [Run("m", "mnli", 64, s, (0, 4, 8), 8) for s in range(3)]
     with pytest.raises(ConfigError, match=r"would compute 5,997,000 cells \(5,997,000 OOD pair\(s\) summed over 3 "):
@@ -279,9 +266,6 @@ def test_the_default_limit_refuses_a_workflow_of_two_thousand_testsets():
 
 
 def test_max_cells_is_a_positive_integer():
-    """max_cells is an integer of at least 1, like every count in the schema."""
-    from oodcorr.planning.plan import load
-
     cfg = yaml.safe_load(MICRO.read_text())
     cfg["analysis"]["max_cells"] = 0
     with pytest.raises(ConfigError, match=r"analysis\.max_cells: 0 is less than the minimum of 1"):

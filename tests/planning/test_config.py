@@ -1,27 +1,49 @@
 import copy
 import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
+import jsonschema
 import pytest
 import yaml
 from snakemake.utils import validate
 
+from oodcorr.analysis.across.multitest import CORRECTIONS
+from oodcorr.analysis.across.pooling import TWO_RUNS
+from oodcorr.analysis.cell.correlate import METHODS
+from oodcorr.analysis.cell.inference import INFERENCES
+from oodcorr.analysis.cell.resample import INTERVALS
+from oodcorr.analysis.cell.residualise import RESIDUALISERS
+from oodcorr.analysis.readers.workflow_scores import NOT_ACCURACY
+from oodcorr.core.defaults import ANALYSIS, FINETUNE, READING, RESOURCES
 from oodcorr.core.errors import ConfigError
-from oodcorr.planning.config import Experiment
+from oodcorr.jobs.finetune import LOSSES
+from oodcorr.jobs.metrics import COLUMNS
+from oodcorr.jobs.prepare_dataset import FORMATS
+from oodcorr.modeling.adaptation import ADAPTATIONS
+from oodcorr.planning.config import DATASET_SOURCES, Experiment, analysis_options
 from oodcorr.planning.plan import build_plan, load
-from oodcorr.planning.schema import fill_defaults
+from oodcorr.planning.schema import fill_defaults, read_config
 
 from helpers import MICRO, REPO, micro_config, n_evaluations
 
 
-@pytest.fixture
-def default_config():
-    cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+def _load(name):
+    cfg = yaml.safe_load((REPO / "config" / name).read_text())
     fill_defaults(cfg, REPO / "config/schema.yaml")
     return cfg
 
 
-def test_default_config_expands(default_config):
-    plan = build_plan(default_config, REPO)
+@pytest.fixture
+def cfg():
+    return _load("config.yaml")
+
+
+def test_default_config_expands(cfg):
+    plan = build_plan(cfg, REPO)
     assert [r.id for r in plan.runs] == ["tiny-opt/synth/n4096/seed0", "tiny-olmo2/synth/n4096/seed0"]
     steps = plan.runs[0].steps
     assert steps[0] == 0 and len(steps) >= 9 and list(steps) == sorted(set(steps))
@@ -37,17 +59,15 @@ def test_default_config_expands(default_config):
     assert outputs[0] == "results/default/eval/tiny-opt/synth/n4096/seed0/step0/synth-test.predictions.parquet"
 
 
-def test_schema_fills_defaults_and_rejects_unknown_keys(default_config):
-    assert default_config["analysis"]["methods"] == ["pearson", "spearman"]
-    assert default_config["models"][0]["trust_remote_code"] is False
-    bad = copy.deepcopy(default_config)
-    bad["finetune"]["learning_rat"] = 1
+def test_schema_fills_defaults_and_rejects_unknown_keys(cfg):
+    assert cfg["analysis"]["methods"] == ["pearson", "spearman"]
+    assert cfg["models"][0]["trust_remote_code"] is False
+    cfg["finetune"]["learning_rat"] = 1
     with pytest.raises(Exception, match="learning_rat"):
-        validate(bad, str(REPO / "config/schema.yaml"))
+        validate(cfg, str(REPO / "config/schema.yaml"))
 
 
-def test_explicit_schedule_and_errors(default_config):
-    cfg = copy.deepcopy(default_config)
+def test_explicit_schedule_and_errors(cfg):
     cfg["finetune"]["checkpoints"] = {"steps": [10, 20, 3200]}
     plan = build_plan(cfg, REPO)
     assert plan.runs[0].steps == (0, 10, 20, 3200)
@@ -59,8 +79,7 @@ def test_explicit_schedule_and_errors(default_config):
         build_plan(cfg, REPO)
 
 
-def test_every_k_includes_last_step(default_config):
-    cfg = copy.deepcopy(default_config)
+def test_every_k_includes_last_step(cfg):
     cfg["finetune"].update(max_steps=25, checkpoints={"every": 10})
     assert build_plan(cfg, REPO).runs[0].steps == (0, 10, 20, 25)
     del cfg["finetune"]["max_steps"]
@@ -77,21 +96,19 @@ def test_every_k_includes_last_step(default_config):
         (lambda c: c["models"][0].update(hub="facebook/opt-125m"), "exactly one of `tiny`, `hub`, `path`"),
     ],
 )
-def test_semantic_errors_name_the_key(default_config, mutate, message):
-    cfg = copy.deepcopy(default_config)
+def test_semantic_errors_name_the_key(cfg, mutate, message):
     mutate(cfg)
     with pytest.raises(ConfigError, match=message):
         build_plan(cfg, REPO)
 
 
-def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
+def test_in_domain_test_in_ood_list_is_evaluated_once(cfg):
     # several in-domain sets share one OOD list: each run evaluates its own test set once, as in-domain
-    cfg = copy.deepcopy(default_config)
     cfg["in_domain"].append({"name": "synth2", "train": "synth-train", "test": "synth-overlap"})
     cfg["ood_testsets"].insert(0, "synth-test")
     plan = build_plan(cfg, REPO)
     names = [t for t, _ in plan.testsets["synth"]]
-    assert names.count("synth-test") == 1 and len(names) == 1 + len(default_config["ood_testsets"])  # 6
+    assert names.count("synth-test") == 1 and len(names) == len(cfg["ood_testsets"])  # 6
     assert plan.testsets["synth2"][0] == ("synth-overlap", "in-domain")
     assert ("synth-test", "ood") in plan.testsets["synth2"]
     # with a single in-domain set, listing its own test set as OOD is a mistake
@@ -100,8 +117,7 @@ def test_in_domain_test_in_ood_list_is_evaluated_once(default_config):
         build_plan(cfg, REPO)
 
 
-def test_model_overrides_replace_schedule_and_epochs(default_config):
-    cfg = copy.deepcopy(default_config)
+def test_model_overrides_replace_schedule_and_epochs(cfg):
     cfg["finetune"]["checkpoints"] = {"steps": [4, 16, 64]}
     cfg["models"][0]["finetune"] = {"checkpoints": {"every": 800}}
     cfg["models"][1]["finetune"] = {"epochs": 1}
@@ -110,24 +126,18 @@ def test_model_overrides_replace_schedule_and_epochs(default_config):
     assert olmo.max_steps == 256 and olmo.steps == (0, 4, 16, 64)
 
 
-def test_params_ignore_bookkeeping_and_key_order(default_config):
-    plan = build_plan(default_config, REPO)
+def test_params_ignore_bookkeeping_and_key_order(cfg):
+    plan = build_plan(cfg, REPO)
     spec = plan.models["tiny-opt"].model_entry.params()
     assert "resources" not in spec and list(spec) == sorted(spec)
     ft = plan.models["tiny-opt"].finetune
     assert "n_train" not in ft and "seeds" not in ft
-    ds = plan.dataset_params(_wc_of(dataset="synth-overlap"))
+    ds = plan.dataset_params(SimpleNamespace(dataset="synth-overlap"))
     assert "description" not in ds and "_registry" not in ds
-    reordered = copy.deepcopy(default_config)
+    reordered = copy.deepcopy(cfg)
     reordered["models"][0] = dict(reversed(list(reordered["models"][0].items())))
     assert build_plan(reordered, REPO).models["tiny-opt"].model_entry.params() == spec
     assert repr(build_plan(reordered, REPO).models["tiny-opt"].model_entry.params()) == repr(spec)
-
-
-def _load(name):
-    cfg = yaml.safe_load((REPO / "config" / name).read_text())
-    fill_defaults(cfg, REPO / "config/schema.yaml")
-    return cfg
 
 
 def test_paper_grid_plans_the_whole_grid_offline():
@@ -247,8 +257,7 @@ def test_real_cpu_config_is_offline_and_head_based():
     assert all(exp.dataset(t)["max_examples"] == 300 for t in used if t != "snli-train")
 
 
-def test_size_class_and_label_mode_errors(default_config):
-    cfg = copy.deepcopy(default_config)
+def test_size_class_and_label_mode_errors(cfg):
     cfg["models"][0]["size_class"] = "huge"
     with pytest.raises(ConfigError, match=r"models\[tiny-opt\]\.size_class: 'huge'"):
         build_plan(cfg, REPO)
@@ -257,7 +266,7 @@ def test_size_class_and_label_mode_errors(default_config):
     res = build_plan(cfg, REPO).models["tiny-opt"].resources["finetune"]
     # the rule's defaults, then the size class, then the model's own
     assert (res.mem_mb, res.runtime, res.gpu, res.threads) == (9000, 7, 0, 1)
-    cfg = copy.deepcopy(default_config)
+    cfg = _load("config.yaml")
     cfg["label_mode"] = "four-way"
     with pytest.raises(ConfigError, match="label_mode: 'four-way'.*binary-merge"):
         build_plan(cfg, REPO)
@@ -268,20 +277,16 @@ def test_size_class_and_label_mode_errors(default_config):
         build_plan(cfg, REPO)
 
 
-def test_registry_entries_are_schema_checked(tmp_path, default_config):
+def test_registry_entries_are_schema_checked(tmp_path, cfg):
     bad = tmp_path / "reg.yaml"
     bad.write_text("datasets:\n  x:\n    source: hub\n    hub: {id: a/b, split: test}\n")
-    cfg = copy.deepcopy(default_config)
     cfg["registries"] = cfg["registries"] + [str(bad)]
     with pytest.raises(ConfigError, match=r"reg\.yaml: dataset 'x'\.hub: 'revision' is a required property"):
         build_plan(cfg, REPO)
 
 
-def test_one_evaluate_rule_whatever_the_schedules(default_config):
-    """Runs with different checkpoint schedules (a model's own `checkpoints`, or `epochs` with
-    several n_train) are all planned by one rule: unit `checkpoint` has a job per run x step x
-    testset, unit `run` a job per run x testset whose steps are its run's."""
-    cfg = copy.deepcopy(default_config)
+def test_one_evaluate_rule_whatever_the_schedules(cfg):
+    """Unit `checkpoint`: a job per run x step x testset; unit `run`: a job per run x testset."""
     cfg["finetune"].update(n_train=[64, 128, 256], epochs=1, batch_size=16, checkpoints={"every": 1})
     del cfg["finetune"]["max_steps"]
     cfg["models"][1]["finetune"] = {"checkpoints": {"steps": [1, 2, 3]}}
@@ -302,13 +307,12 @@ def test_one_evaluate_rule_whatever_the_schedules(default_config):
     ]
 
 
-def test_evaluation_dtype_reaches_the_evaluation_jobs_only_when_set(default_config):
+def test_evaluation_dtype_reaches_the_evaluation_jobs_only_when_set(cfg):
     """`evaluation.dtype: model` (the default) is in no param, so upgrading reruns nothing; another
     dtype is in every evaluation job's params (so changing it reruns the evaluations) and nowhere else."""
-    plan = build_plan(copy.deepcopy(default_config), REPO)
+    plan = build_plan(copy.deepcopy(cfg), REPO)
     wc = _wc(plan.runs[0], testset="synth-negation", step="0")
-    assert default_config["evaluation"]["dtype"] == "model" and "dtype" not in plan.eval_params(wc)
-    cfg = copy.deepcopy(default_config)
+    assert cfg["evaluation"]["dtype"] == "model" and "dtype" not in plan.eval_params(wc)
     cfg["evaluation"]["dtype"] = "bfloat16"
     other = build_plan(cfg, REPO)
     assert other.eval_params(wc) == dict(plan.eval_params(wc), dtype="bfloat16")
@@ -316,23 +320,14 @@ def test_evaluation_dtype_reaches_the_evaluation_jobs_only_when_set(default_conf
     assert other.finetune_params(wc) == plan.finetune_params(wc)
 
 
-def _wc_of(**wildcards):
-    from types import SimpleNamespace
-
-    return SimpleNamespace(**wildcards)
-
-
 def _wc(run, **extra):
-    from types import SimpleNamespace
-
     return SimpleNamespace(**run.wildcards, **extra)
 
 
 @pytest.mark.parametrize("unit", ["checkpoint", "run"])
-def test_resource_factory(default_config, unit):
+def test_resource_factory(cfg, unit):
     """Every per-model rule's resources come from one factory: per model (size class, own
     resources), memory and runtime times the attempt, evaluate's runtime per checkpoint."""
-    cfg = copy.deepcopy(default_config)
     cfg["evaluation"]["unit"] = unit
     cfg["size_classes"] = {"big": {"evaluate": {"gpu": 1, "gpu_model": "a100", "mem_mb": 8000, "runtime": 3}}}
     cfg["models"][1]["size_class"] = "big"
@@ -352,8 +347,7 @@ def test_resource_factory(default_config, unit):
         assert {"gpu", "mem_mb", "runtime"} <= set(plan.rule_resources(rule))
 
 
-def test_experiment_names_the_results_folder(default_config):
-    cfg = copy.deepcopy(default_config)
+def test_experiment_names_the_results_folder(cfg):
     cfg["experiment"] = "my-grid"
     plan = build_plan(cfg, REPO)
     assert plan.paths.scores == "results/my-grid/scores.parquet"
@@ -388,18 +382,15 @@ def test_experiment_names_the_results_folder(default_config):
         ),
     ],
 )
-def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config, text, message):
+def test_a_registry_that_is_not_yaml_is_named_with_its_line(tmp_path, cfg, text, message):
     bad = tmp_path / "reg.yaml"
     bad.write_bytes(text.encode("latin-1"))
-    cfg = copy.deepcopy(default_config)
     cfg["registries"] = cfg["registries"] + [str(bad)]
     with pytest.raises(ConfigError, match=message):
         build_plan(cfg, REPO)
 
 
-def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, default_config):
-    import shutil
-
+def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, cfg):
     shutil.copytree(REPO / "config", tmp_path / "config")
     (tmp_path / "resources").mkdir()
     text = (
@@ -414,7 +405,7 @@ def test_a_label_mode_file_that_is_not_yaml_is_named_with_its_line(tmp_path, def
         match=rf"label_modes\.yaml:{line + 1}:\d+: not valid YAML: expected ',' or ']'"
         rf".*that starts at line {line}\)",
     ):
-        Experiment(default_config, tmp_path)
+        Experiment(cfg, tmp_path)
 
 
 @pytest.mark.slow
@@ -422,10 +413,6 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
     """Snakemake parses --configfile itself and buries the line: its message names neither file nor
     line; --verbose shows PyYAML's error, with both (docs/troubleshooting.md#what-each-error-means says so). If an
     upgrade changes this, update that table."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     cfg = tmp_path / "broken.yaml"
     cfg.write_text("experiment: x\nmodels:\n  - name: m\n   tiny: {}\n")
     cmd = [
@@ -448,9 +435,6 @@ def test_what_snakemake_prints_for_a_broken_configfile(tmp_path):
 
 # ---- the one entry point: oodcorr.planning.plan.load ---------------------------------------------------
 def test_load_names_checks_fills_and_plans_in_one_call(tmp_path):
-    from oodcorr.planning.plan import load
-    from oodcorr.planning.schema import read_config
-
     src = tmp_path / "my-grid.yaml"
     text = MICRO.read_text()
     cfg = yaml.safe_load(text)
@@ -497,11 +481,6 @@ def _with_analysis_defaults(node, defaults):
 
 
 def test_analysis_defaults_are_written_once_and_fill_as_the_schema_did(tmp_path):
-    import jsonschema
-
-    from oodcorr.core.defaults import ANALYSIS
-    from oodcorr.planning.config import analysis_options
-
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     node = schema["properties"]["analysis"]
 
@@ -550,20 +529,6 @@ def _schema_enum(path: str) -> list:
 def test_allowed_values_are_the_ones_the_code_knows():
     """Each allowed value is written twice, in the schema (the message a user gets) and in the code
     that acts on it: every pair here must agree, so adding a value to one and not the other fails."""
-    from oodcorr.analysis.across.multitest import CORRECTIONS
-    from oodcorr.analysis.across.pooling import TWO_RUNS
-    from oodcorr.analysis.cell.correlate import METHODS
-    from oodcorr.analysis.cell.inference import INFERENCES
-    from oodcorr.analysis.cell.resample import INTERVALS
-    from oodcorr.analysis.cell.residualise import RESIDUALISERS
-    from oodcorr.analysis.readers.workflow_scores import NOT_ACCURACY
-    from oodcorr.core.defaults import RESOURCES
-    from oodcorr.jobs.finetune import LOSSES
-    from oodcorr.jobs.metrics import COLUMNS
-    from oodcorr.jobs.prepare_dataset import FORMATS
-    from oodcorr.modeling.adaptation import ADAPTATIONS
-    from oodcorr.planning.config import DATASET_SOURCES
-
     a = "properties/analysis/properties"
     pairs = {
         f"{a}/methods/items": METHODS,
@@ -588,8 +553,6 @@ def test_allowed_values_are_the_ones_the_code_knows():
 def test_python_defaults_have_no_second_home_in_the_schema():
     """The switches whose defaults live in oodcorr.core.defaults (left out of params at their
     default) have none in the schema, and each default is one of the allowed values."""
-    from oodcorr.core.defaults import FINETUNE, READING
-
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text())
     prompt = schema["properties"]["prompt"]["properties"]
     finetune = schema["$defs"]["finetune"]["properties"]

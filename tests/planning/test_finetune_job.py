@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+import oodcorr.jobs.finetune as f
 from oodcorr.core.digests import sha256_json
 from oodcorr.core.errors import ConfigError
+from oodcorr.jobs.multi_gpu import mixed_precision
 from oodcorr.planning.config import Experiment
 from oodcorr.planning.finetune_job import FinetuneJob, TrainingSettings, trains_in_bf16
 from oodcorr.planning.plan import load
@@ -137,8 +139,6 @@ def test_every_key_of_the_schemas_finetune_block_is_read_by_training_or_planning
 
 
 def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
-    from oodcorr.jobs.multi_gpu import mixed_precision
-
     for dtype, flag, want in [("bfloat16", False, True), ("float32", True, True), ("float32", False, False)]:
         job = _job(
             tmp_path, model_spec={"name": "m", "dtype": dtype}, finetune=dict(_job(tmp_path).finetune, bf16=flag)
@@ -151,8 +151,6 @@ def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_pa
     """The identity hashes the finetune block as planned (not the typed view, so runs trained before
     the job object existed keep their identity), lists for labels and steps, and is the same for a
     job that went through JSON to a launched process."""
-    import oodcorr.jobs.finetune as f
-
     (tmp_path / "train.jsonl").write_text('{"premise": "a", "hypothesis": "b", "label": "entailment"}\n')
     monkeypatch.setattr(f, "base_weights_fingerprint", lambda entry, tiny: f"weights of {entry.name} in {tiny}")
     job = _job(tmp_path, finetune=dict(_job(tmp_path).finetune, n_train=[64], seeds=[3]))

@@ -7,13 +7,12 @@ import pytest
 import yaml
 
 from oodcorr.core.errors import ConfigError
+from oodcorr.planning.plan import load
 
 from helpers import MICRO, REPO
 
 
 def test_a_number_yaml_reads_as_text_gets_the_spelling_that_works(tmp_path):
-    from oodcorr.planning.plan import load
-
     path = tmp_path / "lr.yaml"
     path.write_text(MICRO.read_text().replace("learning_rate: 0.003", "learning_rate: 3e-3"))
     path.write_text(path.read_text().replace("max_steps: 16", "max_steps: 1.6e1"))
@@ -49,8 +48,6 @@ def test_a_misspelt_required_key_is_one_problem_not_also_a_missing_one(tmp_path,
     """A required key written with a typo was two problems: the unknown key (with its 'did you mean')
     and then 'required key is missing' for the very key the user wrote. Now it is the one; a
     required key left out is still said, with why (it has no default)."""
-    from oodcorr.planning.plan import load
-
     cfg = yaml.safe_load(MICRO.read_text())
     edit(cfg)
     with pytest.raises(ConfigError) as e:
