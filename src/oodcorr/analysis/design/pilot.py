@@ -58,14 +58,6 @@ def _true_phi(observed: float, curve_phis, curve_med) -> float:
 
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
-def _analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
-    """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear), its
-    testsets' item noise measured from ``examples`` (per-item correctness) or its ``n`` column."""
-    same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
-    opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
-    return analyse(long, opts, examples, run_info=run_info)
-
-
 def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
     (``phi_x``/``phi_y`` of the per-run rows ``runs``); ValueError when no series has one."""
@@ -160,7 +152,10 @@ def pilot_estimates(
     """What a pilot (a canonical long table, :data:`.pipeline.CANON`; ``examples`` its per-item
     correctness, or None) says about the assumptions, with how uncertain each is:
     ``phi``, ``items``, ``model_sd``, ``run_sd``."""
-    pc = _analyse_pilot(long, run_info, pool_by, settings, examples)
+    # the pilot's partial correlations by the procedure the simulation uses (Pearson, linear)
+    same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
+    opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
+    pc = analyse(long, opts, examples, run_info=run_info)
     runs = pc[pc["run"] != "pooled"]
     ser = _series_phis(runs)
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
