@@ -105,11 +105,6 @@ def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam
 
 
 # ---- the answer of each study -------------------------------------------------------------------
-def _model_sum(v: np.ndarray) -> np.ndarray:
-    """A model's runs' sum, NaN unless every run's value is finite (:func:`.measurement.pool_measured`)."""
-    return np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
-
-
 def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     """The mean over the last axis where every value is finite, else NaN."""
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
@@ -121,7 +116,11 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     out, band = {}, []
     limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y"):
-        task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
+        # each model's runs' sums, NaN unless every run's is finite (:func:`.measurement.pool_measured`)
+        task, obs, eiv = (
+            np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
+            for v in (runs[f"{c}_{side}"] for c in ("task_var", "obs_var", "eiv_var"))
+        )
         lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
         est, low = ratio_low(task, obs, level)
