@@ -78,20 +78,6 @@ def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     return ser
 
 
-def _phi_bootstrap(ser: pd.DataFrame, seed: int, n_boot: int) -> tuple[int, float, float]:
-    """(the pilot's runs, the 2.5 and 97.5 percentiles of the series' median phi over ``n_boot``
-    resamples of its runs)."""
-    run_ids = ser[SERIES_KEYS].astype(str).agg("/".join, axis=1).to_numpy()
-    uniq = np.unique(run_ids)
-    by_run = {u: ser["phi"].to_numpy(float)[run_ids == u] for u in uniq}
-    rng = np.random.default_rng([seed, 26])
-    boots = [
-        float(np.median(np.concatenate([by_run[u] for u in rng.choice(uniq, size=len(uniq))]))) for _ in range(n_boot)
-    ]
-    obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
-    return len(uniq), obs_lo, obs_hi
-
-
 def _residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """({OOD testset: its residual sd on the in-domain score, per run}, {testset: its mean score,
     per run}), over the runs with at least 4 complete checkpoints and a varying in-domain score."""
@@ -160,7 +146,15 @@ def pilot_estimates(
     ser = _series_phis(runs)
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
     phi_obs = float(ser["phi"].median())
-    n_runs, obs_lo, obs_hi = _phi_bootstrap(ser, seed, n_boot)
+    # the series' median phi over ``n_boot`` resamples of the pilot's runs: its 2.5 and 97.5 percentiles
+    run_ids = ser[SERIES_KEYS].astype(str).agg("/".join, axis=1).to_numpy()
+    uniq = np.unique(run_ids)
+    by_run = {u: ser["phi"].to_numpy(float)[run_ids == u] for u in uniq}
+    rng = np.random.default_rng([seed, 26])
+    boots = [
+        float(np.median(np.concatenate([by_run[u] for u in rng.choice(uniq, size=len(uniq))]))) for _ in range(n_boot)
+    ]
+    obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
     notes: list[str] = []
     resid = _residual_sds(long)
     # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
@@ -171,7 +165,7 @@ def pilot_estimates(
     model_sd, run_sd = spreads(pc, settings, notes)
     return {
         "models": int(long["model"].nunique()),
-        "runs": int(n_runs),
+        "runs": len(uniq),
         "series": int(len(ser)),
         "checkpoints": checkpoints,
         "phi_observed": {
