@@ -57,18 +57,6 @@ class ItemNoise:
         return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
 
 
-def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The Cholesky factors of the whole set's noise (``cov``) and of the difference of its two halves
-    (``n // 2`` and the rest: ``n cov (1 / a + 1 / b)``), and the halves' weights ``b / n``, ``a / n``."""
-    a = n // 2
-    b = n - a
-    T = cov.shape[0]
-    eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
-    whole = np.linalg.cholesky(cov + eps)
-    diff = np.linalg.cholesky(n * (1 / a + 1 / b) * cov + eps)
-    return whole, diff, b / n, a / n
-
-
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
     """The tasks' scores ``truth`` (runs, checkpoints, 3) with the item noise of ``items`` (docs/design.md):
     ``scores`` as the testsets show them, and ``halves`` (runs, splits, 2, checkpoints, 3) per random halving."""
@@ -84,7 +72,12 @@ def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: in
             continue
         acc = curve if k == 0 else np.full(T, items.accuracy)
         cov = item_noise_covariance(acc, int(n), items.difficulty, items.persistence) * unit * unit
-        whole, diff, wa, wb = _halving_factors(cov, int(n))
+        # Cholesky factors of the whole set's noise and of the difference of its halves (n // 2 and the rest)
+        n, a = int(n), int(n) // 2
+        eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
+        whole = np.linalg.cholesky(cov + eps)
+        diff = np.linalg.cholesky(n * (1 / a + 1 / (n - a)) * cov + eps)
+        wa, wb = (n - a) / n, a / n
         w = whole_eps[k] @ whole.T  # (B, T)
         d = diff_eps[k] @ diff.T  # (B, splits, T)
         scores[:, :, k] += w
