@@ -86,11 +86,6 @@ def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: in
     return {"scores": scores, "halves": halves}
 
 
-def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.ndarray:
-    """What the testsets show (:func:`noisy_runs`' ``scores``) without the halves."""
-    return noisy_runs(truth, items, unit, rng, splits=1)["scores"]
-
-
 def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
     """Every run of :func:`noisy_runs` measured as the workflow measures it."""
     obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)

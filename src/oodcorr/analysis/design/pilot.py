@@ -14,7 +14,7 @@ from ..options import Options
 from ..per_run.stacked import run_statistics
 from ..pipeline import analyse
 from ..simulate.runs import run_scores
-from .items import ItemNoise, noisy_scores
+from .items import ItemNoise, noisy_runs
 from .pilot_items import item_estimates
 from .power import NOISE, Settings
 
@@ -37,7 +37,7 @@ def _observed_phi_curve(checkpoints: int, items: ItemNoise, seed: int):
         rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi))])
         scores = run_scores(rng, np.zeros(400), checkpoints, float(phi), noise=NOISE)
         if not items.none:
-            scores = noisy_scores(scores, items, NOISE / items.residual_sd, rng)
+            scores = noisy_runs(scores, items, NOISE / items.residual_sd, rng, splits=1)["scores"]
         st = run_statistics(scores)
         med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
     return phis, np.maximum.accumulate(np.asarray(med))
