@@ -11,7 +11,7 @@ from ..across.measured_answer import ratio_low
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..items.measurement import NOISE_LIMITED
 from ..per_run.stacked import measured_statistics, run_statistics
-from ..simulate.items import disagreement, item_noise_covariance
+from ..simulate.items import item_noise_covariance
 
 MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halves of 2)
 # random halvings per simulated run (the analysis averages SPLITS):
@@ -51,10 +51,6 @@ class ItemNoise:
     def none(self) -> bool:
         """No testset has item noise (every one infinitely large)."""
         return self.in_domain is None and self.ood is None
-
-    def neighbours_disagree(self) -> float:
-        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy."""
-        return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
 
 
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:

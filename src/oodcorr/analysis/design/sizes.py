@@ -7,7 +7,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from .items import ItemNoise
+from ..simulate.items import disagreement
 from .power import Assumptions, Curve, se_of
 
 
@@ -123,12 +123,13 @@ def item_noise_words(items: dict) -> str:
     """The item noise of :class:`.items.ItemNoise` (as a dict) in words."""
     if no_item_noise(items):
         return "none (every testset infinitely large)"
-    noise = ItemNoise(**items)
+    # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
+    disagree = disagreement(items["accuracy"], items["difficulty"] + (1 - items["difficulty"]) * items["persistence"])
     return (
         f"the in-domain set {_n(items['in_domain'])}, each OOD set {_n(items['ood'])}, the same items at every "
         f"checkpoint; an item's deviation persists with AR(1) coefficient {items['persistence']:.3g} (its own "
         f"difficulty {items['difficulty']:.3g} of it), so neighbouring checkpoints disagree on "
-        f"{noise.neighbours_disagree():.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
+        f"{disagree:.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
         f"residual series' sd {items['residual_sd']:.3g} in score units"
     )
 
