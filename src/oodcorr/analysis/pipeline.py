@@ -126,16 +126,6 @@ def _run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> p
     return info
 
 
-def _conclusions(r, lo, hi, near: float) -> np.ndarray:
-    r, lo, hi = (np.asarray(v, dtype=float) for v in (r, lo, hi))
-    ok = np.isfinite(lo) & np.isfinite(hi)
-    return np.select(
-        [~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -near) & (hi < near)],
-        ["", UNRESOLVED, POSITIVE, NEGATIVE, NEAR_ZERO],
-        UNRESOLVED,
-    )
-
-
 def _run_items(groups, examples, ordered) -> list:
     """Each run's per-item matrices, problems and item labels, read from its rows of ``examples`` (None without)."""
     if examples is None:
@@ -218,7 +208,13 @@ def analyse(
     for _, idx in out.groupby(fam, sort=False).groups.items():
         out.loc[idx, "p_adj"] = multitest.adjust(out.loc[idx, "p"].to_numpy(float), opts.correction)
     out["significant"] = out["p_adj"] < opts.alpha
-    out["conclusion"] = _conclusions(out["r"], out["ci_low"], out["ci_high"], opts.near_zero)
+    r, lo, hi = (out[c].to_numpy(float) for c in ("r", "ci_low", "ci_high"))
+    ok = np.isfinite(lo) & np.isfinite(hi)
+    out["conclusion"] = np.select(
+        [~np.isfinite(r), ~ok, lo > 0, hi < 0, ok & (lo > -opts.near_zero) & (hi < opts.near_zero)],
+        ["", UNRESOLVED, POSITIVE, NEGATIVE, NEAR_ZERO],
+        UNRESOLVED,
+    )
     done = np.isfinite(out["r"].astype(float)) & np.isfinite(out["r_no_step0"].astype(float))
     changes = sign_of(out["ci_low"], out["ci_high"]) != sign_of(out["ci_low_no_step0"], out["ci_high_no_step0"])
     out["step0_changes"] = pd.Series(np.where(done, changes, None), index=out.index, dtype=object)

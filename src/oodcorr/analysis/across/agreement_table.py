@@ -101,17 +101,6 @@ def _fmt(v: float) -> str:
     return f"{v:+.2f}" if np.isfinite(v) else "n/a"
 
 
-def _run_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """The rows the consensus reads: each model's runs (or, for a table of pooled rows only, each
-    model's pooled row as its one run)."""
-    if "run" not in table.columns:
-        return table.assign(run="pooled")
-    runs = table[table["run"] != "pooled"]
-    have_runs = set(runs["model"].astype(str))
-    pooled_only = table[(table["run"] == "pooled") & ~table["model"].astype(str).isin(have_runs)]
-    return pd.concat([runs, pooled_only], ignore_index=True)
-
-
 def _by_model(names, r, sig, lo, hi) -> str:
     return "; ".join(
         f"{m}: {_fmt(v)}{'*' if s_ else ''}"
@@ -353,7 +342,14 @@ def agreement(
     n_groups = len(key_frame)
     lookup = key_frame.assign(_g=np.arange(n_groups))
     group = pooled[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
-    runs = _run_rows(table)
+    # the rows the consensus reads: each model's runs (a model with a pooled row only: that row as its one run)
+    if "run" not in table.columns:
+        runs = table.assign(run="pooled")
+    else:
+        runs = table[table["run"] != "pooled"]
+        have_runs = set(runs["model"].astype(str))
+        pooled_only = table[(table["run"] == "pooled") & ~table["model"].astype(str).isin(have_runs)]
+        runs = pd.concat([runs, pooled_only], ignore_index=True)
     run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
     runs = runs[~pd.isna(run_group)]
     run_group = run_group[~pd.isna(run_group)].astype(int)

@@ -9,7 +9,7 @@ import numpy as np
 from scipy import stats
 
 from .correlate import FINITE_CAP, fisher_z
-from .resample import auto_block_length, block_permutation_p, bootstrap_ci
+from .resample import block_permutation_p, bootstrap_ci
 
 PHI_MAX = 0.99  # largest AR(1) coefficient used: beyond it a series holds about one independent point
 _GRID = np.linspace(0.0, PHI_MAX, 100)
@@ -199,7 +199,9 @@ def assess(
     out = dict.fromkeys(("n_eff", "phi_x", "phi_y", "p_perm", "block_length"), math.nan)
     if inference == "block":
         n = len(rx)
-        b = auto_block_length(n, pos is not None) if opts.block_length == "auto" else min(int(opts.block_length), n)
+        b = min(int(opts.block_length), n) if opts.block_length != "auto" else 1
+        if opts.block_length == "auto" and pos is not None and n > 0:  # ordered units: the cube root of n
+            b = max(1, math.ceil(n ** (1 / 3) - 1e-9))
         lo, hi, _, se = bootstrap_ci(rx, ry, method, b, opts.n_boot, level, rng, opts.interval)
         pperm, exact = block_permutation_p(rx, ry, method, b, opts.n_perm, rng)
         if b > 1:

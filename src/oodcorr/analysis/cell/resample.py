@@ -13,10 +13,6 @@ from scipy.stats import norm
 from .correlate import RESAMPLED_CAP, corr, corr_batch, fisher_z
 
 
-def auto_block_length(n: int, ordered: bool) -> int:
-    return max(1, math.ceil(n ** (1 / 3) - 1e-9)) if ordered and n > 0 else 1
-
-
 def cell_rng(seed: int, *parts) -> np.random.Generator:
     """A generator for one cell: independent of every other cell's, and stable."""
     h = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()

@@ -225,14 +225,6 @@ def spline_fallback_note(n: int, settings: GamSettings) -> str:
     return "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
 
 
-def _gam_maker(fitted, Z: np.ndarray) -> np.ndarray:
-    """``I - S`` for the fitted LinearGAM's smoother matrix ``S`` at its penalty."""
-    B = fitted._modelmat(Z).toarray()
-    P = fitted._P().toarray()
-    A = B.T @ B + P + np.sqrt(np.finfo(float).eps) * np.eye(B.shape[1])
-    return np.eye(len(Z)) - B @ np.linalg.solve(A, B.T)
-
-
 def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
     """Fit a LinearGAM with one spline term per column of ``Z``."""
     from pygam import LinearGAM, s
@@ -264,7 +256,9 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
     res = y - fitted.predict(Z)
     if not np.all(np.isfinite(res)):
         raise Degenerate("the GAM fit gave non-finite residuals")
-    R = _gam_maker(fitted, Z)
+    B = fitted._modelmat(Z).toarray()  # R = I - S, S the fitted LinearGAM's smoother matrix at its penalty
+    A = B.T @ B + fitted._P().toarray() + np.sqrt(np.finfo(float).eps) * np.eye(B.shape[1])
+    R = np.eye(len(Z)) - B @ np.linalg.solve(A, B.T)
     scale = max(float(np.abs(y).max()), 1e-300)
     if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
         raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")

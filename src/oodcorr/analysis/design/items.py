@@ -11,7 +11,7 @@ from ..across.measured_answer import ratio_low
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..items.measurement import NOISE_LIMITED
 from ..per_run.stacked import measured_statistics, run_statistics
-from ..simulate.items import disagreement, item_noise_covariance
+from ..simulate.items import item_noise_covariance
 
 MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halves of 2)
 # random halvings per simulated run (the analysis averages SPLITS):
@@ -52,22 +52,6 @@ class ItemNoise:
         """No testset has item noise (every one infinitely large)."""
         return self.in_domain is None and self.ood is None
 
-    def neighbours_disagree(self) -> float:
-        """The share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy."""
-        return disagreement(self.accuracy, self.difficulty + (1 - self.difficulty) * self.persistence)
-
-
-def _halving_factors(cov: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The Cholesky factors of the whole set's noise (``cov``) and of the difference of its two halves
-    (``n // 2`` and the rest: ``n cov (1 / a + 1 / b)``), and the halves' weights ``b / n``, ``a / n``."""
-    a = n // 2
-    b = n - a
-    T = cov.shape[0]
-    eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
-    whole = np.linalg.cholesky(cov + eps)
-    diff = np.linalg.cholesky(n * (1 / a + 1 / b) * cov + eps)
-    return whole, diff, b / n, a / n
-
 
 def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
     """The tasks' scores ``truth`` (runs, checkpoints, 3) with the item noise of ``items`` (docs/design.md):
@@ -84,18 +68,18 @@ def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: in
             continue
         acc = curve if k == 0 else np.full(T, items.accuracy)
         cov = item_noise_covariance(acc, int(n), items.difficulty, items.persistence) * unit * unit
-        whole, diff, wa, wb = _halving_factors(cov, int(n))
+        # Cholesky factors of the whole set's noise and of the difference of its halves (n // 2 and the rest)
+        n, a = int(n), int(n) // 2
+        eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
+        whole = np.linalg.cholesky(cov + eps)
+        diff = np.linalg.cholesky(n * (1 / a + 1 / (n - a)) * cov + eps)
+        wa, wb = (n - a) / n, a / n
         w = whole_eps[k] @ whole.T  # (B, T)
         d = diff_eps[k] @ diff.T  # (B, splits, T)
         scores[:, :, k] += w
         halves[:, :, 0, :, k] += w[:, None] + wa * d
         halves[:, :, 1, :, k] += w[:, None] - wb * d
     return {"scores": scores, "halves": halves}
-
-
-def noisy_scores(truth: np.ndarray, items: ItemNoise, unit: float, rng) -> np.ndarray:
-    """What the testsets show (:func:`noisy_runs`' ``scores``) without the halves."""
-    return noisy_runs(truth, items, unit, rng, splits=1)["scores"]
 
 
 def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
@@ -105,11 +89,6 @@ def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam
 
 
 # ---- the answer of each study -------------------------------------------------------------------
-def _model_sum(v: np.ndarray) -> np.ndarray:
-    """A model's runs' sum, NaN unless every run's value is finite (:func:`.measurement.pool_measured`)."""
-    return np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
-
-
 def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     """The mean over the last axis where every value is finite, else NaN."""
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
@@ -121,7 +100,11 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     out, band = {}, []
     limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y"):
-        task, obs, eiv = (_model_sum(runs[f"{c}_{side}"]) for c in ("task_var", "obs_var", "eiv_var"))
+        # each model's runs' sums, NaN unless every run's is finite (:func:`.measurement.pool_measured`)
+        task, obs, eiv = (
+            np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
+            for v in (runs[f"{c}_{side}"] for c in ("task_var", "obs_var", "eiv_var"))
+        )
         lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
         moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
         est, low = ratio_low(task, obs, level)

@@ -14,7 +14,7 @@ from ..options import Options
 from ..per_run.stacked import run_statistics
 from ..pipeline import analyse
 from ..simulate.runs import run_scores
-from .items import ItemNoise, noisy_scores
+from .items import ItemNoise, noisy_runs
 from .pilot_items import item_estimates
 from .power import NOISE, Settings
 
@@ -37,7 +37,7 @@ def _observed_phi_curve(checkpoints: int, items: ItemNoise, seed: int):
         rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi))])
         scores = run_scores(rng, np.zeros(400), checkpoints, float(phi), noise=NOISE)
         if not items.none:
-            scores = noisy_scores(scores, items, NOISE / items.residual_sd, rng)
+            scores = noisy_runs(scores, items, NOISE / items.residual_sd, rng, splits=1)["scores"]
         st = run_statistics(scores)
         med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
     return phis, np.maximum.accumulate(np.asarray(med))
@@ -58,14 +58,6 @@ def _true_phi(observed: float, curve_phis, curve_med) -> float:
 
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
-def _analyse_pilot(long, run_info, pool_by, settings: Settings, examples=None) -> pd.DataFrame:
-    """The pilot's partial correlations by the procedure the simulation uses (Pearson, linear), its
-    testsets' item noise measured from ``examples`` (per-item correctness) or its ``n`` column."""
-    same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
-    opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
-    return analyse(long, opts, examples, run_info=run_info)
-
-
 def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
     (``phi_x``/``phi_y`` of the per-run rows ``runs``); ValueError when no series has one."""
@@ -84,20 +76,6 @@ def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
             "(checkpoints, ordered) and at least two OOD testsets with scores at 4 checkpoints or more"
         )
     return ser
-
-
-def _phi_bootstrap(ser: pd.DataFrame, seed: int, n_boot: int) -> tuple[int, float, float]:
-    """(the pilot's runs, the 2.5 and 97.5 percentiles of the series' median phi over ``n_boot``
-    resamples of its runs)."""
-    run_ids = ser[SERIES_KEYS].astype(str).agg("/".join, axis=1).to_numpy()
-    uniq = np.unique(run_ids)
-    by_run = {u: ser["phi"].to_numpy(float)[run_ids == u] for u in uniq}
-    rng = np.random.default_rng([seed, 26])
-    boots = [
-        float(np.median(np.concatenate([by_run[u] for u in rng.choice(uniq, size=len(uniq))]))) for _ in range(n_boot)
-    ]
-    obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
-    return len(uniq), obs_lo, obs_hi
 
 
 def _residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
@@ -160,12 +138,23 @@ def pilot_estimates(
     """What a pilot (a canonical long table, :data:`.pipeline.CANON`; ``examples`` its per-item
     correctness, or None) says about the assumptions, with how uncertain each is:
     ``phi``, ``items``, ``model_sd``, ``run_sd``."""
-    pc = _analyse_pilot(long, run_info, pool_by, settings, examples)
+    # the pilot's partial correlations by the procedure the simulation uses (Pearson, linear)
+    same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
+    opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
+    pc = analyse(long, opts, examples, run_info=run_info)
     runs = pc[pc["run"] != "pooled"]
     ser = _series_phis(runs)
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
     phi_obs = float(ser["phi"].median())
-    n_runs, obs_lo, obs_hi = _phi_bootstrap(ser, seed, n_boot)
+    # the series' median phi over ``n_boot`` resamples of the pilot's runs: its 2.5 and 97.5 percentiles
+    run_ids = ser[SERIES_KEYS].astype(str).agg("/".join, axis=1).to_numpy()
+    uniq = np.unique(run_ids)
+    by_run = {u: ser["phi"].to_numpy(float)[run_ids == u] for u in uniq}
+    rng = np.random.default_rng([seed, 26])
+    boots = [
+        float(np.median(np.concatenate([by_run[u] for u in rng.choice(uniq, size=len(uniq))]))) for _ in range(n_boot)
+    ]
+    obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
     notes: list[str] = []
     resid = _residual_sds(long)
     # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
@@ -176,7 +165,7 @@ def pilot_estimates(
     model_sd, run_sd = spreads(pc, settings, notes)
     return {
         "models": int(long["model"].nunique()),
-        "runs": int(n_runs),
+        "runs": len(uniq),
         "series": int(len(ser)),
         "checkpoints": checkpoints,
         "phi_observed": {

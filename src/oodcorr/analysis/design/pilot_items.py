@@ -97,20 +97,6 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
     return out
 
 
-def _reliabilities(runs: pd.DataFrame, with_items: bool) -> dict[str, float]:
-    """{testset: the median of its series' reliability over the pilot's runs} (with sizes only, of its low end)."""
-    col = "" if with_items else "_low"
-    vals: dict[str, list[float]] = {}
-    for side in ("x", "y"):
-        c = f"reliability_{side}{col}"
-        if c not in runs:
-            continue
-        for ts, v in zip(runs[side].astype(str), runs[c].to_numpy(float)):
-            if np.isfinite(v):
-                vals.setdefault(ts, []).append(v)
-    return {ts: float(np.median(v)) for ts, v in vals.items()}
-
-
 def item_estimates(
     long: pd.DataFrame,
     examples: pd.DataFrame | None,
@@ -157,7 +143,16 @@ def item_estimates(
     ood = [per[t]["items"] for t in resid_sd if t in per]
     out["in_domain_items"] = int(np.median(ids)) if ids else None
     out["ood_items"] = int(np.median(ood)) if ood else None
-    rel = _reliabilities(runs, bool(fitted))
+    # each testset's median series reliability over the pilot's runs (with sizes only, of its low end)
+    vals: dict[str, list[float]] = {}
+    for side in ("x", "y"):
+        c = f"reliability_{side}{'' if fitted else '_low'}"
+        if c not in runs:
+            continue
+        for ts, v in zip(runs[side].astype(str), runs[c].to_numpy(float)):
+            if np.isfinite(v):
+                vals.setdefault(ts, []).append(v)
+    rel = {ts: float(np.median(v)) for ts, v in vals.items()}
     task_sds = []
     for ts, sds in resid_sd.items():
         if ts in rel and sds:

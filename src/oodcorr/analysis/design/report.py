@@ -155,26 +155,21 @@ def _pilot_items_lines(items: dict) -> list[str]:
     return out
 
 
-def _shape_words(shape: str) -> str:
-    if shape == "curve":
-        return (
-            "a logistic curve of its own per run and testset (an early plateau or a late emergence; "
-            "`Assumptions.shape`), plus its AR(1) residual series"
-        )
-    return "a straight line (its loading times the in-domain score), plus its AR(1) residual series"
-
-
-def _residualiser_words(st: dict) -> str:
-    res = st.get("residualiser", "linear")
-    if res.startswith("gam"):
-        return f"{res} (the config's; simulated by the spline, the same penalised cubic spline with REML for GCV)"
-    return f"{res} (the config's first)"
-
-
 def markdown(rep: dict, budget_markdown: str = "") -> str:
     """The report as markdown (printed by ``oodcorr design`` and written to ``<prefix>.md``)."""
     g, a, st = rep["grid"], rep["assumptions"], rep["settings"]
     src = rep.get("sources", {})
+    shape = (
+        "a logistic curve of its own per run and testset (an early plateau or a late emergence; `Assumptions.shape`)"
+        if a.get("shape", "line") == "curve"
+        else "a straight line (its loading times the in-domain score)"
+    )
+    res = st.get("residualiser", "linear")
+    res += (
+        " (the config's; simulated by the spline, the same penalised cubic spline with REML for GCV)"
+        if res.startswith("gam")
+        else " (the config's first)"
+    )
     lines = [
         f"# Design: experiment {rep.get('experiment', '')}".rstrip(),
         "",
@@ -198,8 +193,8 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         f"* item noise: {item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
         f"{src.get('persistence', 'default')}; the residual sd: {src.get('residual_sd', 'default')});",
         f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
-        f"* each OOD score follows the in-domain score along {_shape_words(a.get('shape', 'line'))};",
-        f"* residualiser {_residualiser_words(st)}, method Pearson, the modified t-test per run; with item noise, "
+        f"* each OOD score follows the in-domain score along {shape}, plus its AR(1) residual series;",
+        f"* residualiser {res}, method Pearson, the modified t-test per run; with item noise, "
         "each run also cross-fitted and the answer the measured one (the ladder on r_eiv, near zero through the "
         "noise, noise-limited), as the workflow gives it"
         + (

@@ -7,7 +7,7 @@ from dataclasses import asdict, replace
 
 import numpy as np
 
-from .items import ItemNoise
+from ..simulate.items import disagreement
 from .power import Assumptions, Curve, se_of
 
 
@@ -40,17 +40,6 @@ def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumption
     ]
 
 
-def _claim_powers(c: Curve) -> dict:
-    """Each claim's power in a curve of the effects (0, effect): the signs at the effect, near zero
-    at 0; and ``false sign``, a sign stated at effect 0."""
-    return {
-        "average sign": c.power["average sign"][-1],
-        "generalises": c.power["generalises"][-1],
-        "near zero": c.near_zero[0],
-        "false sign": c.power["average sign"][0],
-    }
-
-
 def smallest_items(sizes, power, target: float) -> dict:
     """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no noise) reaches ``target``."""
     finite = [(n, p) for n, p in zip(sizes, power) if n is not None]
@@ -74,8 +63,11 @@ def items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target:
     for (side, n, _), c in zip(ladder, steps):
         s = sides.setdefault(side, {"sizes": [], "power": {k: [] for k in (*ITEM_CLAIMS, "false sign")}})
         s["sizes"].append(n)
-        for k, v in _claim_powers(c).items():
-            s["power"][k].append(float(v))
+        # a curve of the effects (0, effect): the signs at the effect, near zero at 0, a false sign at 0
+        s["power"]["average sign"].append(float(c.power["average sign"][-1]))
+        s["power"]["generalises"].append(float(c.power["generalises"][-1]))
+        s["power"]["near zero"].append(float(c.near_zero[0]))
+        s["power"]["false sign"].append(float(c.power["average sign"][0]))
         s["studies"] = c.studies
     for side, s in sides.items():
         s["se"] = {k: [se_of(p, s["studies"]) for p in v] for k, v in s["power"].items()}
@@ -131,12 +123,13 @@ def item_noise_words(items: dict) -> str:
     """The item noise of :class:`.items.ItemNoise` (as a dict) in words."""
     if no_item_noise(items):
         return "none (every testset infinitely large)"
-    noise = ItemNoise(**items)
+    # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
+    disagree = disagreement(items["accuracy"], items["difficulty"] + (1 - items["difficulty"]) * items["persistence"])
     return (
         f"the in-domain set {_n(items['in_domain'])}, each OOD set {_n(items['ood'])}, the same items at every "
         f"checkpoint; an item's deviation persists with AR(1) coefficient {items['persistence']:.3g} (its own "
         f"difficulty {items['difficulty']:.3g} of it), so neighbouring checkpoints disagree on "
-        f"{noise.neighbours_disagree():.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
+        f"{disagree:.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
         f"residual series' sd {items['residual_sd']:.3g} in score units"
     )
 

@@ -21,11 +21,10 @@ class TestsetNoise:
     kind: str
     mat: np.ndarray | None = None
     sizes: np.ndarray | None = None
-    why: str = ""
     strata: np.ndarray | None = None  # ``items``: each item's label where the set was sampled per label
 
 
-UNKNOWN = TestsetNoise(NEITHER, why="no per-item correctness and no testset size")
+UNKNOWN = TestsetNoise(NEITHER)
 
 
 def item_covariance(mat: np.ndarray) -> np.ndarray:
@@ -155,29 +154,17 @@ def item_strata(examples: pd.DataFrame, mats: dict[str, np.ndarray]) -> dict[str
 
 
 def run_noise(
-    testsets,
-    units: list,
-    mats: dict[str, np.ndarray],
-    problems: dict[str, str],
-    sizes: dict[str, np.ndarray],
-    strata: dict[str, np.ndarray] | None = None,
+    testsets, mats: dict[str, np.ndarray], sizes: dict[str, np.ndarray], strata: dict[str, np.ndarray] | None = None
 ) -> dict[str, TestsetNoise]:
-    """Every testset's :class:`TestsetNoise` for one run: ``items``, else ``bound``, else ``unknown`` with the
-    reason."""
+    """Every testset's :class:`TestsetNoise` for one run: ``items``, else ``bound``, else ``unknown``."""
     out = {}
     for ts in testsets:
         mat = mats.get(ts)
-        if mat is not None:
-            out[ts] = TestsetNoise(
-                ITEMS, mat=mat, why=f"{ts}: {mat.shape[1]} items, per-item correctness", strata=(strata or {}).get(ts)
-            )
-            continue
         n = sizes.get(ts)
-        if n is not None and np.any(np.isfinite(n) & (n > 0)):
-            out[ts] = TestsetNoise(
-                BOUND, sizes=np.asarray(n, float), why=f"{ts}: {int(np.nanmedian(n))} items, sizes only (a bound)"
-            )
-            continue
-        why = problems.get(ts) or f"{ts}: no per-item correctness and no size"
-        out[ts] = TestsetNoise(NEITHER, why=why)
+        if mat is not None:
+            out[ts] = TestsetNoise(ITEMS, mat=mat, strata=(strata or {}).get(ts))
+        elif n is not None and np.any(np.isfinite(n) & (n > 0)):
+            out[ts] = TestsetNoise(BOUND, sizes=np.asarray(n, float))
+        else:
+            out[ts] = UNKNOWN
     return out

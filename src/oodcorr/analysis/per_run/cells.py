@@ -292,7 +292,7 @@ def partial_corr(
     if "n" in g.columns:
         nw = clean.pivot(index="unit", columns="testset", values="n").reindex(index=units)
         sizes = {ts: pd.to_numeric(nw[ts], errors="coerce").to_numpy(float) for ts in nw.columns}
-    noise = run_noise([zname, *ood], units, mats, problems, sizes, strata)
+    noise = run_noise([zname, *ood], mats, sizes, strata)
     meas = run_measurements(cols, zname, ood, noise, opts, steps, ordered, (model, run))
     shared = refusals(zname, ood, parts or {})
     cells = _Run(model, run, zname, cols, steps, ordered, step0, rex, opts)

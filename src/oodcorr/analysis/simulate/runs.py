@@ -24,11 +24,6 @@ def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...]
     return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
 
 
-def _true_rho(phi, rho: float) -> float:
-    px, py = (phi, phi) if np.isscalar(phi) else phi
-    return rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py)
-
-
 def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02, series: str = "ar1"):
     """One run of :func:`run_scores` with two OOD testsets, as (x, y, z)."""
     scores = run_scores(rng, [rho], n, phi, noise=noise, series=series)[0]
@@ -52,7 +47,8 @@ def calibrate(
     opts = opts or Options(n_boot=999, n_perm=999)
     level, seed = opts.level, opts.seed
     rng = np.random.default_rng([seed, n, int(round(1000 * np.mean(phi))), int(round(1000 * rho)) + 1000])
-    truth = _true_rho(phi, rho) if series == "ar1" else rho
+    px, py = (phi, phi) if np.isscalar(phi) else phi
+    truth = rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py) if series == "ar1" else rho
     pos = np.arange(n)
     gam = GamSettings()
     settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
@@ -96,13 +92,6 @@ def calibrate(
 LOADINGS = (0.8, -0.4, 0.6, -0.2, 0.5, 0.3, -0.6, 0.4)
 
 
-def _equicorrelated(rho: float, n_ood: int) -> np.ndarray:
-    """The Cholesky factor of the n_ood x n_ood correlation matrix with every off-diagonal ``rho``."""
-    if rho < -1 / (n_ood - 1) + 1e-9:
-        raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
-    return np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood))
-
-
 def run_scores(
     rng: np.random.Generator,
     rhos,
@@ -124,9 +113,11 @@ def run_scores(
     B, n = len(rhos), n_checkpoints
     t = np.arange(n)
     u = rng.normal(size=(B, n, n_ood))
-    for rho in np.unique(rhos):  # mix each run's innovations to its own equicorrelation
+    for rho in np.unique(rhos):  # mix each run's innovations to its own equicorrelation (a Cholesky factor)
+        if rho < -1 / (n_ood - 1) + 1e-9:
+            raise ValueError(f"rho {rho} is below -1/(n_ood - 1): no equicorrelated noise")
         idx = np.flatnonzero(rhos == rho)
-        u[idx] = u[idx] @ _equicorrelated(float(rho), n_ood).T
+        u[idx] = u[idx] @ np.linalg.cholesky(np.full((n_ood, n_ood), rho) + (1 - rho) * np.eye(n_ood)).T
     if series == "drift":
         e = np.cumsum(u, axis=1) * drift + rng.normal(size=(B, n, n_ood))
     elif series in ("ar1", "trend"):  # ``phi`` one coefficient, or one per OOD testset
