@@ -22,6 +22,9 @@ In any job: ``OODCORR_TEST_FILL_AT=<prefix>`` fills the file system of the folde
 or folder whose name starts with ``<prefix>`` is made in, just before it is made (the atomic writes
 make ``.<name>.*.tmp`` beside their file, a publish ``.new-*``): the write that follows meets a real
 full disk (ENOSPC), at the moment the test chose. The filler is ``.test-filler`` in that folder.
+
+In a rank other than 0 of a launched finetune: ``OODCORR_TEST_LATE_RNG_STATE=<seconds>`` makes its
+RNG state file exist empty for that long before the Trainer writes it, as a slow rank does.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ SIMULATE_OOM_ENV = "OODCORR_TEST_SIMULATE_OOM_ABOVE"
 KILL_PUBLISH_ENV = "OODCORR_TEST_KILL_PUBLISH_AFTER"
 HOLD_PUBLISH_ENV = "OODCORR_TEST_HOLD_PUBLISH"
 FILL_AT_ENV = "OODCORR_TEST_FILL_AT"
+LATE_RNG_ENV = "OODCORR_TEST_LATE_RNG_STATE"
 PYTHONPATH_ENTRY = str(Path(__file__).resolve().parent)
 
 
@@ -130,3 +134,23 @@ def install_fill_hook(prefix: str) -> None:
 
 if os.environ.get(FILL_AT_ENV):
     install_fill_hook(os.environ[FILL_AT_ENV])
+
+
+def install_late_rng_hook(seconds: float) -> None:
+    import time
+
+    from transformers import trainer
+
+    real = trainer.Trainer._save_rng_state
+
+    def late(self, output_dir):
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        Path(output_dir, f"rng_state_{self.args.process_index}.pth").touch()
+        time.sleep(seconds)
+        return real(self, output_dir)
+
+    trainer.Trainer._save_rng_state = late
+
+
+if os.environ.get(LATE_RNG_ENV) and os.environ.get("RANK", "0") != "0":
+    install_late_rng_hook(float(os.environ[LATE_RNG_ENV]))

@@ -2,6 +2,7 @@
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -238,7 +239,10 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
 
     The ranks share the run folder: rank 0 prepares it while the other waits, only rank 0
     writes checkpoint manifests and the job's manifest, and both train one model together.
+    Rank 1 is slow to write its RNG state (a test hook): rank 0 records it only once it is whole.
     """
+    from hooks.sitecustomize import LATE_RNG_ENV, PYTHONPATH_ENTRY
+
     from oodcorr.core.atomic_write import write_jsonl_atomic
     from oodcorr.jobs.checkpoints import verify_checkpoint
     from oodcorr.modeling import synthetic
@@ -262,7 +266,8 @@ def test_two_processes_train_one_run_and_rank0_writes_it(tmp_path, tiny_models):
         manifest_path=str(run / "manifest.json"),
     )
     (tmp_path / "args.json").write_text(job.to_json())
-    env = dict(multi_gpu.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    env = dict(multi_gpu.os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", **{LATE_RNG_ENV: "3"})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PYTHONPATH_ENTRY, env.get("PYTHONPATH")) if p)
     res = subprocess.run(
         [
             sys.executable,

@@ -34,3 +34,9 @@ def main_first_begin() -> None:
 def main_first_end() -> None:
     if launched() and is_main_process():
         _barrier()
+
+
+def wait_for_everyone() -> None:
+    """Every rank waits here until all have come (no-op unless launched)."""
+    if launched():
+        _barrier()

@@ -21,7 +21,7 @@ from ..core.filesystems import check_room, human_bytes
 from ..core.io import read_jsonl
 from ..core.locks import hold
 from ..core.model_entry import ModelEntry
-from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end
+from ..core.ranks import is_main_process, launched, main_first_begin, main_first_end, wait_for_everyone
 from ..modeling import adaptation
 from ..modeling.hub import pinned_model_revision
 from ..modeling.loading import load_model, load_tokenizer, model_source
@@ -104,6 +104,7 @@ def _make_trainer_classes():
             return control
 
         def on_save(self, args, state, control, **kw):
+            wait_for_everyone()  # each rank writes its own RNG state: all are whole before rank 0 records them
             if not state.is_world_process_zero:  # several processes (oodcorr.jobs.multi_gpu): rank 0 writes
                 return control
             d = self.ckpt_root / f"checkpoint-{state.global_step}"
