@@ -169,18 +169,56 @@ GOOD = {
 }
 
 
+# planning cases that go through `snakemake -n` itself, one of each kind of check (the schema, a model
+# folder, a data file), so that what Snakemake prints of a refusal is tested; the others are planned
+# by the Snakefile's own call in this process (each `snakemake -n` costs about 3 CPU-seconds)
+THROUGH_SNAKEMAKE = {"wrong_type", "model_not_a_model", "data_missing_file"}
+
+
+def _planned_here(wd: Path, path: Path) -> subprocess.CompletedProcess:
+    """What the Snakefile's planning (`plan_run`, as a job's process runs it: no lock, no run) says of the
+    config file ``path`` in the working folder ``wd``, the config loaded as Snakemake loads it; a
+    refusal's message on stderr and returncode 1, as `snakemake -n` gives them."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from snakemake.common.configfile import load_configfile
+
+    from oodcorr.launch.snakefile import plan_run
+
+    workflow = SimpleNamespace(overwrite_configfiles=[str(path)], basedir=str(REPO), is_main_process=False)
+    said, env, cwd, rc = io.StringIO(), dict(os.environ), os.getcwd(), 0
+    try:
+        os.chdir(wd)
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+            plan_run(workflow, load_configfile(str(path)))
+    except Exception as e:  # noqa: BLE001 - whatever the Snakefile raises, Snakemake prints and exits 1
+        print(e, file=said)
+        rc = 1
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+    return subprocess.CompletedProcess([], rc, "", said.getvalue())
+
+
 @pytest.fixture(scope="module")
 def planned(plan_dir):
-    """`snakemake -n` of every planning case (bad and good), a few at a time."""
+    """Every planning case (bad and good) planned: `snakemake -n` for the good ones and
+    THROUGH_SNAKEMAKE, a few at a time, the Snakefile's planning in this process for the rest."""
     from concurrent.futures import ThreadPoolExecutor
 
-    todo = {name: apply_case(BASE, CASES[name]) for name in PLAN}
-    todo.update({name: apply_case(BASE, change) for name, change in GOOD.items()})
+    todo = {name: write_config(plan_dir, name, apply_case(BASE, CASES[name])) for name in PLAN}
+    todo.update({name: write_config(plan_dir, name, apply_case(BASE, change)) for name, change in GOOD.items()})
+    here = {
+        name: _planned_here(plan_dir, path)
+        for name, path in todo.items()
+        if name in PLAN and name not in THROUGH_SNAKEMAKE
+    }
     with ThreadPoolExecutor(max_workers=3) as pool:
-        futures = {
-            name: pool.submit(smk, plan_dir, write_config(plan_dir, name, cfg), "-n") for name, cfg in todo.items()
-        }
-        return {name: f.result() for name, f in futures.items()}
+        futures = {name: pool.submit(smk, plan_dir, path, "-n") for name, path in todo.items() if name not in here}
+        return here | {name: f.result() for name, f in futures.items()}
 
 
 @pytest.mark.parametrize("name", PLAN)
