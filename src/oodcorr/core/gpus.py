@@ -33,7 +33,7 @@ class GpuPoolError(RuntimeError):
 
 
 def visible_devices(env: dict | None = None) -> list[str]:
-    """Device ids this process may use, in CUDA's numbering; [] when there are none."""
+    """Device ids this process may use, in CUDA's numbering."""
     env = os.environ if env is None else env
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
@@ -103,8 +103,8 @@ def _try_lock(path: Path) -> int | None:
 
 
 def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
-    """The folder of the GPU locks must be a real folder and, unless named to be shared, this user's own
-    and writable by nobody else: the default is in the shared ``/tmp`` under a name anyone can guess."""
+    """The GPU lock folder, unless named to be shared, must be this user's own folder, writable by nobody
+    else: the default is in the shared ``/tmp`` under a name anyone can guess."""
     st = os.lstat(lock_dir)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeLockFile(
@@ -128,8 +128,7 @@ def claim_devices(
     poll: float = 0.5,
     shared: bool | None = None,
 ) -> Claim:
-    """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
-    Unless ``shared``, the lock folder must be this user's own folder."""
+    """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while they are taken."""
     devices = visible_devices() if devices is None else list(devices)
     if n > len(devices):
         raise GpuPoolError(
