@@ -278,20 +278,18 @@ def answer_lines(
     method: str,
     residualiser: str,
     analysis: str | Path,
-    consensus_sets: list[str] | None = None,
+    consensus_sets: list[str],
     file_name: Callable[[str], str] = str,
 ) -> list[str]:
-    """The sentences that name the answer's files under the analysis folder ``analysis`` and each tally.
-    ``consensus_sets``: the in-domain sets that have a consensus heatmap (default: those with 2 or
-    more models); ``file_name`` turns a set's name into its figures' file name."""
+    """The sentences that name the answer's files under the analysis folder ``analysis`` and each tally;
+    ``consensus_sets``: the in-domain sets with a consensus heatmap, ``file_name``: their figures' name."""
     a = str(analysis).rstrip("/")
     lines = []
     for dom, _group, sentence in tallies(rows, method, residualiser):
-        has = (dom in consensus_sets) if consensus_sets is not None else "1 model:" not in sentence
         figs = (
             f"; consensus heatmap {a}/consensus/{file_name(dom)}.png, forest plots (why each pair) in "
             f"{a}/forest/{file_name(dom)}/"
-            if has
+            if dom in consensus_sets
             else "; no consensus heatmap"
         )
         lines.append(f"{sentence}{figs}")
