@@ -64,5 +64,5 @@ def test_the_line_fakes_models_differ_on_curves_and_the_answer_says_it_depends_o
     # where the line states what the curve does not
     assert list(curve["line_verdict"]) == list(line["verdict"])
     assert list(curve["form"] == DEPENDS_ON_FORM) == list(claims) and (line["form"] == "").all()
-    (said,) = answer_lines(curve.to_dict("records"), "pearson", "spline", "out")
+    (said,) = answer_lines(curve.to_dict("records"), "pearson", "spline", "out", [])
     assert f"; {claims.sum()} depend on the form (the straight line states otherwise: line_verdict)" in said

@@ -125,7 +125,7 @@ def test_the_counts_of_each_verdict_and_the_files_named():
 
 
 def test_one_model_has_no_consensus_and_no_heatmap_named():
-    lines = answer_lines(_rows(["fewer than 2 models tested"] * 3, 1), "pearson", "linear", "out")
+    lines = answer_lines(_rows(["fewer than 2 models tested"] * 3, 1), "pearson", "linear", "out", [])
     assert lines == [
         "the answer, out/agreement.csv (pearson, linear): in-domain mnli: 3 pairs, a sign for 0: "
         "3 fewer than 2 models tested (1 model: no consensus across models, which needs 2 or more); "

@@ -83,19 +83,20 @@ def test_a_two_gpu_job_waits_for_two_free_devices(env):
 
 
 def test_claim_is_all_or_nothing(tmp_path):
-    held = gpus.claim_devices(2, devices=["a", "b", "c"], lock_dir=tmp_path)
+    pool = dict(devices=["a", "b", "c"], lock_dir=tmp_path, shared=True)
+    held = gpus.claim_devices(2, **pool)
     assert held.devices == ["a", "b"]
     with pytest.raises(gpus.GpuPoolError, match="no 2 free GPU"):
-        gpus.claim_devices(2, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0.3, poll=0.05)
-    with gpus.claim_devices(1, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0) as c:
+        gpus.claim_devices(2, **pool, timeout=0.3, poll=0.05)
+    with gpus.claim_devices(1, **pool, timeout=0) as c:
         assert c.devices == ["c"]  # the failed claim left c free
     held.release()
-    assert gpus.claim_devices(3, devices=["a", "b", "c"], lock_dir=tmp_path, timeout=0).devices == ["a", "b", "c"]
+    assert gpus.claim_devices(3, **pool, timeout=0).devices == ["a", "b", "c"]
 
 
 def test_more_gpus_than_visible_is_a_clear_error(tmp_path):
     with pytest.raises(gpus.GpuPoolError, match="needs 3 GPU.*only 2 are visible"):
-        gpus.claim_devices(3, devices=["0", "1"], lock_dir=tmp_path)
+        gpus.claim_devices(3, devices=["0", "1"], lock_dir=tmp_path, shared=True)
 
 
 @pytest.mark.parametrize(
@@ -137,7 +138,7 @@ def test_a_gpu_lock_that_is_a_symlink_is_refused_and_its_target_untouched(tmp_pa
     pool.mkdir()
     (pool / "gpu-0.lock").symlink_to(victim)
     with pytest.raises(FolderInUse, match=r"gpu-0\.lock is a symbolic link \(to .*thesis\.txt\)"):
-        claim_devices(1, devices=["0"], lock_dir=pool, timeout=0)
+        claim_devices(1, devices=["0"], lock_dir=pool, shared=True, timeout=0)
     assert victim.read_text() == PRECIOUS
 
 
@@ -150,25 +151,26 @@ def test_the_default_gpu_lock_folder_in_tmp_must_be_this_users_own(tmp_path, mon
     from oodcorr.core import gpus
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.delenv(gpus.LOCK_DIR_ENV, raising=False)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    default = gpus.default_lock_dir()
+    monkeypatch.setattr(gpus, "_HELD", [])  # nothing claimed earlier in this process
+    env = {"CUDA_VISIBLE_DEVICES": "0"}
+    default = gpus.default_lock_dir(env)
     assert default.parent == tmp_path
-    with gpus.claim_devices(1, devices=["0"], timeout=0) as c:  # made here: private
-        assert c.devices == ["0"] and (default.stat().st_mode & 0o777) == 0o700
+    assert gpus.claim_for_job(1, dict(env)) == ["0"] and (default.stat().st_mode & 0o777) == 0o700  # made: private
+    gpus._HELD.pop().release()
     os.chmod(default, 0o777)
     with pytest.raises(FolderInUse, match=rf"{re.escape(str(default))} \(the GPU lock folder\) belongs to user id "):
-        gpus.claim_devices(1, devices=["0"], timeout=0)
+        gpus.claim_for_job(1, dict(env))
     shutil.rmtree(default)
     elsewhere = tmp_path / "planted"
     elsewhere.mkdir()
     default.symlink_to(elsewhere)
     with pytest.raises(FolderInUse, match=r"\(the GPU lock folder\) is not a folder but a link or a file"):
-        gpus.claim_devices(1, devices=["0"], timeout=0)
+        gpus.claim_for_job(1, dict(env))
     assert list(elsewhere.iterdir()) == []
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o777)
     os.chmod(shared, 0o777)
-    monkeypatch.setenv(gpus.LOCK_DIR_ENV, str(shared))
-    with gpus.claim_devices(1, devices=["0"], timeout=0) as c:  # named on purpose: shared is fine
-        assert c.lock_dir == shared
+    assert gpus.claim_for_job(1, dict(env, OODCORR_GPU_LOCK_DIR=str(shared))) == ["0"]  # named on purpose: shared
+    held = gpus._HELD.pop()
+    assert held.lock_dir == shared
+    held.release()

@@ -1,13 +1,5 @@
-"""The answer in one sentence per in-domain set: how many OOD pairs got which verdict, from the
-agreement table (``agreement.csv``), said alike by ``oodcorr analyse``, the workflow's last line and
-the HTML report:
-
-    in-domain mnli: 21 pairs, a sign for 8: 1 negative in nearly every model; 4 positive on
-    average; ...; 3 unresolved (16 models); about the tasks; noise-limited by wnli
-    (reliability 0.23, 3 pairs)
-
-The ladder's words live here, each once (:data:`VERDICTS`, strongest first, and the words they are
-made of). Stdlib only, so the launch layer, which prints the workflow's last line, reads it too.
+"""The verdict ladder's words (each once) and the answer in one sentence per in-domain set, from
+``agreement.csv``: said alike by ``oodcorr analyse``, the workflow's last line and the HTML report.
 """
 
 from __future__ import annotations
@@ -20,8 +12,6 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-# ---- the ladder's words ----------------------------------------------------------------------
-# a verdict joins what a pair's answer says about the sign and how the models differ (:func:`verdict_words`)
 POSITIVE, NEGATIVE = "positive", "negative"
 SIGNS = (POSITIVE, NEGATIVE)
 NEARLY_EVERY = "in nearly every model"
@@ -32,25 +22,17 @@ MODELS_DIFFER = "models differ"
 NEAR_ZERO = "near zero"
 SPREADS = (SIGN_REVERSAL, MODELS_DIFFER, NEAR_ZERO)
 AGREE_NEAR_ZERO = f"agree {NEAR_ZERO}"  # the verdict of a pair near zero with no sign stated
-# the verdicts that state nothing: no sign and no spread shown; too few models; no finite value
 UNRESOLVED = "unresolved"
 TOO_FEW_MODELS = "fewer than 2 models tested"
 NO_DATA = "no data"
-# a pair the data cannot resolve because a testset's series is mostly item noise
-# (oodcorr.analysis.across.measured_answer)
 NOISE_LIMITED_VERDICT = "noise-limited"
 NOISE_LIMITED_BY = f"{NOISE_LIMITED_VERDICT} by"  # what precedes the testsets that leave pairs noise-limited
-# the verdicts that become noise-limited where a testset of the pair is mostly item noise
 NOISE_LIMITABLE = (UNRESOLVED, TOO_FEW_MODELS)
 NO_ANSWER = (NOISE_LIMITED_VERDICT, UNRESOLVED, TOO_FEW_MODELS, NO_DATA)
-# beside a verdict (agreement.csv's ``form``): the straight line, the check of the curve the answer
-# reads, states another sign, or another spread, for the pair (oodcorr.analysis.cell.form_check)
+# agreement.csv's ``form`` where the straight line states another sign or spread than the curve
 DEPENDS_ON_FORM = "depends on the form"
-# strongest first: a verdict's place is that of the first of these it holds
 STRENGTH = (SIGN_REVERSAL, NEARLY_EVERY, ON_AVERAGE, MODELS_DIFFER, AGREE_NEAR_ZERO, *NO_ANSWER)
-# the conclusion of one cell (one model's pooled r and its interval; partial_correlations.csv's
-# ``conclusion``): its sign where the interval excludes 0, near zero where it lies inside the
-# near-zero band, else unresolved ("" where r is not finite)
+# partial_correlations.csv's ``conclusion`` of one model's pooled r ("" where r is not finite)
 CELL_CONCLUSIONS = (POSITIVE, NEGATIVE, NEAR_ZERO, UNRESOLVED)
 NAMED = 5  # the answer's line names at most this many testsets that leave pairs noise-limited
 
@@ -62,8 +44,7 @@ def verdict_order(verdict: str) -> tuple:
 
 
 def verdict_words(direction: str, spread: str) -> str:
-    """The verdict of a pair from its two facts: ``direction`` ("negative in nearly every model",
-    "positive on average" or "") and ``spread`` (one of :data:`SPREADS` or "")."""
+    """The verdict of a pair: ``direction`` ("negative in nearly every model", ...) and ``spread`` may be ""."""
     if direction and spread:
         return f"{spread}, {direction}" if spread == SIGN_REVERSAL else f"{direction}, {spread}"
     if direction:
@@ -133,9 +114,8 @@ def _median(values: list[float]) -> float:
 
 
 def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
-    """Each testset's reliability (the share of its residual series' variance across checkpoints
-    that is not item noise) and its interval's low end, from the agreement rows: {testset: (estimate,
-    low end)}, the median over the rows that name it; NaN where not known."""
+    """{testset: (reliability, its interval's low end)}, the median over the rows that name it; NaN where
+    not known."""
     seen: dict[str, tuple[list[float], list[float]]] = {}
     for r in rows:
         for side, name in (("x", r.get("x")), ("y", r.get("y")), ("in_domain", r.get("in_domain"))):
@@ -147,7 +127,6 @@ def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
     return {name: (_median(est), _median(low)) for name, (est, low) in seen.items()}
 
 
-# a reliability estimate below 0 is not a share: the item noise estimated exceeds the series' variance
 NOISE_EXCEEDS = "item noise exceeds the series' variance"
 
 
@@ -173,9 +152,13 @@ def interval_text(est: float, lo: float, hi: float) -> str:
 _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
 
+def _first(texts: list[str], n: int, what: str = "") -> str:
+    """The first ``n`` of ``texts`` joined, and how many more ``what`` there are."""
+    return ", ".join(texts[:n]) + (f" and {len(texts) - n} more{what}" if len(texts) > n else "")
+
+
 def about(rows: list[dict]) -> str:
-    """What the answer of ``rows`` speaks of (their ``about``): the tasks, the observed scores, or the
-    counts of each where the rows differ."""
+    """What the answer of ``rows`` speaks of (their ``about``), counted where the rows differ."""
     said = [a for a in (r.get("about") for r in rows) if isinstance(a, str) and a]
     if not said:
         return ""
@@ -201,38 +184,29 @@ def noise_clause(rows: list[dict]) -> str:
     parts = [
         f"{n} (reliability {reliability_text(*rel.get(n, (math.nan, math.nan)))}, "
         f"{limiting[n]} pair{'s' if limiting[n] != 1 else ''})"
-        for n in named[:NAMED]
+        for n in named
     ]
-    more = f" and {len(named) - NAMED} more testsets" if len(named) > NAMED else ""
-    return f"{NOISE_LIMITED_BY} " + ", ".join(parts) + more
-
-
-RELIABILITIES_SAID = 12  # reliability_line names this many testsets, the least reliable first
+    return f"{NOISE_LIMITED_BY} " + _first(parts, NAMED, " testsets")
 
 
 def reliability_line(rows: list[dict], limit: float) -> str:
-    """Each testset's reliability of one in-domain set's agreement rows in words, the least reliable
-    first; ``limit``: :data:`oodcorr.analysis.items.measurement.NOISE_LIMITED`."""
+    """Each testset's reliability in words, the least reliable first (12 at most); ``limit``:
+    :data:`oodcorr.analysis.items.measurement.NOISE_LIMITED`."""
     rel = {n: v for n, v in reliabilities(rows).items() if any(map(math.isfinite, v))}
     if not rel:
         return ""
     order = sorted(rel, key=lambda n: (rel[n][0] if math.isfinite(rel[n][0]) else rel[n][1], n))
     control = {str(r.get("in_domain")) for r in rows}
-    shown = ", ".join(
-        f"{n}{' (in-domain)' if n in control else ''} {reliability_text(*rel[n])}" for n in order[:RELIABILITIES_SAID]
-    )
-    more = f" and {len(order) - RELIABILITIES_SAID} more" if len(order) > RELIABILITIES_SAID else ""
+    shown = _first([f"{n}{' (in-domain)' if n in control else ''} {reliability_text(*rel[n])}" for n in order], 12)
     return (
         "each testset's reliability (the share of its residual series' variance across checkpoints that is not "
-        f"item noise, pooled over the models; below {limit:g} a pair it is in can be noise-limited): {shown}{more}"
+        f"item noise, pooled over the models; below {limit:g} a pair it is in can be noise-limited): {shown}"
     )
 
 
 def every_run_clause(rows: list[dict]) -> str:
-    """Where too few models leave every pair without an answer, the pairs that each model's own run
-    finds significant with the same sign, strongest consensus first. A fact about these runs, not a
-    prediction: a noise-limited pair is never named (item noise that persists across checkpoints can
-    make a run's own test significant)."""
+    """The pairs that each model's own run finds significant with the same sign, strongest consensus
+    first; never a noise-limited pair (item noise persisting across checkpoints can make a run significant)."""
     found = []
     for r in rows:
         sign = every_run_sign(r)
@@ -242,11 +216,9 @@ def every_run_clause(rows: list[dict]) -> str:
     if not found:
         return ""
     found.sort()
-    named = [text for _, text in found[:NAMED]]
-    more = f" and {len(found) - NAMED} more" if len(found) > NAMED else ""
     n_models = max(as_int(r, "n_models") for r in rows)
     runs = "the model's run" if n_models == 1 else f"each of the {n_models} models' runs"
-    return f"significant with one sign in {runs}: " + ", ".join(named) + more
+    return f"significant with one sign in {runs}: " + _first([text for _, text in found], NAMED)
 
 
 def form_clause(rows: list[dict]) -> str:
@@ -258,8 +230,7 @@ def form_clause(rows: list[dict]) -> str:
 
 
 def reason_counts(rows: list[dict]) -> str:
-    """The pairs of ``rows`` counted by the kind of their reason (its words before the first ": "),
-    most first: "why: 2 models (12 pairs), item noise (3 pairs)"."""
+    """The pairs counted by the kind of their reason, most first: "why: 2 models (12 pairs), ..."."""
     counts = Counter(
         str(r["reason"]).split(": ", 1)[0] for r in rows if isinstance(r.get("reason"), str) and r["reason"]
     )
@@ -307,20 +278,18 @@ def answer_lines(
     method: str,
     residualiser: str,
     analysis: str | Path,
-    consensus_sets: list[str] | None = None,
+    consensus_sets: list[str],
     file_name: Callable[[str], str] = str,
 ) -> list[str]:
-    """The sentences that name the answer's files under the analysis folder ``analysis`` and each tally.
-    ``consensus_sets``: the in-domain sets that have a consensus heatmap (default: those with 2 or
-    more models); ``file_name`` turns a set's name into its figures' file name."""
+    """The sentences that name the answer's files under the analysis folder ``analysis`` and each tally;
+    ``consensus_sets``: the in-domain sets with a consensus heatmap, ``file_name``: their figures' name."""
     a = str(analysis).rstrip("/")
     lines = []
     for dom, _group, sentence in tallies(rows, method, residualiser):
-        has = (dom in consensus_sets) if consensus_sets is not None else "1 model:" not in sentence
         figs = (
             f"; consensus heatmap {a}/consensus/{file_name(dom)}.png, forest plots (why each pair) in "
             f"{a}/forest/{file_name(dom)}/"
-            if has
+            if dom in consensus_sets
             else "; no consensus heatmap"
         )
         lines.append(f"{sentence}{figs}")
@@ -329,9 +298,7 @@ def answer_lines(
     return [f"the answer, {a}/agreement.csv ({method}, {residualiser}): {lines[0]}", *lines[1:]]
 
 
-# ---- why each pair got its verdict ------------------------------------------------------------
-# agreement.csv's ``reason`` and ``way_on``, read from the row's own numbers; a reason starts with its
-# kind (one of :data:`KINDS`, before ": "), by which the answer counts the pairs (:func:`reason_counts`)
+# ---- agreement.csv's ``reason`` (starting with one of :data:`KINDS` and ": ") and ``way_on`` --------
 SETTLED_FURTHER = "the sign holds for a further model"
 SETTLED_AVERAGE = "the consensus interval excludes 0"
 REVERSED = "models of opposite sign"
@@ -366,7 +333,6 @@ SETTLED = "nothing to resolve"
 
 
 def _p(v: float) -> str:
-    """A corrected p-value in brackets, "" where there is none."""
     if not math.isfinite(v):
         return ""
     return f" (p {f'{v:.2g}' if v >= 1e-3 else f'{v:.1e}'} after correction)"
@@ -494,8 +460,7 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
 
 
 def verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
-    """(reason, way on) of one agreement row, for the significance level ``alpha`` and the reliability
-    below which a pair can be noise-limited ``limit``."""
+    """(reason, way on) of one agreement row; ``limit``: the reliability below which a pair can be noise-limited."""
     reason, way = _verdict_reason(row, alpha, limit)
     if str(row.get("form")) != DEPENDS_ON_FORM:
         return reason, way

@@ -20,9 +20,8 @@ from .filesystems import DISK_FULL_ERRNOS, check_room, write_errno, write_failed
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | None = None) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` on success, remove it on any
-    exception. A write the file system stops becomes a :class:`~oodcorr.core.errors.WriteFailed`; with
-    ``size`` the room is checked first. ``what`` names the file for the message."""
+    """Yield a temporary path beside ``path``, renamed onto it on success, removed on any exception; a
+    write the file system stops is a :class:`~oodcorr.core.errors.WriteFailed` (with ``size``, checked first)."""
     path = Path(path)
     what = what or str(path)
     try:

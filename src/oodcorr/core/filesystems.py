@@ -14,26 +14,20 @@ from pathlib import Path
 
 from .errors import DiskFull, WriteFailed
 
-# ---- a full disk: found before writing where the size is known, named when a write hits it ----------
-
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # the other errors a file system stops a write with: a failing disk or mount, a read-only file system, a
 # folder this user may not write
 WRITE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 # how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text), and the
 # errno each stands for; matched in lower case without spaces or underscores
-_DISK_FULL_WORDS = (
-    ("nospaceleftondevice", errno.ENOSPC),
-    ("storagefull", errno.ENOSPC),
-    ("oserror28)", errno.ENOSPC),
-    ("errno28]", errno.ENOSPC),
-    ("diskquotaexceeded", errno.EDQUOT),
-    ("filesystemquotaexceeded", errno.EDQUOT),
-    ("oserror122)", errno.EDQUOT),
-    ("errno122]", errno.EDQUOT),
-    ("filetoolarge", errno.EFBIG),
-    ("oserror27)", errno.EFBIG),
-    ("errno27]", errno.EFBIG),
+_DISK_FULL_WORDS = tuple(
+    (word, code)
+    for code, words in (
+        (errno.ENOSPC, ("nospaceleftondevice", "storagefull")),
+        (errno.EDQUOT, ("diskquotaexceeded", "filesystemquotaexceeded")),
+        (errno.EFBIG, ("filetoolarge",)),
+    )
+    for word in (*words, f"oserror{code})", f"errno{code}]")
 )
 # what a run leaves that can go without losing a result (the globs are searched under the experiment folder)
 LEFTOVERS = (
@@ -42,8 +36,8 @@ LEFTOVERS = (
     (".published/kept-*", "published sets changed by hand, kept"),
     (".*.tmp", "half-written files of killed jobs"),
 )
-# the folder entries the search for LEFTOVERS looks at, at most (listing folders and measuring what it
-# finds): a message about a full disk must not wait on a walk of 10^5 files on a slow network mount
+# the folder entries the search for LEFTOVERS looks at, at most: a message about a full disk must not
+# wait on a walk of 10^5 files on a slow network mount
 DELETABLE_WALK_LIMIT = 20_000
 
 
@@ -57,9 +51,8 @@ def _chain(exc: BaseException | None):
 
 
 def _disk_full_errno(exc: BaseException | None, folder: str | os.PathLike | None = None) -> int | None:
-    """Which of ENOSPC, EDQUOT and EFBIG stopped a write, from ``exc`` or its causes (an errno, or
-    a library's words for it); None when none did. With ``folder``, torch's errno-less write error counts
-    as ENOSPC when less than 1 MiB is free there."""
+    """Which of ENOSPC, EDQUOT and EFBIG stopped a write (an errno of ``exc`` or its causes, or a library's
+    words for it), or None. With ``folder``, torch's errno-less write error is ENOSPC when under 1 MiB is free."""
     for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
             return e.errno
@@ -72,10 +65,6 @@ def _disk_full_errno(exc: BaseException | None, folder: str | os.PathLike | None
             if r is not None and r.free < 1 << 20:
                 return errno.ENOSPC
     return None
-
-
-def is_disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
-    return _disk_full_errno(exc, folder) is not None
 
 
 @dataclass(frozen=True)
@@ -125,8 +114,8 @@ def _experiment_folder(folder: Path) -> Path:
 
 
 def _walk(top: Path, budget: list[int], depth_first: bool, skip=lambda parent, entry: False):
-    """(folder, entry) for each entry under ``top``, each counted against ``budget``; the walk goes into
-    every subfolder but those ``skip`` names, and past those it cannot list."""
+    """(folder, entry) for each entry under ``top``, each counted against ``budget``, into every subfolder
+    but those ``skip`` names."""
     todo = deque([top])
     while todo and budget[0] > 0:
         parent = todo.pop() if depth_first else todo.popleft()
@@ -145,7 +134,6 @@ def _walk(top: Path, budget: list[int], depth_first: bool, skip=lambda parent, e
 
 
 def _size_of(p: Path, budget: list[int]) -> int:
-    """The bytes under ``p``, each entry looked at counted against ``budget``."""
     try:
         st = p.lstat()
     except OSError:
@@ -209,8 +197,8 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit (:func:`_full_kind`): the folder, the bytes needed,
-    the command that shows the limit, what can be deleted."""
+    """The sentence for a write that does not fit: the folder, the bytes needed, the command that shows
+    the limit, what can be deleted."""
     folder = Path(folder)
     kind = _full_kind(cause, folder)
     free = r.free if (r := room(folder)) is not None else None
@@ -273,8 +261,8 @@ def write_errno(exc: BaseException | None, folder: str | os.PathLike | None = No
 
 
 def probe_write(folder: str | os.PathLike) -> int | None:
-    """Write and fsync a byte into a new file in ``folder`` and delete it: None if that works, else
-    the errno (for a library that lost it)."""
+    """None if a byte can be written and synced into a new file in ``folder``, else the errno (for a library
+    that lost it)."""
     where = _existing(folder)
     name = where / f".oodcorr-probe-{os.getpid()}"
     try:
@@ -338,8 +326,8 @@ def write_failed(
     cause: BaseException | None = None,
     code: int | None = None,
 ) -> WriteFailed:
-    """The error for a write of ``what`` into ``folder`` that the file system stopped: :class:`DiskFull`
-    for want of room, else :class:`WriteFailed`. ``code``: the errno when ``cause`` lacks it (:func:`probe_write`)."""
+    """:class:`DiskFull` or :class:`WriteFailed` for a write of ``what`` into ``folder`` that the file system
+    stopped. ``code``: the errno when ``cause`` lacks it (:func:`probe_write`)."""
     folder = Path(folder)
     code = code if code is not None else write_errno(cause, folder)
     if code in DISK_FULL_ERRNOS:

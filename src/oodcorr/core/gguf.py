@@ -1,14 +1,6 @@
-"""GGUF files (llama.cpp's one-file model format): the header read and checked before anything loads it.
-
-The gguf package and transformers take the header's counts as given and spend memory on them, so
-rule ``convert_gguf`` reads it here first (stdlib, without the tensors) and refuses a file that claims
-more than it holds, is cut short, or goes beyond the limits below.
-
-The format (ggml's docs/gguf.md), little-endian: the magic ``GGUF``, a uint32 version, uint64 tensor
-and key counts; each key (uint64 length, UTF-8), a uint32 value type and the value (an array: uint32
-item type, uint64 count, items); per tensor its name, uint32 dimensions, a uint64 each, a uint32 ggml
-type and a uint64 offset into the data, which starts at the next multiple of ``general.alignment``
-(32 when absent).
+"""A GGUF file's header (llama.cpp's one-file model format, ggml's docs/gguf.md) read and checked before
+anything loads it: the gguf package and transformers take its counts as given and spend memory on them,
+so a file that claims more than it holds, is cut short, or goes beyond the limits below is refused here.
 """
 
 from __future__ import annotations
@@ -33,16 +25,15 @@ MAX_ARRAY_DEPTH = 3
 DEFAULT_ALIGNMENT = 32
 CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
-# the GGUF architectures transformers 5.24 reads: the model keys of its GGUF_CONFIG_MAPPING
-# (transformers.integrations.ggml; tests/core/test_gguf.py checks that the two agree) and the names
-# llama.cpp writes for some of them, which transformers renames (modeling_gguf_pytorch_utils)
+# the GGUF architectures transformers reads (its GGUF_CONFIG_MAPPING; tests/core/test_gguf.py checks
+# that the two agree) and llama.cpp's names for some of them, which transformers renames
 TRANSFORMERS_ARCHITECTURES = frozenset(
     "bloom deci falcon gemma2 gemma3 gemma4 gpt2 gpt_oss lfm2 llama mamba minimax_m2 mistral nemotron "
     "phi3 qwen2 qwen2_moe qwen3 qwen3_moe stablelm starcoder2 t5 umt5".split()
 )
 ARCHITECTURE_ALIASES = frozenset({"qwen2moe", "qwen3moe", "gpt-oss", "minimax-m2", "t5encoder"})
 
-# metadata value types: code -> (name, bytes); strings (8) and arrays (9) have their own layout
+# metadata value types: code -> (struct format, bytes); strings (8) and arrays (9) have their own layout
 _SCALARS = {
     0: ("<B", 1),
     1: ("<b", 1),
@@ -58,8 +49,8 @@ _SCALARS = {
 }
 STRING, ARRAY = 8, 9
 
-# ggml tensor types: code -> (name, values per block, bytes per block), as the gguf package's
-# GGML_QUANT_SIZES (tests/core/test_gguf.py checks that the two agree)
+# ggml tensor types: code -> (name, values per block, bytes per block) (tests/core/test_gguf.py checks
+# them against the gguf package's GGML_QUANT_SIZES)
 GGML_TYPES = {
     0: ("F32", 1, 4),
     1: ("F16", 1, 2),
@@ -113,8 +104,6 @@ class Tensor:
 
 @dataclass(frozen=True)
 class GGUFHeader:
-    """What the header of a GGUF file says (:func:`read_header`), the tensors' bytes unread."""
-
     path: Path
     size: int
     version: int
@@ -164,7 +153,6 @@ class _Cursor:
 
 
 def _value(cur: _Cursor, kind: int, key: str, depth: int, budget: list[int]):
-    """One metadata value (its kind already read): a scalar, a short string, or an array's summary."""
     if kind in _SCALARS:
         fmt, n = _SCALARS[kind]
         return cur.unpack(fmt, n, f"the value of {key!r}")
@@ -191,8 +179,7 @@ def _value(cur: _Cursor, kind: int, key: str, depth: int, budget: list[int]):
 
 
 def read_header(path: str | Path) -> GGUFHeader:
-    """The header of a GGUF file, checked as the module docstring says; a :class:`GGUFError` naming
-    the file otherwise."""
+    """The header of a GGUF file, checked; a :class:`GGUFError` naming the file otherwise."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -311,16 +298,14 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
     )
 
 
-# ---- whether the header holds every tensor its architecture needs, at the shapes its metadata gives:
-# transformers starts a missing tensor from random values (a log line only) and stops on a wrong shape
-# only after the whole conversion
+# ---- every tensor the architecture needs, at the shapes its metadata gives: transformers starts a
+# missing tensor from random values (a log line only) and stops on a wrong shape only after converting
 # the architectures whose blocks are alike (every blk.<i> holds the same tensors, at the same shapes)
 UNIFORM_BLOCKS = frozenset(
     "bloom falcon gemma2 gemma3 gpt2 llama mamba mistral nemotron phi3 qwen2 qwen2_moe qwen2moe qwen3 "
     "qwen3_moe qwen3moe stablelm starcoder2".split()
 )
-# what every block and the model around them need, in llama.cpp's names, for the architectures
-# transformers reads with its llama-like code
+# what every block and the model around them need, in llama.cpp's names
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 LLAMA_BLOCK = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
 LLAMA_TOP = ("token_embd", "output_norm")
@@ -328,8 +313,7 @@ BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
 def missing_tensors(h: GGUFHeader) -> str | None:
-    """Whether the file holds every tensor its architecture needs, at the shapes its metadata gives
-    (:func:`_llama_shapes`), from the header alone: None, or what is wrong, in a sentence naming the file."""
+    """None, or what is missing or of the wrong shape (:func:`_llama_shapes`), in a sentence naming the file."""
     path, arch = h.path, h.architecture
     names = {t.name: t for t in h.tensors}
     damaged = "the file is incomplete or damaged; download or convert it again"
@@ -398,14 +382,14 @@ def missing_tensors(h: GGUFHeader) -> str | None:
 
 
 def _count(h: GGUFHeader, key: str) -> int | None:
-    """A positive whole number of the metadata (an array or another type: None, not checked)."""
+    """A positive whole number of the metadata, else None (not checked)."""
     v = h.metadata.get(key)
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def _llama_shapes(h: GGUFHeader) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Each :data:`LLAMA_LIKE` block tensor's shape as the metadata gives it (ggml's order: the input
-    first), with why; a tensor whose numbers are absent (or per-layer arrays) is not in it."""
+    """Each :data:`LLAMA_LIKE` block tensor's shape by the metadata (ggml's order: the input first), with
+    why; not those whose numbers are absent (or per-layer arrays)."""
     a = h.architecture
     embd, heads, ff = (
         _count(h, f"{a}.{k}") for k in ("embedding_length", "attention.head_count", "feed_forward_length")

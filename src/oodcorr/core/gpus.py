@@ -33,7 +33,7 @@ class GpuPoolError(RuntimeError):
 
 
 def visible_devices(env: dict | None = None) -> list[str]:
-    """Device ids this process may use, in CUDA's numbering; [] when there are none."""
+    """Device ids this process may use, in CUDA's numbering."""
     env = os.environ if env is None else env
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
@@ -103,8 +103,8 @@ def _try_lock(path: Path) -> int | None:
 
 
 def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
-    """The folder of the GPU locks must be a real folder and, unless named to be shared, this user's own
-    and writable by nobody else: the default is in the shared ``/tmp`` under a name anyone can guess."""
+    """The GPU lock folder, unless named to be shared, must be this user's own folder, writable by nobody
+    else: the default is in the shared ``/tmp`` under a name anyone can guess."""
     st = os.lstat(lock_dir)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
         raise UnsafeLockFile(
@@ -120,26 +120,22 @@ def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
 
 
 def claim_devices(
-    n: int = 1,
+    n: int,
     *,
-    devices: list[str] | None = None,
-    lock_dir: str | Path | None = None,
+    devices: list[str],
+    lock_dir: Path,
+    shared: bool,
     timeout: float | None = None,
     poll: float = 0.5,
-    shared: bool | None = None,
 ) -> Claim:
-    """Claim ``n`` devices nobody else holds, all or none in each pass, waiting while all are taken.
-    Unless ``shared``, the lock folder must be this user's own folder."""
-    devices = visible_devices() if devices is None else list(devices)
+    """Claim ``n`` of ``devices`` nobody else holds, all or none in each pass, waiting while they are
+    taken; unless ``shared``, ``lock_dir`` must be this user's own folder."""
     if n > len(devices):
         raise GpuPoolError(
             f"the job needs {n} GPU(s) but only {len(devices)} are visible "
             f"({','.join(devices) or 'none'}); lower the rule's `gpu` resource or "
             "make more devices visible (CUDA_VISIBLE_DEVICES)"
         )
-    if shared is None:  # a folder named by the caller or OODCORR_GPU_LOCK_DIR may be shared on purpose
-        shared = lock_dir is not None or bool(os.environ.get(LOCK_DIR_ENV))
-    lock_dir = Path(lock_dir) if lock_dir is not None else default_lock_dir()
     lock_dir.mkdir(mode=0o777 if shared else 0o700, parents=True, exist_ok=True)
     _check_lock_dir(lock_dir, shared)
     start = last_note = time.monotonic()
@@ -177,6 +173,7 @@ def claim_for_job(n: int, env: dict | None = None) -> list[str]:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise GpuPoolError("CUDA was started before a GPU was claimed; call pick_device() first")
+    # the default folder is private; one named by OODCORR_GPU_LOCK_DIR may be shared on purpose
     c = claim_devices(n, devices=devices, lock_dir=default_lock_dir(env), shared=bool(env.get(LOCK_DIR_ENV)))
     _HELD.append(c)  # keep the locks open until the process exits
     if env.get("CUDA_VISIBLE_DEVICES") is None:

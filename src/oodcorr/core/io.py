@@ -51,7 +51,7 @@ def json_or_none(path: str | os.PathLike) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> list[dict]:
-    """A JSONL file's records (:func:`read_text`), each with ``_line``; a bad line is a DataError naming it."""
+    """A JSONL file's records, each with ``_line``; a bad line is a DataError naming it."""
     path = Path(path)
     text = read_text(path, encoding, fix)
     out = []
@@ -136,7 +136,6 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 
 def _suggest_encoding(raw: bytes) -> str:
-    """A likely 8-bit encoding for bytes that are not UTF-8: cp1252 when bytes 0x80-0x9f occur."""
     if any(0x80 <= b <= 0x9F for b in raw):
         try:
             raw.decode("cp1252")

@@ -50,9 +50,8 @@ CYCLE_MESSAGE = (
 
 # ---- a YAML file, before it is built ----------------------------------------------------------------
 def scan_yaml(stream, path: str | os.PathLike) -> None:
-    """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` holds more than
-    :data:`MAX_NODES` values with aliases expanded, nests deeper than :data:`MAX_DEPTH`, or holds an alias
-    to a block that contains it. Invalid YAML is left to ``yaml.safe_load``."""
+    """Raise :class:`TooLarge` (``<file>:<line>: ...``) if the YAML in ``stream`` is beyond the budgets or
+    holds an alias to a block that contains it; invalid YAML is left to ``yaml.safe_load``."""
     sizes: dict[str, tuple[int, int]] = {}  # anchor -> (values, height) of the block it names
     open_anchors: set[str] = set()
     stack: list[list] = []  # one frame per open mapping or list: [anchor, values before it, height]
@@ -172,8 +171,7 @@ def key_path(parts: list, root: Any = None) -> str:
 
 
 def check_tree(root: Any, max_nodes: int = MAX_NODES) -> None:
-    """Raise :class:`TooLarge` naming the key if ``root`` holds more than ``max_nodes`` values (shared
-    blocks counted as often as used), nests deeper than :data:`MAX_DEPTH`, or holds itself."""
+    """Raise :class:`TooLarge` naming the key if ``root`` is beyond the budgets or holds itself."""
     if not isinstance(root, (dict, list, tuple)):
         return
     try:
@@ -181,32 +179,26 @@ def check_tree(root: Any, max_nodes: int = MAX_NODES) -> None:
     except TooLarge as e:
         raise TooLarge(f"{key_path(e.parts, root)}: {e}", e.parts) from None
     n, height = memo[id(root)]
-    if height > MAX_DEPTH:
-        parts, node = [], root
-        while len(parts) < MAX_DEPTH:  # follow the tallest child to the level past the limit
-            kids = [(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))]
-            if not kids:
-                break
-            k, node = max(kids, key=lambda kc: memo[id(kc[1])][1])
-            parts.append(k)
-        shown = key_path(parts, root)
-        raise TooLarge(f"{shown}...: the config " + _depth_message(height, MAX_DEPTH), parts)
-    if n > max_nodes:
-        parts, node = [], root
-        while True:  # the smallest block that alone is over the limit
-            kids = [(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))]
-            big = [(k, c) for k, c in kids if memo[id(c)][0] > max_nodes]
-            if not big:
-                break
-            k, node = big[0]
-            parts.append(k)
-        exact = _exact_size(node)
+    if height > MAX_DEPTH:  # follow the tallest child to the level past the limit
+        parts, _ = _descend(root, lambda kids: max(kids, key=lambda kc: memo[id(kc[1])][1], default=None), MAX_DEPTH)
+        raise TooLarge(f"{key_path(parts, root)}...: the config " + _depth_message(height, MAX_DEPTH), parts)
+    if n > max_nodes:  # the smallest block that alone is over the limit
+        parts, node = _descend(root, lambda kids: next((kc for kc in kids if memo[id(kc[1])][0] > max_nodes), None))
         where = key_path(parts, root) if parts else "the config"
-        raise TooLarge(f"{where}: " + _nodes_message(exact, max_nodes), parts)
+        raise TooLarge(f"{where}: " + _nodes_message(_measure(node, 10**30)[id(node)][0], max_nodes), parts)
 
 
-def _exact_size(root) -> int:
-    return _measure(root, 10**30)[id(root)][0]
+def _descend(root, pick, depth: int | None = None) -> tuple[list, Any]:
+    """The key path and the block reached from ``root`` by taking the child ``pick`` chooses among the
+    mappings and lists below, until it chooses none (or ``depth`` levels down)."""
+    parts, node = [], root
+    while depth is None or len(parts) < depth:
+        chosen = pick([(k, c) for k, c in _children(node) if isinstance(c, (dict, list, tuple))])
+        if chosen is None:
+            return parts, node
+        k, node = chosen
+        parts.append(k)
+    return parts, node
 
 
 # ---- the analysis ---------------------------------------------------------------------------------------

@@ -195,8 +195,8 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
 
 
 def open_lock_file(path: str | os.PathLike) -> int:
-    """A lock file opened read-write, created if missing, never through a link; anything but a regular
-    file with one name is :class:`UnsafeLockFile`, since the holder's details are written into it."""
+    """A lock file opened read-write, created if missing; anything but a regular file with one name is
+    :class:`UnsafeLockFile`, since the holder's details are written into it."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
@@ -241,11 +241,15 @@ def _lock_in(folder: str | os.PathLike, kind: LockKind, lock_dir: str | None) ->
     return Path(lock_dir) / f"{resolved.name}-{short_tag(str(resolved), 16)}-{kind.file}"
 
 
-def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
+def _why_not_writable(folder: Path, e: OSError, owned: Path) -> str:
+    """Why ``folder`` cannot be written: a read-only file system, else who owns ``owned`` (or nothing known)."""
     if e.errno == errno.EROFS:
-        why = f"{folder} is on a read-only file system"
-    else:
-        why = owner_of(path) or f"{folder} is not writable"
+        return f"{folder} is on a read-only file system"
+    return owner_of(owned) or f"{folder} is not writable"
+
+
+def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
+    why = _why_not_writable(folder, e, path)
     return FolderNotWritable(
         f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
         f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "
@@ -322,8 +326,7 @@ def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
 
 @contextlib.contextmanager
 def hold(folder: str | os.PathLike, kind: LockKind = FINETUNE, extra: dict | None = None) -> Iterator[HeldLock]:
-    """Hold ``folder``'s lock for the ``with`` block (re-entrant within a process); :class:`FolderInUse`
-    at once if another has it. ``extra`` is added to the holder's details."""
+    """Hold ``folder``'s lock for the ``with`` block (re-entrant); ``extra`` is added to the holder's details."""
     taken_here = str(lock_path(folder, kind)) not in _HELD
     held = acquire(folder, kind, extra)
     try:
@@ -400,7 +403,6 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
 
 
 def release(held: HeldLock) -> None:
-    """Let go of a lock taken by :func:`hold` or :func:`acquire`."""
     _HELD.pop(str(held.path), None)
     for fd in (*held.others, held.fd):
         with contextlib.suppress(OSError):
@@ -411,8 +413,8 @@ def release(held: HeldLock) -> None:
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
-    """Take ``folder``'s lock until :func:`release` or the end of the process (the one held if this
-    process holds it); :class:`FolderInUse` at once if another has it."""
+    """Take ``folder``'s lock until :func:`release` or the end of the process; :class:`FolderInUse` at
+    once if another has it."""
     held = _HELD.get(str(lock_path(folder, kind)))
     return held if held is not None else _take(Path(folder), kind, extra)
 
@@ -444,7 +446,6 @@ def _lock_dir() -> str | None:
 
 
 def _record(folder: Path, kind_file: str) -> None:
-    """Record that ``folder``'s lock of ``kind_file`` is taken in this process's place by this host."""
     where = _lock_dir()
     path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
     doc = {"lock_dir": where, "host": socket.gethostname()}
@@ -481,7 +482,6 @@ def _describe(where: str | None) -> str:
 
 
 def _elsewhere(other: _Place) -> str:
-    """What to add to the refusal when the lock is held in another place than this run's."""
     return (
         f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: a lock "
         f"keeps out a second writer only where every run takes it in one place, so set {LOCK_DIR_ENV} alike in "
@@ -491,7 +491,6 @@ def _elsewhere(other: _Place) -> str:
 
 
 def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
-    """The refusal when a recorded place is a lock folder of another host."""
     here = socket.gethostname()
     return (
         f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
@@ -503,14 +502,8 @@ def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
 
 
 def _unusable(what: str, where: Path, e: OSError) -> str:
-    """The refusal when the lock folder ``where`` cannot hold ``what``'s lock."""
     blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        why = f"{blocker} is a file, not a folder"
-    elif e.errno == errno.EROFS:
-        why = f"{where} is on a read-only file system"
-    else:
-        why = owner_of(where) or f"{where} is not writable"
+    why = f"{blocker} is a file, not a folder" if blocker is not None else _why_not_writable(where, e, where)
     return (
         f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
         f"({e.strerror or e}: {why}), so nothing is written. Set {LOCK_DIR_ENV} to a folder of yours on a local "

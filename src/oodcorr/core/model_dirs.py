@@ -76,8 +76,8 @@ SAFETENSORS_BITS = {
 
 
 def safetensors_header(path: str | Path) -> dict:
-    """The JSON header of a safetensors file, read without the tensors; one that is cut short, junk
-    or inconsistent is a ValueError saying what is wrong."""
+    """The JSON header of a safetensors file, without the tensors, checked as the safetensors loaders check it
+    (stdlib: the analysis env has no safetensors); a ValueError saying what is wrong otherwise."""
     path = Path(path)
     size = path.stat().st_size
     with open(path, "rb") as fh:
@@ -144,8 +144,8 @@ def _tensor_bytes(meta: dict) -> int | None:
 
 
 def check_local_weights(src: str, model_entry: ModelEntry) -> None:
-    """A local model folder loads under the safety defaults (safetensors unless ``allow_pickle_weights``,
-    no remote code unless ``trust_remote_code``) and is whole; a hub id passes."""
+    """A :class:`ConfigError` unless a local model folder is whole and loads under the safety defaults
+    (no pickle, no remote code, unless the entry opts in); a hub id passes."""
     p = Path(src)
     if not p.exists():
         return  # a hub id: from_pretrained's use_safetensors enforces the format
@@ -196,7 +196,6 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
 
 
 def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    """A :class:`ConfigError` naming the shards a sharded model's index names that are not in the folder."""
     names = ["model.safetensors.index.json"]
     if model_entry.allow_pickle_weights:
         names.append("pytorch_model.bin.index.json")
@@ -238,8 +237,8 @@ def _read_weight_map(index: Path, model_entry: ModelEntry) -> dict[str, str]:
 
 
 def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str, dict]) -> None:
-    """A :class:`ConfigError` unless a sharded model is whole: its index names what its shards hold, every
-    shard is there, and its totals add up (else weights would load from random values, said in a log only)."""
+    """A :class:`ConfigError` unless the index names what the shards hold, every shard, and its totals add up
+    (else weights would load from random values, said in a log only)."""
     index = folder / INDEX
     wm = _read_weight_map(index, model_entry)
     where = f"{model_entry.where}: {index}"
@@ -312,7 +311,6 @@ def tokenizer_max_id(path: str | Path) -> int | None:
 
 
 def _embedding_rows(folder: str | Path) -> int | None:
-    """The rows of a model's input embeddings by its ``config.json``; None where it does not say."""
     try:
         cfg = loads_json((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):

@@ -25,7 +25,7 @@ _GIT_SECONDS = 10
 
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
-    """The installed version of each library (None where it is not installed), from its metadata."""
+    """The installed version of each library (None where it is not installed)."""
     out: dict[str, str | None] = {}
     for name in names:
         try:
@@ -36,8 +36,8 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
 
 
 def _git(*args: str) -> str | None:
-    """A read-only git command in the package's folder (the caller's GIT_* settings left out): its
-    output, or None when git is missing, fails or hangs."""
+    """A read-only git command's output in the package's folder (the caller's GIT_* settings left out),
+    or None."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         res = subprocess.run(
@@ -80,7 +80,7 @@ def code_provenance() -> dict:
 
 
 def _count(libraries: list) -> dict[str, dict[str, int]]:
-    """``{library: {version: count}}`` over ``libraries`` (each a record's dict, or None: not recorded)."""
+    """``{library: {version: count}}`` over the records' library dicts (None: not recorded)."""
     out: dict[str, Counter] = {name: Counter() for name in LIBRARIES}
     for libs in libraries:
         for name in LIBRARIES:

@@ -1,8 +1,7 @@
 """Results published as a set, switched by one rename, and checked against what was published.
 
 Snakemake deletes a job's declared outputs before the job starts, so the files people read cannot be
-rule ``publish_results``' outputs: a kill in between would lose them. Each publish builds a new
-version beside the others and switches to it::
+rule ``publish_results``' outputs (a kill in between would lose them)::
 
     results/<experiment>/
         .published/v7/...              one published set, with publish_record.json (each file's sha256)
@@ -10,9 +9,8 @@ version beside the others and switches to it::
         scores.csv -> .published/current/scores.csv     the paths people read: links, made once
         published.json                 rule publish_results' declared output: a copy of the record
 
-A reader sees the previous set or the new one, whole. The version before the current one is kept
-until the next publish; older ones are deleted unless they differ from their record (kept as
-``.published/kept-*`` and named), as is anything found where a link goes.
+The version before the current one is kept until the next publish; older ones are deleted unless they
+differ from their record (kept as ``.published/kept-*`` and named), as is anything found where a link goes.
 """
 
 from __future__ import annotations
@@ -46,7 +44,6 @@ class PublishRefused(RuntimeError):
 
 
 def _top_names(rels) -> list[str]:
-    """The experiment folder's links into the published set."""
     return list(dict.fromkeys(Path(r).parts[0] for r in rels))
 
 
@@ -147,7 +144,6 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
 
 
 def _copy_hashing(src: Path, dst: Path) -> str:
-    """Copy ``src`` to ``dst``, synced to disk; the sha256 of what was written."""
     shutil.copyfile(src, dst)
     with open(dst, "rb+") as fh:
         os.fsync(fh.fileno())
@@ -167,8 +163,7 @@ def _current_version(pub: Path) -> str | None:
 
 
 def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
-    """Make ``path`` a link to ``target`` by one rename; anything else there is moved into ``pub``
-    first and its new place returned."""
+    """Make ``path`` a link to ``target`` by one rename; anything else there is moved into ``pub`` (returned)."""
     tmp = path.with_name(f".{path.name}.link-{os.getpid()}-{time.monotonic_ns()}")
     os.symlink(target, tmp)
     kept = None
@@ -194,14 +189,11 @@ def _make_link(root: Path, name: str, pub: Path) -> Path | None:
 def _clear_leftovers(pub: Path) -> list[str]:
     """What killed publishes left (``.new-*`` folders, link files); called under the publish lock."""
     notes = []
-    for p in pub.iterdir():
-        if p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
+    for p in [*pub.iterdir(), *pub.parent.iterdir()]:
+        if p.parent == pub and p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
             notes.append(f"removed {p}, left by a publish that did not finish")
         elif ".link-" in p.name and p.is_symlink():
-            p.unlink(missing_ok=True)
-    for p in pub.parent.iterdir():
-        if ".link-" in p.name and p.is_symlink():
             p.unlink(missing_ok=True)
     return notes
 
@@ -227,8 +219,8 @@ def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
 
 # ---- checking what is published ------------------------------------------------------------
 def _version_problems(folder: Path, shown: Path) -> tuple[dict | None, list[str]]:
-    """A version folder's record, and what in the folder differs from it: files changed, missing or added
-    (a file whose stat is the recorded one is not hashed again). ``shown``: the folder the sentences name."""
+    """A version folder's record, and its files changed, missing or added (those whose stat is the recorded
+    one are not hashed again). ``shown``: the folder the sentences name."""
     try:
         record = read_publish_record(folder / PUBLISH_RECORD)
     except ResultError as e:  # another version's record: the set is published again
@@ -265,8 +257,6 @@ def _version_problems(folder: Path, shown: Path) -> tuple[dict | None, list[str]
 
 @dataclass
 class State:
-    """What :func:`inspect` found in an experiment folder."""
-
     layout: str  # "none" (nothing published yet), "versioned"
     version: str | None = None
     record: dict | None = None

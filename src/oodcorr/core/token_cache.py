@@ -34,7 +34,7 @@ def rebuild_hint(path: str | os.PathLike) -> str:
 
 
 def _zip_whole(path: Path) -> bool:
-    """Whether a torch.save file (a zip) still ends with its central directory's end record."""
+    """Whether a torch.save file (a zip) ends with its central directory's end record (not cut short)."""
     size = path.stat().st_size
     with open(path, "rb") as fh:
         if fh.read(4) != b"PK\x03\x04":

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from ..core.errors import DiskFull, WriteFailed
-from ..core.filesystems import disk_full, is_disk_full, probe_write, write_errno, write_failed
+from ..core.filesystems import DISK_FULL_ERRNOS, disk_full, probe_write, write_errno, write_failed
 from .checkpoints import checkpoint_dirs, verify_checkpoint
 
 
@@ -62,7 +62,7 @@ def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
     except Exception as e:
         save = e if isinstance(e, _SaveFailed) else None
         cause = save.cause if save is not None else e
-        full = is_disk_full(cause, ckpt_root)
+        full = write_errno(cause, ckpt_root) in DISK_FULL_ERRNOS
         if not full and save is None:
             raise
         partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
