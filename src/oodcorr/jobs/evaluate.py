@@ -71,7 +71,6 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
                     "predictions": pred,
                     "weights": recorded.get(step, {}).get("weights"),
                     "run_manifest": run_manifest,
-                    # the libraries that trained it, as the finetune recorded them (None: not recorded)
                     "finetune_libraries": recorded.get(step, {}).get("libraries"),
                 }
             )
@@ -84,8 +83,7 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
 
 
 def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
-    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``) as the
-    run's finetune recorded them; a manifest without the digests is refused with the way out."""
+    """Each checkpoint's ``weights`` digest and ``libraries`` as the run's manifest records them (refused without)."""
     again = (
         "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
     )
@@ -196,7 +194,6 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    # checked (its bytes, format, testset, model and tokenizer) before anything is scored
     cache = read_tokenized(
         tokenized, tokenizer_fingerprint(model_entry, job.built_model_dir), testset=testset, model=model_entry.name
     )
@@ -213,7 +210,6 @@ def evaluate_run(
     records = []
     for ck in checkpoints:
         check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
-        # the weights: the sha256s in the finetune's checkpoint manifest, or a series checkpoint's digest
         weights = ck["series"]["digest"] if ck.get("series") else weights_digest(Path(ck["checkpoint"]))
         key = eval_key(weights, cache, job.provenance, job.dtype, device)
         old = _reusable(ck["predictions"], key, int(ck["step"]))
@@ -257,13 +253,10 @@ def evaluate_run(
 
 
 def _reusable(path: str, key: str, step: int) -> dict | None:
-    """The record of an existing predictions file made by exactly this evaluation for this place (its step
-    and its own path: another experiment's copy is computed again), else None."""
-    if not Path(path).exists():
-        return None
+    """The record of an existing predictions file of exactly this evaluation, step and path, else None."""
     try:
         rec = read_result(path)
-    except Exception:  # noqa: BLE001 -- unreadable: compute it again
+    except Exception:  # noqa: BLE001 -- missing or unreadable: compute it again
         return None
     here = rec.get("step") == step and os.path.normpath(str(rec.get("predictions"))) == os.path.normpath(path)
     return rec if rec.get("eval_key") == key and here else None
@@ -321,7 +314,6 @@ def _evaluate_checkpoint(
     device, dtype = loader.device, job.dtype
     t0 = time.time()
     if series is None:
-        # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
         fix = (
             f". Its files changed after it was saved, so it is not evaluated. To recover, delete "

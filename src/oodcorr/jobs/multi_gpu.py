@@ -129,17 +129,15 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
     return read_json(job.manifest_path, "the run's manifest", MANIFEST_FIX)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of each launched process: the single-process finetune, on its own GPU."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
+def main() -> None:
+    """Entry point of each launched process (its one argument: the job's JSON, :func:`launch_argv`): the
+    single-process finetune, on its own GPU."""
     logging.basicConfig(
         level=logging.INFO if is_main_process() else logging.WARNING,
         stream=sys.stderr,
         format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
     )
-    job = FinetuneJob.from_json(Path(argv[0]).read_text())
+    job = FinetuneJob.from_json(Path(sys.argv[1]).read_text())
     import torch  # torch stack: planning and the CLI never import it
 
     # the CPU only where there is no GPU at all (tests: several processes over gloo)
