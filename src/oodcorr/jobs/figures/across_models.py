@@ -27,6 +27,7 @@ from ...core.answer import (
 from .common import (
     CMAP,
     TEXT_LIMIT,
+    blank,
     cell_text,
     draw_cells,
     heatmap_figure,
@@ -194,14 +195,7 @@ def consensus_heatmap(
         reliable = reliable or any(label != folded.get(name, name) for name, label in shown.items())
         if len(names) < 2:
             known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
-            ax.text(
-                0.5,
-                0.5,
-                f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})",
-                ha="center",
-                va="center",
-            )
-            ax.set_axis_off()
+            blank(ax, f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})")
             continue
         m = pair_matrix(rows, names, "r_consensus")[1:, :-1]
         verdicts = np.full(m.shape, "", dtype=object)

@@ -78,6 +78,12 @@ def draw_cells(ax, m: np.ndarray, fade: np.ndarray, present: np.ndarray, big: bo
     ax.set_aspect("equal")
 
 
+def blank(ax, text: str) -> None:
+    """A panel with nothing to draw, saying why."""
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.set_axis_off()
+
+
 def cell_text(ax, i: int, j: int, text: str, n_names: int, colour: str, bold: bool = False, scale: float = 1.0):
     """The text of a heatmap panel's cell (row ``i``, column ``j``), sized for ``n_names`` testsets."""
     size = max(4.5, min(9.0, 130 / n_names)) * scale

@@ -10,7 +10,7 @@ import pandas as pd
 
 from ...core.io import read_json
 from ..series_checkpoint import MANIFEST_FIX
-from .common import pyplot, save
+from .common import blank, pyplot, save
 
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
@@ -27,8 +27,7 @@ def learning_curves(
     for ax, dom in zip(axes[0], panels):
         rows = sub[sub["in_domain"] == dom]
         if rows.empty or not pd.api.types.is_numeric_dtype(rows["unit"]):
-            ax.text(0.5, 0.5, "units are not training steps:\nno learning curve", ha="center", va="center")
-            ax.set_axis_off()
+            blank(ax, "units are not training steps:\nno learning curve")
             continue
         names = sorted(set(rows["testset"]) - {dom}) + [dom]
         colours = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names) - 1, 1)))

@@ -11,6 +11,7 @@ from ...core.answer import NEAR_ZERO, UNRESOLVED
 from .common import (
     CMAP,
     TEXT_LIMIT,
+    blank,
     cell_text,
     draw_cells,
     heatmap_figure,
@@ -31,8 +32,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     on the form, hatched 'n/a' no value; beyond TEXT_LIMIT testsets no numbers, dots and squares."""
     cells = {}
     if len(names) < 2:
-        ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")
-        ax.set_axis_off()
+        blank(ax, "no pair of OOD testsets\n(fewer than two evaluated)")
         ax.set_title(title, fontsize=9)
         return None, cells
     m = pair_matrix(rows, names, "r")[1:, :-1]
