@@ -34,10 +34,8 @@ RESUME_FILES = (
 
 
 def _write_verified(ckpt: Path, cache: dict) -> None:
-    try:
+    with contextlib.suppress(OSError):  # a read-only copy of a run: verification still works, without the cache
         write_json_atomic(ckpt / VERIFIED, cache)
-    except OSError:  # a read-only copy of a run: verification still works, just without the cache
-        pass
 
 
 def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
