@@ -13,7 +13,7 @@ from oodcorr.core.atomic_write import write_json_atomic
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate_scores import collect, read_scores, write_scores
-from oodcorr.jobs.predictions import write_predictions
+from oodcorr.jobs.evaluate import write_predictions
 
 from helpers import run_rule_script
 

@@ -44,7 +44,7 @@ def test_fsdp_launch_command_exact():
     argv = multi_gpu.launch_argv(
         entry["distributed"],
         "/runs/big/distributed_args.json",
-        mixed_precision=multi_gpu.mixed_precision(Experiment(cfg, REPO).model_entry("big"), {}),
+        mixed_precision="bf16",
         threads=8,
         port=29811,
         python="/venv/bin/python",
@@ -103,7 +103,7 @@ def test_deepspeed_launch_command_exact():
         "a.json",
         port=1234,
         python="py",
-        mixed_precision=multi_gpu.mixed_precision(Experiment(cfg, REPO).model_entry("big"), {"bf16": False}),
+        mixed_precision="no",
     )
     assert argv == [
         "py",

@@ -11,7 +11,6 @@ import yaml
 import oodcorr.jobs.finetune as f
 from oodcorr.core.digests import sha256_json
 from oodcorr.core.errors import ConfigError
-from oodcorr.jobs.multi_gpu import mixed_precision
 from oodcorr.planning.config import Experiment
 from oodcorr.planning.finetune_job import FinetuneJob, TrainingSettings, trains_in_bf16
 from oodcorr.planning.plan import load
@@ -144,7 +143,6 @@ def test_bf16_is_one_rule_for_the_trainer_and_the_launcher(tmp_path):
             tmp_path, model_spec={"name": "m", "dtype": dtype}, finetune=dict(_job(tmp_path).finetune, bf16=flag)
         )
         assert job.bf16 is want and trains_in_bf16(job.model_entry, job.finetune) is want
-        assert mixed_precision(job.model_entry, job.finetune) == ("bf16" if want else "no")
 
 
 def test_the_run_identity_is_the_planned_block_and_survives_the_json_trip(tmp_path, monkeypatch):

@@ -1,7 +1,4 @@
-"""What the workflow's rules run, one job at a time (each module's docstring says which part):
-datasets prepared, runs finetuned (on one GPU or several), testsets tokenised, checkpoints evaluated,
-their scores aggregated and logged to the experiment trackers, and (``figures``) every figure.
+"""What the workflow's rules run, one job each: datasets prepared, runs finetuned, testsets tokenised,
+checkpoints evaluated, scores aggregated and sent to the trackers, and (``figures``) every figure.
 
-May import: ``core``, ``analysis``, ``planning``, ``modeling``. Planning never imports this
-folder (tests/meta/test_layers.py checks what the Snakefile can reach).
-"""
+May import ``core``, ``analysis``, ``planning``, ``modeling``; planning never imports this folder."""

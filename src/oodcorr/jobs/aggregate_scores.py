@@ -232,8 +232,7 @@ def read_scores(path: str) -> pd.DataFrame:
 
 
 def read_analysis_table(path: str) -> pd.DataFrame:
-    """A table rule partial_correlations staged, read back by the figures and the explorer page; one cut
-    short, changed since its job sealed it, or unreadable is a :class:`ResultError` naming it."""
+    """A table rule partial_correlations staged, read back; a damaged one is a :class:`ResultError` naming it."""
     made_by, source = "rule partial_correlations", "the scores table"
     check_staged(path, made_by, source)
     try:
@@ -245,8 +244,6 @@ def read_analysis_table(path: str) -> pd.DataFrame:
 
 
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
-    Path(parquet).parent.mkdir(parents=True, exist_ok=True)
-    Path(csv).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(parquet) as tmp:
         df.to_parquet(tmp, index=False)
     with atomic_path(csv) as tmp:

@@ -1,25 +1,26 @@
-"""Checkpoints on disk: manifests, verification, resume points, run identity.
-
-A file's sha256 is computed once: ``.oodcorr_verified.json`` records it with the file's size, mtime,
-ctime and inode, and a file whose stat is unchanged is not hashed again (any write changes the ctime).
-"""
+"""Checkpoints on disk: manifests, verification (a file hashed once per stat: ``.oodcorr_verified.json``),
+resume points, run identity, and a save sized and made safe (a save the file system stops becomes its sentence)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
+import shutil
 import time
 from pathlib import Path
 
 from ..core.atomic_write import follow_umask, write_json_atomic
 from ..core.digests import sha256_file, sha256_json, stat_key
+from ..core.errors import DiskFull, WriteFailed
+from ..core.filesystems import DISK_FULL_ERRNOS, disk_full, probe_write, write_errno, write_failed
 from ..core.provenance import library_versions
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "oodcorr_manifest.json"
-VERIFIED = ".oodcorr_verified.json"  # hashes already checked, keyed by each file's stat (see above)
+VERIFIED = ".oodcorr_verified.json"  # hashes already checked, keyed by each file's stat (any write changes the ctime)
 RESUME_FILES = (
     "optimizer.pt",
     "scheduler.pt",
@@ -33,10 +34,8 @@ RESUME_FILES = (
 
 
 def _write_verified(ckpt: Path, cache: dict) -> None:
-    try:
+    with contextlib.suppress(OSError):  # a read-only copy of a run: verification still works, without the cache
         write_json_atomic(ckpt / VERIFIED, cache)
-    except OSError:  # a read-only copy of a run: verification still works, just without the cache
-        pass
 
 
 def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
@@ -48,7 +47,6 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
             rel = str(f.relative_to(ckpt))
             files[rel] = {"size": f.stat().st_size, "sha256": sha256_file(f)}
             verified[rel] = {"sha256": files[rel]["sha256"], "stat": stat_key(f)}
-    # the libraries that saved it (trained it, past step 0): its provenance (oodcorr.core.provenance)
     man = {"step": step, "resumable": resumable, "files": files, "libraries": library_versions()}
     _write_verified(ckpt, verified)  # the hashes just computed are the files' verification
     write_json_atomic(ckpt / MANIFEST, man)
@@ -127,8 +125,7 @@ def saved_with(ckpt: Path) -> dict | None:
 
 
 def weights_digest(ckpt: Path) -> str:
-    """A hash of a checkpoint's weight files (names and sha256s from its manifest; optimizer
-    state, which pruning removes, left out): what identifies the model it holds."""
+    """A hash of a checkpoint's weight files' names and sha256s (optimizer state left out): its model's identity."""
     man = _read_manifest(ckpt) or {}
     files = {
         rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items() if Path(rel).name not in RESUME_FILES
@@ -214,3 +211,70 @@ def guard_run_identity(run_dir: Path, identity: dict) -> None:
         log.warning(why + "; moved them to %s", ckpt_root, stale)
         ckpt_root.rename(stale)
     write_json_atomic(path, {"sha256": digest, "identity": identity})
+
+
+def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
+    """(bytes of one checkpoint's weights, of its optimizer state) from the model: each tensor once (tied
+    weights shared), with LoRA the trained ones; AdamW keeps two float32 moments per trained parameter."""
+    seen, weights = set(), 0
+    tensors = [p for p in model.parameters() if p.requires_grad] if lora else model.state_dict().values()
+    for t in tensors:
+        key = (t.data_ptr(), t.numel())
+        if key in seen:
+            continue
+        seen.add(key)
+        weights += t.numel() * t.element_size()
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return weights, 2 * 4 * trained
+
+
+class _SaveFailed(Exception):
+    """What a checkpoint's save raised (:func:`writing`), with the folder it was writing."""
+
+    def __init__(self, folder: Path, cause: Exception):
+        super().__init__(f"{folder}: {type(cause).__name__}: {cause}")
+        self.folder, self.cause = folder, cause
+
+
+@contextlib.contextmanager
+def writing(folder: Path):
+    """Mark an error of the library writing checkpoint ``folder`` as a failure to write that folder:
+    safetensors reports an I/O error in words, without its errno, so the error is known by where it happened."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as e:
+        if isinstance(e, (OSError, RuntimeError)) or type(e).__name__ == "SafetensorError":
+            raise _SaveFailed(folder, e) from e
+        raise
+
+
+@contextlib.contextmanager
+def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
+    """A checkpoint save the file system stops becomes a :class:`~oodcorr.core.errors.DiskFull` (no room) or
+    :class:`~oodcorr.core.errors.WriteFailed`, the half-written checkpoint (no manifest) deleted."""
+    try:
+        yield
+    except WriteFailed:
+        raise
+    except Exception as e:
+        save = e if isinstance(e, _SaveFailed) else None
+        cause = save.cause if save is not None else e
+        full = write_errno(cause, ckpt_root) in DISK_FULL_ERRNOS
+        if not full and save is None:
+            raise
+        partial = [d for _, d in checkpoint_dirs(ckpt_root) if not verify_checkpoint(d, full=False)[0]]
+        for d in partial:
+            shutil.rmtree(d, ignore_errors=True)
+        folder = partial[-1] if partial else (save.folder if save is not None else None)
+        what = f"the checkpoint {folder}" if folder else f"a checkpoint in {ckpt_root}"
+        if full:
+            msg = disk_full(ckpt_root, what, needed=per_checkpoint, cause=cause)
+        else:
+            code = write_errno(cause, ckpt_root) or probe_write(save.folder)
+            msg = str(write_failed(ckpt_root, what, cause=cause, code=code))
+        if partial:
+            names = ", ".join(d.name for d in partial)
+            msg += f" (the half-written {names} was deleted; the checkpoints before it are whole)"
+        raise (DiskFull(msg) if full else WriteFailed(msg)) from cause

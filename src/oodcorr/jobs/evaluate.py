@@ -11,16 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..core.atomic_write import write_json_atomic
-from ..core.digests import sha256_json
+from ..core.atomic_write import atomic_path, write_json_atomic
+from ..core.digests import json_default, sha256_json
 from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
-from ..core.records import read_result
+from ..core.records import META_KEY, read_result
 from ..modeling.adaptation import correct_mask
 from ..modeling.checkpoint_loader import CheckpointLoader
 from ..modeling.loading import tokenizer_fingerprint
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
-from .predictions import write_predictions
 from .scoring import device_batching, eval_dtype, score
 from .series_checkpoint import read_manifest, verify
 from .tokenize_testset import read_tokenized
@@ -71,7 +70,6 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
                     "predictions": pred,
                     "weights": recorded.get(step, {}).get("weights"),
                     "run_manifest": run_manifest,
-                    # the libraries that trained it, as the finetune recorded them (None: not recorded)
                     "finetune_libraries": recorded.get(step, {}).get("libraries"),
                 }
             )
@@ -84,8 +82,7 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
 
 
 def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
-    """Each checkpoint's weights digest (``weights``) and the libraries that saved it (``libraries``) as the
-    run's finetune recorded them; a manifest without the digests is refused with the way out."""
+    """Each checkpoint's ``weights`` digest and ``libraries`` as the run's manifest records them (refused without)."""
     again = (
         "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
     )
@@ -196,7 +193,6 @@ def evaluate_run(
 
     t_imp = time.time()
     torch.set_num_threads(threads)
-    # checked (its bytes, format, testset, model and tokenizer) before anything is scored
     cache = read_tokenized(
         tokenized, tokenizer_fingerprint(model_entry, job.built_model_dir), testset=testset, model=model_entry.name
     )
@@ -213,7 +209,6 @@ def evaluate_run(
     records = []
     for ck in checkpoints:
         check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
-        # the weights: the sha256s in the finetune's checkpoint manifest, or a series checkpoint's digest
         weights = ck["series"]["digest"] if ck.get("series") else weights_digest(Path(ck["checkpoint"]))
         key = eval_key(weights, cache, job.provenance, job.dtype, device)
         old = _reusable(ck["predictions"], key, int(ck["step"]))
@@ -257,13 +252,10 @@ def evaluate_run(
 
 
 def _reusable(path: str, key: str, step: int) -> dict | None:
-    """The record of an existing predictions file made by exactly this evaluation for this place (its step
-    and its own path: another experiment's copy is computed again), else None."""
-    if not Path(path).exists():
-        return None
+    """The record of an existing predictions file of exactly this evaluation, step and path, else None."""
     try:
         rec = read_result(path)
-    except Exception:  # noqa: BLE001 -- unreadable: compute it again
+    except Exception:  # noqa: BLE001 -- missing or unreadable: compute it again
         return None
     here = rec.get("step") == step and os.path.normpath(str(rec.get("predictions"))) == os.path.normpath(path)
     return rec if rec.get("eval_key") == key and here else None
@@ -321,7 +313,6 @@ def _evaluate_checkpoint(
     device, dtype = loader.device, job.dtype
     t0 = time.time()
     if series is None:
-        # sizes always, sha256 once per file (cached in the checkpoint's .oodcorr_verified.json)
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
         fix = (
             f". Its files changed after it was saved, so it is not evaluated. To recover, delete "
@@ -388,3 +379,52 @@ def _evaluate_checkpoint(
     write_predictions(out_predictions, gold, pred, correct, logits, names, cache["label_names"], result)
     result["timing_s"]["write"] = round(time.time() - t_write, 3)
     return result
+
+
+def _arrow_column(values, kind: str):
+    """A pyarrow array (``kind``: int64, float32, bool, string) built from its buffers: ``pyarrow.array``
+    imports pandas on first use, a start-up cost every evaluation would pay for nothing."""
+    import numpy as np
+    import pyarrow as pa
+
+    if kind == "string":
+        data = [str(v).encode("utf-8") for v in values]
+        offsets = np.zeros(len(data) + 1, dtype=np.int32)
+        offsets[1:] = np.cumsum([len(d) for d in data])
+        return pa.Array.from_buffers(
+            pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+        )
+    if kind == "bool":
+        bits = np.packbits(np.asarray(values, dtype=bool), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    arr = np.ascontiguousarray(values, dtype={"int64": np.int64, "float32": np.float32}[kind])
+    return pa.Array.from_buffers(getattr(pa, kind)(), len(arr), [None, pa.py_buffer(arr)])
+
+
+def write_predictions(
+    path: str,
+    gold: list[int],
+    pred: list[int],
+    correct: list[bool],
+    logits,
+    gold_names: list[str],
+    label_names: list[str],
+    record: dict,
+) -> None:
+    """Per-example gold, prediction, correctness and label scores as parquet (pyarrow, no pandas import)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {
+        "index": _arrow_column(range(len(gold)), "int64"),
+        "label": _arrow_column([gold_names[g] for g in gold], "string"),
+        "pred": _arrow_column([gold_names[p] for p in pred], "string"),
+        "correct": _arrow_column(correct, "bool"),
+    }
+    arr = logits.numpy()
+    for j, name in enumerate(label_names):
+        cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
+    meta = json.dumps(record, sort_keys=True, default=json_default).encode()
+    table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)

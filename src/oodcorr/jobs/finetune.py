@@ -1,8 +1,5 @@
-"""Finetuning (pattern or classification head) with checkpoints on a schedule, resumable after a kill.
-
-Only ``manifest.json`` is a Snakemake output, so a killed job's checkpoints survive and the rerun
-resumes from the newest one whose manifest verifies and that still has its optimizer state.
-"""
+"""Finetuning with checkpoints on a schedule, resumable: only ``manifest.json`` is a Snakemake output, so a
+killed job's checkpoints survive and its rerun resumes from the newest whole one with optimizer state."""
 
 from __future__ import annotations
 
@@ -11,6 +8,7 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..core import trackers
@@ -27,15 +25,17 @@ from ..modeling.hub import pinned_model_revision
 from ..modeling.loading import load_model, load_tokenizer, model_source
 from ..planning.finetune_job import FinetuneJob
 from . import tracking
-from .checkpoint_saves import checkpoint_bytes, saves_that_fit, writing
 from .checkpoints import (
+    checkpoint_bytes,
     find_resume_point,
     guard_run_identity,
     prune_resume_state,
     saved_with,
+    saves_that_fit,
     verify_checkpoint,
     weights_digest,
     write_ckpt_manifest,
+    writing,
 )
 from .prepare_dataset import balanced_sample
 
@@ -136,21 +136,17 @@ def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbali
     return torch.nn.functional.cross_entropy(logits, target), logits
 
 
-class _Collator:
-    def __init__(self, pad_id):
-        self.pad_id = pad_id
+def _collate(pad_id, feats):
+    import torch  # torch stack: planning and the CLI never import it
 
-    def __call__(self, feats):
-        import torch  # torch stack: planning and the CLI never import it
+    from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning
 
-        from ..modeling.prompting import pad_batch  # prompting imports torch: kept out of planning
-
-        ids, mask = pad_batch([f["input_ids"] for f in feats], self.pad_id, side="right")
-        return {
-            "input_ids": ids,
-            "attention_mask": mask,
-            "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long),
-        }
+    ids, mask = pad_batch([f["input_ids"] for f in feats], pad_id, side="right")
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "labels": torch.tensor([f["labels"] for f in feats], dtype=torch.long),
+    }
 
 
 def apply_lora(model, lora: dict, task_type: str = "CAUSAL_LM"):
@@ -255,8 +251,7 @@ def _training_set(job: FinetuneJob, method) -> _TrainingSet:
 
 
 def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
-    """Under the lock: set aside checkpoints of another identity, load the model, save step 0; returns
-    (model, whether every checkpoint exists, resume point or None)."""
+    """Under the lock: set aside another identity's checkpoints, load the model, save step 0; (model, done, resume)."""
     from transformers import set_seed  # torch stack: planning and the CLI never import it
 
     ckpt_root = _ckpt_root(job)
@@ -353,7 +348,7 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
         model=model,
         args=_training_arguments(job, report),
         train_dataset=train.examples,
-        data_collator=_Collator(train.tokenizer.pad_token_id),
+        data_collator=partial(_collate, train.tokenizer.pad_token_id),
         method=method,
         extra=train.extra,
         loss=job.training.loss,

@@ -2,8 +2,7 @@
 
 A prediction is first collapsed the way the label mode scores it (``coarse``: ``neutral`` or
 ``contradiction`` on a 2-way set is ``non-entailment``), so that F1 and ECE judge what accuracy
-judges. macro-F1 is scikit-learn's ``f1_score(average="macro", zero_division=0)`` over the classes
-gold or predicted; ECE bins the top label's confidence into :data:`ECE_BINS` bins (b/15, (b+1)/15].
+judges; ECE's :data:`ECE_BINS` bins are (b/15, (b+1)/15].
 """
 
 from __future__ import annotations
@@ -72,19 +71,14 @@ def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
     return float(np.mean(list(f1.values()))) if f1 else math.nan
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.asarray(logits, dtype=np.float64)
-    z = z - z.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
-
-
 def confidence(
     logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str], coarse: dict | None
 ) -> np.ndarray:
     """Probability of each example's (collapsed) predicted label under the softmax of its
     label scores; for a coarse prediction, the summed probability of the labels it collapses."""
-    prob = softmax(logits)  # columns follow label_names, the model's outputs
+    z = np.asarray(logits, dtype=np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    prob = e / e.sum(axis=1, keepdims=True)  # the softmax; columns follow label_names, the model's outputs
     pred = np.asarray(pred)
     out = np.empty(len(pred))
     for p in _distinct(pred):

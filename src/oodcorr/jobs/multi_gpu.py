@@ -15,7 +15,6 @@ from ..core.atomic_write import write_json_atomic
 from ..core.gpus import claim_for_job
 from ..core.io import read_json
 from ..core.locks import check_free
-from ..core.model_entry import ModelEntry
 from ..core.ranks import is_main_process
 from ..planning.finetune_job import FinetuneJob, trains_in_bf16
 from .finetune import finetune
@@ -25,11 +24,6 @@ log = logging.getLogger(__name__)
 
 ENTRY_MODULE = "oodcorr.jobs.multi_gpu"
 ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what each launched process reads
-
-
-def mixed_precision(model_entry: ModelEntry, ft: dict) -> str:
-    """Accelerate's mixed precision, by :func:`oodcorr.planning.finetune_job.trains_in_bf16` as in one process."""
-    return "bf16" if trains_in_bf16(model_entry, ft) else "no"
 
 
 def _flag(value: bool) -> str:
@@ -117,7 +111,7 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
     argv = launch_argv(
         dist,
         args_file,
-        mixed_precision=mixed_precision(job.model_entry, job.finetune),
+        mixed_precision="bf16" if trains_in_bf16(job.model_entry, job.finetune) else "no",  # as in one process
         threads=threads,
         port=_free_port(),
     )
@@ -129,17 +123,15 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
     return read_json(job.manifest_path, "the run's manifest", MANIFEST_FIX)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Entry point of each launched process: the single-process finetune, on its own GPU."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        raise SystemExit(f"usage: python -m {ENTRY_MODULE} ARGS.json")
+def main() -> None:
+    """Entry point of each launched process (its one argument: the job's JSON, :func:`launch_argv`): the
+    single-process finetune, on its own GPU."""
     logging.basicConfig(
         level=logging.INFO if is_main_process() else logging.WARNING,
         stream=sys.stderr,
         format=f"%(asctime)s rank{os.environ.get('RANK', '0')} %(levelname)s %(name)s: %(message)s",
     )
-    job = FinetuneJob.from_json(Path(argv[0]).read_text())
+    job = FinetuneJob.from_json(Path(sys.argv[1]).read_text())
     import torch  # torch stack: planning and the CLI never import it
 
     # the CPU only where there is no GPU at all (tests: several processes over gloo)

@@ -37,8 +37,7 @@ def _count(dropped: dict | None, reason: str, key: str | None = None) -> None:
 
 
 def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
-    """``n`` examples of the generator's stream, then those ``where`` selects (as for a file: e.g.
-    ``{label: entailment}`` keeps the entailed half of the stream)."""
+    """``n`` examples of the generator's stream, then those ``where`` selects (as for a file)."""
     stream = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
     keep = spec.get("where") or {}
     recs = []

@@ -1,8 +1,5 @@
-"""Checkpoint series that already exist: evaluated as they are, without finetuning.
-
-Nothing here imports torch: planning lists a local checkpoint's files, so that Snakemake rewrites the
-manifest (and reruns that checkpoint's evaluations) when one of them changes.
-"""
+"""Checkpoint series that already exist, evaluated as they are; nothing here imports torch (planning lists
+a local checkpoint's files, so that Snakemake rewrites its manifest when one changes)."""
 
 from __future__ import annotations
 
@@ -47,7 +44,6 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
     return doc
 
 
-# what to do about an unreadable manifest, a finetune's or a series checkpoint's
 MANIFEST_FIX = (
     "delete it and run again: its job writes it again (a finetune whose checkpoints are all there "
     "does not train again, it checks them)"
@@ -61,8 +57,7 @@ def read_manifest(path: str | Path) -> dict | None:
 
 
 def verify(doc: dict) -> tuple[bool, str]:
-    """Whether a local series checkpoint still holds the files its manifest lists: each present,
-    of the same size, and of the same sha256 where its stat changed since it was hashed."""
+    """Whether a local series checkpoint still holds its manifest's files (size; sha256 where the stat changed)."""
     path = doc["source"].get("path")
     if not path:
         return True, "hub revision"

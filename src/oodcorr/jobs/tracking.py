@@ -81,7 +81,6 @@ def _read_ledger(folder: Path) -> dict:
 def _record(folder: Path, dest: str, keys: list[str]) -> None:
     doc = _read_ledger(folder)
     doc[dest] = sorted(set(doc.get(dest, [])) | set(keys))
-    folder.mkdir(parents=True, exist_ok=True)
     write_json_atomic(folder / LEDGER, doc)
 
 
@@ -103,10 +102,9 @@ def for_trainer(names: list[str], run_dir: str | Path) -> None:
     ident = RunIdentity.of_run_dir(run_dir) or RunIdentity("", Path(run_dir).name, "", 0, 0)  # (outside the layout)
     root = root_of_run_dir(run_dir)
     if "mlflow" in names and os.environ.get("RANK", "0") == "0":
-        client = _mlflow_client(root)
+        os.environ["MLFLOW_RUN_ID"] = _mlflow_run(root, ident)[1]
         os.environ["MLFLOW_TRACKING_URI"] = trackers.mlflow_uri(root)
         os.environ["MLFLOW_EXPERIMENT_NAME"] = trackers.mlflow_experiment(root)
-        os.environ["MLFLOW_RUN_ID"] = _mlflow_run(client, root, ident)
     if "wandb" in names:
         os.environ.setdefault("WANDB_DIR", str(run_dir))
         os.environ["WANDB_MODE"] = trackers.wandb_mode()
@@ -140,13 +138,12 @@ class TrackerFailed(ConfigError):
 
 
 def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series: set[str]) -> list[str]:
-    """Log every run's scores to the trackers its model names (``names_of``); ``series``: the models whose
-    checkpoints were given. Returns a line per tracker and run that got points."""
+    """Log every run's scores to the trackers its model names; ``series``: models whose checkpoints were given."""
     said = []
     root = Path(root)
     for run_id, rows in scores.groupby("run_id", sort=True):
         model = str(rows["model"].iloc[0])
-        wanted = [n for n in names_of.get(model, []) if n in trackers.SCORED]
+        wanted = names_of.get(model, [])  # (of_config keeps the trackers that take scores)
         if not wanted:
             continue
         first = rows.iloc[0]
@@ -165,8 +162,7 @@ def log_scores(scores, root: str | Path, names_of: dict[str, list[str]], series:
 
 
 def _send_once(name: str, root: Path, folder: Path, items: dict, send) -> dict:
-    """``send`` the ``items`` (ledger key -> item) that ``folder``'s ledger does not record as given to
-    tracker ``name`` yet, then record them; returns those sent."""
+    """``send`` the ``items`` (ledger key -> item) ``folder``'s ledger has not given tracker ``name``; record them."""
     dest = _destination(name, root, folder)[0]
     done = set(_read_ledger(folder).get(dest, []))
     new = {k: v for k, v in items.items() if k not in done}
@@ -197,9 +193,8 @@ def _destination(name: str, root: Path, folder: Path) -> tuple[str, str]:
 
 
 def _event_file_suffix(kind: str) -> str:
-    """The end of a new TensorBoard event file's name, unique to it: tensorboardX names the file by
-    the second it opens it and the host, so a second logging within that second (an added testset,
-    a new answer) would write over the first one's file and lose its points."""
+    """A new TensorBoard event file's unique name end: tensorboardX names a file by the second and host, so a
+    second logging within that second would overwrite the first's points."""
     return f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}"
 
 
@@ -211,34 +206,31 @@ def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path)
             w.add_scalar(tag, value, global_step=step)
 
 
-def _mlflow_client(root: Path):
+def _mlflow_run(root: Path, ident: RunIdentity | None, answer: bool = False):
+    """(an MLflow client, the MLflow run of a finetuning run or of the answer, found by its ``oodcorr.run``
+    tag, made if missing)."""
     if trackers.mlflow_uri(root).startswith("file:"):
         # our default: a file store in the experiment folder (MLflow 3 asks for this opt-in to use one)
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     from mlflow.tracking import MlflowClient  # optional extra: oodcorr[mlflow]
 
-    return MlflowClient(tracking_uri=trackers.mlflow_uri(root))
-
-
-def _mlflow_run(client, root: Path, ident: RunIdentity | None, answer: bool = False) -> str:
-    """The MLflow run of a finetuning run or of the answer (by its ``oodcorr.run`` tag), made if missing."""
+    client = MlflowClient(tracking_uri=trackers.mlflow_uri(root))
     exp = client.get_experiment_by_name(trackers.mlflow_experiment(root))
     eid = exp.experiment_id if exp is not None else client.create_experiment(trackers.mlflow_experiment(root))
     key = f"{trackers.experiment_of(root)}: the answer" if answer else ident.key
     found = client.search_runs([eid], filter_string=f"tags.`oodcorr.run` = '{key}'", max_results=1)
     if found:
-        return found[0].info.run_id
+        return client, found[0].info.run_id
     tags = {"oodcorr.run": key, "oodcorr.experiment": trackers.experiment_of(root)} if answer else ident.tags
     run = client.create_run(eid, run_name=key if answer else ident.name, tags=tags)
     client.set_terminated(run.info.run_id)
-    return run.info.run_id
+    return client, run.info.run_id
 
 
 def _mlflow_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
     from mlflow.entities import Metric
 
-    client = _mlflow_client(root)
-    run_id = _mlflow_run(client, root, ident)
+    client, run_id = _mlflow_run(root, ident)
     metrics = [Metric(tag, value, 0, step) for tag, step, value in sorted(pts.values(), key=lambda p: p[1])]
     for i in range(0, len(metrics), 1000):  # MLflow's batch limit
         client.log_batch(run_id, metrics=metrics[i : i + 1000])
@@ -276,16 +268,15 @@ def is_answer_file(rel: str) -> bool:
 
 
 def log_answer(root: str | Path, files: list[Path], names: list[str]) -> list[str]:
-    """The answer's ``files`` (the published ``agreement.csv``, consensus heatmaps, explorer page,
-    ``answer.txt``) to each tracker in ``names`` as an experiment-level run's artifacts (TensorBoard:
-    ``answer.txt``'s lines as text); once per version of those files. Returns a line per tracker."""
+    """The answer's ``files`` to each tracker in ``names`` as an experiment-level run's artifacts (TensorBoard:
+    ``answer.txt``'s lines), once per version of those files. Returns a line per tracker."""
     root = Path(root)
     files = [Path(f) for f in files if Path(f).is_file()]
     if not files:
         return []
     digest = ",".join(sha256_file(f)[:16] for f in sorted(files))
     said = []
-    for name in dict.fromkeys(n for n in names if n in trackers.SCORED):
+    for name in names:  # (check_for names each tracker of of_config once)
         send = {"tensorboard": _tensorboard_answer, "mlflow": _mlflow_answer, "wandb": _wandb_answer}[name]
         if _send_once(name, root, root, {digest: None}, lambda _new, send=send: send(root, files)):
             said.append(f"{name}: the answer ({len(files)} files)")
@@ -304,8 +295,7 @@ def _tensorboard_answer(root: Path, files: list[Path]) -> None:
 
 
 def _mlflow_answer(root: Path, files: list[Path]) -> None:
-    client = _mlflow_client(root)
-    run_id = _mlflow_run(client, root, None, answer=True)
+    client, run_id = _mlflow_run(root, None, answer=True)
     for f in files:
         client.log_artifact(run_id, str(f), artifact_path=f.parent.name if f.parent.name == "consensus" else None)
 

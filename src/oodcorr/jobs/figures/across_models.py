@@ -1,11 +1,11 @@
-"""The figures of the answer across models: the consensus heatmap (one per in-domain set) and the
-forest plot of one pair."""
+"""The figures of the answer across models: the consensus heatmap and one pair's forest plot."""
 
 from __future__ import annotations
 
 import math
 import os
 import textwrap
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,8 @@ from ...core.answer import (
 from .common import (
     CMAP,
     TEXT_LIMIT,
+    blank,
+    cell_text,
     draw_cells,
     heatmap_figure,
     natural_key,
@@ -89,17 +91,15 @@ def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
 
 def short_reliability(est: float, low: float) -> str:
     """A reliability beside a name: the estimate, '≥' the low end where only a size bounds the noise,
-    'noise>var' where the estimate is below 0 (item noise exceeds the series' variance: never a share
-    outside [0, 1]), '' where it is not known."""
+    'noise>var' below 0 (never a share outside [0, 1]), '' where unknown."""
     if math.isfinite(est):
         return "noise>var" if est < 0 else (f"{est:.2f}" if est <= 1 else ">1")
     return f"≥{max(low, 0.0):.2f}" if math.isfinite(low) else ""
 
 
 def reliability_names(rows: pd.DataFrame, labels: dict[str, str] | None = None) -> dict[str, str]:
-    """Each testset of the agreement rows ``rows`` (and their in-domain set) as its label (``labels``,
-    default its name) with its reliability (:func:`oodcorr.core.answer.reliabilities`) in brackets, or
-    its label alone."""
+    """Each testset of ``rows`` (and their in-domain set) as its label (``labels``, default its name) with its
+    reliability in brackets where known."""
     labels = labels or {}
     out = dict(labels)
     for name, (est, low) in reliabilities(rows.to_dict("records")).items():
@@ -109,49 +109,44 @@ def reliability_names(rows: pd.DataFrame, labels: dict[str, str] | None = None) 
     return out
 
 
-def _legend(plt, styles: dict, cmap, norm, reliability: bool, alpha, near_zero, correction: str):
-    """The consensus heatmap's legend: one entry per kind of verdict drawn, and the reliability beside
-    a name where one is known."""
+def _legend(styles: dict, cmap, norm, reliability: bool, alpha, near_zero, correction: str):
+    """The consensus heatmap's legend: an entry per kind of verdict drawn, and the reliability's."""
     from matplotlib.patches import Patch
 
     red, faded = cmap(norm(0.55)), tuple(0.4 * np.array(cmap(norm(0.55))[:3]) + 0.6)
     a = f"{alpha:g}" if alpha is not None else "alpha"
     nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
-    kinds = {
-        "nearly": any(st["frame"] == "solid" for st in styles.values()),
-        "average": any(not st["faded"] and st["frame"] != "solid" for w, st in styles.items() if w != EVERY_RUN_MARK),
-        "±": any(st["mark"] == "±" for st in styles.values()),
-        "≠": any(st["mark"] == "≠" for st in styles.values()),
-        "≈0": any(st["mark"] == "≈0" for st in styles.values()),
-        "faded": any(st["faded"] and st["frame"] != "dotted" for st in styles.values()),
-        "every run": EVERY_RUN_MARK in styles,
-        "noise": any(st["frame"] == "dotted" for st in styles.values()),
-    }
+    drawn = [st for w, st in styles.items() if w != EVERY_RUN_MARK]
+    marks, frames = {st["mark"] for st in drawn}, {st["frame"] for st in drawn}
     entries = [
         (
-            "nearly",
+            "solid" in frames,
             Patch(facecolor=red, edgecolor="black", lw=1.6),
             "framed, bold: the sign in nearly every model (the other sign in under 2.5 % of such models)",
         ),
-        ("average", Patch(facecolor=red), f"plain: the sign on average ({correction} across pairs, {a})"),
-        ("±", Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
-        ("≠", Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
-        ("≈0", Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
         (
-            "every run",
+            any(not st["faded"] and st["frame"] != "solid" for st in drawn),
+            Patch(facecolor=red),
+            f"plain: the sign on average ({correction} across pairs, {a})",
+        ),
+        ("±" in marks, Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
+        ("≠" in marks, Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
+        ("≈0" in marks, Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
+        (
+            EVERY_RUN_MARK in styles,
             Patch(facecolor=red),
             f"{EVERY_RUN_MARK}, not faded: no statement across models, but significant with one sign in each "
             "model's own run (a fact about these runs, not a prediction)",
         ),
-        ("faded", Patch(facecolor=faded), "faded: unresolved"),
+        (any(st["faded"] and st["frame"] != "dotted" for st in drawn), Patch(facecolor=faded), "faded: unresolved"),
         (
-            "noise",
+            "dotted" in frames,
             Patch(facecolor=faded, **DOTTED),
             f"{NOISE_MARK} in a dotted frame: noise-limited (a testset's residual series mostly item noise: "
             f"reliability below {NOISE_LIMITED:g})",
         ),
     ]
-    handles = [(h, label) for k, h, label in entries if kinds[k]]
+    handles = [(h, label) for shown, h, label in entries if shown]
     if reliability:
         handles.append(
             (
@@ -180,9 +175,8 @@ def consensus_heatmap(
     alpha: float | None = None,
     near_zero: float | None = None,
 ) -> dict:
-    """The answer for one in-domain set: the consensus across models of every OOD pair's partial
-    correlation, marked by its verdict (:func:`verdict_style`), one panel per pool group. Returns
-    {(pool_group, row, col): label}."""
+    """The answer for one in-domain set: every OOD pair's consensus across models, marked by its verdict
+    (:func:`verdict_style`), a panel per pool group. Returns {(pool_group, row, col): label}."""
     plt = pyplot()
     sub = _answer_rows(agree, method, residualiser, in_domain)
     groups = sorted(sub["pool_group"].astype(str).unique()) or [""]
@@ -201,14 +195,7 @@ def consensus_heatmap(
         reliable = reliable or any(label != folded.get(name, name) for name, label in shown.items())
         if len(names) < 2:
             known = ", ".join(sorted(agree["in_domain"].astype(str).unique())) or "none"
-            ax.text(
-                0.5,
-                0.5,
-                f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})",
-                ha="center",
-                va="center",
-            )
-            ax.set_axis_off()
+            blank(ax, f"no pair of OOD testsets for in-domain {in_domain}\n(the table has: {known})")
             continue
         m = pair_matrix(rows, names, "r_consensus")[1:, :-1]
         verdicts = np.full(m.shape, "", dtype=object)
@@ -230,14 +217,12 @@ def consensus_heatmap(
         big = len(names) > TEXT_LIMIT
         draw_cells(ax, m, fade, present, big, norm, cmap)
         rnames, cnames = names[1:], names[:-1]
-        fs = max(4.5, min(9.0, 130 / len(names)))
         for i, j in zip(*np.nonzero(present)):
             v, word = m[i, j], verdicts[i, j]
             style = styles[word]
             mark = EVERY_RUN_MARK if every_run[i, j] else style["mark"]
             label = f"{v:+.2f}{mark}" if math.isfinite(v) else "n/a"
             cells[(group, rnames[i], cnames[j])] = f"{label} ({word})"
-            general = style["bold"]
             if style["frame"]:
                 half, look = FRAMES[style["frame"]]
                 ax.add_patch(plt.Rectangle((j - half, i - half), 2 * half, 2 * half, fill=False, **look))
@@ -245,19 +230,10 @@ def consensus_heatmap(
                 ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
             if big:
                 if mark:
-                    ax.text(j, i, mark, ha="center", va="center", fontsize=fs, color="black")
+                    cell_text(ax, i, j, mark, len(names), "black")
                 continue
             colour = "dimgrey" if fade[i, j] else ("white" if finite[i, j] and abs(v) > 0.6 else "black")
-            ax.text(
-                j,
-                i,
-                label,
-                ha="center",
-                va="center",
-                fontsize=fs,
-                color=colour,
-                fontweight="bold" if general else "normal",
-            )
+            cell_text(ax, i, j, label, len(names), colour, style["bold"])
         triangle_axes(ax, [shown.get(n, n) for n in rnames], [shown.get(n, n) for n in cnames], len(names), big)
         n_models = int(pd.to_numeric(rows["n_models_consensus"], errors="coerce").max())
         counts = rows["verdict"].value_counts()
@@ -279,7 +255,7 @@ def consensus_heatmap(
     # in two short lines: one long line ran past the bar's ends, into the title and out of the figure
     bar.set_label("consensus partial r\nacross models (observed)", fontsize=8)
     correction = str(sub["correction"].iloc[0]) if len(sub) and "correction" in sub else "corrected"
-    handles = _legend(plt, drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
+    handles = _legend(drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
     if handles:
         fig.legend(
             [h for h, _ in handles],
@@ -347,9 +323,8 @@ def forest(
     near_zero: float | None = None,
     level: float | None = None,
 ) -> dict:
-    """Why one OOD pair got its verdict: each model's pooled r (and its runs, and its tasks' r where the
-    item noise is known), the consensus, the prediction interval and the tolerance bounds, one panel per
-    pool group. Returns {pool_group: what each row says}."""
+    """Why one OOD pair got its verdict: each model's pooled r (its runs, its tasks' r), the consensus and
+    its intervals, a panel per pool group. Returns {pool_group: what each row says}."""
     plt = pyplot()
 
     def pair_rows(df):
@@ -360,8 +335,6 @@ def forest(
     arows, prows = pair_rows(agree), pair_rows(pc)
     groups = sorted(arows["pool_group"].astype(str).unique()) or [""]
     models = sorted(prows["model"].astype(str).unique(), key=natural_key)
-    # the rows below the models, top to bottom: the consensus, the one the verdict read where it is not
-    # the observed one, the tasks', the prediction interval, the tolerance bounds
     read = (
         "r_consensus_eiv" in arows and np.isfinite(pd.to_numeric(arows["ci_low_consensus_eiv"], errors="coerce")).any()
     )
@@ -372,7 +345,6 @@ def forest(
     fig, axes = plt.subplots(1, len(groups), figsize=(7.5 * len(groups), height), squeeze=False)
     out = {}
     lvl = f"{100 * level:g} % " if level else ""
-    side_text = {"va": "center", "fontsize": 8}
     for ax, group in zip(axes[0], groups):
         a = arows[arows["pool_group"].astype(str) == group]
         p = prows[prows["pool_group"].astype(str) == group]
@@ -382,6 +354,7 @@ def forest(
         ax.axvline(0, color="black", lw=0.8)
         if near_zero:
             ax.axvspan(-near_zero, near_zero, color="0.92", zorder=0)
+        side = partial(ax.text, 1.04, transform=ax.get_yaxis_transform(), va="center", fontsize=8)  # right of the panel
         drawn, corrected, lines = [], {}, {}
         for m in models:
             yy = ys[m]
@@ -405,17 +378,14 @@ def forest(
             if np.isfinite(r_line):  # the line, the curve's check: a hollow triangle above
                 ax.plot([r_line], [yy + 0.22], "v", ms=4.5, mfc="white", mec="0.35", zorder=4)
                 lines[m] = r_line
-            trans = ax.get_yaxis_transform()
-            ax.text(1.04, yy + (0.14 if tasks else 0), label, transform=trans, **side_text)
+            side(yy + (0.14 if tasks else 0), label)
             if tasks:
                 corrected[m] = interval_text(rc, clo, chi)
                 if np.isfinite(clo) and np.isfinite(chi):
                     ax.plot([clo, chi], [yy - 0.3] * 2, color=TASKS, lw=0.9, zorder=3)
                 if np.isfinite(rc):
                     ax.plot([rc], [yy - 0.3], "o", ms=4.5, mfc="white", mec=TASKS, zorder=4)
-                ax.text(
-                    1.04, yy - 0.26, f"tasks: {corrected[m]}", transform=trans, color=TASKS, va="center", fontsize=7
-                )
+                side(yy - 0.26, f"tasks: {corrected[m]}", color=TASKS, fontsize=7)
         verdict, n_models, tally, rel, said = "no agreement row", 0, {}, "", ""
         if len(a):
             row = a.iloc[0]
@@ -423,7 +393,6 @@ def forest(
             if str(row.get("form", "")) == DEPENDS_ON_FORM:
                 verdict += f" ({DEPENDS_ON_FORM}: the line says {row.get('line_verdict')})"
             n_models = int(row["n_models_consensus"]) if np.isfinite(float(row["n_models_consensus"])) else 0
-            trans = ax.get_yaxis_transform()
             say = {}
             for key, sfx, style in (
                 ("consensus", "", {"color": "tab:red"}),
@@ -437,8 +406,7 @@ def forest(
                 say[key] = interval_text(est, lo, hi)
                 if key == "tasks" and say[key] == "n/a":
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
-                colour = TASKS if key == "tasks" else "tab:red"
-                ax.text(1.04, at[key], say[key], color=colour, transform=trans, **side_text)
+                side(at[key], say[key], color=TASKS if key == "tasks" else "tab:red")
             for key, c, style in (
                 ("prediction", "pi", {"lw": 3, "solid_capstyle": "butt", "alpha": 0.6}),
                 ("tolerance", "tol", {"lw": 1.2, "marker": "|", "ms": 10, "zorder": 3}),
@@ -449,7 +417,7 @@ def forest(
                     say[key] = f"[{lo:+.2f}, {hi:+.2f}]"
                 else:
                     say[key] = "none (fewer than 3 models)" if n_models < 3 else "n/a"
-                ax.text(1.04, at[key], say[key], color="tab:red", transform=trans, **side_text)
+                side(at[key], say[key], color="tab:red")
             rel = _pair_reliability(row, x, y, in_domain)
             said = about([row.to_dict()])
             limited = row.get("noise_limited")

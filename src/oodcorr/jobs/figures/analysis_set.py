@@ -1,5 +1,4 @@
-"""The figures of one analysis as ``oodcorr analyse`` draws them: which ones (:func:`choose`), drawn
-in parallel processes (:class:`FigurePool`) with the explorer page (:mod:`.explorer`, :func:`explorer_page`)."""
+"""The figures of one analysis as ``oodcorr analyse`` draws them: which (:func:`choose`), in processes."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def check_figure_names(long: pd.DataFrame, source: str) -> None:
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure to draw: :func:`.kinds.draw`'s ``kind``, its PNG and its keyword arguments
-    other than the tables (which every drawing process already holds)."""
+    """One figure to draw: its kind, PNG, arguments and the tables it reads (each drawing process holds them)."""
 
     kind: str
     png: str
@@ -63,8 +61,7 @@ class Figure:
 
 @dataclass
 class Choice:
-    """What :func:`choose` decided: the figures in the order they are drawn, the in-domain sets
-    that get a consensus heatmap, and a line for each kind of figure left out."""
+    """What :func:`choose` decided: the figures in drawing order, the consensus sets, a line per kind left out."""
 
     figures: list[Figure]
     consensus_sets: list[str]
@@ -180,14 +177,10 @@ def _slim(name: str, table):
     return table[[c for c in table.columns if c in keep]]
 
 
-EXPLORER = "explorer"  # the kind of the explorer page among the figures
-
-
 def explorer_page(out: Path, title: str, settings: dict, answer: list[str], default: tuple[str, str]) -> Figure:
-    """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`: it
-    reads the whole agreement table (held as ``agreement``) and the pairs table's figure columns."""
+    """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`."""
     args = dict(title=title, settings=settings, answer=list(answer), default=default)
-    return Figure(EXPLORER, str(out / EXPLORER_FILE), args, ("agreement", "pc"))
+    return Figure("explorer", str(out / EXPLORER_FILE), args, ("agreement", "pc"))
 
 
 def _draw(fig: Figure) -> dict:
@@ -204,9 +197,8 @@ def default_workers() -> int:
 
 
 class FigurePool:
-    """Draws :class:`Figure` s in ``workers`` forked processes while the caller goes on (writing the
-    tables, the explorer page); :meth:`wait` returns each figure's result in order, raising the
-    first error. With one worker (or one figure) they are drawn in this process, at :meth:`wait`."""
+    """Draws :class:`Figure` s in ``workers`` forked processes while the caller goes on; :meth:`wait`
+    returns their results in order, raising the first error (one worker: drawn in this process, then)."""
 
     def __init__(self, figures: list[Figure], workers: int, **held):
         self.figures = figures

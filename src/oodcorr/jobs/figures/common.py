@@ -1,5 +1,4 @@
-"""What every figure shares: matplotlib without a display, the atomic PNG write, heatmap panels and
-the testsets' order."""
+"""What every figure shares: headless matplotlib, the atomic PNG write, heatmap panels, the testsets' order."""
 
 from __future__ import annotations
 
@@ -31,11 +30,6 @@ def save(fig, out_png: str, tight: bool = True) -> None:
     pyplot().close(fig)
 
 
-def select(pc: pd.DataFrame, method: str, residualiser: str, run: str = "pooled") -> pd.DataFrame:
-    """The rows one heatmap shows: one method, one residualiser, pooled (or one run)."""
-    return pc[(pc["method"] == method) & (pc["residualiser"] == residualiser) & (pc["run"] == run)]
-
-
 TEXT_LIMIT = 30  # more testsets than this: no numbers in the cells, marks instead, clustered order
 MAX_INCHES = 24.0  # a heatmap panel's side never exceeds this (about 2,900 pixels at 120 dpi)
 
@@ -46,16 +40,14 @@ def panel_inches(n_names: int) -> float:
 
 
 def grid_shape(n_panels: int) -> tuple[int, int]:
-    """(rows, columns) of a near-square grid for ``n_panels`` panels: as many columns as the
-    square root rounds up to, so 2 panels sit in one row, 3 or 4 in two, 16 in four."""
+    """(rows, columns) of a near-square grid for ``n_panels`` panels: 2 sit in one row, 3 or 4 in two."""
     cols = max(1, math.ceil(math.sqrt(n_panels)))
     return max(1, math.ceil(n_panels / cols)), cols
 
 
 def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
-    """(figure, axes as a flat list) of ``n_panels`` heatmap panels in a near-square grid
-    (:func:`grid_shape`), each sized for ``n_names`` testsets and a title of ``title_lines``
-    lines, with room for the shared colour bar; panels beyond ``n_panels`` are switched off."""
+    """(figure, axes as a flat list) of ``n_panels`` heatmap panels sized for ``n_names`` testsets and a
+    title of ``title_lines`` lines, with room for the shared colour bar."""
     size = panel_inches(n_names)
     rows, cols = grid_shape(n_panels)
     height = size + 1.0 if rows == 1 else rows * (size + 0.25 * title_lines + 0.5)
@@ -84,6 +76,18 @@ def draw_cells(ax, m: np.ndarray, fade: np.ndarray, present: np.ndarray, big: bo
     verts = np.stack([jj, ii], axis=1)[:, None, :] + corners[None, :, :]
     ax.add_collection(PolyCollection(verts, facecolors=rgba[ii, jj], edgecolors="none", linewidths=0))
     ax.set_aspect("equal")
+
+
+def blank(ax, text: str) -> None:
+    """A panel with nothing to draw, saying why."""
+    ax.text(0.5, 0.5, text, ha="center", va="center")
+    ax.set_axis_off()
+
+
+def cell_text(ax, i: int, j: int, text: str, n_names: int, colour: str, bold: bool = False, scale: float = 1.0):
+    """The text of a heatmap panel's cell (row ``i``, column ``j``), sized for ``n_names`` testsets."""
+    size = max(4.5, min(9.0, 130 / n_names)) * scale
+    ax.text(j, i, text, ha="center", va="center", fontsize=size, color=colour, fontweight="bold" if bold else "normal")
 
 
 def triangle_axes(ax, rows: list[str], cols: list[str], n_names: int, big: bool) -> None:

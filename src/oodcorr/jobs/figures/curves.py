@@ -1,5 +1,4 @@
-"""Curves: learning curves, in-domain vs OOD scatter plots with the fitted residualisers, training loss,
-``oodcorr design``'s power curves."""
+"""Curves: learning, in-domain vs OOD scatter with the fitted residualisers, training loss, design power."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ import pandas as pd
 
 from ...core.io import read_json
 from ..series_checkpoint import MANIFEST_FIX
-from .common import pyplot, save
+from .common import blank, pyplot, save
 
 LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 
@@ -19,8 +18,7 @@ LEGEND_LIMIT = 25  # more testsets than this: the learning curves get no legend
 def learning_curves(
     long: pd.DataFrame, model: str, out_png: str, x_label: str = "training step", y_label: str = "score"
 ) -> dict:
-    """Score vs step per testset: one thin line per run, the mean over runs bold; the
-    in-domain testset in black. One panel per in-domain set. Returns {in_domain: testsets}."""
+    """Score vs step per testset, one panel per in-domain set (in black). Returns {in_domain: testsets}."""
     plt = pyplot()
     sub = long[long["model"] == model]
     panels = sorted(sub["in_domain"].unique()) or [""]
@@ -29,8 +27,7 @@ def learning_curves(
     for ax, dom in zip(axes[0], panels):
         rows = sub[sub["in_domain"] == dom]
         if rows.empty or not pd.api.types.is_numeric_dtype(rows["unit"]):
-            ax.text(0.5, 0.5, "units are not training steps:\nno learning curve", ha="center", va="center")
-            ax.set_axis_off()
+            blank(ax, "units are not training steps:\nno learning curve")
             continue
         names = sorted(set(rows["testset"]) - {dom}) + [dom]
         colours = plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names) - 1, 1)))
@@ -111,8 +108,7 @@ def scatter(
     gam_settings=None,
     max_panels: int = 48,
 ) -> dict:
-    """In-domain vs OOD score, one panel per OOD testset, points coloured by run, with each run's fitted
-    residualiser curves. Returns {testset: number of curves drawn}."""
+    """In-domain vs OOD score per OOD testset with each run's fitted curves. Returns {testset: curves drawn}."""
     from ...analysis.cell.residualise import GamSettings  # pandas/scipy: only the analysis commands pay their start-up
 
     plt = pyplot()
@@ -126,8 +122,7 @@ def scatter(
     # one in-domain set: one x axis for every panel, its tick labels only at the bottom of each column
     share = len({d for d, _ in shown}) == 1
     fig, axes = plt.subplots(nrow, ncol, figsize=(2.8 * ncol, 2.5 * nrow), squeeze=False, sharex=share)
-    styles = {"spline": ("-", 1.4), "linear": (":", 1.1), "gam": ("--", 1.4)}
-    style_words = {"-": "solid", ":": "dotted", "--": "dashed"}
+    styles = {"spline": ("-", 1.4, "solid"), "linear": (":", 1.1, "dotted"), "gam": ("--", 1.4, "dashed")}
     runs = sorted(sub["run"].unique())
     colours = dict(zip(runs, plt.get_cmap("tab10")(np.linspace(0, 1, max(len(runs), 1)))))
     drawn = {}
@@ -152,7 +147,7 @@ def scatter(
             for res in residualisers:
                 curve = _fit_curve(z, v, res, gam_settings, grid)
                 if curve is not None:
-                    ls, lw = styles.get(res.split("+")[0], ("-", 1))
+                    ls, lw, _ = styles.get(res.split("+")[0], ("-", 1, "solid"))
                     ax.plot(grid, curve, ls=ls, lw=lw, color=colours[run])
                     n_curves += 1
         drawn[ts] = n_curves
@@ -165,7 +160,7 @@ def scatter(
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_axis_off()
     kinds = [r for r in residualisers if "+" not in r]
-    legend = ", ".join(f"{r}: {style_words[styles.get(r, ('-', 1))[0]]}" for r in kinds)
+    legend = ", ".join(f"{r}: {styles.get(r, ('-', 1, 'solid'))[2]}" for r in kinds)
     extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels
@@ -183,9 +178,8 @@ DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, lin
 
 
 def design_power(report: dict, out_png: str) -> dict:
-    """``oodcorr design``'s figure: power against effect, one panel per AR(1) coefficient phi and one
-    line per verdict (a band of two Monte Carlo standard errors around each), the target power
-    dashed. ``report`` is :func:`oodcorr.analysis.design.report.report`'s dict."""
+    """``oodcorr design``'s figure: power against effect per AR(1) phi, a line (±2 Monte Carlo SE) per
+    verdict; ``report`` is :func:`oodcorr.analysis.design.report.report`'s dict."""
     plt = pyplot()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)

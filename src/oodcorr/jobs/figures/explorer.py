@@ -1,6 +1,5 @@
-"""The explorer page: the answer of an analysis as one self-contained HTML file (``explorer.html``,
-beside ``agreement.csv``) that works offline from a ``file://`` URL, with no server and no request
-to anything outside the file."""
+"""The explorer page: an analysis's answer as one self-contained HTML file (``explorer.html``) that works
+offline from a ``file://`` URL, with no request to anything outside the file."""
 
 from __future__ import annotations
 
@@ -47,8 +46,7 @@ SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d3
 
 
 def page_style(verdict: str) -> dict:
-    """How the page shows a verdict: :func:`.across_models.verdict_style` (the figures' mapping, read from
-    the verdict's words), its rank among the verdicts and a legend swatch."""
+    """How the page shows a verdict: :func:`.across_models.verdict_style`, its rank and a legend swatch."""
     st = verdict_style(str(verdict))
     framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"
     colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")
@@ -93,8 +91,7 @@ def page_data(
         "x": [idx[v] for v in agree["x"]],
         "y": [idx[v] for v in agree["y"]],
         "verdict": [vidx[v] for v in agree["verdict"]],
-        # 1 where each model's own run finds the pair significant with one sign though the models say
-        # nothing together (oodcorr.core.answer.every_run_sign): drawn unfaded, marked
+        # 1: each model's own run finds one sign, the models together nothing (drawn unfaded, marked)
         "every_run": [int(bool(every_run_sign(r))) for r in agree.to_dict("records")],
         "panel": [],
         "values": {
@@ -122,7 +119,6 @@ def page_data(
         "settings": settings or {},
         "answer": answer or [],
         "names": names,
-        # the heatmap's axis labels: the names without their common start (prefix), as the figures fold them
         "prefix": prefix,
         "labels": [labels[n] for n in names],
         "models": models,

@@ -1,5 +1,4 @@
-"""The figure kinds, one registry (:data:`FIGURES`), and :func:`draw`: one figure drawn the same way for
-``oodcorr analyse`` and the workflow's rules, with what an analysis's options decide of it."""
+"""The figure kinds, one registry (:data:`FIGURES`), and :func:`draw`, for ``oodcorr analyse`` and the rules."""
 
 from __future__ import annotations
 
@@ -12,25 +11,15 @@ from .curves import learning_curves, scatter, scatter_fits
 from .explorer import write_explorer
 from .pair_heatmaps import heatmap, heatmap_grid, heatmap_marks
 
-
-def _consensus(png, opts, t, a):
-    return consensus_heatmap(
-        t["agree"], png, a["method"], a["residualiser"], a["in_domain"], opts.alpha, opts.near_zero
-    )
-
-
-def _forest(png, opts, t, a):
-    x, y = a["pair"]
-    return forest(
-        t["agree"], t["pc"], png, a["in_domain"], x, y, a["method"], a["residualiser"], opts.near_zero, opts.level
-    )
-
-
 # kind -> drawing function (png, options, tables, arguments); the analysis rules are named for the kinds
 # (rule forest_plots draws "forest", one per pair); "explorer" is the page oodcorr analyse writes with them
 FIGURES = {
-    "consensus_heatmap": _consensus,
-    "forest": _forest,
+    "consensus_heatmap": lambda png, opts, t, a: consensus_heatmap(
+        t["agree"], png, a["method"], a["residualiser"], a["in_domain"], opts.alpha, opts.near_zero
+    ),
+    "forest": lambda png, opts, t, a: forest(
+        t["agree"], t["pc"], png, a["in_domain"], *a["pair"], a["method"], a["residualiser"], opts.near_zero, opts.level
+    ),
     "heatmap": lambda png, opts, t, a: heatmap(
         t["pc"], a.get("model"), png, a["method"], a["residualiser"], **heatmap_marks(opts)
     ),
@@ -48,9 +37,5 @@ FIGURES = {
 
 
 def draw(kind: str, out_png: str, opts, tables: Mapping[str, pd.DataFrame], **args) -> dict:
-    """One figure of ``kind`` (:data:`FIGURES`) from ``tables`` (the pairs table ``pc``, the agreement
-    table ``agree``, the long scores table ``long``) and its ``args`` (``model``, ``in_domain``, ``method``,
-    ``residualiser``, ``pair``, learning curves' axis ``labels``)."""
-    if kind not in FIGURES:
-        raise ValueError(f"unknown figure {kind!r}; known: {', '.join(FIGURES)}")
+    """One figure of ``kind`` (:data:`FIGURES`) from ``tables`` (``pc``, ``agree``, ``long``) and its ``args``."""
     return FIGURES[kind](out_png, opts, tables, args)

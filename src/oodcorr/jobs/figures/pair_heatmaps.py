@@ -1,5 +1,4 @@
-"""The pairs heatmaps of one analysis: one model's (:func:`heatmap`) and every model's side by side
-(:func:`heatmap_grid`), each panel the strict lower triangle of the partial correlations with their marks."""
+"""The pairs heatmaps: one model's (:func:`heatmap`) and every model's side by side (:func:`heatmap_grid`)."""
 
 from __future__ import annotations
 
@@ -12,12 +11,13 @@ from ...core.answer import NEAR_ZERO, UNRESOLVED
 from .common import (
     CMAP,
     TEXT_LIMIT,
+    blank,
+    cell_text,
     draw_cells,
     heatmap_figure,
     pair_matrix,
     pyplot,
     save,
-    select,
     testset_order,
     triangle_axes,
 )
@@ -32,8 +32,7 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     on the form, hatched 'n/a' no value; beyond TEXT_LIMIT testsets no numbers, dots and squares."""
     cells = {}
     if len(names) < 2:
-        ax.text(0.5, 0.5, "no pair of OOD testsets\n(fewer than two evaluated)", ha="center", va="center")
-        ax.set_axis_off()
+        blank(ax, "no pair of OOD testsets\n(fewer than two evaluated)")
         ax.set_title(title, fontsize=9)
         return None, cells
     m = pair_matrix(rows, names, "r")[1:, :-1]
@@ -51,7 +50,6 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
     big = len(names) > TEXT_LIMIT
     draw_cells(ax, m, unresolved & np.isfinite(m), present, big, norm, cmap)
     im = mpl.cm.ScalarMappable(norm=norm, cmap=cmap)
-    fs = max(4.5, min(9.0, 130 / len(names)))
     if big:
         ii, jj = np.nonzero(sig & np.isfinite(m))
         ax.scatter(jj, ii, s=max(1.0, 400 / k), c="black", marker="o", linewidths=0)
@@ -59,39 +57,20 @@ def _panel(ax, rows: pd.DataFrame, names: list[str], title: str, plt) -> tuple[o
         ax.scatter(jj, ii, s=max(2.0, 900 / k), facecolors="none", edgecolors="dimgrey", marker="s", linewidths=0.4)
         ii, jj = np.nonzero(curved & np.isfinite(m))
         ax.scatter(jj, ii, s=max(2.0, 900 / k), c="black", marker="x", linewidths=0.5)
-        for i, j in zip(*np.nonzero(np.tril(np.ones((k, k), bool)) & present)):
-            v = m[i, j]
-            cells[(rnames[i], cnames[j])] = (
-                f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}" if math.isfinite(v) else "n/a"
-            )
-    else:
-        for i in range(k):
-            for j in range(i + 1):
-                v = m[i, j]
-                key = (rnames[i], cnames[j])
-                if math.isfinite(v):
-                    cells[key] = f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}"
-                    colour = "dimgrey" if unresolved[i, j] else ("white" if abs(v) > 0.6 else "black")
-                    ax.text(
-                        j,
-                        i,
-                        cells[key],
-                        ha="center",
-                        va="center",
-                        fontsize=fs,
-                        color=colour,
-                        fontweight="bold" if sig[i, j] else "normal",
-                    )
-                    if near[i, j]:
-                        ax.add_patch(
-                            plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, edgecolor="dimgrey")
-                        )
-                elif present[i, j]:
-                    ax.add_patch(
-                        plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0)
-                    )
-                    cells[key] = "n/a"
-                    ax.text(j, i, "n/a", ha="center", va="center", fontsize=fs * 0.85, color="dimgrey")
+    for i, j in zip(*np.nonzero(np.tril(np.ones((k, k), bool)) & present)):
+        v = m[i, j]
+        key = (rnames[i], cnames[j])
+        cells[key] = f"{v:+.2f}{'*' if sig[i, j] else ''}{'†' if curved[i, j] else ''}" if math.isfinite(v) else "n/a"
+        if big:
+            continue
+        if math.isfinite(v):
+            colour = "dimgrey" if unresolved[i, j] else ("white" if abs(v) > 0.6 else "black")
+            cell_text(ax, i, j, cells[key], len(names), colour, sig[i, j])
+            if near[i, j]:
+                ax.add_patch(plt.Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False, lw=0.8, edgecolor="dimgrey"))
+        else:
+            ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", edgecolor="grey", lw=0))
+            cell_text(ax, i, j, "n/a", len(names), "dimgrey", scale=0.85)
     triangle_axes(ax, rnames, cnames, len(names), big)
     ax.set_title(title, fontsize=9)
     return im, cells
@@ -145,16 +124,15 @@ def _rows(sub: pd.DataFrame, key: dict) -> pd.DataFrame:
 
 
 def heatmap_marks(opts) -> dict:
-    """The keyword arguments of :func:`heatmap` and :func:`heatmap_grid` that an analysis's options
-    (:class:`oodcorr.analysis.Options`) set: the significance level, confidence level and near-zero band."""
+    """The marks of :func:`heatmap` and :func:`heatmap_grid` an analysis's options set (alpha, level, near_zero)."""
     return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
 
 
-def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, residualiser: str, run: str, marks: dict):
-    """``model``'s panels, or with ``model`` None every model's side by side in one testset order: one
-    per (model,) in-domain set and pool group. Returns [(the panel's key, its cells)]."""
+def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, residualiser: str, marks: dict):
+    """``model``'s panels, or (None) every model's in one testset order. Returns [(panel key, its cells)]."""
     plt = pyplot()
-    sub = select(pc if model is None else pc[pc["model"] == model], method, residualiser, run)
+    sub = pc if model is None else pc[pc["model"] == model]
+    sub = sub[(sub["method"] == method) & (sub["residualiser"] == residualiser) & (sub["run"] == "pooled")]
     per = [(key, _rows(sub, key)) for key in _panel_keys(sub, by_model=model is None)]
     if model is None:
         shared = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
@@ -180,41 +158,18 @@ def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, re
     return drawn
 
 
-def heatmap(
-    pc: pd.DataFrame,
-    model: str,
-    out_png: str,
-    method: str,
-    residualiser: str,
-    run: str = "pooled",
-    alpha: float | None = None,
-    level: float | None = None,
-    near_zero: float | None = None,
-) -> dict:
-    """One panel per in-domain set and pool group for ``model``. Returns
-    {(in_domain, row, col): label}."""
-    drawn = _heatmaps(
-        pc, model, out_png, method, residualiser, run, dict(alpha=alpha, level=level, near_zero=near_zero)
-    )
+def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualiser: str, **marks) -> dict:
+    """One panel per in-domain set and pool group for ``model`` (``marks``: :func:`describe`'s ``alpha``,
+    ``level`` and ``near_zero``). Returns {(in_domain, row, col): label}."""
+    drawn = _heatmaps(pc, model, out_png, method, residualiser, marks)
     return {(key.get("in_domain", ""), *k): v for key, cells in drawn for k, v in cells.items()}
 
 
-def heatmap_grid(
-    pc: pd.DataFrame,
-    out_png: str,
-    method: str,
-    residualiser: str,
-    run: str = "pooled",
-    alpha: float | None = None,
-    level: float | None = None,
-    near_zero: float | None = None,
-) -> dict:
+def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str, **marks) -> dict:
     """Every model side by side in a near-square grid, one panel per model (and in-domain set, pool group),
     the same testset order and colour scale in every panel. Returns {(model, in_domain): n cells drawn}."""
     out: dict = {}
-    for key, cells in _heatmaps(
-        pc, None, out_png, method, residualiser, run, dict(alpha=alpha, level=level, near_zero=near_zero)
-    ):
+    for key, cells in _heatmaps(pc, None, out_png, method, residualiser, marks):
         at = (key.get("model", ""), key.get("in_domain", ""))
         out[at] = out.get(at, 0) + len(cells)
     return out
