@@ -12,14 +12,6 @@ from .loading import lean_enabled, load_checkpoint, load_folded, loaded_by, rele
 log = logging.getLogger(__name__)
 
 
-def _adapter_config(ckpt: Path):
-    """A peft checkpoint's adapter configuration as peft reads it (a dataclass whose set-valued
-    fields, such as ``target_modules``, compare without regard to the order written)."""
-    from peft import PeftConfig  # torch stack: planning and the CLI never import it
-
-    return PeftConfig.from_pretrained(str(ckpt))
-
-
 class CheckpointLoader:
     """Loads a run's checkpoints one after another, reusing what does not change."""
 
@@ -53,28 +45,31 @@ class CheckpointLoader:
             self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
             return self.model
         ckpt = Path(checkpoint)
-        adapter_cfg = ckpt / "adapter_config.json"
-        if adapter_cfg.exists():
+        adapter = (ckpt / "adapter_config.json").exists()
+        if adapter:
             model = self._fold(ckpt)
             if model is not None:
                 return model
+            from peft import PeftConfig  # torch stack: planning and the CLI never import it
+
+            # as peft reads it: set-valued fields (target_modules) compare without regard to the order written
+            adapter_config = PeftConfig.from_pretrained(str(ckpt))
         if self.model is not None:
-            if adapter_cfg.exists() and self.kind == "adapter" and _adapter_config(ckpt) == self.adapter_config:
+            if adapter and self.kind == "adapter" and adapter_config == self.adapter_config:
                 if self._swap_adapter(ckpt):
                     self.last_load = "adapter swap"
                     return self.model
-            elif not adapter_cfg.exists() and self.kind == "full":
+            elif not adapter and self.kind == "full":
                 if self._load_in_place(ckpt):
                     self.last_load = "in place"
                     return self.model
         self.close()
 
         # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
-        adapter = adapter_cfg.exists()
         self.model = load_checkpoint(
             self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=not adapter
         )
-        self.kind, self.adapter_config = ("adapter", _adapter_config(ckpt)) if adapter else ("full", None)
+        self.kind, self.adapter_config = ("adapter", adapter_config) if adapter else ("full", None)
         self.last_load = "fresh"
         return self.model
 

@@ -178,11 +178,14 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
     check_lock(plan, lock)
     missing = missing_from_cache(lock)
     if missing:
+        now = cache_dirs()
         raise ConfigError(
             f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
             + "\n  ".join(missing)
-            + "\n"
-            + _cache_hint(lock)
+            + f"\nThis machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
+            f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
+            f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
+            f"`{lock.command}` again."
         )
     os.environ[LOCK_ENV] = str(path.resolve())
     if offline in ("auto", True):
@@ -220,16 +223,6 @@ def cache_warnings() -> list[str]:
             "for the jobs)"
         )
     return out
-
-
-def _cache_hint(lock: HubLock) -> str:
-    now = cache_dirs()
-    return (
-        f"This machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
-        f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
-        f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
-        f"`{lock.command}` again."
-    )
 
 
 def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path:

@@ -20,14 +20,10 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if model_entry.tiny:
+    if model_entry.tiny or model_entry.is_gguf:
+        # loaded from the folder the workflow built: a tiny stand-in's (build_tiny_model), a GGUF file's (convert_gguf)
         if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
-        return str(built_model_dir), {}
-    if model_entry.is_gguf:
-        # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
-        if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
+            raise ConfigError(f"{model_entry.where}: a tiny or GGUF entry needs the folder the workflow built it in")
         return str(built_model_dir), {}
     if model_entry.path:
         return str(model_entry.path), {}
@@ -170,19 +166,14 @@ def load_model(
     return model.to(device)
 
 
-def new_head_keys(model, missing) -> list[str]:
-    """Which of the ``missing`` parameters of a head model (``method: head``) are its new head: those
-    outside the pretrained base model (``classifier.*``, ``score.*``, ...) and the pooler that only
-    feeds the head; a pretrained model has no classification head, so these start from random values."""
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    return [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
-
-
 def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method: str) -> None:
     """Every parameter the architecture needs was in the files (transformers would start a missing one
-    from random values), but a head model's new classification head; else a :class:`ConfigError`."""
+    from random values), but a head model's new classification head (outside the pretrained base model:
+    ``classifier.*``, ``score.*``, ..., and the pooler that only feeds it); else a :class:`ConfigError`."""
     missing = sorted(missing)
-    head = new_head_keys(model, missing) if method == "head" else []
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    outside = [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
+    head = outside if method == "head" else []
     lacking = [k for k in missing if k not in head]
     if head:
         log.info("%s: a new classification head, started from random values: %s", model_entry.name, ", ".join(head))
