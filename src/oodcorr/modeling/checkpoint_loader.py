@@ -80,16 +80,14 @@ class CheckpointLoader:
 
         if not lean_enabled(self.device):
             return None
-        adapter, why = read_adapter(ckpt, self.device)
-        if adapter is None:
-            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
-            return None
         if self.model is not None and self.kind == "folded":
-            self.folded.restore(self.model)  # the base model's own weights again, bit for bit
-            done, why = fold(self.model, adapter)
-            if done is not None:
-                self.folded, self.last_load = done, "adapter swap"
-                return self.model
+            adapter, _ = read_adapter(ckpt, self.device)
+            if adapter is not None:
+                self.folded.restore(self.model)  # the base model's own weights again, bit for bit
+                done, _ = fold(self.model, adapter)
+                if done is not None:
+                    self.folded, self.last_load = done, "adapter swap"
+                    return self.model
         self.close()
         model, done, why = load_folded(
             self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id
@@ -116,12 +114,10 @@ class CheckpointLoader:
                 unset[:3],
             )
             return False
-        self.model.eval()
         return True
 
     def _load_in_place(self, ckpt: Path) -> bool:
-        import torch  # torch stack: planning and the CLI never import it
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
 
         files = sorted(ckpt.glob("*.safetensors"))
         if not files:
@@ -144,9 +140,7 @@ class CheckpointLoader:
                 untied[:3],
             )
             return False
-        with torch.no_grad():
-            self.model.load_state_dict(state, strict=False)
-        self.model.eval()
+        self.model.load_state_dict(state, strict=False)  # copied under no_grad by torch
         return True
 
     def close(self, release: bool = True) -> None:

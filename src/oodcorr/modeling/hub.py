@@ -33,14 +33,13 @@ class LockMismatch(ConfigError):
 
 @dataclass(frozen=True)
 class HubLock:
-    """A parsed lock file (see the module docstring)."""
+    """A lock file as prefetch wrote it."""
 
     path: Path
     config: str  # the config file prefetch read
     models: dict[str, dict] = field(default_factory=dict)  # model name -> entry
     datasets: dict[str, dict] = field(default_factory=dict)  # dataset name -> entry
     cache: dict = field(default_factory=dict)  # {"hub": ..., "datasets": ...} as prefetch saw them
-    written: str = ""
 
     @property
     def command(self) -> str:
@@ -65,7 +64,6 @@ class HubLock:
             models=dict(doc.get("models") or {}),
             datasets=dict(doc.get("datasets") or {}),
             cache=dict(doc.get("cache") or {}),
-            written=str(doc.get("written") or ""),
         )
 
     def dataset_for(self, call: dict) -> tuple[str, dict] | None:
@@ -117,13 +115,7 @@ def hub_datasets(plan) -> dict[str, dict]:
 
 def check_lock(plan, lock: HubLock) -> None:
     """Every hub model and dataset of the plan is in the lock, at the revision the config asks for."""
-    problems = []
-    for spec in hub_models(plan):
-        entry = lock.models.get(spec.name)
-        if entry is None:
-            problems.append(f"models[{spec.name}]: not in the lock file")
-        else:
-            problems += _model_mismatch(spec.model_entry, entry)
+    problems = [p for spec in hub_models(plan) if (p := _model_mismatch(lock, spec.model_entry))]
     for name, call in hub_datasets(plan).items():
         found = lock.dataset_for(call)
         if found is None:
@@ -140,14 +132,16 @@ def check_lock(plan, lock: HubLock) -> None:
         )
 
 
-def _model_mismatch(model_entry: ModelEntry, entry: dict) -> list[str]:
-    """How the lock's ``entry`` of a model differs from its entry in the config (id, then revision)."""
-    where = model_entry.where
+def _model_mismatch(lock: HubLock, model_entry: ModelEntry) -> str | None:
+    """How the lock's entry of a model differs from its entry in the config (none, id, then revision)."""
+    where, entry = model_entry.where, lock.models.get(model_entry.name)
+    if entry is None:
+        return f"{where}: not in the lock file"
     if entry.get("hub") != model_entry.hub:
-        return [f"{where}: hub id {model_entry.hub!r} in the config, {entry.get('hub')!r} in the lock file"]
+        return f"{where}: hub id {model_entry.hub!r} in the config, {entry.get('hub')!r} in the lock file"
     if entry.get("revision") != model_entry.revision:
-        return [_revision_message(where, model_entry.revision, entry)]
-    return []
+        return _revision_message(where, model_entry.revision, entry)
+    return None
 
 
 def _revision_message(where: str, asked, entry: dict) -> str:
@@ -282,16 +276,13 @@ def pinned_model_revision(model_entry: ModelEntry) -> str | None:
     lock = active_lock()
     if lock is None:
         return model_entry.revision
-    entry = lock.models.get(model_entry.name)
-    if entry is None:
-        raise LockMismatch(f"{model_entry.where}: not in the lock file {lock.path}; run `{lock.command}`")
-    problems = _model_mismatch(model_entry, entry)
-    if problems:
+    problem = _model_mismatch(lock, model_entry)
+    if problem:
         raise LockMismatch(
-            f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
+            f"{problem} ({lock.path}); refusing to load another revision than the lock "
             f"pins. Run `{lock.command}` to pin the config's revision"
         )
-    return entry["commit"]
+    return lock.models[model_entry.name]["commit"]
 
 
 def pinned_dataset(call: dict) -> tuple[dict, str | None]:

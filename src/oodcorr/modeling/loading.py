@@ -112,8 +112,7 @@ def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str 
 
 
 def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
-    """The sha256 of the tokenizer files in ``folder`` (:data:`TOKENIZER_FILES`, name and bytes);
-    None when it holds none."""
+    """The sha256 of the tokenizer files in ``folder`` (name and bytes of each); None when it holds none."""
     h = hashlib.sha256()
     found = False
     for name in TOKENIZER_FILES:
@@ -142,17 +141,14 @@ def load_model(
         if folder is not None:
             from .plain_torch import lean_model  # torch stack: planning and the CLI never import it
 
-            model, why = lean_model(folder, model_entry, method.name, device)
+            model, why = lean_model(folder, model_entry, method.name)
             if model is not None:
                 return model
             log.info("%s: %s; loading with transformers' from_pretrained", model_entry.name, why)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
-    if method.name != "pattern":
-        if not labels:
-            raise ConfigError(f"{model_entry.where}: method {method.name!r} needs the label list")
-        kw.update(method.model_kwargs(labels, pad_token_id))
+    kw.update(method.model_kwargs(labels, pad_token_id))
     dtype = model_entry.dtype
     model, info = getattr(transformers, method.auto_class).from_pretrained(
         src,
@@ -225,9 +221,8 @@ def load_folded(
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
 ):
-    """(model, what the fold changed, "") for a LoRA checkpoint: the base model (lean where that
-    applies) with the adapter folded into its weights (:mod:`oodcorr.modeling.lora`); or
-    (None, None, why not) when the adapter is not one a fold knows."""
+    """(the base model, lean where that applies, with the LoRA adapter folded into its weights, what the
+    fold changed, ""), or (None, None, why not) when the adapter is not one a fold knows."""
     from .lora import fold, read_adapter  # torch stack: planning and the CLI never import it
 
     adapter, why = read_adapter(ckpt_dir, device)
@@ -247,8 +242,7 @@ def loaded_by(model) -> str:
 
 
 def release_memory(device) -> None:
-    """Collect garbage and empty ``device``'s cache (a ``torch.device``): after a model is dropped
-    or a batch ran out of memory."""
+    """Collect garbage and empty ``device``'s cache (a ``torch.device``)."""
     import gc
 
     import torch  # torch stack: planning and the CLI never import it
@@ -256,5 +250,3 @@ def release_memory(device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    elif device.type == "mps":
-        torch.mps.empty_cache()

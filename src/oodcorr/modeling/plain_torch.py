@@ -153,12 +153,11 @@ def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.
 
 
 def _keep_positions(hidden: torch.Tensor, logits_to_keep) -> torch.Tensor:
-    """transformers' ``slice_logits_to_keep``: the positions whose logits are computed."""
-    if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
+    """transformers' ``slice_logits_to_keep`` for what scoring passes: a (batch, 1) index per row, or
+    the last ``logits_to_keep`` positions (0: all)."""
+    if isinstance(logits_to_keep, torch.Tensor):
         return torch.take_along_dim(hidden, logits_to_keep[..., None], dim=1)
-    if isinstance(logits_to_keep, int):
-        logits_to_keep = slice(-logits_to_keep, None)
-    return hidden[:, logits_to_keep, :]
+    return hidden[:, -logits_to_keep:, :]
 
 
 class LeanCausalLM(nn.Module):
@@ -172,6 +171,10 @@ class LeanCausalLM(nn.Module):
     def __init__(self, config: SimpleNamespace):
         super().__init__()
         self.config = config
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
 
     def forward(
         self,
@@ -459,7 +462,6 @@ class LeanOlmo2(LeanCausalLM):
         return self.model.norm(hidden)
 
 
-# ---- the builder
 ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
     "opt": ("OPTForCausalLM", LeanOPT),
     "olmo2": ("Olmo2ForCausalLM", LeanOlmo2),
@@ -486,13 +488,11 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausalLM:
-    """The lean model of ``folder`` (config.json + safetensors) in ``dtype`` on ``device``, in eval
+def build(folder: str | Path, dtype: str = "float32") -> LeanCausalLM:
+    """The lean model of ``folder`` (config.json + safetensors) in ``dtype`` on the CPU, in eval
     mode; raises :class:`Unsupported` (with why) where it does not apply."""
     folder = Path(folder)
     where = str(folder)
-    if torch.device(device).type not in ("cpu", "cuda"):
-        raise Unsupported(f"device {device}: the lean loader runs on cpu and cuda")
     if dtype not in DTYPES:
         raise Unsupported(f"dtype {dtype!r}: the lean loader takes {', '.join(DTYPES)}")
     try:
@@ -522,20 +522,16 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     wrong = [k for k, t in state.items() if tuple(t.shape) != tuple(own[k].shape)]
     if wrong:
         raise Unsupported(f"{where}: weight shapes differ from {arch}'s ({wrong[:3]})")
-    target = DTYPES[dtype]
-    state = {k: t.to(device=device, dtype=target) for k, t in state.items()}
+    state = {k: t.to(dtype=DTYPES[dtype]) for k, t in state.items()}
     model.load_state_dict(state, strict=not tied_head, assign=True)
     if tied_head:
         model.lm_head.weight = model.get_submodule(model.embeddings).weight
     return model.eval()
 
 
-def lean_model(
-    folder: str | Path, model_entry: ModelEntry, method: str, device="cpu"
-) -> tuple[LeanCausalLM | None, str]:
-    """(the lean model, "") for a model entry's local folder, or (None, why not): the caller then
-    loads the model with ``from_pretrained``. The entry's safety opt-ins and method decide first:
-    a model that may run its own code or read pickle weights, or a head model, is never lean."""
+def lean_model(folder: str | Path, model_entry: ModelEntry, method: str) -> tuple[LeanCausalLM | None, str]:
+    """(the lean model, "") for a model entry's local folder, or (None, why not: the caller loads with
+    ``from_pretrained``); a model that may run its own code or read pickle weights, or a head model, is not."""
     if method != "pattern":
         return None, f"method {method!r} (a head model) loads with from_pretrained"
     if model_entry.trust_remote_code:
@@ -545,6 +541,6 @@ def lean_model(
     if not Path(folder).is_dir():
         return None, f"{folder} is not a local folder"
     try:
-        return build(folder, model_entry.dtype, device), ""
+        return build(folder, model_entry.dtype), ""
     except Unsupported as why:
         return None, str(why)

@@ -142,7 +142,6 @@ def _last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
     per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
     if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
-        # project only the gathered position onto the vocabulary
         out = model(**kwargs, logits_to_keep=last[:, None]).logits
         if out.dim() == 3 and tuple(out.shape[:2]) == (input_ids.shape[0], 1):
             return out[:, -1, :]
@@ -152,10 +151,8 @@ def _last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Ten
 
 
 def scored_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: dict | None = None):
-    """(batch, vocab) logits at the scored position that ``extra`` (from encoding) names: each row's last
-    real token, or for ``padded-end`` the last position of every prompt padded to ``pad_to`` tokens on its
-    ``padding_side``, what ``tokenizer(..., padding="max_length")`` scored at ``[:, -1]`` reads (a pad
-    position unless left)."""
+    """(batch, vocab) logits at the scored position ``extra`` (from encoding) names: each row's last real
+    token, or for ``padded-end`` the last of every prompt padded to ``pad_to`` tokens on its ``padding_side``."""
     extra = extra or {}
     if extra.get("position") != "padded-end":
         return _last_token_logits(model, input_ids, attention_mask)

@@ -229,8 +229,6 @@ def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
     """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment)."""
     if shift not in SHIFTS:
         raise ValueError(f"unknown synthetic shift {shift!r}; known: {', '.join(SHIFTS)}")
-    if n < 2:
-        raise ValueError(f"synthetic set needs n >= 2 (got {n})")
     rng = random.Random(_seed_for(seed, shift, split))
     labels = [LABELS[i % 2] for i in range(n)]
     rng.shuffle(labels)
