@@ -66,13 +66,17 @@ class HubLock:
             cache=dict(doc.get("cache") or {}),
         )
 
-    def dataset_for(self, call: dict) -> tuple[str, dict] | None:
-        """The locked dataset with this ``load_dataset`` call's id, config and split (any revision)."""
+    def dataset_for(self, call: dict) -> tuple[dict | None, str]:
+        """(the locked dataset with this ``load_dataset`` call's id, config and split, or None; how it
+        differs from the call: "", another revision, or not in the lock)."""
         for name, entry in self.datasets.items():
             hub = entry.get("hub") or {}
             if (hub.get("path"), hub.get("name"), hub.get("split")) == (call["path"], call.get("name"), call["split"]):
-                return name, entry
-        return None
+                if hub.get("revision") != call["revision"]:
+                    return entry, _revision_message(f"datasets.{name}", call["revision"], entry)
+                return entry, ""
+        where = f"hub dataset {call['path']} ({call.get('name') or 'default'}/{call['split']})"
+        return None, f"{where} is not in the lock file"
 
     @property
     def download_bytes(self) -> int:
@@ -117,13 +121,9 @@ def check_lock(plan, lock: HubLock) -> None:
     """Every hub model and dataset of the plan is in the lock, at the revision the config asks for."""
     problems = [p for spec in hub_models(plan) if (p := _model_mismatch(lock, spec.model_entry))]
     for name, call in hub_datasets(plan).items():
-        found = lock.dataset_for(call)
-        if found is None:
-            problems.append(
-                f"datasets.{name}: {call['path']} ({call['name'] or 'default'}/{call['split']}) is not in the lock file"
-            )
-        elif found[1]["hub"].get("revision") != call["revision"]:
-            problems.append(_revision_message(f"datasets.{name}", call["revision"], found[1]))
+        entry, problem = lock.dataset_for(call)
+        if problem:
+            problems.append(problem if entry else f"datasets.{name}: {problem}")
     if problems:
         raise LockMismatch(
             f"{lock.path} does not match the config:\n  "
@@ -219,9 +219,9 @@ def cache_warnings() -> list[str]:
     return out
 
 
-def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path:
+def model_snapshot(repo: str, commit: str) -> Path:
     """A model commit's folder in the hub cache (``models--org--name/snapshots/<commit>``)."""
-    root = Path(hub_cache or cache_dirs()["hub"])
+    root = Path(cache_dirs()["hub"])
     return root / ("models--" + repo.replace("/", "--")) / "snapshots" / commit
 
 
@@ -231,7 +231,7 @@ def missing_from_cache(lock: HubLock) -> list[str]:
     dirs = cache_dirs()
     out = []
     for name, e in lock.models.items():
-        snap = model_snapshot(e["hub"], e["commit"], dirs["hub"])
+        snap = model_snapshot(e["hub"], e["commit"])
         files = e.get("files") or {}
         gone = [f for f in files if not (snap / f).exists()]
         if gone:
@@ -290,16 +290,9 @@ def pinned_dataset(call: dict) -> tuple[dict, str | None]:
     lock = active_lock()
     if lock is None:
         return call, None
-    found = lock.dataset_for(call)
-    where = f"hub dataset {call['path']} ({call.get('name') or 'default'}/{call['split']})"
-    if found is None:
-        raise LockMismatch(f"{where}: not in the lock file {lock.path}; run `{lock.command}`")
-    name, entry = found
-    if entry["hub"].get("revision") != call["revision"]:
-        raise LockMismatch(
-            _revision_message(f"datasets.{name}", call["revision"], entry)
-            + f" ({lock.path}); refusing to load another revision. Run `{lock.command}`"
-        )
+    entry, problem = lock.dataset_for(call)
+    if problem:
+        raise LockMismatch(f"{problem} ({lock.path}); refusing to load another revision. Run `{lock.command}`")
     return dict(call, revision=entry["commit"]), entry["commit"]
 
 
@@ -315,14 +308,12 @@ def check_loaded_dataset(ds, commit: str, where: str) -> None:
         )
 
 
-def prefetch(
-    plan, configfile: str | Path, lock_file: str | Path, *, api=None, say: Callable[[str], None] = print
-) -> dict:
+def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, say: Callable[[str], None] = print) -> dict:
     """Download every hub model and dataset of ``plan`` into the cache, resolve each revision to a
     commit and write the lock file (atomically, once everything is there). Returns the lock."""
     import huggingface_hub
 
-    api = api or huggingface_hub.HfApi()
+    api = huggingface_hub.HfApi()
     dirs = cache_dirs()
     models: dict[str, dict] = {}
     for spec in hub_models(plan):

@@ -63,7 +63,7 @@ def load_tokenizer(model_entry: ModelEntry, built_model_dir=None):
     return tok
 
 
-def lean_enabled(device: str = "cpu") -> bool:
+def lean_enabled(device: str) -> bool:
     """Whether the lean loader and LoRA folding may be tried: on a CPU (they were not run on a GPU,
     where a job loads and scores as before) unless ``OODCORR_LEAN`` is ``0`` (``1``: the default)."""
     value = os.environ.get("OODCORR_LEAN", "1")

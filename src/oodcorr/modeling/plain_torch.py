@@ -152,6 +152,11 @@ def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.
     return out.transpose(1, 2).contiguous()
 
 
+def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(batch, length, heads * head_dim) as (batch, heads, length, head_dim)."""
+    return x.view(*x.shape[:-1], -1, head_dim).transpose(1, 2)
+
+
 def _keep_positions(hidden: torch.Tensor, logits_to_keep) -> torch.Tensor:
     """transformers' ``slice_logits_to_keep`` for what scoring passes: a (batch, 1) index per row, or
     the last ``logits_to_keep`` positions (0: all)."""
@@ -209,22 +214,17 @@ _OPT_KEYS = {
 class _OPTAttention(nn.Module):
     def __init__(self, c: SimpleNamespace):
         super().__init__()
-        self.num_heads = c.num_attention_heads
         self.head_dim = c.hidden_size // c.num_attention_heads
         self.scaling = self.head_dim**-0.5
         for name in ("k_proj", "v_proj", "q_proj", "out_proj"):
             setattr(self, name, Linear(c.hidden_size, c.hidden_size, bias=c.enable_bias))
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        bsz, tgt_len, _ = hidden.size()
-        q = self.q_proj(hidden) * self.scaling
-        q = q.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden)
-        v = self.v_proj(hidden)
-        k = k.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
-        v = v.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        q = _heads(self.q_proj(hidden) * self.scaling, self.head_dim)
+        k = _heads(self.k_proj(hidden), self.head_dim)
+        v = _heads(self.v_proj(hidden), self.head_dim)
         out = _sdpa(q, k, v, mask, scaling=1.0)
-        out = out.reshape(bsz, tgt_len, -1).contiguous()
+        out = out.reshape(*hidden.shape[:-1], -1).contiguous()
         return self.out_proj(out)
 
 
@@ -377,20 +377,15 @@ class _OlmoAttention(nn.Module):
         self.k_norm = _RMSNorm(kv, c.rms_norm_eps)
 
     def forward(self, hidden, cos, sin, mask):
-        input_shape = hidden.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_norm(self.q_proj(hidden))
-        k = self.k_norm(self.k_proj(hidden))
-        v = self.v_proj(hidden)
-        q = q.view(hidden_shape).transpose(1, 2)
-        k = k.view(hidden_shape).transpose(1, 2)
-        v = v.view(hidden_shape).transpose(1, 2)
+        q = _heads(self.q_norm(self.q_proj(hidden)), self.head_dim)
+        k = _heads(self.k_norm(self.k_proj(hidden)), self.head_dim)
+        v = _heads(self.v_proj(hidden), self.head_dim)
         q_type, k_type = q.dtype, k.dtype
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q = ((q * cos) + (_rotate_half(q) * sin)).to(q_type)
         k = ((k * cos) + (_rotate_half(k) * sin)).to(k_type)
         out = _sdpa(q, k, v, mask, scaling=self.scaling, kv_groups=self.kv_groups)
-        out = out.reshape(*input_shape, -1).contiguous()
+        out = out.reshape(*hidden.shape[:-1], -1).contiguous()
         return self.o_proj(out)
 
 
