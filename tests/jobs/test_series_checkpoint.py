@@ -291,7 +291,7 @@ def test_a_series_manifest_copied_over_another_steps_is_refused_with_a_sentence(
 
 def test_a_hub_checkpoint_loads_its_revision_afresh(monkeypatch):
     import oodcorr.modeling.loading as models
-    from oodcorr.modeling.checkpoint_loader import CheckpointLoader
+    from oodcorr.modeling.loading import CheckpointLoader
 
     calls = []
 

@@ -1,4 +1,4 @@
-"""The model lifecycle of an evaluation job (oodcorr.modeling.checkpoint_loader): adapters swapped into
+"""The model lifecycle of an evaluation job (oodcorr.modeling.loading.CheckpointLoader): adapters swapped into
 one base model, or loaded afresh where their settings differ."""
 
 import json

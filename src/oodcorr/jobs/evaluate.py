@@ -17,8 +17,7 @@ from ..core.model_entry import ModelEntry
 from ..core.provenance import library_versions
 from ..core.records import META_KEY, read_result
 from ..modeling.adaptation import correct_mask
-from ..modeling.checkpoint_loader import CheckpointLoader
-from ..modeling.loading import tokenizer_fingerprint
+from ..modeling.loading import CheckpointLoader, tokenizer_fingerprint
 from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
 from .scoring import device_batching, eval_dtype, score
 from .series_checkpoint import read_manifest, verify

@@ -1,4 +1,4 @@
-"""Models: how one is loaded (``loading``; a run's checkpoints one after another, ``checkpoint_loader``;
+"""Models: how one is loaded (``loading``: one checkpoint, or a run's in turn;
 for scoring on a CPU, ``plain_torch`` without transformers and ``lora`` adapters folded into the weights),
 adapted to NLI and scored (``adaptation``, ``prompting``), built offline (``tiny``, ``synthetic``), or
 fetched from the hub (``hub``; the files and weights of a model repository, ``weights``).

@@ -18,7 +18,6 @@ class Method(Protocol):
 
     def model_kwargs(self, labels: list[str], pad_token_id: int | None) -> dict:
         """Extra from_pretrained arguments (a head's label count and names)."""
-        ...
 
     def encode(
         self,
@@ -31,11 +30,9 @@ class Method(Protocol):
         model_name: str,
     ) -> tuple[list[list[int]], int, dict]:
         """(token ids per record, number truncated, what scoring needs)."""
-        ...
 
     def label_logits(self, model, input_ids, attention_mask, extra: dict) -> Any:
         """(batch, n_labels) scores, one per label in the label mode's order."""
-        ...
 
 
 class Pattern:

@@ -24,9 +24,7 @@ PROBE = "The capital of France is Paris. Premise: A man plays a guitar. Question
 
 
 def checked_header(model_entry: ModelEntry):
-    """The header of the entry's GGUF file, checked (:func:`oodcorr.core.gguf.read_header`), with
-    every tensor its architecture needs (:func:`oodcorr.core.gguf.missing_tensors`); a ConfigError
-    naming the entry and the file otherwise."""
+    """The entry's GGUF header, read and holding every tensor its architecture needs; else a ConfigError."""
     path = gguf_file(model_entry)
     try:
         header = read_header(path)
@@ -39,8 +37,7 @@ def checked_header(model_entry: ModelEntry):
 
 
 def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None) -> dict:
-    """Convert the GGUF file of the entry ``model_spec`` (rule convert_gguf's params) into the safetensors
-    folder ``out_dir``; returns its record."""
+    """The entry's GGUF file (rule convert_gguf's params) converted into the safetensors folder ``out_dir``."""
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
@@ -75,7 +72,6 @@ def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None
     # and the saved folder would reproduce them, so the logits check below could not tell
     check_loaded_whole(model, info.get("missing_keys") or [], model_entry, str(src), "pattern")
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(src.parent), **kw)
-    model.eval()
     ids = torch.tensor([tokenizer(PROBE, add_special_tokens=True)["input_ids"]])
     with torch.no_grad():
         reference = model(input_ids=ids).logits
@@ -97,7 +93,6 @@ def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None
         follow_umask(tmp)  # safetensors writes 0600 whatever the umask
         del model
         again = transformers.AutoModelForCausalLM.from_pretrained(str(tmp), dtype=dtype, use_safetensors=True)
-        again.eval()
         with torch.no_grad():
             reloaded = again(input_ids=ids).logits
         if not torch.equal(reference, reloaded):

@@ -33,14 +33,13 @@ class LockMismatch(ConfigError):
 
 @dataclass(frozen=True)
 class HubLock:
-    """A parsed lock file (see the module docstring)."""
+    """A lock file as prefetch wrote it."""
 
     path: Path
     config: str  # the config file prefetch read
     models: dict[str, dict] = field(default_factory=dict)  # model name -> entry
     datasets: dict[str, dict] = field(default_factory=dict)  # dataset name -> entry
     cache: dict = field(default_factory=dict)  # {"hub": ..., "datasets": ...} as prefetch saw them
-    written: str = ""
 
     @property
     def command(self) -> str:
@@ -65,16 +64,19 @@ class HubLock:
             models=dict(doc.get("models") or {}),
             datasets=dict(doc.get("datasets") or {}),
             cache=dict(doc.get("cache") or {}),
-            written=str(doc.get("written") or ""),
         )
 
-    def dataset_for(self, call: dict) -> tuple[str, dict] | None:
-        """The locked dataset with this ``load_dataset`` call's id, config and split (any revision)."""
+    def dataset_for(self, call: dict) -> tuple[dict | None, str]:
+        """(the locked dataset with this ``load_dataset`` call's id, config and split, or None; how it
+        differs from the call: "", another revision, or not in the lock)."""
         for name, entry in self.datasets.items():
             hub = entry.get("hub") or {}
             if (hub.get("path"), hub.get("name"), hub.get("split")) == (call["path"], call.get("name"), call["split"]):
-                return name, entry
-        return None
+                if hub.get("revision") != call["revision"]:
+                    return entry, _revision_message(f"datasets.{name}", call["revision"], entry)
+                return entry, ""
+        where = f"hub dataset {call['path']} ({call.get('name') or 'default'}/{call['split']})"
+        return None, f"{where} is not in the lock file"
 
     @property
     def download_bytes(self) -> int:
@@ -117,21 +119,11 @@ def hub_datasets(plan) -> dict[str, dict]:
 
 def check_lock(plan, lock: HubLock) -> None:
     """Every hub model and dataset of the plan is in the lock, at the revision the config asks for."""
-    problems = []
-    for spec in hub_models(plan):
-        entry = lock.models.get(spec.name)
-        if entry is None:
-            problems.append(f"models[{spec.name}]: not in the lock file")
-        else:
-            problems += _model_mismatch(spec.model_entry, entry)
+    problems = [p for spec in hub_models(plan) if (p := _model_mismatch(lock, spec.model_entry))]
     for name, call in hub_datasets(plan).items():
-        found = lock.dataset_for(call)
-        if found is None:
-            problems.append(
-                f"datasets.{name}: {call['path']} ({call['name'] or 'default'}/{call['split']}) is not in the lock file"
-            )
-        elif found[1]["hub"].get("revision") != call["revision"]:
-            problems.append(_revision_message(f"datasets.{name}", call["revision"], found[1]))
+        entry, problem = lock.dataset_for(call)
+        if problem:
+            problems.append(problem if entry else f"datasets.{name}: {problem}")
     if problems:
         raise LockMismatch(
             f"{lock.path} does not match the config:\n  "
@@ -140,14 +132,16 @@ def check_lock(plan, lock: HubLock) -> None:
         )
 
 
-def _model_mismatch(model_entry: ModelEntry, entry: dict) -> list[str]:
-    """How the lock's ``entry`` of a model differs from its entry in the config (id, then revision)."""
-    where = model_entry.where
+def _model_mismatch(lock: HubLock, model_entry: ModelEntry) -> str | None:
+    """How the lock's entry of a model differs from its entry in the config (none, id, then revision)."""
+    where, entry = model_entry.where, lock.models.get(model_entry.name)
+    if entry is None:
+        return f"{where}: not in the lock file"
     if entry.get("hub") != model_entry.hub:
-        return [f"{where}: hub id {model_entry.hub!r} in the config, {entry.get('hub')!r} in the lock file"]
+        return f"{where}: hub id {model_entry.hub!r} in the config, {entry.get('hub')!r} in the lock file"
     if entry.get("revision") != model_entry.revision:
-        return [_revision_message(where, model_entry.revision, entry)]
-    return []
+        return _revision_message(where, model_entry.revision, entry)
+    return None
 
 
 def _revision_message(where: str, asked, entry: dict) -> str:
@@ -178,11 +172,14 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
     check_lock(plan, lock)
     missing = missing_from_cache(lock)
     if missing:
+        now = cache_dirs()
         raise ConfigError(
             f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
             + "\n  ".join(missing)
-            + "\n"
-            + _cache_hint(lock)
+            + f"\nThis machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
+            f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
+            f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
+            f"`{lock.command}` again."
         )
     os.environ[LOCK_ENV] = str(path.resolve())
     if offline in ("auto", True):
@@ -222,19 +219,9 @@ def cache_warnings() -> list[str]:
     return out
 
 
-def _cache_hint(lock: HubLock) -> str:
-    now = cache_dirs()
-    return (
-        f"This machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
-        f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
-        f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
-        f"`{lock.command}` again."
-    )
-
-
-def model_snapshot(repo: str, commit: str, hub_cache: str | None = None) -> Path:
+def model_snapshot(repo: str, commit: str) -> Path:
     """A model commit's folder in the hub cache (``models--org--name/snapshots/<commit>``)."""
-    root = Path(hub_cache or cache_dirs()["hub"])
+    root = Path(cache_dirs()["hub"])
     return root / ("models--" + repo.replace("/", "--")) / "snapshots" / commit
 
 
@@ -244,7 +231,7 @@ def missing_from_cache(lock: HubLock) -> list[str]:
     dirs = cache_dirs()
     out = []
     for name, e in lock.models.items():
-        snap = model_snapshot(e["hub"], e["commit"], dirs["hub"])
+        snap = model_snapshot(e["hub"], e["commit"])
         files = e.get("files") or {}
         gone = [f for f in files if not (snap / f).exists()]
         if gone:
@@ -289,16 +276,13 @@ def pinned_model_revision(model_entry: ModelEntry) -> str | None:
     lock = active_lock()
     if lock is None:
         return model_entry.revision
-    entry = lock.models.get(model_entry.name)
-    if entry is None:
-        raise LockMismatch(f"{model_entry.where}: not in the lock file {lock.path}; run `{lock.command}`")
-    problems = _model_mismatch(model_entry, entry)
-    if problems:
+    problem = _model_mismatch(lock, model_entry)
+    if problem:
         raise LockMismatch(
-            f"{problems[0]} ({lock.path}); refusing to load another revision than the lock "
+            f"{problem} ({lock.path}); refusing to load another revision than the lock "
             f"pins. Run `{lock.command}` to pin the config's revision"
         )
-    return entry["commit"]
+    return lock.models[model_entry.name]["commit"]
 
 
 def pinned_dataset(call: dict) -> tuple[dict, str | None]:
@@ -306,16 +290,9 @@ def pinned_dataset(call: dict) -> tuple[dict, str | None]:
     lock = active_lock()
     if lock is None:
         return call, None
-    found = lock.dataset_for(call)
-    where = f"hub dataset {call['path']} ({call.get('name') or 'default'}/{call['split']})"
-    if found is None:
-        raise LockMismatch(f"{where}: not in the lock file {lock.path}; run `{lock.command}`")
-    name, entry = found
-    if entry["hub"].get("revision") != call["revision"]:
-        raise LockMismatch(
-            _revision_message(f"datasets.{name}", call["revision"], entry)
-            + f" ({lock.path}); refusing to load another revision. Run `{lock.command}`"
-        )
+    entry, problem = lock.dataset_for(call)
+    if problem:
+        raise LockMismatch(f"{problem} ({lock.path}); refusing to load another revision. Run `{lock.command}`")
     return dict(call, revision=entry["commit"]), entry["commit"]
 
 
@@ -331,14 +308,12 @@ def check_loaded_dataset(ds, commit: str, where: str) -> None:
         )
 
 
-def prefetch(
-    plan, configfile: str | Path, lock_file: str | Path, *, api=None, say: Callable[[str], None] = print
-) -> dict:
+def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, say: Callable[[str], None] = print) -> dict:
     """Download every hub model and dataset of ``plan`` into the cache, resolve each revision to a
     commit and write the lock file (atomically, once everything is there). Returns the lock."""
     import huggingface_hub
 
-    api = api or huggingface_hub.HfApi()
+    api = huggingface_hub.HfApi()
     dirs = cache_dirs()
     models: dict[str, dict] = {}
     for spec in hub_models(plan):

@@ -1,4 +1,5 @@
-"""Loading models and tokenizers safely: safetensors only, no remote code unless opted in."""
+"""Loading models and tokenizers safely (safetensors only, no remote code unless opted in), and a run's
+checkpoints one after another for scoring, reusing what does not change (:class:`CheckpointLoader`)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,10 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if model_entry.tiny:
+    if model_entry.tiny or model_entry.is_gguf:
+        # loaded from the folder the workflow built: a tiny stand-in's (build_tiny_model), a GGUF file's (convert_gguf)
         if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
-        return str(built_model_dir), {}
-    if model_entry.is_gguf:
-        # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
-        if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
+            raise ConfigError(f"{model_entry.where}: a tiny or GGUF entry needs the folder the workflow built it in")
         return str(built_model_dir), {}
     if model_entry.path:
         return str(model_entry.path), {}
@@ -66,7 +63,7 @@ def load_tokenizer(model_entry: ModelEntry, built_model_dir=None):
     return tok
 
 
-def lean_enabled(device: str = "cpu") -> bool:
+def lean_enabled(device: str) -> bool:
     """Whether the lean loader and LoRA folding may be tried: on a CPU (they were not run on a GPU,
     where a job loads and scores as before) unless ``OODCORR_LEAN`` is ``0`` (``1``: the default)."""
     value = os.environ.get("OODCORR_LEAN", "1")
@@ -116,8 +113,7 @@ def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str 
 
 
 def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
-    """The sha256 of the tokenizer files in ``folder`` (:data:`TOKENIZER_FILES`, name and bytes);
-    None when it holds none."""
+    """The sha256 of the tokenizer files in ``folder`` (name and bytes of each); None when it holds none."""
     h = hashlib.sha256()
     found = False
     for name in TOKENIZER_FILES:
@@ -146,17 +142,14 @@ def load_model(
         if folder is not None:
             from .plain_torch import lean_model  # torch stack: planning and the CLI never import it
 
-            model, why = lean_model(folder, model_entry, method.name, device)
+            model, why = lean_model(folder, model_entry, method.name)
             if model is not None:
                 return model
             log.info("%s: %s; loading with transformers' from_pretrained", model_entry.name, why)
     import torch  # torch stack: planning and the CLI never import it
     import transformers  # torch stack: planning and the CLI never import it
 
-    if method.name != "pattern":
-        if not labels:
-            raise ConfigError(f"{model_entry.where}: method {method.name!r} needs the label list")
-        kw.update(method.model_kwargs(labels, pad_token_id))
+    kw.update(method.model_kwargs(labels, pad_token_id))
     dtype = model_entry.dtype
     model, info = getattr(transformers, method.auto_class).from_pretrained(
         src,
@@ -170,19 +163,14 @@ def load_model(
     return model.to(device)
 
 
-def new_head_keys(model, missing) -> list[str]:
-    """Which of the ``missing`` parameters of a head model (``method: head``) are its new head: those
-    outside the pretrained base model (``classifier.*``, ``score.*``, ...) and the pooler that only
-    feeds the head; a pretrained model has no classification head, so these start from random values."""
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    return [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
-
-
 def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method: str) -> None:
     """Every parameter the architecture needs was in the files (transformers would start a missing one
-    from random values), but a head model's new classification head; else a :class:`ConfigError`."""
+    from random values), but a head model's new classification head (outside the pretrained base model:
+    ``classifier.*``, ``score.*``, ..., and the pooler that only feeds it); else a :class:`ConfigError`."""
     missing = sorted(missing)
-    head = new_head_keys(model, missing) if method == "head" else []
+    prefix = getattr(model, "base_model_prefix", "") or ""
+    outside = [k for k in missing if (prefix and not k.startswith(prefix + ".")) or ".pooler." in f".{k}"]
+    head = outside if method == "head" else []
     lacking = [k for k in missing if k not in head]
     if head:
         log.info("%s: a new classification head, started from random values: %s", model_entry.name, ", ".join(head))
@@ -234,9 +222,8 @@ def load_folded(
     labels: list[str] | None = None,
     pad_token_id: int | None = None,
 ):
-    """(model, what the fold changed, "") for a LoRA checkpoint: the base model (lean where that
-    applies) with the adapter folded into its weights (:mod:`oodcorr.modeling.lora`); or
-    (None, None, why not) when the adapter is not one a fold knows."""
+    """(the base model, lean where that applies, with the LoRA adapter folded into its weights, what the
+    fold changed, ""), or (None, None, why not) when the adapter is not one a fold knows."""
     from .lora import fold, read_adapter  # torch stack: planning and the CLI never import it
 
     adapter, why = read_adapter(ckpt_dir, device)
@@ -256,8 +243,7 @@ def loaded_by(model) -> str:
 
 
 def release_memory(device) -> None:
-    """Collect garbage and empty ``device``'s cache (a ``torch.device``): after a model is dropped
-    or a batch ran out of memory."""
+    """Collect garbage and empty ``device``'s cache (a ``torch.device``)."""
     import gc
 
     import torch  # torch stack: planning and the CLI never import it
@@ -265,5 +251,140 @@ def release_memory(device) -> None:
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    elif device.type == "mps":
-        torch.mps.empty_cache()
+
+
+class CheckpointLoader:
+    """Loads a run's checkpoints one after another, reusing what does not change."""
+
+    def __init__(
+        self, model_entry: ModelEntry, built_model_dir: str | None, device: str, labels: list[str], pad_id: int
+    ):
+        self.model_entry, self.built_model_dir, self.device = model_entry, built_model_dir, device
+        self.labels, self.pad_id = labels, pad_id
+        self.model = None
+        self.kind = None  # "folded", "adapter" (peft's layers), "full" or "hub": what the loaded model holds
+        self.adapter_config = None
+        self.folded = None  # what the last fold changed (oodcorr.modeling.lora.Folded)
+        self.last_load = ""  # how the last checkpoint was loaded: fresh, adapter swap, in place
+
+    def how(self) -> dict:
+        """How the last checkpoint is scored: ``loader`` (lean or transformers) and ``lora``
+        (folded, peft, or None for full weights)."""
+        lora = {"folded": "folded", "adapter": "peft"}.get(self.kind)
+        return {"loader": loaded_by(self.model), "lora": lora}
+
+    def load(self, checkpoint: str | Path, source: dict | None = None):
+        """The model at ``checkpoint`` (a local directory); ``source`` ``{"hub", "revision"}`` names a
+        series checkpoint on the hub instead, always loaded afresh."""
+        if source and source.get("hub"):
+            self.close()
+            own = replace(self.model_entry, series=None, hub=source["hub"], revision=source["revision"])
+            self.model = load_model(own, None, self.device, self.labels, self.pad_id, lean=True).eval()
+            self.kind, self.adapter_config, self.last_load = "hub", None, "fresh"
+            return self.model
+        ckpt = Path(checkpoint)
+        adapter = (ckpt / "adapter_config.json").exists()
+        if adapter:
+            model = self._fold(ckpt)
+            if model is not None:
+                return model
+            from peft import PeftConfig  # torch stack: planning and the CLI never import it
+
+            # as peft reads it: set-valued fields (target_modules) compare without regard to the order written
+            adapter_config = PeftConfig.from_pretrained(str(ckpt))
+        if self.model is not None:
+            if adapter and self.kind == "adapter" and adapter_config == self.adapter_config:
+                if self._swap_adapter(ckpt):
+                    self.last_load = "adapter swap"
+                    return self.model
+            elif not adapter and self.kind == "full":
+                if self._load_in_place(ckpt):
+                    self.last_load = "in place"
+                    return self.model
+        self.close()
+
+        # an adapter a fold does not know (_fold said why): peft's layers on transformers' model
+        self.model = load_checkpoint(
+            self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id, for_scoring=not adapter
+        )
+        self.kind, self.adapter_config = ("adapter", adapter_config) if adapter else ("full", None)
+        self.last_load = "fresh"
+        return self.model
+
+    def _fold(self, ckpt: Path):
+        """The base model with ``ckpt``'s adapter folded in (onto the loaded base when there is one),
+        or None when the adapter is not one a fold knows."""
+        from .lora import fold, read_adapter  # torch stack: planning and the CLI never import it
+
+        if not lean_enabled(self.device):
+            return None
+        if self.model is not None and self.kind == "folded":
+            adapter, _ = read_adapter(ckpt, self.device)
+            if adapter is not None:
+                self.folded.restore(self.model)  # the base model's own weights again, bit for bit
+                done, _ = fold(self.model, adapter)
+                if done is not None:
+                    self.folded, self.last_load = done, "adapter swap"
+                    return self.model
+        self.close()
+        model, done, why = load_folded(
+            self.model_entry, ckpt, self.built_model_dir, self.device, self.labels, self.pad_id
+        )
+        if model is None:
+            log.info("%s: adapter not folded (%s); scoring with peft's adapter layers", ckpt, why)
+            return None
+        self.model, self.folded, self.kind, self.adapter_config = model, done, "folded", None
+        self.last_load = "fresh"
+        return model
+
+    def _swap_adapter(self, ckpt: Path) -> bool:
+        # torch stack: planning and the CLI never import it
+        from peft.utils import load_peft_weights, set_peft_model_state_dict
+
+        weights = load_peft_weights(str(ckpt), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights)
+        unset = [k for k in result.missing_keys if "lora_" in k or ".modules_to_save." in k]
+        if result.unexpected_keys or unset:
+            log.warning(
+                "%s: adapter swap did not fit (unexpected %s, unset %s); loading afresh",
+                ckpt,
+                result.unexpected_keys[:3],
+                unset[:3],
+            )
+            return False
+        return True
+
+    def _load_in_place(self, ckpt: Path) -> bool:
+        from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
+
+        files = sorted(ckpt.glob("*.safetensors"))
+        if not files:
+            return False
+        state = {}
+        for f in files:
+            state.update(load_file(str(f), device=str(self.device)))
+        own = dict(self.model.state_dict())
+        unexpected = [k for k in state if k not in own]
+        wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
+        ptrs = {own[k].data_ptr() for k in state if k in own}
+        # a key the file lacks must be tied to one it has (e.g. an LM head tied to the embeddings)
+        untied = [k for k in own if k not in state and own[k].data_ptr() not in ptrs]
+        if unexpected or wrong or untied:
+            log.info(
+                "%s: in-place load does not fit (unexpected %s, shape %s, not in file %s); loading afresh",
+                ckpt,
+                unexpected[:3],
+                wrong[:3],
+                untied[:3],
+            )
+            return False
+        self.model.load_state_dict(state, strict=False)  # copied under no_grad by torch
+        return True
+
+    def close(self, release: bool = True) -> None:
+        """Drop the loaded model; ``release``: also collect garbage and empty the device's cache (skipped at
+        the end of a job, whose process then exits)."""
+        if self.model is not None:
+            self.model, self.folded = None, None
+            if release:
+                release_memory(__import__("torch").device(self.device))

@@ -132,13 +132,6 @@ def _causal_mask(attention_mask: torch.Tensor | None, batch: int, length: int, d
     return mask.expand(batch, -1, length, length)
 
 
-def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    b, heads, length, dim = x.shape
-    if n_rep == 1:
-        return x
-    return x[:, :, None, :, :].expand(b, heads, n_rep, length, dim).reshape(b, heads * n_rep, length, dim)
-
-
 def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.Tensor:
     """transformers' ``sdpa_attention_forward`` without a cache, dropout or position bias:
     (batch, length, heads, head_dim), contiguous."""
@@ -149,11 +142,8 @@ def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.
             mask is None and key.shape[-1] == value.shape[-1] <= 256
         ):
             extra["enable_gqa"] = True
-        elif q_length == 1:
-            b, heads, _, dim = query.shape
-            query = query.reshape(b, heads // kv_groups, kv_groups, dim)
         else:
-            key, value = _repeat_kv(key, kv_groups), _repeat_kv(value, kv_groups)
+            key, value = key.repeat_interleave(kv_groups, dim=1), value.repeat_interleave(kv_groups, dim=1)
     is_causal = q_length > 1 and mask is None
     out = F.scaled_dot_product_attention(
         query, key, value, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=is_causal, **extra
@@ -162,20 +152,23 @@ def _sdpa(query, key, value, mask, scaling: float, kv_groups: int = 1) -> torch.
     return out.transpose(1, 2).contiguous()
 
 
+def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(batch, length, heads * head_dim) as (batch, heads, length, head_dim)."""
+    return x.view(*x.shape[:-1], -1, head_dim).transpose(1, 2)
+
+
 def _keep_positions(hidden: torch.Tensor, logits_to_keep) -> torch.Tensor:
-    """transformers' ``slice_logits_to_keep``: the positions whose logits are computed."""
-    if isinstance(logits_to_keep, torch.Tensor) and logits_to_keep.ndim == 2:
-        if logits_to_keep.dtype == torch.bool:
-            return hidden[logits_to_keep]
+    """transformers' ``slice_logits_to_keep`` for what scoring passes: a (batch, 1) index per row, or
+    the last ``logits_to_keep`` positions (0: all)."""
+    if isinstance(logits_to_keep, torch.Tensor):
         return torch.take_along_dim(hidden, logits_to_keep[..., None], dim=1)
-    if isinstance(logits_to_keep, int):
-        logits_to_keep = slice(-logits_to_keep, None)
-    return hidden[:, logits_to_keep, :]
+    return hidden[:, -logits_to_keep:, :]
 
 
 class LeanCausalLM(nn.Module):
     """What the two architectures share: a ``config`` (a namespace: ``model_type``,
-    ``_attn_implementation``, ``name_or_path`` and the settings read) and where the model came from."""
+    ``_attn_implementation``, ``name_or_path`` and the settings read) and the LM head over
+    ``hidden_states``, the last layer's output (after the final norm)."""
 
     lean = True
     embeddings = ""  # the token embedding a tied LM head shares its weight with
@@ -185,21 +178,8 @@ class LeanCausalLM(nn.Module):
         self.config = config
 
     @property
-    def device(self) -> torch.device:
-        return next(self.parameters()).device
-
-    @property
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
-
-    def tie(self) -> None:
-        """The LM head shares the input embedding's weight where the config ties them."""
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.get_submodule(self.embeddings).weight
-
-    def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
-        """The last layer's output (after the final norm), before the LM head."""
-        raise NotImplementedError
 
     def forward(
         self,
@@ -211,11 +191,6 @@ class LeanCausalLM(nn.Module):
         """What scoring reads of a transformers output: ``logits``."""
         hidden = self.hidden_states(input_ids, attention_mask, position_ids)
         return SimpleNamespace(logits=self.lm_head(_keep_positions(hidden, logits_to_keep)).contiguous())
-
-    def expected_keys(self) -> set[str]:
-        """The weights a checkpoint of this architecture holds (a tied LM head may be absent)."""
-        keys = set(self.state_dict(keep_vars=True))
-        return keys - {"lm_head.weight"} if self.config.tie_word_embeddings else keys
 
 
 # ---- OPT: ``OPTForCausalLM``'s forward pass (no cache), as transformers 5.24 computes it
@@ -239,22 +214,17 @@ _OPT_KEYS = {
 class _OPTAttention(nn.Module):
     def __init__(self, c: SimpleNamespace):
         super().__init__()
-        self.num_heads = c.num_attention_heads
         self.head_dim = c.hidden_size // c.num_attention_heads
         self.scaling = self.head_dim**-0.5
         for name in ("k_proj", "v_proj", "q_proj", "out_proj"):
             setattr(self, name, Linear(c.hidden_size, c.hidden_size, bias=c.enable_bias))
 
     def forward(self, hidden: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        bsz, tgt_len, _ = hidden.size()
-        q = self.q_proj(hidden) * self.scaling
-        q = q.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(hidden)
-        v = self.v_proj(hidden)
-        k = k.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
-        v = v.view(bsz, -1, self.num_heads, self.head_dim).transpose(1, 2)
+        q = _heads(self.q_proj(hidden) * self.scaling, self.head_dim)
+        k = _heads(self.k_proj(hidden), self.head_dim)
+        v = _heads(self.v_proj(hidden), self.head_dim)
         out = _sdpa(q, k, v, mask, scaling=1.0)
-        out = out.reshape(bsz, tgt_len, -1).contiguous()
+        out = out.reshape(*hidden.shape[:-1], -1).contiguous()
         return self.out_proj(out)
 
 
@@ -288,15 +258,14 @@ class _OPTLayer(nn.Module):
         return hidden
 
 
-class _OPTPositions(Embedding):
-    offset = 2  # OPT's learned positions start at row 2
+_OPT_POSITIONS_FROM = 2  # OPT's learned positions start at row 2
 
 
 class _OPTDecoder(nn.Module):
     def __init__(self, c: SimpleNamespace, act):
         super().__init__()
         self.embed_tokens = Embedding(c.vocab_size, c.word_embed_proj_dim)
-        self.embed_positions = _OPTPositions(c.max_position_embeddings + _OPTPositions.offset, c.hidden_size)
+        self.embed_positions = Embedding(c.max_position_embeddings + _OPT_POSITIONS_FROM, c.hidden_size)
         projected = c.word_embed_proj_dim != c.hidden_size
         self.project_out = Linear(c.hidden_size, c.word_embed_proj_dim, bias=False) if projected else None
         self.project_in = Linear(c.word_embed_proj_dim, c.hidden_size, bias=False) if projected else None
@@ -340,7 +309,7 @@ class LeanOPT(LeanCausalLM):
             position_ids = torch.cumsum(pos_mask, dim=1)
             position_ids = (position_ids * pos_mask - 1).long()
         mask = _causal_mask(attention_mask, bsz, length, embeds.device)
-        pos = dec.embed_positions(position_ids + _OPTPositions.offset)
+        pos = dec.embed_positions(position_ids + _OPT_POSITIONS_FROM)
         if dec.project_in is not None:
             embeds = dec.project_in(embeds)
         hidden = embeds + pos.to(embeds.device)
@@ -408,20 +377,15 @@ class _OlmoAttention(nn.Module):
         self.k_norm = _RMSNorm(kv, c.rms_norm_eps)
 
     def forward(self, hidden, cos, sin, mask):
-        input_shape = hidden.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
-        q = self.q_norm(self.q_proj(hidden))
-        k = self.k_norm(self.k_proj(hidden))
-        v = self.v_proj(hidden)
-        q = q.view(hidden_shape).transpose(1, 2)
-        k = k.view(hidden_shape).transpose(1, 2)
-        v = v.view(hidden_shape).transpose(1, 2)
+        q = _heads(self.q_norm(self.q_proj(hidden)), self.head_dim)
+        k = _heads(self.k_norm(self.k_proj(hidden)), self.head_dim)
+        v = _heads(self.v_proj(hidden), self.head_dim)
         q_type, k_type = q.dtype, k.dtype
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
         q = ((q * cos) + (_rotate_half(q) * sin)).to(q_type)
         k = ((k * cos) + (_rotate_half(k) * sin)).to(k_type)
         out = _sdpa(q, k, v, mask, scaling=self.scaling, kv_groups=self.kv_groups)
-        out = out.reshape(*input_shape, -1).contiguous()
+        out = out.reshape(*hidden.shape[:-1], -1).contiguous()
         return self.o_proj(out)
 
 
@@ -476,25 +440,16 @@ class LeanOlmo2(LeanCausalLM):
             raise Unsupported(f"{where}: num_attention_heads not a multiple of num_key_value_heads")
         return c
 
-    def init_buffers(self, device) -> None:
-        """The rotary embedding's inverse frequencies, as transformers computes them (float32)."""
-        dim = self.config.head_dim
-        base = self.config.theta
-        self.inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-        self.inv_freq = self.inv_freq.to(device)
-
     def hidden_states(self, input_ids, attention_mask, position_ids) -> torch.Tensor:
         hidden = self.model.embed_tokens(input_ids)
         bsz, length = hidden.shape[:2]
         if position_ids is None:
             position_ids = torch.arange(length, device=hidden.device).unsqueeze(0)
-        elif attention_mask is None:
-            # transformers reads position ids that restart as packed sequences (not lean)
-            diff = torch.diff(position_ids, prepend=position_ids[:, :1] - 1, dim=-1)
-            if bool((diff != 1).any()):
-                raise NotImplementedError("packed sequences (position ids that restart) need an attention mask")
         mask = _causal_mask(attention_mask, bsz, length, hidden.device)
-        freqs = position_ids[..., None].float() * self.inv_freq.to(device=hidden.device, dtype=torch.float)
+        # the rotary embedding's inverse frequencies, as transformers computes them (float32, on the CPU)
+        dim = self.config.head_dim
+        inv_freq = 1.0 / (self.config.theta ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        freqs = position_ids[..., None].float() * inv_freq.to(device=hidden.device)
         emb = torch.cat((freqs, freqs), dim=-1)
         cos, sin = emb.cos() * 1.0, emb.sin() * 1.0
         for layer in self.model.layers:
@@ -502,7 +457,6 @@ class LeanOlmo2(LeanCausalLM):
         return self.model.norm(hidden)
 
 
-# ---- the builder
 ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
     "opt": ("OPTForCausalLM", LeanOPT),
     "olmo2": ("Olmo2ForCausalLM", LeanOlmo2),
@@ -529,13 +483,11 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausalLM:
-    """The lean model of ``folder`` (config.json + safetensors) in ``dtype`` on ``device``, in eval
+def build(folder: str | Path, dtype: str = "float32") -> LeanCausalLM:
+    """The lean model of ``folder`` (config.json + safetensors) in ``dtype`` on the CPU, in eval
     mode; raises :class:`Unsupported` (with why) where it does not apply."""
     folder = Path(folder)
     where = str(folder)
-    if torch.device(device).type not in ("cpu", "cuda"):
-        raise Unsupported(f"device {device}: the lean loader runs on cpu and cuda")
     if dtype not in DTYPES:
         raise Unsupported(f"dtype {dtype!r}: the lean loader takes {', '.join(DTYPES)}")
     try:
@@ -553,33 +505,28 @@ def build(folder: str | Path, dtype: str = "float32", device="cpu") -> LeanCausa
     with torch.device("meta"):
         model = cls(c)
     state = _read_weights(folder)
-    want = model.expected_keys()
+    own = model.state_dict(keep_vars=True)
+    tied_head = c.tie_word_embeddings  # the checkpoint may then leave the LM head out
+    want = set(own) - {"lm_head.weight"} if tied_head else set(own)
     if set(state) - want - {"lm_head.weight"} or want - set(state):
         extra, missing = sorted(set(state) - want), sorted(want - set(state))
         raise Unsupported(f"{where}: weights differ from {arch}'s (unexpected {extra[:3]}, missing {missing[:3]})")
-    own = model.state_dict(keep_vars=True)
-    tied_head = "lm_head.weight" not in want
     if tied_head and "lm_head.weight" in state:
         if not torch.equal(state.pop("lm_head.weight"), state[f"{model.embeddings}.weight"]):
             raise Unsupported(f"{where}: lm_head.weight differs from the embeddings it is tied to")
     wrong = [k for k, t in state.items() if tuple(t.shape) != tuple(own[k].shape)]
     if wrong:
         raise Unsupported(f"{where}: weight shapes differ from {arch}'s ({wrong[:3]})")
-    target = DTYPES[dtype]
-    state = {k: t.to(device=device, dtype=target) for k, t in state.items()}
+    state = {k: t.to(dtype=DTYPES[dtype]) for k, t in state.items()}
     model.load_state_dict(state, strict=not tied_head, assign=True)
-    model.tie()
-    if hasattr(model, "init_buffers"):
-        model.init_buffers(device)
+    if tied_head:
+        model.lm_head.weight = model.get_submodule(model.embeddings).weight
     return model.eval()
 
 
-def lean_model(
-    folder: str | Path, model_entry: ModelEntry, method: str, device="cpu"
-) -> tuple[LeanCausalLM | None, str]:
-    """(the lean model, "") for a model entry's local folder, or (None, why not): the caller then
-    loads the model with ``from_pretrained``. The entry's safety opt-ins and method decide first:
-    a model that may run its own code or read pickle weights, or a head model, is never lean."""
+def lean_model(folder: str | Path, model_entry: ModelEntry, method: str) -> tuple[LeanCausalLM | None, str]:
+    """(the lean model, "") for a model entry's local folder, or (None, why not: the caller loads with
+    ``from_pretrained``); a model that may run its own code or read pickle weights, or a head model, is not."""
     if method != "pattern":
         return None, f"method {method!r} (a head model) loads with from_pretrained"
     if model_entry.trust_remote_code:
@@ -589,6 +536,6 @@ def lean_model(
     if not Path(folder).is_dir():
         return None, f"{folder} is not a local folder"
     try:
-        return build(folder, model_entry.dtype, device), ""
+        return build(folder, model_entry.dtype), ""
     except Unsupported as why:
         return None, str(why)

@@ -66,8 +66,6 @@ def encode_prompts(
     keep_appended: bool = False,
 ) -> tuple[list[list[int]], int]:
     """Token ids per record, at most ``max_length`` each; returns (ids, number of truncated prompts)."""
-    if truncation not in ("left", "right"):
-        raise ConfigError(f"prompt.truncation: {truncation!r} must be left or right")
     texts = [format_prompt(template, r["premise"], r["hypothesis"], strip_fields) for r in records]
     enc = tokenizer(texts, add_special_tokens=True)["input_ids"]
     bare = tokenizer(texts, add_special_tokens=False)["input_ids"]
@@ -93,8 +91,6 @@ def pad_batch(
     seqs: list[list[int]], pad_id: int, side: str = "right", width: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(ids, attention mask) of ``seqs`` padded to the longest (or to ``width``), one tensor call each."""
-    if side not in ("left", "right"):
-        raise ValueError(f"padding side must be 'left' or 'right', not {side!r}")
     width = max([len(s) for s in seqs] + [width or 0])
     if side == "right":
         rows = [list(s) + [pad_id] * (width - len(s)) for s in seqs]
@@ -134,7 +130,7 @@ def _per_row_logits_to_keep() -> bool:
 _SLICES_OWN_WAY: set[type] = set()
 
 
-def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def _last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """(batch, vocab) next-token logits at each row's last real token."""
     params = _forward_params(model)
     last = last_positions(attention_mask)
@@ -146,7 +142,6 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
     per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
     if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
-        # project only the gathered position onto the vocabulary
         out = model(**kwargs, logits_to_keep=last[:, None]).logits
         if out.dim() == 3 and tuple(out.shape[:2]) == (input_ids.shape[0], 1):
             return out[:, -1, :]
@@ -155,27 +150,18 @@ def last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tens
     return logits[torch.arange(logits.shape[0], device=logits.device), last]
 
 
-def padded_end_logits(
-    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, *, pad_to: int, side: str, pad_id: int
-) -> torch.Tensor:
-    """(batch, vocab) logits at the last position of every prompt padded to ``pad_to`` tokens on ``side``:
-    what ``tokenizer(..., padding="max_length")`` scored at ``[:, -1]`` reads (a pad position unless left)."""
+def scored_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: dict | None = None):
+    """(batch, vocab) logits at the scored position ``extra`` (from encoding) names: each row's last real
+    token, or for ``padded-end`` the last of every prompt padded to ``pad_to`` tokens on its ``padding_side``."""
+    extra = extra or {}
+    if extra.get("position") != "padded-end":
+        return _last_token_logits(model, input_ids, attention_mask)
     rows = [input_ids[i][attention_mask[i].bool()].tolist() for i in range(input_ids.shape[0])]
-    ids, mask = pad_batch(rows, pad_id, side, width=pad_to)
+    ids, mask = pad_batch(rows, extra["pad_id"], extra["padding_side"], width=extra["pad_to"])
     kwargs = {"input_ids": ids.to(input_ids.device), "attention_mask": mask.to(input_ids.device)}
     if "logits_to_keep" in _forward_params(model):
         kwargs["logits_to_keep"] = 1  # an integer: the last position of every row, in every release
     return model(**kwargs).logits[:, -1, :]
-
-
-def scored_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: dict | None = None):
-    """(batch, vocab) logits at the scored position that ``extra`` (from encoding) names."""
-    extra = extra or {}
-    if extra.get("position") == "padded-end":
-        return padded_end_logits(
-            model, input_ids, attention_mask, pad_to=extra["pad_to"], side=extra["padding_side"], pad_id=extra["pad_id"]
-        )
-    return last_token_logits(model, input_ids, attention_mask)
 
 
 def verbaliser_logits(

@@ -93,8 +93,7 @@ def _sentence(clause: str) -> str:
 
 
 def _other(rng: random.Random, pool: list, exclude) -> object:
-    choices = [x for x in pool if x not in exclude]
-    return rng.choice(choices)
+    return rng.choice([x for x in pool if x not in exclude])
 
 
 def _detail(rng: random.Random, e: dict) -> tuple[bool, bool, str]:
@@ -146,10 +145,6 @@ def _in_domain(rng, label, v=TRAIN_VOCAB):
     p = _sentence(_clause(e))
     h, kind = _entailed(rng, e) if label == "entailment" else _changed(rng, e, v)
     return p, h, kind
-
-
-def _heldout_vocab(rng, label):
-    return _in_domain(rng, label, HELDOUT_VOCAB)
 
 
 def _lexical_overlap(rng, label):
@@ -219,7 +214,7 @@ SHIFTS: dict[str, Callable] = {
     "in-domain": _in_domain,
     "lexical-overlap": _lexical_overlap,
     "negation": _negation,
-    "heldout-vocab": _heldout_vocab,
+    "heldout-vocab": lambda rng, label: _in_domain(rng, label, HELDOUT_VOCAB),
     "distractor": _distractor,
     "passive": _passive,
 }
@@ -234,8 +229,6 @@ def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
     """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment)."""
     if shift not in SHIFTS:
         raise ValueError(f"unknown synthetic shift {shift!r}; known: {', '.join(SHIFTS)}")
-    if n < 2:
-        raise ValueError(f"synthetic set needs n >= 2 (got {n})")
     rng = random.Random(_seed_for(seed, shift, split))
     labels = [LABELS[i % 2] for i in range(n)]
     rng.shuffle(labels)

@@ -117,11 +117,10 @@ def build_pretrained(name: str, spec: dict, corpus: list[str], out_dir: Path, se
     )
     model.save_pretrained(out_dir)
     follow_umask(out_dir)  # safetensors leaves its weights 0600; every other result follows the umask
-    n_params = sum(p.numel() for p in model.parameters())
     info = {
         "name": name,
         "model_type": spec["model_type"],
-        "n_params": n_params,
+        "n_params": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
         "pretrain_steps": len(losses),
         "loss_first": losses[0] if losses else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections import Counter
 from pathlib import Path
 
 from ..core import model_dirs
@@ -40,10 +41,10 @@ def model_patterns(model_entry: ModelEntry, repo_files: list[str]) -> list[str]:
     return sorted(set(match(MODEL_FILES) + weights + code))
 
 
-def _by_module(linear: dict[tuple[str, int, int], int]) -> dict[str, list[list[int]]]:
-    """{module name: [[out, in, count], ...]} of the (module name, out, in) -> count of linear layers."""
+def _by_module(linear: list[tuple[str, int, int]]) -> dict[str, list[list[int]]]:
+    """{module name: [[out, in, count], ...]} of the linear layers' (module name, out, in)."""
     out: dict[str, list[list[int]]] = {}
-    for (module, o, i), count in sorted(linear.items()):
+    for (module, o, i), count in sorted(Counter(linear).items()):
         out.setdefault(module, []).append([o, i, count])
     return out
 
@@ -51,7 +52,7 @@ def _by_module(linear: dict[tuple[str, int, int], int]) -> dict[str, list[list[i
 def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
     """(parameters, linear layers) of the safetensors weights in ``folder``, from the headers alone."""
     total = 0
-    linear: dict[tuple[str, int, int], int] = {}
+    linear = []
     for f in sorted(Path(folder).glob("*.safetensors")):
         for name, meta in model_dirs.safetensors_header(f).items():
             if name == "__metadata__":
@@ -60,8 +61,7 @@ def weight_shapes(folder: str | Path) -> tuple[int, dict[str, list[list[int]]]]:
             total += math.prod(shape)
             parts = name.split(".")
             if len(shape) == 2 and len(parts) >= 2 and parts[-1] == "weight":
-                key = (parts[-2], shape[0], shape[1])
-                linear[key] = linear.get(key, 0) + 1
+                linear.append((parts[-2], shape[0], shape[1]))
     return total, _by_module(linear)
 
 
@@ -76,10 +76,9 @@ def meta_shapes(folder: str | Path, model_entry: ModelEntry) -> tuple[int, dict[
     with torch.device("meta"):
         model = auto.from_config(cfg, trust_remote_code=model_entry.trust_remote_code)
     total = sum(p.numel() for p in model.parameters())
-    linear: dict[tuple[str, int, int], int] = {}
+    linear = []
     for name, mod in model.named_modules():
         w = getattr(mod, "weight", None)
         if isinstance(w, torch.nn.Parameter) and w.dim() == 2 and name:
-            key = (name.rsplit(".", 1)[-1], int(w.shape[0]), int(w.shape[1]))
-            linear[key] = linear.get(key, 0) + 1
+            linear.append((name.rsplit(".", 1)[-1], int(w.shape[0]), int(w.shape[1])))
     return total, _by_module(linear)
