@@ -10,8 +10,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
-from . import slurm_wrap
+from pathlib import Path
 
 TIMEOUT_S = 30  # the most a query of the cluster may take
 # the executor's longest pause between two status checks (snakemake_executor_plugin_slurm: max_sleep_time)
@@ -22,12 +21,21 @@ ACTIVE_STATES = frozenset(
     "STAGE_OUT STOPPED".split()
 )
 PROFILE = "profiles/slurm/config.yaml"
+DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the folder of oodcorr.launch.slurm_wrap's wrappers, once installed
+
+
+def unwrapped_path() -> str:
+    """This process's PATH without the folder of :mod:`.slurm_wrap`'s wrappers."""
+    folder = os.environ.get(DIR_ENV)
+    bin_dir = (Path(folder) / "bin").resolve() if folder else None
+    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
+    return os.pathsep.join(keep)
 
 
 def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
     """``argv``'s result, or None when not installed or not done in time; never through :mod:`.slurm_wrap`'s
     wrappers (the watcher must see an outage, not wait it out)."""
-    env = dict(os.environ, PATH=slurm_wrap.unwrapped_path())
+    env = dict(os.environ, PATH=unwrapped_path())
     try:
         return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env
@@ -64,18 +72,14 @@ class ClusterConfig:
 def parse_config(text: str) -> ClusterConfig:
     values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
+    count = values.get("MaxJobCount", "").split()[:1]
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),
         storage=storage,
         min_job_age_s=_seconds(values.get("MinJobAge")),
-        max_job_count=_number(values.get("MaxJobCount")),
+        max_job_count=int(count[0]) if count and count[0].isdigit() else None,
         text=text,
     )
-
-
-def _number(value: str | None) -> int | None:
-    head = (value or "").split()[:1]
-    return int(head[0]) if head and head[0].isdigit() else None
 
 
 def _seconds(value: str | None) -> int | None:

@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 
 from ..core.atomic_write import write_text_atomic
-from . import slurm_cluster
+from .slurm_cluster import DIR_ENV, controller_answers, unwrapped_path
 
 WRAPPED = ("squeue", "sbatch", "scontrol")
 NO_ACCOUNT = "sacct"  # wrapped too where the profile says slurm-no-account
 WAIT_S = {"squeue": 45.0, "sbatch": 600.0}
 CONFIG_WAIT_S = 5.0
 PAUSE_S = 2.0
-DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the wrappers' folder (set by install, read by main)
 CONFIG_CACHE = "scontrol-show-config.txt"
 LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue query (its arguments' digest)
 
@@ -55,15 +54,6 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
     os.environ[DIR_ENV] = str(folder)
     os.environ["PATH"] = os.pathsep.join(p for p in (str(bin_dir), unwrapped_path()) if p)
     return bin_dir
-
-
-def unwrapped_path() -> str:
-    """This process's PATH without the wrappers :func:`install` put first: for oodcorr's own queries of
-    the cluster, which must see a controller that does not answer at once, not wait it out."""
-    folder = os.environ.get(DIR_ENV)
-    bin_dir = (Path(folder) / "bin").resolve() if folder else None
-    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
-    return os.pathsep.join(keep)
 
 
 def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
@@ -114,7 +104,7 @@ def main(argv: list[str]) -> int:
         last = folder / LAST_ANSWER.format(digest) if name == "squeue" and folder else None
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
-            if res is not None and (res.returncode == 0 or slurm_cluster.controller_answers()):
+            if res is not None and (res.returncode == 0 or controller_answers()):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))
                 return _emit(res)
