@@ -26,26 +26,6 @@ from .slurm_cluster import array_rules
 
 ARRAY_LIMIT = 1000  # the executor's default slurm-array-limit (2.8.0); SLURM's MaxArraySize may lower it
 
-# rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
-LOCAL_RULES = (
-    "prepare_dataset",
-    "pretraining_corpus",
-    "series_checkpoint",
-    "aggregate_scores",
-    "accuracy_table",
-    "partial_correlations",
-    "consensus_heatmap",
-    "explorer",
-    "forest_plots",
-    "heatmap",
-    "heatmap_grid",
-    "learning_curves",
-    "scatter",
-    "training_loss",
-    "publish_results",
-    "all",
-)
-
 
 @dataclass
 class RuleCost:
@@ -234,7 +214,7 @@ def compute(
     notes: list[str] = []
     rules = []
     for rule, n in counts.items():
-        cost = RuleCost(rule, n, 0 if rule in LOCAL_RULES else n)
+        cost = RuleCost(rule, n, n if rule in MODEL_RULES else 0)  # every other rule is a `localrules` one
         if rule in MODEL_RULES:
             gpus_seen, parts = set(), set()
             gpu_min = cpu_min = 0  # whole minutes: sums without rounding error

@@ -1,8 +1,5 @@
-"""Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal, device choice.
-
-A job's refusal (:func:`refuse`), and an exception no script catches, is the log's last line and is
-recorded (:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
-console with the job named."""
+"""Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal (and an exception no
+script catches: both recorded for the end-of-run report), device choice."""
 
 from __future__ import annotations
 
