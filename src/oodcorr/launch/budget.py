@@ -511,15 +511,10 @@ def _h(x: float) -> str:
 
 def markdown(b: Budget) -> str:
     prof = b.profile
-    where = (
-        (
-            f"profile {prof['path']} (executor {prof['executor']}"
-            + (f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else "")
-            + ")"
-        )
-        if prof
-        else "no profile"
-    )
+    where = "no profile"
+    if prof:
+        jobs = f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else ""
+        where = f"profile {prof['path']} (executor {prof['executor']}{jobs})"
     lines = [
         f"# Budget: experiment {b.experiment}",
         "",

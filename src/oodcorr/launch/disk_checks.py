@@ -186,9 +186,7 @@ def check_inputs_exist(exp: Experiment) -> None:
 
 
 def _check_local_file(exp: Experiment, name: str) -> None:
-    """A local dataset's file must exist: Snakemake would quietly leave the testset out once
-    results/scores.* exist.
-    """
+    """A local dataset's file must exist: Snakemake would quietly leave the testset out once scores exist."""
     spec = exp.dataset(name)
     if spec.get("source") != "local":
         return
@@ -248,9 +246,8 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
 
 
 def _check_tokenizers_on_disk(plan: Plan) -> None:
-    """Every tokenizer already on disk gives ids its model's embeddings hold, and one token per verbaliser,
-    the labels' distinct (models with their own code are left to their jobs: planning runs no model's code).
-    """
+    """Every tokenizer already on disk gives ids its model's embeddings hold, and one distinct token per
+    verbaliser (models with their own code are left to their jobs: planning runs no model's code)."""
     for name, spec in plan.models.items():
         d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():

@@ -17,8 +17,7 @@ def _mode(values):
 
 
 def grid_of(plan) -> dict:
-    """The shape of the most common table of ``plan``'s analysis, with each testset's examples; ``notes`` say
-    where tables differ."""
+    """The shape of the most common table of ``plan``'s analysis; ``notes`` say where tables differ."""
     by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
     drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
     tables: dict[tuple, dict[str, list]] = {}
@@ -150,8 +149,7 @@ def _more_examples(cfg: dict, plan) -> tuple[dict, str]:
     for name in sorted({t for d in plan.testsets for t, role in plan.testsets[d] if role == "ood"}):
         cap = plan.exp.dataset(name).get("max_examples")
         if cap:
-            blocks.setdefault(name, {})
-            blocks[name]["max_examples"] = int(cap) * MORE_EXAMPLES
+            blocks.setdefault(name, {})["max_examples"] = int(cap) * MORE_EXAMPLES
             grown.append(name)
     if not grown:
         raise ValueError("the OOD testsets are used whole (no max_examples): there are no more examples to add")

@@ -165,9 +165,8 @@ def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[s
 
 
 def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
-    """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run
-    ran here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone.
-    """
+    """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
+    here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
     if not _gone(last):

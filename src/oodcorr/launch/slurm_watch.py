@@ -308,8 +308,7 @@ class Watcher(threading.Thread):
             ended = list(self.ended.values())
         lines = []
         for j in ended[:SHOWN]:
-            what, rule, key = self.describe(j)
-            text = _ended_sentence(j, what, rule, key)
+            text = _ended_sentence(j, *self.describe(j))
             lines.append(f"oodcorr: {text}" if failed else f"oodcorr: WARNING: {text} (it was retried)")
         if len(ended) > SHOWN:
             lines.append(
@@ -364,8 +363,7 @@ def executor_name(workflow) -> str:
 
 
 def at_start(workflow, plan: Plan) -> str | None:
-    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching. Returns
-    the sentence that refuses the run, or None."""
+    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching; the refusal."""
     global _WATCHER
     name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
