@@ -20,7 +20,7 @@ from oodcorr.analysis.design import power as dz
 from oodcorr.analysis.simulate.items import item_table
 from oodcorr.analysis.simulate.runs import observed_rho, run_scores, study_table
 from oodcorr.cli import main
-from oodcorr.launch import budget_work, grid
+from oodcorr.launch import budget, grid
 from oodcorr.planning.plan import load
 from oodcorr.planning.schema import read_config
 
@@ -348,7 +348,7 @@ def test_work_based_gpu_hours_by_hand():
     paper = REPO / "config/paper.yaml"
     plan = load(read_config(paper), REPO, [paper])
     names = sorted({t for d in plan.testsets for t, _ in plan.testsets[d]})
-    w = budget_work.work(plan, budget_work.parse_throughput(["400", "30b=200"]), examples=dict.fromkeys(names, 1000))
+    w = budget.work(plan, budget.parse_throughput(["400", "30b=200"]), examples=dict.fromkeys(names, 1000))
     # finetune: LoRA, 4 FLOP per parameter and token; 1,000 steps x 16 x 4 x 128 tokens; 12 runs a model
     tokens = 1000 * 16 * 4 * 128
     params = {"opt-2.7b": 2.65, "opt-6.7b": 6.66, "opt-13b": 12.85, "opt-30b": 29.97, "olmo2-7b": 7.3}
@@ -364,10 +364,10 @@ def test_work_based_gpu_hours_by_hand():
     flop = sum(12 * 21 * 8 * 2 * p * 1e9 * 1000 * 128 for p in params.values())
     assert w["rules"]["evaluate"]["implied_tflops"] == pytest.approx(flop / (3091.2 * 3600) / 1e12)
     # sizes unknown: the evaluations have no estimate, and the total says so by being None
-    w = budget_work.work(plan, {"": 400.0})
+    w = budget.work(plan, {"": 400.0})
     assert w["gpu_hours"] is None and w["rules"]["evaluate"]["jobs_unknown"] == 16128
     with pytest.raises(ValueError, match="must be positive"):
-        budget_work.parse_throughput(["0"])
+        budget.parse_throughput(["0"])
 
 
 def test_budget_command_adds_the_work_beside_the_limits(tmp_path, capsys):

@@ -482,7 +482,7 @@ def test_the_report_refuses_staged_results_that_are_not_what_was_published(tmp_p
     publish them (a failed analysis, a kill), or with a published file edited, it would disagree with
     the published tables. Refused, saying what differs and what to run. (Before: it showed them.)"""
     from oodcorr.core.errors import ConfigError
-    from oodcorr.launch.report import check_report_inputs
+    from oodcorr.launch.published_check import check_report_inputs
 
     root = tmp_path / "results/x"
     plan = _plan(root)

@@ -1,5 +1,5 @@
 """The workflow's last lines and the report's landing text give the answer: agreement.csv, the consensus
-heatmap and the pairs per verdict (oodcorr.launch.disk_checks.end_of_run_report, launch.report)."""
+heatmap and the pairs per verdict (oodcorr.launch.disk_checks.end_of_run_report, launch.published_check)."""
 
 from __future__ import annotations
 

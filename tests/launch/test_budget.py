@@ -9,7 +9,7 @@ import yaml
 from oodcorr.cli import main
 from oodcorr.core.records import job_seconds
 from oodcorr.launch import budget
-from oodcorr.planning.plan import load
+from oodcorr.planning.plan import MODEL_RULES, load
 from oodcorr.planning.schema import read_config
 
 from helpers import REPO, micro_config, planned_jobs
@@ -154,13 +154,14 @@ def test_job_counts_equal_snakemakes(tmp_path, unit):
 
 
 def test_the_budget_knows_every_local_rule_and_counts_every_rule(tmp_path):
-    """LOCAL_RULES repeats the rule files' `localrules:` lists (the budget reads no Snakefile): the two
-    must agree, and a dry run's jobs per rule must equal the budget's count of each."""
+    """The budget counts the jobs of the rules with resources (MODEL_RULES) as submitted, the rest as run on
+    the submitting node (it reads no Snakefile): the rule files' `localrules:` lists must name exactly those
+    rest, and a dry run's jobs per rule must equal the budget's count of each."""
     text = (REPO / "Snakefile").read_text() + "".join(p.read_text() for p in (REPO / "workflow/rules").glob("*.smk"))
     declared = set()
     for block in re.findall(r"^localrules:\n((?:    \w+,\n)+)", text, re.M):
         declared |= set(re.findall(r"\w+", block))
-    assert declared == set(budget.LOCAL_RULES)
+    assert declared == set(re.findall(r"^rule (\w+):", text, re.M)) - set(MODEL_RULES)
     plan = load(read_config(REPO / "config/config.yaml"), REPO, [REPO / "config/config.yaml"])
     counts = budget.job_counts(plan)
     planned = planned_jobs(tmp_path, REPO / "config/config.yaml")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from ..launch import budget, budget_work
+from ..launch import budget
 from ..launch import grid as grids
 from ..modeling import hub
 from .args import add_work_flags
@@ -61,9 +61,9 @@ def compute_budget(plan, config, args, lock):
     if args.throughput:
         sizes = grids.testset_sizes(plan, sorted({t for d in plan.testsets for t, _ in plan.testsets[d]}))
         sizes = {t: (n if n is not None else args.examples) for t, n in sizes.items()}
-        b.work = budget_work.work(
+        b.work = budget.work(
             plan,
-            budget_work.parse_throughput(args.throughput),
+            budget.parse_throughput(args.throughput),
             lock=lock,
             examples=sizes,
             tokens_per_example=args.tokens_per_example,

@@ -1,11 +1,12 @@
 """What an experiment will cost, before it is submitted (``oodcorr budget``), as markdown and JSON.
 
 GPU-hours are GPUs x time limits (what a compute-time request must cover), and expected where finished
-jobs of the same model measured their cost."""
+jobs of the same model measured their cost. With ``--throughput``, GPU-hours from the work too (:func:`work`):
+each job's operations (parameters x tokens: about 6 to finetune every weight, 4 for LoRA, 2 to score) at a
+GPU's throughput, given per model or size class or measured by finished jobs."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import Counter
@@ -15,6 +16,7 @@ from pathlib import Path
 from ..core.atomic_write import write_json_atomic, write_text_atomic
 from ..core.errors import ConfigError
 from ..core.filesystems import human_bytes
+from ..core.io import json_or_none
 from ..core.records import job_seconds, read_result
 from ..core.yaml_files import load_yaml
 from ..modeling.hub import cache_warnings
@@ -23,26 +25,6 @@ from .sizing import checkpoint_bytes, model_size
 from .slurm_cluster import array_rules
 
 ARRAY_LIMIT = 1000  # the executor's default slurm-array-limit (2.8.0); SLURM's MaxArraySize may lower it
-
-# rules that run on the submitting node under a cluster executor (workflow/rules/*.smk `localrules`)
-LOCAL_RULES = (
-    "prepare_dataset",
-    "pretraining_corpus",
-    "series_checkpoint",
-    "aggregate_scores",
-    "accuracy_table",
-    "partial_correlations",
-    "consensus_heatmap",
-    "explorer",
-    "forest_plots",
-    "heatmap",
-    "heatmap_grid",
-    "learning_curves",
-    "scatter",
-    "training_loss",
-    "publish_results",
-    "all",
-)
 
 
 @dataclass
@@ -75,7 +57,7 @@ class Budget:
     gpus: int | None
     wall_hours_at_least: float | None
     notes: list[str]
-    work: dict | None = None  # GPU-hours from the work (oodcorr.launch.budget_work.work), when a throughput is given
+    work: dict | None = None  # GPU-hours from the work (:func:`work`), when a throughput is given
 
     @property
     def totals(self) -> dict:
@@ -96,16 +78,11 @@ class Budget:
         return out
 
 
-# ---- inputs -------------------------------------------------------------------------------------
-
-
 def read_profile(folder: str | Path | None) -> dict:
-    """What of a Snakemake profile shapes the budget: executor, concurrent jobs, packing, default partition."""
+    """What of a Snakemake profile shapes the budget."""
     if folder is None:
         return {}
     path = Path(folder) / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"--profile {folder}: no config.yaml in it")
     prof = load_yaml(path) or {}  # its size and depth checked before it is built (oodcorr.core.limits)
     if not isinstance(prof, dict):
         raise ConfigError(f"--profile {folder}: {path} must map Snakemake options to values")
@@ -127,11 +104,7 @@ def measured_costs(plan) -> dict:
     """Seconds finished jobs of this experiment took, by (rule, model, testset or None, device kind)."""
     out: dict[tuple, list[float]] = {}
     for run in plan.runs:
-        man = Path(plan.paths.manifest.format(**run.wildcards))
-        try:
-            info = json.loads(man.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+        info = json_or_none(plan.paths.manifest.format(**run.wildcards)) or {}
         if info.get("trained") and info.get("seconds") and info.get("device"):
             kind = "gpu" if str(info["device"]).startswith("cuda") else "cpu"
             out.setdefault(("finetune", run.model, None, kind), []).append(float(info["seconds"]))
@@ -150,9 +123,6 @@ def measured_costs(plan) -> dict:
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-# ---- the budget ------------------------------------------------------------------------------------
-
-
 def _testsets_of(plan, model: str) -> set[str]:
     """The testsets a model's runs are evaluated on (each tokenised once per model)."""
     return {t for d in {r.in_domain for r in plan.runs if r.model == model} for t, _ in plan.testsets[d]}
@@ -163,8 +133,7 @@ def job_counts(plan) -> dict[str, int]:
     tiny = [m for m, s in plan.models.items() if s.model_entry.is_tiny]
     tokenize = sum(len(_testsets_of(plan, m)) for m in plan.models)
     n_models = len(plan.models)
-    # a series has no finetune, no loss
-    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])
+    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])  # a series has no loss
     counts = {
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
@@ -207,19 +176,11 @@ def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
 
 
 def array_submissions(plan, limit: int) -> dict:
-    """The evaluation jobs' SLURM submissions as job arrays of at most ``limit`` tasks (the executor's
-    ``--slurm-array-jobs``, the profile's ARRAYS block). An array holds the evaluations that became ready
-    together, so the count depends on the order jobs end in; these are its bounds:
-
-    * ``at_most``: one array per run x testset (a testset's tokenisation ending after its run's finetune;
-      a series run's checkpoints, which come one at a time: one per evaluation);
-    * ``one_per_run``: one array per run, where every testset is tokenised before the run's finetune ends
-      (the usual order: a tokenisation takes minutes, a finetune hours);
-    * ``at_least``: each model's evaluations all at once (its finetunes done before).
-
-    Counted per model, as arrays are right for one model at a time (``resource_sets``: the different
-    evaluate resources of this config's models; more than one, and oodcorr refuses a run of them all as
-    arrays)."""
+    """The evaluation jobs' SLURM submissions as job arrays of at most ``limit`` tasks. An array holds the
+    evaluations that became ready together, so the count depends on the order jobs end in: ``at_most`` one
+    per run x testset (a series run's checkpoints come one at a time), ``one_per_run`` where every testset
+    is tokenised before its run's finetune ends, ``at_least`` each model's evaluations at once.
+    ``resource_sets``: the models' different evaluate resources (an array gives every task the first's)."""
     pair = Counter((j.run.id, j.testset, *(tuple(j.steps) if j.run.series else ())) for j in plan.eval_jobs)
     run = Counter(j.run.id for j in plan.eval_jobs)
     model = Counter(j.run.model for j in plan.eval_jobs)
@@ -253,7 +214,7 @@ def compute(
     notes: list[str] = []
     rules = []
     for rule, n in counts.items():
-        cost = RuleCost(rule, n, 0 if rule in LOCAL_RULES else n)
+        cost = RuleCost(rule, n, n if rule in MODEL_RULES else 0)  # every other rule is a `localrules` one
         if rule in MODEL_RULES:
             gpus_seen, parts = set(), set()
             gpu_min = cpu_min = 0  # whole minutes: sums without rounding error
@@ -310,7 +271,7 @@ def compute(
             total = opt = None  # one unknown model makes the sum unknown: never a partial total
             ck_notes.append(f"{m}: {n_ckpt} checkpoints, {how}")
             continue
-        if total is not None and opt is not None:
+        if total is not None:
             total += per * n_ckpt
             # Adam's two states of what trains (LoRA: the fp32 adapter; full: the weights, same dtype)
             opt += 2 * per * len(runs)
@@ -390,6 +351,134 @@ def _arrays_note(a: dict, on: bool, packed: bool, n: int) -> str:
     return line
 
 
+def parse_throughput(values) -> dict[str, float]:
+    """``["400", "opt-30b=350", "13b=380"]`` -> ``{"": 400.0, "opt-30b": 350.0, "13b": 380.0}``: TFLOP/s
+    one GPU reaches, by model name or size class (the empty key: every other job)."""
+    out = {}
+    for v in values or ():
+        key, _, num = str(v).rpartition("=")
+        try:
+            t = float(num)
+        except ValueError:
+            raise ValueError(
+                f"--throughput {v!r}: give TFLOP/s per GPU as a number, or MODEL=number / SIZE_CLASS=number"
+            ) from None
+        if not t > 0:
+            raise ValueError(f"--throughput {v!r}: the throughput must be positive")
+        out[key.strip()] = t
+    return out
+
+
+FLOP_PER_TOKEN = {
+    "full": 6,
+    "lora": 4,
+    "score": 2,
+}  # per parameter: forward 2, activation gradients 2, weight gradients 2
+
+
+def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
+    """(rule, model) -> [FLOP per job, jobs, limit GPU-seconds per job], None where a count is unknown."""
+    out = {}
+    for m, spec in plan.models.items():
+        n = model_size(spec, lock).parameters
+        runs = [r for r in plan.runs if r.model == m]
+        if not spec.model_entry.is_series:
+            ft = spec.finetune
+            tokens = sum(
+                r.max_steps
+                * ft.get("batch_size", 1)
+                * ft.get("gradient_accumulation_steps", 1)
+                * ft.get("max_length", 0)
+                for r in runs
+            )
+            per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
+            res = spec.resources["finetune"]
+            out[("finetune", m)] = [
+                per * n * tokens / len(runs) if n and tokens and runs else None,
+                len(runs),
+                res.gpu * res.runtime * 60,
+            ]
+        res = spec.resources["evaluate"]
+        for r in runs:
+            for t, _ in plan.testsets[r.in_domain]:
+                e = examples.get(t)
+                flop = FLOP_PER_TOKEN["score"] * n * e * tokens_per_example if n and e else None
+                key = ("evaluate", m, t)
+                if key not in out:
+                    out[key] = [flop, 0, res.gpu * res.runtime * 60]
+                out[key][1] += len(r.steps)
+    return out
+
+
+def work(
+    plan,
+    throughput: dict[str, float],
+    *,
+    lock=None,
+    examples: dict | None = None,
+    tokens_per_example: float | None = None,
+    measured: dict | None = None,
+) -> dict:
+    """GPU-hours from the work, per rule: each job's FLOP (upper bounds: every example at ``max_length``)
+    over one GPU's throughput (a finished job's measured one, else ``throughput``), and the throughput the
+    time limits assume."""
+    examples = examples or {}
+    tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
+    measured = measured or {}
+    per_job = _job_work(plan, lock, examples, tokens)
+    classes = {m: (plan.exp.models.get(m) or {}).get("size_class") for m in plan.models}
+    rules: dict[str, dict] = {}
+    used: dict[str, float] = {}
+    notes = []
+    for key, (flop, jobs, limit_s) in per_job.items():
+        rule, m = key[0], key[1]
+        r = rules.setdefault(
+            rule, {"flop": 0.0, "gpu_hours": 0.0, "jobs": 0, "jobs_unknown": 0, "limit_gpu_hours_known": 0.0}
+        )
+        r["jobs"] += jobs
+        if flop is None:
+            r["jobs_unknown"] += jobs
+            continue
+        secs = measured.get((rule, m, key[2] if rule == "evaluate" else None, "gpu"))
+        if secs:
+            gpus = plan.models[m].resources[rule].gpu or 1
+            t = flop / (secs * gpus) / 1e12
+            used[f"{rule} {m}" + (f" {key[2]}" if rule == "evaluate" else "")] = t
+        else:
+            t = throughput.get(m) or throughput.get(classes.get(m) or "\0") or throughput.get("")
+        if not t:
+            r["jobs_unknown"] += jobs
+            continue
+        r["flop"] += flop * jobs
+        r["gpu_hours"] += flop * jobs / (t * 1e12) / 3600
+        r["limit_gpu_hours_known"] += limit_s * jobs / 3600
+    for rule, r in rules.items():
+        r["implied_tflops"] = (
+            r["flop"] / (r["limit_gpu_hours_known"] * 3600) / 1e12 if r["limit_gpu_hours_known"] else None
+        )
+        if r["jobs_unknown"]:
+            notes.append(
+                f"{r['jobs_unknown']:,} of the {r['jobs']:,} {rule} jobs have no work estimate: "
+                + (
+                    "a model's parameter count is unknown (params_b, or oodcorr prefetch) or no throughput applies"
+                    if rule == "finetune"
+                    else "a testset's size is unknown before its data is prepared (give --examples N) or a "
+                    "model's parameter count, or no throughput applies"
+                )
+            )
+    known = all(r["jobs_unknown"] == 0 for r in rules.values())
+    return {
+        "throughput_tflops": throughput,
+        "measured_tflops": used,
+        "tokens_per_example": tokens,
+        "examples": examples,
+        "rules": rules,
+        "gpu_hours": sum(r["gpu_hours"] for r in rules.values()) if known else None,
+        "gpu_hours_known_part": sum(r["gpu_hours"] for r in rules.values()),
+        "notes": notes,
+    }
+
+
 def _work_lines(w: dict) -> list[str]:
     given = ", ".join(f"{k or 'every other job'} {v:g}" for k, v in w["throughput_tflops"].items()) or "none"
     lines = [
@@ -416,24 +505,16 @@ def _work_lines(w: dict) -> list[str]:
     return lines
 
 
-# ---- output --------------------------------------------------------------------------------------------
-
-
 def _h(x: float) -> str:
     return f"{x:,.1f}"
 
 
 def markdown(b: Budget) -> str:
     prof = b.profile
-    where = (
-        (
-            f"profile {prof['path']} (executor {prof['executor']}"
-            + (f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else "")
-            + ")"
-        )
-        if prof
-        else "no profile"
-    )
+    where = "no profile"
+    if prof:
+        jobs = f", at most {prof['jobs']} jobs at once" if prof.get("jobs") else ""
+        where = f"profile {prof['path']} (executor {prof['executor']}{jobs})"
     lines = [
         f"# Budget: experiment {b.experiment}",
         "",

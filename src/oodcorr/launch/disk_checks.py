@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 from ..core.answer import answer_lines, read_agreement
 from ..core.errors import ConfigError, DataError, StaleResult
+from ..core.io import json_or_none
 from ..core.model_dirs import check_local_weights, package_dir, tokenizer_max_id, vocab_problem
 from ..core.model_entry import ModelEntry
 from ..core.records import local_source_changed
@@ -27,12 +28,9 @@ from .free_space import free_space_problems
 
 
 def check_on_disk(plan: Plan) -> list[str]:
-    """What the config points at and what earlier runs left, checked before any job runs: raises
-    (ConfigError, DataError, StaleResult, naming the file and what to do); returns warnings (prompts cut).
-    """
+    """What the config points at and what earlier runs left, checked before any job runs; returns warnings."""
     check_inputs_exist(plan.exp)
-    _check_tokenizers_fit(plan)
-    _check_verbalisers_on_disk(plan)
+    _check_tokenizers_on_disk(plan)
     check_sources_unchanged(plan)
     _check_summaries_complete(plan)
     return truncation_warnings(plan)
@@ -40,20 +38,13 @@ def check_on_disk(plan: Plan) -> list[str]:
 
 def end_of_run_warnings(plan: Plan) -> list[str]:
     """The planning warnings, the datasets' own, prompts cut and another config's, gathered once."""
-    data_dir = plan.paths.data_meta.rsplit("/", 1)[0]
-    out = (
-        list(plan.warnings)
-        + _dataset_warnings(plan.exp, data_dir)
-        + truncation_warnings(plan)
-        + experiment.warnings_given(plan)
-    )
+    out = list(plan.warnings) + _dataset_warnings(plan) + truncation_warnings(plan) + experiment.warnings_given(plan)
     return list(dict.fromkeys(out))
 
 
 def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, local: bool = False) -> list[str]:
     """The lines ``onsuccess`` / ``onerror`` print; never raises. ``asked``: the targets of a run that did
-    not ask for the published set. ``local``: the jobs ran here (a job killed before it could say why is named too).
-    """
+    not ask for the published set. ``local``: the jobs ran here (a job killed before it could say why is named)."""
     lines, cut = [], []
     try:
         cut = truncation_warnings(plan)  # said last: prompts cut change what every score means
@@ -88,8 +79,6 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
     lines += [f"oodcorr: WARNING: {w}" for w in cut]
     if failed:
         try:
-            # a file system full now (a job that stopped for want of room, or Snakemake's own records), then
-            # each job's sentence: the last lines, whichever job stopped
             lines += [f"oodcorr: {line}" for line in free_space_problems(plan, [])]
             lines += refusal_lines(plan, killed=local)
         except Exception as e:  # noqa: BLE001 -- as above
@@ -97,14 +86,11 @@ def end_of_run_report(plan: Plan, failed: bool, asked: list[str] | None = None, 
     return lines
 
 
-# ---- the jobs' refusals, repeated when the run ends ---------------------------------------------------
 REFUSALS_SHOWN = 5  # the sentences repeated at most (the jobs that stopped for want of room first)
 
 
 def refusal_lines(plan: Plan, killed: bool = False) -> list[str]:
-    """Each job's sentence that this run's jobs stopped with, the job and its log named, a full disk's
-    first, at most :data:`REFUSALS_SHOWN`. ``killed``: a job killed before it could say why too.
-    """
+    """Each sentence this run's jobs stopped with, the job and its log named, a full disk's first."""
     found = [d for d in read_refusals(refusals_dir(plan.paths.logs)) if killed or d.get("kind") != "killed"]
     # stable: the order they stopped in, within each
     found.sort(key=lambda d: d.get("kind") not in ("disk full", "write failed"))
@@ -134,8 +120,7 @@ _BATCH = {"evaluate": "evaluation.batch_size", "finetune": "finetune.batch_size"
 
 
 def _killed_sentence(plan: Plan, doc: dict) -> str:
-    """A job killed on this machine before it could say why: what does that, and the config key of its
-    memory with its value, which here sets no limit but what Snakemake counts against ``--resources``."""
+    """A job killed on this machine before it could say why: what does that, and its memory's config key."""
     rule, model = str(doc.get("rule")), (doc.get("wildcards") or {}).get("model")
     spec = plan.models.get(model) if model else None
     res = spec.resources.get(rule) if spec else None
@@ -166,12 +151,11 @@ def _answer_of(plan: Plan) -> list[str]:
     return answer_lines(rows, method, res, plan.paths.analysis, consensus_sets=plan.consensus_sets())
 
 
-def _dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
-    """Warnings that preparation recorded in this experiment's dataset meta files; a meta file that
-    cannot be read (truncated, edited) is a warning itself, naming it and what to do."""
+def _dataset_warnings(plan: Plan) -> list[str]:
+    """Warnings that preparation recorded in this experiment's dataset meta files, or that one is unreadable."""
     out = []
-    for name in exp.all_datasets():
-        meta = Path(data_dir) / f"{name}.meta.json"
+    for name in plan.exp.all_datasets():
+        meta = Path(plan.paths.data_meta.format(dataset=name))
         if not meta.exists():
             continue
         try:
@@ -188,10 +172,8 @@ def _dataset_warnings(exp: Experiment, data_dir: str | Path) -> list[str]:
     return out
 
 
-# ---- what is on disk -----------------------------------------------------------------------
 def check_inputs_exist(exp: Experiment) -> None:
-    """What the config points at on disk: local dataset files and local or packaged models
-    (their folders, and that they load under the safety defaults)."""
+    """What the config points at on disk: local dataset files and local or packaged models."""
     for name in exp.all_datasets():
         _check_local_file(exp, name)
     for name, m in exp.models.items():
@@ -204,9 +186,7 @@ def check_inputs_exist(exp: Experiment) -> None:
 
 
 def _check_local_file(exp: Experiment, name: str) -> None:
-    """A local dataset's file must exist: Snakemake would quietly leave the testset out once
-    results/scores.* exist.
-    """
+    """A local dataset's file must exist: Snakemake would quietly leave the testset out once scores exist."""
     spec = exp.dataset(name)
     if spec.get("source") != "local":
         return
@@ -220,9 +200,8 @@ def _check_local_file(exp: Experiment, name: str) -> None:
 
 
 def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
-    """A local or packaged model must exist and load under the safety defaults, before any job runs;
-    a GGUF file's header must be one a loader can read safely (:func:`checked_header`). ``key``: where
-    a series checkpoint's ``path`` (set on ``model_entry``) is given."""
+    """A local or packaged model must exist and load under the safety defaults, a GGUF file's header be safe
+    to read. ``key``: where a series checkpoint's ``path`` (set on ``model_entry``) is given."""
     if model_entry.is_gguf and not key:
         checked_header(model_entry)
         return
@@ -239,8 +218,7 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
 
 
 def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
-    """Where a model's tokenizer is while planning: a local or packaged model's folder, or a
-    tiny model's once built; None for hub models and tiny models not built yet."""
+    """Where a model's tokenizer is while planning; None for hub models."""
     spec = plan.models[model]
     if spec.model_entry.is_gguf:  # its tokenizer is in the converted folder, once converted
         d = Path(plan.built_model_dir(model))
@@ -255,9 +233,8 @@ def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
 
 
 def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: list[str]) -> bool:
-    """Whether the tokenizer file, read by the `tokenizers` library alone (milliseconds), splits a
-    verbaliser or maps two to one token. Only a hint: transformers may set the tokenizer up
-    differently, so a problem found here is confirmed with the jobs' own code."""
+    """Whether the `tokenizers` library alone (milliseconds) splits a verbaliser or maps two to one token: a
+    hint only (transformers may set the tokenizer up differently), confirmed with the jobs' own code."""
     from tokenizers import Tokenizer  # tokenizers: only when a tokenizer is already on disk
 
     try:
@@ -268,32 +245,21 @@ def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: l
     return any(len(x) != 1 for x in ids) or len({x[0] for x in ids}) != len(ids)
 
 
-def _check_tokenizers_fit(plan: Plan) -> None:
-    """Every tokenizer already on disk gives ids its model's embeddings hold (standard library only);
-    a ConfigError naming the model.
-    """
-    for name in plan.models:
+def _check_tokenizers_on_disk(plan: Plan) -> None:
+    """Every tokenizer already on disk gives ids its model's embeddings hold, and one distinct token per
+    verbaliser (models with their own code are left to their jobs: planning runs no model's code)."""
+    for name, spec in plan.models.items():
         d = _tokenizer_dir(plan, name)
         if d is None or not (d / "tokenizer.json").is_file():
             continue
         try:
             max_id = tokenizer_max_id(d / "tokenizer.json")
         except (OSError, ValueError, RecursionError):
-            continue  # unreadable here: the jobs' tokenizer loading names it
+            max_id = None  # unreadable here: the jobs' tokenizer loading names it
         problem = vocab_problem(name, d, max_id)
         if problem:
             raise ConfigError(problem)
-
-
-def _check_verbalisers_on_disk(plan: Plan) -> None:
-    """Each verbaliser one token, and the labels' tokens distinct, for every tokenizer already on disk
-    (models with their own code are left to their jobs: planning runs no model's code).
-    """
-    for name, spec in plan.models.items():
         if spec.model_entry.method != "pattern" or not spec.prompt or spec.model_entry.trust_remote_code:
-            continue
-        d = _tokenizer_dir(plan, name)
-        if d is None or not (d / "tokenizer.json").is_file():
             continue
         if not _quick_verbaliser_problem(d / "tokenizer.json", spec.prompt["verbalisers"], list(plan.labels)):
             continue
@@ -309,17 +275,15 @@ def _check_verbalisers_on_disk(plan: Plan) -> None:
 
 
 def check_sources_unchanged(plan: Plan) -> None:
-    """A local dataset file whose bytes changed since it was prepared, while its modification
-    time is not newer than the prepared copy, would keep its old evaluations: Snakemake
-    reruns a job only when an input is newer. Refused, with the command that reruns them."""
+    """A local dataset file whose bytes changed since it was prepared but whose mtime is not newer than the
+    prepared copy is refused: Snakemake reruns a job only when an input is newer."""
     for name in plan.datasets:
         meta_path = Path(plan.paths.data_meta.format(dataset=name))
         data_path = Path(plan.paths.data.format(dataset=name))
         if plan.exp.dataset(name).get("source") != "local" or not (meta_path.is_file() and data_path.is_file()):
             continue
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        meta = json_or_none(meta_path)
+        if meta is None:
             continue  # a damaged meta file: its preparation is redone when an input changes; nothing to compare
         source = plan.exp.dataset_input(name)
         if not source or str(meta.get("path")) != source[0] or not os.path.isfile(source[0]):
@@ -337,8 +301,7 @@ def check_sources_unchanged(plan: Plan) -> None:
 
 def _check_summaries_complete(plan: Plan) -> None:
     """With ``evaluation.unit: run``: a job summary whose predictions files are gone is a StaleResult
-    (Snakemake would not rerun it, its output being there).
-    """
+    (Snakemake would not rerun it, its output being there)."""
     if plan.unit != "run":
         return
     stale: dict[str, list[str]] = {}
@@ -382,9 +345,7 @@ def _check_summaries_complete(plan: Plan) -> None:
 
 
 def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
-    """Tokenised testsets that cannot be used (:func:`oodcorr.core.token_cache.cache_problem`): deleted
-    with ``rebuild`` (main process, under the experiment's lock) so this run makes them again; said.
-    """
+    """Tokenised testsets that cannot be used, said; deleted with ``rebuild`` (under the experiment's lock)."""
     out = []
     for model in plan.models:
         folder = _tokenizer_dir(plan, model)
@@ -406,10 +367,8 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
 
 
 def truncation_warnings(plan: Plan) -> list[str]:
-    """Testsets and training samples with more than ``TRUNCATION_WARNING`` of their prompts cut to
-    ``max_length``, from the caches' sidecars (only those made with this config's settings) and the
-    finished runs' manifests.
-    """
+    """Testsets and training samples with more than ``TRUNCATION_WARNING`` of their prompts cut, from the
+    caches' sidecars made with this config's settings and the finished runs' manifests."""
     out = []
     testsets = sorted({t for ts in plan.testsets.values() for t, _ in ts})
     for model in plan.models:
@@ -451,8 +410,5 @@ def _share(cut: int, n: int, what: str) -> str:
 
 def _other_data(plan: Plan, testset: str, info: dict) -> bool:
     """Whether a tokenised testset's sidecar is of other data than the testset as prepared now."""
-    try:
-        meta = json.loads(Path(plan.paths.data_meta.format(dataset=testset)).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False  # not prepared yet, or unreadable (said elsewhere): nothing to compare
+    meta = json_or_none(plan.paths.data_meta.format(dataset=testset))  # None: not prepared, or unreadable
     return isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import datetime
-import json
 import os
 import socket
 import sys
@@ -23,17 +22,16 @@ from ..core import published
 from ..core.atomic_write import write_json_atomic
 from ..core.digests import sha256_json, short_tag
 from ..core.errors import WriteFailed
+from ..core.io import json_or_none
 from ..core.locks import EXPERIMENT, FolderInUse, acquire, release
 from ..core.provenance import code_provenance, published_jobs
 from ..planning.layout import Paths
 from ..planning.plan import Plan
 
 IDENTITY = "experiment.json"
-# the warnings planning gave about the config, repeated at the end of the run (the record is this
-# run's by then): experiment folder -> warning
+# experiment folder -> the warning planning gave about the config, repeated at the end of the run
 _SAID: dict[str, str] = {}
-# experiment folder -> the refusal of :func:`_written_elsewhere`, found by :func:`config_warning` while
-# planning and given by :func:`lock` to a run that may write
+# experiment folder -> the refusal of :func:`_written_elsewhere`, given by :func:`lock` to a run that may write
 _REFUSED: dict[str, str] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
 # rule downstream of partial_correlations covers: what a change of the analysis alone reruns
@@ -42,16 +40,13 @@ ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
 def _config_identity(config_files, config: dict) -> dict:
-    """What identifies the config of a run: its files (resolved) and the sha256 of the config read."""
+    """A run's config files (resolved) and the sha256 of the config read."""
     return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
 
 
 def _read_identity(root: Path) -> dict | None:
-    """The record of the config that last wrote ``root``, or None (none, or not one)."""
-    try:
-        doc = json.loads((root / IDENTITY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    """The record of the config that last wrote ``root``, or None."""
+    doc = json_or_none(root / IDENTITY)
     whole = (
         isinstance(doc, dict)
         and isinstance(doc.get("configs"), list)
@@ -68,16 +63,12 @@ RECORDS_MARKS = Path(".snakemake") / "oodcorr-experiments"
 
 
 def _mark(root: Path) -> Path:
-    """The mark of experiment folder ``root`` in this working folder's ``.snakemake/``."""
     return RECORDS_MARKS / f"{short_tag(str(root), 20)}.json"
 
 
 def _records_here(root: Path, old: dict) -> bool:
     """Whether this working folder's Snakemake records are those of the runs that wrote ``root``."""
-    try:
-        doc = json.loads(_mark(root).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    doc = json_or_none(_mark(root))
     return isinstance(doc, dict) and doc.get("records_id") == old.get("records_id") is not None
 
 
@@ -97,11 +88,9 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
 
 
 def _written_elsewhere(plan: Plan, config: dict) -> str | None:
-    """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied,
-    moved, or written from another working folder): Snakemake reruns a job for a changed setting only
-    from its records, so it would run nothing and the results would stay the other config's. None when
-    the run forces what the change needs (:data:`ANALYSIS_RULES` with ``--forcerun``; else ``--forceall``).
-    """
+    """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied, moved,
+    or written from another working folder): Snakemake reruns a job for a changed setting only from its
+    records. None when the run forces what the change needs."""
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:
@@ -141,9 +130,7 @@ def _written_elsewhere(plan: Plan, config: dict) -> str | None:
 
 
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
-    """A warning when another config wrote this experiment folder last (or the refusal of
-    :func:`_written_elsewhere`, which :func:`lock` gives a run that may write).
-    """
+    """A warning when another config wrote this experiment folder last, or :func:`_written_elsewhere`'s refusal."""
     root = Path(plan.paths.root)
     elsewhere = _written_elsewhere(plan, config)
     _REFUSED.pop(str(root), None)
@@ -184,9 +171,7 @@ _NO_WRITE_SHORT = frozenset("nSDlh")  # -n (dry run), -S/-D (summaries), -l (lis
 
 
 def may_write(argv: list[str]) -> bool:
-    """Whether this Snakemake may run jobs: not with ``-n``, ``--report``, ``--unlock``, a summary, a list
-    or a graph (the Snakefile is read before Snakemake's own settings say so).
-    """
+    """Whether this Snakemake may run jobs (the Snakefile is read before Snakemake's own settings say so)."""
     for a in argv[1:]:
         if a.split("=", 1)[0] in _NO_WRITE_OPTIONS:
             return False
@@ -222,17 +207,16 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     if refusal:
         return refusal
     root = Path(plan.paths.root)
-    identity = _config_identity(config_files, config)
     old = _read_identity(root)
+    keep = old is not None and _records_here(root, old)  # else this working folder's records start a new lineage
     # Snakemake's records here cover every output only if every run that wrote the folder ran here, or
     # one ran everything here (--forceall) after it came from elsewhere
-    tracked = old is not None
-    inherited = tracked and (not _records_here(root, old) or old.get("records") == "partial")
+    inherited = old is not None and (not keep or old.get("records") == "partial")
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
-    keep = tracked and _records_here(root, old)  # else this working folder's records start a new lineage
-    # the experiment folder and the working folder (whose .snakemake/ holds Snakemake's records)
-    here = {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}
-    new = dict(identity, config=config, records=records, **here, provenance=provenance(plan))
+    here = {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}  # workdir: Snakemake's records
+    new = dict(
+        _config_identity(config_files, config), config=config, records=records, **here, provenance=provenance(plan)
+    )
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
         write_json_atomic(
@@ -255,9 +239,7 @@ def provenance(plan: Plan) -> dict:
 
 
 def record_provenance(plan: Plan) -> str | None:
-    """At the end of a run that succeeded, the record names the libraries of the published scores;
-    None, or a warning when it could not be written.
-    """
+    """The record names the libraries of the published scores; None, or a warning when it could not be written."""
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:

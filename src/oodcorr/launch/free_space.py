@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import NamedTuple
 
 from ..core.filesystems import human_bytes, room
 from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
@@ -20,8 +19,7 @@ LEAST_ROOM = (1 << 20, 64)
 
 
 def planned_jobs(plan: Plan) -> int:
-    """About how many jobs the plan holds (every evaluation, finetune, tokenisation, dataset, model
-    and figure), as many as Snakemake's scheduler may weigh at once."""
+    """About how many jobs the plan holds, as many as Snakemake's scheduler may weigh at once."""
     evaluations = sum(len(j.steps) for j in plan.eval_jobs) if plan.unit == "checkpoint" else len(plan.eval_jobs)
     testsets = {t for ts in plan.testsets.values() for t, _ in ts}
     return (
@@ -40,31 +38,20 @@ def _option_value(argv: list[str], name: str, bare: str | None = None) -> str | 
     return None
 
 
-class _Need(NamedTuple):
-    name: str  # the folder's role, with the setting that names it
-    folder: Path
-    bytes: int
-    inodes: int
-    why: str  # what is written there
-    fix: str
-
-
 def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.PathLike | None = None) -> list[str]:
     """A sentence for each file system this run writes in, outside what its jobs check, with too little
-    room (bytes or inodes) to start. Snakemake's ILP scheduler dies with a traceback when its temp folder
-    is full: it falls back to greedy only on a solver error.
-    """
+    room to start. Snakemake's ILP scheduler dies with a traceback when its temp folder is full."""
     least_bytes, least_inodes = LEAST_ROOM
     tmp_fix = (
         "free room there, or point TMPDIR and TMP (pulp reads TMP first) at a folder on a file system with room "
         "(`export TMPDIR=/scratch/$USER/tmp TMP=/scratch/$USER/tmp`)"
     )
-    needs = []
+    needs = []  # (the folder's role, the folder, bytes, inodes, what is written there, what to do)
     if _option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
         n = planned_jobs(plan)
         solver = least_bytes + SOLVER_BYTES_PER_JOB * n
         needs.append(
-            _Need(
+            (
                 "the temp folder of Snakemake's scheduler (TMP, else TMPDIR)",
                 Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp"),  # pulp's order, not Python's
                 solver,
@@ -79,7 +66,7 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         shown = sum(os.path.getsize(t) for t in plan.targets() if os.path.isfile(t))
         report_bytes = least_bytes + shown * 4 // 3
         needs.append(
-            _Need(
+            (
                 "the folder of --report",
                 Path(report).parent,
                 report_bytes,
@@ -123,23 +110,21 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         )
         for env in (LOCK_DIR_ENV, GPU_LOCK_DIR_ENV)
     ]
-    needs += [_Need(n, Path(f).expanduser(), least_bytes, least_inodes, w, x) for n, f, w, x in least if f]
+    needs += [(n, Path(f).expanduser(), least_bytes, least_inodes, w, x) for n, f, w, x in least if f]
     out, seen = [], set()
-    for need in needs:
-        r = room(need.folder)
+    for name, folder, need_bytes, need_inodes, why, fix in needs:
+        r = room(folder)
         if r is None or r.device in seen:
             continue
-        no_inodes = r.inodes > 0 and r.inodes_free < need.inodes
-        if r.free >= need.bytes and not no_inodes:
+        no_inodes = r.inodes > 0 and r.inodes_free < need_inodes
+        if r.free >= need_bytes and not no_inodes:
             continue
         seen.add(r.device)
         short = (
-            f"no free inodes ({r.inodes_free} of {r.inodes}; each file takes one: `df -i {need.folder}`), though "
+            f"no free inodes ({r.inodes_free} of {r.inodes}; each file takes one: `df -i {folder}`), though "
             f"{human_bytes(r.free)} of space is free"
             if no_inodes
-            else f"{human_bytes(r.free)} free (`df -h {need.folder}`)"
+            else f"{human_bytes(r.free)} free (`df -h {folder}`)"
         )
-        out.append(
-            f"no room to run: {need.name}, {need.folder}, has {short}, and {need.why}: {need.fix}; then run again"
-        )
+        out.append(f"no room to run: {name}, {folder}, has {short}, and {why}: {fix}; then run again")
     return out

@@ -17,8 +17,7 @@ def _mode(values):
 
 
 def grid_of(plan) -> dict:
-    """The shape of the most common table of ``plan``'s analysis (one in-domain set and pool group each),
-    with each testset's examples; ``notes`` say where tables differ."""
+    """The shape of the most common table of ``plan``'s analysis; ``notes`` say where tables differ."""
     by = [c for c in plan.analysis.get("pooling", {}).get("by", ["n_train"]) if c in POOL_COLUMNS]
     drop0 = bool(plan.analysis.get("step0", {}).get("drop"))
     tables: dict[tuple, dict[str, list]] = {}
@@ -69,9 +68,8 @@ def grid_of(plan) -> dict:
 
 
 def testset_sizes(plan, names) -> dict:
-    """Examples per testset, where known before running: the config's ``max_examples`` cap (what
-    the evaluations will score, if the set holds that many), else the prepared data's count (its
-    meta file), else None."""
+    """Examples per testset, where known before running: the config's ``max_examples`` cap, else the prepared
+    data's count, else None."""
     out = {}
     for name in names:
         cap = plan.exp.dataset(name).get("max_examples")
@@ -93,7 +91,6 @@ def typical_size(sizes: dict) -> int | None:
     return int(statistics.median(vals))
 
 
-# ---- the changes ---------------------------------------------------------------------------------
 def _finetune_blocks(config: dict):
     """The config's finetune block and every model entry's own (the overrides), created where needed."""
     yield config.setdefault("finetune", {})
@@ -102,9 +99,8 @@ def _finetune_blocks(config: dict):
             yield entry["finetune"]
 
 
-def _more_checkpoints(config: dict, plan) -> tuple[dict, str]:
+def _more_checkpoints(cfg: dict, plan) -> tuple[dict, str]:
     """Twice the checkpoints per run: ``checkpoints.every`` halved, or a step between every two listed."""
-    cfg = copy.deepcopy(config)
     said = ""
     for ft in _finetune_blocks(cfg):
         sched = ft.get("checkpoints")
@@ -124,9 +120,8 @@ def _more_checkpoints(config: dict, plan) -> tuple[dict, str]:
     return cfg, f"twice the checkpoints per run ({said})"
 
 
-def _more_seeds(config: dict, plan) -> tuple[dict, str]:
+def _more_seeds(cfg: dict, plan) -> tuple[dict, str]:
     """Two more seeds per n_train, after the largest."""
-    cfg = copy.deepcopy(config)
     for ft in _finetune_blocks(cfg):
         if "seeds" in ft:
             seeds = [int(s) for s in ft["seeds"]]
@@ -134,9 +129,8 @@ def _more_seeds(config: dict, plan) -> tuple[dict, str]:
     return cfg, "2 more seeds per n_train (finetune.seeds)"
 
 
-def _more_models(config: dict, plan) -> tuple[dict, str]:
+def _more_models(cfg: dict, plan) -> tuple[dict, str]:
     """Half as many more models: a copy of every second entry (``<name>-copy``), so of the grid's sizes."""
-    cfg = copy.deepcopy(config)
     models = cfg.get("models", [])
     add = [dict(copy.deepcopy(entry), name=f"{entry['name']}-copy") for entry in models[::2]]
     cfg["models"] = models + add
@@ -148,16 +142,14 @@ MORE_EXAMPLES = 4  # the change "examples x4": the factor on every capped OOD te
 EXAMPLES_CHANGE = f"examples x{MORE_EXAMPLES}"
 
 
-def _more_examples(config: dict, plan) -> tuple[dict, str]:
+def _more_examples(cfg: dict, plan) -> tuple[dict, str]:
     """:data:`MORE_EXAMPLES` times the examples of every OOD testset that the config caps (``max_examples``)."""
-    cfg = copy.deepcopy(config)
     grown = []
     blocks = cfg.setdefault("datasets", {})
     for name in sorted({t for d in plan.testsets for t, role in plan.testsets[d] if role == "ood"}):
         cap = plan.exp.dataset(name).get("max_examples")
         if cap:
-            blocks.setdefault(name, {})
-            blocks[name]["max_examples"] = int(cap) * MORE_EXAMPLES
+            blocks.setdefault(name, {})["max_examples"] = int(cap) * MORE_EXAMPLES
             grown.append(name)
     if not grown:
         raise ValueError("the OOD testsets are used whole (no max_examples): there are no more examples to add")
@@ -174,8 +166,7 @@ CHANGES = tuple(_CHANGES)
 
 
 def change(name: str, config: dict, plan) -> tuple[dict, str]:
-    """The changed config and a description of change ``name`` (one of :data:`CHANGES`); ValueError
-    with the reason when the config cannot have it."""
+    """The changed config and a description of change ``name``; ValueError when the config cannot have it."""
     if name not in _CHANGES:
         raise ValueError(f"unknown change {name!r}; known: {', '.join(CHANGES)}")
-    return _CHANGES[name](config, plan)
+    return _CHANGES[name](copy.deepcopy(config), plan)

@@ -1,8 +1,5 @@
-"""Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal, device choice.
-
-A job's refusal (:func:`refuse`), and an exception no script catches, is the log's last line and is
-recorded (:class:`oodcorr.core.refusals.RefusalSlot`) for the end-of-run report, which repeats it on the
-console with the job named."""
+"""Glue shared by the workflow scripts: logging to the rule's log file, a job's refusal (and an exception no
+script catches: both recorded for the end-of-run report), device choice."""
 
 from __future__ import annotations
 
@@ -27,9 +24,8 @@ _JOB: dict = {}  # this process's job: its rule, wildcards, log, first output an
 
 
 def start_job(sm) -> None:
-    """Start a rule's script: its log (:func:`setup_logging`), the room for its refusal (when the
-    Snakefile set :data:`~oodcorr.core.refusals.REFUSALS_ENV`), and the hook that records an exception
-    no script catches. ``sm`` is the script's ``snakemake`` object."""
+    """Start a rule's script (``sm``: its ``snakemake`` object): its log, the room for its refusal, and the
+    hook that records an exception no script catches."""
     log = sm.log[0] if len(sm.log) else None
     setup_logging(log)
     wildcards = getattr(sm, "wildcards", None)
@@ -53,24 +49,21 @@ def start_job(sm) -> None:
 
 
 def refuse(e: BaseException | str) -> None:
-    """Stop the job with ``e``'s sentence: the log's last line, recorded for the end-of-run report
-    (which repeats it on the console with the job named), exit status 1."""
+    """Stop the job with ``e``'s sentence: the log's last line, recorded for the end-of-run report."""
     message = str(e)
     _record(message, _kind(e))
     sys.exit(f"oodcorr: {message}")
 
 
 def _kind(e: BaseException | str) -> str:
-    """How a job's refusal is recorded: ``disk full``, ``write failed`` (another error of the file system
-    a write went to) or ``refused``."""
+    """How a job's refusal is recorded: ``disk full``, ``write failed`` or ``refused``."""
     if isinstance(e, DiskFull):
         return "disk full"
     return "write failed" if isinstance(e, WriteFailed) else "refused"
 
 
 def _record(message: str, kind: str) -> None:
-    """Fill this job's refusal slot: ``kind`` is ``disk full``, ``write failed``, ``refused`` (a sentence)
-    or ``failed`` (an exception no script caught)."""
+    """Fill this job's refusal slot (``kind`` ``failed``: an exception no script caught)."""
     slot = _JOB.get("slot")
     if slot is None or not slot.fill(_doc(message, kind)):
         # no record (no room even for that): the console of a local run still gets the sentence
@@ -78,7 +71,6 @@ def _record(message: str, kind: str) -> None:
 
 
 def _doc(message: str, kind: str) -> dict:
-    """This job's refusal record."""
     return {
         "rule": _JOB.get("rule"),
         "wildcards": _JOB.get("wildcards") or {},
@@ -91,9 +83,8 @@ def _doc(message: str, kind: str) -> dict:
 
 
 def _uncaught(kind, e, tb) -> None:
-    """sys.excepthook of a job: a write the file system stopped becomes its sentence
-    (:func:`_write_stopped`), an error whose message is a sentence stays one, anything else keeps its
-    traceback; all are recorded."""
+    """sys.excepthook of a job: a write the file system stopped, or an error whose message is a sentence,
+    is said as a sentence, anything else keeps its traceback; all are recorded."""
     if not isinstance(e, SENTENCE_ERRORS) and isinstance(e, Exception):
         e = _write_stopped(e) or e
     if isinstance(e, SENTENCE_ERRORS):
@@ -160,8 +151,7 @@ def pick_device(gpus: int) -> str:
 
 
 def retry_sizes(batch_size: int, max_tokens: int, attempt: int) -> tuple[int, int]:
-    """Evaluation batch bounds for Snakemake's ``attempt``: halved on every retry, never below 1 (a
-    retry after running out of memory; batching never changes a score).
-    """
+    """Evaluation batch bounds for Snakemake's ``attempt``: halved on every retry (after running out of
+    memory; batching never changes a score), never below 1."""
     shrink = 2 ** (max(1, int(attempt)) - 1)
     return max(1, int(batch_size) // shrink), max(1, int(max_tokens) // shrink)

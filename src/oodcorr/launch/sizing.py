@@ -1,19 +1,7 @@
 """Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch).
 
-A parameter count comes from the hub lock, else a local folder's safetensors headers, else the
-entry's ``params_b``; otherwise it is unknown and the checks say they were skipped.
-
-**GPU memory** (:func:`gpu_memory`) per GPU, at least::
-
-    evaluate            P x b
-    finetune, LoRA      P x b + A x 16      (fp32 adapter: weights, gradients, two Adam states)
-    finetune, full      P x b x 4           (weights, gradients, two Adam states)
-
-P parameters, b bytes per parameter of ``dtype`` (``auto``: 4), A the adapter's parameters; divided
-by the GPUs where ``distributed`` shards it; then x 1.2 + 2 GiB. Activations are not counted, so the
-check catches a job that cannot fit, not every one that will not.
-
-**Checkpoint sizes** (:func:`checkpoint_bytes`): LoRA the adapter (A x 4), full the weights (P x b).
+Activations are not counted in the GPU memory, so its check catches a job that cannot fit, not every
+one that will not.
 """
 
 from __future__ import annotations
@@ -48,7 +36,7 @@ class ModelSize:
 
 
 def model_size(spec, lock=None) -> ModelSize:
-    """The size of a plan's model (:class:`oodcorr.planning.units.ModelSpec`), from the first source that has it."""
+    """The size of a plan's model: from the hub lock, else a local folder's safetensors headers, else ``params_b``."""
     if lock is not None and spec.name in lock.models and lock.models[spec.name].get("parameters"):
         e = lock.models[spec.name]
         return ModelSize(int(e["parameters"]), f"the lock file {lock.path}", e.get("linear"))
@@ -109,8 +97,9 @@ class GpuNeed:
 
 
 def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
-    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least (None when
-    the parameter count is unknown)."""
+    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, None when the
+    parameter count is unknown: weights, plus gradients and two Adam states of what trains, split over the
+    GPUs ``distributed`` shards them over, x 1.2 + 2 GiB."""
     if not size.known:
         return None
     p = size.parameters
@@ -148,8 +137,7 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
 
 
 def check_gpu_memory(plan, lock=None) -> list[str]:
-    """Planning-time check that every GPU job's model fits the GPUs it asks for (``gpu_mem_gb``); returns
-    warnings for the checks that could not be made (no ``gpu_mem_gb``, no parameter count)."""
+    """Every GPU job's model fits the GPUs it asks for (``gpu_mem_gb``); warnings for checks not made."""
     errors, unknown, unset = [], [], {}
     for name, spec in plan.models.items():
         size = None

@@ -10,8 +10,7 @@ import re
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-
-from . import slurm_wrap
+from pathlib import Path
 
 TIMEOUT_S = 30  # the most a query of the cluster may take
 # the executor's longest pause between two status checks (snakemake_executor_plugin_slurm: max_sleep_time)
@@ -22,13 +21,21 @@ ACTIVE_STATES = frozenset(
     "STAGE_OUT STOPPED".split()
 )
 PROFILE = "profiles/slurm/config.yaml"
+DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the folder of oodcorr.launch.slurm_wrap's wrappers, once installed
+
+
+def unwrapped_path() -> str:
+    """This process's PATH without the folder of :mod:`.slurm_wrap`'s wrappers."""
+    folder = os.environ.get(DIR_ENV)
+    bin_dir = (Path(folder) / "bin").resolve() if folder else None
+    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
+    return os.pathsep.join(keep)
 
 
 def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.CompletedProcess | None:
-    """``argv``'s result, or None when not installed or not done in time; SLURM's own commands, never the
-    wrappers of :mod:`.slurm_wrap` (the watcher must see an outage, not wait it out).
-    """
-    env = dict(os.environ, PATH=slurm_wrap.unwrapped_path())
+    """``argv``'s result, or None when not installed or not done in time; never through :mod:`.slurm_wrap`'s
+    wrappers (the watcher must see an outage, not wait it out)."""
+    env = dict(os.environ, PATH=unwrapped_path())
     try:
         return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env
@@ -51,9 +58,6 @@ def controller_answers() -> bool:
     return res is not None and res.returncode == 0
 
 
-# ---- the cluster's configuration -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class ClusterConfig:
     """What ``scontrol show config`` says that matters to a run."""
@@ -66,21 +70,16 @@ class ClusterConfig:
 
 
 def parse_config(text: str) -> ClusterConfig:
-    """:class:`ClusterConfig` from ``scontrol show config``'s ``Key = value`` lines."""
     values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
+    count = values.get("MaxJobCount", "").split()[:1]
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),
         storage=storage,
         min_job_age_s=_seconds(values.get("MinJobAge")),
-        max_job_count=_number(values.get("MaxJobCount")),
+        max_job_count=int(count[0]) if count and count[0].isdigit() else None,
         text=text,
     )
-
-
-def _number(value: str | None) -> int | None:
-    head = (value or "").split()[:1]
-    return int(head[0]) if head and head[0].isdigit() else None
 
 
 def _seconds(value: str | None) -> int | None:
@@ -90,13 +89,6 @@ def _seconds(value: str | None) -> int | None:
         return None
     return int(m.group(1)) * (3600 if m.group(2).startswith("h") else 60 if m.group(2).startswith("min") else 1)
 
-
-def cluster_config() -> ClusterConfig | None:
-    res = run(["scontrol", "show", "config"])
-    return parse_config(res.stdout) if res is not None and res.returncode == 0 else None
-
-
-# ---- partitions and nodes ------------------------------------------------------------------------------
 
 SINFO_FORMAT = "%R|%a|%P|%N|%T|%E"  # partition, its availability, (default marked *), node, state, reason
 
@@ -142,8 +134,6 @@ def partitions() -> dict[str, Partition] | None:
     return parse_sinfo(res.stdout) if res is not None and res.returncode == 0 else None
 
 
-# ---- the queue -----------------------------------------------------------------------------------------
-
 SQUEUE_FORMAT = "%i|%T|%j|%P|%l|%m|%N|%k|%r"  # id, state, name, partition, limit, memory, nodes, comment, reason
 
 
@@ -171,9 +161,8 @@ class QueuedJob:
 
 
 def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list[QueuedJob] | None:
-    """The jobs named ``names`` (all when None; ``every_state``: finished ones SLURM remembers too), or
-    None when squeue does not answer. With ``names``, an array's tasks one a line (``<array>_<task>``).
-    """
+    """The jobs named ``names`` (all when None; ``every_state``: finished ones too), or None when squeue does
+    not answer. With ``names``, an array's tasks one a line (``<array>_<task>``)."""
     argv = ["squeue", "-h", *(["-r"] if names is not None else []), "-o", SQUEUE_FORMAT]
     if every_state:
         argv.append("--states=all")
@@ -190,9 +179,7 @@ def queue(names: Iterable[str] | None = None, every_state: bool = False) -> list
 
 
 def release_failed_launches(jobs: Iterable[QueuedJob], released: set[str]) -> list[str]:
-    """Release each of ``jobs`` that SLURM holds after a failed launch, once per id (``released``);
-    returns the ids released.
-    """
+    """Release each of ``jobs`` held after a failed launch, once per id (``released``); the ids released."""
     out = []
     for j in jobs:
         if j.state != "PENDING" or j.id in released or "launch failed" not in j.reason.lower():
@@ -212,14 +199,10 @@ def user_accounts() -> set[str] | None:
     return {a.strip().lower() for a in res.stdout.splitlines() if a.strip()}
 
 
-# ---- the checks before anything is submitted ---------------------------------------------------------
-
-
 def status_problems(status_command: str | None, init_s: int, config: ClusterConfig) -> tuple[list[str], list[str]]:
-    """(refusals, warnings) for how the executor would learn that jobs ended: without accounting,
-    ``sacct`` knows no job, the executor's status queries fail, it stops watching the jobs and the run
-    waits forever. It uses sacct when told to, and instead of squeue when ``MinJobAge`` is short.
-    """
+    """(refusals, warnings) for how the executor would learn that jobs ended: without accounting sacct knows
+    no job and the run waits forever. The executor uses sacct when told to, and instead of squeue when
+    ``MinJobAge`` is short."""
     refusals, warnings = [], []
     age = config.min_job_age_s
     if not config.accounting:
@@ -354,8 +337,7 @@ def queue_room(submissions: int, at_once: int, config: ClusterConfig, held_now: 
 
 
 def array_rules(setting: str | None) -> set[str]:
-    """The rules the executor submits as job arrays (``slurm-array-jobs``: rule names, ``,`` or ``;``
-    between them, or ``all``), as it reads the setting."""
+    """The rules ``slurm-array-jobs`` names (``,`` or ``;`` between them, or ``all``), as the executor reads it."""
     return {r.strip() for r in (setting or "").replace(";", ",").split(",") if r.strip()}
 
 
@@ -366,16 +348,11 @@ def array_problems(
     per_timespan: int | None,
     status_command: str | None,
 ) -> list[str]:
-    """The refusals for job arrays (``slurm-array-jobs``: ``setting``) where the executor gets them wrong.
+    """The refusals for job arrays (``slurm-array-jobs``: ``setting``) where the executor (2.8.0) gets them
+    wrong: it gives every task the first job's resources, never offers again ready jobs that did not fill an
+    array while more wait (plugin issue #473), and its sacct query cannot find an array's tasks.
     ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
-    ``max-jobs-per-timespan`` lets start.
-
-    The executor (2.8.0) gives every task of a rule's array the first job's partition, account and
-    resources, and never offers again a rule's ready jobs that did not fill an array while more wait (the
-    run waits forever; plugin issue #473); its sacct query cannot find an array's tasks. So every array
-    rule's jobs must ask for the same resources, the scheduler must never hold back a ready job, and the
-    status command must be squeue.
-    """
+    ``max-jobs-per-timespan`` lets start."""
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}
     for rule, asked in jobs:
@@ -432,7 +409,6 @@ def _age(min_job_age_s: int | None) -> str:
 
 
 def _queue_advice(fit: int) -> str:
-    """What to do about a queue limit: pack evaluations into fewer SLURM jobs, lower ``jobs``."""
     return (
         "sbatch waits while the queue is full (`Slurm temporarily unable to accept job, sleeping and retrying`), "
         "and a submission that still finds no room fails. Pack the evaluations into fewer SLURM jobs (uncomment "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import json
 import os
 import shlex
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from ..core.atomic_write import write_json_atomic
 from ..core.defaults import RESOURCES
+from ..core.io import json_or_none
 from ..planning.plan import Plan
 from . import slurm_cluster as slurm
 
@@ -43,10 +43,7 @@ def runs_path(plan: Plan) -> Path:
 
 def earlier_runs(plan: Plan) -> list[dict]:
     """The experiment's recorded runs, oldest first (an unreadable record reads as none)."""
-    try:
-        doc = json.loads(runs_path(plan).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
+    doc = json_or_none(runs_path(plan))
     runs = doc.get("runs") if isinstance(doc, dict) else None
     return [r for r in runs if isinstance(r, dict)] if isinstance(runs, list) else []
 
@@ -66,8 +63,7 @@ def record_run(plan: Plan, executor: str, slurm_run_id: str | None) -> None:
 
 
 def snakemake_locks(plan: Plan) -> list[Path]:
-    """Snakemake's lock files (in this working folder's ``.snakemake/locks/``) that lock a file of the
-    experiment."""
+    """Snakemake's lock files in this working folder that lock a file of the experiment."""
     root = Path(plan.paths.root)
     prefixes = tuple({f"{root}/", f"{root.resolve()}/", f"{os.path.abspath(root)}/"})
     out = []
@@ -79,16 +75,19 @@ def snakemake_locks(plan: Plan) -> list[Path]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return True  # not known: assume it may run
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+def _gone(run: dict | None) -> bool:
+    """Whether ``run`` ran on this host and its process is gone (an unknown PID may still run)."""
+    if run is None or run.get("host") != socket.gethostname():
         return False
-    except (PermissionError, OverflowError, ValueError):
+    try:
+        pid = int(run.get("pid") or 0)
+        if pid > 0:
+            os.kill(pid, 0)
+    except ProcessLookupError:
         return True
-    return True
+    except (TypeError, ValueError, PermissionError, OverflowError):
+        return False
+    return False
 
 
 def _who(run: dict) -> str:
@@ -111,7 +110,7 @@ def describe(jobs: list[slurm.QueuedJob]) -> str:
 
 def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
     """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
-    there are such runs on record and squeue does not answer."""
+    squeue does not answer."""
     runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
     if not runs or shutil.which("squeue") is None:  # no SLURM here: none of its jobs can be waited for here
         return [], []
@@ -147,7 +146,7 @@ def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[s
             f"its last run ({_who(last)}), which ended without releasing it (killed?), unless it still runs on "
             f"{last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
         )
-    elif not _alive(int(last.get("pid") or 0)):
+    elif _gone(last):
         who = f"its last run ({_who(last)}), which ended without releasing it (killed?) and is gone"
     else:  # that PID is another process now: the run would hold the experiment's lock
         who = f"its last run ({_who(last)}), which ended without releasing it (killed?)"
@@ -165,27 +164,12 @@ def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[s
     )
 
 
-def _left_by_the_dead(plan: Plan) -> dict | None:
-    """The last recorded run when it ran on this host and its process is gone (with the experiment's
-    lock held here, that proves its Snakemake lock stale), else None.
-    """
+def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+    """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
+    here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
     runs = earlier_runs(plan)
     last = runs[-1] if runs else None
-    if last is None or last.get("host") != socket.gethostname():
-        return None
-    try:
-        pid = int(last.get("pid") or 0)
-    except (TypeError, ValueError):
-        return None
-    return None if _alive(pid) else last
-
-
-def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
-    """Remove Snakemake's lock files on this experiment's files where proven stale, as ``--unlock`` would,
-    saying so in one line; whether they are gone.
-    """
-    last = _left_by_the_dead(plan)
-    if last is None:
+    if not _gone(last):
         return False
     try:
         for f in locks:
@@ -202,8 +186,7 @@ def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) ->
 
 def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> str | None:
     """In a run that may write, holding the experiment's lock: a stale Snakemake lock released (else the
-    refusal), then the earlier runs' jobs SLURM still holds waited for; None.
-    """
+    refusal), then the earlier runs' jobs SLURM still holds waited for."""
     found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
     if locks and not _release_stale(plan, locks, say):
@@ -229,8 +212,8 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
 
 
 def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str], None]) -> None:
-    """Wait until SLURM holds none of ``jobs`` (the earlier runs ``runs``'), saying what it waits for
-    when that changes, and every :data:`SAY_AGAIN_S` seconds."""
+    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for when that
+    changes, and every :data:`SAY_AGAIN_S` seconds."""
     names = [str(r["slurm_run_id"]) for r in runs]
     who = "; ".join(_who(r) for r in runs)
     said, said_at, quiet_since, released = None, 0.0, None, set()

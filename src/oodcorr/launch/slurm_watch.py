@@ -31,12 +31,9 @@ def print_now(line: str) -> None:
     print(f"oodcorr: {line}", file=sys.stderr, flush=True)
 
 
-# ---- the sentences ---------------------------------------------------------------------------------
-
-
 def wait_kind(reason: str) -> str:
-    """What a pending job's reason means for the user: ``normal`` (it starts by itself), ``partition``,
-    ``nodes``, ``limit``, ``held`` or ``other``."""
+    """A pending job's reason as ``normal`` (it starts by itself), ``partition``, ``nodes``, ``limit``, ``held``
+    or ``other``."""
     r = reason.replace(" ", "").lower()
     if any(r.startswith(n.lower()) for n in NORMAL_WAIT):
         return "normal"
@@ -91,9 +88,8 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
 
 
 def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
-    """The sentence for a job that SLURM ended in state ``job.state``: what happened, the limit SLURM gave
-    it, the config key that set it with its value there (``key(name)``: ``resources.evaluate.mem_mb: 2000``),
-    and what to change."""
+    """The sentence for a job that SLURM ended in state ``job.state``, with the config key and value that set
+    its limit (``key(name)``: ``resources.evaluate.mem_mb: 2000``)."""
     head = f"SLURM ended job {job.id} ({what})"
     again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
     per = ", per checkpoint" if rule == "evaluate" else ""
@@ -142,9 +138,6 @@ def _describe_job(job) -> tuple[str, str, str | None]:
     return what, rules[0], models[0] if len(models) == 1 else None
 
 
-# ---- the watcher -----------------------------------------------------------------------------------
-
-
 class Watcher(threading.Thread):
     """Looks at one run's SLURM jobs every ``poll_s`` seconds (module docstring)."""
 
@@ -159,8 +152,7 @@ class Watcher(threading.Thread):
         by_comment: dict | None = None,
     ):
         super().__init__(name="oodcorr-slurm-watch", daemon=True)
-        # the executor's --comment of each job -> the job (a job's SLURM id is known only while the executor
-        # holds it in its list of active jobs, which it empties while it checks them)
+        # the executor's --comment of each job -> the job (its SLURM id is known only while the executor lists it)
         self.by_comment = dict(by_comment or {})
         self.run_id, self.executor, self.scheduler, self.plan, self.config = run_id, executor, scheduler, plan, config
         self.poll_s = poll_s
@@ -182,9 +174,6 @@ class Watcher(threading.Thread):
             except Exception as e:  # noqa: BLE001 -- watching must never stop the run; said once
                 print_now(f"stopped watching the SLURM jobs ({type(e).__name__}: {e}); the run goes on")
                 return
-
-    def stop(self) -> None:
-        self.stopped.set()
 
     def _snapshot(self) -> None:
         with self.executor.lock:
@@ -234,7 +223,7 @@ class Watcher(threading.Thread):
         self._queue_full()
 
     def _ended(self, found: list[slurm.QueuedJob], say_now: bool) -> None:
-        """Record the jobs SLURM ended (ENDED_BY_SLURM); forget one that runs again (requeued)."""
+        """Record the jobs SLURM ended; forget one that runs again (requeued)."""
         for j in found:
             if j.state not in ENDED_BY_SLURM:
                 if j.id in self.ended and j.state != self.ended[j.id].state:
@@ -309,7 +298,7 @@ class Watcher(threading.Thread):
         self.full = full
 
     def end_lines(self, failed: bool) -> list[str]:
-        self.stop()
+        self.stopped.set()
         self._snapshot()
         if slurm.controller_answers():
             found = slurm.queue([self.run_id], every_state=True) or []
@@ -319,8 +308,7 @@ class Watcher(threading.Thread):
             ended = list(self.ended.values())
         lines = []
         for j in ended[:SHOWN]:
-            what, rule, key = self.describe(j)
-            text = _ended_sentence(j, what, rule, key)
+            text = _ended_sentence(j, *self.describe(j))
             lines.append(f"oodcorr: {text}" if failed else f"oodcorr: WARNING: {text} (it was retried)")
         if len(ended) > SHOWN:
             lines.append(
@@ -329,11 +317,8 @@ class Watcher(threading.Thread):
         return lines
 
 
-# ---- onstart and the end of the run ------------------------------------------------------------------
-
-
 def _set_by(plan: Plan, job, name: str) -> str:
-    """Where a submitted job's ``name`` resource (partition, account) was set, for a sentence."""
+    """Where a submitted job's ``name`` resource was set, for a sentence."""
     spec = plan.models.get(job.wildcards_dict.get("model")) if job.wildcards_dict.get("model") else None
     res = spec.resources.get(job.rule.name) if spec else None
     origin = res.origin.get(name) if res else None
@@ -356,15 +341,14 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
 
 
 def _asked(job) -> dict:
-    """The resources a submitted job asks for and its threads (what a SLURM job array must share)."""
+    """The resources and threads a submitted job asks for (what a SLURM job array must share)."""
     out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
     out["threads"] = job.threads
     return out
 
 
 def comments(jobs) -> dict:
-    """The executor's ``--comment`` of each job (``rule_<rule>[_wildcards_<values>]``) -> the job, where
-    that comment names one job only."""
+    """The executor's ``--comment`` of each job -> the job, where that comment names one job only."""
     # the executor's own function, so that the comment is the one it writes (keeps the plugin out of planning)
     from snakemake_executor_plugin_slurm.utils import get_job_wildcards
 
@@ -379,9 +363,7 @@ def executor_name(workflow) -> str:
 
 
 def at_start(workflow, plan: Plan) -> str | None:
-    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching. Returns
-    the sentence that refuses the run, or None.
-    """
+    """In ``onstart``: record the run; on SLURM, check where it would submit and start watching; the refusal."""
     global _WATCHER
     name = executor_name(workflow)
     jobs = [j for j in workflow.dag.needrun_jobs() if not j.is_local]
@@ -389,13 +371,13 @@ def at_start(workflow, plan: Plan) -> str | None:
         slurm_rerun.record_run(plan, name, None)
         return None
     settings = workflow.executor_settings
-    config = slurm.cluster_config()
-    if config is None:
-        res = slurm.run(["scontrol", "show", "config"])
+    res = slurm.run(["scontrol", "show", "config"])
+    if res is None or res.returncode != 0:
         return (
             f"SLURM does not answer (`scontrol show config`: {slurm.first_line(res)}): nothing was submitted. Run "
             "again when it does"
         )
+    config = slurm.parse_config(res.stdout)
     init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
     refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
     accounts = slurm.user_accounts() if config.accounting else None

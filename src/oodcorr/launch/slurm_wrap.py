@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 from ..core.atomic_write import write_text_atomic
+from .slurm_cluster import DIR_ENV, controller_answers, unwrapped_path
 
 WRAPPED = ("squeue", "sbatch", "scontrol")
 NO_ACCOUNT = "sacct"  # wrapped too where the profile says slurm-no-account
 WAIT_S = {"squeue": 45.0, "sbatch": 600.0}
 CONFIG_WAIT_S = 5.0
 PAUSE_S = 2.0
-DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the wrappers' folder (set by install, read by main)
 CONFIG_CACHE = "scontrol-show-config.txt"
 LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue query (its arguments' digest)
 
@@ -52,21 +52,8 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
             write_text_atomic(path, script)
         path.chmod(0o755)
     os.environ[DIR_ENV] = str(folder)
-    parts = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
-    os.environ["PATH"] = os.pathsep.join([str(bin_dir), *parts])
+    os.environ["PATH"] = os.pathsep.join(p for p in (str(bin_dir), unwrapped_path()) if p)
     return bin_dir
-
-
-def _without_wrappers(path: str, bin_dir: Path | None) -> str:
-    keep = [p for p in path.split(os.pathsep) if p and (bin_dir is None or Path(p).resolve() != bin_dir)]
-    return os.pathsep.join(keep)
-
-
-def unwrapped_path() -> str:
-    """This process's PATH without the wrappers :func:`install` put first: for oodcorr's own queries of
-    the cluster, which must see a controller that does not answer at once, not wait it out."""
-    folder = os.environ.get(DIR_ENV)
-    return _without_wrappers(os.environ.get("PATH", ""), (Path(folder) / "bin").resolve() if folder else None)
 
 
 def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
@@ -74,13 +61,6 @@ def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subproc
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return None
-
-
-def _answers() -> bool:
-    try:
-        return subprocess.run(["scontrol", "ping"], capture_output=True, timeout=15).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 def _emit(res: subprocess.CompletedProcess) -> int:
@@ -102,8 +82,7 @@ def main(argv: list[str]) -> int:
         print("none", flush=True)
         return 0
     folder = Path(os.environ[DIR_ENV]) if os.environ.get(DIR_ENV) else None
-    # from here on every command found on PATH is SLURM's own, never a wrapper
-    os.environ["PATH"] = _without_wrappers(os.environ.get("PATH", ""), folder / "bin" if folder else None)
+    os.environ["PATH"] = unwrapped_path()  # from here on every command found on PATH is SLURM's own
     try:
         stdin = sys.stdin.buffer.read() if not sys.stdin.isatty() else None
     except (OSError, ValueError):
@@ -125,7 +104,7 @@ def main(argv: list[str]) -> int:
         last = folder / LAST_ANSWER.format(digest) if name == "squeue" and folder else None
         while True:
             res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
-            if res is not None and (res.returncode == 0 or _answers()):
+            if res is not None and (res.returncode == 0 or controller_answers()):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))
                 return _emit(res)

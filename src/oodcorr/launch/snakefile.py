@@ -18,8 +18,7 @@ from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
 from .experiment import config_warning, lock, lock_and_record, may_write, record_provenance
 from .free_space import free_space_problems
-from .published_check import check_published
-from .report import check_report_inputs, report_requested
+from .published_check import check_published, check_report_inputs, report_requested
 from .sizing import check_gpu_memory
 from .slurm_rerun import before_planning, earlier_jobs_warning
 
@@ -31,8 +30,7 @@ def config_files(workflow) -> list[Path]:
 
 def plan_run(workflow, config: dict) -> Plan:
     """The plan of this run once every check that must pass before Snakemake builds its DAG has passed, in
-    the order a person fixes them; the main process only (a cluster job plans again on its node) takes
-    the experiment's lock, checks room, trackers, a rerun after a killed Snakemake and the caches."""
+    the order a person fixes them (a cluster job plans again on its node, without the main process's)."""
     files = config_files(workflow)
     plan = load(config, workflow.basedir, files)
     warnings = [*plan.warnings, *check_on_disk(plan)]
@@ -50,7 +48,7 @@ def plan_run(workflow, config: dict) -> Plan:
 
 
 def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
-    """The checks of the submitting process (:func:`plan_run`); returns their warnings."""
+    """The checks of the submitting process; returns their warnings."""
     check_trackers(config, plan.paths.root)
     # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready
     deploy = workflow.deployment_settings
@@ -76,8 +74,7 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
 
 
 def on_start(workflow, plan: Plan, config: dict) -> None:
-    """A run with jobs to run: its config recorded, the SLURM cluster checked; the refusals of earlier
-    runs cleared, so that only this run's are repeated when it ends."""
+    """A run with jobs to run: its config recorded, the SLURM cluster checked, earlier runs' refusals cleared."""
     refusal = lock_and_record(plan, config_files(workflow), config) or slurm_watch.at_start(workflow, plan)
     if refusal:
         _stop([refusal])
@@ -95,8 +92,7 @@ def on_success(workflow, plan: Plan) -> None:
 
 
 def on_error(workflow, plan: Plan) -> None:
-    """Why the run stopped, last: each job's sentence with the job named, and on SLURM each job the
-    cluster ended for a limit (:func:`oodcorr.launch.slurm_watch.end_lines`)."""
+    """Why the run stopped, last: each job's sentence, and on SLURM each job the cluster ended for a limit."""
     local = slurm_watch.executor_name(workflow) == "local"
     for line in end_of_run_report(plan, failed=True, local=local) + slurm_watch.end_lines(failed=True):
         print(line, flush=True)
