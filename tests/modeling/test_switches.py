@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from oodcorr.core.errors import ConfigError
-from oodcorr.jobs.finetune import _Collator, training_loss
+from oodcorr.jobs.finetune import _collate, training_loss
 from oodcorr.modeling import adaptation, synthetic
 from oodcorr.modeling.prompting import encode_prompts, pad_batch, verbaliser_ids
 from oodcorr.planning.plan import build_plan, load
@@ -41,7 +41,7 @@ def _batch(tok, prompt, recs, max_length=64):
         tok, recs, labels=LABELS, prompt=prompt, max_length=max_length, model_name="tiny"
     )
     feats = [{"input_ids": x, "labels": LABELS.index(r["label"])} for x, r in zip(ids, recs)]
-    return _Collator(tok.pad_token_id)(feats), ids, extra
+    return _collate(tok.pad_token_id, feats), ids, extra
 
 
 @pytest.mark.parametrize("prompt", [PROMPT, AUTHORS], ids=["last-token", "authors"])
