@@ -150,13 +150,6 @@ def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.
     return np.sign(loadings) * 0.3 / (1 + np.exp(-k[:, None, :] * (z[:, :, None] - c[:, None, :])))
 
 
-def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):
-    """The partial correlation of two OOD scores that correlate ``rho`` when each also carries sampling noise."""
-    sx, sy = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (2,))
-    keep = math.sqrt(noise**2 / (noise**2 + sx**2) * noise**2 / (noise**2 + sy**2))
-    return np.asarray(rho, dtype=float) * keep
-
-
 def study_table(
     rng: np.random.Generator,
     rhos,
