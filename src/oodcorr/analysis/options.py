@@ -1,6 +1,4 @@
-"""Every setting of the analysis, in one frozen value (:class:`Options`): its defaults are the
-config's (:data:`oodcorr.core.defaults.ANALYSIS`), checked when it is made, and read from a
-config's ``analysis`` block by :meth:`Options.from_mapping`."""
+"""Every analysis setting in one frozen value; its defaults are the config's (core.defaults.ANALYSIS)."""
 
 from __future__ import annotations
 
