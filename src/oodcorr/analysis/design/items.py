@@ -115,15 +115,10 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     return out, limited
 
 
-def measured_studies(
-    runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
-) -> dict:
-    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's."""
+def measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
+    (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
     r, r_eiv = runs["r"], runs["r_eiv"]
-    M = r.shape[1]
-    sign = np.ones(M)
-    if flip_half:
-        sign[M // 2 :] = -1.0
     rel, limited = _pooled_moments(runs, level)
     band = near_zero * rel["band"]
 
