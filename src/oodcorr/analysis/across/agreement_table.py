@@ -165,13 +165,6 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     cols = {
         "n_models_consensus": M,
         "tau2_runs": np.where(a["df_runs"] > 0, a["tau2_runs"], np.nan),
-        "r_consensus": np.where(two, _tanh(a["z"]), nan),
-        "ci_low_consensus": np.where(two, _tanh(a["lo"]), nan),
-        "ci_high_consensus": np.where(two, _tanh(a["hi"]), nan),
-        "pi_low_consensus": np.where(two, _tanh(a["pi_lo"]), nan),
-        "pi_high_consensus": np.where(two, _tanh(a["pi_hi"]), nan),
-        "tol_low_consensus": np.where(two, _tanh(a["tol_lo"]), nan),
-        "tol_high_consensus": np.where(two, _tanh(a["tol_hi"]), nan),
         "tau2_models": np.where(two, a["tau2"], nan),
         "tau2_models_high": np.where(three, a["tau2_high"], nan),
         "within_scale": np.where(three, a["within_scale"], nan),
@@ -184,6 +177,8 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     }
     for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal"):
         cols[k] = np.where(two, a[k], nan)
+    for c, k in zip(CONSENSUS_COLUMNS, ("z", "lo", "hi", "pi_lo", "pi_hi", "tol_lo", "tol_hi")):  # r_consensus, ...
+        cols[c] = np.where(two, _tanh(a[k]), nan)
     reversal, notes = [], []
     for g in range(n_groups):
         note = []
