@@ -1,6 +1,4 @@
-"""Every setting of the analysis, in one frozen value (:class:`Options`): its defaults are the
-config's (:data:`oodcorr.core.defaults.ANALYSIS`), checked when it is made, and read from a
-config's ``analysis`` block by :meth:`Options.from_mapping`."""
+"""Every analysis setting in one frozen value; its defaults are the config's (core.defaults.ANALYSIS)."""
 
 from __future__ import annotations
 
@@ -88,22 +86,6 @@ class Options:
                 "docs/analysis.md#what-is-computed-and-the-defaults"
             )
         kw = {}
-        flat = (
-            "methods",
-            "residualisers",
-            "inference",
-            "correction",
-            "agreement_correction",
-            "alpha",
-            "seed",
-            "level",
-            "min_n_eff",
-            "near_zero",
-        )
-        for k in flat:
-            if k in cfg:
-                v = cfg.pop(k)
-                kw[k] = tuple(v) if isinstance(v, list) else v
         nested = {
             "pooling": {"by": "pool_by", "two_runs": "pool_two_runs"},
             "step0": {"drop": "drop_step0", "check": "step0_check"},
@@ -111,6 +93,11 @@ class Options:
             "permutation": {"n_perm": "n_perm"},
             "example_bootstrap": {"n_boot": "example_boot"},
         }
+        in_blocks = {attr for keys in nested.values() for attr in keys.values()} | {"gam"}
+        for k in (f.name for f in fields(cls) if f.name not in in_blocks):  # the settings at the top level
+            if k in cfg:
+                v = cfg.pop(k)
+                kw[k] = tuple(v) if isinstance(v, list) else v
         leftover = []
         for block, keys in nested.items():
             sub = dict(cfg.pop(block, {}) or {})

@@ -1,6 +1,4 @@
-"""The analysis' results written and said: its two tables, each written atomically
-(:func:`write_tables`), and the headline numbers logged (:func:`summarise`), for the CLI's analyse
-command and the workflow's analysis rule."""
+"""The analysis' two tables written and their headline numbers logged (``oodcorr analyse``, the analysis rule)."""
 
 from __future__ import annotations
 

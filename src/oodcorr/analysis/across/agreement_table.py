@@ -25,23 +25,14 @@ from .consensus import across_models, rungs, verdict
 
 AGREEMENT_KEYS = ["in_domain", "pool_group", "x", "y", "method", "residualiser"]
 CONSENSUS_COLUMNS = [
-    "r_consensus",
-    "ci_low_consensus",
-    "ci_high_consensus",
-    "pi_low_consensus",
-    "pi_high_consensus",
-    "tol_low_consensus",
-    "tol_high_consensus",
+    *(f"{c}_consensus" for c in ("r", "ci_low", "ci_high", "pi_low", "pi_high", "tol_low", "tol_high")),
     "tau2_models",
     "tau2_models_high",
     "tau2_runs",
     "within_scale",
     "within_df",
     "n_models_consensus",
-    "p_mean",
-    "p_mean_adj",
-    "p_generalises",
-    "p_generalises_adj",
+    *(f"p_{k}{adj}" for k in ("mean", "generalises") for adj in ("", "_adj")),
     "share_sign_low",
 ]
 # the answer as measurements (:mod:`.measured_answer`): what it speaks of, the consensus the verdict read
@@ -50,18 +41,8 @@ CONSENSUS_COLUMNS = [
 MEASURED_COLUMNS = [
     "about",
     "noise",
-    "r_consensus_eiv",
-    "ci_low_consensus_eiv",
-    "ci_high_consensus_eiv",
-    "r_consensus_corrected",
-    "ci_low_consensus_corrected",
-    "ci_high_consensus_corrected",
-    "reliability_x",
-    "reliability_x_low",
-    "reliability_y",
-    "reliability_y_low",
-    "reliability_in_domain",
-    "reliability_in_domain_low",
+    *(f"{c}_consensus_{k}" for k in ("eiv", "corrected") for c in ("r", "ci_low", "ci_high")),
+    *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")),
     "attenuation_low",
     "noise_limited",
 ]
@@ -83,10 +64,7 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "q_models",
     "df_models",
     "i2_models",
-    "p_heterogeneity",
-    "p_heterogeneity_adj",
-    "p_reversal",
-    "p_reversal_adj",
+    *(f"p_{k}{adj}" for k in ("heterogeneity", "reversal") for adj in ("", "_adj")),
     "reversal",
     "correction",
     "family_size",
@@ -187,13 +165,6 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     cols = {
         "n_models_consensus": M,
         "tau2_runs": np.where(a["df_runs"] > 0, a["tau2_runs"], np.nan),
-        "r_consensus": np.where(two, _tanh(a["z"]), nan),
-        "ci_low_consensus": np.where(two, _tanh(a["lo"]), nan),
-        "ci_high_consensus": np.where(two, _tanh(a["hi"]), nan),
-        "pi_low_consensus": np.where(two, _tanh(a["pi_lo"]), nan),
-        "pi_high_consensus": np.where(two, _tanh(a["pi_hi"]), nan),
-        "tol_low_consensus": np.where(two, _tanh(a["tol_lo"]), nan),
-        "tol_high_consensus": np.where(two, _tanh(a["tol_hi"]), nan),
         "tau2_models": np.where(two, a["tau2"], nan),
         "tau2_models_high": np.where(three, a["tau2_high"], nan),
         "within_scale": np.where(three, a["within_scale"], nan),
@@ -206,6 +177,8 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     }
     for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal"):
         cols[k] = np.where(two, a[k], nan)
+    for c, k in zip(CONSENSUS_COLUMNS, ("z", "lo", "hi", "pi_lo", "pi_hi", "tol_lo", "tol_hi")):  # r_consensus, ...
+        cols[c] = np.where(two, _tanh(a[k]), nan)
     reversal, notes = [], []
     for g in range(n_groups):
         note = []
@@ -246,7 +219,7 @@ def _adjust(df: pd.DataFrame, correction: str) -> None:
         df.loc[idx, "family_size"] = int(np.isfinite(df.loc[idx, "p_reversal"].to_numpy(float)).sum())
 
 
-OBSERVED_ONLY = ("r_consensus", "ci_low_consensus", "ci_high_consensus")
+OBSERVED_ONLY = tuple(CONSENSUS_COLUMNS[:3])
 
 
 def _merge(obs: dict, eiv: dict | None, regime: np.ndarray) -> dict:

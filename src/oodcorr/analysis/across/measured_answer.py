@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pandas as pd
 from scipy import stats
@@ -53,37 +51,45 @@ def ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarra
 
 def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
     """Per pair, from its models' pooled rows: the testsets' reliabilities and ``band``, the attenuation's low end."""
-    sides = ("x", "y", "in_domain")
-    out = {f"reliability_{s}{e}": np.full(n_groups, np.nan) for s in sides for e in ("", "_low")}
-    out["band"] = np.ones(n_groups)
+    rel = [f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")]
     if "reliability_x" not in pooled:
-        return out
+        return {**{c: np.full(n_groups, np.nan) for c in rel}, "band": np.ones(n_groups)}
+    cols = [f"{c}_{side}" for c in ("task_var", "obs_var", "eiv_var") for side in ("x", "y")] + rel
+    slot = pd.Series(group).groupby(group).cumcount().to_numpy()  # each model's place among its pair's
+    present = np.zeros((n_groups, slot.max() + 1), bool)
+    present[group, slot] = True
+    models = {}
+    for c in cols:
+        models[c] = np.full(present.shape, np.nan)
+        if c in pooled:
+            models[c][group, slot] = pooled[c].to_numpy(float)
+    return attenuation_of(models, present, level)
 
-    def col(c):
-        return pooled[c].to_numpy(float) if c in pooled else np.full(len(pooled), np.nan)
+
+def attenuation_of(models: dict, present: np.ndarray, level: float) -> dict:
+    """:func:`attenuation` of (pairs, models) arrays of the models' pooled columns, the models where ``present``."""
+
+    def all_finite(v):
+        return (np.isfinite(v) | ~present).all(-1)
 
     def finite_mean(v):
-        return float(v.mean()) if np.isfinite(v).all() else np.nan
+        k = present.sum(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(all_finite(v) & (k > 0), np.where(present, v, 0.0).sum(-1) / k, np.nan)
 
-    for g in range(n_groups):
-        sel = group == g
-        if not sel.any():
-            continue
-        for c in ("reliability_in_domain", "reliability_in_domain_low"):
-            out[c][g] = finite_mean(col(c)[sel])
-        band = []
-        for side in ("x", "y"):
-            task, obs, eiv = (col(f"{c}_{side}")[sel] for c in ("task_var", "obs_var", "eiv_var"))
-            if np.isfinite(task).all() and np.isfinite(obs).all():
-                out[f"reliability_{side}"][g], out[f"reliability_{side}_low"][g] = ratio_low(task, obs, level)
-            else:
-                out[f"reliability_{side}_low"][g] = finite_mean(col(f"reliability_{side}_low")[sel])
-            if np.isfinite(task).all() and np.isfinite(eiv).all():
-                band.append(float(ratio_low(task, eiv, level)[1]))
-            else:
-                band.append(out[f"reliability_{side}_low"][g])
-        if all(np.isfinite(band)):
-            out["band"][g] = math.sqrt(max(band[0], 0.0) * max(band[1], 0.0))
+    out, band = {}, []
+    for side in ("x", "y"):
+        task, obs, eiv = (models[f"{c}_{side}"] for c in ("task_var", "obs_var", "eiv_var"))
+        est, low = ratio_low(task, obs, level)
+        moments = all_finite(task) & all_finite(obs)
+        out[f"reliability_{side}"] = np.where(moments, est, np.nan)
+        out[f"reliability_{side}_low"] = np.where(moments, low, finite_mean(models[f"reliability_{side}_low"]))
+        with_eiv = all_finite(task) & all_finite(eiv)
+        band.append(np.where(with_eiv, ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+    for c in ("reliability_in_domain", "reliability_in_domain_low"):
+        out[c] = finite_mean(models[c])
+    both = np.isfinite(band[0]) & np.isfinite(band[1])
+    out["band"] = np.where(both, np.sqrt(np.maximum(band[0], 0.0) * np.maximum(band[1], 0.0)), 1.0)
     return out
 
 

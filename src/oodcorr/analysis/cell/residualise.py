@@ -90,12 +90,9 @@ def linear(y: np.ndarray, Z: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def linear_maker(Z: np.ndarray) -> np.ndarray:
-    """``I - X pinv(X)`` for X = [1, Z]: the OLS residual-maker matrix."""
-    if Z.ndim == 3:
-        X = np.concatenate([np.ones((*Z.shape[:2], 1)), Z], axis=2)
-        return np.eye(Z.shape[1]) - X @ np.linalg.pinv(X)
-    X = np.column_stack([np.ones(len(Z)), Z])
-    return np.eye(len(Z)) - X @ np.linalg.pinv(X)
+    """``I - X pinv(X)`` for X = [1, Z] (Z (n, k), or a stack (B, n, k)): the OLS residual-maker matrix."""
+    X = np.concatenate([np.ones((*Z.shape[:-1], 1)), Z], axis=-1)
+    return np.eye(Z.shape[-2]) - X @ np.linalg.pinv(X)
 
 
 # the penalties a series' spline is chosen among, as multiples of the basis' largest squared singular

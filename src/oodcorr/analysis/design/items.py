@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..across.consensus import across_models
-from ..across.measured_answer import ratio_low
+from ..across.measured_answer import attenuation_of
 from ..cell.correlate import POOLING_CAP, fisher_z
 from ..items.measurement import NOISE_LIMITED
 from ..per_run.stacked import measured_statistics, run_statistics
@@ -97,25 +97,17 @@ def _all_finite_mean(v: np.ndarray) -> np.ndarray:
 def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     """(:func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item
     noise) from the runs' arrays (studies, models, runs)."""
-    out, band = {}, []
-    limited = np.zeros(runs["r"].shape[0], bool)
+    models = {}
     for side in ("x", "y"):
         # each model's runs' sums, NaN unless every run's is finite (:func:`.measurement.pool_measured`)
-        task, obs, eiv = (
-            np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
-            for v in (runs[f"{c}_{side}"] for c in ("task_var", "obs_var", "eiv_var"))
-        )
-        lows = _all_finite_mean(_all_finite_mean(runs[f"reliability_{side}_low"]))
-        moments = np.isfinite(task).all(-1) & np.isfinite(obs).all(-1)
-        est, low = ratio_low(task, obs, level)
-        out[f"reliability_{side}"] = np.where(moments, est, np.nan)
-        out[f"reliability_{side}_low"] = np.where(moments, low, lows)
-        with_eiv = np.isfinite(task).all(-1) & np.isfinite(eiv).all(-1)
-        band.append(np.where(with_eiv, ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
-    rel_z = _all_finite_mean(_all_finite_mean(runs["reliability_in_domain"]))
-    out["reliability_in_domain"] = out["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
-    both = np.isfinite(band[0]) & np.isfinite(band[1])
-    out["band"] = np.where(both, np.sqrt(np.maximum(band[0], 0.0) * np.maximum(band[1], 0.0)), 1.0)
+        for c in ("task_var", "obs_var", "eiv_var"):
+            v = runs[f"{c}_{side}"]
+            models[f"{c}_{side}"] = np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
+        models[f"reliability_{side}_low"] = _all_finite_mean(runs[f"reliability_{side}_low"])
+    rel_z = _all_finite_mean(runs["reliability_in_domain"])
+    models["reliability_in_domain"] = models["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
+    out = attenuation_of(models, np.ones(rel_z.shape, bool), level)
+    limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y", "in_domain"):
         est, low = out[f"reliability_{side}"], out[f"reliability_{side}_low"]
         fin = np.isfinite(est)
@@ -123,15 +115,10 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     return out, limited
 
 
-def measured_studies(
-    runs: dict, level: float, near_zero: float, flip_half: bool = False, intervals: bool = False
-) -> dict:
-    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's."""
+def measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
+    (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
     r, r_eiv = runs["r"], runs["r_eiv"]
-    M = r.shape[1]
-    sign = np.ones(M)
-    if flip_half:
-        sign[M // 2 :] = -1.0
     rel, limited = _pooled_moments(runs, level)
     band = near_zero * rel["band"]
 

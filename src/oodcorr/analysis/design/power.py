@@ -140,13 +140,12 @@ def simulate_runs(
 # ---- step 2: studies ---------------------------------------------------------------------------
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
     """The across-model procedure on every simulated study; ``flip_half`` turns the later half of the models' signs."""
-    if "r_eiv" in runs:
-        return measured_studies(runs, settings.level, settings.near_zero, flip_half, intervals)
     r, se, p = runs["r"], runs["se_z"], runs["p"]
-    M = r.shape[1]
-    sign = np.ones(M)
+    sign = np.ones(r.shape[1])
     if flip_half:
-        sign[M // 2 :] = -1.0
+        sign[r.shape[1] // 2 :] = -1.0
+    if "r_eiv" in runs:
+        return measured_studies(runs, settings.level, settings.near_zero, sign, intervals)
     z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
     ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
     res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)

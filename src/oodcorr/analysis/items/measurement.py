@@ -53,16 +53,11 @@ def cross_fitted(
     zh, X = np.asarray(zh, float), np.asarray(X, float)
     R, _ = instrumented_makers(zh, P)  # (B, K, 2, T, T)
     rho = R @ X[:, None, None]  # (B, K, 2, T, S)
-    norm = np.sqrt(np.einsum("bkots,bkots->bkos", rho, rho))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        unit = rho / norm[:, :, :, None, :]
-    C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])  # x on half 0, y on half 1
-    i, j = pairs[:, 0], pairs[:, 1]
-    z = 0.5 * (fisher_z(C[:, :, i, j], POOLING_CAP) + fisher_z(C[:, :, j, i], POOLING_CAP))  # (B, K, m)
-    r = np.tanh(z.mean(1))
+    r, norm = _split_mean_r(rho, pairs)
     n_eff = _effective_n(R[:, 0], rho[:, 0], pairs, pos)
     p, lo, hi, se = modified_tests("pearson", r, n_eff, level)
     sq = (norm**2).mean((1, 2))  # (B, S): the cross-fitted series' sums of squares
+    i, j = pairs[:, 0], pairs[:, 1]
     out = {
         "r": r,
         "n_eff": n_eff,
@@ -75,6 +70,18 @@ def cross_fitted(
     }
     out.update(_moments(zh, P, X, XH, pairs))
     return out
+
+
+def _split_mean_r(rho: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each pair's correlation, x on half 0 and y on half 1 and the other way round, averaged over the
+    splits on Fisher's z (B, m); the series' norms (B, K, 2, S)) of cross-fitted series ``rho`` (B, K, 2, T, S)."""
+    norm = np.sqrt(np.einsum("bkots,bkots->bkos", rho, rho))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = rho / norm[:, :, :, None, :]
+    C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])
+    i, j = pairs[:, 0], pairs[:, 1]
+    z = 0.5 * (fisher_z(C[:, :, i, j], POOLING_CAP) + fisher_z(C[:, :, j, i], POOLING_CAP))  # (B, K, m)
+    return np.tanh(z.mean(1)), norm
 
 
 def _moments(zh, P, X, XH, pairs) -> dict:
@@ -266,13 +273,7 @@ def spline_cross_fitted(zh, X, steps, pairs, lams, pos, level: float, settings) 
                 rho[k, o, :, s] = R @ X[:, s]
                 if k == 0:
                     first[(o, s)] = dependence(rho[0, o, :, s], R, pos)
-    norm = np.sqrt(np.einsum("kots,kots->kos", rho, rho))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        unit = rho / norm[:, :, None, :]
-    C = np.einsum("kts,ktu->ksu", unit[:, 0], unit[:, 1])  # x on half 0, y on half 1
-    i, j = pairs[:, 0], pairs[:, 1]
-    z = 0.5 * (fisher_z(C[:, i, j], POOLING_CAP) + fisher_z(C[:, j, i], POOLING_CAP))
-    r = np.tanh(z.mean(0))
+    r = _split_mean_r(rho[None], pairs)[0][0]
     n_eff = np.array(
         [
             0.5 * (effective_n(first[(0, a)], first[(1, b)]) + effective_n(first[(0, b)], first[(1, a)]))

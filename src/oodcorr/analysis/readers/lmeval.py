@@ -1,8 +1,5 @@
-"""Reading a folder of lm-evaluation-harness results into the canonical long table: the files found
-with care (links, sizes), each results file's model, run and step (its ``model_args`` or a path pattern),
-its groups and its scores checked (a number, finite, in its metric's range, one scale across the files),
-and the per-example ``--log_samples`` files beside them. Every refusal is a
-:class:`~oodcorr.core.errors.DataError` naming the file."""
+"""A folder of lm-evaluation-harness results (and the ``--log_samples`` files beside them) read into the canonical
+long table; every refusal is a :class:`~oodcorr.core.errors.DataError` naming the file."""
 
 from __future__ import annotations
 
@@ -419,12 +416,7 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
     except OSError as e:
         raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or pass --no-samples") from None
     with fh:
-        lineno = 0
-        while True:
-            raw = fh.readline(max_line + 1)
-            if not raw:
-                break
-            lineno += 1
+        for lineno, raw in enumerate(iter(lambda: fh.readline(max_line + 1), b""), 1):
             if len(raw) > max_line:
                 raise DataError(
                     f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "

@@ -1,8 +1,5 @@
-"""The workflow's scores table as the analysis reads it (the workflow's analysis and plot rules,
-``oodcorr design --pilot``): the canonical long table and the run information from
-``results/<experiment>/scores.parquet`` (:func:`from_scores`), each example's correctness from the
-predictions files it names (:func:`examples_from_predictions`), and whether per-example
-correctness gives the metric analysed (:func:`example_bootstrap_applies`)."""
+"""The workflow's scores table (``results/<experiment>/scores.parquet``) and the predictions files it names, as
+the analysis reads them (the workflow's analysis and plot rules, ``oodcorr design --pilot``)."""
 
 from __future__ import annotations
 

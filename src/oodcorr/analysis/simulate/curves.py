@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .items import answer_items
+from .items import answer_items, ar1
 
 SHAPES = ("late", "plateau", "s-shape", "line")
 FAMILIES = {"curves": ("late", "plateau", "s-shape"), "mixed": SHAPES, "lines": ("line",)}
@@ -89,12 +89,7 @@ def ar1_noise(rng: np.random.Generator, corr: np.ndarray, n_checkpoints: int, ph
     corr = np.asarray(corr, dtype=float)
     L = np.linalg.cholesky(corr)
     u = np.einsum("bij,btj->bti", L, rng.normal(size=(corr.shape[0], n_checkpoints, corr.shape[-1])))
-    e = np.empty_like(u)
-    e[:, 0] = u[:, 0]
-    step = math.sqrt(1 - phi * phi)
-    for t in range(1, n_checkpoints):
-        e[:, t] = phi * e[:, t - 1] + step * u[:, t]
-    return e
+    return ar1(u, phi)
 
 
 def curve_study(

@@ -25,13 +25,21 @@ def population(rng: np.random.Generator, rhos, n_checkpoints: int, phi: float = 
     a_z = 0.55 + 0.3 * (1 - np.exp(-t / max(T / 4, 1)))[None, :] + 0.01 * rng.normal(size=(B, T))
     u = rng.normal(size=(B, T, 2))
     u[:, :, 1] = rhos[:, None] * u[:, :, 0] + np.sqrt(1 - rhos[:, None] ** 2) * u[:, :, 1]
-    e = np.empty_like(u)
-    e[:, 0] = u[:, 0]
-    for k in range(1, T):
-        e[:, k] = phi * e[:, k - 1] + math.sqrt(1 - phi * phi) * u[:, k]
+    e = ar1(u, phi)
     a_x = 0.6 + 0.6 * (a_z - 0.75) + s * e[:, :, 0]
     a_y = 0.55 + 0.5 * (a_z - 0.75) + s * e[:, :, 1]
     return np.clip(np.stack([a_z, a_x, a_y], -1), 0.02, 0.98)
+
+
+def ar1(u: np.ndarray, phi) -> np.ndarray:
+    """Stationary AR(1) series of unit variance along axis 1 (``phi`` one coefficient, or one per last-axis column)
+    driven by the innovations ``u``."""
+    e = np.empty_like(u)
+    e[:, 0] = u[:, 0]
+    step = np.sqrt(1 - phi * phi)
+    for k in range(1, u.shape[1]):
+        e[:, k] = phi * e[:, k - 1] + step * u[:, k]
+    return e
 
 
 def disagreement(accuracy: float, neighbours: float) -> float:

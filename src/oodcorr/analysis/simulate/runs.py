@@ -15,6 +15,7 @@ from ..cell.resample import cell_rng
 from ..cell.residualise import GamSettings
 from ..options import Options
 from ..pipeline import analyse
+from .items import ar1
 
 
 def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...] = ()) -> np.ndarray:
@@ -121,12 +122,7 @@ def run_scores(
     if series == "drift":
         e = np.cumsum(u, axis=1) * drift + rng.normal(size=(B, n, n_ood))
     elif series in ("ar1", "trend"):  # ``phi`` one coefficient, or one per OOD testset
-        phi = np.broadcast_to(np.asarray(phi, dtype=float), (n_ood,))
-        e = np.empty_like(u)
-        e[:, 0] = u[:, 0]
-        s = np.sqrt(1 - phi * phi)
-        for k in range(1, n):
-            e[:, k] = phi * e[:, k - 1] + s * u[:, k]
+        e = ar1(u, np.broadcast_to(np.asarray(phi, dtype=float), (n_ood,)))
         if series == "trend":
             bend = rng.normal(size=(B, n_ood))
             e = e + 1.5 * (np.sin(np.pi * t / max(n - 1, 1))[None, :, None] * bend[:, None, :])
@@ -152,13 +148,6 @@ def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.
     c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
     k = rng.uniform(10.0, 40.0, size=(B, len(loadings)))
     return np.sign(loadings) * 0.3 / (1 + np.exp(-k[:, None, :] * (z[:, :, None] - c[:, None, :])))
-
-
-def observed_rho(rho, noise: float = 0.02, sampling_sd=0.0):
-    """The partial correlation of two OOD scores that correlate ``rho`` when each also carries sampling noise."""
-    sx, sy = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (2,))
-    keep = math.sqrt(noise**2 / (noise**2 + sx**2) * noise**2 / (noise**2 + sy**2))
-    return np.asarray(rho, dtype=float) * keep
 
 
 def study_table(
