@@ -35,7 +35,7 @@ def pair_regimes(runs: pd.DataFrame, group: np.ndarray, n_groups: int) -> np.nda
     return out
 
 
-def ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``num``, ``den`` (..., units: models): ``sum num / sum den`` over the finite units and its one-sided
     lower ``level`` bound from the linearisation ``num - R den`` (NaN below 2 units)."""
     ok = np.isfinite(num) & np.isfinite(den)
@@ -80,12 +80,12 @@ def attenuation_of(models: dict, present: np.ndarray, level: float) -> dict:
     out, band = {}, []
     for side in ("x", "y"):
         task, obs, eiv = (models[f"{c}_{side}"] for c in ("task_var", "obs_var", "eiv_var"))
-        est, low = ratio_low(task, obs, level)
+        est, low = _ratio_low(task, obs, level)
         moments = all_finite(task) & all_finite(obs)
         out[f"reliability_{side}"] = np.where(moments, est, np.nan)
         out[f"reliability_{side}_low"] = np.where(moments, low, finite_mean(models[f"reliability_{side}_low"]))
         with_eiv = all_finite(task) & all_finite(eiv)
-        band.append(np.where(with_eiv, ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
+        band.append(np.where(with_eiv, _ratio_low(task, eiv, level)[1], out[f"reliability_{side}_low"]))
     for c in ("reliability_in_domain", "reliability_in_domain_low"):
         out[c] = finite_mean(models[c])
     both = np.isfinite(band[0]) & np.isfinite(band[1])
