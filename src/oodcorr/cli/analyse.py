@@ -31,7 +31,6 @@ from ..jobs.figures import across_models, analysis_set
 from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from . import out_record
-from .args import add_showing_default, positive_int
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
 _EPILOG = """\
@@ -61,6 +60,27 @@ examples:
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
 """
+
+
+def _positive_int(flag: str, also: str = ""):
+    """An argument type: an integer of at least 1, else an error naming ``flag``."""
+
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be {also}a positive integer, got {v!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {n}")
+        return n
+
+    return parse
+
+
+def _add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
+    """An option whose help ends "(default: D)", D written from ``default`` itself."""
+    shown = " ".join(default) if isinstance(default, list) else format(default, spec)
+    group.add_argument(flag, default=default, help=f"{text} (default: {shown})", **kwargs)
 
 
 def add_parser(sub, help: str) -> None:
@@ -223,23 +243,23 @@ def add_parser(sub, help: str) -> None:
         action="store_true",
         help="leave the --log_samples files (samples_<task>_<date>.jsonl) out: no example-level bootstrap",
     )
-    add_showing_default(
+    _add_showing_default(
         e,
         "--max-files",
         MAX_FILES,
         "refuse a folder of more .json/.jsonl files than this (they are counted first)",
-        type=positive_int("--max-files"),
+        type=_positive_int("--max-files"),
     )
-    add_showing_default(
+    _add_showing_default(
         e,
         "--max-file-mb",
         MAX_RESULTS_BYTES // 2**20,
         "refuse a results file larger than this many MiB, before it is parsed",
-        type=positive_int("--max-file-mb"),
+        type=_positive_int("--max-file-mb"),
     )
     s = a.add_argument_group("statistics")
-    add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
-    add_showing_default(
+    _add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
+    _add_showing_default(
         s,
         "--residualisers",
         list(d.residualisers),
@@ -247,7 +267,7 @@ def add_parser(sub, help: str) -> None:
         nargs="+",
         choices=RESIDUALISERS,
     )
-    add_showing_default(
+    _add_showing_default(
         s,
         "--inference",
         d.inference,
@@ -255,8 +275,8 @@ def add_parser(sub, help: str) -> None:
         "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
         choices=INFERENCES,
     )
-    add_showing_default(s, "--level", d.level, "confidence level", type=float)
-    add_showing_default(
+    _add_showing_default(s, "--level", d.level, "confidence level", type=float)
+    _add_showing_default(
         s,
         "--min-n-eff",
         d.min_n_eff,
@@ -264,7 +284,7 @@ def add_parser(sub, help: str) -> None:
         spec="g",
         type=float,
     )
-    add_showing_default(
+    _add_showing_default(
         s,
         "--near-zero",
         d.near_zero,
@@ -280,7 +300,7 @@ def add_parser(sub, help: str) -> None:
         "give the flag with no column to pool all runs of a model (default: n_train when the "
         "table has that column, else all runs)",
     )
-    add_showing_default(
+    _add_showing_default(
         s,
         "--pool-two-runs",
         d.pool_two_runs,
@@ -295,26 +315,26 @@ def add_parser(sub, help: str) -> None:
         action="store_true",
         help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
     )
-    add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
-    add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
-    add_showing_default(
+    _add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
+    _add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
+    _add_showing_default(
         s,
         "--block-length",
         d.block_length,
         "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
-        type=lambda v: v if v == "auto" else positive_int("--block-length", "'auto' or ")(v),
+        type=lambda v: v if v == "auto" else _positive_int("--block-length", "'auto' or ")(v),
     )
-    add_showing_default(
+    _add_showing_default(
         s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
     )
-    add_showing_default(
+    _add_showing_default(
         s,
         "--correction",
         d.correction,
         "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
         choices=CORRECTIONS,
     )
-    add_showing_default(
+    _add_showing_default(
         s,
         "--agreement-correction",
         d.agreement_correction,
@@ -322,20 +342,20 @@ def add_parser(sub, help: str) -> None:
         "discovery rate; holm, the chance of any false statement",
         choices=CORRECTIONS,
     )
-    add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
-    add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
-    add_showing_default(
+    _add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
+    _add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
+    _add_showing_default(
         s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
     )
-    add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
-    add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
-    add_showing_default(
+    _add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
+    _add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
+    _add_showing_default(
         s,
         "--max-cells",
         ANALYSIS["max_cells"],
         "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
         "this, giving the count; raise it to run a larger one on purpose",
-        type=positive_int("--max-cells"),
+        type=_positive_int("--max-cells"),
     )
     o = a.add_argument_group("output")
     o.add_argument(
@@ -353,11 +373,11 @@ def add_parser(sub, help: str) -> None:
     )
     o.add_argument(
         "--workers",
-        type=positive_int("--workers"),
+        type=_positive_int("--workers"),
         metavar="N",
         help="processes for the runs and the figures (default: 2, or 1 on one core); the tables do not depend on it",
     )
-    add_showing_default(
+    _add_showing_default(
         o,
         "--forest-max",
         across_models.FOREST_CAP,
