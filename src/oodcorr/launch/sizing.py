@@ -48,7 +48,7 @@ class ModelSize:
 
 
 def model_size(spec, lock=None) -> ModelSize:
-    """The size of a plan's model (:class:`oodcorr.planning.units.ModelSpec`), from the first source that has it."""
+    """The size of a plan's model (:class:`oodcorr.planning.plan.ModelSpec`), from the first source that has it."""
     if lock is not None and spec.name in lock.models and lock.models[spec.name].get("parameters"):
         e = lock.models[spec.name]
         return ModelSize(int(e["parameters"]), f"the lock file {lock.path}", e.get("linear"))

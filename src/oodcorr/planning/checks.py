@@ -27,8 +27,7 @@ def check_config(exp: Experiment) -> list[str]:
     _check_datasets(exp)
     _check_ood_overlap(exp)
     warnings = _check_models(exp)
-    _check_templates(exp)
-    _check_verbaliser_words(exp)
+    _check_prompts(exp)
     _check_n_train(exp)
     _check_ood_count(exp)
     _check_data_sources(exp)
@@ -332,18 +331,15 @@ def _check_series(exp: Experiment, m: dict) -> list[str]:
     return warnings
 
 
-def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
-    out = [("prompt", exp.config["prompt"])]
+def _check_prompts(exp: Experiment) -> None:
+    """Each prompt: only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail),
+    and a verbaliser word of its own per label."""
+    literal = "write a literal brace as {{ or }}"
+    prompts = [("prompt", exp.config["prompt"])]
     for name, m in exp.models.items():
         if exp.method(name) == "pattern" and m.get("prompt"):
-            out.append((f"models[{name}].prompt", exp.prompt_for(name)))
-    return out
-
-
-def _check_templates(exp: Experiment) -> None:
-    """Only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail)."""
-    literal = "write a literal brace as {{ or }}"
-    for key, prompt in _prompts(exp):
+            prompts.append((f"models[{name}].prompt", exp.prompt_for(name)))
+    for key, prompt in prompts:
         template = prompt["template"]
         try:
             parsed = list(string.Formatter().parse(template))
@@ -357,10 +353,6 @@ def _check_templates(exp: Experiment) -> None:
                 f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
                 f"{{hypothesis}} are filled in ({literal})"
             )
-
-
-def _check_verbaliser_words(exp: Experiment) -> None:
-    for key, prompt in _prompts(exp):
         words = {lab: prompt["verbalisers"].get(lab) for lab in exp.labels}
         for word, n in Counter(w for w in words.values() if w is not None).items():
             if n > 1:
