@@ -258,36 +258,33 @@ def add_parser(sub, help: str) -> None:
         type=_positive_int("--max-file-mb"),
     )
     s = a.add_argument_group("statistics")
-    _add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
-    _add_showing_default(
-        s,
+
+    def stat(flag: str, text: str, **kwargs) -> None:  # an option of Options: its default is the field's
+        default = getattr(d, flag[2:].replace("-", "_"))
+        _add_showing_default(s, flag, list(default) if isinstance(default, tuple) else default, text, **kwargs)
+
+    stat("--methods", "correlation methods", nargs="+", choices=METHODS)
+    stat(
         "--residualisers",
-        list(d.residualisers),
         "residualisers; '+step' adds the training step as a covariate",
         nargs="+",
         choices=RESIDUALISERS,
     )
-    _add_showing_default(
-        s,
+    stat(
         "--inference",
-        d.inference,
         "how intervals and p-values are computed: modified-t = t-test on the effective sample size from the "
         "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
         choices=INFERENCES,
     )
-    _add_showing_default(s, "--level", d.level, "confidence level", type=float)
-    _add_showing_default(
-        s,
+    stat("--level", "confidence level", type=float)
+    stat(
         "--min-n-eff",
-        d.min_n_eff,
         "a cell whose effective sample size is below this says so in its note",
         spec="g",
         type=float,
     )
-    _add_showing_default(
-        s,
+    stat(
         "--near-zero",
-        d.near_zero,
         "an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved'",
         spec="g",
         type=float,
@@ -300,10 +297,8 @@ def add_parser(sub, help: str) -> None:
         "give the flag with no column to pool all runs of a model (default: n_train when the "
         "table has that column, else all runs)",
     )
-    _add_showing_default(
-        s,
+    stat(
         "--pool-two-runs",
-        d.pool_two_runs,
         "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
         choices=TWO_RUNS,
     )
@@ -315,38 +310,28 @@ def add_parser(sub, help: str) -> None:
         action="store_true",
         help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
     )
-    _add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
-    _add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
-    _add_showing_default(
-        s,
+    stat("--n-boot", "--inference block: bootstrap resamples", type=int)
+    stat("--n-perm", "--inference block: block permutations", type=int)
+    stat(
         "--block-length",
-        d.block_length,
         "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
         type=lambda v: v if v == "auto" else _positive_int("--block-length", "'auto' or ")(v),
     )
-    _add_showing_default(
-        s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
-    )
-    _add_showing_default(
-        s,
+    stat("--interval", "bootstrap interval of --inference block and of --examples", choices=INTERVALS)
+    stat(
         "--correction",
-        d.correction,
         "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
         choices=CORRECTIONS,
     )
-    _add_showing_default(
-        s,
+    stat(
         "--agreement-correction",
-        d.agreement_correction,
         "correction of the answer's statements across the pairs of the agreement table: bh, the false "
         "discovery rate; holm, the chance of any false statement",
         choices=CORRECTIONS,
     )
-    _add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
-    _add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
-    _add_showing_default(
-        s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
-    )
+    stat("--alpha", "significance level for p_adj", type=float)
+    stat("--seed", "seed of every resampling", type=int)
+    stat("--example-boot", "example-level bootstrap resamples with --examples", type=int)
     _add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
     _add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
     _add_showing_default(
