@@ -82,7 +82,7 @@ class EvalJob:
     steps: tuple[int, ...]
 
 
-def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
+def _checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
     """Steps at which a run is saved and evaluated, step 0 (the start) included."""
     sched = ft["checkpoints"]
     if "steps" in sched:
@@ -101,7 +101,7 @@ def checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple
     return tuple(steps)
 
 
-def run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
+def _run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
     """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
     if ft.get("max_steps"):
         return int(ft["max_steps"])
@@ -465,8 +465,8 @@ def build_plan(config: dict, basedir=".") -> Plan:
         ft = exp.finetune_cfg(m)
         for d in exp.in_domain:
             for n in ft["n_train"]:
-                total = run_length(ft, int(n), m)
-                steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
+                total = _run_length(ft, int(n), m)
+                steps = _checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = config["analysis"]
     warnings += checks.check_schedules(runs, analysis)
