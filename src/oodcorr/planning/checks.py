@@ -34,20 +34,17 @@ def check_config(exp: Experiment) -> list[str]:
     return warnings
 
 
-def _unique(items: Iterable, key: str) -> None:
-    seen = set()
-    for x in items:
-        if x in seen:
-            raise ConfigError(f"{key}: duplicate name {x!r}")
-        seen.add(x)
-
-
 def _check_names(exp: Experiment) -> None:
     """Names are listed once and differ in more than case (the schema makes them path components)."""
     cfg = exp.config
-    _unique([m["name"] for m in cfg["models"]], "models[].name")
-    _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
-    _unique(cfg["ood_testsets"], "ood_testsets")
+    for key, names in (
+        ("models[].name", [m["name"] for m in cfg["models"]]),
+        ("in_domain[].name", [d["name"] for d in cfg["in_domain"]]),
+        ("ood_testsets", cfg["ood_testsets"]),
+    ):
+        twice = [x for i, x in enumerate(names) if x in names[:i]]
+        if twice:
+            raise ConfigError(f"{key}: duplicate name {twice[0]!r}")
     _distinct_ignoring_case(list(exp.models), "models[].name", "heatmaps/<model>.png, finetune/<model>/, ...")
     _distinct_ignoring_case(list(exp.in_domain), "in_domain[].name", "finetune/<model>/<in-domain>/, ...")
     _distinct_ignoring_case(
@@ -231,8 +228,7 @@ _PLACEHOLDERS = ("premise", "hypothesis")
 
 
 def _check_models(exp: Experiment) -> list[str]:
-    """Each model: one source, a known size class, a pinned hub revision (else a warning), a usable prompt
-    (pattern models) or no vocabulary loss (head models), a valid series. Returns the warnings."""
+    """Each model entry, its prompt and its series; returns the warnings (unpinned hub revisions)."""
     cfg, warnings = exp.config, []
     for m in cfg["models"]:
         sources = [k for k in MODEL_SOURCES if m.get(k)]

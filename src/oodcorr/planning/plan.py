@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core import limits
 from ..core.defaults import RESOURCES
@@ -131,10 +131,7 @@ class Plan:
     warnings: tuple[str, ...]
     exp: Experiment = field(repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def analysis_format(self) -> int:
-        return ANALYSIS_FORMAT
+    analysis_format: ClassVar[int] = ANALYSIS_FORMAT
 
     # ---- enumeration -----------------------------------------------------------------
     @cached_property
@@ -407,11 +404,9 @@ class Plan:
 
 
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
-    """The one way from a config to its plan (the Snakefile and every CLI command call it).
-
-    ``config`` is completed in place, as Snakemake's own is: named after its last source file unless
-    it says ``experiment:``, checked against the schema (file:line messages), its defaults filled in,
-    then checked by :func:`build_plan`. Raises ConfigError naming the key."""
+    """The one way from a config to its plan (the Snakefile and every CLI command call it). ``config`` is
+    completed in place, as Snakemake's own is: named after its last source file unless it says ``experiment:``,
+    its defaults filled in once the schema passes. Raises ConfigError naming the key."""
     sources = [Path(s) for s in sources]
     _check_size(config, sources)
     if sources:
