@@ -224,9 +224,6 @@ def _check_data_sources(exp: Experiment) -> None:
 
 
 # ---- each model entry and its prompt
-_PLACEHOLDERS = ("premise", "hypothesis")
-
-
 def _check_models(exp: Experiment) -> list[str]:
     """Each model entry, its prompt and its series; returns the warnings (unpinned hub revisions)."""
     cfg, warnings = exp.config, []
@@ -279,8 +276,7 @@ def _check_prompt(exp: Experiment, m: dict) -> None:
 
 
 def _check_series(exp: Experiment, m: dict) -> list[str]:
-    """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
-    revision of ``series.hub`` (unpinned: a warning). Returns the warnings."""
+    """A series entry and its checkpoints; returns the warnings (unpinned revisions)."""
     name, series = m["name"], m["series"]
     where, warnings = f"models[{name}].series", []
     for key in ("finetune", "distributed"):
@@ -342,7 +338,7 @@ def _check_prompts(exp: Experiment) -> None:
         except ValueError as e:
             raise ConfigError(f"{key}.template: {e} in {template!r}; {literal}") from None
         for _, field, spec, conversion in parsed:
-            if field is None or (field in _PLACEHOLDERS and not spec and not conversion):
+            if field is None or (field in ("premise", "hypothesis") and not spec and not conversion):
                 continue
             shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
             raise ConfigError(
@@ -360,16 +356,12 @@ def _check_prompts(exp: Experiment) -> None:
 
 
 # ---- what the plan built: the models' resources and the runs
-# placement keys a profile's default-resources set: for all of a rule's jobs or none
-_PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
-
-
 def check_placement(models: Mapping[str, Any]) -> None:
     """A partition or account is set for all of a rule's jobs or for none (a job without would get none at all,
     not the profile's)."""
     rules = next(iter(models.values())).resources if models else {}
     for rule in rules:
-        for key in _PROFILE_PLACEMENT:
+        for key in ("slurm_partition", "slurm_account"):  # what a profile's default-resources set
             have = {
                 m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
             }

@@ -1,7 +1,6 @@
 """What the rules get from a plan besides paths: callables carrying their parameters where Snakemake looks
-first (:func:`rule_callable`), and each per-model rule's threads and resources: one model's request
-(:class:`Resources`), resolved through the config's layers with the key that set each value
-(:func:`model_resources`)."""
+first (:func:`rule_callable`), and each per-model rule's threads and resources (:class:`Resources`, resolved
+through the config's layers with the key that set each value: :func:`model_resources`)."""
 
 from __future__ import annotations
 
