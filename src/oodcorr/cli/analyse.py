@@ -385,10 +385,6 @@ log = logging.getLogger("oodcorr")
 _NOT_RECORDED = ("argv", "from_settings", "command")
 
 
-# what may be given beside --from (where and how to write; the analysis is the one recorded)
-_BESIDE_FROM = ("out", "force", "workers", "quiet", "from_settings", "argv")
-
-
 def _recorded(path: str, defaults: dict) -> argparse.Namespace:
     """The flags a settings.json records (over ``defaults``), its inputs checked to be the bytes it read."""
     try:
@@ -418,15 +414,17 @@ def _from_settings(args) -> argparse.Namespace:
     from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
 
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
-    given = [k for k, v in vars(args).items() if k in defaults and k not in _BESIDE_FROM and v != defaults[k]]
+    recorded = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
+    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
+    given = [k for k, v in recorded.items() if k not in beside and getattr(args, k) != v]
     if given:
         flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
         raise DataError(
             f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
             "change that: give only --out, --force, --workers or -q with --from"
         )
-    ns = _recorded(args.from_settings, {k: v for k, v in defaults.items() if k not in _NOT_RECORDED})
-    for k in ("out", "force", "workers", "quiet"):
+    ns = _recorded(args.from_settings, recorded)
+    for k in beside:
         if getattr(args, k) != defaults[k]:
             setattr(ns, k, getattr(args, k))
     ns.argv, ns.from_settings = args.argv, args.from_settings

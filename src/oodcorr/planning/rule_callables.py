@@ -11,9 +11,6 @@ from typing import Any
 
 from ..core.defaults import LOCAL_THREADS, RESOURCES
 
-# where a submitted job goes on a SLURM cluster: snakemake-executor-plugin-slurm's resource names
-PLACEMENT = ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra")
-
 
 @dataclass(frozen=True)
 class Resources:
@@ -101,8 +98,9 @@ def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], 
     if any(r.gpu_model and r.gpu for r in per.values()):
         gpu_models = {m: (r.gpu_model if r.gpu else None) for m, r in per.items()}
         out["gpu_model"] = rule_callable(lambda wildcards: gpu_models[wildcards.model])
-    # SLURM placement only where the config sets it (else the profile's default-resources apply)
-    for key in PLACEMENT:
+    # where a job goes on SLURM (snakemake-executor-plugin-slurm's names), only where the config sets it (else the
+    # profile's default-resources apply)
+    for key in ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra"):
         if any(getattr(r, key) is not None for r in per.values()):
             out[key] = _per_model({m: getattr(r, key) for m, r in per.items()})
     mem = {m: r.mem_mb for m, r in per.items()}
