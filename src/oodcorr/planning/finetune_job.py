@@ -47,9 +47,7 @@ class TrainingSettings:
         for k in ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm"):
             if k in kw:
                 kw[k] = float(kw[k])
-        if "bf16" in kw:
-            kw["bf16"] = bool(kw["bf16"])
-        return cls(**kw)
+        return cls(**kw)  # bf16 as the schema checked it: true or false
 
     def warmup_steps(self, max_steps: int) -> int:
         return int(math.ceil(self.warmup_ratio * max_steps))
