@@ -224,12 +224,11 @@ class Plan:
 
     def record_places(self) -> dict:
         """Where each evaluation record must say it sits (:func:`oodcorr.jobs.aggregate.check_place`)."""
-        series = {}
-        for m, spec in self.models.items():
-            if spec.model_entry.is_series:
-                series[m] = {
-                    str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()
-                }
+        series = {
+            m: {str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()}
+            for m, spec in self.models.items()
+            if spec.model_entry.is_series
+        }
         return {
             "predictions": self.paths.predictions,
             "summary": self.paths.eval_summary,
