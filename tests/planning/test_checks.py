@@ -22,9 +22,8 @@ from oodcorr.jobs.prepare_dataset import _load_local
 from oodcorr.launch import disk_checks
 from oodcorr.planning import checks
 from oodcorr.planning.checks import check_analysis_size
-from oodcorr.planning.plan import build_plan, load
+from oodcorr.planning.plan import Run, build_plan, load
 from oodcorr.planning.schema import check_config, fill_defaults
-from oodcorr.planning.units import Run
 
 from helpers import MICRO, REPO, micro_config
 

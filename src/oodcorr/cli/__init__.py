@@ -24,17 +24,13 @@ VERBS = {
 }
 
 
-def _verb(name: str):
-    return importlib.import_module(f"{__name__}.{name}")
-
-
 def build_parser(verbs=None) -> argparse.ArgumentParser:
     """The parser: the full parsers of ``verbs`` (None: all), the others stubs showing their one line."""
     p = argparse.ArgumentParser(prog="oodcorr", description="oodcorr: do OOD results generalise?")
     sub = p.add_subparsers(dest="command", required=True)
     for name, line in VERBS.items():
         if verbs is None or name in verbs:
-            _verb(name).add_parser(sub, line)
+            importlib.import_module(f"{__name__}.{name}").add_parser(sub, line)
         else:
             sub.add_parser(name, help=line)
     return p
@@ -48,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("oodcorr").setLevel(logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
 
     try:
-        return _verb(args.command).run(args)
+        return importlib.import_module(f"{__name__}.{args.command}").run(args)
     except (DataError, ValueError, FolderInUse, WriteFailed) as e:
         log.error("%s", e)
         return 2

@@ -31,7 +31,6 @@ from ..jobs.figures import across_models, analysis_set
 from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
 from . import out_record
-from .args import add_showing_default, positive_int
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
 _EPILOG = """\
@@ -61,6 +60,27 @@ examples:
 Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
 Maximum, ...) and empty rows are excluded with a logged warning naming each line.
 """
+
+
+def _positive_int(flag: str, also: str = ""):
+    """An argument type: an integer of at least 1, else an error naming ``flag``."""
+
+    def parse(v: str) -> int:
+        try:
+            n = int(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} must be {also}a positive integer, got {v!r}") from None
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"{flag} must be at least 1, got {n}")
+        return n
+
+    return parse
+
+
+def _add_showing_default(group, flag: str, default, text: str, spec: str = "", **kwargs) -> None:
+    """An option whose help ends "(default: D)", D written from ``default`` itself."""
+    shown = " ".join(default) if isinstance(default, list) else format(default, spec)
+    group.add_argument(flag, default=default, help=f"{text} (default: {shown})", **kwargs)
 
 
 def add_parser(sub, help: str) -> None:
@@ -223,51 +243,48 @@ def add_parser(sub, help: str) -> None:
         action="store_true",
         help="leave the --log_samples files (samples_<task>_<date>.jsonl) out: no example-level bootstrap",
     )
-    add_showing_default(
+    _add_showing_default(
         e,
         "--max-files",
         MAX_FILES,
         "refuse a folder of more .json/.jsonl files than this (they are counted first)",
-        type=positive_int("--max-files"),
+        type=_positive_int("--max-files"),
     )
-    add_showing_default(
+    _add_showing_default(
         e,
         "--max-file-mb",
         MAX_RESULTS_BYTES // 2**20,
         "refuse a results file larger than this many MiB, before it is parsed",
-        type=positive_int("--max-file-mb"),
+        type=_positive_int("--max-file-mb"),
     )
     s = a.add_argument_group("statistics")
-    add_showing_default(s, "--methods", list(d.methods), "correlation methods", nargs="+", choices=METHODS)
-    add_showing_default(
-        s,
+
+    def stat(flag: str, text: str, **kwargs) -> None:  # an option of Options: its default is the field's
+        default = getattr(d, flag[2:].replace("-", "_"))
+        _add_showing_default(s, flag, list(default) if isinstance(default, tuple) else default, text, **kwargs)
+
+    stat("--methods", "correlation methods", nargs="+", choices=METHODS)
+    stat(
         "--residualisers",
-        list(d.residualisers),
         "residualisers; '+step' adds the training step as a covariate",
         nargs="+",
         choices=RESIDUALISERS,
     )
-    add_showing_default(
-        s,
+    stat(
         "--inference",
-        d.inference,
         "how intervals and p-values are computed: modified-t = t-test on the effective sample size from the "
         "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
         choices=INFERENCES,
     )
-    add_showing_default(s, "--level", d.level, "confidence level", type=float)
-    add_showing_default(
-        s,
+    stat("--level", "confidence level", type=float)
+    stat(
         "--min-n-eff",
-        d.min_n_eff,
         "a cell whose effective sample size is below this says so in its note",
         spec="g",
         type=float,
     )
-    add_showing_default(
-        s,
+    stat(
         "--near-zero",
-        d.near_zero,
         "an interval inside (-X, X) is concluded 'near zero' rather than 'unresolved'",
         spec="g",
         type=float,
@@ -280,10 +297,8 @@ def add_parser(sub, help: str) -> None:
         "give the flag with no column to pool all runs of a model (default: n_train when the "
         "table has that column, else all runs)",
     )
-    add_showing_default(
-        s,
+    stat(
         "--pool-two-runs",
-        d.pool_two_runs,
         "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
         choices=TWO_RUNS,
     )
@@ -295,47 +310,37 @@ def add_parser(sub, help: str) -> None:
         action="store_true",
         help="skip recomputing every cell without unit 0 (columns *_no_step0, step0_changes)",
     )
-    add_showing_default(s, "--n-boot", d.n_boot, "--inference block: bootstrap resamples", type=int)
-    add_showing_default(s, "--n-perm", d.n_perm, "--inference block: block permutations", type=int)
-    add_showing_default(
-        s,
+    stat("--n-boot", "--inference block: bootstrap resamples", type=int)
+    stat("--n-perm", "--inference block: block permutations", type=int)
+    stat(
         "--block-length",
-        d.block_length,
         "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
-        type=lambda v: v if v == "auto" else positive_int("--block-length", "'auto' or ")(v),
+        type=lambda v: v if v == "auto" else _positive_int("--block-length", "'auto' or ")(v),
     )
-    add_showing_default(
-        s, "--interval", d.interval, "bootstrap interval of --inference block and of --examples", choices=INTERVALS
-    )
-    add_showing_default(
-        s,
+    stat("--interval", "bootstrap interval of --inference block and of --examples", choices=INTERVALS)
+    stat(
         "--correction",
-        d.correction,
         "multiple-comparison correction across the pairs of a heatmap (the per-model cells' stars)",
         choices=CORRECTIONS,
     )
-    add_showing_default(
-        s,
+    stat(
         "--agreement-correction",
-        d.agreement_correction,
         "correction of the answer's statements across the pairs of the agreement table: bh, the false "
         "discovery rate; holm, the chance of any false statement",
         choices=CORRECTIONS,
     )
-    add_showing_default(s, "--alpha", d.alpha, "significance level for p_adj", type=float)
-    add_showing_default(s, "--seed", d.seed, "seed of every resampling", type=int)
-    add_showing_default(
-        s, "--example-boot", d.example_boot, "example-level bootstrap resamples with --examples", type=int
-    )
-    add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
-    add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
-    add_showing_default(
+    stat("--alpha", "significance level for p_adj", type=float)
+    stat("--seed", "seed of every resampling", type=int)
+    stat("--example-boot", "example-level bootstrap resamples with --examples", type=int)
+    _add_showing_default(s, "--gam-n-splines", d.gam.n_splines, "GAM basis size per covariate", type=int)
+    _add_showing_default(s, "--gam-min-points", d.gam.min_points, "fewest points the GAM is fitted to", type=int)
+    _add_showing_default(
         s,
         "--max-cells",
         ANALYSIS["max_cells"],
         "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
         "this, giving the count; raise it to run a larger one on purpose",
-        type=positive_int("--max-cells"),
+        type=_positive_int("--max-cells"),
     )
     o = a.add_argument_group("output")
     o.add_argument(
@@ -353,11 +358,11 @@ def add_parser(sub, help: str) -> None:
     )
     o.add_argument(
         "--workers",
-        type=positive_int("--workers"),
+        type=_positive_int("--workers"),
         metavar="N",
         help="processes for the runs and the figures (default: 2, or 1 on one core); the tables do not depend on it",
     )
-    add_showing_default(
+    _add_showing_default(
         o,
         "--forest-max",
         across_models.FOREST_CAP,
@@ -378,10 +383,6 @@ def add_parser(sub, help: str) -> None:
 
 log = logging.getLogger("oodcorr")
 _NOT_RECORDED = ("argv", "from_settings", "command")
-
-
-# what may be given beside --from (where and how to write; the analysis is the one recorded)
-_BESIDE_FROM = ("out", "force", "workers", "quiet", "from_settings", "argv")
 
 
 def _recorded(path: str, defaults: dict) -> argparse.Namespace:
@@ -413,15 +414,17 @@ def _from_settings(args) -> argparse.Namespace:
     from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
 
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
-    given = [k for k, v in vars(args).items() if k in defaults and k not in _BESIDE_FROM and v != defaults[k]]
+    recorded = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
+    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
+    given = [k for k, v in recorded.items() if k not in beside and getattr(args, k) != v]
     if given:
         flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
         raise DataError(
             f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
             "change that: give only --out, --force, --workers or -q with --from"
         )
-    ns = _recorded(args.from_settings, {k: v for k, v in defaults.items() if k not in _NOT_RECORDED})
-    for k in ("out", "force", "workers", "quiet"):
+    ns = _recorded(args.from_settings, recorded)
+    for k in beside:
         if getattr(args, k) != defaults[k]:
             setattr(ns, k, getattr(args, k))
     ns.argv, ns.from_settings = args.argv, args.from_settings

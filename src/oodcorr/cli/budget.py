@@ -7,7 +7,6 @@ import logging
 from ..launch import budget
 from ..launch import grid as grids
 from ..modeling import hub
-from .args import add_work_flags
 from .config import read_lock, read_plan
 
 log = logging.getLogger("oodcorr")
@@ -29,6 +28,30 @@ def add_parser(sub, help: str) -> None:
     )
     b.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
     add_work_flags(b)
+
+
+def add_work_flags(p) -> None:
+    w = p.add_argument_group("GPU-hours from the work (beside the time limits)")
+    w.add_argument(
+        "--throughput",
+        nargs="+",
+        metavar="[KEY=]TFLOPS",
+        help="TFLOP/s one GPU reaches (bf16, achieved, not peak), for every job or KEY=... for a model name or "
+        "size class: adds GPU-hours from the work (parameters x tokens); finished jobs' measured throughput "
+        "replaces it for their model",
+    )
+    w.add_argument(
+        "--tokens-per-example",
+        type=float,
+        metavar="N",
+        help="tokens of a scored example (default: evaluation.max_length, an upper bound)",
+    )
+    w.add_argument(
+        "--examples",
+        type=int,
+        metavar="N",
+        help="examples per testset where the config does not say (max_examples) and the data is not prepared",
+    )
 
 
 def run(args) -> int:

@@ -25,8 +25,7 @@ from ..launch import budget
 from ..launch import grid as grids
 from ..planning.plan import load
 from ..planning.schema import read_config
-from .args import add_work_flags
-from .budget import compute_budget
+from .budget import add_work_flags, compute_budget
 from .config import read_lock, read_plan, workflow_dir
 from .scores import read_scores
 

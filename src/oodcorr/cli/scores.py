@@ -21,10 +21,6 @@ from ..core.limits import analysis_cells, analysis_too_large
 log = logging.getLogger("oodcorr")
 
 
-TABLE_METRIC = "accuracy"  # --metric's default for a table (long or wide)
-LMEVAL_METRIC = "acc"  # and for lm-evaluation-harness results
-
-
 def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
     """``--metric``'s words -> (the default metric, {column or glob: metric}); in long format the one word
     names the score column too (``NAME`` or ``COLUMN=METRIC``)."""
@@ -43,7 +39,7 @@ def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
                 f"--metric {' '.join(words)}: with --format lm-eval, give the one metric analysed (acc, acc_norm, "
                 "exact_match, ...; NAME,FILTER where a task has it under several filters)"
             )
-        return (bare[0] if bare else LMEVAL_METRIC), {}
+        return (bare[0] if bare else "acc"), {}  # lm-eval's default metric
     if len(bare) > 1:
         raise DataError(f"--metric {' '.join(bare)}: give one METRIC, and COLUMN=METRIC for the columns of others")
     for m in [*bare, *pairs.values()]:
@@ -55,7 +51,7 @@ def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
         )
     if fmt == "long" and pairs:
         return next(iter(pairs.values())), pairs
-    return (bare[0] if bare else TABLE_METRIC), pairs
+    return (bare[0] if bare else "accuracy"), pairs
 
 
 def input_files(words, fmt: str) -> list[str]:

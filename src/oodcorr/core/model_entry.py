@@ -39,7 +39,7 @@ class ModelEntry:
     gguf_chat_template: bool = False  # keep a GGUF file's chat template in the converted tokenizer
 
     # -- what it is prompted with, and which resources it gets
-    prompt: dict | None = None  # the model's overrides of the global prompt (merged: planning.units.ModelSpec)
+    prompt: dict | None = None  # the model's overrides of the global prompt (merged: planning.plan.ModelSpec)
     size_class: str | None = None  # a key of size_classes (its jobs' resources)
 
     @classmethod

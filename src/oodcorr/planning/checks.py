@@ -27,28 +27,24 @@ def check_config(exp: Experiment) -> list[str]:
     _check_datasets(exp)
     _check_ood_overlap(exp)
     warnings = _check_models(exp)
-    _check_templates(exp)
-    _check_verbaliser_words(exp)
+    _check_prompts(exp)
     _check_n_train(exp)
     _check_ood_count(exp)
     _check_data_sources(exp)
     return warnings
 
 
-def _unique(items: Iterable, key: str) -> None:
-    seen = set()
-    for x in items:
-        if x in seen:
-            raise ConfigError(f"{key}: duplicate name {x!r}")
-        seen.add(x)
-
-
 def _check_names(exp: Experiment) -> None:
     """Names are listed once and differ in more than case (the schema makes them path components)."""
     cfg = exp.config
-    _unique([m["name"] for m in cfg["models"]], "models[].name")
-    _unique([d["name"] for d in cfg["in_domain"]], "in_domain[].name")
-    _unique(cfg["ood_testsets"], "ood_testsets")
+    for key, names in (
+        ("models[].name", [m["name"] for m in cfg["models"]]),
+        ("in_domain[].name", [d["name"] for d in cfg["in_domain"]]),
+        ("ood_testsets", cfg["ood_testsets"]),
+    ):
+        twice = [x for i, x in enumerate(names) if x in names[:i]]
+        if twice:
+            raise ConfigError(f"{key}: duplicate name {twice[0]!r}")
     _distinct_ignoring_case(list(exp.models), "models[].name", "heatmaps/<model>.png, finetune/<model>/, ...")
     _distinct_ignoring_case(list(exp.in_domain), "in_domain[].name", "finetune/<model>/<in-domain>/, ...")
     _distinct_ignoring_case(
@@ -228,12 +224,8 @@ def _check_data_sources(exp: Experiment) -> None:
 
 
 # ---- each model entry and its prompt
-_PLACEHOLDERS = ("premise", "hypothesis")
-
-
 def _check_models(exp: Experiment) -> list[str]:
-    """Each model: one source, a known size class, a pinned hub revision (else a warning), a usable prompt
-    (pattern models) or no vocabulary loss (head models), a valid series. Returns the warnings."""
+    """Each model entry, its prompt and its series; returns the warnings (unpinned hub revisions)."""
     cfg, warnings = exp.config, []
     for m in cfg["models"]:
         sources = [k for k in MODEL_SOURCES if m.get(k)]
@@ -284,8 +276,7 @@ def _check_prompt(exp: Experiment, m: dict) -> None:
 
 
 def _check_series(exp: Experiment, m: dict) -> list[str]:
-    """A series entry: one x-axis kind, strictly increasing; each checkpoint a local directory or a
-    revision of ``series.hub`` (unpinned: a warning). Returns the warnings."""
+    """A series entry and its checkpoints; returns the warnings (unpinned revisions)."""
     name, series = m["name"], m["series"]
     where, warnings = f"models[{name}].series", []
     for key in ("finetune", "distributed"):
@@ -332,35 +323,28 @@ def _check_series(exp: Experiment, m: dict) -> list[str]:
     return warnings
 
 
-def _prompts(exp: Experiment) -> list[tuple[str, dict]]:
-    out = [("prompt", exp.config["prompt"])]
+def _check_prompts(exp: Experiment) -> None:
+    """Each prompt: only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail),
+    and a verbaliser word of its own per label."""
+    literal = "write a literal brace as {{ or }}"
+    prompts = [("prompt", exp.config["prompt"])]
     for name, m in exp.models.items():
         if exp.method(name) == "pattern" and m.get("prompt"):
-            out.append((f"models[{name}].prompt", exp.prompt_for(name)))
-    return out
-
-
-def _check_templates(exp: Experiment) -> None:
-    """Only ``{premise}`` and ``{hypothesis}`` placeholders, no single brace (every job would fail)."""
-    literal = "write a literal brace as {{ or }}"
-    for key, prompt in _prompts(exp):
+            prompts.append((f"models[{name}].prompt", exp.prompt_for(name)))
+    for key, prompt in prompts:
         template = prompt["template"]
         try:
             parsed = list(string.Formatter().parse(template))
         except ValueError as e:
             raise ConfigError(f"{key}.template: {e} in {template!r}; {literal}") from None
         for _, field, spec, conversion in parsed:
-            if field is None or (field in _PLACEHOLDERS and not spec and not conversion):
+            if field is None or (field in ("premise", "hypothesis") and not spec and not conversion):
                 continue
             shown = "{" + field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
             raise ConfigError(
                 f"{key}.template: unknown placeholder {shown} in {template!r}; only {{premise}} and "
                 f"{{hypothesis}} are filled in ({literal})"
             )
-
-
-def _check_verbaliser_words(exp: Experiment) -> None:
-    for key, prompt in _prompts(exp):
         words = {lab: prompt["verbalisers"].get(lab) for lab in exp.labels}
         for word, n in Counter(w for w in words.values() if w is not None).items():
             if n > 1:
@@ -372,16 +356,12 @@ def _check_verbaliser_words(exp: Experiment) -> None:
 
 
 # ---- what the plan built: the models' resources and the runs
-# placement keys a profile's default-resources set: for all of a rule's jobs or none
-_PROFILE_PLACEMENT = ("slurm_partition", "slurm_account")
-
-
 def check_placement(models: Mapping[str, Any]) -> None:
     """A partition or account is set for all of a rule's jobs or for none (a job without would get none at all,
     not the profile's)."""
     rules = next(iter(models.values())).resources if models else {}
     for rule in rules:
-        for key in _PROFILE_PLACEMENT:
+        for key in ("slurm_partition", "slurm_account"):  # what a profile's default-resources set
             have = {
                 m: spec.resources[rule] for m, spec in models.items() if getattr(spec.resources[rule], key) is not None
             }

@@ -21,9 +21,7 @@ LABEL_MODES = "resources/label_modes.yaml"
 DATASET_SOURCES = ("synthetic", "local", "hub")
 
 
-def _without_defaults(block: dict | None, defaults: dict) -> dict | None:
-    if block is None:
-        return None
+def _without_defaults(block: dict, defaults: dict) -> dict:
     return {k: v for k, v in block.items() if not (k in defaults and v == defaults[k])}
 
 
@@ -134,18 +132,11 @@ class Experiment:
     def labels(self) -> list[str]:
         return list(self.label_mode["labels"])
 
-    def is_series(self, model: str) -> bool:
-        return bool(self.models[model].get("series"))
-
     def finetuned_models(self) -> list[str]:
-        return [m for m in self.models if not self.is_series(m)]
+        return [m for m, entry in self.models.items() if not entry.get("series")]
 
     def series_x(self, model: str) -> list[int]:
         return [int(ck.get("step", ck.get("tokens", -1))) for ck in self.models[model]["series"]["checkpoints"]]
-
-    def series_unit(self, model: str) -> str:
-        cks = (self.models[model].get("series") or {}).get("checkpoints") or [{}]
-        return "tokens" if "tokens" in cks[0] else "step"
 
     def series_checkpoints(self, model: str) -> dict[int, dict]:
         """x value -> ``{"path"}`` or ``{"hub", "revision"}``: where each checkpoint of a series is."""
@@ -154,10 +145,6 @@ class Experiment:
             x: {"path": ck["path"]} if ck.get("path") else {"hub": series["hub"], "revision": ck["revision"]}
             for x, ck in zip(self.series_x(model), series["checkpoints"])
         }
-
-    def in_domain_of(self, model: str) -> list[str]:
-        chosen = (self.models[model].get("series") or {}).get("in_domain")
-        return [d for d in self.in_domain if not chosen or d in chosen]
 
     def method(self, model: str) -> str:
         return self.models[model]["method"]
@@ -214,12 +201,3 @@ class Experiment:
             return None
         merged = _deep_merge(self.config["prompt"], self.models[model].get("prompt"))
         return canonical(_without_defaults(merged, READING))
-
-    def resource_layers(self, model: str) -> list[tuple[str, dict]]:
-        """(config key, rule -> resources), least specific first: ``resources``, size class, the model's own."""
-        m = self.models[model]
-        layers = [("resources", dict(self.config.get("resources") or {}))]
-        if m.get("size_class"):
-            layers.append((f"size_classes.{m['size_class']}", dict(self.config["size_classes"][m["size_class"]] or {})))
-        layers.append((f"models[{model}].resources", dict(m.get("resources") or {})))
-        return layers

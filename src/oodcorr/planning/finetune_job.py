@@ -47,9 +47,7 @@ class TrainingSettings:
         for k in ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm"):
             if k in kw:
                 kw[k] = float(kw[k])
-        if "bf16" in kw:
-            kw["bf16"] = bool(kw["bf16"])
-        return cls(**kw)
+        return cls(**kw)  # bf16 as the schema checked it: true or false
 
     def warmup_steps(self, max_steps: int) -> int:
         return int(math.ceil(self.warmup_ratio * max_steps))
@@ -101,14 +99,8 @@ class FinetuneJob:
         return trains_in_bf16(self.model_entry, self.finetune)
 
     def to_dict(self) -> dict:
-        """Every init field, JSON-ready (paths as strings, tuples as lists)."""
-        out = {}
-        for f in fields(self):
-            if not f.init:
-                continue
-            v = getattr(self, f.name)
-            out[f.name] = str(v) if isinstance(v, Path) else list(v) if isinstance(v, tuple) else v
-        return json.loads(json.dumps(out))  # a deep copy: the dict shares nothing with the job
+        """Every init field, JSON-ready (paths as strings, tuples as lists), sharing nothing with the job."""
+        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=str))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -6,23 +6,23 @@ rule, cached per job), threads and resources (:meth:`Plan.rule_resources`)."""
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core import limits
 from ..core.defaults import RESOURCES
 from ..core.digests import canonical
 from ..core.errors import ConfigError
 from ..core.model_dirs import model_files
+from ..core.model_entry import ModelEntry
 from . import checks, schema
 from .config import Experiment, analysis_options
 from .layout import Paths
-from .resources import model_resources
-from .rule_callables import rule_callable, rule_resources, rule_threads
-from .units import EvalJob, ModelSpec, Run, checkpoint_steps, run_length
+from .rule_callables import Resources, model_resources, rule_callable, rule_resources, rule_threads
 
 # The analysis tables' format, a param of the analysis rule: raise it when their columns or verdicts
 # change, so an analysed experiment recomputes its analysis and nothing upstream (tests/meta ties it).
@@ -30,6 +30,85 @@ ANALYSIS_FORMAT = 6
 
 # the rules whose jobs run one model, each with its own resources (defaults: RESOURCES)
 MODEL_RULES = tuple(RESOURCES)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model entry resolved against the global config's blocks."""
+
+    name: str
+    model_entry: ModelEntry  # the entry minus what changes no result (Experiment.model_entry)
+    finetune: dict  # the finetune settings of its runs (global block with its overrides), no n_train/seeds
+    prompt: dict | None  # None for methods that read no prompt
+    distributed: dict | None
+    resources: Mapping[str, Resources]  # per rule in MODEL_RULES
+    checkpoints: Mapping[int, dict] | None = None  # series only: x value -> {"path"} or {"hub", "revision"}
+    x_unit: str = "step"  # what the x-axis counts: step (finetuned, or a series' steps) or tokens
+    params_b: float | None = None  # the entry's parameter count for planning (oodcorr.launch.sizing), if given
+
+    @property
+    def lora(self) -> bool:
+        return bool(self.finetune.get("lora"))
+
+
+@dataclass(frozen=True)
+class Run:
+    """One finetuning run: model x in-domain set x n_train x data seed."""
+
+    model: str
+    in_domain: str
+    n_train: int
+    seed: int
+    steps: tuple[int, ...]  # checkpoints saved and evaluated, 0 (the start) first; a series' x values
+    max_steps: int
+    series: bool = False  # the model's checkpoints are given (no finetune job), n_train and seed are 0
+
+    @property
+    def id(self) -> str:
+        return f"{self.model}/{self.in_domain}/n{self.n_train}/seed{self.seed}"
+
+    @property
+    def wildcards(self) -> dict[str, str]:
+        return {"model": self.model, "indomain": self.in_domain, "ntrain": str(self.n_train), "seed": str(self.seed)}
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    """One evaluation job: a run's checkpoints ``steps`` scored on one testset."""
+
+    run: Run
+    testset: str
+    role: str  # in-domain | ood
+    steps: tuple[int, ...]
+
+
+def _checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
+    """Steps at which a run is saved and evaluated, step 0 (the start) included."""
+    sched = ft["checkpoints"]
+    if "steps" in sched:
+        steps = [int(s) for s in sched["steps"]]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
+        if steps and steps[-1] > max_steps:
+            raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
+    else:
+        every = int(sched["every"])
+        steps = list(range(every, max_steps + 1, every))
+        if not steps or steps[-1] != max_steps:
+            steps.append(max_steps)
+    if not steps or steps[0] != 0:
+        steps = [0] + steps
+    return tuple(steps)
+
+
+def _run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
+    """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
+    if ft.get("max_steps"):
+        return int(ft["max_steps"])
+    if not ft.get("epochs"):
+        raise ConfigError(f"finetune (model {model}): give max_steps or epochs")
+    per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
+    return int(math.ceil(n_train / per_step) * ft["epochs"])
 
 
 @dataclass(frozen=True)
@@ -52,10 +131,7 @@ class Plan:
     warnings: tuple[str, ...]
     exp: Experiment = field(repr=False, compare=False)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def analysis_format(self) -> int:
-        return ANALYSIS_FORMAT
+    analysis_format: ClassVar[int] = ANALYSIS_FORMAT
 
     # ---- enumeration -----------------------------------------------------------------
     @cached_property
@@ -112,15 +188,6 @@ class Plan:
             for x, y in pairs
         ]
 
-    def figure_targets(self) -> list[str]:
-        a = self.paths.analysis
-        figures = [f"{a}/consensus/{d}.png" for d in self.consensus_sets()]
-        figures += [f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs]
-        figures += [f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models]
-        return figures + [
-            f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.model_entry.is_series
-        ]
-
     def targets(self) -> list[str]:
         """What rule ``all`` asks for: the scores, the tables and every figure (the published set)."""
         a = self.paths.analysis
@@ -135,7 +202,10 @@ class Plan:
             f"{a}/explorer.html",
             f"{a}/answer.txt",
             f"{a}/heatmap_grid.png",
-            *self.figure_targets(),
+            *(f"{a}/consensus/{d}.png" for d in self.consensus_sets()),
+            *(f"{a}/forest/{d}/{x}+{y}.png" for d, pairs in self.forest_pairs().items() for x, y in pairs),
+            *(f"{a}/{kind}/{m}.png" for kind in ("heatmaps", "learning_curves", "scatter") for m in self.models),
+            *(f"{a}/training_loss/{m}.png" for m, spec in self.models.items() if not spec.model_entry.is_series),
         ]
 
     def manifests(self, wildcards) -> list[str]:
@@ -154,12 +224,11 @@ class Plan:
 
     def record_places(self) -> dict:
         """Where each evaluation record must say it sits (:func:`oodcorr.jobs.aggregate.check_place`)."""
-        series = {}
-        for m, spec in self.models.items():
-            if spec.model_entry.is_series:
-                series[m] = {
-                    str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()
-                }
+        series = {
+            m: {str(x): ck.get("path") or f"{ck['hub']}@{ck['revision']}" for x, ck in spec.checkpoints.items()}
+            for m, spec in self.models.items()
+            if spec.model_entry.is_series
+        }
         return {
             "predictions": self.paths.predictions,
             "summary": self.paths.eval_summary,
@@ -334,11 +403,9 @@ class Plan:
 
 
 def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] = ()) -> Plan:
-    """The one way from a config to its plan (the Snakefile and every CLI command call it).
-
-    ``config`` is completed in place, as Snakemake's own is: named after its last source file unless
-    it says ``experiment:``, checked against the schema (file:line messages), its defaults filled in,
-    then checked by :func:`build_plan`. Raises ConfigError naming the key."""
+    """The one way from a config to its plan (the Snakefile and every CLI command call it). ``config`` is
+    completed in place, as Snakemake's own is: named after its last source file unless it says ``experiment:``,
+    its defaults filled in once the schema passes. Raises ConfigError naming the key."""
     sources = [Path(s) for s in sources]
     _check_size(config, sources)
     if sources:
@@ -355,11 +422,8 @@ def _check_size(config: dict, sources: list[Path]) -> None:
     try:
         limits.check_tree(config)
     except limits.TooLarge as e:
-        for f in reversed(sources):
-            line = schema.yaml_line(f, e.parts) if e.parts and f.is_file() else None
-            if line is not None:
-                raise ConfigError(f"{f}:{line}: {e}") from None
-        raise ConfigError(f"{sources[-1]}: {e}" if sources else str(e)) from None
+        where = schema.key_line(sources, e.parts) or (sources[-1] if sources else None)
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
 
 def build_plan(config: dict, basedir=".") -> Plan:
@@ -379,9 +443,9 @@ def build_plan(config: dict, basedir=".") -> Plan:
             finetune={} if series else exp.finetune_params(m),
             prompt=exp.prompt_for(m),
             distributed=canonical(config_entry["distributed"]) if config_entry.get("distributed") else None,
-            resources=model_resources(exp, config_entry),
+            resources=model_resources(config, config_entry),
             checkpoints=exp.series_checkpoints(m) if series else None,
-            x_unit=exp.series_unit(m),
+            x_unit="tokens" if series and "tokens" in config_entry["series"]["checkpoints"][0] else "step",
             params_b=config_entry.get("params_b"),
         )
     checks.check_placement(models)
@@ -389,13 +453,14 @@ def build_plan(config: dict, basedir=".") -> Plan:
     for m, spec in models.items():
         if spec.model_entry.is_series:  # one run per in-domain set, nothing trained
             xs = tuple(spec.checkpoints)
-            runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain_of(m)]
+            chosen = exp.models[m]["series"].get("in_domain")
+            runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain if not chosen or d in chosen]
             continue
         ft = exp.finetune_cfg(m)
         for d in exp.in_domain:
             for n in ft["n_train"]:
-                total = run_length(ft, int(n), m)
-                steps = checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
+                total = _run_length(ft, int(n), m)
+                steps = _checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = config["analysis"]
     warnings += checks.check_schedules(runs, analysis)

@@ -27,25 +27,29 @@ _YAML_TYPES = {
 }
 
 
-def yaml_line(path: Path, parts: list) -> int | None:
-    """The line of the key (or list item) at ``parts`` in a YAML file, or None if it is not there."""
-    try:
-        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, yaml.YAMLError):
-        return None
-    line = None
-    for p in parts:
-        if isinstance(node, yaml.MappingNode):
-            hit = next(((k, v) for k, v in node.value if k.value == p), None)
-            if hit is None:
-                return line
-            line, node = hit[0].start_mark.line + 1, hit[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(p, int) and p < len(node.value):
-            node = node.value[p]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
+def key_line(files: Iterable[Path], parts: list) -> str | None:
+    """``file:line`` of the key (or list item) at ``parts``, or as far down it as there is, in the last of
+    ``files`` that holds it; None if none does."""
+    for path in reversed(list(files)):
+        try:
+            node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        except (OSError, yaml.YAMLError):
+            continue
+        line = None
+        for p in parts:
+            if isinstance(node, yaml.MappingNode):
+                hit = next(((k, v) for k, v in node.value if k.value == p), None)
+                if hit is None:
+                    break
+                line, node = hit[0].start_mark.line + 1, hit[1]
+            elif isinstance(node, yaml.SequenceNode) and isinstance(p, int) and p < len(node.value):
+                node = node.value[p]
+                line = node.start_mark.line + 1
+            else:
+                break
+        if line is not None:
+            return f"{path}:{line}"
+    return None
 
 
 def _type_name(value: Any) -> str:
@@ -171,13 +175,8 @@ def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | 
     files = [Path(s) for s in sources]
     lines = []
     for parts, msg in problems:
-        loc = ""
-        for f in reversed(files):
-            n = yaml_line(f, parts)
-            if n is not None:
-                loc = f"{f}:{n}: "
-                break
-        lines.append(f"  {loc}{msg}")
+        loc = key_line(files, parts)
+        lines.append(f"  {loc}: {msg}" if loc else f"  {msg}")
     head = f"the config does not match {Path(schema_path).name} ({len(lines)} problem{'s' * (len(lines) > 1)}):"
     raise ConfigError("\n".join([head, *dict.fromkeys(lines)]))
 
