@@ -100,7 +100,7 @@ class FinetuneJob:
 
     def to_dict(self) -> dict:
         """Every init field, JSON-ready (paths as strings, tuples as lists), sharing nothing with the job."""
-        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=str))
+        return json.loads(json.dumps({f.name: getattr(self, f.name) for f in fields(self) if f.init}, default=_path))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -127,3 +127,10 @@ class FinetuneJob:
 
     def on(self, *, device: str, threads: int) -> FinetuneJob:
         return replace(self, device=device, threads=threads)
+
+
+def _path(value) -> str:
+    """A path as JSON writes it; anything else JSON cannot hold is a bug, not a string."""
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"a finetune job holds {type(value).__name__}, which its JSON cannot")
