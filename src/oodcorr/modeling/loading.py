@@ -21,10 +21,14 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if model_entry.tiny or model_entry.is_gguf:
-        # loaded from the folder the workflow built: a tiny stand-in's (build_tiny_model), a GGUF file's (convert_gguf)
+    if model_entry.tiny:
         if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: a tiny or GGUF entry needs the folder the workflow built it in")
+            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
+        return str(built_model_dir), {}
+    if model_entry.is_gguf:
+        # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
+        if built_model_dir is None:
+            raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(built_model_dir), {}
     if model_entry.path:
         return str(model_entry.path), {}
