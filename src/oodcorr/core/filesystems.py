@@ -212,43 +212,35 @@ def disk_full(
     listed = f"; what a run left that holds no result: {'; '.join(leftovers)}" if leftovers else ""
     if kind == "quota":
         return (
-            f"{what}: your disk quota on the file system of {folder} is used up (a quota counts the bytes, or the "
-            f"files, you own there): {need}. The file system may have room ({human_bytes(free)} free, `df -h "
-            f"{folder}`), but not in your share of it: `quota -s` shows your quota (on Lustre, `lfs quota -h -u "
-            f"$USER {folder}`). {KEPT} Delete files of yours on that file system{listed}, ask for a larger "
-            f"quota, or put results/ on a file system where your quota has room (a link to it), {AGAIN}"
+            f"{what}: your disk quota on the file system of {folder} is used up: {need} ({human_bytes(free)} free "
+            f"there, `df -h {folder}`; `quota -s` shows your quota, on Lustre `lfs quota -h -u $USER {folder}`). "
+            f"{KEPT} Delete files of yours there{listed}, ask for a larger quota, or link results/ elsewhere, {AGAIN}"
         )
     if kind == "too large":
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         why = (
-            f"this process may write no file larger than {human_bytes(limit)} (the file-size limit, `ulimit -f`): "
-            "raise it (`ulimit -f unlimited` in the shell, or the cluster job's script, that starts Snakemake)"
+            f"this process may write no file larger than {human_bytes(limit)} (`ulimit -f`): raise it (`ulimit -f "
+            "unlimited` where Snakemake starts)"
             if limit != resource.RLIM_INFINITY
-            else f"the file system of {folder} takes no larger file (FAT32 and some network mounts stop at 4 GiB): "
-            "put results/ on another file system (a link to it)"
+            else f"the file system of {folder} takes no larger file (FAT32 stops at 4 GiB): link results/ elsewhere"
         )
         return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {KEPT} Then run again"
     if kind == "inodes":
         top = _mount_point(folder)
         return (
-            f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
-            f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
-            f"there. {KEPT} Delete files you no longer need on that file system, many small ones first (`du "
-            f"--inodes -xs {top}/* | sort -n` shows where they are){listed}, or put results/ on another file "
-            f"system (a link to it), {AGAIN}"
+            f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (`df -i "
+            f"{folder}`), though {human_bytes(free)} is free. {KEPT} Delete files there, many small ones first (`du "
+            f"--inodes -xs {top}/* | sort -n`){listed}, or link results/ elsewhere, {AGAIN}"
         )
-    short = (
-        f" Free at least {human_bytes(needed - free)} more there" if needed and free is not None else " Free room there"
-    )
+    short = f" Free at least {human_bytes(needed - free)} more" if needed and free is not None else " Free room"
     delete = (
-        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or other experiments' folders "
-        "you no longer need"
+        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or experiments you no longer need"
         if leftovers
-        else ": delete files you no longer need on that file system (`du -sh <folder>/* | sort -h` shows the largest)"
+        else ": delete files you no longer need there (`du -sh <folder>/* | sort -h` shows the largest)"
     )
     return (
         f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
-        f"{KEPT}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {AGAIN}"
+        f"{KEPT}{short}{delete}, or link results/ to a larger file system, {AGAIN}"
     )
 
 
@@ -337,26 +329,24 @@ def write_failed(
     said = f" ({type(cause).__name__}: {str(cause)[:200]})" if library else ""
     if code == errno.EROFS:
         return WriteFailed(
-            f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
-            f"{said}. {KEPT} Write to a writable file system instead (the workflow: make results/ a link to one; "
-            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {AGAIN}"
+            f"{what}: {folder} is on a read-only file system (file system {fs}){said}. {KEPT} Write to a writable "
+            f"file system instead (the workflow: link results/ to one; `oodcorr analyse`: another --out), or have it "
+            f"mounted read-write, {AGAIN}"
         )
     if code in (errno.EACCES, errno.EPERM):
         owner = owner_of(folder)
         return WriteFailed(
             f"{what}: this user cannot write in {folder} ({os.strerror(code)}"
             + (f": {owner}" if owner else "")
-            + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
-            f"u+w {folder}` if it is yours), run as the user who owns it, or write to a folder of yours (the "
-            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {AGAIN}"
+            + f"){said}. {KEPT} Make it writable (`ls -ld {folder}`; `chmod u+w {folder}` if it is yours), run as "
+            "its owner, or write to a folder of yours (the workflow: link results/ to one; `oodcorr analyse`: "
+            f"another --out), {AGAIN}"
         )
     kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
     return WriteFailed(
-        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}: "
-        f"the disk or the network mount failed, not the workflow. {KEPT} It is safe to run again: the job starts "
-        "over from what is whole. If it fails again, the file system has a fault: see `dmesg | tail` on this "
-        f"machine, or ask its administrators about {fs}, and meanwhile put results/ on another "
-        "file system (a link to it)"
+        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}. "
+        f"{KEPT} It is safe to run again. If it fails again, see `dmesg | tail` or ask the administrators about "
+        f"{fs}, and meanwhile link results/ to another file system"
     )
 
 

@@ -252,9 +252,8 @@ def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> Folde
     why = _why_not_writable(folder, e, path)
     return FolderNotWritable(
         f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
-        f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "
-        "checkout, or make results/ a link to a folder of yours); if the folder is a colleague's experiment, "
-        "ask them to run it or to give your group write access to it"
+        f"({path}) cannot be taken. Run with a results/ you can write (a link to a folder of yours), or ask "
+        "the folder's owner to run it or give your group write access"
     )
 
 
@@ -267,12 +266,10 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
             "oodcorr-locks) and run again"
         )
     return LocksRefused(
-        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), as some NFS "
-        f"mounts do, and nothing is written there without its lock ({kind.why}). Set {LOCK_DIR_ENV} to a folder on "
-        f"a local disk of this host, the same for every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/"
-        "oodcorr-locks`), and run again: the locks are then taken there and keep out a second writer on this host "
-        "only, so start every run of this experiment from this host (cluster jobs on other nodes are not kept "
-        "out). Or have the file system mounted with locking"
+        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), and nothing "
+        f"is written there without one ({kind.why}). Set {LOCK_DIR_ENV} to a folder on a local disk, the same for "
+        f"every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), and run again: it keeps "
+        "out a second writer on this host only, so start every run from this host. Or mount it with locking"
     )
 
 
@@ -483,10 +480,9 @@ def _describe(where: str | None) -> str:
 
 def _elsewhere(other: _Place) -> str:
     return (
-        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: a lock "
-        f"keeps out a second writer only where every run takes it in one place, so set {LOCK_DIR_ENV} alike in "
-        "every shell that runs this experiment (or in none); the places used are recorded in "
-        f"{other.record.parent}"
+        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: every run "
+        f"must take it in one place, so set {LOCK_DIR_ENV} alike in every shell (or in none); the places used are "
+        f"recorded in {other.record.parent}"
     )
 
 
@@ -494,10 +490,9 @@ def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
     here = socket.gethostname()
     return (
         f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
-        f"({_describe(other.lock_dir)} there); this run, on {here}, would take it in {_describe(_lock_dir())}. A "
-        f"lock folder keeps out a second writer on its own host only, so whether a run on {other.host} holds it "
-        f"cannot be told from here. Run this experiment from {other.host} with the same {LOCK_DIR_ENV}; or, once "
-        f"no run of it is alive on {other.host}, delete {other.record} (the record of that place) and run again"
+        f"({_describe(other.lock_dir)} there), this run on {here} would take it in {_describe(_lock_dir())}: "
+        f"whether a run on {other.host} holds it cannot be told from here. Run this experiment from {other.host} "
+        f"with the same {LOCK_DIR_ENV}; or, once no run of it is alive there, delete {other.record} and run again"
     )
 
 
@@ -506,7 +501,6 @@ def _unusable(what: str, where: Path, e: OSError) -> str:
     why = f"{blocker} is a file, not a folder" if blocker is not None else _why_not_writable(where, e, where)
     return (
         f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
-        f"({e.strerror or e}: {why}), so nothing is written. Set {LOCK_DIR_ENV} to a folder of yours on a local "
-        f"disk of this host (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`; it is made if missing), the same "
-        "for every run of this experiment, or unset it to take the lock in the folder itself, and run again"
+        f"({e.strerror or e}: {why}). Set {LOCK_DIR_ENV} to a folder of yours on a local disk (`export "
+        f"{LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), the same for every run, or unset it, and run again"
     )

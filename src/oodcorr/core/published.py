@@ -70,7 +70,10 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
         record = _build(pub, staged, experiment)
         _replace_with_link(pub / CURRENT, record["version"], pub)
         for name in _top_names(rels):
-            kept = _make_link(root, name, pub)
+            link = root / name
+            if link.is_symlink() and os.readlink(link) == _link_target(name):
+                continue
+            kept = _replace_with_link(link, _link_target(name), pub)
             if kept:
                 notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
         notes += _prune(pub, record["version"], previous)
@@ -177,13 +180,6 @@ def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
             tmp.unlink()
         raise
     return kept
-
-
-def _make_link(root: Path, name: str, pub: Path) -> Path | None:
-    path = root / name
-    if path.is_symlink() and os.readlink(path) == _link_target(name):
-        return None
-    return _replace_with_link(path, _link_target(name), pub)
 
 
 def _clear_leftovers(pub: Path) -> list[str]:
@@ -333,9 +329,8 @@ def read_publish_record(path: str | Path) -> dict | None:
         return None
     if doc.get("format") != RECORD_FORMAT:
         raise ResultError(
-            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT}: written by another "
-            f"version of oodcorr, which this one does not read; `{REPUBLISH}` publishes the set again with a "
-            "record of this version (nothing is trained, evaluated or analysed again)"
+            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT} (another version of "
+            f"oodcorr); `{REPUBLISH}` publishes the set again (nothing is trained, evaluated or analysed again)"
         )
     if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
         return None

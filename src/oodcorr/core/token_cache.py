@@ -27,10 +27,7 @@ def tokenize_settings_digest(settings: dict) -> str:
 
 
 def rebuild_hint(path: str | os.PathLike) -> str:
-    return (
-        f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again with this "
-        "model's tokenizer (an evaluation whose result is unchanged keeps its predictions file)"
-    )
+    return f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again"
 
 
 def _zip_whole(path: Path) -> bool:
@@ -54,9 +51,8 @@ def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
         )
     if info.get("format") != TOKENIZED_FORMAT or not isinstance(info.get("sha256"), str):
         return info, (
-            f"{path}: the tokenised testset was made before tokenised testsets recorded their tokenizer and the "
-            "digest of their content (its sidecar has neither), so whose tokenizer made it, and whether it is "
-            "what was written, cannot be checked"
+            f"{path}: the tokenised testset was made before its sidecar recorded its tokenizer and the digest of its "
+            "content, so neither can be checked"
         )
     return info, None
 
@@ -65,8 +61,7 @@ def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
     """The sentence for a tokenised testset of testset and model ``holds`` where ``belongs``'s is."""
     return (
         f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
-        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?); its prompts "
-        f"would be scored as {belongs[0]!r}'s"
+        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?)"
     )
 
 
@@ -106,6 +101,5 @@ def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
         )
     return (
         f"{path}: the tokenised testset was made by another tokenizer (files sha256 {made_by[:12]}...) than this "
-        f"model's ({tokenizer[:12]}...): another model's cache, or this model's from before its tokenizer files "
-        "changed; its token ids would be scored as this model's"
+        f"model's ({tokenizer[:12]}...): another model's cache, or made before its tokenizer files changed"
     )
