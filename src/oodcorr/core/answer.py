@@ -114,8 +114,7 @@ def _median(values: list[float]) -> float:
 
 
 def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
-    """{testset: (reliability, its interval's low end)}, the median over the rows that name it; NaN where
-    not known."""
+    """{testset: (reliability, its interval's low end)}, the median over the rows naming it (NaN: unknown)."""
     seen: dict[str, tuple[list[float], list[float]]] = {}
     for r in rows:
         for side, name in (("x", r.get("x")), ("y", r.get("y")), ("in_domain", r.get("in_domain"))):
@@ -221,14 +220,6 @@ def every_run_clause(rows: list[dict]) -> str:
     return f"significant with one sign in {runs}: " + _first([text for _, text in found], NAMED)
 
 
-def form_clause(rows: list[dict]) -> str:
-    """How many pairs of ``rows`` depend on the form of the regression (their ``form``)."""
-    n = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rows)
-    if not n:
-        return ""
-    return f"{n} {'depends' if n == 1 else 'depend'} on the form (the straight line states otherwise: line_verdict)"
-
-
 def reason_counts(rows: list[dict]) -> str:
     """The pairs counted by the kind of their reason, most first: "why: 2 models (12 pairs), ..."."""
     counts = Counter(
@@ -265,9 +256,10 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
         runs = every_run_clause(rs) if n_models <= 2 else ""
-        measured = "".join(
-            f"; {c}" for c in (runs, form_clause(rs), about(rs), noise_clause(rs), reason_counts(rs)) if c
-        )
+        forms = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rs)  # pairs that depend on the form
+        form = f"{forms} {'depends' if forms == 1 else 'depend'} on the form" if forms else ""
+        form += " (the straight line states otherwise: line_verdict)" if forms else ""
+        measured = "".join(f"; {c}" for c in (runs, form, about(rs), noise_clause(rs), reason_counts(rs)) if c)
         sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
         out.append((dom, group, sentence))
     return out

@@ -114,8 +114,7 @@ def _experiment_folder(folder: Path) -> Path:
 
 
 def _walk(top: Path, budget: list[int], depth_first: bool, skip=lambda parent, entry: False):
-    """(folder, entry) for each entry under ``top``, each counted against ``budget``, into every subfolder
-    but those ``skip`` names."""
+    """(folder, entry) for each entry under ``top``, counted against ``budget``, not into what ``skip`` names."""
     todo = deque([top])
     while todo and budget[0] > 0:
         parent = todo.pop() if depth_first else todo.popleft()
@@ -157,8 +156,7 @@ def _leftover(root: Path, parent: Path, name: str) -> str | None:
 
 
 def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
-    """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`),
-    largest first; the walk looks at no more than :data:`DELETABLE_WALK_LIMIT` entries."""
+    """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`), largest first."""
     root = _experiment_folder(Path(folder))
     budget = [DELETABLE_WALK_LIMIT]
     found: list[tuple[int, Path, str]] = []
@@ -197,8 +195,7 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit: the folder, the bytes needed, the command that shows
-    the limit, what can be deleted."""
+    """The sentence for a write that does not fit: the folder, the bytes needed, the limit, what to delete."""
     folder = Path(folder)
     kind = _full_kind(cause, folder)
     free = r.free if (r := room(folder)) is not None else None
@@ -253,8 +250,7 @@ def write_errno(exc: BaseException | None, folder: str | os.PathLike | None = No
 
 
 def probe_write(folder: str | os.PathLike) -> int | None:
-    """None if a byte can be written and synced into a new file in ``folder``, else the errno (for a library
-    that lost it)."""
+    """None if a byte can be written and synced into a new file in ``folder``, else the errno."""
     where = _existing(folder)
     name = where / f".oodcorr-probe-{os.getpid()}"
     try:

@@ -49,6 +49,7 @@ _SCALARS = {
 }
 STRING, ARRAY = 8, 9
 
+
 class GGUFError(ValueError):
     """A GGUF file refused before it is loaded; the message names the file and what is wrong."""
 
@@ -70,7 +71,6 @@ class GGUFHeader:
     architecture: str
     metadata: dict = field(repr=False)  # key -> scalar, string (<= 256 bytes) or ("array", item type, count)
     tensors: tuple[Tensor, ...] = field(repr=False)
-    data_offset: int = 0
     chat_template_chars: int = 0  # 0: the file has no chat template
 
     @property
@@ -257,7 +257,6 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         architecture=arch,
         metadata=metadata,
         tensors=tuple(tensors),
-        data_offset=data_offset,
         chat_template_chars=int(chat_chars),
     )
 

@@ -80,12 +80,6 @@ class Claim:
                 os.close(fd)
         self._fds = []
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
 
 def _try_lock(path: Path) -> int | None:
     fd = open_lock_file(path)  # never through a link: the default folder is in the shared /tmp
@@ -128,8 +122,7 @@ def claim_devices(
     timeout: float | None = None,
     poll: float = 0.5,
 ) -> Claim:
-    """Claim ``n`` of ``devices`` nobody else holds, all or none in each pass, waiting while they are
-    taken; unless ``shared``, ``lock_dir`` must be this user's own folder."""
+    """Claim ``n`` of ``devices`` nobody else holds, all or none in each pass, waiting while they are taken."""
     if n > len(devices):
         raise GpuPoolError(
             f"the job needs {n} GPU(s) but only {len(devices)} are visible "

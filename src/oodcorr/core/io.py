@@ -75,8 +75,7 @@ def read_jsonl(path: str | os.PathLike, encoding: str | None = None, fix: str = 
 
 
 def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
-    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``
-    it is and ``fix``."""
+    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``, ``fix``."""
     path = Path(path)
     try:
         return loads_json(path.read_text(encoding="utf-8"))

@@ -3,8 +3,7 @@
 PyYAML builds aliases (``*name``) as shared objects, so a few lines can stand for a billion values
 that every reader then expands, and a config nested thousands deep makes every recursive reader
 fail with a RecursionError. :func:`scan_yaml` refuses such a file from its parser events;
-:func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself). The limits
-are far above a real config (``config/paper.yaml``: about 400 values nested 7 deep).
+:func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself).
 """
 
 from __future__ import annotations

@@ -410,8 +410,7 @@ def release(held: HeldLock) -> None:
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
-    """Take ``folder``'s lock until :func:`release` or the end of the process; :class:`FolderInUse` at
-    once if another has it."""
+    """Take ``folder``'s lock until :func:`release` or the process ends; :class:`FolderInUse` if another has it."""
     held = _HELD.get(str(lock_path(folder, kind)))
     return held if held is not None else _take(Path(folder), kind, extra)
 

@@ -57,14 +57,6 @@ def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
     return info, None
 
 
-def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
-    """The sentence for a tokenised testset of testset and model ``holds`` where ``belongs``'s is."""
-    return (
-        f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
-        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?)"
-    )
-
-
 def cache_problem(
     path: str | os.PathLike, tokenizer: str | None, testset: str | None = None, model: str | None = None
 ) -> str | None:
@@ -84,16 +76,21 @@ def cache_problem(
             f"{path}: the tokenised testset is {size} bytes, but {info.get('size')} bytes were written (its sidecar "
             f"{cache_info_path(path)}): cut short, or another file copied over it"
         )
-    holds = (info.get("testset"), info.get("model"))
+    return not_made_for(path, info, tokenizer, testset, model)
+
+
+def not_made_for(path, made: dict, tokenizer: str | None, testset: str | None, model: str | None) -> str | None:
+    """Why a tokenised testset whose record (sidecar or content) is ``made`` is not the one of ``testset``,
+    ``model`` and ``tokenizer`` (None: not checked); None when it is."""
+    holds = (made.get("testset"), made.get("model"))
     if (testset and holds[0] != testset) or (model and holds[1] != model):
-        return misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
-    made_by = info.get("tokenizer")
-    if tokenizer and made_by != tokenizer:
-        return other_tokenizer(path, made_by, tokenizer)
-    return None
-
-
-def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
+        return (
+            f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
+            f"{testset or holds[0]!r} of model {model or holds[1]!r} belongs (copied over it, or two caches swapped?)"
+        )
+    made_by = made.get("tokenizer")
+    if not tokenizer or made_by == tokenizer:
+        return None
     if not made_by:
         return (
             f"{path}: the tokenised testset does not record the tokenizer that made it, so it cannot be checked "
