@@ -354,15 +354,14 @@ def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
         where = "in-domain " if side == "in_domain" else ""
         if math.isfinite(est) and est < limit:
             said = NOISE_EXCEEDS if est < 0 else f"item noise is {1 - est:.0%} of its series' variance"
-            out.append((f"{where}{name}", f"{where}{name}'s {said} (reliability below {limit:g})"))
+            said += f" (reliability below {limit:g})"
         elif not math.isfinite(est) and math.isfinite(low) and low < limit:
-            out.append(
-                (
-                    f"{where}{name}",
-                    f"{where}{name}'s item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance "
-                    "(bounded by its size alone)",
-                )
+            said = (
+                f"item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance (bounded by its size alone)"
             )
+        else:
+            continue
+        out.append((f"{where}{name}", f"{where}{name}'s {said}"))
     if not out and _text(row, "noise_limited"):
         out.append((str(row.get("in_domain")), _text(row, "noise_limited")))
     return out

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fnmatch
 import os
+import pwd
 import resource  # Unix only; the workflow runs on nothing else
 import stat
 from collections import deque
@@ -295,10 +296,8 @@ def owner_of(path: str | os.PathLike) -> str:
         except OSError:
             continue
         try:
-            import pwd
-
             name = pwd.getpwuid(st.st_uid).pw_name
-        except (ImportError, KeyError):
+        except KeyError:
             name = f"uid {st.st_uid}"
         mine = "you" if st.st_uid == os.getuid() else f"user {name}"
         return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"

@@ -71,6 +71,7 @@ class GGUFHeader:
     architecture: str
     metadata: dict = field(repr=False)  # key -> scalar, string (<= 256 bytes) or ("array", item type, count)
     tensors: tuple[Tensor, ...] = field(repr=False)
+    data_offset: int = 0
     chat_template_chars: int = 0  # 0: the file has no chat template
 
     @property
@@ -165,14 +166,11 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
     n_keys = cur.unpack("<Q", 8, "the key count")
     # the smallest key is 13 bytes (empty name, type, one byte); the smallest tensor entry 24
     if n_keys * 13 > size or n_keys > MAX_METADATA_ITEMS:
-        raise GGUFError(
-            f"{path}: its header claims {n_keys:,} metadata keys, more than a file of {size:,} bytes "
-            "holds; refusing it (damaged or hostile)"
-        )
+        raise GGUFError(f"{path}: its header claims {n_keys:,} metadata keys, more than a file of {size:,} bytes holds")
     if n_tensors * 24 > size or n_tensors > MAX_TENSORS:
         raise GGUFError(
-            f"{path}: its header claims {n_tensors:,} tensors, more than a file of {size:,} bytes "
-            f"holds (or over the limit of {MAX_TENSORS:,}); refusing it (damaged or hostile)"
+            f"{path}: its header claims {n_tensors:,} tensors, more than a file of {size:,} bytes holds (or "
+            f"{MAX_TENSORS:,})"
         )
     metadata: dict = {}
     budget = [MAX_METADATA_ITEMS - n_keys]
@@ -186,10 +184,7 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         if key == CHAT_TEMPLATE_KEY and kind == STRING:
             chat_chars = metadata[key] if isinstance(metadata[key], int) else len(metadata[key])
         if cur.pos - 24 > MAX_METADATA_BYTES:
-            raise GGUFError(
-                f"{path}: its metadata is over {MAX_METADATA_BYTES // 2**20} MiB (at key {key!r}); a "
-                "model's tokenizer needs a fraction of that: refusing the file"
-            )
+            raise GGUFError(f"{path}: its metadata is over {MAX_METADATA_BYTES // 2**20} MiB (at key {key!r})")
     arch = metadata.get("general.architecture")
     if not isinstance(arch, str) or not arch:
         raise GGUFError(f"{path}: its metadata has no general.architecture string; no loader can read it")
@@ -202,7 +197,10 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
         raise GGUFError(f"{path}: general.alignment is {alignment!r}, not a power of two")
-    from gguf.constants import GGML_QUANT_SIZES  # the model env's (requirements.txt), as its loader reads them
+    try:  # the types as transformers' GGUF loader reads them
+        from gguf.constants import GGML_QUANT_SIZES
+    except ImportError:
+        raise GGUFError(f"{path}: reading it needs the gguf package (pip install -r requirements.txt)") from None
 
     # code -> (type name, values per block, bytes per block)
     ggml_types = {int(t): (t.name, *map(int, size)) for t, size in GGML_QUANT_SIZES.items()}
@@ -257,6 +255,7 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         architecture=arch,
         metadata=metadata,
         tensors=tuple(tensors),
+        data_offset=data_offset,
         chat_template_chars=int(chat_chars),
     )
 

@@ -165,10 +165,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             "there is nothing to delete"
         )
     if info is None:
-        return (
-            f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
-            f"`fuser -v {path}`, then run again"
-        )
+        return f"{head}; the holder has not named itself yet. Wait for it, or find it with `fuser -v {path}`"
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
@@ -188,9 +185,8 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
         )
     return (
-        f"{head}: {who}. {kind.why}. "
-        f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
-        "again: the lock goes with the process, there is nothing to delete"
+        f"{head}: {who}. {kind.why}. Wait for it, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), "
+        "then run again: the lock goes with the process, there is nothing to delete"
     )
 
 
