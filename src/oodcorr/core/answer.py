@@ -324,14 +324,15 @@ KINDS = (
 SETTLED = "nothing to resolve"
 
 
-def _p(v: float) -> str:
+def _p(row: dict, key: str) -> str:
+    v = as_float(row, key)
     if not math.isfinite(v):
         return ""
     return f" (p {f'{v:.2g}' if v >= 1e-3 else f'{v:.1e}'} after correction)"
 
 
-def _span(row: dict, lo: str, hi: str) -> str:
-    a, b = as_float(row, lo), as_float(row, hi)
+def _span(row: dict, bound: str) -> str:
+    a, b = as_float(row, f"{bound}_low_consensus"), as_float(row, f"{bound}_high_consensus")
     return f"[{a:+.2f}, {b:+.2f}]" if math.isfinite(a) and math.isfinite(b) else "n/a"
 
 
@@ -369,7 +370,7 @@ def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
 
 def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     """An unresolved pair of 2 models or more: why, and what would resolve it."""
-    ci = _span(row, "ci_low_consensus", "ci_high_consensus")
+    ci = _span(row, "ci")
     sign = every_run_sign(row)
     runs_said = f"; yet each model's own run finds it significant and {sign}" if sign else ""
     about = _text(row, "about")
@@ -381,13 +382,12 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
         )
     lo, hi = as_float(row, "ci_low_consensus"), as_float(row, "ci_high_consensus")
     pairs = as_int(row, "family_size")
-    if lo > 0 or hi < 0:  # the interval (at the level, uncorrected) excludes 0; the corrected p-value does not
+    corrected = lo > 0 or hi < 0  # the interval (at the level, uncorrected) excludes 0; the corrected p does not
+    if corrected:
         across = f"the correction across the table's {pairs} pairs" if pairs > 1 else "the correction across pairs"
-        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(as_float(row, 'p_mean_adj'))}"
-        corrected = True
+        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(row, 'p_mean_adj')}"
     else:
-        mean = f"the consensus interval {ci} includes 0{_p(as_float(row, 'p_mean_adj'))}"
-        corrected = False
+        mean = f"the consensus interval {ci} includes 0{_p(row, 'p_mean_adj')}"
     if n == 2:
         reason = f"{TWO_MODELS}: a statement about a further model needs 3 or more, and {mean}{runs_said}"
         way = "a third model" + (" (the runs already agree on the sign)" if sign else "") + "; or more runs per model"
@@ -405,33 +405,24 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     """A verdict that states a sign, a spread or near zero: why, and what remains."""
     if verdict.startswith(SIGN_REVERSAL):
         reason = f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant"
-        reason += _p(as_float(row, "p_reversal_adj"))
+        reason += _p(row, "p_reversal_adj")
         return reason, "read each model's correlation (by_model): the sign depends on the model; more models show which"
     if NEARLY_EVERY in verdict:
-        reason = (
-            f"{SETTLED_FURTHER}: across {n} models the tolerance bounds "
-            f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')} exclude 0"
-            f"{_p(as_float(row, 'p_generalises_adj'))}"
-        )
+        reason = f"{SETTLED_FURTHER}: across {n} models the tolerance bounds {_span(row, 'tol')} exclude 0"
+        reason += _p(row, "p_generalises_adj")
         way = SETTLED
     elif ON_AVERAGE in verdict:
-        reason = (
-            f"{SETTLED_AVERAGE}: {_span(row, 'ci_low_consensus', 'ci_high_consensus')} across {n} models"
-            f"{_p(as_float(row, 'p_mean_adj'))}; "
-        )
+        reason = f"{SETTLED_AVERAGE}: {_span(row, 'ci')} across {n} models{_p(row, 'p_mean_adj')}; "
         if n == 2:
             reason += "2 models: a statement about a further model needs 3 or more"
             way = "a third model, for a statement about a further model"
         else:
-            reason += (
-                f"a further model may still have the other sign (tolerance bounds "
-                f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')})"
-            )
+            reason += f"a further model may still have the other sign (tolerance bounds {_span(row, 'tol')})"
             way = "more models or more runs per model (narrower tolerance bounds)"
     elif verdict == AGREE_NEAR_ZERO:
         reason = (
             f"{NEAR}: across {n} models a further model is expected inside the near-zero band "
-            f"(prediction interval {_span(row, 'pi_low_consensus', 'pi_high_consensus')})"
+            f"(prediction interval {_span(row, 'pi')})"
         )
         return reason, SETTLED
     else:  # models differ, no sign
@@ -439,7 +430,7 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     if MODELS_DIFFER in verdict:
         i2 = as_float(row, "i2_models")
         share = f" (I² {i2:.0%})" if math.isfinite(i2) else ""
-        differ = f"the models differ beyond their runs' variation{share}{_p(as_float(row, 'p_heterogeneity_adj'))}"
+        differ = f"the models differ beyond their runs' variation{share}{_p(row, 'p_heterogeneity_adj')}"
         if not reason:
             return (
                 f"{DIFFER}: {differ} across {n} models, with no shared sign",
@@ -475,7 +466,7 @@ def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
         )
     if verdict == NOISE_LIMITED_VERDICT:
         sides = _noise_sides(row, limit)
-        ci = _span(row, "ci_low_consensus", "ci_high_consensus")
+        ci = _span(row, "ci")
         shown = f"; the consensus interval {ci} may be that noise persisting across checkpoints" if ci != "n/a" else ""
         bounded = any("bounded by its size" in t for _, t in sides)
         way = f"more items for {', '.join(dict.fromkeys(n_ for n_, _ in sides)) or 'its testsets'} (a larger testset)"

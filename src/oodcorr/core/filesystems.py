@@ -16,8 +16,7 @@ from pathlib import Path
 from .errors import DiskFull, WriteFailed
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-# the other errors a file system stops a write with: a failing disk or mount, a read-only file system, a
-# folder this user may not write
+# the other errors a file system stops a write with
 WRITE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 # how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text), and the
 # errno each stands for; matched in lower case without spaces or underscores
@@ -346,7 +345,6 @@ def write_failed(
 
 
 def check_room(folder: str | os.PathLike, needed: int, what: str) -> None:
-    """Raise :class:`DiskFull` before writing ``needed`` bytes into ``folder`` when they do not fit."""
     r = room(folder)
     if r is not None and (needed > r.free or r.no_inodes):
         raise DiskFull(disk_full(folder, what, needed=needed))

@@ -76,7 +76,6 @@ class GGUFHeader:
 
     @property
     def tensor_types(self) -> dict[str, int]:
-        """GGML type name -> number of tensors of that type."""
         return dict(Counter(t.type for t in self.tensors))
 
 

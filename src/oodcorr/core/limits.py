@@ -214,7 +214,6 @@ def analysis_cells(ood_per_run: list[int], methods: int, residualisers: int) -> 
 def analysis_too_large(
     cells: int, detail: str, limit: int, *, what: str, limit_name: str, fewer: str, allow: str
 ) -> str:
-    """The refusal of an analysis above its cell limit, and how to run it anyway."""
     return (
         f"{what} would compute {cells:,} cells ({detail}), more than the {limit:,} that {limit_name} allows "
         f"(time and memory grow with the cells: millions run for tens of minutes). Analyse fewer ({fewer}), "

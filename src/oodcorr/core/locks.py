@@ -116,7 +116,6 @@ def _read_holder(fd: int) -> dict | None:
 
 
 def _alive_here(info: dict) -> bool:
-    """Whether the holder's PID, which the lock file names on this host, runs."""
     try:
         os.kill(int(info["pid"]), 0)
     except ProcessLookupError:
@@ -422,9 +421,7 @@ def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
 
 # ---- where an experiment's lock is taken, recorded in the experiment folder (.lock-places/) -----------
 # With LOCK_DIR_ENV set the lock is taken in that folder; two shells that disagree about the variable
-# would each hold a lock of their own. So every place used is recorded, and a run takes the lock in
-# every recorded place (_take_every_place). A lock folder of another host cannot be proved free from
-# here: such a run is refused, naming the record.
+# would each hold a lock of their own. So a run takes the lock in every recorded place (_take_every_place).
 @dataclass(frozen=True)
 class _Place:
     lock_dir: str | None  # None: the folder itself

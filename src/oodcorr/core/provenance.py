@@ -25,7 +25,6 @@ _GIT_SECONDS = 10
 
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
-    """The installed version of each library (None where it is not installed)."""
     out: dict[str, str | None] = {}
     for name in names:
         try:

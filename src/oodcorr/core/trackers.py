@@ -123,7 +123,6 @@ def problems(trackers: list[str], root: str | Path, key: str = "finetune.report_
 
 
 def check(trackers: list[str], root: str | Path, key: str = "finetune.report_to") -> None:
-    """Raise :class:`ConfigError` with every problem :func:`problems` finds."""
     found = problems(trackers, root, key)
     if found:
         raise ConfigError("; ".join(found))
