@@ -100,8 +100,7 @@ def _text(row: dict, key: str) -> str:
 
 
 def every_run_sign(row: dict) -> str:
-    """The sign that each model's own run of a pair without a statement across models finds
-    significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
+    """The sign every model's own run finds significant, for a pair whose verdict states nothing; else ""."""
     n = as_int(row, "n_models")
     if str(row.get("verdict")) not in NOISE_LIMITABLE or n < 1:
         return ""

@@ -117,12 +117,10 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             os.chmod(dst, 0o666 & ~mask)
             files[rel] = {"sha256": sha, "size": dst.stat().st_size}
         if problems:
+            files = " ".join(sorted({str(b) for b in bad}))
             raise PublishRefused(
-                "not published, the published set is as it was: "
-                + "; ".join(problems)
-                + ". Delete "
-                + " ".join(sorted({str(b) for b in bad}))
-                + " and run again: the jobs that make them run again, then the whole set is published"
+                f"not published, the published set is as it was: {'; '.join(problems)}. Delete {files} and run "
+                "again: the jobs that make them run again, then the whole set is published"
             )
         for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
             os.chmod(d, 0o777 & ~mask)  # mkdtemp's folder is private; results get the usual mode

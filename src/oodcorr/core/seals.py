@@ -28,10 +28,7 @@ def check_seal(path: str | Path, sha256: str) -> str | None:
     try:
         doc = json.loads(seal_path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return (
-            f"{path} has no seal ({seal_path(path)}): the job that makes it writes one last, so it was put there "
-            "by hand, or by an earlier version of oodcorr"
-        )
+        return f"{path} has no seal ({seal_path(path)}): put there by hand, or by an earlier version of oodcorr"
     except (OSError, ValueError):
         doc = None
     if not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):

@@ -80,8 +80,7 @@ def cache_problem(
 
 
 def not_made_for(path, made: dict, tokenizer: str | None, testset: str | None, model: str | None) -> str | None:
-    """Why a tokenised testset whose record (sidecar or content) is ``made`` is not the one of ``testset``,
-    ``model`` and ``tokenizer`` (None: not checked); None when it is."""
+    """Why a tokenised testset recorded as ``made`` is not that of ``testset``, ``model``, ``tokenizer`` (None: any)."""
     holds = (made.get("testset"), made.get("model"))
     if (testset and holds[0] != testset) or (model and holds[1] != model):
         return (
