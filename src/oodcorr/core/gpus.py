@@ -107,9 +107,8 @@ def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
         )
     if not shared and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         raise UnsafeLockFile(
-            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others, so "
-            f"another user could hold or replace its locks; set {LOCK_DIR_ENV} to a folder of your own (or "
-            "one your group shares on purpose) and run again"
+            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others; set "
+            f"{LOCK_DIR_ENV} to a folder of your own (or one your group shares on purpose) and run again"
         )
 
 

@@ -92,13 +92,9 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             needed += -(-src.stat().st_size // block) * block
     what = f"publishing the {len(staged)} file(s) of experiment {experiment!r} (the published set is as it was)"
     check_room(pub, needed, what)
+    tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
-    except OSError as e:
-        if write_errno(e) is not None:
-            raise write_failed(pub, what, needed=needed, cause=e) from e
-        raise
-    try:
         files, problems, bad = {}, [], []
         for rel, src in staged.items():
             dst = tmp / rel
@@ -120,7 +116,7 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             files = " ".join(sorted({str(b) for b in bad}))
             raise PublishRefused(
                 f"not published, the published set is as it was: {'; '.join(problems)}. Delete {files} and run "
-                "again: the jobs that make them run again, then the whole set is published"
+                "again: the jobs that make them run again"
             )
         for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
             os.chmod(d, 0o777 & ~mask)  # mkdtemp's folder is private; results get the usual mode
@@ -137,7 +133,8 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
         write_json_atomic(tmp / PUBLISH_RECORD, record)
         os.rename(tmp, pub / version)
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, Exception) and not isinstance(e, WriteFailed) and write_errno(e) is not None:
             raise write_failed(pub, what, needed=needed, cause=e) from e
         raise
