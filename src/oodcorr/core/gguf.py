@@ -168,8 +168,8 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
         raise GGUFError(f"{path}: its header claims {n_keys:,} metadata keys, more than a file of {size:,} bytes holds")
     if n_tensors * 24 > size or n_tensors > MAX_TENSORS:
         raise GGUFError(
-            f"{path}: its header claims {n_tensors:,} tensors, more than a file of {size:,} bytes holds (or "
-            f"{MAX_TENSORS:,})"
+            f"{path}: its header claims {n_tensors:,} tensors, more than a file of {size:,} bytes holds (or over "
+            f"the limit of {MAX_TENSORS:,})"
         )
     metadata: dict = {}
     budget = [MAX_METADATA_ITEMS - n_keys]

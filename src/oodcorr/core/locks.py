@@ -164,7 +164,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             "there is nothing to delete"
         )
     if info is None:
-        return f"{head}; the holder has not named itself yet. Wait for it, or find it with `fuser -v {path}`"
+        return f"{head}; the holder has not named itself. Wait for it or find it (`fuser -v {path}`), then run again"
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
