@@ -17,8 +17,7 @@ def cache_info_path(cache_path: str | Path) -> Path:
 TOKENIZED_FORMAT = 3  # the tokenised testset's format: 3 records its model, and its sidecar a digest of its bytes
 
 
-# what decides a tokenised testset's content: the params of rule tokenize_testset
-# (oodcorr.planning.plan.Plan.tokenize_params)
+# what decides a tokenised testset's content: rule tokenize_testset's params (planning.plan.Plan.tokenize_params)
 TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coarse", "max_length")
 
 
