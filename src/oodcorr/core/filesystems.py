@@ -171,17 +171,6 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     return out
 
 
-def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
-    """What stopped a write into ``folder``: ``quota``, ``too large``, ``inodes`` or ``space``."""
-    code = _disk_full_errno(cause, folder)
-    if code == errno.EDQUOT:
-        return "quota"
-    if code == errno.EFBIG:
-        return "too large"
-    r = room(folder)
-    return "inodes" if r is not None and r.no_inodes else "space"
-
-
 # said by every sentence of a write that stopped
 KEPT = "Nothing half-written is kept, and no result is taken from it."
 AGAIN = "then run again: the job starts over from what is whole"
@@ -197,8 +186,10 @@ def disk_full(
 ) -> str:
     """The sentence for a write that does not fit: the folder, the bytes needed, the limit, what to delete."""
     folder = Path(folder)
-    kind = _full_kind(cause, folder)
-    free = r.free if (r := room(folder)) is not None else None
+    kind = {errno.EDQUOT: "quota", errno.EFBIG: "too large"}.get(_disk_full_errno(cause, folder))
+    r = room(folder)
+    free = r.free if r is not None else None
+    kind = kind or ("inodes" if r is not None and r.no_inodes else "space")
     if needed is not None:
         need = f"it needs {human_bytes(needed)} ({needed} bytes)"
     elif written is not None:
