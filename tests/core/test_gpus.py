@@ -88,8 +88,9 @@ def test_claim_is_all_or_nothing(tmp_path):
     assert held.devices == ["a", "b"]
     with pytest.raises(gpus.GpuPoolError, match="no 2 free GPU"):
         gpus.claim_devices(2, **pool, timeout=0.3, poll=0.05)
-    with gpus.claim_devices(1, **pool, timeout=0) as c:
-        assert c.devices == ["c"]  # the failed claim left c free
+    c = gpus.claim_devices(1, **pool, timeout=0)
+    assert c.devices == ["c"]  # the failed claim left c free
+    c.release()
     held.release()
     assert gpus.claim_devices(3, **pool, timeout=0).devices == ["a", "b", "c"]
 

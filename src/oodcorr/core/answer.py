@@ -100,8 +100,7 @@ def _text(row: dict, key: str) -> str:
 
 
 def every_run_sign(row: dict) -> str:
-    """The sign that each model's own run of a pair without a statement across models finds
-    significant; "" where the runs do not all agree, or the verdict states something or is noise-limited."""
+    """The sign every model's own run finds significant, for a pair whose verdict states nothing; else ""."""
     n = as_int(row, "n_models")
     if str(row.get("verdict")) not in NOISE_LIMITABLE or n < 1:
         return ""
@@ -114,8 +113,7 @@ def _median(values: list[float]) -> float:
 
 
 def reliabilities(rows: list[dict]) -> dict[str, tuple[float, float]]:
-    """{testset: (reliability, its interval's low end)}, the median over the rows that name it; NaN where
-    not known."""
+    """{testset: (reliability, its interval's low end)}, the median over the rows naming it (NaN: unknown)."""
     seen: dict[str, tuple[list[float], list[float]]] = {}
     for r in rows:
         for side, name in (("x", r.get("x")), ("y", r.get("y")), ("in_domain", r.get("in_domain"))):
@@ -221,14 +219,6 @@ def every_run_clause(rows: list[dict]) -> str:
     return f"significant with one sign in {runs}: " + _first([text for _, text in found], NAMED)
 
 
-def form_clause(rows: list[dict]) -> str:
-    """How many pairs of ``rows`` depend on the form of the regression (their ``form``)."""
-    n = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rows)
-    if not n:
-        return ""
-    return f"{n} {'depends' if n == 1 else 'depend'} on the form (the straight line states otherwise: line_verdict)"
-
-
 def reason_counts(rows: list[dict]) -> str:
     """The pairs counted by the kind of their reason, most first: "why: 2 models (12 pairs), ..."."""
     counts = Counter(
@@ -265,9 +255,10 @@ def tallies(rows: list[dict], method: str, residualiser: str) -> list[tuple[str,
         where = f" ({group})" if group not in ("", "all runs") else ""
         pairs = f"{len(rs)} pair{'s' if len(rs) != 1 else ''}"
         runs = every_run_clause(rs) if n_models <= 2 else ""
-        measured = "".join(
-            f"; {c}" for c in (runs, form_clause(rs), about(rs), noise_clause(rs), reason_counts(rs)) if c
-        )
+        forms = sum(str(r.get("form")) == DEPENDS_ON_FORM for r in rs)  # pairs that depend on the form
+        form = f"{forms} {'depends' if forms == 1 else 'depend'} on the form" if forms else ""
+        form += " (the straight line states otherwise: line_verdict)" if forms else ""
+        measured = "".join(f"; {c}" for c in (runs, form, about(rs), noise_clause(rs), reason_counts(rs)) if c)
         sentence = f"in-domain {dom}{where}: {pairs}, a sign for {signed}: {'; '.join(parts)}{why}{measured}"
         out.append((dom, group, sentence))
     return out
@@ -332,14 +323,15 @@ KINDS = (
 SETTLED = "nothing to resolve"
 
 
-def _p(v: float) -> str:
+def _p(row: dict, key: str) -> str:
+    v = as_float(row, key)
     if not math.isfinite(v):
         return ""
     return f" (p {f'{v:.2g}' if v >= 1e-3 else f'{v:.1e}'} after correction)"
 
 
-def _span(row: dict, lo: str, hi: str) -> str:
-    a, b = as_float(row, lo), as_float(row, hi)
+def _span(row: dict, bound: str) -> str:
+    a, b = as_float(row, f"{bound}_low_consensus"), as_float(row, f"{bound}_high_consensus")
     return f"[{a:+.2f}, {b:+.2f}]" if math.isfinite(a) and math.isfinite(b) else "n/a"
 
 
@@ -362,15 +354,14 @@ def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
         where = "in-domain " if side == "in_domain" else ""
         if math.isfinite(est) and est < limit:
             said = NOISE_EXCEEDS if est < 0 else f"item noise is {1 - est:.0%} of its series' variance"
-            out.append((f"{where}{name}", f"{where}{name}'s {said} (reliability below {limit:g})"))
+            said += f" (reliability below {limit:g})"
         elif not math.isfinite(est) and math.isfinite(low) and low < limit:
-            out.append(
-                (
-                    f"{where}{name}",
-                    f"{where}{name}'s item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance "
-                    "(bounded by its size alone)",
-                )
+            said = (
+                f"item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance (bounded by its size alone)"
             )
+        else:
+            continue
+        out.append((f"{where}{name}", f"{where}{name}'s {said}"))
     if not out and _text(row, "noise_limited"):
         out.append((str(row.get("in_domain")), _text(row, "noise_limited")))
     return out
@@ -378,7 +369,7 @@ def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
 
 def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     """An unresolved pair of 2 models or more: why, and what would resolve it."""
-    ci = _span(row, "ci_low_consensus", "ci_high_consensus")
+    ci = _span(row, "ci")
     sign = every_run_sign(row)
     runs_said = f"; yet each model's own run finds it significant and {sign}" if sign else ""
     about = _text(row, "about")
@@ -390,13 +381,12 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
         )
     lo, hi = as_float(row, "ci_low_consensus"), as_float(row, "ci_high_consensus")
     pairs = as_int(row, "family_size")
-    if lo > 0 or hi < 0:  # the interval (at the level, uncorrected) excludes 0; the corrected p-value does not
+    corrected = lo > 0 or hi < 0  # the interval (at the level, uncorrected) excludes 0; the corrected p does not
+    if corrected:
         across = f"the correction across the table's {pairs} pairs" if pairs > 1 else "the correction across pairs"
-        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(as_float(row, 'p_mean_adj'))}"
-        corrected = True
+        mean = f"the consensus interval {ci} excludes 0 only before {across}{_p(row, 'p_mean_adj')}"
     else:
-        mean = f"the consensus interval {ci} includes 0{_p(as_float(row, 'p_mean_adj'))}"
-        corrected = False
+        mean = f"the consensus interval {ci} includes 0{_p(row, 'p_mean_adj')}"
     if n == 2:
         reason = f"{TWO_MODELS}: a statement about a further model needs 3 or more, and {mean}{runs_said}"
         way = "a third model" + (" (the runs already agree on the sign)" if sign else "") + "; or more runs per model"
@@ -414,33 +404,24 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     """A verdict that states a sign, a spread or near zero: why, and what remains."""
     if verdict.startswith(SIGN_REVERSAL):
         reason = f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant"
-        reason += _p(as_float(row, "p_reversal_adj"))
+        reason += _p(row, "p_reversal_adj")
         return reason, "read each model's correlation (by_model): the sign depends on the model; more models show which"
     if NEARLY_EVERY in verdict:
-        reason = (
-            f"{SETTLED_FURTHER}: across {n} models the tolerance bounds "
-            f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')} exclude 0"
-            f"{_p(as_float(row, 'p_generalises_adj'))}"
-        )
+        reason = f"{SETTLED_FURTHER}: across {n} models the tolerance bounds {_span(row, 'tol')} exclude 0"
+        reason += _p(row, "p_generalises_adj")
         way = SETTLED
     elif ON_AVERAGE in verdict:
-        reason = (
-            f"{SETTLED_AVERAGE}: {_span(row, 'ci_low_consensus', 'ci_high_consensus')} across {n} models"
-            f"{_p(as_float(row, 'p_mean_adj'))}; "
-        )
+        reason = f"{SETTLED_AVERAGE}: {_span(row, 'ci')} across {n} models{_p(row, 'p_mean_adj')}; "
         if n == 2:
             reason += "2 models: a statement about a further model needs 3 or more"
             way = "a third model, for a statement about a further model"
         else:
-            reason += (
-                f"a further model may still have the other sign (tolerance bounds "
-                f"{_span(row, 'tol_low_consensus', 'tol_high_consensus')})"
-            )
+            reason += f"a further model may still have the other sign (tolerance bounds {_span(row, 'tol')})"
             way = "more models or more runs per model (narrower tolerance bounds)"
     elif verdict == AGREE_NEAR_ZERO:
         reason = (
             f"{NEAR}: across {n} models a further model is expected inside the near-zero band "
-            f"(prediction interval {_span(row, 'pi_low_consensus', 'pi_high_consensus')})"
+            f"(prediction interval {_span(row, 'pi')})"
         )
         return reason, SETTLED
     else:  # models differ, no sign
@@ -448,7 +429,7 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
     if MODELS_DIFFER in verdict:
         i2 = as_float(row, "i2_models")
         share = f" (I² {i2:.0%})" if math.isfinite(i2) else ""
-        differ = f"the models differ beyond their runs' variation{share}{_p(as_float(row, 'p_heterogeneity_adj'))}"
+        differ = f"the models differ beyond their runs' variation{share}{_p(row, 'p_heterogeneity_adj')}"
         if not reason:
             return (
                 f"{DIFFER}: {differ} across {n} models, with no shared sign",
@@ -484,7 +465,7 @@ def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
         )
     if verdict == NOISE_LIMITED_VERDICT:
         sides = _noise_sides(row, limit)
-        ci = _span(row, "ci_low_consensus", "ci_high_consensus")
+        ci = _span(row, "ci")
         shown = f"; the consensus interval {ci} may be that noise persisting across checkpoints" if ci != "n/a" else ""
         bounded = any("bounded by its size" in t for _, t in sides)
         way = f"more items for {', '.join(dict.fromkeys(n_ for n_, _ in sides)) or 'its testsets'} (a larger testset)"

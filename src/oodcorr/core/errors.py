@@ -24,8 +24,7 @@ class WriteFailed(RuntimeError):
 
 
 class DiskFull(WriteFailed):
-    """A write stopped, or refused before it started, by a full file system or a used-up quota
-    (:func:`oodcorr.core.filesystems.disk_full`)."""
+    """A write stopped, or refused before it started, by a full file system or a used-up quota."""
 
 
 def did_you_mean(name: str, candidates, n: int = 3, lead: str = "; ") -> str:

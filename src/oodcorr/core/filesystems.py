@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fnmatch
 import os
+import pwd
 import resource  # Unix only; the workflow runs on nothing else
 import stat
 from collections import deque
@@ -15,8 +16,7 @@ from pathlib import Path
 from .errors import DiskFull, WriteFailed
 
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
-# the other errors a file system stops a write with: a failing disk or mount, a read-only file system, a
-# folder this user may not write
+# the other errors a file system stops a write with
 WRITE_ERRNOS = frozenset({errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM})
 # how libraries that lose the errno say it (safetensors' Rust IoError, pyarrow's detail text), and the
 # errno each stands for; matched in lower case without spaces or underscores
@@ -114,8 +114,7 @@ def _experiment_folder(folder: Path) -> Path:
 
 
 def _walk(top: Path, budget: list[int], depth_first: bool, skip=lambda parent, entry: False):
-    """(folder, entry) for each entry under ``top``, each counted against ``budget``, into every subfolder
-    but those ``skip`` names."""
+    """(folder, entry) for each entry under ``top``, counted against ``budget``, not into what ``skip`` names."""
     todo = deque([top])
     while todo and budget[0] > 0:
         parent = todo.pop() if depth_first else todo.popleft()
@@ -157,8 +156,7 @@ def _leftover(root: Path, parent: Path, name: str) -> str | None:
 
 
 def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
-    """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`),
-    largest first; the walk looks at no more than :data:`DELETABLE_WALK_LIMIT` entries."""
+    """What a run left under ``folder``'s experiment folder that holds no result (:data:`LEFTOVERS`), largest first."""
     root = _experiment_folder(Path(folder))
     budget = [DELETABLE_WALK_LIMIT]
     found: list[tuple[int, Path, str]] = []
@@ -171,17 +169,6 @@ def deletable(folder: str | os.PathLike, limit: int = 5) -> list[str]:
     if budget[0] <= 0:
         out.append(f"the search stopped after {DELETABLE_WALK_LIMIT:,} entries of {root}, so there may be more")
     return out
-
-
-def _full_kind(cause: BaseException | None, folder: str | os.PathLike) -> str:
-    """What stopped a write into ``folder``: ``quota``, ``too large``, ``inodes`` or ``space``."""
-    code = _disk_full_errno(cause, folder)
-    if code == errno.EDQUOT:
-        return "quota"
-    if code == errno.EFBIG:
-        return "too large"
-    r = room(folder)
-    return "inodes" if r is not None and r.no_inodes else "space"
 
 
 # said by every sentence of a write that stopped
@@ -197,11 +184,12 @@ def disk_full(
     written: int | None = None,
     cause: BaseException | None = None,
 ) -> str:
-    """The sentence for a write that does not fit: the folder, the bytes needed, the command that shows
-    the limit, what can be deleted."""
+    """The sentence for a write that does not fit: the folder, the bytes needed, the limit, what to delete."""
     folder = Path(folder)
-    kind = _full_kind(cause, folder)
-    free = r.free if (r := room(folder)) is not None else None
+    kind = {errno.EDQUOT: "quota", errno.EFBIG: "too large"}.get(_disk_full_errno(cause, folder))
+    r = room(folder)
+    free = r.free if r is not None else None
+    kind = kind or ("inodes" if r is not None and r.no_inodes else "space")
     if needed is not None:
         need = f"it needs {human_bytes(needed)} ({needed} bytes)"
     elif written is not None:
@@ -212,43 +200,35 @@ def disk_full(
     listed = f"; what a run left that holds no result: {'; '.join(leftovers)}" if leftovers else ""
     if kind == "quota":
         return (
-            f"{what}: your disk quota on the file system of {folder} is used up (a quota counts the bytes, or the "
-            f"files, you own there): {need}. The file system may have room ({human_bytes(free)} free, `df -h "
-            f"{folder}`), but not in your share of it: `quota -s` shows your quota (on Lustre, `lfs quota -h -u "
-            f"$USER {folder}`). {KEPT} Delete files of yours on that file system{listed}, ask for a larger "
-            f"quota, or put results/ on a file system where your quota has room (a link to it), {AGAIN}"
+            f"{what}: your disk quota on the file system of {folder} is used up: {need} ({human_bytes(free)} free "
+            f"there, `df -h {folder}`; `quota -s` shows your quota, on Lustre `lfs quota -h -u $USER {folder}`). "
+            f"{KEPT} Delete files of yours there{listed}, ask for a larger quota, or link results/ elsewhere, {AGAIN}"
         )
     if kind == "too large":
         limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
         why = (
-            f"this process may write no file larger than {human_bytes(limit)} (the file-size limit, `ulimit -f`): "
-            "raise it (`ulimit -f unlimited` in the shell, or the cluster job's script, that starts Snakemake)"
+            f"this process may write no file larger than {human_bytes(limit)} (`ulimit -f`): raise it (`ulimit -f "
+            "unlimited` where Snakemake starts)"
             if limit != resource.RLIM_INFINITY
-            else f"the file system of {folder} takes no larger file (FAT32 and some network mounts stop at 4 GiB): "
-            "put results/ on another file system (a link to it)"
+            else f"the file system of {folder} takes no larger file (FAT32 stops at 4 GiB): link results/ elsewhere"
         )
         return f"{what}: the file is larger than allowed in {folder}: {need}, but {why}. {KEPT} Then run again"
     if kind == "inodes":
         top = _mount_point(folder)
         return (
-            f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (each "
-            f"file or folder takes one; `df -i {folder}` shows 0 free), though {human_bytes(free)} of space is free "
-            f"there. {KEPT} Delete files you no longer need on that file system, many small ones first (`du "
-            f"--inodes -xs {top}/* | sort -n` shows where they are){listed}, or put results/ on another file "
-            f"system (a link to it), {AGAIN}"
+            f"{what}: no room for another file in {folder}: its file system ({top}) has no free inodes left (`df -i "
+            f"{folder}`), though {human_bytes(free)} is free. {KEPT} Delete files there, many small ones first (`du "
+            f"--inodes -xs {top}/* | sort -n`){listed}, or link results/ elsewhere, {AGAIN}"
         )
-    short = (
-        f" Free at least {human_bytes(needed - free)} more there" if needed and free is not None else " Free room there"
-    )
+    short = f" Free at least {human_bytes(needed - free)} more" if needed and free is not None else " Free room"
     delete = (
-        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or other experiments' folders "
-        "you no longer need"
+        f": delete what a run left that holds no result ({'; '.join(leftovers)}), or experiments you no longer need"
         if leftovers
-        else ": delete files you no longer need on that file system (`du -sh <folder>/* | sort -h` shows the largest)"
+        else ": delete files you no longer need there (`du -sh <folder>/* | sort -h` shows the largest)"
     )
     return (
         f"{what}: no room in {folder}: {need}, {human_bytes(free)} is free there (`df -h {folder}`). "
-        f"{KEPT}{short}{delete}, or put results/ on a larger file system (a link to scratch space), {AGAIN}"
+        f"{KEPT}{short}{delete}, or link results/ to a larger file system, {AGAIN}"
     )
 
 
@@ -261,8 +241,7 @@ def write_errno(exc: BaseException | None, folder: str | os.PathLike | None = No
 
 
 def probe_write(folder: str | os.PathLike) -> int | None:
-    """None if a byte can be written and synced into a new file in ``folder``, else the errno (for a library
-    that lost it)."""
+    """None if a byte can be written and synced into a new file in ``folder``, else the errno."""
     where = _existing(folder)
     name = where / f".oodcorr-probe-{os.getpid()}"
     try:
@@ -307,10 +286,8 @@ def owner_of(path: str | os.PathLike) -> str:
         except OSError:
             continue
         try:
-            import pwd
-
             name = pwd.getpwuid(st.st_uid).pw_name
-        except (ImportError, KeyError):
+        except KeyError:
             name = f"uid {st.st_uid}"
         mine = "you" if st.st_uid == os.getuid() else f"user {name}"
         return f"{p} belongs to {mine}, mode {stat.S_IMODE(st.st_mode):o}"
@@ -337,31 +314,28 @@ def write_failed(
     said = f" ({type(cause).__name__}: {str(cause)[:200]})" if library else ""
     if code == errno.EROFS:
         return WriteFailed(
-            f"{what}: {folder} is on a read-only file system (file system {fs}), so nothing can be written there"
-            f"{said}. {KEPT} Write to a writable file system instead (the workflow: make results/ a link to one; "
-            f"`oodcorr analyse`: another --out), or have that file system mounted read-write, {AGAIN}"
+            f"{what}: {folder} is on a read-only file system (file system {fs}){said}. {KEPT} Write to a writable "
+            f"file system instead (the workflow: link results/ to one; `oodcorr analyse`: another --out), or have it "
+            f"mounted read-write, {AGAIN}"
         )
     if code in (errno.EACCES, errno.EPERM):
         owner = owner_of(folder)
         return WriteFailed(
             f"{what}: this user cannot write in {folder} ({os.strerror(code)}"
             + (f": {owner}" if owner else "")
-            + f"){said}. {KEPT} Make the folder writable for you (`ls -ld {folder}` shows who may write; `chmod "
-            f"u+w {folder}` if it is yours), run as the user who owns it, or write to a folder of yours (the "
-            f"workflow: make results/ a link to one; `oodcorr analyse`: another --out), {AGAIN}"
+            + f"){said}. {KEPT} Make it writable (`ls -ld {folder}`; `chmod u+w {folder}` if it is yours), run as "
+            "its owner, or write to a folder of yours (the workflow: link results/ to one; `oodcorr analyse`: "
+            f"another --out), {AGAIN}"
         )
     kind = "an input/output error (EIO)" if code == errno.EIO else (os.strerror(code) if code else "an error")
     return WriteFailed(
-        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}: "
-        f"the disk or the network mount failed, not the workflow. {KEPT} It is safe to run again: the job starts "
-        "over from what is whole. If it fails again, the file system has a fault: see `dmesg | tail` on this "
-        f"machine, or ask its administrators about {fs}, and meanwhile put results/ on another "
-        "file system (a link to it)"
+        f"{what}: the write into {folder} failed with {kind} of its file system (file system {fs}){said}. "
+        f"{KEPT} It is safe to run again. If it fails again, see `dmesg | tail` or ask the administrators about "
+        f"{fs}, and meanwhile link results/ to another file system"
     )
 
 
 def check_room(folder: str | os.PathLike, needed: int, what: str) -> None:
-    """Raise :class:`DiskFull` before writing ``needed`` bytes into ``folder`` when they do not fit."""
     r = room(folder)
     if r is not None and (needed > r.free or r.no_inodes):
         raise DiskFull(disk_full(folder, what, needed=needed))

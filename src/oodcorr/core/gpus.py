@@ -80,12 +80,6 @@ class Claim:
                 os.close(fd)
         self._fds = []
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.release()
-
 
 def _try_lock(path: Path) -> int | None:
     fd = open_lock_file(path)  # never through a link: the default folder is in the shared /tmp
@@ -113,9 +107,8 @@ def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
         )
     if not shared and (st.st_uid != os.getuid() or st.st_mode & 0o022):
         raise UnsafeLockFile(
-            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others, so "
-            f"another user could hold or replace its locks; set {LOCK_DIR_ENV} to a folder of your own (or "
-            "one your group shares on purpose) and run again"
+            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others; set "
+            f"{LOCK_DIR_ENV} to a folder of your own (or one your group shares on purpose) and run again"
         )
 
 
@@ -128,8 +121,7 @@ def claim_devices(
     timeout: float | None = None,
     poll: float = 0.5,
 ) -> Claim:
-    """Claim ``n`` of ``devices`` nobody else holds, all or none in each pass, waiting while they are
-    taken; unless ``shared``, ``lock_dir`` must be this user's own folder."""
+    """Claim ``n`` of ``devices`` nobody else holds, all or none in each pass, waiting while they are taken."""
     if n > len(devices):
         raise GpuPoolError(
             f"the job needs {n} GPU(s) but only {len(devices)} are visible "

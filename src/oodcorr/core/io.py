@@ -18,6 +18,7 @@ from typing import Any
 from .errors import DataError, ResultError
 
 _FIX = "set `encoding: {encoding}` on the dataset entry"  # how a user declares an encoding
+_UTF16 = "{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other position); {fix}"
 
 
 class DuplicateKey(ValueError):
@@ -75,8 +76,7 @@ def read_jsonl(path: str | os.PathLike, encoding: str | None = None, fix: str = 
 
 
 def read_json(path: str | os.PathLike, what: str, fix: str) -> Any:
-    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``
-    it is and ``fix``."""
+    """A JSON file the workflow wrote; missing or damaged is a :class:`ResultError` naming it, ``what``, ``fix``."""
     path = Path(path)
     try:
         return loads_json(path.read_text(encoding="utf-8"))
@@ -154,13 +154,6 @@ def _utf16_without_bom(raw: bytes) -> str | None:
     return "utf-16-be" if even > odd else "utf-16-le"
 
 
-def _utf16_sentence(path: Path, utf16: str, fix: str) -> str:
-    return (
-        f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other "
-        f"position); {fix.format(encoding=utf16)}"
-    )
-
-
 def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> str:
     """:func:`read_bytes` decoded: the declared ``encoding``, else the byte-order mark's, else strict UTF-8;
     text not valid in it is refused naming line and byte. ``fix``: how a user declares one (``{encoding}``)."""
@@ -190,7 +183,7 @@ def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _
             ) from None
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(_utf16_sentence(path, utf16, fix)) from None
+            raise DataError(_UTF16.format(path=path, fix=fix.format(encoding=utf16))) from None
         raise DataError(
             f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
             f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
@@ -201,7 +194,7 @@ def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _
         line = text[: text.index("\x00")].count("\n") + 1
         utf16 = _utf16_without_bom(raw)
         if utf16:
-            raise DataError(_utf16_sentence(path, utf16, fix))
+            raise DataError(_UTF16.format(path=path, fix=fix.format(encoding=utf16)))
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
 

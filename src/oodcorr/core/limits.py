@@ -3,8 +3,7 @@
 PyYAML builds aliases (``*name``) as shared objects, so a few lines can stand for a billion values
 that every reader then expands, and a config nested thousands deep makes every recursive reader
 fail with a RecursionError. :func:`scan_yaml` refuses such a file from its parser events;
-:func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself). The limits
-are far above a real config (``config/paper.yaml``: about 400 values nested 7 deep).
+:func:`check_tree` a mapping already loaded (Snakemake reads ``--configfile`` itself).
 """
 
 from __future__ import annotations
@@ -215,7 +214,6 @@ def analysis_cells(ood_per_run: list[int], methods: int, residualisers: int) -> 
 def analysis_too_large(
     cells: int, detail: str, limit: int, *, what: str, limit_name: str, fewer: str, allow: str
 ) -> str:
-    """The refusal of an analysis above its cell limit, and how to run it anyway."""
     return (
         f"{what} would compute {cells:,} cells ({detail}), more than the {limit:,} that {limit_name} allows "
         f"(time and memory grow with the cells: millions run for tens of minutes). Analyse fewer ({fewer}), "

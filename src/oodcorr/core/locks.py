@@ -116,7 +116,6 @@ def _read_holder(fd: int) -> dict | None:
 
 
 def _alive_here(info: dict) -> bool:
-    """Whether the holder's PID, which the lock file names on this host, runs."""
     try:
         os.kill(int(info["pid"]), 0)
     except ProcessLookupError:
@@ -165,10 +164,7 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             "there is nothing to delete"
         )
     if info is None:
-        return (
-            f"{head}; the holder has not named itself yet. Wait for it to finish, or find it with "
-            f"`fuser -v {path}`, then run again"
-        )
+        return f"{head}; the holder has not named itself. Wait for it or find it (`fuser -v {path}`), then run again"
     who = f"PID {info['pid']} on host {info.get('host', '?')}, started {info.get('started', '?')}"
     if info.get("slurm_job_id"):
         who += f", SLURM job {info['slurm_job_id']}"
@@ -188,9 +184,8 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
         )
     return (
-        f"{head}: {who}. {kind.why}. "
-        f"Wait for it to finish, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), then run "
-        "again: the lock goes with the process, there is nothing to delete"
+        f"{head}: {who}. {kind.why}. Wait for it, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), "
+        "then run again: the lock goes with the process, there is nothing to delete"
     )
 
 
@@ -252,9 +247,8 @@ def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> Folde
     why = _why_not_writable(folder, e, path)
     return FolderNotWritable(
         f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
-        f"({path}) cannot be taken and nothing is written there. Run with a results/ you can write (your own "
-        "checkout, or make results/ a link to a folder of yours); if the folder is a colleague's experiment, "
-        "ask them to run it or to give your group write access to it"
+        f"({path}) cannot be taken. Run with a results/ you can write (a link to a folder of yours), or ask "
+        "the folder's owner to run it or give your group write access"
     )
 
 
@@ -267,12 +261,10 @@ def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefus
             "oodcorr-locks) and run again"
         )
     return LocksRefused(
-        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), as some NFS "
-        f"mounts do, and nothing is written there without its lock ({kind.why}). Set {LOCK_DIR_ENV} to a folder on "
-        f"a local disk of this host, the same for every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/"
-        "oodcorr-locks`), and run again: the locks are then taken there and keep out a second writer on this host "
-        "only, so start every run of this experiment from this host (cluster jobs on other nodes are not kept "
-        "out). Or have the file system mounted with locking"
+        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), and nothing "
+        f"is written there without one ({kind.why}). Set {LOCK_DIR_ENV} to a folder on a local disk, the same for "
+        f"every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), and run again: it keeps "
+        "out a second writer on this host only, so start every run from this host. Or mount it with locking"
     )
 
 
@@ -413,8 +405,7 @@ def release(held: HeldLock) -> None:
 
 
 def acquire(folder: str | os.PathLike, kind: LockKind, extra: dict | None = None) -> HeldLock:
-    """Take ``folder``'s lock until :func:`release` or the end of the process; :class:`FolderInUse` at
-    once if another has it."""
+    """Take ``folder``'s lock until :func:`release` or the process ends; :class:`FolderInUse` if another has it."""
     held = _HELD.get(str(lock_path(folder, kind)))
     return held if held is not None else _take(Path(folder), kind, extra)
 
@@ -430,9 +421,7 @@ def check_free(folder: str | os.PathLike, kind: LockKind = FINETUNE) -> None:
 
 # ---- where an experiment's lock is taken, recorded in the experiment folder (.lock-places/) -----------
 # With LOCK_DIR_ENV set the lock is taken in that folder; two shells that disagree about the variable
-# would each hold a lock of their own. So every place used is recorded, and a run takes the lock in
-# every recorded place (_take_every_place). A lock folder of another host cannot be proved free from
-# here: such a run is refused, naming the record.
+# would each hold a lock of their own. So a run takes the lock in every recorded place (_take_every_place).
 @dataclass(frozen=True)
 class _Place:
     lock_dir: str | None  # None: the folder itself
@@ -483,10 +472,9 @@ def _describe(where: str | None) -> str:
 
 def _elsewhere(other: _Place) -> str:
     return (
-        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: a lock "
-        f"keeps out a second writer only where every run takes it in one place, so set {LOCK_DIR_ENV} alike in "
-        "every shell that runs this experiment (or in none); the places used are recorded in "
-        f"{other.record.parent}"
+        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: every run "
+        f"must take it in one place, so set {LOCK_DIR_ENV} alike in every shell (or in none); the places used are "
+        f"recorded in {other.record.parent}"
     )
 
 
@@ -494,10 +482,9 @@ def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
     here = socket.gethostname()
     return (
         f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
-        f"({_describe(other.lock_dir)} there); this run, on {here}, would take it in {_describe(_lock_dir())}. A "
-        f"lock folder keeps out a second writer on its own host only, so whether a run on {other.host} holds it "
-        f"cannot be told from here. Run this experiment from {other.host} with the same {LOCK_DIR_ENV}; or, once "
-        f"no run of it is alive on {other.host}, delete {other.record} (the record of that place) and run again"
+        f"({_describe(other.lock_dir)} there), this run on {here} would take it in {_describe(_lock_dir())}: "
+        f"whether a run on {other.host} holds it cannot be told from here. Run this experiment from {other.host} "
+        f"with the same {LOCK_DIR_ENV}; or, once no run of it is alive there, delete {other.record} and run again"
     )
 
 
@@ -506,7 +493,6 @@ def _unusable(what: str, where: Path, e: OSError) -> str:
     why = f"{blocker} is a file, not a folder" if blocker is not None else _why_not_writable(where, e, where)
     return (
         f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
-        f"({e.strerror or e}: {why}), so nothing is written. Set {LOCK_DIR_ENV} to a folder of yours on a local "
-        f"disk of this host (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`; it is made if missing), the same "
-        "for every run of this experiment, or unset it to take the lock in the folder itself, and run again"
+        f"({e.strerror or e}: {why}). Set {LOCK_DIR_ENV} to a folder of yours on a local disk (`export "
+        f"{LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), the same for every run, or unset it, and run again"
     )

@@ -208,8 +208,8 @@ def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
         if gone:
             raise ConfigError(
                 f"{model_entry.where}: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
-                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): a copy or download cut short. "
-                "Copy or download the model again (a hub model: run `oodcorr prefetch` again), then run again"
+                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): copy or download the model again "
+                "(a hub model: `oodcorr prefetch`), then run again"
             )
 
 
@@ -242,10 +242,7 @@ def _check_shard_index(folder: Path, model_entry: ModelEntry, headers: dict[str,
     index = folder / INDEX
     wm = _read_weight_map(index, model_entry)
     where = f"{model_entry.where}: {index}"
-    again = (
-        "the model is incomplete, and loading it would start the weights left out from random values. Copy or "
-        "download the model again (a hub model: run `oodcorr prefetch` again)"
-    )
+    again = "the model is incomplete: copy or download it again (a hub model: `oodcorr prefetch`)"
     groups: dict[tuple[str, int], tuple[set[int], int]] = {}  # (stem, n) -> (the i named, the digits written)
     for shard in set(wm.values()):
         m = SHARD_NAME.match(shard)
@@ -329,9 +326,8 @@ def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | No
         return None
     return (
         f"models[{name}]: the tokenizer of {folder} gives token ids up to {max_id}, but the model's input embeddings "
-        f"have {rows} rows (config.json vocab_size): a prompt with a token id of {rows} or more (a special token, "
-        "the padding) would stop the finetune or evaluation with an index error. The tokenizer is not this "
-        "model's, or tokens were added to it without resizing the embeddings: use the model's own tokenizer"
+        f"have {rows} rows (config.json vocab_size): a token id of {rows} or more would stop the job with an index "
+        "error. Use the model's own tokenizer, or resize its embeddings to the tokens added"
     )
 
 

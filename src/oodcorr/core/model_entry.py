@@ -11,8 +11,7 @@ from typing import Any
 from .digests import canonical
 from .errors import ConfigError
 
-# the keys that say where the weights come from; an entry gives exactly one
-# (oodcorr.planning.checks checks it), and `source` is the first given, in this order
+# where the weights come from: an entry gives exactly one (planning.checks), `source` the first in this order
 MODEL_SOURCES = ("tiny", "hub", "path", "package", "series")
 GGUF_SUFFIX = ".gguf"
 

@@ -25,7 +25,6 @@ _GIT_SECONDS = 10
 
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
-    """The installed version of each library (None where it is not installed)."""
     out: dict[str, str | None] = {}
     for name in names:
         try:
@@ -36,8 +35,7 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
 
 
 def _git(*args: str) -> str | None:
-    """A read-only git command's output in the package's folder (the caller's GIT_* settings left out),
-    or None."""
+    """A read-only git command's output in the package's folder (without the caller's GIT_* settings), or None."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     try:
         res = subprocess.run(
@@ -55,9 +53,8 @@ def _git(*args: str) -> str | None:
 
 
 def _git_state() -> tuple[str, bool | str]:
-    """(the commit, whether the tracked files differ from it) of the git checkout that the running
-    package is a tracked part of; ``"unknown"`` for both when it is none (a wheel install, even one
-    inside another repository, such as a venv in a checkout), or git cannot say."""
+    """(the commit, whether the tracked files differ from it) of the checkout the running package is tracked
+    in; ``"unknown"`` for both where it is none (a wheel, even inside a repository) or git cannot say."""
     if _git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
         return UNKNOWN, UNKNOWN
     commit = (_git("rev-parse", "HEAD") or "").strip()
@@ -90,9 +87,8 @@ def _count(libraries: list) -> dict[str, dict[str, int]]:
 
 
 def scores_provenance(records: list[dict]) -> dict:
-    """The scores table's provenance (``provenance.json`` of the published set): the libraries the jobs
-    behind ``records`` (evaluation records) ran with, counted per evaluation and per finetuned checkpoint
-    scored (a series checkpoint, whose record names its ``x_unit``, was not finetuned here), and the code."""
+    """``provenance.json`` of the published set: the libraries behind the evaluation ``records``, counted per
+    evaluation and per finetuned checkpoint (a series checkpoint, with an ``x_unit``, was not), and the code."""
     finetuned = {r.get("checkpoint"): r.get("finetune_libraries") for r in records if "x_unit" not in r}
     return {
         "evaluate": _count([r.get("libraries") for r in records]),
@@ -102,9 +98,8 @@ def scores_provenance(records: list[dict]) -> dict:
 
 
 def table_provenance(table: str | os.PathLike, sha256: str) -> dict:
-    """``settings.json``'s provenance for an analysis of ``table`` (whose sha256 is ``sha256``): the code of
-    this process and, where ``table`` is a scores table the workflow published with these bytes, the
-    libraries of the jobs behind it."""
+    """``settings.json``'s provenance for an analysis of ``table``: this process's code and, where the workflow
+    published ``table`` with this ``sha256``, the libraries of the jobs behind it."""
     doc: dict = {"analysed_by": code_provenance()}
     folder = Path(table).resolve().parent
     try:

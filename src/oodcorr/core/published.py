@@ -70,7 +70,10 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
         record = _build(pub, staged, experiment)
         _replace_with_link(pub / CURRENT, record["version"], pub)
         for name in _top_names(rels):
-            kept = _make_link(root, name, pub)
+            link = root / name
+            if link.is_symlink() and os.readlink(link) == _link_target(name):
+                continue
+            kept = _replace_with_link(link, _link_target(name), pub)
             if kept:
                 notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
         notes += _prune(pub, record["version"], previous)
@@ -89,13 +92,9 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             needed += -(-src.stat().st_size // block) * block
     what = f"publishing the {len(staged)} file(s) of experiment {experiment!r} (the published set is as it was)"
     check_room(pub, needed, what)
+    tmp = None
     try:
         tmp = Path(tempfile.mkdtemp(prefix=".new-", dir=pub))
-    except OSError as e:
-        if write_errno(e) is not None:
-            raise write_failed(pub, what, needed=needed, cause=e) from e
-        raise
-    try:
         files, problems, bad = {}, [], []
         for rel, src in staged.items():
             dst = tmp / rel
@@ -114,12 +113,10 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
             os.chmod(dst, 0o666 & ~mask)
             files[rel] = {"sha256": sha, "size": dst.stat().st_size}
         if problems:
+            files = " ".join(sorted({str(b) for b in bad}))
             raise PublishRefused(
-                "not published, the published set is as it was: "
-                + "; ".join(problems)
-                + ". Delete "
-                + " ".join(sorted({str(b) for b in bad}))
-                + " and run again: the jobs that make them run again, then the whole set is published"
+                f"not published, the published set is as it was: {'; '.join(problems)}. Delete {files} and run "
+                "again: the jobs that make them run again"
             )
         for d in [tmp, *(p for p in tmp.rglob("*") if p.is_dir())]:
             os.chmod(d, 0o777 & ~mask)  # mkdtemp's folder is private; results get the usual mode
@@ -136,7 +133,8 @@ def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
         write_json_atomic(tmp / PUBLISH_RECORD, record)
         os.rename(tmp, pub / version)
     except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, Exception) and not isinstance(e, WriteFailed) and write_errno(e) is not None:
             raise write_failed(pub, what, needed=needed, cause=e) from e
         raise
@@ -177,13 +175,6 @@ def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
             tmp.unlink()
         raise
     return kept
-
-
-def _make_link(root: Path, name: str, pub: Path) -> Path | None:
-    path = root / name
-    if path.is_symlink() and os.readlink(path) == _link_target(name):
-        return None
-    return _replace_with_link(path, _link_target(name), pub)
 
 
 def _clear_leftovers(pub: Path) -> list[str]:
@@ -333,9 +324,8 @@ def read_publish_record(path: str | Path) -> dict | None:
         return None
     if doc.get("format") != RECORD_FORMAT:
         raise ResultError(
-            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT}: written by another "
-            f"version of oodcorr, which this one does not read; `{REPUBLISH}` publishes the set again with a "
-            "record of this version (nothing is trained, evaluated or analysed again)"
+            f"{path}: a publish record of format {doc.get('format')!r}, not {RECORD_FORMAT} (another version of "
+            f"oodcorr); `{REPUBLISH}` publishes the set again (nothing is trained, evaluated or analysed again)"
         )
     if not all(isinstance(v, dict) and isinstance(v.get("sha256"), str) for v in doc["files"].values()):
         return None

@@ -10,8 +10,7 @@ from pathlib import Path
 from .digests import sha256_file, stat_key
 
 META_KEY = b"oodcorr"  # the parquet key-value metadata entry that holds a result's JSON record
-# keys of a record's ``job_timing_s`` that are moments (seconds from the job's process start to its
-# first scoring, and to its first batch scored), not stages: a job's time is the sum of the others
+# keys of ``job_timing_s`` that are moments since the job's start, not stages: a job's time sums the others
 JOB_MOMENTS = ("ready", "first_batch")
 
 

@@ -4,12 +4,12 @@ before it is published.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .atomic_write import write_json_atomic
 from .digests import sha256_file
 from .errors import ResultError
+from .io import json_or_none
 
 
 def seal_path(path: str | Path) -> Path:
@@ -25,15 +25,9 @@ def seal(paths) -> None:
 
 def check_seal(path: str | Path, sha256: str) -> str | None:
     """None when staged ``path`` (sha256 ``sha256``) agrees with its seal, else a sentence naming it."""
-    try:
-        doc = json.loads(seal_path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return (
-            f"{path} has no seal ({seal_path(path)}): the job that makes it writes one last, so it was put there "
-            "by hand, or by an earlier version of oodcorr"
-        )
-    except (OSError, ValueError):
-        doc = None
+    if not seal_path(path).exists():
+        return f"{path} has no seal ({seal_path(path)}): put there by hand, or by an earlier version of oodcorr"
+    doc = json_or_none(seal_path(path))
     if not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):
         return f"{path}: its seal {seal_path(path)} is unreadable"
     if doc["sha256"] != sha256:

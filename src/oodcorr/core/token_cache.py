@@ -17,8 +17,7 @@ def cache_info_path(cache_path: str | Path) -> Path:
 TOKENIZED_FORMAT = 3  # the tokenised testset's format: 3 records its model, and its sidecar a digest of its bytes
 
 
-# what decides a tokenised testset's content: the params of rule tokenize_testset
-# (oodcorr.planning.plan.Plan.tokenize_params)
+# what decides a tokenised testset's content: rule tokenize_testset's params (planning.plan.Plan.tokenize_params)
 TOKENIZE_SETTINGS = ("model_spec", "built_model_dir", "prompt", "labels", "coarse", "max_length")
 
 
@@ -27,10 +26,7 @@ def tokenize_settings_digest(settings: dict) -> str:
 
 
 def rebuild_hint(path: str | os.PathLike) -> str:
-    return (
-        f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again with this "
-        "model's tokenizer (an evaluation whose result is unchanged keeps its predictions file)"
-    )
+    return f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again"
 
 
 def _zip_whole(path: Path) -> bool:
@@ -54,20 +50,10 @@ def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
         )
     if info.get("format") != TOKENIZED_FORMAT or not isinstance(info.get("sha256"), str):
         return info, (
-            f"{path}: the tokenised testset was made before tokenised testsets recorded their tokenizer and the "
-            "digest of their content (its sidecar has neither), so whose tokenizer made it, and whether it is "
-            "what was written, cannot be checked"
+            f"{path}: the tokenised testset was made before its sidecar recorded its tokenizer and the digest of its "
+            "content, so neither can be checked"
         )
     return info, None
-
-
-def misplaced_cache(path, holds: tuple, belongs: tuple) -> str:
-    """The sentence for a tokenised testset of testset and model ``holds`` where ``belongs``'s is."""
-    return (
-        f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
-        f"{belongs[0]!r} of model {belongs[1]!r} belongs (copied over it, or two caches swapped?); its prompts "
-        f"would be scored as {belongs[0]!r}'s"
-    )
 
 
 def cache_problem(
@@ -89,16 +75,20 @@ def cache_problem(
             f"{path}: the tokenised testset is {size} bytes, but {info.get('size')} bytes were written (its sidecar "
             f"{cache_info_path(path)}): cut short, or another file copied over it"
         )
-    holds = (info.get("testset"), info.get("model"))
+    return not_made_for(path, info, tokenizer, testset, model)
+
+
+def not_made_for(path, made: dict, tokenizer: str | None, testset: str | None, model: str | None) -> str | None:
+    """Why a tokenised testset recorded as ``made`` is not that of ``testset``, ``model``, ``tokenizer`` (None: any)."""
+    holds = (made.get("testset"), made.get("model"))
     if (testset and holds[0] != testset) or (model and holds[1] != model):
-        return misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
-    made_by = info.get("tokenizer")
-    if tokenizer and made_by != tokenizer:
-        return other_tokenizer(path, made_by, tokenizer)
-    return None
-
-
-def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
+        return (
+            f"{path}: the tokenised testset holds testset {holds[0]!r} of model {holds[1]!r}, but sits where testset "
+            f"{testset or holds[0]!r} of model {model or holds[1]!r} belongs (copied over it, or two caches swapped?)"
+        )
+    made_by = made.get("tokenizer")
+    if not tokenizer or made_by == tokenizer:
+        return None
     if not made_by:
         return (
             f"{path}: the tokenised testset does not record the tokenizer that made it, so it cannot be checked "
@@ -106,6 +96,5 @@ def other_tokenizer(path, made_by: str | None, tokenizer: str) -> str:
         )
     return (
         f"{path}: the tokenised testset was made by another tokenizer (files sha256 {made_by[:12]}...) than this "
-        f"model's ({tokenizer[:12]}...): another model's cache, or this model's from before its tokenizer files "
-        "changed; its token ids would be scored as this model's"
+        f"model's ({tokenizer[:12]}...): another model's cache, or made before its tokenizer files changed"
     )

@@ -93,8 +93,6 @@ def problems(trackers: list[str], root: str | Path, key: str = "finetune.report_
     """A sentence for each tracker in ``trackers`` that is not installed or not reachable from here."""
     out = []
     for name in dict.fromkeys(trackers):
-        if name not in MODULES:
-            continue  # the schema allows no other
         if not installed(name):
             out.append(f"{key}: {name} is not installed here ({MODULES[name][1]}), or leave it out of {key}")
             continue
@@ -125,7 +123,6 @@ def problems(trackers: list[str], root: str | Path, key: str = "finetune.report_
 
 
 def check(trackers: list[str], root: str | Path, key: str = "finetune.report_to") -> None:
-    """Raise :class:`ConfigError` with every problem :func:`problems` finds."""
     found = problems(trackers, root, key)
     if found:
         raise ConfigError("; ".join(found))

@@ -15,8 +15,7 @@ from ..core.model_entry import ModelEntry
 from ..core.token_cache import (
     TOKENIZED_FORMAT,
     cache_info_path,
-    misplaced_cache,
-    other_tokenizer,
+    not_made_for,
     read_cache_info,
     rebuild_hint,
     tokenize_settings_digest,
@@ -145,11 +144,8 @@ def read_tokenized(
     elif not isinstance(cache.get("input_ids"), list) or len(cache["input_ids"]) != len(cache.get("labels") or ()):
         n_ids, n_labels = len(cache.get("input_ids") or ()), len(cache.get("labels") or ())
         why = f"{path}: the tokenised testset holds {n_ids} prompts but {n_labels} labels"
-    elif (testset and cache.get("testset") != testset) or (model and cache.get("model") != model):
-        holds = (cache.get("testset"), cache.get("model"))
-        why = misplaced_cache(path, holds, (testset or holds[0], model or holds[1]))
-    elif tokenizer and cache.get("tokenizer") != tokenizer:
-        why = other_tokenizer(path, cache.get("tokenizer"), tokenizer)
+    else:
+        why = not_made_for(path, cache, tokenizer, testset, model)
     if why:
         raise ResultError(f"{why}; {rebuild_hint(path)}")
     return cache
