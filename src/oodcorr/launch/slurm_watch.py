@@ -54,9 +54,8 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
     n = f"{len(ids)} SLURM job(s) of this run ({shown})"
     if kind == "partition":
         return (
-            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`): SLURM starts none "
-            "of them until an administrator sets it up. To run them elsewhere, stop this run (Ctrl-C), set "
-            f"`slurm_partition` to a partition that is up (in {slurm.PROFILE} or the config's resources) and run again"
+            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`). Or stop this run "
+            f"(Ctrl-C), set `slurm_partition` ({slurm.PROFILE} or the config's resources) to one that is up, run again"
         )
     if kind == "nodes":
         part = (parts or {}).get(partition)
@@ -64,21 +63,18 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         return (
             f"{n} wait because no node of partition {partition!r} can start them"
             + (f": {nodes}" if nodes else "")
-            + f" (`sinfo -p {partition}`; SLURM says: {reason}). They start when a node is back (an administrator "
-            "resumes it); this run waits for them"
+            + f" (`sinfo -p {partition}`; SLURM: {reason}). They start when a node is back; this run waits for them"
         )
     if kind == "limit":
         return (
-            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end. To need "
-            f"fewer SLURM jobs, pack the evaluations into fewer of them (the PACKING block of {slurm.PROFILE}) and "
-            "lower `jobs:` there (or --jobs)"
+            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end. Or pack "
+            f"evaluations into fewer SLURM jobs (PACKING in {slurm.PROFILE}) and lower `jobs:` there (or --jobs)"
         )
     if kind == "held" and "launch failed" in reason.lower():
         return (
-            f"{n} are held by SLURM ({reason}): their launch on a node failed (a node that could not start them, or "
-            f"slurmctld away while it started them), and SLURM keeps them until they are released. Check the node "
-            f"(`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, where SLURM "
-            "refuses yours); this run waits for them"
+            f"{n} are held by SLURM ({reason}): their launch on a node failed (or slurmctld was away then). Check "
+            f"the node (`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, "
+            "where SLURM refuses yours); this run waits for them"
         )
     if kind == "held":
         return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start; this run waits for them"
@@ -91,25 +87,23 @@ def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[s
     """The sentence for a job that SLURM ended in state ``job.state``, with the config key and value that set
     its limit (``key(name)``: ``resources.evaluate.mem_mb: 2000``)."""
     head = f"SLURM ended job {job.id} ({what})"
-    again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
+    again = "run the same command again (a finetune resumes from its last checkpoint)"
+    raise_it = f"in the config: raise it there and {again}; `retries` in the profile retries with a multiple of it"
     per = ", per checkpoint" if rule == "evaluate" else ""
     if job.state == "TIMEOUT":
         return (
             f"{head} at its time limit, {job.time_limit} (TIMEOUT). The limit is the {rule} jobs' `runtime` (minutes"
-            f"{per}), set by `{key('runtime')}` in the config: raise it there and {again}. `retries` in the profile "
-            "retries with the attempt's multiple of it"
+            f"{per}), set by `{key('runtime')}` {raise_it}"
         )
     if job.state == "OUT_OF_MEMORY":
         return (
             f"{head}: it ran out of its memory, {job.memory} (OUT_OF_MEMORY). The limit is the {rule} jobs' `mem_mb`, "
-            f"set by `{key('mem_mb')}` in the config: raise it there and {again}. `retries` in the profile retries "
-            "with the attempt's multiple of it"
+            f"set by `{key('mem_mb')}` {raise_it}"
         )
     if job.state == "NODE_FAIL":
         return (
-            f"{head}: its node {job.nodes or '?'} failed (NODE_FAIL); nothing in the config caused it. Check the node "
-            f"(`sinfo -n {job.nodes}`), then {again}. With `slurm-requeue: true` in the profile SLURM requeues such "
-            "a job itself"
+            f"{head}: its node {job.nodes or '?'} failed (NODE_FAIL). Check it (`sinfo -n {job.nodes}`), then {again}; "
+            "with `slurm-requeue: true` in the profile SLURM requeues such a job itself"
         )
     if job.state == "PREEMPTED":
         return (
@@ -118,10 +112,7 @@ def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[s
             "partition or QOS without preemption (`slurm_partition`, `qos` in the config's resources)"
         )
     if job.state == "CANCELLED":
-        return (
-            f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator; not the workflow, which cancels "
-            f"only when it is stopped itself). To run it, {again}"
-        )
+        return f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator). To run it, {again}"
     return f"{head} ({job.state}): see `scontrol show job {job.id}` while SLURM still knows it; {again}"
 
 
@@ -205,10 +196,7 @@ class Watcher(threading.Thread):
         if not slurm.controller_answers():
             if self.silent_since is None:
                 self.silent_since = time.monotonic()
-                print_now(
-                    "SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it: its "
-                    "SLURM jobs run on meanwhile, and its queries and submissions are retried while it is away"
-                )
+                print_now("SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it")
             return
         if self.silent_since is not None:
             print_now(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
@@ -238,9 +226,8 @@ class Watcher(threading.Thread):
         released = slurm.release_failed_launches(pending, self.released)
         if released:
             print_now(
-                f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (a node that "
-                "could not start them, or slurmctld away while it started them): each is released once, and one "
-                "held again is named with the command to run"
+                f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (once: held "
+                "again, a job is named with the command to run)"
             )
         groups: dict[tuple, list[str]] = {}
         for j in pending:
@@ -280,9 +267,8 @@ class Watcher(threading.Thread):
                 print_now(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
                     f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
-                    "and would wait for it forever. Stop this run "
-                    "(Ctrl-C) and run the same command again: finished jobs are not redone, and the rerun waits for "
-                    "the SLURM jobs still running instead of submitting them again"
+                    "and would wait for it forever. Stop this run (Ctrl-C) and run the same command again: finished "
+                    "jobs are not redone, and SLURM jobs still running are waited for, not submitted again"
                 )
 
     def _queue_full(self) -> None:
@@ -342,9 +328,9 @@ def placements(plan: Plan, jobs) -> list[slurm.Placement]:
 
 def _asked(job) -> dict:
     """The resources and threads a submitted job asks for (what a SLURM job array must share)."""
-    out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
-    out["threads"] = job.threads
-    return out
+    return {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"} | {
+        "threads": job.threads
+    }
 
 
 def comments(jobs) -> dict:
