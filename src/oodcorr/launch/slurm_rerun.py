@@ -122,34 +122,25 @@ def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None
     return active, [r for r in runs if r["slurm_run_id"] in ids]
 
 
+def _held(jobs: list[slurm.QueuedJob], runs: list[dict]) -> str:
+    who = "; ".join(_who(r) for r in runs)
+    return f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}"
+
+
 def earlier_jobs_warning(plan: Plan) -> list[str]:
     """For a run that writes nothing (``-n``): the earlier runs' jobs SLURM still holds, if any."""
     found = _earlier_jobs(plan)
     if not found or not found[0]:
         return []
-    jobs, runs = found
-    return [
-        f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment "
-        f"({'; '.join(_who(r) for r in runs)}): {describe(jobs)}; a run waits for them before it plans, instead of "
-        "submitting them again"
-    ]
+    return [f"{_held(*found)}; a run waits for them before it plans, instead of submitting them again"]
 
 
-def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
-    """The sentence for a Snakemake lock that a run which ended left on the experiment's files."""
-    runs = earlier_runs(plan)
-    last = runs[-1] if runs else None
-    if last is None:
-        who = "a run of the experiment that ended without releasing it (killed?)"
-    elif last.get("host") != socket.gethostname():
-        who = (
-            f"its last run ({_who(last)}), which ended without releasing it (killed?), unless it still runs on "
-            f"{last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
-        )
-    elif _gone(last):
-        who = f"its last run ({_who(last)}), which ended without releasing it (killed?) and is gone"
-    else:  # that PID is another process now: the run would hold the experiment's lock
-        who = f"its last run ({_who(last)}), which ended without releasing it (killed?)"
+def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, locks: list[Path], jobs: list) -> str:
+    """The sentence for a Snakemake lock that a run which ended (``last``, the last recorded) left."""
+    who = "a run of the experiment" if last is None else f"its last run ({_who(last)}),"
+    who += " which ended without releasing it (killed?)"
+    if last is not None and last.get("host") != socket.gethostname():
+        who += f", unless it still runs on {last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
     then = (
         f"; the rerun then waits for the {len(jobs)} SLURM job(s) of that run that SLURM still holds, "
         f"{describe(jobs)}, instead of submitting them again"
@@ -164,11 +155,9 @@ def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[s
     )
 
 
-def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+def _release_stale(plan: Plan, last: dict | None, locks: list[Path], say: Callable[[str], None]) -> bool:
     """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
     here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
-    runs = earlier_runs(plan)
-    last = runs[-1] if runs else None
     if not _gone(last):
         return False
     try:
@@ -189,8 +178,9 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
     refusal), then the earlier runs' jobs SLURM still holds waited for."""
     found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
-    if locks and not _release_stale(plan, locks, say):
-        return _unlock_refusal(plan, argv, locks, (found or ([], []))[0])
+    last = (earlier_runs(plan) or [None])[-1]
+    if locks and not _release_stale(plan, last, locks, say):
+        return _unlock_refusal(plan, argv, last, locks, (found or ([], []))[0])
     if found is None:
         return (
             f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "
@@ -215,16 +205,14 @@ def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str],
     """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for when that
     changes, and every :data:`SAY_AGAIN_S` seconds."""
     names = [str(r["slurm_run_id"]) for r in runs]
-    who = "; ".join(_who(r) for r in runs)
     said, said_at, quiet_since, released = None, 0.0, None, set()
     while True:
         freed = slurm.release_failed_launches(jobs, released)
         if freed:
             say(f"released SLURM job(s) {', '.join(freed)} of the earlier run, held after a failed launch (once each)")
         line = (
-            f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}. "
-            "This run waits for them instead of submitting them again, then plans what is left; Ctrl-C stops "
-            f"waiting (the jobs run on), `scancel {' '.join(j.id for j in jobs)}` drops them"
+            f"{_held(jobs, runs)}. This run waits for them instead of submitting them again, then plans what is "
+            f"left; Ctrl-C stops waiting (the jobs run on), `scancel {' '.join(j.id for j in jobs)}` drops them"
         )
         now = time.monotonic()
         if line != said or now - said_at >= SAY_AGAIN_S:
