@@ -107,25 +107,21 @@ def _written_elsewhere(plan: Plan, config: dict) -> str | None:
     if every or (analysis_only and set(ANALYSIS_RULES) <= rules):
         return None
     where = (
-        f"its results were made as {old.get('folder')}, run from {old.get('workdir')}: copied or moved here, or "
-        "written from another working folder"
+        f"its results were made as {old.get('folder')}, run from {old.get('workdir')}"
         if moved
         else "a run took it over from another folder without running everything again"
     )
     fix = (
-        f"`--forcerun {' '.join(ANALYSIS_RULES)}` (only the analysis differs: it is analysed and drawn again, "
-        "nothing is trained or evaluated again)"
+        f"`--forcerun {' '.join(ANALYSIS_RULES)}` (only the analysis differs: nothing is trained or evaluated again)"
         if analysis_only
         else "`--forceall` (every job runs again; a finetune whose settings did not change reuses its checkpoints)"
     )
     return (
         f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}, and "
         f"Snakemake keeps no record here of the settings its results were made with ({where}): it would run "
-        f"nothing for what this run's config changes ({', '.join(changes)}), and the results would stay those of "
-        f"{', '.join(old['configs'])}. To carry the experiment on under "
-        f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name. If "
-        f"what differs changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then "
-        "taken as this working folder's, as it is"
+        f"nothing for what this run's config changes ({', '.join(changes)}). To carry the experiment on under this "
+        f"config, run once with {fix}; to keep both, give this config its own `experiment:` name. If what differs "
+        f"changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then taken as it is"
     )
 
 
@@ -146,9 +142,8 @@ def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     warning = (
         f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}{when}; "
         f"this run's config, {', '.join(mine['configs'])}, has the same `experiment:` name and writes into that "
-        "experiment: wherever the two configs differ, its results replace those (a finetune with other settings "
-        "moves the run's checkpoints aside as checkpoints.stale-*, kept). If it is another experiment, stop this "
-        "run and give the config its own `experiment:` name; if it carries that experiment on, nothing needs doing"
+        "experiment, replacing its results where the configs differ (checkpoints of other settings kept aside as "
+        "checkpoints.stale-*). If it is another experiment, stop and give the config its own `experiment:` name"
     )
     _SAID[str(root)] = warning
     return warning
@@ -194,9 +189,8 @@ def lock(plan: Plan, config_files) -> str | None:
         return str(e)
     except OSError as e:
         return (
-            f"{root}: cannot take the experiment's lock ({e.strerror or e}); the workflow does not write an "
-            "experiment folder unguarded. Check that the folder is writable and that its file system supports "
-            "locks (flock)"
+            f"{root}: cannot take the experiment's lock ({e.strerror or e}). Check that the folder is writable and "
+            "that its file system supports locks (flock)"
         )
     return _REFUSED.get(str(root))
 
