@@ -293,9 +293,8 @@ def check_sources_unchanged(plan: Plan) -> None:
         changed = local_source_changed(meta)
         if changed:
             raise DataError(
-                f"{changed}, but its modification time is older than the prepared copy "
-                f"{data_path}, so Snakemake would keep the results of the old file. Run `touch "
-                f"{source[0]}` and run again: the testset is prepared, tokenised and evaluated again"
+                f"{changed}, but its modification time is older than the prepared copy {data_path}, so Snakemake "
+                f"would keep the old file's results. Run `touch {source[0]}` and run again"
             )
 
 
@@ -336,11 +335,10 @@ def _check_summaries_complete(plan: Plan) -> None:
         ]
         shown = lines[:5] + ([f"... and {len(lines) - 5} more summaries"] if len(lines) > 5 else [])
         raise StaleResult(
-            "evaluation summaries list predictions files that are gone, and Snakemake would not run their "
-            "jobs again (a job of evaluation.unit run declares only its summary):\n  "
+            "evaluation summaries list predictions files that are gone, and Snakemake would not run their jobs "
+            "again (with evaluation.unit run a job declares only its summary):\n  "
             + "\n  ".join(shown)
-            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
-            "predictions files it finds and scores only the missing checkpoints"
+            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): only what is gone is scored"
         )
 
 
@@ -371,6 +369,8 @@ def truncation_warnings(plan: Plan) -> list[str]:
     caches' sidecars made with this config's settings and the finished runs' manifests."""
     out = []
     testsets = sorted({t for ts in plan.testsets.values() for t, _ in ts})
+    # the prepared data's description (None: not prepared, or unreadable): a sidecar of other data is not this one's
+    metas = {t: json_or_none(plan.paths.data_meta.format(dataset=t)) for t in testsets}
     for model in plan.models:
         settings = tokenize_settings_digest(plan.tokenize_params(SimpleNamespace(model=model)))
         for testset in testsets:
@@ -380,7 +380,9 @@ def truncation_warnings(plan: Plan) -> list[str]:
                 n, cut = int(info["n"]), int(info["n_truncated"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if info.get("settings") != settings or not os.path.isfile(cache) or _other_data(plan, testset, info):
+            meta = metas[testset]
+            other = isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")
+            if info.get("settings") != settings or not os.path.isfile(cache) or other:
                 continue
             if n and cut / n > TRUNCATION_WARNING:
                 out.append(
@@ -406,9 +408,3 @@ def truncation_warnings(plan: Plan) -> list[str]:
 
 def _share(cut: int, n: int, what: str) -> str:
     return f"all {n} {what} (100%) are" if cut == n else f"{cut} of {n} {what} ({cut / n:.0%}) are"
-
-
-def _other_data(plan: Plan, testset: str, info: dict) -> bool:
-    """Whether a tokenised testset's sidecar is of other data than the testset as prepared now."""
-    meta = json_or_none(plan.paths.data_meta.format(dataset=testset))  # None: not prepared, or unreadable
-    return isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")
