@@ -56,8 +56,7 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
                 Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp"),  # pulp's order, not Python's
                 solver,
                 16,
-                f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "
-                f"for this run's {n} jobs)",
+                f"its solver's files go there before a job starts (about {human_bytes(solver)} for {n} jobs)",
                 f"{tmp_fix}, or run with `--scheduler greedy`, which writes nothing there",
             )
         )

@@ -39,10 +39,7 @@ def check_published(plan: Plan, change: bool) -> list[str]:
             f"Readers see {published.describe(state.record)}, whole and as published; this run publishes again"
         )
     if state.leftovers:
-        out.append(
-            f"{', '.join(state.leftovers)}: left by a publish that did not finish (the published set is not "
-            "affected); the next publish removes it"
-        )
+        out.append(f"{', '.join(state.leftovers)}: left by a publish that did not finish; the next publish removes it")
     marker = root / published.MARKER
     if (state.damaged or state.incomplete) and marker.exists():
         if not change:
@@ -82,9 +79,8 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     here = f" (experiments with results here: {', '.join(others)})" if others else ""
     raise ConfigError(
         f"--report: experiment {plan.experiment!r} (from {configfile}) has not finished here: {len(missing)} of the "
-        f"report's {len(plan.targets())} files are missing (e.g. {missing[0]}). The report covers the experiment "
-        f"of the config given with --configfile{here}. Run `snakemake --configfile <that config> --report "
-        f"{root.parent}/<experiment>/report.html`, or run this experiment first."
+        f"report's {len(plan.targets())} files are missing (e.g. {missing[0]}){here}. Run it first, or report another "
+        f"one with its config: `snakemake --configfile <that config> --report {root.parent}/<experiment>/report.html`"
     )
 
 
