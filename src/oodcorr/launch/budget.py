@@ -420,8 +420,7 @@ def work(
     measured: dict | None = None,
 ) -> dict:
     """GPU-hours from the work, per rule: each job's FLOP (upper bounds: every example at ``max_length``)
-    over one GPU's throughput (a finished job's measured one, else ``throughput``), and the throughput the
-    time limits assume."""
+    over one GPU's throughput (a finished job's measured one, else ``throughput``)."""
     examples = examples or {}
     tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
     measured = measured or {}

@@ -1,5 +1,4 @@
-"""The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
-last, and its published set checked.
+"""The experiment folder seen from the Snakefile's main process: its lock and the config that wrote it last.
 
 Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock (an ``flock``)
 covers every checkout whose ``results/`` is that folder, taken while planning so that a second run
@@ -35,7 +34,6 @@ _SAID: dict[str, str] = {}
 _REFUSED: dict[str, str] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
 # rule downstream of partial_correlations covers: what a change of the analysis alone reruns
-# (tests/launch/test_experiment_faults.py checks them against workflow/rules/analyse.smk)
 ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
@@ -89,8 +87,7 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
 
 def _written_elsewhere(plan: Plan, config: dict) -> str | None:
     """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied, moved,
-    or written from another working folder): Snakemake reruns a job for a changed setting only from its
-    records. None when the run forces what the change needs."""
+    or written from another working folder). None when the run forces what the change needs."""
     root = Path(plan.paths.root)
     old = _read_identity(root)
     if old is None:

@@ -40,9 +40,7 @@ def start_job(sm) -> None:
         output=str(outputs[0]) if outputs else None,
     )
     # what stays recorded if the job is killed before it can say why (oodcorr.launch.disk_checks.refusal_lines)
-    killed = _doc(
-        "killed before it could say why (a signal: no Python error, no sentence of its own in its log)", "killed"
-    )
+    killed = _doc("killed before it could say why (a signal: no Python error, no sentence of its own)", "killed")
     _JOB["slot"] = RefusalSlot(folder, str(Path(log or "job").resolve()), killed) if folder else None
     sys.excepthook = _uncaught
     atexit.register(_ended)
@@ -96,9 +94,8 @@ def _uncaught(kind, e, tb) -> None:
 
 
 def _write_stopped(e: Exception) -> WriteFailed | None:
-    """The sentence of a raw error that is the file system stopping a write of this job: want of room
-    or a read-only file system wherever it is raised, an I/O or permission error when it names the job's
-    output folder (the same errors on an input are not about writing)."""
+    """The sentence of a raw error that is the file system stopping a write of this job: want of room or a
+    read-only file system anywhere, an I/O or permission error only in the job's output folder."""
     code = write_errno(e)
     if code is None:
         return None

@@ -85,9 +85,8 @@ class GpuNeed:
 
 
 def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
-    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, None when the
-    parameter count is unknown: weights, plus gradients and two Adam states of what trains, split over the
-    GPUs ``distributed`` shards them over, x 1.2 + 2 GiB."""
+    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least (activations
+    not counted), None when the parameter count is unknown."""
     p = size.parameters
     if p is None:
         return None

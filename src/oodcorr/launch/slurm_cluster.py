@@ -201,8 +201,7 @@ def user_accounts() -> set[str] | None:
 
 def status_problems(status_command: str | None, init_s: int, config: ClusterConfig) -> tuple[list[str], list[str]]:
     """(refusals, warnings) for how the executor would learn that jobs ended: without accounting sacct knows
-    no job and the run waits forever. The executor uses sacct when told to, and instead of squeue when
-    ``MinJobAge`` is short."""
+    no job and the run waits forever."""
     refusals, warnings = [], []
     age = config.min_job_age_s
     if not config.accounting:
@@ -340,9 +339,7 @@ def array_problems(
     status_command: str | None,
 ) -> list[str]:
     """The refusals for job arrays (``slurm-array-jobs``: ``setting``) where the executor (2.8.0) gets them
-    wrong: it gives every task the first job's resources, never offers again ready jobs that did not fill an
-    array while more wait (plugin issue #473), and its sacct query cannot find an array's tasks.
-    ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
+    wrong. ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
     ``max-jobs-per-timespan`` lets start."""
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}

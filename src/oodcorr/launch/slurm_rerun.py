@@ -109,8 +109,7 @@ def describe(jobs: list[slurm.QueuedJob]) -> str:
 
 
 def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
-    """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
-    squeue does not answer."""
+    """The earlier SLURM runs' jobs that SLURM still holds, and those runs; None when squeue does not answer."""
     runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
     if not runs or shutil.which("squeue") is None:  # no SLURM here: none of its jobs can be waited for here
         return [], []
@@ -202,8 +201,7 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
 
 
 def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str], None]) -> None:
-    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for when that
-    changes, and every :data:`SAY_AGAIN_S` seconds."""
+    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for."""
     names = [str(r["slurm_run_id"]) for r in runs]
     said, said_at, quiet_since, released = None, 0.0, None, set()
     while True:

@@ -32,8 +32,7 @@ def print_now(line: str) -> None:
 
 
 def wait_kind(reason: str) -> str:
-    """A pending job's reason as ``normal`` (it starts by itself), ``partition``, ``nodes``, ``limit``, ``held``
-    or ``other``."""
+    """A pending job's reason as ``normal`` (it starts by itself) or what it waits for."""
     r = reason.replace(" ", "").lower()
     if any(r.startswith(n.lower()) for n in NORMAL_WAIT):
         return "normal"
@@ -84,8 +83,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
 
 
 def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
-    """The sentence for a job that SLURM ended in state ``job.state``, with the config key and value that set
-    its limit (``key(name)``: ``resources.evaluate.mem_mb: 2000``)."""
+    """The sentence for a job SLURM ended, with the config key and value of its limit (``key(name)``)."""
     head = f"SLURM ended job {job.id} ({what})"
     again = "run the same command again (a finetune resumes from its last checkpoint)"
     raise_it = f"in the config: raise it there and {again}; `retries` in the profile retries with a multiple of it"
