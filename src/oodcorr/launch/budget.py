@@ -163,16 +163,15 @@ def job_counts(plan) -> dict[str, int]:
 
 
 def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
-    """(model, minutes, testset) for every job of a per-model rule."""
+    """(model, time limits, testset) for every job of a per-model rule (an evaluation's is per checkpoint)."""
     if rule == "evaluate":
-        per = {m: s.resources["evaluate"].runtime for m, s in plan.models.items()}
-        return [(j.run.model, per[j.run.model] * len(j.steps), j.testset) for j in plan.eval_jobs]
+        return [(j.run.model, len(j.steps), j.testset) for j in plan.eval_jobs]
     if rule == "finetune":
-        return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
+        return [(r.model, 1, None) for r in plan.runs]
     if rule in ("build_tiny_model", "convert_gguf"):
         built = "is_tiny" if rule == "build_tiny_model" else "is_gguf"
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if getattr(s.model_entry, built)]
-    return [(m, s.resources[rule].runtime, t) for m, s in plan.models.items() for t in sorted(_testsets_of(plan, m))]
+        return [(m, 1, None) for m, s in plan.models.items() if getattr(s.model_entry, built)]
+    return [(m, 1, t) for m in plan.models for t in sorted(_testsets_of(plan, m))]
 
 
 def array_submissions(plan, limit: int) -> dict:
@@ -219,8 +218,9 @@ def compute(
             gpus_seen, parts = set(), set()
             gpu_min = cpu_min = 0  # whole minutes: sums without rounding error
             expected_s = 0.0
-            for model, minutes, testset in _model_jobs(plan, rule):
+            for model, steps, testset in _model_jobs(plan, rule):
                 res = plan.models[model].resources[rule]
+                minutes = res.runtime * steps
                 gpus_seen.add(res.gpu)
                 parts.add(
                     res.slurm_partition
@@ -231,7 +231,6 @@ def compute(
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
                     secs = measured.get((rule, model, testset if rule == "evaluate" else None, "gpu"))
                     if secs is not None:
-                        steps = minutes // res.runtime if rule == "evaluate" else 1
                         expected_s += res.gpu * secs * steps
                         cost.measured_jobs += 1
                     else:

@@ -218,18 +218,13 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
 
 
 def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
-    """Where a model's tokenizer is while planning; None for hub models."""
-    spec = plan.models[model]
-    if spec.model_entry.is_gguf:  # its tokenizer is in the converted folder, once converted
-        d = Path(plan.built_model_dir(model))
-        return d if (d / "tokenizer.json").exists() else None
-    if spec.model_entry.source == "path":
-        return Path(spec.model_entry.path)
-    if spec.model_entry.source == "package":
-        return package_dir(spec.model_entry)
-    if spec.model_entry.is_tiny:
-        return Path(plan.built_model_dir(model))
-    return None
+    """Where a model's tokenizer is while planning; None for hub models and a GGUF file not yet converted."""
+    entry, built = plan.models[model].model_entry, plan.built_model_dir(model)  # built: a tiny or converted model's
+    if built:
+        return Path(built) if entry.is_tiny or (Path(built) / "tokenizer.json").exists() else None
+    if entry.source == "path":
+        return Path(entry.path)
+    return package_dir(entry) if entry.source == "package" else None
 
 
 def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: list[str]) -> bool:

@@ -31,7 +31,7 @@ IDENTITY = "experiment.json"
 # experiment folder -> the warning planning gave about the config, repeated at the end of the run
 _SAID: dict[str, str] = {}
 # experiment folder -> the refusal of :func:`_written_elsewhere`, given by :func:`lock` to a run that may write
-_REFUSED: dict[str, str] = {}
+_REFUSED: dict[str, str | None] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
 # rule downstream of partial_correlations covers: what a change of the analysis alone reruns
 ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
@@ -125,10 +125,8 @@ def _written_elsewhere(plan: Plan, config: dict) -> str | None:
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     """A warning when another config wrote this experiment folder last, or :func:`_written_elsewhere`'s refusal."""
     root = Path(plan.paths.root)
-    elsewhere = _written_elsewhere(plan, config)
-    _REFUSED.pop(str(root), None)
+    elsewhere = _REFUSED[str(root)] = _written_elsewhere(plan, config)
     if elsewhere:
-        _REFUSED[str(root)] = elsewhere
         _SAID[str(root)] = elsewhere
         return elsewhere
     old = _read_identity(root)

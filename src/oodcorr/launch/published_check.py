@@ -13,6 +13,7 @@ from ..core.digests import sha256_file
 from ..core.errors import ConfigError
 from ..core.locks import EXPERIMENT, FolderInUse, hold
 from ..planning.plan import Plan
+from .free_space import option_value
 
 
 def check_published(plan: Plan, change: bool) -> list[str]:
@@ -56,14 +57,9 @@ def check_published(plan: Plan, change: bool) -> list[str]:
     return out
 
 
-def report_requested(argv: list[str]) -> bool:
-    """Whether this Snakemake was started with ``--report`` (the Snakefile cannot ask Snakemake)."""
-    return any(a == "--report" or a.startswith("--report=") for a in argv)
-
-
 def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     """Under ``--report``: every file the report shows must exist, else one error naming the config."""
-    if not report_requested(argv):
+    if option_value(argv, "--report", "") is None:
         return
     missing = [t for t in plan.targets() if not Path(t).exists()]
     if not missing:

@@ -27,7 +27,12 @@ def start_job(sm) -> None:
     """Start a rule's script (``sm``: its ``snakemake`` object): its log, the room for its refusal, and the
     hook that records an exception no script catches."""
     log = sm.log[0] if len(sm.log) else None
-    setup_logging(log)
+    if log:  # stdout, stderr and logging records go to the rule's log file
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1, encoding="utf-8")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     wildcards = getattr(sm, "wildcards", None)
     items = wildcards.items() if hasattr(wildcards, "items") else vars(wildcards or object()).items()
     outputs = getattr(sm, "output", None) or []
@@ -112,17 +117,6 @@ def _ended() -> None:
     slot = _JOB.get("slot")
     if slot is not None and slot.fd is not None:
         slot.drop()
-
-
-def setup_logging(log_path: str | None) -> None:
-    """Send this job's stdout, stderr and logging records to its Snakemake log file."""
-    if log_path:
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        fh = open(log_path, "w", buffering=1, encoding="utf-8")
-        sys.stdout = sys.stderr = fh
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
 
 
 def end_job() -> None:

@@ -43,8 +43,7 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
     for name in (*WRAPPED, NO_ACCOUNT) if no_account else WRAPPED:
         script = (
             "#!/bin/sh\n"
-            f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller\n"
-            "# that does not answer; every other call passes through unchanged\n"
+            f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller away\n"
             f'exec {shlex.quote(sys.executable)} -m oodcorr.launch.slurm_wrap {name} "$@"\n'
         )
         path = bin_dir / name
