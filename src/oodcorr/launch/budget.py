@@ -1,9 +1,7 @@
 """What an experiment will cost, before it is submitted (``oodcorr budget``), as markdown and JSON.
 
 GPU-hours are GPUs x time limits (what a compute-time request must cover), and expected where finished
-jobs of the same model measured their cost. With ``--throughput``, GPU-hours from the work too (:func:`work`):
-each job's operations (parameters x tokens: about 6 to finetune every weight, 4 for LoRA, 2 to score) at a
-GPU's throughput, given per model or size class or measured by finished jobs."""
+jobs of the same model measured their cost; with ``--throughput``, from the work too (:func:`work`)."""
 
 from __future__ import annotations
 

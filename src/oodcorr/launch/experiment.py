@@ -85,11 +85,10 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     return every, rules
 
 
-def _written_elsewhere(plan: Plan, config: dict) -> str | None:
+def _written_elsewhere(plan: Plan, old: dict | None, config: dict) -> str | None:
     """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied, moved,
-    or written from another working folder). None when the run forces what the change needs."""
+    or written from another working folder; ``old``: its record). None when the run forces what it needs."""
     root = Path(plan.paths.root)
-    old = _read_identity(root)
     if old is None:
         return None  # never written
     moved = not _records_here(root, old)
@@ -125,11 +124,11 @@ def _written_elsewhere(plan: Plan, config: dict) -> str | None:
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     """A warning when another config wrote this experiment folder last, or :func:`_written_elsewhere`'s refusal."""
     root = Path(plan.paths.root)
-    elsewhere = _REFUSED[str(root)] = _written_elsewhere(plan, config)
+    old = _read_identity(root)
+    elsewhere = _REFUSED[str(root)] = _written_elsewhere(plan, old, config)
     if elsewhere:
         _SAID[str(root)] = elsewhere
         return elsewhere
-    old = _read_identity(root)
     mine = _config_identity(config_files, config)
     if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
         return None

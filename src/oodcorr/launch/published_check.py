@@ -1,7 +1,6 @@
-"""The published set checked against its record at the start of every run (a damaged or incomplete set
-loses its marker, so that the run publishes it again), and before ``snakemake --report``: a clear word when
-the experiment has not run (without ``--configfile`` Snakemake reports ``results/default/`` and fails on its
-first missing figure), or its staged files are not what was published (the report would show other numbers).
+"""The published set checked against its record at the start of every run, and before ``snakemake
+--report``: a clear word when the experiment has not run (without ``--configfile`` Snakemake reports
+``results/default/`` and fails on its first missing figure), or its staged files are not what was published.
 """
 
 from __future__ import annotations

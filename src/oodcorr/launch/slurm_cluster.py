@@ -222,10 +222,9 @@ def status_problems(status_command: str | None, init_s: int, config: ClusterConf
             )
         if age is not None and age < EXECUTOR_MAX_PAUSE_S + 30 and not refusals:
             warnings.append(
-                f"this cluster keeps a finished job visible to squeue for {age} s (MinJobAge) and has no "
-                f"accounting; the SLURM executor pauses up to {EXECUTOR_MAX_PAUSE_S} s between status checks, so a job "
-                "ending early in a long pause can be missed and waited for forever. Ask the cluster's administrators "
-                f"for MinJobAge of {EXECUTOR_MAX_PAUSE_S + 120} s or more"
+                f"this cluster keeps a finished job visible to squeue for {age} s (MinJobAge) and has no accounting; "
+                f"the SLURM executor pauses up to {EXECUTOR_MAX_PAUSE_S} s between status checks and can miss a job "
+                f"(waited for forever). Ask the administrators for MinJobAge {EXECUTOR_MAX_PAUSE_S + 120} s or more"
             )
     return refusals, warnings
 
@@ -396,7 +395,6 @@ def _age(min_job_age_s: int | None) -> str:
 
 def _queue_advice(fit: int) -> str:
     return (
-        "sbatch waits while the queue is full, and a submission that still finds no room fails. Pack the "
-        f"evaluations into fewer SLURM jobs (uncomment the PACKING block of {PROFILE}) and set `jobs:` there (or "
-        f"--jobs) to {fit} or fewer"
+        "a submission that finds no room fails: pack the evaluations into fewer SLURM jobs (uncomment the PACKING "
+        f"block of {PROFILE}) and set `jobs:` there (or --jobs) to {fit} or fewer"
     )

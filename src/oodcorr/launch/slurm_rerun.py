@@ -193,9 +193,8 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
         wait_for(jobs, runs, say)
     except KeyboardInterrupt:
         return (
-            "stopped waiting (Ctrl-C); nothing was submitted. SLURM still holds the earlier run's job(s) "
-            f"{', '.join(j.id for j in jobs)}: run the same command again to wait for them, or `scancel "
-            f"{' '.join(j.id for j in jobs)}` to drop them first"
+            "stopped waiting (Ctrl-C); nothing was submitted. Run the same command again to wait for the earlier "
+            f"run's SLURM job(s), or `scancel {' '.join(j.id for j in jobs)}` to drop them first"
         )
     return None
 
