@@ -129,15 +129,13 @@ def _testsets_of(plan, model: str) -> set[str]:
 def job_counts(plan) -> dict[str, int]:
     """Jobs per rule, as Snakemake schedules them for the whole experiment."""
     tiny = [m for m, s in plan.models.items() if s.model_entry.is_tiny]
-    tokenize = sum(len(_testsets_of(plan, m)) for m in plan.models)
     n_models = len(plan.models)
-    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])  # a series has no loss
     counts = {
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
         "build_tiny_model": len(tiny),
         "convert_gguf": len([m for m, s in plan.models.items() if s.model_entry.is_gguf]),
-        "tokenize_testset": tokenize,
+        "tokenize_testset": sum(len(_testsets_of(plan, m)) for m in plan.models),
         "finetune": len([r for r in plan.runs if not r.series]),
         # one manifest per given checkpoint of a series model, whatever its in-domain sets
         "series_checkpoint": len({(r.model, s) for r in plan.runs if r.series for s in r.steps}),
@@ -153,7 +151,7 @@ def job_counts(plan) -> dict[str, int]:
         "heatmap_grid": 1,
         "learning_curves": n_models,
         "scatter": n_models,
-        "training_loss": trained,
+        "training_loss": sum(not s.model_entry.is_series for s in plan.models.values()),  # a series has no loss
         "publish_results": 1,
         "all": 1,
     }
@@ -381,13 +379,8 @@ def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
         runs = [r for r in plan.runs if r.model == m]
         if not spec.model_entry.is_series:
             ft = spec.finetune
-            tokens = sum(
-                r.max_steps
-                * ft.get("batch_size", 1)
-                * ft.get("gradient_accumulation_steps", 1)
-                * ft.get("max_length", 0)
-                for r in runs
-            )
+            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
+            tokens = per_step * sum(r.max_steps for r in runs)
             per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
             res = spec.resources["finetune"]
             out[("finetune", m)] = [

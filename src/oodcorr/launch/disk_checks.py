@@ -205,15 +205,10 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
     if model_entry.is_gguf and not key:
         checked_header(model_entry)
         return
-    if model_entry.package:
-        p = package_dir(model_entry)
-    else:
-        p = Path(model_entry.path)
-        if not p.exists():
-            where = key or f"{model_entry.where}.path"
-            raise ConfigError(
-                f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
-            )
+    p = package_dir(model_entry) if model_entry.package else Path(model_entry.path)  # package_dir: a folder
+    if not p.exists():
+        where = key or f"{model_entry.where}.path"
+        raise ConfigError(f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})")
     check_local_weights(str(p), model_entry)
 
 

@@ -93,22 +93,20 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
     dtype = spec.model_entry.dtype
     b = DTYPE_BYTES.get(dtype, 4)
     what = f"{p / 1e9:.2f} B parameters (from {size.source}) x {b} bytes ({dtype})"
+    w_shard, s_shard = (1, 1) if rule == "evaluate" else _shards(spec)
     if rule == "evaluate":
         weights, states, parts = p * b, 0.0, "weights"
-        w_shard = s_shard = 1
+    elif spec.lora:
+        adapter = lora_parameters(size, spec.finetune["lora"]) or 0
+        weights, states = p * b, adapter * ADAPTER_TRAIN_BYTES
+        parts = (
+            "frozen weights + the LoRA adapter's training state"
+            if adapter
+            else "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
+        )
     else:
-        w_shard, s_shard = _shards(spec)
-        if spec.lora:
-            adapter = lora_parameters(size, spec.finetune["lora"]) or 0
-            weights, states = p * b, adapter * ADAPTER_TRAIN_BYTES
-            parts = (
-                "frozen weights + the LoRA adapter's training state"
-                if adapter
-                else "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
-            )
-        else:
-            weights, states = 2 * p * b, 2 * p * b
-            parts = "weights and gradients + two Adam states"
+        weights, states = 2 * p * b, 2 * p * b
+        parts = "weights and gradients + two Adam states"
     raw = weights / w_shard + states / s_shard
     gib = raw / GiB * MARGIN_FACTOR + MARGIN_GIB
     shard = (

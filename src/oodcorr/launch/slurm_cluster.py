@@ -248,8 +248,7 @@ def placement_problems(
     no_account: bool,
 ) -> tuple[list[str], list[str]]:
     """(refusals, warnings) for the partitions and accounts the jobs would be submitted to."""
-    refusals: list[str] = []
-    warnings: list[str] = []
+    refusals, warnings = [], []
     by_partition: dict[str | None, list[Placement]] = {}
     by_account: dict[str, list[Placement]] = {}
     for p in placements:
@@ -281,7 +280,7 @@ def placement_problems(
         elif part.available == "down":
             warnings.append(
                 f"partition {name!r} ({keys}; for the {rules} jobs) is down (`sinfo -p {name}`): SLURM queues the jobs "
-                "but starts none until it is up. Or stop this run, set `slurm_partition` there to one up, run again"
+                "but starts none until it is up; or stop this run, set `slurm_partition` there to another and run again"
             )
         elif not part.usable_nodes():
             warnings.append(

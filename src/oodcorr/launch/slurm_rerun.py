@@ -134,8 +134,8 @@ def earlier_jobs_warning(plan: Plan) -> list[str]:
     return [f"{_held(*found)}; a run waits for them before it plans, instead of submitting them again"]
 
 
-def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, locks: list[Path], jobs: list) -> str:
-    """The sentence for a Snakemake lock that a run which ended (``last``, the last recorded) left."""
+def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, shown: str, jobs: list) -> str:
+    """The sentence for a Snakemake lock (``shown``: its files) that a run which ended (``last``) left."""
     who = "a run of the experiment" if last is None else f"its last run ({_who(last)}),"
     who += " which ended without releasing it (killed?)"
     if last is not None and last.get("host") != socket.gethostname():
@@ -146,7 +146,6 @@ def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, locks: list[
         if jobs
         else ""
     )
-    shown = ", ".join(str(p) for p in locks[:2]) + (f" and {len(locks) - 2} more" if len(locks) > 2 else "")
     return (
         f"Snakemake's lock on the files of experiment {plan.experiment!r} ({shown}, in {os.getcwd()}) was left by "
         f"{who}. No run holds the experiment's lock now, so none is writing it, but Snakemake refuses to start until "
@@ -154,7 +153,7 @@ def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, locks: list[
     )
 
 
-def _release_stale(plan: Plan, last: dict | None, locks: list[Path], say: Callable[[str], None]) -> bool:
+def _release_stale(plan: Plan, last: dict | None, locks: list[Path], shown: str, say: Callable) -> bool:
     """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
     here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
     if not _gone(last):
@@ -165,8 +164,7 @@ def _release_stale(plan: Plan, last: dict | None, locks: list[Path], say: Callab
     except OSError:
         return False
     say(
-        f"released Snakemake's lock on the files of experiment {plan.experiment!r} "
-        f"({', '.join(str(p) for p in locks[:2])}{' and more' if len(locks) > 2 else ''}), as `--unlock` would: "
+        f"released Snakemake's lock on the files of experiment {plan.experiment!r} ({shown}), as `--unlock` would: "
         f"its last run ({_who(last)}) ended without releasing it and is gone, and no run holds the experiment's lock"
     )
     return True
@@ -178,8 +176,9 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
     found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
     last = (earlier_runs(plan) or [None])[-1]
-    if locks and not _release_stale(plan, last, locks, say):
-        return _unlock_refusal(plan, argv, last, locks, (found or ([], []))[0])
+    shown = ", ".join(str(p) for p in locks[:2]) + (f" and {len(locks) - 2} more" if len(locks) > 2 else "")
+    if locks and not _release_stale(plan, last, locks, shown, say):
+        return _unlock_refusal(plan, argv, last, shown, (found or ([], []))[0])
     if found is None:
         return (
             f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "

@@ -53,8 +53,8 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
     n = f"{len(ids)} SLURM job(s) of this run ({shown})"
     if kind == "partition":
         return (
-            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`). Or stop this run "
-            f"(Ctrl-C), set `slurm_partition` ({slurm.PROFILE} or the config's resources) to one that is up, run again"
+            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`); or stop this run "
+            f"(Ctrl-C), set `slurm_partition` ({slurm.PROFILE} or the config's resources) to another and run again"
         )
     if kind == "nodes":
         part = (parts or {}).get(partition)
@@ -66,7 +66,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         )
     if kind == "limit":
         return (
-            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end. Or pack "
+            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end; or pack "
             f"evaluations into fewer SLURM jobs (PACKING in {slurm.PROFILE}) and lower `jobs:` there (or --jobs)"
         )
     if kind == "held" and "launch failed" in reason.lower():
