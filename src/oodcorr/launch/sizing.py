@@ -1,8 +1,4 @@
-"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch).
-
-Activations are not counted in the GPU memory, so its check catches a job that cannot fit, not every
-one that will not.
-"""
+"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch)."""
 
 from __future__ import annotations
 
@@ -85,8 +81,8 @@ class GpuNeed:
 
 
 def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
-    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least (activations
-    not counted), None when the parameter count is unknown."""
+    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, None when the
+    parameter count is unknown. Without activations: a job that cannot fit is caught, not every one that will not."""
     p = size.parameters
     if p is None:
         return None

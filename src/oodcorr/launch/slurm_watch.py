@@ -16,8 +16,7 @@ from ..planning.plan import Plan
 from . import slurm_cluster as slurm
 from . import slurm_rerun, slurm_wrap
 
-# the states in which SLURM ended a job for a limit or a failure outside it (a job's own error is FAILED,
-# said by its own sentence: oodcorr.launch.disk_checks.refusal_lines)
+# the states in which SLURM ended a job for a limit or a failure outside it (FAILED: the job's own sentence)
 ENDED_BY_SLURM = ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "DEADLINE", "BOOT_FAIL")
 # of those, the ones SLURM may requeue (slurm-requeue): said only if the job is still ended when the run ends
 REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
