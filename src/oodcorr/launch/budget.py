@@ -115,9 +115,8 @@ def measured_costs(plan) -> dict:
                 rec = read_result(path)
             except (OSError, ValueError):
                 continue
-            secs = job_seconds(rec)
             kind = "gpu" if str(rec.get("device", "")).startswith("cuda") else "cpu"
-            out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(secs)
+            out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(job_seconds(rec))
     return {k: statistics.median(v) for k, v in out.items()}
 
 

@@ -24,14 +24,12 @@ def check_published(plan: Plan, change: bool) -> list[str]:
         return []
     out = []
     if state.damaged:
-        shown = "; ".join(state.damaged[:5]) + (
-            f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
-        )
+        more = f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
         out.append(
             f"the published results of experiment {plan.experiment!r} are not what was published"
             + (f" ({published.describe(state.record)})" if state.record else "")
-            + f": {shown}. This run publishes the set again from {plan.paths.staging}; what was changed or added is "
-            f"kept under {root / published.PUBLISHED}/kept-*"
+            + f": {'; '.join(state.damaged[:5])}{more}. This run publishes the set again from {plan.paths.staging}; "
+            f"what was changed or added is kept under {root / published.PUBLISHED}/kept-*"
         )
     elif state.incomplete:
         out.append(

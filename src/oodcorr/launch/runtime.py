@@ -60,9 +60,7 @@ def refuse(e: BaseException | str) -> None:
 
 def _kind(e: BaseException | str) -> str:
     """How a job's refusal is recorded: ``disk full``, ``write failed`` or ``refused``."""
-    if isinstance(e, DiskFull):
-        return "disk full"
-    return "write failed" if isinstance(e, WriteFailed) else "refused"
+    return "disk full" if isinstance(e, DiskFull) else "write failed" if isinstance(e, WriteFailed) else "refused"
 
 
 def _record(message: str, kind: str) -> None:

@@ -270,9 +270,7 @@ class Watcher(threading.Thread):
 
     def _queue_full(self) -> None:
         limit = self.config.max_job_count
-        if limit is None:
-            return
-        everything = slurm.queue(None, every_state=True)
+        everything = slurm.queue(None, every_state=True) if limit is not None else None
         if everything is None:
             return
         full = len(everything) >= limit
@@ -354,6 +352,7 @@ def at_start(workflow, plan: Plan) -> str | None:
         slurm_rerun.record_run(plan, name, None)
         return None
     settings = workflow.executor_settings
+    no_account = bool(getattr(settings, "no_account", False))
     res = slurm.run(["scontrol", "show", "config"])
     if res is None or res.returncode != 0:
         return (
@@ -364,9 +363,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
     refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
     accounts = slurm.user_accounts() if config.accounting else None
-    more = slurm.placement_problems(
-        placements(plan, jobs), slurm.partitions() or {}, config, accounts, bool(getattr(settings, "no_account", False))
-    )
+    more = slurm.placement_problems(placements(plan, jobs), slurm.partitions() or {}, config, accounts, no_account)
     refusals, warnings = refusals + more[0], warnings + more[1]
     rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
     refusals += slurm.array_problems(
@@ -384,7 +381,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     if refusals:
         return "nothing was submitted: " + "\noodcorr: ".join(refusals)
     executor = workflow.scheduler.get_executor(jobs[0])
-    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, bool(getattr(settings, "no_account", False)))
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, no_account)
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):
