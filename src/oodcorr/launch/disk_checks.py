@@ -340,9 +340,7 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
         fp = tokenizer_files_fingerprint(folder) if folder is not None and folder.is_dir() else None
         for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
             path = Path(plan.paths.tokenized.format(model=model, testset=testset))
-            if not path.exists():
-                continue
-            why = cache_problem(path, fp, testset=testset, model=model)
+            why = cache_problem(path, fp, testset=testset, model=model) if path.exists() else None
             if why is None:
                 continue
             if rebuild:

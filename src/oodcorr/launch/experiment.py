@@ -172,12 +172,9 @@ def may_write(argv: list[str]) -> bool:
 def lock(plan: Plan, config_files) -> str | None:
     """Take the experiment's lock for the rest of this process; None, or the sentence that refuses the run."""
     root = Path(plan.paths.root)
+    configs = ", ".join(str(Path(f).resolve()) for f in config_files)
     try:
-        held = acquire(
-            root,
-            EXPERIMENT,
-            extra={"config": ", ".join(str(Path(f).resolve()) for f in config_files), "experiment": plan.experiment},
-        )
+        held = acquire(root, EXPERIMENT, extra={"config": configs, "experiment": plan.experiment})
         atexit.register(release, held)  # (the kernel lets go anyway; this also clears the holder's name)
     except FolderInUse as e:
         return str(e)

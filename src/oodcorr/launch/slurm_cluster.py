@@ -73,21 +73,15 @@ def parse_config(text: str) -> ClusterConfig:
     values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
     count = values.get("MaxJobCount", "").split()[:1]
+    age = re.match(r"\s*(\d+)\s*([a-z]*)", values.get("MinJobAge", "").lower())  # 300 sec, 1h, 600
+    unit = 3600 if age and age[2].startswith("h") else 60 if age and age[2].startswith("min") else 1
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),
         storage=storage,
-        min_job_age_s=_seconds(values.get("MinJobAge")),
+        min_job_age_s=int(age[1]) * unit if age else None,
         max_job_count=int(count[0]) if count and count[0].isdigit() else None,
         text=text,
     )
-
-
-def _seconds(value: str | None) -> int | None:
-    """``300 sec``, ``1h``, ``600`` -> seconds."""
-    m = re.match(r"\s*(\d+)\s*([a-z]*)", (value or "").lower())
-    if not m:
-        return None
-    return int(m.group(1)) * (3600 if m.group(2).startswith("h") else 60 if m.group(2).startswith("min") else 1)
 
 
 SINFO_FORMAT = "%R|%a|%P|%N|%T|%E"  # partition, its availability, (default marked *), node, state, reason

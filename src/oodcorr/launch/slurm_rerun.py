@@ -100,10 +100,9 @@ def describe(jobs: list[slurm.QueuedJob]) -> str:
     rules, shown = list(RESOURCES), 6
     parts = []
     for j in jobs[:shown]:
-        rule = j.rule(rules)
         what = j.comment.split("_wildcards_", 1)[1].replace("_", " ") if "_wildcards_" in j.comment else ""
         why = f": {j.reason}" if j.state == "PENDING" and j.reason and j.reason != "None" else ""
-        parts.append(f"{j.id} ({rule}{' ' + what if what else ''}, {j.state}{why})")
+        parts.append(f"{j.id} ({j.rule(rules)}{' ' + what if what else ''}, {j.state}{why})")
     more = f" and {len(jobs) - shown} more" if len(jobs) > shown else ""
     return ", ".join(parts) + more
 

@@ -118,8 +118,7 @@ def _describe_job(job) -> tuple[str, str, str | None]:
     members = sorted(job.jobs, key=lambda j: str(j.wildcards_dict)) if job.is_group() else [job]
     rules = sorted({j.rule.name for j in members})
     models = sorted({str(j.wildcards_dict.get("model")) for j in members if j.wildcards_dict.get("model")})
-    first = members[0]
-    wc = " ".join(str(v) for v in first.wildcards_dict.values())
+    wc = " ".join(str(v) for v in members[0].wildcards_dict.values())
     what = f"rule {', '.join(rules)}" + (f", {wc}" if wc else "")
     if len(members) > 1:
         what += f", and {len(members) - 1} more job(s) packed with it"
@@ -307,18 +306,17 @@ def _set_by(plan: Plan, job, name: str) -> str:
 
 
 def placements(plan: Plan, jobs) -> list[slurm.Placement]:
-    """Where each rule's submitted jobs go, once per distinct placement."""
-    out = {}
-    for j in jobs:
-        p = slurm.Placement(
+    """Where each submitted job goes (placement_problems groups them by partition and account)."""
+    return [
+        slurm.Placement(
             j.rule.name,
             j.resources.get("slurm_partition") or None,
             j.resources.get("slurm_account") or None,
             _set_by(plan, j, "slurm_partition"),
             _set_by(plan, j, "slurm_account"),
         )
-        out.setdefault(p, None)
-    return list(out)
+        for j in jobs
+    ]
 
 
 def _asked(job) -> dict:
