@@ -154,15 +154,13 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
     warnings = []
     if unknown:
         warnings.append(
-            "GPU memory check skipped for "
-            + "; ".join(dict.fromkeys(unknown))
-            + ": parameter count unknown (run oodcorr prefetch, or set params_b on the model entry)"
+            f"GPU memory check skipped for {'; '.join(unknown)}: parameter count unknown (run oodcorr prefetch, or "
+            "set params_b on the model entry)"
         )
     if unset:
+        shown = ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
         warnings.append(
-            "GPU memory not checked for "
-            + ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
-            + ": set gpu_mem_gb (GiB per GPU) in their size class or resources"
+            f"GPU memory not checked for {shown}: set gpu_mem_gb (GiB per GPU) in their size class or resources"
         )
     return warnings
 

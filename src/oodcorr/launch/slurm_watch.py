@@ -70,9 +70,8 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         )
     if kind == "held" and "launch failed" in reason.lower():
         return (
-            f"{n} are held by SLURM ({reason}): their launch on a node failed (or slurmctld was away then). Check "
-            f"the node (`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, "
-            "where SLURM refuses yours); this run waits for them"
+            f"{n} are held by SLURM ({reason}): their launch on a node failed. Check the node (`sinfo -p {partition}`)"
+            f", then `scontrol release {' '.join(ids)}` (or ask an administrator); this run waits for them"
         )
     if kind == "held":
         return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start; this run waits for them"
@@ -104,9 +103,8 @@ def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[s
         )
     if job.state == "PREEMPTED":
         return (
-            f"{head}: a job of higher priority took its place (PREEMPTED) and it was not requeued. {again[0].upper()}"
-            f"{again[1:]}; `slurm-requeue: true` in the profile lets SLURM requeue it, or send the {rule} jobs to a "
-            "partition or QOS without preemption (`slurm_partition`, `qos` in the config's resources)"
+            f"{head}: it was preempted (PREEMPTED) and not requeued. To run it, {again}; `slurm-requeue: true` in the "
+            f"profile lets SLURM requeue it, or send the {rule} jobs where none preempts (`slurm_partition`, `qos`)"
         )
     if job.state == "CANCELLED":
         return f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator). To run it, {again}"
@@ -263,8 +261,7 @@ class Watcher(threading.Thread):
                 print_now(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
                     f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
-                    "and would wait for it forever. Stop this run (Ctrl-C) and run the same command again: finished "
-                    "jobs are not redone, and SLURM jobs still running are waited for, not submitted again"
+                    "and would wait for it forever: stop this run (Ctrl-C) and run the same command again"
                 )
 
     def _queue_full(self) -> None:
