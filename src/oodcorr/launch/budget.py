@@ -1,9 +1,7 @@
 """What an experiment will cost, before it is submitted (``oodcorr budget``), as markdown and JSON.
 
 GPU-hours are GPUs x time limits (what a compute-time request must cover), and expected where finished
-jobs of the same model measured their cost. With ``--throughput``, GPU-hours from the work too (:func:`work`):
-each job's operations (parameters x tokens: about 6 to finetune every weight, 4 for LoRA, 2 to score) at a
-GPU's throughput, given per model or size class or measured by finished jobs."""
+jobs of the same model measured their cost; with ``--throughput``, from the work too (:func:`work`)."""
 
 from __future__ import annotations
 
@@ -117,9 +115,8 @@ def measured_costs(plan) -> dict:
                 rec = read_result(path)
             except (OSError, ValueError):
                 continue
-            secs = job_seconds(rec)
             kind = "gpu" if str(rec.get("device", "")).startswith("cuda") else "cpu"
-            out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(secs)
+            out.setdefault(("evaluate", job.run.model, job.testset, kind), []).append(job_seconds(rec))
     return {k: statistics.median(v) for k, v in out.items()}
 
 
@@ -131,15 +128,13 @@ def _testsets_of(plan, model: str) -> set[str]:
 def job_counts(plan) -> dict[str, int]:
     """Jobs per rule, as Snakemake schedules them for the whole experiment."""
     tiny = [m for m, s in plan.models.items() if s.model_entry.is_tiny]
-    tokenize = sum(len(_testsets_of(plan, m)) for m in plan.models)
     n_models = len(plan.models)
-    trained = len([m for m, s in plan.models.items() if not s.model_entry.is_series])  # a series has no loss
     counts = {
         "prepare_dataset": len(plan.datasets),
         "pretraining_corpus": 1 if tiny else 0,
         "build_tiny_model": len(tiny),
         "convert_gguf": len([m for m, s in plan.models.items() if s.model_entry.is_gguf]),
-        "tokenize_testset": tokenize,
+        "tokenize_testset": sum(len(_testsets_of(plan, m)) for m in plan.models),
         "finetune": len([r for r in plan.runs if not r.series]),
         # one manifest per given checkpoint of a series model, whatever its in-domain sets
         "series_checkpoint": len({(r.model, s) for r in plan.runs if r.series for s in r.steps}),
@@ -155,7 +150,7 @@ def job_counts(plan) -> dict[str, int]:
         "heatmap_grid": 1,
         "learning_curves": n_models,
         "scatter": n_models,
-        "training_loss": trained,
+        "training_loss": sum(not s.model_entry.is_series for s in plan.models.values()),  # a series has no loss
         "publish_results": 1,
         "all": 1,
     }
@@ -163,16 +158,15 @@ def job_counts(plan) -> dict[str, int]:
 
 
 def _model_jobs(plan, rule: str) -> list[tuple[str, int, str | None]]:
-    """(model, minutes, testset) for every job of a per-model rule."""
+    """(model, time limits, testset) for every job of a per-model rule (an evaluation's is per checkpoint)."""
     if rule == "evaluate":
-        per = {m: s.resources["evaluate"].runtime for m, s in plan.models.items()}
-        return [(j.run.model, per[j.run.model] * len(j.steps), j.testset) for j in plan.eval_jobs]
+        return [(j.run.model, len(j.steps), j.testset) for j in plan.eval_jobs]
     if rule == "finetune":
-        return [(r.model, plan.models[r.model].resources["finetune"].runtime, None) for r in plan.runs]
+        return [(r.model, 1, None) for r in plan.runs]
     if rule in ("build_tiny_model", "convert_gguf"):
         built = "is_tiny" if rule == "build_tiny_model" else "is_gguf"
-        return [(m, s.resources[rule].runtime, None) for m, s in plan.models.items() if getattr(s.model_entry, built)]
-    return [(m, s.resources[rule].runtime, t) for m, s in plan.models.items() for t in sorted(_testsets_of(plan, m))]
+        return [(m, 1, None) for m, s in plan.models.items() if getattr(s.model_entry, built)]
+    return [(m, 1, t) for m in plan.models for t in sorted(_testsets_of(plan, m))]
 
 
 def array_submissions(plan, limit: int) -> dict:
@@ -219,8 +213,9 @@ def compute(
             gpus_seen, parts = set(), set()
             gpu_min = cpu_min = 0  # whole minutes: sums without rounding error
             expected_s = 0.0
-            for model, minutes, testset in _model_jobs(plan, rule):
+            for model, steps, testset in _model_jobs(plan, rule):
                 res = plan.models[model].resources[rule]
+                minutes = res.runtime * steps
                 gpus_seen.add(res.gpu)
                 parts.add(
                     res.slurm_partition
@@ -231,7 +226,6 @@ def compute(
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
                     secs = measured.get((rule, model, testset if rule == "evaluate" else None, "gpu"))
                     if secs is not None:
-                        steps = minutes // res.runtime if rule == "evaluate" else 1
                         expected_s += res.gpu * secs * steps
                         cost.measured_jobs += 1
                     else:
@@ -384,13 +378,8 @@ def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
         runs = [r for r in plan.runs if r.model == m]
         if not spec.model_entry.is_series:
             ft = spec.finetune
-            tokens = sum(
-                r.max_steps
-                * ft.get("batch_size", 1)
-                * ft.get("gradient_accumulation_steps", 1)
-                * ft.get("max_length", 0)
-                for r in runs
-            )
+            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
+            tokens = per_step * sum(r.max_steps for r in runs)
             per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
             res = spec.resources["finetune"]
             out[("finetune", m)] = [
@@ -420,8 +409,7 @@ def work(
     measured: dict | None = None,
 ) -> dict:
     """GPU-hours from the work, per rule: each job's FLOP (upper bounds: every example at ``max_length``)
-    over one GPU's throughput (a finished job's measured one, else ``throughput``), and the throughput the
-    time limits assume."""
+    over one GPU's throughput (a finished job's measured one, else ``throughput``)."""
     examples = examples or {}
     tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
     measured = measured or {}

@@ -205,31 +205,21 @@ def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:
     if model_entry.is_gguf and not key:
         checked_header(model_entry)
         return
-    if model_entry.package:
-        p = package_dir(model_entry)
-    else:
-        p = Path(model_entry.path)
-        if not p.exists():
-            where = key or f"{model_entry.where}.path"
-            raise ConfigError(
-                f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})"
-            )
+    p = package_dir(model_entry) if model_entry.package else Path(model_entry.path)  # package_dir: a folder
+    if not p.exists():
+        where = key or f"{model_entry.where}.path"
+        raise ConfigError(f"{where}: {p} does not exist (a relative path starts at the working directory {Path.cwd()})")
     check_local_weights(str(p), model_entry)
 
 
 def _tokenizer_dir(plan: Plan, model: str) -> Path | None:
-    """Where a model's tokenizer is while planning; None for hub models."""
-    spec = plan.models[model]
-    if spec.model_entry.is_gguf:  # its tokenizer is in the converted folder, once converted
-        d = Path(plan.built_model_dir(model))
-        return d if (d / "tokenizer.json").exists() else None
-    if spec.model_entry.source == "path":
-        return Path(spec.model_entry.path)
-    if spec.model_entry.source == "package":
-        return package_dir(spec.model_entry)
-    if spec.model_entry.is_tiny:
-        return Path(plan.built_model_dir(model))
-    return None
+    """Where a model's tokenizer is while planning; None for hub models and a GGUF file not yet converted."""
+    entry, built = plan.models[model].model_entry, plan.built_model_dir(model)  # built: a tiny or converted model's
+    if built:
+        return Path(built) if entry.is_tiny or (Path(built) / "tokenizer.json").exists() else None
+    if entry.source == "path":
+        return Path(entry.path)
+    return package_dir(entry) if entry.source == "package" else None
 
 
 def _quick_verbaliser_problem(tokenizer_json: Path, verbalisers: dict, labels: list[str]) -> bool:
@@ -293,9 +283,8 @@ def check_sources_unchanged(plan: Plan) -> None:
         changed = local_source_changed(meta)
         if changed:
             raise DataError(
-                f"{changed}, but its modification time is older than the prepared copy "
-                f"{data_path}, so Snakemake would keep the results of the old file. Run `touch "
-                f"{source[0]}` and run again: the testset is prepared, tokenised and evaluated again"
+                f"{changed}, but its modification time is older than the prepared copy {data_path}, so Snakemake "
+                f"would keep the old file's results. Run `touch {source[0]}` and run again"
             )
 
 
@@ -336,11 +325,10 @@ def _check_summaries_complete(plan: Plan) -> None:
         ]
         shown = lines[:5] + ([f"... and {len(lines) - 5} more summaries"] if len(lines) > 5 else [])
         raise StaleResult(
-            "evaluation summaries list predictions files that are gone, and Snakemake would not run their "
-            "jobs again (a job of evaluation.unit run declares only its summary):\n  "
+            "evaluation summaries list predictions files that are gone, and Snakemake would not run their jobs "
+            "again (with evaluation.unit run a job declares only its summary):\n  "
             + "\n  ".join(shown)
-            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): each job keeps the "
-            "predictions files it finds and scores only the missing checkpoints"
+            + f"\nDelete those summaries and run again (`rm {' '.join(sorted(stale))}`): only what is gone is scored"
         )
 
 
@@ -352,9 +340,7 @@ def check_tokenized_caches(plan: Plan, rebuild: bool) -> list[str]:
         fp = tokenizer_files_fingerprint(folder) if folder is not None and folder.is_dir() else None
         for testset in sorted({t for ts in plan.testsets.values() for t, _ in ts}):
             path = Path(plan.paths.tokenized.format(model=model, testset=testset))
-            if not path.exists():
-                continue
-            why = cache_problem(path, fp, testset=testset, model=model)
+            why = cache_problem(path, fp, testset=testset, model=model) if path.exists() else None
             if why is None:
                 continue
             if rebuild:
@@ -371,6 +357,8 @@ def truncation_warnings(plan: Plan) -> list[str]:
     caches' sidecars made with this config's settings and the finished runs' manifests."""
     out = []
     testsets = sorted({t for ts in plan.testsets.values() for t, _ in ts})
+    # the prepared data's description (None: not prepared, or unreadable): a sidecar of other data is not this one's
+    metas = {t: json_or_none(plan.paths.data_meta.format(dataset=t)) for t in testsets}
     for model in plan.models:
         settings = tokenize_settings_digest(plan.tokenize_params(SimpleNamespace(model=model)))
         for testset in testsets:
@@ -380,7 +368,9 @@ def truncation_warnings(plan: Plan) -> list[str]:
                 n, cut = int(info["n"]), int(info["n_truncated"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
-            if info.get("settings") != settings or not os.path.isfile(cache) or _other_data(plan, testset, info):
+            meta = metas[testset]
+            other = isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")
+            if info.get("settings") != settings or not os.path.isfile(cache) or other:
                 continue
             if n and cut / n > TRUNCATION_WARNING:
                 out.append(
@@ -406,9 +396,3 @@ def truncation_warnings(plan: Plan) -> list[str]:
 
 def _share(cut: int, n: int, what: str) -> str:
     return f"all {n} {what} (100%) are" if cut == n else f"{cut} of {n} {what} ({cut / n:.0%}) are"
-
-
-def _other_data(plan: Plan, testset: str, info: dict) -> bool:
-    """Whether a tokenised testset's sidecar is of other data than the testset as prepared now."""
-    meta = json_or_none(plan.paths.data_meta.format(dataset=testset))  # None: not prepared, or unreadable
-    return isinstance(meta, dict) and meta.get("fingerprint") != info.get("fingerprint")

@@ -1,5 +1,4 @@
-"""The experiment folder seen from the Snakefile's main process: its lock, the config that wrote it
-last, and its published set checked.
+"""The experiment folder seen from the Snakefile's main process: its lock and the config that wrote it last.
 
 Snakemake's own lock covers one working folder's ``.snakemake/``; the experiment's lock (an ``flock``)
 covers every checkout whose ``results/`` is that folder, taken while planning so that a second run
@@ -32,10 +31,9 @@ IDENTITY = "experiment.json"
 # experiment folder -> the warning planning gave about the config, repeated at the end of the run
 _SAID: dict[str, str] = {}
 # experiment folder -> the refusal of :func:`_written_elsewhere`, given by :func:`lock` to a run that may write
-_REFUSED: dict[str, str] = {}
+_REFUSED: dict[str, str | None] = {}
 # the rules whose params read the config's analysis block (PLAN.analysis, PLAN.score) and that no
 # rule downstream of partial_correlations covers: what a change of the analysis alone reruns
-# (tests/launch/test_experiment_faults.py checks them against workflow/rules/analyse.smk)
 ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
@@ -87,12 +85,10 @@ def _forced(argv: list[str]) -> tuple[bool, set[str]]:
     return every, rules
 
 
-def _written_elsewhere(plan: Plan, config: dict) -> str | None:
+def _written_elsewhere(plan: Plan, old: dict | None, config: dict) -> str | None:
     """The refusal of a run whose config changes a folder Snakemake holds no record of here (copied, moved,
-    or written from another working folder): Snakemake reruns a job for a changed setting only from its
-    records. None when the run forces what the change needs."""
+    or written from another working folder; ``old``: its record). None when the run forces what it needs."""
     root = Path(plan.paths.root)
-    old = _read_identity(root)
     if old is None:
         return None  # never written
     moved = not _records_here(root, old)
@@ -107,38 +103,32 @@ def _written_elsewhere(plan: Plan, config: dict) -> str | None:
     if every or (analysis_only and set(ANALYSIS_RULES) <= rules):
         return None
     where = (
-        f"its results were made as {old.get('folder')}, run from {old.get('workdir')}: copied or moved here, or "
-        "written from another working folder"
+        f"its results were made as {old.get('folder')}, run from {old.get('workdir')}"
         if moved
         else "a run took it over from another folder without running everything again"
     )
     fix = (
-        f"`--forcerun {' '.join(ANALYSIS_RULES)}` (only the analysis differs: it is analysed and drawn again, "
-        "nothing is trained or evaluated again)"
+        f"`--forcerun {' '.join(ANALYSIS_RULES)}` (only the analysis differs: nothing is trained or evaluated again)"
         if analysis_only
         else "`--forceall` (every job runs again; a finetune whose settings did not change reuses its checkpoints)"
     )
     return (
         f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}, and "
         f"Snakemake keeps no record here of the settings its results were made with ({where}): it would run "
-        f"nothing for what this run's config changes ({', '.join(changes)}), and the results would stay those of "
-        f"{', '.join(old['configs'])}. To carry the experiment on under "
-        f"this config, run once with {fix}; to keep both, give this config its own `experiment:` name. If "
-        f"what differs changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then "
-        "taken as this working folder's, as it is"
+        f"nothing for what this run's config changes ({', '.join(changes)}). To carry the experiment on under this "
+        f"config, run once with {fix}; to keep both, give this config its own `experiment:` name. If what differs "
+        f"changes no result (resources, a batch size), remove {root / IDENTITY}: the folder is then taken as it is"
     )
 
 
 def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     """A warning when another config wrote this experiment folder last, or :func:`_written_elsewhere`'s refusal."""
     root = Path(plan.paths.root)
-    elsewhere = _written_elsewhere(plan, config)
-    _REFUSED.pop(str(root), None)
+    old = _read_identity(root)
+    elsewhere = _REFUSED[str(root)] = _written_elsewhere(plan, old, config)
     if elsewhere:
-        _REFUSED[str(root)] = elsewhere
         _SAID[str(root)] = elsewhere
         return elsewhere
-    old = _read_identity(root)
     mine = _config_identity(config_files, config)
     if old is None or old["configs"] == mine["configs"] or old.get("config_sha256") == mine["config_sha256"]:
         return None
@@ -146,9 +136,8 @@ def config_warning(plan: Plan, config_files, config: dict) -> str | None:
     warning = (
         f"experiment {plan.experiment!r} ({root}) was last written by config {', '.join(old['configs'])}{when}; "
         f"this run's config, {', '.join(mine['configs'])}, has the same `experiment:` name and writes into that "
-        "experiment: wherever the two configs differ, its results replace those (a finetune with other settings "
-        "moves the run's checkpoints aside as checkpoints.stale-*, kept). If it is another experiment, stop this "
-        "run and give the config its own `experiment:` name; if it carries that experiment on, nothing needs doing"
+        "experiment, replacing its results where the configs differ (checkpoints of other settings kept aside as "
+        "checkpoints.stale-*). If it is another experiment, stop and give the config its own `experiment:` name"
     )
     _SAID[str(root)] = warning
     return warning
@@ -183,20 +172,16 @@ def may_write(argv: list[str]) -> bool:
 def lock(plan: Plan, config_files) -> str | None:
     """Take the experiment's lock for the rest of this process; None, or the sentence that refuses the run."""
     root = Path(plan.paths.root)
+    configs = ", ".join(str(Path(f).resolve()) for f in config_files)
     try:
-        held = acquire(
-            root,
-            EXPERIMENT,
-            extra={"config": ", ".join(str(Path(f).resolve()) for f in config_files), "experiment": plan.experiment},
-        )
+        held = acquire(root, EXPERIMENT, extra={"config": configs, "experiment": plan.experiment})
         atexit.register(release, held)  # (the kernel lets go anyway; this also clears the holder's name)
     except FolderInUse as e:
         return str(e)
     except OSError as e:
         return (
-            f"{root}: cannot take the experiment's lock ({e.strerror or e}); the workflow does not write an "
-            "experiment folder unguarded. Check that the folder is writable and that its file system supports "
-            "locks (flock)"
+            f"{root}: cannot take the experiment's lock ({e.strerror or e}). Check that the folder is writable and "
+            "that its file system supports locks (flock)"
         )
     return _REFUSED.get(str(root))
 

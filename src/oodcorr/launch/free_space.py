@@ -10,6 +10,7 @@ from ..core.filesystems import human_bytes, room
 from ..core.gpus import LOCK_DIR_ENV as GPU_LOCK_DIR_ENV
 from ..core.locks import LOCK_DIR_ENV
 from ..planning.plan import Plan
+from .budget import job_counts
 
 # Snakemake's ILP scheduler (pulp) writes the problem of the jobs ready at once in its temp folder, and the
 # solver its solution beside it, before it starts them: about 0.5 KiB a job each
@@ -18,16 +19,7 @@ SOLVER_BYTES_PER_JOB = 1024
 LEAST_ROOM = (1 << 20, 64)
 
 
-def planned_jobs(plan: Plan) -> int:
-    """About how many jobs the plan holds, as many as Snakemake's scheduler may weigh at once."""
-    evaluations = sum(len(j.steps) for j in plan.eval_jobs) if plan.unit == "checkpoint" else len(plan.eval_jobs)
-    testsets = {t for ts in plan.testsets.values() for t, _ in ts}
-    return (
-        evaluations + len(plan.runs) + len(plan.datasets) + len(plan.models) * (len(testsets) + 1) + len(plan.targets())
-    )
-
-
-def _option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
+def option_value(argv: list[str], name: str, bare: str | None = None) -> str | None:
     """The value of option ``name`` in ``argv`` (``--name X``, ``--name=X``); ``bare`` when given without one."""
     for i, a in enumerate(argv):
         if a.startswith(f"{name}="):
@@ -47,8 +39,8 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         "(`export TMPDIR=/scratch/$USER/tmp TMP=/scratch/$USER/tmp`)"
     )
     needs = []  # (the folder's role, the folder, bytes, inodes, what is written there, what to do)
-    if _option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
-        n = planned_jobs(plan)
+    if option_value(argv, "--scheduler", "ilp") in (None, "ilp"):
+        n = sum(job_counts(plan).values())  # as many as Snakemake's scheduler may weigh at once
         solver = least_bytes + SOLVER_BYTES_PER_JOB * n
         needs.append(
             (
@@ -56,12 +48,11 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
                 Path(os.environ.get("TMP") or os.environ.get("TMPDIR") or "/tmp"),  # pulp's order, not Python's
                 solver,
                 16,
-                f"the scheduler writes its solver's files there before it starts a job (about {human_bytes(solver)} "
-                f"for this run's {n} jobs)",
+                f"its solver's files go there before a job starts (about {human_bytes(solver)} for {n} jobs)",
                 f"{tmp_fix}, or run with `--scheduler greedy`, which writes nothing there",
             )
         )
-    report = _option_value(argv, "--report", "report.html")
+    report = option_value(argv, "--report", "report.html")
     if report is not None:  # the report holds every figure and table it shows, base64-encoded: a third more
         shown = sum(os.path.getsize(t) for t in plan.targets() if os.path.isfile(t))
         report_bytes = least_bytes + shown * 4 // 3
@@ -91,7 +82,7 @@ def free_space_problems(plan: Plan, argv: list[str], conda_prefix: str | os.Path
         (".snakemake/", ".snakemake", "Snakemake records every job there", "free room on that file system"),
         (
             "--shadow-prefix",
-            _option_value(argv, "--shadow-prefix"),
+            option_value(argv, "--shadow-prefix"),
             "the jobs' shadow folders go there",
             "free room there, or give it a folder with room",
         ),

@@ -3,11 +3,12 @@ that it prices (:data:`CHANGES`, each a function from a config to a changed copy
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import json
 import statistics
 from collections import Counter
-from pathlib import Path
+
+from ..core.io import json_or_none
 
 POOL_COLUMNS = ("n_train", "seed")  # the run information the workflow passes to the analysis
 
@@ -36,8 +37,6 @@ def grid_of(plan) -> dict:
                 n_ood * (n_ood - 1) // 2,
             )
         )
-    if not shapes:
-        raise ValueError("the config plans no runs: nothing to design")
     models, runs, checkpoints, pairs = _mode(shapes)
     notes = []
     if len(set(shapes)) > 1:
@@ -75,10 +74,8 @@ def testset_sizes(plan, names) -> dict:
         cap = plan.exp.dataset(name).get("max_examples")
         n = int(cap) if cap else None
         if n is None:
-            try:
-                n = int(json.loads(Path(plan.paths.data_meta.format(dataset=name)).read_text(encoding="utf-8"))["n"])
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
+            with contextlib.suppress(KeyError, TypeError, ValueError):  # not prepared, or no count in its description
+                n = int(json_or_none(plan.paths.data_meta.format(dataset=name))["n"])
         out[name] = n
     return out
 

@@ -1,7 +1,6 @@
-"""The published set checked against its record at the start of every run (a damaged or incomplete set
-loses its marker, so that the run publishes it again), and before ``snakemake --report``: a clear word when
-the experiment has not run (without ``--configfile`` Snakemake reports ``results/default/`` and fails on its
-first missing figure), or its staged files are not what was published (the report would show other numbers).
+"""The published set checked against its record at the start of every run, and before ``snakemake
+--report``: a clear word when the experiment has not run (without ``--configfile`` Snakemake reports
+``results/default/`` and fails on its first missing figure), or its staged files are not what was published.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from ..core.digests import sha256_file
 from ..core.errors import ConfigError
 from ..core.locks import EXPERIMENT, FolderInUse, hold
 from ..planning.plan import Plan
+from .free_space import option_value
 
 
 def check_published(plan: Plan, change: bool) -> list[str]:
@@ -24,14 +24,12 @@ def check_published(plan: Plan, change: bool) -> list[str]:
         return []
     out = []
     if state.damaged:
-        shown = "; ".join(state.damaged[:5]) + (
-            f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
-        )
+        more = f"; and {len(state.damaged) - 5} more" if len(state.damaged) > 5 else ""
         out.append(
             f"the published results of experiment {plan.experiment!r} are not what was published"
             + (f" ({published.describe(state.record)})" if state.record else "")
-            + f": {shown}. This run publishes the set again from {plan.paths.staging}; what was changed or added is "
-            f"kept under {root / published.PUBLISHED}/kept-*"
+            + f": {'; '.join(state.damaged[:5])}{more}. This run publishes the set again from {plan.paths.staging}; "
+            f"what was changed or added is kept under {root / published.PUBLISHED}/kept-*"
         )
     elif state.incomplete:
         out.append(
@@ -39,10 +37,7 @@ def check_published(plan: Plan, change: bool) -> list[str]:
             f"Readers see {published.describe(state.record)}, whole and as published; this run publishes again"
         )
     if state.leftovers:
-        out.append(
-            f"{', '.join(state.leftovers)}: left by a publish that did not finish (the published set is not "
-            "affected); the next publish removes it"
-        )
+        out.append(f"{', '.join(state.leftovers)}: left by a publish that did not finish; the next publish removes it")
     marker = root / published.MARKER
     if (state.damaged or state.incomplete) and marker.exists():
         if not change:
@@ -59,14 +54,9 @@ def check_published(plan: Plan, change: bool) -> list[str]:
     return out
 
 
-def report_requested(argv: list[str]) -> bool:
-    """Whether this Snakemake was started with ``--report`` (the Snakefile cannot ask Snakemake)."""
-    return any(a == "--report" or a.startswith("--report=") for a in argv)
-
-
 def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     """Under ``--report``: every file the report shows must exist, else one error naming the config."""
-    if not report_requested(argv):
+    if option_value(argv, "--report", "") is None:
         return
     missing = [t for t in plan.targets() if not Path(t).exists()]
     if not missing:
@@ -82,9 +72,8 @@ def check_report_inputs(plan, configfile, argv: list[str]) -> None:
     here = f" (experiments with results here: {', '.join(others)})" if others else ""
     raise ConfigError(
         f"--report: experiment {plan.experiment!r} (from {configfile}) has not finished here: {len(missing)} of the "
-        f"report's {len(plan.targets())} files are missing (e.g. {missing[0]}). The report covers the experiment "
-        f"of the config given with --configfile{here}. Run `snakemake --configfile <that config> --report "
-        f"{root.parent}/<experiment>/report.html`, or run this experiment first."
+        f"report's {len(plan.targets())} files are missing (e.g. {missing[0]}){here}. Run it first, or report another "
+        f"one with its config: `snakemake --configfile <that config> --report {root.parent}/<experiment>/report.html`"
     )
 
 

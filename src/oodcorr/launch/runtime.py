@@ -27,7 +27,12 @@ def start_job(sm) -> None:
     """Start a rule's script (``sm``: its ``snakemake`` object): its log, the room for its refusal, and the
     hook that records an exception no script catches."""
     log = sm.log[0] if len(sm.log) else None
-    setup_logging(log)
+    if log:  # stdout, stderr and logging records go to the rule's log file
+        os.makedirs(os.path.dirname(log) or ".", exist_ok=True)
+        sys.stdout = sys.stderr = open(log, "w", buffering=1, encoding="utf-8")
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     wildcards = getattr(sm, "wildcards", None)
     items = wildcards.items() if hasattr(wildcards, "items") else vars(wildcards or object()).items()
     outputs = getattr(sm, "output", None) or []
@@ -40,9 +45,7 @@ def start_job(sm) -> None:
         output=str(outputs[0]) if outputs else None,
     )
     # what stays recorded if the job is killed before it can say why (oodcorr.launch.disk_checks.refusal_lines)
-    killed = _doc(
-        "killed before it could say why (a signal: no Python error, no sentence of its own in its log)", "killed"
-    )
+    killed = _doc("killed before it could say why (a signal: no Python error, no sentence of its own)", "killed")
     _JOB["slot"] = RefusalSlot(folder, str(Path(log or "job").resolve()), killed) if folder else None
     sys.excepthook = _uncaught
     atexit.register(_ended)
@@ -57,9 +60,7 @@ def refuse(e: BaseException | str) -> None:
 
 def _kind(e: BaseException | str) -> str:
     """How a job's refusal is recorded: ``disk full``, ``write failed`` or ``refused``."""
-    if isinstance(e, DiskFull):
-        return "disk full"
-    return "write failed" if isinstance(e, WriteFailed) else "refused"
+    return "disk full" if isinstance(e, DiskFull) else "write failed" if isinstance(e, WriteFailed) else "refused"
 
 
 def _record(message: str, kind: str) -> None:
@@ -96,9 +97,8 @@ def _uncaught(kind, e, tb) -> None:
 
 
 def _write_stopped(e: Exception) -> WriteFailed | None:
-    """The sentence of a raw error that is the file system stopping a write of this job: want of room
-    or a read-only file system wherever it is raised, an I/O or permission error when it names the job's
-    output folder (the same errors on an input are not about writing)."""
+    """The sentence of a raw error that is the file system stopping a write of this job: want of room or a
+    read-only file system anywhere, an I/O or permission error only in the job's output folder."""
     code = write_errno(e)
     if code is None:
         return None
@@ -115,17 +115,6 @@ def _ended() -> None:
     slot = _JOB.get("slot")
     if slot is not None and slot.fd is not None:
         slot.drop()
-
-
-def setup_logging(log_path: str | None) -> None:
-    """Send this job's stdout, stderr and logging records to its Snakemake log file."""
-    if log_path:
-        os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-        fh = open(log_path, "w", buffering=1, encoding="utf-8")
-        sys.stdout = sys.stderr = fh
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, force=True, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
 
 
 def end_job() -> None:

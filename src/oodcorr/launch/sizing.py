@@ -1,17 +1,13 @@
-"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch).
-
-Activations are not counted in the GPU memory, so its check catches a job that cannot fit, not every
-one that will not.
-"""
+"""Model sizes: parameter counts, the GPU memory a job needs at least, checkpoint sizes (no torch)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.model_dirs import package_dir
-from ..core.model_entry import ModelEntry
 from ..modeling.weights import weight_shapes
 
 GiB = 2**30
@@ -30,18 +26,18 @@ class ModelSize:
     source: str  # where the count comes from, or why it is unknown
     linear: dict | None = None  # module name -> [[out, in, count], ...]
 
-    @property
-    def known(self) -> bool:
-        return self.parameters is not None
-
 
 def model_size(spec, lock=None) -> ModelSize:
     """The size of a plan's model: from the hub lock, else a local folder's safetensors headers, else ``params_b``."""
     if lock is not None and spec.name in lock.models and lock.models[spec.name].get("parameters"):
         e = lock.models[spec.name]
         return ModelSize(int(e["parameters"]), f"the lock file {lock.path}", e.get("linear"))
-    folder = _local_folder(spec.model_entry)
-    if folder is not None and any(folder.glob("*.safetensors")):
+    entry = spec.model_entry
+    folder = Path(entry.path) if entry.path else None
+    if folder is None and entry.package:
+        with contextlib.suppress(ConfigError):  # not installed: no headers to read
+            folder = package_dir(entry)
+    if folder is not None and folder.is_dir() and any(folder.glob("*.safetensors")):
         params, linear = weight_shapes(folder)
         return ModelSize(params, f"the safetensors headers in {folder}", linear)
     if spec.params_b:
@@ -51,18 +47,6 @@ def model_size(spec, lock=None) -> ModelSize:
     if spec.model_entry.source == "hub":
         return ModelSize(None, "no lock entry (run oodcorr prefetch) and no params_b on the entry")
     return ModelSize(None, "no safetensors weights to read and no params_b on the entry")
-
-
-def _local_folder(model_entry: ModelEntry) -> Path | None:
-    if model_entry.path:
-        p = Path(model_entry.path)
-        return p if p.is_dir() else None
-    if model_entry.package:
-        try:
-            return package_dir(model_entry)
-        except ConfigError:
-            return None
-    return None
 
 
 def lora_parameters(size: ModelSize, lora: dict) -> int | None:
@@ -98,30 +82,27 @@ class GpuNeed:
 
 def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
     """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, None when the
-    parameter count is unknown: weights, plus gradients and two Adam states of what trains, split over the
-    GPUs ``distributed`` shards them over, x 1.2 + 2 GiB."""
-    if not size.known:
-        return None
+    parameter count is unknown. Without activations: a job that cannot fit is caught, not every one that will not."""
     p = size.parameters
+    if p is None:
+        return None
     dtype = spec.model_entry.dtype
     b = DTYPE_BYTES.get(dtype, 4)
     what = f"{p / 1e9:.2f} B parameters (from {size.source}) x {b} bytes ({dtype})"
+    w_shard, s_shard = (1, 1) if rule == "evaluate" else _shards(spec)
     if rule == "evaluate":
         weights, states, parts = p * b, 0.0, "weights"
-        w_shard = s_shard = 1
+    elif spec.lora:
+        adapter = lora_parameters(size, spec.finetune["lora"]) or 0
+        weights, states = p * b, adapter * ADAPTER_TRAIN_BYTES
+        parts = (
+            "frozen weights + the LoRA adapter's training state"
+            if adapter
+            else "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
+        )
     else:
-        w_shard, s_shard = _shards(spec)
-        if spec.lora:
-            adapter = lora_parameters(size, spec.finetune["lora"]) or 0
-            weights, states = p * b, adapter * ADAPTER_TRAIN_BYTES
-            parts = (
-                "frozen weights + the LoRA adapter's training state"
-                if adapter
-                else "frozen weights (the LoRA adapter's own state, under 1%, not counted)"
-            )
-        else:
-            weights, states = 2 * p * b, 2 * p * b
-            parts = "weights and gradients + two Adam states"
+        weights, states = 2 * p * b, 2 * p * b
+        parts = "weights and gradients + two Adam states"
     raw = weights / w_shard + states / s_shard
     gib = raw / GiB * MARGIN_FACTOR + MARGIN_GIB
     shard = (
@@ -159,11 +140,8 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
                     f"a smaller dtype (models[{name}].dtype)",
                 ]
                 if rule == "finetune":
-                    fixes.append(
-                        f"sharding over more GPUs (models[{name}].distributed)"
-                        if spec.distributed
-                        else f"sharding over several GPUs (models[{name}].distributed: FSDP or DeepSpeed)"
-                    )
+                    more = "more" if spec.distributed else "several"
+                    fixes.append(f"sharding over {more} GPUs (models[{name}].distributed: FSDP or DeepSpeed)")
                     if not spec.lora:
                         fixes.append(f"LoRA (models[{name}].finetune.lora)")
                 errors.append(
@@ -176,15 +154,13 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
     warnings = []
     if unknown:
         warnings.append(
-            "GPU memory check skipped for "
-            + "; ".join(dict.fromkeys(unknown))
-            + ": parameter count unknown (run oodcorr prefetch, or set params_b on the model entry)"
+            f"GPU memory check skipped for {'; '.join(unknown)}: parameter count unknown (run oodcorr prefetch, or "
+            "set params_b on the model entry)"
         )
     if unset:
+        shown = ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
         warnings.append(
-            "GPU memory not checked for "
-            + ", ".join(f"{m} ({', '.join(r)})" for m, r in unset.items())
-            + ": set gpu_mem_gb (GiB per GPU) in their size class or resources"
+            f"GPU memory not checked for {shown}: set gpu_mem_gb (GiB per GPU) in their size class or resources"
         )
     return warnings
 
@@ -201,7 +177,7 @@ def checkpoint_bytes(spec, size: ModelSize) -> tuple[int | None, str]:
             )
             return None, f"LoRA adapter size unknown: {why}"
         return a * ADAPTER_SAVE_BYTES, f"LoRA adapter: {a:,} parameters x {ADAPTER_SAVE_BYTES} bytes"
-    if not size.known:
+    if size.parameters is None:
         return None, f"full weights, size unknown ({size.source})"
     b = DTYPE_BYTES.get(spec.model_entry.dtype, 4)
     return size.parameters * b, f"full weights: {size.parameters / 1e9:.3f} B parameters x {b} bytes"

@@ -73,21 +73,15 @@ def parse_config(text: str) -> ClusterConfig:
     values = {k.strip(): v.strip() for k, sep, v in (line.partition("=") for line in text.splitlines()) if sep}
     storage = values.get("AccountingStorageType", "")
     count = values.get("MaxJobCount", "").split()[:1]
+    age = re.match(r"\s*(\d+)\s*([a-z]*)", values.get("MinJobAge", "").lower())  # 300 sec, 1h, 600
+    unit = 3600 if age and age[2].startswith("h") else 60 if age and age[2].startswith("min") else 1
     return ClusterConfig(
         accounting=bool(storage) and not storage.endswith("/none"),
         storage=storage,
-        min_job_age_s=_seconds(values.get("MinJobAge")),
+        min_job_age_s=int(age[1]) * unit if age else None,
         max_job_count=int(count[0]) if count and count[0].isdigit() else None,
         text=text,
     )
-
-
-def _seconds(value: str | None) -> int | None:
-    """``300 sec``, ``1h``, ``600`` -> seconds."""
-    m = re.match(r"\s*(\d+)\s*([a-z]*)", (value or "").lower())
-    if not m:
-        return None
-    return int(m.group(1)) * (3600 if m.group(2).startswith("h") else 60 if m.group(2).startswith("min") else 1)
 
 
 SINFO_FORMAT = "%R|%a|%P|%N|%T|%E"  # partition, its availability, (default marked *), node, state, reason
@@ -201,8 +195,7 @@ def user_accounts() -> set[str] | None:
 
 def status_problems(status_command: str | None, init_s: int, config: ClusterConfig) -> tuple[list[str], list[str]]:
     """(refusals, warnings) for how the executor would learn that jobs ended: without accounting sacct knows
-    no job and the run waits forever. The executor uses sacct when told to, and instead of squeue when
-    ``MinJobAge`` is short."""
+    no job and the run waits forever."""
     refusals, warnings = [], []
     age = config.min_job_age_s
     if not config.accounting:
@@ -212,25 +205,20 @@ def status_problems(status_command: str | None, init_s: int, config: ClusterConf
         )
         if status_command in (None, "sacct"):
             refusals.append(
-                "the SLURM executor would ask sacct whether jobs ended (`slurm-status-command: sacct`, set in the "
-                f"profile or the executor's default where sacct is installed), but {why}. Set `slurm-status-command: "
-                f"squeue` in the profile ({PROFILE}) and run again"
+                f"the SLURM executor would ask sacct whether jobs ended (`slurm-status-command: sacct`), but {why}. "
+                f"Set `slurm-status-command: squeue` in the profile ({PROFILE}) and run again"
             )
         elif age is not None and age < 3 * init_s:
             refusals.append(
-                f"the SLURM executor would ask sacct instead of squeue whether jobs ended, since this cluster keeps a "
-                f"finished job visible to squeue for {age} s (MinJobAge), less than 3 x its first pause of {init_s} s "
-                f"(`slurm-init-seconds-before-status-checks`), but {why}. Set "
-                f"`slurm-init-seconds-before-status-checks: {max(1, age // 3)}` (or less) in the profile "
-                f"({PROFILE}) and run again"
+                f"the SLURM executor would ask sacct whether jobs ended, as this cluster keeps a finished job seen by "
+                f"squeue for {age} s (MinJobAge), under 3 x its first pause of {init_s} s, but {why}. In the profile "
+                f"({PROFILE}) set `slurm-init-seconds-before-status-checks: {max(1, age // 3)}` (or less) and run again"
             )
         if age is not None and age < EXECUTOR_MAX_PAUSE_S + 30 and not refusals:
             warnings.append(
-                f"this cluster keeps a finished job visible to squeue for {age} s (MinJobAge) and has no "
-                f"accounting; the SLURM executor pauses up to {EXECUTOR_MAX_PAUSE_S} s between status checks, so a job "
-                "that ends early in a long pause can be missed and waited for forever (said on the console when it "
-                "happens). Ask the "
-                f"cluster's administrators for MinJobAge of {EXECUTOR_MAX_PAUSE_S + 120} s or more"
+                f"this cluster keeps a finished job visible to squeue for {age} s (MinJobAge) and has no accounting; "
+                f"the SLURM executor pauses up to {EXECUTOR_MAX_PAUSE_S} s between status checks and can miss a job "
+                f"(waited for forever). Ask the administrators for MinJobAge {EXECUTOR_MAX_PAUSE_S + 120} s or more"
             )
     return refusals, warnings
 
@@ -254,8 +242,7 @@ def placement_problems(
     no_account: bool,
 ) -> tuple[list[str], list[str]]:
     """(refusals, warnings) for the partitions and accounts the jobs would be submitted to."""
-    refusals: list[str] = []
-    warnings: list[str] = []
+    refusals, warnings = [], []
     by_partition: dict[str | None, list[Placement]] = {}
     by_account: dict[str, list[Placement]] = {}
     for p in placements:
@@ -281,21 +268,18 @@ def placement_problems(
             )
         elif part.available in ("inact", "inactive", "drain"):
             refusals.append(
-                f"partition {name!r} ({keys}; for the {rules} jobs) is {part.available} (`sinfo -p {name}`): SLURM "
-                "takes no job into it. Set `slurm_partition` there to a partition that is up, or ask the cluster's "
-                "administrators, and run again"
+                f"partition {name!r} ({keys}; for the {rules} jobs) is {part.available} (`sinfo -p {name}`): set "
+                "`slurm_partition` there to a partition that is up, or ask the cluster's administrators, and run again"
             )
         elif part.available == "down":
             warnings.append(
                 f"partition {name!r} ({keys}; for the {rules} jobs) is down (`sinfo -p {name}`): SLURM queues the jobs "
-                "but starts none until an administrator sets it up. To run them elsewhere, stop this run, set "
-                "`slurm_partition` there to a partition that is up and run again"
+                "but starts none until it is up; or stop this run, set `slurm_partition` there to another and run again"
             )
         elif not part.usable_nodes():
             warnings.append(
                 f"no node of partition {name!r} ({keys}; for the {rules} jobs) can start a job now: "
-                f"{part.unusable() or 'it has no nodes'} (`sinfo -p {name}`). SLURM queues the jobs and starts them "
-                "when a node returns"
+                f"{part.unusable() or 'it has no nodes'} (`sinfo -p {name}`). SLURM starts them when a node returns"
             )
     for account, group in sorted(by_account.items()):
         rules = ", ".join(sorted({g.rule for g in group}))
@@ -303,8 +287,7 @@ def placement_problems(
         if not config.accounting:
             warnings.append(
                 f"account {account!r} ({keys}; for the {rules} jobs) is passed to sbatch, but this cluster keeps no "
-                "accounting, so it has no accounts to check it against. Delete `slurm_account` there and set "
-                f"`slurm-no-account: true` in the profile ({PROFILE})"
+                f"accounting. Delete `slurm_account` there and set `slurm-no-account: true` in the profile ({PROFILE})"
             )
         elif accounts is not None and account.lower() not in accounts:
             refusals.append(
@@ -314,9 +297,8 @@ def placement_problems(
             )
     if config.accounting and not no_account and not by_account and placements:
         warnings.append(
-            "no job names a SLURM account (`slurm_account`): the executor guesses one from your earlier jobs. Set "
-            f"`slurm_account` in the profile's default-resources ({PROFILE}), or `slurm-no-account: true` where "
-            "jobs need none"
+            "no job names a SLURM account (`slurm_account`), so the executor guesses one: set it in the profile's "
+            f"default-resources ({PROFILE}), or `slurm-no-account: true` where jobs need none"
         )
     return refusals, warnings
 
@@ -349,9 +331,7 @@ def array_problems(
     status_command: str | None,
 ) -> list[str]:
     """The refusals for job arrays (``slurm-array-jobs``: ``setting``) where the executor (2.8.0) gets them
-    wrong: it gives every task the first job's resources, never offers again ready jobs that did not fill an
-    array while more wait (plugin issue #473), and its sacct query cannot find an array's tasks.
-    ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
+    wrong. ``jobs``: each job's rule and resources; ``at_once``: ``jobs:``; ``per_timespan``: what
     ``max-jobs-per-timespan`` lets start."""
     rules = array_rules(setting)
     chosen: dict[str, list[dict]] = {}
@@ -373,15 +353,13 @@ def array_problems(
             )
     if status_command != "squeue":
         out.append(
-            f"job arrays with the executor's status command {status_command or 'sacct (its default)'}: its sacct "
-            "query gives an array task by its own job id, not the <array>_<task> the executor looks for, which then "
+            f"job arrays with status command {status_command or 'sacct (its default)'}: the executor's sacct query "
             "reads every task's state from one task's record. Set `slurm-status-command: squeue` in the profile, " + off
         )
     n = len(jobs)
     held_back = (
-        f"the executor never submits the {', '.join(sorted(chosen))} jobs the scheduler picks while more of them "
-        "wait to be picked (snakemake-executor-plugin-slurm 2.8.0; its issue #473), and the run would wait for "
-        "them forever"
+        f"the executor never submits the {', '.join(sorted(chosen))} jobs picked while more of them wait to be "
+        "picked (snakemake-executor-plugin-slurm 2.8.0, issue #473): the run would wait forever"
     )
     if at_once < n:
         out.append(
@@ -410,8 +388,6 @@ def _age(min_job_age_s: int | None) -> str:
 
 def _queue_advice(fit: int) -> str:
     return (
-        "sbatch waits while the queue is full (`Slurm temporarily unable to accept job, sleeping and retrying`), "
-        "and a submission that still finds no room fails. Pack the evaluations into fewer SLURM jobs (uncomment "
-        f"the PACKING block of {PROFILE}: `group-components` evaluations per job) and set `jobs:` there (or "
-        f"--jobs) to {fit} or fewer"
+        "a submission that finds no room fails: pack the evaluations into fewer SLURM jobs (uncomment the PACKING "
+        f"block of {PROFILE}) and set `jobs:` there (or --jobs) to {fit} or fewer"
     )

@@ -100,17 +100,15 @@ def describe(jobs: list[slurm.QueuedJob]) -> str:
     rules, shown = list(RESOURCES), 6
     parts = []
     for j in jobs[:shown]:
-        rule = j.rule(rules)
         what = j.comment.split("_wildcards_", 1)[1].replace("_", " ") if "_wildcards_" in j.comment else ""
         why = f": {j.reason}" if j.state == "PENDING" and j.reason and j.reason != "None" else ""
-        parts.append(f"{j.id} ({rule}{' ' + what if what else ''}, {j.state}{why})")
+        parts.append(f"{j.id} ({j.rule(rules)}{' ' + what if what else ''}, {j.state}{why})")
     more = f" and {len(jobs) - shown} more" if len(jobs) > shown else ""
     return ", ".join(parts) + more
 
 
 def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None:
-    """The jobs of the experiment's earlier SLURM runs that SLURM still holds, and those runs; None when
-    squeue does not answer."""
+    """The earlier SLURM runs' jobs that SLURM still holds, and those runs; None when squeue does not answer."""
     runs = [r for r in earlier_runs(plan) if r.get("slurm_run_id")]
     if not runs or shutil.which("squeue") is None:  # no SLURM here: none of its jobs can be waited for here
         return [], []
@@ -122,41 +120,31 @@ def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None
     return active, [r for r in runs if r["slurm_run_id"] in ids]
 
 
+def _held(jobs: list[slurm.QueuedJob], runs: list[dict]) -> str:
+    who = "; ".join(_who(r) for r in runs)
+    return f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}"
+
+
 def earlier_jobs_warning(plan: Plan) -> list[str]:
     """For a run that writes nothing (``-n``): the earlier runs' jobs SLURM still holds, if any."""
     found = _earlier_jobs(plan)
     if not found or not found[0]:
         return []
-    jobs, runs = found
-    return [
-        f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment "
-        f"({'; '.join(_who(r) for r in runs)}): {describe(jobs)}; a run waits for them before it plans, instead of "
-        "submitting them again"
-    ]
+    return [f"{_held(*found)}; a run waits for them before it plans, instead of submitting them again"]
 
 
-def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[slurm.QueuedJob]) -> str:
-    """The sentence for a Snakemake lock that a run which ended left on the experiment's files."""
-    runs = earlier_runs(plan)
-    last = runs[-1] if runs else None
-    if last is None:
-        who = "a run of the experiment that ended without releasing it (killed?)"
-    elif last.get("host") != socket.gethostname():
-        who = (
-            f"its last run ({_who(last)}), which ended without releasing it (killed?), unless it still runs on "
-            f"{last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
-        )
-    elif _gone(last):
-        who = f"its last run ({_who(last)}), which ended without releasing it (killed?) and is gone"
-    else:  # that PID is another process now: the run would hold the experiment's lock
-        who = f"its last run ({_who(last)}), which ended without releasing it (killed?)"
+def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, shown: str, jobs: list) -> str:
+    """The sentence for a Snakemake lock (``shown``: its files) that a run which ended (``last``) left."""
+    who = "a run of the experiment" if last is None else f"its last run ({_who(last)}),"
+    who += " which ended without releasing it (killed?)"
+    if last is not None and last.get("host") != socket.gethostname():
+        who += f", unless it still runs on {last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
     then = (
         f"; the rerun then waits for the {len(jobs)} SLURM job(s) of that run that SLURM still holds, "
         f"{describe(jobs)}, instead of submitting them again"
         if jobs
         else ""
     )
-    shown = ", ".join(str(p) for p in locks[:2]) + (f" and {len(locks) - 2} more" if len(locks) > 2 else "")
     return (
         f"Snakemake's lock on the files of experiment {plan.experiment!r} ({shown}, in {os.getcwd()}) was left by "
         f"{who}. No run holds the experiment's lock now, so none is writing it, but Snakemake refuses to start until "
@@ -164,11 +152,9 @@ def _unlock_refusal(plan: Plan, argv: list[str], locks: list[Path], jobs: list[s
     )
 
 
-def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) -> bool:
+def _release_stale(plan: Plan, last: dict | None, locks: list[Path], shown: str, say: Callable) -> bool:
     """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
     here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
-    runs = earlier_runs(plan)
-    last = runs[-1] if runs else None
     if not _gone(last):
         return False
     try:
@@ -177,8 +163,7 @@ def _release_stale(plan: Plan, locks: list[Path], say: Callable[[str], None]) ->
     except OSError:
         return False
     say(
-        f"released Snakemake's lock on the files of experiment {plan.experiment!r} "
-        f"({', '.join(str(p) for p in locks[:2])}{' and more' if len(locks) > 2 else ''}), as `--unlock` would: "
+        f"released Snakemake's lock on the files of experiment {plan.experiment!r} ({shown}), as `--unlock` would: "
         f"its last run ({_who(last)}) ended without releasing it and is gone, and no run holds the experiment's lock"
     )
     return True
@@ -189,8 +174,10 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
     refusal), then the earlier runs' jobs SLURM still holds waited for."""
     found = _earlier_jobs(plan)
     locks = snakemake_locks(plan)
-    if locks and not _release_stale(plan, locks, say):
-        return _unlock_refusal(plan, argv, locks, (found or ([], []))[0])
+    last = (earlier_runs(plan) or [None])[-1]
+    shown = ", ".join(str(p) for p in locks[:2]) + (f" and {len(locks) - 2} more" if len(locks) > 2 else "")
+    if locks and not _release_stale(plan, last, locks, shown, say):
+        return _unlock_refusal(plan, argv, last, shown, (found or ([], []))[0])
     if found is None:
         return (
             f"experiment {plan.experiment!r} was run through SLURM before, and SLURM does not answer now "
@@ -204,27 +191,23 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
         wait_for(jobs, runs, say)
     except KeyboardInterrupt:
         return (
-            "stopped waiting (Ctrl-C); nothing was submitted. SLURM still holds the earlier run's job(s) "
-            f"{', '.join(j.id for j in jobs)}: run the same command again to wait for them, or `scancel "
-            f"{' '.join(j.id for j in jobs)}` to drop them first"
+            "stopped waiting (Ctrl-C); nothing was submitted. Run the same command again to wait for the earlier "
+            f"run's SLURM job(s), or `scancel {' '.join(j.id for j in jobs)}` to drop them first"
         )
     return None
 
 
 def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str], None]) -> None:
-    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for when that
-    changes, and every :data:`SAY_AGAIN_S` seconds."""
+    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for."""
     names = [str(r["slurm_run_id"]) for r in runs]
-    who = "; ".join(_who(r) for r in runs)
     said, said_at, quiet_since, released = None, 0.0, None, set()
     while True:
         freed = slurm.release_failed_launches(jobs, released)
         if freed:
             say(f"released SLURM job(s) {', '.join(freed)} of the earlier run, held after a failed launch (once each)")
         line = (
-            f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}. "
-            "This run waits for them instead of submitting them again, then plans what is left; Ctrl-C stops "
-            f"waiting (the jobs run on), `scancel {' '.join(j.id for j in jobs)}` drops them"
+            f"{_held(jobs, runs)}. This run waits for them instead of submitting them again, then plans what is "
+            f"left; Ctrl-C stops waiting (the jobs run on), `scancel {' '.join(j.id for j in jobs)}` drops them"
         )
         now = time.monotonic()
         if line != said or now - said_at >= SAY_AGAIN_S:

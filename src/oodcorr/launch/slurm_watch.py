@@ -16,8 +16,7 @@ from ..planning.plan import Plan
 from . import slurm_cluster as slurm
 from . import slurm_rerun, slurm_wrap
 
-# the states in which SLURM ended a job for a limit or a failure outside it (a job's own error is FAILED,
-# said by its own sentence: oodcorr.launch.disk_checks.refusal_lines)
+# the states in which SLURM ended a job for a limit or a failure outside it (FAILED: the job's own sentence)
 ENDED_BY_SLURM = ("TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED", "CANCELLED", "DEADLINE", "BOOT_FAIL")
 # of those, the ones SLURM may requeue (slurm-requeue): said only if the job is still ended when the run ends
 REQUEUED_AFTER = ("NODE_FAIL", "PREEMPTED")
@@ -32,8 +31,7 @@ def print_now(line: str) -> None:
 
 
 def wait_kind(reason: str) -> str:
-    """A pending job's reason as ``normal`` (it starts by itself), ``partition``, ``nodes``, ``limit``, ``held``
-    or ``other``."""
+    """A pending job's reason as ``normal`` (it starts by itself) or what it waits for."""
     r = reason.replace(" ", "").lower()
     if any(r.startswith(n.lower()) for n in NORMAL_WAIT):
         return "normal"
@@ -54,9 +52,8 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
     n = f"{len(ids)} SLURM job(s) of this run ({shown})"
     if kind == "partition":
         return (
-            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`): SLURM starts none "
-            "of them until an administrator sets it up. To run them elsewhere, stop this run (Ctrl-C), set "
-            f"`slurm_partition` to a partition that is up (in {slurm.PROFILE} or the config's resources) and run again"
+            f"{n} wait because partition {partition!r} is not up ({reason}; `sinfo -p {partition}`); or stop this run "
+            f"(Ctrl-C), set `slurm_partition` ({slurm.PROFILE} or the config's resources) to another and run again"
         )
     if kind == "nodes":
         part = (parts or {}).get(partition)
@@ -64,21 +61,17 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         return (
             f"{n} wait because no node of partition {partition!r} can start them"
             + (f": {nodes}" if nodes else "")
-            + f" (`sinfo -p {partition}`; SLURM says: {reason}). They start when a node is back (an administrator "
-            "resumes it); this run waits for them"
+            + f" (`sinfo -p {partition}`; SLURM: {reason}). They start when a node is back; this run waits for them"
         )
     if kind == "limit":
         return (
-            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end. To need "
-            f"fewer SLURM jobs, pack the evaluations into fewer of them (the PACKING block of {slurm.PROFILE}) and "
-            "lower `jobs:` there (or --jobs)"
+            f"{n} wait for a limit on your jobs ({reason}): SLURM starts them as your earlier jobs end; or pack "
+            f"evaluations into fewer SLURM jobs (PACKING in {slurm.PROFILE}) and lower `jobs:` there (or --jobs)"
         )
     if kind == "held" and "launch failed" in reason.lower():
         return (
-            f"{n} are held by SLURM ({reason}): their launch on a node failed (a node that could not start them, or "
-            f"slurmctld away while it started them), and SLURM keeps them until they are released. Check the node "
-            f"(`sinfo -p {partition}`), then `scontrol release {' '.join(ids)}` (or ask an administrator, where SLURM "
-            "refuses yours); this run waits for them"
+            f"{n} are held by SLURM ({reason}): their launch on a node failed. Check the node (`sinfo -p {partition}`)"
+            f", then `scontrol release {' '.join(ids)}` (or ask an administrator); this run waits for them"
         )
     if kind == "held":
         return f"{n} are held ({reason}): `scontrol release {' '.join(ids)}` lets them start; this run waits for them"
@@ -88,40 +81,33 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
 
 
 def _ended_sentence(job: slurm.QueuedJob, what: str, rule: str, key: Callable[[str], str]) -> str:
-    """The sentence for a job that SLURM ended in state ``job.state``, with the config key and value that set
-    its limit (``key(name)``: ``resources.evaluate.mem_mb: 2000``)."""
+    """The sentence for a job SLURM ended, with the config key and value of its limit (``key(name)``)."""
     head = f"SLURM ended job {job.id} ({what})"
-    again = "run the same command again: it runs the job again (a finetune resumes from its last checkpoint)"
+    again = "run the same command again (a finetune resumes from its last checkpoint)"
+    raise_it = f"in the config: raise it there and {again}; `retries` in the profile retries with a multiple of it"
     per = ", per checkpoint" if rule == "evaluate" else ""
     if job.state == "TIMEOUT":
         return (
             f"{head} at its time limit, {job.time_limit} (TIMEOUT). The limit is the {rule} jobs' `runtime` (minutes"
-            f"{per}), set by `{key('runtime')}` in the config: raise it there and {again}. `retries` in the profile "
-            "retries with the attempt's multiple of it"
+            f"{per}), set by `{key('runtime')}` {raise_it}"
         )
     if job.state == "OUT_OF_MEMORY":
         return (
             f"{head}: it ran out of its memory, {job.memory} (OUT_OF_MEMORY). The limit is the {rule} jobs' `mem_mb`, "
-            f"set by `{key('mem_mb')}` in the config: raise it there and {again}. `retries` in the profile retries "
-            "with the attempt's multiple of it"
+            f"set by `{key('mem_mb')}` {raise_it}"
         )
     if job.state == "NODE_FAIL":
         return (
-            f"{head}: its node {job.nodes or '?'} failed (NODE_FAIL); nothing in the config caused it. Check the node "
-            f"(`sinfo -n {job.nodes}`), then {again}. With `slurm-requeue: true` in the profile SLURM requeues such "
-            "a job itself"
+            f"{head}: its node {job.nodes or '?'} failed (NODE_FAIL). Check it (`sinfo -n {job.nodes}`), then {again}; "
+            "with `slurm-requeue: true` in the profile SLURM requeues such a job itself"
         )
     if job.state == "PREEMPTED":
         return (
-            f"{head}: a job of higher priority took its place (PREEMPTED) and it was not requeued. {again[0].upper()}"
-            f"{again[1:]}; `slurm-requeue: true` in the profile lets SLURM requeue it, or send the {rule} jobs to a "
-            "partition or QOS without preemption (`slurm_partition`, `qos` in the config's resources)"
+            f"{head}: it was preempted (PREEMPTED) and not requeued. To run it, {again}; `slurm-requeue: true` in the "
+            f"profile lets SLURM requeue it, or send the {rule} jobs where none preempts (`slurm_partition`, `qos`)"
         )
     if job.state == "CANCELLED":
-        return (
-            f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator; not the workflow, which cancels "
-            f"only when it is stopped itself). To run it, {again}"
-        )
+        return f"{head}: it was cancelled (CANCELLED: `scancel` or an administrator). To run it, {again}"
     return f"{head} ({job.state}): see `scontrol show job {job.id}` while SLURM still knows it; {again}"
 
 
@@ -130,8 +116,7 @@ def _describe_job(job) -> tuple[str, str, str | None]:
     members = sorted(job.jobs, key=lambda j: str(j.wildcards_dict)) if job.is_group() else [job]
     rules = sorted({j.rule.name for j in members})
     models = sorted({str(j.wildcards_dict.get("model")) for j in members if j.wildcards_dict.get("model")})
-    first = members[0]
-    wc = " ".join(str(v) for v in first.wildcards_dict.values())
+    wc = " ".join(str(v) for v in members[0].wildcards_dict.values())
     what = f"rule {', '.join(rules)}" + (f", {wc}" if wc else "")
     if len(members) > 1:
         what += f", and {len(members) - 1} more job(s) packed with it"
@@ -205,10 +190,7 @@ class Watcher(threading.Thread):
         if not slurm.controller_answers():
             if self.silent_since is None:
                 self.silent_since = time.monotonic()
-                print_now(
-                    "SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it: its "
-                    "SLURM jobs run on meanwhile, and its queries and submissions are retried while it is away"
-                )
+                print_now("SLURM's controller (slurmctld) does not answer (`scontrol ping`); this run waits for it")
             return
         if self.silent_since is not None:
             print_now(f"SLURM's controller answers again, after {time.monotonic() - self.silent_since:.0f} s")
@@ -238,9 +220,8 @@ class Watcher(threading.Thread):
         released = slurm.release_failed_launches(pending, self.released)
         if released:
             print_now(
-                f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (a node that "
-                "could not start them, or slurmctld away while it started them): each is released once, and one "
-                "held again is named with the command to run"
+                f"released SLURM job(s) {', '.join(released)} of this run, held after a failed launch (once: held "
+                "again, a job is named with the command to run)"
             )
         groups: dict[tuple, list[str]] = {}
         for j in pending:
@@ -280,16 +261,12 @@ class Watcher(threading.Thread):
                 print_now(
                     f"SLURM job {sid} ({what}) ended {state.get(sid, 'and SLURM forgot it')} "
                     f"{(now - since) / 60:.0f} minutes ago, but Snakemake's SLURM executor has not noticed ({why}) "
-                    "and would wait for it forever. Stop this run "
-                    "(Ctrl-C) and run the same command again: finished jobs are not redone, and the rerun waits for "
-                    "the SLURM jobs still running instead of submitting them again"
+                    "and would wait for it forever: stop this run (Ctrl-C) and run the same command again"
                 )
 
     def _queue_full(self) -> None:
         limit = self.config.max_job_count
-        if limit is None:
-            return
-        everything = slurm.queue(None, every_state=True)
+        everything = slurm.queue(None, every_state=True) if limit is not None else None
         if everything is None:
             return
         full = len(everything) >= limit
@@ -326,25 +303,24 @@ def _set_by(plan: Plan, job, name: str) -> str:
 
 
 def placements(plan: Plan, jobs) -> list[slurm.Placement]:
-    """Where each rule's submitted jobs go, once per distinct placement."""
-    out = {}
-    for j in jobs:
-        p = slurm.Placement(
+    """Where each submitted job goes (placement_problems groups them by partition and account)."""
+    return [
+        slurm.Placement(
             j.rule.name,
             j.resources.get("slurm_partition") or None,
             j.resources.get("slurm_account") or None,
             _set_by(plan, j, "slurm_partition"),
             _set_by(plan, j, "slurm_account"),
         )
-        out.setdefault(p, None)
-    return list(out)
+        for j in jobs
+    ]
 
 
 def _asked(job) -> dict:
     """The resources and threads a submitted job asks for (what a SLURM job array must share)."""
-    out = {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"}
-    out["threads"] = job.threads
-    return out
+    return {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"} | {
+        "threads": job.threads
+    }
 
 
 def comments(jobs) -> dict:
@@ -371,6 +347,7 @@ def at_start(workflow, plan: Plan) -> str | None:
         slurm_rerun.record_run(plan, name, None)
         return None
     settings = workflow.executor_settings
+    no_account = bool(getattr(settings, "no_account", False))
     res = slurm.run(["scontrol", "show", "config"])
     if res is None or res.returncode != 0:
         return (
@@ -381,9 +358,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
     refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
     accounts = slurm.user_accounts() if config.accounting else None
-    more = slurm.placement_problems(
-        placements(plan, jobs), slurm.partitions() or {}, config, accounts, bool(getattr(settings, "no_account", False))
-    )
+    more = slurm.placement_problems(placements(plan, jobs), slurm.partitions() or {}, config, accounts, no_account)
     refusals, warnings = refusals + more[0], warnings + more[1]
     rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
     refusals += slurm.array_problems(
@@ -401,7 +376,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     if refusals:
         return "nothing was submitted: " + "\noodcorr: ".join(refusals)
     executor = workflow.scheduler.get_executor(jobs[0])
-    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, bool(getattr(settings, "no_account", False)))
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, no_account)
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):

@@ -4,7 +4,7 @@ The executor (2.8) drops, without a word, the jobs of a status round whose every
 Snakemake then waits for them forever; a restarted slurmctld is enough. So a run on SLURM puts these
 wrappers first on its PATH (:func:`install`): ``squeue`` and ``sbatch`` are retried while slurmctld
 does not answer (``squeue`` then answered by the controller's last answer), ``scontrol show config`` by
-the configuration read at the start, and where the profile says ``slurm-no-account``, the executor's
+its last answer (first read at the start), and where the profile says ``slurm-no-account``, the executor's
 account guess (``sacct`` with a pipe passed as arguments: it never reads that setting) by ``none``.
 Every other call, and every answer of a controller that answers, passes through unchanged.
 """
@@ -43,8 +43,7 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
     for name in (*WRAPPED, NO_ACCOUNT) if no_account else WRAPPED:
         script = (
             "#!/bin/sh\n"
-            f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller\n"
-            "# that does not answer; every other call passes through unchanged\n"
+            f"# written by oodcorr (src/oodcorr/launch/slurm_wrap.py): SLURM's {name}, waiting out a controller away\n"
             f'exec {shlex.quote(sys.executable)} -m oodcorr.launch.slurm_wrap {name} "$@"\n'
         )
         path = bin_dir / name
@@ -88,23 +87,16 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError):
         stdin = None
     cmd = [name, *args]
+    config = name == "scontrol" and args == ["show", "config"]  # its last answer stands in, as squeue's
     try:
-        if name == "scontrol" and args == ["show", "config"]:
-            res = _run(cmd, stdin, CONFIG_WAIT_S)
-            cache = folder / CONFIG_CACHE if folder else None
-            if (res is None or res.returncode != 0) and cache is not None and cache.is_file():
-                sys.stdout.write(cache.read_text(errors="replace"))
-                return 0
-            if res is None:
-                print("scontrol: no answer (oodcorr's wrapper)", file=sys.stderr)
-                return 1
-            return _emit(res)
         deadline = time.monotonic() + WAIT_S.get(name, 0.0)
         digest = hashlib.sha256("\0".join(args).encode()).hexdigest()[:16]
-        last = folder / LAST_ANSWER.format(digest) if name == "squeue" and folder else None
+        saved = LAST_ANSWER.format(digest) if name == "squeue" else CONFIG_CACHE if config else None
+        last = folder / saved if saved and folder else None
         while True:
-            res = _run(cmd, stdin, max(deadline - time.monotonic(), 1.0) if name == "squeue" else None)
-            if res is not None and (res.returncode == 0 or controller_answers()):
+            timeout = max(deadline - time.monotonic(), 1.0) if name == "squeue" else CONFIG_WAIT_S if config else None
+            res = _run(cmd, stdin, timeout)
+            if res is not None and (res.returncode == 0 or (not config and controller_answers())):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))
                 return _emit(res)
@@ -112,7 +104,7 @@ def main(argv: list[str]) -> int:
                 if last is not None and last.is_file():
                     sys.stdout.write(last.read_text(errors="replace"))
                     print(
-                        "squeue: SLURM's controller does not answer: its last answer (oodcorr's wrapper)",
+                        f"{name}: SLURM's controller does not answer: its last answer (oodcorr's wrapper)",
                         file=sys.stderr,
                     )
                     return 0

@@ -17,8 +17,8 @@ from ..planning.plan import Plan, load
 from . import slurm_watch
 from .disk_checks import check_on_disk, check_tokenized_caches, end_of_run_report
 from .experiment import config_warning, lock, lock_and_record, may_write, record_provenance
-from .free_space import free_space_problems
-from .published_check import check_published, check_report_inputs, report_requested
+from .free_space import free_space_problems, option_value
+from .published_check import check_published, check_report_inputs
 from .sizing import check_gpu_memory
 from .slurm_rerun import before_planning, earlier_jobs_warning
 
@@ -50,12 +50,11 @@ def plan_run(workflow, config: dict) -> Plan:
 def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
     """The checks of the submitting process; returns their warnings."""
     check_trackers(config, plan.paths.root)
-    # a full (or inode-less) TMPDIR kills Snakemake's scheduler with a traceback once jobs are ready
     deploy = workflow.deployment_settings
     conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
     no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
     writing = may_write(sys.argv)
-    if no_room and (writing or report_requested(sys.argv)):
+    if no_room and (writing or option_value(sys.argv, "--report", "") is not None):
         _stop(no_room)
     warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
     refusal = lock(plan, files) if writing else None
@@ -67,7 +66,6 @@ def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) 
         _stop([refusal])
     if not writing:
         warnings += earlier_jobs_warning(plan)
-    # a damaged published set and unusable tokenised caches are made again by this run
     warnings += check_published(plan, change=writing)
     warnings += check_tokenized_caches(plan, rebuild=writing)
     return warnings
