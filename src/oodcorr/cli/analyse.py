@@ -429,8 +429,8 @@ def run(args) -> int:
     experiment = experiment_folder(out)
     if experiment is not None and not args.force:
         raise DataError(
-            f"--out {out}: is inside the experiment folder {experiment}, whose tables the workflow publishes. "
-            "Give another --out (e.g. --out my-analysis), or pass --force to replace them there"
+            f"--out {out}: is inside the experiment folder {experiment}, whose tables and figures the workflow "
+            "publishes. Give another --out (e.g. --out my-analysis), or pass --force to replace them there"
         )
     with contextlib.ExitStack() as held:
         if experiment is not None:  # --force: not while a run of the workflow writes that experiment

@@ -200,9 +200,8 @@ def _read_pilot(args, sizes: dict, settings):
                 log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
     elif not args.pilot_in_domain:
         raise DataError(
-            f"--pilot {args.pilot}: not the workflow's scores table (it lacks some of the columns model, run_id, "
-            "step, testset, role); name its in-domain testset with --pilot-in-domain (and its layout with "
-            "--pilot-format, --pilot-unit, --pilot-score)"
+            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
+            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
         )
     else:
         from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
@@ -229,9 +228,7 @@ def _items_flag(flag: str, value) -> float | None:
     except ValueError:
         n = math.nan
     if not math.isfinite(n) or n != int(n) or n < MIN_ITEMS:
-        raise ValueError(
-            f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf' for none"
-        )
+        raise ValueError(f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf'")
     return int(n)
 
 

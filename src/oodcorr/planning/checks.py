@@ -236,8 +236,8 @@ def _check_models(exp: Experiment) -> list[str]:
             own = "loss" in (m.get("finetune") or {})
             where = f"models[{m['name']}].finetune.loss" if own else "finetune.loss"
             raise ConfigError(
-                f"{where}: vocabulary needs method pattern; model {m['name']!r} has method "
-                f"{exp.method(m['name'])!r} (use loss: verbalisers)"
+                f"{where}: vocabulary scores the whole vocabulary, which needs method pattern; model {m['name']!r} "
+                f"has method {exp.method(m['name'])!r} (use loss: verbalisers)"
             )
     return warnings
 
