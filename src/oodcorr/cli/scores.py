@@ -134,9 +134,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     if args.format == "wide":
         metrics, guessed = tables.column_metrics(sorted(set(long["testset"])), named, metric)
         if guessed:
-            by: dict[str, list[str]] = {}
-            for c, m in guessed.items():
-                by.setdefault(m, []).append(c)
+            by = {m: [c for c, g in guessed.items() if g == m] for m in dict.fromkeys(guessed.values())}
             log.info(
                 "%s: metrics read from the column names: %s (--metric COLUMN=METRIC says otherwise)",
                 src,
