@@ -358,10 +358,9 @@ def analysis_min_points(residualiser: str, gam_min_points: int = ANALYSIS["gam"]
 
 def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
     """Fewer checkpoints than every residualiser needs is an error (every cell NaN); than some, a warning."""
-    residualisers = list(analysis["residualisers"])
     gam_min = int(analysis["gam"]["min_points"])
     drop0 = bool(analysis["step0"]["drop"])
-    need = {r: analysis_min_points(r, gam_min) for r in residualisers}
+    need = {r: analysis_min_points(r, gam_min) for r in analysis["residualisers"]}
     warnings, seen = [], set()
     for run in runs:
         n = len(run.steps) - (1 if drop0 and 0 in run.steps else 0)

@@ -346,9 +346,7 @@ class Plan:
     def x_label(self, wildcards) -> str:
         """The learning curves' x-axis of a model: training step, step, or tokens."""
         spec = self.models[wildcards.model]
-        if not spec.model_entry.is_series:
-            return "training step"
-        return "tokens" if spec.x_unit == "tokens" else "step"
+        return spec.x_unit if spec.model_entry.is_series else "training step"
 
     @rule_callable
     def eval_params(self, wildcards) -> dict:
