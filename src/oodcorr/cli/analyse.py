@@ -41,8 +41,7 @@ outputs (in --out; docs/outputs.md says what each holds):
   explorer.html             every pair in a browser, one file that works offline
   heatmaps/, heatmap_grid.png, scatter/, learning_curves/  per model (see --all-figures)
   settings.json             the command, every flag and each input's sha256: --from reruns it
-  .oodcorr-analyse.json     what this analysis wrote: the next one into --out removes what it does not
-                            write again
+  .oodcorr-analyse.json     what this analysis wrote: the next one into --out removes the rest
 
 examples:
   oodcorr analyse results/default/scores.csv --in-domain synth-test --model model --run run_id
@@ -51,14 +50,11 @@ examples:
   oodcorr analyse 'wandb/*.csv' --format wide --in-domain eval/c4_en/loss --testsets 'eval/downstream/*' \
       --metric '*_soft=loglik'   # W&B exports, one file per run: the unit _step found, metrics by name
   oodcorr analyse --from analysis/settings.json --out analysis-again   # rerun what settings.json records
-  oodcorr analyse scores.csv.gz --encoding latin-1 --in-domain mnli   # compressed, Latin-1 text
-  oodcorr analyse results/scores.csv --in-domain mnli --residualisers gam linear --pool-by n_train
   oodcorr analyse lm-eval-out --format lm-eval --in-domain lambada_openai --tasks arc_easy,piqa,sciq
   oodcorr analyse pythia/evals/pythia-v1 --format lm-eval --in-domain lambada_openai \
       --path-pattern '{model}/zero-shot/*_step{step}.json' --tasks arc_easy,piqa,sciq,winogrande
 
-Rows whose unit label is a summary statistic (Mean, Standard deviation, Minimum,
-Maximum, ...) and empty rows are excluded with a logged warning naming each line.
+Empty rows and summary rows (unit label Mean, Standard deviation, ...) are left out, each line named.
 """
 
 
@@ -89,8 +85,8 @@ def add_parser(sub, help: str) -> None:
         "analyse",
         help=help,
         description="Partial correlations between every pair of OOD testsets, in-domain score regressed out, "
-        "pooled over runs and compared across models, with tables and figures. The first group of flags is all "
-        "most analyses need (docs/your-own-table.md).",
+        "pooled over runs and compared across models. The first group is all most analyses need "
+        "(docs/your-own-table.md).",
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         add_help=False,  # -h goes last, in its own group (below): --help shows the essentials first
@@ -100,8 +96,8 @@ def add_parser(sub, help: str) -> None:
         "table",
         nargs="*",
         metavar="INPUT",
-        help="the scores: a table (.csv, .tsv or .parquet), several (each file a run), or a glob such as "
-        "'exports/*.csv'; with --format lm-eval, a folder of lm-evaluation-harness results",
+        help="a table (.csv, .tsv, .parquet), several (a run each) or a glob ('exports/*.csv'); "
+        "--format lm-eval: a folder of lm-evaluation-harness results",
     )
     g.add_argument(
         "--in-domain",
@@ -112,22 +108,20 @@ def add_parser(sub, help: str) -> None:
         "--format",
         choices=("long", "wide", "lm-eval"),
         default="long",
-        help="long: one row per unit x testset; wide: one row per unit, one column per testset (a tracker's "
-        "export); lm-eval: a folder of lm-evaluation-harness results files (default: long)",
+        help="long: a row per unit x testset; wide: a row per unit, a column per testset; lm-eval: a folder "
+        "of lm-evaluation-harness results (default: long)",
     )
     g.add_argument(
         "--unit",
         metavar="COLUMN",
-        help="column with the unit of observation, e.g. the training step or a run label (default: 'step', "
-        f"else the one of {', '.join(tables.UNIT_COLUMNS[1:])} the table has). Numeric units are ordered "
-        "(blocks of consecutive units are resampled); other units are exchangeable",
+        help="column of the unit of observation, e.g. the training step (default: 'step', else the one of "
+        f"{', '.join(tables.UNIT_COLUMNS[1:])} the table has); numeric units are ordered, others exchangeable",
     )
     g.add_argument(
         "--testsets",
         nargs="+",
         metavar="NAME",
-        help="analyse only these OOD testsets: names or shell-style globs (case-sensitive; quote them), e.g. "
-        "'eval/downstream/*'",
+        help="only these OOD testsets: names or quoted globs, e.g. 'eval/downstream/*'",
     )
     g.add_argument(
         "--exclude",
@@ -141,24 +135,23 @@ def add_parser(sub, help: str) -> None:
         action="append",
         default=[],
         metavar="[COLUMN=]METRIC",
-        help="what the scores are (repeatable). Long: the score column, named after its metric (default: "
-        "accuracy), or COLUMN=METRIC. Wide: COLUMN=METRIC for columns (globs allowed, e.g. '*_soft=loglik'), "
-        "METRIC for the rest (default: what a column's name says, else accuracy). lm-eval: the metric analysed "
-        "(default: acc; NAME,FILTER where a task has several filters)",
+        help="what the scores are (repeatable). Long: the score column named by its metric (default: accuracy) "
+        "or COLUMN=METRIC. Wide: COLUMN=METRIC (globs allowed), METRIC for the rest (default: what a column's "
+        "name says, else accuracy). lm-eval: the metric (default: acc; NAME,FILTER for a task's filter)",
     )
     g.add_argument(
         "--path-pattern",
         metavar="PATTERN",
-        help="where each file's path gives its model and run ({model}, {run}; lm-eval: also {step}); * any text "
-        "within a name, **/ any folders; e.g. '{model}/{run}.csv' or, lm-eval, '{model}/zero-shot/*_step{step}.json'",
+        help="where each path gives its model and run ({model}, {run}; lm-eval: also {step}); * any text in a "
+        "name, **/ any folders; e.g. '{model}/{run}.csv'",
     )
     g.add_argument("--out", metavar="DIR", help="output folder (default: ./analysis)")
     g.add_argument(
         "--from",
         dest="from_settings",
         metavar="SETTINGS",
-        help="rerun the analysis a settings.json records (its input and every flag; the input must be as it was), "
-        "into --out if given, else into the folder it names",
+        help="rerun the analysis a settings.json records (the same input and flags), into --out if given, else "
+        "the folder it names",
     )
     g = a.add_argument_group("table layout (long and wide)")
     g.add_argument(
@@ -175,13 +168,12 @@ def add_parser(sub, help: str) -> None:
     g.add_argument(
         "--run",
         metavar="COLUMN",
-        help="column naming the run within a model (default: 'run_id' or 'run' if present, else one run, or with "
-        "several files each file's name)",
+        help="column naming the run (default: 'run_id' or 'run' if present, else one run, or each file's name)",
     )
     g.add_argument(
         "--model-name",
         metavar="NAME",
-        help="model name when there is no model column (default: the table's file name; several files: their folder's)",
+        help="model name without a model column (default: the file's name; several files: their folder's)",
     )
     g.add_argument(
         "--summary-label",
@@ -193,36 +185,35 @@ def add_parser(sub, help: str) -> None:
     g.add_argument(
         "--encoding",
         metavar="NAME",
-        help="the text encoding of a CSV/TSV table that is not UTF-8 (with or without a byte-order "
-        "mark), e.g. latin-1 or cp1252; gzip/bzip2/xz-compressed tables are read as they are",
+        help="text encoding of a CSV/TSV table that is not UTF-8, e.g. latin-1 (compressed tables are read as "
+        "they are)",
     )
     g.add_argument(
         "--examples",
         metavar="FILE",
-        help="per-example correctness, long: the --unit, --testset-column (and model/run) columns plus 'example' "
-        "and 'correct' (0/1): each testset's item noise is estimated from it, and the example-level bootstrap runs",
+        help="per-example correctness: the --unit, --testset-column (and model/run) columns plus 'example' and "
+        "'correct' (0/1), for the item noise and the example-level bootstrap",
     )
     g.add_argument(
         "--n-column",
         metavar="COLUMN",
-        help="long format: the column with the items behind each score (the workflow's table has 'n'): bounds "
-        "each testset's item noise for a share of items (accuracy)",
+        help="long format: the column of the items behind each score (the workflow's 'n'): bounds the item "
+        "noise of an accuracy",
     )
     g.add_argument(
         "--items",
         nargs="+",
         default=[],
         metavar="[TESTSET=]N",
-        help="the items behind the scores, for a table without an n column: N for every testset, TESTSET=N for "
-        "one (e.g. --items 1000 wnli=71 rte=277), as --n-column",
+        help="the items behind the scores without --n-column: N for every testset, TESTSET=N for one",
     )
     g.add_argument(
         "--group",
         action="append",
         default=[],
         metavar="GROUP=TESTSET,...",
-        help="a testset scored on the items of others (repeatable; e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy): "
-        "pairs that share items are left out; lm-eval results say their groups themselves",
+        help="a testset scored on the items of others (repeatable), e.g. mmlu=mmlu_anatomy,mmlu_astronomy: "
+        "pairs that share items are left out",
     )
     e = a.add_argument_group(
         "lm-evaluation-harness results (--format lm-eval; docs/analysis.md#i-already-have-lm-eval-results)"
@@ -230,18 +221,17 @@ def add_parser(sub, help: str) -> None:
     e.add_argument(
         "--tasks",
         metavar="T1,T2,...",
-        help="read only these tasks (comma-separated; the in-domain task is always read); default: every task "
-        "that has the metric",
+        help="only these tasks, comma-separated, and the in-domain one (default: every task with the metric)",
     )
     e.add_argument(
         "--follow-links",
         action="store_true",
-        help="follow symbolic links that lead out of the folder (by default each is named and not followed)",
+        help="follow symbolic links out of the folder (default: name each, follow none)",
     )
     e.add_argument(
         "--no-samples",
         action="store_true",
-        help="leave the --log_samples files (samples_<task>_<date>.jsonl) out: no example-level bootstrap",
+        help="leave the --log_samples files out: no example-level bootstrap",
     )
     _add_showing_default(
         e,
@@ -272,8 +262,8 @@ def add_parser(sub, help: str) -> None:
     )
     stat(
         "--inference",
-        "how intervals and p-values are computed: modified-t = t-test on the effective sample size from the "
-        "residuals' autocorrelation; iid = independent units; block = block bootstrap and permutation",
+        "intervals and p-values: modified-t, a t-test on the effective sample size; iid, independent units; "
+        "block, block bootstrap and permutation",
         choices=INFERENCES,
     )
     stat("--level", "confidence level", type=float)
@@ -293,18 +283,15 @@ def add_parser(sub, help: str) -> None:
         "--pool-by",
         nargs="*",
         metavar="COLUMN",
-        help="pool runs within the groups of these columns (constant within a run), e.g. n_train; "
-        "give the flag with no column to pool all runs of a model (default: n_train when the "
-        "table has that column, else all runs)",
+        help="pool runs within the groups of these columns, e.g. n_train; no column: all runs of a model "
+        "(default: n_train if the table has it, else all runs)",
     )
     stat(
         "--pool-two-runs",
-        "a model with exactly 2 runs in a group: no pooled interval or p-value (none), or a fixed-effect combination",
+        "a model with 2 runs in a group: no pooled interval (none) or a fixed-effect combination",
         choices=TWO_RUNS,
     )
-    s.add_argument(
-        "--drop-step0", action="store_true", help="leave out unit 0 (the pre-finetuning checkpoint) everywhere"
-    )
+    s.add_argument("--drop-step0", action="store_true", help="leave out unit 0 (before finetuning) everywhere")
     s.add_argument(
         "--no-step0-check",
         action="store_true",
@@ -314,7 +301,7 @@ def add_parser(sub, help: str) -> None:
     stat("--n-perm", "--inference block: block permutations", type=int)
     stat(
         "--block-length",
-        "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric (ordered) units, 1 otherwise",
+        "--inference block: block length, or 'auto': ceil(n^(1/3)) for numeric units, else 1",
         type=lambda v: v if v == "auto" else _positive_int("--block-length", "'auto' or ")(v),
     )
     stat("--interval", "bootstrap interval of --inference block and of --examples", choices=INTERVALS)
@@ -325,8 +312,7 @@ def add_parser(sub, help: str) -> None:
     )
     stat(
         "--agreement-correction",
-        "correction of the answer's statements across the pairs of the agreement table: bh, the false "
-        "discovery rate; holm, the chance of any false statement",
+        "correction of the answer across the agreement table's pairs: bh (false discovery rate) or holm",
         choices=CORRECTIONS,
     )
     stat("--alpha", "significance level for p_adj", type=float)
@@ -338,42 +324,40 @@ def add_parser(sub, help: str) -> None:
         s,
         "--max-cells",
         ANALYSIS["max_cells"],
-        "refuse an analysis of more cells (OOD pairs x methods x residualisers, summed over runs) than "
-        "this, giving the count; raise it to run a larger one on purpose",
+        "refuse an analysis of more cells (OOD pairs x methods x residualisers, over runs) than this",
         type=_positive_int("--max-cells"),
     )
     o = a.add_argument_group("output")
     o.add_argument(
         "--force",
         action="store_true",
-        help="write into --out even inside an experiment folder of the workflow (results/<experiment>/), "
-        "replacing its published tables until the next run publishes them again",
+        help="write into --out even inside a workflow's results/<experiment>/, replacing its published tables",
     )
     o.add_argument("--no-plots", action="store_true", help="write the tables only (no figure, no explorer page)")
     o.add_argument(
         "--all-figures",
         action="store_true",
-        help="draw the per-model heatmaps, their grid and the scatter grids, left out by default with more than "
-        f"{analysis_set.LEGIBLE_TESTSETS} OOD testsets and more than one model",
+        help="draw the per-model heatmaps, their grid and the scatter grids (by default left out with over "
+        f"{analysis_set.LEGIBLE_TESTSETS} OOD testsets and several models)",
     )
     o.add_argument(
         "--workers",
         type=_positive_int("--workers"),
         metavar="N",
-        help="processes for the runs and the figures (default: 2, or 1 on one core); the tables do not depend on it",
+        help="processes for the runs and figures (default: 2, or 1 on one core); the tables do not depend on it",
     )
     _add_showing_default(
         o,
         "--forest-max",
         across_models.FOREST_CAP,
-        "forest plots per in-domain set at most (with more pairs, those whose verdicts say most); 0: none",
+        "forest plots per in-domain set at most (those whose verdicts say most); 0: none",
         type=int,
     )
     o.add_argument(
         "--forest-pairs",
         nargs="+",
         metavar="X+Y",
-        help="draw the forest plots of these OOD pairs (testset names joined by '+') instead of choosing",
+        help="draw the forest plots of these OOD pairs (X+Y) instead of choosing",
     )
     o.add_argument("--plot-method", metavar="METHOD", help="method the heatmaps show (default: the first)")
     o.add_argument("--plot-residualiser", metavar="NAME", help="residualiser the heatmaps show (default: the first)")
@@ -401,7 +385,7 @@ def _recorded(path: str, defaults: dict) -> argparse.Namespace:
         ):
             raise DataError(
                 f"--from {path}: the input {item['path']} is missing or not the bytes analysed then (sha256 "
-                f"{item['sha256'][:12]}...); rerunning on other data would not give the same tables"
+                f"{item['sha256'][:12]}...)"
             )
     unknown = sorted(set(recorded) - set(defaults))
     if unknown:
@@ -446,9 +430,7 @@ def run(args) -> int:
     if experiment is not None and not args.force:
         raise DataError(
             f"--out {out}: is inside the experiment folder {experiment}, whose tables and figures the workflow "
-            "publishes; writing there would replace them (and could mix with a run publishing now). Give another "
-            "--out (e.g. --out my-analysis), or pass --force to write there anyway (the next run of the workflow "
-            "publishes its own set again and keeps yours aside)"
+            "publishes. Give another --out (e.g. --out my-analysis), or pass --force to replace them there"
         )
     with contextlib.ExitStack() as held:
         if experiment is not None:  # --force: not while a run of the workflow writes that experiment

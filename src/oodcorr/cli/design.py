@@ -36,10 +36,10 @@ def add_parser(sub, help: str) -> None:
     d = sub.add_parser(
         "design",
         help=help,
-        description="Plan a study before paying for it: for the config's grid, the power of each of the answer's "
-        "claims over a range of effects and AR(1) coefficients, through the testsets' item noise, how many items "
-        "each testset needs, a few changes of the grid with their GPU-hours, and the budget beside it. By "
-        "seeded simulation with the analysis' own procedures (docs/design.md#planning-a-study-oodcorr-design).",
+        description="Plan a study before paying for it: the power of each of the answer's claims for the config's "
+        "grid over a range of effects and AR(1) coefficients, the items each testset needs, a few changes of the "
+        "grid with their GPU-hours, and the budget, simulated with the analysis' own procedures "
+        "(docs/design.md#planning-a-study-oodcorr-design).",
     )
     d.add_argument("--configfile", required=True, metavar="FILE", help="the workflow config")
     d.add_argument("--workflow", metavar="DIR", help="the workflow folder (default: this checkout)")
@@ -66,8 +66,7 @@ def add_parser(sub, help: str) -> None:
         "--shape",
         choices=dz.SHAPES,
         default="curve",
-        help="how each simulated OOD score follows the in-domain score: a logistic curve per run (curve, the "
-        "default) or a straight line (line)",
+        help="how a simulated OOD score follows the in-domain one: a logistic curve per run or a line (default: curve)",
     )
     a.add_argument(
         "--model-sd", type=float, metavar="SD", help="sd of the models' true correlations, Fisher z (default 0)"
@@ -81,14 +80,12 @@ def add_parser(sub, help: str) -> None:
     a.add_argument(
         "--items-in-domain",
         metavar="N",
-        help="items of the in-domain testset (default: the config's max_examples or prepared data, else the "
-        "pilot's; 'inf': no item noise)",
+        help="items of the in-domain testset (default: the config's or the pilot's; 'inf': no item noise)",
     )
     a.add_argument(
         "--items-ood",
         metavar="N",
-        help="items of each OOD testset (default: the median of the config's OOD testsets, else the pilot's; "
-        "'inf': no item noise)",
+        help="items of each OOD testset (default: the config's median or the pilot's; 'inf': no item noise)",
     )
     a.add_argument(
         "--item-persistence",
@@ -106,7 +103,7 @@ def add_parser(sub, help: str) -> None:
         "--residual-sd",
         type=float,
         metavar="SD",
-        help="sd of an OOD task's residual series beside its item noise, in score units (default 0.02, or the pilot's)",
+        help="sd of an OOD residual series beside its item noise, in score units (default 0.02, or the pilot's)",
     )
     a.add_argument(
         "--accuracy",
@@ -117,13 +114,13 @@ def add_parser(sub, help: str) -> None:
     a.add_argument(
         "--pilot",
         metavar="TABLE",
-        help="a scores table already run (results/<exp>/scores.parquet, or any table oodcorr analyse reads): "
-        "estimate phi, the item noise and the spread between models from it",
+        help="a scores table already run (results/<exp>/scores.parquet, or any oodcorr analyse reads): "
+        "phi, the item noise and the models' spread from it",
     )
     a.add_argument(
         "--pilot-examples",
         metavar="FILE",
-        help="the pilot's per-item correctness (as oodcorr analyse --examples reads it): its item noise's persistence",
+        help="the pilot's per-item correctness (as analyse --examples): its item noise's persistence",
     )
     a.add_argument(
         "--pilot-in-domain", metavar="TESTSET", help="the pilot's in-domain testset (tables other than the workflow's)"
@@ -158,7 +155,7 @@ def add_parser(sub, help: str) -> None:
         type=int,
         default=400,
         metavar="N",
-        help="simulated studies per effect (default: 400, a standard error of at most 0.025 per power)",
+        help="simulated studies per effect (default: 400, a power's standard error at most 0.025)",
     )
     q.add_argument("--seed", type=int, default=0, help="the simulation's seed (default: 0)")
     q.add_argument("--workers", type=int, metavar="N", help="processes (default: 2, or fewer cores)")
@@ -168,7 +165,7 @@ def add_parser(sub, help: str) -> None:
         "--items-studies",
         type=int,
         metavar="N",
-        help="simulated studies per size of the items table (default: half of --studies, at least 100)",
+        help="simulated studies per size of the items table (default: --studies / 2, at least 100)",
     )
     q.add_argument("--no-figure", action="store_true", help="no PNG")
     add_work_flags(d)
@@ -203,9 +200,8 @@ def _read_pilot(args, sizes: dict, settings):
                 log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
     elif not args.pilot_in_domain:
         raise DataError(
-            f"--pilot {args.pilot}: not the workflow's scores table (it lacks some of the columns model, run_id, "
-            "step, testset, role); name its in-domain testset with --pilot-in-domain (and its layout with "
-            "--pilot-format, --pilot-unit, --pilot-score)"
+            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
+            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
         )
     else:
         from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
@@ -232,9 +228,7 @@ def _items_flag(flag: str, value) -> float | None:
     except ValueError:
         n = math.nan
     if not math.isfinite(n) or n != int(n) or n < MIN_ITEMS:
-        raise ValueError(
-            f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf' for none"
-        )
+        raise ValueError(f"{flag} {value!r}: give the testset's number of items ({MIN_ITEMS} or more), or 'inf'")
     return int(n)
 
 

@@ -42,7 +42,7 @@ def _read(out: Path) -> tuple[dict | None, str | None]:
         if isinstance(doc, dict) and doc.get("format") != RECORD_FORMAT:
             return None, (
                 f"{path}, the record of what an earlier analysis wrote there, is of format {doc.get('format')!r}, "
-                f"not {RECORD_FORMAT} (another version of oodcorr wrote it; this analysis records its own anew)"
+                f"not {RECORD_FORMAT} (another version of oodcorr wrote it)"
             )
         files = doc["files"]
         if not isinstance(files, dict):
@@ -71,8 +71,7 @@ def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
             )
             lines.append(
                 f"{out}: {why} the {len(left)} file(s) there that this analysis did not write are left as they were: "
-                f"{_shown(left)}. They may be of another input: delete them, or give a new --out. What this analysis "
-                f"wrote is recorded now ({RECORD}): the next analysis into {out} removes what it does not write again"
+                f"{_shown(left)}. They may be of another input: delete them, or give a new --out"
             )
     else:
         removed, kept = [], []

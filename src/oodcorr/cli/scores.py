@@ -36,8 +36,8 @@ def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
     if fmt == "lm-eval":
         if pairs or len(bare) > 1:
             raise DataError(
-                f"--metric {' '.join(words)}: with --format lm-eval, give the one metric analysed (acc, acc_norm, "
-                "exact_match, ...; NAME,FILTER where a task has it under several filters)"
+                f"--metric {' '.join(words)}: with --format lm-eval, give the one metric analysed (acc, ...; "
+                "NAME,FILTER for a filter)"
             )
         return (bare[0] if bare else "acc"), {}  # lm-eval's default metric
     if len(bare) > 1:
@@ -102,8 +102,8 @@ def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
     unmatched = [f for f, m in zip(files, found) if m is None]
     if unmatched:
         raise DataError(
-            f"--path-pattern {pattern!r}: {len(unmatched)} file(s) do not match it: {unmatched[:5]}; the pattern is "
-            "matched against the end of each path, e.g. '{model}/{run}.csv'"
+            f"--path-pattern {pattern!r}: {len(unmatched)} file(s) do not match it: {unmatched[:5]}; it is matched "
+            "against each path's end"
         )
     return [m.groupdict() for m in found]
 
@@ -126,17 +126,15 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     if len(files) > 1 and twice.any():
         m, r = info.loc[twice, ["model", "run"]].iloc[0]
         raise DataError(
-            f"model {m!r}, run {r!r} is in more than one of the files read; say each file's model and run with "
-            "--path-pattern (e.g. '{model}/{run}.csv') or a column (--model, --run)"
+            f"model {m!r}, run {r!r} is in more than one of the files read; name each file's model and run with "
+            "--path-pattern or --model, --run"
         )
     src = files[0] if len(files) == 1 else f"{len(files)} files ({files[0]}, ...)"
     args.unit = unit
     if args.format == "wide":
         metrics, guessed = tables.column_metrics(sorted(set(long["testset"])), named, metric)
         if guessed:
-            by: dict[str, list[str]] = {}
-            for c, m in guessed.items():
-                by.setdefault(m, []).append(c)
+            by = {m: [c for c, g in guessed.items() if g == m] for m in dict.fromkeys(guessed.values())}
             log.info(
                 "%s: metrics read from the column names: %s (--metric COLUMN=METRIC says otherwise)",
                 src,
@@ -150,8 +148,8 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         others = sorted(set(metrics) - shares)
         if others:
             log.warning(
-                "%s: the sizes (--n-column, --items) bound item noise only for a share of items (accuracy); the "
-                "metric of %s is not one, so their item noise is unknown",
+                "%s: the sizes (--n-column, --items) bound the item noise of an accuracy; the metric of %s is not "
+                "one, so their item noise is unknown",
                 src,
                 others,
             )
@@ -160,9 +158,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         if percent:  # the bound is on shares
             rows = long["testset"].isin(percent)
             long.loc[rows, "score"] = long.loc[rows, "score"] / 100
-            log.info(
-                "%s: the scores of %s in percent read as shares (/100) for their items' binomial bound", src, percent
-            )
+            log.info("%s: the scores of %s in percent read as shares (/100)", src, percent)
         if long["n"].isna().all():
             long = long.drop(columns="n")
     log.info(
@@ -186,10 +182,7 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
         )
     examples = None
     if args.examples and not workflow_scores.example_bootstrap_applies(metric):
-        raise DataError(
-            f"--examples: the example-level bootstrap resamples correctness, which gives accuracy, "
-            f"not --metric {metric}; leave --examples out"
-        )
+        raise DataError(f"--examples: resamples correctness, which gives accuracy, not --metric {metric}; leave it out")
     if args.examples:
         ex, _ = tables.read_table(args.examples, args.encoding)
         examples = tables.from_examples_table(
@@ -287,8 +280,7 @@ def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
         parts = [k.strip() for k in kids.split(",") if k.strip()]
         if not sep or not name.strip() or not parts or name.strip() in parts:
             raise DataError(
-                f"--group {word!r}: give GROUP=TESTSET,TESTSET,... (a testset scored on the items of the testsets "
-                "named after it), e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy"
+                f"--group {word!r}: give GROUP=TESTSET,TESTSET,..., e.g. --group mmlu=mmlu_anatomy,mmlu_astronomy"
             )
         out[name.strip()] = sorted(set(out.get(name.strip(), [])) | set(parts))
     return out
@@ -308,8 +300,8 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     ):
         if given:
             raise DataError(
-                f"{flag}: not read with --format lm-eval (model, run and step come from each results file's "
-                "config.model_args or from --path-pattern; per-example data from the --log_samples files beside them)"
+                f"{flag}: not read with --format lm-eval (model, run and step come from the results files or "
+                "--path-pattern)"
             )
     tasks = None
     if args.tasks:
@@ -348,8 +340,8 @@ def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
     shared = shared_items.refusals(args.in_domain, ood, shared_items.leaves(read.groups))
     if shared:
         log.info(
-            "%s: %d OOD pair(s) share items (a group beside its subtasks, e.g. %s and %s) or have a task that shares "
-            "items with %s: their cells are left out, their notes say why",
+            "%s: %d OOD pair(s) share items (e.g. %s and %s) or a task shares items with %s: their cells are left "
+            "out, their notes say why",
             folder,
             len(shared),
             *next(iter(shared)),

@@ -50,8 +50,8 @@ def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None
     dtype_name = model_entry.dtype
     if dtype_name == "auto":
         raise ConfigError(
-            f"{model_entry.where}.dtype: 'auto' for a GGUF file would be its own quantised type; "
-            "name the dtype it is dequantised to (float32, bfloat16 or float16)"
+            f"{model_entry.where}.dtype: 'auto' for a GGUF file: name the dtype it is dequantised to (float32, "
+            "bfloat16 or float16)"
         )
     dtype = getattr(torch, dtype_name)
     started = time.monotonic()

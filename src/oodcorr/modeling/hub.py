@@ -161,9 +161,8 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
         warnings = list(plan.warnings)
         if needs:
             warnings.append(
-                f"no hub lock file ({path}): every job that loads a hub model or dataset downloads it "
-                f"itself; on a cluster run `oodcorr prefetch --configfile {configfile}` on the login "
-                "node first (it also pins branch and pull-request revisions to commits)"
+                f"no hub lock file ({path}): every job downloads its hub models and datasets itself; on a "
+                f"cluster run `oodcorr prefetch --configfile {configfile}` on the login node first"
             )
         if offline is True:
             os.environ.update({k: "1" for k in OFFLINE_ENV})
@@ -177,9 +176,8 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
             f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
             + "\n  ".join(missing)
             + f"\nThis machine's cache: {now['hub']} (hub), {now['datasets']} (datasets); prefetch wrote to "
-            f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME (or HF_HUB_CACHE and "
-            f"HF_DATASETS_CACHE) to the folder prefetch used, on a file system this node sees, or run "
-            f"`{lock.command}` again."
+            f"{lock.cache.get('hub')} and {lock.cache.get('datasets')}. Set HF_HOME to the folder prefetch used, "
+            f"or run `{lock.command}` again."
         )
     os.environ[LOCK_ENV] = str(path.resolve())
     if offline in ("auto", True):
@@ -207,14 +205,13 @@ def cache_warnings() -> list[str]:
         p = os.path.realpath(dirs[kind])
         if any(t and (p == t or p.startswith(t.rstrip("/") + "/")) for t in tmp):
             out.append(
-                f"the Hugging Face {kind} cache is {dirs[kind]}, a node-local temporary folder: other "
-                "nodes do not see it and it may be wiped; set HF_HOME to a folder on the shared file system"
+                f"the Hugging Face {kind} cache is {dirs[kind]}, a node-local temporary folder; set HF_HOME to a "
+                "folder on the shared file system"
             )
     if not os.environ.get("HF_HOME") and not out:
         out.append(
-            f"HF_HOME is not set, so the Hugging Face cache is {dirs['home']}; on a cluster, set HF_HOME "
-            "to a folder on a shared file system that every node sees (the same value for prefetch and "
-            "for the jobs)"
+            f"HF_HOME is not set, so the Hugging Face cache is {dirs['home']}; on a cluster, set HF_HOME to a "
+            "folder on the shared file system (the same for prefetch and the jobs)"
         )
     return out
 
@@ -245,7 +242,7 @@ def missing_from_cache(lock: HubLock) -> list[str]:
             out.append(
                 f"models[{name}]: {len(cut)} file(s) of {e['hub']}@{e['commit']} in {snap} have another size than "
                 f"prefetch recorded (e.g. {cut[0]}: {(snap / cut[0]).stat().st_size} bytes, {files[cut[0]]} when "
-                "fetched): cut short or replaced"
+                "fetched)"
             )
     for name, e in lock.datasets.items():
         gone = [f for f in (e.get("files") or {}) if not (Path(dirs["datasets"]) / f).exists()]
@@ -278,10 +275,7 @@ def pinned_model_revision(model_entry: ModelEntry) -> str | None:
         return model_entry.revision
     problem = _model_mismatch(lock, model_entry)
     if problem:
-        raise LockMismatch(
-            f"{problem} ({lock.path}); refusing to load another revision than the lock "
-            f"pins. Run `{lock.command}` to pin the config's revision"
-        )
+        raise LockMismatch(f"{problem} ({lock.path}); refusing to load another revision. Run `{lock.command}`")
     return lock.models[model_entry.name]["commit"]
 
 
@@ -304,7 +298,7 @@ def check_loaded_dataset(ds, commit: str, where: str) -> None:
     if wrong:
         raise LockMismatch(
             f"{where}: the cached copy that loaded ({wrong[0]}) is not the locked commit {commit}; "
-            "run oodcorr prefetch again so that the cache holds it"
+            "run oodcorr prefetch again"
         )
 
 
@@ -324,8 +318,8 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, say: Callab
             info = api.model_info(model_entry.hub, revision=asked)
         except Exception as err:  # offline, no such repo or revision, gated: say which entry
             raise ConfigError(
-                f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id "
-                "and revision, and for a gated model log in (hf auth login) or set HF_TOKEN"
+                f"{where}: could not resolve on the hub ({type(err).__name__}: {err}); check the id and "
+                "revision, and for a gated model log in (hf auth login) or set HF_TOKEN"
             ) from None
         commit = info.sha
         names = model_patterns(model_entry, [s.rfilename for s in (info.siblings or [])])

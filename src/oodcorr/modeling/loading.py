@@ -26,7 +26,6 @@ def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = N
             raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
         return str(built_model_dir), {}
     if model_entry.is_gguf:
-        # a GGUF file is loaded as the safetensors folder rule convert_gguf made of it
         if built_model_dir is None:
             raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(built_model_dir), {}
@@ -44,7 +43,6 @@ def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = N
     from .hub import pinned_model_revision  # the hub lock (yaml): a local model's job does not need it
 
     kwargs = {}
-    # under a hub lock (oodcorr prefetch) the locked commit; another revision than the lock's is refused
     revision = pinned_model_revision(model_entry)
     if revision:
         kwargs["revision"] = revision
@@ -182,10 +180,8 @@ def check_loaded_whole(model, missing, model_entry: ModelEntry, src: str, method
         arch = type(model).__name__
         raise ConfigError(
             f"{model_entry.where}: {src} lacks {len(lacking)} of the parameters {arch} needs "
-            f"({', '.join(lacking[:4])}{', ...' if len(lacking) > 4 else ''}); loaded, they would start from random "
-            "values and the model would not be the one named. Its files are incomplete (a shard left out of "
-            "the index, a copy or download cut short, weights of another architecture): copy or download the "
-            "model again"
+            f"({', '.join(lacking[:4])}{', ...' if len(lacking) > 4 else ''}); loaded, they would start from "
+            "random values. Its files are incomplete or of another architecture: copy or download the model again"
         )
 
 

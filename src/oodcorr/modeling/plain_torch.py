@@ -157,14 +157,6 @@ def _heads(x: torch.Tensor, head_dim: int) -> torch.Tensor:
     return x.view(*x.shape[:-1], -1, head_dim).transpose(1, 2)
 
 
-def _keep_positions(hidden: torch.Tensor, logits_to_keep) -> torch.Tensor:
-    """transformers' ``slice_logits_to_keep`` for what scoring passes: a (batch, 1) index per row, or
-    the last ``logits_to_keep`` positions (0: all)."""
-    if isinstance(logits_to_keep, torch.Tensor):
-        return torch.take_along_dim(hidden, logits_to_keep[..., None], dim=1)
-    return hidden[:, -logits_to_keep:, :]
-
-
 class LeanCausalLM(nn.Module):
     """What the two architectures share: a ``config`` (a namespace: ``model_type``,
     ``_attn_implementation``, ``name_or_path`` and the settings read) and the LM head over
@@ -188,9 +180,14 @@ class LeanCausalLM(nn.Module):
         position_ids: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
     ) -> SimpleNamespace:
-        """What scoring reads of a transformers output: ``logits``."""
+        """What scoring reads of a transformers output: ``logits``, at the positions ``logits_to_keep`` names
+        (transformers' ``slice_logits_to_keep``): a (batch, 1) index per row, or the last N (0: all)."""
         hidden = self.hidden_states(input_ids, attention_mask, position_ids)
-        return SimpleNamespace(logits=self.lm_head(_keep_positions(hidden, logits_to_keep)).contiguous())
+        if isinstance(logits_to_keep, torch.Tensor):
+            hidden = torch.take_along_dim(hidden, logits_to_keep[..., None], dim=1)
+        else:
+            hidden = hidden[:, -logits_to_keep:, :]
+        return SimpleNamespace(logits=self.lm_head(hidden).contiguous())
 
 
 # ---- OPT: ``OPTForCausalLM``'s forward pass (no cache), as transformers 5.24 computes it
@@ -261,21 +258,6 @@ class _OPTLayer(nn.Module):
 _OPT_POSITIONS_FROM = 2  # OPT's learned positions start at row 2
 
 
-class _OPTDecoder(nn.Module):
-    def __init__(self, c: SimpleNamespace, act):
-        super().__init__()
-        self.embed_tokens = Embedding(c.vocab_size, c.word_embed_proj_dim)
-        self.embed_positions = Embedding(c.max_position_embeddings + _OPT_POSITIONS_FROM, c.hidden_size)
-        projected = c.word_embed_proj_dim != c.hidden_size
-        self.project_out = Linear(c.hidden_size, c.word_embed_proj_dim, bias=False) if projected else None
-        self.project_in = Linear(c.word_embed_proj_dim, c.hidden_size, bias=False) if projected else None
-        final = c.do_layer_norm_before and not c._remove_final_layer_norm
-        self.final_layer_norm = (
-            LayerNorm(c.hidden_size, elementwise_affine=c.layer_norm_elementwise_affine) if final else None
-        )
-        self.layers = nn.ModuleList([_OPTLayer(c, act) for _ in range(c.num_hidden_layers)])
-
-
 class LeanOPT(LeanCausalLM):
     """``OPTForCausalLM``'s forward pass (no cache), modules named as transformers names them."""
 
@@ -285,7 +267,17 @@ class LeanOPT(LeanCausalLM):
         super().__init__(c)
         act = _activation(c.activation_function, c.name_or_path)
         self.model = nn.Module()
-        self.model.decoder = _OPTDecoder(c, act)
+        dec = self.model.decoder = nn.Module()
+        dec.embed_tokens = Embedding(c.vocab_size, c.word_embed_proj_dim)
+        dec.embed_positions = Embedding(c.max_position_embeddings + _OPT_POSITIONS_FROM, c.hidden_size)
+        projected = c.word_embed_proj_dim != c.hidden_size
+        dec.project_out = Linear(c.hidden_size, c.word_embed_proj_dim, bias=False) if projected else None
+        dec.project_in = Linear(c.word_embed_proj_dim, c.hidden_size, bias=False) if projected else None
+        final = c.do_layer_norm_before and not c._remove_final_layer_norm
+        dec.final_layer_norm = (
+            LayerNorm(c.hidden_size, elementwise_affine=c.layer_norm_elementwise_affine) if final else None
+        )
+        dec.layers = nn.ModuleList([_OPTLayer(c, act) for _ in range(c.num_hidden_layers)])
         self.lm_head = Linear(c.word_embed_proj_dim, c.vocab_size, bias=False)
 
     @classmethod

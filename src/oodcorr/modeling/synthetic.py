@@ -220,16 +220,12 @@ SHIFTS: dict[str, Callable] = {
 }
 
 
-def _seed_for(seed: int, shift: str, split: str) -> int:
-    # stable across Python processes (no hash randomisation)
-    return seed * 1_000_003 + sum((i + 1) * ord(c) for i, c in enumerate(f"{shift}/{split}"))
-
-
 def generate(shift: str, n: int, seed: int, split: str = "test") -> list[dict]:
     """``n`` examples of ``shift``, exactly balanced (n//2 per label, the odd one entailment)."""
     if shift not in SHIFTS:
         raise ValueError(f"unknown synthetic shift {shift!r}; known: {', '.join(SHIFTS)}")
-    rng = random.Random(_seed_for(seed, shift, split))
+    # a seed stable across Python processes (no hash randomisation)
+    rng = random.Random(seed * 1_000_003 + sum((i + 1) * ord(c) for i, c in enumerate(f"{shift}/{split}")))
     labels = [LABELS[i % 2] for i in range(n)]
     rng.shuffle(labels)
     make = SHIFTS[shift]

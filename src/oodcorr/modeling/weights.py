@@ -32,9 +32,8 @@ def model_patterns(model_entry: ModelEntry, repo_files: list[str]) -> list[str]:
     if not weights:
         if not model_entry.allow_pickle_weights:
             raise ConfigError(
-                f"{model_entry.where}: {model_entry.hub} has no safetensors weights at this revision "
-                "(only pickle files, which can run code when loaded); set allow_pickle_weights: "
-                "true on the entry to opt in, or pick a revision with safetensors"
+                f"{model_entry.where}: {model_entry.hub} has no safetensors weights at this revision, only pickle "
+                "files; set allow_pickle_weights: true on the entry to opt in, or pick a revision with safetensors"
             )
         weights = match(PICKLE_WEIGHTS)
     code = match(REMOTE_CODE) if model_entry.trust_remote_code else []

@@ -60,9 +60,8 @@ def _distinct_ignoring_case(names: list[str], key: str, files: str) -> None:
         other = seen.setdefault(n.lower(), n)
         if other != n:
             raise ConfigError(
-                f"{key}: {other!r} and {n!r} differ only in case; they name files ({files}), and where the file "
-                "system ignores case (macOS, Windows, some network mounts) the two are one file, one result "
-                "overwriting the other. Rename one"
+                f"{key}: {other!r} and {n!r} differ only in case; they name files ({files}), one file where the "
+                "file system ignores case (macOS, Windows). Rename one"
             )
 
 
@@ -77,8 +76,8 @@ def _check_label_mode(exp: Experiment) -> None:
         bad = [x for x in preds if x not in targets]
         if bad or coarse in targets:
             raise ConfigError(
-                f"label_modes.{name}.coarse.{coarse}: must be a label the model does not "
-                f"output, collapsing labels among {mode['labels']} (got {preds})"
+                f"label_modes.{name}.coarse.{coarse}: must be a label not output, collapsing labels among "
+                f"{mode['labels']} (got {preds})"
             )
 
 
@@ -94,16 +93,10 @@ def _check_datasets(exp: Experiment) -> None:
     cfg = exp.config
     finetuned = exp.finetuned_models()
     if finetuned and not cfg.get("finetune"):
-        raise ConfigError(
-            f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models, which "
-            "are evaluated as they are, need no finetune block)"
-        )
+        raise ConfigError(f"finetune: missing; model(s) {finetuned} are finetuned (only `series` models need none)")
     for d in cfg["in_domain"]:
         if "train" not in d and finetuned:
-            raise ConfigError(
-                f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on "
-                "every in-domain set's training data"
-            )
+            raise ConfigError(f"in_domain[{d['name']}].train: missing; model(s) {finetuned} are finetuned on it")
         for key in ("train", "test"):
             if key in d:
                 _known_dataset(exp, d[key], f"in_domain[{d['name']}].{key}")
@@ -125,16 +118,10 @@ def _check_ood_overlap(exp: Experiment) -> None:
     in_domain = exp.config["in_domain"]
     for d in in_domain:
         if d.get("train") in ood:
-            raise ConfigError(
-                f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; "
-                "a model cannot be tested out of distribution on its own training data"
-            )
+            raise ConfigError(f"ood_testsets: {d['train']!r} is the training set of in_domain[{d['name']}]; remove it")
     if len(in_domain) == 1 and in_domain[0]["test"] in ood:
         d = in_domain[0]
-        raise ConfigError(
-            f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}] "
-            "(it is evaluated as in-domain already); remove it from ood_testsets"
-        )
+        raise ConfigError(f"ood_testsets: {d['test']!r} is the in-domain test set of in_domain[{d['name']}]; remove it")
 
 
 def _check_n_train(exp: Experiment) -> None:
@@ -165,9 +152,8 @@ def _check_ood_count(exp: Experiment) -> None:
         ood = [t for t, role in exp.testsets_for(d) if role == "ood"]
         if len(ood) < 2:
             raise ConfigError(
-                f"ood_testsets: runs trained on in_domain[{d}] are evaluated on {len(ood)} OOD "
-                f"testset(s) {ood}; the analysis correlates pairs of OOD testsets, so list at least "
-                "two (besides the in-domain test set)"
+                f"ood_testsets: runs trained on in_domain[{d}] are evaluated on {len(ood)} OOD testset(s) {ood}; "
+                "list at least two to correlate (besides the in-domain test set)"
             )
 
 
@@ -202,7 +188,7 @@ def _check_data_sources(exp: Experiment) -> None:
         if test == train:
             raise ConfigError(
                 f"in_domain[{d}].test: {test!r} is also its training set (in_domain[{d}].train); "
-                "a run would be tested on the pool it was trained from. Give a held-out test set"
+                "give a held-out test set"
             )
         pool = _data_source(exp, train)
         if pool is None:
@@ -210,16 +196,14 @@ def _check_data_sources(exp: Experiment) -> None:
         if _data_source(exp, test) == pool:
             raise ConfigError(
                 f"in_domain[{d}].test: dataset {test!r} reads the same data as the training set "
-                f"{train!r} ({_describe_source(pool)}), so its examples would come from the training "
-                "pool. Give a held-out test set (another file or split, or a `where` that selects "
-                "other rows)"
+                f"{train!r} ({_describe_source(pool)}). Give a held-out test set (another file or split, "
+                "or a `where` that selects other rows)"
             )
         for t in exp.config["ood_testsets"]:
             if t != train and _data_source(exp, t) == pool:
                 raise ConfigError(
                     f"ood_testsets: {t!r} reads the same data as the training set {train!r} of "
-                    f"in_domain[{d}] ({_describe_source(pool)}); a model cannot be tested out of "
-                    "distribution on its own training data"
+                    f"in_domain[{d}] ({_describe_source(pool)}); remove it"
                 )
 
 
@@ -241,9 +225,8 @@ def _check_models(exp: Experiment) -> list[str]:
             )
         if m.get("hub") and not HASH_RE.match(str(m.get("revision") or "")):
             warnings.append(
-                f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a "
-                "commit hash, so what loads may change; pin a 40-hex commit, or let "
-                "`oodcorr prefetch` pin it in the lock file"
+                f"models[{m['name']}]: hub revision {m.get('revision') or 'unset'!r} is not a commit hash; "
+                "pin a 40-hex commit, or let `oodcorr prefetch` pin it in the lock file"
             )
         if m.get("series"):
             warnings += _check_series(exp, m)
@@ -253,9 +236,8 @@ def _check_models(exp: Experiment) -> list[str]:
             own = "loss" in (m.get("finetune") or {})
             where = f"models[{m['name']}].finetune.loss" if own else "finetune.loss"
             raise ConfigError(
-                f"{where}: vocabulary scores the whole vocabulary at the prompt's scored "
-                f"position, which needs method pattern; model {m['name']!r} has method "
-                f"{exp.method(m['name'])!r} (use loss: verbalisers)"
+                f"{where}: vocabulary scores the whole vocabulary, which needs method pattern; model {m['name']!r} "
+                f"has method {exp.method(m['name'])!r} (use loss: verbalisers)"
             )
     return warnings
 
@@ -284,8 +266,7 @@ def _check_series(exp: Experiment, m: dict) -> list[str]:
             raise ConfigError(f"models[{name}].{key}: a series is evaluated as it is, never finetuned; remove `{key}`")
     if exp.method(name) != "pattern":
         raise ConfigError(
-            f"models[{name}].method: a series is scored with the prompt (method pattern); a "
-            "classification head's label order is its own, so method head is not supported"
+            f"models[{name}].method: a series is scored with the prompt (method pattern); method head is not supported"
         )
     kinds = set()
     for i, ck in enumerate(series["checkpoints"]):
@@ -297,20 +278,15 @@ def _check_series(exp: Experiment, m: dict) -> list[str]:
         src = [k for k in ("path", "revision") if k in ck]
         if len(src) != 1:
             raise ConfigError(
-                f"{at}: give exactly one of `path` (a local directory) or `revision` (of "
-                f"{where}.hub), got {src or 'none'}"
+                f"{at}: give exactly one of `path` (a local directory) or `revision`, got {src or 'none'}"
             )
         if src[0] == "revision" and not series.get("hub"):
             raise ConfigError(f"{at}.revision: needs {where}.hub, the repository it is a revision of")
         if src[0] == "path" and series.get("hub"):
-            raise ConfigError(
-                f"{at}.path: {where}.hub is set, so every checkpoint is a revision of it; "
-                "give `revision`, or drop `hub` for local directories"
-            )
+            raise ConfigError(f"{at}.path: {where}.hub is set; give `revision`, or drop `hub` for local directories")
         if src[0] == "revision" and not HASH_RE.match(str(ck["revision"])):
             warnings.append(
-                f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash, "
-                "so what loads may change; pin a 40-hex commit"
+                f"{at}: revision {ck['revision']!r} of {series['hub']} is not a commit hash; pin a 40-hex commit"
             )
     if len(kinds) > 1:
         raise ConfigError(f"{where}.checkpoints: mixes `step` and `tokens`; one x-axis per series")
@@ -350,8 +326,7 @@ def _check_prompts(exp: Experiment) -> None:
             if n > 1:
                 labs = [lab for lab, w in words.items() if w == word]
                 raise ConfigError(
-                    f"{key}.verbalisers: labels {labs} share the verbaliser {word!r}; each label "
-                    "needs a word of its own (its own single token)"
+                    f"{key}.verbalisers: labels {labs} share the verbaliser {word!r}; give each its own word"
                 )
 
 
@@ -370,9 +345,8 @@ def check_placement(models: Mapping[str, Any]) -> None:
                 first = next(iter(have.values())).where(key)
                 raise ConfigError(
                     f"{first}: {key} is set for the {rule} jobs of {', '.join(sorted(have))} but not for those "
-                    f"of {', '.join(missing)}; Snakemake takes it from the rule for all its jobs, so those would "
-                    f"get none (not the profile's). Set it for all of them too, e.g. resources.default.{key} "
-                    f"or resources.{rule}.{key}"
+                    f"of {', '.join(missing)}, which would get none. Set it for all of them, e.g. "
+                    f"resources.default.{key} or resources.{rule}.{key}"
                 )
 
 
@@ -384,10 +358,9 @@ def analysis_min_points(residualiser: str, gam_min_points: int = ANALYSIS["gam"]
 
 def check_schedules(runs: Iterable[Any], analysis: dict) -> list[str]:
     """Fewer checkpoints than every residualiser needs is an error (every cell NaN); than some, a warning."""
-    residualisers = list(analysis["residualisers"])
     gam_min = int(analysis["gam"]["min_points"])
     drop0 = bool(analysis["step0"]["drop"])
-    need = {r: analysis_min_points(r, gam_min) for r in residualisers}
+    need = {r: analysis_min_points(r, gam_min) for r in analysis["residualisers"]}
     warnings, seen = [], set()
     for run in runs:
         n = len(run.steps) - (1 if drop0 and 0 in run.steps else 0)

@@ -133,7 +133,6 @@ class Plan:
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
     analysis_format: ClassVar[int] = ANALYSIS_FORMAT
 
-    # ---- enumeration -----------------------------------------------------------------
     @cached_property
     def _runs_by_key(self) -> dict[tuple, Run]:
         return {(r.model, r.in_domain, str(r.n_train), str(r.seed)): r for r in self.runs}
@@ -236,7 +235,6 @@ class Plan:
             "series": series,
         }
 
-    # ---- per-job params (one callable per rule, values cached per job) ----------------
     def _cached(self, key: tuple, make: Callable[[], Any]) -> Any:
         if key not in self._cache:
             self._cache[key] = make()
@@ -309,7 +307,6 @@ class Plan:
     def finetune_train_input(self, wildcards) -> str:
         return self.paths.data.format(dataset=self.train_set[wildcards.indomain])
 
-    # ---- where an evaluation's checkpoints come from ----------------------------------
     @rule_callable
     def checkpoints_input(self, wildcards) -> list[str]:
         """The run's finetune manifest, or for a series run the manifest of each checkpoint scored."""
@@ -349,9 +346,7 @@ class Plan:
     def x_label(self, wildcards) -> str:
         """The learning curves' x-axis of a model: training step, step, or tokens."""
         spec = self.models[wildcards.model]
-        if not spec.model_entry.is_series:
-            return "training step"
-        return "tokens" if spec.x_unit == "tokens" else "step"
+        return spec.x_unit if spec.model_entry.is_series else "training step"
 
     @rule_callable
     def eval_params(self, wildcards) -> dict:
@@ -407,23 +402,17 @@ def load(config: dict, basedir: str | Path = ".", sources: Iterable[str | Path] 
     completed in place, as Snakemake's own is: named after its last source file unless it says ``experiment:``,
     its defaults filled in once the schema passes. Raises ConfigError naming the key."""
     sources = [Path(s) for s in sources]
-    _check_size(config, sources)
+    try:  # its values (YAML aliases counted each time used) and depth within core.limits' budgets
+        limits.check_tree(config)
+    except limits.TooLarge as e:
+        where = schema.key_line(sources, e.parts) or (sources[-1] if sources else None)
+        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
     if sources:
         config.setdefault("experiment", sources[-1].stem)
     schema_path = Path(basedir) / "config" / "schema.yaml"
     schema.check_config(config, schema_path, sources=sources)
     schema.fill_defaults(config, schema_path)
     return build_plan(config, basedir)
-
-
-def _check_size(config: dict, sources: list[Path]) -> None:
-    """The config's values (YAML aliases counted each time used) and depth within :mod:`oodcorr.core.limits`'
-    budgets, before anything expands it; the ConfigError names the key and its file:line."""
-    try:
-        limits.check_tree(config)
-    except limits.TooLarge as e:
-        where = schema.key_line(sources, e.parts) or (sources[-1] if sources else None)
-        raise ConfigError(f"{where}: {e}" if where else str(e)) from None
 
 
 def build_plan(config: dict, basedir=".") -> Plan:
