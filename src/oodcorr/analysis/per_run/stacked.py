@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cell import splines as spline_batch
 from ..cell.correlate import corr_batch
 from ..cell.inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from ..cell.residualise import (
@@ -16,6 +15,7 @@ from ..cell.residualise import (
     reml_choose,
     reml_grid,
     shrink,
+    spline_bases,
     spline_basis,
     spline_makers,
 )
@@ -77,7 +77,7 @@ def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
     key = Z.tobytes()
     got = bases.get(key) if bases is not None else None
     if got is None:
-        got = spline_batch.spline_bases(Z, gam)
+        got = spline_bases(Z, gam)
         got = (*got, reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
         if bases is not None:
             bases[key] = got
