@@ -81,8 +81,7 @@ class Options:
         cfg = dict(cfg or {})
         if "p_method" in cfg:
             raise ValueError(
-                "analysis.p_method was replaced by analysis.inference (modified-t, iid or block; "
-                "block is the earlier block-permutation/bootstrap pair): see "
+                "analysis.p_method was replaced by analysis.inference (modified-t, iid or block): see "
                 "docs/analysis.md#what-is-computed-and-the-defaults"
             )
         kw = {}

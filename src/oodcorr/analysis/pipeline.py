@@ -7,16 +7,17 @@ import logging
 import math
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
 from .across import multitest
 from .across.pooling import POOL_KEYS, _groups, pool_runs
 from .cell import form_check
 from .cell.form_check import sign_of
-from .cell.residualise import one_blas_thread
 from .items.item_noise import item_matrices, item_strata
 from .items.measurement import pool_measured
 from .items.shared_items import leaves
@@ -178,8 +179,9 @@ def analyse(
     if workers <= 1 or len(groups) <= 1:
         per_run = [partial_corr(g, opts, ordered, parts, it) for g, it in zip(groups, items)]
     else:  # each process sent its runs' per-item matrices, not the examples' rows, and on one BLAS thread
+        one_blas_thread = partial(threadpool_limits, limits=1, user_api="blas")
         with ProcessPoolExecutor(
-            min(workers, len(groups)), multiprocessing.get_context("fork"), initializer=one_blas_thread
+            min(workers, len(groups)), multiprocessing.get_context("fork"), one_blas_thread
         ) as procs:
             more = itertools.repeat
             per_run = list(procs.map(partial_corr, groups, more(opts), more(ordered), more(parts), items))

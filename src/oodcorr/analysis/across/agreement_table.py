@@ -152,10 +152,6 @@ def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = 
     return Z, V, P, mask, names, left
 
 
-def _tanh(x) -> np.ndarray:
-    return np.where(np.isfinite(x), np.tanh(x), np.nan)
-
-
 def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     """Every agreement column that :func:`across_models` gives, per pair, with the pair's notes."""
     M = a["n_models"]
@@ -178,7 +174,7 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal"):
         cols[k] = np.where(two, a[k], nan)
     for c, k in zip(CONSENSUS_COLUMNS, ("z", "lo", "hi", "pi_lo", "pi_hi", "tol_lo", "tol_hi")):  # r_consensus, ...
-        cols[c] = np.where(two, _tanh(a[k]), nan)
+        cols[c] = np.where(two & np.isfinite(a[k]), np.tanh(a[k]), nan)
     reversal, notes = [], []
     for g in range(n_groups):
         note = []

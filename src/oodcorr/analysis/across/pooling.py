@@ -75,24 +75,19 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. From 3
-    estimates on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on k - 1
-    degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
+    """Pool 2 or more estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. Two: the
+    fixed-effect mean. From 3 on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on
+    k - 1 degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
-    if k not in (1, 2):
+    if k != 2:
         res = random_effects_batch(z[None], v[None], np.ones((1, k), bool), level)
         out = {key: float(val[0]) for key, val in res.items()}
         return {**out, "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    q = i2 = math.nan
-    how = "single run"
-    m, se = z[0], math.sqrt(v[0])
-    if k == 2:
-        w = 1 / v
-        m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
-        q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
-        how = "fixed effect across 2 runs"
+    w = 1 / v
+    m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
+    q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
     p = float(2 * stats.norm.sf(abs(m) / se))
     return {
         "z": m,
@@ -103,7 +98,7 @@ def combine(z, v, level: float = 0.95) -> dict:
         "tau2": math.nan,
         "i2": i2,
         "q": q,
-        "how": how,
+        "how": "fixed effect across 2 runs",
     }
 
 
@@ -226,6 +221,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     out["n"] = [int(n_all[p][fin_all[p]].sum()) for p in parts]
     out["n_units"] = [int(units_all[p].sum()) for p in parts]
     out["n_runs"] = [len(p) for p in parts]
+    out["n_runs_finite"] = 1
     for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
         out[c] = math.nan
     sfxs = [""] + [f for f in ("_no_step0", "_eiv", "_line") if "r" + f in rows.columns]
@@ -263,13 +259,9 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
                 out[c] = res[c]
             out["p_method"] = how
             out["note"] = notes
-            if "n_runs_finite" not in out:
-                out["n_runs_finite"] = 1
-            out.loc[single, "n_runs_finite"] = 1
         else:
             for c in cols:
                 out[c + sfx] = res[c]
-    out["n_runs_finite"] = out["n_runs_finite"].fillna(1).astype(int)
     if "phi_x" in rows:
         at_cap = (rows["phi_x"].to_numpy(float) >= PHI_MAX) | (rows["phi_y"].to_numpy(float) >= PHI_MAX)
         for i, p in enumerate(parts):

@@ -270,10 +270,3 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
     if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
         raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")
     return res, float(fitted.statistics_["edof"]), fitted.lam, R
-
-
-def one_blas_thread():
-    """A context in which BLAS runs on one thread (the per-run work is split over processes)."""
-    from threadpoolctl import threadpool_limits  # pinned in requirements.txt (scikit-learn's, for pingouin)
-
-    return threadpool_limits(limits=1, user_api="blas")
