@@ -15,7 +15,7 @@ from oodcorr.analysis.cell.inference import (
     Dependence,
     ar1_corr,
     assess,
-    corrected_phi,
+    corrected_phis,
     dependence,
     effective_n,
     expected_lag1,
@@ -119,7 +119,7 @@ def test_expected_lag1_is_what_simulated_residuals_show_and_the_correction_remov
     raw, corrected, num, den = [], [], [], []
     for _ in range(3000):
         res = M @ (L @ rng.normal(size=n))
-        a, b = corrected_phi(res, M, pos)
+        a, b = corrected_phis(res, M, pos)
         raw.append(a)
         corrected.append(b)
         num.append(res[:-1] @ res[1:])

@@ -64,8 +64,10 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
 def corrected_phis(
     resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`corrected_phi` of a stack of residual series ``resid`` (..., n) with their residual makers ``R``
-    (..., n, n), all at the checkpoint positions ``pos``."""
+    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]) of residual series
+    ``resid`` (..., n) with their residual makers ``R`` (..., n, n) at the checkpoint positions ``pos``: the
+    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed one (interpolated
+    on a grid); 0 at or below what independent units give, PHI_MAX above what any coefficient gives."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
@@ -80,15 +82,6 @@ def corrected_phis(
         phi = g_lo + t * (g_j - g_lo)
     phi = np.where(above.any(axis=-1), phi, PHI_MAX)
     return raw, np.where(raw <= psi[..., 0], 0.0, phi)
-
-
-def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
-    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]): the
-    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed
-    one (interpolated on a grid of coefficients); 0 when the observed one is at or below what
-    independent units give, PHI_MAX when above what any coefficient gives."""
-    raw, phi = corrected_phis(resid, R, pos)
-    return float(raw), float(phi)
 
 
 @dataclass(frozen=True)
@@ -106,7 +99,7 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
     C0 = R @ R.T
     if pos is None:
         return Dependence(math.nan, 0.0, C0, C0)
-    raw, phi = corrected_phi(resid, R, pos)
+    raw, phi = (float(v) for v in corrected_phis(resid, R, pos))
     C = C0 if phi == 0 else residual_covariances(R, phi, pos)
     return Dependence(raw, phi, C, C0)
 
@@ -134,14 +127,10 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
     return np.where(iid < ar1, iid, ar1)  # Python's min, as effective_n takes it: NaN where ar1 is
 
 
-def effective_n(dx: Dependence, dy: Dependence) -> float:
-    """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
-    return float(effective_ns(dx.C, dy.C, dx.C0, dy.C0))
-
-
-def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
-    """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
-    return float(effective_ns(dx.C0, dy.C0, dx.C0, dy.C0))
+def effective_n(dx: Dependence, dy: Dependence, iid: bool = False) -> float:
+    """Dutilleul's effective sample size of the pair, never above the one of independent units (``iid``: that one,
+    n - 1 for OLS on one covariate)."""
+    return float(effective_ns(dx.C0 if iid else dx.C, dy.C0 if iid else dy.C, dx.C0, dy.C0))
 
 
 def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -208,13 +197,13 @@ def assess(
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
             dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-            p = modified_test(method, r, _iid_effective_n(dx, dy), 0.95)[0]
+            p = modified_test(method, r, effective_n(dx, dy, iid=True), 0.95)[0]
             how = "kendall-test" if method == "kendall" else "t-test"
         out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, p_method=how, p_perm=pperm, block_length=b)
         return out
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
-        n_eff, how = _iid_effective_n(dx, dy), "t-test (units independent)"
+        n_eff, how = effective_n(dx, dy, iid=True), "t-test (units independent)"
     else:
         n_eff = effective_n(dx, dy)
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"
