@@ -212,23 +212,13 @@ def analyse(
     changes = sign_of(out["ci_low"], out["ci_high"]) != sign_of(out["ci_low_no_step0"], out["ci_high_no_step0"])
     out["step0_changes"] = pd.Series(np.where(done, changes, None), index=out.index, dtype=object)
     form_check.mark(out)
-    if extra:
-        per_run = info.set_index(["model", "run"])[extra]
-        idx = pd.MultiIndex.from_arrays([out["model"], out["run"]])
-        vals = per_run.reindex(idx)
-        for c in extra:
-            out[c] = vals[c].to_numpy()
+    if extra:  # each run's information; a pooled row's, its group's values of the columns pooled by
         by = [c for c in opts.pool_by if c in extra]
-        group_vals = info.drop_duplicates(["model", "pool_group"]).set_index(["model", "pool_group"])[by]
-        pooled_rows = out["run"] == "pooled"
-        gv = group_vals.reindex(
-            pd.MultiIndex.from_arrays([out.loc[pooled_rows, "model"], out.loc[pooled_rows, "pool_group"]])
-        )
-        for c in by:
-            out.loc[pooled_rows, c] = gv[c].to_numpy()
+        groups = info.drop_duplicates(["model", "pool_group"]).assign(run="pooled")[["model", "run", "pool_group", *by]]
+        keys = ["model", "run", "pool_group"]
+        vals = pd.concat([info, groups]).set_index(keys).reindex(pd.MultiIndex.from_frame(out[keys]))
         for c in extra:
-            if pd.api.types.is_integer_dtype(info[c]):
-                out[c] = pd.array(out[c], dtype="Int64")
+            out[c] = pd.array(vals[c], dtype="Int64") if pd.api.types.is_integer_dtype(info[c]) else vals[c].to_numpy()
     out["_pooled"] = (out["run"] == "pooled").astype(int)
     out = out.sort_values(
         ["model", "in_domain", "pool_group", "_pooled", "run", "method", "residualiser", "x", "y"],

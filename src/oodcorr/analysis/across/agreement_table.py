@@ -262,16 +262,9 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
     statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
     sign where that cell states the same sign, a spread where it states the same spread."""
     corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
-    keys = ["in_domain", "pool_group", "x", "y"]
     twins = {
-        (*k, res): (reg, d, sp)
-        for k, res, reg, d, sp in zip(
-            df.loc[corrected, keys].itertuples(index=False, name=None),
-            df.loc[corrected, "residualiser"],
-            regime[corrected.to_numpy()],
-            df.loc[corrected, "direction"],
-            df.loc[corrected, "spread"],
-        )
+        (t.in_domain, t.pool_group, t.x, t.y, t.residualiser): (reg, t.direction, t.spread)
+        for t, reg in zip(df[corrected].itertuples(index=False), regime[corrected.to_numpy()])
     }
     about, direction, spread, verdicts = [], list(df["direction"]), list(df["spread"]), list(df["verdict"])
     for i, row in enumerate(df.itertuples(index=False)):

@@ -31,14 +31,10 @@ def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
-    """AR(1) correlation matrix of units at checkpoint positions ``pos``, one per coefficient of ``phi``."""
-    lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
-    phi = np.asarray(phi, dtype=float)
-    whole = lags.astype(int)
-    if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
-        table = phi[..., None] ** np.arange(whole.max() + 1, dtype=float)
-        return table[..., whole]
-    return phi[..., None, None] ** lags
+    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (whole numbers), one per coefficient of
+    ``phi``: each power computed once per coefficient, then gathered."""
+    lags = np.abs(pos[:, None] - pos[None, :]).astype(int)
+    return (np.asarray(phi, dtype=float)[..., None] ** np.arange(lags.max() + 1, dtype=float))[..., lags]
 
 
 def lag1(resid: np.ndarray, pos: np.ndarray):
