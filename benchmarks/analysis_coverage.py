@@ -71,7 +71,7 @@ def plug_in(rp, pos, rng):
     for label in "xy":
         R, res = rp[f"R{label}"], rp[f"r{label}"]
         phi = max(lag1(res, pos), 0.0)
-        deps.append(Dependence(phi, phi, R @ ar1_corr(phi, pos) @ R.T, R @ R.T))
+        deps.append(Dependence(phi, R @ ar1_corr(phi, pos) @ R.T, R @ R.T))
     r = corr(rp["rx"], rp["ry"], "pearson")
     p, lo, hi, _ = modified_test("pearson", r, effective_n(*deps), 0.95)
     return p, lo, hi

@@ -141,7 +141,7 @@ def test_effective_n_predicts_the_null_variance_of_r():
     n = 21
     z = _curve(n, 1)
     M, pos = linear_maker(z[:, None]), np.arange(n)
-    deps = [Dependence(p, p, M @ ar1_corr(p, pos) @ M, M @ M.T) for p in (0.6, 0.8)]
+    deps = [Dependence(p, M @ ar1_corr(p, pos) @ M, M @ M.T) for p in (0.6, 0.8)]
     n_eff = effective_n(*deps)
     assert 5 < n_eff < 15  # far fewer than the 20 independent points the iid test assumes
     Ls = [np.linalg.cholesky(ar1_corr(p, pos)) for p in (0.6, 0.8)]

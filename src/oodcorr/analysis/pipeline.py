@@ -136,8 +136,7 @@ def _run_items(groups, examples, ordered) -> list:
 
 
 def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
-    """The pooled rows of a table's run rows: the runs' correlations pooled per model and pool group
-    (:func:`.pooling.pool_runs`) and their measurement columns (:func:`.measurement.pool_measured`)."""
+    """The pooled rows of a table's run rows: their correlations and measurement columns, per model and pool group."""
     runs = runs.reset_index(drop=True)
     pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
     _, parts = _groups(runs, POOL_KEYS)

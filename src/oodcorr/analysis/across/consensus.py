@@ -24,8 +24,6 @@ from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
-    TOL_POINTS,
-    TOL_POINTS_P,
     predictive_batch,
     tau2_upper_batch,
     tolerance_batch,
@@ -34,10 +32,8 @@ from .predictive import (
 )
 
 # ---- the two-level model -------------------------------------------------------------------
-# Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
-# a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
-# the models present. :func:`.agreement_table.agreement` calls them with one study per row of its
-# table; the design command (:mod:`.power`) with thousands of simulated studies.
+# Each rule for many studies at once: arrays (studies, models, runs) with a mask of the runs that have
+# a value, or (studies, models) with a mask of the models present.
 
 
 def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -74,10 +70,8 @@ def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
 
 
 def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
-    """Do the models differ by more than their runs and checkpoints explain? Per study (models where
-    ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
-    M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
-    (``p_heterogeneity``)."""
+    """Do the models differ by more than their runs and checkpoints explain? Per study: Cochran's Q of the models'
+    ``z_m`` (variances ``V_m``) on M - 1 degrees of freedom, I^2 and its p-value; NaN for fewer than 2 models."""
     present = np.asarray(present, dtype=bool)
     M = present.sum(-1)
     dfm = np.maximum(M - 1, 1)
@@ -142,8 +136,7 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
         extra = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
-    points = TOL_POINTS if bounds else TOL_POINTS_P
-    tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)
+    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights), bounds=bounds)
     with np.errstate(invalid="ignore", divide="ignore"):
         point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
     out = {k: np.where(three, v, np.nan) for k, v in tol.items()}

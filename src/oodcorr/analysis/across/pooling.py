@@ -32,10 +32,8 @@ def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray
 
 
 def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``):
-    Cochran's Q, ``sum (z - mean)^2 / v`` around the inverse-variance mean, and I^2, the share of Q
-    above its degrees of freedom (the estimates less one, at least 1): ``max(0, (Q - df) / Q)``, 0
-    where Q is 0."""
+    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``): Cochran's Q around
+    the inverse-variance mean, and I^2, the share of Q above its degrees of freedom."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
@@ -47,10 +45,8 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
 
 
 def solve_tau2(z, v, mask, target) -> np.ndarray:
-    """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
-    around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
-    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0 (always so
-    for a target of 0: groups of one member each leave no degrees of freedom)."""
+    """Per study, the between-estimate variance ``t2 >= 0`` at which :func:`generalised_q` of ``z`` (studies,
+    groups, members) equals ``target``; 0 where Q is at or below it already at 0, or the target is 0."""
     mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)

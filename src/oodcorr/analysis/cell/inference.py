@@ -84,7 +84,6 @@ def corrected_phis(
 class Dependence:
     """One residual series' dependence: its AR(1) coefficients and its covariance ``C = R S_phi R'`` (up to scale)."""
 
-    phi_raw: float
     phi: float
     C: np.ndarray
     C0: np.ndarray  # R R': the residuals' covariance if the units were independent
@@ -94,10 +93,10 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
     """``pos``: checkpoint positions of the units (None: exchangeable units, phi = 0)."""
     C0 = R @ R.T
     if pos is None:
-        return Dependence(math.nan, 0.0, C0, C0)
-    raw, phi = (float(v) for v in corrected_phis(resid, R, pos))
+        return Dependence(0.0, C0, C0)
+    phi = float(corrected_phis(resid, R, pos)[1])
     C = C0 if phi == 0 else residual_covariances(R, phi, pos)
-    return Dependence(raw, phi, C, C0)
+    return Dependence(phi, C, C0)
 
 
 def dutilleul_n(tx, ty, cross):
