@@ -10,7 +10,8 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import Options, analyse, corr, residual_pair
+from oodcorr.analysis import Options, analyse
+from oodcorr.analysis.cell.correlate import corr, residual_pair
 from oodcorr.analysis.cell.inference import (
     Dependence,
     ar1_corr,

@@ -57,10 +57,7 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     *CONSENSUS_COLUMNS,
     "n_models",
     "n_finite",
-    "n_positive",
-    "n_negative",
-    "n_sig_positive",
-    "n_sig_negative",
+    *(f"n_{sig}{sign}" for sig in ("", "sig_") for sign in ("positive", "negative")),
     "q_models",
     "df_models",
     "i2_models",
@@ -351,9 +348,7 @@ def agreement(
     ]
     df["correction"] = correction
     _adjust(df, correction)
-    facts = [rungs(row, alpha) for row in df.to_dict("records")]
-    df["direction"] = [d for d, _ in facts]
-    df["spread"] = [sp for _, sp in facts]
+    df["direction"], df["spread"] = zip(*(rungs(row, alpha) for row in df.to_dict("records")))
     df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
     _about_and_gate(df, regime)
     _form(df, runs, run_group, n_groups, level, band, correction, alpha)
@@ -409,8 +404,7 @@ def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: f
         verdict_reason({**row, **{k: v[g] for k, v in extra.items()}}, alpha, measured.NOISE_LIMITED)
         for g, row in enumerate(df.to_dict("records"))
     ]
-    df["reason"] = [r for r, _ in said]
-    df["way_on"] = [w for _, w in said]
+    df["reason"], df["way_on"] = zip(*said)
 
 
 def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:

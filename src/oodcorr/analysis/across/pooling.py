@@ -156,26 +156,13 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
         how = one["p_method"] if "p_method" in g else ""
         return {
             **nan,
-            "r": float(one["r" + sfx]),
-            "ci_low": float(one["ci_low" + sfx]),
-            "ci_high": float(one["ci_high" + sfx]),
-            "p": float(one["p" + sfx]),
-            "se_z": float(one["se_z" + sfx]),
+            **{c: float(one[c + sfx]) for c in ("r", "ci_low", "ci_high", "p", "se_z")},
             "p_method": f"{how} (single run)".strip(),
             "n_runs_finite": 1,
         }, note
     res = combine(fisher_z(r[use], POOLING_CAP), se[use] ** 2, level)
-    out = {
-        "r": math.tanh(res["z"]),
-        "ci_low": math.tanh(res["lo"]),
-        "ci_high": math.tanh(res["hi"]),
-        "p": res["p"],
-        "se_z": res["se_z"],
-        "tau2": res["tau2"],
-        "i2": res["i2"],
-        "p_method": res["how"],
-        "n_runs_finite": k,
-    }
+    out = {c: math.tanh(res[z]) for c, z in (("r", "z"), ("ci_low", "lo"), ("ci_high", "hi"))}
+    out.update({c: res[c] for c in ("p", "se_z", "tau2", "i2")}, p_method=res["how"], n_runs_finite=k)
     if k == 2 and two_runs == "fixed-effect":
         said = (
             "2 runs: a fixed-effect combination, which assumes both runs share one "

@@ -66,7 +66,6 @@ def _tau_posterior_batch(zm, Vm, present, tau_scale: float, within_scales) -> di
     """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
     prior of scale ``tau_scale`` on ``tau`` and ``lambda`` uniform on ``within_scales`` (model m's
     within variance ``lambda V_m``)."""
-    present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
     tau = _grid(y, min(within_scales) * v, present, 6 * tau_scale, TAU_POINTS)

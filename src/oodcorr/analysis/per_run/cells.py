@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats
 
 from ..cell.correlate import corr, residual_pair
-from ..cell.form_check import GAIN_COLUMNS, LINE_COLUMNS, curve_gain, line_of
+from ..cell.form_check import GAIN_COLUMNS, curve_gain, line_of
 from ..cell.inference import PHI_MAX, assess, dependence, modified_tests
 from ..cell.resample import cell_rng
 from ..cell.residualise import Degenerate, parse
@@ -36,21 +36,15 @@ def plain(v):
 
 
 _CELL_NAN = (
-    "r",
-    "ci_low",
-    "ci_high",
-    "p",
+    *(f"{c}{sfx}" for sfx in ("", "_no_step0", "_line") for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "p_param",
     "p_perm",
     "block_length",
     "n_eff",
     "phi_x",
     "phi_y",
-    "se_z",
-    *(f"{c}_no_step0" for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "ex_ci_low",
     "ex_ci_high",
-    *LINE_COLUMNS,
     *GAIN_COLUMNS,
 )
 
