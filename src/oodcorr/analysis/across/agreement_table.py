@@ -312,9 +312,7 @@ def agreement(
     run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
     runs = runs[~pd.isna(run_group)]
     run_group = run_group[~pd.isna(run_group)].astype(int)
-    df = key_frame.copy()
-    for k, val in _describe(pooled, group, n_groups).items():
-        df[k] = val
+    df = key_frame.assign(**_describe(pooled, group, n_groups))
     regime = measured.pair_regimes(runs, run_group, n_groups)
     rel = measured.attenuation(pooled, group, n_groups, level)
     band = near_zero * rel["band"]
@@ -324,8 +322,7 @@ def agreement(
     if (regime != "unknown").any():
         Z, V, P, mask, names_e, left_e = run_arrays(runs, run_group, n_groups, "_eiv")
         eiv = _consensus_columns(across_models(Z, V, mask, P, level, band), names_e, left_e, n_groups)
-    for k, val in _merge(obs, eiv, regime).items():
-        df[k] = val
+    df = df.assign(**_merge(obs, eiv, regime))
     use = regime != "unknown"
     for c in OBSERVED_ONLY:
         df[c.replace("_consensus", "_consensus_eiv")] = np.where(use, eiv[c], np.nan) if eiv else np.nan
@@ -336,9 +333,7 @@ def agreement(
     tasks = measured.corrected_consensus(pooled, group, n_groups, regime, envelope, rel["band"], level)
     for c, k in (("r", "r"), ("ci_low", "lo"), ("ci_high", "hi")):
         df[f"{c}_consensus_corrected"] = tasks[k]
-    for c in rel:
-        if c != "band":
-            df[c] = rel[c]
+    df = df.assign(**{c: v for c, v in rel.items() if c != "band"})
     df["attenuation_low"] = np.where(np.isfinite(rel["band"]) & (rel["band"] < 1), rel["band"], np.nan)
     df["noise"] = [
         "; ".join(dict.fromkeys(t for t in pooled.loc[group == g, "noise"] if isinstance(t, str) and t))
@@ -392,8 +387,7 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
 
 
 def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
-    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`), with the runs
-    each model pooled and how many models' pooled rows have a value but no interval."""
+    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`)."""
     n = len(df)
     runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
     most = np.zeros(n)

@@ -34,7 +34,6 @@ def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray
 def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``): Cochran's Q around
     the inverse-variance mean, and I^2, the share of Q above its degrees of freedom."""
-    mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     q = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
@@ -47,7 +46,6 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
 def solve_tau2(z, v, mask, target) -> np.ndarray:
     """Per study, the between-estimate variance ``t2 >= 0`` at which :func:`generalised_q` of ``z`` (studies,
     groups, members) equals ``target``; 0 where Q is at or below it already at 0, or the target is 0."""
-    mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
@@ -100,7 +98,6 @@ def combine(z, v, level: float = 0.95) -> dict:
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     """The random-effects mean (:func:`combine`) of many sets at once: ``z``, ``v``, ``mask`` (sets, estimates)."""
-    mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     k = mask.sum(-1)
@@ -198,8 +195,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     firsts, parts = _groups(rows, POOL_KEYS)
     out = rows.loc[firsts, POOL_KEYS].reset_index(drop=True)
     out["run"] = "pooled"
-    r_all = rows["r"].to_numpy(float)
-    fin_all = np.isfinite(r_all)
+    fin_all = np.isfinite(rows["r"].to_numpy(float))
     n_all, units_all = rows["n"].to_numpy(float), rows["n_units"].to_numpy(float)
     out["n"] = [int(n_all[p][fin_all[p]].sum()) for p in parts]
     out["n_units"] = [int(units_all[p].sum()) for p in parts]

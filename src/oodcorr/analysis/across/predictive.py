@@ -25,7 +25,6 @@ SINGLE_RUN_SCALE = 0.72
 def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
     """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007) per study; 0 where Q
     is below its chi-square quantile already at 0, NaN for fewer than 2 models."""
-    present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     target = stats.chi2.ppf((1 - level) / 2, np.maximum(k - 1, 1))
     t2 = solve_tau2(zm[:, None], Vm[:, None], present[:, None], target)
@@ -34,7 +33,6 @@ def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
 
 def within_scale_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
     """Per study, the scale the within-model variances get (below 1 where the models' Q is in its lower tail)."""
-    present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -98,7 +96,6 @@ def _tau_posterior_batch(zm, Vm, present, tau_scale: float, within_scales) -> di
 def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
     """The Q-profile confidence distribution of ``tau`` on a grid, per study, as mixture weights: ``H(tau) =
     P(chi2_{M-1} >= Q(tau))`` rises from its mass at 0 to 1, each grid interval's mass split between its ends."""
-    present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
     k = present.sum(-1)
@@ -139,8 +136,6 @@ def predictive_batch(
 ) -> dict:
     """Per study: the prediction interval for a further model's correlation (z scale), the central ``level``
     interval of the posterior predictive, a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``."""
-    present = np.asarray(present, dtype=bool)
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
     for i in _chunks(present):
         post = _tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, within_scales)
@@ -197,13 +192,10 @@ def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
 
 def tolerance_batch(zm, Vm, present, level: float = 0.95, scales=None, bounds: bool = True) -> dict:
     """Per study: the one-sided tolerance bounds ``tol_lo``, ``tol_hi`` of the models' correlations (z scale)."""
-    present = np.asarray(present, dtype=bool)
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     S = present.shape[0]
     points = TOL_POINTS if bounds else TOL_POINTS_P
     draws_all, weights_all = (np.ones((S, 1)), np.ones((S, 1))) if scales is None else scales
-    share = (1 + level) / 2
-    c = float(stats.norm.ppf(share))
+    c = float(stats.norm.ppf((1 + level) / 2))
     alpha = 1 - level
     keys = ("tol_lo", "tol_hi", "p_low_side", "p_high_side", "share_low")
     out = {k: np.full(S, np.nan) for k in keys}

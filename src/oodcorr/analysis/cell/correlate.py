@@ -33,8 +33,7 @@ SIMULATED_CAP = 0.999
 
 
 def fisher_z(r, cap: float) -> np.ndarray:
-    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` first: one of
-    :data:`POOLING_CAP`, :data:`RESAMPLED_CAP`, :data:`FINITE_CAP`, each named by what it is for."""
+    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` (one of the caps above) first."""
     return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
 
 

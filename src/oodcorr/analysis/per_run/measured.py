@@ -104,8 +104,7 @@ def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -
     pairs = list(lines)
     unknown = dict.fromkeys(("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"), NAN)
     rows = {p: {**lines[p], **unknown} for p in pairs}
-    tz = noise.get(zname, UNKNOWN)
-    zh = _halves(tz, mask, cell_rng(opts.seed, *where, zname, "halves"))
+    zh = _halves(noise.get(zname, UNKNOWN), mask, cell_rng(opts.seed, *where, zname, "halves"))
     if zh is None:
         return rows
     names = list(dict.fromkeys(n for p in pairs for n in p))
