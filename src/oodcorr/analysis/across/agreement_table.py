@@ -35,9 +35,7 @@ CONSENSUS_COLUMNS = [
     *(f"p_{k}{adj}" for k in ("mean", "generalises") for adj in ("", "_adj")),
     "share_sign_low",
 ]
-# the answer as measurements (:mod:`.measured_answer`): what it speaks of, the consensus the verdict read
-# where that is not the observed one, the tasks' consensus, each testset's reliability, and which
-# testsets leave a pair noise-limited
+# the answer as measurements (:mod:`.measured_answer`)
 MEASURED_COLUMNS = [
     "about",
     "noise",
@@ -46,8 +44,6 @@ MEASURED_COLUMNS = [
     "attenuation_low",
     "noise_limited",
 ]
-# why the verdict, and what would resolve it (:func:`oodcorr.core.answer.verdict_reason`)
-REASON_COLUMNS = ["reason", "way_on"]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
     "form",
@@ -68,7 +64,8 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "note",
     "by_model",
     *MEASURED_COLUMNS,
-    *REASON_COLUMNS,
+    "reason",
+    "way_on",
 ]
 
 

@@ -201,8 +201,7 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     out["n_units"] = [int(units_all[p].sum()) for p in parts]
     out["n_runs"] = [len(p) for p in parts]
     out["n_runs_finite"] = 1
-    for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
-        out[c] = math.nan
+    out[["p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"]] = math.nan
     sfxs = [""] + [f for f in ("_no_step0", "_eiv", "_line") if "r" + f in rows.columns]
     cols = ("r", "ci_low", "ci_high", "p", "se_z")
     for sfx in sfxs:
