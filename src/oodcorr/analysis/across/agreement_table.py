@@ -292,8 +292,7 @@ def agreement(
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
     if pooled.empty:
         return pd.DataFrame(columns=AGREEMENT_COLUMNS)
-    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last")
-    pooled = pooled.reset_index(drop=True)
+    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last", ignore_index=True)
     key_frame = pooled[AGREEMENT_KEYS].drop_duplicates().reset_index(drop=True)
     n_groups = len(key_frame)
     lookup = key_frame.assign(_g=np.arange(n_groups))
