@@ -53,7 +53,7 @@ from scipy import stats
 
 from oodcorr.analysis.across.pooling import combine
 from oodcorr.analysis.cell.correlate import POOLING_CAP, corr, fisher_z, residual_pair
-from oodcorr.analysis.cell.inference import assess, corrected_phi, effective_n, lag1, modified_test
+from oodcorr.analysis.cell.inference import assess, corrected_phis, effective_n, lag1, modified_test
 from oodcorr.analysis.options import Options
 from oodcorr.analysis.simulate.runs import ar1_series, calibrate
 
@@ -71,7 +71,7 @@ def plug_in(rp, pos, rng):
     for label in "xy":
         R, res = rp[f"R{label}"], rp[f"r{label}"]
         phi = max(lag1(res, pos), 0.0)
-        deps.append(Dependence(phi, phi, R @ ar1_corr(phi, pos) @ R.T, R @ R.T))
+        deps.append(Dependence(phi, R @ ar1_corr(phi, pos) @ R.T, R @ R.T))
     r = corr(rp["rx"], rp["ry"], "pearson")
     p, lo, hi, _ = modified_test("pearson", r, effective_n(*deps), 0.95)
     return p, lo, hi
@@ -149,7 +149,7 @@ def prewhiten(rp, pos, rng):
     us = []
     for label in "xy":
         res = rp[f"r{label}"]
-        _, phi = corrected_phi(res, rp[f"R{label}"], pos)
+        _, phi = corrected_phis(res, rp[f"R{label}"], pos)
         us.append(res[1:] - phi * res[:-1])
     r = corr(us[0], us[1], "pearson")
     p, lo, hi, _ = modified_test("pearson", r, len(us[0]) - 1, 0.95)

@@ -552,11 +552,11 @@ def one_study(z, v, model, p_run=None):
 
 
 def between_runs(z, v, model) -> tuple[float, int, float]:
-    """(tau2_runs, degrees of freedom, q) of one study's runs (consensus.between_runs_batch)."""
-    from oodcorr.analysis.across.consensus import between_runs_batch
+    """(tau2_runs, degrees of freedom, q) of one study's runs (consensus.model_means_batch's)."""
+    from oodcorr.analysis.across.consensus import model_means_batch
 
-    _, Z, V, _, mask = one_study(z, v, model)
-    t2, df, q = between_runs_batch(Z, V, mask)
+    _, Z, V, P, mask = one_study(z, v, model)
+    t2, df, q = model_means_batch(Z, V, mask, P)[3:]
     return float(t2[0]), int(df[0]), float(q[0])
 
 

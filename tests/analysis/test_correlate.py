@@ -12,7 +12,8 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import Options, partial_corr, residual_pair
+from oodcorr.analysis import Options, partial_corr
+from oodcorr.analysis.cell.correlate import residual_pair
 
 
 def _one_pair(x, y, covars, method="pearson", residualiser="spline") -> dict:

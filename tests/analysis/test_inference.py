@@ -10,12 +10,13 @@ import pingouin as pg
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import Options, analyse, corr, residual_pair
+from oodcorr.analysis import Options, analyse
+from oodcorr.analysis.cell.correlate import corr, residual_pair
 from oodcorr.analysis.cell.inference import (
     Dependence,
     ar1_corr,
     assess,
-    corrected_phi,
+    corrected_phis,
     dependence,
     effective_n,
     expected_lag1,
@@ -119,7 +120,7 @@ def test_expected_lag1_is_what_simulated_residuals_show_and_the_correction_remov
     raw, corrected, num, den = [], [], [], []
     for _ in range(3000):
         res = M @ (L @ rng.normal(size=n))
-        a, b = corrected_phi(res, M, pos)
+        a, b = corrected_phis(res, M, pos)
         raw.append(a)
         corrected.append(b)
         num.append(res[:-1] @ res[1:])
@@ -141,7 +142,7 @@ def test_effective_n_predicts_the_null_variance_of_r():
     n = 21
     z = _curve(n, 1)
     M, pos = linear_maker(z[:, None]), np.arange(n)
-    deps = [Dependence(p, p, M @ ar1_corr(p, pos) @ M, M @ M.T) for p in (0.6, 0.8)]
+    deps = [Dependence(p, M @ ar1_corr(p, pos) @ M, M @ M.T) for p in (0.6, 0.8)]
     n_eff = effective_n(*deps)
     assert 5 < n_eff < 15  # far fewer than the 20 independent points the iid test assumes
     Ls = [np.linalg.cholesky(ar1_corr(p, pos)) for p in (0.6, 0.8)]

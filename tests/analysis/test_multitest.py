@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from oodcorr.analysis import (
+from oodcorr.analysis.across.multitest import (
     adjust,
     bh,
     holm,

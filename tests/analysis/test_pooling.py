@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from oodcorr.analysis import Options, agreement, analyse, combine, fisher_mean, pool_runs
-from oodcorr.analysis.across.pooling import solve_tau2
+from oodcorr.analysis import Options, agreement, analyse
+from oodcorr.analysis.across.pooling import combine, fisher_mean, pool_runs, solve_tau2
 from oodcorr.analysis.simulate.runs import ar1_series
 
 from helpers import score_row

@@ -6,12 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from oodcorr.analysis import (
-    Options,
-    block_permutation_p,
-    bootstrap_ci,
-    moving_block_indices,
-)
+from oodcorr.analysis import Options
+from oodcorr.analysis.cell.resample import block_permutation_p, bootstrap_ci, moving_block_indices
 from oodcorr.analysis.simulate.runs import calibrate
 
 

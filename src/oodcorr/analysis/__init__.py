@@ -7,10 +7,6 @@ models, the answer), ``options`` (every setting), ``per_run`` (the partial corre
 
 from ..core.answer import VERDICTS
 from .across.agreement_table import AGREEMENT_COLUMNS, agreement
-from .across.multitest import adjust, bh, holm
-from .across.pooling import combine, fisher_mean, pool_runs
-from .cell.correlate import corr, residual_pair
-from .cell.resample import block_permutation_p, bootstrap_ci, moving_block_indices
 from .options import Options
 from .per_run.cells import partial_corr
 from .pipeline import CANON, COLUMNS, analyse
@@ -21,18 +17,7 @@ __all__ = [
     "COLUMNS",
     "VERDICTS",
     "Options",
-    "adjust",
     "agreement",
     "analyse",
-    "bh",
-    "block_permutation_p",
-    "bootstrap_ci",
-    "combine",
-    "corr",
-    "fisher_mean",
-    "holm",
-    "moving_block_indices",
     "partial_corr",
-    "pool_runs",
-    "residual_pair",
 ]

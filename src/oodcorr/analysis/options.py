@@ -81,8 +81,7 @@ class Options:
         cfg = dict(cfg or {})
         if "p_method" in cfg:
             raise ValueError(
-                "analysis.p_method was replaced by analysis.inference (modified-t, iid or block; "
-                "block is the earlier block-permutation/bootstrap pair): see "
+                "analysis.p_method was replaced by analysis.inference (modified-t, iid or block): see "
                 "docs/analysis.md#what-is-computed-and-the-defaults"
             )
         kw = {}
@@ -107,12 +106,7 @@ class Options:
                     kw[attr] = tuple(v) if isinstance(v, list) else v
             leftover += [f"analysis.{block}.{k}" for k in sub]
         g = dict(cfg.pop("gam", {}) or {})
-        gam_kw = {}
-        for k in ("n_splines", "min_points"):
-            if k in g:
-                gam_kw[k] = g.pop(k)
-        if "lam_grid" in g:
-            gam_kw["lam_grid"] = tuple(float(v) for v in g.pop("lam_grid"))
+        gam_kw = {k: g.pop(k) for k in ("n_splines", "min_points") if k in g}
         leftover = [f"analysis.{k}" for k in cfg] + leftover + [f"analysis.gam.{k}" for k in g]
         if leftover:
             raise ValueError(f"unknown analysis setting(s): {', '.join(leftover)}")

@@ -7,16 +7,17 @@ import logging
 import math
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from ..core.answer import NEAR_ZERO, NEGATIVE, POSITIVE, UNRESOLVED
 from .across import multitest
 from .across.pooling import POOL_KEYS, _groups, pool_runs
 from .cell import form_check
 from .cell.form_check import sign_of
-from .cell.residualise import one_blas_thread
 from .items.item_noise import item_matrices, item_strata
 from .items.measurement import pool_measured
 from .items.shared_items import leaves
@@ -135,8 +136,7 @@ def _run_items(groups, examples, ordered) -> list:
 
 
 def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
-    """The pooled rows of a table's run rows: the runs' correlations pooled per model and pool group
-    (:func:`.pooling.pool_runs`) and their measurement columns (:func:`.measurement.pool_measured`)."""
+    """The pooled rows of a table's run rows: their correlations and measurement columns, per model and pool group."""
     runs = runs.reset_index(drop=True)
     pooled = pool_runs(runs, opts.level, opts.pool_two_runs)
     _, parts = _groups(runs, POOL_KEYS)
@@ -178,8 +178,9 @@ def analyse(
     if workers <= 1 or len(groups) <= 1:
         per_run = [partial_corr(g, opts, ordered, parts, it) for g, it in zip(groups, items)]
     else:  # each process sent its runs' per-item matrices, not the examples' rows, and on one BLAS thread
+        one_blas_thread = partial(threadpool_limits, limits=1, user_api="blas")
         with ProcessPoolExecutor(
-            min(workers, len(groups)), multiprocessing.get_context("fork"), initializer=one_blas_thread
+            min(workers, len(groups)), multiprocessing.get_context("fork"), one_blas_thread
         ) as procs:
             more = itertools.repeat
             per_run = list(procs.map(partial_corr, groups, more(opts), more(ordered), more(parts), items))
@@ -210,23 +211,13 @@ def analyse(
     changes = sign_of(out["ci_low"], out["ci_high"]) != sign_of(out["ci_low_no_step0"], out["ci_high_no_step0"])
     out["step0_changes"] = pd.Series(np.where(done, changes, None), index=out.index, dtype=object)
     form_check.mark(out)
-    if extra:
-        per_run = info.set_index(["model", "run"])[extra]
-        idx = pd.MultiIndex.from_arrays([out["model"], out["run"]])
-        vals = per_run.reindex(idx)
-        for c in extra:
-            out[c] = vals[c].to_numpy()
+    if extra:  # each run's information; a pooled row's, its group's values of the columns pooled by
         by = [c for c in opts.pool_by if c in extra]
-        group_vals = info.drop_duplicates(["model", "pool_group"]).set_index(["model", "pool_group"])[by]
-        pooled_rows = out["run"] == "pooled"
-        gv = group_vals.reindex(
-            pd.MultiIndex.from_arrays([out.loc[pooled_rows, "model"], out.loc[pooled_rows, "pool_group"]])
-        )
-        for c in by:
-            out.loc[pooled_rows, c] = gv[c].to_numpy()
+        groups = info.drop_duplicates(["model", "pool_group"]).assign(run="pooled")[["model", "run", "pool_group", *by]]
+        keys = ["model", "run", "pool_group"]
+        vals = pd.concat([info, groups]).set_index(keys).reindex(pd.MultiIndex.from_frame(out[keys]))
         for c in extra:
-            if pd.api.types.is_integer_dtype(info[c]):
-                out[c] = pd.array(out[c], dtype="Int64")
+            out[c] = pd.array(vals[c], dtype="Int64") if pd.api.types.is_integer_dtype(info[c]) else vals[c].to_numpy()
     out["_pooled"] = (out["run"] == "pooled").astype(int)
     out = out.sort_values(
         ["model", "in_domain", "pool_group", "_pooled", "run", "method", "residualiser", "x", "y"],

@@ -35,9 +35,7 @@ CONSENSUS_COLUMNS = [
     *(f"p_{k}{adj}" for k in ("mean", "generalises") for adj in ("", "_adj")),
     "share_sign_low",
 ]
-# the answer as measurements (:mod:`.measured_answer`): what it speaks of, the consensus the verdict read
-# where that is not the observed one, the tasks' consensus, each testset's reliability, and which
-# testsets leave a pair noise-limited
+# the answer as measurements (:mod:`.measured_answer`)
 MEASURED_COLUMNS = [
     "about",
     "noise",
@@ -46,8 +44,6 @@ MEASURED_COLUMNS = [
     "attenuation_low",
     "noise_limited",
 ]
-# why the verdict, and what would resolve it (:func:`oodcorr.core.answer.verdict_reason`)
-REASON_COLUMNS = ["reason", "way_on"]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
     "form",
@@ -57,10 +53,7 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     *CONSENSUS_COLUMNS,
     "n_models",
     "n_finite",
-    "n_positive",
-    "n_negative",
-    "n_sig_positive",
-    "n_sig_negative",
+    *(f"n_{sig}{sign}" for sig in ("", "sig_") for sign in ("positive", "negative")),
     "q_models",
     "df_models",
     "i2_models",
@@ -71,7 +64,8 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "note",
     "by_model",
     *MEASURED_COLUMNS,
-    *REASON_COLUMNS,
+    "reason",
+    "way_on",
 ]
 
 
@@ -152,10 +146,6 @@ def run_arrays(runs: pd.DataFrame, group: np.ndarray, n_groups: int, sfx: str = 
     return Z, V, P, mask, names, left
 
 
-def _tanh(x) -> np.ndarray:
-    return np.where(np.isfinite(x), np.tanh(x), np.nan)
-
-
 def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     """Every agreement column that :func:`across_models` gives, per pair, with the pair's notes."""
     M = a["n_models"]
@@ -178,7 +168,7 @@ def _consensus_columns(a: dict, names: list, left: dict, n_groups: int) -> dict:
     for k in ("q_models", "df_models", "i2_models", "p_heterogeneity", "p_reversal"):
         cols[k] = np.where(two, a[k], nan)
     for c, k in zip(CONSENSUS_COLUMNS, ("z", "lo", "hi", "pi_lo", "pi_hi", "tol_lo", "tol_hi")):  # r_consensus, ...
-        cols[c] = np.where(two, _tanh(a[k]), nan)
+        cols[c] = np.where(two & np.isfinite(a[k]), np.tanh(a[k]), nan)
     reversal, notes = [], []
     for g in range(n_groups):
         note = []
@@ -266,16 +256,9 @@ def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
     statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
     sign where that cell states the same sign, a spread where it states the same spread."""
     corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
-    keys = ["in_domain", "pool_group", "x", "y"]
     twins = {
-        (*k, res): (reg, d, sp)
-        for k, res, reg, d, sp in zip(
-            df.loc[corrected, keys].itertuples(index=False, name=None),
-            df.loc[corrected, "residualiser"],
-            regime[corrected.to_numpy()],
-            df.loc[corrected, "direction"],
-            df.loc[corrected, "spread"],
-        )
+        (t.in_domain, t.pool_group, t.x, t.y, t.residualiser): (reg, t.direction, t.spread)
+        for t, reg in zip(df[corrected].itertuples(index=False), regime[corrected.to_numpy()])
     }
     about, direction, spread, verdicts = [], list(df["direction"]), list(df["spread"]), list(df["verdict"])
     for i, row in enumerate(df.itertuples(index=False)):
@@ -309,8 +292,7 @@ def agreement(
     pooled = table[table["run"] == "pooled"] if "run" in table.columns else table
     if pooled.empty:
         return pd.DataFrame(columns=AGREEMENT_COLUMNS)
-    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last")
-    pooled = pooled.reset_index(drop=True)
+    pooled = pooled.sort_values([*AGREEMENT_KEYS, "model"], kind="stable", na_position="last", ignore_index=True)
     key_frame = pooled[AGREEMENT_KEYS].drop_duplicates().reset_index(drop=True)
     n_groups = len(key_frame)
     lookup = key_frame.assign(_g=np.arange(n_groups))
@@ -326,9 +308,7 @@ def agreement(
     run_group = runs[AGREEMENT_KEYS].merge(lookup, on=AGREEMENT_KEYS, how="left")["_g"].to_numpy()
     runs = runs[~pd.isna(run_group)]
     run_group = run_group[~pd.isna(run_group)].astype(int)
-    df = key_frame.copy()
-    for k, val in _describe(pooled, group, n_groups).items():
-        df[k] = val
+    df = key_frame.assign(**_describe(pooled, group, n_groups))
     regime = measured.pair_regimes(runs, run_group, n_groups)
     rel = measured.attenuation(pooled, group, n_groups, level)
     band = near_zero * rel["band"]
@@ -338,8 +318,7 @@ def agreement(
     if (regime != "unknown").any():
         Z, V, P, mask, names_e, left_e = run_arrays(runs, run_group, n_groups, "_eiv")
         eiv = _consensus_columns(across_models(Z, V, mask, P, level, band), names_e, left_e, n_groups)
-    for k, val in _merge(obs, eiv, regime).items():
-        df[k] = val
+    df = df.assign(**_merge(obs, eiv, regime))
     use = regime != "unknown"
     for c in OBSERVED_ONLY:
         df[c.replace("_consensus", "_consensus_eiv")] = np.where(use, eiv[c], np.nan) if eiv else np.nan
@@ -350,9 +329,7 @@ def agreement(
     tasks = measured.corrected_consensus(pooled, group, n_groups, regime, envelope, rel["band"], level)
     for c, k in (("r", "r"), ("ci_low", "lo"), ("ci_high", "hi")):
         df[f"{c}_consensus_corrected"] = tasks[k]
-    for c in rel:
-        if c != "band":
-            df[c] = rel[c]
+    df = df.assign(**{c: v for c, v in rel.items() if c != "band"})
     df["attenuation_low"] = np.where(np.isfinite(rel["band"]) & (rel["band"] < 1), rel["band"], np.nan)
     df["noise"] = [
         "; ".join(dict.fromkeys(t for t in pooled.loc[group == g, "noise"] if isinstance(t, str) and t))
@@ -362,9 +339,7 @@ def agreement(
     ]
     df["correction"] = correction
     _adjust(df, correction)
-    facts = [rungs(row, alpha) for row in df.to_dict("records")]
-    df["direction"] = [d for d, _ in facts]
-    df["spread"] = [sp for _, sp in facts]
+    df["direction"], df["spread"] = zip(*(rungs(row, alpha) for row in df.to_dict("records")))
     df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
     _about_and_gate(df, regime)
     _form(df, runs, run_group, n_groups, level, band, correction, alpha)
@@ -408,8 +383,7 @@ def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None
 
 
 def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
-    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`), with the runs
-    each model pooled and how many models' pooled rows have a value but no interval."""
+    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`)."""
     n = len(df)
     runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
     most = np.zeros(n)
@@ -420,8 +394,7 @@ def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: f
         verdict_reason({**row, **{k: v[g] for k, v in extra.items()}}, alpha, measured.NOISE_LIMITED)
         for g, row in enumerate(df.to_dict("records"))
     ]
-    df["reason"] = [r for r, _ in said]
-    df["way_on"] = [w for _, w in said]
+    df["reason"], df["way_on"] = zip(*said)
 
 
 def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:

@@ -24,8 +24,6 @@ from . import multitest
 from .pooling import cochran_q, generalised_q, random_effects_batch, solve_tau2
 from .predictive import (
     TAU_SCALE,
-    TOL_POINTS,
-    TOL_POINTS_P,
     predictive_batch,
     tau2_upper_batch,
     tolerance_batch,
@@ -34,35 +32,25 @@ from .predictive import (
 )
 
 # ---- the two-level model -------------------------------------------------------------------
-# Each rule is written once, for many studies at once: arrays of shape (studies, models, runs) with
-# a mask of the runs that have a value (``z``, ``v``, ``p_run``), or (studies, models) with a mask of
-# the models present. :func:`.agreement_table.agreement` calls them with one study per row of its
-# table; the design command (:mod:`.power`) with thousands of simulated studies.
+# Each rule for many studies at once: arrays (studies, models, runs) with a mask of the runs that have
+# a value, or (studies, models) with a mask of the models present.
 
 
-def between_runs_batch(z, v, mask) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(tau2_runs, degrees of freedom, q) per study: the between-run variance shared by the models (Paule-Mandel)."""
-    mask = np.asarray(mask, dtype=bool)
+def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
+    """Per study and model: (z_m, V_m, two-sided p of z_m = 0), NaN for a model without runs, and the between-run
+    variance shared by the models (Paule-Mandel) they use, with its degrees of freedom and q: (tau2_runs, df, q)."""
     df = np.maximum(mask.sum(-1) - 1, 0).sum(-1)
     z = np.where(mask, z, 0.0)
     v = np.where(mask, v, 1.0)
     q0 = generalised_q(z, v, mask, np.zeros(len(df)))
-    t2 = solve_tau2(z, v, mask, np.maximum(df, 0))
+    t2 = np.where(df == 0, 0.0, solve_tau2(z, v, mask, np.maximum(df, 0)))
     with np.errstate(invalid="ignore", divide="ignore"):
         q = np.where(df == 0, np.nan, np.where(q0 <= df, q0 / np.maximum(df, 1), 1.0))
-    return np.where(df == 0, 0.0, t2), df, q
-
-
-def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
-    """Per study and model: (z_m, V_m, two-sided p of z_m = 0), NaN for a model without runs, and
-    the between-run (tau2_runs, df, q) they use (:func:`between_runs_batch`)."""
-    mask = np.asarray(mask, dtype=bool)
-    t2, df, q = between_runs_batch(z, v, mask)
-    w = np.where(mask, 1 / (np.where(mask, v, 1.0) + t2[:, None, None]), 0.0)
+    w = np.where(mask, 1 / (v + t2[:, None, None]), 0.0)
     sw = w.sum(-1)
     present = sw > 0
     with np.errstate(invalid="ignore", divide="ignore"):
-        zm = np.where(present, (w * np.where(mask, z, 0.0)).sum(-1) / sw, np.nan)
+        zm = np.where(present, (w * z).sum(-1) / sw, np.nan)
         Vm = np.where(present, 1 / sw, np.nan)
         p_norm = 2 * stats.norm.sf(np.abs(zm) / np.sqrt(Vm))
         p_t = 2 * stats.t.sf(np.abs(zm) / np.sqrt(Vm * np.fmax(q, 1.0)[:, None]), np.maximum(df, 1)[:, None])
@@ -73,45 +61,18 @@ def model_means_batch(z, v, mask, p_run) -> tuple[np.ndarray, ...]:
     return zm, Vm, np.where(present, pm, np.nan), t2, df, q
 
 
-def _heterogeneity_batch(zm, Vm, present, df_runs, q_runs) -> dict:
-    """Do the models differ by more than their runs and checkpoints explain? Per study (models where
-    ``present``; NaN for fewer than 2): Cochran's Q of the models' ``z_m`` with variances ``V_m`` on
-    M - 1 degrees of freedom (``q_models``, ``df_models``, ``i2_models``) and its p-value
-    (``p_heterogeneity``)."""
-    present = np.asarray(present, dtype=bool)
-    M = present.sum(-1)
-    dfm = np.maximum(M - 1, 1)
-    q, i2 = cochran_q(zm, Vm, present)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        p = np.where(
-            df_runs > 0,
-            stats.f.sf(q / dfm / np.fmax(q_runs, 1.0), dfm, np.maximum(df_runs, 1)),
-            stats.chi2.sf(q, dfm),
-        )
-    ok = M >= 2
-    nan = np.nan
-    return {
-        "q_models": np.where(ok, q, nan),
-        "df_models": np.where(ok, M - 1, nan),
-        "i2_models": np.where(ok, i2, nan),
-        "p_heterogeneity": np.where(ok, p, nan),
-    }
-
-
 def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, intervals: bool = True) -> dict:
     """The random-effects consensus of the models' ``z_m`` (variances ``V_m``) per study, with a prediction interval."""
-    present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     res = random_effects_batch(zm, Vm, present, level)
     scale = within_scale_batch(zm, Vm, present, level)
     out = {k: res[k] for k in ("z", "lo", "hi", "p", "tau2")}
     out["se"] = res["se_z"]
     out["pi_scale"] = scale
+    pred = dict.fromkeys(("pi_lo", "pi_hi"), np.nan)
     if intervals:
         V = np.asarray(Vm, float) * np.where(three, scale, 1.0)[:, None]
         pred = predictive_batch(zm, V, present, level, tau_scale)
-    else:
-        pred = {"pi_lo": np.full(len(three), np.nan), "pi_hi": np.full(len(three), np.nan)}
     for key in ("pi_lo", "pi_hi"):
         out[key] = np.where(three, pred[key], np.nan)
     return out
@@ -119,7 +80,6 @@ def consensus_batch(zm, Vm, present, level: float = 0.95, tau_scale: float = TAU
 
 def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
     """What the runs say of each model's within variance, per study: ``zbar``, ``vbar / k``, ``ss`` on ``df``."""
-    mask = np.asarray(mask, dtype=bool)
     k = mask.sum(-1)
     present = k > 0
     kk = np.maximum(k, 1)
@@ -135,15 +95,13 @@ def within_runs_batch(z, v, mask) -> tuple[np.ndarray, ...]:
 
 def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: bool = True) -> dict:
     """Is the sign shared by nearly every model of this kind? The tolerance bounds and ``p_generalises``."""
-    present = np.asarray(present, dtype=bool)
     three = present.sum(-1) >= 3
     draws, weights = within_scale_draws(ss, df)
     single = np.asarray(df) == 0
     if single.any():  # one run per model: the models' own agreement may show the variances too large still
         extra = within_scale_batch(zbar, Vbar * draws[:, :1], present, level)
         draws = np.where(single[:, None] & three[:, None], draws * np.nan_to_num(extra, nan=1.0)[:, None], draws)
-    points = TOL_POINTS if bounds else TOL_POINTS_P
-    tol = tolerance_batch(zbar, Vbar, present, level, points, scales=(draws, weights), bounds=bounds)
+    tol = tolerance_batch(zbar, Vbar, present, level, scales=(draws, weights), bounds=bounds)
     with np.errstate(invalid="ignore", divide="ignore"):
         point = np.where(single, draws[:, 0], ss / np.maximum(df, 1))
     out = {k: np.where(three, v, np.nan) for k, v in tol.items()}
@@ -154,7 +112,6 @@ def shared_sign_batch(zbar, Vbar, present, ss, df, level: float = 0.95, bounds: 
 
 def reversal_batch(zm, pm, present) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per study: (p of sign reversal, an intersection-union test of Simes' combinations; most +, most - model)."""
-    present = np.asarray(present, dtype=bool)
     one_pos = np.where(zm > 0, pm / 2, 1 - pm / 2)  # one-sided p of "this model's correlation > 0"
     one_neg = 1 - one_pos
     p = np.maximum(
@@ -176,12 +133,19 @@ def across_models(
 ) -> dict:
     """Everything the verdict reads, for many studies at once: the runs' Fisher z ``z``, within
     variances ``v`` and own p-values ``p_run``, shape (studies, models, runs), where ``mask``."""
-    mask = np.asarray(mask, dtype=bool)
     zm, Vm, pm, t2r, df, q = model_means_batch(z, v, mask, p_run)
     present = mask.any(-1)
     M = present.sum(-1)
     out = {"n_models": M, "zm": zm, "Vm": Vm, "pm": pm, "tau2_runs": t2r, "df_runs": df, "q_runs": q}
-    out.update(_heterogeneity_batch(zm, Vm, present, df, q))
+    # do the models differ by more than their runs explain? Cochran's Q of the z_m on M - 1 degrees of freedom
+    q_m, i2 = cochran_q(zm, Vm, present)
+    dfm = np.maximum(M - 1, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p_het = np.where(
+            df > 0, stats.f.sf(q_m / dfm / np.fmax(q, 1.0), dfm, np.maximum(df, 1)), stats.chi2.sf(q_m, dfm)
+        )
+    for k, val in (("q_models", q_m), ("df_models", M - 1), ("i2_models", i2), ("p_heterogeneity", p_het)):
+        out[k] = np.where(M >= 2, val, np.nan)
     p_rev, a, b = reversal_batch(zm, pm, present)
     out.update(p_reversal=np.where(M >= 2, p_rev, np.nan), reversal_pos=a, reversal_neg=b)
     c = consensus_batch(zm, Vm, present, level, TAU_SCALE, intervals)

@@ -52,8 +52,6 @@ def _ratio_low(num: np.ndarray, den: np.ndarray, level: float) -> tuple[np.ndarr
 def attenuation(pooled: pd.DataFrame, group: np.ndarray, n_groups: int, level: float = 0.95) -> dict:
     """Per pair, from its models' pooled rows: the testsets' reliabilities and ``band``, the attenuation's low end."""
     rel = [f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")]
-    if "reliability_x" not in pooled:
-        return {**{c: np.full(n_groups, np.nan) for c in rel}, "band": np.ones(n_groups)}
     cols = [f"{c}_{side}" for c in ("task_var", "obs_var", "eiv_var") for side in ("x", "y")] + rel
     slot = pd.Series(group).groupby(group).cumcount().to_numpy()  # each model's place among its pair's
     present = np.zeros((n_groups, slot.max() + 1), bool)

@@ -50,9 +50,7 @@ def bh(p) -> np.ndarray:
 def simes(p) -> np.ndarray:
     """Simes' combination of each family's p-values (``min_j m p_(j) / j``; a 2-D ``p`` is one family per row)."""
     adjusted = bh(p)
-    if adjusted.ndim == 0 or adjusted.size == 0:
-        return adjusted.copy()
-    best = np.min(np.where(np.isnan(adjusted), np.inf, adjusted), axis=-1)
+    best = np.min(np.where(np.isnan(adjusted), np.inf, adjusted), axis=-1, initial=np.inf)
     return np.where(np.isinf(best), np.nan, best)
 
 

@@ -32,11 +32,8 @@ def generalised_q(z: np.ndarray, v: np.ndarray, mask: np.ndarray, t2: np.ndarray
 
 
 def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``):
-    Cochran's Q, ``sum (z - mean)^2 / v`` around the inverse-variance mean, and I^2, the share of Q
-    above its degrees of freedom (the estimates less one, at least 1): ``max(0, (Q - df) / Q)``, 0
-    where Q is 0."""
-    mask = np.asarray(mask, dtype=bool)
+    """Per row of ``z`` (rows, estimates; within variances ``v``, the estimates where ``mask``): Cochran's Q around
+    the inverse-variance mean, and I^2, the share of Q above its degrees of freedom."""
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     q = generalised_q(z[:, None], v[:, None], mask[:, None], np.zeros(len(z)))
@@ -47,11 +44,8 @@ def cochran_q(z, v, mask) -> tuple[np.ndarray, np.ndarray]:
 
 
 def solve_tau2(z, v, mask, target) -> np.ndarray:
-    """Per study, the between-estimate variance ``t2 >= 0`` at which the generalised Q of ``z``
-    around its groups' means (:func:`generalised_q`; ``z``, ``v``, ``mask`` of shape (studies,
-    groups, members)) equals ``target``, and 0 where Q is at or below it already at 0 (always so
-    for a target of 0: groups of one member each leave no degrees of freedom)."""
-    mask = np.asarray(mask, dtype=bool)
+    """Per study, the between-estimate variance ``t2 >= 0`` at which :func:`generalised_q` of ``z`` (studies,
+    groups, members) equals ``target``; 0 where Q is at or below it already at 0, or the target is 0."""
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     target = np.broadcast_to(np.asarray(target, dtype=float), z.shape[:1])
@@ -75,24 +69,19 @@ def solve_tau2(z, v, mask, target) -> np.ndarray:
 
 
 def combine(z, v, level: float = 0.95) -> dict:
-    """Pool estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. From 3
-    estimates on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on k - 1
-    degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
+    """Pool 2 or more estimates ``z`` with within variances ``v`` (finite, > 0): see docs/analysis.md. Two: the
+    fixed-effect mean. From 3 on, the random-effects mean: Paule-Mandel tau^2, the Hartung-Knapp interval on
+    k - 1 degrees of freedom but never narrower than the normal one, and the p-value of the same rule."""
     z, v = np.asarray(z, dtype=float), np.asarray(v, dtype=float)
     k = len(z)
-    if k not in (1, 2):
+    if k != 2:
         res = random_effects_batch(z[None], v[None], np.ones((1, k), bool), level)
         out = {key: float(val[0]) for key, val in res.items()}
         return {**out, "how": f"random effects across {k} runs (Hartung-Knapp, at least the normal interval)"}
     qn = float(stats.norm.ppf(0.5 + level / 2))
-    q = i2 = math.nan
-    how = "single run"
-    m, se = z[0], math.sqrt(v[0])
-    if k == 2:
-        w = 1 / v
-        m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
-        q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
-        how = "fixed effect across 2 runs"
+    w = 1 / v
+    m, se = float((w * z).sum() / w.sum()), 1 / math.sqrt(w.sum())
+    q, i2 = (float(x[0]) for x in cochran_q(z[None], v[None], np.ones((1, k), bool)))
     p = float(2 * stats.norm.sf(abs(m) / se))
     return {
         "z": m,
@@ -103,13 +92,12 @@ def combine(z, v, level: float = 0.95) -> dict:
         "tau2": math.nan,
         "i2": i2,
         "q": q,
-        "how": how,
+        "how": "fixed effect across 2 runs",
     }
 
 
 def random_effects_batch(z, v, mask, level: float = 0.95) -> dict:
     """The random-effects mean (:func:`combine`) of many sets at once: ``z``, ``v``, ``mask`` (sets, estimates)."""
-    mask = np.asarray(mask, dtype=bool)
     z = np.where(mask, np.asarray(z, dtype=float), 0.0)
     v = np.where(mask, np.asarray(v, dtype=float), 1.0)
     k = mask.sum(-1)
@@ -165,26 +153,13 @@ def _pool_one(g: pd.DataFrame, level: float, sfx: str = "", two_runs: str = "non
         how = one["p_method"] if "p_method" in g else ""
         return {
             **nan,
-            "r": float(one["r" + sfx]),
-            "ci_low": float(one["ci_low" + sfx]),
-            "ci_high": float(one["ci_high" + sfx]),
-            "p": float(one["p" + sfx]),
-            "se_z": float(one["se_z" + sfx]),
+            **{c: float(one[c + sfx]) for c in ("r", "ci_low", "ci_high", "p", "se_z")},
             "p_method": f"{how} (single run)".strip(),
             "n_runs_finite": 1,
         }, note
     res = combine(fisher_z(r[use], POOLING_CAP), se[use] ** 2, level)
-    out = {
-        "r": math.tanh(res["z"]),
-        "ci_low": math.tanh(res["lo"]),
-        "ci_high": math.tanh(res["hi"]),
-        "p": res["p"],
-        "se_z": res["se_z"],
-        "tau2": res["tau2"],
-        "i2": res["i2"],
-        "p_method": res["how"],
-        "n_runs_finite": k,
-    }
+    out = {c: math.tanh(res[z]) for c, z in (("r", "z"), ("ci_low", "lo"), ("ci_high", "hi"))}
+    out.update({c: res[c] for c in ("p", "se_z", "tau2", "i2")}, p_method=res["how"], n_runs_finite=k)
     if k == 2 and two_runs == "fixed-effect":
         said = (
             "2 runs: a fixed-effect combination, which assumes both runs share one "
@@ -220,14 +195,13 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
     firsts, parts = _groups(rows, POOL_KEYS)
     out = rows.loc[firsts, POOL_KEYS].reset_index(drop=True)
     out["run"] = "pooled"
-    r_all = rows["r"].to_numpy(float)
-    fin_all = np.isfinite(r_all)
+    fin_all = np.isfinite(rows["r"].to_numpy(float))
     n_all, units_all = rows["n"].to_numpy(float), rows["n_units"].to_numpy(float)
     out["n"] = [int(n_all[p][fin_all[p]].sum()) for p in parts]
     out["n_units"] = [int(units_all[p].sum()) for p in parts]
     out["n_runs"] = [len(p) for p in parts]
-    for c in ("p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"):
-        out[c] = math.nan
+    out["n_runs_finite"] = 1
+    out[["p_param", "p_perm", "block_length", "n_eff", "phi_x", "phi_y"]] = math.nan
     sfxs = [""] + [f for f in ("_no_step0", "_eiv", "_line") if "r" + f in rows.columns]
     cols = ("r", "ci_low", "ci_high", "p", "se_z")
     for sfx in sfxs:
@@ -263,13 +237,9 @@ def pool_runs(rows: pd.DataFrame, level: float = 0.95, two_runs: str = "none") -
                 out[c] = res[c]
             out["p_method"] = how
             out["note"] = notes
-            if "n_runs_finite" not in out:
-                out["n_runs_finite"] = 1
-            out.loc[single, "n_runs_finite"] = 1
         else:
             for c in cols:
                 out[c + sfx] = res[c]
-    out["n_runs_finite"] = out["n_runs_finite"].fillna(1).astype(int)
     if "phi_x" in rows:
         at_cap = (rows["phi_x"].to_numpy(float) >= PHI_MAX) | (rows["phi_y"].to_numpy(float) >= PHI_MAX)
         for i, p in enumerate(parts):

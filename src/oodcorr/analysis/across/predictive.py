@@ -23,11 +23,8 @@ SINGLE_RUN_SCALE = 0.72
 
 
 def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
-    """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007) per
-    study: the largest ``tau2`` at which the generalised Q is still at least the lower
-    ``(1 - level) / 2`` quantile of chi-square on M - 1 degrees of freedom; 0 when Q is below it
-    already at 0; NaN for fewer than 2 models."""
-    present = np.asarray(present, dtype=bool)
+    """The Q-profile upper confidence bound of the between-model variance (Viechtbauer 2007) per study; 0 where Q
+    is below its chi-square quantile already at 0, NaN for fewer than 2 models."""
     k = present.sum(-1)
     target = stats.chi2.ppf((1 - level) / 2, np.maximum(k - 1, 1))
     t2 = solve_tau2(zm[:, None], Vm[:, None], present[:, None], target)
@@ -36,7 +33,6 @@ def tau2_upper_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
 
 def within_scale_batch(zm, Vm, present, level: float = 0.95) -> np.ndarray:
     """Per study, the scale the within-model variances get (below 1 where the models' Q is in its lower tail)."""
-    present = np.asarray(present, dtype=bool)
     k = present.sum(-1)
     q, _ = cochran_q(zm, Vm, present)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -68,7 +64,6 @@ def _tau_posterior_batch(zm, Vm, present, tau_scale: float, within_scales) -> di
     """The posterior of (lambda, tau) on a grid, per study: a flat prior on ``mu``, a half-normal
     prior of scale ``tau_scale`` on ``tau`` and ``lambda`` uniform on ``within_scales`` (model m's
     within variance ``lambda V_m``)."""
-    present = np.asarray(present, dtype=bool)
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
     tau = _grid(y, min(within_scales) * v, present, 6 * tau_scale, TAU_POINTS)
@@ -99,11 +94,8 @@ def _tau_posterior_batch(zm, Vm, present, tau_scale: float, within_scales) -> di
 
 
 def tau_confidence_batch(zm, Vm, present, points: int = TOL_POINTS) -> dict:
-    """The Q-profile confidence distribution of ``tau`` on a grid, per study, as mixture weights:
-    ``H(tau) = P(chi2_{M-1} >= Q(tau))`` rises from ``H(0)`` (its mass at 0, the chance that a
-    spread of 0 is not rejected) to 1; each grid interval's mass ``H(tau_i) - H(tau_(i-1))`` is split
-    between its two ends (the trapezoid rule)."""
-    present = np.asarray(present, dtype=bool)
+    """The Q-profile confidence distribution of ``tau`` on a grid, per study, as mixture weights: ``H(tau) =
+    P(chi2_{M-1} >= Q(tau))`` rises from its mass at 0 to 1, each grid interval's mass split between its ends."""
     y = np.where(present, zm, 0.0)
     v = np.where(present, Vm, 1.0)
     k = present.sum(-1)
@@ -142,11 +134,8 @@ def _chunks(present):
 def predictive_batch(
     zm, Vm, present, level: float = 0.95, tau_scale: float = TAU_SCALE, within_scales=WITHIN_SCALES
 ) -> dict:
-    """Per study: the prediction interval for a further model's correlation (z scale), the central
-    interval at ``level`` (``pi_lo``, ``pi_hi``) of the posterior predictive
-    (:func:`_tau_posterior_batch`): a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``."""
-    present = np.asarray(present, dtype=bool)
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
+    """Per study: the prediction interval for a further model's correlation (z scale), the central ``level``
+    interval of the posterior predictive, a mixture over the grid of normals ``N(mu(tau), V(tau) + tau^2)``."""
     out = {k: np.full(present.shape[0], np.nan) for k in ("pi_lo", "pi_hi", "p_predictive", "tau")}
     for i in _chunks(present):
         post = _tau_posterior_batch(zm[i], Vm[i], present[i], tau_scale, within_scales)
@@ -201,16 +190,12 @@ def _largest_share(wt, mu, sd, tau, high, alpha: float) -> np.ndarray:
     return np.where(at0 <= alpha, special.ndtr(c), np.nan)
 
 
-def tolerance_batch(
-    zm, Vm, present, level: float = 0.95, points: int = TOL_POINTS, scales=None, bounds: bool = True
-) -> dict:
+def tolerance_batch(zm, Vm, present, level: float = 0.95, scales=None, bounds: bool = True) -> dict:
     """Per study: the one-sided tolerance bounds ``tol_lo``, ``tol_hi`` of the models' correlations (z scale)."""
-    present = np.asarray(present, dtype=bool)
-    zm, Vm = np.asarray(zm, float), np.asarray(Vm, float)
     S = present.shape[0]
+    points = TOL_POINTS if bounds else TOL_POINTS_P
     draws_all, weights_all = (np.ones((S, 1)), np.ones((S, 1))) if scales is None else scales
-    share = (1 + level) / 2
-    c = float(stats.norm.ppf(share))
+    c = float(stats.norm.ppf((1 + level) / 2))
     alpha = 1 - level
     keys = ("tol_lo", "tol_hi", "p_low_side", "p_high_side", "share_low")
     out = {k: np.full(S, np.nan) for k in keys}

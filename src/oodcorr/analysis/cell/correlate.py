@@ -22,24 +22,18 @@ from .residualise import (
 METHODS = ("pearson", "spearman", "kendall")
 
 # Fisher's z = atanh(r) is infinite at |r| = 1; each use caps |r| first, at one of these, by purpose:
-# a statistical cap: z at most 4.95, so one perfect r from a short run cannot dominate a mean (of runs,
-# of models, of the measurement's splits; the design's simulated studies read it too)
+# a statistical cap (z at most 4.95): one perfect r from a short run cannot dominate a mean
 POOLING_CAP = 0.9999
-# numerical guards, which change nothing below them: a resampled |r| of 1 (very short series) counts
-# as z = 10.7 in the resamples' spread (the bootstrap's intervals) ...
+# numerical guards, which change nothing below them: a resampled |r| of 1 in the bootstrap's spread ...
 RESAMPLED_CAP = 1 - 1e-9
-# ... and a cell's own |r| of 1 (3 units leave the residuals one dimension) keeps a finite z (17.62)
-# for the modified t-test's interval
+# ... and a cell's own |r| of 1 (3 units) in the modified t-test's interval
 FINITE_CAP = 1 - 1e-15
-# not a cap of z: a simulated study (the design, :mod:`.power`) draws each run's true partial
-# correlation and keeps it inside +-0.999, so its series can be drawn (a correlation of 1 between
-# two testsets' series is not a covariance its draws can factor)
+# not a cap of z: a simulated run's true partial correlation stays inside it, so its series can be drawn
 SIMULATED_CAP = 0.999
 
 
 def fisher_z(r, cap: float) -> np.ndarray:
-    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` first: one of
-    :data:`POOLING_CAP`, :data:`RESAMPLED_CAP`, :data:`FINITE_CAP`, each named by what it is for."""
+    """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` (one of the caps above) first."""
     return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
 
 

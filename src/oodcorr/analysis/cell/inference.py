@@ -31,14 +31,10 @@ def _lag_sums(M: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def ar1_corr(phi, pos: np.ndarray) -> np.ndarray:
-    """AR(1) correlation matrix of units at checkpoint positions ``pos``, one per coefficient of ``phi``."""
-    lags = np.abs(pos[:, None] - pos[None, :]).astype(float)
-    phi = np.asarray(phi, dtype=float)
-    whole = lags.astype(int)
-    if np.array_equal(whole, lags):  # each power once per coefficient, then gathered: the same numbers
-        table = phi[..., None] ** np.arange(whole.max() + 1, dtype=float)
-        return table[..., whole]
-    return phi[..., None, None] ** lags
+    """AR(1) correlation matrix of units at checkpoint positions ``pos`` (whole numbers), one per coefficient of
+    ``phi``: each power computed once per coefficient, then gathered."""
+    lags = np.abs(pos[:, None] - pos[None, :]).astype(int)
+    return (np.asarray(phi, dtype=float)[..., None] ** np.arange(lags.max() + 1, dtype=float))[..., lags]
 
 
 def lag1(resid: np.ndarray, pos: np.ndarray):
@@ -64,8 +60,10 @@ def expected_lag1(R: np.ndarray, pos: np.ndarray, phis: np.ndarray = _GRID) -> n
 def corrected_phis(
     resid: np.ndarray, R: np.ndarray, pos: np.ndarray, psi: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`corrected_phi` of a stack of residual series ``resid`` (..., n) with their residual makers ``R``
-    (..., n, n), all at the checkpoint positions ``pos``."""
+    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]) of residual series
+    ``resid`` (..., n) with their residual makers ``R`` (..., n, n) at the checkpoint positions ``pos``: the
+    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed one (interpolated
+    on a grid); 0 at or below what independent units give, PHI_MAX above what any coefficient gives."""
     raw = np.asarray(lag1(resid, pos), dtype=float)
     if len(pos) < 3 or not np.any(np.diff(pos) == 1):
         return raw, np.zeros_like(raw)
@@ -82,20 +80,10 @@ def corrected_phis(
     return raw, np.where(raw <= psi[..., 0], 0.0, phi)
 
 
-def corrected_phi(resid: np.ndarray, R: np.ndarray, pos: np.ndarray) -> tuple[float, float]:
-    """(observed lag-1 autocorrelation, design-corrected AR(1) coefficient in [0, PHI_MAX]): the
-    coefficient at which the expected lag-1 autocorrelation of the residuals equals the observed
-    one (interpolated on a grid of coefficients); 0 when the observed one is at or below what
-    independent units give, PHI_MAX when above what any coefficient gives."""
-    raw, phi = corrected_phis(resid, R, pos)
-    return float(raw), float(phi)
-
-
 @dataclass(frozen=True)
 class Dependence:
     """One residual series' dependence: its AR(1) coefficients and its covariance ``C = R S_phi R'`` (up to scale)."""
 
-    phi_raw: float
     phi: float
     C: np.ndarray
     C0: np.ndarray  # R R': the residuals' covariance if the units were independent
@@ -105,10 +93,10 @@ def dependence(resid: np.ndarray, R: np.ndarray, pos: np.ndarray | None) -> Depe
     """``pos``: checkpoint positions of the units (None: exchangeable units, phi = 0)."""
     C0 = R @ R.T
     if pos is None:
-        return Dependence(math.nan, 0.0, C0, C0)
-    raw, phi = corrected_phi(resid, R, pos)
+        return Dependence(0.0, C0, C0)
+    phi = float(corrected_phis(resid, R, pos)[1])
     C = C0 if phi == 0 else residual_covariances(R, phi, pos)
-    return Dependence(raw, phi, C, C0)
+    return Dependence(phi, C, C0)
 
 
 def dutilleul_n(tx, ty, cross):
@@ -134,14 +122,10 @@ def effective_ns(Cx: np.ndarray, Cy: np.ndarray, C0x: np.ndarray, C0y: np.ndarra
     return np.where(iid < ar1, iid, ar1)  # Python's min, as effective_n takes it: NaN where ar1 is
 
 
-def effective_n(dx: Dependence, dy: Dependence) -> float:
-    """Dutilleul's effective sample size of the pair, never above :func:`_iid_effective_n`."""
-    return float(effective_ns(dx.C, dy.C, dx.C0, dy.C0))
-
-
-def _iid_effective_n(dx: Dependence, dy: Dependence) -> float:
-    """The effective sample size if the units were independent (n - 1 for OLS on one covariate)."""
-    return float(effective_ns(dx.C0, dy.C0, dx.C0, dy.C0))
+def effective_n(dx: Dependence, dy: Dependence, iid: bool = False) -> float:
+    """Dutilleul's effective sample size of the pair, never above the one of independent units (``iid``: that one,
+    n - 1 for OLS on one covariate)."""
+    return float(effective_ns(dx.C0 if iid else dx.C, dy.C0 if iid else dy.C, dx.C0, dy.C0))
 
 
 def modified_tests(method: str, r, n_eff, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -208,13 +192,13 @@ def assess(
             p, how = pperm, ("exact " if exact else "") + "block-permutation"
         else:
             dx, dy = deps or (dependence(rx, rp["Rx"], None), dependence(ry, rp["Ry"], None))
-            p = modified_test(method, r, _iid_effective_n(dx, dy), 0.95)[0]
+            p = modified_test(method, r, effective_n(dx, dy, iid=True), 0.95)[0]
             how = "kendall-test" if method == "kendall" else "t-test"
         out.update(p=p, ci_low=lo, ci_high=hi, se_z=se, p_method=how, p_perm=pperm, block_length=b)
         return out
     dx, dy = deps or (dependence(rx, rp["Rx"], pos), dependence(ry, rp["Ry"], pos))
     if inference == "iid":
-        n_eff, how = _iid_effective_n(dx, dy), "t-test (units independent)"
+        n_eff, how = effective_n(dx, dy, iid=True), "t-test (units independent)"
     else:
         n_eff = effective_n(dx, dy)
         how = "modified t-test (AR(1) effective n)" if pos is not None else "t-test (exchangeable units)"

@@ -199,20 +199,30 @@ def spline_makers(Q0: np.ndarray, W: np.ndarray, d: np.ndarray, lam: np.ndarray)
     return line[:, None] - (W[:, None] * keep[:, :, None, :]) @ Wt
 
 
-def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
-    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted."""
-    n, k = Z.shape
-    if n < settings.min_points or any(len(np.unique(Z[:, j])) < 4 for j in range(k)):
+def spline_bases(Z: np.ndarray, settings: GamSettings) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The spline bases ``(Q0, W, d)`` of each run's covariates ``Z`` (B, n, k) at once; None where a run has fewer
+    than 4 distinct values of a covariate. A direction a run's points do not reach (a knot interval without points,
+    ties) keeps its place with d = 0, which no penalty lets into a fit."""
+    B, n, k = Z.shape
+    distinct = 1 + (np.diff(np.sort(Z, axis=1), axis=1) > 0).sum(1)  # (B, k)
+    if np.any(distinct < 4):
         return None
     size = settings.basis_size(n)
-    scaled = (Z - Z.min(0)) / np.ptp(Z, axis=0)
-    X0 = np.column_stack([np.ones(n), scaled])
-    Q0, _ = np.linalg.qr(X0)
-    Xp = np.column_stack([_cubic_penalised(scaled[:, j], size) for j in range(k)])
-    Xp = Xp - Q0 @ (Q0.T @ Xp)
+    scaled = (Z - Z.min(1, keepdims=True)) / np.ptp(Z, axis=1)[:, None, :]
+    Q0, _ = np.linalg.qr(np.concatenate([np.ones((B, n, 1)), scaled], axis=2))
+    Xp = np.concatenate([_cubic_penalised(scaled[:, :, j].ravel(), size).reshape(B, n, -1) for j in range(k)], axis=2)
+    Xp = Xp - Q0 @ (np.swapaxes(Q0, -1, -2) @ Xp)
     W, sv, _ = np.linalg.svd(Xp, full_matrices=False)
-    keep = sv > 1e-8 * sv.max()
-    return SplineBasis(Q0, W[:, keep], sv[keep] ** 2)
+    return Q0, W, np.where(sv > 1e-8 * sv.max(axis=1, keepdims=True), sv**2, 0.0)
+
+
+def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
+    """The :class:`SplineBasis` of the covariates ``Z`` (n, k); None where no curve can be fitted."""
+    got = spline_bases(Z[None], settings) if len(Z) >= settings.min_points else None
+    if got is None:
+        return None
+    Q0, W, d = (a[0] for a in got)
+    return SplineBasis(Q0, W[:, d > 0], d[d > 0])
 
 
 def spline_fallback_note(n: int, settings: GamSettings) -> str:
@@ -260,10 +270,3 @@ def gam_residuals(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None)
     if not np.allclose(R @ y, res, rtol=0, atol=1e-8 * scale):
         raise Degenerate("the GAM's smoother matrix does not reproduce its fit (pygam internals changed?)")
     return res, float(fitted.statistics_["edof"]), fitted.lam, R
-
-
-def one_blas_thread():
-    """A context in which BLAS runs on one thread (the per-run work is split over processes)."""
-    from threadpoolctl import threadpool_limits  # pinned in requirements.txt (scikit-learn's, for pingouin)
-
-    return threadpool_limits(limits=1, user_api="blas")

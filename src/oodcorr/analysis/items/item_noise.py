@@ -28,10 +28,8 @@ UNKNOWN = TestsetNoise(NEITHER)
 
 
 def item_covariance(mat: np.ndarray) -> np.ndarray:
-    """The covariance across units of a testset's accuracy that resampling its items adds: the
-    covariance of the items' correctness between every two units over the number of items
-    (``D D' / (n (n - 1))``, ``D`` the items' correctness less each unit's mean), unbiased for
-    items drawn from a population."""
+    """The covariance across units of a testset's accuracy that resampling its items adds, ``D D' / (n (n - 1))``
+    (``D`` the items' correctness less each unit's mean): unbiased for items drawn from a population."""
     mat = np.asarray(mat, dtype=float)
     n = mat.shape[-1]
     if n < 2:
@@ -41,10 +39,9 @@ def item_covariance(mat: np.ndarray) -> np.ndarray:
 
 
 def binomial_bound(scores: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal (0 where the
-    share is 0 or 1, whatever ``n``; NaN where ``n`` is unknown otherwise): an upper
-    bound on what item noise adds to a residual series (the items' positive correlation across
-    checkpoints is left out, and a residual maker that removes a mean removes part of it)."""
+    """The white binomial variance ``p (1 - p) / n`` of each unit's share on its diagonal (NaN where ``n`` is
+    unknown): an upper bound on what item noise adds to a residual series (the items' positive correlation
+    across checkpoints is left out, and a residual maker that removes a mean removes part of it)."""
     p = np.clip(np.asarray(scores, dtype=float), 0.0, 1.0)
     n = np.asarray(sizes, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):

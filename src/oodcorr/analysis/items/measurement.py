@@ -26,10 +26,8 @@ NOISE_LIMITED = 0.5
 
 
 def instrumented_makers(zh: np.ndarray, P: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The residual makers of the instrumented fits: for every split and orientation ``o``, ``R =
-    P - P z_o z_(1-o)' P / (z_(1-o)' P z_o)`` (a series ``x`` becomes ``P (x - beta z_o)`` with the
-    slope ``beta = z_(1-o)' P x / z_(1-o)' P z_o``), shape (..., splits, 2, T, T); and the
-    denominators ``z_(1-o)' P z_o`` (..., splits, 2)."""
+    """The residual makers of the instrumented fits, for every split and orientation ``o``: ``R = P - P z_o
+    z_(1-o)' P / (z_(1-o)' P z_o)`` (..., splits, 2, T, T), and the denominators (..., splits, 2)."""
     za = zh
     zb = zh[..., ::-1, :]
     Pza = za @ P.T if P.ndim == 2 else np.einsum("...ij,...kj->...ki", P, za)
@@ -86,8 +84,7 @@ def _split_mean_r(rho: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _moments(zh, P, X, XH, pairs) -> dict:
     """The sums of squares and products of the tasks' residuals, each free of item noise in
-    expectation, averaged over the splits and both orientations (arrays (B, m)):
-    ``cov``, ``var_x``, ``var_y``, ``obs_x``, ``obs_y``."""
+    expectation, averaged over the splits and both orientations (arrays (B, m))."""
     Pz = np.einsum("tu,bkhu->bkht", P, zh)  # (B, K, 2, T)
     PX = np.einsum("tu,bus->bts", P, X)
     zab = np.einsum("bkt,bkt->bk", Pz[:, :, 0], zh[:, :, 1])  # z_a' P z_b
@@ -120,8 +117,7 @@ def _moments(zh, P, X, XH, pairs) -> dict:
 
 def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np.ndarray:
     """Dutilleul's effective sample size of each pair of cross-fitted series of the first split, as
-    :func:`.inference.effective_n` gives it (the AR(1) covariances, never above the independent
-    units' one), averaged over the two orientations."""
+    :func:`.inference.effective_n` gives it, averaged over the two orientations."""
     res = np.swapaxes(rho0, -1, -2)  # (B, 2, S, T)
     C0 = R0 @ np.swapaxes(R0, -1, -2)  # (B, 2, T, T)
     if pos is None:
@@ -242,10 +238,8 @@ def pool_measured(runs, parts: list, level: float = 0.95) -> dict:
 
 
 def spline_cross_fitted(zh, X, steps, pairs, lams, pos, level: float, settings) -> dict | None:
-    """Cross-fitted partial correlations of a spline residualiser (one run): the in-domain items' two
-    halves ``a`` and ``b`` as for the line (:func:`cross_fitted`), x fitted on half ``a``'s spline and
-    y on half ``b``'s, each series at its own penalty ``lams`` (the cell's REML choice on the whole
-    score)."""
+    """Cross-fitted partial correlations of a spline residualiser (one run), as :func:`cross_fitted` for the line:
+    x fitted on half ``a``'s spline and y on half ``b``'s, each series at its own penalty ``lams``."""
     K, T, S = zh.shape[0], X.shape[0], X.shape[1]
     lams = np.asarray(lams, float)
     rho = np.empty((K, 2, T, S))

@@ -12,7 +12,7 @@ import pandas as pd
 from scipy import stats
 
 from ..cell.correlate import corr, residual_pair
-from ..cell.form_check import GAIN_COLUMNS, LINE_COLUMNS, curve_gain, line_of
+from ..cell.form_check import GAIN_COLUMNS, curve_gain, line_of
 from ..cell.inference import PHI_MAX, assess, dependence, modified_tests
 from ..cell.resample import cell_rng
 from ..cell.residualise import Degenerate, parse
@@ -36,21 +36,15 @@ def plain(v):
 
 
 _CELL_NAN = (
-    "r",
-    "ci_low",
-    "ci_high",
-    "p",
+    *(f"{c}{sfx}" for sfx in ("", "_no_step0", "_line") for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "p_param",
     "p_perm",
     "block_length",
     "n_eff",
     "phi_x",
     "phi_y",
-    "se_z",
-    *(f"{c}_no_step0" for c in ("r", "ci_low", "ci_high", "p", "se_z")),
     "ex_ci_low",
     "ex_ci_high",
-    *LINE_COLUMNS,
     *GAIN_COLUMNS,
 )
 
@@ -247,14 +241,12 @@ def partial_corr(
     base = {"model": model, "in_domain": zname, "run": run}
     units = run_units(g, ordered)
     combos = list(itertools.product(itertools.combinations(ood, 2), opts.methods, opts.residualisers))
-    rows = []
 
     def all_nan(note):
-        for (a, b), m, res in combos:
-            rows.append(
-                {**base, "x": a, "y": b, "method": m, "residualiser": res, **_nan_row(note), "n_units": len(units)}
-            )
-        return rows
+        return [
+            {**base, "x": a, "y": b, "method": m, "residualiser": res, **_nan_row(note), "n_units": len(units)}
+            for (a, b), m, res in combos
+        ]
 
     if len(zs) != 1:
         return all_nan(f"need one in-domain testset per run, found {zs}")
@@ -279,9 +271,7 @@ def partial_corr(
     if step0 is not None:
         for ts in ood:
             if ts in cols:
-                v = cols[ts].copy()
-                v[step0] = math.nan
-                cols[("without step 0", ts)] = v
+                cols[("without step 0", ts)] = np.where(np.arange(len(units)) == step0, math.nan, cols[ts])
     mats, problems, strata = items if items is not None else ({}, {}, {})
     rex = (
         RunExamples(mats, problems, [plain(u) for u in units], opts, model, run)
@@ -296,6 +286,7 @@ def partial_corr(
     meas = run_measurements(cols, zname, ood, noise, opts, steps, ordered, (model, run))
     shared = refusals(zname, ood, parts or {})
     cells = _Run(model, run, zname, cols, steps, ordered, step0, rex, opts)
+    rows = []
     for (a, b), m, res in combos:
         row = {**base, "x": a, "y": b, "method": m, "residualiser": res, "n_units": len(units)}
         bad = [t for t in (a, b) if t in dup_sets]

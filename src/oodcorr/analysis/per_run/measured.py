@@ -104,8 +104,7 @@ def _spline_rows(cols, zname, lines, noise, mask, steps, ordered, opts, where) -
     pairs = list(lines)
     unknown = dict.fromkeys(("task_cov", "r_corrected", "ci_low_corrected", "ci_high_corrected"), NAN)
     rows = {p: {**lines[p], **unknown} for p in pairs}
-    tz = noise.get(zname, UNKNOWN)
-    zh = _halves(tz, mask, cell_rng(opts.seed, *where, zname, "halves"))
+    zh = _halves(noise.get(zname, UNKNOWN), mask, cell_rng(opts.seed, *where, zname, "halves"))
     if zh is None:
         return rows
     names = list(dict.fromkeys(n for p in pairs for n in p))
@@ -151,11 +150,18 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     R_obs = linear_maker(np.column_stack([z] + ([steps] if steps is not None else [])))
     obs = np.einsum("ts,ts->s", R_obs @ X, R_obs @ X)
     rows = {p: empty(_describe(noise, (zname, *p))) for p in pairs}
-    rel = {
-        n: _testset_reliability(noise.get(n, UNKNOWN), halves[n], R_obs, X[:, index[n]], obs[index[n]], mask, level)
-        for n in names
-    }
-    rel_z = _in_domain_reliability(tz, zh, P, z, mask, level)
+    rel = {}
+    for n in names:  # a first look from the halves (the cell's own numbers replace it), else the bound's low end
+        tn, h, x = noise.get(n, UNKNOWN), halves[n], X[:, index[n]]
+        prod = float(np.mean([(R_obs @ a) @ (R_obs @ b) for a, b in h])) if h is not None else None
+        bound = None
+        if tn.kind in (ITEMS, BOUND):
+            sizes = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
+            bound = float(np.trace(R_obs @ binomial_bound(x, sizes) @ R_obs.T))
+        rel[n] = _reliability(obs[index[n]], prod, bound, len(x), level)
+    prod = float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1]))) if zh is not None else None
+    bound = float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)) if tz.kind == BOUND else None
+    rel_z = _reliability(float((P @ z) @ (P @ z)), prod, bound, len(z), level)
     for p in pairs:
         for side, n in zip(("x", "y"), p):
             rows[p].update({f"reliability_{side}{s}": v for s, v in zip(("", "_low", "_high"), rel[n])})
@@ -184,42 +190,16 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     return rows
 
 
-def _testset_reliability(tn: TestsetNoise, h, R, x, total, mask, level) -> tuple[float, float, float]:
-    """(estimate, low, high) of the share of a testset's observed residual series that is not item noise: from
-    its halves (a first look, before the cell's own numbers replace it) or, with a size only, the bound's low end."""
-    if not total > 0:
+def _reliability(total: float, prod: float | None, noise: float | None, n: int, level: float) -> tuple[float, ...]:
+    """(estimate, low, high) of the share of a series' residual variance ``total`` that is not item noise: from its
+    items' halves' residual product ``prod``, else (NaN, low, 1) from the binomial bound's residual ``noise``."""
+    if not total > 0 or (prod is None and noise is None):
         return NAN, NAN, NAN
-    if h is not None:  # its items' halves (:func:`_halves`)
-        return _from_halves(float(np.mean([(R @ a) @ (R @ b) for a, b in h])), total, len(x), level)
-    if tn.kind in (ITEMS, BOUND):
-        n = tn.sizes[mask] if tn.kind == BOUND else np.full(len(x), float(tn.mat.shape[1]))
-        return _from_bound(float(np.trace(R @ binomial_bound(x, n) @ R.T)), total)
-    return NAN, NAN, NAN
-
-
-def _in_domain_reliability(tz, zh, P, z, mask, level) -> tuple[float, float, float]:
-    """The share of the in-domain series' variance (the exact covariates removed) that is not item noise."""
-    total = float((P @ z) @ (P @ z))
-    if not total > 0:
-        return NAN, NAN, NAN
-    if zh is not None:
-        return _from_halves(float(np.mean(np.einsum("kt,tu,ku->k", zh[:, 0], P, zh[:, 1]))), total, len(z), level)
-    if tz.kind == BOUND:
-        return _from_bound(float(np.trace(P @ binomial_bound(z, tz.sizes[mask]) @ P)), total)
-    return NAN, NAN, NAN
-
-
-def _from_halves(prod: float, total: float, n: int, level: float) -> tuple[float, float, float]:
-    """(estimate, low, high) of a series' reliability from its halves' residual product ``prod`` over ``total``."""
+    if prod is None:
+        return NAN, float(1.0 - noise / total), 1.0
     est = prod / total
-    sd = math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total
-    lo, hi = _interval(est, sd, level)
+    lo, hi = _interval(est, math.sqrt((total**2 + prod**2) / max(n - 2, 1)) / total, level)
     return est, float(lo), float(hi)
-
-
-def _from_bound(noise: float, total: float) -> tuple[float, float, float]:
-    """(NaN, low, 1): a series' reliability where only the items' number bounds its residual ``noise``."""
-    return NAN, float(1.0 - noise / total), 1.0
 
 
 def cross_fit_columns(got: dict, level: float) -> dict:

@@ -4,18 +4,18 @@ observed cell (equal to the workflow's to 1e-8: tests/analysis/test_design.py) a
 from __future__ import annotations
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from ..cell import splines as spline_batch
 from ..cell.correlate import corr_batch
 from ..cell.inference import corrected_phis, effective_ns, expected_lag1, modified_tests, residual_covariances
 from ..cell.residualise import (
     GamSettings,
     linear_maker,
-    one_blas_thread,
     parse,
     reml_choose,
     reml_grid,
     shrink,
+    spline_bases,
     spline_basis,
     spline_makers,
 )
@@ -43,7 +43,7 @@ def run_statistics(
     curve = spec.kind == "spline"
     if curve:
         out["edf_x"], out["edf_y"] = np.empty(B), np.empty(B)
-    with one_blas_thread():
+    with threadpool_limits(limits=1, user_api="blas"):
         for s in range(0, B, chunk):
             sc = scores[s : s + chunk]
             Rx, Ry, edf = _makers(sc, spec, gam, bases)
@@ -77,7 +77,7 @@ def _makers(sc: np.ndarray, spec, gam: GamSettings, bases: dict | None):
     key = Z.tobytes()
     got = bases.get(key) if bases is not None else None
     if got is None:
-        got = spline_batch.spline_bases(Z, gam)
+        got = spline_bases(Z, gam)
         got = (*got, reml_grid(got[2])) if got else [spline_basis(z, gam) for z in Z]
         if bases is not None:
             bases[key] = got
@@ -104,7 +104,7 @@ def measured_statistics(scores: np.ndarray, halves: np.ndarray, level: float = 0
     P = exact_maker(T, None)
     pairs, pos = np.array([[0, 1]]), np.arange(T)
     cols: dict = {}
-    with one_blas_thread():
+    with threadpool_limits(limits=1, user_api="blas"):
         for s in range(0, B, chunk):
             sl = slice(s, s + chunk)
             h = halves[sl]
