@@ -11,8 +11,7 @@ from .curves import learning_curves, scatter, scatter_fits
 from .explorer import write_explorer
 from .pair_heatmaps import heatmap, heatmap_grid, heatmap_marks
 
-# kind -> drawing function (png, options, tables, arguments); the analysis rules are named for the kinds
-# (rule forest_plots draws "forest", one per pair); "explorer" is the page oodcorr analyse writes with them
+# kind -> drawing function (png, options, tables, arguments), as the analysis rules are named; "explorer": the page
 FIGURES = {
     "consensus_heatmap": lambda png, opts, t, a: consensus_heatmap(
         t["agree"], png, a["method"], a["residualiser"], a["in_domain"], opts.alpha, opts.near_zero
