@@ -14,8 +14,7 @@ import numpy as np
 
 ECE_BINS = 15
 CI_LEVEL = 0.95
-# the scores table's metric columns, in order (accuracy and its counts are listed separately)
-COLUMNS = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+COLUMNS = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")  # the scores table's, in order
 
 
 def wilson(n_correct: int, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
@@ -74,8 +73,7 @@ def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
 def confidence(
     logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str], coarse: dict | None
 ) -> np.ndarray:
-    """Probability of each example's (collapsed) predicted label under the softmax of its
-    label scores; for a coarse prediction, the summed probability of the labels it collapses."""
+    """Probability of each (collapsed) prediction under the softmax of the label scores (coarse: its labels' sum)."""
     z = np.asarray(logits, dtype=np.float64)
     e = np.exp(z - z.max(axis=1, keepdims=True))
     prob = e / e.sum(axis=1, keepdims=True)  # the softmax; columns follow label_names, the model's outputs
