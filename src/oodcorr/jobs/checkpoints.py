@@ -99,8 +99,7 @@ def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
     own = folder_step(ckpt)
     if own is not None and man.get("step") != own:
         return False, f"{ckpt}: its {MANIFEST} is that of step {man.get('step')}, not {own} (copied over it?)"
-    weights = [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES]
-    return _check_files(ckpt, man, weights, full)
+    return _check_files(ckpt, man, [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES], full)
 
 
 def folder_step(ckpt: Path) -> int | None:
@@ -209,8 +208,7 @@ def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
             continue
         seen.add(key)
         weights += t.numel() * t.element_size()
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return weights, 2 * 4 * trained
+    return weights, 2 * 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 class _SaveFailed(Exception):

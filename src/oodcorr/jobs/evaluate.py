@@ -36,8 +36,7 @@ def _process_age() -> float | None:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime", encoding="ascii") as fh:
-            uptime = float(fh.read().split()[0])
-        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+            return float(fh.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")  # uptime - start
     except (OSError, ValueError, IndexError):
         return None
 

@@ -270,8 +270,7 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
 
     # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
     done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
-    resume = None if done else find_resume_point(ckpt_root, list(job.steps))
-    return model, done, resume
+    return model, done, None if done else find_resume_point(ckpt_root, list(job.steps))
 
 
 def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:

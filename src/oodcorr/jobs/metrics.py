@@ -39,29 +39,24 @@ def _distinct(*arrays: np.ndarray) -> list:
 
 
 def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
-    """Predictions (indices into ``names``) as the label mode scores them: on a 2-way testset under a 3-way
-    mode, neutral and contradiction become the coarse label (non-entailment)."""
+    """Predictions as the label mode scores them: on a 2-way testset, neutral and contradiction are non-entailment."""
     out = np.asarray(pred).copy()
     present = set(np.asarray(gold).tolist())
     for c, members in (coarse or {}).items():
-        idx = [names.index(m) for m in members if m in names]
-        if c not in names or present & set(idx):
+        idx = {names.index(m) for m in members if m in names}
+        if c not in names or present & idx:
             continue
-        members_idx = set(idx)
-        out[np.fromiter((v in members_idx for v in out.tolist()), bool, out.size)] = names.index(c)
+        out[np.fromiter((v in idx for v in out.tolist()), bool, out.size)] = names.index(c)
     return out
 
 
 def per_class_f1(gold: np.ndarray, pred: np.ndarray) -> dict[int, float]:
-    """F1 = 2 TP / (2 TP + FP + FN) of every class (label index) in ``gold`` or ``pred``."""
+    """F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (gold + predicted) of every class (label index) in ``gold`` or ``pred``."""
     gold, pred = np.asarray(gold), np.asarray(pred)
-    out = {}
-    for c in _distinct(gold, pred):
-        tp = int(np.sum((gold == c) & (pred == c)))
-        fp = int(np.sum((gold != c) & (pred == c)))
-        fn = int(np.sum((gold == c) & (pred != c)))
-        out[int(c)] = 2 * tp / (2 * tp + fp + fn)
-    return out
+    return {
+        int(c): 2 * int(np.sum((gold == c) & (pred == c))) / int(np.sum(gold == c) + np.sum(pred == c))
+        for c in _distinct(gold, pred)
+    }
 
 
 def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:

@@ -288,11 +288,9 @@ def stratified_sample(recs: list[dict], n: int, seed: int) -> list[dict]:
     by_label: dict[str, list[int]] = {}
     for i, r in enumerate(recs):
         by_label.setdefault(r["label"], []).append(i)
-    total = len(recs)
-    quotas = {lab: n * len(ix) / total for lab, ix in by_label.items()}
+    quotas = {lab: n * len(ix) / len(recs) for lab, ix in by_label.items()}
     take = {lab: int(q) for lab, q in quotas.items()}
-    rest = n - sum(take.values())
-    for lab in sorted(quotas, key=lambda k: (-(quotas[k] - take[k]), k))[:rest]:
+    for lab in sorted(quotas, key=lambda k: (-(quotas[k] - take[k]), k))[: n - sum(take.values())]:
         take[lab] += 1
     keep = []
     for lab in sorted(by_label):

@@ -70,8 +70,7 @@ def verdict_style(word: str) -> dict:
 
 
 def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
-    """(the common prefix of ``names`` folded away, {name: its label}): the label is the name without the
-    prefix, its two ends joined by "…" where still longer than :data:`LABEL_MAX` (unless two labels would clash)."""
+    """(the common prefix of ``names``, {name: its label without it}); a label over LABEL_MAX keeps its two ends."""
     prefix = ""
     if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
         common = os.path.commonprefix(names)
@@ -204,8 +203,7 @@ def consensus_heatmap(
         drawn_styles.update({w: styles[w] for w in set(verdicts[present & ~every_run].tolist())})
         if every_run.any():
             drawn_styles[EVERY_RUN_MARK] = {"mark": EVERY_RUN_MARK, "frame": "", "bold": False, "faded": False}
-        faded = {w for w, st in styles.items() if st["faded"]}
-        fade = finite & np.isin(verdicts, list(faded)) & ~every_run
+        fade = finite & np.isin(verdicts, [w for w, st in styles.items() if st["faded"]]) & ~every_run
         big = len(names) > TEXT_LIMIT
         draw_cells(ax, m, fade, present, big, norm, cmap)
         rnames, cnames = names[1:], names[:-1]
@@ -264,8 +262,7 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 
 
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
-    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
-    ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
+    """The OOD pairs of an in-domain set to draw (``cap``: verdicts that say most, then the largest), and how many."""
     sub = _answer_rows(agree, method, residualiser, in_domain)
     best = {}
     for row in sub.itertuples(index=False):

@@ -79,8 +79,7 @@ def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, gr
         return None  # a two-covariate fit is not one curve over the in-domain score
     basis = spline_basis(z[:, None], gam_settings) if spec.kind == "spline" else None
     if spec.kind == "linear" or (spec.kind == "spline" and basis is None):
-        beta = np.polyfit(z, v, 1)
-        return np.polyval(beta, grid)
+        return np.polyval(np.polyfit(z, v, 1), grid)
     if basis is not None:  # the fit at the points, joined: the curve the residuals are taken from
         res, _ = basis.residuals(v[:, None], basis.choose(v[:, None]))
         order = np.argsort(z, kind="stable")
@@ -209,8 +208,7 @@ def design_power(report: dict, out_png: str) -> dict:
 
 def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict:
     """The training loss against the step, one line per run of ``model``, from each manifest's ``loss_history``."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     drawn = {}
     for path in sorted(manifests):
         man = read_json(path, "a run's manifest", MANIFEST_FIX)

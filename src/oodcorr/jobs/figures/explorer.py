@@ -108,9 +108,7 @@ def page_data(
         order = cluster_order(sub, present) if len(present) > 2 else present
         panels.append(dict(zip(KEYS, key)) | {"order": [idx[n] for n in order], "pairs": len(g)})
     rows["panel"] = [pkey[k] for k in zip(*(agree[c] for c in KEYS))]
-    first = 0
-    if default is not None:
-        first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
+    first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
     return {
         "title": title,
         "settings": settings or {},
@@ -177,8 +175,7 @@ def _asset(name: str) -> str:
 
 
 def render(data: dict) -> str:
-    """The page: the template with its style, its script and ``data`` (JSON, with every '</' written
-    '<\\/' so no value can close the script element) inlined."""
+    """The page: the template, its style, script and ``data`` inlined ('</' as '<\\/': no value closes the script)."""
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     html = _asset("explorer.html")
     title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -199,7 +196,6 @@ def write_explorer(
 ) -> dict:
     """Write the explorer page atomically (``csv_path``: the agreement table to download). Returns pairs, bytes."""
     csv_text = Path(csv_path).read_text(encoding="utf-8") if csv_path is not None else None
-    data = page_data(agree, pc, title, settings, answer, csv_text, default)
-    html = render(data)
+    html = render(page_data(agree, pc, title, settings, answer, csv_text, default))
     write_text_atomic(out_html, html)
     return {"pairs": len(agree), "bytes": len(html.encode("utf-8"))}
