@@ -56,7 +56,7 @@ CPU_OVERHEAD_PER_THREAD = 32
 
 
 def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
-    """(rows, padded tokens, overhead per batch) on ``device``: a CPU's tokens at most CPU_TOKENS_PER_THREAD each."""
+    """(rows, padded tokens, overhead per batch) on ``device``: a CPU at most CPU_TOKENS_PER_THREAD tokens a thread."""
     import torch  # torch stack: planning and the CLI never import it
 
     if torch.device(device).type != "cpu":

@@ -25,9 +25,7 @@ FIGURES = {
     "heatmap_grid": lambda png, opts, t, a: heatmap_grid(
         t["pc"], png, a["method"], a["residualiser"], **heatmap_marks(opts)
     ),
-    "learning_curves": lambda png, opts, t, a: learning_curves(
-        t["long"], a["model"], png, *a.get("labels", ("training step", "score"))
-    ),
+    "learning_curves": lambda png, opts, t, a: learning_curves(t["long"], a["model"], png, *a.get("labels", ())),
     "scatter": lambda png, opts, t, a: scatter(
         t["long"], a["model"], png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam
     ),
