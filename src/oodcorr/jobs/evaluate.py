@@ -127,8 +127,7 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
         )
 
 
-# what a predictions file and its evaluation key take from the tokenised testset
-_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")
+_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")  # from the tokenised testset
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
@@ -143,8 +142,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    # only where set, so that the keys of earlier evaluations stay valid
-    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
+    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}  # only where set: earlier keys stay valid
     return sha256_json(key)
 
 
@@ -346,8 +344,7 @@ def _evaluate_checkpoint(
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,
-        # not part of the evaluation's key: a new library version reruns nothing
-        "libraries": library_versions(),
+        "libraries": library_versions(),  # not part of the evaluation's key: a new version reruns nothing
         **({} if series else {"finetune_libraries": ck.get("finetune_libraries")}),
         **job.provenance,
     }
