@@ -164,10 +164,10 @@ def run_child(case: dict, args, out: Path, env: dict) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     pred = out / "p.parquet"
     pred.unlink(missing_ok=True)
-    from oodcorr.jobs.checkpoints import checkpoint_step
+    from oodcorr.jobs.checkpoints import read_ckpt_manifest
 
     # scored as the step its own manifest records: a checkpoint is checked against its place (issue 25)
-    step = checkpoint_step(Path(case["checkpoint"]))
+    step = (read_ckpt_manifest(Path(case["checkpoint"])) or {}).get("step")
     job = {
         "job": {
             "model_spec": case["spec"],

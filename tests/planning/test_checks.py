@@ -195,7 +195,7 @@ def test_local_file_edited_in_place_with_its_time_kept_is_refused(cfg, tmp_path,
     cfg.setdefault("datasets", {})["local-ood"] = {"source": "local", "path": str(src), "format": "jsonl"}
     cfg["ood_testsets"] = [*cfg["ood_testsets"], "local-ood"]
     plan = build_plan(cfg, REPO)
-    recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path)
+    recs, prov = _load_local(plan.exp.dataset("local-ood"), tmp_path, {})
     meta_path = tmp_path / plan.paths.data_meta.format(dataset="local-ood")
     data_path = tmp_path / plan.paths.data.format(dataset="local-ood")
     meta_path.parent.mkdir(parents=True)

@@ -7,6 +7,7 @@ import html
 import json
 import os
 import re
+import string
 from pathlib import Path
 
 import pandas as pd
@@ -23,10 +24,8 @@ from . import metrics
 _CHECKPOINT = ["model", "in_domain", "n_train", "seed", "run_id", "step"]
 _SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
 _PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
-# what every record has
-REQUIRED = [*_CHECKPOINT, *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
-# the scores table: those fields and a series' x unit (a finetuned run's record has none: "step")
-COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
+REQUIRED = [*_CHECKPOINT, *_SCORE, *metrics.COLUMNS, *_PROVENANCE]  # what every record has
+COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, *_PROVENANCE]  # a finetuned run's x_unit: "step"
 
 
 def _records(path: str) -> tuple[list[dict], bool]:
@@ -87,11 +86,9 @@ def collect(
 
 def _pattern_regex(pattern: str) -> re.Pattern:
     """A path pattern with ``{field}``s (``oodcorr.planning.layout.Paths``) as a regex that reads them back."""
-    out, pos = "", 0
-    for m in re.finditer(r"\{(\w+)\}", pattern):
-        out += re.escape(pattern[pos : m.start()]) + f"(?P<{m.group(1)}>[^/]+)"
-        pos = m.end()
-    return re.compile("^" + out + re.escape(pattern[pos:]) + "$")
+    parts = string.Formatter().parse(pattern)
+    body = "".join(re.escape(text) + (f"(?P<{field}>[^/]+)" if field else "") for text, field, _, _ in parts)
+    return re.compile(f"^{body}$")
 
 
 def _norm(path) -> str:
@@ -105,8 +102,7 @@ def _what(r: dict) -> str:
 
 
 def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
-    """A record must belong where it is read from (its ``predictions`` path names its file; with ``places``
-    its run, step, testset and checkpoint are those of its file's place), else :class:`ResultError`."""
+    """A record must belong where it is read from (``places``: its run, step, testset, checkpoint); else ResultError."""
     pred = _norm(r["predictions"])
     if not summary and pred != _norm(path):
         raise ResultError(
@@ -130,10 +126,9 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
         "step": step,
         "testset": place["testset"],
     }
-    fields = dict(model=place["model"], indomain=place["indomain"], ntrain=place["ntrain"], seed=place["seed"])
     series = (places.get("series") or {}).get(place["model"])
-    where = series.get(str(step)) if series is not None else places["checkpoint"].format(**fields, step=step)
-    expected_pred = places["predictions"].format(**fields, step=step, testset=place["testset"])
+    where = series.get(str(step)) if series is not None else places["checkpoint"].format_map(place | {"step": step})
+    expected_pred = places["predictions"].format_map(place | {"step": step})
     wrong = [k for k, v in want.items() if str(r.get(k)) != str(v)]
     if wrong == ["testset"] and pred == _norm(expected_pred):
         # written here by its own evaluation job, which read another testset's tokenised cache (two swapped):
@@ -144,9 +139,7 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
         raise ResultError(
             f"{path}: holds {_what(r)}, but sits where testset {place['testset']!r} of run {run_id} belongs, and its "
             f"evaluation job wrote it there: the tokenised testset it read, {cache}, holds testset "
-            f"{r.get('testset')!r} (two tokenised testsets swapped, or one copied over the other?), so it is not "
-            f"aggregated. Delete {cache}, {cache_info_path(cache)} and {path}, and run again: the testset is "
-            "tokenised again and that evaluation runs again"
+            f"{r.get('testset')!r}. Delete {cache}, {cache_info_path(cache)} and {path}, and run again"
         )
     if wrong or pred != _norm(expected_pred) or (where is not None and _norm(r["checkpoint"]) != _norm(where)):
         what = "the evaluation job's summary of" if summary else "the evaluation of"
@@ -168,9 +161,8 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
         keys += ["eval_key"] if r.get("eval_key") and own.get("eval_key") else []
         if any(str(own.get(k)) != str(r.get(k)) for k in keys):
             raise ResultError(
-                f"{r['predictions']}: holds the evaluation of {_what(own)}, not the one {path} lists for it (the "
-                f"file was copied over it?), so it is not aggregated; delete it and {path}, and run again: that "
-                "evaluation job scores the checkpoints whose predictions are missing"
+                f"{r['predictions']}: holds the evaluation of {_what(own)}, not the one {path} lists for it; delete it "
+                f"and {path}, and run again: that evaluation job scores the checkpoints whose predictions are missing"
             )
 
 
@@ -179,8 +171,7 @@ def _short(h) -> str:
 
 
 def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern: str) -> None:
-    """Every ``(file, record)`` was evaluated on its testset as prepared now, and a local testset's
-    file still holds what was prepared from it; else :class:`ResultError` with the way out."""
+    """Every ``(file, record)`` was evaluated on its testset as prepared now, from its file as it is now."""
     by_testset: dict[str, list[tuple[str, dict]]] = {}
     for where, r in records:
         by_testset.setdefault(str(r["testset"]), []).append((where, r))
@@ -191,9 +182,8 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ResultError(
-                f"{meta_path}: cannot read the prepared testset's description ({e}), so the "
-                f"evaluations on {testset!r} cannot be checked against it; delete {data_path} and "
-                "rerun: the testset is prepared again and evaluated on"
+                f"{meta_path}: cannot read the prepared testset's description ({e}) to check the evaluations on "
+                f"{testset!r}; delete {data_path} and rerun: the testset is prepared again and evaluated on"
             ) from None
         want = (meta.get("fingerprint"), meta.get("records_sha256"))
         stale = [(w, r) for w, r in recs if (r.get("fingerprint"), r.get("records_sha256")) != want]
@@ -202,9 +192,8 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
             raise ResultError(
                 f"{w}: evaluated on testset {testset!r} as it was prepared before (fingerprint {r.get('fingerprint')}, "
                 f"records {_short(r.get('records_sha256'))}), but {meta_path} now says fingerprint {want[0]}, records "
-                f"{_short(want[1])}: {len(stale)} of {len(recs)} evaluations on it are of other data than the "
-                f"testset now. Run `touch {data_path}` and run again: its tokenisation and every evaluation on it "
-                "run again"
+                f"{_short(want[1])}: {len(stale)} of {len(recs)} evaluations on it are stale. Run `touch {data_path}` "
+                "and run again: its tokenisation and every evaluation on it run again"
             )
         changed = local_source_changed(meta)
         if changed:
@@ -216,8 +205,7 @@ def check_data(records: list[tuple[str, dict]], data_pattern: str, meta_pattern:
 
 
 def read_scores(path: str) -> pd.DataFrame:
-    """The scores table the analysis reads; a damaged one (cut short, changed since sealed, not parquet) is a
-    :class:`ResultError` naming it, and that deleting it is safe (:func:`oodcorr.core.seals.remake_hint`)."""
+    """The scores table the analysis reads; a damaged one is a :class:`ResultError` naming it and the way out."""
     how = remake_hint("rule aggregate_scores", "the evaluations")
     with contextlib.suppress(FileNotFoundError):
         check_staged(path, "rule aggregate_scores", "the evaluations")

@@ -1,5 +1,4 @@
-"""Checkpoints on disk: manifests, verification (a file hashed once per stat: ``.oodcorr_verified.json``),
-resume points, run identity, and a save sized and made safe (a save the file system stops becomes its sentence)."""
+"""Checkpoints on disk: manifests, verification (hashes cached per stat), resume points, run identity, safe saves."""
 
 from __future__ import annotations
 
@@ -52,7 +51,8 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
     write_json_atomic(ckpt / MANIFEST, man)
 
 
-def _read_manifest(ckpt: Path) -> dict | None:
+def read_ckpt_manifest(ckpt: Path) -> dict | None:
+    """A checkpoint's own manifest (its ``step``, ``files``, ``libraries``), or None without a readable one."""
     try:
         man = json.loads((ckpt / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -93,17 +93,13 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
 
 def verify_checkpoint(ckpt: Path, full: bool = True) -> tuple[bool, str]:
     """Whether ``ckpt``'s weights are complete: manifest present, every weight file matches it."""
-    man = _read_manifest(ckpt)
+    man = read_ckpt_manifest(ckpt)
     if man is None:
         return False, f"{ckpt}: no readable {MANIFEST} (save did not finish)"
     own = folder_step(ckpt)
     if own is not None and man.get("step") != own:
-        return False, (
-            f"{ckpt}: its {MANIFEST} is that of step {man.get('step')}, not {own}: the folder holds another "
-            "checkpoint's files (copied over it?)"
-        )
-    weights = [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES]
-    return _check_files(ckpt, man, weights, full)
+        return False, f"{ckpt}: its {MANIFEST} is that of step {man.get('step')}, not {own} (copied over it?)"
+    return _check_files(ckpt, man, [rel for rel in man["files"] if Path(rel).name not in RESUME_FILES], full)
 
 
 def folder_step(ckpt: Path) -> int | None:
@@ -112,21 +108,9 @@ def folder_step(ckpt: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def checkpoint_step(ckpt: Path):
-    """The step the checkpoint's own manifest records (None without a readable manifest)."""
-    man = _read_manifest(Path(ckpt))
-    return None if man is None else man.get("step")
-
-
-def saved_with(ckpt: Path) -> dict | None:
-    """The libraries that saved the checkpoint (:data:`oodcorr.core.provenance.LIBRARIES`); None: not recorded."""
-    libraries = (_read_manifest(ckpt) or {}).get("libraries")
-    return libraries if isinstance(libraries, dict) else None
-
-
 def weights_digest(ckpt: Path) -> str:
     """A hash of a checkpoint's weight files' names and sha256s (optimizer state left out): its model's identity."""
-    man = _read_manifest(ckpt) or {}
+    man = read_ckpt_manifest(ckpt) or {}
     files = {
         rel: meta["sha256"] for rel, meta in (man.get("files") or {}).items() if Path(rel).name not in RESUME_FILES
     }
@@ -135,7 +119,7 @@ def weights_digest(ckpt: Path) -> str:
 
 def is_resumable(ckpt: Path) -> bool:
     """The manifest says so and every listed optimizer/RNG file is intact (sha256, cached)."""
-    man = _read_manifest(ckpt)
+    man = read_ckpt_manifest(ckpt)
     if not man or not man.get("resumable"):
         return False
     listed = [rel for rel in man["files"] if Path(rel).name in RESUME_FILES]
@@ -182,7 +166,7 @@ def prune_resume_state(ckpt_root: Path, keep: Path | None) -> None:
             log.warning("%s has no intact optimizer state; keeping that of %s, the resume point", keep, point)
         keep = point
     for _step, d in checkpoint_dirs(ckpt_root):
-        man = _read_manifest(d)
+        man = read_ckpt_manifest(d)
         if d == keep or man is None or not man.get("resumable"):
             continue
         files = {rel: meta for rel, meta in man["files"].items() if Path(rel).name not in RESUME_FILES}
@@ -224,8 +208,7 @@ def checkpoint_bytes(model, lora: dict | None) -> tuple[int, int]:
             continue
         seen.add(key)
         weights += t.numel() * t.element_size()
-    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return weights, 2 * 4 * trained
+    return weights, 2 * 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
 class _SaveFailed(Exception):
@@ -252,8 +235,7 @@ def writing(folder: Path):
 
 @contextlib.contextmanager
 def saves_that_fit(ckpt_root: Path, per_checkpoint: int):
-    """A checkpoint save the file system stops becomes a :class:`~oodcorr.core.errors.DiskFull` (no room) or
-    :class:`~oodcorr.core.errors.WriteFailed`, the half-written checkpoint (no manifest) deleted."""
+    """A save the file system stops becomes DiskFull or WriteFailed, the half-written checkpoint deleted."""
     try:
         yield
     except WriteFailed:

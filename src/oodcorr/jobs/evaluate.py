@@ -18,7 +18,7 @@ from ..core.provenance import library_versions
 from ..core.records import META_KEY, read_result
 from ..modeling.adaptation import correct_mask
 from ..modeling.loading import CheckpointLoader, tokenizer_fingerprint
-from .checkpoints import checkpoint_step, verify_checkpoint, weights_digest
+from .checkpoints import read_ckpt_manifest, verify_checkpoint, weights_digest
 from .scoring import device_batching, eval_dtype, score
 from .series_checkpoint import read_manifest, verify
 from .tokenize_testset import read_tokenized
@@ -31,14 +31,12 @@ class EvaluationRefused(RuntimeError):
 
 
 def _process_age() -> float | None:
-    """Seconds since this process started, from /proc to the clock tick (psutil rounds the boot time to
-    whole seconds); None where /proc is not there."""
+    """Seconds since this process started, from /proc to the clock tick (psutil rounds to seconds); else None."""
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
         with open("/proc/uptime", encoding="ascii") as fh:
-            uptime = float(fh.read().split()[0])
-        return uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+            return float(fh.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")  # uptime - start
     except (OSError, ValueError, IndexError):
         return None
 
@@ -73,10 +71,7 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
                 }
             )
         else:
-            raise EvaluationRefused(
-                f"step {step}: none of {manifests} lists this checkpoint; delete them and run again: the jobs "
-                "that write them run again"
-            )
+            raise EvaluationRefused(f"step {step}: no checkpoint in {manifests}; delete them and run again")
     return out
 
 
@@ -100,8 +95,7 @@ def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
-    """Refuse a checkpoint that is not the one its place says (another step's folder, weights other than
-    the run's manifest recorded, a series manifest of another step or model), before it is scored."""
+    """Refuse a checkpoint that is not the one its place says, before it is scored."""
     step = int(ck["step"])
     series = ck.get("series")
     if series:
@@ -111,33 +105,29 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
             raise EvaluationRefused(
                 f"checkpoint not usable: {manifest} is the manifest of model {series.get('model')!r}, "
                 f"{series.get('x_unit', 'step')} {series.get('step')}, but sits where that of model {model!r}, "
-                f"{series.get('x_unit', 'step')} {step} belongs (copied over it?). Delete {manifest} and run "
-                "again: it is written again from the config, and that checkpoint's evaluations rerun"
+                f"{series.get('x_unit', 'step')} {step} belongs. Delete {manifest} and run "
+                "again: it is written from the config"
             )
         return
     ckpt = Path(ck["checkpoint"])
     run_manifest = ck.get("run_manifest") or str(ckpt.parent.parent / "manifest.json")
-    own = checkpoint_step(ckpt)
+    own = (read_ckpt_manifest(ckpt) or {}).get("step")
     if own is not None and own != step:
         raise EvaluationRefused(
             f"checkpoint not usable: {ckpt} holds the checkpoint of step {own} (its {ckpt.name}/oodcorr_manifest.json "
-            f"says so), not that of step {step}: the folder was replaced by another checkpoint's (copied over "
-            f"it?), so it is not evaluated as step {step}. To recover, delete {run_manifest} and run again: the "
-            "run's finetune moves that folder aside, trains the run again (to the same weights) and its "
-            "evaluations rerun"
+            f"says so), not that of step {step}; delete {run_manifest} and run again: the run's finetune moves that "
+            "folder aside and trains it again"
         )
     want = ck.get("weights")
     if want and own is not None and weights_digest(ckpt) != want:
         raise EvaluationRefused(
             f"checkpoint not usable: the weights in {ckpt} are not those the run's finetune saved for step {step} "
-            f"(their digest differs from the one {run_manifest} recorded): the folder was replaced after the run "
-            f"finished, so it is not evaluated. To recover, delete {ckpt} and {run_manifest} and run again: the "
-            "run's finetune trains that checkpoint again (to the same weights) and its evaluations rerun"
+            f"(their digest differs from {run_manifest}'s); delete {ckpt} and {run_manifest} and run again: the "
+            "run's finetune trains that checkpoint again"
         )
 
 
-# what a predictions file and its evaluation key take from the tokenised testset
-_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")
+_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")  # from the tokenised testset
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
@@ -152,8 +142,7 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    # only where set, so that the keys of earlier evaluations stay valid
-    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
+    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}  # only where set: earlier keys stay valid
     return sha256_json(key)
 
 
@@ -261,8 +250,7 @@ def _reusable(path: str, key: str, step: int) -> dict | None:
 
 
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
-    """Refuse label scores that are not all finite: argmax over NaN still names a class
-    (accuracy 0.5 on a balanced set), so such a checkpoint gets no score at all."""
+    """Refuse label scores that are not all finite: argmax over NaN still names a class."""
     import torch  # torch stack: planning and the CLI never import it
 
     bad = ~torch.isfinite(logits).all(dim=-1)
@@ -270,25 +258,15 @@ def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) ->
         return
     n_bad, n = int(bad.sum()), int(bad.numel())
     first = int(bad.nonzero()[0, 0])
-    params = model.parameters() if hasattr(model, "parameters") else []
-    weights_bad = any(not bool(torch.isfinite(p).all()) for p in params)
-    if weights_bad:
-        cause = (
-            "the checkpoint's weights hold NaN or inf (training diverged): see the loss in its finetune log, "
-            "lower finetune.learning_rate and run again"
-        )
+    if any(not bool(torch.isfinite(p).all()) for p in model.parameters()):
+        cause = "the checkpoint's weights hold NaN or inf (training diverged): lower finetune.learning_rate, run again"
+    elif dtype != "float32":
+        cause = f"finite weights, so the forward pass in {dtype} overflowed: set `dtype: float32` on the model entry"
     else:
-        cause = (
-            f"its weights are finite, so the forward pass in {dtype} overflowed: evaluate in float32 "
-            "(`dtype: float32` on the model entry)"
-            if dtype != "float32"
-            else "its weights are finite, yet the model computes NaN or inf (a model whose own code or "
-            "configuration is broken?)"
-        )
+        cause = "its weights are finite, yet the model computes NaN or inf (its own code or configuration broken?)"
     raise EvaluationRefused(
-        f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores "
-        f"that are not finite (NaN or inf; the first is example {first}), so no accuracy "
-        f"is computed; {cause}"
+        f"{checkpoint} on testset {testset!r}: {n_bad} of {n} examples get label scores that are not finite "
+        f"(the first: example {first}); {cause}"
     )
 
 
@@ -314,9 +292,8 @@ def _evaluate_checkpoint(
     if series is None:
         ok, why = verify_checkpoint(Path(checkpoint), full=True)
         fix = (
-            f". Its files changed after it was saved, so it is not evaluated. To recover, delete "
-            f"{Path(checkpoint).parent.parent / 'manifest.json'} and run again: that run's finetune moves the "
-            "damaged checkpoint aside, trains it again (to the same weights) and its evaluations rerun"
+            f". Its files changed after it was saved: delete {Path(checkpoint).parent.parent / 'manifest.json'} and "
+            "run again, and that run's finetune trains it again"
         )
     else:
         ok, why = verify(series)
@@ -367,9 +344,7 @@ def _evaluate_checkpoint(
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,
-        # what it ran with and, for a finetuned checkpoint, what trained it (oodcorr.core.provenance);
-        # neither is part of the evaluation's key: a new library version reruns nothing
-        "libraries": library_versions(),
+        "libraries": library_versions(),  # not part of the evaluation's key: a new version reruns nothing
         **({} if series else {"finetune_libraries": ck.get("finetune_libraries")}),
         **job.provenance,
     }

@@ -30,7 +30,7 @@ from .checkpoints import (
     find_resume_point,
     guard_run_identity,
     prune_resume_state,
-    saved_with,
+    read_ckpt_manifest,
     saves_that_fit,
     verify_checkpoint,
     weights_digest,
@@ -53,8 +53,7 @@ def _make_trainer_classes():
     class LabelTrainer(Trainer):
         """The Trainer with :func:`training_loss`, stopped by a loss that is not finite."""
 
-        # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
-        loss_is_scaled_for_ga = False
+        loss_is_scaled_for_ga = False  # our loss is a per-batch mean: Trainer divides it by the accumulation steps
 
         def __init__(self, *a, method=None, extra=None, loss="verbalisers", schedule=(), **kw):
             super().__init__(*a, **kw)
@@ -64,14 +63,12 @@ def _make_trainer_classes():
             self.schedule = tuple(schedule)  # the steps saved, for the divergence message
 
         def _save_checkpoint(self, model, trial):
-            # what the save raises is known as a failure to write this checkpoint by where it happened
             with writing(Path(self.args.output_dir) / f"checkpoint-{self.state.global_step}"):
                 return super()._save_checkpoint(model, trial)
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
-            # one device sync per step, which the Trainer pays anyway (logging_nan_inf_filter)
-            if not bool(torch.isfinite(loss)):
+            if not bool(torch.isfinite(loss)):  # a sync the Trainer pays anyway (logging_nan_inf_filter)
                 self._diverged(float(loss.detach()), logits)
             return (loss, {"logits": logits}) if return_outputs else loss
 
@@ -79,17 +76,11 @@ def _make_trainer_classes():
             step = self.state.global_step + 1
             saved = sorted(s for s in self.schedule if s < step)
             weights_ok = all(bool(torch.isfinite(p).all()) for p in self.model.parameters())
-            where = (
-                "the weights are still finite, so the scores overflowed"
-                if weights_ok
-                else "the weights already hold NaN or inf"
-            )
+            where = "the weights are finite: the scores overflowed" if weights_ok else "the weights hold NaN or inf"
             raise NonFiniteLoss(
-                f"the training loss is {loss} at step {step} of {self.args.max_steps} ({where}): the run "
-                f"diverged, so it stops here and no later checkpoint is saved (checkpoints up to step "
-                f"{saved[-1] if saved else 0} are kept). Lower finetune.learning_rate (now {self.args.learning_rate}) "
-                "or finetune.max_grad_norm, or train in float32, and run again; checkpoints made with other "
-                "settings are moved aside, never reused"
+                f"the training loss is {loss} at step {step} of {self.args.max_steps} ({where}): the run diverged "
+                f"(checkpoints up to step {saved[-1] if saved else 0} are kept). Lower finetune.learning_rate (now "
+                f"{self.args.learning_rate}) or finetune.max_grad_norm, or train in float32, and run again"
             )
 
     class ScheduleCallback(TrainerCallback):
@@ -125,9 +116,7 @@ def training_loss(method, model, inputs: dict, extra: dict, loss: str = "verbali
     labels = inputs["labels"]
     if loss == "vocabulary":  # (the schema allows only LOSSES)
         if not hasattr(method, "vocab_logits"):
-            raise ConfigError(
-                f"finetune.loss: vocabulary needs the pattern method (a vocabulary to score), not {method.name!r}"
-            )
+            raise ConfigError(f"finetune.loss: vocabulary needs the pattern method, not {method.name!r}")
         logits = method.vocab_logits(model, inputs["input_ids"], inputs["attention_mask"], extra)
         target = torch.as_tensor(extra["verbaliser_ids"], device=logits.device)[labels.to(logits.device)]
     else:
@@ -176,8 +165,7 @@ def base_weights_fingerprint(model_entry: ModelEntry, built_model_dir: str | Non
 
 
 def finetune(job: FinetuneJob) -> dict:
-    """Train one run (:class:`~oodcorr.planning.finetune_job.FinetuneJob`) into its ``run_dir``, holding its
-    lock; return the job's manifest (rank 0), or ``{}`` on the other ranks of several processes."""
+    """Train one run into its ``run_dir``, holding its lock; the job's manifest (rank 0), else ``{}``."""
     import torch  # torch stack: planning and the CLI never import it
 
     t0 = time.time()
@@ -194,9 +182,7 @@ def finetune(job: FinetuneJob) -> dict:
         main_first_end()
         history: list[dict] = []
         if done:
-            log.info(
-                "all %d scheduled checkpoints already exist in %s; not training again", len(job.steps), _ckpt_root(job)
-            )
+            log.info("all %d scheduled checkpoints exist in %s; not training again", len(job.steps), _ckpt_root(job))
         else:
             if is_main_process():
                 _check_room_to_train(job, model, resume)
@@ -211,8 +197,7 @@ def _ckpt_root(job: FinetuneJob) -> Path:
 
 
 def run_identity(job: FinetuneJob) -> dict:
-    """What shapes the trained weights (resources and batch-independent settings do not): checkpoints made
-    under another identity are never resumed from (:func:`oodcorr.jobs.checkpoints.guard_run_identity`)."""
+    """What shapes the trained weights: checkpoints of another identity are never resumed from."""
     return {
         "model": dict(job.model_spec),  # the params as planned (a key they may not hold is refused: ModelEntry)
         "base_weights": base_weights_fingerprint(job.model_entry, job.built_model_dir),
@@ -283,13 +268,11 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
 
     # sha256 too, not sizes only: a checkpoint damaged in place with its size intact must be trained again
     done = all(verify_checkpoint(ckpt_root / f"checkpoint-{s}", full=True)[0] for s in job.steps)
-    resume = None if done else find_resume_point(ckpt_root, list(job.steps))
-    return model, done, resume
+    return model, done, None if done else find_resume_point(ckpt_root, list(job.steps))
 
 
 def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
-    """Refuse to start training when the checkpoints still to save cannot fit: the weights of each one after
-    the resume point, and the newest one's optimizer state while training."""
+    """Refuse to train when the checkpoints still to save (and the newest one's optimizer state) cannot fit."""
     weights, optimizer = checkpoint_bytes(model, job.training.lora)
     done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
     todo = [s for s in job.steps if s > done_to]
@@ -377,8 +360,9 @@ def _write_manifest(
         if not ok:
             missing.append(why)
         # what evaluation checks a checkpoint against before scoring it (oodcorr.jobs.evaluate)
+        libraries = (read_ckpt_manifest(d) or {}).get("libraries")
         entries.append(
-            {"step": step, "path": str(d), "weights": weights_digest(d) if ok else None, "libraries": saved_with(d)}
+            {"step": step, "path": str(d), "weights": weights_digest(d) if ok else None, "libraries": libraries}
         )
     if missing:
         raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))

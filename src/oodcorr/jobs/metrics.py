@@ -14,8 +14,7 @@ import numpy as np
 
 ECE_BINS = 15
 CI_LEVEL = 0.95
-# the scores table's metric columns, in order (accuracy and its counts are listed separately)
-COLUMNS = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
+COLUMNS = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")  # the scores table's, in order
 
 
 def wilson(n_correct: int, n: int, level: float = CI_LEVEL) -> tuple[float, float]:
@@ -40,29 +39,24 @@ def _distinct(*arrays: np.ndarray) -> list:
 
 
 def collapse(pred: np.ndarray, gold: np.ndarray, names: list[str], coarse: dict | None) -> np.ndarray:
-    """Predictions (indices into ``names``) as the label mode scores them: on a 2-way testset under a 3-way
-    mode, neutral and contradiction become the coarse label (non-entailment)."""
+    """Predictions as the label mode scores them: on a 2-way testset, neutral and contradiction are non-entailment."""
     out = np.asarray(pred).copy()
     present = set(np.asarray(gold).tolist())
     for c, members in (coarse or {}).items():
-        idx = [names.index(m) for m in members if m in names]
-        if c not in names or present & set(idx):
+        idx = {names.index(m) for m in members if m in names}
+        if c not in names or present & idx:
             continue
-        members_idx = set(idx)
-        out[np.fromiter((v in members_idx for v in out.tolist()), bool, out.size)] = names.index(c)
+        out[np.fromiter((v in idx for v in out.tolist()), bool, out.size)] = names.index(c)
     return out
 
 
 def per_class_f1(gold: np.ndarray, pred: np.ndarray) -> dict[int, float]:
-    """F1 = 2 TP / (2 TP + FP + FN) of every class (label index) in ``gold`` or ``pred``."""
+    """F1 = 2 TP / (2 TP + FP + FN) = 2 TP / (gold + predicted) of every class (label index) in ``gold`` or ``pred``."""
     gold, pred = np.asarray(gold), np.asarray(pred)
-    out = {}
-    for c in _distinct(gold, pred):
-        tp = int(np.sum((gold == c) & (pred == c)))
-        fp = int(np.sum((gold != c) & (pred == c)))
-        fn = int(np.sum((gold == c) & (pred != c)))
-        out[int(c)] = 2 * tp / (2 * tp + fp + fn)
-    return out
+    return {
+        int(c): 2 * int(np.sum((gold == c) & (pred == c))) / int(np.sum(gold == c) + np.sum(pred == c))
+        for c in _distinct(gold, pred)
+    }
 
 
 def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
@@ -74,8 +68,7 @@ def macro_f1(gold: np.ndarray, pred: np.ndarray) -> float:
 def confidence(
     logits: np.ndarray, pred: np.ndarray, names: list[str], label_names: list[str], coarse: dict | None
 ) -> np.ndarray:
-    """Probability of each example's (collapsed) predicted label under the softmax of its
-    label scores; for a coarse prediction, the summed probability of the labels it collapses."""
+    """Probability of each (collapsed) prediction under the softmax of the label scores (coarse: its labels' sum)."""
     z = np.asarray(logits, dtype=np.float64)
     e = np.exp(z - z.max(axis=1, keepdims=True))
     prob = e / e.sum(axis=1, keepdims=True)  # the softmax; columns follow label_names, the model's outputs

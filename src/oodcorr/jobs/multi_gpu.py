@@ -26,10 +26,6 @@ ENTRY_MODULE = "oodcorr.jobs.multi_gpu"
 ARGS_FILE = "distributed_args.json"  # the job, as JSON, in the run folder: what each launched process reads
 
 
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
-
-
 def launch_argv(
     dist: dict,
     args_file: str | Path,
@@ -63,8 +59,8 @@ def launch_argv(
             "fsdp_state_dict_type": "FULL_STATE_DICT",
             "fsdp_use_orig_params": "true",
             "fsdp_sync_module_states": "true",
-            "fsdp_offload_params": _flag(f.get("offload_params", False)),
-            "fsdp_activation_checkpointing": _flag(f.get("activation_checkpointing", False)),
+            "fsdp_offload_params": str(bool(f.get("offload_params"))).lower(),
+            "fsdp_activation_checkpointing": str(bool(f.get("activation_checkpointing"))).lower(),
         }
     else:
         d = dist.get("deepspeed") or {}
@@ -95,17 +91,14 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
     name = job.name
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(
-            f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is "
-            "not installed (it is not in requirements.txt); install it or use strategy: fsdp"
+            f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is not installed; "
+            "install it or use strategy: fsdp"
         )
     run_dir = job.run_dir
     check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
     devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
     if not devices:
-        raise RuntimeError(
-            f"models[{name}].distributed asks for {dist['gpus']} GPU(s), but this machine "
-            "shows none (CUDA_VISIBLE_DEVICES / nvidia-smi)"
-        )
+        raise RuntimeError(f"models[{name}].distributed asks for {dist['gpus']} GPU(s); this machine shows none")
     args_file = run_dir / ARGS_FILE
     write_json_atomic(args_file, job.to_dict())
     argv = launch_argv(
@@ -124,8 +117,7 @@ def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threa
 
 
 def main() -> None:
-    """Entry point of each launched process (its one argument: the job's JSON, :func:`launch_argv`): the
-    single-process finetune, on its own GPU."""
+    """Each launched process (its one argument: the job's JSON): the single-process finetune, on its own GPU."""
     logging.basicConfig(
         level=logging.INFO if is_main_process() else logging.WARNING,
         stream=sys.stderr,
@@ -134,8 +126,7 @@ def main() -> None:
     job = FinetuneJob.from_json(Path(sys.argv[1]).read_text())
     import torch  # torch stack: planning and the CLI never import it
 
-    # the CPU only where there is no GPU at all (tests: several processes over gloo)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: tests, several processes over gloo
     finetune(job.on(device=device, threads=int(os.environ.get("OMP_NUM_THREADS", "1"))))
 
 

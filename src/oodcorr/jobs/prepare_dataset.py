@@ -25,10 +25,8 @@ FORMAT_FIX = "set `format: {fmt}` on the dataset entry"
 DUPLICATE_EXAMPLES = 5  # line numbers recorded per duplicate kind
 
 
-def _count(dropped: dict | None, reason: str, key: str | None = None) -> None:
+def _count(dropped: dict, reason: str, key: str | None = None) -> None:
     """One more row dropped for ``reason`` (per ``key``, e.g. the label, where given)."""
-    if dropped is None:
-        return
     if key is None:
         dropped[reason] = dropped.get(reason, 0) + 1
     else:
@@ -36,7 +34,7 @@ def _count(dropped: dict | None, reason: str, key: str | None = None) -> None:
         sub[key] = sub.get(key, 0) + 1
 
 
-def _load_synthetic(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
+def _load_synthetic(spec: dict, base: Path, dropped: dict) -> tuple[list[dict], dict]:
     """``n`` examples of the generator's stream, then those ``where`` selects (as for a file)."""
     stream = synthetic.generate(spec["shift"], int(spec["n"]), int(spec.get("seed", 0)), spec.get("split", "test"))
     keep = spec.get("where") or {}
@@ -101,8 +99,7 @@ def _field(row: dict, dotted: str):
 
 
 def _plain(v):
-    """A value as JSON holds it (records are written as JSON): mappings with text keys, lists, text,
-    numbers, true/false, null. Bytes, dates and other objects (parquet and hub columns) become text."""
+    """A value as JSON holds it; bytes, dates and other objects (parquet and hub columns) become text."""
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
@@ -123,7 +120,7 @@ def _is_empty(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or (isinstance(v, str) and not v.strip())
 
 
-def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict | None = None) -> list[dict]:
+def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict) -> list[dict]:
     """Source rows -> records through the entry's ``fields`` and ``where`` filter."""
     fields = {**DEFAULT_FIELDS, **(spec.get("fields") or {})}
     keep = spec.get("where") or {}
@@ -160,7 +157,7 @@ def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict | No
     return recs
 
 
-def _load_local(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
+def _load_local(spec: dict, base: Path, dropped: dict) -> tuple[list[dict], dict]:
     path = Path(spec["path"])
     if not path.is_absolute():
         path = base / path
@@ -182,22 +179,18 @@ def _load_local(spec: dict, base: Path, dropped: dict | None = None) -> tuple[li
     return recs, prov
 
 
-def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list[dict], dict]:
+def _load_hub(spec: dict, base: Path, dropped: dict) -> tuple[list[dict], dict]:
     import datasets  # imported here: planning and local data never need it
 
     kwargs = hub_load_kwargs(spec)
     where = f"hub {kwargs['path']}@{kwargs['revision']} ({kwargs['name'] or 'default'}/{kwargs['split']})"
-    # under a hub lock (oodcorr prefetch): the locked commit, from the cache
-    call, commit = pinned_dataset(kwargs)
+    call, commit = pinned_dataset(kwargs)  # under a hub lock (oodcorr prefetch): the locked commit
     try:
         ds = datasets.load_dataset(**call)
     except Exception as e:  # offline, unknown revision, gated...: say which entry and how to go local
-        hint = (
-            "The lock pins it: run oodcorr prefetch again, with HF_HOME as for the jobs"
-            if commit
-            else "Without hub access, point the entry at a local file (source: local, path: ...), or run "
-            "oodcorr prefetch on a machine with access"
-        )
+        hint = "Without hub access, point the entry at a local file (source: local, path: ...) or run oodcorr prefetch"
+        if commit:
+            hint = "The lock pins it: run oodcorr prefetch again, with HF_HOME as for the jobs"
         raise DataError(f"{where}: could not load ({type(e).__name__}: {e}). {hint}") from None
     if commit:
         check_loaded_dataset(ds, commit, where)
@@ -214,16 +207,14 @@ def _load_hub(spec: dict, base: Path, dropped: dict | None = None) -> tuple[list
     return recs, prov
 
 
-LOADERS: dict[str, Callable[[dict, Path, dict | None], tuple[list[dict], dict]]] = {
+LOADERS: dict[str, Callable[[dict, Path, dict], tuple[list[dict], dict]]] = {
     "synthetic": _load_synthetic,
     "local": _load_local,
     "hub": _load_hub,
 }
 
 
-def map_labels(
-    recs: list[dict], label_map: dict | None, mode: dict, where: str, dropped: dict | None = None
-) -> list[dict]:
+def map_labels(recs: list[dict], label_map: dict | None, mode: dict, where: str, dropped: dict) -> list[dict]:
     """Raw label -> dataset label (``label_map``) -> experiment label (the label mode's ``map``)."""
     label_map = {str(k): v for k, v in (label_map or {}).items()}
     mode_map = mode.get("map") or {}
@@ -297,11 +288,9 @@ def stratified_sample(recs: list[dict], n: int, seed: int) -> list[dict]:
     by_label: dict[str, list[int]] = {}
     for i, r in enumerate(recs):
         by_label.setdefault(r["label"], []).append(i)
-    total = len(recs)
-    quotas = {lab: n * len(ix) / total for lab, ix in by_label.items()}
+    quotas = {lab: n * len(ix) / len(recs) for lab, ix in by_label.items()}
     take = {lab: int(q) for lab, q in quotas.items()}
-    rest = n - sum(take.values())
-    for lab in sorted(quotas, key=lambda k: (-(quotas[k] - take[k]), k))[:rest]:
+    for lab in sorted(quotas, key=lambda k: (-(quotas[k] - take[k]), k))[: n - sum(take.values())]:
         take[lab] += 1
     keep = []
     for lab in sorted(by_label):

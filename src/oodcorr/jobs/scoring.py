@@ -56,8 +56,7 @@ CPU_OVERHEAD_PER_THREAD = 32
 
 
 def device_batching(device: str, threads: int, batch_size: int, max_tokens: int) -> tuple[int, int, float | None]:
-    """(rows, padded tokens, overhead per batch) a job scores with on ``device``: on a CPU at most
-    ``CPU_TOKENS_PER_THREAD`` padded tokens per thread; elsewhere ``batch_size`` and ``max_tokens`` as given."""
+    """(rows, padded tokens, overhead per batch) on ``device``: a CPU at most CPU_TOKENS_PER_THREAD tokens a thread."""
     import torch  # torch stack: planning and the CLI never import it
 
     if torch.device(device).type != "cpu":
@@ -104,8 +103,7 @@ def score(
                     n_batches += 1
                     padded += inp.numel()
                     first_done = first_done or time.time()
-        except Exception as err:  # noqa: BLE001 -- only memory failures are retried
-            # (MPS and some backends raise a plain RuntimeError)
+        except Exception as err:  # noqa: BLE001 -- only memory failures are retried (MPS: a plain RuntimeError)
             oom = isinstance(err, RuntimeError) and "out of memory" in str(err).lower()
             if not (oom or isinstance(err, (torch.OutOfMemoryError, MemoryError))):
                 raise
@@ -115,9 +113,7 @@ def score(
         # outside the except block, so the failed batch's tensors can be freed
         n_oom += 1
         if failed[0] <= 1:
-            raise RuntimeError(
-                f"out of memory on a single example of {max(lengths)} tokens at most (device {dev}): {failed[1]}"
-            )
+            raise RuntimeError(f"out of memory on a single example of up to {max(lengths)} tokens ({dev}): {failed[1]}")
         release_memory(dev)
         batch_size = max(1, min(batch_size, failed[0]) // 2)
         max_tokens = max(1, max_tokens // 2)

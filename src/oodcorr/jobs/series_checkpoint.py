@@ -24,10 +24,7 @@ def write_manifest(out: str | Path, *, model: str, x: int, x_unit: str, checkpoi
         if not d.is_dir():
             raise ConfigError(f"{where}: {d} is not a directory")
         if (d / "adapter_config.json").exists():
-            raise ConfigError(
-                f"{where}: {d} holds a LoRA adapter; a series checkpoint must hold the whole model "
-                "(merge the adapter into its base model and save that)"
-            )
+            raise ConfigError(f"{where}: {d} holds a LoRA adapter: merge it into its base model and save that")
         model_entry = ModelEntry.from_params(dict(entry, name=model))
         check_local_weights(str(d), model_entry)
         files = {}

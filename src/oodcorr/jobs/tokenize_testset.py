@@ -71,8 +71,7 @@ def tokenize_testset(
         "records_sha256": meta.get("records_sha256"),
         "template": prompt["template"] if prompt else None,
         "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
-        # the prompt switches that differ from the defaults (empty for the defaults and for head models)
-        "reading": changed_reading(prompt),
+        "reading": changed_reading(prompt),  # the prompt switches that differ from their defaults
         "tokenizer": tokenizer_fingerprint(model_entry, built_model_dir),
     }
     buf = io.BytesIO()
@@ -95,8 +94,7 @@ def tokenize_testset(
         "size": len(data),
         "settings": tokenize_settings_digest(settings),
     }
-    # beside the cache, readable without torch (planning warns about truncation from it); written first,
-    # so a cache never lacks its sidecar
+    # beside the cache, readable without torch; written first, so a cache never lacks its sidecar
     write_json_atomic(cache_info_path(out_path), info)
     with atomic_path(out_path, size=len(data), what=f"the tokenised testset {out_path}") as tmp:
         Path(tmp).write_bytes(data)
@@ -106,20 +104,16 @@ def tokenize_testset(
 def read_tokenized(
     path: str | os.PathLike, tokenizer: str | None = None, *, testset: str | None = None, model: str | None = None
 ) -> dict:
-    """The tokenised testset at ``path``, checked (its bytes' sha256, whole, this format, of ``testset``
-    and ``model``, made by ``tokenizer``), else a :class:`~oodcorr.core.errors.ResultError` naming it."""
+    """The tokenised testset at ``path``, checked (sha256, format, ``testset``, ``model``, ``tokenizer``), else a
+    :class:`~oodcorr.core.errors.ResultError` naming it."""
     import torch  # torch stack: planning and the CLI never import it
 
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise ResultError(
-            f"{path}: the tokenised testset is missing; run again: rule tokenize_testset makes it"
-        ) from None
+        raise ResultError(f"{path}: tokenised testset missing; run again: rule tokenize_testset makes it") from None
     except OSError as e:
-        raise ResultError(
-            f"{path}: the tokenised testset cannot be read ({e.strerror or e}); {rebuild_hint(path)}"
-        ) from None
+        raise ResultError(f"{path}: unreadable tokenised testset ({e.strerror or e}); {rebuild_hint(path)}") from None
     info, why = read_cache_info(path)
     if why:
         raise ResultError(f"{why}; {rebuild_hint(path)}")
@@ -127,8 +121,7 @@ def read_tokenized(
     if digest != info["sha256"]:
         raise ResultError(
             f"{path}: the tokenised testset changed after it was written (its bytes' sha256 is {digest[:12]}..., "
-            f"{info['sha256'][:12]}... when written, as {cache_info_path(path)} records): a bit flipped on disk or "
-            f"in a copy, or another file copied over it, so its token ids cannot be trusted; {rebuild_hint(path)}"
+            f"{info['sha256'][:12]}... when written, as {cache_info_path(path)} records); {rebuild_hint(path)}"
         )
     try:
         cache = torch.load(io.BytesIO(data), weights_only=True)

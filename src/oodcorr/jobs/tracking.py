@@ -78,12 +78,6 @@ def _read_ledger(folder: Path) -> dict:
         return {}
 
 
-def _record(folder: Path, dest: str, keys: list[str]) -> None:
-    doc = _read_ledger(folder)
-    doc[dest] = sorted(set(doc.get(dest, [])) | set(keys))
-    write_json_atomic(folder / LEDGER, doc)
-
-
 def points(rows) -> dict[str, tuple[str, int, float]]:
     """One run's scores (rows of the scores table) as tracker points: ``tag@step -> (tag, step, value)``."""
     out = {}
@@ -97,8 +91,7 @@ def points(rows) -> dict[str, tuple[str, int, float]]:
 
 
 def for_trainer(names: list[str], run_dir: str | Path) -> None:
-    """Point the Trainer's callbacks at the run's own tracker runs through the trackers' environment
-    variables: MLflow's run found by the run's identity (rank 0), W&B's in the run's group and folder."""
+    """Point the Trainer's callbacks at the run's own tracker runs through the trackers' environment variables."""
     ident = RunIdentity.of_run_dir(run_dir) or RunIdentity("", Path(run_dir).name, "", 0, 0)  # (outside the layout)
     root = root_of_run_dir(run_dir)
     if "mlflow" in names and os.environ.get("RANK", "0") == "0":
@@ -120,8 +113,7 @@ def _wandb_tags(ident: RunIdentity) -> list[str]:
 
 
 def of_config(config: dict) -> tuple[dict[str, list[str]], set[str]]:
-    """The trackers each model's runs log their scores to (``finetune.report_to``, read from the config,
-    not a job's params: editing it reruns nothing), and the models whose checkpoints were given."""
+    """The trackers each model logs scores to (from the config: editing it reruns nothing), and the series models."""
     names_of = {m: [n for n in names if n in trackers.SCORED] for m, names in trackers_of(config).items()}
     return names_of, {m["name"] for m in config["models"] if m.get("series")}
 
@@ -174,7 +166,9 @@ def _send_once(name: str, root: Path, folder: Path, items: dict, send) -> dict:
                 f"finetune.report_to: {name}: logging failed ({type(e).__name__}: {str(e)[:300]}); run again when "
                 "it is back: what was logged already is not logged twice"
             ) from e
-        _record(folder, dest, list(new))
+        doc = _read_ledger(folder)
+        doc[dest] = sorted(set(doc.get(dest, [])) | set(new))
+        write_json_atomic(folder / LEDGER, doc)
     return new
 
 
@@ -193,8 +187,7 @@ def _destination(name: str, root: Path, folder: Path) -> tuple[str, str]:
 
 
 def _event_file_suffix(kind: str) -> str:
-    """A new TensorBoard event file's unique name end: tensorboardX names a file by the second and host, so a
-    second logging within that second would overwrite the first's points."""
+    """A unique event file name end: tensorboardX names a file by the second and host, so two in a second clash."""
     return f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}"
 
 
@@ -207,8 +200,7 @@ def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path)
 
 
 def _mlflow_run(root: Path, ident: RunIdentity | None, answer: bool = False):
-    """(an MLflow client, the MLflow run of a finetuning run or of the answer, found by its ``oodcorr.run``
-    tag, made if missing)."""
+    """(an MLflow client, the run of a finetuning run or of the answer: found by its ``oodcorr.run`` tag, or made)."""
     if trackers.mlflow_uri(root).startswith("file:"):
         # our default: a file store in the experiment folder (MLflow 3 asks for this opt-in to use one)
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -268,8 +260,7 @@ def is_answer_file(rel: str) -> bool:
 
 
 def log_answer(root: str | Path, files: list[Path], names: list[str]) -> list[str]:
-    """The answer's ``files`` to each tracker in ``names`` as an experiment-level run's artifacts (TensorBoard:
-    ``answer.txt``'s lines), once per version of those files. Returns a line per tracker."""
+    """The answer's ``files`` to each tracker in ``names``, once per version of those files; a line per tracker."""
     root = Path(root)
     files = [Path(f) for f in files if Path(f).is_file()]
     if not files:

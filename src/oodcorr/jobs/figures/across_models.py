@@ -42,9 +42,7 @@ from .common import (
 
 SPREAD_MARKS = tuple(zip(SPREADS, ("±", "≠", "≈0")))  # each spread's glyph, strongest first
 NOISE_MARK = "∿"  # noise-limited: a testset's residual series is mostly item noise
-# a pair without a statement across models that each model's own run finds significant with one sign
-# (oodcorr.core.answer.every_run_sign): drawn in full colour with this mark, not faded
-EVERY_RUN_MARK = "*"
+EVERY_RUN_MARK = "*"  # no statement across models, but one sign in each model's own run: drawn unfaded
 FOLD_FROM = 16  # names of at most this many characters are shown whole, their common start too
 LABEL_MAX = 26  # a tick label longer than this (after the common prefix is folded) keeps its two ends
 SEPARATORS = "/_-.:"  # a common prefix is folded up to the last of these it ends with
@@ -58,8 +56,7 @@ FRAMES = {
 
 
 def verdict_style(word: str) -> dict:
-    """How the consensus heatmap draws a verdict of the ladder: ``mark`` (the spread's glyph, or ∿ for
-    noise-limited), ``frame`` ("solid", "dashed", "dotted" or ""), ``bold`` and ``faded`` (nothing stated)."""
+    """How the consensus heatmap draws a verdict: ``mark``, ``frame`` (solid/dashed/dotted/""), ``bold``, ``faded``."""
     spread = next((m for phrase, m in SPREAD_MARKS if phrase in word), "")
     noise = word == NOISE_LIMITED_VERDICT
     nearly = NEARLY_EVERY in word
@@ -73,8 +70,7 @@ def verdict_style(word: str) -> dict:
 
 
 def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
-    """(the common prefix of ``names`` folded away, {name: its label}): the label is the name without the
-    prefix, its two ends joined by "…" where still longer than :data:`LABEL_MAX` (unless two labels would clash)."""
+    """(the common prefix of ``names``, {name: its label without it}); a label over LABEL_MAX keeps its two ends."""
     prefix = ""
     if len(names) >= 2 and max(map(len, names)) > FOLD_FROM:
         common = os.path.commonprefix(names)
@@ -90,16 +86,14 @@ def fold_names(names: list[str]) -> tuple[str, dict[str, str]]:
 
 
 def short_reliability(est: float, low: float) -> str:
-    """A reliability beside a name: the estimate, '≥' the low end where only a size bounds the noise,
-    'noise>var' below 0 (never a share outside [0, 1]), '' where unknown."""
+    """A reliability beside a name: the estimate, '≥' its low end, 'noise>var' below 0, '' where unknown."""
     if math.isfinite(est):
         return "noise>var" if est < 0 else (f"{est:.2f}" if est <= 1 else ">1")
     return f"≥{max(low, 0.0):.2f}" if math.isfinite(low) else ""
 
 
 def reliability_names(rows: pd.DataFrame, labels: dict[str, str] | None = None) -> dict[str, str]:
-    """Each testset of ``rows`` (and their in-domain set) as its label (``labels``, default its name) with its
-    reliability in brackets where known."""
+    """Each testset of ``rows`` (and the in-domain set) as its label (default: its name) and reliability where known."""
     labels = labels or {}
     out = dict(labels)
     for name, (est, low) in reliabilities(rows.to_dict("records")).items():
@@ -145,17 +139,14 @@ def _legend(styles: dict, cmap, norm, reliability: bool, alpha, near_zero, corre
             f"{NOISE_MARK} in a dotted frame: noise-limited (a testset's residual series mostly item noise: "
             f"reliability below {NOISE_LIMITED:g})",
         ),
+        (
+            reliability,
+            Patch(facecolor="none", edgecolor="none"),
+            "(0.35) beside a name: its reliability, the share "
+            "of its residual variance that is not item noise (≥: bounded by its size)",
+        ),
     ]
-    handles = [(h, label) for shown, h, label in entries if shown]
-    if reliability:
-        handles.append(
-            (
-                Patch(facecolor="none", edgecolor="none"),
-                "(0.35) beside a name: its reliability, the share "
-                "of its residual variance that is not item noise (≥: bounded by its size)",
-            )
-        )
-    return handles
+    return [(h, label) for shown, h, label in entries if shown]
 
 
 def _answer_rows(table: pd.DataFrame, method: str, residualiser: str, in_domain: str) -> pd.DataFrame:
@@ -212,8 +203,7 @@ def consensus_heatmap(
         drawn_styles.update({w: styles[w] for w in set(verdicts[present & ~every_run].tolist())})
         if every_run.any():
             drawn_styles[EVERY_RUN_MARK] = {"mark": EVERY_RUN_MARK, "frame": "", "bold": False, "faded": False}
-        faded = {w for w, st in styles.items() if st["faded"]}
-        fade = finite & np.isin(verdicts, list(faded)) & ~every_run
+        fade = finite & np.isin(verdicts, [w for w, st in styles.items() if st["faded"]]) & ~every_run
         big = len(names) > TEXT_LIMIT
         draw_cells(ax, m, fade, present, big, norm, cmap)
         rnames, cnames = names[1:], names[:-1]
@@ -252,8 +242,7 @@ def consensus_heatmap(
             fontsize=8,
         )
     bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
-    # in two short lines: one long line ran past the bar's ends, into the title and out of the figure
-    bar.set_label("consensus partial r\nacross models (observed)", fontsize=8)
+    bar.set_label("consensus partial r\nacross models (observed)", fontsize=8)  # one line ran past the bar
     correction = str(sub["correction"].iloc[0]) if len(sub) and "correction" in sub else "corrected"
     handles = _legend(drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
     if handles:
@@ -273,8 +262,7 @@ FOREST_CAP = 50  # oodcorr analyse draws at most this many forest plots per in-d
 
 
 def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser: str, cap: int = FOREST_CAP):
-    """The OOD pairs (x, y) of one in-domain set whose forest plots are drawn, and how many it has: at most
-    ``cap``, those whose verdicts say most first (:func:`oodcorr.core.answer.verdict_rank`), then the largest."""
+    """The OOD pairs of an in-domain set to draw (``cap``: verdicts that say most, then the largest), and how many."""
     sub = _answer_rows(agree, method, residualiser, in_domain)
     best = {}
     for row in sub.itertuples(index=False):
@@ -458,8 +446,7 @@ def forest(
         for side in ("top", "right"):
             ax.spines[side].set_visible(False)
         out[group] = {"models": drawn, "verdict": verdict, "corrected": corrected, "line": lines, **tally}
-    # margins in inches for the title and the axis label instead of a tight_layout pass (a second
-    # layout of every text); the tight bounding box of the save takes in the labels either side
+    # margins in inches instead of a tight_layout pass (a second layout of every text)
     fig.subplots_adjust(top=1 - 0.8 / height, bottom=0.7 / height)
     save(fig, out_png)
     return out

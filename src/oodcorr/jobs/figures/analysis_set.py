@@ -30,8 +30,7 @@ def safe_name(name: str) -> str:
 
 
 def check_figure_names(long: pd.DataFrame, source: str) -> None:
-    """Refuse two models (in-domain sets, testsets) whose names become one figure file (:func:`safe_name`,
-    alike but for case too), naming both: one figure would overwrite the other."""
+    """Refuse two names that become one figure file (:func:`safe_name`, alike but for case too), naming both."""
     for column, what, files in (
         ("model", "models", "heatmaps/, scatter/ and learning_curves/"),
         ("in_domain", "in-domain testsets", "consensus/ and forest/"),
@@ -112,10 +111,9 @@ def choose(
     big = len(models) > 1 and n_ood > LEGIBLE_TESTSETS and not all_figures
     if big:
         left_out.append(
-            f"per-model heatmaps (heatmaps/), the grid of them (heatmap_grid.png) and the scatter grids (scatter/) "
-            f"are not drawn: {n_ood} OOD testsets is more than the {LEGIBLE_TESTSETS} such a figure shows "
-            f"legibly, for {len(models)} models; the explorer page shows each model's correlations (its per-model "
-            "view), and --all-figures draws them"
+            f"per-model heatmaps (heatmaps/, heatmap_grid.png) and scatter grids (scatter/) are not drawn: {n_ood} OOD "
+            f"testsets is more than {LEGIBLE_TESTSETS} for {len(models)} models; the explorer page shows each model's "
+            "correlations, and --all-figures draws them"
         )
     numeric_units = pd.api.types.is_numeric_dtype(long["unit"])
     for m in models:
@@ -149,8 +147,7 @@ def _named_pairs(agree: pd.DataFrame, given: list[str]) -> list[tuple[str, str]]
     return list(dict.fromkeys(out))
 
 
-# the tables and options a drawing process reads: set before the processes are forked, so each
-# inherits them instead of receiving a copy per figure
+# the tables and options the drawing processes read: set before the fork, so each inherits them
 _HELD: dict = {}
 # the columns the figures read: the long text columns (notes, intervals as text) stay out of the drawing processes
 FIGURE_COLUMNS = {
@@ -189,16 +186,12 @@ def _draw(fig: Figure) -> dict:
 
 def default_workers() -> int:
     """Drawing processes: the cores this process may use, at most 2 (figures are many and small)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(2, cores))
 
 
 class FigurePool:
-    """Draws :class:`Figure` s in ``workers`` forked processes while the caller goes on; :meth:`wait`
-    returns their results in order, raising the first error (one worker: drawn in this process, then)."""
+    """Draws :class:`Figure` s in ``workers`` forked processes while the caller goes on; :meth:`wait` returns them."""
 
     def __init__(self, figures: list[Figure], workers: int, **held):
         self.figures = figures
@@ -208,8 +201,7 @@ class FigurePool:
         self.futures = []
         if workers > 1 and len(figures) > 1:
             pyplot()  # matplotlib imported once, before the fork, not once per process
-            # what exists now is shared with the processes, page for page, as long as nobody writes
-            # to it: the garbage collector's passes would (they touch every object), so not on these
+            # shared with the processes page for page while nothing writes to it, as the garbage collector would
             gc.freeze()
             ctx = multiprocessing.get_context("fork")
             self.pool = ProcessPoolExecutor(max_workers=min(workers, len(figures)), mp_context=ctx)

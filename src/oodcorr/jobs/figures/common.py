@@ -23,8 +23,7 @@ def pyplot():
 
 
 def save(fig, out_png: str, tight: bool = True) -> None:
-    """Write the figure atomically; ``tight`` trims the margins (a second layout pass, which
-    costs seconds on a figure with dozens of panels)."""
+    """Write the figure atomically; ``tight`` trims the margins (a second layout pass: slow for many panels)."""
     with atomic_path(out_png) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight" if tight else None, format="png")
     pyplot().close(fig)
@@ -46,8 +45,7 @@ def grid_shape(n_panels: int) -> tuple[int, int]:
 
 
 def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
-    """(figure, axes as a flat list) of ``n_panels`` heatmap panels sized for ``n_names`` testsets and a
-    title of ``title_lines`` lines, with room for the shared colour bar."""
+    """(figure, flat axes) of ``n_panels`` heatmap panels for ``n_names`` testsets, with room for a colour bar."""
     size = panel_inches(n_names)
     rows, cols = grid_shape(n_panels)
     height = size + 1.0 if rows == 1 else rows * (size + 0.25 * title_lines + 0.5)
@@ -59,9 +57,8 @@ def heatmap_figure(plt, n_names: int, n_panels: int, title_lines: int = 3):
 
 
 def draw_cells(ax, m: np.ndarray, fade: np.ndarray, present: np.ndarray, big: bool, norm, cmap) -> None:
-    """A heatmap's cells: the colour of ``m``, faded where ``fade``, light grey where ``present`` but not
-    finite, nothing where not ``present``; ``imshow`` for a small matrix, one collection of squares for a
-    ``big`` one (imshow would resample it in floating point)."""
+    """A heatmap's cells: the colour of ``m``, faded where ``fade``, grey where ``present`` but not finite;
+    squares for a ``big`` one (imshow would resample it in floating point)."""
     rgba = cmap(norm(np.where(np.isfinite(m), m, 0.0)))
     rgba[fade, :3] = 0.4 * rgba[fade, :3] + 0.6
     rgba[present & ~np.isfinite(m)] = (0.86, 0.86, 0.86, 1.0)
@@ -112,8 +109,7 @@ def pair_matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray
 
 
 def cluster_order(rows: pd.DataFrame, names: list[str]) -> list[str]:
-    """Testsets ordered by average-linkage clustering on 1 - r (missing r counts as 0), so
-    testsets that move together sit together; the leaves' order is optimal (scipy)."""
+    """Testsets ordered by average-linkage clustering on 1 - r (missing r counts as 0), leaves optimally ordered."""
     from scipy.cluster.hierarchy import leaves_list, linkage
     from scipy.spatial.distance import squareform
 

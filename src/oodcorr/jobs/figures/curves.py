@@ -72,16 +72,14 @@ def learning_curves(
 
 
 def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, grid: np.ndarray):
-    # scipy via the analysis package: only the figures that draw a fit need it
-    from ...analysis.cell.residualise import Degenerate, gam_fit, parse, spline_basis
+    from ...analysis.cell.residualise import gam_fit, parse, spline_basis  # scipy: only a fit needs it
 
     spec = parse(residualiser)
     if spec.step:
         return None  # a two-covariate fit is not one curve over the in-domain score
     basis = spline_basis(z[:, None], gam_settings) if spec.kind == "spline" else None
     if spec.kind == "linear" or (spec.kind == "spline" and basis is None):
-        beta = np.polyfit(z, v, 1)
-        return np.polyval(beta, grid)
+        return np.polyval(np.polyfit(z, v, 1), grid)
     if basis is not None:  # the fit at the points, joined: the curve the residuals are taken from
         res, _ = basis.residuals(v[:, None], basis.choose(v[:, None]))
         order = np.argsort(z, kind="stable")
@@ -90,13 +88,12 @@ def _fit_curve(z: np.ndarray, v: np.ndarray, residualiser: str, gam_settings, gr
         return None
     try:
         return gam_fit(v, z[:, None], gam_settings).predict(grid[:, None])
-    except (Degenerate, Exception):
+    except Exception:  # noqa: BLE001 -- a GAM that cannot be fitted draws no curve
         return None
 
 
 def scatter_fits(residualisers) -> list[str]:
-    """The residualisers :func:`scatter` draws as curves: those of the in-domain score alone (a '+step'
-    one needs the step as well), and the line, a curve's check, beside them."""
+    """The residualisers :func:`scatter` draws: those of the in-domain score alone, and the line beside them."""
     return list(dict.fromkeys([r for r in residualisers if "+" not in r] + ["linear"]))
 
 
@@ -178,8 +175,7 @@ DESIGN_LINES = {  # power kind of oodcorr.analysis.design -> (label, colour, lin
 
 
 def design_power(report: dict, out_png: str) -> dict:
-    """``oodcorr design``'s figure: power against effect per AR(1) phi, a line (±2 Monte Carlo SE) per
-    verdict; ``report`` is :func:`oodcorr.analysis.design.report.report`'s dict."""
+    """``oodcorr design``'s figure: power against effect per AR(1) phi, a line (±2 Monte Carlo SE) per verdict."""
     plt = pyplot()
     panels = report["curves"]
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True, squeeze=False)
@@ -211,10 +207,8 @@ def design_power(report: dict, out_png: str) -> dict:
 
 
 def training_loss_curves(manifests: list[str], model: str, out_png: str) -> dict:
-    """The training loss against the step, one line per run of ``model``, from each run's manifest
-    (``loss_history``: the Trainer's logged losses, earlier attempts included after a resume)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    """The training loss against the step, one line per run of ``model``, from each manifest's ``loss_history``."""
+    fig, ax = pyplot().subplots(figsize=(6.5, 4.2))
     drawn = {}
     for path in sorted(manifests):
         man = read_json(path, "a run's manifest", MANIFEST_FIX)

@@ -18,8 +18,7 @@ from .common import cluster_order, natural_key
 
 EXPLORER_FILE = "explorer.html"
 KEYS = ["in_domain", "pool_group", "method", "residualiser"]
-# agreement.csv's columns the page handles itself rather than listing them as a row's numbers
-OWN = {"x", "y", "verdict", "by_model", *KEYS}
+OWN = {"x", "y", "verdict", "by_model", *KEYS}  # agreement.csv's columns the page shows other than as numbers
 DIGITS = 4  # numbers are embedded to this many decimals (the table to download keeps them all)
 
 
@@ -48,15 +47,14 @@ SWATCHES = {"±": "#7b3294", "≠": "#e08214", "≈0": "#4d9221", "∿": "#8c6d3
 def page_style(verdict: str) -> dict:
     """How the page shows a verdict: :func:`.across_models.verdict_style`, its rank and a legend swatch."""
     st = verdict_style(str(verdict))
-    framed, dashed, dotted = st["frame"] == "solid", st["frame"] == "dashed", st["frame"] == "dotted"
-    colour = "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a")
+    framed = st["frame"] == "solid"
     return {
         "mark": st["mark"],
         "framed": framed,
-        "dashed": dashed,
-        "dotted": dotted,
+        "dashed": st["frame"] == "dashed",
+        "dotted": st["frame"] == "dotted",
         "faded": st["faded"],
-        "colour": colour,
+        "colour": "#000000" if framed else SWATCHES.get(st["mark"], "#bdbdbd" if st["faded"] else "#6a6a6a"),
         "rank": verdict_rank(str(verdict)),
     }
 
@@ -70,8 +68,7 @@ def page_data(
     csv_text: str | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """What the page embeds (a compact JSON document) from the agreement table ``agree`` and the pairs
-    table ``pc``; ``default``: the (method, residualiser) shown first."""
+    """What the page embeds (JSON) from the two tables; ``default``: the (method, residualiser) shown first."""
     if csv_text is None:  # the table to download, exactly as write_tables writes it
         csv_text = agree.to_csv(index=False)
     agree = agree.reset_index(drop=True)
@@ -111,9 +108,7 @@ def page_data(
         order = cluster_order(sub, present) if len(present) > 2 else present
         panels.append(dict(zip(KEYS, key)) | {"order": [idx[n] for n in order], "pairs": len(g)})
     rows["panel"] = [pkey[k] for k in zip(*(agree[c] for c in KEYS))]
-    first = 0
-    if default is not None:
-        first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
+    first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
     return {
         "title": title,
         "settings": settings or {},
@@ -180,8 +175,7 @@ def _asset(name: str) -> str:
 
 
 def render(data: dict) -> str:
-    """The page: the template with its style, its script and ``data`` (JSON, with every '</' written
-    '<\\/' so no value can close the script element) inlined."""
+    """The page: the template, its style, script and ``data`` inlined ('</' as '<\\/': no value closes the script)."""
     payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
     html = _asset("explorer.html")
     title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
@@ -200,10 +194,8 @@ def write_explorer(
     csv_path: str | Path | None = None,
     default: tuple[str, str] | None = None,
 ) -> dict:
-    """Write the explorer page of the two tables to ``out_html`` atomically (``csv_path``: the agreement
-    table whose bytes the page offers to download). Returns {"pairs": rows, "bytes": size of the page}."""
+    """Write the explorer page atomically (``csv_path``: the agreement table to download). Returns pairs, bytes."""
     csv_text = Path(csv_path).read_text(encoding="utf-8") if csv_path is not None else None
-    data = page_data(agree, pc, title, settings, answer, csv_text, default)
-    html = render(data)
+    html = render(page_data(agree, pc, title, settings, answer, csv_text, default))
     write_text_atomic(out_html, html)
     return {"pairs": len(agree), "bytes": len(html.encode("utf-8"))}

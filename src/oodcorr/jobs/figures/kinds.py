@@ -11,8 +11,7 @@ from .curves import learning_curves, scatter, scatter_fits
 from .explorer import write_explorer
 from .pair_heatmaps import heatmap, heatmap_grid, heatmap_marks
 
-# kind -> drawing function (png, options, tables, arguments); the analysis rules are named for the kinds
-# (rule forest_plots draws "forest", one per pair); "explorer" is the page oodcorr analyse writes with them
+# kind -> drawing function (png, options, tables, arguments), as the analysis rules are named; "explorer": the page
 FIGURES = {
     "consensus_heatmap": lambda png, opts, t, a: consensus_heatmap(
         t["agree"], png, a["method"], a["residualiser"], a["in_domain"], opts.alpha, opts.near_zero
@@ -26,9 +25,7 @@ FIGURES = {
     "heatmap_grid": lambda png, opts, t, a: heatmap_grid(
         t["pc"], png, a["method"], a["residualiser"], **heatmap_marks(opts)
     ),
-    "learning_curves": lambda png, opts, t, a: learning_curves(
-        t["long"], a["model"], png, *a.get("labels", ("training step", "score"))
-    ),
+    "learning_curves": lambda png, opts, t, a: learning_curves(t["long"], a["model"], png, *a.get("labels", ())),
     "scatter": lambda png, opts, t, a: scatter(
         t["long"], a["model"], png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam
     ),

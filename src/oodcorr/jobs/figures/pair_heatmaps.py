@@ -116,13 +116,6 @@ def _panel_keys(sub: pd.DataFrame, by_model: bool) -> list[tuple]:
     return [dict(zip(cols, k)) for k in keys] or [dict.fromkeys(cols, "")]
 
 
-def _rows(sub: pd.DataFrame, key: dict) -> pd.DataFrame:
-    mask = np.ones(len(sub), bool)
-    for c, v in key.items():
-        mask &= sub[c].astype(str).to_numpy() == v
-    return sub[mask]
-
-
 def heatmap_marks(opts) -> dict:
     """The marks of :func:`heatmap` and :func:`heatmap_grid` an analysis's options set (alpha, level, near_zero)."""
     return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
@@ -133,7 +126,7 @@ def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, re
     plt = pyplot()
     sub = pc if model is None else pc[pc["model"] == model]
     sub = sub[(sub["method"] == method) & (sub["residualiser"] == residualiser) & (sub["run"] == "pooled")]
-    per = [(key, _rows(sub, key)) for key in _panel_keys(sub, by_model=model is None)]
+    per = [(k, sub[(sub[list(k)].astype(str) == pd.Series(k)).all(axis=1)]) for k in _panel_keys(sub, model is None)]
     if model is None:
         shared = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
         n_names = len(shared)
@@ -159,15 +152,13 @@ def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, re
 
 
 def heatmap(pc: pd.DataFrame, model: str, out_png: str, method: str, residualiser: str, **marks) -> dict:
-    """One panel per in-domain set and pool group for ``model`` (``marks``: :func:`describe`'s ``alpha``,
-    ``level`` and ``near_zero``). Returns {(in_domain, row, col): label}."""
+    """One panel per in-domain set and pool group for ``model``. Returns {(in_domain, row, col): label}."""
     drawn = _heatmaps(pc, model, out_png, method, residualiser, marks)
     return {(key.get("in_domain", ""), *k): v for key, cells in drawn for k, v in cells.items()}
 
 
 def heatmap_grid(pc: pd.DataFrame, out_png: str, method: str, residualiser: str, **marks) -> dict:
-    """Every model side by side in a near-square grid, one panel per model (and in-domain set, pool group),
-    the same testset order and colour scale in every panel. Returns {(model, in_domain): n cells drawn}."""
+    """Every model's panels in a near-square grid, in one testset order. Returns {(model, in_domain): n cells}."""
     out: dict = {}
     for key, cells in _heatmaps(pc, None, out_png, method, residualiser, marks):
         at = (key.get("model", ""), key.get("in_domain", ""))
