@@ -25,7 +25,8 @@ _CHECKPOINT = ["model", "in_domain", "n_train", "seed", "run_id", "step"]
 _SCORE = ["testset", "role", "accuracy", "n", "n_correct"]
 _PROVENANCE = ["fingerprint", "checkpoint", "predictions"]
 REQUIRED = [*_CHECKPOINT, *_SCORE, *metrics.COLUMNS, *_PROVENANCE]  # what every record has
-COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, *_PROVENANCE]  # a finetuned run's x_unit: "step"
+# the scores table: those fields and a series' x unit (a finetuned run's record has none: "step")
+COLUMNS = [*_CHECKPOINT, "x_unit", *_SCORE, *metrics.COLUMNS, *_PROVENANCE]
 
 
 def _records(path: str) -> tuple[list[dict], bool]:

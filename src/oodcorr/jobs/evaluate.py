@@ -127,7 +127,8 @@ def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
         )
 
 
-_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")  # from the tokenised testset
+# what a predictions file and its evaluation key take from the tokenised testset
+_TESTSET_FIELDS = ("fingerprint", "records_sha256", "method", "template", "verbalisers")
 
 
 def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: str) -> str:
@@ -142,7 +143,8 @@ def eval_key(weights: str, cache: dict, provenance: dict, dtype: str, device: st
         "dtype": dtype,
         "device": torch.device(device).type,
     }
-    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}  # only where set: earlier keys stay valid
+    # only where set, so that the keys of earlier evaluations stay valid
+    key |= {k: cache[k] for k in ("reading", "tokenizer") if cache.get(k)}
     return sha256_json(key)
 
 
@@ -344,7 +346,8 @@ def _evaluate_checkpoint(
         "attn_implementation": getattr(base.config, "_attn_implementation", None),
         "batching": stats,
         "job_timing_s": job_timing,
-        "libraries": library_versions(),  # not part of the evaluation's key: a new version reruns nothing
+        # not part of the evaluation's key: a new library version reruns nothing
+        "libraries": library_versions(),
         **({} if series else {"finetune_libraries": ck.get("finetune_libraries")}),
         **job.provenance,
     }

@@ -53,7 +53,8 @@ def _make_trainer_classes():
     class LabelTrainer(Trainer):
         """The Trainer with :func:`training_loss`, stopped by a loss that is not finite."""
 
-        loss_is_scaled_for_ga = False  # our loss is a per-batch mean: Trainer divides it by the accumulation steps
+        # our loss is a per-batch mean: Trainer must divide it by the accumulation steps
+        loss_is_scaled_for_ga = False
 
         def __init__(self, *a, method=None, extra=None, loss="verbalisers", schedule=(), **kw):
             super().__init__(*a, **kw)
@@ -68,7 +69,8 @@ def _make_trainer_classes():
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss, logits = training_loss(self.method, model, inputs, self.extra, self.loss_kind)
-            if not bool(torch.isfinite(loss)):  # a sync the Trainer pays anyway (logging_nan_inf_filter)
+            # one device sync per step, which the Trainer pays anyway (logging_nan_inf_filter)
+            if not bool(torch.isfinite(loss)):
                 self._diverged(float(loss.detach()), logits)
             return (loss, {"logits": logits}) if return_outputs else loss
 

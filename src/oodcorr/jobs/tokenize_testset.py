@@ -71,7 +71,8 @@ def tokenize_testset(
         "records_sha256": meta.get("records_sha256"),
         "template": prompt["template"] if prompt else None,
         "verbalisers": [prompt["verbalisers"][name] for name in labels] if prompt else None,
-        "reading": changed_reading(prompt),  # the prompt switches that differ from their defaults
+        # the prompt switches that differ from the defaults (empty for the defaults and for head models)
+        "reading": changed_reading(prompt),
         "tokenizer": tokenizer_fingerprint(model_entry, built_model_dir),
     }
     buf = io.BytesIO()
