@@ -31,10 +31,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
     folder = Path(folder)
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is a file, not a folder"
-        raise DataError(
-            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
-            "(searched recursively)"
-        )
+        raise DataError(f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files")
     root = folder.resolve()
     files: list[Path] = []
     notes: list[str] = []
@@ -52,9 +49,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
-            notes.append(
-                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
-            )
+            notes.append(f"{d}: leads to the folder {seen[key]}, already read: not read again")
             continue
         seen[key] = d
         subdirs = []
@@ -109,10 +104,7 @@ def _regular_size(path: Path) -> int:
     """The size of a file named like the harness's, refused when it is no regular file (a pipe, a device)."""
     st = path.stat()
     if not stat.S_ISREG(st.st_mode):
-        raise DataError(
-            f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the "
-            "folder"
-        )
+        raise DataError(f"{path}: not a regular file; move it out of the folder")
     return st.st_size
 
 
@@ -134,15 +126,11 @@ def _load_json(path: Path, max_bytes: int):
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
     if not text.strip():
-        raise DataError(
-            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
-        )
+        raise DataError(f"{path}: is empty; rerun that evaluation or move the file out of the folder")
     try:
         return loads_json(text)
     except DuplicateKey as e:
-        raise DataError(
-            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
-        ) from None
+        raise DataError(f"{path}: {e}; keep one of them, or rerun that evaluation") from None
     except json.JSONDecodeError as e:
         cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise DataError(
@@ -155,9 +143,8 @@ def _load_json(path: Path, max_bytes: int):
 
 def _too_large(path: Path, size: int, max_bytes: int) -> str:
     return (
-        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
-        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
-        f"--max-file-mb {math.ceil(size / 2**20)}"
+        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have; if it "
+        f"is one, pass --max-file-mb {math.ceil(size / 2**20)}"
     )
 
 
@@ -193,8 +180,6 @@ def compile_pattern(pattern: str) -> re.Pattern:
 
 def _parse_model_args(v) -> dict[str, str]:
     """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
-    if v is None:
-        return {}
     if isinstance(v, dict):
         return {str(k): str(x) for k, x in v.items()}
     out = {}
@@ -253,25 +238,21 @@ def _metric_names(values: dict) -> list[str]:
     )
 
 
+_WAY_OUT = "rerun that evaluation, leave the task out (--tasks) or move the file out of the folder"
+
+
 def _number(v, path: Path, task: str, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise DataError(
-            f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; rerun that evaluation, "
-            "leave the task out (--tasks) or move the file out of the folder"
-        )
+        raise DataError(f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; {_WAY_OUT}")
     if not math.isfinite(v):
-        raise DataError(
-            f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
-            "task out (--tasks) or move the file out of the folder"
-        )
+        raise DataError(f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; {_WAY_OUT}")
     name = key.split(",", 1)[0]
     rng = metric_range(name)
     if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
         if not rng[0] <= v <= rng[1]:
             raise DataError(
                 f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
-                f"{name!r}: not a score lm-evaluation-harness writes (a hand-edited or damaged file); rerun that "
-                "evaluation, leave the task out (--tasks) or move the file out of the folder"
+                f"{name!r}; {_WAY_OUT}"
             )
     return float(v)
 
@@ -289,8 +270,7 @@ def _check_scales(rows: list[dict]) -> None:
             r = group[bad[0]]
             raise DataError(
                 f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
-                "the other files (a hand-edited or damaged file); rerun that evaluation, leave the task out "
-                "(--tasks) or move the file out of the folder"
+                f"the other files; {_WAY_OUT}"
             )
 
 
@@ -320,8 +300,7 @@ def _read_results_file(
         args = _parse_model_args(config.get("model_args"))
     except ValueError as e:
         raise DataError(
-            f"{path}: config.model_args: {e}; the harness loaded the last, so the file names another checkpoint "
-            "than it seems to. Rerun that evaluation with each argument once, or move the file out of the folder"
+            f"{path}: config.model_args: {e}; rerun that evaluation with each argument once, or move the file out"
         ) from None
     model, step, how = _identity(args, config)
     run = "all"
@@ -393,9 +372,7 @@ def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
     )
     if not ok:
         raise DataError(
-            f"{path}: group_subtasks is not an object of task-name lists (a hand-edited or damaged file); it says "
-            "which tasks are groups of others (pairs of them share items). Rerun that evaluation or move the file out "
-            "of the folder"
+            f"{path}: group_subtasks is not an object of task-name lists; rerun that evaluation or move the file out"
         )
     return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
 
@@ -410,6 +387,10 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
     name, _, filt = key.partition(",")
     ids, vals = [], []
     seen = set()
+
+    def refused(what: str) -> DataError:
+        return DataError(f"{path}:{lineno}: {what}; pass --no-samples to analyse without it")
+
     try:
         _regular_size(path)
         fh = open(path, "rb")
@@ -418,38 +399,29 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
     with fh:
         for lineno, raw in enumerate(iter(lambda: fh.readline(max_line + 1), b""), 1):
             if len(raw) > max_line:
-                raise DataError(
-                    f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "
-                    "lm-evaluation-harness? pass --no-samples to analyse without it"
-                )
+                raise refused(f"a line longer than {max_line / 2**20:g} MiB")
             if not raw.strip():
                 continue
             try:
                 rec = loads_json(raw)
             except DuplicateKey as e:
-                raise DataError(f"{path}:{lineno}: {e}; pass --no-samples to analyse without it") from None
+                raise refused(str(e)) from None
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 raise DataError(
                     f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "
                     "that evaluation with --log_samples, move the file out, or pass --no-samples"
                 ) from None
             if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: not a JSON object; pass --no-samples to analyse without it")
+                raise refused("not a JSON object")
             if filt and str(rec.get("filter", "none")) != filt:
                 continue
             if "doc_id" not in rec or name not in rec:
-                raise DataError(
-                    f"{path}:{lineno}: no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample; "
-                    "pass --no-samples to analyse without the samples"
-                )
+                raise refused(f"no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample")
             v = rec[name]
             if v is True or v is False:
                 v = int(v)
             if not isinstance(v, (int, float)) or v not in (0, 1):
-                raise DataError(
-                    f"{path}:{lineno}: {name} is {str(v)[:40]!r}, not 0 or 1: the example-level bootstrap "
-                    "resamples correctness; pass --no-samples to analyse this metric without it"
-                )
+                raise refused(f"{name} is {str(v)[:40]!r}, not 0 or 1, as the example-level bootstrap needs")
             doc = rec["doc_id"]
             doc = doc if isinstance(doc, (int, str)) else json.dumps(doc)
             if doc in seen:
@@ -582,8 +554,8 @@ def read_folder(
                 raise DataError(
                     f"{where[k]} and {p}: both give model {k[0]!r}"
                     + (f", run {k[1]!r}" if k[1] != "all" else "")
-                    + f", step {k[2]}, task {k[3]!r}; keep one (an evaluation run twice?) and move the other out of "
-                    "the folder, or tell them apart with {run} in --path-pattern"
+                    + f", step {k[2]}, task {k[3]!r}; move one out of the folder, or tell them apart with {{run}} in "
+                    "--path-pattern"
                 )
             where[k] = p
             rows.append(row)
