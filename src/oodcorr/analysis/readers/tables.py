@@ -228,11 +228,11 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     return v.astype(float)
 
 
-def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
-    """Error naming the first of ``columns`` that ``df`` lacks, and the columns it has."""
+def _require_columns(df: pd.DataFrame, columns, source: str, what: str = "") -> None:
+    """Error naming the first of ``columns`` that ``df`` lacks (``what`` for), and the columns it has."""
     for c in columns:
         if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+            raise DataError(f"{source}: no column {c!r}{what}; columns are {list(df.columns)}")
 
 
 def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
@@ -436,9 +436,7 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
     _require_columns(df, [c for c in (model, run) if c], source)
-    for c in columns:
-        if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
+    _require_columns(df, columns, source, " to pool by")
     out = pd.DataFrame(
         {"model": df[model].astype(str) if model else layout.model_name, "run": df[run].astype(str) if run else "all"},
         index=df.index,

@@ -83,15 +83,6 @@ def ood_curve(a: np.ndarray, shape: str, params: tuple[float, float]) -> np.ndar
     raise ValueError(f"unknown curve shape {shape!r}; choose from {', '.join(SHAPES)}")
 
 
-def ar1_noise(rng: np.random.Generator, corr: np.ndarray, n_checkpoints: int, phi: float) -> np.ndarray:
-    """Stationary AR(1) series (runs, T, k) of unit variance whose innovations (and so the series at
-    one checkpoint) correlate ``corr`` (runs, k, k) between the k columns."""
-    corr = np.asarray(corr, dtype=float)
-    L = np.linalg.cholesky(corr)
-    u = np.einsum("bij,btj->bti", L, rng.normal(size=(corr.shape[0], n_checkpoints, corr.shape[-1])))
-    return ar1(u, phi)
-
-
 def curve_study(
     rng: np.random.Generator,
     rhos,
@@ -127,7 +118,9 @@ def curve_study(
             curves[runs, :, k] = base[m, k] + amp[m, k] * f
     truth = np.repeat(np.eye(K)[None], M, axis=0)
     truth[:, 0, 1] = truth[:, 1, 0] = rhos
-    e = ar1_noise(rng, truth[model_of], T, phi)
+    # unit-variance AR(1) series whose innovations correlate as each run's model's truth
+    u = np.einsum("bij,btj->bti", np.linalg.cholesky(truth[model_of]), rng.normal(size=(B, T, K)))
+    e = ar1(u, phi)
     population = np.concatenate([z[:, :, None], curves + noise_sd * e], axis=-1)
     names = [IN_DOMAIN] + [f"ood{k}" for k in range(K)]
     scores, examples = population, None

@@ -18,13 +18,6 @@ from ..pipeline import analyse
 from .items import ar1
 
 
-def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...] = ()) -> np.ndarray:
-    """The in-domain learning curve over ``n`` checkpoints plus white noise (sd ``noise``); ``runs``
-    (a shape) draws that many curves at once."""
-    t = np.arange(n)
-    return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
-
-
 def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02, series: str = "ar1"):
     """One run of :func:`run_scores` with two OOD testsets, as (x, y, z)."""
     scores = run_scores(rng, [rho], n, phi, noise=noise, series=series)[0]
@@ -128,7 +121,7 @@ def run_scores(
             e = e + 1.5 * (np.sin(np.pi * t / max(n - 1, 1))[None, :, None] * bend[:, None, :])
     else:
         raise ValueError(f"unknown series {series!r}; known: ar1, drift, trend")
-    z = _curve(rng, n, noise, (B,))
+    z = 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(B, n))  # in-domain, plus white noise
     a = np.array(LOADINGS[:n_ood])
     ood = (a * z[:, :, None] if shape == "line" else curved(rng, z, a)) + noise * e
     sd = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (n_ood,))
