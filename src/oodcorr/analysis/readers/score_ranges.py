@@ -41,36 +41,15 @@ NON_NEGATIVE = frozenset({"perplexity", "ppl", "word_perplexity", "byte_perplexi
 ANY_NUMBER = frozenset({"loss", "loglik", "logprob", "number"})
 KNOWN = SHARES | CORRELATIONS | NON_NEGATIVE | ANY_NUMBER
 # the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
-# and a user's table, may be either: told by the values, :func:`_score_range`)
+# and a user's table, may be either: told by the values, :func:`out_of_range`)
 LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
 
 
 def metric_range(metric: str) -> tuple[float, float] | None:
     """The range of a metric by its name (a filter after a comma and case ignored); None for one unknown."""
     name = str(metric).split(",", 1)[0].strip().lower()
-    if name in SHARES:
-        return (0.0, 1.0)
-    if name in CORRELATIONS:
-        return (-1.0, 1.0)
-    if name in NON_NEGATIVE:
-        return (0.0, math.inf)
-    return None
-
-
-def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
-    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric without one."""
-    rng = metric_range(metric)
-    if rng is None:
-        return None
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if not percent or rng[1] == math.inf or not len(v):
-        return rng, ""
-    # a range below zero (a correlation) is told by the size of its values; a share's by the values
-    median = float(np.median(np.abs(v) if rng[0] < 0 else v))
-    if median <= 1:
-        return rng, f"shares: their median is {median:.3g}"
-    return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
+    ranges = ((SHARES, (0.0, 1.0)), (CORRELATIONS, (-1.0, 1.0)), (NON_NEGATIVE, (0.0, math.inf)))
+    return next((rng for names, rng in ranges if name in names), None)
 
 
 def out_of_range(
@@ -78,10 +57,17 @@ def out_of_range(
 ) -> tuple[object, object, float, str] | None:
     """(row, column, value, the sentence's end) of the first score outside its metric's range, or None."""
     v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
-    got = _score_range(metric, v.to_numpy().ravel(), percent=percent)
-    if got is None:
+    if (rng := metric_range(metric)) is None:
         return None
-    (lo, hi), how = got
+    (lo, hi), how = rng, ""
+    flat = v.to_numpy().ravel()
+    flat = flat[np.isfinite(flat)]
+    if percent and hi != math.inf and len(flat):
+        # a range below zero (a correlation) is told by the size of its values; a share's by the values
+        median = float(np.median(np.abs(flat) if lo < 0 else flat))
+        how = f"shares: their median is {median:.3g}"
+        if median > 1:
+            lo, hi, how = lo * 100, hi * 100, f"percentages: their median is {median:.3g}"
     for col in v.columns:
         x = v[col]
         bad = np.isfinite(x) & ((x < lo) | (x > hi))
