@@ -32,28 +32,22 @@ def report(
     items_studies: int | None = None,
 ) -> dict:
     """Everything ``oodcorr design`` writes, as a JSON-ready dict."""
-    headline, studies = a.phi, draws.studies
+    headline, studies, info = a.phi, draws.studies, info or {}
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
-    alts = [dict(x) for x in alternatives]
+    alts = list(alternatives)
     tasks += [(x["grid"], replace(a, items=x["items"]), settings, draws) for x in alts]
     items_table = items_studies != 0
     ladder = ladder_assumptions(a) if items_table else []
     rungs = replace(draws, effects=(0.0, float(effect)), studies=items_studies or studies)
     tasks += [(grid, la, settings, rungs) for _, _, la in ladder]
     done = curves(tasks, draws.workers)
-    base = done[: len(phis)]
+    base, steps = done[: len(phis)], done[len(phis) + len(alts) :]
     head = base[phis.index(round(float(headline), 4))]
-    for x, c in zip(alts, done[len(phis) : len(phis) + len(alts)]):
-        x["curve"] = c
-    steps = done[len(phis) + len(alts) :]
-    options = [{"name": "as configured", "description": "the config's grid", "grid": grid, "curve": head}]
-    options[0]["cost"] = (info or {}).get("cost", {})
-    options[0]["items"] = a.items
-    options += alts
+    configured = {"name": "as configured", "description": "the config's grid", "grid": grid, "items": a.items}
+    configured["cost"] = info.get("cost", {})
     rows = []
-    for x in options:
-        c = x["curve"]
+    for x, c in zip([configured, *alts], [head, *done[len(phis) : len(phis) + len(alts)]]):
         rows.append(
             {
                 "name": x["name"],
@@ -71,7 +65,7 @@ def report(
         cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
     max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
     unreachable = generalises_unreachable(rows, target, max(draws.effects))
-    out = dict(info or {})
+    out = dict(info)
     out.update(
         grid=asdict(grid),
         assumptions=asdict(a),
@@ -94,7 +88,7 @@ def report(
         generalises_unreachable=unreachable,
     )
     if items_table:
-        out["items"] = items_needed(ladder, steps, head, effect, target, (info or {}).get("testset_sizes", {}))
+        out["items"] = items_needed(ladder, steps, head, effect, target, info.get("testset_sizes", {}))
     return out
 
 
@@ -252,27 +246,20 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
     ]
     for r in rep["alternatives"]:
         gg, cost = r["grid"], r["cost"]
-        gh = cost.get("gpu_hours")
-        gw = cost.get("gpu_hours_work")
+        hours = ["n/a" if cost.get(k) is None else f"{cost[k]:,.0f}" for k in ("gpu_hours", "gpu_hours_work")]
         lines.append(
-            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | "
-            f"{'n/a' if gh is None else f'{gh:,.0f}'} | {'n/a' if gw is None else f'{gw:,.0f}'} | "
+            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | {hours[0]} | {hours[1]} | "
             + " | ".join(_f(r["power_at_effect"][k]["power"]) for k in VERDICT_POWERS)
             + " | "
             + " / ".join(_eff(r["smallest_effect_80"][k]) for k in VERDICT_POWERS)
             + " |"
         )
     lines.append("")
+    at = f"{rep['target']:.0%} at effect {rep['effect']:g}"
     for k in VERDICT_POWERS:
         name = rep["cheapest"][k]
-        lines.append(
-            f"* {POWER_LABELS[k]}: "
-            + (
-                f"the cheapest row reaching {rep['target']:.0%} at effect {rep['effect']:g} is **{name}**"
-                if name
-                else f"no row reaches {rep['target']:.0%} at effect {rep['effect']:g}"
-            )
-        )
+        said = f"the cheapest row reaching {at} is **{name}**" if name else f"no row reaches {at}"
+        lines.append(f"* {POWER_LABELS[k]}: {said}")
     un = rep.get("generalises_unreachable")
     if un:
         g0 = rep["alternatives"][0]["grid"]
