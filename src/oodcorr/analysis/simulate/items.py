@@ -89,11 +89,7 @@ def answer_items(rng, acc: np.ndarray, n: int, difficulty: float, persistence: f
     ``acc`` (runs, checkpoints); the items' difficulties are shared by the runs."""
     B, T = acc.shape
     b = rng.normal(size=(1, 1, n))
-    v = np.empty((B, T, n))
-    v[:, 0] = rng.normal(size=(B, n))
-    step = math.sqrt(1 - persistence * persistence)
-    for k in range(1, T):
-        v[:, k] = persistence * v[:, k - 1] + step * rng.normal(size=(B, n))
+    v = np.ascontiguousarray(ar1(rng.normal(size=(T, B, n)).transpose(1, 0, 2), persistence))  # drawn by checkpoint
     w = math.sqrt(difficulty) * b + math.sqrt(1 - difficulty) * v
     return (w < special.ndtri(acc)[:, :, None]).astype(np.float32)
 
