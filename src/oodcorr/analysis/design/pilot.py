@@ -113,9 +113,8 @@ def _spread(tau2) -> dict:
 
 
 def spreads(pc: pd.DataFrame, settings: Settings, notes: list) -> tuple[dict, dict]:
-    """(``model_sd``, ``run_sd``): the square roots of the median between-model and between-run
-    variances of the agreement table's pairs, with their interquartile ranges; a note in ``notes``
-    when fewer than 2 models give no between-model variance."""
+    """(``model_sd``, ``run_sd``): the square roots of the median between-model and between-run variances of the
+    agreement table's pairs, with their interquartile ranges."""
     agree = agreement(pc, settings.alpha, settings.agreement_correction, settings.level, settings.near_zero)
     t2m = agree["tau2_models"].to_numpy(float)
     t2r = agree["tau2_runs"].to_numpy(float)
@@ -135,9 +134,8 @@ def pilot_estimates(
     n_boot: int = 200,
     examples=None,
 ) -> dict:
-    """What a pilot (a canonical long table, :data:`.pipeline.CANON`; ``examples`` its per-item
-    correctness, or None) says about the assumptions, with how uncertain each is:
-    ``phi``, ``items``, ``model_sd``, ``run_sd``."""
+    """What a pilot (a canonical long table; ``examples`` its per-item correctness, or None) says about ``phi``,
+    ``items``, ``model_sd`` and ``run_sd``, with how uncertain each is."""
     # the pilot's partial correlations by the procedure the simulation uses (Pearson, linear)
     same = {k: getattr(settings, k) for k in ("alpha", "level", "correction", "agreement_correction", "near_zero")}
     opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)

@@ -154,8 +154,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
 
 
 def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
-    """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
-    simulated family (docs/design.md)."""
+    """Each of ``keys``' p-values in ``own``, adjusted by ``correction`` in its simulated family (docs/design.md)."""
     n = len(own[keys[0]])
     k = min(a.non_null_pairs, grid.pairs)
     idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None
@@ -174,9 +173,8 @@ P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises", "p_mean")
 
 
 def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Settings, rng) -> list[str]:
-    """The verdict of each simulated study's pair (:func:`.consensus.verdict`), its p-values
-    corrected in its simulated family; ``noise-limited`` where the measured answer finds the pair
-    unresolved and a testset mostly item noise (:func:`.items.measured_studies`' ``limited``)."""
+    """The verdict of each simulated study's pair, its p-values corrected in its simulated family; ``noise-limited``
+    where the measured answer finds the pair unresolved and a testset mostly item noise."""
     own, nulls = {k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}
     adj = _adjusted(own, nulls, P_KEYS, grid, a, settings.agreement_correction, rng)
     limited = res.get("limited", np.zeros(len(res["n_models"]), bool))

@@ -1,6 +1,5 @@
-"""The range a score can take by its metric's name, and the first score outside it (an accuracy of -0.2 or 1.7),
-refused naming its line or row. A share may be written as a percentage, told by the values; a metric without a
-known range (a log-likelihood) is only checked to be a number."""
+"""The range a score can take by its metric's name (a share also as a percentage, told by the values), and the
+first score outside it, refused naming its line or row; a metric without a known range is only a number."""
 
 from __future__ import annotations
 

@@ -236,8 +236,7 @@ def _require_columns(df: pd.DataFrame, columns, source: str, what: str = "") -> 
 
 
 def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
-    """``long`` with a column ``n``, the items behind each score, from ``sizes`` (testset -> items; the key
-    ``*`` for every testset not named)."""
+    """``long`` with a column ``n`` of items from ``sizes``: testset -> items, ``*`` for the testsets not named."""
     if not sizes:
         return long
     names = set(long["testset"])
@@ -466,9 +465,8 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, ``example`` id, ``correct`` 0/1, and an optional ``stratum``:
-    the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
-    as a suite's millions of rows repeat a few of them."""
+    """A long per-example table (unit, testset, ``example``, ``correct`` 0/1, optional ``stratum``: the label a
+    testset was sampled by) -> canonical, its names as categories (a suite's millions of rows repeat a few)."""
     _require_columns(df, [unit, testset, "example", "correct"] + [c for c in (model, run) if c], source)
     raw = df["correct"]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):

@@ -95,8 +95,7 @@ def curve_study(
     noise_sd: float = 0.02,
     items: Items | None = None,
 ) -> CurveStudy:
-    """One study: one model per entry of ``rhos`` (ood0-ood1's partial correlation), curves from
-    ``FAMILIES[family]``."""
+    """One model per entry of ``rhos`` (ood0-ood1's partial correlation), curves from ``FAMILIES[family]``."""
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
     if family not in FAMILIES:
         raise ValueError(f"unknown curve family {family!r}; choose from {', '.join(FAMILIES)}")
@@ -142,8 +141,7 @@ def curve_study(
 
 
 def _item_scores(rng, population: np.ndarray, items: Items, names: list[str], n_runs: int):
-    """Each testset answered item by item at the population accuracies: the scores (runs, T,
-    testsets) and the per-item table."""
+    """Each testset answered item by item: the scores (runs, T, testsets) and the per-item table."""
     B, T, J = population.shape
     acc = np.clip(population, 0.02, 0.98)
     scores = np.empty_like(acc)

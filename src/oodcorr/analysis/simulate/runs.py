@@ -99,8 +99,7 @@ def run_scores(
     sampling_sd=0.0,
     shape: str = "line",
 ) -> np.ndarray:
-    """The scores of ``len(rhos)`` simulated runs: (runs, checkpoints, 1 + n_ood), column 0 in-domain, 1 + j OOD
-    testset j."""
+    """The scores (runs, checkpoints, 1 + n_ood) of ``len(rhos)`` simulated runs: column 0 in-domain, 1 + j OOD j."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
@@ -134,8 +133,7 @@ SHAPES = ("line", "curve")
 
 
 def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.ndarray:
-    """Each run's OOD scores as logistic curves of its in-domain score ``z`` (runs, checkpoints), drawn per run and
-    testset."""
+    """Each run's OOD scores as logistic curves of its in-domain score ``z``, drawn per run and testset."""
     B = z.shape[0]
     lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
     c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
@@ -153,9 +151,8 @@ def study_table(
     run_sd: float = 0.0,
     **draw,
 ) -> pd.DataFrame:
-    """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
-    entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
-    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...)."""
+    """A simulated study in the canonical long layout: one model per entry of ``rhos`` (its partial correlation
+    between every two OOD testsets), ``n_runs`` runs of ``n_checkpoints`` checkpoints (units 0, 1, ...)."""
     n_ood = draw.get("n_ood", 2)
     if not 2 <= n_ood <= len(LOADINGS):
         raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
@@ -209,8 +206,7 @@ def verdict_rates(
     keep=None,
     **study,
 ) -> dict:
-    """The verdicts the analysis' own procedures give on ``reps`` simulated studies, for the first two OOD testsets'
-    pair."""
+    """The verdicts the analysis gives on ``reps`` simulated studies, for the pair (ood0, ood1)."""
     opts = opts or Options(pool_by=())
     counts: dict[str, int] = {}
     cover = finite = 0
