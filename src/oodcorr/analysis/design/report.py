@@ -118,7 +118,7 @@ SHORT = {"cell": "cell", "cell_corrected": "cell (corrected)", "sign reversal": 
 
 
 def _pilot_items_lines(items: dict) -> list[str]:
-    """The pilot's item noise (:func:`.pilot.item_estimates`) as markdown bullets."""
+    """The pilot's item noise (:func:`.pilot.pilot_estimates`' ``items``) as markdown bullets."""
     out = []
     per = items.get("per_testset", {})
     if per:
