@@ -276,22 +276,21 @@ def _check_scales(rows: list[dict]) -> None:
 
 def _read_results_file(
     path: Path,
-    rel: str,
-    *,
+    fields: dict | None,
     metric: str,
     tasks: list[str] | None,
-    pattern: re.Pattern | None,
     max_bytes: int,
     without: set,
     seen: set,
     groups: dict,
 ) -> list[dict]:
-    """One row per task of one results file; adds to ``without``, ``seen`` and ``groups`` as it reads."""
+    """One row per task of one results file (``fields``: what --path-pattern read from its path); adds to
+    ``without``, ``seen`` and ``groups`` as it reads."""
     doc = _load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
-            + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
+            + (", or give --path-pattern to read only results" if fields is None else " or narrow --path-pattern")
         )
     for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
         groups.setdefault(g, set()).update(kids)
@@ -304,9 +303,7 @@ def _read_results_file(
         ) from None
     model, step, how = _identity(args, config)
     run = "all"
-    if pattern is not None:
-        m = pattern.match(rel)
-        fields = m.groupdict() if m else {}
+    if fields is not None:
         if "step" in fields:
             if step is not None and int(fields["step"]) != step:
                 raise DataError(
@@ -537,18 +534,8 @@ def read_folder(
         tasks = [*tasks, in_domain]
     rows, where, without, seen, groups = [], {}, set(), set(), {}
     for p in chosen:
-        got = _read_results_file(
-            p,
-            rels[p],
-            metric=metric,
-            tasks=tasks,
-            pattern=pattern,
-            max_bytes=max_bytes,
-            without=without,
-            seen=seen,
-            groups=groups,
-        )
-        for row in got:
+        fields = pattern.match(rels[p]).groupdict() if pattern is not None else None
+        for row in _read_results_file(p, fields, metric, tasks, max_bytes, without, seen, groups):
             k = (row["model"], row["run"], row["step"], row["testset"])
             if k in where:
                 raise DataError(
@@ -611,13 +598,7 @@ def read_folder(
         if frames:
             examples = pd.concat(frames, ignore_index=True)
             examples = examples.astype({c: "category" for c in ("model", "run", "testset")})  # a few names, repeated
-            log.info(
-                "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
-                folder,
-                len(frames),
-                len(rows),
-                len(frames),
-            )
+            log.info("%s: per-example samples for %d of %d checkpoint x task scores", folder, len(frames), len(rows))
     digest = sha256_files((rels.get(p, str(p)), p) for p in sorted(set(chosen) | set(sample_files)))
     log.info(
         "%s: %d results files, %d models, %d steps, %d tasks, metric %s",
