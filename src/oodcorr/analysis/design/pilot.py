@@ -67,12 +67,8 @@ def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
     (``phi_x``/``phi_y`` of the per-run rows ``runs``); ValueError when no series has one."""
     keys = SERIES_KEYS
-    series = (
-        np.concatenate([runs[keys + ["x", "phi_x"]].to_numpy(), runs[keys + ["y", "phi_y"]].to_numpy()])
-        if len(runs)
-        else np.empty((0, 5))
-    )
-    ser = pd.DataFrame(series, columns=keys + ["testset", "phi"]).drop_duplicates(keys + ["testset"])
+    sides = [runs[keys + [s, f"phi_{s}"]].set_axis(keys + ["testset", "phi"], axis=1) for s in "xy"]
+    ser = pd.concat(sides, ignore_index=True).drop_duplicates(keys + ["testset"])
     ser["phi"] = pd.to_numeric(ser["phi"], errors="coerce")
     ser = ser[np.isfinite(ser["phi"].to_numpy(float))]
     if ser.empty:

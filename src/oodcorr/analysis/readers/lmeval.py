@@ -292,8 +292,17 @@ def _read_results_file(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
             + (", or give --path-pattern to read only results" if fields is None else " or narrow --path-pattern")
         )
-    for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
-        groups.setdefault(g, set()).update(kids)
+    subtasks = doc.get("group_subtasks")  # group -> its subtasks (absent in the older format)
+    lists = isinstance(subtasks, dict) and all(
+        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in subtasks.values()
+    )
+    if subtasks is not None and not lists:
+        raise DataError(
+            f"{path}: group_subtasks is not an object of task-name lists; rerun that evaluation or move the file out"
+        )
+    for g, kids in (subtasks or {}).items():
+        if kids:
+            groups.setdefault(str(g), set()).update(k for k in kids if k != g)
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     try:
         args = _parse_model_args(config.get("model_args"))
@@ -358,20 +367,6 @@ def _read_results_file(
             }
         )
     return rows
-
-
-def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
-    """A results file's ``group_subtasks`` (group -> its subtasks; absent in the older format), checked."""
-    if v is None:
-        return {}
-    ok = isinstance(v, dict) and all(
-        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in v.values()
-    )
-    if not ok:
-        raise DataError(
-            f"{path}: group_subtasks is not an object of task-name lists; rerun that evaluation or move the file out"
-        )
-    return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
 
 
 # ---- its samples ----

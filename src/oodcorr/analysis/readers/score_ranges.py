@@ -119,9 +119,7 @@ def check_columns(values: pd.DataFrame, metrics: dict, source: str, where: str, 
         head = f"{source}: " + (
             f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
         )
-        raise DataError(
-            head + "; ".join(bad) + f". Fix such a score (a typo, a lost sign or digit) or leave its row out; {remedy}"
-        )
+        raise DataError(head + "; ".join(bad) + f". Fix such a score or leave its row out; {remedy}")
 
 
 # the metrics that are a share of items answered correctly: a testset's size bounds their item noise

@@ -313,13 +313,12 @@ def from_wide(
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:], source)
+    names = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
     if in_domain not in df.columns:
-        named = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
         raise DataError(
-            f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, named)}; "
-            f"the testset columns are {named}"
+            f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, names)}; "
+            f"the testset columns are {names}"
         )
-    names = [c for c in df.columns if c not in ids]
     left = set(matching(names, layout.exclude, "--exclude")) - {in_domain}
     if layout.testsets:
         cols = [c for c in matching(names, layout.testsets, "--testsets") if c not in left]
