@@ -308,16 +308,10 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        found = _found_shares(sv, hv, e)
-        for kind, val, n in (
-            ("cell", cell, n_runs),
-            ("cell_corrected", cell_c, n_runs),
-            ("average sign", found["average sign"], studies),
-            ("generalises", found["generalises"], studies),
-            ("sign reversal", found["sign reversal"], studies),
-        ):
-            power[kind].append(val)
-            se[kind].append(se_of(val, n))
+        found = {**_found_shares(sv, hv, e), "cell": cell, "cell_corrected": cell_c}
+        for kind in VERDICT_POWERS:  # the cells' shares are of runs, the statements' of studies
+            power[kind].append(found[kind])
+            se[kind].append(se_of(found[kind], n_runs if kind.startswith("cell") else studies))
         verdicts["same"].append(sv)
         verdicts["half"].append(hv)
         wrong.append(found["wrong_sign"])

@@ -44,13 +44,12 @@ def calibrate(
     px, py = (phi, phi) if np.isscalar(phi) else phi
     truth = rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py) if series == "ar1" else rho
     pos = np.arange(n)
-    gam = GamSettings()
     settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
         x, y, z = ar1_series(rng, n, phi, rho, series=series)
-        rp = residual_pair(x, y, z, method, residualiser, gam)
+        rp = residual_pair(x, y, z, method, residualiser, GamSettings())
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
         r, results = corr(rp["rx"], rp["ry"], method), {}
         for k in inferences:
