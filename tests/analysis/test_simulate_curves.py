@@ -1,4 +1,4 @@
-"""The curved-series generator (oodcorr.analysis.simulate.curves): its curves, its noise and its table."""
+"""The curved-series generator (oodcorr.analysis.simulate.runs' curve_study): its curves, its noise and its table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from oodcorr.analysis.pipeline import CANON
-from oodcorr.analysis.simulate.curves import IN_DOMAIN, Items, ability, curve_study, ood_curve
+from oodcorr.analysis.simulate.runs import IN_DOMAIN, Items, ability, curve_study, ood_curve
 
 
 def _wide(study):
