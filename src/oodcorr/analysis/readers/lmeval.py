@@ -81,9 +81,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
                     if count <= max_files:
                         files.append(Path(e.path))
         except OSError as e:
-            raise DataError(
-                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
-            ) from None
+            raise DataError(f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out") from None
         stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
     if count > max_files:
         raise DataError(
@@ -116,9 +114,7 @@ def _load_json(path: Path, max_bytes: int):
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as e:
-        raise DataError(
-            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
-        ) from None
+        raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or move it out") from None
     if len(raw) > max_bytes:
         raise DataError(_too_large(path, len(raw), max_bytes))
     try:
@@ -134,8 +130,7 @@ def _load_json(path: Path, max_bytes: int):
     except json.JSONDecodeError as e:
         cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise DataError(
-            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
-            "the file out of the folder"
+            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move it out"
         ) from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
@@ -307,9 +302,7 @@ def _read_results_file(
     try:
         args = _parse_model_args(config.get("model_args"))
     except ValueError as e:
-        raise DataError(
-            f"{path}: config.model_args: {e}; rerun that evaluation with each argument once, or move the file out"
-        ) from None
+        raise DataError(f"{path}: config.model_args: {e}; rerun it with each argument once, or move it out") from None
     model, step, how = _identity(args, config)
     run = "all"
     if fields is not None:

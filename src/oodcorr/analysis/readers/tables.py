@@ -80,10 +80,7 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
     if fmt is None:
-        raise DataError(
-            f"{path}: unknown table format {format_suffix(path)!r}; give a .csv, .tsv or .parquet file "
-            "(compressed: .csv.gz, ...)"
-        )
+        raise DataError(f"{path}: unknown table format {format_suffix(path)!r}; give a .csv, .tsv or .parquet file")
     text = read_text(path, encoding, ENCODING_FIX)
     sep = table_files.DELIMITERS[fmt]
     if not text.strip():
