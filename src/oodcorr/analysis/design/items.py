@@ -88,7 +88,6 @@ def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam
     return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
 
 
-# ---- the answer of each study -------------------------------------------------------------------
 def _all_finite_mean(v: np.ndarray) -> np.ndarray:
     """The mean over the last axis where every value is finite, else NaN."""
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)

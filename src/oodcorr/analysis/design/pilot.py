@@ -64,8 +64,7 @@ def _true_phi(observed: float, curve_phis, curve_med) -> float:
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
 def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
-    (``phi_x``/``phi_y`` of the per-run rows ``runs``); ValueError when no series has one."""
+    """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi`` from ``runs``."""
     keys = SERIES_KEYS
     sides = [runs[keys + [s, f"phi_{s}"]].set_axis(keys + ["testset", "phi"], axis=1) for s in "xy"]
     ser = pd.concat(sides, ignore_index=True).drop_duplicates(keys + ["testset"])

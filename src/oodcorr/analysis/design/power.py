@@ -319,7 +319,6 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
     return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
 
 
-# ---- many curves, in processes -----------------------------------------------------------------
 def curves(tasks, workers: int = 1) -> list[Curve]:
     """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
     (each curve is seeded by its own task, so the numbers do not depend on how many)."""

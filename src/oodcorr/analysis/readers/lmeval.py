@@ -205,8 +205,7 @@ def _identity(args: dict[str, str], config: dict) -> tuple[str | None, int | Non
 
 # ---- one results file ----
 def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
-    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent;
-    several filters of it without one named is an error listing them."""
+    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent."""
     if metric in values:
         return metric
     if "," in metric:
@@ -362,13 +361,11 @@ def _read_results_file(
     return rows
 
 
-# ---- its samples ----
 MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 
 
 def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
-    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value ``acc`` of the
-    lines whose filter is ``none``), streamed; every value 0 or 1 and their mean the results file's ``score``."""
+    """(example, correct) of a samples file for ``key`` (``acc,none``: ``acc`` of the lines of filter ``none``)."""
     name, _, filt = key.partition(",")
     ids, vals = [], []
     seen = set()
@@ -476,7 +473,6 @@ def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series
     return n.where(n >= 1, back)
 
 
-# ---- the folder ----
 def read_folder(
     folder: str | Path,
     *,

@@ -1,5 +1,4 @@
-"""The workflow's scores table (``results/<experiment>/scores.parquet``) and the predictions files it names, as
-the analysis reads them (the workflow's analysis and plot rules, ``oodcorr design --pilot``)."""
+"""The workflow's scores table (``results/<experiment>/scores.parquet``) and the predictions files it names."""
 
 from __future__ import annotations
 
