@@ -6,7 +6,7 @@ import math
 import pytest
 
 from oodcorr.analysis.design import power as dz
-from oodcorr.analysis.design.items import ItemNoise
+from oodcorr.analysis.design.power import ItemNoise
 from oodcorr.analysis.design.report import LADDER, ladder_assumptions, markdown, report, smallest_items
 
 

@@ -17,8 +17,7 @@ from ..per_run.stacked import run_statistics
 from ..pipeline import analyse
 from ..simulate.items import item_noise_covariance
 from ..simulate.runs import run_scores
-from .items import ItemNoise, noisy_runs
-from .power import NOISE, Settings
+from .power import NOISE, ItemNoise, Settings, noisy_runs
 
 DEFAULT_PHIS = (0.5, 0.8, 0.95)  # the AR(1) coefficients simulated without --phi or a pilot
 HEADLINE_PHI = 0.8  # the coefficient the alternatives are shown at, when it is among them

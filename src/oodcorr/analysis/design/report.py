@@ -119,7 +119,7 @@ def _n(n) -> str:
 
 
 def _item_noise_words(items: dict) -> str:
-    """The item noise of :class:`.items.ItemNoise` (as a dict) in words."""
+    """The item noise of :class:`.power.ItemNoise` (as a dict) in words."""
     if _no_item_noise(items):
         return "none (every testset infinitely large)"
     # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
