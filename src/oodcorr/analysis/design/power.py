@@ -46,8 +46,7 @@ MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halve
 # random halvings per simulated run (the analysis averages SPLITS):
 # benchmarks/README.md#11-planning-a-study-oodcorr-design
 DESIGN_SPLITS = 2
-# the per-study keys the verdict reads (:func:`verdicts_of`), taken from the cross-fitted
-# ladder where a study's runs are cross-fitted
+# the per-study keys verdicts_of reads, from the cross-fitted ladder where a study's runs are cross-fitted
 LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises", "p_mean", "p_high_side", "p_low_side")
 
 

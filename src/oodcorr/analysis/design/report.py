@@ -17,11 +17,9 @@ def _f(p) -> str:
     return "n/a" if p is None or (isinstance(p, float) and not math.isfinite(p)) else f"{p:.2f}"
 
 
-# the sizes the items table simulates for the in-domain set and for the OOD sets (beside the config's
-# own and none: infinitely many items)
+# the sizes the items table simulates for each side (beside the config's own and none: infinitely many items)
 LADDER = (100, 300, 1000, 3000, 10000, 30000)
-# the claims whose items it counts: the sign on average and in nearly every model (at the effect of
-# interest) and near zero (at effect 0)
+# the claims whose items it counts: the signs at the effect of interest, near zero at effect 0
 ITEM_CLAIMS = ("average sign", "generalises", "near zero")
 ITEM_SIDES = {"in_domain": "the in-domain set", "ood": "each OOD set of the pair"}
 # besides the target power: the fewest items that keep this share of what infinitely many items give

@@ -11,9 +11,8 @@ import pandas as pd
 
 from ...core.errors import DataError
 
-# A metric named here has a range its values must lie in; one not named (a log-likelihood, a
-# user's own column) is only checked to be a number. lm-evaluation-harness's metrics by their
-# names (``acc,none``: ``acc``) and the workflow's own columns (oodcorr.jobs.metrics.COLUMNS).
+# the ranges of lm-evaluation-harness's metrics by their names (``acc,none``: ``acc``) and of the workflow's
+# own columns (oodcorr.jobs.metrics.COLUMNS)
 SHARES = frozenset(
     {
         "acc",
@@ -116,10 +115,8 @@ def check_columns(values: pd.DataFrame, metrics: dict, source: str, where: str, 
             i, _, value, why = got
             bad.append(f"column {col!r}, {where} {i}: score {value:g} is {why}")
     if bad:
-        head = f"{source}: " + (
-            f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
-        )
-        raise DataError(head + "; ".join(bad) + f". Fix such a score or leave its row out; {remedy}")
+        many = f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
+        raise DataError(f"{source}: {many}" + "; ".join(bad) + f". Fix such a score or leave its row out; {remedy}")
 
 
 # the metrics that are a share of items answered correctly: a testset's size bounds their item noise
