@@ -156,13 +156,7 @@ def drop_summary_rows(
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
     for idx, v in df.loc[summary, unit].items():
-        log.warning(
-            "%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of observation",
-            source,
-            where,
-            idx,
-            v,
-        )
+        log.warning("%s: excluded %s %s, unit %r: a summary row, not a unit of observation", source, where, idx, v)
     df = df[~summary]
     if df.empty:
         raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
@@ -344,11 +338,7 @@ def from_wide(
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
     empty = values.isna().all(axis=1)
     if empty.any():
-        log.info(
-            "%s: %d row(s) have no score in the columns analysed (rows of other metrics): left out",
-            source,
-            int(empty.sum()),
-        )
+        log.info("%s: %d row(s) have no score in the columns analysed: left out", source, int(empty.sum()))
         values, df = values[~empty], df[~empty]
     named = dict(metrics or {})
     matching(cols, list(named), "--metric COLUMN=METRIC")
