@@ -607,30 +607,29 @@ def read_folder(
 def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain: str | None, shown: int = 5) -> None:
     """Warn, naming files, steps and tasks, where checkpoints lack tasks the others have or the in-domain task."""
     lacking = []
-    for (model, run, step), g in scores.groupby(["model", "run", "step"], sort=True):
+    checkpoints = scores.groupby(["model", "run", "step"], sort=True)
+    for (model, run, step), g in checkpoints:
         missing = sorted(found - set(g["testset"]))
         if missing:
             where = f"model {model}" + (f", run {run}" if run != "all" else "") + f", step {step}"
             lacking.append((where, ", ".join(sorted(set(g["file"]))), missing))
     if not lacking:
         return
-    n = scores.groupby(["model", "run", "step"]).ngroups
 
     def listed(items):
         more = f"; and {len(items) - shown} more" if len(items) > shown else ""
         return "; ".join(items[:shown]) + more
 
+    said = [
+        f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
+        for where, files, miss in lacking
+    ]
     log.warning(
         "%s: %d of %d checkpoints lack tasks the others have (a missing score there): %s",
         folder,
         len(lacking),
-        n,
-        listed(
-            [
-                f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
-                for where, files, miss in lacking
-            ]
-        ),
+        checkpoints.ngroups,
+        listed(said),
     )
     no_in_domain = [f"{where} ({files})" for where, files, miss in lacking if in_domain in miss]
     if no_in_domain:
