@@ -1,6 +1,6 @@
 """The answer's error rates when OOD scores follow the in-domain score along curves (issue 52 item 6).
 
-Studies from :func:`oodcorr.analysis.simulate.curves.curve_study` (each run's ability rising along
+Studies from :func:`oodcorr.analysis.simulate.runs.curve_study` (each run's ability rising along
 its own learning curve, the in-domain score a smooth increasing function of it, each OOD testset
 following it along its own curve -- late emergence, early plateau, S-shape, or the straight line
 as a control -- plus AR(1) residual series whose innovations correlate ``truth`` between ood0 and
@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement, analyse
-from oodcorr.analysis.simulate.curves import IN_DOMAIN, Items, curve_study
+from oodcorr.analysis.simulate.runs import IN_DOMAIN, Items, curve_study
 from oodcorr.core.answer import MODELS_DIFFER, NEGATIVE, POSITIVE, SIGN_REVERSAL, states_a_sign
 
 N_OOD = 4

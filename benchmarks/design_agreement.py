@@ -15,7 +15,7 @@ the default procedure (benchmarks/latest/analysis_coverage.json: 9, 21, 41 check
     .venv/bin/python benchmarks/design_agreement.py --out benchmarks/latest/design_agreement.json [--studies 2000]
 
 With item noise (issue 44; ``--items-only`` runs this part alone): for studies whose testsets carry
-item noise (oodcorr.analysis.design.items), the design's measured answer against agreement() on the
+item noise (oodcorr.analysis.design.power), the design's measured answer against agreement() on the
 same runs (the analysis' own columns of each run, oodcorr.analysis.simulate.items.fast_run_rows, then
 pooling and the answer as the workflow computes them): the share of every verdict both ways (the
 same draws: any difference is one of procedure); and the design's two random halvings per run against
@@ -42,14 +42,17 @@ import numpy as np
 import pandas as pd
 
 from oodcorr.analysis import Options, agreement
-from oodcorr.analysis.design.items import DESIGN_SPLITS, ItemNoise, measure_runs, noisy_runs
 from oodcorr.analysis.design.power import (
+    DESIGN_SPLITS,
     NOISE,
     Assumptions,
     Draws,
     Grid,
+    ItemNoise,
     Settings,
     curve,
+    measure_runs,
+    noisy_runs,
     run_statistics,
     simulate_runs,
     studies_of,

@@ -1,4 +1,4 @@
-"""The item noise of the design's simulated studies (oodcorr.analysis.design.items): its draws have the
+"""The item noise of the design's simulated studies (oodcorr.analysis.design.power): its draws have the
 item model's covariance, each run is measured and each study answered as the workflow does it
 (checked against agreement() on the same runs), and the in-domain set's noise fakes the observed
 sign but not the answer's."""
@@ -9,7 +9,7 @@ import pytest
 
 from oodcorr.analysis import Options, agreement
 from oodcorr.analysis.design import power as dz
-from oodcorr.analysis.design.items import ItemNoise, measure_runs, noisy_runs
+from oodcorr.analysis.design.power import ItemNoise, measure_runs, noisy_runs
 from oodcorr.analysis.pipeline import pool
 from oodcorr.analysis.simulate.items import fast_run_rows, item_noise_covariance
 from oodcorr.analysis.simulate.runs import run_scores

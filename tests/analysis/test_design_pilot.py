@@ -4,8 +4,8 @@ into [0, PHI_CAP]."""
 
 import math
 
-from oodcorr.analysis.design.items import ItemNoise
 from oodcorr.analysis.design.pilot import DEFAULT_PHIS, HEADLINE_PHI, PHI_CAP, choose_assumptions
+from oodcorr.analysis.design.power import ItemNoise
 
 ITEMS = {"in_domain_items": 9815, "ood_items": 1000, "persistence": 0.6, "difficulty": 0.4, "residual_sd": 0.01}
 PILOT = {

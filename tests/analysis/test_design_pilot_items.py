@@ -1,4 +1,4 @@
-"""What a pilot says about its item noise (oodcorr.analysis.design.pilot_items): the persistence fitted
+"""What a pilot says about its item noise (oodcorr.analysis.design.pilot): the persistence fitted
 to per-item correctness whose item model is known, the stationary sd of a residual series, and the
 estimates of a pilot simulated item by item."""
 
@@ -7,7 +7,7 @@ import pytest
 
 from oodcorr.analysis.cell.residualise import linear_maker
 from oodcorr.analysis.design import pilot as design_pilot
-from oodcorr.analysis.design.pilot_items import fit_persistence, lag_correlations, stationary_sd
+from oodcorr.analysis.design.pilot import fit_persistence, lag_correlations, stationary_sd
 from oodcorr.analysis.simulate.items import answer_items, item_table
 
 

@@ -1,4 +1,4 @@
-"""How many items each testset needs (oodcorr.analysis.design.sizes): the fewest items reaching the
+"""How many items each testset needs (oodcorr.analysis.design.report): the fewest items reaching the
 target along the simulated sizes, the sizes simulated, and the table on a small grid."""
 
 import math
@@ -6,9 +6,8 @@ import math
 import pytest
 
 from oodcorr.analysis.design import power as dz
-from oodcorr.analysis.design.items import ItemNoise
-from oodcorr.analysis.design.report import markdown, report
-from oodcorr.analysis.design.sizes import LADDER, ladder_assumptions, smallest_items
+from oodcorr.analysis.design.power import ItemNoise
+from oodcorr.analysis.design.report import LADDER, ladder_assumptions, markdown, report, smallest_items
 
 
 def test_the_fewest_items_are_read_on_the_log_of_the_size():

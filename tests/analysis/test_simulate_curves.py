@@ -1,4 +1,4 @@
-"""The curved-series generator (oodcorr.analysis.simulate.curves): its curves, its noise and its table."""
+"""The curved-series generator (oodcorr.analysis.simulate.runs' curve_study): its curves, its noise and its table."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from oodcorr.analysis.pipeline import CANON
-from oodcorr.analysis.simulate.curves import IN_DOMAIN, Items, ability, ar1_noise, curve_study, ood_curve
+from oodcorr.analysis.simulate.runs import IN_DOMAIN, Items, ability, curve_study, ood_curve
 
 
 def _wide(study):
@@ -66,8 +66,7 @@ def test_ability_stays_in_the_unit_interval():
 
 def test_the_planted_correlation_and_phi_hold_over_many_draws():
     # a fixed seed: the estimates are what they are; 5,000 x 60 draws put their sd near 0.005
-    corr = np.array([[1.0, 0.5, 0.0], [0.5, 1.0, 0.0], [0.0, 0.0, 1.0]])
-    e = ar1_noise(np.random.default_rng(4), np.repeat(corr[None], 5_000, axis=0), 60, 0.8)
+    e = curve_study(np.random.default_rng(4), [0.5], 5_000, 60, n_ood=3, phi=0.8).noise  # ood0-ood1 correlate 0.5
     flat = e.reshape(-1, 3)
     c = np.corrcoef(flat.T)
     assert c[0, 1] == pytest.approx(0.5, abs=0.02)

@@ -14,8 +14,8 @@ import pandas as pd
 
 from ..analysis import Options
 from ..analysis.design import power as dz
-from ..analysis.design.items import MIN_ITEMS
 from ..analysis.design.pilot import choose_assumptions, pilot_estimates
+from ..analysis.design.power import MIN_ITEMS
 from ..analysis.design.report import markdown, report
 from ..analysis.readers import score_ranges, tables, workflow_scores
 from ..core.atomic_write import write_json_atomic, write_text_atomic

@@ -1,4 +1,4 @@
-"""Planning a study before paying for it: how often each verdict is found, by simulation."""
+"""Planning a study before paying for it: how often each verdict is found, by simulation (item noise included)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ from ...core.answer import (
 from ...core.defaults import ANALYSIS as DEFAULTS
 from ..across import multitest
 from ..across.consensus import across_models, verdict
+from ..across.measured_answer import attenuation_of
 from ..cell.correlate import POOLING_CAP, SIMULATED_CAP, fisher_z
 from ..cell.residualise import KINDS, GamSettings, Spec, parse
-from ..per_run.stacked import run_statistics
+from ..items.measurement import NOISE_LIMITED
+from ..per_run.stacked import measured_statistics, run_statistics
+from ..simulate.items import item_noise_covariance
 from ..simulate.runs import SHAPES, run_scores
-from .items import ItemNoise, measure_runs, measured_studies, noisy_runs
 
 NOISE = 0.02  # the simulator's residual scale (simulate.run_scores' ``noise``): item noise is brought to it
 VERDICT_POWERS = ("cell", "cell_corrected", "average sign", "generalises", "sign reversal")
@@ -38,6 +40,139 @@ POWER_LABELS = {
     "sign reversal": "sign reversal (half the models +effect, half -effect)",
 }
 DEFAULT_EFFECTS = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+MIN_ITEMS = 4  # the analysis cross-fits a testset of 4 items or more (two halves of 2)
+# random halvings per simulated run (the analysis averages SPLITS):
+# benchmarks/README.md#11-planning-a-study-oodcorr-design
+DESIGN_SPLITS = 2
+# the per-study keys verdicts_of reads, from the cross-fitted ladder where a study's runs are cross-fitted
+LADDER_KEYS = ("n_models", "z", "p_reversal", "p_heterogeneity", "p_generalises", "p_mean", "p_high_side", "p_low_side")
+
+
+@dataclass(frozen=True)
+class ItemNoise:
+    """The item noise of a simulated study (``in_domain``, ``ood``: items per testset, None for none)."""
+
+    in_domain: int | None = None
+    ood: int | None = None
+    persistence: float = 0.8
+    difficulty: float = 0.5
+    accuracy: float = 0.5
+    residual_sd: float = 0.02
+
+    def __post_init__(self):
+        for name in ("in_domain", "ood"):
+            n = getattr(self, name)
+            if n is not None and not (float(n) == int(n) and int(n) >= MIN_ITEMS):
+                raise ValueError(f"items of the {name.replace('_', '-')} set: {MIN_ITEMS} or more, got {n}")
+        if not 0 <= self.persistence < 1:
+            raise ValueError(f"the item noise's persistence must lie in [0, 1), got {self.persistence}")
+        if not 0 <= self.difficulty < 1:
+            raise ValueError(f"the items' difficulty share must lie in [0, 1), got {self.difficulty}")
+        if not 0 < self.accuracy < 1:
+            raise ValueError(f"the OOD sets' accuracy must lie strictly between 0 and 1, got {self.accuracy}")
+        if not self.residual_sd > 0:
+            raise ValueError(f"the residual series' sd must be positive, got {self.residual_sd}")
+
+    @property
+    def none(self) -> bool:
+        """No testset has item noise (every one infinitely large)."""
+        return self.in_domain is None and self.ood is None
+
+
+def noisy_runs(truth: np.ndarray, items: ItemNoise, unit: float, rng, splits: int = DESIGN_SPLITS) -> dict:
+    """The tasks' scores ``truth`` (runs, checkpoints, 3) with the item noise of ``items`` (docs/design.md):
+    ``scores`` as the testsets show them, and ``halves`` (runs, splits, 2, checkpoints, 3) per random halving."""
+    truth = np.asarray(truth, dtype=float)
+    B, T, _ = truth.shape
+    scores = truth.copy()
+    halves = np.broadcast_to(truth[:, None, None], (B, splits, 2, T, 3)).copy()
+    whole_eps = rng.normal(size=(3, B, T))
+    diff_eps = rng.normal(size=(3, B, splits, T))
+    curve = np.clip(truth[:, :, 0].mean(0), 0.02, 0.98)
+    for k, n in enumerate((items.in_domain, items.ood, items.ood)):
+        if n is None:
+            continue
+        acc = curve if k == 0 else np.full(T, items.accuracy)
+        cov = item_noise_covariance(acc, int(n), items.difficulty, items.persistence) * unit * unit
+        # Cholesky factors of the whole set's noise and of the difference of its halves (n // 2 and the rest)
+        n, a = int(n), int(n) // 2
+        eps = 1e-14 * max(float(np.trace(cov)) / T, 1e-300) * np.eye(T)
+        whole = np.linalg.cholesky(cov + eps)
+        diff = np.linalg.cholesky(n * (1 / a + 1 / (n - a)) * cov + eps)
+        wa, wb = (n - a) / n, a / n
+        w = whole_eps[k] @ whole.T  # (B, T)
+        d = diff_eps[k] @ diff.T  # (B, splits, T)
+        scores[:, :, k] += w
+        halves[:, :, 0, :, k] += w[:, None] + wa * d
+        halves[:, :, 1, :, k] += w[:, None] - wb * d
+    return {"scores": scores, "halves": halves}
+
+
+def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam=None, bases=None) -> dict:
+    """Every run of :func:`noisy_runs` measured as the workflow measures it."""
+    obs = run_statistics(d["scores"], level, residualiser=residualiser, gam=gam, bases=bases)
+    return {**obs, **measured_statistics(d["scores"], d["halves"], level)}
+
+
+def _all_finite_mean(v: np.ndarray) -> np.ndarray:
+    """The mean over the last axis where every value is finite, else NaN."""
+    return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
+
+
+def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
+    """(:func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item
+    noise) from the runs' arrays (studies, models, runs)."""
+    models = {}
+    for side in ("x", "y"):
+        # each model's runs' sums, NaN unless every run's is finite (:func:`.measurement.pool_measured`)
+        for c in ("task_var", "obs_var", "eiv_var"):
+            v = runs[f"{c}_{side}"]
+            models[f"{c}_{side}"] = np.where(np.isfinite(v).all(-1), v.sum(-1), np.nan)
+        models[f"reliability_{side}_low"] = _all_finite_mean(runs[f"reliability_{side}_low"])
+    rel_z = _all_finite_mean(runs["reliability_in_domain"])
+    models["reliability_in_domain"] = models["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
+    out = attenuation_of(models, np.ones(rel_z.shape, bool), level)
+    limited = np.zeros(runs["r"].shape[0], bool)
+    for side in ("x", "y", "in_domain"):
+        est, low = out[f"reliability_{side}"], out[f"reliability_{side}_low"]
+        fin = np.isfinite(est)
+        limited |= (fin & (est < NOISE_LIMITED)) | (~fin & np.isfinite(low) & (low < NOISE_LIMITED))
+    return out, limited
+
+
+def measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
+    (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
+    r, r_eiv = runs["r"], runs["r_eiv"]
+    rel, limited = _pooled_moments(runs, level)
+    band = near_zero * rel["band"]
+
+    def usable(rr, se):
+        return np.isfinite(rr) & np.isfinite(se) & (se > 0)
+
+    def ladder(rr, se, p, sel):
+        ok = usable(rr, se)[sel]
+        z = fisher_z(rr[sel], POOLING_CAP) * sign[None, :, None]
+        return across_models(z, np.where(ok, se[sel] ** 2, 1.0), ok, p[sel], level, band[sel], intervals=intervals)
+
+    fin = np.isfinite(r)
+    items = ((fin & np.isfinite(r_eiv)) == fin).all((-1, -2)) & fin.any((-1, -2))
+    every = np.ones(len(r), bool)
+    res = ladder(r_eiv, runs["se_z_eiv"], runs["p_eiv"], every)
+    if not items.all():  # the observed ladder where some run has no cross-fitted value (agreement's "unknown")
+        obs = ladder(r, runs["se_z"], runs["p"], ~items)
+        for k in (*LADDER_KEYS, "near"):
+            res[k] = res[k].copy()
+            res[k][~items] = obs[k]
+    res["n_finite"] = fin.any(-1).sum(-1)
+    res["band"] = rel["band"]
+    observed_models = usable(r, runs["se_z"]).any(-1).sum(-1)
+    lost = items & (res["n_models"] < 2) & (observed_models >= 2)
+    res["limited"] = limited | lost
+    res["items"] = items
+    return res
 
 
 @dataclass(frozen=True)
@@ -154,8 +289,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
 
 
 def _adjusted(own: dict, nulls: dict, keys, grid: Grid, a: Assumptions, correction: str, rng) -> dict:
-    """Each of ``keys``' p-values of the items in ``own``, adjusted by ``correction`` in its
-    simulated family (docs/design.md)."""
+    """Each of ``keys``' p-values in ``own``, adjusted by ``correction`` in its simulated family (docs/design.md)."""
     n = len(own[keys[0]])
     k = min(a.non_null_pairs, grid.pairs)
     idx = rng.integers(0, len(nulls[keys[0]]), size=(n, grid.pairs - k)) if grid.pairs > k else None
@@ -174,9 +308,8 @@ P_KEYS = ("p_reversal", "p_heterogeneity", "p_generalises", "p_mean")
 
 
 def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Settings, rng) -> list[str]:
-    """The verdict of each simulated study's pair (:func:`.consensus.verdict`), its p-values
-    corrected in its simulated family; ``noise-limited`` where the measured answer finds the pair
-    unresolved and a testset mostly item noise (:func:`.items.measured_studies`' ``limited``)."""
+    """The verdict of each simulated study's pair, its p-values corrected in its simulated family; ``noise-limited``
+    where the measured answer finds the pair unresolved and a testset mostly item noise."""
     own, nulls = {k: res[k] for k in P_KEYS}, {k: null[k] for k in P_KEYS}
     adj = _adjusted(own, nulls, P_KEYS, grid, a, settings.agreement_correction, rng)
     limited = res.get("limited", np.zeros(len(res["n_models"]), bool))
@@ -310,16 +443,10 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        found = _found_shares(sv, hv, e)
-        for kind, val, n in (
-            ("cell", cell, n_runs),
-            ("cell_corrected", cell_c, n_runs),
-            ("average sign", found["average sign"], studies),
-            ("generalises", found["generalises"], studies),
-            ("sign reversal", found["sign reversal"], studies),
-        ):
-            power[kind].append(val)
-            se[kind].append(se_of(val, n))
+        found = {**_found_shares(sv, hv, e), "cell": cell, "cell_corrected": cell_c}
+        for kind in VERDICT_POWERS:  # the cells' shares are of runs, the statements' of studies
+            power[kind].append(found[kind])
+            se[kind].append(se_of(found[kind], n_runs if kind.startswith("cell") else studies))
         verdicts["same"].append(sv)
         verdicts["half"].append(hv)
         wrong.append(found["wrong_sign"])
@@ -327,7 +454,6 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
     return Curve(grid, a, settings, effects, studies, power, se, verdicts, wrong, near)
 
 
-# ---- many curves, in processes -----------------------------------------------------------------
 def curves(tasks, workers: int = 1) -> list[Curve]:
     """:func:`curve` of each ``(grid, assumptions, settings, draws)`` task, in ``workers`` processes
     (each curve is seeded by its own task, so the numbers do not depend on how many)."""

@@ -3,13 +3,195 @@ alternatives with their cost, how many items each testset needs; a pilot's estim
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, replace
 
 import numpy as np
 
+from ..simulate.items import disagreement
 from .power import POWER_LABELS, VERDICT_POWERS, Assumptions, Curve, Draws, Grid, Settings, curves, se_of
-from .sizes import ITEM_SHORT, item_noise_words, items_markdown, items_needed, ladder_assumptions, no_item_noise
-from .sizes import share_text as _f
+
+
+def _f(p) -> str:
+    """A share as the report prints it: two decimals, ``n/a`` for None or NaN."""
+    return "n/a" if p is None or (isinstance(p, float) and not math.isfinite(p)) else f"{p:.2f}"
+
+
+# the sizes the items table simulates for each side (beside the config's own and none: infinitely many items)
+LADDER = (100, 300, 1000, 3000, 10000, 30000)
+# the claims whose items it counts: the signs at the effect of interest, near zero at effect 0
+ITEM_CLAIMS = ("average sign", "generalises", "near zero")
+ITEM_SIDES = {"in_domain": "the in-domain set", "ood": "each OOD set of the pair"}
+# besides the target power: the fewest items that keep this share of what infinitely many items give
+# (a claim the grid finds rarely still loses to the noise), read where that power is at least
+KEEP = 0.9
+KEEP_FROM = 0.1
+
+
+def ladder_assumptions(a: Assumptions) -> list[tuple[str, int | None, Assumptions]]:
+    """The items table's studies: (side, size, assumptions) for each size of :data:`LADDER`, ascending."""
+    return [
+        (side, n, replace(a, items=replace(a.items, **{side: n})))
+        for side in ITEM_SIDES
+        for n in [*sorted(set(LADDER) | ({getattr(a.items, side)} - {None})), None]
+    ]
+
+
+def smallest_items(sizes, power, target: float) -> dict:
+    """The fewest items at which ``power`` (along ``sizes`` ascending, the last None: no noise) reaches ``target``."""
+    finite = [(n, p) for n, p in zip(sizes, power) if n is not None]
+    out = {"items": None, "how": "never", "without_noise": float(power[-1])}
+    for i, (n, p) in enumerate(finite):
+        if p >= target:
+            if i == 0:
+                return {**out, "items": int(n), "how": "at most"}
+            n0, p0 = finite[i - 1]
+            frac = (target - p0) / (p - p0) if p > p0 else 1.0
+            est = math.exp(math.log(n0) + frac * (math.log(n) - math.log(n0)))
+            return {**out, "items": int(math.ceil(est)), "how": "about"}
+    if power[-1] >= target:
+        return {**out, "items": int(finite[-1][0]), "how": "more than"}
+    return out
+
+
+def _items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target: float, testset_sizes: dict) -> dict:
+    """The items table (JSON-ready): per side each claim's power at each size and the smallest reaching ``target``."""
+    sides: dict = {}
+    for (side, n, _), c in zip(ladder, steps):
+        s = sides.setdefault(side, {"sizes": [], "power": {k: [] for k in (*ITEM_CLAIMS, "false sign")}})
+        s["sizes"].append(n)
+        # a curve of the effects (0, effect): the signs at the effect, near zero at 0, a false sign at 0
+        s["power"]["average sign"].append(float(c.power["average sign"][-1]))
+        s["power"]["generalises"].append(float(c.power["generalises"][-1]))
+        s["power"]["near zero"].append(float(c.near_zero[0]))
+        s["power"]["false sign"].append(float(c.power["average sign"][0]))
+        s["studies"] = c.studies
+    for side, s in sides.items():
+        s["se"] = {k: [se_of(p, s["studies"]) for p in v] for k, v in s["power"].items()}
+        s["smallest"] = {k: smallest_items(s["sizes"], s["power"][k], target) for k in ITEM_CLAIMS}
+        s["keeping"] = {
+            k: smallest_items(s["sizes"], s["power"][k], KEEP * s["power"][k][-1])
+            if s["power"][k][-1] >= KEEP_FROM
+            else None
+            for k in ITEM_CLAIMS
+        }
+        s["others"] = asdict(ladder[[x[0] for x in ladder].index(side)][2].items)
+    at = {k: float(np.interp(effect, head.effects, head.power[k])) for k in ("average sign", "generalises")}
+    at["near zero"] = float(head.near_zero[head.effects.index(0.0)]) if 0.0 in head.effects else math.nan
+    per_testset = {}
+    for side, names in (testset_sizes or {}).items():
+        s = sides.get(side)
+        if not s:
+            continue
+        fin = [(n, i) for i, n in enumerate(s["sizes"]) if n is not None]
+        logs = np.log([n for n, _ in fin])
+        for name, n in sorted(names.items()):
+            if not n:
+                continue
+            per_testset[name] = {
+                "side": side,
+                "items": int(n),
+                # below the smallest size simulated the power is read there: at most that
+                "below_simulated": bool(n < fin[0][0]),
+                "power": {
+                    k: float(np.interp(math.log(n), logs, [s["power"][k][i] for _, i in fin])) for k in ITEM_CLAIMS
+                },
+            }
+    return {
+        "effect": float(effect),
+        "target": float(target),
+        "studies": int(steps[0].studies) if steps else 0,
+        "claims": list(ITEM_CLAIMS),
+        "as_configured": at,
+        "sides": sides,
+        "testsets": per_testset,
+    }
+
+
+def _no_item_noise(items: dict) -> bool:
+    return items["in_domain"] is None and items["ood"] is None
+
+
+def _n(n) -> str:
+    return "no item noise (infinitely many items)" if n is None else f"{n:,} items"
+
+
+def _item_noise_words(items: dict) -> str:
+    """The item noise of :class:`.power.ItemNoise` (as a dict) in words."""
+    if _no_item_noise(items):
+        return "none (every testset infinitely large)"
+    # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
+    disagree = disagreement(items["accuracy"], items["difficulty"] + (1 - items["difficulty"]) * items["persistence"])
+    return (
+        f"the in-domain set {_n(items['in_domain'])}, each OOD set {_n(items['ood'])}, the same items at every "
+        f"checkpoint; an item's deviation persists with AR(1) coefficient {items['persistence']:.3g} (its own "
+        f"difficulty {items['difficulty']:.3g} of it), so neighbouring checkpoints disagree on "
+        f"{disagree:.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
+        f"residual series' sd {items['residual_sd']:.3g} in score units"
+    )
+
+
+def _items_cell(sm: dict) -> str:
+    sign = {"at most": "≤", "about": "≈", "more than": ">"}.get(sm["how"])
+    return f"{sign} {sm['items']:,}" if sign else f"not by items ({_f(sm['without_noise'])} without item noise)"
+
+
+ITEM_SHORT = {"average sign": "sign on average", "generalises": "sign in nearly every model", "near zero": "near zero"}
+
+
+def _items_markdown(it: dict, phi: float) -> list[str]:
+    """The items table of the report (:func:`_items_needed`'s dict) as markdown lines."""
+    claims = it["claims"]
+    at = it["as_configured"]
+    lines = [
+        "",
+        f"## How many items (phi {phi:g}; the signs at effect {it['effect']:g}, near zero at effect 0)",
+        "",
+        f"The power of each claim as the in-domain set's items change (the OOD sets as configured) and as each OOD "
+        f"set's items change (the in-domain set as configured), and the fewest items that reach {it['target']:.0%} "
+        "(interpolated on the log of the size between the simulated sizes; *not by items*: not even infinitely "
+        "large testsets reach it, the grid is what limits the claim); beside it, the fewest items that keep "
+        f"{KEEP:.0%} of the power infinitely large testsets give (n/a where that power is below {KEEP_FROM:g}). "
+        "*A sign at 0*: a sign stated when every model's correlation is 0 (a false statement). Each power: a "
+        f"share of {it['studies']:,} simulated studies, ± its Monte Carlo standard error.",
+        "",
+        f"| claim | as configured | in-domain set: items for {it['target']:.0%} | each OOD set: items for "
+        f"{it['target']:.0%} | in-domain set: items keeping {KEEP:.0%} of the noise-free power | each OOD set: "
+        f"the same |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for k in claims:
+        keep = [it["sides"][side]["keeping"][k] for side in ("in_domain", "ood")]
+        lines.append(
+            f"| {ITEM_SHORT[k]} | {_f(at[k])} | {_items_cell(it['sides']['in_domain']['smallest'][k])} | "
+            f"{_items_cell(it['sides']['ood']['smallest'][k])} | "
+            + " | ".join("n/a (too rare)" if x is None else _items_cell(x) for x in keep)
+            + " |"
+        )
+    for side, words in (("in_domain", "in-domain set"), ("ood", "each OOD set")):
+        s = it["sides"][side]
+        other = s["others"]["ood"] if side == "in_domain" else s["others"]["in_domain"]
+        lines += [
+            "",
+            f"Items of {words} ({'each OOD set' if side == 'in_domain' else 'the in-domain set'}: {_n(other)}):",
+            "",
+            "| items | " + " | ".join(ITEM_SHORT[k] for k in claims) + " | a sign at 0 |",
+            "| ---: | " + " | ".join("---:" for _ in claims) + " | ---: |",
+        ]
+        for i, n in enumerate(s["sizes"]):
+            cells = [f"{_f(s['power'][k][i])} ± {s['se'][k][i]:.2f}" for k in (*claims, "false sign")]
+            lines.append(f"| {'∞ (none)' if n is None else f'{n:,}'} | " + " | ".join(cells) + " |")
+    if it["testsets"]:
+        lines += ["", "At the config's testsets' sizes (interpolated):", ""]
+        for name, t in it["testsets"].items():
+            role = "in-domain set" if t["side"] == "in_domain" else "OOD set, in a pair of two of its size"
+            at_most = "at most " if t["below_simulated"] else ""
+            lines.append(
+                f"* {name} ({t['items']:,} items, {role}): "
+                + ", ".join(f"{ITEM_SHORT[k]} {at_most}{_f(t['power'][k])}" for k in claims)
+                + (" (fewer items than the smallest size simulated: read there)" if at_most else "")
+            )
+    return lines
 
 
 def _at(c: Curve, kind: str, effect: float) -> tuple[float, float]:
@@ -32,28 +214,22 @@ def report(
     items_studies: int | None = None,
 ) -> dict:
     """Everything ``oodcorr design`` writes, as a JSON-ready dict."""
-    headline, studies = a.phi, draws.studies
+    headline, studies, info = a.phi, draws.studies, info or {}
     phis = sorted({round(float(p), 4) for p in phis} | {round(float(headline), 4)})
     tasks = [(grid, replace(a, phi=p), settings, draws) for p in phis]
-    alts = [dict(x) for x in alternatives]
+    alts = list(alternatives)
     tasks += [(x["grid"], replace(a, items=x["items"]), settings, draws) for x in alts]
     items_table = items_studies != 0
     ladder = ladder_assumptions(a) if items_table else []
     rungs = replace(draws, effects=(0.0, float(effect)), studies=items_studies or studies)
     tasks += [(grid, la, settings, rungs) for _, _, la in ladder]
     done = curves(tasks, draws.workers)
-    base = done[: len(phis)]
+    base, steps = done[: len(phis)], done[len(phis) + len(alts) :]
     head = base[phis.index(round(float(headline), 4))]
-    for x, c in zip(alts, done[len(phis) : len(phis) + len(alts)]):
-        x["curve"] = c
-    steps = done[len(phis) + len(alts) :]
-    options = [{"name": "as configured", "description": "the config's grid", "grid": grid, "curve": head}]
-    options[0]["cost"] = (info or {}).get("cost", {})
-    options[0]["items"] = a.items
-    options += alts
+    configured = {"name": "as configured", "description": "the config's grid", "grid": grid, "items": a.items}
+    configured["cost"] = info.get("cost", {})
     rows = []
-    for x in options:
-        c = x["curve"]
+    for x, c in zip([configured, *alts], [head, *done[len(phis) : len(phis) + len(alts)]]):
         rows.append(
             {
                 "name": x["name"],
@@ -71,7 +247,7 @@ def report(
         cheapest[k] = min(ok, key=lambda r: r["cost"]["gpu_hours"])["name"] if ok else None
     max_se = max(max(s for s in c.se[k]) for c in done for k in VERDICT_POWERS)
     unreachable = generalises_unreachable(rows, target, max(draws.effects))
-    out = dict(info or {})
+    out = dict(info)
     out.update(
         grid=asdict(grid),
         assumptions=asdict(a),
@@ -94,7 +270,7 @@ def report(
         generalises_unreachable=unreachable,
     )
     if items_table:
-        out["items"] = items_needed(ladder, steps, head, effect, target, (info or {}).get("testset_sizes", {}))
+        out["items"] = _items_needed(ladder, steps, head, effect, target, info.get("testset_sizes", {}))
     return out
 
 
@@ -124,7 +300,7 @@ SHORT = {"cell": "cell", "cell_corrected": "cell (corrected)", "sign reversal": 
 
 
 def _pilot_items_lines(items: dict) -> list[str]:
-    """The pilot's item noise (:func:`.pilot.item_estimates`) as markdown bullets."""
+    """The pilot's item noise (:func:`.pilot.pilot_estimates`' ``items``) as markdown bullets."""
     out = []
     per = items.get("per_testset", {})
     if per:
@@ -190,7 +366,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         f"* spread of the true partial correlation between models: sd {a['model_sd']:.2f} on the Fisher z scale "
         f"({src.get('model_sd', 'default: every model shares the effect')}); between runs of a model: "
         f"{a['run_sd']:.2f} ({src.get('run_sd', 'default')});",
-        f"* item noise: {item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
+        f"* item noise: {_item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
         f"{src.get('persistence', 'default')}; the residual sd: {src.get('residual_sd', 'default')});",
         f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
         f"* each OOD score follows the in-domain score along {shape}, plus its AR(1) residual series;",
@@ -199,12 +375,12 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "noise, noise-limited), as the workflow gives it"
         + (
             ""
-            if no_item_noise(a["items"]) or st.get("residualiser", "linear").startswith("linear")
+            if _no_item_noise(a["items"]) or st.get("residualiser", "linear").startswith("linear")
             else " (the cross-fitted r_eiv has the line's form only: the spline of a noisy in-domain score has no "
             "measured form, so the item-noise answer is the line's)"
         )
         + "; effects are partial correlations of the tasks"
-        + (", without the item noise." if not no_item_noise(a["items"]) else "."),
+        + (", without the item noise." if not _no_item_noise(a["items"]) else "."),
         "",
         f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "
         f"(seed {rep['precision']['seed']}): its Monte Carlo standard error is at most "
@@ -252,27 +428,20 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
     ]
     for r in rep["alternatives"]:
         gg, cost = r["grid"], r["cost"]
-        gh = cost.get("gpu_hours")
-        gw = cost.get("gpu_hours_work")
+        hours = ["n/a" if cost.get(k) is None else f"{cost[k]:,.0f}" for k in ("gpu_hours", "gpu_hours_work")]
         lines.append(
-            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | "
-            f"{'n/a' if gh is None else f'{gh:,.0f}'} | {'n/a' if gw is None else f'{gw:,.0f}'} | "
+            f"| {r['name']} | {gg['models']} x {gg['runs']} x {gg['checkpoints']} | {hours[0]} | {hours[1]} | "
             + " | ".join(_f(r["power_at_effect"][k]["power"]) for k in VERDICT_POWERS)
             + " | "
             + " / ".join(_eff(r["smallest_effect_80"][k]) for k in VERDICT_POWERS)
             + " |"
         )
     lines.append("")
+    at = f"{rep['target']:.0%} at effect {rep['effect']:g}"
     for k in VERDICT_POWERS:
         name = rep["cheapest"][k]
-        lines.append(
-            f"* {POWER_LABELS[k]}: "
-            + (
-                f"the cheapest row reaching {rep['target']:.0%} at effect {rep['effect']:g} is **{name}**"
-                if name
-                else f"no row reaches {rep['target']:.0%} at effect {rep['effect']:g}"
-            )
-        )
+        said = f"the cheapest row reaching {at} is **{name}**" if name else f"no row reaches {at}"
+        lines.append(f"* {POWER_LABELS[k]}: {said}")
     un = rep.get("generalises_unreachable")
     if un:
         g0 = rep["alternatives"][0]["grid"]
@@ -293,7 +462,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
     lines += [f"* {n}" for n in rep.get("cost_notes", [])]
     if rep.get("items"):
-        lines += items_markdown(rep["items"], rep["headline_phi"])
+        lines += _items_markdown(rep["items"], rep["headline_phi"])
     pilot = rep.get("pilot")
     if pilot:
         po, ph = pilot["phi_observed"], pilot["phi"]

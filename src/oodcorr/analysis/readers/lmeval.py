@@ -31,10 +31,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
     folder = Path(folder)
     if not folder.is_dir():
         what = "does not exist" if not folder.exists() else "is a file, not a folder"
-        raise DataError(
-            f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files "
-            "(searched recursively)"
-        )
+        raise DataError(f"{folder}: {what}; --format lm-eval reads a folder of lm-evaluation-harness results files")
     root = folder.resolve()
     files: list[Path] = []
     notes: list[str] = []
@@ -52,9 +49,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
             continue
         key = (st.st_dev, st.st_ino)
         if key in seen:
-            notes.append(
-                f"{d}: leads to the folder {seen[key]}, already read (a link loop or a second link): not read again"
-            )
+            notes.append(f"{d}: leads to the folder {seen[key]}, already read: not read again")
             continue
         seen[key] = d
         subdirs = []
@@ -86,9 +81,7 @@ def list_files(folder: Path, max_files: int = MAX_FILES, follow_links: bool = Fa
                     if count <= max_files:
                         files.append(Path(e.path))
         except OSError as e:
-            raise DataError(
-                f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out of {folder}"
-            ) from None
+            raise DataError(f"{d}: cannot list this folder ({e.strerror}); make it readable or move it out") from None
         stack += sorted(subdirs, reverse=True)  # each folder's subfolders in name order: the same notes each time
     if count > max_files:
         raise DataError(
@@ -109,10 +102,7 @@ def _regular_size(path: Path) -> int:
     """The size of a file named like the harness's, refused when it is no regular file (a pipe, a device)."""
     st = path.stat()
     if not stat.S_ISREG(st.st_mode):
-        raise DataError(
-            f"{path}: not a regular file (a pipe, socket or device named like a results file); move it out of the "
-            "folder"
-        )
+        raise DataError(f"{path}: not a regular file; move it out of the folder")
     return st.st_size
 
 
@@ -124,9 +114,7 @@ def _load_json(path: Path, max_bytes: int):
         with open(path, "rb") as fh:
             raw = fh.read(max_bytes + 1)
     except OSError as e:
-        raise DataError(
-            f"{path}: cannot be read ({e.strerror}); make it readable or move it out of the folder"
-        ) from None
+        raise DataError(f"{path}: cannot be read ({e.strerror}); make it readable or move it out") from None
     if len(raw) > max_bytes:
         raise DataError(_too_large(path, len(raw), max_bytes))
     try:
@@ -134,20 +122,15 @@ def _load_json(path: Path, max_bytes: int):
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not UTF-8 text (byte {e.start}): not an lm-evaluation-harness results file") from None
     if not text.strip():
-        raise DataError(
-            f"{path}: is empty (a run cut short?); rerun that evaluation or move the file out of the folder"
-        )
+        raise DataError(f"{path}: is empty; rerun that evaluation or move the file out of the folder")
     try:
         return loads_json(text)
     except DuplicateKey as e:
-        raise DataError(
-            f"{path}: {e} (a hand-edited or merged file); keep one of them, or rerun that evaluation"
-        ) from None
+        raise DataError(f"{path}: {e}; keep one of them, or rerun that evaluation") from None
     except json.JSONDecodeError as e:
         cut = " (it ends early: cut short while being written?)" if e.pos >= len(text.rstrip()) - 1 else ""
         raise DataError(
-            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move "
-            "the file out of the folder"
+            f"{path}:{e.lineno}: not valid JSON ({e.msg}, column {e.colno}){cut}; rerun that evaluation or move it out"
         ) from None
     except RecursionError:
         raise DataError(f"{path}: JSON nested too deep to read; not an lm-evaluation-harness results file") from None
@@ -155,9 +138,8 @@ def _load_json(path: Path, max_bytes: int):
 
 def _too_large(path: Path, size: int, max_bytes: int) -> str:
     return (
-        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have "
-        "(an lm-evaluation-harness results file holds kilobytes to a few megabytes); if it really is one, pass "
-        f"--max-file-mb {math.ceil(size / 2**20)}"
+        f"{path}: {size / 2**20:,.0f} MiB, more than the {max_bytes / 2**20:g} MiB a results file may have; if it "
+        f"is one, pass --max-file-mb {math.ceil(size / 2**20)}"
     )
 
 
@@ -193,8 +175,6 @@ def compile_pattern(pattern: str) -> re.Pattern:
 
 def _parse_model_args(v) -> dict[str, str]:
     """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
-    if v is None:
-        return {}
     if isinstance(v, dict):
         return {str(k): str(x) for k, x in v.items()}
     out = {}
@@ -225,8 +205,7 @@ def _identity(args: dict[str, str], config: dict) -> tuple[str | None, int | Non
 
 # ---- one results file ----
 def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
-    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent;
-    several filters of it without one named is an error listing them."""
+    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent."""
     if metric in values:
         return metric
     if "," in metric:
@@ -253,25 +232,21 @@ def _metric_names(values: dict) -> list[str]:
     )
 
 
+_WAY_OUT = "rerun that evaluation, leave the task out (--tasks) or move the file out of the folder"
+
+
 def _number(v, path: Path, task: str, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise DataError(
-            f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; rerun that evaluation, "
-            "leave the task out (--tasks) or move the file out of the folder"
-        )
+        raise DataError(f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; {_WAY_OUT}")
     if not math.isfinite(v):
-        raise DataError(
-            f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; rerun that evaluation, leave the "
-            "task out (--tasks) or move the file out of the folder"
-        )
+        raise DataError(f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; {_WAY_OUT}")
     name = key.split(",", 1)[0]
     rng = metric_range(name)
     if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
         if not rng[0] <= v <= rng[1]:
             raise DataError(
                 f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
-                f"{name!r}: not a score lm-evaluation-harness writes (a hand-edited or damaged file); rerun that "
-                "evaluation, leave the task out (--tasks) or move the file out of the folder"
+                f"{name!r}; {_WAY_OUT}"
             )
     return float(v)
 
@@ -289,45 +264,47 @@ def _check_scales(rows: list[dict]) -> None:
             r = group[bad[0]]
             raise DataError(
                 f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
-                "the other files (a hand-edited or damaged file); rerun that evaluation, leave the task out "
-                "(--tasks) or move the file out of the folder"
+                f"the other files; {_WAY_OUT}"
             )
 
 
 def _read_results_file(
     path: Path,
-    rel: str,
-    *,
+    fields: dict | None,
     metric: str,
     tasks: list[str] | None,
-    pattern: re.Pattern | None,
     max_bytes: int,
     without: set,
     seen: set,
     groups: dict,
 ) -> list[dict]:
-    """One row per task of one results file; adds to ``without``, ``seen`` and ``groups`` as it reads."""
+    """One row per task of one results file (``fields``: what --path-pattern read from its path); adds to
+    ``without``, ``seen`` and ``groups`` as it reads."""
     doc = _load_json(path, max_bytes)
     if not isinstance(doc, dict) or not isinstance(doc.get("results"), dict):
         raise DataError(
             f"{path}: not an lm-evaluation-harness results file (no 'results' object); move it out of the folder"
-            + (" or narrow --path-pattern" if pattern else ", or give --path-pattern to read only the results files")
+            + (", or give --path-pattern to read only results" if fields is None else " or narrow --path-pattern")
         )
-    for g, kids in _group_subtasks(doc.get("group_subtasks"), path).items():
-        groups.setdefault(g, set()).update(kids)
+    subtasks = doc.get("group_subtasks")  # group -> its subtasks (absent in the older format)
+    lists = isinstance(subtasks, dict) and all(
+        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in subtasks.values()
+    )
+    if subtasks is not None and not lists:
+        raise DataError(
+            f"{path}: group_subtasks is not an object of task-name lists; rerun that evaluation or move the file out"
+        )
+    for g, kids in (subtasks or {}).items():
+        if kids:
+            groups.setdefault(str(g), set()).update(k for k in kids if k != g)
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     try:
         args = _parse_model_args(config.get("model_args"))
     except ValueError as e:
-        raise DataError(
-            f"{path}: config.model_args: {e}; the harness loaded the last, so the file names another checkpoint "
-            "than it seems to. Rerun that evaluation with each argument once, or move the file out of the folder"
-        ) from None
+        raise DataError(f"{path}: config.model_args: {e}; rerun it with each argument once, or move it out") from None
     model, step, how = _identity(args, config)
     run = "all"
-    if pattern is not None:
-        m = pattern.match(rel)
-        fields = m.groupdict() if m else {}
+    if fields is not None:
         if "step" in fields:
             if step is not None and int(fields["step"]) != step:
                 raise DataError(
@@ -384,32 +361,18 @@ def _read_results_file(
     return rows
 
 
-def _group_subtasks(v, path: Path) -> dict[str, list[str]]:
-    """A results file's ``group_subtasks`` (group -> its subtasks; absent in the older format), checked."""
-    if v is None:
-        return {}
-    ok = isinstance(v, dict) and all(
-        isinstance(kids, list) and all(isinstance(k, str) for k in kids) for kids in v.values()
-    )
-    if not ok:
-        raise DataError(
-            f"{path}: group_subtasks is not an object of task-name lists (a hand-edited or damaged file); it says "
-            "which tasks are groups of others (pairs of them share items). Rerun that evaluation or move the file out "
-            "of the folder"
-        )
-    return {str(g): [k for k in kids if k != g] for g, kids in v.items() if kids}
-
-
-# ---- its samples ----
 MAX_SAMPLE_LINE_BYTES = 16 * 2**20  # one line of a samples file
 
 
 def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_LINE_BYTES) -> pd.DataFrame:
-    """(example, correct) of one samples file for the metric key ``key`` (``acc,none``: value ``acc`` of the
-    lines whose filter is ``none``), streamed; every value 0 or 1 and their mean the results file's ``score``."""
+    """(example, correct) of a samples file for ``key`` (``acc,none``: ``acc`` of the lines of filter ``none``)."""
     name, _, filt = key.partition(",")
     ids, vals = [], []
     seen = set()
+
+    def refused(what: str) -> DataError:
+        return DataError(f"{path}:{lineno}: {what}; pass --no-samples to analyse without it")
+
     try:
         _regular_size(path)
         fh = open(path, "rb")
@@ -418,38 +381,29 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
     with fh:
         for lineno, raw in enumerate(iter(lambda: fh.readline(max_line + 1), b""), 1):
             if len(raw) > max_line:
-                raise DataError(
-                    f"{path}:{lineno}: a line longer than {max_line / 2**20:g} MiB; not a samples file of "
-                    "lm-evaluation-harness? pass --no-samples to analyse without it"
-                )
+                raise refused(f"a line longer than {max_line / 2**20:g} MiB")
             if not raw.strip():
                 continue
             try:
                 rec = loads_json(raw)
             except DuplicateKey as e:
-                raise DataError(f"{path}:{lineno}: {e}; pass --no-samples to analyse without it") from None
+                raise refused(str(e)) from None
             except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
                 raise DataError(
                     f"{path}:{lineno}: not a JSON line ({getattr(e, 'msg', type(e).__name__)}; cut short?); rerun "
                     "that evaluation with --log_samples, move the file out, or pass --no-samples"
                 ) from None
             if not isinstance(rec, dict):
-                raise DataError(f"{path}:{lineno}: not a JSON object; pass --no-samples to analyse without it")
+                raise refused("not a JSON object")
             if filt and str(rec.get("filter", "none")) != filt:
                 continue
             if "doc_id" not in rec or name not in rec:
-                raise DataError(
-                    f"{path}:{lineno}: no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample; "
-                    "pass --no-samples to analyse without the samples"
-                )
+                raise refused(f"no {'doc_id' if 'doc_id' not in rec else repr(name)} in this sample")
             v = rec[name]
             if v is True or v is False:
                 v = int(v)
             if not isinstance(v, (int, float)) or v not in (0, 1):
-                raise DataError(
-                    f"{path}:{lineno}: {name} is {str(v)[:40]!r}, not 0 or 1: the example-level bootstrap "
-                    "resamples correctness; pass --no-samples to analyse this metric without it"
-                )
+                raise refused(f"{name} is {str(v)[:40]!r}, not 0 or 1, as the example-level bootstrap needs")
             doc = rec["doc_id"]
             doc = doc if isinstance(doc, (int, str)) else json.dumps(doc)
             if doc in seen:
@@ -519,7 +473,6 @@ def items_behind(n: pd.Series, score: pd.Series, stderr: pd.Series) -> pd.Series
     return n.where(n >= 1, back)
 
 
-# ---- the folder ----
 def read_folder(
     folder: str | Path,
     *,
@@ -565,25 +518,15 @@ def read_folder(
         tasks = [*tasks, in_domain]
     rows, where, without, seen, groups = [], {}, set(), set(), {}
     for p in chosen:
-        got = _read_results_file(
-            p,
-            rels[p],
-            metric=metric,
-            tasks=tasks,
-            pattern=pattern,
-            max_bytes=max_bytes,
-            without=without,
-            seen=seen,
-            groups=groups,
-        )
-        for row in got:
+        fields = pattern.match(rels[p]).groupdict() if pattern is not None else None
+        for row in _read_results_file(p, fields, metric, tasks, max_bytes, without, seen, groups):
             k = (row["model"], row["run"], row["step"], row["testset"])
             if k in where:
                 raise DataError(
                     f"{where[k]} and {p}: both give model {k[0]!r}"
                     + (f", run {k[1]!r}" if k[1] != "all" else "")
-                    + f", step {k[2]}, task {k[3]!r}; keep one (an evaluation run twice?) and move the other out of "
-                    "the folder, or tell them apart with {run} in --path-pattern"
+                    + f", step {k[2]}, task {k[3]!r}; move one out of the folder, or tell them apart with {{run}} in "
+                    "--path-pattern"
                 )
             where[k] = p
             rows.append(row)
@@ -639,13 +582,7 @@ def read_folder(
         if frames:
             examples = pd.concat(frames, ignore_index=True)
             examples = examples.astype({c: "category" for c in ("model", "run", "testset")})  # a few names, repeated
-            log.info(
-                "%s: per-example samples for %d of %d checkpoint x task scores (%d samples files)",
-                folder,
-                len(frames),
-                len(rows),
-                len(frames),
-            )
+            log.info("%s: per-example samples for %d of %d checkpoint x task scores", folder, len(frames), len(rows))
     digest = sha256_files((rels.get(p, str(p)), p) for p in sorted(set(chosen) | set(sample_files)))
     log.info(
         "%s: %d results files, %d models, %d steps, %d tasks, metric %s",
@@ -670,30 +607,29 @@ def read_folder(
 def _say_missing_tasks(folder: Path, scores: pd.DataFrame, found: set, in_domain: str | None, shown: int = 5) -> None:
     """Warn, naming files, steps and tasks, where checkpoints lack tasks the others have or the in-domain task."""
     lacking = []
-    for (model, run, step), g in scores.groupby(["model", "run", "step"], sort=True):
+    checkpoints = scores.groupby(["model", "run", "step"], sort=True)
+    for (model, run, step), g in checkpoints:
         missing = sorted(found - set(g["testset"]))
         if missing:
             where = f"model {model}" + (f", run {run}" if run != "all" else "") + f", step {step}"
             lacking.append((where, ", ".join(sorted(set(g["file"]))), missing))
     if not lacking:
         return
-    n = scores.groupby(["model", "run", "step"]).ngroups
 
     def listed(items):
         more = f"; and {len(items) - shown} more" if len(items) > shown else ""
         return "; ".join(items[:shown]) + more
 
+    said = [
+        f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
+        for where, files, miss in lacking
+    ]
     log.warning(
         "%s: %d of %d checkpoints lack tasks the others have (a missing score there): %s",
         folder,
         len(lacking),
-        n,
-        listed(
-            [
-                f"{files} ({where}) has no {', '.join(miss[:5])}{' ...' if len(miss) > 5 else ''}"
-                for where, files, miss in lacking
-            ]
-        ),
+        checkpoints.ngroups,
+        listed(said),
     )
     no_in_domain = [f"{where} ({files})" for where, files, miss in lacking if in_domain in miss]
     if no_in_domain:

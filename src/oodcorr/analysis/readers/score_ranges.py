@@ -1,6 +1,5 @@
-"""The range a score can take by its metric's name, and the first score outside it (an accuracy of -0.2 or 1.7),
-refused naming its line or row. A share may be written as a percentage, told by the values; a metric without a
-known range (a log-likelihood) is only checked to be a number."""
+"""The range a score can take by its metric's name (a share also as a percentage, told by the values), and the
+first score outside it, refused naming its line or row; a metric without a known range is only a number."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ import pandas as pd
 
 from ...core.errors import DataError
 
-# A metric named here has a range its values must lie in; one not named (a log-likelihood, a
-# user's own column) is only checked to be a number. lm-evaluation-harness's metrics by their
-# names (``acc,none``: ``acc``) and the workflow's own columns (oodcorr.jobs.metrics.COLUMNS).
+# the ranges of lm-evaluation-harness's metrics by their names (``acc,none``: ``acc``) and of the workflow's
+# own columns (oodcorr.jobs.metrics.COLUMNS)
 SHARES = frozenset(
     {
         "acc",
@@ -41,36 +39,15 @@ NON_NEGATIVE = frozenset({"perplexity", "ppl", "word_perplexity", "byte_perplexi
 ANY_NUMBER = frozenset({"loss", "loglik", "logprob", "number"})
 KNOWN = SHARES | CORRELATIONS | NON_NEGATIVE | ANY_NUMBER
 # the harness writes these as shares, never percentages (its squad-style ``exact`` and ``f1``,
-# and a user's table, may be either: told by the values, :func:`_score_range`)
+# and a user's table, may be either: told by the values, :func:`out_of_range`)
 LMEVAL_SHARES_ONLY = frozenset({"acc", "acc_norm", "acc_mutual_info", "exact_match"})
 
 
 def metric_range(metric: str) -> tuple[float, float] | None:
     """The range of a metric by its name (a filter after a comma and case ignored); None for one unknown."""
     name = str(metric).split(",", 1)[0].strip().lower()
-    if name in SHARES:
-        return (0.0, 1.0)
-    if name in CORRELATIONS:
-        return (-1.0, 1.0)
-    if name in NON_NEGATIVE:
-        return (0.0, math.inf)
-    return None
-
-
-def _score_range(metric: str, values, *, percent: bool = True) -> tuple[tuple[float, float], str] | None:
-    """(the range ``values`` of ``metric`` must lie in, how it was told), or None for a metric without one."""
-    rng = metric_range(metric)
-    if rng is None:
-        return None
-    v = np.asarray(values, dtype=float)
-    v = v[np.isfinite(v)]
-    if not percent or rng[1] == math.inf or not len(v):
-        return rng, ""
-    # a range below zero (a correlation) is told by the size of its values; a share's by the values
-    median = float(np.median(np.abs(v) if rng[0] < 0 else v))
-    if median <= 1:
-        return rng, f"shares: their median is {median:.3g}"
-    return (rng[0] * 100, rng[1] * 100), f"percentages: their median is {median:.3g}"
+    ranges = ((SHARES, (0.0, 1.0)), (CORRELATIONS, (-1.0, 1.0)), (NON_NEGATIVE, (0.0, math.inf)))
+    return next((rng for names, rng in ranges if name in names), None)
 
 
 def out_of_range(
@@ -78,10 +55,17 @@ def out_of_range(
 ) -> tuple[object, object, float, str] | None:
     """(row, column, value, the sentence's end) of the first score outside its metric's range, or None."""
     v = scores.apply(lambda col: pd.to_numeric(col, errors="coerce")).astype(float)
-    got = _score_range(metric, v.to_numpy().ravel(), percent=percent)
-    if got is None:
+    if (rng := metric_range(metric)) is None:
         return None
-    (lo, hi), how = got
+    (lo, hi), how = rng, ""
+    flat = v.to_numpy().ravel()
+    flat = flat[np.isfinite(flat)]
+    if percent and hi != math.inf and len(flat):
+        # a range below zero (a correlation) is told by the size of its values; a share's by the values
+        median = float(np.median(np.abs(flat) if lo < 0 else flat))
+        how = f"shares: their median is {median:.3g}"
+        if median > 1:
+            lo, hi, how = lo * 100, hi * 100, f"percentages: their median is {median:.3g}"
     for col in v.columns:
         x = v[col]
         bad = np.isfinite(x) & ((x < lo) | (x > hi))
@@ -131,12 +115,8 @@ def check_columns(values: pd.DataFrame, metrics: dict, source: str, where: str, 
             i, _, value, why = got
             bad.append(f"column {col!r}, {where} {i}: score {value:g} is {why}")
     if bad:
-        head = f"{source}: " + (
-            f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
-        )
-        raise DataError(
-            head + "; ".join(bad) + f". Fix such a score (a typo, a lost sign or digit) or leave its row out; {remedy}"
-        )
+        many = f"{len(bad)} columns hold a score outside their metric's range: " if len(bad) > 1 else ""
+        raise DataError(f"{source}: {many}" + "; ".join(bad) + f". Fix such a score or leave its row out; {remedy}")
 
 
 # the metrics that are a share of items answered correctly: a testset's size bounds their item noise

@@ -80,10 +80,7 @@ def read_table(path: str | Path, encoding: str | None = None) -> tuple[pd.DataFr
         df.columns = [str(c).strip() for c in df.columns]
         return df, "row"
     if fmt is None:
-        raise DataError(
-            f"{path}: unknown table format {format_suffix(path)!r}; give a .csv, .tsv or .parquet file "
-            "(compressed: .csv.gz, ...)"
-        )
+        raise DataError(f"{path}: unknown table format {format_suffix(path)!r}; give a .csv, .tsv or .parquet file")
     text = read_text(path, encoding, ENCODING_FIX)
     sep = table_files.DELIMITERS[fmt]
     if not text.strip():
@@ -159,13 +156,7 @@ def drop_summary_rows(
     labels = {_norm_label(x) for x in labels}
     summary = df[unit].map(lambda v: isinstance(v, str) and _norm_label(v) in labels)
     for idx, v in df.loc[summary, unit].items():
-        log.warning(
-            "%s: excluded %s %s, unit %r: a summary row (mean/std/min/max...), not a unit of observation",
-            source,
-            where,
-            idx,
-            v,
-        )
+        log.warning("%s: excluded %s %s, unit %r: a summary row, not a unit of observation", source, where, idx, v)
     df = df[~summary]
     if df.empty:
         raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
@@ -228,16 +219,15 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
     return v.astype(float)
 
 
-def _require_columns(df: pd.DataFrame, columns, source: str) -> None:
-    """Error naming the first of ``columns`` that ``df`` lacks, and the columns it has."""
+def _require_columns(df: pd.DataFrame, columns, source: str, what: str = "") -> None:
+    """Error naming the first of ``columns`` that ``df`` lacks (``what`` for), and the columns it has."""
     for c in columns:
         if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r}; columns are {list(df.columns)}")
+            raise DataError(f"{source}: no column {c!r}{what}; columns are {list(df.columns)}")
 
 
 def with_sizes(long: pd.DataFrame, sizes: dict[str, float] | None, source: str) -> pd.DataFrame:
-    """``long`` with a column ``n``, the items behind each score, from ``sizes`` (testset -> items; the key
-    ``*`` for every testset not named)."""
+    """``long`` with a column ``n`` of items from ``sizes``: testset -> items, ``*`` for the testsets not named."""
     if not sizes:
         return long
     names = set(long["testset"])
@@ -314,13 +304,12 @@ def from_wide(
     df = drop_summary_rows(df, unit, source, where, layout.summary_labels)
     ids = [c for c in (unit, model, run) if c]
     _require_columns(df, ids[1:], source)
+    names = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
     if in_domain not in df.columns:
-        named = [c for c in df.columns if c not in ids]  # the testset columns (not the unit, model or run)
         raise DataError(
-            f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, named)}; "
-            f"the testset columns are {named}"
+            f"{source}: the in-domain testset {in_domain!r} is not a column{did_you_mean(in_domain, names)}; "
+            f"the testset columns are {names}"
         )
-    names = [c for c in df.columns if c not in ids]
     left = set(matching(names, layout.exclude, "--exclude")) - {in_domain}
     if layout.testsets:
         cols = [c for c in matching(names, layout.testsets, "--testsets") if c not in left]
@@ -349,11 +338,7 @@ def from_wide(
     values = pd.DataFrame({c: _numeric(df, c, source, where) for c in cols}, index=df.index)
     empty = values.isna().all(axis=1)
     if empty.any():
-        log.info(
-            "%s: %d row(s) have no score in the columns analysed (rows of other metrics): left out",
-            source,
-            int(empty.sum()),
-        )
+        log.info("%s: %d row(s) have no score in the columns analysed: left out", source, int(empty.sum()))
         values, df = values[~empty], df[~empty]
     named = dict(metrics or {})
     matching(cols, list(named), "--metric COLUMN=METRIC")
@@ -436,9 +421,7 @@ def run_info(df: pd.DataFrame, columns, layout: Layout) -> pd.DataFrame:
     source, model, run = layout.source, layout.model, layout.run
     columns = list(columns)
     _require_columns(df, [c for c in (model, run) if c], source)
-    for c in columns:
-        if c not in df.columns:
-            raise DataError(f"{source}: no column {c!r} to pool by; columns are {list(df.columns)}")
+    _require_columns(df, columns, source, " to pool by")
     out = pd.DataFrame(
         {"model": df[model].astype(str) if model else layout.model_name, "run": df[run].astype(str) if run else "all"},
         index=df.index,
@@ -468,9 +451,8 @@ def from_examples_table(
     model_name: str = "model",
     source: str = "predictions",
 ) -> pd.DataFrame:
-    """A long per-example table (unit, testset, ``example`` id, ``correct`` 0/1, and an optional ``stratum``:
-    the label a testset was sampled by) -> canonical; the names (model, run, testset) as categories,
-    as a suite's millions of rows repeat a few of them."""
+    """A long per-example table (unit, testset, ``example``, ``correct`` 0/1, optional ``stratum``: the label a
+    testset was sampled by) -> canonical, its names as categories (a suite's millions of rows repeat a few)."""
     _require_columns(df, [unit, testset, "example", "correct"] + [c for c in (model, run) if c], source)
     raw = df["correct"]
     if not (pd.api.types.is_numeric_dtype(raw) or pd.api.types.is_bool_dtype(raw)):

@@ -1,5 +1,4 @@
-"""The workflow's scores table (``results/<experiment>/scores.parquet``) and the predictions files it names, as
-the analysis reads them (the workflow's analysis and plot rules, ``oodcorr design --pilot``)."""
+"""The workflow's scores table (``results/<experiment>/scores.parquet``) and the predictions files it names."""
 
 from __future__ import annotations
 
@@ -23,12 +22,7 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
     need = ["model", "run_id", "step", "testset", "role", score]
     missing = [c for c in need if c not in scores.columns]
     if missing:
-        hint = (
-            "; a scores table written before that metric existed gets it when the aggregation reruns "
-            "(snakemake --forcerun aggregate_scores)"
-            if score in missing
-            else ""
-        )
+        hint = "; rerun the aggregation (snakemake --forcerun aggregate_scores)" if score in missing else ""
         raise DataError(f"scores table lacks column(s) {missing}{hint}")
     bad = out_of_range(scores[[score]], score, percent=False)  # the workflow writes shares
     if bad is not None:
@@ -36,8 +30,8 @@ def from_scores(scores: pd.DataFrame, score: str = "accuracy") -> tuple[pd.DataF
         row = scores.loc[i]
         raise DataError(
             f"scores table: run {row['run_id']}, step {row['step']}, testset {row['testset']!r}: {score} {value:g} is "
-            f"{why}: not a score the workflow computes. The table was changed after the workflow wrote it: delete it "
-            "and run again (rule aggregate_scores makes it again from the evaluations, nothing is evaluated again)"
+            f"{why}: not a score the workflow computes; delete the table and run again (rule aggregate_scores makes "
+            "it again from the evaluations)"
         )
     ind = scores[scores["role"] == "in-domain"].groupby("run_id")["testset"].unique()
     zname = {r: (v[0] if len(v) == 1 else "") for r, v in ind.items()}
@@ -63,10 +57,7 @@ def examples_from_predictions(scores: pd.DataFrame) -> pd.DataFrame:
     need = ["model", "run_id", "step", "testset", "predictions"]
     missing = [c for c in need if c not in scores.columns]
     if missing:
-        raise DataError(
-            f"scores table: no column(s) {missing} (a table from before per-run evaluation jobs? "
-            "rerun the workflow to rebuild it)"
-        )
+        raise DataError(f"scores table: no column(s) {missing}; rerun the workflow to rebuild it")
     frames = []
     for row in scores[need].itertuples(index=False):
         try:

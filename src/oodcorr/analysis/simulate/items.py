@@ -32,8 +32,7 @@ def population(rng: np.random.Generator, rhos, n_checkpoints: int, phi: float = 
 
 
 def ar1(u: np.ndarray, phi) -> np.ndarray:
-    """Stationary AR(1) series of unit variance along axis 1 (``phi`` one coefficient, or one per last-axis column)
-    driven by the innovations ``u``."""
+    """Stationary unit-variance AR(1) series along axis 1 driven by ``u`` (``phi``: one, or one per last column)."""
     e = np.empty_like(u)
     e[:, 0] = u[:, 0]
     step = np.sqrt(1 - phi * phi)
@@ -85,15 +84,10 @@ def item_noise_covariance(acc: np.ndarray, n: int, difficulty: float, persistenc
 
 
 def answer_items(rng, acc: np.ndarray, n: int, difficulty: float, persistence: float) -> np.ndarray:
-    """Item correctness (runs, checkpoints, n) of one testset of ``n`` items answered at accuracies
-    ``acc`` (runs, checkpoints); the items' difficulties are shared by the runs."""
+    """Item correctness (runs, checkpoints, n) at accuracies ``acc``; the items' difficulties are shared by the runs."""
     B, T = acc.shape
     b = rng.normal(size=(1, 1, n))
-    v = np.empty((B, T, n))
-    v[:, 0] = rng.normal(size=(B, n))
-    step = math.sqrt(1 - persistence * persistence)
-    for k in range(1, T):
-        v[:, k] = persistence * v[:, k - 1] + step * rng.normal(size=(B, n))
+    v = np.ascontiguousarray(ar1(rng.normal(size=(T, B, n)).transpose(1, 0, 2), persistence))  # drawn by checkpoint
     w = math.sqrt(difficulty) * b + math.sqrt(1 - difficulty) * v
     return (w < special.ndtri(acc)[:, :, None]).astype(np.float32)
 
@@ -110,8 +104,7 @@ def item_runs(
     splits: int = 8,
     s: float = RESIDUAL_SD,
 ) -> dict:
-    """The runs of a study (one per entry of ``rhos``), their testsets of ``sizes`` items (in-domain,
-    x, y)."""
+    """One run per entry of ``rhos``, its testsets of ``sizes`` items (in-domain, x, y)."""
     truth = population(rng, rhos, n_checkpoints, phi, s)
     B, T, _ = truth.shape
     scores = np.empty_like(truth)
@@ -144,14 +137,13 @@ def item_table(
     sizes: tuple[int, int, int],
     *,
     phi: float = 0.8,
-    difficulty: float = 0.5,
-    persistence: float = 0.8,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """One study as the analysis reads it: the canonical long table and the per-item table, one model per ``rhos``."""
+    """One study as the analysis reads it: the canonical long table and the per-item table, one model per ``rhos``
+    (the items' difficulty 0.5, persistence 0.8)."""
     names = ["in-domain", "ood0", "ood1"]
     model_rhos = np.repeat(np.asarray(rhos, dtype=float), n_runs)
     truth = population(rng, model_rhos, n_checkpoints, phi)
-    mats = [answer_items(rng, truth[:, :, k], n, difficulty, persistence) for k, n in enumerate(sizes)]
+    mats = [answer_items(rng, truth[:, :, k], n, 0.5, 0.8) for k, n in enumerate(sizes)]
     longs, items = [], []
     T = n_checkpoints
     for b in range(len(model_rhos)):

@@ -15,14 +15,7 @@ from ..cell.resample import cell_rng
 from ..cell.residualise import GamSettings
 from ..options import Options
 from ..pipeline import analyse
-from .items import ar1
-
-
-def _curve(rng: np.random.Generator, n: int, noise: float, runs: tuple[int, ...] = ()) -> np.ndarray:
-    """The in-domain learning curve over ``n`` checkpoints plus white noise (sd ``noise``); ``runs``
-    (a shape) draws that many curves at once."""
-    t = np.arange(n)
-    return 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(*runs, n))
+from .items import answer_items, ar1
 
 
 def ar1_series(rng: np.random.Generator, n: int, phi, rho: float, noise: float = 0.02, series: str = "ar1"):
@@ -51,13 +44,12 @@ def calibrate(
     px, py = (phi, phi) if np.isscalar(phi) else phi
     truth = rho * math.sqrt((1 - px * px) * (1 - py * py)) / (1 - px * py) if series == "ar1" else rho
     pos = np.arange(n)
-    gam = GamSettings()
     settings = {k: dataclasses.replace(opts, inference=k) for k in inferences}
     names = list(inferences) + list(extra or {})
     acc = {k: {"reject": 0, "cover": 0, "widths": [], "neffs": [], "low": 0, "valid": 0} for k in names}
     for i in range(reps):
         x, y, z = ar1_series(rng, n, phi, rho, series=series)
-        rp = residual_pair(x, y, z, method, residualiser, gam)
+        rp = residual_pair(x, y, z, method, residualiser, GamSettings())
         deps = (dependence(rp["rx"], rp["Rx"], pos), dependence(rp["ry"], rp["Ry"], pos))
         r, results = corr(rp["rx"], rp["ry"], method), {}
         for k in inferences:
@@ -106,8 +98,7 @@ def run_scores(
     sampling_sd=0.0,
     shape: str = "line",
 ) -> np.ndarray:
-    """The scores of ``len(rhos)`` simulated runs: (runs, checkpoints, 1 + n_ood), column 0 in-domain, 1 + j OOD
-    testset j."""
+    """The scores (runs, checkpoints, 1 + n_ood) of ``len(rhos)`` simulated runs: column 0 in-domain, 1 + j OOD j."""
     if shape not in SHAPES:
         raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
     rhos = np.asarray(rhos, dtype=float).reshape(-1)
@@ -128,7 +119,7 @@ def run_scores(
             e = e + 1.5 * (np.sin(np.pi * t / max(n - 1, 1))[None, :, None] * bend[:, None, :])
     else:
         raise ValueError(f"unknown series {series!r}; known: ar1, drift, trend")
-    z = _curve(rng, n, noise, (B,))
+    z = 0.5 + 0.3 * (1 - np.exp(-t / max(n / 4, 1))) + noise * rng.normal(size=(B, n))  # in-domain, plus white noise
     a = np.array(LOADINGS[:n_ood])
     ood = (a * z[:, :, None] if shape == "line" else curved(rng, z, a)) + noise * e
     sd = np.broadcast_to(np.asarray(sampling_sd, dtype=float), (n_ood,))
@@ -141,8 +132,7 @@ SHAPES = ("line", "curve")
 
 
 def curved(rng: np.random.Generator, z: np.ndarray, loadings: np.ndarray) -> np.ndarray:
-    """Each run's OOD scores as logistic curves of its in-domain score ``z`` (runs, checkpoints), drawn per run and
-    testset."""
+    """Each run's OOD scores as logistic curves of its in-domain score ``z``, drawn per run and testset."""
     B = z.shape[0]
     lo, hi = z.min(1, keepdims=True), z.max(1, keepdims=True)
     c = lo + (hi - lo) * rng.uniform(0.15, 0.85, size=(B, len(loadings)))
@@ -160,9 +150,8 @@ def study_table(
     run_sd: float = 0.0,
     **draw,
 ) -> pd.DataFrame:
-    """A simulated study in the canonical long layout (:data:`.pipeline.CANON`): one model per
-    entry of ``rhos`` (its partial correlation between every two OOD testsets), ``n_runs`` runs
-    each, ``n_checkpoints`` checkpoints per run (units 0, 1, ...)."""
+    """A simulated study in the canonical long layout: one model per entry of ``rhos`` (its partial correlation
+    between every two OOD testsets), ``n_runs`` runs of ``n_checkpoints`` checkpoints (units 0, 1, ...)."""
     n_ood = draw.get("n_ood", 2)
     if not 2 <= n_ood <= len(LOADINGS):
         raise ValueError(f"n_ood must be 2 to {len(LOADINGS)}")
@@ -216,8 +205,7 @@ def verdict_rates(
     keep=None,
     **study,
 ) -> dict:
-    """The verdicts the analysis' own procedures give on ``reps`` simulated studies, for the first two OOD testsets'
-    pair."""
+    """The verdicts the analysis gives on ``reps`` simulated studies, for the pair (ood0, ood1)."""
     opts = opts or Options(pool_by=())
     counts: dict[str, int] = {}
     cover = finite = 0
@@ -242,3 +230,158 @@ def verdict_rates(
     if keep is not None:
         out["kept"] = kept
     return out
+
+
+CURVE_SHAPES = ("late", "plateau", "s-shape", "line")  # curve_study's
+FAMILIES = {"curves": ("late", "plateau", "s-shape"), "mixed": CURVE_SHAPES, "lines": ("line",)}
+IN_DOMAIN = "in-domain"
+
+
+@dataclasses.dataclass(frozen=True)
+class Items:
+    """Item noise: items per testset, the share of an item's variance that is difficulty, and its persistence."""
+
+    n_in_domain: int = 200
+    n_ood: int = 300
+    difficulty: float = 0.5
+    persistence: float = 0.8
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveStudy:
+    """One simulated study."""
+
+    long: pd.DataFrame
+    examples: pd.DataFrame | None
+    truth: np.ndarray
+    ability: np.ndarray
+    population: np.ndarray
+    curves: np.ndarray
+    noise: np.ndarray
+    shapes: np.ndarray
+
+
+def _logistic(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def ability(rng: np.random.Generator, n_runs: int, n_checkpoints: int) -> np.ndarray:
+    """Each run's in-domain ability (runs, T) at checkpoints 1..T: saturating or logistic, increasing, in [0, 1]."""
+    u = np.arange(1, n_checkpoints + 1, dtype=float)[None, :] / n_checkpoints
+    B = n_runs
+    sat = rng.random(B) < 0.5
+    k = rng.uniform(1.5, 6.0, B)[:, None]
+    mid, slope = rng.uniform(0.15, 0.45, B)[:, None], rng.uniform(6.0, 14.0, B)[:, None]
+    curve = np.where(sat[:, None], 1 - np.exp(-k * u), _logistic(slope * (u - mid)))
+    start = np.where(sat, 0.0, _logistic(-slope[:, 0] * mid[:, 0]))[:, None]
+    end = np.where(sat, 1 - np.exp(-k[:, 0]), _logistic(slope[:, 0] * (1 - mid[:, 0])))[:, None]
+    a0, a1 = rng.uniform(0.0, 0.15, B)[:, None], rng.uniform(0.85, 1.0, B)[:, None]
+    return a0 + (a1 - a0) * (curve - start) / (end - start)
+
+
+def _shape_params(rng: np.random.Generator, shape: str) -> tuple[float, float]:
+    """The curve's two parameters: (midpoint, slope) of a logistic, (rate, 0) of a saturating one."""
+    if shape == "late":
+        return rng.uniform(0.55, 0.8), rng.uniform(8.0, 16.0)
+    if shape == "s-shape":
+        return rng.uniform(0.3, 0.7), rng.uniform(5.0, 10.0)
+    if shape == "plateau":
+        return rng.uniform(3.0, 8.0), 0.0
+    return 0.0, 0.0
+
+
+def ood_curve(a: np.ndarray, shape: str, params: tuple[float, float]) -> np.ndarray:
+    """``f(a)``: an increasing function of the ability with ``f(0) = 0`` and ``f(1) = 1``."""
+    a = np.asarray(a, dtype=float)
+    if shape == "line":
+        return a
+    if shape == "plateau":
+        k = params[0]
+        return (1 - np.exp(-k * a)) / (1 - math.exp(-k))
+    if shape in ("late", "s-shape"):
+        mid, slope = params
+        lo, hi = _logistic(-slope * mid), _logistic(slope * (1 - mid))
+        return (_logistic(slope * (a - mid)) - lo) / (hi - lo)
+    raise ValueError(f"unknown curve shape {shape!r}; choose from {', '.join(CURVE_SHAPES)}")
+
+
+def curve_study(
+    rng: np.random.Generator,
+    rhos,
+    n_runs: int,
+    n_checkpoints: int,
+    *,
+    n_ood: int = 4,
+    phi: float = 0.5,
+    family: str = "curves",
+    noise_sd: float = 0.02,
+    items: Items | None = None,
+) -> CurveStudy:
+    """One model per entry of ``rhos`` (ood0-ood1's partial correlation), curves from ``FAMILIES[family]``."""
+    rhos = np.asarray(rhos, dtype=float).reshape(-1)
+    if family not in FAMILIES:
+        raise ValueError(f"unknown curve family {family!r}; choose from {', '.join(FAMILIES)}")
+    if n_ood < 2 or not 0 <= phi < 1 or np.any(np.abs(rhos) >= 1) or n_checkpoints < 2:
+        raise ValueError("need n_ood >= 2, 0 <= phi < 1, |rho| < 1 and at least 2 checkpoints")
+    M, T, K = len(rhos), n_checkpoints, n_ood
+    B = M * n_runs
+    model_of = np.repeat(np.arange(M), n_runs)
+    a = ability(rng, B, T)
+    gamma = rng.uniform(0.6, 1.6, M)[model_of, None]
+    z = rng.uniform(0.35, 0.5, M)[model_of, None] + rng.uniform(0.3, 0.45, M)[model_of, None] * a**gamma
+    shapes = rng.choice(FAMILIES[family], size=(M, K))
+    base, amp = rng.uniform(0.3, 0.55, (M, K)), rng.uniform(0.1, 0.3, (M, K))
+    curves = np.empty((B, T, K))
+    for m in range(M):
+        runs = model_of == m
+        for k in range(K):
+            f = ood_curve(a[runs], shapes[m, k], _shape_params(rng, shapes[m, k]))
+            curves[runs, :, k] = base[m, k] + amp[m, k] * f
+    truth = np.repeat(np.eye(K)[None], M, axis=0)
+    truth[:, 0, 1] = truth[:, 1, 0] = rhos
+    # unit-variance AR(1) series whose innovations correlate as each run's model's truth
+    u = np.einsum("bij,btj->bti", np.linalg.cholesky(truth[model_of]), rng.normal(size=(B, T, K)))
+    e = ar1(u, phi)
+    population = np.concatenate([z[:, :, None], curves + noise_sd * e], axis=-1)
+    names = [IN_DOMAIN] + [f"ood{k}" for k in range(K)]
+    scores, examples = population, None
+    if items is not None:
+        scores, examples = _item_scores(rng, population, items, names, n_runs)
+    unit = np.arange(1, T + 1)
+    run_names = [f"m{b // n_runs}-run{b % n_runs}" for b in range(B)]
+    long = pd.DataFrame(
+        {
+            "model": np.repeat([f"m{m}" for m in model_of], T * (K + 1)),
+            "in_domain": IN_DOMAIN,
+            "run": np.repeat(run_names, T * (K + 1)),
+            "unit": np.tile(np.repeat(unit, K + 1), B),
+            "testset": np.tile(names, B * T),
+            "score": scores.reshape(-1),
+        }
+    )
+    return CurveStudy(long, examples, truth, a, population, curves, e, shapes)
+
+
+def _item_scores(rng, population: np.ndarray, items: Items, names: list[str], n_runs: int):
+    """Each testset answered item by item: the scores (runs, T, testsets) and the per-item table."""
+    B, T, J = population.shape
+    acc = np.clip(population, 0.02, 0.98)
+    scores = np.empty_like(acc)
+    frames = []
+    for j, name in enumerate(names):
+        n = items.n_in_domain if j == 0 else items.n_ood
+        mat = answer_items(rng, acc[:, :, j], n, items.difficulty, items.persistence)
+        scores[:, :, j] = mat.mean(-1)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": np.repeat([f"m{b // n_runs}" for b in range(B)], T * n),
+                    "run": np.repeat([f"m{b // n_runs}-run{b % n_runs}" for b in range(B)], T * n),
+                    "unit": np.tile(np.repeat(np.arange(1, T + 1), n), B),
+                    "testset": name,
+                    "example": np.tile(np.arange(n), B * T),
+                    "correct": mat.reshape(-1).astype(float),
+                }
+            )
+        )
+    return scores, pd.concat(frames, ignore_index=True)
