@@ -620,19 +620,20 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     ref = [read_result(wd / target)]
     ref_pred = [pd.read_parquet(wd / target)]
     assert ref[0]["n"] == 60 and ref[0]["batching"]["batch_size"] == 32  # the base run's bound
-    # the job (unit run: the run's checkpoints on synth-test) keeps the predictions files it finds
-    # whole, so it evaluates checkpoint 8 alone
+    # the job (unit run: the run's checkpoints on synth-test) runs again once its summary is gone, and
+    # keeps the predictions files it finds whole, so it evaluates checkpoint 8 alone
+    summary = f"{R}/eval/{RUN_ID}/synth-test.json"
     (wd / target).unlink()
+    (wd / summary).unlink()
     cfg = copy.deepcopy(BASE)
-    cfg["evaluation"]["batch_size"] = 8  # batch bounds rerun nothing: the job runs because it is forced
+    cfg["evaluation"]["batch_size"] = 8  # batch bounds rerun nothing
     config = write_config(wd, "base-batch8", cfg)
     res = smk(
         wd,
         config,
         "--retries",
         "1",
-        "--force",
-        f"{R}/eval/{RUN_ID}/synth-test.json",
+        summary,
         env={
             SIMULATE_OOM_ENV: "kill:4",  # read by tests/hooks/sitecustomize.py in the evaluate job
             "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
