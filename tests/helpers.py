@@ -106,11 +106,27 @@ def micro_config() -> dict:
 TRACKERS = ["tensorboard", "mlflow", "wandb"]
 
 
-def finished_micro(tmp_path_factory, name: str, unit: str, report_to=None) -> tuple[Path, dict, Path]:
+def finished_micro(
+    tmp_path_factory, name: str, unit: str, report_to=None, evaluated_in=None
+) -> tuple[Path, dict, Path]:
     """config/micro.yaml (evaluation.unit ``unit``, finetune.report_to ``report_to``) run to the end, in a
     folder of the calling module's own: (folder, config, config file). The run is made once per test
     session, by the first pytest-xdist worker to ask (another waits for it), and copied with its times,
-    so a module that edits its copy leaves the others theirs."""
+    so a module that edits its copy leaves the others theirs. ``evaluated_in``: the arguments
+    (name, unit, report_to) of another such run that this one starts from, its evaluations and their
+    logs deleted: its data, model, finetune and tokenised testsets are used as they are, and only the
+    evaluations and what follows them run again."""
+    import shutil
+
+    wd = tmp_path_factory.mktemp(name)
+    shutil.copytree(
+        _made_micro(tmp_path_factory, name, unit, report_to, evaluated_in), wd, symlinks=True, dirs_exist_ok=True
+    )
+    return wd, yaml.safe_load((wd / "micro.yaml").read_text()), wd / "micro.yaml"
+
+
+def _made_micro(tmp_path_factory, name, unit, report_to=None, evaluated_in=None) -> Path:
+    """The session's one finished run of :func:`finished_micro`, made by the first worker to ask."""
     import shutil
 
     from filelock import FileLock
@@ -120,8 +136,13 @@ def finished_micro(tmp_path_factory, name: str, unit: str, report_to=None) -> tu
     with FileLock(f"{made}.lock"):
         if not Path(f"{made}.done").exists():
             shutil.rmtree(made, ignore_errors=True)
-            made.mkdir()
             cfg = micro_config()
+            if evaluated_in:
+                shutil.copytree(_made_micro(tmp_path_factory, *evaluated_in), made, symlinks=True)
+                for evaluated in ("eval", "logs/eval"):
+                    shutil.rmtree(made / "results" / cfg["experiment"] / evaluated)
+            else:
+                made.mkdir()
             cfg["evaluation"]["unit"] = unit
             if report_to:
                 cfg["finetune"]["report_to"] = report_to
@@ -129,9 +150,7 @@ def finished_micro(tmp_path_factory, name: str, unit: str, report_to=None) -> tu
             res = smk(made, made / "micro.yaml")
             assert res.returncode == 0, res.stderr[-5000:]
             Path(f"{made}.done").touch()
-    wd = tmp_path_factory.mktemp(name)
-    shutil.copytree(made, wd, symlinks=True, dirs_exist_ok=True)
-    return wd, yaml.safe_load((wd / "micro.yaml").read_text()), wd / "micro.yaml"
+    return made
 
 
 def copy_run(run, tmp_path, name) -> Path:

@@ -339,6 +339,7 @@ def test_workflow_runs_offline_on_the_locked_commit_and_refuses_a_mismatch(fake_
     c = yaml.safe_load(cfg.read_text())
     c["ood_testsets"] = ["synth-overlap", "synth-negation"]  # two: the fewest the analysis pairs
     c["finetune"].update(max_steps=8, checkpoints={"every": 2})  # 5 checkpoints: enough to analyse
+    c["evaluation"]["unit"] = "run"  # 3 evaluation processes, not 15: the hub is what is tested here
     cfg.write_text(yaml.safe_dump(c))
     assert main(["prefetch", "--configfile", str(cfg)]) == 0
     env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}

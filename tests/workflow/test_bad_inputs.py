@@ -240,8 +240,8 @@ def test_several_in_domain_sets_may_share_an_ood_list_with_their_test_sets(plann
     res = planned["shared_ood"]
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     # each run: its own test set once, as in-domain, + the 3 other sets; an evaluation job per
-    # run x checkpoint x testset: 2 runs x 4 checkpoints x 4
-    assert re.search(r"^evaluate\s+32$", res.stdout, re.M), res.stdout[-2000:]
+    # run x testset (the base's unit run): 2 runs x 4
+    assert re.search(r"^evaluate\s+8$", res.stdout, re.M), res.stdout[-2000:]
 
 
 # ---- one real run of the healthy base ---------------------------------------------------
@@ -616,20 +616,24 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     from oodcorr.core.records import read_result
 
     wd = base_run["wd"]
-    target = f"{R}/eval/{RUN_ID}/step8/synth-test.predictions.parquet"  # the job: checkpoint 8 on synth-test
+    target = f"{R}/eval/{RUN_ID}/step8/synth-test.predictions.parquet"  # checkpoint 8 on synth-test
     ref = [read_result(wd / target)]
     ref_pred = [pd.read_parquet(wd / target)]
     assert ref[0]["n"] == 60 and ref[0]["batching"]["batch_size"] == 32  # the base run's bound
+    # the job (unit run: the run's checkpoints on synth-test) runs again once its summary is gone, and
+    # keeps the predictions files it finds whole, so it evaluates checkpoint 8 alone
+    summary = f"{R}/eval/{RUN_ID}/synth-test.json"
+    (wd / target).unlink()
+    (wd / summary).unlink()
     cfg = copy.deepcopy(BASE)
-    cfg["evaluation"]["batch_size"] = 8  # batch bounds rerun nothing: the job runs because it is forced
+    cfg["evaluation"]["batch_size"] = 8  # batch bounds rerun nothing
     config = write_config(wd, "base-batch8", cfg)
     res = smk(
         wd,
         config,
         "--retries",
         "1",
-        "--force",
-        target,
+        summary,
         env={
             SIMULATE_OOM_ENV: "kill:4",  # read by tests/hooks/sitecustomize.py in the evaluate job
             "PYTHONPATH": os.pathsep.join(p for p in (PYTHONPATH_ENTRY, os.environ.get("PYTHONPATH")) if p),
@@ -642,8 +646,9 @@ def test_out_of_memory_retry_halves_the_batch_and_gives_the_same_result(base_run
     killed = re.search(r"a batch of (\d+) rows; the process is killed", out)
     assert killed and 4 < int(killed[1]) <= 8, out[-4000:]
     assert out.index("attempt 1: batch_size 8, max_tokens 4096") < killed.start()
-    log = (wd / R / f"logs/eval/{RUN_ID}/step8/synth-test.log").read_text()
+    log = (wd / R / f"logs/eval/{RUN_ID}/synth-test.log").read_text()
     assert "attempt 2: batch_size 4, max_tokens 2048" in log and "killed" not in log
+    assert len(re.findall(r"step \d+: .* already holds this evaluation; kept", log)) == 3  # 0, 4 and 12
     new = [read_result(wd / target)]
     assert [r["step"] for r in new] == [r["step"] for r in ref] == [8]
     for old_r, new_r, old_p in zip(ref, new, ref_pred, strict=True):

@@ -35,14 +35,17 @@ STEPS = [0, 4, 8, 12, 16]
 
 @pytest.fixture(scope="module")
 def micro_run(tmp_path_factory):
-    """config/micro.yaml as shipped (evaluation.unit checkpoint), logging to TensorBoard, MLflow and W&B."""
+    """config/micro.yaml as shipped (evaluation.unit checkpoint), logging to TensorBoard, MLflow and W&B,
+    finished. The tests that run in this folder leave it finished (a report, a file outside the
+    experiment's jobs, a run that finds nothing to do); the others work on a copy (copy_run)."""
     return finished_micro(tmp_path_factory, "micro", "checkpoint", TRACKERS)
 
 
 @pytest.fixture(scope="module")
 def micro_run_unit(tmp_path_factory):
-    """config/micro.yaml with evaluation.unit run."""
-    return finished_micro(tmp_path_factory, "micro-run-unit", "run")
+    """config/micro.yaml with evaluation.unit run: micro_run's data, model, finetune and tokenised
+    testsets, every evaluation made again by unit run's jobs."""
+    return finished_micro(tmp_path_factory, "micro-run-unit", "run", evaluated_in=("micro", "checkpoint", TRACKERS))
 
 
 def test_end_to_end_outputs(micro_run):
@@ -108,7 +111,8 @@ def _predictions(wd):
 
 def test_both_units_write_the_same_files(micro_run, micro_run_unit):
     """Unit run (a job per run x testset, the model loaded once) writes the same predictions
-    files, bit for bit, and the same scores as unit checkpoint; and its job summaries."""
+    files, bit for bit, and the same scores as unit checkpoint, from the same checkpoints (the unit
+    run's evaluations were made again: each later checkpoint loaded in place); and its job summaries."""
     a, b = _predictions(micro_run[0]), _predictions(micro_run_unit[0])
     assert sorted(a) == sorted(b) and len(a) == 15
     for k in a:
@@ -211,18 +215,11 @@ def _published(wd) -> dict:
     return {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in sorted(files)}
 
 
-def _finishedcopy_run(micro_run, tmp_path, name):
-    wd = copy_run(micro_run, tmp_path, name)
-    res = smk(wd, micro_run[2])  # finished (a planning when nothing changed since the fixture)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return wd
-
-
 def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run, tmp_path):
     """A row added to results/<experiment>/scores.csv by hand: the next start names the file and
     publishes the set again from .staging/, keeping the edited one aside. (Before: "Nothing to be
     done", and the edited table stayed as the result.)"""
-    wd = _finishedcopy_run(micro_run, tmp_path, "edited")
+    wd = copy_run(micro_run, tmp_path, "edited")
     published = _published(wd)
     with open(wd / R / "scores.csv", "a") as fh:
         fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
@@ -245,7 +242,7 @@ def test_a_published_table_edited_by_hand_is_named_and_published_again(micro_run
 def test_a_staged_table_cut_short_before_publishing_is_not_published(micro_run, tmp_path):
     """The staged scores.csv truncated after its job wrote it: publishing stops naming it and what to
     do, and the published set stays whole, as it was. (Before: published beside a whole parquet.)"""
-    wd = _finishedcopy_run(micro_run, tmp_path, "cut")
+    wd = copy_run(micro_run, tmp_path, "cut")
     published = _published(wd)
     staged = wd / R / ".staging/scores.csv"
     staged.write_bytes(staged.read_bytes()[:300])
@@ -268,7 +265,7 @@ def test_a_publish_killed_half_way_leaves_the_previous_set_whole(micro_run, tmp_
     publishes. (Before: the published files were the declared outputs, so they were gone or mixed.)"""
     from hooks.sitecustomize import KILL_PUBLISH_ENV, PYTHONPATH_ENTRY
 
-    wd = _finishedcopy_run(micro_run, tmp_path, "killed")
+    wd = copy_run(micro_run, tmp_path, "killed")
     published = _published(wd)
     record = wd / R / "published.json"
     version = json.loads(record.read_text())["version"] if record.exists() else None
@@ -298,7 +295,7 @@ def test_two_runs_from_two_checkouts_sharing_results_are_one_writer_at_a_time(mi
 
     from hooks.sitecustomize import HOLD_PUBLISH_ENV, PYTHONPATH_ENTRY
 
-    one = _finishedcopy_run(micro_run, tmp_path, "one")
+    one = copy_run(micro_run, tmp_path, "one")
     two = tmp_path / "two"
     two.mkdir()
     (two / "results").symlink_to(one / "results")
@@ -536,7 +533,7 @@ def test_looking_changes_nothing_in_the_results(micro_run, tmp_path, monkeypatch
     the dry run took the experiment's lock and deleted published.json.)"""
     from oodcorr.cli import main
 
-    wd = _finishedcopy_run(micro_run, tmp_path, "looking")
+    wd = copy_run(micro_run, tmp_path, "looking")
     with open(wd / R / "scores.csv", "a") as fh:
         fh.write("micro-opt,synth,64,0,micro-opt/synth/n64/seed0,20,step,synth-test,in-domain,0.99,60,59\n")
     cfg = micro_run[1]
@@ -594,11 +591,7 @@ def test_two_experiments_in_one_folder_leave_each_other_alone(micro_run, tmp_pat
     """micro, then a second config reusing the model name with other settings: each lives in its
     own results/<experiment>/, so the second moves none of the first's checkpoints aside and
     the first's tables, figures and predictions are untouched; rerunning the first does nothing."""
-    import shutil
-
-    wd = tmp_path / "two"
-    shutil.copytree(micro_run[0], wd, symlinks=True)
-    assert smk(wd, micro_run[2]).returncode == 0  # the first experiment, finished (whatever ran before)
+    wd = copy_run(micro_run, tmp_path, "two")  # the first experiment, finished
     first = {p: p.stat().st_mtime_ns for p in (wd / R).rglob("*") if p.is_file()}
     cfg = micro_config()
     cfg.pop("experiment")  # named after its file: results/micro-lr/
@@ -643,7 +636,6 @@ def test_bookkeeping_changes_rerun_nothing(micro_run):
     wd, cfg, cfg_path = micro_run
     import copy
 
-    assert smk(wd, cfg_path).returncode == 0  # micro as shipped, finished (whatever ran before)
     cfg2 = copy.deepcopy(cfg)
     cfg2["evaluation"]["batch_size"] = 7
     cfg2["models"][0]["resources"] = {"evaluate": {"mem_mb": 1234}}
@@ -660,7 +652,7 @@ def test_another_commit_or_a_dirty_tree_reruns_nothing(micro_run, tmp_path):
     """Provenance is recorded beside the results, never in a rule's params or the config's digest: with
     git saying another commit and edited files (a git on PATH that says so to every process of the run),
     a dry run plans nothing."""
-    wd, cfg_path = _finishedcopy_run(micro_run, tmp_path, "commit"), micro_run[2]
+    wd, cfg_path = copy_run(micro_run, tmp_path, "commit"), micro_run[2]
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "git").write_text(
