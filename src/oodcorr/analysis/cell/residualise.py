@@ -101,12 +101,12 @@ _LAM_RATIOS = np.logspace(-7, 5, 49)
 
 
 @lru_cache(maxsize=8)
-def penalty_directions(size: int) -> np.ndarray:
+def _penalty_directions(size: int) -> np.ndarray:
     """(size, size - 2): the combinations of ``size`` cubic B-splines on [0, 1] whose ridge penalty is the
     curve's integrated squared second derivative (the mixed-model form)."""
     from scipy.interpolate import BSpline
 
-    t = knots(size)
+    t = _knots(size)
     # the second derivatives are linear between knots, their products quadratic: Simpson's rule on
     # each knot interval integrates them exactly
     edges = np.unique(t)
@@ -121,7 +121,7 @@ def penalty_directions(size: int) -> np.ndarray:
     return directions
 
 
-def knots(size: int) -> np.ndarray:
+def _knots(size: int) -> np.ndarray:
     """The clamped knots of ``size`` cubic B-splines on [0, 1], interior knots evenly spaced."""
     return np.concatenate([np.zeros(3), np.linspace(0, 1, size - 2), np.ones(3)])
 
@@ -130,8 +130,8 @@ def _cubic_penalised(x: np.ndarray, size: int) -> np.ndarray:
     """The penalised part of a cubic regression spline of ``x`` (in [0, 1]) with ``size`` B-splines."""
     from scipy.interpolate import BSpline
 
-    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), knots(size), 3).toarray()
-    return B @ penalty_directions(size)
+    B = BSpline.design_matrix(np.clip(x, 0.0, 1.0), _knots(size), 3).toarray()
+    return B @ _penalty_directions(size)
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,7 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
     return out, limited
 
 
-def measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
+def _measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
     """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
     (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
     r, r_eiv = runs["r"], runs["r_eiv"]
@@ -280,7 +280,7 @@ def studies_of(runs: dict, settings: Settings, flip_half: bool = False, interval
     if flip_half:
         sign[r.shape[1] // 2 :] = -1.0
     if "r_eiv" in runs:
-        return measured_studies(runs, settings.level, settings.near_zero, sign, intervals)
+        return _measured_studies(runs, settings.level, settings.near_zero, sign, intervals)
     z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
     ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
     res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
