@@ -158,7 +158,17 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
             f"{model_entry.where}: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
-    _missing_shards(p, model_entry)
+    for name in [INDEX, "pytorch_model.bin.index.json"] if model_entry.allow_pickle_weights else [INDEX]:
+        if not (p / name).exists():
+            continue
+        shards = sorted(set(_read_weight_map(p / name, model_entry).values()))
+        gone = [s for s in shards if not (p / s).is_file()]
+        if gone:
+            raise ConfigError(
+                f"{model_entry.where}: {p} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
+                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): copy or download the model again "
+                "(a hub model: `oodcorr prefetch`), then run again"
+            )
     headers = {}
     for f in sorted(p.glob("*.safetensors")):
         try:
@@ -193,24 +203,6 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
             f"{model_entry.where}: {p} needs remote code (config.json has auto_map); "
             "set trust_remote_code: true on this model to opt in"
         )
-
-
-def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    names = ["model.safetensors.index.json"]
-    if model_entry.allow_pickle_weights:
-        names.append("pytorch_model.bin.index.json")
-    for name in names:
-        index = folder / name
-        if not index.exists():
-            continue
-        shards = sorted(set(_read_weight_map(index, model_entry).values()))
-        gone = [s for s in shards if not (folder / s).is_file()]
-        if gone:
-            raise ConfigError(
-                f"{model_entry.where}: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
-                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): copy or download the model again "
-                "(a hub model: `oodcorr prefetch`), then run again"
-            )
 
 
 INDEX = "model.safetensors.index.json"
@@ -307,22 +299,19 @@ def tokenizer_max_id(path: str | Path) -> int | None:
     return max(ids) if ids else None
 
 
-def _embedding_rows(folder: str | Path) -> int | None:
+def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
+    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``, or None."""
     try:
         cfg = loads_json((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     for c in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
-        v = c.get("vocab_size") if isinstance(c, dict) else None
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
-    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``, or None."""
-    rows = _embedding_rows(folder)
-    if rows is None or max_id is None or max_id < rows:
+        rows = c.get("vocab_size") if isinstance(c, dict) else None
+        if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0:
+            break
+    else:
+        return None
+    if max_id is None or max_id < rows:
         return None
     return (
         f"models[{name}]: the tokenizer of {folder} gives token ids up to {max_id}, but the model's input embeddings "
