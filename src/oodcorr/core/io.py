@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import contextlib
 import gzip
 import io
 import json
@@ -135,16 +136,6 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         ) from None
 
 
-def _suggest_encoding(raw: bytes) -> str:
-    if any(0x80 <= b <= 0x9F for b in raw):
-        try:
-            raw.decode("cp1252")
-            return "cp1252"
-        except UnicodeDecodeError:
-            pass
-    return "latin-1"
-
-
 def _utf16_without_bom(raw: bytes) -> str | None:
     """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs."""
     head = raw[:4096]
@@ -184,9 +175,14 @@ def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _
         utf16 = _utf16_without_bom(raw)
         if utf16:
             raise DataError(_UTF16.format(path=path, fix=fix.format(encoding=utf16))) from None
+        guess = "latin-1"
+        if any(0x80 <= b <= 0x9F for b in raw):
+            with contextlib.suppress(UnicodeDecodeError):
+                raw.decode("cp1252")
+                guess = "cp1252"
         raise DataError(
             f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
-            f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
+            f"another encoding, {fix.format(encoding=guess)}"
         ) from None
     if codec.startswith("utf"):  # a mark the codec kept (utf-8, utf-16-le, ... declared)
         text = text.removeprefix("\ufeff")
