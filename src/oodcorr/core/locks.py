@@ -350,7 +350,11 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
 def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
     """Take the lock in this run's place (``own``) and in every other recorded place, in path order;
     return the other places' descriptors. Recording before listing makes the first place both want decide."""
-    _record(folder, kind.file)
+    where = _lock_dir()
+    record = folder.resolve() / PLACES / f"{kind.file}-{short_tag(str(where), 16)}.json"
+    doc = {"lock_dir": where, "host": socket.gethostname()}
+    if json_or_none(record) != doc:
+        write_json_atomic(record, doc)
     places, damaged = _recorded(folder, kind.file)
     if damaged:
         raise FolderInUse(damaged[0])
@@ -431,14 +435,6 @@ class _Place:
 def _lock_dir() -> str | None:
     elsewhere = os.environ.get(LOCK_DIR_ENV)
     return str(Path(elsewhere).expanduser().resolve()) if elsewhere else None
-
-
-def _record(folder: Path, kind_file: str) -> None:
-    where = _lock_dir()
-    path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
-    doc = {"lock_dir": where, "host": socket.gethostname()}
-    if json_or_none(path) != doc:
-        write_json_atomic(path, doc)
 
 
 def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:
