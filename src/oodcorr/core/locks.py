@@ -227,24 +227,16 @@ def _why_not_writable(folder: Path, e: OSError, owned: Path) -> str:
 def _drop_copied_name(path: Path) -> None:
     """A lock file with another name too (its folder copied with ``cp -al``) that no run holds: this
     name of it goes, so the lock is made anew here. One held is left, and :func:`open_lock_file` refuses it."""
-    try:
+    with contextlib.suppress(OSError):
         st = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.path.samestat(os.fstat(fd), os.lstat(path)):
-            path.unlink()
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                    path.unlink()
+            finally:
+                os.close(fd)
 
 
 def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
