@@ -105,12 +105,19 @@ def safetensors_header(path: str | Path) -> dict:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} has no data offsets in the header")
         if not 0 <= offsets[0] <= offsets[1] <= data:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} lies past the end of the file (cut short?)")
-        need = _tensor_bytes(meta)
-        if need is None:
+        bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
+        shape = meta.get("shape")
+        if (
+            bits is None
+            or not isinstance(shape, list)
+            or not all(isinstance(d, int) and d >= 0 for d in shape)
+            or math.prod(shape) * bits % 8
+        ):
             raise ValueError(
                 f"{path}: tensor {str(name)[:80]!r} has dtype {str(meta.get('dtype'))[:20]!r} or shape "
                 f"{str(meta.get('shape'))[:60]} that safetensors does not define"
             )
+        need = math.prod(shape) * bits // 8
         if need != offsets[1] - offsets[0]:
             raise ValueError(
                 f"{path}: tensor {str(name)[:80]!r} ({meta['dtype']}, shape {meta['shape']}) needs {need:,} bytes "
@@ -131,16 +138,6 @@ def safetensors_header(path: str | Path) -> dict:
             "belong to no tensor (padded, or another file appended)"
         )
     return header
-
-
-def _tensor_bytes(meta: dict) -> int | None:
-    """The bytes a safetensors tensor holds by its dtype and shape; None when either is not the format's."""
-    bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
-    shape = meta.get("shape")
-    if bits is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return None
-    count = math.prod(shape)
-    return None if count * bits % 8 else count * bits // 8
 
 
 def check_local_weights(src: str, model_entry: ModelEntry) -> None:
