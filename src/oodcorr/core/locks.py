@@ -91,17 +91,6 @@ class HeldLock:
 _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
 
 
-def _read_holder(fd: int) -> dict | None:
-    # the holder writes its details just after taking the lock: give it a moment
-    for _ in range(20):
-        with contextlib.suppress(ValueError, OSError):
-            info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-            if isinstance(info, dict) and "pid" in info:
-                return info
-        time.sleep(0.05)
-    return None
-
-
 def local_holders(fd: int) -> list[int]:
     """The PIDs on this host that hold an ``flock`` on the file open as ``fd`` (``/proc/locks``)."""
     try:
@@ -319,8 +308,15 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        info, local = _read_holder(fd), local_holders(fd)
-        raise FolderInUse(_refusal(folder, path, info, local, kind) + note) from None
+        for _ in range(20):  # the holder writes its details just after taking the lock: give it a moment
+            with contextlib.suppress(ValueError, OSError):
+                info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+                if isinstance(info, dict) and "pid" in info:
+                    break
+            time.sleep(0.05)
+        else:
+            info = None
+        raise FolderInUse(_refusal(folder, path, info, local_holders(fd), kind) + note) from None
     except OSError as e:
         if e.errno not in REFUSED_ERRNOS:
             raise
