@@ -66,12 +66,10 @@ VERDICTS = _all_verdicts()  # every verdict, strongest first (:func:`verdict_ord
 
 
 def verdict_rank(word: str) -> int:
-    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
     return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
 
 
 def states_a_sign(verdict: str) -> bool:
-    """Whether a verdict states the sign (in nearly every model, or on average)."""
     return any(w in verdict for w in SIGN_WORDS)
 
 
@@ -81,7 +79,6 @@ def read_agreement(path: str | Path) -> list[dict]:
 
 
 def as_float(row: dict, key: str) -> float:
-    """A number of an agreement row (text or a number), NaN where it holds none."""
     try:
         return float(row.get(key))
     except (TypeError, ValueError):
@@ -89,7 +86,6 @@ def as_float(row: dict, key: str) -> float:
 
 
 def as_int(row: dict, key: str) -> int:
-    """A count of an agreement row, 0 where it holds none."""
     v = as_float(row, key)
     return int(v) if math.isfinite(v) else 0
 
@@ -151,7 +147,6 @@ _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
 
 def _first(texts: list[str], n: int, what: str = "") -> str:
-    """The first ``n`` of ``texts`` joined, and how many more ``what`` there are."""
     return ", ".join(texts[:n]) + (f" and {len(texts) - n} more{what}" if len(texts) > n else "")
 
 
