@@ -32,9 +32,8 @@ class GpuPoolError(RuntimeError):
     """A job asked for more GPUs than exist, or waited too long for a free one."""
 
 
-def visible_devices(env: dict | None = None) -> list[str]:
+def visible_devices(env: dict) -> list[str]:
     """Device ids this process may use, in CUDA's numbering."""
-    env = os.environ if env is None else env
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         out = []
@@ -54,8 +53,7 @@ def visible_devices(env: dict | None = None) -> list[str]:
     return [x.strip() for x in r.stdout.splitlines() if x.strip().isdigit()]
 
 
-def default_lock_dir(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
+def default_lock_dir(env: dict) -> Path:
     if env.get(LOCK_DIR_ENV):
         return Path(env[LOCK_DIR_ENV])
     name = f"oodcorr-gpus-{os.getuid()}"

@@ -102,10 +102,9 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
 
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     mask = current_umask()
-    try:
+    block = 4096
+    with contextlib.suppress(OSError):
         block = os.statvfs(pub).f_frsize or 4096
-    except OSError:
-        block = 4096
     needed = 0  # what the copies take on disk: each file in whole blocks
     for src in staged.values():
         with contextlib.suppress(OSError):
