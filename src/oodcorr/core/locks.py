@@ -355,7 +355,7 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
                 _flock(fd, folder, own, kind)
                 continue
             other, path = others[name], Path(name)
-            here, there = _describe(_lock_dir()), _describe(other.lock_dir)
+            here, there = _describe(where), _describe(other.lock_dir)
             if other.lock_dir is not None and other.host != socket.gethostname():
                 raise FolderInUse(
                     f"{kind.folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
