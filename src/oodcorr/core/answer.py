@@ -66,12 +66,10 @@ VERDICTS = _all_verdicts()  # every verdict, strongest first (:func:`verdict_ord
 
 
 def verdict_rank(word: str) -> int:
-    """A verdict's place in :data:`VERDICTS` (0: the strongest); an unknown word ranks last."""
     return VERDICTS.index(word) if word in VERDICTS else len(VERDICTS)
 
 
 def states_a_sign(verdict: str) -> bool:
-    """Whether a verdict states the sign (in nearly every model, or on average)."""
     return any(w in verdict for w in SIGN_WORDS)
 
 
@@ -81,7 +79,6 @@ def read_agreement(path: str | Path) -> list[dict]:
 
 
 def as_float(row: dict, key: str) -> float:
-    """A number of an agreement row (text or a number), NaN where it holds none."""
     try:
         return float(row.get(key))
     except (TypeError, ValueError):
@@ -89,7 +86,6 @@ def as_float(row: dict, key: str) -> float:
 
 
 def as_int(row: dict, key: str) -> int:
-    """A count of an agreement row, 0 where it holds none."""
     v = as_float(row, key)
     return int(v) if math.isfinite(v) else 0
 
@@ -151,7 +147,6 @@ _LIMITING = re.compile(r"(?:^|, )(.+?) \((?:reliability|its variation)[^)]*\)")
 
 
 def _first(texts: list[str], n: int, what: str = "") -> str:
-    """The first ``n`` of ``texts`` joined, and how many more ``what`` there are."""
     return ", ".join(texts[:n]) + (f" and {len(texts) - n} more{what}" if len(texts) > n else "")
 
 
@@ -346,27 +341,6 @@ def _with_runs(row: dict, reason: str, way: str) -> tuple[str, str]:
     return reason, way
 
 
-def _noise_sides(row: dict, limit: float) -> list[tuple[str, str]]:
-    """(testset, its item noise in words) for each testset of the pair below the reliability ``limit``."""
-    out = []
-    for side, name in (("x", row.get("x")), ("y", row.get("y")), ("in_domain", row.get("in_domain"))):
-        est, low = as_float(row, f"reliability_{side}"), as_float(row, f"reliability_{side}_low")
-        where = "in-domain " if side == "in_domain" else ""
-        if math.isfinite(est) and est < limit:
-            said = NOISE_EXCEEDS if est < 0 else f"item noise is {1 - est:.0%} of its series' variance"
-            said += f" (reliability below {limit:g})"
-        elif not math.isfinite(est) and math.isfinite(low) and low < limit:
-            said = (
-                f"item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance (bounded by its size alone)"
-            )
-        else:
-            continue
-        out.append((f"{where}{name}", f"{where}{name}'s {said}"))
-    if not out and _text(row, "noise_limited"):
-        out.append((str(row.get("in_domain")), _text(row, "noise_limited")))
-    return out
-
-
 def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     """An unresolved pair of 2 models or more: why, and what would resolve it."""
     ci = _span(row, "ci")
@@ -400,8 +374,75 @@ def _no_sign(row: dict, n: int, alpha: float) -> tuple[str, str]:
     return reason, way
 
 
-def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
-    """A verdict that states a sign, a spread or near zero: why, and what remains."""
+def verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
+    """(reason, way on) of one agreement row; ``limit``: the reliability below which a pair can be noise-limited."""
+    reason, way = _verdict_reason(row, alpha, limit)
+    if str(row.get("form")) != DEPENDS_ON_FORM:
+        return reason, way
+    line = _text(row, "line_verdict") or "n/a"
+    return (
+        f"{reason}; {FORM}: the straight line answers '{line}' (the verdict is the curve's)",
+        f"{way}; look at the scatter figure (each run's curve and line), or add checkpoints",
+    )
+
+
+def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
+    verdict = str(row.get("verdict"))
+    n = as_int(row, "n_models_consensus")
+    tested = as_int(row, "n_models")
+    if verdict == NO_DATA:
+        note = _text(row, "note")
+        return (
+            f"{NO_VALUE}: no model's runs gave a value" + (f" ({note})" if note else ""),
+            "read the note and partial_correlations.csv's run rows: longer series (more checkpoints), "
+            "or testsets that do not share items",
+        )
+    if verdict == NOISE_LIMITED_VERDICT:
+        # (testset, its item noise in words) for each testset of the pair below the reliability limit
+        sides = []
+        for side, name in (("x", row.get("x")), ("y", row.get("y")), ("in_domain", row.get("in_domain"))):
+            est, low = as_float(row, f"reliability_{side}"), as_float(row, f"reliability_{side}_low")
+            where = "in-domain " if side == "in_domain" else ""
+            if math.isfinite(est) and est < limit:
+                said = NOISE_EXCEEDS if est < 0 else f"item noise is {1 - est:.0%} of its series' variance"
+                said += f" (reliability below {limit:g})"
+            elif not math.isfinite(est) and math.isfinite(low) and low < limit:
+                said = (
+                    f"item noise may be up to {1 - max(low, 0.0):.0%} of its series' variance (bounded by its "
+                    "size alone)"
+                )
+            else:
+                continue
+            sides.append((f"{where}{name}", f"{where}{name}'s {said}"))
+        if not sides and _text(row, "noise_limited"):
+            sides.append((str(row.get("in_domain")), _text(row, "noise_limited")))
+        ci = _span(row, "ci")
+        shown = f"; the consensus interval {ci} may be that noise persisting across checkpoints" if ci != "n/a" else ""
+        bounded = any("bounded by its size" in t for _, t in sides)
+        way = f"more items for {', '.join(dict.fromkeys(n_ for n_, _ in sides)) or 'its testsets'} (a larger testset)"
+        if bounded:
+            way += "; per-item scores (lm-eval samples) give an estimate instead of a bound"
+        return f"{ITEM_NOISE}: " + "; ".join(t for _, t in sides) + shown, way
+    if verdict == TOO_FEW_MODELS:
+        if tested >= 2:
+            reason = (
+                f"{NO_INTERVAL}: only {n} of {tested} models have a correlation with an interval, "
+                "and a consensus needs 2" + (f" ({_text(row, 'note')})" if _text(row, "note") else "")
+            )
+            way = "longer series (more checkpoints) or more runs for the models left out"
+        else:
+            sign = every_run_sign(row)
+            reason = f"{ONE_MODEL}: a consensus across models needs 2 or more" + (
+                f"; this model's own run finds it significant and {sign}" if sign else ""
+            )
+            way = (
+                "a second model (a third for a statement about a further model); this model's own answer "
+                "is its pooled row in partial_correlations.csv"
+            )
+        return _with_runs(row, reason, way)
+    if verdict == UNRESOLVED:
+        return _no_sign(row, n, alpha)
+    # a verdict that states a sign, a spread or near zero: why, and what remains
     if verdict.startswith(SIGN_REVERSAL):
         reason = f"{REVERSED}: {_text(row, 'reversal') or 'two models'}, each significant"
         reason += _p(row, "p_reversal_adj")
@@ -438,57 +479,3 @@ def _signed(row: dict, verdict: str, n: int) -> tuple[str, str]:
         reason += f"; {differ}"
         way = "read each model's correlation (by_model)" + ("" if way == SETTLED else f"; {way}")
     return reason, way
-
-
-def verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
-    """(reason, way on) of one agreement row; ``limit``: the reliability below which a pair can be noise-limited."""
-    reason, way = _verdict_reason(row, alpha, limit)
-    if str(row.get("form")) != DEPENDS_ON_FORM:
-        return reason, way
-    line = _text(row, "line_verdict") or "n/a"
-    return (
-        f"{reason}; {FORM}: the straight line answers '{line}' (the verdict is the curve's)",
-        f"{way}; look at the scatter figure (each run's curve and line), or add checkpoints",
-    )
-
-
-def _verdict_reason(row: dict, alpha: float, limit: float) -> tuple[str, str]:
-    verdict = str(row.get("verdict"))
-    n = as_int(row, "n_models_consensus")
-    tested = as_int(row, "n_models")
-    if verdict == NO_DATA:
-        note = _text(row, "note")
-        return (
-            f"{NO_VALUE}: no model's runs gave a value" + (f" ({note})" if note else ""),
-            "read the note and partial_correlations.csv's run rows: longer series (more checkpoints), "
-            "or testsets that do not share items",
-        )
-    if verdict == NOISE_LIMITED_VERDICT:
-        sides = _noise_sides(row, limit)
-        ci = _span(row, "ci")
-        shown = f"; the consensus interval {ci} may be that noise persisting across checkpoints" if ci != "n/a" else ""
-        bounded = any("bounded by its size" in t for _, t in sides)
-        way = f"more items for {', '.join(dict.fromkeys(n_ for n_, _ in sides)) or 'its testsets'} (a larger testset)"
-        if bounded:
-            way += "; per-item scores (lm-eval samples) give an estimate instead of a bound"
-        return f"{ITEM_NOISE}: " + "; ".join(t for _, t in sides) + shown, way
-    if verdict == TOO_FEW_MODELS:
-        if tested >= 2:
-            reason = (
-                f"{NO_INTERVAL}: only {n} of {tested} models have a correlation with an interval, "
-                "and a consensus needs 2" + (f" ({_text(row, 'note')})" if _text(row, "note") else "")
-            )
-            way = "longer series (more checkpoints) or more runs for the models left out"
-        else:
-            sign = every_run_sign(row)
-            reason = f"{ONE_MODEL}: a consensus across models needs 2 or more" + (
-                f"; this model's own run finds it significant and {sign}" if sign else ""
-            )
-            way = (
-                "a second model (a third for a statement about a further model); this model's own answer "
-                "is its pooled row in partial_correlations.csv"
-            )
-        return _with_runs(row, reason, way)
-    if verdict == UNRESOLVED:
-        return _no_sign(row, n, alpha)
-    return _signed(row, verdict, n)

@@ -45,23 +45,19 @@ def atomic_path(path: str | os.PathLike, size: int | None = None, what: str | No
         written = None
         with contextlib.suppress(OSError):
             written = tmp_path.stat().st_size
-        failed = isinstance(e, Exception) and not isinstance(e, WriteFailed) and _stopped_this_write(e, tmp_path)
+        # the file system stopping this write (a full disk, or an error naming no file elsewhere), not, say,
+        # an input that cannot be read
+        code = write_errno(e, tmp_path.parent) if isinstance(e, Exception) and not isinstance(e, WriteFailed) else None
+        named = [getattr(x, "filename", None) for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError)]
+        failed = code in DISK_FULL_ERRNOS or (
+            code is not None
+            and not any(n and Path(n).parent not in (tmp_path.parent, tmp_path.parent.resolve()) for n in named)
+        )
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
         if failed:
             raise write_failed(path.parent, what, needed=size, written=written, cause=e) from e
         raise
-
-
-def _stopped_this_write(e: Exception, tmp: Path) -> bool:
-    """Whether ``e`` is the file system stopping this write (not, say, an input that cannot be read)."""
-    code = write_errno(e, tmp.parent)
-    if code is None:
-        return False
-    if code in DISK_FULL_ERRNOS:
-        return True
-    named = [getattr(x, "filename", None) for x in (e, e.__cause__, e.__context__) if isinstance(x, OSError)]
-    return not any(n and Path(n).parent not in (tmp.parent, tmp.parent.resolve()) for n in named)
 
 
 def current_umask() -> int:

@@ -42,7 +42,6 @@ DELETABLE_WALK_LIMIT = 20_000
 
 
 def _chain(exc: BaseException | None):
-    """``exc`` and its causes (or contexts), each once."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))

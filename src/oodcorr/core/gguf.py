@@ -13,7 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-MAGIC = b"GGUF"
 VERSIONS = (2, 3)  # what the gguf package reads; version 1 had 32-bit counts
 MAX_METADATA_BYTES = 64 * 2**20
 MAX_METADATA_ITEMS = 2_000_000
@@ -22,8 +21,6 @@ MAX_KEY_BYTES = 1024
 MAX_TENSORS = 200_000
 MAX_DIMS = 4  # GGML_MAX_DIMS
 MAX_ARRAY_DEPTH = 3
-DEFAULT_ALIGNMENT = 32
-CHAT_TEMPLATE_KEY = "tokenizer.chat_template"
 
 # the GGUF architectures transformers reads (its GGUF_CONFIG_MAPPING; tests/core/test_gguf.py checks
 # that the two agree) and llama.cpp's names for some of them, which transformers renames
@@ -147,7 +144,7 @@ def read_header(path: str | Path) -> GGUFHeader:
     except OSError as e:
         raise GGUFError(f"{path}: cannot be read ({e.strerror or e})") from None
     with fh:
-        if fh.read(4) != MAGIC:
+        if fh.read(4) != b"GGUF":
             raise GGUFError(f"{path}: not a GGUF file (it does not start with the bytes 'GGUF')")
         if size < 24:
             raise GGUFError(f"{path}: {size} bytes, too short for a GGUF header (24); cut short: copy it again")
@@ -180,7 +177,7 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
             raise GGUFError(f"{path}: metadata key {key!r} appears twice; refusing an ambiguous file")
         kind = cur.unpack("<I", 4, f"the value type of {key!r}")
         metadata[key] = _value(cur, kind, str(key), 0, budget)
-        if key == CHAT_TEMPLATE_KEY and kind == STRING:
+        if key == "tokenizer.chat_template" and kind == STRING:
             chat_chars = metadata[key] if isinstance(metadata[key], int) else len(metadata[key])
         if cur.pos - 24 > MAX_METADATA_BYTES:
             raise GGUFError(f"{path}: its metadata is over {MAX_METADATA_BYTES // 2**20} MiB (at key {key!r})")
@@ -193,7 +190,7 @@ def _parse(buf, path: Path, size: int) -> GGUFHeader:
             f"{', '.join(sorted(TRANSFORMERS_ARCHITECTURES))}); convert the model to safetensors with its "
             "own tools and use a path: entry"
         )
-    alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+    alignment = metadata.get("general.alignment", 32)  # GGUF's default
     if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0 or alignment & (alignment - 1):
         raise GGUFError(f"{path}: general.alignment is {alignment!r}, not a power of two")
     try:  # the types as transformers' GGUF loader reads them

@@ -32,9 +32,8 @@ class GpuPoolError(RuntimeError):
     """A job asked for more GPUs than exist, or waited too long for a free one."""
 
 
-def visible_devices(env: dict | None = None) -> list[str]:
+def visible_devices(env: dict) -> list[str]:
     """Device ids this process may use, in CUDA's numbering."""
-    env = os.environ if env is None else env
     cvd = env.get("CUDA_VISIBLE_DEVICES")
     if cvd is not None:
         out = []
@@ -54,8 +53,7 @@ def visible_devices(env: dict | None = None) -> list[str]:
     return [x.strip() for x in r.stdout.splitlines() if x.strip().isdigit()]
 
 
-def default_lock_dir(env: dict | None = None) -> Path:
-    env = os.environ if env is None else env
+def default_lock_dir(env: dict) -> Path:
     if env.get(LOCK_DIR_ENV):
         return Path(env[LOCK_DIR_ENV])
     name = f"oodcorr-gpus-{os.getuid()}"
@@ -81,37 +79,6 @@ class Claim:
         self._fds = []
 
 
-def _try_lock(path: Path) -> int | None:
-    fd = open_lock_file(path)  # never through a link: the default folder is in the shared /tmp
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-            return None
-        raise
-    # who holds it, for people looking at the folder (the lock itself is what counts)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
-    return fd
-
-
-def _check_lock_dir(lock_dir: Path, shared: bool) -> None:
-    """The GPU lock folder, unless named to be shared, must be this user's own folder, writable by nobody
-    else: the default is in the shared ``/tmp`` under a name anyone can guess."""
-    st = os.lstat(lock_dir)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise UnsafeLockFile(
-            f"{lock_dir} (the GPU lock folder) is not a folder but a link or a file; remove it, or set "
-            f"{LOCK_DIR_ENV} to a folder of your own, and run again"
-        )
-    if not shared and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-        raise UnsafeLockFile(
-            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others; set "
-            f"{LOCK_DIR_ENV} to a folder of your own (or one your group shares on purpose) and run again"
-        )
-
-
 def claim_devices(
     n: int,
     *,
@@ -129,16 +96,38 @@ def claim_devices(
             "make more devices visible (CUDA_VISIBLE_DEVICES)"
         )
     lock_dir.mkdir(mode=0o777 if shared else 0o700, parents=True, exist_ok=True)
-    _check_lock_dir(lock_dir, shared)
+    # unless named to be shared, this user's own folder, writable by nobody else: the default is in the
+    # shared /tmp under a name anyone can guess
+    st = os.lstat(lock_dir)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise UnsafeLockFile(
+            f"{lock_dir} (the GPU lock folder) is not a folder but a link or a file; remove it, or set "
+            f"{LOCK_DIR_ENV} to a folder of your own, and run again"
+        )
+    if not shared and (st.st_uid != os.getuid() or st.st_mode & 0o022):
+        raise UnsafeLockFile(
+            f"{lock_dir} (the GPU lock folder) belongs to user id {st.st_uid} or is writable by others; set "
+            f"{LOCK_DIR_ENV} to a folder of your own (or one your group shares on purpose) and run again"
+        )
     start = last_note = time.monotonic()
     while True:
         got: list[tuple[str, int]] = []
         for d in devices:
-            fd = _try_lock(lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', d)}.lock")
-            if fd is not None:
-                got.append((d, fd))
-                if len(got) == n:
-                    return Claim([g for g, _ in got], lock_dir, [f for _, f in got])
+            # never through a link: the default folder is in the shared /tmp
+            fd = open_lock_file(lock_dir / f"gpu-{re.sub(r'[^A-Za-z0-9._-]', '_', d)}.lock")
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    continue
+                raise
+            # who holds it, for people looking at the folder (the lock itself is what counts)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%S')}\n".encode(), 0)
+            got.append((d, fd))
+            if len(got) == n:
+                return Claim([g for g, _ in got], lock_dir, [f for _, f in got])
         Claim([], lock_dir, [f for _, f in got]).release()  # not enough this pass: hold nothing while waiting
         now = time.monotonic()
         if timeout is not None and now - start >= timeout:

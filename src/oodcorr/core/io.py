@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bz2
 import codecs
+import contextlib
 import gzip
 import io
 import json
@@ -18,7 +19,6 @@ from typing import Any
 from .errors import DataError, ResultError
 
 _FIX = "set `encoding: {encoding}` on the dataset entry"  # how a user declares an encoding
-_UTF16 = "{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other position); {fix}"
 
 
 class DuplicateKey(ValueError):
@@ -135,23 +135,15 @@ def read_bytes(path: str | os.PathLike) -> bytes:
         ) from None
 
 
-def _suggest_encoding(raw: bytes) -> str:
-    if any(0x80 <= b <= 0x9F for b in raw):
-        try:
-            raw.decode("cp1252")
-            return "cp1252"
-        except UnicodeDecodeError:
-            pass
-    return "latin-1"
-
-
-def _utf16_without_bom(raw: bytes) -> str | None:
-    """``utf-16-le``/``-be`` when NUL bytes fill one byte of most pairs."""
+def _refuse_utf16_without_bom(raw: bytes, path: Path, fix: str) -> None:
+    """A :class:`DataError` when NUL bytes fill one byte of most pairs (``utf-16-le``/``-be``)."""
     head = raw[:4096]
     even, odd = head[0::2].count(0), head[1::2].count(0)
-    if max(even, odd) < len(head) // 4:
-        return None
-    return "utf-16-be" if even > odd else "utf-16-le"
+    if max(even, odd) >= len(head) // 4:
+        raise DataError(
+            f"{path}: looks like UTF-16 without a byte-order mark (NUL bytes in every other position); "
+            + fix.format(encoding="utf-16-be" if even > odd else "utf-16-le")
+        ) from None
 
 
 def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _FIX) -> str:
@@ -181,20 +173,21 @@ def read_text(path: str | os.PathLike, encoding: str | None = None, fix: str = _
                 f"{path}:{line}: not valid {encoding or codec} at byte {e.start} (0x{byte:02x}); "
                 "the file is damaged or in another encoding"
             ) from None
-        utf16 = _utf16_without_bom(raw)
-        if utf16:
-            raise DataError(_UTF16.format(path=path, fix=fix.format(encoding=utf16))) from None
+        _refuse_utf16_without_bom(raw, path, fix)
+        guess = "latin-1"
+        if any(0x80 <= b <= 0x9F for b in raw):
+            with contextlib.suppress(UnicodeDecodeError):
+                raw.decode("cp1252")
+                guess = "cp1252"
         raise DataError(
             f"{path}:{line}: not UTF-8 (byte 0x{byte:02x} at offset {e.start}); if the file is in "
-            f"another encoding, {fix.format(encoding=_suggest_encoding(raw))}"
+            f"another encoding, {fix.format(encoding=guess)}"
         ) from None
     if codec.startswith("utf"):  # a mark the codec kept (utf-8, utf-16-le, ... declared)
         text = text.removeprefix("\ufeff")
     if "\x00" in text:
         line = text[: text.index("\x00")].count("\n") + 1
-        utf16 = _utf16_without_bom(raw)
-        if utf16:
-            raise DataError(_UTF16.format(path=path, fix=fix.format(encoding=utf16)))
+        _refuse_utf16_without_bom(raw, path, fix)
         raise DataError(f"{path}:{line}: contains a NUL character, which text never holds; is it a text file?")
     return text
 

@@ -128,29 +128,19 @@ def _measure(root, max_nodes: int) -> dict[int, tuple[int, int]]:
             memo[id(obj)] = (min(frame[3], max_nodes + 1), frame[4] + 1)
             if parts:
                 parts.pop()
-            if stack:
-                n, h = memo[id(obj)]
-                stack[-1][3] = min(stack[-1][3] + n, max_nodes + 1)
-                stack[-1][4] = max(stack[-1][4], h)
+            continue
+        key, child = kids[i]
+        if isinstance(child, (dict, list, tuple)) and id(child) not in memo:  # measured, then counted below
+            if id(child) in on_path:
+                raise TooLarge(CYCLE_MESSAGE, [*parts, key])
+            parts.append(key)
+            on_path.add(id(child))
+            stack.append([child, _children(child), 0, 1, 0])
             continue
         frame[2] += 1
-        key, child = kids[i]
-        if isinstance(obj, dict):
-            frame[3] += 1  # the key itself
-        if not isinstance(child, (dict, list, tuple)):
-            frame[3] = min(frame[3] + 1, max_nodes + 1)
-            frame[4] = max(frame[4], 1)
-            continue
-        if id(child) in memo:
-            n, h = memo[id(child)]
-            frame[3] = min(frame[3] + n, max_nodes + 1)
-            frame[4] = max(frame[4], h)
-            continue
-        if id(child) in on_path:
-            raise TooLarge(CYCLE_MESSAGE, [*parts, key])
-        parts.append(key)
-        on_path.add(id(child))
-        stack.append([child, _children(child), 0, 1, 0])
+        n, h = memo.get(id(child), (1, 1))  # a scalar: one value, one level
+        frame[3] = min(frame[3] + isinstance(obj, dict) + n, max_nodes + 1)  # a mapping's key counts too
+        frame[4] = max(frame[4], h)
     return memo
 
 

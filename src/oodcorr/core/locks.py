@@ -91,40 +91,6 @@ class HeldLock:
 _HELD: dict[str, HeldLock] = {}  # lock path -> the lock this process holds (re-entrant)
 
 
-def _holder(extra: dict | None = None) -> dict:
-    info = {
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-    }
-    if os.environ.get("SLURM_JOB_ID"):
-        info["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
-    return dict(extra or {}, **info)
-
-
-def _read_holder(fd: int) -> dict | None:
-    # the holder writes its details just after taking the lock: give it a moment
-    for _ in range(20):
-        try:
-            info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
-            if isinstance(info, dict) and "pid" in info:
-                return info
-        except (ValueError, OSError):
-            pass
-        time.sleep(0.05)
-    return None
-
-
-def _alive_here(info: dict) -> bool:
-    try:
-        os.kill(int(info["pid"]), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, TypeError):
-        return True
-    return True
-
-
 def local_holders(fd: int) -> list[int]:
     """The PIDs on this host that hold an ``flock`` on the file open as ``fd`` (``/proc/locks``)."""
     try:
@@ -178,11 +144,15 @@ def _refusal(folder: Path, path: Path, info: dict | None, local: list[int], kind
             f"`ps -o pid,etime,args -p {info['pid']}`, then stop it (`kill {info['pid']}`{job}) or wait for "
             "it to finish, and run again: the lock goes with the process, there is nothing to delete"
         )
-    if not _alive_here(info):
+    try:
+        os.kill(int(info["pid"]), 0)
+    except ProcessLookupError:
         return (
             f"{head}: {who}, which has exited, but a process it started still holds the lock "
             f"(`fuser -v {path}` shows it). Stop that process or wait for it, then run again"
         )
+    except (PermissionError, ValueError, TypeError):
+        pass  # alive, another user's, or a PID that cannot be asked about
     return (
         f"{head}: {who}. {kind.why}. Wait for it, or stop it (`kill {info['pid']}` on {info.get('host', '?')}), "
         "then run again: the lock goes with the process, there is nothing to delete"
@@ -243,52 +213,19 @@ def _why_not_writable(folder: Path, e: OSError, owned: Path) -> str:
     return owner_of(owned) or f"{folder} is not writable"
 
 
-def _not_writable(folder: Path, path: Path, kind: LockKind, e: OSError) -> FolderNotWritable:
-    why = _why_not_writable(folder, e, path)
-    return FolderNotWritable(
-        f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: {why}), so its lock "
-        f"({path}) cannot be taken. Run with a results/ you can write (a link to a folder of yours), or ask "
-        "the folder's owner to run it or give your group write access"
-    )
-
-
-def _refused(folder: Path, path: Path, kind: LockKind, e: OSError) -> LocksRefused:
-    here = os.environ.get(LOCK_DIR_ENV)
-    if here:
-        return LocksRefused(
-            f"{kind.folder} {folder}: the lock folder {here} ({LOCK_DIR_ENV}) refuses locks too (flock on {path}: "
-            f"{e.strerror or e}); set {LOCK_DIR_ENV} to a folder on a local disk of this host (e.g. /tmp/$USER/"
-            "oodcorr-locks) and run again"
-        )
-    return LocksRefused(
-        f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), and nothing "
-        f"is written there without one ({kind.why}). Set {LOCK_DIR_ENV} to a folder on a local disk, the same for "
-        f"every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), and run again: it keeps "
-        "out a second writer on this host only, so start every run from this host. Or mount it with locking"
-    )
-
-
 def _drop_copied_name(path: Path) -> None:
     """A lock file with another name too (its folder copied with ``cp -al``) that no run holds: this
     name of it goes, so the lock is made anew here. One held is left, and :func:`open_lock_file` refuses it."""
-    try:
+    with contextlib.suppress(OSError):
         st = os.lstat(path)
-    except OSError:
-        return
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
-        return
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.path.samestat(os.fstat(fd), os.lstat(path)):
-            path.unlink()
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.path.samestat(os.fstat(fd), os.lstat(path)):
+                    path.unlink()
+            finally:
+                os.close(fd)
 
 
 def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
@@ -306,14 +243,27 @@ def _open(folder: Path, kind: LockKind) -> tuple[Path, int]:
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
-        raise _not_writable(folder, path, kind, e) from None
+        raise FolderNotWritable(
+            f"{kind.folder} {folder} cannot be written by this user ({e.strerror or e}: "
+            f"{_why_not_writable(folder, e, path)}), so its lock ({path}) cannot be taken. Run with a results/ you "
+            "can write (a link to a folder of yours), or ask the folder's owner to run it or give your group write "
+            "access"
+        ) from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return path, open_lock_file(path)
     except OSError as e:
         if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS, errno.EEXIST, errno.ENOTDIR):
             raise
-        raise LockDirUnusable(_unusable(f"{kind.folder} {folder}", path.parent, e)) from None
+        where = path.parent
+        blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
+        why = f"{blocker} is a file, not a folder" if blocker is not None else _why_not_writable(where, e, where)
+        raise LockDirUnusable(
+            f"{kind.folder} {folder}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}="
+            f"{os.environ.get(LOCK_DIR_ENV)} ({e.strerror or e}: {why}). Set {LOCK_DIR_ENV} to a folder of yours on "
+            f"a local disk (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), the same for every run, or unset it, "
+            "and run again"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -339,7 +289,14 @@ def _take(folder: Path, kind: LockKind, extra: dict | None) -> HeldLock:
     except BaseException:
         os.close(fd)
         raise
-    data = json.dumps(_holder(extra)).encode("utf-8")
+    info = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+    }
+    if os.environ.get("SLURM_JOB_ID"):
+        info["slurm_job_id"] = os.environ["SLURM_JOB_ID"]
+    data = json.dumps(dict(extra or {}, **info)).encode("utf-8")
     for f in (fd, *others):  # each place names its holder, for a run that meets it there
         os.ftruncate(f, 0)
         os.pwrite(f, data, 0)
@@ -351,18 +308,41 @@ def _flock(fd: int, folder: Path, path: Path, kind: LockKind, note: str = "") ->
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        info, local = _read_holder(fd), local_holders(fd)
-        raise FolderInUse(_refusal(folder, path, info, local, kind) + note) from None
+        for _ in range(20):  # the holder writes its details just after taking the lock: give it a moment
+            with contextlib.suppress(ValueError, OSError):
+                info = json.loads(os.pread(fd, 4096, 0).decode("utf-8"))
+                if isinstance(info, dict) and "pid" in info:
+                    break
+            time.sleep(0.05)
+        else:
+            info = None
+        raise FolderInUse(_refusal(folder, path, info, local_holders(fd), kind) + note) from None
     except OSError as e:
-        if e.errno in REFUSED_ERRNOS:
-            raise _refused(folder, path, kind, e) from None
-        raise
+        if e.errno not in REFUSED_ERRNOS:
+            raise
+        here = os.environ.get(LOCK_DIR_ENV)
+        if here:
+            raise LocksRefused(
+                f"{kind.folder} {folder}: the lock folder {here} ({LOCK_DIR_ENV}) refuses locks too (flock on {path}: "
+                f"{e.strerror or e}); set {LOCK_DIR_ENV} to a folder on a local disk of this host (e.g. /tmp/$USER/"
+                "oodcorr-locks) and run again"
+            ) from None
+        raise LocksRefused(
+            f"{kind.folder} {folder}: its file system refuses locks (flock on {path}: {e.strerror or e}), and nothing "
+            f"is written there without one ({kind.why}). Set {LOCK_DIR_ENV} to a folder on a local disk, the same for "
+            f"every run of this experiment (`export {LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), and run again: it "
+            "keeps out a second writer on this host only, so start every run from this host. Or mount it with locking"
+        ) from None
 
 
 def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[int]:
     """Take the lock in this run's place (``own``) and in every other recorded place, in path order;
     return the other places' descriptors. Recording before listing makes the first place both want decide."""
-    _record(folder, kind.file)
+    where = _lock_dir()
+    record = folder.resolve() / PLACES / f"{kind.file}-{short_tag(str(where), 16)}.json"
+    doc = {"lock_dir": where, "host": socket.gethostname()}
+    if json_or_none(record) != doc:
+        write_json_atomic(record, doc)
     places, damaged = _recorded(folder, kind.file)
     if damaged:
         raise FolderInUse(damaged[0])
@@ -375,16 +355,27 @@ def _take_every_place(folder: Path, kind: LockKind, own: Path, fd: int) -> list[
                 _flock(fd, folder, own, kind)
                 continue
             other, path = others[name], Path(name)
+            here, there = _describe(where), _describe(other.lock_dir)
             if other.lock_dir is not None and other.host != socket.gethostname():
-                raise FolderInUse(_unprovable(kind.folder, folder, other))
+                raise FolderInUse(
+                    f"{kind.folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
+                    f"({there} there), this run on {socket.gethostname()} would take it in {here}: whether a run on "
+                    f"{other.host} holds it cannot be told from here. Run this experiment from {other.host} with the "
+                    f"same {LOCK_DIR_ENV}; or, once no run of it is alive there, delete {other.record} and run again"
+                )
             try:  # made if missing: a run about to take it there meets this one's lock
                 path.parent.mkdir(parents=True, exist_ok=True)
                 ofd = open_lock_file(path)
             except OSError:
                 continue  # this user cannot make it there: nor can a run of this user hold it
             held.append(ofd)
+            note = (
+                f". That run takes the lock in {there}, this one in {here}: every run must take it in one place, so "
+                f"set {LOCK_DIR_ENV} alike in every shell (or in none); the places used are recorded in "
+                f"{other.record.parent}"
+            )
             try:
-                _flock(ofd, folder, path, kind, _elsewhere(other))
+                _flock(ofd, folder, path, kind, note)
             except LocksRefused:
                 os.close(held.pop())  # a file system without locks: no run holds it there
     except BaseException:
@@ -434,14 +425,6 @@ def _lock_dir() -> str | None:
     return str(Path(elsewhere).expanduser().resolve()) if elsewhere else None
 
 
-def _record(folder: Path, kind_file: str) -> None:
-    where = _lock_dir()
-    path = folder.resolve() / PLACES / f"{kind_file}-{short_tag(str(where), 16)}.json"
-    doc = {"lock_dir": where, "host": socket.gethostname()}
-    if json_or_none(path) != doc:
-        write_json_atomic(path, doc)
-
-
 def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:
     """The recorded places of ``folder``'s lock, and a sentence for each unreadable record."""
     places, damaged = [], []
@@ -468,31 +451,3 @@ def _recorded(folder: Path, kind_file: str) -> tuple[list[_Place], list[str]]:
 
 def _describe(where: str | None) -> str:
     return f"the folder itself ({LOCK_DIR_ENV} unset)" if where is None else f"{LOCK_DIR_ENV}={where}"
-
-
-def _elsewhere(other: _Place) -> str:
-    return (
-        f". That run takes the lock in {_describe(other.lock_dir)}, this one in {_describe(_lock_dir())}: every run "
-        f"must take it in one place, so set {LOCK_DIR_ENV} alike in every shell (or in none); the places used are "
-        f"recorded in {other.record.parent}"
-    )
-
-
-def _unprovable(kind_folder: str, folder: Path, other: _Place) -> str:
-    here = socket.gethostname()
-    return (
-        f"{kind_folder} {folder}: its lock has been taken in the lock folder of host {other.host} "
-        f"({_describe(other.lock_dir)} there), this run on {here} would take it in {_describe(_lock_dir())}: "
-        f"whether a run on {other.host} holds it cannot be told from here. Run this experiment from {other.host} "
-        f"with the same {LOCK_DIR_ENV}; or, once no run of it is alive there, delete {other.record} and run again"
-    )
-
-
-def _unusable(what: str, where: Path, e: OSError) -> str:
-    blocker = next((p for p in (where, *where.parents) if p.exists() and not p.is_dir()), None)
-    why = f"{blocker} is a file, not a folder" if blocker is not None else _why_not_writable(where, e, where)
-    return (
-        f"{what}: its lock cannot be taken in the lock folder {LOCK_DIR_ENV}={os.environ.get(LOCK_DIR_ENV)} "
-        f"({e.strerror or e}: {why}). Set {LOCK_DIR_ENV} to a folder of yours on a local disk (`export "
-        f"{LOCK_DIR_ENV}=/tmp/$USER/oodcorr-locks`), the same for every run, or unset it, and run again"
-    )

@@ -105,12 +105,19 @@ def safetensors_header(path: str | Path) -> dict:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} has no data offsets in the header")
         if not 0 <= offsets[0] <= offsets[1] <= data:
             raise ValueError(f"{path}: tensor {str(name)[:80]!r} lies past the end of the file (cut short?)")
-        need = _tensor_bytes(meta)
-        if need is None:
+        bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
+        shape = meta.get("shape")
+        if (
+            bits is None
+            or not isinstance(shape, list)
+            or not all(isinstance(d, int) and d >= 0 for d in shape)
+            or math.prod(shape) * bits % 8
+        ):
             raise ValueError(
                 f"{path}: tensor {str(name)[:80]!r} has dtype {str(meta.get('dtype'))[:20]!r} or shape "
                 f"{str(meta.get('shape'))[:60]} that safetensors does not define"
             )
+        need = math.prod(shape) * bits // 8
         if need != offsets[1] - offsets[0]:
             raise ValueError(
                 f"{path}: tensor {str(name)[:80]!r} ({meta['dtype']}, shape {meta['shape']}) needs {need:,} bytes "
@@ -133,16 +140,6 @@ def safetensors_header(path: str | Path) -> dict:
     return header
 
 
-def _tensor_bytes(meta: dict) -> int | None:
-    """The bytes a safetensors tensor holds by its dtype and shape; None when either is not the format's."""
-    bits = SAFETENSORS_BITS.get(meta.get("dtype")) if isinstance(meta.get("dtype"), str) else None
-    shape = meta.get("shape")
-    if bits is None or not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        return None
-    count = math.prod(shape)
-    return None if count * bits % 8 else count * bits // 8
-
-
 def check_local_weights(src: str, model_entry: ModelEntry) -> None:
     """A :class:`ConfigError` unless a local model folder is whole and loads under the safety defaults
     (no pickle, no remote code, unless the entry opts in); a hub id passes."""
@@ -158,7 +155,17 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
             f"{model_entry.where}: {p} holds weights only in a pickle format (.bin/.pt); "
             "refusing to load them (set allow_pickle_weights: true on this model to opt in)"
         )
-    _missing_shards(p, model_entry)
+    for name in [INDEX, "pytorch_model.bin.index.json"] if model_entry.allow_pickle_weights else [INDEX]:
+        if not (p / name).exists():
+            continue
+        shards = sorted(set(_read_weight_map(p / name, model_entry).values()))
+        gone = [s for s in shards if not (p / s).is_file()]
+        if gone:
+            raise ConfigError(
+                f"{model_entry.where}: {p} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
+                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): copy or download the model again "
+                "(a hub model: `oodcorr prefetch`), then run again"
+            )
     headers = {}
     for f in sorted(p.glob("*.safetensors")):
         try:
@@ -193,24 +200,6 @@ def check_local_weights(src: str, model_entry: ModelEntry) -> None:
             f"{model_entry.where}: {p} needs remote code (config.json has auto_map); "
             "set trust_remote_code: true on this model to opt in"
         )
-
-
-def _missing_shards(folder: Path, model_entry: ModelEntry) -> None:
-    names = ["model.safetensors.index.json"]
-    if model_entry.allow_pickle_weights:
-        names.append("pytorch_model.bin.index.json")
-    for name in names:
-        index = folder / name
-        if not index.exists():
-            continue
-        shards = sorted(set(_read_weight_map(index, model_entry).values()))
-        gone = [s for s in shards if not (folder / s).is_file()]
-        if gone:
-            raise ConfigError(
-                f"{model_entry.where}: {folder} lacks {len(gone)} of the {len(shards)} weight shards its {name} "
-                f"names ({', '.join(gone[:3])}{', ...' if len(gone) > 3 else ''}): copy or download the model again "
-                "(a hub model: `oodcorr prefetch`), then run again"
-            )
 
 
 INDEX = "model.safetensors.index.json"
@@ -307,22 +296,19 @@ def tokenizer_max_id(path: str | Path) -> int | None:
     return max(ids) if ids else None
 
 
-def _embedding_rows(folder: str | Path) -> int | None:
+def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
+    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``, or None."""
     try:
         cfg = loads_json((Path(folder) / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     for c in (cfg, cfg.get("text_config") if isinstance(cfg, dict) else None):
-        v = c.get("vocab_size") if isinstance(c, dict) else None
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def vocab_problem(name: str, folder: str | Path, max_id: int | None) -> str | None:
-    """The refusal of a tokenizer whose ids reach past the embeddings of the model in ``folder``, or None."""
-    rows = _embedding_rows(folder)
-    if rows is None or max_id is None or max_id < rows:
+        rows = c.get("vocab_size") if isinstance(c, dict) else None
+        if isinstance(rows, int) and not isinstance(rows, bool) and rows > 0:
+            break
+    else:
+        return None
+    if max_id is None or max_id < rows:
         return None
     return (
         f"models[{name}]: the tokenizer of {folder} gives token ids up to {max_id}, but the model's input embeddings "

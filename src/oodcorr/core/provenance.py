@@ -52,21 +52,16 @@ def _git(*args: str) -> str | None:
     return res.stdout if res.returncode == 0 else None
 
 
-def _git_state() -> tuple[str, bool | str]:
-    """(the commit, whether the tracked files differ from it) of the checkout the running package is tracked
-    in; ``"unknown"`` for both where it is none (a wheel, even inside a repository) or git cannot say."""
-    if _git("ls-files", "--error-unmatch", "--", "__init__.py") is None:
-        return UNKNOWN, UNKNOWN
-    commit = (_git("rev-parse", "HEAD") or "").strip()
-    status = _git("status", "--porcelain", "--untracked-files=no")
-    if not commit:
-        return UNKNOWN, UNKNOWN
-    return commit, UNKNOWN if status is None else bool(status.strip())
-
-
 def code_provenance() -> dict:
-    """What code this process runs: the versions of oodcorr, Python and Snakemake, and the git state."""
-    commit, dirty = _git_state()
+    """What code this process runs: the versions of oodcorr, Python and Snakemake, and the git state: the
+    commit of the checkout the running package is tracked in and whether the tracked files differ from it,
+    ``"unknown"`` for both where it is none (a wheel, even inside a repository) or git cannot say."""
+    commit, dirty = UNKNOWN, UNKNOWN
+    if _git("ls-files", "--error-unmatch", "--", "__init__.py") is not None:
+        commit = (_git("rev-parse", "HEAD") or "").strip() or UNKNOWN
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        if commit != UNKNOWN and status is not None:
+            dirty = bool(status.strip())
     return {
         "oodcorr": __version__,
         "git_commit": commit,

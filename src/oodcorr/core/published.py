@@ -65,7 +65,13 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
     pub = root / PUBLISHED
     pub.mkdir(parents=True, exist_ok=True)
     with hold(pub, PUBLISH):
-        notes = _clear_leftovers(pub)
+        notes = []
+        for p in [*pub.iterdir(), *pub.parent.iterdir()]:  # what killed publishes left
+            if p.parent == pub and p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+                notes.append(f"removed {p}, left by a publish that did not finish")
+            elif ".link-" in p.name and p.is_symlink():
+                p.unlink(missing_ok=True)
         previous = _current_version(pub)
         record = _build(pub, staged, experiment)
         _replace_with_link(pub / CURRENT, record["version"], pub)
@@ -76,16 +82,29 @@ def publish_set(root: str | os.PathLike, staged: dict, experiment: str) -> dict:
             kept = _replace_with_link(link, _link_target(name), pub)
             if kept:
                 notes.append(f"{root / name} was not the link into the published set; it is kept as {kept}")
-        notes += _prune(pub, record["version"], previous)
+        # versions other than this one and the previous: deleted, or kept (and named) when they differ from
+        # their record
+        for _, d in _versions(pub):
+            if d.name == record["version"]:
+                continue
+            kept = pub / f"kept-{_stamp()}-{d.name}"
+            problems = _version_problems(d, kept)[1]
+            if problems:
+                os.rename(d, kept)
+                notes.append(
+                    f"{kept} keeps a set whose files differ from what was published ({problems[0]}); delete it when "
+                    "done"
+                )
+            elif d.name != previous:
+                shutil.rmtree(d, ignore_errors=True)
     return dict(record, notes=notes)
 
 
 def _build(pub: Path, staged: dict[str, Path], experiment: str) -> dict:
     mask = current_umask()
-    try:
+    block = 4096
+    with contextlib.suppress(OSError):
         block = os.statvfs(pub).f_frsize or 4096
-    except OSError:
-        block = 4096
     needed = 0  # what the copies take on disk: each file in whole blocks
     for src in staged.values():
         with contextlib.suppress(OSError):
@@ -175,37 +194,6 @@ def _replace_with_link(path: Path, target: str, pub: Path) -> Path | None:
             tmp.unlink()
         raise
     return kept
-
-
-def _clear_leftovers(pub: Path) -> list[str]:
-    """What killed publishes left (``.new-*`` folders, link files); called under the publish lock."""
-    notes = []
-    for p in [*pub.iterdir(), *pub.parent.iterdir()]:
-        if p.parent == pub and p.name.startswith(".new-") and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-            notes.append(f"removed {p}, left by a publish that did not finish")
-        elif ".link-" in p.name and p.is_symlink():
-            p.unlink(missing_ok=True)
-    return notes
-
-
-def _prune(pub: Path, current: str, previous: str | None) -> list[str]:
-    """Versions other than ``current`` and ``previous``: deleted, or kept as ``kept-*`` (and named) when
-    they differ from their record."""
-    notes = []
-    for _, d in _versions(pub):
-        if d.name == current:
-            continue
-        kept = pub / f"kept-{_stamp()}-{d.name}"
-        problems = _version_problems(d, kept)[1]
-        if problems:
-            os.rename(d, kept)
-            notes.append(
-                f"{kept} keeps a set whose files differ from what was published ({problems[0]}); delete it when done"
-            )
-        elif d.name != previous:
-            shutil.rmtree(d, ignore_errors=True)
-    return notes
 
 
 # ---- checking what is published ------------------------------------------------------------

@@ -37,6 +37,5 @@ def main_first_end() -> None:
 
 
 def wait_for_everyone() -> None:
-    """Every rank waits here until all have come (no-op unless launched)."""
     if launched():
         _barrier()

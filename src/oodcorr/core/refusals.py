@@ -65,7 +65,6 @@ class RefusalSlot:
 
 
 def read_refusals(folder: str | os.PathLike) -> list[dict]:
-    """The refusals recorded in ``folder``, oldest first."""
     out = []
     try:
         paths = sorted(Path(folder).glob("*.json"))

@@ -26,7 +26,6 @@ DATASET_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
 
 
 def suffix_format(path: str | Path, accepted: tuple[str, ...]) -> str | None:
-    """The format ``path``'s name says, None where its suffix is not one of ``accepted``."""
     suffix = format_suffix(path)
     return SUFFIX_FORMATS[suffix] if suffix in accepted else None
 

@@ -29,16 +29,6 @@ def rebuild_hint(path: str | os.PathLike) -> str:
     return f"delete it and {cache_info_path(path)} and run again: rule tokenize_testset makes it again"
 
 
-def _zip_whole(path: Path) -> bool:
-    """Whether a torch.save file (a zip) ends with its central directory's end record (not cut short)."""
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        if fh.read(4) != b"PK\x03\x04":
-            return False
-        fh.seek(max(0, size - (1 << 16) - 22))
-        return b"PK\x05\x06" in fh.read()
-
-
 def read_cache_info(path: str | os.PathLike) -> tuple[dict | None, str | None]:
     """A tokenised testset's sidecar, and why it cannot vouch for the cache (None when it can)."""
     info_path = cache_info_path(path)
@@ -62,11 +52,15 @@ def cache_problem(
     """Why the tokenised testset at ``path`` cannot be used, without torch or hashing; None when it looks whole."""
     path = Path(path)
     try:
-        if not _zip_whole(path):
-            return f"{path}: the tokenised testset is cut short or damaged (not a whole torch.save file)"
         size = path.stat().st_size
+        with open(path, "rb") as fh:  # a zip: whole when it ends with its central directory's end record
+            head = fh.read(4)
+            fh.seek(max(0, size - (1 << 16) - 22))
+            tail = fh.read()
     except OSError as e:
         return f"{path}: the tokenised testset cannot be read ({e.strerror or e})"
+    if head != b"PK\x03\x04" or b"PK\x05\x06" not in tail:
+        return f"{path}: the tokenised testset is cut short or damaged (not a whole torch.save file)"
     info, why = read_cache_info(path)
     if why:
         return why

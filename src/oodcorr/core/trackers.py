@@ -58,20 +58,16 @@ def wandb_host() -> str:
     return os.environ.get("WANDB_BASE_URL") or WANDB_HOST
 
 
-def _wandb_logged_in() -> bool:
-    """Whether W&B has a key here: ``WANDB_API_KEY``, or the ``~/.netrc`` entry ``wandb login`` writes."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
+def wandb_mode() -> str:
+    """``WANDB_MODE``, else online where the user has logged in (``WANDB_API_KEY``, or the ``~/.netrc`` entry
+    ``wandb login`` writes), else offline (no network needed)."""
+    if os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return os.environ.get("WANDB_MODE") or "online"
     try:
         host = urllib.parse.urlparse(wandb_host()).hostname or ""
-        return netrc.netrc().authenticators(host) is not None
+        return "online" if netrc.netrc().authenticators(host) is not None else "offline"
     except (OSError, netrc.NetrcParseError):
-        return False
-
-
-def wandb_mode() -> str:
-    """``WANDB_MODE``, else online where the user has logged in, else offline (no network needed)."""
-    return os.environ.get("WANDB_MODE") or ("online" if _wandb_logged_in() else "offline")
+        return "offline"
 
 
 def wandb_project(root: str | Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -60,10 +61,8 @@ def _describe_yaml_error(path: str | os.PathLike, e: Exception) -> str:
         out += "; indent with spaces, never tabs"
     elif "<block end>" in str(problem) or "mapping values are not allowed" in str(problem):
         out += "; check this line's indentation, and quote a value that holds ': '"
-    try:
+    with contextlib.suppress(OSError):
         text = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
         if 0 <= mark.line < len(text):
             out += f"\n    {text[mark.line]}\n    {' ' * mark.column}^"
-    except OSError:
-        pass
     return out
