@@ -370,35 +370,6 @@ FLOP_PER_TOKEN = {
 }  # per parameter: forward 2, activation gradients 2, weight gradients 2
 
 
-def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
-    """(rule, model) -> [FLOP per job, jobs, limit GPU-seconds per job], None where a count is unknown."""
-    out = {}
-    for m, spec in plan.models.items():
-        n = model_size(spec, lock).parameters
-        runs = [r for r in plan.runs if r.model == m]
-        if not spec.model_entry.is_series:
-            ft = spec.finetune
-            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
-            tokens = per_step * sum(r.max_steps for r in runs)
-            per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
-            res = spec.resources["finetune"]
-            out[("finetune", m)] = [
-                per * n * tokens / len(runs) if n and tokens and runs else None,
-                len(runs),
-                res.gpu * res.runtime * 60,
-            ]
-        res = spec.resources["evaluate"]
-        for r in runs:
-            for t, _ in plan.testsets[r.in_domain]:
-                e = examples.get(t)
-                flop = FLOP_PER_TOKEN["score"] * n * e * tokens_per_example if n and e else None
-                key = ("evaluate", m, t)
-                if key not in out:
-                    out[key] = [flop, 0, res.gpu * res.runtime * 60]
-                out[key][1] += len(r.steps)
-    return out
-
-
 def work(
     plan,
     throughput: dict[str, float],
@@ -413,7 +384,28 @@ def work(
     examples = examples or {}
     tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
     measured = measured or {}
-    per_job = _job_work(plan, lock, examples, tokens)
+    # (rule, model[, testset]) -> [FLOP per job, jobs, limit GPU-seconds per job], None where a count is unknown
+    per_job = {}
+    for m, spec in plan.models.items():
+        n = model_size(spec, lock).parameters
+        runs = [r for r in plan.runs if r.model == m]
+        if not spec.model_entry.is_series:
+            ft = spec.finetune
+            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
+            trained = per_step * sum(r.max_steps for r in runs)
+            per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
+            res = spec.resources["finetune"]
+            per_job[("finetune", m)] = [
+                per * n * trained / len(runs) if n and trained and runs else None,
+                len(runs),
+                res.gpu * res.runtime * 60,
+            ]
+        res = spec.resources["evaluate"]
+        for r in runs:
+            for t, _ in plan.testsets[r.in_domain]:
+                e = examples.get(t)
+                flop = FLOP_PER_TOKEN["score"] * n * e * tokens if n and e else None
+                per_job.setdefault(("evaluate", m, t), [flop, 0, res.gpu * res.runtime * 60])[1] += len(r.steps)
     classes = {m: (plan.exp.models.get(m) or {}).get("size_class") for m in plan.models}
     rules: dict[str, dict] = {}
     used: dict[str, float] = {}

@@ -66,7 +66,6 @@ class ClusterConfig:
     storage: str  # AccountingStorageType, as given
     min_job_age_s: int | None  # how long a finished job stays visible to squeue
     max_job_count: int | None  # the most jobs slurmctld holds at once, finished ones included
-    text: str = field(default="", repr=False, compare=False)
 
 
 def parse_config(text: str) -> ClusterConfig:
@@ -80,7 +79,6 @@ def parse_config(text: str) -> ClusterConfig:
         storage=storage,
         min_job_age_s=int(age[1]) * unit if age else None,
         max_job_count=int(count[0]) if count and count[0].isdigit() else None,
-        text=text,
     )
 
 

@@ -302,20 +302,6 @@ def _set_by(plan: Plan, job, name: str) -> str:
     return f"`{origin}` in the config" if origin else f"`{name}` in the profile's default-resources"
 
 
-def placements(plan: Plan, jobs) -> list[slurm.Placement]:
-    """Where each submitted job goes (placement_problems groups them by partition and account)."""
-    return [
-        slurm.Placement(
-            j.rule.name,
-            j.resources.get("slurm_partition") or None,
-            j.resources.get("slurm_account") or None,
-            _set_by(plan, j, "slurm_partition"),
-            _set_by(plan, j, "slurm_account"),
-        )
-        for j in jobs
-    ]
-
-
 def _asked(job) -> dict:
     """The resources and threads a submitted job asks for (what a SLURM job array must share)."""
     return {k: v for k, v in job.resources.items() if not k.startswith("_") and k != "tmpdir"} | {
@@ -358,7 +344,17 @@ def at_start(workflow, plan: Plan) -> str | None:
     init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
     refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
     accounts = slurm.user_accounts() if config.accounting else None
-    more = slurm.placement_problems(placements(plan, jobs), slurm.partitions() or {}, config, accounts, no_account)
+    placed = [
+        slurm.Placement(
+            j.rule.name,
+            j.resources.get("slurm_partition") or None,
+            j.resources.get("slurm_account") or None,
+            _set_by(plan, j, "slurm_partition"),
+            _set_by(plan, j, "slurm_account"),
+        )
+        for j in jobs
+    ]
+    more = slurm.placement_problems(placed, slurm.partitions() or {}, config, accounts, no_account)
     refusals, warnings = refusals + more[0], warnings + more[1]
     rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
     refusals += slurm.array_problems(
@@ -376,7 +372,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     if refusals:
         return "nothing was submitted: " + "\noodcorr: ".join(refusals)
     executor = workflow.scheduler.get_executor(jobs[0])
-    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, no_account)
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), res.stdout, no_account)
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):

@@ -55,13 +55,6 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
     return bin_dir
 
 
-def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def _emit(res: subprocess.CompletedProcess) -> int:
     sys.stdout.buffer.write(res.stdout or b"")
     sys.stdout.buffer.flush()
@@ -95,7 +88,10 @@ def main(argv: list[str]) -> int:
         last = folder / saved if saved and folder else None
         while True:
             timeout = max(deadline - time.monotonic(), 1.0) if name == "squeue" else CONFIG_WAIT_S if config else None
-            res = _run(cmd, stdin, timeout)
+            try:
+                res = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                res = None
             if res is not None and (res.returncode == 0 or (not config and controller_answers())):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))
