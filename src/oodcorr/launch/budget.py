@@ -459,36 +459,6 @@ def work(
     }
 
 
-def _work_lines(w: dict) -> list[str]:
-    given = ", ".join(f"{k or 'every other job'} {v:g}" for k, v in w["throughput_tflops"].items()) or "none"
-    lines = [
-        "",
-        "**GPU-hours from the work** (an estimate of what the jobs use, beside the limits above, which are "
-        f"what they reserve): FLOP / (TFLOP/s per GPU), throughput given {given} TFLOP/s"
-        + (f", measured for {len(w['measured_tflops'])} model x rule(s)" if w["measured_tflops"] else "")
-        + f"; {w['tokens_per_example']:g} tokens per scored example. Start-up and model loading are not in it.",
-        "",
-        "| rule | jobs | TFLOP (work) | GPU-hours (work) | TFLOP/s the limits assume |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for rule, r in w["rules"].items():
-        imp = r["implied_tflops"]
-        unknown = f" ({r['jobs_unknown']:,} unknown)" if r["jobs_unknown"] else ""
-        lines.append(
-            f"| {rule} | {r['jobs']:,}{unknown} | {r['flop'] / 1e12:,.0f} | {_h(r['gpu_hours'])} | "
-            f"{'n/a' if imp is None else f'{imp:,.0f}'} |"
-        )
-    total = w["gpu_hours"]
-    shown = _h(total) if total is not None else _h(w["gpu_hours_known_part"]) + " (known part)"
-    lines.append(f"| **total** | | | **{shown}** | |")
-    lines += [f"* {n}" for n in w["notes"]]
-    return lines
-
-
-def _h(x: float) -> str:
-    return f"{x:,.1f}"
-
-
 def markdown(b: Budget) -> str:
     prof = b.profile
     where = "no profile"
@@ -509,13 +479,13 @@ def markdown(b: Budget) -> str:
     for r in b.rules:
         lines.append(
             f"| {r.rule} | {r.jobs:,} | {r.submitted:,} | {'/'.join(map(str, r.gpus_per_job)) or '-'} | "
-            f"{_h(r.gpu_hours)} | {_h(r.gpu_hours_expected)} | {r.measured_jobs:,} | "
-            f"{_h(r.cpu_core_hours)} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
+            f"{r.gpu_hours:,.1f} | {r.gpu_hours_expected:,.1f} | {r.measured_jobs:,} | "
+            f"{r.cpu_core_hours:,.1f} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
         )
     t = b.totals
     lines += [
-        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{_h(t['gpu_hours'])}** | "
-        f"**{_h(t['gpu_hours_expected'])}** | | **{_h(t['cpu_core_hours'])}** | |",
+        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{t['gpu_hours']:,.1f}** | "
+        f"**{t['gpu_hours_expected']:,.1f}** | | **{t['cpu_core_hours']:,.1f}** | |",
         "",
     ]
     lines.append(
@@ -544,12 +514,33 @@ def markdown(b: Budget) -> str:
         )
     lines += [f"* {n}" for n in b.notes]
     if b.work:
-        lines += _work_lines(b.work)
+        w = b.work
+        given = ", ".join(f"{k or 'every other job'} {v:g}" for k, v in w["throughput_tflops"].items()) or "none"
+        lines += [
+            "",
+            "**GPU-hours from the work** (an estimate of what the jobs use, beside the limits above, which are "
+            f"what they reserve): FLOP / (TFLOP/s per GPU), throughput given {given} TFLOP/s"
+            + (f", measured for {len(w['measured_tflops'])} model x rule(s)" if w["measured_tflops"] else "")
+            + f"; {w['tokens_per_example']:g} tokens per scored example. Start-up and model loading are not in it.",
+            "",
+            "| rule | jobs | TFLOP (work) | GPU-hours (work) | TFLOP/s the limits assume |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for rule, r in w["rules"].items():
+            imp = r["implied_tflops"]
+            unknown = f" ({r['jobs_unknown']:,} unknown)" if r["jobs_unknown"] else ""
+            lines.append(
+                f"| {rule} | {r['jobs']:,}{unknown} | {r['flop'] / 1e12:,.0f} | {r['gpu_hours']:,.1f} | "
+                f"{'n/a' if imp is None else f'{imp:,.0f}'} |"
+            )
+        total = w["gpu_hours"]
+        shown = f"{total:,.1f}" if total is not None else f"{w['gpu_hours_known_part']:,.1f} (known part)"
+        lines.append(f"| **total** | | | **{shown}** | |")
+        lines += [f"* {n}" for n in w["notes"]]
     return "\n".join(lines) + "\n"
 
 
 def write(b: Budget, prefix: str | Path) -> tuple[Path, Path]:
-    """``<prefix>.md`` and ``<prefix>.json``, atomically."""
     prefix = Path(prefix)
     md, js = prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".json")
     write_text_atomic(md, markdown(b))

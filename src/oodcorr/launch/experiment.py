@@ -38,7 +38,6 @@ ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
 def _config_identity(config_files, config: dict) -> dict:
-    """A run's config files (resolved) and the sha256 of the config read."""
     return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
 
 

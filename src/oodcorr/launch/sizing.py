@@ -20,8 +20,6 @@ ADAPTER_SAVE_BYTES = 4
 
 @dataclass(frozen=True)
 class ModelSize:
-    """A model's parameter count, where it came from, and its linear layers (when known)."""
-
     parameters: int | None
     source: str  # where the count comes from, or why it is unknown
     linear: dict | None = None  # module name -> [[out, in, count], ...]

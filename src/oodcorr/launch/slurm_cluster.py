@@ -45,7 +45,6 @@ def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.Completed
 
 
 def first_line(res: subprocess.CompletedProcess | None) -> str:
-    """A failed command's first line of complaint, for a sentence."""
     if res is None:
         return "not installed, or no answer"
     text = (res.stderr or res.stdout or "").strip()
@@ -53,7 +52,6 @@ def first_line(res: subprocess.CompletedProcess | None) -> str:
 
 
 def controller_answers() -> bool:
-    """Whether slurmctld answers (``scontrol ping``)."""
     res = run(["scontrol", "ping"], timeout=15)
     return res is not None and res.returncode == 0
 
@@ -93,12 +91,10 @@ class Partition:
     nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
 
     def usable_nodes(self) -> list[str]:
-        """Nodes that can start a job (not drained, draining, down, failing or powered down)."""
         bad = ("drain", "down", "fail", "maint", "power", "reserved", "unknown", "no_respond", "inval")
         return [n for n, (state, _) in self.nodes.items() if not any(b in state.lower() for b in bad)]
 
     def unusable(self) -> str:
-        """The nodes that cannot start a job, with their state and reason, for a sentence."""
         usable = self.usable_nodes()
         return ", ".join(
             f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else "")

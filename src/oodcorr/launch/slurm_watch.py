@@ -202,7 +202,14 @@ class Watcher(threading.Thread):
             self._pending([j for j in found if j.state == "PENDING"])
             self._ended(found, say_now=True)
             self._lost(found)
-        self._queue_full()
+        limit = self.config.max_job_count
+        everything = slurm.queue(None, every_state=True) if limit is not None else None
+        if everything is None:
+            return
+        full = len(everything) >= limit
+        if full and not self.full:
+            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
+        self.full = full
 
     def _ended(self, found: list[slurm.QueuedJob], say_now: bool) -> None:
         """Record the jobs SLURM ended; forget one that runs again (requeued)."""
@@ -264,16 +271,6 @@ class Watcher(threading.Thread):
                     "and would wait for it forever: stop this run (Ctrl-C) and run the same command again"
                 )
 
-    def _queue_full(self) -> None:
-        limit = self.config.max_job_count
-        everything = slurm.queue(None, every_state=True) if limit is not None else None
-        if everything is None:
-            return
-        full = len(everything) >= limit
-        if full and not self.full:
-            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
-        self.full = full
-
     def end_lines(self, failed: bool) -> list[str]:
         self.stopped.set()
         self._snapshot()
@@ -320,7 +317,6 @@ def comments(jobs) -> dict:
 
 
 def executor_name(workflow) -> str:
-    """The executor plugin's name of this run (``local``, ``slurm``, ...)."""
     return str(getattr(workflow.executor_plugin, "name", "") or "local")
 
 

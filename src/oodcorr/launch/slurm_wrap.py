@@ -32,7 +32,6 @@ LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue quer
 
 
 def install(folder: str | os.PathLike, config_text: str, no_account: bool = False) -> Path:
-    """Write the wrappers into ``folder``/bin and put it first on PATH; returns the bin folder."""
     folder = Path(folder).resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,6 @@ def plan_run(workflow, config: dict) -> Plan:
 
 
 def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
-    """The checks of the submitting process; returns their warnings."""
     check_trackers(config, plan.paths.root)
     deploy = workflow.deployment_settings
     conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
