@@ -169,7 +169,6 @@ def _answer_of(plan: Plan) -> list[str]:
 
 
 def check_inputs_exist(exp: Experiment) -> None:
-    """What the config points at on disk: local dataset files and local or packaged models."""
     for name in exp.all_datasets():
         # a local dataset's file must exist: Snakemake would quietly leave the testset out once scores exist
         spec = exp.dataset(name)

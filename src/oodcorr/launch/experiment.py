@@ -199,7 +199,7 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
     here = {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}  # workdir: Snakemake's records
     new = dict(
-        _config_identity(config_files, config), config=config, records=records, **here, provenance=provenance(plan)
+        _config_identity(config_files, config), config=config, records=records, **here, provenance=_provenance(plan)
     )
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
@@ -217,8 +217,7 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     return None
 
 
-def provenance(plan: Plan) -> dict:
-    """What made the experiment: this run's code and the libraries the published scores recorded."""
+def _provenance(plan: Plan) -> dict:
     return {"run": code_provenance()} | published_jobs(plan.paths.provenance)
 
 
@@ -229,7 +228,7 @@ def record_provenance(plan: Plan) -> str | None:
     if old is None:
         return None
     try:
-        write_json_atomic(root / IDENTITY, dict(old, provenance=provenance(plan)))
+        write_json_atomic(root / IDENTITY, dict(old, provenance=_provenance(plan)))
     except (OSError, WriteFailed) as e:
         return (
             f"{root / IDENTITY} was not brought up to date with the libraries of the scores this run published "

@@ -81,7 +81,6 @@ def testset_sizes(plan, names) -> dict:
 
 
 def typical_size(sizes: dict) -> int | None:
-    """The median of the known sizes, None unless every testset's size is known."""
     vals = list(sizes.values())
     if not vals or any(v is None for v in vals):
         return None

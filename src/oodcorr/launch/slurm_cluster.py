@@ -90,17 +90,13 @@ class Partition:
     default: bool = False
     nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
 
-    def usable_nodes(self) -> list[str]:
+    def unusable(self) -> list[str]:
         bad = ("drain", "down", "fail", "maint", "power", "reserved", "unknown", "no_respond", "inval")
-        return [n for n, (state, _) in self.nodes.items() if not any(b in state.lower() for b in bad)]
-
-    def unusable(self) -> str:
-        usable = self.usable_nodes()
-        return ", ".join(
+        return [
             f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else "")
             for n, (state, reason) in sorted(self.nodes.items())
-            if n not in usable
-        )
+            if any(b in state.lower() for b in bad)
+        ]
 
 
 def parse_sinfo(text: str) -> dict[str, Partition]:
@@ -270,10 +266,11 @@ def placement_problems(
                 f"partition {name!r} ({keys}; for the {rules} jobs) is down (`sinfo -p {name}`): SLURM queues the jobs "
                 "but starts none until it is up; or stop this run, set `slurm_partition` there to another and run again"
             )
-        elif not part.usable_nodes():
+        elif len(part.unusable()) == len(part.nodes):
             warnings.append(
                 f"no node of partition {name!r} ({keys}; for the {rules} jobs) can start a job now: "
-                f"{part.unusable() or 'it has no nodes'} (`sinfo -p {name}`). SLURM starts them when a node returns"
+                f"{', '.join(part.unusable()) or 'it has no nodes'} (`sinfo -p {name}`). SLURM starts them when a "
+                "node returns"
             )
     for account, group in sorted(by_account.items()):
         rules = ", ".join(sorted({g.rule for g in group}))

@@ -57,7 +57,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         )
     if kind == "nodes":
         part = (parts or {}).get(partition)
-        nodes = part.unusable() if part else ""
+        nodes = ", ".join(part.unusable()) if part else ""
         return (
             f"{n} wait because no node of partition {partition!r} can start them"
             + (f": {nodes}" if nodes else "")
@@ -124,8 +124,6 @@ def _describe_job(job) -> tuple[str, str, str | None]:
 
 
 class Watcher(threading.Thread):
-    """Looks at one run's SLURM jobs every ``poll_s`` seconds (module docstring)."""
-
     def __init__(
         self,
         run_id: str,
