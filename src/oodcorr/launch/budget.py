@@ -205,6 +205,7 @@ def compute(
     measured = measured or {}
     counts = job_counts(plan)
     slurm = profile.get("executor") == "slurm"
+    default_partition = profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)"
     notes: list[str] = []
     rules = []
     for rule, n in counts.items():
@@ -217,10 +218,7 @@ def compute(
                 res = plan.models[model].resources[rule]
                 minutes = res.runtime * steps
                 gpus_seen.add(res.gpu)
-                parts.add(
-                    res.slurm_partition
-                    or (profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)")
-                )
+                parts.add(res.slurm_partition or default_partition)
                 if res.gpu:
                     gpu_min += res.gpu * minutes
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU

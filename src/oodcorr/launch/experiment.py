@@ -42,7 +42,6 @@ def _config_identity(config_files, config: dict) -> dict:
 
 
 def _read_identity(root: Path) -> dict | None:
-    """The record of the config that last wrote ``root``, or None."""
     doc = json_or_none(root / IDENTITY)
     whole = (
         isinstance(doc, dict)

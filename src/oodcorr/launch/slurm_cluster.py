@@ -25,7 +25,6 @@ DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the folder of oodcorr.launch.slurm_wrap's 
 
 
 def unwrapped_path() -> str:
-    """This process's PATH without the folder of :mod:`.slurm_wrap`'s wrappers."""
     folder = os.environ.get(DIR_ENV)
     bin_dir = (Path(folder) / "bin").resolve() if folder else None
     keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
@@ -366,7 +365,6 @@ def array_problems(
 
 
 def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:
-    """The sentence for a queue found full while the run submits."""
     return (
         f"SLURM's queue is full: it holds {held} jobs, its limit (MaxJobCount{_age(min_job_age_s)}). "
         f"{_queue_advice(max(limit // 2, 1))}"

@@ -240,9 +240,7 @@ class Watcher(threading.Thread):
         for k, ids in groups.items():
             before = self.said.get(k)
             if before is None or not set(ids) <= before[0] or now - before[1] >= slurm_rerun.SAY_AGAIN_S:
-                line = pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts)
-                if line:
-                    print_now(line)
+                print_now(pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts))
                 self.said[k] = (frozenset(ids) | (before[0] if before else frozenset()), now)
 
     def _lost(self, found: list[slurm.QueuedJob]) -> None:
@@ -290,7 +288,6 @@ class Watcher(threading.Thread):
 
 
 def _set_by(plan: Plan, job, name: str) -> str:
-    """Where a submitted job's ``name`` resource was set, for a sentence."""
     spec = plan.models.get(job.wildcards_dict.get("model")) if job.wildcards_dict.get("model") else None
     res = spec.resources.get(job.rule.name) if spec else None
     origin = res.origin.get(name) if res else None

@@ -63,11 +63,7 @@ def _emit(res: subprocess.CompletedProcess) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
-    if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
-        names = ",".join((*WRAPPED, NO_ACCOUNT))
-        print(f"usage: python -m oodcorr.launch.slurm_wrap {{{names}}} ARGS...", file=sys.stderr)
-        return 2
+    """``python -m oodcorr.launch.slurm_wrap <command> <args...>``, as :func:`install`'s scripts run it."""
     name, args = argv[0], argv[1:]
     if name == NO_ACCOUNT and "|" in args:  # the executor's account guess (docstring): no account
         print("none", flush=True)
