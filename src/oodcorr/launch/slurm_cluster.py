@@ -132,10 +132,6 @@ class QueuedJob:
     comment: str  # the executor's: rule_<rule>[_wildcards_<values>]
     reason: str
 
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
-
     def rule(self, rules: Iterable[str] = ()) -> str:
         """The rule in the executor's comment: the longest known rule name it starts with, else the comment."""
         body = self.comment.removeprefix("rule_")

@@ -100,7 +100,7 @@ def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None
     jobs = slurm.queue(str(r["slurm_run_id"]) for r in runs)
     if jobs is None:
         return None
-    active = [j for j in jobs if j.active]
+    active = [j for j in jobs if j.state in slurm.ACTIVE_STATES]
     ids = {j.name for j in active}
     return active, [r for r in runs if r["slurm_run_id"] in ids]
 
@@ -216,7 +216,7 @@ def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str],
         if quiet_since is not None:
             say(f"SLURM answers again, after {time.monotonic() - quiet_since:.0f} s")
             quiet_since = None
-        jobs = [j for j in found if j.active]
+        jobs = [j for j in found if j.state in slurm.ACTIVE_STATES]
         if not jobs:
             say("the earlier run's SLURM jobs have ended; planning what is left")
             return
