@@ -163,17 +163,17 @@ def test_gpu_memory_by_training_mode_and_sharding():
     # LoRA on q_proj, r=8: 8 x (4096 + 4096) x 32 layers = 2,097,152 parameters, 16 bytes each in training
     assert lora_parameters(size, spec.finetune["lora"]) == 2_097_152
     lora = (7e9 * 2 + 2_097_152 * 16) / GiB * 1.2 + 2
-    assert gpu_memory(spec, "finetune", size).gib == pytest.approx(lora)
-    assert gpu_memory(spec, "evaluate", size).gib == pytest.approx(7e9 * 2 / GiB * 1.2 + 2)
+    assert gpu_memory(spec, "finetune", size)[0] == pytest.approx(lora)
+    assert gpu_memory(spec, "evaluate", size)[0] == pytest.approx(7e9 * 2 / GiB * 1.2 + 2)
     full = plan(dict(big_model(1000), finetune=dict(micro()["finetune"], lora=None))).models["big"]
-    assert gpu_memory(full, "finetune", size).gib == pytest.approx(7e9 * 2 * 4 / GiB * 1.2 + 2)
+    assert gpu_memory(full, "finetune", size)[0] == pytest.approx(7e9 * 2 * 4 / GiB * 1.2 + 2)
     sharded = plan(big_model(1000, distributed={"strategy": "fsdp", "gpus": 4})).models["big"]
     raw = (7e9 * 2 + 2_097_152 * 16) / 4
-    assert gpu_memory(sharded, "finetune", size).gib == pytest.approx(raw / GiB * 1.2 + 2)
+    assert gpu_memory(sharded, "finetune", size)[0] == pytest.approx(raw / GiB * 1.2 + 2)
     zero2 = plan(
         big_model(1000, distributed={"strategy": "deepspeed", "gpus": 4, "deepspeed": {"zero_stage": 2}})
     ).models["big"]
-    assert gpu_memory(zero2, "finetune", size).gib == pytest.approx((7e9 * 2 + 2_097_152 * 16 / 4) / GiB * 1.2 + 2)
+    assert gpu_memory(zero2, "finetune", size)[0] == pytest.approx((7e9 * 2 + 2_097_152 * 16 / 4) / GiB * 1.2 + 2)
     # checkpoints: the fp32 adapter (LoRA), the weights in the model's dtype (full)
     assert checkpoint_bytes(spec, size)[0] == 2_097_152 * 4
     assert checkpoint_bytes(full, size)[0] == 7e9 * 2
@@ -201,8 +201,8 @@ def test_paper_grid_fits_its_80_gib_gpus():
     olmo = p.models["olmo2-32b"]
     from oodcorr.launch.sizing import model_size
 
-    assert gpu_memory(olmo, "evaluate", model_size(olmo)).gib == pytest.approx(32.23e9 * 2 / GiB * 1.2 + 2)
-    assert round(gpu_memory(olmo, "evaluate", model_size(olmo)).gib, 1) == 74.0
+    assert gpu_memory(olmo, "evaluate", model_size(olmo))[0] == pytest.approx(32.23e9 * 2 / GiB * 1.2 + 2)
+    assert round(gpu_memory(olmo, "evaluate", model_size(olmo))[0], 1) == 74.0
 
 
 def test_params_b_changes_no_result_key():

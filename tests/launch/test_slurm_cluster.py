@@ -128,7 +128,7 @@ def test_queue_read_by_run_name(fake):
         "10|COMPLETED|4a59fc3d|oodcpu|30:00|2000M|oodnode|rule_tokenize_testset_wildcards_micro-opt_synth-test|None\n",
     )
     jobs = sc.queue(["4a59fc3d"], every_state=True)
-    assert [j.id for j in jobs] == ["9", "10"] and [j.active for j in jobs] == [True, False]
+    assert [j.id for j in jobs] == ["9", "10"] and [j.state in sc.ACTIVE_STATES for j in jobs] == [True, False]
     assert jobs[0].rule(["build_tiny_model", "tokenize_testset"]) == "build_tiny_model"
     assert jobs[1].rule(["tokenize_testset"]) == "tokenize_testset"
     assert fake.calls("squeue") == ["-h -r -o %i|%T|%j|%P|%l|%m|%N|%k|%r --states=all --name=4a59fc3d"]

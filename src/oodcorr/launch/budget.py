@@ -205,6 +205,7 @@ def compute(
     measured = measured or {}
     counts = job_counts(plan)
     slurm = profile.get("executor") == "slurm"
+    default_partition = profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)"
     notes: list[str] = []
     rules = []
     for rule, n in counts.items():
@@ -217,10 +218,7 @@ def compute(
                 res = plan.models[model].resources[rule]
                 minutes = res.runtime * steps
                 gpus_seen.add(res.gpu)
-                parts.add(
-                    res.slurm_partition
-                    or (profile.get("default_partition") or "(SLURM's default)" if profile else "(the profile's)")
-                )
+                parts.add(res.slurm_partition or default_partition)
                 if res.gpu:
                     gpu_min += res.gpu * minutes
                     # only a measurement of the same model (and testset: their sizes differ a hundredfold) on a GPU
@@ -370,35 +368,6 @@ FLOP_PER_TOKEN = {
 }  # per parameter: forward 2, activation gradients 2, weight gradients 2
 
 
-def _job_work(plan, lock, examples: dict, tokens_per_example: float) -> dict:
-    """(rule, model) -> [FLOP per job, jobs, limit GPU-seconds per job], None where a count is unknown."""
-    out = {}
-    for m, spec in plan.models.items():
-        n = model_size(spec, lock).parameters
-        runs = [r for r in plan.runs if r.model == m]
-        if not spec.model_entry.is_series:
-            ft = spec.finetune
-            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
-            tokens = per_step * sum(r.max_steps for r in runs)
-            per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
-            res = spec.resources["finetune"]
-            out[("finetune", m)] = [
-                per * n * tokens / len(runs) if n and tokens and runs else None,
-                len(runs),
-                res.gpu * res.runtime * 60,
-            ]
-        res = spec.resources["evaluate"]
-        for r in runs:
-            for t, _ in plan.testsets[r.in_domain]:
-                e = examples.get(t)
-                flop = FLOP_PER_TOKEN["score"] * n * e * tokens_per_example if n and e else None
-                key = ("evaluate", m, t)
-                if key not in out:
-                    out[key] = [flop, 0, res.gpu * res.runtime * 60]
-                out[key][1] += len(r.steps)
-    return out
-
-
 def work(
     plan,
     throughput: dict[str, float],
@@ -413,7 +382,28 @@ def work(
     examples = examples or {}
     tokens = float(tokens_per_example or (plan.exp.config.get("evaluation") or {}).get("max_length") or 0)
     measured = measured or {}
-    per_job = _job_work(plan, lock, examples, tokens)
+    # (rule, model[, testset]) -> [FLOP per job, jobs, limit GPU-seconds per job], None where a count is unknown
+    per_job = {}
+    for m, spec in plan.models.items():
+        n = model_size(spec, lock).parameters
+        runs = [r for r in plan.runs if r.model == m]
+        if not spec.model_entry.is_series:
+            ft = spec.finetune
+            per_step = ft.get("batch_size", 1) * ft.get("gradient_accumulation_steps", 1) * ft.get("max_length", 0)
+            trained = per_step * sum(r.max_steps for r in runs)
+            per = FLOP_PER_TOKEN["lora" if spec.lora else "full"]
+            res = spec.resources["finetune"]
+            per_job[("finetune", m)] = [
+                per * n * trained / len(runs) if n and trained and runs else None,
+                len(runs),
+                res.gpu * res.runtime * 60,
+            ]
+        res = spec.resources["evaluate"]
+        for r in runs:
+            for t, _ in plan.testsets[r.in_domain]:
+                e = examples.get(t)
+                flop = FLOP_PER_TOKEN["score"] * n * e * tokens if n and e else None
+                per_job.setdefault(("evaluate", m, t), [flop, 0, res.gpu * res.runtime * 60])[1] += len(r.steps)
     classes = {m: (plan.exp.models.get(m) or {}).get("size_class") for m in plan.models}
     rules: dict[str, dict] = {}
     used: dict[str, float] = {}
@@ -467,36 +457,6 @@ def work(
     }
 
 
-def _work_lines(w: dict) -> list[str]:
-    given = ", ".join(f"{k or 'every other job'} {v:g}" for k, v in w["throughput_tflops"].items()) or "none"
-    lines = [
-        "",
-        "**GPU-hours from the work** (an estimate of what the jobs use, beside the limits above, which are "
-        f"what they reserve): FLOP / (TFLOP/s per GPU), throughput given {given} TFLOP/s"
-        + (f", measured for {len(w['measured_tflops'])} model x rule(s)" if w["measured_tflops"] else "")
-        + f"; {w['tokens_per_example']:g} tokens per scored example. Start-up and model loading are not in it.",
-        "",
-        "| rule | jobs | TFLOP (work) | GPU-hours (work) | TFLOP/s the limits assume |",
-        "| --- | ---: | ---: | ---: | ---: |",
-    ]
-    for rule, r in w["rules"].items():
-        imp = r["implied_tflops"]
-        unknown = f" ({r['jobs_unknown']:,} unknown)" if r["jobs_unknown"] else ""
-        lines.append(
-            f"| {rule} | {r['jobs']:,}{unknown} | {r['flop'] / 1e12:,.0f} | {_h(r['gpu_hours'])} | "
-            f"{'n/a' if imp is None else f'{imp:,.0f}'} |"
-        )
-    total = w["gpu_hours"]
-    shown = _h(total) if total is not None else _h(w["gpu_hours_known_part"]) + " (known part)"
-    lines.append(f"| **total** | | | **{shown}** | |")
-    lines += [f"* {n}" for n in w["notes"]]
-    return lines
-
-
-def _h(x: float) -> str:
-    return f"{x:,.1f}"
-
-
 def markdown(b: Budget) -> str:
     prof = b.profile
     where = "no profile"
@@ -517,13 +477,13 @@ def markdown(b: Budget) -> str:
     for r in b.rules:
         lines.append(
             f"| {r.rule} | {r.jobs:,} | {r.submitted:,} | {'/'.join(map(str, r.gpus_per_job)) or '-'} | "
-            f"{_h(r.gpu_hours)} | {_h(r.gpu_hours_expected)} | {r.measured_jobs:,} | "
-            f"{_h(r.cpu_core_hours)} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
+            f"{r.gpu_hours:,.1f} | {r.gpu_hours_expected:,.1f} | {r.measured_jobs:,} | "
+            f"{r.cpu_core_hours:,.1f} | {', '.join(r.partitions) or ('local' if not r.submitted else '-')} |"
         )
     t = b.totals
     lines += [
-        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{_h(t['gpu_hours'])}** | "
-        f"**{_h(t['gpu_hours_expected'])}** | | **{_h(t['cpu_core_hours'])}** | |",
+        f"| **total** | **{t['jobs']:,}** | **{t['submitted']:,}** | | **{t['gpu_hours']:,.1f}** | "
+        f"**{t['gpu_hours_expected']:,.1f}** | | **{t['cpu_core_hours']:,.1f}** | |",
         "",
     ]
     lines.append(
@@ -552,12 +512,33 @@ def markdown(b: Budget) -> str:
         )
     lines += [f"* {n}" for n in b.notes]
     if b.work:
-        lines += _work_lines(b.work)
+        w = b.work
+        given = ", ".join(f"{k or 'every other job'} {v:g}" for k, v in w["throughput_tflops"].items()) or "none"
+        lines += [
+            "",
+            "**GPU-hours from the work** (an estimate of what the jobs use, beside the limits above, which are "
+            f"what they reserve): FLOP / (TFLOP/s per GPU), throughput given {given} TFLOP/s"
+            + (f", measured for {len(w['measured_tflops'])} model x rule(s)" if w["measured_tflops"] else "")
+            + f"; {w['tokens_per_example']:g} tokens per scored example. Start-up and model loading are not in it.",
+            "",
+            "| rule | jobs | TFLOP (work) | GPU-hours (work) | TFLOP/s the limits assume |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for rule, r in w["rules"].items():
+            imp = r["implied_tflops"]
+            unknown = f" ({r['jobs_unknown']:,} unknown)" if r["jobs_unknown"] else ""
+            lines.append(
+                f"| {rule} | {r['jobs']:,}{unknown} | {r['flop'] / 1e12:,.0f} | {r['gpu_hours']:,.1f} | "
+                f"{'n/a' if imp is None else f'{imp:,.0f}'} |"
+            )
+        total = w["gpu_hours"]
+        shown = f"{total:,.1f}" if total is not None else f"{w['gpu_hours_known_part']:,.1f} (known part)"
+        lines.append(f"| **total** | | | **{shown}** | |")
+        lines += [f"* {n}" for n in w["notes"]]
     return "\n".join(lines) + "\n"
 
 
 def write(b: Budget, prefix: str | Path) -> tuple[Path, Path]:
-    """``<prefix>.md`` and ``<prefix>.json``, atomically."""
     prefix = Path(prefix)
     md, js = prefix.with_name(prefix.name + ".md"), prefix.with_name(prefix.name + ".json")
     write_text_atomic(md, markdown(b))

@@ -38,7 +38,24 @@ def check_on_disk(plan: Plan) -> list[str]:
 
 def end_of_run_warnings(plan: Plan) -> list[str]:
     """The planning warnings, the datasets' own, prompts cut and another config's, gathered once."""
-    out = list(plan.warnings) + _dataset_warnings(plan) + truncation_warnings(plan) + experiment.warnings_given(plan)
+    out = list(plan.warnings)
+    # the warnings preparation recorded in this experiment's dataset meta files, or that one is unreadable
+    for name in plan.exp.all_datasets():
+        meta = Path(plan.paths.data_meta.format(dataset=name))
+        if not meta.exists():
+            continue
+        try:
+            doc = json.loads(meta.read_text(encoding="utf-8"))
+            warning = doc.get("warning") if isinstance(doc, dict) else None
+        except (OSError, ValueError) as e:
+            out.append(
+                f"{meta}: the description of prepared dataset {name!r} is unreadable ({type(e).__name__}: "
+                f"{str(e)[:120]}); delete it and run again: the dataset is prepared again"
+            )
+            continue
+        if warning:
+            out.append(f"{warning} (see {meta})")
+    out += truncation_warnings(plan) + experiment.warnings_given(plan)
     return list(dict.fromkeys(out))
 
 
@@ -151,31 +168,19 @@ def _answer_of(plan: Plan) -> list[str]:
     return answer_lines(rows, method, res, plan.paths.analysis, consensus_sets=plan.consensus_sets())
 
 
-def _dataset_warnings(plan: Plan) -> list[str]:
-    """Warnings that preparation recorded in this experiment's dataset meta files, or that one is unreadable."""
-    out = []
-    for name in plan.exp.all_datasets():
-        meta = Path(plan.paths.data_meta.format(dataset=name))
-        if not meta.exists():
-            continue
-        try:
-            doc = json.loads(meta.read_text(encoding="utf-8"))
-            warning = doc.get("warning") if isinstance(doc, dict) else None
-        except (OSError, ValueError) as e:
-            out.append(
-                f"{meta}: the description of prepared dataset {name!r} is unreadable ({type(e).__name__}: "
-                f"{str(e)[:120]}); delete it and run again: the dataset is prepared again"
-            )
-            continue
-        if warning:
-            out.append(f"{warning} (see {meta})")
-    return out
-
-
 def check_inputs_exist(exp: Experiment) -> None:
-    """What the config points at on disk: local dataset files and local or packaged models."""
     for name in exp.all_datasets():
-        _check_local_file(exp, name)
+        # a local dataset's file must exist: Snakemake would quietly leave the testset out once scores exist
+        spec = exp.dataset(name)
+        if spec.get("source") != "local":
+            continue
+        where = f"datasets.{name}.path" + (f" (from {spec['_registry']})" if spec.get("_registry") else "")
+        if not spec.get("path"):
+            raise ConfigError(f"{where}: a local dataset needs a `path`")
+        path = exp.resolve_path(spec["path"])
+        if not path.is_file():
+            rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {exp.basedir})"
+            raise ConfigError(f"{where}: file not found: {path}{rel}")
     for name, m in exp.models.items():
         model_entry = exp.model_entry(name)
         if model_entry.path or model_entry.package:
@@ -183,20 +188,6 @@ def check_inputs_exist(exp: Experiment) -> None:
         for ck in (m.get("series") or {}).get("checkpoints", []):
             if ck.get("path"):
                 _check_local_model(replace(model_entry, path=ck["path"]), f"{model_entry.where}.series.checkpoints")
-
-
-def _check_local_file(exp: Experiment, name: str) -> None:
-    """A local dataset's file must exist: Snakemake would quietly leave the testset out once scores exist."""
-    spec = exp.dataset(name)
-    if spec.get("source") != "local":
-        return
-    where = f"datasets.{name}.path" + (f" (from {spec['_registry']})" if spec.get("_registry") else "")
-    if not spec.get("path"):
-        raise ConfigError(f"{where}: a local dataset needs a `path`")
-    path = exp.resolve_path(spec["path"])
-    if not path.is_file():
-        rel = "" if Path(spec["path"]).is_absolute() else f" (a relative path starts at {exp.basedir})"
-        raise ConfigError(f"{where}: file not found: {path}{rel}")
 
 
 def _check_local_model(model_entry: ModelEntry, key: str | None = None) -> None:

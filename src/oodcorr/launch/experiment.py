@@ -38,12 +38,10 @@ ANALYSIS_RULES = ("partial_correlations", "scatter", "learning_curves")
 
 
 def _config_identity(config_files, config: dict) -> dict:
-    """A run's config files (resolved) and the sha256 of the config read."""
     return {"configs": [str(Path(f).resolve()) for f in config_files], "config_sha256": sha256_json(config)}
 
 
 def _read_identity(root: Path) -> dict | None:
-    """The record of the config that last wrote ``root``, or None."""
     doc = json_or_none(root / IDENTITY)
     whole = (
         isinstance(doc, dict)
@@ -200,7 +198,7 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     records = "partial" if inherited and not _forced(sys.argv)[0] else "complete"
     here = {"folder": str(root.resolve()), "workdir": str(Path.cwd().resolve())}  # workdir: Snakemake's records
     new = dict(
-        _config_identity(config_files, config), config=config, records=records, **here, provenance=provenance(plan)
+        _config_identity(config_files, config), config=config, records=records, **here, provenance=_provenance(plan)
     )
     new["records_id"] = old["records_id"] if keep else uuid.uuid4().hex
     if old is None or any(old.get(k) != new[k] for k in new):
@@ -218,8 +216,7 @@ def lock_and_record(plan: Plan, config_files, config: dict) -> str | None:
     return None
 
 
-def provenance(plan: Plan) -> dict:
-    """What made the experiment: this run's code and the libraries the published scores recorded."""
+def _provenance(plan: Plan) -> dict:
     return {"run": code_provenance()} | published_jobs(plan.paths.provenance)
 
 
@@ -230,7 +227,7 @@ def record_provenance(plan: Plan) -> str | None:
     if old is None:
         return None
     try:
-        write_json_atomic(root / IDENTITY, dict(old, provenance=provenance(plan)))
+        write_json_atomic(root / IDENTITY, dict(old, provenance=_provenance(plan)))
     except (OSError, WriteFailed) as e:
         return (
             f"{root / IDENTITY} was not brought up to date with the libraries of the scores this run published "

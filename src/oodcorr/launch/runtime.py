@@ -59,7 +59,6 @@ def refuse(e: BaseException | str) -> None:
 
 
 def _kind(e: BaseException | str) -> str:
-    """How a job's refusal is recorded: ``disk full``, ``write failed`` or ``refused``."""
     return "disk full" if isinstance(e, DiskFull) else "write failed" if isinstance(e, WriteFailed) else "refused"
 
 

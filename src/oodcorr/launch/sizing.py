@@ -20,8 +20,6 @@ ADAPTER_SAVE_BYTES = 4
 
 @dataclass(frozen=True)
 class ModelSize:
-    """A model's parameter count, where it came from, and its linear layers (when known)."""
-
     parameters: int | None
     source: str  # where the count comes from, or why it is unknown
     linear: dict | None = None  # module name -> [[out, in, count], ...]
@@ -72,17 +70,10 @@ def _shards(spec) -> tuple[int, int]:
     return (g, g) if stage >= 3 else (1, g) if stage >= 1 else (1, 1)
 
 
-@dataclass(frozen=True)
-class GpuNeed:
-    """What one GPU of a job must hold at least, and how that was worked out."""
-
-    gib: float
-    explain: str
-
-
-def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
-    """The GPU memory one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, None when the
-    parameter count is unknown. Without activations: a job that cannot fit is caught, not every one that will not."""
+def gpu_memory(spec, rule: str, size: ModelSize) -> tuple[float, str] | None:
+    """(GiB one GPU of a ``finetune`` or ``evaluate`` job of ``spec`` needs at least, how that was worked out), None
+    when the parameter count is unknown. Without activations: a job that cannot fit is caught, not every one that
+    will not."""
     p = size.parameters
     if p is None:
         return None
@@ -110,7 +101,7 @@ def gpu_memory(spec, rule: str, size: ModelSize) -> GpuNeed | None:
         if w_shard > 1
         else (f", optimizer state split over {s_shard} GPUs" if s_shard > 1 else "")
     )
-    return GpuNeed(
+    return (
         gib,
         f"{what}: {raw / GiB:.1f} GiB of {parts}{shard}, x {MARGIN_FACTOR} + {MARGIN_GIB:g} GiB; "
         "activations not counted",
@@ -134,7 +125,8 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
             if need is None:
                 unknown.append(f"models[{name}] ({size.source})")
                 break
-            if need.gib > res.gpu_mem_gb:
+            gib, explain = need
+            if gib > res.gpu_mem_gb:
                 fixes = [
                     f"GPUs with more memory ({res.where('gpu_mem_gb')}, and gpu_model or constraint to get them)",
                     f"a smaller dtype (models[{name}].dtype)",
@@ -145,8 +137,8 @@ def check_gpu_memory(plan, lock=None) -> list[str]:
                     if not spec.lora:
                         fixes.append(f"LoRA (models[{name}].finetune.lora)")
                 errors.append(
-                    f"models[{name}]: its {rule} jobs need at least {need.gib:.1f} GiB on each GPU "
-                    f"({need.explain}) but asks for GPUs of {res.gpu_mem_gb:g} GiB "
+                    f"models[{name}]: its {rule} jobs need at least {gib:.1f} GiB on each GPU "
+                    f"({explain}) but asks for GPUs of {res.gpu_mem_gb:g} GiB "
                     f"({res.where('gpu_mem_gb')}). Use " + ", or ".join(fixes)
                 )
     if errors:

@@ -25,7 +25,6 @@ DIR_ENV = "OODCORR_SLURM_WRAP_DIR"  # the folder of oodcorr.launch.slurm_wrap's 
 
 
 def unwrapped_path() -> str:
-    """This process's PATH without the folder of :mod:`.slurm_wrap`'s wrappers."""
     folder = os.environ.get(DIR_ENV)
     bin_dir = (Path(folder) / "bin").resolve() if folder else None
     keep = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != bin_dir]
@@ -45,7 +44,6 @@ def run(argv: Sequence[str], timeout: float = TIMEOUT_S) -> subprocess.Completed
 
 
 def first_line(res: subprocess.CompletedProcess | None) -> str:
-    """A failed command's first line of complaint, for a sentence."""
     if res is None:
         return "not installed, or no answer"
     text = (res.stderr or res.stdout or "").strip()
@@ -53,7 +51,6 @@ def first_line(res: subprocess.CompletedProcess | None) -> str:
 
 
 def controller_answers() -> bool:
-    """Whether slurmctld answers (``scontrol ping``)."""
     res = run(["scontrol", "ping"], timeout=15)
     return res is not None and res.returncode == 0
 
@@ -66,7 +63,6 @@ class ClusterConfig:
     storage: str  # AccountingStorageType, as given
     min_job_age_s: int | None  # how long a finished job stays visible to squeue
     max_job_count: int | None  # the most jobs slurmctld holds at once, finished ones included
-    text: str = field(default="", repr=False, compare=False)
 
 
 def parse_config(text: str) -> ClusterConfig:
@@ -80,7 +76,6 @@ def parse_config(text: str) -> ClusterConfig:
         storage=storage,
         min_job_age_s=int(age[1]) * unit if age else None,
         max_job_count=int(count[0]) if count and count[0].isdigit() else None,
-        text=text,
     )
 
 
@@ -94,19 +89,13 @@ class Partition:
     default: bool = False
     nodes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (state, reason)
 
-    def usable_nodes(self) -> list[str]:
-        """Nodes that can start a job (not drained, draining, down, failing or powered down)."""
+    def unusable(self) -> list[str]:
         bad = ("drain", "down", "fail", "maint", "power", "reserved", "unknown", "no_respond", "inval")
-        return [n for n, (state, _) in self.nodes.items() if not any(b in state.lower() for b in bad)]
-
-    def unusable(self) -> str:
-        """The nodes that cannot start a job, with their state and reason, for a sentence."""
-        usable = self.usable_nodes()
-        return ", ".join(
+        return [
             f"{n} is {state}" + (f" ({reason!r})" if reason and reason.lower() != "none" else "")
             for n, (state, reason) in sorted(self.nodes.items())
-            if n not in usable
-        )
+            if any(b in state.lower() for b in bad)
+        ]
 
 
 def parse_sinfo(text: str) -> dict[str, Partition]:
@@ -142,10 +131,6 @@ class QueuedJob:
     nodes: str
     comment: str  # the executor's: rule_<rule>[_wildcards_<values>]
     reason: str
-
-    @property
-    def active(self) -> bool:
-        return self.state in ACTIVE_STATES
 
     def rule(self, rules: Iterable[str] = ()) -> str:
         """The rule in the executor's comment: the longest known rule name it starts with, else the comment."""
@@ -276,10 +261,11 @@ def placement_problems(
                 f"partition {name!r} ({keys}; for the {rules} jobs) is down (`sinfo -p {name}`): SLURM queues the jobs "
                 "but starts none until it is up; or stop this run, set `slurm_partition` there to another and run again"
             )
-        elif not part.usable_nodes():
+        elif len(part.unusable()) == len(part.nodes):
             warnings.append(
                 f"no node of partition {name!r} ({keys}; for the {rules} jobs) can start a job now: "
-                f"{part.unusable() or 'it has no nodes'} (`sinfo -p {name}`). SLURM starts them when a node returns"
+                f"{', '.join(part.unusable()) or 'it has no nodes'} (`sinfo -p {name}`). SLURM starts them when a "
+                "node returns"
             )
     for account, group in sorted(by_account.items()):
         rules = ", ".join(sorted({g.rule for g in group}))
@@ -375,7 +361,6 @@ def array_problems(
 
 
 def queue_full(limit: int, held: int, min_job_age_s: int | None) -> str:
-    """The sentence for a queue found full while the run submits."""
     return (
         f"SLURM's queue is full: it holds {held} jobs, its limit (MaxJobCount{_age(min_job_age_s)}). "
         f"{_queue_advice(max(limit // 2, 1))}"

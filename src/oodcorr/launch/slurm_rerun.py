@@ -75,27 +75,12 @@ def snakemake_locks(plan: Plan) -> list[Path]:
     return out
 
 
-def _gone(run: dict | None) -> bool:
-    """Whether ``run`` ran on this host and its process is gone (an unknown PID may still run)."""
-    if run is None or run.get("host") != socket.gethostname():
-        return False
-    try:
-        pid = int(run.get("pid") or 0)
-        if pid > 0:
-            os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (TypeError, ValueError, PermissionError, OverflowError):
-        return False
-    return False
-
-
 def _who(run: dict) -> str:
     started = str(run.get("started", "?")).replace("T", " ")[:16]
     return f"PID {run.get('pid')} on host {run.get('host')}, started {started}"
 
 
-def describe(jobs: list[slurm.QueuedJob]) -> str:
+def _describe(jobs: list[slurm.QueuedJob]) -> str:
     """``9 (build_tiny_model micro-opt, PENDING: <reason>)``, ... for a sentence."""
     rules, shown = list(RESOURCES), 6
     parts = []
@@ -115,14 +100,14 @@ def _earlier_jobs(plan: Plan) -> tuple[list[slurm.QueuedJob], list[dict]] | None
     jobs = slurm.queue(str(r["slurm_run_id"]) for r in runs)
     if jobs is None:
         return None
-    active = [j for j in jobs if j.active]
+    active = [j for j in jobs if j.state in slurm.ACTIVE_STATES]
     ids = {j.name for j in active}
     return active, [r for r in runs if r["slurm_run_id"] in ids]
 
 
 def _held(jobs: list[slurm.QueuedJob], runs: list[dict]) -> str:
     who = "; ".join(_who(r) for r in runs)
-    return f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {describe(jobs)}"
+    return f"SLURM still holds {len(jobs)} job(s) of an earlier run of this experiment ({who}): {_describe(jobs)}"
 
 
 def earlier_jobs_warning(plan: Plan) -> list[str]:
@@ -141,7 +126,7 @@ def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, shown: str, 
         who += f", unless it still runs on {last.get('host')}: check there first (`ps -p {last.get('pid')}`)"
     then = (
         f"; the rerun then waits for the {len(jobs)} SLURM job(s) of that run that SLURM still holds, "
-        f"{describe(jobs)}, instead of submitting them again"
+        f"{_describe(jobs)}, instead of submitting them again"
         if jobs
         else ""
     )
@@ -155,7 +140,16 @@ def _unlock_refusal(plan: Plan, argv: list[str], last: dict | None, shown: str, 
 def _release_stale(plan: Plan, last: dict | None, locks: list[Path], shown: str, say: Callable) -> bool:
     """Remove Snakemake's lock files on this experiment's files, as ``--unlock`` would, where the last run ran
     here and is gone (with the experiment's lock held here, that proves them stale); whether they are gone."""
-    if not _gone(last):
+    if last is None or last.get("host") != socket.gethostname():
+        return False
+    try:
+        pid = int(last.get("pid") or 0)
+        if pid > 0:
+            os.kill(pid, 0)
+        return False  # it runs, or its PID is unknown: it may still run
+    except ProcessLookupError:
+        pass  # gone
+    except (TypeError, ValueError, PermissionError, OverflowError):
         return False
     try:
         for f in locks:
@@ -198,7 +192,6 @@ def before_planning(plan: Plan, argv: list[str], say: Callable[[str], None]) -> 
 
 
 def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str], None]) -> None:
-    """Wait until SLURM holds none of ``jobs`` (of the earlier ``runs``), saying what it waits for."""
     names = [str(r["slurm_run_id"]) for r in runs]
     said, said_at, quiet_since, released = None, 0.0, None, set()
     while True:
@@ -223,7 +216,7 @@ def wait_for(jobs: list[slurm.QueuedJob], runs: list[dict], say: Callable[[str],
         if quiet_since is not None:
             say(f"SLURM answers again, after {time.monotonic() - quiet_since:.0f} s")
             quiet_since = None
-        jobs = [j for j in found if j.active]
+        jobs = [j for j in found if j.state in slurm.ACTIVE_STATES]
         if not jobs:
             say("the earlier run's SLURM jobs have ended; planning what is left")
             return

@@ -57,7 +57,7 @@ def pending_sentence(kind: str, partition: str, reason: str, ids: list[str], par
         )
     if kind == "nodes":
         part = (parts or {}).get(partition)
-        nodes = part.unusable() if part else ""
+        nodes = ", ".join(part.unusable()) if part else ""
         return (
             f"{n} wait because no node of partition {partition!r} can start them"
             + (f": {nodes}" if nodes else "")
@@ -124,8 +124,6 @@ def _describe_job(job) -> tuple[str, str, str | None]:
 
 
 class Watcher(threading.Thread):
-    """Looks at one run's SLURM jobs every ``poll_s`` seconds (module docstring)."""
-
     def __init__(
         self,
         run_id: str,
@@ -202,7 +200,14 @@ class Watcher(threading.Thread):
             self._pending([j for j in found if j.state == "PENDING"])
             self._ended(found, say_now=True)
             self._lost(found)
-        self._queue_full()
+        limit = self.config.max_job_count
+        everything = slurm.queue(None, every_state=True) if limit is not None else None
+        if everything is None:
+            return
+        full = len(everything) >= limit
+        if full and not self.full:
+            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
+        self.full = full
 
     def _ended(self, found: list[slurm.QueuedJob], say_now: bool) -> None:
         """Record the jobs SLURM ended; forget one that runs again (requeued)."""
@@ -235,9 +240,7 @@ class Watcher(threading.Thread):
         for k, ids in groups.items():
             before = self.said.get(k)
             if before is None or not set(ids) <= before[0] or now - before[1] >= slurm_rerun.SAY_AGAIN_S:
-                line = pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts)
-                if line:
-                    print_now(line)
+                print_now(pending_sentence(*k, sorted(ids, key=lambda i: (len(i), i)), parts))
                 self.said[k] = (frozenset(ids) | (before[0] if before else frozenset()), now)
 
     def _lost(self, found: list[slurm.QueuedJob]) -> None:
@@ -264,16 +267,6 @@ class Watcher(threading.Thread):
                     "and would wait for it forever: stop this run (Ctrl-C) and run the same command again"
                 )
 
-    def _queue_full(self) -> None:
-        limit = self.config.max_job_count
-        everything = slurm.queue(None, every_state=True) if limit is not None else None
-        if everything is None:
-            return
-        full = len(everything) >= limit
-        if full and not self.full:
-            print_now(slurm.queue_full(limit, len(everything), self.config.min_job_age_s))
-        self.full = full
-
     def end_lines(self, failed: bool) -> list[str]:
         self.stopped.set()
         self._snapshot()
@@ -295,25 +288,10 @@ class Watcher(threading.Thread):
 
 
 def _set_by(plan: Plan, job, name: str) -> str:
-    """Where a submitted job's ``name`` resource was set, for a sentence."""
     spec = plan.models.get(job.wildcards_dict.get("model")) if job.wildcards_dict.get("model") else None
     res = spec.resources.get(job.rule.name) if spec else None
     origin = res.origin.get(name) if res else None
     return f"`{origin}` in the config" if origin else f"`{name}` in the profile's default-resources"
-
-
-def placements(plan: Plan, jobs) -> list[slurm.Placement]:
-    """Where each submitted job goes (placement_problems groups them by partition and account)."""
-    return [
-        slurm.Placement(
-            j.rule.name,
-            j.resources.get("slurm_partition") or None,
-            j.resources.get("slurm_account") or None,
-            _set_by(plan, j, "slurm_partition"),
-            _set_by(plan, j, "slurm_account"),
-        )
-        for j in jobs
-    ]
 
 
 def _asked(job) -> dict:
@@ -334,7 +312,6 @@ def comments(jobs) -> dict:
 
 
 def executor_name(workflow) -> str:
-    """The executor plugin's name of this run (``local``, ``slurm``, ...)."""
     return str(getattr(workflow.executor_plugin, "name", "") or "local")
 
 
@@ -358,7 +335,17 @@ def at_start(workflow, plan: Plan) -> str | None:
     init_s = int(getattr(settings, "init_seconds_before_status_checks", None) or 40)
     refusals, warnings = slurm.status_problems(getattr(settings, "status_command", None), init_s, config)
     accounts = slurm.user_accounts() if config.accounting else None
-    more = slurm.placement_problems(placements(plan, jobs), slurm.partitions() or {}, config, accounts, no_account)
+    placed = [
+        slurm.Placement(
+            j.rule.name,
+            j.resources.get("slurm_partition") or None,
+            j.resources.get("slurm_account") or None,
+            _set_by(plan, j, "slurm_partition"),
+            _set_by(plan, j, "slurm_account"),
+        )
+        for j in jobs
+    ]
+    more = slurm.placement_problems(placed, slurm.partitions() or {}, config, accounts, no_account)
     refusals, warnings = refusals + more[0], warnings + more[1]
     rate = getattr(getattr(workflow, "scheduling_settings", None), "max_jobs_per_timespan", None)
     refusals += slurm.array_problems(
@@ -376,7 +363,7 @@ def at_start(workflow, plan: Plan) -> str | None:
     if refusals:
         return "nothing was submitted: " + "\noodcorr: ".join(refusals)
     executor = workflow.scheduler.get_executor(jobs[0])
-    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), config.text, no_account)
+    slurm_wrap.install(Path(".snakemake", "oodcorr-slurm"), res.stdout, no_account)
     run_id = getattr(executor, "run_uuid", None)
     slurm_rerun.record_run(plan, name, run_id)
     if run_id and hasattr(executor, "active_jobs"):

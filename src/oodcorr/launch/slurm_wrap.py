@@ -32,7 +32,6 @@ LAST_ANSWER = "squeue-{}.txt"  # the controller's last answer to one squeue quer
 
 
 def install(folder: str | os.PathLike, config_text: str, no_account: bool = False) -> Path:
-    """Write the wrappers into ``folder``/bin and put it first on PATH; returns the bin folder."""
     folder = Path(folder).resolve()
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -55,13 +54,6 @@ def install(folder: str | os.PathLike, config_text: str, no_account: bool = Fals
     return bin_dir
 
 
-def _run(argv: list[str], stdin: bytes | None, timeout: float | None) -> subprocess.CompletedProcess | None:
-    try:
-        return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def _emit(res: subprocess.CompletedProcess) -> int:
     sys.stdout.buffer.write(res.stdout or b"")
     sys.stdout.buffer.flush()
@@ -71,11 +63,7 @@ def _emit(res: subprocess.CompletedProcess) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m oodcorr.launch.slurm_wrap <command> <args...>``: the command, as the docstring says."""
-    if not argv or argv[0] not in (*WRAPPED, NO_ACCOUNT):
-        names = ",".join((*WRAPPED, NO_ACCOUNT))
-        print(f"usage: python -m oodcorr.launch.slurm_wrap {{{names}}} ARGS...", file=sys.stderr)
-        return 2
+    """``python -m oodcorr.launch.slurm_wrap <command> <args...>``, as :func:`install`'s scripts run it."""
     name, args = argv[0], argv[1:]
     if name == NO_ACCOUNT and "|" in args:  # the executor's account guess (docstring): no account
         print("none", flush=True)
@@ -95,7 +83,10 @@ def main(argv: list[str]) -> int:
         last = folder / saved if saved and folder else None
         while True:
             timeout = max(deadline - time.monotonic(), 1.0) if name == "squeue" else CONFIG_WAIT_S if config else None
-            res = _run(cmd, stdin, timeout)
+            try:
+                res = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                res = None
             if res is not None and (res.returncode == 0 or (not config and controller_answers())):
                 if last is not None and res.returncode == 0:
                     write_text_atomic(last, res.stdout.decode(errors="replace"))

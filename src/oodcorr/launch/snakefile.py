@@ -37,38 +37,33 @@ def plan_run(workflow, config: dict) -> Plan:
     # with a hub lock every job loads the locked commits, offline (its environment says so)
     hub_lock, hub_warnings = use_lock(config, files[-1], plan)
     warnings += hub_warnings + check_gpu_memory(plan, hub_lock)
-    if workflow.is_main_process:
-        warnings += _main_process_checks(workflow, plan, config, files)
+    if workflow.is_main_process:  # the checks of the submitting process
+        check_trackers(config, plan.paths.root)
+        deploy = workflow.deployment_settings
+        conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
+        no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
+        writing = may_write(sys.argv)
+        if no_room and (writing or option_value(sys.argv, "--report", "") is not None):
+            _stop(no_room)
+        said = no_room + [w for w in [config_warning(plan, files, config)] if w]
+        refusal = lock(plan, files) if writing else None
+        if refusal:
+            _warn(said)  # another config wrote it last: said too
+            _stop([refusal])
+        refusal = before_planning(plan, sys.argv, slurm_watch.print_now) if writing else None
+        if refusal:
+            _stop([refusal])
+        warnings += said
+        if not writing:
+            warnings += earlier_jobs_warning(plan)
+        warnings += check_published(plan, change=writing)
+        warnings += check_tokenized_caches(plan, rebuild=writing)
     _warn(warnings)
     check_report_inputs(plan, files[-1], sys.argv)
     # where each job records the sentence it stops with (oodcorr.launch.runtime.refuse), repeated when the
     # run ends; set in every process, so that a cluster job's script finds it too
     os.environ[REFUSALS_ENV] = str(refusals_dir(plan.paths.logs).resolve())
     return plan
-
-
-def _main_process_checks(workflow, plan: Plan, config: dict, files: list[Path]) -> list[str]:
-    """The checks of the submitting process; returns their warnings."""
-    check_trackers(config, plan.paths.root)
-    deploy = workflow.deployment_settings
-    conda = any(getattr(m, "name", "").lower() == "conda" for m in deploy.deployment_method)
-    no_room = free_space_problems(plan, sys.argv, conda_prefix=deploy.conda_prefix if conda else None)
-    writing = may_write(sys.argv)
-    if no_room and (writing or option_value(sys.argv, "--report", "") is not None):
-        _stop(no_room)
-    warnings = no_room + [w for w in [config_warning(plan, files, config)] if w]
-    refusal = lock(plan, files) if writing else None
-    if refusal:
-        _warn(warnings)  # another config wrote it last: said too
-        _stop([refusal])
-    refusal = before_planning(plan, sys.argv, slurm_watch.print_now) if writing else None
-    if refusal:
-        _stop([refusal])
-    if not writing:
-        warnings += earlier_jobs_warning(plan)
-    warnings += check_published(plan, change=writing)
-    warnings += check_tokenized_caches(plan, rebuild=writing)
-    return warnings
 
 
 def on_start(workflow, plan: Plan, config: dict) -> None:
