@@ -103,7 +103,15 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
             _respline(rs, z, X, st, [lams[t] for t in names], opts.gam)
         ia = np.array([col[cells[k][0]] for k in ks])
         ib = np.array([col[cells[k][1]] for k in ks])
-        got = _pair_corrs(rs, ia, ib)  # (B, pairs)
+        # every resample's Pearson correlations of the residual columns ia and ib (B, pairs), NaN as in corr
+        C = rs - rs.mean(1, keepdims=True)
+        G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
+        ss = np.diagonal(G, axis1=1, axis2=2)
+        num = G[:, ia, ib]
+        den = np.sqrt(ss[:, ia] * ss[:, ib])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            got = np.where(den > 0, num / den, np.nan)
+        got = np.clip(got, -1.0, 1.0)
         lo, hi = intervals(np.array([cells[k][3] for k in ks]), got, opts.level, opts.interval)
         count = np.isfinite(got).sum(0)
         for j, k in enumerate(ks):
@@ -143,15 +151,3 @@ def _respline(rs: np.ndarray, z: np.ndarray, X: np.ndarray, steps, lams: list, g
         bad = np.isnan(rs[b][:, curved])
         got, _ = basis.residuals(X[b][:, curved], lam)
         rs[b][:, curved] = np.where(bad, np.nan, got)
-
-
-def _pair_corrs(R: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs), NaN as in corr."""
-    C = R - R.mean(1, keepdims=True)
-    G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
-    ss = np.diagonal(G, axis1=1, axis2=2)
-    num = G[:, ia, ib]
-    den = np.sqrt(ss[:, ia] * ss[:, ib])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(den > 0, num / den, np.nan)
-    return np.clip(r, -1.0, 1.0)
