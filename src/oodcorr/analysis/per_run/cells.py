@@ -280,7 +280,18 @@ def partial_corr(
             continue
         else:
             row.update(_cell(cells, a, b, m, res))
-        row.update(_measured(meas, a, b, m, res))
+        spec = parse(res)  # the measurement columns (:mod:`.measured`): whole for Pearson's linear and spline kinds
+        if spec.smoother and m == "pearson":
+            row.update(meas.get((a, b, res), empty()))
+        else:
+            twin = meas.get((a, b, spec.line))
+            got = empty()
+            if twin is not None:
+                got.update({c: twin[c] for c in SHARED})
+            why = "ranks" if m != "pearson" else "pygam's GAM fitted to a noisy in-domain score"
+            note = f"not corrected for item noise ({m}/{res}: {why})"
+            got["noise"] = "; ".join(x for x in (got["noise"], note) if x)
+            row.update(got)
         rows.append(row)
     by_res: dict[str, list[int]] = {}  # the example-level intervals of the batched Pearson cells, per residualiser
     for i, row in enumerate(rows):
@@ -293,18 +304,3 @@ def partial_corr(
     _finish_tests(rows, opts)
     finish_bounded(rows, opts.level)
     return rows
-
-
-def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
-    """A cell's measurement columns (:mod:`.measured`), whole for the Pearson linear and spline kinds."""
-    spec = parse(res)
-    if spec.smoother and method == "pearson":
-        return meas.get((a, b, res), empty())
-    twin = meas.get((a, b, spec.line))
-    out = empty()
-    if twin is not None:
-        out.update({c: twin[c] for c in SHARED})
-    why = "ranks" if method != "pearson" else "pygam's GAM fitted to a noisy in-domain score"
-    note = f"not corrected for item noise ({method}/{res}: {why})"
-    out["noise"] = "; ".join(x for x in (out["noise"], note) if x)
-    return out
