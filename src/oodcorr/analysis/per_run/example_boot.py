@@ -99,8 +99,17 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
         X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)  # (B, n, S)
         st = np.asarray(steps, float)[mask] if spec.step else None
         rs = _resampled(z, X, st, min_points(spec, opts.gam))
-        if any(lams[t] is not None for t in names):
-            _respline(rs, z, X, st, [lams[t] for t in names], opts.gam)
+        if any(lams[t] is not None for t in names):  # each resample's spline residuals replace the line's
+            curved = np.array([lams[t] is not None for t in names])
+            lam = np.array([np.inf if lams[t] is None else lams[t] for t in names], dtype=float)[curved]
+            for b in range(len(z)):
+                covars = z[b][:, None] if st is None else np.column_stack([z[b], st])
+                basis = spline_basis(covars, opts.gam)
+                if basis is None:
+                    continue
+                bad = np.isnan(rs[b][:, curved])
+                got, _ = basis.residuals(X[b][:, curved], lam)
+                rs[b][:, curved] = np.where(bad, np.nan, got)
         ia = np.array([col[cells[k][0]] for k in ks])
         ib = np.array([col[cells[k][1]] for k in ks])
         # every resample's Pearson correlations of the residual columns ia and ib (B, pairs), NaN as in corr
@@ -137,17 +146,3 @@ def _resampled(z: np.ndarray, X: np.ndarray, steps, need: int):
     bad |= np.sqrt((R * R).sum(1)) <= 1e-10 * scale * math.sqrt(n)
     R[np.broadcast_to(bad[:, None, :], R.shape)] = np.nan
     return R
-
-
-def _respline(rs: np.ndarray, z: np.ndarray, X: np.ndarray, steps, lams: list, gam) -> None:
-    """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) by each resample's spline residuals."""
-    curved = np.array([lam is not None for lam in lams])
-    lam = np.array([np.inf if v is None else v for v in lams], dtype=float)[curved]
-    for b in range(len(z)):
-        covars = z[b][:, None] if steps is None else np.column_stack([z[b], steps])
-        basis = spline_basis(covars, gam)
-        if basis is None:
-            continue
-        bad = np.isnan(rs[b][:, curved])
-        got, _ = basis.residuals(X[b][:, curved], lam)
-        rs[b][:, curved] = np.where(bad, np.nan, got)
