@@ -83,58 +83,6 @@ def _value(v) -> str:
     return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA else str(v)
 
 
-def _run_groups(long: pd.DataFrame, run_info: pd.DataFrame | None, pool_by) -> pd.DataFrame:
-    """One row per (model, run): the run information columns and ``pool_group``."""
-    runs = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
-    if run_info is None or run_info.empty:
-        info = runs
-    else:
-        if "run" not in run_info.columns:
-            raise ValueError(f"the run information lacks a 'run' column; it has {list(run_info.columns)}")
-        keys = ["model", "run"] if "model" in run_info.columns else ["run"]
-        run_info = run_info.assign(**{k: run_info[k].astype(str) for k in keys})
-        dup = run_info[run_info.duplicated(keys, keep=False)]
-        if len(dup):
-            first = dup.iloc[0]
-            raise ValueError(
-                f"the run information has several rows for run {tuple(first[k] for k in keys)}; "
-                "a column to pool by must be constant within a run"
-            )
-        info = runs.merge(run_info, on=keys, how="left")
-    missing = [c for c in pool_by if c not in info.columns]
-    if missing:
-        log.warning(
-            "pooling: no run information column(s) %s; runs of a model are pooled together whatever their %s",
-            missing,
-            ", ".join(missing),
-        )
-    by = [c for c in pool_by if c in info.columns]
-    if by:
-        info["pool_group"] = [
-            ", ".join(f"{c}={_value(v)}" for c, v in zip(by, vals)) for vals in info[by].itertuples(index=False)
-        ]
-    else:
-        info["pool_group"] = "all runs"
-    return info
-
-
-def _run_items(groups, examples, ordered) -> list:
-    """Each run's per-item matrices, problems and item labels, read from its rows of ``examples`` (None without)."""
-    if examples is None:
-        return [None] * len(groups)
-    where = examples.groupby(["model", "run"], sort=False, observed=True).indices
-    out = []
-    for g in groups:
-        idx = where.get((g["model"].iloc[0], g["run"].iloc[0]))
-        if idx is None:
-            out.append(({}, {}, {}))
-            continue
-        sub = examples.take(idx)
-        mats, problems = item_matrices(sub, run_units(g, ordered))
-        out.append((mats, problems, item_strata(sub, mats)))
-    return out
-
-
 def pool(runs: pd.DataFrame, opts: Options) -> pd.DataFrame:
     """The pooled rows of a table's run rows: their correlations and measurement columns, per model and pool group."""
     runs = runs.reset_index(drop=True)
@@ -172,9 +120,50 @@ def analyse(
             long = long[long["unit"] != 0]
         else:
             log.warning("drop_step0: the units are not numeric, so there is no step 0 to leave out")
-    info = _run_groups(long, run_info, opts.pool_by)
+    # one row per (model, run): the run information columns and ``pool_group``
+    runs = long[["model", "run"]].drop_duplicates().reset_index(drop=True)
+    if run_info is None or run_info.empty:
+        info = runs
+    else:
+        if "run" not in run_info.columns:
+            raise ValueError(f"the run information lacks a 'run' column; it has {list(run_info.columns)}")
+        keys = ["model", "run"] if "model" in run_info.columns else ["run"]
+        run_info = run_info.assign(**{k: run_info[k].astype(str) for k in keys})
+        dup = run_info[run_info.duplicated(keys, keep=False)]
+        if len(dup):
+            first = dup.iloc[0]
+            raise ValueError(
+                f"the run information has several rows for run {tuple(first[k] for k in keys)}; "
+                "a column to pool by must be constant within a run"
+            )
+        info = runs.merge(run_info, on=keys, how="left")
+    missing = [c for c in opts.pool_by if c not in info.columns]
+    if missing:
+        log.warning(
+            "pooling: no run information column(s) %s; runs of a model are pooled together whatever their %s",
+            missing,
+            ", ".join(missing),
+        )
+    by = [c for c in opts.pool_by if c in info.columns]
+    if by:
+        info["pool_group"] = [
+            ", ".join(f"{c}={_value(v)}" for c, v in zip(by, vals)) for vals in info[by].itertuples(index=False)
+        ]
+    else:
+        info["pool_group"] = "all runs"
     groups = [g for _, g in long.groupby(["model", "run"], sort=True)]
-    parts, items = leaves(task_groups), _run_items(groups, examples, ordered)
+    parts, items = leaves(task_groups), [None] * len(groups)
+    if examples is not None:  # each run's per-item matrices, problems and item labels, from its rows of examples
+        where = examples.groupby(["model", "run"], sort=False, observed=True).indices
+        items = []
+        for g in groups:
+            idx = where.get((g["model"].iloc[0], g["run"].iloc[0]))
+            if idx is None:
+                items.append(({}, {}, {}))
+                continue
+            sub = examples.take(idx)
+            mats, problems = item_matrices(sub, run_units(g, ordered))
+            items.append((mats, problems, item_strata(sub, mats)))
     if workers <= 1 or len(groups) <= 1:
         per_run = [partial_corr(g, opts, ordered, parts, it) for g, it in zip(groups, items)]
     else:  # each process sent its runs' per-item matrices, not the examples' rows, and on one BLAS thread

@@ -12,7 +12,6 @@ from .items.measurement import NOISE_LIMITED
 
 
 def write_tables(pc: pd.DataFrame, agree: pd.DataFrame, out: Path) -> None:
-    """The analysis' two tables, ``partial_correlations.csv`` and ``agreement.csv``, each written atomically."""
     for df, name in ((pc, "partial_correlations.csv"), (agree, "agreement.csv")):
         with atomic_path(out / name) as tmp:
             df.to_csv(tmp, index=False)

@@ -35,15 +35,6 @@ CONSENSUS_COLUMNS = [
     *(f"p_{k}{adj}" for k in ("mean", "generalises") for adj in ("", "_adj")),
     "share_sign_low",
 ]
-# the answer as measurements (:mod:`.measured_answer`)
-MEASURED_COLUMNS = [
-    "about",
-    "noise",
-    *(f"{c}_consensus_{k}" for k in ("eiv", "corrected") for c in ("r", "ci_low", "ci_high")),
-    *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")),
-    "attenuation_low",
-    "noise_limited",
-]
 AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "verdict",
     "form",
@@ -63,7 +54,13 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
     "family_size",
     "note",
     "by_model",
-    *MEASURED_COLUMNS,
+    # the answer as measurements (:mod:`.measured_answer`)
+    "about",
+    "noise",
+    *(f"{c}_consensus_{k}" for k in ("eiv", "corrected") for c in ("r", "ci_low", "ci_high")),
+    *(f"reliability_{side}{end}" for side in ("x", "y", "in_domain") for end in ("", "_low")),
+    "attenuation_low",
+    "noise_limited",
     "reason",
     "way_on",
 ]
@@ -71,14 +68,6 @@ AGREEMENT_COLUMNS = AGREEMENT_KEYS + [
 
 def _fmt(v: float) -> str:
     return f"{v:+.2f}" if np.isfinite(v) else "n/a"
-
-
-def _by_model(names, r, sig, lo, hi) -> str:
-    return "; ".join(
-        f"{m}: {_fmt(v)}{'*' if s_ else ''}"
-        + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
-        for m, v, s_, low, high in zip(names, r, sig, lo, hi)
-    )
 
 
 def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
@@ -105,7 +94,12 @@ def _describe(pooled: pd.DataFrame, group: np.ndarray, n_groups: int) -> dict:
         "n_sig_positive": count(sig & (r > 0)),
         "n_sig_negative": count(sig & (r < 0)),
         "by_model": [
-            _by_model(names[a:b], r[a:b], sig[a:b], lo[a:b], hi[a:b]) for a, b in zip(starts[:-1], starts[1:])
+            "; ".join(
+                f"{m}: {_fmt(v)}{'*' if s_ else ''}"
+                + (f" [{low:+.2f}, {high:+.2f}]" if np.isfinite(low) and np.isfinite(high) else "")
+                for m, v, s_, low, high in zip(names[a:b], r[a:b], sig[a:b], lo[a:b], hi[a:b])
+            )
+            for a, b in zip(starts[:-1], starts[1:])
         ],
     }
 
@@ -251,34 +245,6 @@ def _sign_of(direction: str) -> str:
     return direction.split(" ", 1)[0] if direction else ""
 
 
-def _about_and_gate(df: pd.DataFrame, regime: np.ndarray) -> None:
-    """``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a
-    statement only where the corrected Pearson cell of the same pair and covariates makes it too: a
-    sign where that cell states the same sign, a spread where it states the same spread."""
-    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
-    twins = {
-        (t.in_domain, t.pool_group, t.x, t.y, t.residualiser): (reg, t.direction, t.spread)
-        for t, reg in zip(df[corrected].itertuples(index=False), regime[corrected.to_numpy()])
-    }
-    about, direction, spread, verdicts = [], list(df["direction"]), list(df["spread"]), list(df["verdict"])
-    for i, row in enumerate(df.itertuples(index=False)):
-        if corrected.iloc[i]:
-            about.append(measured.ABOUT[regime[i]])
-            continue
-        twin = twins.get((row.in_domain, row.pool_group, row.x, row.y, _twin(row.residualiser)))
-        if twin is None or twin[0] == "unknown":
-            about.append(measured.ABOUT["unknown"])
-            continue
-        about.append(f"tasks (its statements checked against pearson/{_twin(row.residualiser)})")
-        if row.direction and _sign_of(row.direction) != _sign_of(twin[1]):
-            direction[i] = ""
-        if row.spread and row.spread != twin[2]:
-            spread[i] = ""
-        if (direction[i], spread[i]) != (row.direction, row.spread) and row.n_models_consensus >= 2 and row.n_finite:
-            verdicts[i] = verdict_words(direction[i], spread[i])
-    df["about"], df["direction"], df["spread"], df["verdict"] = about, direction, spread, verdicts
-
-
 def agreement(
     table: pd.DataFrame,
     alpha: float = DEFAULTS["alpha"],
@@ -341,8 +307,52 @@ def agreement(
     _adjust(df, correction)
     df["direction"], df["spread"] = zip(*(rungs(row, alpha) for row in df.to_dict("records")))
     df["verdict"] = [verdict(row, alpha) for row in df.to_dict("records")]
-    _about_and_gate(df, regime)
-    _form(df, runs, run_group, n_groups, level, band, correction, alpha)
+    # ``about`` per pair, and a cell that is not corrected (Spearman, Kendall, a GAM) makes a statement only where
+    # the corrected Pearson cell of the same pair and covariates makes it too: a sign where that cell states the
+    # same sign, a spread where it states the same spread
+    corrected = (df["method"] == "pearson") & df["residualiser"].map(lambda r: parse(r).smoother)
+    twins = {
+        (t.in_domain, t.pool_group, t.x, t.y, t.residualiser): (reg, t.direction, t.spread)
+        for t, reg in zip(df[corrected].itertuples(index=False), regime[corrected.to_numpy()])
+    }
+    about, direction, spread, verdicts = [], list(df["direction"]), list(df["spread"]), list(df["verdict"])
+    for i, row in enumerate(df.itertuples(index=False)):
+        if corrected.iloc[i]:
+            about.append(measured.ABOUT[regime[i]])
+            continue
+        twin = twins.get((row.in_domain, row.pool_group, row.x, row.y, _twin(row.residualiser)))
+        if twin is None or twin[0] == "unknown":
+            about.append(measured.ABOUT["unknown"])
+            continue
+        about.append(f"tasks (its statements checked against pearson/{_twin(row.residualiser)})")
+        if row.direction and _sign_of(row.direction) != _sign_of(twin[1]):
+            direction[i] = ""
+        if row.spread and row.spread != twin[2]:
+            spread[i] = ""
+        if (direction[i], spread[i]) != (row.direction, row.spread) and row.n_models_consensus >= 2 and row.n_finite:
+            verdicts[i] = verdict_words(direction[i], spread[i])
+    df["about"], df["direction"], df["spread"], df["verdict"] = about, direction, spread, verdicts
+    # ``line_verdict`` (the ladder on ``r_line``) and ``form`` (the line says another sign or spread than a curve)
+    df["form"], df["line_verdict"] = "", ""
+    if "se_z_line" in runs and np.isfinite(runs["r_line"].to_numpy(float)).any():
+        Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups, "_line")
+        line = pd.DataFrame(_consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups))
+        for k in [*FAMILY_KEYS, "n_finite"]:
+            line[k] = df[k].to_numpy()
+        _adjust(line, correction)
+        checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
+        checked &= df["residualiser"].map(lambda r: parse(r).curve).to_numpy()
+        spreads = (SIGN_REVERSAL, "models differ")
+        for g, row in enumerate(line.to_dict("records")):
+            if not checked[g]:
+                continue
+            d_line, s_line = rungs(row, alpha)
+            df.loc[g, "line_verdict"] = verdict(row, alpha)
+            d_curve, s_curve = df.loc[g, "direction"], df.loc[g, "spread"]
+            sign_differs = _sign_of(d_line) != _sign_of(d_curve)
+            spread_differs = (s_line in spreads) != (s_curve in spreads)
+            if sign_differs or spread_differs:
+                df.loc[g, "form"] = DEPENDS_ON_FORM
     limited = [
         measured.noise_limited(x, y, z, rel, g) for g, (x, y, z) in enumerate(zip(df["x"], df["y"], df["in_domain"]))
     ]
@@ -352,60 +362,22 @@ def agreement(
     df["noise_limited"] = [t if v in NOISE_LIMITABLE and t else "" for t, v in zip(limited, df["verdict"])]
     df.loc[df["noise_limited"] != "", "verdict"] = NOISE_LIMITED_VERDICT
     df.loc[~df["verdict"].str.startswith(SIGN_REVERSAL), "reversal"] = ""
-    _why_no_data(df, runs, run_group)
-    _reasons(df, pooled, group, alpha)
-    return df[AGREEMENT_COLUMNS]
-
-
-def _form(df, runs, run_group, n_groups, level, band, correction, alpha) -> None:
-    """``line_verdict`` (the ladder on ``r_line``) and ``form`` (the line says another sign or spread than a curve)."""
-    df["form"], df["line_verdict"] = "", ""
-    if "se_z_line" not in runs or not np.isfinite(runs["r_line"].to_numpy(float)).any():
-        return
-    Z, V, P, mask, names, left = run_arrays(runs, run_group, n_groups, "_line")
-    line = pd.DataFrame(_consensus_columns(across_models(Z, V, mask, P, level, band), names, left, n_groups))
-    for k in [*FAMILY_KEYS, "n_finite"]:
-        line[k] = df[k].to_numpy()
-    _adjust(line, correction)
-    checked = np.isfinite(line["r_consensus"].to_numpy(float)) | (line["n_models_consensus"].to_numpy() >= 1)
-    checked &= df["residualiser"].map(lambda r: parse(r).curve).to_numpy()
-    spreads = (SIGN_REVERSAL, "models differ")
-    for g, row in enumerate(line.to_dict("records")):
-        if not checked[g]:
-            continue
-        d_line, s_line = rungs(row, alpha)
-        df.loc[g, "line_verdict"] = verdict(row, alpha)
-        d_curve, s_curve = df.loc[g, "direction"], df.loc[g, "spread"]
-        sign_differs = _sign_of(d_line) != _sign_of(d_curve)
-        spread_differs = (s_line in spreads) != (s_curve in spreads)
-        if sign_differs or spread_differs:
-            df.loc[g, "form"] = DEPENDS_ON_FORM
-
-
-def _reasons(df: pd.DataFrame, pooled: pd.DataFrame, group: np.ndarray, alpha: float) -> None:
-    """``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`)."""
-    n = len(df)
-    runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
-    most = np.zeros(n)
-    np.maximum.at(most, group, np.nan_to_num(runs))
+    if "note" in runs:  # a pair with no data says why: its runs' distinct notes (3), e.g. that its testsets share items
+        notes = runs["note"].to_numpy(object)
+        for g in np.flatnonzero((df["verdict"] == NO_DATA).to_numpy()):
+            said = list(dict.fromkeys(t for t in notes[run_group == g] if isinstance(t, str) and t))
+            if said:
+                more = f"; and {len(said) - 3} other note(s) in partial_correlations.csv" if len(said) > 3 else ""
+                df.loc[g, "note"] = "; ".join([t for t in (df.loc[g, "note"],) if t] + said[:3]) + more
+    # ``reason`` and ``way_on`` per pair (:func:`oodcorr.core.answer.verdict_reason`)
+    n_runs = pooled["n_runs_finite"].to_numpy(float) if "n_runs_finite" in pooled else np.ones(len(pooled))
+    most = np.zeros(n_groups)
+    np.maximum.at(most, group, np.nan_to_num(n_runs))
     no_ci = np.isfinite(pooled["r"].to_numpy(float)) & ~np.isfinite(pooled["ci_low"].to_numpy(float))
-    extra = {"runs_per_model": most, "models_without_pooled_interval": np.bincount(group, no_ci, minlength=n)}
+    extra = {"runs_per_model": most, "models_without_pooled_interval": np.bincount(group, no_ci, minlength=n_groups)}
     said = [
         verdict_reason({**row, **{k: v[g] for k, v in extra.items()}}, alpha, measured.NOISE_LIMITED)
         for g, row in enumerate(df.to_dict("records"))
     ]
     df["reason"], df["way_on"] = zip(*said)
-
-
-def _why_no_data(df: pd.DataFrame, runs: pd.DataFrame, run_group: np.ndarray, most: int = 3) -> None:
-    """The note of a pair with no data says why: its runs' notes (the distinct ones, ``most`` of them),
-    e.g. that its testsets share items (:mod:`.shared_items`)."""
-    rows = np.flatnonzero((df["verdict"] == NO_DATA).to_numpy())
-    if not len(rows) or "note" not in runs:
-        return
-    notes = runs["note"].to_numpy(object)
-    for g in rows:
-        said = list(dict.fromkeys(t for t in notes[run_group == g] if isinstance(t, str) and t))
-        if said:
-            more = f"; and {len(said) - most} other note(s) in partial_correlations.csv" if len(said) > most else ""
-            df.loc[g, "note"] = "; ".join([t for t in (df.loc[g, "note"],) if t] + said[:most]) + more
+    return df[AGREEMENT_COLUMNS]

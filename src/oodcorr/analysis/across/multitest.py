@@ -34,9 +34,6 @@ def _bh(q, m, i, valid):
     return np.minimum.accumulate(stepped[..., ::-1], axis=-1)[..., ::-1]
 
 
-_STEPS = {"holm": _holm, "bh": _bh}
-
-
 def holm(p) -> np.ndarray:
     """Holm's step-down adjustment (controls the family-wise error rate); a 2-D ``p`` is one family per row."""
     return _adjust(p, _holm)
@@ -58,4 +55,4 @@ def adjust(p, method: str) -> np.ndarray:
     """``p`` adjusted by ``method``; a 2-D ``p`` is one family per row (the design adjusts many tables at once)."""
     if method not in CORRECTIONS:
         raise ValueError(f"unknown correction {method!r}; choose from {', '.join(CORRECTIONS)}")
-    return np.asarray(p, dtype=float).copy() if method == "none" else _adjust(p, _STEPS[method])
+    return np.asarray(p, dtype=float).copy() if method == "none" else {"holm": holm, "bh": bh}[method](p)

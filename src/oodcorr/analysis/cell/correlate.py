@@ -16,7 +16,6 @@ from .residualise import (
     linear_maker,
     parse,
     spline_basis,
-    spline_fallback_note,
 )
 
 METHODS = ("pearson", "spearman", "kendall")
@@ -35,12 +34,6 @@ SIMULATED_CAP = 0.999
 def fisher_z(r, cap: float) -> np.ndarray:
     """Fisher's z, ``atanh(r)``, of ``r`` (any shape) with ``|r|`` capped at ``cap`` (one of the caps above) first."""
     return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
-
-
-def check_method(method: str) -> str:
-    if method not in METHODS:
-        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
-    return method
 
 
 def transform(method: str, a: np.ndarray) -> np.ndarray:
@@ -98,7 +91,8 @@ def residual_pair(
 ) -> dict:
     """Residuals of x and y given the covariates, on the complete rows."""
     spec = parse(residualiser)
-    check_method(method)
+    if method not in METHODS:
+        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
     gam = gam or GamSettings()
     cache = {} if cache is None else cache
     x = np.asarray(x, dtype=float)
@@ -140,7 +134,11 @@ def residual_pair(
     if isinstance(Zt, Degenerate):
         raise Zt
     Zt, maker, basis = Zt
-    note = spline_fallback_note(n, gam) if spec.kind == "spline" and basis is None else ""
+    note = ""  # a spline cell's, where :func:`.residualise.spline_basis` fitted no curve
+    if spec.kind == "spline" and basis is None and n < gam.min_points:
+        note = f"only {n} complete points: the spline needs {gam.min_points}, so the line was used"
+    elif spec.kind == "spline" and basis is None:
+        note = "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
     out = {"mask": mask, "n": n, "form_note": note}
     for label, name, v, lam in zip("xy", names, (xm, ym), lams or (None, None)):
         key = (name, method, spec.name, key_mask, repr(lam))

@@ -122,7 +122,6 @@ def _penalty_directions(size: int) -> np.ndarray:
 
 
 def _knots(size: int) -> np.ndarray:
-    """The clamped knots of ``size`` cubic B-splines on [0, 1], interior knots evenly spaced."""
     return np.concatenate([np.zeros(3), np.linspace(0, 1, size - 2), np.ones(3)])
 
 
@@ -225,15 +224,7 @@ def spline_basis(Z: np.ndarray, settings: GamSettings) -> SplineBasis | None:
     return SplineBasis(Q0, W[:, d > 0], d[d > 0])
 
 
-def spline_fallback_note(n: int, settings: GamSettings) -> str:
-    """What a spline cell's note says where :func:`spline_basis` fitted no curve."""
-    if n < settings.min_points:
-        return f"only {n} complete points: the spline needs {settings.min_points}, so the line was used"
-    return "fewer than 4 distinct in-domain scores: no curve can be fitted, so the line was used"
-
-
 def gam_fit(y: np.ndarray, Z: np.ndarray, settings: GamSettings, lam=None):
-    """Fit a LinearGAM with one spline term per column of ``Z``."""
     from pygam import LinearGAM, s
 
     n, k = Z.shape

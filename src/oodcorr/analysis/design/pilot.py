@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..across.agreement_table import agreement
-from ..cell.residualise import linear_maker
+from ..cell.residualise import linear, linear_maker
 from ..items.item_noise import item_covariance, item_matrices, noise_summary
 from ..options import Options
 from ..per_run.stacked import run_statistics
@@ -33,20 +33,6 @@ def _iqr(values) -> list[float]:
     return [float(np.percentile(v, 25)), float(np.percentile(v, 75))] if len(v) else [math.nan, math.nan]
 
 
-def _observed_phi_curve(checkpoints: int, items: ItemNoise, seed: int):
-    """(true phi, median corrected estimate) of 400 simulated runs of the pilot's length and item noise."""
-    phis = np.round(np.arange(0.0, 0.96, 0.05), 2)
-    med = []
-    for phi in phis:
-        rng = np.random.default_rng([seed, checkpoints, int(round(1000 * phi))])
-        scores = run_scores(rng, np.zeros(400), checkpoints, float(phi), noise=NOISE)
-        if not items.none:
-            scores = noisy_runs(scores, items, NOISE / items.residual_sd, rng, splits=1)["scores"]
-        st = run_statistics(scores)
-        med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
-    return phis, np.maximum.accumulate(np.asarray(med))
-
-
 def _true_phi(observed: float, curve_phis, curve_med) -> float:
     """The true phi whose simulated median estimate is ``observed`` (interpolated; the ends clamp)."""
     if not np.isfinite(observed):
@@ -62,47 +48,6 @@ def _true_phi(observed: float, curve_phis, curve_med) -> float:
 
 
 # ---- the steps of pilot_estimates ---------------------------------------------------------------
-def _series_phis(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi`` from ``runs``."""
-    keys = SERIES_KEYS
-    sides = [runs[keys + [s, f"phi_{s}"]].set_axis(keys + ["testset", "phi"], axis=1) for s in "xy"]
-    ser = pd.concat(sides, ignore_index=True).drop_duplicates(keys + ["testset"])
-    ser["phi"] = pd.to_numeric(ser["phi"], errors="coerce")
-    ser = ser[np.isfinite(ser["phi"].to_numpy(float))]
-    if ser.empty:
-        raise ValueError(
-            "the pilot has no run whose OOD scores got an AR(1) estimate: it needs numeric units "
-            "(checkpoints, ordered) and at least two OOD testsets with scores at 4 checkpoints or more"
-        )
-    return ser
-
-
-def _residual_sds(long) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """({OOD testset: its residual sd on the in-domain score, per run}, {testset: its mean score,
-    per run}), over the runs with at least 4 complete checkpoints and a varying in-domain score."""
-    resid_sd: dict[str, list[float]] = {}
-    mean_score: dict[str, list[float]] = {}
-    for (_, _, _), g in long.groupby(SERIES_KEYS, sort=True):
-        dom = g["in_domain"].iloc[0]
-        wide = g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
-        if dom not in wide.columns:
-            continue
-        z = wide[dom].to_numpy(float)
-        for ts in wide.columns:
-            if ts == dom:
-                continue
-            y = wide[ts].to_numpy(float)
-            ok = np.isfinite(y) & np.isfinite(z)
-            if ok.sum() < 4 or np.ptp(z[ok]) == 0:
-                continue
-            X = np.column_stack([np.ones(ok.sum()), z[ok]])
-            beta, *_ = np.linalg.lstsq(X, y[ok], rcond=None)
-            res = y[ok] - X @ beta
-            resid_sd.setdefault(ts, []).append(float(np.sqrt(res @ res / (ok.sum() - 2))))
-            mean_score.setdefault(ts, []).append(float(np.mean(y[ok])))
-    return resid_sd, mean_score
-
-
 def _spread(tau2) -> dict:
     return {
         "estimate": math.sqrt(float(np.median(tau2))) if len(tau2) else 0.0,
@@ -175,7 +120,8 @@ def stationary_sd(sample_sd: float, phi: float, checkpoints: int) -> float:
 
 
 def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
-    """{testset: {"items", "accuracy", "lag_corr", "weight", "disagreement"}} over the pilot's runs."""
+    """{testset: {"items", "accuracy", "disagreement", "difficulty", "persistence"}} over the pilot's runs, the
+    last two fitted to its item noise's correlation between checkpoints (:func:`fit_persistence`)."""
     acc: dict = {}
     for (model, run), ex in examples.groupby(["model", "run"], sort=False):
         units = sorted(long.loc[(long["model"] == model) & (long["run"] == run), "unit"].unique())
@@ -193,12 +139,13 @@ def _per_testset_items(long: pd.DataFrame, examples: pd.DataFrame) -> dict:
         w = sum(np.pad(n, (0, L - len(n))) for _, n in a["lags"])
         with np.errstate(invalid="ignore", divide="ignore"):
             corr = np.where(w > 0, s / w, np.nan)
+        d, p = fit_persistence(corr, w, float(np.mean(a["accuracy"])))
         out[ts] = {
             "items": int(np.median(a["items"])),
             "accuracy": float(np.mean(a["accuracy"])),
-            "lag_corr": corr,
-            "weight": w,
             "disagreement": float(np.nanmedian(a["disagree"])) if np.isfinite(a["disagree"]).any() else math.nan,
+            "difficulty": None if not np.isfinite(d) else d,
+            "persistence": None if not np.isfinite(p) else p,
         }
     return out
 
@@ -216,17 +163,7 @@ def _item_estimates(
 ) -> dict:
     """What the pilot says about its testsets' item noise."""
     own = set(long["in_domain"].astype(str))
-    per: dict = {}
-    if examples is not None and len(examples):
-        for ts, e in _per_testset_items(long, examples).items():
-            d, p = fit_persistence(e["lag_corr"], e["weight"], e["accuracy"])
-            per[ts] = {
-                "items": e["items"],
-                "accuracy": e["accuracy"],
-                "disagreement": e["disagreement"],
-                "difficulty": None if not np.isfinite(d) else d,
-                "persistence": None if not np.isfinite(p) else p,
-            }
+    per = _per_testset_items(long, examples) if examples is not None and len(examples) else {}
     present = set(long["testset"].astype(str))
     for ts, n in (sizes or {}).items():
         if ts in present and ts not in per and n:
@@ -296,7 +233,17 @@ def pilot_estimates(
     opts = Options(("pearson",), ("linear",), pool_by=tuple(pool_by), step0_check=False, example_boot=0, **same)
     pc = analyse(long, opts, examples, run_info=run_info)
     runs = pc[pc["run"] != "pooled"]
-    ser = _series_phis(runs)
+    # one row per residual series (a run's OOD testset) with its corrected AR(1) estimate ``phi``
+    keys = SERIES_KEYS
+    sides = [runs[keys + [s, f"phi_{s}"]].set_axis(keys + ["testset", "phi"], axis=1) for s in "xy"]
+    ser = pd.concat(sides, ignore_index=True).drop_duplicates(keys + ["testset"])
+    ser["phi"] = pd.to_numeric(ser["phi"], errors="coerce")
+    ser = ser[np.isfinite(ser["phi"].to_numpy(float))]
+    if ser.empty:
+        raise ValueError(
+            "the pilot has no run whose OOD scores got an AR(1) estimate: it needs numeric units "
+            "(checkpoints, ordered) and at least two OOD testsets with scores at 4 checkpoints or more"
+        )
     checkpoints = int(np.median(runs["n"].to_numpy(float)[np.isfinite(runs["r"].to_numpy(float))]))
     phi_obs = float(ser["phi"].median())
     # the series' median phi over ``n_boot`` resamples of the pilot's runs: its 2.5 and 97.5 percentiles
@@ -309,12 +256,40 @@ def pilot_estimates(
     ]
     obs_lo, obs_hi = (float(np.percentile(boots, q)) for q in (2.5, 97.5))
     notes: list[str] = []
-    resid = _residual_sds(long)
+    # over the runs with at least 4 complete checkpoints and a varying in-domain score
+    resid_sd: dict[str, list[float]] = {}  # per OOD testset and run: its residual sd on the in-domain score
+    mean_score: dict[str, list[float]] = {}  # ... and its mean score
+    for (_, _, _), g in long.groupby(SERIES_KEYS, sort=True):
+        dom = g["in_domain"].iloc[0]
+        wide = g.pivot_table(index="unit", columns="testset", values="score", aggfunc="first")
+        if dom not in wide.columns:
+            continue
+        z = wide[dom].to_numpy(float)
+        for ts in wide.columns:
+            if ts == dom:
+                continue
+            y = wide[ts].to_numpy(float)
+            ok = np.isfinite(y) & np.isfinite(z)
+            if ok.sum() < 4 or np.ptp(z[ok]) == 0:
+                continue
+            res, _ = linear(y[ok], z[ok])
+            resid_sd.setdefault(ts, []).append(float(np.sqrt(res @ res / (ok.sum() - 2))))
+            mean_score.setdefault(ts, []).append(float(np.mean(y[ok])))
     # the item noise first at the observed phi (the residual sd's scale depends on phi), then at the true one
-    items = _item_estimates(long, examples, sizes, runs, *resid, phi_obs, checkpoints, [])
-    phis, med = _observed_phi_curve(checkpoints, pilot_noise(items), seed)
+    items = _item_estimates(long, examples, sizes, runs, resid_sd, mean_score, phi_obs, checkpoints, [])
+    noise = pilot_noise(items)
+    phis = np.round(np.arange(0.0, 0.96, 0.05), 2)
+    med = []  # the median corrected estimate of 400 simulated runs of the pilot's length and item noise
+    for true in phis:
+        rng = np.random.default_rng([seed, checkpoints, int(round(1000 * true))])
+        scores = run_scores(rng, np.zeros(400), checkpoints, float(true), noise=NOISE)
+        if not noise.none:
+            scores = noisy_runs(scores, noise, NOISE / noise.residual_sd, rng, splits=1)["scores"]
+        st = run_statistics(scores)
+        med.append(float(np.median(np.concatenate([st["phi_x"], st["phi_y"]]))))
+    med = np.maximum.accumulate(np.asarray(med))
     phi = _true_phi(phi_obs, phis, med)
-    items = _item_estimates(long, examples, sizes, runs, *resid, phi, checkpoints, notes)
+    items = _item_estimates(long, examples, sizes, runs, resid_sd, mean_score, phi, checkpoints, notes)
     model_sd, run_sd = spreads(pc, settings, notes)
     return {
         "models": int(long["model"].nunique()),

@@ -77,7 +77,6 @@ class ItemNoise:
 
     @property
     def none(self) -> bool:
-        """No testset has item noise (every one infinitely large)."""
         return self.in_domain is None and self.ood is None
 
 
@@ -117,13 +116,20 @@ def measure_runs(d: dict, level: float = 0.95, residualiser: str = "linear", gam
 
 
 def _all_finite_mean(v: np.ndarray) -> np.ndarray:
-    """The mean over the last axis where every value is finite, else NaN."""
     return np.where(np.isfinite(v).all(-1), v.mean(-1), np.nan)
 
 
-def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
-    """(:func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item
-    noise) from the runs' arrays (studies, models, runs)."""
+def _ladder(r, se, p, sign: np.ndarray, level: float, band, intervals: bool) -> dict:
+    """:func:`across_models` of studies' runs ``r`` (studies, models, runs), each model's sign turned by ``sign``."""
+    ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
+    z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
+    return across_models(z, np.where(ok, se**2, 1.0), ok, p, level, band, intervals=intervals)
+
+
+def _measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
+    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
+    (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
+    # :func:`.measured_answer.attenuation` of every study at once, and whether each has a testset mostly item noise
     models = {}
     for side in ("x", "y"):
         # each model's runs' sums, NaN unless every run's is finite (:func:`.measurement.pool_measured`)
@@ -133,42 +139,26 @@ def _pooled_moments(runs: dict, level: float) -> tuple[dict, np.ndarray]:
         models[f"reliability_{side}_low"] = _all_finite_mean(runs[f"reliability_{side}_low"])
     rel_z = _all_finite_mean(runs["reliability_in_domain"])
     models["reliability_in_domain"] = models["reliability_in_domain_low"] = rel_z  # low = estimate, as measured
-    out = attenuation_of(models, np.ones(rel_z.shape, bool), level)
+    rel = attenuation_of(models, np.ones(rel_z.shape, bool), level)
     limited = np.zeros(runs["r"].shape[0], bool)
     for side in ("x", "y", "in_domain"):
-        est, low = out[f"reliability_{side}"], out[f"reliability_{side}_low"]
+        est, low = rel[f"reliability_{side}"], rel[f"reliability_{side}_low"]
         fin = np.isfinite(est)
         limited |= (fin & (est < NOISE_LIMITED)) | (~fin & np.isfinite(low) & (low < NOISE_LIMITED))
-    return out, limited
-
-
-def _measured_studies(runs: dict, level: float, near_zero: float, sign: np.ndarray, intervals: bool = False) -> dict:
-    """The across-model answer of every simulated study whose runs are measurements, as the agreement table's
-    (``sign``: each model's, +1 or -1, multiplying its runs' correlations)."""
-    r, r_eiv = runs["r"], runs["r_eiv"]
-    rel, limited = _pooled_moments(runs, level)
+    r, se = runs["r"], runs["se_z"]
     band = near_zero * rel["band"]
-
-    def usable(rr, se):
-        return np.isfinite(rr) & np.isfinite(se) & (se > 0)
-
-    def ladder(rr, se, p, sel):
-        ok = usable(rr, se)[sel]
-        z = fisher_z(rr[sel], POOLING_CAP) * sign[None, :, None]
-        return across_models(z, np.where(ok, se[sel] ** 2, 1.0), ok, p[sel], level, band[sel], intervals=intervals)
-
     fin = np.isfinite(r)
-    items = ((fin & np.isfinite(r_eiv)) == fin).all((-1, -2)) & fin.any((-1, -2))
-    every = np.ones(len(r), bool)
-    res = ladder(r_eiv, runs["se_z_eiv"], runs["p_eiv"], every)
+    items = ((fin & np.isfinite(runs["r_eiv"])) == fin).all((-1, -2)) & fin.any((-1, -2))
+    res = _ladder(runs["r_eiv"], runs["se_z_eiv"], runs["p_eiv"], sign, level, band, intervals)
     if not items.all():  # the observed ladder where some run has no cross-fitted value (agreement's "unknown")
-        obs = ladder(r, runs["se_z"], runs["p"], ~items)
+        sel = ~items
+        obs = _ladder(r[sel], se[sel], runs["p"][sel], sign, level, band[sel], intervals)
         for k in (*LADDER_KEYS, "near"):
             res[k] = res[k].copy()
             res[k][~items] = obs[k]
     res["n_finite"] = fin.any(-1).sum(-1)
     res["band"] = rel["band"]
-    observed_models = usable(r, runs["se_z"]).any(-1).sum(-1)
+    observed_models = (fin & np.isfinite(se) & (se > 0)).any(-1).sum(-1)
     lost = items & (res["n_models"] < 2) & (observed_models >= 2)
     res["limited"] = limited | lost
     res["items"] = items
@@ -275,15 +265,13 @@ def simulate_runs(
 # ---- step 2: studies ---------------------------------------------------------------------------
 def studies_of(runs: dict, settings: Settings, flip_half: bool = False, intervals: bool = False) -> dict:
     """The across-model procedure on every simulated study; ``flip_half`` turns the later half of the models' signs."""
-    r, se, p = runs["r"], runs["se_z"], runs["p"]
+    r = runs["r"]
     sign = np.ones(r.shape[1])
     if flip_half:
         sign[r.shape[1] // 2 :] = -1.0
     if "r_eiv" in runs:
         return _measured_studies(runs, settings.level, settings.near_zero, sign, intervals)
-    z = fisher_z(r, POOLING_CAP) * sign[None, :, None]
-    ok = np.isfinite(r) & np.isfinite(se) & (se > 0)
-    res = across_models(z, np.where(ok, se * se, 1.0), ok, p, settings.level, settings.near_zero, intervals=intervals)
+    res = _ladder(r, runs["se_z"], runs["p"], sign, settings.level, settings.near_zero, intervals)
     res["n_finite"] = np.isfinite(r).any(-1).sum(-1)
     return res
 
@@ -331,7 +319,6 @@ def verdicts_of(res: dict, null: dict, grid: Grid, a: Assumptions, settings: Set
 
 
 def verdict_shares(words: list[str]) -> dict:
-    """{verdict: share of ``words``}, sorted by verdict."""
     counts = Counter(words)
     return {k: counts[k] / len(words) for k in sorted(counts)}
 
@@ -357,8 +344,6 @@ class Curve:
     near_zero: list[float]
 
     def smallest_effect(self, kind: str, target: float = 0.8) -> float | None:
-        """The smallest effect at which ``kind``'s power reaches ``target``, interpolated linearly
-        between the simulated effects; None when no simulated effect reaches it."""
         return smallest_effect(self.effects, self.power[kind], target)
 
     def to_json(self) -> dict:
@@ -391,19 +376,6 @@ def smallest_effect(effects, power, target: float = 0.8) -> float | None:
 
 def _share_saying(shares: dict, words: str) -> float:
     return sum(v for k, v in shares.items() if words in k)
-
-
-def _found_shares(same: dict, half: dict, effect: float) -> dict:
-    """The share of studies that finds each statement, from the ``same`` and ``half`` scenarios' verdict shares."""
-    nearly = {s: _share_saying(same, f"{s} {NEARLY_EVERY}") for s in SIGNS}
-    stated = {s: nearly[s] + _share_saying(same, f"{s} {ON_AVERAGE}") for s in SIGNS}
-    return {
-        "generalises": nearly[POSITIVE] if effect > 0 else sum(nearly.values()),
-        "average sign": stated[POSITIVE] if effect > 0 else sum(stated.values()),
-        "sign reversal": _share_saying(half, SIGN_REVERSAL),
-        "wrong_sign": stated[NEGATIVE] if effect > 0 else 0.0,
-        "near zero": _share_saying(same, NEAR_ZERO),
-    }
 
 
 @dataclass(frozen=True)
@@ -443,7 +415,18 @@ def curve(grid: Grid, a: Assumptions, settings: Settings = Settings(), draws: Dr
         same = verdicts_of(studies_of(runs, settings), null, grid, a, settings, fam_rng)
         half = verdicts_of(studies_of(runs, settings, flip_half=True), null, grid, a, settings, fam_rng)
         sv, hv = verdict_shares(same), verdict_shares(half)
-        found = {**_found_shares(sv, hv, e), "cell": cell, "cell_corrected": cell_c}
+        # the share of studies that finds each statement, from the same and half scenarios' verdict shares
+        nearly = {s: _share_saying(sv, f"{s} {NEARLY_EVERY}") for s in SIGNS}
+        stated = {s: nearly[s] + _share_saying(sv, f"{s} {ON_AVERAGE}") for s in SIGNS}
+        found = {
+            "generalises": nearly[POSITIVE] if e > 0 else sum(nearly.values()),
+            "average sign": stated[POSITIVE] if e > 0 else sum(stated.values()),
+            "sign reversal": _share_saying(hv, SIGN_REVERSAL),
+            "wrong_sign": stated[NEGATIVE] if e > 0 else 0.0,
+            "near zero": _share_saying(sv, NEAR_ZERO),
+            "cell": cell,
+            "cell_corrected": cell_c,
+        }
         for kind in VERDICT_POWERS:  # the cells' shares are of runs, the statements' of studies
             power[kind].append(found[kind])
             se[kind].append(se_of(found[kind], n_runs if kind.startswith("cell") else studies))

@@ -108,27 +108,8 @@ def _items_needed(ladder, steps: list[Curve], head: Curve, effect: float, target
     }
 
 
-def _no_item_noise(items: dict) -> bool:
-    return items["in_domain"] is None and items["ood"] is None
-
-
 def _n(n) -> str:
     return "no item noise (infinitely many items)" if n is None else f"{n:,} items"
-
-
-def _item_noise_words(items: dict) -> str:
-    """The item noise of :class:`.power.ItemNoise` (as a dict) in words."""
-    if _no_item_noise(items):
-        return "none (every testset infinitely large)"
-    # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
-    disagree = disagreement(items["accuracy"], items["difficulty"] + (1 - items["difficulty"]) * items["persistence"])
-    return (
-        f"the in-domain set {_n(items['in_domain'])}, each OOD set {_n(items['ood'])}, the same items at every "
-        f"checkpoint; an item's deviation persists with AR(1) coefficient {items['persistence']:.3g} (its own "
-        f"difficulty {items['difficulty']:.3g} of it), so neighbouring checkpoints disagree on "
-        f"{disagree:.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
-        f"residual series' sd {items['residual_sd']:.3g} in score units"
-    )
 
 
 def _items_cell(sm: dict) -> str:
@@ -137,61 +118,6 @@ def _items_cell(sm: dict) -> str:
 
 
 ITEM_SHORT = {"average sign": "sign on average", "generalises": "sign in nearly every model", "near zero": "near zero"}
-
-
-def _items_markdown(it: dict, phi: float) -> list[str]:
-    """The items table of the report (:func:`_items_needed`'s dict) as markdown lines."""
-    claims = it["claims"]
-    at = it["as_configured"]
-    lines = [
-        "",
-        f"## How many items (phi {phi:g}; the signs at effect {it['effect']:g}, near zero at effect 0)",
-        "",
-        f"The power of each claim as the in-domain set's items change (the OOD sets as configured) and as each OOD "
-        f"set's items change (the in-domain set as configured), and the fewest items that reach {it['target']:.0%} "
-        "(interpolated on the log of the size between the simulated sizes; *not by items*: not even infinitely "
-        "large testsets reach it, the grid is what limits the claim); beside it, the fewest items that keep "
-        f"{KEEP:.0%} of the power infinitely large testsets give (n/a where that power is below {KEEP_FROM:g}). "
-        "*A sign at 0*: a sign stated when every model's correlation is 0 (a false statement). Each power: a "
-        f"share of {it['studies']:,} simulated studies, ± its Monte Carlo standard error.",
-        "",
-        f"| claim | as configured | in-domain set: items for {it['target']:.0%} | each OOD set: items for "
-        f"{it['target']:.0%} | in-domain set: items keeping {KEEP:.0%} of the noise-free power | each OOD set: "
-        f"the same |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for k in claims:
-        keep = [it["sides"][side]["keeping"][k] for side in ("in_domain", "ood")]
-        lines.append(
-            f"| {ITEM_SHORT[k]} | {_f(at[k])} | {_items_cell(it['sides']['in_domain']['smallest'][k])} | "
-            f"{_items_cell(it['sides']['ood']['smallest'][k])} | "
-            + " | ".join("n/a (too rare)" if x is None else _items_cell(x) for x in keep)
-            + " |"
-        )
-    for side, words in (("in_domain", "in-domain set"), ("ood", "each OOD set")):
-        s = it["sides"][side]
-        other = s["others"]["ood"] if side == "in_domain" else s["others"]["in_domain"]
-        lines += [
-            "",
-            f"Items of {words} ({'each OOD set' if side == 'in_domain' else 'the in-domain set'}: {_n(other)}):",
-            "",
-            "| items | " + " | ".join(ITEM_SHORT[k] for k in claims) + " | a sign at 0 |",
-            "| ---: | " + " | ".join("---:" for _ in claims) + " | ---: |",
-        ]
-        for i, n in enumerate(s["sizes"]):
-            cells = [f"{_f(s['power'][k][i])} ± {s['se'][k][i]:.2f}" for k in (*claims, "false sign")]
-            lines.append(f"| {'∞ (none)' if n is None else f'{n:,}'} | " + " | ".join(cells) + " |")
-    if it["testsets"]:
-        lines += ["", "At the config's testsets' sizes (interpolated):", ""]
-        for name, t in it["testsets"].items():
-            role = "in-domain set" if t["side"] == "in_domain" else "OOD set, in a pair of two of its size"
-            at_most = "at most " if t["below_simulated"] else ""
-            lines.append(
-                f"* {name} ({t['items']:,} items, {role}): "
-                + ", ".join(f"{ITEM_SHORT[k]} {at_most}{_f(t['power'][k])}" for k in claims)
-                + (" (fewer items than the smallest size simulated: read there)" if at_most else "")
-            )
-    return lines
 
 
 def _at(c: Curve, kind: str, effect: float) -> tuple[float, float]:
@@ -299,38 +225,6 @@ def _eff(e) -> str:
 SHORT = {"cell": "cell", "cell_corrected": "cell (corrected)", "sign reversal": "sign reversal", **ITEM_SHORT}
 
 
-def _pilot_items_lines(items: dict) -> list[str]:
-    """The pilot's item noise (:func:`.pilot.pilot_estimates`' ``items``) as markdown bullets."""
-    out = []
-    per = items.get("per_testset", {})
-    if per:
-        out.append(
-            "* item noise: "
-            + "; ".join(
-                f"{t} {e['items']:,} items"
-                + (
-                    f", neighbours disagree on {e['disagreement']:.0%}, persistence {e['persistence']:.2f} "
-                    f"(difficulty {e['difficulty']:.2f})"
-                    if e.get("persistence") is not None
-                    else " (size only)"
-                )
-                for t, e in per.items()
-            )
-            + ";"
-        )
-    if items.get("persistence") is not None:
-        out.append(
-            f"* persistence of the item noise: **{items['persistence']:.2f}** (difficulty {items['difficulty']:.2f}), "
-            f"the median over the testsets with per-item correctness, {items['how']};"
-        )
-    if items.get("residual_sd") is not None:
-        out.append(
-            f"* the OOD residual series' sd without item noise: **{items['residual_sd']:.3f}** in score units "
-            f"(median over testsets), at accuracy {items['accuracy']:.2f};"
-        )
-    return out
-
-
 def markdown(rep: dict, budget_markdown: str = "") -> str:
     """The report as markdown (printed by ``oodcorr design`` and written to ``<prefix>.md``)."""
     g, a, st = rep["grid"], rep["assumptions"], rep["settings"]
@@ -339,6 +233,19 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "a logistic curve of its own per run and testset (an early plateau or a late emergence; `Assumptions.shape`)"
         if a.get("shape", "line") == "curve"
         else "a straight line (its loading times the in-domain score)"
+    )
+    items = a["items"]  # :class:`.power.ItemNoise` as a dict
+    no_noise = items["in_domain"] is None and items["ood"] is None
+    # the share of items two neighbouring checkpoints answer differently at the OOD sets' accuracy
+    disagree = disagreement(items["accuracy"], items["difficulty"] + (1 - items["difficulty"]) * items["persistence"])
+    noise_words = (
+        "none (every testset infinitely large)"
+        if no_noise
+        else f"the in-domain set {_n(items['in_domain'])}, each OOD set {_n(items['ood'])}, the same items at "
+        f"every checkpoint; an item's deviation persists with AR(1) coefficient {items['persistence']:.3g} (its "
+        f"own difficulty {items['difficulty']:.3g} of it), so neighbouring checkpoints disagree on "
+        f"{disagree:.0%} of an OOD set's items at its accuracy {items['accuracy']:.2f}; the OOD "
+        f"residual series' sd {items['residual_sd']:.3g} in score units"
     )
     res = st.get("residualiser", "linear")
     res += (
@@ -366,7 +273,7 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         f"* spread of the true partial correlation between models: sd {a['model_sd']:.2f} on the Fisher z scale "
         f"({src.get('model_sd', 'default: every model shares the effect')}); between runs of a model: "
         f"{a['run_sd']:.2f} ({src.get('run_sd', 'default')});",
-        f"* item noise: {_item_noise_words(a['items'])} ({src.get('items', 'default: none')}; the persistence: "
+        f"* item noise: {noise_words} ({src.get('items', 'default: none')}; the persistence: "
         f"{src.get('persistence', 'default')}; the residual sd: {src.get('residual_sd', 'default')});",
         f"* pairs of a table with the effect: {a['non_null_pairs']} (the others null); pairs are independent;",
         f"* each OOD score follows the in-domain score along {shape}, plus its AR(1) residual series;",
@@ -375,12 +282,12 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         "noise, noise-limited), as the workflow gives it"
         + (
             ""
-            if _no_item_noise(a["items"]) or st.get("residualiser", "linear").startswith("linear")
+            if no_noise or st.get("residualiser", "linear").startswith("linear")
             else " (the cross-fitted r_eiv has the line's form only: the spline of a noisy in-domain score has no "
             "measured form, so the item-noise answer is the line's)"
         )
         + "; effects are partial correlations of the tasks"
-        + (", without the item noise." if not _no_item_noise(a["items"]) else "."),
+        + (", without the item noise." if not no_noise else "."),
         "",
         f"**Precision.** Every power is a share of {rep['precision']['studies']:,} simulated studies per effect "
         f"(seed {rep['precision']['seed']}): its Monte Carlo standard error is at most "
@@ -461,8 +368,58 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
         )
     lines += [""] + [f"* {r['name']}: {r['description']}" for r in rep["alternatives"][1:]]
     lines += [f"* {n}" for n in rep.get("cost_notes", [])]
-    if rep.get("items"):
-        lines += _items_markdown(rep["items"], rep["headline_phi"])
+    if rep.get("items"):  # the items table (:func:`_items_needed`'s dict)
+        it, phi = rep["items"], rep["headline_phi"]
+        claims = it["claims"]
+        at = it["as_configured"]
+        lines += [
+            "",
+            f"## How many items (phi {phi:g}; the signs at effect {it['effect']:g}, near zero at effect 0)",
+            "",
+            f"The power of each claim as the in-domain set's items change (the OOD sets as configured) and as each OOD "
+            f"set's items change (the in-domain set as configured), and the fewest items that reach {it['target']:.0%} "
+            "(interpolated on the log of the size between the simulated sizes; *not by items*: not even infinitely "
+            "large testsets reach it, the grid is what limits the claim); beside it, the fewest items that keep "
+            f"{KEEP:.0%} of the power infinitely large testsets give (n/a where that power is below {KEEP_FROM:g}). "
+            "*A sign at 0*: a sign stated when every model's correlation is 0 (a false statement). Each power: a "
+            f"share of {it['studies']:,} simulated studies, ± its Monte Carlo standard error.",
+            "",
+            f"| claim | as configured | in-domain set: items for {it['target']:.0%} | each OOD set: items for "
+            f"{it['target']:.0%} | in-domain set: items keeping {KEEP:.0%} of the noise-free power | each OOD set: "
+            f"the same |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for k in claims:
+            keep = [it["sides"][side]["keeping"][k] for side in ("in_domain", "ood")]
+            lines.append(
+                f"| {ITEM_SHORT[k]} | {_f(at[k])} | {_items_cell(it['sides']['in_domain']['smallest'][k])} | "
+                f"{_items_cell(it['sides']['ood']['smallest'][k])} | "
+                + " | ".join("n/a (too rare)" if x is None else _items_cell(x) for x in keep)
+                + " |"
+            )
+        for side, words in (("in_domain", "in-domain set"), ("ood", "each OOD set")):
+            s = it["sides"][side]
+            other = s["others"]["ood"] if side == "in_domain" else s["others"]["in_domain"]
+            lines += [
+                "",
+                f"Items of {words} ({'each OOD set' if side == 'in_domain' else 'the in-domain set'}: {_n(other)}):",
+                "",
+                "| items | " + " | ".join(ITEM_SHORT[k] for k in claims) + " | a sign at 0 |",
+                "| ---: | " + " | ".join("---:" for _ in claims) + " | ---: |",
+            ]
+            for i, n in enumerate(s["sizes"]):
+                cells = [f"{_f(s['power'][k][i])} ± {s['se'][k][i]:.2f}" for k in (*claims, "false sign")]
+                lines.append(f"| {'∞ (none)' if n is None else f'{n:,}'} | " + " | ".join(cells) + " |")
+        if it["testsets"]:
+            lines += ["", "At the config's testsets' sizes (interpolated):", ""]
+            for name, t in it["testsets"].items():
+                role = "in-domain set" if t["side"] == "in_domain" else "OOD set, in a pair of two of its size"
+                at_most = "at most " if t["below_simulated"] else ""
+                lines.append(
+                    f"* {name} ({t['items']:,} items, {role}): "
+                    + ", ".join(f"{ITEM_SHORT[k]} {at_most}{_f(t['power'][k])}" for k in claims)
+                    + (" (fewer items than the smallest size simulated: read there)" if at_most else "")
+                )
     pilot = rep.get("pilot")
     if pilot:
         po, ph = pilot["phi_observed"], pilot["phi"]
@@ -478,7 +435,34 @@ def markdown(rep: dict, budget_markdown: str = "") -> str:
             f"{po['iqr'][0]:.2f}-{po['iqr'][1]:.2f}, {po['at_cap']:.0%} at the cap 0.99; median per testset: "
             + ", ".join(f"{t} {v:.2f}" for t, v in po["per_testset"].items())
             + ";",
-            *_pilot_items_lines(pilot["items"]),
+        ]
+        est = pilot["items"]  # its item noise (:func:`.pilot.pilot_estimates`' ``items``)
+        if est.get("per_testset", {}):
+            lines.append(
+                "* item noise: "
+                + "; ".join(
+                    f"{t} {e['items']:,} items"
+                    + (
+                        f", neighbours disagree on {e['disagreement']:.0%}, persistence {e['persistence']:.2f} "
+                        f"(difficulty {e['difficulty']:.2f})"
+                        if e.get("persistence") is not None
+                        else " (size only)"
+                    )
+                    for t, e in est["per_testset"].items()
+                )
+                + ";"
+            )
+        if est.get("persistence") is not None:
+            lines.append(
+                f"* persistence of the item noise: **{est['persistence']:.2f}** (difficulty {est['difficulty']:.2f}), "
+                f"the median over the testsets with per-item correctness, {est['how']};"
+            )
+        if est.get("residual_sd") is not None:
+            lines.append(
+                f"* the OOD residual series' sd without item noise: **{est['residual_sd']:.3f}** in score units "
+                f"(median over testsets), at accuracy {est['accuracy']:.2f};"
+            )
+        lines += [
             f"* between models: sd {pilot['model_sd']['estimate']:.2f} (interquartile range over "
             f"{pilot['model_sd']['pairs']} pairs {_f(pilot['model_sd']['iqr'][0])}-{_f(pilot['model_sd']['iqr'][1])}); "
             f"between runs: sd {pilot['run_sd']['estimate']:.2f};",

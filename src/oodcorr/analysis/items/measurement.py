@@ -52,10 +52,28 @@ def cross_fitted(
     R, _ = instrumented_makers(zh, P)  # (B, K, 2, T, T)
     rho = R @ X[:, None, None]  # (B, K, 2, T, S)
     r, norm = _split_mean_r(rho, pairs)
-    n_eff = _effective_n(R[:, 0], rho[:, 0], pairs, pos)
+    # Dutilleul's effective sample size of each pair of cross-fitted series of the first split, as
+    # :func:`.inference.effective_n` gives it, averaged over the two orientations
+    R0 = R[:, 0]
+    res = np.swapaxes(rho[:, 0], -1, -2)  # (B, 2, S, T)
+    C0 = R0 @ np.swapaxes(R0, -1, -2)  # (B, 2, T, T)
+    if pos is None:
+        C = np.broadcast_to(C0[:, :, None], (*res.shape[:3], *C0.shape[-2:]))
+    else:
+        psi = expected_lag1(R0, pos)  # (B, 2, grid)
+        _, phi = corrected_phis(res, R0[:, :, None], pos, psi[:, :, None, :])
+        C = residual_covariances(R0[:, :, None], phi, pos)  # (B, 2, S, T, T)
+    tr = np.trace(C, axis1=-2, axis2=-1)  # (B, 2, S)
+    G = np.einsum("bitu,bjtu->bij", C[:, 0], C[:, 1])  # tr(C_x(o=0) C_y(o=1))
+    i, j = pairs[:, 0], pairs[:, 1]
+    tr0 = np.trace(C0, axis1=-2, axis2=-1)  # (B, 2)
+    g0 = np.einsum("btu,btu->b", C0[:, 0], C0[:, 1])
+    iid = dutilleul_n(tr0[:, 0], tr0[:, 1], g0)
+    a = dutilleul_n(tr[:, 0, i], tr[:, 1, j], G[:, i, j])
+    b = dutilleul_n(tr[:, 1, i], tr[:, 0, j], G[:, j, i])
+    n_eff = 0.5 * (np.fmin(a, iid[:, None]) + np.fmin(b, iid[:, None]))
     p, lo, hi, se = modified_tests("pearson", r, n_eff, level)
     sq = (norm**2).mean((1, 2))  # (B, S): the cross-fitted series' sums of squares
-    i, j = pairs[:, 0], pairs[:, 1]
     out = {
         "r": r,
         "n_eff": n_eff,
@@ -66,30 +84,12 @@ def cross_fitted(
         "eiv_x": sq[:, i],
         "eiv_y": sq[:, j],
     }
-    out.update(_moments(zh, P, X, XH, pairs))
-    return out
-
-
-def _split_mean_r(rho: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(each pair's correlation, x on half 0 and y on half 1 and the other way round, averaged over the
-    splits on Fisher's z (B, m); the series' norms (B, K, 2, S)) of cross-fitted series ``rho`` (B, K, 2, T, S)."""
-    norm = np.sqrt(np.einsum("bkots,bkots->bkos", rho, rho))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        unit = rho / norm[:, :, :, None, :]
-    C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])
-    i, j = pairs[:, 0], pairs[:, 1]
-    z = 0.5 * (fisher_z(C[:, :, i, j], POOLING_CAP) + fisher_z(C[:, :, j, i], POOLING_CAP))  # (B, K, m)
-    return np.tanh(z.mean(1)), norm
-
-
-def _moments(zh, P, X, XH, pairs) -> dict:
-    """The sums of squares and products of the tasks' residuals, each free of item noise in
-    expectation, averaged over the splits and both orientations (arrays (B, m))."""
+    # the sums of squares and products of the tasks' residuals, each free of item noise in expectation,
+    # averaged over the splits and both orientations (arrays (B, m))
     Pz = np.einsum("tu,bkhu->bkht", P, zh)  # (B, K, 2, T)
     PX = np.einsum("tu,bus->bts", P, X)
     zab = np.einsum("bkt,bkt->bk", Pz[:, :, 0], zh[:, :, 1])  # z_a' P z_b
     xz = np.einsum("bts,bkht->bkhs", PX, zh)  # x' P z_h
-    i, j = pairs[:, 0], pairs[:, 1]
     xy = np.einsum("bti,bti->bi", PX[:, :, i], X[:, :, j])
     with np.errstate(invalid="ignore", divide="ignore"):
         cov = xy[:, None] - 0.5 * (xz[:, :, 1, i] * xz[:, :, 0, j] + xz[:, :, 0, i] * xz[:, :, 1, j]) / zab[:, :, None]
@@ -112,29 +112,20 @@ def _moments(zh, P, X, XH, pairs) -> dict:
             # (x_1 - b_1 z_a)'P(x_2 - b_2 z_b) = x_1'P x_2 - (x_1'P z_b)(x_2'P z_a) / (z_a'P z_b), and with a, b swapped
             parts = [h12 - hz[:, :, 0, 1 - g] * hz[:, :, 1, g] / ab for g in (0, 1)]
         var = 0.5 * (parts[0] + parts[1]).mean(1)
-    return {"cov": cov.mean(1), "var_x": var[:, i], "var_y": var[:, j], "obs_x": obs[:, i], "obs_y": obs[:, j]}
+    out.update({"cov": cov.mean(1), "var_x": var[:, i], "var_y": var[:, j], "obs_x": obs[:, i], "obs_y": obs[:, j]})
+    return out
 
 
-def _effective_n(R0: np.ndarray, rho0: np.ndarray, pairs: np.ndarray, pos) -> np.ndarray:
-    """Dutilleul's effective sample size of each pair of cross-fitted series of the first split, as
-    :func:`.inference.effective_n` gives it, averaged over the two orientations."""
-    res = np.swapaxes(rho0, -1, -2)  # (B, 2, S, T)
-    C0 = R0 @ np.swapaxes(R0, -1, -2)  # (B, 2, T, T)
-    if pos is None:
-        C = np.broadcast_to(C0[:, :, None], (*res.shape[:3], *C0.shape[-2:]))
-    else:
-        psi = expected_lag1(R0, pos)  # (B, 2, grid)
-        _, phi = corrected_phis(res, R0[:, :, None], pos, psi[:, :, None, :])
-        C = residual_covariances(R0[:, :, None], phi, pos)  # (B, 2, S, T, T)
-    tr = np.trace(C, axis1=-2, axis2=-1)  # (B, 2, S)
-    G = np.einsum("bitu,bjtu->bij", C[:, 0], C[:, 1])  # tr(C_x(o=0) C_y(o=1))
+def _split_mean_r(rho: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each pair's correlation, x on half 0 and y on half 1 and the other way round, averaged over the
+    splits on Fisher's z (B, m); the series' norms (B, K, 2, S)) of cross-fitted series ``rho`` (B, K, 2, T, S)."""
+    norm = np.sqrt(np.einsum("bkots,bkots->bkos", rho, rho))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        unit = rho / norm[:, :, :, None, :]
+    C = np.einsum("bkts,bktu->bksu", unit[:, :, 0], unit[:, :, 1])
     i, j = pairs[:, 0], pairs[:, 1]
-    tr0 = np.trace(C0, axis1=-2, axis2=-1)  # (B, 2)
-    g0 = np.einsum("btu,btu->b", C0[:, 0], C0[:, 1])
-    iid = dutilleul_n(tr0[:, 0], tr0[:, 1], g0)
-    a = dutilleul_n(tr[:, 0, i], tr[:, 1, j], G[:, i, j])
-    b = dutilleul_n(tr[:, 1, i], tr[:, 0, j], G[:, j, i])
-    return 0.5 * (np.fmin(a, iid[:, None]) + np.fmin(b, iid[:, None]))
+    z = 0.5 * (fisher_z(C[:, :, i, j], POOLING_CAP) + fisher_z(C[:, :, j, i], POOLING_CAP))  # (B, K, m)
+    return np.tanh(z.mean(1)), norm
 
 
 def bounded(z: np.ndarray, P: np.ndarray, X: np.ndarray, pairs: np.ndarray, noise_z: float) -> np.ndarray:

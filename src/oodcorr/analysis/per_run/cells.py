@@ -31,7 +31,6 @@ def ordered_units(units: pd.Series) -> bool:
 
 
 def plain(v):
-    """A numpy scalar as the plain Python value (for readable notes)."""
     return v.item() if hasattr(v, "item") else v
 
 
@@ -169,8 +168,17 @@ def _cell(run: _Run, a: str, b: str, method: str, res: str) -> dict:
     out.update(_tested(got))
     out["note"] = rp["form_note"]
     line = line_of(res)
-    if line is not None:
-        out.update(_line_check(run, a, b, method, line, rp))
+    if line is not None:  # the line's correlation on the cell's units (its test deferred); what the curve explains
+        line_covars = cols[("covariates", parse(line).step)]
+        try:
+            rl = residual_pair(xa, xb, line_covars, method, line, opts.gam, run.cache, names=(a, b))
+        except Degenerate:
+            pass
+        else:
+            plain_opts = dataclasses.replace(opts, inference="modified-t") if opts.inference == "block" else opts
+            r_line = corr(rl["rx"], rl["ry"], method)
+            got_line = _infer(run, rl, r_line, (a, b), method, line, plain_opts, ())
+            out.update(r_line=r_line, _defer_line=got_line["n_eff"], **curve_gain(rp, rl))
     if run.step0 is not None and rp["mask"][run.step0]:
         try:
             rp0 = residual_pair(cols[("without step 0", a)], xb, covars, method, res, opts.gam, run.cache, names=(a, b))
@@ -199,33 +207,7 @@ def _tested(got: dict, sfx: str = "") -> dict:
     return {f"_defer{sfx}": got["n_eff"]}
 
 
-def _line_check(run: _Run, a: str, b: str, method: str, line: str, rp: dict) -> dict:
-    """The line's correlation on the cell's units (its test deferred) and how much the curve explains beyond it."""
-    covars = run.cols[("covariates", parse(line).step)]
-    try:
-        rl = residual_pair(run.cols[a], run.cols[b], covars, method, line, run.opts.gam, run.cache, names=(a, b))
-    except Degenerate:
-        return {}
-    plain_opts = dataclasses.replace(run.opts, inference="modified-t") if run.opts.inference == "block" else run.opts
-    r = corr(rl["rx"], rl["ry"], method)
-    got = _infer(run, rl, r, (a, b), method, line, plain_opts, ())
-    return {"r_line": r, "_defer_line": got["n_eff"], **curve_gain(rp, rl)}
-
-
-def _batched_example_cis(rows: list[dict], rex, zname: str, steps, opts: Options) -> None:
-    """The example-level intervals of the run's batched Pearson cells (:func:`.example_boot.pearson_cis`)."""
-    by_res: dict[str, list[int]] = {}
-    for i, row in enumerate(rows):
-        if "_ex" in row:
-            by_res.setdefault(row["residualiser"], []).append(i)
-    for res, idx in by_res.items():
-        cells = [(rows[i]["x"], rows[i]["y"], *rows[i].pop("_ex")) for i in idx]
-        for i, got in zip(idx, pearson_cis(rex, zname, cells, steps, res, opts)):
-            rows[i]["ex_ci_low"], rows[i]["ex_ci_high"], rows[i]["ex_note"] = got
-
-
 def run_units(g: pd.DataFrame, ordered: bool) -> list:
-    """A run's units in the order of its series: sorted where they are ordered, else as they come."""
     return sorted(g["unit"].unique()) if ordered else list(dict.fromkeys(g["unit"]))
 
 
@@ -298,24 +280,27 @@ def partial_corr(
             continue
         else:
             row.update(_cell(cells, a, b, m, res))
-        row.update(_measured(meas, a, b, m, res))
+        spec = parse(res)  # the measurement columns (:mod:`.measured`): whole for Pearson's linear and spline kinds
+        if spec.smoother and m == "pearson":
+            row.update(meas.get((a, b, res), empty()))
+        else:
+            twin = meas.get((a, b, spec.line))
+            got = empty()
+            if twin is not None:
+                got.update({c: twin[c] for c in SHARED})
+            why = "ranks" if m != "pearson" else "pygam's GAM fitted to a noisy in-domain score"
+            note = f"not corrected for item noise ({m}/{res}: {why})"
+            got["noise"] = "; ".join(x for x in (got["noise"], note) if x)
+            row.update(got)
         rows.append(row)
-    _batched_example_cis(rows, rex, zname, steps, opts)
+    by_res: dict[str, list[int]] = {}  # the example-level intervals of the batched Pearson cells, per residualiser
+    for i, row in enumerate(rows):
+        if "_ex" in row:
+            by_res.setdefault(row["residualiser"], []).append(i)
+    for res, idx in by_res.items():
+        batch = [(rows[i]["x"], rows[i]["y"], *rows[i].pop("_ex")) for i in idx]
+        for i, got in zip(idx, pearson_cis(rex, zname, batch, steps, res, opts)):
+            rows[i]["ex_ci_low"], rows[i]["ex_ci_high"], rows[i]["ex_note"] = got
     _finish_tests(rows, opts)
     finish_bounded(rows, opts.level)
     return rows
-
-
-def _measured(meas: dict, a: str, b: str, method: str, res: str) -> dict:
-    """A cell's measurement columns (:mod:`.measured`), whole for the Pearson linear and spline kinds."""
-    spec = parse(res)
-    if spec.smoother and method == "pearson":
-        return meas.get((a, b, res), empty())
-    twin = meas.get((a, b, spec.line))
-    out = empty()
-    if twin is not None:
-        out.update({c: twin[c] for c in SHARED})
-    why = "ranks" if method != "pearson" else "pygam's GAM fitted to a noisy in-domain score"
-    note = f"not corrected for item noise ({method}/{res}: {why})"
-    out["noise"] = "; ".join(x for x in (out["noise"], note) if x)
-    return out

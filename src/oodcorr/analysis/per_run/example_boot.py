@@ -99,11 +99,28 @@ def pearson_cis(rex: RunExamples, zname: str, cells: list, steps, res: str, opts
         X = np.stack([rex.boot[t][mask].T for t in names], axis=-1)  # (B, n, S)
         st = np.asarray(steps, float)[mask] if spec.step else None
         rs = _resampled(z, X, st, min_points(spec, opts.gam))
-        if any(lams[t] is not None for t in names):
-            _respline(rs, z, X, st, [lams[t] for t in names], opts.gam)
+        if any(lams[t] is not None for t in names):  # each resample's spline residuals replace the line's
+            curved = np.array([lams[t] is not None for t in names])
+            lam = np.array([np.inf if lams[t] is None else lams[t] for t in names], dtype=float)[curved]
+            for b in range(len(z)):
+                covars = z[b][:, None] if st is None else np.column_stack([z[b], st])
+                basis = spline_basis(covars, opts.gam)
+                if basis is None:
+                    continue
+                bad = np.isnan(rs[b][:, curved])
+                got, _ = basis.residuals(X[b][:, curved], lam)
+                rs[b][:, curved] = np.where(bad, np.nan, got)
         ia = np.array([col[cells[k][0]] for k in ks])
         ib = np.array([col[cells[k][1]] for k in ks])
-        got = _pair_corrs(rs, ia, ib)  # (B, pairs)
+        # every resample's Pearson correlations of the residual columns ia and ib (B, pairs), NaN as in corr
+        C = rs - rs.mean(1, keepdims=True)
+        G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
+        ss = np.diagonal(G, axis1=1, axis2=2)
+        num = G[:, ia, ib]
+        den = np.sqrt(ss[:, ia] * ss[:, ib])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            got = np.where(den > 0, num / den, np.nan)
+        got = np.clip(got, -1.0, 1.0)
         lo, hi = intervals(np.array([cells[k][3] for k in ks]), got, opts.level, opts.interval)
         count = np.isfinite(got).sum(0)
         for j, k in enumerate(ks):
@@ -129,29 +146,3 @@ def _resampled(z: np.ndarray, X: np.ndarray, steps, need: int):
     bad |= np.sqrt((R * R).sum(1)) <= 1e-10 * scale * math.sqrt(n)
     R[np.broadcast_to(bad[:, None, :], R.shape)] = np.nan
     return R
-
-
-def _respline(rs: np.ndarray, z: np.ndarray, X: np.ndarray, steps, lams: list, gam) -> None:
-    """Replace, in place, the line's resampled residuals ``rs`` (B, n, S) by each resample's spline residuals."""
-    curved = np.array([lam is not None for lam in lams])
-    lam = np.array([np.inf if v is None else v for v in lams], dtype=float)[curved]
-    for b in range(len(z)):
-        covars = z[b][:, None] if steps is None else np.column_stack([z[b], steps])
-        basis = spline_basis(covars, gam)
-        if basis is None:
-            continue
-        bad = np.isnan(rs[b][:, curved])
-        got, _ = basis.residuals(X[b][:, curved], lam)
-        rs[b][:, curved] = np.where(bad, np.nan, got)
-
-
-def _pair_corrs(R: np.ndarray, ia: np.ndarray, ib: np.ndarray) -> np.ndarray:
-    """Pearson correlations of the residual columns ``ia`` and ``ib`` of every resample (B, pairs), NaN as in corr."""
-    C = R - R.mean(1, keepdims=True)
-    G = np.einsum("bns,bnu->bsu", C, C)  # (B, S, S): every two testsets' residual products
-    ss = np.diagonal(G, axis1=1, axis2=2)
-    num = G[:, ia, ib]
-    den = np.sqrt(ss[:, ia] * ss[:, ib])
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(den > 0, num / den, np.nan)
-    return np.clip(r, -1.0, 1.0)

@@ -28,7 +28,6 @@ SHARED = tuple(c for c in COLUMNS if c.startswith(("reliability_", "task_var_", 
 
 
 def empty(noise_text: str = "") -> dict:
-    """The measurement columns of a cell with nothing measured."""
     return {**dict.fromkeys(COLUMNS, NAN), "eiv_from": "", "noise": noise_text}
 
 
@@ -42,19 +41,6 @@ def exact_maker(n: int, steps: np.ndarray | None) -> np.ndarray:
 def _interval(est, sd, level, high=1.0):
     q = float(stats.norm.ppf(0.5 + level / 2))
     return est - q * sd, np.minimum(est + q * sd, high)
-
-
-def _describe(noise: dict[str, TestsetNoise], names) -> str:
-    """What the noise of each testset of a cell is known from, in words."""
-    parts = {kind: [] for kind in KINDS}
-    for n in names:
-        parts[noise.get(n, UNKNOWN).kind].append(n)
-    words = {
-        ITEMS: "item noise estimated from per-item correctness",
-        BOUND: "bounded by testset size (binomial)",
-        NEITHER: "item noise unknown",
-    }
-    return "; ".join(f"{', '.join(v)}: {words[k]}" for k, v in parts.items() if v)
 
 
 def run_measurements(
@@ -149,7 +135,15 @@ def _pairs(cols, zname, pairs, noise, mask, steps, ordered, level, seed, where) 
     # each series' observed residuals (least squares on the whole in-domain score) and their noise
     R_obs = linear_maker(np.column_stack([z] + ([steps] if steps is not None else [])))
     obs = np.einsum("ts,ts->s", R_obs @ X, R_obs @ X)
-    rows = {p: empty(_describe(noise, (zname, *p))) for p in pairs}
+    words = {
+        ITEMS: "item noise estimated from per-item correctness",
+        BOUND: "bounded by testset size (binomial)",
+        NEITHER: "item noise unknown",
+    }
+    rows = {}
+    for p in pairs:  # what the noise of each testset of the cell is known from, in words
+        known = {kind: [n for n in (zname, *p) if noise.get(n, UNKNOWN).kind == kind] for kind in KINDS}
+        rows[p] = empty("; ".join(f"{', '.join(v)}: {words[k]}" for k, v in known.items() if v))
     rel = {}
     for n in names:  # a first look from the halves (the cell's own numbers replace it), else the bound's low end
         tn, h, x = noise.get(n, UNKNOWN), halves[n], X[:, index[n]]

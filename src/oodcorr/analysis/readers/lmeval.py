@@ -145,8 +145,6 @@ def _too_large(path: Path, size: int, max_bytes: int) -> str:
 
 # ---- which model, run and step ----
 PLACEHOLDERS = ("model", "run", "step")
-STEP_REVISION = re.compile(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", re.IGNORECASE)
-STEP_PATH = re.compile(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", re.IGNORECASE)
 
 
 def compile_pattern(pattern: str) -> re.Pattern:
@@ -173,7 +171,7 @@ def compile_pattern(pattern: str) -> re.Pattern:
     return re.compile("".join(out) + r"\Z")
 
 
-def _parse_model_args(v) -> dict[str, str]:
+def _parse_model_args(v, path: Path) -> dict[str, str]:
     """``config.model_args`` -> mapping: a ``key=value,key=value`` string or a mapping already."""
     if isinstance(v, dict):
         return {str(k): str(x) for k, x in v.items()}
@@ -182,43 +180,15 @@ def _parse_model_args(v) -> dict[str, str]:
         if "=" in part:
             k, x = (y.strip() for y in part.split("=", 1))
             if k in out and out[k] != x:
-                raise ValueError(f"{k!r} is given twice ({k}={out[k]}, then {k}={x})")
+                raise DataError(
+                    f"{path}: config.model_args: {k!r} is given twice ({k}={out[k]}, then {k}={x}); rerun it with "
+                    "each argument once, or move it out"
+                )
             out[k] = x
     return out
 
 
-def _identity(args: dict[str, str], config: dict) -> tuple[str | None, int | None, str]:
-    """(model, step, how the step was found) from ``model_args`` (and ``config.model_revision``)."""
-    adapter = args.get("peft") or args.get("delta")
-    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
-    revision = None if adapter else args.get("revision") or (config or {}).get("model_revision")
-    if revision and str(revision) != "main":
-        m = STEP_REVISION.match(str(revision).strip())
-        return model, (int(m.group(1) or m.group(2)) if m else None), f"revision {revision!r}"
-    if model:
-        tail = model.rstrip("/").rsplit("/", 1)
-        m = STEP_PATH.match(tail[-1])
-        if m and len(tail) == 2:
-            return tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
-    return model, None, "no revision" if not revision else f"revision {revision!r}"
-
-
 # ---- one results file ----
-def _metric_key(task: str, values: dict, metric: str, path: Path) -> str | None:
-    """The key of ``metric`` among a task's values (``acc,none`` or ``acc``), None when absent."""
-    if metric in values:
-        return metric
-    if "," in metric:
-        return None
-    keys = [k for k in values if isinstance(k, str) and k.split(",", 1)[0] == metric]
-    if len(keys) > 1:
-        raise DataError(
-            f"{path}: task {task!r} has metric {metric!r} under several filters ({', '.join(keys)}); name one, "
-            f"e.g. --metric {keys[0]}"
-        )
-    return keys[0] if keys else None
-
-
 def _metric_names(values: dict) -> list[str]:
     """The metrics a task's values hold (stderr entries and labels left out)."""
     return sorted(
@@ -233,39 +203,6 @@ def _metric_names(values: dict) -> list[str]:
 
 
 _WAY_OUT = "rerun that evaluation, leave the task out (--tasks) or move the file out of the folder"
-
-
-def _number(v, path: Path, task: str, key: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise DataError(f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; {_WAY_OUT}")
-    if not math.isfinite(v):
-        raise DataError(f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; {_WAY_OUT}")
-    name = key.split(",", 1)[0]
-    rng = metric_range(name)
-    if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
-        if not rng[0] <= v <= rng[1]:
-            raise DataError(
-                f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range of "
-                f"{name!r}; {_WAY_OUT}"
-            )
-    return float(v)
-
-
-def _check_scales(rows: list[dict]) -> None:
-    """Every score of one metric key on one scale, told by their median: the harness's squad-style ``f1`` is
-    in percent, its ``f1`` of classification a share."""
-    by_key: dict[str, list[dict]] = {}
-    for row in rows:
-        by_key.setdefault(row["key"], []).append(row)
-    for key, group in by_key.items():
-        scores = pd.DataFrame({key: [r["score"] for r in group]})
-        bad = out_of_range(scores, key)
-        if bad is not None:
-            r = group[bad[0]]
-            raise DataError(
-                f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
-                f"the other files; {_WAY_OUT}"
-            )
 
 
 def _read_results_file(
@@ -298,11 +235,21 @@ def _read_results_file(
         if kids:
             groups.setdefault(str(g), set()).update(k for k in kids if k != g)
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
-    try:
-        args = _parse_model_args(config.get("model_args"))
-    except ValueError as e:
-        raise DataError(f"{path}: config.model_args: {e}; rerun it with each argument once, or move it out") from None
-    model, step, how = _identity(args, config)
+    # the model, the step and how the step was found, from model_args (and config.model_revision)
+    args = _parse_model_args(config.get("model_args"), path)
+    adapter = args.get("peft") or args.get("delta")
+    model = adapter or args.get("pretrained") or args.get("model") or args.get("path") or None
+    revision = None if adapter else args.get("revision") or config.get("model_revision")
+    step = None
+    how = "no revision" if not revision else f"revision {revision!r}"
+    if revision and str(revision) != "main":
+        m = re.match(r"^(?:global[_-]?)?step[_-]?(\d+)$|^(\d+)$", str(revision).strip(), re.IGNORECASE)
+        step = int(m.group(1) or m.group(2)) if m else None
+    elif model:
+        tail = model.rstrip("/").rsplit("/", 1)
+        m = re.match(r"^(?:checkpoint|(?:global[_-]?)?step)[_-]?(\d+)$", tail[-1], re.IGNORECASE)
+        if m and len(tail) == 2:
+            model, step, how = tail[0], int(m.group(1)), f"{'peft' if adapter else 'pretrained'} {model!r}"
     run = "all"
     if fields is not None:
         if "step" in fields:
@@ -332,7 +279,15 @@ def _read_results_file(
             continue  # said once for all files (read_folder)
         if not isinstance(values, dict):
             raise DataError(f"{path}: results[{task!r}] is not an object of metrics; move the file out of the folder")
-        key = _metric_key(task, values, metric, path)
+        key = metric if metric in values else None  # ``acc,none`` or ``acc``; None when absent
+        if key is None and "," not in metric:
+            keys = [k for k in values if isinstance(k, str) and k.split(",", 1)[0] == metric]
+            if len(keys) > 1:
+                raise DataError(
+                    f"{path}: task {task!r} has metric {metric!r} under several filters ({', '.join(keys)}); name "
+                    f"one, e.g. --metric {keys[0]}"
+                )
+            key = keys[0] if keys else None
         if key is None:
             if tasks is None:
                 without.add(task)
@@ -341,8 +296,19 @@ def _read_results_file(
                 f"{path}: task {task!r} has no metric {metric!r}; it has {_metric_names(values) or 'none'}: "
                 "choose one with --metric, or leave the task out of --tasks"
             )
-        score = _number(values[key], path, task, key)
+        v = values[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise DataError(f"{path}: task {task!r}, metric {key!r} is {str(v)[:40]!r}, not a number; {_WAY_OUT}")
+        if not math.isfinite(v):
+            raise DataError(f"{path}: task {task!r}, metric {key!r} is {v}, not a finite score; {_WAY_OUT}")
         name, _, filt = key.partition(",")
+        rng = metric_range(name)
+        if rng is not None and (name in LMEVAL_SHARES_ONLY or rng[0] < 0 or rng[1] == math.inf):
+            if not rng[0] <= v <= rng[1]:
+                raise DataError(
+                    f"{path}: task {task!r}, metric {key!r} is {v:g}, outside [{rng[0]:g}, {rng[1]:g}], the range "
+                    f"of {name!r}; {_WAY_OUT}"
+                )
         se = values.get(f"{name}_stderr" + (f",{filt}" if filt else ""))
         n = n_samples.get(task, {}).get("effective") if isinstance(n_samples.get(task), dict) else None
         rows.append(
@@ -351,7 +317,7 @@ def _read_results_file(
                 "run": str(run),
                 "step": int(step),
                 "testset": task,
-                "score": score,
+                "score": float(v),
                 "stderr": float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) else math.nan,
                 "n": int(n) if isinstance(n, int) and not isinstance(n, bool) else pd.NA,
                 "file": str(path),
@@ -420,9 +386,6 @@ def read_samples(path: Path, key: str, score: float, max_line: int = MAX_SAMPLE_
             f"{score:.6f}: not the same evaluation; move it out or pass --no-samples"
         )
     return pd.DataFrame({"example": ids, "correct": vals})
-
-
-RESULTS_NAME = re.compile(r"^results_(?P<date>.+)\.json$")
 
 
 @dataclass
@@ -538,7 +501,20 @@ def read_folder(
             + (f" among --tasks {','.join(tasks)}" if tasks else "")
             + f"; e.g. {chosen[0]} has {', '.join(has) or 'no numeric metric'}: choose one with --metric"
         )
-    _check_scales(rows)
+    # every score of one metric key on one scale, told by their median: the harness's squad-style ``f1`` is
+    # in percent, its ``f1`` of classification a share
+    by_key: dict[str, list[dict]] = {}
+    for row in rows:
+        by_key.setdefault(row["key"], []).append(row)
+    for key, group in by_key.items():
+        scores = pd.DataFrame({key: [r["score"] for r in group]})
+        bad = out_of_range(scores, key)
+        if bad is not None:
+            r = group[bad[0]]
+            raise DataError(
+                f"{r['file']}: task {r['testset']!r}, metric {key!r} is {bad[2]:g}, {bad[3]}: not on the scale of "
+                f"the other files; {_WAY_OUT}"
+            )
     scores = pd.DataFrame(rows).sort_values(["model", "run", "step", "testset"], kind="stable")
     found = set(scores["testset"])
     if without - found:
@@ -568,7 +544,7 @@ def read_folder(
     if samples:
         frames = []
         for row in rows:
-            m = RESULTS_NAME.match(Path(row["file"]).name)  # its samples: same folder, same date
+            m = re.match(r"^results_(?P<date>.+)\.json$", Path(row["file"]).name)  # its samples: same folder, date
             sp = Path(row["file"]).with_name(f"samples_{row['testset']}_{m.group('date')}.jsonl") if m else None
             if sp is None or not sp.exists():
                 continue

@@ -124,5 +124,4 @@ ITEM_SHARES = frozenset({"accuracy", "acc", "acc_norm", "acc_mutual_info", "exac
 
 
 def is_item_share(metric: str) -> bool:
-    """Whether ``metric`` (a filter after a comma ignored) is in :data:`ITEM_SHARES`."""
     return str(metric).split(",", 1)[0].strip().lower() in ITEM_SHARES

@@ -145,8 +145,11 @@ def drop_summary_rows(
         raise DataError(f"{source}: no unit column {unit!r}; columns are {list(df.columns)}")
     others = [c for c in df.columns if c != unit]
     empty = df.isna().all(axis=1) | (df[unit].isna() & df[others].isna().all(axis=1))
-    if empty.any():
-        log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where, _ranges(df.index[empty]))
+    if empty.any():  # their line numbers as runs of consecutive ones: ``3, 5-7``
+        idx = sorted(int(i) for i in df.index[empty])
+        runs = [[v for _, v in g] for _, g in itertools.groupby(enumerate(idx), lambda p: p[1] - p[0])]
+        said = ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
+        log.warning("%s: excluded %d empty row(s) (%s %s)", source, int(empty.sum()), where, said)
     df = df[~empty]
     no_label = df[unit].isna() | (df[unit].astype(str).str.strip() == "")
     if no_label.any():
@@ -161,13 +164,6 @@ def drop_summary_rows(
     if df.empty:
         raise DataError(f"{source}: no rows left once empty rows and summary rows (mean, std, ...) are excluded")
     return df
-
-
-def _ranges(idx) -> str:
-    """Line numbers as runs of consecutive ones: ``3, 5-7``."""
-    idx = sorted(int(i) for i in idx)
-    runs = [[v for _, v in g] for _, g in itertools.groupby(enumerate(idx), lambda p: p[1] - p[0])]
-    return ", ".join(f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def _names(df: pd.DataFrame, col: str, what: str, source: str, where: str) -> pd.Series:
@@ -220,7 +216,6 @@ def _numeric(df: pd.DataFrame, col: str, source: str, where: str) -> pd.Series:
 
 
 def _require_columns(df: pd.DataFrame, columns, source: str, what: str = "") -> None:
-    """Error naming the first of ``columns`` that ``df`` lacks (``what`` for), and the columns it has."""
     for c in columns:
         if c not in df.columns:
             raise DataError(f"{source}: no column {c!r}{what}; columns are {list(df.columns)}")

@@ -13,7 +13,6 @@ NOT_ACCURACY = ("macro_f1", "ece", "accuracy_ci_low", "accuracy_ci_high")
 
 
 def example_bootstrap_applies(score: str) -> bool:
-    """Whether per-example correctness gives ``score``, the column analysed (not for :data:`NOT_ACCURACY`)."""
     return score not in NOT_ACCURACY
 
 

@@ -279,17 +279,6 @@ def ability(rng: np.random.Generator, n_runs: int, n_checkpoints: int) -> np.nda
     return a0 + (a1 - a0) * (curve - start) / (end - start)
 
 
-def _shape_params(rng: np.random.Generator, shape: str) -> tuple[float, float]:
-    """The curve's two parameters: (midpoint, slope) of a logistic, (rate, 0) of a saturating one."""
-    if shape == "late":
-        return rng.uniform(0.55, 0.8), rng.uniform(8.0, 16.0)
-    if shape == "s-shape":
-        return rng.uniform(0.3, 0.7), rng.uniform(5.0, 10.0)
-    if shape == "plateau":
-        return rng.uniform(3.0, 8.0), 0.0
-    return 0.0, 0.0
-
-
 def ood_curve(a: np.ndarray, shape: str, params: tuple[float, float]) -> np.ndarray:
     """``f(a)``: an increasing function of the ability with ``f(0) = 0`` and ``f(1) = 1``."""
     a = np.asarray(a, dtype=float)
@@ -335,7 +324,15 @@ def curve_study(
     for m in range(M):
         runs = model_of == m
         for k in range(K):
-            f = ood_curve(a[runs], shapes[m, k], _shape_params(rng, shapes[m, k]))
+            # the curve's two parameters: (midpoint, slope) of a logistic, (rate, 0) of a saturating one
+            params = (0.0, 0.0)
+            if shapes[m, k] == "late":
+                params = rng.uniform(0.55, 0.8), rng.uniform(8.0, 16.0)
+            elif shapes[m, k] == "s-shape":
+                params = rng.uniform(0.3, 0.7), rng.uniform(5.0, 10.0)
+            elif shapes[m, k] == "plateau":
+                params = rng.uniform(3.0, 8.0), 0.0
+            f = ood_curve(a[runs], shapes[m, k], params)
             curves[runs, :, k] = base[m, k] + amp[m, k] * f
     truth = np.repeat(np.eye(K)[None], M, axis=0)
     truth[:, 0, 1] = truth[:, 1, 0] = rhos
@@ -345,8 +342,26 @@ def curve_study(
     population = np.concatenate([z[:, :, None], curves + noise_sd * e], axis=-1)
     names = [IN_DOMAIN] + [f"ood{k}" for k in range(K)]
     scores, examples = population, None
-    if items is not None:
-        scores, examples = _item_scores(rng, population, items, names, n_runs)
+    if items is not None:  # each testset answered item by item: the scores and the per-item table
+        scores = np.empty_like(population)
+        frames = []
+        for j, name in enumerate(names):
+            n = items.n_in_domain if j == 0 else items.n_ood
+            mat = answer_items(rng, np.clip(population[:, :, j], 0.02, 0.98), n, items.difficulty, items.persistence)
+            scores[:, :, j] = mat.mean(-1)
+            frames.append(
+                pd.DataFrame(
+                    {
+                        "model": np.repeat([f"m{b // n_runs}" for b in range(B)], T * n),
+                        "run": np.repeat([f"m{b // n_runs}-run{b % n_runs}" for b in range(B)], T * n),
+                        "unit": np.tile(np.repeat(np.arange(1, T + 1), n), B),
+                        "testset": name,
+                        "example": np.tile(np.arange(n), B * T),
+                        "correct": mat.reshape(-1).astype(float),
+                    }
+                )
+            )
+        examples = pd.concat(frames, ignore_index=True)
     unit = np.arange(1, T + 1)
     run_names = [f"m{b // n_runs}-run{b % n_runs}" for b in range(B)]
     long = pd.DataFrame(
@@ -360,28 +375,3 @@ def curve_study(
         }
     )
     return CurveStudy(long, examples, truth, a, population, curves, e, shapes)
-
-
-def _item_scores(rng, population: np.ndarray, items: Items, names: list[str], n_runs: int):
-    """Each testset answered item by item: the scores (runs, T, testsets) and the per-item table."""
-    B, T, J = population.shape
-    acc = np.clip(population, 0.02, 0.98)
-    scores = np.empty_like(acc)
-    frames = []
-    for j, name in enumerate(names):
-        n = items.n_in_domain if j == 0 else items.n_ood
-        mat = answer_items(rng, acc[:, :, j], n, items.difficulty, items.persistence)
-        scores[:, :, j] = mat.mean(-1)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "model": np.repeat([f"m{b // n_runs}" for b in range(B)], T * n),
-                    "run": np.repeat([f"m{b // n_runs}-run{b % n_runs}" for b in range(B)], T * n),
-                    "unit": np.tile(np.repeat(np.arange(1, T + 1), n), B),
-                    "testset": name,
-                    "example": np.tile(np.arange(n), B * T),
-                    "correct": mat.reshape(-1).astype(float),
-                }
-            )
-        )
-    return scores, pd.concat(frames, ignore_index=True)
