@@ -5,8 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 from ..core.defaults import ANALYSIS as DEFAULTS
+from .across import multitest
+from .across.pooling import TWO_RUNS
+from .cell.correlate import check_method
 from .cell.inference import INFERENCES
-from .cell.residualise import GamSettings
+from .cell.resample import INTERVALS
+from .cell.residualise import GamSettings, parse
 
 
 @dataclass(frozen=True)
@@ -47,13 +51,29 @@ class Options:
     gam: GamSettings = field(default_factory=GamSettings)
 
     def __post_init__(self):
-        # the names and choices come checked by the config's schema and the CLI's choices; its numbers do not
+        for m in self.methods:
+            check_method(m)
+        for r in self.residualisers:
+            parse(r)
         if self.inference not in INFERENCES:
             raise ValueError(f"unknown inference {self.inference!r}; choose from {', '.join(INFERENCES)}")
+        for name in ("correction", "agreement_correction"):
+            if getattr(self, name) not in multitest.CORRECTIONS:
+                raise ValueError(
+                    f"unknown {name} {getattr(self, name)!r}; choose from {', '.join(multitest.CORRECTIONS)}"
+                )
+        if self.interval not in INTERVALS:
+            raise ValueError(f"unknown interval {self.interval!r}; choose from {', '.join(INTERVALS)}")
+        if not (self.block_length == "auto" or (isinstance(self.block_length, int) and self.block_length >= 1)):
+            raise ValueError(f"block_length must be 'auto' or a positive integer, got {self.block_length!r}")
         if not 0 < self.level < 1 or not 0 < self.alpha < 1:
             raise ValueError("level and alpha must lie strictly between 0 and 1")
         if not 0 <= self.near_zero < 1:
             raise ValueError(f"near_zero must lie in [0, 1), got {self.near_zero!r}")
+        if self.pool_two_runs not in TWO_RUNS:
+            raise ValueError(f"unknown pool_two_runs {self.pool_two_runs!r}; choose from {', '.join(TWO_RUNS)}")
+        if isinstance(self.pool_by, str):
+            raise ValueError(f"pool_by must be a list of column names, got the string {self.pool_by!r}")
 
     @classmethod
     def from_mapping(cls, cfg: dict) -> Options:

@@ -28,7 +28,7 @@ def moving_block_indices(n: int, b: int, n_boot: int, rng: np.random.Generator) 
     return (starts[:, :, None] + np.arange(b)).reshape(n_boot, k * b)[:, :n]
 
 
-INTERVALS = ("fisher-z", "percentile")  # the CLI's choices (the schema lists them too)
+INTERVALS = ("fisher-z", "percentile")  # checked by :class:`.options.Options`
 
 
 def interval(r: float, rs: np.ndarray, level: float, kind: str = "fisher-z") -> tuple[float, float]:
