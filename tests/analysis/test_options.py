@@ -45,3 +45,20 @@ def test_options_defaults_equal_the_filled_config_and_unknown_keys_are_named():
     )
     with pytest.raises(ValueError, match="unknown inference 'bootstrap'"):
         Options(inference="bootstrap")
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"interval": "bca"}, "unknown interval 'bca'"),
+        ({"pool_two_runs": "average"}, "unknown pool_two_runs 'average'"),
+        ({"block_length": 0}, "block_length must be 'auto' or a positive integer"),
+        ({"pool_by": "seed"}, "pool_by must be a list of column names"),
+        ({"agreement_correction": "bonf"}, "unknown agreement_correction 'bonf'"),
+    ],
+)
+def test_options_built_by_hand_refuse_a_value_the_schema_would_have(given, named):
+    """Options built in Python skip the config's schema and the CLI's choices: a wrong value that
+    would otherwise fall back silently (to fisher-z, to no two-run rule) is refused by name."""
+    with pytest.raises(ValueError, match=named):
+        Options(**given)

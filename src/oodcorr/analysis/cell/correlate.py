@@ -36,6 +36,12 @@ def fisher_z(r, cap: float) -> np.ndarray:
     return np.arctanh(np.clip(np.asarray(r, dtype=float), -cap, cap))
 
 
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
+    return method
+
+
 def transform(method: str, a: np.ndarray) -> np.ndarray:
     """What every variable goes through before residualising: ranks for Spearman."""
     return stats.rankdata(a) if method == "spearman" else a
@@ -91,8 +97,7 @@ def residual_pair(
 ) -> dict:
     """Residuals of x and y given the covariates, on the complete rows."""
     spec = parse(residualiser)
-    if method not in METHODS:
-        raise ValueError(f"unknown correlation method {method!r}; choose from {', '.join(METHODS)}")
+    check_method(method)
     gam = gam or GamSettings()
     cache = {} if cache is None else cache
     x = np.asarray(x, dtype=float)
