@@ -21,12 +21,10 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if model_entry.tiny:
+    if model_entry.tiny or model_entry.is_gguf:
         if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
-        return str(built_model_dir), {}
-    if model_entry.is_gguf:
-        if built_model_dir is None:
+            if model_entry.tiny:
+                raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
             raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(built_model_dir), {}
     if model_entry.path:
@@ -355,14 +353,12 @@ class CheckpointLoader:
         return True
 
     def _load_in_place(self, ckpt: Path) -> bool:
-        from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
+        from .plain_torch import read_safetensors  # torch stack: planning and the CLI never import it
 
         files = sorted(ckpt.glob("*.safetensors"))
         if not files:
             return False
-        state = {}
-        for f in files:
-            state.update(load_file(str(f), device=str(self.device)))
+        state = read_safetensors(files, self.device)
         own = dict(self.model.state_dict())
         unexpected = [k for k in state if k not in own]
         wrong = [k for k in state if k in own and own[k].shape != state[k].shape]
