@@ -103,7 +103,6 @@ def hub_load_kwargs(spec: dict) -> dict:
 
 
 def hub_models(plan) -> list:
-    """The plan's model specs that come from the hub."""
     return [spec for spec in plan.models.values() if spec.model_entry.source == "hub"]
 
 
