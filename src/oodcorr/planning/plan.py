@@ -138,7 +138,6 @@ class Plan:
         return {(r.model, r.in_domain, str(r.n_train), str(r.seed)): r for r in self.runs}
 
     def run(self, wildcards) -> Run:
-        """The run a job's wildcards name."""
         return self._runs_by_key[(wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed)]
 
     @cached_property

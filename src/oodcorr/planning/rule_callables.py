@@ -108,12 +108,6 @@ def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], 
     minutes = {m: r.runtime for m, r in per.items()}
     times = steps if rule == "evaluate" and steps is not None else (lambda wildcards: 1)
     out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * times(wildcards) * attempt)
-    if rule == "evaluate":
-        out["attempt"] = _attempt
+    if rule == "evaluate":  # Snakemake's attempt, as a resource (a param would rerun finished jobs)
+        out["attempt"] = rule_callable(lambda wildcards, attempt: attempt)
     return out
-
-
-@rule_callable
-def _attempt(wildcards, attempt):
-    """Snakemake's attempt, as a resource (a param would rerun finished jobs)."""
-    return attempt
