@@ -114,14 +114,11 @@ def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str 
 
 def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
     """The sha256 of the tokenizer files in ``folder`` (name and bytes of each); None when it holds none."""
+    files = [Path(folder) / name for name in TOKENIZER_FILES if (Path(folder) / name).is_file()]
     h = hashlib.sha256()
-    found = False
-    for name in TOKENIZER_FILES:
-        f = Path(folder) / name
-        if f.is_file():
-            found = True
-            h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest() if found else None
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest() if files else None
 
 
 def load_model(

@@ -127,9 +127,6 @@ def fold(model: nn.Module, adapter: Adapter) -> tuple[Folded | None, str]:
     """Fold ``adapter`` into ``model``'s weights in place: (what to restore, "") or (None, why not),
     in which case nothing was changed."""
     params = dict(model.named_parameters(remove_duplicate=False))
-    owners: dict[int, list[str]] = {}
-    for name, p in params.items():
-        owners.setdefault(p.data_ptr(), []).append(name)
     plan: list[tuple[str, torch.Tensor]] = []
     for module, (a, b, scale) in adapter.pairs.items():
         try:
@@ -148,7 +145,7 @@ def fold(model: nn.Module, adapter: Adapter) -> tuple[Folded | None, str]:
             return None, f"{adapter.path}: {name} is not a parameter of that shape in the model"
         plan.append((name, value))
     for name, _ in plan:
-        tied = owners[params[name].data_ptr()]
+        tied = [t for t, p in params.items() if p.data_ptr() == params[name].data_ptr()]
         if len(tied) > 1:
             return None, f"{adapter.path}: {name} is tied to {[t for t in tied if t != name]}"
     if len({name for name, _ in plan}) != len(plan):

@@ -79,13 +79,10 @@ def _read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
     unknown = sorted(k for k in cfg if k not in known and k not in _HARMLESS)
     if unknown:
         raise Unsupported(f"{where}: config.json key(s) {unknown} not known to the lean loader")
-    out = {}
-    for key, default in known.items():
-        value = cfg.get(key, default)
-        if value is _REQUIRED:
-            raise Unsupported(f"{where}: config.json lacks {key}")
-        out[key] = value
-    return SimpleNamespace(**out)
+    lacking = [key for key, default in known.items() if default is _REQUIRED and key not in cfg]
+    if lacking:
+        raise Unsupported(f"{where}: config.json lacks {lacking[0]}")
+    return SimpleNamespace(**{key: cfg.get(key, default) for key, default in known.items()})
 
 
 _REQUIRED = object()

@@ -109,8 +109,7 @@ class FinetuneJob:
             raise ValueError(
                 f"finetune job: unknown field(s) {', '.join(unknown)}; expected {', '.join(sorted(names))}"
             )
-        required = [f.name for f in init if f.default is MISSING and f.default_factory is MISSING]
-        missing = [k for k in required if k not in d]
+        missing = [f.name for f in init if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
         if missing:
             raise ValueError(f"finetune job: missing field(s) {', '.join(missing)}")
         return cls(**d)
