@@ -49,10 +49,7 @@ def convert(model_spec: Mapping, out_dir: str | Path, threads: int | None = None
     src = header.path
     dtype_name = model_entry.dtype
     if dtype_name == "auto":
-        raise ConfigError(
-            f"{model_entry.where}.dtype: 'auto' for a GGUF file: name the dtype it is dequantised to (float32, "
-            "bfloat16 or float16)"
-        )
+        raise ConfigError(f"{model_entry.where}.dtype: 'auto' for a GGUF file: name float32, bfloat16 or float16")
     dtype = getattr(torch, dtype_name)
     started = time.monotonic()
     digest = sha256_file(src)

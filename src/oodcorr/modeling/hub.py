@@ -103,18 +103,13 @@ def hub_load_kwargs(spec: dict) -> dict:
 
 
 def hub_models(plan) -> list:
-    """The plan's model specs that come from the hub."""
     return [spec for spec in plan.models.values() if spec.model_entry.source == "hub"]
 
 
 def hub_datasets(plan) -> dict[str, dict]:
     """Dataset name -> its exact ``datasets.load_dataset`` call, for the plan's hub datasets."""
-    out = {}
-    for name in plan.datasets:
-        spec = plan.exp.dataset_params(name)
-        if spec.get("source") == "hub":
-            out[name] = hub_load_kwargs(spec)
-    return out
+    specs = {name: plan.exp.dataset_params(name) for name in plan.datasets}
+    return {name: hub_load_kwargs(spec) for name, spec in specs.items() if spec.get("source") == "hub"}
 
 
 def check_lock(plan, lock: HubLock) -> None:
@@ -169,9 +164,32 @@ def use_lock(config: dict, configfile: str | Path, plan) -> tuple[HubLock | None
         return None, warnings
     lock = HubLock.read(path)
     check_lock(plan, lock)
-    missing = missing_from_cache(lock)
+    # what the lock pins that this machine's cache does not hold: a file missing, or one whose size is
+    # not the one prefetch recorded (a shard cut short)
+    now = cache_dirs()
+    missing = []
+    for name, e in lock.models.items():
+        snap = model_snapshot(e["hub"], e["commit"])
+        files = e.get("files") or {}
+        gone = [f for f in files if not (snap / f).exists()]
+        if gone:
+            missing.append(
+                f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} (e.g. {gone[0]})"
+            )
+            continue
+        # a shard cut short (an interrupted download, a full disk) has another size than prefetch recorded
+        cut = [f for f, size in files.items() if isinstance(size, int) and (snap / f).stat().st_size != size]
+        if cut:
+            missing.append(
+                f"models[{name}]: {len(cut)} file(s) of {e['hub']}@{e['commit']} in {snap} have another size than "
+                f"prefetch recorded (e.g. {cut[0]}: {(snap / cut[0]).stat().st_size} bytes, {files[cut[0]]} when "
+                "fetched)"
+            )
+    for name, e in lock.datasets.items():
+        gone = [f for f in (e.get("files") or {}) if not (Path(now["datasets"]) / f).exists()]
+        if gone:
+            missing.append(f"datasets.{name}: {len(gone)} Arrow file(s) not in {now['datasets']} (e.g. {gone[0]})")
     if missing:
-        now = cache_dirs()
         raise ConfigError(
             f"{path}: the Hugging Face cache of this machine lacks what the lock pins:\n  "
             + "\n  ".join(missing)
@@ -220,35 +238,6 @@ def model_snapshot(repo: str, commit: str) -> Path:
     """A model commit's folder in the hub cache (``models--org--name/snapshots/<commit>``)."""
     root = Path(cache_dirs()["hub"])
     return root / ("models--" + repo.replace("/", "--")) / "snapshots" / commit
-
-
-def missing_from_cache(lock: HubLock) -> list[str]:
-    """What the lock pins that this machine's cache does not hold: a file missing, or one whose size is
-    not the one prefetch recorded (a shard cut short)."""
-    dirs = cache_dirs()
-    out = []
-    for name, e in lock.models.items():
-        snap = model_snapshot(e["hub"], e["commit"])
-        files = e.get("files") or {}
-        gone = [f for f in files if not (snap / f).exists()]
-        if gone:
-            out.append(
-                f"models[{name}]: {len(gone)} file(s) of {e['hub']}@{e['commit']} not in {snap} (e.g. {gone[0]})"
-            )
-            continue
-        # a shard cut short (an interrupted download, a full disk) has another size than prefetch recorded
-        cut = [f for f, size in files.items() if isinstance(size, int) and (snap / f).stat().st_size != size]
-        if cut:
-            out.append(
-                f"models[{name}]: {len(cut)} file(s) of {e['hub']}@{e['commit']} in {snap} have another size than "
-                f"prefetch recorded (e.g. {cut[0]}: {(snap / cut[0]).stat().st_size} bytes, {files[cut[0]]} when "
-                "fetched)"
-            )
-    for name, e in lock.datasets.items():
-        gone = [f for f in (e.get("files") or {}) if not (Path(dirs["datasets"]) / f).exists()]
-        if gone:
-            out.append(f"datasets.{name}: {len(gone)} Arrow file(s) not in {dirs['datasets']} (e.g. {gone[0]})")
-    return out
 
 
 @lru_cache(maxsize=4)
@@ -384,15 +373,12 @@ def prefetch(plan, configfile: str | Path, lock_file: str | Path, *, say: Callab
 
 def describe(lock: dict) -> list[str]:
     """One line per pinned model and dataset, for the console."""
-    out = []
-    for name, e in lock["models"].items():
-        out.append(
-            f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "
-            f"{len(e['files'])} files, {human_bytes(e['bytes'])}, {e['parameters']:,} parameters"
-        )
-    for name, e in lock["datasets"].items():
-        out.append(
-            f"dataset {name}: {e['hub']['path']} {e['hub']['revision']} = {e['commit']}, {e['rows']} rows, "
-            f"{human_bytes(e['bytes'])}"
-        )
-    return out
+    return [
+        f"model {name}: {e['hub']} {e['revision'] or '(default branch)'} = {e['commit']}, "
+        f"{len(e['files'])} files, {human_bytes(e['bytes'])}, {e['parameters']:,} parameters"
+        for name, e in lock["models"].items()
+    ] + [
+        f"dataset {name}: {e['hub']['path']} {e['hub']['revision']} = {e['commit']}, {e['rows']} rows, "
+        f"{human_bytes(e['bytes'])}"
+        for name, e in lock["datasets"].items()
+    ]

@@ -21,12 +21,10 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 
 def model_source(model_entry: ModelEntry, built_model_dir: str | Path | None = None) -> tuple[str, dict]:
     """(name_or_path, extra from_pretrained kwargs) for a model entry."""
-    if model_entry.tiny:
+    if model_entry.tiny or model_entry.is_gguf:
         if built_model_dir is None:
-            raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
-        return str(built_model_dir), {}
-    if model_entry.is_gguf:
-        if built_model_dir is None:
+            if model_entry.tiny:
+                raise ConfigError(f"{model_entry.where}: tiny model needs its built directory")
             raise ConfigError(f"{model_entry.where}: a GGUF entry needs its converted folder (rule convert_gguf)")
         return str(built_model_dir), {}
     if model_entry.path:
@@ -116,14 +114,11 @@ def tokenizer_fingerprint(model_entry: ModelEntry, built_model_dir=None) -> str 
 
 def tokenizer_files_fingerprint(folder: str | Path) -> str | None:
     """The sha256 of the tokenizer files in ``folder`` (name and bytes of each); None when it holds none."""
+    files = [Path(folder) / name for name in TOKENIZER_FILES if (Path(folder) / name).is_file()]
     h = hashlib.sha256()
-    found = False
-    for name in TOKENIZER_FILES:
-        f = Path(folder) / name
-        if f.is_file():
-            found = True
-            h.update(name.encode() + b"\0" + f.read_bytes() + b"\0")
-    return h.hexdigest() if found else None
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest() if files else None
 
 
 def load_model(
@@ -355,14 +350,12 @@ class CheckpointLoader:
         return True
 
     def _load_in_place(self, ckpt: Path) -> bool:
-        from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
+        from .plain_torch import read_safetensors  # torch stack: planning and the CLI never import it
 
         files = sorted(ckpt.glob("*.safetensors"))
         if not files:
             return False
-        state = {}
-        for f in files:
-            state.update(load_file(str(f), device=str(self.device)))
+        state = read_safetensors(files, self.device)
         own = dict(self.model.state_dict())
         unexpected = [k for k in state if k not in own]
         wrong = [k for k in state if k in own and own[k].shape != state[k].shape]

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..core.errors import DataError
+from .plain_torch import read_safetensors
 
 PREFIX = "base_model.model."
 # adapter_config.json keys a fold reads
@@ -77,8 +77,6 @@ def _neutral(value) -> bool:
 
 def read_adapter(ckpt: str | Path, device="cpu") -> tuple[Adapter | None, str]:
     """(the adapter, "") of a peft LoRA checkpoint folder, or (None, why it is not folded)."""
-    from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
-
     ckpt = Path(ckpt)
     try:
         cfg = json.loads((ckpt / "adapter_config.json").read_text())
@@ -98,10 +96,7 @@ def read_adapter(ckpt: str | Path, device="cpu") -> tuple[Adapter | None, str]:
     r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
     keep = list(cfg.get("modules_to_save") or [])
-    try:
-        tensors = load_file(str(weights), device=str(device))
-    except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
-        raise DataError(f"{weights}: not a readable safetensors file ({type(err).__name__}: {err})") from None
+    tensors = read_safetensors([weights], device)
     a_b: dict[str, dict[str, torch.Tensor]] = {}
     replace = {}
     for key, value in tensors.items():
@@ -132,9 +127,6 @@ def fold(model: nn.Module, adapter: Adapter) -> tuple[Folded | None, str]:
     """Fold ``adapter`` into ``model``'s weights in place: (what to restore, "") or (None, why not),
     in which case nothing was changed."""
     params = dict(model.named_parameters(remove_duplicate=False))
-    owners: dict[int, list[str]] = {}
-    for name, p in params.items():
-        owners.setdefault(p.data_ptr(), []).append(name)
     plan: list[tuple[str, torch.Tensor]] = []
     for module, (a, b, scale) in adapter.pairs.items():
         try:
@@ -153,7 +145,7 @@ def fold(model: nn.Module, adapter: Adapter) -> tuple[Folded | None, str]:
             return None, f"{adapter.path}: {name} is not a parameter of that shape in the model"
         plan.append((name, value))
     for name, _ in plan:
-        tied = owners[params[name].data_ptr()]
+        tied = [t for t, p in params.items() if p.data_ptr() == params[name].data_ptr()]
         if len(tied) > 1:
             return None, f"{adapter.path}: {name} is tied to {[t for t in tied if t != name]}"
     if len({name for name, _ in plan}) != len(plan):

@@ -66,13 +66,11 @@ class Unsupported(Exception):
     """The lean path does not apply; the message says why (the caller loads with from_pretrained)."""
 
 
-def _uninitialised(cls: type[nn.Module]) -> type[nn.Module]:
-    """``cls`` built without initialising its weights (they are read from the checkpoint; on the meta
-    device, torch's random initialisers would import torch._dynamo, seconds of imports)."""
-    return type(cls.__name__, (cls,), {"reset_parameters": lambda self: None})
-
-
-Linear, Embedding, LayerNorm = (_uninitialised(c) for c in (nn.Linear, nn.Embedding, nn.LayerNorm))
+# built without initialising their weights (they are read from the checkpoint; on the meta device,
+# torch's random initialisers would import torch._dynamo, seconds of imports)
+Linear, Embedding, LayerNorm = (
+    type(c.__name__, (c,), {"reset_parameters": lambda self: None}) for c in (nn.Linear, nn.Embedding, nn.LayerNorm)
+)
 
 
 def _read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
@@ -81,13 +79,10 @@ def _read_settings(cfg: dict, known: dict, where: str) -> SimpleNamespace:
     unknown = sorted(k for k in cfg if k not in known and k not in _HARMLESS)
     if unknown:
         raise Unsupported(f"{where}: config.json key(s) {unknown} not known to the lean loader")
-    out = {}
-    for key, default in known.items():
-        value = cfg.get(key, default)
-        if value is _REQUIRED:
-            raise Unsupported(f"{where}: config.json lacks {key}")
-        out[key] = value
-    return SimpleNamespace(**out)
+    lacking = [key for key, default in known.items() if default is _REQUIRED and key not in cfg]
+    if lacking:
+        raise Unsupported(f"{where}: config.json lacks {lacking[0]}")
+    return SimpleNamespace(**{key: cfg.get(key, default) for key, default in known.items()})
 
 
 _REQUIRED = object()
@@ -97,24 +92,6 @@ def _activation(name, where: str):
     if name not in _ACTIVATIONS:
         raise Unsupported(f"{where}: activation {name!r} not known to the lean loader")
     return _ACTIVATIONS[name]
-
-
-def _rope_theta(c: SimpleNamespace, where: str) -> float:
-    """The base of a default (unscaled) rotary embedding; any other rope is not lean."""
-    rp = c.rope_parameters
-    if rp is not None:
-        if c.rope_theta is not None or c.rope_scaling is not None:
-            raise Unsupported(f"{where}: both rope_parameters and legacy rope keys")
-        if set(rp) - {"rope_type", "rope_theta"} or rp.get("rope_type", "default") != "default":
-            raise Unsupported(f"{where}: rope_parameters {rp} (only the default rope is lean)")
-        theta = rp.get("rope_theta")
-    else:
-        if c.rope_scaling is not None:
-            raise Unsupported(f"{where}: rope_scaling {c.rope_scaling} (only the default rope is lean)")
-        theta = c.rope_theta
-    if theta is None:
-        raise Unsupported(f"{where}: no rope_theta")
-    return float(theta)
 
 
 def _causal_mask(attention_mask: torch.Tensor | None, batch: int, length: int, device) -> torch.Tensor | None:
@@ -423,7 +400,21 @@ class LeanOlmo2(LeanCausalLM):
     @classmethod
     def settings(cls, cfg: dict, where: str) -> SimpleNamespace:
         c = _read_settings(cfg, _OLMO2_KEYS, where)
-        c.theta = _rope_theta(c, where)
+        # the base of a default (unscaled) rotary embedding; any other rope is not lean
+        rp = c.rope_parameters
+        if rp is not None:
+            if c.rope_theta is not None or c.rope_scaling is not None:
+                raise Unsupported(f"{where}: both rope_parameters and legacy rope keys")
+            if set(rp) - {"rope_type", "rope_theta"} or rp.get("rope_type", "default") != "default":
+                raise Unsupported(f"{where}: rope_parameters {rp} (only the default rope is lean)")
+            c.theta = rp.get("rope_theta")
+        else:
+            if c.rope_scaling is not None:
+                raise Unsupported(f"{where}: rope_scaling {c.rope_scaling} (only the default rope is lean)")
+            c.theta = c.rope_theta
+        if c.theta is None:
+            raise Unsupported(f"{where}: no rope_theta")
+        c.theta = float(c.theta)
         if c.num_key_value_heads is None:
             c.num_key_value_heads = c.num_attention_heads
         if c.head_dim is None:
@@ -455,21 +446,13 @@ ARCHITECTURES: dict[str, tuple[str, type[LeanCausalLM]]] = {
 }
 
 
-def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """Every tensor of a model folder's safetensors files (one file, or the shards an index names)."""
+def read_safetensors(files: list[Path], device="cpu") -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file  # torch stack: planning and the CLI never import it
 
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        files = [folder / s for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
-    elif (folder / "model.safetensors").exists():
-        files = [folder / "model.safetensors"]
-    else:
-        raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
     state: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            state.update(load_file(str(f), device="cpu"))
+            state.update(load_file(str(f), device=str(device)))
         except Exception as err:  # noqa: BLE001 -- safetensors' errors do not name the file
             raise DataError(f"{f}: not a readable safetensors file ({type(err).__name__}: {err})") from None
     return state
@@ -496,7 +479,14 @@ def build(folder: str | Path, dtype: str = "float32") -> LeanCausalLM:
     c.model_type, c._attn_implementation, c.name_or_path = cfg["model_type"], "sdpa", where
     with torch.device("meta"):
         model = cls(c)
-    state = _read_weights(folder)
+    index = folder / "model.safetensors.index.json"  # the shards it names, or one file
+    if index.exists():
+        files = [folder / s for s in sorted(set(json.loads(index.read_text())["weight_map"].values()))]
+    elif (folder / "model.safetensors").exists():
+        files = [folder / "model.safetensors"]
+    else:
+        raise Unsupported(f"{folder}: no model.safetensors or model.safetensors.index.json")
+    state = read_safetensors(files)
     own = model.state_dict(keep_vars=True)
     tied_head = c.tie_word_embeddings  # the checkpoint may then leave the LM head out
     want = set(own) - {"lm_head.weight"} if tied_head else set(own)
@@ -525,8 +515,6 @@ def lean_model(folder: str | Path, model_entry: ModelEntry, method: str) -> tupl
         return None, "trust_remote_code: the model's own code runs through from_pretrained"
     if model_entry.allow_pickle_weights:
         return None, "allow_pickle_weights: pickle weights load through from_pretrained"
-    if not Path(folder).is_dir():
-        return None, f"{folder} is not a local folder"
     try:
         return build(folder, model_entry.dtype), ""
     except Unsupported as why:

@@ -45,16 +45,6 @@ def verbaliser_ids(tokenizer, verbalisers: dict, labels: list[str], model_name: 
     return ids
 
 
-def _text_span(with_special: list[int], without: list[int]) -> tuple[int, int] | None:
-    """(start, end) of the text's own tokens inside its encoding with special tokens, or None
-    where the two encodings differ in more than added tokens."""
-    n = len(without)
-    for start in range(len(with_special) - n + 1):
-        if with_special[start : start + n] == without:
-            return start, start + n
-    return None
-
-
 def encode_prompts(
     tokenizer,
     records: list[dict],
@@ -72,8 +62,10 @@ def encode_prompts(
     special = set(tokenizer.all_special_ids)
     out, n_trunc = [], 0
     for ids, plain in zip(enc, bare):
-        ids = list(ids)
-        span = _text_span(ids, list(plain))
+        ids, plain = list(ids), list(plain)
+        n = len(plain)
+        # (start, end) of the text's own tokens inside its encoding with special tokens
+        span = next(((s, s + n) for s in range(len(ids) - n + 1) if ids[s : s + n] == plain), None)
         if span is None:  # the encodings differ inside the text: keep a leading special token only
             span = (1 if ids and ids[0] in special else 0, len(ids))
         head_ids, body, tail_ids = ids[: span[0]], ids[span[0] : span[1]], ids[span[1] :]
@@ -130,32 +122,27 @@ def _per_row_logits_to_keep() -> bool:
 _SLICES_OWN_WAY: set[type] = set()
 
 
-def _last_token_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """(batch, vocab) next-token logits at each row's last real token."""
-    params = _forward_params(model)
-    last = last_positions(attention_mask)
-    kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if "position_ids" in params:
-        # positions count real tokens only, so left padding scores like right padding
-        kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    kind = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
-    # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
-    per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
-    if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
-        out = model(**kwargs, logits_to_keep=last[:, None]).logits
-        if out.dim() == 3 and tuple(out.shape[:2]) == (input_ids.shape[0], 1):
-            return out[:, -1, :]
-        _SLICES_OWN_WAY.add(kind)  # a model class that slices logits_to_keep its own way: never ask it again
-    logits = model(**kwargs).logits
-    return logits[torch.arange(logits.shape[0], device=logits.device), last]
-
-
 def scored_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, extra: dict | None = None):
     """(batch, vocab) logits at the scored position ``extra`` (from encoding) names: each row's last real
     token, or for ``padded-end`` the last of every prompt padded to ``pad_to`` tokens on its ``padding_side``."""
     extra = extra or {}
     if extra.get("position") != "padded-end":
-        return _last_token_logits(model, input_ids, attention_mask)
+        params = _forward_params(model)
+        last = last_positions(attention_mask)
+        kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if "position_ids" in params:
+            # positions count real tokens only, so left padding scores like right padding
+            kwargs["position_ids"] = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        kind = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+        # a lean model (oodcorr.modeling.plain_torch) keeps one position per row; ask transformers of its own models
+        per_row = getattr(kind, "lean", False) or _per_row_logits_to_keep()
+        if "logits_to_keep" in params and per_row and kind not in _SLICES_OWN_WAY:
+            out = model(**kwargs, logits_to_keep=last[:, None]).logits
+            if out.dim() == 3 and tuple(out.shape[:2]) == (input_ids.shape[0], 1):
+                return out[:, -1, :]
+            _SLICES_OWN_WAY.add(kind)  # a model class that slices logits_to_keep its own way: never ask it again
+        logits = model(**kwargs).logits
+        return logits[torch.arange(logits.shape[0], device=logits.device), last]
     rows = [input_ids[i][attention_mask[i].bool()].tolist() for i in range(input_ids.shape[0])]
     ids, mask = pad_batch(rows, extra["pad_id"], extra["padding_side"], width=extra["pad_to"])
     kwargs = {"input_ids": ids.to(input_ids.device), "attention_mask": mask.to(input_ids.device)}

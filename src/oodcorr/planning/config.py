@@ -81,27 +81,18 @@ class Experiment:
     def __init__(self, config: dict, basedir: str | Path = "."):
         self.config = config
         self.basedir = Path(basedir)
-        self.label_mode = self._load_label_mode()
-        self.datasets = self._load_datasets()
-        self.models = {m["name"]: m for m in config["models"]}
-        self.in_domain = {d["name"]: d for d in config["in_domain"]}
-
-    def _load_label_mode(self) -> dict:
         modes = dict(load_yaml(self.basedir / LABEL_MODES) or {})
-        modes.update(self.config.get("label_modes") or {})
-        name = self.config.get("label_mode", "binary")
-        if name not in modes:
+        modes.update(config.get("label_modes") or {})
+        mode = config.get("label_mode", "binary")
+        if mode not in modes:
             raise ConfigError(
-                f"label_mode: {name!r} is not defined in {LABEL_MODES} or `label_modes` "
+                f"label_mode: {mode!r} is not defined in {LABEL_MODES} or `label_modes` "
                 f"(known: {', '.join(sorted(modes))})"
             )
-        mode = modes[name]
-        check_entry(mode, "label_mode", f"label_modes.{name}", self.basedir)
-        return canonical(dict(mode, name=name))
-
-    def _load_datasets(self) -> dict[str, dict]:
+        check_entry(modes[mode], "label_mode", f"label_modes.{mode}", self.basedir)
+        self.label_mode = canonical(dict(modes[mode], name=mode))
         reg: dict[str, dict] = {}
-        for rel in self.config.get("registries", []):
+        for rel in config.get("registries", []):
             path = self.resolve_path(rel)
             doc = load_yaml(path) or {}
             entries = doc.get("datasets", doc) if isinstance(doc, dict) else None
@@ -113,10 +104,12 @@ class Experiment:
                 check_entry(entry, "dataset", f"{path}: dataset {name!r}", self.basedir)
                 # a later registry refines an earlier one's entry (e.g. a local-file override)
                 reg[name] = dict(_deep_merge(reg.get(name, {}), entry), _registry=str(path))
-        for name, entry in (self.config.get("datasets") or {}).items():
+        for name, entry in (config.get("datasets") or {}).items():
             # an inline entry overrides (merges over) a registry entry of the same name
             reg[name] = _deep_merge(reg.get(name, {}), entry)
-        return reg
+        self.datasets = reg
+        self.models = {m["name"]: m for m in config["models"]}
+        self.in_domain = {d["name"]: d for d in config["in_domain"]}
 
     def resolve_path(self, p: str | Path) -> Path:
         p = Path(p)

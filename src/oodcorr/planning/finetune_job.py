@@ -39,15 +39,9 @@ class TrainingSettings:
     @classmethod
     def from_mapping(cls, finetune: dict) -> TrainingSettings:
         """From the plan's ``finetune`` block (schema-checked when planning); the keys planning read are passed over."""
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in finetune.items() if k in names}
-        for k in ("batch_size", "max_length", "gradient_accumulation_steps"):
-            if k in kw:
-                kw[k] = int(kw[k])
-        for k in ("learning_rate", "weight_decay", "warmup_ratio", "max_grad_norm"):
-            if k in kw:
-                kw[k] = float(kw[k])
-        return cls(**kw)  # bf16 as the schema checked it: true or false
+        types = {f.name: f.type for f in fields(cls)}
+        cast = {"int": int, "float": float}  # as annotated; the rest (bf16: true or false) as the schema checked it
+        return cls(**{k: cast.get(types[k], lambda v: v)(v) for k, v in finetune.items() if k in types})
 
     def warmup_steps(self, max_steps: int) -> int:
         return int(math.ceil(self.warmup_ratio * max_steps))
@@ -115,8 +109,7 @@ class FinetuneJob:
             raise ValueError(
                 f"finetune job: unknown field(s) {', '.join(unknown)}; expected {', '.join(sorted(names))}"
             )
-        required = [f.name for f in init if f.default is MISSING and f.default_factory is MISSING]
-        missing = [k for k in required if k not in d]
+        missing = [f.name for f in init if f.default is MISSING and f.default_factory is MISSING and f.name not in d]
         if missing:
             raise ValueError(f"finetune job: missing field(s) {', '.join(missing)}")
         return cls(**d)

@@ -85,30 +85,15 @@ class EvalJob:
 def _checkpoint_steps(ft: Mapping[str, Any], max_steps: int, where: str) -> tuple[int, ...]:
     """Steps at which a run is saved and evaluated, step 0 (the start) included."""
     sched = ft["checkpoints"]
-    if "steps" in sched:
-        steps = [int(s) for s in sched["steps"]]
-        if any(b <= a for a, b in zip(steps, steps[1:])):
-            raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
-        if steps and steps[-1] > max_steps:
-            raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
-    else:
+    if "every" in sched:  # the schema's other form: `steps`, a list of one or more
         every = int(sched["every"])
-        steps = list(range(every, max_steps + 1, every))
-        if not steps or steps[-1] != max_steps:
-            steps.append(max_steps)
-    if not steps or steps[0] != 0:
-        steps = [0] + steps
-    return tuple(steps)
-
-
-def _run_length(ft: Mapping[str, Any], n_train: int, model: str) -> int:
-    """Optimizer steps of a run: ``max_steps``, or ``epochs`` over ``n_train`` examples."""
-    if ft.get("max_steps"):
-        return int(ft["max_steps"])
-    if not ft.get("epochs"):
-        raise ConfigError(f"finetune (model {model}): give max_steps or epochs")
-    per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
-    return int(math.ceil(n_train / per_step) * ft["epochs"])
+        return tuple(sorted({0, *range(every, max_steps + 1, every), max_steps}))
+    steps = [int(s) for s in sched["steps"]]
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ConfigError(f"{where}: steps must be strictly increasing, got {steps}")
+    if steps[-1] > max_steps:
+        raise ConfigError(f"{where}: step {steps[-1]} is beyond the run's {max_steps} training steps")
+    return tuple(steps if steps[0] == 0 else [0, *steps])
 
 
 @dataclass(frozen=True)
@@ -138,20 +123,17 @@ class Plan:
         return {(r.model, r.in_domain, str(r.n_train), str(r.seed)): r for r in self.runs}
 
     def run(self, wildcards) -> Run:
-        """The run a job's wildcards name."""
         return self._runs_by_key[(wildcards.model, wildcards.indomain, wildcards.ntrain, wildcards.seed)]
 
     @cached_property
     def eval_jobs(self) -> tuple[EvalJob, ...]:
         """Every evaluation job: a run x testset x step (unit ``checkpoint``) or x all steps (``run``)."""
-        out = []
-        for run in self.runs:
-            for testset, role in self.testsets[run.in_domain]:
-                if self.unit == "run":
-                    out.append(EvalJob(run, testset, role, run.steps))
-                else:
-                    out += [EvalJob(run, testset, role, (s,)) for s in run.steps]
-        return tuple(out)
+        return tuple(
+            EvalJob(run, testset, role, steps)
+            for run in self.runs
+            for testset, role in self.testsets[run.in_domain]
+            for steps in ([run.steps] if self.unit == "run" else [(s,) for s in run.steps])
+        )
 
     def eval_outputs(self) -> list[str]:
         """What the aggregation reads: every predictions file (``checkpoint``) or job summary (``run``)."""
@@ -420,7 +402,6 @@ def build_plan(config: dict, basedir=".") -> Plan:
     exp = Experiment(config, basedir)
     warnings = checks.check_config(exp)
     name = str(config.get("experiment") or "default")
-    unit = config["evaluation"]["unit"]
     models = {}
     for config_entry in config["models"]:
         m = config_entry["name"]
@@ -446,19 +427,22 @@ def build_plan(config: dict, basedir=".") -> Plan:
             runs += [Run(m, d, 0, 0, xs, xs[-1], series=True) for d in exp.in_domain if not chosen or d in chosen]
             continue
         ft = exp.finetune_cfg(m)
+        if not ft.get("max_steps") and not ft.get("epochs"):
+            raise ConfigError(f"finetune (model {m}): give max_steps or epochs")
+        per_step = ft["batch_size"] * ft.get("gradient_accumulation_steps", 1)
         for d in exp.in_domain:
             for n in ft["n_train"]:
-                total = _run_length(ft, int(n), m)
+                # optimizer steps of a run: max_steps, or epochs over its n examples
+                total = int(ft.get("max_steps") or math.ceil(int(n) / per_step) * ft["epochs"])
                 steps = _checkpoint_steps(ft, total, f"finetune.checkpoints (model {m}, n_train {n})")
                 runs += [Run(m, d, int(n), int(s), steps, total) for s in ft["seeds"]]
     analysis = config["analysis"]
     warnings += checks.check_schedules(runs, analysis)
     testsets = {d: tuple(exp.testsets_for(d)) for d in exp.in_domain}
     checks.check_analysis_size(runs, testsets, analysis)
-    datasets = tuple(exp.all_datasets())
     return Plan(
         experiment=name,
-        unit=unit,
+        unit=config["evaluation"]["unit"],
         paths=Paths(f"results/{name}"),
         labels=tuple(exp.labels),
         label_mode=exp.label_mode,
@@ -466,7 +450,7 @@ def build_plan(config: dict, basedir=".") -> Plan:
         runs=tuple(runs),
         testsets=testsets,
         train_set={d: spec["train"] for d, spec in exp.in_domain.items() if spec.get("train")},
-        datasets=datasets,
+        datasets=tuple(exp.all_datasets()),
         pretraining={
             "corpus": dict(config.get("pretraining_corpus") or {}),
             "template": config["prompt"]["template"],

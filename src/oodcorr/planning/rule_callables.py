@@ -45,11 +45,9 @@ def model_resources(config: dict, config_entry: dict) -> dict[str, Resources]:
     out = {}
     for rule, default in RESOURCES.items():
         values, origin = dict(default), {}
-        gpu = values.get("gpu", 0)
-        for _where, layer in layers:  # whether the job has a GPU decides if `cpu` applies
-            own = layer.get(rule) or {}
-            if "gpu" in own:
-                gpu = own["gpu"]
+        # whether the job has a GPU (the last layer that sets it) decides if `cpu` applies
+        own = [layer[rule]["gpu"] for _, layer in layers if "gpu" in (layer.get(rule) or {})]
+        gpu = own[-1] if own else values.get("gpu", 0)
         if rule == "finetune" and config_entry.get("distributed"):
             gpu = int(config_entry["distributed"]["gpus"])  # one process per GPU
         for where, layer in layers:
@@ -103,17 +101,9 @@ def rule_resources(models: Mapping[str, Any], rule: str, steps: Callable[[Any], 
     for key in ("slurm_partition", "slurm_account", "qos", "constraint", "slurm_extra"):
         if any(getattr(r, key) is not None for r in per.values()):
             out[key] = _per_model({m: getattr(r, key) for m, r in per.items()})
-    mem = {m: r.mem_mb for m, r in per.items()}
-    out["mem_mb"] = rule_callable(lambda wildcards, attempt: mem[wildcards.model] * attempt)
-    minutes = {m: r.runtime for m, r in per.items()}
+    out["mem_mb"] = rule_callable(lambda wildcards, attempt: per[wildcards.model].mem_mb * attempt)
     times = steps if rule == "evaluate" and steps is not None else (lambda wildcards: 1)
-    out["runtime"] = rule_callable(lambda wildcards, attempt: minutes[wildcards.model] * times(wildcards) * attempt)
-    if rule == "evaluate":
-        out["attempt"] = _attempt
+    out["runtime"] = rule_callable(lambda wildcards, attempt: per[wildcards.model].runtime * times(wildcards) * attempt)
+    if rule == "evaluate":  # Snakemake's attempt, as a resource (a param would rerun finished jobs)
+        out["attempt"] = rule_callable(lambda wildcards, attempt: attempt)
     return out
-
-
-@rule_callable
-def _attempt(wildcards, attempt):
-    """Snakemake's attempt, as a resource (a param would rerun finished jobs)."""
-    return attempt

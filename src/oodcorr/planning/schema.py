@@ -100,13 +100,6 @@ def _misspelt(err) -> dict[str, str | None]:
     return {k: next(iter(difflib.get_close_matches(k, allowed, n=1)), None) for k in unknown}
 
 
-def _suggested(err) -> list[tuple[tuple, str]]:
-    """(object path, allowed key) for each unknown key of ``err`` that is a likely misspelling of it."""
-    if err.validator != "additionalProperties" or not isinstance(err.instance, dict):
-        return []
-    return [(tuple(err.absolute_path), n) for n in _misspelt(err).values() if n]
-
-
 def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[list, str]]:
     """(path parts, message) per key of one jsonschema error; a required key that an unknown key's
     message already suggests (``suggested``) is not said again as missing."""
@@ -157,19 +150,22 @@ def _describe(err, config, suggested: frozenset = frozenset()) -> list[tuple[lis
     return [(parts, f"{where}: {err.message}")]
 
 
-def _schema_errors(config: dict, schema: dict) -> list[tuple[list, str]]:
-    import jsonschema  # only where a config is checked: job processes import this module, never call it
-
-    validator = jsonschema.Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
-    suggested = frozenset(s for e in errors for s in _suggested(e))
-    return [d for e in errors for d in _describe(e, config, suggested)]
-
-
 def check_config(config: dict, schema_path: str | Path, sources: Iterable[str | Path] = ()) -> None:
     """Raise ConfigError listing every violation, each as ``file:line: key: problem`` (the last of
     ``sources`` that holds the key gives its line)."""
-    problems = _schema_errors(config, load_yaml(schema_path, checked=False))  # the workflow's own
+    import jsonschema  # only where a config is checked: job processes import this module, never call it
+
+    validator = jsonschema.Draft202012Validator(load_yaml(schema_path, checked=False))  # the workflow's own
+    errors = sorted(validator.iter_errors(config), key=lambda e: [str(p) for p in e.absolute_path])
+    # (object path, allowed key) for each unknown key that is a likely misspelling of it
+    suggested = frozenset(
+        (tuple(e.absolute_path), n)
+        for e in errors
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict)
+        for n in _misspelt(e).values()
+        if n
+    )
+    problems = [d for e in errors for d in _describe(e, config, suggested)]
     if not problems:
         return
     files = [Path(s) for s in sources]
