@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from ..analysis import Options, agreement, analyse
@@ -30,7 +31,7 @@ from ..core.provenance import table_provenance
 from ..jobs.figures import across_models, analysis_set
 from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
-from . import out_record
+from . import build_parser, out_record
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
 _EPILOG = """\
@@ -395,8 +396,6 @@ def _recorded(path: str, defaults: dict) -> argparse.Namespace:
 
 def _from_settings(args) -> argparse.Namespace:
     """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given."""
-    from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
-
     defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
     recorded = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
     beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
@@ -453,16 +452,12 @@ def _analyse_into(args, out: Path, before: dict) -> int:
         long, examples, info, pool_by = read_scores(args)
         inputs = [{"path": f, "sha256": sha256_file(f)} for f in args.table]
     source = args.table[0] if len(args.table) == 1 else f"{len(args.table)} files in {Path(args.table[0]).parent}"
-    same = ("inference", "level", "correction", "agreement_correction", "alpha", "min_n_eff", "near_zero")
-    same += ("pool_two_runs", "drop_step0")
-    same += ("seed", "n_boot", "n_perm", "interval", "block_length", "example_boot")
+    given = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}  # a flag per field
+    given.update(methods=tuple(args.methods), residualisers=tuple(args.residualisers), pool_by=pool_by)
     opts = Options(
-        methods=tuple(args.methods),
-        residualisers=tuple(args.residualisers),
-        pool_by=pool_by,
+        **given,
         step0_check=not args.no_step0_check,
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
-        **{k: getattr(args, k) for k in same},
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, source)
     if not args.no_plots:
