@@ -176,9 +176,21 @@ def _read_pilot(args, sizes: dict, settings):
     """The pilot's estimates; for the workflow's scores table, the items from its ``n`` column and the
     per-item correctness from the predictions files it names."""
     df, _ = tables.read_table(args.pilot)
-    workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
-    examples = None
-    if workflow and not args.pilot_in_domain:
+    if args.pilot_in_domain:
+        flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
+        flags["metric"] = args.pilot_score  # a known metric as it is, another column any number
+        if args.pilot_score.strip().lower() not in score_ranges.KNOWN:
+            flags["metric"] = f"{args.pilot_score}=number" if args.pilot_format == "long" else "number"
+        ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
+        ns.table, ns.examples = [args.pilot], args.pilot_examples
+        long, examples, info, pool_by = read_scores(ns)
+    elif not {"model", "run_id", "step", "testset", "role"} <= set(df.columns):
+        raise DataError(
+            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
+            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
+        )
+    else:
+        examples = None
         long, info = workflow_scores.from_scores(df, args.pilot_score)
         pool_by = ("n_train",) if "n_train" in info.columns else ()
         if "n" in df.columns:
@@ -199,19 +211,6 @@ def _read_pilot(args, sizes: dict, settings):
                 examples = workflow_scores.examples_from_predictions(df)
             except DataError as e:  # the pilot's scores still say much: its sizes bound the noise
                 log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
-    elif not args.pilot_in_domain:
-        raise DataError(
-            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
-            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
-        )
-    else:
-        flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
-        flags["metric"] = args.pilot_score  # a known metric as it is, another column any number
-        if args.pilot_score.strip().lower() not in score_ranges.KNOWN:
-            flags["metric"] = f"{args.pilot_score}=number" if args.pilot_format == "long" else "number"
-        ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
-        ns.table, ns.examples = [args.pilot], args.pilot_examples
-        long, examples, info, pool_by = read_scores(ns)
     return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed, examples=examples)
 
 
