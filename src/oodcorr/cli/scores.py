@@ -248,12 +248,11 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
             raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
         long = tables.from_wide(df, layout, metrics=named, default_metric=metric)
     else:
-        score = next(iter(named), metric)
         long = tables.from_long(
             df,
             layout,
             testset=args.testset_column,
-            score=score,
+            score=next(iter(named), metric),
             metric=metric,
             n_column=args.n_column,
         )
