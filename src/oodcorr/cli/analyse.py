@@ -370,8 +370,20 @@ log = logging.getLogger("oodcorr")
 _NOT_RECORDED = ("argv", "from_settings", "command")
 
 
-def _recorded(path: str, defaults: dict) -> argparse.Namespace:
-    """The flags a settings.json records (over ``defaults``), its inputs checked to be the bytes it read."""
+def _from_settings(args) -> argparse.Namespace:
+    """``args`` for ``--from SETTINGS``: the flags it records (its inputs checked to be the bytes it read), with
+    --out, --force, --workers and -q as given."""
+    defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
+    recordable = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
+    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
+    given = [k for k, v in recordable.items() if k not in beside and getattr(args, k) != v]
+    if given:
+        flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
+        raise DataError(
+            f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
+            "change that: give only --out, --force, --workers or -q with --from"
+        )
+    path = args.from_settings
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         recorded = doc["command"]["args"]
@@ -388,29 +400,14 @@ def _recorded(path: str, defaults: dict) -> argparse.Namespace:
                 f"--from {path}: the input {item['path']} is missing or not the bytes analysed then (sha256 "
                 f"{item['sha256'][:12]}...)"
             )
-    unknown = sorted(set(recorded) - set(defaults))
+    unknown = sorted(set(recorded) - set(recordable))
     if unknown:
         raise DataError(f"--from {path}: records flags this version of oodcorr analyse lacks: {unknown}")
-    return argparse.Namespace(**{**defaults, **recorded})
-
-
-def _from_settings(args) -> argparse.Namespace:
-    """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given."""
-    defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
-    recorded = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
-    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
-    given = [k for k, v in recorded.items() if k not in beside and getattr(args, k) != v]
-    if given:
-        flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
-        raise DataError(
-            f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
-            "change that: give only --out, --force, --workers or -q with --from"
-        )
-    ns = _recorded(args.from_settings, recorded)
+    ns = argparse.Namespace(**{**recordable, **recorded})
     for k in beside:
         if getattr(args, k) != defaults[k]:
             setattr(ns, k, getattr(args, k))
-    ns.argv, ns.from_settings = args.argv, args.from_settings
+    ns.argv, ns.from_settings = args.argv, path
     return ns
 
 
