@@ -1,8 +1,3 @@
-"""oodcorr: do out-of-distribution results generalise?
-
-Finetune language models on one in-domain NLI set, evaluate every checkpoint on
-many OOD testsets, and correlate OOD scores across checkpoints after
-regressing out in-domain score.
-"""
+"""oodcorr: do OOD results generalise? OOD scores correlated across checkpoints, the in-domain score regressed out."""
 
 __version__ = "0.1.0"

@@ -15,7 +15,6 @@ from ..core.locks import FolderInUse
 
 log = logging.getLogger("oodcorr")
 
-# verb -> its one line in ``oodcorr --help``; its module is oodcorr.cli.<verb>, imported only when it runs
 VERBS = {
     "analyse": "partial correlations between OOD testsets of any scores table",
     "prefetch": "download a config's hub models and datasets and pin them in a lock file",

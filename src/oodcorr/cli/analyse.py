@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+from dataclasses import fields
 from pathlib import Path
 
 from ..analysis import Options, agreement, analyse
@@ -30,7 +31,7 @@ from ..core.provenance import table_provenance
 from ..jobs.figures import across_models, analysis_set
 from ..jobs.figures.explorer import EXPLORER_FILE
 from ..launch.experiment import experiment_folder
-from . import out_record
+from . import build_parser, out_record
 from .scores import check_analysis_size, input_files, metric_flag, parse_groups, read_lmeval, read_scores
 
 _EPILOG = """\
@@ -369,8 +370,20 @@ log = logging.getLogger("oodcorr")
 _NOT_RECORDED = ("argv", "from_settings", "command")
 
 
-def _recorded(path: str, defaults: dict) -> argparse.Namespace:
-    """The flags a settings.json records (over ``defaults``), its inputs checked to be the bytes it read."""
+def _from_settings(args) -> argparse.Namespace:
+    """``args`` for ``--from SETTINGS``: the flags it records (its inputs checked to be the bytes it read), with
+    --out, --force, --workers and -q as given."""
+    defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
+    recordable = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
+    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
+    given = [k for k, v in recordable.items() if k not in beside and getattr(args, k) != v]
+    if given:
+        flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
+        raise DataError(
+            f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
+            "change that: give only --out, --force, --workers or -q with --from"
+        )
+    path = args.from_settings
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
         recorded = doc["command"]["args"]
@@ -387,31 +400,14 @@ def _recorded(path: str, defaults: dict) -> argparse.Namespace:
                 f"--from {path}: the input {item['path']} is missing or not the bytes analysed then (sha256 "
                 f"{item['sha256'][:12]}...)"
             )
-    unknown = sorted(set(recorded) - set(defaults))
+    unknown = sorted(set(recorded) - set(recordable))
     if unknown:
         raise DataError(f"--from {path}: records flags this version of oodcorr analyse lacks: {unknown}")
-    return argparse.Namespace(**{**defaults, **recorded})
-
-
-def _from_settings(args) -> argparse.Namespace:
-    """``args`` for ``--from SETTINGS``: the recorded flags, with --out, --force, --workers and -q as given."""
-    from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
-
-    defaults = vars(build_parser(["analyse"]).parse_args(["analyse"]))
-    recorded = {k: v for k, v in defaults.items() if k not in _NOT_RECORDED}
-    beside = ("out", "force", "workers", "quiet")  # where and how to write: the analysis is the one recorded
-    given = [k for k, v in recorded.items() if k not in beside and getattr(args, k) != v]
-    if given:
-        flags = sorted("INPUT" if k == "table" else "--" + k.replace("_", "-") for k in given)
-        raise DataError(
-            f"--from reruns the analysis its settings.json records; {', '.join(flags)} given beside it would "
-            "change that: give only --out, --force, --workers or -q with --from"
-        )
-    ns = _recorded(args.from_settings, recorded)
+    ns = argparse.Namespace(**{**recordable, **recorded})
     for k in beside:
         if getattr(args, k) != defaults[k]:
             setattr(ns, k, getattr(args, k))
-    ns.argv, ns.from_settings = args.argv, args.from_settings
+    ns.argv, ns.from_settings = args.argv, path
     return ns
 
 
@@ -453,16 +449,12 @@ def _analyse_into(args, out: Path, before: dict) -> int:
         long, examples, info, pool_by = read_scores(args)
         inputs = [{"path": f, "sha256": sha256_file(f)} for f in args.table]
     source = args.table[0] if len(args.table) == 1 else f"{len(args.table)} files in {Path(args.table[0]).parent}"
-    same = ("inference", "level", "correction", "agreement_correction", "alpha", "min_n_eff", "near_zero")
-    same += ("pool_two_runs", "drop_step0")
-    same += ("seed", "n_boot", "n_perm", "interval", "block_length", "example_boot")
+    given = {f.name: getattr(args, f.name) for f in fields(Options) if hasattr(args, f.name)}  # a flag per field
+    given.update(methods=tuple(args.methods), residualisers=tuple(args.residualisers), pool_by=pool_by)
     opts = Options(
-        methods=tuple(args.methods),
-        residualisers=tuple(args.residualisers),
-        pool_by=pool_by,
+        **given,
         step0_check=not args.no_step0_check,
         gam=GamSettings(n_splines=args.gam_n_splines, min_points=args.gam_min_points),
-        **{k: getattr(args, k) for k in same},
     )
     check_analysis_size(long, opts.methods, opts.residualisers, args.max_cells, source)
     if not args.no_plots:

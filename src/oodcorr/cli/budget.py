@@ -63,8 +63,7 @@ def run(args) -> int:
         except ValueError as e:
             log.warning("%s (sizes from it may be out of date)", e)
     b = compute_budget(plan, config, args, lock)
-    text = budget.markdown(b)
-    print(text, end="")
+    print(budget.markdown(b), end="")
     md, js = budget.write(b, args.out or f"{plan.paths.root}/budget")
     log.info("wrote %s and %s", md, js)
     return 0

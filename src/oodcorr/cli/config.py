@@ -18,9 +18,8 @@ def workflow_dir(given: str | None) -> Path:
 
 
 def read_plan(configfile: str, workflow: str | None):
-    base = workflow_dir(workflow)
     config = read_config(configfile)
-    return config, load(config, base, sources=[configfile])
+    return config, load(config, workflow_dir(workflow), sources=[configfile])
 
 
 def read_lock(configfile: str, config: dict):

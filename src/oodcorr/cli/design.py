@@ -25,6 +25,7 @@ from ..launch import budget
 from ..launch import grid as grids
 from ..planning.plan import load
 from ..planning.schema import read_config
+from . import build_parser
 from .budget import add_work_flags, compute_budget
 from .config import read_lock, read_plan, workflow_dir
 from .scores import read_scores
@@ -175,9 +176,21 @@ def _read_pilot(args, sizes: dict, settings):
     """The pilot's estimates; for the workflow's scores table, the items from its ``n`` column and the
     per-item correctness from the predictions files it names."""
     df, _ = tables.read_table(args.pilot)
-    workflow = {"model", "run_id", "step", "testset", "role"} <= set(df.columns)
-    examples = None
-    if workflow and not args.pilot_in_domain:
+    if args.pilot_in_domain:
+        flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
+        flags["metric"] = args.pilot_score  # a known metric as it is, another column any number
+        if args.pilot_score.strip().lower() not in score_ranges.KNOWN:
+            flags["metric"] = f"{args.pilot_score}=number" if args.pilot_format == "long" else "number"
+        ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
+        ns.table, ns.examples = [args.pilot], args.pilot_examples
+        long, examples, info, pool_by = read_scores(ns)
+    elif not {"model", "run_id", "step", "testset", "role"} <= set(df.columns):
+        raise DataError(
+            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
+            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
+        )
+    else:
+        examples = None
         long, info = workflow_scores.from_scores(df, args.pilot_score)
         pool_by = ("n_train",) if "n_train" in info.columns else ()
         if "n" in df.columns:
@@ -198,29 +211,12 @@ def _read_pilot(args, sizes: dict, settings):
                 examples = workflow_scores.examples_from_predictions(df)
             except DataError as e:  # the pilot's scores still say much: its sizes bound the noise
                 log.warning("--pilot %s: its per-item correctness is not read (%s); its sizes are", args.pilot, e)
-    elif not args.pilot_in_domain:
-        raise DataError(
-            f"--pilot {args.pilot}: not the workflow's scores table (model, run_id, step, testset, role); name its "
-            "in-domain testset with --pilot-in-domain (and its layout with --pilot-format, --pilot-unit, --pilot-score)"
-        )
-    else:
-        from . import build_parser  # the package imports this module lazily: a top-level import would be a cycle
-
-        flags = {"format": args.pilot_format, "in-domain": args.pilot_in_domain, "unit": args.pilot_unit}
-        flags["metric"] = args.pilot_score  # a known metric as it is, another column any number
-        if args.pilot_score.strip().lower() not in score_ranges.KNOWN:
-            flags["metric"] = f"{args.pilot_score}=number" if args.pilot_format == "long" else "number"
-        ns = build_parser(["analyse"]).parse_args(["analyse", *(f"--{k}={v}" for k, v in flags.items())])
-        ns.table, ns.examples = [args.pilot], args.pilot_examples
-        long, examples, info, pool_by = read_scores(ns)
     return pilot_estimates(long, info, pool_by, sizes, settings, seed=args.seed, examples=examples)
 
 
-def _items_flag(flag: str, value) -> float | None:
-    """``--items-in-domain``/``--items-ood``: items (``MIN_ITEMS`` or more), ``math.inf`` for none, or None."""
-    if value is None:
-        return None
-    word = str(value).strip().lower()
+def _items_flag(flag: str, value: str) -> float:
+    """``--items-in-domain``/``--items-ood``: items (``MIN_ITEMS`` or more), or ``math.inf`` for none."""
+    word = value.strip().lower()
     if word in ("inf", "infinite", "none"):
         return math.inf
     try:
@@ -232,36 +228,28 @@ def _items_flag(flag: str, value) -> float | None:
     return int(n)
 
 
-def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> tuple[dict, set]:
-    """(the item noise's fields the flags and the config give; those the flags give), sources into ``sources``."""
+def _given_items(args, sizes: dict, id_sizes: dict, sources: dict) -> dict:
+    """The item noise's fields the flags and the config give, their sources into ``sources``."""
     given: dict = {}
-    flagged: set = set()
     said = []
     for field, known, words in (("in_domain", id_sizes, "in-domain"), ("ood", sizes, "OOD")):
         flag = "--items-" + field.replace("_", "-")
         raw = getattr(args, f"items_{field}")
-        n = _items_flag(flag, raw)
-        if n is not None:
-            given[field] = n
-            flagged.add(field)
+        if raw is not None:
+            given[field] = _items_flag(flag, raw)
             said.append(f"{flag} {raw}")
         elif grids.typical_size(known):
             given[field] = grids.typical_size(known)
             said.append(f"the config's {words} testsets (median {given[field]:,})")
     if said:
         sources["items"] = "; ".join(said)
-    for field, attr in (
-        ("persistence", "item_persistence"),
-        ("difficulty", "item_difficulty"),
-        ("accuracy", "accuracy"),
-        ("residual_sd", "residual_sd"),
-    ):
+    for field in ("persistence", "difficulty", "accuracy", "residual_sd"):
+        attr = {"persistence": "item_persistence", "difficulty": "item_difficulty"}.get(field, field)  # the flag's
         v = getattr(args, attr)
         if v is not None:
             given[field] = v
-            flagged.add(field)
             sources[field] = f"--{attr.replace('_', '-')} {v:g}"
-    return given, flagged
+    return given
 
 
 def _grid(shape: dict) -> dz.Grid:
@@ -285,12 +273,11 @@ def run(args) -> int:
     lock = read_lock(args.configfile, config)
     settings = dz.Settings.from_options(Options.from_mapping(plan.analysis))
     shape = grids.grid_of(plan)
-    grid = _grid(shape)
     sizes = {t: (n if n is not None else args.examples) for t, n in shape["sizes"].items()}
     id_sizes = {t: (n if n is not None else args.examples) for t, n in shape["in_domain_sizes"].items()}
     notes = list(shape["notes"])
     sources: dict = {}
-    given, flagged = _given_items(args, sizes, id_sizes, sources)
+    given = _given_items(args, sizes, id_sizes, sources)
     pilot = _read_pilot(args, {**sizes, **id_sizes}, settings) if args.pilot else None
     chosen = choose_assumptions(
         phi=args.phi,
@@ -301,11 +288,10 @@ def run(args) -> int:
         sources=sources,
         pilot=pilot,
     )
-    phis, headline, sources = chosen.phis, chosen.headline, chosen.sources
     unknown = [
         words
         for field, words in (("in_domain", "the in-domain set"), ("ood", "the OOD sets"))
-        if getattr(chosen.items, field) is None and field not in flagged
+        if getattr(chosen.items, field) is None and getattr(args, f"items_{field}") is None
     ]
     if unknown:
         notes.append(
@@ -315,7 +301,7 @@ def run(args) -> int:
             "ones cost"
         )
     a = dz.Assumptions(
-        phi=headline,
+        phi=chosen.headline,
         model_sd=chosen.model_sd,
         run_sd=chosen.run_sd,
         non_null_pairs=args.non_null_pairs,
@@ -345,7 +331,7 @@ def run(args) -> int:
                 cost_notes.append(f"{name}: not available ({e})")
                 continue
             items2 = chosen.items
-            if name == grids.EXAMPLES_CHANGE and items2.ood is not None and "ood" not in flagged:
+            if name == grids.EXAMPLES_CHANGE and items2.ood is not None and args.items_ood is None:
                 items2 = replace(items2, ood=items2.ood * grids.MORE_EXAMPLES)
             cost2 = _cost(compute_budget(plan2, cfg, args, lock))
             grid2 = _grid(grids.grid_of(plan2))
@@ -365,7 +351,7 @@ def run(args) -> int:
         "sizes": sizes,
         "in_domain_sizes": id_sizes,
         "testset_sizes": {"in_domain": id_sizes, "ood": sizes},
-        "sources": sources,
+        "sources": chosen.sources,
         "cost": _cost(b),
         "cost_notes": cost_notes,
         "notes": notes,
@@ -375,9 +361,9 @@ def run(args) -> int:
     }
     items_studies = args.items_studies or min(args.studies, max(100, args.studies // 2))
     rep = report(
-        grid,
+        _grid(shape),
         a,
-        phis,
+        chosen.phis,
         settings,
         dz.Draws(tuple(args.effects), args.studies, args.seed, workers),
         alternatives=alternatives,

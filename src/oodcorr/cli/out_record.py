@@ -81,10 +81,13 @@ def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
             if after[rel] != key:
                 kept.append(rel)
                 continue
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # then its folders left empty, up to --out: a failing rmdir ends it
                 (out / rel).unlink()
                 removed.append(rel)
-                _drop_empty(out, (out / rel).parent)
+                folder = (out / rel).parent
+                while folder != out and out in folder.parents:
+                    folder.rmdir()
+                    folder = folder.parent
         if removed:
             lines.append(
                 f"removed {len(removed)} file(s) of the earlier analysis in {out} that this one does not write: "
@@ -96,12 +99,3 @@ def settle(out: Path, before: dict[str, list[int]]) -> list[str]:
         ]
     write_json_atomic(out / RECORD, {"format": RECORD_FORMAT, "files": written})
     return lines
-
-
-def _drop_empty(out: Path, folder: Path) -> None:
-    while folder != out and out in folder.parents:
-        try:
-            folder.rmdir()
-        except OSError:
-            return
-        folder = folder.parent

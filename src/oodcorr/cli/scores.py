@@ -24,7 +24,6 @@ log = logging.getLogger("oodcorr")
 def metric_flag(words, fmt: str) -> tuple[str, dict[str, str]]:
     """``--metric``'s words -> (the default metric, {column or glob: metric}); in long format the one word
     names the score column too (``NAME`` or ``COLUMN=METRIC``)."""
-    words = list(words or ())
     bare = [w for w in words if "=" not in w]
     pairs = {}
     for w in words:
@@ -79,10 +78,7 @@ def _stem(path: str) -> str:
     name = Path(path).name
     for suffix in (".gz", ".bz2", ".xz"):
         name = name.removesuffix(suffix)
-    for suffix in table_files.SCORES_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return next((name[: -len(s)] for s in table_files.SCORES_SUFFIXES if name.endswith(s)), name)
 
 
 def _identities(files: list[str], pattern: str | None) -> list[dict[str, str]]:
@@ -142,7 +138,16 @@ def read_scores(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, 
             )
     else:
         metrics = dict.fromkeys(set(long["testset"]), metric)
-    long = tables.with_sizes(long, _parse_items(args.items), src)
+    items: dict[str, float] = {}  # --items' words: {testset: items}, "*" for a bare number
+    for word in args.items:
+        name, sep, num = word.rpartition("=")
+        try:
+            items[name if sep else "*"] = float(num)
+        except ValueError:
+            raise DataError(
+                f"--items {word!r}: give N or TESTSET=N, N the items behind that testset's scores"
+            ) from None
+    long = tables.with_sizes(long, items, src)
     if "n" in long:
         shares = {t for t, m in metrics.items() if score_ranges.is_item_share(m)}
         others = sorted(set(metrics) - shares)
@@ -243,33 +248,17 @@ def _read_one(args, path: str, ident: dict, metrics: tuple[str, dict], unit: str
             raise DataError("--n-column: a wide table has no column of sizes; give them with --items [TESTSET=]N")
         long = tables.from_wide(df, layout, metrics=named, default_metric=metric)
     else:
-        score = next(iter(named), metric)
         long = tables.from_long(
             df,
             layout,
             testset=args.testset_column,
-            score=score,
+            score=next(iter(named), metric),
             metric=metric,
             n_column=args.n_column,
         )
     if "run" in ident or ("file" in ident and run is None):
         long["run"] = info["run"] = ident.get("run", ident.get("file"))
     return long, info, unit, pool_by, {"model": model, "run": run, "model_name": model_name}
-
-
-def _parse_items(values) -> dict[str, float]:
-    """``--items``' words -> {testset: items} (``*`` for a bare number)."""
-    out: dict[str, float] = {}
-    for word in values or ():
-        name, sep, num = word.rpartition("=")
-        try:
-            n = float(num)
-        except ValueError:
-            raise DataError(
-                f"--items {word!r}: give N or TESTSET=N, N the items behind that testset's scores"
-            ) from None
-        out[name if sep else "*"] = n
-    return out
 
 
 def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
@@ -289,19 +278,11 @@ def parse_groups(values, read: dict | None = None) -> dict[str, list[str]]:
 def read_lmeval(args) -> tuple[pd.DataFrame, pd.DataFrame | None, pd.DataFrame, tuple[str, ...], str, dict]:
     """--format lm-eval: (long table, examples or None, run information, columns to pool by, the files'
     digest, the groups the files name with their subtasks)."""
-    for flag, given in (
-        ("--model", args.model),
-        ("--run", args.run),
-        ("--examples", args.examples),
-        ("--n-column", args.n_column),
-        ("--items", args.items),
-        ("--encoding", args.encoding),
-        ("--pool-by", args.pool_by),
-    ):
-        if given:
+    for k in ("model", "run", "examples", "n_column", "items", "encoding", "pool_by"):
+        if getattr(args, k):
             raise DataError(
-                f"{flag}: not read with --format lm-eval (model, run and step come from the results files or "
-                "--path-pattern)"
+                f"--{k.replace('_', '-')}: not read with --format lm-eval (model, run and step come from the "
+                "results files or --path-pattern)"
             )
     tasks = None
     if args.tasks:
