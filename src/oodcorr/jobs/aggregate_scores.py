@@ -231,8 +231,7 @@ def read_analysis_table(path: str) -> pd.DataFrame:
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
     with atomic_path(parquet) as tmp:
         df.to_parquet(tmp, index=False)
-    with atomic_path(csv) as tmp:
-        df.to_csv(tmp, index=False)
+    write_text_atomic(csv, df.to_csv(index=False))
 
 
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
@@ -254,8 +253,7 @@ def accuracy_table(scores):
 def write_accuracy(scores, out_html: str, out_csv: str, experiment: str) -> dict:
     """The accuracy table as CSV and as an HTML page (one table per run) for the report."""
     wide = accuracy_table(scores)
-    with atomic_path(out_csv) as tmp:
-        wide.to_csv(tmp, index=False)
+    write_text_atomic(out_csv, wide.to_csv(index=False))
     testsets = [c for c in wide.columns if c not in RUN_KEYS + ["step"]]
     info = scores.drop_duplicates("testset").set_index("testset")
     head = "".join(
