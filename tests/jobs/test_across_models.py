@@ -12,7 +12,7 @@ from PIL import Image
 from oodcorr.analysis import Options, agreement, analyse
 from oodcorr.analysis.simulate.runs import study_table
 from oodcorr.jobs.figures import across_models, analysis_set
-from oodcorr.jobs.figures.kinds import draw
+from oodcorr.jobs.figures.analysis_set import draw
 
 from helpers import measured_study
 

@@ -5,7 +5,7 @@ from oodcorr.analysis.readers.workflow_scores import from_scores
 from oodcorr.core.errors import ResultError
 from oodcorr.core.seals import seal
 from oodcorr.jobs.aggregate_scores import read_analysis_table, read_scores
-from oodcorr.jobs.figures.kinds import draw
+from oodcorr.jobs.figures.analysis_set import draw
 from oodcorr.launch.runtime import refuse, start_job
 from oodcorr.planning.config import analysis_options
 

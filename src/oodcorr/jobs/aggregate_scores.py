@@ -85,13 +85,6 @@ def collect(
     return df.sort_values(["model", "in_domain", "n_train", "seed", "step", "role", "testset"], ignore_index=True)
 
 
-def _pattern_regex(pattern: str) -> re.Pattern:
-    """A path pattern with ``{field}``s (``oodcorr.planning.layout.Paths``) as a regex that reads them back."""
-    parts = string.Formatter().parse(pattern)
-    body = "".join(re.escape(text) + (f"(?P<{field}>[^/]+)" if field else "") for text, field, _, _ in parts)
-    return re.compile(f"^{body}$")
-
-
 def _norm(path) -> str:
     return os.path.normpath(str(path))
 
@@ -112,7 +105,10 @@ def check_place(path: str, r: dict, summary: bool, places: dict | None) -> None:
         )
     if not places:
         return
-    m = _pattern_regex(places["summary" if summary else "predictions"]).match(_norm(path))
+    # the layout's path pattern (oodcorr.planning.layout.Paths), its {field}s read back
+    parts = string.Formatter().parse(places["summary" if summary else "predictions"])
+    body = "".join(re.escape(text) + (f"(?P<{field}>[^/]+)" if field else "") for text, field, _, _ in parts)
+    m = re.match(f"^{body}$", _norm(path))
     if m is None:
         raise ResultError(f"{path}: not where this experiment keeps its evaluation results; it is not aggregated")
     place = m.groupdict()
@@ -235,8 +231,7 @@ def read_analysis_table(path: str) -> pd.DataFrame:
 def write_scores(df: pd.DataFrame, parquet: str, csv: str) -> None:
     with atomic_path(parquet) as tmp:
         df.to_parquet(tmp, index=False)
-    with atomic_path(csv) as tmp:
-        df.to_csv(tmp, index=False)
+    write_text_atomic(csv, df.to_csv(index=False))
 
 
 RUN_KEYS = ["model", "in_domain", "n_train", "seed"]
@@ -258,8 +253,7 @@ def accuracy_table(scores):
 def write_accuracy(scores, out_html: str, out_csv: str, experiment: str) -> dict:
     """The accuracy table as CSV and as an HTML page (one table per run) for the report."""
     wide = accuracy_table(scores)
-    with atomic_path(out_csv) as tmp:
-        wide.to_csv(tmp, index=False)
+    write_text_atomic(out_csv, wide.to_csv(index=False))
     testsets = [c for c in wide.columns if c not in RUN_KEYS + ["step"]]
     info = scores.drop_duplicates("testset").set_index("testset")
     head = "".join(

@@ -14,6 +14,7 @@ from ..core.atomic_write import follow_umask, write_json_atomic
 from ..core.digests import sha256_file, sha256_json, stat_key
 from ..core.errors import DiskFull, WriteFailed
 from ..core.filesystems import DISK_FULL_ERRNOS, disk_full, probe_write, write_errno, write_failed
+from ..core.io import json_or_none
 from ..core.provenance import library_versions
 
 log = logging.getLogger(__name__)
@@ -53,10 +54,7 @@ def write_ckpt_manifest(ckpt: Path, step: int, resumable: bool) -> None:
 
 def read_ckpt_manifest(ckpt: Path) -> dict | None:
     """A checkpoint's own manifest (its ``step``, ``files``, ``libraries``), or None without a readable one."""
-    try:
-        man = json.loads((ckpt / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    man = json_or_none(ckpt / MANIFEST)
     return man if isinstance(man, dict) and isinstance(man.get("files"), dict) else None
 
 
@@ -70,10 +68,7 @@ def _check_files(ckpt: Path, man: dict, rels: list[str], full: bool) -> tuple[bo
             return False, f"{f}: size {f.stat().st_size} != {meta['size']} in the manifest (truncated?)"
     if not full:
         return True, "ok"
-    try:
-        cache = json.loads((ckpt / VERIFIED).read_text())
-    except (OSError, ValueError):
-        cache = {}
+    cache = json_or_none(ckpt / VERIFIED)
     cache = cache if isinstance(cache, dict) else {}
     changed = False
     for rel in rels:

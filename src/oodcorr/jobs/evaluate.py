@@ -52,7 +52,22 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
         else:
             place = Path(m).stem.removeprefix("step")
             given[int(place) if place.isdigit() else int(doc["step"])] = dict(doc, manifest=str(m))
-    recorded = _recorded_checkpoints(run_manifest) if run_manifest else {}
+    # each checkpoint's weights digest and libraries as the run's manifest records them (refused without)
+    again = (
+        "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
+    )
+    try:
+        doc = json.loads(Path(run_manifest).read_text(encoding="utf-8")) if run_manifest else {}
+        entries = [(int(e["step"]), e.get("weights"), e.get("libraries")) for e in doc.get("checkpoints") or []]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise EvaluationRefused(f"{run_manifest}: unreadable run manifest ({type(e).__name__}); {again}") from None
+    bare = [step for step, weights, _ in entries if not isinstance(weights, str)]
+    if bare:
+        raise EvaluationRefused(
+            f"{run_manifest}: the run manifest records no weights digest for checkpoint(s) {bare} (made by hand, or "
+            f"by an earlier version of oodcorr), so they cannot be checked before they are scored; {again}"
+        )
+    recorded = {step: {"weights": weights, "libraries": libraries} for step, weights, libraries in entries}
     out = []
     for step, pred in zip(steps, outputs, strict=True):
         if step in given:
@@ -73,25 +88,6 @@ def checkpoints_to_score(manifests: list[str], steps: list[int], outputs: list[s
         else:
             raise EvaluationRefused(f"step {step}: no checkpoint in {manifests}; delete them and run again")
     return out
-
-
-def _recorded_checkpoints(run_manifest: str) -> dict[int, dict]:
-    """Each checkpoint's ``weights`` digest and ``libraries`` as the run's manifest records them (refused without)."""
-    again = (
-        "delete it and run again: the run's finetune writes it again (without training, when its checkpoints are whole)"
-    )
-    try:
-        doc = json.loads(Path(run_manifest).read_text(encoding="utf-8"))
-        entries = [(int(e["step"]), e.get("weights"), e.get("libraries")) for e in doc.get("checkpoints") or []]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise EvaluationRefused(f"{run_manifest}: unreadable run manifest ({type(e).__name__}); {again}") from None
-    bare = [step for step, weights, _ in entries if not isinstance(weights, str)]
-    if bare:
-        raise EvaluationRefused(
-            f"{run_manifest}: the run manifest records no weights digest for checkpoint(s) {bare} (made by hand, or "
-            f"by an earlier version of oodcorr), so they cannot be checked before they are scored; {again}"
-        )
-    return {step: {"weights": weights, "libraries": libraries} for step, weights, libraries in entries}
 
 
 def check_checkpoint_place(ck: dict, provenance: dict | None = None) -> None:
@@ -201,8 +197,13 @@ def evaluate_run(
         check_checkpoint_place(ck, job.provenance)  # before its old predictions are reused or it is scored
         weights = ck["series"]["digest"] if ck.get("series") else weights_digest(Path(ck["checkpoint"]))
         key = eval_key(weights, cache, job.provenance, job.dtype, device)
-        old = _reusable(ck["predictions"], key, int(ck["step"]))
-        if old is not None:
+        try:
+            old = read_result(ck["predictions"])
+        except Exception:  # noqa: BLE001 -- missing or unreadable: compute it again
+            old = {}
+        # an existing predictions file of exactly this evaluation, step and path is kept
+        here = os.path.normpath(str(old.get("predictions"))) == os.path.normpath(ck["predictions"])
+        if old.get("eval_key") == key and old.get("step") == int(ck["step"]) and here:
             log.info("step %d: %s already holds this evaluation; kept", old["step"], ck["predictions"])
             records.append(old)
             continue
@@ -239,16 +240,6 @@ def evaluate_run(
     if out_summary:
         write_json_atomic(out_summary, result)
     return result
-
-
-def _reusable(path: str, key: str, step: int) -> dict | None:
-    """The record of an existing predictions file of exactly this evaluation, step and path, else None."""
-    try:
-        rec = read_result(path)
-    except Exception:  # noqa: BLE001 -- missing or unreadable: compute it again
-        return None
-    here = rec.get("step") == step and os.path.normpath(str(rec.get("predictions"))) == os.path.normpath(path)
-    return rec if rec.get("eval_key") == key and here else None
 
 
 def check_finite(logits, model, *, checkpoint: str, testset: str, dtype: str) -> None:
@@ -398,9 +389,8 @@ def write_predictions(
         "pred": _arrow_column([gold_names[p] for p in pred], "string"),
         "correct": _arrow_column(correct, "bool"),
     }
-    arr = logits.numpy()
     for j, name in enumerate(label_names):
-        cols[f"logit_{name}"] = _arrow_column(arr[:, j], "float32")
+        cols[f"logit_{name}"] = _arrow_column(logits.numpy()[:, j], "float32")
     meta = json.dumps(record, sort_keys=True, default=json_default).encode()
     table = pa.table(cols).replace_schema_metadata({META_KEY: meta})
     with atomic_path(path) as tmp:

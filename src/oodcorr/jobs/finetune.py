@@ -7,7 +7,6 @@ import contextlib
 import logging
 import shutil
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -175,23 +174,64 @@ def finetune(job: FinetuneJob) -> dict:
     main_first_begin()  # several processes: the others wait while rank 0 checks and repairs the run folder
     identity = run_identity(job)
     method = adaptation.get(job.model_entry.method)
-    train = _training_set(job, method)
+    # the balanced sample of n_train examples for the seed, encoded (a bad verbaliser fails here)
+    tok = load_tokenizer(job.model_entry, job.built_model_dir)
+    labels = list(job.labels)
+    sample = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
+    ids, n_trunc, extra = method.encode(
+        tok, sample, labels=labels, prompt=job.prompt, max_length=job.training.max_length, model_name=job.name
+    )
+    label_idx = {lab: i for i, lab in enumerate(labels)}
+    examples = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, sample)]
     with contextlib.ExitStack() as held:
         # only now, with the inputs known good, is run_dir read and written: by one process at a time
         if is_main_process():
             held.enter_context(hold(job.run_dir))
-        model, done, resume = _prepare_run_folder(job, identity, method, train)
+        model, done, resume = _prepare_run_folder(job, identity, method, tok.pad_token_id)
         main_first_end()
         history: list[dict] = []
         if done:
             log.info("all %d scheduled checkpoints exist in %s; not training again", len(job.steps), _ckpt_root(job))
         else:
-            if is_main_process():
-                _check_room_to_train(job, model, resume)
-            history = _train(job, method, model, train, resume)
+            history = _train(job, method, model, examples, extra, tok.pad_token_id, resume)
         if not is_main_process():  # rank 0 verifies the checkpoints and writes the manifest
             return {}
-        return _write_manifest(job, method, train, done=done, resume=resume, history=history, t0=t0)
+        # every scheduled checkpoint verified, the last optimizer state dropped, the job's manifest written
+        ckpt_root = _ckpt_root(job)
+        missing = []
+        entries = []
+        for step in job.steps:
+            d = ckpt_root / f"checkpoint-{step}"
+            ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
+            if not ok:
+                missing.append(why)
+            # what evaluation checks a checkpoint against before scoring it (oodcorr.jobs.evaluate)
+            libraries = (read_ckpt_manifest(d) or {}).get("libraries")
+            entries.append(
+                {"step": step, "path": str(d), "weights": weights_digest(d) if ok else None, "libraries": libraries}
+            )
+        if missing:
+            raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
+        prune_resume_state(ckpt_root, keep=None)
+        info = {
+            "model": job.name,
+            "method": method.name,
+            "loss": job.training.loss,
+            "n_train": job.n_train,
+            "seed": job.seed,
+            "max_steps": job.max_steps,
+            "checkpoints": entries,
+            "resumed_from": str(resume) if resume else None,
+            "trained": not done,
+            "n_truncated_prompts": n_trunc,
+            "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
+            "loss_history": history,
+            "lora": job.finetune.get("lora"),
+            "seconds": round(time.time() - t0, 2),
+            "device": str(job.device),
+        }
+        write_json_atomic(job.manifest_path, info)
+        return info
 
 
 def _ckpt_root(job: FinetuneJob) -> Path:
@@ -214,30 +254,7 @@ def run_identity(job: FinetuneJob) -> dict:
     }
 
 
-@dataclass(frozen=True)
-class _TrainingSet:
-    """The run's training examples, encoded for its model and method."""
-
-    tokenizer: object
-    examples: list  # [{"input_ids": ..., "labels": label index}]
-    extra: dict  # what the method scores with (verbaliser token ids, ...)
-    n_truncated: int  # prompts cut to finetune.max_length
-
-
-def _training_set(job: FinetuneJob, method) -> _TrainingSet:
-    """The balanced sample of ``n_train`` examples for ``seed``, encoded (a bad verbaliser fails here)."""
-    tok = load_tokenizer(job.model_entry, job.built_model_dir)
-    labels = list(job.labels)
-    train = balanced_sample(read_jsonl(job.train_path), job.n_train, labels, job.seed)
-    ids, n_trunc, extra = method.encode(
-        tok, train, labels=labels, prompt=job.prompt, max_length=job.training.max_length, model_name=job.name
-    )
-    label_idx = {lab: i for i, lab in enumerate(labels)}
-    examples = [{"input_ids": x, "labels": label_idx[r["label"]]} for x, r in zip(ids, train)]
-    return _TrainingSet(tok, examples, extra, n_trunc)
-
-
-def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _TrainingSet):
+def _prepare_run_folder(job: FinetuneJob, identity: dict, method, pad_id: int):
     """Under the lock: set aside another identity's checkpoints, load the model, save step 0; (model, done, resume)."""
     from transformers import set_seed  # torch stack: planning and the CLI never import it
 
@@ -252,7 +269,7 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
         job.built_model_dir,
         "cpu" if launched() else job.device,
         list(job.labels),
-        train.tokenizer.pad_token_id,
+        pad_id,
     )
     if job.training.lora:
         model = apply_lora(model, job.training.lora, method.peft_task)
@@ -273,28 +290,37 @@ def _prepare_run_folder(job: FinetuneJob, identity: dict, method, train: _Traini
     return model, done, None if done else find_resume_point(ckpt_root, list(job.steps))
 
 
-def _check_room_to_train(job: FinetuneJob, model, resume: Path | None) -> None:
-    """Refuse to train when the checkpoints still to save (and the newest one's optimizer state) cannot fit."""
-    weights, optimizer = checkpoint_bytes(model, job.training.lora)
-    done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
-    todo = [s for s in job.steps if s > done_to]
-    needed = len(todo) * weights + optimizer * (1 if resume is not None else min(2, len(todo)))
-    check_room(
-        _ckpt_root(job),
-        needed,
-        f"the {len(todo)} checkpoint(s) still to save for run {job.run_dir} (steps {todo[0]}..{todo[-1]}, "
-        f"{human_bytes(weights)} of weights each, {human_bytes(optimizer)} of optimizer state)"
-        if todo
-        else f"run {job.run_dir}",
-    )
-
-
-def _training_arguments(job: FinetuneJob, report: list[str]):
+def _train(
+    job: FinetuneJob, method, model, examples: list, extra: dict, pad_id: int, resume: Path | None
+) -> list[dict]:
+    """Train to ``max_steps`` from ``resume``, saving the scheduled checkpoints; return the loss history."""
     from transformers import TrainingArguments  # torch stack: planning and the CLI never import it
 
+    weights, optimizer = checkpoint_bytes(model, job.training.lora)
+    # refused when the checkpoints still to save (and the newest one's optimizer state) cannot fit
+    if is_main_process():
+        done_to = int(resume.name.split("-", 1)[1]) if resume is not None else 0
+        todo = [s for s in job.steps if s > done_to]
+        needed = len(todo) * weights + optimizer * (1 if resume is not None else min(2, len(todo)))
+        check_room(
+            _ckpt_root(job),
+            needed,
+            f"the {len(todo)} checkpoint(s) still to save for run {job.run_dir} (steps {todo[0]}..{todo[-1]}, "
+            f"{human_bytes(weights)} of weights each, {human_bytes(optimizer)} of optimizer state)"
+            if todo
+            else f"run {job.run_dir}",
+        )
+    if resume is not None:
+        log.info("resuming from %s", resume)
+    LabelTrainer, ScheduleCallback = _make_trainer_classes()
+    # finetune.report_to: each tracker checked before any step is trained, and pointed at the run's own runs
+    report = trackers.named(job.report_to)
+    trackers.check(report, tracking.root_of_run_dir(job.run_dir))
+    tracking.for_trainer(report, job.run_dir)
+    steps = list(job.steps)
     t = job.training
     ident = tracking.RunIdentity.of_run_dir(job.run_dir)  # the run's name as the scores' runs have it
-    return TrainingArguments(
+    args = TrainingArguments(
         output_dir=str(_ckpt_root(job)),
         max_steps=job.max_steps,
         per_device_train_batch_size=t.batch_size,
@@ -317,25 +343,13 @@ def _training_arguments(job: FinetuneJob, report: list[str]):
         use_cpu=(job.device == "cpu"),
         bf16=job.bf16 and job.device != "cpu",
     )
-
-
-def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | None) -> list[dict]:
-    """Train to ``max_steps`` from ``resume``, saving the scheduled checkpoints; return the loss history."""
-    if resume is not None:
-        log.info("resuming from %s", resume)
-    LabelTrainer, ScheduleCallback = _make_trainer_classes()
-    # finetune.report_to: each tracker checked before any step is trained, and pointed at the run's own runs
-    report = trackers.named(job.report_to)
-    trackers.check(report, tracking.root_of_run_dir(job.run_dir))
-    tracking.for_trainer(report, job.run_dir)
-    steps = list(job.steps)
     trainer = LabelTrainer(
         model=model,
-        args=_training_arguments(job, report),
-        train_dataset=train.examples,
-        data_collator=partial(_collate, train.tokenizer.pad_token_id),
+        args=args,
+        train_dataset=examples,
+        data_collator=partial(_collate, pad_id),
         method=method,
-        extra=train.extra,
+        extra=extra,
         loss=job.training.loss,
         schedule=steps,
         callbacks=[ScheduleCallback([s for s in steps if s > 0], _ckpt_root(job))],
@@ -343,48 +357,6 @@ def _train(job: FinetuneJob, method, model, train: _TrainingSet, resume: Path | 
     for cb in trainer.callback_handler.callbacks:  # TensorBoard logs in the run's folder, not the checkpoints'
         if type(cb).__name__ == "TensorBoardCallback":
             cb.logging_dir = str(job.run_dir / "tensorboard")
-    weights, optimizer = checkpoint_bytes(model, job.training.lora)
     with saves_that_fit(_ckpt_root(job), weights + optimizer):
         trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     return [{"step": h["step"], "loss": h["loss"]} for h in trainer.state.log_history if "loss" in h]
-
-
-def _write_manifest(
-    job: FinetuneJob, method, train: _TrainingSet, *, done: bool, resume: Path | None, history: list[dict], t0: float
-) -> dict:
-    """Verify every scheduled checkpoint, drop the last optimizer state, and write the job's manifest."""
-    ckpt_root = _ckpt_root(job)
-    missing = []
-    entries = []
-    for step in job.steps:
-        d = ckpt_root / f"checkpoint-{step}"
-        ok, why = verify_checkpoint(d, full=True)  # hashed when saved: cached, not hashed again
-        if not ok:
-            missing.append(why)
-        # what evaluation checks a checkpoint against before scoring it (oodcorr.jobs.evaluate)
-        libraries = (read_ckpt_manifest(d) or {}).get("libraries")
-        entries.append(
-            {"step": step, "path": str(d), "weights": weights_digest(d) if ok else None, "libraries": libraries}
-        )
-    if missing:
-        raise RuntimeError("finetune finished but scheduled checkpoints are not complete: " + "; ".join(missing))
-    prune_resume_state(ckpt_root, keep=None)
-    info = {
-        "model": job.name,
-        "method": method.name,
-        "loss": job.training.loss,
-        "n_train": job.n_train,
-        "seed": job.seed,
-        "max_steps": job.max_steps,
-        "checkpoints": entries,
-        "resumed_from": str(resume) if resume else None,
-        "trained": not done,
-        "n_truncated_prompts": train.n_truncated,
-        "train_loss": sum(h["loss"] for h in history) / len(history) if history else None,
-        "loss_history": history,
-        "lora": job.finetune.get("lora"),
-        "seconds": round(time.time() - t0, 2),
-        "device": str(job.device),
-    }
-    write_json_atomic(job.manifest_path, info)
-    return info

@@ -88,18 +88,16 @@ def _free_port() -> int:
 
 def run_distributed(dist: dict, job: FinetuneJob, *, log_path: str | None, threads: int = 1) -> dict:
     """Run ``finetune(job)`` under ``accelerate launch``; return rank 0's manifest."""
-    name = job.name
     if dist["strategy"] == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
         raise RuntimeError(
-            f"models[{name}].distributed.strategy is deepspeed, but the deepspeed package is not installed; "
+            f"models[{job.name}].distributed.strategy is deepspeed, but the deepspeed package is not installed; "
             "install it or use strategy: fsdp"
         )
-    run_dir = job.run_dir
-    check_free(run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
+    check_free(job.run_dir)  # fail before the launch if another finetune holds the run; rank 0 takes the lock
     devices = claim_for_job(int(dist["gpus"]))  # also narrows CUDA_VISIBLE_DEVICES for the launch
     if not devices:
-        raise RuntimeError(f"models[{name}].distributed asks for {dist['gpus']} GPU(s); this machine shows none")
-    args_file = run_dir / ARGS_FILE
+        raise RuntimeError(f"models[{job.name}].distributed asks for {dist['gpus']} GPU(s); this machine shows none")
+    args_file = job.run_dir / ARGS_FILE
     write_json_atomic(args_file, job.to_dict())
     argv = launch_argv(
         dist,

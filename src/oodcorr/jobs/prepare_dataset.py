@@ -6,7 +6,6 @@ import logging
 import math
 import random
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 from ..core import table_files
@@ -149,18 +148,14 @@ def rows_to_records(rows: list[dict], spec: dict, where: str, dropped: dict) -> 
                     f"({rec[k][e.start]!r}): the text is damaged; repair or remove the row"
                 ) from None
         meta = dict(row["meta"]) if isinstance(row.get("meta"), dict) else {}
-        for k in spec.get("meta_fields") or []:
-            if k in row:
-                meta[k] = row[k]
+        meta |= {k: row[k] for k in spec.get("meta_fields") or [] if k in row}
         rec["meta"] = _plain(dict(meta, line=line))
         recs.append(rec)
     return recs
 
 
 def _load_local(spec: dict, base: Path, dropped: dict) -> tuple[list[dict], dict]:
-    path = Path(spec["path"])
-    if not path.is_absolute():
-        path = base / path
+    path = base / spec["path"]  # (an absolute path stays as it is)
     fmt = file_format(path, spec.get("format"))
     rows = _read_table(path, fmt, spec.get("encoding"))
     n_rows = len(rows)
@@ -205,13 +200,6 @@ def _load_hub(spec: dict, base: Path, dropped: dict) -> tuple[list[dict], dict]:
     if commit:
         prov["commit"] = commit
     return recs, prov
-
-
-LOADERS: dict[str, Callable[[dict, Path, dict], tuple[list[dict], dict]]] = {
-    "synthetic": _load_synthetic,
-    "local": _load_local,
-    "hub": _load_hub,
-}
 
 
 def map_labels(recs: list[dict], label_map: dict | None, mode: dict, where: str, dropped: dict) -> list[dict]:
@@ -269,17 +257,6 @@ def duplicates(recs: list[dict]) -> dict:
     }
 
 
-def _describe_drops(dropped: dict, mode_name: str | None) -> str:
-    parts = []
-    if dropped.get("empty_text"):
-        parts.append(f"{dropped['empty_text']} with an empty premise or hypothesis")
-    for lab, k in sorted((dropped.get("label_map") or {}).items()):
-        parts.append(f"{k} with raw label {lab!r} (mapped to null by the entry's label_map)")
-    for lab, k in sorted((dropped.get("label_mode") or {}).items()):
-        parts.append(f"{k} labelled {lab!r} (label mode {mode_name!r} leaves it out)")
-    return ", ".join(parts)
-
-
 def stratified_sample(recs: list[dict], n: int, seed: int) -> list[dict]:
     """At most ``n`` records keeping label proportions (largest remainder), seeded."""
     if n >= len(recs):
@@ -323,10 +300,19 @@ def balanced_sample(recs: list[dict], n: int, labels: list[str], seed: int) -> l
 def prepare(name: str, spec: dict, mode: dict, base: Path | str = ".") -> tuple[list[dict], dict]:
     """Load dataset ``name`` from its registry ``spec`` under label ``mode``; return (records, provenance)."""
     dropped: dict = {}
-    recs, prov = LOADERS[spec["source"]](spec, Path(base), dropped)  # (planning checks the source)
+    # the source's loader (planning checks the source)
+    load = {"synthetic": _load_synthetic, "local": _load_local, "hub": _load_hub}[spec["source"]]
+    recs, prov = load(spec, Path(base), dropped)
     where = prov.get("path", f"dataset {name!r}")
     recs = map_labels(recs, spec.get("label_map"), mode, where, dropped)
-    described = _describe_drops(dropped, mode.get("name"))
+    parts = []
+    if dropped.get("empty_text"):
+        parts.append(f"{dropped['empty_text']} with an empty premise or hypothesis")
+    for lab, k in sorted((dropped.get("label_map") or {}).items()):
+        parts.append(f"{k} with raw label {lab!r} (mapped to null by the entry's label_map)")
+    for lab, k in sorted((dropped.get("label_mode") or {}).items()):
+        parts.append(f"{k} labelled {lab!r} (label mode {mode.get('name')!r} leaves it out)")
+    described = ", ".join(parts)
     if not recs:
         detail = f": {described}" if described else ""
         if dropped.get("where"):

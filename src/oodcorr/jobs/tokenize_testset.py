@@ -38,6 +38,8 @@ def tokenize_testset(
     coarse: dict | None = None,
 ) -> dict:
     """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it."""
+    # the parameters that decide the cache's content (TOKENIZE_SETTINGS), digested as planning digests them
+    settings = tokenize_settings_digest(locals())
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
@@ -78,14 +80,6 @@ def tokenize_testset(
     buf = io.BytesIO()
     torch.save(cache, buf)
     data = buf.getvalue()
-    settings = dict(
-        model_spec=model_spec,
-        built_model_dir=built_model_dir,
-        prompt=prompt,
-        labels=list(labels),
-        coarse=coarse,
-        max_length=max_length,
-    )
     info = {
         **{k: cache[k] for k in ("format", "testset", "model", "n_truncated", "fingerprint", "tokenizer")},
         "n": len(ids),
@@ -93,7 +87,7 @@ def tokenize_testset(
         # what the reader checks the cache's bytes against, and what planning compares with its config's settings
         "sha256": hashlib.sha256(data).hexdigest(),
         "size": len(data),
-        "settings": tokenize_settings_digest(settings),
+        "settings": settings,
     }
     # beside the cache, readable without torch; written first, so a cache never lacks its sidecar
     write_json_atomic(cache_info_path(out_path), info)
@@ -131,7 +125,6 @@ def read_tokenized(
             f"{path}: the tokenised testset is unreadable (cut short or damaged: {type(e).__name__}: "
             f"{str(e)[:160]}); {rebuild_hint(path)}"
         ) from None
-    why = None
     if not isinstance(cache, dict) or cache.get("format") != TOKENIZED_FORMAT:
         got = cache.get("format") if isinstance(cache, dict) else type(cache).__name__
         why = f"{path}: not a tokenised testset of format {TOKENIZED_FORMAT} (it is {got!r})"

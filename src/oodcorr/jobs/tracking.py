@@ -186,15 +186,15 @@ def _destination(name: str, root: Path, folder: Path) -> tuple[str, str]:
     return name, str(folder / "tensorboard")
 
 
-def _event_file_suffix(kind: str) -> str:
-    """A unique event file name end: tensorboardX names a file by the second and host, so two in a second clash."""
-    return f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}"
+def _event_writer(folder: Path, kind: str):
+    """A writer of ``folder``/tensorboard, its file name unique: tensorboardX names a file by the second and host."""
+    from tensorboardX import SummaryWriter  # the pinned writer; the reader is TensorBoard's own
+
+    return SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=f".oodcorr-{kind}.{uuid.uuid4().hex[:12]}")
 
 
 def _tensorboard_scores(pts: dict, ident: RunIdentity, folder: Path, root: Path) -> None:
-    from tensorboardX import SummaryWriter  # the pinned writer; the reader is TensorBoard's own
-
-    with SummaryWriter(logdir=str(folder / "tensorboard"), filename_suffix=_event_file_suffix("scores")) as w:
+    with _event_writer(folder, "scores") as w:
         for tag, step, value in sorted(pts.values(), key=lambda p: (p[1], p[0])):
             w.add_scalar(tag, value, global_step=step)
 
@@ -275,13 +275,11 @@ def log_answer(root: str | Path, files: list[Path], names: list[str]) -> list[st
 
 
 def _tensorboard_answer(root: Path, files: list[Path]) -> None:
-    from tensorboardX import SummaryWriter
-
     text = next((f.read_text(encoding="utf-8") for f in files if f.name == "answer.txt"), None)
     if text is None:
         return
     done = len(_read_ledger(root).get("tensorboard", []))  # one step per answer logged
-    with SummaryWriter(logdir=str(root / "tensorboard"), filename_suffix=_event_file_suffix("answer")) as w:
+    with _event_writer(root, "answer") as w:
         w.add_text("answer", "\n\n".join(text.splitlines()), global_step=done)
 
 

@@ -1,1 +1,1 @@
-"""The figures: what they share (``common``), their registry (``kinds``), a module per kind, ``analysis_set``."""
+"""The figures: what they share (``common``), a module per kind, their registry and an analysis's (``analysis_set``)."""

@@ -103,52 +103,6 @@ def reliability_names(rows: pd.DataFrame, labels: dict[str, str] | None = None) 
     return out
 
 
-def _legend(styles: dict, cmap, norm, reliability: bool, alpha, near_zero, correction: str):
-    """The consensus heatmap's legend: an entry per kind of verdict drawn, and the reliability's."""
-    from matplotlib.patches import Patch
-
-    red, faded = cmap(norm(0.55)), tuple(0.4 * np.array(cmap(norm(0.55))[:3]) + 0.6)
-    a = f"{alpha:g}" if alpha is not None else "alpha"
-    nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
-    drawn = [st for w, st in styles.items() if w != EVERY_RUN_MARK]
-    marks, frames = {st["mark"] for st in drawn}, {st["frame"] for st in drawn}
-    entries = [
-        (
-            "solid" in frames,
-            Patch(facecolor=red, edgecolor="black", lw=1.6),
-            "framed, bold: the sign in nearly every model (the other sign in under 2.5 % of such models)",
-        ),
-        (
-            any(not st["faded"] and st["frame"] != "solid" for st in drawn),
-            Patch(facecolor=red),
-            f"plain: the sign on average ({correction} across pairs, {a})",
-        ),
-        ("±" in marks, Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
-        ("≠" in marks, Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
-        ("≈0" in marks, Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
-        (
-            EVERY_RUN_MARK in styles,
-            Patch(facecolor=red),
-            f"{EVERY_RUN_MARK}, not faded: no statement across models, but significant with one sign in each "
-            "model's own run (a fact about these runs, not a prediction)",
-        ),
-        (any(st["faded"] and st["frame"] != "dotted" for st in drawn), Patch(facecolor=faded), "faded: unresolved"),
-        (
-            "dotted" in frames,
-            Patch(facecolor=faded, **DOTTED),
-            f"{NOISE_MARK} in a dotted frame: noise-limited (a testset's residual series mostly item noise: "
-            f"reliability below {NOISE_LIMITED:g})",
-        ),
-        (
-            reliability,
-            Patch(facecolor="none", edgecolor="none"),
-            "(0.35) beside a name: its reliability, the share "
-            "of its residual variance that is not item noise (≥: bounded by its size)",
-        ),
-    ]
-    return [(h, label) for shown, h, label in entries if shown]
-
-
 def _answer_rows(table: pd.DataFrame, method: str, residualiser: str, in_domain: str) -> pd.DataFrame:
     return table[
         (table["method"] == method)
@@ -174,6 +128,7 @@ def consensus_heatmap(
     n_names = max([len(set(g["x"]) | set(g["y"])) for _, g in sub.groupby("pool_group")] + [2])
     fig, axes = heatmap_figure(plt, n_names, len(groups), title_lines=4)
     import matplotlib as mpl
+    from matplotlib.patches import Patch
 
     norm = mpl.colors.Normalize(vmin=-1, vmax=1)
     cmap = mpl.colormaps[CMAP]
@@ -244,7 +199,47 @@ def consensus_heatmap(
     bar = fig.colorbar(mpl.cm.ScalarMappable(norm=norm, cmap=cmap), ax=axes, shrink=0.8)
     bar.set_label("consensus partial r\nacross models (observed)", fontsize=8)  # one line ran past the bar
     correction = str(sub["correction"].iloc[0]) if len(sub) and "correction" in sub else "corrected"
-    handles = _legend(drawn_styles, cmap, norm, reliable, alpha, near_zero, correction)
+    # the legend: an entry per kind of verdict drawn, and the reliability's
+    red, faded = cmap(norm(0.55)), tuple(0.4 * np.array(cmap(norm(0.55))[:3]) + 0.6)
+    a = f"{alpha:g}" if alpha is not None else "alpha"
+    nz = f"{near_zero:g}" if near_zero is not None else "near_zero"
+    drawn = [st for w, st in drawn_styles.items() if w != EVERY_RUN_MARK]
+    marks, frames = {st["mark"] for st in drawn}, {st["frame"] for st in drawn}
+    entries = [
+        (
+            "solid" in frames,
+            Patch(facecolor=red, edgecolor="black", lw=1.6),
+            "framed, bold: the sign in nearly every model (the other sign in under 2.5 % of such models)",
+        ),
+        (
+            any(not st["faded"] and st["frame"] != "solid" for st in drawn),
+            Patch(facecolor=red),
+            f"plain: the sign on average ({correction} across pairs, {a})",
+        ),
+        ("±" in marks, Patch(facecolor="white", edgecolor="0.6"), "±: sign reversal"),
+        ("≠" in marks, Patch(facecolor="white", edgecolor="0.6"), "≠: models differ"),
+        ("≈0" in marks, Patch(facecolor="white", edgecolor="dimgrey", ls="--"), f"≈0: near zero (±{nz})"),
+        (
+            EVERY_RUN_MARK in drawn_styles,
+            Patch(facecolor=red),
+            f"{EVERY_RUN_MARK}, not faded: no statement across models, but significant with one sign in each "
+            "model's own run (a fact about these runs, not a prediction)",
+        ),
+        (any(st["faded"] and st["frame"] != "dotted" for st in drawn), Patch(facecolor=faded), "faded: unresolved"),
+        (
+            "dotted" in frames,
+            Patch(facecolor=faded, **DOTTED),
+            f"{NOISE_MARK} in a dotted frame: noise-limited (a testset's residual series mostly item noise: "
+            f"reliability below {NOISE_LIMITED:g})",
+        ),
+        (
+            reliable,
+            Patch(facecolor="none", edgecolor="none"),
+            "(0.35) beside a name: its reliability, the share "
+            "of its residual variance that is not item noise (≥: bounded by its size)",
+        ),
+    ]
+    handles = [(h, label) for shown, h, label in entries if shown]
     if handles:
         fig.legend(
             [h for h, _ in handles],
@@ -274,29 +269,7 @@ def forest_pairs(agree: pd.DataFrame, in_domain: str, method: str, residualiser:
     return sorted(pairs[:cap]), len(pairs)
 
 
-def _diamond(ax, y: float, est: float, lo: float, hi: float, **style) -> None:
-    """A consensus at height ``y``: a diamond over its interval, a bar where it has no estimate."""
-    if np.isfinite(est) and np.isfinite(lo) and np.isfinite(hi):
-        ax.fill([lo, est, hi, est], [y, y + 0.3, y, y - 0.3], zorder=4, **style)
-    elif np.isfinite(lo) and np.isfinite(hi):
-        ax.fill([lo, hi, hi, lo], [y - 0.12, y - 0.12, y + 0.12, y + 0.12], zorder=4, **style)
-    elif np.isfinite(est):
-        ax.plot([est], [y], "D", zorder=4, color=style.get("edgecolor", style.get("color")))
-
-
 TASKS = "tab:blue"  # the tasks' correlations (item noise out) in a forest plot
-
-
-def _pair_reliability(row, x: str, y: str, in_domain: str) -> str:
-    """A pair's reliabilities in words, for a forest plot's title ("" where none is known)."""
-    parts = []
-    for name, side in ((x, "x"), (y, "y"), (f"in-domain {in_domain}", "in_domain")):
-        rel = short_reliability(
-            float(row.get(f"reliability_{side}", np.nan)), float(row.get(f"reliability_{side}_low", np.nan))
-        )
-        if rel:
-            parts.append(f"{name} {rel}")
-    return "reliability " + ", ".join(parts) if parts else ""
 
 
 def forest(
@@ -390,7 +363,13 @@ def forest(
                 if key not in at:
                     continue
                 est, lo, hi = (float(row.get(f"{c}_consensus{sfx}", np.nan)) for c in ("r", "ci_low", "ci_high"))
-                _diamond(ax, at[key], est, lo, hi, **style)
+                yy = at[key]  # a diamond over the interval, a bar where it has no estimate
+                if np.isfinite(est) and np.isfinite(lo) and np.isfinite(hi):
+                    ax.fill([lo, est, hi, est], [yy, yy + 0.3, yy, yy - 0.3], zorder=4, **style)
+                elif np.isfinite(lo) and np.isfinite(hi):
+                    ax.fill([lo, hi, hi, lo], [yy - 0.12, yy - 0.12, yy + 0.12, yy + 0.12], zorder=4, **style)
+                elif np.isfinite(est):
+                    ax.plot([est], [yy], "D", zorder=4, color=style.get("edgecolor", style.get("color")))
                 say[key] = interval_text(est, lo, hi)
                 if key == "tasks" and say[key] == "n/a":
                     say[key] = "n/a: " + (str(row.get("about")) if isinstance(row.get("about"), str) else "unknown")
@@ -406,7 +385,14 @@ def forest(
                 else:
                     say[key] = "none (fewer than 3 models)" if n_models < 3 else "n/a"
                 side(at[key], say[key], color="tab:red")
-            rel = _pair_reliability(row, x, y, in_domain)
+            parts = []  # the pair's reliabilities in words, for the title
+            for name, end in ((x, "x"), (y, "y"), (f"in-domain {in_domain}", "in_domain")):
+                known = short_reliability(
+                    float(row.get(f"reliability_{end}", np.nan)), float(row.get(f"reliability_{end}_low", np.nan))
+                )
+                if known:
+                    parts.append(f"{name} {known}")
+            rel = "reliability " + ", ".join(parts) if parts else ""
             said = about([row.to_dict()])
             limited = row.get("noise_limited")
             if isinstance(limited, str) and limited and verdict == NOISE_LIMITED_VERDICT:
@@ -443,8 +429,7 @@ def forest(
             fontsize=10,
             fontweight="bold" if verdict_style(str(verdict))["bold"] else "normal",
         )
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
+        ax.spines[["top", "right"]].set_visible(False)
         out[group] = {"models": drawn, "verdict": verdict, "corrected": corrected, "line": lines, **tally}
     # margins in inches instead of a tight_layout pass (a second layout of every text)
     fig.subplots_adjust(top=1 - 0.8 / height, bottom=0.7 / height)

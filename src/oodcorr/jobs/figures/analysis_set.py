@@ -1,4 +1,5 @@
-"""The figures of one analysis as ``oodcorr analyse`` draws them: which (:func:`choose`), in processes."""
+"""The figure kinds, one registry (:data:`FIGURES`) and :func:`draw`, for ``oodcorr analyse`` and the rules; the
+figures of one analysis as ``oodcorr analyse`` draws them: which (:func:`choose`), in processes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import multiprocessing
 import os
 import re
+from collections.abc import Mapping
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,10 +18,38 @@ import pandas as pd
 from ...core.errors import DataError
 from . import across_models
 from .common import TEXT_LIMIT, pyplot
-from .explorer import EXPLORER_FILE
-from .kinds import draw
+from .curves import learning_curves, scatter, scatter_fits
+from .explorer import EXPLORER_FILE, write_explorer
+from .pair_heatmaps import heatmap, heatmap_grid, heatmap_marks
 
 log = logging.getLogger("oodcorr")
+
+# kind -> drawing function (png, options, tables, arguments), as the analysis rules are named; "explorer": the page
+FIGURES = {
+    "consensus_heatmap": lambda png, opts, t, a: across_models.consensus_heatmap(
+        t["agree"], png, a["method"], a["residualiser"], a["in_domain"], opts.alpha, opts.near_zero
+    ),
+    "forest": lambda png, opts, t, a: across_models.forest(
+        t["agree"], t["pc"], png, a["in_domain"], *a["pair"], a["method"], a["residualiser"], opts.near_zero, opts.level
+    ),
+    "heatmap": lambda png, opts, t, a: heatmap(
+        t["pc"], a.get("model"), png, a["method"], a["residualiser"], **heatmap_marks(opts)
+    ),
+    "heatmap_grid": lambda png, opts, t, a: heatmap_grid(
+        t["pc"], png, a["method"], a["residualiser"], **heatmap_marks(opts)
+    ),
+    "learning_curves": lambda png, opts, t, a: learning_curves(t["long"], a["model"], png, *a.get("labels", ())),
+    "scatter": lambda png, opts, t, a: scatter(
+        t["long"], a["model"], png, residualisers=scatter_fits(opts.residualisers), gam_settings=opts.gam
+    ),
+    "explorer": lambda png, opts, t, a: write_explorer(t["agreement"], t["pc"], png, **a),
+}
+
+
+def draw(kind: str, out_png: str, opts, tables: Mapping[str, pd.DataFrame], **args) -> dict:
+    """One figure of ``kind`` (:data:`FIGURES`) from ``tables`` (``pc``, ``agree``, ``long``) and its ``args``."""
+    return FIGURES[kind](out_png, opts, tables, args)
+
 
 LEGIBLE_TESTSETS = TEXT_LIMIT  # more than this (and more than one model): the per-model figures are left out
 
@@ -167,13 +197,6 @@ FIGURE_COLUMNS = {
 }
 
 
-def _slim(name: str, table):
-    keep = FIGURE_COLUMNS.get(name)
-    if keep is None or not isinstance(table, pd.DataFrame):
-        return table
-    return table[[c for c in table.columns if c in keep]]
-
-
 def explorer_page(out: Path, title: str, settings: dict, answer: list[str], default: tuple[str, str]) -> Figure:
     """The explorer page (:func:`.explorer.write_explorer`) as one more task of a :class:`FigurePool`."""
     args = dict(title=title, settings=settings, answer=list(answer), default=default)
@@ -196,7 +219,9 @@ class FigurePool:
     def __init__(self, figures: list[Figure], workers: int, **held):
         self.figures = figures
         _HELD.clear()
-        _HELD.update({k: _slim(k, v) for k, v in held.items()})
+        for name, table in held.items():
+            keep = FIGURE_COLUMNS.get(name)
+            _HELD[name] = table[[c for c in table.columns if c in keep]] if keep else table
         self.pool = None
         self.futures = []
         if workers > 1 and len(figures) > 1:

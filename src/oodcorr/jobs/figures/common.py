@@ -95,8 +95,7 @@ def triangle_axes(ax, rows: list[str], cols: list[str], n_names: int, big: bool)
     ax.set_yticks(range(k), rows, fontsize=fontsize)
     ax.set_xlim(-0.5, k - 0.5)
     ax.set_ylim(k - 0.5, -0.5)
-    for spine in ax.spines.values():
-        spine.set_visible(False)
+    ax.spines[:].set_visible(False)
 
 
 def pair_matrix(rows: pd.DataFrame, names: list[str], column: str) -> np.ndarray:

@@ -156,8 +156,7 @@ def scatter(
             ax.set_xlabel(f"{dom} (in-domain)", fontsize=6)
     for ax in list(axes.flat)[len(shown) :]:
         ax.set_axis_off()
-    kinds = [r for r in residualisers if "+" not in r]
-    legend = ", ".join(f"{r}: {styles.get(r, ('-', 1, 'solid'))[2]}" for r in kinds)
+    legend = ", ".join(f"{r}: {styles.get(r, ('-', 1, 'solid'))[2]}" for r in residualisers if "+" not in r)
     extra = f" (first {max_panels} of {len(panels)} testsets)" if len(panels) > max_panels else ""
     fig.suptitle(f"{model}: OOD vs in-domain score, one colour per run; fitted {legend}{extra}", fontsize=9, y=0.995)
     fig.subplots_adjust(hspace=0.45, wspace=0.35, top=1 - 0.55 / (2.5 * nrow))  # tight_layout is slow for many panels

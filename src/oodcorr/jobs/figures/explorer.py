@@ -109,31 +109,8 @@ def page_data(
         panels.append(dict(zip(KEYS, key)) | {"order": [idx[n] for n in order], "pairs": len(g)})
     rows["panel"] = [pkey[k] for k in zip(*(agree[c] for c in KEYS))]
     first = next((i for i, p in enumerate(panels) if (p["method"], p["residualiser"]) == default), 0)
-    return {
-        "title": title,
-        "settings": settings or {},
-        "answer": answer or [],
-        "names": names,
-        "prefix": prefix,
-        "labels": [labels[n] for n in names],
-        "models": models,
-        "panels": panels,
-        "first_panel": first,
-        "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
-        "noise_limited_by": NOISE_LIMITED_BY,
-        "every_run_mark": EVERY_RUN_MARK,
-        "noise_exceeds": NOISE_EXCEEDS,
-        "numeric": numeric,
-        "columns": columns,
-        "rows": rows,
-        "by_model": _by_model(agree, pooled, pc, models, midx),
-        "csv": csv_text,
-    }
-
-
-def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, models, midx) -> dict:
-    """Each model's pooled r, interval and adjusted p (and tasks' r ``rc``, ``rc_lo``, ``rc_hi`` where known)
-    for every agreement row, None where a model has none; ``runs``: each model's runs' r where any has several."""
+    # each model's pooled r, interval and adjusted p (and tasks' r rc, rc_lo, rc_hi where known) for every
+    # agreement row, None where a model has none; runs: each model's runs' r where any has several
     n, m = len(agree), len(models)
     fields = [("r", "r"), ("lo", "ci_low"), ("hi", "ci_high"), ("p_adj", "p_adj")]
     if "r_corrected" in pc:
@@ -167,7 +144,26 @@ def _by_model(agree: pd.DataFrame, pooled: pd.DataFrame, pc: pd.DataFrame, model
             if i >= 0 and j >= 0 and math.isfinite(v):
                 lists[i][j].append(round(float(v), DIGITS))
         res["runs"] = lists
-    return res
+    return {
+        "title": title,
+        "settings": settings or {},
+        "answer": answer or [],
+        "names": names,
+        "prefix": prefix,
+        "labels": [labels[n] for n in names],
+        "models": models,
+        "panels": panels,
+        "first_panel": first,
+        "verdicts": [{"name": v, **page_style(v)} for v in verdicts],
+        "noise_limited_by": NOISE_LIMITED_BY,
+        "every_run_mark": EVERY_RUN_MARK,
+        "noise_exceeds": NOISE_EXCEEDS,
+        "numeric": numeric,
+        "columns": columns,
+        "rows": rows,
+        "by_model": res,
+        "csv": csv_text,
+    }
 
 
 def _asset(name: str) -> str:

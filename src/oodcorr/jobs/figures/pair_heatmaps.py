@@ -109,13 +109,6 @@ def describe(
     return "\n".join(lines)
 
 
-def _panel_keys(sub: pd.DataFrame, by_model: bool) -> list[tuple]:
-    cols = (["model"] if by_model else []) + ["in_domain", "pool_group"]
-    cols = [c for c in cols if c in sub.columns]
-    keys = sorted({tuple(v) for v in sub[cols].astype(str).itertuples(index=False)})
-    return [dict(zip(cols, k)) for k in keys] or [dict.fromkeys(cols, "")]
-
-
 def heatmap_marks(opts) -> dict:
     """The marks of :func:`heatmap` and :func:`heatmap_grid` an analysis's options set (alpha, level, near_zero)."""
     return dict(alpha=opts.alpha, level=opts.level, near_zero=opts.near_zero)
@@ -126,7 +119,9 @@ def _heatmaps(pc: pd.DataFrame, model: str | None, out_png: str, method: str, re
     plt = pyplot()
     sub = pc if model is None else pc[pc["model"] == model]
     sub = sub[(sub["method"] == method) & (sub["residualiser"] == residualiser) & (sub["run"] == "pooled")]
-    per = [(k, sub[(sub[list(k)].astype(str) == pd.Series(k)).all(axis=1)]) for k in _panel_keys(sub, model is None)]
+    cols = [c for c in (["model"] if model is None else []) + ["in_domain", "pool_group"] if c in sub.columns]
+    keys = [dict(zip(cols, k)) for k in sorted({tuple(v) for v in sub[cols].astype(str).itertuples(index=False)})]
+    per = [(k, sub[(sub[list(k)].astype(str) == pd.Series(k)).all(axis=1)]) for k in keys or [dict.fromkeys(cols, "")]]
     if model is None:
         shared = testset_order(sub.drop_duplicates(["x", "y"])) if len(sub) else []
         n_names = len(shared)
