@@ -38,8 +38,6 @@ def tokenize_testset(
     coarse: dict | None = None,
 ) -> dict:
     """Tokenise a prepared testset once per tokenizer; every checkpoint's evaluation reuses it."""
-    # the parameters that decide the cache's content (TOKENIZE_SETTINGS), digested as planning digests them
-    settings = tokenize_settings_digest(locals())
     model_entry = ModelEntry.from_params(model_spec)
     import torch  # torch stack: planning and the CLI never import it
 
@@ -80,6 +78,14 @@ def tokenize_testset(
     buf = io.BytesIO()
     torch.save(cache, buf)
     data = buf.getvalue()
+    settings = dict(
+        model_spec=model_spec,
+        built_model_dir=built_model_dir,
+        prompt=prompt,
+        labels=list(labels),
+        coarse=coarse,
+        max_length=max_length,
+    )
     info = {
         **{k: cache[k] for k in ("format", "testset", "model", "n_truncated", "fingerprint", "tokenizer")},
         "n": len(ids),
@@ -87,7 +93,7 @@ def tokenize_testset(
         # what the reader checks the cache's bytes against, and what planning compares with its config's settings
         "sha256": hashlib.sha256(data).hexdigest(),
         "size": len(data),
-        "settings": settings,
+        "settings": tokenize_settings_digest(settings),
     }
     # beside the cache, readable without torch; written first, so a cache never lacks its sidecar
     write_json_atomic(cache_info_path(out_path), info)
