@@ -61,10 +61,17 @@ $(TEST_STAMP): requirements-test.txt $(STAMP)
 	$(INSTALL) -r requirements-test.txt
 	touch $(TEST_STAMP)
 
+# The package's own bytecode, compiled before a run: each job and Snakemake process imports it, and
+# where PYTHONDONTWRITEBYTECODE is set none of them would keep what it compiled (0.1-0.2 CPU-s less
+# per `snakemake` start; benchmarks/ci-time.md)
+COMPILE = $(BIN)/python -m compileall -q src
+
 run: $(STAMP)
+	$(COMPILE)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(TEST_STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not real_lm and not slurm_cluster" $(PYTEST_ARGS)
 
 test-fast: $(TEST_STAMP)
