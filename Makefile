@@ -40,7 +40,7 @@ FUZZ_EXAMPLES ?= 5000
 # unpacks in parallel, about half of pip's time on a fresh 2-core machine (benchmarks/ci-time.md).
 # It compiles the bytecode as pip does (where PYTHONDONTWRITEBYTECODE is set, nothing else would).
 # uv reads no pip.conf: the find-links pip is configured with (a machine's own wheels, e.g. a CPU
-# build of torch) are passed on, so both pick the same files; a mirror is uv's own UV_INDEX_URL.
+# build of torch) are passed on, so both pick the same files; a mirror is uv's own UV_DEFAULT_INDEX.
 UV_VERSION := 0.13.9
 FIND_LINKS = $(or $(PIP_FIND_LINKS),$(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null))
 INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode $(addprefix --find-links=,$(FIND_LINKS))
